@@ -1,0 +1,159 @@
+"""The Program: what the compiler hands the engine, for one static shape.
+
+A Program describes ONE socket's work (tensor parallelism is symmetric: every socket runs the
+same stages on its shard; collectives name the group). It is plain frozen data: the engine
+needs nothing else to time a step, and tests can build one by hand.
+
+Units: bytes, FLOPs, counts. No time appears here: time is the engine's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Tier = Literal["sram", "hbm", "ddr"]
+TIERS: tuple[Tier, ...] = ("sram", "hbm", "ddr")
+Phase = Literal["prefill", "decode"]
+CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter"]
+
+
+@dataclass(frozen=True)
+class StaticShape:
+    """The static shape a graph is compiled for; a step's time depends only on this."""
+
+    phase: Phase
+    batch: int  # batch slots the step runs (prefill: prompts prefilled together)
+    tokens: int  # new tokens per slot: the prompt (or chunk) in prefill, 1 in decode
+    cache_len: int  # cached tokens each slot attends to besides the new ones (a bucket)
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """A collective a stage performs across the TP group, fused into the kernel."""
+
+    kind: CollectiveKind
+    bytes: float  # payload per socket per call (the full tensor size N of the algorithm)
+    group: int  # sockets taking part
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """The (m, n, k) of a stage's matrix product on one socket, for tile efficiency."""
+
+    m: int  # rows of the output: tokens (times heads for attention products)
+    n: int  # columns of the output
+    k: int  # reduction length
+    batch: int = 1  # independent products (heads, experts)
+
+
+@dataclass(frozen=True)
+class StageProgram:
+    """One pipeline stage of a fused kernel: an operator (or a few fused) with its resources."""
+
+    name: str  # unique within the kernel, e.g. "attn.q_a_proj"
+    op: str  # operator kind, e.g. "gemm", "attention_score", "softmax", "allreduce"
+    pcus: int
+    pmus: int
+    flops: float  # matrix FLOPs per call on this socket
+    vector_flops: float  # elementwise FLOPs per call on this socket
+    reads: Mapping[Tier, float]  # bytes read per call from each tier (weights, KV, spills)
+    writes: Mapping[Tier, float]  # bytes written per call to each tier (KV writes, spills)
+    inputs: tuple[str, ...] = ()  # producer stages in this kernel (pipeline edges)
+    output_bytes: float = 0.0  # activation bytes streamed to consumers per call (on-chip)
+    gemm: GemmShape | None = None
+    collective: CollectiveSpec | None = None
+
+
+@dataclass(frozen=True)
+class KernelProgram:
+    """A fused kernel: a pipeline of stages, called `calls` times per step."""
+
+    name: str  # e.g. "embedding", "decoder_dense", "decoder_moe", "snapkv_select", "lm_head"
+    calls: int  # calls per step (e.g. 58 MoE layers)
+    looped: bool  # with kernel looping the calls run as one call with a pipelined outer loop
+    stages: tuple[StageProgram, ...]  # topologically ordered
+
+    def bytes_by_tier(self) -> dict[Tier, float]:
+        """Bytes moved per step (all calls) per tier, reads plus writes."""
+        totals: dict[Tier, float] = dict.fromkeys(TIERS, 0.0)
+        for stage in self.stages:
+            for tier in TIERS:
+                totals[tier] += (stage.reads.get(tier, 0.0) + stage.writes.get(tier, 0.0))
+        return {tier: value * self.calls for tier, value in totals.items()}
+
+    @property
+    def flops(self) -> float:
+        """Matrix FLOPs per step (all calls)."""
+        return self.calls * sum(stage.flops for stage in self.stages)
+
+    @property
+    def collective_bytes(self) -> float:
+        """Collective payload per step (all calls), per socket."""
+        return self.calls * sum(s.collective.bytes for s in self.stages if s.collective)
+
+
+@dataclass(frozen=True)
+class TierUsage:
+    """One tier of one socket: its capacity and what the compiler put there."""
+
+    capacity_bytes: int
+    weights_bytes: int = 0
+    kv_bytes: int = 0
+    activations_bytes: int = 0
+
+    @property
+    def used_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.activations_bytes
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes
+
+
+@dataclass(frozen=True)
+class TensorPlacement:
+    """Where one tensor (or tensor class) lives on each socket."""
+
+    name: str
+    kind: Literal["weights", "kv", "activations"]
+    tier: Tier
+    bytes: int  # per socket
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Memory plan of one socket for a given number of batch slots."""
+
+    batch_slots: int
+    tiers: Mapping[Tier, TierUsage]
+    tensors: tuple[TensorPlacement, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Program:
+    """Everything the engine needs to time one step of one static shape."""
+
+    shape: StaticShape
+    tp: int
+    kernels: tuple[KernelProgram, ...]
+    placement: Placement
+
+    def bytes_by_tier(self) -> dict[Tier, float]:
+        """Bytes moved per step per tier on one socket (reads plus writes)."""
+        totals: dict[Tier, float] = dict.fromkeys(TIERS, 0.0)
+        for kernel in self.kernels:
+            for tier, value in kernel.bytes_by_tier().items():
+                totals[tier] += value
+        return totals
+
+    @property
+    def flops(self) -> float:
+        """Matrix FLOPs per step on one socket."""
+        return sum(kernel.flops for kernel in self.kernels)
+
+    @property
+    def collective_bytes(self) -> float:
+        """Collective payload per step on one socket."""
+        return sum(kernel.collective_bytes for kernel in self.kernels)

@@ -1,0 +1,140 @@
+"""Typed, validated description of SN40L hardware: one socket and the system of sockets.
+
+Every field has a unit (parsed once by `units`), a one-line description, and limits.
+The shipped values and their sources live in hw_configs/*.yaml, one comment per value.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from rdu_sim.config.base import StrictModel
+from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Hertz, Seconds
+
+# Limits that catch typos (a missing unit prefix, a sign) without forbidding exotic designs.
+_MAX_BYTES = 2**60
+_MAX_BANDWIDTH = 1e18
+_MAX_SECONDS = 3600.0
+
+
+class MemoryTierConfig(StrictModel):
+    """An off-chip memory tier (HBM or DDR) of one socket."""
+
+    capacity: Bytes = Field(gt=0, le=_MAX_BYTES, description="bytes per socket")
+    bandwidth: BytesPerSecond = Field(gt=0, le=_MAX_BANDWIDTH, description="peak bytes/s")
+    latency: Seconds = Field(ge=0, le=1.0, description="first-byte latency of one request")
+    efficiency: float = Field(
+        gt=0, le=1, description="achievable fraction of peak bandwidth for streaming reads"
+    )
+    channels: int = Field(
+        default=8, ge=1, le=1024,
+        description="independent lanes the bandwidth is split into; concurrent streams share them",
+    )
+
+
+class PCUConfig(StrictModel):
+    """Pattern compute units: the socket's compute."""
+
+    count: int = Field(ge=1, le=1_000_000, description="PCUs per socket")
+    peak_flops: FlopsPerSecond = Field(gt=0, le=1e16, description="peak BF16 FLOP/s of one PCU")
+    vector_flops: FlopsPerSecond = Field(
+        gt=0, le=1e16, description="elementwise FLOP/s of one PCU in SIMD-pipeline mode"
+    )
+    systolic_rows: int = Field(ge=1, le=4096, description="output-stationary array rows")
+    systolic_cols: int = Field(ge=1, le=4096, description="output-stationary array columns")
+    max_gemm_efficiency: float = Field(
+        gt=0, le=1, description="best achievable fraction of peak for a well-shaped GEMM tile"
+    )
+
+
+class PMUConfig(StrictModel):
+    """Pattern memory units: the socket's on-chip SRAM, distributed beside the PCUs."""
+
+    count: int = Field(ge=1, le=1_000_000, description="PMUs per socket")
+    sram: Bytes = Field(gt=0, le=2**40, description="SRAM bytes of one PMU")
+    bandwidth: BytesPerSecond = Field(gt=0, le=_MAX_BANDWIDTH, description="bytes/s of one PMU")
+
+
+class KernelOverheadsConfig(StrictModel):
+    """What a kernel call costs besides its work: AGCU program and argument loads, the sync."""
+
+    program_load: Seconds = Field(ge=0, le=_MAX_SECONDS, description="load a kernel's program")
+    argument_load: Seconds = Field(ge=0, le=_MAX_SECONDS, description="load a call's arguments")
+    sync: Seconds = Field(ge=0, le=_MAX_SECONDS, description="host/AGCU sync at a kernel boundary")
+    layer_loop: Seconds = Field(
+        default=0.0, ge=0, le=_MAX_SECONDS,
+        description="per-iteration cost of a looped kernel's outer loop (no host sync)",
+    )
+
+
+class SocketConfig(StrictModel):
+    """One SN40L socket (two dies in one package)."""
+
+    clock: Hertz = Field(gt=0, le=1e11, description="core clock")
+    pcu: PCUConfig
+    pmu: PMUConfig
+    usable_fraction: float = Field(
+        gt=0, le=1, description="fraction of PCUs and PMUs a fused kernel can use"
+    )
+    hbm: MemoryTierConfig
+    ddr: MemoryTierConfig
+    ddr_to_hbm_bandwidth: BytesPerSecond = Field(
+        gt=0, le=_MAX_BANDWIDTH, description="DDR-to-HBM copy rate of one socket"
+    )
+    kernel: KernelOverheadsConfig
+
+    @property
+    def peak_flops(self) -> float:
+        """Socket peak BF16 FLOP/s."""
+        return self.pcu.count * self.pcu.peak_flops
+
+    @property
+    def sram_bytes(self) -> int:
+        """All PMUs' SRAM."""
+        return self.pmu.count * self.pmu.sram
+
+
+class LinkConfig(StrictModel):
+    """A socket-to-socket peer-to-peer link, one direction."""
+
+    bandwidth: BytesPerSecond = Field(gt=0, le=_MAX_BANDWIDTH, description="bytes/s per direction")
+    latency: Seconds = Field(ge=0, le=1.0, description="one hop, first byte")
+
+
+class SystemConfig(StrictModel):
+    """Sockets, how they are grouped into nodes, and how they talk."""
+
+    sockets: int = Field(ge=1, le=4096, description="sockets in the system")
+    sockets_per_node: int = Field(ge=1, le=4096, description="sockets sharing one node")
+    intra_node_link: LinkConfig
+    inter_node_link: LinkConfig
+    topology: Literal["ring", "fully_connected"] = Field(
+        default="ring", description="how sockets are wired for collectives"
+    )
+    collective_algorithm: Literal["ring", "tree"] = Field(
+        default="ring", description="all-reduce algorithm"
+    )
+    collective_chunks: int = Field(
+        default=4, ge=1, le=1024,
+        description="chunks a collective is split into to pipeline it with its producer",
+    )
+
+    @model_validator(mode="after")
+    def _nodes_divide(self) -> SystemConfig:
+        if self.sockets > self.sockets_per_node and self.sockets % self.sockets_per_node:
+            raise ValueError(
+                f"sockets ({self.sockets}) must be a multiple of sockets_per_node "
+                f"({self.sockets_per_node})"
+            )
+        return self
+
+
+class HardwareConfig(StrictModel):
+    """A complete hardware description: one socket type and the system built from it."""
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    socket: SocketConfig
+    system: SystemConfig

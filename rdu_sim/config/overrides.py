@@ -1,0 +1,65 @@
+"""`--set a.b=value` overrides, applied to the raw YAML data before validation.
+
+A value is parsed as YAML (so `64`, `true`, `"1.8 TB/s"`, `[1, 2]` all work). Paths that start
+with `hw.` apply to the hardware file's data; all others to the workload's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from rdu_sim.config.errors import ConfigError
+
+HW_PREFIX = "hw."
+
+
+def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
+    """'serving.batch_slots=64' -> ('serving.batch_slots', 64)."""
+    if "=" not in text:
+        raise ConfigError.single(source, text, "an override must look like field.path=value")
+    path, _, raw = text.partition("=")
+    path = path.strip()
+    if not path or any(not part for part in path.split(".")):
+        raise ConfigError.single(source, path, "empty field name in override")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def normalize_overrides(overrides: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Accept `["a.b=1"]` or `{"a.b": 1}`; return an ordered dict of path -> value."""
+    if overrides is None:
+        return {}
+    if isinstance(overrides, Mapping):
+        return {str(k): v for k, v in overrides.items()}
+    return dict(parse_override(item) for item in overrides)
+
+
+def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
+    """Set a dotted path inside nested dicts (creating mappings on the way)."""
+    parts = path.split(".")
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = {}
+            node[part] = child
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise ConfigError.single(source, path, f"cannot set inside {where!r}, which is "
+                                     f"{type(child).__name__}, not a mapping")
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def split_overrides(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate workload overrides from `hw.` hardware overrides (prefix removed)."""
+    workload = {k: v for k, v in overrides.items() if not k.startswith(HW_PREFIX)}
+    hardware = {k[len(HW_PREFIX):]: v for k, v in overrides.items() if k.startswith(HW_PREFIX)}
+    return workload, hardware

@@ -1,0 +1,222 @@
+"""Typed, validated description of a serving workload: model, parallelism, KV policy, traffic.
+
+Field paths here are a contract that users' scripts, sweeps and the CLI's `--set` rely on:
+`hardware`, `model`, `parallelism.tp`, `kv.policy`, `kv.budget`, `kernel_looping`,
+`serving.batch_slots`, `serving.requests`, `serving.max_context`, `serving.seed`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from rdu_sim.config.architecture import ModelArchitecture
+from rdu_sim.config.base import StrictModel
+
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+}
+
+_TOKENS = Field(ge=1, le=100_000_000)
+
+
+class DtypesConfig(StrictModel):
+    """Storage precision of weights, KV cache and activations."""
+
+    weights: Dtype = "bf16"
+    kv: Dtype = "bf16"
+    activations: Dtype = "bf16"
+
+
+class ParallelismConfig(StrictModel):
+    """How the model is split across sockets."""
+
+    tp: int = Field(default=1, ge=1, le=4096, description="tensor-parallel degree (sockets)")
+    mla_cache_layout: Literal["replicated", "sequence_split", "head_split"] = Field(
+        default="sequence_split",
+        description=(
+            "MLA latent cache under TP: replicated on every socket, split by sequence "
+            "(each socket holds 1/tp of the tokens), or per-head after up-projection"
+        ),
+    )
+
+
+class KVConfig(StrictModel):
+    """KV-cache policy and its parameters (SnapKV / StreamingLLM defaults, see docs/kv.md)."""
+
+    policy: Literal["full", "snapstream", "streamingllm", "snapkv"] = "full"
+    budget: int | None = Field(
+        default=None, ge=1, le=100_000_000,
+        description="tokens kept per slot by a compressing policy (sinks + selected + recent)",
+    )
+    compression_ratio: float | None = Field(
+        default=None, gt=1, le=1e6,
+        description="alternative to budget: budget = max_context / compression_ratio",
+    )
+    sinks: int = Field(default=4, ge=0, le=1_000_000, description="attention-sink tokens kept")
+    recent: int = Field(
+        default=2048, ge=1, le=100_000_000, description="ring buffer of most recent tokens"
+    )
+    observation_window: int = Field(
+        default=32, ge=1, le=1_000_000, description="SnapKV queries that score the prompt"
+    )
+    pooling: Literal["max", "avg"] = Field(default="max", description="SnapKV 1-D pooling")
+    kernel_size: int = Field(default=7, ge=1, le=1001, description="SnapKV pooling kernel")
+    context_buckets: list[int] | Literal["pow2"] = Field(
+        default="pow2",
+        description="static decode cache lengths compiled for full attention ('pow2' doubles "
+        "from min_bucket up to max_context)",
+    )
+    min_bucket: int = Field(default=1024, ge=1, le=100_000_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KVConfig:
+        if self.budget is not None and self.compression_ratio is not None:
+            raise ValueError("give kv.budget or kv.compression_ratio, not both")
+        if self.kernel_size % 2 == 0:
+            raise ValueError(f"kv.kernel_size must be odd (padding k//2), got {self.kernel_size}")
+        if isinstance(self.context_buckets, list):
+            if not self.context_buckets:
+                raise ValueError("kv.context_buckets must not be empty")
+            if any(b < 1 for b in self.context_buckets):
+                raise ValueError("kv.context_buckets must all be >= 1")
+        return self
+
+
+def _fixed_shorthand(value: Any) -> Any:
+    """Let `prompt_tokens: 8192` mean a fixed length."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"dist": "fixed", "value": value}
+    return value
+
+
+class FixedLength(StrictModel):
+    """Every request has the same length."""
+
+    dist: Literal["fixed"] = "fixed"
+    value: int = _TOKENS
+
+
+class UniformLength(StrictModel):
+    """Lengths uniform on [low, high] (integers)."""
+
+    dist: Literal["uniform"]
+    low: int = _TOKENS
+    high: int = _TOKENS
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+
+class LognormalLength(StrictModel):
+    """Lengths lognormal with the given median and log-space sigma, clipped to [low, high]."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0, le=1e8)
+    sigma: float = Field(ge=0, le=10)
+    low: int = Field(default=1, ge=1, le=100_000_000)
+    high: int = _TOKENS
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLength:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+
+LengthDistribution = Annotated[
+    FixedLength | UniformLength | LognormalLength,
+    BeforeValidator(_fixed_shorthand),
+    Field(discriminator="dist"),
+]
+
+
+class ArrivalConfig(StrictModel):
+    """When requests arrive."""
+
+    process: Literal["poisson", "closed_loop", "all_at_once"] = "closed_loop"
+    rate: float | None = Field(
+        default=None, gt=0, le=1e9, description="requests per second (poisson)"
+    )
+    concurrency: int | None = Field(
+        default=None, ge=1, le=10_000_000,
+        description="users in the closed loop (default: the batch slots)",
+    )
+
+    @model_validator(mode="after")
+    def _rate_for_poisson(self) -> ArrivalConfig:
+        if self.process == "poisson" and self.rate is None:
+            raise ValueError("arrival.rate is required for process 'poisson'")
+        return self
+
+
+class ServingConfig(StrictModel):
+    """Traffic and the server's static batch."""
+
+    batch_slots: int | Literal["auto"] = Field(
+        default="auto", description="static batch slots, or 'auto' for the batch capacity"
+    )
+    max_context: int = Field(default=8192, ge=1, le=100_000_000)
+    prompt_tokens: LengthDistribution = Field(default_factory=lambda: FixedLength(value=1024))
+    output_tokens: LengthDistribution = Field(default_factory=lambda: FixedLength(value=256))
+    trace: str | None = Field(
+        default=None,
+        description="CSV/JSONL of arrival_s, prompt_tokens, output_tokens (relative to the file)",
+    )
+    arrival: ArrivalConfig = Field(default_factory=ArrivalConfig)
+    requests: int = Field(default=100, ge=1, le=1_000_000)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    prefill_priority: Literal["prefill_first", "decode_first"] = Field(
+        default="prefill_first",
+        description="when a slot frees and a request waits, prefill it before the next decode",
+    )
+    prefill_chunk_tokens: int | None = Field(
+        default=None, ge=1, le=100_000_000,
+        description="split long prompts into chunks, interleaved with decode steps",
+    )
+
+    @model_validator(mode="after")
+    def _check_slots(self) -> ServingConfig:
+        if isinstance(self.batch_slots, int) and not 1 <= self.batch_slots <= 1_000_000:
+            raise ValueError(f"serving.batch_slots must be in 1..1000000 or 'auto', "
+                             f"got {self.batch_slots}")
+        return self
+
+
+class EngineConfig(StrictModel):
+    """Kernel-level simulation granularity (fidelity vs speed)."""
+
+    tiles_per_stage: int = Field(
+        default=8, ge=1, le=4096, description="tiles a stage streams per kernel call"
+    )
+    all_sockets: bool = Field(
+        default=False,
+        description="simulate every TP socket instead of one socket plus its links",
+    )
+    max_events: int = Field(
+        default=20_000_000, ge=1000, le=10**10,
+        description="refuse a step whose simulation would exceed this many events",
+    )
+
+
+class WorkloadConfig(StrictModel):
+    """A complete workload file."""
+
+    name: str = Field(default="workload", min_length=1, max_length=200)
+    description: str = ""
+    hardware: str = Field(min_length=1, description="hardware file, relative to this file")
+    model: str | ModelArchitecture = Field(
+        description="a preset name (see `rdu-sim inspect model --list`) or an architecture"
+    )
+    dtypes: DtypesConfig = Field(default_factory=DtypesConfig)
+    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
+    kv: KVConfig = Field(default_factory=KVConfig)
+    kernel_looping: bool = True
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)

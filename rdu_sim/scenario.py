@@ -1,0 +1,146 @@
+"""A Scenario: a workload with its hardware and model resolved and cross-checked.
+
+This is what every later stage (compiler, engine, serving, sweeps) takes. Loading is the
+only place that reads files; a Scenario is immutable and cheap to pass to worker processes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.loader import LineMap, read_yaml, validate
+from rdu_sim.config.overrides import normalize_overrides, set_path, split_overrides
+from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
+from rdu_sim.models.figures import Architecture
+from rdu_sim.models.presets import UnknownModelError, get_model
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one simulation needs, validated."""
+
+    workload: WorkloadConfig
+    hardware: HardwareConfig
+    model: Architecture
+    workload_file: str
+    hardware_file: str
+
+    @property
+    def tp(self) -> int:
+        return self.workload.parallelism.tp
+
+    @property
+    def weight_dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.workload.dtypes.weights]
+
+    @property
+    def kv_dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.workload.dtypes.kv]
+
+    @property
+    def activation_dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.workload.dtypes.activations]
+
+    @property
+    def base_dir(self) -> Path:
+        """Folder that relative paths in the workload (trace files) are resolved against."""
+        return Path(self.workload_file).parent
+
+
+def _apply(data: dict[str, Any], overrides: Mapping[str, Any], source: str) -> dict[str, Any]:
+    result = copy.deepcopy(data)
+    for path, value in overrides.items():
+        set_path(result, path, value, source)
+    return result
+
+
+def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """`--set model.layers=4` on a preset name turns the preset into an editable mapping."""
+    if isinstance(data.get("model"), str) and any(k.startswith("model.") for k in overrides):
+        try:
+            data["model"] = get_model(data["model"]).model_dump()
+        except UnknownModelError:
+            pass  # reported below with the file and line
+
+
+def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Architecture,
+                 file: str, lines: LineMap) -> None:
+    """Rules that span files: TP vs heads and sockets, context vs the model, KV budget."""
+
+    def fail(path: str, message: str) -> ConfigError:
+        line = lines.get(tuple(path.split(".")))
+        return ConfigError.single(file, path, message, line)
+
+    tp = workload.parallelism.tp
+    if model.heads % tp:
+        raise fail("parallelism.tp", f"tp={tp} does not divide the model's {model.heads} "
+                   f"attention heads; use a divisor of {model.heads}")
+    if tp > hardware.system.sockets:
+        raise fail("parallelism.tp", f"tp={tp} exceeds the {hardware.system.sockets} sockets "
+                   f"of hardware {hardware.name!r}")
+    serving = workload.serving
+    if serving.max_context > model.max_context:
+        raise fail("serving.max_context", f"{serving.max_context} exceeds the model's maximum "
+                   f"context of {model.max_context} tokens")
+    kv = workload.kv
+    if kv.policy in ("snapstream", "snapkv") and kv.budget is not None:
+        floor = kv.sinks + kv.observation_window
+        if kv.budget <= floor:
+            raise fail("kv.budget", f"budget {kv.budget} must exceed sinks + "
+                       f"observation_window = {floor}")
+    if kv.policy == "snapstream" and kv.budget is not None and kv.budget <= kv.sinks + kv.recent:
+        raise fail("kv.budget", f"budget {kv.budget} leaves no room for selected tokens after "
+                   f"sinks ({kv.sinks}) and recent ({kv.recent}); raise it or lower kv.recent")
+
+
+def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMap | None = None,
+                   overrides: Iterable[str] | Mapping[str, Any] | None = None) -> Scenario:
+    """Validate workload data (already parsed) and load its hardware file."""
+    lines = lines or {}
+    normalized = normalize_overrides(overrides)
+    workload_overrides, hardware_overrides = split_overrides(normalized)
+    raw = dict(data) if isinstance(data, Mapping) else data
+    if isinstance(raw, dict):
+        _expand_preset(raw, workload_overrides)
+        raw = _apply(raw, workload_overrides, workload_file)
+    workload = validate(WorkloadConfig, raw, workload_file, lines)
+
+    if isinstance(workload.model, str):
+        try:
+            model: Architecture = get_model(workload.model)
+        except UnknownModelError as exc:
+            raise ConfigError.single(workload_file, "model", str(exc),
+                                     lines.get(("model",))) from None
+    else:
+        model = workload.model
+
+    hardware_path = Path(workload.hardware)
+    if not hardware_path.is_absolute():
+        hardware_path = Path(workload_file).parent / hardware_path
+    if not hardware_path.exists():
+        raise ConfigError.single(workload_file, "hardware",
+                                 f"hardware file {str(hardware_path)!r} not found (paths are "
+                                 "relative to the workload file)", lines.get(("hardware",)))
+    hw_data, hw_lines = read_yaml(hardware_path)
+    if isinstance(hw_data, dict):
+        hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
+    hardware = validate(HardwareConfig, hw_data, str(hardware_path), hw_lines)
+    _cross_check(workload, hardware, model, workload_file, lines)
+    return Scenario(workload, hardware, model, workload_file, str(hardware_path))
+
+
+def load_scenario(path: str | Path,
+                  overrides: Iterable[str] | Mapping[str, Any] | None = None) -> Scenario:
+    """Read a workload file (and its hardware file) into a validated Scenario."""
+    file = Path(path)
+    data, lines = read_yaml(file)
+    if not isinstance(data, Mapping):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigError.single(str(file), "", f"expected a mapping of fields, got {kind}")
+    return build_scenario(data, workload_file=str(file), lines=lines, overrides=overrides)

@@ -1,0 +1,1 @@
+"""rdu_sim.sweep"""
