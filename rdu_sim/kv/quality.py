@@ -1,0 +1,206 @@
+"""Quality proxy for KV-cache compression: SnapStream vs StreamingLLM vs full attention.
+
+The simulator models the *cost* of SnapStream; this module gives a cheap, deterministic
+argument about its *quality*, using the NumPy reference in :mod:`rdu_sim.kv.reference`.  No
+model weights are involved: attention is synthetic, built so that a few "needle" tokens matter.
+
+Synthetic attention (one layer, per KV head ``g``):
+
+* a random unit "topic" direction ``u_g`` and a "sink" direction ``s_g`` (orthogonal to it);
+* background keys, values and query noise are i.i.d. standard normal;
+* every query (the prompt's observation window and the decode queries alike) is
+  ``gamma * u_g + delta * s_g + noise``; ``gamma`` and ``delta`` are set so that a needle's
+  logit is about ``needle_logit`` above the background and a sink's about ``sink_logit``;
+* ``n_needles`` needle tokens, at random positions in the prompt (after the sinks and before
+  the observation window), have keys ``background + gamma * u_g``; the first ``sinks`` tokens
+  have keys ``background + delta * s_g`` (StreamingLLM's attention sinks).
+
+Because the observation-window queries attend the needles the way the decode queries do (the
+premise of SnapKV), SnapKV finds them and SnapStream keeps them, whereas StreamingLLM keeps
+them only if they happen to be recent.  The metric is the relative error of the attention
+output over a few decode steps against full attention, plus the fraction of needles kept.
+
+``budget`` is the static cache capacity in tokens for both compressed policies (the same
+memory): SnapStream uses ``sinks + topk + ring`` with ``ring = window`` by default and
+``topk = budget - sinks - ring``; StreamingLLM uses ``sinks + (budget - sinks)`` ring slots.
+Nothing is ever evicted, so the error is exactly 0, once ``budget >= prompt_len +
+decode_steps``; at ``budget == prompt_len`` the decode steps already evict a few recent tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rdu_sim.kv.reference import (
+    FullCache,
+    KVCache,
+    Pooling,
+    SnapStreamCache,
+    StreamingLLMCache,
+)
+
+__all__ = ["POLICIES", "QualityRow", "format_table", "quality_curve"]
+
+POLICIES = ("snapstream", "streamingllm", "full")
+"""Policy names in the rows, in table order (``full`` ignores the budget: it is the baseline,
+reported at every budget as a sanity check that its error is 0)."""
+
+QualityRow = dict[str, Any]
+"""One result row: ``policy`` (str), ``budget`` (int), ``relative_error`` and
+``needle_recall`` (float)."""
+
+
+def _orthonormal_pair(rng: np.random.Generator, d: int) -> tuple[NDArray[np.float64], ...]:
+    """Two random orthonormal directions of R^d (Gram-Schmidt on Gaussian vectors)."""
+    a = rng.standard_normal(d)
+    a /= np.linalg.norm(a)
+    b = rng.standard_normal(d)
+    b -= (b @ a) * a
+    b /= np.linalg.norm(b)
+    return a, b
+
+
+def _default_budgets(prompt_len: int, decode_steps: int) -> list[int]:
+    """Budgets from 1/16 of the prompt to a size that holds everything (error 0)."""
+    fractions = [prompt_len // 16, prompt_len // 8, prompt_len // 4, prompt_len // 2]
+    return [*fractions, prompt_len + decode_steps]
+
+
+def quality_curve(
+    prompt_len: int = 1024,
+    budgets: Sequence[int] | None = None,
+    seed: int = 0,
+    *,
+    n_kv_heads: int = 2,
+    gqa_group: int = 2,
+    head_dim: int = 32,
+    n_needles: int = 8,
+    decode_steps: int = 8,
+    sinks: int = 4,
+    window: int = 16,
+    ring: int | None = None,
+    kernel_size: int = 7,
+    pooling: Pooling = "max",
+    needle_logit: float = 6.0,
+    sink_logit: float = 4.0,
+) -> list[QualityRow]:
+    """Relative attention-output error and needle recall of each policy at each budget.
+
+    Args:
+        prompt_len: prompt length in tokens.
+        budgets: cache capacities to evaluate (tokens per KV head); default: 1/16, 1/8, 1/4
+            and 1/2 of the prompt and ``prompt_len + decode_steps`` (nothing evicted).  Each
+            must be at least ``sinks + ring`` so SnapStream has a valid layout.
+        seed: seed of the ``numpy.random.default_rng`` that draws everything.
+        n_kv_heads, gqa_group, head_dim: attention shape (``n_q_heads = n_kv_heads *
+            gqa_group``).
+        n_needles: number of planted needle tokens (same positions for every KV head).
+        decode_steps: decode steps measured; each appends a fresh background token.
+        sinks, window, ring, kernel_size, pooling: SnapStream parameters (``ring`` defaults to
+            ``window``); StreamingLLM uses the same ``sinks``.
+        needle_logit, sink_logit: how far above the background a needle's / sink's attention
+            logit sits (about ``e**needle_logit`` times a background token's weight).
+
+    Returns:
+        For each budget, one row per policy in :data:`POLICIES` order: ``policy``, ``budget``,
+        ``relative_error`` (``sqrt(sum ||o - o_full||^2 / sum ||o_full||^2)`` over all decode
+        steps and query heads) and ``needle_recall`` (fraction of (KV head, needle) pairs held
+        in the cache after the last decode step).
+    """
+    ring_size = window if ring is None else ring
+    budget_list = (
+        list(budgets) if budgets is not None else _default_budgets(prompt_len, decode_steps)
+    )
+    if decode_steps < 1:
+        raise ValueError(f"decode_steps must be >= 1, got {decode_steps}")
+    for b in budget_list:
+        if b < sinks + ring_size:
+            raise ValueError(f"budget {b} is below sinks + ring = {sinks + ring_size}")
+    lo, hi = sinks, prompt_len - window  # needle range: after the sinks, before the window
+    if hi - lo < n_needles:
+        raise ValueError(f"prompt_len {prompt_len} too short for {n_needles} needles")
+
+    rng = np.random.default_rng(seed)
+    n_q_heads = n_kv_heads * gqa_group
+    d = head_dim
+    scale = math.sqrt(d)
+    gamma = math.sqrt(needle_logit * scale)  # q.k / sqrt(d) ~ gamma^2 / sqrt(d) = needle_logit
+    delta = math.sqrt(sink_logit * scale)
+    dirs = [_orthonormal_pair(rng, d) for _ in range(n_kv_heads)]
+    topic = np.stack([u for u, _ in dirs])  # (n_kv, d)
+    sink_dir = np.stack([s for _, s in dirs])  # (n_kv, d)
+    needles = np.sort(rng.choice(np.arange(lo, hi), size=n_needles, replace=False))
+
+    def queries(n: int) -> NDArray[np.float64]:
+        """``n`` queries per query head, ``(n_q_heads, n, d)``, aimed at needles and sinks."""
+        base = gamma * topic + delta * sink_dir  # (n_kv, d)
+        base_q = np.repeat(base, gqa_group, axis=0)[:, None, :]
+        return base_q + rng.standard_normal((n_q_heads, n, d))
+
+    k = rng.standard_normal((n_kv_heads, prompt_len, d))
+    v = rng.standard_normal((n_kv_heads, prompt_len, d))
+    k[:, :sinks] += delta * sink_dir[:, None, :]
+    k[:, needles] += gamma * topic[:, None, :]
+    q = queries(prompt_len)
+    dec_k = rng.standard_normal((decode_steps, n_kv_heads, d))
+    dec_v = rng.standard_normal((decode_steps, n_kv_heads, d))
+    dec_q = queries(decode_steps)  # (n_q, steps, d)
+
+    rows: list[QualityRow] = []
+    for budget in budget_list:
+        caches: dict[str, KVCache] = {
+            "snapstream": SnapStreamCache(
+                n_kv_heads,
+                d,
+                sinks=sinks,
+                topk=budget - sinks - ring_size,
+                ring=ring_size,
+                window=window,
+                kernel_size=kernel_size,
+                pooling=pooling,
+            ),
+            "streamingllm": StreamingLLMCache(n_kv_heads, d, sinks=sinks, ring=budget - sinks),
+            "full": FullCache(n_kv_heads, d),
+        }
+        reference = FullCache(n_kv_heads, d)
+        reference.prefill(k, v)
+        for cache in caches.values():
+            cache.prefill(k, v, q=q)
+        err2 = dict.fromkeys(caches, 0.0)
+        ref2 = 0.0
+        for step in range(decode_steps):
+            reference.append(dec_k[step], dec_v[step])
+            truth = reference.attend(dec_q[:, step])
+            ref2 += float(np.sum(truth**2))
+            for name, cache in caches.items():
+                cache.append(dec_k[step], dec_v[step])
+                err2[name] += float(np.sum((cache.attend(dec_q[:, step]) - truth) ** 2))
+        for name in POLICIES:
+            held = caches[name].positions  # (n_kv, slots)
+            recall = float(np.mean([np.isin(needles, held[h]).mean() for h in range(n_kv_heads)]))
+            rows.append(
+                {
+                    "policy": name,
+                    "budget": int(budget),
+                    "relative_error": math.sqrt(err2[name] / ref2),
+                    "needle_recall": recall,
+                }
+            )
+    return rows
+
+
+def format_table(rows: Sequence[QualityRow]) -> str:
+    """Render rows of :func:`quality_curve` as a fixed-width text table, one line per row."""
+    header = f"{'policy':<14}{'budget':>8}{'rel. error':>12}{'needle recall':>15}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row['policy']:<14}{row['budget']:>8d}"
+            f"{row['relative_error']:>12.4f}{row['needle_recall']:>15.2f}"
+        )
+    return "\n".join(lines)
