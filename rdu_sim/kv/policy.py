@@ -1,18 +1,46 @@
 """The interface every KV-cache policy implements, for the compiler and for serving.
 
 Sizes are in tokens (per slot, all layers share them); bytes follow from the model's KV
-bytes per token. Implementations live beside this file and register by name.
+bytes per token. Implementations live beside this file (rdu_sim/kv/policies.py) and
+register by name; build one with `rdu_sim.kv.make_policy(kv, max_context)`.
+
+The methods that take `max_context` accept it for the contract's sake; implementations
+default it to the `max_context` the policy was built for (see docs/kv.md).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Shape of the SnapKV selection one prefill runs (for the compiler's cost operators).
+
+    The observation window's `window` queries are scored against all `scored_keys` prompt
+    keys (QK^T in float32 outside the fused attention, causal mask on the window block,
+    softmax, sum over the window), pooled along the sequence with `kernel_size`/`pooling`;
+    the top `topk` of the `candidates` tokens are gathered per KV head; the cache written
+    holds `kept` tokens (sinks + top-K + ring for SnapStream, top-K + window for SnapKV).
+    """
+
+    prompt_tokens: int
+    window: int
+    scored_keys: int
+    candidates: int
+    topk: int
+    kept: int
+    kernel_size: int
+    pooling: str
 
 
 class KVPolicy(Protocol):
     """How a policy sizes, shapes and updates a slot's cache."""
 
     name: str
+    max_context: int
+    """The longest sequence (prompt + output) the policy was built for."""
 
     def slot_tokens(self, max_context: int) -> int:
         """Tokens of cache allocated per batch slot (static, for max_context sequences)."""
@@ -36,4 +64,22 @@ class KVPolicy(Protocol):
 
     def buckets(self, max_context: int) -> list[int]:
         """Every decode cache length a server compiles a graph for."""
+        ...
+
+    # Extensions (rdu_sim/kv/policies.py implements them for every policy).
+
+    def slot_bytes(self, kv_bytes_per_token: float, max_context: int | None = None) -> int:
+        """Bytes of one slot's cache: slot_tokens x kv_bytes_per_token."""
+        ...
+
+    def max_generated(self, prompt_tokens: int) -> int | None:
+        """Most output tokens the slot can take after this prompt; None means unbounded."""
+        ...
+
+    def selection(self, prompt_tokens: int) -> Selection | None:
+        """The SnapKV selection this prefill runs (its shape), or None."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Resolved parameters, for reports."""
         ...

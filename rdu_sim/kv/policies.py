@@ -1,0 +1,514 @@
+"""KV-cache policies: full attention, SnapStream, and the StreamingLLM / SnapKV ablations.
+
+Every policy answers, for one batch slot, the questions of :class:`rdu_sim.kv.policy.KVPolicy`:
+how many tokens of cache are allocated (static, once), whether a prefill compresses, how many
+tokens a decode step attends to, and which static cache length the decode graph is compiled
+for.  The compiler uses the sizes and buckets; serving uses ``compresses``/``cache_at``/
+``decode_bucket`` each step.  Sizes are tokens per slot (all layers share them); bytes are the
+token count times the model's KV bytes per token (:func:`rdu_sim.models.kv_bytes_per_token`).
+
+Conventions shared by every policy (documented in docs/kv.md):
+
+* ``max_context`` bounds a sequence: ``prompt_tokens <= max_context`` always, and for the
+  growing policies (``full``, ``snapkv``) the cache, ``prompt + generated`` (after the
+  prefill compression, for SnapKV), must fit in the slot.  Violations raise ``ValueError``.
+* A slot never holds more than ``max_context`` tokens: a budget larger than ``max_context``
+  is clipped to it (compression then never triggers), so a compressing policy never uses
+  more KV memory than ``full`` for the same slots.
+* ``cache_at`` is the number of *valid* tokens; the decode graph runs over
+  ``decode_bucket(...)`` tokens (static shape), masking the invalid tail.
+
+Policies are built with :func:`make_policy` from a validated :class:`KVConfig`; new ones
+register with :func:`register_policy`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from rdu_sim.config.workload import KVConfig
+from rdu_sim.kv.policy import KVPolicy, Selection
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "FullPolicy",
+    "PolicyBase",
+    "Selection",
+    "SnapKVPolicy",
+    "SnapStreamPolicy",
+    "StreamingLLMPolicy",
+    "context_buckets",
+    "make_policy",
+    "policy_names",
+    "register_policy",
+]
+
+DEFAULT_BUDGET = 4096
+"""Tokens kept per slot by SnapStream / SnapKV when neither kv.budget nor
+kv.compression_ratio is given: SnapKV's largest LongBench budget (its experiments use
+1024..4096), which also leaves room for a StreamingLLM-sized ring (kv.recent = 2048, close to
+StreamingLLM's 2000-token Llama example) plus 4 sinks and 2044 selected tokens.  The 4x
+memory figure of the SnapStream paper at 128k needs a budget of 32768 (kv.compression_ratio=4);
+see docs/kv.md."""
+
+GQA_SELECTION = "group_mean"
+"""How the selection treats grouped-query attention: pooled scores averaged over each GQA
+group, one selection per KV head (NVIDIA kvpress's choice; rdu_sim.kv.reference does this)."""
+
+
+_REGISTRY: dict[str, type[PolicyBase]] = {}
+
+P = TypeVar("P", bound="type[PolicyBase]")
+
+
+def register_policy(name: str) -> Callable[[P], P]:
+    """Class decorator registering a policy under ``name`` (kv.policy); duplicates are refused."""
+
+    def decorate(cls: P) -> P:
+        if name in _REGISTRY:
+            raise ValueError(
+                f"KV policy {name!r} is already registered by {_REGISTRY[name].__qualname__}"
+            )
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def policy_names() -> list[str]:
+    """Names of every registered policy, sorted."""
+    return sorted(_REGISTRY)
+
+
+def make_policy(kv: KVConfig, max_context: int) -> KVPolicy:
+    """The policy ``kv.policy`` resolved for sequences of at most ``max_context`` tokens.
+
+    Raises ``ValueError`` naming the offending ``kv.*`` field when the parameters cannot
+    work (for example a budget that leaves no room for selected tokens), and listing the
+    valid names when ``kv.policy`` is unknown.
+    """
+    cls = _REGISTRY.get(kv.policy)
+    if cls is None:
+        raise ValueError(
+            f"unknown kv.policy {kv.policy!r}; valid policies: {', '.join(policy_names())}"
+        )
+    return cls.from_config(kv, max_context)
+
+
+def context_buckets(spec: list[int] | str, min_bucket: int, max_context: int) -> list[int]:
+    """Static decode cache lengths for a growing cache, ascending, the last one ``max_context``.
+
+    ``"pow2"``: ``min_bucket, 2*min_bucket, ...`` below ``max_context``, then ``max_context``.
+    A list: sorted and de-duplicated; it must reach ``max_context`` (a step must always find
+    a bucket); lengths above ``max_context`` are clipped to it, since a slot holds no more.
+    """
+    _check_positive("max_context", max_context)
+    if spec == "pow2":
+        _check_positive("kv.min_bucket", min_bucket)
+        out: list[int] = []
+        b = min_bucket
+        while b < max_context:
+            out.append(b)
+            b *= 2
+        out.append(max_context)
+        return out
+    if isinstance(spec, str):
+        raise ValueError(f"kv.context_buckets must be 'pow2' or a list of lengths, got {spec!r}")
+    if not spec or any(b < 1 for b in spec):
+        raise ValueError(f"kv.context_buckets must be a non-empty list of lengths >= 1, "
+                         f"got {spec}")
+    if max(spec) < max_context:
+        raise ValueError(
+            f"kv.context_buckets {sorted(spec)} do not cover max_context={max_context}: the "
+            f"largest bucket must be >= max_context (add {max_context})"
+        )
+    return sorted({min(b, max_context) for b in spec})
+
+
+def _check_positive(what: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{what} must be >= 1, got {value}")
+
+
+def _resolve_budget(kv: KVConfig, max_context: int) -> int:
+    """kv.budget, else max_context / kv.compression_ratio (floor), else DEFAULT_BUDGET."""
+    if kv.budget is not None:
+        return kv.budget
+    if kv.compression_ratio is not None:
+        budget = math.floor(max_context / kv.compression_ratio)
+        if budget < 1:
+            raise ValueError(f"kv.compression_ratio {kv.compression_ratio} leaves no cache at "
+                             f"max_context={max_context}")
+        return budget
+    return DEFAULT_BUDGET
+
+
+class PolicyBase:
+    """Shared bookkeeping: the resolved ``max_context``, argument checks, bytes, buckets.
+
+    Subclasses set ``name`` (by :func:`register_policy`) and implement ``from_config``,
+    ``slot_tokens``, ``compresses``, ``cache_after_prefill``, ``cache_at``, ``buckets``.
+    """
+
+    name: str = ""
+    grows: ClassVar[bool] = False
+    """True when the cache grows with each generated token (decode buckets vary)."""
+
+    def __init__(self, max_context: int) -> None:
+        _check_positive("max_context", max_context)
+        self.max_context = max_context
+
+    @classmethod
+    def from_config(cls, kv: KVConfig, max_context: int) -> PolicyBase:
+        """Build the policy from the workload's kv section."""
+        raise NotImplementedError
+
+    # --- sizes ---------------------------------------------------------------------------
+    def _mc(self, max_context: int | None) -> int:
+        mc = self.max_context if max_context is None else max_context
+        _check_positive("max_context", mc)
+        return mc
+
+    def slot_tokens(self, max_context: int | None = None) -> int:
+        """Tokens of cache allocated per batch slot (static)."""
+        raise NotImplementedError
+
+    def slot_bytes(self, kv_bytes_per_token: float, max_context: int | None = None) -> int:
+        """Bytes of one slot's cache: ``slot_tokens * kv_bytes_per_token`` (rounded)."""
+        return round(self.slot_tokens(max_context) * kv_bytes_per_token)
+
+    def cache_bytes(self, tokens: int, kv_bytes_per_token: float) -> int:
+        """Bytes of ``tokens`` cached tokens (e.g. ``cache_at(...)``), for reads per step."""
+        return round(tokens * kv_bytes_per_token)
+
+    # --- per-request behaviour ---------------------------------------------------------------
+    def _check_prompt(self, prompt_tokens: int) -> None:
+        if prompt_tokens < 1:
+            raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
+        if prompt_tokens > self.max_context:
+            raise ValueError(f"prompt of {prompt_tokens} tokens exceeds max_context="
+                             f"{self.max_context}")
+
+    def _check_generated(self, generated: int) -> None:
+        if generated < 0:
+            raise ValueError(f"generated must be >= 0, got {generated}")
+
+    def compresses(self, prompt_tokens: int) -> bool:
+        """Whether prefill of this prompt runs the SnapKV selection."""
+        self._check_prompt(prompt_tokens)
+        return False
+
+    def selection(self, prompt_tokens: int) -> Selection | None:
+        """The SnapKV selection this prefill runs, or None when it runs none."""
+        self._check_prompt(prompt_tokens)
+        return None
+
+    def cache_after_prefill(self, prompt_tokens: int) -> int:
+        """Tokens in the slot's cache right after prefill of this prompt."""
+        return self.cache_at(prompt_tokens, 0)
+
+    def cache_at(self, prompt_tokens: int, generated: int) -> int:
+        """Valid tokens a decode step attends to after ``generated`` output tokens."""
+        raise NotImplementedError
+
+    def max_generated(self, prompt_tokens: int) -> int | None:
+        """Most output tokens this slot can hold after this prompt; None means unbounded."""
+        self._check_prompt(prompt_tokens)
+        return None
+
+    # --- decode shapes -----------------------------------------------------------------------
+    def buckets(self, max_context: int | None = None) -> list[int]:
+        """Every decode cache length a server compiles a graph for, ascending."""
+        raise NotImplementedError
+
+    def decode_bucket(self, longest_cache: int, max_context: int | None = None) -> int:
+        """Smallest compiled cache length covering ``longest_cache`` (the batch's longest)."""
+        if longest_cache < 0:
+            raise ValueError(f"longest_cache must be >= 0, got {longest_cache}")
+        for b in self.buckets(max_context):
+            if b >= longest_cache:
+                return b
+        raise ValueError(f"cache of {longest_cache} tokens exceeds the slot of "
+                         f"{self.slot_tokens(max_context)} tokens ({self.name})")
+
+    def describe(self) -> dict[str, Any]:
+        """Resolved parameters, for reports and JSON."""
+        return {"policy": self.name, "max_context": self.max_context,
+                "slot_tokens": self.slot_tokens(), "buckets": self.buckets()}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.describe().items() if k != "buckets")
+        return f"{type(self).__name__}({params})"
+
+
+@register_policy("full")
+class FullPolicy(PolicyBase):
+    """Full attention: the cache grows with the sequence, nothing is evicted.
+
+    A slot is allocated for ``max_context`` tokens (static allocation); decode graphs exist
+    for the context buckets (:func:`context_buckets`) and a step runs the smallest bucket
+    covering the longest cache in the batch.
+    """
+
+    grows = True
+
+    def __init__(self, max_context: int, *, bucket_spec: list[int] | str = "pow2",
+                 min_bucket: int = 1024) -> None:
+        super().__init__(max_context)
+        self.bucket_spec = bucket_spec
+        self.min_bucket = min_bucket
+        context_buckets(bucket_spec, min_bucket, max_context)  # validate now, not mid-run
+
+    @classmethod
+    def from_config(cls, kv: KVConfig, max_context: int) -> FullPolicy:
+        """Buckets from kv.context_buckets / kv.min_bucket; compression fields are unused."""
+        return cls(max_context, bucket_spec=kv.context_buckets, min_bucket=kv.min_bucket)
+
+    def slot_tokens(self, max_context: int | None = None) -> int:
+        """``max_context``: every slot is allocated for the longest sequence."""
+        return self._mc(max_context)
+
+    def cache_at(self, prompt_tokens: int, generated: int) -> int:
+        """``prompt + generated``; ValueError when that exceeds the slot."""
+        self._check_prompt(prompt_tokens)
+        self._check_generated(generated)
+        tokens = prompt_tokens + generated
+        if tokens > self.max_context:
+            raise ValueError(f"{self.name}: {prompt_tokens} + {generated} tokens exceed "
+                             f"max_context={self.max_context}")
+        return tokens
+
+    def max_generated(self, prompt_tokens: int) -> int | None:
+        """``max_context - prompt``: the slot is full after that."""
+        self._check_prompt(prompt_tokens)
+        return self.max_context - prompt_tokens
+
+    def buckets(self, max_context: int | None = None) -> list[int]:
+        """:func:`context_buckets` of kv.context_buckets up to ``max_context``."""
+        return context_buckets(self.bucket_spec, self.min_bucket, self._mc(max_context))
+
+    def describe(self) -> dict[str, Any]:
+        """Policy, max_context, slot size and buckets."""
+        return {**super().describe(), "context_buckets": self.bucket_spec,
+                "min_bucket": self.min_bucket}
+
+
+class _FixedSlotPolicy(PolicyBase):
+    """A fixed-size slot (sinks + optional top-K + ring): the decode bucket is the slot.
+
+    ``cache_at = min(prompt + generated, slot)``: a prompt no longer than the slot is stored
+    as is and the cache grows with each generated token until the slot is full; from then
+    on each new token overwrites the oldest ring entry (sinks and selected tokens stay).  A
+    longer prompt leaves the slot full at prefill.
+    """
+
+    def __init__(self, max_context: int, *, sinks: int, topk: int, recent: int) -> None:
+        super().__init__(max_context)
+        if sinks < 0 or topk < 0 or recent < 1:
+            raise ValueError(f"need sinks >= 0, topk >= 0, recent >= 1; got sinks={sinks}, "
+                             f"topk={topk}, recent={recent}")
+        self.sinks = sinks
+        self.topk = topk
+        self.recent = recent
+
+    @property
+    def budget(self) -> int:
+        """Tokens the layout holds: ``sinks + topk + recent``."""
+        return self.sinks + self.topk + self.recent
+
+    def slot_tokens(self, max_context: int | None = None) -> int:
+        """``min(budget, max_context)``: no slot holds more than a sequence can have."""
+        return min(self.budget, self._mc(max_context))
+
+    def cache_at(self, prompt_tokens: int, generated: int) -> int:
+        """``min(prompt + generated, slot_tokens)``; unbounded generation is fine."""
+        self._check_prompt(prompt_tokens)
+        self._check_generated(generated)
+        return min(prompt_tokens + generated, self.slot_tokens())
+
+    def buckets(self, max_context: int | None = None) -> list[int]:
+        """One static shape: ``[slot_tokens]``."""
+        return [self.slot_tokens(max_context)]
+
+    def decode_bucket(self, longest_cache: int, max_context: int | None = None) -> int:
+        """Always ``slot_tokens`` (static shape), whatever the sequence length."""
+        return super().decode_bucket(longest_cache, max_context)
+
+    def describe(self) -> dict[str, Any]:
+        """Policy, max_context, slot size, and the sinks/top-K/ring layout."""
+        return {**super().describe(), "budget": self.budget, "sinks": self.sinks,
+                "topk": self.topk, "recent": self.recent}
+
+
+@register_policy("snapstream")
+class SnapStreamPolicy(_FixedSlotPolicy):
+    """SnapStream (arXiv 2511.03092): SnapKV at prefill into a static sinks + top-K + ring slot.
+
+    ``budget = sinks + topk + recent`` tokens per slot (clipped to ``max_context``).  A prompt
+    longer than the budget is compressed at prefill: the first ``sinks`` tokens, the last
+    ``recent`` tokens (the observation window is the last ``observation_window`` of them), and
+    the ``topk`` middle tokens ``[sinks, T - recent)`` with the best pooled observation scores.
+    Shorter prompts are not compressed (see :class:`_FixedSlotPolicy` for the fill rule).
+    """
+
+    def __init__(self, max_context: int, *, budget: int = DEFAULT_BUDGET, sinks: int = 4,
+                 recent: int = 2048, observation_window: int = 32, kernel_size: int = 7,
+                 pooling: str = "max") -> None:
+        if observation_window > recent:
+            raise ValueError(f"kv.observation_window ({observation_window}) must be <= "
+                             f"kv.recent ({recent}): the window sits inside the ring buffer")
+        effective = min(budget, max_context)
+        if effective < max_context and budget <= sinks + recent:
+            raise ValueError(f"kv.budget {budget} leaves no room for selected tokens after "
+                             f"kv.sinks ({sinks}) + kv.recent ({recent}); raise the budget "
+                             f"or lower kv.recent")
+        if budget > sinks + recent:
+            layout = (sinks, budget - sinks - recent, recent)
+        else:  # budget >= max_context: nothing is ever evicted, the split is immaterial
+            kept_sinks = min(sinks, budget - 1)
+            layout = (kept_sinks, 0, budget - kept_sinks)
+        super().__init__(max_context, sinks=layout[0], topk=layout[1], recent=layout[2])
+        self.observation_window = observation_window
+        self.kernel_size = kernel_size
+        self.pooling = pooling
+
+    @classmethod
+    def from_config(cls, kv: KVConfig, max_context: int) -> SnapStreamPolicy:
+        """Budget from kv.budget, else max_context / kv.compression_ratio, else 4096."""
+        return cls(max_context, budget=_resolve_budget(kv, max_context), sinks=kv.sinks,
+                   recent=kv.recent, observation_window=kv.observation_window,
+                   kernel_size=kv.kernel_size, pooling=kv.pooling)
+
+    def compresses(self, prompt_tokens: int) -> bool:
+        """True iff the prompt is longer than the slot (prompts that fit are kept whole)."""
+        self._check_prompt(prompt_tokens)
+        return prompt_tokens > self.slot_tokens()
+
+    def selection(self, prompt_tokens: int) -> Selection | None:
+        """Window x all prompt keys scored; top-K of the middle ``[sinks, T - recent)``."""
+        if not self.compresses(prompt_tokens):
+            return None
+        return Selection(prompt_tokens=prompt_tokens, window=self.observation_window,
+                         scored_keys=prompt_tokens,
+                         candidates=prompt_tokens - self.sinks - self.recent,
+                         topk=self.topk, kept=self.slot_tokens(),
+                         kernel_size=self.kernel_size, pooling=self.pooling)
+
+    def describe(self) -> dict[str, Any]:
+        """Layout plus SnapKV parameters and the GQA choice."""
+        return {**super().describe(), "observation_window": self.observation_window,
+                "kernel_size": self.kernel_size, "pooling": self.pooling,
+                "gqa": GQA_SELECTION}
+
+
+@register_policy("streamingllm")
+class StreamingLLMPolicy(_FixedSlotPolicy):
+    """StreamingLLM (arXiv 2309.17453): ``sinks`` attention sinks + a ring of recent tokens.
+
+    ``budget = sinks + recent``; no selection ever runs.  A prompt longer than the budget is
+    truncated at prefill to its first ``sinks`` and last ``recent`` tokens.  When kv.budget
+    (or kv.compression_ratio) is given, the ring is ``budget - sinks`` so the ablation can
+    match SnapStream's memory; an explicit, inconsistent kv.recent is then an error.
+    """
+
+    def __init__(self, max_context: int, *, sinks: int = 4, recent: int = 2048) -> None:
+        super().__init__(max_context, sinks=sinks, topk=0, recent=recent)
+
+    @classmethod
+    def from_config(cls, kv: KVConfig, max_context: int) -> StreamingLLMPolicy:
+        """sinks + recent, or sinks + (budget - sinks) when a budget is given."""
+        recent = kv.recent
+        if kv.budget is not None or kv.compression_ratio is not None:
+            budget = _resolve_budget(kv, max_context)
+            if budget <= kv.sinks:
+                raise ValueError(f"kv.budget {budget} must exceed kv.sinks ({kv.sinks}) for "
+                                 f"streamingllm")
+            if "recent" in kv.model_fields_set and kv.sinks + kv.recent != budget:
+                raise ValueError(f"streamingllm: kv.sinks ({kv.sinks}) + kv.recent "
+                                 f"({kv.recent}) != kv.budget {budget}; give one of them")
+            recent = budget - kv.sinks
+        return cls(max_context, sinks=kv.sinks, recent=recent)
+
+
+@register_policy("snapkv")
+class SnapKVPolicy(PolicyBase):
+    """SnapKV (arXiv 2404.14469): compress at prefill to the budget, then grow.
+
+    A prompt longer than ``budget`` keeps the top ``budget - observation_window`` earlier
+    tokens plus the window (no sinks, no ring); generated tokens are appended, so the slot
+    is allocated for ``max_context`` (a prompt shorter than the budget followed by a long
+    output needs it) and decode uses the same buckets as ``full``.
+    """
+
+    grows = True
+
+    def __init__(self, max_context: int, *, budget: int = DEFAULT_BUDGET,
+                 observation_window: int = 32, kernel_size: int = 7, pooling: str = "max",
+                 bucket_spec: list[int] | str = "pow2", min_bucket: int = 1024) -> None:
+        super().__init__(max_context)
+        if budget <= observation_window:
+            raise ValueError(f"kv.budget {budget} must exceed kv.observation_window "
+                             f"({observation_window}) for snapkv")
+        self.budget = budget
+        self.observation_window = observation_window
+        self.kernel_size = kernel_size
+        self.pooling = pooling
+        self.bucket_spec = bucket_spec
+        self.min_bucket = min_bucket
+        context_buckets(bucket_spec, min_bucket, max_context)
+
+    @classmethod
+    def from_config(cls, kv: KVConfig, max_context: int) -> SnapKVPolicy:
+        """Budget as for SnapStream; buckets as for full; kv.sinks/kv.recent unused."""
+        return cls(max_context, budget=_resolve_budget(kv, max_context),
+                   observation_window=kv.observation_window, kernel_size=kv.kernel_size,
+                   pooling=kv.pooling, bucket_spec=kv.context_buckets,
+                   min_bucket=kv.min_bucket)
+
+    def slot_tokens(self, max_context: int | None = None) -> int:
+        """``max_context``: budget + the longest output must fit."""
+        return self._mc(max_context)
+
+    def compresses(self, prompt_tokens: int) -> bool:
+        """True iff the prompt is longer than the budget."""
+        self._check_prompt(prompt_tokens)
+        return prompt_tokens > self.budget
+
+    def selection(self, prompt_tokens: int) -> Selection | None:
+        """Window x all prompt keys scored; top ``budget - window`` of the earlier tokens."""
+        if not self.compresses(prompt_tokens):
+            return None
+        w = self.observation_window
+        return Selection(prompt_tokens=prompt_tokens, window=w, scored_keys=prompt_tokens,
+                         candidates=prompt_tokens - w, topk=self.budget - w, kept=self.budget,
+                         kernel_size=self.kernel_size, pooling=self.pooling)
+
+    def cache_at(self, prompt_tokens: int, generated: int) -> int:
+        """``min(prompt, budget) + generated``; ValueError when that exceeds the slot."""
+        self._check_prompt(prompt_tokens)
+        self._check_generated(generated)
+        tokens = min(prompt_tokens, self.budget) + generated
+        if tokens > self.max_context:
+            raise ValueError(f"snapkv: cache of {tokens} tokens after {generated} generated "
+                             f"exceeds max_context={self.max_context}")
+        return tokens
+
+    def max_generated(self, prompt_tokens: int) -> int | None:
+        """``max_context - min(prompt, budget)``."""
+        self._check_prompt(prompt_tokens)
+        return self.max_context - min(prompt_tokens, self.budget)
+
+    def buckets(self, max_context: int | None = None) -> list[int]:
+        """Same as full: :func:`context_buckets` up to ``max_context``."""
+        return context_buckets(self.bucket_spec, self.min_bucket, self._mc(max_context))
+
+    def describe(self) -> dict[str, Any]:
+        """Budget, SnapKV parameters, GQA choice and buckets."""
+        return {**super().describe(), "budget": self.budget,
+                "observation_window": self.observation_window,
+                "kernel_size": self.kernel_size, "pooling": self.pooling,
+                "gqa": GQA_SELECTION, "context_buckets": self.bucket_spec,
+                "min_bucket": self.min_bucket}

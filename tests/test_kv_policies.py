@@ -1,0 +1,283 @@
+"""KV policies: slot sizes and bytes, buckets, when prefill compresses, cache bounds.
+
+These pin the numbers the SnapStream comparison rests on (per-slot bytes of DeepSeek-R1 at
+128k, the 4x of a 32k budget) and the static-shape rules serving and the compiler rely on.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdu_sim.config.workload import KVConfig
+from rdu_sim.kv import (
+    DEFAULT_BUDGET,
+    FullPolicy,
+    KVPolicy,
+    SnapKVPolicy,
+    SnapStreamPolicy,
+    StreamingLLMPolicy,
+    context_buckets,
+    make_policy,
+    policy_names,
+    register_policy,
+)
+from rdu_sim.kv.policies import PolicyBase
+from rdu_sim.models import get_model, kv_bytes_per_token
+
+CTX_128K = 131_072
+R1_BYTES_PER_TOKEN = 70_272  # BF16, all 61 layers of the MLA latent (512 + 64) x 2 bytes
+
+
+def policy(name: str, max_context: int = CTX_128K, **kv: object) -> PolicyBase:
+    p = make_policy(KVConfig.model_validate({"policy": name, **kv}), max_context)
+    assert isinstance(p, PolicyBase)
+    return p
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+def test_registry_names_and_classes() -> None:
+    assert policy_names() == ["full", "snapkv", "snapstream", "streamingllm"]
+    assert type(policy("full")) is FullPolicy
+    assert type(policy("snapstream")) is SnapStreamPolicy
+    assert type(policy("streamingllm")) is StreamingLLMPolicy
+    assert type(policy("snapkv")) is SnapKVPolicy
+
+
+def test_registry_refuses_duplicates() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy("full")(FullPolicy)
+
+
+def test_unknown_policy_lists_valid_names() -> None:
+    kv = KVConfig.model_construct(policy="h2o")  # type: ignore[arg-type]  # bypass the Literal
+    with pytest.raises(ValueError, match="valid policies: full, snapkv, snapstream"):
+        make_policy(kv, 1024)
+
+
+def test_policies_satisfy_protocol() -> None:
+    for name in policy_names():
+        p: KVPolicy = make_policy(KVConfig(policy=name), CTX_128K)
+        assert p.name == name
+        d = p.describe()
+        assert d["policy"] == name and d["slot_tokens"] == p.slot_tokens(CTX_128K)
+
+
+# --- per-slot bytes ---------------------------------------------------------------------------
+
+def r1_bytes_per_token() -> int:
+    return kv_bytes_per_token(get_model("deepseek-r1"), 2)
+
+
+def test_r1_bytes_per_token() -> None:
+    assert r1_bytes_per_token() == R1_BYTES_PER_TOKEN
+
+
+def test_full_slot_bytes_r1_128k() -> None:
+    full = policy("full")
+    assert full.slot_tokens(CTX_128K) == CTX_128K
+    assert full.slot_bytes(r1_bytes_per_token()) == 131_072 * 70_272
+
+
+@pytest.mark.parametrize("budget", [4096, 8192, 32768])
+def test_snapstream_slot_bytes_is_budget(budget: int) -> None:
+    snap = policy("snapstream", budget=budget)
+    assert snap.slot_tokens(CTX_128K) == budget
+    assert snap.slot_bytes(r1_bytes_per_token()) == budget * 70_272
+
+
+def test_compression_ratio_4_gives_4x_at_128k() -> None:
+    snap = policy("snapstream", compression_ratio=4)
+    full = policy("full")
+    assert snap.slot_tokens(CTX_128K) == 32_768
+    bpt = r1_bytes_per_token()
+    assert full.slot_bytes(bpt) == 4 * snap.slot_bytes(bpt)
+
+
+def test_default_budget() -> None:
+    snap = policy("snapstream")
+    assert snap.slot_tokens(CTX_128K) == DEFAULT_BUDGET == 4096
+    d = snap.describe()
+    assert (d["sinks"], d["topk"], d["recent"]) == (4, 4096 - 4 - 2048, 2048)
+    assert d["observation_window"] == 32 and d["kernel_size"] == 7 and d["pooling"] == "max"
+
+
+@pytest.mark.parametrize("name", ["snapstream", "streamingllm", "snapkv"])
+@pytest.mark.parametrize("max_context", [1, 100, 2052, 4096, 8192, CTX_128K])
+def test_never_more_memory_than_full(name: str, max_context: int) -> None:
+    kw: dict[str, object] = {"observation_window": 1} if max_context < 32 else {}
+    p = policy(name, max_context, **kw)
+    full = policy("full", max_context)
+    assert p.slot_tokens(max_context) <= full.slot_tokens(max_context)
+    assert p.slot_bytes(R1_BYTES_PER_TOKEN) <= full.slot_bytes(R1_BYTES_PER_TOKEN)
+
+
+def test_budget_above_max_context_is_clipped() -> None:
+    snap = policy("snapstream", 2048, budget=8192)
+    assert snap.slot_tokens(2048) == 2048
+    assert not snap.compresses(2048)
+
+
+# --- buckets ----------------------------------------------------------------------------------
+
+def test_pow2_buckets() -> None:
+    assert context_buckets("pow2", 1024, 8192) == [1024, 2048, 4096, 8192]
+    assert context_buckets("pow2", 1024, 5000) == [1024, 2048, 4096, 5000]
+    assert context_buckets("pow2", 1024, 512) == [512]
+    assert policy("full").buckets(CTX_128K)[-1] == CTX_128K
+
+
+def test_explicit_buckets_sorted_and_clipped() -> None:
+    assert context_buckets([8192, 1024, 4096, 1024], 1, 8192) == [1024, 4096, 8192]
+    assert context_buckets([1024, 100_000], 1, 8192) == [1024, 8192]
+
+
+def test_explicit_buckets_must_cover_max_context() -> None:
+    with pytest.raises(ValueError, match=r"kv.context_buckets .* do not cover max_context=8192"):
+        policy("full", 8192, context_buckets=[1024, 4096])
+    with pytest.raises(ValueError, match=r"kv\.context_buckets"):
+        policy("snapkv", 8192, context_buckets=[1024, 4096])
+
+
+@pytest.mark.parametrize(("longest", "bucket"), [
+    (0, 1024), (1, 1024), (1024, 1024), (1025, 2048), (4096, 4096), (4097, 8192),
+    (65_537, CTX_128K), (CTX_128K, CTX_128K),
+])
+def test_full_smallest_covering_bucket(longest: int, bucket: int) -> None:
+    assert policy("full").decode_bucket(longest, CTX_128K) == bucket
+
+
+def test_full_bucket_beyond_slot_is_error() -> None:
+    with pytest.raises(ValueError, match="exceeds the slot"):
+        policy("full").decode_bucket(CTX_128K + 1, CTX_128K)
+
+
+def test_explicit_bucket_selection() -> None:
+    full = policy("full", 10_000, context_buckets=[3000, 10_000, 500])
+    assert full.buckets(10_000) == [500, 3000, 10_000]
+    assert [full.decode_bucket(n, 10_000) for n in (1, 500, 501, 3001)] == [500, 500, 3000,
+                                                                            10_000]
+
+
+@pytest.mark.parametrize("name", ["snapstream", "streamingllm"])
+def test_fixed_slot_bucket_is_static(name: str) -> None:
+    p = policy(name, budget=32768) if name == "snapstream" else policy(name)
+    slot = p.slot_tokens(CTX_128K)
+    assert p.buckets(CTX_128K) == [slot]
+    for longest in (0, 1, slot // 2, slot):
+        assert p.decode_bucket(longest, CTX_128K) == slot
+    for prompt, generated in ((10, 0), (CTX_128K, 50_000), (slot, 1)):
+        assert p.decode_bucket(p.cache_at(prompt, generated), CTX_128K) == slot
+
+
+# --- snapstream semantics ---------------------------------------------------------------------
+
+def test_snapstream_short_prompt_not_compressed() -> None:
+    snap = policy("snapstream", budget=8192)
+    for prompt in (1, 100, 8191, 8192):
+        assert not snap.compresses(prompt)
+        assert snap.selection(prompt) is None
+        assert snap.cache_after_prefill(prompt) == prompt
+    assert snap.compresses(8193)
+    assert snap.cache_after_prefill(8193) == 8192
+
+
+def test_snapstream_fill_then_ring() -> None:
+    snap = policy("snapstream", budget=8192)
+    assert snap.cache_at(1000, 0) == 1000
+    assert snap.cache_at(1000, 7192) == 8192  # slot full
+    assert snap.cache_at(1000, 1_000_000) == 8192  # ring overwrites, size fixed
+    assert snap.cache_at(100_000, 1_000_000) == 8192
+    assert snap.max_generated(100_000) is None
+
+
+def test_snapstream_selection_shape() -> None:
+    snap = policy("snapstream", budget=32768)
+    sel = snap.selection(CTX_128K)
+    assert sel is not None
+    assert sel.window == 32 and sel.scored_keys == CTX_128K
+    assert sel.candidates == CTX_128K - 4 - 2048
+    assert sel.topk == 32768 - 4 - 2048 and sel.kept == 32768
+    assert (sel.kernel_size, sel.pooling) == (7, "max")
+
+
+def test_snapstream_invalid_parameters() -> None:
+    with pytest.raises(ValueError, match="no room for selected tokens"):
+        policy("snapstream", compression_ratio=64)  # 2048 <= 4 + 2048
+    with pytest.raises(ValueError, match="observation_window"):
+        policy("snapstream", recent=16)
+
+
+@given(
+    name=st.sampled_from(["full", "snapstream", "streamingllm", "snapkv"]),
+    max_context=st.integers(64, 200_000),
+    budget=st.integers(2100, 300_000),
+    prompt_frac=st.floats(0, 1),
+    generated=st.integers(0, 10**7),
+)
+def test_cache_never_exceeds_slot(name: str, max_context: int, budget: int, prompt_frac: float,
+                                  generated: int) -> None:
+    kw: dict[str, object] = {} if name in ("full", "streamingllm") else {"budget": budget}
+    p = policy(name, max_context, **kw)
+    slot = p.slot_tokens(max_context)
+    prompt = max(1, round(prompt_frac * max_context))
+    assert p.cache_after_prefill(prompt) <= slot
+    limit = p.max_generated(prompt)
+    if limit is not None:  # growing policies: only sequences that fit are legal
+        assert limit >= 0
+        if generated > limit:
+            with pytest.raises(ValueError):
+                p.cache_at(prompt, generated)
+            generated = limit
+    cache = p.cache_at(prompt, generated)
+    assert 1 <= cache <= slot
+    assert p.decode_bucket(cache, max_context) >= cache
+    assert p.compresses(prompt) == (p.cache_after_prefill(prompt) < prompt
+                                    and name in ("snapstream", "snapkv"))
+
+
+# --- ablations --------------------------------------------------------------------------------
+
+def test_streamingllm_truncates_without_selection() -> None:
+    s = policy("streamingllm")
+    assert s.slot_tokens(CTX_128K) == 4 + 2048
+    assert not s.compresses(CTX_128K)
+    assert s.selection(CTX_128K) is None
+    assert s.cache_after_prefill(CTX_128K) == 2052  # first 4 + last 2048
+    assert s.cache_after_prefill(2000) == 2000
+    assert s.cache_at(2000, 10_000) == 2052
+
+
+def test_streamingllm_budget_sets_ring() -> None:
+    s = policy("streamingllm", budget=32768)
+    assert s.slot_tokens(CTX_128K) == 32768
+    assert s.describe()["recent"] == 32768 - 4
+    with pytest.raises(ValueError, match=r"kv\.recent"):
+        policy("streamingllm", budget=32768, recent=1000)
+
+
+def test_snapkv_compresses_then_grows() -> None:
+    s = policy("snapkv", budget=4096)
+    assert s.slot_tokens(CTX_128K) == CTX_128K  # budget + output must fit
+    assert s.compresses(100_000) and not s.compresses(4096)
+    assert s.cache_after_prefill(100_000) == 4096
+    assert s.cache_at(100_000, 1000) == 5096
+    assert s.cache_at(1000, 1000) == 2000
+    assert s.decode_bucket(s.cache_at(100_000, 1000), CTX_128K) == 8192
+    assert s.buckets(CTX_128K) == policy("full").buckets(CTX_128K)
+    assert s.max_generated(100_000) == CTX_128K - 4096
+    sel = s.selection(100_000)
+    assert sel is not None and (sel.candidates, sel.topk, sel.kept) == (100_000 - 32, 4064, 4096)
+
+
+def test_full_cache_grows_and_is_bounded() -> None:
+    f = policy("full", 8192)
+    assert not f.compresses(8192) and f.selection(8192) is None
+    assert f.cache_at(1000, 500) == 1500
+    assert f.max_generated(1000) == 7192
+    with pytest.raises(ValueError, match="exceed max_context"):
+        f.cache_at(8000, 193)
+    with pytest.raises(ValueError, match="exceeds max_context"):
+        f.cache_after_prefill(8193)
