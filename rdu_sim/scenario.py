@@ -6,7 +6,9 @@ only place that reads files; a Scenario is immutable and cheap to pass to worker
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +65,8 @@ def _apply(data: dict[str, Any], overrides: Mapping[str, Any], source: str) -> d
 def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     """`--set model.layers=4` on a preset name turns the preset into an editable mapping."""
     if isinstance(data.get("model"), str) and any(k.startswith("model.") for k in overrides):
-        try:
+        with contextlib.suppress(UnknownModelError):  # reported below with file and line
             data["model"] = get_model(data["model"]).model_dump()
-        except UnknownModelError:
-            pass  # reported below with the file and line
 
 
 def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Architecture,
@@ -122,7 +122,7 @@ def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMa
 
     hardware_path = Path(workload.hardware)
     if not hardware_path.is_absolute():
-        hardware_path = Path(workload_file).parent / hardware_path
+        hardware_path = Path(os.path.normpath(Path(workload_file).parent / hardware_path))
     if not hardware_path.exists():
         raise ConfigError.single(workload_file, "hardware",
                                  f"hardware file {str(hardware_path)!r} not found (paths are "

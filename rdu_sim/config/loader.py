@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -22,39 +22,63 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 MAX_FILE_BYTES = 10 * 2**20  # a config file larger than this is a mistake, not a config
 MAX_DEPTH = 64  # deeper nesting than any real config: refuse before recursion bites
 
+MAX_NODES = 200_000  # YAML values in one document: far above any config, far below a hang
+
 LineMap = dict[tuple[str, ...], int]
 
 
-def _line_map(node: yaml.Node, path: tuple[str, ...], lines: LineMap, depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise ValueError(f"the document is nested more than {MAX_DEPTH} levels deep")
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            name = str(key.value)
-            lines[(*path, name)] = key.start_mark.line + 1
-            _line_map(value, (*path, name), lines, depth + 1)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _line_map(item, (*path, str(index)), lines, depth + 1)
+def _line_map(root: yaml.Node, lines: LineMap) -> None:
+    """Record the line of every field path, refusing absurd depth and alias bombs.
+
+    Iterative (no recursion limit to hit) and visits each node once: an alias is the same
+    node object as its anchor, so a "billion laughs" document costs its size, not its
+    expansion.
+    """
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            raise ValueError(f"the document is nested more than {MAX_DEPTH} levels deep")
+        lines.setdefault(path, node.start_mark.line + 1)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > MAX_NODES:
+            raise ValueError(f"the document has more than {MAX_NODES} values")
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = str(key.value)
+                lines.setdefault((*path, name), key.start_mark.line + 1)
+                stack.append((value, (*path, name)))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                stack.append((item, (*path, str(index))))
 
 
 def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
     """Parse YAML text safely; return the data and a map of field path -> line."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        lines: LineMap = {}
-        if node is not None:
-            _line_map(node, (), lines, 0)
-        data = yaml.load(text, Loader=yaml.SafeLoader)
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            lines: LineMap = {}
+            data: Any = None
+            if node is not None:
+                _line_map(node, lines)
+                data = loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or str(exc)
         raise ConfigError.single(file, "", f"not valid YAML: {problem}", line) from None
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        message = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
-        raise ConfigError.single(file, "", f"not valid YAML: {message}") from None
+    except RecursionError:
+        raise ConfigError.single(file, "", f"not valid YAML: nested too deeply (a config is "
+                                 f"at most {MAX_DEPTH} levels deep)") from None
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:
+        raise ConfigError.single(file, "", f"not valid YAML: {exc}") from None
     return data, lines
 
 
@@ -82,56 +106,122 @@ def read_yaml(path: Path) -> tuple[Any, LineMap]:
     return parse_yaml_text(text, file)
 
 
-def _field_names(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
+# Labels pydantic puts into error locations for union members and validator wrappers;
+# they are not field names and never appear in a user's file.
+_LABEL_PREFIXES = ("function-", "literal[", "tagged-union[", "union[", "nullable[",
+                   "json-or-python[", "chain[", "lax-", "list[", "dict[")
+_LABELS = frozenset({"str", "int", "float", "bool", "none", "list", "dict"})
+
+
+def _is_label(part: str | int) -> bool:
+    return isinstance(part, str) and (part in _LABELS or part.startswith(_LABEL_PREFIXES))
+
+
+def _clean_loc(loc: tuple[str | int, ...], data: Any, keep_last: bool) -> tuple[str | int, ...]:
+    """The error location as the user wrote it: union labels and tags removed.
+
+    A part is kept when it names a key (or index) that exists in the input at that level; a
+    part that does not exist is a union member's tag ('llama', 'custom') and is dropped, except
+    the last part of a "missing field" error, which by definition is not in the input.
+    """
+    kept: list[str | int] = []
+    node = data
+    for i, part in enumerate(loc):
+        if _is_label(part):
+            continue
+        in_mapping = isinstance(node, Mapping) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_mapping or in_list:
+            kept.append(part)
+            node = node[part]
+        elif keep_last and i == len(loc) - 1:
+            kept.append(part)
+    return tuple(kept)
+
+
+def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+    """The config models an annotation can hold, looking through unions and Annotated."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in get_args(annotation):
+        found.extend(c for c in _model_classes(arg) if c not in found)
+    return found
+
+
+def _pick(classes: list[type[BaseModel]], node: Any) -> type[BaseModel] | None:
+    """Of several union members, the one the input meant (its discriminator, else overlap)."""
+    if len(classes) <= 1 or not isinstance(node, Mapping):
+        return classes[0] if classes else None
+
+    def score(cls: type[BaseModel]) -> int:
+        fields = cls.model_fields
+        tag = sum(1000 for name, info in fields.items()
+                  if get_origin(info.annotation) is Literal
+                  and node.get(name) in get_args(info.annotation))
+        return tag + sum(1 for key in node if key in fields)
+
+    return max(classes, key=score)
+
+
+def _field_names(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> list[str]:
     """The valid field names at the parent of `loc`, for "did you mean" hints."""
-    current: Any = model
+    annotation: Any = model
+    node = data
     for part in loc[:-1]:
-        fields = getattr(current, "model_fields", None)
-        if fields is None or not isinstance(part, str) or part not in fields:
+        cls = _pick(_model_classes(annotation), node)
+        if cls is None or not isinstance(part, str) or part not in cls.model_fields:
             return []
-        annotation = fields[part].annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        current = next((c for c in candidates if isinstance(c, type)
-                        and issubclass(c, BaseModel)), None)
-        if current is None:
-            return []
-    fields = getattr(current, "model_fields", None)
-    return sorted(fields) if fields else []
+        annotation = cls.model_fields[part].annotation
+        node = node.get(part) if isinstance(node, Mapping) else None
+    cls = _pick(_model_classes(annotation), node)
+    return sorted(cls.model_fields) if cls is not None else []
 
 
-def _is_union_tag(part: str | int) -> bool:
-    """Pydantic puts union member tags (like 'llama' or 'int') into error locations."""
-    return isinstance(part, str) and (part in {"str", "int", "float", "bool", "list[int]"}
-                                      or part.startswith(("function-", "literal[")))
+def _shown(value: Any) -> str:
+    """A short rendering of a bad value for a message (containers by type only)."""
+    if isinstance(value, dict | list | set | tuple):
+        return type(value).__name__
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def issues_from_validation(exc: ValidationError, model: type[BaseModel], file: str,
-                           lines: LineMap, prefix: tuple[str, ...] = ()) -> list[ConfigIssue]:
-    """Rewrite pydantic errors into ConfigIssues with dotted paths, lines and fixes."""
+                           lines: LineMap, prefix: tuple[str, ...] = (),
+                           data: Any = None) -> list[ConfigIssue]:
+    """Rewrite pydantic errors into ConfigIssues with dotted paths, lines and fixes.
+
+    `data` is the validated input; with it, locations drop union tags and unknown-field
+    hints look inside unions (a custom model architecture) too.
+    """
     issues: list[ConfigIssue] = []
     seen: set[tuple[str, str]] = set()
     for error in exc.errors():
-        loc = tuple(p for p in error["loc"] if not _is_union_tag(p))
+        kind = error["type"]
+        raw_loc = tuple(error["loc"])
+        if data is None:
+            loc = tuple(p for p in raw_loc if not _is_label(p))
+        else:
+            loc = _clean_loc(raw_loc, data, keep_last=kind == "missing")
         path = tuple(str(p) for p in (*prefix, *loc))
         dotted = ".".join(path)
         line = next((lines[path[:n]] for n in range(len(path), -1, -1)
                      if path[:n] in lines), None)
-        kind = error["type"]
         if kind == "extra_forbidden":
-            valid = _field_names(model, loc)
+            valid = _field_names(model, loc, data)
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1) if valid else []
             hint = f"; did you mean {close[0]!r}?" if close else ""
             listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
             message = f"unknown field {str(loc[-1])!r}{hint}{listing}"
         elif kind == "missing":
             message = "required field is missing"
+        elif kind == "union_tag_not_found":
+            key = (error.get("ctx") or {}).get("discriminator", "").strip("'")
+            message = f"required field {key!r} is missing" if key else error["msg"]
         else:
-            given = error.get("input")
-            shown = repr(given) if not isinstance(given, dict | list) else type(given).__name__
-            if len(shown) > 80:
-                shown = shown[:77] + "..."
             text = error["msg"].removeprefix("Value error, ")
-            message = f"{text} (got {shown})"
+            shown = _shown(error.get("input"))
+            message = text if shown in text else f"{text} (got {shown})"
         if (dotted, message) in seen:
             continue
         seen.add((dotted, message))
@@ -148,7 +238,7 @@ def validate(model: type[ModelT], data: Any, file: str, lines: LineMap) -> Model
     try:
         return model.model_validate(dict(data))
     except ValidationError as exc:
-        raise ConfigError(issues_from_validation(exc, model, file, lines)) from None
+        raise ConfigError(issues_from_validation(exc, model, file, lines, data=data)) from None
     except RecursionError:
         raise ConfigError.single(file, "", "nested too deeply") from None
 

@@ -40,7 +40,10 @@ def _split(value: Any, kind: str, example: str) -> tuple[float, str]:
     if isinstance(value, bool):
         raise UnitError(f"expected a {kind} such as {example!r}, got {value!r}")
     if isinstance(value, int | float):
-        number, unit = float(value), ""
+        try:
+            number, unit = float(value), ""
+        except OverflowError:  # an int beyond float range
+            raise UnitError(f"{kind} is out of range (beyond 1e308)") from None
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if not match:
@@ -61,23 +64,30 @@ def _lookup(unit: str, table: dict[str, float], kind: str, value: Any) -> float:
     return scale
 
 
+def _scaled(number: float, scale: float, kind: str, value: Any) -> float:
+    """number * scale, refusing a product beyond float range ("1e300 PiB")."""
+    total = number * scale
+    if not math.isfinite(total):
+        raise UnitError(f"{kind} {value!r} is out of range")
+    return total
+
+
 def parse_bytes(value: Any) -> int:
     """"64 GiB" -> 68719476736. Bare numbers are bytes. Decimal (GB) and binary (GiB) prefixes."""
     number, unit = _split(value, "size", "64 GiB")
-    total = number * _lookup(unit, _BYTE_UNITS, "size", value)
-    return int(round(total))
+    return round(_scaled(number, _lookup(unit, _BYTE_UNITS, "size", value), "size", value))
 
 
 def parse_seconds(value: Any) -> float:
     """"2 us" -> 2e-6. Bare numbers are seconds."""
     number, unit = _split(value, "duration", "2 us")
-    return number * _lookup(unit, _TIME_UNITS, "duration", value)
+    return _scaled(number, _lookup(unit, _TIME_UNITS, "duration", value), "duration", value)
 
 
 def parse_hertz(value: Any) -> float:
     """"1.6 GHz" -> 1.6e9."""
     number, unit = _split(value, "frequency", "1.6 GHz")
-    return number * _lookup(unit, _FREQ_UNITS, "frequency", value)
+    return _scaled(number, _lookup(unit, _FREQ_UNITS, "frequency", value), "frequency", value)
 
 
 def parse_bandwidth(value: Any) -> float:
@@ -90,13 +100,15 @@ def parse_bandwidth(value: Any) -> float:
         size_unit = ""
     else:
         raise UnitError(f"expected a bandwidth such as '1.8 TB/s', got {value!r}")
-    return number * _lookup(size_unit, _BYTE_UNITS, "bandwidth", value)
+    scale = _lookup(size_unit, _BYTE_UNITS, "bandwidth", value)
+    return _scaled(number, scale, "bandwidth", value)
 
 
 def parse_flops(value: Any) -> float:
     """"638 TFLOP/s" -> 6.38e14 FLOP per second."""
     number, unit = _split(value, "compute rate", "638 TFLOP/s")
-    return number * _lookup(unit, _FLOPS_UNITS, "compute rate", value)
+    scale = _lookup(unit, _FLOPS_UNITS, "compute rate", value)
+    return _scaled(number, scale, "compute rate", value)
 
 
 def _format(value: float, table: list[tuple[float, str]]) -> str:
@@ -123,8 +135,12 @@ def format_bandwidth(value: float) -> str:
 
 
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.
-Bytes = Annotated[int, BeforeValidator(parse_bytes), PlainSerializer(int)]
-Seconds = Annotated[float, BeforeValidator(parse_seconds)]
-Hertz = Annotated[float, BeforeValidator(parse_hertz)]
-BytesPerSecond = Annotated[float, BeforeValidator(parse_bandwidth)]
-FlopsPerSecond = Annotated[float, BeforeValidator(parse_flops)]
+# The JSON Schema (for editors) describes what the YAML may hold: a number or a string.
+_QUANTITY = float | str
+Bytes = Annotated[int, BeforeValidator(parse_bytes, json_schema_input_type=_QUANTITY),
+                  PlainSerializer(int)]
+Seconds = Annotated[float, BeforeValidator(parse_seconds, json_schema_input_type=_QUANTITY)]
+Hertz = Annotated[float, BeforeValidator(parse_hertz, json_schema_input_type=_QUANTITY)]
+BytesPerSecond = Annotated[float, BeforeValidator(parse_bandwidth,
+                                                  json_schema_input_type=_QUANTITY)]
+FlopsPerSecond = Annotated[float, BeforeValidator(parse_flops, json_schema_input_type=_QUANTITY)]

@@ -7,9 +7,10 @@ Field paths here are a contract that users' scripts, sweeps and the CLI's `--set
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, model_validator
 
 from rdu_sim.config.architecture import ModelArchitecture
 from rdu_sim.config.base import StrictModel
@@ -132,7 +133,10 @@ class LognormalLength(StrictModel):
 
 LengthDistribution = Annotated[
     FixedLength | UniformLength | LognormalLength,
-    BeforeValidator(_fixed_shorthand),
+    BeforeValidator(
+        _fixed_shorthand,
+        json_schema_input_type=int | FixedLength | UniformLength | LognormalLength,
+    ),
     Field(discriminator="dist"),
 ]
 
@@ -205,13 +209,34 @@ class EngineConfig(StrictModel):
     )
 
 
+def _model_kind(value: Any) -> str | None:
+    """A preset name is a string; a custom architecture is a mapping."""
+    if isinstance(value, str):
+        return "preset"
+    if isinstance(value, Mapping | BaseModel):
+        return "custom"
+    return None
+
+
+# Validate only the branch the input meant, so a custom architecture with a typo reports
+# the typo (model.hiden_size), not also "model: should be a string".
+ModelField = Annotated[
+    Annotated[str, Tag("preset")] | Annotated[ModelArchitecture, Tag("custom")],
+    Discriminator(
+        _model_kind,
+        custom_error_type="model_kind",
+        custom_error_message="expected a preset name or a mapping with a custom architecture",
+    ),
+]
+
+
 class WorkloadConfig(StrictModel):
     """A complete workload file."""
 
     name: str = Field(default="workload", min_length=1, max_length=200)
     description: str = ""
     hardware: str = Field(min_length=1, description="hardware file, relative to this file")
-    model: str | ModelArchitecture = Field(
+    model: ModelField = Field(
         description="a preset name (see `rdu-sim inspect model --list`) or an architecture"
     )
     dtypes: DtypesConfig = Field(default_factory=DtypesConfig)

@@ -118,12 +118,12 @@ def kv_values_per_token_per_layer(arch: Architecture) -> int:
 
 def kv_bytes_per_token(arch: Architecture, dtype_bytes: float) -> int:
     """KV-cache bytes one token occupies across all layers (before any TP layout choice)."""
-    return int(round(arch.layers * kv_values_per_token_per_layer(arch) * dtype_bytes))
+    return round(arch.layers * kv_values_per_token_per_layer(arch) * dtype_bytes)
 
 
 def weight_bytes(arch: Architecture, dtype_bytes: float) -> int:
     """Bytes of all weights at one storage precision."""
-    return int(round(params_total(arch) * dtype_bytes))
+    return round(params_total(arch) * dtype_bytes)
 
 
 def matmul_params_active(arch: Architecture) -> int:
