@@ -1,1 +1,45 @@
-"""rdu_sim.hw"""
+"""SimPy models of SN40L hardware parts, one primitive per module.
+
+Units everywhere: seconds (float), bytes, FLOP/s. Constructors take plain
+numbers (no config objects) so each part is testable on its own; the engine
+wires them to a compiled Program.
+"""
+
+from rdu_sim.hw.collectives import (
+    Topology,
+    all_gather,
+    all_reduce,
+    reduce_scatter,
+    ring,
+    ring_steps,
+    ring_time,
+    tree_all_reduce,
+    tree_time,
+)
+from rdu_sim.hw.kernel_launch import Body, KernelLauncher
+from rdu_sim.hw.memory_channel import MemoryChannel
+from rdu_sim.hw.p2p_link import P2PLink
+from rdu_sim.hw.pcu_group import PCUGroup, gemm_efficiency
+from rdu_sim.hw.stage_buffer import StageBuffer
+from rdu_sim.hw.stats import BusyTracker, ByteCounter
+
+__all__ = [
+    "Body",
+    "BusyTracker",
+    "ByteCounter",
+    "KernelLauncher",
+    "MemoryChannel",
+    "P2PLink",
+    "PCUGroup",
+    "StageBuffer",
+    "Topology",
+    "all_gather",
+    "all_reduce",
+    "gemm_efficiency",
+    "reduce_scatter",
+    "ring",
+    "ring_steps",
+    "ring_time",
+    "tree_all_reduce",
+    "tree_time",
+]

@@ -1,0 +1,308 @@
+"""Collectives across sockets, simulated as individual P2P link transfers.
+
+Topology: ``n_sockets`` sockets, ``sockets_per_node`` per node; every pair of
+sockets has its own full-duplex :class:`P2PLink` (created on first use), with
+intra-node or inter-node bandwidth/latency. SN40L's real P2P topology is not
+public; a full mesh per pair is the simplest assumption and lets ring and
+tree schedules both be expressed.
+
+Algorithms (``nbytes`` is NCCL-style: the all-reduce vector, the all-gather
+output, the reduce-scatter input, per socket):
+
+* ring: ``steps`` = 2(p-1) for all-reduce (reduce-scatter then all-gather),
+  p-1 for the others, each moving ``nbytes / p`` per socket, split into
+  ``chunks`` that flow around the ring back to back: chunk k of step s leaves
+  as soon as chunk k of step s-1 has arrived and the link is free.
+* tree (all-reduce only): binary heap tree over the participants, chunked
+  reduce towards the root then broadcast back, each edge its own link.
+
+``symmetric=True`` simulates one socket's chain only: in a ring every socket
+sends on its own outgoing link exactly when its predecessor does, so the
+arrival of chunk (s, k) on socket 0's outgoing link also marks the arrival of
+(s, k) at socket 0, which triggers (s+1, k). It is exact for identical hops;
+with mixed intra/inter-node hops it uses one synthetic link with the minimum
+bandwidth and maximum latency (an upper bound). Only the simulated link's
+counters move: multiply its bytes by p for the total. For a tree it simulates
+the deepest root-leaf path (exact for identical links). Reduction arithmetic
+is not charged here: it is fused into the consuming stage's PCUs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import simpy
+
+from rdu_sim.hw.p2p_link import P2PLink
+
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all_reduce", "all_gather", "reduce_scatter"
+
+
+class Topology:
+    """Which link joins sockets i and j, with intra-node vs inter-node parameters."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        n_sockets: int,
+        sockets_per_node: int,
+        intra_bandwidth: float,
+        intra_latency: float = 0.0,
+        inter_bandwidth: float | None = None,
+        inter_latency: float | None = None,
+    ) -> None:
+        if n_sockets < 1 or sockets_per_node < 1:
+            raise ValueError(f"n_sockets and sockets_per_node must be >= 1: {n_sockets}")
+        for field, value in (
+            ("intra_bandwidth", intra_bandwidth),
+            ("inter_bandwidth", inter_bandwidth),
+        ):
+            if value is not None and value <= 0:
+                raise ValueError(f"topology.{field} must be > 0, got {value}")
+        for field, value in (("intra_latency", intra_latency), ("inter_latency", inter_latency)):
+            if value is not None and value < 0:
+                raise ValueError(f"topology.{field} must be >= 0, got {value}")
+        self.env = env
+        self.n_sockets = n_sockets
+        self.sockets_per_node = sockets_per_node
+        self.intra = (float(intra_bandwidth), float(intra_latency))
+        self.inter = (
+            self.intra[0] if inter_bandwidth is None else float(inter_bandwidth),
+            self.intra[1] if inter_latency is None else float(inter_latency),
+        )
+        self.links: dict[tuple[int, int], P2PLink] = {}
+
+    def same_node(self, i: int, j: int) -> bool:
+        """True when sockets i and j sit in the same node."""
+        return i // self.sockets_per_node == j // self.sockets_per_node
+
+    def params(self, i: int, j: int) -> tuple[float, float]:
+        """(bandwidth, latency) of the link between i and j."""
+        return self.intra if self.same_node(i, j) else self.inter
+
+    def link(self, i: int, j: int) -> tuple[P2PLink, int]:
+        """The link joining i and j, and the direction index for sending i -> j."""
+        if i == j or not (0 <= i < self.n_sockets and 0 <= j < self.n_sockets):
+            raise ValueError(f"no link between sockets {i} and {j} of {self.n_sockets}")
+        key = (min(i, j), max(i, j))
+        if key not in self.links:
+            bw, lat = self.params(i, j)
+            self.links[key] = P2PLink(self.env, bw, lat, name=f"p2p{key[0]}-{key[1]}")
+        return self.links[key], 0 if i < j else 1
+
+    def send(self, src: int, dst: int, nbytes: float, tag: str | None = None) -> simpy.Event:
+        """Transfer ``nbytes`` from ``src`` to ``dst``; fires on arrival."""
+        link, direction = self.link(src, dst)
+        return link.transfer(nbytes, direction, tag)
+
+
+def _on(ev: simpy.Event, fn: Callable[..., None], *args: int) -> None:
+    """Call ``fn(*args)`` when ``ev`` is processed (cheaper than a process)."""
+    ev.callbacks.append(lambda _ev: fn(*args))
+
+
+class _Countdown:
+    """Fires ``done`` (value: time) after ``n`` calls to ``tick``."""
+
+    def __init__(self, env: simpy.Environment, n: int) -> None:
+        self.env, self.left, self.done = env, n, env.event()
+        if n == 0:
+            self.done.succeed(env.now)
+
+    def tick(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.done.succeed(self.env.now)
+
+
+def ring_steps(kind: str, p: int) -> int:
+    """Ring steps: 2(p-1) for all-reduce, p-1 for all-gather and reduce-scatter."""
+    if kind not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER):
+        raise ValueError(f"unknown collective {kind!r}")
+    return 2 * (p - 1) if kind == ALL_REDUCE else p - 1
+
+
+def ring(
+    topo: Topology,
+    kind: str,
+    nbytes: float,
+    chunks: int = 1,
+    symmetric: bool = False,
+    sockets: Sequence[int] | None = None,
+    tag: str | None = None,
+) -> simpy.Event:
+    """Start a ring collective; the returned event fires when every socket is done."""
+    ring_ids = list(range(topo.n_sockets)) if sockets is None else list(sockets)
+    p, env = len(ring_ids), topo.env
+    steps = ring_steps(kind, p)
+    if chunks < 1 or nbytes < 0:
+        raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
+    size = nbytes / p / chunks
+    if steps == 0 or nbytes == 0:
+        return _Countdown(env, 0).done
+    if symmetric:
+        hops = [topo.params(ring_ids[r], ring_ids[(r + 1) % p]) for r in range(p)]
+        if len(set(hops)) == 1:
+            link, direction = topo.link(ring_ids[0], ring_ids[1])
+        else:  # heterogeneous ring: every hop as slow as the slowest (upper bound)
+            bw, lat = min(h[0] for h in hops), max(h[1] for h in hops)
+            link, direction = P2PLink(env, bw, lat, name="ring-bottleneck"), 0
+        count = _Countdown(env, chunks)
+
+        def hop_sym(step: int) -> None:
+            ev = link.transfer(size, direction, tag)
+            nxt = count.tick if step + 1 == steps else (lambda: hop_sym(step + 1))
+            ev.callbacks.append(lambda _e: nxt())
+
+        for _ in range(chunks):
+            hop_sym(0)
+        return count.done
+    count = _Countdown(env, p * chunks)
+
+    def hop(r: int, step: int) -> None:
+        ev = topo.send(ring_ids[r], ring_ids[(r + 1) % p], size, tag)
+        nxt = count.tick if step + 1 == steps else (lambda: hop((r + 1) % p, step + 1))
+        ev.callbacks.append(lambda _e: nxt())
+
+    for _ in range(chunks):
+        for r in range(p):
+            hop(r, 0)
+    return count.done
+
+
+def tree_all_reduce(
+    topo: Topology,
+    nbytes: float,
+    chunks: int = 1,
+    symmetric: bool = False,
+    sockets: Sequence[int] | None = None,
+    tag: str | None = None,
+) -> simpy.Event:
+    """Binary-tree all-reduce: chunked reduce to the root, then broadcast back."""
+    ids = list(range(topo.n_sockets)) if sockets is None else list(sockets)
+    p, env = len(ids), topo.env
+    if chunks < 1 or nbytes < 0:
+        raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
+    if p == 1 or nbytes == 0:
+        return _Countdown(env, 0).done
+    size = nbytes / chunks
+    if symmetric:  # the deepest leaf's path up and back down
+        path = [p - 1]
+        while path[-1] != 0:
+            path.append((path[-1] - 1) // 2)
+        route = [(ids[a], ids[b]) for a, b in itertools.pairwise(path)]
+        route += [(b, a) for a, b in reversed(route)]
+        count = _Countdown(env, chunks)
+
+        def hop_sym(j: int) -> None:
+            ev = topo.send(*route[j], size, tag)
+            nxt = count.tick if j + 1 == len(route) else (lambda: hop_sym(j + 1))
+            ev.callbacks.append(lambda _e: nxt())
+
+        for _ in range(chunks):
+            hop_sym(0)
+        return count.done
+    children = [[c for c in (2 * i + 1, 2 * i + 2) if c < p] for i in range(p)]
+    waiting = [[len(children[i])] * chunks for i in range(p)]
+    count = _Countdown(env, (p - 1) * chunks)
+
+    def down(i: int, k: int) -> None:
+        for c in children[i]:
+            ev = topo.send(ids[i], ids[c], size, tag)
+            _on(ev, landed, c, k)
+
+    def landed(i: int, k: int) -> None:  # broadcast chunk k reached node i
+        count.tick()
+        down(i, k)
+
+    def reduced(i: int, k: int) -> None:  # node i holds the partial sum of chunk k
+        if i == 0:
+            down(0, k)
+            return
+        parent = (i - 1) // 2
+        ev = topo.send(ids[i], ids[parent], size, tag)
+        ev.callbacks.append(lambda _e: arrived(parent, k))
+
+    def arrived(i: int, k: int) -> None:
+        waiting[i][k] -= 1
+        if waiting[i][k] == 0:
+            reduced(i, k)
+
+    for k in range(chunks):
+        for i in range(p):
+            if not children[i]:
+                reduced(i, k)
+    return count.done
+
+
+def all_reduce(
+    topo: Topology,
+    nbytes: float,
+    algorithm: str = "ring",
+    chunks: int = 1,
+    symmetric: bool = False,
+    sockets: Sequence[int] | None = None,
+    tag: str | None = None,
+) -> simpy.Event:
+    """All-reduce of an ``nbytes`` vector with ``algorithm`` "ring" or "tree"."""
+    if algorithm == "ring":
+        return ring(topo, ALL_REDUCE, nbytes, chunks, symmetric, sockets, tag)
+    if algorithm == "tree":
+        return tree_all_reduce(topo, nbytes, chunks, symmetric, sockets, tag)
+    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; valid: 'ring', 'tree'")
+
+
+def all_gather(
+    topo: Topology,
+    nbytes: float,
+    chunks: int = 1,
+    symmetric: bool = False,
+    sockets: Sequence[int] | None = None,
+    tag: str | None = None,
+) -> simpy.Event:
+    """Ring all-gather producing ``nbytes`` on every socket."""
+    return ring(topo, ALL_GATHER, nbytes, chunks, symmetric, sockets, tag)
+
+
+def reduce_scatter(
+    topo: Topology,
+    nbytes: float,
+    chunks: int = 1,
+    symmetric: bool = False,
+    sockets: Sequence[int] | None = None,
+    tag: str | None = None,
+) -> simpy.Event:
+    """Ring reduce-scatter of an ``nbytes`` input per socket."""
+    return ring(topo, REDUCE_SCATTER, nbytes, chunks, symmetric, sockets, tag)
+
+
+def ring_time(
+    p: int, nbytes: float, bandwidth: float, latency: float, chunks: int = 1, kind: str = ALL_REDUCE
+) -> float:
+    """Closed form of :func:`ring` on identical links (pipelined latency).
+
+    With S steps and chunk time d = nbytes / (p * chunks * bandwidth):
+    ``max(S*chunks*d + latency, S*(d + latency) + (chunks-1)*d)``: either the
+    link never idles, or every step waits for the round of latency. With
+    chunks=1 this is S * (latency + nbytes / (p * bandwidth)).
+    """
+    steps = ring_steps(kind, p)
+    if steps == 0 or nbytes == 0:
+        return 0.0
+    d = nbytes / (p * chunks * bandwidth)
+    return max(steps * chunks * d + latency, steps * (d + latency) + (chunks - 1) * d)
+
+
+def tree_time(p: int, nbytes: float, bandwidth: float, latency: float, chunks: int = 1) -> float:
+    """Closed form of :func:`tree_all_reduce` on identical links.
+
+    Depth D = floor(log2 p), chunk time d = nbytes / (chunks * bandwidth):
+    ``2*D*(latency + d) + (chunks - 1)*d`` (reduce up D levels, broadcast down).
+    """
+    if p <= 1 or nbytes == 0:
+        return 0.0
+    depth = math.floor(math.log2(p))
+    d = nbytes / (chunks * bandwidth)
+    return 2 * depth * (latency + d) + (chunks - 1) * d

@@ -1,0 +1,159 @@
+"""A memory tier (HBM or DDR) as a fair, exactly-simulated shared pipe.
+
+Mechanism: egalitarian processor sharing, simulated event by event. Every
+request first waits ``latency`` (pipelined: it does not use bandwidth), then
+joins the set of active streams; while ``n`` streams are active each one
+receives ``min(B_eff / n, max_stream_bandwidth)`` bytes/s, where
+``B_eff = bandwidth * efficiency``. Rates are recomputed exactly at every
+arrival and departure, so this is the fluid limit of the chunk-interleaving
+(round-robin over lanes) model with an infinitely small chunk: fair to the
+byte, and exact for a lone stream (``latency + nbytes / B_eff``).
+
+Why not chunks on a ``simpy.Resource``: that costs ~4 events per chunk, i.e.
+thousands of events per weight load. Here the bookkeeping uses a *virtual
+time* ``V`` (bytes served so far to any one continuously active stream): a
+stream joining at ``V0`` with ``b`` bytes finishes when ``V`` reaches
+``V0 + b``, so a heap orders completions and only the earliest needs a timer.
+Cost per request: one latency timeout, one completion event, and at most one
+wake-up timer; arrivals that merely delay the next completion add no event.
+
+``efficiency`` is the achievable fraction of the datasheet peak (refresh,
+bank conflicts, read/write turnaround); it is not public for SN40L, so it is
+a parameter (0.9 is a typical sustained HBM/DDR figure). Reads and writes
+share the same bandwidth and are counted separately.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import simpy
+
+from rdu_sim.hw.stats import BusyTracker, ByteCounter
+
+_REL_TOL = 1e-12
+
+
+class MemoryChannel:
+    """One memory tier: ``bandwidth`` (bytes/s peak), ``latency`` (s), ``efficiency``.
+
+    Args:
+        env: the SimPy environment.
+        bandwidth: peak bytes/s of the whole tier (e.g. 1.8e12 for SN40L HBM).
+        latency: seconds from issue to first byte, paid once per request.
+        efficiency: achievable fraction of peak, in (0, 1].
+        max_stream_bandwidth: optional per-stream cap in bytes/s (one DMA
+            engine cannot saturate the tier alone); ``None`` means no cap.
+        name: label for reports.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        bandwidth: float,
+        latency: float = 0.0,
+        efficiency: float = 1.0,
+        max_stream_bandwidth: float | None = None,
+        name: str = "mem",
+    ) -> None:
+        if bandwidth <= 0:
+            raise ValueError(f"{name}.bandwidth must be > 0, got {bandwidth}")
+        if latency < 0:
+            raise ValueError(f"{name}.latency must be >= 0, got {latency}")
+        if not 0 < efficiency <= 1:
+            raise ValueError(f"{name}.efficiency must be in (0, 1], got {efficiency}")
+        if max_stream_bandwidth is not None and max_stream_bandwidth <= 0:
+            raise ValueError(f"{name}.max_stream_bandwidth must be > 0, got {max_stream_bandwidth}")
+        self.env = env
+        self.name = name
+        self.latency = float(latency)
+        self.effective_bandwidth = float(bandwidth) * efficiency
+        self.stream_cap = math.inf if max_stream_bandwidth is None else float(max_stream_bandwidth)
+        self.reads = ByteCounter()
+        self.writes = ByteCounter()
+        self.busy = BusyTracker(name)
+        self.max_streams = 0
+        self._vtime = 0.0
+        self._last = float(env.now)
+        self._active: list[tuple[float, int, simpy.Event]] = []  # (finish tag, seq, done)
+        self._seq = 0
+        self._timers: list[float] = []  # pending wake-up times (a heap)
+
+    def read(self, nbytes: float, tag: str | None = None) -> simpy.Event:
+        """Read ``nbytes``; the returned event fires when the last byte has arrived."""
+        self.reads.add(nbytes, tag)
+        return self._issue(nbytes)
+
+    def write(self, nbytes: float, tag: str | None = None) -> simpy.Event:
+        """Write ``nbytes``; the returned event fires when the last byte is stored."""
+        self.writes.add(nbytes, tag)
+        return self._issue(nbytes)
+
+    def transfer_time(self, nbytes: float) -> float:
+        """Uncontended time for one request: ``latency + nbytes / stream rate``."""
+        return self.latency + nbytes / min(self.effective_bandwidth, self.stream_cap)
+
+    @property
+    def active_streams(self) -> int:
+        """Streams currently moving bytes (requests still in their latency excluded)."""
+        return len(self._active)
+
+    def _issue(self, nbytes: float) -> simpy.Event:
+        done = self.env.event()
+        if nbytes == 0:  # nothing to move: no request is issued
+            return done.succeed(0)
+        if self.latency > 0:
+            delay = self.env.timeout(self.latency)
+            delay.callbacks.append(lambda _ev: self._join(nbytes, done))
+        else:
+            self._join(nbytes, done)
+        return done
+
+    def _rate(self) -> float:
+        """Bytes/s each active stream receives right now."""
+        return min(self.effective_bandwidth / len(self._active), self.stream_cap)
+
+    def _advance(self) -> None:
+        """Move virtual time to ``env.now`` at the current (constant) rate."""
+        now = float(self.env.now)
+        if self._active and now > self._last:
+            rate = self._rate()
+            self._vtime += rate * (now - self._last)
+            self.busy.add(self._last, now, rate * len(self._active) / self.effective_bandwidth)
+        self._last = now
+
+    def _join(self, nbytes: float, done: simpy.Event) -> None:
+        self._advance()
+        heapq.heappush(self._active, (self._vtime + nbytes, self._seq, done))
+        self._seq += 1
+        self.max_streams = max(self.max_streams, len(self._active))
+        self._arm()
+
+    def _arm(self) -> None:
+        """Make sure a wake-up is pending no later than the next completion."""
+        if not self._active:
+            return
+        now = float(self.env.now)
+        due = now + max(self._active[0][0] - self._vtime, 0.0) / self._rate()
+        if self._timers and self._timers[0] <= due:
+            return  # an earlier timer will fire first and re-arm
+        heapq.heappush(self._timers, due)
+        timer = self.env.timeout(due - now)
+        timer.callbacks.append(self._wake)
+
+    def _wake(self, _ev: simpy.Event) -> None:
+        heapq.heappop(self._timers)
+        self._advance()
+        now = float(self.env.now)
+        while self._active:
+            tag, _, done = self._active[0]
+            left = tag - self._vtime
+            if left > _REL_TOL * max(tag, 1.0) and now + left / self._rate() > now:
+                break
+            self._vtime = max(self._vtime, tag)  # snap: removes float drift exactly
+            heapq.heappop(self._active)
+            done.succeed(now)
+        if not self._active:
+            self._vtime = 0.0  # idle: restart virtual time, keeping float error bounded
+        self._arm()

@@ -1,0 +1,82 @@
+"""A full-duplex socket-to-socket link (the AGCU peer-to-peer protocol).
+
+Each direction is a FIFO server: a transfer of ``b`` bytes occupies its
+direction for ``b / bandwidth`` seconds, starting when the previous transfer
+in that direction has finished serialising, and arrives ``latency`` seconds
+after its last byte left. Latency is pipelined (wire and protocol delay do not
+hold the link), so back-to-back transfers stream at full bandwidth; a lone
+transfer takes ``latency + b / bandwidth``.
+
+This is exactly a ``simpy.Resource(capacity=1)`` per direction with FIFO
+grant order, but since the start time is known at issue time it costs one
+event per transfer instead of four (request, grant, timeout, release).
+
+Bandwidth, latency and topology of SN40L P2P links are not public; they are
+parameters [sn40l.md, "Node and system"].
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from rdu_sim.hw.stats import BusyTracker, ByteCounter
+
+
+class P2PLink:
+    """Link between two sockets; direction 0 is ``a -> b``, direction 1 is ``b -> a``.
+
+    Args:
+        env: the SimPy environment.
+        bandwidth: bytes/s per direction.
+        latency: seconds from a transfer's last byte leaving to its arrival.
+        name: label for reports.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        bandwidth: float,
+        latency: float = 0.0,
+        name: str = "p2p",
+    ) -> None:
+        if bandwidth <= 0:
+            raise ValueError(f"{name}.bandwidth must be > 0, got {bandwidth}")
+        if latency < 0:
+            raise ValueError(f"{name}.latency must be >= 0, got {latency}")
+        self.env = env
+        self.name = name
+        self.bandwidth = float(bandwidth)
+        self.latency = float(latency)
+        self.bytes = (ByteCounter(), ByteCounter())
+        self.busy = (BusyTracker(f"{name}[0]"), BusyTracker(f"{name}[1]"))
+        self._free_at = [float(env.now), float(env.now)]
+
+    def transfer_time(self, nbytes: float) -> float:
+        """Uncontended time of one transfer: ``latency + nbytes / bandwidth``."""
+        return self.latency + nbytes / self.bandwidth
+
+    def transfer(self, nbytes: float, direction: int = 0, tag: str | None = None) -> simpy.Event:
+        """Send ``nbytes`` one way; the event fires on arrival (value: arrival time)."""
+        if direction not in (0, 1):
+            raise ValueError(f"{self.name}: direction must be 0 or 1, got {direction}")
+        if nbytes < 0:
+            raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
+        self.bytes[direction].add(nbytes, tag)
+        now = float(self.env.now)
+        start = max(now, self._free_at[direction])
+        end = start + nbytes / self.bandwidth
+        self._free_at[direction] = end
+        arrival = end + self.latency
+        done = self.env.timeout(arrival - now, value=arrival)
+        tracker = self.busy[direction]
+        done.callbacks.append(lambda _ev: tracker.add(start, end))
+        return done
+
+    @property
+    def total_bytes(self) -> float:
+        """Bytes sent in both directions."""
+        return self.bytes[0].total + self.bytes[1].total
+
+    def busy_time(self, direction: int) -> float:
+        """Seconds direction ``direction`` spent serialising bytes."""
+        return self.busy[direction].busy_time

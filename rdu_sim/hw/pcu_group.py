@@ -1,0 +1,138 @@
+"""The PCUs given to one pipeline stage, and a systolic-array GEMM utilisation model.
+
+A PCU's body is either an output-stationary systolic array (GEMMs) or a
+multi-stage SIMD pipeline (element-wise and vector work) [SN §IV-A]. A stage's
+PCU group executes its work items one after another in issue order (a FIFO
+server); the start time of each item is known when it is issued, so a work
+item costs exactly one SimPy event.
+
+SN40L lane and stage counts are not public. The defaults below assume a
+32-lane x 6-stage body: 32 * 6 MACs * 2 FLOP * 1.6 GHz = 614 GFLOP/s per PCU,
+and 1040 PCUs * 614 GFLOP/s = 638 TFLOP/s, the published BF16 peak [SN Table II].
+"""
+
+from __future__ import annotations
+
+import math
+
+import simpy
+
+from rdu_sim.hw.stats import BusyTracker
+
+DEFAULT_ARRAY_ROWS = 32
+"""Systolic rows (SIMD lanes) per PCU: not public, 32 is consistent with the peak."""
+DEFAULT_ARRAY_COLS = 6
+"""Systolic columns (pipeline stages) per PCU: not public, see module docstring."""
+
+
+def gemm_efficiency(
+    m: int,
+    n: int,
+    k: int,
+    array_rows: int = DEFAULT_ARRAY_ROWS,
+    array_cols: int = DEFAULT_ARRAY_COLS,
+    fill_drain_overlap: float = 0.0,
+    allow_transpose: bool = True,
+) -> float:
+    """Fraction of peak MACs an output-stationary array achieves on an m x n x k GEMM.
+
+    Each ``array_rows x array_cols`` output tile accumulates over ``k`` cycles
+    and pays ``array_rows + array_cols - 2`` cycles of skewed fill/drain, of
+    which ``fill_drain_overlap`` (0..1) is hidden by starting the next tile
+    early. Partial tiles at the m/n edges waste the padded PEs. With
+    ``allow_transpose`` the mapper may put n on the rows instead (it picks the
+    better orientation, as a compiler would). Returns a value in (0, 1];
+    exactly 1 only for aligned tiles with full overlap, and about
+    ``k / (k + rows + cols - 2)`` for aligned tiles without it.
+    """
+    if min(m, n, k) <= 0 or min(array_rows, array_cols) <= 0:
+        raise ValueError(f"gemm dims and array dims must be > 0, got {(m, n, k)}")
+    if not 0.0 <= fill_drain_overlap <= 1.0:
+        raise ValueError(f"fill_drain_overlap must be in [0, 1], got {fill_drain_overlap}")
+    depth = (array_rows + array_cols - 2) * (1.0 - fill_drain_overlap)
+    temporal = k / (k + depth)
+
+    def spatial(rows_dim: int, cols_dim: int) -> float:
+        padded_r = math.ceil(rows_dim / array_rows) * array_rows
+        padded_c = math.ceil(cols_dim / array_cols) * array_cols
+        return (rows_dim * cols_dim) / (padded_r * padded_c)
+
+    space = spatial(m, n)
+    if allow_transpose:
+        space = max(space, spatial(n, m))
+    return space * temporal
+
+
+class PCUGroup:
+    """``n_pcus`` PCUs serving one stage's matrix and vector work in FIFO order.
+
+    Args:
+        env: the SimPy environment.
+        n_pcus: PCUs assigned to the stage (> 0).
+        peak_flops_per_pcu: matrix peak per PCU in FLOP/s (638e12 / 1040 on SN40L).
+        vector_flops_per_pcu: SIMD rate per PCU for element-wise ops in FLOP/s;
+            default half the matrix peak (one op per lane-stage per cycle where
+            a MAC counts as two FLOPs).
+        name: label for reports.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        n_pcus: int,
+        peak_flops_per_pcu: float,
+        vector_flops_per_pcu: float | None = None,
+        name: str = "pcus",
+    ) -> None:
+        if n_pcus <= 0:
+            raise ValueError(f"{name}.n_pcus must be > 0, got {n_pcus}")
+        if peak_flops_per_pcu <= 0:
+            raise ValueError(f"{name}.peak_flops_per_pcu must be > 0, got {peak_flops_per_pcu}")
+        vec = peak_flops_per_pcu / 2 if vector_flops_per_pcu is None else vector_flops_per_pcu
+        if vec <= 0:
+            raise ValueError(f"{name}.vector_flops_per_pcu must be > 0, got {vec}")
+        self.env = env
+        self.name = name
+        self.n_pcus = n_pcus
+        self.matrix_rate = n_pcus * float(peak_flops_per_pcu)
+        self.vector_rate = n_pcus * float(vec)
+        self.busy = BusyTracker(name)
+        self.matrix_flops = 0.0
+        self.vector_flops = 0.0
+        self._free_at = float(env.now)
+
+    def compute_time(self, flops: float, efficiency: float = 1.0) -> float:
+        """Seconds for ``flops`` of matrix work at ``efficiency`` (no queueing)."""
+        _check(flops, efficiency)
+        return flops / (self.matrix_rate * efficiency)
+
+    def vector_time(self, flops: float, efficiency: float = 1.0) -> float:
+        """Seconds for ``flops`` of element-wise work at the vector rate."""
+        _check(flops, efficiency)
+        return flops / (self.vector_rate * efficiency)
+
+    def compute(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
+        """Queue matrix work; the event fires when it finishes (value: finish time)."""
+        self.matrix_flops += flops
+        return self._run(self.compute_time(flops, efficiency))
+
+    def vector(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
+        """Queue element-wise/vector work; fires when it finishes."""
+        self.vector_flops += flops
+        return self._run(self.vector_time(flops, efficiency))
+
+    def _run(self, duration: float) -> simpy.Event:
+        now = float(self.env.now)
+        start = max(now, self._free_at)
+        end = start + duration
+        self._free_at = end
+        done = self.env.timeout(end - now, value=end)
+        done.callbacks.append(lambda _ev: self.busy.add(start, end))
+        return done
+
+
+def _check(flops: float, efficiency: float) -> None:
+    if flops < 0:
+        raise ValueError(f"flops must be >= 0, got {flops}")
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")

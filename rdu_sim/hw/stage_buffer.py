@@ -1,0 +1,128 @@
+"""A PMU-backed buffer that decouples a producer stage from a consumer stage.
+
+The buffer holds at most ``capacity`` tiles (1 = single, 2 = double
+buffering). A tile owns its slot from the moment the producer reserves it
+until the consumer has finished reading it, so a slow consumer stalls the
+producer: real back-pressure, not a rate formula.
+
+Timing of one tile:
+
+1. ``put``: the producer waits for a free slot (blocks when full), then its
+   bytes stream into SRAM through the PMU write port at ``sram_bandwidth``
+   (FIFO across tiles). ``put`` returns as soon as the slot is reserved: the
+   producer's next compute overlaps the write, as in a streaming dataflow
+   pipeline; the tile becomes visible when its write ends.
+2. ``get``: the consumer waits for a tile (blocks when empty) and reads it
+   through the read port (FIFO, separate from the write port, starting no
+   earlier than the tile's write end).
+3. The slot is freed by ``release()`` once the consumer is done with the tile
+   (``get(hold=True)``, the default: a streaming consumer computes on operands
+   that stay in the PMU, so capacity 2 is classic double buffering), or right
+   after the read with ``get(hold=False)`` (copy-out consumers).
+
+``put``/``get`` are generator functions: call them with ``yield from`` inside a
+stage process (cheapest), or wrap them in ``env.process(...)``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from rdu_sim.hw.stats import BusyTracker, ByteCounter
+
+
+class StageBuffer:
+    """Bounded FIFO of tiles in PMU SRAM with separate write and read ports.
+
+    Args:
+        env: the SimPy environment.
+        capacity: slots, in tiles (>= 1).
+        sram_bandwidth: bytes/s of each port (the PMUs backing this buffer).
+        name: label for reports.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        capacity: int,
+        sram_bandwidth: float,
+        name: str = "buffer",
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"{name}.capacity must be >= 1 tile, got {capacity}")
+        if sram_bandwidth <= 0:
+            raise ValueError(f"{name}.sram_bandwidth must be > 0, got {sram_bandwidth}")
+        self.env = env
+        self.name = name
+        self.capacity = capacity
+        self.sram_bandwidth = float(sram_bandwidth)
+        self.bytes_written = ByteCounter()
+        self.bytes_read = ByteCounter()
+        self.write_busy = BusyTracker(f"{name}.write")
+        self.read_busy = BusyTracker(f"{name}.read")
+        self.bytes_in_flight = 0.0
+        self.peak_bytes_in_flight = 0.0
+        self.producer_stall_time = 0.0
+        self._slots = simpy.Container(env, capacity=capacity, init=capacity)
+        self._tiles = simpy.Store(env)
+        self._write_free_at = float(env.now)
+        self._read_free_at = float(env.now)
+        self._held: deque[float] = deque()
+
+    @property
+    def tiles_held(self) -> int:
+        """Slots currently reserved (being written, waiting, being read, or held)."""
+        return self.capacity - int(self._slots.level)
+
+    def put(self, nbytes: float) -> Generator[simpy.Event, Any, float]:
+        """Reserve a slot (blocking while full) and start writing ``nbytes``.
+
+        Returns the time at which the tile becomes visible to the consumer.
+        """
+        if nbytes < 0:
+            raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
+        asked = float(self.env.now)
+        yield self._slots.get(1)
+        now = float(self.env.now)
+        self.producer_stall_time += now - asked
+        start = max(now, self._write_free_at)
+        end = start + nbytes / self.sram_bandwidth
+        self._write_free_at = end
+        self.bytes_written.add(nbytes)
+        self.bytes_in_flight += nbytes
+        self.peak_bytes_in_flight = max(self.peak_bytes_in_flight, self.bytes_in_flight)
+        self._tiles.put((start, end, nbytes))
+        return end
+
+    def get(self, hold: bool = True) -> Generator[simpy.Event, Any, float]:
+        """Take the oldest tile (blocking while empty) and read it.
+
+        With ``hold`` the slot stays reserved until :meth:`release`; without,
+        it is freed when the read ends. Returns the tile's size in bytes.
+        """
+        item: tuple[float, float, float] = yield self._tiles.get()
+        w_start, w_end, nbytes = item
+        now = float(self.env.now)
+        start = max(now, w_end, self._read_free_at)
+        end = start + nbytes / self.sram_bandwidth
+        self._read_free_at = end
+        yield self.env.timeout(end - now)
+        # Accounted on consumption so the trackers never hold future time.
+        self.write_busy.add(w_start, w_end)
+        self.read_busy.add(start, end)
+        self.bytes_read.add(nbytes)
+        self._held.append(nbytes)
+        if not hold:
+            self.release()
+        return nbytes
+
+    def release(self) -> None:
+        """Free the slot of the oldest tile taken with ``get(hold=True)``."""
+        if not self._held:
+            raise RuntimeError(f"{self.name}: release() without a held tile")
+        self.bytes_in_flight -= self._held.popleft()
+        self._slots.put(1)

@@ -1,0 +1,147 @@
+"""Collectives built from link transfers: closed forms, symmetric shortcut == full."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import simpy
+
+from rdu_sim.hw import Topology, all_gather, all_reduce, reduce_scatter, ring_time, tree_time
+from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+
+BW, LAT = 50e9, 2e-6
+N = 8e6
+
+
+def run(
+    start: Callable[[Topology], simpy.Event],
+    p: int,
+    spn: int = 8,
+    inter: tuple[float, float] | None = None,
+) -> tuple[float, Topology]:
+    env = simpy.Environment()
+    topo = Topology(env, p, spn, BW, LAT, *(inter or (None, None)))
+    done = start(topo)
+    env.run()
+    assert done.triggered
+    return env.now, topo
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_ring_all_reduce_unchunked_matches_textbook(p: int) -> None:
+    t, topo = run(lambda tp: all_reduce(tp, N), p)
+    expected = 2 * (p - 1) / p * N / BW + 2 * (p - 1) * LAT
+    assert t == pytest.approx(expected, rel=1e-9)
+    # every socket sends 2(p-1) segments of N/p on its outgoing ring link
+    assert sum(link.total_bytes for link in topo.links.values()) == pytest.approx(
+        p * 2 * (p - 1) * N / p
+    )
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("chunks", [2, 8, 64])
+@pytest.mark.parametrize("lat", [2e-6, 50e-6])
+def test_chunked_ring_matches_pipelined_formula(p: int, chunks: int, lat: float) -> None:
+    env = simpy.Environment()
+    topo = Topology(env, p, 8, BW, lat)
+    all_reduce(topo, N, chunks=chunks)
+    env.run()
+    steps, d = 2 * (p - 1), N / (p * chunks * BW)
+    expected = max(steps * chunks * d + lat, steps * (d + lat) + (chunks - 1) * d)
+    assert env.now == pytest.approx(expected, rel=1e-9)
+    assert env.now == pytest.approx(ring_time(p, N, BW, lat, chunks), rel=1e-12)
+
+
+def test_chunking_hides_latency_behind_bandwidth() -> None:
+    one, _ = run(lambda tp: all_reduce(tp, N, chunks=1), 8)
+    many, _ = run(lambda tp: all_reduce(tp, N, chunks=32), 8)
+    assert many < one
+
+
+@pytest.mark.parametrize("kind", [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER])
+@pytest.mark.parametrize("p", [2, 5, 8])
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_symmetric_shortcut_equals_full_simulation(kind: str, p: int, chunks: int) -> None:
+    fns: dict[str, Callable[..., simpy.Event]] = {
+        ALL_REDUCE: all_reduce,
+        ALL_GATHER: all_gather,
+        REDUCE_SCATTER: reduce_scatter,
+    }
+    fn = fns[kind]
+    full, topo_full = run(lambda tp: fn(tp, N, chunks=chunks), p)
+    sym, topo_sym = run(lambda tp: fn(tp, N, chunks=chunks, symmetric=True), p)
+    assert sym == pytest.approx(full, rel=1e-12)
+    assert full == pytest.approx(ring_time(p, N, BW, LAT, chunks, kind), rel=1e-12)
+    assert len(topo_sym.links) == 1  # only one link was simulated
+    full_bytes = sum(link.total_bytes for link in topo_full.links.values())
+    assert p * topo_sym.links[(0, 1)].total_bytes == pytest.approx(full_bytes)
+
+
+def test_gather_and_scatter_take_half_an_all_reduce_without_latency() -> None:
+    ar, _ = run(lambda tp: all_reduce(tp, N), 4)
+    ag, _ = run(lambda tp: all_gather(tp, N), 4)
+    rs, _ = run(lambda tp: reduce_scatter(tp, N), 4)
+    assert ag == rs == pytest.approx(ar / 2)
+
+
+def test_inter_node_hops_slow_the_ring_and_shortcut_is_an_upper_bound() -> None:
+    inter = (10e9, 10e-6)
+    intra_only, _ = run(lambda tp: all_reduce(tp, N, chunks=4), 16, spn=16)
+    full, topo = run(lambda tp: all_reduce(tp, N, chunks=4), 16, spn=8, inter=inter)
+    sym, _ = run(lambda tp: all_reduce(tp, N, chunks=4, symmetric=True), 16, 8, inter)
+    assert full > intra_only
+    assert sym >= full
+    assert topo.links[(7, 8)].bandwidth == 10e9 and topo.links[(0, 1)].bandwidth == BW
+    assert not topo.same_node(7, 8) and topo.same_node(8, 15)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 13])
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_tree_all_reduce_matches_formula_and_shortcut(p: int, chunks: int) -> None:
+    full, _ = run(lambda tp: all_reduce(tp, N, "tree", chunks), p)
+    sym, _ = run(lambda tp: all_reduce(tp, N, "tree", chunks, symmetric=True), p)
+    depth = p.bit_length() - 1
+    d = N / (chunks * BW)
+    assert full == pytest.approx(2 * depth * (LAT + d) + (chunks - 1) * d, rel=1e-9)
+    assert full == pytest.approx(tree_time(p, N, BW, LAT, chunks), rel=1e-12)
+    assert sym == pytest.approx(full, rel=1e-12)
+
+
+def test_tree_moves_every_byte_on_every_edge_twice() -> None:
+    p = 8
+    _, topo = run(lambda tp: all_reduce(tp, N, "tree", 4), p)
+    assert sum(link.total_bytes for link in topo.links.values()) == pytest.approx(2 * (p - 1) * N)
+
+
+def test_single_socket_and_empty_messages_are_free() -> None:
+    assert run(lambda tp: all_reduce(tp, N), 1)[0] == 0.0
+    assert run(lambda tp: all_reduce(tp, 0.0), 4)[0] == 0.0
+    assert run(lambda tp: all_reduce(tp, N, "tree"), 1)[0] == 0.0
+
+
+def test_subset_of_sockets_and_errors() -> None:
+    t, topo = run(lambda tp: all_reduce(tp, N, sockets=[8, 9, 10, 11]), 16)
+    assert t == pytest.approx(ring_time(4, N, BW, LAT), rel=1e-12)
+    assert set(topo.links) == {(8, 9), (9, 10), (10, 11), (8, 11)}
+    env = simpy.Environment()
+    topo = Topology(env, 4, 4, BW, LAT)
+    with pytest.raises(ValueError):
+        all_reduce(topo, N, algorithm="butterfly")
+    with pytest.raises(ValueError):
+        all_reduce(topo, N, chunks=0)
+    with pytest.raises(ValueError):
+        topo.link(1, 1)
+    with pytest.raises(ValueError):
+        Topology(env, 4, 4, BW, LAT, inter_bandwidth=0.0)
+    with pytest.raises(ValueError):
+        Topology(env, 4, 4, BW, -LAT)
+
+
+def test_deterministic() -> None:
+    def once() -> tuple[float, float]:
+        a = run(lambda tp: all_reduce(tp, N, chunks=8), 8, 4, (10e9, 5e-6))[0]
+        b = run(lambda tp: all_reduce(tp, N, "tree", 8), 13, 4, (10e9, 5e-6))[0]
+        return a, b
+
+    assert once() == once()
