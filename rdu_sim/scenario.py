@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,8 +17,13 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.config.loader import LineMap, read_yaml, validate
-from rdu_sim.config.overrides import normalize_overrides, set_path, split_overrides
+from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
+from rdu_sim.config.overrides import (
+    HW_PREFIX,
+    normalize_overrides,
+    set_path,
+    split_overrides,
+)
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.models.figures import Architecture
 from rdu_sim.models.presets import UnknownModelError, get_model
@@ -69,6 +75,31 @@ def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
             data["model"] = get_model(data["model"]).model_dump()
 
 
+def _override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
+    """The override path that set `field`, its parent or one of its children, if any."""
+    for path in overrides:
+        if field == path or field.startswith(path + ".") or (
+                field and path.startswith(field + ".")):
+            return path
+    return None
+
+
+def _validate(model: type[ModelT], data: Any, file: str, lines: LineMap,
+              overrides: Mapping[str, Any], prefix: str) -> ModelT:
+    """`validate`, with issues caused by a `--set` override saying so (the line would mislead)."""
+    try:
+        return validate(model, data, file, lines)
+    except ConfigError as exc:
+        issues = []
+        for issue in exc.issues:
+            source = _override_for(issue.field, overrides)
+            if source is not None:
+                issue = dataclasses.replace(
+                    issue, line=None, message=f"{issue.message} (from --set {prefix}{source})")
+            issues.append(issue)
+        raise ConfigError(issues) from None
+
+
 def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Architecture,
                  file: str, lines: LineMap) -> None:
     """Rules that span files: TP vs heads and sockets, context vs the model, KV budget."""
@@ -109,7 +140,7 @@ def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMa
     if isinstance(raw, dict):
         _expand_preset(raw, workload_overrides)
         raw = _apply(raw, workload_overrides, workload_file)
-    workload = validate(WorkloadConfig, raw, workload_file, lines)
+    workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
 
     if isinstance(workload.model, str):
         try:
@@ -123,14 +154,16 @@ def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMa
     hardware_path = Path(workload.hardware)
     if not hardware_path.is_absolute():
         hardware_path = Path(os.path.normpath(Path(workload_file).parent / hardware_path))
-    if not hardware_path.exists():
+    problem = file_problem(hardware_path)
+    if problem is not None:
         raise ConfigError.single(workload_file, "hardware",
-                                 f"hardware file {str(hardware_path)!r} not found (paths are "
+                                 f"hardware file {str(hardware_path)!r}: {problem} (paths are "
                                  "relative to the workload file)", lines.get(("hardware",)))
     hw_data, hw_lines = read_yaml(hardware_path)
     if isinstance(hw_data, dict):
         hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
-    hardware = validate(HardwareConfig, hw_data, str(hardware_path), hw_lines)
+    hardware = _validate(HardwareConfig, hw_data, str(hardware_path), hw_lines,
+                         hardware_overrides, HW_PREFIX)
     _cross_check(workload, hardware, model, workload_file, lines)
     return Scenario(workload, hardware, model, workload_file, str(hardware_path))
 

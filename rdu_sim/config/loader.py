@@ -82,21 +82,38 @@ def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
     return data, lines
 
 
+def file_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a config file, or None if it is a regular file.
+
+    Never raises: names too long for the OS, NUL bytes and permission errors are answers.
+    Only regular files pass, so /dev/zero or a FIFO cannot hang the loader.
+    """
+    try:
+        if not path.exists():
+            return "file not found"
+        if path.is_dir():
+            return "is a directory, expected a YAML file"
+        if not path.is_file():
+            return "not a regular file"
+    except (OSError, ValueError) as exc:
+        return f"cannot open: {getattr(exc, 'strerror', None) or exc}"
+    return None
+
+
 def read_yaml(path: Path) -> tuple[Any, LineMap]:
     """Read and parse a YAML file; a missing, unreadable or huge file is a ConfigError."""
     file = str(path)
-    if not path.exists():
-        raise ConfigError.single(file, "", "file not found")
-    if path.is_dir():
-        raise ConfigError.single(file, "", "is a directory, expected a YAML file")
+    problem = file_problem(path)
+    if problem is not None:
+        raise ConfigError.single(file, "", problem)
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ConfigError.single(file, "", f"file is {size} bytes; a config file must be "
-                                     f"under {MAX_FILE_BYTES} bytes")
-        raw = path.read_bytes()
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ConfigError.single(file, "", f"cannot read: {exc.strerror}") from None
+        raise ConfigError.single(file, "", f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError.single(file, "", f"file is larger than {MAX_FILE_BYTES} bytes; a "
+                                 "config file is a few kilobytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -220,8 +237,11 @@ def issues_from_validation(exc: ValidationError, model: type[BaseModel], file: s
             message = f"required field {key!r} is missing" if key else error["msg"]
         else:
             text = error["msg"].removeprefix("Value error, ")
-            shown = _shown(error.get("input"))
-            message = text if shown in text else f"{text} (got {shown})"
+            given = error.get("input")
+            shown = _shown(given)
+            # A model-level rule ("low must be <= high") already names the values it compares.
+            container_rule = kind == "value_error" and isinstance(given, dict | list)
+            message = text if container_rule or shown in text else f"{text} (got {shown})"
         if (dotted, message) in seen:
             continue
         seen.add((dotted, message))
