@@ -1,0 +1,114 @@
+"""`rdu-sim check FILE...`: validate hardware files, workloads and sweep specs.
+
+The kind of each file is read off its top-level keys, so one command checks a whole folder:
+`socket`/`system` is hardware, `hardware`/`model` a workload (checked with its hardware file,
+cross-file rules included), `base`/`axes` a sweep spec (checked by `rdu_sim.sweep.check_spec`
+once the sweep package provides it). Every file is checked and every error printed before
+the exit status (2 if any failed) is decided.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from rdu_sim.cli.errors import EXIT_INPUT_ERROR, expected_errors, print_error, print_warning
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.loader import LineMap, read_yaml, validate
+from rdu_sim.scenario import build_scenario
+
+HARDWARE_KEYS = frozenset({"socket", "system"})
+WORKLOAD_KEYS = frozenset({"hardware", "model"})
+SWEEP_KEYS = frozenset({"base", "axes"})
+
+
+def file_kind(data: Any) -> str | None:
+    """'workload', 'hardware', 'sweep', or None when the top-level keys say nothing."""
+    if not isinstance(data, Mapping):
+        return None
+    keys = {str(k) for k in data}
+    if keys & WORKLOAD_KEYS:
+        return "workload"
+    if keys & HARDWARE_KEYS:
+        return "hardware"
+    if keys & SWEEP_KEYS:
+        return "sweep"
+    return None
+
+
+def _sweep_checker() -> Callable[[Path], Any] | None:
+    """`rdu_sim.sweep.check_spec`, if the sweep package provides it yet."""
+    try:
+        module = importlib.import_module("rdu_sim.sweep")
+    except ImportError:
+        return None
+    checker = getattr(module, "check_spec", None)
+    return checker if callable(checker) else None
+
+
+def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
+    """Validate one parsed file; return its OK description, or None if it was not checked."""
+    file = str(path)
+    kind = file_kind(data)
+    if kind == "workload":
+        scenario = build_scenario(data, workload_file=file, lines=lines)
+        workload = scenario.workload
+        return (f"workload {workload.name!r}: {scenario.model.name} on "
+                f"{scenario.hardware.name} (tp={workload.parallelism.tp}, "
+                f"kv={workload.kv.policy})")
+    if kind == "hardware":
+        hardware = validate(HardwareConfig, data, file, lines)
+        return f"hardware {hardware.name!r}: {hardware.system.sockets} socket(s)"
+    if kind == "sweep":
+        checker = _sweep_checker()
+        if checker is None:
+            print_warning(f"{file}: not checked: sweep specs are checked by "
+                          "rdu_sim.sweep.check_spec, which has not landed yet")
+            return None
+        result = checker(path)
+        return f"sweep spec{': ' + str(result) if result else ''}"
+    if data is None:
+        raise ConfigError.single(file, "", "the file is empty")
+    if not isinstance(data, Mapping):
+        raise ConfigError.single(file, "", f"expected a mapping of fields at the top level, "
+                                 f"got a {type(data).__name__}")
+    raise ConfigError.single(
+        file, "", "cannot tell what this file is: a hardware file has top-level 'socket' and "
+        "'system', a workload 'hardware' and 'model', a sweep spec 'base' and 'axes'", 1)
+
+
+def check_file(path: Path) -> str | None:
+    """Check one file; raise an expected error if it is bad (see rdu_sim.cli.errors)."""
+    data, lines = read_yaml(path)
+    return _check_data(path, data, lines)
+
+
+@click.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+def command(files: tuple[Path, ...]) -> None:
+    """Validate hardware files, workloads and sweep specs (all of them, then exit 2 if any
+    failed). Example: rdu-sim check hw_configs/*.yaml workloads/*.yaml"""
+    out = Console(soft_wrap=True, highlight=False)
+    failed = 0
+    for path in files:
+        try:
+            description = check_file(path)
+        except expected_errors() as exc:
+            failed += 1
+            message = str(exc)
+            if str(path) not in message:  # e.g. a workload's hardware file is at fault
+                message = f"{path}: {message}"
+            print_error(message)
+            continue
+        if description is not None:
+            out.print(f"[green]OK[/green]  {path}: ", end="")
+            out.print(description, markup=False)
+    if failed:
+        print_error(f"{failed} of {len(files)} file(s) failed the check")
+        raise SystemExit(EXIT_INPUT_ERROR)

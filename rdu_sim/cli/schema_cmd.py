@@ -1,0 +1,38 @@
+"""`rdu-sim schema {workload,hardware}`: the JSON Schema of a config file.
+
+Generated from the same pydantic models that validate the files, so it cannot drift. Point an
+editor at it (for VS Code's YAML extension: `# yaml-language-server: $schema=workload.json`
+at the top of the file) and typos are flagged as they are typed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from pydantic import BaseModel
+
+from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.workload import WorkloadConfig
+
+SCHEMAS: dict[str, type[BaseModel]] = {"workload": WorkloadConfig, "hardware": HardwareConfig}
+
+
+def json_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a `kind` file, as the YAML may be written."""
+    schema = SCHEMAS[kind].model_json_schema(mode="validation")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"rdu-sim {kind} file",
+        **{k: v for k, v in schema.items() if k != "title"},
+    }
+
+
+@click.command("schema")
+@click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
+@click.option("--indent", type=click.IntRange(0, 8), default=2, show_default=True,
+              help="JSON indentation.")
+def command(kind: str, indent: int) -> None:
+    """Print the JSON Schema of a workload or hardware file."""
+    click.echo(json.dumps(json_schema(kind), indent=indent or None, sort_keys=False))
