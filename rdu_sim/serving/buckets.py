@@ -1,0 +1,46 @@
+"""Prompt buckets: the static prefill shapes a server compiles, and which one a prompt uses.
+
+A static-graph server cannot compile a prefill graph per prompt length, so a prompt is padded
+up to a bucket. The rule bounds both the padding and the number of distinct shapes (each is
+simulated once per run by the step cache):
+
+- up to 1024 tokens: powers of two from 128 (128, 256, 512, 1024);
+- above: multiples of ``max(1024, P/8)`` where ``P`` is the power of two just below the
+  prompt: 2048, 3072, ... 16384 (steps of 1024), then 18432, 20480, ... (8 buckets per
+  octave). Padding is at most 1023 tokens or 12.5%.
+
+A bucket never exceeds ``max_context`` (a prompt never does). For 128k contexts this is 43
+shapes in all (instead of 1024 for every multiple of 128).
+"""
+
+from __future__ import annotations
+
+MIN_BUCKET = 128
+LINEAR_STEP = 1024
+PER_OCTAVE = 8
+
+
+def prompt_bucket(tokens: int, max_context: int) -> int:
+    """The padded prompt length (static prefill shape) for a prompt of ``tokens`` tokens."""
+    if tokens < 1:
+        raise ValueError(f"prompt tokens must be >= 1, got {tokens}")
+    if tokens <= LINEAR_STEP:
+        bucket = MIN_BUCKET
+        while bucket < tokens:
+            bucket *= 2
+    else:
+        below = 1 << ((tokens - 1).bit_length() - 1)  # largest power of two < tokens
+        step = max(LINEAR_STEP, below // PER_OCTAVE)
+        bucket = -(-tokens // step) * step
+    return min(bucket, max(max_context, tokens))
+
+
+def prompt_buckets(max_context: int) -> list[int]:
+    """Every prompt bucket up to ``max_context``, ascending."""
+    out: list[int] = []
+    tokens = 1
+    while tokens <= max_context:
+        bucket = prompt_bucket(tokens, max_context)
+        out.append(bucket)
+        tokens = bucket + 1
+    return out

@@ -1,0 +1,75 @@
+"""What the serving core emits: per-request times and a time series of state changes.
+
+Metrics are observers: the scheduler only writes these records; report/summary.py turns them
+into percentiles, throughputs and utilizations. Records are compact (preallocated int64
+arrays per request; one small tuple per state change, never one per decode step), so 10,000
+requests with thousands of output tokens each cost a few megabytes.
+
+All times are integer picoseconds from the start of the run (``step_cache.PS_PER_S``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rdu_sim.serving.step_cache import PS_PER_S
+
+UNSET = -1
+
+SERIES_COLUMNS = ("time_ps", "waiting", "prefilling", "decoding", "decode_bucket")
+"""Time-series row: after the change at ``time_ps``, requests waiting in the queue, slots
+prefilling (chunked prompts in progress), slots decoding, and the decode bucket of the last
+decode step (0 before any)."""
+
+
+def _unset(n: int) -> NDArray[np.int64]:
+    return np.full(n, UNSET, dtype=np.int64)
+
+
+@dataclass
+class ServingRecords:
+    """Per-request timestamps (ps) and state-change time series of one run."""
+
+    prompt_tokens: NDArray[np.int64]
+    output_tokens: NDArray[np.int64]
+    arrival_ps: NDArray[np.int64] = field(init=False)
+    admit_ps: NDArray[np.int64] = field(init=False)  # first prefill step starts
+    first_token_ps: NDArray[np.int64] = field(init=False)  # prefill ends: first output token
+    finish_ps: NDArray[np.int64] = field(init=False)  # last output token
+    slot: NDArray[np.int64] = field(init=False)
+    completions: NDArray[np.int64] = field(init=False)  # times each request completed (count)
+    series: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    prefill_steps: int = 0
+    decode_steps: int = 0
+    decode_runs: int = 0  # batched advances (one simulation event each)
+
+    def __post_init__(self) -> None:
+        n = int(self.prompt_tokens.shape[0])
+        self.arrival_ps = _unset(n)
+        self.admit_ps = _unset(n)
+        self.first_token_ps = _unset(n)
+        self.finish_ps = _unset(n)
+        self.slot = _unset(n)
+        self.completions = np.zeros(n, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.prompt_tokens.shape[0])
+
+    @property
+    def completed(self) -> NDArray[np.bool_]:
+        """Mask of requests that finished."""
+        mask: NDArray[np.bool_] = self.finish_ps != UNSET
+        return mask
+
+    def seconds(self, values: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Picosecond timestamps -> seconds (float64)."""
+        return values.astype(np.float64) / PS_PER_S
+
+    def series_array(self) -> NDArray[np.int64]:
+        """The time series as an (rows, 5) int64 array in ``SERIES_COLUMNS`` order."""
+        if not self.series:
+            return np.zeros((0, len(SERIES_COLUMNS)), dtype=np.int64)
+        return np.asarray(self.series, dtype=np.int64)

@@ -1,0 +1,123 @@
+"""The requests of a run: prompt and output lengths, and open-loop arrival times.
+
+All randomness comes from one ``numpy.random.default_rng(serving.seed)`` made here, drawn in
+a fixed order (prompt lengths, then output lengths, then inter-arrival gaps), so the same
+workload gives the same requests in any process, and nothing global is touched.
+
+Lengths are clipped so a request fits one slot (documented in docs/serving.md):
+``prompt <= max_context - 1`` (at least 1) and ``output <= max_context - prompt`` (at
+least 1), i.e. ``prompt + output <= max_context``. The last output token comes from the
+last decode step, whose cache holds ``prompt + output - 1`` tokens, so every cache the run
+builds fits ``max_context``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.workload import (
+    FixedLength,
+    LognormalLength,
+    ServingConfig,
+    UniformLength,
+)
+from rdu_sim.serving.trace import read_trace
+
+Length = FixedLength | UniformLength | LognormalLength
+
+
+@dataclass(frozen=True)
+class RequestSet:
+    """Requests as parallel arrays, indexed by request id (submission order)."""
+
+    prompt_tokens: NDArray[np.int64]
+    output_tokens: NDArray[np.int64]
+    arrival_s: NDArray[np.float64] | None  # open-loop arrival times (sorted); None: closed loop
+    concurrency: int | None  # closed-loop users; None for open-loop arrivals
+
+    def __len__(self) -> int:
+        return int(self.prompt_tokens.shape[0])
+
+    @property
+    def closed_loop(self) -> bool:
+        """True when each user submits its next request as the previous one completes."""
+        return self.arrival_s is None
+
+
+def draw_lengths(dist: Length, n: int, rng: np.random.Generator) -> NDArray[np.int64]:
+    """``n`` lengths from a distribution: fixed, uniform integers on [low, high], or lognormal
+    with the given median and log-space sigma, rounded and clipped to [low, high]."""
+    if isinstance(dist, FixedLength):
+        return np.full(n, dist.value, dtype=np.int64)
+    if isinstance(dist, UniformLength):
+        return rng.integers(dist.low, dist.high + 1, size=n, dtype=np.int64)
+    draws = dist.median * np.exp(dist.sigma * rng.standard_normal(n))
+    return np.clip(np.rint(draws), dist.low, dist.high).astype(np.int64)
+
+
+def typical_length(dist: Length) -> int:
+    """The median of a length distribution (the workload's "typical" length, for prefill_s)."""
+    if isinstance(dist, FixedLength):
+        return dist.value
+    if isinstance(dist, UniformLength):
+        return (dist.low + dist.high) // 2
+    return int(min(max(round(dist.median), dist.low), dist.high))
+
+
+def clip_to_context(prompt: NDArray[np.int64], output: NDArray[np.int64],
+                    max_context: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Clip lengths so ``prompt + output <= max_context`` (both at least 1)."""
+    prompt = np.clip(prompt, 1, max(1, max_context - 1))
+    output = np.clip(output, 1, None)
+    output = np.maximum(1, np.minimum(output, max_context - prompt))
+    return prompt.astype(np.int64), output.astype(np.int64)
+
+
+def make_requests(serving: ServingConfig, batch_slots: int, base_dir: Path | str = ".",
+                  workload_file: str = "") -> RequestSet:
+    """The run's requests from the serving config (distributions or a trace file).
+
+    With a trace, the first ``serving.requests`` rows are used (all of them if fewer), and
+    ``poisson`` arrivals replay the trace's ``arrival_s`` (``arrival.rate`` is then unused);
+    closed-loop and all-at-once arrivals ignore ``arrival_s``. Closed-loop users default to
+    the batch slots.
+    """
+    rng = np.random.default_rng(serving.seed)
+    process = serving.arrival.process
+    arrival: NDArray[np.float64] | None
+    if serving.trace is not None:
+        trace = read_trace(Path(base_dir) / serving.trace, workload_file)
+        n = min(serving.requests, len(trace))
+        prompt = trace.prompt_tokens[:n]
+        output = trace.output_tokens[:n]
+        if process == "poisson":
+            if trace.arrival_s is None:
+                raise ConfigError.single(workload_file, "serving.arrival.process",
+                                         f"poisson arrivals with trace {serving.trace!r} need "
+                                         "an arrival_s column (or use closed_loop)")
+            order = np.argsort(trace.arrival_s[:n], kind="stable")
+            arrival, prompt, output = trace.arrival_s[:n][order], prompt[order], output[order]
+        else:
+            arrival = None
+    else:
+        n = serving.requests
+        prompt = draw_lengths(serving.prompt_tokens, n, rng)
+        output = draw_lengths(serving.output_tokens, n, rng)
+        arrival = None
+        if process == "poisson":
+            rate = serving.arrival.rate
+            assert rate is not None  # the config validator requires it
+            arrival = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    if process == "all_at_once":
+        arrival = np.zeros(n, dtype=np.float64)
+    prompt, output = clip_to_context(prompt, output, serving.max_context)
+    concurrency = None
+    if process == "closed_loop":
+        concurrency = serving.arrival.concurrency or batch_slots
+        arrival = None
+    return RequestSet(prompt, output, arrival, concurrency)

@@ -1,0 +1,243 @@
+"""The continuous-batching server: a SimPy process driving static batch slots.
+
+Policy (docs/serving.md has the full statement):
+
+- Requests wait in one FIFO queue. A request is *admitted* to the lowest free slot when its
+  first prefill step starts (queueing delay = admission - arrival).
+- A prefill step is batch 1: the whole prompt padded to its bucket
+  (``serving.buckets.prompt_bucket``), or, with ``prefill_chunk_tokens = C`` and a prompt
+  longer than C, one chunk of C tokens attending to the ``cache_len`` tokens already
+  prefilled (the last chunk is padded to C). The step that prefills the last prompt token
+  also produces the first output token (TTFT = end of that step). SnapKV selection, when
+  the policy compresses, is part of the compiled prefill program.
+- A decode step runs the static decode graph over all ``batch_slots`` slots (empty and
+  still-prefilling slots are padding, as in any static graph) at the decode bucket
+  ``policy.decode_bucket(longest cache among decoding slots)``; every decoding slot gains
+  one token. A request with ``output`` tokens decodes ``output - 1`` steps after prefill.
+- ``prefill_first``: before each decode step, all prefill work runs: every free slot with a
+  waiting request is prefilled; with chunking, each prefilling slot (and each new
+  admission) advances by one chunk per decode step, oldest first.
+  ``decode_first``: at most one prefill step (a prompt, or one chunk of the oldest
+  prefilling slot) between two decode steps.
+  With no decoding slot, prefill steps simply run back to back.
+- Decisions are taken at step boundaries, after every arrival at the same instant.
+
+Speed: between state changes every decode step has the same shape and time, so the server
+advances ``k`` steps in one event (``k`` = steps until the next completion or bucket
+change, or 1 when prefill work waits for the next boundary). An arrival during such a run,
+when a slot is free, cuts it at the next step boundary -- exactly where a step-by-step
+server would have seen it. Time is integer picoseconds, so ``k * step`` is exact.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import simpy
+from simpy.events import Event, EventPriority
+
+from rdu_sim.compiler.program import StaticShape
+from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.serving.buckets import prompt_bucket
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.slots import Slots
+from rdu_sim.serving.step_cache import StepCache
+
+LATE = EventPriority(2)
+"""Event priority of the server's own wake-ups: after every normal event (arrivals, users
+resubmitting) at the same instant, so a decision sees everything that happened by then."""
+
+Progress = Callable[[int, int], None]
+Priority = Literal["prefill_first", "decode_first"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The knobs of the scheduling policy."""
+
+    batch_slots: int
+    max_context: int
+    prefill_priority: Priority = "prefill_first"
+    prefill_chunk_tokens: int | None = None
+
+
+class _At(Event):
+    """An event ``delay`` ps from now at LATE priority (a step boundary or a settle point)."""
+
+    def __init__(self, env: simpy.Environment, delay: int) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, LATE, delay)
+
+
+class Server:
+    """Static batch slots, a FIFO queue, and the process that runs prefill and decode steps."""
+
+    def __init__(self, env: simpy.Environment, config: ServerConfig, policy: KVPolicy,
+                 cache: StepCache, records: ServingRecords,
+                 progress: Progress | None = None) -> None:
+        self.env = env
+        self.config = config
+        self.policy = policy
+        self.cache = cache
+        self.records = records
+        self.progress = progress
+        self.slots = Slots(config.batch_slots)
+        self.queue: deque[int] = deque()
+        self.completed = 0
+        self._wake: Event | None = None
+        self._done_events: dict[int, Event] = {}
+        self._last_was_prefill = False
+        self._bucket = 0
+        self._decode_shape: StaticShape | None = None
+        self.process = env.process(self._run())
+
+    # --- arrivals ---------------------------------------------------------------------------
+    def submit(self, request: int, notify_done: bool = False) -> Event | None:
+        """A request arrives now; with ``notify_done``, return an event fired at completion."""
+        now = int(self.env.now)
+        self.records.arrival_ps[request] = now
+        self.queue.append(request)
+        self._record(now)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        if notify_done:
+            done = self.env.event()
+            self._done_events[request] = done
+            return done
+        return None
+
+    # --- the process ------------------------------------------------------------------------
+    def _run(self) -> Generator[Event, Any, None]:
+        total = len(self.records)
+        while self.completed < total:
+            yield _At(self.env, 0)  # settle: let same-instant arrivals land first
+            self._record(int(self.env.now))
+            action = self._choose()
+            if action == "prefill":
+                yield from self._prefill()
+            elif action == "decode":
+                yield from self._decode()
+            else:
+                self._wake = self.env.event()
+                yield self._wake
+                self._wake = None
+
+    def _prefill_candidate(self) -> int | None:
+        """Slot whose next chunk to prefill, -1 to admit a new request, None: no prefill work."""
+        slots = self.slots
+        if slots.prefill_order:
+            if self.config.prefill_priority == "decode_first" or slots.decoding == 0:
+                return slots.prefill_order[0]
+            for slot in slots.prefill_order:
+                if not slots.chunked_this_round[slot]:
+                    return slot
+        if self.queue and slots.occupied < slots.n:
+            return -1
+        return None
+
+    def _choose(self) -> str:
+        decoding = self.slots.decoding > 0
+        if (self.config.prefill_priority == "decode_first" and decoding
+                and self._last_was_prefill):
+            return "decode"
+        if self._prefill_candidate() is not None:
+            return "prefill"
+        return "decode" if decoding else "idle"
+
+    def _prefill_waiting(self) -> bool:
+        """Whether prefill work exists that a decode step must yield to at its boundary."""
+        slots = self.slots
+        return bool(slots.prefill_order) or bool(self.queue and slots.occupied < slots.n)
+
+    # --- steps ------------------------------------------------------------------------------
+    def _prefill(self) -> Generator[Event, Any, None]:
+        slots, records = self.slots, self.records
+        slot = self._prefill_candidate()
+        assert slot is not None
+        if slot < 0:
+            slot = slots.free_slot()
+            request = self.queue.popleft()
+            slots.admit(slot, request)
+            records.admit_ps[request] = int(self.env.now)
+            records.slot[request] = slot
+        request = int(slots.request[slot])
+        prompt = int(records.prompt_tokens[request])
+        chunk = self.config.prefill_chunk_tokens
+        done = int(slots.prefilled[slot])
+        if chunk is not None and prompt > chunk:
+            shape = StaticShape("prefill", 1, chunk, done)
+            done = min(prompt, done + chunk)
+        else:
+            shape = StaticShape("prefill", 1, prompt_bucket(prompt, self.config.max_context), 0)
+            done = prompt
+        step = self.cache.run(shape)
+        records.prefill_steps += 1
+        yield _At(self.env, step)
+        self._last_was_prefill = True
+        slots.prefilled[slot] = done
+        slots.chunked_this_round[slot] = True
+        if done < prompt:
+            return
+        now = int(self.env.now)
+        records.first_token_ps[request] = now
+        output = int(records.output_tokens[request])
+        if output == 1:
+            self._complete(slot, request, now)
+            return
+        slots.start_decode(slot, self.policy.cache_at(prompt, 1),
+                           self.policy.cache_at(prompt, output - 1), output - 1)
+
+    def _decode(self) -> Generator[Event, Any, None]:
+        slots, env = self.slots, self.env
+        bucket = self.policy.decode_bucket(slots.longest_cache(), self.config.max_context)
+        steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
+        if bucket != self._bucket or self._decode_shape is None:
+            self._bucket = bucket
+            self._decode_shape = StaticShape("decode", slots.n, 1, bucket)
+        shape = self._decode_shape
+        step = self.cache.step_ps(shape)
+        start = int(env.now)
+        end = start + steps * step
+        if steps > 1 and slots.occupied < slots.n:
+            # An arrival can be admitted: wait for the run's end or an arrival, whichever first.
+            boundary = _At(env, end - start)
+            self._wake = env.event()
+            yield boundary | self._wake
+            self._wake = None
+            if not boundary.triggered:
+                done_steps = max(1, -(-(int(env.now) - start) // step))  # finish the step in flight
+                if done_steps < steps:
+                    steps = done_steps
+                    end = start + steps * step
+                yield _At(env, end - int(env.now))
+        else:
+            yield _At(env, end - start)
+        self.cache.run(shape, steps)
+        self.records.decode_steps += steps
+        self.records.decode_runs += 1
+        self._last_was_prefill = False
+        now = int(env.now)
+        for slot in slots.advance(steps):
+            self._complete(int(slot), int(slots.request[slot]), now)
+
+    def _complete(self, slot: int, request: int, now: int) -> None:
+        records = self.records
+        records.finish_ps[request] = now
+        records.completions[request] += 1
+        self.slots.release(slot)
+        self.completed += 1
+        done = self._done_events.pop(request, None)
+        if done is not None:
+            done.succeed()
+        if self.progress is not None:
+            self.progress(self.completed, len(records))
+
+    def _record(self, now: int) -> None:
+        slots = self.slots
+        self.records.series.append((now, len(self.queue), len(slots.prefill_order),
+                                    slots.decoding, self._bucket))

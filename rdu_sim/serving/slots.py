@@ -1,0 +1,94 @@
+"""The static batch slots as parallel NumPy arrays, and the decode-run arithmetic on them.
+
+A decoding slot's cache grows by one token per generated token until it saturates at the
+cache it has at its last decode step: ``cache(g) = min(c + g - 1, cap)`` with
+``c = policy.cache_at(prompt, 1)`` and ``cap = policy.cache_at(prompt, output - 1)``. Every
+registered KV policy has this form (full and SnapKV grow, SnapStream and StreamingLLM
+saturate at their slot; tests check it), and it lets the scheduler compute, without stepping,
+how many decode steps keep the same static shape.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from numpy.typing import NDArray
+
+EMPTY, PREFILLING, DECODING = 0, 1, 2
+NO_LIMIT = np.iinfo(np.int64).max
+
+
+class Slots:
+    """State of ``n`` static batch slots."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.request = np.full(n, -1, dtype=np.int64)
+        self.phase = np.zeros(n, dtype=np.int8)
+        self.prefilled = np.zeros(n, dtype=np.int64)  # prompt tokens prefilled (chunking)
+        self.cache = np.zeros(n, dtype=np.int64)  # uncapped cache of the next decode step
+        self.cap = np.zeros(n, dtype=np.int64)  # the cache never exceeds this
+        self.remaining = np.zeros(n, dtype=np.int64)  # decode steps until done
+        self.chunked_this_round = np.zeros(n, dtype=np.bool_)
+        self.prefill_order: deque[int] = deque()  # prefilling slots, oldest first
+        self.decoding = 0
+        self.occupied = 0
+
+    def free_slot(self) -> int:
+        """Lowest-index empty slot, or -1."""
+        if self.occupied >= self.n:
+            return -1
+        return int(np.argmax(self.phase == EMPTY))
+
+    def admit(self, slot: int, request: int) -> None:
+        """Put a request in an empty slot, to be prefilled."""
+        self.request[slot] = request
+        self.phase[slot] = PREFILLING
+        self.prefilled[slot] = 0
+        self.prefill_order.append(slot)
+        self.occupied += 1
+
+    def start_decode(self, slot: int, cache: int, cap: int, steps: int) -> None:
+        """The slot's prefill is done; it decodes ``steps`` more tokens."""
+        self.prefill_order.remove(slot)
+        self.phase[slot] = DECODING
+        self.cache[slot] = cache
+        self.cap[slot] = cap
+        self.remaining[slot] = steps
+        self.decoding += 1
+
+    def release(self, slot: int) -> None:
+        """Empty a slot (its request completed)."""
+        if self.phase[slot] == DECODING:
+            self.decoding -= 1
+        elif self.phase[slot] == PREFILLING:
+            self.prefill_order.remove(slot)
+        self.phase[slot] = EMPTY
+        self.request[slot] = -1
+        self.occupied -= 1
+
+    def longest_cache(self) -> int:
+        """Longest cache among decoding slots at the next decode step (0 if none)."""
+        mask = self.phase == DECODING
+        if not mask.any():
+            return 0
+        return int(np.minimum(self.cache[mask], self.cap[mask]).max())
+
+    def steps_in_run(self, bucket: int) -> int:
+        """Decode steps until the next completion or until the longest cache outgrows
+        ``bucket`` (whichever is first): the steps that share one static shape."""
+        mask = self.phase == DECODING
+        steps = int(self.remaining[mask].min())
+        grows = mask & (self.cap > bucket)
+        if grows.any():
+            steps = min(steps, int((bucket - self.cache[grows]).min()) + 1)
+        return steps
+
+    def advance(self, steps: int) -> NDArray[np.int64]:
+        """Run ``steps`` decode steps; return the slots whose request is now complete."""
+        mask = self.phase == DECODING
+        self.cache[mask] += steps
+        self.remaining[mask] -= steps
+        self.chunked_this_round[:] = False
+        return np.flatnonzero(mask & (self.remaining == 0))

@@ -1,0 +1,103 @@
+"""Step times memoized by static shape: each shape is simulated once per run.
+
+Static graphs make this exact, not an approximation: a step's time depends only on the
+shape it was compiled for (phase, batch slots, new tokens, cache bucket), never on which
+requests fill the slots. The serving level therefore asks the engine once per shape and
+counts every step it runs per shape, from which the report derives utilization.
+
+Time inside the serving simulation is integer picoseconds (``PS_PER_S``), so advancing ``k``
+identical steps in one go (``k * step_ps``) is exactly the same as ``k`` single steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rdu_sim.compiler.program import StaticShape
+
+PS_PER_S = 10**12
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What the serving level needs from one simulated step of one shape."""
+
+    step_s: float  # wall time of the step
+    hbm_util: float = 0.0  # fraction of the step the HBM bandwidth was busy (0..1)
+    pcu_util: float = 0.0  # fraction of PCU-time busy during the step (0..1)
+    detail: object = None  # the engine's full timing (for `--step` and reports), if any
+
+
+StepFn = Callable[[StaticShape], StepCost]
+
+
+def to_ps(seconds: float) -> int:
+    """Seconds -> integer picoseconds (rounded to nearest)."""
+    return round(seconds * PS_PER_S)
+
+
+def to_s(ps: int) -> float:
+    """Integer picoseconds -> seconds."""
+    return ps / PS_PER_S
+
+
+class StepCache:
+    """Memo of step costs by shape, with per-shape step counts and hit/miss accounting.
+
+    ``hits`` and ``misses`` count steps (one lookup per step run, a miss being the first
+    step of a shape), so they do not depend on how many identical steps the scheduler
+    advances at once.
+    """
+
+    def __init__(self, step_fn: StepFn) -> None:
+        self._step_fn = step_fn
+        self._costs: dict[StaticShape, StepCost] = {}
+        self._ps: dict[StaticShape, int] = {}
+        self.steps: dict[StaticShape, int] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def cost(self, shape: StaticShape) -> StepCost:
+        """The step cost of a shape (simulated on first use; not counted as a step)."""
+        cost = self._costs.get(shape)
+        if cost is None:
+            cost = self._step_fn(shape)
+            if not cost.step_s > 0:
+                raise ValueError(f"step time of {shape} must be > 0 s, got {cost.step_s}")
+            self._costs[shape] = cost
+            self._ps[shape] = max(1, to_ps(cost.step_s))
+        return cost
+
+    def step_ps(self, shape: StaticShape) -> int:
+        """The step time of a shape in integer picoseconds (what the scheduler advances)."""
+        if shape not in self._ps:
+            self.cost(shape)
+        return self._ps[shape]
+
+    def step_s(self, shape: StaticShape) -> float:
+        """The step time the scheduler uses, in seconds (``step_ps / 1e12``)."""
+        return to_s(self.step_ps(shape))
+
+    def run(self, shape: StaticShape, count: int = 1) -> int:
+        """Account ``count`` steps of ``shape``; return the time of one step (ps)."""
+        step = self.step_ps(shape)
+        seen = self.steps.get(shape, 0)
+        self.steps[shape] = seen + count
+        if seen == 0:
+            self.misses += 1
+            self.hits += count - 1
+        else:
+            self.hits += count
+        return step
+
+    @property
+    def shapes(self) -> list[StaticShape]:
+        """Shapes simulated so far (in first-use order)."""
+        return list(self._costs)
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits / (hits + misses), 0 before any step."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
