@@ -1,0 +1,149 @@
+"""Plots of simulation results: the entry point of ``rdu_sim.report``'s plotting.
+
+Every plot is a function that takes results (a run's JSON dict from ``RunResult.to_dict()``
+or ``rdu-sim run --json``, a list of them, or a sweep DataFrame from ``rdu_sim.sweep.load``)
+and returns a ``matplotlib.figure.Figure`` made without pyplot (no display needed; save it
+with ``fig.savefig("x.png")``, or let a notebook show it). Axes are in units people read:
+GiB, tokens/s, ms, TFLOP/s.
+
+==================  ===========================================  ==========================
+kind (CLI)          function                                     needs
+==================  ===========================================  ==========================
+memory              :func:`memory_footprint`                     runs over contexts
+capacity            :func:`batch_capacity`                       runs over contexts
+throughput          :func:`throughput_vs_context` /              runs over contexts or
+                    :func:`throughput_vs_batch`                  batch sizes
+roofline            :func:`roofline`                             a step timing + hardware
+latency             :func:`latency_distribution`                 per-request records
+occupancy           :func:`occupancy_timeline`                   slot-occupancy series
+==================  ===========================================  ==========================
+
+Runs over contexts or batch sizes are built in-process by :func:`runs_over_contexts` and
+:func:`runs_over_batches` (few requests each, so they are cheap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from rdu_sim.report.plots_data import (
+    PlotInputError,
+    as_runs,
+    context_of,
+    find,
+)
+from rdu_sim.report.plots_memory import batch_capacity, memory_footprint
+from rdu_sim.report.plots_perf import (
+    KernelPoint,
+    kernel_points,
+    roofline,
+    throughput_vs_batch,
+    throughput_vs_context,
+)
+from rdu_sim.report.plots_runs import (
+    decode_step_timing,
+    runs_over_batches,
+    runs_over_contexts,
+)
+from rdu_sim.report.plots_serving import latency_distribution, occupancy_timeline
+
+__all__ = [
+    "PLOT_KINDS",
+    "SAVE_FORMATS",
+    "KernelPoint",
+    "PlotInputError",
+    "batch_capacity",
+    "decode_step_timing",
+    "kernel_points",
+    "latency_distribution",
+    "memory_footprint",
+    "occupancy_timeline",
+    "plot",
+    "roofline",
+    "runs_over_batches",
+    "runs_over_contexts",
+    "save_figure",
+    "throughput_vs_batch",
+    "throughput_vs_context",
+]
+
+PLOT_KINDS: dict[str, str] = {
+    "memory": "memory per tier (weights, KV, activations, free) vs context",
+    "capacity": "batch capacity vs context",
+    "throughput": "decode tokens/s vs context (or vs batch when only the batch varies)",
+    "roofline": "a decode step's kernels on the HBM and compute roofs",
+    "latency": "TTFT and TPOT distributions (CDF)",
+    "occupancy": "batch slot occupancy over time",
+}
+"""Plot kinds the CLI knows, with what each shows."""
+
+MULTI_RUN_KINDS = frozenset({"memory", "capacity", "throughput"})
+"""Kinds whose x axis is a quantity that varies across runs (a workload YAML input builds
+runs over contexts for them)."""
+
+SAVE_FORMATS = (".png", ".svg", ".pdf")
+"""File suffixes :func:`save_figure` writes."""
+
+
+def _throughput(results: Any) -> Figure:
+    """Vs batch when the runs share one context and differ in batch slots, else vs context."""
+    runs = as_runs(results)
+    contexts = {context_of(r) for r in runs}
+    batches = {find(r, "batch_slots", what="batch slots", default=None) for r in runs}
+    if len(contexts) == 1 and len(batches) > 1:
+        return throughput_vs_batch(runs)
+    return throughput_vs_context(runs)
+
+
+def _roofline(results: Any) -> Figure:
+    """Roofline of the first run that carries a step timing and its hardware roofs."""
+    runs = as_runs(results)
+    for run in runs:
+        step = find(run, "decode_step", "step_timing", what="step timing", default=None)
+        if step is None:
+            continue
+        hardware = find(run, "hardware", "roofs", what="hardware roofs", default=None)
+        if hardware is None:
+            raise PlotInputError("results have a step timing but no 'hardware' roofs "
+                                 "(peak_flops, hbm_bandwidth)")
+        return roofline(step, hardware)
+    raise PlotInputError("results have no step timing ('decode_step'); run the roofline "
+                         "from a workload YAML, or from a run JSON that includes one")
+
+
+_RENDERERS: dict[str, Callable[[Any], Figure]] = {
+    "memory": memory_footprint,
+    "capacity": batch_capacity,
+    "throughput": _throughput,
+    "roofline": _roofline,
+    "latency": latency_distribution,
+    "occupancy": occupancy_timeline,
+}
+
+
+def plot(kind: str, results: Any) -> Figure:
+    """The figure of ``kind`` (one of :data:`PLOT_KINDS`) for ``results``.
+
+    Raises:
+        PlotInputError: an unknown kind (the message lists the valid ones) or results that
+            lack what the kind needs.
+    """
+    renderer = _RENDERERS.get(kind)
+    if renderer is None:
+        raise PlotInputError(f"unknown plot kind {kind!r}; valid kinds: "
+                             f"{', '.join(PLOT_KINDS)}")
+    return renderer(results)
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (.png at 150 dpi, .svg or .pdf), creating parent folders."""
+    target = Path(path)
+    if target.suffix.lower() not in SAVE_FORMATS:
+        raise PlotInputError(f"output must end in {', '.join(SAVE_FORMATS)}, got {target.name!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=150)
+    return target

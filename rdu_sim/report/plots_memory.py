@@ -1,0 +1,126 @@
+"""Memory plots: what fills each tier of a socket, and how many batch slots fit, vs context.
+
+These answer the first question about SnapStream: a full-attention slot grows with the
+context, a SnapStream slot is capped at its budget, so at long context the same HBM holds
+several times more slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from rdu_sim.report.plots_data import (
+    GIB,
+    MEMORY_PARTS,
+    PlotInputError,
+    as_runs,
+    context_of,
+    find,
+    group_runs,
+    memory_of,
+    model_of,
+    number,
+    tiers_present,
+)
+from rdu_sim.report.plots_style import PART_COLORS, color_for, new_figure, tokens, use_token_axis
+
+__all__ = ["batch_capacity", "memory_footprint"]
+
+_PART_LABELS = {"weights": "weights", "kv": "KV cache", "activations": "activations",
+                "free": "free"}
+
+
+def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket: int = 0,
+                     group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+    """Stacked bars of weights, KV cache, activations and free space per tier vs context.
+
+    One row of axes per memory tier, one column per group of runs (by default per model and
+    KV policy, so full attention and SnapStream sit side by side); within an axes one bar per
+    context length, in GiB per socket. The y axis of a row is shared so columns compare.
+
+    Args:
+        results: runs (dicts, a list, or a sweep DataFrame), each with ``memory`` and a
+            context length.
+        tiers: tiers to show (default: every tier the first run reports: sram, hbm, ddr).
+        socket: which socket's memory to show when results list several.
+        group_by: result keys whose values make the columns.
+
+    Returns:
+        The figure; each axes holds four bar containers (weights, KV, activations, free).
+    """
+    runs = as_runs(results)
+    shown = list(tiers) if tiers is not None else tiers_present(runs[0])
+    if not shown:
+        raise PlotInputError("results report no memory tiers (expected memory.sram/hbm/ddr)")
+    groups = group_runs(runs, group_by)
+    fig, axes = new_figure(len(shown), len(groups), width=4.2, height=3.4)
+    row_axes: dict[str, list[Any]] = {}
+    for col, (label, members) in enumerate(groups.items()):
+        members = sorted(members, key=context_of)
+        contexts = [context_of(r) for r in members]
+        x = np.arange(len(members))
+        for row, tier in enumerate(shown):
+            ax = axes[row * len(groups) + col]
+            row_axes.setdefault(tier, []).append(ax)
+            usage = [memory_of(r, tier, socket) for r in members]
+            bottom = np.zeros(len(members))
+            for part in MEMORY_PARTS:
+                heights = np.array([u[part] / GIB for u in usage])
+                ax.bar(x, heights, 0.7, bottom=bottom, color=PART_COLORS[part],
+                       edgecolor="white", linewidth=0.5, label=_PART_LABELS[part])
+                bottom += heights
+            ax.set_xticks(x, [tokens(c) for c in contexts])
+            ax.set_title(f"{tier.upper()} · {label}", fontsize=10)
+            if row == len(shown) - 1:
+                ax.set_xlabel("context (tokens)")
+            if col == 0:
+                ax.set_ylabel(f"{tier.upper()} GiB per socket")
+    for ax_row in row_axes.values():
+        top = max(ax.get_ylim()[1] for ax in ax_row)
+        for ax in ax_row:
+            ax.set_ylim(0, top)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(MEMORY_PARTS))
+    model = model_of(runs[0])
+    fig.suptitle(f"Memory per socket vs context{f' — {model}' if model else ''}")
+    return fig
+
+
+def batch_capacity(results: Any, *,
+                   group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+    """Batch capacity (slots that fit in memory) vs context, one line per model and policy.
+
+    Both axes are log-2: a full-attention slot's cache doubles with the context, so its
+    capacity halves per doubling, while SnapStream's flattens once the context exceeds its
+    budget. The gap between the lines is the "larger maximum batch" of the paper.
+
+    Returns:
+        The figure; one line per group of runs.
+    """
+    runs = as_runs(results)
+    groups = group_runs(runs, group_by)
+    fig, (ax,) = new_figure()
+    all_contexts: list[int] = []
+    capacities: list[float] = []
+    for i, (label, members) in enumerate(groups.items()):
+        members = sorted(members, key=context_of)
+        contexts = [context_of(r) for r in members]
+        cap = [number(find(r, "batch_capacity", "capacity.batch", what="batch capacity"),
+                      "batch_capacity") for r in members]
+        all_contexts += contexts
+        capacities += cap
+        ax.plot(contexts, cap, marker="o", label=label, color=color_for(label, i))
+    use_token_axis(ax, all_contexts)
+    if capacities and min(capacities) > 0 and max(capacities) / min(capacities) > 8:
+        ax.set_yscale("log", base=2)
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("batch capacity (slots)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend()
+    model = model_of(runs[0]) if len({model_of(r) for r in runs}) == 1 else ""
+    ax.set_title(f"Batch capacity vs context{f' — {model}' if model else ''}")
+    return fig

@@ -1,0 +1,249 @@
+"""Speed plots: decode tokens/s vs batch and vs context, and a roofline of one step's kernels.
+
+The throughput curves show what the extra slots SnapStream frees are worth; the roofline shows
+why: decode kernels sit far left (few FLOPs per byte of weights and KV streamed), on the HBM
+roof, so their time is bytes / bandwidth and a smaller cache per slot is time saved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from rdu_sim.report.plots_data import (
+    PlotInputError,
+    as_runs,
+    context_of,
+    find,
+    group_runs,
+    model_of,
+    number,
+)
+from rdu_sim.report.plots_style import color_for, new_figure, use_token_axis
+
+__all__ = ["KernelPoint", "kernel_points", "roofline", "throughput_vs_batch",
+           "throughput_vs_context"]
+
+
+def _tokens_per_s(run: Mapping[str, Any]) -> float:
+    return number(find(run, "decode_tokens_per_s", "throughput.decode_tokens_per_s",
+                       "tokens_per_s", what="decode tokens/s"), "decode_tokens_per_s")
+
+
+def _batch_of(run: Mapping[str, Any]) -> int:
+    return int(number(find(run, "batch_slots", "serving.batch_slots", what="batch slots"),
+                      "batch_slots"))
+
+
+def _throughput(results: Any, x_of: Any, group_by: Sequence[str], xlabel: str,
+                title: str) -> Figure:
+    runs = as_runs(results)
+    groups = group_runs(runs, group_by)
+    fig, (ax,) = new_figure()
+    xs_all: list[int] = []
+    for i, (label, members) in enumerate(groups.items()):
+        members = sorted(members, key=x_of)
+        xs = [x_of(r) for r in members]
+        xs_all += xs
+        ax.plot(xs, [_tokens_per_s(r) for r in members], marker="o", label=label,
+                color=color_for(label, i))
+    use_token_axis(ax, xs_all)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("decode throughput (tokens/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    model = model_of(runs[0]) if len({model_of(r) for r in runs}) == 1 else ""
+    ax.set_title(f"{title}{f' — {model}' if model else ''}")
+    return fig
+
+
+def throughput_vs_batch(results: Any, *,
+                        group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+    """Decode tokens/s (whole system) vs batch slots, one line per model and policy.
+
+    Decode is bandwidth bound at small batch (every step streams all weights once, whatever
+    the batch), so tokens/s first grows about linearly with the batch, then bends as the KV
+    cache traffic, which grows with the batch, takes over.
+
+    Returns:
+        The figure; one line per group of runs.
+    """
+    return _throughput(results, _batch_of, group_by, "batch slots",
+                       "Decode throughput vs batch")
+
+
+def throughput_vs_context(results: Any, *,
+                          group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+    """Decode tokens/s vs context length, one line per model and policy.
+
+    Each run's batch is whatever it used (its capacity when ``batch_slots: auto``), so the
+    curve folds together both effects of a longer context: fewer slots fit, and each step
+    streams more KV per slot.
+
+    Returns:
+        The figure; one line per group of runs.
+    """
+    return _throughput(results, context_of, group_by, "context (tokens)",
+                       "Decode throughput vs context")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelPoint:
+    """One kernel of a step, as the roofline places it (per socket, per step)."""
+
+    name: str
+    flops: float
+    hbm_bytes: float
+    ddr_bytes: float
+    time_s: float
+
+    @property
+    def offchip_bytes(self) -> float:
+        return self.hbm_bytes + self.ddr_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of off-chip (HBM + DDR) traffic."""
+        return self.flops / self.offchip_bytes if self.offchip_bytes else float("inf")
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.flops / self.time_s if self.time_s else 0.0
+
+
+def _as_mapping(obj: Any) -> Any:
+    """Dataclasses and objects with ``to_dict`` as mappings; anything else unchanged."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if hasattr(obj, "to_dict") and not isinstance(obj, Mapping):
+        return obj.to_dict()
+    return obj
+
+
+def kernel_points(step: Any) -> list[KernelPoint]:
+    """The kernels of a step timing (``StepTiming``, its dict, or a run dict holding one).
+
+    Each kernel needs a name, its matrix FLOPs, its time and its bytes by tier (``hbm`` and
+    ``ddr``; SRAM traffic is on-chip and does not count against the off-chip roofs).
+    Kernels may be a list or a name-keyed mapping.
+    """
+    data = _as_mapping(step)
+    if isinstance(data, Mapping):
+        for key in ("decode_step", "step_timing", "step", "timing"):
+            if key in data and not ("kernels" in data or "per_kernel" in data):
+                return kernel_points(data[key])
+        kernels = find(data, "kernels", "per_kernel", what="per-kernel step timing")
+    else:
+        kernels = data
+    items: list[tuple[str, Any]]
+    if isinstance(kernels, Mapping):
+        items = [(str(k), _as_mapping(v)) for k, v in kernels.items()]
+    elif isinstance(kernels, Sequence) and not isinstance(kernels, str):
+        items = []
+        for i, kernel in enumerate(kernels):
+            k = _as_mapping(kernel)
+            if not isinstance(k, Mapping):
+                raise PlotInputError(f"kernel {i} of the step timing is not a record: {k!r}")
+            items.append((str(k.get("name", f"kernel{i}")), k))
+    else:
+        raise PlotInputError("step timing 'kernels' must be a list or a mapping")
+    points = []
+    for name, k in items:
+        tiers = find(k, "bytes_by_tier", "bytes", what=f"bytes by tier of kernel {name!r}",
+                     default={})
+        if not isinstance(tiers, Mapping):
+            tiers = {"hbm": tiers}
+        points.append(KernelPoint(
+            name=name,
+            flops=number(find(k, "flops", what=f"FLOPs of kernel {name!r}"), "flops"),
+            hbm_bytes=number(tiers.get("hbm", find(k, "hbm_bytes", what="", default=0.0)),
+                             "hbm bytes"),
+            ddr_bytes=number(tiers.get("ddr", find(k, "ddr_bytes", what="", default=0.0)),
+                             "ddr bytes"),
+            time_s=number(find(k, "time_s", "seconds", "time", "duration_s",
+                               what=f"time of kernel {name!r}"), "time_s"),
+        ))
+    if not points:
+        raise PlotInputError("the step timing has no kernels")
+    return points
+
+
+def _roofs(hardware: Any) -> dict[str, float]:
+    """Peak FLOP/s and HBM/DDR bytes/s of one socket from a HardwareConfig or a mapping."""
+    socket = getattr(hardware, "socket", None)
+    if socket is not None:
+        return {"peak_flops": float(socket.peak_flops),
+                "hbm_bandwidth": float(socket.hbm.bandwidth),
+                "ddr_bandwidth": float(socket.ddr.bandwidth)}
+    data = _as_mapping(hardware)
+    if not isinstance(data, Mapping):
+        raise PlotInputError("hardware must be a HardwareConfig or a mapping of roofs")
+    return {
+        "peak_flops": number(find(data, "peak_flops", "socket.peak_flops",
+                                  what="peak FLOP/s of a socket"), "peak_flops"),
+        "hbm_bandwidth": number(find(data, "hbm_bandwidth", "socket.hbm.bandwidth",
+                                     what="HBM bandwidth"), "hbm_bandwidth"),
+        "ddr_bandwidth": number(find(data, "ddr_bandwidth", "socket.ddr.bandwidth",
+                                     what="DDR bandwidth", default=0.0), "ddr_bandwidth"),
+    }
+
+
+def roofline(step: Any, hardware: Any, *, title: str | None = None) -> Figure:
+    """A roofline of one step: each kernel at (FLOP per off-chip byte, achieved FLOP/s).
+
+    Roofs of one socket: compute (peak matrix FLOP/s) and HBM (bandwidth x intensity); a DDR
+    roof is added when some kernel reads DDR. A kernel below the roofs at its intensity loses
+    time to something else (launch and sync, collectives, skinny GEMM tiles); a kernel on
+    the HBM roof is bandwidth bound. Marker area is the kernel's share of the step time.
+    Kernels without FLOPs (an embedding gather) or without off-chip bytes cannot be placed
+    on log axes and are listed under the plot instead.
+
+    Args:
+        step: the step timing (``StepTiming``, its dict, or a run dict holding one under
+            ``decode_step``/``step_timing``): kernels with flops, bytes_by_tier, time_s.
+        hardware: a ``HardwareConfig`` or a mapping with ``peak_flops``, ``hbm_bandwidth``
+            and optionally ``ddr_bandwidth`` (per socket, FLOP/s and bytes/s).
+
+    Returns:
+        The figure: one line per roof, one scatter collection per placed kernel.
+    """
+    points = kernel_points(step)
+    roofs = _roofs(hardware)
+    placed = [p for p in points if p.flops > 0 and p.offchip_bytes > 0 and p.time_s > 0]
+    skipped = [p.name for p in points if p not in placed]
+    fig, (ax,) = new_figure(width=7.2, height=4.8)
+    peak = roofs["peak_flops"]
+    intensities = [p.intensity for p in placed]
+    ridge = peak / roofs["hbm_bandwidth"]
+    lo = min([*intensities, ridge / 100]) / 2
+    hi = max([*intensities, ridge * 10]) * 2
+    x = np.geomspace(lo, hi, 200)
+    tflops = 1e12
+    ax.plot(x, np.minimum(peak, roofs["hbm_bandwidth"] * x) / tflops, color="black",
+            label=f"HBM roof ({roofs['hbm_bandwidth'] / 1e12:.2f} TB/s) "
+                  f"and compute roof ({peak / tflops:.0f} TFLOP/s)")
+    if roofs["ddr_bandwidth"] > 0 and any(p.ddr_bytes > 0 for p in placed):
+        ax.plot(x, np.minimum(peak, roofs["ddr_bandwidth"] * x) / tflops, color="gray",
+                linestyle="--", label=f"DDR roof ({roofs['ddr_bandwidth'] / 1e9:.0f} GB/s)")
+    total_time = sum(p.time_s for p in points) or 1.0
+    for i, p in enumerate(placed):
+        share = p.time_s / total_time
+        ax.scatter([p.intensity], [p.achieved_flops / tflops], s=30 + 600 * share,
+                   color=color_for(p.name, i), alpha=0.8, edgecolors="black", linewidths=0.5,
+                   label=f"{p.name} ({share:.0%} of step)", zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM + DDR traffic)")
+    ax.set_ylabel("achieved TFLOP/s per socket")
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=8, loc="lower right")
+    if skipped:
+        ax.text(0.01, 0.99, "not placed (no FLOPs or no off-chip bytes): " + ", ".join(skipped),
+                transform=ax.transAxes, va="top", fontsize=7, color="dimgray")
+    ax.set_title(title or "Roofline of one step (per socket)")
+    return fig

@@ -1,0 +1,75 @@
+"""Figure plumbing shared by the plots: figures without pyplot, colours, token-count ticks.
+
+Figures are made with ``matplotlib.figure.Figure`` directly, never ``pyplot``: no GUI backend
+is touched, nothing is registered globally (a sweep or a test making hundreds of figures
+leaks none, and gets no "too many open figures" warning), and ``savefig`` renders through
+Agg for PNG. Notebooks display the returned Figure like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+__all__ = ["PART_COLORS", "POLICY_COLORS", "color_for", "new_figure", "tokens", "use_token_axis"]
+
+PART_COLORS = {
+    "weights": "#4c72b0",
+    "kv": "#dd8452",
+    "activations": "#55a868",
+    "free": "#e5e5e5",
+}
+"""Colours of the stacked memory parts (free space is pale so the used parts stand out)."""
+
+POLICY_COLORS = {
+    "full": "#c44e52",
+    "snapstream": "#4c72b0",
+    "streamingllm": "#8172b3",
+    "snapkv": "#937860",
+}
+"""A fixed colour per KV policy, so full vs SnapStream read the same in every plot."""
+
+_CYCLE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
+          "#8c8c8c", "#ccb974", "#64b5cd")
+
+
+def color_for(label: str, index: int) -> str:
+    """The policy's colour when ``label`` names exactly one policy, else the ``index``-th."""
+    words = set(label.replace("·", " ").split())
+    named = [color for policy, color in POLICY_COLORS.items() if policy in words]
+    return named[0] if len(named) == 1 and len(words) == 1 else _CYCLE[index % len(_CYCLE)]
+
+
+def new_figure(rows: int = 1, cols: int = 1, *, width: float = 6.4, height: float = 4.2,
+               **subplot_kw: Any) -> tuple[Figure, list[Axes]]:
+    """A figure of ``rows`` x ``cols`` axes (flattened, row-major), constrained layout."""
+    fig = Figure(figsize=(width * cols if cols > 1 else width,
+                          height * rows if rows > 1 else height), layout="constrained")
+    grid = fig.subplots(rows, cols, squeeze=False, subplot_kw=subplot_kw or None)
+    return fig, [ax for row in grid for ax in row]
+
+
+def tokens(value: float) -> str:
+    """A token count as people say it: 512, 8k, 128k, 1M."""
+    if value >= 2**20 and value % 2**20 == 0:
+        return f"{int(value) // 2**20}M"
+    if value >= 1024 and value % 1024 == 0:
+        return f"{int(value) // 1024}k"
+    if value >= 1000:
+        return f"{value / 1000:.0f}k"
+    return f"{value:g}"
+
+
+def use_token_axis(ax: Axes, values: Sequence[float], axis: str = "x") -> None:
+    """Log-2 scale with a tick at each value, labelled 8k, 32k, ... (contexts, batch sizes)."""
+    ticks = sorted({float(v) for v in values if v > 0})
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if len(ticks) > 1:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
+    target.set_ticks(ticks)
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: tokens(v)))
+    target.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))

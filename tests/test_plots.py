@@ -1,0 +1,237 @@
+"""Plots render to PNG without warnings and draw the expected series.
+
+Synthetic results (the shape ``RunResult.to_dict()`` produces) pin each plot's series
+count and error messages; the real-run tests further down feed results of the simulator.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from rdu_sim.report import plots
+from rdu_sim.report.plots_data import GIB, PlotInputError, as_runs, memory_of
+
+# ---------------------------------------------------------------------------- synthetic data
+
+
+def _tier(capacity: float, weights: float, kv: float, act: float) -> dict[str, float]:
+    used = weights + kv + act
+    return {"capacity_bytes": capacity, "used_bytes": used, "weights_bytes": weights,
+            "kv_bytes": kv, "activations_bytes": act, "free_bytes": capacity - used}
+
+
+def fake_run(policy: str = "full", context: int = 8192, batch: int = 8,
+             model: str = "llama-3.1-8b", requests: int = 20, seed: int = 0) -> dict[str, Any]:
+    """A run dict with every field the plots read, numbers of a plausible order."""
+    rng = np.random.default_rng(seed)
+    slot = 131072 * (context if policy == "full" else min(context, 2048))
+    kv = batch * slot
+    capacity = int((64 * GIB - 16 * GIB) // slot)
+    times = np.cumsum(rng.uniform(0.01, 0.1, 30))
+    occupied = np.minimum(batch, np.arange(30) // 2)
+    return {
+        "model": model,
+        "kv_policy": policy,
+        "max_context": context,
+        "batch_slots": batch,
+        "batch_capacity": capacity,
+        "decode_tokens_per_s": 100.0 * batch / (1 + context / 65536),
+        "ttft_s": {"p50": 0.2, "p90": 0.4, "p99": 0.5},
+        "tpot_s": {"p50": 0.02, "p90": 0.03, "p99": 0.04},
+        "memory": {
+            "sram": _tier(520 * 2**20, 0, 0, 300 * 2**20),
+            "hbm": _tier(64 * GIB, 16 * GIB, kv, GIB),
+            "ddr": _tier(1536 * GIB, 0, 0, 0),
+        },
+        "requests": [{"id": i, "ttft_s": float(rng.uniform(0.1, 0.5)),
+                      "tpot_s": float(rng.uniform(0.01, 0.04))} for i in range(requests)],
+        "slot_occupancy": {"time_s": times.tolist(), "occupied": occupied.tolist()},
+    }
+
+
+def fake_step() -> dict[str, Any]:
+    """A decode step timing: three kernels, one without FLOPs (not placeable)."""
+    return {"kernels": [
+        {"name": "embedding", "flops": 0.0, "bytes_by_tier": {"hbm": 1e6}, "time_s": 1e-5},
+        {"name": "decoder", "flops": 5e11, "bytes_by_tier": {"hbm": 1.5e10, "sram": 1e9},
+         "time_s": 9e-3},
+        {"name": "lm_head", "flops": 2e10, "bytes_by_tier": {"hbm": 1e9}, "time_s": 6e-4},
+    ]}
+
+
+HARDWARE = {"peak_flops": 638e12, "hbm_bandwidth": 1.8e12, "ddr_bandwidth": 200e9}
+CONTEXTS = (8192, 32768, 131072)
+
+
+def context_runs() -> list[dict[str, Any]]:
+    return [fake_run(p, c) for p in ("full", "snapstream") for c in CONTEXTS]
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+@contextmanager
+def no_warnings() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def render(make: Callable[[], Figure]) -> Figure:
+    """Build the figure and save it as PNG with every warning an error."""
+    with no_warnings():
+        fig = make()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+    assert isinstance(fig, Figure)
+    assert buffer.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+    return fig
+
+
+def data_axes(fig: Figure) -> list[Any]:
+    return [ax for ax in fig.axes if ax.has_data()]
+
+
+def labels(fig: Figure) -> list[str]:
+    return [ax.get_xlabel() + " | " + ax.get_ylabel() for ax in fig.axes]
+
+
+# ---------------------------------------------------------------------------- synthetic tests
+
+
+def test_memory_footprint_stacks_four_parts_per_tier_and_policy() -> None:
+    fig = render(lambda: plots.memory_footprint(context_runs()))
+    axes = data_axes(fig)
+    assert len(axes) == 3 * 2  # sram/hbm/ddr rows x full/snapstream columns
+    for ax in axes:
+        assert len(ax.containers) == 4  # weights, KV, activations, free
+        assert len(ax.containers[0]) == len(CONTEXTS)
+    assert any("GiB" in text for text in labels(fig))
+    assert fig.legends, "the parts need a legend"
+    # the bars are in GiB: HBM stacks add up to the 64 GiB capacity
+    hbm = axes[2]
+    total = sum(container[0].get_height() for container in hbm.containers)
+    assert total == pytest.approx(64.0)
+
+
+def test_memory_footprint_one_tier() -> None:
+    fig = render(lambda: plots.memory_footprint(context_runs(), tiers=["hbm"]))
+    assert len(data_axes(fig)) == 2
+
+
+def test_batch_capacity_one_line_per_policy() -> None:
+    fig = render(lambda: plots.batch_capacity(context_runs()))
+    (ax,) = fig.axes
+    assert len(ax.lines) == 2
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"full", "snapstream"}
+    assert "slots" in ax.get_ylabel() and "tokens" in ax.get_xlabel()
+
+
+def test_throughput_vs_context_and_batch() -> None:
+    fig = render(lambda: plots.throughput_vs_context(context_runs()))
+    assert len(fig.axes[0].lines) == 2
+    assert "tokens/s" in fig.axes[0].get_ylabel()
+    runs = [fake_run(p, 8192, b) for p in ("full", "snapstream") for b in (1, 4, 16)]
+    fig = render(lambda: plots.throughput_vs_batch(runs))
+    assert len(fig.axes[0].lines) == 2
+    assert fig.axes[0].get_xlabel() == "batch slots"
+
+
+def test_roofline_places_kernels_with_flops_and_draws_roofs() -> None:
+    fig = render(lambda: plots.roofline(fake_step(), HARDWARE))
+    (ax,) = fig.axes
+    assert len(ax.lines) == 1  # HBM + compute roof (no DDR traffic, no DDR roof)
+    assert len(ax.collections) == 2  # decoder and lm_head; embedding has no FLOPs
+    assert "embedding" in " ".join(t.get_text() for t in ax.texts)
+    assert "TFLOP/s" in ax.get_ylabel() and "FLOP per byte" in ax.get_xlabel()
+    # the HBM-bound decoder sits on or under the HBM roof
+    decoder = ax.collections[0].get_offsets()[0]
+    assert decoder[1] <= 1.8e12 * decoder[0] / 1e12 * 1.0001
+
+
+def test_roofline_ddr_roof_when_ddr_is_read() -> None:
+    step = fake_step()
+    step["kernels"][1]["bytes_by_tier"]["ddr"] = 1e8
+    fig = render(lambda: plots.roofline(step, HARDWARE))
+    assert len(fig.axes[0].lines) == 2
+
+
+def test_latency_distribution_one_cdf_per_run_in_ms() -> None:
+    runs = [fake_run("full"), fake_run("snapstream", seed=1)]
+    fig = render(lambda: plots.latency_distribution(runs))
+    assert len(fig.axes) == 2
+    for ax in fig.axes:
+        assert len(ax.lines) == 2
+        assert "(ms)" in ax.get_xlabel()
+    xs = fig.axes[0].lines[0].get_xdata()
+    assert min(xs) >= 100 and max(xs) <= 500  # seconds became ms
+
+
+def test_occupancy_timeline_step_and_capacity_line() -> None:
+    fig = render(lambda: plots.occupancy_timeline(fake_run()))
+    (ax,) = fig.axes
+    assert len(ax.lines) == 2
+    assert ax.get_xlabel() == "simulated time (s)"
+
+
+def test_occupancy_accepts_records_and_pairs() -> None:
+    run = fake_run()
+    series = run["slot_occupancy"]
+    run["slot_occupancy"] = [{"time_s": t, "occupied": o}
+                             for t, o in zip(series["time_s"], series["occupied"], strict=True)]
+    render(lambda: plots.occupancy_timeline(run))
+    run["slot_occupancy"] = [[t, o] for t, o in zip(series["time_s"], series["occupied"],
+                                                    strict=True)]
+    render(lambda: plots.occupancy_timeline(run))
+
+
+def test_dataframe_rows_with_dotted_columns_are_runs() -> None:
+    rows = []
+    for run in context_runs():
+        row = {k: v for k, v in run.items() if not isinstance(v, dict | list)}
+        for tier, usage in run["memory"].items():
+            for key, value in usage.items():
+                row[f"memory.{tier}.{key}"] = value
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    runs = as_runs(frame)
+    assert memory_of(runs[0], "hbm")["capacity"] == 64 * GIB
+    render(lambda: plots.batch_capacity(frame))
+    render(lambda: plots.memory_footprint(frame, tiers=["hbm"]))
+
+
+def test_missing_key_is_a_plot_input_error_naming_it() -> None:
+    run = fake_run()
+    del run["batch_capacity"]
+    with pytest.raises(PlotInputError, match="batch capacity"):
+        plots.batch_capacity(run)
+    del run["requests"]
+    with pytest.raises(PlotInputError, match="per-request records"):
+        plots.latency_distribution(run)
+    with pytest.raises(PlotInputError, match=r"unknown plot kind 'pie'.*capacity"):
+        plots.plot("pie", run)
+    with pytest.raises(PlotInputError, match="expected a run"):
+        plots.batch_capacity(42)
+
+
+def test_plot_dispatch_and_save(tmp_path: Any) -> None:
+    runs = context_runs()
+    for kind in ("memory", "capacity", "throughput", "latency", "occupancy"):
+        fig = render(lambda kind=kind: plots.plot(kind, runs if kind in
+                                                  plots.MULTI_RUN_KINDS else runs[0]))
+        for suffix in (".png", ".svg"):
+            assert plots.save_figure(fig, tmp_path / f"{kind}{suffix}").stat().st_size > 0
+    run = {**runs[0], "decode_step": fake_step(), "hardware": HARDWARE}
+    render(lambda: plots.plot("roofline", json.loads(json.dumps(run))))
+    with pytest.raises(PlotInputError, match="must end in"):
+        plots.save_figure(fig, tmp_path / "x.jpg")
