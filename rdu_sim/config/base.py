@@ -6,6 +6,11 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictModel(BaseModel):
-    """Refuses unknown fields (so a typo like `hbm_bandwith` is an error) and never mutates."""
+    """Refuses unknown fields (so a typo like `hbm_bandwith` is an error) and never mutates.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    Types are strict too: YAML already gives ints, floats and bools, so coercion would only
+    hide mistakes (`requests: yes` silently meaning 1 request, `seed: "7"` a string seed).
+    Ints are still accepted where a float is expected.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)

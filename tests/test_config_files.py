@@ -1,0 +1,385 @@
+"""Loading config files: shipped files validate; every kind of bad input is one clear error.
+
+A clear error names the file, the dotted field path and (where there is one) the line, and
+is a ConfigError, which the CLI prints without a traceback (exit 2; see test_cli_*.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rdu_sim.config import ConfigError, HardwareConfig, LlamaArchitecture, load_model
+from rdu_sim.config.loader import MAX_DEPTH, read_yaml
+from rdu_sim.models import get_model, kv_bytes_per_token, params_total, preset_names
+from rdu_sim.scenario import build_scenario, load_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+HW_FILES = sorted((REPO / "hw_configs").glob("*.yaml"))
+WORKLOADS = sorted((REPO / "workloads").glob("*.yaml"))
+LLAMA_1S = "llama3.1-8b-1socket.yaml"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of hw_configs/ and workloads/ side by side, to break at will."""
+    shutil.copytree(REPO / "hw_configs", tmp_path / "hw_configs")
+    shutil.copytree(REPO / "workloads", tmp_path / "workloads")
+    return tmp_path
+
+
+def _line_of(path: Path, fragment: str) -> int:
+    """1-based line of the first line containing `fragment`."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if fragment in line:
+            return number
+    raise AssertionError(f"{fragment!r} not in {path}")
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def _error(path: Path, overrides: list[str] | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path, overrides)
+    return info.value
+
+
+def test_shipped_files_exist() -> None:
+    names = {p.name for p in WORKLOADS}
+    assert {"deepseek-r1-128k-full.yaml", "deepseek-r1-128k-snapstream.yaml",
+            "llama3.1-8b-1socket.yaml", "llama3.1-8b-8socket.yaml"} <= names
+    assert {"sn40l.yaml", "sn40l-8.yaml", "sn40l-16.yaml"} <= {p.name for p in HW_FILES}
+
+
+@pytest.mark.parametrize("path", HW_FILES, ids=lambda p: p.name)
+def test_shipped_hardware_validates(path: Path) -> None:
+    hardware = load_model(HardwareConfig, path)
+    assert hardware.socket.hbm.capacity == 64 * 2**30
+    assert hardware.socket.peak_flops == pytest.approx(638e12, rel=1e-6)
+    assert hardware.socket.sram_bytes == 1040 * 512 * 1024
+
+
+def test_shipped_hardware_sizes() -> None:
+    sockets = {p.name: load_model(HardwareConfig, p).system.sockets for p in HW_FILES}
+    assert sockets["sn40l.yaml"] == 1
+    assert sockets["sn40l-8.yaml"] == 8
+    assert sockets["sn40l-16.yaml"] == 16
+
+
+@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.name)
+def test_shipped_workloads_validate(path: Path) -> None:
+    scenario = load_scenario(path)
+    assert scenario.tp <= scenario.hardware.system.sockets
+    assert scenario.model.heads % scenario.tp == 0
+    assert Path(scenario.hardware_file).exists()
+
+
+def test_misspelled_hardware_key_names_key_and_line(tree: Path) -> None:
+    hw = tree / "hw_configs" / "sn40l.yaml"
+    _replace(hw, "    bandwidth: 1.8 TB/s", "    bandwith: 1.8 TB/s")
+    line = _line_of(hw, "bandwith:")
+    error = _error(tree / "workloads" / LLAMA_1S)
+    issue = next(i for i in error.issues if i.field == "socket.hbm.bandwith")
+    assert issue.line == line
+    assert issue.file.endswith("sn40l.yaml")
+    assert f"sn40l.yaml:{line}: socket.hbm.bandwith: unknown field 'bandwith'" in str(error)
+    assert "did you mean 'bandwidth'" in str(error)
+    # the renamed key leaves the real one missing: said too, at the parent's line
+    assert {i.field for i in error.issues} == {"socket.hbm.bandwith", "socket.hbm.bandwidth"}
+
+
+def test_misspelled_workload_key_names_key_and_line(tree: Path) -> None:
+    workload = tree / "workloads" / LLAMA_1S
+    _replace(workload, "batch_slots:", "batch_slot:")
+    line = _line_of(workload, "batch_slot:")
+    error = _error(workload)
+    [issue] = error.issues
+    assert (issue.field, issue.line) == ("serving.batch_slot", line)
+    assert "did you mean 'batch_slots'" in issue.message
+    assert str(workload) in str(error)
+
+
+def test_several_errors_reported_together(tree: Path) -> None:
+    workload = tree / "workloads" / LLAMA_1S
+    _replace(workload, "batch_slots:", "batch_slot:")
+    _replace(workload, "requests: 200", "requests: -3")
+    fields = {issue.field for issue in _error(workload).issues}
+    assert fields == {"serving.batch_slot", "serving.requests"}
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    error = _error(tmp_path / "nope.yaml")
+    assert "nope.yaml" in str(error)
+    assert "file not found" in str(error)
+
+
+def test_directory_and_device_refused(tmp_path: Path) -> None:
+    assert "directory" in str(_error(tmp_path))
+    if Path("/dev/zero").exists():
+        assert "not a regular file" in str(_error(Path("/dev/zero")))
+
+
+def test_missing_hardware_file(tree: Path) -> None:
+    workload = tree / "workloads" / LLAMA_1S
+    _replace(workload, "../hw_configs/sn40l.yaml", "../hw_configs/nowhere.yaml")
+    [issue] = _error(workload).issues
+    assert issue.field == "hardware"
+    assert issue.line == _line_of(workload, "nowhere.yaml")
+    assert "nowhere.yaml" in issue.message and "not found" in issue.message
+    assert "relative to the workload file" in issue.message
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("hardware: [unclosed\n", "not valid YAML"),
+    ("a: b: c\n", "not valid YAML"),
+    ("key: 'open\n", "not valid YAML"),
+    ("\tname: tab\n", "not valid YAML"),
+    ("a: 1\na: 2\n", ""),  # duplicate keys: YAML allows it (last wins); must not crash
+])
+def test_bad_yaml(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    error = _error(path)
+    assert fragment in str(error)
+    assert str(path) in str(error)
+
+
+def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nhardware: a.yaml\nmodel: [llama\nserving: {}\n")
+    [issue] = _error(path).issues
+    assert issue.line is not None and issue.line >= 3
+
+
+@pytest.mark.parametrize("tag", [
+    "!!python/object/apply:os.system ['echo pwned']",
+    "!!python/object:collections.OrderedDict {}",
+    "!!python/name:os.system",
+    "!!python/module:os",
+])
+def test_object_tags_refused(tmp_path: Path, tag: str) -> None:
+    path = tmp_path / "evil.yaml"
+    path.write_text(f"hardware: ../hw.yaml\nmodel: {tag}\n")
+    error = _error(path)
+    assert "not valid YAML" in str(error)
+    assert "python/" in str(error)
+
+
+def test_binary_and_empty_files(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(256)))
+    assert "not a text file" in str(_error(binary))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert "empty" in str(_error(empty))
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    assert "expected a mapping" in str(_error(scalar))
+
+
+def test_deep_nesting_refused_quickly(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 10_000 + "]" * 10_000)
+    assert "nested too deeply" in str(_error(deep))
+    moderate = tmp_path / "moderate.yaml"
+    moderate.write_text("a: " + "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5))
+    assert f"more than {MAX_DEPTH} levels" in str(_error(moderate))
+
+
+def test_alias_bomb_is_cheap(tmp_path: Path) -> None:
+    """A 'billion laughs' document must fail fast, not expand 9^9 references."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 10):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    lines.append("hardware: ../hw.yaml\nmodel: *a9\n")
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join(lines))
+    _, line_map = read_yaml(path)  # must return promptly
+    assert len(line_map) < 1000
+    assert "model" in str(_error(path))
+
+
+def test_huge_file_refused(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("# " + "x" * (11 * 2**20) + "\n")
+    assert "larger than" in str(_error(path))
+
+
+def test_unknown_model_lists_valid_names(tree: Path) -> None:
+    workload = tree / "workloads" / LLAMA_1S
+    _replace(workload, "model: llama-3.1-8b", "model: llama-9000")
+    [issue] = _error(workload).issues
+    assert issue.field == "model"
+    assert issue.line == _line_of(workload, "llama-9000")
+    for name in preset_names():
+        assert name in issue.message
+
+
+def test_tp_must_divide_heads(tree: Path) -> None:
+    workload = tree / "workloads" / "llama3.1-8b-8socket.yaml"
+    [issue] = _error(workload, ["parallelism.tp=3"]).issues
+    assert issue.field == "parallelism.tp"
+    assert "does not divide" in issue.message and "32" in issue.message
+
+
+def test_tp_must_fit_the_sockets(tree: Path) -> None:
+    [issue] = _error(tree / "workloads" / LLAMA_1S, ["parallelism.tp=2"]).issues
+    assert issue.field == "parallelism.tp"
+    assert "exceeds the 1 sockets" in issue.message
+
+
+def test_context_beyond_model(tree: Path) -> None:
+    [issue] = _error(tree / "workloads" / LLAMA_1S, ["serving.max_context=200000"]).issues
+    assert issue.field == "serving.max_context"
+
+
+def test_overrides_apply() -> None:
+    scenario = load_scenario(REPO / "workloads" / "llama3.1-8b-8socket.yaml", [
+        "serving.batch_slots=32", "parallelism.tp=4", "kv.policy=snapkv", "kv.budget=4096",
+        "hw.socket.hbm.bandwidth=2.4 TB/s", "hw.socket.hbm.capacity=96 GiB",
+        "kernel_looping=false",
+    ])
+    assert scenario.workload.serving.batch_slots == 32
+    assert scenario.tp == 4
+    assert scenario.workload.kv.policy == "snapkv"
+    assert scenario.workload.kv.budget == 4096
+    assert scenario.workload.kernel_looping is False
+    assert scenario.hardware.socket.hbm.bandwidth == pytest.approx(2.4e12)
+    assert scenario.hardware.socket.hbm.capacity == 96 * 2**30
+
+
+def test_overrides_as_mapping_and_model_edit() -> None:
+    scenario = load_scenario(REPO / "workloads" / LLAMA_1S,
+                             {"model.layers": 4, "serving.requests": 1})
+    assert scenario.model.layers == 4
+    assert scenario.model.hidden_size == 4096  # the rest of the preset is kept
+    assert scenario.workload.serving.requests == 1
+
+
+def test_override_errors_name_the_override() -> None:
+    path = REPO / "workloads" / LLAMA_1S
+    [issue] = _error(path, ["hw.socket.hbm.bandwith=2 TB/s"]).issues
+    assert issue.field == "socket.hbm.bandwith"
+    assert "--set hw.socket.hbm.bandwith" in issue.message
+    [issue] = _error(path, ["serving.requests=-1"]).issues
+    assert issue.field == "serving.requests" and "--set serving.requests" in issue.message
+    with pytest.raises(ConfigError, match=r"field\.path=value"):
+        load_scenario(path, ["no-equals-sign"])
+    with pytest.raises(ConfigError, match="empty field name"):
+        load_scenario(path, ["serving..requests=1"])
+    with pytest.raises(ConfigError, match="not a mapping"):
+        load_scenario(path, ["serving.requests.x=1"])
+
+
+def test_override_does_not_change_the_file_data() -> None:
+    path = REPO / "workloads" / LLAMA_1S
+    data, lines = read_yaml(path)
+    build_scenario(data, workload_file=str(path), lines=lines, overrides=["serving.seed=7"])
+    assert data["serving"]["seed"] == 0
+
+
+CUSTOM_8B = """\
+name: custom-8b
+hardware: ../hw_configs/sn40l.yaml
+model:
+  family: llama
+  name: my-llama
+  vocab_size: 128256
+  hidden_size: 4096
+  layers: 32
+  heads: 32
+  kv_heads: 8
+  head_dim: 128
+  ffn_intermediate: 14336
+  max_context: 131072
+serving: {batch_slots: 8, max_context: 8192}
+"""
+
+
+def test_custom_architecture_works_like_a_preset(tree: Path) -> None:
+    path = tree / "workloads" / "custom.yaml"
+    path.write_text(CUSTOM_8B)
+    scenario = load_scenario(path)
+    assert isinstance(scenario.model, LlamaArchitecture)
+    preset = get_model("llama-3.1-8b")
+    assert scenario.model.model_dump(exclude={"name"}) == preset.model_dump(exclude={"name"})
+    assert params_total(scenario.model) == params_total(preset) == 8_030_261_248
+    assert kv_bytes_per_token(scenario.model, 2) == 131_072
+
+
+def test_custom_architecture_typo_names_the_nested_key(tree: Path) -> None:
+    path = tree / "workloads" / "custom.yaml"
+    path.write_text(CUSTOM_8B.replace("  hidden_size:", "  hiden_size:"))
+    error = _error(path)
+    fields = {issue.field for issue in error.issues}
+    assert fields == {"model.hiden_size", "model.hidden_size"}
+    typo = next(i for i in error.issues if i.field == "model.hiden_size")
+    assert typo.line == _line_of(path, "hiden_size")
+    assert "did you mean 'hidden_size'" in typo.message
+    assert "tagged-union" not in str(error) and "should be a valid string" not in str(error)
+
+
+def test_custom_architecture_rules(tree: Path) -> None:
+    path = tree / "workloads" / "custom.yaml"
+    path.write_text(CUSTOM_8B.replace("kv_heads: 8", "kv_heads: 5"))
+    [issue] = _error(path).issues
+    assert issue.field == "model" and "multiple of kv_heads" in issue.message
+    path.write_text(CUSTOM_8B.replace("  family: llama\n", ""))
+    [issue] = _error(path).issues
+    assert issue.field == "model" and "'family' is missing" in issue.message
+    path.write_text(CUSTOM_8B.replace("family: llama", "family: gpt"))
+    [issue] = _error(path).issues
+    assert issue.field == "model" and "'gpt'" in issue.message
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ("model=42", "model"),
+    ("serving.batch_slots=0", "serving"),
+    ("serving.batch_slots=many", "serving.batch_slots"),
+    ("serving.requests=true", "serving.requests"),
+    ("serving.prompt_tokens={dist: uniform, low: 10, high: 5}", "serving.prompt_tokens"),
+    ("serving.arrival.process=poisson", "serving.arrival"),
+    ("kv.policy=magic", "kv.policy"),
+    ("kv.kernel_size=6", "kv"),
+    ("dtypes.kv=fp7", "dtypes.kv"),
+    ("hw.socket.pcu.count=0", "socket.pcu.count"),
+    ("hw.system.sockets=12", "system"),
+    ("hw.socket.hbm.latency=true", "socket.hbm.latency"),
+    ("parallelism.tp=1.5", "parallelism.tp"),
+    ("serving.seed='7'", "serving.seed"),
+])
+def test_rules_name_their_field(override: str, field: str) -> None:
+    overrides = [override]
+    if override.startswith("serving.arrival"):
+        overrides.append("serving.arrival.rate=null")
+    error = _error(REPO / "workloads" / LLAMA_1S, overrides)
+    assert field in {issue.field for issue in error.issues}, str(error)
+
+
+def test_snapstream_budget_rule() -> None:
+    path = REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+    [issue] = _error(path, ["kv.budget=1000"]).issues
+    assert issue.field == "kv.budget" and "recent" in issue.message
+
+
+@pytest.mark.parametrize("override", ["serving.requests=true", "kernel_looping=1",
+                                      "parallelism.tp=yes", "serving.arrival.rate=true"])
+def test_no_silent_type_coercion(override: str) -> None:
+    """Strict types: `requests: yes` is not 1 request, `kernel_looping: 1` is not true."""
+    [issue] = _error(REPO / "workloads" / LLAMA_1S, [override]).issues
+    assert issue.field == override.split("=")[0]
+
+
+def test_bool_is_not_a_size(tree: Path) -> None:
+    hw = tree / "hw_configs" / "sn40l.yaml"
+    _replace(hw, "capacity: 64 GiB", "capacity: yes")
+    [issue] = _error(tree / "workloads" / LLAMA_1S).issues
+    assert issue.field == "socket.hbm.capacity"
+    assert "True" in issue.message
