@@ -1,7 +1,10 @@
-"""`rdu-sim sweep SPEC`: run a design-space sweep (stub).
+"""`rdu-sim sweep SPEC`: run (or resume) a design-space sweep and export its rows.
 
-Checks the spec with `rdu_sim.sweep.check_spec` when the sweep package provides it (exit 2
-on bad input); running the points has not landed yet (exit 1).
+A thin shell over `rdu_sim.sweep.run_sweep`: the points run through the in-process API on a
+local process pool, in this process (`--workers 1`) or on Dask (`--cluster`). Bad input
+(the spec, an axis, a metric) exits 2 before anything runs; a sweep that finishes with
+failed points exits 1 (their errors are in the database); Ctrl-C exits 130 and a rerun
+resumes.
 """
 
 from __future__ import annotations
@@ -9,21 +12,77 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.console import Console
 
-from rdu_sim.cli.check_cmd import check_file
-from rdu_sim.cli.errors import not_available
+from rdu_sim.cli.errors import print_warning
+
+
+def _dry_run_table(summary: object) -> None:
+    """One line per point: key prefix, what the database says, the axis values."""
+    from rdu_sim.sweep import SweepSummary
+
+    assert isinstance(summary, SweepSummary) and summary.plan is not None
+    plan = summary.plan
+    to_run = {p.key for p in plan.to_run}
+    out = Console(soft_wrap=True, highlight=False)
+    for point in plan.expansion.points:
+        state = "run" if point.key in to_run else "skip"
+        out.print(f"{point.key[:12]}  {state:4}  {point.describe()}", markup=False)
 
 
 @click.command("sweep")
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--workers", type=click.IntRange(1, 4096), default=None,
-              help="Local worker processes (default: the CPU count).")
+              help="Worker processes (default: the CPU count; 1 runs in this process). With "
+              "--cluster local, the LocalCluster's worker count.")
+@click.option("--cluster", default=None, metavar="ADDR|local",
+              help="Run the points on Dask: a scheduler address tcp://HOST:PORT, or 'local' "
+              "to start a LocalCluster on 127.0.0.1.")
 @click.option("--db", "db_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="SQLite file to store rows in (resumes a sweep already started).")
-@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
-              help="Run the points on a Dask scheduler instead of local processes.")
-def command(spec: Path, workers: int | None, db_file: Path | None,
-            dask_address: str | None) -> None:
-    """Expand the sweep SPEC into points and simulate each one."""
-    check_file(spec)
-    not_available("sweep", "rdu_sim.sweep cannot run sweeps yet.")
+              help="SQLite file of results (default: <spec stem>.sqlite beside the spec). "
+              "Points already done in it are skipped.")
+@click.option("--retry-failed", is_flag=True, help="Rerun points that failed before.")
+@click.option("--export", "export_file", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Write the spec's rows to FILE (.csv, or .parquet when "
+              "pyarrow is installed) after running.")
+@click.option("--dry-run", is_flag=True,
+              help="Resolve every point and list what would run; run nothing.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress bar on stderr (the plan and summary lines print either way).")
+def command(spec: Path, workers: int | None, cluster: str | None, db_file: Path | None,
+            retry_failed: bool, export_file: Path | None, dry_run: bool,
+            progress: bool) -> None:
+    """Expand the sweep SPEC into points, simulate those not yet done, store one row each.
+
+    Example: rdu-sim sweep workloads/sweeps/llama8b-batch.yaml --workers 2 --export out.csv
+    """
+    from rdu_sim.sweep import export, load, parquet_available, run_sweep
+    from rdu_sim.sweep.progress import RichReporter
+
+    if export_file is not None and export_file.suffix.lower() in (".parquet", ".pq") \
+            and not parquet_available():
+        from rdu_sim.config.errors import ConfigError
+
+        raise ConfigError.single(str(export_file), "", "Parquet export needs pyarrow, which "
+                                 "is not installed (pip install pyarrow); use .csv instead")
+    try:
+        summary = run_sweep(spec, db=db_file, workers=workers, cluster=cluster,
+                            retry_failed=retry_failed, dry_run=dry_run,
+                            progress=RichReporter(bar=progress))
+    except KeyboardInterrupt:
+        print_warning("interrupted: finished points are saved; run the same command again "
+                      "to resume")
+        raise SystemExit(130) from None
+    if dry_run:
+        _dry_run_table(summary)
+        return
+    click.echo(summary.describe())
+    if export_file is not None:
+        frame = load(summary.db, keys=summary.keys)
+        export(frame, export_file)
+        click.echo(f"wrote {len(frame)} rows to {export_file}")
+    failed = summary.failed + summary.failed_before
+    if failed:
+        print_warning(f"{failed} point(s) failed; their errors are in {summary.db} "
+                      "(rerun them with --retry-failed)")
+        raise SystemExit(1)

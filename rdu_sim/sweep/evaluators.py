@@ -1,0 +1,141 @@
+"""Evaluators: what turns a resolved point into a dict of results.
+
+An evaluator is a module-level function `f(point, options) -> Mapping[str, Any]`, registered
+by name with a pydantic model of its options (a spec's `evaluator: {name, options}` is
+validated against it). Module-level so it pickles by reference into worker processes and
+Dask workers.
+
+- `simulate` (the default) runs the full simulation in process: `rdu_sim.api.run(scenario)`.
+- `synthetic` is a closed-form stand-in that takes microseconds. Its numbers are NOT a
+  simulation: it exists so the sweep machinery (executors, storage, resume, kill safety) can
+  be tested and demonstrated quickly and deterministically. Options: `sleep_s` (seconds each
+  point sleeps, to make points slow enough to interrupt) and `fail_when` (field path ->
+  value; a point whose resolved config matches all of them raises, to exercise failures).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from rdu_sim.config.base import StrictModel
+
+if TYPE_CHECKING:
+    from rdu_sim.sweep.expand import Point
+
+EvaluatorFn = Callable[["Point", Any], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """A registered evaluator: its function and the model its options validate against."""
+
+    name: str
+    function: EvaluatorFn
+    options: type[StrictModel]
+
+
+_REGISTRY: dict[str, Evaluator] = {}
+
+
+def register(name: str, options: type[StrictModel]) -> Callable[[EvaluatorFn], EvaluatorFn]:
+    """Register an evaluator under `name`; a duplicate name is refused."""
+
+    def decorate(function: EvaluatorFn) -> EvaluatorFn:
+        if name in _REGISTRY:
+            raise ValueError(f"evaluator {name!r} is already registered")
+        _REGISTRY[name] = Evaluator(name, function, options)
+        return function
+
+    return decorate
+
+
+def evaluator_names() -> list[str]:
+    """Registered evaluator names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_evaluator(name: str) -> Evaluator:
+    """The evaluator called `name`; KeyError listing the valid names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown evaluator {name!r}; valid: {', '.join(evaluator_names())}"
+                       ) from None
+
+
+@dataclass(frozen=True)
+class BoundEvaluator:
+    """An evaluator with validated options: call it with a point. Picklable."""
+
+    function: EvaluatorFn
+    options: Any
+
+    def __call__(self, point: Point) -> Mapping[str, Any]:
+        return self.function(point, self.options)
+
+
+class NoOptions(StrictModel):
+    """An evaluator that takes no options."""
+
+
+@register("simulate", NoOptions)
+def simulate(point: Point, options: NoOptions) -> Mapping[str, Any]:
+    """The full simulation of the point's scenario, as `RunResult.to_dict()`."""
+    api: Any = importlib.import_module("rdu_sim.api")  # here: workers load it only if used
+    result: Mapping[str, Any] = api.run(point.scenario).to_dict()
+    return result
+
+
+class SyntheticOptions(StrictModel):
+    """Options of the synthetic evaluator (a test and demo hook, not a model)."""
+
+    sleep_s: float = Field(default=0.0, ge=0, le=60, description="sleep per point, seconds")
+    fail_when: dict[str, Any] = Field(
+        default_factory=dict,
+        description="field path -> value: a point matching all of them raises RuntimeError",
+    )
+
+
+def _field(point: Point, path: str) -> Any:
+    """A resolved config value by dotted path (`hw.` paths read the hardware)."""
+    scenario = point.scenario
+    data: Any = (scenario.hardware.model_dump(mode="json") if path.startswith("hw.")
+                 else scenario.workload.model_dump(mode="json"))
+    for part in path.removeprefix("hw.").split("."):
+        if not isinstance(data, Mapping) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+@register("synthetic", SyntheticOptions)
+def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
+    """Closed-form numbers shaped like a RunResult: fast, deterministic, not a simulation."""
+    if options.sleep_s:
+        time.sleep(options.sleep_s)
+    if options.fail_when and all(_field(point, p) == v for p, v in options.fail_when.items()):
+        shown = ", ".join(f"{p}={v}" for p, v in options.fail_when.items())
+        raise RuntimeError(f"synthetic failure requested by fail_when ({shown})")
+    scenario = point.scenario
+    workload = scenario.workload
+    hbm = scenario.hardware.socket.hbm
+    slots = workload.serving.batch_slots if isinstance(workload.serving.batch_slots, int) else 8
+    weights = 2.0e9 * scenario.model.layers / max(1, scenario.tp)
+    step_s = weights / (hbm.bandwidth * hbm.efficiency) + 1e-5 * slots
+    kv_bytes = 131072 * slots * workload.serving.max_context
+    return {
+        "kv_policy": workload.kv.policy,
+        "batch_slots": slots,
+        "decode_tokens_per_s": slots / step_s,
+        "ttft_s": {"p50": 40 * step_s, "p90": 50 * step_s, "p99": 60 * step_s},
+        "tpot_s": {"p50": step_s, "p90": 1.1 * step_s, "p99": 1.2 * step_s},
+        "memory": {"hbm": {"capacity_bytes": hbm.capacity, "kv_bytes": kv_bytes,
+                           "weights_bytes": weights, "free_bytes": hbm.capacity - kv_bytes}},
+        "requests_completed": workload.serving.requests,
+    }

@@ -1,0 +1,134 @@
+"""Executors: run tasks and yield their Outcomes as they complete, in whatever order.
+
+Three of them, one contract (`Iterator[Outcome]`, one per task, the parent writes each as
+it arrives):
+- `run_serial`: in this process, one after another (`--workers 1`).
+- `run_pool`: a local ProcessPoolExecutor in a 'forkserver' (or 'spawn') context: no fork of
+  a parent holding a SQLite connection and threads.
+- `run_dask`: a dask.distributed cluster (`tcp://host:port`, or 'local' for a LocalCluster
+  on loopback).
+All call the in-process API through `worker.run_task`; none shells out to the CLI. Pool and
+Dask keep a bounded number of tasks in flight (twice the workers), so a huge sweep does not
+pickle every point up front and a kill loses only those in flight. Each executor is a
+generator: closing it (the caller stopped, or Ctrl-C) cancels what is queued and shuts down
+what it started.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from rdu_sim.sweep.worker import Outcome, Task, lost, run_task
+
+IN_FLIGHT_PER_WORKER = 2
+
+
+def default_workers() -> int:
+    """The default pool size: the machine's core count."""
+    return os.cpu_count() or 1
+
+
+def run_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
+    """Evaluate each task here, in order."""
+    for task in tasks:
+        yield run_task(task)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
+    """Evaluate tasks in a local process pool of `workers` processes.
+
+    If a worker process dies (killed, out of memory, a crash in native code), the tasks in
+    flight are recorded as failed (rerun them with --retry-failed) and a fresh pool takes
+    the rest.
+    """
+    pending = list(reversed(tasks))
+    window = max(1, workers) * IN_FLIGHT_PER_WORKER
+    while pending:
+        pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=_context())
+        in_flight: dict[Future[Outcome], Task] = {}
+        broken = False
+        try:
+            while pending or in_flight:
+                while pending and len(in_flight) < window and not broken:
+                    task = pending.pop()
+                    try:
+                        in_flight[pool.submit(run_task, task)] = task
+                    except BrokenProcessPool:
+                        pending.append(task)
+                        broken = True
+                if not in_flight:
+                    break
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in done:
+                    task = in_flight.pop(future)
+                    try:
+                        yield future.result()
+                    except BrokenProcessPool as exc:
+                        broken = True
+                        yield lost(task, f"worker process died: {exc}")
+                    except Exception as exc:  # e.g. the task could not be pickled
+                        yield lost(task, f"{type(exc).__name__}: {exc}")
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
+    """A distributed.Client for `cluster` ('local' starts a LocalCluster), and that cluster."""
+    try:
+        distributed: Any = importlib.import_module("distributed")
+    except ImportError:  # pragma: no cover - depends on the install
+        raise RuntimeError("--cluster needs dask.distributed: pip install 'rdu-sim[dask]'"
+                           ) from None
+    if cluster == "local":
+        local = distributed.LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
+                                         processes=True, host="127.0.0.1",
+                                         dashboard_address=None)
+        return distributed.Client(local), local
+    return distributed.Client(cluster, timeout="30s"), None
+
+
+def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outcome]:
+    """Evaluate tasks on a dask.distributed cluster; the parent still writes every row.
+
+    The cluster's workers must be able to import this rdu_sim (same version: the version
+    each worker ran is stored in its rows).
+    """
+    distributed: Any = importlib.import_module("distributed")
+    client, local = _dask_client(cluster, workers)
+    try:
+        threads = sum(client.nthreads().values()) or max(1, workers)
+        window = threads * IN_FLIGHT_PER_WORKER
+        pending = list(reversed(tasks))
+        futures: dict[Any, Task] = {}
+        queue = distributed.as_completed()
+
+        def submit() -> None:
+            while pending and len(futures) < window:
+                task = pending.pop()
+                future = client.submit(run_task, task, pure=False)
+                futures[future] = task
+                queue.add(future)
+
+        submit()
+        for future in queue:
+            task = futures.pop(future)
+            try:
+                yield future.result()
+            except Exception as exc:  # KilledWorker, a lost connection, a pickling error
+                yield lost(task, f"{type(exc).__name__}: {exc}")
+            submit()
+    finally:
+        client.close()
+        if local is not None:
+            local.close()

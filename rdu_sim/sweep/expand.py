@@ -1,0 +1,193 @@
+"""Expand a spec into points, each resolved to a full, validated Scenario before anything runs.
+
+The grid is the product of every axis and every zip group (a zip group is one dimension whose
+axes step together). Each point's overrides (`set` plus its axis values) go through
+`build_scenario`, the same path as `--set` on the command line, hardware (`hw.`) included.
+So an axis naming an unknown field, or a value the config refuses, is a ConfigError pointing
+at the spec's line before a single point runs; nothing half-runs on a typo.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.loader import read_yaml
+from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.scenario import Scenario, build_scenario
+from rdu_sim.sweep.key import config_key, resolved_config
+from rdu_sim.sweep.spec import LoadedSpec, axis_values
+
+_FROM_SET = re.compile(r"\s*\(from --set [^)]*\)$")  # build_scenario's note for CLI users
+MAX_POINTS = 100_000  # a bigger grid is almost surely a mistake; split it into several specs
+MAX_REPORTED_FAILURES = 50  # stop resolving after this many invalid points
+
+
+@dataclass(frozen=True)
+class Point:
+    """One design point: its key, the axis values that define it, and its resolved input.
+
+    This is what an evaluator receives. It pickles cheaply (the Scenario is immutable data),
+    so it can go to a worker process or a Dask worker as is.
+    """
+
+    key: str
+    overrides: dict[str, Any]  # axis path -> value for this point (`set` not repeated)
+    scenario: Scenario
+    config: dict[str, Any]  # resolved workload + hardware + model, the key's input
+
+    def describe(self) -> str:
+        """'serving.batch_slots=4, kv.budget=8192' (or 'base' for a point with no axes)."""
+        return _describe(self.overrides)
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A spec's distinct points in grid order, and how many grid points were duplicates."""
+
+    spec: LoadedSpec
+    axes: tuple[str, ...]  # axis paths, grid order (axes first, then zip groups)
+    points: tuple[Point, ...]
+    duplicates: int  # grid points whose resolved config equals an earlier point's
+
+    @property
+    def grid_size(self) -> int:
+        return len(self.points) + self.duplicates
+
+
+def _describe(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "base"
+
+
+def _dimensions(loaded: LoadedSpec) -> list[list[dict[str, Any]]]:
+    """Each dimension is a list of {path: value} steps; the grid is their product."""
+    spec = loaded.spec
+    dims: list[list[dict[str, Any]]] = []
+    for path, values in spec.axes.items():
+        dims.append([{path: v} for v in axis_values(loaded, values, ("axes", path))])
+    for index, group in enumerate(spec.zip):
+        columns = {path: axis_values(loaded, values, ("zip", str(index), path))
+                   for path, values in group.items()}
+        length = len(next(iter(columns.values())))
+        dims.append([{path: column[i] for path, column in columns.items()}
+                     for i in range(length)])
+    return dims
+
+
+def _sources(loaded: LoadedSpec) -> dict[str, tuple[str, ...]]:
+    """Override path -> where in the spec it is given (for error lines)."""
+    spec = loaded.spec
+    where: dict[str, tuple[str, ...]] = {p: ("set", p) for p in spec.set}
+    where.update({p: ("axes", p) for p in spec.axes})
+    for index, group in enumerate(spec.zip):
+        where.update({p: ("zip", str(index), p) for p in group})
+    return where
+
+
+def _related(field: str, path: str) -> bool:
+    """An issue at `field` is caused by an override of `path` (same, inside, or its parent)."""
+    if not field:
+        return False
+    return field == path or field.startswith(path + ".") or path.startswith(field + ".")
+
+
+def _blame(issue: ConfigIssue, loaded: LoadedSpec,
+           sources: Mapping[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The spec location of the override that caused `issue`, if one did."""
+    in_base = issue.file == str(loaded.base)
+    for path, where in sources.items():
+        if path.startswith(HW_PREFIX):
+            if not in_base and _related(issue.field, path[len(HW_PREFIX):]):
+                return where
+        elif in_base and _related(issue.field, path):
+            return where
+    return None
+
+
+class _Failures:
+    """Invalid points, grouped by issue so one typo is reported once, not once per point."""
+
+    def __init__(self, loaded: LoadedSpec) -> None:
+        self.loaded = loaded
+        self.sources = _sources(loaded)
+        self.groups: dict[tuple[str, str, str, int | None], list[str]] = {}
+        self.points = 0
+
+    def add(self, error: ConfigError, overrides: Mapping[str, Any]) -> None:
+        self.points += 1
+        for issue in error.issues:
+            where = _blame(issue, self.loaded, self.sources)
+            if where is not None:
+                message = _FROM_SET.sub("", issue.message)  # the spec line says where
+                spec_issue = self.loaded.issue(message, *where)
+            else:
+                spec_issue = issue
+            group = (spec_issue.file, spec_issue.field, spec_issue.message, spec_issue.line)
+            self.groups.setdefault(group, []).append(_describe(overrides))
+
+    def error(self, tried: int, total: int) -> ConfigError:
+        issues = [self.loaded.issue(
+            f"{self.points} of {total} points are invalid{'' if tried == total else ' (stopped after ' + str(tried) + ')'}; "  # noqa: E501
+            "nothing was run", "axes" if self.loaded.spec.axes else "")]
+        for (file, field, message, line), points in self.groups.items():
+            if len(points) < tried:
+                example = points[0]
+                more = f" and {len(points) - 1} more" if len(points) > 1 else ""
+                message = f"{message} (at {example}{more})"
+            issues.append(ConfigIssue(file, field, message, line))
+        return ConfigError(issues)
+
+
+def expand(loaded: LoadedSpec) -> Expansion:
+    """Resolve every point of the spec; ConfigError (naming the spec's lines) if any is invalid.
+
+    Points whose resolved configs are equal are listed once (the first in grid order).
+    """
+    dims = _dimensions(loaded)
+    total = math.prod(len(d) for d in dims)
+    if total > MAX_POINTS:
+        sizes = " x ".join(str(len(d)) for d in dims)
+        raise loaded.error(f"the grid has {total} points ({sizes}); at most {MAX_POINTS} per "
+                           "spec: split it or use zip", "axes")
+    data, lines = read_yaml(loaded.base)
+    if not isinstance(data, Mapping):
+        raise ConfigError.single(str(loaded.base), "", "expected a mapping of workload fields")
+    fixed = dict(loaded.spec.set)
+    failures = _Failures(loaded)
+    points: dict[str, Point] = {}
+    duplicates = 0
+    tried = 0
+    for combination in itertools.product(*dims):
+        overrides: dict[str, Any] = {}
+        for step in combination:
+            overrides.update(step)
+        tried += 1
+        try:
+            scenario = build_scenario(data, workload_file=str(loaded.base), lines=lines,
+                                      overrides={**fixed, **overrides})
+        except ConfigError as exc:
+            failures.add(exc, overrides)
+            if failures.points >= MAX_REPORTED_FAILURES:
+                break
+            continue
+        config = resolved_config(scenario)
+        key = config_key(config)
+        if key in points:
+            duplicates += 1
+            continue
+        points[key] = Point(key, overrides, scenario, config)
+    if failures.points:
+        raise failures.error(tried, total)
+    axes = tuple(path for dim in dims for path in dim[0])
+    return Expansion(loaded, axes, tuple(points.values()), duplicates)
+
+
+def resolve(scenario: Scenario, overrides: Mapping[str, Any] | None = None) -> Point:
+    """A Point for one scenario (for running a single config through the sweep machinery)."""
+    config = resolved_config(scenario)
+    return Point(config_key(config), dict(overrides or {}), scenario, config)

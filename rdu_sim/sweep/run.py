@@ -1,0 +1,304 @@
+"""Drive a sweep: expand the spec, skip what the database already has, run the rest, record.
+
+    summary = run_sweep("workloads/sweeps/llama8b-batch.yaml", workers=2)
+
+The order of work, and why:
+1. load and validate the spec; expand and resolve every point (a bad axis fails here, before
+   anything runs or any file is written);
+2. open the database (default `<spec stem>.sqlite` beside the spec) and plan: a point with a
+   'done' row holding every requested metric is skipped; a 'failed' one is skipped unless
+   `retry_failed`;
+3. run the rest on the chosen executor; the parent writes each Outcome in its own
+   transaction as it arrives, so an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.loader import issues_from_validation
+from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
+from rdu_sim.sweep.executors import default_workers, run_dask, run_pool, run_serial
+from rdu_sim.sweep.expand import Expansion, Point, expand
+from rdu_sim.sweep.key import canonical_json
+from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
+from rdu_sim.sweep.spec import LoadedSpec, load_spec
+from rdu_sim.sweep.store import Existing, Row, Store
+from rdu_sim.sweep.worker import Outcome, Task
+
+Evaluate = Callable[[Point], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which points of an expansion run now, and which the database already has."""
+
+    expansion: Expansion
+    to_run: tuple[Point, ...]
+    already_done: int
+    failed_before: int  # failed rows skipped (not retried)
+    retrying: int  # failed rows rerun because of retry_failed
+    stale: int  # done rows missing a requested metric, rerun
+
+    def describe(self) -> str:
+        """One line: how many points, how many already done, how many to run."""
+        exp = self.expansion
+        parts = [f"{exp.spec.name}: {len(exp.points)} points"]
+        if exp.duplicates:
+            parts.append(f"({exp.duplicates} duplicate grid points resolved to the same "
+                         "config)")
+        detail = [f"{self.already_done} already done"]
+        if self.failed_before:
+            detail.append(f"{self.failed_before} failed before (rerun with --retry-failed)")
+        if self.retrying:
+            detail.append(f"{self.retrying} failed before, retrying")
+        if self.stale:
+            detail.append(f"{self.stale} done without a requested metric, rerunning")
+        detail.append(f"{len(self.to_run)} to run")
+        return " ".join(parts) + "; " + ", ".join(detail)
+
+
+@dataclass
+class SweepSummary:
+    """What a sweep run did."""
+
+    name: str
+    db: Path
+    points: int
+    already_done: int
+    failed_before: int
+    ran: int = 0
+    done: int = 0
+    failed: int = 0
+    wall_s: float = 0.0
+    keys: tuple[str, ...] = field(default_factory=tuple)
+    plan: Plan | None = None
+
+    def describe(self) -> str:
+        """One line for people."""
+        if not self.ran:
+            return (f"{self.name}: nothing to run; {self.already_done} of {self.points} "
+                    f"points already done ({self.db})")
+        return (f"{self.name}: ran {self.ran} points in {self.wall_s:.1f} s: {self.done} done, "
+                f"{self.failed} failed; {self.already_done} were already done ({self.db})")
+
+
+@dataclass(frozen=True)
+class SpecCheck:
+    """What `check_spec` found: a valid spec and its resolved points."""
+
+    expansion: Expansion
+
+    def __str__(self) -> str:
+        exp = self.expansion
+        axes = ", ".join(exp.axes) or "no axes"
+        return (f"{exp.spec.name!r}: {len(exp.points)} points over {axes} "
+                f"(base {exp.spec.base.name})")
+
+
+def default_db(spec_file: Path) -> Path:
+    """`<spec stem>.sqlite` beside the spec."""
+    return spec_file.with_suffix(".sqlite")
+
+
+def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
+    """The spec's evaluator with its options validated (ConfigError at the spec's lines)."""
+    spec = loaded.spec.evaluator
+    try:
+        entry = get_evaluator(spec.name)
+    except KeyError as exc:
+        raise loaded.error(str(exc.args[0]), "evaluator", "name") from None
+    try:
+        options = entry.options.model_validate(spec.options)
+    except ValidationError as exc:
+        raise ConfigError(issues_from_validation(
+            exc, entry.options, str(loaded.file), loaded.lines, ("evaluator", "options"))
+        ) from None
+    if spec.name == "simulate":
+        try:
+            importlib.import_module("rdu_sim.api")  # fail now, not once per point
+        except ImportError as exc:
+            raise loaded.error(f"the simulate evaluator needs rdu_sim.api: {exc}",
+                               "evaluator") from None
+    return BoundEvaluator(entry.function, options)
+
+
+def check_spec(path: str | Path) -> SpecCheck:
+    """Validate a spec and resolve all its points without running anything.
+
+    Raises ConfigError naming the spec file, field and line. Used by `rdu-sim check`.
+    """
+    loaded = load_spec(path)
+    expansion = expand(loaded)
+    bind_evaluator(loaded)
+    return SpecCheck(expansion)
+
+
+def plan(expansion: Expansion, existing: Mapping[str, Existing], *,
+         retry_failed: bool) -> Plan:
+    """Decide which points run, from what the database holds."""
+    metrics = set(expansion.spec.spec.metrics or ())
+    to_run: list[Point] = []
+    done = failed_before = retrying = stale = 0
+    for point in expansion.points:
+        row = existing.get(point.key)
+        if row is None:
+            to_run.append(point)
+        elif row.status == "done":
+            covered = all(any(k == m or k.startswith(m + ".") for k in row.metric_keys)
+                          for m in metrics)
+            if covered:
+                done += 1
+            else:
+                stale += 1
+                to_run.append(point)
+        elif retry_failed:
+            retrying += 1
+            to_run.append(point)
+        else:
+            failed_before += 1
+    return Plan(expansion, tuple(to_run), done, failed_before, retrying, stale)
+
+
+def _row(outcome: Outcome, point: Point, sweep: str) -> Row:
+    return Row(
+        key=outcome.key,
+        sweep=sweep,
+        overrides=canonical_json(point.overrides),
+        config=canonical_json(point.config),
+        metrics=None if outcome.metrics is None else canonical_json(outcome.metrics),
+        status=outcome.status,
+        error=outcome.error,
+        version=outcome.version,
+        worker=outcome.worker,
+        wall_s=outcome.wall_s,
+        started=outcome.started,
+        finished=outcome.finished,
+    )
+
+
+def _missing_metrics_error(loaded: LoadedSpec, outcome: Outcome) -> ConfigError:
+    metrics = loaded.spec.metrics or []
+    first = metrics.index(outcome.missing[0]) if outcome.missing[0] in metrics else 0
+    shown = ", ".join(outcome.available[:60])
+    more = f" and {len(outcome.available) - 60} more" if len(outcome.available) > 60 else ""
+    return loaded.error(
+        f"not in the results: {', '.join(outcome.missing)}; the sweep stopped. Available "
+        f"metrics: {shown}{more}", "metrics", str(first))
+
+
+def _executor(tasks: Sequence[Task], workers: int, cluster: str | None) -> Iterator[Outcome]:
+    if cluster is not None:
+        return run_dask(tasks, cluster, workers)
+    if workers <= 1 or len(tasks) <= 1:
+        return run_serial(tasks)
+    return run_pool(tasks, min(workers, len(tasks)))
+
+
+def run_sweep(spec: str | Path, *, db: str | Path | None = None, workers: int | None = None,
+              cluster: str | None = None, retry_failed: bool = False, dry_run: bool = False,
+              progress: bool | Reporter = False,
+              evaluator: Evaluate | None = None) -> SweepSummary:
+    """Run (or resume) the sweep in `spec`; return what it did.
+
+    `workers`: processes (default: the core count; 1 runs in this process). `cluster`:
+    'local' or a Dask scheduler address `tcp://host:port`. `evaluator` replaces the spec's
+    (a module-level function of a Point, so it pickles); `progress=True` draws a bar on
+    stderr. Raises ConfigError for a bad spec or metric, before or at the first result.
+    Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
+    main module.
+    """
+    loaded = load_spec(spec)
+    expansion = expand(loaded)
+    evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
+    db_path = Path(db) if db is not None else default_db(loaded.file)
+    reporter: Reporter = (progress if not isinstance(progress, bool)
+                          else RichReporter() if progress else Silent())
+    keys = tuple(p.key for p in expansion.points)
+
+    if dry_run:
+        existing = _peek(db_path, keys)
+        the_plan = plan(expansion, existing, retry_failed=retry_failed)
+        reporter.message(the_plan.describe() + " (dry run: nothing runs)")
+        return SweepSummary(loaded.name, db_path, len(keys), the_plan.already_done,
+                            the_plan.failed_before, keys=keys, plan=the_plan)
+
+    with Store(db_path) as store:
+        the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed)
+        reporter.message(the_plan.describe())
+        summary = SweepSummary(loaded.name, db_path, len(keys), the_plan.already_done,
+                               the_plan.failed_before, keys=keys, plan=the_plan)
+        metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
+        tasks = [Task(point, evaluate, metrics) for point in the_plan.to_run]
+        by_key = {p.key: p for p in the_plan.to_run}
+        start = time.perf_counter()
+        if tasks:
+            _execute(store, tasks, by_key, loaded, summary, reporter,
+                     workers or default_workers(), cluster)
+        summary.wall_s = time.perf_counter() - start
+        _refresh_view(store, expansion)
+    return summary
+
+
+def _execute(store: Store, tasks: list[Task], by_key: Mapping[str, Point], loaded: LoadedSpec,
+             summary: SweepSummary, reporter: Reporter, workers: int,
+             cluster: str | None) -> None:
+    """Run the tasks, writing each outcome as it arrives."""
+    reporter.start(loaded.name, len(tasks))
+    outcomes = _executor(tasks, workers, cluster)
+    checked = False
+    try:
+        for outcome in outcomes:
+            if outcome.status == "done" and not checked:
+                if outcome.missing:
+                    raise _missing_metrics_error(loaded, outcome)
+                checked = True
+            if outcome.status == "done" and outcome.missing:  # only a subset lacks it
+                outcome = _fail_missing(outcome)
+            store.record(_row(outcome, by_key[outcome.key], loaded.name))
+            summary.ran += 1
+            summary.done += outcome.status == "done"
+            summary.failed += outcome.status == "failed"
+            reporter.advance(outcome)
+    finally:
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()
+        reporter.close()
+
+
+def _fail_missing(outcome: Outcome) -> Outcome:
+    """A point whose result lacks a metric that others had is recorded as failed."""
+    return replace(outcome, status="failed", metrics=None,
+                   error=f"the result has no {', '.join(outcome.missing)}")
+
+
+def _peek(db_path: Path, keys: Sequence[str]) -> dict[str, Existing]:
+    """What an existing database holds, without creating one (for --dry-run)."""
+    if not db_path.is_file():
+        return {}
+    with Store(db_path, create=False) as store:
+        return store.existing(keys)
+
+
+def _refresh_view(store: Store, expansion: Expansion) -> None:
+    """Rebuild results_flat with this spec's axes and the metric names stored for it."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for row in store.rows(keys=[p.key for p in expansion.points]):
+        if row["metrics"]:
+            for name in json.loads(row["metrics"]):
+                if name not in seen:
+                    seen.add(name)
+                    names.append(name)
+    store.make_view(expansion.axes, names)
+

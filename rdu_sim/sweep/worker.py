@@ -1,0 +1,132 @@
+"""What runs on a worker: evaluate one point, never raise, return an Outcome for the parent.
+
+`run_task` is the only function executors ship to workers (a process pool, Dask, or the
+parent itself). It catches every exception, so one bad point becomes a 'failed' Outcome and
+the sweep goes on; it selects the spec's metrics from the result so only those travel back.
+The parent alone writes the database.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import rdu_sim
+from rdu_sim.sweep.expand import Point
+from rdu_sim.sweep.key import jsonable
+
+MAX_ERROR_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Task:
+    """One point to evaluate, how, and which metrics to keep (None: all)."""
+
+    point: Point
+    evaluate: Callable[[Point], Mapping[str, Any]]
+    metrics: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one task, ready to be written as a row."""
+
+    key: str
+    status: str  # 'done' | 'failed'
+    metrics: dict[str, Any] | None
+    error: str | None
+    missing: tuple[str, ...]  # requested metrics the result did not have
+    available: tuple[str, ...]  # the result's metric names when some were missing
+    version: str
+    worker: str
+    wall_s: float
+    started: str
+    finished: str
+
+
+def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'ttft_s': {'p50': 1}} -> {'ttft_s.p50': 1}; lists and scalars are leaves."""
+    flat: dict[str, Any] = {}
+    for name, value in result.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def select(flat: Mapping[str, Any], metrics: tuple[str, ...] | None
+           ) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Keep the requested metrics; a path naming a mapping keeps all its leaves."""
+    if metrics is None:
+        return dict(flat), ()
+    kept: dict[str, Any] = {}
+    missing: list[str] = []
+    for metric in metrics:
+        found = {k: v for k, v in flat.items() if k == metric or k.startswith(metric + ".")}
+        if not found:
+            missing.append(metric)
+        kept.update(found)
+    return kept, tuple(missing)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _describe_error(exc: BaseException) -> str:
+    tail = "".join(traceback.format_exception(exc)[-6:])
+    text = f"{type(exc).__name__}: {exc}\n{tail}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def worker_name() -> str:
+    """host:pid of this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_task(task: Task) -> Outcome:
+    """Evaluate one point; any exception becomes a 'failed' Outcome with its message."""
+    started = _now()
+    clock = time.perf_counter()
+    metrics: dict[str, Any] | None = None
+    error: str | None = None
+    missing: tuple[str, ...] = ()
+    available: tuple[str, ...] = ()
+    try:
+        result = task.evaluate(task.point)
+        if not isinstance(result, Mapping):
+            raise TypeError(f"the evaluator returned {type(result).__name__}, not a mapping")
+        flat = flatten(jsonable(dict(result)))
+        metrics, missing = select(flat, task.metrics)
+        if missing:
+            available = tuple(sorted(flat))
+    except Exception as exc:  # a failing point is recorded, never fatal to the sweep
+        error = _describe_error(exc)
+    return Outcome(
+        key=task.point.key,
+        status="failed" if error is not None else "done",
+        metrics=metrics if error is None else None,
+        error=error,
+        missing=missing,
+        available=available,
+        version=rdu_sim.__version__,
+        worker=worker_name(),
+        wall_s=time.perf_counter() - clock,
+        started=started,
+        finished=_now(),
+    )
+
+
+def lost(task: Task, reason: str) -> Outcome:
+    """An Outcome for a task whose worker died or whose result never came back."""
+    now = _now()
+    return Outcome(task.point.key, "failed", None, reason, (), (), rdu_sim.__version__,
+                   "unknown", 0.0, now, now)
