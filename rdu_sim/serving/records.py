@@ -45,6 +45,7 @@ class ServingRecords:
     prefill_steps: int = 0
     decode_steps: int = 0
     decode_runs: int = 0  # batched advances (one simulation event each)
+    tokens_generated: int = 0  # output tokens the steps produced (first tokens included)
 
     def __post_init__(self) -> None:
         n = int(self.prompt_tokens.shape[0])

@@ -126,6 +126,7 @@ class Server:
                 self._wake = self.env.event()
                 yield self._wake
                 self._wake = None
+        self._record(int(self.env.now))
 
     def _prefill_candidate(self) -> int | None:
         """Slot whose next chunk to prefill, -1 to admit a new request, None: no prefill work."""
@@ -165,6 +166,7 @@ class Server:
             slots.admit(slot, request)
             records.admit_ps[request] = int(self.env.now)
             records.slot[request] = slot
+            self._record(int(self.env.now))
         request = int(slots.request[slot])
         prompt = int(records.prompt_tokens[request])
         chunk = self.config.prefill_chunk_tokens
@@ -185,6 +187,7 @@ class Server:
             return
         now = int(self.env.now)
         records.first_token_ps[request] = now
+        records.tokens_generated += 1
         output = int(records.output_tokens[request])
         if output == 1:
             self._complete(slot, request, now)
@@ -209,7 +212,7 @@ class Server:
             self._wake = env.event()
             yield boundary | self._wake
             self._wake = None
-            if not boundary.triggered:
+            if not boundary.processed:
                 done_steps = max(1, -(-(int(env.now) - start) // step))  # finish the step in flight
                 if done_steps < steps:
                     steps = done_steps
@@ -220,6 +223,7 @@ class Server:
         self.cache.run(shape, steps)
         self.records.decode_steps += steps
         self.records.decode_runs += 1
+        self.records.tokens_generated += steps * slots.decoding
         self._last_was_prefill = False
         now = int(env.now)
         for slot in slots.advance(steps):
