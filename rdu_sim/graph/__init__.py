@@ -1,1 +1,28 @@
-"""rdu_sim.graph"""
+"""Dataflow graphs of decoder layers: Operators with FLOPs and bytes, built per static shape.
+
+Builders return networkx DiGraphs whose nodes hold an `Operator` (attribute `op`) and whose
+edges carry the tensor names they move (attribute `tensors`). Numbers are for the whole
+layer (unsharded); `rdu_sim.compiler` shards, fuses and places them.
+"""
+
+from rdu_sim.graph.builder import GraphBuilder, op, operators
+from rdu_sim.graph.check import check_graph, graph_problems
+from rdu_sim.graph.deepseek import deepseek_layer
+from rdu_sim.graph.export import to_dot, to_graphml_graph, write_graphml
+from rdu_sim.graph.heads import embedding_graph, lm_head_graph
+from rdu_sim.graph.llama import llama_layer
+from rdu_sim.graph.mla import MlaCache
+from rdu_sim.graph.model import GraphGroup, Totals, decoder_groups, model_groups, totals
+from rdu_sim.graph.moe import expected_distinct_experts, sample_distinct_experts
+from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
+from rdu_sim.graph.shape import Precision, StepShape
+from rdu_sim.graph.snapkv import SelectionShape, snapkv_graph
+
+__all__ = [
+    "Gemm", "GraphBuilder", "GraphGroup", "MlaCache", "Operator", "Precision",
+    "SelectionShape", "Split", "StepShape", "TensorSpec", "Totals", "check_graph",
+    "decoder_groups", "deepseek_layer", "embedding_graph", "expected_distinct_experts",
+    "graph_problems", "llama_layer", "lm_head_graph", "model_groups", "op", "operators",
+    "sample_distinct_experts", "snapkv_graph", "to_dot", "to_graphml_graph", "totals",
+    "write_graphml",
+]

@@ -1,0 +1,85 @@
+"""Assemble Operators into a networkx DiGraph, wiring edges by tensor name.
+
+Every tensor has one producer: an operator, or the graph's declared external inputs (the
+layer's input hidden state, token ids, tensors read back from HBM). Adding an operator
+connects it to the producers of its inputs; an edge carries the names of the tensors it
+moves (`tensors` attribute). Graph attributes `inputs` and `outputs` map tensor names to
+their specs: these are the tensors that cross the kernel boundary (through HBM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import networkx as nx
+
+from rdu_sim.graph.operator import Operator, TensorSpec
+
+
+class GraphBuilder:
+    """Collects operators in order and builds the DAG between them."""
+
+    def __init__(self, name: str, inputs: Iterable[TensorSpec]) -> None:
+        self.graph: nx.DiGraph = nx.DiGraph(name=name)
+        external = {t.name: t for t in inputs}
+        self.graph.graph["inputs"] = external
+        self._producer: dict[str, tuple[str | None, TensorSpec]] = {
+            name: (None, spec) for name, spec in external.items()
+        }
+
+    def tensor(self, name: str) -> TensorSpec:
+        """The spec of an already produced (or external) tensor."""
+        return self._producer[name][1]
+
+    def add(self, op: Operator) -> Operator:
+        """Add an operator; its inputs must already have producers."""
+        if op.name in self.graph:
+            raise ValueError(f"operator {op.name!r} is already in graph {self.graph.name!r}")
+        self.graph.add_node(op.name, op=op)
+        for spec in op.inputs:
+            if spec.name not in self._producer:
+                raise ValueError(f"operator {op.name!r} reads tensor {spec.name!r}, which "
+                                 "nothing produces")
+            source = self._producer[spec.name][0]
+            if source is not None:
+                if self.graph.has_edge(source, op.name):
+                    self.graph.edges[source, op.name]["tensors"].append(spec.name)
+                else:
+                    self.graph.add_edge(source, op.name, tensors=[spec.name])
+        for spec in op.outputs:
+            if spec.name in self._producer:
+                raise ValueError(f"tensor {spec.name!r} has two producers (second: {op.name!r})")
+            self._producer[spec.name] = (op.name, spec)
+        return op
+
+    def finish(self, outputs: Iterable[str]) -> nx.DiGraph:
+        """Declare the graph's output tensors and return the graph."""
+        declared: dict[str, TensorSpec] = {}
+        for name in outputs:
+            source, spec = self._producer[name]
+            if source is None:
+                raise ValueError(f"graph output {name!r} is an input, not produced")
+            declared[name] = spec
+        self.graph.graph["outputs"] = declared
+        return self.graph
+
+
+def op(graph: nx.DiGraph, name: str) -> Operator:
+    """The Operator at node `name`."""
+    result: Operator = graph.nodes[name]["op"]
+    return result
+
+
+def operators(graph: nx.DiGraph) -> Iterator[Operator]:
+    """The graph's operators in a deterministic topological order."""
+    rank = {name: i for i, name in enumerate(graph.nodes)}
+    for name in nx.lexicographical_topological_sort(graph, key=rank.__getitem__):
+        yield op(graph, name)
+
+
+def producer_of(graph: nx.DiGraph, tensor: str) -> str | None:
+    """The node producing `tensor`, or None when it is an external input."""
+    for name in graph.nodes:
+        if any(t.name == tensor for t in op(graph, name).outputs):
+            return str(name)
+    return None

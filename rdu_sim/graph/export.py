@@ -1,0 +1,87 @@
+"""Export a layer graph for people: Graphviz DOT text and GraphML (networkx).
+
+Nodes are labelled with the operator name, kind, and its FLOPs and bytes; edges with the
+tensors they carry. DOT is written by hand (no pydot dependency); GraphML goes through
+networkx with scalar attributes only, so any GraphML reader opens it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from rdu_sim.graph.operator import Operator
+
+_COLOURS = {
+    "gemm": "lightblue", "batched_gemm": "lightblue", "expert_gemm": "lightblue",
+    "router": "lightblue", "attention_score": "lightsalmon", "attention_value": "lightsalmon",
+    "kv_read": "palegreen", "kv_write": "palegreen", "gather": "palegreen",
+    "allreduce": "plum", "allgather": "plum", "reduce_scatter": "plum",
+}
+
+
+def _si(value: float) -> str:
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def node_attributes(node: Operator) -> dict[str, Any]:
+    """Scalar attributes of an operator, for GraphML and JSON."""
+    return {
+        "kind": node.kind, "flops": float(node.flops), "vector_flops": float(node.vector_flops),
+        "weight_params": int(node.weight_params),
+        "weight_read_bytes": float(node.weight_read_bytes),
+        "kv_read_bytes": float(node.kv_read_bytes), "kv_write_bytes": float(node.kv_write_bytes),
+        "act_read_bytes": float(node.act_read_bytes),
+        "act_write_bytes": float(node.act_write_bytes),
+        "collective": node.collective or "", "collective_bytes": float(node.collective_bytes),
+    }
+
+
+def to_dot(graph: nx.DiGraph) -> str:
+    """Graphviz DOT text of a graph of Operators (`dot -Tsvg` renders it)."""
+    lines = [f"digraph {_quote(str(graph.name or 'graph'))} {{",
+             "  rankdir=TB;", '  node [shape=box, style="rounded,filled", fillcolor=white];']
+    for name in graph.nodes:
+        node: Operator = graph.nodes[name]["op"]
+        detail: list[str] = [node.kind]
+        if node.flops:
+            detail.append(f"{_si(node.flops)}FLOP")
+        weights = node.weight_read_bytes
+        if weights:
+            detail.append(f"W {_si(weights)}B")
+        if node.kv_read_bytes or node.kv_write_bytes:
+            detail.append(f"KV r{_si(node.kv_read_bytes)}B w{_si(node.kv_write_bytes)}B")
+        if node.collective:
+            detail.append(f"{node.collective} {_si(node.collective_bytes)}B")
+        label = name + "\\n" + ", ".join(detail)
+        colour = _COLOURS.get(node.kind, "white")
+        lines.append(f"  {_quote(name)} [label={_quote(label)}, fillcolor={colour}];")
+    for source, target, data in graph.edges(data=True):
+        label = ", ".join(data.get("tensors", []))
+        lines.append(f"  {_quote(source)} -> {_quote(target)} [label={_quote(label)}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def to_graphml_graph(graph: nx.DiGraph) -> nx.DiGraph:
+    """A copy with scalar node/edge attributes only (what GraphML can hold)."""
+    plain = nx.DiGraph(name=str(graph.name or "graph"))
+    for name in graph.nodes:
+        plain.add_node(name, **node_attributes(graph.nodes[name]["op"]))
+    for source, target, data in graph.edges(data=True):
+        plain.add_edge(source, target, tensors=",".join(data.get("tensors", [])))
+    return plain
+
+
+def write_graphml(graph: nx.DiGraph, path: str | Path) -> None:
+    """Write the graph as GraphML (the caller chooses the file; nothing else is written)."""
+    nx.write_graphml(to_graphml_graph(graph), str(path))

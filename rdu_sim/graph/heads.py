@@ -1,0 +1,53 @@
+"""The model's ends: the embedding lookup and the LM head (final norm + vocabulary GEMM).
+
+- Embedding: a gather of batch x tokens rows of the table (no FLOPs; reads only those rows).
+  Replicated on every TP socket: the table is small beside the layers (0.9 GB in FP8 for
+  DeepSeek-R1) and a replicated gather needs no collective, where a vocabulary-split one
+  would need an all-reduce of the hidden state.
+- LM head: the final RMSNorm and the vocabulary GEMM, columns (vocabulary) split over TP,
+  then an all-gather of the logits. In prefill only each slot's last position produces
+  logits (the next token); in decode every new token does. With tied embeddings the GEMM
+  re-reads the embedding table and owns no parameters of its own.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from rdu_sim.graph.builder import GraphBuilder
+from rdu_sim.graph.operator import Operator, Split, TensorSpec
+from rdu_sim.graph.ops import act, linear, rmsnorm
+from rdu_sim.graph.shape import INDEX, Precision, StepShape
+from rdu_sim.models.figures import Architecture
+
+
+def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) -> nx.DiGraph:
+    """Token ids -> hidden states, one gathered row per new token."""
+    ids = TensorSpec("token_ids", (shape.batch, shape.tokens), INDEX)
+    b = GraphBuilder(f"{arch.name}.embedding", [ids])
+    table = arch.vocab_size * arch.hidden_size
+    b.add(Operator("embed.gather", "gather", inputs=(ids,),
+                   outputs=(act("x", (shape.batch, shape.tokens, arch.hidden_size),
+                                precision),),
+                   weight_params=table,
+                   weight_read_bytes=shape.rows * arch.hidden_size * precision.weights))
+    return b.finish(["x"])
+
+
+def logit_rows(shape: StepShape) -> int:
+    """Positions per slot that produce logits: the last one in prefill, all new in decode."""
+    return 1 if shape.phase == "prefill" else shape.tokens
+
+
+def lm_head_graph(arch: Architecture, shape: StepShape, precision: Precision) -> nx.DiGraph:
+    """Final norm and vocabulary projection of the positions that produce logits."""
+    rows = logit_rows(shape)
+    x = act("y", (shape.batch, rows, arch.hidden_size), precision)
+    b = GraphBuilder(f"{arch.name}.lm_head", [x])
+    xn = b.add(rmsnorm("final_norm", x, "y_n", precision, Split())).outputs[0]
+    b.add(linear("lm_head", xn, (act("logits", (shape.batch, rows, arch.vocab_size),
+                                     precision),),
+                 rows=shape.batch * rows, k=arch.hidden_size, n=arch.vocab_size,
+                 precision=precision, split=Split.along("vocab", "n", "gather"),
+                 resident=not arch.tie_embeddings))
+    return b.finish(["logits"])

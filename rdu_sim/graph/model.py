@@ -1,0 +1,84 @@
+"""A whole model as graphs: the embedding, each kind of decoder layer with its count, the head.
+
+Layers of one kind share one graph (they are identical at a static shape); `count` says how
+many there are. Llama has one kind ("decoder"); DeepSeek has "decoder_dense" for the first
+`dense_layers` and "decoder_moe" for the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from rdu_sim.config.architecture import LlamaArchitecture
+from rdu_sim.graph.builder import operators
+from rdu_sim.graph.deepseek import deepseek_layer
+from rdu_sim.graph.heads import embedding_graph, lm_head_graph
+from rdu_sim.graph.llama import llama_layer
+from rdu_sim.graph.mla import MlaCache
+from rdu_sim.graph.shape import Precision, StepShape
+from rdu_sim.models.figures import Architecture
+
+
+@dataclass(frozen=True)
+class GraphGroup:
+    """`count` identical calls of one graph per step (e.g. 58 MoE layers)."""
+
+    name: str  # "embedding", "decoder", "decoder_dense", "decoder_moe", "lm_head"
+    count: int
+    graph: nx.DiGraph
+
+
+def decoder_groups(arch: Architecture, shape: StepShape, precision: Precision,
+                   cache: MlaCache = "latent") -> list[GraphGroup]:
+    """The decoder layers, one group per layer kind (groups with no layers are left out)."""
+    if isinstance(arch, LlamaArchitecture):
+        return [GraphGroup("decoder", arch.layers, llama_layer(arch, shape, precision))]
+    groups = []
+    if arch.dense_layers:
+        groups.append(GraphGroup("decoder_dense", arch.dense_layers,
+                                 deepseek_layer(arch, shape, precision, ffn="dense",
+                                                cache=cache)))
+    if arch.moe_layers:
+        groups.append(GraphGroup("decoder_moe", arch.moe_layers,
+                                 deepseek_layer(arch, shape, precision, ffn="moe",
+                                                cache=cache)))
+    return groups
+
+
+def model_groups(arch: Architecture, shape: StepShape, precision: Precision,
+                 cache: MlaCache = "latent") -> list[GraphGroup]:
+    """Embedding, decoder layer groups, LM head: everything one step runs, in order."""
+    return [GraphGroup("embedding", 1, embedding_graph(arch, shape, precision)),
+            *decoder_groups(arch, shape, precision, cache),
+            GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision))]
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over every operator call of a step."""
+
+    flops: float
+    vector_flops: float
+    weight_params: int  # resident parameters
+    weight_read_bytes: float
+    kv_read_bytes: float
+    kv_write_bytes: float
+    collective_bytes: float
+
+
+def totals(groups: list[GraphGroup]) -> Totals:
+    """Sum every operator of every group, each times its group's count."""
+    sums: list[float] = [0] * 6  # stays an exact int while every term is one
+    params = 0
+    for group in groups:
+        for node in operators(group.graph):
+            params += group.count * node.weight_params
+            for i, value in enumerate((node.flops, node.vector_flops, node.weight_read_bytes,
+                                       node.kv_read_bytes, node.kv_write_bytes,
+                                       node.collective_bytes)):
+                sums[i] += group.count * value
+    return Totals(flops=sums[0], vector_flops=sums[1], weight_params=params,
+                  weight_read_bytes=sums[2], kv_read_bytes=sums[3], kv_write_bytes=sums[4],
+                  collective_bytes=sums[5])

@@ -1,0 +1,56 @@
+"""How many distinct routed experts a batch touches: the expected value and a seeded sampler.
+
+A MoE layer reads the weights of every expert at least one token of the step is routed to.
+With `tokens` tokens each choosing `k` distinct experts out of `E`, and routing modelled as
+uniform (each token's k experts a uniformly random k-subset, tokens independent), an expert
+is missed by one token with probability 1 - k/E, so
+
+    expected distinct = E * (1 - (1 - k/E) ** tokens).
+
+One token touches exactly k experts; a large batch touches all E. DeepSeek-V3's
+group-limited routing (each token's experts come from `groups_per_token` of the
+`expert_groups` groups) is ignored: it changes which experts one token picks, not the
+uniform marginal k/E of each expert, and across tokens the chosen groups vary, so the
+union over a batch is close to the uniform model. Real routers are skewed (popular
+experts), which lowers the distinct count at mid-size batches; the uniform model is the
+upper bound, so weight traffic is not under-estimated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def expected_distinct_experts(tokens: int, experts: int, per_token: int) -> float:
+    """E * (1 - (1 - k/E)^tokens): the expected number of experts `tokens` tokens touch."""
+    if tokens < 0 or experts < 1 or not 1 <= per_token <= experts:
+        raise ValueError(f"need tokens >= 0 and 1 <= per_token <= experts; got tokens={tokens}, "
+                         f"experts={experts}, per_token={per_token}")
+    if tokens == 0:
+        return 0.0
+    if per_token == experts:
+        return float(experts)
+    return experts * -math.expm1(tokens * math.log1p(-per_token / experts))
+
+
+def sample_distinct_experts(rng: np.random.Generator, tokens: int, experts: int,
+                            per_token: int, chunk: int = 4096) -> int:
+    """Distinct experts touched when each of `tokens` tokens routes to `per_token` random ones.
+
+    Each token draws a uniformly random `per_token`-subset of the `experts` (the `per_token`
+    smallest of i.i.d. uniform keys). Tokens are drawn `chunk` at a time and the sampling
+    stops once every expert is touched, so huge prefill batches cost little. Deterministic
+    for a given generator state.
+    """
+    expected_distinct_experts(tokens, experts, per_token)  # validates the arguments
+    touched = np.zeros(experts, dtype=bool)
+    remaining = tokens
+    while remaining > 0 and not touched.all():
+        n = min(chunk, remaining)
+        keys = rng.random((n, experts))
+        chosen = np.argpartition(keys, per_token - 1, axis=1)[:, :per_token]
+        touched[chosen.ravel()] = True
+        remaining -= n
+    return int(touched.sum())
