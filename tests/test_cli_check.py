@@ -1,0 +1,162 @@
+"""`rdu-sim check`: accepts every shipped file, rejects broken ones with exit 2 and no traceback."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import rdu_sim.sweep
+from rdu_sim.cli.check_cmd import file_kind
+from rdu_sim.cli.main import cli
+from rdu_sim.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((REPO / "hw_configs").glob("*.yaml")) + sorted((REPO / "workloads").glob("*.yaml"))
+LLAMA_1S = "llama3.1-8b-1socket.yaml"
+
+
+def rdu_sim_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """Run the real command in a subprocess (what a user's shell does)."""
+    return subprocess.run([sys.executable, "-m", "rdu_sim.cli.main", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / "hw_configs", tmp_path / "hw_configs")
+    shutil.copytree(REPO / "workloads", tmp_path / "workloads")
+    return tmp_path
+
+
+def _misspell(path: Path, old: str, new: str) -> Path:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def test_check_accepts_every_shipped_file() -> None:
+    result = rdu_sim_cli("check", *(str(p.relative_to(REPO)) for p in SHIPPED))
+    assert result.returncode == 0, result.stderr
+    ok_lines = [line for line in result.stdout.splitlines() if line.startswith("OK")]
+    assert len(ok_lines) == len(SHIPPED)
+    for path in SHIPPED:
+        assert any(path.name in line for line in ok_lines)
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("relative", "old", "new", "key"), [
+    ("workloads/" + LLAMA_1S, "batch_slots:", "batch_slot:", "serving.batch_slot"),
+    ("hw_configs/sn40l.yaml", "    bandwidth: 1.8 TB/s", "    bandwith: 1.8 TB/s",
+     "socket.hbm.bandwith"),
+])
+def test_check_and_run_reject_a_misspelled_key(tree: Path, relative: str, old: str, new: str,
+                                               key: str) -> None:
+    broken = _misspell(tree / relative, old, new)
+    line = next(n for n, text in enumerate(broken.read_text().splitlines(), 1) if new in text)
+    workload = tree / "workloads" / LLAMA_1S  # checks its hardware file too
+    for args in (["check", str(broken)], ["check", str(workload)], ["run", str(workload)]):
+        result = rdu_sim_cli(*args, cwd=tree)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert key in result.stderr
+        assert f"{broken.name}:{line}:" in result.stderr
+        assert "error:" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_check_reports_every_bad_file_before_failing(tree: Path) -> None:
+    bad1 = _misspell(tree / "workloads" / LLAMA_1S, "batch_slots:", "batch_slot:")
+    bad2 = tree / "workloads" / "empty.yaml"
+    bad2.write_text("")
+    good = tree / "workloads" / "llama3.1-8b-8socket.yaml"
+    result = CliRunner().invoke(cli, ["check", str(bad1), str(good), str(bad2)])
+    assert result.exit_code == 2
+    assert str(bad1) in result.stderr and "serving.batch_slot" in result.stderr
+    assert str(bad2) in result.stderr and "empty" in result.stderr
+    assert f"OK  {good}" in result.stdout
+    assert "2 of 3 file(s) failed" in result.stderr
+
+
+def test_check_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    result = CliRunner().invoke(cli, ["check", str(tmp_path / "missing.yaml"), str(bad)])
+    assert result.exit_code == 2
+    assert "missing.yaml: file not found" in result.stderr
+    assert f"{bad}:" in result.stderr and "not valid YAML" in result.stderr
+
+
+def test_check_names_the_workload_when_its_hardware_is_bad(tree: Path) -> None:
+    _misspell(tree / "hw_configs" / "sn40l.yaml", "clock:", "clok:")
+    workload = tree / "workloads" / LLAMA_1S
+    result = CliRunner().invoke(cli, ["check", str(workload)])
+    assert result.exit_code == 2
+    assert str(workload) in result.stderr and "socket.clok" in result.stderr
+
+
+def test_check_needs_a_file() -> None:
+    result = CliRunner().invoke(cli, ["check"])
+    assert result.exit_code == 2
+    assert "Missing argument" in result.stderr
+
+
+@pytest.mark.parametrize(("data", "kind"), [
+    ({"socket": {}, "system": {}}, "hardware"),
+    ({"name": "x", "system": {}}, "hardware"),
+    ({"hardware": "a.yaml", "model": "llama-3.1-8b"}, "workload"),
+    ({"model": "x", "socket": {}}, "workload"),
+    ({"base": "w.yaml", "axes": {}}, "sweep"),
+    ({"name": "x"}, None),
+    ([1, 2], None),
+    (None, None),
+])
+def test_file_kind(data: object, kind: str | None) -> None:
+    assert file_kind(data) == kind
+
+
+def test_unknown_kind_explains_what_is_expected(tmp_path: Path) -> None:
+    path = tmp_path / "what.yaml"
+    path.write_text("name: mystery\n")
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2
+    assert "cannot tell what this file is" in result.stderr
+    assert "'socket'" in result.stderr and "'hardware'" in result.stderr
+
+
+def test_sweep_specs_use_the_sweep_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("base: ../workloads/x.yaml\naxes: {serving.batch_slots: [1, 2]}\n")
+    seen: list[Path] = []
+
+    def good(path: Path) -> str:
+        seen.append(path)
+        return "2 points"
+
+    monkeypatch.setattr(rdu_sim.sweep, "check_spec", good, raising=False)
+    result = CliRunner().invoke(cli, ["check", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert seen == [spec]
+    assert "2 points" in result.stdout
+
+    def bad(path: Path) -> str:
+        raise ConfigError.single(str(path), "axes.serving.batch_slots", "bad axis", 2)
+
+    monkeypatch.setattr(rdu_sim.sweep, "check_spec", bad, raising=False)
+    result = CliRunner().invoke(cli, ["check", str(spec)])
+    assert result.exit_code == 2
+    assert "axes.serving.batch_slots: bad axis" in result.stderr
+
+
+def test_sweep_specs_without_the_hook_are_not_claimed_ok(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(rdu_sim.sweep, "check_spec", raising=False)
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("base: w.yaml\naxes: {}\n")
+    result = CliRunner().invoke(cli, ["check", str(spec)])
+    assert "OK" not in result.stdout
+    assert "not checked" in result.stderr

@@ -1,0 +1,168 @@
+"""The `rdu-sim` group: version, registry of commands, the input-error wrapper, stubs, schema."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import rdu_sim
+from rdu_sim.cli.errors import RduGroup, expected_errors
+from rdu_sim.cli.main import COMMANDS, cli
+from rdu_sim.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOAD = str(REPO / "workloads" / "llama3.1-8b-1socket.yaml")
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert rdu_sim.__version__ in result.stdout
+
+
+def test_console_script_installed() -> None:
+    script = Path(sys.executable).parent / "rdu-sim"
+    if not script.exists():
+        pytest.skip("rdu-sim is not installed beside this interpreter")
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0 and rdu_sim.__version__ in result.stdout
+
+
+def test_help_lists_every_command() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for name in ("run", "step", "check", "schema", "inspect", "sweep", "plot", "validate",
+                 "kv-demo"):
+        assert name in COMMANDS
+        assert name in result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_module_exposes_one_click_command(name: str) -> None:
+    module = importlib.import_module(COMMANDS[name])
+    assert isinstance(module.command, click.Command)
+    assert module.command.name == name
+    result = CliRunner().invoke(cli, [name, "--help"])
+    assert result.exit_code == 0, result.output
+
+
+def test_unknown_command() -> None:
+    result = CliRunner().invoke(cli, ["simulate"])
+    assert result.exit_code == 2
+    assert "No such command" in result.stderr
+
+
+def _group_raising(error: BaseException) -> click.Group:
+    @click.group(cls=RduGroup)
+    def group() -> None:
+        pass
+
+    @group.command()
+    def boom() -> None:
+        raise error
+
+    return group
+
+
+def test_wrapper_prints_input_errors_without_traceback() -> None:
+    error = ConfigError.single("w.yaml", "serving.requests", "must be >= 1", 12)
+    result = CliRunner().invoke(_group_raising(error), ["boom"])
+    assert result.exit_code == 2
+    assert result.stderr == "error: w.yaml:12: serving.requests: must be >= 1\n"
+    assert ConfigError in expected_errors()
+
+
+def test_wrapper_lets_bugs_show_their_traceback() -> None:
+    result = CliRunner().invoke(_group_raising(ZeroDivisionError("a bug")), ["boom"])
+    assert isinstance(result.exception, ZeroDivisionError)
+    assert result.exit_code == 1
+
+
+def test_capacity_errors_are_input_errors_once_they_exist() -> None:
+    compiler = importlib.import_module("rdu_sim.compiler")
+    capacity = getattr(compiler, "CapacityError", None)
+    if capacity is None:
+        pytest.skip("rdu_sim.compiler has no CapacityError yet")
+    assert capacity in expected_errors()
+
+
+def test_input_error_in_subprocess_has_no_traceback(tmp_path: Path) -> None:
+    """Through the real entry point: an input error is one line, no traceback."""
+    result = subprocess.run([sys.executable, "-m", "rdu_sim.cli.main", "run",
+                             str(tmp_path / "missing.yaml")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["run", WORKLOAD, "--set", "serving.batch_slot=4"],
+    ["run", WORKLOAD, "--json", "--set", "hw.socket.hbm.bandwith=2 TB/s"],
+    ["run", WORKLOAD, "--set", "parallelism.tp=3"],
+    ["run", WORKLOAD, "--set", "nonsense"],
+    ["step", WORKLOAD, "--set", "kv.policy=magic"],
+    ["inspect", "graph", WORKLOAD, "--set", "model=gpt-5"],
+])
+def test_commands_taking_a_workload_exit_2_on_bad_input(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ")
+    key = args[-1].split("=")[0].removeprefix("hw.")
+    assert key in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["run", WORKLOAD, "--set", "serving.requests=1", "--json"],
+    ["step", WORKLOAD, "--set", "serving.batch_slots=1"],
+])
+def test_commands_accept_good_input(args: list[str]) -> None:
+    """Good input never exits 2; until the simulator lands the stubs say so and exit 1."""
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code in (0, 1), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    if result.exit_code == 1:
+        assert "not yet available" in result.stderr
+
+
+def test_plot_needs_existing_inputs(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["plot", str(tmp_path / "none.json")])
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("kind", ["workload", "hardware"])
+def test_schema_is_json_schema(kind: str) -> None:
+    result = CliRunner().invoke(cli, ["schema", kind])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    assert schema["type"] == "object"
+    assert schema["additionalProperties"] is False
+
+
+def test_schema_accepts_shipped_files_and_flags_typos() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    runner = CliRunner()
+    schemas = {kind: json.loads(runner.invoke(cli, ["schema", kind]).stdout)
+               for kind in ("workload", "hardware")}
+    for kind, folder in (("workload", "workloads"), ("hardware", "hw_configs")):
+        for path in sorted((REPO / folder).glob("*.yaml")):
+            data = yaml.safe_load(path.read_text())
+            jsonschema.validate(data, schemas[kind])
+            data["serving" if kind == "workload" else "socket"]["typo_field"] = 1
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(data, schemas[kind])
+
+
+def test_schema_rejects_unknown_kind() -> None:
+    result = CliRunner().invoke(cli, ["schema", "sweep"])
+    assert result.exit_code == 2

@@ -1,0 +1,128 @@
+"""`rdu-sim inspect model` prints the exact figures; `inspect graph` checks its input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim.cli.main import cli
+from rdu_sim.models import preset_names
+
+REPO = Path(__file__).resolve().parents[1]
+KEYS = {"params_total", "params_active", "layers", "kv_bytes_per_token", "weight_bytes",
+        "decode_flops_per_token"}
+
+
+def _json(*args: str) -> dict[str, object]:
+    result = CliRunner().invoke(cli, ["inspect", "model", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+def test_deepseek_json_in_a_subprocess() -> None:
+    """The exact command of the issue, through the real entry point."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", "inspect", "model", "deepseek-r1", "--json"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) >= KEYS
+    assert data["params_total"] == 671_026_419_200
+    assert data["params_active"] == 37_552_297_472
+    assert data["kv_bytes_per_token"] == 70_272
+    assert data["layers"] == 61
+    assert data["weight_bytes"] == 2 * 671_026_419_200
+
+
+@pytest.mark.parametrize(("name", "params", "kv", "layers"), [
+    ("llama-3.1-8b", 8_030_261_248, 131_072, 32),
+    ("llama-3.1-70b", 70_553_706_496, 327_680, 80),
+    ("llama-3.1-405b", 405_853_388_800, 516_096, 126),
+])
+def test_llama_json(name: str, params: int, kv: int, layers: int) -> None:
+    data = _json(name)
+    assert set(data) >= KEYS
+    assert (data["params_total"], data["params_active"]) == (params, params)
+    assert data["kv_bytes_per_token"] == kv
+    assert data["layers"] == layers
+    assert data["weight_bytes"] == 2 * params
+
+
+def test_dtype_and_context_options() -> None:
+    base = _json("llama-3.1-8b")
+    fp8 = _json("llama-3.1-8b", "--kv-dtype", "fp8", "--weight-dtype", "int4")
+    assert fp8["kv_bytes_per_token"] == 65_536
+    assert fp8["weight_bytes"] == 8_030_261_248 // 2
+    long = _json("llama-3.1-8b", "--context", "8192")
+    assert long["decode_flops_per_token"] == (
+        base["decode_flops_per_token"] + 32 * 2 * 32 * 128 * 8192 * 2)  # type: ignore[operator]
+    assert base["decode_flops_per_token"] == 15_009_316_864
+
+
+def test_workload_file_in_place_of_a_name() -> None:
+    data = _json(str(REPO / "workloads" / "deepseek-r1-128k-full.yaml"))
+    assert data["params_total"] == 671_026_419_200
+    assert data["weight_dtype"] == "fp8"  # the workload's own dtype
+    assert data["weight_bytes"] == 671_026_419_200
+
+
+def test_human_table() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "model", "llama-3.1-8b"])
+    assert result.exit_code == 0
+    assert "8,030,261,248" in result.stdout
+    assert "131,072" in result.stdout
+
+
+def test_list() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "model", "--list"])
+    assert result.exit_code == 0
+    assert result.stdout.split() == preset_names()
+
+
+def test_unknown_name_exits_2_with_the_valid_names() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "model", "gpt-5", "--json"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "unknown model 'gpt-5'" in result.stderr
+    for name in preset_names():
+        assert name in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_name_required_unless_list() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "model"])
+    assert result.exit_code == 2
+    assert "--list" in result.stderr
+
+
+def test_bad_dtype_is_a_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "model", "llama-3.1-8b", "--kv-dtype", "fp7"])
+    assert result.exit_code == 2
+
+
+def test_inspect_graph_checks_its_input(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["inspect", "graph", str(tmp_path / "none.yaml")])
+    assert result.exit_code == 2
+    assert "none.yaml: file not found" in result.stderr
+    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
+                                      "llama3.1-8b-1socket.yaml"), "--set", "kv.polcy=full"])
+    assert result.exit_code == 2
+    assert "kv.polcy" in result.stderr
+
+
+def test_inspect_graph_runs_or_says_it_is_not_there_yet() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
+                                      "llama3.1-8b-1socket.yaml"), "--json", "--batch", "2",
+                                      "--context", "1024"])
+    if result.exit_code == 1:
+        assert "not yet available" in result.stderr
+    else:
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)
