@@ -235,3 +235,48 @@ def test_plot_dispatch_and_save(tmp_path: Any) -> None:
     render(lambda: plots.plot("roofline", json.loads(json.dumps(run))))
     with pytest.raises(PlotInputError, match="must end in"):
         plots.save_figure(fig, tmp_path / "x.jpg")
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+
+def _cli(args: list[str]) -> Any:
+    from click.testing import CliRunner
+
+    from rdu_sim.cli.main import cli
+
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def test_cli_plots_a_run_json(tmp_path: Any) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(context_runs()))
+    out = tmp_path / "capacity.png"
+    result = _cli(["plot", "capacity", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    result = _cli(["plot", "latency", str(path), "-o", str(tmp_path / "latency.svg")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "latency.svg").read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["plot", "pie", "RUN", "-o", "x.png"], "valid kinds: memory, capacity, throughput"),
+    (["plot", "capacity", "missing.json", "-o", "x.png"], "no such file"),
+    (["plot", "capacity", "RUN", "-o", "x.jpg"], "must end in .png, .svg or .pdf"),
+    (["plot", "capacity", "BAD", "-o", "x.png"], "not JSON"),
+    (["plot", "roofline", "RUN", "-o", "x.png"], "no step timing"),
+    (["plot", "capacity", "NOCAP", "-o", "x.png"], "batch capacity"),
+])
+def test_cli_input_errors_exit_2(tmp_path: Any, monkeypatch: Any, args: list[str],
+                                 message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "RUN").write_text(json.dumps(fake_run()))
+    (tmp_path / "BAD").write_text("{not json")
+    run = fake_run()
+    del run["batch_capacity"]
+    (tmp_path / "NOCAP").write_text(json.dumps(run))
+    result = _cli(args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "x.png").exists()

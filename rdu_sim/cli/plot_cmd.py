@@ -1,19 +1,130 @@
-"""`rdu-sim plot RESULTS...`: plots from run or sweep results (stub, exit 1)."""
+"""`rdu-sim plot KIND INPUT -o FILE`: one plot from a run, a sweep database or a workload.
+
+INPUT is read by its suffix:
+
+* ``.json``: what ``rdu-sim run --json`` prints or ``--out`` writes (one run, or a list);
+* ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
+* ``.yaml`` / ``.yml``: a workload, simulated here: over ``--contexts`` (full attention and
+  SnapStream) for memory, capacity and throughput; one run for latency and occupancy; one
+  decode step for the roofline.
+
+Every mistake in the input (an unknown KIND, an unreadable file, results lacking what the
+plot needs) prints ``error: ...`` and exits 2, like every other rdu-sim command.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from rdu_sim.cli.errors import not_available
+from rdu_sim.cli.errors import fail
+from rdu_sim.cli.options import overrides_option
+from rdu_sim.config.errors import ConfigError
+
+_DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+_YAML_SUFFIXES = (".yaml", ".yml")
+_KINDS = ("memory", "capacity", "throughput", "roofline", "latency", "occupancy")
+
+
+def _tokens(text: str) -> int:
+    """'8k' -> 8192, '128K' -> 131072, '4096' -> 4096."""
+    value = text.strip().lower()
+    scale = 1024 if value.endswith("k") else 2**20 if value.endswith("m") else 1
+    number = value.rstrip("km")
+    if not number.isdigit() or int(number) < 1:
+        raise click.BadParameter(f"{text!r} is not a token count like 8192 or 8k")
+    return int(number) * scale
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{path}: cannot read the run results: {exc}")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); give "
+             "the file `rdu-sim run --json` writes, a sweep database or a workload YAML")
+
+
+def _read_db(path: Path) -> Any:
+    from rdu_sim.sweep import load
+
+    try:
+        frame = load(path)
+    except ConfigError:
+        raise  # already names the file and the problem; the CLI group prints it (exit 2)
+    except Exception as exc:  # sqlite3 errors: a file that is not a database
+        fail(f"{path}: cannot read the sweep database: {exc}")
+    if "status" in frame.columns:
+        frame = frame[frame["status"] == "done"]
+    if frame.empty:
+        fail(f"{path}: the sweep database has no finished points to plot")
+    return frame
+
+
+def _simulate(kind: str, path: Path, overrides: tuple[str, ...], contexts: list[int],
+              policies: list[str], requests: int) -> Any:
+    from rdu_sim.report import plots
+
+    if kind in plots.MULTI_RUN_KINDS:
+        return plots.runs_over_contexts(path, contexts, policies=policies, requests=requests,
+                                        overrides=list(overrides))
+    if kind == "roofline":
+        return plots.decode_step_timing(path, overrides=list(overrides))
+    from rdu_sim.api import run
+
+    overrides_with_requests = [*overrides, f"serving.requests={requests}"]
+    return run(path, overrides_with_requests).to_dict()
 
 
 @click.command("plot")
-@click.argument("results", nargs=-1, required=True,
-                type=click.Path(exists=True, path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("plots"), show_default=True, help="Folder for the PNG files.")
-def command(results: tuple[Path, ...], out_dir: Path) -> None:
-    """Plot throughput, latency and memory from run JSON files or a sweep database."""
-    not_available("plot", "rdu_sim.report has no plots yet.")
+@click.argument("kind", metavar="KIND")
+@click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Image to write: .png, .svg or .pdf (default: KIND.png).")
+@click.option("--contexts", default="8k,32k,128k", show_default=True,
+              help="Context lengths to simulate when INPUT is a workload (memory, capacity, "
+              "throughput).")
+@click.option("--policies", default="full,snapstream", show_default=True,
+              help="KV policies to compare when INPUT is a workload.")
+@click.option("--requests", type=click.IntRange(1, 1_000_000), default=16, show_default=True,
+              help="Requests per simulated run when INPUT is a workload.")
+@overrides_option
+def command(kind: str, input_path: Path, output: Path | None, contexts: str, policies: str,
+            requests: int, overrides: tuple[str, ...]) -> None:
+    """Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).
+
+    KIND is one of: memory, capacity, throughput, roofline, latency, occupancy.
+
+    Example: rdu-sim plot capacity run.json -o capacity.png
+    """
+    kind = kind.lower()
+    if kind not in _KINDS:
+        fail(f"unknown plot kind {kind!r}; valid kinds: {', '.join(_KINDS)}")
+    target = output if output is not None else Path(f"{kind}.png")
+    if target.suffix.lower() not in (".png", ".svg", ".pdf"):
+        fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
+    if not input_path.is_file():
+        fail(f"{input_path}: no such file (give a run JSON, a sweep database or a workload)")
+    suffix = input_path.suffix.lower()
+    from rdu_sim.report import plots
+
+    if suffix in _YAML_SUFFIXES:
+        results = _simulate(kind, input_path, overrides,
+                            [_tokens(c) for c in contexts.split(",") if c.strip()],
+                            [p.strip() for p in policies.split(",") if p.strip()], requests)
+    elif suffix in _DB_SUFFIXES:
+        results = _read_db(input_path)
+    else:
+        results = _read_json(input_path)
+    try:
+        figure = plots.plot(kind, results)
+        written = plots.save_figure(figure, target)
+    except plots.PlotInputError as exc:
+        fail(f"{input_path}: {exc}")
+    except OSError as exc:
+        fail(f"{target}: cannot write the plot: {exc}")
+    click.echo(f"wrote {written}")
