@@ -280,3 +280,21 @@ def test_cli_input_errors_exit_2(tmp_path: Any, monkeypatch: Any, args: list[str
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "x.png").exists()
+
+
+def test_design_space_orders_unit_strings_and_draws_a_line_per_group() -> None:
+    rows = [{"hw.socket.hbm.bandwidth": bw, "hw.system.sockets": n, "hw.socket.pmu.sram": s,
+             "decode_tokens_per_s": float(n) * (1 + i), "tpot_s.p50": 0.01 * n}
+            for i, bw in enumerate(["900 GB/s", "1.8 TB/s", "3.6 TB/s"])
+            for n in (1, 2) for s in ("256 KiB", "512 KiB")]
+    frame = pd.DataFrame(rows)
+    fig = render(lambda: plots.design_space(frame, "hw.socket.hbm.bandwidth",
+                                            "decode_tokens_per_s", by=["hw.system.sockets"]))
+    (ax,) = fig.axes
+    assert len(ax.lines) == 2
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["900 GB/s", "1.8 TB/s", "3.6 TB/s"]
+    assert "mean over other axes" in ax.get_ylabel()  # the SRAM axis was averaged
+    fig = render(lambda: plots.design_space(frame, "hw.socket.pmu.sram", "tpot_s.p50",
+                                            by=["hw.system.sockets", "hw.socket.hbm.bandwidth"]))
+    assert len(fig.axes[0].lines) == 6
+    assert "(ms)" in fig.axes[0].get_ylabel()

@@ -16,6 +16,7 @@ throughput          :func:`throughput_vs_context` /              runs over conte
 roofline            :func:`roofline`                             a step timing + hardware
 latency             :func:`latency_distribution`                 per-request records
 occupancy           :func:`occupancy_timeline`                   slot-occupancy series
+(notebooks)         :func:`design_space`                         a sweep DataFrame
 ==================  ===========================================  ==========================
 
 Runs over contexts or batch sizes are built in-process by :func:`runs_over_contexts` and
@@ -50,6 +51,7 @@ from rdu_sim.report.plots_runs import (
     runs_over_contexts,
 )
 from rdu_sim.report.plots_serving import latency_distribution, occupancy_timeline
+from rdu_sim.report.plots_sweep import design_space
 
 __all__ = [
     "PLOT_KINDS",
@@ -58,6 +60,7 @@ __all__ = [
     "PlotInputError",
     "batch_capacity",
     "decode_step_timing",
+    "design_space",
     "kernel_points",
     "latency_distribution",
     "memory_footprint",
