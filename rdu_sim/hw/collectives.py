@@ -73,6 +73,9 @@ class Topology:
             self.intra[1] if inter_latency is None else float(inter_latency),
         )
         self.links: dict[tuple[int, int], P2PLink] = {}
+        # Synthetic slowest-hop links of symmetric heterogeneous rings, one per (bw, latency),
+        # kept so that successive chunks queue on the same link and its bytes are counted.
+        self.bottlenecks: dict[tuple[float, float], P2PLink] = {}
 
     def same_node(self, i: int, j: int) -> bool:
         """True when sockets i and j sit in the same node."""
@@ -91,6 +94,13 @@ class Topology:
             bw, lat = self.params(i, j)
             self.links[key] = P2PLink(self.env, bw, lat, name=f"p2p{key[0]}-{key[1]}")
         return self.links[key], 0 if i < j else 1
+
+    def bottleneck(self, bandwidth: float, latency: float) -> P2PLink:
+        """The synthetic link a symmetric heterogeneous ring runs on (created on first use)."""
+        key = (bandwidth, latency)
+        if key not in self.bottlenecks:
+            self.bottlenecks[key] = P2PLink(self.env, bandwidth, latency, name="ring-bottleneck")
+        return self.bottlenecks[key]
 
     def send(self, src: int, dst: int, nbytes: float, tag: str | None = None) -> simpy.Event:
         """Transfer ``nbytes`` from ``src`` to ``dst``; fires on arrival."""
@@ -148,7 +158,7 @@ def ring(
             link, direction = topo.link(ring_ids[0], ring_ids[1])
         else:  # heterogeneous ring: every hop as slow as the slowest (upper bound)
             bw, lat = min(h[0] for h in hops), max(h[1] for h in hops)
-            link, direction = P2PLink(env, bw, lat, name="ring-bottleneck"), 0
+            link, direction = topo.bottleneck(bw, lat), 0
         count = _Countdown(env, chunks)
 
         def hop_sym(step: int) -> None:
