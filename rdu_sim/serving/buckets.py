@@ -15,6 +15,8 @@ shapes in all (instead of 1024 for every multiple of 128).
 
 from __future__ import annotations
 
+from rdu_sim.compiler.program import StaticShape
+
 MIN_BUCKET = 128
 LINEAR_STEP = 1024
 PER_OCTAVE = 8
@@ -44,3 +46,26 @@ def prompt_buckets(max_context: int) -> list[int]:
         out.append(bucket)
         tokens = bucket + 1
     return out
+
+
+def prefill_step(prompt: int, prefilled: int, max_context: int,
+                 chunk: int | None) -> tuple[StaticShape, int]:
+    """The next prefill step of a prompt with ``prefilled`` tokens done: (shape, new done).
+
+    Without chunking (or for a prompt no longer than a chunk) one step prefills the whole
+    prompt padded to its bucket. With chunks of ``chunk`` tokens, each step is ``chunk`` new
+    tokens (the last one padded to ``chunk``) attending to the ``prefilled`` tokens before.
+    """
+    if chunk is not None and prompt > chunk:
+        return StaticShape("prefill", 1, chunk, prefilled), min(prompt, prefilled + chunk)
+    return StaticShape("prefill", 1, prompt_bucket(prompt, max_context), 0), prompt
+
+
+def prefill_steps(prompt: int, max_context: int, chunk: int | None) -> list[StaticShape]:
+    """Every prefill step of one prompt, in order."""
+    shapes: list[StaticShape] = []
+    done = 0
+    while done < prompt:
+        shape, done = prefill_step(prompt, done, max_context, chunk)
+        shapes.append(shape)
+    return shapes

@@ -41,7 +41,7 @@ from simpy.events import Event, EventPriority
 
 from rdu_sim.compiler.program import StaticShape
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.serving.buckets import prompt_bucket
+from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache
@@ -169,14 +169,8 @@ class Server:
             self._record(int(self.env.now))
         request = int(slots.request[slot])
         prompt = int(records.prompt_tokens[request])
-        chunk = self.config.prefill_chunk_tokens
-        done = int(slots.prefilled[slot])
-        if chunk is not None and prompt > chunk:
-            shape = StaticShape("prefill", 1, chunk, done)
-            done = min(prompt, done + chunk)
-        else:
-            shape = StaticShape("prefill", 1, prompt_bucket(prompt, self.config.max_context), 0)
-            done = prompt
+        shape, done = prefill_step(prompt, int(slots.prefilled[slot]), self.config.max_context,
+                                   self.config.prefill_chunk_tokens)
         step = self.cache.run(shape)
         records.prefill_steps += 1
         yield _At(self.env, step)

@@ -1,0 +1,249 @@
+"""The public, in-process API: what the CLI, sweeps and notebooks call.
+
+    >>> from rdu_sim.api import run
+    >>> result = run("workloads/deepseek-r1-128k-snapstream.yaml",
+    ...              overrides={"serving.requests": 200})
+    >>> result.to_dict()["decode_tokens_per_s"]             # the JSON contract
+    >>> result.requests()["ttft_s"]                         # per-request columns
+    >>> result.timeseries()["occupied"]                     # slot occupancy over time
+
+``run`` loads and validates the workload, resolves the KV policy and the batch slots
+(``auto`` = the compiler's batch capacity), plans memory, generates the requests from the
+workload's seed, and simulates continuous batching; every distinct step shape is compiled
+and simulated once by the engine (the step cache). Nothing is written to disk; no global
+state is touched, so runs in one process are independent and repeatable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rdu_sim import __version__
+from rdu_sim.compiler.program import Placement, StaticShape
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.kv import make_policy
+from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.report.summary import request_columns, series_columns, summarize
+from rdu_sim.scenario import Scenario, build_scenario, load_scenario
+from rdu_sim.serving.buckets import prefill_steps
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.requests import RequestSet, clip_to_context, make_requests, typical_length
+from rdu_sim.serving.server import ServerConfig
+from rdu_sim.serving.simulate import serve
+from rdu_sim.serving.step_cache import StepCache, StepCost
+
+__all__ = ["Backend", "EngineBackend", "RunResult", "load", "run", "step"]
+
+Overrides = Iterable[str] | Mapping[str, Any] | None
+Progress = Callable[[int, int], None]
+
+
+class Backend(Protocol):
+    """Where capacity, memory plans and step times come from (the compiler and engine)."""
+
+    def batch_capacity(self, scenario: Scenario) -> int:
+        """Largest batch whose memory plan fits (0 or CapacityError when none does)."""
+        ...
+
+    def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
+        """One socket's memory plan for ``batch_slots`` (CapacityError if it does not fit)."""
+        ...
+
+    def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
+        """Simulate one step of ``shape``."""
+        ...
+
+
+class EngineBackend:
+    """The real thing: ``rdu_sim.compiler`` plans and compiles, ``rdu_sim.engine`` times."""
+
+    def batch_capacity(self, scenario: Scenario) -> int:
+        """The compiler's batch capacity."""
+        from rdu_sim.compiler import batch_capacity
+
+        return int(batch_capacity(scenario))
+
+    def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
+        """The compiler's memory plan."""
+        from rdu_sim.compiler import plan_memory
+
+        placement: Placement = plan_memory(scenario, batch_slots)
+        return placement
+
+    def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
+        """Compile the shape and simulate one step on the hardware model."""
+        timing = _simulate(scenario, shape)
+        return StepCost(step_s=float(timing.step_s),
+                        hbm_util=float(timing.hbm_bandwidth_fraction),
+                        pcu_util=float(timing.utilization.get("pcu", 0.0)), detail=timing)
+
+
+def _simulate(scenario: Scenario, shape: StaticShape) -> Any:
+    from rdu_sim.compiler import compile_program
+    from rdu_sim.engine import simulate_step
+
+    program = compile_program(scenario, shape)
+    engine = scenario.workload.engine
+    return simulate_step(program, scenario.hardware, tiles_per_stage=engine.tiles_per_stage,
+                         all_sockets=engine.all_sockets, max_events=engine.max_events)
+
+
+def _capacity_error(message: str) -> Exception:
+    from rdu_sim.compiler import CapacityError
+
+    error: Exception = CapacityError(message)
+    return error
+
+
+def load(scenario_or_path: Scenario | str | Path, overrides: Overrides = None) -> Scenario:
+    """A validated Scenario from a workload path or an existing Scenario (plus overrides)."""
+    if isinstance(scenario_or_path, Scenario):
+        if not overrides:
+            return scenario_or_path
+        data = scenario_or_path.workload.model_dump(mode="json")
+        return build_scenario(data, workload_file=scenario_or_path.workload_file,
+                              overrides=overrides)
+    return load_scenario(scenario_or_path, overrides)
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced: the metrics dict, per-request records, time series."""
+
+    scenario: Scenario
+    policy: KVPolicy
+    batch_capacity: int
+    batch_slots: int
+    placement: Placement
+    requests_in: RequestSet
+    records: ServingRecords
+    cache: StepCache
+    prefill_s: float
+    _summary: dict[str, Any] | None = field(default=None, repr=False)
+
+    def meta(self) -> dict[str, Any]:
+        """Identity of the run (names, parallelism, seed, version; no paths, no clocks)."""
+        s = self.scenario
+        return {"model": s.model.name, "workload": s.workload.name,
+                "hardware": s.hardware.name, "tp": s.tp,
+                "sockets": s.hardware.system.sockets, "seed": s.workload.serving.seed,
+                "max_context": s.workload.serving.max_context, "version": __version__}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract (see docs/serving.md): metrics, memory, identity."""
+        if self._summary is None:
+            self._summary = summarize(
+                meta=self.meta(), kv_policy=self.policy.name,
+                batch_capacity=self.batch_capacity, batch_slots=self.batch_slots,
+                placement=self.placement, records=self.records, cache=self.cache,
+                prefill_s=self.prefill_s)
+        return dict(self._summary)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """``to_dict`` as JSON: sorted keys, byte-identical for identical inputs."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+
+    def requests(self) -> dict[str, NDArray[Any]]:
+        """Per-request columns: ids, lengths, slot, arrival/admit/first-token/finish times,
+        queue delay, TTFT, TPOT, end-to-end latency (seconds)."""
+        return request_columns(self.records)
+
+    def timeseries(self) -> dict[str, NDArray[Any]]:
+        """State after each change: waiting, prefilling, decoding, occupied, occupancy,
+        decode bucket, by ``time_s``."""
+        return series_columns(self.records, self.batch_slots)
+
+    def step_shapes(self) -> list[dict[str, Any]]:
+        """Every simulated shape with its step time and how many steps ran it."""
+        rows = []
+        for shape, count in sorted(self.cache.steps.items(),
+                                   key=lambda item: (item[0].phase, item[0].tokens,
+                                                     item[0].cache_len)):
+            rows.append({"phase": shape.phase, "batch": shape.batch, "tokens": shape.tokens,
+                         "cache_len": shape.cache_len, "step_s": self.cache.step_s(shape),
+                         "steps": count})
+        return rows
+
+
+def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]:
+    """(batch capacity, batch slots to run); CapacityError when not one sequence fits."""
+    capacity = backend.batch_capacity(scenario)
+    if capacity < 1:
+        raise _capacity_error(
+            f"{scenario.workload_file}: not even one sequence of max_context="
+            f"{scenario.workload.serving.max_context} tokens fits beside the weights "
+            f"({scenario.model.name}, tp={scenario.tp}, kv.policy="
+            f"{scenario.workload.kv.policy}); lower serving.max_context, use a compressing "
+            "kv.policy, or add sockets")
+    slots = scenario.workload.serving.batch_slots
+    return capacity, capacity if slots == "auto" else int(slots)
+
+
+def typical_prompt(scenario: Scenario, requests: RequestSet) -> int:
+    """The workload's typical prompt: the distribution's median (a trace's median row)."""
+    serving = scenario.workload.serving
+    if serving.trace is not None:
+        prompt = int(np.median(requests.prompt_tokens))
+    else:
+        prompt = typical_length(serving.prompt_tokens)
+    clipped, _ = clip_to_context(np.asarray([prompt]), np.asarray([1]), serving.max_context)
+    return int(clipped[0])
+
+
+def _policy(scenario: Scenario) -> KVPolicy:
+    """The workload's KV policy; a parameter it rejects is a ConfigError naming ``kv``."""
+    try:
+        return make_policy(scenario.workload.kv, scenario.workload.serving.max_context)
+    except ValueError as exc:
+        raise ConfigError.single(scenario.workload_file, "kv", str(exc)) from None
+
+
+def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
+        progress: Progress | None = None, *, backend: Backend | None = None) -> RunResult:
+    """Simulate serving a workload; ``progress(done, total)`` is called as requests finish."""
+    scenario = load(scenario_or_path, overrides)
+    backend = backend or EngineBackend()
+    serving = scenario.workload.serving
+    policy = _policy(scenario)
+    capacity, slots = resolve_batch_slots(scenario, backend)
+    placement = backend.plan_memory(scenario, slots)
+    requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
+    cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
+    config = ServerConfig(slots, serving.max_context, serving.prefill_priority,
+                          serving.prefill_chunk_tokens)
+    records = serve(requests, policy, cache, config, progress)
+    prefill_s = sum(cache.step_s(shape) for shape in prefill_steps(
+        typical_prompt(scenario, requests), serving.max_context, serving.prefill_chunk_tokens))
+    return RunResult(scenario, policy, capacity, slots, placement, requests, records, cache,
+                     prefill_s)
+
+
+def step(scenario_or_path: Scenario | str | Path, overrides: Overrides = None, *,
+         phase: str = "decode", batch: int | None = None, tokens: int | None = None,
+         context: int | None = None, backend: Backend | None = None) -> StepCost:
+    """Simulate one static step (default: a decode step of all batch slots at the largest
+    decode bucket). ``detail`` of the result holds the engine's StepTiming."""
+    scenario = load(scenario_or_path, overrides)
+    backend = backend or EngineBackend()
+    serving = scenario.workload.serving
+    policy = _policy(scenario)
+    if batch is None:
+        batch = resolve_batch_slots(scenario, backend)[1] if phase == "decode" else 1
+    if phase == "decode":
+        bucket = policy.decode_bucket(context if context is not None else
+                                      policy.slot_tokens(serving.max_context),
+                                      serving.max_context)
+        shape = StaticShape("decode", batch, tokens or 1, bucket)
+    elif phase == "prefill":
+        prompt = tokens or typical_length(serving.prompt_tokens)
+        shape = StaticShape("prefill", batch, prompt, context or 0)
+    else:
+        raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    return backend.step_cost(scenario, shape)

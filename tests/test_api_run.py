@@ -1,0 +1,228 @@
+"""The public API `rdu_sim.api.run`, its JSON contract, files, and the `rdu-sim run` command.
+
+Most tests use a small analytic backend (memory and step times from closed formulas), so
+the serving/report plumbing is tested without the compiler and engine; the end-to-end tests
+at the bottom run the real compiler and engine on the shipped DeepSeek-R1 workloads.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler.program import Placement, StaticShape, TierUsage
+from rdu_sim.kv import make_policy
+from rdu_sim.models import kv_bytes_per_token, weight_bytes
+from rdu_sim.report.console import render
+from rdu_sim.report.files import write_outputs
+from rdu_sim.scenario import Scenario
+from rdu_sim.serving.step_cache import StepCost
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAP = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+FULL = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+CONTRACT_KEYS = {
+    "kv_policy", "batch_capacity", "batch_slots", "decode_tokens_per_s", "prefill_s", "ttft_s",
+    "tpot_s", "memory", "kv_bytes_per_slot", "requests_completed", "output_tokens",
+    "queue_delay_s", "step_cache", "utilization", "model", "workload", "tp", "sockets", "seed",
+    "version",
+}
+TIER_KEYS = {"capacity_bytes", "used_bytes", "weights_bytes", "kv_bytes", "activations_bytes",
+             "free_bytes"}
+
+
+class FakeBackend:
+    """Memory from the model's figures; step times from a roofline-like formula."""
+
+    def _slot_bytes(self, scenario: Scenario) -> int:
+        serving = scenario.workload.serving
+        policy = make_policy(scenario.workload.kv, serving.max_context)
+        per_token = kv_bytes_per_token(scenario.model, scenario.kv_dtype_bytes)
+        return policy.slot_tokens(serving.max_context) * per_token // scenario.tp
+
+    def _weights(self, scenario: Scenario) -> int:
+        return weight_bytes(scenario.model, scenario.weight_dtype_bytes) // scenario.tp
+
+    def batch_capacity(self, scenario: Scenario) -> int:
+        free = scenario.hardware.socket.hbm.capacity - self._weights(scenario)
+        return max(0, int(free // self._slot_bytes(scenario)))
+
+    def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
+        hbm = TierUsage(int(scenario.hardware.socket.hbm.capacity), self._weights(scenario),
+                        batch_slots * self._slot_bytes(scenario), 0)
+        ddr = TierUsage(int(scenario.hardware.socket.ddr.capacity))
+        return Placement(batch_slots, {"hbm": hbm, "ddr": ddr})
+
+    def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
+        if shape.phase == "prefill":
+            return StepCost(0.01 + shape.tokens * 2e-5, 0.3, 0.9)
+        return StepCost(0.01 + shape.batch * shape.cache_len * 1e-9, 0.8, 0.2)
+
+
+def fake_run(path: Path, **overrides: Any) -> api.RunResult:
+    return api.run(path, overrides, backend=FakeBackend())
+
+
+def test_contract_keys_and_consistency() -> None:
+    result = fake_run(SNAP, **{"serving.requests": 40})
+    data = result.to_dict()
+    assert set(data) >= CONTRACT_KEYS
+    assert data["requests_completed"] == 40
+    assert data["kv_policy"] == "snapstream"
+    assert data["model"] == "deepseek-r1" and data["tp"] == 16 and data["seed"] == 0
+    assert data["batch_slots"] == data["batch_capacity"] > 0
+    for key in ("ttft_s", "tpot_s", "queue_delay_s"):
+        assert set(data[key]) >= {"p50", "p90", "p99"}
+        assert data[key]["p50"] <= data[key]["p90"] <= data[key]["p99"]
+    for usage in data["memory"].values():
+        assert set(usage) == TIER_KEYS
+        assert usage["used_bytes"] == (usage["weights_bytes"] + usage["kv_bytes"]
+                                       + usage["activations_bytes"])
+        assert usage["free_bytes"] == usage["capacity_bytes"] - usage["used_bytes"]
+    assert data["output_tokens"] == int(result.records.output_tokens.sum())
+    assert data["step_cache"]["hits"] + data["step_cache"]["misses"] == (
+        data["steps"]["prefill"] + data["steps"]["decode"])
+    assert 0 < data["utilization"]["hbm"] <= 1 and 0 < data["utilization"]["pcu"] <= 1
+    # prefill_s: the median prompt (4096 tokens) is its own bucket.
+    assert data["prefill_s"] == pytest.approx(0.01 + 4096 * 2e-5)
+    # decode tokens/s: output tokens over first first-token .. last completion.
+    cols = result.requests()
+    span = cols["finish_s"].max() - cols["first_token_s"].min()
+    assert data["decode_tokens_per_s"] == pytest.approx(data["output_tokens"] / span, rel=1e-9)
+    assert json.loads(result.to_json()) == data
+
+
+def test_explicit_batch_slots_and_overrides_on_a_scenario() -> None:
+    scenario = api.load(LLAMA, {"serving.requests": 30})
+    result = api.run(scenario, {"serving.batch_slots": 3}, backend=FakeBackend())
+    data = result.to_dict()
+    assert data["batch_slots"] == 3 and data["batch_capacity"] > 3
+    assert data["requests_completed"] == 30
+    assert int(result.timeseries()["occupied"].max()) <= 3
+
+
+def test_progress_callback_sees_every_completion() -> None:
+    seen: list[tuple[int, int]] = []
+    api.run(LLAMA, {"serving.requests": 25}, lambda d, t: seen.append((d, t)),
+            backend=FakeBackend())
+    assert [d for d, _ in seen] == list(range(1, 26)) and {t for _, t in seen} == {25}
+
+
+def test_no_room_for_one_sequence_is_a_capacity_error() -> None:
+    class Full(FakeBackend):
+        def batch_capacity(self, scenario: Scenario) -> int:
+            return 0
+
+    compiler = pytest.importorskip("rdu_sim.compiler")
+    if not hasattr(compiler, "CapacityError"):
+        pytest.skip("the compiler's CapacityError has not landed")
+    with pytest.raises(compiler.CapacityError, match="not even one sequence"):
+        api.run(LLAMA, backend=Full())
+
+
+def test_bad_kv_parameters_are_a_config_error() -> None:
+    from rdu_sim.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="kv"):
+        fake_run(SNAP, **{"kv.budget": None, "kv.compression_ratio": 1000})
+
+
+def test_out_files(tmp_path: Path) -> None:
+    result = fake_run(LLAMA, **{"serving.requests": 12})
+    paths = write_outputs(tmp_path, result.to_dict(), result.requests(), result.timeseries())
+    assert [p.name for p in paths] == ["result.json", "requests.csv", "timeseries.csv"]
+    assert json.loads(paths[0].read_text()) == result.to_dict()
+    rows = list(csv.DictReader(paths[1].open()))
+    assert len(rows) == 12 and {"ttft_s", "tpot_s", "queue_delay_s"} <= set(rows[0])
+    series = list(csv.DictReader(paths[2].open()))
+    assert series and {"time_s", "occupied", "waiting", "decode_bucket"} <= set(series[0])
+    again = tmp_path / "again"
+    write_outputs(again, result.to_dict(), result.requests(), result.timeseries())
+    for path in paths:
+        assert (again / path.name).read_bytes() == path.read_bytes()
+
+
+def test_console_report_renders() -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=120)
+    console.print(render(fake_run(LLAMA, **{"serving.requests": 5}).to_dict()))
+    text = console.export_text()
+    for words in ("Memory per socket", "time to first token", "batch capacity", "HBM"):
+        assert words in text
+
+
+_CHILD = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_api_run import FakeBackend
+from rdu_sim import api
+print(api.run({path!r}, {{"serving.requests": 30}}, backend=FakeBackend()).to_json())
+"""
+
+
+def test_json_is_byte_identical_across_processes() -> None:
+    code = _CHILD.format(tests=str(ROOT / "tests"), path=str(SNAP))
+    env = {**os.environ, "PYTHONHASHSEED": "random"}
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env=env, cwd=ROOT).stdout for _ in range(2)]
+    assert outs[0] == outs[1] and json.loads(outs[0])["requests_completed"] == 30
+
+
+# --- end to end on the real compiler and engine ------------------------------------------------
+
+def _real_backend_ready() -> bool:
+    try:
+        import rdu_sim.compiler as compiler
+        import rdu_sim.engine as engine
+    except ImportError:
+        return False
+    return all(hasattr(compiler, n) for n in ("compile_program", "plan_memory",
+                                              "batch_capacity", "CapacityError")) and \
+        hasattr(engine, "simulate_step")
+
+
+real = pytest.mark.skipif(not _real_backend_ready(),
+                          reason="the compiler and engine have not landed")
+
+
+@real
+def test_full_vs_snapstream_on_deepseek_r1() -> None:
+    """The reference: SnapStream at 128k has a larger batch and more decode throughput."""
+    small = {"serving.requests": 64}
+    full = api.run(FULL, small).to_dict()
+    snap = api.run(SNAP, small).to_dict()
+    assert snap["batch_capacity"] > full["batch_capacity"] >= 1
+    assert snap["kv_bytes_per_slot"] < full["kv_bytes_per_slot"]
+    assert snap["decode_tokens_per_s"] > full["decode_tokens_per_s"]
+
+
+@real
+def test_a_batch_that_cannot_hold_one_sequence_exits_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", "run", str(FULL), "--json",
+         "--set", "hw.socket.hbm.capacity=40 GiB"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@real
+def test_cli_run_json_200_requests() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", "run", str(SNAP), "--json",
+         "--set", "serving.requests=200"], capture_output=True, text=True, cwd=ROOT,
+        check=True)
+    data = json.loads(proc.stdout)
+    assert set(data) >= CONTRACT_KEYS
+    assert data["requests_completed"] == 200
+    assert data["kv_policy"] == "snapstream"
