@@ -64,6 +64,25 @@ class Backend(Protocol):
 class EngineBackend:
     """The real thing: ``rdu_sim.compiler`` plans and compiles, ``rdu_sim.engine`` times."""
 
+    NEEDS = (("rdu_sim.compiler", ("batch_capacity", "plan_memory", "compile_program",
+                                   "CapacityError")),
+             ("rdu_sim.engine", ("simulate_step",)))
+
+    @classmethod
+    def missing(cls) -> list[str]:
+        """Names this backend needs that are not importable (empty when ready)."""
+        import importlib
+
+        absent = []
+        for module_name, names in cls.NEEDS:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                absent.extend(f"{module_name}.{n}" for n in names)
+                continue
+            absent.extend(f"{module_name}.{n}" for n in names if not hasattr(module, n))
+        return absent
+
     def batch_capacity(self, scenario: Scenario) -> int:
         """The compiler's batch capacity."""
         from rdu_sim.compiler import batch_capacity

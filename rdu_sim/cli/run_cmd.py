@@ -19,9 +19,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rdu_sim import api
+from rdu_sim.cli.errors import not_available
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.report.console import human_seconds, print_report
 from rdu_sim.report.files import write_outputs
+from rdu_sim.scenario import Scenario
 
 
 @contextmanager
@@ -42,8 +44,8 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
-def _print_step(workload: Path, overrides: tuple[str, ...], as_json: bool) -> None:
-    cost = api.step(workload, overrides)
+def _print_step(scenario: Scenario, as_json: bool) -> None:
+    cost = api.step(scenario)
     detail = cost.detail
     data = detail.to_dict() if hasattr(detail, "to_dict") else {"step_s": cost.step_s}
     if as_json:
@@ -65,11 +67,15 @@ def _print_step(workload: Path, overrides: tuple[str, ...], as_json: bool) -> No
 def command(workload: Path, overrides: tuple[str, ...], as_json: bool, out_dir: Path | None,
             one_step: bool) -> None:
     """Simulate serving WORKLOAD and report throughput, latency and memory."""
+    scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
+    missing = api.EngineBackend.missing()
+    if missing:
+        not_available("run", f"The workload is valid; missing: {', '.join(missing)}.")
     if one_step:
-        _print_step(workload, overrides, as_json)
+        _print_step(scenario, as_json)
         return
     with _progress_bar(not as_json) as progress:
-        result = api.run(workload, overrides, progress)
+        result = api.run(scenario, progress=progress)
     data = result.to_dict()
     if out_dir is not None:
         write_outputs(out_dir, data, result.requests(), result.timeseries())
