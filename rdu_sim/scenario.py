@@ -152,6 +152,8 @@ def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMa
         model = workload.model
 
     hardware_path = Path(workload.hardware)
+    with contextlib.suppress(RuntimeError):  # "~" with no home directory stays as written
+        hardware_path = hardware_path.expanduser()
     if not hardware_path.is_absolute():
         hardware_path = Path(os.path.normpath(Path(workload_file).parent / hardware_path))
     problem = file_problem(hardware_path)

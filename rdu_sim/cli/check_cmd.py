@@ -101,10 +101,10 @@ def command(files: tuple[Path, ...]) -> None:
             description = check_file(path)
         except expected_errors() as exc:
             failed += 1
-            message = str(exc)
-            if str(path) not in message:  # e.g. a workload's hardware file is at fault
-                message = f"{path}: {message}"
-            print_error(message)
+            # Every line names the checked file, even when its hardware file is at fault.
+            lines = str(exc).splitlines() or [""]
+            print_error("\n".join(line if str(path) in line else f"{path}: {line}"
+                                   for line in lines))
             continue
         if description is not None:
             out.print(f"[green]OK[/green]  {path}: ", end="")

@@ -15,9 +15,10 @@ class ConfigIssue:
     line: int | None = None
 
     def __str__(self) -> str:
+        """`file:line: field.path: message`, always one line (one issue, one line of output)."""
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         field = f" {self.field}:" if self.field else ""
-        return f"{where}:{field} {self.message}"
+        return " ".join(f"{where}:{field} {self.message}".splitlines())
 
 
 class ConfigError(Exception):

@@ -77,8 +77,14 @@ def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
     except RecursionError:
         raise ConfigError.single(file, "", f"not valid YAML: nested too deeply (a config is "
                                  f"at most {MAX_DEPTH} levels deep)") from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError.single(file, "", f"not valid YAML: {exc.reason} {chr(exc.character)!r} "
+                                 f"at character {exc.position}") from None
     except (yaml.YAMLError, ValueError, OverflowError) as exc:
-        raise ConfigError.single(file, "", f"not valid YAML: {exc}") from None
+        message = " ".join(str(exc).split())
+        if "integer string conversion" in message:
+            message = "a number has more digits than any config needs"
+        raise ConfigError.single(file, "", f"not valid YAML: {message}") from None
     return data, lines
 
 
@@ -181,18 +187,31 @@ def _pick(classes: list[type[BaseModel]], node: Any) -> type[BaseModel] | None:
     return max(classes, key=score)
 
 
-def _field_names(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> list[str]:
-    """The valid field names at the parent of `loc`, for "did you mean" hints."""
+def _parent_model(model: type[BaseModel], loc: tuple[str | int, ...],
+                  data: Any) -> type[BaseModel] | None:
+    """The config model that holds the field at `loc` (looking through unions by the data)."""
     annotation: Any = model
     node = data
     for part in loc[:-1]:
         cls = _pick(_model_classes(annotation), node)
         if cls is None or not isinstance(part, str) or part not in cls.model_fields:
-            return []
+            return None
         annotation = cls.model_fields[part].annotation
         node = node.get(part) if isinstance(node, Mapping) else None
-    cls = _pick(_model_classes(annotation), node)
+    return _pick(_model_classes(annotation), node)
+
+
+def _field_names(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> list[str]:
+    """The valid field names at the parent of `loc`, for "did you mean" hints."""
+    cls = _parent_model(model, loc, data)
     return sorted(cls.model_fields) if cls is not None else []
+
+
+def _description(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> str:
+    """The one-line description of the field at `loc`, or ''."""
+    cls = _parent_model(model, loc, data)
+    info = cls.model_fields.get(str(loc[-1])) if cls is not None and loc else None
+    return (info.description or "") if info is not None else ""
 
 
 def _shown(value: Any) -> str:
@@ -227,11 +246,14 @@ def issues_from_validation(exc: ValidationError, model: type[BaseModel], file: s
         if kind == "extra_forbidden":
             valid = _field_names(model, loc, data)
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1) if valid else []
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f"; did you mean {close[0]!r}?" if close else "."
             listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
             message = f"unknown field {str(loc[-1])!r}{hint}{listing}"
         elif kind == "missing":
-            message = "required field is missing"
+            described = _description(model, loc, data)
+            message = "required field is missing" + (f" ({described})" if described else "")
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
+            message = f"expected a mapping of fields, got {_shown(error.get('input'))}"
         elif kind == "union_tag_not_found":
             key = (error.get("ctx") or {}).get("discriminator", "").strip("'")
             message = f"required field {key!r} is missing" if key else error["msg"]
