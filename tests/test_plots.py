@@ -53,8 +53,11 @@ def fake_run(policy: str = "full", context: int = 8192, batch: int = 8,
             "hbm": _tier(64 * GIB, 16 * GIB, kv, GIB),
             "ddr": _tier(1536 * GIB, 0, 0, 0),
         },
-        "requests": [{"id": i, "ttft_s": float(rng.uniform(0.1, 0.5)),
-                      "tpot_s": float(rng.uniform(0.01, 0.04))} for i in range(requests)],
+        "requests": requests,
+        "occupancy": 0.8,
+        "request_records": {"request": list(range(requests)),
+                            "ttft_s": rng.uniform(0.1, 0.5, requests).tolist(),
+                            "tpot_s": rng.uniform(0.01, 0.04, requests).tolist()},
         "slot_occupancy": {"time_s": times.tolist(), "occupied": occupied.tolist()},
     }
 
@@ -184,6 +187,15 @@ def test_occupancy_timeline_step_and_capacity_line() -> None:
     assert ax.get_xlabel() == "simulated time (s)"
 
 
+def test_latency_accepts_a_list_of_request_records() -> None:
+    run = fake_run()
+    columns = run.pop("request_records")
+    run["per_request"] = [{"ttft_s": a, "tpot_s": b}
+                          for a, b in zip(columns["ttft_s"], columns["tpot_s"], strict=True)]
+    fig = render(lambda: plots.latency_distribution(run))
+    assert len(fig.axes[0].lines) == 1
+
+
 def test_occupancy_accepts_records_and_pairs() -> None:
     run = fake_run()
     series = run["slot_occupancy"]
@@ -215,7 +227,7 @@ def test_missing_key_is_a_plot_input_error_naming_it() -> None:
     del run["batch_capacity"]
     with pytest.raises(PlotInputError, match="batch capacity"):
         plots.batch_capacity(run)
-    del run["requests"]
+    del run["request_records"]
     with pytest.raises(PlotInputError, match="per-request records"):
         plots.latency_distribution(run)
     with pytest.raises(PlotInputError, match=r"unknown plot kind 'pie'.*capacity"):
@@ -231,8 +243,9 @@ def test_plot_dispatch_and_save(tmp_path: Any) -> None:
                                                   plots.MULTI_RUN_KINDS else runs[0]))
         for suffix in (".png", ".svg"):
             assert plots.save_figure(fig, tmp_path / f"{kind}{suffix}").stat().st_size > 0
-    run = {**runs[0], "decode_step": fake_step(), "hardware": HARDWARE}
+    run = {**runs[0], "decode_step": fake_step(), "roofs": HARDWARE}
     render(lambda: plots.plot("roofline", json.loads(json.dumps(run))))
+    render(lambda: plots.plot("roofline", {**fake_step(), "hardware": HARDWARE}))
     with pytest.raises(PlotInputError, match="must end in"):
         plots.save_figure(fig, tmp_path / "x.jpg")
 
@@ -298,3 +311,22 @@ def test_design_space_orders_unit_strings_and_draws_a_line_per_group() -> None:
                                             by=["hw.system.sockets", "hw.socket.hbm.bandwidth"]))
     assert len(fig.axes[0].lines) == 6
     assert "(ms)" in fig.axes[0].get_ylabel()
+
+
+def test_cli_reads_the_csv_files_run_out_writes(tmp_path: Any) -> None:
+    from rdu_sim.report.files import write_outputs
+
+    run = fake_run()
+    requests = {k: np.asarray(v) for k, v in run.pop("request_records").items()}
+    series = {k: np.asarray(v) for k, v in run.pop("slot_occupancy").items()}
+    write_outputs(tmp_path / "out", run, requests, series)
+    for kind in ("latency", "occupancy"):
+        target = tmp_path / f"{kind}.pdf"
+        result = _cli(["plot", kind, str(tmp_path / "out"), "-o", str(target)])
+        assert result.exit_code == 0, result.output
+        assert target.read_bytes()[:4] == b"%PDF"
+    (tmp_path / "out" / "requests.csv").unlink()
+    result = _cli(["plot", "latency", str(tmp_path / "out" / "result.json"),
+                   "-o", str(tmp_path / "x.png")])
+    assert result.exit_code == 2
+    assert "per-request records" in result.output

@@ -2,7 +2,9 @@
 
 INPUT is read by its suffix:
 
-* ``.json``: what ``rdu-sim run --json`` prints or ``--out`` writes (one run, or a list);
+* ``.json``: what ``rdu-sim run --json`` prints or ``--out DIR`` writes (one run, or a
+  list); ``requests.csv`` and ``timeseries.csv`` beside it (``--out`` writes them) supply the
+  per-request records and the occupancy series; INPUT may also be that DIR;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
 * ``.yaml`` / ``.yml``: a workload, simulated here: over ``--contexts`` (full attention and
   SnapStream) for memory, capacity and throughput; one run for latency and occupancy; one
@@ -14,6 +16,7 @@ plot needs) prints ``error: ...`` and exits 2, like every other rdu-sim command.
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ import click
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
 _DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 _YAML_SUFFIXES = (".yaml", ".yml")
@@ -47,6 +51,34 @@ def _read_json(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         fail(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); give "
              "the file `rdu-sim run --json` writes, a sweep database or a workload YAML")
+
+
+def _read_columns(path: Path) -> dict[str, list[float | None]]:
+    """A CSV of numeric columns (``requests.csv``, ``timeseries.csv``); empty cells -> None."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        columns: dict[str, list[float | None]] = {name: [] for name in reader.fieldnames or []}
+        for row in reader:
+            for name, cell in row.items():
+                try:
+                    columns[name].append(float(cell) if cell else None)
+                except ValueError:
+                    fail(f"{path}: column {name!r} holds {cell!r}, not a number")
+    return columns
+
+
+def _attach_siblings(results: Any, folder: Path) -> Any:
+    """Add ``--out``'s requests.csv and timeseries.csv to a single run's dict."""
+    if not isinstance(results, dict):
+        return results
+    for name, key in ((REQUESTS_FILE, "request_records"), (TIMESERIES_FILE, "slot_occupancy")):
+        sibling = folder / name
+        if key not in results and sibling.is_file():
+            try:
+                results[key] = _read_columns(sibling)
+            except (OSError, UnicodeDecodeError, csv.Error) as exc:
+                fail(f"{sibling}: cannot read: {exc}")
+    return results
 
 
 def _read_db(path: Path) -> Any:
@@ -107,6 +139,8 @@ def command(kind: str, input_path: Path, output: Path | None, contexts: str, pol
     target = output if output is not None else Path(f"{kind}.png")
     if target.suffix.lower() not in (".png", ".svg", ".pdf"):
         fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
+    if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
+        input_path = input_path / RESULT_FILE
     if not input_path.is_file():
         fail(f"{input_path}: no such file (give a run JSON, a sweep database or a workload)")
     suffix = input_path.suffix.lower()
@@ -119,7 +153,7 @@ def command(kind: str, input_path: Path, output: Path | None, contexts: str, pol
     elif suffix in _DB_SUFFIXES:
         results = _read_db(input_path)
     else:
-        results = _read_json(input_path)
+        results = _attach_siblings(_read_json(input_path), input_path.parent)
     try:
         figure = plots.plot(kind, results)
         written = plots.save_figure(figure, target)

@@ -103,19 +103,22 @@ def _throughput(results: Any) -> Figure:
 
 
 def _roofline(results: Any) -> Figure:
-    """Roofline of the first run that carries a step timing and its hardware roofs."""
-    runs = as_runs(results)
-    for run in runs:
-        step = find(run, "decode_step", "step_timing", what="step timing", default=None)
+    """Roofline of a step timing (``decode_step_timing``'s dict), or of the first run that
+    holds one under ``decode_step`` with its hardware roofs."""
+    for run in as_runs(results):
+        step = run if "kernels" in run else find(run, "decode_step", "step_timing",
+                                                 what="step timing", default=None)
         if step is None:
             continue
-        hardware = find(run, "hardware", "roofs", what="hardware roofs", default=None)
-        if hardware is None:
-            raise PlotInputError("results have a step timing but no 'hardware' roofs "
+        hardware = step.get("hardware") if isinstance(step, dict) else None
+        if not isinstance(hardware, dict):
+            hardware = run.get("roofs", run.get("hardware"))
+        if not isinstance(hardware, dict):
+            raise PlotInputError("results have a step timing but no hardware roofs "
                                  "(peak_flops, hbm_bandwidth)")
         return roofline(step, hardware)
-    raise PlotInputError("results have no step timing ('decode_step'); run the roofline "
-                         "from a workload YAML, or from a run JSON that includes one")
+    raise PlotInputError("results have no step timing ('kernels' with flops, bytes_by_tier "
+                         "and time_s); plot the roofline from a workload YAML instead")
 
 
 _RENDERERS: dict[str, Callable[[Any], Figure]] = {

@@ -29,6 +29,7 @@ __all__ = [
     "model_of",
     "number",
     "policy_of",
+    "result_record",
     "tiers_present",
 ]
 
@@ -85,10 +86,30 @@ def _unflatten(row: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
+def _columns(table: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """Columns of NumPy arrays (or lists) as JSON-safe lists."""
+    return {str(k): (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in table.items()}
+
+
+def result_record(result: Any) -> dict[str, Any]:
+    """A ``RunResult`` as one JSON-safe dict holding everything the plots read.
+
+    ``to_dict()`` (the metrics), plus the per-request columns of ``requests()`` under
+    ``request_records`` and the state time series of ``timeseries()`` under
+    ``slot_occupancy``.
+    """
+    record = dict(result.to_dict())
+    for method, key in (("requests", "request_records"), ("timeseries", "slot_occupancy")):
+        table = getattr(result, method, None)
+        if callable(table):
+            record[key] = _columns(table())
+    return record
+
+
 def as_runs(results: Any) -> list[Run]:
     """Results as a list of run mappings.
 
-    Accepts a mapping (one run), an object with ``to_dict()`` (a ``RunResult``), a sequence
+    Accepts a mapping (one run), a ``RunResult`` (see :func:`result_record`), a sequence
     of either, or a pandas DataFrame whose rows are runs (dotted or ``__``-joined column
     names become nested keys, JSON-string cells are decoded). A mapping with a ``runs`` or
     ``results`` list is unwrapped.
@@ -96,7 +117,7 @@ def as_runs(results: Any) -> list[Run]:
     if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
         return [_unflatten(row) for row in results.to_dict(orient="records")]
     if hasattr(results, "to_dict") and not isinstance(results, Mapping):
-        results = results.to_dict()
+        results = result_record(results)
     if isinstance(results, Mapping):
         for key in ("runs", "results"):
             inner = results.get(key)

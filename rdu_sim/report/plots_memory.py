@@ -34,13 +34,21 @@ _PART_LABELS = {"weights": "weights", "kv": "KV cache", "activations": "activati
                 "free": "free"}
 
 
+def _tick(run: Any) -> str:
+    """A bar's label: its context, and the batch slots the memory was planned for."""
+    slots = find(run, "batch_slots", what="batch slots", default=None)
+    label = tokens(context_of(run))
+    return label if slots is None else f"{label}\n{int(number(slots, 'batch_slots'))} slots"
+
+
 def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket: int = 0,
                      group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
     """Stacked bars of weights, KV cache, activations and free space per tier vs context.
 
     One row of axes per memory tier, one column per group of runs (by default per model and
     KV policy, so full attention and SnapStream sit side by side); within an axes one bar per
-    context length, in GiB per socket. The y axis of a row is shared so columns compare.
+    context length, in GiB per socket, labelled with the batch slots the memory was planned
+    for. The y axis of a row is shared so columns compare.
 
     Args:
         results: runs (dicts, a list, or a sweep DataFrame), each with ``memory`` and a
@@ -61,7 +69,6 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
     row_axes: dict[str, list[Any]] = {}
     for col, (label, members) in enumerate(groups.items()):
         members = sorted(members, key=context_of)
-        contexts = [context_of(r) for r in members]
         x = np.arange(len(members))
         for row, tier in enumerate(shown):
             ax = axes[row * len(groups) + col]
@@ -73,7 +80,7 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
                 ax.bar(x, heights, 0.7, bottom=bottom, color=PART_COLORS[part],
                        edgecolor="white", linewidth=0.5, label=_PART_LABELS[part])
                 bottom += heights
-            ax.set_xticks(x, [tokens(c) for c in contexts])
+            ax.set_xticks(x, [_tick(r) for r in members])
             ax.set_title(f"{tier.upper()} · {label}", fontsize=10)
             if row == len(shown) - 1:
                 ax.set_xlabel("context (tokens)")

@@ -193,7 +193,7 @@ def _roofs(hardware: Any) -> dict[str, float]:
     }
 
 
-def roofline(step: Any, hardware: Any, *, title: str | None = None) -> Figure:
+def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Figure:
     """A roofline of one step: each kernel at (FLOP per off-chip byte, achieved FLOP/s).
 
     Roofs of one socket: compute (peak matrix FLOP/s) and HBM (bandwidth x intensity); a DDR
@@ -207,12 +207,19 @@ def roofline(step: Any, hardware: Any, *, title: str | None = None) -> Figure:
         step: the step timing (``StepTiming``, its dict, or a run dict holding one under
             ``decode_step``/``step_timing``): kernels with flops, bytes_by_tier, time_s.
         hardware: a ``HardwareConfig`` or a mapping with ``peak_flops``, ``hbm_bandwidth``
-            and optionally ``ddr_bandwidth`` (per socket, FLOP/s and bytes/s).
+            and optionally ``ddr_bandwidth`` (per socket, FLOP/s and bytes/s); default: the
+            step's own ``hardware`` entry (as ``decode_step_timing`` returns it).
 
     Returns:
         The figure: one line per roof, one scatter collection per placed kernel.
     """
     points = kernel_points(step)
+    if hardware is None:
+        data = _as_mapping(step)
+        hardware = data.get("hardware") if isinstance(data, Mapping) else None
+        if hardware is None:
+            raise PlotInputError("roofline needs the hardware's roofs: pass hardware= or a "
+                                 "step with a 'hardware' entry")
     roofs = _roofs(hardware)
     placed = [p for p in points if p.flops > 0 and p.offchip_bytes > 0 and p.time_s > 0]
     skipped = [p.name for p in points if p not in placed]

@@ -20,6 +20,7 @@ from rdu_sim.report.plots_data import (
     find,
     group_runs,
     label_of,
+    lookup,
     number,
 )
 from rdu_sim.report.plots_style import color_for, new_figure
@@ -28,10 +29,23 @@ __all__ = ["latency_distribution", "occupancy_series", "occupancy_timeline", "re
 
 Series = NDArray[np.float64]
 
-_REQUEST_KEYS = ("requests", "request_records", "per_request", "records")
-_SERIES_KEYS = ("slot_occupancy", "occupancy", "slots_timeline", "occupancy_series")
+# Where runs keep them: as_runs() puts RunResult.requests() under "request_records" and
+# RunResult.timeseries() under "slot_occupancy"; a run dict's own "requests" (a count) and
+# "occupancy" (a mean) are scalars, skipped by _table().
+_REQUEST_KEYS = ("request_records", "per_request", "requests")
+_SERIES_KEYS = ("slot_occupancy", "timeseries", "occupancy")
 _TIME_KEYS = ("time_s", "t", "time", "t_s")
 _VALUE_KEYS = ("occupied", "occupied_slots", "busy_slots", "active", "active_slots", "slots")
+
+
+def _table(run: Mapping[str, Any], keys: Sequence[str], what: str) -> Any:
+    """The first of ``keys`` holding a table (columns or records), not a scalar."""
+    for key in keys:
+        value = lookup(run, key, None)
+        if isinstance(value, Mapping) or (isinstance(value, Sequence)
+                                          and not isinstance(value, str)):
+            return value
+    raise PlotInputError(f"results have no {what}")
 
 
 def request_values(run: Mapping[str, Any], field: str) -> NDArray[np.float64]:
@@ -39,7 +53,8 @@ def request_values(run: Mapping[str, Any], field: str) -> NDArray[np.float64]:
 
     Records may be a list of dicts or a column mapping (``{"ttft_s": [...], ...}``).
     """
-    records = find(run, *_REQUEST_KEYS, what="per-request records")
+    records = _table(run, _REQUEST_KEYS, "per-request records (RunResult.requests(), or "
+                     "requests.csv beside result.json from `rdu-sim run --out DIR`)")
     if isinstance(records, Mapping):
         column = records.get(field)
         if column is None:
@@ -101,7 +116,8 @@ def occupancy_series(run: Mapping[str, Any]) -> tuple[Series, Series]:
     The series may be ``{"time_s": [...], "occupied": [...]}`` or a list of records (or of
     ``[time, occupied]`` pairs); each value holds until the next time.
     """
-    series = find(run, *_SERIES_KEYS, what="slot-occupancy series")
+    series = _table(run, _SERIES_KEYS, "slot-occupancy series (RunResult.timeseries(), or "
+                    "timeseries.csv beside result.json from `rdu-sim run --out DIR`)")
     times: list[float]
     values: list[float]
     if isinstance(series, Mapping):
