@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
@@ -161,11 +161,17 @@ def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMa
         raise ConfigError.single(workload_file, "hardware",
                                  f"hardware file {str(hardware_path)!r}: {problem} (paths are "
                                  "relative to the workload file)", lines.get(("hardware",)))
-    hw_data, hw_lines = read_yaml(hardware_path)
-    if isinstance(hw_data, dict):
-        hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
-    hardware = _validate(HardwareConfig, hw_data, str(hardware_path), hw_lines,
-                         hardware_overrides, HW_PREFIX)
+    try:
+        hw_data, hw_lines = read_yaml(hardware_path)
+        if isinstance(hw_data, dict):
+            hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
+        hardware = _validate(HardwareConfig, hw_data, str(hardware_path), hw_lines,
+                             hardware_overrides, HW_PREFIX)
+    except ConfigError as exc:
+        # Say which workload led here: the issues themselves name the hardware file.
+        context = ConfigIssue(workload_file, "hardware", f"hardware file "
+                              f"{str(hardware_path)!r} is not valid:", lines.get(("hardware",)))
+        raise ConfigError([context, *exc.issues]) from None
     _cross_check(workload, hardware, model, workload_file, lines)
     return Scenario(workload, hardware, model, workload_file, str(hardware_path))
 

@@ -91,7 +91,11 @@ def test_misspelled_hardware_key_names_key_and_line(tree: Path) -> None:
     assert f"sn40l.yaml:{line}: socket.hbm.bandwith: unknown field 'bandwith'" in str(error)
     assert "did you mean 'bandwidth'" in str(error)
     # the renamed key leaves the real one missing: said too, at the parent's line
-    assert {i.field for i in error.issues} == {"socket.hbm.bandwith", "socket.hbm.bandwidth"}
+    context, *issues = error.issues
+    assert {i.field for i in issues} == {"socket.hbm.bandwith", "socket.hbm.bandwidth"}
+    # and the first line says which workload led to the hardware file
+    assert context.file.endswith(LLAMA_1S) and context.field == "hardware"
+    assert "hardware file" in context.message and "is not valid" in context.message
 
 
 def test_misspelled_workload_key_names_key_and_line(tree: Path) -> None:
@@ -265,7 +269,7 @@ def test_overrides_as_mapping_and_model_edit() -> None:
 
 def test_override_errors_name_the_override() -> None:
     path = REPO / "workloads" / LLAMA_1S
-    [issue] = _error(path, ["hw.socket.hbm.bandwith=2 TB/s"]).issues
+    [_, issue] = _error(path, ["hw.socket.hbm.bandwith=2 TB/s"]).issues
     assert issue.field == "socket.hbm.bandwith"
     assert "--set hw.socket.hbm.bandwith" in issue.message
     [issue] = _error(path, ["serving.requests=-1"]).issues
@@ -380,6 +384,6 @@ def test_no_silent_type_coercion(override: str) -> None:
 def test_bool_is_not_a_size(tree: Path) -> None:
     hw = tree / "hw_configs" / "sn40l.yaml"
     _replace(hw, "capacity: 64 GiB", "capacity: yes")
-    [issue] = _error(tree / "workloads" / LLAMA_1S).issues
+    [_, issue] = _error(tree / "workloads" / LLAMA_1S).issues
     assert issue.field == "socket.hbm.capacity"
     assert "True" in issue.message
