@@ -1,1 +1,47 @@
-"""rdu_sim.compiler"""
+"""The compiler: shard over TP, fuse into kernels, allocate PCUs/PMUs, place in tiers -> Program.
+
+Public API:
+- `Compiler(scenario)`: `.program(shape)`, `.placement(slots)`, `.batch_capacity()`,
+  `.batch_slots()`, `.kernels(shape)` (per-instance caches);
+- `compile_program(scenario, shape) -> Program`;
+- `plan_memory(scenario, batch_slots) -> Placement`, `batch_capacity(scenario) -> int`,
+  `CapacityError`;
+- `inspect_graph(scenario, phase, batch, context) -> dict`, `to_dot(graph_or_result) -> str`,
+  `layer_graph(scenario, shape) -> networkx.DiGraph` (for GraphML via
+  `rdu_sim.graph.write_graphml`).
+"""
+
+from rdu_sim.compiler.compile import Compiler, compile_program
+from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.inspect import inspect_graph, inspect_shape, layer_graph, to_dot
+from rdu_sim.compiler.layout import ShardPlan, kv_slot_bytes_per_socket, shard_plan
+from rdu_sim.compiler.placement import (
+    activation_bytes,
+    batch_capacity,
+    kv_bytes,
+    plan_memory,
+    resolved_batch_slots,
+    slot_tokens,
+    weight_inventory,
+)
+from rdu_sim.compiler.program import (
+    CollectiveSpec,
+    GemmShape,
+    KernelProgram,
+    Placement,
+    Program,
+    StageProgram,
+    StaticShape,
+    TensorPlacement,
+    TierUsage,
+)
+from rdu_sim.compiler.sharding import shard_graph, shard_operator
+
+__all__ = [
+    "CapacityError", "CollectiveSpec", "Compiler", "GemmShape", "KernelProgram", "Placement",
+    "Program", "ShardPlan", "StageProgram", "StaticShape", "TensorPlacement", "TierUsage",
+    "activation_bytes", "batch_capacity", "compile_program", "inspect_graph", "inspect_shape",
+    "kv_bytes", "kv_slot_bytes_per_socket", "layer_graph", "plan_memory",
+    "resolved_batch_slots", "shard_graph", "shard_operator", "shard_plan", "slot_tokens",
+    "to_dot", "weight_inventory",
+]

@@ -8,7 +8,13 @@ layer (unsharded); `rdu_sim.compiler` shards, fuses and places them.
 from rdu_sim.graph.builder import GraphBuilder, op, operators
 from rdu_sim.graph.check import check_graph, graph_problems
 from rdu_sim.graph.deepseek import deepseek_layer
-from rdu_sim.graph.export import to_dot, to_graphml_graph, write_graphml
+from rdu_sim.graph.export import (
+    dot_from_records,
+    graph_records,
+    to_dot,
+    to_graphml_graph,
+    write_graphml,
+)
 from rdu_sim.graph.heads import embedding_graph, lm_head_graph
 from rdu_sim.graph.llama import llama_layer
 from rdu_sim.graph.mla import MlaCache
@@ -19,10 +25,34 @@ from rdu_sim.graph.shape import Precision, StepShape
 from rdu_sim.graph.snapkv import SelectionShape, snapkv_graph
 
 __all__ = [
-    "Gemm", "GraphBuilder", "GraphGroup", "MlaCache", "Operator", "Precision",
-    "SelectionShape", "Split", "StepShape", "TensorSpec", "Totals", "check_graph",
-    "decoder_groups", "deepseek_layer", "embedding_graph", "expected_distinct_experts",
-    "graph_problems", "llama_layer", "lm_head_graph", "model_groups", "op", "operators",
-    "sample_distinct_experts", "snapkv_graph", "to_dot", "to_graphml_graph", "totals",
+    "Gemm",
+    "GraphBuilder",
+    "GraphGroup",
+    "MlaCache",
+    "Operator",
+    "Precision",
+    "SelectionShape",
+    "Split",
+    "StepShape",
+    "TensorSpec",
+    "Totals",
+    "check_graph",
+    "decoder_groups",
+    "deepseek_layer",
+    "dot_from_records",
+    "embedding_graph",
+    "expected_distinct_experts",
+    "graph_problems",
+    "graph_records",
+    "llama_layer",
+    "lm_head_graph",
+    "model_groups",
+    "op",
+    "operators",
+    "sample_distinct_experts",
+    "snapkv_graph",
+    "to_dot",
+    "to_graphml_graph",
+    "totals",
     "write_graphml",
 ]

@@ -30,7 +30,8 @@ def _si(value: float) -> str:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A DOT string; backslashes pass through so label escapes like \\n keep working."""
+    return '"' + text.replace('"', '\\"') + '"'
 
 
 def node_attributes(node: Operator) -> dict[str, Any]:
@@ -46,30 +47,47 @@ def node_attributes(node: Operator) -> dict[str, Any]:
     }
 
 
-def to_dot(graph: nx.DiGraph) -> str:
-    """Graphviz DOT text of a graph of Operators (`dot -Tsvg` renders it)."""
-    lines = [f"digraph {_quote(str(graph.name or 'graph'))} {{",
+def graph_records(graph: nx.DiGraph) -> dict[str, Any]:
+    """A JSON-ready description of a graph: its nodes (with attributes) and edges."""
+    return {
+        "name": str(graph.name or "graph"),
+        "nodes": [{"name": str(name), **node_attributes(graph.nodes[name]["op"])}
+                  for name in graph.nodes],
+        "edges": [{"source": str(s), "target": str(t), "tensors": list(d.get("tensors", []))}
+                  for s, t, d in graph.edges(data=True)],
+    }
+
+
+def dot_from_records(records: dict[str, Any]) -> str:
+    """Graphviz DOT text from `graph_records` output (so JSON results can be drawn too)."""
+    lines = [f"digraph {_quote(str(records.get('name', 'graph')))} {{",
              "  rankdir=TB;", '  node [shape=box, style="rounded,filled", fillcolor=white];']
-    for name in graph.nodes:
-        node: Operator = graph.nodes[name]["op"]
-        detail: list[str] = [node.kind]
-        if node.flops:
-            detail.append(f"{_si(node.flops)}FLOP")
-        weights = node.weight_read_bytes
-        if weights:
-            detail.append(f"W {_si(weights)}B")
-        if node.kv_read_bytes or node.kv_write_bytes:
-            detail.append(f"KV r{_si(node.kv_read_bytes)}B w{_si(node.kv_write_bytes)}B")
-        if node.collective:
-            detail.append(f"{node.collective} {_si(node.collective_bytes)}B")
-        label = name + "\\n" + ", ".join(detail)
-        colour = _COLOURS.get(node.kind, "white")
-        lines.append(f"  {_quote(name)} [label={_quote(label)}, fillcolor={colour}];")
-    for source, target, data in graph.edges(data=True):
-        label = ", ".join(data.get("tensors", []))
-        lines.append(f"  {_quote(source)} -> {_quote(target)} [label={_quote(label)}];")
+    for node in records["nodes"]:
+        detail: list[str] = [str(node["kind"])]
+        if node.get("flops"):
+            detail.append(f"{_si(node['flops'])}FLOP")
+        if node.get("weight_read_bytes"):
+            detail.append(f"W {_si(node['weight_read_bytes'])}B")
+        if node.get("kv_read_bytes") or node.get("kv_write_bytes"):
+            detail.append(f"KV r{_si(node.get('kv_read_bytes', 0))}B "
+                          f"w{_si(node.get('kv_write_bytes', 0))}B")
+        if node.get("collective"):
+            detail.append(f"{node['collective']} {_si(node.get('collective_bytes', 0))}B")
+        label = str(node["name"]) + "\\n" + ", ".join(detail)
+        colour = _COLOURS.get(str(node["kind"]), "white")
+        lines.append(f"  {_quote(str(node['name']))} [label={_quote(label)}, "
+                     f"fillcolor={colour}];")
+    for edge in records["edges"]:
+        label = ", ".join(edge.get("tensors", []))
+        lines.append(f"  {_quote(edge['source'])} -> {_quote(edge['target'])} "
+                     f"[label={_quote(label)}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def to_dot(graph: nx.DiGraph) -> str:
+    """Graphviz DOT text of a graph of Operators (`dot -Tsvg` renders it)."""
+    return dot_from_records(graph_records(graph))
 
 
 def to_graphml_graph(graph: nx.DiGraph) -> nx.DiGraph:

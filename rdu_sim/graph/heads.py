@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 
 from rdu_sim.graph.builder import GraphBuilder
@@ -20,13 +22,15 @@ from rdu_sim.graph.ops import act, linear, rmsnorm
 from rdu_sim.graph.shape import INDEX, Precision, StepShape
 from rdu_sim.models.figures import Architecture
 
+EMBEDDING = "embed.gather"  # the operator, and the name of the embedding table
+
 
 def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) -> nx.DiGraph:
     """Token ids -> hidden states, one gathered row per new token."""
     ids = TensorSpec("token_ids", (shape.batch, shape.tokens), INDEX)
     b = GraphBuilder(f"{arch.name}.embedding", [ids])
     table = arch.vocab_size * arch.hidden_size
-    b.add(Operator("embed.gather", "gather", inputs=(ids,),
+    b.add(Operator(EMBEDDING, "gather", inputs=(ids,),
                    outputs=(act("x", (shape.batch, shape.tokens, arch.hidden_size),
                                 precision),),
                    weight_params=table,
@@ -45,9 +49,12 @@ def lm_head_graph(arch: Architecture, shape: StepShape, precision: Precision) ->
     x = act("y", (shape.batch, rows, arch.hidden_size), precision)
     b = GraphBuilder(f"{arch.name}.lm_head", [x])
     xn = b.add(rmsnorm("final_norm", x, "y_n", precision, Split())).outputs[0]
-    b.add(linear("lm_head", xn, (act("logits", (shape.batch, rows, arch.vocab_size),
-                                     precision),),
-                 rows=shape.batch * rows, k=arch.hidden_size, n=arch.vocab_size,
-                 precision=precision, split=Split.along("vocab", "n", "gather"),
-                 resident=not arch.tie_embeddings))
+    head = linear("lm_head", xn, (act("logits", (shape.batch, rows, arch.vocab_size),
+                                      precision),),
+                  rows=shape.batch * rows, k=arch.hidden_size, n=arch.vocab_size,
+                  precision=precision, split=Split.along("vocab", "n", "gather"),
+                  resident=not arch.tie_embeddings)
+    if arch.tie_embeddings:
+        head = replace(head, weights=EMBEDDING)
+    b.add(head)
     return b.finish(["logits"])

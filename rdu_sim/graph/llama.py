@@ -56,18 +56,20 @@ def llama_layer(arch: LlamaArchitecture, shape: StepShape, precision: Precision)
                    kv_read_bytes=batch * cache * per_token, split=kv_split))
 
     pairs = shape.pairs
+    # the query heads of one GQA group share their K/V: one product per slot and KV head
+    group = heads // kv_heads
     heads_batch = Split.along("heads", "batch")
     scores = TensorSpec("scores", (batch, heads, pairs), FP32)
     b.add(Operator("attn.score", "attention_score", inputs=(q_r, k_r, k_cache),
                    outputs=(scores,), flops=2 * batch * heads * dim * pairs,
-                   gemm=Gemm(m=tokens, n=shape.keys, k=dim, batch=batch * heads),
+                   gemm=Gemm(m=tokens * group, n=shape.keys, k=dim, batch=batch * kv_heads),
                    split=heads_batch))
     probs = act("probs", (batch, heads, pairs), precision)
     b.add(softmax("attn.softmax", scores, probs, Split.along("heads")))
     attn = act("attn", (batch, tokens, heads, dim), precision)
     b.add(Operator("attn.value", "attention_value", inputs=(probs, v, v_cache),
                    outputs=(attn,), flops=2 * batch * heads * dim * pairs,
-                   gemm=Gemm(m=tokens, n=dim, k=shape.keys, batch=batch * heads),
+                   gemm=Gemm(m=tokens * group, n=dim, k=shape.keys, batch=batch * kv_heads),
                    split=heads_batch))
     o = b.add(linear("attn.o_proj", attn, (act("o", x.shape, precision),), rows=rows,
                      k=heads * dim, n=hidden, precision=precision,

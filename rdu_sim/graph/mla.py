@@ -29,6 +29,7 @@ from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
 from rdu_sim.graph.shape import FP32, Precision, StepShape
 
 MlaCache = Literal["latent", "per_head"]
+KV_B = "attn.kv_b_proj"  # the weight tensor W_UK and W_UV are halves of
 
 
 def add_mla(b: GraphBuilder, xn: TensorSpec, arch: DeepSeekArchitecture, shape: StepShape,
@@ -106,29 +107,30 @@ def _absorbed(b: GraphBuilder, arch: DeepSeekArchitecture, shape: StepShape,
                    flops=2 * shape.rows * heads * nope * rank, weight_params=heads * nope * rank,
                    weight_read_bytes=heads * nope * rank * precision.weights,
                    gemm=Gemm(m=shape.rows, n=rank, k=nope, batch=heads),
-                   split=Split.along("heads", "batch")))
+                   split=Split.along("heads", "batch"), weights=KV_B))
     pairs = shape.pairs
-    attention = Split(compute="attention", kv="mla_cache", gemm_dim="batch")
+    # the latent is shared by all heads (MQA-like): one product per slot, heads in m
+    attention = Split(compute="attention", kv="mla_cache", gemm_dim="m")
     scores = TensorSpec("scores", (batch, heads, pairs), FP32)
     b.add(Operator("attn.score", "attention_score",
                    inputs=(q_lat, q_pe, latent, k_pe, c_latent, c_pe), outputs=(scores,),
                    flops=2 * batch * heads * (rank + pe) * pairs,
-                   gemm=Gemm(m=tokens, n=shape.keys, k=rank + pe, batch=batch * heads),
+                   gemm=Gemm(m=tokens * heads, n=shape.keys, k=rank + pe, batch=batch),
                    split=attention))
     probs = act("probs", scores.shape, precision)
     b.add(softmax("attn.softmax", scores, probs, attention))
     o_latent = act("o_latent", (batch, tokens, heads, rank), precision)
     b.add(Operator("attn.value", "attention_value", inputs=(probs, latent, c_latent),
                    outputs=(o_latent,), flops=2 * batch * heads * rank * pairs,
-                   gemm=Gemm(m=tokens, n=rank, k=shape.keys, batch=batch * heads),
-                   split=Split(compute="attention", kv="mla_cache", gemm_dim="batch",
+                   gemm=Gemm(m=tokens * heads, n=rank, k=shape.keys, batch=batch),
+                   split=Split(compute="attention", kv="mla_cache", gemm_dim="m",
                                combine="sequence")))
     o_v = act("o_heads", (batch, tokens, heads, vdim), precision)
     b.add(Operator("attn.v_up", "batched_gemm", inputs=(o_latent,), outputs=(o_v,),
                    flops=2 * shape.rows * heads * rank * vdim, weight_params=heads * rank * vdim,
                    weight_read_bytes=heads * rank * vdim * precision.weights,
                    gemm=Gemm(m=shape.rows, n=vdim, k=rank, batch=heads),
-                   split=Split.along("heads", "batch")))
+                   split=Split.along("heads", "batch"), weights=KV_B))
     return o_v
 
 

@@ -126,18 +126,27 @@ class Operator:
     collective: CollectiveKind | None = None
     collective_bytes: float = 0  # payload N of the collective (the full tensor)
     split: Split = field(default=REPLICATED)
-    act_fraction: float = 1.0  # share of the tensors' bytes one socket moves (set by sharding)
+    weights: str = ""  # name of the weight tensor read; "" means the operator's own name
+    # Share of the tensors' bytes one socket reads / writes (set by sharding; the specs keep
+    # the unsharded shapes).
+    act_read_fraction: float = 1.0
+    act_write_fraction: float = 1.0
     group: int = 1  # sockets taking part in the collective (set by sharding)
+
+    @property
+    def weight_name(self) -> str:
+        """The weight tensor this operator reads (shared by e.g. W_UK and W_UV of kv_b_proj)."""
+        return self.weights or self.name
 
     @property
     def act_read_bytes(self) -> float:
         """Activation bytes read: the input tensors (this socket's share)."""
-        return self.act_fraction * sum(t.bytes for t in self.inputs)
+        return self.act_read_fraction * sum(t.bytes for t in self.inputs)
 
     @property
     def act_write_bytes(self) -> float:
         """Activation bytes written: the output tensors (this socket's share)."""
-        return self.act_fraction * sum(t.bytes for t in self.outputs)
+        return self.act_write_fraction * sum(t.bytes for t in self.outputs)
 
     @property
     def bytes_read(self) -> float:

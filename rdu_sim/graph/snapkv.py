@@ -28,7 +28,7 @@ import networkx as nx
 
 from rdu_sim.config.architecture import LlamaArchitecture
 from rdu_sim.graph.builder import GraphBuilder
-from rdu_sim.graph.mla import MlaCache
+from rdu_sim.graph.mla import KV_B, MlaCache
 from rdu_sim.graph.operator import Axis, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import SOFTMAX_FLOPS, act
 from rdu_sim.graph.shape import FP32, INDEX, Precision
@@ -57,15 +57,20 @@ def snapkv_graph(arch: Architecture, batch: int, selection: SelectionShape,
 
 def _scores_to_topk(b: GraphBuilder, q: tuple[TensorSpec, ...], keys: TensorSpec, *,
                     batch: int, heads: int, dim: int, sel: SelectionShape, compute: Axis,
-                    kv: Axis) -> TensorSpec:
-    """Score, softmax and window sum; shared by both families. Returns (batch, heads, P)."""
+                    kv: Axis, sharing: int) -> TensorSpec:
+    """Score, softmax and window sum; shared by both families. Returns (batch, heads, P).
+
+    `sharing` query heads share one key set (the GQA group; all heads for the MLA latent):
+    they form the m of one product.
+    """
     w, prompt = sel.window, sel.prompt
     full = (batch, heads, w, prompt)
     b.add(Operator("snapkv.score", "attention_score", inputs=(*q, keys),
                    outputs=(TensorSpec("snapkv.scores", full, FP32),),
                    flops=2 * batch * heads * w * prompt * dim,
-                   gemm=Gemm(m=w, n=prompt, k=dim, batch=batch * heads),
-                   split=Split(compute=compute, kv=kv, gemm_dim="batch")))
+                   gemm=Gemm(m=w * sharing, n=prompt, k=dim, batch=batch * heads // sharing),
+                   split=Split(compute=compute, kv=kv,
+                               gemm_dim="batch" if sharing < heads else "m")))
     probs = TensorSpec("snapkv.probs", full, FP32)
     b.add(Operator("snapkv.softmax", "softmax", inputs=(b.tensor("snapkv.scores"),),
                    outputs=(probs,), vector_flops=SOFTMAX_FLOPS * math.prod(full),
@@ -103,7 +108,8 @@ def _gqa(arch: LlamaArchitecture, batch: int, sel: SelectionShape,
     b.add(Operator("snapkv.k_read", "kv_read", outputs=(keys,),
                    kv_read_bytes=keys.bytes, split=Split(compute="kv_heads", kv="kv_heads")))
     summed = _scores_to_topk(b, (q,), keys, batch=batch, heads=heads, dim=dim, sel=sel,
-                             compute="heads", kv="none")
+                             compute="heads", kv="none",
+                             sharing=heads // kv_heads)
     grouped = TensorSpec("snapkv.group_mean", (batch, kv_heads, sel.prompt), FP32)
     b.add(Operator("snapkv.group_mean", "reduce", inputs=(summed,), outputs=(grouped,),
                    vector_flops=batch * heads * sel.prompt, split=Split(compute="kv_heads")))
@@ -129,19 +135,21 @@ def _mla(arch: Architecture, batch: int, sel: SelectionShape, precision: Precisi
                        flops=2 * batch * w * heads * nope * rank,
                        weight_read_bytes=heads * nope * rank * precision.weights,
                        gemm=Gemm(m=batch * w, n=rank, k=nope, batch=heads),
-                       split=Split.along("heads", "batch")))
+                       split=Split.along("heads", "batch"), weights=KV_B))
         keys = TensorSpec("snapkv.keys", (batch, sel.prompt, rank + pe), precision.kv)
         queries: tuple[TensorSpec, ...] = (q_lat, q_pe)
         dim, compute, per_token = rank + pe, "attention", (rank + pe) * precision.kv
+        sharing = heads
         # heads split (replicated cache) or keys split (sequence_split), by layout
     else:
         keys = TensorSpec("snapkv.keys", (batch, sel.prompt, heads, nope + pe), precision.kv)
         queries = (q_nope, q_pe)
         dim, compute, per_token = nope + pe, "heads", heads * (nope + pe + vdim) * precision.kv
+        sharing = 1
     b.add(Operator("snapkv.k_read", "kv_read", outputs=(keys,), kv_read_bytes=keys.bytes,
                    split=Split(kv="mla_cache")))
     summed = _scores_to_topk(b, queries, keys, batch=batch, heads=heads, dim=dim, sel=sel,
-                             compute=compute, kv="mla_cache")
+                             compute=compute, kv="mla_cache", sharing=sharing)
     total = TensorSpec("snapkv.head_sum", (batch, 1, sel.prompt), FP32)
     b.add(Operator("snapkv.head_sum", "reduce", inputs=(summed,), outputs=(total,),
                    vector_flops=batch * heads * sel.prompt,

@@ -1,0 +1,183 @@
+"""The compiler's front door: a Scenario and a StaticShape in, a Program out.
+
+`Compiler(scenario)` holds the per-scenario caches (programs by shape, placements by batch
+slots, the batch capacity): build one per scenario and ask it for every shape, so nothing
+is global and one run cannot change another's results. `compile_program` is the one-shot
+convenience.
+
+How a kernel graph becomes stages (one stage per operator, topologically ordered):
+- weight reads go to the tier the placement put the weight in (split by share when a
+  tensor straddles HBM and DDR);
+- KV reads and writes go to the KV cache's tier;
+- tensors crossing the kernel boundary (the graph's inputs and outputs: hidden states,
+  token ids, logits, SnapKV window queries) are read from / written to HBM;
+- tensors between stages stream on-chip (`output_bytes`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from rdu_sim.compiler.allocation import StageWork, allocate, gemm_efficiency
+from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
+from rdu_sim.compiler.placement import (
+    batch_capacity,
+    hbm_fractions,
+    plan_memory,
+)
+from rdu_sim.compiler.program import (
+    CollectiveSpec,
+    GemmShape,
+    KernelProgram,
+    Placement,
+    Program,
+    StageProgram,
+    StaticShape,
+    Tier,
+    TierUsage,
+)
+from rdu_sim.config.hardware import SocketConfig
+from rdu_sim.graph import Operator, operators
+from rdu_sim.scenario import Scenario
+
+
+class Compiler:
+    """Compiles one scenario's static shapes into Programs, caching per instance."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._programs: dict[StaticShape, Program] = {}
+        self._placements: dict[int, Placement] = {}
+        self._capacity: int | None = None
+
+    def batch_capacity(self) -> int:
+        """Most batch slots whose KV and activations fit in HBM beside the weights."""
+        if self._capacity is None:
+            self._capacity = batch_capacity(self.scenario)
+        return self._capacity
+
+    def batch_slots(self) -> int:
+        """serving.batch_slots, or the batch capacity when it says 'auto'."""
+        slots = self.scenario.workload.serving.batch_slots
+        return slots if isinstance(slots, int) else self.batch_capacity()
+
+    def placement(self, batch_slots: int | None = None) -> Placement:
+        """The memory plan for `batch_slots` slots (default: the workload's)."""
+        slots = self.batch_slots() if batch_slots is None else batch_slots
+        if slots not in self._placements:
+            self._placements[slots] = plan_memory(self.scenario, slots)
+        return self._placements[slots]
+
+    def kernels(self, shape: StaticShape) -> list[KernelGraph]:
+        """The fused, sharded kernel graphs of one step (before stage allocation)."""
+        return kernel_graphs(self.scenario, shape)
+
+    def program(self, shape: StaticShape) -> Program:
+        """The Program of one static shape (cached)."""
+        cached = self._programs.get(shape)
+        if cached is not None:
+            return cached
+        placement = self.placement(max(shape.batch, self.batch_slots()))
+        fractions = hbm_fractions(placement)
+        kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
+        socket = self.scenario.hardware.socket
+        tiles = self.scenario.workload.engine.tiles_per_stage
+        kernels = tuple(_kernel_program(k, fractions, kv_tier, socket, tiles)
+                        for k in self.kernels(shape))
+        buffers = max(sum(s.pmus for s in k.stages) for k in kernels) * socket.pmu.sram
+        tiers = dict(placement.tiers)
+        tiers["sram"] = TierUsage(capacity_bytes=tiers["sram"].capacity_bytes,
+                                  activations_bytes=buffers)
+        program = Program(shape=shape, tp=self.scenario.tp, kernels=kernels,
+                          placement=replace(placement, tiers=tiers))
+        self._programs[shape] = program
+        return program
+
+
+def compile_program(scenario: Scenario, shape: StaticShape) -> Program:
+    """One Program, without keeping a cache (use a Compiler for many shapes)."""
+    return Compiler(scenario).program(shape)
+
+
+def _hbm_share(fractions: dict[str, float], kernel: str, weight: str) -> float:
+    """HBM share of a weight, looked up in its kernel, else wherever that weight lives."""
+    key = f"{kernel}/{weight}"
+    if key in fractions:
+        return fractions[key]
+    for other, share in fractions.items():
+        if other.split("/", 1)[1] == weight:
+            return share
+    return 1.0
+
+
+def _add(target: dict[Tier, float], tier: Tier, value: float) -> None:
+    if value:
+        target[tier] = target.get(tier, 0.0) + value
+
+
+def _stage(kernel: KernelGraph, node: Operator, fractions: dict[str, float],
+           kv_tier: Tier) -> StageProgram:
+    graph = kernel.graph
+    external = graph.graph.get("inputs", {})
+    finals = graph.graph.get("output_nodes", {})
+    reads: dict[Tier, float] = {}
+    writes: dict[Tier, float] = {}
+    share = _hbm_share(fractions, kernel.name, node.weight_name)
+    _add(reads, "hbm", node.weight_read_bytes * share)
+    _add(reads, "ddr", node.weight_read_bytes * (1 - share))
+    _add(reads, kv_tier, node.kv_read_bytes)
+    _add(writes, kv_tier, node.kv_write_bytes)
+    _add(reads, "hbm", sum(t.bytes for t in node.inputs if t.name in external)
+         * node.act_read_fraction)
+    _add(writes, "hbm", sum(t.bytes for t in node.outputs if finals.get(t.name) == node.name)
+         * node.act_write_fraction)
+    streamed = {name for target in graph.successors(node.name)
+                for name in graph.edges[node.name, target]["tensors"]}
+    output_bytes = sum(t.bytes for t in node.outputs if t.name in streamed) \
+        * node.act_write_fraction
+    gemm = node.gemm
+    return StageProgram(
+        name=node.name, op=node.kind, pcus=1, pmus=1, flops=node.flops,
+        vector_flops=node.vector_flops, reads=reads, writes=writes,
+        inputs=tuple(graph.predecessors(node.name)), output_bytes=output_bytes,
+        gemm=None if gemm is None else GemmShape(gemm.m, gemm.n, gemm.k, gemm.batch),
+        collective=None if node.collective is None else CollectiveSpec(
+            node.collective, node.collective_bytes, node.group),
+    )
+
+
+def _work(stage: StageProgram, socket: SocketConfig, tiles: int) -> StageWork:
+    """Estimated compute (PCU-seconds), memory time and per-tile buffer of a stage."""
+    pcu = socket.pcu
+    efficiency = pcu.max_gemm_efficiency
+    if stage.gemm is not None:
+        g = stage.gemm
+        efficiency *= gemm_efficiency(g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols)
+    compute = stage.flops / (pcu.peak_flops * efficiency) + stage.vector_flops / pcu.vector_flops
+    memory = sum((stage.reads.get(t, 0.0) + stage.writes.get(t, 0.0)) / _bandwidth(socket, t)
+                 for t in ("hbm", "ddr"))
+    moved = sum(stage.reads.values()) + sum(stage.writes.values()) + stage.output_bytes
+    return StageWork(compute=compute, memory=memory, buffer_bytes=moved / tiles)
+
+
+def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
+    memory = socket.hbm if tier == "hbm" else socket.ddr
+    return memory.bandwidth * memory.efficiency
+
+
+def _kernel_program(kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier,
+                    socket: SocketConfig, tiles: int) -> KernelProgram:
+    stages = [_stage(kernel, node, fractions, kv_tier) for node in operators(kernel.graph)]
+    # the topological order of `operators` puts every producer before its consumers
+    work = [_work(s, socket, tiles) for s in stages]
+    memory_time = max(sum(s.reads.get(t, 0.0) + s.writes.get(t, 0.0) for s in stages)
+                      / _bandwidth(socket, t) for t in ("hbm", "ddr"))
+    usable_pcus = math.floor(socket.usable_fraction * socket.pcu.count)
+    usable_pmus = math.floor(socket.usable_fraction * socket.pmu.count)
+    allocation = allocate(work, pcus=usable_pcus, pmus=usable_pmus,
+                          pmu_bytes=socket.pmu.sram, memory_time=memory_time)
+    placed = tuple(replace(s, pcus=p, pmus=m) for s, p, m in
+                   zip(stages, allocation.pcus, allocation.pmus, strict=True))
+    return KernelProgram(name=kernel.name, calls=kernel.calls, looped=kernel.looped,
+                         stages=placed)

@@ -1,0 +1,11 @@
+"""CapacityError: a model, cache or batch that does not fit the sockets' memory."""
+
+from __future__ import annotations
+
+
+class CapacityError(Exception):
+    """What does not fit, where, by how much, and how to shrink it (one user-facing message).
+
+    Raised by tier placement and batch-capacity planning; the CLI prints it without a
+    traceback (it is bad input, not a bug).
+    """

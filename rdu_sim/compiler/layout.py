@@ -1,0 +1,98 @@
+"""How a scenario lays the model over its TP sockets: shard divisors and the KV layout.
+
+Tensor parallelism is symmetric: every socket of the TP group runs the same stages on its
+share. `ShardPlan.divisor(axis)` is the number of ways an operator axis is split:
+
+- none -> 1: replicated (norms, residuals, MLA q_a/kv_a down-projections, router,
+  embedding);
+- heads, ffn, vocab, experts -> tp: query heads, FFN columns, LM-head vocabulary, routed
+  experts (expert parallel inside the TP group: E/tp experts per socket);
+- kv_heads -> min(tp, kv_heads): GQA K/V heads; with tp > kv_heads each K/V head is
+  replicated on tp/kv_heads sockets;
+- attention -> tp: MLA decode attention, by heads (replicated, head_split) or by cached
+  tokens (sequence_split);
+- mla_cache -> 1 or tp: the whole latent cache on every socket (replicated), 1/tp of each
+  slot's tokens (sequence_split), or 1/tp of the per-head K/V (head_split).
+
+MLA cache layouts (`parallelism.mla_cache_layout`), per token and layer in BF16 with 16-way
+TP (DeepSeek-R1: kv_lora_rank 512 + rope 64; 128 heads x (128 + 64 + 128) per-head K/V):
+- replicated: 576 values on every socket (1,152 B); attention split by heads, no collective;
+- sequence_split: 576 / 16 = 36 values per socket (72 B); each socket attends all heads over
+  its tokens, then a reduce-scatter (with the softmax statistics) combines the partial
+  outputs and hands each socket its heads for W_UV and o_proj;
+- head_split: 40,960 / 16 = 2,560 values per socket (5,120 B): the up-projected per-head
+  cache is 71x the latent, so even split 16 ways it is 4.4x the replicated latent; attention
+  is the non-absorbed form (no W_UK/W_UV absorption, fewer attention FLOPs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rdu_sim.config.architecture import LlamaArchitecture
+from rdu_sim.graph import MlaCache, Precision
+from rdu_sim.graph.operator import Axis
+from rdu_sim.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """TP degree and the layout choices that set each axis's divisor."""
+
+    tp: int
+    mla_cache_layout: str = "sequence_split"
+    kv_heads: int | None = None  # GQA key/value heads (None for MLA)
+
+    def divisor(self, axis: Axis) -> int:
+        """Ways `axis` is split over the TP group (see the module table)."""
+        if axis == "none":
+            return 1
+        if axis == "kv_heads":
+            return min(self.tp, self.kv_heads) if self.kv_heads else self.tp
+        if axis == "mla_cache":
+            return 1 if self.mla_cache_layout == "replicated" else self.tp
+        return self.tp
+
+    @property
+    def sequence_split(self) -> bool:
+        """MLA decode attention split by cached tokens (needs the combining reduce-scatter)."""
+        return self.mla_cache_layout == "sequence_split" and self.tp > 1
+
+
+def shard_plan(scenario: Scenario) -> ShardPlan:
+    """The ShardPlan a scenario asks for."""
+    arch = scenario.model
+    kv_heads = arch.kv_heads if isinstance(arch, LlamaArchitecture) else None
+    return ShardPlan(scenario.tp, scenario.workload.parallelism.mla_cache_layout, kv_heads)
+
+
+def mla_cache_form(scenario: Scenario) -> MlaCache:
+    """What the MLA cache holds: per-head K/V under head_split, else the latent."""
+    return "per_head" if scenario.workload.parallelism.mla_cache_layout == "head_split" \
+        else "latent"
+
+
+def precision(scenario: Scenario) -> Precision:
+    """Bytes per element of weights, KV and activations."""
+    return Precision(weights=scenario.weight_dtype_bytes, kv=scenario.kv_dtype_bytes,
+                     activations=scenario.activation_dtype_bytes)
+
+
+def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
+    """Bytes one socket holds for `tokens` cached tokens of one slot, all layers.
+
+    Token-split layouts round the slot's tokens up to a multiple of tp (each socket holds
+    ceil(tokens / tp)); head-split layouts divide the per-token values.
+    """
+    arch, plan, kv = scenario.model, shard_plan(scenario), scenario.kv_dtype_bytes
+    if isinstance(arch, LlamaArchitecture):
+        per_token = 2 * arch.kv_heads * arch.head_dim * kv / plan.divisor("kv_heads")
+        return math.ceil(arch.layers * tokens * per_token)
+    if mla_cache_form(scenario) == "per_head":
+        per_token = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim
+                                  + arch.v_head_dim) * kv / plan.tp
+        return math.ceil(arch.layers * tokens * per_token)
+    per_token = (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv
+    split = plan.divisor("mla_cache")
+    return math.ceil(arch.layers * math.ceil(tokens / split) * per_token)

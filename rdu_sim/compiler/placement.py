@@ -1,0 +1,244 @@
+"""Tier placement: where weights, KV cache and activations live on each socket.
+
+Rules (SN40L's compiler, SN §V, as the project models it):
+1. Activations (the step's peak HBM working set, see `activation_bytes`) and the KV cache
+   of every batch slot live in HBM: they are touched every step. If they do not fit beside
+   nothing else, that is a CapacityError naming the batch capacity.
+2. Weights fill the rest of HBM, highest bandwidth need first: need = bytes read per decode
+   step / bytes resident (1 for dense weights, touched/E for routed experts, rows/vocab for
+   the embedding gather). The weights with the lowest need spill to DDR first; one tensor
+   may straddle (its reads split in proportion).
+3. If the spill does not fit DDR either: CapacityError saying what, by how much, and how to
+   shrink it.
+SRAM (the PMUs) holds no persistent tensor; it is the stage buffers of the running kernel,
+which `compile_program` reports.
+
+`batch_capacity` is the largest number of slots whose KV cache and activations fit in HBM
+beside all the weights (so no weight spills at that batch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.fusion import kernel_graphs
+from rdu_sim.compiler.layout import kv_slot_bytes_per_socket
+from rdu_sim.compiler.program import (
+    Placement,
+    StaticShape,
+    TensorPlacement,
+    Tier,
+    TierUsage,
+)
+from rdu_sim.config.architecture import LlamaArchitecture
+from rdu_sim.config.units import format_bytes
+from rdu_sim.graph import operators
+from rdu_sim.graph.shape import INDEX
+from rdu_sim.kv import make_policy
+from rdu_sim.scenario import Scenario
+
+MAX_SLOTS = 1_000_000  # serving.batch_slots' own upper bound
+
+
+@dataclass(frozen=True)
+class WeightTensor:
+    """One weight tensor of one kernel, over all its calls, on one socket."""
+
+    key: str  # "<kernel>/<weight name>", e.g. "decoder_moe/moe.experts_down"
+    bytes: int  # resident
+    reads: float  # bytes read per decode step
+
+    @property
+    def need(self) -> float:
+        """Bandwidth need per resident byte (reads per step / bytes)."""
+        return self.reads / self.bytes if self.bytes else 0.0
+
+
+def slot_tokens(scenario: Scenario) -> int:
+    """Tokens of KV cache each slot is given (the KV policy's static slot)."""
+    serving = scenario.workload.serving
+    return make_policy(scenario.workload.kv, serving.max_context).slot_tokens(
+        serving.max_context)
+
+
+def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
+    """Every weight tensor of one socket, with its reads in a decode step of `batch` slots."""
+    shape = StaticShape("decode", max(1, batch), 1, slot_tokens(scenario))
+    wbytes = scenario.weight_dtype_bytes
+    tensors: dict[str, list[float]] = {}
+    for kernel in kernel_graphs(scenario, shape):
+        for node in operators(kernel.graph):
+            if not node.weight_params and not node.weight_read_bytes:
+                continue
+            entry = tensors.setdefault(f"{kernel.name}/{node.weight_name}", [0.0, 0.0])
+            entry[0] += kernel.calls * node.weight_params * wbytes
+            entry[1] += kernel.calls * node.weight_read_bytes
+    return [WeightTensor(key, math.ceil(size), reads) for key, (size, reads) in tensors.items()
+            if size > 0]
+
+
+def max_prompt_tokens(scenario: Scenario) -> int:
+    """The longest prompt the workload sends (the distribution's upper bound, or max_context)."""
+    serving = scenario.workload.serving
+    dist = serving.prompt_tokens
+    longest = serving.max_context
+    if serving.trace is None:
+        longest = dist.value if dist.dist == "fixed" else dist.high
+    return max(1, min(longest, serving.max_context))
+
+
+def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
+    """Peak HBM working set of a step on one socket (activations between kernels).
+
+    The larger of a decode step of `batch_slots` slots and a prefill of one longest prompt
+    (chunked when serving.prefill_chunk_tokens is set): the hidden state in and out of a
+    layer kernel, the token ids, the gathered logits, and, when the prompt is compressed,
+    the scratch holding the whole prompt's KV (all layers, this socket's share) until the
+    SnapKV selection has gathered it into the slot, plus the window queries.
+    """
+    arch, serving = scenario.model, scenario.workload.serving
+    act, hidden, vocab = scenario.activation_dtype_bytes, arch.hidden_size, arch.vocab_size
+
+    def step(rows: int, logit_rows: int) -> float:
+        return 2 * rows * hidden * act + rows * INDEX + logit_rows * vocab * act
+
+    decode = step(batch_slots, batch_slots)
+    prompt = max_prompt_tokens(scenario)
+    chunk = min(prompt, serving.prefill_chunk_tokens or prompt)
+    prefill = step(chunk, 1)
+    policy = make_policy(scenario.workload.kv, serving.max_context)
+    selection = policy.selection(prompt)
+    if selection is not None:
+        if isinstance(arch, LlamaArchitecture):
+            query = arch.heads * arch.head_dim
+        else:
+            query = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        window = arch.layers * selection.window * query * act / scenario.tp
+        prefill += kv_slot_bytes_per_socket(scenario, prompt) + window
+    return math.ceil(max(decode, prefill))
+
+
+def kv_bytes(scenario: Scenario, batch_slots: int) -> int:
+    """KV cache of `batch_slots` static slots on one socket."""
+    return batch_slots * kv_slot_bytes_per_socket(scenario, slot_tokens(scenario))
+
+
+def _layout_hint(scenario: Scenario) -> str:
+    layout = scenario.workload.parallelism.mla_cache_layout
+    if isinstance(scenario.model, LlamaArchitecture) or layout == "sequence_split":
+        return ""
+    return f"use parallelism.mla_cache_layout sequence_split (now {layout}), "
+
+
+def _shrink_hint(scenario: Scenario) -> str:
+    w = scenario.workload
+    hints = [f"raise parallelism.tp (now {w.parallelism.tp})"]
+    if w.dtypes.weights not in ("fp8", "int8", "int4"):
+        hints.append(f"store weights in fp8 (dtypes.weights, now {w.dtypes.weights})")
+    hints.append("or give each socket more DDR (hw.socket.ddr.capacity)")
+    return ", ".join(hints)
+
+
+def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
+    """Place one socket's weights, KV cache and activations for `batch_slots` slots."""
+    if batch_slots < 1:
+        raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
+    sock = scenario.hardware.socket
+    hbm_cap, ddr_cap = sock.hbm.capacity, sock.ddr.capacity
+    act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
+    if act + kv > hbm_cap:
+        capacity = batch_capacity(scenario, strict=False)
+        fit = (f"at most {capacity} fit beside the weights; 'auto' picks that" if capacity
+               else "not even one fits beside the weights")
+        raise CapacityError(
+            f"the KV cache of {batch_slots} slots ({format_bytes(kv)}) and activations "
+            f"({format_bytes(act)}) need {format_bytes(act + kv)} of HBM per socket, more "
+            f"than its {format_bytes(hbm_cap)}; lower serving.batch_slots ({fit}), reduce "
+            f"serving.max_context, use kv.policy snapstream, {_layout_hint(scenario)}or "
+            f"raise parallelism.tp (now {scenario.tp})")
+    room = hbm_cap - act - kv
+    tensors: list[TensorPlacement] = [TensorPlacement("kv_cache", "kv", "hbm", kv),
+                                      TensorPlacement("activations", "activations", "hbm", act)]
+    in_hbm = in_ddr = 0
+    inventory = weight_inventory(scenario, batch_slots)
+    for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
+        here = min(weight.bytes, room - in_hbm)
+        if here > 0:
+            tensors.append(TensorPlacement(weight.key, "weights", "hbm", here))
+            in_hbm += here
+        if weight.bytes > here:
+            tensors.append(TensorPlacement(weight.key, "weights", "ddr", weight.bytes - here))
+            in_ddr += weight.bytes - here
+    if in_ddr > ddr_cap:
+        total = in_hbm + in_ddr
+        raise CapacityError(
+            f"{scenario.model.name} weights need {format_bytes(total)} per socket "
+            f"(tp={scenario.tp}, {scenario.workload.dtypes.weights}); HBM holds "
+            f"{format_bytes(in_hbm)} of them beside the KV cache and activations and DDR "
+            f"{format_bytes(ddr_cap)}, so {format_bytes(in_ddr - ddr_cap)} do not fit: "
+            f"{_shrink_hint(scenario)}")
+    tiers: dict[Tier, TierUsage] = {
+        "sram": TierUsage(capacity_bytes=sock.sram_bytes),
+        "hbm": TierUsage(capacity_bytes=hbm_cap, weights_bytes=in_hbm, kv_bytes=kv,
+                         activations_bytes=act),
+        "ddr": TierUsage(capacity_bytes=ddr_cap, weights_bytes=in_ddr),
+    }
+    return Placement(batch_slots=batch_slots, tiers=tiers, tensors=tuple(tensors))
+
+
+def hbm_fractions(placement: Placement) -> dict[str, float]:
+    """Share of each weight tensor that sits in HBM (the rest is in DDR)."""
+    sizes: dict[str, list[int]] = {}
+    for tensor in placement.tensors:
+        if tensor.kind == "weights":
+            entry = sizes.setdefault(tensor.name, [0, 0])
+            entry[0 if tensor.tier == "hbm" else 1] += tensor.bytes
+    return {key: hbm / (hbm + ddr) for key, (hbm, ddr) in sizes.items() if hbm + ddr}
+
+
+def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
+    """Most slots whose KV cache and activations fit in HBM beside all the weights.
+
+    `strict` raises CapacityError when not even one slot fits (with the ways out);
+    otherwise 0 is returned.
+    """
+    hbm = scenario.hardware.socket.hbm.capacity
+    weights = sum(w.bytes for w in weight_inventory(scenario))
+
+    def fits(slots: int) -> bool:
+        return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots) <= hbm
+
+    if not fits(1):
+        if strict:
+            serving = scenario.workload.serving
+            raise CapacityError(
+                f"cannot fit even one sequence of max_context {serving.max_context} tokens: "
+                f"weights take {format_bytes(weights)} of the {format_bytes(hbm)} HBM per "
+                f"socket and one slot's KV cache is "
+                f"{format_bytes(kv_bytes(scenario, 1))} (kv.policy "
+                f"{scenario.workload.kv.policy}, mla_cache_layout "
+                f"{scenario.workload.parallelism.mla_cache_layout}); reduce "
+                f"serving.max_context, use kv.policy snapstream, {_layout_hint(scenario)}"
+                f"raise parallelism.tp (now {scenario.tp}), or store weights in fp8")
+        return 0
+    low, high = 1, 2
+    while fits(high):
+        if high >= MAX_SLOTS:
+            return MAX_SLOTS
+        low, high = high, min(high * 2, MAX_SLOTS + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def resolved_batch_slots(scenario: Scenario) -> int:
+    """serving.batch_slots, or the batch capacity when it says 'auto'."""
+    slots = scenario.workload.serving.batch_slots
+    return slots if isinstance(slots, int) else batch_capacity(scenario)
+

@@ -1,0 +1,125 @@
+"""Tensor-parallel sharding: one socket's share of a graph, with the collectives it needs.
+
+Each operator's numbers are divided by its axes' divisors (`ShardPlan.divisor`): FLOPs,
+vector FLOPs and activations by the compute axis, weights by the weight axis, KV traffic by
+the KV axis; the GEMM shape loses the split dimension. Activation shares follow the GEMM
+kind: a column-parallel product reads the whole input and writes its share; a row-parallel
+one reads its share and writes a whole partial sum.
+
+Collectives are inserted after operators whose `split.combine` asks for one (and only when
+the split really happened):
+- sum -> all-reduce of the output (o_proj, FFN down, MoE combine: partial sums);
+- gather -> all-gather of the output (LM-head logits split by vocabulary);
+- sequence -> reduce-scatter of the partial attention outputs plus their softmax
+  statistics (max and sum per query and head, FP32), under the MLA sequence_split layout;
+- seq_gather -> all-gather of a sequence-split cached prefix (MLA prefill);
+- selection -> SnapKV head-summed scores: all-reduce when heads are split, all-gather of
+  the sequence shards under sequence_split.
+Payloads are the full tensor (the N of the collective algorithm), as CollectiveSpec says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import networkx as nx
+
+from rdu_sim.compiler.layout import ShardPlan
+from rdu_sim.graph import Gemm, Operator, operators
+from rdu_sim.graph.operator import CollectiveKind
+from rdu_sim.graph.shape import FP32
+
+
+def _shard_gemm(gemm: Gemm | None, dim: str | None, ways: int) -> Gemm | None:
+    if gemm is None or dim is None or ways == 1:
+        return gemm
+    return replace(gemm, **{dim: max(1, math.ceil(getattr(gemm, dim) / ways))})
+
+
+def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
+    """This socket's share of one operator (collectives not included)."""
+    split = node.split
+    compute = plan.divisor(split.compute)
+    weights = plan.divisor(split.weights)
+    kv = plan.divisor(split.kv)
+    dim = split.gemm_dim if node.gemm is not None else None
+    if split.compute == "attention" and plan.sequence_split and dim is not None:
+        # sequence_split: each socket runs all heads against its share of the keys, which
+        # are the n of the score product and the k (reduction) of the value product
+        dim = "n" if node.kind == "attention_score" else "k"
+    # activations: a stage that only moves KV (cache reads) streams its KV share
+    ways = compute if split.compute != "none" else kv
+    read_share = 1.0 if dim == "n" else 1 / ways
+    write_share = 1.0 if dim == "k" or split.combine == "sum" else 1 / ways
+    return replace(
+        node, flops=node.flops / compute, vector_flops=node.vector_flops / compute,
+        weight_params=math.ceil(node.weight_params / weights),
+        weight_read_bytes=node.weight_read_bytes / weights,
+        kv_read_bytes=node.kv_read_bytes / kv, kv_write_bytes=node.kv_write_bytes / kv,
+        gemm=_shard_gemm(node.gemm, dim, compute),
+        act_read_fraction=read_share, act_write_fraction=write_share,
+    )
+
+
+def _collective_for(node: Operator, plan: ShardPlan) -> tuple[CollectiveKind, float] | None:
+    """The collective that must follow `node` on this plan, with its payload, or None."""
+    if plan.tp == 1:
+        return None
+    combine = node.split.combine
+    outputs = sum(t.bytes for t in node.outputs)
+    if combine == "sum" and plan.divisor(node.split.compute) > 1:
+        return "allreduce", outputs
+    if combine == "gather" and plan.divisor(node.split.compute) > 1:
+        return "allgather", outputs
+    if combine == "sequence" and plan.sequence_split:
+        batch, tokens, heads = node.outputs[0].shape[:3]
+        stats = batch * tokens * heads * 2 * FP32
+        return "reduce_scatter", outputs + stats
+    if combine == "seq_gather" and plan.sequence_split and outputs > 0:
+        return "allgather", outputs
+    if combine == "selection" and plan.divisor(node.split.compute) > 1:
+        by_sequence = plan.sequence_split and node.split.compute == "attention"
+        return ("allgather" if by_sequence else "allreduce"), outputs
+    return None
+
+
+def shard_graph(graph: nx.DiGraph, plan: ShardPlan) -> nx.DiGraph:
+    """One socket's graph: sharded operators, collectives spliced in after their producers.
+
+    The result keeps the `inputs`/`outputs` graph attributes and adds `output_nodes`
+    (tensor name -> the node that finally produces it, after any collective).
+    """
+    sharded = nx.DiGraph(name=graph.name, inputs=graph.graph.get("inputs", {}),
+                         outputs=graph.graph.get("outputs", {}))
+    final: dict[str, str] = {}  # tensor -> its last producer in the sharded graph
+    for node in operators(graph):
+        share = shard_operator(node, plan)
+        sharded.add_node(node.name, op=share)
+        for source in graph.predecessors(node.name):
+            for tensor in graph.edges[source, node.name]["tensors"]:
+                _connect(sharded, final[tensor], node.name, tensor)
+        for tensor in node.outputs:
+            final[tensor.name] = node.name
+        collective = _collective_for(node, plan)
+        if collective is not None:
+            kind, payload = collective
+            name = f"{node.name}.{kind}"
+            # a reduce-scatter leaves each socket its share; the others leave the whole
+            carried = 1 / plan.tp if kind == "reduce_scatter" else 1.0
+            sharded.add_node(name, op=Operator(
+                name, kind, inputs=node.outputs, outputs=node.outputs, collective=kind,
+                collective_bytes=payload, group=plan.tp,
+                act_read_fraction=share.act_write_fraction, act_write_fraction=carried))
+            for tensor in node.outputs:
+                _connect(sharded, node.name, name, tensor.name)
+                final[tensor.name] = name
+    sharded.graph["output_nodes"] = {t: final[t] for t in sharded.graph["outputs"]}
+    return sharded
+
+
+def _connect(graph: nx.DiGraph, source: str, target: str, tensor: str) -> None:
+    if graph.has_edge(source, target):
+        graph.edges[source, target]["tensors"].append(tensor)
+    else:
+        graph.add_edge(source, target, tensors=[tensor])
