@@ -29,7 +29,7 @@ from rdu_sim.config.loader import issues_from_validation
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import default_workers, run_dask, run_pool, run_serial
 from rdu_sim.sweep.expand import Expansion, Point, expand
-from rdu_sim.sweep.key import canonical_json
+from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
 from rdu_sim.sweep.store import Existing, Row, Store
@@ -123,13 +123,18 @@ def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
         raise ConfigError(issues_from_validation(
             exc, entry.options, str(loaded.file), loaded.lines, ("evaluator", "options"))
         ) from None
-    if spec.name == "simulate":
-        try:
-            importlib.import_module("rdu_sim.api")  # fail now, not once per point
-        except ImportError as exc:
-            raise loaded.error(f"the simulate evaluator needs rdu_sim.api: {exc}",
-                               "evaluator") from None
     return BoundEvaluator(entry.function, options)
+
+
+def _require_api(loaded: LoadedSpec) -> None:
+    """The simulate evaluator needs rdu_sim.api: fail once, now, not once per point."""
+    if loaded.spec.evaluator.name != "simulate":
+        return
+    try:
+        importlib.import_module("rdu_sim.api")
+    except ImportError as exc:
+        raise loaded.error(f"the simulate evaluator needs rdu_sim.api, which cannot be "
+                           f"imported: {exc}", "evaluator") from None
 
 
 def check_spec(path: str | Path) -> SpecCheck:
@@ -173,7 +178,7 @@ def _row(outcome: Outcome, point: Point, sweep: str) -> Row:
     return Row(
         key=outcome.key,
         sweep=sweep,
-        overrides=canonical_json(point.overrides),
+        overrides=json.dumps(jsonable(point.overrides)),  # spec order, for load()'s columns
         config=canonical_json(point.config),
         metrics=None if outcome.metrics is None else canonical_json(outcome.metrics),
         status=outcome.status,
@@ -225,6 +230,8 @@ def run_sweep(spec: str | Path, *, db: str | Path | None = None, workers: int | 
                           else RichReporter() if progress else Silent())
     keys = tuple(p.key for p in expansion.points)
 
+    if evaluator is None and not dry_run:
+        _require_api(loaded)
     if dry_run:
         existing = _peek(db_path, keys)
         the_plan = plan(expansion, existing, retry_failed=retry_failed)
@@ -262,8 +269,8 @@ def _execute(store: Store, tasks: list[Task], by_key: Mapping[str, Point], loade
                 if outcome.missing:
                     raise _missing_metrics_error(loaded, outcome)
                 checked = True
-            if outcome.status == "done" and outcome.missing:  # only a subset lacks it
-                outcome = _fail_missing(outcome)
+            if outcome.status == "done" and outcome.missing:  # others had it: record null
+                outcome = _null_missing(outcome)
             store.record(_row(outcome, by_key[outcome.key], loaded.name))
             summary.ran += 1
             summary.done += outcome.status == "done"
@@ -276,10 +283,11 @@ def _execute(store: Store, tasks: list[Task], by_key: Mapping[str, Point], loade
         reporter.close()
 
 
-def _fail_missing(outcome: Outcome) -> Outcome:
-    """A point whose result lacks a metric that others had is recorded as failed."""
-    return replace(outcome, status="failed", metrics=None,
-                   error=f"the result has no {', '.join(outcome.missing)}")
+def _null_missing(outcome: Outcome) -> Outcome:
+    """A metric the first result had but this one lacks (a tier not used, say) is null."""
+    metrics = dict(outcome.metrics or {})
+    metrics.update(dict.fromkeys(outcome.missing))
+    return replace(outcome, metrics=metrics, missing=())
 
 
 def _peek(db_path: Path, keys: Sequence[str]) -> dict[str, Existing]:

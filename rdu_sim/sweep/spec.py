@@ -43,8 +43,9 @@ def _check_path(path: str) -> str:
 class RangeSpec(StrictModel):
     """Evenly spaced values from `start` to `stop`, both inclusive.
 
-    Give `step` (linear) or `num` (linear or `scale: log`). When start, stop and step are
-    integers the values are integers; a log range of integers is rounded to integers. `unit`
+    Give `step` (linear) or `num` (linear or `scale: log`). Integer start, stop and step give
+    integers; so does an integer `num` range whose values all land on integers; a log range of
+    integers is rounded to integers (an error if that repeats a value). `unit`
     turns each value into a unit string (`{start: 1, stop: 3, step: 1, unit: TB/s}` gives
     "1 TB/s", "2 TB/s", "3 TB/s"), parsed by the config like any other.
     """
@@ -100,6 +101,8 @@ class RangeSpec(StrictModel):
             else:
                 raw = [self.start + (self.stop - self.start) * i / (num - 1) for i in range(num)]
             raw[-1] = self.stop if num > 1 else raw[-1]
+        if ints and self.num is not None and self.scale == "linear":
+            ints = all(abs(v - round(v)) < 1e-9 for v in raw)  # 1..9 in 5 steps stays ints
         if ints:
             values: list[int | float] = [round(v) for v in raw]
             if len(set(values)) != len(values):

@@ -1,0 +1,206 @@
+"""Running sweeps: rows in SQLite, resume, failures recorded, --retry-failed, load and export.
+
+These use the `synthetic` evaluator (closed form, microseconds, documented in
+rdu_sim/sweep/evaluators.py) so they test the machinery, not the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.sweep import Point, export, load, parquet_available, run_sweep
+from rdu_sim.sweep.worker import Outcome
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+SPEC = """
+name: demo
+set: {serving.requests: 4}
+axes:
+  serving.batch_slots: [1, 2, 4]
+  hw.socket.hbm.bandwidth: ["1 TB/s", "2 TB/s"]
+metrics: [decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]
+evaluator: {name: synthetic, options: {fail_when: {serving.batch_slots: 4}}}
+"""
+
+
+def write_spec(tmp_path: Path, body: str = SPEC, name: str = "demo.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(f"base: {BASE}\n" + textwrap.dedent(body).lstrip("\n"))
+    return path
+
+
+class Recorder:
+    """A Reporter that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.outcomes: list[Outcome] = []
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+    def start(self, name: str, total: int) -> None:
+        pass
+
+    def advance(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+
+    def close(self) -> None:
+        pass
+
+
+def rows(db: Path) -> list[dict[str, Any]]:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("SELECT * FROM results ORDER BY key")]
+
+
+def test_rows_failures_and_resume(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    first = run_sweep(spec, workers=1)
+    assert first.db == tmp_path / "demo.sqlite"  # default: beside the spec
+    assert (first.points, first.ran, first.done, first.failed) == (6, 6, 4, 2)
+    stored = rows(first.db)
+    assert len(stored) == 6 and {r["key"] for r in stored} == set(first.keys)
+    for row in stored:
+        overrides = json.loads(row["overrides"])
+        config = json.loads(row["config"])
+        assert config["workload"]["serving"]["batch_slots"] == overrides["serving.batch_slots"]
+        assert row["version"] and row["started"] <= row["finished"] and row["attempts"] == 1
+        if overrides["serving.batch_slots"] == 4:
+            assert row["status"] == "failed" and row["metrics"] is None
+            assert "synthetic failure requested by fail_when" in row["error"]
+        else:
+            assert row["status"] == "done" and row["error"] is None
+            assert set(json.loads(row["metrics"])) == {
+                "decode_tokens_per_s", "ttft_s.p50", "ttft_s.p90", "ttft_s.p99",
+                "memory.hbm.kv_bytes"}
+
+    recorder = Recorder()
+    again = run_sweep(spec, workers=1, progress=recorder)
+    assert (again.ran, again.already_done, again.failed_before) == (0, 4, 2)
+    assert "4 already done" in recorder.messages[0]
+    assert "2 failed before (rerun with --retry-failed)" in recorder.messages[0]
+    assert rows(first.db) == stored  # nothing rewritten
+
+
+def test_retry_failed_reruns_only_failed_points(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    run_sweep(spec, workers=1)
+    fixed = write_spec(tmp_path, SPEC.replace("fail_when: {serving.batch_slots: 4}", ""))
+    recorder = Recorder()
+    summary = run_sweep(fixed, workers=1, retry_failed=True, progress=recorder)
+    assert (summary.ran, summary.done, summary.already_done) == (2, 2, 4)
+    assert len(recorder.outcomes) == 2
+    rerun = {json.loads(r["overrides"])["serving.batch_slots"]
+             for r in rows(summary.db) if r["attempts"] == 2}
+    assert rerun == {4}
+    assert all(r["status"] == "done" for r in rows(summary.db))
+
+
+def test_a_new_metric_reruns_points_stored_without_it(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, SPEC.replace("fail_when: {serving.batch_slots: 4}", ""))
+    run_sweep(spec, workers=1)
+    more = write_spec(tmp_path, SPEC.replace("fail_when: {serving.batch_slots: 4}", "")
+                      .replace("metrics: [", "metrics: [requests_completed, "))
+    recorder = Recorder()
+    summary = run_sweep(more, workers=1, progress=recorder)
+    assert summary.ran == 6 and "6 done without a requested metric" in recorder.messages[0]
+    assert run_sweep(more, workers=1).ran == 0
+
+
+def test_unknown_metric_stops_at_the_first_result(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, SPEC.replace("memory.hbm.kv_bytes", "memory.hbm.kv_byte"))
+    with pytest.raises(ConfigError) as info:
+        run_sweep(spec, workers=1)
+    issue = info.value.issues[0]
+    assert issue.field == "metrics.2" and issue.line == 7
+    assert "not in the results: memory.hbm.kv_byte" in issue.message
+    assert "memory.hbm.kv_bytes" in issue.message  # the available metrics are listed
+    assert rows(tmp_path / "demo.sqlite") == []
+
+
+def test_dry_run_runs_and_writes_nothing(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    recorder = Recorder()
+    summary = run_sweep(spec, dry_run=True, progress=recorder)
+    assert summary.plan is not None and len(summary.plan.to_run) == 6
+    assert not summary.db.exists() and "dry run" in recorder.messages[0]
+
+
+def test_load_view_and_export(tmp_path: Path) -> None:
+    summary = run_sweep(write_spec(tmp_path), workers=1)
+    frame = load(summary.db)
+    assert len(frame) == 6
+    assert list(frame.columns[:5]) == ["key", "sweep", "status", "serving.batch_slots",
+                                       "hw.socket.hbm.bandwidth"]
+    assert {"decode_tokens_per_s", "ttft_s.p50", "memory.hbm.kv_bytes", "error",
+            "wall_s"} <= set(frame.columns)
+    done = frame[frame.status == "done"]
+    assert done["decode_tokens_per_s"].notna().all() and len(done) == 4
+    failed = frame[frame.status == "failed"]
+    assert failed["decode_tokens_per_s"].isna().all()
+    assert (failed["serving.batch_slots"] == 4).all()
+
+    with sqlite3.connect(summary.db) as conn:  # the flat view for SQL users
+        flat = conn.execute('SELECT "serving.batch_slots", "ttft_s.p50" FROM results_flat '
+                            "WHERE status = 'done' ORDER BY 1").fetchall()
+    assert [slots for slots, _ in flat] == [1, 1, 2, 2]
+
+    csv = export(frame, tmp_path / "out.csv")
+    assert csv.read_text().splitlines()[0].startswith("key,sweep,status,serving.batch_slots")
+    if not parquet_available():
+        with pytest.raises(ConfigError, match="needs pyarrow"):
+            export(frame, tmp_path / "out.parquet")
+    with pytest.raises(ConfigError, match=r"use \.csv or \.parquet"):
+        export(frame, tmp_path / "out.xlsx")
+
+
+def forty_two(point: Point) -> Mapping[str, Any]:
+    """An injected evaluator (module level, so it could pickle to a worker)."""
+    return {"answer": 42, "slots": point.scenario.workload.serving.batch_slots}
+
+
+def test_an_injected_evaluator_replaces_the_specs(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, SPEC.replace("metrics: [decode_tokens_per_s, ttft_s, "
+                                             "memory.hbm.kv_bytes]", ""))
+    summary = run_sweep(spec, workers=1, evaluator=forty_two)
+    frame = load(summary.db)
+    assert (frame["answer"] == 42).all() and (frame.status == "done").all()
+    assert (frame["slots"] == frame["serving.batch_slots"]).all()
+
+
+def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "x.sqlite"
+    bogus.write_text("hello, not sqlite " * 100)
+    with pytest.raises(ConfigError, match="not a sweep database"):
+        run_sweep(write_spec(tmp_path), db=bogus, workers=1)
+    with pytest.raises(ConfigError, match="no such sweep database"):
+        load(tmp_path / "missing.sqlite")
+
+
+def sometimes(point: Point) -> Mapping[str, Any]:
+    """Has `ddr` only when batch_slots != 2 (like a memory tier a plan may not use)."""
+    slots = point.scenario.workload.serving.batch_slots
+    return {"hbm": 1} if slots == 2 else {"hbm": 1, "ddr": slots}
+
+
+def test_a_metric_only_some_points_lack_is_null(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, SPEC.replace("[decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]",
+                                             "[hbm, ddr]"))
+    summary = run_sweep(spec, workers=1, evaluator=sometimes)
+    assert summary.done == 6
+    frame = load(summary.db)
+    assert frame.loc[frame["serving.batch_slots"] == 2, "ddr"].isna().all()
+    assert (frame.loc[frame["serving.batch_slots"] == 4, "ddr"] == 4).all()
+    assert run_sweep(spec, workers=1, evaluator=sometimes).ran == 0  # null is not "missing"
