@@ -113,7 +113,7 @@ def labels(fig: Figure) -> list[str]:
 
 
 def test_memory_footprint_stacks_four_parts_per_tier_and_policy() -> None:
-    fig = render(lambda: plots.memory_footprint(context_runs()))
+    fig = render(lambda: plots.memory_footprint(context_runs(), tiers=["sram", "hbm", "ddr"]))
     axes = data_axes(fig)
     assert len(axes) == 3 * 2  # sram/hbm/ddr rows x full/snapstream columns
     for ax in axes:
@@ -130,6 +130,9 @@ def test_memory_footprint_stacks_four_parts_per_tier_and_policy() -> None:
 def test_memory_footprint_one_tier() -> None:
     fig = render(lambda: plots.memory_footprint(context_runs(), tiers=["hbm"]))
     assert len(data_axes(fig)) == 2
+    # by default: HBM and the tiers something is in (the fake runs use SRAM, not DDR)
+    fig = render(lambda: plots.memory_footprint(context_runs()))
+    assert [ax.get_title().split(" ")[0] for ax in fig.axes] == ["SRAM"] * 2 + ["HBM"] * 2
 
 
 def test_batch_capacity_one_line_per_policy() -> None:

@@ -6,9 +6,10 @@ INPUT is read by its suffix:
   list); ``requests.csv`` and ``timeseries.csv`` beside it (``--out`` writes them) supply the
   per-request records and the occupancy series; INPUT may also be that DIR;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
-* ``.yaml`` / ``.yml``: a workload, simulated here: over ``--contexts`` (full attention and
-  SnapStream) for memory, capacity and throughput; one run for latency and occupancy; one
-  decode step for the roofline.
+* ``.yaml`` / ``.yml``: a workload, simulated here: the compiler's memory plan and batch
+  capacity over ``--contexts`` and ``--policies`` (memory, capacity); one decode step at the
+  capacity per context (throughput, steady state); one decode step's kernels (roofline); a
+  serving run of ``--requests`` requests (latency, occupancy).
 
 Every mistake in the input (an unknown KIND, an unreadable file, results lacking what the
 plot needs) prints ``error: ...`` and exits 2, like every other rdu-sim command.
@@ -99,17 +100,21 @@ def _read_db(path: Path) -> Any:
 
 def _simulate(kind: str, path: Path, overrides: tuple[str, ...], contexts: list[int],
               policies: list[str], requests: int) -> Any:
+    """Results for ``kind`` from a workload, built in-process (see rdu_sim.report.plots)."""
     from rdu_sim.report import plots
 
-    if kind in plots.MULTI_RUN_KINDS:
-        return plots.runs_over_contexts(path, contexts, policies=policies, requests=requests,
+    if kind in ("memory", "capacity"):
+        return plots.plan_over_contexts(path, contexts, policies=policies,
                                         overrides=list(overrides))
+    if kind == "throughput":
+        return plots.decode_over_contexts(path, contexts, policies=policies,
+                                          overrides=list(overrides))
     if kind == "roofline":
         return plots.decode_step_timing(path, overrides=list(overrides))
     from rdu_sim.api import run
 
-    overrides_with_requests = [*overrides, f"serving.requests={requests}"]
-    return run(path, overrides_with_requests).to_dict()
+    result = run(path, [*overrides, f"serving.requests={requests}"])
+    return plots.result_record(result)
 
 
 @click.command("plot")
@@ -123,7 +128,7 @@ def _simulate(kind: str, path: Path, overrides: tuple[str, ...], contexts: list[
 @click.option("--policies", default="full,snapstream", show_default=True,
               help="KV policies to compare when INPUT is a workload.")
 @click.option("--requests", type=click.IntRange(1, 1_000_000), default=16, show_default=True,
-              help="Requests per simulated run when INPUT is a workload.")
+              help="Requests of the serving run when INPUT is a workload (latency, occupancy).")
 @overrides_option
 def command(kind: str, input_path: Path, output: Path | None, contexts: str, policies: str,
             requests: int, overrides: tuple[str, ...]) -> None:

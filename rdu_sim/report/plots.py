@@ -19,8 +19,12 @@ occupancy           :func:`occupancy_timeline`                   slot-occupancy 
 (notebooks)         :func:`design_space`                         a sweep DataFrame
 ==================  ===========================================  ==========================
 
-Runs over contexts or batch sizes are built in-process by :func:`runs_over_contexts` and
-:func:`runs_over_batches` (few requests each, so they are cheap).
+Results over contexts or batch sizes are built in-process: :func:`plan_over_contexts` (the
+compiler's capacity and memory plan only, milliseconds), :func:`decode_over_contexts` and
+:func:`decode_over_batches` (steady-state decode tokens/s from one engine step per point),
+:func:`runs_over_contexts` and
+:func:`runs_over_batches` (short serving runs), :func:`decode_step_timing` (one step for the
+roofline). :func:`result_record` turns a ``RunResult`` into the dict the plots read.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from rdu_sim.report.plots_data import (
     as_runs,
     context_of,
     find,
+    result_record,
 )
 from rdu_sim.report.plots_memory import batch_capacity, memory_footprint
 from rdu_sim.report.plots_perf import (
@@ -46,7 +51,11 @@ from rdu_sim.report.plots_perf import (
     throughput_vs_context,
 )
 from rdu_sim.report.plots_runs import (
+    context_overrides,
+    decode_over_batches,
+    decode_over_contexts,
     decode_step_timing,
+    plan_over_contexts,
     runs_over_batches,
     runs_over_contexts,
 )
@@ -59,13 +68,18 @@ __all__ = [
     "KernelPoint",
     "PlotInputError",
     "batch_capacity",
+    "context_overrides",
+    "decode_over_batches",
+    "decode_over_contexts",
     "decode_step_timing",
     "design_space",
     "kernel_points",
     "latency_distribution",
     "memory_footprint",
     "occupancy_timeline",
+    "plan_over_contexts",
     "plot",
+    "result_record",
     "roofline",
     "runs_over_batches",
     "runs_over_contexts",

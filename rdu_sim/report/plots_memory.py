@@ -34,6 +34,14 @@ _PART_LABELS = {"weights": "weights", "kv": "KV cache", "activations": "activati
                 "free": "free"}
 
 
+def _tiers_in_use(runs: Sequence[Any]) -> list[str]:
+    """Tiers some run puts something in, plus HBM (the tier that decides the capacity)."""
+    present = tiers_present(runs[0])
+    used = [t for t in present if t == "hbm" or any(
+        memory_of(r, t)["capacity"] - memory_of(r, t)["free"] > 0 for r in runs)]
+    return used or present
+
+
 def _tick(run: Any) -> str:
     """A bar's label: its context, and the batch slots the memory was planned for."""
     slots = find(run, "batch_slots", what="batch slots", default=None)
@@ -53,7 +61,7 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
     Args:
         results: runs (dicts, a list, or a sweep DataFrame), each with ``memory`` and a
             context length.
-        tiers: tiers to show (default: every tier the first run reports: sram, hbm, ddr).
+        tiers: tiers to show (default: HBM and every other tier some run uses).
         socket: which socket's memory to show when results list several.
         group_by: result keys whose values make the columns.
 
@@ -61,7 +69,7 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
         The figure; each axes holds four bar containers (weights, KV, activations, free).
     """
     runs = as_runs(results)
-    shown = list(tiers) if tiers is not None else tiers_present(runs[0])
+    shown = list(tiers) if tiers is not None else _tiers_in_use(runs)
     if not shown:
         raise PlotInputError("results report no memory tiers (expected memory.sram/hbm/ddr)")
     groups = group_runs(runs, group_by)

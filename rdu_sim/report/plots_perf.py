@@ -58,6 +58,8 @@ def _throughput(results: Any, x_of: Any, group_by: Sequence[str], xlabel: str,
     ax.grid(True, alpha=0.3)
     ax.legend()
     model = model_of(runs[0]) if len({model_of(r) for r in runs}) == 1 else ""
+    if all(r.get("source") == "decode_step" for r in runs):
+        title = "Steady-state " + title[0].lower() + title[1:]
     ax.set_title(f"{title}{f' — {model}' if model else ''}")
     return fig
 

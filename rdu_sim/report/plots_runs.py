@@ -5,8 +5,12 @@ context) need several runs; these helpers make them cheap and comparable:
 
 * :func:`plan_over_contexts`: the compiler's batch capacity and memory plan at each context
   and policy. No serving simulation: milliseconds per point.
-* :func:`runs_over_contexts` / :func:`runs_over_batches`: short serving runs (one wave of
-  requests filling the batch, fixed prompt and output lengths) at each context or batch.
+* :func:`decode_over_contexts` / :func:`decode_over_batches`: the steady-state decode rate
+  (``batch / step time`` of one simulated decode step with every slot at its largest cache)
+  at each context or batch. One engine step per point: well under a second each.
+* :func:`runs_over_contexts` / :func:`runs_over_batches`: short serving runs (fixed prompt and
+  output lengths) at each context or batch: end-to-end numbers, prefill stalls included,
+  and the per-request records and occupancy series of each run.
 * :func:`decode_step_timing`: one decode step's kernels with their FLOPs, bytes and times,
   and the socket's roofs, for :func:`~rdu_sim.report.plots_perf.roofline`.
 
@@ -32,6 +36,8 @@ from rdu_sim.report.plots_data import result_record
 
 __all__ = [
     "context_overrides",
+    "decode_over_batches",
+    "decode_over_contexts",
     "decode_step_timing",
     "plan_over_contexts",
     "runs_over_batches",
@@ -132,13 +138,88 @@ def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     return rows
 
 
-def _serve(scenario: Any, requests: int | None) -> dict[str, Any]:
-    """One serving run of ``scenario``; ``requests=None`` sends one request per slot."""
+def _decode_row(scenario: Any, policy: str, context: int, capacity: int,
+                batch: int) -> dict[str, Any]:
+    """A run-like dict of one decode step of ``batch`` slots at their largest cache."""
     api = _api()
-    if requests is None:
-        _capacity, slots = api.resolve_batch_slots(scenario, api.EngineBackend())
-        requests = max(1, int(slots))
-    result = api.run(scenario, {"serving.requests": requests,
+    scenario = api.load(scenario, {"serving.batch_slots": batch})
+    timing = api.step(scenario, batch=batch).detail
+    return {
+        "source": "decode_step",
+        "model": scenario.model.name, "workload": scenario.workload.name,
+        "hardware": scenario.hardware.name, "tp": scenario.tp,
+        "kv_policy": policy, "max_context": context,
+        "batch_capacity": capacity, "batch_slots": batch,
+        "cache_len": int(timing.context), "step_s": float(timing.step_s),
+        "decode_tokens_per_s": batch / float(timing.step_s),
+        "hbm_bandwidth_fraction": float(timing.hbm_bandwidth_fraction),
+        "flops_fraction": float(timing.flops_fraction),
+    }
+
+
+def decode_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
+                         policies: Sequence[str] = ("full", "snapstream"),
+                         batch: int | None = None, overrides: Overrides = None,
+                         snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
+    """Steady-state decode tokens/s at each (policy, context), at the batch capacity.
+
+    Each point simulates one decode step with ``batch`` slots (default: as many as fit at
+    that context; capped at the capacity), every slot attending to its largest cache (the
+    context for full attention, the budget for SnapStream), and reports ``batch / step
+    time`` as ``decode_tokens_per_s`` (``source: "decode_step"``), with the step time and
+    the achieved fraction of HBM bandwidth and of peak FLOP/s.
+    """
+    api = _api()
+    base = _point(workload, overrides, {})
+    backend = api.EngineBackend()
+    rows = []
+    for policy in policies:
+        for context in contexts:
+            scenario = _point(workload, overrides, context_overrides(
+                base, policy, context, snapstream_ratio=snapstream_ratio))
+            capacity = int(backend.batch_capacity(scenario))
+            slots = capacity if batch is None else min(batch, capacity)
+            if slots >= 1:
+                rows.append(_decode_row(scenario, policy, context, capacity, slots))
+    return rows
+
+
+def decode_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
+                        policies: Sequence[str] = ("full", "snapstream"),
+                        context: int | None = None, overrides: Overrides = None,
+                        snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
+    """Steady-state decode tokens/s at each (policy, batch) at one context.
+
+    ``context`` defaults to the workload's ``serving.max_context``; batches above the
+    capacity at that context are skipped (they do not fit). See :func:`decode_over_contexts`.
+    """
+    api = _api()
+    base = _point(workload, overrides, {})
+    context = context or base.workload.serving.max_context
+    backend = api.EngineBackend()
+    rows = []
+    for policy in policies:
+        scenario = _point(workload, overrides, context_overrides(
+            base, policy, context, snapstream_ratio=snapstream_ratio))
+        capacity = int(backend.batch_capacity(scenario))
+        for batch in batches:
+            if 1 <= batch <= capacity:
+                rows.append(_decode_row(scenario, policy, context, capacity, batch))
+    return rows
+
+
+def _serve(scenario: Any, requests: int | None) -> dict[str, Any]:
+    """One serving run of ``scenario`` in a closed loop.
+
+    The workload's batch slots are capped at the capacity (a batch that fitted at the
+    workload's own context may not at a longer one); ``requests=None`` sends one request
+    per slot.
+    """
+    api = _api()
+    capacity, slots = api.resolve_batch_slots(scenario, api.EngineBackend())
+    slots = max(1, min(int(slots), int(capacity)))
+    result = api.run(scenario, {"serving.batch_slots": slots,
+                                "serving.requests": requests or slots,
                                 "serving.arrival.process": "closed_loop"})
     return result_record(result)
 
@@ -150,8 +231,9 @@ def runs_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
                        snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
     """A short serving run at each (policy, context), for tokens/s, memory and capacity.
 
-    The batch is the workload's (``auto`` = the capacity at that context); ``requests``
-    defaults to one per slot (a closed loop, so the batch fills at once). Prompts are
+    The batch is the workload's (``auto`` = the capacity at that context), capped at the
+    capacity; ``requests`` defaults to one per slot (a closed loop, so the batch fills at
+    once). Prompts are
     ``context - output_tokens`` tokens, outputs ``output_tokens``.
 
     Returns:
