@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 
@@ -20,7 +21,7 @@ def human_bytes(value: float | None) -> str:
     size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
         size /= 1024
     return f"{size:.2f} TiB"  # pragma: no cover - loop always returns
 
@@ -43,17 +44,17 @@ def _percent(value: float | None) -> str:
 def memory_table(result: Mapping[str, Any]) -> Table:
     """Per-tier memory of one socket: capacity, weights, KV, activations, used, free."""
     table = Table(title=f"Memory per socket ({result.get('sockets', '?')} sockets, "
-                  f"tp={result.get('tp', '?')})", title_justify="left")
-    for column in ("tier", "capacity", "weights", "KV cache", "activations", "used", "free"):
+                  f"tp={result.get('tp', '?')})", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("tier", "capacity", "weights", "KV", "activ.", "used", "used %", "free"):
         table.add_column(column, justify="left" if column == "tier" else "right")
     for tier, usage in result.get("memory", {}).items():
         capacity = usage.get("capacity_bytes") or 0
         used = usage.get("used_bytes")
-        share = f" ({100 * used / capacity:.0f}%)" if capacity and used is not None else ""
+        share = f"{100 * used / capacity:.0f}%" if capacity and used is not None else "-"
         table.add_row(tier.upper(), human_bytes(capacity), human_bytes(usage.get("weights_bytes")),
                       human_bytes(usage.get("kv_bytes")),
-                      human_bytes(usage.get("activations_bytes")),
-                      human_bytes(used) + share, human_bytes(usage.get("free_bytes")))
+                      human_bytes(usage.get("activations_bytes")), human_bytes(used), share,
+                      human_bytes(usage.get("free_bytes")))
     return table
 
 
