@@ -68,8 +68,15 @@ def _as_dict(overrides: Overrides) -> dict[str, Any]:
 
 
 def context_overrides(scenario: Any, policy: str, context: int, *, output_tokens: int = 32,
-                      snapstream_ratio: float = 4.0) -> dict[str, Any]:
-    """Overrides that run ``scenario``'s workload at ``context`` tokens under ``policy``."""
+                      snapstream_ratio: float = 4.0,
+                      snapstream_budget: int | None = None) -> dict[str, Any]:
+    """Overrides that run ``scenario``'s workload at ``context`` tokens under ``policy``.
+
+    A compressing policy gets a budget of ``snapstream_budget`` tokens when given (fixed
+    whatever the context, as deployed: slots stop growing beyond it), else ``context /
+    snapstream_ratio`` (the same compression at every context); its ring is 1/16 of the
+    budget, between the observation window and the workload's ``kv.recent``.
+    """
     if context <= output_tokens:
         raise ValueError(f"context {context} must exceed output_tokens {output_tokens}")
     out: dict[str, Any] = {
@@ -79,10 +86,12 @@ def context_overrides(scenario: Any, policy: str, context: int, *, output_tokens
         "serving.output_tokens": output_tokens,
     }
     kv = scenario.workload.kv
-    if policy in ("snapstream", "snapkv") and kv.compression_ratio is None:
-        budget = int(context / snapstream_ratio)
+    if policy in ("snapstream", "snapkv") and (kv.compression_ratio is None
+                                               or snapstream_budget is not None):
+        budget = snapstream_budget or int(context / snapstream_ratio)
         out["kv.budget"] = budget
-        out["kv.recent"] = max(1, min(kv.recent, budget // 16))
+        out["kv.compression_ratio"] = None
+        out["kv.recent"] = max(kv.observation_window, min(kv.recent, budget // 16))
     return out
 
 
@@ -95,7 +104,8 @@ def _point(workload: Any, overrides: Overrides, extra: Mapping[str, Any]) -> Any
 def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
                        policies: Sequence[str] = ("full", "snapstream"),
                        batch: int | None = None, overrides: Overrides = None,
-                       snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
+                       snapstream_ratio: float = 4.0,
+                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
     """Batch capacity and memory plan at each (policy, context): compiler only, no serving.
 
     Args:
@@ -120,7 +130,8 @@ def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     for policy in policies:
         for context in contexts:
             scenario = _point(workload, overrides, context_overrides(
-                base, policy, context, snapstream_ratio=snapstream_ratio))
+                base, policy, context, snapstream_ratio=snapstream_ratio,
+                snapstream_budget=snapstream_budget))
             capacity = int(backend.batch_capacity(scenario))
             slots = capacity if batch is None else min(batch, capacity)
             row: dict[str, Any] = {
@@ -160,7 +171,8 @@ def _decode_row(scenario: Any, policy: str, context: int, capacity: int,
 def decode_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
                          policies: Sequence[str] = ("full", "snapstream"),
                          batch: int | None = None, overrides: Overrides = None,
-                         snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
+                         snapstream_ratio: float = 4.0,
+                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
     """Steady-state decode tokens/s at each (policy, context), at the batch capacity.
 
     Each point simulates one decode step with ``batch`` slots (default: as many as fit at
@@ -176,7 +188,8 @@ def decode_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     for policy in policies:
         for context in contexts:
             scenario = _point(workload, overrides, context_overrides(
-                base, policy, context, snapstream_ratio=snapstream_ratio))
+                base, policy, context, snapstream_ratio=snapstream_ratio,
+                snapstream_budget=snapstream_budget))
             capacity = int(backend.batch_capacity(scenario))
             slots = capacity if batch is None else min(batch, capacity)
             if slots >= 1:
@@ -187,7 +200,8 @@ def decode_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
 def decode_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
                         policies: Sequence[str] = ("full", "snapstream"),
                         context: int | None = None, overrides: Overrides = None,
-                        snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
+                        snapstream_ratio: float = 4.0,
+                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
     """Steady-state decode tokens/s at each (policy, batch) at one context.
 
     ``context`` defaults to the workload's ``serving.max_context``; batches above the
@@ -200,7 +214,8 @@ def decode_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
     rows = []
     for policy in policies:
         scenario = _point(workload, overrides, context_overrides(
-            base, policy, context, snapstream_ratio=snapstream_ratio))
+            base, policy, context, snapstream_ratio=snapstream_ratio,
+            snapstream_budget=snapstream_budget))
         capacity = int(backend.batch_capacity(scenario))
         for batch in batches:
             if 1 <= batch <= capacity:
@@ -228,7 +243,8 @@ def runs_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
                        policies: Sequence[str] = ("full", "snapstream"),
                        requests: int | None = None, output_tokens: int = 32,
                        overrides: Overrides = None,
-                       snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
+                       snapstream_ratio: float = 4.0,
+                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
     """A short serving run at each (policy, context), for tokens/s, memory and capacity.
 
     The batch is the workload's (``auto`` = the capacity at that context), capped at the
@@ -246,7 +262,8 @@ def runs_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
         for context in contexts:
             scenario = _point(workload, overrides, context_overrides(
                 base, policy, context, output_tokens=output_tokens,
-                snapstream_ratio=snapstream_ratio))
+                snapstream_ratio=snapstream_ratio,
+                snapstream_budget=snapstream_budget))
             runs.append(_serve(scenario, requests))
     return runs
 
@@ -255,7 +272,8 @@ def runs_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
                       policies: Sequence[str] = ("full", "snapstream"),
                       context: int | None = None, requests: int | None = None,
                       output_tokens: int = 32, overrides: Overrides = None,
-                      snapstream_ratio: float = 4.0) -> list[dict[str, Any]]:
+                      snapstream_ratio: float = 4.0,
+                      snapstream_budget: int | None = None) -> list[dict[str, Any]]:
     """A short serving run at each (policy, batch slots) at one context.
 
     ``context`` defaults to the workload's ``serving.max_context``. A batch above the
@@ -269,7 +287,8 @@ def runs_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
     runs = []
     for policy in policies:
         settings = context_overrides(base, policy, context, output_tokens=output_tokens,
-                                     snapstream_ratio=snapstream_ratio)
+                                     snapstream_ratio=snapstream_ratio,
+                                     snapstream_budget=snapstream_budget)
         capacity = int(backend.batch_capacity(_point(workload, overrides, settings)))
         for batch in batches:
             if batch > capacity:
