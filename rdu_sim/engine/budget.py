@@ -1,0 +1,72 @@
+"""The event budget: estimate a run's SimPy events before simulating it, refuse if too many.
+
+The estimate counts, per stage tile on each simulated socket, the events the stage process
+and the hardware primitives schedule (``stage_runner``): 3 per input buffer (store get, read
+port timeout, slot release), 2 per output buffer (slot get, store put), up to 3 per HBM/DDR
+request (latency, completion, wake-up timer), 1 each for matrix, vector and SRAM work; per
+collective chunk the link transfers of its algorithm; per call the launcher's and processes'
+bookkeeping. It is an upper bound in practice (timers are shared between requests), checked
+against the measured counts by the tests.
+"""
+
+from __future__ import annotations
+
+from rdu_sim.compiler.program import KernelProgram
+from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.engine.tile_work import MEMORY_TIERS
+
+
+class EventBudgetError(ValueError):
+    """A step would need more SimPy events than ``engine.max_events`` allows."""
+
+
+def _collective_events(kind: str, algorithm: str, group: int, chunks: int, sockets: int) -> int:
+    """Link transfers of one collective of ``chunks`` chunks (plus its completion)."""
+    if group <= 1:
+        return 1
+    if algorithm == "tree" and kind == "allreduce":
+        depth = max(1, (group).bit_length() - 1)
+        hops = 2 * depth if sockets == 1 else 2 * (group - 1)
+    else:
+        steps = 2 * (group - 1) if kind == "allreduce" else group - 1
+        hops = steps if sockets == 1 else steps * group
+    return hops * chunks + 2
+
+
+def estimate_events(kernel: KernelProgram, hardware: HardwareConfig, *, iterations: int,
+                    looped: bool, sockets: int, tiles: int) -> int:
+    """Upper-bound estimate of the events one run of ``iterations`` layers processes."""
+    sock, system = hardware.socket, hardware.system
+    consumed = {name for s in kernel.stages for name in s.inputs}
+    sinks = sum(1 for s in kernel.stages if s.name not in consumed)
+    sources = sum(1 for s in kernel.stages if not s.inputs)
+    calls = 1 if looped else iterations
+    per_tile = 0
+    per_call = 0
+    for s in kernel.stages:
+        loads = sum(1 for t in MEMORY_TIERS if s.reads.get(t, 0.0))
+        stores = sum(1 for t in MEMORY_TIERS if s.writes.get(t, 0.0))
+        outs = sum(1 for c in kernel.stages if s.name in c.inputs)
+        if looped and s.name not in consumed:
+            outs += sources
+        ins = len(s.inputs) + (sinks if looped and not s.inputs else 0)
+        per_tile += 3 * ins + 2 * outs + 3 * (loads + stores) + 3
+        per_call += 4
+        if s.collective is not None:
+            chunk_events = _collective_events(s.collective.kind, system.collective_algorithm,
+                                              s.collective.group, 1, sockets)
+            per_call += system.collective_chunks * (chunk_events + 4 * sockets) // sockets
+    per_layer = tiles * per_tile + len(kernel.stages) + sinks + 2
+    total = sockets * (iterations * per_layer + calls * (per_call + 8)) + 8
+    latency_timers = 1 if sock.hbm.latency > 0 or sock.ddr.latency > 0 else 0
+    return int(total * (1 + 0.1 * latency_timers)) + 16
+
+
+def check_budget(estimated: int, max_events: int, what: str) -> None:
+    """Raise :class:`EventBudgetError` naming the knobs when ``estimated`` exceeds the budget."""
+    if estimated > max_events:
+        raise EventBudgetError(
+            f"{what} needs an estimated {estimated:,} SimPy events, more than "
+            f"engine.max_events = {max_events:,}; lower engine.tiles_per_stage or raise "
+            f"engine.max_events (or keep the engine's fast_forward on)"
+        )

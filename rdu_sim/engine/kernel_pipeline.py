@@ -1,0 +1,155 @@
+"""A fused kernel on one socket: its stages wired by stage buffers, and its launcher body.
+
+Wiring: every pipeline edge (``StageProgram.inputs``) is a ``StageBuffer`` of ``buffer_tiles``
+slots in the consumer's PMUs (a consumer with several inputs splits its PMUs' bandwidth among
+them; a stage given no PMUs still gets one PMU's bandwidth so its operands can land). Each
+stage with PCUs has its own ``PCUGroup``; all stages share the socket's memory channels. A
+stage streams weight/KV tiles as far ahead of its compute as ``operand_buffer_fraction`` of its
+PMUs' SRAM holds (at least ``prefetch_tiles``, see ``tile_work.prefetch_window``).
+
+Kernel looping: in a looped kernel every sink stage (no consumer) of layer ``l`` feeds every
+source stage (no producer) of layer ``l + 1`` through a loop buffer holding a whole layer's
+output (``tiles`` slots: the activation handed between layers), so the next layer starts
+as soon as the previous layer's first output tile exists and the stages run one continuous
+pipelined outer loop; the next layer's weight loads start as soon as each stage has a free
+weight slot. Without looping each call starts from an empty pipeline.
+
+The body handed to ``hw.KernelLauncher.call`` is per iteration: looped, iteration 0 starts
+every stage for all iterations and each iteration returns when all sinks have emitted its last
+tile (so the launcher's per-iteration accounting sees the layer period), the last iteration
+when every stage process (and its outstanding writes) has ended; unlooped, each call starts
+the stages for one iteration and returns when they have all ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from rdu_sim.compiler.program import KernelProgram
+from rdu_sim.config.hardware import SocketConfig
+from rdu_sim.engine.collective_port import CollectivePort
+from rdu_sim.engine.records import Recorder
+from rdu_sim.engine.socket_model import SocketModel
+from rdu_sim.engine.stage_runner import StageRunner
+from rdu_sim.engine.tile_work import TileWork, prefetch_window
+from rdu_sim.hw.pcu_group import PCUGroup
+from rdu_sim.hw.stage_buffer import StageBuffer
+
+Body = Callable[[int], Generator[simpy.Event, Any, Any]]
+
+
+class KernelPipeline:
+    """The stages of ``kernel`` on ``socket``, ready to run ``iterations`` layers per call."""
+
+    def __init__(self, socket: SocketModel, kernel: KernelProgram, works: dict[str, TileWork],
+                 ports: dict[str, CollectivePort], *, looped: bool, buffer_tiles: int,
+                 prefetch_tiles: int, operand_buffer_fraction: float, collective_chunks: int,
+                 recorder: Recorder | None) -> None:
+        env, cfg = socket.env, socket.config
+        self.env = env
+        self.socket = socket
+        self.kernel = kernel
+        self.looped = looped
+        self.recorder = recorder
+        layer_loop = cfg.kernel.layer_loop if looped else 0.0
+        self.runners: dict[str, StageRunner] = {}
+        self.pcus: dict[str, PCUGroup] = {}
+        self.buffers: dict[str, list[StageBuffer]] = {}  # consumer -> its input buffers
+        for stage in kernel.stages:
+            group = None
+            if stage.pcus > 0:
+                group = PCUGroup(env, stage.pcus, cfg.pcu.peak_flops, cfg.pcu.vector_flops,
+                                 name=f"s{socket.index}.{stage.name}")
+                self.pcus[stage.name] = group
+            window = prefetch_window(works[stage.name],
+                                     operand_buffer_fraction * stage.pmus * cfg.pmu.sram,
+                                     prefetch_tiles)
+            self.runners[stage.name] = StageRunner(
+                socket, stage, works[stage.name], group, _pmu_bandwidth(cfg, stage.pmus),
+                window, layer_loop, ports.get(stage.name), collective_chunks, recorder)
+            self.buffers[stage.name] = []
+        consumed = {name for stage in kernel.stages for name in stage.inputs}
+        self.sinks = [s.name for s in kernel.stages if s.name not in consumed]
+        sources = [s.name for s in kernel.stages if not s.inputs] if looped else []
+        edges = [(producer, stage.name, False)
+                 for stage in kernel.stages for producer in stage.inputs]
+        edges += [(sink, source, True) for sink in self.sinks for source in sources]
+        fan_in = dict.fromkeys(self.runners, 0)
+        for _, consumer, _ in edges:
+            fan_in[consumer] += 1
+        pmus = {stage.name: stage.pmus for stage in kernel.stages}
+        for producer, consumer, loop in edges:
+            bandwidth = _pmu_bandwidth(cfg, pmus[consumer]) / fan_in[consumer]
+            name = f"{producer}{'@prev' if loop else ''}->{consumer}"
+            # A layer's output is the next layer's whole input: the loop edge holds all of it
+            # (with fewer slots the sink of layer l would wait for the source of layer l + 1,
+            # which waits for its own layer-l tiles to drain: a deadlock once the pipeline
+            # holds more tiles in flight than the loop buffer).
+            slots = max(buffer_tiles, len(works[producer].output)) if loop else buffer_tiles
+            buf = StageBuffer(env, slots, bandwidth, name=name)
+            self.buffers[consumer].append(buf)
+            (self.runners[producer].loop_outputs if loop
+             else self.runners[producer].outputs).append(buf)
+            (self.runners[consumer].loop_inputs if loop
+             else self.runners[consumer].inputs).append(buf)
+        for sink in self.sinks:
+            self.runners[sink].on_iteration = self._sink_done
+        self._left: list[int] = []
+        self._done: list[simpy.Event] = []
+        self.iteration_ends: list[float] = []  # when all sinks emitted each iteration's last tile
+
+    def _sink_done(self, iteration: int) -> None:
+        self._left[iteration] -= 1
+        if self._left[iteration] == 0:
+            self.iteration_ends.append(float(self.env.now))
+            self._done[iteration].succeed()
+
+    def _start(self, iterations: int) -> simpy.Event:
+        self._left = [len(self.sinks)] * iterations
+        self._done = [self.env.event() for _ in range(iterations)]
+        procs = [self.env.process(r.run(iterations)) for r in self.runners.values()]
+        return simpy.AllOf(self.env, procs)
+
+    def body(self, iterations: int) -> Body:
+        """The launcher body for ``iterations`` layer iterations (see the module docstring)."""
+        env, rec, socket = self.env, self.recorder, self.socket
+        launcher = socket.launcher
+        everything: list[simpy.Event] = []
+
+        def looped(i: int) -> Generator[simpy.Event, Any, None]:
+            start = float(env.now)
+            if i == 0:
+                _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
+                everything.append(self._start(iterations))
+            yield self._done[i] if i + 1 < iterations else everything[0]
+            if rec is not None:
+                rec.slice(socket.index, "kernel", f"{self.kernel.name} L{i}", start,
+                          float(env.now))
+            if i + 1 == iterations:
+                _overhead_slice(rec, socket.index, "sync", float(env.now) + launcher.sync,
+                                launcher.sync)
+
+        def unlooped(i: int) -> Generator[simpy.Event, Any, None]:
+            start = float(env.now)
+            _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
+            yield self._start(1)
+            if rec is not None:
+                rec.slice(socket.index, "kernel", f"{self.kernel.name} #{i}", start,
+                          float(env.now))
+            _overhead_slice(rec, socket.index, "sync", float(env.now) + launcher.sync,
+                            launcher.sync)
+
+        return looped if self.looped else unlooped
+
+
+def _pmu_bandwidth(cfg: SocketConfig, pmus: int) -> float:
+    return max(pmus, 1) * cfg.pmu.bandwidth
+
+
+def _overhead_slice(rec: Recorder | None, socket: int, name: str, end: float,
+                    duration: float) -> None:
+    if rec is not None and duration > 0:
+        rec.slice(socket, "agcu", name, end - duration, end)

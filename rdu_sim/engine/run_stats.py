@@ -1,0 +1,47 @@
+"""What one simulation run of a kernel measured on one socket, as additive quantities.
+
+Every field is a total over the run (seconds, bytes, FLOPs, unit-seconds), so runs combine
+linearly: a step is the sum of its kernels, ``k`` identical unlooped calls are ``k`` times one
+call (calls are separated by a full synchronization, so each starts from an empty machine), and
+a periodic looped kernel extrapolates affinely in its iteration count (see ``fast_forward``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """Totals of one run on socket 0 (every socket is identical under symmetric TP)."""
+
+    time_s: float = 0.0  # launch + execute + sync
+    overhead_s: float = 0.0  # launch (program + argument load) and sync
+    hbm_bytes: float = 0.0  # read + written
+    ddr_bytes: float = 0.0
+    sram_bytes: float = 0.0  # SRAM-resident bytes read + written by stages
+    p2p_bytes: float = 0.0  # bytes socket 0 sent on its links
+    flops: float = 0.0
+    vector_flops: float = 0.0
+    pcu_s: float = 0.0  # PCU-seconds busy (each stage's busy time x its PCUs)
+    pmu_s: float = 0.0  # PMU-port-seconds busy
+    hbm_busy_s: float = 0.0  # time at least one HBM stream was active
+    ddr_busy_s: float = 0.0
+    link_busy_s: float = 0.0  # busiest link direction's serialisation time
+
+    def plus(self, other: RunStats) -> RunStats:
+        """Field-wise sum."""
+        return self.affine(other, 1.0)
+
+    def scaled(self, factor: float) -> RunStats:
+        """Every field times ``factor``."""
+        return RunStats(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
+
+    def minus(self, other: RunStats) -> RunStats:
+        """Field-wise difference."""
+        return self.affine(other, -1.0)
+
+    def affine(self, other: RunStats, factor: float) -> RunStats:
+        """``self + factor * other``, field-wise."""
+        return RunStats(**{f.name: getattr(self, f.name) + factor * getattr(other, f.name)
+                           for f in fields(self)})

@@ -1,0 +1,63 @@
+"""One socket's shared parts in a simulation run: HBM and DDR channels and the AGCU launcher.
+
+Every stage of a kernel on this socket streams its weight and KV tiles through the same two
+``MemoryChannel``s (fair processor sharing), so concurrent stages compete for bandwidth the
+way they do on the chip. The channels are the fluid limit of interleaving requests across the
+tier's lanes, so ``MemoryTierConfig.channels`` (how finely streams interleave) does not cap a
+single stream; the tier's ``efficiency`` scales its peak.
+
+``read``/``write`` wrap the channels so that, when recording, the socket's bytes-in-flight
+counters move with each request (added at issue, removed when the last byte lands).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from rdu_sim.config.hardware import MemoryTierConfig, SocketConfig
+from rdu_sim.engine.records import Recorder
+from rdu_sim.hw.kernel_launch import KernelLauncher
+from rdu_sim.hw.memory_channel import MemoryChannel
+
+
+def _channel(env: simpy.Environment, tier: MemoryTierConfig, name: str) -> MemoryChannel:
+    return MemoryChannel(env, tier.bandwidth, tier.latency, tier.efficiency, name=name)
+
+
+class SocketModel:
+    """The parts of socket ``index`` shared by all stages: memory tiers and kernel launch."""
+
+    def __init__(self, env: simpy.Environment, index: int, socket: SocketConfig,
+                 recorder: Recorder | None = None) -> None:
+        self.env = env
+        self.index = index
+        self.config = socket
+        self.recorder = recorder
+        self.channels: dict[str, MemoryChannel] = {
+            "hbm": _channel(env, socket.hbm, f"s{index}.hbm"),
+            "ddr": _channel(env, socket.ddr, f"s{index}.ddr"),
+        }
+        k = socket.kernel
+        self.launcher = KernelLauncher(env, k.program_load, k.argument_load, k.sync,
+                                       name=f"s{index}.agcu")
+
+    def read(self, tier: str, nbytes: float) -> simpy.Event:
+        """Stream ``nbytes`` from ``tier``; fires when the last byte has arrived."""
+        return self._track(tier, nbytes, self.channels[tier].read(nbytes))
+
+    def write(self, tier: str, nbytes: float) -> simpy.Event:
+        """Store ``nbytes`` to ``tier``; fires when the last byte is stored."""
+        return self._track(tier, nbytes, self.channels[tier].write(nbytes))
+
+    def _track(self, tier: str, nbytes: float, done: simpy.Event) -> simpy.Event:
+        rec = self.recorder
+        if rec is not None and nbytes > 0:
+            rec.in_flight(self.index, tier, float(self.env.now), nbytes)
+            done.callbacks.append(
+                lambda _ev: rec.in_flight(self.index, tier, float(self.env.now), -nbytes))
+        return done
+
+    def bytes_moved(self, tier: str) -> float:
+        """Bytes read plus written on ``tier`` so far."""
+        ch = self.channels[tier]
+        return ch.reads.total + ch.writes.total

@@ -1,0 +1,175 @@
+"""One pipeline stage on one socket: the SimPy process that streams its tiles.
+
+For each tile, in order (a call of a looped kernel runs ``iterations x tiles`` of them):
+
+1. take the tile from every input ``StageBuffer`` (blocks while a producer is behind; the
+   slots stay held while the tile is computed on, so capacity 2 is double buffering and a slow
+   consumer back-pressures its producers);
+2. its share of the stage's weight/KV bytes streams in from HBM/DDR. Loads are issued
+   up to ``prefetch`` tiles ahead into the stage's PMUs (the tiles that fit its operand
+   buffer, at least double buffering): a load's slot frees when its tile's compute ends, so
+   loads overlap compute and input waits, and in a looped kernel the next layer's first loads
+   overlap this layer's last tiles. Outstanding loads share the channel fairly with each
+   other and with every other stage's;
+3. compute on the stage's ``PCUGroup``: matrix FLOPs at the stage's GEMM efficiency, then
+   element-wise FLOPs at the vector rate, while the tile's operands stream in (weights flow
+   from HBM through the PMUs into the PCUs; a PCU does not wait for a whole engine tile) and
+   SRAM-resident bytes stream through the stage's PMUs: the tile ends when its compute, its
+   loads and its SRAM streaming have all ended, so a tile costs the longest of the three and
+   the tile granularity adds no artificial load-then-compute serialization;
+4. release the input slots, issue the next load and the tile's KV writes (asynchronous: they
+   only have to land before the call ends);
+5. push the output tile into every consumer's buffer (blocks while a consumer is behind).
+
+A stage with a ``CollectiveSpec`` does not push tiles directly: its output is cut into
+``collective_chunks`` chunks (chunk boundaries at tile boundaries, independent of
+``tiles_per_stage``); when the tiles of a chunk are computed the chunk's collective starts on
+the links and the stage computes on, while a small chained process pushes the chunk's tiles
+downstream once the collective is done (as SN40L fuses and pipelines the all-reduce with the
+compute that feeds it). Per tile this costs a handful of SimPy events and no extra process.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from rdu_sim.compiler.program import StageProgram
+from rdu_sim.engine.collective_port import CollectivePort
+from rdu_sim.engine.records import Recorder
+from rdu_sim.engine.socket_model import SocketModel
+from rdu_sim.engine.tile_work import TileWork
+from rdu_sim.hw.pcu_group import PCUGroup
+from rdu_sim.hw.stage_buffer import StageBuffer
+
+Gen = Generator[simpy.Event, Any, None]
+
+
+def chunk_boundaries(tiles: int, chunks: int) -> tuple[int, ...]:
+    """Chunks completed at each tile: ``floor((t+1) C / T) - floor(t C / T)``; sums to C."""
+    return tuple((t + 1) * chunks // tiles - t * chunks // tiles for t in range(tiles))
+
+
+class StageRunner:
+    """Streams one stage's tiles on one socket; wired to buffers by the kernel pipeline."""
+
+    def __init__(self, socket: SocketModel, stage: StageProgram, work: TileWork,
+                 pcus: PCUGroup | None, pmu_bandwidth: float, prefetch: int,
+                 layer_loop: float, port: CollectivePort | None, collective_chunks: int,
+                 recorder: Recorder | None) -> None:
+        self.env = socket.env
+        self.socket = socket
+        self.stage = stage
+        self.work = work
+        self.pcus = pcus
+        self.pmu_bandwidth = pmu_bandwidth  # bytes/s of all the stage's PMUs
+        self.prefetch = max(1, prefetch)
+        self.layer_loop = layer_loop
+        self.port = port
+        self.n_chunks = collective_chunks
+        self.chunks = chunk_boundaries(work.tiles, collective_chunks) if port else ()
+        self.recorder = recorder
+        self.track = f"stage/{stage.name}"
+        self.inputs: list[StageBuffer] = []  # from producers in the same iteration
+        self.outputs: list[StageBuffer] = []  # to consumers in the same iteration
+        self.loop_inputs: list[StageBuffer] = []  # from the previous layer (looped kernels)
+        self.loop_outputs: list[StageBuffer] = []  # to the next layer (looped kernels)
+        self.on_iteration: Callable[[int], None] | None = None  # set on sinks
+        self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
+        self._key = 0  # collective chunks started (same sequence on every socket)
+        self._last_emit: simpy.Process | None = None
+
+    def run(self, iterations: int) -> Gen:
+        """The process body: ``iterations`` layer iterations of ``tiles`` tiles each."""
+        env, work, tiles = self.env, self.work, self.work.tiles
+        total = iterations * tiles
+        loads: deque[list[simpy.Event]] = deque(
+            self._load(i % tiles) for i in range(min(self.prefetch, total)))
+        writes: list[simpy.Event] = []
+        pending: list[int] = []  # tiles of the collective chunk being accumulated
+        for i in range(total):
+            it, t = divmod(i, tiles)
+            if t == 0 and it > 0 and self.layer_loop > 0:
+                yield env.timeout(self.layer_loop)
+            ins = self.inputs if it == 0 else self.inputs + self.loop_inputs
+            for buf in ins:
+                yield from buf.get()
+            yield from self._compute(t, it, loads.popleft())
+            for buf in ins:
+                buf.release()
+            if i + self.prefetch < total:
+                loads.append(self._load((i + self.prefetch) % tiles))
+            for tier, amounts in work.writes.items():
+                writes.append(self.socket.write(tier, amounts[t]))
+            if self.port is None:
+                yield from self._push(it, iterations, (t,))
+                continue
+            pending.append(t)
+            if self.chunks[t]:
+                self._start_chunk(it, iterations, tuple(pending), self.chunks[t])
+                pending = []
+        for ev in writes:  # noqa: UP028 (SimPy sends values back: a list iterator cannot)
+            yield ev
+        if self._last_emit is not None:
+            yield self._last_emit
+
+    def _load(self, t: int) -> list[simpy.Event]:
+        return [self.socket.read(tier, amounts[t]) for tier, amounts in self.work.reads.items()]
+
+    def _compute(self, t: int, it: int, loads: list[simpy.Event]) -> Gen:
+        """Compute tile ``t`` while its operands stream in; done when both are done."""
+        env, work, pcus = self.env, self.work, self.pcus
+        start = float(env.now)
+        last: simpy.Event | None = None
+        if pcus is not None:
+            if work.flops > 0:
+                last = pcus.compute(work.flops, work.efficiency)
+            if work.vector_flops > 0:
+                last = pcus.vector(work.vector_flops)
+        elif work.flops > 0 or work.vector_flops > 0:
+            raise ValueError(f"stage {self.stage.name!r} has FLOPs but no PCUs")
+        sram = work.sram[t]
+        if sram > 0:
+            dt = sram / self.pmu_bandwidth
+            self.sram_time += dt
+            yield env.timeout(dt)
+        if last is not None:
+            yield last
+        for ev in loads:  # noqa: UP028
+            yield ev
+        if self.recorder is not None and float(env.now) > start:
+            self.recorder.slice(self.socket.index, self.track, f"L{it} t{t}", start,
+                                float(env.now))
+
+    def _push(self, it: int, iterations: int, tiles: tuple[int, ...]) -> Gen:
+        outs = self.outputs if it + 1 == iterations else self.outputs + self.loop_outputs
+        for t in tiles:
+            nbytes = self.work.output[t]
+            for buf in outs:
+                yield from buf.put(nbytes)
+            if t + 1 == self.work.tiles and self.on_iteration is not None:
+                self.on_iteration(it)
+
+    def _start_chunk(self, it: int, iterations: int, tiles: tuple[int, ...], chunks: int) -> None:
+        assert self.port is not None and self.stage.collective is not None
+        nbytes = self.stage.collective.bytes * chunks / self.n_chunks
+        done = self.port.start(self.socket.index, self._key, nbytes, chunks)
+        self._key += 1
+        rec = self.recorder
+        if rec is not None and nbytes > 0:
+            idx, now = self.socket.index, float(self.env.now)
+            rec.in_flight(idx, "p2p", now, nbytes)
+            done.callbacks.append(
+                lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes))
+        self._last_emit = self.env.process(
+            self._emit(self._last_emit, done, it, iterations, tiles))
+
+    def _emit(self, prev: simpy.Process | None, done: simpy.Event, it: int, iterations: int,
+              tiles: tuple[int, ...]) -> Gen:
+        if prev is not None:
+            yield prev
+        yield done
+        yield from self._push(it, iterations, tiles)

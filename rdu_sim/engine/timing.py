@@ -1,0 +1,103 @@
+"""What the engine returns for one simulated step: :class:`StepTiming` and :class:`KernelTiming`.
+
+Plain frozen data, one socket's view (under symmetric tensor parallelism every socket does the
+same work, so per-socket figures are the step's figures). ``to_dict`` gives a JSON-safe object
+whose keys are a contract for ``rdu-sim step --json``, the serving step cache and reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rdu_sim.engine.records import TraceRecords
+
+UNIT_KINDS: tuple[str, ...] = ("pcu", "pmu", "hbm", "ddr", "link")
+"""Unit kinds whose busy time the engine reports."""
+
+BYTE_TIERS: tuple[str, ...] = ("hbm", "ddr", "sram", "p2p")
+"""Keys of ``StepTiming.bytes_by_tier``: the Program's tiers plus socket-to-socket traffic."""
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """One kernel of the step: all its calls, with launch and sync overheads included.
+
+    ``period_s`` is the steady per-layer period of a looped kernel (``None`` when the kernel
+    is not looped or ran fewer than three iterations); ``simulated_iterations`` counts the
+    layer iterations the engine actually simulated (fewer than ``calls`` when identical calls
+    or a periodic looped pipeline were advanced exactly instead of re-simulated).
+    """
+
+    name: str
+    calls: int
+    looped: bool
+    time_s: float  # all calls, launch + execute + sync
+    overhead_s: float  # launch (program + argument load) and sync part of time_s
+    simulated_iterations: int
+    period_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {
+            "name": self.name, "calls": self.calls, "looped": self.looped,
+            "time_s": self.time_s, "overhead_s": self.overhead_s,
+            "simulated_iterations": self.simulated_iterations, "period_s": self.period_s,
+        }
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Timing of one Program step on one socket (symmetric TP) of the hardware model.
+
+    Busy times are per unit kind, averaged over the socket's units where there are many:
+    ``pcu`` is PCU-seconds over the socket's PCU count, ``pmu`` PMU-port-seconds over its PMU
+    count, ``hbm``/``ddr`` the time at least one stream was moving bytes, ``link`` the
+    busiest P2P link direction's serialisation time (summed over kernels). ``utilization`` is
+    busy time over ``step_s``, each <= 1. ``events`` are SimPy events actually processed
+    (``estimated_events`` is the engine's upper-bound estimate checked against max_events).
+    """
+
+    step_s: float
+    phase: str
+    batch: int
+    tokens: int  # new tokens per slot (the prompt or chunk in prefill, 1 in decode)
+    context: int  # cached tokens each slot attends to besides the new ones
+    tp: int
+    flops: float  # matrix FLOPs per socket
+    vector_flops: float  # element-wise FLOPs per socket
+    bytes_by_tier: dict[str, float]  # hbm, ddr, sram (reads + writes), p2p (bytes sent)
+    kernels: tuple[KernelTiming, ...]
+    busy_s: dict[str, float]
+    utilization: dict[str, float]
+    hbm_bandwidth_fraction: float  # achieved HBM bytes/s over peak bandwidth
+    flops_fraction: float  # achieved matrix FLOP/s over the socket's peak
+    events: int
+    estimated_events: int
+    tiles_per_stage: int
+    sockets_simulated: int
+    fast_forward: bool
+    records: TraceRecords | None = field(default=None, compare=True, repr=False)
+
+    def kernel(self, name: str) -> KernelTiming:
+        """The timing of the kernel called ``name`` (KeyError listing valid names)."""
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(f"no kernel {name!r}; kernels: {[k.name for k in self.kernels]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict of everything but the trace records."""
+        return {
+            "step_s": self.step_s, "phase": self.phase, "batch": self.batch,
+            "tokens": self.tokens, "context": self.context, "tp": self.tp,
+            "flops": self.flops, "vector_flops": self.vector_flops,
+            "bytes_by_tier": dict(self.bytes_by_tier),
+            "hbm_bandwidth_fraction": self.hbm_bandwidth_fraction,
+            "flops_fraction": self.flops_fraction,
+            "busy_s": dict(self.busy_s), "utilization": dict(self.utilization),
+            "kernels": [k.to_dict() for k in self.kernels],
+            "events": self.events, "estimated_events": self.estimated_events,
+            "tiles_per_stage": self.tiles_per_stage,
+            "sockets_simulated": self.sockets_simulated, "fast_forward": self.fast_forward,
+        }

@@ -1,0 +1,86 @@
+"""Write the engine's trace records as a Chrome trace JSON that opens in ui.perfetto.dev.
+
+Format (the Chrome "Trace Event Format", JSON object form): ``traceEvents`` holds
+
+* ``ph: "M"`` metadata naming each socket (a process, ``pid`` = socket index) and each of its
+  tracks (a thread: ``agcu`` launches and syncs, ``kernel`` calls and layers, one
+  ``stage/<name>`` track per stage with a slice per tile it computes);
+* ``ph: "X"`` complete slices with ``ts`` and ``dur`` in microseconds;
+* ``ph: "C"`` counters: bytes in flight on the socket's ``hbm``, ``ddr`` and ``p2p`` links.
+
+The engine only emits records (``StepTiming.records`` with ``record=True``); this module
+decides nothing about timing. Nothing is written until ``write_chrome_trace`` is called.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.engine.records import TraceRecords
+from rdu_sim.engine.timing import StepTiming
+
+_US = 1e6
+_FIXED_TRACKS = ("agcu", "kernel")
+
+
+def _track_ids(records: TraceRecords) -> dict[tuple[int, str], int]:
+    """Thread ids per (socket, track): AGCU and kernel first, then stages in order of use."""
+    ids: dict[tuple[int, str], int] = {}
+    sockets = sorted({s.socket for s in records.slices} | {c.socket for c in records.counters})
+    for socket in sockets:
+        for track in _FIXED_TRACKS:
+            ids[(socket, track)] = len(ids) + 1
+    for s in records.slices:
+        key = (s.socket, s.track)
+        if key not in ids:
+            ids[key] = len(ids) + 1
+    return ids
+
+
+def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The trace as a JSON-ready dict (``traceEvents`` plus ``otherData``)."""
+    ids = _track_ids(records)
+    events: list[dict[str, Any]] = []
+    for socket in sorted({sock for sock, _ in ids}):
+        events.append({"name": "process_name", "ph": "M", "pid": socket, "tid": 0,
+                       "args": {"name": f"socket {socket}"}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": socket, "tid": 0,
+                       "args": {"sort_index": socket}})
+    for (socket, track), tid in ids.items():
+        events.append({"name": "thread_name", "ph": "M", "pid": socket, "tid": tid,
+                       "args": {"name": track}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": socket, "tid": tid,
+                       "args": {"sort_index": tid}})
+    for s in records.slices:
+        events.append({
+            "name": s.name, "cat": s.track.split("/", 1)[0], "ph": "X",
+            "ts": s.start_s * _US, "dur": s.dur_s * _US,
+            "pid": s.socket, "tid": ids[(s.socket, s.track)], "args": dict(s.args),
+        })
+    for c in records.counters:
+        events.append({"name": f"{c.name} bytes in flight", "ph": "C", "ts": c.time_s * _US,
+                       "pid": c.socket, "tid": 0, "args": {"bytes": c.value}})
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": dict(metadata or {})}
+
+
+def step_metadata(timing: StepTiming) -> dict[str, Any]:
+    """The step's headline figures, shown by Perfetto under the trace's metadata."""
+    return {"step_s": timing.step_s, "phase": timing.phase, "batch": timing.batch,
+            "context": timing.context, "tp": timing.tp, "events": timing.events,
+            "hbm_bandwidth_fraction": timing.hbm_bandwidth_fraction}
+
+
+def write_chrome_trace(timing: StepTiming, path: str | Path) -> Path:
+    """Write ``timing``'s records to ``path`` (parents created); returns the path.
+
+    Raises ValueError when the step was simulated without ``record=True``.
+    """
+    if timing.records is None:
+        raise ValueError("this StepTiming has no trace records: simulate with record=True")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as f:
+        json.dump(chrome_trace(timing.records, step_metadata(timing)), f)
+    return out
