@@ -26,7 +26,14 @@ from rdu_sim.report.plots_data import (
     number,
     tiers_present,
 )
-from rdu_sim.report.plots_style import PART_COLORS, color_for, new_figure, tokens, use_token_axis
+from rdu_sim.report.plots_style import (
+    PART_COLORS,
+    line_style,
+    new_figure,
+    plain_log2,
+    tokens,
+    use_token_axis,
+)
 
 __all__ = ["batch_capacity", "memory_footprint"]
 
@@ -73,7 +80,9 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
     if not shown:
         raise PlotInputError("results report no memory tiers (expected memory.sram/hbm/ddr)")
     groups = group_runs(runs, group_by)
-    fig, axes = new_figure(len(shown), len(groups), width=4.2, height=3.4)
+    bars = max(len(members) for members in groups.values())
+    fig, axes = new_figure(len(shown), len(groups), width=max(4.2, 0.9 * bars + 1.2),
+                           height=3.4)
     row_axes: dict[str, list[Any]] = {}
     for col, (label, members) in enumerate(groups.items()):
         members = sorted(members, key=context_of)
@@ -88,7 +97,7 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
                 ax.bar(x, heights, 0.7, bottom=bottom, color=PART_COLORS[part],
                        edgecolor="white", linewidth=0.5, label=_PART_LABELS[part])
                 bottom += heights
-            ax.set_xticks(x, [_tick(r) for r in members])
+            ax.set_xticks(x, [_tick(r) for r in members], fontsize=8)
             ax.set_title(f"{tier.upper()} · {label}", fontsize=10)
             if row == len(shown) - 1:
                 ax.set_xlabel("context (tokens)")
@@ -128,10 +137,10 @@ def batch_capacity(results: Any, *,
                       "batch_capacity") for r in members]
         all_contexts += contexts
         capacities += cap
-        ax.plot(contexts, cap, marker="o", label=label, color=color_for(label, i))
+        ax.plot(contexts, cap, marker="o", label=label, **line_style(label, i, list(groups)))
     use_token_axis(ax, all_contexts)
     if capacities and min(capacities) > 0 and max(capacities) / min(capacities) > 8:
-        ax.set_yscale("log", base=2)
+        plain_log2(ax)
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("batch capacity (slots)")
     ax.grid(True, which="major", alpha=0.3)

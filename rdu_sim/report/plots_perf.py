@@ -23,7 +23,7 @@ from rdu_sim.report.plots_data import (
     model_of,
     number,
 )
-from rdu_sim.report.plots_style import color_for, new_figure, use_token_axis
+from rdu_sim.report.plots_style import color_for, line_style, new_figure, use_token_axis
 
 __all__ = ["KernelPoint", "kernel_points", "roofline", "throughput_vs_batch",
            "throughput_vs_context"]
@@ -50,7 +50,7 @@ def _throughput(results: Any, x_of: Any, group_by: Sequence[str], xlabel: str,
         xs = [x_of(r) for r in members]
         xs_all += xs
         ax.plot(xs, [_tokens_per_s(r) for r in members], marker="o", label=label,
-                color=color_for(label, i))
+                **line_style(label, i, list(groups)))
     use_token_axis(ax, xs_all)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("decode throughput (tokens/s)")

@@ -15,7 +15,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-__all__ = ["PART_COLORS", "POLICY_COLORS", "color_for", "new_figure", "tokens", "use_token_axis"]
+__all__ = ["PART_COLORS", "POLICY_COLORS", "color_for", "line_style", "new_figure", "plain_log2",
+           "tokens", "use_token_axis"]
 
 PART_COLORS = {
     "weights": "#4c72b0",
@@ -42,6 +43,37 @@ def color_for(label: str, index: int) -> str:
     words = set(label.replace("·", " ").split())
     named = [color for policy, color in POLICY_COLORS.items() if policy in words]
     return named[0] if len(named) == 1 and len(words) == 1 else _CYCLE[index % len(_CYCLE)]
+
+
+_POLICY_DASHES = {"full": "--", "streamingllm": ":", "snapkv": "-."}
+
+
+def line_style(label: str, index: int, labels: Sequence[str]) -> dict[str, Any]:
+    """Colour and dash of one line among ``labels`` (``model · policy`` legend labels).
+
+    When the lines span several models and policies, the colour says the model and the dash
+    the policy (full attention dashed, SnapStream solid), so pairs read at a glance;
+    otherwise :func:`color_for` alone.
+    """
+    def split(text: str) -> tuple[str, str]:
+        parts = text.split(" · ")
+        policy = parts[-1] if parts[-1] in POLICY_COLORS else ""
+        rest = " · ".join(parts[:-1] if policy else parts)
+        return rest, policy
+
+    prefixes = list(dict.fromkeys(split(lab)[0] for lab in labels))
+    prefix, policy = split(label)
+    if len(prefixes) > 1 and policy:
+        return {"color": _CYCLE[prefixes.index(prefix) % len(_CYCLE)],
+                "linestyle": _POLICY_DASHES.get(policy, "-")}
+    return {"color": color_for(label, index), "linestyle": "-"}
+
+
+def plain_log2(ax: Axes, axis: str = "y") -> None:
+    """A log-2 axis labelled with plain numbers (32, 64, 128) instead of powers of two."""
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log", base=2)
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 
 def new_figure(rows: int = 1, cols: int = 1, *, width: float = 6.4, height: float = 4.2,
