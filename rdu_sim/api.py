@@ -238,8 +238,9 @@ def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
     config = ServerConfig(slots, serving.max_context, serving.prefill_priority,
                           serving.prefill_chunk_tokens)
     records = serve(requests, policy, cache, config, progress)
+    prompt = typical_prompt(scenario, requests)
     prefill_s = sum(cache.step_s(shape) for shape in prefill_steps(
-        typical_prompt(scenario, requests), serving.max_context, serving.prefill_chunk_tokens))
+        prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt)))
     return RunResult(scenario, policy, capacity, slots, placement, requests, records, cache,
                      prefill_s)
 

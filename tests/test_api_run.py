@@ -198,13 +198,18 @@ real = pytest.mark.skipif(not _real_backend_ready(),
 
 @real
 def test_full_vs_snapstream_on_deepseek_r1() -> None:
-    """The reference: SnapStream at 128k has a larger batch and more decode throughput."""
-    small = {"serving.requests": 64}
+    """The reference: SnapStream at 128k has a ~4x larger batch and more decode throughput.
+
+    Enough requests to fill SnapStream's batch a few times over (a static decode graph
+    with few requests is mostly padding); a fixed 4k prompt keeps the shapes few.
+    """
+    small = {"serving.requests": 400, "serving.prompt_tokens": 4096}
     full = api.run(FULL, small).to_dict()
     snap = api.run(SNAP, small).to_dict()
-    assert snap["batch_capacity"] > full["batch_capacity"] >= 1
-    assert snap["kv_bytes_per_slot"] < full["kv_bytes_per_slot"]
-    assert snap["decode_tokens_per_s"] > full["decode_tokens_per_s"]
+    assert full["batch_capacity"] >= 1
+    assert 3 <= snap["batch_capacity"] / full["batch_capacity"] <= 5  # the paper: 4x
+    assert snap["kv_bytes_per_slot"] * 3 < full["kv_bytes_per_slot"]
+    assert snap["decode_tokens_per_s"] > 1.2 * full["decode_tokens_per_s"]  # paper: 4.3x
 
 
 @real
@@ -226,3 +231,12 @@ def test_cli_run_json_200_requests() -> None:
     assert set(data) >= CONTRACT_KEYS
     assert data["requests_completed"] == 200
     assert data["kv_policy"] == "snapstream"
+
+
+@real
+def test_real_run_is_byte_identical_across_processes() -> None:
+    args = [sys.executable, "-m", "rdu_sim.cli.main", "run", str(SNAP), "--json",
+            "--set", "serving.requests=40", "--set", "serving.prompt_tokens=4096"]
+    outs = [subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+            for _ in range(2)]
+    assert outs[0] == outs[1] and json.loads(outs[0])["requests_completed"] == 40

@@ -28,7 +28,8 @@ from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
 def fake_step(shape: StaticShape) -> StepCost:
     """Step times with awkward (non-round) constants, growing with the shape."""
     if shape.phase == "prefill":
-        return StepCost(3.1e-3 + shape.tokens * 7.3e-7 + shape.cache_len * 1.1e-7)
+        select = 1.9e-3 if shape.select else 0.0  # the SnapKV selection costs extra
+        return StepCost(3.1e-3 + shape.tokens * 7.3e-7 + shape.cache_len * 1.1e-7 + select)
     return StepCost(1.7e-2 + shape.batch * 1.3e-4 + shape.cache_len * 3.7e-7)
 
 
@@ -106,11 +107,15 @@ def reference_serve(requests: RequestSet, policy: KVPolicy, cache: StepCache, sl
                 order.append(slot)
                 times["admit"][r] = t
             r = req[slot]
+            compresses = policy.compresses(prompt[r])
             if chunk is not None and prompt[r] > chunk:
-                shape = StaticShape("prefill", 1, chunk, prefilled[slot])
-                prefilled[slot] = min(prompt[r], prefilled[slot] + chunk)
+                start = prefilled[slot]
+                prefilled[slot] = min(prompt[r], start + chunk)
+                last = prefilled[slot] == prompt[r]
+                shape = StaticShape("prefill", 1, chunk, start, select=compresses and last)
             else:
-                shape = StaticShape("prefill", 1, prompt_bucket(prompt[r], max_context), 0)
+                shape = StaticShape("prefill", 1, prompt_bucket(prompt[r], max_context), 0,
+                                    select=compresses)
                 prefilled[slot] = prompt[r]
             t += cache.step_ps(shape)
             last_prefill = True

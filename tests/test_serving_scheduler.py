@@ -103,7 +103,8 @@ def test_one_request_ttft_is_the_prefill_step_and_tpot_the_decode_step(policy: s
     records, cache = run(policy, slots=4, requests=1, prompt_tokens=3000, output_tokens=200,
                          arrival={"process": "all_at_once"})
     max_context = 8192
-    prefill = StaticShape("prefill", 1, prompt_bucket(3000, max_context), 0)
+    prefill = StaticShape("prefill", 1, prompt_bucket(3000, max_context), 0,
+                          select=policy == "snapstream")  # 3000 tokens > the 2048 budget
     kv_policy = make_policy(KVConfig(policy=policy, budget=None if policy == "full" else 2048,
                                      recent=1024), max_context)
     bucket = kv_policy.decode_bucket(kv_policy.cache_at(3000, 199), max_context)
@@ -120,7 +121,8 @@ def test_chunked_prefill_shapes_and_interleaving() -> None:
     records, cache = run(slots=2, requests=2, prompt_tokens=1000, output_tokens=50,
                          prefill_chunk_tokens=256, arrival={"process": "all_at_once"})
     chunks = [s for s in cache.steps if s.phase == "prefill"]
-    assert chunks == [StaticShape("prefill", 1, 256, c) for c in (0, 256, 512, 768)]
+    assert chunks == [StaticShape("prefill", 1, 256, c, select=False)
+                      for c in (0, 256, 512, 768)]
     assert all(cache.steps[s] == 2 for s in chunks)
     # With no decoding slot, the first prompt's chunks run back to back; the second
     # prompt's chunks then alternate with decode steps of the first request.
@@ -134,13 +136,21 @@ def test_decode_first_admits_one_prefill_between_decode_steps() -> None:
     records, cache = run(slots=8, requests=8, prompt_tokens=1000, output_tokens=100,
                          prefill_priority="decode_first", arrival={"process": "all_at_once"})
     first = np.sort(records.first_token_ps)
-    prefill = cache.step_ps(StaticShape("prefill", 1, 1024, 0))
+    prefill = cache.step_ps(StaticShape("prefill", 1, 1024, 0, select=False))
     gaps = np.diff(first)
     # After the first prefill, each next prefill waits for one decode step.
     assert (gaps > prefill).all()
     records_pf, _ = run(slots=8, requests=8, prompt_tokens=1000, output_tokens=100,
                         arrival={"process": "all_at_once"})
     assert (np.diff(np.sort(records_pf.first_token_ps)) == prefill).all()
+
+
+def test_chunked_compressing_prefill_selects_on_the_last_chunk_only() -> None:
+    _, cache = run("snapstream", slots=1, requests=1, prompt_tokens=3000, output_tokens=2,
+                   prefill_chunk_tokens=1024, arrival={"process": "all_at_once"})
+    chunks = sorted((s for s in cache.steps if s.phase == "prefill"), key=lambda s: s.cache_len)
+    assert [(s.cache_len, s.select) for s in chunks] == [(0, False), (1024, False),
+                                                         (2048, True)]
 
 
 def test_decode_bucket_follows_the_longest_cache() -> None:

@@ -48,24 +48,30 @@ def prompt_buckets(max_context: int) -> list[int]:
     return out
 
 
-def prefill_step(prompt: int, prefilled: int, max_context: int,
-                 chunk: int | None) -> tuple[StaticShape, int]:
+def prefill_step(prompt: int, prefilled: int, max_context: int, chunk: int | None,
+                 compresses: bool = False) -> tuple[StaticShape, int]:
     """The next prefill step of a prompt with ``prefilled`` tokens done: (shape, new done).
 
     Without chunking (or for a prompt no longer than a chunk) one step prefills the whole
     prompt padded to its bucket. With chunks of ``chunk`` tokens, each step is ``chunk`` new
     tokens (the last one padded to ``chunk``) attending to the ``prefilled`` tokens before.
+    ``select`` is set explicitly: the step that completes the prompt runs the SnapKV
+    selection iff the policy compresses the (unpadded) prompt; earlier chunks never do.
     """
     if chunk is not None and prompt > chunk:
-        return StaticShape("prefill", 1, chunk, prefilled), min(prompt, prefilled + chunk)
-    return StaticShape("prefill", 1, prompt_bucket(prompt, max_context), 0), prompt
+        done = min(prompt, prefilled + chunk)
+        return StaticShape("prefill", 1, chunk, prefilled,
+                           select=compresses and done == prompt), done
+    return StaticShape("prefill", 1, prompt_bucket(prompt, max_context), 0,
+                       select=compresses), prompt
 
 
-def prefill_steps(prompt: int, max_context: int, chunk: int | None) -> list[StaticShape]:
+def prefill_steps(prompt: int, max_context: int, chunk: int | None,
+                  compresses: bool = False) -> list[StaticShape]:
     """Every prefill step of one prompt, in order."""
     shapes: list[StaticShape] = []
     done = 0
     while done < prompt:
-        shape, done = prefill_step(prompt, done, max_context, chunk)
+        shape, done = prefill_step(prompt, done, max_context, chunk, compresses)
         shapes.append(shape)
     return shapes

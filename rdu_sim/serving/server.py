@@ -170,7 +170,8 @@ class Server:
         request = int(slots.request[slot])
         prompt = int(records.prompt_tokens[request])
         shape, done = prefill_step(prompt, int(slots.prefilled[slot]), self.config.max_context,
-                                   self.config.prefill_chunk_tokens)
+                                   self.config.prefill_chunk_tokens,
+                                   self.policy.compresses(prompt))
         step = self.cache.run(shape)
         records.prefill_steps += 1
         yield _At(self.env, step)
