@@ -73,7 +73,7 @@ class EngineBackend:
         """Names this backend needs that are not importable (empty when ready)."""
         import importlib
 
-        absent = []
+        absent: list[str] = []
         for module_name, names in cls.NEEDS:
             try:
                 module = importlib.import_module(module_name)
