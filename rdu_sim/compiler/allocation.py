@@ -13,9 +13,12 @@ PCUs (at most `usable_fraction x count`, at least 1 per stage):
    budget itself is too small;
 2. spread the rest in proportion to compute work (water-filling above those minimums).
 
-PMUs (same bounds): each stage first gets enough to double-buffer its tiles (its per-tile
-input, weights and output bytes, twice, over the PMU size) when they all fit, then the rest
-in proportion to its estimated time max(compute, memory).
+PMUs (same bounds) are a stage's input buffers: its producers stream their outputs into
+them, at the PMUs' bandwidth shared by its input edges. Each stage first gets enough PMUs
+to double-buffer its tiles (per-tile bytes in and out, twice, over the PMU size) and to
+take its input streams within the balanced stage time T of step 1; if those floors exceed
+the budget they shrink in proportion; the rest go in proportion to the bytes each stage
+moves (on-chip in, off-chip in and out).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class StageWork:
     compute: float  # PCU-seconds
     memory: float  # seconds of off-chip traffic at full tier bandwidth
     buffer_bytes: float  # bytes one tile brings in and sends out (before double-buffering)
+    stream_in: float = 0.0  # on-chip input bytes per call, times the input edges sharing them
+    moved: float = 0.0  # all bytes the stage moves per call (on-chip in, off-chip in and out)
 
 
 @dataclass(frozen=True)
@@ -42,18 +47,17 @@ class Allocation:
     pmus: tuple[int, ...]
 
 
-def gemm_efficiency(m: int, n: int, k: int, rows: int, cols: int) -> float:
-    """Fraction of peak an output-stationary rows x cols array reaches on m x n x k.
+def gemm_efficiency(m: int, n: int, rows: int, cols: int) -> float:
+    """Fraction of peak an output-stationary rows x cols array reaches on an m x n output.
 
-    Padding of partial tiles at the m/n edges (the better of the two orientations) times
-    k / (k + rows + cols - 2) for the skewed fill and drain.
+    Padding of partial tiles at the m/n edges, in the better of the two orientations; the
+    skewed fill and drain is taken as hidden by the next tile (the engine's assumption too).
     """
 
     def spatial(a: int, b: int) -> float:
         return (a * b) / (math.ceil(a / rows) * rows * math.ceil(b / cols) * cols)
 
-    temporal = k / (k + rows + cols - 2)
-    return max(spatial(m, n), spatial(n, m)) * temporal
+    return max(spatial(m, n), spatial(n, m))
 
 
 def water_fill(weights: Sequence[float], total: int, floors: Sequence[int]) -> list[int]:
@@ -66,8 +70,10 @@ def water_fill(weights: Sequence[float], total: int, floors: Sequence[int]) -> l
     if sum(floors) > total:
         raise ValueError(f"floors {sum(floors)} exceed the total {total}")
     n = len(weights)
-    if n == 0 or sum(weights) <= 0:
+    if n == 0 or max(weights) <= 0:
         return list(floors)
+    top = max(weights)
+    weights = [w / top for w in weights]  # the largest is 1: no overflow from tiny weights
     pinned = [False] * n
     while True:
         free_weight = sum(w for w, p in zip(weights, pinned, strict=True) if not p)
@@ -120,7 +126,7 @@ def _balanced_minimums(compute: Sequence[float], budget: int, floor_time: float)
 
 
 def allocate(work: Sequence[StageWork], *, pcus: int, pmus: int, pmu_bytes: float,
-             memory_time: float) -> Allocation:
+             pmu_bandwidth: float, memory_time: float) -> Allocation:
     """PCUs and PMUs per stage within `pcus` / `pmus` (see the module docstring)."""
     compute = [w.compute for w in work]
     pcu_floors = _balanced_minimums(compute, pcus, memory_time)
@@ -128,9 +134,14 @@ def allocate(work: Sequence[StageWork], *, pcus: int, pmus: int, pmu_bytes: floa
 
     if len(work) > pmus:
         raise ValueError(f"{len(work)} stages need at least one PMU each; only {pmus} usable")
-    tiles = [max(1, math.ceil(2 * w.buffer_bytes / pmu_bytes)) for w in work]
-    if sum(tiles) > pmus:  # tiles too big to double-buffer all: shrink them in proportion
-        tiles = water_fill([float(t) for t in tiles], pmus, [1] * len(work))
-    time = [max(w.compute / p, w.memory) for w, p in zip(work, pcu_counts, strict=True)]
-    pmu_counts = water_fill(time, pmus, tiles)
+    stage_time = max([memory_time, *(w.compute / p for w, p in
+                                     zip(work, pcu_counts, strict=True))])
+    floors = []
+    for w in work:
+        buffers = math.ceil(2 * w.buffer_bytes / pmu_bytes)
+        streams = math.ceil(w.stream_in / (stage_time * pmu_bandwidth)) if stage_time > 0 else 1
+        floors.append(max(1, buffers, streams))
+    if sum(floors) > pmus:  # the floors do not all fit: shrink them in proportion
+        floors = water_fill([float(f) for f in floors], pmus, [1] * len(work))
+    pmu_counts = water_fill([w.moved for w in work], pmus, floors)
     return Allocation(tuple(pcu_counts), tuple(pmu_counts))

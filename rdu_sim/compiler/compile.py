@@ -147,18 +147,27 @@ def _stage(kernel: KernelGraph, node: Operator, fractions: dict[str, float],
     )
 
 
-def _work(stage: StageProgram, socket: SocketConfig, tiles: int) -> StageWork:
-    """Estimated compute (PCU-seconds), memory time and per-tile buffer of a stage."""
+def _work(stage: StageProgram, produced: dict[str, float], socket: SocketConfig,
+          tiles: int) -> StageWork:
+    """Estimated compute (PCU-seconds), memory time, buffers and streams of a stage.
+
+    `produced` maps earlier stages to their output_bytes: each input edge brings the whole
+    of its producer's output into this stage's PMUs, the edges sharing their bandwidth.
+    """
     pcu = socket.pcu
     efficiency = pcu.max_gemm_efficiency
     if stage.gemm is not None:
         g = stage.gemm
-        efficiency *= gemm_efficiency(g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols)
+        efficiency *= gemm_efficiency(g.m, g.n, pcu.systolic_rows, pcu.systolic_cols)
     compute = stage.flops / (pcu.peak_flops * efficiency) + stage.vector_flops / pcu.vector_flops
     memory = sum((stage.reads.get(t, 0.0) + stage.writes.get(t, 0.0)) / _bandwidth(socket, t)
                  for t in ("hbm", "ddr"))
-    moved = sum(stage.reads.values()) + sum(stage.writes.values()) + stage.output_bytes
-    return StageWork(compute=compute, memory=memory, buffer_bytes=moved / tiles)
+    arriving = [produced[name] for name in stage.inputs]
+    offchip = sum(stage.reads.values()) + sum(stage.writes.values())
+    return StageWork(compute=compute, memory=memory,
+                     buffer_bytes=(sum(arriving) + offchip + stage.output_bytes) / tiles,
+                     stream_in=len(arriving) * max(arriving, default=0.0),
+                     moved=sum(arriving) + offchip)
 
 
 def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
@@ -170,13 +179,15 @@ def _kernel_program(kernel: KernelGraph, fractions: dict[str, float], kv_tier: T
                     socket: SocketConfig, tiles: int) -> KernelProgram:
     stages = [_stage(kernel, node, fractions, kv_tier) for node in operators(kernel.graph)]
     # the topological order of `operators` puts every producer before its consumers
-    work = [_work(s, socket, tiles) for s in stages]
+    produced = {s.name: s.output_bytes for s in stages}
+    work = [_work(s, produced, socket, tiles) for s in stages]
     memory_time = max(sum(s.reads.get(t, 0.0) + s.writes.get(t, 0.0) for s in stages)
                       / _bandwidth(socket, t) for t in ("hbm", "ddr"))
     usable_pcus = math.floor(socket.usable_fraction * socket.pcu.count)
     usable_pmus = math.floor(socket.usable_fraction * socket.pmu.count)
     allocation = allocate(work, pcus=usable_pcus, pmus=usable_pmus,
-                          pmu_bytes=socket.pmu.sram, memory_time=memory_time)
+                          pmu_bytes=socket.pmu.sram, pmu_bandwidth=socket.pmu.bandwidth,
+                          memory_time=memory_time)
     placed = tuple(replace(s, pcus=p, pmus=m) for s, p, m in
                    zip(stages, allocation.pcus, allocation.pmus, strict=True))
     return KernelProgram(name=kernel.name, calls=kernel.calls, looped=kernel.looped,

@@ -47,11 +47,12 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     if split.compute == "attention" and plan.sequence_split and dim is not None:
         # sequence_split: each socket runs all heads against its share of the keys, which
         # are the n of the score product and the k (reduction) of the value product
-        dim = "n" if node.kind == "attention_score" else "k"
+        dim = "k" if node.kind == "attention_value" else "n"
     # activations: a stage that only moves KV (cache reads) streams its KV share
     ways = compute if split.compute != "none" else kv
     read_share = 1.0 if dim == "n" else 1 / ways
-    write_share = 1.0 if dim == "k" or split.combine == "sum" else 1 / ways
+    partial = split.combine == "sum" or (split.combine == "sequence" and plan.sequence_split)
+    write_share = 1.0 if dim == "k" or partial else 1 / ways
     return replace(
         node, flops=node.flops / compute, vector_flops=node.vector_flops / compute,
         weight_params=math.ceil(node.weight_params / weights),

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 OpKind = Literal[
-    "gemm", "batched_gemm", "attention_score", "attention_value", "softmax", "rmsnorm",
+    "gemm", "batched_gemm", "attention_score", "attention_value", "flash_attention",
+    "softmax", "rmsnorm",
     "rope", "residual", "silu_mul", "router", "topk", "expert_gemm", "moe_combine",
     "kv_read", "kv_write", "gather", "pool", "reduce", "allreduce", "allgather",
     "reduce_scatter",

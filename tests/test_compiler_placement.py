@@ -1,0 +1,115 @@
+"""Tier placement: within capacity, spill by bandwidth need, clear errors; batch capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdu_sim.compiler import (
+    CapacityError,
+    Compiler,
+    StaticShape,
+    activation_bytes,
+    batch_capacity,
+    kv_bytes,
+    plan_memory,
+    slot_tokens,
+    weight_inventory,
+)
+from rdu_sim.scenario import load_scenario
+
+WORKLOADS = ["deepseek-r1-128k-snapstream", "deepseek-r1-128k-full", "llama3.1-8b-1socket",
+             "llama3.1-8b-8socket"]
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_placement_never_exceeds_a_tier(workload: str) -> None:
+    scenario = load_scenario(f"workloads/{workload}.yaml")
+    capacity = batch_capacity(scenario)
+    for slots in {1, capacity // 2 or 1, capacity}:
+        placement = plan_memory(scenario, slots)
+        for tier, usage in placement.tiers.items():
+            assert 0 <= usage.used_bytes <= usage.capacity_bytes, (tier, slots)
+        hbm = placement.tiers["hbm"]
+        assert hbm.kv_bytes == kv_bytes(scenario, slots)
+        assert hbm.activations_bytes == activation_bytes(scenario, slots)
+        weights = sum(w.bytes for w in weight_inventory(scenario))
+        assert hbm.weights_bytes + placement.tiers["ddr"].weights_bytes == weights
+        assert placement.tiers["ddr"].weights_bytes == 0  # at or below capacity nothing spills
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_batch_capacity_is_the_largest_that_fits(workload: str) -> None:
+    scenario = load_scenario(f"workloads/{workload}.yaml")
+    capacity = batch_capacity(scenario)
+    hbm = scenario.hardware.socket.hbm.capacity
+    weights = sum(w.bytes for w in weight_inventory(scenario))
+
+    def need(slots: int) -> int:
+        return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots)
+
+    assert capacity >= 1
+    assert need(capacity) <= hbm < need(capacity + 1)
+
+
+def test_snapstream_grows_deepseek_batch_by_the_cache_ratio() -> None:
+    full = load_scenario("workloads/deepseek-r1-128k-full.yaml")
+    snap = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml")
+    ratio = slot_tokens(full) / slot_tokens(snap)
+    assert ratio == 4.0  # 131072 vs budget 32768
+    grown = batch_capacity(snap) / batch_capacity(full)
+    # KV dominates what is left beside the weights, so the batch grows by about the ratio
+    assert 0.9 * ratio <= grown <= ratio * 1.05
+    assert batch_capacity(full) >= 20
+
+
+def test_mla_layouts_order_the_batch_capacity() -> None:
+    def capacity(layout: str) -> int:
+        scenario = load_scenario("workloads/deepseek-r1-128k-full.yaml", overrides={
+            "parallelism.mla_cache_layout": layout, "serving.max_context": 16384})
+        return batch_capacity(scenario)
+
+    assert capacity("sequence_split") > capacity("replicated") > capacity("head_split") >= 1
+
+
+def test_over_large_model_gets_the_clear_error() -> None:
+    scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides={
+        "model": "llama-3.1-405b", "hw.socket.ddr.capacity": "1 GiB",
+        "serving.batch_slots": 1, "serving.max_context": 8192})
+    with pytest.raises(CapacityError) as info:
+        plan_memory(scenario, 1)
+    message = str(info.value)
+    for words in ("llama-3.1-405b", "weights", "do not fit", "parallelism.tp",
+                  "hw.socket.ddr.capacity", "fp8"):
+        assert words in message
+    with pytest.raises(CapacityError, match="cannot fit even one sequence"):
+        batch_capacity(scenario)
+
+
+def test_too_many_slots_names_the_capacity() -> None:
+    scenario = load_scenario("workloads/deepseek-r1-128k-full.yaml")
+    capacity = batch_capacity(scenario)
+    with pytest.raises(CapacityError, match=f"at most {capacity} fit"):
+        plan_memory(scenario, 10 * capacity)
+
+
+def test_weights_spill_lowest_bandwidth_need_first() -> None:
+    scenario = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides={
+        "hw.socket.hbm.capacity": "40 GiB", "serving.batch_slots": 8})
+    placement = plan_memory(scenario, 8)
+    for usage in placement.tiers.values():
+        assert usage.used_bytes <= usage.capacity_bytes
+    need = {w.key: w.need for w in weight_inventory(scenario, 8)}
+    in_ddr = {t.name for t in placement.tensors if t.tier == "ddr"}
+    in_hbm = {t.name for t in placement.tensors if t.tier == "hbm" and t.kind == "weights"}
+    assert "embedding/embed.gather" in in_ddr
+    assert any("experts" in key for key in in_ddr)
+    assert not any(key.endswith("attn.q_b_proj") for key in in_ddr)
+    only_ddr = in_ddr - in_hbm
+    assert max(need[k] for k in only_ddr) <= min(need[k] for k in in_hbm - in_ddr)
+
+    program = Compiler(scenario).program(StaticShape("decode", 8, 1, slot_tokens(scenario)))
+    stages = {(k.name, s.name): s for k in program.kernels for s in k.stages}
+    assert stages[("embedding", "embed.gather")].reads.get("ddr", 0) > 0
+    assert stages[("decoder_moe", "moe.experts_down")].reads.get("ddr", 0) > 0
+    assert stages[("decoder_moe", "attn.q_b_proj")].reads.get("ddr", 0) == 0
+    assert program.bytes_by_tier()["ddr"] > 0

@@ -1,0 +1,125 @@
+"""compile_program: kernels, looping, SnapKV selection kernel, caching, inspect output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rdu_sim.compiler import (
+    Compiler,
+    StaticShape,
+    compile_program,
+    inspect_graph,
+    to_dot,
+)
+from rdu_sim.compiler.fusion import kernel_graphs
+from rdu_sim.graph import graph_problems
+from rdu_sim.models import decode_flops_per_token
+from rdu_sim.scenario import load_scenario
+
+SNAP = "workloads/deepseek-r1-128k-snapstream.yaml"
+FULL = "workloads/deepseek-r1-128k-full.yaml"
+
+
+def _names(program: object) -> list[tuple[str, int, bool]]:
+    return [(k.name, k.calls, k.looped) for k in program.kernels]  # type: ignore[attr-defined]
+
+
+def test_deepseek_kernels_and_looping() -> None:
+    scenario = load_scenario(SNAP)
+    program = compile_program(scenario, StaticShape("decode", 4, 1, 32768))
+    assert _names(program) == [("embedding", 1, False), ("decoder_dense", 3, True),
+                               ("decoder_moe", 58, True), ("lm_head", 1, False)]
+    unlooped = load_scenario(SNAP, overrides={"kernel_looping": False})
+    program = compile_program(unlooped, StaticShape("decode", 4, 1, 32768))
+    assert not any(k.looped for k in program.kernels)
+
+
+def test_snapkv_select_kernel_only_when_the_prompt_is_compressed() -> None:
+    scenario = load_scenario(SNAP)
+    compiler = Compiler(scenario)
+    long = compiler.program(StaticShape("prefill", 1, 40000, 0))
+    select = [k for k in long.kernels if k.name == "snapkv_select"]
+    assert len(select) == 1 and select[0].calls == scenario.model.layers and select[0].looped
+    assert select[0].flops > 0
+    assert _names(long)[-1][0] == "lm_head"
+    for shape in (StaticShape("prefill", 1, 32768, 0),  # fits the budget: kept whole
+                  StaticShape("prefill", 1, 40000, 0, select=False),  # a non-final chunk
+                  StaticShape("decode", 4, 1, 32768)):
+        assert "snapkv_select" not in [k.name for k in compiler.program(shape).kernels]
+    chunk = compiler.program(StaticShape("prefill", 1, 8192, 40000 - 8192))  # final chunk
+    assert "snapkv_select" in [k.name for k in chunk.kernels]
+    full = Compiler(load_scenario(FULL)).program(StaticShape("prefill", 1, 40000, 0))
+    assert "snapkv_select" not in [k.name for k in full.kernels]
+
+
+def test_selection_cost_grows_with_the_prompt() -> None:
+    compiler = Compiler(load_scenario(SNAP))
+
+    def select_flops(prompt: int) -> float:
+        program = compiler.program(StaticShape("prefill", 1, prompt, 0))
+        return next(k.flops for k in program.kernels if k.name == "snapkv_select")
+
+    assert select_flops(80000) > 1.9 * select_flops(40000)
+
+
+def test_decode_program_flops_add_up_over_sockets() -> None:
+    """Per-socket FLOPs x tp = the model's decode FLOPs plus the replicated projections."""
+    scenario = load_scenario(SNAP)
+    arch = scenario.model
+    program = compile_program(scenario, StaticShape("decode", 1, 1, 1000))
+    replicated = 2 * arch.layers * arch.hidden_size * (
+        arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim) + \
+        2 * arch.moe_layers * arch.hidden_size * arch.routed_experts
+    expected = decode_flops_per_token(arch, 1001) + (scenario.tp - 1) * replicated
+    assert scenario.tp * program.flops == pytest.approx(expected, rel=1e-12)
+
+
+def test_stage_traffic_goes_to_the_right_tiers() -> None:
+    program = compile_program(load_scenario(SNAP), StaticShape("decode", 8, 1, 32768))
+    layer = next(k for k in program.kernels if k.name == "decoder_moe")
+    stages = {s.name: s for s in layer.stages}
+    assert stages["attn.kv_read"].reads["hbm"] > 0  # KV from its tier
+    assert stages["attn.kv_write"].writes["hbm"] > 0
+    assert stages["attn_norm"].reads["hbm"] > 0  # the layer input crosses the kernel boundary
+    assert stages["ffn.residual"].writes["hbm"] > 0  # and the output
+    assert stages["attn.q_b_proj"].output_bytes > 0 and not stages["attn.q_b_proj"].writes
+    assert stages["attn.flash"].collective is None
+    assert stages["attn.flash.reduce_scatter"].collective is not None
+    names = [s.name for s in layer.stages]
+    for stage in layer.stages:  # topologically ordered
+        assert all(names.index(p) < names.index(stage.name) for p in stage.inputs)
+    for kernel in kernel_graphs(load_scenario(SNAP), StaticShape("decode", 8, 1, 32768)):
+        assert graph_problems(kernel.graph) == []
+
+
+def test_compiler_caches_per_instance_and_is_deterministic() -> None:
+    scenario = load_scenario("workloads/llama3.1-8b-8socket.yaml")
+    shape = StaticShape("decode", 16, 1, 8192)
+    first = Compiler(scenario)
+    assert first.program(shape) is first.program(shape)
+    assert Compiler(scenario).program(shape) == first.program(shape)
+    assert first.placement() is first.placement()
+
+
+def test_inspect_graph_reports_kernels_stages_and_placement() -> None:
+    result = inspect_graph(load_scenario(SNAP), phase="decode")
+    json.dumps(result)  # JSON-ready
+    assert result["shape"]["cache_len"] == 32768
+    assert [k["name"] for k in result["kernels"]] == ["embedding", "decoder_dense",
+                                                      "decoder_moe", "lm_head"]
+    for kernel in result["kernels"]:
+        assert {"name", "calls", "looped", "stages"} <= set(kernel)
+        for stage in kernel["stages"]:
+            assert {"op", "name", "pcus", "pmus", "flops"} <= set(stage)
+            assert set(stage["bytes"]) == {"sram", "hbm", "ddr"}
+    hbm = result["placement"]["tiers"]["hbm"]
+    assert {"capacity_bytes", "weights_bytes", "kv_bytes", "activations_bytes", "used_bytes",
+            "free_bytes"} <= set(hbm)
+    assert hbm["used_bytes"] <= hbm["capacity_bytes"]
+    dot = to_dot(result)
+    assert dot.startswith("digraph") and '"moe.router"' in dot and "allreduce" in dot
+
+    prefill = inspect_graph(load_scenario(SNAP), phase="prefill", batch=1, context=50000)
+    assert "snapkv_select" in [k["name"] for k in prefill["kernels"]]

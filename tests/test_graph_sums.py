@@ -1,0 +1,93 @@
+"""Graph operator sums equal the model's own hand counts (rdu_sim.models.figures), exactly.
+
+Conventions checked here:
+- a decode step (1 new token) at cache length c attends to c + 1 tokens (the cache plus the
+  token itself), so its FLOPs are decode_flops_per_token(arch, c + 1);
+- resident weights are summed over the full expert tables (weight_params), so they equal
+  weight_bytes whatever the batch; the bytes a step *reads* equal them only once the batch
+  touches every expert (and the embedding gather reads only its rows).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rdu_sim.graph import Precision, StepShape, model_groups, totals
+from rdu_sim.models import (
+    decode_flops_per_token,
+    get_model,
+    params_total,
+    weight_bytes,
+)
+from rdu_sim.models.figures import attention_flops_per_token, matmul_params_active
+
+MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "deepseek-r1"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("cache_len", [0, 1, 4095, 131071])
+def test_decode_flops_equal_figures(name: str, cache_len: int) -> None:
+    arch = get_model(name)
+    groups = model_groups(arch, StepShape("decode", 1, 1, cache_len), Precision())
+    assert totals(groups).flops == decode_flops_per_token(arch, cache_len + 1)
+
+
+@pytest.mark.parametrize("cache_len", [0, 8191])
+def test_deepseek_per_head_cache_is_the_non_absorbed_count(cache_len: int) -> None:
+    arch = get_model("deepseek-r1")
+    groups = model_groups(arch, StepShape("decode", 1, 1, cache_len), Precision(), "per_head")
+    expected = 2 * matmul_params_active(arch) + attention_flops_per_token(
+        arch, cache_len + 1, absorbed=False)
+    assert totals(groups).flops == expected
+    assert expected < decode_flops_per_token(arch, cache_len + 1)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_flops_scale_with_batch_in_decode(name: str) -> None:
+    arch = get_model(name)
+    one = totals(model_groups(arch, StepShape("decode", 1, 1, 100), Precision())).flops
+    many = totals(model_groups(arch, StepShape("decode", 7, 1, 100), Precision())).flops
+    assert many == 7 * one
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(("dtype", "size"), [("bf16", 2.0), ("fp8", 1.0), ("int4", 0.5)])
+def test_resident_weights_equal_weight_bytes(name: str, dtype: str, size: float) -> None:
+    arch = get_model(name)
+    groups = model_groups(arch, StepShape("decode", 1, 1, 0), Precision(weights=size))
+    params = totals(groups).weight_params
+    assert params == params_total(arch)
+    assert round(params * size) == weight_bytes(arch, size), dtype
+
+
+def test_deepseek_reads_every_weight_once_all_experts_are_touched() -> None:
+    """At a batch that touches all 256 experts a decode step reads every weight but the
+    embedding table, of which it gathers only its rows."""
+    arch = get_model("deepseek-r1")
+    batch = 4096
+    groups = model_groups(arch, StepShape("decode", batch, 1, 0), Precision(weights=1.0))
+    read = totals(groups).weight_read_bytes
+    table = arch.vocab_size * arch.hidden_size
+    rows = batch * arch.hidden_size
+    assert read == pytest.approx(weight_bytes(arch, 1.0) - table + rows, rel=1e-9)
+
+
+def test_deepseek_batch_one_reads_only_active_experts() -> None:
+    arch = get_model("deepseek-r1")
+    groups = model_groups(arch, StepShape("decode", 1, 1, 0), Precision(weights=1.0))
+    expert = 3 * arch.hidden_size * arch.moe_intermediate
+    all_read = weight_bytes(arch, 1.0) - arch.vocab_size * arch.hidden_size + arch.hidden_size
+    skipped = arch.moe_layers * (arch.routed_experts - arch.experts_per_token) * expert
+    assert totals(groups).weight_read_bytes == pytest.approx(all_read - skipped, rel=1e-12)
+
+
+def test_prefill_attention_is_causal() -> None:
+    """t new tokens on c cached: t*c + t(t+1)/2 pairs per head (decode is the t = 1 case)."""
+    arch = get_model("llama-3.1-8b")
+    t, c = 64, 100
+    groups = model_groups(arch, StepShape("prefill", 1, t, c), Precision())
+    projections = 2 * (matmul_params_active(arch) - arch.vocab_size * arch.hidden_size) * t
+    head = 2 * arch.vocab_size * arch.hidden_size  # the last position only
+    pairs = t * c + t * (t + 1) // 2
+    attention = arch.layers * 2 * 2 * arch.heads * arch.head_dim * pairs
+    assert totals(groups).flops == projections + head + attention
