@@ -240,3 +240,19 @@ def test_real_run_is_byte_identical_across_processes() -> None:
     outs = [subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout
             for _ in range(2)]
     assert outs[0] == outs[1] and json.loads(outs[0])["requests_completed"] == 40
+
+
+@real
+def test_cli_out_dir_and_step(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "rdu_sim.cli.main", "run", str(LLAMA)]
+    proc = subprocess.run([*base, "--set", "serving.requests=20", "--set",
+                           "serving.prompt_tokens=2048", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "time to first token" in proc.stdout and "Traceback" not in proc.stderr
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert data["requests_completed"] == 20
+    assert len(list(csv.DictReader((tmp_path / "requests.csv").open()))) == 20
+    step = subprocess.run([*base, "--step", "--json"], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    timing = json.loads(step.stdout)
+    assert timing["phase"] == "decode" and timing["batch"] == 16 and timing["step_s"] > 0
