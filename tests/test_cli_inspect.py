@@ -117,12 +117,34 @@ def test_inspect_graph_checks_its_input(tmp_path: Path) -> None:
     assert "kv.polcy" in result.stderr
 
 
-def test_inspect_graph_runs_or_says_it_is_not_there_yet() -> None:
+def test_inspect_graph_json_and_dot(tmp_path: Path) -> None:
+    dot = tmp_path / "layer.dot"
     result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
                                       "llama3.1-8b-1socket.yaml"), "--json", "--batch", "2",
-                                      "--context", "1024"])
-    if result.exit_code == 1:
-        assert "not yet available" in result.stderr
-    else:
-        assert result.exit_code == 0, result.output
-        assert json.loads(result.stdout)
+                                      "--context", "1024", "--dot", str(dot)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["shape"] == {"phase": "decode", "batch": 2, "tokens": 1, "cache_len": 1024}
+    assert [k["name"] for k in data["kernels"]] == ["embedding", "decoder", "lm_head"]
+    assert data["kernels"][1]["calls"] == 32
+    assert dot.read_text().startswith("digraph")
+
+
+def test_inspect_graph_table_and_prefill() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
+                                      "deepseek-r1-128k-snapstream.yaml"), "--phase",
+                                      "prefill", "--context", "4096"])
+    assert result.exit_code == 0, result.output
+    assert "prefill step: batch 1, 4096 new token(s)" in result.stdout
+    assert "decoder_moe" in result.stdout and "hbm" in result.stdout
+    assert "…" not in result.stdout  # numbers are never cut to fit the terminal
+
+
+def test_capacity_error_exits_2() -> None:
+    """A model that does not fit is bad input too: one message with the fix, exit 2."""
+    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
+                                      "llama3.1-8b-1socket.yaml"),
+                                      "--set", "hw.socket.hbm.capacity=1 GiB"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ")
+    assert "HBM" in result.stderr

@@ -3,28 +3,30 @@
 `inspect model NAME` prints the hand-countable figures of rdu_sim.models (params, KV bytes per
 token, weight bytes, decode FLOPs per token) that every later stage must agree with; NAME may
 also be a workload file, whose model (preset or custom) and dtypes are used.
-`inspect graph WORKLOAD` shows what the compiler makes of one static step.
+`inspect graph WORKLOAD` shows what the compiler makes of one static step (rdu_sim.compiler's
+`inspect_graph`, and its `to_dot` for `--dot`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from rdu_sim.cli.errors import not_available
+from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.compiler.program import Phase
 from rdu_sim.config.units import format_bytes
 from rdu_sim.config.workload import DTYPE_BYTES
 from rdu_sim.models import Architecture, ModelFigures, get_model, model_figures, preset_names
-from rdu_sim.scenario import Scenario, load_scenario
+from rdu_sim.scenario import load_scenario
 
 _DTYPES = click.Choice(sorted(DTYPE_BYTES))
 
@@ -107,15 +109,47 @@ def model_command(name: str | None, list_presets: bool, as_json: bool, kv_dtype:
         Console().print(_figures_table(figures))
 
 
-def _jsonable(value: Any) -> Any:
-    """Whatever the compiler returns, as JSON-ready data."""
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
+def _short_bytes(value: float) -> str:
+    """format_bytes with 3 significant digits, to keep the kernel table narrow."""
+    number, _, unit = format_bytes(value).partition(" ")
+    return f"{float(number):.3g} {unit}"
+
+
+def _short_number(value: float) -> str:
+    """1374.2 -> '1,374'; 0.1158 -> '0.116': no exponents in a table."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
+    """The human view of an `inspect_graph` result: kernels, then per-tier placement."""
+    shape = result["shape"]
+    kernels = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+                    title=f"{result['model']} {shape['phase']} step: batch {shape['batch']}, "
+                    f"{shape['tokens']} new token(s), cache {shape['cache_len']:,}, "
+                    f"tp {result['tp']}, kv {result['kv_policy']} (one socket)")
+    kernels.caption = "GFLOP and bytes (HBM, DDR, collective) per step"
+    kernels.add_column("kernel", no_wrap=True)
+    for name in ("calls", "loop", "stages", "PCUs", "GFLOP", "HBM", "DDR", "coll."):
+        kernels.add_column(name, justify="right", no_wrap=True)
+    for kernel in result["kernels"]:
+        per_tier = kernel["bytes_per_step"]
+        kernels.add_row(
+            kernel["name"], str(kernel["calls"]), "yes" if kernel["looped"] else "no",
+            str(len(kernel["stages"])), str(kernel["pcus"]),
+            _short_number(kernel["flops_per_step"] / 1e9), _short_bytes(per_tier.get("hbm", 0)),
+            _short_bytes(per_tier.get("ddr", 0)),
+            _short_bytes(kernel["collective_bytes_per_step"]))
+    placement = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                      collapse_padding=True,
+                      title=f"memory per socket at {result['placement']['batch_slots']} "
+                      f"batch slots (capacity {result['batch_capacity']})")
+    for name in ("tier", "capacity", "weights", "KV cache", "activations", "used", "free"):
+        placement.add_column(name, justify="left" if name == "tier" else "right")
+    for tier, usage in result["placement"]["tiers"].items():
+        placement.add_row(tier, *(format_bytes(usage[key]) for key in (
+            "capacity_bytes", "weights_bytes", "kv_bytes", "activations_bytes", "used_bytes",
+            "free_bytes")))
+    return [kernels, placement]
 
 
 @command.command("graph")
@@ -123,35 +157,30 @@ def _jsonable(value: Any) -> Any:
 @click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode",
               show_default=True)
 @click.option("--batch", type=click.IntRange(1, 1_000_000), default=None,
-              help="Batch slots (default: the workload's, or 1 when it says auto).")
+              help="Batch slots (default: the workload's, or its batch capacity for auto; "
+              "1 prompt in prefill).")
 @click.option("--context", type=click.IntRange(0, 100_000_000), default=None,
-              help="Cached tokens (default: the workload's max_context).")
+              help="decode: cached tokens (default max_context, rounded up to the KV "
+              "policy's bucket); prefill: prompt tokens (default the longest prompt).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.option("--dot", "dot_file", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Also write the graph in Graphviz DOT to this file.")
+              default=None, help="Also write the decoder layer's graph in Graphviz DOT.")
 @overrides_option
-def graph_command(workload: Path, phase: str, batch: int | None, context: int | None,
+def graph_command(workload: Path, phase: Phase, batch: int | None, context: int | None,
                   as_json: bool, dot_file: Path | None, overrides: tuple[str, ...]) -> None:
     """Kernels, stages and tier placement of one static step of WORKLOAD."""
-    scenario: Scenario = load_scenario(workload, overrides)
-    try:
-        compiler = importlib.import_module("rdu_sim.compiler")
-    except ImportError:
-        compiler = None
-    inspect_graph = getattr(compiler, "inspect_graph", None)
-    to_dot = getattr(compiler, "to_dot", None)
-    if inspect_graph is None:
-        not_available("inspect graph", f"The workload {str(workload)!r} is valid; "
-                      "rdu_sim.compiler does not expose inspect_graph yet.")
-    slots = scenario.workload.serving.batch_slots
-    batch = batch or (slots if isinstance(slots, int) else 1)
-    context = scenario.workload.serving.max_context if context is None else context
-    result = inspect_graph(scenario, phase=phase, batch=batch, context=context)
+    from rdu_sim.compiler import inspect_graph, to_dot  # networkx: only when asked for
+
+    scenario = load_scenario(workload, overrides)
+    result = inspect_graph(scenario, phase, batch, context)
     if dot_file is not None:
-        if to_dot is None:
-            not_available("inspect graph --dot", "rdu_sim.compiler does not expose to_dot yet.")
-        dot_file.write_text(to_dot(result))
+        try:
+            dot_file.write_text(to_dot(result))
+        except OSError as exc:
+            fail(f"{dot_file}: cannot write: {exc.strerror or exc}")
     if as_json:
-        click.echo(json.dumps(_jsonable(result), indent=2, default=str))
+        click.echo(json.dumps(result, indent=2))
     else:
-        Console().print(result)
+        console = Console()
+        for table in _graph_tables(result):
+            console.print(table)
