@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 
 from rdu_sim.report.plots_data import (
@@ -250,7 +251,10 @@ def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Fi
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM + DDR traffic)")
     ax.set_ylabel("achieved TFLOP/s per socket")
     ax.grid(True, which="both", alpha=0.2)
-    ax.legend(fontsize=8, loc="lower right")
+    legend = ax.legend(fontsize=8, loc="lower right")
+    for handle in legend.legend_handles:  # one marker size in the legend, whatever the share
+        if isinstance(handle, PathCollection):
+            handle.set_sizes([40.0])
     if skipped:
         ax.text(0.01, 0.99, "not placed (no FLOPs or no off-chip bytes): " + ", ".join(skipped),
                 transform=ax.transAxes, va="top", fontsize=7, color="dimgray")

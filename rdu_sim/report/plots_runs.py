@@ -299,12 +299,16 @@ def runs_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
 
 
 def decode_step_timing(workload: str | Path | Any, overrides: Overrides = None, *,
-                       batch: int | None = None, context: int | None = None) -> dict[str, Any]:
+                       policy: str | None = None, context: int | None = None,
+                       batch: int | None = None, snapstream_ratio: float = 4.0,
+                       snapstream_budget: int | None = None) -> dict[str, Any]:
     """One decode step's kernels (FLOPs, bytes by tier, time) and the socket's roofs.
 
-    The step is ``rdu_sim.api.step``'s default (all batch slots, the largest decode bucket)
-    unless ``batch`` or ``context`` say otherwise. FLOPs and bytes per kernel come from the
-    compiled Program, times from the engine's StepTiming (matched by kernel name).
+    The step has ``batch`` slots (default: the batch capacity when the workload says
+    ``auto``, else its batch slots) each at its largest cache, as ``rdu_sim.api.step`` runs
+    it. Giving ``policy`` or ``context`` sets the workload up as :func:`context_overrides`
+    does (a context length and a KV policy, SnapStream's budget). FLOPs and bytes per kernel
+    come from the compiled Program, times from the engine's StepTiming (matched by name).
 
     Returns:
         ``{"kernels": [{name, calls, flops, bytes_by_tier, time_s}], "hardware":
@@ -315,8 +319,15 @@ def decode_step_timing(workload: str | Path | Any, overrides: Overrides = None, 
     from rdu_sim.compiler import compile_program
     from rdu_sim.compiler.program import StaticShape
 
-    scenario = api.load(workload, _as_dict(overrides))
-    timing = api.step(scenario, batch=batch, context=context).detail
+    scenario = _point(workload, overrides, {})
+    if policy is not None or context is not None:
+        scenario = _point(workload, overrides, context_overrides(
+            scenario, policy or scenario.workload.kv.policy,
+            context or scenario.workload.serving.max_context,
+            snapstream_ratio=snapstream_ratio, snapstream_budget=snapstream_budget))
+    if batch is not None:
+        scenario = api.load(scenario, {"serving.batch_slots": batch})
+    timing = api.step(scenario, batch=batch).detail
     shape = StaticShape(str(timing.phase), int(timing.batch), int(timing.tokens),  # type: ignore[arg-type]
                         int(timing.context))
     program = compile_program(scenario, shape)

@@ -162,7 +162,7 @@ def occupancy_timeline(results: Any, *,
         The figure: per axes, one step line (occupancy) plus one line for the batch slots.
     """
     runs = as_runs(results)
-    fig, axes = new_figure(len(runs), 1, width=7.2, height=2.6)
+    fig, axes = new_figure(len(runs), 1, width=7.2, height=2.6, sharex=True)
     labels = [label_of(r, group_by) for r in runs]
     for i, (ax, run, label) in enumerate(zip(axes, runs, labels, strict=True)):
         times, occupied = occupancy_series(run)
@@ -175,7 +175,7 @@ def occupancy_timeline(results: Any, *,
         ax.set_ylim(0, slots * 1.1 + 0.5)
         ax.set_ylabel("slots")
         ax.set_title(label, fontsize=10)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")
         ax.grid(True, alpha=0.3)
     axes[-1].set_xlabel("simulated time (s)")
     fig.suptitle("Batch slot occupancy")

@@ -39,10 +39,10 @@ _CYCLE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da
 
 
 def color_for(label: str, index: int) -> str:
-    """The policy's colour when ``label`` names exactly one policy, else the ``index``-th."""
-    words = set(label.replace("·", " ").split())
-    named = [color for policy, color in POLICY_COLORS.items() if policy in words]
-    return named[0] if len(named) == 1 and len(words) == 1 else _CYCLE[index % len(_CYCLE)]
+    """The policy's colour when ``label`` (``model · policy``) names one policy, else the
+    ``index``-th colour of the cycle."""
+    named = [POLICY_COLORS[part] for part in label.split(" · ") if part in POLICY_COLORS]
+    return named[0] if len(named) == 1 else _CYCLE[index % len(_CYCLE)]
 
 
 _POLICY_DASHES = {"full": "--", "streamingllm": ":", "snapkv": "-."}
@@ -77,11 +77,11 @@ def plain_log2(ax: Axes, axis: str = "y") -> None:
 
 
 def new_figure(rows: int = 1, cols: int = 1, *, width: float = 6.4, height: float = 4.2,
-               **subplot_kw: Any) -> tuple[Figure, list[Axes]]:
-    """A figure of ``rows`` x ``cols`` axes (flattened, row-major), constrained layout."""
-    fig = Figure(figsize=(width * cols if cols > 1 else width,
-                          height * rows if rows > 1 else height), layout="constrained")
-    grid = fig.subplots(rows, cols, squeeze=False, subplot_kw=subplot_kw or None)
+               sharex: bool = False) -> tuple[Figure, list[Axes]]:
+    """A figure of ``rows`` x ``cols`` axes (flattened, row-major), constrained layout;
+    ``width`` and ``height`` are per axes."""
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    grid = fig.subplots(rows, cols, squeeze=False, sharex=sharex)
     return fig, [ax for row in grid for ax in row]
 
 
