@@ -137,7 +137,7 @@ class Engine:
             return [(1, False)]
         if kernel.calls < MIN_PROBED_CALLS:
             return [(kernel.calls, True)]
-        return [(FIRST_PROBE, True), (FIRST_PROBE + 1, True)]
+        return [(FIRST_PROBE, True)]
 
     def _estimate(self, program: Program, kernel: KernelProgram, iterations: int,
                   looped: bool) -> int:

@@ -5,17 +5,22 @@
   times (records are repeated on the timeline). This is not an approximation.
 * A looped kernel is one pipelined call over ``L`` layers. Nothing in a run depends on how
   many layers follow until its last layers (a stage loads at most one layer ahead), so a run
-  of ``n`` layers follows exactly the same trajectory as the full run until about two layers
-  before its end, then drains. Once the pipeline is periodic (every layer boundary repeats
-  the previous one shifted by a period ``P``), a longer run differs from a shorter one only
-  by whole periods inserted before the drain: ``T(L) = T(n) + (L - n) P``, and likewise for
-  every other total (bytes, FLOPs, busy time). The engine simulates ``n`` and ``n + 1``
-  layers (``n = 5``, then 8, 12, ...) and accepts when the last two layer periods inside the
-  shared prefix of the runs and ``T(n + 1) - T(n)`` all agree within ``PERIOD_RTOL`` of the
-  period; every total is then extrapolated as ``S(L) = S(n+1) + (L-n-1) (S(n+1) - S(n))``.
+  of ``n`` layers follows exactly the trajectory of the full run until a stage would load
+  layer ``n``, which happens once it computes in layer ``n - 1``, after the sinks finished
+  layer ``n - 3``: the boundaries of layers ``0 .. n - 3`` are the full run's. Once the
+  pipeline is periodic (each layer boundary repeats the previous one shifted by a period
+  ``P``, and every total grows by the same amount per layer), a longer run differs from a
+  shorter one only by whole periods inserted before the drain: ``T(L) = T(n) + (L - n) P``,
+  and likewise for every other total (bytes, FLOPs, busy time). The engine simulates ``n``
+  layers (``n = 6``, then 9, 13, ...), samples the totals at each layer boundary, and
+  accepts when the last three periods of the shared prefix agree within ``PERIOD_RTOL`` and
+  so do the last two per-layer increments of every total; then ``S(L) = S(n) + (L - n) dS``.
   This is exact for a periodic pipeline (the tests compare it with full simulations). When
-  probing would cost more than half a full run without finding a period, the ``L`` layers are
-  simulated in full. ``fast_forward=False`` always simulates every layer and call (the
+  probing would cost more than a third of a full run without finding a period, the ``L``
+  layers are simulated in full. Pipelines that settle into a multi-layer pattern (e.g. a
+  3-layer cycle of which stage runs ahead) are not recognised as periodic and are simulated
+  in full: for the usual 32-80 layers, probing for such patterns would cost about as much as
+  the full run. ``fast_forward=False`` always simulates every layer and call (the
   reference).
 
 ``events`` counts what was really simulated; records are those of the last probe run, with an
@@ -35,12 +40,13 @@ from rdu_sim.engine.run_stats import RunStats
 PERIOD_RTOL = 1e-9
 """Layer periods are identical when they differ by at most this fraction of the period."""
 
-FIRST_PROBE = 5
-"""Layers of the first probe (then x1.5: 8, 12, 18, ...). Pipelines with latencies and
-collectives typically settle within 3-5 layers; without them at once."""
+FIRST_PROBE = 6
+"""Layers of the first probe run (then x1.5: 9, 13, 19, ...). Three periods are compared
+inside the shared prefix (layers 0 .. n - 3), so 6 is the fewest; pipelines with latencies
+and collectives typically settle within 2-4 layers, without them at once."""
 
-MIN_PROBED_CALLS = 2 * (2 * FIRST_PROBE + 1)
-"""Probing costs 2n + 1 layers: only worth it when that is at most half the layers."""
+MIN_PROBED_CALLS = 3 * FIRST_PROBE
+"""Probing is only worth it when probes cost at most a third of the layers."""
 
 RunFn = Callable[[int, bool], KernelRun]
 """Simulate ``iterations`` layers, looped or not: ``run(iterations, looped)``."""
@@ -77,47 +83,47 @@ def time_kernel(kernel: KernelProgram, run: RunFn, budget: BudgetFn,
                             _repeat(r.recorder, calls, r.stats.time_s))
     events = simulated = 0
     n = FIRST_PROBE
-    while fast_forward and calls >= MIN_PROBED_CALLS and simulated + 2 * n + 1 <= calls // 2:
+    while fast_forward and calls >= MIN_PROBED_CALLS and simulated + n <= calls // 3:
         budget(n, True)
-        short = run(n, True)
-        budget(n + 1, True)
-        long = run(n + 1, True)
-        events += short.events + long.events
-        simulated += 2 * n + 1
-        period = steady_period(short, long)
-        if period is not None:
-            delta = long.stats.minus(short.stats)
-            stats = long.stats.affine(delta, calls - n - 1)
-            rec = long.recorder
+        probe = run(n, True)
+        events += probe.events
+        simulated += n
+        per_layer = steady_increment(probe)
+        if per_layer is not None:
+            stats = probe.stats.affine(per_layer, calls - n)
+            rec = probe.recorder
             if rec is not None:
-                rec.slice(0, "agcu", f"fast-forward {calls - n - 1} layers x {period:.4g} s",
-                          long.stats.time_s, stats.time_s)
-            return KernelResult(stats, events, simulated, period, rec)
+                rec.slice(0, "agcu",
+                          f"fast-forward {calls - n} layers x {per_layer.time_s:.4g} s",
+                          probe.stats.time_s, stats.time_s)
+            return KernelResult(stats, events, simulated, per_layer.time_s, rec)
         n = (3 * n + 1) // 2
     budget(calls, True)
     r = run(calls, True)
     return KernelResult(r.stats, events + r.events, simulated + calls, None, r.recorder)
 
 
-def steady_period(short: KernelRun, long: KernelRun) -> float | None:
-    """The layer period if runs of n and n + 1 layers show a periodic pipeline, else None.
+def steady_increment(probe: KernelRun) -> RunStats | None:
+    """The per-layer increment of every total if the probe's pipeline is periodic, else None.
 
-    A run of ``m`` layers shares its layer boundaries with every longer run up to that of
-    layer ``m - 2`` (its loads for layer ``m`` would start no earlier than its first stage
-    enters layer ``m - 1``, which needs layer ``m - 2`` out of the sinks). So the last two
-    periods of the shared prefix of the longer run (layers ``n - 3`` and ``n - 2``) and the
-    extra layer's cost ``T(n+1) - T(n)`` must agree.
+    Uses the boundaries of layers ``n - 6 .. n - 3`` (the last ones inside the prefix shared
+    with any longer run): three equal periods, and two equal per-layer increments of every
+    total.
     """
-    ends = long.iteration_ends
-    n = len(short.iteration_ends)
-    if n < 4 or len(ends) != n + 1:
+    ends, snaps = probe.iteration_ends, probe.snapshots
+    n = len(ends)
+    if n < FIRST_PROBE or len(snaps) != n:
         return None
-    added = long.stats.time_s - short.stats.time_s
-    periods = (ends[n - 3] - ends[n - 4], ends[n - 2] - ends[n - 3], added)
-    tol = PERIOD_RTOL * abs(added)
-    if max(periods) - min(periods) <= tol:
-        return added
-    return None
+    periods = [ends[i] - ends[i - 1] for i in (n - 5, n - 4, n - 3)]
+    if max(periods) - min(periods) > PERIOD_RTOL * max(periods):
+        return None
+    last = snaps[n - 3].minus(snaps[n - 4])
+    before = snaps[n - 4].minus(snaps[n - 5])
+    for name, a in last.as_dict().items():
+        b = before.as_dict()[name]
+        if abs(a - b) > PERIOD_RTOL * max(abs(a), abs(b)):
+            return None
+    return last
 
 
 def _repeat(rec: Recorder | None, times: int, period: float) -> Recorder | None:

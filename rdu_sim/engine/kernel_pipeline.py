@@ -100,11 +100,14 @@ class KernelPipeline:
         self._left: list[int] = []
         self._done: list[simpy.Event] = []
         self.iteration_ends: list[float] = []  # when all sinks emitted each iteration's last tile
+        self.on_iteration_end: Callable[[], None] | None = None  # observer (run statistics)
 
     def _sink_done(self, iteration: int) -> None:
         self._left[iteration] -= 1
         if self._left[iteration] == 0:
             self.iteration_ends.append(float(self.env.now))
+            if self.on_iteration_end is not None:
+                self.on_iteration_end()
             self._done[iteration].succeed()
 
     def _start(self, iterations: int) -> simpy.Event:
@@ -137,7 +140,7 @@ class KernelPipeline:
             _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
             yield self._start(1)
             if rec is not None:
-                rec.slice(socket.index, "kernel", f"{self.kernel.name} #{i}", start,
+                rec.slice(socket.index, "kernel", self.kernel.name, start,
                           float(env.now))
             _overhead_slice(rec, socket.index, "sync", float(env.now) + launcher.sync,
                             launcher.sync)

@@ -51,6 +51,7 @@ class KernelRun:
     events: int
     recorder: Recorder | None
     iteration_ends: tuple[float, ...] = ()  # socket 0: when each layer iteration completed
+    snapshots: tuple[RunStats, ...] = ()  # socket 0's totals at each of those moments
 
 
 def run_kernel(kernel: KernelProgram, hardware: HardwareConfig, tp: int, iterations: int,
@@ -76,16 +77,22 @@ def run_kernel(kernel: KernelProgram, hardware: HardwareConfig, tp: int, iterati
                        collective_chunks=system.collective_chunks, recorder=recorder)
         for s in sockets
     ]
+    snapshots: list[RunStats] = []
+    if looped:
+        first = pipelines[0]
+        first.on_iteration_end = lambda: snapshots.append(
+            _stats(sockets[0], first, topo, float(env.now)))
     calls = [s.launcher.call(p.body(iterations), iterations, looped)
              for s, p in zip(sockets, pipelines, strict=True)]
     finished = simpy.AllOf(env, calls)
     env.run(until=finished)
     elapsed = float(env.now)
     return KernelRun(_stats(sockets[0], pipelines[0], topo, elapsed), env.processed, recorder,
-                     tuple(pipelines[0].iteration_ends))
+                     tuple(pipelines[0].iteration_ends), tuple(snapshots))
 
 
 def _stats(socket: SocketModel, pipe: KernelPipeline, topo: Topology, elapsed: float) -> RunStats:
+    """Socket 0's totals so far (at the end of the run, or at a layer boundary)."""
     cfg = socket.config
     pcu_s = sum(g.n_pcus * g.busy.busy_time for g in pipe.pcus.values())
     flops = sum(g.matrix_flops for g in pipe.pcus.values())
@@ -99,8 +106,7 @@ def _stats(socket: SocketModel, pipe: KernelPipeline, topo: Topology, elapsed: f
         pmus = max(stage.pmus, 1)
         port_s = moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time
         pmu_s += stage.pmus * min(port_s, elapsed)
-        sram += runner.work.sram_bytes
-    sram *= _calls_run(pipe)
+        sram += runner.sram_bytes
     links = _links(topo)
     p2p = sum(link.bytes[direction].total for link, direction, sender in links if sender == 0)
     link_busy = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
@@ -114,11 +120,6 @@ def _stats(socket: SocketModel, pipe: KernelPipeline, topo: Topology, elapsed: f
         ddr_busy_s=socket.channels["ddr"].busy.busy_time,
         link_busy_s=link_busy,
     )
-
-
-def _calls_run(pipe: KernelPipeline) -> int:
-    """Layer iterations the pipeline ran (the launcher counts them)."""
-    return pipe.socket.launcher.iterations
 
 
 def _links(topo: Topology) -> list[tuple[P2PLink, int, int]]:

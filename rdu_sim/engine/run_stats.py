@@ -29,6 +29,10 @@ class RunStats:
     ddr_busy_s: float = 0.0
     link_busy_s: float = 0.0  # busiest link direction's serialisation time
 
+    def as_dict(self) -> dict[str, float]:
+        """Field name -> value."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def plus(self, other: RunStats) -> RunStats:
         """Field-wise sum."""
         return self.affine(other, 1.0)

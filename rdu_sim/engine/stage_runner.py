@@ -79,6 +79,7 @@ class StageRunner:
         self.loop_outputs: list[StageBuffer] = []  # to the next layer (looped kernels)
         self.on_iteration: Callable[[int], None] | None = None  # set on sinks
         self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
+        self.sram_bytes = 0.0  # SRAM-resident bytes streamed so far
         self._key = 0  # collective chunks started (same sequence on every socket)
         self._last_emit: simpy.Process | None = None
 
@@ -135,6 +136,7 @@ class StageRunner:
         if sram > 0:
             dt = sram / self.pmu_bandwidth
             self.sram_time += dt
+            self.sram_bytes += sram
             yield env.timeout(dt)
         if last is not None:
             yield last
