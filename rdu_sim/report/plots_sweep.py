@@ -108,5 +108,7 @@ def design_space(results: Any, x: str, y: str, *, by: Sequence[str] = (),
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(title or f"{ylabel} vs {x.rsplit('.', 1)[-1]}")
+    ax.margins(x=0.1)
+    default = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
+    ax.set_title(title or default[0].upper() + default[1:])
     return fig
