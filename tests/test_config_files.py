@@ -7,6 +7,7 @@ is a ConfigError, which the CLI prints without a traceback (exit 2; see test_cli
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -189,8 +190,12 @@ def test_binary_and_empty_files(tmp_path: Path) -> None:
 
 def test_deep_nesting_refused_quickly(tmp_path: Path) -> None:
     deep = tmp_path / "deep.yaml"
-    deep.write_text("[" * 10_000 + "]" * 10_000)
-    assert "nested too deeply" in str(_error(deep))
+    for text in ("[" * 10_000 + "]" * 10_000, "a: " + "{a: " * 10_000 + "1" + "}" * 10_000):
+        deep.write_text(text)
+        start = time.process_time()
+        assert "nested too deeply" in str(_error(deep))
+        # PyYAML's scanner is quadratic in open brackets: refused before it runs
+        assert time.process_time() - start < 0.5
     moderate = tmp_path / "moderate.yaml"
     moderate.write_text("a: " + "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5))
     assert f"more than {MAX_DEPTH} levels" in str(_error(moderate))

@@ -8,6 +8,7 @@ rewritten to name the file, the dotted field path, the line, and a fix (unknown 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -56,8 +57,27 @@ def _line_map(root: yaml.Node, lines: LineMap) -> None:
                 stack.append((item, (*path, str(index))))
 
 
+MAX_FLOW_BRACKETS = 1000  # open [ and { at once; PyYAML's scanner is quadratic in this
+_FLOW_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth_exceeds(text: str, limit: int) -> bool:
+    """True if `[`/`{` nest deeper than `limit` (quotes ignored: a cheap pre-check)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for match in _FLOW_BRACKET.finditer(text):
+        depth = depth + 1 if match.group() in "[{" else max(0, depth - 1)
+        if depth > limit:
+            return True
+    return False
+
+
 def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
     """Parse YAML text safely; return the data and a map of field path -> line."""
+    if _flow_depth_exceeds(text, MAX_FLOW_BRACKETS):  # refuse before the scanner crawls
+        raise ConfigError.single(file, "", f"not valid YAML: nested too deeply (a config is "
+                                 f"at most {MAX_DEPTH} levels deep)")
     try:
         loader = yaml.SafeLoader(text)
         try:
