@@ -1,18 +1,109 @@
-"""`rdu-sim step WORKLOAD`: simulate one static step at kernel level (stub).
+"""`rdu-sim step WORKLOAD`: simulate one static step at kernel level and print its timing.
 
-Loads and checks the workload (exit 2 on bad input); the kernel-level engine that times the
-step and writes its Perfetto trace has not landed yet (exit 1).
+The step is one decode step of the batch (default: every batch slot at the decode bucket of
+the longest cache the KV policy keeps, as ``api.step`` does) or one prefill (default: one
+prompt of the workload's typical length). The shape is compiled by ``rdu_sim.compiler`` and
+simulated by ``rdu_sim.engine`` with the workload's ``engine:`` settings; ``--trace FILE``
+also records it and writes a Chrome/Perfetto trace (open it in ui.perfetto.dev).
+
+Output: rich tables (the kernels, bytes per tier, busy units), or with ``--json`` one JSON
+object: ``StepTiming.to_dict()`` (step_s, phase, batch, tokens, context, flops,
+bytes_by_tier {hbm, ddr, sram, p2p}, hbm_bandwidth_fraction, events, kernels, ...) plus the
+workload, model and hardware names. A step over the event budget exits 2 naming
+``engine.tiles_per_stage`` and ``engine.max_events``.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
-from rdu_sim.cli.errors import not_available
+from rdu_sim import api
+from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
-from rdu_sim.scenario import load_scenario
+from rdu_sim.compiler.program import StaticShape
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.scenario import Scenario
+
+
+def step_shape(scenario: Scenario, phase: str, batch: int | None, tokens: int | None,
+               context: int | None) -> StaticShape:
+    """The static shape ``rdu-sim step`` simulates (the same defaults as ``api.step``)."""
+    from rdu_sim.kv import make_policy
+    from rdu_sim.serving.requests import typical_length
+
+    serving = scenario.workload.serving
+    if phase == "prefill":
+        prompt = tokens or typical_length(serving.prompt_tokens)
+        return StaticShape("prefill", batch or 1, prompt, context or 0)
+    try:
+        policy = make_policy(scenario.workload.kv, serving.max_context)
+    except ValueError as exc:
+        raise ConfigError.single(scenario.workload_file, "kv", str(exc)) from None
+    if batch is None:
+        batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
+    longest = context if context is not None else policy.slot_tokens(serving.max_context)
+    return StaticShape("decode", batch, tokens or 1,
+                       policy.decode_bucket(longest, serving.max_context))
+
+
+def _seconds(value: float) -> str:
+    """Three significant digits with a unit: 49.3 ms."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def _bytes(value: float) -> str:
+    """Three significant digits with a decimal unit: 54.5 GB."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _print_tables(data: dict[str, Any]) -> None:
+    console = Console(soft_wrap=True, highlight=False)
+    console.print(
+        f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']}, tp={data['tp']}: "
+        f"{data['phase']} step, batch {data['batch']}, {data['tokens']} new tokens, "
+        f"{data['context']} cached tokens")
+    console.print(
+        f"step time [bold]{_seconds(data['step_s'])}[/], HBM bandwidth "
+        f"{100 * data['hbm_bandwidth_fraction']:.1f}% of peak, PCU FLOP/s "
+        f"{100 * data['flops_fraction']:.1f}% of peak, {data['events']:,} SimPy events")
+    kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
+    for col in ("kernel", "calls", "loop", "time", "share", "launch", "period", "sim"):
+        kernels.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
+    for k in data["kernels"]:
+        period = k["period_s"]
+        kernels.add_row(k["name"], str(k["calls"]), "yes" if k["looped"] else "no",
+                        _seconds(k["time_s"]), f"{100 * k['time_s'] / data['step_s']:.1f}%",
+                        _seconds(k["overhead_s"]), _seconds(period) if period else "-",
+                        str(k["simulated_iterations"]))
+    console.print(kernels)
+    units = Table(title="bytes and busy units (per socket)", box=box.SIMPLE_HEAD)
+    for col in ("tier", "bytes", "unit", "busy", "utilization"):
+        units.add_column(col, justify="left" if col in ("tier", "unit") else "right",
+                         no_wrap=True)
+    tiers = list(data["bytes_by_tier"].items())
+    kinds = list(data["busy_s"].items())
+    for i in range(max(len(tiers), len(kinds))):
+        tier, nbytes = tiers[i] if i < len(tiers) else ("", None)
+        kind, busy = kinds[i] if i < len(kinds) else ("", None)
+        units.add_row(tier, _bytes(nbytes) if nbytes is not None else "",
+                      kind, _seconds(busy) if busy is not None else "",
+                      f"{100 * data['utilization'][kind]:.1f}%" if kind else "")
+    console.print(units)
+    if data.get("trace"):
+        console.print(f"trace written to {data['trace']} (open it in ui.perfetto.dev)")
 
 
 @click.command("step")
@@ -21,15 +112,39 @@ from rdu_sim.scenario import load_scenario
 @click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode",
               show_default=True)
 @click.option("--batch", type=click.IntRange(1, 1_000_000), default=None,
-              help="Batch slots (default: the workload's).")
+              help="Batch slots (default: the workload's; 1 prompt for prefill).")
+@click.option("--tokens", type=click.IntRange(1, 100_000_000), default=None,
+              help="New tokens per slot (default: 1 for decode, the typical prompt for "
+                   "prefill).")
 @click.option("--context", type=click.IntRange(0, 100_000_000), default=None,
-              help="Cached tokens (default: the workload's max_context).")
+              help="Cached tokens (default: decode, the longest cache the KV policy keeps "
+                   "up to max_context, rounded up to its decode bucket; prefill, 0).")
 @click.option("--trace", "trace_file", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="Write a Perfetto (Chrome JSON) trace of the step.")
 @click.option("--json", "as_json", is_flag=True, help="Print the step timing as JSON.")
 def command(workload: Path, overrides: tuple[str, ...], phase: str, batch: int | None,
-            context: int | None, trace_file: Path | None, as_json: bool) -> None:
+            tokens: int | None, context: int | None, trace_file: Path | None,
+            as_json: bool) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
-    scenario = load_scenario(workload, overrides)
-    not_available("step", f"The workload {str(workload)!r} is valid ({scenario.model.name} "
-                  f"on {scenario.hardware.name}).")
+    from rdu_sim.compiler import Compiler
+    from rdu_sim.engine import Engine, EventBudgetError
+    from rdu_sim.report.trace import write_chrome_trace
+
+    scenario = api.load(workload, overrides)
+    shape = step_shape(scenario, phase, batch, tokens, context)
+    program = Compiler(scenario).program(shape)
+    engine = Engine.from_config(scenario.hardware, scenario.workload.engine,
+                                record=trace_file is not None)
+    try:
+        timing = engine.simulate_step(program)
+    except EventBudgetError as exc:
+        fail(f"{scenario.workload_file}: {exc}")
+    data = timing.to_dict()
+    data.update(workload=scenario.workload.name, model=scenario.model.name,
+                hardware=scenario.hardware.name)
+    if trace_file is not None:
+        data["trace"] = str(write_chrome_trace(timing, trace_file))
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True))
+    else:
+        _print_tables(data)

@@ -1,0 +1,89 @@
+"""`rdu-sim step` and the engine on Programs from the real compiler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim.cli.main import cli
+from rdu_sim.compiler import Compiler, StaticShape
+from rdu_sim.engine import simulate_step
+from rdu_sim.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = str(ROOT / "workloads" / "llama3.1-8b-1socket.yaml")
+DEEPSEEK = str(ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml")
+ZERO_OVERHEADS = [
+    "hw.socket.hbm.latency=0 s", "hw.socket.ddr.latency=0 s",
+    "hw.socket.kernel.program_load=0 s", "hw.socket.kernel.argument_load=0 s",
+    "hw.socket.kernel.sync=0 s", "hw.socket.kernel.layer_loop=0 s",
+]
+
+
+def test_batch_one_llama_8b_decode_is_hbm_bound() -> None:
+    scenario = load_scenario(LLAMA, ZERO_OVERHEADS)
+    program = Compiler(scenario).program(StaticShape("decode", 1, 1, 8192))
+    t = simulate_step(program, scenario.hardware)
+    hbm = scenario.hardware.socket.hbm
+    assert t.bytes_by_tier["hbm"] == program.bytes_by_tier()["hbm"]
+    assert t.step_s == pytest.approx(t.bytes_by_tier["hbm"] / (hbm.bandwidth * hbm.efficiency),
+                                     rel=0.03)
+
+
+def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> None:
+    scenario = load_scenario(DEEPSEEK)
+    compiler = Compiler(scenario)
+    program = compiler.program(StaticShape("decode", compiler.batch_slots(), 1, 32768))
+    fast = simulate_step(program, scenario.hardware)
+    full = simulate_step(program, scenario.hardware, fast_forward=False)
+    assert fast.step_s == pytest.approx(full.step_s, rel=1e-9)
+    assert fast.events < full.events / 4
+    for tier, value in program.bytes_by_tier().items():
+        assert fast.bytes_by_tier[tier] == pytest.approx(value, rel=1e-12)
+        assert full.bytes_by_tier[tier] == pytest.approx(value, rel=1e-12)
+    assert all(u <= 1 + 1e-9 for u in fast.utilization.values())
+
+
+def test_step_json_has_the_contract_keys_and_writes_a_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "step.json"
+    result = CliRunner().invoke(cli, ["step", LLAMA, "--json", "--batch", "2", "--context",
+                                      "1000", "--trace", str(trace)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("step_s", "phase", "batch", "context", "flops", "bytes_by_tier",
+                "hbm_bandwidth_fraction", "events", "kernels"):
+        assert key in data
+    assert set(data["bytes_by_tier"]) >= {"hbm", "ddr", "sram", "p2p"}
+    assert data["phase"] == "decode" and data["batch"] == 2
+    assert data["context"] >= 1000  # rounded up to the policy's decode bucket
+    assert [k["name"] for k in data["kernels"]] == ["embedding", "decoder", "lm_head"]
+    assert data["step_s"] > 0 and data["events"] > 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["ph"] for e in events} == {"M", "X", "C"}
+
+
+def test_step_prefill_defaults_to_the_typical_prompt() -> None:
+    result = CliRunner().invoke(cli, ["step", LLAMA, "--json", "--phase", "prefill",
+                                      "--tokens", "1024"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["phase"], data["batch"], data["tokens"], data["context"]) == (
+        "prefill", 1, 1024, 0)
+    assert data["flops_fraction"] > 0.3  # a 1k-token prefill is compute-heavy
+
+
+def test_step_prints_tables() -> None:
+    result = CliRunner().invoke(cli, ["step", LLAMA, "--batch", "1"])
+    assert result.exit_code == 0, result.output
+    for word in ("step time", "kernels", "decoder", "hbm", "utilization"):
+        assert word in result.stdout
+
+
+def test_step_over_the_event_budget_exits_2_naming_the_knobs() -> None:
+    result = CliRunner().invoke(cli, ["step", LLAMA, "--set", "engine.max_events=1000"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ")
+    assert "engine.max_events" in result.stderr and "engine.tiles_per_stage" in result.stderr
