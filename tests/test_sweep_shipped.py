@@ -29,7 +29,7 @@ def test_shipped_sweep_expands(name: str) -> None:
     assert len(expansion.points) == points and expansion.axes == axes
     assert expansion.spec.spec.metrics  # each keeps a short list of metrics, not everything
     for point in expansion.points:  # modest request counts: minutes, not hours
-        assert point.scenario.workload.serving.requests <= 64
+        assert point.scenario.workload.serving.requests <= 2048
 
 
 def test_context_sweep_spans_8k_to_128k_full_and_snapstream() -> None:

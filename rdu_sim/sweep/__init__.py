@@ -2,12 +2,36 @@
 
     from rdu_sim.sweep import run_sweep, load
     summary = run_sweep("workloads/sweeps/llama8b-batch.yaml", workers=2)
-    frame = load(summary.db)
+    frame = load(summary.db)            # one row per point: axes, metrics, status, error
 
-- `check_spec(path)`: validate a spec and resolve every point, running nothing.
-- `run_sweep(spec, db=, workers=, cluster=, retry_failed=, dry_run=, progress=, evaluator=)`.
-- `load(db)`: a pandas DataFrame, one row per point; `export(frame, path)`: CSV or Parquet.
-See docs/sweeps.md for the spec format and the database schema.
+API
+- `check_spec(path) -> SpecCheck`: validate a spec and resolve every point, running nothing
+  (`rdu-sim check` calls it). Errors are ConfigErrors naming the spec file, field and line.
+- `run_sweep(spec, db=None, workers=None, cluster=None, retry_failed=False, dry_run=False,
+  progress=False, evaluator=None) -> SweepSummary`: run or resume. `workers=1` runs in this
+  process, N a local process pool (default: the core count); `cluster="local"` or
+  `"tcp://host:port"` runs on dask.distributed.
+- `load(db, sweep=None, keys=None) -> pandas.DataFrame`; `export(frame, "x.csv"|"x.parquet")`.
+- `expand(load_spec(path)) -> Expansion` (the resolved `Point`s), `register(name, options)`
+  to add an evaluator.
+
+Spec format (YAML; full rules in rdu_sim/sweep/spec.py)
+    name: llama8b-batch                       # default: the file's stem
+    base: ../llama3.1-8b-1socket.yaml         # workload, relative to the spec
+    set: {serving.requests: 32}               # fixed overrides (dotted paths; hw.* = hardware)
+    axes:                                     # grid product, in this order
+      serving.batch_slots: [1, 2, 4, 8]       # a list ...
+      hw.socket.hbm.bandwidth: {start: 0.8, stop: 3.2, num: 7, unit: TB/s}   # ... or a range:
+      # {start, stop, step} or {start, stop, num, scale: linear|log}; stop inclusive
+    zip:                                      # groups that step together (equal lengths)
+      - {parallelism.tp: [1, 2, 4], hw.system.sockets: [1, 2, 4]}
+    metrics: [decode_tokens_per_s, ttft_s]    # result keys to keep; a mapping keeps its leaves
+    evaluator: {name: simulate}               # or synthetic (a test hook, see evaluators.py)
+
+Database (table `results`, one row per point; see store.py): key (sha256 of the resolved
+config), sweep, overrides, config, metrics (JSON), status (done|failed), error, version,
+worker, wall_s, started, finished, attempts. View `results_flat` spreads axes and metrics
+into columns.
 """
 
 from rdu_sim.sweep.evaluators import evaluator_names, register

@@ -180,7 +180,7 @@ def _row(outcome: Outcome, point: Point, sweep: str) -> Row:
         sweep=sweep,
         overrides=json.dumps(jsonable(point.overrides)),  # spec order, for load()'s columns
         config=canonical_json(point.config),
-        metrics=None if outcome.metrics is None else canonical_json(outcome.metrics),
+        metrics=None if outcome.metrics is None else json.dumps(outcome.metrics),  # spec order
         status=outcome.status,
         error=outcome.error,
         version=outcome.version,

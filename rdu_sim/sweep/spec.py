@@ -1,6 +1,6 @@
 """The sweep spec: a base workload, fixed overrides, axes to vary, metrics to keep.
 
-A spec is a YAML file (see docs/sweeps.md):
+A spec is a YAML file:
 
     name: llama8b-batch
     base: ../llama3.1-8b-1socket.yaml      # relative to the spec
