@@ -14,6 +14,7 @@ from rdu_sim.compiler import (
     to_dot,
 )
 from rdu_sim.compiler.fusion import kernel_graphs
+from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import graph_problems
 from rdu_sim.models import decode_flops_per_token
 from rdu_sim.scenario import load_scenario
@@ -68,6 +69,7 @@ def test_decode_program_flops_add_up_over_sockets() -> None:
     """Per-socket FLOPs x tp = the model's decode FLOPs plus the replicated projections."""
     scenario = load_scenario(SNAP)
     arch = scenario.model
+    assert isinstance(arch, DeepSeekArchitecture)
     program = compile_program(scenario, StaticShape("decode", 1, 1, 1000))
     replicated = 2 * arch.layers * arch.hidden_size * (
         arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim) + \

@@ -9,6 +9,7 @@ import networkx as nx
 import pytest
 
 from rdu_sim.compiler import ShardPlan, shard_graph
+from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
 from rdu_sim.graph import GraphGroup, Precision, StepShape, model_groups, operators, totals
 from rdu_sim.graph.check import graph_problems
 from rdu_sim.models import get_model
@@ -27,8 +28,8 @@ def _per_socket(groups: list[GraphGroup], plan: ShardPlan) -> list[GraphGroup]:
 
 
 def _replicated(groups: list[GraphGroup], names: set[str], attr: str) -> float:
-    return sum(g.count * getattr(node, attr) for g in groups for node in operators(g.graph)
-               if node.name in names)
+    return float(sum(g.count * getattr(node, attr) for g in groups
+                     for node in operators(g.graph) if node.name in names))
 
 
 def _collectives(groups: list[GraphGroup]) -> list[tuple[str, str, float]]:
@@ -60,6 +61,7 @@ def test_deepseek_conservation(shape: StepShape, layout: str) -> None:
 
 def test_deepseek_collectives_by_layout() -> None:
     arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
     whole = model_groups(arch, DECODE, Precision())
     hidden = DECODE.rows * arch.hidden_size * 2.0
     for layout, extra in (("replicated", set()), ("sequence_split", {"reduce_scatter"})):
@@ -74,11 +76,11 @@ def test_deepseek_collectives_by_layout() -> None:
             if name.endswith("allreduce"):
                 assert payload == hidden
     # sequence_split: partial attention outputs (latent per head) plus FP32 max and sum
-    found = dict(((g, n), b) for g, n, b in _collectives(
-        _per_socket(whole, ShardPlan(16, "sequence_split"))))
+    payloads = {(g, n): b for g, n, b in _collectives(
+        _per_socket(whole, ShardPlan(16, "sequence_split")))}
     latent = DECODE.rows * arch.heads * arch.kv_lora_rank * 2.0
     stats = DECODE.rows * arch.heads * 2 * 4.0
-    assert found[("decoder_moe", "attn.value.reduce_scatter")] == latent + stats
+    assert payloads[("decoder_moe", "attn.value.reduce_scatter")] == latent + stats
 
 
 def test_tp_one_changes_nothing() -> None:
@@ -93,6 +95,7 @@ def test_tp_one_changes_nothing() -> None:
 def test_llama_conservation_and_kv_head_replication(tp: int, kv_copies: int) -> None:
     """K/V heads split over min(tp, kv_heads) sockets: beyond 8 they are replicated."""
     arch = get_model("llama-3.1-8b")
+    assert isinstance(arch, LlamaArchitecture)
     whole = model_groups(arch, DECODE, Precision())
     plan = ShardPlan(tp, kv_heads=arch.kv_heads)
     sharded = _per_socket(whole, plan)
@@ -114,6 +117,7 @@ def test_llama_conservation_and_kv_head_replication(tp: int, kv_copies: int) -> 
 
 def test_gemm_shapes_lose_the_split_dimension() -> None:
     arch = get_model("llama-3.1-8b")
+    assert isinstance(arch, LlamaArchitecture)
     graph = model_groups(arch, DECODE, Precision())[1].graph
     socket = shard_graph(graph, ShardPlan(8, kv_heads=8))
     q = next(n for n in operators(socket) if n.name == "attn.q_proj")

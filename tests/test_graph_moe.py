@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import (
     Precision,
     StepShape,
@@ -57,6 +58,7 @@ def test_sampler_is_seeded_and_stops_when_all_touched() -> None:
 
 def test_moe_layer_reads_the_expected_distinct_experts() -> None:
     arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
     for batch in (1, 16, 300):
         graph = deepseek_layer(arch, StepShape("decode", batch, 1, 10), Precision(weights=1.0),
                                ffn="moe")

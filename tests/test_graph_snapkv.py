@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import Precision, SelectionShape, op, operators, snapkv_graph, totals
 from rdu_sim.graph.model import GraphGroup
 from rdu_sim.models import get_model
@@ -29,6 +30,7 @@ def test_selection_operators_are_present_and_costed(name: str) -> None:
 
 def test_mla_scores_in_the_absorbed_latent_space() -> None:
     arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
     graph = snapkv_graph(arch, 2, _selection(40000, 16), Precision())
     rank, pe = arch.kv_lora_rank, arch.qk_rope_head_dim
     assert op(graph, "snapkv.score").flops == 2 * 2 * arch.heads * 16 * 40000 * (rank + pe)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
 from rdu_sim.graph import Precision, StepShape, model_groups, totals
 from rdu_sim.models import (
     decode_flops_per_token,
@@ -20,6 +21,19 @@ from rdu_sim.models import (
     weight_bytes,
 )
 from rdu_sim.models.figures import attention_flops_per_token, matmul_params_active
+
+
+def _deepseek() -> DeepSeekArchitecture:
+    arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
+    return arch
+
+
+def _llama(name: str = "llama-3.1-8b") -> LlamaArchitecture:
+    arch = get_model(name)
+    assert isinstance(arch, LlamaArchitecture)
+    return arch
+
 
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "deepseek-r1"]
 
@@ -73,7 +87,7 @@ def test_deepseek_reads_every_weight_once_all_experts_are_touched() -> None:
 
 
 def test_deepseek_batch_one_reads_only_active_experts() -> None:
-    arch = get_model("deepseek-r1")
+    arch = _deepseek()
     groups = model_groups(arch, StepShape("decode", 1, 1, 0), Precision(weights=1.0))
     expert = 3 * arch.hidden_size * arch.moe_intermediate
     all_read = weight_bytes(arch, 1.0) - arch.vocab_size * arch.hidden_size + arch.hidden_size
@@ -83,7 +97,7 @@ def test_deepseek_batch_one_reads_only_active_experts() -> None:
 
 def test_prefill_attention_is_causal() -> None:
     """t new tokens on c cached: t*c + t(t+1)/2 pairs per head (decode is the t = 1 case)."""
-    arch = get_model("llama-3.1-8b")
+    arch = _llama()
     t, c = 64, 100
     groups = model_groups(arch, StepShape("prefill", 1, t, c), Precision())
     projections = 2 * (matmul_params_active(arch) - arch.vocab_size * arch.hidden_size) * t
