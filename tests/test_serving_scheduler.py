@@ -186,7 +186,7 @@ def test_ten_thousand_long_requests_are_fast_and_compact() -> None:
     import time
 
     start = time.perf_counter()
-    records, cache = run(
+    records, _ = run(
         "snapstream", slots=128, max_context=131072, requests=10_000,
         prompt_tokens={"dist": "lognormal", "median": 4096, "sigma": 0.8, "low": 256,
                        "high": 65536},
