@@ -25,6 +25,17 @@ from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
 
 
+def serving_config(**data: Any) -> ServingConfig:
+    """A validated ServingConfig from plain data (as a workload file would give it)."""
+    return ServingConfig.model_validate(data)
+
+
+def kv_config(**data: Any) -> KVConfig:
+    """A validated KVConfig from plain data."""
+    return KVConfig.model_validate(data)
+
+
+
 def fake_step(shape: StaticShape) -> StepCost:
     """Step times with awkward (non-round) constants, growing with the shape."""
     if shape.phase == "prefill":
@@ -163,9 +174,9 @@ def test_batched_server_matches_step_by_step_reference(case: dict[str, Any]) -> 
     case = dict(case)
     policy_name = case.pop("policy")
     budget = {"full": None, "streamingllm": 516}.get(policy_name, 1024)
-    kv = KVConfig(policy=policy_name, min_bucket=256, budget=budget, recent=512)
+    kv = kv_config(policy=policy_name, min_bucket=256, budget=budget, recent=512)
     policy = make_policy(kv, max_context)
-    serving = ServingConfig(
+    serving = serving_config(
         max_context=max_context, requests=60, seed=7,
         prompt_tokens={"dist": "lognormal", "median": 900, "sigma": 0.9, "low": 1,
                        "high": 4000},

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.workload import ServingConfig
+from rdu_sim.config.workload import KVConfig, ServingConfig
 from rdu_sim.serving.buckets import prompt_bucket, prompt_buckets
 from rdu_sim.serving.requests import make_requests, typical_length
 from rdu_sim.serving.trace import read_trace
 
 
+def serving_config(**data: Any) -> ServingConfig:
+    """A validated ServingConfig from plain data (as a workload file would give it)."""
+    return ServingConfig.model_validate(data)
+
+
+def kv_config(**data: Any) -> KVConfig:
+    """A validated KVConfig from plain data."""
+    return KVConfig.model_validate(data)
+
+
+
 def test_same_seed_same_requests_and_no_global_state() -> None:
-    config = ServingConfig(requests=500, seed=11, arrival={"process": "poisson", "rate": 3},
+    config = serving_config(requests=500, seed=11, arrival={"process": "poisson", "rate": 3},
                            prompt_tokens={"dist": "lognormal", "median": 2000, "sigma": 1,
                                           "high": 8000},
                            output_tokens={"dist": "uniform", "low": 5, "high": 900})
@@ -32,7 +44,7 @@ def test_same_seed_same_requests_and_no_global_state() -> None:
 
 
 def test_distributions_and_poisson_rate() -> None:
-    config = ServingConfig(requests=20000, max_context=100_000,
+    config = serving_config(requests=20000, max_context=100_000,
                            arrival={"process": "poisson", "rate": 4.0},
                            prompt_tokens={"dist": "lognormal", "median": 2000, "sigma": 0.5,
                                           "low": 100, "high": 50000},
@@ -47,17 +59,17 @@ def test_distributions_and_poisson_rate() -> None:
 
 
 def test_closed_loop_defaults_to_batch_slots_and_all_at_once_is_time_zero() -> None:
-    r = make_requests(ServingConfig(requests=10), 7)
+    r = make_requests(serving_config(requests=10), 7)
     assert r.closed_loop and r.concurrency == 7
-    r = make_requests(ServingConfig(requests=10, arrival={"process": "closed_loop",
+    r = make_requests(serving_config(requests=10, arrival={"process": "closed_loop",
                                                           "concurrency": 3}), 7)
     assert r.concurrency == 3
-    r = make_requests(ServingConfig(requests=10, arrival={"process": "all_at_once"}), 7)
+    r = make_requests(serving_config(requests=10, arrival={"process": "all_at_once"}), 7)
     assert r.arrival_s is not None and (r.arrival_s == 0).all()
 
 
 def test_lengths_are_clipped_to_max_context() -> None:
-    r = make_requests(ServingConfig(requests=50, max_context=1000,
+    r = make_requests(serving_config(requests=50, max_context=1000,
                                     prompt_tokens={"dist": "uniform", "low": 1, "high": 2000},
                                     output_tokens={"dist": "uniform", "low": 1, "high": 2000}),
                       4)
@@ -67,11 +79,11 @@ def test_lengths_are_clipped_to_max_context() -> None:
 
 
 def test_typical_length_is_the_median() -> None:
-    config = ServingConfig(prompt_tokens={"dist": "lognormal", "median": 4096, "sigma": 0.8,
+    config = serving_config(prompt_tokens={"dist": "lognormal", "median": 4096, "sigma": 0.8,
                                           "low": 256, "high": 65536})
     assert typical_length(config.prompt_tokens) == 4096
-    assert typical_length(ServingConfig(prompt_tokens=300).prompt_tokens) == 300
-    assert typical_length(ServingConfig(prompt_tokens={"dist": "uniform", "low": 10,
+    assert typical_length(serving_config(prompt_tokens=300).prompt_tokens) == 300
+    assert typical_length(serving_config(prompt_tokens={"dist": "uniform", "low": 10,
                                                        "high": 20}).prompt_tokens) == 15
 
 
@@ -80,14 +92,14 @@ def test_trace_csv_and_jsonl(tmp_path: Path) -> None:
                                     "10,100,0.5,x\n20,200,0.1,y\n\n30,300,0.9,z\n")
     (tmp_path / "t.jsonl").write_text('{"prompt_tokens": 100, "output_tokens": 10}\n\n'
                                       '{"prompt_tokens": 200, "output_tokens": 20}\n')
-    csv = ServingConfig(trace="t.csv", requests=10, arrival={"process": "poisson", "rate": 1})
+    csv = serving_config(trace="t.csv", requests=10, arrival={"process": "poisson", "rate": 1})
     r = make_requests(csv, 4, tmp_path)
     assert r.arrival_s is not None
     np.testing.assert_array_equal(r.arrival_s, [0.1, 0.5, 0.9])  # sorted by arrival
     np.testing.assert_array_equal(r.prompt_tokens, [200, 100, 300])
     r = make_requests(csv.model_copy(update={"requests": 2}), 4, tmp_path)
     assert len(r) == 2
-    r = make_requests(ServingConfig(trace="t.jsonl"), 4, tmp_path)
+    r = make_requests(serving_config(trace="t.jsonl"), 4, tmp_path)
     assert r.closed_loop and list(r.output_tokens) == [10, 20]
 
 
@@ -118,13 +130,13 @@ def test_bad_trace_rows_name_the_file_and_line(tmp_path: Path, name: str, text: 
 
 def test_missing_or_unknown_trace_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
-        make_requests(ServingConfig(trace="nope.csv"), 4, tmp_path, "w.yaml")
+        make_requests(serving_config(trace="nope.csv"), 4, tmp_path, "w.yaml")
     (tmp_path / "t.txt").write_text("x")
     with pytest.raises(ConfigError, match="unknown format"):
-        make_requests(ServingConfig(trace="t.txt"), 4, tmp_path, "w.yaml")
+        make_requests(serving_config(trace="t.txt"), 4, tmp_path, "w.yaml")
     (tmp_path / "t.csv").write_text("prompt_tokens,output_tokens\n1,2\n")
     with pytest.raises(ConfigError, match="arrival_s"):
-        make_requests(ServingConfig(trace="t.csv", arrival={"process": "poisson", "rate": 1}),
+        make_requests(serving_config(trace="t.csv", arrival={"process": "poisson", "rate": 1}),
                       4, tmp_path, "w.yaml")
 
 

@@ -18,6 +18,17 @@ from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import StepCache, StepCost
 
 
+def serving_config(**data: Any) -> ServingConfig:
+    """A validated ServingConfig from plain data (as a workload file would give it)."""
+    return ServingConfig.model_validate(data)
+
+
+def kv_config(**data: Any) -> KVConfig:
+    """A validated KVConfig from plain data."""
+    return KVConfig.model_validate(data)
+
+
+
 def fake_step(shape: StaticShape) -> StepCost:
     if shape.phase == "prefill":
         return StepCost(2.9e-3 + shape.tokens * 6.1e-7 + shape.cache_len * 1.3e-7, 0.2, 0.8)
@@ -26,12 +37,12 @@ def fake_step(shape: StaticShape) -> StepCost:
 
 def run(policy: str = "full", slots: int = 6, **serving: Any) -> tuple[ServingRecords, StepCache]:
     max_context = serving.pop("max_context", 8192)
-    config = ServingConfig(max_context=max_context, **{
+    config = serving_config(max_context=max_context, **{
         "requests": 80, "seed": 3,
         "prompt_tokens": {"dist": "lognormal", "median": 1500, "sigma": 0.7, "low": 16,
                           "high": 8000},
         "output_tokens": {"dist": "uniform", "low": 1, "high": 900}, **serving})
-    kv = KVConfig(policy=policy, budget=None if policy == "full" else 2048, recent=1024)
+    kv = kv_config(policy=policy, budget=None if policy == "full" else 2048, recent=1024)
     cache = StepCache(fake_step)
     requests = make_requests(config, slots)
     records = serve(requests, make_policy(kv, max_context), cache, ServerConfig(
@@ -105,7 +116,7 @@ def test_one_request_ttft_is_the_prefill_step_and_tpot_the_decode_step(policy: s
     max_context = 8192
     prefill = StaticShape("prefill", 1, prompt_bucket(3000, max_context), 0,
                           select=policy == "snapstream")  # 3000 tokens > the 2048 budget
-    kv_policy = make_policy(KVConfig(policy=policy, budget=None if policy == "full" else 2048,
+    kv_policy = make_policy(kv_config(policy=policy, budget=None if policy == "full" else 2048,
                                      recent=1024), max_context)
     bucket = kv_policy.decode_bucket(kv_policy.cache_at(3000, 199), max_context)
     decode = StaticShape("decode", 4, 1, bucket)
@@ -169,7 +180,7 @@ def test_every_policy_has_the_linear_cache_model() -> None:
     max_context = 4096
     for name, extra in [("full", {}), ("snapstream", {"budget": 1024, "recent": 512}),
                         ("snapkv", {"budget": 1024}), ("streamingllm", {"recent": 512})]:
-        policy = make_policy(KVConfig(policy=name, min_bucket=256, **extra), max_context)
+        policy = make_policy(kv_config(policy=name, min_bucket=256, **extra), max_context)
         for prompt in (1, 7, 500, 1023, 1024, 1025, 2000, 4000):
             last = max_context - prompt  # the longest output a clipped request can have
             if last < 2:
