@@ -256,3 +256,25 @@ def test_cli_out_dir_and_step(tmp_path: Path) -> None:
                           cwd=ROOT, check=True)
     timing = json.loads(step.stdout)
     assert timing["phase"] == "decode" and timing["batch"] == 16 and timing["step_s"] > 0
+
+
+def test_trace_path_is_relative_to_the_workload_file(tmp_path: Path) -> None:
+    hardware = ROOT / "hw_configs" / "sn40l.yaml"
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "t.jsonl").write_text(
+        "".join(f'{{"arrival_s": {i * 0.5}, "prompt_tokens": {100 + i}, '
+                f'"output_tokens": {10 + i}}}\n' for i in range(8)))
+    workload = tmp_path / "w.yaml"
+    workload.write_text(f"hardware: {hardware}\nmodel: llama-3.1-8b\nserving:\n"
+                        "  batch_slots: 2\n  trace: traces/t.jsonl\n"
+                        "  arrival: {process: poisson, rate: 1}\n")
+    result = fake_run(workload)
+    data = result.to_dict()
+    assert data["requests_completed"] == 8
+    assert data["output_tokens"] == sum(10 + i for i in range(8))
+    assert list(result.requests()["arrival_s"]) == [i * 0.5 for i in range(8)]
+    (tmp_path / "traces" / "t.jsonl").write_text('{"prompt_tokens": 5}\n')
+    from rdu_sim.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"t\.jsonl:1: output_tokens: missing value"):
+        fake_run(workload)
