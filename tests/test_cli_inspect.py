@@ -96,6 +96,14 @@ def test_unknown_name_exits_2_with_the_valid_names() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("name", ["", "x" * 5000, "a\x00b", "../nowhere"])
+def test_odd_names_are_input_errors(name: str) -> None:
+    result = CliRunner().invoke(cli, ["inspect", "model", name])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "valid presets" in result.stderr
+
+
 def test_name_required_unless_list() -> None:
     result = CliRunner().invoke(cli, ["inspect", "model"])
     assert result.exit_code == 2

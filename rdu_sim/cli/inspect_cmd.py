@@ -23,6 +23,7 @@ from rich.table import Table
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.compiler.program import Phase
+from rdu_sim.config.loader import file_problem
 from rdu_sim.config.units import format_bytes
 from rdu_sim.config.workload import DTYPE_BYTES
 from rdu_sim.models import Architecture, ModelFigures, get_model, model_figures, preset_names
@@ -32,7 +33,8 @@ _DTYPES = click.Choice(sorted(DTYPE_BYTES))
 
 
 def _is_workload_path(name: str) -> bool:
-    return name.endswith((".yaml", ".yml")) or Path(name).is_file()
+    """A YAML name or an existing file means a workload; anything else a preset name."""
+    return name.endswith((".yaml", ".yml")) or file_problem(Path(name)) is None
 
 
 def resolve_model(name: str, kv_dtype: str | None, weight_dtype: str | None
