@@ -1,0 +1,21 @@
+"""Speed benchmarks of the simulator itself: ``python -m benchmarks`` (from the repo root).
+
+Four cases, each measured in a fresh subprocess (``python -m benchmarks --case NAME --child``)
+so that cold caches are really cold and peak memory (RSS) of one case never mixes with
+another's:
+
+1. ``engine-step``: one decode step of DeepSeek-R1 on 16 sockets at 128k with SnapStream
+   (load, batch capacity, compile and simulate; engine only);
+2. ``serve-snapstream``: serving 10,000 requests of the calibration workload
+   (workloads/deepseek-r1-128k-snapstream.yaml);
+3. ``serve-full``: the same with full attention (workloads/deepseek-r1-128k-full.yaml);
+4. ``sweep-200``: a 200-point sweep (benchmarks/sweep-200.yaml) on the local pool with 2
+   workers, through the in-process sweep API.
+
+``--smoke`` runs the same four cases at tiny sizes (the test suite uses it so the command
+never rots). Budgets, the definition of "events" and the measured figures are in
+docs/performance.md.
+"""
+
+SCHEMA = 1
+"""Version of the ``--json`` layout (bump when a key changes meaning)."""

@@ -1,0 +1,151 @@
+"""The benchmark cases: what each one simulates, its budget, and how its events are counted.
+
+A case is a function ``run(smoke) -> Work`` executed in a child process (``measure.py``
+times it and reads the peak RSS). Every case calls the in-process API (``rdu_sim.api``,
+``rdu_sim.sweep``), never the CLI. ``smoke=True`` shrinks the case to seconds (a small
+model and context, a few requests, a 4-point sweep) so the test suite can run all four.
+
+Events (docs/performance.md): the engine's ``StepTiming.events`` (SimPy events actually
+processed, fast-forward probes included) summed over every distinct step shape a run
+simulated, plus the serving level's scheduler events (one per prefill step, per batched
+decode advance and per request arrival).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository root (workload paths below are relative to it)."""
+
+HERE = Path(__file__).resolve().parent
+
+GIB = 1 << 30
+
+SNAPSTREAM = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+FULL = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
+SMALL = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+SMOKE_SERVING: dict[str, Any] = {
+    # Llama 3.1 8B on one socket, 4 short requests: two or three step shapes, seconds.
+    "serving.requests": 4, "serving.batch_slots": 4, "serving.max_context": 4096,
+    "serving.prompt_tokens": 512, "serving.output_tokens": 32,
+    "serving.arrival": {"process": "closed_loop"},
+}
+SMOKE_SNAPSTREAM: dict[str, Any] = {"kv.policy": "snapstream", "kv.budget": 2048,
+                                    "kv.recent": 512}
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a case did: events simulated and case-specific details for the JSON."""
+
+    events: int
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A benchmark case and its budget (None: no limit on that resource)."""
+
+    name: str
+    description: str
+    run: Callable[[bool], Work]
+    budget_wall_s: float | None
+    budget_rss_bytes: int | None = None
+
+
+def run_events(result: Any) -> dict[str, int]:
+    """Events of one ``api.run`` result: engine (per distinct shape, once) and serving."""
+    cache = result.cache
+    engine = sum(int(getattr(cache.cost(shape).detail, "events", 0)) for shape in cache.shapes)
+    records = result.records
+    serving = int(records.prefill_steps + records.decode_runs + len(records))
+    return {"engine_events": engine, "serving_events": serving, "shapes": len(cache.shapes),
+            "events": engine + serving}
+
+
+def engine_step(smoke: bool) -> Work:
+    """One decode step at the largest decode bucket with all batch slots, cold caches."""
+    from rdu_sim import api
+
+    if smoke:
+        cost = api.step(SMALL, {"serving.max_context": 2048}, batch=1)
+    else:
+        cost = api.step(SNAPSTREAM)
+    timing: Any = cost.detail  # the engine's StepTiming
+    return Work(int(timing.events), {
+        "workload": "llama3.1-8b-1socket (smoke)" if smoke else SNAPSTREAM.name,
+        "batch": timing.batch, "context": timing.context, "step_s": timing.step_s,
+        "estimated_events": timing.estimated_events,
+        "simulated_iterations": {k.name: [k.simulated_iterations, k.calls]
+                                 for k in timing.kernels}})
+
+
+def _serve(path: Path, overrides: Mapping[str, Any], smoke: bool) -> Work:
+    from rdu_sim import api
+
+    result = api.run(path, dict(overrides))
+    summary = result.to_dict()  # part of the cost: every caller asks for the metrics
+    counts = run_events(result)
+    return Work(counts.pop("events"), {
+        "workload": path.name, "overrides": {k: v for k, v in overrides.items()},
+        "requests_completed": summary["requests_completed"], "steps": summary["steps"],
+        "batch_slots": summary["batch_slots"], "smoke": smoke, **counts})
+
+
+def serve_snapstream(smoke: bool) -> Work:
+    """10,000 requests of the SnapStream calibration workload (smoke: 4 small requests)."""
+    if smoke:
+        return _serve(SMALL, {**SMOKE_SERVING, **SMOKE_SNAPSTREAM}, smoke)
+    return _serve(SNAPSTREAM, {"serving.requests": 10_000}, smoke)
+
+
+def serve_full(smoke: bool) -> Work:
+    """10,000 requests with full attention (smoke: 4 small requests)."""
+    if smoke:
+        return _serve(SMALL, SMOKE_SERVING, smoke)
+    return _serve(FULL, {"serving.requests": 10_000}, smoke)
+
+
+def sweep(smoke: bool) -> Work:
+    """The shipped 200-point sweep (smoke: 4 points) on a local pool of 2 workers."""
+    from benchmarks.sweep_eval import simulate_counted
+    from rdu_sim.sweep import load, run_sweep
+
+    spec = HERE / ("sweep-smoke.yaml" if smoke else "sweep-200.yaml")
+    with tempfile.TemporaryDirectory(prefix="rdu-sim-bench-") as tmp:
+        db = Path(tmp) / "sweep.sqlite"
+        summary = run_sweep(spec, db=db, workers=2, evaluator=simulate_counted)
+        frame = load(db)
+    done = frame[frame["status"] == "done"]
+    events = int(done["bench_events"].sum()) if "bench_events" in done else 0
+    point_wall = done["wall_s"].astype(float)
+    return Work(events, {
+        "spec": str(spec.relative_to(ROOT)), "points": summary.points, "done": summary.done,
+        "failed": summary.failed, "workers": 2,
+        "point_wall_s": {"mean": float(point_wall.mean()) if len(done) else 0.0,
+                         "max": float(point_wall.max()) if len(done) else 0.0}})
+
+
+CASES: tuple[Case, ...] = (
+    Case("engine-step", "DeepSeek-R1 decode step, 16 sockets, 128k, SnapStream (cold)",
+         engine_step, 0.5),
+    Case("serve-snapstream", "10,000 requests, DeepSeek-R1, 16 sockets, SnapStream",
+         serve_snapstream, 30.0, GIB),
+    Case("serve-full", "10,000 requests, DeepSeek-R1, 16 sockets, full attention",
+         serve_full, 30.0, GIB),
+    Case("sweep-200", "200-point sweep, local pool, 2 workers", sweep, 300.0),
+)
+
+
+def get(name: str) -> Case:
+    """The case called ``name``; KeyError listing the valid names otherwise."""
+    for case in CASES:
+        if case.name == name:
+            return case
+    raise KeyError(f"unknown case {name!r}; valid: {', '.join(c.name for c in CASES)}")

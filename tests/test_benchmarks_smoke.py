@@ -1,0 +1,44 @@
+"""`python -m benchmarks --smoke --json FILE` runs all four cases and writes the contract keys.
+
+No timing assertions (the machine may be shared): the test only keeps the command from
+rotting. Each case runs in its own subprocess at tiny sizes (about 20 s in all).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = {"name", "wall_s", "events", "events_per_s", "peak_rss_bytes"}
+CASES = ["engine-step", "serve-snapstream", "serve-full", "sweep-200"]
+
+
+def test_smoke_run_writes_every_case(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["smoke"] is True
+    cases = doc["cases"]
+    assert [c["name"] for c in cases] == CASES
+    for case in cases:
+        assert set(case) >= KEYS, case
+        assert case["error"] is None, case["error"]
+        assert case["events"] > 0, case["name"]
+        assert case["wall_s"] > 0 and case["peak_rss_bytes"] > 0
+        assert case["events_per_s"] > 0
+    sweep = cases[-1]["detail"]
+    assert sweep["points"] == sweep["done"] == 4
+    for name in CASES:  # the table names every case
+        assert name in proc.stdout
+
+
+def test_child_rejects_unknown_case() -> None:
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--case", "nope"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "engine-step" in proc.stderr
