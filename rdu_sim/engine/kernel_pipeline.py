@@ -1,11 +1,13 @@
 """A fused kernel on one socket: its stages wired by stage buffers, and its launcher body.
 
-Wiring: every pipeline edge (``StageProgram.inputs``) is a ``StageBuffer`` of ``buffer_tiles``
-slots in the consumer's PMUs (a consumer with several inputs splits its PMUs' bandwidth among
-them; a stage given no PMUs still gets one PMU's bandwidth so its operands can land). Each
-stage with PCUs has its own ``PCUGroup``; all stages share the socket's memory channels. A
-stage streams weight/KV tiles as far ahead of its compute as ``operand_buffer_fraction`` of its
-PMUs' SRAM holds (at least ``prefetch_tiles``, see ``tile_work.prefetch_window``).
+Wiring: every pipeline edge (``StageProgram.inputs``) is a cut-through ``StreamEdge`` over a
+``StageBuffer`` in the consumer's PMUs of ``buffer_tiles`` slots (skip connections and loop
+edges hold a whole layer's tiles, see ``__init__``); a consumer with several inputs splits its
+PMUs' bandwidth among them, and a stage given no PMUs still gets one PMU's bandwidth so its
+operands can land. Each stage with PCUs has its own ``PCUGroup``; all stages share the
+socket's memory channels. A stage streams weight/KV tiles as far ahead of its compute as
+``operand_buffer_fraction`` of its PMUs' SRAM holds (at least ``prefetch_tiles``, see
+``tile_work.prefetch_window``).
 
 Kernel looping: in a looped kernel every sink stage (no consumer) of layer ``l`` feeds every
 source stage (no producer) of layer ``l + 1`` through a loop buffer holding a whole layer's
@@ -34,6 +36,7 @@ from rdu_sim.engine.collective_port import CollectivePort
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.socket_model import SocketModel
 from rdu_sim.engine.stage_runner import StageRunner
+from rdu_sim.engine.stream_edge import StreamEdge
 from rdu_sim.engine.tile_work import TileWork, prefetch_window
 from rdu_sim.hw.pcu_group import PCUGroup
 from rdu_sim.hw.stage_buffer import StageBuffer
@@ -81,20 +84,25 @@ class KernelPipeline:
         for _, consumer, _ in edges:
             fan_in[consumer] += 1
         pmus = {stage.name: stage.pmus for stage in kernel.stages}
+        tiles = next(iter(works.values())).tiles
+        skips = _skip_edges(kernel)
         for producer, consumer, loop in edges:
             bandwidth = _pmu_bandwidth(cfg, pmus[consumer]) / fan_in[consumer]
             name = f"{producer}{'@prev' if loop else ''}->{consumer}"
-            # A layer's output is the next layer's whole input: the loop edge holds all of it
-            # (with fewer slots the sink of layer l would wait for the source of layer l + 1,
-            # which waits for its own layer-l tiles to drain: a deadlock once the pipeline
-            # holds more tiles in flight than the loop buffer).
-            slots = max(buffer_tiles, len(works[producer].output)) if loop else buffer_tiles
-            buf = StageBuffer(env, slots, bandwidth, name=name)
-            self.buffers[consumer].append(buf)
+            # A layer's output is the next layer's whole input, and a skip connection (an
+            # edge bypassing a longer path: the residual around attention or the MoE) is
+            # kept whole in the consumer's PMUs, as a dataflow compiler sizes it: both hold a
+            # layer's tiles. With two slots the producer would stall on them and starve the
+            # long path, and deadlock once a collective on it holds back a chunk of tiles (or,
+            # for a loop edge, once the pipeline holds more tiles in flight).
+            slots = max(buffer_tiles, tiles) if loop or (producer, consumer) in skips \
+                else buffer_tiles
+            edge = StreamEdge(StageBuffer(env, slots, bandwidth, name=name))
+            self.buffers[consumer].append(edge.buffer)
             (self.runners[producer].loop_outputs if loop
-             else self.runners[producer].outputs).append(buf)
+             else self.runners[producer].outputs).append(edge)
             (self.runners[consumer].loop_inputs if loop
-             else self.runners[consumer].inputs).append(buf)
+             else self.runners[consumer].inputs).append(edge)
         for sink in self.sinks:
             self.runners[sink].on_iteration = self._sink_done
         self._left: list[int] = []
@@ -146,6 +154,20 @@ class KernelPipeline:
                             launcher.sync)
 
         return looped if self.looped else unlooped
+
+
+def _skip_edges(kernel: KernelProgram) -> set[tuple[str, str]]:
+    """Edges u -> v for which another, longer path from u to v exists."""
+    names = [s.name for s in kernel.stages]
+    consumers: dict[str, list[str]] = {n: [] for n in names}
+    for stage in kernel.stages:
+        for producer in stage.inputs:
+            consumers[producer].append(stage.name)
+    reach: dict[str, set[str]] = {}
+    for name in reversed(names):  # topological order reversed: consumers first
+        reach[name] = set(consumers[name]).union(*(reach[c] for c in consumers[name]))
+    return {(producer, stage.name) for stage in kernel.stages for producer in stage.inputs
+            if any(stage.name in reach[w] for w in consumers[producer] if w != stage.name)}
 
 
 def _pmu_bandwidth(cfg: SocketConfig, pmus: int) -> float:

@@ -2,24 +2,26 @@
 
 For each tile, in order (a call of a looped kernel runs ``iterations x tiles`` of them):
 
-1. take the tile from every input ``StageBuffer`` (blocks while a producer is behind; the
-   slots stay held while the tile is computed on, so capacity 2 is double buffering and a slow
-   consumer back-pressures its producers);
-2. its share of the stage's weight/KV bytes streams in from HBM/DDR. Loads are issued
-   up to ``prefetch`` tiles ahead into the stage's PMUs (the tiles that fit its operand
-   buffer, at least double buffering): a load's slot frees when its tile's compute ends, so
-   loads overlap compute and input waits, and in a looped kernel the next layer's first loads
-   overlap this layer's last tiles. Outstanding loads share the channel fairly with each
-   other and with every other stage's;
-3. compute on the stage's ``PCUGroup``: matrix FLOPs at the stage's GEMM efficiency, then
-   element-wise FLOPs at the vector rate, while the tile's operands stream in (weights flow
-   from HBM through the PMUs into the PCUs; a PCU does not wait for a whole engine tile) and
+1. take the tile from every input edge (blocks while a producer has not started it). Edges
+   stream cut-through (``StreamEdge``): a producer hands a tile over when it starts it, with
+   the event of its finishing it, so consumers work on the tile concurrently and a chain of
+   stages runs at the pace of its slowest member instead of paying a whole tile per stage;
+2. hand the output tile to every consumer's edge (blocks while a consumer's buffer is full:
+   the slots stay held until the consumer has finished the tile, so capacity 2 is double
+   buffering and a slow consumer back-pressures its producers);
+3. its share of the stage's weight/KV bytes streams in from HBM/DDR. Loads are issued up to
+   ``prefetch`` tiles ahead into the stage's PMUs (the tiles that fit its operand buffer, at
+   least double buffering): a load's slot frees when its tile ends, so loads overlap compute
+   and input waits, and in a looped kernel the next layer's first loads overlap this layer's
+   last tiles. Outstanding loads share the channel fairly with each other and every other
+   stage's;
+4. compute on the stage's ``PCUGroup``: matrix FLOPs at the stage's GEMM efficiency, then
+   element-wise FLOPs at the vector rate, while the tile's operands and inputs stream in and
    SRAM-resident bytes stream through the stage's PMUs: the tile ends when its compute, its
-   loads and its SRAM streaming have all ended, so a tile costs the longest of the three and
-   the tile granularity adds no artificial load-then-compute serialization;
-4. release the input slots, issue the next load and the tile's KV writes (asynchronous: they
-   only have to land before the call ends);
-5. push the output tile into every consumer's buffer (blocks while a consumer is behind).
+   loads, its SRAM streaming and its producers' tiles have all ended, so a tile costs the
+   longest of them and the engine's tile granularity adds no artificial serialization;
+5. release the input slots, issue the next load and the tile's KV writes (asynchronous: they
+   only have to land before the call ends).
 
 A stage with a ``CollectiveSpec`` does not push tiles directly: its output is cut into
 ``collective_chunks`` chunks (chunk boundaries at tile boundaries, independent of
@@ -27,6 +29,8 @@ A stage with a ``CollectiveSpec`` does not push tiles directly: its output is cu
 the links and the stage computes on, while a small chained process pushes the chunk's tiles
 downstream once the collective is done (as SN40L fuses and pipelines the all-reduce with the
 compute that feeds it). Per tile this costs a handful of SimPy events and no extra process.
+A collective stage's consumers therefore wait for a whole chunk: the pipeline edges that
+bypass it (a residual around an all-reduce) are sized to hold it (``kernel_pipeline``).
 """
 
 from __future__ import annotations
@@ -41,9 +45,9 @@ from rdu_sim.compiler.program import StageProgram
 from rdu_sim.engine.collective_port import CollectivePort
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.socket_model import SocketModel
+from rdu_sim.engine.stream_edge import StreamEdge
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.hw.pcu_group import PCUGroup
-from rdu_sim.hw.stage_buffer import StageBuffer
 
 Gen = Generator[simpy.Event, Any, None]
 
@@ -73,10 +77,10 @@ class StageRunner:
         self.chunks = chunk_boundaries(work.tiles, collective_chunks) if port else ()
         self.recorder = recorder
         self.track = f"stage/{stage.name}"
-        self.inputs: list[StageBuffer] = []  # from producers in the same iteration
-        self.outputs: list[StageBuffer] = []  # to consumers in the same iteration
-        self.loop_inputs: list[StageBuffer] = []  # from the previous layer (looped kernels)
-        self.loop_outputs: list[StageBuffer] = []  # to the next layer (looped kernels)
+        self.inputs: list[StreamEdge] = []  # from producers in the same iteration
+        self.outputs: list[StreamEdge] = []  # to consumers in the same iteration
+        self.loop_inputs: list[StreamEdge] = []  # from the previous layer (looped kernels)
+        self.loop_outputs: list[StreamEdge] = []  # to the next layer (looped kernels)
         self.on_iteration: Callable[[int], None] | None = None  # set on sinks
         self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
         self.sram_bytes = 0.0  # SRAM-resident bytes streamed so far
@@ -96,17 +100,27 @@ class StageRunner:
             if t == 0 and it > 0 and self.layer_loop > 0:
                 yield env.timeout(self.layer_loop)
             ins = self.inputs if it == 0 else self.inputs + self.loop_inputs
-            for buf in ins:
-                yield from buf.get()
-            yield from self._compute(t, it, loads.popleft())
-            for buf in ins:
-                buf.release()
+            upstream: list[simpy.Event] = []
+            for edge in ins:
+                upstream.append((yield from edge.get()))
+            done: simpy.Event | None = None
+            if self.port is None:
+                outs = self._outs(it, iterations)
+                if outs:
+                    done = env.event()
+                    for edge in outs:
+                        yield from edge.put(work.output[t], done)
+            yield from self._compute(t, it, loads.popleft(), upstream)
+            if done is not None:
+                done.succeed()
+            for edge in ins:
+                edge.release()
             if i + self.prefetch < total:
                 loads.append(self._load((i + self.prefetch) % tiles))
             for tier, amounts in work.writes.items():
                 writes.append(self.socket.write(tier, amounts[t]))
             if self.port is None:
-                yield from self._push(it, iterations, (t,))
+                self._tile_done(it, t)
                 continue
             pending.append(t)
             if self.chunks[t]:
@@ -117,11 +131,20 @@ class StageRunner:
         if self._last_emit is not None:
             yield self._last_emit
 
+    def _outs(self, it: int, iterations: int) -> list[StreamEdge]:
+        """Edges tile outputs of iteration ``it`` go to (the next layer's too, if any)."""
+        return self.outputs if it + 1 == iterations else self.outputs + self.loop_outputs
+
+    def _tile_done(self, it: int, t: int) -> None:
+        if t + 1 == self.work.tiles and self.on_iteration is not None:
+            self.on_iteration(it)
+
     def _load(self, t: int) -> list[simpy.Event]:
         return [self.socket.read(tier, amounts[t]) for tier, amounts in self.work.reads.items()]
 
-    def _compute(self, t: int, it: int, loads: list[simpy.Event]) -> Gen:
-        """Compute tile ``t`` while its operands stream in; done when both are done."""
+    def _compute(self, t: int, it: int, loads: list[simpy.Event],
+                 upstream: list[simpy.Event]) -> Gen:
+        """Compute tile ``t`` while its operands and inputs stream in; done when all are."""
         env, work, pcus = self.env, self.work, self.pcus
         start = float(env.now)
         last: simpy.Event | None = None
@@ -140,20 +163,22 @@ class StageRunner:
             yield env.timeout(dt)
         if last is not None:
             yield last
-        for ev in loads:  # noqa: UP028
+        for ev in loads:
+            yield ev
+        for ev in upstream:
             yield ev
         if self.recorder is not None and float(env.now) > start:
             self.recorder.slice(self.socket.index, self.track, f"L{it} t{t}", start,
                                 float(env.now))
 
-    def _push(self, it: int, iterations: int, tiles: tuple[int, ...]) -> Gen:
-        outs = self.outputs if it + 1 == iterations else self.outputs + self.loop_outputs
+    def _push(self, it: int, iterations: int, tiles: tuple[int, ...],
+              done: simpy.Event) -> Gen:
+        """Hand finished tiles (a collective chunk's) to the consumers."""
+        outs = self._outs(it, iterations)
         for t in tiles:
-            nbytes = self.work.output[t]
-            for buf in outs:
-                yield from buf.put(nbytes)
-            if t + 1 == self.work.tiles and self.on_iteration is not None:
-                self.on_iteration(it)
+            for edge in outs:
+                yield from edge.put(self.work.output[t], done)
+            self._tile_done(it, t)
 
     def _start_chunk(self, it: int, iterations: int, tiles: tuple[int, ...], chunks: int) -> None:
         assert self.port is not None and self.stage.collective is not None
@@ -174,4 +199,4 @@ class StageRunner:
         if prev is not None:
             yield prev
         yield done
-        yield from self._push(it, iterations, tiles)
+        yield from self._push(it, iterations, tiles, done)

@@ -1,0 +1,46 @@
+"""A pipeline edge that streams tiles cut-through: a ``StageBuffer`` plus completion events.
+
+On the chip a consumer stage starts on a tile as soon as its first elements arrive, not when
+the producer has finished the whole tile (the engine's tiles are a bookkeeping granularity,
+far coarser than the flits a PMU streams). So a producer hands a tile to its consumers when
+it *starts* the tile: ``put`` reserves the consumer's buffer slot (blocking while the buffer
+is full: back-pressure) together with the event that fires when the producer has finished
+the tile; ``get`` returns that event, and the consumer's tile cannot end before it. A chain
+of stages then runs at the pace of its slowest member with no per-stage fill of a whole
+tile, so the step time does not depend on how finely the engine tiles.
+
+The slot is held from the producer's start of the tile until the consumer releases it after
+its own tile (``release``), so a 2-slot edge is double buffering of streamed tiles.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from rdu_sim.hw.stage_buffer import StageBuffer
+
+
+class StreamEdge:
+    """The edge ``producer -> consumer``: its PMU buffer and the producer's tile completions."""
+
+    def __init__(self, buffer: StageBuffer) -> None:
+        self.buffer = buffer
+        self._done: deque[simpy.Event] = deque()
+
+    def put(self, nbytes: float, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        """Reserve a slot for a tile of ``nbytes`` that the producer finishes at ``done``."""
+        self._done.append(done)  # FIFO like the tiles: the producer is the only putter
+        yield from self.buffer.put(nbytes)
+
+    def get(self) -> Generator[simpy.Event, Any, simpy.Event]:
+        """Take the oldest tile; returns the event of its producer finishing it."""
+        yield from self.buffer.get()
+        return self._done.popleft()
+
+    def release(self) -> None:
+        """Free the slot of the oldest tile taken (the consumer is done with it)."""
+        self.buffer.release()
