@@ -464,3 +464,30 @@ def test_cli_plot_from_a_workload_yaml(tmp_path: Path, kind: str) -> None:
     result = _cli(["plot", kind, str(LLAMA), "-o", str(out), "--contexts", "2k,8k"])
     assert result.exit_code == 0, result.output
     assert out.stat().st_size > 0
+
+
+def test_cli_plots_a_sweep_database(tmp_path: Path) -> None:
+    """A sweep's SQLite rows (synthetic evaluator: instant) plot like runs."""
+    from rdu_sim.sweep import run_sweep
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"""
+name: plot-ctx
+base: {LLAMA}
+axes:
+  serving.max_context: [2048, 4096, 8192]
+  kv.policy: [full, snapstream]
+evaluator: {{name: synthetic}}
+""")
+    db = tmp_path / "sweep.sqlite"
+    run_sweep(spec, db=db, workers=1)
+    out = tmp_path / "throughput.png"
+    result = _cli(["plot", "throughput", str(db), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 0
+    result = _cli(["plot", "capacity", str(db), "-o", str(tmp_path / "c.png")])
+    assert result.exit_code == 2  # the synthetic rows carry no batch_capacity
+    assert "batch capacity" in result.output
+    (tmp_path / "junk.sqlite").write_text("not a database")
+    result = _cli(["plot", "capacity", str(tmp_path / "junk.sqlite"), "-o", "x.png"])
+    assert result.exit_code == 2
