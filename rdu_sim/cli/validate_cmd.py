@@ -1,14 +1,87 @@
-"""`rdu-sim validate`: compare the simulator with published SN40L figures (stub, exit 1)."""
+"""`rdu-sim validate`: compare the simulator with the published SnapStream deployment.
+
+Runs the calibration suite (rdu_sim/validate: the SnapStream and full-attention DeepSeek-R1
+workloads through `rdu_sim.api.run`, the code path of `rdu-sim run`) and prints, for each
+published figure, the published value, the simulated value, the relative error, the
+tolerance and pass/fail. `--json` prints a list of objects with `name`, `published`,
+`simulated`, `relative_error`, `tolerance`, `pass` (plus `unit`, `low`, `high`,
+`definition`). Exit status: 0 when every figure passes, 1 when one fails, 2 for bad input.
+docs/calibration.md explains each figure, every assumption and the sensitivity study.
+"""
 
 from __future__ import annotations
 
-import click
+import json
+from pathlib import Path
 
-from rdu_sim.cli.errors import not_available
+import click
+from rich.console import Console
+from rich.table import Table
+
+from rdu_sim.cli.errors import fail
+from rdu_sim.cli.options import overrides_option
+
+EXIT_FIGURE_FAILED = 1
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "fraction":
+        return f"{100 * value:.2f}%"
+    if unit == "x":
+        return f"{value:.3f}x"
+    return f"{value:,.1f} {unit}"
+
+
+def _print_table(rows: list[dict[str, object]], header: str) -> None:
+    table = Table(title=header, title_justify="left")
+    for col in ("figure", "published", "simulated", "rel. error", "tolerance", "result"):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for row in rows:
+        unit = str(row["unit"])
+        err = row["relative_error"]
+        table.add_row(
+            str(row["name"]), _fmt(row["published"], unit),  # type: ignore[arg-type]
+            _fmt(row["simulated"], unit),  # type: ignore[arg-type]
+            "n/a" if err is None else f"{100 * float(err):+.1f}%",  # type: ignore[arg-type]
+            f"±{100 * float(row['tolerance']):.1f}%",  # type: ignore[arg-type]
+            "[green]pass[/green]" if row["pass"] else "[red]FAIL[/red]")
+    Console(soft_wrap=True).print(table)
 
 
 @click.command("validate")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def command(as_json: bool) -> None:
-    """Run the calibration cases of docs/calibration.md and compare with the paper."""
-    not_available("validate", "the calibration cases need the serving simulator.")
+@click.option("--quick", is_flag=True,
+              help="Same runs with fewer requests (3 per batch slot): about a minute.")
+@overrides_option
+@click.option("--tolerance", "tolerances", multiple=True, metavar="FIGURE=VALUE",
+              help="Replace a figure's relative tolerance (e.g. max_batch_ratio=0.05). "
+              "Repeatable.")
+@click.option("--snapstream", "snapstream", type=click.Path(path_type=Path), default=None,
+              help="SnapStream workload [default: workloads/deepseek-r1-128k-snapstream.yaml].")
+@click.option("--full", "full", type=click.Path(path_type=Path), default=None,
+              help="Full-attention workload [default: workloads/deepseek-r1-128k-full.yaml].")
+def command(as_json: bool, quick: bool, overrides: tuple[str, ...],
+            tolerances: tuple[str, ...], snapstream: Path | None, full: Path | None) -> None:
+    """Run the calibration suite and compare with the published SnapStream figures."""
+    from rdu_sim.validate import run_suite, tolerance_overrides, with_tolerances
+    from rdu_sim.validate.suite import FULL_WORKLOAD, SNAPSTREAM_WORKLOAD
+
+    try:
+        figures = with_tolerances(tolerance_overrides(tolerances))
+    except ValueError as exc:
+        fail(str(exc))
+    result = run_suite(quick=quick, overrides=overrides, figures=figures,
+                       snapstream=snapstream or SNAPSTREAM_WORKLOAD, full=full or FULL_WORKLOAD)
+    rows = [row.to_dict() for row in result.rows]
+    if as_json:
+        click.echo(json.dumps(rows))
+    else:
+        ss, fu = result.snapstream, result.full
+        header = (f"SnapStream: {ss.batch_slots} slots, {ss.requests} requests; full: "
+                  f"{fu.batch_slots} slots, {fu.requests} requests; compressed prompt "
+                  f"{ss.prefill_prompt} tokens{' (--quick)' if quick else ''}")
+        _print_table(rows, header)
+    if not result.passed:
+        raise SystemExit(EXIT_FIGURE_FAILED)

@@ -1,0 +1,142 @@
+"""The published SnapStream figures, how each simulated figure is defined, and pass/fail.
+
+A figure compares one published number with one simulated number. Every tolerance is
+relative: a figure passes when ``|simulated - published| <= tolerance * |published|``. The
+prefill figure's published value is a range (2% to 5%); it is written as its midpoint with
+the tolerance that spans the range (3.5% +- 1.5%), so "inside 2%..5%" is exactly the same
+test as every other figure's. A simulated value that could not be measured (NaN) fails.
+
+The simulated values come from ``Measurements`` (rdu_sim/validate/suite.py), which holds
+what the two calibration runs (SnapStream and full attention) measured through
+``rdu_sim.api.run``: nothing here simulates anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+SOURCE = "SnapStream, arXiv 2511.03092 (DeepSeek-R1, 16x SN40L, TP16, 128k)"
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What the calibration runs measured (one SnapStream run, one full-attention run)."""
+
+    batch_capacity_snapstream: int
+    batch_capacity_full: int
+    decode_tokens_per_s_snapstream: float  # steady state of the continuous-batching run
+    decode_tokens_per_s_full: float
+    prefill_prompt: int | None  # the typical compressed prompt (None: nothing compresses)
+    prefill_s_snapstream: float  # that prompt's prefill, SnapKV selection included
+    prefill_s_full: float  # the same prompt under full attention
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One published figure and the precise definition of its simulated counterpart."""
+
+    name: str
+    published: float
+    tolerance: float  # relative to |published|
+    unit: str
+    definition: str
+    measure: Callable[[Measurements], float]
+
+    @property
+    def low(self) -> float:
+        """Smallest passing simulated value."""
+        return self.published - self.tolerance * abs(self.published)
+
+    @property
+    def high(self) -> float:
+        """Largest passing simulated value."""
+        return self.published + self.tolerance * abs(self.published)
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 and math.isfinite(num) and math.isfinite(den) else math.nan
+
+
+def _prefill_increase(m: Measurements) -> float:
+    if m.prefill_prompt is None:
+        return math.nan
+    return _ratio(m.prefill_s_snapstream, m.prefill_s_full) - 1.0
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("max_batch_ratio", 4.0, 0.10, "x",
+           "batch capacity (largest batch whose memory plan fits on a socket) with SnapStream "
+           "over full attention, both at max_context 128k",
+           lambda m: _ratio(m.batch_capacity_snapstream, m.batch_capacity_full)),
+    Figure("decode_throughput_ratio", 4.3, 0.10, "x",
+           "steady-state decode tokens/s with SnapStream over full attention (each in its "
+           "own continuous-batching run at its own batch capacity)",
+           lambda m: _ratio(m.decode_tokens_per_s_snapstream, m.decode_tokens_per_s_full)),
+    Figure("decode_throughput_snapstream", 1832.0, 0.15, "tokens/s",
+           "steady-state decode tokens/s of the SnapStream continuous-batching run: output "
+           "tokens emitted between the slots' first full turnover (completion number "
+           "batch_slots) and the last admission, over that window; every slot is occupied "
+           "throughout and prefill stalls are included",
+           lambda m: m.decode_tokens_per_s_snapstream),
+    Figure("prefill_increase", 0.035, 0.015 / 0.035, "fraction",
+           "prefill time of the workload's typical compressed prompt (the median of its "
+           "prompt distribution above the SnapStream budget) with SnapStream (SnapKV "
+           "selection included) over full attention for the same prompt, minus 1; "
+           "published 2%..5%, written as 3.5% +- 1.5%",
+           _prefill_increase),
+)
+"""The four published figures of the SnapStream deployment, in report order."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the comparison (the JSON contract of ``rdu-sim validate --json``)."""
+
+    figure: Figure
+    simulated: float
+
+    @property
+    def relative_error(self) -> float:
+        """(simulated - published) / |published| (NaN when nothing was measured)."""
+        return (self.simulated - self.figure.published) / abs(self.figure.published)
+
+    @property
+    def passed(self) -> bool:
+        """True when the simulated value lies inside the tolerance (NaN never passes)."""
+        err = self.relative_error
+        return math.isfinite(err) and abs(err) <= self.figure.tolerance * (1 + 1e-12)
+
+    def to_dict(self) -> dict[str, Any]:
+        """name, published, simulated, relative_error, tolerance, pass (plus unit, the
+        passing range and the definition); NaN becomes null so the JSON stays valid."""
+        def num(x: float) -> float | None:
+            return round(x, 6) if math.isfinite(x) else None
+
+        f = self.figure
+        return {"name": f.name, "published": f.published, "simulated": num(self.simulated),
+                "relative_error": num(self.relative_error), "tolerance": round(f.tolerance, 6),
+                "pass": self.passed, "unit": f.unit, "low": num(f.low), "high": num(f.high),
+                "definition": f.definition}
+
+
+def evaluate(measurements: Measurements,
+             figures: Sequence[Figure] = FIGURES) -> list[Row]:
+    """Compare every figure with what the runs measured."""
+    return [Row(f, float(f.measure(measurements))) for f in figures]
+
+
+def with_tolerances(overrides: Mapping[str, float],
+                    figures: Sequence[Figure] = FIGURES) -> tuple[Figure, ...]:
+    """The figures with some tolerances replaced; an unknown name or a negative tolerance is
+    a ValueError naming the valid figures."""
+    names = {f.name for f in figures}
+    for name, tol in overrides.items():
+        if name not in names:
+            raise ValueError(f"unknown figure {name!r}; figures: {', '.join(sorted(names))}")
+        if not (tol >= 0 and math.isfinite(tol)):
+            raise ValueError(f"tolerance of {name} must be a finite number >= 0, got {tol}")
+    return tuple(replace(f, tolerance=overrides[f.name]) if f.name in overrides else f
+                 for f in figures)

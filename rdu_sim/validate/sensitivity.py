@@ -1,0 +1,77 @@
+"""Sensitivity of the calibration figures to the unknowns: one `--set` override at a time.
+
+    python -m rdu_sim.validate.sensitivity [--quick] [--only NAME ...]
+
+For each unknown (weight precision, HBM efficiency, P2P bandwidth, launch/sync cost, MLA
+cache layout, length mix, SnapStream budget, full attention's decode graphs) it runs the
+whole calibration suite (`run_suite`, the code path of `rdu-sim validate`) with that one
+override and prints a markdown table: each figure's simulated value and its change from the
+baseline. A variant that cannot run (e.g. weights that do not fit) is reported as such.
+docs/calibration.md holds the table this printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+
+from rdu_sim.validate.figures import FIGURES
+from rdu_sim.validate.suite import SuiteResult, run_suite
+
+VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("baseline", ()),
+    ("HBM efficiency 0.80 (0.90)", ("hw.socket.hbm.efficiency=0.8",)),
+    ("inter-node P2P 100 GB/s (50)", ("hw.system.inter_node_link.bandwidth=100 GB/s",)),
+    ("inter-node P2P 25 GB/s (50)", ("hw.system.inter_node_link.bandwidth=25 GB/s",)),
+    ("kernel sync 50 us (10)", ("hw.socket.kernel.sync=50 us",)),
+    ("MLA cache head_split (sequence_split)", ("parallelism.mla_cache_layout=head_split",)),
+    ("prompt median 16k (4k)", ("serving.prompt_tokens.median=16384",)),
+    ("output median 16k (8k)", ("serving.output_tokens.median=16384",)),
+    ("full attention: one 128k decode graph (pow2 buckets)",
+     ("kv.context_buckets=[131072]",)),
+    ("weights bf16 (fp8)", ("dtypes.weights=bf16",)),
+)
+"""(label with the shipped value in parentheses, overrides applied to both workloads)."""
+
+
+def _cell(value: float, base: float, unit: str) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    text = f"{100 * value:.2f}%" if unit == "fraction" else (
+        f"{value:.2f}x" if unit == "x" else f"{value:,.0f}")
+    if math.isfinite(base) and base != 0 and value != base:
+        text += f" ({100 * (value / base - 1):+.0f}%)"
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every variant and print the markdown table (stdout) as rows finish."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests per run")
+    parser.add_argument("--only", nargs="*", default=None, help="labels to run (substring)")
+    args = parser.parse_args(argv)
+    names = [f.name for f in FIGURES]
+    print("| unknown (shipped) | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    base: dict[str, float] = {}
+    for label, overrides in VARIANTS:
+        if args.only and label != "baseline" and not any(o in label for o in args.only):
+            continue
+        try:
+            result: SuiteResult = run_suite(quick=args.quick, overrides=overrides)
+        except Exception as exc:  # a variant that does not fit is a result, not a crash
+            print(f"| {label} | " + f"cannot run: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0][:120]} |" + " |" * (len(names) - 1), flush=True)
+            continue
+        values = {row.figure.name: row.simulated for row in result.rows}
+        if label == "baseline":
+            base = values
+        cells = [_cell(values[f.name], base.get(f.name, math.nan), f.unit) for f in FIGURES]
+        print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

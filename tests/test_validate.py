@@ -1,0 +1,157 @@
+"""`rdu-sim validate`: the calibration suite's contract (not whether the calibration passes).
+
+One `--quick --json` run (the same code path as `rdu-sim run`, fewer requests) is shared by
+the tests: its rows carry the keys of the contract, one per published figure, and the exit
+status agrees with the pass flags. A deliberately broken figure (tolerance 0) exits 1 on the
+same measurements; bad input exits 2 before anything is simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import rdu_sim.validate as validate
+from rdu_sim.cli.main import cli
+from rdu_sim.validate import FIGURES, Measurements, evaluate, with_tolerances
+from rdu_sim.validate.suite import SuiteResult, tolerance_overrides
+
+KEYS = {"name", "published", "simulated", "relative_error", "tolerance", "pass"}
+
+
+@pytest.fixture(scope="module")
+def quick() -> tuple[int, list[dict[str, Any]], SuiteResult]:
+    """One quick suite run through the CLI, and the SuiteResult it printed."""
+    seen: list[SuiteResult] = []
+    real = validate.run_suite
+
+    def spy(**kwargs: Any) -> SuiteResult:
+        result = real(**kwargs)
+        seen.append(result)
+        return result
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(validate, "run_suite", spy)
+    try:
+        out = CliRunner().invoke(cli, ["validate", "--quick", "--json"])
+    finally:
+        mp.undo()
+    assert out.exit_code in (0, 1), out.output
+    return out.exit_code, json.loads(out.stdout), seen[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_quick_json_has_one_row_per_figure(
+        quick: tuple[int, list[dict[str, Any]], SuiteResult]) -> None:
+    _, rows, _ = quick
+    assert [row["name"] for row in rows] == [f.name for f in FIGURES]
+    for row in rows:
+        assert set(row) >= KEYS
+        assert isinstance(row["pass"], bool)
+        assert row["published"] == next(f.published for f in FIGURES if f.name == row["name"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_exit_status_matches_pass_flags(
+        quick: tuple[int, list[dict[str, Any]], SuiteResult]) -> None:
+    code, rows, _ = quick
+    assert code == (0 if all(row["pass"] for row in rows) else 1)
+    for row in rows:
+        if row["simulated"] is not None:
+            err = (row["simulated"] - row["published"]) / abs(row["published"])
+            assert row["relative_error"] == pytest.approx(err, abs=1e-5)
+            assert row["pass"] == (abs(err) <= row["tolerance"] + 1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_measured_values_are_physical(
+        quick: tuple[int, list[dict[str, Any]], SuiteResult]) -> None:
+    _, _, result = quick
+    m = result.measurements
+    assert m.batch_capacity_snapstream > m.batch_capacity_full >= 1
+    assert m.decode_tokens_per_s_snapstream > 0 and m.decode_tokens_per_s_full > 0
+    assert m.prefill_prompt is not None and m.prefill_s_snapstream >= m.prefill_s_full > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_broken_figure_exits_1(quick: tuple[int, list[dict[str, Any]], SuiteResult],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tolerance of 0 cannot be met by a measured ratio of 3.95 (or anything not exact)."""
+    _, _, result = quick
+
+    def replay(**kwargs: Any) -> SuiteResult:
+        rows = evaluate(result.measurements, kwargs["figures"])
+        return SuiteResult(result.snapstream, result.full, result.measurements, rows)
+
+    monkeypatch.setattr(validate, "run_suite", replay)
+    out = CliRunner().invoke(cli, ["validate", "--json", "--tolerance",
+                                   "max_batch_ratio=0", "--tolerance", "prefill_increase=0"])
+    assert out.exit_code == 1, out.output
+    rows = {row["name"]: row for row in json.loads(out.stdout)}
+    assert rows["max_batch_ratio"]["tolerance"] == 0
+    assert rows["max_batch_ratio"]["pass"] is False
+    out = CliRunner().invoke(cli, ["validate", "--tolerance", "max_batch_ratio=0"])
+    assert out.exit_code == 1 and "FAIL" in out.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["--tolerance", "no_such_figure=0.1"],
+    ["--tolerance", "max_batch_ratio"],
+    ["--tolerance", "max_batch_ratio=-1"],
+    ["--set", "serving.arrival.process=all_at_once"],
+    ["--set", "serving.requests=5"],
+    ["--set", "serving.no_such_field=1"],
+])
+def test_bad_input_exits_2(args: list[str]) -> None:
+    out = CliRunner().invoke(cli, ["validate", "--json", *args])
+    assert out.exit_code == 2, out.output
+    assert "error:" in out.stderr
+
+
+def _measurements(**change: Any) -> Measurements:
+    base: dict[str, Any] = dict(
+        batch_capacity_snapstream=160, batch_capacity_full=40,
+        decode_tokens_per_s_snapstream=1832.0, decode_tokens_per_s_full=1832.0 / 4.3,
+        prefill_prompt=40000, prefill_s_snapstream=1.035, prefill_s_full=1.0)
+    base.update(change)
+    return Measurements(**base)
+
+
+def test_figures_at_the_published_values_pass() -> None:
+    rows = evaluate(_measurements())
+    assert all(row.passed for row in rows)
+    assert [row.relative_error for row in rows] == pytest.approx([0, 0, 0, 0], abs=1e-9)
+
+
+def test_prefill_range_is_2_to_5_percent() -> None:
+    fig = next(f for f in FIGURES if f.name == "prefill_increase")
+    assert (fig.low, fig.high) == pytest.approx((0.02, 0.05))
+    for increase, ok in ((0.019, False), (0.021, True), (0.049, True), (0.051, False)):
+        row = evaluate(_measurements(prefill_s_snapstream=1 + increase), [fig])[0]
+        assert row.passed is ok, increase
+
+
+def test_nothing_measured_fails_and_serializes_as_null() -> None:
+    rows = evaluate(_measurements(prefill_prompt=None, decode_tokens_per_s_full=0.0))
+    by_name = {row.figure.name: row for row in rows}
+    for name in ("prefill_increase", "decode_throughput_ratio"):
+        assert math.isnan(by_name[name].simulated) and not by_name[name].passed
+        assert by_name[name].to_dict()["simulated"] is None
+    json.dumps([row.to_dict() for row in rows], allow_nan=False)
+
+
+def test_tolerance_overrides() -> None:
+    figures = with_tolerances(tolerance_overrides(["max_batch_ratio=0"]))
+    assert figures[0].tolerance == 0 and figures[1:] == FIGURES[1:]
+    with pytest.raises(ValueError, match="unknown figure"):
+        with_tolerances({"nope": 0.1})
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        tolerance_overrides(["max_batch_ratio"])
