@@ -21,6 +21,9 @@ from test_engine_programs import (
 from rdu_sim.compiler.program import CollectiveSpec, GemmShape, Program, StageProgram
 from rdu_sim.config import HardwareConfig
 from rdu_sim.engine import Engine, EventBudgetError, StepTiming, simulate_step
+from rdu_sim.engine.fast_forward import probe_lengths, steady_cycle
+from rdu_sim.engine.kernel_run import KernelRun
+from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.hw import gemm_efficiency, ring_time, tree_time
 
 ZERO = hardware()
@@ -299,6 +302,44 @@ def test_fast_forward_matches_the_full_simulation(hw: HardwareConfig) -> None:
     assert fast.bytes_by_tier == pytest.approx(full.bytes_by_tier, rel=1e-12)
     assert fast.busy_s == pytest.approx(full.busy_s, rel=1e-9)
     assert fast.events < full.events / 2
+
+
+def synthetic_probe(periods: list[float]) -> KernelRun:
+    """A probe whose layer boundaries follow ``periods`` (totals grow with time)."""
+    ends = list(itertools.accumulate(periods))
+    snaps = tuple(RunStats(time_s=e, hbm_bytes=1e9 * (i + 1)) for i, e in enumerate(ends))
+    return KernelRun(RunStats(time_s=ends[-1] + 1e-4), 0, None, tuple(ends), snaps)
+
+
+def test_cycle_detection_finds_multi_layer_cycles_and_rejects_drift() -> None:
+    calls = 58
+    steady = synthetic_probe([1.0e-3] * 16)
+    found = steady_cycle(steady, calls)
+    assert found is not None and found[0] == 1
+    assert found[1].time_s == pytest.approx(1e-3) and found[1].hbm_bytes == 1e9
+    # stages taking turns: a 3-layer cycle after a settling start
+    three = synthetic_probe([1.3e-3, 0.9e-3, 1.1e-3] + [0.7e-3, 0.9e-3, 0.85e-3] * 4 + [0.7e-3])
+    found = steady_cycle(three, calls)
+    assert found is not None and found[0] == 3
+    assert found[1].time_s == pytest.approx(2.45e-3)
+    # a period that keeps growing is not fast-forwarded, even by small steps
+    drifting = synthetic_probe([1e-3 * (1 + 2e-4 * i) for i in range(16)])
+    assert steady_cycle(drifting, calls) is None
+    # nor one still settling
+    settling = synthetic_probe([1e-3 * (1 + 0.05 * 0.9 ** i) for i in range(16)])
+    assert steady_cycle(settling, calls) is None
+    # a swinging period whose swings cancel over two layers is a 2-layer cycle
+    swinging = synthetic_probe([1e-3 * (1 + 0.01 * (-0.8) ** i) for i in range(16)])
+    found = steady_cycle(swinging, calls)
+    assert found is not None and found[0] == 2
+
+
+def test_probe_lengths_divide_every_cycle_and_stay_cheap() -> None:
+    for calls in (24, 32, 40, 58, 61, 80, 126):
+        for n in probe_lengths(calls):
+            assert (calls - n) % 6 == 0 and n >= 10
+        assert sum(probe_lengths(calls)) <= calls // 2
+    assert probe_lengths(12) == [] and probe_lengths(58) == [16]
 
 
 def test_fast_forward_falls_back_to_full_simulation_when_not_periodic() -> None:
