@@ -26,6 +26,8 @@ EXIT_NOT_AVAILABLE = 1  # a command whose simulator part has not landed yet
 LATER_INPUT_ERRORS: tuple[tuple[str, str], ...] = (
     ("rdu_sim.compiler", "CapacityError"),  # a model or batch that does not fit in memory
     ("rdu_sim.compiler.errors", "CapacityError"),
+    ("rdu_sim.engine", "EventBudgetError"),  # a step too large to simulate (engine.max_events)
+    ("rdu_sim.engine.budget", "EventBudgetError"),
 )
 
 
