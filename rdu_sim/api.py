@@ -30,6 +30,7 @@ from rdu_sim.compiler.program import Placement, StaticShape
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.limits import check_run
 from rdu_sim.report.summary import request_columns, series_columns, summarize
 from rdu_sim.scenario import Scenario, build_scenario, load_scenario
 from rdu_sim.serving.buckets import prefill_steps
@@ -234,6 +235,7 @@ def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
     capacity, slots = resolve_batch_slots(scenario, backend)
     placement = backend.plan_memory(scenario, slots)
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
+    check_run(scenario, policy, slots, requests)  # refuse absurd runs before simulating
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
     config = ServerConfig(slots, serving.max_context, serving.prefill_priority,
                           serving.prefill_chunk_tokens)

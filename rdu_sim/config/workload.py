@@ -184,6 +184,11 @@ class ServingConfig(StrictModel):
         default=None, ge=1, le=100_000_000,
         description="split long prompts into chunks, interleaved with decode steps",
     )
+    max_work: int = Field(
+        default=10_000_000, ge=1000, le=10**12,
+        description="refuse a run whose estimated scheduler work exceeds this (one unit ~ one "
+        "state change: ~25 us and ~250 bytes; slots and step shapes add; see rdu_sim/limits.py)",
+    )
 
     @model_validator(mode="after")
     def _check_slots(self) -> ServingConfig:
