@@ -5,7 +5,7 @@ Program's kernels one after another, each a SimPy simulation of its stages strea
 through PCUs, PMU buffers, the socket's HBM/DDR channels and the P2P links (see
 ``kernel_pipeline`` and ``stage_runner``), launched and synchronized by the AGCU. Kernels are
 separated by a synchronization, so each is simulated in its own environment and placed after
-the previous one; ``fast_forward`` advances identical calls and periodic looped layers exactly
+the previous one; ``fast_forward`` advances identical calls (exactly) and periodic looped layers
 instead of re-simulating them (``fast_forward`` module).
 
 Symmetric TP: by default one socket is simulated, with socket 0's chain of each collective on

@@ -23,10 +23,11 @@ BYTE_TIERS: tuple[str, ...] = ("hbm", "ddr", "sram", "p2p")
 class KernelTiming:
     """One kernel of the step: all its calls, with launch and sync overheads included.
 
-    ``period_s`` is the steady per-layer period of a looped kernel (``None`` when the kernel
-    is not looped or ran fewer than three iterations); ``simulated_iterations`` counts the
-    layer iterations the engine actually simulated (fewer than ``calls`` when identical calls
-    or a periodic looped pipeline were advanced exactly instead of re-simulated).
+    ``period_s`` is the steady per-layer period of a looped kernel that was fast-forwarded
+    (its cycle's span over the cycle's layers), else ``None``; ``simulated_iterations``
+    counts the layer iterations the engine actually simulated (fewer than ``calls`` when
+    identical calls or a periodic looped pipeline were advanced instead of re-simulated,
+    more when a probe found no period and the kernel was then simulated in full).
     """
 
     name: str
