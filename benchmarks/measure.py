@@ -7,8 +7,8 @@ process would report the larger peak for both. The parent starts
 string-building) and reads one JSON line marked ``RESULT_MARK`` from its stdout.
 
 What is timed: the case's work only, after ``rdu_sim`` is imported (import time is reported
-separately as ``import_s``; it is large here because PYTHONDONTWRITEBYTECODE makes every
-start compile the sources). Peak RSS: ``getrusage`` max RSS of the child (exact for one
+separately as ``import_s``; 0.4-2 s, more when no bytecode cache exists, e.g. under
+PYTHONDONTWRITEBYTECODE). Peak RSS: ``getrusage`` max RSS of the child (exact for one
 process) and, for cases with worker processes, the largest sum over the child and all its
 descendants, sampled every ``SAMPLE_S`` by a thread (psutil).
 """
