@@ -25,6 +25,7 @@ from rdu_sim.config.overrides import (
     split_overrides,
 )
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
+from rdu_sim.kv.policies import make_policy
 from rdu_sim.models.figures import Architecture
 from rdu_sim.models.presets import UnknownModelError, get_model
 
@@ -128,6 +129,10 @@ def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Arch
     if kv.policy == "snapstream" and kv.budget is not None and kv.budget <= kv.sinks + kv.recent:
         raise fail("kv.budget", f"budget {kv.budget} leaves no room for selected tokens after "
                    f"sinks ({kv.sinks}) and recent ({kv.recent}); raise it or lower kv.recent")
+    try:  # the policy's own parameter rules, so every entry point refuses the same inputs
+        make_policy(kv, serving.max_context)
+    except ValueError as exc:
+        raise fail("kv", str(exc)) from None
 
 
 def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMap | None = None,
