@@ -37,7 +37,13 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from rdu_sim import api
-from rdu_sim.compiler import CapacityError, compile_program, kv_bytes, plan_memory
+from rdu_sim.compiler import (
+    CapacityError,
+    batch_capacity,
+    compile_program,
+    kv_bytes,
+    plan_memory,
+)
 from rdu_sim.compiler.program import TIERS, Program
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import SocketConfig
@@ -52,7 +58,7 @@ SOCKETS = 8
 INPUT_ERRORS = (ConfigError, CapacityError)
 RTOL = 1e-9  # float sums in a different order; step times rounded to picoseconds
 
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                     print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -157,7 +163,8 @@ def workloads(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
         kv["recent"] = draw(st.sampled_from([8, 64, 256]))
         kv["sinks"] = draw(st.sampled_from([0, 4]))
         kv["observation_window"] = draw(st.sampled_from([4, 32]))
-        kv["budget"] = draw(st.sampled_from([300, 512, 1500]))
+        if policy != "streamingllm":  # StreamingLLM's budget is sinks + recent
+            kv["budget"] = draw(st.sampled_from([300, 512, 1500]))
     if policy == "full" and draw(st.booleans()):
         kv["min_bucket"] = draw(st.sampled_from([16, 128, 1024]))
     arrival = draw(st.sampled_from(["poisson", "closed_loop", "all_at_once"]))
@@ -295,9 +302,11 @@ def _check_memory(result: api.RunResult, data: dict[str, Any]) -> None:
         assert row["free_bytes"] >= 0
         assert row["used_bytes"] == (row["weights_bytes"] + row["kv_bytes"]
                                      + row["activations_bytes"])
-    # A plan that fits means the slots are within the capacity the compiler reports.
-    assert data["batch_slots"] == result.batch_slots
-    assert 1 <= result.batch_slots <= result.batch_capacity
+    # Explicit slots may exceed the capacity (which keeps every weight in HBM) by spilling
+    # weights to DDR; 'auto' is exactly the capacity.
+    assert data["batch_slots"] == result.batch_slots >= 1
+    if result.scenario.workload.serving.batch_slots == "auto":
+        assert result.batch_slots == result.batch_capacity
     if result.scenario.workload.serving.batch_slots == "auto":
         assert result.batch_slots == result.batch_capacity
 
@@ -338,7 +347,7 @@ def test_random_workloads_obey_the_invariants(case: tuple[dict[str, Any], dict[s
     _check_run(result)
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(workload=st.sampled_from(sorted((ROOT / "workloads").glob("*.yaml"))),
        policy=st.sampled_from(["full", "snapstream", "streamingllm", "snapkv"]),
@@ -396,7 +405,7 @@ def test_snapstream_never_holds_more_kv_than_full(
     snap_plan = plan_memory(snap, slots)  # fits if full fits: CapacityError here fails
     assert (sum(t.kv_bytes for t in snap_plan.tiers.values())
             <= sum(t.kv_bytes for t in full_plan.tiers.values()))
-    assert api.EngineBackend().batch_capacity(snap) >= api.EngineBackend().batch_capacity(full)
+    assert batch_capacity(snap, strict=False) >= batch_capacity(full, strict=False)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
