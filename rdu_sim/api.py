@@ -35,7 +35,13 @@ from rdu_sim.report.summary import request_columns, series_columns, summarize
 from rdu_sim.scenario import Scenario, build_scenario, load_scenario
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.requests import RequestSet, clip_to_context, make_requests, typical_length
+from rdu_sim.serving.requests import (
+    RequestSet,
+    clip_to_context,
+    make_requests,
+    typical_compressed_length,
+    typical_length,
+)
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import StepCache, StepCost
@@ -247,25 +253,42 @@ def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
                      prefill_s)
 
 
+def default_step_shape(scenario: Scenario, phase: str = "decode", *, batch: int | None = None,
+                       tokens: int | None = None, context: int | None = None,
+                       backend: Backend | None = None) -> StaticShape:
+    """The static shape `rdu-sim step` and :func:`step` simulate when not told otherwise.
+
+    Decode: every batch slot at the decode bucket of the longest cache the KV policy keeps.
+    Prefill: one prompt of the workload's typical length; with a compressing policy, the
+    typical prompt it compresses (the median of the prompts longer than its budget), so the
+    SnapKV selection's cost shows as its own kernel. ``tokens``/``context``/``batch``
+    override each part.
+    """
+    serving = scenario.workload.serving
+    policy = _policy(scenario)
+    if phase == "decode":
+        if batch is None:
+            batch = resolve_batch_slots(scenario, backend or EngineBackend())[1]
+        longest = context if context is not None else policy.slot_tokens(serving.max_context)
+        return StaticShape("decode", batch, tokens or 1,
+                           policy.decode_bucket(longest, serving.max_context))
+    if phase == "prefill":
+        prompt = tokens
+        if prompt is None and policy.compresses(serving.max_context - 1):
+            prompt = typical_compressed_length(serving, policy.slot_tokens(serving.max_context),
+                                               scenario.base_dir, scenario.workload_file)
+        return StaticShape("prefill", batch or 1, prompt or typical_length(serving.prompt_tokens),
+                           context or 0)
+    raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+
+
 def step(scenario_or_path: Scenario | str | Path, overrides: Overrides = None, *,
          phase: str = "decode", batch: int | None = None, tokens: int | None = None,
          context: int | None = None, backend: Backend | None = None) -> StepCost:
-    """Simulate one static step (default: a decode step of all batch slots at the largest
-    decode bucket). ``detail`` of the result holds the engine's StepTiming."""
+    """Simulate one static step (see :func:`default_step_shape` for the defaults).
+    ``detail`` of the result holds the engine's StepTiming."""
     scenario = load(scenario_or_path, overrides)
     backend = backend or EngineBackend()
-    serving = scenario.workload.serving
-    policy = _policy(scenario)
-    if batch is None:
-        batch = resolve_batch_slots(scenario, backend)[1] if phase == "decode" else 1
-    if phase == "decode":
-        bucket = policy.decode_bucket(context if context is not None else
-                                      policy.slot_tokens(serving.max_context),
-                                      serving.max_context)
-        shape = StaticShape("decode", batch, tokens or 1, bucket)
-    elif phase == "prefill":
-        prompt = tokens or typical_length(serving.prompt_tokens)
-        shape = StaticShape("prefill", batch, prompt, context or 0)
-    else:
-        raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    shape = default_step_shape(scenario, phase, batch=batch, tokens=tokens, context=context,
+                               backend=backend)
     return backend.step_cost(scenario, shape)

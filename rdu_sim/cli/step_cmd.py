@@ -28,29 +28,13 @@ from rdu_sim import api
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.compiler.program import StaticShape
-from rdu_sim.config.errors import ConfigError
 from rdu_sim.scenario import Scenario
 
 
 def step_shape(scenario: Scenario, phase: str, batch: int | None, tokens: int | None,
                context: int | None) -> StaticShape:
-    """The static shape ``rdu-sim step`` simulates (the same defaults as ``api.step``)."""
-    from rdu_sim.kv import make_policy
-    from rdu_sim.serving.requests import typical_length
-
-    serving = scenario.workload.serving
-    if phase == "prefill":
-        prompt = tokens or typical_length(serving.prompt_tokens)
-        return StaticShape("prefill", batch or 1, prompt, context or 0)
-    try:
-        policy = make_policy(scenario.workload.kv, serving.max_context)
-    except ValueError as exc:
-        raise ConfigError.single(scenario.workload_file, "kv", str(exc)) from None
-    if batch is None:
-        batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
-    longest = context if context is not None else policy.slot_tokens(serving.max_context)
-    return StaticShape("decode", batch, tokens or 1,
-                       policy.decode_bucket(longest, serving.max_context))
+    """The static shape ``rdu-sim step`` simulates: ``api.default_step_shape``."""
+    return api.default_step_shape(scenario, phase, batch=batch, tokens=tokens, context=context)
 
 
 def _seconds(value: float) -> str:

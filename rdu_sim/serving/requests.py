@@ -121,3 +121,31 @@ def make_requests(serving: ServingConfig, batch_slots: int, base_dir: Path | str
         concurrency = serving.arrival.concurrency or batch_slots
         arrival = None
     return RequestSet(prompt, output, arrival, concurrency)
+
+
+PROMPT_SAMPLES = 200_000
+"""Draws of the prompt distribution used to find its median compressed prompt."""
+
+
+def typical_compressed_length(serving: ServingConfig, slot_tokens: int,
+                              base_dir: Path | str = ".", source: str = "workload"
+                              ) -> int | None:
+    """The workload's typical compressed prompt: the median of its prompt lengths above
+    ``slot_tokens`` (a compressing policy's budget), clipped to the context; None when no
+    prompt of the distribution is that long.
+
+    A prompt no longer than the slot is not compressed, so its prefill is identical with
+    and without compression; the cost of compressing shows only on longer ones. The median
+    is taken over a large seeded sample of the distribution (or the trace's rows), so a
+    short run and a long one measure the same prompt.
+    """
+    if serving.trace is not None:
+        prompts = make_requests(serving, 1, base_dir, source).prompt_tokens
+    else:
+        rng = np.random.default_rng(serving.seed)
+        prompts = draw_lengths(serving.prompt_tokens, PROMPT_SAMPLES, rng)
+    prompts, _ = clip_to_context(prompts, np.ones_like(prompts), serving.max_context)
+    long = prompts[prompts > slot_tokens]
+    if long.shape[0] == 0:
+        return None
+    return int(np.median(long))

@@ -27,7 +27,7 @@ from rdu_sim.api import RunResult
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import prefill_steps
-from rdu_sim.serving.requests import clip_to_context, draw_lengths
+from rdu_sim.serving.requests import typical_compressed_length
 from rdu_sim.serving.step_cache import PS_PER_S
 
 MIN_TURNOVERS = 3
@@ -35,10 +35,6 @@ MIN_TURNOVERS = 3
 ``batch_slots`` completions are the warm-up turnover, and the last admission comes at
 completion ``requests - batch_slots``, so 3 per slot leave one full turnover inside the
 steady window."""
-
-PROMPT_SAMPLES = 200_000
-"""Draws of the prompt distribution used to find its median compressed prompt."""
-
 
 @dataclass(frozen=True)
 class SteadyState:
@@ -86,29 +82,10 @@ def steady_state(result: RunResult) -> SteadyState:
 
 
 def compressed_prompt(scenario: Scenario, slot_tokens: int) -> int | None:
-    """The workload's typical compressed prompt: the median of its prompt lengths above
-    ``slot_tokens`` (the SnapStream budget), clipped to the context; None when no prompt
-    of the distribution is that long.
-
-    A prompt no longer than the slot is not compressed, so its prefill is identical under
-    both policies; the published prefill cost is the cost of compressing. The median is
-    taken over a large seeded sample of the distribution (or the trace's rows), not over
-    the few long prompts a short run happens to draw, so `--quick` measures the same prompt.
-    """
-    serving = scenario.workload.serving
-    if serving.trace is not None:
-        from rdu_sim.serving.requests import make_requests
-
-        prompts = make_requests(serving, 1, scenario.base_dir,
-                                scenario.workload_file).prompt_tokens
-    else:
-        rng = np.random.default_rng(serving.seed)
-        prompts = draw_lengths(serving.prompt_tokens, PROMPT_SAMPLES, rng)
-    prompts, _ = clip_to_context(prompts, np.ones_like(prompts), serving.max_context)
-    long = prompts[prompts > slot_tokens]
-    if long.shape[0] == 0:
-        return None
-    return int(np.median(long))
+    """The workload's typical compressed prompt (see
+    ``rdu_sim.serving.requests.typical_compressed_length``)."""
+    return typical_compressed_length(scenario.workload.serving, slot_tokens,
+                                     scenario.base_dir, scenario.workload_file)
 
 
 def prefill_time(result: RunResult, prompt: int) -> float:
