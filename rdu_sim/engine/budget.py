@@ -4,8 +4,9 @@ The estimate counts, per stage tile on each simulated socket, the events the sta
 and the hardware primitives schedule (``stage_runner``): up to 2 per input edge (a wait for
 the tile, the read port), 1 per output edge (a wait for a slot), up to 3 per HBM/DDR request
 (latency, completion, wake-up timer), 1 each for matrix, vector and SRAM work and for the
-tile's completion; per collective chunk the link transfers of its algorithm; per call the
-launcher's and processes' bookkeeping. It is an upper bound in practice (timers are shared
+tile's completion; per collective chunk the link transfers of its algorithm (3 events with
+the symmetric shortcut, which computes them in plain Python); per call the launcher's and
+processes' bookkeeping. It is an upper bound in practice (timers are shared
 between requests, waits happen only when a stage blocks), checked against the measured
 counts by the tests.
 """
@@ -22,15 +23,19 @@ class EventBudgetError(ValueError):
 
 
 def _collective_events(kind: str, algorithm: str, group: int, chunks: int, sockets: int) -> int:
-    """Link transfers of one collective of ``chunks`` chunks (plus its completion)."""
+    """Link transfers of one collective of ``chunks`` chunks (plus its completion). The
+    symmetric shortcut (one simulated socket) computes its transfers in plain Python
+    (``hw.link_chains``): its completion, the timeout that fires it and at most one timeout
+    superseded by a later collective."""
     if group <= 1:
         return 1
+    if sockets == 1:
+        return 3
     if algorithm == "tree" and kind == "allreduce":
-        depth = max(1, (group).bit_length() - 1)
-        hops = 2 * depth if sockets == 1 else 2 * (group - 1)
+        hops = 2 * (group - 1)
     else:
         steps = 2 * (group - 1) if kind == "allreduce" else group - 1
-        hops = steps if sockets == 1 else steps * group
+        hops = steps * group
     return hops * chunks + 2
 
 

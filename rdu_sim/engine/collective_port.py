@@ -5,8 +5,9 @@ starts the chunk's collective on the run's ``Topology`` and returns the event th
 the chunk has been reduced/gathered everywhere.
 
 * :class:`SymmetricPort` (one simulated socket): every socket of the group reaches the chunk at
-  the same instant, so the hw collectives' symmetric shortcut (socket 0's chain of hops, exact
-  for identical links) gives the chunk's completion.
+  the same instant, so the hw collectives' symmetric shortcut (one rotational period of the
+  ring: socket 0's chain for identical links, one node's sockets and outgoing links for a ring
+  over several nodes; exact either way) gives the chunk's completion.
 * :class:`RendezvousPort` (all sockets simulated): the collective starts when the last socket
   of the group has produced the chunk (a socket cannot forward a partial sum it does not yet
   have), and then every hop of every socket is simulated. With identical sockets they all
@@ -45,7 +46,7 @@ def group_of(socket: int, group: int) -> list[int]:
 
 
 class SymmetricPort:
-    """One simulated socket: run socket 0's chain of the symmetric collective."""
+    """One simulated socket: run the symmetric shortcut of the collective (exact)."""
 
     def __init__(self, topo: Topology, spec: CollectiveSpec, algorithm: str) -> None:
         self.topo, self.spec, self.algorithm = topo, spec, algorithm

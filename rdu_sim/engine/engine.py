@@ -8,8 +8,10 @@ separated by a synchronization, so each is simulated in its own environment and 
 the previous one; ``fast_forward`` advances identical calls (exactly) and periodic looped layers
 instead of re-simulating them (``fast_forward`` module).
 
-Symmetric TP: by default one socket is simulated, with socket 0's chain of each collective on
-the links; ``all_sockets=True`` simulates all ``program.tp`` sockets and every link hop.
+Symmetric TP: by default one socket is simulated, with one rotational period of each ring
+collective on the links (socket 0's chain for identical hops, one node's sockets and links for a
+ring over several nodes: exact, see ``hw.collectives``); ``all_sockets=True`` simulates all
+``program.tp`` sockets and every link hop, and gives the same step time.
 
 All state lives in the Engine's runs (no globals), so the same step twice gives the same
 StepTiming, and engines in one process do not affect each other.

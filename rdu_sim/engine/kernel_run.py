@@ -107,6 +107,7 @@ def _stats(socket: SocketModel, pipe: KernelPipeline, topo: Topology, elapsed: f
         port_s = moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time
         pmu_s += stage.pmus * min(port_s, elapsed)
         sram += runner.sram_bytes
+    topo.chains.flush()  # sends computed ahead by the symmetric collectives, up to now
     links = _links(topo)
     p2p = sum(link.bytes[direction].total for link, direction, sender in links if sender == 0)
     link_busy = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
@@ -128,6 +129,4 @@ def _links(topo: Topology) -> list[tuple[P2PLink, int, int]]:
     for (a, b), link in sorted(topo.links.items()):
         out.append((link, 0, a))
         out.append((link, 1, b))
-    for link in topo.bottlenecks.values():
-        out.append((link, 0, 0))
     return out

@@ -16,15 +16,19 @@ output, the reduce-scatter input, per socket):
 * tree (all-reduce only): binary heap tree over the participants, chunked
   reduce towards the root then broadcast back, each edge its own link.
 
-``symmetric=True`` simulates one socket's chain only: in a ring every socket
-sends on its own outgoing link exactly when its predecessor does, so the
-arrival of chunk (s, k) on socket 0's outgoing link also marks the arrival of
-(s, k) at socket 0, which triggers (s+1, k). It is exact for identical hops;
-with mixed intra/inter-node hops it uses one synthetic link with the minimum
-bandwidth and maximum latency (an upper bound). Only the simulated link's
-counters move: multiply its bytes by p for the total. For a tree it simulates
-the deepest root-leaf path (exact for identical links). Reduction arithmetic
-is not charged here: it is fused into the consuming stage's PCUs.
+``symmetric=True`` exploits the ring's rotational symmetry. Every socket starts each chunk at
+the same instant and does the same thing, and rotating the ring by ``d`` positions maps it onto
+itself (link parameters included) when ``d`` is the period of its hop sequence: 1 for identical
+hops, ``sockets_per_node`` for a ring over several nodes (``d - 1`` intra-node hops then one
+inter-node hop). The whole collective is then a function of the position modulo ``d``: socket
+``r + d`` receives chunk (s, k) exactly when socket ``r`` does. So only sockets ``0 .. d-1`` and
+their outgoing links are simulated, and what socket ``d - 1`` sends on its (inter-node) link
+lands on socket 0 as the data socket ``d`` would receive: the simulated ring closes back on
+itself. This is exact (same event times as the full ring) for any hop mix with that period,
+at ``d / p`` of the full ring's events (for identical hops: one socket's chain, socket 0's
+outgoing link only). Only the simulated links' counters move: the p2p bytes socket 0 sends are
+its own link's. For a tree it simulates the deepest root-leaf path (exact for identical
+links). Reduction arithmetic is not charged here: it is fused into the consuming stage's PCUs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Callable, Sequence
 
 import simpy
 
+from rdu_sim.hw.link_chains import Hop, LinkChains, hop_of
 from rdu_sim.hw.p2p_link import P2PLink
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all_reduce", "all_gather", "reduce_scatter"
@@ -73,9 +78,10 @@ class Topology:
             self.intra[1] if inter_latency is None else float(inter_latency),
         )
         self.links: dict[tuple[int, int], P2PLink] = {}
-        # Synthetic slowest-hop links of symmetric heterogeneous rings, one per (bw, latency),
-        # kept so that successive chunks queue on the same link and its bytes are counted.
-        self.bottlenecks: dict[tuple[float, float], P2PLink] = {}
+        # Symmetric collectives' chains of transfers, computed in plain Python (exact, a few
+        # SimPy events per collective); False: one SimPy event per transfer (the reference).
+        self.fast_chains = True
+        self.chains = LinkChains(env)
 
     def same_node(self, i: int, j: int) -> bool:
         """True when sockets i and j sit in the same node."""
@@ -95,17 +101,19 @@ class Topology:
             self.links[key] = P2PLink(self.env, bw, lat, name=f"p2p{key[0]}-{key[1]}")
         return self.links[key], 0 if i < j else 1
 
-    def bottleneck(self, bandwidth: float, latency: float) -> P2PLink:
-        """The synthetic link a symmetric heterogeneous ring runs on (created on first use)."""
-        key = (bandwidth, latency)
-        if key not in self.bottlenecks:
-            self.bottlenecks[key] = P2PLink(self.env, bandwidth, latency, name="ring-bottleneck")
-        return self.bottlenecks[key]
-
     def send(self, src: int, dst: int, nbytes: float, tag: str | None = None) -> simpy.Event:
         """Transfer ``nbytes`` from ``src`` to ``dst``; fires on arrival."""
         link, direction = self.link(src, dst)
-        return link.transfer(nbytes, direction, tag)
+        if not self.chains.busy:
+            return link.transfer(nbytes, direction, tag)
+        self.chains.interrupt()  # the chains' sends computed ahead must come after this one
+        ev = link.transfer(nbytes, direction, tag)
+        self.chains.resume()
+        return ev
+
+    def hop(self, src: int, dst: int) -> Hop:
+        """The link direction ``src -> dst`` as :class:`LinkChains` sends on it."""
+        return hop_of(*self.link(src, dst))
 
 
 def _on(ev: simpy.Event, fn: Callable[..., None], *args: int) -> None:
@@ -134,6 +142,17 @@ def ring_steps(kind: str, p: int) -> int:
     return 2 * (p - 1) if kind == ALL_REDUCE else p - 1
 
 
+def ring_period(topo: Topology, ring_ids: Sequence[int]) -> int:
+    """Smallest ``d`` dividing the ring's size such that hop ``r`` and hop ``r + d`` have the
+    same (bandwidth, latency) for every ``r``: the ring's rotational symmetry."""
+    n = len(ring_ids)
+    hops = [topo.params(ring_ids[r], ring_ids[(r + 1) % n]) for r in range(n)]
+    for d in range(1, n + 1):
+        if n % d == 0 and all(hops[r] == hops[(r + d) % n] for r in range(n)):
+            return d
+    return n  # unreachable: d = n always qualifies
+
+
 def ring(
     topo: Topology,
     kind: str,
@@ -152,32 +171,21 @@ def ring(
     size = nbytes / p / chunks
     if steps == 0 or nbytes == 0:
         return _Countdown(env, 0).done
-    if symmetric:
-        hops = [topo.params(ring_ids[r], ring_ids[(r + 1) % p]) for r in range(p)]
-        if len(set(hops)) == 1:
-            link, direction = topo.link(ring_ids[0], ring_ids[1])
-        else:  # heterogeneous ring: every hop as slow as the slowest (upper bound)
-            bw, lat = min(h[0] for h in hops), max(h[1] for h in hops)
-            link, direction = topo.bottleneck(bw, lat), 0
-        count = _Countdown(env, chunks)
+    # Simulated sockets: all p, or (symmetric) the first d, socket d - 1 sending to socket d
+    # whose arrivals are socket 0's (module docstring).
+    sim = ring_period(topo, ring_ids) if symmetric else p
+    if symmetric and topo.fast_chains:
+        hops = [topo.hop(ring_ids[r], ring_ids[(r + 1) % p]) for r in range(sim)]
+        return topo.chains.start(hops, steps, size, list(range(sim)) * chunks, tag)
+    count = _Countdown(env, sim * chunks)
 
-        def hop_sym(step: int) -> None:
-            ev = link.transfer(size, direction, tag)
-            nxt = count.tick if step + 1 == steps else (lambda: hop_sym(step + 1))
-            ev.callbacks.append(lambda _e: nxt())
-
-        for _ in range(chunks):
-            hop_sym(0)
-        return count.done
-    count = _Countdown(env, p * chunks)
-
-    def hop(r: int, step: int) -> None:
+    def hop(r: int, step: int) -> None:  # socket r sends (step, chunk) to socket r + 1
         ev = topo.send(ring_ids[r], ring_ids[(r + 1) % p], size, tag)
-        nxt = count.tick if step + 1 == steps else (lambda: hop((r + 1) % p, step + 1))
+        nxt = count.tick if step + 1 == steps else (lambda: hop((r + 1) % sim, step + 1))
         ev.callbacks.append(lambda _e: nxt())
 
     for _ in range(chunks):
-        for r in range(p):
+        for r in range(sim):
             hop(r, 0)
     return count.done
 
@@ -204,6 +212,9 @@ def tree_all_reduce(
             path.append((path[-1] - 1) // 2)
         route = [(ids[a], ids[b]) for a, b in itertools.pairwise(path)]
         route += [(b, a) for a, b in reversed(route)]
+        if topo.fast_chains:
+            hops = [topo.hop(a, b) for a, b in route]
+            return topo.chains.start(hops, len(route), size, [0] * chunks, tag)
         count = _Countdown(env, chunks)
 
         def hop_sym(j: int) -> None:

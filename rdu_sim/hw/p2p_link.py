@@ -10,6 +10,8 @@ transfer takes ``latency + b / bandwidth``.
 This is exactly a ``simpy.Resource(capacity=1)`` per direction with FIFO
 grant order, but since the start time is known at issue time it costs one
 event per transfer instead of four (request, grant, timeout, release).
+``hw.link_chains`` claims the same FIFO directions in plain Python (through ``free_at``
+and :meth:`P2PLink.account`) for the symmetric collectives' chains of transfers.
 
 Bandwidth, latency and topology of SN40L P2P links are not public; they are
 parameters [sn40l.md, "Node and system"].
@@ -49,7 +51,8 @@ class P2PLink:
         self.latency = float(latency)
         self.bytes = (ByteCounter(), ByteCounter())
         self.busy = (BusyTracker(f"{name}[0]"), BusyTracker(f"{name}[1]"))
-        self._free_at = [float(env.now), float(env.now)]
+        # When each direction has finished serialising what it was given (the FIFO's tail).
+        self.free_at = [float(env.now), float(env.now)]
 
     def transfer_time(self, nbytes: float) -> float:
         """Uncontended time of one transfer: ``latency + nbytes / bandwidth``."""
@@ -63,14 +66,20 @@ class P2PLink:
             raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
         self.bytes[direction].add(nbytes, tag)
         now = float(self.env.now)
-        start = max(now, self._free_at[direction])
+        start = max(now, self.free_at[direction])
         end = start + nbytes / self.bandwidth
-        self._free_at[direction] = end
+        self.free_at[direction] = end
         arrival = end + self.latency
-        done = self.env.timeout(arrival - now, value=arrival)
-        tracker = self.busy[direction]
-        done.callbacks.append(lambda _ev: tracker.add(start, end))
-        return done
+        # Busy [start, end] is recorded at once (known now; in send order, as ``hw.link_chains``
+        # records its transfers, so that both can share a link).
+        self.busy[direction].add(start, end)
+        return self.env.timeout(arrival - now, value=arrival)
+
+    def account(self, nbytes: float, direction: int, tag: str | None, start: float,
+                end: float) -> None:
+        """Count a transfer claimed outside :meth:`transfer` (bytes, busy ``[start, end]``)."""
+        self.bytes[direction].add(nbytes, tag)
+        self.busy[direction].add(start, end)
 
     @property
     def total_bytes(self) -> float:

@@ -1,0 +1,231 @@
+"""Chains of P2P link transfers computed in plain Python: one SimPy event per completion.
+
+A symmetric collective (``hw.collectives``) is a set of *chains*: a chain sends a chunk on a
+link direction and, when it has arrived, sends it on the next hop of its route, ``steps``
+times; the collective is done when its last chain arrives. With one SimPy timeout per
+transfer (``P2PLink.transfer``) a ring over two 8-socket nodes costs 8 x 30 events per
+all-reduce chunk, more than the rest of a decode step. :class:`LinkChains` computes the same
+transfers with its own small event loop (a heap of pending sends) and touches SimPy only to
+fire each collective's completion event, so a collective costs a few SimPy events.
+
+Exactness: a transfer's times depend only on when it is sent and on the transfers sent
+before it on the same direction (``P2PLink``: FIFO in send order, latency does not hold the
+link). The loop sends in the event simulation's order: by send time, ties in the order the
+sends were scheduled (SimPy's event ids), and it reproduces SimPy's clock arithmetic (an
+arrival fires at ``now + (arrival - now)``). So it gives the event-per-transfer simulation's
+times, including when several collectives share the links at once.
+
+The catch is that the future is not fixed: a collective started at ``t`` (or any other
+transfer on these links) claims links that the in-flight chains will ask for after ``t``.
+So the loop runs ahead only *provisionally*: from a snapshot taken at the last
+synchronization it computes until the earliest completion it can be sure of (no pending send
+earlier than it) and schedules one SimPy timeout there. When the timeout fires untouched,
+the provisional work is committed (link counters updated) and the loop runs on to the next
+completion. When something new arrives first at time ``t``, the loop goes back to the
+snapshot, recomputes the sends up to ``t`` (those are final: nothing sent later can delay
+them), adds the newcomer and runs ahead again. Pending sends at exactly ``t`` go before the
+newcomer's (ties between a SimPy process and an arrival are left to chance in the event
+simulation too: event ids, not physics).
+
+Link counters (bytes, busy intervals) count a send once it is final: when work is
+committed, or up to now on :meth:`LinkChains.flush` (which the engine calls before reading
+them). At the end of a run (every collective done) they are complete.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+
+import simpy
+
+from rdu_sim.hw.p2p_link import P2PLink
+
+Hop = tuple[list[float], int, float, float, P2PLink]
+"""A link direction as the loop uses it: (its ``free_at`` list, direction, bandwidth,
+latency, link)."""
+
+
+def hop_of(link: P2PLink, direction: int) -> Hop:
+    """The loop's view of ``link``'s ``direction``."""
+    return (link.free_at, direction, link.bandwidth, link.latency, link)
+
+
+class _Collective:
+    """One collective in flight: its chains' routes and how many chains have not arrived."""
+
+    __slots__ = ("done", "finish", "hops", "remaining", "size", "steps", "tag")
+
+    def __init__(self, env: simpy.Environment, hops: Sequence[Hop], steps: int, size: float,
+                 chains: int, tag: str | None) -> None:
+        self.hops = tuple(hops)
+        self.steps, self.size, self.tag = steps, size, tag
+        self.remaining = chains
+        self.finish = float("-inf")
+        self.done = env.event()
+
+
+_Send = tuple[float, int, _Collective, int, int]
+"""A pending send: (time, order, collective, first hop of the chain, step)."""
+
+
+class LinkChains:
+    """The chains of transfers of one topology's symmetric collectives (module docstring)."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._heap: list[_Send] = []
+        self._order = itertools.count()
+        self._active: list[_Collective] = []  # started, completion not yet fired
+        self._arrived: list[tuple[float, int, _Collective]] = []  # complete, not yet fired
+        self._touched: dict[tuple[int, int], Hop] = {}  # link directions in use
+        # Counters of the sends computed since the last commit (in send order), the first
+        # ``_applied`` of them already counted by ``flush``.
+        self._pending: list[tuple[float, P2PLink, int, float, str | None, float, float]] = []
+        self._applied = 0
+        self._snapshot: tuple[list[_Send], list[tuple[list[float], int, float]],
+                              list[tuple[_Collective, int, float]],
+                              list[tuple[float, int, _Collective]]] | None = None
+        self._horizon = float("-inf")  # latest send time computed provisionally
+        self._wake: tuple[float, simpy.Event] | None = None
+        self.sends = 0  # transfers computed (provisional re-computations included)
+
+    @property
+    def busy(self) -> bool:
+        """True while a collective is in flight."""
+        return bool(self._active)
+
+    def start(self, hops: Sequence[Hop], steps: int, size: float,
+              firsts: Sequence[int], tag: str | None = None) -> simpy.Event:
+        """Start chains (one per entry of ``firsts``: its first hop's index in ``hops``) that
+        each send ``size`` bytes ``steps`` times, chain ``r``'s step ``s`` on
+        ``hops[(r + s) % len(hops)]``, now; the event fires when all have arrived."""
+        env = self.env
+        coll = _Collective(env, hops, steps, size, len(firsts), tag)
+        if steps == 0 or not firsts:
+            coll.done.succeed(env.now)
+            return coll.done
+        self.interrupt()
+        now = float(env.now)
+        for hop in coll.hops:
+            self._touched.setdefault((id(hop[0]), hop[1]), hop)
+        for r in firsts:
+            self._heap.append((now, next(self._order), coll, r, 0))
+        heapq.heapify(self._heap)
+        self._active.append(coll)
+        self.resume()
+        return coll.done
+
+    def interrupt(self) -> None:
+        """Bring the links to the present (now): drop the provisional sends after now and
+        commit the rest. Call before touching the links from outside, then :meth:`resume`."""
+        now = float(self.env.now)
+        if self._snapshot is None:
+            return
+        if self._horizon > now:  # the provisional run went past now: recompute up to now
+            heap, frees, colls, arrived = self._snapshot
+            self._heap = list(heap)
+            for free, direction, at in frees:
+                free[direction] = at
+            for coll, remaining, finish in colls:
+                coll.remaining, coll.finish = remaining, finish
+            self._arrived = list(arrived)
+            self._pending.clear()  # recomputed below, the first ``_applied`` already counted
+        self._run(now, inclusive=True)  # (sends at exactly now may still be pending)
+        self._commit()
+        self._snapshot = None
+
+    def resume(self) -> None:
+        """Snapshot the present and compute ahead to the next completion (module docstring)."""
+        self._snapshot = (
+            list(self._heap),
+            [(hop[0], hop[1], hop[0][hop[1]]) for hop in self._touched.values()],
+            [(c, c.remaining, c.finish) for c in self._active],
+            list(self._arrived),
+        )
+        self._horizon = float("-inf")
+        first = min(self._arrived)[0] if self._arrived else None
+        first = self._run(first, inclusive=False)
+        if first is None:
+            self._wake = None
+            return
+        if self._wake is not None and self._wake[0] == first:
+            return  # the timeout already scheduled still fires at the right time
+        now = float(self.env.now)
+        wake = self.env.timeout(max(first - now, 0.0))
+        self._wake = (first, wake)
+        wake.callbacks.append(self._woken)
+
+    def _woken(self, event: simpy.Event) -> None:
+        if self._wake is None or self._wake[1] is not event:
+            return  # superseded by a later resume
+        at = self._wake[0]
+        self._wake = None
+        self._snapshot = None  # the provisional sends (all before ``at``) are final
+        self._commit()
+        self._arrived.sort(key=lambda a: (a[0], a[1]))
+        while self._arrived and self._arrived[0][0] <= at:
+            _, _, coll = self._arrived.pop(0)
+            self._active.remove(coll)
+            coll.done.succeed(self.env.now)
+        if not self._active:
+            self._touched.clear()
+        self.resume()
+
+    def flush(self) -> None:
+        """Count the sends made up to now on the links (they are final): a snapshot of the
+        link counters then sees what the event-per-transfer simulation would have sent."""
+        now = float(self.env.now)
+        pending, i = self._pending, self._applied
+        while i < len(pending) and pending[i][0] <= now:
+            _, link, direction, size, tag, start, end = pending[i]
+            link.account(size, direction, tag, start, end)
+            i += 1
+        self._applied = i
+
+    def _commit(self) -> None:
+        for _, link, direction, size, tag, start, end in self._pending[self._applied:]:
+            link.account(size, direction, tag, start, end)
+        self._pending.clear()
+        self._applied = 0
+
+    def _run(self, limit: float | None, inclusive: bool) -> float | None:
+        """Send in order while the next send is before ``limit`` (at or before it if
+        ``inclusive``); ``limit=None`` with ``inclusive=False`` runs until the first
+        completion is certain and returns its time (None when nothing is in flight)."""
+        heap, order, pending, arrived = self._heap, self._order, self._pending, self._arrived
+        pop, push = heapq.heappop, heapq.heappush
+        first = limit
+        horizon = self._horizon
+        sends = 0
+        while heap:
+            t = heap[0][0]
+            if first is not None and (t > first or (t == first and not inclusive)):
+                break
+            now, _, coll, r, step = pop(heap)
+            free, direction, bandwidth, latency, link = coll.hops[(r + step) % len(coll.hops)]
+            size = coll.size
+            start = free[direction]
+            if now > start:
+                start = now
+            end = start + size / bandwidth
+            free[direction] = end
+            pending.append((now, link, direction, size, coll.tag, start, end))
+            sends += 1
+            horizon = now
+            # SimPy fires the arrival at now + (arrival - now), which can differ in the last bit
+            at = now + ((end + latency) - now)
+            if step + 1 < coll.steps:
+                push(heap, (at, next(order), coll, r, step + 1))
+                continue
+            coll.remaining -= 1
+            if at > coll.finish:
+                coll.finish = at
+            if coll.remaining == 0:
+                arrived.append((coll.finish, next(order), coll))
+                if not inclusive and (first is None or coll.finish < first):
+                    first = coll.finish
+        self._horizon = horizon
+        self.sends += sends
+        return first
