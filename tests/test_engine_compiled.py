@@ -81,3 +81,19 @@ def test_symmetric_shortcut_matches_all_sockets_with_full_attention() -> None:
     assert one.step_s == pytest.approx(every.step_s, rel=1e-9)
     assert one.bytes_by_tier == pytest.approx(every.bytes_by_tier, rel=1e-9)
 
+
+def test_full_attention_step_fast_forwards_a_ten_layer_cycle_exactly() -> None:
+    # Under the exact two-node ring the MoE layers settle into a 10-layer cycle, which the
+    # 16-layer probe cannot see; the long probe (28 layers) finds it.
+    scenario, program = full_attention_program()
+    fast = simulate_step(program, scenario.hardware)
+    moe = fast.kernel("decoder_moe")
+    assert moe.simulated_iterations == 16 + 28 and moe.period_s is not None
+    full = simulate_step(program, scenario.hardware, fast_forward=False)
+    assert fast.step_s == pytest.approx(full.step_s, rel=1e-4)
+    for tier in ("hbm", "ddr", "sram"):
+        assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)
+    # link bytes are sampled at layer boundaries mid-transfer: the cycle's increment is exact
+    # only to PERIOD_RTOL (6e-5 here)
+    assert fast.bytes_by_tier["p2p"] == pytest.approx(full.bytes_by_tier["p2p"], rel=1e-4)
+    assert fast.events < full.events * 0.8

@@ -21,7 +21,12 @@ from test_engine_programs import (
 from rdu_sim.compiler.program import CollectiveSpec, GemmShape, Program, StageProgram
 from rdu_sim.config import HardwareConfig
 from rdu_sim.engine import Engine, EventBudgetError, StepTiming, simulate_step
-from rdu_sim.engine.fast_forward import probe_lengths, steady_cycle
+from rdu_sim.engine.fast_forward import (
+    LONG_CYCLES,
+    long_probe_length,
+    probe_lengths,
+    steady_cycle,
+)
 from rdu_sim.engine.kernel_run import KernelRun
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.hw import gemm_efficiency, ring_time, tree_time
@@ -340,6 +345,23 @@ def test_probe_lengths_divide_every_cycle_and_stay_cheap() -> None:
             assert (calls - n) % 6 == 0 and n >= 10
         assert sum(probe_lengths(calls)) <= calls // 2
     assert probe_lengths(12) == [] and probe_lengths(58) == [16]
+
+
+def test_long_probe_looks_for_ten_layer_cycles_while_cheaper_than_the_full_run() -> None:
+    assert long_probe_length(58, 16) == 28  # 58 - 28 = 30: cycles of 1, 2, 3, 5, 6, 10
+    assert long_probe_length(32, 14) is None  # no room: simulated in full
+    for calls in range(20, 200):
+        n = long_probe_length(calls, 0)
+        if n is not None:
+            assert (calls - n) % 30 == 0 and n >= 24 and n < calls
+    # a 10-layer cycle after a settling start: only the long probe's lengths accept it
+    cycle = [1.0e-3, 1.01e-3, 1.02e-3, 1.005e-3, 0.99e-3, 0.98e-3, 1.0e-3, 1.01e-3, 0.995e-3,
+             0.99e-3]
+    ten = synthetic_probe([1.2e-3, 1.1e-3, 1.05e-3, *(cycle * 3)[:25]])
+    assert steady_cycle(ten, 58) is None
+    found = steady_cycle(ten, 58, LONG_CYCLES)
+    assert found is not None and found[0] == 10
+    assert found[1].time_s == pytest.approx(sum(cycle))
 
 
 def test_fast_forward_falls_back_to_full_simulation_when_not_periodic() -> None:

@@ -25,8 +25,14 @@
   skipped cycles, stays below ``DRIFT_RTOL`` of the kernel time. The tests compare with full
   simulations within 0.5%; on compiled DeepSeek-R1 and Llama programs they agree to 1e-4 or
   better. A probe that finds no cycle is extended by 6 layers while probing costs at most
-  half the full run; otherwise the ``L`` layers are simulated in full. ``fast_forward=False``
-  always simulates every layer and call (the reference).
+  half the full run. If none finds one, one longer probe looks for cycles of 5 and 10 layers
+  too (``LONG_CYCLES``; collectives on a ring over two nodes, whose slower inter-node hop
+  the chunks of successive collectives share, can settle into such cycles: DeepSeek-R1's
+  full-attention decode step on 16 sockets has a 10-layer one): ``L - n`` a multiple of 30,
+  ``n`` at least 2 x 10 + 4 (two cycles and the window), as long as all probes together
+  cost less than the full run. Otherwise the ``L`` layers are simulated in full (so a kernel
+  without any cycle costs at most twice its layers). ``fast_forward=False`` always simulates
+  every layer and call (the reference).
 
 ``events`` counts what was really simulated; records are those of the last probe run, with an
 ``agcu`` slice marking the fast-forwarded layers.
@@ -55,6 +61,12 @@ CYCLES = (1, 2, 3, 6)
 ALIGN = 6
 """Least common multiple of ``CYCLES``."""
 
+LONG_CYCLES = (1, 2, 3, 5, 6, 10)
+"""Cycle lengths the long probe looks for when the short probes found none."""
+
+LONG_ALIGN = 30
+"""Least common multiple of ``LONG_CYCLES``."""
+
 MIN_PROBE = 10
 """Fewest layers a probe runs: pipelines with latencies and collectives take 5-15 layers
 to settle."""
@@ -75,6 +87,16 @@ def probe_lengths(calls: int) -> list[int]:
         sizes.append(n)
         n += ALIGN
     return sizes
+
+
+def long_probe_length(calls: int, probed: int) -> int | None:
+    """The long probe after ``probed`` layers of short probes found no cycle: ``n = calls
+    (mod 30)``, at least ``2 x 10 + 4`` and ``MIN_PROBE``, if ``probed + n < calls`` (else
+    None: simulate in full)."""
+    n = calls % LONG_ALIGN
+    while n < max(MIN_PROBE, 2 * max(LONG_CYCLES) + 4):
+        n += LONG_ALIGN
+    return n if probed + n < calls else None
 
 
 RunFn = Callable[[int, bool], KernelRun]
@@ -111,12 +133,17 @@ def time_kernel(kernel: KernelProgram, run: RunFn, budget: BudgetFn,
         return KernelResult(r.stats.scaled(calls), r.events, 1, None,
                             _repeat(r.recorder, calls, r.stats.time_s))
     events = simulated = 0
-    for n in probe_lengths(calls) if fast_forward and calls >= MIN_PROBED_CALLS else []:
+    short = probe_lengths(calls) if fast_forward and calls >= MIN_PROBED_CALLS else []
+    probes: list[tuple[int, tuple[int, ...]]] = [(n, CYCLES) for n in short]
+    long = long_probe_length(calls, sum(short)) if short else None
+    if long is not None and long > short[-1]:
+        probes.append((long, LONG_CYCLES))
+    for n, lengths in probes:
         budget(n, True)
         probe = run(n, True)
         events += probe.events
         simulated += n
-        found = steady_cycle(probe, calls)
+        found = steady_cycle(probe, calls, lengths)
         if found is not None:
             k, per_cycle = found
             stats = probe.stats.affine(per_cycle, (calls - n) // k)
@@ -131,7 +158,8 @@ def time_kernel(kernel: KernelProgram, run: RunFn, budget: BudgetFn,
     return KernelResult(r.stats, events + r.events, simulated + calls, None, r.recorder)
 
 
-def steady_cycle(probe: KernelRun, calls: int) -> tuple[int, RunStats] | None:
+def steady_cycle(probe: KernelRun, calls: int,
+                 lengths: tuple[int, ...] = CYCLES) -> tuple[int, RunStats] | None:
     """The shortest cycle ``k`` (layers) of a periodic probe and every total's increment over
     one cycle, or None.
 
@@ -146,7 +174,7 @@ def steady_cycle(probe: KernelRun, calls: int) -> tuple[int, RunStats] | None:
     m = n - 3
     if len(snaps) != n:
         return None
-    for k in CYCLES:
+    for k in lengths:
         window = range(m - k - 1, m + 1)
         if window.start - k < 0:
             break

@@ -17,15 +17,15 @@ times, including when several collectives share the links at once.
 
 The catch is that the future is not fixed: a collective started at ``t`` (or any other
 transfer on these links) claims links that the in-flight chains will ask for after ``t``.
-So the loop runs ahead only *provisionally*: from a snapshot taken at the last
-synchronization it computes until the earliest completion it can be sure of (no pending send
-earlier than it) and schedules one SimPy timeout there. When the timeout fires untouched,
-the provisional work is committed (link counters updated) and the loop runs on to the next
-completion. When something new arrives first at time ``t``, the loop goes back to the
-snapshot, recomputes the sends up to ``t`` (those are final: nothing sent later can delay
-them), adds the newcomer and runs ahead again. Pending sends at exactly ``t`` go before the
-newcomer's (ties between a SimPy process and an arrival are left to chance in the event
-simulation too: event ids, not physics).
+So the loop runs ahead only *provisionally*: it computes until the earliest completion it
+can be sure of (no pending send earlier than it), logging how to undo each send, and
+schedules one SimPy timeout there. When the timeout fires untouched, the provisional work is
+committed (link counters updated) and the loop runs on to the next completion. When
+something new arrives first at time ``t``, the loop undoes the sends computed for after
+``t`` (the sends up to ``t`` are final: nothing sent later can delay them), adds the
+newcomer and runs ahead again. Pending sends at exactly ``t`` go before the newcomer's (ties
+between a SimPy process and an arrival are left to chance in the event simulation too: event
+ids, not physics).
 
 Link counters (bytes, busy intervals) count a send once it is final: when work is
 committed, or up to now on :meth:`LinkChains.flush` (which the engine calls before reading
@@ -79,17 +79,16 @@ class LinkChains:
         self._order = itertools.count()
         self._active: list[_Collective] = []  # started, completion not yet fired
         self._arrived: list[tuple[float, int, _Collective]] = []  # complete, not yet fired
-        self._touched: dict[tuple[int, int], Hop] = {}  # link directions in use
-        # Counters of the sends computed since the last commit (in send order), the first
-        # ``_applied`` of them already counted by ``flush``.
+        # Sends computed since the last commit, in send order: their counters (the first
+        # ``_applied`` of them already counted by ``flush``) and how to undo them: (the send,
+        # its direction's ``free_at`` list, direction, previous free time, the order of the
+        # send it scheduled or -1 when it ended its chain, the chain's collective's previous
+        # finish).
         self._pending: list[tuple[float, P2PLink, int, float, str | None, float, float]] = []
         self._applied = 0
-        self._snapshot: tuple[list[_Send], list[tuple[list[float], int, float]],
-                              list[tuple[_Collective, int, float]],
-                              list[tuple[float, int, _Collective]]] | None = None
-        self._horizon = float("-inf")  # latest send time computed provisionally
+        self._undo: list[tuple[_Send, list[float], int, float, int, float]] = []
         self._wake: tuple[float, simpy.Event] | None = None
-        self.sends = 0  # transfers computed (provisional re-computations included)
+        self.sends = 0  # transfers computed (undone ones included)
 
     @property
     def busy(self) -> bool:
@@ -108,8 +107,6 @@ class LinkChains:
             return coll.done
         self.interrupt()
         now = float(env.now)
-        for hop in coll.hops:
-            self._touched.setdefault((id(hop[0]), hop[1]), hop)
         for r in firsts:
             self._heap.append((now, next(self._order), coll, r, 0))
         heapq.heapify(self._heap)
@@ -118,33 +115,36 @@ class LinkChains:
         return coll.done
 
     def interrupt(self) -> None:
-        """Bring the links to the present (now): drop the provisional sends after now and
+        """Bring the links to the present (now): undo the sends computed for after now and
         commit the rest. Call before touching the links from outside, then :meth:`resume`."""
         now = float(self.env.now)
-        if self._snapshot is None:
-            return
-        if self._horizon > now:  # the provisional run went past now: recompute up to now
-            heap, frees, colls, arrived = self._snapshot
-            self._heap = list(heap)
-            for free, direction, at in frees:
-                free[direction] = at
-            for coll, remaining, finish in colls:
-                coll.remaining, coll.finish = remaining, finish
-            self._arrived = list(arrived)
-            self._pending.clear()  # recomputed below, the first ``_applied`` already counted
+        undo = self._undo
+        if undo and undo[-1][0][0] > now:
+            dropped: set[int] = set()
+            back: list[_Send] = []
+            arrived = self._arrived
+            while undo and undo[-1][0][0] > now:
+                send, free, direction, prev, scheduled, finish = undo.pop()
+                free[direction] = prev
+                back.append(send)
+                if scheduled >= 0:
+                    dropped.add(scheduled)
+                    continue
+                coll = send[2]
+                if coll.remaining == 0:
+                    arrived.pop()  # appended when this send completed the collective
+                coll.remaining += 1
+                coll.finish = finish
+            del self._pending[len(undo):]
+            # back to the heap: the undone sends, but not those an undone send had scheduled
+            heap = [s for s in itertools.chain(self._heap, back) if s[1] not in dropped]
+            heapq.heapify(heap)
+            self._heap = heap
         self._run(now, inclusive=True)  # (sends at exactly now may still be pending)
         self._commit()
-        self._snapshot = None
 
     def resume(self) -> None:
-        """Snapshot the present and compute ahead to the next completion (module docstring)."""
-        self._snapshot = (
-            list(self._heap),
-            [(hop[0], hop[1], hop[0][hop[1]]) for hop in self._touched.values()],
-            [(c, c.remaining, c.finish) for c in self._active],
-            list(self._arrived),
-        )
-        self._horizon = float("-inf")
+        """Compute ahead to the next completion and wake up then (module docstring)."""
         first = min(self._arrived)[0] if self._arrived else None
         first = self._run(first, inclusive=False)
         if first is None:
@@ -162,15 +162,12 @@ class LinkChains:
             return  # superseded by a later resume
         at = self._wake[0]
         self._wake = None
-        self._snapshot = None  # the provisional sends (all before ``at``) are final
-        self._commit()
+        self._commit()  # the sends computed (all before ``at``) are final
         self._arrived.sort(key=lambda a: (a[0], a[1]))
         while self._arrived and self._arrived[0][0] <= at:
             _, _, coll = self._arrived.pop(0)
             self._active.remove(coll)
             coll.done.succeed(self.env.now)
-        if not self._active:
-            self._touched.clear()
         self.resume()
 
     def flush(self) -> None:
@@ -189,36 +186,39 @@ class LinkChains:
             link.account(size, direction, tag, start, end)
         self._pending.clear()
         self._applied = 0
+        self._undo.clear()
 
     def _run(self, limit: float | None, inclusive: bool) -> float | None:
         """Send in order while the next send is before ``limit`` (at or before it if
         ``inclusive``); ``limit=None`` with ``inclusive=False`` runs until the first
         completion is certain and returns its time (None when nothing is in flight)."""
         heap, order, pending, arrived = self._heap, self._order, self._pending, self._arrived
+        undo = self._undo
         pop, push = heapq.heappop, heapq.heappush
         first = limit
-        horizon = self._horizon
         sends = 0
         while heap:
             t = heap[0][0]
             if first is not None and (t > first or (t == first and not inclusive)):
                 break
-            now, _, coll, r, step = pop(heap)
+            send = pop(heap)
+            now, _, coll, r, step = send
             free, direction, bandwidth, latency, link = coll.hops[(r + step) % len(coll.hops)]
             size = coll.size
-            start = free[direction]
-            if now > start:
-                start = now
+            prev = free[direction]
+            start = prev if prev > now else now
             end = start + size / bandwidth
             free[direction] = end
             pending.append((now, link, direction, size, coll.tag, start, end))
             sends += 1
-            horizon = now
             # SimPy fires the arrival at now + (arrival - now), which can differ in the last bit
             at = now + ((end + latency) - now)
             if step + 1 < coll.steps:
-                push(heap, (at, next(order), coll, r, step + 1))
+                scheduled = next(order)
+                push(heap, (at, scheduled, coll, r, step + 1))
+                undo.append((send, free, direction, prev, scheduled, 0.0))
                 continue
+            undo.append((send, free, direction, prev, -1, coll.finish))
             coll.remaining -= 1
             if at > coll.finish:
                 coll.finish = at
@@ -226,6 +226,5 @@ class LinkChains:
                 arrived.append((coll.finish, next(order), coll))
                 if not inclusive and (first is None or coll.finish < first):
                     first = coll.finish
-        self._horizon = horizon
         self.sends += sends
         return first
