@@ -28,7 +28,7 @@ the budget (the shipped 128k workload's 2048 of 32768), unless the workload sets
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,23 @@ def _point(workload: Any, overrides: Overrides, extra: Mapping[str, Any]) -> Any
     return api.load(workload, {**_as_dict(overrides), **extra})
 
 
+def _capacity_points(workload: Any, overrides: Overrides, policies: Sequence[str],
+                     contexts: Sequence[int], batch: int | None, snapstream_ratio: float,
+                     snapstream_budget: int | None) -> Iterator[tuple[str, int, Any, int, int]]:
+    """(policy, context, scenario, batch capacity, slots) at each point of the grid;
+    ``slots`` is ``batch`` capped at the capacity (default: the capacity)."""
+    base = _point(workload, overrides, {})
+    backend = _api().EngineBackend()
+    for policy in policies:
+        for context in contexts:
+            scenario = _point(workload, overrides, context_overrides(
+                base, policy, context, snapstream_ratio=snapstream_ratio,
+                snapstream_budget=snapstream_budget))
+            capacity = int(backend.batch_capacity(scenario))
+            yield policy, context, scenario, capacity, (
+                capacity if batch is None else min(batch, capacity))
+
+
 def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
                        policies: Sequence[str] = ("full", "snapstream"),
                        batch: int | None = None, overrides: Overrides = None,
@@ -121,31 +138,25 @@ def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
         ``batch_capacity``, ``batch_slots``, ``kv_bytes_per_slot`` and ``memory`` (per tier,
         one socket), the keys of a run's ``to_dict()``.
     """
-    api = _api()
     from rdu_sim.report.summary import memory_summary
 
-    base = _point(workload, overrides, {})
-    backend = api.EngineBackend()
+    backend = _api().EngineBackend()
     rows: list[dict[str, Any]] = []
-    for policy in policies:
-        for context in contexts:
-            scenario = _point(workload, overrides, context_overrides(
-                base, policy, context, snapstream_ratio=snapstream_ratio,
-                snapstream_budget=snapstream_budget))
-            capacity = int(backend.batch_capacity(scenario))
-            slots = capacity if batch is None else min(batch, capacity)
-            row: dict[str, Any] = {
-                "model": scenario.model.name, "workload": scenario.workload.name,
-                "hardware": scenario.hardware.name, "tp": scenario.tp,
-                "kv_policy": policy, "max_context": context,
-                "batch_capacity": capacity, "batch_slots": slots,
-            }
-            if slots >= 1:
-                placement = backend.plan_memory(scenario, slots)
-                row["memory"] = memory_summary(placement)
-                kv = sum(u.kv_bytes for u in placement.tiers.values())
-                row["kv_bytes_per_slot"] = int(kv // slots)
-            rows.append(row)
+    for policy, context, scenario, capacity, slots in _capacity_points(
+            workload, overrides, policies, contexts, batch, snapstream_ratio,
+            snapstream_budget):
+        row: dict[str, Any] = {
+            "model": scenario.model.name, "workload": scenario.workload.name,
+            "hardware": scenario.hardware.name, "tp": scenario.tp,
+            "kv_policy": policy, "max_context": context,
+            "batch_capacity": capacity, "batch_slots": slots,
+        }
+        if slots >= 1:
+            placement = backend.plan_memory(scenario, slots)
+            row["memory"] = memory_summary(placement)
+            kv = sum(u.kv_bytes for u in placement.tiers.values())
+            row["kv_bytes_per_slot"] = int(kv // slots)
+        rows.append(row)
     return rows
 
 
@@ -181,20 +192,11 @@ def decode_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     time`` as ``decode_tokens_per_s`` (``source: "decode_step"``), with the step time and
     the achieved fraction of HBM bandwidth and of peak FLOP/s.
     """
-    api = _api()
-    base = _point(workload, overrides, {})
-    backend = api.EngineBackend()
-    rows = []
-    for policy in policies:
-        for context in contexts:
-            scenario = _point(workload, overrides, context_overrides(
-                base, policy, context, snapstream_ratio=snapstream_ratio,
-                snapstream_budget=snapstream_budget))
-            capacity = int(backend.batch_capacity(scenario))
-            slots = capacity if batch is None else min(batch, capacity)
-            if slots >= 1:
-                rows.append(_decode_row(scenario, policy, context, capacity, slots))
-    return rows
+    return [_decode_row(scenario, policy, context, capacity, slots)
+            for policy, context, scenario, capacity, slots in _capacity_points(
+                workload, overrides, policies, contexts, batch, snapstream_ratio,
+                snapstream_budget)
+            if slots >= 1]
 
 
 def decode_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
