@@ -20,7 +20,6 @@ from rdu_sim.compiler.placement import (
     batch_capacity,
     kv_bytes,
     plan_memory,
-    resolved_batch_slots,
     slot_tokens,
     weight_inventory,
 )
@@ -42,6 +41,6 @@ __all__ = [
     "Program", "ShardPlan", "StageProgram", "StaticShape", "TensorPlacement", "TierUsage",
     "activation_bytes", "batch_capacity", "compile_program", "inspect_graph", "inspect_shape",
     "kv_bytes", "kv_slot_bytes_per_socket", "layer_graph", "plan_memory",
-    "resolved_batch_slots", "shard_graph", "shard_operator", "shard_plan", "slot_tokens",
+    "shard_graph", "shard_operator", "shard_plan", "slot_tokens",
     "to_dot", "weight_inventory",
 ]

@@ -33,7 +33,6 @@ class StageWork:
     """What allocation needs to know about one stage."""
 
     compute: float  # PCU-seconds
-    memory: float  # seconds of off-chip traffic at full tier bandwidth
     buffer_bytes: float  # bytes one tile brings in and sends out (before double-buffering)
     stream_in: float = 0.0  # on-chip input bytes per call, times the input edges sharing them
     moved: float = 0.0  # all bytes the stage moves per call (on-chip in, off-chip in and out)

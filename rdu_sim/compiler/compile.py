@@ -160,11 +160,9 @@ def _work(stage: StageProgram, produced: dict[str, float], socket: SocketConfig,
         g = stage.gemm
         efficiency *= gemm_efficiency(g.m, g.n, pcu.systolic_rows, pcu.systolic_cols)
     compute = stage.flops / (pcu.peak_flops * efficiency) + stage.vector_flops / pcu.vector_flops
-    memory = sum((stage.reads.get(t, 0.0) + stage.writes.get(t, 0.0)) / _bandwidth(socket, t)
-                 for t in ("hbm", "ddr"))
     arriving = [produced[name] for name in stage.inputs]
     offchip = sum(stage.reads.values()) + sum(stage.writes.values())
-    return StageWork(compute=compute, memory=memory,
+    return StageWork(compute=compute,
                      buffer_bytes=(sum(arriving) + offchip + stage.output_bytes) / tiles,
                      stream_in=len(arriving) * max(arriving, default=0.0),
                      moved=sum(arriving) + offchip)

@@ -236,9 +236,3 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
             high = mid
     return low
 
-
-def resolved_batch_slots(scenario: Scenario) -> int:
-    """serving.batch_slots, or the batch capacity when it says 'auto'."""
-    slots = scenario.workload.serving.batch_slots
-    return slots if isinstance(slots, int) else batch_capacity(scenario)
-

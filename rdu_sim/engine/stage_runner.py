@@ -95,17 +95,20 @@ class StageRunner:
             self._load(i % tiles) for i in range(min(self.prefetch, total)))
         writes: list[simpy.Event] = []
         pending: list[int] = []  # tiles of the collective chunk being accumulated
+        # Edge lists built once (this loop runs once per tile of every stage).
+        ins_first, ins_later = self.inputs, self.inputs + self.loop_inputs
+        outs_last, outs_other = self.outputs, self.outputs + self.loop_outputs
         for i in range(total):
             it, t = divmod(i, tiles)
             if t == 0 and it > 0 and self.layer_loop > 0:
                 yield env.timeout(self.layer_loop)
-            ins = self.inputs if it == 0 else self.inputs + self.loop_inputs
+            ins = ins_first if it == 0 else ins_later
             upstream: list[simpy.Event] = []
             for edge in ins:
                 upstream.append((yield from edge.get()))
             done: simpy.Event | None = None
             if self.port is None:
-                outs = self._outs(it, iterations)
+                outs = outs_last if it + 1 == iterations else outs_other
                 if outs:
                     done = env.event()
                     for edge in outs:

@@ -46,8 +46,6 @@ class TileWork:
     vector_flops: float  # element-wise FLOPs per tile
     output: tuple[float, ...]  # activation bytes each consumer receives per tile
     efficiency: float  # fraction of the PCUs' matrix peak this stage's GEMM reaches
-    sram_bytes: float  # per call, for accounting
-    output_bytes: float
 
     @classmethod
     def of(cls, stage: StageProgram, tiles: int, socket: SocketConfig) -> TileWork:
@@ -72,7 +70,6 @@ class TileWork:
             tiles=tiles, reads=reads, writes=writes, sram=split(sram_bytes, tiles),
             flops=stage.flops / tiles, vector_flops=stage.vector_flops / tiles,
             output=split(stage.output_bytes, tiles), efficiency=stage_efficiency(stage, socket),
-            sram_bytes=sram_bytes, output_bytes=stage.output_bytes,
         )
 
 

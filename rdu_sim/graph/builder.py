@@ -75,11 +75,3 @@ def operators(graph: nx.DiGraph) -> Iterator[Operator]:
     rank = {name: i for i, name in enumerate(graph.nodes)}
     for name in nx.lexicographical_topological_sort(graph, key=rank.__getitem__):
         yield op(graph, name)
-
-
-def producer_of(graph: nx.DiGraph, tensor: str) -> str | None:
-    """The node producing `tensor`, or None when it is an external input."""
-    for name in graph.nodes:
-        if any(t.name == tensor for t in op(graph, name).outputs):
-            return str(name)
-    return None

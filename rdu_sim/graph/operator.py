@@ -156,10 +156,3 @@ class Operator:
     @property
     def bytes_written(self) -> float:
         return self.kv_write_bytes + self.act_write_bytes
-
-    def output(self, name: str) -> TensorSpec:
-        """The output tensor called `name` (KeyError naming the operator if absent)."""
-        for tensor in self.outputs:
-            if tensor.name == name:
-                return tensor
-        raise KeyError(f"operator {self.name!r} has no output {name!r}")

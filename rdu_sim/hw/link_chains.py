@@ -88,7 +88,6 @@ class LinkChains:
         self._applied = 0
         self._undo: list[tuple[_Send, list[float], int, float, int, float]] = []
         self._wake: tuple[float, simpy.Event] | None = None
-        self.sends = 0  # transfers computed (undone ones included)
 
     @property
     def busy(self) -> bool:
@@ -196,7 +195,6 @@ class LinkChains:
         undo = self._undo
         pop, push = heapq.heappop, heapq.heappush
         first = limit
-        sends = 0
         while heap:
             t = heap[0][0]
             if first is not None and (t > first or (t == first and not inclusive)):
@@ -210,7 +208,6 @@ class LinkChains:
             end = start + size / bandwidth
             free[direction] = end
             pending.append((now, link, direction, size, coll.tag, start, end))
-            sends += 1
             # SimPy fires the arrival at now + (arrival - now), which can differ in the last bit
             at = now + ((end + latency) - now)
             if step + 1 < coll.steps:
@@ -226,5 +223,4 @@ class LinkChains:
                 arrived.append((coll.finish, next(order), coll))
                 if not inclusive and (first is None or coll.finish < first):
                     first = coll.finish
-        self.sends += sends
         return first
