@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from rdu_sim import __version__
 from rdu_sim.compiler.program import Placement, StaticShape
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.limits import check_run
@@ -133,9 +134,14 @@ def load(scenario_or_path: Scenario | str | Path, overrides: Overrides = None) -
     if isinstance(scenario_or_path, Scenario):
         if not overrides:
             return scenario_or_path
-        data = scenario_or_path.workload.model_dump(mode="json")
-        return build_scenario(data, workload_file=scenario_or_path.workload_file,
-                              overrides=overrides)
+        # Rebuild from the scenario's own (already overridden) workload and hardware: the
+        # hardware file on disk would lose earlier `hw.` overrides.
+        scenario = scenario_or_path
+        data = scenario.workload.model_dump(mode="json")
+        hardware = scenario.hardware.model_dump(mode="json")
+        merged = {f"{HW_PREFIX}{key}": value for key, value in hardware.items()}
+        merged.update(normalize_overrides(overrides))
+        return build_scenario(data, workload_file=scenario.workload_file, overrides=merged)
     return load_scenario(scenario_or_path, overrides)
 
 

@@ -278,3 +278,18 @@ def test_trace_path_is_relative_to_the_workload_file(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"t\.jsonl:1: output_tokens: missing value"):
         fake_run(workload)
+
+
+def test_load_with_overrides_keeps_the_scenarios_earlier_hardware_overrides() -> None:
+    """Re-loading a Scenario with more overrides must not re-read the hardware file."""
+    from rdu_sim import api
+    from rdu_sim.scenario import load_scenario
+
+    base = load_scenario("workloads/llama3.1-8b-1socket.yaml",
+                         ["hw.socket.hbm.bandwidth=2.4 TB/s"])
+    again = api.load(base, ["serving.requests=10"])
+    assert again.hardware.socket.hbm.bandwidth == 2.4e12
+    assert again.hardware == base.hardware
+    assert again.workload.serving.requests == 10
+    newer = api.load(base, ["hw.socket.hbm.bandwidth=3 TB/s"])
+    assert newer.hardware.socket.hbm.bandwidth == 3e12

@@ -378,6 +378,16 @@ def test_snapstream_budget_rule() -> None:
     assert issue.field == "kv.budget" and "recent" in issue.message
 
 
+def test_kv_rules_are_the_policys_own() -> None:
+    """The load-time check is the policy's: SnapKV has no sinks, so a budget just above the
+    observation window is valid (an earlier duplicate rule refused it)."""
+    path = REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+    scenario = load_scenario(path, ["kv.policy=snapkv", "kv.budget=34"])
+    assert scenario.workload.kv.budget == 34
+    [issue] = _error(path, ["kv.policy=snapkv", "kv.budget=32"]).issues
+    assert issue.field == "kv.budget" and "observation_window" in issue.message
+
+
 @pytest.mark.parametrize("override", ["serving.requests=true", "kernel_looping=1",
                                       "parallelism.tp=yes", "serving.arrival.rate=true"])
 def test_no_silent_type_coercion(override: str) -> None:
