@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +124,9 @@ def test_no_room_for_one_sequence_is_a_capacity_error() -> None:
         def batch_capacity(self, scenario: Scenario) -> int:
             return 0
 
-    compiler = pytest.importorskip("rdu_sim.compiler")
-    if not hasattr(compiler, "CapacityError"):
-        pytest.skip("the compiler's CapacityError has not landed")
-    with pytest.raises(compiler.CapacityError, match="not even one sequence"):
+    from rdu_sim.compiler import CapacityError
+
+    with pytest.raises(CapacityError, match="not even one sequence"):
         api.run(LLAMA, backend=Full())
 
 
@@ -181,19 +181,11 @@ def test_json_is_byte_identical_across_processes() -> None:
 
 # --- end to end on the real compiler and engine ------------------------------------------------
 
-def _real_backend_ready() -> bool:
-    try:
-        import rdu_sim.compiler as compiler
-        import rdu_sim.engine as engine
-    except ImportError:
-        return False
-    return all(hasattr(compiler, n) for n in ("compile_program", "plan_memory",
-                                              "batch_capacity", "CapacityError")) and \
-        hasattr(engine, "simulate_step")
-
-
-real = pytest.mark.skipif(not _real_backend_ready(),
-                          reason="the compiler and engine have not landed")
+def real(test: Callable[..., None]) -> Callable[..., None]:
+    """Marks a test that runs the real compiler and engine (they must be importable: a
+    broken import fails the test, it is never skipped)."""
+    assert api.EngineBackend.missing() == [], api.EngineBackend.missing()
+    return test
 
 
 @real

@@ -105,18 +105,6 @@ def test_cluster_local_gives_the_same_rows(tmp_path: Path) -> None:
     assert table(tmp_path / "a.sqlite") == table(tmp_path / "b.sqlite")
 
 
-def _real_backend_ready() -> bool:
-    try:
-        import rdu_sim.compiler as compiler
-        import rdu_sim.engine as engine
-    except ImportError:
-        return False
-    return all(hasattr(compiler, n) for n in ("compile_program", "plan_memory",
-                                              "batch_capacity")) and \
-        hasattr(engine, "simulate_step")
-
-
-@pytest.mark.skipif(not _real_backend_ready(), reason="the compiler and engine have not landed")
 def test_must_show_llama8b_batch_slots(tmp_path: Path) -> None:
     """The issue's case: batch_slots [1, 2, 4, 8] on the 1-socket Llama 8B, --workers 2."""
     spec = tmp_path / "must.yaml"

@@ -333,10 +333,6 @@ class _FixedSlotPolicy(PolicyBase):
         """One static shape: ``[slot_tokens]``."""
         return [self.slot_tokens(max_context)]
 
-    def decode_bucket(self, longest_cache: int, max_context: int | None = None) -> int:
-        """Always ``slot_tokens`` (static shape), whatever the sequence length."""
-        return super().decode_bucket(longest_cache, max_context)
-
     def describe(self) -> dict[str, Any]:
         """Policy, max_context, slot size, and the sinks/top-K/ring layout."""
         return {**super().describe(), "budget": self.budget, "sinks": self.sinks,

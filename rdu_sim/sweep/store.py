@@ -204,11 +204,6 @@ class _Transaction:
             self._conn.execute("ROLLBACK")
 
 
-def open_store(path: Path, *, create: bool = True) -> Store:
-    """Open (creating when asked) a sweep results database."""
-    return Store(path, create=create)
-
-
 def decode(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row with its JSON columns parsed."""
     out = dict(row)
