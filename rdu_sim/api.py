@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim import __version__
@@ -38,10 +37,10 @@ from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import (
     RequestSet,
-    clip_to_context,
     make_requests,
     typical_compressed_length,
     typical_length,
+    typical_prompt,
 )
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
@@ -218,17 +217,6 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
     return capacity, capacity if slots == "auto" else int(slots)
 
 
-def typical_prompt(scenario: Scenario, requests: RequestSet) -> int:
-    """The workload's typical prompt: the distribution's median (a trace's median row)."""
-    serving = scenario.workload.serving
-    if serving.trace is not None:
-        prompt = int(np.median(requests.prompt_tokens))
-    else:
-        prompt = typical_length(serving.prompt_tokens)
-    clipped, _ = clip_to_context(np.asarray([prompt]), np.asarray([1]), serving.max_context)
-    return int(clipped[0])
-
-
 def _policy(scenario: Scenario) -> KVPolicy:
     """The workload's KV policy; a parameter it rejects is a ConfigError naming ``kv``."""
     try:
@@ -252,7 +240,7 @@ def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
     config = ServerConfig(slots, serving.max_context, serving.prefill_priority,
                           serving.prefill_chunk_tokens)
     records = serve(requests, policy, cache, config, progress)
-    prompt = typical_prompt(scenario, requests)
+    prompt = typical_prompt(scenario.workload.serving, requests.prompt_tokens)
     prefill_s = sum(cache.step_s(shape) for shape in prefill_steps(
         prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt)))
     return RunResult(scenario, policy, capacity, slots, placement, requests, records, cache,

@@ -34,7 +34,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import prompt_bucket
-from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_length
+from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
 
 SLOTS_PER_UNIT = 40_000
 """Batch slots whose per-change array updates cost about as much as one state change."""
@@ -109,12 +109,9 @@ def estimate_run(scenario: Scenario, policy: KVPolicy, batch_slots: int,
                                        np.asarray(requests.output_tokens, dtype=np.int64),
                                        serving.max_context)
     steps, _ = _prefill_counts(prompts, serving.max_context, serving.prefill_chunk_tokens)
-    # The report also times one prompt of the workload's typical length (api.typical_prompt).
-    if serving.trace is None:
-        typical = typical_length(serving.prompt_tokens)
-    else:
-        typical = int(np.median(prompts)) if len(prompts) else 1
-    reported = np.append(prompts, min(max(1, typical), max(1, serving.max_context - 1)))
+    # The report also times one prompt of the workload's typical length.
+    typical = typical_prompt(serving, np.asarray(requests.prompt_tokens, dtype=np.int64))
+    reported = np.append(prompts, typical)  # the same prompt api.run times
     _, prefill_shapes = _prefill_counts(reported, serving.max_context,
                                         serving.prefill_chunk_tokens)
     decode_buckets = np.asarray(policy.buckets(serving.max_context), dtype=np.int64)

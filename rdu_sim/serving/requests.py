@@ -149,3 +149,14 @@ def typical_compressed_length(serving: ServingConfig, slot_tokens: int,
     if long.shape[0] == 0:
         return None
     return int(np.median(long))
+
+
+def typical_prompt(serving: ServingConfig, prompts: NDArray[np.int64]) -> int:
+    """The workload's typical prompt, the one the report's ``prefill_s`` times: the
+    distribution's median (a trace's median row), clipped to the context."""
+    if serving.trace is not None:
+        prompt = int(np.median(prompts)) if len(prompts) else 1
+    else:
+        prompt = typical_length(serving.prompt_tokens)
+    clipped, _ = clip_to_context(np.asarray([prompt]), np.asarray([1]), serving.max_context)
+    return int(clipped[0])
