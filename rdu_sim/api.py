@@ -28,6 +28,7 @@ from rdu_sim import __version__
 from rdu_sim.compiler.program import Placement, StaticShape
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides
+from rdu_sim.config.workload import ServingConfig
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.limits import check_run
@@ -167,6 +168,10 @@ class RunResult:
                 "sockets": s.hardware.system.sockets, "seed": s.workload.serving.seed,
                 "max_context": s.workload.serving.max_context, "version": __version__}
 
+    def prefill_time(self, prompt: int) -> float:
+        """Prefill time of ``prompt`` as this run serves it (its own step cache)."""
+        return prefill_seconds(self.cache, self.scenario.workload.serving, self.policy, prompt)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see docs/serving.md): metrics, memory, identity."""
         if self._summary is None:
@@ -241,10 +246,16 @@ def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
                           serving.prefill_chunk_tokens)
     records = serve(requests, policy, cache, config, progress)
     prompt = typical_prompt(scenario.workload.serving, requests.prompt_tokens)
-    prefill_s = sum(cache.step_s(shape) for shape in prefill_steps(
-        prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt)))
     return RunResult(scenario, policy, capacity, slots, placement, requests, records, cache,
-                     prefill_s)
+                     prefill_seconds(cache, serving, policy, prompt))
+
+
+def prefill_seconds(cache: StepCache, serving: ServingConfig, policy: KVPolicy,
+                    prompt: int) -> float:
+    """Prefill time of ``prompt`` as the server runs it (bucketed or chunked, with the SnapKV
+    selection when the policy compresses it), from the step cache."""
+    return float(sum(cache.step_s(shape) for shape in prefill_steps(
+        prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt))))
 
 
 def default_step_shape(scenario: Scenario, phase: str = "decode", *, batch: int | None = None,

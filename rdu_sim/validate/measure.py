@@ -26,7 +26,6 @@ import numpy as np
 from rdu_sim.api import RunResult
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.requests import typical_compressed_length
 from rdu_sim.serving.step_cache import PS_PER_S
 
@@ -92,7 +91,4 @@ def prefill_time(result: RunResult, prompt: int) -> float:
     """Prefill time of ``prompt`` as the run serves it (bucketed or chunked, SnapKV
     selection included when the run's policy compresses it), from the run's own step cache:
     the same engine path as the run's ``prefill_s``."""
-    serving = result.scenario.workload.serving
-    steps = prefill_steps(prompt, serving.max_context, serving.prefill_chunk_tokens,
-                          result.policy.compresses(prompt))
-    return float(sum(result.cache.step_s(shape) for shape in steps))
+    return result.prefill_time(prompt)
