@@ -72,9 +72,8 @@ class Backend(Protocol):
 class EngineBackend:
     """The real thing: ``rdu_sim.compiler`` plans and compiles, ``rdu_sim.engine`` times."""
 
-    NEEDS = (("rdu_sim.compiler", ("batch_capacity", "plan_memory", "compile_program",
-                                   "CapacityError")),
-             ("rdu_sim.engine", ("simulate_step",)))
+    NEEDS = (("rdu_sim.compiler", ("Compiler", "CapacityError")),
+             ("rdu_sim.engine", ("Engine",)))
 
     @classmethod
     def missing(cls) -> list[str]:
@@ -91,35 +90,36 @@ class EngineBackend:
             absent.extend(f"{module_name}.{n}" for n in names if not hasattr(module, n))
         return absent
 
+    def __init__(self) -> None:
+        self._compiler: Any = None  # the last scenario's Compiler (it caches per instance)
+
+    def compiler(self, scenario: Scenario) -> Any:
+        """One Compiler per scenario, so a run plans memory and capacity once, not per shape."""
+        from rdu_sim.compiler import Compiler
+
+        if self._compiler is None or self._compiler.scenario is not scenario:
+            self._compiler = Compiler(scenario)
+        return self._compiler
+
     def batch_capacity(self, scenario: Scenario) -> int:
         """The compiler's batch capacity."""
-        from rdu_sim.compiler import batch_capacity
-
-        return int(batch_capacity(scenario))
+        return int(self.compiler(scenario).batch_capacity())
 
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
         """The compiler's memory plan."""
-        from rdu_sim.compiler import plan_memory
-
-        placement: Placement = plan_memory(scenario, batch_slots)
+        placement: Placement = self.compiler(scenario).placement(batch_slots)
         return placement
 
     def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
         """Compile the shape and simulate one step on the hardware model."""
-        timing = _simulate(scenario, shape)
+        from rdu_sim.engine import Engine
+
+        program = self.compiler(scenario).program(shape)
+        timing = Engine.from_config(scenario.hardware, scenario.workload.engine).simulate_step(
+            program)
         return StepCost(step_s=float(timing.step_s),
                         hbm_util=float(timing.hbm_bandwidth_fraction),
                         pcu_util=float(timing.utilization.get("pcu", 0.0)), detail=timing)
-
-
-def _simulate(scenario: Scenario, shape: StaticShape) -> Any:
-    from rdu_sim.compiler import compile_program
-    from rdu_sim.engine import simulate_step
-
-    program = compile_program(scenario, shape)
-    engine = scenario.workload.engine
-    return simulate_step(program, scenario.hardware, tiles_per_stage=engine.tiles_per_stage,
-                         all_sockets=engine.all_sockets, max_events=engine.max_events)
 
 
 def _capacity_error(message: str) -> Exception:
