@@ -12,6 +12,7 @@ from rdu_sim.graph import (
     Precision,
     StepShape,
     expected_distinct_experts,
+    experts_loaded,
     op,
     sample_distinct_experts,
 )
@@ -68,3 +69,53 @@ def test_moe_layer_reads_the_expected_distinct_experts() -> None:
             distinct * expert_bytes)
         # the FLOPs follow the tokens, not the experts
         assert op(graph, "moe.experts_gate_up").flops == batch * 8 * 2 * expert_bytes
+
+
+def test_experts_loaded_static_is_the_worst_case_count() -> None:
+    """A static schedule streams min(E, tokens * k) experts: 8 for one token, every expert
+    from 32 decode slots on (32 x 8 = 256); routed streams the expected touched count."""
+    assert experts_loaded(1, 256, 8, "static") == 8.0
+    assert experts_loaded(20, 256, 8, "static") == 160.0
+    assert experts_loaded(32, 256, 8, "static") == 256.0
+    assert experts_loaded(40, 256, 8, "static") == 256.0
+    assert experts_loaded(40, 256, 8, "routed") == expected_distinct_experts(40, 256, 8)
+    assert experts_loaded(40, 256, 8, "routed") < 200  # ~184 touched by 40 tokens
+    with pytest.raises(ValueError, match="moe_expert_loading"):
+        experts_loaded(4, 256, 8, "dynamic")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("batch", [1, 20, 40, 158])
+def test_static_loading_streams_more_weights_but_does_the_same_flops(batch: int) -> None:
+    arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
+    shape = StepShape("decode", batch, 1, 10)
+    routed = deepseek_layer(arch, shape, Precision(weights=1.0), ffn="moe")
+    static = deepseek_layer(arch, shape, Precision(weights=1.0), ffn="moe",
+                            expert_loading="static")
+    for name in ("moe.experts_gate_up", "moe.experts_down"):
+        per_expert = (op(routed, name).weight_read_bytes
+                      / expected_distinct_experts(batch, 256, 8))
+        assert op(static, name).weight_read_bytes == pytest.approx(
+            min(256, 8 * batch) * per_expert)
+        assert op(static, name).flops == op(routed, name).flops
+        assert op(static, name).weight_params == op(routed, name).weight_params
+
+
+def test_workload_field_reaches_the_compiled_step() -> None:
+    """`moe_expert_loading: static` makes a 40-slot DeepSeek decode stream all 256 experts,
+    so the step moves more weight bytes than with routed loading; resident bytes are equal."""
+    from rdu_sim.compiler import Compiler, StaticShape
+    from rdu_sim.scenario import load_scenario
+
+    path = "workloads/deepseek-r1-128k-full.yaml"
+    shape = StaticShape("decode", batch=40, tokens=1, cache_len=1024)
+    routed = Compiler(load_scenario(path, overrides={"moe_expert_loading": "routed"}))
+    static = Compiler(load_scenario(path, overrides={"moe_expert_loading": "static"}))
+    r, s = routed.program(shape), static.program(shape)
+    assert routed.batch_capacity() == static.batch_capacity()
+    moved_r = sum(r.bytes_by_tier().values())
+    moved_s = sum(s.bytes_by_tier().values())
+    assert s.flops == r.flops
+    expert_bytes = 58 * 3 * 7168 * 2048 / 16  # fp8, per socket, all MoE layers
+    assert moved_s - moved_r == pytest.approx(
+        (256 - expected_distinct_experts(40, 256, 8)) * expert_bytes, rel=1e-6)

@@ -83,7 +83,8 @@ def selection_shape(scenario: Scenario, shape: StaticShape) -> SelectionShape | 
 def graph_groups(scenario: Scenario, shape: StaticShape) -> list[GraphGroup]:
     """The unsharded graphs of one step, in execution order, with their call counts."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
-    groups = model_groups(scenario.model, step_shape(shape), prec, cache)
+    groups = model_groups(scenario.model, step_shape(shape), prec, cache,
+                          scenario.workload.moe_expert_loading)
     selection = selection_shape(scenario, shape)
     if selection is not None:
         select = GraphGroup("snapkv_select", scenario.model.layers,

@@ -2,7 +2,8 @@
 
 Field paths here are a contract that users' scripts, sweeps and the CLI's `--set` rely on:
 `hardware`, `model`, `parallelism.tp`, `kv.policy`, `kv.budget`, `kernel_looping`,
-`serving.batch_slots`, `serving.requests`, `serving.max_context`, `serving.seed`.
+`moe_expert_loading`, `serving.batch_slots`, `serving.requests`, `serving.max_context`,
+`serving.seed`.
 """
 
 from __future__ import annotations
@@ -248,5 +249,13 @@ class WorkloadConfig(StrictModel):
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
     kv: KVConfig = Field(default_factory=KVConfig)
     kernel_looping: bool = True
+    moe_expert_loading: Literal["routed", "static"] = Field(
+        default="routed",
+        description=(
+            "MoE expert weights a step streams: 'routed' gathers the experts the batch's "
+            "tokens touch (expected count under uniform routing); 'static' streams the worst "
+            "case min(experts, tokens x k), as a graph with compile-time loop bounds must"
+        ),
+    )
     serving: ServingConfig = Field(default_factory=ServingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)

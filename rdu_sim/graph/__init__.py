@@ -19,12 +19,18 @@ from rdu_sim.graph.heads import embedding_graph, lm_head_graph
 from rdu_sim.graph.llama import llama_layer
 from rdu_sim.graph.mla import MlaCache
 from rdu_sim.graph.model import GraphGroup, Totals, decoder_groups, model_groups, totals
-from rdu_sim.graph.moe import expected_distinct_experts, sample_distinct_experts
+from rdu_sim.graph.moe import (
+    ExpertLoading,
+    expected_distinct_experts,
+    experts_loaded,
+    sample_distinct_experts,
+)
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.shape import Precision, StepShape
 from rdu_sim.graph.snapkv import SelectionShape, snapkv_graph
 
 __all__ = [
+    "ExpertLoading",
     "Gemm",
     "GraphBuilder",
     "GraphGroup",
@@ -42,6 +48,7 @@ __all__ = [
     "dot_from_records",
     "embedding_graph",
     "expected_distinct_experts",
+    "experts_loaded",
     "graph_problems",
     "graph_records",
     "llama_layer",

@@ -14,6 +14,7 @@ from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.ffn import add_moe, add_swiglu
 from rdu_sim.graph.mla import MlaCache, add_mla
+from rdu_sim.graph.moe import ExpertLoading
 from rdu_sim.graph.operator import Split
 from rdu_sim.graph.ops import act, residual, rmsnorm
 from rdu_sim.graph.shape import Precision, StepShape
@@ -22,7 +23,8 @@ FfnKind = Literal["dense", "moe"]
 
 
 def deepseek_layer(arch: DeepSeekArchitecture, shape: StepShape, precision: Precision, *,
-                   ffn: FfnKind, cache: MlaCache = "latent") -> nx.DiGraph:
+                   ffn: FfnKind, cache: MlaCache = "latent",
+                   expert_loading: ExpertLoading = "routed") -> nx.DiGraph:
     """The graph of one DeepSeek decoder layer with a dense or MoE feed-forward."""
     x = act("x", (shape.batch, shape.tokens, arch.hidden_size), precision)
     b = GraphBuilder(f"{arch.name}.decoder_{ffn}", [x])
@@ -34,6 +36,6 @@ def deepseek_layer(arch: DeepSeekArchitecture, shape: StepShape, precision: Prec
         d = add_swiglu(b, h1n, prefix="ffn", intermediate=arch.ffn_intermediate, out="ffn_out",
                        precision=precision, combine="sum")
     else:
-        d = add_moe(b, h1n, arch, shape, precision, out="ffn_out")
+        d = add_moe(b, h1n, arch, shape, precision, out="ffn_out", loading=expert_loading)
     b.add(residual("ffn.residual", h1, d, "y", precision))
     return b.finish(["y"])

@@ -6,7 +6,8 @@ each socket's share of the experts), marked `combine="sum"` so sharding adds the
 MoE (DeepSeek-V3): a router GEMM (sigmoid scores plus a correction bias), top-k, the shared
 experts (a SwiGLU as wide as all shared experts together), the routed experts, and the
 weighted combine. A step's routed experts read the weights of the distinct experts the
-batch touches, `expected_distinct_experts(batch * tokens, E, k)` of them (see `moe`).
+batch touches, `expected_distinct_experts(batch * tokens, E, k)` of them, or with a static
+schedule the worst case min(E, batch * tokens * k) (`moe.experts_loaded`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.builder import GraphBuilder
-from rdu_sim.graph.moe import expected_distinct_experts
+from rdu_sim.graph.moe import ExpertLoading, experts_loaded
 from rdu_sim.graph.operator import Combine, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import ADD_FLOPS, SILU_MUL_FLOPS, act, linear, silu_mul
 from rdu_sim.graph.shape import FP32, INDEX, Precision, StepShape
@@ -41,8 +42,11 @@ def add_swiglu(b: GraphBuilder, x: TensorSpec, *, prefix: str, intermediate: int
 
 
 def add_moe(b: GraphBuilder, x: TensorSpec, arch: DeepSeekArchitecture, shape: StepShape,
-            precision: Precision, out: str) -> TensorSpec:
-    """Router, top-k, shared experts, routed experts and combine; returns the partial sum."""
+            precision: Precision, out: str, loading: ExpertLoading = "routed") -> TensorSpec:
+    """Router, top-k, shared experts, routed experts and combine; returns the partial sum.
+
+    `loading` says which experts' weights the step streams (see `moe.experts_loaded`); the
+    FLOPs are the routed tokens' either way."""
     batch, tokens, hidden = x.shape
     rows = shape.rows
     experts, k, inter = arch.routed_experts, arch.experts_per_token, arch.moe_intermediate
@@ -63,7 +67,7 @@ def add_moe(b: GraphBuilder, x: TensorSpec, arch: DeepSeekArchitecture, shape: S
     if arch.shared_experts:
         shared = add_swiglu(b, x, prefix="moe.shared", intermediate=arch.shared_experts * inter,
                             out="moe.shared_out", precision=precision, combine="none")
-    distinct = expected_distinct_experts(rows, experts, k)
+    distinct = experts_loaded(rows, experts, k, loading)
     per_expert_rows = max(1, math.ceil(rows * k / distinct))
     active = max(1, math.ceil(distinct))
     split = Split.along("experts", "batch")

@@ -17,6 +17,7 @@ from rdu_sim.graph.deepseek import deepseek_layer
 from rdu_sim.graph.heads import embedding_graph, lm_head_graph
 from rdu_sim.graph.llama import llama_layer
 from rdu_sim.graph.mla import MlaCache
+from rdu_sim.graph.moe import ExpertLoading
 from rdu_sim.graph.shape import Precision, StepShape
 from rdu_sim.models.figures import Architecture
 
@@ -31,8 +32,10 @@ class GraphGroup:
 
 
 def decoder_groups(arch: Architecture, shape: StepShape, precision: Precision,
-                   cache: MlaCache = "latent") -> list[GraphGroup]:
-    """The decoder layers, one group per layer kind (groups with no layers are left out)."""
+                   cache: MlaCache = "latent",
+                   expert_loading: ExpertLoading = "routed") -> list[GraphGroup]:
+    """The decoder layers, one group per layer kind (groups with no layers are left out).
+    `expert_loading` applies to MoE layers (see `moe.experts_loaded`)."""
     if isinstance(arch, LlamaArchitecture):
         return [GraphGroup("decoder", arch.layers, llama_layer(arch, shape, precision))]
     groups = []
@@ -43,15 +46,16 @@ def decoder_groups(arch: Architecture, shape: StepShape, precision: Precision,
     if arch.moe_layers:
         groups.append(GraphGroup("decoder_moe", arch.moe_layers,
                                  deepseek_layer(arch, shape, precision, ffn="moe",
-                                                cache=cache)))
+                                                cache=cache, expert_loading=expert_loading)))
     return groups
 
 
 def model_groups(arch: Architecture, shape: StepShape, precision: Precision,
-                 cache: MlaCache = "latent") -> list[GraphGroup]:
+                 cache: MlaCache = "latent",
+                 expert_loading: ExpertLoading = "routed") -> list[GraphGroup]:
     """Embedding, decoder layer groups, LM head: everything one step runs, in order."""
     return [GraphGroup("embedding", 1, embedding_graph(arch, shape, precision)),
-            *decoder_groups(arch, shape, precision, cache),
+            *decoder_groups(arch, shape, precision, cache, expert_loading),
             GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision))]
 
 

@@ -14,13 +14,24 @@ uniform marginal k/E of each expert, and across tokens the chosen groups vary, s
 union over a batch is close to the uniform model. Real routers are skewed (popular
 experts), which lowers the distinct count at mid-size batches; the uniform model is the
 upper bound, so weight traffic is not under-estimated.
+
+How many experts a step *streams* is a property of the compiled graph
+(`moe_expert_loading` in the workload, `experts_loaded`):
+- routed: the graph gathers exactly the touched experts (a data-dependent trip count), the
+  expected value above;
+- static: a static graph fixes its loop bounds at compile time, and the number of distinct
+  experts is data-dependent, so it streams the worst case, min(E, tokens * k) expert slots
+  (every expert once a decode batch has E / k = 32 slots for DeepSeek-V3).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
+
+ExpertLoading = Literal["routed", "static"]
 
 
 def expected_distinct_experts(tokens: int, experts: int, per_token: int) -> float:
@@ -33,6 +44,17 @@ def expected_distinct_experts(tokens: int, experts: int, per_token: int) -> floa
     if per_token == experts:
         return float(experts)
     return experts * -math.expm1(tokens * math.log1p(-per_token / experts))
+
+
+def experts_loaded(tokens: int, experts: int, per_token: int, loading: ExpertLoading) -> float:
+    """Experts whose weights a step streams: the expected touched ones (routed) or the
+    static worst case min(E, tokens * k) (static)."""
+    touched = expected_distinct_experts(tokens, experts, per_token)
+    if loading == "routed":
+        return touched
+    if loading == "static":
+        return float(min(experts, tokens * per_token))
+    raise ValueError(f"moe_expert_loading must be 'routed' or 'static', got {loading!r}")
 
 
 def sample_distinct_experts(rng: np.random.Generator, tokens: int, experts: int,
