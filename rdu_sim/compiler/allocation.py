@@ -3,7 +3,8 @@
 A fused kernel is a pipeline; it runs at the pace of its slowest stage. Each stage's work
 is estimated as
 - compute: PCU-seconds, `flops / (pcu_peak x gemm efficiency) + vector_flops / pcu_vector`
-  (the efficiency of the stage's GEMM tile on the systolic array, see `gemm_efficiency`);
+  (the efficiency of the stage's GEMM on the systolic array,
+  `rdu_sim.systolic.stage_gemm_efficiency`, the one the engine charges; `compile._work`);
 - memory: its off-chip bytes at its tiers' bandwidths.
 
 PCUs (at most `usable_fraction x count`, at least 1 per stage):
@@ -44,19 +45,6 @@ class Allocation:
 
     pcus: tuple[int, ...]
     pmus: tuple[int, ...]
-
-
-def gemm_efficiency(m: int, n: int, rows: int, cols: int) -> float:
-    """Fraction of peak an output-stationary rows x cols array reaches on an m x n output.
-
-    Padding of partial tiles at the m/n edges, in the better of the two orientations; the
-    skewed fill and drain is taken as hidden by the next tile (the engine's assumption too).
-    """
-
-    def spatial(a: int, b: int) -> float:
-        return (a * b) / (math.ceil(a / rows) * rows * math.ceil(b / cols) * cols)
-
-    return max(spatial(m, n), spatial(n, m))
 
 
 def water_fill(weights: Sequence[float], total: int, floors: Sequence[int]) -> list[int]:

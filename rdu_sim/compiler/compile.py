@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from rdu_sim.compiler.allocation import StageWork, allocate, gemm_efficiency
+from rdu_sim.compiler.allocation import StageWork, allocate
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
 from rdu_sim.compiler.placement import (
     batch_capacity,
@@ -40,6 +40,7 @@ from rdu_sim.compiler.program import (
 from rdu_sim.config.hardware import SocketConfig
 from rdu_sim.graph import Operator, operators
 from rdu_sim.scenario import Scenario
+from rdu_sim.systolic import stage_gemm_efficiency
 
 
 class Compiler:
@@ -158,7 +159,8 @@ def _work(stage: StageProgram, produced: dict[str, float], socket: SocketConfig,
     efficiency = pcu.max_gemm_efficiency
     if stage.gemm is not None:
         g = stage.gemm
-        efficiency *= gemm_efficiency(g.m, g.n, pcu.systolic_rows, pcu.systolic_cols)
+        efficiency = stage_gemm_efficiency(g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols,
+                                           pcu.max_gemm_efficiency)
     compute = stage.flops / (pcu.peak_flops * efficiency) + stage.vector_flops / pcu.vector_flops
     arriving = [produced[name] for name in stage.inputs]
     offchip = sum(stage.reads.values()) + sum(stage.writes.values())

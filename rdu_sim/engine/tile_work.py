@@ -6,10 +6,11 @@ into integers (the first ``b % T`` tiles get one byte more) so that the bytes th
 add up to the Program's bytes exactly; non-integer counts are split evenly.
 
 The GEMM efficiency is a property of the operator's shape on the PCUs' systolic arrays (what
-padding its (m, n) leaves on 32 x 6 array tiles, ``rdu_sim.hw.gemm_efficiency``), times the
-socket's ``max_gemm_efficiency``, the ceiling a well-shaped GEMM reaches (fill/drain skew and
-operand delivery: ``fill_drain_overlap=1`` so the skew is not charged twice). Computing it from
-the whole operator keeps the step time independent of how finely the engine tiles.
+padding its (m, n) leaves on 32 x 6 array tiles), times the socket's ``max_gemm_efficiency``,
+the ceiling a well-shaped GEMM reaches (fill/drain skew and operand delivery: the skew is not
+charged twice): ``rdu_sim.systolic.stage_gemm_efficiency``, the same function the compiler's
+stage-time estimate uses. Computing it from the whole operator keeps the step time
+independent of how finely the engine tiles.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from rdu_sim.compiler.program import StageProgram, Tier
 from rdu_sim.config.hardware import SocketConfig
-from rdu_sim.hw.pcu_group import gemm_efficiency
+from rdu_sim.systolic import stage_gemm_efficiency
 
 MEMORY_TIERS: tuple[Tier, ...] = ("hbm", "ddr")
 """Off-chip tiers served by a shared MemoryChannel; ``sram`` is the stage's own PMUs."""
@@ -92,10 +93,9 @@ def prefetch_window(work: TileWork, buffer_bytes: float, minimum: int) -> int:
 
 def stage_efficiency(stage: StageProgram, socket: SocketConfig) -> float:
     """Fraction of matrix peak the stage's GEMM reaches (max_gemm_efficiency without a shape)."""
-    ceiling = socket.pcu.max_gemm_efficiency
+    pcu = socket.pcu
     if stage.gemm is None:
-        return ceiling
+        return pcu.max_gemm_efficiency
     g = stage.gemm
-    return ceiling * gemm_efficiency(
-        g.m, g.n, g.k, socket.pcu.systolic_rows, socket.pcu.systolic_cols, fill_drain_overlap=1.0
-    )
+    return stage_gemm_efficiency(g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols,
+                                 pcu.max_gemm_efficiency)

@@ -1,4 +1,4 @@
-"""The PCUs given to one pipeline stage, and a systolic-array GEMM utilisation model.
+"""The PCUs given to one pipeline stage.
 
 A PCU's body is either an output-stationary systolic array (GEMMs) or a
 multi-stage SIMD pipeline (element-wise and vector work) [SN §IV-A]. A stage's
@@ -6,61 +6,19 @@ PCU group executes its work items one after another in issue order (a FIFO
 server); the start time of each item is known when it is issued, so a work
 item costs exactly one SimPy event.
 
-SN40L lane and stage counts are not public. The defaults below assume a
-32-lane x 6-stage body: 32 * 6 MACs * 2 FLOP * 1.6 GHz = 614 GFLOP/s per PCU,
-and 1040 PCUs * 614 GFLOP/s = 638 TFLOP/s, the published BF16 peak [SN Table II].
+The systolic-array GEMM efficiency model (``gemm_efficiency`` and the default
+32 x 6 array) lives in ``rdu_sim.systolic``, which the compiler shares; it is
+re-exported here for the hardware models' users.
 """
 
 from __future__ import annotations
 
-import math
-
 import simpy
 
 from rdu_sim.hw.stats import BusyTracker
+from rdu_sim.systolic import DEFAULT_ARRAY_COLS, DEFAULT_ARRAY_ROWS, gemm_efficiency
 
-DEFAULT_ARRAY_ROWS = 32
-"""Systolic rows (SIMD lanes) per PCU: not public, 32 is consistent with the peak."""
-DEFAULT_ARRAY_COLS = 6
-"""Systolic columns (pipeline stages) per PCU: not public, see module docstring."""
-
-
-def gemm_efficiency(
-    m: int,
-    n: int,
-    k: int,
-    array_rows: int = DEFAULT_ARRAY_ROWS,
-    array_cols: int = DEFAULT_ARRAY_COLS,
-    fill_drain_overlap: float = 0.0,
-    allow_transpose: bool = True,
-) -> float:
-    """Fraction of peak MACs an output-stationary array achieves on an m x n x k GEMM.
-
-    Each ``array_rows x array_cols`` output tile accumulates over ``k`` cycles
-    and pays ``array_rows + array_cols - 2`` cycles of skewed fill/drain, of
-    which ``fill_drain_overlap`` (0..1) is hidden by starting the next tile
-    early. Partial tiles at the m/n edges waste the padded PEs. With
-    ``allow_transpose`` the mapper may put n on the rows instead (it picks the
-    better orientation, as a compiler would). Returns a value in (0, 1];
-    exactly 1 only for aligned tiles with full overlap, and about
-    ``k / (k + rows + cols - 2)`` for aligned tiles without it.
-    """
-    if min(m, n, k) <= 0 or min(array_rows, array_cols) <= 0:
-        raise ValueError(f"gemm dims and array dims must be > 0, got {(m, n, k)}")
-    if not 0.0 <= fill_drain_overlap <= 1.0:
-        raise ValueError(f"fill_drain_overlap must be in [0, 1], got {fill_drain_overlap}")
-    depth = (array_rows + array_cols - 2) * (1.0 - fill_drain_overlap)
-    temporal = k / (k + depth)
-
-    def spatial(rows_dim: int, cols_dim: int) -> float:
-        padded_r = math.ceil(rows_dim / array_rows) * array_rows
-        padded_c = math.ceil(cols_dim / array_cols) * array_cols
-        return (rows_dim * cols_dim) / (padded_r * padded_c)
-
-    space = spatial(m, n)
-    if allow_transpose:
-        space = max(space, spatial(n, m))
-    return space * temporal
+__all__ = ["DEFAULT_ARRAY_COLS", "DEFAULT_ARRAY_ROWS", "PCUGroup", "gemm_efficiency"]
 
 
 class PCUGroup:
