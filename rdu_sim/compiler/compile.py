@@ -7,7 +7,8 @@ convenience.
 
 How a kernel graph becomes stages (one stage per operator, topologically ordered):
 - weight reads go to the tier the placement put the weight in (split by share when a
-  tensor straddles HBM and DDR);
+  tensor straddles HBM and DDR; the SnapKV selection, which places no weight of its own,
+  reads every layer's copy: `_hbm_share`);
 - KV reads and writes go to the KV cache's tier;
 - tensors crossing the kernel boundary (the graph's inputs and outputs: hidden states,
   token ids, logits, SnapKV window queries) are read from / written to HBM;
@@ -80,7 +81,7 @@ class Compiler:
         if cached is not None:
             return cached
         placement = self.placement(max(shape.batch, self.batch_slots()))
-        fractions = hbm_fractions(placement)
+        fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         socket = self.scenario.hardware.socket
         tiles = self.scenario.workload.engine.tiles_per_stage
@@ -101,14 +102,50 @@ def compile_program(scenario: Scenario, shape: StaticShape) -> Program:
     return Compiler(scenario).program(shape)
 
 
+ANY_KERNEL = "*"
+"""The kernel part of a `weight_fractions` key pooling a weight over every kernel placing it."""
+
+
+def weight_fractions(placement: Placement) -> dict[str, float]:
+    """HBM share of each placed weight tensor, for `_hbm_share`.
+
+    `"<kernel>/<weight>"`: the tensor that kernel places (`hbm_fractions`); and
+    `"*/<weight>"`: all the tensors of that weight name together, the share of their bytes
+    in HBM (what a kernel reading every layer's copy of the weight gets from HBM).
+    """
+    fractions = hbm_fractions(placement)
+    sizes: dict[str, list[int]] = {}
+    for tensor in placement.tensors:
+        if tensor.kind == "weights":
+            entry = sizes.setdefault(tensor.name.split("/", 1)[1], [0, 0])
+            entry[0 if tensor.tier == "hbm" else 1] += tensor.bytes
+    fractions.update({f"{ANY_KERNEL}/{name}": hbm / (hbm + ddr)
+                      for name, (hbm, ddr) in sizes.items() if hbm + ddr})
+    return fractions
+
+
 def _hbm_share(fractions: dict[str, float], kernel: str, weight: str) -> float:
-    """HBM share of a weight, looked up in its kernel, else wherever that weight lives."""
-    key = f"{kernel}/{weight}"
-    if key in fractions:
-        return fractions[key]
-    for other, share in fractions.items():
-        if other.split("/", 1)[1] == weight:
-            return share
+    """Share of `kernel`'s reads of `weight` that come from HBM (the rest from DDR).
+
+    `plan_memory` places weights per kernel of the decode step: `"<kernel>/<weight>"` is the
+    tensor holding that weight for every layer the kernel runs, e.g. DeepSeek's
+    `decoder_dense/attn.kv_b_proj` holds the 3 dense layers' copies and
+    `decoder_moe/attn.kv_b_proj` the 58 MoE layers'; a straddling tensor's reads split
+    between HBM and DDR in proportion to its bytes. A kernel reads its own placement.
+
+    A kernel with no placement of its own (`snapkv_select`, which runs only in a compressing
+    prefill) reads the copies the kernels that own the weight placed: its call for layer l
+    reads layer l's copy, placed by the kernel that runs layer l. The selection runs for
+    every layer, so its share is that of all the owners' tensors together, weighted by
+    bytes (`"*/<weight>"`, see `weight_fractions`): with equal copies per layer, the
+    layer-weighted mean `(3 x dense share + 58 x MoE share) / 61` for kv_b_proj. Neither the
+    first owner's share (decoder_dense's, which this once returned) nor the MoE kernel's
+    alone (the selection covers the dense layers too). A weight no kernel placed is read
+    from HBM.
+    """
+    for key in (f"{kernel}/{weight}", f"{ANY_KERNEL}/{weight}"):
+        if key in fractions:
+            return fractions[key]
     return 1.0
 
 
