@@ -90,7 +90,8 @@ class EngineBackend:
             absent.extend(f"{module_name}.{n}" for n in names if not hasattr(module, n))
         return absent
 
-    def __init__(self) -> None:
+    def __init__(self, *, record: bool = False) -> None:
+        self.record = record  # the engine collects trace records (StepTiming.records)
         self._compiler: Any = None  # the last scenario's Compiler (it caches per instance)
 
     def compiler(self, scenario: Scenario) -> Any:
@@ -111,12 +112,14 @@ class EngineBackend:
         return placement
 
     def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
-        """Compile the shape and simulate one step on the hardware model."""
+        """Compile the shape and simulate one step on the hardware model (recording its
+        trace when the backend was built with ``record=True``)."""
         from rdu_sim.engine import Engine
 
         program = self.compiler(scenario).program(shape)
-        timing = Engine.from_config(scenario.hardware, scenario.workload.engine).simulate_step(
-            program)
+        engine = Engine.from_config(scenario.hardware, scenario.workload.engine,
+                                    record=self.record)
+        timing = engine.simulate_step(program)
         return StepCost(step_s=float(timing.step_s),
                         hbm_util=float(timing.hbm_bandwidth_fraction),
                         pcu_util=float(timing.utilization.get("pcu", 0.0)), detail=timing)
@@ -289,11 +292,19 @@ def default_step_shape(scenario: Scenario, phase: str = "decode", *, batch: int 
 
 def step(scenario_or_path: Scenario | str | Path, overrides: Overrides = None, *,
          phase: str = "decode", batch: int | None = None, tokens: int | None = None,
-         context: int | None = None, backend: Backend | None = None) -> StepCost:
+         context: int | None = None, backend: Backend | None = None,
+         record: bool = False) -> StepCost:
     """Simulate one static step (see :func:`default_step_shape` for the defaults).
-    ``detail`` of the result holds the engine's StepTiming."""
+    ``detail`` of the result holds the engine's StepTiming; with ``record`` the engine also
+    collects its trace records (``detail.records``, for ``rdu_sim.report.trace``). The
+    timing is the same either way. ``record`` with a ``backend`` needs a recording one
+    (``EngineBackend(record=True)``)."""
     scenario = load(scenario_or_path, overrides)
-    backend = backend or EngineBackend()
+    if backend is None:
+        backend = EngineBackend(record=record)
+    elif record and not getattr(backend, "record", False):
+        raise ValueError("record=True needs a backend that records, e.g. "
+                         "EngineBackend(record=True), or no backend")
     shape = default_step_shape(scenario, phase, batch=batch, tokens=tokens, context=context,
                                backend=backend)
     return backend.step_cost(scenario, shape)

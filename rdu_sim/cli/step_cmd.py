@@ -2,9 +2,10 @@
 
 The step is one decode step of the batch (default: every batch slot at the decode bucket of
 the longest cache the KV policy keeps, as ``api.step`` does) or one prefill (default: one
-prompt of the workload's typical length). The shape is compiled by ``rdu_sim.compiler`` and
-simulated by ``rdu_sim.engine`` with the workload's ``engine:`` settings; ``--trace FILE``
-also records it and writes a Chrome/Perfetto trace (open it in ui.perfetto.dev).
+prompt of the workload's typical length). It runs through ``api.step``: the shape is
+compiled by ``rdu_sim.compiler`` and simulated by ``rdu_sim.engine`` with the workload's
+``engine:`` settings; ``--trace FILE`` also records it (``api.step(..., record=True)``) and
+writes a Chrome/Perfetto trace (open it in ui.perfetto.dev).
 
 Output: rich tables (the kernels, bytes per tier, busy units), or with ``--json`` one JSON
 object: ``StepTiming.to_dict()`` (step_s, phase, batch, tokens, context, flops,
@@ -27,14 +28,6 @@ from rich.table import Table
 from rdu_sim import api
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
-from rdu_sim.compiler.program import StaticShape
-from rdu_sim.scenario import Scenario
-
-
-def step_shape(scenario: Scenario, phase: str, batch: int | None, tokens: int | None,
-               context: int | None) -> StaticShape:
-    """The static shape ``rdu-sim step`` simulates: ``api.default_step_shape``."""
-    return api.default_step_shape(scenario, phase, batch=batch, tokens=tokens, context=context)
 
 
 def _seconds(value: float) -> str:
@@ -110,19 +103,17 @@ def command(workload: Path, overrides: tuple[str, ...], phase: str, batch: int |
             tokens: int | None, context: int | None, trace_file: Path | None,
             as_json: bool) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
-    from rdu_sim.compiler import Compiler
-    from rdu_sim.engine import Engine, EventBudgetError
+    from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.report.trace import write_chrome_trace
 
     scenario = api.load(workload, overrides)
-    shape = step_shape(scenario, phase, batch, tokens, context)
-    program = Compiler(scenario).program(shape)
-    engine = Engine.from_config(scenario.hardware, scenario.workload.engine,
-                                record=trace_file is not None)
     try:
-        timing = engine.simulate_step(program)
+        cost = api.step(scenario, phase=phase, batch=batch, tokens=tokens, context=context,
+                        record=trace_file is not None)
     except EventBudgetError as exc:
         fail(f"{scenario.workload_file}: {exc}")
+    timing = cost.detail
+    assert isinstance(timing, StepTiming)
     data = timing.to_dict()
     data.update(workload=scenario.workload.name, model=scenario.model.name,
                 hardware=scenario.hardware.name)

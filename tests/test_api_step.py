@@ -1,0 +1,67 @@
+"""api.step(record=...): the engine's trace records reach the caller, and `rdu-sim step
+--trace` goes through api.step rather than its own Compiler and Engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim import api
+from rdu_sim.cli.main import cli
+from rdu_sim.engine import StepTiming
+from rdu_sim.serving.step_cache import StepCost
+
+LLAMA = "workloads/llama3.1-8b-1socket.yaml"
+SMALL = {"serving.max_context": 2048}
+
+
+def _timing(cost: StepCost) -> StepTiming:
+    assert isinstance(cost.detail, StepTiming)
+    return cost.detail
+
+
+def test_record_reaches_the_engine_and_changes_no_number() -> None:
+    plain = _timing(api.step(LLAMA, SMALL, batch=2))
+    recorded = _timing(api.step(LLAMA, SMALL, batch=2, record=True))
+    assert plain.records is None
+    assert recorded.records is not None
+    assert recorded.to_dict() == plain.to_dict()
+
+
+def test_record_through_a_given_backend() -> None:
+    cost = api.step(LLAMA, SMALL, batch=1, backend=api.EngineBackend(record=True),
+                    record=True)
+    assert _timing(cost).records is not None
+    assert _timing(api.step(LLAMA, SMALL, batch=1,
+                            backend=api.EngineBackend(record=True))).records is not None
+    with pytest.raises(ValueError, match="record"):
+        api.step(LLAMA, SMALL, batch=1, backend=api.EngineBackend(), record=True)
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_step_command_uses_api_step(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                    trace: bool) -> None:
+    calls: list[dict[str, Any]] = []
+    real = api.step
+
+    def spy(*args: Any, **kwargs: Any) -> StepCost:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "step", spy)
+    path = tmp_path / "step.json"
+    args = ["step", LLAMA, "--set", "serving.max_context=2048", "--batch", "2", "--json"]
+    result = CliRunner().invoke(cli, args + (["--trace", str(path)] if trace else []))
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1
+    assert calls[0]["record"] is trace and calls[0]["batch"] == 2
+    data = json.loads(result.stdout)
+    expected = _timing(real(LLAMA, SMALL, batch=2)).to_dict()
+    assert data["step_s"] == expected["step_s"] and data["events"] == expected["events"]
+    assert ("trace" in data) is trace and path.exists() is trace
+    if trace:
+        assert {e["ph"] for e in json.loads(path.read_text())["traceEvents"]} == {"M", "X", "C"}
