@@ -200,7 +200,7 @@ class ServingConfig(StrictModel):
 
 
 class EngineConfig(StrictModel):
-    """Kernel-level simulation granularity (fidelity vs speed)."""
+    """Kernel-level simulation: granularity (fidelity vs speed) and how stages buffer."""
 
     tiles_per_stage: int = Field(
         default=8, ge=1, le=4096, description="tiles a stage streams per kernel call"
@@ -212,6 +212,24 @@ class EngineConfig(StrictModel):
     max_events: int = Field(
         default=20_000_000, ge=1000, le=10**10,
         description="refuse a step whose simulation would exceed this many events",
+    )
+    # How a stage buffers its streams (not public; SN §IV-B says PMUs hold stage inputs, the
+    # parameters being streamed and intermediates, not how they split). Defaults: double
+    # buffering, half of a stage's PMU SRAM for streamed weight/KV tiles.
+    buffer_tiles: int = Field(
+        default=2, ge=1, le=64,
+        description="slots of each stage-to-stage buffer (2 = double buffering)",
+    )
+    prefetch_tiles: int = Field(
+        default=2, ge=1, le=64,
+        description="fewest weight/KV tiles a stage keeps loaded or loading ahead of its "
+        "compute (2 = double buffering)",
+    )
+    operand_buffer_fraction: float = Field(
+        default=0.5, ge=0, le=1,
+        description="share of a stage's PMU SRAM holding streamed weight/KV tiles; a stage "
+        "runs ahead of its compute by as many tiles as fit (the rest holds its input/output "
+        "tiles and intermediates)",
     )
 
 

@@ -85,10 +85,13 @@ class Engine:
     @classmethod
     def from_config(cls, hardware: HardwareConfig, engine: EngineConfig, *,
                     record: bool = False, fast_forward: bool = True) -> Engine:
-        """An engine with a workload's ``engine:`` section (tiles, all_sockets, max_events)."""
+        """An engine with a workload's ``engine:`` section (tiles, all_sockets, max_events,
+        buffer_tiles, prefetch_tiles, operand_buffer_fraction)."""
         return cls(hardware, tiles_per_stage=engine.tiles_per_stage,
                    all_sockets=engine.all_sockets, record=record,
-                   max_events=engine.max_events, fast_forward=fast_forward)
+                   max_events=engine.max_events, fast_forward=fast_forward,
+                   buffer_tiles=engine.buffer_tiles, prefetch_tiles=engine.prefetch_tiles,
+                   operand_buffer_fraction=engine.operand_buffer_fraction)
 
     def estimate_events(self, program: Program) -> int:
         """Events of the minimal simulation plan (probing may add runs, each checked)."""

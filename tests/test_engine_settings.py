@@ -1,0 +1,44 @@
+"""The workload's `engine:` buffering fields reach the engine, and bad values are refused."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim import api
+from rdu_sim.cli.main import cli
+from rdu_sim.engine import Engine
+
+LLAMA8 = "workloads/llama3.1-8b-8socket.yaml"
+
+
+def test_engine_fields_reach_the_engine_settings() -> None:
+    scenario = api.load(LLAMA8, {"engine.buffer_tiles": 3, "engine.prefetch_tiles": 5,
+                                 "engine.operand_buffer_fraction": 0.25})
+    settings = Engine.from_config(scenario.hardware, scenario.workload.engine).settings
+    assert (settings.buffer_tiles, settings.prefetch_tiles) == (3, 5)
+    assert settings.operand_buffer_fraction == 0.25
+
+
+def test_defaults_are_double_buffering_and_half_the_sram() -> None:
+    engine = api.load(LLAMA8).workload.engine
+    assert (engine.buffer_tiles, engine.prefetch_tiles) == (2, 2)
+    assert engine.operand_buffer_fraction == 0.5
+
+
+def test_prefetch_depth_changes_the_simulated_step() -> None:
+    """One tile of prefetch exposes more load latency than four: the field is not ignored."""
+    shallow = api.step(LLAMA8, {"engine.prefetch_tiles": 1}).step_s
+    deep = api.step(LLAMA8, {"engine.prefetch_tiles": 4}).step_s
+    assert shallow > deep
+
+
+@pytest.mark.parametrize("override, field", [
+    ("engine.buffer_tiles=0", "engine.buffer_tiles"),
+    ("engine.prefetch_tiles=65", "engine.prefetch_tiles"),
+    ("engine.operand_buffer_fraction=1.5", "engine.operand_buffer_fraction"),
+])
+def test_bad_values_exit_2_naming_the_field(override: str, field: str) -> None:
+    out = CliRunner().invoke(cli, ["step", LLAMA8, "--set", override])
+    assert out.exit_code == 2, out.output
+    assert field in out.stderr and "Traceback" not in out.output
