@@ -78,6 +78,8 @@ def test_measured_values_are_physical(
     assert m.batch_capacity_snapstream > m.batch_capacity_full >= 1
     assert m.decode_tokens_per_s_snapstream > 0 and m.decode_tokens_per_s_full > 0
     assert m.prefill_prompt is not None and m.prefill_s_snapstream >= m.prefill_s_full > 0
+    # one request alone decodes faster than each of the full run's 40 sharing the steps
+    assert m.single_stream_tokens_per_s > m.decode_tokens_per_s_full / m.batch_capacity_full
 
 
 @pytest.mark.slow
@@ -120,7 +122,8 @@ def _measurements(**change: Any) -> Measurements:
     base: dict[str, Any] = dict(
         batch_capacity_snapstream=160, batch_capacity_full=40,
         decode_tokens_per_s_snapstream=1832.0, decode_tokens_per_s_full=1832.0 / 4.3,
-        prefill_prompt=40000, prefill_s_snapstream=1.035, prefill_s_full=1.0)
+        prefill_prompt=40000, prefill_s_snapstream=1.035, prefill_s_full=1.0,
+        single_stream_tokens_per_s=198.0)
     base.update(change)
     return Measurements(**base)
 
@@ -128,7 +131,7 @@ def _measurements(**change: Any) -> Measurements:
 def test_figures_at_the_published_values_pass() -> None:
     rows = evaluate(_measurements())
     assert all(row.passed for row in rows)
-    assert [row.relative_error for row in rows] == pytest.approx([0, 0, 0, 0], abs=1e-9)
+    assert [row.relative_error for row in rows] == pytest.approx([0] * len(FIGURES), abs=1e-9)
 
 
 def test_prefill_range_is_2_to_5_percent() -> None:
@@ -155,3 +158,22 @@ def test_tolerance_overrides() -> None:
         with_tolerances({"nope": 0.1})
     with pytest.raises(ValueError, match="NAME=VALUE"):
         tolerance_overrides(["max_batch_ratio"])
+
+
+def test_single_stream_speed_is_the_median_inverse_tpot() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from rdu_sim.validate.measure import single_stream_speed
+
+    ps = 10**12
+    records = SimpleNamespace(
+        completed=np.array([True, True, True, False]),
+        output_tokens=np.array([101, 11, 201, 50]),
+        first_token_ps=np.array([0, 5 * ps, 10 * ps, 0]),
+        finish_ps=np.array([1 * ps, 6 * ps, 12 * ps, 0]),  # 100, 10 and 100 tokens/s
+    )
+    assert single_stream_speed(SimpleNamespace(records=records, batch_slots=1)) == 100.0
+    with pytest.raises(ValueError, match="1 batch slot"):
+        single_stream_speed(SimpleNamespace(records=records, batch_slots=2))

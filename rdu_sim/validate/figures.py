@@ -19,6 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 SOURCE = "SnapStream, arXiv 2511.03092 (DeepSeek-R1, 16x SN40L, TP16, 128k)"
+SINGLE_STREAM_SOURCE = ("SambaNova, 'SambaNova SN40L: Unleashing Agentic AI with Dataflow', "
+                        "DAC 2025 talk abstract: one rack of 16 SN40L RDUs serves "
+                        "DeepSeek-R1 671B at 198 tokens/s")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class Measurements:
     prefill_prompt: int | None  # the typical compressed prompt (None: nothing compresses)
     prefill_s_snapstream: float  # that prompt's prefill, SnapKV selection included
     prefill_s_full: float  # the same prompt under full attention
+    single_stream_tokens_per_s: float  # one request decoding alone (1 slot), after its first token
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,17 @@ FIGURES: tuple[Figure, ...] = (
            "selection included) over full attention for the same prompt, minus 1; "
            "published 2%..5%, written as 3.5% +- 1.5%",
            _prefill_increase),
+    Figure("decode_speed_batch1", 198.0, 0.15, "tokens/s",
+           "output tokens/s of one request decoding alone, after its first token: the "
+           "full-attention workload with 1 batch slot, 1024-token prompts and 1024 output "
+           "tokens, (output - 1) / (finish - first token), median over the run's requests. "
+           "Not a SnapStream figure: " + SINGLE_STREAM_SOURCE + " (a per-user speed, so "
+           "an upper bound is what one slot gives); it checks the per-step hardware model "
+           "(links, HBM, launch costs) at the opposite end from the max-batch figures",
+           lambda m: m.single_stream_tokens_per_s),
 )
-"""The four published figures of the SnapStream deployment, in report order."""
+"""The four published figures of the SnapStream deployment, then the independent
+single-stream speed of the same rack, in report order."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +126,8 @@ class Row:
         """name, published, simulated, relative_error, tolerance, pass (plus unit, the
         passing range and the definition); NaN becomes null so the JSON stays valid."""
         def num(x: float) -> float | None:
-            return round(x, 6) if math.isfinite(x) else None
+            # significant digits, not decimals: a 0.08% fraction keeps its precision
+            return float(f"{x:.9g}") if math.isfinite(x) else None
 
         f = self.figure
         return {"name": f.name, "published": f.published, "simulated": num(self.simulated),

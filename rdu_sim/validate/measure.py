@@ -80,6 +80,21 @@ def steady_state(result: RunResult) -> SteadyState:
     return SteadyState(tokens / seconds, start / PS_PER_S, end / PS_PER_S, tokens)
 
 
+def single_stream_speed(result: RunResult) -> float:
+    """Median over completed requests of (output - 1) / (finish - first token): the decode
+    speed one user sees, which with one batch slot is 1 / TPOT (no other request shares the
+    steps and prefills happen between requests, not inside one's decode)."""
+    records = result.records
+    if result.batch_slots != 1:
+        raise ValueError(f"single-stream speed needs 1 batch slot, got {result.batch_slots}")
+    done = records.completed & (records.output_tokens > 1)
+    if not done.any():
+        return float("nan")
+    seconds = (records.finish_ps[done] - records.first_token_ps[done]).astype(np.float64)
+    speeds = (records.output_tokens[done] - 1.0) / (seconds / PS_PER_S)
+    return float(np.median(speeds))
+
+
 def compressed_prompt(scenario: Scenario, slot_tokens: int) -> int | None:
     """The workload's typical compressed prompt (see
     ``rdu_sim.serving.requests.typical_compressed_length``)."""

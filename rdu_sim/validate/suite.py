@@ -4,11 +4,13 @@ The suite runs the SnapStream workload and the full-attention workload exactly a
 ``rdu-sim run WORKLOAD --set ...`` would (``api.run(path, overrides)``, batch slots
 ``auto`` = each policy's own batch capacity), measures each run (steady-state decode rate,
 batch capacity, prefill of the typical compressed prompt from the run's own step cache) and
-compares with the published figures (rdu_sim/validate/figures.py).
+compares with the published figures (rdu_sim/validate/figures.py). A third, small run of
+the full-attention workload with one batch slot (``SINGLE_STREAM``) measures the speed one
+request decodes at alone, for the independent single-stream figure.
 
 ``quick`` is the same code path with fewer requests: ``QUICK_TURNOVERS`` requests per slot
 instead of the workload's ``serving.requests``, enough for one turnover of warm-up and a
-steady window after it. The two runs are independent, so they run in two processes.
+steady window after it. The runs are independent, so they run in two processes.
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ from rdu_sim.validate.measure import (
     compressed_prompt,
     min_requests,
     prefill_time,
+    single_stream_speed,
     steady_state,
 )
 
 QUICK_TURNOVERS = 3
 """Requests per slot in ``--quick`` runs (the fewest with a full turnover in the steady window)."""
+
+SINGLE_STREAM = ("serving.batch_slots=1", "serving.requests=3", "serving.prompt_tokens=1024",
+                 "serving.output_tokens=1024")
+"""Overrides (after the caller's) of the full-attention run that measures the single-stream
+speed (figure decode_speed_batch1): one slot, three short requests."""
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSTREAM_WORKLOAD = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
@@ -58,7 +66,8 @@ class RunMeasurement:
 
 @dataclass(frozen=True)
 class SuiteResult:
-    """The two runs and the figures compared."""
+    """The two deployment runs and the figures compared (the single-stream speed is in
+    ``measurements``)."""
 
     snapstream: RunMeasurement
     full: RunMeasurement
@@ -109,6 +118,12 @@ def measure_run(path: Path, overrides: Sequence[str], prompt: int | None) -> Run
         prefill_prompt=prompt, prefill_s=prefill, wall_s=time.perf_counter() - began)
 
 
+def measure_single_stream(path: Path, overrides: Sequence[str]) -> float:
+    """One request decoding alone on the full-attention workload (``SINGLE_STREAM``), through
+    ``api.run`` as ``rdu-sim run PATH --set ...`` would."""
+    return single_stream_speed(api.run(path, [*overrides, *SINGLE_STREAM]))
+
+
 def reference_prompt(snapstream: Path, overrides: Sequence[str]) -> int | None:
     """The typical compressed prompt of the SnapStream workload (None: none compresses)."""
     scenario = api.load(snapstream, list(overrides))
@@ -129,14 +144,18 @@ def run_suite(*, quick: bool = False, overrides: Iterable[str] = (),
         with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
             futures = [pool.submit(measure_run, path, run_ovr, prompt)
                        for path, run_ovr in plans]
+            single = pool.submit(measure_single_stream, full, ovr)
             ss, fu = (f.result() for f in futures)
+            single_stream = single.result()
     else:
         ss, fu = (measure_run(path, run_ovr, prompt) for path, run_ovr in plans)
+        single_stream = measure_single_stream(full, ovr)
     measurements = Measurements(
         batch_capacity_snapstream=ss.batch_capacity, batch_capacity_full=fu.batch_capacity,
         decode_tokens_per_s_snapstream=ss.decode_tokens_per_s,
         decode_tokens_per_s_full=fu.decode_tokens_per_s, prefill_prompt=prompt,
-        prefill_s_snapstream=ss.prefill_s, prefill_s_full=fu.prefill_s)
+        prefill_s_snapstream=ss.prefill_s, prefill_s_full=fu.prefill_s,
+        single_stream_tokens_per_s=single_stream)
     return SuiteResult(ss, fu, measurements, evaluate(measurements, figures))
 
 
