@@ -21,10 +21,19 @@ FULL = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
 LLAMA8 = ROOT / "workloads" / "llama3.1-8b-8socket.yaml"
 
 
+TWO_NODES = {"hw.system.sockets_per_node": 8}
+"""sn40l-16 as two 8-socket nodes (a slower link between them): the ring the shortcut must
+handle exactly (the shipped file is one 16-socket node, a ring of equal links)."""
+
+
 @cache
-def decode_program(path: Path, efficiency: float | None = None) -> tuple[Scenario, Program]:
+def decode_program(path: Path, efficiency: float | None = None,
+                   two_nodes: bool = False) -> tuple[Scenario, Program]:
     """The workload's default decode step (all batch slots, largest bucket), compiled."""
-    overrides = {} if efficiency is None else {"hw.socket.hbm.efficiency": efficiency}
+    overrides: dict[str, object] = {} if efficiency is None else {
+        "hw.socket.hbm.efficiency": efficiency}
+    if two_nodes:
+        overrides.update(TWO_NODES)
     scenario = api.load(path, overrides)
     serving = scenario.workload.serving
     policy = api._policy(scenario)
@@ -43,7 +52,7 @@ def with_layers(program: Program, calls: int) -> Program:
 def test_symmetric_shortcut_matches_all_sockets_on_a_ring_over_two_nodes() -> None:
     # tp=16 over 2 nodes of 8: 14 intra-node hops and 2 slower inter-node hops per ring. The
     # shortcut simulates one node's sockets and links (the ring's rotational period): exact.
-    scenario, program = decode_program(SNAPSTREAM)
+    scenario, program = decode_program(SNAPSTREAM, two_nodes=True)
     hw = scenario.hardware
     assert program.tp == 16 and hw.system.sockets_per_node == 8
     assert hw.system.inter_node_link != hw.system.intra_node_link
@@ -68,8 +77,9 @@ def test_refining_tiles_on_a_compiled_decode_step_changes_it_by_less_than_two_pe
 
 
 def full_attention_program() -> tuple[Scenario, Program]:
-    """DeepSeek-R1 full attention, decode of 40 at 128k: the benchmarks' serve-full shape."""
-    scenario = api.load(FULL)
+    """DeepSeek-R1 full attention, decode of 40 at 128k, on two 8-socket nodes, streaming only
+    the routed experts (~184 of 256): a MoE layer period the short probe cannot see."""
+    scenario = api.load(FULL, {**TWO_NODES, "moe_expert_loading": "routed"})
     return scenario, compile_program(scenario, StaticShape("decode", 40, 1, 131072))
 
 

@@ -2,8 +2,9 @@
 
     python -m rdu_sim.validate.sensitivity [--quick] [--only NAME ...]
 
-For each unknown (weight precision, HBM efficiency, P2P bandwidth, launch/sync cost, MLA
-cache layout, length mix, SnapStream budget, full attention's decode graphs) it runs the
+For each unknown (weight precision, HBM efficiency, P2P bandwidth, latency and topology,
+launch/sync cost, MLA cache layout, length mix, full attention's decode graphs, MoE expert
+loading) it runs the
 whole calibration suite (`run_suite`, the code path of `rdu-sim validate`) with that one
 override and prints a markdown table: each figure's simulated value and its change from the
 baseline. A variant that cannot run (e.g. weights that do not fit) is reported as such.
@@ -23,14 +24,19 @@ from rdu_sim.validate.suite import SuiteResult, run_suite
 VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("baseline", ()),
     ("HBM efficiency 0.80 (0.90)", ("hw.socket.hbm.efficiency=0.8",)),
-    ("inter-node P2P 100 GB/s (50)", ("hw.system.inter_node_link.bandwidth=100 GB/s",)),
-    ("inter-node P2P 25 GB/s (50)", ("hw.system.inter_node_link.bandwidth=25 GB/s",)),
+    ("P2P 32 GB/s (64)", ("hw.system.intra_node_link.bandwidth=32 GB/s",)),
+    ("P2P 128 GB/s (64)", ("hw.system.intra_node_link.bandwidth=128 GB/s",)),
+    ("P2P hop latency 3 us (1)", ("hw.system.intra_node_link.latency=3 us",)),
+    ("two 8-socket nodes, 50 GB/s between (one 16-socket node)",
+     ("hw.system.sockets_per_node=8",)),
+    ("two 8-socket nodes, 25 GB/s between (one 16-socket node)",
+     ("hw.system.sockets_per_node=8", "hw.system.inter_node_link.bandwidth=25 GB/s")),
     ("kernel sync 50 us (10)", ("hw.socket.kernel.sync=50 us",)),
     ("MLA cache head_split (sequence_split)", ("parallelism.mla_cache_layout=head_split",)),
     ("prompt median 16k (4k)", ("serving.prompt_tokens.median=16384",)),
     ("output median 16k (8k)", ("serving.output_tokens.median=16384",)),
-    ("full attention: one 128k decode graph (pow2 buckets)",
-     ("kv.context_buckets=[131072]",)),
+    ("full attention: pow2 decode buckets (one 128k graph)", ("kv.context_buckets=pow2",)),
+    ("MoE experts routed (static)", ("moe_expert_loading=routed",)),
     ("weights bf16 (fp8)", ("dtypes.weights=bf16",)),
 )
 """(label with the shipped value in parentheses, overrides applied to both workloads)."""
