@@ -402,3 +402,14 @@ def test_bool_is_not_a_size(tree: Path) -> None:
     [_, issue] = _error(tree / "workloads" / LLAMA_1S).issues
     assert issue.field == "socket.hbm.capacity"
     assert "True" in issue.message
+
+
+def test_tree_all_reduce_needs_a_fully_connected_topology() -> None:
+    path = REPO / "workloads" / "llama3.1-8b-8socket.yaml"
+    error = _error(path, ["hw.system.collective_algorithm=tree"])
+    assert "fully_connected" in str(error) and "system" in str(error)
+    scenario = load_scenario(path, ["hw.system.collective_algorithm=tree",
+                                    "hw.system.topology=fully_connected"])
+    assert scenario.hardware.system.collective_algorithm == "tree"
+    both = load_scenario(path, ["hw.system.collective_algorithm=bidirectional_ring"])
+    assert both.hardware.system.collective_algorithm == "bidirectional_ring"

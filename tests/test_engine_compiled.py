@@ -107,3 +107,22 @@ def test_full_attention_step_fast_forwards_a_ten_layer_cycle_exactly() -> None:
     # only to PERIOD_RTOL (6e-5 here)
     assert fast.bytes_by_tier["p2p"] == pytest.approx(full.bytes_by_tier["p2p"], rel=1e-4)
     assert fast.events < full.events * 0.8
+
+
+def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() -> None:
+    # Both directions of every neighbour link: the mirrored ring's shortcut is exact too,
+    # and the SnapStream step's link-bound attention combine gets faster.
+    bidi = {"hw.system.collective_algorithm": "bidirectional_ring"}
+    scenario = api.load(SNAPSTREAM, bidi)
+    batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
+    program = compile_program(scenario, StaticShape("decode", batch, 1, 32768))
+    small = with_layers(program, 4)
+    one = simulate_step(small, scenario.hardware)
+    every = simulate_step(small, scenario.hardware, all_sockets=True)
+    assert one.step_s == pytest.approx(every.step_s, rel=1e-9)
+    assert one.bytes_by_tier == pytest.approx(every.bytes_by_tier, rel=1e-9)
+    ring_scenario, ring_program = decode_program(SNAPSTREAM)
+    ring_step = simulate_step(with_layers(ring_program, 4), ring_scenario.hardware)
+    assert one.bytes_by_tier["p2p"] == pytest.approx(ring_step.bytes_by_tier["p2p"], rel=1e-9)
+    assert one.busy_s["link"] < 0.6 * ring_step.busy_s["link"]
+    assert one.step_s <= ring_step.step_s

@@ -193,3 +193,54 @@ def test_deterministic() -> None:
         return a, b
 
     assert once() == once()
+
+
+def both_ways(kind: str) -> Callable[..., simpy.Event]:
+    """The bidirectional form of ``kind`` (all-reduce takes it as its algorithm)."""
+    if kind == ALL_REDUCE:
+        return lambda tp, nbytes, **kw: all_reduce(tp, nbytes, "bidirectional_ring", **kw)
+    return lambda tp, nbytes, **kw: FNS[kind](tp, nbytes, bidirectional=True, **kw)
+
+
+@pytest.mark.parametrize("kind", [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER])
+@pytest.mark.parametrize("p", [3, 5, 8, 16])
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_bidirectional_ring_matches_half_the_bytes_and_uses_both_directions(
+        kind: str, p: int, chunks: int) -> None:
+    fn, bidi = FNS[kind], both_ways(kind)
+    both, topo = run(lambda tp: bidi(tp, N, chunks=chunks), p)
+    assert both == pytest.approx(
+        ring_time(p, N, BW, LAT, chunks, kind, bidirectional=True), rel=1e-12)
+    assert both == pytest.approx(ring_time(p, N / 2, BW, LAT, chunks, kind), rel=1e-12)
+    one_way, topo_one = run(lambda tp: fn(tp, N, chunks=chunks), p)
+    assert both < one_way
+    # the same bytes in total, now on both directions of every neighbour link
+    total = sum(link.total_bytes for link in topo.links.values())
+    assert total == pytest.approx(sum(link.total_bytes for link in topo_one.links.values()))
+    ring_link = topo.links[(0, 1)]
+    assert ring_link.bytes[0].total == pytest.approx(ring_link.bytes[1].total)
+    assert ring_link.bytes[0].total == pytest.approx(total / (2 * p))
+
+
+def test_bidirectional_ring_on_two_sockets_is_the_plain_ring() -> None:
+    both, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4), 2)
+    one, _ = run(lambda tp: all_reduce(tp, N, "ring", 4), 2)
+    assert both == one
+
+
+@pytest.mark.parametrize("kind", [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER])
+@pytest.mark.parametrize("chunks", [1, 4])
+@pytest.mark.parametrize(("p", "spn"), [(16, 16), (16, 8), (12, 4)])
+def test_bidirectional_symmetric_shortcut_is_exact(kind: str, chunks: int, p: int,
+                                                   spn: int) -> None:
+    # The reverse ring is the forward ring's mirror image: one rotational period of each
+    # gives the full simulation's time, one node or several.
+    bidi, inter = both_ways(kind), (10e9, 10e-6)
+    full, topo_full = run(lambda tp: bidi(tp, N, chunks=chunks), p, spn, inter)
+    sym, topo_sym = run(lambda tp: bidi(tp, N, chunks=chunks, symmetric=True), p, spn, inter)
+    assert sym == pytest.approx(full, rel=1e-12)
+    sent_by_0 = sum(link.bytes[0 if a == 0 else 1].total
+                    for (a, b), link in topo_sym.links.items() if 0 in (a, b))
+    sent_by_0_full = sum(link.bytes[0 if a == 0 else 1].total
+                         for (a, b), link in topo_full.links.items() if 0 in (a, b))
+    assert sent_by_0 == pytest.approx(sent_by_0_full)

@@ -92,7 +92,12 @@ def hardware_overrides(draw: st.DrawFn) -> dict[str, Any]:
         "hw.socket.kernel.program_load": f"{draw(st.sampled_from([0, 5]))} us",
         "hw.system.intra_node_link.bandwidth": draw(_scaled(64, "GB/s")),
         "hw.system.intra_node_link.latency": f"{draw(st.sampled_from([0, 1, 5]))} us",
-        "hw.system.collective_algorithm": draw(st.sampled_from(["ring", "tree"])),
+        **draw(st.sampled_from([
+            {"hw.system.collective_algorithm": "ring"},
+            {"hw.system.collective_algorithm": "bidirectional_ring"},
+            {"hw.system.collective_algorithm": "tree",
+             "hw.system.topology": "fully_connected"},
+        ])),
     }
 
 

@@ -111,15 +111,29 @@ class SystemConfig(StrictModel):
     intra_node_link: LinkConfig
     inter_node_link: LinkConfig
     topology: Literal["ring", "fully_connected"] = Field(
-        default="ring", description="how sockets are wired for collectives"
+        default="ring",
+        description="how sockets are wired: 'ring' (each socket to its two neighbours) or "
+        "'fully_connected' (a link per pair); every link is full duplex",
     )
-    collective_algorithm: Literal["ring", "tree"] = Field(
-        default="ring", description="all-reduce algorithm"
+    collective_algorithm: Literal["ring", "bidirectional_ring", "tree"] = Field(
+        default="ring",
+        description="'ring' sends one way round the ring (one link direction per socket), "
+        "'bidirectional_ring' half each way (both neighbour links), 'tree' a binary-tree "
+        "all-reduce (needs topology fully_connected)",
     )
     collective_chunks: int = Field(
         default=4, ge=1, le=1024,
         description="chunks a collective is split into to pipeline it with its producer",
     )
+
+    @model_validator(mode="after")
+    def _tree_needs_links(self) -> SystemConfig:
+        if self.collective_algorithm == "tree" and self.topology != "fully_connected" \
+                and self.sockets > 2:
+            raise ValueError("collective_algorithm 'tree' sends between sockets that are not "
+                             "ring neighbours: use topology 'fully_connected', or a ring "
+                             "algorithm")
+        return self
 
     @model_validator(mode="after")
     def _nodes_divide(self) -> SystemConfig:

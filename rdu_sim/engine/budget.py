@@ -29,14 +29,15 @@ def _collective_events(kind: str, algorithm: str, group: int, chunks: int, socke
     superseded by a later collective."""
     if group <= 1:
         return 1
+    rings = 2 if algorithm == "bidirectional_ring" and group > 2 else 1
     if sockets == 1:
-        return 3
+        return 3 * rings + (rings - 1)  # each ring's events, plus the pair's countdown
     if algorithm == "tree" and kind == "allreduce":
         hops = 2 * (group - 1)
     else:
         steps = 2 * (group - 1) if kind == "allreduce" else group - 1
-        hops = steps * group
-    return hops * chunks + 2
+        hops = steps * group * rings
+    return hops * chunks + 2 * rings
 
 
 def estimate_events(kernel: KernelProgram, hardware: HardwareConfig, *, iterations: int,

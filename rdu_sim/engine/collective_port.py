@@ -31,10 +31,11 @@ def start_collective(topo: Topology, spec: CollectiveSpec, nbytes: float, chunks
     """Start ``spec.kind`` of ``nbytes`` in ``chunks`` over ``sockets``; fires when done."""
     if spec.kind == "allreduce":
         return all_reduce(topo, nbytes, algorithm, chunks, symmetric, sockets)
+    both_ways = algorithm == "bidirectional_ring"
     if spec.kind == "allgather":
-        return all_gather(topo, nbytes, chunks, symmetric, sockets)
+        return all_gather(topo, nbytes, chunks, symmetric, sockets, bidirectional=both_ways)
     if spec.kind == "reduce_scatter":
-        return reduce_scatter(topo, nbytes, chunks, symmetric, sockets)
+        return reduce_scatter(topo, nbytes, chunks, symmetric, sockets, bidirectional=both_ways)
     raise ValueError(f"unknown collective kind {spec.kind!r}; valid: allreduce, allgather, "
                      f"reduce_scatter")
 

@@ -15,6 +15,11 @@ output, the reduce-scatter input, per socket):
   as soon as chunk k of step s-1 has arrived and the link is free.
 * tree (all-reduce only): binary heap tree over the participants, chunked
   reduce towards the root then broadcast back, each edge its own link.
+* bidirectional ring (``bidirectional=True``; hardware ``collective_algorithm:
+  bidirectional_ring``): half of the data goes around the ring one way and half the other
+  way, concurrently, so each socket sends on both of its neighbour links (each full duplex)
+  instead of one: the same steps and latency, half the bytes per link direction. The reverse
+  ring is the mirror image of the forward one, so the symmetric shortcut applies to it too.
 
 ``symmetric=True`` exploits the ring's rotational symmetry. Every socket starts each chunk at
 the same instant and does the same thing, and rotating the ring by ``d`` positions maps it onto
@@ -161,16 +166,26 @@ def ring(
     symmetric: bool = False,
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
+    bidirectional: bool = False,
 ) -> simpy.Event:
-    """Start a ring collective; the returned event fires when every socket is done."""
+    """Start a ring collective; the returned event fires when every socket is done.
+    ``bidirectional``: half of ``nbytes`` each way round the ring (module docstring)."""
     ring_ids = list(range(topo.n_sockets)) if sockets is None else list(sockets)
     p, env = len(ring_ids), topo.env
     steps = ring_steps(kind, p)
     if chunks < 1 or nbytes < 0:
         raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
-    size = nbytes / p / chunks
     if steps == 0 or nbytes == 0:
         return _Countdown(env, 0).done
+    if bidirectional and p > 2:
+        # the reverse ring starts at the same socket: ids[0], ids[-1], ids[-2], ...
+        reverse = [ring_ids[0], *ring_ids[:0:-1]]
+        both = _Countdown(env, 2)
+        for ids in (ring_ids, reverse):
+            half = ring(topo, kind, nbytes / 2, chunks, symmetric, ids, tag)
+            half.callbacks.append(lambda _e: both.tick())
+        return both.done
+    size = nbytes / p / chunks
     # Simulated sockets: all p, or (symmetric) the first d, socket d - 1 sending to socket d
     # whose arrivals are socket 0's (module docstring).
     sim = ring_period(topo, ring_ids) if symmetric else p
@@ -258,6 +273,10 @@ def tree_all_reduce(
     return count.done
 
 
+ALGORITHMS = ("ring", "bidirectional_ring", "tree")
+"""All-reduce algorithms; all-gather and reduce-scatter run on the (bidirectional) ring."""
+
+
 def all_reduce(
     topo: Topology,
     nbytes: float,
@@ -267,12 +286,15 @@ def all_reduce(
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
 ) -> simpy.Event:
-    """All-reduce of an ``nbytes`` vector with ``algorithm`` "ring" or "tree"."""
-    if algorithm == "ring":
-        return ring(topo, ALL_REDUCE, nbytes, chunks, symmetric, sockets, tag)
+    """All-reduce of an ``nbytes`` vector with ``algorithm`` "ring", "bidirectional_ring"
+    or "tree"."""
+    if algorithm in ("ring", "bidirectional_ring"):
+        return ring(topo, ALL_REDUCE, nbytes, chunks, symmetric, sockets, tag,
+                    bidirectional=algorithm == "bidirectional_ring")
     if algorithm == "tree":
         return tree_all_reduce(topo, nbytes, chunks, symmetric, sockets, tag)
-    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; valid: 'ring', 'tree'")
+    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; valid: "
+                     + ", ".join(repr(a) for a in ALGORITHMS))
 
 
 def all_gather(
@@ -282,9 +304,10 @@ def all_gather(
     symmetric: bool = False,
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
+    bidirectional: bool = False,
 ) -> simpy.Event:
     """Ring all-gather producing ``nbytes`` on every socket."""
-    return ring(topo, ALL_GATHER, nbytes, chunks, symmetric, sockets, tag)
+    return ring(topo, ALL_GATHER, nbytes, chunks, symmetric, sockets, tag, bidirectional)
 
 
 def reduce_scatter(
@@ -294,24 +317,29 @@ def reduce_scatter(
     symmetric: bool = False,
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
+    bidirectional: bool = False,
 ) -> simpy.Event:
     """Ring reduce-scatter of an ``nbytes`` input per socket."""
-    return ring(topo, REDUCE_SCATTER, nbytes, chunks, symmetric, sockets, tag)
+    return ring(topo, REDUCE_SCATTER, nbytes, chunks, symmetric, sockets, tag, bidirectional)
 
 
 def ring_time(
-    p: int, nbytes: float, bandwidth: float, latency: float, chunks: int = 1, kind: str = ALL_REDUCE
+    p: int, nbytes: float, bandwidth: float, latency: float, chunks: int = 1,
+    kind: str = ALL_REDUCE, bidirectional: bool = False,
 ) -> float:
     """Closed form of :func:`ring` on identical links (pipelined latency).
 
     With S steps and chunk time d = nbytes / (p * chunks * bandwidth):
     ``max(S*chunks*d + latency, S*(d + latency) + (chunks-1)*d)``: either the
     link never idles, or every step waits for the round of latency. With
-    chunks=1 this is S * (latency + nbytes / (p * bandwidth)).
+    chunks=1 this is S * (latency + nbytes / (p * bandwidth)). Bidirectional (p > 2): the
+    same with half of ``nbytes`` (each direction carries half, concurrently).
     """
     steps = ring_steps(kind, p)
     if steps == 0 or nbytes == 0:
         return 0.0
+    if bidirectional and p > 2:
+        nbytes /= 2
     d = nbytes / (p * chunks * bandwidth)
     return max(steps * chunks * d + latency, steps * (d + latency) + (chunks - 1) * d)
 

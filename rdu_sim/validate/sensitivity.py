@@ -27,6 +27,8 @@ VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("P2P 32 GB/s (64)", ("hw.system.intra_node_link.bandwidth=32 GB/s",)),
     ("P2P 128 GB/s (64)", ("hw.system.intra_node_link.bandwidth=128 GB/s",)),
     ("P2P hop latency 3 us (1)", ("hw.system.intra_node_link.latency=3 us",)),
+    ("collectives both ways round the ring (one way)",
+     ("hw.system.collective_algorithm=bidirectional_ring",)),
     ("two 8-socket nodes, 50 GB/s between (one 16-socket node)",
      ("hw.system.sockets_per_node=8",)),
     ("two 8-socket nodes, 25 GB/s between (one 16-socket node)",
