@@ -4,7 +4,8 @@ INPUT is read by its suffix:
 
 * ``.json``: what ``rdu-sim run --json`` prints or ``--out DIR`` writes (one run, or a
   list); ``requests.csv`` and ``timeseries.csv`` beside it (``--out`` writes them) supply the
-  per-request records and the occupancy series; INPUT may also be that DIR;
+  per-request records and the occupancy series; INPUT may also be that DIR. For
+  ``calibration``, what ``rdu-sim validate --json`` prints;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
 * ``.yaml`` / ``.yml``: a workload, simulated here: the compiler's memory plan and batch
   capacity over ``--contexts`` and ``--policies`` (memory, capacity); one decode step at the
@@ -31,7 +32,7 @@ from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
 _DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 _YAML_SUFFIXES = (".yaml", ".yml")
-_KINDS = ("memory", "capacity", "throughput", "roofline", "latency", "occupancy")
+_KINDS = ("memory", "capacity", "throughput", "roofline", "latency", "occupancy", "calibration")
 
 
 def _tokens(text: str) -> int:
@@ -134,7 +135,8 @@ def command(kind: str, input_path: Path, output: Path | None, contexts: str, pol
             requests: int, overrides: tuple[str, ...]) -> None:
     """Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).
 
-    KIND is one of: memory, capacity, throughput, roofline, latency, occupancy.
+    KIND is one of: memory, capacity, throughput, roofline, latency, occupancy,
+    calibration (INPUT: the JSON `rdu-sim validate --json` prints).
 
     Example: rdu-sim plot capacity run.json -o capacity.png
     """
@@ -151,6 +153,9 @@ def command(kind: str, input_path: Path, output: Path | None, contexts: str, pol
     suffix = input_path.suffix.lower()
     from rdu_sim.report import plots
 
+    if suffix in _YAML_SUFFIXES and kind == "calibration":
+        fail(f"{input_path}: the calibration plot reads what `rdu-sim validate --json` "
+             "prints; run `rdu-sim validate --json > v.json` and plot v.json")
     if suffix in _YAML_SUFFIXES:
         results = _simulate(kind, input_path, overrides,
                             [_tokens(c) for c in contexts.split(",") if c.strip()],

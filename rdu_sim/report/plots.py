@@ -1,10 +1,11 @@
 """Plots of simulation results: the entry point of ``rdu_sim.report``'s plotting.
 
 Every plot is a function that takes results (a run's JSON dict from ``RunResult.to_dict()``
-or ``rdu-sim run --json``, a list of them, or a sweep DataFrame from ``rdu_sim.sweep.load``)
-and returns a ``matplotlib.figure.Figure`` made without pyplot (no display needed; save it
-with ``fig.savefig("x.png")``, or let a notebook show it). Axes are in units people read:
-GiB, tokens/s, ms, TFLOP/s.
+or ``rdu-sim run --json``, a list of them, or a sweep DataFrame from ``rdu_sim.sweep.load``;
+for the calibration plot, the rows ``rdu-sim validate --json`` prints) and returns a
+``matplotlib.figure.Figure`` made without pyplot (no display needed; save it with
+``fig.savefig("x.png")``, or let a notebook show it). Axes are in units people read: GiB,
+tokens/s, ms, TFLOP/s.
 
 ==================  ===========================================  ==========================
 kind (CLI)          function                                     needs
@@ -16,6 +17,7 @@ throughput          :func:`throughput_vs_context` /              runs over conte
 roofline            :func:`roofline`                             a step timing + hardware
 latency             :func:`latency_distribution`                 per-request records
 occupancy           :func:`occupancy_timeline`                   slot-occupancy series
+calibration         :func:`calibration`                          ``rdu-sim validate`` rows
 (notebooks)         :func:`design_space`                         a sweep DataFrame
 ==================  ===========================================  ==========================
 
@@ -35,6 +37,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from rdu_sim.report.plots_calibration import calibration
 from rdu_sim.report.plots_data import (
     PlotInputError,
     as_runs,
@@ -68,6 +71,7 @@ __all__ = [
     "KernelPoint",
     "PlotInputError",
     "batch_capacity",
+    "calibration",
     "context_overrides",
     "decode_over_batches",
     "decode_over_contexts",
@@ -95,6 +99,7 @@ PLOT_KINDS: dict[str, str] = {
     "roofline": "a decode step's kernels on the HBM and compute roofs",
     "latency": "TTFT and TPOT distributions (CDF)",
     "occupancy": "batch slot occupancy over time",
+    "calibration": "published figures with their tolerance bands vs simulated (rdu-sim validate)",
 }
 """Plot kinds the CLI knows, with what each shows."""
 
@@ -142,6 +147,7 @@ _RENDERERS: dict[str, Callable[[Any], Figure]] = {
     "roofline": _roofline,
     "latency": latency_distribution,
     "occupancy": occupancy_timeline,
+    "calibration": calibration,
 }
 
 
