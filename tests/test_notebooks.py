@@ -54,7 +54,8 @@ def kernel_name() -> str:
 def test_there_are_notebooks() -> None:
     names = {p.name for p in NOTEBOOKS}
     assert {"01_memory_and_capacity.ipynb", "02_throughput_curves.ipynb",
-            "03_design_space.ipynb", "04_snapstream_quality.ipynb"} <= names, names
+            "03_design_space.ipynb", "04_snapstream_quality.ipynb",
+            "05_calibration.ipynb"} <= names, names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
