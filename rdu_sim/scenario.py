@@ -104,7 +104,8 @@ def _validate(model: type[ModelT], data: Any, file: str, lines: LineMap,
 
 def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Architecture,
                  file: str, lines: LineMap) -> None:
-    """Rules that span files: TP vs heads and sockets, context vs the model, KV budget."""
+    """Rules that span files: TP vs heads, sockets and the collective's links, context vs
+    the model, KV budget."""
 
     def fail(path: str, message: str) -> ConfigError:
         line = lines.get(tuple(path.split(".")))
@@ -117,6 +118,12 @@ def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Arch
     if tp > hardware.system.sockets:
         raise fail("parallelism.tp", f"tp={tp} exceeds the {hardware.system.sockets} sockets "
                    f"of hardware {hardware.name!r}")
+    system = hardware.system
+    if system.collective_algorithm == "tree" and system.topology == "ring" and tp > 2:
+        raise fail("parallelism.tp", f"hardware {hardware.name!r} runs tree all-reduces "
+                   "(system.collective_algorithm: tree), whose edges join sockets that are "
+                   f"not ring neighbours in a group of {tp}: use system.topology "
+                   "fully_connected, a ring algorithm, or tp <= 2")
     serving = workload.serving
     if serving.max_context > model.max_context:
         raise fail("serving.max_context", f"{serving.max_context} exceeds the model's maximum "

@@ -407,7 +407,10 @@ def test_bool_is_not_a_size(tree: Path) -> None:
 def test_tree_all_reduce_needs_a_fully_connected_topology() -> None:
     path = REPO / "workloads" / "llama3.1-8b-8socket.yaml"
     error = _error(path, ["hw.system.collective_algorithm=tree"])
-    assert "fully_connected" in str(error) and "system" in str(error)
+    assert "fully_connected" in str(error) and "parallelism.tp" in str(error)
+    # a pair of sockets is one ring edge: a 2-socket tree needs no other link
+    pair = load_scenario(path, ["hw.system.collective_algorithm=tree", "parallelism.tp=2"])
+    assert pair.tp == 2
     scenario = load_scenario(path, ["hw.system.collective_algorithm=tree",
                                     "hw.system.topology=fully_connected"])
     assert scenario.hardware.system.collective_algorithm == "tree"

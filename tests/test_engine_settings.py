@@ -42,3 +42,26 @@ def test_bad_values_exit_2_naming_the_field(override: str, field: str) -> None:
     out = CliRunner().invoke(cli, ["step", LLAMA8, "--set", override])
     assert out.exit_code == 2, out.output
     assert field in out.stderr and "Traceback" not in out.output
+
+
+def test_prefetch_window_never_exceeds_one_layer() -> None:
+    """A stage loads at most one layer ahead (what keeps fast-forwarding exact), whatever
+    engine.prefetch_tiles asks for; within a layer the SRAM share or the minimum decides."""
+    from rdu_sim.engine.tile_work import TileWork, prefetch_window, split
+
+    def work(tiles: int) -> TileWork:
+        return TileWork(tiles=tiles, reads={"hbm": split(100.0 * tiles, tiles)}, writes={},
+                        sram=(0.0,) * tiles, flops=0.0, vector_flops=0.0,
+                        output=(0.0,) * tiles, efficiency=1.0)
+
+    assert prefetch_window(work(1), buffer_bytes=1e9, minimum=2) == 1
+    assert prefetch_window(work(8), buffer_bytes=1e9, minimum=2) == 8
+    assert prefetch_window(work(8), buffer_bytes=1e9, minimum=64) == 8
+    assert prefetch_window(work(8), buffer_bytes=350.0, minimum=2) == 3  # 3 tiles of 100 B fit
+    assert prefetch_window(work(8), buffer_bytes=0.0, minimum=2) == 2
+
+
+def test_prefetch_beyond_the_layer_is_accepted_and_capped() -> None:
+    many = api.step(LLAMA8, {"engine.prefetch_tiles": 64}).step_s
+    layer = api.step(LLAMA8, {"engine.prefetch_tiles": 8}).step_s
+    assert many == layer

@@ -383,9 +383,15 @@ def test_a_step_over_the_event_budget_is_refused_before_simulating() -> None:
 
 
 @pytest.mark.parametrize("all_sockets", [False, True])
-def test_event_estimate_bounds_the_events_processed(all_sockets: bool) -> None:
+@pytest.mark.parametrize(("algorithm", "topology"), [
+    ("ring", "ring"), ("bidirectional_ring", "ring"), ("tree", "fully_connected")])
+def test_event_estimate_bounds_the_events_processed(all_sockets: bool, algorithm: str,
+                                                     topology: str) -> None:
+    system = DEFAULT.system.model_copy(update={"collective_algorithm": algorithm,
+                                               "topology": topology})
+    hw = DEFAULT.model_copy(update={"system": system})
     for p in (mixed_program(), llama_like_program(tp=4, layers=4)):
-        t = simulate_step(p, DEFAULT, fast_forward=False, all_sockets=all_sockets)
+        t = simulate_step(p, hw, fast_forward=False, all_sockets=all_sockets)
         assert t.events <= t.estimated_events <= 3 * t.events
 
 

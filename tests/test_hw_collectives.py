@@ -244,3 +244,19 @@ def test_bidirectional_symmetric_shortcut_is_exact(kind: str, chunks: int, p: in
     sent_by_0_full = sum(link.bytes[0 if a == 0 else 1].total
                          for (a, b), link in topo_full.links.items() if 0 in (a, b))
     assert sent_by_0 == pytest.approx(sent_by_0_full)
+
+
+def test_bidirectional_ring_over_a_subset_not_starting_at_socket_0() -> None:
+    # the RendezvousPort path: a TP group of sockets 4..7 of 8; the reverse ring starts at 4
+    group = [4, 5, 6, 7]
+    t, topo = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, sockets=group), 8)
+    assert t == pytest.approx(ring_time(4, N, BW, LAT, 4, bidirectional=True), rel=1e-12)
+    assert set(topo.links) == {(4, 5), (5, 6), (6, 7), (4, 7)}
+    for link in topo.links.values():  # both directions of every ring link carry half
+        assert link.bytes[0].total == pytest.approx(link.bytes[1].total)
+    inter = (10e9, 10e-6)  # and over two-socket nodes, the shortcut still equals the full ring
+    full, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, sockets=group), 8, 2,
+                  inter)
+    sym, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, symmetric=True,
+                                       sockets=group), 8, 2, inter)
+    assert sym == pytest.approx(full, rel=1e-12)

@@ -16,9 +16,17 @@ import pytest
 from click.testing import CliRunner
 
 import rdu_sim.validate as validate
+from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.validate import FIGURES, Measurements, evaluate, with_tolerances
-from rdu_sim.validate.suite import SuiteResult, tolerance_overrides
+from rdu_sim.validate.sensitivity import VARIANTS
+from rdu_sim.validate.suite import (
+    FULL_WORKLOAD,
+    SINGLE_STREAM,
+    SNAPSTREAM_WORKLOAD,
+    SuiteResult,
+    tolerance_overrides,
+)
 
 KEYS = {"name", "published", "simulated", "relative_error", "tolerance", "pass"}
 
@@ -80,6 +88,10 @@ def test_measured_values_are_physical(
     assert m.prefill_prompt is not None and m.prefill_s_snapstream >= m.prefill_s_full > 0
     # one request alone decodes faster than each of the full run's 40 sharing the steps
     assert m.single_stream_tokens_per_s > m.decode_tokens_per_s_full / m.batch_capacity_full
+    # and exactly at the rate of its one-slot decode step: prefills never land inside a
+    # request's decode life when it is alone
+    step = api.step(FULL_WORKLOAD, batch=1).step_s
+    assert m.single_stream_tokens_per_s == pytest.approx(1 / step, rel=1e-6)
 
 
 @pytest.mark.slow
@@ -177,3 +189,19 @@ def test_single_stream_speed_is_the_median_inverse_tpot() -> None:
     assert single_stream_speed(SimpleNamespace(records=records, batch_slots=1)) == 100.0
     with pytest.raises(ValueError, match="1 batch slot"):
         single_stream_speed(SimpleNamespace(records=records, batch_slots=2))
+
+
+@pytest.mark.parametrize("label, overrides", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_every_sensitivity_variant_loads_on_both_workloads(
+        label: str, overrides: tuple[str, ...]) -> None:
+    """A renamed field would otherwise show only as a 'cannot run' row in the table."""
+    for path in (SNAPSTREAM_WORKLOAD, FULL_WORKLOAD):
+        api.load(path, list(overrides))
+
+
+def test_single_stream_definition_matches_the_run_it_describes() -> None:
+    fig = next(f for f in FIGURES if f.name == "decode_speed_batch1")
+    assert "serving.batch_slots=1" in SINGLE_STREAM and "1 batch slot" in fig.definition
+    for item in SINGLE_STREAM:
+        if "tokens=" in item:
+            assert f"{item.split('=')[1]}" in fig.definition

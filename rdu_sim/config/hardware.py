@@ -119,21 +119,12 @@ class SystemConfig(StrictModel):
         default="ring",
         description="'ring' sends one way round the ring (one link direction per socket), "
         "'bidirectional_ring' half each way (both neighbour links), 'tree' a binary-tree "
-        "all-reduce (needs topology fully_connected)",
+        "all-reduce (needs topology fully_connected beyond 2 sockets per group)",
     )
     collective_chunks: int = Field(
         default=4, ge=1, le=1024,
         description="chunks a collective is split into to pipeline it with its producer",
     )
-
-    @model_validator(mode="after")
-    def _tree_needs_links(self) -> SystemConfig:
-        if self.collective_algorithm == "tree" and self.topology != "fully_connected" \
-                and self.sockets > 2:
-            raise ValueError("collective_algorithm 'tree' sends between sockets that are not "
-                             "ring neighbours: use topology 'fully_connected', or a ring "
-                             "algorithm")
-        return self
 
     @model_validator(mode="after")
     def _nodes_divide(self) -> SystemConfig:

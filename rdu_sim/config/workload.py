@@ -223,7 +223,7 @@ class EngineConfig(StrictModel):
     prefetch_tiles: int = Field(
         default=2, ge=1, le=64,
         description="fewest weight/KV tiles a stage keeps loaded or loading ahead of its "
-        "compute (2 = double buffering)",
+        "compute (2 = double buffering); never more than one layer's tiles_per_stage",
     )
     operand_buffer_fraction: float = Field(
         default=0.5, ge=0, le=1,

@@ -4,8 +4,9 @@ The estimate counts, per stage tile on each simulated socket, the events the sta
 and the hardware primitives schedule (``stage_runner``): up to 2 per input edge (a wait for
 the tile, the read port), 1 per output edge (a wait for a slot), up to 3 per HBM/DDR request
 (latency, completion, wake-up timer), 1 each for matrix, vector and SRAM work and for the
-tile's completion; per collective chunk the link transfers of its algorithm (3 events with
-the symmetric shortcut, which computes them in plain Python); per call the launcher's and
+tile's completion; per collective chunk the link transfers of its algorithm (3 events per
+ring with the symmetric shortcut, which computes them in plain Python; a bidirectional ring
+is two rings and their countdown: 7); per call the launcher's and
 processes' bookkeeping. It is an upper bound in practice (timers are shared
 between requests, waits happen only when a stage blocks), checked against the measured
 counts by the tests.

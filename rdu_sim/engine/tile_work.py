@@ -78,17 +78,17 @@ def prefetch_window(work: TileWork, buffer_bytes: float, minimum: int) -> int:
     """Tiles of streamed operands a stage may have loaded or loading ahead of its compute.
 
     As many tiles as fit in ``buffer_bytes`` (the part of the stage's PMU SRAM that holds
-    streamed weight/KV tiles), but at most one layer's tiles, and never fewer than
-    ``minimum`` (2 = double buffering, so a load always overlaps the previous tile's compute).
+    streamed weight/KV tiles), never fewer than ``minimum`` (2 = double buffering, so a load
+    always overlaps the previous tile's compute), and at most one layer's tiles (so with
+    ``tiles_per_stage`` below ``minimum`` the window is the layer).
     Sizing the window in bytes, not tiles, keeps how far a stage runs ahead of its compute
     independent of ``tiles_per_stage``; capping it at one layer keeps the start of a looped
     call independent of how many layers follow (what makes fast-forwarding exact).
     """
     largest = max((sum(amounts[t] for amounts in work.reads.values())
                    for t in range(work.tiles)), default=0.0)
-    if largest <= 0:
-        return max(1, minimum)
-    return max(1, minimum, min(work.tiles, int(buffer_bytes // largest)))
+    fit = int(buffer_bytes // largest) if largest > 0 else 0
+    return max(1, min(work.tiles, max(minimum, fit)))
 
 
 def stage_efficiency(stage: StageProgram, socket: SocketConfig) -> float:
