@@ -182,7 +182,7 @@ class RunResult:
                 meta=self.meta(), kv_policy=self.policy.name,
                 batch_capacity=self.batch_capacity, batch_slots=self.batch_slots,
                 placement=self.placement, records=self.records, cache=self.cache,
-                prefill_s=self.prefill_s)
+                prefill_s=self.prefill_s, closed_loop=self.requests_in.closed_loop)
         return dict(self._summary)
 
     def to_json(self, indent: int | None = 2) -> str:

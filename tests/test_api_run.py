@@ -36,7 +36,7 @@ CONTRACT_KEYS = {
     "kv_policy", "batch_capacity", "batch_slots", "decode_tokens_per_s", "prefill_s", "ttft_s",
     "tpot_s", "memory", "kv_bytes_per_slot", "requests_completed", "output_tokens",
     "queue_delay_s", "step_cache", "utilization", "model", "workload", "tp", "sockets", "seed",
-    "version",
+    "version", "steady_decode_tokens_per_s", "steady_window_s",
 }
 TIER_KEYS = {"capacity_bytes", "used_bytes", "weights_bytes", "kv_bytes", "activations_bytes",
              "free_bytes"}

@@ -13,6 +13,8 @@ from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 
+from rdu_sim.serving.steady import MIN_TURNOVERS
+
 
 def human_bytes(value: float | None) -> str:
     """Bytes in binary units: ``1.50 GiB``."""
@@ -39,6 +41,15 @@ def human_seconds(value: float | None) -> str:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def steady_decode(result: Mapping[str, Any]) -> str:
+    """The steady-state decode rate and its window, or why there is none."""
+    rate = result.get("steady_decode_tokens_per_s")
+    window = result.get("steady_window_s")
+    if rate is None or not window:
+        return f"n/a (needs a closed loop with >= {MIN_TURNOVERS} requests per slot)"
+    return f"{rate:,.1f} tok/s (window {window[0]:.4g}-{window[1]:.4g} s)"
 
 
 def memory_table(result: Mapping[str, Any]) -> Table:
@@ -75,6 +86,7 @@ def serving_table(result: Mapping[str, Any]) -> Table:
         ("output tokens", f"{result.get('output_tokens', 0):,}"),
         ("makespan", human_seconds(result.get("makespan_s"))),
         ("decode throughput (all users)", f"{result.get('decode_tokens_per_s', 0):,.1f} tok/s"),
+        ("steady-state decode (slots kept full)", steady_decode(result)),
         ("per-user rate (p50)",
          f"{(result.get('user_tokens_per_s') or {}).get('p50') or 0:,.2f} tok/s"),
         ("prefill of a typical prompt", human_seconds(result.get("prefill_s"))),

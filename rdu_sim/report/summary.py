@@ -8,6 +8,11 @@ Definitions (docs/serving.md repeats them for users):
   ``e2e_s``: finish - arrival. Each is ``{p50, p90, p99, mean}``.
 - ``decode_tokens_per_s``: all output tokens / the makespan of decode activity, i.e. from
   the first first-token of the run to the last completion (prefill stalls in between count).
+  It includes the ramp-up (all slots prefilling at once) and the drain (slots emptying one
+  by one at the end), so a short run reports well below the rate with the slots kept full.
+- ``steady_decode_tokens_per_s``, ``steady_window_s``: that rate with the slots kept full,
+  over the window [completion number ``batch_slots``, last admission] of a closed-loop run
+  (``rdu_sim.serving.steady``; the calibration's figure); both None without a window.
 - ``user_tokens_per_s``: per request, 1 / TPOT (the rate a user sees once tokens stream).
 - ``makespan_s``: first arrival to last completion. ``utilization`` (``hbm``: achieved HBM
   bandwidth over peak; ``pcu``: PCU busy fraction) is time-weighted over every step run,
@@ -31,6 +36,7 @@ from numpy.typing import NDArray
 
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.steady import steady_state
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache
 
 PERCENTILES = (50, 90, 99)
@@ -117,8 +123,10 @@ def _time_average(times: NDArray[np.float64], values: NDArray[Any], start: float
 
 def summarize(*, meta: Mapping[str, Any], kv_policy: str, batch_capacity: int,
               batch_slots: int, placement: Placement, records: ServingRecords,
-              cache: StepCache, prefill_s: float) -> dict[str, Any]:
-    """The run's result dict (the JSON contract of ``rdu-sim run --json``)."""
+              cache: StepCache, prefill_s: float, closed_loop: bool) -> dict[str, Any]:
+    """The run's result dict (the JSON contract of ``rdu-sim run --json``);
+    ``closed_loop``: whether the requests came from a closed loop (the steady window needs
+    one)."""
     cols = request_columns(records)
     done = records.completed
     output_tokens = int(records.tokens_generated)
@@ -139,6 +147,7 @@ def summarize(*, meta: Mapping[str, Any], kv_policy: str, batch_capacity: int,
     decode_fill = (output_tokens - int(done.sum())) / (records.decode_steps * batch_slots) \
         if records.decode_steps else 0.0
     kv_total = sum(u.kv_bytes for u in placement.tiers.values())
+    steady = steady_state(records, batch_slots, closed_loop)
     result: dict[str, Any] = {
         **meta,
         "kv_policy": kv_policy,
@@ -155,6 +164,8 @@ def summarize(*, meta: Mapping[str, Any], kv_policy: str, batch_capacity: int,
         "queue_delay_s": stats(cols["queue_delay_s"][done]),
         "e2e_s": stats(cols["e2e_s"][done]),
         "decode_tokens_per_s": output_tokens / decode_span if decode_span > 0 else 0.0,
+        "steady_decode_tokens_per_s": steady.tokens_per_s if steady is not None else None,
+        "steady_window_s": [steady.start_s, steady.end_s] if steady is not None else None,
         "user_tokens_per_s": stats(1.0 / tpot[tpot > 0]),
         "makespan_s": makespan,
         "occupancy": _time_average(series["time_s"], series["occupancy"], first_arrival,

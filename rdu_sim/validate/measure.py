@@ -1,25 +1,12 @@
 """Measurements on one `rdu_sim.api.run` result: steady-state decode rate, prefill time.
 
-Why a steady-state window, not the run's aggregate ``decode_tokens_per_s``: a closed-loop
-run starts with every slot prefilling at once and ends with slots draining one by one as
-the last requests finish; both ends leave slots empty, and a run of few requests is mostly
-ends. The published "decode throughput" is a production rate with the slots kept full, so
-the window is
-
-    [completion number ``batch_slots``, last admission]
-
-from the slots' first full turnover (the lock-step start has broken up into a staggered
-mix of requests at every stage) to the moment the last request takes a slot (after which
-slots start emptying). In a closed loop every slot is occupied throughout the window.
-Tokens in the window are counted per request: its first token if emitted inside, plus its
-``output - 1`` decode tokens spread evenly between first token and finish (every decode
-step advances each decoding request by one token, and a prefill stall stops them all at
-once, so the even spread is exact up to the position of stalls within one request's life).
+The steady-state decode rate is ``rdu_sim.serving.steady`` (its docstring says why a
+window and which one): the same computation as the run's ``steady_decode_tokens_per_s``.
+The calibration refuses a run without a steady window (a ConfigError naming the workload
+field to change) instead of reporting null.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,57 +14,32 @@ from rdu_sim.api import RunResult
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.requests import typical_compressed_length
+from rdu_sim.serving.steady import (
+    CLOSED_LOOP_FIELD,
+    MIN_TURNOVERS,
+    NoSteadyWindow,
+    SteadyState,
+    find_steady_state,
+    min_requests,
+)
 from rdu_sim.serving.step_cache import PS_PER_S
 
-MIN_TURNOVERS = 3
-"""Requests per slot a run needs: the first ``batch_slots`` start in lock-step, the next
-``batch_slots`` completions are the warm-up turnover, and the last admission comes at
-completion ``requests - batch_slots``, so 3 per slot leave one full turnover inside the
-steady window."""
-
-@dataclass(frozen=True)
-class SteadyState:
-    """Decode rate over the steady window of a continuous-batching run."""
-
-    tokens_per_s: float
-    start_s: float
-    end_s: float
-    tokens: float
-
-
-def min_requests(batch_slots: int) -> int:
-    """Fewest requests whose run has a steady window."""
-    return MIN_TURNOVERS * batch_slots
+__all__ = ["MIN_TURNOVERS", "SteadyState", "compressed_prompt", "min_requests",
+           "prefill_time", "single_stream_speed", "steady_state"]
 
 
 def steady_state(result: RunResult) -> SteadyState:
-    """Decode tokens/s between the slots' first full turnover and the last admission."""
-    records, slots = result.records, result.batch_slots
-    workload_file = result.scenario.workload_file
-    if not result.requests_in.closed_loop:
-        raise ConfigError.single(workload_file, "serving.arrival.process",
-                                 "the calibration measures a closed loop (slots kept full); "
-                                 "use closed_loop")
-    finish = np.sort(records.finish_ps[records.completed])
-    if len(records) < min_requests(slots) or finish.shape[0] < slots:
-        raise ConfigError.single(workload_file, "serving.requests",
-                                 f"{len(records)} requests leave no steady window with "
-                                 f"{slots} slots; need at least {min_requests(slots)}")
-    start = float(finish[slots - 1])
-    end = float(records.admit_ps.max())
-    if not end > start:
-        raise ConfigError.single(workload_file, "serving.requests",
-                                 f"{len(records)} requests leave no steady window with "
-                                 f"{slots} slots (last admission before the first turnover)")
-    first = records.first_token_ps.astype(np.float64)
-    last = records.finish_ps.astype(np.float64)
-    decode = records.output_tokens.astype(np.float64) - 1.0
-    span = np.maximum(last - first, 1.0)
-    inside = np.clip(np.minimum(last, end) - np.maximum(first, start), 0.0, None)
-    first_in = (first >= start) & (first < end)
-    tokens = float(np.sum(decode * inside / span) + np.count_nonzero(first_in))
-    seconds = (end - start) / PS_PER_S
-    return SteadyState(tokens / seconds, start / PS_PER_S, end / PS_PER_S, tokens)
+    """Decode tokens/s between the slots' first full turnover and the last admission
+    (``rdu_sim.serving.steady.find_steady_state``); a ConfigError when there is no window."""
+    found = find_steady_state(result.records, result.batch_slots,
+                              result.requests_in.closed_loop)
+    if isinstance(found, NoSteadyWindow):
+        message = found.message
+        if found.field == CLOSED_LOOP_FIELD:
+            message = ("the calibration measures a closed loop (slots kept full); "
+                       "use closed_loop")
+        raise ConfigError.single(result.scenario.workload_file, found.field, message)
+    return found
 
 
 def single_stream_speed(result: RunResult) -> float:

@@ -1,0 +1,102 @@
+"""Steady-state decode rate of a continuous-batching run, from its records.
+
+Why a steady-state window, not the run's aggregate ``decode_tokens_per_s``: a closed-loop
+run starts with every slot prefilling at once and ends with slots draining one by one as
+the last requests finish; both ends leave slots empty, and a run of few requests is mostly
+ends. A "decode throughput" in the sense of a production rate with the slots kept full is
+measured over the window
+
+    [completion number ``batch_slots``, last admission]
+
+from the slots' first full turnover (the lock-step start has broken up into a staggered
+mix of requests at every stage) to the moment the last request takes a slot (after which
+slots start emptying). In a closed loop every slot is occupied throughout the window.
+Tokens in the window are counted per request: its first token if emitted inside, plus its
+``output - 1`` decode tokens spread evenly between first token and finish (every decode
+step advances each decoding request by one token, and a prefill stall stops them all at
+once, so the even spread is exact up to the position of stalls within one request's life).
+
+There is no window when the run is not a closed loop (open-loop arrivals can leave slots
+empty at any time), with fewer than ``MIN_TURNOVERS`` requests per slot, or when the last
+admission comes before the first turnover. This is the one implementation: the run's JSON
+(``steady_decode_tokens_per_s``, ``steady_window_s``) and the calibration suite
+(``rdu_sim.validate.measure``) both call :func:`find_steady_state`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.step_cache import PS_PER_S
+
+MIN_TURNOVERS = 3
+"""Requests per slot a run needs: the first ``batch_slots`` start in lock-step, the next
+``batch_slots`` completions are the warm-up turnover, and the last admission comes at
+completion ``requests - batch_slots``, so 3 per slot leave one full turnover inside the
+steady window."""
+
+CLOSED_LOOP_FIELD = "serving.arrival.process"
+REQUESTS_FIELD = "serving.requests"
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Decode rate over the steady window of a continuous-batching run."""
+
+    tokens_per_s: float
+    start_s: float
+    end_s: float
+    tokens: float
+
+
+@dataclass(frozen=True)
+class NoSteadyWindow:
+    """Why a run has no steady window: the workload ``field`` to change and a message."""
+
+    field: str
+    message: str
+
+
+def min_requests(batch_slots: int) -> int:
+    """Fewest requests whose run has a steady window."""
+    return MIN_TURNOVERS * batch_slots
+
+
+def find_steady_state(records: ServingRecords, batch_slots: int,
+                      closed_loop: bool) -> SteadyState | NoSteadyWindow:
+    """Decode tokens/s between the slots' first full turnover and the last admission, or
+    why the run has no such window."""
+    slots = int(batch_slots)
+    if not closed_loop:
+        return NoSteadyWindow(CLOSED_LOOP_FIELD,
+                              "no steady window without a closed loop (slots kept full)")
+    finish = np.sort(records.finish_ps[records.completed])
+    if slots < 1 or len(records) < min_requests(slots) or finish.shape[0] < slots:
+        return NoSteadyWindow(REQUESTS_FIELD,
+                              f"{len(records)} requests leave no steady window with "
+                              f"{slots} slots; need at least {min_requests(slots)}")
+    start = float(finish[slots - 1])
+    end = float(records.admit_ps.max())
+    if not end > start:
+        return NoSteadyWindow(REQUESTS_FIELD,
+                              f"{len(records)} requests leave no steady window with "
+                              f"{slots} slots (last admission before the first turnover)")
+    first = records.first_token_ps.astype(np.float64)
+    last = records.finish_ps.astype(np.float64)
+    decode = records.output_tokens.astype(np.float64) - 1.0
+    span = np.maximum(last - first, 1.0)
+    inside = np.clip(np.minimum(last, end) - np.maximum(first, start), 0.0, None)
+    first_in = (first >= start) & (first < end)
+    tokens = float(np.sum(decode * inside / span) + np.count_nonzero(first_in))
+    seconds = (end - start) / PS_PER_S
+    return SteadyState(tokens / seconds, start / PS_PER_S, end / PS_PER_S, tokens)
+
+
+def steady_state(records: ServingRecords, batch_slots: int,
+                 closed_loop: bool) -> SteadyState | None:
+    """:func:`find_steady_state`, None when the run has no steady window."""
+    found = find_steady_state(records, batch_slots, closed_loop)
+    return found if isinstance(found, SteadyState) else None
