@@ -38,6 +38,8 @@ VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("hw.system.sockets_per_node=8", "hw.system.inter_node_link.bandwidth=25 GB/s")),
     ("kernel sync 50 us (10)", ("hw.socket.kernel.sync=50 us",)),
     ("MLA cache head_split (sequence_split)", ("parallelism.mla_cache_layout=head_split",)),
+    ("SnapStream budget 16k (32k)", ("kv.budget=16384",)),
+    ("SnapStream budget 64k (32k)", ("kv.budget=65536",)),
     ("prompt median 16k (4k)", ("serving.prompt_tokens.median=16384",)),
     ("output median 16k (8k)", ("serving.output_tokens.median=16384",)),
     ("full attention: pow2 decode buckets (one 128k graph)", ("kv.context_buckets=pow2",)),
