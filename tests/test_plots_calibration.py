@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
+from test_validate import published_measurements
 
 from rdu_sim.cli.main import cli
 from rdu_sim.report import plots
@@ -35,26 +36,15 @@ from rdu_sim.report.plots_calibration import (
     calibration_rows,
 )
 from rdu_sim.report.plots_data import PlotInputError
-from rdu_sim.validate import FIGURES, Measurements, Row, evaluate
+from rdu_sim.validate import FIGURES, Row, evaluate
 from rdu_sim.validate.suite import RunMeasurement, SuiteResult
 
 FAILING = "decode_throughput_snapstream"
 
 
-def _measurements(**change: Any) -> Measurements:
-    """Every figure at its published value, except what ``change`` moves."""
-    base: dict[str, Any] = dict(
-        batch_capacity_snapstream=160, batch_capacity_full=40,
-        decode_tokens_per_s_snapstream=1832.0, decode_tokens_per_s_full=1832.0 / 4.3,
-        prefill_prompt=40000, prefill_s_snapstream=1.035, prefill_s_full=1.0,
-        single_stream_tokens_per_s=198.0)
-    base.update(change)
-    return Measurements(**base)
-
-
 def _rows() -> list[Row]:
     """The SnapStream throughput 83% high (the ratio kept at 4.3x): only it fails."""
-    rows = evaluate(_measurements(decode_tokens_per_s_snapstream=3348.0,
+    rows = evaluate(published_measurements(decode_tokens_per_s_snapstream=3348.0,
                                   decode_tokens_per_s_full=3348.0 / 4.3))
     assert [r.figure.name for r in rows if not r.passed] == [FAILING]
     return rows
@@ -123,7 +113,7 @@ def test_suite_result_json_and_dataframe_give_the_same_plot() -> None:
     rows = _rows()
     run = RunMeasurement("w", "snapstream", 160, 160, 480, 3348.0, (1.0, 2.0), 3000.0,
                          40000, 1.035, 0.1)
-    suite = SuiteResult(run, run, _measurements(), rows)
+    suite = SuiteResult(run, run, published_measurements(), rows)
     as_json = json.loads(json.dumps([r.to_dict() for r in rows]))
     for results in (suite, as_json, pd.DataFrame(as_json)):
         fig = _render(lambda results=results: plots.plot("calibration", results))
@@ -131,7 +121,7 @@ def test_suite_result_json_and_dataframe_give_the_same_plot() -> None:
 
 
 def test_unmeasured_figure_fails_without_a_marker() -> None:
-    rows = evaluate(_measurements(prefill_prompt=None))
+    rows = evaluate(published_measurements(prefill_prompt=None))
     as_json = json.loads(json.dumps([r.to_dict() for r in rows], allow_nan=False))
     parsed = calibration_rows(as_json)
     prefill = next(r for r in parsed if r.name == "prefill_increase")

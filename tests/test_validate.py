@@ -130,7 +130,9 @@ def test_bad_input_exits_2(args: list[str]) -> None:
     assert "error:" in out.stderr
 
 
-def _measurements(**change: Any) -> Measurements:
+def published_measurements(**change: Any) -> Measurements:
+    """Every figure at its published value, except what ``change`` moves (shared with
+    test_plots_calibration)."""
     base: dict[str, Any] = dict(
         batch_capacity_snapstream=160, batch_capacity_full=40,
         decode_tokens_per_s_snapstream=1832.0, decode_tokens_per_s_full=1832.0 / 4.3,
@@ -141,7 +143,7 @@ def _measurements(**change: Any) -> Measurements:
 
 
 def test_figures_at_the_published_values_pass() -> None:
-    rows = evaluate(_measurements())
+    rows = evaluate(published_measurements())
     assert all(row.passed for row in rows)
     assert [row.relative_error for row in rows] == pytest.approx([0] * len(FIGURES), abs=1e-9)
 
@@ -150,12 +152,12 @@ def test_prefill_range_is_2_to_5_percent() -> None:
     fig = next(f for f in FIGURES if f.name == "prefill_increase")
     assert (fig.low, fig.high) == pytest.approx((0.02, 0.05))
     for increase, ok in ((0.019, False), (0.021, True), (0.049, True), (0.051, False)):
-        row = evaluate(_measurements(prefill_s_snapstream=1 + increase), [fig])[0]
+        row = evaluate(published_measurements(prefill_s_snapstream=1 + increase), [fig])[0]
         assert row.passed is ok, increase
 
 
 def test_nothing_measured_fails_and_serializes_as_null() -> None:
-    rows = evaluate(_measurements(prefill_prompt=None, decode_tokens_per_s_full=0.0))
+    rows = evaluate(published_measurements(prefill_prompt=None, decode_tokens_per_s_full=0.0))
     by_name = {row.figure.name: row for row in rows}
     for name in ("prefill_increase", "decode_throughput_ratio"):
         assert math.isnan(by_name[name].simulated) and not by_name[name].passed
