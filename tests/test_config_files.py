@@ -416,3 +416,13 @@ def test_tree_all_reduce_needs_a_fully_connected_topology() -> None:
     assert scenario.hardware.system.collective_algorithm == "tree"
     both = load_scenario(path, ["hw.system.collective_algorithm=bidirectional_ring"])
     assert both.hardware.system.collective_algorithm == "bidirectional_ring"
+
+
+@pytest.mark.parametrize("override, field", [
+    ("moe_expert_loading=dynamic", "moe_expert_loading"),
+    ("hw.system.collective_algorithm=butterfly", "collective_algorithm"),
+    ("engine.operand_buffer_fraction=-0.1", "engine.operand_buffer_fraction"),
+])
+def test_new_fields_refuse_bad_values_by_name(override: str, field: str) -> None:
+    error = _error(REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml", [override])
+    assert field in str(error)
