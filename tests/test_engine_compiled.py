@@ -13,6 +13,9 @@ from rdu_sim import api
 from rdu_sim.compiler import compile_program
 from rdu_sim.compiler.program import Program, StaticShape
 from rdu_sim.engine import simulate_step
+from rdu_sim.engine.fast_forward import LiveCycle
+from rdu_sim.engine.kernel_run import RunSettings, run_kernel
+from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,12 +96,13 @@ def test_symmetric_shortcut_matches_all_sockets_with_full_attention() -> None:
 
 
 def test_full_attention_step_fast_forwards_a_ten_layer_cycle_exactly() -> None:
-    # Under the exact two-node ring the MoE layers settle into a 10-layer cycle, which the
-    # 16-layer probe cannot see; the long probe (28 layers) finds it.
+    # Under the exact two-node ring the MoE layers settle into a 10-layer cycle, which needs
+    # 12 spans of 10 layers: the live run finds it at layer boundary 25 and stops after 28
+    # layers (58 - 28 = 3 cycles). (The former probes ran 16 + 28 layers in two runs.)
     scenario, program = full_attention_program()
     fast = simulate_step(program, scenario.hardware)
     moe = fast.kernel("decoder_moe")
-    assert moe.simulated_iterations == 16 + 28 and moe.period_s is not None
+    assert moe.simulated_iterations == 28 and moe.period_s is not None
     full = simulate_step(program, scenario.hardware, fast_forward=False)
     assert fast.step_s == pytest.approx(full.step_s, rel=1e-4)
     for tier in ("hbm", "ddr", "sram"):
@@ -107,6 +111,57 @@ def test_full_attention_step_fast_forwards_a_ten_layer_cycle_exactly() -> None:
     # only to PERIOD_RTOL (6e-5 here)
     assert fast.bytes_by_tier["p2p"] == pytest.approx(full.bytes_by_tier["p2p"], rel=1e-4)
     assert fast.events < full.events * 0.8
+
+
+def test_live_fast_forward_of_a_late_settling_cycle_matches_the_full_simulation() -> None:
+    # The SnapStream MoE layers settle into a 3-layer cycle only after ~18 layers: the live
+    # run finds it at layer boundary 22, while the stages have started layer 23, and is cut
+    # to 25 layers (34 - 25 = 3 cycles).
+    scenario, program = decode_program(SNAPSTREAM)
+    small = with_layers(program, 34)
+    fast = simulate_step(small, scenario.hardware)
+    full = simulate_step(small, scenario.hardware, fast_forward=False)
+    moe = fast.kernel("decoder_moe")
+    assert moe.simulated_iterations == 25 and moe.period_s is not None
+    assert full.kernel("decoder_moe").simulated_iterations == 34
+    assert fast.step_s == pytest.approx(full.step_s, rel=1e-5)
+    for tier in ("hbm", "ddr", "sram"):
+        assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)
+    assert fast.bytes_by_tier["p2p"] == pytest.approx(full.bytes_by_tier["p2p"], rel=1e-4)
+    assert fast.busy_s == pytest.approx(full.busy_s, rel=1e-4)
+    assert fast.flops == pytest.approx(full.flops, rel=1e-12)
+    assert fast.events < full.events * 0.85
+
+
+def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
+    # Lowering the layer count mid-run (at the fewest layers LayerCount allows) changes
+    # nothing already decided: boundaries, totals and events equal a fresh run's, bit for bit.
+    scenario, program = decode_program(SNAPSTREAM)
+    kernel = next(k for k in program.kernels if k.name == "decoder_moe")
+    works = {s.name: TileWork.of(s, 8, scenario.hardware.socket) for s in kernel.stages}
+    watch = LiveCycle(kernel.calls, lambda _n, _looped: None)
+    live = run_kernel(kernel, scenario.hardware, program.tp, kernel.calls, True, RunSettings(),
+                      works, watch)
+    assert watch.found is not None
+    k, _, n = watch.found
+    assert k == 3 and n < kernel.calls and (kernel.calls - n) % k == 0
+    fresh = run_kernel(kernel, scenario.hardware, program.tp, n, True, RunSettings(), works)
+    assert live.iteration_ends == fresh.iteration_ends
+    assert live.snapshots == fresh.snapshots
+    assert live.stats == fresh.stats and live.events == fresh.events
+
+
+def test_a_pipeline_without_a_cycle_is_simulated_once_in_full() -> None:
+    # Full attention streaming only the routed experts on one 16-socket node: the MoE layer
+    # period never settles within PERIOD_RTOL. The live run is the full run: no probe first.
+    scenario = api.load(FULL, {"moe_expert_loading": "routed"})
+    program = with_layers(compile_program(scenario, StaticShape("decode", 40, 1, 131072)), 30)
+    fast = simulate_step(program, scenario.hardware)
+    full = simulate_step(program, scenario.hardware, fast_forward=False)
+    moe = fast.kernel("decoder_moe")
+    assert moe.simulated_iterations == moe.calls == 30 and moe.period_s is None
+    assert fast.step_s == full.step_s and fast.bytes_by_tier == full.bytes_by_tier
+    assert fast.events == full.events
 
 
 def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() -> None:

@@ -25,8 +25,8 @@ from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine.budget import check_budget, estimate_events
-from rdu_sim.engine.fast_forward import MIN_PROBED_CALLS, probe_lengths, time_kernel
-from rdu_sim.engine.kernel_run import KernelRun, RunSettings, run_kernel
+from rdu_sim.engine.fast_forward import MIN_PROBED_CALLS, first_boundary, time_kernel
+from rdu_sim.engine.kernel_run import KernelRun, RunSettings, Watch, run_kernel
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.tile_work import TileWork
@@ -113,10 +113,10 @@ class Engine:
             works = {s.name: TileWork.of(s, self.settings.tiles_per_stage, self.hardware.socket)
                      for s in kernel.stages}
 
-            def run(n: int, looped: bool, kernel: KernelProgram = kernel,
+            def run(n: int, looped: bool, watch: Watch | None, kernel: KernelProgram = kernel,
                     works: dict[str, TileWork] = works) -> KernelRun:
                 return run_kernel(kernel, self.hardware, program.tp, n, looped, self.settings,
-                                  works)
+                                  works, watch)
 
             def charge(n: int, looped: bool, kernel: KernelProgram = kernel) -> None:
                 budget.spent += self._estimate(program, kernel, n, looped)
@@ -140,8 +140,9 @@ class Engine:
             return [(kernel.calls, kernel.looped)]
         if not kernel.looped:
             return [(1, False)]
-        probes = probe_lengths(kernel.calls) if kernel.calls >= MIN_PROBED_CALLS else []
-        return [(probes[0], True)] if probes else [(kernel.calls, True)]
+        if kernel.calls < MIN_PROBED_CALLS:
+            return [(kernel.calls, True)]
+        return [(first_boundary(kernel.calls) + 3, True)]  # a live run's first budget charge
 
     def _estimate(self, program: Program, kernel: KernelProgram, iterations: int,
                   looped: bool) -> int:

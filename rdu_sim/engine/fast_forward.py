@@ -3,48 +3,59 @@
 * Unlooped calls are separated by a synchronization, so every call starts from an empty
   machine and takes exactly as long as the first: one call is simulated and counted ``calls``
   times (records are repeated on the timeline). This is not an approximation.
-* A looped kernel is one pipelined call over ``L`` layers. Nothing in a run depends on how
-  many layers follow until its last layers (a stage loads at most one layer ahead), so a run
-  of ``n`` layers follows exactly the trajectory of the full run until a stage would load
-  layer ``n``, which happens once it computes in layer ``n - 1``, after the sinks finished
-  layer ``n - 3``: the boundaries of layers ``0 .. n - 3`` are the full run's. Once the
-  pipeline is periodic with a cycle of ``k`` layers (each layer boundary repeats the one
-  ``k`` layers before shifted by a period ``P``, and every total grows by the same amount per
-  cycle; stages that take turns running ahead make ``k`` = 2 or 3), a run longer by a
-  multiple of ``k`` differs only by whole cycles inserted before the drain:
-  ``T(L) = T(n) + (L - n) / k * P``, and likewise for every other total (bytes, FLOPs, busy
-  time). The engine simulates one probe of ``n`` layers with ``L - n`` a multiple of 6 (so
-  of every cycle length it looks for: 1, 2, 3, 6), ``n`` at least 10 and a quarter of ``L``
-  (pipelines with latencies and collectives take 5-15 layers to settle), samples the totals
-  at each layer boundary and accepts the shortest cycle whose last ``k + 2`` spans inside the
-  shared prefix, and the totals' increments over them, agree within ``PERIOD_RTOL``; then
-  ``S(L) = S(n) + (L - n) / k * dS``. This is exact for a periodic pipeline. A settling one
-  (a damped oscillation of the period, decaying geometrically) is accepted once its swings
-  are below ``PERIOD_RTOL``, which moves the step time by far less (its remaining swings
-  alternate in sign and shrink); a drifting one only if its trend, continued over the
-  skipped cycles, stays below ``DRIFT_RTOL`` of the kernel time. The tests compare with full
-  simulations within 0.5%; on compiled DeepSeek-R1 and Llama programs they agree to 1e-4 or
-  better. A probe that finds no cycle is extended by 6 layers while probing costs at most
-  half the full run. If none finds one, one longer probe looks for cycles of 5 and 10 layers
-  too (``LONG_CYCLES``; collectives on a ring over two nodes, whose slower inter-node hop
-  the chunks of successive collectives share, can settle into such cycles: DeepSeek-R1's
-  full-attention decode step on 16 sockets has a 10-layer one): ``L - n`` a multiple of 30,
-  ``n`` at least 2 x 10 + 4 (two cycles and the window), as long as all probes together
-  cost less than the full run. Otherwise the ``L`` layers are simulated in full (so a kernel
-  without any cycle costs at most twice its layers). ``fast_forward=False`` always simulates
-  every layer and call (the reference).
+* A looped kernel is one pipelined call over ``L`` layers, simulated in one *live* run that
+  is cut short once it is periodic. The stages read the number of layers they run from one
+  shared, mutable ``LayerCount`` (``stage_runner``) exactly where it matters: whether to go
+  on to the next tile, whether to issue the load of the tile ``prefetch`` tiles ahead (at
+  most one layer ahead), whether a layer's output also feeds the next layer, and in the
+  launcher body which event a layer waits for. ``LayerCount`` records the highest layer any
+  stage (on any simulated socket) has started a tile of (``started``) and issued a load for
+  (``loaded``); lowering the count to ``n >= safe() = max(loaded + 1, started + 2)`` changes
+  no decision already taken, so from then on the run is exactly a run of ``n`` layers from
+  the start (same boundaries, totals and events, bit for bit; the tests check it). At a
+  layer boundary ``m`` the stages have started layer ``m + 1``: ``safe()`` is ``m + 3``
+  (the boundaries ``0 .. n - 3`` a run of ``n`` layers shares with every longer one).
+* At each layer boundary ``m`` of socket 0 (every boundary so far is the full run's), from
+  ``first_boundary(L) = ceil(max(MIN_PROBE, L / 4)) - 3`` on (pipelines with latencies and
+  collectives take 5-15 layers to settle), ``LiveCycle`` looks for the shortest cycle ``k``
+  of ``LONG_CYCLES`` (1, 2, 3, 5, 6, 10 layers: stages that take turns running ahead make
+  2 or 3; collectives on a ring over two nodes, whose slower inter-node hop the chunks of
+  successive collectives share, can settle into 5 or 10) by the rule of ``_cycle``: the
+  spans ``c[j] - c[j - k]`` of the last ``k + 2`` boundaries agree within ``PERIOD_RTOL``,
+  and so do the increments of every total (bytes, FLOPs, busy time) over them; a drifting
+  span is accepted only if its trend, continued over the skipped cycles, moves the kernel's
+  time by less than ``DRIFT_RTOL``. On a cycle ``k`` with increments ``dS`` it cuts the run
+  to the fewest layers ``n >= safe()`` with ``L - n`` a multiple of ``k``; the run drains
+  and ``S(L) = S(n) + (L - n) / k * dS`` for every total (time, bytes, FLOPs, busy time).
+  A periodic pipeline differs between ``n`` and ``L`` layers only by whole cycles inserted
+  before the drain, so this is exact for it; a settling one (a damped oscillation of the
+  period) is accepted once its swings are below ``PERIOD_RTOL``, which moves the step time
+  by far less (its remaining swings alternate in sign and shrink). The tests compare with
+  full simulations within 0.5%; on compiled DeepSeek-R1 and Llama programs they agree to
+  1e-4 or better. A run that finds no cycle simulates all ``L`` layers once: it *is* the
+  full run. Kernels of fewer than ``MIN_PROBED_CALLS`` layers are simulated in full.
+  ``fast_forward=False`` always simulates every layer and call (the reference); its runs
+  never lower their ``LayerCount``.
 
-``events`` counts what was really simulated; records are those of the last probe run, with an
+The event budget is charged as the live run goes: ``first_boundary(L) + 3`` layers before
+it starts, then ``ALIGN`` layers more whenever the run reaches the layers charged (an
+``EventBudgetError`` can then stop it mid-run). ``steady_cycle`` applies the same rule to a
+finished run of ``n`` layers (at boundary ``n - 3``); ``probe_lengths`` and
+``long_probe_length`` are the probe sizes of the former scheme (a short probe, a long probe,
+then the full run), which the engine no longer uses.
+
+``events`` counts what was really simulated; records are those of the live run, with an
 ``agcu`` slice marking the fast-forwarded layers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rdu_sim.compiler.program import KernelProgram
-from rdu_sim.engine.kernel_run import KernelRun
+from rdu_sim.engine.kernel_run import KernelRun, Watch
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 
@@ -56,29 +67,30 @@ DRIFT_RTOL = 1e-3
 kernel's time by at most this fraction (else the probe is not accepted)."""
 
 CYCLES = (1, 2, 3, 6)
-"""Cycle lengths (layers) looked for; probes are sized so that each divides ``L - n``."""
+"""Cycle lengths (layers) ``steady_cycle`` looks for by default (the former short probes)."""
 
 ALIGN = 6
-"""Least common multiple of ``CYCLES``."""
+"""Least common multiple of ``CYCLES``; a live run charges the event budget by this many
+layers at a time."""
 
 LONG_CYCLES = (1, 2, 3, 5, 6, 10)
-"""Cycle lengths the long probe looks for when the short probes found none."""
+"""Cycle lengths a live run looks for (and the former long probe)."""
 
 LONG_ALIGN = 30
 """Least common multiple of ``LONG_CYCLES``."""
 
 MIN_PROBE = 10
-"""Fewest layers a probe runs: pipelines with latencies and collectives take 5-15 layers
-to settle."""
+"""A live run accepts no cycle before the boundary ``n - 3`` of a run of this many layers (nor
+of ``L / 4``): pipelines with latencies and collectives take 5-15 layers to settle."""
 
 MIN_PROBED_CALLS = 2 * MIN_PROBE
-"""Below this many layers a probe cannot save anything over the full run."""
+"""Looped kernels of fewer layers are simulated in full (too little to skip)."""
 
 
 def probe_lengths(calls: int) -> list[int]:
-    """Probe sizes for ``calls`` layers: ``n = calls (mod 6)``, at least ``MIN_PROBE`` and a
-    quarter of the layers, while the probes cost at most half the full run (empty: simulate
-    in full)."""
+    """(Former scheme, unused by the engine.) Probe sizes for ``calls`` layers: ``n = calls
+    (mod 6)``, at least ``MIN_PROBE`` and a quarter of the layers, while the probes cost at
+    most half the full run (empty: simulate in full)."""
     n = calls % ALIGN
     while n < max(MIN_PROBE, calls / 4):
         n += ALIGN
@@ -90,17 +102,25 @@ def probe_lengths(calls: int) -> list[int]:
 
 
 def long_probe_length(calls: int, probed: int) -> int | None:
-    """The long probe after ``probed`` layers of short probes found no cycle: ``n = calls
-    (mod 30)``, at least ``2 x 10 + 4`` and ``MIN_PROBE``, if ``probed + n < calls`` (else
-    None: simulate in full)."""
+    """(Former scheme, unused by the engine.) The long probe after ``probed`` layers of short
+    probes found no cycle: ``n = calls (mod 30)``, at least ``2 x 10 + 4`` and ``MIN_PROBE``,
+    if ``probed + n < calls`` (else None: simulate in full)."""
     n = calls % LONG_ALIGN
     while n < max(MIN_PROBE, 2 * max(LONG_CYCLES) + 4):
         n += LONG_ALIGN
     return n if probed + n < calls else None
 
 
-RunFn = Callable[[int, bool], KernelRun]
-"""Simulate ``iterations`` layers, looped or not: ``run(iterations, looped)``."""
+def first_boundary(calls: int) -> int:
+    """The first layer boundary (0-based) at which a live run may accept a cycle: that of
+    boundary ``n - 3`` of a run of ``max(MIN_PROBE, calls / 4)`` layers (pipelines with
+    latencies and collectives take 5-15 layers to settle)."""
+    return math.ceil(max(MIN_PROBE, calls / 4)) - 3
+
+
+RunFn = Callable[[int, bool, Watch | None], KernelRun]
+"""Simulate ``iterations`` layers, looped or not, cut short where the watch says (looped):
+``run(iterations, looped, watch)``."""
 
 BudgetFn = Callable[[int, bool], None]
 """Check a planned run (iterations, looped) against the event budget before it starts."""
@@ -126,71 +146,110 @@ def time_kernel(kernel: KernelProgram, run: RunFn, budget: BudgetFn,
     if not kernel.looped:
         if not fast_forward or calls == 1:
             budget(calls, False)
-            r = run(calls, False)
+            r = run(calls, False, None)
             return KernelResult(r.stats, r.events, calls, None, r.recorder)
         budget(1, False)
-        r = run(1, False)
+        r = run(1, False, None)
         return KernelResult(r.stats.scaled(calls), r.events, 1, None,
                             _repeat(r.recorder, calls, r.stats.time_s))
-    events = simulated = 0
-    short = probe_lengths(calls) if fast_forward and calls >= MIN_PROBED_CALLS else []
-    probes: list[tuple[int, tuple[int, ...]]] = [(n, CYCLES) for n in short]
-    long = long_probe_length(calls, sum(short)) if short else None
-    if long is not None and long > short[-1]:
-        probes.append((long, LONG_CYCLES))
-    for n, lengths in probes:
-        budget(n, True)
-        probe = run(n, True)
-        events += probe.events
-        simulated += n
-        found = steady_cycle(probe, calls, lengths)
-        if found is not None:
-            k, per_cycle = found
-            stats = probe.stats.affine(per_cycle, (calls - n) // k)
-            rec = probe.recorder
-            if rec is not None:
-                rec.slice(0, "agcu", f"fast-forward {calls - n} layers "
-                          f"({(calls - n) // k} cycles of {k} x {per_cycle.time_s:.4g} s)",
-                          probe.stats.time_s, stats.time_s)
-            return KernelResult(stats, events, simulated, per_cycle.time_s / k, rec)
-    budget(calls, True)
-    r = run(calls, True)
-    return KernelResult(r.stats, events + r.events, simulated + calls, None, r.recorder)
+    if not fast_forward or calls < MIN_PROBED_CALLS:
+        budget(calls, True)
+        r = run(calls, True, None)
+        return KernelResult(r.stats, r.events, calls, None, r.recorder)
+    watch = LiveCycle(calls, budget)
+    r = run(calls, True, watch)
+    if watch.found is None:  # no cycle: this was the full run
+        return KernelResult(r.stats, r.events, calls, None, r.recorder)
+    k, per_cycle, n = watch.found
+    if len(r.iteration_ends) != n:
+        raise RuntimeError(f"kernel {kernel.name!r}: cut to {n} layers, ran "
+                           f"{len(r.iteration_ends)}")
+    cycles = (calls - n) // k
+    stats = r.stats.affine(per_cycle, cycles)
+    rec = r.recorder
+    if rec is not None:
+        rec.slice(0, "agcu", f"fast-forward {calls - n} layers "
+                  f"({cycles} cycles of {k} x {per_cycle.time_s:.4g} s)",
+                  r.stats.time_s, stats.time_s)
+    return KernelResult(stats, r.events, n, per_cycle.time_s / k, rec)
+
+
+class LiveCycle:
+    """The ``Watch`` of a live run of ``calls`` layers: at each layer boundary ``m`` from
+    ``first_boundary(calls)`` on, looks for the shortest cycle of ``LONG_CYCLES`` in the
+    boundaries so far (``_cycle``); once one is found, cuts the run to the fewest layers it
+    may be cut to with ``calls - n`` a multiple of the cycle and records ``found = (k,
+    increment per cycle, n)``. Charges the event budget for the layers the run may reach,
+    ``ALIGN`` layers at a time."""
+
+    def __init__(self, calls: int, budget: BudgetFn) -> None:
+        self.calls = calls
+        self.first = first_boundary(calls)
+        self.budget = budget
+        self.found: tuple[int, RunStats, int] | None = None
+        self.charged = min(calls, self.first + 3)
+        budget(self.charged, True)
+
+    def __call__(self, ends: Sequence[float], snaps: Sequence[RunStats], safe: int) -> int | None:
+        m = len(ends) - 1
+        if self.found is None and m >= self.first:
+            self.found = _cycle(ends, snaps, m, self.calls, LONG_CYCLES,
+                                lambda k: safe + (self.calls - safe) % k)
+            if self.found is not None:
+                return self.found[2]
+        if self.found is None and self.charged < self.calls and m + 4 > self.charged:
+            more = min(ALIGN, self.calls - self.charged)
+            self.budget(more, True)
+            self.charged += more
+        return None
 
 
 def steady_cycle(probe: KernelRun, calls: int,
                  lengths: tuple[int, ...] = CYCLES) -> tuple[int, RunStats] | None:
-    """The shortest cycle ``k`` (layers) of a periodic probe and every total's increment over
-    one cycle, or None.
-
-    Looks inside the prefix the probe shares with any longer run (boundaries ``0 .. m``,
-    ``m = n - 3``): the spans ``c[j] - c[j - k]`` for the last ``k + 2`` boundaries ``j`` must
-    agree within ``PERIOD_RTOL``, their linear trend continued over the remaining cycles must
-    move the kernel's time by less than ``DRIFT_RTOL``, and the totals' increments over the
-    spans must agree too.
-    """
+    """The shortest cycle ``k`` (layers) of a periodic probe of ``n`` layers and every total's
+    increment over one cycle, or None: the criterion of ``_cycle`` at boundary ``n - 3`` (the
+    last one a probe shares with every longer run), for cycles with ``calls - n`` a
+    multiple of ``k``."""
     ends, snaps = probe.iteration_ends, probe.snapshots
     n = len(ends)
-    m = n - 3
-    if len(snaps) != n:
+    if len(snaps) != n or n < 3:
         return None
+    found = _cycle(ends, snaps, n - 3, calls, lengths, lambda k: n if (calls - n) % k == 0
+                   else calls, probe.stats.time_s)
+    return None if found is None else found[:2]
+
+
+def _cycle(ends: Sequence[float], snaps: Sequence[RunStats], m: int, calls: int,
+           lengths: tuple[int, ...], layers: Callable[[int], int],
+           run_time: float | None = None) -> tuple[int, RunStats, int] | None:
+    """The shortest cycle ``k`` of ``lengths`` the boundaries ``0 .. m`` (all on the full
+    trajectory) end in, its totals' increment and the layers ``n = layers(k)`` the run
+    stops at (skipping ``(calls - n) / k`` cycles), or None.
+
+    The spans ``c[j] - c[j - k]`` for the last ``k + 2`` boundaries ``j`` must agree within
+    ``PERIOD_RTOL``, their linear trend continued over the skipped cycles must move the
+    kernel's time (the run's ``run_time``, by default estimated from boundary ``m``) by less
+    than ``DRIFT_RTOL``, and the totals' increments over the spans must agree too.
+    """
     for k in lengths:
         window = range(m - k - 1, m + 1)
         if window.start - k < 0:
             break
-        if (calls - n) % k:
+        n = layers(k)
+        if n >= calls:
             continue
         spans = [ends[j] - ends[j - k] for j in window]
         if max(spans) - min(spans) > PERIOD_RTOL * max(spans):
             continue
         cycles = (calls - n) // k
         drift = (spans[-1] - spans[0]) / (len(spans) - 1)
-        total = probe.stats.time_s + cycles * spans[-1]
+        base = run_time if run_time is not None else ends[m] + (n - m) / k * spans[-1]
+        total = base + cycles * spans[-1]
         if abs(drift) * cycles * (cycles + 1) / 2 > DRIFT_RTOL * total:
             continue
         last = snaps[m].minus(snaps[m - k])
         if all(_close(last, snaps[j].minus(snaps[j - k])) for j in window):
-            return k, last
+            return k, last, n
     return None
 
 

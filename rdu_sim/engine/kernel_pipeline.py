@@ -35,7 +35,7 @@ from rdu_sim.config.hardware import SocketConfig
 from rdu_sim.engine.collective_port import CollectivePort
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.socket_model import SocketModel
-from rdu_sim.engine.stage_runner import StageRunner
+from rdu_sim.engine.stage_runner import LayerCount, StageRunner
 from rdu_sim.engine.stream_edge import StreamEdge
 from rdu_sim.engine.tile_work import TileWork, prefetch_window
 from rdu_sim.hw.pcu_group import PCUGroup
@@ -118,35 +118,37 @@ class KernelPipeline:
                 self.on_iteration_end()
             self._done[iteration].succeed()
 
-    def _start(self, iterations: int) -> simpy.Event:
-        self._left = [len(self.sinks)] * iterations
-        self._done = [self.env.event() for _ in range(iterations)]
-        procs = [self.env.process(r.run(iterations)) for r in self.runners.values()]
+    def _start(self, layers: LayerCount) -> simpy.Event:
+        self._left = [len(self.sinks)] * layers.n
+        self._done = [self.env.event() for _ in range(layers.n)]
+        procs = [self.env.process(r.run(layers)) for r in self.runners.values()]
         return simpy.AllOf(self.env, procs)
 
-    def body(self, iterations: int) -> Body:
-        """The launcher body for ``iterations`` layer iterations (see the module docstring)."""
+    def body(self, layers: LayerCount) -> Body:
+        """The launcher body for ``layers.n`` layer iterations (see the module docstring)."""
         env, rec, socket = self.env, self.recorder, self.socket
         launcher = socket.launcher
         everything: list[simpy.Event] = []
 
         def looped(i: int) -> Generator[simpy.Event, Any, None]:
             start = float(env.now)
+            if i >= layers.n:  # cut by a live fast-forward: the launcher's loop runs on empty
+                return
             if i == 0:
                 _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
-                everything.append(self._start(iterations))
-            yield self._done[i] if i + 1 < iterations else everything[0]
+                everything.append(self._start(layers))
+            yield self._done[i] if i + 1 < layers.n else everything[0]
             if rec is not None:
                 rec.slice(socket.index, "kernel", f"{self.kernel.name} L{i}", start,
                           float(env.now))
-            if i + 1 == iterations:
+            if i + 1 == layers.n:
                 _overhead_slice(rec, socket.index, "sync", float(env.now) + launcher.sync,
                                 launcher.sync)
 
         def unlooped(i: int) -> Generator[simpy.Event, Any, None]:
             start = float(env.now)
             _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
-            yield self._start(1)
+            yield self._start(LayerCount(1))
             if rec is not None:
                 rec.slice(socket.index, "kernel", self.kernel.name, start,
                           float(env.now))

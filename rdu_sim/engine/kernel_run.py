@@ -9,11 +9,14 @@ One run builds, per simulated socket, its memory channels and launcher (``Socket
 the kernel's pipeline; one ``Topology`` of P2P links spans the TP group; stages with a
 collective share one port per stage across sockets. Then every socket's launcher calls the
 kernel (``iterations`` layers, looped or as separate calls) and the run ends when all have
-synchronized. Statistics are read from socket 0.
+synchronized. Statistics are read from socket 0. A looped run samples socket 0's totals at
+each layer boundary and may hand them to a ``Watch``, which can lower the number of layers
+the run simulates while it runs (``fast_forward``'s live cycle detection).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import simpy
@@ -26,6 +29,7 @@ from rdu_sim.engine.kernel_pipeline import KernelPipeline
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.socket_model import SocketModel
+from rdu_sim.engine.stage_runner import LayerCount
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.hw.collectives import Topology
 from rdu_sim.hw.p2p_link import P2PLink
@@ -54,9 +58,18 @@ class KernelRun:
     snapshots: tuple[RunStats, ...] = ()  # socket 0's totals at each of those moments
 
 
+Watch = Callable[[Sequence[float], Sequence[RunStats], int], int | None]
+"""Called at each layer boundary of a looped run (socket 0), with the boundaries so far (when
+each layer ended), the totals at each, and the fewest layers the run may be cut to now;
+returns the number of layers to run instead (at least that many), or None to go on."""
+
+
 def run_kernel(kernel: KernelProgram, hardware: HardwareConfig, tp: int, iterations: int,
-               looped: bool, settings: RunSettings, works: dict[str, TileWork]) -> KernelRun:
-    """Simulate ``iterations`` layers of ``kernel`` (one looped call, or separate calls)."""
+               looped: bool, settings: RunSettings, works: dict[str, TileWork],
+               watch: Watch | None = None) -> KernelRun:
+    """Simulate ``iterations`` layers of ``kernel`` (one looped call, or separate calls);
+    a looped run is cut short where ``watch`` says (its results are then those of a run of
+    that many layers)."""
     env = CountingEnvironment()
     system, sock = hardware.system, hardware.socket
     recorder = Recorder() if settings.record else None
@@ -78,11 +91,19 @@ def run_kernel(kernel: KernelProgram, hardware: HardwareConfig, tp: int, iterati
         for s in sockets
     ]
     snapshots: list[RunStats] = []
+    layers = LayerCount(iterations)
     if looped:
         first = pipelines[0]
-        first.on_iteration_end = lambda: snapshots.append(
-            _stats(sockets[0], first, topo, float(env.now)))
-    calls = [s.launcher.call(p.body(iterations), iterations, looped)
+
+        def boundary() -> None:
+            snapshots.append(_stats(sockets[0], first, topo, float(env.now)))
+            if watch is not None:
+                cut = watch(first.iteration_ends, snapshots, layers.safe())
+                if cut is not None:
+                    layers.lower(cut)
+
+        first.on_iteration_end = boundary
+    calls = [s.launcher.call(p.body(layers), iterations, looped)
              for s, p in zip(sockets, pipelines, strict=True)]
     finished = simpy.AllOf(env, calls)
     env.run(until=finished)

@@ -52,6 +52,38 @@ from rdu_sim.hw.pcu_group import PCUGroup
 Gen = Generator[simpy.Event, Any, None]
 
 
+class LayerCount:
+    """How many layers a call's stages run, shared by every stage of the run (all sockets).
+
+    Fixed for the whole run unless a live fast-forward lowers it (``fast_forward``). The
+    stages read ``n`` only where the number of layers matters: whether to go on to the next
+    tile, whether to issue the load of a tile ``prefetch`` tiles ahead, and whether a layer's
+    outputs also feed the next layer (and the launcher: which event a layer's body waits
+    for). ``started`` and ``loaded`` are the highest layer any stage has started a tile of and
+    issued a load for; a run whose ``n`` is lowered to at least ``safe()`` has taken no
+    decision that a run of ``n`` layers from the start would have taken differently, so it
+    follows that run exactly from then on.
+    """
+
+    __slots__ = ("loaded", "n", "started")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.started = -1
+        self.loaded = 0 if n > 0 else -1  # a stage's first loads (layer 0) start at once
+
+    def safe(self) -> int:
+        """The fewest layers ``n`` may be lowered to now."""
+        return max(self.loaded + 1, self.started + 2)
+
+    def lower(self, n: int) -> None:
+        """Run ``n`` layers instead of ``self.n`` (``safe() <= n <= self.n``)."""
+        if not self.safe() <= n <= self.n:
+            raise ValueError(f"cannot cut a run of {self.n} layers to {n} (at least "
+                             f"{self.safe()} now)")
+        self.n = n
+
+
 def chunk_boundaries(tiles: int, chunks: int) -> tuple[int, ...]:
     """Chunks completed at each tile: ``floor((t+1) C / T) - floor(t C / T)``; sums to C."""
     return tuple((t + 1) * chunks // tiles - t * chunks // tiles for t in range(tiles))
@@ -86,29 +118,35 @@ class StageRunner:
         self.sram_bytes = 0.0  # SRAM-resident bytes streamed so far
         self._key = 0  # collective chunks started (same sequence on every socket)
         self._last_emit: simpy.Process | None = None
+        self._layers = LayerCount(1)  # set by run()
 
-    def run(self, iterations: int) -> Gen:
-        """The process body: ``iterations`` layer iterations of ``tiles`` tiles each."""
+    def run(self, layers: LayerCount) -> Gen:
+        """The process body: ``layers.n`` layer iterations of ``tiles`` tiles each (``layers.n``
+        is read at every tile: a live fast-forward may lower it while the stages run)."""
         env, work, tiles = self.env, self.work, self.work.tiles
-        total = iterations * tiles
+        self._layers = layers
         loads: deque[list[simpy.Event]] = deque(
-            self._load(i % tiles) for i in range(min(self.prefetch, total)))
+            self._load(i % tiles) for i in range(min(self.prefetch, layers.n * tiles)))
         writes: list[simpy.Event] = []
         pending: list[int] = []  # tiles of the collective chunk being accumulated
         # Edge lists built once (this loop runs once per tile of every stage).
         ins_first, ins_later = self.inputs, self.inputs + self.loop_inputs
         outs_last, outs_other = self.outputs, self.outputs + self.loop_outputs
-        for i in range(total):
+        i = 0
+        while i < layers.n * tiles:
             it, t = divmod(i, tiles)
-            if t == 0 and it > 0 and self.layer_loop > 0:
-                yield env.timeout(self.layer_loop)
+            if t == 0:
+                if it > layers.started:
+                    layers.started = it
+                if it > 0 and self.layer_loop > 0:
+                    yield env.timeout(self.layer_loop)
             ins = ins_first if it == 0 else ins_later
             upstream: list[simpy.Event] = []
             for edge in ins:
                 upstream.append((yield from edge.get()))
             done: simpy.Event | None = None
             if self.port is None:
-                outs = outs_last if it + 1 == iterations else outs_other
+                outs = outs_last if it + 1 == layers.n else outs_other
                 if outs:
                     done = env.event()
                     for edge in outs:
@@ -118,25 +156,29 @@ class StageRunner:
                 done.succeed()
             for edge in ins:
                 edge.release()
-            if i + self.prefetch < total:
-                loads.append(self._load((i + self.prefetch) % tiles))
+            ahead = i + self.prefetch
+            if ahead < layers.n * tiles:
+                loads.append(self._load(ahead % tiles))
+                if ahead // tiles > layers.loaded:
+                    layers.loaded = ahead // tiles
             for tier, amounts in work.writes.items():
                 writes.append(self.socket.write(tier, amounts[t]))
             if self.port is None:
                 self._tile_done(it, t)
-                continue
-            pending.append(t)
-            if self.chunks[t]:
-                self._start_chunk(it, iterations, tuple(pending), self.chunks[t])
-                pending = []
+            else:
+                pending.append(t)
+                if self.chunks[t]:
+                    self._start_chunk(it, tuple(pending), self.chunks[t])
+                    pending = []
+            i += 1
         for ev in writes:  # noqa: UP028 (SimPy sends values back: a list iterator cannot)
             yield ev
         if self._last_emit is not None:
             yield self._last_emit
 
-    def _outs(self, it: int, iterations: int) -> list[StreamEdge]:
+    def _outs(self, it: int) -> list[StreamEdge]:
         """Edges tile outputs of iteration ``it`` go to (the next layer's too, if any)."""
-        return self.outputs if it + 1 == iterations else self.outputs + self.loop_outputs
+        return self.outputs if it + 1 == self._layers.n else self.outputs + self.loop_outputs
 
     def _tile_done(self, it: int, t: int) -> None:
         if t + 1 == self.work.tiles and self.on_iteration is not None:
@@ -174,16 +216,15 @@ class StageRunner:
             self.recorder.slice(self.socket.index, self.track, f"L{it} t{t}", start,
                                 float(env.now))
 
-    def _push(self, it: int, iterations: int, tiles: tuple[int, ...],
-              done: simpy.Event) -> Gen:
+    def _push(self, it: int, tiles: tuple[int, ...], done: simpy.Event) -> Gen:
         """Hand finished tiles (a collective chunk's) to the consumers."""
-        outs = self._outs(it, iterations)
+        outs = self._outs(it)
         for t in tiles:
             for edge in outs:
                 yield from edge.put(self.work.output[t], done)
             self._tile_done(it, t)
 
-    def _start_chunk(self, it: int, iterations: int, tiles: tuple[int, ...], chunks: int) -> None:
+    def _start_chunk(self, it: int, tiles: tuple[int, ...], chunks: int) -> None:
         assert self.port is not None and self.stage.collective is not None
         nbytes = self.stage.collective.bytes * chunks / self.n_chunks
         done = self.port.start(self.socket.index, self._key, nbytes, chunks)
@@ -195,11 +236,11 @@ class StageRunner:
             done.callbacks.append(
                 lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes))
         self._last_emit = self.env.process(
-            self._emit(self._last_emit, done, it, iterations, tiles))
+            self._emit(self._last_emit, done, it, tiles))
 
-    def _emit(self, prev: simpy.Process | None, done: simpy.Event, it: int, iterations: int,
+    def _emit(self, prev: simpy.Process | None, done: simpy.Event, it: int,
               tiles: tuple[int, ...]) -> Gen:
         if prev is not None:
             yield prev
         yield done
-        yield from self._push(it, iterations, tiles, done)
+        yield from self._push(it, tiles, done)
