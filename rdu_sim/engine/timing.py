@@ -26,8 +26,8 @@ class KernelTiming:
     ``period_s`` is the steady per-layer period of a looped kernel that was fast-forwarded
     (its cycle's span over the cycle's layers), else ``None``; ``simulated_iterations``
     counts the layer iterations the engine actually simulated (fewer than ``calls`` when
-    identical calls or a periodic looped pipeline were advanced instead of re-simulated,
-    more when a probe found no period and the kernel was then simulated in full).
+    identical calls or a periodic looped pipeline were advanced instead of re-simulated; never
+    more: a looped run that finds no period is the full run).
     """
 
     name: str
