@@ -40,9 +40,8 @@
 The event budget is charged as the live run goes: ``first_boundary(L) + 3`` layers before
 it starts, then ``ALIGN`` layers more whenever the run reaches the layers charged (an
 ``EventBudgetError`` can then stop it mid-run). ``steady_cycle`` applies the same rule to a
-finished run of ``n`` layers (at boundary ``n - 3``); ``probe_lengths`` and
-``long_probe_length`` are the probe sizes of the former scheme (a short probe, a long probe,
-then the full run), which the engine no longer uses.
+finished run of ``n`` layers (at boundary ``n - 3``). (The former scheme ran a short probe,
+then a long probe, then the full run, restarting each time; the live run replaced it.)
 
 ``events`` counts what was really simulated; records are those of the live run, with an
 ``agcu`` slice marking the fast-forwarded layers.
@@ -76,8 +75,6 @@ layers at a time."""
 LONG_CYCLES = (1, 2, 3, 5, 6, 10)
 """Cycle lengths a live run looks for (and the former long probe)."""
 
-LONG_ALIGN = 30
-"""Least common multiple of ``LONG_CYCLES``."""
 
 MIN_PROBE = 10
 """A live run accepts no cycle before the boundary ``n - 3`` of a run of this many layers (nor
@@ -85,30 +82,6 @@ of ``L / 4``): pipelines with latencies and collectives take 5-15 layers to sett
 
 MIN_PROBED_CALLS = 2 * MIN_PROBE
 """Looped kernels of fewer layers are simulated in full (too little to skip)."""
-
-
-def probe_lengths(calls: int) -> list[int]:
-    """(Former scheme, unused by the engine.) Probe sizes for ``calls`` layers: ``n = calls
-    (mod 6)``, at least ``MIN_PROBE`` and a quarter of the layers, while the probes cost at
-    most half the full run (empty: simulate in full)."""
-    n = calls % ALIGN
-    while n < max(MIN_PROBE, calls / 4):
-        n += ALIGN
-    sizes: list[int] = []
-    while sum(sizes) + n <= calls // 2:
-        sizes.append(n)
-        n += ALIGN
-    return sizes
-
-
-def long_probe_length(calls: int, probed: int) -> int | None:
-    """(Former scheme, unused by the engine.) The long probe after ``probed`` layers of short
-    probes found no cycle: ``n = calls (mod 30)``, at least ``2 x 10 + 4`` and ``MIN_PROBE``,
-    if ``probed + n < calls`` (else None: simulate in full)."""
-    n = calls % LONG_ALIGN
-    while n < max(MIN_PROBE, 2 * max(LONG_CYCLES) + 4):
-        n += LONG_ALIGN
-    return n if probed + n < calls else None
 
 
 def first_boundary(calls: int) -> int:
