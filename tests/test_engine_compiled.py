@@ -181,3 +181,22 @@ def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() 
     assert one.bytes_by_tier["p2p"] == pytest.approx(ring_step.bytes_by_tier["p2p"], rel=1e-9)
     assert one.busy_s["link"] < 0.6 * ring_step.busy_s["link"]
     assert one.step_s <= ring_step.step_s
+
+
+@pytest.mark.parametrize("overrides", [{}, {"hw.system.collective_algorithm": "bidirectional_ring"},
+                                       {"engine.tiles_per_stage": 16}])
+@pytest.mark.parametrize("path", [FULL, SNAPSTREAM], ids=["full", "snapstream"])
+def test_fast_forward_keeps_the_work_totals_exact(path: Path, overrides: dict[str, object]) -> None:
+    # Work (bytes per tier, FLOPs) is the same in every layer: a fast-forwarded step moves
+    # exactly the full simulation's bytes (boundary increments would miss ~1e-4: a layer's
+    # prefetch lands before or after a boundary by a varying amount).
+    scenario = api.load(path, overrides)
+    program = compile_program(scenario, api.default_step_shape(scenario, "decode"))
+    tiles = scenario.workload.engine.tiles_per_stage
+    fast = simulate_step(program, scenario.hardware, tiles_per_stage=tiles)
+    full = simulate_step(program, scenario.hardware, tiles_per_stage=tiles, fast_forward=False)
+    assert fast.events < full.events
+    for tier in ("hbm", "ddr", "sram", "p2p"):
+        assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)
+    assert fast.flops == pytest.approx(full.flops, rel=1e-12)
+    assert fast.step_s == pytest.approx(full.step_s, rel=5e-4)

@@ -94,7 +94,8 @@ class Engine:
                    operand_buffer_fraction=engine.operand_buffer_fraction)
 
     def estimate_events(self, program: Program) -> int:
-        """Events of the minimal simulation plan (probing may add runs, each checked)."""
+        """Events of the minimal simulation plan (a live run charges more layers as it goes,
+        each charge checked)."""
         return sum(self._estimate(program, k, n, looped)
                    for k in program.kernels for n, looped in self._plan(k))
 
@@ -118,10 +119,15 @@ class Engine:
                 return run_kernel(kernel, self.hardware, program.tp, n, looped, self.settings,
                                   works, watch)
 
-            def charge(n: int, looped: bool, kernel: KernelProgram = kernel) -> None:
+            layers_charged = [0]  # this kernel's layers charged so far (a live run adds more)
+
+            def charge(n: int, looped: bool, kernel: KernelProgram = kernel,
+                       layers_charged: list[int] = layers_charged) -> None:
                 budget.spent += self._estimate(program, kernel, n, looped)
+                layers_charged[0] += n
                 check_budget(budget.spent, budget.limit,
-                             f"kernel {kernel.name!r} ({n} iterations) in this step")
+                             f"kernel {kernel.name!r} ({layers_charged[0]} iterations so "
+                             "far) in this step")
 
             result = time_kernel(kernel, run, charge, self.fast_forward)
             if timeline is not None and result.recorder is not None:
