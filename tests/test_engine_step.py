@@ -331,8 +331,8 @@ def test_cycle_detection_finds_multi_layer_cycles_and_rejects_drift() -> None:
     # nor one still settling
     settling = synthetic_probe([1e-3 * (1 + 0.05 * 0.9 ** i) for i in range(16)])
     assert steady_cycle(settling, calls) is None
-    # a swinging period whose swings cancel over two layers is a 2-layer cycle
-    swinging = synthetic_probe([1e-3 * (1 + 0.01 * (-0.8) ** i) for i in range(16)])
+    # two stages taking turns: a period alternating by 2% is a 2-layer cycle
+    swinging = synthetic_probe([1e-3 * (1 + 0.01 * (-1) ** i) for i in range(16)])
     found = steady_cycle(swinging, calls)
     assert found is not None and found[0] == 2
 
@@ -414,3 +414,40 @@ def test_invalid_programs_are_rejected_with_the_stage_named(stages: list[StagePr
     p = program([kernel("k", stages)])
     with pytest.raises(ValueError, match=message):
         simulate_step(p, ZERO)
+
+
+def _live(periods: list[float], calls: int = 58) -> tuple[int, int, float] | None:
+    """Feed ``LiveCycle`` the boundaries of ``periods`` one layer at a time, as a live run
+    does (safe cut = boundary + 3); (boundary it cut at, layers kept, cycle) or None."""
+    from rdu_sim.engine.fast_forward import LiveCycle
+
+    charged: list[int] = []
+    watch = LiveCycle(calls, lambda n, looped: charged.append(n))
+    ends = list(itertools.accumulate(periods))
+    snaps = [RunStats(time_s=e, hbm_bytes=1e9 * (i + 1)) for i, e in enumerate(ends)]
+    for m in range(len(ends)):
+        n = watch(ends[: m + 1], snaps[: m + 1], m + 3)
+        if n is not None:
+            assert watch.found is not None and sum(charged) >= n  # the cut is paid for
+            assert (calls - n) % watch.found[0] == 0 and n >= m + 3
+            return m, n, watch.found[1].time_s
+    return None
+
+
+def test_live_cycle_accepts_periodic_and_rejects_drifting_or_settling_pipelines() -> None:
+    """The production path (LiveCycle), not only steady_cycle: the same rule, boundary by
+    boundary, from first_boundary(58) = 12 on."""
+    found = _live([1.0e-3] * 40)
+    assert found is not None and found[0] == 12 and found[2] == pytest.approx(1e-3)
+    three = _live([1.3e-3, 0.9e-3, 1.1e-3] + [0.7e-3, 0.9e-3, 0.85e-3] * 12)
+    assert three is not None and three[2] == pytest.approx(2.45e-3)
+    # drifting: accepted only when the trend over the cycles left is below DRIFT_RTOL, i.e.
+    # with a few layers left to skip
+    drifting = _live([1e-3 * (1 + 1e-3 * i) for i in range(58)])
+    assert drifting is None or 58 - drifting[1] <= 3
+    late = _live([1e-3 * (1 + 0.05 * 0.7 ** i) for i in range(58)])
+    assert late is not None and late[0] > 12  # settling: accepted only once settled
+    # a damped swing: accepted once its swings and their trend are small enough
+    swing = _live([1e-3 * (1 + 0.01 * (-0.8) ** i) for i in range(58)])
+    assert swing is not None and swing[0] > 12
+    assert swing[2] / (1e-3 * (1 if swing[2] < 1.5e-3 else 2)) == pytest.approx(1, abs=1e-3)

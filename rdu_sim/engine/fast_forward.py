@@ -232,10 +232,11 @@ def _cycle(ends: Sequence[float], snaps: Sequence[RunStats], m: int, calls: int,
         if max(spans) - min(spans) > PERIOD_RTOL * max(spans):
             continue
         cycles = (calls - n) // k
+        # the span grows by `drift` per boundary, so by k * drift per skipped cycle
         drift = (spans[-1] - spans[0]) / (len(spans) - 1)
         base = run_time if run_time is not None else ends[m] + (n - m) / k * spans[-1]
         total = base + cycles * spans[-1]
-        if abs(drift) * cycles * (cycles + 1) / 2 > DRIFT_RTOL * total:
+        if abs(drift) * k * cycles * (cycles + 1) / 2 > DRIFT_RTOL * total:
             continue
         last = snaps[m].minus(snaps[m - k])
         if all(_close(last, snaps[j].minus(snaps[j - k])) for j in window):
