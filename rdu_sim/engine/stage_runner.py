@@ -119,6 +119,7 @@ class StageRunner:
         self._key = 0  # collective chunks started (same sequence on every socket)
         self._last_emit: simpy.Process | None = None
         self._layers = LayerCount(1)  # set by run()
+        self._out_edges: tuple[list[StreamEdge], list[StreamEdge]] = ([], [])  # by run()
 
     def run(self, layers: LayerCount) -> Gen:
         """The process body: ``layers.n`` layer iterations of ``tiles`` tiles each (``layers.n``
@@ -131,7 +132,8 @@ class StageRunner:
         pending: list[int] = []  # tiles of the collective chunk being accumulated
         # Edge lists built once (this loop runs once per tile of every stage).
         ins_first, ins_later = self.inputs, self.inputs + self.loop_inputs
-        outs_last, outs_other = self.outputs, self.outputs + self.loop_outputs
+        outs_last, outs_other = self._out_edges = (self.outputs,
+                                                    self.outputs + self.loop_outputs)
         i = 0
         while i < layers.n * tiles:
             it, t = divmod(i, tiles)
@@ -178,7 +180,8 @@ class StageRunner:
 
     def _outs(self, it: int) -> list[StreamEdge]:
         """Edges tile outputs of iteration ``it`` go to (the next layer's too, if any)."""
-        return self.outputs if it + 1 == self._layers.n else self.outputs + self.loop_outputs
+        outs_last, outs_other = self._out_edges
+        return outs_last if it + 1 == self._layers.n else outs_other
 
     def _tile_done(self, it: int, t: int) -> None:
         if t + 1 == self.work.tiles and self.on_iteration is not None:

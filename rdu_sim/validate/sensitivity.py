@@ -2,13 +2,13 @@
 
     python -m rdu_sim.validate.sensitivity [--quick] [--only NAME ...]
 
-For each unknown (weight precision, HBM efficiency, P2P bandwidth, latency and topology,
-launch/sync cost, MLA cache layout, length mix, full attention's decode graphs, MoE expert
-loading) it runs the
-whole calibration suite (`run_suite`, the code path of `rdu-sim validate`) with that one
-override and prints a markdown table: each figure's simulated value and its change from the
-baseline. A variant that cannot run (e.g. weights that do not fit) is reported as such.
-docs/calibration.md holds the table this printed.
+For each unknown (weight precision, HBM efficiency, P2P bandwidth, latency, topology and
+collective algorithm, launch/sync cost, MLA cache layout, SnapStream budget, length mix,
+full attention's decode graphs, MoE expert loading) it runs the whole calibration suite
+(`run_suite`, the code path of `rdu-sim validate`) with that one override and prints a
+markdown table: each figure's simulated value and its change from the baseline. A variant
+that cannot run (e.g. weights that do not fit) is reported as such. docs/calibration.md
+holds the table this printed.
 """
 
 from __future__ import annotations
