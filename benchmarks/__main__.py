@@ -22,15 +22,25 @@ from benchmarks.measure import RESULT_MARK, machine, run_child, run_in_subproces
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     names = [c.name for c in CASES]
-    parser = argparse.ArgumentParser(prog="python -m benchmarks",
-                                     description="Time the simulator on its benchmark cases.")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description="Time the simulator on its benchmark cases."
+    )
     parser.add_argument("--json", metavar="FILE", type=Path, help="also write the results")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny sizes (seconds; what the test suite runs), no budgets")
-    parser.add_argument("--case", action="append", choices=names, metavar="NAME",
-                        help=f"run only this case (repeatable): {', '.join(names)}")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when a case is over its budget")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes (seconds; what the test suite runs), no budgets",
+    )
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=names,
+        metavar="NAME",
+        help=f"run only this case (repeatable): {', '.join(names)}",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a case is over its budget"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -48,13 +58,20 @@ def main(argv: list[str] | None = None) -> int:
     selected = [c for c in CASES if not args.case or c.name in args.case]
     results = []
     for case in selected:
-        print(f"running {case.name}{' (smoke)' if args.smoke else ''}: {case.description}",
-              file=sys.stderr, flush=True)
+        print(
+            f"running {case.name}{' (smoke)' if args.smoke else ''}: {case.description}",
+            file=sys.stderr,
+            flush=True,
+        )
         results.append(run_in_subprocess(case.name, args.smoke))
     print(table(results))
     if args.json is not None:
-        doc = {"schema": SCHEMA, "smoke": args.smoke, "machine": machine(),
-               "cases": [r.to_json() for r in results]}
+        doc = {
+            "schema": SCHEMA,
+            "smoke": args.smoke,
+            "machine": machine(),
+            "cases": [r.to_json() for r in results],
+        }
         args.json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if any(r.error for r in results):
         return 1

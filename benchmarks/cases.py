@@ -32,12 +32,14 @@ SMALL = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 
 SMOKE_SERVING: dict[str, Any] = {
     # Llama 3.1 8B on one socket, 4 short requests: two or three step shapes, seconds.
-    "serving.requests": 4, "serving.batch_slots": 4, "serving.max_context": 4096,
-    "serving.prompt_tokens": 512, "serving.output_tokens": 32,
+    "serving.requests": 4,
+    "serving.batch_slots": 4,
+    "serving.max_context": 4096,
+    "serving.prompt_tokens": 512,
+    "serving.output_tokens": 32,
     "serving.arrival": {"process": "closed_loop"},
 }
-SMOKE_SNAPSTREAM: dict[str, Any] = {"kv.policy": "snapstream", "kv.budget": 2048,
-                                    "kv.recent": 512}
+SMOKE_SNAPSTREAM: dict[str, Any] = {"kv.policy": "snapstream", "kv.budget": 2048, "kv.recent": 512}
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,12 @@ def run_events(result: Any) -> dict[str, int]:
     engine = sum(int(getattr(cache.cost(shape).detail, "events", 0)) for shape in cache.shapes)
     records = result.records
     serving = int(records.prefill_steps + records.decode_runs + len(records))
-    return {"engine_events": engine, "serving_events": serving, "shapes": len(cache.shapes),
-            "events": engine + serving}
+    return {
+        "engine_events": engine,
+        "serving_events": serving,
+        "shapes": len(cache.shapes),
+        "events": engine + serving,
+    }
 
 
 def engine_step(smoke: bool) -> Work:
@@ -78,12 +84,19 @@ def engine_step(smoke: bool) -> Work:
     else:
         cost = api.step(SNAPSTREAM)
     timing: Any = cost.detail  # the engine's StepTiming
-    return Work(int(timing.events), {
-        "workload": "llama3.1-8b-1socket (smoke)" if smoke else SNAPSTREAM.name,
-        "batch": timing.batch, "context": timing.context, "step_s": timing.step_s,
-        "estimated_events": timing.estimated_events,
-        "simulated_iterations": {k.name: [k.simulated_iterations, k.calls]
-                                 for k in timing.kernels}})
+    return Work(
+        int(timing.events),
+        {
+            "workload": "llama3.1-8b-1socket (smoke)" if smoke else SNAPSTREAM.name,
+            "batch": timing.batch,
+            "context": timing.context,
+            "step_s": timing.step_s,
+            "estimated_events": timing.estimated_events,
+            "simulated_iterations": {
+                k.name: [k.simulated_iterations, k.calls] for k in timing.kernels
+            },
+        },
+    )
 
 
 def _serve(path: Path, overrides: Mapping[str, Any], smoke: bool) -> Work:
@@ -92,10 +105,18 @@ def _serve(path: Path, overrides: Mapping[str, Any], smoke: bool) -> Work:
     result = api.run(path, dict(overrides))
     summary = result.to_dict()  # part of the cost: every caller asks for the metrics
     counts = run_events(result)
-    return Work(counts.pop("events"), {
-        "workload": path.name, "overrides": {k: v for k, v in overrides.items()},
-        "requests_completed": summary["requests_completed"], "steps": summary["steps"],
-        "batch_slots": summary["batch_slots"], "smoke": smoke, **counts})
+    return Work(
+        counts.pop("events"),
+        {
+            "workload": path.name,
+            "overrides": {k: v for k, v in overrides.items()},
+            "requests_completed": summary["requests_completed"],
+            "steps": summary["steps"],
+            "batch_slots": summary["batch_slots"],
+            "smoke": smoke,
+            **counts,
+        },
+    )
 
 
 def serve_snapstream(smoke: bool) -> Work:
@@ -125,20 +146,43 @@ def sweep(smoke: bool) -> Work:
     done = frame[frame["status"] == "done"]
     events = int(done["bench_events"].sum()) if "bench_events" in done else 0
     point_wall = done["wall_s"].astype(float)
-    return Work(events, {
-        "spec": str(spec.relative_to(ROOT)), "points": summary.points, "done": summary.done,
-        "failed": summary.failed, "workers": 2,
-        "point_wall_s": {"mean": float(point_wall.mean()) if len(done) else 0.0,
-                         "max": float(point_wall.max()) if len(done) else 0.0}})
+    return Work(
+        events,
+        {
+            "spec": str(spec.relative_to(ROOT)),
+            "points": summary.points,
+            "done": summary.done,
+            "failed": summary.failed,
+            "workers": 2,
+            "point_wall_s": {
+                "mean": float(point_wall.mean()) if len(done) else 0.0,
+                "max": float(point_wall.max()) if len(done) else 0.0,
+            },
+        },
+    )
 
 
 CASES: tuple[Case, ...] = (
-    Case("engine-step", "DeepSeek-R1 decode step, 16 sockets, 128k, SnapStream (cold)",
-         engine_step, 0.5),
-    Case("serve-snapstream", "10,000 requests, DeepSeek-R1, 16 sockets, SnapStream",
-         serve_snapstream, 30.0, GIB),
-    Case("serve-full", "10,000 requests, DeepSeek-R1, 16 sockets, full attention",
-         serve_full, 30.0, GIB),
+    Case(
+        "engine-step",
+        "DeepSeek-R1 decode step, 16 sockets, 128k, SnapStream (cold)",
+        engine_step,
+        0.5,
+    ),
+    Case(
+        "serve-snapstream",
+        "10,000 requests, DeepSeek-R1, 16 sockets, SnapStream",
+        serve_snapstream,
+        30.0,
+        GIB,
+    ),
+    Case(
+        "serve-full",
+        "10,000 requests, DeepSeek-R1, 16 sockets, full attention",
+        serve_full,
+        30.0,
+        GIB,
+    ),
     Case("sweep-200", "200-point sweep, local pool, 2 workers", sweep, 300.0),
 )
 

@@ -122,15 +122,23 @@ def run_child(name: str, smoke: bool) -> CaseResult:
     cpu = _cpu_s() - cpu0 + sum(tree.descendant_cpu_s.values())
     own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     peak = max(own_peak, tree.peak)
-    result = CaseResult(name=name, wall_s=wall, events=work.events,
-                        events_per_s=work.events / wall if wall > 0 else 0.0,
-                        peak_rss_bytes=int(peak), cpu_s=cpu, import_s=import_s,
-                        description=case.description, detail=work.detail)
+    result = CaseResult(
+        name=name,
+        wall_s=wall,
+        events=work.events,
+        events_per_s=work.events / wall if wall > 0 else 0.0,
+        peak_rss_bytes=int(peak),
+        cpu_s=cpu,
+        import_s=import_s,
+        description=case.description,
+        detail=work.detail,
+    )
     if not smoke:
         result.budget_wall_s = case.budget_wall_s
         result.budget_rss_bytes = case.budget_rss_bytes
-        result.passed = ((case.budget_wall_s is None or wall <= case.budget_wall_s)
-                         and (case.budget_rss_bytes is None or peak <= case.budget_rss_bytes))
+        result.passed = (case.budget_wall_s is None or wall <= case.budget_wall_s) and (
+            case.budget_rss_bytes is None or peak <= case.budget_rss_bytes
+        )
     return result
 
 
@@ -141,25 +149,42 @@ def run_in_subprocess(name: str, smoke: bool) -> CaseResult:
         args.append("--smoke")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-                          timeout=CHILD_TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        check=False,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_MARK):
-            data = json.loads(line[len(RESULT_MARK):])
+            data = json.loads(line[len(RESULT_MARK) :])
             data["passed"] = data.pop("pass")
             return CaseResult(**data)
-    return CaseResult(name=name, wall_s=0.0, events=0, events_per_s=0.0, peak_rss_bytes=0,
-                      passed=False if not smoke else None,
-                      error=f"child exited with status {proc.returncode} and no result "
-                            "(its stderr is above)")
+    return CaseResult(
+        name=name,
+        wall_s=0.0,
+        events=0,
+        events_per_s=0.0,
+        peak_rss_bytes=0,
+        passed=False if not smoke else None,
+        error=f"child exited with status {proc.returncode} and no result (its stderr is above)",
+    )
 
 
 def machine() -> dict[str, Any]:
     """Where the figures were taken (load average: the machine may be shared)."""
     load1, load5, _ = os.getloadavg()
-    return {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "platform": sys.platform, "load_avg_1m": load1, "load_avg_5m": load5,
-            "memory_bytes": int(psutil.virtual_memory().total)}
+    return {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": sys.platform,
+        "load_avg_1m": load1,
+        "load_avg_5m": load5,
+        "memory_bytes": int(psutil.virtual_memory().total),
+    }
 
 
 def table(results: list[CaseResult]) -> str:
@@ -172,14 +197,26 @@ def table(results: list[CaseResult]) -> str:
             budget.append(f"<{r.budget_wall_s:g} s")
         if r.budget_rss_bytes is not None:
             budget.append(f"<{r.budget_rss_bytes / 2**30:g} GiB")
-        verdict = "error" if r.error else ("-" if r.passed is None else
-                                           "yes" if r.passed else "NO")
-        rows.append((r.name, f"{r.wall_s:.3f}", f"{r.events:,}", f"{r.events_per_s:,.0f}",
-                     f"{r.peak_rss_bytes / 2**20:,.0f} MiB", f"{r.cpu_s:.2f}",
-                     ", ".join(budget) or "-", verdict))
+        verdict = "error" if r.error else ("-" if r.passed is None else "yes" if r.passed else "NO")
+        rows.append(
+            (
+                r.name,
+                f"{r.wall_s:.3f}",
+                f"{r.events:,}",
+                f"{r.events_per_s:,.0f}",
+                f"{r.peak_rss_bytes / 2**20:,.0f} MiB",
+                f"{r.cpu_s:.2f}",
+                ", ".join(budget) or "-",
+                verdict,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

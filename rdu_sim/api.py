@@ -72,8 +72,7 @@ class Backend(Protocol):
 class EngineBackend:
     """The real thing: ``rdu_sim.compiler`` plans and compiles, ``rdu_sim.engine`` times."""
 
-    NEEDS = (("rdu_sim.compiler", ("Compiler", "CapacityError")),
-             ("rdu_sim.engine", ("Engine",)))
+    NEEDS = (("rdu_sim.compiler", ("Compiler", "CapacityError")), ("rdu_sim.engine", ("Engine",)))
 
     @classmethod
     def missing(cls) -> list[str]:
@@ -117,12 +116,14 @@ class EngineBackend:
         from rdu_sim.engine import Engine
 
         program = self.compiler(scenario).program(shape)
-        engine = Engine.from_config(scenario.hardware, scenario.workload.engine,
-                                    record=self.record)
+        engine = Engine.from_config(scenario.hardware, scenario.workload.engine, record=self.record)
         timing = engine.simulate_step(program)
-        return StepCost(step_s=float(timing.step_s),
-                        hbm_util=float(timing.hbm_bandwidth_fraction),
-                        pcu_util=float(timing.utilization.get("pcu", 0.0)), detail=timing)
+        return StepCost(
+            step_s=float(timing.step_s),
+            hbm_util=float(timing.hbm_bandwidth_fraction),
+            pcu_util=float(timing.utilization.get("pcu", 0.0)),
+            detail=timing,
+        )
 
 
 def _capacity_error(message: str) -> Exception:
@@ -166,10 +167,16 @@ class RunResult:
     def meta(self) -> dict[str, Any]:
         """Identity of the run (names, parallelism, seed, version; no paths, no clocks)."""
         s = self.scenario
-        return {"model": s.model.name, "workload": s.workload.name,
-                "hardware": s.hardware.name, "tp": s.tp,
-                "sockets": s.hardware.system.sockets, "seed": s.workload.serving.seed,
-                "max_context": s.workload.serving.max_context, "version": __version__}
+        return {
+            "model": s.model.name,
+            "workload": s.workload.name,
+            "hardware": s.hardware.name,
+            "tp": s.tp,
+            "sockets": s.hardware.system.sockets,
+            "seed": s.workload.serving.seed,
+            "max_context": s.workload.serving.max_context,
+            "version": __version__,
+        }
 
     def prefill_time(self, prompt: int) -> float:
         """Prefill time of ``prompt`` as this run serves it (its own step cache)."""
@@ -179,10 +186,16 @@ class RunResult:
         """The JSON contract (see docs/serving.md): metrics, memory, identity."""
         if self._summary is None:
             self._summary = summarize(
-                meta=self.meta(), kv_policy=self.policy.name,
-                batch_capacity=self.batch_capacity, batch_slots=self.batch_slots,
-                placement=self.placement, records=self.records, cache=self.cache,
-                prefill_s=self.prefill_s, closed_loop=self.requests_in.closed_loop)
+                meta=self.meta(),
+                kv_policy=self.policy.name,
+                batch_capacity=self.batch_capacity,
+                batch_slots=self.batch_slots,
+                placement=self.placement,
+                records=self.records,
+                cache=self.cache,
+                prefill_s=self.prefill_s,
+                closed_loop=self.requests_in.closed_loop,
+            )
         return dict(self._summary)
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -202,12 +215,20 @@ class RunResult:
     def step_shapes(self) -> list[dict[str, Any]]:
         """Every simulated shape with its step time and how many steps ran it."""
         rows = []
-        for shape, count in sorted(self.cache.steps.items(),
-                                   key=lambda item: (item[0].phase, item[0].tokens,
-                                                     item[0].cache_len)):
-            rows.append({"phase": shape.phase, "batch": shape.batch, "tokens": shape.tokens,
-                         "cache_len": shape.cache_len, "step_s": self.cache.step_s(shape),
-                         "steps": count})
+        for shape, count in sorted(
+            self.cache.steps.items(),
+            key=lambda item: (item[0].phase, item[0].tokens, item[0].cache_len),
+        ):
+            rows.append(
+                {
+                    "phase": shape.phase,
+                    "batch": shape.batch,
+                    "tokens": shape.tokens,
+                    "cache_len": shape.cache_len,
+                    "step_s": self.cache.step_s(shape),
+                    "steps": count,
+                }
+            )
         return rows
 
 
@@ -220,7 +241,8 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
             f"{scenario.workload.serving.max_context} tokens fits beside the weights "
             f"({scenario.model.name}, tp={scenario.tp}, kv.policy="
             f"{scenario.workload.kv.policy}); lower serving.max_context, use a compressing "
-            "kv.policy, or add sockets")
+            "kv.policy, or add sockets"
+        )
     slots = scenario.workload.serving.batch_slots
     return capacity, capacity if slots == "auto" else int(slots)
 
@@ -233,8 +255,13 @@ def _policy(scenario: Scenario) -> KVPolicy:
         raise ConfigError.single(scenario.workload_file, "kv", str(exc)) from None
 
 
-def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
-        progress: Progress | None = None, *, backend: Backend | None = None) -> RunResult:
+def run(
+    scenario_or_path: Scenario | str | Path,
+    overrides: Overrides = None,
+    progress: Progress | None = None,
+    *,
+    backend: Backend | None = None,
+) -> RunResult:
     """Simulate serving a workload; ``progress(done, total)`` is called as requests finish."""
     scenario = load(scenario_or_path, overrides)
     backend = backend or EngineBackend()
@@ -245,25 +272,48 @@ def run(scenario_or_path: Scenario | str | Path, overrides: Overrides = None,
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
     check_run(scenario, policy, slots, requests)  # refuse absurd runs before simulating
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
-    config = ServerConfig(slots, serving.max_context, serving.prefill_priority,
-                          serving.prefill_chunk_tokens)
+    config = ServerConfig(
+        slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
+    )
     records = serve(requests, policy, cache, config, progress)
     prompt = typical_prompt(scenario.workload.serving, requests.prompt_tokens)
-    return RunResult(scenario, policy, capacity, slots, placement, requests, records, cache,
-                     prefill_seconds(cache, serving, policy, prompt))
+    return RunResult(
+        scenario,
+        policy,
+        capacity,
+        slots,
+        placement,
+        requests,
+        records,
+        cache,
+        prefill_seconds(cache, serving, policy, prompt),
+    )
 
 
-def prefill_seconds(cache: StepCache, serving: ServingConfig, policy: KVPolicy,
-                    prompt: int) -> float:
+def prefill_seconds(
+    cache: StepCache, serving: ServingConfig, policy: KVPolicy, prompt: int
+) -> float:
     """Prefill time of ``prompt`` as the server runs it (bucketed or chunked, with the SnapKV
     selection when the policy compresses it), from the step cache."""
-    return float(sum(cache.step_s(shape) for shape in prefill_steps(
-        prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt))))
+    return float(
+        sum(
+            cache.step_s(shape)
+            for shape in prefill_steps(
+                prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt)
+            )
+        )
+    )
 
 
-def default_step_shape(scenario: Scenario, phase: str = "decode", *, batch: int | None = None,
-                       tokens: int | None = None, context: int | None = None,
-                       backend: Backend | None = None) -> StaticShape:
+def default_step_shape(
+    scenario: Scenario,
+    phase: str = "decode",
+    *,
+    batch: int | None = None,
+    tokens: int | None = None,
+    context: int | None = None,
+    backend: Backend | None = None,
+) -> StaticShape:
     """The static shape `rdu-sim step` and :func:`step` simulate when not told otherwise.
 
     Decode: every batch slot at the decode bucket of the longest cache the KV policy keeps.
@@ -278,22 +328,35 @@ def default_step_shape(scenario: Scenario, phase: str = "decode", *, batch: int 
         if batch is None:
             batch = resolve_batch_slots(scenario, backend or EngineBackend())[1]
         longest = context if context is not None else policy.slot_tokens(serving.max_context)
-        return StaticShape("decode", batch, tokens or 1,
-                           policy.decode_bucket(longest, serving.max_context))
+        return StaticShape(
+            "decode", batch, tokens or 1, policy.decode_bucket(longest, serving.max_context)
+        )
     if phase == "prefill":
         prompt = tokens
         if prompt is None and policy.compresses(serving.max_context - 1):
-            prompt = typical_compressed_length(serving, policy.slot_tokens(serving.max_context),
-                                               scenario.base_dir, scenario.workload_file)
-        return StaticShape("prefill", batch or 1, prompt or typical_length(serving.prompt_tokens),
-                           context or 0)
+            prompt = typical_compressed_length(
+                serving,
+                policy.slot_tokens(serving.max_context),
+                scenario.base_dir,
+                scenario.workload_file,
+            )
+        return StaticShape(
+            "prefill", batch or 1, prompt or typical_length(serving.prompt_tokens), context or 0
+        )
     raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")
 
 
-def step(scenario_or_path: Scenario | str | Path, overrides: Overrides = None, *,
-         phase: str = "decode", batch: int | None = None, tokens: int | None = None,
-         context: int | None = None, backend: Backend | None = None,
-         record: bool = False) -> StepCost:
+def step(
+    scenario_or_path: Scenario | str | Path,
+    overrides: Overrides = None,
+    *,
+    phase: str = "decode",
+    batch: int | None = None,
+    tokens: int | None = None,
+    context: int | None = None,
+    backend: Backend | None = None,
+    record: bool = False,
+) -> StepCost:
     """Simulate one static step (see :func:`default_step_shape` for the defaults).
     ``detail`` of the result holds the engine's StepTiming; with ``record`` the engine also
     collects its trace records (``detail.records``, for ``rdu_sim.report.trace``). The
@@ -303,8 +366,11 @@ def step(scenario_or_path: Scenario | str | Path, overrides: Overrides = None, *
     if backend is None:
         backend = EngineBackend(record=record)
     elif record and not getattr(backend, "record", False):
-        raise ValueError("record=True needs a backend that records, e.g. "
-                         "EngineBackend(record=True), or no backend")
-    shape = default_step_shape(scenario, phase, batch=batch, tokens=tokens, context=context,
-                               backend=backend)
+        raise ValueError(
+            "record=True needs a backend that records, e.g. "
+            "EngineBackend(record=True), or no backend"
+        )
+    shape = default_step_shape(
+        scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
+    )
     return backend.step_cost(scenario, shape)

@@ -77,8 +77,9 @@ class RunEstimate:
         return self.state_changes * BYTES_PER_CHANGE
 
 
-def _prefill_counts(prompts: np.ndarray, max_context: int,
-                    chunk: int | None) -> tuple[np.ndarray, int]:
+def _prefill_counts(
+    prompts: np.ndarray, max_context: int, chunk: int | None
+) -> tuple[np.ndarray, int]:
     """(prefill steps per request, distinct prefill shapes) for clipped prompt lengths."""
     if chunk is None:
         steps = np.ones_like(prompts)
@@ -94,8 +95,9 @@ def _prefill_counts(prompts: np.ndarray, max_context: int,
     return steps, 2 * len(buckets) + chunked_shapes
 
 
-def estimate_run(scenario: Scenario, policy: KVPolicy, batch_slots: int,
-                 requests: RequestSet) -> RunEstimate:
+def estimate_run(
+    scenario: Scenario, policy: KVPolicy, batch_slots: int, requests: RequestSet
+) -> RunEstimate:
     """Upper-bound estimate of a serving run's state changes, shapes and work (no simulation).
 
     Per request: arrival, admission, completion and one decode run cut by an arrival (4), two
@@ -105,22 +107,28 @@ def estimate_run(scenario: Scenario, policy: KVPolicy, batch_slots: int,
     the workload's typical prompt (timed for the report's ``prefill_s``) counts as used.
     """
     serving = scenario.workload.serving
-    prompts, outputs = clip_to_context(np.asarray(requests.prompt_tokens, dtype=np.int64),
-                                       np.asarray(requests.output_tokens, dtype=np.int64),
-                                       serving.max_context)
+    prompts, outputs = clip_to_context(
+        np.asarray(requests.prompt_tokens, dtype=np.int64),
+        np.asarray(requests.output_tokens, dtype=np.int64),
+        serving.max_context,
+    )
     steps, _ = _prefill_counts(prompts, serving.max_context, serving.prefill_chunk_tokens)
     # The report also times one prompt of the workload's typical length.
     typical = typical_prompt(serving, np.asarray(requests.prompt_tokens, dtype=np.int64))
     reported = np.append(prompts, typical)  # the same prompt api.run times
-    _, prefill_shapes = _prefill_counts(reported, serving.max_context,
-                                        serving.prefill_chunk_tokens)
+    _, prefill_shapes = _prefill_counts(reported, serving.max_context, serving.prefill_chunk_tokens)
     decode_buckets = np.asarray(policy.buckets(serving.max_context), dtype=np.int64)
-    crossed = (np.searchsorted(decode_buckets, prompts + outputs, side="left")
-               - np.searchsorted(decode_buckets, prompts, side="left"))
+    crossed = np.searchsorted(decode_buckets, prompts + outputs, side="left") - np.searchsorted(
+        decode_buckets, prompts, side="left"
+    )
     changes = int(4 * len(prompts) + 2 * steps.sum() + np.maximum(crossed, 0).sum()) + 2
-    return RunEstimate(requests=len(prompts), batch_slots=batch_slots, state_changes=changes,
-                       prefill_steps=int(steps.sum()),
-                       shapes=prefill_shapes + len(decode_buckets))
+    return RunEstimate(
+        requests=len(prompts),
+        batch_slots=batch_slots,
+        state_changes=changes,
+        prefill_steps=int(steps.sum()),
+        shapes=prefill_shapes + len(decode_buckets),
+    )
 
 
 def _advice(estimate: RunEstimate, scenario: Scenario) -> str:
@@ -128,23 +136,29 @@ def _advice(estimate: RunEstimate, scenario: Scenario) -> str:
     serving = scenario.workload.serving
     hints: list[str] = []
     if estimate.slot_factor > 2:
-        hints.append(f"set serving.batch_slots below {estimate.batch_slots:,} (it is the "
-                     "batch capacity when 'auto')")
+        hints.append(
+            f"set serving.batch_slots below {estimate.batch_slots:,} (it is the "
+            "batch capacity when 'auto')"
+        )
     chunk = serving.prefill_chunk_tokens
-    if chunk is not None and (estimate.prefill_steps > 2 * estimate.requests
-                              or estimate.shapes * UNITS_PER_SHAPE > estimate.work // 2):
+    if chunk is not None and (
+        estimate.prefill_steps > 2 * estimate.requests
+        or estimate.shapes * UNITS_PER_SHAPE > estimate.work // 2
+    ):
         hints.append(f"raise serving.prefill_chunk_tokens (now {chunk}) or drop it")
     buckets = scenario.workload.kv.context_buckets
     if isinstance(buckets, list) and len(buckets) > 64:
         hints.append(f"use fewer kv.context_buckets (now {len(buckets)})")
     hints.append(f"lower serving.requests (now {estimate.requests:,})")
-    hints.append(f"or raise serving.max_work (now {serving.max_work:,}) if this machine can "
-                 "afford it")
+    hints.append(
+        f"or raise serving.max_work (now {serving.max_work:,}) if this machine can afford it"
+    )
     return "; ".join(hints)
 
 
-def check_run(scenario: Scenario, policy: KVPolicy, batch_slots: int,
-              requests: RequestSet) -> RunEstimate:
+def check_run(
+    scenario: Scenario, policy: KVPolicy, batch_slots: int, requests: RequestSet
+) -> RunEstimate:
     """The run's estimate; :class:`RunTooLargeError` when it exceeds ``serving.max_work``."""
     estimate = estimate_run(scenario, policy, batch_slots, requests)
     limit = scenario.workload.serving.max_work
@@ -156,7 +170,7 @@ def check_run(scenario: Scenario, policy: KVPolicy, batch_slots: int,
             f"prefill steps, at {estimate.batch_slots:,} batch slots, "
             f"{estimate.shapes:,} step shapes to simulate, "
             f"~{estimate.memory_bytes / 2**30:.1f} GiB of records); to shrink it, "
-            + _advice(estimate, scenario))
-        raise RunTooLargeError([ConfigIssue(scenario.workload_file, "serving.max_work",
-                                            message)])
+            + _advice(estimate, scenario)
+        )
+        raise RunTooLargeError([ConfigIssue(scenario.workload_file, "serving.max_work", message)])
     return estimate

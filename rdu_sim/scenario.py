@@ -80,14 +80,23 @@ def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
 def _override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
     """The override path that set `field`, its parent or one of its children, if any."""
     for path in overrides:
-        if field == path or field.startswith(path + ".") or (
-                field and path.startswith(field + ".")):
+        if (
+            field == path
+            or field.startswith(path + ".")
+            or (field and path.startswith(field + "."))
+        ):
             return path
     return None
 
 
-def _validate(model: type[ModelT], data: Any, file: str, lines: LineMap,
-              overrides: Mapping[str, Any], prefix: str) -> ModelT:
+def _validate(
+    model: type[ModelT],
+    data: Any,
+    file: str,
+    lines: LineMap,
+    overrides: Mapping[str, Any],
+    prefix: str,
+) -> ModelT:
     """`validate`, with issues caused by a `--set` override saying so (the line would mislead)."""
     try:
         return validate(model, data, file, lines)
@@ -97,13 +106,19 @@ def _validate(model: type[ModelT], data: Any, file: str, lines: LineMap,
             source = _override_for(issue.field, overrides)
             if source is not None:
                 issue = dataclasses.replace(
-                    issue, line=None, message=f"{issue.message} (from --set {prefix}{source})")
+                    issue, line=None, message=f"{issue.message} (from --set {prefix}{source})"
+                )
             issues.append(issue)
         raise ConfigError(issues) from None
 
 
-def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Architecture,
-                 file: str, lines: LineMap) -> None:
+def _cross_check(
+    workload: WorkloadConfig,
+    hardware: HardwareConfig,
+    model: Architecture,
+    file: str,
+    lines: LineMap,
+) -> None:
     """Rules that span files: TP vs heads, sockets and the collective's links, context vs
     the model, KV budget."""
 
@@ -113,21 +128,32 @@ def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Arch
 
     tp = workload.parallelism.tp
     if model.heads % tp:
-        raise fail("parallelism.tp", f"tp={tp} does not divide the model's {model.heads} "
-                   f"attention heads; use a divisor of {model.heads}")
+        raise fail(
+            "parallelism.tp",
+            f"tp={tp} does not divide the model's {model.heads} "
+            f"attention heads; use a divisor of {model.heads}",
+        )
     if tp > hardware.system.sockets:
-        raise fail("parallelism.tp", f"tp={tp} exceeds the {hardware.system.sockets} sockets "
-                   f"of hardware {hardware.name!r}")
+        raise fail(
+            "parallelism.tp",
+            f"tp={tp} exceeds the {hardware.system.sockets} sockets of hardware {hardware.name!r}",
+        )
     system = hardware.system
     if system.collective_algorithm == "tree" and system.topology == "ring" and tp > 2:
-        raise fail("parallelism.tp", f"hardware {hardware.name!r} runs tree all-reduces "
-                   "(system.collective_algorithm: tree), whose edges join sockets that are "
-                   f"not ring neighbours in a group of {tp}: use system.topology "
-                   "fully_connected, a ring algorithm, or tp <= 2")
+        raise fail(
+            "parallelism.tp",
+            f"hardware {hardware.name!r} runs tree all-reduces "
+            "(system.collective_algorithm: tree), whose edges join sockets that are "
+            f"not ring neighbours in a group of {tp}: use system.topology "
+            "fully_connected, a ring algorithm, or tp <= 2",
+        )
     serving = workload.serving
     if serving.max_context > model.max_context:
-        raise fail("serving.max_context", f"{serving.max_context} exceeds the model's maximum "
-                   f"context of {model.max_context} tokens")
+        raise fail(
+            "serving.max_context",
+            f"{serving.max_context} exceeds the model's maximum "
+            f"context of {model.max_context} tokens",
+        )
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
         make_policy(workload.kv, serving.max_context)
     except ValueError as exc:
@@ -136,8 +162,13 @@ def _cross_check(workload: WorkloadConfig, hardware: HardwareConfig, model: Arch
         raise fail(field.group(0) if field else "kv", message) from None
 
 
-def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMap | None = None,
-                   overrides: Iterable[str] | Mapping[str, Any] | None = None) -> Scenario:
+def build_scenario(
+    data: Mapping[str, Any],
+    *,
+    workload_file: str,
+    lines: LineMap | None = None,
+    overrides: Iterable[str] | Mapping[str, Any] | None = None,
+) -> Scenario:
     """Validate workload data (already parsed) and load its hardware file."""
     lines = lines or {}
     normalized = normalize_overrides(overrides)
@@ -152,8 +183,9 @@ def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMa
         try:
             model: Architecture = get_model(workload.model)
         except UnknownModelError as exc:
-            raise ConfigError.single(workload_file, "model", str(exc),
-                                     lines.get(("model",))) from None
+            raise ConfigError.single(
+                workload_file, "model", str(exc), lines.get(("model",))
+            ) from None
     else:
         model = workload.model
 
@@ -164,26 +196,36 @@ def build_scenario(data: Mapping[str, Any], *, workload_file: str, lines: LineMa
         hardware_path = Path(os.path.normpath(Path(workload_file).parent / hardware_path))
     problem = file_problem(hardware_path)
     if problem is not None:
-        raise ConfigError.single(workload_file, "hardware",
-                                 f"hardware file {str(hardware_path)!r}: {problem} (paths are "
-                                 "relative to the workload file)", lines.get(("hardware",)))
+        raise ConfigError.single(
+            workload_file,
+            "hardware",
+            f"hardware file {str(hardware_path)!r}: {problem} (paths are "
+            "relative to the workload file)",
+            lines.get(("hardware",)),
+        )
     try:
         hw_data, hw_lines = read_yaml(hardware_path)
         if isinstance(hw_data, dict):
             hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
-        hardware = _validate(HardwareConfig, hw_data, str(hardware_path), hw_lines,
-                             hardware_overrides, HW_PREFIX)
+        hardware = _validate(
+            HardwareConfig, hw_data, str(hardware_path), hw_lines, hardware_overrides, HW_PREFIX
+        )
     except ConfigError as exc:
         # Say which workload led here: the issues themselves name the hardware file.
-        context = ConfigIssue(workload_file, "hardware", f"hardware file "
-                              f"{str(hardware_path)!r} is not valid:", lines.get(("hardware",)))
+        context = ConfigIssue(
+            workload_file,
+            "hardware",
+            f"hardware file {str(hardware_path)!r} is not valid:",
+            lines.get(("hardware",)),
+        )
         raise ConfigError([context, *exc.issues]) from None
     _cross_check(workload, hardware, model, workload_file, lines)
     return Scenario(workload, hardware, model, workload_file, str(hardware_path))
 
 
-def load_scenario(path: str | Path,
-                  overrides: Iterable[str] | Mapping[str, Any] | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None
+) -> Scenario:
     """Read a workload file (and its hardware file) into a validated Scenario."""
     file = Path(path)
     data, lines = read_yaml(file)

@@ -60,8 +60,9 @@ def gemm_efficiency(
     return space * temporal
 
 
-def stage_gemm_efficiency(m: int, n: int, k: int, array_rows: int, array_cols: int,
-                          ceiling: float) -> float:
+def stage_gemm_efficiency(
+    m: int, n: int, k: int, array_rows: int, array_cols: int, ceiling: float
+) -> float:
     """Fraction of a PCU's matrix peak a stage whose GEMM is m x n x k reaches.
 
     ``ceiling`` (the socket's ``max_gemm_efficiency``) is what a well-shaped GEMM reaches,

@@ -33,13 +33,37 @@ FULL = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
 LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 
 CONTRACT_KEYS = {
-    "kv_policy", "batch_capacity", "batch_slots", "decode_tokens_per_s", "prefill_s", "ttft_s",
-    "tpot_s", "memory", "kv_bytes_per_slot", "requests_completed", "output_tokens",
-    "queue_delay_s", "step_cache", "utilization", "model", "workload", "tp", "sockets", "seed",
-    "version", "steady_decode_tokens_per_s", "steady_window_s",
+    "kv_policy",
+    "batch_capacity",
+    "batch_slots",
+    "decode_tokens_per_s",
+    "prefill_s",
+    "ttft_s",
+    "tpot_s",
+    "memory",
+    "kv_bytes_per_slot",
+    "requests_completed",
+    "output_tokens",
+    "queue_delay_s",
+    "step_cache",
+    "utilization",
+    "model",
+    "workload",
+    "tp",
+    "sockets",
+    "seed",
+    "version",
+    "steady_decode_tokens_per_s",
+    "steady_window_s",
 }
-TIER_KEYS = {"capacity_bytes", "used_bytes", "weights_bytes", "kv_bytes", "activations_bytes",
-             "free_bytes"}
+TIER_KEYS = {
+    "capacity_bytes",
+    "used_bytes",
+    "weights_bytes",
+    "kv_bytes",
+    "activations_bytes",
+    "free_bytes",
+}
 
 
 class FakeBackend:
@@ -59,8 +83,12 @@ class FakeBackend:
         return max(0, int(free // self._slot_bytes(scenario)))
 
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
-        hbm = TierUsage(int(scenario.hardware.socket.hbm.capacity), self._weights(scenario),
-                        batch_slots * self._slot_bytes(scenario), 0)
+        hbm = TierUsage(
+            int(scenario.hardware.socket.hbm.capacity),
+            self._weights(scenario),
+            batch_slots * self._slot_bytes(scenario),
+            0,
+        )
         ddr = TierUsage(int(scenario.hardware.socket.ddr.capacity))
         return Placement(batch_slots, {"hbm": hbm, "ddr": ddr})
 
@@ -87,12 +115,14 @@ def test_contract_keys_and_consistency() -> None:
         assert data[key]["p50"] <= data[key]["p90"] <= data[key]["p99"]
     for usage in data["memory"].values():
         assert set(usage) == TIER_KEYS
-        assert usage["used_bytes"] == (usage["weights_bytes"] + usage["kv_bytes"]
-                                       + usage["activations_bytes"])
+        assert usage["used_bytes"] == (
+            usage["weights_bytes"] + usage["kv_bytes"] + usage["activations_bytes"]
+        )
         assert usage["free_bytes"] == usage["capacity_bytes"] - usage["used_bytes"]
     assert data["output_tokens"] == int(result.records.output_tokens.sum())
     assert data["step_cache"]["hits"] + data["step_cache"]["misses"] == (
-        data["steps"]["prefill"] + data["steps"]["decode"])
+        data["steps"]["prefill"] + data["steps"]["decode"]
+    )
     assert 0 < data["utilization"]["hbm"] <= 1 and 0 < data["utilization"]["pcu"] <= 1
     # prefill_s: the median prompt (4096 tokens) is its own bucket.
     assert data["prefill_s"] == pytest.approx(0.01 + 4096 * 2e-5)
@@ -114,8 +144,9 @@ def test_explicit_batch_slots_and_overrides_on_a_scenario() -> None:
 
 def test_progress_callback_sees_every_completion() -> None:
     seen: list[tuple[int, int]] = []
-    api.run(LLAMA, {"serving.requests": 25}, lambda d, t: seen.append((d, t)),
-            backend=FakeBackend())
+    api.run(
+        LLAMA, {"serving.requests": 25}, lambda d, t: seen.append((d, t)), backend=FakeBackend()
+    )
     assert [d for d, _ in seen] == list(range(1, 26)) and {t for _, t in seen} == {25}
 
 
@@ -174,12 +205,22 @@ print(api.run({path!r}, {{"serving.requests": 30}}, backend=FakeBackend()).to_js
 def test_json_is_byte_identical_across_processes() -> None:
     code = _CHILD.format(tests=str(ROOT / "tests"), path=str(SNAP))
     env = {**os.environ, "PYTHONHASHSEED": "random"}
-    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, env=env, cwd=ROOT).stdout for _ in range(2)]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            cwd=ROOT,
+        ).stdout
+        for _ in range(2)
+    ]
     assert outs[0] == outs[1] and json.loads(outs[0])["requests_completed"] == 30
 
 
 # --- end to end on the real compiler and engine ------------------------------------------------
+
 
 def real(test: Callable[..., None]) -> Callable[..., None]:
     """Marks a test that runs the real compiler and engine (they must be importable: a
@@ -207,8 +248,20 @@ def test_full_vs_snapstream_on_deepseek_r1() -> None:
 @real
 def test_a_batch_that_cannot_hold_one_sequence_exits_2() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "rdu_sim.cli.main", "run", str(FULL), "--json",
-         "--set", "hw.socket.hbm.capacity=40 GiB"], capture_output=True, text=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "rdu_sim.cli.main",
+            "run",
+            str(FULL),
+            "--json",
+            "--set",
+            "hw.socket.hbm.capacity=40 GiB",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "error:" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -216,9 +269,21 @@ def test_a_batch_that_cannot_hold_one_sequence_exits_2() -> None:
 @real
 def test_cli_run_json_200_requests() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "rdu_sim.cli.main", "run", str(SNAP), "--json",
-         "--set", "serving.requests=200"], capture_output=True, text=True, cwd=ROOT,
-        check=True)
+        [
+            sys.executable,
+            "-m",
+            "rdu_sim.cli.main",
+            "run",
+            str(SNAP),
+            "--json",
+            "--set",
+            "serving.requests=200",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     data = json.loads(proc.stdout)
     assert set(data) >= CONTRACT_KEYS
     assert data["requests_completed"] == 200
@@ -227,25 +292,50 @@ def test_cli_run_json_200_requests() -> None:
 
 @real
 def test_real_run_is_byte_identical_across_processes() -> None:
-    args = [sys.executable, "-m", "rdu_sim.cli.main", "run", str(SNAP), "--json",
-            "--set", "serving.requests=40", "--set", "serving.prompt_tokens=4096"]
-    outs = [subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout
-            for _ in range(2)]
+    args = [
+        sys.executable,
+        "-m",
+        "rdu_sim.cli.main",
+        "run",
+        str(SNAP),
+        "--json",
+        "--set",
+        "serving.requests=40",
+        "--set",
+        "serving.prompt_tokens=4096",
+    ]
+    outs = [
+        subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+        for _ in range(2)
+    ]
     assert outs[0] == outs[1] and json.loads(outs[0])["requests_completed"] == 40
 
 
 @real
 def test_cli_out_dir_and_step(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "rdu_sim.cli.main", "run", str(LLAMA)]
-    proc = subprocess.run([*base, "--set", "serving.requests=20", "--set",
-                           "serving.prompt_tokens=2048", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, check=True)
+    proc = subprocess.run(
+        [
+            *base,
+            "--set",
+            "serving.requests=20",
+            "--set",
+            "serving.prompt_tokens=2048",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     assert "time to first token" in proc.stdout and "Traceback" not in proc.stderr
     data = json.loads((tmp_path / "result.json").read_text())
     assert data["requests_completed"] == 20
     assert len(list(csv.DictReader((tmp_path / "requests.csv").open()))) == 20
-    step = subprocess.run([*base, "--step", "--json"], capture_output=True, text=True,
-                          cwd=ROOT, check=True)
+    step = subprocess.run(
+        [*base, "--step", "--json"], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     timing = json.loads(step.stdout)
     assert timing["phase"] == "decode" and timing["batch"] == 16 and timing["step_s"] > 0
 
@@ -254,12 +344,17 @@ def test_trace_path_is_relative_to_the_workload_file(tmp_path: Path) -> None:
     hardware = ROOT / "hw_configs" / "sn40l.yaml"
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "t.jsonl").write_text(
-        "".join(f'{{"arrival_s": {i * 0.5}, "prompt_tokens": {100 + i}, '
-                f'"output_tokens": {10 + i}}}\n' for i in range(8)))
+        "".join(
+            f'{{"arrival_s": {i * 0.5}, "prompt_tokens": {100 + i}, "output_tokens": {10 + i}}}\n'
+            for i in range(8)
+        )
+    )
     workload = tmp_path / "w.yaml"
-    workload.write_text(f"hardware: {hardware}\nmodel: llama-3.1-8b\nserving:\n"
-                        "  batch_slots: 2\n  trace: traces/t.jsonl\n"
-                        "  arrival: {process: poisson, rate: 1}\n")
+    workload.write_text(
+        f"hardware: {hardware}\nmodel: llama-3.1-8b\nserving:\n"
+        "  batch_slots: 2\n  trace: traces/t.jsonl\n"
+        "  arrival: {process: poisson, rate: 1}\n"
+    )
     result = fake_run(workload)
     data = result.to_dict()
     assert data["requests_completed"] == 8
@@ -277,8 +372,7 @@ def test_load_with_overrides_keeps_the_scenarios_earlier_hardware_overrides() ->
     from rdu_sim import api
     from rdu_sim.scenario import load_scenario
 
-    base = load_scenario("workloads/llama3.1-8b-1socket.yaml",
-                         ["hw.socket.hbm.bandwidth=2.4 TB/s"])
+    base = load_scenario("workloads/llama3.1-8b-1socket.yaml", ["hw.socket.hbm.bandwidth=2.4 TB/s"])
     again = api.load(base, ["serving.requests=10"])
     assert again.hardware.socket.hbm.bandwidth == 2.4e12
     assert again.hardware == base.hardware

@@ -33,18 +33,20 @@ def test_record_reaches_the_engine_and_changes_no_number() -> None:
 
 
 def test_record_through_a_given_backend() -> None:
-    cost = api.step(LLAMA, SMALL, batch=1, backend=api.EngineBackend(record=True),
-                    record=True)
+    cost = api.step(LLAMA, SMALL, batch=1, backend=api.EngineBackend(record=True), record=True)
     assert _timing(cost).records is not None
-    assert _timing(api.step(LLAMA, SMALL, batch=1,
-                            backend=api.EngineBackend(record=True))).records is not None
+    assert (
+        _timing(api.step(LLAMA, SMALL, batch=1, backend=api.EngineBackend(record=True))).records
+        is not None
+    )
     with pytest.raises(ValueError, match="record"):
         api.step(LLAMA, SMALL, batch=1, backend=api.EngineBackend(), record=True)
 
 
 @pytest.mark.parametrize("trace", [False, True])
-def test_step_command_uses_api_step(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                    trace: bool) -> None:
+def test_step_command_uses_api_step(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, trace: bool
+) -> None:
     calls: list[dict[str, Any]] = []
     real = api.step
 

@@ -18,8 +18,14 @@ CASES = ["engine-step", "serve-snapstream", "serve-full", "sweep-200"]
 
 def test_smoke_run_writes_every_case(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc = json.loads(out.read_text())
     assert doc["smoke"] is True
@@ -38,7 +44,13 @@ def test_smoke_run_writes_every_case(tmp_path: Path) -> None:
 
 
 def test_child_rejects_unknown_case() -> None:
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--case", "nope"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--case", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "engine-step" in proc.stderr

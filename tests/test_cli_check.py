@@ -22,8 +22,14 @@ LLAMA_1S = "llama3.1-8b-1socket.yaml"
 
 def rdu_sim_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """Run the real command in a subprocess (what a user's shell does)."""
-    return subprocess.run([sys.executable, "-m", "rdu_sim.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -50,13 +56,21 @@ def test_check_accepts_every_shipped_file() -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("relative", "old", "new", "key"), [
-    ("workloads/" + LLAMA_1S, "batch_slots:", "batch_slot:", "serving.batch_slot"),
-    ("hw_configs/sn40l.yaml", "    bandwidth: 1.8 TB/s", "    bandwith: 1.8 TB/s",
-     "socket.hbm.bandwith"),
-])
-def test_check_and_run_reject_a_misspelled_key(tree: Path, relative: str, old: str, new: str,
-                                               key: str) -> None:
+@pytest.mark.parametrize(
+    ("relative", "old", "new", "key"),
+    [
+        ("workloads/" + LLAMA_1S, "batch_slots:", "batch_slot:", "serving.batch_slot"),
+        (
+            "hw_configs/sn40l.yaml",
+            "    bandwidth: 1.8 TB/s",
+            "    bandwith: 1.8 TB/s",
+            "socket.hbm.bandwith",
+        ),
+    ],
+)
+def test_check_and_run_reject_a_misspelled_key(
+    tree: Path, relative: str, old: str, new: str, key: str
+) -> None:
     broken = _misspell(tree / relative, old, new)
     line = next(n for n, text in enumerate(broken.read_text().splitlines(), 1) if new in text)
     workload = tree / "workloads" / LLAMA_1S  # checks its hardware file too
@@ -105,16 +119,19 @@ def test_check_needs_a_file() -> None:
     assert "Missing argument" in result.stderr
 
 
-@pytest.mark.parametrize(("data", "kind"), [
-    ({"socket": {}, "system": {}}, "hardware"),
-    ({"name": "x", "system": {}}, "hardware"),
-    ({"hardware": "a.yaml", "model": "llama-3.1-8b"}, "workload"),
-    ({"model": "x", "socket": {}}, "workload"),
-    ({"base": "w.yaml", "axes": {}}, "sweep"),
-    ({"name": "x"}, None),
-    ([1, 2], None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        ({"socket": {}, "system": {}}, "hardware"),
+        ({"name": "x", "system": {}}, "hardware"),
+        ({"hardware": "a.yaml", "model": "llama-3.1-8b"}, "workload"),
+        ({"model": "x", "socket": {}}, "workload"),
+        ({"base": "w.yaml", "axes": {}}, "sweep"),
+        ({"name": "x"}, None),
+        ([1, 2], None),
+        (None, None),
+    ],
+)
 def test_file_kind(data: object, kind: str | None) -> None:
     assert file_kind(data) == kind
 
@@ -153,7 +170,8 @@ def test_sweep_specs_use_the_sweep_hook(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_sweep_specs_without_the_hook_are_not_claimed_ok(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delattr(rdu_sim.sweep, "check_spec", raising=False)
     spec = tmp_path / "sweep.yaml"
     spec.write_text("base: w.yaml\naxes: {}\n")

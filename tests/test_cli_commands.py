@@ -31,16 +31,26 @@ def test_version() -> None:
 def test_console_script_installed() -> None:
     script = Path(sys.executable).parent / "rdu-sim"
     assert script.exists(), f"the rdu-sim console script is not installed beside {sys.executable}"
-    result = subprocess.run([str(script), "--version"], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0 and rdu_sim.__version__ in result.stdout
 
 
 def test_help_lists_every_command() -> None:
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for name in ("run", "step", "check", "schema", "inspect", "sweep", "plot", "validate",
-                 "kv-demo"):
+    for name in (
+        "run",
+        "step",
+        "check",
+        "schema",
+        "inspect",
+        "sweep",
+        "plot",
+        "validate",
+        "kv-demo",
+    ):
         assert name in COMMANDS
         assert name in result.stdout
 
@@ -94,22 +104,29 @@ def test_capacity_errors_are_input_errors_once_they_exist() -> None:
 
 def test_input_error_in_subprocess_has_no_traceback(tmp_path: Path) -> None:
     """Through the real entry point: an input error is one line, no traceback."""
-    result = subprocess.run([sys.executable, "-m", "rdu_sim.cli.main", "run",
-                             str(tmp_path / "missing.yaml")],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", "run", str(tmp_path / "missing.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("error: ")
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ["run", WORKLOAD, "--set", "serving.batch_slot=4"],
-    ["run", WORKLOAD, "--json", "--set", "hw.socket.hbm.bandwith=2 TB/s"],
-    ["run", WORKLOAD, "--set", "parallelism.tp=3"],
-    ["run", WORKLOAD, "--set", "nonsense"],
-    ["step", WORKLOAD, "--set", "kv.policy=magic"],
-    ["inspect", "graph", WORKLOAD, "--set", "model=gpt-5"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", WORKLOAD, "--set", "serving.batch_slot=4"],
+        ["run", WORKLOAD, "--json", "--set", "hw.socket.hbm.bandwith=2 TB/s"],
+        ["run", WORKLOAD, "--set", "parallelism.tp=3"],
+        ["run", WORKLOAD, "--set", "nonsense"],
+        ["step", WORKLOAD, "--set", "kv.policy=magic"],
+        ["inspect", "graph", WORKLOAD, "--set", "model=gpt-5"],
+    ],
+)
 def test_commands_taking_a_workload_exit_2_on_bad_input(args: list[str]) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
@@ -118,10 +135,13 @@ def test_commands_taking_a_workload_exit_2_on_bad_input(args: list[str]) -> None
     assert key in result.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ["run", WORKLOAD, "--set", "serving.requests=1", "--json"],
-    ["step", WORKLOAD, "--set", "serving.batch_slots=1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", WORKLOAD, "--set", "serving.requests=1", "--json"],
+        ["step", WORKLOAD, "--set", "serving.batch_slots=1"],
+    ],
+)
 def test_commands_accept_good_input(args: list[str]) -> None:
     """Good input never exits 2; until the simulator lands the stubs say so and exit 1."""
     result = CliRunner().invoke(cli, args)
@@ -149,8 +169,10 @@ def test_schema_is_json_schema(kind: str) -> None:
 def test_schema_accepts_shipped_files_and_flags_typos() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     runner = CliRunner()
-    schemas = {kind: json.loads(runner.invoke(cli, ["schema", kind]).stdout)
-               for kind in ("workload", "hardware")}
+    schemas = {
+        kind: json.loads(runner.invoke(cli, ["schema", kind]).stdout)
+        for kind in ("workload", "hardware")
+    }
     for kind, folder in (("workload", "workloads"), ("hardware", "hw_configs")):
         for path in sorted((REPO / folder).glob("*.yaml")):
             data = yaml.safe_load(path.read_text())

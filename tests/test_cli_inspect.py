@@ -14,8 +14,14 @@ from rdu_sim.cli.main import cli
 from rdu_sim.models import preset_names
 
 REPO = Path(__file__).resolve().parents[1]
-KEYS = {"params_total", "params_active", "layers", "kv_bytes_per_token", "weight_bytes",
-        "decode_flops_per_token"}
+KEYS = {
+    "params_total",
+    "params_active",
+    "layers",
+    "kv_bytes_per_token",
+    "weight_bytes",
+    "decode_flops_per_token",
+}
 
 
 def _json(*args: str) -> dict[str, object]:
@@ -30,7 +36,11 @@ def test_deepseek_json_in_a_subprocess() -> None:
     """The exact command of the issue, through the real entry point."""
     result = subprocess.run(
         [sys.executable, "-m", "rdu_sim.cli.main", "inspect", "model", "deepseek-r1", "--json"],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) >= KEYS
@@ -41,11 +51,14 @@ def test_deepseek_json_in_a_subprocess() -> None:
     assert data["weight_bytes"] == 2 * 671_026_419_200
 
 
-@pytest.mark.parametrize(("name", "params", "kv", "layers"), [
-    ("llama-3.1-8b", 8_030_261_248, 131_072, 32),
-    ("llama-3.1-70b", 70_553_706_496, 327_680, 80),
-    ("llama-3.1-405b", 405_853_388_800, 516_096, 126),
-])
+@pytest.mark.parametrize(
+    ("name", "params", "kv", "layers"),
+    [
+        ("llama-3.1-8b", 8_030_261_248, 131_072, 32),
+        ("llama-3.1-70b", 70_553_706_496, 327_680, 80),
+        ("llama-3.1-405b", 405_853_388_800, 516_096, 126),
+    ],
+)
 def test_llama_json(name: str, params: int, kv: int, layers: int) -> None:
     data = _json(name)
     assert set(data) >= KEYS
@@ -62,7 +75,8 @@ def test_dtype_and_context_options() -> None:
     assert fp8["weight_bytes"] == 8_030_261_248 // 2
     long = _json("llama-3.1-8b", "--context", "8192")
     assert long["decode_flops_per_token"] == (
-        base["decode_flops_per_token"] + 32 * 2 * 32 * 128 * 8192 * 2)  # type: ignore[operator]
+        base["decode_flops_per_token"] + 32 * 2 * 32 * 128 * 8192 * 2
+    )  # type: ignore[operator]
     assert base["decode_flops_per_token"] == 15_009_316_864
 
 
@@ -119,17 +133,37 @@ def test_inspect_graph_checks_its_input(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["inspect", "graph", str(tmp_path / "none.yaml")])
     assert result.exit_code == 2
     assert "none.yaml: file not found" in result.stderr
-    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
-                                      "llama3.1-8b-1socket.yaml"), "--set", "kv.polcy=full"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inspect",
+            "graph",
+            str(REPO / "workloads" / "llama3.1-8b-1socket.yaml"),
+            "--set",
+            "kv.polcy=full",
+        ],
+    )
     assert result.exit_code == 2
     assert "kv.polcy" in result.stderr
 
 
 def test_inspect_graph_json_and_dot(tmp_path: Path) -> None:
     dot = tmp_path / "layer.dot"
-    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
-                                      "llama3.1-8b-1socket.yaml"), "--json", "--batch", "2",
-                                      "--context", "1024", "--dot", str(dot)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inspect",
+            "graph",
+            str(REPO / "workloads" / "llama3.1-8b-1socket.yaml"),
+            "--json",
+            "--batch",
+            "2",
+            "--context",
+            "1024",
+            "--dot",
+            str(dot),
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["shape"] == {"phase": "decode", "batch": 2, "tokens": 1, "cache_len": 1024}
@@ -139,9 +173,18 @@ def test_inspect_graph_json_and_dot(tmp_path: Path) -> None:
 
 
 def test_inspect_graph_table_and_prefill() -> None:
-    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
-                                      "deepseek-r1-128k-snapstream.yaml"), "--phase",
-                                      "prefill", "--context", "4096"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inspect",
+            "graph",
+            str(REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"),
+            "--phase",
+            "prefill",
+            "--context",
+            "4096",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "prefill step: batch 1, 4096 new token(s)" in result.stdout
     assert "decoder_moe" in result.stdout and "hbm" in result.stdout
@@ -150,9 +193,16 @@ def test_inspect_graph_table_and_prefill() -> None:
 
 def test_capacity_error_exits_2() -> None:
     """A model that does not fit is bad input too: one message with the fix, exit 2."""
-    result = CliRunner().invoke(cli, ["inspect", "graph", str(REPO / "workloads" /
-                                      "llama3.1-8b-1socket.yaml"),
-                                      "--set", "hw.socket.hbm.capacity=1 GiB"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inspect",
+            "graph",
+            str(REPO / "workloads" / "llama3.1-8b-1socket.yaml"),
+            "--set",
+            "hw.socket.hbm.capacity=1 GiB",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ")
     assert "HBM" in result.stderr

@@ -12,15 +12,23 @@ from rdu_sim.compiler import Compiler, StaticShape
 from rdu_sim.compiler.allocation import StageWork, allocate, water_fill
 from rdu_sim.scenario import load_scenario
 
-WORKLOADS = ["deepseek-r1-128k-snapstream", "deepseek-r1-128k-full", "llama3.1-8b-1socket",
-             "llama3.1-8b-8socket"]
+WORKLOADS = [
+    "deepseek-r1-128k-snapstream",
+    "deepseek-r1-128k-full",
+    "llama3.1-8b-1socket",
+    "llama3.1-8b-8socket",
+]
 
 
-@given(weights=st.lists(st.floats(0, 1e6), min_size=1, max_size=40),
-       extra=st.integers(0, 2000), seed_floor=st.integers(1, 3))
+@given(
+    weights=st.lists(st.floats(0, 1e6), min_size=1, max_size=40),
+    extra=st.integers(0, 2000),
+    seed_floor=st.integers(1, 3),
+)
 @settings(max_examples=200, deadline=None)
-def test_water_fill_spends_exactly_and_respects_floors(weights: list[float], extra: int,
-                                                       seed_floor: int) -> None:
+def test_water_fill_spends_exactly_and_respects_floors(
+    weights: list[float], extra: int, seed_floor: int
+) -> None:
     floors = [seed_floor] * len(weights)
     total = sum(floors) + extra
     result = water_fill(weights, total, floors)
@@ -40,8 +48,7 @@ def test_water_fill_is_proportional_above_floors() -> None:
 
 def test_allocation_balances_compute_bound_stages() -> None:
     work = [StageWork(compute=c, buffer_bytes=1.0) for c in (1.0, 2.0, 4.0, 1e-6)]
-    alloc = allocate(work, pcus=701, pmus=100, pmu_bytes=2**19, pmu_bandwidth=1e11,
-                     memory_time=0.0)
+    alloc = allocate(work, pcus=701, pmus=100, pmu_bytes=2**19, pmu_bandwidth=1e11, memory_time=0.0)
     assert sum(alloc.pcus) == 701 and min(alloc.pcus) >= 1
     times = [w.compute / p for w, p in zip(work[:3], alloc.pcus[:3], strict=True)]
     assert max(times) / min(times) < 1.02  # equal stage times: none starves the pipeline
@@ -57,16 +64,16 @@ def test_memory_bound_kernel_still_gives_each_stage_enough() -> None:
 
 def test_pmus_cover_input_streams() -> None:
     """A consumer of a big on-chip stream gets the PMU bandwidth to take it in time."""
-    work = [StageWork(compute=1.0, buffer_bytes=0.0),
-            StageWork(compute=1.0, buffer_bytes=0.0, stream_in=50.0, moved=50.0)]
-    alloc = allocate(work, pcus=20, pmus=30, pmu_bytes=1e9, pmu_bandwidth=20.0,
-                     memory_time=0.0)
+    work = [
+        StageWork(compute=1.0, buffer_bytes=0.0),
+        StageWork(compute=1.0, buffer_bytes=0.0, stream_in=50.0, moved=50.0),
+    ]
+    alloc = allocate(work, pcus=20, pmus=30, pmu_bytes=1e9, pmu_bandwidth=20.0, memory_time=0.0)
     stage_time = 1.0 / alloc.pcus[1]  # 0.1 s: 10 PCUs each
     assert alloc.pmus[1] >= 50.0 / (stage_time * 20.0)  # 25 PMUs take 50 B in 0.1 s
     assert sum(alloc.pmus) == 30
     # when the streams cannot all be met, the floors shrink in proportion, within the budget
-    tight = allocate(work, pcus=20, pmus=10, pmu_bytes=1e9, pmu_bandwidth=20.0,
-                     memory_time=0.0)
+    tight = allocate(work, pcus=20, pmus=10, pmu_bytes=1e9, pmu_bandwidth=20.0, memory_time=0.0)
     assert tight.pmus == (1, 9)
 
 
@@ -75,8 +82,12 @@ def test_compiled_kernels_never_exceed_the_socket(workload: str) -> None:
     scenario = load_scenario(f"workloads/{workload}.yaml")
     socket = scenario.hardware.socket
     compiler = Compiler(scenario)
-    shapes = [StaticShape("decode", 1, 1, 1024), StaticShape("decode", 32, 1, 8192),
-              StaticShape("prefill", 1, 8192, 0), StaticShape("prefill", 4, 2048, 0)]
+    shapes = [
+        StaticShape("decode", 1, 1, 1024),
+        StaticShape("decode", 32, 1, 8192),
+        StaticShape("prefill", 1, 8192, 0),
+        StaticShape("prefill", 4, 2048, 0),
+    ]
     for shape in shapes:
         for kernel in compiler.program(shape).kernels:
             pcus = sum(s.pcus for s in kernel.stages)

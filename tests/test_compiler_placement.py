@@ -17,8 +17,12 @@ from rdu_sim.compiler import (
 )
 from rdu_sim.scenario import load_scenario
 
-WORKLOADS = ["deepseek-r1-128k-snapstream", "deepseek-r1-128k-full", "llama3.1-8b-1socket",
-             "llama3.1-8b-8socket"]
+WORKLOADS = [
+    "deepseek-r1-128k-snapstream",
+    "deepseek-r1-128k-full",
+    "llama3.1-8b-1socket",
+    "llama3.1-8b-8socket",
+]
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -64,22 +68,36 @@ def test_snapstream_grows_deepseek_batch_by_the_cache_ratio() -> None:
 
 def test_mla_layouts_order_the_batch_capacity() -> None:
     def capacity(layout: str) -> int:
-        scenario = load_scenario("workloads/deepseek-r1-128k-full.yaml", overrides={
-            "parallelism.mla_cache_layout": layout, "serving.max_context": 16384})
+        scenario = load_scenario(
+            "workloads/deepseek-r1-128k-full.yaml",
+            overrides={"parallelism.mla_cache_layout": layout, "serving.max_context": 16384},
+        )
         return batch_capacity(scenario)
 
     assert capacity("sequence_split") > capacity("replicated") > capacity("head_split") >= 1
 
 
 def test_over_large_model_gets_the_clear_error() -> None:
-    scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides={
-        "model": "llama-3.1-405b", "hw.socket.ddr.capacity": "1 GiB",
-        "serving.batch_slots": 1, "serving.max_context": 8192})
+    scenario = load_scenario(
+        "workloads/llama3.1-8b-1socket.yaml",
+        overrides={
+            "model": "llama-3.1-405b",
+            "hw.socket.ddr.capacity": "1 GiB",
+            "serving.batch_slots": 1,
+            "serving.max_context": 8192,
+        },
+    )
     with pytest.raises(CapacityError) as info:
         plan_memory(scenario, 1)
     message = str(info.value)
-    for words in ("llama-3.1-405b", "weights", "do not fit", "parallelism.tp",
-                  "hw.socket.ddr.capacity", "fp8"):
+    for words in (
+        "llama-3.1-405b",
+        "weights",
+        "do not fit",
+        "parallelism.tp",
+        "hw.socket.ddr.capacity",
+        "fp8",
+    ):
         assert words in message
     with pytest.raises(CapacityError, match="cannot fit even one sequence"):
         batch_capacity(scenario)
@@ -93,8 +111,10 @@ def test_too_many_slots_names_the_capacity() -> None:
 
 
 def test_weights_spill_lowest_bandwidth_need_first() -> None:
-    scenario = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides={
-        "hw.socket.hbm.capacity": "40 GiB", "serving.batch_slots": 8})
+    scenario = load_scenario(
+        "workloads/deepseek-r1-128k-snapstream.yaml",
+        overrides={"hw.socket.hbm.capacity": "40 GiB", "serving.batch_slots": 8},
+    )
     placement = plan_memory(scenario, 8)
     for usage in placement.tiers.values():
         assert usage.used_bytes <= usage.capacity_bytes

@@ -30,8 +30,12 @@ def _names(program: object) -> list[tuple[str, int, bool]]:
 def test_deepseek_kernels_and_looping() -> None:
     scenario = load_scenario(SNAP)
     program = compile_program(scenario, StaticShape("decode", 4, 1, 32768))
-    assert _names(program) == [("embedding", 1, False), ("decoder_dense", 3, True),
-                               ("decoder_moe", 58, True), ("lm_head", 1, False)]
+    assert _names(program) == [
+        ("embedding", 1, False),
+        ("decoder_dense", 3, True),
+        ("decoder_moe", 58, True),
+        ("lm_head", 1, False),
+    ]
     unlooped = load_scenario(SNAP, overrides={"kernel_looping": False})
     program = compile_program(unlooped, StaticShape("decode", 4, 1, 32768))
     assert not any(k.looped for k in program.kernels)
@@ -45,9 +49,11 @@ def test_snapkv_select_kernel_only_when_the_prompt_is_compressed() -> None:
     assert len(select) == 1 and select[0].calls == scenario.model.layers and select[0].looped
     assert select[0].flops > 0
     assert _names(long)[-1][0] == "lm_head"
-    for shape in (StaticShape("prefill", 1, 32768, 0),  # fits the budget: kept whole
-                  StaticShape("prefill", 1, 40000, 0, select=False),  # a non-final chunk
-                  StaticShape("decode", 4, 1, 32768)):
+    for shape in (
+        StaticShape("prefill", 1, 32768, 0),  # fits the budget: kept whole
+        StaticShape("prefill", 1, 40000, 0, select=False),  # a non-final chunk
+        StaticShape("decode", 4, 1, 32768),
+    ):
         assert "snapkv_select" not in [k.name for k in compiler.program(shape).kernels]
     chunk = compiler.program(StaticShape("prefill", 1, 8192, 40000 - 8192))  # final chunk
     assert "snapkv_select" in [k.name for k in chunk.kernels]
@@ -71,9 +77,13 @@ def test_decode_program_flops_add_up_over_sockets() -> None:
     arch = scenario.model
     assert isinstance(arch, DeepSeekArchitecture)
     program = compile_program(scenario, StaticShape("decode", 1, 1, 1000))
-    replicated = 2 * arch.layers * arch.hidden_size * (
-        arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim) + \
-        2 * arch.moe_layers * arch.hidden_size * arch.routed_experts
+    replicated = (
+        2
+        * arch.layers
+        * arch.hidden_size
+        * (arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim)
+        + 2 * arch.moe_layers * arch.hidden_size * arch.routed_experts
+    )
     expected = decode_flops_per_token(arch, 1001) + (scenario.tp - 1) * replicated
     assert scenario.tp * program.flops == pytest.approx(expected, rel=1e-12)
 
@@ -109,16 +119,26 @@ def test_inspect_graph_reports_kernels_stages_and_placement() -> None:
     result = inspect_graph(load_scenario(SNAP), phase="decode")
     json.dumps(result)  # JSON-ready
     assert result["shape"]["cache_len"] == 32768
-    assert [k["name"] for k in result["kernels"]] == ["embedding", "decoder_dense",
-                                                      "decoder_moe", "lm_head"]
+    assert [k["name"] for k in result["kernels"]] == [
+        "embedding",
+        "decoder_dense",
+        "decoder_moe",
+        "lm_head",
+    ]
     for kernel in result["kernels"]:
         assert {"name", "calls", "looped", "stages"} <= set(kernel)
         for stage in kernel["stages"]:
             assert {"op", "name", "pcus", "pmus", "flops"} <= set(stage)
             assert set(stage["bytes"]) == {"sram", "hbm", "ddr"}
     hbm = result["placement"]["tiers"]["hbm"]
-    assert {"capacity_bytes", "weights_bytes", "kv_bytes", "activations_bytes", "used_bytes",
-            "free_bytes"} <= set(hbm)
+    assert {
+        "capacity_bytes",
+        "weights_bytes",
+        "kv_bytes",
+        "activations_bytes",
+        "used_bytes",
+        "free_bytes",
+    } <= set(hbm)
     assert hbm["used_bytes"] <= hbm["capacity_bytes"]
     dot = to_dot(result)
     assert dot.startswith("digraph") and '"moe.router"' in dot and "allreduce" in dot

@@ -18,8 +18,17 @@ DECODE = StepShape("decode", 4, 1, 2048)
 PREFILL = StepShape("prefill", 1, 512, 256)
 
 # Operators every socket runs whole (replicated) with matrix FLOPs or weights
-DEEPSEEK_REPLICATED = {"attn.q_a_proj", "attn.kv_a_proj", "moe.router", "embed.gather",
-                       "attn_norm", "ffn_norm", "attn.q_a_norm", "attn.kv_norm", "final_norm"}
+DEEPSEEK_REPLICATED = {
+    "attn.q_a_proj",
+    "attn.kv_a_proj",
+    "moe.router",
+    "embed.gather",
+    "attn_norm",
+    "ffn_norm",
+    "attn.q_a_norm",
+    "attn.kv_norm",
+    "final_norm",
+}
 LLAMA_REPLICATED = {"embed.gather", "attn_norm", "ffn_norm", "final_norm"}
 
 
@@ -28,13 +37,23 @@ def _per_socket(groups: list[GraphGroup], plan: ShardPlan) -> list[GraphGroup]:
 
 
 def _replicated(groups: list[GraphGroup], names: set[str], attr: str) -> float:
-    return float(sum(g.count * getattr(node, attr) for g in groups
-                     for node in operators(g.graph) if node.name in names))
+    return float(
+        sum(
+            g.count * getattr(node, attr)
+            for g in groups
+            for node in operators(g.graph)
+            if node.name in names
+        )
+    )
 
 
 def _collectives(groups: list[GraphGroup]) -> list[tuple[str, str, float]]:
-    return [(g.name, node.name, node.collective_bytes) for g in groups
-            for node in operators(g.graph) if node.collective]
+    return [
+        (g.name, node.name, node.collective_bytes)
+        for g in groups
+        for node in operators(g.graph)
+        if node.collective
+    ]
 
 
 @pytest.mark.parametrize("shape", [DECODE, PREFILL])
@@ -68,7 +87,8 @@ def test_deepseek_collectives_by_layout() -> None:
         found = _collectives(_per_socket(whole, ShardPlan(16, layout)))
         by_group = {g: {n for gg, n, _ in found if gg == g} for g, _, _ in found}
         assert by_group["decoder_moe"] == {"attn.o_proj.allreduce", "moe.combine.allreduce"} | {
-            f"attn.value.{k}" for k in extra}
+            f"attn.value.{k}" for k in extra
+        }
         assert by_group["decoder_dense"] >= {"attn.o_proj.allreduce", "ffn.down_proj.allreduce"}
         assert by_group["lm_head"] == {"lm_head.allgather"}
         assert "embedding" not in by_group  # replicated gather: no collective
@@ -76,8 +96,9 @@ def test_deepseek_collectives_by_layout() -> None:
             if name.endswith("allreduce"):
                 assert payload == hidden
     # sequence_split: partial attention outputs (latent per head) plus FP32 max and sum
-    payloads = {(g, n): b for g, n, b in _collectives(
-        _per_socket(whole, ShardPlan(16, "sequence_split")))}
+    payloads = {
+        (g, n): b for g, n, b in _collectives(_per_socket(whole, ShardPlan(16, "sequence_split")))
+    }
     latent = DECODE.rows * arch.heads * arch.kv_lora_rank * 2.0
     stats = DECODE.rows * arch.heads * 2 * 4.0
     assert payloads[("decoder_moe", "attn.value.reduce_scatter")] == latent + stats
@@ -104,7 +125,8 @@ def test_llama_conservation_and_kv_head_replication(tp: int, kv_copies: int) -> 
     extra = (kv_copies - 1) * _replicated(whole, kv_proj, "flops")
     assert tp * socket.flops == pytest.approx(unsharded.flops + extra, rel=1e-12)
     extra_params = (tp - 1) * _replicated(whole, LLAMA_REPLICATED, "weight_params") + (
-        kv_copies - 1) * _replicated(whole, kv_proj, "weight_params")
+        kv_copies - 1
+    ) * _replicated(whole, kv_proj, "weight_params")
     assert tp * socket.weight_params == unsharded.weight_params + extra_params
     assert tp * socket.kv_read_bytes == pytest.approx(kv_copies * unsharded.kv_read_bytes)
     collectives = _collectives(sharded)

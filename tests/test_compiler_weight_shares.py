@@ -45,8 +45,10 @@ def test_share_of_own_placement_else_pooled_over_owners() -> None:
 
 
 def test_order_of_owners_does_not_matter() -> None:
-    tensors = [TensorPlacement(f"decoder_dense/{KV_B}", "weights", "hbm", 3 * MB),
-               TensorPlacement(f"decoder_moe/{KV_B}", "weights", "ddr", 58 * MB)]
+    tensors = [
+        TensorPlacement(f"decoder_dense/{KV_B}", "weights", "hbm", 3 * MB),
+        TensorPlacement(f"decoder_moe/{KV_B}", "weights", "ddr", 58 * MB),
+    ]
     for order in (tensors, tensors[::-1]):
         fractions = weight_fractions(_placement(*order))
         assert _hbm_share(fractions, "snapkv_select", KV_B) == pytest.approx(3 / 61)
@@ -59,8 +61,12 @@ def _straddling_kv_b_hbm(slots: int) -> int:
     before = 0
     for weight in sorted(weight_inventory(scenario, slots), key=lambda w: -w.need):
         if weight.key == f"decoder_moe/{KV_B}":
-            return (activation_bytes(scenario, slots) + kv_bytes(scenario, slots) + before
-                    + weight.bytes // 2)
+            return (
+                activation_bytes(scenario, slots)
+                + kv_bytes(scenario, slots)
+                + before
+                + weight.bytes // 2
+            )
         before += weight.bytes
     raise AssertionError("decoder_moe places no kv_b_proj")
 
@@ -68,8 +74,9 @@ def _straddling_kv_b_hbm(slots: int) -> int:
 def test_selection_reads_kv_b_proj_at_the_layer_weighted_share() -> None:
     slots = 4
     capacity = _straddling_kv_b_hbm(slots)
-    scenario = load_scenario(SNAP, overrides={"serving.batch_slots": slots,
-                                              "hw.socket.hbm.capacity": capacity})
+    scenario = load_scenario(
+        SNAP, overrides={"serving.batch_slots": slots, "hw.socket.hbm.capacity": capacity}
+    )
     compiler = Compiler(scenario)
     fractions = weight_fractions(compiler.placement(slots))
     dense, moe = fractions[f"decoder_dense/{KV_B}"], fractions[f"decoder_moe/{KV_B}"]
@@ -91,8 +98,7 @@ def test_selection_reads_kv_b_proj_at_the_layer_weighted_share() -> None:
         reads = next(s.reads for s in kernels[kernel].stages if s.name == stage)
         return float(reads.get("ddr", 0.0) / weight)
 
-    assert 1 - ddr_share("snapkv_select", "snapkv.q_absorb") == pytest.approx(expected,
-                                                                               rel=1e-12)
+    assert 1 - ddr_share("snapkv_select", "snapkv.q_absorb") == pytest.approx(expected, rel=1e-12)
     # the decoder kernels still read their own placements
     assert 1 - ddr_share("decoder_dense", KV_B) == pytest.approx(dense, rel=1e-12)
     assert 1 - ddr_share("decoder_moe", KV_B) == pytest.approx(moe, rel=1e-12)

@@ -53,8 +53,12 @@ def _error(path: Path, overrides: list[str] | None = None) -> ConfigError:
 
 def test_shipped_files_exist() -> None:
     names = {p.name for p in WORKLOADS}
-    assert {"deepseek-r1-128k-full.yaml", "deepseek-r1-128k-snapstream.yaml",
-            "llama3.1-8b-1socket.yaml", "llama3.1-8b-8socket.yaml"} <= names
+    assert {
+        "deepseek-r1-128k-full.yaml",
+        "deepseek-r1-128k-snapstream.yaml",
+        "llama3.1-8b-1socket.yaml",
+        "llama3.1-8b-8socket.yaml",
+    } <= names
     assert {"sn40l.yaml", "sn40l-8.yaml", "sn40l-16.yaml"} <= {p.name for p in HW_FILES}
 
 
@@ -140,13 +144,16 @@ def test_missing_hardware_file(tree: Path) -> None:
     assert "relative to the workload file" in issue.message
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("hardware: [unclosed\n", "not valid YAML"),
-    ("a: b: c\n", "not valid YAML"),
-    ("key: 'open\n", "not valid YAML"),
-    ("\tname: tab\n", "not valid YAML"),
-    ("a: 1\na: 2\n", ""),  # duplicate keys: YAML allows it (last wins); must not crash
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("hardware: [unclosed\n", "not valid YAML"),
+        ("a: b: c\n", "not valid YAML"),
+        ("key: 'open\n", "not valid YAML"),
+        ("\tname: tab\n", "not valid YAML"),
+        ("a: 1\na: 2\n", ""),  # duplicate keys: YAML allows it (last wins); must not crash
+    ],
+)
 def test_bad_yaml(tmp_path: Path, text: str, fragment: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -162,12 +169,15 @@ def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
     assert issue.line is not None and issue.line >= 3
 
 
-@pytest.mark.parametrize("tag", [
-    "!!python/object/apply:os.system ['echo pwned']",
-    "!!python/object:collections.OrderedDict {}",
-    "!!python/name:os.system",
-    "!!python/module:os",
-])
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "!!python/object/apply:os.system ['echo pwned']",
+        "!!python/object:collections.OrderedDict {}",
+        "!!python/name:os.system",
+        "!!python/module:os",
+    ],
+)
 def test_object_tags_refused(tmp_path: Path, tag: str) -> None:
     path = tmp_path / "evil.yaml"
     path.write_text(f"hardware: ../hw.yaml\nmodel: {tag}\n")
@@ -250,11 +260,18 @@ def test_context_beyond_model(tree: Path) -> None:
 
 
 def test_overrides_apply() -> None:
-    scenario = load_scenario(REPO / "workloads" / "llama3.1-8b-8socket.yaml", [
-        "serving.batch_slots=32", "parallelism.tp=4", "kv.policy=snapkv", "kv.budget=4096",
-        "hw.socket.hbm.bandwidth=2.4 TB/s", "hw.socket.hbm.capacity=96 GiB",
-        "kernel_looping=false",
-    ])
+    scenario = load_scenario(
+        REPO / "workloads" / "llama3.1-8b-8socket.yaml",
+        [
+            "serving.batch_slots=32",
+            "parallelism.tp=4",
+            "kv.policy=snapkv",
+            "kv.budget=4096",
+            "hw.socket.hbm.bandwidth=2.4 TB/s",
+            "hw.socket.hbm.capacity=96 GiB",
+            "kernel_looping=false",
+        ],
+    )
     assert scenario.workload.serving.batch_slots == 32
     assert scenario.tp == 4
     assert scenario.workload.kv.policy == "snapkv"
@@ -265,8 +282,9 @@ def test_overrides_apply() -> None:
 
 
 def test_overrides_as_mapping_and_model_edit() -> None:
-    scenario = load_scenario(REPO / "workloads" / LLAMA_1S,
-                             {"model.layers": 4, "serving.requests": 1})
+    scenario = load_scenario(
+        REPO / "workloads" / LLAMA_1S, {"model.layers": 4, "serving.requests": 1}
+    )
     assert scenario.model.layers == 4
     assert scenario.model.hidden_size == 4096  # the rest of the preset is kept
     assert scenario.workload.serving.requests == 1
@@ -348,22 +366,25 @@ def test_custom_architecture_rules(tree: Path) -> None:
     assert issue.field == "model" and "'gpt'" in issue.message
 
 
-@pytest.mark.parametrize(("override", "field"), [
-    ("model=42", "model"),
-    ("serving.batch_slots=0", "serving"),
-    ("serving.batch_slots=many", "serving.batch_slots"),
-    ("serving.requests=true", "serving.requests"),
-    ("serving.prompt_tokens={dist: uniform, low: 10, high: 5}", "serving.prompt_tokens"),
-    ("serving.arrival.process=poisson", "serving.arrival"),
-    ("kv.policy=magic", "kv.policy"),
-    ("kv.kernel_size=6", "kv"),
-    ("dtypes.kv=fp7", "dtypes.kv"),
-    ("hw.socket.pcu.count=0", "socket.pcu.count"),
-    ("hw.system.sockets=12", "system"),
-    ("hw.socket.hbm.latency=true", "socket.hbm.latency"),
-    ("parallelism.tp=1.5", "parallelism.tp"),
-    ("serving.seed='7'", "serving.seed"),
-])
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("model=42", "model"),
+        ("serving.batch_slots=0", "serving"),
+        ("serving.batch_slots=many", "serving.batch_slots"),
+        ("serving.requests=true", "serving.requests"),
+        ("serving.prompt_tokens={dist: uniform, low: 10, high: 5}", "serving.prompt_tokens"),
+        ("serving.arrival.process=poisson", "serving.arrival"),
+        ("kv.policy=magic", "kv.policy"),
+        ("kv.kernel_size=6", "kv"),
+        ("dtypes.kv=fp7", "dtypes.kv"),
+        ("hw.socket.pcu.count=0", "socket.pcu.count"),
+        ("hw.system.sockets=12", "system"),
+        ("hw.socket.hbm.latency=true", "socket.hbm.latency"),
+        ("parallelism.tp=1.5", "parallelism.tp"),
+        ("serving.seed='7'", "serving.seed"),
+    ],
+)
 def test_rules_name_their_field(override: str, field: str) -> None:
     overrides = [override]
     if override.startswith("serving.arrival"):
@@ -388,8 +409,15 @@ def test_kv_rules_are_the_policys_own() -> None:
     assert issue.field == "kv.budget" and "observation_window" in issue.message
 
 
-@pytest.mark.parametrize("override", ["serving.requests=true", "kernel_looping=1",
-                                      "parallelism.tp=yes", "serving.arrival.rate=true"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "serving.requests=true",
+        "kernel_looping=1",
+        "parallelism.tp=yes",
+        "serving.arrival.rate=true",
+    ],
+)
 def test_no_silent_type_coercion(override: str) -> None:
     """Strict types: `requests: yes` is not 1 request, `kernel_looping: 1` is not true."""
     [issue] = _error(REPO / "workloads" / LLAMA_1S, [override]).issues
@@ -411,18 +439,22 @@ def test_tree_all_reduce_needs_a_fully_connected_topology() -> None:
     # a pair of sockets is one ring edge: a 2-socket tree needs no other link
     pair = load_scenario(path, ["hw.system.collective_algorithm=tree", "parallelism.tp=2"])
     assert pair.tp == 2
-    scenario = load_scenario(path, ["hw.system.collective_algorithm=tree",
-                                    "hw.system.topology=fully_connected"])
+    scenario = load_scenario(
+        path, ["hw.system.collective_algorithm=tree", "hw.system.topology=fully_connected"]
+    )
     assert scenario.hardware.system.collective_algorithm == "tree"
     both = load_scenario(path, ["hw.system.collective_algorithm=bidirectional_ring"])
     assert both.hardware.system.collective_algorithm == "bidirectional_ring"
 
 
-@pytest.mark.parametrize("override, field", [
-    ("moe_expert_loading=dynamic", "moe_expert_loading"),
-    ("hw.system.collective_algorithm=butterfly", "collective_algorithm"),
-    ("engine.operand_buffer_fraction=-0.1", "engine.operand_buffer_fraction"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("moe_expert_loading=dynamic", "moe_expert_loading"),
+        ("hw.system.collective_algorithm=butterfly", "collective_algorithm"),
+        ("engine.operand_buffer_fraction=-0.1", "engine.operand_buffer_fraction"),
+    ],
+)
 def test_new_fields_refuse_bad_values_by_name(override: str, field: str) -> None:
     error = _error(REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml", [override])
     assert field in str(error)

@@ -22,20 +22,23 @@ from rdu_sim.config.units import (
 )
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("64 GiB", 64 * 2**30),
-    ("64GiB", 64 * 2**30),
-    ("64 GB", 64 * 10**9),
-    ("520 MiB", 520 * 2**20),
-    ("512 KiB", 512 * 1024),
-    ("1.5 TiB", 3 * 2**39),
-    ("1 kB", 1000),
-    ("12 bytes", 12),
-    ("12 B", 12),
-    ("  7  ", 7),
-    (4096, 4096),
-    ("1e3 MB", 10**9),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("64 GiB", 64 * 2**30),
+        ("64GiB", 64 * 2**30),
+        ("64 GB", 64 * 10**9),
+        ("520 MiB", 520 * 2**20),
+        ("512 KiB", 512 * 1024),
+        ("1.5 TiB", 3 * 2**39),
+        ("1 kB", 1000),
+        ("12 bytes", 12),
+        ("12 B", 12),
+        ("  7  ", 7),
+        (4096, 4096),
+        ("1e3 MB", 10**9),
+    ],
+)
 def test_bytes(text: object, expected: int) -> None:
     assert parse_bytes(text) == expected
     assert isinstance(parse_bytes(text), int)
@@ -45,62 +48,90 @@ def test_gib_and_gb_differ() -> None:
     assert parse_bytes("1 GiB") - parse_bytes("1 GB") == 2**30 - 10**9
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("1.8 TB/s", 1.8e12),
-    ("200 GB/s", 2e11),
-    ("204.8 GB/s", 204.8e9),
-    ("1 GiB/s", 2**30),
-    ("100 MB/s", 1e8),
-    (5e9, 5e9),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1.8 TB/s", 1.8e12),
+        ("200 GB/s", 2e11),
+        ("204.8 GB/s", 204.8e9),
+        ("1 GiB/s", 2**30),
+        ("100 MB/s", 1e8),
+        (5e9, 5e9),
+    ],
+)
 def test_bandwidth(text: object, expected: float) -> None:
     assert parse_bandwidth(text) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2 us", 2e-6), ("2 µs", 2e-6), ("500 ns", 5e-7), ("1.5 ms", 1.5e-3), ("3 s", 3.0),
-    ("10 ps", 1e-11), ("1 min", 60.0), (0.25, 0.25),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2 us", 2e-6),
+        ("2 µs", 2e-6),
+        ("500 ns", 5e-7),
+        ("1.5 ms", 1.5e-3),
+        ("3 s", 3.0),
+        ("10 ps", 1e-11),
+        ("1 min", 60.0),
+        (0.25, 0.25),
+    ],
+)
 def test_seconds(text: object, expected: float) -> None:
     assert parse_seconds(text) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("1.6 GHz", 1.6e9), ("800 MHz", 8e8), ("1 kHz", 1e3), ("50 Hz", 50.0), (1e9, 1e9),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1.6 GHz", 1.6e9),
+        ("800 MHz", 8e8),
+        ("1 kHz", 1e3),
+        ("50 Hz", 50.0),
+        (1e9, 1e9),
+    ],
+)
 def test_hertz(text: object, expected: float) -> None:
     assert parse_hertz(text) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("638 TFLOP/s", 6.38e14), ("613.4615385 GFLOP/s", 613.4615385e9), ("1 PFLOP/s", 1e15),
-    ("2 TFLOPS", 2e12), (1e12, 1e12),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("638 TFLOP/s", 6.38e14),
+        ("613.4615385 GFLOP/s", 613.4615385e9),
+        ("1 PFLOP/s", 1e15),
+        ("2 TFLOPS", 2e12),
+        (1e12, 1e12),
+    ],
+)
 def test_flops(text: object, expected: float) -> None:
     assert parse_flops(text) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize(("parser", "text", "fragment"), [
-    (parse_bytes, "64 GiBs", "unknown size unit 'GiBs'"),
-    (parse_bytes, "64 furlongs", "unknown size unit"),
-    (parse_bytes, "lots", "expected a size such as '64 GiB'"),
-    (parse_bytes, "", "expected a size"),
-    (parse_bytes, "1.8 TB/s", "unknown size unit 'TB/s'"),
-    (parse_bandwidth, "1.8 TB", "expected a bandwidth such as '1.8 TB/s'"),
-    (parse_bandwidth, "1.8 TX/s", "unknown bandwidth unit"),
-    (parse_seconds, "2 parsecs", "unknown duration unit"),
-    (parse_seconds, "2 GHz", "unknown duration unit 'GHz'"),
-    (parse_hertz, "1.6 GB", "unknown frequency unit"),
-    (parse_flops, "638 TB/s", "unknown compute rate unit"),
-    (parse_bytes, "nan GiB", "expected a size"),
-    (parse_bytes, "1e400 GiB", "finite"),
-    (parse_bytes, "1e300 PiB", "out of range"),
-    (parse_bytes, 10**400, "out of range"),
-    (parse_seconds, float("inf"), "finite"),
-    (parse_seconds, float("nan"), "finite"),
-    (parse_bytes, [1, 2], "got list"),
-    (parse_bytes, None, "got NoneType"),
-])
+@pytest.mark.parametrize(
+    ("parser", "text", "fragment"),
+    [
+        (parse_bytes, "64 GiBs", "unknown size unit 'GiBs'"),
+        (parse_bytes, "64 furlongs", "unknown size unit"),
+        (parse_bytes, "lots", "expected a size such as '64 GiB'"),
+        (parse_bytes, "", "expected a size"),
+        (parse_bytes, "1.8 TB/s", "unknown size unit 'TB/s'"),
+        (parse_bandwidth, "1.8 TB", "expected a bandwidth such as '1.8 TB/s'"),
+        (parse_bandwidth, "1.8 TX/s", "unknown bandwidth unit"),
+        (parse_seconds, "2 parsecs", "unknown duration unit"),
+        (parse_seconds, "2 GHz", "unknown duration unit 'GHz'"),
+        (parse_hertz, "1.6 GB", "unknown frequency unit"),
+        (parse_flops, "638 TB/s", "unknown compute rate unit"),
+        (parse_bytes, "nan GiB", "expected a size"),
+        (parse_bytes, "1e400 GiB", "finite"),
+        (parse_bytes, "1e300 PiB", "out of range"),
+        (parse_bytes, 10**400, "out of range"),
+        (parse_seconds, float("inf"), "finite"),
+        (parse_seconds, float("nan"), "finite"),
+        (parse_bytes, [1, 2], "got list"),
+        (parse_bytes, None, "got NoneType"),
+    ],
+)
 def test_bad_quantities(parser: object, text: object, fragment: str) -> None:
     assert callable(parser)
     with pytest.raises(UnitError) as info:
@@ -108,8 +139,9 @@ def test_bad_quantities(parser: object, text: object, fragment: str) -> None:
     assert fragment in str(info.value)
 
 
-@pytest.mark.parametrize("parser", [parse_bytes, parse_seconds, parse_hertz, parse_bandwidth,
-                                    parse_flops])
+@pytest.mark.parametrize(
+    "parser", [parse_bytes, parse_seconds, parse_hertz, parse_bandwidth, parse_flops]
+)
 @pytest.mark.parametrize("value", [True, False])
 def test_bool_refused(parser: object, value: bool) -> None:
     """YAML's `yes`/`true` is not a quantity of 1 byte."""
@@ -124,8 +156,12 @@ def test_unit_error_is_a_value_error() -> None:
 
 
 def _tier(**changes: object) -> dict[str, object]:
-    tier: dict[str, object] = {"capacity": "64 GiB", "bandwidth": "1.8 TB/s",
-                               "latency": "500 ns", "efficiency": 0.9}
+    tier: dict[str, object] = {
+        "capacity": "64 GiB",
+        "bandwidth": "1.8 TB/s",
+        "latency": "500 ns",
+        "efficiency": 0.9,
+    }
     tier.update(changes)
     return tier
 
@@ -137,11 +173,22 @@ def test_tier_parses_to_internal_units() -> None:
     assert tier.latency == pytest.approx(5e-7)
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("capacity", "0 GiB"), ("capacity", "-1 GiB"), ("capacity", -5), ("capacity", 0),
-    ("bandwidth", "-1 TB/s"), ("bandwidth", "0 TB/s"), ("latency", "-2 us"),
-    ("efficiency", 0), ("efficiency", 1.5), ("capacity", True), ("bandwidth", "fast"),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("capacity", "0 GiB"),
+        ("capacity", "-1 GiB"),
+        ("capacity", -5),
+        ("capacity", 0),
+        ("bandwidth", "-1 TB/s"),
+        ("bandwidth", "0 TB/s"),
+        ("latency", "-2 us"),
+        ("efficiency", 0),
+        ("efficiency", 1.5),
+        ("capacity", True),
+        ("bandwidth", "fast"),
+    ],
+)
 def test_tier_rejects_nonpositive_and_nonsense(field: str, value: object) -> None:
     with pytest.raises(ValidationError) as info:
         MemoryTierConfig.model_validate(_tier(**{field: value}))

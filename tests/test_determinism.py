@@ -27,19 +27,29 @@ ROOT = Path(__file__).resolve().parents[1]
 LLAMA = "workloads/llama3.1-8b-1socket.yaml"
 SNAP = "workloads/deepseek-r1-128k-snapstream.yaml"
 TIMEOUT = 300  # seconds for a pair of CLI runs on a loaded two-core machine
-SMALL_SNAP = {"serving.requests": 12, "serving.max_context": 8192, "kv.budget": 4096,
-              "serving.output_tokens": {"dist": "uniform", "low": 1, "high": 300},
-              "serving.prompt_tokens": {"dist": "uniform", "low": 100, "high": 6000},
-              "serving.arrival": {"process": "poisson", "rate": 50.0}}
+SMALL_SNAP = {
+    "serving.requests": 12,
+    "serving.max_context": 8192,
+    "kv.budget": 4096,
+    "serving.output_tokens": {"dist": "uniform", "low": 1, "high": 300},
+    "serving.prompt_tokens": {"dist": "uniform", "low": 100, "high": 6000},
+    "serving.arrival": {"process": "poisson", "rate": 50.0},
+}
 
 
 def _cli_concurrently(*commands: list[str]) -> list[str]:
     """Run `rdu-sim` commands at the same time in separate processes; their stdouts."""
     env = dict(os.environ, COLUMNS="100", TERM="dumb")
-    processes = [subprocess.Popen([sys.executable, "-m", "rdu_sim.cli.main", *command],
-                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env)
-                 for command in commands]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rdu_sim.cli.main", *command],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for command in commands
+    ]
     outputs: list[str] = []
     try:
         for process in processes:
@@ -65,8 +75,18 @@ def test_cli_json_is_byte_identical_across_processes() -> None:
 @pytest.mark.timeout(2 * TIMEOUT)
 def test_cli_report_is_byte_identical_across_processes() -> None:
     """The human report too (no clocks, paths or progress bars in stdout)."""
-    args = ["run", SNAP, "--set", "serving.requests=6", "--set", "serving.max_context=8192",
-            "--set", "kv.budget=4096", "--set", "serving.output_tokens=64"]
+    args = [
+        "run",
+        SNAP,
+        "--set",
+        "serving.requests=6",
+        "--set",
+        "serving.max_context=8192",
+        "--set",
+        "kv.budget=4096",
+        "--set",
+        "serving.output_tokens=64",
+    ]
     first, second = _cli_concurrently(args, args)
     assert first == second
     assert first.strip()
@@ -106,11 +126,20 @@ def test_sweep_row_equals_direct_run(tmp_path: Path) -> None:
     """A one-point sweep stores the metrics a direct api.run of that point returns."""
     from rdu_sim.sweep import load, run_sweep
 
-    spec = {"name": "determinism", "base": str(ROOT / LLAMA),
-            "set": {"serving.requests": 16, "serving.seed": 7},
-            "axes": {"serving.batch_slots": [4]},
-            "metrics": ["decode_tokens_per_s", "ttft_s.p50", "tpot_s.p99", "output_tokens",
-                        "makespan_s", "memory.hbm.used_bytes"]}
+    spec = {
+        "name": "determinism",
+        "base": str(ROOT / LLAMA),
+        "set": {"serving.requests": 16, "serving.seed": 7},
+        "axes": {"serving.batch_slots": [4]},
+        "metrics": [
+            "decode_tokens_per_s",
+            "ttft_s.p50",
+            "tpot_s.p99",
+            "output_tokens",
+            "makespan_s",
+            "memory.hbm.used_bytes",
+        ],
+    }
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(spec))
     run_sweep(path, db=tmp_path / "sweep.db", workers=1)
@@ -118,8 +147,9 @@ def test_sweep_row_equals_direct_run(tmp_path: Path) -> None:
     assert len(frame) == 1
     row = frame.iloc[0]
     assert row["status"] == "done", row.get("error")
-    direct = api.run(LLAMA, {"serving.requests": 16, "serving.seed": 7,
-                             "serving.batch_slots": 4}).to_dict()
+    direct = api.run(
+        LLAMA, {"serving.requests": 16, "serving.seed": 7, "serving.batch_slots": 4}
+    ).to_dict()
     assert row["decode_tokens_per_s"] == direct["decode_tokens_per_s"]
     assert row["ttft_s.p50"] == direct["ttft_s"]["p50"]
     assert row["tpot_s.p99"] == direct["tpot_s"]["p99"]

@@ -17,9 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LLAMA = str(ROOT / "workloads" / "llama3.1-8b-1socket.yaml")
 DEEPSEEK = str(ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml")
 ZERO_OVERHEADS = [
-    "hw.socket.hbm.latency=0 s", "hw.socket.ddr.latency=0 s",
-    "hw.socket.kernel.program_load=0 s", "hw.socket.kernel.argument_load=0 s",
-    "hw.socket.kernel.sync=0 s", "hw.socket.kernel.layer_loop=0 s",
+    "hw.socket.hbm.latency=0 s",
+    "hw.socket.ddr.latency=0 s",
+    "hw.socket.kernel.program_load=0 s",
+    "hw.socket.kernel.argument_load=0 s",
+    "hw.socket.kernel.sync=0 s",
+    "hw.socket.kernel.layer_loop=0 s",
 ]
 
 
@@ -29,8 +32,9 @@ def test_batch_one_llama_8b_decode_is_hbm_bound() -> None:
     t = simulate_step(program, scenario.hardware)
     hbm = scenario.hardware.socket.hbm
     assert t.bytes_by_tier["hbm"] == program.bytes_by_tier()["hbm"]
-    assert t.step_s == pytest.approx(t.bytes_by_tier["hbm"] / (hbm.bandwidth * hbm.efficiency),
-                                     rel=0.03)
+    assert t.step_s == pytest.approx(
+        t.bytes_by_tier["hbm"] / (hbm.bandwidth * hbm.efficiency), rel=0.03
+    )
 
 
 def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> None:
@@ -52,12 +56,22 @@ def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> N
 
 def test_step_json_has_the_contract_keys_and_writes_a_trace(tmp_path: Path) -> None:
     trace = tmp_path / "step.json"
-    result = CliRunner().invoke(cli, ["step", LLAMA, "--json", "--batch", "2", "--context",
-                                      "1000", "--trace", str(trace)])
+    result = CliRunner().invoke(
+        cli, ["step", LLAMA, "--json", "--batch", "2", "--context", "1000", "--trace", str(trace)]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    for key in ("step_s", "phase", "batch", "context", "flops", "bytes_by_tier",
-                "hbm_bandwidth_fraction", "events", "kernels"):
+    for key in (
+        "step_s",
+        "phase",
+        "batch",
+        "context",
+        "flops",
+        "bytes_by_tier",
+        "hbm_bandwidth_fraction",
+        "events",
+        "kernels",
+    ):
         assert key in data
     assert set(data["bytes_by_tier"]) >= {"hbm", "ddr", "sram", "p2p"}
     assert data["phase"] == "decode" and data["batch"] == 2
@@ -69,12 +83,17 @@ def test_step_json_has_the_contract_keys_and_writes_a_trace(tmp_path: Path) -> N
 
 
 def test_step_prefill_defaults_to_the_typical_prompt() -> None:
-    result = CliRunner().invoke(cli, ["step", LLAMA, "--json", "--phase", "prefill",
-                                      "--tokens", "1024"])
+    result = CliRunner().invoke(
+        cli, ["step", LLAMA, "--json", "--phase", "prefill", "--tokens", "1024"]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert (data["phase"], data["batch"], data["tokens"], data["context"]) == (
-        "prefill", 1, 1024, 0)
+        "prefill",
+        1,
+        1024,
+        0,
+    )
     assert data["flops_fraction"] > 0.3  # a 1k-token prefill is compute-heavy
 
 

@@ -30,11 +30,13 @@ handle exactly (the shipped file is one 16-socket node, a ring of equal links)."
 
 
 @cache
-def decode_program(path: Path, efficiency: float | None = None,
-                   two_nodes: bool = False) -> tuple[Scenario, Program]:
+def decode_program(
+    path: Path, efficiency: float | None = None, two_nodes: bool = False
+) -> tuple[Scenario, Program]:
     """The workload's default decode step (all batch slots, largest bucket), compiled."""
-    overrides: dict[str, object] = {} if efficiency is None else {
-        "hw.socket.hbm.efficiency": efficiency}
+    overrides: dict[str, object] = (
+        {} if efficiency is None else {"hw.socket.hbm.efficiency": efficiency}
+    )
     if two_nodes:
         overrides.update(TWO_NODES)
     scenario = api.load(path, overrides)
@@ -47,8 +49,10 @@ def decode_program(path: Path, efficiency: float | None = None,
 
 def with_layers(program: Program, calls: int) -> Program:
     """``program`` with its looped kernels cut to ``calls`` layers (cheap full simulations)."""
-    kernels = tuple(dataclasses.replace(k, calls=min(k.calls, calls)) if k.looped else k
-                    for k in program.kernels)
+    kernels = tuple(
+        dataclasses.replace(k, calls=min(k.calls, calls)) if k.looped else k
+        for k in program.kernels
+    )
     return dataclasses.replace(program, kernels=kernels)
 
 
@@ -70,7 +74,8 @@ def test_symmetric_shortcut_matches_all_sockets_on_a_ring_over_two_nodes() -> No
 
 @pytest.mark.parametrize("path", [SNAPSTREAM, LLAMA8], ids=["deepseek-r1-snapstream", "llama-8b"])
 def test_refining_tiles_on_a_compiled_decode_step_changes_it_by_less_than_two_percent(
-        path: Path) -> None:
+    path: Path,
+) -> None:
     # Collective chunks are a system parameter: refining the tiles must not change how the
     # collectives pipeline (nor, with the exact ring shortcut, which link limits them).
     scenario, program = decode_program(path)
@@ -140,8 +145,9 @@ def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
     kernel = next(k for k in program.kernels if k.name == "decoder_moe")
     works = {s.name: TileWork.of(s, 8, scenario.hardware.socket) for s in kernel.stages}
     watch = LiveCycle(kernel.calls, lambda _n, _looped: None)
-    live = run_kernel(kernel, scenario.hardware, program.tp, kernel.calls, True, RunSettings(),
-                      works, watch)
+    live = run_kernel(
+        kernel, scenario.hardware, program.tp, kernel.calls, True, RunSettings(), works, watch
+    )
     assert watch.found is not None
     k, _, n = watch.found
     assert k == 3 and n < kernel.calls and (kernel.calls - n) % k == 0
@@ -183,8 +189,10 @@ def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() 
     assert one.step_s <= ring_step.step_s
 
 
-@pytest.mark.parametrize("overrides", [{}, {"hw.system.collective_algorithm": "bidirectional_ring"},
-                                       {"engine.tiles_per_stage": 16}])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"hw.system.collective_algorithm": "bidirectional_ring"}, {"engine.tiles_per_stage": 16}],
+)
 @pytest.mark.parametrize("path", [FULL, SNAPSTREAM], ids=["full", "snapstream"])
 def test_fast_forward_keeps_the_work_totals_exact(path: Path, overrides: dict[str, object]) -> None:
     # Work (bytes per tier, FLOPs) is the same in every layer: a fast-forwarded step moves

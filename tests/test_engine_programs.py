@@ -54,41 +54,83 @@ def hardware(zero: bool = True, **edits: Any) -> HardwareConfig:
     return HardwareConfig.model_validate(data)
 
 
-def stage(name: str, *, pcus: int = 8, pmus: int = 8, flops: float = 0.0,
-          vector_flops: float = 0.0, hbm: float = 0.0, ddr: float = 0.0, sram: float = 0.0,
-          hbm_write: float = 0.0, inputs: tuple[str, ...] = (), out: float = 0.0,
-          gemm: GemmShape | None = None, collective: CollectiveSpec | None = None,
-          op: str = "gemm") -> StageProgram:
+def stage(
+    name: str,
+    *,
+    pcus: int = 8,
+    pmus: int = 8,
+    flops: float = 0.0,
+    vector_flops: float = 0.0,
+    hbm: float = 0.0,
+    ddr: float = 0.0,
+    sram: float = 0.0,
+    hbm_write: float = 0.0,
+    inputs: tuple[str, ...] = (),
+    out: float = 0.0,
+    gemm: GemmShape | None = None,
+    collective: CollectiveSpec | None = None,
+    op: str = "gemm",
+) -> StageProgram:
     """A stage with the given per-call work (bytes per tier, FLOPs)."""
     reads = {t: v for t, v in (("hbm", hbm), ("ddr", ddr), ("sram", sram)) if v}
     writes = {"hbm": hbm_write} if hbm_write else {}
-    return StageProgram(name=name, op=op, pcus=pcus, pmus=pmus, flops=flops,
-                        vector_flops=vector_flops, reads=reads,  # type: ignore[arg-type]
-                        writes=writes,  # type: ignore[arg-type]
-                        inputs=inputs, output_bytes=out, gemm=gemm, collective=collective)
+    return StageProgram(
+        name=name,
+        op=op,
+        pcus=pcus,
+        pmus=pmus,
+        flops=flops,
+        vector_flops=vector_flops,
+        reads=reads,  # type: ignore[arg-type]
+        writes=writes,  # type: ignore[arg-type]
+        inputs=inputs,
+        output_bytes=out,
+        gemm=gemm,
+        collective=collective,
+    )
 
 
-def kernel(name: str, stages: list[StageProgram], calls: int = 1,
-           looped: bool = False) -> KernelProgram:
+def kernel(
+    name: str, stages: list[StageProgram], calls: int = 1, looped: bool = False
+) -> KernelProgram:
     """A kernel of ``stages`` called ``calls`` times per step."""
     return KernelProgram(name=name, calls=calls, looped=looped, stages=tuple(stages))
 
 
-def program(kernels: list[KernelProgram], tp: int = 1, phase: str = "decode", batch: int = 1,
-            tokens: int = 1, cache_len: int = 0) -> Program:
+def program(
+    kernels: list[KernelProgram],
+    tp: int = 1,
+    phase: str = "decode",
+    batch: int = 1,
+    tokens: int = 1,
+    cache_len: int = 0,
+) -> Program:
     """A Program of ``kernels`` (the placement is a token: the engine does not read it)."""
     usage = {t: TierUsage(capacity_bytes=1 << 40) for t in ("sram", "hbm", "ddr")}
     return Program(
-        shape=StaticShape(phase=phase, batch=batch, tokens=tokens,  # type: ignore[arg-type]
-                          cache_len=cache_len),
-        tp=tp, kernels=tuple(kernels),
+        shape=StaticShape(
+            phase=phase,
+            batch=batch,
+            tokens=tokens,  # type: ignore[arg-type]
+            cache_len=cache_len,
+        ),
+        tp=tp,
+        kernels=tuple(kernels),
         placement=Placement(batch_slots=batch, tiers=usage),  # type: ignore[arg-type]
     )
 
 
-def decoder_layer(prefix: str = "", *, tp: int = 1, hidden: int = 4096, inter: int = 14336,
-                  batch: int = 1, kv_bytes: float = 0.0, with_collectives: bool = True,
-                  moe_bytes: float = 0.0) -> list[StageProgram]:
+def decoder_layer(
+    prefix: str = "",
+    *,
+    tp: int = 1,
+    hidden: int = 4096,
+    inter: int = 14336,
+    batch: int = 1,
+    kv_bytes: float = 0.0,
+    with_collectives: bool = True,
+    moe_bytes: float = 0.0,
+) -> list[StageProgram]:
     """A Llama-like decoder layer on one socket, batch ``batch`` decode, ~12 stages.
 
     Weight bytes are bf16 and split over ``tp``; two all-reduces (after attention and after
@@ -97,57 +139,150 @@ def decoder_layer(prefix: str = "", *, tp: int = 1, hidden: int = 4096, inter: i
     h, f = hidden, inter // tp
     act = 2.0 * batch * h
 
-    def gemm_stage(name: str, n: int, k: int, inputs: tuple[str, ...],
-                   pcus: int = 64) -> StageProgram:
-        return stage(prefix + name, pcus=pcus, pmus=pcus, flops=2.0 * batch * n * k,
-                     hbm=2.0 * n * k, inputs=tuple(prefix + i for i in inputs),
-                     out=2.0 * batch * n, gemm=GemmShape(batch, n, k))
+    def gemm_stage(
+        name: str, n: int, k: int, inputs: tuple[str, ...], pcus: int = 64
+    ) -> StageProgram:
+        return stage(
+            prefix + name,
+            pcus=pcus,
+            pmus=pcus,
+            flops=2.0 * batch * n * k,
+            hbm=2.0 * n * k,
+            inputs=tuple(prefix + i for i in inputs),
+            out=2.0 * batch * n,
+            gemm=GemmShape(batch, n, k),
+        )
 
-    coll = (CollectiveSpec("allreduce", act, tp)
-            if with_collectives and tp > 1 else None)
+    coll = CollectiveSpec("allreduce", act, tp) if with_collectives and tp > 1 else None
     stages = [
-        stage(prefix + "attn_norm", pcus=4, pmus=4, vector_flops=4.0 * batch * h, hbm=2.0 * h,
-              out=act, op="rmsnorm"),
+        stage(
+            prefix + "attn_norm",
+            pcus=4,
+            pmus=4,
+            vector_flops=4.0 * batch * h,
+            hbm=2.0 * h,
+            out=act,
+            op="rmsnorm",
+        ),
         gemm_stage("q_proj", h // tp, h, ("attn_norm",)),
         gemm_stage("kv_proj", h // 4 // tp, h, ("attn_norm",), pcus=32),
-        stage(prefix + "attention", pcus=32, pmus=32, flops=4.0 * batch * h // tp * 1024,
-              vector_flops=5.0 * batch * 32 * 1024, hbm=kv_bytes, hbm_write=2.0 * batch * h / 4,
-              inputs=(prefix + "q_proj", prefix + "kv_proj"), out=2.0 * batch * h / tp,
-              op="attention"),
+        stage(
+            prefix + "attention",
+            pcus=32,
+            pmus=32,
+            flops=4.0 * batch * h // tp * 1024,
+            vector_flops=5.0 * batch * 32 * 1024,
+            hbm=kv_bytes,
+            hbm_write=2.0 * batch * h / 4,
+            inputs=(prefix + "q_proj", prefix + "kv_proj"),
+            out=2.0 * batch * h / tp,
+            op="attention",
+        ),
         gemm_stage("o_proj", h, h // tp, ("attention",)),
-        stage(prefix + "attn_allreduce", pcus=2, pmus=2, vector_flops=float(batch * h),
-              inputs=(prefix + "o_proj",), out=act, collective=coll, op="allreduce"),
-        stage(prefix + "mlp_norm", pcus=4, pmus=4, vector_flops=4.0 * batch * h, hbm=2.0 * h,
-              inputs=(prefix + "attn_allreduce",), out=act, op="rmsnorm"),
+        stage(
+            prefix + "attn_allreduce",
+            pcus=2,
+            pmus=2,
+            vector_flops=float(batch * h),
+            inputs=(prefix + "o_proj",),
+            out=act,
+            collective=coll,
+            op="allreduce",
+        ),
+        stage(
+            prefix + "mlp_norm",
+            pcus=4,
+            pmus=4,
+            vector_flops=4.0 * batch * h,
+            hbm=2.0 * h,
+            inputs=(prefix + "attn_allreduce",),
+            out=act,
+            op="rmsnorm",
+        ),
         gemm_stage("gate_up", 2 * f, h, ("mlp_norm",), pcus=128),
-        stage(prefix + "silu_mul", pcus=8, pmus=8, vector_flops=6.0 * batch * f,
-              inputs=(prefix + "gate_up",), out=2.0 * batch * f, op="silu"),
+        stage(
+            prefix + "silu_mul",
+            pcus=8,
+            pmus=8,
+            vector_flops=6.0 * batch * f,
+            inputs=(prefix + "gate_up",),
+            out=2.0 * batch * f,
+            op="silu",
+        ),
         gemm_stage("down", h, f, ("silu_mul",), pcus=96),
     ]
     last = "down"
     if moe_bytes:
-        stages.append(stage(prefix + "experts", pcus=96, pmus=96,
-                            flops=2.0 * batch * moe_bytes / 2, hbm=moe_bytes,
-                            inputs=(prefix + "down",), out=act, gemm=GemmShape(batch, 2048, 7168)))
+        stages.append(
+            stage(
+                prefix + "experts",
+                pcus=96,
+                pmus=96,
+                flops=2.0 * batch * moe_bytes / 2,
+                hbm=moe_bytes,
+                inputs=(prefix + "down",),
+                out=act,
+                gemm=GemmShape(batch, 2048, 7168),
+            )
+        )
         last = "experts"
-    stages.append(stage(prefix + "mlp_allreduce", pcus=2, pmus=2, vector_flops=float(batch * h),
-                        inputs=(prefix + last,), out=act, collective=coll, op="allreduce"))
+    stages.append(
+        stage(
+            prefix + "mlp_allreduce",
+            pcus=2,
+            pmus=2,
+            vector_flops=float(batch * h),
+            inputs=(prefix + last,),
+            out=act,
+            collective=coll,
+            op="allreduce",
+        )
+    )
     return stages
 
 
-def llama_like_program(*, layers: int = 32, tp: int = 1, batch: int = 1,
-                       looped: bool = True) -> Program:
+def llama_like_program(
+    *, layers: int = 32, tp: int = 1, batch: int = 1, looped: bool = True
+) -> Program:
     """An 8B-like decode step: embedding, ``layers`` decoder layers, LM head."""
-    return program([
-        kernel("embedding", [stage("embed", pcus=2, pmus=2, hbm=2.0 * 4096 * batch,
-                                   out=2.0 * 4096 * batch, op="embedding")]),
-        kernel("decoder", decoder_layer(tp=tp, batch=batch, kv_bytes=2.0 * 1024 * 1024),
-               calls=layers, looped=looped),
-        kernel("lm_head", [stage("lm_head", pcus=256, pmus=256,
-                                 flops=2.0 * batch * 128256 * 4096 / tp,
-                                 hbm=2.0 * 128256 * 4096 / tp,
-                                 gemm=GemmShape(batch, 128256 // tp, 4096))]),
-    ], tp=tp, batch=batch)
+    return program(
+        [
+            kernel(
+                "embedding",
+                [
+                    stage(
+                        "embed",
+                        pcus=2,
+                        pmus=2,
+                        hbm=2.0 * 4096 * batch,
+                        out=2.0 * 4096 * batch,
+                        op="embedding",
+                    )
+                ],
+            ),
+            kernel(
+                "decoder",
+                decoder_layer(tp=tp, batch=batch, kv_bytes=2.0 * 1024 * 1024),
+                calls=layers,
+                looped=looped,
+            ),
+            kernel(
+                "lm_head",
+                [
+                    stage(
+                        "lm_head",
+                        pcus=256,
+                        pmus=256,
+                        flops=2.0 * batch * 128256 * 4096 / tp,
+                        hbm=2.0 * 128256 * 4096 / tp,
+                        gemm=GemmShape(batch, 128256 // tp, 4096),
+                    )
+                ],
+            ),
+        ],
+        tp=tp,
+        batch=batch,
+    )
 
 
 def deepseek_like_program(*, tp: int = 16, batch: int = 32) -> Program:
@@ -156,25 +291,62 @@ def deepseek_like_program(*, tp: int = 16, batch: int = 32) -> Program:
     Only the shape of the work matters here (stage count, bytes, collectives), for the event
     budget and the speed benchmark; the compiler produces the real Program.
     """
+
     def layer(moe: bool) -> list[StageProgram]:
-        a = decoder_layer("a.", tp=tp, hidden=7168, inter=18432, batch=batch,
-                          kv_bytes=2.0 * 576 * 8192 * batch / tp)
-        b = decoder_layer("b.", tp=tp, hidden=7168, inter=18432 if not moe else 2048 * 8,
-                          batch=batch, moe_bytes=(2.0 * 3 * 7168 * 2048 * 256 / tp if moe else 0))
+        a = decoder_layer(
+            "a.",
+            tp=tp,
+            hidden=7168,
+            inter=18432,
+            batch=batch,
+            kv_bytes=2.0 * 576 * 8192 * batch / tp,
+        )
+        b = decoder_layer(
+            "b.",
+            tp=tp,
+            hidden=7168,
+            inter=18432 if not moe else 2048 * 8,
+            batch=batch,
+            moe_bytes=(2.0 * 3 * 7168 * 2048 * 256 / tp if moe else 0),
+        )
         a_last = a[-1].name
         b = [s if s.inputs else StageProgram(**{**s.__dict__, "inputs": (a_last,)}) for s in b]
         return a + b
 
-    return program([
-        kernel("embedding", [stage("embed", pcus=2, pmus=2, hbm=2.0 * 7168 * batch,
-                                   out=2.0 * 7168 * batch, op="embedding")]),
-        kernel("decoder_dense", layer(False), calls=3, looped=True),
-        kernel("decoder_moe", layer(True), calls=58, looped=True),
-        kernel("lm_head", [stage("lm_head", pcus=256, pmus=256,
-                                 flops=2.0 * batch * 129280 * 7168 / tp,
-                                 hbm=2.0 * 129280 * 7168 / tp,
-                                 gemm=GemmShape(batch, 129280 // tp, 7168))]),
-    ], tp=tp, batch=batch)
+    return program(
+        [
+            kernel(
+                "embedding",
+                [
+                    stage(
+                        "embed",
+                        pcus=2,
+                        pmus=2,
+                        hbm=2.0 * 7168 * batch,
+                        out=2.0 * 7168 * batch,
+                        op="embedding",
+                    )
+                ],
+            ),
+            kernel("decoder_dense", layer(False), calls=3, looped=True),
+            kernel("decoder_moe", layer(True), calls=58, looped=True),
+            kernel(
+                "lm_head",
+                [
+                    stage(
+                        "lm_head",
+                        pcus=256,
+                        pmus=256,
+                        flops=2.0 * batch * 129280 * 7168 / tp,
+                        hbm=2.0 * 129280 * 7168 / tp,
+                        gemm=GemmShape(batch, 129280 // tp, 7168),
+                    )
+                ],
+            ),
+        ],
+        tp=tp,
+        batch=batch,
+    )
 
 
 def test_builders_make_valid_programs() -> None:

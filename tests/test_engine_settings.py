@@ -13,8 +13,14 @@ LLAMA8 = "workloads/llama3.1-8b-8socket.yaml"
 
 
 def test_engine_fields_reach_the_engine_settings() -> None:
-    scenario = api.load(LLAMA8, {"engine.buffer_tiles": 3, "engine.prefetch_tiles": 5,
-                                 "engine.operand_buffer_fraction": 0.25})
+    scenario = api.load(
+        LLAMA8,
+        {
+            "engine.buffer_tiles": 3,
+            "engine.prefetch_tiles": 5,
+            "engine.operand_buffer_fraction": 0.25,
+        },
+    )
     settings = Engine.from_config(scenario.hardware, scenario.workload.engine).settings
     assert (settings.buffer_tiles, settings.prefetch_tiles) == (3, 5)
     assert settings.operand_buffer_fraction == 0.25
@@ -33,11 +39,14 @@ def test_prefetch_depth_changes_the_simulated_step() -> None:
     assert shallow > deep
 
 
-@pytest.mark.parametrize("override, field", [
-    ("engine.buffer_tiles=0", "engine.buffer_tiles"),
-    ("engine.prefetch_tiles=65", "engine.prefetch_tiles"),
-    ("engine.operand_buffer_fraction=1.5", "engine.operand_buffer_fraction"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("engine.buffer_tiles=0", "engine.buffer_tiles"),
+        ("engine.prefetch_tiles=65", "engine.prefetch_tiles"),
+        ("engine.operand_buffer_fraction=1.5", "engine.operand_buffer_fraction"),
+    ],
+)
 def test_bad_values_exit_2_naming_the_field(override: str, field: str) -> None:
     out = CliRunner().invoke(cli, ["step", LLAMA8, "--set", override])
     assert out.exit_code == 2, out.output
@@ -50,9 +59,16 @@ def test_prefetch_window_never_exceeds_one_layer() -> None:
     from rdu_sim.engine.tile_work import TileWork, prefetch_window, split
 
     def work(tiles: int) -> TileWork:
-        return TileWork(tiles=tiles, reads={"hbm": split(100.0 * tiles, tiles)}, writes={},
-                        sram=(0.0,) * tiles, flops=0.0, vector_flops=0.0,
-                        output=(0.0,) * tiles, efficiency=1.0)
+        return TileWork(
+            tiles=tiles,
+            reads={"hbm": split(100.0 * tiles, tiles)},
+            writes={},
+            sram=(0.0,) * tiles,
+            flops=0.0,
+            vector_flops=0.0,
+            output=(0.0,) * tiles,
+            efficiency=1.0,
+        )
 
     assert prefetch_window(work(1), buffer_bytes=1e9, minimum=2) == 1
     assert prefetch_window(work(8), buffer_bytes=1e9, minimum=2) == 8

@@ -43,6 +43,7 @@ def stage_rate(hw: HardwareConfig, pcus: int) -> float:
 
 # --- roofline limits ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("tiles", [1, 8, 32])
 def test_memory_bound_stage_takes_bytes_over_hbm_bandwidth(tiles: int) -> None:
     n = 4e9
@@ -72,13 +73,30 @@ def test_memory_bound_decode_of_a_layered_model_runs_at_hbm_bandwidth() -> None:
 def test_compute_bound_gemm_takes_flops_over_peak_times_efficiency() -> None:
     m = n = k = 8192
     flops = 2.0 * m * n * k
-    p = program([kernel("k", [stage("gemm", pcus=1040, pmus=1040, flops=flops, hbm=2.0 * n * k,
-                                    gemm=GemmShape(m, n, k))])],
-                phase="prefill", tokens=m)
+    p = program(
+        [
+            kernel(
+                "k",
+                [
+                    stage(
+                        "gemm",
+                        pcus=1040,
+                        pmus=1040,
+                        flops=flops,
+                        hbm=2.0 * n * k,
+                        gemm=GemmShape(m, n, k),
+                    )
+                ],
+            )
+        ],
+        phase="prefill",
+        tokens=m,
+    )
     t = simulate_step(p, ZERO)
     pcu = ZERO.socket.pcu
-    eff = pcu.max_gemm_efficiency * gemm_efficiency(m, n, k, pcu.systolic_rows,
-                                                    pcu.systolic_cols, fill_drain_overlap=1.0)
+    eff = pcu.max_gemm_efficiency * gemm_efficiency(
+        m, n, k, pcu.systolic_rows, pcu.systolic_cols, fill_drain_overlap=1.0
+    )
     assert t.step_s == pytest.approx(flops / (ZERO.socket.peak_flops * eff), rel=0.03)
     assert t.flops == flops
     assert t.utilization["pcu"] == pytest.approx(1.0, rel=0.03)
@@ -87,20 +105,30 @@ def test_compute_bound_gemm_takes_flops_over_peak_times_efficiency() -> None:
 def test_skinny_gemm_is_less_efficient_than_a_square_one() -> None:
     # one token (a decode GEMV) fills one of the array's 6 columns
     flops = 2.0 * 4096 * 4096
-    skinny = program([kernel("k", [stage("g", pcus=64, flops=flops,
-                                         gemm=GemmShape(1, 4096, 4096))])])
-    square = program([kernel("k", [stage("g", pcus=64, flops=flops,
-                                         gemm=GemmShape(64, 64, 4096))])])
+    skinny = program(
+        [kernel("k", [stage("g", pcus=64, flops=flops, gemm=GemmShape(1, 4096, 4096))])]
+    )
+    square = program(
+        [kernel("k", [stage("g", pcus=64, flops=flops, gemm=GemmShape(64, 64, 4096))])]
+    )
     assert simulate_step(skinny, ZERO).step_s > 5 * simulate_step(square, ZERO).step_s
 
 
 # --- pipelines ---------------------------------------------------------------------------
 
+
 def two_stage(first_flops: float, second_flops: float) -> Program:
-    return program([kernel("k", [
-        stage("a", pcus=10, flops=first_flops, out=1e6),
-        stage("b", pcus=10, flops=second_flops, inputs=("a",)),
-    ])])
+    return program(
+        [
+            kernel(
+                "k",
+                [
+                    stage("a", pcus=10, flops=first_flops, out=1e6),
+                    stage("b", pcus=10, flops=second_flops, inputs=("a",)),
+                ],
+            )
+        ]
+    )
 
 
 @pytest.mark.parametrize(("fa", "fb"), [(1e12, 3e12), (3e12, 1e12)])
@@ -116,18 +144,28 @@ def test_two_stage_pipeline_runs_at_the_slower_stage_rate(fa: float, fb: float) 
 
 
 def test_bigger_buffers_never_make_a_pipeline_slower() -> None:
-    p = program([kernel("k", [
-        stage("a", pcus=10, flops=1e12, hbm=4e8, out=1e7),
-        stage("b", pcus=40, flops=1e12, hbm=1e9, inputs=("a",), out=1e7),
-        stage("c", pcus=5, flops=5e11, inputs=("a",), out=1e7),
-        stage("d", pcus=10, flops=2e12, hbm=2e8, inputs=("b", "c")),
-    ], calls=4, looped=True)])
+    p = program(
+        [
+            kernel(
+                "k",
+                [
+                    stage("a", pcus=10, flops=1e12, hbm=4e8, out=1e7),
+                    stage("b", pcus=40, flops=1e12, hbm=1e9, inputs=("a",), out=1e7),
+                    stage("c", pcus=5, flops=5e11, inputs=("a",), out=1e7),
+                    stage("d", pcus=10, flops=2e12, hbm=2e8, inputs=("b", "c")),
+                ],
+                calls=4,
+                looped=True,
+            )
+        ]
+    )
     times = [simulate_step(p, ZERO, buffer_tiles=b).step_s for b in (1, 2, 3, 4, 8)]
     for smaller, bigger in itertools.pairwise(times):
         assert bigger <= smaller * (1 + 1e-12)
 
 
 # --- collectives -------------------------------------------------------------------------
+
 
 def allreduce_program(nbytes: float, p: int, kind: str = "allreduce") -> Program:
     spec = CollectiveSpec(kind, nbytes, p)  # type: ignore[arg-type]
@@ -137,18 +175,17 @@ def allreduce_program(nbytes: float, p: int, kind: str = "allreduce") -> Program
 @pytest.mark.parametrize("p", [2, 4, 8])
 @pytest.mark.parametrize("latency", [0.0, 1e-6])
 def test_ring_allreduce_takes_2_p_minus_1_over_p_n_over_bandwidth_plus_latency(
-        p: int, latency: float) -> None:
+    p: int, latency: float
+) -> None:
     n = 64e6
-    hw = hardware(**{"system.collective_chunks": 1,
-                     "system.intra_node_link.latency": latency})
+    hw = hardware(**{"system.collective_chunks": 1, "system.intra_node_link.latency": latency})
     bw = hw.system.intra_node_link.bandwidth
     t = simulate_step(allreduce_program(n, p), hw)
     expected = 2 * (p - 1) / p * n / bw + 2 * (p - 1) * latency
     assert t.step_s == pytest.approx(expected, rel=1e-6)
     assert t.bytes_by_tier["p2p"] == pytest.approx(2 * (p - 1) / p * n, rel=1e-12)
     # chunked: the hw closed form of the pipelined ring
-    hw4 = hardware(**{"system.collective_chunks": 4,
-                      "system.intra_node_link.latency": latency})
+    hw4 = hardware(**{"system.collective_chunks": 4, "system.intra_node_link.latency": latency})
     t4 = simulate_step(allreduce_program(n, p), hw4)
     assert t4.step_s == pytest.approx(ring_time(p, n, bw, latency, chunks=4), rel=1e-6)
 
@@ -160,10 +197,16 @@ def test_allgather_reduce_scatter_and_tree() -> None:
     for kind, hw_kind in (("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter")):
         t = simulate_step(allreduce_program(n, p, kind), hw)
         assert t.step_s == pytest.approx(ring_time(p, n, bw, 1e-6, kind=hw_kind), rel=1e-6)
-    tree = hardware(**{"system.collective_chunks": 1, "system.intra_node_link.latency": 1e-6,
-                       "system.collective_algorithm": "tree"})
+    tree = hardware(
+        **{
+            "system.collective_chunks": 1,
+            "system.intra_node_link.latency": 1e-6,
+            "system.collective_algorithm": "tree",
+        }
+    )
     assert simulate_step(allreduce_program(n, p), tree).step_s == pytest.approx(
-        tree_time(p, n, bw, 1e-6), rel=1e-6)
+        tree_time(p, n, bw, 1e-6), rel=1e-6
+    )
 
 
 def test_collective_pipelines_with_the_compute_that_feeds_it() -> None:
@@ -180,6 +223,7 @@ def test_collective_pipelines_with_the_compute_that_feeds_it() -> None:
 
 
 # --- kernels and looping -----------------------------------------------------------------
+
 
 def layer_stages() -> list[StageProgram]:
     """A small memory-and-compute layer (norm, two GEMMs)."""
@@ -224,29 +268,49 @@ def test_kernel_launch_overheads_add_to_a_single_call() -> None:
     zero_lat = hardware(zero=False, **{"socket.hbm.latency": 0.0})
     t = simulate_step(p, zero_lat)
     assert t.step_s == pytest.approx(
-        1e8 / hbm_rate(DEFAULT) + k.program_load + k.argument_load + k.sync, rel=1e-9)
+        1e8 / hbm_rate(DEFAULT) + k.program_load + k.argument_load + k.sync, rel=1e-9
+    )
 
 
 # --- conservation, determinism, refinement, symmetry -------------------------------------
 
+
 def mixed_program() -> Program:
     layer = [
         stage("norm", pcus=4, vector_flops=3e6, hbm=20480, sram=65536, out=65536),
-        stage("kv", pcus=64, flops=1e9, hbm=33554432, hbm_write=8192, ddr=16777216,
-              inputs=("norm",), out=65536, gemm=GemmShape(8, 4096, 4096)),
-        stage("ar", pcus=2, vector_flops=1e5, inputs=("kv",), out=65536,
-              collective=CollectiveSpec("allreduce", 65536, 4)),
+        stage(
+            "kv",
+            pcus=64,
+            flops=1e9,
+            hbm=33554432,
+            hbm_write=8192,
+            ddr=16777216,
+            inputs=("norm",),
+            out=65536,
+            gemm=GemmShape(8, 4096, 4096),
+        ),
+        stage(
+            "ar",
+            pcus=2,
+            vector_flops=1e5,
+            inputs=("kv",),
+            out=65536,
+            collective=CollectiveSpec("allreduce", 65536, 4),
+        ),
     ]
-    return program([
-        kernel("embed", [stage("e", pcus=1, hbm=65536, out=65536)]),
-        kernel("layer", layer, calls=20, looped=True),
-        kernel("head", [stage("h", pcus=100, flops=1e10, hbm=1e8 + 3, ddr=12345)], calls=3),
-    ], tp=4, batch=8)
+    return program(
+        [
+            kernel("embed", [stage("e", pcus=1, hbm=65536, out=65536)]),
+            kernel("layer", layer, calls=20, looped=True),
+            kernel("head", [stage("h", pcus=100, flops=1e10, hbm=1e8 + 3, ddr=12345)], calls=3),
+        ],
+        tp=4,
+        batch=8,
+    )
 
 
 @pytest.mark.parametrize("fast_forward", [True, False])
-def test_conservation_bytes_equal_the_program_and_no_unit_is_over_busy(
-        fast_forward: bool) -> None:
+def test_conservation_bytes_equal_the_program_and_no_unit_is_over_busy(fast_forward: bool) -> None:
     p = mixed_program()
     t = simulate_step(p, DEFAULT, fast_forward=fast_forward)
     expected = p.bytes_by_tier()
@@ -272,8 +336,7 @@ def test_same_step_twice_gives_identical_timing() -> None:
 
 @pytest.mark.parametrize("tp", [1, 4])
 @pytest.mark.parametrize("looped", [True, False])
-def test_refining_tiles_changes_step_time_by_less_than_two_percent(tp: int,
-                                                                   looped: bool) -> None:
+def test_refining_tiles_changes_step_time_by_less_than_two_percent(tp: int, looped: bool) -> None:
     p = llama_like_program(tp=tp, batch=8, looped=looped)
     coarse = simulate_step(p, DEFAULT, tiles_per_stage=8)
     fine = simulate_step(p, DEFAULT, tiles_per_stage=32)
@@ -291,6 +354,7 @@ def test_symmetric_tp_shortcut_equals_simulating_all_sockets() -> None:
 
 
 # --- fast-forward and the event budget ---------------------------------------------------
+
 
 @pytest.mark.parametrize("hw", [ZERO, DEFAULT], ids=["zero-overheads", "default"])
 def test_fast_forward_matches_the_full_simulation(hw: HardwareConfig) -> None:
@@ -329,7 +393,7 @@ def test_cycle_detection_finds_multi_layer_cycles_and_rejects_drift() -> None:
     drifting = synthetic_probe([1e-3 * (1 + 2e-4 * i) for i in range(16)])
     assert steady_cycle(drifting, calls) is None
     # nor one still settling
-    settling = synthetic_probe([1e-3 * (1 + 0.05 * 0.9 ** i) for i in range(16)])
+    settling = synthetic_probe([1e-3 * (1 + 0.05 * 0.9**i) for i in range(16)])
     assert steady_cycle(settling, calls) is None
     # two stages taking turns: a period alternating by 2% is a 2-layer cycle
     swinging = synthetic_probe([1e-3 * (1 + 0.01 * (-1) ** i) for i in range(16)])
@@ -339,8 +403,18 @@ def test_cycle_detection_finds_multi_layer_cycles_and_rejects_drift() -> None:
 
 def test_ten_layer_cycles_need_the_long_cycle_lengths() -> None:
     # a 10-layer cycle after a settling start: only LONG_CYCLES (what the live run tries) has it
-    cycle = [1.0e-3, 1.01e-3, 1.02e-3, 1.005e-3, 0.99e-3, 0.98e-3, 1.0e-3, 1.01e-3, 0.995e-3,
-             0.99e-3]
+    cycle = [
+        1.0e-3,
+        1.01e-3,
+        1.02e-3,
+        1.005e-3,
+        0.99e-3,
+        0.98e-3,
+        1.0e-3,
+        1.01e-3,
+        0.995e-3,
+        0.99e-3,
+    ]
     ten = synthetic_probe([1.2e-3, 1.1e-3, 1.05e-3, *(cycle * 3)[:25]])
     assert steady_cycle(ten, 58) is None
     found = steady_cycle(ten, 58, LONG_CYCLES)
@@ -367,12 +441,16 @@ def test_a_step_over_the_event_budget_is_refused_before_simulating() -> None:
 
 
 @pytest.mark.parametrize("all_sockets", [False, True])
-@pytest.mark.parametrize(("algorithm", "topology"), [
-    ("ring", "ring"), ("bidirectional_ring", "ring"), ("tree", "fully_connected")])
-def test_event_estimate_bounds_the_events_processed(all_sockets: bool, algorithm: str,
-                                                     topology: str) -> None:
-    system = DEFAULT.system.model_copy(update={"collective_algorithm": algorithm,
-                                               "topology": topology})
+@pytest.mark.parametrize(
+    ("algorithm", "topology"),
+    [("ring", "ring"), ("bidirectional_ring", "ring"), ("tree", "fully_connected")],
+)
+def test_event_estimate_bounds_the_events_processed(
+    all_sockets: bool, algorithm: str, topology: str
+) -> None:
+    system = DEFAULT.system.model_copy(
+        update={"collective_algorithm": algorithm, "topology": topology}
+    )
     hw = DEFAULT.model_copy(update={"system": system})
     for p in (mixed_program(), llama_like_program(tp=4, layers=4)):
         t = simulate_step(p, hw, fast_forward=False, all_sockets=all_sockets)
@@ -390,11 +468,21 @@ def test_deepseek_sized_decode_step_simulates_in_a_fraction_of_a_second() -> Non
 
 # --- output contract ---------------------------------------------------------------------
 
+
 def test_step_timing_to_dict_is_json_with_the_contract_keys() -> None:
     t = simulate_step(mixed_program(), DEFAULT)
     d = json.loads(json.dumps(t.to_dict()))
-    for key in ("step_s", "phase", "batch", "context", "flops", "bytes_by_tier",
-                "hbm_bandwidth_fraction", "events", "kernels"):
+    for key in (
+        "step_s",
+        "phase",
+        "batch",
+        "context",
+        "flops",
+        "bytes_by_tier",
+        "hbm_bandwidth_fraction",
+        "events",
+        "kernels",
+    ):
         assert key in d
     assert set(d["bytes_by_tier"]) == {"hbm", "ddr", "sram", "p2p"}
     assert [k["name"] for k in d["kernels"]] == ["embed", "layer", "head"]
@@ -403,14 +491,18 @@ def test_step_timing_to_dict_is_json_with_the_contract_keys() -> None:
     assert d["phase"] == "decode" and d["batch"] == 8
 
 
-@pytest.mark.parametrize(("stages", "message"), [
-    ([stage("a", inputs=("b",)), stage("b")], "topologically"),
-    ([stage("a"), stage("a")], "duplicate"),
-    ([stage("a", pcus=0, flops=1.0)], "no PCUs"),
-    ([stage("a", pcus=600), stage("b", pcus=600)], "PCUs"),
-])
-def test_invalid_programs_are_rejected_with_the_stage_named(stages: list[StageProgram],
-                                                            message: str) -> None:
+@pytest.mark.parametrize(
+    ("stages", "message"),
+    [
+        ([stage("a", inputs=("b",)), stage("b")], "topologically"),
+        ([stage("a"), stage("a")], "duplicate"),
+        ([stage("a", pcus=0, flops=1.0)], "no PCUs"),
+        ([stage("a", pcus=600), stage("b", pcus=600)], "PCUs"),
+    ],
+)
+def test_invalid_programs_are_rejected_with_the_stage_named(
+    stages: list[StageProgram], message: str
+) -> None:
     p = program([kernel("k", stages)])
     with pytest.raises(ValueError, match=message):
         simulate_step(p, ZERO)
@@ -445,7 +537,7 @@ def test_live_cycle_accepts_periodic_and_rejects_drifting_or_settling_pipelines(
     # with a few layers left to skip
     drifting = _live([1e-3 * (1 + 1e-3 * i) for i in range(58)])
     assert drifting is None or 58 - drifting[1] <= 3
-    late = _live([1e-3 * (1 + 0.05 * 0.7 ** i) for i in range(58)])
+    late = _live([1e-3 * (1 + 0.05 * 0.7**i) for i in range(58)])
     assert late is not None and late[0] > 12  # settling: accepted only once settled
     # a damped swing: accepted once its swings and their trend are small enough
     swing = _live([1e-3 * (1 + 0.01 * (-0.8) ** i) for i in range(58)])

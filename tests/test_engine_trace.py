@@ -20,11 +20,22 @@ def traced_program() -> object:
     layer = [
         stage("norm", pcus=4, vector_flops=1e6, hbm=1e5, out=1e5),
         stage("mm", pcus=100, flops=1e10, hbm=1e8, ddr=1e6, inputs=("norm",), out=1e5),
-        stage("ar", pcus=2, vector_flops=1e5, inputs=("mm",), out=1e5,
-              collective=CollectiveSpec("allreduce", 1e5, 4)),
+        stage(
+            "ar",
+            pcus=2,
+            vector_flops=1e5,
+            inputs=("mm",),
+            out=1e5,
+            collective=CollectiveSpec("allreduce", 1e5, 4),
+        ),
     ]
-    return program([kernel("embed", [stage("e", pcus=1, hbm=1e4, out=1e4)], calls=2),
-                    kernel("layer", layer, calls=4, looped=True)], tp=4)
+    return program(
+        [
+            kernel("embed", [stage("e", pcus=1, hbm=1e4, out=1e4)], calls=2),
+            kernel("layer", layer, calls=4, looped=True),
+        ],
+        tp=4,
+    )
 
 
 def test_records_cover_kernels_stage_tiles_and_bytes_in_flight() -> None:
@@ -42,8 +53,9 @@ def test_records_cover_kernels_stage_tiles_and_bytes_in_flight() -> None:
     for name in ("hbm", "ddr", "p2p"):
         last = [c for c in t.records.counters if c.name == name][-1]
         assert last.value == 0.0  # everything issued has landed
-    assert all(s.start_s >= 0 and s.start_s + s.dur_s <= t.step_s * (1 + 1e-9)
-               for s in t.records.slices)
+    assert all(
+        s.start_s >= 0 and s.start_s + s.dur_s <= t.step_s * (1 + 1e-9) for s in t.records.slices
+    )
     # stage slices never overlap (a stage's PCUs are one FIFO server)
     mm = sorted((s for s in t.records.slices if s.track == "stage/mm"), key=lambda s: s.start_s)
     for a, b in itertools.pairwise(mm):
@@ -90,4 +102,5 @@ def test_fast_forwarded_layers_are_marked_in_the_trace() -> None:
     assert len(marks) == 1 and marks[0].track == "agcu"
     moe = t.kernel("decoder_moe")
     assert marks[0].dur_s == pytest.approx(
-        (moe.calls - moe.simulated_iterations) * (moe.period_s or 0.0), rel=1e-9)
+        (moe.calls - moe.simulated_iterations) * (moe.period_s or 0.0), rel=1e-9
+    )

@@ -35,9 +35,15 @@ def _rel(path: Path) -> str:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rdu_sim.cli.main", *args], cwd=REPO,
-                          capture_output=True, text=True, errors="replace", timeout=TIMEOUT,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=TIMEOUT,
+        check=False,
+    )
 
 
 def _assert_clean_failure(result: subprocess.CompletedProcess[str], *names: str) -> None:
@@ -57,10 +63,25 @@ def _sample(files: list[Path], every: int, always: tuple[str, ...] = ()) -> list
 def test_corpus_is_large_and_varied() -> None:
     assert len(FILES) >= 200
     names = " ".join(f.stem for f in FILES)
-    for kind in ("misspell", "unknown-key", "drop-key", "wrong-type", "bad-number", "bad-unit",
-                 "nesting", "tag", "truncated", "huge-int", "garbage", "hardware-path",
-                 "raw-deep-list", "raw-alias-bomb", "raw-empty", "raw-random-bytes",
-                 "raw-python-apply-top"):
+    for kind in (
+        "misspell",
+        "unknown-key",
+        "drop-key",
+        "wrong-type",
+        "bad-number",
+        "bad-unit",
+        "nesting",
+        "tag",
+        "truncated",
+        "huge-int",
+        "garbage",
+        "hardware-path",
+        "raw-deep-list",
+        "raw-alias-bomb",
+        "raw-empty",
+        "raw-random-bytes",
+        "raw-python-apply-top",
+    ):
         assert kind in names, kind
     assert (FUZZ / "corpus" / "raw-deep-list.yaml").read_text().startswith("[" * 10_000)
     assert len(BAD_OVERRIDES) >= 30
@@ -69,11 +90,20 @@ def test_corpus_is_large_and_varied() -> None:
 def test_check_rejects_the_whole_corpus() -> None:
     """Two batches in parallel; every file named in stderr, none reported OK."""
     halves = [FILES[0::2], FILES[1::2]]
-    commands = [[sys.executable, "-m", "rdu_sim.cli.main", "check", *map(_rel, half)]
-                for half in halves]
-    processes = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, errors="replace")
-                 for command in commands]
+    commands = [
+        [sys.executable, "-m", "rdu_sim.cli.main", "check", *map(_rel, half)] for half in halves
+    ]
+    processes = [
+        subprocess.Popen(
+            command,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+        for command in commands
+    ]
     try:
         outputs = [process.communicate(timeout=TIMEOUT) for process in processes]
     finally:
@@ -87,9 +117,20 @@ def test_check_rejects_the_whole_corpus() -> None:
         assert all(line.startswith("error: ") for line in stderr.splitlines())
 
 
-PER_FILE = _sample(FILES, 20, always=("raw-deep-list", "raw-deep-map", "raw-alias-bomb",
-                                      "raw-python-apply-top", "raw-empty", "raw-random-bytes-0",
-                                      "raw-nul-bytes", "wl-hardware-path-04"))
+PER_FILE = _sample(
+    FILES,
+    20,
+    always=(
+        "raw-deep-list",
+        "raw-deep-map",
+        "raw-alias-bomb",
+        "raw-python-apply-top",
+        "raw-empty",
+        "raw-random-bytes-0",
+        "raw-nul-bytes",
+        "wl-hardware-path-04",
+    ),
+)
 
 
 def test_check_rejects_each_file_on_its_own() -> None:
@@ -143,14 +184,30 @@ def test_bad_overrides_in_subprocesses() -> None:
 def test_corpus_generator_is_deterministic(tmp_path: Path) -> None:
     """Same seed, same files, byte for byte (a small corpus, to stay quick)."""
     outs = [tmp_path / "a", tmp_path / "b"]
-    processes = [subprocess.Popen([sys.executable, str(FUZZ / "make_corpus.py"), "--out",
-                                   str(out), "--per-base", "2", "--min-files", "40"],
-                                  cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                 for out in outs]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(FUZZ / "make_corpus.py"),
+                "--out",
+                str(out),
+                "--per-base",
+                "2",
+                "--min-files",
+                "40",
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for out in outs
+    ]
     for process in processes:
         _, stderr = process.communicate(timeout=TIMEOUT)
         assert process.returncode == 0, stderr.decode(errors="replace")
-    outputs = [{p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*"))
-                if p.is_file()} for out in outs]
+    outputs = [
+        {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        for out in outs
+    ]
     assert len(outputs[0]) >= 40
     assert outputs[0] == outputs[1]

@@ -46,8 +46,7 @@ def test_sampler_mean_matches_expectation(tokens: int) -> None:
     rng = np.random.default_rng(1234)
     samples = [sample_distinct_experts(rng, tokens, 256, 8) for _ in range(400)]
     assert all(min(256, 8) <= s <= min(256, 8 * tokens) for s in samples)
-    assert np.mean(samples) == pytest.approx(expected_distinct_experts(tokens, 256, 8),
-                                             rel=0.02)
+    assert np.mean(samples) == pytest.approx(expected_distinct_experts(tokens, 256, 8), rel=0.02)
 
 
 def test_sampler_is_seeded_and_stops_when_all_touched() -> None:
@@ -61,12 +60,14 @@ def test_moe_layer_reads_the_expected_distinct_experts() -> None:
     arch = get_model("deepseek-r1")
     assert isinstance(arch, DeepSeekArchitecture)
     for batch in (1, 16, 300):
-        graph = deepseek_layer(arch, StepShape("decode", batch, 1, 10), Precision(weights=1.0),
-                               ffn="moe")
+        graph = deepseek_layer(
+            arch, StepShape("decode", batch, 1, 10), Precision(weights=1.0), ffn="moe"
+        )
         expert_bytes = 2 * arch.hidden_size * arch.moe_intermediate
         distinct = expected_distinct_experts(batch, 256, 8)
         assert op(graph, "moe.experts_gate_up").weight_read_bytes == pytest.approx(
-            distinct * expert_bytes)
+            distinct * expert_bytes
+        )
         # the FLOPs follow the tokens, not the experts
         assert op(graph, "moe.experts_gate_up").flops == batch * 8 * 2 * expert_bytes
 
@@ -90,13 +91,10 @@ def test_static_loading_streams_more_weights_but_does_the_same_flops(batch: int)
     assert isinstance(arch, DeepSeekArchitecture)
     shape = StepShape("decode", batch, 1, 10)
     routed = deepseek_layer(arch, shape, Precision(weights=1.0), ffn="moe")
-    static = deepseek_layer(arch, shape, Precision(weights=1.0), ffn="moe",
-                            expert_loading="static")
+    static = deepseek_layer(arch, shape, Precision(weights=1.0), ffn="moe", expert_loading="static")
     for name in ("moe.experts_gate_up", "moe.experts_down"):
-        per_expert = (op(routed, name).weight_read_bytes
-                      / expected_distinct_experts(batch, 256, 8))
-        assert op(static, name).weight_read_bytes == pytest.approx(
-            min(256, 8 * batch) * per_expert)
+        per_expert = op(routed, name).weight_read_bytes / expected_distinct_experts(batch, 256, 8)
+        assert op(static, name).weight_read_bytes == pytest.approx(min(256, 8 * batch) * per_expert)
         assert op(static, name).flops == op(routed, name).flops
         assert op(static, name).weight_params == op(routed, name).weight_params
 
@@ -118,4 +116,5 @@ def test_workload_field_reaches_the_compiled_step() -> None:
     assert s.flops == r.flops
     expert_bytes = 58 * 3 * 7168 * 2048 / 16  # fp8, per socket, all MoE layers
     assert moved_s - moved_r == pytest.approx(
-        (256 - expected_distinct_experts(40, 256, 8)) * expert_bytes, rel=1e-6)
+        (256 - expected_distinct_experts(40, 256, 8)) * expert_bytes, rel=1e-6
+    )

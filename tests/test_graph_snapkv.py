@@ -11,8 +11,14 @@ from rdu_sim.models import get_model
 
 
 def _selection(prompt: int, window: int = 32) -> SelectionShape:
-    return SelectionShape(prompt=prompt, window=window, candidates=prompt - 2052,
-                          topk=30716, kept=32768, kernel_size=7)
+    return SelectionShape(
+        prompt=prompt,
+        window=window,
+        candidates=prompt - 2052,
+        topk=30716,
+        kept=32768,
+        kernel_size=7,
+    )
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "deepseek-r1"])
@@ -47,8 +53,9 @@ def test_work_grows_with_prompt_times_window(name: str) -> None:
         return totals([GraphGroup("s", 1, graph)]).flops
 
     def score(prompt: int, window: int) -> float:
-        return op(snapkv_graph(arch, 1, _selection(prompt, window), Precision()),
-                  "snapkv.score").flops
+        return op(
+            snapkv_graph(arch, 1, _selection(prompt, window), Precision()), "snapkv.score"
+        ).flops
 
     assert score(80000, 32) == 2 * score(40000, 32) == score(40000, 64)
     assert flops(40000, 64) == pytest.approx(2 * flops(40000, 32))  # all of it is per query

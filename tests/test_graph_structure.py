@@ -25,8 +25,12 @@ from rdu_sim.graph import (
 )
 from rdu_sim.models import get_model
 
-SHAPES = [StepShape("decode", 3, 1, 500), StepShape("prefill", 2, 300, 0),
-          StepShape("prefill", 1, 128, 1024), StepShape("decode", 1, 1, 0)]
+SHAPES = [
+    StepShape("decode", 3, 1, 500),
+    StepShape("prefill", 2, 300, 0),
+    StepShape("prefill", 1, 128, 1024),
+    StepShape("decode", 1, 1, 0),
+]
 
 
 def _all_graphs() -> list[tuple[str, nx.DiGraph]]:
@@ -38,16 +42,19 @@ def _all_graphs() -> list[tuple[str, nx.DiGraph]]:
             for cache in caches:
                 for group in model_groups(arch, shape, Precision(1.0, 2.0, 2.0), cache):  # type: ignore[arg-type]
                     graphs.append((f"{name}/{shape}/{cache}/{group.name}", group.graph))
-        sel = SelectionShape(prompt=5000, window=32, candidates=2900, topk=1000, kept=3000,
-                             kernel_size=7)
+        sel = SelectionShape(
+            prompt=5000, window=32, candidates=2900, topk=1000, kept=3000, kernel_size=7
+        )
         for cache in caches:
-            graphs.append((f"{name}/snapkv/{cache}",
-                           snapkv_graph(arch, 2, sel, Precision(), cache)))  # type: ignore[arg-type]
+            graphs.append(
+                (f"{name}/snapkv/{cache}", snapkv_graph(arch, 2, sel, Precision(), cache))
+            )  # type: ignore[arg-type]
     return graphs
 
 
-@pytest.mark.parametrize(("label", "graph"), _all_graphs(), ids=lambda v: v if isinstance(
-    v, str) else "")
+@pytest.mark.parametrize(
+    ("label", "graph"), _all_graphs(), ids=lambda v: v if isinstance(v, str) else ""
+)
 def test_graph_is_a_sound_dag(label: str, graph: nx.DiGraph) -> None:
     assert nx.is_directed_acyclic_graph(graph), label
     assert graph_problems(graph) == [], label
@@ -59,18 +66,44 @@ def test_graph_is_a_sound_dag(label: str, graph: nx.DiGraph) -> None:
 
 def test_layer_graphs_hold_the_expected_operators() -> None:
     llama = model_groups(get_model("llama-3.1-8b"), SHAPES[0], Precision())[1].graph
-    assert {"attn_norm", "attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.rope_q",
-            "attn.kv_write", "attn.score", "attn.softmax", "attn.value", "attn.o_proj",
-            "attn.residual", "ffn_norm", "ffn.gate_proj", "ffn.up_proj", "ffn.silu_mul",
-            "ffn.down_proj", "ffn.residual"} <= set(llama.nodes)
+    assert {
+        "attn_norm",
+        "attn.q_proj",
+        "attn.k_proj",
+        "attn.v_proj",
+        "attn.rope_q",
+        "attn.kv_write",
+        "attn.score",
+        "attn.softmax",
+        "attn.value",
+        "attn.o_proj",
+        "attn.residual",
+        "ffn_norm",
+        "ffn.gate_proj",
+        "ffn.up_proj",
+        "ffn.silu_mul",
+        "ffn.down_proj",
+        "ffn.residual",
+    } <= set(llama.nodes)
     groups = model_groups(get_model("deepseek-r1"), SHAPES[0], Precision())
     assert [g.name for g in groups] == ["embedding", "decoder_dense", "decoder_moe", "lm_head"]
     assert [g.count for g in groups] == [1, 3, 58, 1]
     moe = groups[2].graph
-    assert {"attn.q_a_proj", "attn.q_a_norm", "attn.q_b_proj", "attn.kv_a_proj",
-            "attn.kv_norm", "attn.q_absorb", "attn.v_up", "moe.router", "moe.topk",
-            "moe.shared.down_proj", "moe.experts_gate_up", "moe.experts_down",
-            "moe.combine"} <= set(moe.nodes)
+    assert {
+        "attn.q_a_proj",
+        "attn.q_a_norm",
+        "attn.q_b_proj",
+        "attn.kv_a_proj",
+        "attn.kv_norm",
+        "attn.q_absorb",
+        "attn.v_up",
+        "moe.router",
+        "moe.topk",
+        "moe.shared.down_proj",
+        "moe.experts_gate_up",
+        "moe.experts_down",
+        "moe.combine",
+    } <= set(moe.nodes)
     assert "ffn.down_proj" in groups[1].graph and "moe.router" not in groups[1].graph
     prefill = model_groups(get_model("deepseek-r1"), SHAPES[1], Precision())[2].graph
     assert "attn.kv_b_proj" in prefill and "attn.q_absorb" not in prefill

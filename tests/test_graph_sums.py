@@ -51,7 +51,8 @@ def test_deepseek_per_head_cache_is_the_non_absorbed_count(cache_len: int) -> No
     arch = get_model("deepseek-r1")
     groups = model_groups(arch, StepShape("decode", 1, 1, cache_len), Precision(), "per_head")
     expected = 2 * matmul_params_active(arch) + attention_flops_per_token(
-        arch, cache_len + 1, absorbed=False)
+        arch, cache_len + 1, absorbed=False
+    )
     assert totals(groups).flops == expected
     assert expected < decode_flops_per_token(arch, cache_len + 1)
 

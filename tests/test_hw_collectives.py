@@ -95,7 +95,9 @@ def test_inter_node_hops_slow_the_ring() -> None:
 
 
 FNS: dict[str, Callable[..., simpy.Event]] = {
-    ALL_REDUCE: all_reduce, ALL_GATHER: all_gather, REDUCE_SCATTER: reduce_scatter,
+    ALL_REDUCE: all_reduce,
+    ALL_GATHER: all_gather,
+    REDUCE_SCATTER: reduce_scatter,
 }
 
 
@@ -104,7 +106,8 @@ FNS: dict[str, Callable[..., simpy.Event]] = {
 @pytest.mark.parametrize(("p", "spn"), [(16, 8), (16, 4), (12, 4), (8, 2)])
 @pytest.mark.parametrize("inter", [(50e9 * 50 / 64, 3 * LAT), (10e9, 10e-6), (BW, 5e-6)])
 def test_symmetric_shortcut_is_exact_for_rings_over_several_nodes(
-        kind: str, chunks: int, p: int, spn: int, inter: tuple[float, float]) -> None:
+    kind: str, chunks: int, p: int, spn: int, inter: tuple[float, float]
+) -> None:
     # Intra-node hops at BW/LAT, the hop between nodes slower: the shortcut simulates one
     # node's sockets (the ring's rotational period) and must give the full ring's time.
     fn = FNS[kind]
@@ -113,7 +116,8 @@ def test_symmetric_shortcut_is_exact_for_rings_over_several_nodes(
     assert sym == pytest.approx(full, rel=1e-12)
     assert len(topo_sym.links) == spn  # one node's outgoing ring links, not p
     assert topo_sym.links[(0, 1)].bytes[0].total == pytest.approx(
-        topo_full.links[(0, 1)].bytes[0].total)
+        topo_full.links[(0, 1)].bytes[0].total
+    )
 
 
 @pytest.mark.parametrize("chunks", [1, 4])
@@ -129,9 +133,11 @@ def test_symmetric_shortcut_is_exact_for_overlapping_collectives(chunks: int) ->
         def later(delay: float, kind: str, nbytes: float) -> simpy.Event:
             gate = env.timeout(delay)
             done = env.event()
-            gate.callbacks.append(lambda _e: FNS[kind](
-                topo, nbytes, chunks=chunks, symmetric=symmetric).callbacks.append(
-                    lambda _d: done.succeed()))
+            gate.callbacks.append(
+                lambda _e: FNS[kind](
+                    topo, nbytes, chunks=chunks, symmetric=symmetric
+                ).callbacks.append(lambda _d: done.succeed())
+            )
             return done
 
         events.append(reduce_scatter(topo, N, chunks=chunks, symmetric=symmetric))
@@ -206,11 +212,13 @@ def both_ways(kind: str) -> Callable[..., simpy.Event]:
 @pytest.mark.parametrize("p", [3, 5, 8, 16])
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_bidirectional_ring_matches_half_the_bytes_and_uses_both_directions(
-        kind: str, p: int, chunks: int) -> None:
+    kind: str, p: int, chunks: int
+) -> None:
     fn, bidi = FNS[kind], both_ways(kind)
     both, topo = run(lambda tp: bidi(tp, N, chunks=chunks), p)
     assert both == pytest.approx(
-        ring_time(p, N, BW, LAT, chunks, kind, bidirectional=True), rel=1e-12)
+        ring_time(p, N, BW, LAT, chunks, kind, bidirectional=True), rel=1e-12
+    )
     assert both == pytest.approx(ring_time(p, N / 2, BW, LAT, chunks, kind), rel=1e-12)
     one_way, topo_one = run(lambda tp: fn(tp, N, chunks=chunks), p)
     assert both < one_way
@@ -231,18 +239,25 @@ def test_bidirectional_ring_on_two_sockets_is_the_plain_ring() -> None:
 @pytest.mark.parametrize("kind", [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER])
 @pytest.mark.parametrize("chunks", [1, 4])
 @pytest.mark.parametrize(("p", "spn"), [(16, 16), (16, 8), (12, 4)])
-def test_bidirectional_symmetric_shortcut_is_exact(kind: str, chunks: int, p: int,
-                                                   spn: int) -> None:
+def test_bidirectional_symmetric_shortcut_is_exact(
+    kind: str, chunks: int, p: int, spn: int
+) -> None:
     # The reverse ring is the forward ring's mirror image: one rotational period of each
     # gives the full simulation's time, one node or several.
     bidi, inter = both_ways(kind), (10e9, 10e-6)
     full, topo_full = run(lambda tp: bidi(tp, N, chunks=chunks), p, spn, inter)
     sym, topo_sym = run(lambda tp: bidi(tp, N, chunks=chunks, symmetric=True), p, spn, inter)
     assert sym == pytest.approx(full, rel=1e-12)
-    sent_by_0 = sum(link.bytes[0 if a == 0 else 1].total
-                    for (a, b), link in topo_sym.links.items() if 0 in (a, b))
-    sent_by_0_full = sum(link.bytes[0 if a == 0 else 1].total
-                         for (a, b), link in topo_full.links.items() if 0 in (a, b))
+    sent_by_0 = sum(
+        link.bytes[0 if a == 0 else 1].total
+        for (a, b), link in topo_sym.links.items()
+        if 0 in (a, b)
+    )
+    sent_by_0_full = sum(
+        link.bytes[0 if a == 0 else 1].total
+        for (a, b), link in topo_full.links.items()
+        if 0 in (a, b)
+    )
     assert sent_by_0 == pytest.approx(sent_by_0_full)
 
 
@@ -255,8 +270,11 @@ def test_bidirectional_ring_over_a_subset_not_starting_at_socket_0() -> None:
     for link in topo.links.values():  # both directions of every ring link carry half
         assert link.bytes[0].total == pytest.approx(link.bytes[1].total)
     inter = (10e9, 10e-6)  # and over two-socket nodes, the shortcut still equals the full ring
-    full, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, sockets=group), 8, 2,
-                  inter)
-    sym, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, symmetric=True,
-                                       sockets=group), 8, 2, inter)
+    full, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, sockets=group), 8, 2, inter)
+    sym, _ = run(
+        lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, symmetric=True, sockets=group),
+        8,
+        2,
+        inter,
+    )
     assert sym == pytest.approx(full, rel=1e-12)

@@ -32,9 +32,14 @@ def plan(seed: int, count: int, algorithm: str = "ring") -> Plan:
     return out
 
 
-def simulate(steps: Plan, p: int, spn: int, symmetric: bool, fast: bool,
-             sends: list[tuple[float, int, int, float]] | None = None,
-             ) -> tuple[list[float], Topology, int]:
+def simulate(
+    steps: Plan,
+    p: int,
+    spn: int,
+    symmetric: bool,
+    fast: bool,
+    sends: list[tuple[float, int, int, float]] | None = None,
+) -> tuple[list[float], Topology, int]:
     """Completion time of each collective, the topology and the SimPy events processed."""
     env = simpy.Environment()
     topo = Topology(env, p, spn, BW, LAT, *INTER)
@@ -54,11 +59,12 @@ def simulate(steps: Plan, p: int, spn: int, symmetric: bool, fast: bool,
 
     for i, (delay, kind, nbytes, chunks) in enumerate(steps):
         env.timeout(delay).callbacks.append(
-            lambda _e, i=i, k=kind, b=nbytes, c=chunks: begin(i, k, b, c))
+            lambda _e, i=i, k=kind, b=nbytes, c=chunks: begin(i, k, b, c)
+        )
     for delay, src, dst, nbytes in sends or []:
         env.timeout(delay).callbacks.append(
-            lambda _e, s=src, d=dst, b=nbytes: topo.send(s, d, b).callbacks.append(
-                lambda _a: None))
+            lambda _e, s=src, d=dst, b=nbytes: topo.send(s, d, b).callbacks.append(lambda _a: None)
+        )
     while env.peek() != float("inf"):
         env.step()
         processed[0] += 1
@@ -66,14 +72,21 @@ def simulate(steps: Plan, p: int, spn: int, symmetric: bool, fast: bool,
 
 
 def counters(link: P2PLink) -> tuple[float, ...]:
-    return (link.bytes[0].total, link.bytes[1].total, link.busy_time(0), link.busy_time(1),
-            link.free_at[0], link.free_at[1])
+    return (
+        link.bytes[0].total,
+        link.bytes[1].total,
+        link.busy_time(0),
+        link.busy_time(1),
+        link.free_at[0],
+        link.free_at[1],
+    )
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize(("p", "spn"), [(16, 8), (8, 8), (12, 4)])
 def test_overlapping_symmetric_collectives_match_one_event_per_transfer(
-        seed: int, p: int, spn: int) -> None:
+    seed: int, p: int, spn: int
+) -> None:
     steps = plan(seed, 12)
     fast, topo_fast, ev_fast = simulate(steps, p, spn, symmetric=True, fast=True)
     slow, topo_slow, ev_slow = simulate(steps, p, spn, symmetric=True, fast=False)

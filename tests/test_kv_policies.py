@@ -38,6 +38,7 @@ def policy(name: str, max_context: int = CTX_128K, **kv: object) -> PolicyBase:
 
 # --- registry ---------------------------------------------------------------------------------
 
+
 def test_registry_names_and_classes() -> None:
     assert policy_names() == ["full", "snapkv", "snapstream", "streamingllm"]
     assert type(policy("full")) is FullPolicy
@@ -66,6 +67,7 @@ def test_policies_satisfy_protocol() -> None:
 
 
 # --- per-slot bytes ---------------------------------------------------------------------------
+
 
 def r1_bytes_per_token() -> int:
     return kv_bytes_per_token(get_model("deepseek-r1"), 2)
@@ -122,6 +124,7 @@ def test_budget_above_max_context_is_clipped() -> None:
 
 # --- buckets ----------------------------------------------------------------------------------
 
+
 def test_pow2_buckets() -> None:
     assert context_buckets("pow2", 1024, 8192) == [1024, 2048, 4096, 8192]
     assert context_buckets("pow2", 1024, 5000) == [1024, 2048, 4096, 5000]
@@ -141,10 +144,19 @@ def test_explicit_buckets_must_cover_max_context() -> None:
         policy("snapkv", 8192, context_buckets=[1024, 4096])
 
 
-@pytest.mark.parametrize(("longest", "bucket"), [
-    (0, 1024), (1, 1024), (1024, 1024), (1025, 2048), (4096, 4096), (4097, 8192),
-    (65_537, CTX_128K), (CTX_128K, CTX_128K),
-])
+@pytest.mark.parametrize(
+    ("longest", "bucket"),
+    [
+        (0, 1024),
+        (1, 1024),
+        (1024, 1024),
+        (1025, 2048),
+        (4096, 4096),
+        (4097, 8192),
+        (65_537, CTX_128K),
+        (CTX_128K, CTX_128K),
+    ],
+)
 def test_full_smallest_covering_bucket(longest: int, bucket: int) -> None:
     assert policy("full").decode_bucket(longest, CTX_128K) == bucket
 
@@ -157,8 +169,7 @@ def test_full_bucket_beyond_slot_is_error() -> None:
 def test_explicit_bucket_selection() -> None:
     full = policy("full", 10_000, context_buckets=[3000, 10_000, 500])
     assert full.buckets(10_000) == [500, 3000, 10_000]
-    assert [full.decode_bucket(n, 10_000) for n in (1, 500, 501, 3001)] == [500, 500, 3000,
-                                                                            10_000]
+    assert [full.decode_bucket(n, 10_000) for n in (1, 500, 501, 3001)] == [500, 500, 3000, 10_000]
 
 
 @pytest.mark.parametrize("name", ["snapstream", "streamingllm"])
@@ -173,6 +184,7 @@ def test_fixed_slot_bucket_is_static(name: str) -> None:
 
 
 # --- snapstream semantics ---------------------------------------------------------------------
+
 
 def test_snapstream_short_prompt_not_compressed() -> None:
     snap = policy("snapstream", budget=8192)
@@ -217,8 +229,9 @@ def test_snapstream_invalid_parameters() -> None:
     prompt_frac=st.floats(0, 1),
     generated=st.integers(0, 10**7),
 )
-def test_cache_never_exceeds_slot(name: str, max_context: int, budget: int, prompt_frac: float,
-                                  generated: int) -> None:
+def test_cache_never_exceeds_slot(
+    name: str, max_context: int, budget: int, prompt_frac: float, generated: int
+) -> None:
     kw: dict[str, object] = {} if name in ("full", "streamingllm") else {"budget": budget}
     p = policy(name, max_context, **kw)
     slot = p.slot_tokens(max_context)
@@ -234,11 +247,13 @@ def test_cache_never_exceeds_slot(name: str, max_context: int, budget: int, prom
     cache = p.cache_at(prompt, generated)
     assert 1 <= cache <= slot
     assert p.decode_bucket(cache, max_context) >= cache
-    assert p.compresses(prompt) == (p.cache_after_prefill(prompt) < prompt
-                                    and name in ("snapstream", "snapkv"))
+    assert p.compresses(prompt) == (
+        p.cache_after_prefill(prompt) < prompt and name in ("snapstream", "snapkv")
+    )
 
 
 # --- ablations --------------------------------------------------------------------------------
+
 
 def test_streamingllm_truncates_without_selection() -> None:
     s = policy("streamingllm")

@@ -50,18 +50,22 @@ def test_deepseek_r1_exact() -> None:
 def test_deepseek_r1_by_hand() -> None:
     """671B written out from config_671B.json, without the MTP module."""
     h, vocab = 7168, 129280
-    attention = (h * 1536 + 1536            # q_a_proj + q_a_layernorm
-                 + 1536 * 128 * (128 + 64)  # q_b_proj
-                 + h * (512 + 64) + 512     # kv_a_proj_with_mqa + kv_a_layernorm
-                 + 512 * 128 * (128 + 128)  # kv_b_proj
-                 + 128 * 128 * h)           # o_proj
+    attention = (
+        h * 1536
+        + 1536  # q_a_proj + q_a_layernorm
+        + 1536 * 128 * (128 + 64)  # q_b_proj
+        + h * (512 + 64)
+        + 512  # kv_a_proj_with_mqa + kv_a_layernorm
+        + 512 * 128 * (128 + 128)  # kv_b_proj
+        + 128 * 128 * h
+    )  # o_proj
     norms = 2 * h
     dense_ffn = 3 * h * 18432
     expert = 3 * h * 2048
-    router = 256 * h + 256                  # gate weight + e_score_correction_bias
+    router = 256 * h + 256  # gate weight + e_score_correction_bias
     dense_layer = attention + norms + dense_ffn
     moe_layer = attention + norms + router + expert + 256 * expert
-    outside = vocab * h * 2 + h             # embedding, lm_head, final norm
+    outside = vocab * h * 2 + h  # embedding, lm_head, final norm
     total = 3 * dense_layer + 58 * moe_layer + outside
     active = 3 * dense_layer + 58 * (attention + norms + router + 9 * expert) + outside
     arch = _deepseek()
@@ -79,10 +83,13 @@ def test_deepseek_decode_flops() -> None:
     plus absorbed MLA attention: scores over 576 dims and values over 512 per head."""
     arch = _deepseek()
     h = 7168
-    not_multiplied = (129280 * h           # the embedding is a gather
-                      + 61 * 2 * h + h     # RMSNorm weights
-                      + 61 * (1536 + 512)  # MLA latent norms
-                      + 58 * 256)          # router correction bias
+    not_multiplied = (
+        129280 * h  # the embedding is a gather
+        + 61 * 2 * h
+        + h  # RMSNorm weights
+        + 61 * (1536 + 512)  # MLA latent norms
+        + 58 * 256
+    )  # router correction bias
     matmul = params_active(arch) - not_multiplied
     assert decode_flops_per_token(arch, 0) == 2 * matmul
     context = 4096
@@ -117,10 +124,13 @@ def test_llama_8b_decode_flops() -> None:
     assert decode_flops_per_token(arch, context) == 2 * matmul + attention
 
 
-@pytest.mark.parametrize(("name", "params", "kv"), [
-    ("llama-3.1-70b", 70_553_706_496, 327_680),
-    ("llama-3.1-405b", 405_853_388_800, 516_096),
-])
+@pytest.mark.parametrize(
+    ("name", "params", "kv"),
+    [
+        ("llama-3.1-70b", 70_553_706_496, 327_680),
+        ("llama-3.1-405b", 405_853_388_800, 516_096),
+    ],
+)
 def test_llama_large_exact(name: str, params: int, kv: int) -> None:
     arch = _llama(name)
     assert params_total(arch) == params
@@ -130,8 +140,14 @@ def test_llama_large_exact(name: str, params: int, kv: int) -> None:
 
 def test_figures_bundle_matches_functions() -> None:
     arch = _deepseek()
-    figures = model_figures(arch, kv_dtype="fp8", kv_dtype_bytes=1, weight_dtype="fp8",
-                            weight_dtype_bytes=1, context=1024)
+    figures = model_figures(
+        arch,
+        kv_dtype="fp8",
+        kv_dtype_bytes=1,
+        weight_dtype="fp8",
+        weight_dtype_bytes=1,
+        context=1024,
+    )
     assert figures.params_total == params_total(arch)
     assert figures.params_active == params_active(arch)
     assert figures.kv_bytes_per_token == 35_136
@@ -178,23 +194,29 @@ def test_presets_are_fresh_objects() -> None:
     assert get_model("llama-3.1-8b").layers == 32
 
 
-@pytest.mark.parametrize("changes", [
-    {"heads": 30},            # not a multiple of kv_heads 8
-    {"layers": 0},
-    {"hidden_size": -1},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"heads": 30},  # not a multiple of kv_heads 8
+        {"layers": 0},
+        {"hidden_size": -1},
+    ],
+)
 def test_llama_rules(changes: dict[str, int]) -> None:
     data = _llama("llama-3.1-8b").model_dump() | changes
     with pytest.raises(ValueError):
         LlamaArchitecture.model_validate(data)
 
 
-@pytest.mark.parametrize("changes", [
-    {"dense_layers": 62},
-    {"experts_per_token": 300},
-    {"expert_groups": 7},
-    {"groups_per_token": 9},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"dense_layers": 62},
+        {"experts_per_token": 300},
+        {"expert_groups": 7},
+        {"groups_per_token": 9},
+    ],
+)
 def test_deepseek_rules(changes: dict[str, int]) -> None:
     data = _deepseek().model_dump() | changes
     with pytest.raises(ValueError):

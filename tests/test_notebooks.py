@@ -35,8 +35,10 @@ def _kernel_name() -> str:
     manager = KernelSpecManager()
     try:
         spec = manager.get_kernel_spec("python3")
-        if Path(spec.argv[0]).resolve() == Path(sys.executable).resolve() or \
-                spec.argv[0] in ("python", "python3"):  # jupyter_client runs sys.executable
+        if Path(spec.argv[0]).resolve() == Path(sys.executable).resolve() or spec.argv[0] in (
+            "python",
+            "python3",
+        ):  # jupyter_client runs sys.executable
             return "python3"
     except NoSuchKernel:
         pass
@@ -53,9 +55,13 @@ def kernel_name() -> str:
 
 def test_there_are_notebooks() -> None:
     names = {p.name for p in NOTEBOOKS}
-    assert {"01_memory_and_capacity.ipynb", "02_throughput_curves.ipynb",
-            "03_design_space.ipynb", "04_snapstream_quality.ipynb",
-            "05_calibration.ipynb"} <= names, names
+    assert {
+        "01_memory_and_capacity.ipynb",
+        "02_throughput_curves.ipynb",
+        "03_design_space.ipynb",
+        "04_snapstream_quality.ipynb",
+        "05_calibration.ipynb",
+    } <= names, names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -75,13 +81,20 @@ def test_committed_without_outputs(path: Path) -> None:
 def test_notebook_executes(path: Path, kernel_name: str) -> None:
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=CELL_TIMEOUT_S, kernel_name=kernel_name,
+        notebook,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name=kernel_name,
         resources={"metadata": {"path": str(NOTEBOOKS_DIR)}},
     )
     start = time.perf_counter()
     client.execute()  # raises CellExecutionError naming the cell on any error
     elapsed = time.perf_counter() - start
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]
+    errors = [
+        o
+        for c in notebook.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error"
+    ]
     assert not errors
     assert elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {elapsed:.0f} s"

@@ -27,12 +27,24 @@ from rdu_sim.report.plots_data import GIB, PlotInputError, as_runs, memory_of
 
 def _tier(capacity: float, weights: float, kv: float, act: float) -> dict[str, float]:
     used = weights + kv + act
-    return {"capacity_bytes": capacity, "used_bytes": used, "weights_bytes": weights,
-            "kv_bytes": kv, "activations_bytes": act, "free_bytes": capacity - used}
+    return {
+        "capacity_bytes": capacity,
+        "used_bytes": used,
+        "weights_bytes": weights,
+        "kv_bytes": kv,
+        "activations_bytes": act,
+        "free_bytes": capacity - used,
+    }
 
 
-def fake_run(policy: str = "full", context: int = 8192, batch: int = 8,
-             model: str = "llama-3.1-8b", requests: int = 20, seed: int = 0) -> dict[str, Any]:
+def fake_run(
+    policy: str = "full",
+    context: int = 8192,
+    batch: int = 8,
+    model: str = "llama-3.1-8b",
+    requests: int = 20,
+    seed: int = 0,
+) -> dict[str, Any]:
     """A run dict with every field the plots read, numbers of a plausible order."""
     rng = np.random.default_rng(seed)
     slot = 131072 * (context if policy == "full" else min(context, 2048))
@@ -56,21 +68,29 @@ def fake_run(policy: str = "full", context: int = 8192, batch: int = 8,
         },
         "requests": requests,
         "occupancy": 0.8,
-        "request_records": {"request": list(range(requests)),
-                            "ttft_s": rng.uniform(0.1, 0.5, requests).tolist(),
-                            "tpot_s": rng.uniform(0.01, 0.04, requests).tolist()},
+        "request_records": {
+            "request": list(range(requests)),
+            "ttft_s": rng.uniform(0.1, 0.5, requests).tolist(),
+            "tpot_s": rng.uniform(0.01, 0.04, requests).tolist(),
+        },
         "slot_occupancy": {"time_s": times.tolist(), "occupied": occupied.tolist()},
     }
 
 
 def fake_step() -> dict[str, Any]:
     """A decode step timing: three kernels, one without FLOPs (not placeable)."""
-    return {"kernels": [
-        {"name": "embedding", "flops": 0.0, "bytes_by_tier": {"hbm": 1e6}, "time_s": 1e-5},
-        {"name": "decoder", "flops": 5e11, "bytes_by_tier": {"hbm": 1.5e10, "sram": 1e9},
-         "time_s": 9e-3},
-        {"name": "lm_head", "flops": 2e10, "bytes_by_tier": {"hbm": 1e9}, "time_s": 6e-4},
-    ]}
+    return {
+        "kernels": [
+            {"name": "embedding", "flops": 0.0, "bytes_by_tier": {"hbm": 1e6}, "time_s": 1e-5},
+            {
+                "name": "decoder",
+                "flops": 5e11,
+                "bytes_by_tier": {"hbm": 1.5e10, "sram": 1e9},
+                "time_s": 9e-3,
+            },
+            {"name": "lm_head", "flops": 2e10, "bytes_by_tier": {"hbm": 1e9}, "time_s": 6e-4},
+        ]
+    }
 
 
 HARDWARE = {"peak_flops": 638e12, "hbm_bandwidth": 1.8e12, "ddr_bandwidth": 200e9}
@@ -194,8 +214,10 @@ def test_occupancy_timeline_step_and_capacity_line() -> None:
 def test_latency_accepts_a_list_of_request_records() -> None:
     run = fake_run()
     columns = run.pop("request_records")
-    run["per_request"] = [{"ttft_s": a, "tpot_s": b}
-                          for a, b in zip(columns["ttft_s"], columns["tpot_s"], strict=True)]
+    run["per_request"] = [
+        {"ttft_s": a, "tpot_s": b}
+        for a, b in zip(columns["ttft_s"], columns["tpot_s"], strict=True)
+    ]
     fig = render(lambda: plots.latency_distribution(run))
     assert len(fig.axes[0].lines) == 1
 
@@ -203,11 +225,14 @@ def test_latency_accepts_a_list_of_request_records() -> None:
 def test_occupancy_accepts_records_and_pairs() -> None:
     run = fake_run()
     series = run["slot_occupancy"]
-    run["slot_occupancy"] = [{"time_s": t, "occupied": o}
-                             for t, o in zip(series["time_s"], series["occupied"], strict=True)]
+    run["slot_occupancy"] = [
+        {"time_s": t, "occupied": o}
+        for t, o in zip(series["time_s"], series["occupied"], strict=True)
+    ]
     render(lambda: plots.occupancy_timeline(run))
-    run["slot_occupancy"] = [[t, o] for t, o in zip(series["time_s"], series["occupied"],
-                                                    strict=True)]
+    run["slot_occupancy"] = [
+        [t, o] for t, o in zip(series["time_s"], series["occupied"], strict=True)
+    ]
     render(lambda: plots.occupancy_timeline(run))
 
 
@@ -243,8 +268,9 @@ def test_missing_key_is_a_plot_input_error_naming_it() -> None:
 def test_plot_dispatch_and_save(tmp_path: Any) -> None:
     runs = context_runs()
     for kind in ("memory", "capacity", "throughput", "latency", "occupancy"):
-        fig = render(lambda kind=kind: plots.plot(kind, runs if kind in
-                                                  plots.MULTI_RUN_KINDS else runs[0]))
+        fig = render(
+            lambda kind=kind: plots.plot(kind, runs if kind in plots.MULTI_RUN_KINDS else runs[0])
+        )
         suffix = ".svg" if kind == "capacity" else ".png"  # SVG is slow to write: once
         assert plots.save_figure(fig, tmp_path / f"{kind}{suffix}").stat().st_size > 0
     run = {**runs[0], "decode_step": fake_step(), "roofs": HARDWARE}
@@ -277,16 +303,20 @@ def test_cli_plots_a_run_json(tmp_path: Any) -> None:
     assert (tmp_path / "latency.svg").read_text().lstrip().startswith("<?xml")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["plot", "pie", "RUN", "-o", "x.png"], "valid kinds: memory, capacity, throughput"),
-    (["plot", "capacity", "missing.json", "-o", "x.png"], "no such file"),
-    (["plot", "capacity", "RUN", "-o", "x.jpg"], "must end in .png, .svg or .pdf"),
-    (["plot", "capacity", "BAD", "-o", "x.png"], "not JSON"),
-    (["plot", "roofline", "RUN", "-o", "x.png"], "no step timing"),
-    (["plot", "capacity", "NOCAP", "-o", "x.png"], "batch capacity"),
-])
-def test_cli_input_errors_exit_2(tmp_path: Any, monkeypatch: Any, args: list[str],
-                                 message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plot", "pie", "RUN", "-o", "x.png"], "valid kinds: memory, capacity, throughput"),
+        (["plot", "capacity", "missing.json", "-o", "x.png"], "no such file"),
+        (["plot", "capacity", "RUN", "-o", "x.jpg"], "must end in .png, .svg or .pdf"),
+        (["plot", "capacity", "BAD", "-o", "x.png"], "not JSON"),
+        (["plot", "roofline", "RUN", "-o", "x.png"], "no step timing"),
+        (["plot", "capacity", "NOCAP", "-o", "x.png"], "batch capacity"),
+    ],
+)
+def test_cli_input_errors_exit_2(
+    tmp_path: Any, monkeypatch: Any, args: list[str], message: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "RUN").write_text(json.dumps(fake_run()))
     (tmp_path / "BAD").write_text("{not json")
@@ -300,19 +330,36 @@ def test_cli_input_errors_exit_2(tmp_path: Any, monkeypatch: Any, args: list[str
 
 
 def test_design_space_orders_unit_strings_and_draws_a_line_per_group() -> None:
-    rows = [{"hw.socket.hbm.bandwidth": bw, "hw.system.sockets": n, "hw.socket.pmu.sram": s,
-             "decode_tokens_per_s": float(n) * (1 + i), "tpot_s.p50": 0.01 * n}
-            for i, bw in enumerate(["900 GB/s", "1.8 TB/s", "3.6 TB/s"])
-            for n in (1, 2) for s in ("256 KiB", "512 KiB")]
+    rows = [
+        {
+            "hw.socket.hbm.bandwidth": bw,
+            "hw.system.sockets": n,
+            "hw.socket.pmu.sram": s,
+            "decode_tokens_per_s": float(n) * (1 + i),
+            "tpot_s.p50": 0.01 * n,
+        }
+        for i, bw in enumerate(["900 GB/s", "1.8 TB/s", "3.6 TB/s"])
+        for n in (1, 2)
+        for s in ("256 KiB", "512 KiB")
+    ]
     frame = pd.DataFrame(rows)
-    fig = render(lambda: plots.design_space(frame, "hw.socket.hbm.bandwidth",
-                                            "decode_tokens_per_s", by=["hw.system.sockets"]))
+    fig = render(
+        lambda: plots.design_space(
+            frame, "hw.socket.hbm.bandwidth", "decode_tokens_per_s", by=["hw.system.sockets"]
+        )
+    )
     (ax,) = fig.axes
     assert len(ax.lines) == 2
     assert [t.get_text() for t in ax.get_xticklabels()] == ["900 GB/s", "1.8 TB/s", "3.6 TB/s"]
     assert "mean over other axes" in ax.get_ylabel()  # the SRAM axis was averaged
-    fig = render(lambda: plots.design_space(frame, "hw.socket.pmu.sram", "tpot_s.p50",
-                                            by=["hw.system.sockets", "hw.socket.hbm.bandwidth"]))
+    fig = render(
+        lambda: plots.design_space(
+            frame,
+            "hw.socket.pmu.sram",
+            "tpot_s.p50",
+            by=["hw.system.sockets", "hw.socket.hbm.bandwidth"],
+        )
+    )
     assert len(fig.axes[0].lines) == 6
     assert "(ms)" in fig.axes[0].get_ylabel()
 
@@ -330,8 +377,9 @@ def test_cli_reads_the_csv_files_run_out_writes(tmp_path: Any) -> None:
         assert result.exit_code == 0, result.output
         assert target.read_bytes()[:4] == b"%PDF"
     (tmp_path / "out" / "requests.csv").unlink()
-    result = _cli(["plot", "latency", str(tmp_path / "out" / "result.json"),
-                   "-o", str(tmp_path / "x.png")])
+    result = _cli(
+        ["plot", "latency", str(tmp_path / "out" / "result.json"), "-o", str(tmp_path / "x.png")]
+    )
     assert result.exit_code == 2
     assert "per-request records" in result.output
 
@@ -357,8 +405,10 @@ def real_plans() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def real_decode() -> dict[str, list[dict[str, Any]]]:
-    return {"context": plots.decode_over_contexts(LLAMA, REAL_CONTEXTS),
-            "batch": plots.decode_over_batches(LLAMA, [1, 4, 16], context=4096)}
+    return {
+        "context": plots.decode_over_contexts(LLAMA, REAL_CONTEXTS),
+        "batch": plots.decode_over_batches(LLAMA, [1, 4, 16], context=4096),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -406,8 +456,11 @@ def test_real_throughput(real_decode: dict[str, list[dict[str, Any]]]) -> None:
 def test_real_roofline(real_step: dict[str, Any]) -> None:
     fig = render(lambda: plots.roofline(real_step))
     (ax,) = fig.axes
-    placeable = [k for k in real_step["kernels"] if k["flops"] > 0
-                 and k["bytes_by_tier"]["hbm"] + k["bytes_by_tier"]["ddr"] > 0]
+    placeable = [
+        k
+        for k in real_step["kernels"]
+        if k["flops"] > 0 and k["bytes_by_tier"]["hbm"] + k["bytes_by_tier"]["ddr"] > 0
+    ]
     assert placeable
     assert len(ax.collections) == len(placeable)
     ddr = any(k["bytes_by_tier"]["ddr"] > 0 for k in placeable)
@@ -447,8 +500,9 @@ def test_cli_plot_capacity_from_rdu_sim_run_json(tmp_path: Path) -> None:
 
 def test_cli_plot_every_kind_from_run_out_dir(tmp_path: Path) -> None:
     pytest.importorskip("rdu_sim.api")
-    result = _cli(["run", str(LLAMA), "--set", "serving.requests=4", "--out",
-                   str(tmp_path / "run")])
+    result = _cli(
+        ["run", str(LLAMA), "--set", "serving.requests=4", "--out", str(tmp_path / "run")]
+    )
     assert result.exit_code == 0, result.output
     for kind in ("memory", "capacity", "throughput", "latency", "occupancy"):
         out = tmp_path / f"{kind}.png"

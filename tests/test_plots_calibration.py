@@ -44,8 +44,11 @@ FAILING = "decode_throughput_snapstream"
 
 def _rows() -> list[Row]:
     """The SnapStream throughput 83% high (the ratio kept at 4.3x): only it fails."""
-    rows = evaluate(published_measurements(decode_tokens_per_s_snapstream=3348.0,
-                                  decode_tokens_per_s_full=3348.0 / 4.3))
+    rows = evaluate(
+        published_measurements(
+            decode_tokens_per_s_snapstream=3348.0, decode_tokens_per_s_full=3348.0 / 4.3
+        )
+    )
     assert [r.figure.name for r in rows if not r.passed] == [FAILING]
     return rows
 
@@ -75,7 +78,8 @@ def _check_colors(fig: Figure, rows: list[Row]) -> None:
         expected = PASS_COLOR if row.passed else FAIL_COLOR
         assert same_color(marker.get_color(), expected), row.figure.name
         assert marker.get_xdata()[0] == pytest.approx(
-            row.simulated * (100 if row.figure.unit == "fraction" else 1))
+            row.simulated * (100 if row.figure.unit == "fraction" else 1)
+        )
         assert same_color(_verdict(ax).get_color(), expected)
 
 
@@ -111,8 +115,9 @@ def test_band_spans_low_to_high_and_fractions_show_in_percent() -> None:
 
 def test_suite_result_json_and_dataframe_give_the_same_plot() -> None:
     rows = _rows()
-    run = RunMeasurement("w", "snapstream", 160, 160, 480, 3348.0, (1.0, 2.0), 3000.0,
-                         40000, 1.035, 0.1)
+    run = RunMeasurement(
+        "w", "snapstream", 160, 160, 480, 3348.0, (1.0, 2.0), 3000.0, 40000, 1.035, 0.1
+    )
     suite = SuiteResult(run, run, published_measurements(), rows)
     as_json = json.loads(json.dumps([r.to_dict() for r in rows]))
     for results in (suite, as_json, pd.DataFrame(as_json)):
@@ -133,13 +138,16 @@ def test_unmeasured_figure_fails_without_a_marker() -> None:
     assert same_color(_verdict(ax).get_color(), FAIL_COLOR)
 
 
-@pytest.mark.parametrize(("results", "message"), [
-    ([], "empty"),
-    ({"model": "x", "kv_policy": "full"}, "has no name"),
-    ([{"name": "a", "published": 1.0, "simulated": 1.0}], "has no tolerance"),
-    ("rows", "expected calibration rows"),
-    (42, "expected calibration rows"),
-])
+@pytest.mark.parametrize(
+    ("results", "message"),
+    [
+        ([], "empty"),
+        ({"model": "x", "kv_policy": "full"}, "has no name"),
+        ([{"name": "a", "published": 1.0, "simulated": 1.0}], "has no tolerance"),
+        ("rows", "expected calibration rows"),
+        (42, "expected calibration rows"),
+    ],
+)
 def test_input_errors(results: Any, message: str) -> None:
     with pytest.raises(PlotInputError, match=message):
         plots.plot("calibration", results)
@@ -157,11 +165,11 @@ def test_cli_plots_validate_json(tmp_path: Path) -> None:
 def test_cli_calibration_errors_exit_2(tmp_path: Path) -> None:
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"model": "x", "kv_policy": "full", "batch_capacity": 4}))
-    workload = Path(__file__).resolve().parents[1] / "workloads" / \
-        "deepseek-r1-128k-full.yaml"
+    workload = Path(__file__).resolve().parents[1] / "workloads" / "deepseek-r1-128k-full.yaml"
     for source, message in ((run, "has no name"), (workload, "rdu-sim validate --json")):
-        result = CliRunner().invoke(cli, ["plot", "calibration", str(source), "-o",
-                                          str(tmp_path / "x.png")])
+        result = CliRunner().invoke(
+            cli, ["plot", "calibration", str(source), "-o", str(tmp_path / "x.png")]
+        )
         assert result.exit_code == 2, result.output
         assert message in result.output
     assert not (tmp_path / "x.png").exists()

@@ -58,16 +58,22 @@ SOCKETS = 8
 INPUT_ERRORS = (ConfigError, CapacityError)
 RTOL = 1e-9  # float sums in a different order; step times rounded to picoseconds
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                    print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 # --- strategies ----------------------------------------------------------------------------
 
+
 def _scaled(base: float, unit: str) -> st.SearchStrategy[str]:
     """A unit string of ``base`` times a factor between 1/8 and 8 (log-uniform)."""
-    return st.floats(-3.0, 3.0).map(lambda e: f"{base * 2.0 ** e:.6g} {unit}")
+    return st.floats(-3.0, 3.0).map(lambda e: f"{base * 2.0**e:.6g} {unit}")
 
 
 @st.composite
@@ -92,12 +98,18 @@ def hardware_overrides(draw: st.DrawFn) -> dict[str, Any]:
         "hw.socket.kernel.program_load": f"{draw(st.sampled_from([0, 5]))} us",
         "hw.system.intra_node_link.bandwidth": draw(_scaled(64, "GB/s")),
         "hw.system.intra_node_link.latency": f"{draw(st.sampled_from([0, 1, 5]))} us",
-        **draw(st.sampled_from([
-            {"hw.system.collective_algorithm": "ring"},
-            {"hw.system.collective_algorithm": "bidirectional_ring"},
-            {"hw.system.collective_algorithm": "tree",
-             "hw.system.topology": "fully_connected"},
-        ])),
+        **draw(
+            st.sampled_from(
+                [
+                    {"hw.system.collective_algorithm": "ring"},
+                    {"hw.system.collective_algorithm": "bidirectional_ring"},
+                    {
+                        "hw.system.collective_algorithm": "tree",
+                        "hw.system.topology": "fully_connected",
+                    },
+                ]
+            )
+        ),
     }
 
 
@@ -107,12 +119,19 @@ def llama_model(draw: st.DrawFn) -> dict[str, Any]:
     kv_heads = draw(st.sampled_from([1, 2, 4, 8]))
     heads = kv_heads * draw(st.sampled_from([1, 2, 4]))
     head_dim = draw(st.sampled_from([16, 64, 128]))
-    return {"family": "llama", "name": "tiny-llama",
-            "vocab_size": draw(st.sampled_from([256, 4096, 32000])),
-            "hidden_size": draw(st.sampled_from([heads * head_dim, 256, 1024])),
-            "layers": draw(st.integers(1, 6)), "heads": heads, "kv_heads": kv_heads,
-            "head_dim": head_dim, "ffn_intermediate": draw(st.sampled_from([64, 512, 2816])),
-            "max_context": 131072, "tie_embeddings": draw(st.booleans())}
+    return {
+        "family": "llama",
+        "name": "tiny-llama",
+        "vocab_size": draw(st.sampled_from([256, 4096, 32000])),
+        "hidden_size": draw(st.sampled_from([heads * head_dim, 256, 1024])),
+        "layers": draw(st.integers(1, 6)),
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "ffn_intermediate": draw(st.sampled_from([64, 512, 2816])),
+        "max_context": 131072,
+        "tie_embeddings": draw(st.booleans()),
+    }
 
 
 @st.composite
@@ -120,16 +139,26 @@ def deepseek_model(draw: st.DrawFn) -> dict[str, Any]:
     """A small DeepSeek-style architecture (MLA, dense then MoE layers)."""
     layers = draw(st.integers(1, 4))
     experts = draw(st.sampled_from([4, 8, 16]))
-    return {"family": "deepseek", "name": "tiny-deepseek",
-            "vocab_size": draw(st.sampled_from([256, 4096])),
-            "hidden_size": draw(st.sampled_from([256, 512])), "layers": layers,
-            "dense_layers": draw(st.integers(0, layers)),
-            "heads": draw(st.sampled_from([2, 4, 8])),
-            "q_lora_rank": 96, "kv_lora_rank": 64, "qk_nope_head_dim": 32,
-            "qk_rope_head_dim": 16, "v_head_dim": 32, "ffn_intermediate": 512,
-            "moe_intermediate": 128, "routed_experts": experts,
-            "experts_per_token": draw(st.sampled_from([1, 2, 4])),
-            "shared_experts": draw(st.integers(0, 1)), "max_context": 131072}
+    return {
+        "family": "deepseek",
+        "name": "tiny-deepseek",
+        "vocab_size": draw(st.sampled_from([256, 4096])),
+        "hidden_size": draw(st.sampled_from([256, 512])),
+        "layers": layers,
+        "dense_layers": draw(st.integers(0, layers)),
+        "heads": draw(st.sampled_from([2, 4, 8])),
+        "q_lora_rank": 96,
+        "kv_lora_rank": 64,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16,
+        "v_head_dim": 32,
+        "ffn_intermediate": 512,
+        "moe_intermediate": 128,
+        "routed_experts": experts,
+        "experts_per_token": draw(st.sampled_from([1, 2, 4])),
+        "shared_experts": draw(st.integers(0, 1)),
+        "max_context": 131072,
+    }
 
 
 def _length(draw: st.DrawFn, top: int) -> dict[str, Any] | int:
@@ -143,8 +172,13 @@ def _length(draw: st.DrawFn, top: int) -> dict[str, Any] | int:
     high = draw(st.integers(low, top))
     if kind == "uniform":
         return {"dist": "uniform", "low": low, "high": high}
-    return {"dist": "lognormal", "median": float(draw(st.integers(low, high))),
-            "sigma": draw(st.sampled_from([0.0, 0.5, 1.5])), "low": low, "high": high}
+    return {
+        "dist": "lognormal",
+        "median": float(draw(st.integers(low, high))),
+        "sigma": draw(st.sampled_from([0.0, 0.5, 1.5])),
+        "low": low,
+        "high": high,
+    }
 
 
 @st.composite
@@ -190,18 +224,30 @@ def workloads(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     if draw(st.booleans()):
         serving["prefill_chunk_tokens"] = draw(st.sampled_from([32, 256, 1024]))
-    data = {"name": "property", "hardware": HARDWARE, "model": model,
-            "dtypes": {"weights": draw(st.sampled_from(["bf16", "fp8"])),
-                       "kv": draw(st.sampled_from(["bf16", "fp8"]))},
-            "parallelism": {"tp": tp,
-                            "mla_cache_layout": draw(st.sampled_from(
-                                ["replicated", "sequence_split", "head_split"]))},
-            "kv": kv, "kernel_looping": draw(st.booleans()), "serving": serving,
-            "engine": {"tiles_per_stage": draw(st.sampled_from([1, 4, 8]))}}
+    data = {
+        "name": "property",
+        "hardware": HARDWARE,
+        "model": model,
+        "dtypes": {
+            "weights": draw(st.sampled_from(["bf16", "fp8"])),
+            "kv": draw(st.sampled_from(["bf16", "fp8"])),
+        },
+        "parallelism": {
+            "tp": tp,
+            "mla_cache_layout": draw(
+                st.sampled_from(["replicated", "sequence_split", "head_split"])
+            ),
+        },
+        "kv": kv,
+        "kernel_looping": draw(st.booleans()),
+        "serving": serving,
+        "engine": {"tiles_per_stage": draw(st.sampled_from([1, 4, 8]))},
+    }
     return data, draw(hardware_overrides())
 
 
 # --- helpers -------------------------------------------------------------------------------
+
 
 def _scenario(data: dict[str, Any], hw: dict[str, Any]) -> Scenario | None:
     """The validated scenario, or None when a cross-rule rejects it (with a ConfigError)."""
@@ -227,10 +273,12 @@ def roofline_s(program: Program, socket: SocketConfig) -> float:
     """The least time one step of ``program`` can take on one socket: every tier's bytes at
     that tier's peak bandwidth, and the matrix FLOPs at the socket's peak FLOP/s."""
     moved = program.bytes_by_tier()
-    return max(moved["hbm"] / socket.hbm.bandwidth,
-               moved["ddr"] / socket.ddr.bandwidth,
-               moved["sram"] / (socket.pmu.count * socket.pmu.bandwidth),
-               program.flops / socket.peak_flops)
+    return max(
+        moved["hbm"] / socket.hbm.bandwidth,
+        moved["ddr"] / socket.ddr.bandwidth,
+        moved["sram"] / (socket.pmu.count * socket.pmu.bandwidth),
+        program.flops / socket.peak_flops,
+    )
 
 
 @dataclass(frozen=True)
@@ -251,8 +299,9 @@ def _check_steps(result: api.RunResult) -> _Rooflines:
         timing: Any = result.cache.cost(shape).detail
         expected = program.bytes_by_tier()
         for tier in TIERS:
-            assert timing.bytes_by_tier[tier] == pytest.approx(expected[tier], rel=RTOL,
-                                                               abs=1e-6), (shape, tier)
+            assert timing.bytes_by_tier[tier] == pytest.approx(
+                expected[tier], rel=RTOL, abs=1e-6
+            ), (shape, tier)
         assert timing.flops == pytest.approx(program.flops, rel=RTOL, abs=1e-6), shape
         bound = roofline_s(program, socket)
         assert timing.step_s >= bound * (1 - RTOL), (shape, timing.step_s, bound)
@@ -263,12 +312,18 @@ def _check_steps(result: api.RunResult) -> _Rooflines:
     return _Rooflines(least["decode"], least["prefill"])
 
 
-def _check_requests(records: ServingRecords, clipped_output: np.ndarray[Any, Any],
-                    roof: _Rooflines) -> None:
+def _check_requests(
+    records: ServingRecords, clipped_output: np.ndarray[Any, Any], roof: _Rooflines
+) -> None:
     """Each request ran once, in time order, no faster than the decode roofline."""
     assert (records.completions == 1).all(), "every request completes exactly once"
-    for column in (records.arrival_ps, records.admit_ps, records.first_token_ps,
-                   records.finish_ps, records.slot):
+    for column in (
+        records.arrival_ps,
+        records.admit_ps,
+        records.first_token_ps,
+        records.finish_ps,
+        records.slot,
+    ):
         assert (column != UNSET).all()
     assert (records.arrival_ps >= 0).all()
     assert (records.arrival_ps <= records.admit_ps).all()
@@ -305,8 +360,9 @@ def _check_memory(result: api.RunResult, data: dict[str, Any]) -> None:
     for tier, row in data["memory"].items():
         assert row["used_bytes"] <= row["capacity_bytes"], (tier, row)
         assert row["free_bytes"] >= 0
-        assert row["used_bytes"] == (row["weights_bytes"] + row["kv_bytes"]
-                                     + row["activations_bytes"])
+        assert row["used_bytes"] == (
+            row["weights_bytes"] + row["kv_bytes"] + row["activations_bytes"]
+        )
     # Explicit slots may exceed the capacity (which keeps every weight in HBM) by spilling
     # weights to DDR; 'auto' is exactly the capacity.
     assert data["batch_slots"] == result.batch_slots >= 1
@@ -318,13 +374,16 @@ def _check_memory(result: api.RunResult, data: dict[str, Any]) -> None:
 
 # --- the properties ------------------------------------------------------------------------
 
+
 def _check_run(result: api.RunResult) -> None:
     """Every invariant of one finished run (see the module docstring)."""
     scenario, out = result.scenario, result.to_dict()
     n = scenario.workload.serving.requests
-    _, clipped = clip_to_context(result.requests_in.prompt_tokens,
-                                 result.requests_in.output_tokens,
-                                 scenario.workload.serving.max_context)
+    _, clipped = clip_to_context(
+        result.requests_in.prompt_tokens,
+        result.requests_in.output_tokens,
+        scenario.workload.serving.max_context,
+    )
     assert out["requests"] == n == len(result.records)
     assert out["requests_completed"] == n
     assert out["output_tokens"] == int(clipped.sum()) == result.records.tokens_generated
@@ -339,8 +398,9 @@ def _check_run(result: api.RunResult) -> None:
 
 @SETTINGS
 @given(case=workloads())
-def test_random_workloads_obey_the_invariants(case: tuple[dict[str, Any], dict[str, Any]],
-                                              ) -> None:
+def test_random_workloads_obey_the_invariants(
+    case: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
     """Small custom models and the Llama 3.1 8B preset on varied hardware, end to end."""
     data, hw = case
     scenario = _scenario(data, hw)
@@ -352,21 +412,34 @@ def test_random_workloads_obey_the_invariants(case: tuple[dict[str, Any], dict[s
     _check_run(result)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(workload=st.sampled_from(sorted((ROOT / "workloads").glob("*.yaml"))),
-       policy=st.sampled_from(["full", "snapstream", "streamingllm", "snapkv"]),
-       max_context=st.sampled_from([2048, 8192]), requests=st.integers(1, 4),
-       slots=st.sampled_from([1, 3, "auto"]), seed=st.integers(0, 1000))
-def test_shipped_presets_obey_the_invariants(workload: Path, policy: str, max_context: int,
-                                             requests: int, slots: int | str,
-                                             seed: int) -> None:
+@settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    workload=st.sampled_from(sorted((ROOT / "workloads").glob("*.yaml"))),
+    policy=st.sampled_from(["full", "snapstream", "streamingllm", "snapkv"]),
+    max_context=st.sampled_from([2048, 8192]),
+    requests=st.integers(1, 4),
+    slots=st.sampled_from([1, 3, "auto"]),
+    seed=st.integers(0, 1000),
+)
+def test_shipped_presets_obey_the_invariants(
+    workload: Path, policy: str, max_context: int, requests: int, slots: int | str, seed: int
+) -> None:
     """The shipped workloads (DeepSeek-R1 and Llama 3.1 presets) at a few requests."""
     overrides: dict[str, Any] = {
-        "kv.policy": policy, "serving.max_context": max_context,
-        "serving.requests": requests, "serving.batch_slots": slots, "serving.seed": seed,
+        "kv.policy": policy,
+        "serving.max_context": max_context,
+        "serving.requests": requests,
+        "serving.batch_slots": slots,
+        "serving.seed": seed,
         "serving.prompt_tokens": {"dist": "uniform", "low": 1, "high": max_context},
-        "serving.output_tokens": {"dist": "uniform", "low": 1, "high": 64}}
+        "serving.output_tokens": {"dist": "uniform", "low": 1, "high": 64},
+    }
     if policy != "full":
         overrides.update({"kv.budget": 1024, "kv.recent": 256})
     try:
@@ -386,11 +459,17 @@ def _with_policy(data: dict[str, Any], policy: str) -> dict[str, Any]:
     return dict(data, kv=kv)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(case=workloads(), slots=st.integers(1, 64))
 def test_snapstream_never_holds_more_kv_than_full(
-        case: tuple[dict[str, Any], dict[str, Any]], slots: int) -> None:
+    case: tuple[dict[str, Any], dict[str, Any]], slots: int
+) -> None:
     """For the same slots, SnapStream's KV bytes (and its plan's) <= full attention's, and
     its batch capacity >= full's."""
     data, hw = case
@@ -408,23 +487,33 @@ def test_snapstream_never_holds_more_kv_than_full(
     except CapacityError:
         return  # full does not fit: nothing to compare the plan with
     snap_plan = plan_memory(snap, slots)  # fits if full fits: CapacityError here fails
-    assert (sum(t.kv_bytes for t in snap_plan.tiers.values())
-            <= sum(t.kv_bytes for t in full_plan.tiers.values()))
+    assert sum(t.kv_bytes for t in snap_plan.tiers.values()) <= sum(
+        t.kv_bytes for t in full_plan.tiers.values()
+    )
     assert batch_capacity(snap, strict=False) >= batch_capacity(full, strict=False)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(case=workloads(), hbm_gib=st.sampled_from([1, 2, 4]), slots=st.integers(1, 100_000))
 def test_oversized_batches_raise_capacity_error_only(
-        case: tuple[dict[str, Any], dict[str, Any]], hbm_gib: int, slots: int) -> None:
+    case: tuple[dict[str, Any], dict[str, Any]], hbm_gib: int, slots: int
+) -> None:
     """A batch or model that does not fit is a CapacityError from api.run, never anything
     else (and never a silently overfull plan)."""
     data, hw = case
-    data = dict(data, serving=dict(data["serving"], batch_slots=slots, requests=1,
-                                   output_tokens=1, prompt_tokens=8))
-    hw = dict(hw, **{"hw.socket.hbm.capacity": f"{hbm_gib} GiB",
-                     "hw.socket.ddr.capacity": "1 GiB"})
+    data = dict(
+        data,
+        serving=dict(
+            data["serving"], batch_slots=slots, requests=1, output_tokens=1, prompt_tokens=8
+        ),
+    )
+    hw = dict(hw, **{"hw.socket.hbm.capacity": f"{hbm_gib} GiB", "hw.socket.ddr.capacity": "1 GiB"})
     scenario = _scenario(data, hw)
     assume(scenario is not None)
     assert scenario is not None

@@ -41,12 +41,28 @@ SNAP = str(ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml")
 FULL = str(ROOT / "workloads" / "deepseek-r1-128k-full.yaml")
 SHIPPED = sorted(str(p) for p in (ROOT / "workloads").glob("*.yaml"))
 MEMORY_CEILING = 3 * 2**30  # address space of a refusing CLI process
-MILLION_LONG = {"serving.requests": 1_000_000, "serving.max_context": 131072,
-                "serving.prompt_tokens": 30000, "serving.output_tokens": 100_000,
-                "serving.prefill_chunk_tokens": 1024, "serving.batch_slots": 2}
-TINY_MODEL = {"model": {"family": "llama", "name": "tiny", "vocab_size": 256,
-                        "hidden_size": 64, "layers": 1, "heads": 1, "kv_heads": 1,
-                        "head_dim": 64, "ffn_intermediate": 64, "max_context": 131072}}
+MILLION_LONG = {
+    "serving.requests": 1_000_000,
+    "serving.max_context": 131072,
+    "serving.prompt_tokens": 30000,
+    "serving.output_tokens": 100_000,
+    "serving.prefill_chunk_tokens": 1024,
+    "serving.batch_slots": 2,
+}
+TINY_MODEL = {
+    "model": {
+        "family": "llama",
+        "name": "tiny",
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "layers": 1,
+        "heads": 1,
+        "kv_heads": 1,
+        "head_dim": 64,
+        "ffn_intermediate": 64,
+        "max_context": 131072,
+    }
+}
 
 
 def _estimate(path: str, overrides: dict[str, Any] | None = None) -> tuple[Scenario, Any]:
@@ -54,12 +70,14 @@ def _estimate(path: str, overrides: dict[str, Any] | None = None) -> tuple[Scena
     scenario = api.load(path, overrides)
     policy = api._policy(scenario)
     _, slots = api.resolve_batch_slots(scenario, api.EngineBackend())
-    requests = make_requests(scenario.workload.serving, slots, scenario.base_dir,
-                             scenario.workload_file)
+    requests = make_requests(
+        scenario.workload.serving, slots, scenario.base_dir, scenario.workload_file
+    )
     return scenario, estimate_run(scenario, policy, slots, requests)
 
 
 # --- the guard admits what must run --------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: Path(p).stem)
 def test_shipped_workloads_are_far_below_the_limit(path: str) -> None:
@@ -83,6 +101,7 @@ def test_a_million_plain_requests_are_admitted() -> None:
 
 # --- the guard refuses the absurd, naming the way out ---------------------------------------
 
+
 @pytest.mark.timeout(60)
 def test_million_long_requests_refused_by_the_api() -> None:
     with pytest.raises(RunTooLargeError) as error:
@@ -96,8 +115,12 @@ def test_million_long_requests_refused_by_the_api() -> None:
 @pytest.mark.timeout(60)
 def test_million_slots_refused_naming_batch_slots() -> None:
     """`auto` slots on a tiny model is a capacity of about a million slots."""
-    overrides = {**TINY_MODEL, "serving.batch_slots": "auto", "serving.requests": 1_000_000,
-                 "hw.socket.hbm.capacity": "1024 GiB"}
+    overrides = {
+        **TINY_MODEL,
+        "serving.batch_slots": "auto",
+        "serving.requests": 1_000_000,
+        "hw.socket.hbm.capacity": "1024 GiB",
+    }
     with pytest.raises(RunTooLargeError) as error:
         api.run(LLAMA, overrides)
     assert "serving.batch_slots" in str(error.value)
@@ -125,9 +148,15 @@ def _limited_cli(*args: str) -> subprocess.CompletedProcess[str]:
     def limit() -> None:  # pragma: no cover - runs in the child
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CEILING, MEMORY_CEILING))
 
-    return subprocess.run([sys.executable, "-m", "rdu_sim.cli.main", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=90, preexec_fn=limit,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        preexec_fn=limit,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(120)
@@ -145,12 +174,12 @@ def test_cli_refuses_a_million_long_requests_with_exit_2() -> None:
 
 # --- the engine's event budget --------------------------------------------------------------
 
+
 @pytest.mark.timeout(120)
 def test_huge_engine_step_refused_by_the_api() -> None:
     """4096 tiles per stage on every socket of a TP-8 model: tens of millions of events per
     step, refused before the step is simulated."""
-    overrides = {"engine.tiles_per_stage": 4096, "engine.all_sockets": True,
-                 "serving.requests": 1}
+    overrides = {"engine.tiles_per_stage": 4096, "engine.all_sockets": True, "serving.requests": 1}
     with pytest.raises(EventBudgetError) as error:
         api.run(LLAMA8, overrides)
     assert "engine.tiles_per_stage" in str(error.value)
@@ -160,14 +189,16 @@ def test_huge_engine_step_refused_by_the_api() -> None:
 @pytest.mark.timeout(120)
 def test_cli_engine_budget_exits_2_without_traceback() -> None:
     """Regression: EventBudgetError used to escape `rdu-sim run` as a traceback."""
-    result = _limited_cli("run", LLAMA, "--set", "engine.max_events=1000",
-                          "--set", "serving.requests=1")
+    result = _limited_cli(
+        "run", LLAMA, "--set", "engine.max_events=1000", "--set", "serving.requests=1"
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert "engine.max_events" in result.stderr and "engine.tiles_per_stage" in result.stderr
 
 
 # --- the estimate bounds the run -------------------------------------------------------------
+
 
 class _Formula:
     """A fast backend: plenty of memory, step time from the shape (serving-level tests)."""
@@ -183,28 +214,53 @@ class _Formula:
         return StepCost(step_s=1e-4 + 1e-7 * work)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(requests=st.integers(1, 120), slots=st.integers(1, 12),
-       prompt=st.integers(1, 6000), output=st.integers(1, 3000),
-       chunk=st.sampled_from([None, 64, 512, 2048]),
-       policy=st.sampled_from(["full", "snapstream", "streamingllm", "snapkv"]),
-       process=st.sampled_from(["poisson", "closed_loop", "all_at_once"]),
-       priority=st.sampled_from(["prefill_first", "decode_first"]),
-       min_bucket=st.sampled_from([16, 1024]), seed=st.integers(0, 99))
-def test_estimate_bounds_rows_and_shapes(requests: int, slots: int, prompt: int, output: int,
-                                         chunk: int | None, policy: str, process: str,
-                                         priority: str, min_bucket: int, seed: int) -> None:
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    requests=st.integers(1, 120),
+    slots=st.integers(1, 12),
+    prompt=st.integers(1, 6000),
+    output=st.integers(1, 3000),
+    chunk=st.sampled_from([None, 64, 512, 2048]),
+    policy=st.sampled_from(["full", "snapstream", "streamingllm", "snapkv"]),
+    process=st.sampled_from(["poisson", "closed_loop", "all_at_once"]),
+    priority=st.sampled_from(["prefill_first", "decode_first"]),
+    min_bucket=st.sampled_from([16, 1024]),
+    seed=st.integers(0, 99),
+)
+def test_estimate_bounds_rows_and_shapes(
+    requests: int,
+    slots: int,
+    prompt: int,
+    output: int,
+    chunk: int | None,
+    policy: str,
+    process: str,
+    priority: str,
+    min_bucket: int,
+    seed: int,
+) -> None:
     """State changes (time-series rows) and distinct shapes never exceed the estimate."""
     overrides: dict[str, Any] = {
-        "serving.requests": requests, "serving.batch_slots": slots,
-        "serving.max_context": 8192, "serving.seed": seed,
+        "serving.requests": requests,
+        "serving.batch_slots": slots,
+        "serving.max_context": 8192,
+        "serving.seed": seed,
         "serving.prompt_tokens": {"dist": "uniform", "low": 1, "high": prompt},
         "serving.output_tokens": {"dist": "uniform", "low": 1, "high": output},
-        "serving.arrival": {"process": process, **({"rate": 200.0}
-                                                   if process == "poisson" else {})},
-        "serving.prefill_priority": priority, "serving.prefill_chunk_tokens": chunk,
-        "kv.policy": policy}
+        "serving.arrival": {
+            "process": process,
+            **({"rate": 200.0} if process == "poisson" else {}),
+        },
+        "serving.prefill_priority": priority,
+        "serving.prefill_chunk_tokens": chunk,
+        "kv.policy": policy,
+    }
     if policy == "full":
         overrides["kv.min_bucket"] = min_bucket
     elif policy == "streamingllm":

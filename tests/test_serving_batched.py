@@ -35,7 +35,6 @@ def kv_config(**data: Any) -> KVConfig:
     return KVConfig.model_validate(data)
 
 
-
 def fake_step(shape: StaticShape) -> StepCost:
     """Step times with awkward (non-round) constants, growing with the shape."""
     if shape.phase == "prefill":
@@ -44,9 +43,15 @@ def fake_step(shape: StaticShape) -> StepCost:
     return StepCost(1.7e-2 + shape.batch * 1.3e-4 + shape.cache_len * 3.7e-7)
 
 
-def reference_serve(requests: RequestSet, policy: KVPolicy, cache: StepCache, slots: int,
-                    max_context: int, priority: str = "prefill_first",
-                    chunk: int | None = None) -> dict[str, np.ndarray]:
+def reference_serve(
+    requests: RequestSet,
+    policy: KVPolicy,
+    cache: StepCache,
+    slots: int,
+    max_context: int,
+    priority: str = "prefill_first",
+    chunk: int | None = None,
+) -> dict[str, np.ndarray]:
     """Per-request arrival/admit/first-token/finish times (ps), stepping one step at a time."""
     n = len(requests)
     prompt = requests.prompt_tokens.tolist()
@@ -125,8 +130,9 @@ def reference_serve(requests: RequestSet, policy: KVPolicy, cache: StepCache, sl
                 last = prefilled[slot] == prompt[r]
                 shape = StaticShape("prefill", 1, chunk, start, select=compresses and last)
             else:
-                shape = StaticShape("prefill", 1, prompt_bucket(prompt[r], max_context), 0,
-                                    select=compresses)
+                shape = StaticShape(
+                    "prefill", 1, prompt_bucket(prompt[r], max_context), 0, select=compresses
+                )
                 prefilled[slot] = prompt[r]
             t += cache.step_ps(shape)
             last_prefill = True
@@ -153,16 +159,29 @@ def reference_serve(requests: RequestSet, policy: KVPolicy, cache: StepCache, sl
 CASES: list[dict[str, Any]] = [
     {"policy": "full", "arrival": {"process": "closed_loop"}},
     {"policy": "full", "arrival": {"process": "poisson", "rate": 3.0}},
-    {"policy": "full", "arrival": {"process": "poisson", "rate": 40.0},
-     "prefill_priority": "decode_first"},
+    {
+        "policy": "full",
+        "arrival": {"process": "poisson", "rate": 40.0},
+        "prefill_priority": "decode_first",
+    },
     {"policy": "full", "arrival": {"process": "all_at_once"}, "prefill_chunk_tokens": 300},
-    {"policy": "full", "arrival": {"process": "poisson", "rate": 5.0},
-     "prefill_chunk_tokens": 256, "prefill_priority": "decode_first"},
+    {
+        "policy": "full",
+        "arrival": {"process": "poisson", "rate": 5.0},
+        "prefill_chunk_tokens": 256,
+        "prefill_priority": "decode_first",
+    },
     {"policy": "snapstream", "arrival": {"process": "poisson", "rate": 4.0}},
-    {"policy": "snapstream", "arrival": {"process": "closed_loop", "concurrency": 9},
-     "prefill_chunk_tokens": 512},
-    {"policy": "snapkv", "arrival": {"process": "poisson", "rate": 6.0},
-     "prefill_priority": "decode_first"},
+    {
+        "policy": "snapstream",
+        "arrival": {"process": "closed_loop", "concurrency": 9},
+        "prefill_chunk_tokens": 512,
+    },
+    {
+        "policy": "snapkv",
+        "arrival": {"process": "poisson", "rate": 6.0},
+        "prefill_priority": "decode_first",
+    },
     {"policy": "streamingllm", "arrival": {"process": "all_at_once"}},
 ]
 
@@ -177,16 +196,30 @@ def test_batched_server_matches_step_by_step_reference(case: dict[str, Any]) -> 
     kv = kv_config(policy=policy_name, min_bucket=256, budget=budget, recent=512)
     policy = make_policy(kv, max_context)
     serving = serving_config(
-        max_context=max_context, requests=60, seed=7,
-        prompt_tokens={"dist": "lognormal", "median": 900, "sigma": 0.9, "low": 1,
-                       "high": 4000},
-        output_tokens={"dist": "uniform", "low": 1, "high": 700}, **case)
+        max_context=max_context,
+        requests=60,
+        seed=7,
+        prompt_tokens={"dist": "lognormal", "median": 900, "sigma": 0.9, "low": 1, "high": 4000},
+        output_tokens={"dist": "uniform", "low": 1, "high": 700},
+        **case,
+    )
     requests = make_requests(serving, slots)
     cache = StepCache(fake_step)
-    records = serve(requests, policy, cache, ServerConfig(
-        slots, max_context, serving.prefill_priority, serving.prefill_chunk_tokens))
-    expected = reference_serve(requests, policy, cache, slots, max_context,
-                               serving.prefill_priority, serving.prefill_chunk_tokens)
+    records = serve(
+        requests,
+        policy,
+        cache,
+        ServerConfig(slots, max_context, serving.prefill_priority, serving.prefill_chunk_tokens),
+    )
+    expected = reference_serve(
+        requests,
+        policy,
+        cache,
+        slots,
+        max_context,
+        serving.prefill_priority,
+        serving.prefill_chunk_tokens,
+    )
     np.testing.assert_array_equal(records.arrival_ps, expected["arrival"])
     np.testing.assert_array_equal(records.admit_ps, expected["admit"])
     np.testing.assert_array_equal(records.first_token_ps, expected["first"])

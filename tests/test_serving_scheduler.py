@@ -28,7 +28,6 @@ def kv_config(**data: Any) -> KVConfig:
     return KVConfig.model_validate(data)
 
 
-
 def fake_step(shape: StaticShape) -> StepCost:
     if shape.phase == "prefill":
         return StepCost(2.9e-3 + shape.tokens * 6.1e-7 + shape.cache_len * 1.3e-7, 0.2, 0.8)
@@ -37,16 +36,31 @@ def fake_step(shape: StaticShape) -> StepCost:
 
 def run(policy: str = "full", slots: int = 6, **serving: Any) -> tuple[ServingRecords, StepCache]:
     max_context = serving.pop("max_context", 8192)
-    config = serving_config(max_context=max_context, **{
-        "requests": 80, "seed": 3,
-        "prompt_tokens": {"dist": "lognormal", "median": 1500, "sigma": 0.7, "low": 16,
-                          "high": 8000},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 900}, **serving})
+    config = serving_config(
+        max_context=max_context,
+        **{
+            "requests": 80,
+            "seed": 3,
+            "prompt_tokens": {
+                "dist": "lognormal",
+                "median": 1500,
+                "sigma": 0.7,
+                "low": 16,
+                "high": 8000,
+            },
+            "output_tokens": {"dist": "uniform", "low": 1, "high": 900},
+            **serving,
+        },
+    )
     kv = kv_config(policy=policy, budget=None if policy == "full" else 2048, recent=1024)
     cache = StepCache(fake_step)
     requests = make_requests(config, slots)
-    records = serve(requests, make_policy(kv, max_context), cache, ServerConfig(
-        slots, max_context, config.prefill_priority, config.prefill_chunk_tokens))
+    records = serve(
+        requests,
+        make_policy(kv, max_context),
+        cache,
+        ServerConfig(slots, max_context, config.prefill_priority, config.prefill_chunk_tokens),
+    )
     return records, cache
 
 
@@ -79,17 +93,16 @@ def test_littles_law_from_the_time_series(case: dict[str, Any]) -> None:
     series_l = np.column_stack([series[:, 0], in_system, series[:, 1]])
     throughput = len(records) / end
     time_in_system = float((records.finish_ps - records.arrival_ps).mean())
-    assert time_average(series_l, 1, end) == pytest.approx(throughput * time_in_system,
-                                                           rel=1e-9)
+    assert time_average(series_l, 1, end) == pytest.approx(throughput * time_in_system, rel=1e-9)
     queue_delay = float((records.admit_ps - records.arrival_ps).mean())
-    assert time_average(series_l, 2, end) == pytest.approx(throughput * queue_delay, rel=1e-9,
-                                                           abs=1e-12)
+    assert time_average(series_l, 2, end) == pytest.approx(
+        throughput * queue_delay, rel=1e-9, abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("case", ARRIVALS, ids=lambda c: str(c["arrival"]["process"]))
 @pytest.mark.parametrize("policy", ["full", "snapstream"])
-def test_every_request_completes_once_and_tokens_add_up(case: dict[str, Any],
-                                                        policy: str) -> None:
+def test_every_request_completes_once_and_tokens_add_up(case: dict[str, Any], policy: str) -> None:
     records, cache = run(policy, **case)
     assert (records.completions == 1).all()
     assert records.tokens_generated == int(records.output_tokens.sum())
@@ -111,13 +124,22 @@ def test_fifo_admission_order() -> None:
 
 @pytest.mark.parametrize("policy", ["full", "snapstream"])
 def test_one_request_ttft_is_the_prefill_step_and_tpot_the_decode_step(policy: str) -> None:
-    records, cache = run(policy, slots=4, requests=1, prompt_tokens=3000, output_tokens=200,
-                         arrival={"process": "all_at_once"})
+    records, cache = run(
+        policy,
+        slots=4,
+        requests=1,
+        prompt_tokens=3000,
+        output_tokens=200,
+        arrival={"process": "all_at_once"},
+    )
     max_context = 8192
-    prefill = StaticShape("prefill", 1, prompt_bucket(3000, max_context), 0,
-                          select=policy == "snapstream")  # 3000 tokens > the 2048 budget
-    kv_policy = make_policy(kv_config(policy=policy, budget=None if policy == "full" else 2048,
-                                     recent=1024), max_context)
+    prefill = StaticShape(
+        "prefill", 1, prompt_bucket(3000, max_context), 0, select=policy == "snapstream"
+    )  # 3000 tokens > the 2048 budget
+    kv_policy = make_policy(
+        kv_config(policy=policy, budget=None if policy == "full" else 2048, recent=1024),
+        max_context,
+    )
     bucket = kv_policy.decode_bucket(kv_policy.cache_at(3000, 199), max_context)
     decode = StaticShape("decode", 4, 1, bucket)
     ttft = records.seconds(records.first_token_ps - records.arrival_ps)[0]
@@ -129,11 +151,16 @@ def test_one_request_ttft_is_the_prefill_step_and_tpot_the_decode_step(policy: s
 
 def test_chunked_prefill_shapes_and_interleaving() -> None:
     """Chunks of C tokens attend to what is already prefilled; decode runs between them."""
-    records, cache = run(slots=2, requests=2, prompt_tokens=1000, output_tokens=50,
-                         prefill_chunk_tokens=256, arrival={"process": "all_at_once"})
+    records, cache = run(
+        slots=2,
+        requests=2,
+        prompt_tokens=1000,
+        output_tokens=50,
+        prefill_chunk_tokens=256,
+        arrival={"process": "all_at_once"},
+    )
     chunks = [s for s in cache.steps if s.phase == "prefill"]
-    assert chunks == [StaticShape("prefill", 1, 256, c, select=False)
-                      for c in (0, 256, 512, 768)]
+    assert chunks == [StaticShape("prefill", 1, 256, c, select=False) for c in (0, 256, 512, 768)]
     assert all(cache.steps[s] == 2 for s in chunks)
     # With no decoding slot, the first prompt's chunks run back to back; the second
     # prompt's chunks then alternate with decode steps of the first request.
@@ -144,42 +171,75 @@ def test_chunked_prefill_shapes_and_interleaving() -> None:
 
 
 def test_decode_first_admits_one_prefill_between_decode_steps() -> None:
-    records, cache = run(slots=8, requests=8, prompt_tokens=1000, output_tokens=100,
-                         prefill_priority="decode_first", arrival={"process": "all_at_once"})
+    records, cache = run(
+        slots=8,
+        requests=8,
+        prompt_tokens=1000,
+        output_tokens=100,
+        prefill_priority="decode_first",
+        arrival={"process": "all_at_once"},
+    )
     first = np.sort(records.first_token_ps)
     prefill = cache.step_ps(StaticShape("prefill", 1, 1024, 0, select=False))
     gaps = np.diff(first)
     # After the first prefill, each next prefill waits for one decode step.
     assert (gaps > prefill).all()
-    records_pf, _ = run(slots=8, requests=8, prompt_tokens=1000, output_tokens=100,
-                        arrival={"process": "all_at_once"})
+    records_pf, _ = run(
+        slots=8,
+        requests=8,
+        prompt_tokens=1000,
+        output_tokens=100,
+        arrival={"process": "all_at_once"},
+    )
     assert (np.diff(np.sort(records_pf.first_token_ps)) == prefill).all()
 
 
 def test_chunked_compressing_prefill_selects_on_the_last_chunk_only() -> None:
-    _, cache = run("snapstream", slots=1, requests=1, prompt_tokens=3000, output_tokens=2,
-                   prefill_chunk_tokens=1024, arrival={"process": "all_at_once"})
+    _, cache = run(
+        "snapstream",
+        slots=1,
+        requests=1,
+        prompt_tokens=3000,
+        output_tokens=2,
+        prefill_chunk_tokens=1024,
+        arrival={"process": "all_at_once"},
+    )
     chunks = sorted((s for s in cache.steps if s.phase == "prefill"), key=lambda s: s.cache_len)
-    assert [(s.cache_len, s.select) for s in chunks] == [(0, False), (1024, False),
-                                                         (2048, True)]
+    assert [(s.cache_len, s.select) for s in chunks] == [(0, False), (1024, False), (2048, True)]
 
 
 def test_decode_bucket_follows_the_longest_cache() -> None:
     """Full attention changes decode bucket as caches grow; SnapStream never does."""
-    _, cache_full = run("full", slots=2, requests=2, prompt_tokens=900, output_tokens=3000,
-                        arrival={"process": "all_at_once"})
+    _, cache_full = run(
+        "full",
+        slots=2,
+        requests=2,
+        prompt_tokens=900,
+        output_tokens=3000,
+        arrival={"process": "all_at_once"},
+    )
     buckets = sorted(s.cache_len for s in cache_full.steps if s.phase == "decode")
     assert buckets == [1024, 2048, 4096]
-    _, cache_snap = run("snapstream", slots=2, requests=2, prompt_tokens=900,
-                        output_tokens=3000, arrival={"process": "all_at_once"})
+    _, cache_snap = run(
+        "snapstream",
+        slots=2,
+        requests=2,
+        prompt_tokens=900,
+        output_tokens=3000,
+        arrival={"process": "all_at_once"},
+    )
     assert sorted(s.cache_len for s in cache_snap.steps if s.phase == "decode") == [2048]
 
 
 def test_every_policy_has_the_linear_cache_model() -> None:
     """The server assumes cache_at(p, g) == min(cache_at(p, 1) + g - 1, cache_at(p, last))."""
     max_context = 4096
-    for name, extra in [("full", {}), ("snapstream", {"budget": 1024, "recent": 512}),
-                        ("snapkv", {"budget": 1024}), ("streamingllm", {"recent": 512})]:
+    for name, extra in [
+        ("full", {}),
+        ("snapstream", {"budget": 1024, "recent": 512}),
+        ("snapkv", {"budget": 1024}),
+        ("streamingllm", {"recent": 512}),
+    ]:
         policy = make_policy(kv_config(policy=name, min_bucket=256, **extra), max_context)
         for prompt in (1, 7, 500, 1023, 1024, 1025, 2000, 4000):
             last = max_context - prompt  # the longest output a clipped request can have
@@ -198,11 +258,25 @@ def test_ten_thousand_long_requests_are_fast_and_compact() -> None:
 
     start = time.perf_counter()
     records, _ = run(
-        "snapstream", slots=128, max_context=131072, requests=10_000,
-        prompt_tokens={"dist": "lognormal", "median": 4096, "sigma": 0.8, "low": 256,
-                       "high": 65536},
-        output_tokens={"dist": "lognormal", "median": 8192, "sigma": 0.6, "low": 512,
-                       "high": 32768})
+        "snapstream",
+        slots=128,
+        max_context=131072,
+        requests=10_000,
+        prompt_tokens={
+            "dist": "lognormal",
+            "median": 4096,
+            "sigma": 0.8,
+            "low": 256,
+            "high": 65536,
+        },
+        output_tokens={
+            "dist": "lognormal",
+            "median": 8192,
+            "sigma": 0.6,
+            "low": 512,
+            "high": 32768,
+        },
+    )
     elapsed = time.perf_counter() - start
     assert (records.completions == 1).all()
     assert records.decode_steps > 500_000

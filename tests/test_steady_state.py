@@ -29,11 +29,18 @@ from rdu_sim.serving.step_cache import PS_PER_S
 from rdu_sim.validate import measure
 
 LLAMA = Path(__file__).resolve().parents[1] / "workloads" / "llama3.1-8b-1socket.yaml"
-SMALL = ["serving.batch_slots=4", "serving.prompt_tokens=512",
-         "serving.output_tokens={dist: uniform, low: 16, high: 128}"]
+SMALL = [
+    "serving.batch_slots=4",
+    "serving.prompt_tokens=512",
+    "serving.output_tokens={dist: uniform, low: 16, high: 128}",
+]
 CLOSED = ["serving.arrival.process=closed_loop", "serving.requests=24", *SMALL]
-POISSON = ["serving.arrival.process=poisson", "serving.arrival.rate=2.0",
-           "serving.requests=24", *SMALL]
+POISSON = [
+    "serving.arrival.process=poisson",
+    "serving.arrival.rate=2.0",
+    "serving.requests=24",
+    *SMALL,
+]
 MS = PS_PER_S // 1000
 
 
@@ -50,8 +57,9 @@ def poisson() -> api.RunResult:
 def _records(rows: list[tuple[int, int, int, int, int]]) -> ServingRecords:
     """Records of completed requests from (output tokens, admit, first token, finish, slot),
     times in milliseconds (prompt 8 tokens, arrival 0)."""
-    records = ServingRecords(np.full(len(rows), 8, dtype=np.int64),
-                             np.array([r[0] for r in rows], dtype=np.int64))
+    records = ServingRecords(
+        np.full(len(rows), 8, dtype=np.int64), np.array([r[0] for r in rows], dtype=np.int64)
+    )
     records.arrival_ps[:] = 0
     for i, (_, admit, first, finish, slot) in enumerate(rows):
         records.admit_ps[i] = admit * MS
@@ -65,12 +73,12 @@ def _records(rows: list[tuple[int, int, int, int, int]]) -> ServingRecords:
 # Two slots, six requests. Completions at 100, 140, 240, 250, 300, 400 ms: the window is
 # [completion 2 = 140 ms, last admission = 250 ms].
 HAND = [
-    (10, 0, 10, 100, 0),     # ends before the window: nothing
-    (13, 10, 20, 140, 1),    # ends at the window's start: nothing
+    (10, 0, 10, 100, 0),  # ends before the window: nothing
+    (13, 10, 20, 140, 1),  # ends at the window's start: nothing
     (16, 100, 110, 250, 0),  # 15 decode tokens over 140 ms, 110 ms inside; first token before
     (10, 140, 150, 240, 1),  # wholly inside: first token + 9 decode tokens
-    (4, 240, 250, 400, 1),   # first token at the window's end (excluded); decode after it
-    (5, 250, 260, 300, 0),   # the last admission: everything after the window
+    (4, 240, 250, 400, 1),  # first token at the window's end (excluded); decode after it
+    (5, 250, 260, 300, 0),  # the last admission: everything after the window
 ]
 
 
@@ -128,8 +136,9 @@ def test_poisson_run_has_no_steady_window(poisson: api.RunResult) -> None:
 def test_calibration_refuses_too_few_requests() -> None:
     short = api.run(LLAMA, ["serving.arrival.process=closed_loop", "serving.requests=8", *SMALL])
     assert short.to_dict()["steady_decode_tokens_per_s"] is None
-    with pytest.raises(ConfigError, match="8 requests leave no steady window with 4 slots; "
-                                          "need at least 12"):
+    with pytest.raises(
+        ConfigError, match="8 requests leave no steady window with 4 slots; need at least 12"
+    ):
         measure.steady_state(short)
 
 

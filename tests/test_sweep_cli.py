@@ -73,8 +73,9 @@ def test_default_db_is_beside_the_spec_and_dry_run_writes_nothing(tmp_path: Path
 
 
 def test_failed_points_exit_1_and_retry(tmp_path: Path) -> None:
-    failing = SYNTHETIC.replace("{name: synthetic}",
-                                "{name: synthetic, options: {fail_when: {serving.batch_slots: 2}}}")
+    failing = SYNTHETIC.replace(
+        "{name: synthetic}", "{name: synthetic, options: {fail_when: {serving.batch_slots: 2}}}"
+    )
     spec = write_spec(tmp_path, failing)
     result = sweep(spec, "--workers", "1")
     assert result.exit_code == 1
@@ -108,14 +109,16 @@ def test_cluster_local_gives_the_same_rows(tmp_path: Path) -> None:
 def test_must_show_llama8b_batch_slots(tmp_path: Path) -> None:
     """The issue's case: batch_slots [1, 2, 4, 8] on the 1-socket Llama 8B, --workers 2."""
     spec = tmp_path / "must.yaml"
-    spec.write_text(textwrap.dedent(f"""
+    spec.write_text(
+        textwrap.dedent(f"""
         base: {BASE}
         set:
           serving.requests: 4
           serving.prompt_tokens: 128
           serving.output_tokens: 16
         axes: {{serving.batch_slots: [1, 2, 4, 8]}}
-        """))
+        """)
+    )
     db = tmp_path / "out.sqlite"
     first = sweep(spec, "--workers", "2", "--db", db)
     assert first.exit_code == 0, first.output

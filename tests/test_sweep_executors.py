@@ -35,9 +35,12 @@ evaluator: {name: synthetic, options: {fail_when: {serving.batch_slots: 8,
 def table(db: Path) -> dict[str, tuple[str, str, str | None, str]]:
     """key -> (status, metrics, first line of error, overrides), as stored."""
     with sqlite3.connect(db) as conn:
-        return {key: (status, metrics, error.splitlines()[0] if error else None, overrides)
-                for key, status, metrics, error, overrides in conn.execute(
-                    "SELECT key, status, metrics, error, overrides FROM results")}
+        return {
+            key: (status, metrics, error.splitlines()[0] if error else None, overrides)
+            for key, status, metrics, error, overrides in conn.execute(
+                "SELECT key, status, metrics, error, overrides FROM results"
+            )
+        }
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +51,9 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def serial(spec: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[
-        str, str, str | None, str]]:
+def serial(
+    spec: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[str, str, str | None, str]]:
     db = tmp_path_factory.mktemp("serial") / "serial.sqlite"
     summary = run_sweep(spec, db=db, workers=1)
     assert (summary.ran, summary.done, summary.failed) == (16, 14, 2)
@@ -61,13 +65,14 @@ def test_serial_rows_are_complete(serial: dict[str, tuple[str, str, str | None, 
     failed = [v for v in serial.values() if v[0] == "failed"]
     assert len(failed) == 2  # batch 8 at 4k context, at both bandwidths
     assert all(json.loads(v[3])["serving.batch_slots"] == 8 for v in failed)
-    assert all(json.loads(v[1])["memory.hbm.kv_bytes"] > 0 for v in serial.values()
-               if v[0] == "done")
+    assert all(
+        json.loads(v[1])["memory.hbm.kv_bytes"] > 0 for v in serial.values() if v[0] == "done"
+    )
 
 
-def test_process_pool_gives_the_same_rows(spec: Path, tmp_path: Path,
-                                          serial: dict[str, tuple[str, str, str | None, str]]
-                                          ) -> None:
+def test_process_pool_gives_the_same_rows(
+    spec: Path, tmp_path: Path, serial: dict[str, tuple[str, str, str | None, str]]
+) -> None:
     db = tmp_path / "pool.sqlite"
     summary = run_sweep(spec, db=db, workers=2)
     assert summary.ran == 16
@@ -77,12 +82,13 @@ def test_process_pool_gives_the_same_rows(spec: Path, tmp_path: Path,
     assert len(workers) >= 2  # really ran in worker processes
 
 
-def test_dask_cluster_gives_the_same_rows(spec: Path, tmp_path: Path,
-                                          serial: dict[str, tuple[str, str, str | None, str]]
-                                          ) -> None:
+def test_dask_cluster_gives_the_same_rows(
+    spec: Path, tmp_path: Path, serial: dict[str, tuple[str, str, str | None, str]]
+) -> None:
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
         address = cluster.scheduler_address
         assert address.startswith("tcp://127.0.0.1:")
         db = tmp_path / "dask.sqlite"

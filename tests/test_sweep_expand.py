@@ -29,12 +29,15 @@ def write_spec(tmp_path: Path, body: str, name: str = "spec.yaml") -> Path:
 
 
 def test_grid_product_has_every_combination(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         set: {serving.requests: 4}
         axes:
           serving.batch_slots: [1, 2, 4]
           hw.socket.hbm.bandwidth: ["1 TB/s", "2 TB/s"]
-        """)
+        """,
+    )
     expansion = expand(load_spec(spec))
     assert len(expansion.points) == 6 and expansion.duplicates == 0
     assert expansion.axes == ("serving.batch_slots", "hw.socket.hbm.bandwidth")
@@ -43,9 +46,10 @@ def test_grid_product_has_every_combination(tmp_path: Path) -> None:
         scenario = point.scenario
         assert isinstance(scenario, Scenario)
         assert scenario.workload.serving.requests == 4  # `set` applies to every point
-        assert point.overrides == {"serving.batch_slots": scenario.workload.serving.batch_slots,
-                                   "hw.socket.hbm.bandwidth": point.overrides[
-                                       "hw.socket.hbm.bandwidth"]}
+        assert point.overrides == {
+            "serving.batch_slots": scenario.workload.serving.batch_slots,
+            "hw.socket.hbm.bandwidth": point.overrides["hw.socket.hbm.bandwidth"],
+        }
         seen.add((scenario.workload.serving.batch_slots, scenario.hardware.socket.hbm.bandwidth))
     assert seen == {(s, b) for s in (1, 2, 4) for b in (1e12, 2e12)}
 
@@ -57,27 +61,35 @@ def test_no_axes_is_one_point(tmp_path: Path) -> None:
 
 
 def test_zip_steps_axes_together(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         axes:
           serving.batch_slots: [1, 2]
         zip:
           - parallelism.tp: [1, 2, 4]
             hw.system.sockets: [1, 2, 4]
             hw.system.sockets_per_node: [1, 2, 4]
-        """)
+        """,
+    )
     expansion = expand(load_spec(spec))
     assert len(expansion.points) == 2 * 3
-    pairs = {(p.scenario.tp, p.scenario.hardware.system.sockets,
-              p.scenario.workload.serving.batch_slots) for p in expansion.points}
+    pairs = {
+        (p.scenario.tp, p.scenario.hardware.system.sockets, p.scenario.workload.serving.batch_slots)
+        for p in expansion.points
+    }
     assert pairs == {(n, n, s) for n in (1, 2, 4) for s in (1, 2)}
 
 
 def test_zip_length_mismatch_is_a_clear_error(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         zip:
           - parallelism.tp: [1, 2, 4]
             hw.system.sockets: [1, 2]
-        """)
+        """,
+    )
     with pytest.raises(ConfigError) as info:
         load_spec(spec)
     issue = info.value.issues[0]
@@ -86,12 +98,15 @@ def test_zip_length_mismatch_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_ranges_expand_inclusively(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         axes:
           serving.max_context: {start: 2048, stop: 8192, step: 2048}
           kv.min_bucket: {start: 256, stop: 1024, num: 3, scale: log}
           hw.socket.hbm.bandwidth: {start: 1, stop: 2, num: 3, unit: TB/s}
-        """)
+        """,
+    )
     expansion = expand(load_spec(spec))
     assert len(expansion.points) == 4 * 3 * 3
     contexts = sorted({p.scenario.workload.serving.max_context for p in expansion.points})
@@ -106,7 +121,12 @@ def test_range_values_and_rules() -> None:
     assert RangeSpec(start=0.1, stop=0.5, step=0.1).values() == [0.1, 0.2, 0.3, 0.4, 0.5]
     assert RangeSpec(start=10, stop=1, step=-3).values() == [10, 7, 4, 1]
     assert RangeSpec(start=8192, stop=131072, num=5, scale="log").values() == [
-        8192, 16384, 32768, 65536, 131072]
+        8192,
+        16384,
+        32768,
+        65536,
+        131072,
+    ]
     assert RangeSpec(start=1, stop=2, num=2, unit="TB/s").values() == ["1 TB/s", "2 TB/s"]
     assert RangeSpec(start=1, stop=9, num=5).values() == [1, 3, 5, 7, 9]
     assert RangeSpec(start=1, stop=2, num=3).values() == [1.0, 1.5, 2.0]
@@ -121,11 +141,14 @@ def test_range_values_and_rules() -> None:
 
 
 def test_bad_range_names_the_axis_and_line(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         axes:
           serving.batch_slots: [1, 2]
           serving.max_context: {start: 1024, stop: 4096, stepp: 1024}
-        """)
+        """,
+    )
     with pytest.raises(ConfigError) as info:
         load_spec(spec)
     issue = info.value.issues[0]
@@ -134,12 +157,15 @@ def test_bad_range_names_the_axis_and_line(tmp_path: Path) -> None:
 
 
 def test_unknown_axis_field_fails_before_anything_runs(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         axes:
           serving.batch_slots: [1, 2]
           serving.batch_slotz: [3]
         evaluator: {name: synthetic}
-        """)
+        """,
+    )
     db = tmp_path / "out.sqlite"
     with pytest.raises(ConfigError) as info:
         run_sweep(spec, db=db, workers=1)
@@ -154,10 +180,13 @@ def test_unknown_axis_field_fails_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_unknown_hardware_field_names_the_spec_line(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         axes:
           hw.socket.hbm.bandwith: ["1 TB/s"]
-        """)
+        """,
+    )
     with pytest.raises(ConfigError) as info:
         expand(load_spec(spec))
     blamed = [i for i in info.value.issues if i.field == "axes.hw.socket.hbm.bandwith"]
@@ -165,10 +194,13 @@ def test_unknown_hardware_field_names_the_spec_line(tmp_path: Path) -> None:
 
 
 def test_a_refused_value_names_the_points_it_breaks(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         axes:
           parallelism.tp: [1, 2]
-        """)
+        """,
+    )
     with pytest.raises(ConfigError) as info:
         expand(load_spec(spec))
     assert "1 of 2 points are invalid" in info.value.issues[0].message
@@ -177,17 +209,30 @@ def test_a_refused_value_names_the_points_it_breaks(tmp_path: Path) -> None:
     assert "exceeds the 1 sockets" in blamed.message and "parallelism.tp=2" in blamed.message
 
 
-@pytest.mark.parametrize(("body", "field", "words"), [
-    ("set: {serving.requests: 4}\naxes: {serving.requests: [1, 2]}\n", "axes.serving.requests",
-     "already given at set.serving.requests"),
-    ("axes: {serving.batch_slots: []}\n", "axes.serving.batch_slots", "at least one value"),
-    ("axes: {serving.batch_slots: 4}\n", "axes.serving.batch_slots", "list of values or a range"),
-    ("metrics: [ttft_s.p50, ttft_s.p50]\n", "metrics", "metrics repeat"),
-    ("axis: {serving.batch_slots: [1]}\n", "axis", "did you mean 'axes'"),
-    ("evaluator: {name: simulat}\n", "evaluator.name", "valid: simulate, synthetic"),
-    ("evaluator: {name: synthetic, options: {sleep: 1}}\n", "evaluator.options.sleep",
-     "unknown field"),
-])
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        (
+            "set: {serving.requests: 4}\naxes: {serving.requests: [1, 2]}\n",
+            "axes.serving.requests",
+            "already given at set.serving.requests",
+        ),
+        ("axes: {serving.batch_slots: []}\n", "axes.serving.batch_slots", "at least one value"),
+        (
+            "axes: {serving.batch_slots: 4}\n",
+            "axes.serving.batch_slots",
+            "list of values or a range",
+        ),
+        ("metrics: [ttft_s.p50, ttft_s.p50]\n", "metrics", "metrics repeat"),
+        ("axis: {serving.batch_slots: [1]}\n", "axis", "did you mean 'axes'"),
+        ("evaluator: {name: simulat}\n", "evaluator.name", "valid: simulate, synthetic"),
+        (
+            "evaluator: {name: synthetic, options: {sleep: 1}}\n",
+            "evaluator.options.sleep",
+            "unknown field",
+        ),
+    ],
+)
 def test_spec_errors_name_the_field(tmp_path: Path, body: str, field: str, words: str) -> None:
     spec = write_spec(tmp_path, body)
     with pytest.raises(ConfigError) as info:
@@ -206,10 +251,13 @@ def test_base_is_relative_to_the_spec(tmp_path: Path) -> None:
 
 
 def test_equal_configs_are_one_point(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         axes:
           hw.socket.hbm.bandwidth: ["1.6 TB/s", "1600 GB/s", "2 TB/s"]
-        """)
+        """,
+    )
     expansion = expand(load_spec(spec))
     assert len(expansion.points) == 2 and expansion.duplicates == 1
     assert expansion.grid_size == 3

@@ -21,21 +21,31 @@ BASE = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 def keys_by_values(tmp_path: Path, name: str, body: str) -> dict[tuple[object, float], str]:
     path = tmp_path / name
     path.write_text(f"base: {BASE}\n" + textwrap.dedent(body).lstrip("\n"))
-    return {(p.scenario.workload.serving.batch_slots, p.scenario.hardware.socket.hbm.bandwidth):
-            p.key for p in expand(load_spec(path)).points}
+    return {
+        (p.scenario.workload.serving.batch_slots, p.scenario.hardware.socket.hbm.bandwidth): p.key
+        for p in expand(load_spec(path)).points
+    }
 
 
 def test_key_ignores_axis_order_and_spelling(tmp_path: Path) -> None:
-    first = keys_by_values(tmp_path, "a.yaml", """
+    first = keys_by_values(
+        tmp_path,
+        "a.yaml",
+        """
         axes:
           serving.batch_slots: [1, 2]
           hw.socket.hbm.bandwidth: ["1.6 TB/s", "2 TB/s"]
-        """)
-    second = keys_by_values(tmp_path, "b.yaml", """
+        """,
+    )
+    second = keys_by_values(
+        tmp_path,
+        "b.yaml",
+        """
         axes:
           hw.socket.hbm.bandwidth: ["1600 GB/s", "2000 GB/s"]
           serving.batch_slots: [2, 1]
-        """)
+        """,
+    )
     assert first == second
     assert len(set(first.values())) == 4
     assert all(len(k) == 64 and int(k, 16) >= 0 for k in first.values())
@@ -44,8 +54,13 @@ def test_key_ignores_axis_order_and_spelling(tmp_path: Path) -> None:
 def test_key_changes_with_any_simulated_field() -> None:
     base = resolve(load_scenario(BASE)).key
     assert resolve(load_scenario(BASE)).key == base  # deterministic
-    for override in ("serving.seed=1", "serving.requests=7", "kv.recent=1024",
-                     "hw.socket.hbm.latency=1 us", "model.layers=2"):
+    for override in (
+        "serving.seed=1",
+        "serving.requests=7",
+        "kv.recent=1024",
+        "hw.socket.hbm.latency=1 us",
+        "model.layers=2",
+    ):
         assert resolve(load_scenario(BASE, [override])).key != base, override
 
 

@@ -23,19 +23,24 @@ from rdu_sim.sweep import expand, load_spec, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
-RUNNER = "import sys; from rdu_sim.sweep import run_sweep; " \
-         "run_sweep(sys.argv[1], db=sys.argv[2], workers=int(sys.argv[3]))"
+RUNNER = (
+    "import sys; from rdu_sim.sweep import run_sweep; "
+    "run_sweep(sys.argv[1], db=sys.argv[2], workers=int(sys.argv[3]))"
+)
 
 
 def write_spec(tmp_path: Path, slots: int, seeds: int, sleep_s: float) -> Path:
     path = tmp_path / "kill.yaml"
-    path.write_text(f"base: {BASE}\n" + textwrap.dedent(f"""
+    path.write_text(
+        f"base: {BASE}\n"
+        + textwrap.dedent(f"""
         axes:
           serving.batch_slots: {{start: 1, stop: {slots}, step: 1}}
           serving.seed: {{start: 0, stop: {seeds - 1}, step: 1}}
         metrics: [decode_tokens_per_s, ttft_s]
         evaluator: {{name: synthetic, options: {{sleep_s: {sleep_s}}}}}
-        """))
+        """)
+    )
     return path
 
 
@@ -51,9 +56,13 @@ def count(db: Path) -> int:
 
 def start(spec: Path, db: Path, workers: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", RUNNER, str(spec), str(db), str(workers)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", RUNNER, str(spec), str(db), str(workers)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def kill_when(proc: subprocess.Popen[bytes], db: Path, rows: int, group: bool) -> int:
@@ -78,10 +87,15 @@ def check_rows(db: Path) -> set[str]:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         keys = set()
         for key, status, metrics, config, finished, attempts in conn.execute(
-                "SELECT key, status, metrics, config, finished, attempts FROM results"):
+            "SELECT key, status, metrics, config, finished, attempts FROM results"
+        ):
             assert status == "done" and finished and attempts == 1
-            assert set(json.loads(metrics)) == {"decode_tokens_per_s", "ttft_s.p50",
-                                                "ttft_s.p90", "ttft_s.p99"}
+            assert set(json.loads(metrics)) == {
+                "decode_tokens_per_s",
+                "ttft_s.p50",
+                "ttft_s.p90",
+                "ttft_s.p99",
+            }
             assert json.loads(config)["workload"]["serving"]["batch_slots"] >= 1
             keys.add(key)
     return keys

@@ -83,8 +83,12 @@ def test_rows_failures_and_resume(tmp_path: Path) -> None:
         else:
             assert row["status"] == "done" and row["error"] is None
             assert set(json.loads(row["metrics"])) == {
-                "decode_tokens_per_s", "ttft_s.p50", "ttft_s.p90", "ttft_s.p99",
-                "memory.hbm.kv_bytes"}
+                "decode_tokens_per_s",
+                "ttft_s.p50",
+                "ttft_s.p90",
+                "ttft_s.p99",
+                "memory.hbm.kv_bytes",
+            }
 
     recorder = Recorder()
     again = run_sweep(spec, workers=1, progress=recorder)
@@ -102,8 +106,11 @@ def test_retry_failed_reruns_only_failed_points(tmp_path: Path) -> None:
     summary = run_sweep(fixed, workers=1, retry_failed=True, progress=recorder)
     assert (summary.ran, summary.done, summary.already_done) == (2, 2, 4)
     assert len(recorder.outcomes) == 2
-    rerun = {json.loads(r["overrides"])["serving.batch_slots"]
-             for r in rows(summary.db) if r["attempts"] == 2}
+    rerun = {
+        json.loads(r["overrides"])["serving.batch_slots"]
+        for r in rows(summary.db)
+        if r["attempts"] == 2
+    }
     assert rerun == {4}
     assert all(r["status"] == "done" for r in rows(summary.db))
 
@@ -111,8 +118,12 @@ def test_retry_failed_reruns_only_failed_points(tmp_path: Path) -> None:
 def test_a_new_metric_reruns_points_stored_without_it(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, SPEC.replace("fail_when: {serving.batch_slots: 4}", ""))
     run_sweep(spec, workers=1)
-    more = write_spec(tmp_path, SPEC.replace("fail_when: {serving.batch_slots: 4}", "")
-                      .replace("metrics: [", "metrics: [requests_completed, "))
+    more = write_spec(
+        tmp_path,
+        SPEC.replace("fail_when: {serving.batch_slots: 4}", "").replace(
+            "metrics: [", "metrics: [requests_completed, "
+        ),
+    )
     recorder = Recorder()
     summary = run_sweep(more, workers=1, progress=recorder)
     assert summary.ran == 6 and "6 done without a requested metric" in recorder.messages[0]
@@ -142,10 +153,16 @@ def test_load_view_and_export(tmp_path: Path) -> None:
     summary = run_sweep(write_spec(tmp_path), workers=1)
     frame = load(summary.db)
     assert len(frame) == 6
-    assert list(frame.columns[:5]) == ["key", "sweep", "status", "serving.batch_slots",
-                                       "hw.socket.hbm.bandwidth"]
-    assert {"decode_tokens_per_s", "ttft_s.p50", "memory.hbm.kv_bytes", "error",
-            "wall_s"} <= set(frame.columns)
+    assert list(frame.columns[:5]) == [
+        "key",
+        "sweep",
+        "status",
+        "serving.batch_slots",
+        "hw.socket.hbm.bandwidth",
+    ]
+    assert {"decode_tokens_per_s", "ttft_s.p50", "memory.hbm.kv_bytes", "error", "wall_s"} <= set(
+        frame.columns
+    )
     done = frame[frame.status == "done"]
     assert done["decode_tokens_per_s"].notna().all() and len(done) == 4
     failed = frame[frame.status == "failed"]
@@ -153,8 +170,10 @@ def test_load_view_and_export(tmp_path: Path) -> None:
     assert (failed["serving.batch_slots"] == 4).all()
 
     with sqlite3.connect(summary.db) as conn:  # the flat view for SQL users
-        flat = conn.execute('SELECT "serving.batch_slots", "ttft_s.p50" FROM results_flat '
-                            "WHERE status = 'done' ORDER BY 1").fetchall()
+        flat = conn.execute(
+            'SELECT "serving.batch_slots", "ttft_s.p50" FROM results_flat '
+            "WHERE status = 'done' ORDER BY 1"
+        ).fetchall()
     assert [slots for slots, _ in flat] == [1, 1, 2, 2]
 
     csv = export(frame, tmp_path / "out.csv")
@@ -172,8 +191,9 @@ def forty_two(point: Point) -> Mapping[str, Any]:
 
 
 def test_an_injected_evaluator_replaces_the_specs(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, SPEC.replace("metrics: [decode_tokens_per_s, ttft_s, "
-                                             "memory.hbm.kv_bytes]", ""))
+    spec = write_spec(
+        tmp_path, SPEC.replace("metrics: [decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]", "")
+    )
     summary = run_sweep(spec, workers=1, evaluator=forty_two)
     frame = load(summary.db)
     assert (frame["answer"] == 42).all() and (frame.status == "done").all()
@@ -196,8 +216,9 @@ def sometimes(point: Point) -> Mapping[str, Any]:
 
 
 def test_a_metric_only_some_points_lack_is_null(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, SPEC.replace("[decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]",
-                                             "[hbm, ddr]"))
+    spec = write_spec(
+        tmp_path, SPEC.replace("[decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]", "[hbm, ddr]")
+    )
     summary = run_sweep(spec, workers=1, evaluator=sometimes)
     assert summary.done == 6
     frame = load(summary.db)

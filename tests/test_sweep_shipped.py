@@ -34,13 +34,15 @@ def test_shipped_sweep_expands(name: str) -> None:
 
 def test_context_sweep_spans_8k_to_128k_full_and_snapstream() -> None:
     expansion = check_spec(ROOT / "workloads" / "sweeps" / "deepseek-context.yaml").expansion
-    seen = {(p.scenario.workload.serving.max_context, p.scenario.workload.kv.policy)
-            for p in expansion.points}
-    assert seen == {(2**k * 1024, policy) for k in range(3, 8)
-                    for policy in ("full", "snapstream")}
+    seen = {
+        (p.scenario.workload.serving.max_context, p.scenario.workload.kv.policy)
+        for p in expansion.points
+    }
+    assert seen == {(2**k * 1024, policy) for k in range(3, 8) for policy in ("full", "snapstream")}
 
 
 def test_sockets_sweep_matches_tp_to_the_system() -> None:
     expansion = check_spec(ROOT / "workloads" / "sweeps" / "llama8b-sockets.yaml").expansion
     assert [(p.scenario.tp, p.scenario.hardware.system.sockets) for p in expansion.points] == [
-        (n, n) for n in (1, 2, 4, 8, 16)]
+        (n, n) for n in (1, 2, 4, 8, 16)
+    ]

@@ -20,8 +20,16 @@ from rdu_sim.engine.tile_work import stage_efficiency
 from rdu_sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = [(1, 7168, 2048), (4, 1536, 7168), (32, 6, 64), (33, 7, 5), (7, 129, 512),
-          (512, 512, 128), (8192, 8192, 8192), (3, 100000, 1)]
+SHAPES = [
+    (1, 7168, 2048),
+    (4, 1536, 7168),
+    (32, 6, 64),
+    (33, 7, 5),
+    (7, 129, 512),
+    (512, 512, 128),
+    (8192, 8192, 8192),
+    (3, 100000, 1),
+]
 
 
 def test_there_is_one_gemm_efficiency() -> None:
@@ -44,13 +52,25 @@ def _rdu_imports(path: Path) -> set[str]:
 def test_shared_module_sits_below_compiler_and_hw() -> None:
     assert _rdu_imports(ROOT / "rdu_sim" / "systolic.py") == set()
     for path in (ROOT / "rdu_sim" / "compiler").glob("*.py"):
-        assert not any(m.startswith("rdu_sim.hw") or m.startswith("rdu_sim.engine")
-                       for m in _rdu_imports(path)), path
+        assert not any(
+            m.startswith("rdu_sim.hw") or m.startswith("rdu_sim.engine") for m in _rdu_imports(path)
+        ), path
 
 
 def _stage(gemm: GemmShape | None, flops: float) -> StageProgram:
-    return StageProgram(name="s", op="gemm", pcus=1, pmus=1, flops=flops, vector_flops=0.0,
-                        reads={}, writes={}, inputs=(), output_bytes=0.0, gemm=gemm)
+    return StageProgram(
+        name="s",
+        op="gemm",
+        pcus=1,
+        pmus=1,
+        flops=flops,
+        vector_flops=0.0,
+        reads={},
+        writes={},
+        inputs=(),
+        output_bytes=0.0,
+        gemm=gemm,
+    )
 
 
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
@@ -73,12 +93,14 @@ def test_a_stage_without_a_gemm_runs_at_the_ceiling_in_both() -> None:
     socket = load_scenario("workloads/llama3.1-8b-1socket.yaml").hardware.socket
     stage = _stage(None, 1e9)
     assert stage_efficiency(stage, socket) == socket.pcu.max_gemm_efficiency
-    assert _work(stage, {}, socket, tiles=2).compute == \
-        1e9 / (socket.pcu.peak_flops * socket.pcu.max_gemm_efficiency)
+    assert _work(stage, {}, socket, tiles=2).compute == 1e9 / (
+        socket.pcu.peak_flops * socket.pcu.max_gemm_efficiency
+    )
 
 
-@pytest.mark.parametrize("workload", ["workloads/deepseek-r1-128k-snapstream.yaml",
-                                      "workloads/llama3.1-8b-8socket.yaml"])
+@pytest.mark.parametrize(
+    "workload", ["workloads/deepseek-r1-128k-snapstream.yaml", "workloads/llama3.1-8b-8socket.yaml"]
+)
 def test_every_compiled_stage_agrees(workload: str) -> None:
     scenario = load_scenario(workload)
     socket = scenario.hardware.socket
@@ -90,7 +112,8 @@ def test_every_compiled_stage_agrees(workload: str) -> None:
                 if stage.gemm is None or not stage.flops:
                     continue
                 pure = replace(stage, vector_flops=0.0, inputs=())  # matrix work only
-                assert _work(pure, {}, socket, 1).compute == \
-                    pure.flops / (socket.pcu.peak_flops * stage_efficiency(pure, socket))
+                assert _work(pure, {}, socket, 1).compute == pure.flops / (
+                    socket.pcu.peak_flops * stage_efficiency(pure, socket)
+                )
                 checked += 1
     assert checked > 10

@@ -55,7 +55,8 @@ def quick() -> tuple[int, list[dict[str, Any]], SuiteResult]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_quick_json_has_one_row_per_figure(
-        quick: tuple[int, list[dict[str, Any]], SuiteResult]) -> None:
+    quick: tuple[int, list[dict[str, Any]], SuiteResult],
+) -> None:
     _, rows, _ = quick
     assert [row["name"] for row in rows] == [f.name for f in FIGURES]
     for row in rows:
@@ -67,7 +68,8 @@ def test_quick_json_has_one_row_per_figure(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_exit_status_matches_pass_flags(
-        quick: tuple[int, list[dict[str, Any]], SuiteResult]) -> None:
+    quick: tuple[int, list[dict[str, Any]], SuiteResult],
+) -> None:
     code, rows, _ = quick
     assert code == (0 if all(row["pass"] for row in rows) else 1)
     for row in rows:
@@ -79,8 +81,7 @@ def test_exit_status_matches_pass_flags(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_measured_values_are_physical(
-        quick: tuple[int, list[dict[str, Any]], SuiteResult]) -> None:
+def test_measured_values_are_physical(quick: tuple[int, list[dict[str, Any]], SuiteResult]) -> None:
     _, _, result = quick
     m = result.measurements
     assert m.batch_capacity_snapstream > m.batch_capacity_full >= 1
@@ -96,8 +97,9 @@ def test_measured_values_are_physical(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_broken_figure_exits_1(quick: tuple[int, list[dict[str, Any]], SuiteResult],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broken_figure_exits_1(
+    quick: tuple[int, list[dict[str, Any]], SuiteResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A tolerance of 0 cannot be met by a measured ratio of 3.95 (or anything not exact)."""
     _, _, result = quick
 
@@ -106,8 +108,17 @@ def test_broken_figure_exits_1(quick: tuple[int, list[dict[str, Any]], SuiteResu
         return SuiteResult(result.snapstream, result.full, result.measurements, rows)
 
     monkeypatch.setattr(validate, "run_suite", replay)
-    out = CliRunner().invoke(cli, ["validate", "--json", "--tolerance",
-                                   "max_batch_ratio=0", "--tolerance", "prefill_increase=0"])
+    out = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            "--json",
+            "--tolerance",
+            "max_batch_ratio=0",
+            "--tolerance",
+            "prefill_increase=0",
+        ],
+    )
     assert out.exit_code == 1, out.output
     rows = {row["name"]: row for row in json.loads(out.stdout)}
     assert rows["max_batch_ratio"]["tolerance"] == 0
@@ -116,14 +127,17 @@ def test_broken_figure_exits_1(quick: tuple[int, list[dict[str, Any]], SuiteResu
     assert out.exit_code == 1 and "FAIL" in out.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ["--tolerance", "no_such_figure=0.1"],
-    ["--tolerance", "max_batch_ratio"],
-    ["--tolerance", "max_batch_ratio=-1"],
-    ["--set", "serving.arrival.process=all_at_once"],
-    ["--set", "serving.requests=5"],
-    ["--set", "serving.no_such_field=1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--tolerance", "no_such_figure=0.1"],
+        ["--tolerance", "max_batch_ratio"],
+        ["--tolerance", "max_batch_ratio=-1"],
+        ["--set", "serving.arrival.process=all_at_once"],
+        ["--set", "serving.requests=5"],
+        ["--set", "serving.no_such_field=1"],
+    ],
+)
 def test_bad_input_exits_2(args: list[str]) -> None:
     out = CliRunner().invoke(cli, ["validate", "--json", *args])
     assert out.exit_code == 2, out.output
@@ -134,10 +148,15 @@ def published_measurements(**change: Any) -> Measurements:
     """Every figure at its published value, except what ``change`` moves (shared with
     test_plots_calibration)."""
     base: dict[str, Any] = dict(
-        batch_capacity_snapstream=160, batch_capacity_full=40,
-        decode_tokens_per_s_snapstream=1832.0, decode_tokens_per_s_full=1832.0 / 4.3,
-        prefill_prompt=40000, prefill_s_snapstream=1.035, prefill_s_full=1.0,
-        single_stream_tokens_per_s=198.0)
+        batch_capacity_snapstream=160,
+        batch_capacity_full=40,
+        decode_tokens_per_s_snapstream=1832.0,
+        decode_tokens_per_s_full=1832.0 / 4.3,
+        prefill_prompt=40000,
+        prefill_s_snapstream=1.035,
+        prefill_s_full=1.0,
+        single_stream_tokens_per_s=198.0,
+    )
     base.update(change)
     return Measurements(**base)
 
@@ -195,7 +214,8 @@ def test_single_stream_speed_is_the_median_inverse_tpot() -> None:
 
 @pytest.mark.parametrize("label, overrides", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_every_sensitivity_variant_loads_on_both_workloads(
-        label: str, overrides: tuple[str, ...]) -> None:
+    label: str, overrides: tuple[str, ...]
+) -> None:
     """A renamed field would otherwise show only as a 'cannot run' row in the table."""
     for path in (SNAPSTREAM_WORKLOAD, FULL_WORKLOAD):
         api.load(path, list(overrides))

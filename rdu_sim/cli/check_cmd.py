@@ -59,28 +59,37 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
     if kind == "workload":
         scenario = build_scenario(data, workload_file=file, lines=lines)
         workload = scenario.workload
-        return (f"workload {workload.name!r}: {scenario.model.name} on "
-                f"{scenario.hardware.name} (tp={workload.parallelism.tp}, "
-                f"kv={workload.kv.policy})")
+        return (
+            f"workload {workload.name!r}: {scenario.model.name} on "
+            f"{scenario.hardware.name} (tp={workload.parallelism.tp}, "
+            f"kv={workload.kv.policy})"
+        )
     if kind == "hardware":
         hardware = validate(HardwareConfig, data, file, lines)
         return f"hardware {hardware.name!r}: {hardware.system.sockets} socket(s)"
     if kind == "sweep":
         checker = _sweep_checker()
         if checker is None:
-            print_warning(f"{file}: not checked: sweep specs are checked by "
-                          "rdu_sim.sweep.check_spec, which has not landed yet")
+            print_warning(
+                f"{file}: not checked: sweep specs are checked by "
+                "rdu_sim.sweep.check_spec, which has not landed yet"
+            )
             return None
         result = checker(path)
         return f"sweep spec{': ' + str(result) if result else ''}"
     if data is None:
         raise ConfigError.single(file, "", "the file is empty")
     if not isinstance(data, Mapping):
-        raise ConfigError.single(file, "", f"expected a mapping of fields at the top level, "
-                                 f"got a {type(data).__name__}")
+        raise ConfigError.single(
+            file, "", f"expected a mapping of fields at the top level, got a {type(data).__name__}"
+        )
     raise ConfigError.single(
-        file, "", "cannot tell what this file is: a hardware file has top-level 'socket' and "
-        "'system', a workload 'hardware' and 'model', a sweep spec 'base' and 'axes'", 1)
+        file,
+        "",
+        "cannot tell what this file is: a hardware file has top-level 'socket' and "
+        "'system', a workload 'hardware' and 'model', a sweep spec 'base' and 'axes'",
+        1,
+    )
 
 
 def check_file(path: Path) -> str | None:
@@ -103,8 +112,9 @@ def command(files: tuple[Path, ...]) -> None:
             failed += 1
             # Every line names the checked file, even when its hardware file is at fault.
             lines = str(exc).splitlines() or [""]
-            print_error("\n".join(line if str(path) in line else f"{path}: {line}"
-                                   for line in lines))
+            print_error(
+                "\n".join(line if str(path) in line else f"{path}: {line}" for line in lines)
+            )
             continue
         if description is not None:
             out.print(f"[green]OK[/green]  {path}: ", end="")

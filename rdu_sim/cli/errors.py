@@ -67,8 +67,11 @@ def fail(message: str, status: int = EXIT_INPUT_ERROR) -> NoReturn:
 def not_available(what: str, detail: str = "") -> NoReturn:
     """Leave with status 1, saying which part of the simulator has not landed yet."""
     extra = f" {detail}" if detail else ""
-    _console().print(f"{what}: not yet available: the simulator part it needs has not "
-                     f"landed yet.{extra}", style="yellow", markup=False)
+    _console().print(
+        f"{what}: not yet available: the simulator part it needs has not landed yet.{extra}",
+        style="yellow",
+        markup=False,
+    )
     raise SystemExit(EXIT_NOT_AVAILABLE)
 
 

@@ -37,8 +37,9 @@ def _is_workload_path(name: str) -> bool:
     return name.endswith((".yaml", ".yml")) or file_problem(Path(name)) is None
 
 
-def resolve_model(name: str, kv_dtype: str | None, weight_dtype: str | None
-                  ) -> tuple[Architecture, str, str]:
+def resolve_model(
+    name: str, kv_dtype: str | None, weight_dtype: str | None
+) -> tuple[Architecture, str, str]:
     """The architecture named by a preset or a workload file, and the dtypes to use.
 
     Explicit dtypes win; a workload's own dtypes come next; bf16 otherwise.
@@ -50,13 +51,19 @@ def resolve_model(name: str, kv_dtype: str | None, weight_dtype: str | None
     return get_model(name), kv_dtype or "bf16", weight_dtype or "bf16"
 
 
-def figures_for(name: str, kv_dtype: str | None = None, weight_dtype: str | None = None,
-                context: int = 0) -> ModelFigures:
+def figures_for(
+    name: str, kv_dtype: str | None = None, weight_dtype: str | None = None, context: int = 0
+) -> ModelFigures:
     """The figures `inspect model` prints, for a preset name or a workload file."""
     arch, kv, weights = resolve_model(name, kv_dtype, weight_dtype)
-    return model_figures(arch, kv_dtype=kv, kv_dtype_bytes=DTYPE_BYTES[kv],
-                         weight_dtype=weights, weight_dtype_bytes=DTYPE_BYTES[weights],
-                         context=context)
+    return model_figures(
+        arch,
+        kv_dtype=kv,
+        kv_dtype_bytes=DTYPE_BYTES[kv],
+        weight_dtype=weights,
+        weight_dtype_bytes=DTYPE_BYTES[weights],
+        context=context,
+    )
 
 
 def _figures_table(figures: ModelFigures) -> Table:
@@ -65,17 +72,29 @@ def _figures_table(figures: ModelFigures) -> Table:
     table.add_column("value", justify="right")
     table.add_column("", style="dim")
     table.add_row("layers", str(figures.layers), "")
-    table.add_row("params_total", f"{figures.params_total:,}",
-                  f"{figures.params_total / 1e9:.2f} B")
-    table.add_row("params_active", f"{figures.params_active:,}",
-                  f"{figures.params_active / 1e9:.2f} B per token")
-    table.add_row("weight_bytes", f"{figures.weight_bytes:,}",
-                  f"{format_bytes(figures.weight_bytes)} in {figures.weight_dtype}")
-    table.add_row("kv_bytes_per_token", f"{figures.kv_bytes_per_token:,}",
-                  f"{format_bytes(figures.kv_bytes_per_token)} in {figures.kv_dtype}")
-    table.add_row("decode_flops_per_token", f"{figures.decode_flops_per_token:,}",
-                  f"{figures.decode_flops_per_token / 1e9:.2f} GFLOP at context "
-                  f"{figures.context:,}")
+    table.add_row(
+        "params_total", f"{figures.params_total:,}", f"{figures.params_total / 1e9:.2f} B"
+    )
+    table.add_row(
+        "params_active",
+        f"{figures.params_active:,}",
+        f"{figures.params_active / 1e9:.2f} B per token",
+    )
+    table.add_row(
+        "weight_bytes",
+        f"{figures.weight_bytes:,}",
+        f"{format_bytes(figures.weight_bytes)} in {figures.weight_dtype}",
+    )
+    table.add_row(
+        "kv_bytes_per_token",
+        f"{figures.kv_bytes_per_token:,}",
+        f"{format_bytes(figures.kv_bytes_per_token)} in {figures.kv_dtype}",
+    )
+    table.add_row(
+        "decode_flops_per_token",
+        f"{figures.decode_flops_per_token:,}",
+        f"{figures.decode_flops_per_token / 1e9:.2f} GFLOP at context {figures.context:,}",
+    )
     return table
 
 
@@ -88,22 +107,42 @@ def command() -> None:
 @click.argument("name", required=False)
 @click.option("--list", "list_presets", is_flag=True, help="List the preset model names.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-@click.option("--kv-dtype", type=_DTYPES, default=None,
-              help="KV-cache dtype (default: the workload's, else bf16).")
-@click.option("--weight-dtype", type=_DTYPES, default=None,
-              help="Weight dtype (default: the workload's, else bf16).")
-@click.option("--context", type=click.IntRange(0, 100_000_000), default=0, show_default=True,
-              help="Cached tokens for decode_flops_per_token.")
-def model_command(name: str | None, list_presets: bool, as_json: bool, kv_dtype: str | None,
-                  weight_dtype: str | None, context: int) -> None:
+@click.option(
+    "--kv-dtype",
+    type=_DTYPES,
+    default=None,
+    help="KV-cache dtype (default: the workload's, else bf16).",
+)
+@click.option(
+    "--weight-dtype",
+    type=_DTYPES,
+    default=None,
+    help="Weight dtype (default: the workload's, else bf16).",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(0, 100_000_000),
+    default=0,
+    show_default=True,
+    help="Cached tokens for decode_flops_per_token.",
+)
+def model_command(
+    name: str | None,
+    list_presets: bool,
+    as_json: bool,
+    kv_dtype: str | None,
+    weight_dtype: str | None,
+    context: int,
+) -> None:
     """Derived figures of a preset model NAME (or of a workload file's model)."""
     if list_presets:
         names = preset_names()
         click.echo(json.dumps(names) if as_json else "\n".join(names))
         return
     if name is None:
-        raise click.UsageError("give a model NAME (see `rdu-sim inspect model --list`) "
-                               "or a workload file")
+        raise click.UsageError(
+            "give a model NAME (see `rdu-sim inspect model --list`) or a workload file"
+        )
     figures = figures_for(name, kv_dtype, weight_dtype, context)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(figures), indent=2))
@@ -125,10 +164,15 @@ def _short_number(value: float) -> str:
 def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
     """The human view of an `inspect_graph` result: kernels, then per-tier placement."""
     shape = result["shape"]
-    kernels = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
-                    title=f"{result['model']} {shape['phase']} step: batch {shape['batch']}, "
-                    f"{shape['tokens']} new token(s), cache {shape['cache_len']:,}, "
-                    f"tp {result['tp']}, kv {result['kv_policy']} (one socket)")
+    kernels = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title=f"{result['model']} {shape['phase']} step: batch {shape['batch']}, "
+        f"{shape['tokens']} new token(s), cache {shape['cache_len']:,}, "
+        f"tp {result['tp']}, kv {result['kv_policy']} (one socket)",
+    )
     kernels.caption = "GFLOP and bytes (HBM, DDR, collective) per step"
     kernels.add_column("kernel", no_wrap=True)
     for name in ("calls", "loop", "stages", "PCUs", "GFLOP", "HBM", "DDR", "coll."):
@@ -136,40 +180,81 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
     for kernel in result["kernels"]:
         per_tier = kernel["bytes_per_step"]
         kernels.add_row(
-            kernel["name"], str(kernel["calls"]), "yes" if kernel["looped"] else "no",
-            str(len(kernel["stages"])), str(kernel["pcus"]),
-            _short_number(kernel["flops_per_step"] / 1e9), _short_bytes(per_tier.get("hbm", 0)),
+            kernel["name"],
+            str(kernel["calls"]),
+            "yes" if kernel["looped"] else "no",
+            str(len(kernel["stages"])),
+            str(kernel["pcus"]),
+            _short_number(kernel["flops_per_step"] / 1e9),
+            _short_bytes(per_tier.get("hbm", 0)),
             _short_bytes(per_tier.get("ddr", 0)),
-            _short_bytes(kernel["collective_bytes_per_step"]))
-    placement = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                      collapse_padding=True,
-                      title=f"memory per socket at {result['placement']['batch_slots']} "
-                      f"batch slots (capacity {result['batch_capacity']})")
+            _short_bytes(kernel["collective_bytes_per_step"]),
+        )
+    placement = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title=f"memory per socket at {result['placement']['batch_slots']} "
+        f"batch slots (capacity {result['batch_capacity']})",
+    )
     for name in ("tier", "capacity", "weights", "KV cache", "activations", "used", "free"):
         placement.add_column(name, justify="left" if name == "tier" else "right")
     for tier, usage in result["placement"]["tiers"].items():
-        placement.add_row(tier, *(format_bytes(usage[key]) for key in (
-            "capacity_bytes", "weights_bytes", "kv_bytes", "activations_bytes", "used_bytes",
-            "free_bytes")))
+        placement.add_row(
+            tier,
+            *(
+                format_bytes(usage[key])
+                for key in (
+                    "capacity_bytes",
+                    "weights_bytes",
+                    "kv_bytes",
+                    "activations_bytes",
+                    "used_bytes",
+                    "free_bytes",
+                )
+            ),
+        )
     return [kernels, placement]
 
 
 @command.command("graph")
 @workload_argument
-@click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode",
-              show_default=True)
-@click.option("--batch", type=click.IntRange(1, 1_000_000), default=None,
-              help="Batch slots (default: the workload's, or its batch capacity for auto; "
-              "1 prompt in prefill).")
-@click.option("--context", type=click.IntRange(0, 100_000_000), default=None,
-              help="decode: cached tokens (default max_context, rounded up to the KV "
-              "policy's bucket); prefill: prompt tokens (default the longest prompt).")
+@click.option(
+    "--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1_000_000),
+    default=None,
+    help="Batch slots (default: the workload's, or its batch capacity for auto; "
+    "1 prompt in prefill).",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(0, 100_000_000),
+    default=None,
+    help="decode: cached tokens (default max_context, rounded up to the KV "
+    "policy's bucket); prefill: prompt tokens (default the longest prompt).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-@click.option("--dot", "dot_file", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Also write the decoder layer's graph in Graphviz DOT.")
+@click.option(
+    "--dot",
+    "dot_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write the decoder layer's graph in Graphviz DOT.",
+)
 @overrides_option
-def graph_command(workload: Path, phase: Phase, batch: int | None, context: int | None,
-                  as_json: bool, dot_file: Path | None, overrides: tuple[str, ...]) -> None:
+def graph_command(
+    workload: Path,
+    phase: Phase,
+    batch: int | None,
+    context: int | None,
+    as_json: bool,
+    dot_file: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
     """Kernels, stages and tier placement of one static step of WORKLOAD."""
     from rdu_sim.compiler import inspect_graph, to_dot  # networkx: only when asked for
 

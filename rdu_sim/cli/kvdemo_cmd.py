@@ -13,30 +13,58 @@ import click
 
 
 @click.command("kv-demo")
-@click.option("--prompt-tokens", type=click.IntRange(64, 65536), default=1024, show_default=True,
-              help="Prompt length of the synthetic example.")
-@click.option("--budget", "budgets", type=click.IntRange(1, 1_000_000), multiple=True,
-              help="Cache budget in tokens (repeatable); default: 1/16 .. 1/2 of the prompt "
-              "and one that keeps everything.")
-@click.option("--needles", type=click.IntRange(1, 1024), default=8, show_default=True,
-              help="Planted tokens the decode queries attend to strongly.")
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(64, 65536),
+    default=1024,
+    show_default=True,
+    help="Prompt length of the synthetic example.",
+)
+@click.option(
+    "--budget",
+    "budgets",
+    type=click.IntRange(1, 1_000_000),
+    multiple=True,
+    help="Cache budget in tokens (repeatable); default: 1/16 .. 1/2 of the prompt "
+    "and one that keeps everything.",
+)
+@click.option(
+    "--needles",
+    type=click.IntRange(1, 1024),
+    default=8,
+    show_default=True,
+    help="Planted tokens the decode queries attend to strongly.",
+)
 @click.option("--decode-steps", type=click.IntRange(1, 10_000), default=8, show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as one JSON list.")
-def command(prompt_tokens: int, budgets: tuple[int, ...], needles: int, decode_steps: int,
-            seed: int, as_json: bool) -> None:
+def command(
+    prompt_tokens: int,
+    budgets: tuple[int, ...],
+    needles: int,
+    decode_steps: int,
+    seed: int,
+    as_json: bool,
+) -> None:
     """Attention-output error and needle recall of each KV policy as the budget shrinks."""
     from rdu_sim.kv.quality import format_table, quality_curve
 
     try:
-        rows = quality_curve(prompt_len=prompt_tokens, budgets=list(budgets) or None, seed=seed,
-                             n_needles=needles, decode_steps=decode_steps)
+        rows = quality_curve(
+            prompt_len=prompt_tokens,
+            budgets=list(budgets) or None,
+            seed=seed,
+            n_needles=needles,
+            decode_steps=decode_steps,
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--budget") from None
     if as_json:
         click.echo(json.dumps(rows, sort_keys=True))
         return
     click.echo(format_table(rows))
-    click.echo("\nrelative error: |out - full| / |full| of the attention output over the decode "
-               "steps;\nneedle recall: planted tokens still in the cache. Full attention is the "
-               "reference (0, 1).")
+    click.echo(
+        "\nrelative error: |out - full| / |full| of the attention output over the decode "
+        "steps;\nneedle recall: planted tokens still in the cache. Full attention is the "
+        "reference (0, 1)."
+    )

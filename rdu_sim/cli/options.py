@@ -14,7 +14,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 def overrides_option(func: F) -> F:
     """`--set PATH=VALUE` (repeatable): edit a workload field, or a hardware one with `hw.`."""
     return click.option(
-        "--set", "overrides", multiple=True, metavar="PATH=VALUE",
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="PATH=VALUE",
         help="Override a workload field, e.g. serving.batch_slots=32; prefix hw. for the "
         "hardware file, e.g. 'hw.socket.hbm.bandwidth=2.4 TB/s'. Repeatable.",
     )(func)

@@ -51,8 +51,10 @@ def _read_json(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"{path}: cannot read the run results: {exc}")
     except json.JSONDecodeError as exc:
-        fail(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); give "
-             "the file `rdu-sim run --json` writes, a sweep database or a workload YAML")
+        fail(
+            f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); give "
+            "the file `rdu-sim run --json` writes, a sweep database or a workload YAML"
+        )
 
 
 def _read_columns(path: Path) -> dict[str, list[float | None]]:
@@ -99,17 +101,25 @@ def _read_db(path: Path) -> Any:
     return frame
 
 
-def _simulate(kind: str, path: Path, overrides: tuple[str, ...], contexts: list[int],
-              policies: list[str], requests: int) -> Any:
+def _simulate(
+    kind: str,
+    path: Path,
+    overrides: tuple[str, ...],
+    contexts: list[int],
+    policies: list[str],
+    requests: int,
+) -> Any:
     """Results for ``kind`` from a workload, built in-process (see rdu_sim.report.plots)."""
     from rdu_sim.report import plots
 
     if kind in ("memory", "capacity"):
-        return plots.plan_over_contexts(path, contexts, policies=policies,
-                                        overrides=list(overrides))
+        return plots.plan_over_contexts(
+            path, contexts, policies=policies, overrides=list(overrides)
+        )
     if kind == "throughput":
-        return plots.decode_over_contexts(path, contexts, policies=policies,
-                                          overrides=list(overrides))
+        return plots.decode_over_contexts(
+            path, contexts, policies=policies, overrides=list(overrides)
+        )
     if kind == "roofline":
         return plots.decode_step_timing(path, overrides=list(overrides))
     from rdu_sim.api import run
@@ -121,18 +131,42 @@ def _simulate(kind: str, path: Path, overrides: tuple[str, ...], contexts: list[
 @click.command("plot")
 @click.argument("kind", metavar="KIND")
 @click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Image to write: .png, .svg or .pdf (default: KIND.png).")
-@click.option("--contexts", default="8k,32k,128k", show_default=True,
-              help="Context lengths to simulate when INPUT is a workload (memory, capacity, "
-              "throughput).")
-@click.option("--policies", default="full,snapstream", show_default=True,
-              help="KV policies to compare when INPUT is a workload.")
-@click.option("--requests", type=click.IntRange(1, 1_000_000), default=16, show_default=True,
-              help="Requests of the serving run when INPUT is a workload (latency, occupancy).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Image to write: .png, .svg or .pdf (default: KIND.png).",
+)
+@click.option(
+    "--contexts",
+    default="8k,32k,128k",
+    show_default=True,
+    help="Context lengths to simulate when INPUT is a workload (memory, capacity, throughput).",
+)
+@click.option(
+    "--policies",
+    default="full,snapstream",
+    show_default=True,
+    help="KV policies to compare when INPUT is a workload.",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(1, 1_000_000),
+    default=16,
+    show_default=True,
+    help="Requests of the serving run when INPUT is a workload (latency, occupancy).",
+)
 @overrides_option
-def command(kind: str, input_path: Path, output: Path | None, contexts: str, policies: str,
-            requests: int, overrides: tuple[str, ...]) -> None:
+def command(
+    kind: str,
+    input_path: Path,
+    output: Path | None,
+    contexts: str,
+    policies: str,
+    requests: int,
+    overrides: tuple[str, ...],
+) -> None:
     """Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).
 
     KIND is one of: memory, capacity, throughput, roofline, latency, occupancy,
@@ -154,12 +188,19 @@ def command(kind: str, input_path: Path, output: Path | None, contexts: str, pol
     from rdu_sim.report import plots
 
     if suffix in _YAML_SUFFIXES and kind == "calibration":
-        fail(f"{input_path}: the calibration plot reads what `rdu-sim validate --json` "
-             "prints; run `rdu-sim validate --json > v.json` and plot v.json")
+        fail(
+            f"{input_path}: the calibration plot reads what `rdu-sim validate --json` "
+            "prints; run `rdu-sim validate --json > v.json` and plot v.json"
+        )
     if suffix in _YAML_SUFFIXES:
-        results = _simulate(kind, input_path, overrides,
-                            [_tokens(c) for c in contexts.split(",") if c.strip()],
-                            [p.strip() for p in policies.split(",") if p.strip()], requests)
+        results = _simulate(
+            kind,
+            input_path,
+            overrides,
+            [_tokens(c) for c in contexts.split(",") if c.strip()],
+            [p.strip() for p in policies.split(",") if p.strip()],
+            requests,
+        )
     elif suffix in _DB_SUFFIXES:
         results = _read_db(input_path)
     else:

@@ -33,8 +33,12 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     if not enabled or not console.is_terminal:
         yield None
         return
-    columns = (TextColumn("simulating requests"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("simulating requests"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("run", total=None)
 
@@ -51,21 +55,33 @@ def _print_step(scenario: Scenario, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
         return
-    click.echo(f"decode step (batch {data.get('batch', '?')}, cache {data.get('context', '?')} "
-               f"tokens): {human_seconds(cost.step_s)}; HBM bandwidth "
-               f"{100 * cost.hbm_util:.1f}%, PCU busy {100 * cost.pcu_util:.1f}%")
+    click.echo(
+        f"decode step (batch {data.get('batch', '?')}, cache {data.get('context', '?')} "
+        f"tokens): {human_seconds(cost.step_s)}; HBM bandwidth "
+        f"{100 * cost.hbm_util:.1f}%, PCU busy {100 * cost.pcu_util:.1f}%"
+    )
 
 
 @click.command("run")
 @workload_argument
 @overrides_option
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=None, help="Write result.json, requests.csv and timeseries.csv here.")
-@click.option("--step", "one_step", is_flag=True,
-              help="Simulate one decode step instead of the whole serving run.")
-def command(workload: Path, overrides: tuple[str, ...], as_json: bool, out_dir: Path | None,
-            one_step: bool) -> None:
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Write result.json, requests.csv and timeseries.csv here.",
+)
+@click.option(
+    "--step",
+    "one_step",
+    is_flag=True,
+    help="Simulate one decode step instead of the whole serving run.",
+)
+def command(
+    workload: Path, overrides: tuple[str, ...], as_json: bool, out_dir: Path | None, one_step: bool
+) -> None:
     """Simulate serving WORKLOAD and report throughput, latency and memory."""
     scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
     missing = api.EngineBackend.missing()

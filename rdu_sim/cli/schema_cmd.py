@@ -31,8 +31,9 @@ def json_schema(kind: str) -> dict[str, Any]:
 
 @click.command("schema")
 @click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
-@click.option("--indent", type=click.IntRange(0, 8), default=2, show_default=True,
-              help="JSON indentation.")
+@click.option(
+    "--indent", type=click.IntRange(0, 8), default=2, show_default=True, help="JSON indentation."
+)
 def command(kind: str, indent: int) -> None:
     """Print the JSON Schema of a workload or hardware file."""
     click.echo(json.dumps(json_schema(kind), indent=indent or None, sort_keys=False))

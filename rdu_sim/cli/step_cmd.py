@@ -51,33 +51,44 @@ def _print_tables(data: dict[str, Any]) -> None:
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']}, tp={data['tp']}: "
         f"{data['phase']} step, batch {data['batch']}, {data['tokens']} new tokens, "
-        f"{data['context']} cached tokens")
+        f"{data['context']} cached tokens"
+    )
     console.print(
         f"step time [bold]{_seconds(data['step_s'])}[/], HBM bandwidth "
         f"{100 * data['hbm_bandwidth_fraction']:.1f}% of peak, PCU FLOP/s "
-        f"{100 * data['flops_fraction']:.1f}% of peak, {data['events']:,} SimPy events")
+        f"{100 * data['flops_fraction']:.1f}% of peak, {data['events']:,} SimPy events"
+    )
     kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
     for col in ("kernel", "calls", "loop", "time", "share", "launch", "period", "sim"):
         kernels.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for k in data["kernels"]:
         period = k["period_s"]
-        kernels.add_row(k["name"], str(k["calls"]), "yes" if k["looped"] else "no",
-                        _seconds(k["time_s"]), f"{100 * k['time_s'] / data['step_s']:.1f}%",
-                        _seconds(k["overhead_s"]), _seconds(period) if period else "-",
-                        str(k["simulated_iterations"]))
+        kernels.add_row(
+            k["name"],
+            str(k["calls"]),
+            "yes" if k["looped"] else "no",
+            _seconds(k["time_s"]),
+            f"{100 * k['time_s'] / data['step_s']:.1f}%",
+            _seconds(k["overhead_s"]),
+            _seconds(period) if period else "-",
+            str(k["simulated_iterations"]),
+        )
     console.print(kernels)
     units = Table(title="bytes and busy units (per socket)", box=box.SIMPLE_HEAD)
     for col in ("tier", "bytes", "unit", "busy", "utilization"):
-        units.add_column(col, justify="left" if col in ("tier", "unit") else "right",
-                         no_wrap=True)
+        units.add_column(col, justify="left" if col in ("tier", "unit") else "right", no_wrap=True)
     tiers = list(data["bytes_by_tier"].items())
     kinds = list(data["busy_s"].items())
     for i in range(max(len(tiers), len(kinds))):
         tier, nbytes = tiers[i] if i < len(tiers) else ("", None)
         kind, busy = kinds[i] if i < len(kinds) else ("", None)
-        units.add_row(tier, _bytes(nbytes) if nbytes is not None else "",
-                      kind, _seconds(busy) if busy is not None else "",
-                      f"{100 * data['utilization'][kind]:.1f}%" if kind else "")
+        units.add_row(
+            tier,
+            _bytes(nbytes) if nbytes is not None else "",
+            kind,
+            _seconds(busy) if busy is not None else "",
+            f"{100 * data['utilization'][kind]:.1f}%" if kind else "",
+        )
     console.print(units)
     if data.get("trace"):
         console.print(f"trace written to {data['trace']} (open it in ui.perfetto.dev)")
@@ -86,37 +97,68 @@ def _print_tables(data: dict[str, Any]) -> None:
 @click.command("step")
 @workload_argument
 @overrides_option
-@click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode",
-              show_default=True)
-@click.option("--batch", type=click.IntRange(1, 1_000_000), default=None,
-              help="Batch slots (default: the workload's; 1 prompt for prefill).")
-@click.option("--tokens", type=click.IntRange(1, 100_000_000), default=None,
-              help="New tokens per slot (default: 1 for decode, the typical prompt for "
-                   "prefill).")
-@click.option("--context", type=click.IntRange(0, 100_000_000), default=None,
-              help="Cached tokens (default: decode, the longest cache the KV policy keeps "
-                   "up to max_context, rounded up to its decode bucket; prefill, 0).")
-@click.option("--trace", "trace_file", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Write a Perfetto (Chrome JSON) trace of the step.")
+@click.option(
+    "--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1_000_000),
+    default=None,
+    help="Batch slots (default: the workload's; 1 prompt for prefill).",
+)
+@click.option(
+    "--tokens",
+    type=click.IntRange(1, 100_000_000),
+    default=None,
+    help="New tokens per slot (default: 1 for decode, the typical prompt for prefill).",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(0, 100_000_000),
+    default=None,
+    help="Cached tokens (default: decode, the longest cache the KV policy keeps "
+    "up to max_context, rounded up to its decode bucket; prefill, 0).",
+)
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write a Perfetto (Chrome JSON) trace of the step.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the step timing as JSON.")
-def command(workload: Path, overrides: tuple[str, ...], phase: str, batch: int | None,
-            tokens: int | None, context: int | None, trace_file: Path | None,
-            as_json: bool) -> None:
+def command(
+    workload: Path,
+    overrides: tuple[str, ...],
+    phase: str,
+    batch: int | None,
+    tokens: int | None,
+    context: int | None,
+    trace_file: Path | None,
+    as_json: bool,
+) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.report.trace import write_chrome_trace
 
     scenario = api.load(workload, overrides)
     try:
-        cost = api.step(scenario, phase=phase, batch=batch, tokens=tokens, context=context,
-                        record=trace_file is not None)
+        cost = api.step(
+            scenario,
+            phase=phase,
+            batch=batch,
+            tokens=tokens,
+            context=context,
+            record=trace_file is not None,
+        )
     except EventBudgetError as exc:
         fail(f"{scenario.workload_file}: {exc}")
     timing = cost.detail
     assert isinstance(timing, StepTiming)
     data = timing.to_dict()
-    data.update(workload=scenario.workload.name, model=scenario.model.name,
-                hardware=scenario.hardware.name)
+    data.update(
+        workload=scenario.workload.name, model=scenario.model.name, hardware=scenario.hardware.name
+    )
     if trace_file is not None:
         data["trace"] = str(write_chrome_trace(timing, trace_file))
     if as_json:

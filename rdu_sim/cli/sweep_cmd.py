@@ -32,26 +32,56 @@ def _dry_run_table(summary: object) -> None:
 
 @click.command("sweep")
 @click.argument("spec", type=click.Path(path_type=Path))
-@click.option("--workers", type=click.IntRange(1, 4096), default=None,
-              help="Worker processes (default: the CPU count; 1 runs in this process). With "
-              "--cluster local, the LocalCluster's worker count.")
-@click.option("--cluster", default=None, metavar="ADDR|local",
-              help="Run the points on Dask: a scheduler address tcp://HOST:PORT, or 'local' "
-              "to start a LocalCluster on 127.0.0.1.")
-@click.option("--db", "db_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="SQLite file of results (default: <spec stem>.sqlite beside the spec). "
-              "Points already done in it are skipped.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 4096),
+    default=None,
+    help="Worker processes (default: the CPU count; 1 runs in this process). With "
+    "--cluster local, the LocalCluster's worker count.",
+)
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="ADDR|local",
+    help="Run the points on Dask: a scheduler address tcp://HOST:PORT, or 'local' "
+    "to start a LocalCluster on 127.0.0.1.",
+)
+@click.option(
+    "--db",
+    "db_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="SQLite file of results (default: <spec stem>.sqlite beside the spec). "
+    "Points already done in it are skipped.",
+)
 @click.option("--retry-failed", is_flag=True, help="Rerun points that failed before.")
-@click.option("--export", "export_file", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Write the spec's rows to FILE (.csv, or .parquet when "
-              "pyarrow is installed) after running.")
-@click.option("--dry-run", is_flag=True,
-              help="Resolve every point and list what would run; run nothing.")
-@click.option("--progress/--no-progress", default=True, show_default=True,
-              help="Progress bar on stderr (the plan and summary lines print either way).")
-def command(spec: Path, workers: int | None, cluster: str | None, db_file: Path | None,
-            retry_failed: bool, export_file: Path | None, dry_run: bool,
-            progress: bool) -> None:
+@click.option(
+    "--export",
+    "export_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write the spec's rows to FILE (.csv, or .parquet when "
+    "pyarrow is installed) after running.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Resolve every point and list what would run; run nothing."
+)
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    show_default=True,
+    help="Progress bar on stderr (the plan and summary lines print either way).",
+)
+def command(
+    spec: Path,
+    workers: int | None,
+    cluster: str | None,
+    db_file: Path | None,
+    retry_failed: bool,
+    export_file: Path | None,
+    dry_run: bool,
+    progress: bool,
+) -> None:
     """Expand the sweep SPEC into points, simulate those not yet done, store one row each.
 
     Example: rdu-sim sweep workloads/sweeps/llama8b-batch.yaml --workers 2 --export out.csv
@@ -59,19 +89,33 @@ def command(spec: Path, workers: int | None, cluster: str | None, db_file: Path 
     from rdu_sim.sweep import export, load, parquet_available, run_sweep
     from rdu_sim.sweep.progress import RichReporter
 
-    if export_file is not None and export_file.suffix.lower() in (".parquet", ".pq") \
-            and not parquet_available():
+    if (
+        export_file is not None
+        and export_file.suffix.lower() in (".parquet", ".pq")
+        and not parquet_available()
+    ):
         from rdu_sim.config.errors import ConfigError
 
-        raise ConfigError.single(str(export_file), "", "Parquet export needs pyarrow, which "
-                                 "is not installed (pip install pyarrow); use .csv instead")
+        raise ConfigError.single(
+            str(export_file),
+            "",
+            "Parquet export needs pyarrow, which "
+            "is not installed (pip install pyarrow); use .csv instead",
+        )
     try:
-        summary = run_sweep(spec, db=db_file, workers=workers, cluster=cluster,
-                            retry_failed=retry_failed, dry_run=dry_run,
-                            progress=RichReporter(bar=progress))
+        summary = run_sweep(
+            spec,
+            db=db_file,
+            workers=workers,
+            cluster=cluster,
+            retry_failed=retry_failed,
+            dry_run=dry_run,
+            progress=RichReporter(bar=progress),
+        )
     except KeyboardInterrupt:
-        print_warning("interrupted: finished points are saved; run the same command again "
-                      "to resume")
+        print_warning(
+            "interrupted: finished points are saved; run the same command again to resume"
+        )
         raise SystemExit(130) from None
     if dry_run:
         _dry_run_table(summary)
@@ -83,6 +127,8 @@ def command(spec: Path, workers: int | None, cluster: str | None, db_file: Path 
         click.echo(f"wrote {len(frame)} rows to {export_file}")
     failed = summary.failed + summary.failed_before
     if failed:
-        print_warning(f"{failed} point(s) failed; their errors are in {summary.db} "
-                      "(rerun them with --retry-failed)")
+        print_warning(
+            f"{failed} point(s) failed; their errors are in {summary.db} "
+            "(rerun them with --retry-failed)"
+        )
         raise SystemExit(1)

@@ -42,28 +42,53 @@ def _print_table(rows: list[dict[str, object]], header: str) -> None:
         unit = str(row["unit"])
         err = row["relative_error"]
         table.add_row(
-            str(row["name"]), _fmt(row["published"], unit),  # type: ignore[arg-type]
+            str(row["name"]),
+            _fmt(row["published"], unit),  # type: ignore[arg-type]
             _fmt(row["simulated"], unit),  # type: ignore[arg-type]
             "n/a" if err is None else f"{100 * float(err):+.1f}%",  # type: ignore[arg-type]
             f"±{100 * float(row['tolerance']):.1f}%",  # type: ignore[arg-type]
-            "[green]pass[/green]" if row["pass"] else "[red]FAIL[/red]")
+            "[green]pass[/green]" if row["pass"] else "[red]FAIL[/red]",
+        )
     Console(soft_wrap=True).print(table)
 
 
 @click.command("validate")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--quick", is_flag=True,
-              help="Same runs with fewer requests (3 per batch slot): about a minute.")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Same runs with fewer requests (3 per batch slot): about a minute.",
+)
 @overrides_option
-@click.option("--tolerance", "tolerances", multiple=True, metavar="FIGURE=VALUE",
-              help="Replace a figure's relative tolerance (e.g. max_batch_ratio=0.05). "
-              "Repeatable.")
-@click.option("--snapstream", "snapstream", type=click.Path(path_type=Path), default=None,
-              help="SnapStream workload [default: workloads/deepseek-r1-128k-snapstream.yaml].")
-@click.option("--full", "full", type=click.Path(path_type=Path), default=None,
-              help="Full-attention workload [default: workloads/deepseek-r1-128k-full.yaml].")
-def command(as_json: bool, quick: bool, overrides: tuple[str, ...],
-            tolerances: tuple[str, ...], snapstream: Path | None, full: Path | None) -> None:
+@click.option(
+    "--tolerance",
+    "tolerances",
+    multiple=True,
+    metavar="FIGURE=VALUE",
+    help="Replace a figure's relative tolerance (e.g. max_batch_ratio=0.05). Repeatable.",
+)
+@click.option(
+    "--snapstream",
+    "snapstream",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="SnapStream workload [default: workloads/deepseek-r1-128k-snapstream.yaml].",
+)
+@click.option(
+    "--full",
+    "full",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Full-attention workload [default: workloads/deepseek-r1-128k-full.yaml].",
+)
+def command(
+    as_json: bool,
+    quick: bool,
+    overrides: tuple[str, ...],
+    tolerances: tuple[str, ...],
+    snapstream: Path | None,
+    full: Path | None,
+) -> None:
     """Run the calibration suite and compare with the published SnapStream figures."""
     from rdu_sim.validate import run_suite, tolerance_overrides, with_tolerances
     from rdu_sim.validate.suite import FULL_WORKLOAD, SNAPSTREAM_WORKLOAD
@@ -72,16 +97,23 @@ def command(as_json: bool, quick: bool, overrides: tuple[str, ...],
         figures = with_tolerances(tolerance_overrides(tolerances))
     except ValueError as exc:
         fail(str(exc))
-    result = run_suite(quick=quick, overrides=overrides, figures=figures,
-                       snapstream=snapstream or SNAPSTREAM_WORKLOAD, full=full or FULL_WORKLOAD)
+    result = run_suite(
+        quick=quick,
+        overrides=overrides,
+        figures=figures,
+        snapstream=snapstream or SNAPSTREAM_WORKLOAD,
+        full=full or FULL_WORKLOAD,
+    )
     rows = [row.to_dict() for row in result.rows]
     if as_json:
         click.echo(json.dumps(rows))
     else:
         ss, fu = result.snapstream, result.full
-        header = (f"SnapStream: {ss.batch_slots} slots, {ss.requests} requests; full: "
-                  f"{fu.batch_slots} slots, {fu.requests} requests; compressed prompt "
-                  f"{ss.prefill_prompt} tokens{' (--quick)' if quick else ''}")
+        header = (
+            f"SnapStream: {ss.batch_slots} slots, {ss.requests} requests; full: "
+            f"{fu.batch_slots} slots, {fu.requests} requests; compressed prompt "
+            f"{ss.prefill_prompt} tokens{' (--quick)' if quick else ''}"
+        )
         _print_table(rows, header)
     if not result.passed:
         raise SystemExit(EXIT_FIGURE_FAILED)

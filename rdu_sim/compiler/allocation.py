@@ -94,8 +94,9 @@ def _balanced_minimums(compute: Sequence[float], budget: int, floor_time: float)
         return [max(1, math.ceil(c / t - 1e-9)) if t > 0 else 1 for c in compute]
 
     if len(compute) > budget:
-        raise ValueError(f"{len(compute)} stages need at least one PCU each; only {budget} "
-                         "are usable")
+        raise ValueError(
+            f"{len(compute)} stages need at least one PCU each; only {budget} are usable"
+        )
     largest = max(compute, default=0.0)
     if largest <= 0:
         return [1] * len(compute)
@@ -112,8 +113,15 @@ def _balanced_minimums(compute: Sequence[float], budget: int, floor_time: float)
     return need(high)
 
 
-def allocate(work: Sequence[StageWork], *, pcus: int, pmus: int, pmu_bytes: float,
-             pmu_bandwidth: float, memory_time: float) -> Allocation:
+def allocate(
+    work: Sequence[StageWork],
+    *,
+    pcus: int,
+    pmus: int,
+    pmu_bytes: float,
+    pmu_bandwidth: float,
+    memory_time: float,
+) -> Allocation:
     """PCUs and PMUs per stage within `pcus` / `pmus` (see the module docstring)."""
     compute = [w.compute for w in work]
     pcu_floors = _balanced_minimums(compute, pcus, memory_time)
@@ -121,8 +129,7 @@ def allocate(work: Sequence[StageWork], *, pcus: int, pmus: int, pmu_bytes: floa
 
     if len(work) > pmus:
         raise ValueError(f"{len(work)} stages need at least one PMU each; only {pmus} usable")
-    stage_time = max([memory_time, *(w.compute / p for w, p in
-                                     zip(work, pcu_counts, strict=True))])
+    stage_time = max([memory_time, *(w.compute / p for w, p in zip(work, pcu_counts, strict=True))])
     floors = []
     for w in work:
         buffers = math.ceil(2 * w.buffer_bytes / pmu_bytes)

@@ -85,14 +85,20 @@ class Compiler:
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         socket = self.scenario.hardware.socket
         tiles = self.scenario.workload.engine.tiles_per_stage
-        kernels = tuple(_kernel_program(k, fractions, kv_tier, socket, tiles)
-                        for k in self.kernels(shape))
+        kernels = tuple(
+            _kernel_program(k, fractions, kv_tier, socket, tiles) for k in self.kernels(shape)
+        )
         buffers = max(sum(s.pmus for s in k.stages) for k in kernels) * socket.pmu.sram
         tiers = dict(placement.tiers)
-        tiers["sram"] = TierUsage(capacity_bytes=tiers["sram"].capacity_bytes,
-                                  activations_bytes=buffers)
-        program = Program(shape=shape, tp=self.scenario.tp, kernels=kernels,
-                          placement=replace(placement, tiers=tiers))
+        tiers["sram"] = TierUsage(
+            capacity_bytes=tiers["sram"].capacity_bytes, activations_bytes=buffers
+        )
+        program = Program(
+            shape=shape,
+            tp=self.scenario.tp,
+            kernels=kernels,
+            placement=replace(placement, tiers=tiers),
+        )
         self._programs[shape] = program
         return program
 
@@ -119,8 +125,13 @@ def weight_fractions(placement: Placement) -> dict[str, float]:
         if tensor.kind == "weights":
             entry = sizes.setdefault(tensor.name.split("/", 1)[1], [0, 0])
             entry[0 if tensor.tier == "hbm" else 1] += tensor.bytes
-    fractions.update({f"{ANY_KERNEL}/{name}": hbm / (hbm + ddr)
-                      for name, (hbm, ddr) in sizes.items() if hbm + ddr})
+    fractions.update(
+        {
+            f"{ANY_KERNEL}/{name}": hbm / (hbm + ddr)
+            for name, (hbm, ddr) in sizes.items()
+            if hbm + ddr
+        }
+    )
     return fractions
 
 
@@ -154,8 +165,9 @@ def _add(target: dict[Tier, float], tier: Tier, value: float) -> None:
         target[tier] = target.get(tier, 0.0) + value
 
 
-def _stage(kernel: KernelGraph, node: Operator, fractions: dict[str, float],
-           kv_tier: Tier) -> StageProgram:
+def _stage(
+    kernel: KernelGraph, node: Operator, fractions: dict[str, float], kv_tier: Tier
+) -> StageProgram:
     graph = kernel.graph
     external = graph.graph.get("inputs", {})
     finals = graph.graph.get("output_nodes", {})
@@ -166,27 +178,47 @@ def _stage(kernel: KernelGraph, node: Operator, fractions: dict[str, float],
     _add(reads, "ddr", node.weight_read_bytes * (1 - share))
     _add(reads, kv_tier, node.kv_read_bytes)
     _add(writes, kv_tier, node.kv_write_bytes)
-    _add(reads, "hbm", sum(t.bytes for t in node.inputs if t.name in external)
-         * node.act_read_fraction)
-    _add(writes, "hbm", sum(t.bytes for t in node.outputs if finals.get(t.name) == node.name)
-         * node.act_write_fraction)
-    streamed = {name for target in graph.successors(node.name)
-                for name in graph.edges[node.name, target]["tensors"]}
-    output_bytes = sum(t.bytes for t in node.outputs if t.name in streamed) \
-        * node.act_write_fraction
+    _add(
+        reads,
+        "hbm",
+        sum(t.bytes for t in node.inputs if t.name in external) * node.act_read_fraction,
+    )
+    _add(
+        writes,
+        "hbm",
+        sum(t.bytes for t in node.outputs if finals.get(t.name) == node.name)
+        * node.act_write_fraction,
+    )
+    streamed = {
+        name
+        for target in graph.successors(node.name)
+        for name in graph.edges[node.name, target]["tensors"]
+    }
+    output_bytes = (
+        sum(t.bytes for t in node.outputs if t.name in streamed) * node.act_write_fraction
+    )
     gemm = node.gemm
     return StageProgram(
-        name=node.name, op=node.kind, pcus=1, pmus=1, flops=node.flops,
-        vector_flops=node.vector_flops, reads=reads, writes=writes,
-        inputs=tuple(graph.predecessors(node.name)), output_bytes=output_bytes,
+        name=node.name,
+        op=node.kind,
+        pcus=1,
+        pmus=1,
+        flops=node.flops,
+        vector_flops=node.vector_flops,
+        reads=reads,
+        writes=writes,
+        inputs=tuple(graph.predecessors(node.name)),
+        output_bytes=output_bytes,
         gemm=None if gemm is None else GemmShape(gemm.m, gemm.n, gemm.k, gemm.batch),
-        collective=None if node.collective is None else CollectiveSpec(
-            node.collective, node.collective_bytes, node.group),
+        collective=None
+        if node.collective is None
+        else CollectiveSpec(node.collective, node.collective_bytes, node.group),
     )
 
 
-def _work(stage: StageProgram, produced: dict[str, float], socket: SocketConfig,
-          tiles: int) -> StageWork:
+def _work(
+    stage: StageProgram, produced: dict[str, float], socket: SocketConfig, tiles: int
+) -> StageWork:
     """Estimated compute (PCU-seconds), memory time, buffers and streams of a stage.
 
     `produced` maps earlier stages to their output_bytes: each input edge brings the whole
@@ -196,15 +228,18 @@ def _work(stage: StageProgram, produced: dict[str, float], socket: SocketConfig,
     efficiency = pcu.max_gemm_efficiency
     if stage.gemm is not None:
         g = stage.gemm
-        efficiency = stage_gemm_efficiency(g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols,
-                                           pcu.max_gemm_efficiency)
+        efficiency = stage_gemm_efficiency(
+            g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols, pcu.max_gemm_efficiency
+        )
     compute = stage.flops / (pcu.peak_flops * efficiency) + stage.vector_flops / pcu.vector_flops
     arriving = [produced[name] for name in stage.inputs]
     offchip = sum(stage.reads.values()) + sum(stage.writes.values())
-    return StageWork(compute=compute,
-                     buffer_bytes=(sum(arriving) + offchip + stage.output_bytes) / tiles,
-                     stream_in=len(arriving) * max(arriving, default=0.0),
-                     moved=sum(arriving) + offchip)
+    return StageWork(
+        compute=compute,
+        buffer_bytes=(sum(arriving) + offchip + stage.output_bytes) / tiles,
+        stream_in=len(arriving) * max(arriving, default=0.0),
+        moved=sum(arriving) + offchip,
+    )
 
 
 def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
@@ -212,20 +247,33 @@ def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
     return memory.bandwidth * memory.efficiency
 
 
-def _kernel_program(kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier,
-                    socket: SocketConfig, tiles: int) -> KernelProgram:
+def _kernel_program(
+    kernel: KernelGraph,
+    fractions: dict[str, float],
+    kv_tier: Tier,
+    socket: SocketConfig,
+    tiles: int,
+) -> KernelProgram:
     stages = [_stage(kernel, node, fractions, kv_tier) for node in operators(kernel.graph)]
     # the topological order of `operators` puts every producer before its consumers
     produced = {s.name: s.output_bytes for s in stages}
     work = [_work(s, produced, socket, tiles) for s in stages]
-    memory_time = max(sum(s.reads.get(t, 0.0) + s.writes.get(t, 0.0) for s in stages)
-                      / _bandwidth(socket, t) for t in ("hbm", "ddr"))
+    memory_time = max(
+        sum(s.reads.get(t, 0.0) + s.writes.get(t, 0.0) for s in stages) / _bandwidth(socket, t)
+        for t in ("hbm", "ddr")
+    )
     usable_pcus = math.floor(socket.usable_fraction * socket.pcu.count)
     usable_pmus = math.floor(socket.usable_fraction * socket.pmu.count)
-    allocation = allocate(work, pcus=usable_pcus, pmus=usable_pmus,
-                          pmu_bytes=socket.pmu.sram, pmu_bandwidth=socket.pmu.bandwidth,
-                          memory_time=memory_time)
-    placed = tuple(replace(s, pcus=p, pmus=m) for s, p, m in
-                   zip(stages, allocation.pcus, allocation.pmus, strict=True))
-    return KernelProgram(name=kernel.name, calls=kernel.calls, looped=kernel.looped,
-                         stages=placed)
+    allocation = allocate(
+        work,
+        pcus=usable_pcus,
+        pmus=usable_pmus,
+        pmu_bytes=socket.pmu.sram,
+        pmu_bandwidth=socket.pmu.bandwidth,
+        memory_time=memory_time,
+    )
+    placed = tuple(
+        replace(s, pcus=p, pmus=m)
+        for s, p, m in zip(stages, allocation.pcus, allocation.pmus, strict=True)
+    )
+    return KernelProgram(name=kernel.name, calls=kernel.calls, looped=kernel.looped, stages=placed)

@@ -75,20 +75,29 @@ def selection_shape(scenario: Scenario, shape: StaticShape) -> SelectionShape | 
     selection = policy.selection(prompt)
     if selection is None:
         return None
-    return SelectionShape(prompt=selection.scored_keys, window=selection.window,
-                          candidates=selection.candidates, topk=selection.topk,
-                          kept=selection.kept, kernel_size=selection.kernel_size)
+    return SelectionShape(
+        prompt=selection.scored_keys,
+        window=selection.window,
+        candidates=selection.candidates,
+        topk=selection.topk,
+        kept=selection.kept,
+        kernel_size=selection.kernel_size,
+    )
 
 
 def graph_groups(scenario: Scenario, shape: StaticShape) -> list[GraphGroup]:
     """The unsharded graphs of one step, in execution order, with their call counts."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
-    groups = model_groups(scenario.model, step_shape(shape), prec, cache,
-                          scenario.workload.moe_expert_loading)
+    groups = model_groups(
+        scenario.model, step_shape(shape), prec, cache, scenario.workload.moe_expert_loading
+    )
     selection = selection_shape(scenario, shape)
     if selection is not None:
-        select = GraphGroup("snapkv_select", scenario.model.layers,
-                            snapkv_graph(scenario.model, shape.batch, selection, prec, cache))
+        select = GraphGroup(
+            "snapkv_select",
+            scenario.model.layers,
+            snapkv_graph(scenario.model, shape.batch, selection, prec, cache),
+        )
         groups.insert(len(groups) - 1, select)
     return groups
 
@@ -107,10 +116,15 @@ def fuse_attention(graph: nx.DiGraph) -> nx.DiGraph:
     inputs = {t.name: t for node in chain for t in node.inputs if t.name not in internal}
     score, value = chain[0], chain[-1]
     fused = Operator(
-        FLASH, "flash_attention", inputs=tuple(inputs.values()), outputs=value.outputs,
-        flops=sum(n.flops for n in chain), vector_flops=sum(n.vector_flops for n in chain),
+        FLASH,
+        "flash_attention",
+        inputs=tuple(inputs.values()),
+        outputs=value.outputs,
+        flops=sum(n.flops for n in chain),
+        vector_flops=sum(n.vector_flops for n in chain),
         kv_read_bytes=sum(n.kv_read_bytes for n in chain),
-        kv_write_bytes=sum(n.kv_write_bytes for n in chain), gemm=score.gemm,
+        kv_write_bytes=sum(n.kv_write_bytes for n in chain),
+        gemm=score.gemm,
         split=replace(score.split, combine=value.split.combine),
     )
     builder = GraphBuilder(str(graph.name), graph.graph["inputs"].values())
@@ -126,6 +140,12 @@ def kernel_graphs(scenario: Scenario, shape: StaticShape) -> list[KernelGraph]:
     """The fused, sharded kernels of one step on one socket."""
     plan = shard_plan(scenario)
     looping = scenario.workload.kernel_looping
-    return [KernelGraph(group.name, group.count, looping and group.count > 1,
-                        shard_graph(fuse_attention(group.graph), plan))
-            for group in graph_groups(scenario, shape)]
+    return [
+        KernelGraph(
+            group.name,
+            group.count,
+            looping and group.count > 1,
+            shard_graph(fuse_attention(group.graph), plan),
+        )
+        for group in graph_groups(scenario, shape)
+    ]

@@ -26,8 +26,13 @@ from rdu_sim.kv import make_policy
 from rdu_sim.scenario import Scenario
 
 
-def inspect_shape(scenario: Scenario, phase: Phase = "decode", batch: int | None = None,
-                  context: int | None = None, compiler: Compiler | None = None) -> StaticShape:
+def inspect_shape(
+    scenario: Scenario,
+    phase: Phase = "decode",
+    batch: int | None = None,
+    context: int | None = None,
+    compiler: Compiler | None = None,
+) -> StaticShape:
     """The static shape `inspect graph` compiles for these options.
 
     decode: `batch` slots (default the workload's, or its batch capacity), cache length the
@@ -43,32 +48,48 @@ def inspect_shape(scenario: Scenario, phase: Phase = "decode", batch: int | None
     policy = make_policy(scenario.workload.kv, serving.max_context)
     longest = serving.max_context if context is None else context
     longest = min(longest, policy.slot_tokens(serving.max_context))
-    return StaticShape("decode", batch or compiler.batch_slots(),
-                       1, policy.decode_bucket(longest, serving.max_context))
+    return StaticShape(
+        "decode",
+        batch or compiler.batch_slots(),
+        1,
+        policy.decode_bucket(longest, serving.max_context),
+    )
 
 
 def _stage_record(stage: Any) -> dict[str, Any]:
-    per_tier = {tier: stage.reads.get(tier, 0.0) + stage.writes.get(tier, 0.0)
-                for tier in TIERS}
+    per_tier = {tier: stage.reads.get(tier, 0.0) + stage.writes.get(tier, 0.0) for tier in TIERS}
     gemm = stage.gemm
     collective = stage.collective
     return {
-        "name": stage.name, "op": stage.op, "pcus": stage.pcus, "pmus": stage.pmus,
-        "flops": stage.flops, "vector_flops": stage.vector_flops, "bytes": per_tier,
-        "reads": dict(stage.reads), "writes": dict(stage.writes),
-        "output_bytes": stage.output_bytes, "inputs": list(stage.inputs),
-        "gemm": None if gemm is None else {"m": gemm.m, "n": gemm.n, "k": gemm.k,
-                                           "batch": gemm.batch},
-        "collective": None if collective is None else {
-            "kind": collective.kind, "bytes": collective.bytes, "group": collective.group},
+        "name": stage.name,
+        "op": stage.op,
+        "pcus": stage.pcus,
+        "pmus": stage.pmus,
+        "flops": stage.flops,
+        "vector_flops": stage.vector_flops,
+        "bytes": per_tier,
+        "reads": dict(stage.reads),
+        "writes": dict(stage.writes),
+        "output_bytes": stage.output_bytes,
+        "inputs": list(stage.inputs),
+        "gemm": None
+        if gemm is None
+        else {"m": gemm.m, "n": gemm.n, "k": gemm.k, "batch": gemm.batch},
+        "collective": None
+        if collective is None
+        else {"kind": collective.kind, "bytes": collective.bytes, "group": collective.group},
     }
 
 
 def _kernel_record(kernel: KernelProgram) -> dict[str, Any]:
     return {
-        "name": kernel.name, "calls": kernel.calls, "looped": kernel.looped,
-        "pcus": sum(s.pcus for s in kernel.stages), "pmus": sum(s.pmus for s in kernel.stages),
-        "flops_per_step": kernel.flops, "bytes_per_step": kernel.bytes_by_tier(),
+        "name": kernel.name,
+        "calls": kernel.calls,
+        "looped": kernel.looped,
+        "pcus": sum(s.pcus for s in kernel.stages),
+        "pmus": sum(s.pmus for s in kernel.stages),
+        "flops_per_step": kernel.flops,
+        "bytes_per_step": kernel.bytes_by_tier(),
         "collective_bytes_per_step": kernel.collective_bytes,
         "stages": [_stage_record(s) for s in kernel.stages],
     }
@@ -79,25 +100,39 @@ def placement_record(placement: Placement) -> dict[str, Any]:
     return {
         "batch_slots": placement.batch_slots,
         "per_socket": True,
-        "tiers": {tier: {"capacity_bytes": u.capacity_bytes, "weights_bytes": u.weights_bytes,
-                         "kv_bytes": u.kv_bytes, "activations_bytes": u.activations_bytes,
-                         "used_bytes": u.used_bytes, "free_bytes": u.free_bytes}
-                  for tier, u in placement.tiers.items()},
-        "tensors": [{"name": t.name, "kind": t.kind, "tier": t.tier, "bytes": t.bytes}
-                    for t in placement.tensors],
+        "tiers": {
+            tier: {
+                "capacity_bytes": u.capacity_bytes,
+                "weights_bytes": u.weights_bytes,
+                "kv_bytes": u.kv_bytes,
+                "activations_bytes": u.activations_bytes,
+                "used_bytes": u.used_bytes,
+                "free_bytes": u.free_bytes,
+            }
+            for tier, u in placement.tiers.items()
+        },
+        "tensors": [
+            {"name": t.name, "kind": t.kind, "tier": t.tier, "bytes": t.bytes}
+            for t in placement.tensors
+        ],
     }
 
 
-def layer_graph(scenario: Scenario, shape: StaticShape,
-                compiler: Compiler | None = None) -> nx.DiGraph:
+def layer_graph(
+    scenario: Scenario, shape: StaticShape, compiler: Compiler | None = None
+) -> nx.DiGraph:
     """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included."""
     kernels = (compiler or Compiler(scenario)).kernels(shape)
     decoders = [k for k in kernels if k.name.startswith("decoder")]
     return decoders[-1].graph
 
 
-def inspect_graph(scenario: Scenario, phase: Phase = "decode", batch: int | None = None,
-                  context: int | None = None) -> dict[str, Any]:
+def inspect_graph(
+    scenario: Scenario,
+    phase: Phase = "decode",
+    batch: int | None = None,
+    context: int | None = None,
+) -> dict[str, Any]:
     """The compiled step for these options, as JSON-ready data (see the module docstring)."""
     compiler = Compiler(scenario)
     shape = inspect_shape(scenario, phase, batch, context, compiler)
@@ -105,15 +140,22 @@ def inspect_graph(scenario: Scenario, phase: Phase = "decode", batch: int | None
     return {
         "workload": scenario.workload.name,
         "model": scenario.model.name,
-        "shape": {"phase": shape.phase, "batch": shape.batch, "tokens": shape.tokens,
-                  "cache_len": shape.cache_len},
+        "shape": {
+            "phase": shape.phase,
+            "batch": shape.batch,
+            "tokens": shape.tokens,
+            "cache_len": shape.cache_len,
+        },
         "tp": program.tp,
         "mla_cache_layout": scenario.workload.parallelism.mla_cache_layout,
         "kv_policy": scenario.workload.kv.policy,
         "batch_capacity": compiler.batch_capacity(),
         "kernels": [_kernel_record(k) for k in program.kernels],
-        "totals": {"flops": program.flops, "bytes": program.bytes_by_tier(),
-                   "collective_bytes": program.collective_bytes},
+        "totals": {
+            "flops": program.flops,
+            "bytes": program.bytes_by_tier(),
+            "collective_bytes": program.collective_bytes,
+        },
         "placement": placement_record(program.placement),
         "graph": graph_records(layer_graph(scenario, shape, compiler)),
     }

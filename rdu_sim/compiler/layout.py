@@ -69,14 +69,18 @@ def shard_plan(scenario: Scenario) -> ShardPlan:
 
 def mla_cache_form(scenario: Scenario) -> MlaCache:
     """What the MLA cache holds: per-head K/V under head_split, else the latent."""
-    return "per_head" if scenario.workload.parallelism.mla_cache_layout == "head_split" \
-        else "latent"
+    return (
+        "per_head" if scenario.workload.parallelism.mla_cache_layout == "head_split" else "latent"
+    )
 
 
 def precision(scenario: Scenario) -> Precision:
     """Bytes per element of weights, KV and activations."""
-    return Precision(weights=scenario.weight_dtype_bytes, kv=scenario.kv_dtype_bytes,
-                     activations=scenario.activation_dtype_bytes)
+    return Precision(
+        weights=scenario.weight_dtype_bytes,
+        kv=scenario.kv_dtype_bytes,
+        activations=scenario.activation_dtype_bytes,
+    )
 
 
 def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
@@ -90,8 +94,12 @@ def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
         per_token = 2 * arch.kv_heads * arch.head_dim * kv / plan.divisor("kv_heads")
         return math.ceil(arch.layers * tokens * per_token)
     if mla_cache_form(scenario) == "per_head":
-        per_token = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim
-                                  + arch.v_head_dim) * kv / plan.tp
+        per_token = (
+            arch.heads
+            * (arch.qk_nope_head_dim + arch.qk_rope_head_dim + arch.v_head_dim)
+            * kv
+            / plan.tp
+        )
         return math.ceil(arch.layers * tokens * per_token)
     per_token = (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv
     split = plan.divisor("mla_cache")

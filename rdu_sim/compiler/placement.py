@@ -59,8 +59,7 @@ class WeightTensor:
 def slot_tokens(scenario: Scenario) -> int:
     """Tokens of KV cache each slot is given (the KV policy's static slot)."""
     serving = scenario.workload.serving
-    return make_policy(scenario.workload.kv, serving.max_context).slot_tokens(
-        serving.max_context)
+    return make_policy(scenario.workload.kv, serving.max_context).slot_tokens(serving.max_context)
 
 
 def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
@@ -75,8 +74,11 @@ def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
             entry = tensors.setdefault(f"{kernel.name}/{node.weight_name}", [0.0, 0.0])
             entry[0] += kernel.calls * node.weight_params * wbytes
             entry[1] += kernel.calls * node.weight_read_bytes
-    return [WeightTensor(key, math.ceil(size), reads) for key, (size, reads) in tensors.items()
-            if size > 0]
+    return [
+        WeightTensor(key, math.ceil(size), reads)
+        for key, (size, reads) in tensors.items()
+        if size > 0
+    ]
 
 
 def max_prompt_tokens(scenario: Scenario) -> int:
@@ -150,17 +152,23 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
     act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
     if act + kv > hbm_cap:
         capacity = batch_capacity(scenario, strict=False)
-        fit = (f"at most {capacity} fit beside the weights; 'auto' picks that" if capacity
-               else "not even one fits beside the weights")
+        fit = (
+            f"at most {capacity} fit beside the weights; 'auto' picks that"
+            if capacity
+            else "not even one fits beside the weights"
+        )
         raise CapacityError(
             f"the KV cache of {batch_slots} slots ({format_bytes(kv)}) and activations "
             f"({format_bytes(act)}) need {format_bytes(act + kv)} of HBM per socket, more "
             f"than its {format_bytes(hbm_cap)}; lower serving.batch_slots ({fit}), reduce "
             f"serving.max_context, use kv.policy snapstream, {_layout_hint(scenario)}or "
-            f"raise parallelism.tp (now {scenario.tp})")
+            f"raise parallelism.tp (now {scenario.tp})"
+        )
     room = hbm_cap - act - kv
-    tensors: list[TensorPlacement] = [TensorPlacement("kv_cache", "kv", "hbm", kv),
-                                      TensorPlacement("activations", "activations", "hbm", act)]
+    tensors: list[TensorPlacement] = [
+        TensorPlacement("kv_cache", "kv", "hbm", kv),
+        TensorPlacement("activations", "activations", "hbm", act),
+    ]
     in_hbm = in_ddr = 0
     inventory = weight_inventory(scenario, batch_slots)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
@@ -178,11 +186,13 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
             f"(tp={scenario.tp}, {scenario.workload.dtypes.weights}); HBM holds "
             f"{format_bytes(in_hbm)} of them beside the KV cache and activations and DDR "
             f"{format_bytes(ddr_cap)}, so {format_bytes(in_ddr - ddr_cap)} do not fit: "
-            f"{_shrink_hint(scenario)}")
+            f"{_shrink_hint(scenario)}"
+        )
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=sock.sram_bytes),
-        "hbm": TierUsage(capacity_bytes=hbm_cap, weights_bytes=in_hbm, kv_bytes=kv,
-                         activations_bytes=act),
+        "hbm": TierUsage(
+            capacity_bytes=hbm_cap, weights_bytes=in_hbm, kv_bytes=kv, activations_bytes=act
+        ),
         "ddr": TierUsage(capacity_bytes=ddr_cap, weights_bytes=in_ddr),
     }
     return Placement(batch_slots=batch_slots, tiers=tiers, tensors=tuple(tensors))
@@ -221,7 +231,8 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
                 f"{scenario.workload.kv.policy}, mla_cache_layout "
                 f"{scenario.workload.parallelism.mla_cache_layout}); reduce "
                 f"serving.max_context, use kv.policy snapstream, {_layout_hint(scenario)}"
-                f"raise parallelism.tp (now {scenario.tp}), or store weights in fp8")
+                f"raise parallelism.tp (now {scenario.tp}), or store weights in fp8"
+            )
         return 0
     low, high = 1, 2
     while fits(high):
@@ -235,4 +246,3 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
         else:
             high = mid
     return low
-

@@ -84,7 +84,7 @@ class KernelProgram:
         totals: dict[Tier, float] = dict.fromkeys(TIERS, 0.0)
         for stage in self.stages:
             for tier in TIERS:
-                totals[tier] += (stage.reads.get(tier, 0.0) + stage.writes.get(tier, 0.0))
+                totals[tier] += stage.reads.get(tier, 0.0) + stage.writes.get(tier, 0.0)
         return {tier: value * self.calls for tier, value in totals.items()}
 
     @property

@@ -54,12 +54,16 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     partial = split.combine == "sum" or (split.combine == "sequence" and plan.sequence_split)
     write_share = 1.0 if dim == "k" or partial else 1 / ways
     return replace(
-        node, flops=node.flops / compute, vector_flops=node.vector_flops / compute,
+        node,
+        flops=node.flops / compute,
+        vector_flops=node.vector_flops / compute,
         weight_params=math.ceil(node.weight_params / weights),
         weight_read_bytes=node.weight_read_bytes / weights,
-        kv_read_bytes=node.kv_read_bytes / kv, kv_write_bytes=node.kv_write_bytes / kv,
+        kv_read_bytes=node.kv_read_bytes / kv,
+        kv_write_bytes=node.kv_write_bytes / kv,
         gemm=_shard_gemm(node.gemm, dim, compute),
-        act_read_fraction=read_share, act_write_fraction=write_share,
+        act_read_fraction=read_share,
+        act_write_fraction=write_share,
     )
 
 
@@ -91,8 +95,11 @@ def shard_graph(graph: nx.DiGraph, plan: ShardPlan) -> nx.DiGraph:
     The result keeps the `inputs`/`outputs` graph attributes and adds `output_nodes`
     (tensor name -> the node that finally produces it, after any collective).
     """
-    sharded = nx.DiGraph(name=graph.name, inputs=graph.graph.get("inputs", {}),
-                         outputs=graph.graph.get("outputs", {}))
+    sharded = nx.DiGraph(
+        name=graph.name,
+        inputs=graph.graph.get("inputs", {}),
+        outputs=graph.graph.get("outputs", {}),
+    )
     final: dict[str, str] = {}  # tensor -> its last producer in the sharded graph
     for node in operators(graph):
         share = shard_operator(node, plan)
@@ -108,10 +115,20 @@ def shard_graph(graph: nx.DiGraph, plan: ShardPlan) -> nx.DiGraph:
             name = f"{node.name}.{kind}"
             # a reduce-scatter leaves each socket its share; the others leave the whole
             carried = 1 / plan.tp if kind == "reduce_scatter" else 1.0
-            sharded.add_node(name, op=Operator(
-                name, kind, inputs=node.outputs, outputs=node.outputs, collective=kind,
-                collective_bytes=payload, group=plan.tp,
-                act_read_fraction=share.act_write_fraction, act_write_fraction=carried))
+            sharded.add_node(
+                name,
+                op=Operator(
+                    name,
+                    kind,
+                    inputs=node.outputs,
+                    outputs=node.outputs,
+                    collective=kind,
+                    collective_bytes=payload,
+                    group=plan.tp,
+                    act_read_fraction=share.act_write_fraction,
+                    act_write_fraction=carried,
+                ),
+            )
             for tensor in node.outputs:
                 _connect(sharded, node.name, name, tensor.name)
                 final[tensor.name] = name

@@ -11,7 +11,19 @@ from rdu_sim.config.loader import load_model, read_yaml, validate
 from rdu_sim.config.workload import DTYPE_BYTES, KVConfig, ServingConfig, WorkloadConfig
 
 __all__ = [
-    "DTYPE_BYTES", "ConfigError", "ConfigIssue", "DeepSeekArchitecture", "HardwareConfig",
-    "KVConfig", "LlamaArchitecture", "ModelArchitecture", "ServingConfig", "SocketConfig",
-    "SystemConfig", "WorkloadConfig", "load_model", "read_yaml", "validate",
+    "DTYPE_BYTES",
+    "ConfigError",
+    "ConfigIssue",
+    "DeepSeekArchitecture",
+    "HardwareConfig",
+    "KVConfig",
+    "LlamaArchitecture",
+    "ModelArchitecture",
+    "ServingConfig",
+    "SocketConfig",
+    "SystemConfig",
+    "WorkloadConfig",
+    "load_model",
+    "read_yaml",
+    "validate",
 ]

@@ -34,8 +34,9 @@ class LlamaArchitecture(StrictModel):
     @model_validator(mode="after")
     def _gqa_groups(self) -> LlamaArchitecture:
         if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads "
-                             f"({self.kv_heads})")
+            raise ValueError(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
         return self
 
 
@@ -69,14 +70,20 @@ class DeepSeekArchitecture(StrictModel):
         if self.dense_layers > self.layers:
             raise ValueError(f"dense_layers ({self.dense_layers}) exceeds layers ({self.layers})")
         if self.experts_per_token > self.routed_experts:
-            raise ValueError(f"experts_per_token ({self.experts_per_token}) exceeds "
-                             f"routed_experts ({self.routed_experts})")
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) exceeds "
+                f"routed_experts ({self.routed_experts})"
+            )
         if self.routed_experts % self.expert_groups:
-            raise ValueError(f"routed_experts ({self.routed_experts}) must be a multiple of "
-                             f"expert_groups ({self.expert_groups})")
+            raise ValueError(
+                f"routed_experts ({self.routed_experts}) must be a multiple of "
+                f"expert_groups ({self.expert_groups})"
+            )
         if self.groups_per_token > self.expert_groups:
-            raise ValueError(f"groups_per_token ({self.groups_per_token}) exceeds "
-                             f"expert_groups ({self.expert_groups})")
+            raise ValueError(
+                f"groups_per_token ({self.groups_per_token}) exceeds "
+                f"expert_groups ({self.expert_groups})"
+            )
         return self
 
     @property

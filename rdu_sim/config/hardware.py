@@ -29,7 +29,9 @@ class MemoryTierConfig(StrictModel):
         gt=0, le=1, description="achievable fraction of peak bandwidth for streaming reads"
     )
     channels: int = Field(
-        default=8, ge=1, le=1024,
+        default=8,
+        ge=1,
+        le=1024,
         description="independent lanes the bandwidth is split into; concurrent streams share them",
     )
 
@@ -64,7 +66,9 @@ class KernelOverheadsConfig(StrictModel):
     argument_load: Seconds = Field(ge=0, le=_MAX_SECONDS, description="load a call's arguments")
     sync: Seconds = Field(ge=0, le=_MAX_SECONDS, description="host/AGCU sync at a kernel boundary")
     layer_loop: Seconds = Field(
-        default=0.0, ge=0, le=_MAX_SECONDS,
+        default=0.0,
+        ge=0,
+        le=_MAX_SECONDS,
         description="per-iteration cost of a looped kernel's outer loop (no host sync)",
     )
 
@@ -122,7 +126,9 @@ class SystemConfig(StrictModel):
         "all-reduce (needs topology fully_connected beyond 2 sockets per group)",
     )
     collective_chunks: int = Field(
-        default=4, ge=1, le=1024,
+        default=4,
+        ge=1,
+        le=1024,
         description="chunks a collective is split into to pipeline it with its producer",
     )
 

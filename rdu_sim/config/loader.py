@@ -76,8 +76,11 @@ def _flow_depth_exceeds(text: str, limit: int) -> bool:
 def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
     """Parse YAML text safely; return the data and a map of field path -> line."""
     if _flow_depth_exceeds(text, MAX_FLOW_BRACKETS):  # refuse before the scanner crawls
-        raise ConfigError.single(file, "", f"not valid YAML: nested too deeply (a config is "
-                                 f"at most {MAX_DEPTH} levels deep)")
+        raise ConfigError.single(
+            file,
+            "",
+            f"not valid YAML: nested too deeply (a config is at most {MAX_DEPTH} levels deep)",
+        )
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -95,11 +98,17 @@ def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
         problem = exc.problem or str(exc)
         raise ConfigError.single(file, "", f"not valid YAML: {problem}", line) from None
     except RecursionError:
-        raise ConfigError.single(file, "", f"not valid YAML: nested too deeply (a config is "
-                                 f"at most {MAX_DEPTH} levels deep)") from None
+        raise ConfigError.single(
+            file,
+            "",
+            f"not valid YAML: nested too deeply (a config is at most {MAX_DEPTH} levels deep)",
+        ) from None
     except yaml.reader.ReaderError as exc:
-        raise ConfigError.single(file, "", f"not valid YAML: {exc.reason} {chr(exc.character)!r} "
-                                 f"at character {exc.position}") from None
+        raise ConfigError.single(
+            file,
+            "",
+            f"not valid YAML: {exc.reason} {chr(exc.character)!r} at character {exc.position}",
+        ) from None
     except (yaml.YAMLError, ValueError, OverflowError) as exc:
         message = " ".join(str(exc).split())
         if "integer string conversion" in message:
@@ -138,8 +147,11 @@ def read_yaml(path: Path) -> tuple[Any, LineMap]:
     except OSError as exc:
         raise ConfigError.single(file, "", f"cannot read: {exc.strerror or exc}") from None
     if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError.single(file, "", f"file is larger than {MAX_FILE_BYTES} bytes; a "
-                                 "config file is a few kilobytes")
+        raise ConfigError.single(
+            file,
+            "",
+            f"file is larger than {MAX_FILE_BYTES} bytes; a config file is a few kilobytes",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -151,8 +163,18 @@ def read_yaml(path: Path) -> tuple[Any, LineMap]:
 
 # Labels pydantic puts into error locations for union members and validator wrappers;
 # they are not field names and never appear in a user's file.
-_LABEL_PREFIXES = ("function-", "literal[", "tagged-union[", "union[", "nullable[",
-                   "json-or-python[", "chain[", "lax-", "list[", "dict[")
+_LABEL_PREFIXES = (
+    "function-",
+    "literal[",
+    "tagged-union[",
+    "union[",
+    "nullable[",
+    "json-or-python[",
+    "chain[",
+    "lax-",
+    "list[",
+    "dict[",
+)
 _LABELS = frozenset({"str", "int", "float", "bool", "none", "list", "dict"})
 
 
@@ -199,16 +221,20 @@ def _pick(classes: list[type[BaseModel]], node: Any) -> type[BaseModel] | None:
 
     def score(cls: type[BaseModel]) -> int:
         fields = cls.model_fields
-        tag = sum(1000 for name, info in fields.items()
-                  if get_origin(info.annotation) is Literal
-                  and node.get(name) in get_args(info.annotation))
+        tag = sum(
+            1000
+            for name, info in fields.items()
+            if get_origin(info.annotation) is Literal
+            and node.get(name) in get_args(info.annotation)
+        )
         return tag + sum(1 for key in node if key in fields)
 
     return max(classes, key=score)
 
 
-def _parent_model(model: type[BaseModel], loc: tuple[str | int, ...],
-                  data: Any) -> type[BaseModel] | None:
+def _parent_model(
+    model: type[BaseModel], loc: tuple[str | int, ...], data: Any
+) -> type[BaseModel] | None:
     """The config model that holds the field at `loc` (looking through unions by the data)."""
     annotation: Any = model
     node = data
@@ -242,9 +268,14 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def issues_from_validation(exc: ValidationError, model: type[BaseModel], file: str,
-                           lines: LineMap, prefix: tuple[str, ...] = (),
-                           data: Any = None) -> list[ConfigIssue]:
+def issues_from_validation(
+    exc: ValidationError,
+    model: type[BaseModel],
+    file: str,
+    lines: LineMap,
+    prefix: tuple[str, ...] = (),
+    data: Any = None,
+) -> list[ConfigIssue]:
     """Rewrite pydantic errors into ConfigIssues with dotted paths, lines and fixes.
 
     `data` is the validated input; with it, locations drop union tags and unknown-field
@@ -261,8 +292,7 @@ def issues_from_validation(exc: ValidationError, model: type[BaseModel], file: s
             loc = _clean_loc(raw_loc, data, keep_last=kind == "missing")
         path = tuple(str(p) for p in (*prefix, *loc))
         dotted = ".".join(path)
-        line = next((lines[path[:n]] for n in range(len(path), -1, -1)
-                     if path[:n] in lines), None)
+        line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)
         if kind == "extra_forbidden":
             valid = _field_names(model, loc, data)
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1) if valid else []
@@ -295,8 +325,9 @@ def validate(model: type[ModelT], data: Any, file: str, lines: LineMap) -> Model
     """Validate parsed data against a config model, raising ConfigError on any problem."""
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
-        raise ConfigError.single(file, "", f"expected a mapping of fields at the top level, "
-                                 f"got {kind}")
+        raise ConfigError.single(
+            file, "", f"expected a mapping of fields at the top level, got {kind}"
+        )
     try:
         return model.model_validate(dict(data))
     except ValidationError as exc:

@@ -52,8 +52,11 @@ def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
             node[part] = child
         if not isinstance(child, dict):
             where = ".".join(parts[: depth + 1])
-            raise ConfigError.single(source, path, f"cannot set inside {where!r}, which is "
-                                     f"{type(child).__name__}, not a mapping")
+            raise ConfigError.single(
+                source,
+                path,
+                f"cannot set inside {where!r}, which is {type(child).__name__}, not a mapping",
+            )
         node = child
     node[parts[-1]] = copy.deepcopy(value)
 
@@ -61,5 +64,5 @@ def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
 def split_overrides(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Separate workload overrides from `hw.` hardware overrides (prefix removed)."""
     workload = {k: v for k, v in overrides.items() if not k.startswith(HW_PREFIX)}
-    hardware = {k[len(HW_PREFIX):]: v for k, v in overrides.items() if k.startswith(HW_PREFIX)}
+    hardware = {k[len(HW_PREFIX) :]: v for k, v in overrides.items() if k.startswith(HW_PREFIX)}
     return workload, hardware

@@ -17,18 +17,44 @@ _NUMBER = r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 _PATTERN = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ/]*)\s*$")
 
 _BYTE_UNITS: dict[str, float] = {
-    "": 1, "b": 1, "byte": 1, "bytes": 1,
-    "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+    "": 1,
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "pb": 1e15,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "pib": 2**50,
 }
 _TIME_UNITS: dict[str, float] = {
-    "": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6,
-    "ns": 1e-9, "ps": 1e-12, "min": 60.0, "h": 3600.0,
+    "": 1.0,
+    "s": 1.0,
+    "sec": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ns": 1e-9,
+    "ps": 1e-12,
+    "min": 60.0,
+    "h": 3600.0,
 }
 _FREQ_UNITS: dict[str, float] = {"": 1.0, "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
 _FLOPS_UNITS: dict[str, float] = {
-    "": 1.0, "flop/s": 1.0, "flops": 1.0, "gflop/s": 1e9, "gflops": 1e9,
-    "tflop/s": 1e12, "tflops": 1e12, "pflop/s": 1e15, "pflops": 1e15,
+    "": 1.0,
+    "flop/s": 1.0,
+    "flops": 1.0,
+    "gflop/s": 1e9,
+    "gflops": 1e9,
+    "tflop/s": 1e12,
+    "tflops": 1e12,
+    "pflop/s": 1e15,
+    "pflops": 1e15,
 }
 
 
@@ -73,25 +99,25 @@ def _scaled(number: float, scale: float, kind: str, value: Any) -> float:
 
 
 def parse_bytes(value: Any) -> int:
-    """"64 GiB" -> 68719476736. Bare numbers are bytes. Decimal (GB) and binary (GiB) prefixes."""
+    """ "64 GiB" -> 68719476736. Bare numbers are bytes. Decimal (GB) and binary (GiB) prefixes."""
     number, unit = _split(value, "size", "64 GiB")
     return round(_scaled(number, _lookup(unit, _BYTE_UNITS, "size", value), "size", value))
 
 
 def parse_seconds(value: Any) -> float:
-    """"2 us" -> 2e-6. Bare numbers are seconds."""
+    """ "2 us" -> 2e-6. Bare numbers are seconds."""
     number, unit = _split(value, "duration", "2 us")
     return _scaled(number, _lookup(unit, _TIME_UNITS, "duration", value), "duration", value)
 
 
 def parse_hertz(value: Any) -> float:
-    """"1.6 GHz" -> 1.6e9."""
+    """ "1.6 GHz" -> 1.6e9."""
     number, unit = _split(value, "frequency", "1.6 GHz")
     return _scaled(number, _lookup(unit, _FREQ_UNITS, "frequency", value), "frequency", value)
 
 
 def parse_bandwidth(value: Any) -> float:
-    """"1.8 TB/s" -> 1.8e12 bytes per second. Bare numbers are bytes per second."""
+    """ "1.8 TB/s" -> 1.8e12 bytes per second. Bare numbers are bytes per second."""
     number, unit = _split(value, "bandwidth", "1.8 TB/s")
     lowered = unit.lower()
     if lowered.endswith("/s"):
@@ -105,7 +131,7 @@ def parse_bandwidth(value: Any) -> float:
 
 
 def parse_flops(value: Any) -> float:
-    """"638 TFLOP/s" -> 6.38e14 FLOP per second."""
+    """ "638 TFLOP/s" -> 6.38e14 FLOP per second."""
     number, unit = _split(value, "compute rate", "638 TFLOP/s")
     scale = _lookup(unit, _FLOPS_UNITS, "compute rate", value)
     return _scaled(number, scale, "compute rate", value)
@@ -120,8 +146,9 @@ def _format(value: float, table: list[tuple[float, str]]) -> str:
 
 def format_bytes(value: float) -> str:
     """68719476736 -> '64 GiB' (binary prefixes, for people)."""
-    return _format(value, [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"),
-                           (1, "B")])
+    return _format(
+        value, [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B")]
+    )
 
 
 def format_seconds(value: float) -> str:
@@ -137,10 +164,12 @@ def format_bandwidth(value: float) -> str:
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.
 # The JSON Schema (for editors) describes what the YAML may hold: a number or a string.
 _QUANTITY = float | str
-Bytes = Annotated[int, BeforeValidator(parse_bytes, json_schema_input_type=_QUANTITY),
-                  PlainSerializer(int)]
+Bytes = Annotated[
+    int, BeforeValidator(parse_bytes, json_schema_input_type=_QUANTITY), PlainSerializer(int)
+]
 Seconds = Annotated[float, BeforeValidator(parse_seconds, json_schema_input_type=_QUANTITY)]
 Hertz = Annotated[float, BeforeValidator(parse_hertz, json_schema_input_type=_QUANTITY)]
-BytesPerSecond = Annotated[float, BeforeValidator(parse_bandwidth,
-                                                  json_schema_input_type=_QUANTITY)]
+BytesPerSecond = Annotated[
+    float, BeforeValidator(parse_bandwidth, json_schema_input_type=_QUANTITY)
+]
 FlopsPerSecond = Annotated[float, BeforeValidator(parse_flops, json_schema_input_type=_QUANTITY)]

@@ -19,7 +19,12 @@ from rdu_sim.config.base import StrictModel
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 
 DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
 }
 
 _TOKENS = Field(ge=1, le=100_000_000)
@@ -51,11 +56,15 @@ class KVConfig(StrictModel):
 
     policy: Literal["full", "snapstream", "streamingllm", "snapkv"] = "full"
     budget: int | None = Field(
-        default=None, ge=1, le=100_000_000,
+        default=None,
+        ge=1,
+        le=100_000_000,
         description="tokens kept per slot by a compressing policy (sinks + selected + recent)",
     )
     compression_ratio: float | None = Field(
-        default=None, gt=1, le=1e6,
+        default=None,
+        gt=1,
+        le=1e6,
         description="alternative to budget: budget = max_context / compression_ratio",
     )
     sinks: int = Field(default=4, ge=0, le=1_000_000, description="attention-sink tokens kept")
@@ -150,7 +159,9 @@ class ArrivalConfig(StrictModel):
         default=None, gt=0, le=1e9, description="requests per second (poisson)"
     )
     concurrency: int | None = Field(
-        default=None, ge=1, le=10_000_000,
+        default=None,
+        ge=1,
+        le=10_000_000,
         description="users in the closed loop (default: the batch slots)",
     )
 
@@ -182,11 +193,15 @@ class ServingConfig(StrictModel):
         description="when a slot frees and a request waits, prefill it before the next decode",
     )
     prefill_chunk_tokens: int | None = Field(
-        default=None, ge=1, le=100_000_000,
+        default=None,
+        ge=1,
+        le=100_000_000,
         description="split long prompts into chunks, interleaved with decode steps",
     )
     max_work: int = Field(
-        default=10_000_000, ge=1000, le=10**12,
+        default=10_000_000,
+        ge=1000,
+        le=10**12,
         description="refuse a run whose estimated scheduler work exceeds this (one unit ~ one "
         "state change: ~25 us and ~250 bytes; slots and step shapes add; see rdu_sim/limits.py)",
     )
@@ -194,8 +209,9 @@ class ServingConfig(StrictModel):
     @model_validator(mode="after")
     def _check_slots(self) -> ServingConfig:
         if isinstance(self.batch_slots, int) and not 1 <= self.batch_slots <= 1_000_000:
-            raise ValueError(f"serving.batch_slots must be in 1..1000000 or 'auto', "
-                             f"got {self.batch_slots}")
+            raise ValueError(
+                f"serving.batch_slots must be in 1..1000000 or 'auto', got {self.batch_slots}"
+            )
         return self
 
 
@@ -210,23 +226,31 @@ class EngineConfig(StrictModel):
         description="simulate every TP socket instead of one socket plus its links",
     )
     max_events: int = Field(
-        default=20_000_000, ge=1000, le=10**10,
+        default=20_000_000,
+        ge=1000,
+        le=10**10,
         description="refuse a step whose simulation would exceed this many events",
     )
     # How a stage buffers its streams (not public; SN §IV-B says PMUs hold stage inputs, the
     # parameters being streamed and intermediates, not how they split). Defaults: double
     # buffering, half of a stage's PMU SRAM for streamed weight/KV tiles.
     buffer_tiles: int = Field(
-        default=2, ge=1, le=64,
+        default=2,
+        ge=1,
+        le=64,
         description="slots of each stage-to-stage buffer (2 = double buffering)",
     )
     prefetch_tiles: int = Field(
-        default=2, ge=1, le=64,
+        default=2,
+        ge=1,
+        le=64,
         description="fewest weight/KV tiles a stage keeps loaded or loading ahead of its "
         "compute (2 = double buffering); never more than one layer's tiles_per_stage",
     )
     operand_buffer_fraction: float = Field(
-        default=0.5, ge=0, le=1,
+        default=0.5,
+        ge=0,
+        le=1,
         description="share of a stage's PMU SRAM holding streamed weight/KV tiles; a stage "
         "runs ahead of its compute by as many tiles as fit (the rest holds its input/output "
         "tiles and intermediates)",

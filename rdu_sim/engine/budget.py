@@ -41,8 +41,15 @@ def _collective_events(kind: str, algorithm: str, group: int, chunks: int, socke
     return hops * chunks + 2 * rings
 
 
-def estimate_events(kernel: KernelProgram, hardware: HardwareConfig, *, iterations: int,
-                    looped: bool, sockets: int, tiles: int) -> int:
+def estimate_events(
+    kernel: KernelProgram,
+    hardware: HardwareConfig,
+    *,
+    iterations: int,
+    looped: bool,
+    sockets: int,
+    tiles: int,
+) -> int:
     """Upper-bound estimate of the events one run of ``iterations`` layers processes."""
     sock, system = hardware.socket, hardware.system
     consumed = {name for s in kernel.stages for name in s.inputs}
@@ -61,8 +68,9 @@ def estimate_events(kernel: KernelProgram, hardware: HardwareConfig, *, iteratio
         per_tile += 2 * ins + outs + 3 * (loads + stores) + 4
         per_call += 4
         if s.collective is not None:
-            chunk_events = _collective_events(s.collective.kind, system.collective_algorithm,
-                                              s.collective.group, 1, sockets)
+            chunk_events = _collective_events(
+                s.collective.kind, system.collective_algorithm, s.collective.group, 1, sockets
+            )
             per_call += system.collective_chunks * (chunk_events + 4 * sockets) // sockets
     per_layer = tiles * per_tile + len(kernel.stages) + sinks + 2
     total = sockets * (iterations * per_layer + calls * (per_call + 8)) + 8

@@ -26,8 +26,15 @@ from rdu_sim.compiler.program import CollectiveSpec
 from rdu_sim.hw.collectives import Topology, all_gather, all_reduce, reduce_scatter
 
 
-def start_collective(topo: Topology, spec: CollectiveSpec, nbytes: float, chunks: int,
-                     algorithm: str, symmetric: bool, sockets: Sequence[int]) -> simpy.Event:
+def start_collective(
+    topo: Topology,
+    spec: CollectiveSpec,
+    nbytes: float,
+    chunks: int,
+    algorithm: str,
+    symmetric: bool,
+    sockets: Sequence[int],
+) -> simpy.Event:
     """Start ``spec.kind`` of ``nbytes`` in ``chunks`` over ``sockets``; fires when done."""
     if spec.kind == "allreduce":
         return all_reduce(topo, nbytes, algorithm, chunks, symmetric, sockets)
@@ -36,8 +43,9 @@ def start_collective(topo: Topology, spec: CollectiveSpec, nbytes: float, chunks
         return all_gather(topo, nbytes, chunks, symmetric, sockets, bidirectional=both_ways)
     if spec.kind == "reduce_scatter":
         return reduce_scatter(topo, nbytes, chunks, symmetric, sockets, bidirectional=both_ways)
-    raise ValueError(f"unknown collective kind {spec.kind!r}; valid: allreduce, allgather, "
-                     f"reduce_scatter")
+    raise ValueError(
+        f"unknown collective kind {spec.kind!r}; valid: allreduce, allgather, reduce_scatter"
+    )
 
 
 def group_of(socket: int, group: int) -> list[int]:
@@ -55,8 +63,9 @@ class SymmetricPort:
 
     def start(self, socket: int, key: int, nbytes: float, chunks: int) -> simpy.Event:
         """Chunk ``key`` of ``nbytes`` is ready on ``socket`` (always 0 here)."""
-        return start_collective(self.topo, self.spec, nbytes, chunks, self.algorithm, True,
-                                self.sockets)
+        return start_collective(
+            self.topo, self.spec, nbytes, chunks, self.algorithm, True, self.sockets
+        )
 
 
 class RendezvousPort:
@@ -76,8 +85,9 @@ class RendezvousPort:
             self._waiting[slot] = (arrived, done)
             return done
         self._waiting.pop(slot, None)
-        finished = start_collective(self.topo, self.spec, nbytes, chunks, self.algorithm,
-                                    False, group_of(socket, group))
+        finished = start_collective(
+            self.topo, self.spec, nbytes, chunks, self.algorithm, False, group_of(socket, group)
+        )
         if finished.triggered:
             done.succeed()
         else:

@@ -62,42 +62,74 @@ class Engine:
             other half holding its input/output tiles and intermediates).
     """
 
-    def __init__(self, hardware: HardwareConfig, *, tiles_per_stage: int = 8,
-                 all_sockets: bool = False, record: bool = False,
-                 max_events: int = DEFAULT_MAX_EVENTS, fast_forward: bool = True,
-                 buffer_tiles: int = 2, prefetch_tiles: int = 2,
-                 operand_buffer_fraction: float = 0.5) -> None:
-        for name, value in (("tiles_per_stage", tiles_per_stage), ("max_events", max_events),
-                            ("buffer_tiles", buffer_tiles), ("prefetch_tiles", prefetch_tiles)):
+    def __init__(
+        self,
+        hardware: HardwareConfig,
+        *,
+        tiles_per_stage: int = 8,
+        all_sockets: bool = False,
+        record: bool = False,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        fast_forward: bool = True,
+        buffer_tiles: int = 2,
+        prefetch_tiles: int = 2,
+        operand_buffer_fraction: float = 0.5,
+    ) -> None:
+        for name, value in (
+            ("tiles_per_stage", tiles_per_stage),
+            ("max_events", max_events),
+            ("buffer_tiles", buffer_tiles),
+            ("prefetch_tiles", prefetch_tiles),
+        ):
             if value < 1:
                 raise ValueError(f"engine.{name} must be >= 1, got {value}")
         if not 0 <= operand_buffer_fraction <= 1:
-            raise ValueError(f"engine.operand_buffer_fraction must be in [0, 1], got "
-                             f"{operand_buffer_fraction}")
+            raise ValueError(
+                f"engine.operand_buffer_fraction must be in [0, 1], got {operand_buffer_fraction}"
+            )
         self.hardware = hardware
-        self.settings = RunSettings(tiles_per_stage=tiles_per_stage, all_sockets=all_sockets,
-                                    buffer_tiles=buffer_tiles, prefetch_tiles=prefetch_tiles,
-                                    operand_buffer_fraction=operand_buffer_fraction,
-                                    record=record)
+        self.settings = RunSettings(
+            tiles_per_stage=tiles_per_stage,
+            all_sockets=all_sockets,
+            buffer_tiles=buffer_tiles,
+            prefetch_tiles=prefetch_tiles,
+            operand_buffer_fraction=operand_buffer_fraction,
+            record=record,
+        )
         self.max_events = max_events
         self.fast_forward = fast_forward
 
     @classmethod
-    def from_config(cls, hardware: HardwareConfig, engine: EngineConfig, *,
-                    record: bool = False, fast_forward: bool = True) -> Engine:
+    def from_config(
+        cls,
+        hardware: HardwareConfig,
+        engine: EngineConfig,
+        *,
+        record: bool = False,
+        fast_forward: bool = True,
+    ) -> Engine:
         """An engine with a workload's ``engine:`` section (tiles, all_sockets, max_events,
         buffer_tiles, prefetch_tiles, operand_buffer_fraction)."""
-        return cls(hardware, tiles_per_stage=engine.tiles_per_stage,
-                   all_sockets=engine.all_sockets, record=record,
-                   max_events=engine.max_events, fast_forward=fast_forward,
-                   buffer_tiles=engine.buffer_tiles, prefetch_tiles=engine.prefetch_tiles,
-                   operand_buffer_fraction=engine.operand_buffer_fraction)
+        return cls(
+            hardware,
+            tiles_per_stage=engine.tiles_per_stage,
+            all_sockets=engine.all_sockets,
+            record=record,
+            max_events=engine.max_events,
+            fast_forward=fast_forward,
+            buffer_tiles=engine.buffer_tiles,
+            prefetch_tiles=engine.prefetch_tiles,
+            operand_buffer_fraction=engine.operand_buffer_fraction,
+        )
 
     def estimate_events(self, program: Program) -> int:
         """Events of the minimal simulation plan (a live run charges more layers as it goes,
         each charge checked)."""
-        return sum(self._estimate(program, k, n, looped)
-                   for k in program.kernels for n, looped in self._plan(k))
+        return sum(
+            self._estimate(program, k, n, looped)
+            for k in program.kernels
+            for n, looped in self._plan(k)
+        )
 
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``; raises EventBudgetError before simulating if
@@ -111,33 +143,54 @@ class Engine:
         events = 0
         kernels: list[KernelTiming] = []
         for kernel in program.kernels:
-            works = {s.name: TileWork.of(s, self.settings.tiles_per_stage, self.hardware.socket)
-                     for s in kernel.stages}
+            works = {
+                s.name: TileWork.of(s, self.settings.tiles_per_stage, self.hardware.socket)
+                for s in kernel.stages
+            }
 
-            def run(n: int, looped: bool, watch: Watch | None, kernel: KernelProgram = kernel,
-                    works: dict[str, TileWork] = works) -> KernelRun:
-                return run_kernel(kernel, self.hardware, program.tp, n, looped, self.settings,
-                                  works, watch)
+            def run(
+                n: int,
+                looped: bool,
+                watch: Watch | None,
+                kernel: KernelProgram = kernel,
+                works: dict[str, TileWork] = works,
+            ) -> KernelRun:
+                return run_kernel(
+                    kernel, self.hardware, program.tp, n, looped, self.settings, works, watch
+                )
 
             layers_charged = [0]  # this kernel's layers charged so far (a live run adds more)
 
-            def charge(n: int, looped: bool, kernel: KernelProgram = kernel,
-                       layers_charged: list[int] = layers_charged) -> None:
+            def charge(
+                n: int,
+                looped: bool,
+                kernel: KernelProgram = kernel,
+                layers_charged: list[int] = layers_charged,
+            ) -> None:
                 budget.spent += self._estimate(program, kernel, n, looped)
                 layers_charged[0] += n
-                check_budget(budget.spent, budget.limit,
-                             f"kernel {kernel.name!r} ({layers_charged[0]} iterations so "
-                             "far) in this step")
+                check_budget(
+                    budget.spent,
+                    budget.limit,
+                    f"kernel {kernel.name!r} ({layers_charged[0]} iterations so far) in this step",
+                )
 
             result = time_kernel(kernel, run, charge, self.fast_forward)
             if timeline is not None and result.recorder is not None:
                 result.recorder.extend_into(timeline, total.time_s)
             total = total.plus(result.stats)
             events += result.events
-            kernels.append(KernelTiming(
-                name=kernel.name, calls=kernel.calls, looped=kernel.looped,
-                time_s=result.stats.time_s, overhead_s=result.stats.overhead_s,
-                simulated_iterations=result.simulated_iterations, period_s=result.period_s))
+            kernels.append(
+                KernelTiming(
+                    name=kernel.name,
+                    calls=kernel.calls,
+                    looped=kernel.looped,
+                    time_s=result.stats.time_s,
+                    overhead_s=result.stats.overhead_s,
+                    simulated_iterations=result.simulated_iterations,
+                    period_s=result.period_s,
+                )
+            )
         return self._timing(program, total, events, planned, tuple(kernels), timeline)
 
     def _plan(self, kernel: KernelProgram) -> list[tuple[int, bool]]:
@@ -150,33 +203,62 @@ class Engine:
             return [(kernel.calls, True)]
         return [(first_boundary(kernel.calls) + 3, True)]  # a live run's first budget charge
 
-    def _estimate(self, program: Program, kernel: KernelProgram, iterations: int,
-                  looped: bool) -> int:
+    def _estimate(
+        self, program: Program, kernel: KernelProgram, iterations: int, looped: bool
+    ) -> int:
         sockets = program.tp if self.settings.all_sockets else 1
-        return estimate_events(kernel, self.hardware, iterations=iterations, looped=looped,
-                               sockets=sockets, tiles=self.settings.tiles_per_stage)
+        return estimate_events(
+            kernel,
+            self.hardware,
+            iterations=iterations,
+            looped=looped,
+            sockets=sockets,
+            tiles=self.settings.tiles_per_stage,
+        )
 
-    def _timing(self, program: Program, total: RunStats, events: int, planned: int,
-                kernels: tuple[KernelTiming, ...], timeline: Recorder | None) -> StepTiming:
+    def _timing(
+        self,
+        program: Program,
+        total: RunStats,
+        events: int,
+        planned: int,
+        kernels: tuple[KernelTiming, ...],
+        timeline: Recorder | None,
+    ) -> StepTiming:
         sock = self.hardware.socket
         step = total.time_s
         busy = {
-            "pcu": total.pcu_s / sock.pcu.count, "pmu": total.pmu_s / sock.pmu.count,
-            "hbm": total.hbm_busy_s, "ddr": total.ddr_busy_s, "link": total.link_busy_s,
+            "pcu": total.pcu_s / sock.pcu.count,
+            "pmu": total.pmu_s / sock.pmu.count,
+            "hbm": total.hbm_busy_s,
+            "ddr": total.ddr_busy_s,
+            "link": total.link_busy_s,
         }
         shape = program.shape
         return StepTiming(
-            step_s=step, phase=shape.phase, batch=shape.batch, tokens=shape.tokens,
-            context=shape.cache_len, tp=program.tp, flops=total.flops,
+            step_s=step,
+            phase=shape.phase,
+            batch=shape.batch,
+            tokens=shape.tokens,
+            context=shape.cache_len,
+            tp=program.tp,
+            flops=total.flops,
             vector_flops=total.vector_flops,
-            bytes_by_tier={"hbm": total.hbm_bytes, "ddr": total.ddr_bytes,
-                           "sram": total.sram_bytes, "p2p": total.p2p_bytes},
-            kernels=kernels, busy_s=busy,
+            bytes_by_tier={
+                "hbm": total.hbm_bytes,
+                "ddr": total.ddr_bytes,
+                "sram": total.sram_bytes,
+                "p2p": total.p2p_bytes,
+            },
+            kernels=kernels,
+            busy_s=busy,
             utilization={k: (v / step if step > 0 else 0.0) for k, v in busy.items()},
-            hbm_bandwidth_fraction=(total.hbm_bytes / step / sock.hbm.bandwidth
-                                    if step > 0 else 0.0),
+            hbm_bandwidth_fraction=(
+                total.hbm_bytes / step / sock.hbm.bandwidth if step > 0 else 0.0
+            ),
             flops_fraction=total.flops / step / sock.peak_flops if step > 0 else 0.0,
-            events=events, estimated_events=planned,
+            events=events,
+            estimated_events=planned,
             tiles_per_stage=self.settings.tiles_per_stage,
             sockets_simulated=program.tp if self.settings.all_sockets else 1,
             fast_forward=self.fast_forward,
@@ -184,16 +266,31 @@ class Engine:
         )
 
 
-def simulate_step(program: Program, hardware: HardwareConfig, *, tiles_per_stage: int = 8,
-                  all_sockets: bool = False, record: bool = False,
-                  max_events: int = DEFAULT_MAX_EVENTS, fast_forward: bool = True,
-                  buffer_tiles: int = 2, prefetch_tiles: int = 2,
-                  operand_buffer_fraction: float = 0.5) -> StepTiming:
+def simulate_step(
+    program: Program,
+    hardware: HardwareConfig,
+    *,
+    tiles_per_stage: int = 8,
+    all_sockets: bool = False,
+    record: bool = False,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    fast_forward: bool = True,
+    buffer_tiles: int = 2,
+    prefetch_tiles: int = 2,
+    operand_buffer_fraction: float = 0.5,
+) -> StepTiming:
     """Simulate one step of ``program`` on ``hardware`` (see :class:`Engine`)."""
-    engine = Engine(hardware, tiles_per_stage=tiles_per_stage, all_sockets=all_sockets,
-                    record=record, max_events=max_events, fast_forward=fast_forward,
-                    buffer_tiles=buffer_tiles, prefetch_tiles=prefetch_tiles,
-                    operand_buffer_fraction=operand_buffer_fraction)
+    engine = Engine(
+        hardware,
+        tiles_per_stage=tiles_per_stage,
+        all_sockets=all_sockets,
+        record=record,
+        max_events=max_events,
+        fast_forward=fast_forward,
+        buffer_tiles=buffer_tiles,
+        prefetch_tiles=prefetch_tiles,
+        operand_buffer_fraction=operand_buffer_fraction,
+    )
     return engine.simulate_step(program)
 
 
@@ -214,8 +311,10 @@ def _validate(program: Program, hardware: HardwareConfig) -> None:
                 raise ValueError(f"{where}: duplicate stage name")
             for producer in stage.inputs:
                 if producer not in seen:
-                    raise ValueError(f"{where}: input {producer!r} is not an earlier stage "
-                                     f"(stages must be topologically ordered)")
+                    raise ValueError(
+                        f"{where}: input {producer!r} is not an earlier stage "
+                        f"(stages must be topologically ordered)"
+                    )
             seen.add(stage.name)
             if stage.pcus < 0 or stage.pmus < 0:
                 raise ValueError(f"{where}: pcus and pmus must be >= 0")
@@ -223,10 +322,13 @@ def _validate(program: Program, hardware: HardwareConfig) -> None:
                 raise ValueError(f"{where}: has FLOPs but no PCUs")
             spec = stage.collective
             if spec is not None and (spec.group < 1 or program.tp % spec.group):
-                raise ValueError(f"{where}: collective group {spec.group} must divide "
-                                 f"program.tp = {program.tp}")
+                raise ValueError(
+                    f"{where}: collective group {spec.group} must divide program.tp = {program.tp}"
+                )
         pcus = sum(s.pcus for s in kernel.stages)
         pmus = sum(s.pmus for s in kernel.stages)
         if pcus > sock.pcu.count or pmus > sock.pmu.count:
-            raise ValueError(f"kernel {kernel.name!r} uses {pcus} PCUs and {pmus} PMUs; the "
-                             f"socket has {sock.pcu.count} and {sock.pmu.count}")
+            raise ValueError(
+                f"kernel {kernel.name!r} uses {pcus} PCUs and {pmus} PMUs; the "
+                f"socket has {sock.pcu.count} and {sock.pmu.count}"
+            )

@@ -121,8 +121,9 @@ class KernelResult:
     recorder: Recorder | None
 
 
-def time_kernel(kernel: KernelProgram, run: RunFn, budget: BudgetFn,
-                fast_forward: bool) -> KernelResult:
+def time_kernel(
+    kernel: KernelProgram, run: RunFn, budget: BudgetFn, fast_forward: bool
+) -> KernelResult:
     """All ``kernel.calls`` calls of ``kernel``, fast-forwarded when exact (module docstring)."""
     calls = kernel.calls
     if calls < 1:
@@ -134,8 +135,9 @@ def time_kernel(kernel: KernelProgram, run: RunFn, budget: BudgetFn,
             return KernelResult(r.stats, r.events, calls, None, r.recorder)
         budget(1, False)
         r = run(1, False, None)
-        return KernelResult(r.stats.scaled(calls), r.events, 1, None,
-                            _repeat(r.recorder, calls, r.stats.time_s))
+        return KernelResult(
+            r.stats.scaled(calls), r.events, 1, None, _repeat(r.recorder, calls, r.stats.time_s)
+        )
     if not fast_forward or calls < MIN_PROBED_CALLS:
         budget(calls, True)
         r = run(calls, True, None)
@@ -146,17 +148,22 @@ def time_kernel(kernel: KernelProgram, run: RunFn, budget: BudgetFn,
         return KernelResult(r.stats, r.events, calls, None, r.recorder)
     k, per_cycle, n = watch.found
     if len(r.iteration_ends) != n:
-        raise RuntimeError(f"kernel {kernel.name!r}: cut to {n} layers, ran "
-                           f"{len(r.iteration_ends)}")
+        raise RuntimeError(
+            f"kernel {kernel.name!r}: cut to {n} layers, ran {len(r.iteration_ends)}"
+        )
     cycles = (calls - n) // k
     exact = {name: getattr(r.stats, name) * k / n for name in WORK_TOTALS}
     per_cycle = replace(per_cycle, **exact)
     stats = r.stats.affine(per_cycle, cycles)
     rec = r.recorder
     if rec is not None:
-        rec.slice(0, "agcu", f"fast-forward {calls - n} layers "
-                  f"({cycles} cycles of {k} x {per_cycle.time_s:.4g} s)",
-                  r.stats.time_s, stats.time_s)
+        rec.slice(
+            0,
+            "agcu",
+            f"fast-forward {calls - n} layers ({cycles} cycles of {k} x {per_cycle.time_s:.4g} s)",
+            r.stats.time_s,
+            stats.time_s,
+        )
     return KernelResult(stats, r.events, n, per_cycle.time_s / k, rec)
 
 
@@ -179,8 +186,9 @@ class LiveCycle:
     def __call__(self, ends: Sequence[float], snaps: Sequence[RunStats], safe: int) -> int | None:
         m = len(ends) - 1
         if self.found is None and m >= self.first:
-            self.found = _cycle(ends, snaps, m, self.calls, LONG_CYCLES,
-                                lambda k: safe + (self.calls - safe) % k)
+            self.found = _cycle(
+                ends, snaps, m, self.calls, LONG_CYCLES, lambda k: safe + (self.calls - safe) % k
+            )
             if self.found is not None:
                 n = self.found[2]
                 if n > self.charged:  # the cut may end up to k - 1 layers past the charge
@@ -194,8 +202,9 @@ class LiveCycle:
         return None
 
 
-def steady_cycle(probe: KernelRun, calls: int,
-                 lengths: tuple[int, ...] = CYCLES) -> tuple[int, RunStats] | None:
+def steady_cycle(
+    probe: KernelRun, calls: int, lengths: tuple[int, ...] = CYCLES
+) -> tuple[int, RunStats] | None:
     """The shortest cycle ``k`` (layers) of a periodic probe of ``n`` layers and every total's
     increment over one cycle, or None: the criterion of ``_cycle`` at boundary ``n - 3`` (the
     last one a probe shares with every longer run), for cycles with ``calls - n`` a
@@ -204,14 +213,27 @@ def steady_cycle(probe: KernelRun, calls: int,
     n = len(ends)
     if len(snaps) != n or n < 3:
         return None
-    found = _cycle(ends, snaps, n - 3, calls, lengths, lambda k: n if (calls - n) % k == 0
-                   else calls, probe.stats.time_s)
+    found = _cycle(
+        ends,
+        snaps,
+        n - 3,
+        calls,
+        lengths,
+        lambda k: n if (calls - n) % k == 0 else calls,
+        probe.stats.time_s,
+    )
     return None if found is None else found[:2]
 
 
-def _cycle(ends: Sequence[float], snaps: Sequence[RunStats], m: int, calls: int,
-           lengths: tuple[int, ...], layers: Callable[[int], int],
-           run_time: float | None = None) -> tuple[int, RunStats, int] | None:
+def _cycle(
+    ends: Sequence[float],
+    snaps: Sequence[RunStats],
+    m: int,
+    calls: int,
+    lengths: tuple[int, ...],
+    layers: Callable[[int], int],
+    run_time: float | None = None,
+) -> tuple[int, RunStats, int] | None:
     """The shortest cycle ``k`` of ``lengths`` the boundaries ``0 .. m`` (all on the full
     trajectory) end in, its totals' increment and the layers ``n = layers(k)`` the run
     stops at (skipping ``(calls - n) / k`` cycles), or None.
@@ -247,8 +269,10 @@ def _cycle(ends: Sequence[float], snaps: Sequence[RunStats], m: int, calls: int,
 def _close(a: RunStats, b: RunStats) -> bool:
     """Every total of ``a`` within ``PERIOD_RTOL`` of ``b``'s."""
     other = b.as_dict()
-    return all(abs(x - other[name]) <= PERIOD_RTOL * max(abs(x), abs(other[name]))
-               for name, x in a.as_dict().items())
+    return all(
+        abs(x - other[name]) <= PERIOD_RTOL * max(abs(x), abs(other[name]))
+        for name, x in a.as_dict().items()
+    )
 
 
 def _repeat(rec: Recorder | None, times: int, period: float) -> Recorder | None:

@@ -47,10 +47,20 @@ Body = Callable[[int], Generator[simpy.Event, Any, Any]]
 class KernelPipeline:
     """The stages of ``kernel`` on ``socket``, ready to run ``iterations`` layers per call."""
 
-    def __init__(self, socket: SocketModel, kernel: KernelProgram, works: dict[str, TileWork],
-                 ports: dict[str, CollectivePort], *, looped: bool, buffer_tiles: int,
-                 prefetch_tiles: int, operand_buffer_fraction: float, collective_chunks: int,
-                 recorder: Recorder | None) -> None:
+    def __init__(
+        self,
+        socket: SocketModel,
+        kernel: KernelProgram,
+        works: dict[str, TileWork],
+        ports: dict[str, CollectivePort],
+        *,
+        looped: bool,
+        buffer_tiles: int,
+        prefetch_tiles: int,
+        operand_buffer_fraction: float,
+        collective_chunks: int,
+        recorder: Recorder | None,
+    ) -> None:
         env, cfg = socket.env, socket.config
         self.env = env
         self.socket = socket
@@ -64,21 +74,38 @@ class KernelPipeline:
         for stage in kernel.stages:
             group = None
             if stage.pcus > 0:
-                group = PCUGroup(env, stage.pcus, cfg.pcu.peak_flops, cfg.pcu.vector_flops,
-                                 name=f"s{socket.index}.{stage.name}")
+                group = PCUGroup(
+                    env,
+                    stage.pcus,
+                    cfg.pcu.peak_flops,
+                    cfg.pcu.vector_flops,
+                    name=f"s{socket.index}.{stage.name}",
+                )
                 self.pcus[stage.name] = group
-            window = prefetch_window(works[stage.name],
-                                     operand_buffer_fraction * stage.pmus * cfg.pmu.sram,
-                                     prefetch_tiles)
+            window = prefetch_window(
+                works[stage.name],
+                operand_buffer_fraction * stage.pmus * cfg.pmu.sram,
+                prefetch_tiles,
+            )
             self.runners[stage.name] = StageRunner(
-                socket, stage, works[stage.name], group, _pmu_bandwidth(cfg, stage.pmus),
-                window, layer_loop, ports.get(stage.name), collective_chunks, recorder)
+                socket,
+                stage,
+                works[stage.name],
+                group,
+                _pmu_bandwidth(cfg, stage.pmus),
+                window,
+                layer_loop,
+                ports.get(stage.name),
+                collective_chunks,
+                recorder,
+            )
             self.buffers[stage.name] = []
         consumed = {name for stage in kernel.stages for name in stage.inputs}
         self.sinks = [s.name for s in kernel.stages if s.name not in consumed]
         sources = [s.name for s in kernel.stages if not s.inputs] if looped else []
-        edges = [(producer, stage.name, False)
-                 for stage in kernel.stages for producer in stage.inputs]
+        edges = [
+            (producer, stage.name, False) for stage in kernel.stages for producer in stage.inputs
+        ]
         edges += [(sink, source, True) for sink in self.sinks for source in sources]
         fan_in = dict.fromkeys(self.runners, 0)
         for _, consumer, _ in edges:
@@ -95,14 +122,17 @@ class KernelPipeline:
             # layer's tiles. With two slots the producer would stall on them and starve the
             # long path, and deadlock once a collective on it holds back a chunk of tiles (or,
             # for a loop edge, once the pipeline holds more tiles in flight).
-            slots = max(buffer_tiles, tiles) if loop or (producer, consumer) in skips \
-                else buffer_tiles
+            slots = (
+                max(buffer_tiles, tiles) if loop or (producer, consumer) in skips else buffer_tiles
+            )
             edge = StreamEdge(StageBuffer(env, slots, bandwidth, name=name))
             self.buffers[consumer].append(edge.buffer)
-            (self.runners[producer].loop_outputs if loop
-             else self.runners[producer].outputs).append(edge)
-            (self.runners[consumer].loop_inputs if loop
-             else self.runners[consumer].inputs).append(edge)
+            (
+                self.runners[producer].loop_outputs if loop else self.runners[producer].outputs
+            ).append(edge)
+            (self.runners[consumer].loop_inputs if loop else self.runners[consumer].inputs).append(
+                edge
+            )
         for sink in self.sinks:
             self.runners[sink].on_iteration = self._sink_done
         self._left: list[int] = []
@@ -139,21 +169,21 @@ class KernelPipeline:
                 everything.append(self._start(layers))
             yield self._done[i] if i + 1 < layers.n else everything[0]
             if rec is not None:
-                rec.slice(socket.index, "kernel", f"{self.kernel.name} L{i}", start,
-                          float(env.now))
+                rec.slice(socket.index, "kernel", f"{self.kernel.name} L{i}", start, float(env.now))
             if i + 1 == layers.n:
-                _overhead_slice(rec, socket.index, "sync", float(env.now) + launcher.sync,
-                                launcher.sync)
+                _overhead_slice(
+                    rec, socket.index, "sync", float(env.now) + launcher.sync, launcher.sync
+                )
 
         def unlooped(i: int) -> Generator[simpy.Event, Any, None]:
             start = float(env.now)
             _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
             yield self._start(LayerCount(1))
             if rec is not None:
-                rec.slice(socket.index, "kernel", self.kernel.name, start,
-                          float(env.now))
-            _overhead_slice(rec, socket.index, "sync", float(env.now) + launcher.sync,
-                            launcher.sync)
+                rec.slice(socket.index, "kernel", self.kernel.name, start, float(env.now))
+            _overhead_slice(
+                rec, socket.index, "sync", float(env.now) + launcher.sync, launcher.sync
+            )
 
         return looped if self.looped else unlooped
 
@@ -168,15 +198,20 @@ def _skip_edges(kernel: KernelProgram) -> set[tuple[str, str]]:
     reach: dict[str, set[str]] = {}
     for name in reversed(names):  # topological order reversed: consumers first
         reach[name] = set(consumers[name]).union(*(reach[c] for c in consumers[name]))
-    return {(producer, stage.name) for stage in kernel.stages for producer in stage.inputs
-            if any(stage.name in reach[w] for w in consumers[producer] if w != stage.name)}
+    return {
+        (producer, stage.name)
+        for stage in kernel.stages
+        for producer in stage.inputs
+        if any(stage.name in reach[w] for w in consumers[producer] if w != stage.name)
+    }
 
 
 def _pmu_bandwidth(cfg: SocketConfig, pmus: int) -> float:
     return max(pmus, 1) * cfg.pmu.bandwidth
 
 
-def _overhead_slice(rec: Recorder | None, socket: int, name: str, end: float,
-                    duration: float) -> None:
+def _overhead_slice(
+    rec: Recorder | None, socket: int, name: str, end: float, duration: float
+) -> None:
     if rec is not None and duration > 0:
         rec.slice(socket, "agcu", name, end - duration, end)

@@ -64,30 +64,52 @@ each layer ended), the totals at each, and the fewest layers the run may be cut 
 returns the number of layers to run instead (at least that many), or None to go on."""
 
 
-def run_kernel(kernel: KernelProgram, hardware: HardwareConfig, tp: int, iterations: int,
-               looped: bool, settings: RunSettings, works: dict[str, TileWork],
-               watch: Watch | None = None) -> KernelRun:
+def run_kernel(
+    kernel: KernelProgram,
+    hardware: HardwareConfig,
+    tp: int,
+    iterations: int,
+    looped: bool,
+    settings: RunSettings,
+    works: dict[str, TileWork],
+    watch: Watch | None = None,
+) -> KernelRun:
     """Simulate ``iterations`` layers of ``kernel`` (one looped call, or separate calls);
     a looped run is cut short where ``watch`` says (its results are then those of a run of
     that many layers)."""
     env = CountingEnvironment()
     system, sock = hardware.system, hardware.socket
     recorder = Recorder() if settings.record else None
-    topo = Topology(env, tp, system.sockets_per_node, system.intra_node_link.bandwidth,
-                    system.intra_node_link.latency, system.inter_node_link.bandwidth,
-                    system.inter_node_link.latency)
+    topo = Topology(
+        env,
+        tp,
+        system.sockets_per_node,
+        system.intra_node_link.bandwidth,
+        system.intra_node_link.latency,
+        system.inter_node_link.bandwidth,
+        system.inter_node_link.latency,
+    )
     n_sockets = tp if settings.all_sockets else 1
     port_type = RendezvousPort if settings.all_sockets else SymmetricPort
     ports: dict[str, CollectivePort] = {
         s.name: port_type(topo, s.collective, system.collective_algorithm)
-        for s in kernel.stages if s.collective is not None and s.collective.group > 1
+        for s in kernel.stages
+        if s.collective is not None and s.collective.group > 1
     }
     sockets = [SocketModel(env, i, sock, recorder) for i in range(n_sockets)]
     pipelines = [
-        KernelPipeline(s, kernel, works, ports, looped=looped,
-                       buffer_tiles=settings.buffer_tiles, prefetch_tiles=settings.prefetch_tiles,
-                       operand_buffer_fraction=settings.operand_buffer_fraction,
-                       collective_chunks=system.collective_chunks, recorder=recorder)
+        KernelPipeline(
+            s,
+            kernel,
+            works,
+            ports,
+            looped=looped,
+            buffer_tiles=settings.buffer_tiles,
+            prefetch_tiles=settings.prefetch_tiles,
+            operand_buffer_fraction=settings.operand_buffer_fraction,
+            collective_chunks=system.collective_chunks,
+            recorder=recorder,
+        )
         for s in sockets
     ]
     snapshots: list[RunStats] = []
@@ -103,13 +125,20 @@ def run_kernel(kernel: KernelProgram, hardware: HardwareConfig, tp: int, iterati
                     layers.lower(cut)
 
         first.on_iteration_end = boundary
-    calls = [s.launcher.call(p.body(layers), iterations, looped)
-             for s, p in zip(sockets, pipelines, strict=True)]
+    calls = [
+        s.launcher.call(p.body(layers), iterations, looped)
+        for s, p in zip(sockets, pipelines, strict=True)
+    ]
     finished = simpy.AllOf(env, calls)
     env.run(until=finished)
     elapsed = float(env.now)
-    return KernelRun(_stats(sockets[0], pipelines[0], topo, elapsed), env.processed, recorder,
-                     tuple(pipelines[0].iteration_ends), tuple(snapshots))
+    return KernelRun(
+        _stats(sockets[0], pipelines[0], topo, elapsed),
+        env.processed,
+        recorder,
+        tuple(pipelines[0].iteration_ends),
+        tuple(snapshots),
+    )
 
 
 def _stats(socket: SocketModel, pipe: KernelPipeline, topo: Topology, elapsed: float) -> RunStats:
@@ -134,10 +163,16 @@ def _stats(socket: SocketModel, pipe: KernelPipeline, topo: Topology, elapsed: f
     link_busy = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
     launcher = socket.launcher
     return RunStats(
-        time_s=elapsed, overhead_s=launcher.overhead_time,
-        hbm_bytes=socket.bytes_moved("hbm"), ddr_bytes=socket.bytes_moved("ddr"),
-        sram_bytes=sram, p2p_bytes=p2p, flops=flops, vector_flops=vector,
-        pcu_s=pcu_s, pmu_s=pmu_s,
+        time_s=elapsed,
+        overhead_s=launcher.overhead_time,
+        hbm_bytes=socket.bytes_moved("hbm"),
+        ddr_bytes=socket.bytes_moved("ddr"),
+        sram_bytes=sram,
+        p2p_bytes=p2p,
+        flops=flops,
+        vector_flops=vector,
+        pcu_s=pcu_s,
+        pmu_s=pmu_s,
         hbm_busy_s=socket.channels["hbm"].busy.busy_time,
         ddr_busy_s=socket.channels["ddr"].busy.busy_time,
         link_busy_s=link_busy,

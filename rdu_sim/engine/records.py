@@ -53,8 +53,15 @@ class Recorder:
     counters: list[TraceCounter] = field(default_factory=list)
     _level: dict[tuple[int, str], float] = field(default_factory=dict)
 
-    def slice(self, socket: int, track: str, name: str, start_s: float, end_s: float,
-              args: tuple[tuple[str, str | float], ...] = ()) -> None:
+    def slice(
+        self,
+        socket: int,
+        track: str,
+        name: str,
+        start_s: float,
+        end_s: float,
+        args: tuple[tuple[str, str | float], ...] = (),
+    ) -> None:
         """Record that ``track`` of ``socket`` was busy with ``name`` on [start, end]."""
         self.slices.append(TraceSlice(socket, track, name, start_s, end_s - start_s, args))
 

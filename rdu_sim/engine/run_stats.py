@@ -47,5 +47,9 @@ class RunStats:
 
     def affine(self, other: RunStats, factor: float) -> RunStats:
         """``self + factor * other``, field-wise."""
-        return RunStats(**{f.name: getattr(self, f.name) + factor * getattr(other, f.name)
-                           for f in fields(self)})
+        return RunStats(
+            **{
+                f.name: getattr(self, f.name) + factor * getattr(other, f.name)
+                for f in fields(self)
+            }
+        )

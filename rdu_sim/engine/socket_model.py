@@ -27,8 +27,13 @@ def _channel(env: simpy.Environment, tier: MemoryTierConfig, name: str) -> Memor
 class SocketModel:
     """The parts of socket ``index`` shared by all stages: memory tiers and kernel launch."""
 
-    def __init__(self, env: simpy.Environment, index: int, socket: SocketConfig,
-                 recorder: Recorder | None = None) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        socket: SocketConfig,
+        recorder: Recorder | None = None,
+    ) -> None:
         self.env = env
         self.index = index
         self.config = socket
@@ -38,8 +43,9 @@ class SocketModel:
             "ddr": _channel(env, socket.ddr, f"s{index}.ddr"),
         }
         k = socket.kernel
-        self.launcher = KernelLauncher(env, k.program_load, k.argument_load, k.sync,
-                                       name=f"s{index}.agcu")
+        self.launcher = KernelLauncher(
+            env, k.program_load, k.argument_load, k.sync, name=f"s{index}.agcu"
+        )
 
     def read(self, tier: str, nbytes: float) -> simpy.Event:
         """Stream ``nbytes`` from ``tier``; fires when the last byte has arrived."""
@@ -54,7 +60,8 @@ class SocketModel:
         if rec is not None and nbytes > 0:
             rec.in_flight(self.index, tier, float(self.env.now), nbytes)
             done.callbacks.append(
-                lambda _ev: rec.in_flight(self.index, tier, float(self.env.now), -nbytes))
+                lambda _ev: rec.in_flight(self.index, tier, float(self.env.now), -nbytes)
+            )
         return done
 
     def bytes_moved(self, tier: str) -> float:

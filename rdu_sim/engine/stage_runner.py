@@ -79,8 +79,9 @@ class LayerCount:
     def lower(self, n: int) -> None:
         """Run ``n`` layers instead of ``self.n`` (``safe() <= n <= self.n``)."""
         if not self.safe() <= n <= self.n:
-            raise ValueError(f"cannot cut a run of {self.n} layers to {n} (at least "
-                             f"{self.safe()} now)")
+            raise ValueError(
+                f"cannot cut a run of {self.n} layers to {n} (at least {self.safe()} now)"
+            )
         self.n = n
 
 
@@ -92,10 +93,19 @@ def chunk_boundaries(tiles: int, chunks: int) -> tuple[int, ...]:
 class StageRunner:
     """Streams one stage's tiles on one socket; wired to buffers by the kernel pipeline."""
 
-    def __init__(self, socket: SocketModel, stage: StageProgram, work: TileWork,
-                 pcus: PCUGroup | None, pmu_bandwidth: float, prefetch: int,
-                 layer_loop: float, port: CollectivePort | None, collective_chunks: int,
-                 recorder: Recorder | None) -> None:
+    def __init__(
+        self,
+        socket: SocketModel,
+        stage: StageProgram,
+        work: TileWork,
+        pcus: PCUGroup | None,
+        pmu_bandwidth: float,
+        prefetch: int,
+        layer_loop: float,
+        port: CollectivePort | None,
+        collective_chunks: int,
+        recorder: Recorder | None,
+    ) -> None:
         self.env = socket.env
         self.socket = socket
         self.stage = stage
@@ -127,13 +137,13 @@ class StageRunner:
         env, work, tiles = self.env, self.work, self.work.tiles
         self._layers = layers
         loads: deque[list[simpy.Event]] = deque(
-            self._load(i % tiles) for i in range(min(self.prefetch, layers.n * tiles)))
+            self._load(i % tiles) for i in range(min(self.prefetch, layers.n * tiles))
+        )
         writes: list[simpy.Event] = []
         pending: list[int] = []  # tiles of the collective chunk being accumulated
         # Edge lists built once (this loop runs once per tile of every stage).
         ins_first, ins_later = self.inputs, self.inputs + self.loop_inputs
-        outs_last, outs_other = self._out_edges = (self.outputs,
-                                                    self.outputs + self.loop_outputs)
+        outs_last, outs_other = self._out_edges = (self.outputs, self.outputs + self.loop_outputs)
         i = 0
         while i < layers.n * tiles:
             it, t = divmod(i, tiles)
@@ -190,8 +200,9 @@ class StageRunner:
     def _load(self, t: int) -> list[simpy.Event]:
         return [self.socket.read(tier, amounts[t]) for tier, amounts in self.work.reads.items()]
 
-    def _compute(self, t: int, it: int, loads: list[simpy.Event],
-                 upstream: list[simpy.Event]) -> Gen:
+    def _compute(
+        self, t: int, it: int, loads: list[simpy.Event], upstream: list[simpy.Event]
+    ) -> Gen:
         """Compute tile ``t`` while its operands and inputs stream in; done when all are."""
         env, work, pcus = self.env, self.work, self.pcus
         start = float(env.now)
@@ -216,8 +227,7 @@ class StageRunner:
         for ev in upstream:
             yield ev
         if self.recorder is not None and float(env.now) > start:
-            self.recorder.slice(self.socket.index, self.track, f"L{it} t{t}", start,
-                                float(env.now))
+            self.recorder.slice(self.socket.index, self.track, f"L{it} t{t}", start, float(env.now))
 
     def _push(self, it: int, tiles: tuple[int, ...], done: simpy.Event) -> Gen:
         """Hand finished tiles (a collective chunk's) to the consumers."""
@@ -237,12 +247,13 @@ class StageRunner:
             idx, now = self.socket.index, float(self.env.now)
             rec.in_flight(idx, "p2p", now, nbytes)
             done.callbacks.append(
-                lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes))
-        self._last_emit = self.env.process(
-            self._emit(self._last_emit, done, it, tiles))
+                lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes)
+            )
+        self._last_emit = self.env.process(self._emit(self._last_emit, done, it, tiles))
 
-    def _emit(self, prev: simpy.Process | None, done: simpy.Event, it: int,
-              tiles: tuple[int, ...]) -> Gen:
+    def _emit(
+        self, prev: simpy.Process | None, done: simpy.Event, it: int, tiles: tuple[int, ...]
+    ) -> Gen:
         if prev is not None:
             yield prev
         yield done

@@ -53,24 +53,35 @@ class TileWork:
         """Cut ``stage``'s per-call work into ``tiles`` tiles."""
         if tiles < 1:
             raise ValueError(f"tiles must be >= 1, got {tiles}")
-        for what, amount in (("flops", stage.flops), ("vector_flops", stage.vector_flops),
-                             ("output_bytes", stage.output_bytes)):
+        for what, amount in (
+            ("flops", stage.flops),
+            ("vector_flops", stage.vector_flops),
+            ("output_bytes", stage.output_bytes),
+        ):
             if amount < 0:
                 raise ValueError(f"stage {stage.name!r}: {what} must be >= 0, got {amount}")
         for kind, amounts in (("reads", stage.reads), ("writes", stage.writes)):
             for tier, amount in amounts.items():
                 if amount < 0:
-                    raise ValueError(f"stage {stage.name!r}: {kind}[{tier}] must be >= 0, "
-                                     f"got {amount}")
+                    raise ValueError(
+                        f"stage {stage.name!r}: {kind}[{tier}] must be >= 0, got {amount}"
+                    )
         reads: dict[str, tuple[float, ...]] = {
-            t: split(stage.reads[t], tiles) for t in MEMORY_TIERS if stage.reads.get(t, 0.0)}
+            t: split(stage.reads[t], tiles) for t in MEMORY_TIERS if stage.reads.get(t, 0.0)
+        }
         writes: dict[str, tuple[float, ...]] = {
-            t: split(stage.writes[t], tiles) for t in MEMORY_TIERS if stage.writes.get(t, 0.0)}
+            t: split(stage.writes[t], tiles) for t in MEMORY_TIERS if stage.writes.get(t, 0.0)
+        }
         sram_bytes = stage.reads.get("sram", 0.0) + stage.writes.get("sram", 0.0)
         return cls(
-            tiles=tiles, reads=reads, writes=writes, sram=split(sram_bytes, tiles),
-            flops=stage.flops / tiles, vector_flops=stage.vector_flops / tiles,
-            output=split(stage.output_bytes, tiles), efficiency=stage_efficiency(stage, socket),
+            tiles=tiles,
+            reads=reads,
+            writes=writes,
+            sram=split(sram_bytes, tiles),
+            flops=stage.flops / tiles,
+            vector_flops=stage.vector_flops / tiles,
+            output=split(stage.output_bytes, tiles),
+            efficiency=stage_efficiency(stage, socket),
         )
 
 
@@ -85,8 +96,9 @@ def prefetch_window(work: TileWork, buffer_bytes: float, minimum: int) -> int:
     independent of ``tiles_per_stage``; capping it at one layer keeps the start of a looped
     call independent of how many layers follow (what makes fast-forwarding exact).
     """
-    largest = max((sum(amounts[t] for amounts in work.reads.values())
-                   for t in range(work.tiles)), default=0.0)
+    largest = max(
+        (sum(amounts[t] for amounts in work.reads.values()) for t in range(work.tiles)), default=0.0
+    )
     fit = int(buffer_bytes // largest) if largest > 0 else 0
     return max(1, min(work.tiles, max(minimum, fit)))
 
@@ -97,5 +109,6 @@ def stage_efficiency(stage: StageProgram, socket: SocketConfig) -> float:
     if stage.gemm is None:
         return pcu.max_gemm_efficiency
     g = stage.gemm
-    return stage_gemm_efficiency(g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols,
-                                 pcu.max_gemm_efficiency)
+    return stage_gemm_efficiency(
+        g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols, pcu.max_gemm_efficiency
+    )

@@ -41,9 +41,13 @@ class KernelTiming:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""
         return {
-            "name": self.name, "calls": self.calls, "looped": self.looped,
-            "time_s": self.time_s, "overhead_s": self.overhead_s,
-            "simulated_iterations": self.simulated_iterations, "period_s": self.period_s,
+            "name": self.name,
+            "calls": self.calls,
+            "looped": self.looped,
+            "time_s": self.time_s,
+            "overhead_s": self.overhead_s,
+            "simulated_iterations": self.simulated_iterations,
+            "period_s": self.period_s,
         }
 
 
@@ -90,15 +94,23 @@ class StepTiming:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of everything but the trace records."""
         return {
-            "step_s": self.step_s, "phase": self.phase, "batch": self.batch,
-            "tokens": self.tokens, "context": self.context, "tp": self.tp,
-            "flops": self.flops, "vector_flops": self.vector_flops,
+            "step_s": self.step_s,
+            "phase": self.phase,
+            "batch": self.batch,
+            "tokens": self.tokens,
+            "context": self.context,
+            "tp": self.tp,
+            "flops": self.flops,
+            "vector_flops": self.vector_flops,
             "bytes_by_tier": dict(self.bytes_by_tier),
             "hbm_bandwidth_fraction": self.hbm_bandwidth_fraction,
             "flops_fraction": self.flops_fraction,
-            "busy_s": dict(self.busy_s), "utilization": dict(self.utilization),
+            "busy_s": dict(self.busy_s),
+            "utilization": dict(self.utilization),
             "kernels": [k.to_dict() for k in self.kernels],
-            "events": self.events, "estimated_events": self.estimated_events,
+            "events": self.events,
+            "estimated_events": self.estimated_events,
             "tiles_per_stage": self.tiles_per_stage,
-            "sockets_simulated": self.sockets_simulated, "fast_forward": self.fast_forward,
+            "sockets_simulated": self.sockets_simulated,
+            "fast_forward": self.fast_forward,
         }

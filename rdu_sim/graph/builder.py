@@ -38,8 +38,9 @@ class GraphBuilder:
         self.graph.add_node(op.name, op=op)
         for spec in op.inputs:
             if spec.name not in self._producer:
-                raise ValueError(f"operator {op.name!r} reads tensor {spec.name!r}, which "
-                                 "nothing produces")
+                raise ValueError(
+                    f"operator {op.name!r} reads tensor {spec.name!r}, which nothing produces"
+                )
             source = self._producer[spec.name][0]
             if source is not None:
                 if self.graph.has_edge(source, op.name):

@@ -30,8 +30,10 @@ def graph_problems(graph: nx.DiGraph) -> list[str]:
             made = {t.name: t for t in producer.outputs}
             for tensor in graph.edges[source, name]["tensors"]:
                 if tensor not in made:
-                    problems.append(f"edge {source!r} -> {name!r} carries {tensor!r}, which "
-                                    f"{source!r} does not produce")
+                    problems.append(
+                        f"edge {source!r} -> {name!r} carries {tensor!r}, which "
+                        f"{source!r} does not produce"
+                    )
                 elif tensor in arriving:
                     problems.append(f"{name!r} receives {tensor!r} twice")
                 else:
@@ -41,9 +43,11 @@ def graph_problems(graph: nx.DiGraph) -> list[str]:
             if found is None:
                 problems.append(f"{name!r} input {spec.name!r} has no producer")
             elif (found.shape, found.dtype_bytes) != (spec.shape, spec.dtype_bytes):
-                problems.append(f"{name!r} input {spec.name!r} expects {spec.shape} x "
-                                f"{spec.dtype_bytes} B, its producer gives {found.shape} x "
-                                f"{found.dtype_bytes} B")
+                problems.append(
+                    f"{name!r} input {spec.name!r} expects {spec.shape} x "
+                    f"{spec.dtype_bytes} B, its producer gives {found.shape} x "
+                    f"{found.dtype_bytes} B"
+                )
         for tensor in set(arriving) - {t.name for t in node.inputs}:
             problems.append(f"{name!r} receives {tensor!r} but does not read it")
     produced = {t.name for n in graph.nodes for t in graph.nodes[n]["op"].outputs}

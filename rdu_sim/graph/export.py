@@ -15,10 +15,18 @@ import networkx as nx
 from rdu_sim.graph.operator import Operator
 
 _COLOURS = {
-    "gemm": "lightblue", "batched_gemm": "lightblue", "expert_gemm": "lightblue",
-    "router": "lightblue", "attention_score": "lightsalmon", "attention_value": "lightsalmon",
-    "kv_read": "palegreen", "kv_write": "palegreen", "gather": "palegreen",
-    "allreduce": "plum", "allgather": "plum", "reduce_scatter": "plum",
+    "gemm": "lightblue",
+    "batched_gemm": "lightblue",
+    "expert_gemm": "lightblue",
+    "router": "lightblue",
+    "attention_score": "lightsalmon",
+    "attention_value": "lightsalmon",
+    "kv_read": "palegreen",
+    "kv_write": "palegreen",
+    "gather": "palegreen",
+    "allreduce": "plum",
+    "allgather": "plum",
+    "reduce_scatter": "plum",
 }
 
 
@@ -37,13 +45,17 @@ def _quote(text: str) -> str:
 def node_attributes(node: Operator) -> dict[str, Any]:
     """Scalar attributes of an operator, for GraphML and JSON."""
     return {
-        "kind": node.kind, "flops": float(node.flops), "vector_flops": float(node.vector_flops),
+        "kind": node.kind,
+        "flops": float(node.flops),
+        "vector_flops": float(node.vector_flops),
         "weight_params": int(node.weight_params),
         "weight_read_bytes": float(node.weight_read_bytes),
-        "kv_read_bytes": float(node.kv_read_bytes), "kv_write_bytes": float(node.kv_write_bytes),
+        "kv_read_bytes": float(node.kv_read_bytes),
+        "kv_write_bytes": float(node.kv_write_bytes),
         "act_read_bytes": float(node.act_read_bytes),
         "act_write_bytes": float(node.act_write_bytes),
-        "collective": node.collective or "", "collective_bytes": float(node.collective_bytes),
+        "collective": node.collective or "",
+        "collective_bytes": float(node.collective_bytes),
     }
 
 
@@ -51,17 +63,23 @@ def graph_records(graph: nx.DiGraph) -> dict[str, Any]:
     """A JSON-ready description of a graph: its nodes (with attributes) and edges."""
     return {
         "name": str(graph.name or "graph"),
-        "nodes": [{"name": str(name), **node_attributes(graph.nodes[name]["op"])}
-                  for name in graph.nodes],
-        "edges": [{"source": str(s), "target": str(t), "tensors": list(d.get("tensors", []))}
-                  for s, t, d in graph.edges(data=True)],
+        "nodes": [
+            {"name": str(name), **node_attributes(graph.nodes[name]["op"])} for name in graph.nodes
+        ],
+        "edges": [
+            {"source": str(s), "target": str(t), "tensors": list(d.get("tensors", []))}
+            for s, t, d in graph.edges(data=True)
+        ],
     }
 
 
 def dot_from_records(records: dict[str, Any]) -> str:
     """Graphviz DOT text from `graph_records` output (so JSON results can be drawn too)."""
-    lines = [f"digraph {_quote(str(records.get('name', 'graph')))} {{",
-             "  rankdir=TB;", '  node [shape=box, style="rounded,filled", fillcolor=white];']
+    lines = [
+        f"digraph {_quote(str(records.get('name', 'graph')))} {{",
+        "  rankdir=TB;",
+        '  node [shape=box, style="rounded,filled", fillcolor=white];',
+    ]
     for node in records["nodes"]:
         detail: list[str] = [str(node["kind"])]
         if node.get("flops"):
@@ -69,18 +87,19 @@ def dot_from_records(records: dict[str, Any]) -> str:
         if node.get("weight_read_bytes"):
             detail.append(f"W {_si(node['weight_read_bytes'])}B")
         if node.get("kv_read_bytes") or node.get("kv_write_bytes"):
-            detail.append(f"KV r{_si(node.get('kv_read_bytes', 0))}B "
-                          f"w{_si(node.get('kv_write_bytes', 0))}B")
+            detail.append(
+                f"KV r{_si(node.get('kv_read_bytes', 0))}B w{_si(node.get('kv_write_bytes', 0))}B"
+            )
         if node.get("collective"):
             detail.append(f"{node['collective']} {_si(node.get('collective_bytes', 0))}B")
         label = str(node["name"]) + "\\n" + ", ".join(detail)
         colour = _COLOURS.get(str(node["kind"]), "white")
-        lines.append(f"  {_quote(str(node['name']))} [label={_quote(label)}, "
-                     f"fillcolor={colour}];")
+        lines.append(f"  {_quote(str(node['name']))} [label={_quote(label)}, fillcolor={colour}];")
     for edge in records["edges"]:
         label = ", ".join(edge.get("tensors", []))
-        lines.append(f"  {_quote(edge['source'])} -> {_quote(edge['target'])} "
-                     f"[label={_quote(label)}];")
+        lines.append(
+            f"  {_quote(edge['source'])} -> {_quote(edge['target'])} [label={_quote(label)}];"
+        )
     lines.append("}")
     return "\n".join(lines) + "\n"
 

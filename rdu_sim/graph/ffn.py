@@ -22,27 +22,79 @@ from rdu_sim.graph.ops import ADD_FLOPS, SILU_MUL_FLOPS, act, linear, silu_mul
 from rdu_sim.graph.shape import FP32, INDEX, Precision, StepShape
 
 
-def add_swiglu(b: GraphBuilder, x: TensorSpec, *, prefix: str, intermediate: int, out: str,
-               precision: Precision, combine: Combine) -> TensorSpec:
+def add_swiglu(
+    b: GraphBuilder,
+    x: TensorSpec,
+    *,
+    prefix: str,
+    intermediate: int,
+    out: str,
+    precision: Precision,
+    combine: Combine,
+) -> TensorSpec:
     """gate_proj, up_proj, silu_mul, down_proj; columns (intermediate) split over TP."""
     batch, tokens, hidden = x.shape
     rows = batch * tokens
     inner = (batch, tokens, intermediate)
     column = Split.along("ffn", "n")
-    gate = b.add(linear(f"{prefix}.gate_proj", x, (act(f"{prefix}.gate", inner, precision),),
-                        rows=rows, k=hidden, n=intermediate, precision=precision, split=column))
-    up = b.add(linear(f"{prefix}.up_proj", x, (act(f"{prefix}.up", inner, precision),),
-                      rows=rows, k=hidden, n=intermediate, precision=precision, split=column))
-    gated = b.add(silu_mul(f"{prefix}.silu_mul", gate.outputs[0], up.outputs[0],
-                           f"{prefix}.act", precision, Split.along("ffn")))
-    down = b.add(linear(f"{prefix}.down_proj", gated.outputs[0],
-                        (act(out, x.shape, precision),), rows=rows, k=intermediate, n=hidden,
-                        precision=precision, split=Split.along("ffn", "k", combine)))
+    gate = b.add(
+        linear(
+            f"{prefix}.gate_proj",
+            x,
+            (act(f"{prefix}.gate", inner, precision),),
+            rows=rows,
+            k=hidden,
+            n=intermediate,
+            precision=precision,
+            split=column,
+        )
+    )
+    up = b.add(
+        linear(
+            f"{prefix}.up_proj",
+            x,
+            (act(f"{prefix}.up", inner, precision),),
+            rows=rows,
+            k=hidden,
+            n=intermediate,
+            precision=precision,
+            split=column,
+        )
+    )
+    gated = b.add(
+        silu_mul(
+            f"{prefix}.silu_mul",
+            gate.outputs[0],
+            up.outputs[0],
+            f"{prefix}.act",
+            precision,
+            Split.along("ffn"),
+        )
+    )
+    down = b.add(
+        linear(
+            f"{prefix}.down_proj",
+            gated.outputs[0],
+            (act(out, x.shape, precision),),
+            rows=rows,
+            k=intermediate,
+            n=hidden,
+            precision=precision,
+            split=Split.along("ffn", "k", combine),
+        )
+    )
     return down.outputs[0]
 
 
-def add_moe(b: GraphBuilder, x: TensorSpec, arch: DeepSeekArchitecture, shape: StepShape,
-            precision: Precision, out: str, loading: ExpertLoading = "routed") -> TensorSpec:
+def add_moe(
+    b: GraphBuilder,
+    x: TensorSpec,
+    arch: DeepSeekArchitecture,
+    shape: StepShape,
+    precision: Precision,
+    out: str,
+    loading: ExpertLoading = "routed",
+) -> TensorSpec:
     """Router, top-k, shared experts, routed experts and combine; returns the partial sum.
 
     `loading` says which experts' weights the step streams (see `moe.experts_loaded`); the
@@ -50,50 +102,89 @@ def add_moe(b: GraphBuilder, x: TensorSpec, arch: DeepSeekArchitecture, shape: S
     batch, tokens, hidden = x.shape
     rows = shape.rows
     experts, k, inter = arch.routed_experts, arch.experts_per_token, arch.moe_intermediate
-    router = b.add(Operator(
-        "moe.router", "router", inputs=(x,),
-        outputs=(TensorSpec("moe.logits", (batch, tokens, experts), FP32),),
-        flops=2 * rows * hidden * experts, weight_params=experts * hidden + experts,
-        weight_read_bytes=(experts * hidden + experts) * precision.weights,
-        gemm=Gemm(m=rows, n=experts, k=hidden),
-    ))
+    router = b.add(
+        Operator(
+            "moe.router",
+            "router",
+            inputs=(x,),
+            outputs=(TensorSpec("moe.logits", (batch, tokens, experts), FP32),),
+            flops=2 * rows * hidden * experts,
+            weight_params=experts * hidden + experts,
+            weight_read_bytes=(experts * hidden + experts) * precision.weights,
+            gemm=Gemm(m=rows, n=experts, k=hidden),
+        )
+    )
     routing = TensorSpec("moe.routing", (batch, tokens, k), FP32 + INDEX)
-    b.add(Operator(
-        "moe.topk", "topk", inputs=router.outputs, outputs=(routing,),
-        # sigmoid and bias per score, a partial sort, then normalising the k weights
-        vector_flops=rows * experts * (5 + math.ceil(math.log2(max(k, 2)))) + 2 * rows * k,
-    ))
+    b.add(
+        Operator(
+            "moe.topk",
+            "topk",
+            inputs=router.outputs,
+            outputs=(routing,),
+            # sigmoid and bias per score, a partial sort, then normalising the k weights
+            vector_flops=rows * experts * (5 + math.ceil(math.log2(max(k, 2)))) + 2 * rows * k,
+        )
+    )
     shared = None
     if arch.shared_experts:
-        shared = add_swiglu(b, x, prefix="moe.shared", intermediate=arch.shared_experts * inter,
-                            out="moe.shared_out", precision=precision, combine="none")
+        shared = add_swiglu(
+            b,
+            x,
+            prefix="moe.shared",
+            intermediate=arch.shared_experts * inter,
+            out="moe.shared_out",
+            precision=precision,
+            combine="none",
+        )
     distinct = experts_loaded(rows, experts, k, loading)
     per_expert_rows = max(1, math.ceil(rows * k / distinct))
     active = max(1, math.ceil(distinct))
     split = Split.along("experts", "batch")
-    gate_up = b.add(Operator(
-        "moe.experts_gate_up", "expert_gemm", inputs=(x, routing),
-        outputs=(act("moe.experts_gu", (batch, tokens, k, 2 * inter), precision),),
-        flops=2 * rows * k * hidden * 2 * inter, weight_params=experts * hidden * 2 * inter,
-        weight_read_bytes=distinct * hidden * 2 * inter * precision.weights,
-        gemm=Gemm(m=per_expert_rows, n=2 * inter, k=hidden, batch=active), split=split,
-    ))
-    gated = b.add(Operator(
-        "moe.experts_silu_mul", "silu_mul", inputs=gate_up.outputs,
-        outputs=(act("moe.experts_act", (batch, tokens, k, inter), precision),),
-        vector_flops=SILU_MUL_FLOPS * rows * k * inter, split=Split.along("experts"),
-    ))
-    down = b.add(Operator(
-        "moe.experts_down", "expert_gemm", inputs=gated.outputs,
-        outputs=(act("moe.experts_out", (batch, tokens, k, hidden), precision),),
-        flops=2 * rows * k * inter * hidden, weight_params=experts * inter * hidden,
-        weight_read_bytes=distinct * inter * hidden * precision.weights,
-        gemm=Gemm(m=per_expert_rows, n=hidden, k=inter, batch=active), split=split,
-    ))
+    gate_up = b.add(
+        Operator(
+            "moe.experts_gate_up",
+            "expert_gemm",
+            inputs=(x, routing),
+            outputs=(act("moe.experts_gu", (batch, tokens, k, 2 * inter), precision),),
+            flops=2 * rows * k * hidden * 2 * inter,
+            weight_params=experts * hidden * 2 * inter,
+            weight_read_bytes=distinct * hidden * 2 * inter * precision.weights,
+            gemm=Gemm(m=per_expert_rows, n=2 * inter, k=hidden, batch=active),
+            split=split,
+        )
+    )
+    gated = b.add(
+        Operator(
+            "moe.experts_silu_mul",
+            "silu_mul",
+            inputs=gate_up.outputs,
+            outputs=(act("moe.experts_act", (batch, tokens, k, inter), precision),),
+            vector_flops=SILU_MUL_FLOPS * rows * k * inter,
+            split=Split.along("experts"),
+        )
+    )
+    down = b.add(
+        Operator(
+            "moe.experts_down",
+            "expert_gemm",
+            inputs=gated.outputs,
+            outputs=(act("moe.experts_out", (batch, tokens, k, hidden), precision),),
+            flops=2 * rows * k * inter * hidden,
+            weight_params=experts * inter * hidden,
+            weight_read_bytes=distinct * inter * hidden * precision.weights,
+            gemm=Gemm(m=per_expert_rows, n=hidden, k=inter, batch=active),
+            split=split,
+        )
+    )
     inputs = (down.outputs[0], routing) + ((shared,) if shared is not None else ())
-    combine = b.add(Operator(
-        "moe.combine", "moe_combine", inputs=inputs, outputs=(act(out, x.shape, precision),),
-        vector_flops=2 * rows * k * hidden + ADD_FLOPS * rows * hidden,
-        split=Split.along("experts", combine="sum"),
-    ))
+    combine = b.add(
+        Operator(
+            "moe.combine",
+            "moe_combine",
+            inputs=inputs,
+            outputs=(act(out, x.shape, precision),),
+            vector_flops=2 * rows * k * hidden + ADD_FLOPS * rows * hidden,
+            split=Split.along("experts", combine="sum"),
+        )
+    )
     return combine.outputs[0]

@@ -30,11 +30,16 @@ def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) 
     ids = TensorSpec("token_ids", (shape.batch, shape.tokens), INDEX)
     b = GraphBuilder(f"{arch.name}.embedding", [ids])
     table = arch.vocab_size * arch.hidden_size
-    b.add(Operator(EMBEDDING, "gather", inputs=(ids,),
-                   outputs=(act("x", (shape.batch, shape.tokens, arch.hidden_size),
-                                precision),),
-                   weight_params=table,
-                   weight_read_bytes=shape.rows * arch.hidden_size * precision.weights))
+    b.add(
+        Operator(
+            EMBEDDING,
+            "gather",
+            inputs=(ids,),
+            outputs=(act("x", (shape.batch, shape.tokens, arch.hidden_size), precision),),
+            weight_params=table,
+            weight_read_bytes=shape.rows * arch.hidden_size * precision.weights,
+        )
+    )
     return b.finish(["x"])
 
 
@@ -49,11 +54,17 @@ def lm_head_graph(arch: Architecture, shape: StepShape, precision: Precision) ->
     x = act("y", (shape.batch, rows, arch.hidden_size), precision)
     b = GraphBuilder(f"{arch.name}.lm_head", [x])
     xn = b.add(rmsnorm("final_norm", x, "y_n", precision, Split())).outputs[0]
-    head = linear("lm_head", xn, (act("logits", (shape.batch, rows, arch.vocab_size),
-                                      precision),),
-                  rows=shape.batch * rows, k=arch.hidden_size, n=arch.vocab_size,
-                  precision=precision, split=Split.along("vocab", "n", "gather"),
-                  resident=not arch.tie_embeddings)
+    head = linear(
+        "lm_head",
+        xn,
+        (act("logits", (shape.batch, rows, arch.vocab_size), precision),),
+        rows=shape.batch * rows,
+        k=arch.hidden_size,
+        n=arch.vocab_size,
+        precision=precision,
+        split=Split.along("vocab", "n", "gather"),
+        resident=not arch.tie_embeddings,
+    )
     if arch.tie_embeddings:
         head = replace(head, weights=EMBEDDING)
     b.add(head)

@@ -31,32 +31,52 @@ class GraphGroup:
     graph: nx.DiGraph
 
 
-def decoder_groups(arch: Architecture, shape: StepShape, precision: Precision,
-                   cache: MlaCache = "latent",
-                   expert_loading: ExpertLoading = "routed") -> list[GraphGroup]:
+def decoder_groups(
+    arch: Architecture,
+    shape: StepShape,
+    precision: Precision,
+    cache: MlaCache = "latent",
+    expert_loading: ExpertLoading = "routed",
+) -> list[GraphGroup]:
     """The decoder layers, one group per layer kind (groups with no layers are left out).
     `expert_loading` applies to MoE layers (see `moe.experts_loaded`)."""
     if isinstance(arch, LlamaArchitecture):
         return [GraphGroup("decoder", arch.layers, llama_layer(arch, shape, precision))]
     groups = []
     if arch.dense_layers:
-        groups.append(GraphGroup("decoder_dense", arch.dense_layers,
-                                 deepseek_layer(arch, shape, precision, ffn="dense",
-                                                cache=cache)))
+        groups.append(
+            GraphGroup(
+                "decoder_dense",
+                arch.dense_layers,
+                deepseek_layer(arch, shape, precision, ffn="dense", cache=cache),
+            )
+        )
     if arch.moe_layers:
-        groups.append(GraphGroup("decoder_moe", arch.moe_layers,
-                                 deepseek_layer(arch, shape, precision, ffn="moe",
-                                                cache=cache, expert_loading=expert_loading)))
+        groups.append(
+            GraphGroup(
+                "decoder_moe",
+                arch.moe_layers,
+                deepseek_layer(
+                    arch, shape, precision, ffn="moe", cache=cache, expert_loading=expert_loading
+                ),
+            )
+        )
     return groups
 
 
-def model_groups(arch: Architecture, shape: StepShape, precision: Precision,
-                 cache: MlaCache = "latent",
-                 expert_loading: ExpertLoading = "routed") -> list[GraphGroup]:
+def model_groups(
+    arch: Architecture,
+    shape: StepShape,
+    precision: Precision,
+    cache: MlaCache = "latent",
+    expert_loading: ExpertLoading = "routed",
+) -> list[GraphGroup]:
     """Embedding, decoder layer groups, LM head: everything one step runs, in order."""
-    return [GraphGroup("embedding", 1, embedding_graph(arch, shape, precision)),
-            *decoder_groups(arch, shape, precision, cache, expert_loading),
-            GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision))]
+    return [
+        GraphGroup("embedding", 1, embedding_graph(arch, shape, precision)),
+        *decoder_groups(arch, shape, precision, cache, expert_loading),
+        GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision)),
+    ]
 
 
 @dataclass(frozen=True)
@@ -79,10 +99,23 @@ def totals(groups: list[GraphGroup]) -> Totals:
     for group in groups:
         for node in operators(group.graph):
             params += group.count * node.weight_params
-            for i, value in enumerate((node.flops, node.vector_flops, node.weight_read_bytes,
-                                       node.kv_read_bytes, node.kv_write_bytes,
-                                       node.collective_bytes)):
+            for i, value in enumerate(
+                (
+                    node.flops,
+                    node.vector_flops,
+                    node.weight_read_bytes,
+                    node.kv_read_bytes,
+                    node.kv_write_bytes,
+                    node.collective_bytes,
+                )
+            ):
                 sums[i] += group.count * value
-    return Totals(flops=sums[0], vector_flops=sums[1], weight_params=params,
-                  weight_read_bytes=sums[2], kv_read_bytes=sums[3], kv_write_bytes=sums[4],
-                  collective_bytes=sums[5])
+    return Totals(
+        flops=sums[0],
+        vector_flops=sums[1],
+        weight_params=params,
+        weight_read_bytes=sums[2],
+        kv_read_bytes=sums[3],
+        kv_write_bytes=sums[4],
+        collective_bytes=sums[5],
+    )

@@ -37,8 +37,10 @@ ExpertLoading = Literal["routed", "static"]
 def expected_distinct_experts(tokens: int, experts: int, per_token: int) -> float:
     """E * (1 - (1 - k/E)^tokens): the expected number of experts `tokens` tokens touch."""
     if tokens < 0 or experts < 1 or not 1 <= per_token <= experts:
-        raise ValueError(f"need tokens >= 0 and 1 <= per_token <= experts; got tokens={tokens}, "
-                         f"experts={experts}, per_token={per_token}")
+        raise ValueError(
+            f"need tokens >= 0 and 1 <= per_token <= experts; got tokens={tokens}, "
+            f"experts={experts}, per_token={per_token}"
+        )
     if tokens == 0:
         return 0.0
     if per_token == experts:
@@ -57,8 +59,9 @@ def experts_loaded(tokens: int, experts: int, per_token: int, loading: ExpertLoa
     raise ValueError(f"moe_expert_loading must be 'routed' or 'static', got {loading!r}")
 
 
-def sample_distinct_experts(rng: np.random.Generator, tokens: int, experts: int,
-                            per_token: int, chunk: int = 4096) -> int:
+def sample_distinct_experts(
+    rng: np.random.Generator, tokens: int, experts: int, per_token: int, chunk: int = 4096
+) -> int:
     """Distinct experts touched when each of `tokens` tokens routes to `per_token` random ones.
 
     Each token draws a uniformly random `per_token`-subset of the `experts` (the `per_token`

@@ -22,16 +22,32 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 OpKind = Literal[
-    "gemm", "batched_gemm", "attention_score", "attention_value", "flash_attention",
-    "softmax", "rmsnorm",
-    "rope", "residual", "silu_mul", "router", "topk", "expert_gemm", "moe_combine",
-    "kv_read", "kv_write", "gather", "pool", "reduce", "allreduce", "allgather",
+    "gemm",
+    "batched_gemm",
+    "attention_score",
+    "attention_value",
+    "flash_attention",
+    "softmax",
+    "rmsnorm",
+    "rope",
+    "residual",
+    "silu_mul",
+    "router",
+    "topk",
+    "expert_gemm",
+    "moe_combine",
+    "kv_read",
+    "kv_write",
+    "gather",
+    "pool",
+    "reduce",
+    "allreduce",
+    "allgather",
     "reduce_scatter",
 ]
 CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter"]
 
-Axis = Literal["none", "heads", "kv_heads", "ffn", "experts", "vocab", "attention",
-               "mla_cache"]
+Axis = Literal["none", "heads", "kv_heads", "ffn", "experts", "vocab", "attention", "mla_cache"]
 """What an operator's work is parallel over, for tensor-parallel sharding.
 
 - none: replicated, every socket does all of it (norms, MLA down-projections, router);
@@ -100,8 +116,9 @@ class Split:
     combine: Combine = "none"
 
     @staticmethod
-    def along(axis: Axis, gemm_dim: GemmDim | None = None, combine: Combine = "none",
-              kv: Axis = "none") -> Split:
+    def along(
+        axis: Axis, gemm_dim: GemmDim | None = None, combine: Combine = "none", kv: Axis = "none"
+    ) -> Split:
         """Compute and weights split along the same axis."""
         return Split(compute=axis, weights=axis, kv=kv, gemm_dim=gemm_dim, combine=combine)
 

@@ -24,9 +24,19 @@ def act(name: str, shape: tuple[int, ...], precision: Precision) -> TensorSpec:
     return TensorSpec(name, shape, precision.activations)
 
 
-def linear(name: str, x: TensorSpec, outputs: tuple[TensorSpec, ...], *, rows: int, k: int,
-           n: int, precision: Precision, split: Split, kind: OpKind = "gemm",
-           resident: bool = True) -> Operator:
+def linear(
+    name: str,
+    x: TensorSpec,
+    outputs: tuple[TensorSpec, ...],
+    *,
+    rows: int,
+    k: int,
+    n: int,
+    precision: Precision,
+    split: Split,
+    kind: OpKind = "gemm",
+    resident: bool = True,
+) -> Operator:
     """A weight GEMM: `rows` x `k` activations times a `k` x `n` weight.
 
     `resident=False` for a product that re-reads weights another operator owns (so they are
@@ -34,9 +44,15 @@ def linear(name: str, x: TensorSpec, outputs: tuple[TensorSpec, ...], *, rows: i
     """
     params = k * n
     return Operator(
-        name, kind, inputs=(x,), outputs=outputs, flops=2 * rows * k * n,
-        weight_params=params if resident else 0, weight_read_bytes=params * precision.weights,
-        gemm=Gemm(m=rows, n=n, k=k), split=split,
+        name,
+        kind,
+        inputs=(x,),
+        outputs=outputs,
+        flops=2 * rows * k * n,
+        weight_params=params if resident else 0,
+        weight_read_bytes=params * precision.weights,
+        gemm=Gemm(m=rows, n=n, k=k),
+        split=split,
     )
 
 
@@ -44,33 +60,61 @@ def rmsnorm(name: str, x: TensorSpec, out: str, precision: Precision, split: Spl
     """RMSNorm over the last dimension, with a weight of that size."""
     width = x.shape[-1]
     return Operator(
-        name, "rmsnorm", inputs=(x,), outputs=(act(out, x.shape, precision),),
-        vector_flops=NORM_FLOPS * x.elements, weight_params=width,
-        weight_read_bytes=width * precision.weights, split=split,
+        name,
+        "rmsnorm",
+        inputs=(x,),
+        outputs=(act(out, x.shape, precision),),
+        vector_flops=NORM_FLOPS * x.elements,
+        weight_params=width,
+        weight_read_bytes=width * precision.weights,
+        split=split,
     )
 
 
 def rope(name: str, x: TensorSpec, out: str, precision: Precision, split: Split) -> Operator:
     """Rotary position embedding applied to `x`."""
-    return Operator(name, "rope", inputs=(x,), outputs=(act(out, x.shape, precision),),
-                    vector_flops=ROPE_FLOPS * x.elements, split=split)
+    return Operator(
+        name,
+        "rope",
+        inputs=(x,),
+        outputs=(act(out, x.shape, precision),),
+        vector_flops=ROPE_FLOPS * x.elements,
+        split=split,
+    )
 
 
 def residual(name: str, a: TensorSpec, b: TensorSpec, out: str, precision: Precision) -> Operator:
     """Residual add of two hidden states (replicated on every socket)."""
-    return Operator(name, "residual", inputs=(a, b), outputs=(act(out, a.shape, precision),),
-                    vector_flops=ADD_FLOPS * a.elements)
+    return Operator(
+        name,
+        "residual",
+        inputs=(a, b),
+        outputs=(act(out, a.shape, precision),),
+        vector_flops=ADD_FLOPS * a.elements,
+    )
 
 
-def silu_mul(name: str, gate: TensorSpec, up: TensorSpec, out: str, precision: Precision,
-             split: Split) -> Operator:
+def silu_mul(
+    name: str, gate: TensorSpec, up: TensorSpec, out: str, precision: Precision, split: Split
+) -> Operator:
     """SwiGLU gating: silu(gate) * up."""
-    return Operator(name, "silu_mul", inputs=(gate, up),
-                    outputs=(act(out, gate.shape, precision),),
-                    vector_flops=SILU_MUL_FLOPS * gate.elements, split=split)
+    return Operator(
+        name,
+        "silu_mul",
+        inputs=(gate, up),
+        outputs=(act(out, gate.shape, precision),),
+        vector_flops=SILU_MUL_FLOPS * gate.elements,
+        split=split,
+    )
 
 
 def softmax(name: str, scores: TensorSpec, out: TensorSpec, split: Split) -> Operator:
     """Row softmax (scaling and causal mask folded in)."""
-    return Operator(name, "softmax", inputs=(scores,), outputs=(out,),
-                    vector_flops=SOFTMAX_FLOPS * scores.elements, split=split)
+    return Operator(
+        name,
+        "softmax",
+        inputs=(scores,),
+        outputs=(out,),
+        vector_flops=SOFTMAX_FLOPS * scores.elements,
+        split=split,
+    )

@@ -47,17 +47,32 @@ class SelectionShape:
     kernel_size: int
 
 
-def snapkv_graph(arch: Architecture, batch: int, selection: SelectionShape,
-                 precision: Precision, cache: MlaCache = "latent") -> nx.DiGraph:
+def snapkv_graph(
+    arch: Architecture,
+    batch: int,
+    selection: SelectionShape,
+    precision: Precision,
+    cache: MlaCache = "latent",
+) -> nx.DiGraph:
     """The selection operators of one layer for `batch` slots compressing together."""
     if isinstance(arch, LlamaArchitecture):
         return _gqa(arch, batch, selection, precision)
     return _mla(arch, batch, selection, precision, cache)
 
 
-def _scores_to_topk(b: GraphBuilder, q: tuple[TensorSpec, ...], keys: TensorSpec, *,
-                    batch: int, heads: int, dim: int, sel: SelectionShape, compute: Axis,
-                    kv: Axis, sharing: int) -> TensorSpec:
+def _scores_to_topk(
+    b: GraphBuilder,
+    q: tuple[TensorSpec, ...],
+    keys: TensorSpec,
+    *,
+    batch: int,
+    heads: int,
+    dim: int,
+    sel: SelectionShape,
+    compute: Axis,
+    kv: Axis,
+    sharing: int,
+) -> TensorSpec:
     """Score, softmax and window sum; shared by both families. Returns (batch, heads, P).
 
     `sharing` query heads share one key set (the GQA group; all heads for the MLA latent):
@@ -65,65 +80,148 @@ def _scores_to_topk(b: GraphBuilder, q: tuple[TensorSpec, ...], keys: TensorSpec
     """
     w, prompt = sel.window, sel.prompt
     full = (batch, heads, w, prompt)
-    b.add(Operator("snapkv.score", "attention_score", inputs=(*q, keys),
-                   outputs=(TensorSpec("snapkv.scores", full, FP32),),
-                   flops=2 * batch * heads * w * prompt * dim,
-                   gemm=Gemm(m=w * sharing, n=prompt, k=dim, batch=batch * heads // sharing),
-                   split=Split(compute=compute, kv=kv,
-                               gemm_dim="batch" if sharing < heads else "m")))
+    b.add(
+        Operator(
+            "snapkv.score",
+            "attention_score",
+            inputs=(*q, keys),
+            outputs=(TensorSpec("snapkv.scores", full, FP32),),
+            flops=2 * batch * heads * w * prompt * dim,
+            gemm=Gemm(m=w * sharing, n=prompt, k=dim, batch=batch * heads // sharing),
+            split=Split(compute=compute, kv=kv, gemm_dim="batch" if sharing < heads else "m"),
+        )
+    )
     probs = TensorSpec("snapkv.probs", full, FP32)
-    b.add(Operator("snapkv.softmax", "softmax", inputs=(b.tensor("snapkv.scores"),),
-                   outputs=(probs,), vector_flops=SOFTMAX_FLOPS * math.prod(full),
-                   split=Split(compute=compute)))
+    b.add(
+        Operator(
+            "snapkv.softmax",
+            "softmax",
+            inputs=(b.tensor("snapkv.scores"),),
+            outputs=(probs,),
+            vector_flops=SOFTMAX_FLOPS * math.prod(full),
+            split=Split(compute=compute),
+        )
+    )
     summed = TensorSpec("snapkv.window_sum", (batch, heads, prompt), FP32)
-    b.add(Operator("snapkv.window_sum", "reduce", inputs=(probs,), outputs=(summed,),
-                   vector_flops=math.prod(full), split=Split(compute=compute)))
+    b.add(
+        Operator(
+            "snapkv.window_sum",
+            "reduce",
+            inputs=(probs,),
+            outputs=(summed,),
+            vector_flops=math.prod(full),
+            split=Split(compute=compute),
+        )
+    )
     return summed
 
 
-def _pool_topk_gather(b: GraphBuilder, scores: TensorSpec, *, groups: int,
-                      sel: SelectionShape, per_token_kv: float, split: Split) -> None:
+def _pool_topk_gather(
+    b: GraphBuilder,
+    scores: TensorSpec,
+    *,
+    groups: int,
+    sel: SelectionShape,
+    per_token_kv: float,
+    split: Split,
+) -> None:
     """Pool the candidates, pick the top-K, gather the kept tokens into the slot."""
     batch = scores.shape[0]
     pooled = TensorSpec("snapkv.pooled", (batch, groups, sel.candidates), FP32)
-    b.add(Operator("snapkv.pool", "pool", inputs=(scores,), outputs=(pooled,),
-                   vector_flops=batch * groups * sel.candidates * sel.kernel_size,
-                   split=Split(compute=split.compute)))
+    b.add(
+        Operator(
+            "snapkv.pool",
+            "pool",
+            inputs=(scores,),
+            outputs=(pooled,),
+            vector_flops=batch * groups * sel.candidates * sel.kernel_size,
+            split=Split(compute=split.compute),
+        )
+    )
     index = TensorSpec("snapkv.index", (batch, groups, sel.topk), INDEX)
-    b.add(Operator("snapkv.topk", "topk", inputs=(pooled,), outputs=(index,),
-                   vector_flops=batch * groups * sel.candidates
-                   * math.ceil(math.log2(max(sel.topk, 2))),
-                   split=Split(compute=split.compute)))
-    b.add(Operator("snapkv.gather", "gather", inputs=(index,),
-                   kv_read_bytes=batch * sel.kept * per_token_kv,
-                   kv_write_bytes=batch * sel.kept * per_token_kv, split=split))
+    b.add(
+        Operator(
+            "snapkv.topk",
+            "topk",
+            inputs=(pooled,),
+            outputs=(index,),
+            vector_flops=batch * groups * sel.candidates * math.ceil(math.log2(max(sel.topk, 2))),
+            split=Split(compute=split.compute),
+        )
+    )
+    b.add(
+        Operator(
+            "snapkv.gather",
+            "gather",
+            inputs=(index,),
+            kv_read_bytes=batch * sel.kept * per_token_kv,
+            kv_write_bytes=batch * sel.kept * per_token_kv,
+            split=split,
+        )
+    )
 
 
-def _gqa(arch: LlamaArchitecture, batch: int, sel: SelectionShape,
-         precision: Precision) -> nx.DiGraph:
+def _gqa(
+    arch: LlamaArchitecture, batch: int, sel: SelectionShape, precision: Precision
+) -> nx.DiGraph:
     heads, kv_heads, dim = arch.heads, arch.kv_heads, arch.head_dim
     q = act("q_window", (batch, sel.window, heads, dim), precision)
     b = GraphBuilder(f"{arch.name}.snapkv_select", [q])
     keys = TensorSpec("snapkv.keys", (batch, sel.prompt, kv_heads, dim), precision.kv)
-    b.add(Operator("snapkv.k_read", "kv_read", outputs=(keys,),
-                   kv_read_bytes=keys.bytes, split=Split(compute="kv_heads", kv="kv_heads")))
-    summed = _scores_to_topk(b, (q,), keys, batch=batch, heads=heads, dim=dim, sel=sel,
-                             compute="heads", kv="none",
-                             sharing=heads // kv_heads)
+    b.add(
+        Operator(
+            "snapkv.k_read",
+            "kv_read",
+            outputs=(keys,),
+            kv_read_bytes=keys.bytes,
+            split=Split(compute="kv_heads", kv="kv_heads"),
+        )
+    )
+    summed = _scores_to_topk(
+        b,
+        (q,),
+        keys,
+        batch=batch,
+        heads=heads,
+        dim=dim,
+        sel=sel,
+        compute="heads",
+        kv="none",
+        sharing=heads // kv_heads,
+    )
     grouped = TensorSpec("snapkv.group_mean", (batch, kv_heads, sel.prompt), FP32)
-    b.add(Operator("snapkv.group_mean", "reduce", inputs=(summed,), outputs=(grouped,),
-                   vector_flops=batch * heads * sel.prompt, split=Split(compute="kv_heads")))
-    _pool_topk_gather(b, grouped, groups=kv_heads, sel=sel,
-                      per_token_kv=2 * kv_heads * dim * precision.kv,
-                      split=Split(compute="kv_heads", kv="kv_heads"))
+    b.add(
+        Operator(
+            "snapkv.group_mean",
+            "reduce",
+            inputs=(summed,),
+            outputs=(grouped,),
+            vector_flops=batch * heads * sel.prompt,
+            split=Split(compute="kv_heads"),
+        )
+    )
+    _pool_topk_gather(
+        b,
+        grouped,
+        groups=kv_heads,
+        sel=sel,
+        per_token_kv=2 * kv_heads * dim * precision.kv,
+        split=Split(compute="kv_heads", kv="kv_heads"),
+    )
     return b.finish([])
 
 
-def _mla(arch: Architecture, batch: int, sel: SelectionShape, precision: Precision,
-         cache: MlaCache) -> nx.DiGraph:
+def _mla(
+    arch: Architecture, batch: int, sel: SelectionShape, precision: Precision, cache: MlaCache
+) -> nx.DiGraph:
     assert not isinstance(arch, LlamaArchitecture)
-    heads, nope, pe, vdim, rank = (arch.heads, arch.qk_nope_head_dim, arch.qk_rope_head_dim,
-                                   arch.v_head_dim, arch.kv_lora_rank)
+    heads, nope, pe, vdim, rank = (
+        arch.heads,
+        arch.qk_nope_head_dim,
+        arch.qk_rope_head_dim,
+        arch.v_head_dim,
+        arch.kv_lora_rank,
+    )
     w = sel.window
     compute: Axis
     q_nope = act("q_window_nope", (batch, w, heads, nope), precision)
@@ -131,11 +229,19 @@ def _mla(arch: Architecture, batch: int, sel: SelectionShape, precision: Precisi
     b = GraphBuilder(f"{arch.name}.snapkv_select", [q_nope, q_pe])
     if cache == "latent":
         q_lat = act("snapkv.q_latent", (batch, w, heads, rank), precision)
-        b.add(Operator("snapkv.q_absorb", "batched_gemm", inputs=(q_nope,), outputs=(q_lat,),
-                       flops=2 * batch * w * heads * nope * rank,
-                       weight_read_bytes=heads * nope * rank * precision.weights,
-                       gemm=Gemm(m=batch * w, n=rank, k=nope, batch=heads),
-                       split=Split.along("heads", "batch"), weights=KV_B))
+        b.add(
+            Operator(
+                "snapkv.q_absorb",
+                "batched_gemm",
+                inputs=(q_nope,),
+                outputs=(q_lat,),
+                flops=2 * batch * w * heads * nope * rank,
+                weight_read_bytes=heads * nope * rank * precision.weights,
+                gemm=Gemm(m=batch * w, n=rank, k=nope, batch=heads),
+                split=Split.along("heads", "batch"),
+                weights=KV_B,
+            )
+        )
         keys = TensorSpec("snapkv.keys", (batch, sel.prompt, rank + pe), precision.kv)
         queries: tuple[TensorSpec, ...] = (q_lat, q_pe)
         dim, compute, per_token = rank + pe, "attention", (rank + pe) * precision.kv
@@ -146,14 +252,39 @@ def _mla(arch: Architecture, batch: int, sel: SelectionShape, precision: Precisi
         queries = (q_nope, q_pe)
         dim, compute, per_token = nope + pe, "heads", heads * (nope + pe + vdim) * precision.kv
         sharing = 1
-    b.add(Operator("snapkv.k_read", "kv_read", outputs=(keys,), kv_read_bytes=keys.bytes,
-                   split=Split(kv="mla_cache")))
-    summed = _scores_to_topk(b, queries, keys, batch=batch, heads=heads, dim=dim, sel=sel,
-                             compute=compute, kv="mla_cache", sharing=sharing)
+    b.add(
+        Operator(
+            "snapkv.k_read",
+            "kv_read",
+            outputs=(keys,),
+            kv_read_bytes=keys.bytes,
+            split=Split(kv="mla_cache"),
+        )
+    )
+    summed = _scores_to_topk(
+        b,
+        queries,
+        keys,
+        batch=batch,
+        heads=heads,
+        dim=dim,
+        sel=sel,
+        compute=compute,
+        kv="mla_cache",
+        sharing=sharing,
+    )
     total = TensorSpec("snapkv.head_sum", (batch, 1, sel.prompt), FP32)
-    b.add(Operator("snapkv.head_sum", "reduce", inputs=(summed,), outputs=(total,),
-                   vector_flops=batch * heads * sel.prompt,
-                   split=Split(compute=compute, combine="selection")))
-    _pool_topk_gather(b, total, groups=1, sel=sel, per_token_kv=per_token,
-                      split=Split(kv="mla_cache"))
+    b.add(
+        Operator(
+            "snapkv.head_sum",
+            "reduce",
+            inputs=(summed,),
+            outputs=(total,),
+            vector_flops=batch * heads * sel.prompt,
+            split=Split(compute=compute, combine="selection"),
+        )
+    )
+    _pool_topk_gather(
+        b, total, groups=1, sel=sel, per_token_kv=per_token, split=Split(kv="mla_cache")
+    )
     return b.finish([])

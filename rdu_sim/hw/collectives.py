@@ -289,12 +289,22 @@ def all_reduce(
     """All-reduce of an ``nbytes`` vector with ``algorithm`` "ring", "bidirectional_ring"
     or "tree"."""
     if algorithm in ("ring", "bidirectional_ring"):
-        return ring(topo, ALL_REDUCE, nbytes, chunks, symmetric, sockets, tag,
-                    bidirectional=algorithm == "bidirectional_ring")
+        return ring(
+            topo,
+            ALL_REDUCE,
+            nbytes,
+            chunks,
+            symmetric,
+            sockets,
+            tag,
+            bidirectional=algorithm == "bidirectional_ring",
+        )
     if algorithm == "tree":
         return tree_all_reduce(topo, nbytes, chunks, symmetric, sockets, tag)
-    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; valid: "
-                     + ", ".join(repr(a) for a in ALGORITHMS))
+    raise ValueError(
+        f"unknown all-reduce algorithm {algorithm!r}; valid: "
+        + ", ".join(repr(a) for a in ALGORITHMS)
+    )
 
 
 def all_gather(
@@ -324,8 +334,13 @@ def reduce_scatter(
 
 
 def ring_time(
-    p: int, nbytes: float, bandwidth: float, latency: float, chunks: int = 1,
-    kind: str = ALL_REDUCE, bidirectional: bool = False,
+    p: int,
+    nbytes: float,
+    bandwidth: float,
+    latency: float,
+    chunks: int = 1,
+    kind: str = ALL_REDUCE,
+    bidirectional: bool = False,
 ) -> float:
     """Closed form of :func:`ring` on identical links (pipelined latency).
 

@@ -57,8 +57,15 @@ class _Collective:
 
     __slots__ = ("done", "finish", "hops", "remaining", "size", "steps", "tag")
 
-    def __init__(self, env: simpy.Environment, hops: Sequence[Hop], steps: int, size: float,
-                 chains: int, tag: str | None) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        hops: Sequence[Hop],
+        steps: int,
+        size: float,
+        chains: int,
+        tag: str | None,
+    ) -> None:
         self.hops = tuple(hops)
         self.steps, self.size, self.tag = steps, size, tag
         self.remaining = chains
@@ -94,8 +101,14 @@ class LinkChains:
         """True while a collective is in flight."""
         return bool(self._active)
 
-    def start(self, hops: Sequence[Hop], steps: int, size: float,
-              firsts: Sequence[int], tag: str | None = None) -> simpy.Event:
+    def start(
+        self,
+        hops: Sequence[Hop],
+        steps: int,
+        size: float,
+        firsts: Sequence[int],
+        tag: str | None = None,
+    ) -> simpy.Event:
         """Start chains (one per entry of ``firsts``: its first hop's index in ``hops``) that
         each send ``size`` bytes ``steps`` times, chain ``r``'s step ``s`` on
         ``hops[(r + s) % len(hops)]``, now; the event fires when all have arrived."""
@@ -134,7 +147,7 @@ class LinkChains:
                     arrived.pop()  # appended when this send completed the collective
                 coll.remaining += 1
                 coll.finish = finish
-            del self._pending[len(undo):]
+            del self._pending[len(undo) :]
             # back to the heap: the undone sends, but not those an undone send had scheduled
             heap = [s for s in itertools.chain(self._heap, back) if s[1] not in dropped]
             heapq.heapify(heap)
@@ -181,7 +194,7 @@ class LinkChains:
         self._applied = i
 
     def _commit(self) -> None:
-        for _, link, direction, size, tag, start, end in self._pending[self._applied:]:
+        for _, link, direction, size, tag, start, end in self._pending[self._applied :]:
             link.account(size, direction, tag, start, end)
         self._pending.clear()
         self._applied = 0

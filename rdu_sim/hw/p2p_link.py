@@ -75,8 +75,9 @@ class P2PLink:
         self.busy[direction].add(start, end)
         return self.env.timeout(arrival - now, value=arrival)
 
-    def account(self, nbytes: float, direction: int, tag: str | None, start: float,
-                end: float) -> None:
+    def account(
+        self, nbytes: float, direction: int, tag: str | None, start: float, end: float
+    ) -> None:
         """Count a transfer claimed outside :meth:`transfer` (bytes, busy ``[start, end]``)."""
         self.bytes[direction].add(nbytes, tag)
         self.busy[direction].add(start, end)

@@ -118,8 +118,7 @@ def context_buckets(spec: list[int] | str, min_bucket: int, max_context: int) ->
     if isinstance(spec, str):
         raise ValueError(f"kv.context_buckets must be 'pow2' or a list of lengths, got {spec!r}")
     if not spec or any(b < 1 for b in spec):
-        raise ValueError(f"kv.context_buckets must be a non-empty list of lengths >= 1, "
-                         f"got {spec}")
+        raise ValueError(f"kv.context_buckets must be a non-empty list of lengths >= 1, got {spec}")
     if max(spec) < max_context:
         raise ValueError(
             f"kv.context_buckets {sorted(spec)} do not cover max_context={max_context}: the "
@@ -140,8 +139,10 @@ def _resolve_budget(kv: KVConfig, max_context: int) -> int:
     if kv.compression_ratio is not None:
         budget = math.floor(max_context / kv.compression_ratio)
         if budget < 1:
-            raise ValueError(f"kv.compression_ratio {kv.compression_ratio} leaves no cache at "
-                             f"max_context={max_context}")
+            raise ValueError(
+                f"kv.compression_ratio {kv.compression_ratio} leaves no cache at "
+                f"max_context={max_context}"
+            )
         return budget
     return DEFAULT_BUDGET
 
@@ -189,8 +190,9 @@ class PolicyBase:
         if prompt_tokens < 1:
             raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
         if prompt_tokens > self.max_context:
-            raise ValueError(f"prompt of {prompt_tokens} tokens exceeds max_context="
-                             f"{self.max_context}")
+            raise ValueError(
+                f"prompt of {prompt_tokens} tokens exceeds max_context={self.max_context}"
+            )
 
     def _check_generated(self, generated: int) -> None:
         if generated < 0:
@@ -231,13 +233,19 @@ class PolicyBase:
         for b in self.buckets(max_context):
             if b >= longest_cache:
                 return b
-        raise ValueError(f"cache of {longest_cache} tokens exceeds the slot of "
-                         f"{self.slot_tokens(max_context)} tokens ({self.name})")
+        raise ValueError(
+            f"cache of {longest_cache} tokens exceeds the slot of "
+            f"{self.slot_tokens(max_context)} tokens ({self.name})"
+        )
 
     def describe(self) -> dict[str, Any]:
         """Resolved parameters, for reports and JSON."""
-        return {"policy": self.name, "max_context": self.max_context,
-                "slot_tokens": self.slot_tokens(), "buckets": self.buckets()}
+        return {
+            "policy": self.name,
+            "max_context": self.max_context,
+            "slot_tokens": self.slot_tokens(),
+            "buckets": self.buckets(),
+        }
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.describe().items() if k != "buckets")
@@ -255,8 +263,9 @@ class FullPolicy(PolicyBase):
 
     grows = True
 
-    def __init__(self, max_context: int, *, bucket_spec: list[int] | str = "pow2",
-                 min_bucket: int = 1024) -> None:
+    def __init__(
+        self, max_context: int, *, bucket_spec: list[int] | str = "pow2", min_bucket: int = 1024
+    ) -> None:
         super().__init__(max_context)
         self.bucket_spec = bucket_spec
         self.min_bucket = min_bucket
@@ -277,8 +286,10 @@ class FullPolicy(PolicyBase):
         self._check_generated(generated)
         tokens = prompt_tokens + generated
         if tokens > self.max_context:
-            raise ValueError(f"{self.name}: {prompt_tokens} + {generated} tokens exceed "
-                             f"max_context={self.max_context}")
+            raise ValueError(
+                f"{self.name}: {prompt_tokens} + {generated} tokens exceed "
+                f"max_context={self.max_context}"
+            )
         return tokens
 
     def max_generated(self, prompt_tokens: int) -> int | None:
@@ -292,8 +303,11 @@ class FullPolicy(PolicyBase):
 
     def describe(self) -> dict[str, Any]:
         """Policy, max_context, slot size and buckets."""
-        return {**super().describe(), "context_buckets": self.bucket_spec,
-                "min_bucket": self.min_bucket}
+        return {
+            **super().describe(),
+            "context_buckets": self.bucket_spec,
+            "min_bucket": self.min_bucket,
+        }
 
 
 class _FixedSlotPolicy(PolicyBase):
@@ -308,8 +322,10 @@ class _FixedSlotPolicy(PolicyBase):
     def __init__(self, max_context: int, *, sinks: int, topk: int, recent: int) -> None:
         super().__init__(max_context)
         if sinks < 0 or topk < 0 or recent < 1:
-            raise ValueError(f"need sinks >= 0, topk >= 0, recent >= 1; got sinks={sinks}, "
-                             f"topk={topk}, recent={recent}")
+            raise ValueError(
+                f"need sinks >= 0, topk >= 0, recent >= 1; got sinks={sinks}, "
+                f"topk={topk}, recent={recent}"
+            )
         self.sinks = sinks
         self.topk = topk
         self.recent = recent
@@ -335,8 +351,13 @@ class _FixedSlotPolicy(PolicyBase):
 
     def describe(self) -> dict[str, Any]:
         """Policy, max_context, slot size, and the sinks/top-K/ring layout."""
-        return {**super().describe(), "budget": self.budget, "sinks": self.sinks,
-                "topk": self.topk, "recent": self.recent}
+        return {
+            **super().describe(),
+            "budget": self.budget,
+            "sinks": self.sinks,
+            "topk": self.topk,
+            "recent": self.recent,
+        }
 
 
 @register_policy("snapstream")
@@ -350,17 +371,29 @@ class SnapStreamPolicy(_FixedSlotPolicy):
     Shorter prompts are not compressed (see :class:`_FixedSlotPolicy` for the fill rule).
     """
 
-    def __init__(self, max_context: int, *, budget: int = DEFAULT_BUDGET, sinks: int = 4,
-                 recent: int = 2048, observation_window: int = 32, kernel_size: int = 7,
-                 pooling: str = "max") -> None:
+    def __init__(
+        self,
+        max_context: int,
+        *,
+        budget: int = DEFAULT_BUDGET,
+        sinks: int = 4,
+        recent: int = 2048,
+        observation_window: int = 32,
+        kernel_size: int = 7,
+        pooling: str = "max",
+    ) -> None:
         if observation_window > recent:
-            raise ValueError(f"kv.observation_window ({observation_window}) must be <= "
-                             f"kv.recent ({recent}): the window sits inside the ring buffer")
+            raise ValueError(
+                f"kv.observation_window ({observation_window}) must be <= "
+                f"kv.recent ({recent}): the window sits inside the ring buffer"
+            )
         effective = min(budget, max_context)
         if effective < max_context and budget <= sinks + recent:
-            raise ValueError(f"kv.budget {budget} leaves no room for selected tokens after "
-                             f"kv.sinks ({sinks}) + kv.recent ({recent}); raise the budget "
-                             f"or lower kv.recent")
+            raise ValueError(
+                f"kv.budget {budget} leaves no room for selected tokens after "
+                f"kv.sinks ({sinks}) + kv.recent ({recent}); raise the budget "
+                f"or lower kv.recent"
+            )
         if budget > sinks + recent:
             layout = (sinks, budget - sinks - recent, recent)
         else:  # budget >= max_context: nothing is ever evicted, the split is immaterial
@@ -374,9 +407,15 @@ class SnapStreamPolicy(_FixedSlotPolicy):
     @classmethod
     def from_config(cls, kv: KVConfig, max_context: int) -> SnapStreamPolicy:
         """Budget from kv.budget, else max_context / kv.compression_ratio, else 4096."""
-        return cls(max_context, budget=_resolve_budget(kv, max_context), sinks=kv.sinks,
-                   recent=kv.recent, observation_window=kv.observation_window,
-                   kernel_size=kv.kernel_size, pooling=kv.pooling)
+        return cls(
+            max_context,
+            budget=_resolve_budget(kv, max_context),
+            sinks=kv.sinks,
+            recent=kv.recent,
+            observation_window=kv.observation_window,
+            kernel_size=kv.kernel_size,
+            pooling=kv.pooling,
+        )
 
     def compresses(self, prompt_tokens: int) -> bool:
         """True iff the prompt is longer than the slot (prompts that fit are kept whole)."""
@@ -387,17 +426,26 @@ class SnapStreamPolicy(_FixedSlotPolicy):
         """Window x all prompt keys scored; top-K of the middle ``[sinks, T - recent)``."""
         if not self.compresses(prompt_tokens):
             return None
-        return Selection(prompt_tokens=prompt_tokens, window=self.observation_window,
-                         scored_keys=prompt_tokens,
-                         candidates=prompt_tokens - self.sinks - self.recent,
-                         topk=self.topk, kept=self.slot_tokens(),
-                         kernel_size=self.kernel_size, pooling=self.pooling)
+        return Selection(
+            prompt_tokens=prompt_tokens,
+            window=self.observation_window,
+            scored_keys=prompt_tokens,
+            candidates=prompt_tokens - self.sinks - self.recent,
+            topk=self.topk,
+            kept=self.slot_tokens(),
+            kernel_size=self.kernel_size,
+            pooling=self.pooling,
+        )
 
     def describe(self) -> dict[str, Any]:
         """Layout plus SnapKV parameters and the GQA choice."""
-        return {**super().describe(), "observation_window": self.observation_window,
-                "kernel_size": self.kernel_size, "pooling": self.pooling,
-                "gqa": GQA_SELECTION}
+        return {
+            **super().describe(),
+            "observation_window": self.observation_window,
+            "kernel_size": self.kernel_size,
+            "pooling": self.pooling,
+            "gqa": GQA_SELECTION,
+        }
 
 
 @register_policy("streamingllm")
@@ -420,11 +468,14 @@ class StreamingLLMPolicy(_FixedSlotPolicy):
         if kv.budget is not None or kv.compression_ratio is not None:
             budget = _resolve_budget(kv, max_context)
             if budget <= kv.sinks:
-                raise ValueError(f"kv.budget {budget} must exceed kv.sinks ({kv.sinks}) for "
-                                 f"streamingllm")
+                raise ValueError(
+                    f"kv.budget {budget} must exceed kv.sinks ({kv.sinks}) for streamingllm"
+                )
             if "recent" in kv.model_fields_set and kv.sinks + kv.recent != budget:
-                raise ValueError(f"streamingllm: kv.sinks ({kv.sinks}) + kv.recent "
-                                 f"({kv.recent}) != kv.budget {budget}; give one of them")
+                raise ValueError(
+                    f"streamingllm: kv.sinks ({kv.sinks}) + kv.recent "
+                    f"({kv.recent}) != kv.budget {budget}; give one of them"
+                )
             recent = budget - kv.sinks
         return cls(max_context, sinks=kv.sinks, recent=recent)
 
@@ -441,13 +492,23 @@ class SnapKVPolicy(PolicyBase):
 
     grows = True
 
-    def __init__(self, max_context: int, *, budget: int = DEFAULT_BUDGET,
-                 observation_window: int = 32, kernel_size: int = 7, pooling: str = "max",
-                 bucket_spec: list[int] | str = "pow2", min_bucket: int = 1024) -> None:
+    def __init__(
+        self,
+        max_context: int,
+        *,
+        budget: int = DEFAULT_BUDGET,
+        observation_window: int = 32,
+        kernel_size: int = 7,
+        pooling: str = "max",
+        bucket_spec: list[int] | str = "pow2",
+        min_bucket: int = 1024,
+    ) -> None:
         super().__init__(max_context)
         if budget <= observation_window:
-            raise ValueError(f"kv.budget {budget} must exceed kv.observation_window "
-                             f"({observation_window}) for snapkv")
+            raise ValueError(
+                f"kv.budget {budget} must exceed kv.observation_window "
+                f"({observation_window}) for snapkv"
+            )
         self.budget = budget
         self.observation_window = observation_window
         self.kernel_size = kernel_size
@@ -459,10 +520,15 @@ class SnapKVPolicy(PolicyBase):
     @classmethod
     def from_config(cls, kv: KVConfig, max_context: int) -> SnapKVPolicy:
         """Budget as for SnapStream; buckets as for full; kv.sinks/kv.recent unused."""
-        return cls(max_context, budget=_resolve_budget(kv, max_context),
-                   observation_window=kv.observation_window, kernel_size=kv.kernel_size,
-                   pooling=kv.pooling, bucket_spec=kv.context_buckets,
-                   min_bucket=kv.min_bucket)
+        return cls(
+            max_context,
+            budget=_resolve_budget(kv, max_context),
+            observation_window=kv.observation_window,
+            kernel_size=kv.kernel_size,
+            pooling=kv.pooling,
+            bucket_spec=kv.context_buckets,
+            min_bucket=kv.min_bucket,
+        )
 
     def slot_tokens(self, max_context: int | None = None) -> int:
         """``max_context``: budget + the longest output must fit."""
@@ -478,9 +544,16 @@ class SnapKVPolicy(PolicyBase):
         if not self.compresses(prompt_tokens):
             return None
         w = self.observation_window
-        return Selection(prompt_tokens=prompt_tokens, window=w, scored_keys=prompt_tokens,
-                         candidates=prompt_tokens - w, topk=self.budget - w, kept=self.budget,
-                         kernel_size=self.kernel_size, pooling=self.pooling)
+        return Selection(
+            prompt_tokens=prompt_tokens,
+            window=w,
+            scored_keys=prompt_tokens,
+            candidates=prompt_tokens - w,
+            topk=self.budget - w,
+            kept=self.budget,
+            kernel_size=self.kernel_size,
+            pooling=self.pooling,
+        )
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``min(prompt, budget) + generated``; ValueError when that exceeds the slot."""
@@ -488,8 +561,10 @@ class SnapKVPolicy(PolicyBase):
         self._check_generated(generated)
         tokens = min(prompt_tokens, self.budget) + generated
         if tokens > self.max_context:
-            raise ValueError(f"snapkv: cache of {tokens} tokens after {generated} generated "
-                             f"exceeds max_context={self.max_context}")
+            raise ValueError(
+                f"snapkv: cache of {tokens} tokens after {generated} generated "
+                f"exceeds max_context={self.max_context}"
+            )
         return tokens
 
     def max_generated(self, prompt_tokens: int) -> int | None:
@@ -503,8 +578,13 @@ class SnapKVPolicy(PolicyBase):
 
     def describe(self) -> dict[str, Any]:
         """Budget, SnapKV parameters, GQA choice and buckets."""
-        return {**super().describe(), "budget": self.budget,
-                "observation_window": self.observation_window,
-                "kernel_size": self.kernel_size, "pooling": self.pooling,
-                "gqa": GQA_SELECTION, "context_buckets": self.bucket_spec,
-                "min_bucket": self.min_bucket}
+        return {
+            **super().describe(),
+            "budget": self.budget,
+            "observation_window": self.observation_window,
+            "kernel_size": self.kernel_size,
+            "pooling": self.pooling,
+            "gqa": GQA_SELECTION,
+            "context_buckets": self.bucket_spec,
+            "min_bucket": self.min_bucket,
+        }

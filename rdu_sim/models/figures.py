@@ -33,8 +33,14 @@ class LayerParams:
 
     @property
     def total(self) -> int:
-        return (self.attention + self.norms + self.ffn_dense + self.router
-                + self.shared_experts + self.routed_experts)
+        return (
+            self.attention
+            + self.norms
+            + self.ffn_dense
+            + self.router
+            + self.shared_experts
+            + self.routed_experts
+        )
 
 
 def swiglu_params(hidden: int, intermediate: int) -> int:
@@ -75,8 +81,9 @@ def layer_params(arch: Architecture, layer: int) -> LayerParams:
         return LayerParams(attn, norms, swiglu_params(h, arch.ffn_intermediate), 0, 0, 0, 0)
     expert = swiglu_params(h, arch.moe_intermediate)
     router = arch.routed_experts * h + arch.routed_experts  # gate weight + correction bias
-    return LayerParams(attn, norms, 0, router, arch.shared_experts * expert,
-                       arch.routed_experts * expert, expert)
+    return LayerParams(
+        attn, norms, 0, router, arch.shared_experts * expert, arch.routed_experts * expert, expert
+    )
 
 
 def embedding_params(arch: Architecture) -> int:
@@ -97,10 +104,15 @@ def params_total(arch: Architecture) -> int:
 
 def _active_layer(arch: Architecture, layer: int) -> int:
     p = layer_params(arch, layer)
-    routed = arch.experts_per_token * p.one_expert if isinstance(
-        arch, DeepSeekArchitecture) else 0
-    return p.attention + p.norms + p.ffn_dense + p.router + p.shared_experts + (
-        routed if p.routed_experts else 0)
+    routed = arch.experts_per_token * p.one_expert if isinstance(arch, DeepSeekArchitecture) else 0
+    return (
+        p.attention
+        + p.norms
+        + p.ffn_dense
+        + p.router
+        + p.shared_experts
+        + (routed if p.routed_experts else 0)
+    )
 
 
 def params_active(arch: Architecture) -> int:
@@ -178,14 +190,26 @@ class ModelFigures:
     weight_dtype: str
 
 
-def model_figures(arch: Architecture, *, kv_dtype: str, kv_dtype_bytes: float,
-                  weight_dtype: str, weight_dtype_bytes: float, context: int) -> ModelFigures:
+def model_figures(
+    arch: Architecture,
+    *,
+    kv_dtype: str,
+    kv_dtype_bytes: float,
+    weight_dtype: str,
+    weight_dtype_bytes: float,
+    context: int,
+) -> ModelFigures:
     """All derived figures of an architecture at the given precisions and context."""
     return ModelFigures(
-        name=arch.name, family=arch.family, layers=arch.layers,
-        params_total=params_total(arch), params_active=params_active(arch),
+        name=arch.name,
+        family=arch.family,
+        layers=arch.layers,
+        params_total=params_total(arch),
+        params_active=params_active(arch),
         kv_bytes_per_token=kv_bytes_per_token(arch, kv_dtype_bytes),
         weight_bytes=weight_bytes(arch, weight_dtype_bytes),
         decode_flops_per_token=decode_flops_per_token(arch, context),
-        context=context, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+        context=context,
+        kv_dtype=kv_dtype,
+        weight_dtype=weight_dtype,
     )

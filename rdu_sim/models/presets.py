@@ -55,18 +55,39 @@ def get_model(name: str) -> Architecture:
 def deepseek_r1() -> Architecture:
     """DeepSeek-R1 (671B, 37B active): MLA, 61 layers of which 3 dense, 256 routed experts."""
     return DeepSeekArchitecture(
-        name="deepseek-r1", vocab_size=129280, hidden_size=7168, layers=61, dense_layers=3,
-        heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
-        qk_rope_head_dim=64, v_head_dim=128, ffn_intermediate=18432, moe_intermediate=2048,
-        routed_experts=256, experts_per_token=8, shared_experts=1, expert_groups=8,
-        groups_per_token=4, max_context=163840,
+        name="deepseek-r1",
+        vocab_size=129280,
+        hidden_size=7168,
+        layers=61,
+        dense_layers=3,
+        heads=128,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        ffn_intermediate=18432,
+        moe_intermediate=2048,
+        routed_experts=256,
+        experts_per_token=8,
+        shared_experts=1,
+        expert_groups=8,
+        groups_per_token=4,
+        max_context=163840,
     )
 
 
 def _llama31(name: str, layers: int, hidden: int, heads: int, ffn: int) -> Architecture:
     return LlamaArchitecture(
-        name=name, vocab_size=128256, hidden_size=hidden, layers=layers, heads=heads,
-        kv_heads=8, head_dim=128, ffn_intermediate=ffn, max_context=131072,
+        name=name,
+        vocab_size=128256,
+        hidden_size=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=8,
+        head_dim=128,
+        ffn_intermediate=ffn,
+        max_context=131072,
     )
 
 

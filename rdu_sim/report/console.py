@@ -54,18 +54,28 @@ def steady_decode(result: Mapping[str, Any]) -> str:
 
 def memory_table(result: Mapping[str, Any]) -> Table:
     """Per-tier memory of one socket: capacity, weights, KV, activations, used, free."""
-    table = Table(title=f"Memory per socket ({result.get('sockets', '?')} sockets, "
-                  f"tp={result.get('tp', '?')})", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(
+        title=f"Memory per socket ({result.get('sockets', '?')} sockets, "
+        f"tp={result.get('tp', '?')})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     for column in ("tier", "capacity", "weights", "KV", "activ.", "used", "used %", "free"):
         table.add_column(column, justify="left" if column == "tier" else "right")
     for tier, usage in result.get("memory", {}).items():
         capacity = usage.get("capacity_bytes") or 0
         used = usage.get("used_bytes")
         share = f"{100 * used / capacity:.0f}%" if capacity and used is not None else "-"
-        table.add_row(tier.upper(), human_bytes(capacity), human_bytes(usage.get("weights_bytes")),
-                      human_bytes(usage.get("kv_bytes")),
-                      human_bytes(usage.get("activations_bytes")), human_bytes(used), share,
-                      human_bytes(usage.get("free_bytes")))
+        table.add_row(
+            tier.upper(),
+            human_bytes(capacity),
+            human_bytes(usage.get("weights_bytes")),
+            human_bytes(usage.get("kv_bytes")),
+            human_bytes(usage.get("activations_bytes")),
+            human_bytes(used),
+            share,
+            human_bytes(usage.get("free_bytes")),
+        )
     return table
 
 
@@ -81,21 +91,25 @@ def serving_table(result: Mapping[str, Any]) -> Table:
         ("batch capacity (fits in memory)", str(result.get("batch_capacity"))),
         ("batch slots (run)", str(result.get("batch_slots"))),
         ("KV cache per slot (per socket)", human_bytes(result.get("kv_bytes_per_slot"))),
-        ("requests completed", f"{result.get('requests_completed')} / "
-                               f"{result.get('requests')}"),
+        ("requests completed", f"{result.get('requests_completed')} / {result.get('requests')}"),
         ("output tokens", f"{result.get('output_tokens', 0):,}"),
         ("makespan", human_seconds(result.get("makespan_s"))),
         ("decode throughput (all users)", f"{result.get('decode_tokens_per_s', 0):,.1f} tok/s"),
         ("steady-state decode (slots kept full)", steady_decode(result)),
-        ("per-user rate (p50)",
-         f"{(result.get('user_tokens_per_s') or {}).get('p50') or 0:,.2f} tok/s"),
+        (
+            "per-user rate (p50)",
+            f"{(result.get('user_tokens_per_s') or {}).get('p50') or 0:,.2f} tok/s",
+        ),
         ("prefill of a typical prompt", human_seconds(result.get("prefill_s"))),
         ("slot occupancy (time mean)", _percent(result.get("occupancy"))),
         ("decode slots doing work", _percent(result.get("decode_slot_fill"))),
         ("HBM bandwidth utilization", _percent(util.get("hbm"))),
         ("PCU utilization", _percent(util.get("pcu"))),
-        ("step cache", f"{cache.get('shapes', 0)} shapes, {cache.get('misses', 0)} misses, "
-                       f"{_percent(cache.get('hit_rate'))} hits"),
+        (
+            "step cache",
+            f"{cache.get('shapes', 0)} shapes, {cache.get('misses', 0)} misses, "
+            f"{_percent(cache.get('hit_rate'))} hits",
+        ),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -108,19 +122,24 @@ def latency_table(result: Mapping[str, Any]) -> Table:
     table.add_column("")
     for p in ("p50", "p90", "p99", "mean"):
         table.add_column(p, justify="right")
-    for key, name in (("ttft_s", "time to first token"), ("tpot_s", "time per output token"),
-                      ("queue_delay_s", "queueing delay"), ("e2e_s", "end to end")):
+    for key, name in (
+        ("ttft_s", "time to first token"),
+        ("tpot_s", "time per output token"),
+        ("queue_delay_s", "queueing delay"),
+        ("e2e_s", "end to end"),
+    ):
         values = result.get(key) or {}
-        table.add_row(name, *(human_seconds(values.get(p)) for p in ("p50", "p90", "p99",
-                                                                      "mean")))
+        table.add_row(name, *(human_seconds(values.get(p)) for p in ("p50", "p90", "p99", "mean")))
     return table
 
 
 def render(result: Mapping[str, Any]) -> Group:
     """All report tables, headed by what was simulated."""
-    head = (f"[bold]{result.get('workload')}[/bold]: {result.get('model')} on "
-            f"{result.get('hardware')}, tp={result.get('tp')}, kv={result.get('kv_policy')}, "
-            f"seed={result.get('seed')}")
+    head = (
+        f"[bold]{result.get('workload')}[/bold]: {result.get('model')} on "
+        f"{result.get('hardware')}, tp={result.get('tp')}, kv={result.get('kv_policy')}, "
+        f"seed={result.get('seed')}"
+    )
     return Group(head, memory_table(result), serving_table(result), latency_table(result))
 
 

@@ -42,9 +42,12 @@ def write_json(path: Path, result: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(result, sort_keys=True, indent=2) + "\n", encoding="utf-8")
 
 
-def write_outputs(out_dir: Path | str, result: Mapping[str, Any],
-                  requests: Mapping[str, NDArray[Any]],
-                  timeseries: Mapping[str, NDArray[Any]]) -> list[Path]:
+def write_outputs(
+    out_dir: Path | str,
+    result: Mapping[str, Any],
+    requests: Mapping[str, NDArray[Any]],
+    timeseries: Mapping[str, NDArray[Any]],
+) -> list[Path]:
     """Write the three files into ``out_dir`` (created if needed); return their paths."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)

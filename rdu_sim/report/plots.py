@@ -125,19 +125,25 @@ def _roofline(results: Any) -> Figure:
     """Roofline of a step timing (``decode_step_timing``'s dict), or of the first run that
     holds one under ``decode_step`` with its hardware roofs."""
     for run in as_runs(results):
-        step = run if "kernels" in run else find(run, "decode_step", "step_timing",
-                                                 what="step timing", default=None)
+        step = (
+            run
+            if "kernels" in run
+            else find(run, "decode_step", "step_timing", what="step timing", default=None)
+        )
         if step is None:
             continue
         hardware = step.get("hardware") if isinstance(step, dict) else None
         if not isinstance(hardware, dict):
             hardware = run.get("roofs", run.get("hardware"))
         if not isinstance(hardware, dict):
-            raise PlotInputError("results have a step timing but no hardware roofs "
-                                 "(peak_flops, hbm_bandwidth)")
+            raise PlotInputError(
+                "results have a step timing but no hardware roofs (peak_flops, hbm_bandwidth)"
+            )
         return roofline(step, hardware)
-    raise PlotInputError("results have no step timing ('kernels' with flops, bytes_by_tier "
-                         "and time_s); plot the roofline from a workload YAML instead")
+    raise PlotInputError(
+        "results have no step timing ('kernels' with flops, bytes_by_tier "
+        "and time_s); plot the roofline from a workload YAML instead"
+    )
 
 
 _RENDERERS: dict[str, Callable[[Any], Figure]] = {
@@ -160,8 +166,7 @@ def plot(kind: str, results: Any) -> Figure:
     """
     renderer = _RENDERERS.get(kind)
     if renderer is None:
-        raise PlotInputError(f"unknown plot kind {kind!r}; valid kinds: "
-                             f"{', '.join(PLOT_KINDS)}")
+        raise PlotInputError(f"unknown plot kind {kind!r}; valid kinds: {', '.join(PLOT_KINDS)}")
     return renderer(results)
 
 

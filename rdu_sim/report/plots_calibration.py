@@ -30,8 +30,14 @@ from matplotlib.patches import Patch
 from rdu_sim.report.plots_data import PlotInputError, number
 from rdu_sim.report.plots_style import new_figure
 
-__all__ = ["BAND_COLOR", "FAIL_COLOR", "PASS_COLOR", "CalibrationRow", "calibration",
-           "calibration_rows"]
+__all__ = [
+    "BAND_COLOR",
+    "FAIL_COLOR",
+    "PASS_COLOR",
+    "CalibrationRow",
+    "calibration",
+    "calibration_rows",
+]
 
 PASS_COLOR = "#55a868"
 """Colour of a simulated value inside its tolerance band."""
@@ -59,27 +65,33 @@ class CalibrationRow:
     @property
     def relative_error(self) -> float:
         """(simulated - published) / |published| (NaN when nothing was measured)."""
-        return (self.simulated - self.published) / abs(self.published) \
-            if self.published else math.nan
+        return (
+            (self.simulated - self.published) / abs(self.published) if self.published else math.nan
+        )
 
 
 def _records(results: Any) -> list[Any]:
     """The rows of ``results`` as a list of mappings or Row-like objects."""
     if results is None or isinstance(results, str | bytes):
-        raise PlotInputError("expected calibration rows (rdu-sim validate --json, a "
-                             f"SuiteResult or its rows), got {type(results).__name__}")
+        raise PlotInputError(
+            "expected calibration rows (rdu-sim validate --json, a "
+            f"SuiteResult or its rows), got {type(results).__name__}"
+        )
     if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
         return list(results.to_dict(orient="records"))
-    if not isinstance(results, Mapping) and hasattr(results, "rows") \
-            and not callable(results.rows):  # a SuiteResult
+    if (
+        not isinstance(results, Mapping) and hasattr(results, "rows") and not callable(results.rows)
+    ):  # a SuiteResult
         return list(results.rows)
     if isinstance(results, Mapping):
         inner = results.get("rows", results.get("figures"))
         return list(inner) if isinstance(inner, list) else [results]
     if isinstance(results, Iterable):
         return list(results)
-    raise PlotInputError("expected calibration rows (rdu-sim validate --json, a SuiteResult "
-                         f"or its rows), got {type(results).__name__}")
+    raise PlotInputError(
+        "expected calibration rows (rdu-sim validate --json, a SuiteResult "
+        f"or its rows), got {type(results).__name__}"
+    )
 
 
 def _value(record: Mapping[str, Any], key: str, name: str) -> float:
@@ -93,19 +105,25 @@ def _row(item: Any) -> CalibrationRow:
     if not isinstance(item, Mapping) and hasattr(item, "figure") and hasattr(item, "to_dict"):
         item = item.to_dict()  # a rdu_sim.validate Row
     if not isinstance(item, Mapping):
-        raise PlotInputError("a calibration row must be a mapping with name, published, "
-                             f"simulated and tolerance; got {type(item).__name__}")
+        raise PlotInputError(
+            "a calibration row must be a mapping with name, published, "
+            f"simulated and tolerance; got {type(item).__name__}"
+        )
     missing = [k for k in ("name", "published", "simulated", "tolerance") if k not in item]
     if missing:
-        raise PlotInputError(f"calibration row {item.get('name', '?')!r} has no "
-                             f"{', '.join(missing)} (give what `rdu-sim validate --json` "
-                             "prints)")
+        raise PlotInputError(
+            f"calibration row {item.get('name', '?')!r} has no "
+            f"{', '.join(missing)} (give what `rdu-sim validate --json` "
+            "prints)"
+        )
     name = str(item["name"])
     published = _value(item, "published", name)
     tolerance = _value(item, "tolerance", name)
     if not (math.isfinite(published) and math.isfinite(tolerance) and tolerance >= 0):
-        raise PlotInputError(f"calibration row {name!r}: published and tolerance must be "
-                             f"finite (tolerance >= 0), got {published!r}, {tolerance!r}")
+        raise PlotInputError(
+            f"calibration row {name!r}: published and tolerance must be "
+            f"finite (tolerance >= 0), got {published!r}, {tolerance!r}"
+        )
     simulated = _value(item, "simulated", name)
     low = _value(item, "low", name)
     high = _value(item, "high", name)
@@ -117,11 +135,20 @@ def _row(item: Any) -> CalibrationRow:
     if isinstance(verdict, bool):
         passed = verdict
     else:  # not given: the suite's test, |simulated - published| <= tolerance x |published|
-        passed = math.isfinite(simulated) and \
-            abs(simulated - published) <= tolerance * abs(published) * (1 + 1e-12)
+        passed = math.isfinite(simulated) and abs(simulated - published) <= tolerance * abs(
+            published
+        ) * (1 + 1e-12)
     unit = item.get("unit")
-    return CalibrationRow(name, published, simulated, tolerance, low, high, passed,
-                          "" if unit is None or unit != unit else str(unit))
+    return CalibrationRow(
+        name,
+        published,
+        simulated,
+        tolerance,
+        low,
+        high,
+        passed,
+        "" if unit is None or unit != unit else str(unit),
+    )
 
 
 def calibration_rows(results: Any) -> list[CalibrationRow]:
@@ -177,17 +204,41 @@ def _draw(ax: Axes, row: CalibrationRow) -> None:
     verdict = "pass" if row.passed else "FAIL"
     if math.isfinite(row.simulated):
         sim = row.simulated * scale
-        ax.plot([row.published * scale, sim], [0, 0], color=color, linewidth=2, alpha=0.5,
-                zorder=2)
-        ax.plot([sim], [0], marker="o", markersize=10, linestyle="none", color=color,
-                markeredgecolor="black", markeredgewidth=0.6, zorder=3)
-        ax.annotate(f"{100 * row.relative_error:+.1f}%", (sim, 0), xytext=(0, 9),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=9,
-                    fontweight="bold", color=color)
+        ax.plot([row.published * scale, sim], [0, 0], color=color, linewidth=2, alpha=0.5, zorder=2)
+        ax.plot(
+            [sim],
+            [0],
+            marker="o",
+            markersize=10,
+            linestyle="none",
+            color=color,
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            zorder=3,
+        )
+        ax.annotate(
+            f"{100 * row.relative_error:+.1f}%",
+            (sim, 0),
+            xytext=(0, 9),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            fontweight="bold",
+            color=color,
+        )
         result = f"simulated {_fmt(row.simulated, row.unit)} · {verdict}"
     else:
-        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center",
-                va="center", color=FAIL_COLOR, fontsize=9)
+        ax.text(
+            0.5,
+            0.5,
+            "not measured",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color=FAIL_COLOR,
+            fontsize=9,
+        )
         result = f"not measured · {verdict}"
     ax.set_xlim(*_limits(row, scale))
     ax.set_ylim(-1, 1)
@@ -196,8 +247,12 @@ def _draw(ax: Axes, row: CalibrationRow) -> None:
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     band = f"{_fmt(row.low, row.unit, named=False)}..{_fmt(row.high, row.unit)}"
-    ax.set_title(f"{row.name}: published {_fmt(row.published, row.unit)} "
-                 f"(±{100 * row.tolerance:.0f}%: {band})", loc="left", fontsize=9)
+    ax.set_title(
+        f"{row.name}: published {_fmt(row.published, row.unit)} "
+        f"(±{100 * row.tolerance:.0f}%: {band})",
+        loc="left",
+        fontsize=9,
+    )
     ax.set_title(result, loc="right", fontsize=9, color=color, fontweight="bold")
 
 
@@ -223,14 +278,38 @@ def calibration(results: Any, *, title: str | None = None) -> Figure:
     for ax, row in zip(axes, rows, strict=True):
         _draw(ax, row)
     passed = sum(row.passed for row in rows)
-    fig.suptitle(title or f"Calibration: simulated vs published ({passed} of {len(rows)} "
-                 "inside tolerance)", fontsize=11)
-    fig.legend(handles=[
-        Patch(color=BAND_COLOR, label="tolerance band"),
-        Line2D([], [], color="0.3", linestyle="--", label="published"),
-        Line2D([], [], marker="o", linestyle="none", color=PASS_COLOR,
-               markeredgecolor="black", markeredgewidth=0.6, label="simulated: pass"),
-        Line2D([], [], marker="o", linestyle="none", color=FAIL_COLOR,
-               markeredgecolor="black", markeredgewidth=0.6, label="simulated: fail"),
-    ], loc="outside lower center", ncols=4, fontsize=8, frameon=False)
+    fig.suptitle(
+        title or f"Calibration: simulated vs published ({passed} of {len(rows)} inside tolerance)",
+        fontsize=11,
+    )
+    fig.legend(
+        handles=[
+            Patch(color=BAND_COLOR, label="tolerance band"),
+            Line2D([], [], color="0.3", linestyle="--", label="published"),
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="none",
+                color=PASS_COLOR,
+                markeredgecolor="black",
+                markeredgewidth=0.6,
+                label="simulated: pass",
+            ),
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="none",
+                color=FAIL_COLOR,
+                markeredgecolor="black",
+                markeredgewidth=0.6,
+                label="simulated: fail",
+            ),
+        ],
+        loc="outside lower center",
+        ncols=4,
+        fontsize=8,
+        frameon=False,
+    )
     return fig

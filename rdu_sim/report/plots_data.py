@@ -143,8 +143,12 @@ def lookup(run: Run, path: str, default: Any = _MISSING) -> Any:
     for part in path.split("."):
         if isinstance(node, Mapping) and part in node:
             node = node[part]
-        elif isinstance(node, Sequence) and not isinstance(node, str) and part.isdigit() \
-                and int(part) < len(node):
+        elif (
+            isinstance(node, Sequence)
+            and not isinstance(node, str)
+            and part.isdigit()
+            and int(part) < len(node)
+        ):
             node = node[int(part)]
         else:
             if default is _MISSING:
@@ -182,8 +186,16 @@ def number(value: Any, what: str) -> float:
 
 def policy_of(run: Run) -> str:
     """The run's KV policy name (``full``, ``snapstream``, ...)."""
-    value = find(run, "kv_policy", "kv.policy", "scenario.kv.policy", "workload.kv.policy",
-                 "policy", what="KV policy", default="?")
+    value = find(
+        run,
+        "kv_policy",
+        "kv.policy",
+        "scenario.kv.policy",
+        "workload.kv.policy",
+        "policy",
+        what="KV policy",
+        default="?",
+    )
     if isinstance(value, Mapping):
         value = value.get("name", value.get("policy", "?"))
     return str(value)
@@ -191,8 +203,9 @@ def policy_of(run: Run) -> str:
 
 def model_of(run: Run) -> str:
     """The run's model name, '' if the results do not say."""
-    value = find(run, "model", "scenario.model", "workload.model", "model_name",
-                 what="model", default="")
+    value = find(
+        run, "model", "scenario.model", "workload.model", "model_name", what="model", default=""
+    )
     if isinstance(value, Mapping):
         value = value.get("name", "")
     return str(value)
@@ -200,9 +213,16 @@ def model_of(run: Run) -> str:
 
 def context_of(run: Run) -> int:
     """The run's context length in tokens (the workload's ``serving.max_context``)."""
-    value = find(run, "max_context", "context", "serving.max_context",
-                 "scenario.serving.max_context", "workload.serving.max_context",
-                 "config.serving.max_context", what="context length (max_context)")
+    value = find(
+        run,
+        "max_context",
+        "context",
+        "serving.max_context",
+        "scenario.serving.max_context",
+        "workload.serving.max_context",
+        "config.serving.max_context",
+        what="context length (max_context)",
+    )
     return int(number(value, "max_context"))
 
 
@@ -233,8 +253,9 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
     varying = [k for k in keys if len({label_of(r, (k,)) for r in runs}) > 1]
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        groups.setdefault(label_of(run, varying) if varying else label_of(run, keys[-1:]),
-                          []).append(run)
+        groups.setdefault(
+            label_of(run, varying) if varying else label_of(run, keys[-1:]), []
+        ).append(run)
     return groups
 
 
@@ -257,10 +278,14 @@ def memory_of(run: Run, tier: str, socket: int = 0) -> dict[str, float]:
     usage = memory[tier]
     out: dict[str, float] = {}
     for part in ("weights", "kv", "activations"):
-        out[part] = number(find(usage, f"{part}_bytes", part, what=f"memory.{tier}.{part}_bytes",
-                                default=0.0), f"memory.{tier}.{part}_bytes")
-    capacity = number(find(usage, "capacity_bytes", "capacity",
-                           what=f"memory.{tier}.capacity_bytes"), f"memory.{tier}.capacity_bytes")
+        out[part] = number(
+            find(usage, f"{part}_bytes", part, what=f"memory.{tier}.{part}_bytes", default=0.0),
+            f"memory.{tier}.{part}_bytes",
+        )
+    capacity = number(
+        find(usage, "capacity_bytes", "capacity", what=f"memory.{tier}.capacity_bytes"),
+        f"memory.{tier}.capacity_bytes",
+    )
     used = out["weights"] + out["kv"] + out["activations"]
     free = find(usage, "free_bytes", "free", what="free bytes", default=capacity - used)
     out["free"] = max(0.0, number(free, f"memory.{tier}.free_bytes"))

@@ -37,15 +37,23 @@ from rdu_sim.report.plots_style import (
 
 __all__ = ["batch_capacity", "memory_footprint"]
 
-_PART_LABELS = {"weights": "weights", "kv": "KV cache", "activations": "activations",
-                "free": "free"}
+_PART_LABELS = {
+    "weights": "weights",
+    "kv": "KV cache",
+    "activations": "activations",
+    "free": "free",
+}
 
 
 def _tiers_in_use(runs: Sequence[Any]) -> list[str]:
     """Tiers some run puts something in, plus HBM (the tier that decides the capacity)."""
     present = tiers_present(runs[0])
-    used = [t for t in present if t == "hbm" or any(
-        memory_of(r, t)["capacity"] - memory_of(r, t)["free"] > 0 for r in runs)]
+    used = [
+        t
+        for t in present
+        if t == "hbm"
+        or any(memory_of(r, t)["capacity"] - memory_of(r, t)["free"] > 0 for r in runs)
+    ]
     return used or present
 
 
@@ -56,8 +64,13 @@ def _tick(run: Any) -> str:
     return label if slots is None else f"{label}\n{int(number(slots, 'batch_slots'))} slots"
 
 
-def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket: int = 0,
-                     group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+def memory_footprint(
+    results: Any,
+    *,
+    tiers: Sequence[str] | None = None,
+    socket: int = 0,
+    group_by: Sequence[str] = ("model", "kv_policy"),
+) -> Figure:
     """Stacked bars of weights, KV cache, activations and free space per tier vs context.
 
     One row of axes per memory tier, one column per group of runs (by default per model and
@@ -81,8 +94,7 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
         raise PlotInputError("results report no memory tiers (expected memory.sram/hbm/ddr)")
     groups = group_runs(runs, group_by)
     bars = max(len(members) for members in groups.values())
-    fig, axes = new_figure(len(shown), len(groups), width=max(4.2, 0.9 * bars + 1.2),
-                           height=3.4)
+    fig, axes = new_figure(len(shown), len(groups), width=max(4.2, 0.9 * bars + 1.2), height=3.4)
     row_axes: dict[str, list[Any]] = {}
     for col, (label, members) in enumerate(groups.items()):
         members = sorted(members, key=context_of)
@@ -94,8 +106,16 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
             bottom = np.zeros(len(members))
             for part in MEMORY_PARTS:
                 heights = np.array([u[part] / GIB for u in usage])
-                ax.bar(x, heights, 0.7, bottom=bottom, color=PART_COLORS[part],
-                       edgecolor="white", linewidth=0.5, label=_PART_LABELS[part])
+                ax.bar(
+                    x,
+                    heights,
+                    0.7,
+                    bottom=bottom,
+                    color=PART_COLORS[part],
+                    edgecolor="white",
+                    linewidth=0.5,
+                    label=_PART_LABELS[part],
+                )
                 bottom += heights
             ax.set_xticks(x, [_tick(r) for r in members], fontsize=8)
             ax.set_title(f"{tier.upper()} · {label}", fontsize=10)
@@ -114,8 +134,7 @@ def memory_footprint(results: Any, *, tiers: Sequence[str] | None = None, socket
     return fig
 
 
-def batch_capacity(results: Any, *,
-                   group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+def batch_capacity(results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
     """Batch capacity (slots that fit in memory) vs context, one line per model and policy.
 
     Both axes are log-2: a full-attention slot's cache doubles with the context, so its
@@ -133,8 +152,12 @@ def batch_capacity(results: Any, *,
     for i, (label, members) in enumerate(groups.items()):
         members = sorted(members, key=context_of)
         contexts = [context_of(r) for r in members]
-        cap = [number(find(r, "batch_capacity", "capacity.batch", what="batch capacity"),
-                      "batch_capacity") for r in members]
+        cap = [
+            number(
+                find(r, "batch_capacity", "capacity.batch", what="batch capacity"), "batch_capacity"
+            )
+            for r in members
+        ]
         all_contexts += contexts
         capacities += cap
         ax.plot(contexts, cap, marker="o", label=label, **line_style(label, i, list(groups)))

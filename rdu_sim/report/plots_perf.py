@@ -26,22 +26,37 @@ from rdu_sim.report.plots_data import (
 )
 from rdu_sim.report.plots_style import color_for, line_style, new_figure, use_token_axis
 
-__all__ = ["KernelPoint", "kernel_points", "roofline", "throughput_vs_batch",
-           "throughput_vs_context"]
+__all__ = [
+    "KernelPoint",
+    "kernel_points",
+    "roofline",
+    "throughput_vs_batch",
+    "throughput_vs_context",
+]
 
 
 def _tokens_per_s(run: Mapping[str, Any]) -> float:
-    return number(find(run, "decode_tokens_per_s", "throughput.decode_tokens_per_s",
-                       "tokens_per_s", what="decode tokens/s"), "decode_tokens_per_s")
+    return number(
+        find(
+            run,
+            "decode_tokens_per_s",
+            "throughput.decode_tokens_per_s",
+            "tokens_per_s",
+            what="decode tokens/s",
+        ),
+        "decode_tokens_per_s",
+    )
 
 
 def _batch_of(run: Mapping[str, Any]) -> int:
-    return int(number(find(run, "batch_slots", "serving.batch_slots", what="batch slots"),
-                      "batch_slots"))
+    return int(
+        number(find(run, "batch_slots", "serving.batch_slots", what="batch slots"), "batch_slots")
+    )
 
 
-def _throughput(results: Any, x_of: Any, group_by: Sequence[str], xlabel: str,
-                title: str) -> Figure:
+def _throughput(
+    results: Any, x_of: Any, group_by: Sequence[str], xlabel: str, title: str
+) -> Figure:
     runs = as_runs(results)
     groups = group_runs(runs, group_by)
     fig, (ax,) = new_figure()
@@ -50,8 +65,13 @@ def _throughput(results: Any, x_of: Any, group_by: Sequence[str], xlabel: str,
         members = sorted(members, key=x_of)
         xs = [x_of(r) for r in members]
         xs_all += xs
-        ax.plot(xs, [_tokens_per_s(r) for r in members], marker="o", label=label,
-                **line_style(label, i, list(groups)))
+        ax.plot(
+            xs,
+            [_tokens_per_s(r) for r in members],
+            marker="o",
+            label=label,
+            **line_style(label, i, list(groups)),
+        )
     use_token_axis(ax, xs_all)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("decode throughput (tokens/s)")
@@ -65,8 +85,9 @@ def _throughput(results: Any, x_of: Any, group_by: Sequence[str], xlabel: str,
     return fig
 
 
-def throughput_vs_batch(results: Any, *,
-                        group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+def throughput_vs_batch(
+    results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")
+) -> Figure:
     """Decode tokens/s (whole system) vs batch slots, one line per model and policy.
 
     Decode is bandwidth bound at small batch (every step streams all weights once, whatever
@@ -76,12 +97,12 @@ def throughput_vs_batch(results: Any, *,
     Returns:
         The figure; one line per group of runs.
     """
-    return _throughput(results, _batch_of, group_by, "batch slots",
-                       "Decode throughput vs batch")
+    return _throughput(results, _batch_of, group_by, "batch slots", "Decode throughput vs batch")
 
 
-def throughput_vs_context(results: Any, *,
-                          group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+def throughput_vs_context(
+    results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")
+) -> Figure:
     """Decode tokens/s vs context length, one line per model and policy.
 
     Each run's batch is whatever it used (its capacity when ``batch_slots: auto``), so the
@@ -91,8 +112,9 @@ def throughput_vs_context(results: Any, *,
     Returns:
         The figure; one line per group of runs.
     """
-    return _throughput(results, context_of, group_by, "context (tokens)",
-                       "Decode throughput vs context")
+    return _throughput(
+        results, context_of, group_by, "context (tokens)", "Decode throughput vs context"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,20 +179,34 @@ def kernel_points(step: Any) -> list[KernelPoint]:
         raise PlotInputError("step timing 'kernels' must be a list or a mapping")
     points = []
     for name, k in items:
-        tiers = find(k, "bytes_by_tier", "bytes", what=f"bytes by tier of kernel {name!r}",
-                     default={})
+        tiers = find(
+            k, "bytes_by_tier", "bytes", what=f"bytes by tier of kernel {name!r}", default={}
+        )
         if not isinstance(tiers, Mapping):
             tiers = {"hbm": tiers}
-        points.append(KernelPoint(
-            name=name,
-            flops=number(find(k, "flops", what=f"FLOPs of kernel {name!r}"), "flops"),
-            hbm_bytes=number(tiers.get("hbm", find(k, "hbm_bytes", what="", default=0.0)),
-                             "hbm bytes"),
-            ddr_bytes=number(tiers.get("ddr", find(k, "ddr_bytes", what="", default=0.0)),
-                             "ddr bytes"),
-            time_s=number(find(k, "time_s", "seconds", "time", "duration_s",
-                               what=f"time of kernel {name!r}"), "time_s"),
-        ))
+        points.append(
+            KernelPoint(
+                name=name,
+                flops=number(find(k, "flops", what=f"FLOPs of kernel {name!r}"), "flops"),
+                hbm_bytes=number(
+                    tiers.get("hbm", find(k, "hbm_bytes", what="", default=0.0)), "hbm bytes"
+                ),
+                ddr_bytes=number(
+                    tiers.get("ddr", find(k, "ddr_bytes", what="", default=0.0)), "ddr bytes"
+                ),
+                time_s=number(
+                    find(
+                        k,
+                        "time_s",
+                        "seconds",
+                        "time",
+                        "duration_s",
+                        what=f"time of kernel {name!r}",
+                    ),
+                    "time_s",
+                ),
+            )
+        )
     if not points:
         raise PlotInputError("the step timing has no kernels")
     return points
@@ -180,19 +216,27 @@ def _roofs(hardware: Any) -> dict[str, float]:
     """Peak FLOP/s and HBM/DDR bytes/s of one socket from a HardwareConfig or a mapping."""
     socket = getattr(hardware, "socket", None)
     if socket is not None:
-        return {"peak_flops": float(socket.peak_flops),
-                "hbm_bandwidth": float(socket.hbm.bandwidth),
-                "ddr_bandwidth": float(socket.ddr.bandwidth)}
+        return {
+            "peak_flops": float(socket.peak_flops),
+            "hbm_bandwidth": float(socket.hbm.bandwidth),
+            "ddr_bandwidth": float(socket.ddr.bandwidth),
+        }
     data = _as_mapping(hardware)
     if not isinstance(data, Mapping):
         raise PlotInputError("hardware must be a HardwareConfig or a mapping of roofs")
     return {
-        "peak_flops": number(find(data, "peak_flops", "socket.peak_flops",
-                                  what="peak FLOP/s of a socket"), "peak_flops"),
-        "hbm_bandwidth": number(find(data, "hbm_bandwidth", "socket.hbm.bandwidth",
-                                     what="HBM bandwidth"), "hbm_bandwidth"),
-        "ddr_bandwidth": number(find(data, "ddr_bandwidth", "socket.ddr.bandwidth",
-                                     what="DDR bandwidth", default=0.0), "ddr_bandwidth"),
+        "peak_flops": number(
+            find(data, "peak_flops", "socket.peak_flops", what="peak FLOP/s of a socket"),
+            "peak_flops",
+        ),
+        "hbm_bandwidth": number(
+            find(data, "hbm_bandwidth", "socket.hbm.bandwidth", what="HBM bandwidth"),
+            "hbm_bandwidth",
+        ),
+        "ddr_bandwidth": number(
+            find(data, "ddr_bandwidth", "socket.ddr.bandwidth", what="DDR bandwidth", default=0.0),
+            "ddr_bandwidth",
+        ),
     }
 
 
@@ -221,8 +265,10 @@ def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Fi
         data = _as_mapping(step)
         hardware = data.get("hardware") if isinstance(data, Mapping) else None
         if hardware is None:
-            raise PlotInputError("roofline needs the hardware's roofs: pass hardware= or a "
-                                 "step with a 'hardware' entry")
+            raise PlotInputError(
+                "roofline needs the hardware's roofs: pass hardware= or a "
+                "step with a 'hardware' entry"
+            )
     roofs = _roofs(hardware)
     placed = [p for p in points if p.flops > 0 and p.offchip_bytes > 0 and p.time_s > 0]
     skipped = [p.name for p in points if p not in placed]
@@ -234,18 +280,35 @@ def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Fi
     hi = max([*intensities, ridge * 10]) * 2
     x = np.geomspace(lo, hi, 200)
     tflops = 1e12
-    ax.plot(x, np.minimum(peak, roofs["hbm_bandwidth"] * x) / tflops, color="black",
-            label=f"HBM roof ({roofs['hbm_bandwidth'] / 1e12:.2f} TB/s) "
-                  f"and compute roof ({peak / tflops:.0f} TFLOP/s)")
+    ax.plot(
+        x,
+        np.minimum(peak, roofs["hbm_bandwidth"] * x) / tflops,
+        color="black",
+        label=f"HBM roof ({roofs['hbm_bandwidth'] / 1e12:.2f} TB/s) "
+        f"and compute roof ({peak / tflops:.0f} TFLOP/s)",
+    )
     if roofs["ddr_bandwidth"] > 0 and any(p.ddr_bytes > 0 for p in placed):
-        ax.plot(x, np.minimum(peak, roofs["ddr_bandwidth"] * x) / tflops, color="gray",
-                linestyle="--", label=f"DDR roof ({roofs['ddr_bandwidth'] / 1e9:.0f} GB/s)")
+        ax.plot(
+            x,
+            np.minimum(peak, roofs["ddr_bandwidth"] * x) / tflops,
+            color="gray",
+            linestyle="--",
+            label=f"DDR roof ({roofs['ddr_bandwidth'] / 1e9:.0f} GB/s)",
+        )
     total_time = sum(p.time_s for p in points) or 1.0
     for i, p in enumerate(placed):
         share = p.time_s / total_time
-        ax.scatter([p.intensity], [p.achieved_flops / tflops], s=30 + 600 * share,
-                   color=color_for(p.name, i), alpha=0.8, edgecolors="black", linewidths=0.5,
-                   label=f"{p.name} ({share:.0%} of step)", zorder=3)
+        ax.scatter(
+            [p.intensity],
+            [p.achieved_flops / tflops],
+            s=30 + 600 * share,
+            color=color_for(p.name, i),
+            alpha=0.8,
+            edgecolors="black",
+            linewidths=0.5,
+            label=f"{p.name} ({share:.0%} of step)",
+            zorder=3,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM + DDR traffic)")
@@ -256,7 +319,14 @@ def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Fi
         if isinstance(handle, PathCollection):
             handle.set_sizes([40.0])
     if skipped:
-        ax.text(0.01, 0.99, "not placed (no FLOPs or no off-chip bytes): " + ", ".join(skipped),
-                transform=ax.transAxes, va="top", fontsize=7, color="dimgray")
+        ax.text(
+            0.01,
+            0.99,
+            "not placed (no FLOPs or no off-chip bytes): " + ", ".join(skipped),
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+            color="dimgray",
+        )
     ax.set_title(title or "Roofline of one step (per socket)")
     return fig

@@ -67,9 +67,15 @@ def _as_dict(overrides: Overrides) -> dict[str, Any]:
     return out
 
 
-def context_overrides(scenario: Any, policy: str, context: int, *, output_tokens: int = 32,
-                      snapstream_ratio: float = 4.0,
-                      snapstream_budget: int | None = None) -> dict[str, Any]:
+def context_overrides(
+    scenario: Any,
+    policy: str,
+    context: int,
+    *,
+    output_tokens: int = 32,
+    snapstream_ratio: float = 4.0,
+    snapstream_budget: int | None = None,
+) -> dict[str, Any]:
     """Overrides that run ``scenario``'s workload at ``context`` tokens under ``policy``.
 
     A compressing policy gets a budget of ``snapstream_budget`` tokens when given (fixed
@@ -86,8 +92,9 @@ def context_overrides(scenario: Any, policy: str, context: int, *, output_tokens
         "serving.output_tokens": output_tokens,
     }
     kv = scenario.workload.kv
-    if policy in ("snapstream", "snapkv") and (kv.compression_ratio is None
-                                               or snapstream_budget is not None):
+    if policy in ("snapstream", "snapkv") and (
+        kv.compression_ratio is None or snapstream_budget is not None
+    ):
         budget = snapstream_budget or int(context / snapstream_ratio)
         out["kv.budget"] = budget
         out["kv.compression_ratio"] = None
@@ -101,28 +108,52 @@ def _point(workload: Any, overrides: Overrides, extra: Mapping[str, Any]) -> Any
     return api.load(workload, {**_as_dict(overrides), **extra})
 
 
-def _capacity_points(workload: Any, overrides: Overrides, policies: Sequence[str],
-                     contexts: Sequence[int], batch: int | None, snapstream_ratio: float,
-                     snapstream_budget: int | None) -> Iterator[tuple[str, int, Any, int, int]]:
+def _capacity_points(
+    workload: Any,
+    overrides: Overrides,
+    policies: Sequence[str],
+    contexts: Sequence[int],
+    batch: int | None,
+    snapstream_ratio: float,
+    snapstream_budget: int | None,
+) -> Iterator[tuple[str, int, Any, int, int]]:
     """(policy, context, scenario, batch capacity, slots) at each point of the grid;
     ``slots`` is ``batch`` capped at the capacity (default: the capacity)."""
     base = _point(workload, overrides, {})
     backend = _api().EngineBackend()
     for policy in policies:
         for context in contexts:
-            scenario = _point(workload, overrides, context_overrides(
-                base, policy, context, snapstream_ratio=snapstream_ratio,
-                snapstream_budget=snapstream_budget))
+            scenario = _point(
+                workload,
+                overrides,
+                context_overrides(
+                    base,
+                    policy,
+                    context,
+                    snapstream_ratio=snapstream_ratio,
+                    snapstream_budget=snapstream_budget,
+                ),
+            )
             capacity = int(backend.batch_capacity(scenario))
-            yield policy, context, scenario, capacity, (
-                capacity if batch is None else min(batch, capacity))
+            yield (
+                policy,
+                context,
+                scenario,
+                capacity,
+                (capacity if batch is None else min(batch, capacity)),
+            )
 
 
-def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
-                       policies: Sequence[str] = ("full", "snapstream"),
-                       batch: int | None = None, overrides: Overrides = None,
-                       snapstream_ratio: float = 4.0,
-                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
+def plan_over_contexts(
+    workload: str | Path | Any,
+    contexts: Sequence[int],
+    *,
+    policies: Sequence[str] = ("full", "snapstream"),
+    batch: int | None = None,
+    overrides: Overrides = None,
+    snapstream_ratio: float = 4.0,
+    snapstream_budget: int | None = None,
+) -> list[dict[str, Any]]:
     """Batch capacity and memory plan at each (policy, context): compiler only, no serving.
 
     Args:
@@ -143,13 +174,17 @@ def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     backend = _api().EngineBackend()
     rows: list[dict[str, Any]] = []
     for policy, context, scenario, capacity, slots in _capacity_points(
-            workload, overrides, policies, contexts, batch, snapstream_ratio,
-            snapstream_budget):
+        workload, overrides, policies, contexts, batch, snapstream_ratio, snapstream_budget
+    ):
         row: dict[str, Any] = {
-            "model": scenario.model.name, "workload": scenario.workload.name,
-            "hardware": scenario.hardware.name, "tp": scenario.tp,
-            "kv_policy": policy, "max_context": context,
-            "batch_capacity": capacity, "batch_slots": slots,
+            "model": scenario.model.name,
+            "workload": scenario.workload.name,
+            "hardware": scenario.hardware.name,
+            "tp": scenario.tp,
+            "kv_policy": policy,
+            "max_context": context,
+            "batch_capacity": capacity,
+            "batch_slots": slots,
         }
         if slots >= 1:
             placement = backend.plan_memory(scenario, slots)
@@ -160,30 +195,41 @@ def plan_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     return rows
 
 
-def _decode_row(scenario: Any, policy: str, context: int, capacity: int,
-                batch: int) -> dict[str, Any]:
+def _decode_row(
+    scenario: Any, policy: str, context: int, capacity: int, batch: int
+) -> dict[str, Any]:
     """A run-like dict of one decode step of ``batch`` slots at their largest cache."""
     api = _api()
     scenario = api.load(scenario, {"serving.batch_slots": batch})
     timing = api.step(scenario, batch=batch).detail
     return {
         "source": "decode_step",
-        "model": scenario.model.name, "workload": scenario.workload.name,
-        "hardware": scenario.hardware.name, "tp": scenario.tp,
-        "kv_policy": policy, "max_context": context,
-        "batch_capacity": capacity, "batch_slots": batch,
-        "cache_len": int(timing.context), "step_s": float(timing.step_s),
+        "model": scenario.model.name,
+        "workload": scenario.workload.name,
+        "hardware": scenario.hardware.name,
+        "tp": scenario.tp,
+        "kv_policy": policy,
+        "max_context": context,
+        "batch_capacity": capacity,
+        "batch_slots": batch,
+        "cache_len": int(timing.context),
+        "step_s": float(timing.step_s),
         "decode_tokens_per_s": batch / float(timing.step_s),
         "hbm_bandwidth_fraction": float(timing.hbm_bandwidth_fraction),
         "flops_fraction": float(timing.flops_fraction),
     }
 
 
-def decode_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
-                         policies: Sequence[str] = ("full", "snapstream"),
-                         batch: int | None = None, overrides: Overrides = None,
-                         snapstream_ratio: float = 4.0,
-                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
+def decode_over_contexts(
+    workload: str | Path | Any,
+    contexts: Sequence[int],
+    *,
+    policies: Sequence[str] = ("full", "snapstream"),
+    batch: int | None = None,
+    overrides: Overrides = None,
+    snapstream_ratio: float = 4.0,
+    snapstream_budget: int | None = None,
+) -> list[dict[str, Any]]:
     """Steady-state decode tokens/s at each (policy, context), at the batch capacity.
 
     Each point simulates one decode step with ``batch`` slots (default: as many as fit at
@@ -192,18 +238,25 @@ def decode_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     time`` as ``decode_tokens_per_s`` (``source: "decode_step"``), with the step time and
     the achieved fraction of HBM bandwidth and of peak FLOP/s.
     """
-    return [_decode_row(scenario, policy, context, capacity, slots)
-            for policy, context, scenario, capacity, slots in _capacity_points(
-                workload, overrides, policies, contexts, batch, snapstream_ratio,
-                snapstream_budget)
-            if slots >= 1]
+    return [
+        _decode_row(scenario, policy, context, capacity, slots)
+        for policy, context, scenario, capacity, slots in _capacity_points(
+            workload, overrides, policies, contexts, batch, snapstream_ratio, snapstream_budget
+        )
+        if slots >= 1
+    ]
 
 
-def decode_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
-                        policies: Sequence[str] = ("full", "snapstream"),
-                        context: int | None = None, overrides: Overrides = None,
-                        snapstream_ratio: float = 4.0,
-                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
+def decode_over_batches(
+    workload: str | Path | Any,
+    batches: Sequence[int],
+    *,
+    policies: Sequence[str] = ("full", "snapstream"),
+    context: int | None = None,
+    overrides: Overrides = None,
+    snapstream_ratio: float = 4.0,
+    snapstream_budget: int | None = None,
+) -> list[dict[str, Any]]:
     """Steady-state decode tokens/s at each (policy, batch) at one context.
 
     ``context`` defaults to the workload's ``serving.max_context``; batches above the
@@ -215,9 +268,17 @@ def decode_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
     backend = api.EngineBackend()
     rows = []
     for policy in policies:
-        scenario = _point(workload, overrides, context_overrides(
-            base, policy, context, snapstream_ratio=snapstream_ratio,
-            snapstream_budget=snapstream_budget))
+        scenario = _point(
+            workload,
+            overrides,
+            context_overrides(
+                base,
+                policy,
+                context,
+                snapstream_ratio=snapstream_ratio,
+                snapstream_budget=snapstream_budget,
+            ),
+        )
         capacity = int(backend.batch_capacity(scenario))
         for batch in batches:
             if 1 <= batch <= capacity:
@@ -235,18 +296,28 @@ def _serve(scenario: Any, requests: int | None) -> dict[str, Any]:
     api = _api()
     capacity, slots = api.resolve_batch_slots(scenario, api.EngineBackend())
     slots = max(1, min(int(slots), int(capacity)))
-    result = api.run(scenario, {"serving.batch_slots": slots,
-                                "serving.requests": requests or slots,
-                                "serving.arrival.process": "closed_loop"})
+    result = api.run(
+        scenario,
+        {
+            "serving.batch_slots": slots,
+            "serving.requests": requests or slots,
+            "serving.arrival.process": "closed_loop",
+        },
+    )
     return result_record(result)
 
 
-def runs_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
-                       policies: Sequence[str] = ("full", "snapstream"),
-                       requests: int | None = None, output_tokens: int = 32,
-                       overrides: Overrides = None,
-                       snapstream_ratio: float = 4.0,
-                       snapstream_budget: int | None = None) -> list[dict[str, Any]]:
+def runs_over_contexts(
+    workload: str | Path | Any,
+    contexts: Sequence[int],
+    *,
+    policies: Sequence[str] = ("full", "snapstream"),
+    requests: int | None = None,
+    output_tokens: int = 32,
+    overrides: Overrides = None,
+    snapstream_ratio: float = 4.0,
+    snapstream_budget: int | None = None,
+) -> list[dict[str, Any]]:
     """A short serving run at each (policy, context), for tokens/s, memory and capacity.
 
     The batch is the workload's (``auto`` = the capacity at that context), capped at the
@@ -262,20 +333,34 @@ def runs_over_contexts(workload: str | Path | Any, contexts: Sequence[int], *,
     runs = []
     for policy in policies:
         for context in contexts:
-            scenario = _point(workload, overrides, context_overrides(
-                base, policy, context, output_tokens=output_tokens,
-                snapstream_ratio=snapstream_ratio,
-                snapstream_budget=snapstream_budget))
+            scenario = _point(
+                workload,
+                overrides,
+                context_overrides(
+                    base,
+                    policy,
+                    context,
+                    output_tokens=output_tokens,
+                    snapstream_ratio=snapstream_ratio,
+                    snapstream_budget=snapstream_budget,
+                ),
+            )
             runs.append(_serve(scenario, requests))
     return runs
 
 
-def runs_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
-                      policies: Sequence[str] = ("full", "snapstream"),
-                      context: int | None = None, requests: int | None = None,
-                      output_tokens: int = 32, overrides: Overrides = None,
-                      snapstream_ratio: float = 4.0,
-                      snapstream_budget: int | None = None) -> list[dict[str, Any]]:
+def runs_over_batches(
+    workload: str | Path | Any,
+    batches: Sequence[int],
+    *,
+    policies: Sequence[str] = ("full", "snapstream"),
+    context: int | None = None,
+    requests: int | None = None,
+    output_tokens: int = 32,
+    overrides: Overrides = None,
+    snapstream_ratio: float = 4.0,
+    snapstream_budget: int | None = None,
+) -> list[dict[str, Any]]:
     """A short serving run at each (policy, batch slots) at one context.
 
     ``context`` defaults to the workload's ``serving.max_context``. A batch above the
@@ -288,9 +373,14 @@ def runs_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
     backend = api.EngineBackend()
     runs = []
     for policy in policies:
-        settings = context_overrides(base, policy, context, output_tokens=output_tokens,
-                                     snapstream_ratio=snapstream_ratio,
-                                     snapstream_budget=snapstream_budget)
+        settings = context_overrides(
+            base,
+            policy,
+            context,
+            output_tokens=output_tokens,
+            snapstream_ratio=snapstream_ratio,
+            snapstream_budget=snapstream_budget,
+        )
         capacity = int(backend.batch_capacity(_point(workload, overrides, settings)))
         for batch in batches:
             if batch > capacity:
@@ -300,10 +390,16 @@ def runs_over_batches(workload: str | Path | Any, batches: Sequence[int], *,
     return runs
 
 
-def decode_step_timing(workload: str | Path | Any, overrides: Overrides = None, *,
-                       policy: str | None = None, context: int | None = None,
-                       batch: int | None = None, snapstream_ratio: float = 4.0,
-                       snapstream_budget: int | None = None) -> dict[str, Any]:
+def decode_step_timing(
+    workload: str | Path | Any,
+    overrides: Overrides = None,
+    *,
+    policy: str | None = None,
+    context: int | None = None,
+    batch: int | None = None,
+    snapstream_ratio: float = 4.0,
+    snapstream_budget: int | None = None,
+) -> dict[str, Any]:
     """One decode step's kernels (FLOPs, bytes by tier, time) and the socket's roofs.
 
     The step has ``batch`` slots (default: the batch capacity when the workload says
@@ -323,15 +419,26 @@ def decode_step_timing(workload: str | Path | Any, overrides: Overrides = None, 
 
     scenario = _point(workload, overrides, {})
     if policy is not None or context is not None:
-        scenario = _point(workload, overrides, context_overrides(
-            scenario, policy or scenario.workload.kv.policy,
-            context or scenario.workload.serving.max_context,
-            snapstream_ratio=snapstream_ratio, snapstream_budget=snapstream_budget))
+        scenario = _point(
+            workload,
+            overrides,
+            context_overrides(
+                scenario,
+                policy or scenario.workload.kv.policy,
+                context or scenario.workload.serving.max_context,
+                snapstream_ratio=snapstream_ratio,
+                snapstream_budget=snapstream_budget,
+            ),
+        )
     if batch is not None:
         scenario = api.load(scenario, {"serving.batch_slots": batch})
     timing = api.step(scenario, batch=batch).detail
-    shape = StaticShape(str(timing.phase), int(timing.batch), int(timing.tokens),  # type: ignore[arg-type]
-                        int(timing.context))
+    shape = StaticShape(
+        str(timing.phase),
+        int(timing.batch),
+        int(timing.tokens),  # type: ignore[arg-type]
+        int(timing.context),
+    )
     program = compile_program(scenario, shape)
     times = {k.name: k for k in timing.kernels}
     kernels = []
@@ -339,19 +446,28 @@ def decode_step_timing(workload: str | Path | Any, overrides: Overrides = None, 
         measured = times.get(kernel.name)
         if measured is None:
             continue
-        kernels.append({
-            "name": kernel.name, "calls": kernel.calls, "flops": float(kernel.flops),
-            "bytes_by_tier": {t: float(v) for t, v in kernel.bytes_by_tier().items()},
-            "time_s": float(measured.time_s),
-        })
+        kernels.append(
+            {
+                "name": kernel.name,
+                "calls": kernel.calls,
+                "flops": float(kernel.flops),
+                "bytes_by_tier": {t: float(v) for t, v in kernel.bytes_by_tier().items()},
+                "time_s": float(measured.time_s),
+            }
+        )
     socket = scenario.hardware.socket
     return {
-        "model": scenario.model.name, "kv_policy": scenario.workload.kv.policy,
-        "tp": scenario.tp, "batch": int(timing.batch), "context": int(timing.context),
+        "model": scenario.model.name,
+        "kv_policy": scenario.workload.kv.policy,
+        "tp": scenario.tp,
+        "batch": int(timing.batch),
+        "context": int(timing.context),
         "step_s": float(timing.step_s),
         "hbm_bandwidth_fraction": float(timing.hbm_bandwidth_fraction),
         "kernels": kernels,
-        "hardware": {"peak_flops": float(socket.peak_flops),
-                     "hbm_bandwidth": float(socket.hbm.bandwidth),
-                     "ddr_bandwidth": float(socket.ddr.bandwidth)},
+        "hardware": {
+            "peak_flops": float(socket.peak_flops),
+            "hbm_bandwidth": float(socket.hbm.bandwidth),
+            "ddr_bandwidth": float(socket.ddr.bandwidth),
+        },
     }

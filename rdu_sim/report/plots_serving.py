@@ -42,8 +42,9 @@ def _table(run: Mapping[str, Any], keys: Sequence[str], what: str) -> Any:
     """The first of ``keys`` holding a table (columns or records), not a scalar."""
     for key in keys:
         value = lookup(run, key, None)
-        if isinstance(value, Mapping) or (isinstance(value, Sequence)
-                                          and not isinstance(value, str)):
+        if isinstance(value, Mapping) or (
+            isinstance(value, Sequence) and not isinstance(value, str)
+        ):
             return value
     raise PlotInputError(f"results have no {what}")
 
@@ -53,8 +54,12 @@ def request_values(run: Mapping[str, Any], field: str) -> NDArray[np.float64]:
 
     Records may be a list of dicts or a column mapping (``{"ttft_s": [...], ...}``).
     """
-    records = _table(run, _REQUEST_KEYS, "per-request records (RunResult.requests(), or "
-                     "requests.csv beside result.json from `rdu-sim run --out DIR`)")
+    records = _table(
+        run,
+        _REQUEST_KEYS,
+        "per-request records (RunResult.requests(), or "
+        "requests.csv beside result.json from `rdu-sim run --out DIR`)",
+    )
     if isinstance(records, Mapping):
         column = records.get(field)
         if column is None:
@@ -74,12 +79,18 @@ def request_values(run: Mapping[str, Any], field: str) -> NDArray[np.float64]:
 def _cdf(ax: Any, values: NDArray[np.float64], label: str, color: str) -> None:
     xs = np.sort(values)
     ys = np.arange(1, len(xs) + 1) / len(xs)
-    ax.step(xs, ys, where="post", label=f"{label} (p50 {np.median(xs):.3g} ms, "
-                                        f"p99 {np.percentile(xs, 99):.3g} ms)", color=color)
+    ax.step(
+        xs,
+        ys,
+        where="post",
+        label=f"{label} (p50 {np.median(xs):.3g} ms, p99 {np.percentile(xs, 99):.3g} ms)",
+        color=color,
+    )
 
 
-def latency_distribution(results: Any, *,
-                         group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+def latency_distribution(
+    results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")
+) -> Figure:
     """CDFs of time to first token and time per output token, in ms, one line per run.
 
     Left: TTFT (queueing plus prefill); right: TPOT (the mean decode step time a request
@@ -93,8 +104,9 @@ def latency_distribution(results: Any, *,
     labels = list(group_runs(runs, group_by))
     if len(labels) != len(runs):  # several runs share a label: fall back to numbering
         labels = [f"{label_of(r, group_by)} #{i}" for i, r in enumerate(runs)]
-    for ax, field, name in zip(axes, ("ttft_s", "tpot_s"),
-                               ("time to first token", "time per output token"), strict=True):
+    for ax, field, name in zip(
+        axes, ("ttft_s", "tpot_s"), ("time to first token", "time per output token"), strict=True
+    ):
         for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
             values = request_values(run, field) * 1e3
             if values.size == 0:
@@ -116,16 +128,22 @@ def occupancy_series(run: Mapping[str, Any]) -> tuple[Series, Series]:
     The series may be ``{"time_s": [...], "occupied": [...]}`` or a list of records (or of
     ``[time, occupied]`` pairs); each value holds until the next time.
     """
-    series = _table(run, _SERIES_KEYS, "slot-occupancy series (RunResult.timeseries(), or "
-                    "timeseries.csv beside result.json from `rdu-sim run --out DIR`)")
+    series = _table(
+        run,
+        _SERIES_KEYS,
+        "slot-occupancy series (RunResult.timeseries(), or "
+        "timeseries.csv beside result.json from `rdu-sim run --out DIR`)",
+    )
     times: list[float]
     values: list[float]
     if isinstance(series, Mapping):
         tkey = next((k for k in _TIME_KEYS if k in series), None)
         vkey = next((k for k in _VALUE_KEYS if k in series), None)
         if tkey is None or vkey is None:
-            raise PlotInputError(f"slot-occupancy series needs a time column ({_TIME_KEYS}) "
-                                 f"and a value column ({_VALUE_KEYS}), got {sorted(series)}")
+            raise PlotInputError(
+                f"slot-occupancy series needs a time column ({_TIME_KEYS}) "
+                f"and a value column ({_VALUE_KEYS}), got {sorted(series)}"
+            )
         times = [number(t, "occupancy time") for t in series[tkey]]
         values = [number(v, "occupied slots") for v in series[vkey]]
     elif isinstance(series, Sequence) and not isinstance(series, str):
@@ -150,8 +168,7 @@ def occupancy_series(run: Mapping[str, Any]) -> tuple[Series, Series]:
     return np.asarray(times, dtype=np.float64), np.asarray(values, dtype=np.float64)
 
 
-def occupancy_timeline(results: Any, *,
-                       group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
+def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
     """Occupied batch slots over simulated time, one panel per run, with the static batch.
 
     The dashed line is the run's batch slots: the gap under it is capacity the server paid
@@ -166,12 +183,19 @@ def occupancy_timeline(results: Any, *,
     labels = [label_of(r, group_by) for r in runs]
     for i, (ax, run, label) in enumerate(zip(axes, runs, labels, strict=True)):
         times, occupied = occupancy_series(run)
-        slots = number(find(run, "batch_slots", what="batch slots", default=max(occupied)),
-                       "batch_slots")
-        ax.step(times, occupied, where="post", color=color_for(label, i),
-                label=f"occupied (mean {_time_mean(times, occupied):.1f})")
-        ax.axhline(slots, color="black", linestyle="--", linewidth=1,
-                   label=f"batch slots ({slots:g})")
+        slots = number(
+            find(run, "batch_slots", what="batch slots", default=max(occupied)), "batch_slots"
+        )
+        ax.step(
+            times,
+            occupied,
+            where="post",
+            color=color_for(label, i),
+            label=f"occupied (mean {_time_mean(times, occupied):.1f})",
+        )
+        ax.axhline(
+            slots, color="black", linestyle="--", linewidth=1, label=f"batch slots ({slots:g})"
+        )
         ax.set_ylim(0, slots * 1.1 + 0.5)
         ax.set_ylabel("slots")
         ax.set_title(label, fontsize=10)

@@ -15,8 +15,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-__all__ = ["PART_COLORS", "POLICY_COLORS", "color_for", "line_style", "new_figure", "plain_log2",
-           "tokens", "use_token_axis"]
+__all__ = [
+    "PART_COLORS",
+    "POLICY_COLORS",
+    "color_for",
+    "line_style",
+    "new_figure",
+    "plain_log2",
+    "tokens",
+    "use_token_axis",
+]
 
 PART_COLORS = {
     "weights": "#4c72b0",
@@ -34,8 +42,18 @@ POLICY_COLORS = {
 }
 """A fixed colour per KV policy, so full vs SnapStream read the same in every plot."""
 
-_CYCLE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
-          "#8c8c8c", "#ccb974", "#64b5cd")
+_CYCLE = (
+    "#4c72b0",
+    "#dd8452",
+    "#55a868",
+    "#c44e52",
+    "#8172b3",
+    "#937860",
+    "#da8bc3",
+    "#8c8c8c",
+    "#ccb974",
+    "#64b5cd",
+)
 
 
 def color_for(label: str, index: int) -> str:
@@ -55,6 +73,7 @@ def line_style(label: str, index: int, labels: Sequence[str]) -> dict[str, Any]:
     the policy (full attention dashed, SnapStream solid), so pairs read at a glance;
     otherwise :func:`color_for` alone.
     """
+
     def split(text: str) -> tuple[str, str]:
         parts = text.split(" · ")
         policy = parts[-1] if parts[-1] in POLICY_COLORS else ""
@@ -64,8 +83,10 @@ def line_style(label: str, index: int, labels: Sequence[str]) -> dict[str, Any]:
     prefixes = list(dict.fromkeys(split(lab)[0] for lab in labels))
     prefix, policy = split(label)
     if len(prefixes) > 1 and policy:
-        return {"color": _CYCLE[prefixes.index(prefix) % len(_CYCLE)],
-                "linestyle": _POLICY_DASHES.get(policy, "-")}
+        return {
+            "color": _CYCLE[prefixes.index(prefix) % len(_CYCLE)],
+            "linestyle": _POLICY_DASHES.get(policy, "-"),
+        }
     return {"color": color_for(label, index), "linestyle": "-"}
 
 
@@ -76,8 +97,9 @@ def plain_log2(ax: Axes, axis: str = "y") -> None:
     target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 
-def new_figure(rows: int = 1, cols: int = 1, *, width: float = 6.4, height: float = 4.2,
-               sharex: bool = False) -> tuple[Figure, list[Axes]]:
+def new_figure(
+    rows: int = 1, cols: int = 1, *, width: float = 6.4, height: float = 4.2, sharex: bool = False
+) -> tuple[Figure, list[Axes]]:
     """A figure of ``rows`` x ``cols`` axes (flattened, row-major), constrained layout;
     ``width`` and ``height`` are per axes."""
     fig = Figure(figsize=(width * cols, height * rows), layout="constrained")

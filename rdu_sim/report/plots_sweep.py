@@ -34,7 +34,11 @@ METRIC_LABELS: dict[str, tuple[str, float]] = {
 """Axis label and scale of common metrics (seconds shown in ms, bytes in GiB)."""
 
 _PARSERS: tuple[Callable[[Any], float], ...] = (
-    float, units.parse_bandwidth, units.parse_bytes, units.parse_flops, units.parse_seconds,
+    float,
+    units.parse_bandwidth,
+    units.parse_bytes,
+    units.parse_flops,
+    units.parse_seconds,
     units.parse_hertz,
 )
 
@@ -67,8 +71,9 @@ def _label(metric: str) -> tuple[str, float]:
     return metric, 1.0
 
 
-def design_space(results: Any, x: str, y: str, *, by: Sequence[str] = (),
-                 title: str | None = None) -> Figure:
+def design_space(
+    results: Any, x: str, y: str, *, by: Sequence[str] = (), title: str | None = None
+) -> Figure:
     """Metric ``y`` vs sweep axis ``x``, one line per combination of the ``by`` columns.
 
     Args:
@@ -92,16 +97,22 @@ def design_space(results: Any, x: str, y: str, *, by: Sequence[str] = (),
     ylabel, scale = _label(y)
     fig, (ax,) = new_figure()
     averaged = False
-    for i, (key, members) in enumerate(sorted(groups.items(),
-                                              key=lambda kv: [_order(v) for v in kv[0]])):
+    for i, (key, members) in enumerate(
+        sorted(groups.items(), key=lambda kv: [_order(v) for v in kv[0]])
+    ):
         values: dict[Any, list[float]] = {}
         for run in members:
             values.setdefault(lookup(run, x), []).append(number(lookup(run, y), y) * scale)
         averaged |= any(len(v) > 1 for v in values.values())
         order = sorted(values, key=quantity)
         label = ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(by, key, strict=True))
-        ax.plot([position[v] for v in order], [float(np.mean(values[v])) for v in order],
-                marker="o", label=label or y, color=color_for(label, i))
+        ax.plot(
+            [position[v] for v in order],
+            [float(np.mean(values[v])) for v in order],
+            marker="o",
+            label=label or y,
+            color=color_for(label, i),
+        )
     ax.set_xticks(range(len(xs_all)), [str(v) for v in xs_all])
     ax.set_xlabel(x)
     ax.set_ylabel(ylabel + (" (mean over other axes)" if averaged else ""))

@@ -47,8 +47,7 @@ def stats(values: NDArray[np.float64]) -> dict[str, float | None]:
     """``{p50, p90, p99, mean}`` of the values (all None when there are none)."""
     if values.size == 0:
         return {"p50": None, "p90": None, "p99": None, "mean": None}
-    out: dict[str, float | None] = {
-        f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
+    out: dict[str, float | None] = {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
     out["mean"] = float(values.mean())
     return out
 
@@ -72,8 +71,10 @@ def memory_summary(placement: Placement) -> dict[str, dict[str, int]]:
         if usage is None:
             continue
         out[tier] = {
-            "capacity_bytes": int(usage.capacity_bytes), "used_bytes": int(usage.used_bytes),
-            "weights_bytes": int(usage.weights_bytes), "kv_bytes": int(usage.kv_bytes),
+            "capacity_bytes": int(usage.capacity_bytes),
+            "used_bytes": int(usage.used_bytes),
+            "weights_bytes": int(usage.weights_bytes),
+            "kv_bytes": int(usage.kv_bytes),
             "activations_bytes": int(usage.activations_bytes),
             "free_bytes": int(usage.free_bytes),
         }
@@ -91,10 +92,17 @@ def request_columns(records: ServingRecords) -> dict[str, NDArray[Any]]:
         tpot = np.where(output > 1, (finish - first) / np.maximum(decode_tokens, 1), np.nan)
     return {
         "request": np.arange(len(records), dtype=np.int64),
-        "prompt_tokens": records.prompt_tokens, "output_tokens": output,
-        "slot": records.slot, "arrival_s": arrival, "admit_s": admit,
-        "first_token_s": first, "finish_s": finish, "queue_delay_s": admit - arrival,
-        "ttft_s": first - arrival, "tpot_s": tpot, "e2e_s": finish - arrival,
+        "prompt_tokens": records.prompt_tokens,
+        "output_tokens": output,
+        "slot": records.slot,
+        "arrival_s": arrival,
+        "admit_s": admit,
+        "first_token_s": first,
+        "finish_s": finish,
+        "queue_delay_s": admit - arrival,
+        "ttft_s": first - arrival,
+        "tpot_s": tpot,
+        "e2e_s": finish - arrival,
     }
 
 
@@ -106,14 +114,19 @@ def series_columns(records: ServingRecords, batch_slots: int) -> dict[str, NDArr
         rows = rows[keep]
     occupied = rows[:, 2] + rows[:, 3]
     return {
-        "time_s": rows[:, 0].astype(np.float64) / PS_PER_S, "waiting": rows[:, 1],
-        "prefilling": rows[:, 2], "decoding": rows[:, 3], "occupied": occupied,
-        "occupancy": occupied / batch_slots, "decode_bucket": rows[:, 4],
+        "time_s": rows[:, 0].astype(np.float64) / PS_PER_S,
+        "waiting": rows[:, 1],
+        "prefilling": rows[:, 2],
+        "decoding": rows[:, 3],
+        "occupied": occupied,
+        "occupancy": occupied / batch_slots,
+        "decode_bucket": rows[:, 4],
     }
 
 
-def _time_average(times: NDArray[np.float64], values: NDArray[Any], start: float,
-                  end: float) -> float:
+def _time_average(
+    times: NDArray[np.float64], values: NDArray[Any], start: float, end: float
+) -> float:
     """Mean over [start, end] of the step function (times[i] -> values[i])."""
     if end <= start or times.size == 0:
         return 0.0
@@ -121,9 +134,18 @@ def _time_average(times: NDArray[np.float64], values: NDArray[Any], start: float
     return float((values * np.diff(edges)).sum() / (end - start))
 
 
-def summarize(*, meta: Mapping[str, Any], kv_policy: str, batch_capacity: int,
-              batch_slots: int, placement: Placement, records: ServingRecords,
-              cache: StepCache, prefill_s: float, closed_loop: bool) -> dict[str, Any]:
+def summarize(
+    *,
+    meta: Mapping[str, Any],
+    kv_policy: str,
+    batch_capacity: int,
+    batch_slots: int,
+    placement: Placement,
+    records: ServingRecords,
+    cache: StepCache,
+    prefill_s: float,
+    closed_loop: bool,
+) -> dict[str, Any]:
     """The run's result dict (the JSON contract of ``rdu-sim run --json``);
     ``closed_loop``: whether the requests came from a closed loop (the steady window needs
     one)."""
@@ -144,8 +166,11 @@ def summarize(*, meta: Mapping[str, Any], kv_policy: str, batch_capacity: int,
         hbm += busy * cost.hbm_util
         pcu += busy * cost.pcu_util
     series = series_columns(records, batch_slots)
-    decode_fill = (output_tokens - int(done.sum())) / (records.decode_steps * batch_slots) \
-        if records.decode_steps else 0.0
+    decode_fill = (
+        (output_tokens - int(done.sum())) / (records.decode_steps * batch_slots)
+        if records.decode_steps
+        else 0.0
+    )
     kv_total = sum(u.kv_bytes for u in placement.tiers.values())
     steady = steady_state(records, batch_slots, closed_loop)
     result: dict[str, Any] = {
@@ -168,15 +193,25 @@ def summarize(*, meta: Mapping[str, Any], kv_policy: str, batch_capacity: int,
         "steady_window_s": [steady.start_s, steady.end_s] if steady is not None else None,
         "user_tokens_per_s": stats(1.0 / tpot[tpot > 0]),
         "makespan_s": makespan,
-        "occupancy": _time_average(series["time_s"], series["occupancy"], first_arrival,
-                                   last_finish),
+        "occupancy": _time_average(
+            series["time_s"], series["occupancy"], first_arrival, last_finish
+        ),
         "decode_slot_fill": decode_fill,
-        "utilization": {"hbm": hbm / makespan if makespan > 0 else 0.0,
-                        "pcu": pcu / makespan if makespan > 0 else 0.0},
-        "step_cache": {"hits": cache.hits, "misses": cache.misses,
-                       "hit_rate": cache.hit_rate, "shapes": len(cache.shapes)},
-        "steps": {"prefill": records.prefill_steps, "decode": records.decode_steps,
-                  "decode_events": records.decode_runs},
+        "utilization": {
+            "hbm": hbm / makespan if makespan > 0 else 0.0,
+            "pcu": pcu / makespan if makespan > 0 else 0.0,
+        },
+        "step_cache": {
+            "hits": cache.hits,
+            "misses": cache.misses,
+            "hit_rate": cache.hit_rate,
+            "shapes": len(cache.shapes),
+        },
+        "steps": {
+            "prefill": records.prefill_steps,
+            "decode": records.decode_steps,
+            "decode_events": records.decode_runs,
+        },
     }
     rounded_result: dict[str, Any] = rounded(result)
     return rounded_result

@@ -44,32 +44,75 @@ def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) 
     ids = _track_ids(records)
     events: list[dict[str, Any]] = []
     for socket in sorted({sock for sock, _ in ids}):
-        events.append({"name": "process_name", "ph": "M", "pid": socket, "tid": 0,
-                       "args": {"name": f"socket {socket}"}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": socket, "tid": 0,
-                       "args": {"sort_index": socket}})
+        events.append(
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": socket,
+                "tid": 0,
+                "args": {"name": f"socket {socket}"},
+            }
+        )
+        events.append(
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "pid": socket,
+                "tid": 0,
+                "args": {"sort_index": socket},
+            }
+        )
     for (socket, track), tid in ids.items():
-        events.append({"name": "thread_name", "ph": "M", "pid": socket, "tid": tid,
-                       "args": {"name": track}})
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": socket, "tid": tid,
-                       "args": {"sort_index": tid}})
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": socket, "tid": tid, "args": {"name": track}}
+        )
+        events.append(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": socket,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
     for s in records.slices:
-        events.append({
-            "name": s.name, "cat": s.track.split("/", 1)[0], "ph": "X",
-            "ts": s.start_s * _US, "dur": s.dur_s * _US,
-            "pid": s.socket, "tid": ids[(s.socket, s.track)], "args": dict(s.args),
-        })
+        events.append(
+            {
+                "name": s.name,
+                "cat": s.track.split("/", 1)[0],
+                "ph": "X",
+                "ts": s.start_s * _US,
+                "dur": s.dur_s * _US,
+                "pid": s.socket,
+                "tid": ids[(s.socket, s.track)],
+                "args": dict(s.args),
+            }
+        )
     for c in records.counters:
-        events.append({"name": f"{c.name} bytes in flight", "ph": "C", "ts": c.time_s * _US,
-                       "pid": c.socket, "tid": 0, "args": {"bytes": c.value}})
+        events.append(
+            {
+                "name": f"{c.name} bytes in flight",
+                "ph": "C",
+                "ts": c.time_s * _US,
+                "pid": c.socket,
+                "tid": 0,
+                "args": {"bytes": c.value},
+            }
+        )
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": dict(metadata or {})}
 
 
 def step_metadata(timing: StepTiming) -> dict[str, Any]:
     """The step's headline figures, shown by Perfetto under the trace's metadata."""
-    return {"step_s": timing.step_s, "phase": timing.phase, "batch": timing.batch,
-            "context": timing.context, "tp": timing.tp, "events": timing.events,
-            "hbm_bandwidth_fraction": timing.hbm_bandwidth_fraction}
+    return {
+        "step_s": timing.step_s,
+        "phase": timing.phase,
+        "batch": timing.batch,
+        "context": timing.context,
+        "tp": timing.tp,
+        "events": timing.events,
+        "hbm_bandwidth_fraction": timing.hbm_bandwidth_fraction,
+    }
 
 
 def write_chrome_trace(timing: StepTiming, path: str | Path) -> Path:

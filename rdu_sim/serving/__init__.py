@@ -9,5 +9,11 @@ from rdu_sim.serving.steady import (
     steady_state,
 )
 
-__all__ = ["MIN_TURNOVERS", "NoSteadyWindow", "SteadyState", "find_steady_state",
-           "min_requests", "steady_state"]
+__all__ = [
+    "MIN_TURNOVERS",
+    "NoSteadyWindow",
+    "SteadyState",
+    "find_steady_state",
+    "min_requests",
+    "steady_state",
+]

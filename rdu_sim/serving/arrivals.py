@@ -19,8 +19,9 @@ from simpy.events import Event
 from rdu_sim.serving.server import Server
 
 
-def open_loop(env: simpy.Environment, server: Server,
-              arrival_ps: NDArray[np.int64]) -> Generator[Event, Any, None]:
+def open_loop(
+    env: simpy.Environment, server: Server, arrival_ps: NDArray[np.int64]
+) -> Generator[Event, Any, None]:
     """Submit request ``i`` at ``arrival_ps[i]`` (sorted ascending)."""
     for request, at in enumerate(arrival_ps.tolist()):
         if at > env.now:

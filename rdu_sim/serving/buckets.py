@@ -48,8 +48,9 @@ def prompt_buckets(max_context: int) -> list[int]:
     return out
 
 
-def prefill_step(prompt: int, prefilled: int, max_context: int, chunk: int | None,
-                 compresses: bool = False) -> tuple[StaticShape, int]:
+def prefill_step(
+    prompt: int, prefilled: int, max_context: int, chunk: int | None, compresses: bool = False
+) -> tuple[StaticShape, int]:
     """The next prefill step of a prompt with ``prefilled`` tokens done: (shape, new done).
 
     Without chunking (or for a prompt no longer than a chunk) one step prefills the whole
@@ -60,14 +61,17 @@ def prefill_step(prompt: int, prefilled: int, max_context: int, chunk: int | Non
     """
     if chunk is not None and prompt > chunk:
         done = min(prompt, prefilled + chunk)
-        return StaticShape("prefill", 1, chunk, prefilled,
-                           select=compresses and done == prompt), done
-    return StaticShape("prefill", 1, prompt_bucket(prompt, max_context), 0,
-                       select=compresses), prompt
+        return StaticShape(
+            "prefill", 1, chunk, prefilled, select=compresses and done == prompt
+        ), done
+    return StaticShape(
+        "prefill", 1, prompt_bucket(prompt, max_context), 0, select=compresses
+    ), prompt
 
 
-def prefill_steps(prompt: int, max_context: int, chunk: int | None,
-                  compresses: bool = False) -> list[StaticShape]:
+def prefill_steps(
+    prompt: int, max_context: int, chunk: int | None, compresses: bool = False
+) -> list[StaticShape]:
     """Every prefill step of one prompt, in order."""
     shapes: list[StaticShape] = []
     done = 0

@@ -69,8 +69,9 @@ def typical_length(dist: Length) -> int:
     return int(min(max(round(dist.median), dist.low), dist.high))
 
 
-def clip_to_context(prompt: NDArray[np.int64], output: NDArray[np.int64],
-                    max_context: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def clip_to_context(
+    prompt: NDArray[np.int64], output: NDArray[np.int64], max_context: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Clip lengths so ``prompt + output <= max_context`` (both at least 1)."""
     prompt = np.clip(prompt, 1, max(1, max_context - 1))
     output = np.clip(output, 1, None)
@@ -78,8 +79,9 @@ def clip_to_context(prompt: NDArray[np.int64], output: NDArray[np.int64],
     return prompt.astype(np.int64), output.astype(np.int64)
 
 
-def make_requests(serving: ServingConfig, batch_slots: int, base_dir: Path | str = ".",
-                  workload_file: str = "") -> RequestSet:
+def make_requests(
+    serving: ServingConfig, batch_slots: int, base_dir: Path | str = ".", workload_file: str = ""
+) -> RequestSet:
     """The run's requests from the serving config (distributions or a trace file).
 
     With a trace, the first ``serving.requests`` rows are used (all of them if fewer), and
@@ -97,9 +99,12 @@ def make_requests(serving: ServingConfig, batch_slots: int, base_dir: Path | str
         output = trace.output_tokens[:n]
         if process == "poisson":
             if trace.arrival_s is None:
-                raise ConfigError.single(workload_file, "serving.arrival.process",
-                                         f"poisson arrivals with trace {serving.trace!r} need "
-                                         "an arrival_s column (or use closed_loop)")
+                raise ConfigError.single(
+                    workload_file,
+                    "serving.arrival.process",
+                    f"poisson arrivals with trace {serving.trace!r} need "
+                    "an arrival_s column (or use closed_loop)",
+                )
             order = np.argsort(trace.arrival_s[:n], kind="stable")
             arrival, prompt, output = trace.arrival_s[:n][order], prompt[order], output[order]
         else:
@@ -127,9 +132,9 @@ PROMPT_SAMPLES = 200_000
 """Draws of the prompt distribution used to find its median compressed prompt."""
 
 
-def typical_compressed_length(serving: ServingConfig, slot_tokens: int,
-                              base_dir: Path | str = ".", source: str = "workload"
-                              ) -> int | None:
+def typical_compressed_length(
+    serving: ServingConfig, slot_tokens: int, base_dir: Path | str = ".", source: str = "workload"
+) -> int | None:
     """The workload's typical compressed prompt: the median of its prompt lengths above
     ``slot_tokens`` (a compressing policy's budget), clipped to the context; None when no
     prompt of the distribution is that long.

@@ -77,9 +77,15 @@ class _At(Event):
 class Server:
     """Static batch slots, a FIFO queue, and the process that runs prefill and decode steps."""
 
-    def __init__(self, env: simpy.Environment, config: ServerConfig, policy: KVPolicy,
-                 cache: StepCache, records: ServingRecords,
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        config: ServerConfig,
+        policy: KVPolicy,
+        cache: StepCache,
+        records: ServingRecords,
+        progress: Progress | None = None,
+    ) -> None:
         self.env = env
         self.config = config
         self.policy = policy
@@ -143,8 +149,7 @@ class Server:
 
     def _choose(self) -> str:
         decoding = self.slots.decoding > 0
-        if (self.config.prefill_priority == "decode_first" and decoding
-                and self._last_was_prefill):
+        if self.config.prefill_priority == "decode_first" and decoding and self._last_was_prefill:
             return "decode"
         if self._prefill_candidate() is not None:
             return "prefill"
@@ -169,9 +174,13 @@ class Server:
             self._record(int(self.env.now))
         request = int(slots.request[slot])
         prompt = int(records.prompt_tokens[request])
-        shape, done = prefill_step(prompt, int(slots.prefilled[slot]), self.config.max_context,
-                                   self.config.prefill_chunk_tokens,
-                                   self.policy.compresses(prompt))
+        shape, done = prefill_step(
+            prompt,
+            int(slots.prefilled[slot]),
+            self.config.max_context,
+            self.config.prefill_chunk_tokens,
+            self.policy.compresses(prompt),
+        )
         step = self.cache.run(shape)
         records.prefill_steps += 1
         yield _At(self.env, step)
@@ -187,8 +196,12 @@ class Server:
         if output == 1:
             self._complete(slot, request, now)
             return
-        slots.start_decode(slot, self.policy.cache_at(prompt, 1),
-                           self.policy.cache_at(prompt, output - 1), output - 1)
+        slots.start_decode(
+            slot,
+            self.policy.cache_at(prompt, 1),
+            self.policy.cache_at(prompt, output - 1),
+            output - 1,
+        )
 
     def _decode(self) -> Generator[Event, Any, None]:
         slots, env = self.slots, self.env
@@ -238,5 +251,6 @@ class Server:
 
     def _record(self, now: int) -> None:
         slots = self.slots
-        self.records.series.append((now, len(self.queue), len(slots.prefill_order),
-                                    slots.decoding, self._bucket))
+        self.records.series.append(
+            (now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket)
+        )

@@ -17,8 +17,13 @@ from rdu_sim.serving.server import Progress, Server, ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache
 
 
-def serve(requests: RequestSet, policy: KVPolicy, step_cache: StepCache, config: ServerConfig,
-          progress: Progress | None = None) -> ServingRecords:
+def serve(
+    requests: RequestSet,
+    policy: KVPolicy,
+    step_cache: StepCache,
+    config: ServerConfig,
+    progress: Progress | None = None,
+) -> ServingRecords:
     """Simulate serving ``requests`` until every one completes; return the records."""
     if config.batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {config.batch_slots}")
@@ -33,6 +38,7 @@ def serve(requests: RequestSet, policy: KVPolicy, step_cache: StepCache, config:
         env.process(open_loop(env, server, arrival_ps))
     env.run()
     if server.completed != total:
-        raise RuntimeError(f"serving stopped with {server.completed} of {total} requests "
-                           "completed (scheduler bug)")
+        raise RuntimeError(
+            f"serving stopped with {server.completed} of {total} requests completed (scheduler bug)"
+        )
     return records

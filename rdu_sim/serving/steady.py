@@ -65,25 +65,31 @@ def min_requests(batch_slots: int) -> int:
     return MIN_TURNOVERS * batch_slots
 
 
-def find_steady_state(records: ServingRecords, batch_slots: int,
-                      closed_loop: bool) -> SteadyState | NoSteadyWindow:
+def find_steady_state(
+    records: ServingRecords, batch_slots: int, closed_loop: bool
+) -> SteadyState | NoSteadyWindow:
     """Decode tokens/s between the slots' first full turnover and the last admission, or
     why the run has no such window."""
     slots = int(batch_slots)
     if not closed_loop:
-        return NoSteadyWindow(CLOSED_LOOP_FIELD,
-                              "no steady window without a closed loop (slots kept full)")
+        return NoSteadyWindow(
+            CLOSED_LOOP_FIELD, "no steady window without a closed loop (slots kept full)"
+        )
     finish = np.sort(records.finish_ps[records.completed])
     if slots < 1 or len(records) < min_requests(slots) or finish.shape[0] < slots:
-        return NoSteadyWindow(REQUESTS_FIELD,
-                              f"{len(records)} requests leave no steady window with "
-                              f"{slots} slots; need at least {min_requests(slots)}")
+        return NoSteadyWindow(
+            REQUESTS_FIELD,
+            f"{len(records)} requests leave no steady window with "
+            f"{slots} slots; need at least {min_requests(slots)}",
+        )
     start = float(finish[slots - 1])
     end = float(records.admit_ps.max())
     if not end > start:
-        return NoSteadyWindow(REQUESTS_FIELD,
-                              f"{len(records)} requests leave no steady window with "
-                              f"{slots} slots (last admission before the first turnover)")
+        return NoSteadyWindow(
+            REQUESTS_FIELD,
+            f"{len(records)} requests leave no steady window with "
+            f"{slots} slots (last admission before the first turnover)",
+        )
     first = records.first_token_ps.astype(np.float64)
     last = records.finish_ps.astype(np.float64)
     decode = records.output_tokens.astype(np.float64) - 1.0
@@ -95,8 +101,9 @@ def find_steady_state(records: ServingRecords, batch_slots: int,
     return SteadyState(tokens / seconds, start / PS_PER_S, end / PS_PER_S, tokens)
 
 
-def steady_state(records: ServingRecords, batch_slots: int,
-                 closed_loop: bool) -> SteadyState | None:
+def steady_state(
+    records: ServingRecords, batch_slots: int, closed_loop: bool
+) -> SteadyState | None:
     """:func:`find_steady_state`, None when the run has no steady window."""
     found = find_steady_state(records, batch_slots, closed_loop)
     return found if isinstance(found, SteadyState) else None

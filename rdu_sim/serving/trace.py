@@ -85,16 +85,21 @@ def _rows_csv(text: str, file: str) -> list[tuple[int, dict[str, Any]]]:
         raise _fail(file, 1, "", "trace has no header row") from None
     missing = [c for c in COLUMNS[1:] if c not in header]
     if missing:
-        raise _fail(file, 1, "", f"CSV header {header} lacks column(s) {missing}; expected "
-                    f"{', '.join(COLUMNS)}")
+        raise _fail(
+            file,
+            1,
+            "",
+            f"CSV header {header} lacks column(s) {missing}; expected {', '.join(COLUMNS)}",
+        )
     rows = []
     for fields in reader:
         line = reader.line_num
         if not fields or all(not f.strip() for f in fields):
             continue
         if len(fields) != len(header):
-            raise _fail(file, line, "", f"row has {len(fields)} fields, the header has "
-                        f"{len(header)}")
+            raise _fail(
+                file, line, "", f"row has {len(fields)} fields, the header has {len(header)}"
+            )
         rows.append((line, dict(zip(header, fields, strict=True))))
     return rows
 
@@ -120,8 +125,11 @@ def read_trace(path: str | Path, workload_file: str = "") -> Trace:
     name = str(file)
     if not file.is_file():
         where = workload_file or name
-        raise ConfigError.single(where, "serving.trace", f"trace file {name!r} not found (paths "
-                                 "are relative to the workload file)")
+        raise ConfigError.single(
+            where,
+            "serving.trace",
+            f"trace file {name!r} not found (paths are relative to the workload file)",
+        )
     if file.stat().st_size > MAX_TRACE_BYTES:
         raise _fail(name, 1, "", f"trace is larger than {MAX_TRACE_BYTES} bytes")
     text = file.read_text(encoding="utf-8")
@@ -131,8 +139,11 @@ def read_trace(path: str | Path, workload_file: str = "") -> Trace:
     elif suffix in (".jsonl", ".ndjson"):
         rows = _rows_jsonl(text, name)
     else:
-        raise ConfigError.single(workload_file or name, "serving.trace",
-                                 f"trace {name!r}: unknown format {suffix!r}; use .csv or .jsonl")
+        raise ConfigError.single(
+            workload_file or name,
+            "serving.trace",
+            f"trace {name!r}: unknown format {suffix!r}; use .csv or .jsonl",
+        )
     if not rows:
         raise _fail(name, 1, "", "trace has no requests")
     has_arrival = any(row.get("arrival_s") not in (None, "") for _, row in rows)

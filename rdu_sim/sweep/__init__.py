@@ -41,7 +41,21 @@ from rdu_sim.sweep.run import Plan, SpecCheck, SweepSummary, check_spec, default
 from rdu_sim.sweep.spec import LoadedSpec, SweepSpec, load_spec
 
 __all__ = [
-    "Expansion", "LoadedSpec", "Plan", "Point", "SpecCheck", "SweepSpec", "SweepSummary",
-    "check_spec", "default_db", "evaluator_names", "expand", "export", "load", "load_spec",
-    "parquet_available", "register", "run_sweep",
+    "Expansion",
+    "LoadedSpec",
+    "Plan",
+    "Point",
+    "SpecCheck",
+    "SweepSpec",
+    "SweepSummary",
+    "check_spec",
+    "default_db",
+    "evaluator_names",
+    "expand",
+    "export",
+    "load",
+    "load_spec",
+    "parquet_available",
+    "register",
+    "run_sweep",
 ]

@@ -65,8 +65,9 @@ def get_evaluator(name: str) -> Evaluator:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown evaluator {name!r}; valid: {', '.join(evaluator_names())}"
-                       ) from None
+        raise KeyError(
+            f"unknown evaluator {name!r}; valid: {', '.join(evaluator_names())}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,11 @@ class SyntheticOptions(StrictModel):
 def _field(point: Point, path: str) -> Any:
     """A resolved config value by dotted path (`hw.` paths read the hardware)."""
     scenario = point.scenario
-    data: Any = (scenario.hardware.model_dump(mode="json") if path.startswith("hw.")
-                 else scenario.workload.model_dump(mode="json"))
+    data: Any = (
+        scenario.hardware.model_dump(mode="json")
+        if path.startswith("hw.")
+        else scenario.workload.model_dump(mode="json")
+    )
     for part in path.removeprefix("hw.").split("."):
         if not isinstance(data, Mapping) or part not in data:
             return None
@@ -135,7 +139,13 @@ def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
         "decode_tokens_per_s": slots / step_s,
         "ttft_s": {"p50": 40 * step_s, "p90": 50 * step_s, "p99": 60 * step_s},
         "tpot_s": {"p50": step_s, "p90": 1.1 * step_s, "p99": 1.2 * step_s},
-        "memory": {"hbm": {"capacity_bytes": hbm.capacity, "kv_bytes": kv_bytes,
-                           "weights_bytes": weights, "free_bytes": hbm.capacity - kv_bytes}},
+        "memory": {
+            "hbm": {
+                "capacity_bytes": hbm.capacity,
+                "kv_bytes": kv_bytes,
+                "weights_bytes": weights,
+                "free_bytes": hbm.capacity - kv_bytes,
+            }
+        },
         "requests_completed": workload.serving.requests,
     }

@@ -88,12 +88,17 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
     try:
         distributed: Any = importlib.import_module("distributed")
     except ImportError:  # pragma: no cover - depends on the install
-        raise RuntimeError("--cluster needs dask.distributed: pip install 'rdu-sim[dask]'"
-                           ) from None
+        raise RuntimeError(
+            "--cluster needs dask.distributed: pip install 'rdu-sim[dask]'"
+        ) from None
     if cluster == "local":
-        local = distributed.LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
-                                         processes=True, host="127.0.0.1",
-                                         dashboard_address=None)
+        local = distributed.LocalCluster(
+            n_workers=max(1, workers),
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        )
         return distributed.Client(local), local
     return distributed.Client(cluster, timeout="30s"), None
 

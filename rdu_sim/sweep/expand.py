@@ -71,11 +71,12 @@ def _dimensions(loaded: LoadedSpec) -> list[list[dict[str, Any]]]:
     for path, values in spec.axes.items():
         dims.append([{path: v} for v in axis_values(loaded, values, ("axes", path))])
     for index, group in enumerate(spec.zip):
-        columns = {path: axis_values(loaded, values, ("zip", str(index), path))
-                   for path, values in group.items()}
+        columns = {
+            path: axis_values(loaded, values, ("zip", str(index), path))
+            for path, values in group.items()
+        }
         length = len(next(iter(columns.values())))
-        dims.append([{path: column[i] for path, column in columns.items()}
-                     for i in range(length)])
+        dims.append([{path: column[i] for path, column in columns.items()} for i in range(length)])
     return dims
 
 
@@ -96,13 +97,14 @@ def _related(field: str, path: str) -> bool:
     return field == path or field.startswith(path + ".") or path.startswith(field + ".")
 
 
-def _blame(issue: ConfigIssue, loaded: LoadedSpec,
-           sources: Mapping[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+def _blame(
+    issue: ConfigIssue, loaded: LoadedSpec, sources: Mapping[str, tuple[str, ...]]
+) -> tuple[str, ...] | None:
     """The spec location of the override that caused `issue`, if one did."""
     in_base = issue.file == str(loaded.base)
     for path, where in sources.items():
         if path.startswith(HW_PREFIX):
-            if not in_base and _related(issue.field, path[len(HW_PREFIX):]):
+            if not in_base and _related(issue.field, path[len(HW_PREFIX) :]):
                 return where
         elif in_base and _related(issue.field, path):
             return where
@@ -131,9 +133,13 @@ class _Failures:
             self.groups.setdefault(group, []).append(_describe(overrides))
 
     def error(self, tried: int, total: int) -> ConfigError:
-        issues = [self.loaded.issue(
-            f"{self.points} of {total} points are invalid{'' if tried == total else ' (stopped after ' + str(tried) + ')'}; "  # noqa: E501
-            "nothing was run", "axes" if self.loaded.spec.axes else "")]
+        issues = [
+            self.loaded.issue(
+                f"{self.points} of {total} points are invalid{'' if tried == total else ' (stopped after ' + str(tried) + ')'}; "  # noqa: E501
+                "nothing was run",
+                "axes" if self.loaded.spec.axes else "",
+            )
+        ]
         for (file, field, message, line), points in self.groups.items():
             if len(points) < tried:
                 example = points[0]
@@ -152,8 +158,11 @@ def expand(loaded: LoadedSpec) -> Expansion:
     total = math.prod(len(d) for d in dims)
     if total > MAX_POINTS:
         sizes = " x ".join(str(len(d)) for d in dims)
-        raise loaded.error(f"the grid has {total} points ({sizes}); at most {MAX_POINTS} per "
-                           "spec: split it or use zip", "axes")
+        raise loaded.error(
+            f"the grid has {total} points ({sizes}); at most {MAX_POINTS} per "
+            "spec: split it or use zip",
+            "axes",
+        )
     data, lines = read_yaml(loaded.base)
     if not isinstance(data, Mapping):
         raise ConfigError.single(str(loaded.base), "", "expected a mapping of workload fields")
@@ -168,8 +177,9 @@ def expand(loaded: LoadedSpec) -> Expansion:
             overrides.update(step)
         tried += 1
         try:
-            scenario = build_scenario(data, workload_file=str(loaded.base), lines=lines,
-                                      overrides={**fixed, **overrides})
+            scenario = build_scenario(
+                data, workload_file=str(loaded.base), lines=lines, overrides={**fixed, **overrides}
+            )
         except ConfigError as exc:
             failures.add(exc, overrides)
             if failures.points >= MAX_REPORTED_FAILURES:

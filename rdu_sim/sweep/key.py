@@ -38,8 +38,9 @@ def _jsonable(value: Any) -> Any:
 
 def canonical_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no whitespace, plain types."""
-    return json.dumps(_jsonable(value), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=True, allow_nan=False)
+    return json.dumps(
+        _jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 def jsonable(value: Any) -> Any:
@@ -76,8 +77,9 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     trace = scenario.workload.serving.trace
     if trace is not None:
         path = Path(trace)
-        config["trace_sha256"] = _file_digest(path if path.is_absolute()
-                                              else scenario.base_dir / path)
+        config["trace_sha256"] = _file_digest(
+            path if path.is_absolute() else scenario.base_dir / path
+        )
     return config
 
 

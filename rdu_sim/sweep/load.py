@@ -23,8 +23,9 @@ _LEADING = ("key", "sweep", "status")
 _TRAILING = ("error", "wall_s", "started", "finished", "attempts", "version", "worker")
 
 
-def load(db: str | Path, *, sweep: str | None = None,
-         keys: Sequence[str] | None = None) -> pd.DataFrame:
+def load(
+    db: str | Path, *, sweep: str | None = None, keys: Sequence[str] | None = None
+) -> pd.DataFrame:
     """The results in `db` as a DataFrame (only `sweep`'s rows, or `keys`, when given)."""
     import pandas as pd  # here, not at import: workers and `rdu-sim check` do not need it
 
@@ -60,10 +61,17 @@ def export(frame: pd.DataFrame, path: str | Path) -> Path:
         frame.to_csv(out, index=False)
     elif suffix in (".parquet", ".pq"):
         if not parquet_available():
-            raise ConfigError.single(str(out), "", "Parquet export needs pyarrow, which is not "
-                                     "installed (pip install pyarrow); export to .csv instead")
-        mixed = [c for c in frame.columns if frame[c].dtype == object
-                 and frame[c].map(type).nunique() > 1]
+            raise ConfigError.single(
+                str(out),
+                "",
+                "Parquet export needs pyarrow, which is not "
+                "installed (pip install pyarrow); export to .csv instead",
+            )
+        mixed = [
+            c
+            for c in frame.columns
+            if frame[c].dtype == object and frame[c].map(type).nunique() > 1
+        ]
         frame = frame.astype({c: str for c in mixed})  # Parquet columns have one type
         frame.to_parquet(out, index=False)
     else:

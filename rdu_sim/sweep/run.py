@@ -54,8 +54,7 @@ class Plan:
         exp = self.expansion
         parts = [f"{exp.spec.name}: {len(exp.points)} points"]
         if exp.duplicates:
-            parts.append(f"({exp.duplicates} duplicate grid points resolved to the same "
-                         "config)")
+            parts.append(f"({exp.duplicates} duplicate grid points resolved to the same config)")
         detail = [f"{self.already_done} already done"]
         if self.failed_before:
             detail.append(f"{self.failed_before} failed before (rerun with --retry-failed)")
@@ -86,10 +85,14 @@ class SweepSummary:
     def describe(self) -> str:
         """One line for people."""
         if not self.ran:
-            return (f"{self.name}: nothing to run; {self.already_done} of {self.points} "
-                    f"points already done ({self.db})")
-        return (f"{self.name}: ran {self.ran} points in {self.wall_s:.1f} s: {self.done} done, "
-                f"{self.failed} failed; {self.already_done} were already done ({self.db})")
+            return (
+                f"{self.name}: nothing to run; {self.already_done} of {self.points} "
+                f"points already done ({self.db})"
+            )
+        return (
+            f"{self.name}: ran {self.ran} points in {self.wall_s:.1f} s: {self.done} done, "
+            f"{self.failed} failed; {self.already_done} were already done ({self.db})"
+        )
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,9 @@ class SpecCheck:
     def __str__(self) -> str:
         exp = self.expansion
         axes = ", ".join(exp.axes) or "no axes"
-        return (f"{exp.spec.name!r}: {len(exp.points)} points over {axes} "
-                f"(base {exp.spec.base.name})")
+        return (
+            f"{exp.spec.name!r}: {len(exp.points)} points over {axes} (base {exp.spec.base.name})"
+        )
 
 
 def default_db(spec_file: Path) -> Path:
@@ -120,8 +124,10 @@ def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
     try:
         options = entry.options.model_validate(spec.options)
     except ValidationError as exc:
-        raise ConfigError(issues_from_validation(
-            exc, entry.options, str(loaded.file), loaded.lines, ("evaluator", "options"))
+        raise ConfigError(
+            issues_from_validation(
+                exc, entry.options, str(loaded.file), loaded.lines, ("evaluator", "options")
+            )
         ) from None
     return BoundEvaluator(entry.function, options)
 
@@ -133,8 +139,10 @@ def _require_api(loaded: LoadedSpec) -> None:
     try:
         importlib.import_module("rdu_sim.api")
     except ImportError as exc:
-        raise loaded.error(f"the simulate evaluator needs rdu_sim.api, which cannot be "
-                           f"imported: {exc}", "evaluator") from None
+        raise loaded.error(
+            f"the simulate evaluator needs rdu_sim.api, which cannot be imported: {exc}",
+            "evaluator",
+        ) from None
 
 
 def check_spec(path: str | Path) -> SpecCheck:
@@ -148,8 +156,7 @@ def check_spec(path: str | Path) -> SpecCheck:
     return SpecCheck(expansion)
 
 
-def plan(expansion: Expansion, existing: Mapping[str, Existing], *,
-         retry_failed: bool) -> Plan:
+def plan(expansion: Expansion, existing: Mapping[str, Existing], *, retry_failed: bool) -> Plan:
     """Decide which points run, from what the database holds."""
     metrics = set(expansion.spec.spec.metrics or ())
     to_run: list[Point] = []
@@ -159,8 +166,9 @@ def plan(expansion: Expansion, existing: Mapping[str, Existing], *,
         if row is None:
             to_run.append(point)
         elif row.status == "done":
-            covered = all(any(k == m or k.startswith(m + ".") for k in row.metric_keys)
-                          for m in metrics)
+            covered = all(
+                any(k == m or k.startswith(m + ".") for k in row.metric_keys) for m in metrics
+            )
             if covered:
                 done += 1
             else:
@@ -198,7 +206,10 @@ def _missing_metrics_error(loaded: LoadedSpec, outcome: Outcome) -> ConfigError:
     more = f" and {len(outcome.available) - 60} more" if len(outcome.available) > 60 else ""
     return loaded.error(
         f"not in the results: {', '.join(outcome.missing)}; the sweep stopped. Available "
-        f"metrics: {shown}{more}", "metrics", str(first))
+        f"metrics: {shown}{more}",
+        "metrics",
+        str(first),
+    )
 
 
 def _executor(tasks: Sequence[Task], workers: int, cluster: str | None) -> Iterator[Outcome]:
@@ -209,10 +220,17 @@ def _executor(tasks: Sequence[Task], workers: int, cluster: str | None) -> Itera
     return run_pool(tasks, min(workers, len(tasks)))
 
 
-def run_sweep(spec: str | Path, *, db: str | Path | None = None, workers: int | None = None,
-              cluster: str | None = None, retry_failed: bool = False, dry_run: bool = False,
-              progress: bool | Reporter = False,
-              evaluator: Evaluate | None = None) -> SweepSummary:
+def run_sweep(
+    spec: str | Path,
+    *,
+    db: str | Path | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
+    retry_failed: bool = False,
+    dry_run: bool = False,
+    progress: bool | Reporter = False,
+    evaluator: Evaluate | None = None,
+) -> SweepSummary:
     """Run (or resume) the sweep in `spec`; return what it did.
 
     `workers`: processes (default: the core count; 1 runs in this process). `cluster`:
@@ -226,8 +244,9 @@ def run_sweep(spec: str | Path, *, db: str | Path | None = None, workers: int | 
     expansion = expand(loaded)
     evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
     db_path = Path(db) if db is not None else default_db(loaded.file)
-    reporter: Reporter = (progress if not isinstance(progress, bool)
-                          else RichReporter() if progress else Silent())
+    reporter: Reporter = (
+        progress if not isinstance(progress, bool) else RichReporter() if progress else Silent()
+    )
     keys = tuple(p.key for p in expansion.points)
 
     if evaluator is None and not dry_run:
@@ -236,29 +255,58 @@ def run_sweep(spec: str | Path, *, db: str | Path | None = None, workers: int | 
         existing = _peek(db_path, keys)
         the_plan = plan(expansion, existing, retry_failed=retry_failed)
         reporter.message(the_plan.describe() + " (dry run: nothing runs)")
-        return SweepSummary(loaded.name, db_path, len(keys), the_plan.already_done,
-                            the_plan.failed_before, keys=keys, plan=the_plan)
+        return SweepSummary(
+            loaded.name,
+            db_path,
+            len(keys),
+            the_plan.already_done,
+            the_plan.failed_before,
+            keys=keys,
+            plan=the_plan,
+        )
 
     with Store(db_path) as store:
         the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed)
         reporter.message(the_plan.describe())
-        summary = SweepSummary(loaded.name, db_path, len(keys), the_plan.already_done,
-                               the_plan.failed_before, keys=keys, plan=the_plan)
+        summary = SweepSummary(
+            loaded.name,
+            db_path,
+            len(keys),
+            the_plan.already_done,
+            the_plan.failed_before,
+            keys=keys,
+            plan=the_plan,
+        )
         metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
         tasks = [Task(point, evaluate, metrics) for point in the_plan.to_run]
         by_key = {p.key: p for p in the_plan.to_run}
         start = time.perf_counter()
         if tasks:
-            _execute(store, tasks, by_key, loaded, summary, reporter,
-                     workers or default_workers(), cluster)
+            _execute(
+                store,
+                tasks,
+                by_key,
+                loaded,
+                summary,
+                reporter,
+                workers or default_workers(),
+                cluster,
+            )
         summary.wall_s = time.perf_counter() - start
         _refresh_view(store, expansion)
     return summary
 
 
-def _execute(store: Store, tasks: list[Task], by_key: Mapping[str, Point], loaded: LoadedSpec,
-             summary: SweepSummary, reporter: Reporter, workers: int,
-             cluster: str | None) -> None:
+def _execute(
+    store: Store,
+    tasks: list[Task],
+    by_key: Mapping[str, Point],
+    loaded: LoadedSpec,
+    summary: SweepSummary,
+    reporter: Reporter,
+    workers: int,
+    cluster: str | None,
+) -> None:
     """Run the tasks, writing each outcome as it arrives."""
     reporter.start(loaded.name, len(tasks))
     outcomes = _executor(tasks, workers, cluster)
@@ -309,4 +357,3 @@ def _refresh_view(store: Store, expansion: Expansion) -> None:
                     seen.add(name)
                     names.append(name)
     store.make_view(expansion.axes, names)
-

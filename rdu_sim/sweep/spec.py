@@ -69,8 +69,9 @@ class RangeSpec(StrictModel):
             if not math.isfinite(self.step) or self.step == 0:
                 raise ValueError(f"step must be a non-zero number, got {self.step}")
             if (self.stop - self.start) * self.step < 0:
-                raise ValueError(f"step {self.step} never reaches stop {self.stop} from "
-                                 f"start {self.start}")
+                raise ValueError(
+                    f"step {self.step} never reaches stop {self.stop} from start {self.start}"
+                )
             count = math.floor((self.stop - self.start) / self.step + 1e-9) + 1
             if count > MAX_AXIS_VALUES:
                 raise ValueError(f"the range has {count} values; at most {MAX_AXIS_VALUES}")
@@ -106,8 +107,10 @@ class RangeSpec(StrictModel):
         if ints:
             values: list[int | float] = [round(v) for v in raw]
             if len(set(values)) != len(values):
-                raise ValueError(f"the integer range {self.start}..{self.stop} repeats values "
-                                 "after rounding; use fewer points or float bounds")
+                raise ValueError(
+                    f"the integer range {self.start}..{self.stop} repeats values "
+                    "after rounding; use fewer points or float bounds"
+                )
             return values
         return [round(v, 12) for v in raw]
 
@@ -137,14 +140,17 @@ def _axis(value: Any) -> Any:
             return RangeSpec.model_validate(value)
         except ValidationError as exc:
             problems = "; ".join(_range_problem(e) for e in exc.errors())
-            raise ValueError(f"bad range ({problems}); a range is {{start, stop, step}} or "
-                             "{start, stop, num, scale: linear|log}, optional unit") from None
+            raise ValueError(
+                f"bad range ({problems}); a range is {{start, stop, step}} or "
+                "{start, stop, num, scale: linear|log}, optional unit"
+            ) from None
     if isinstance(value, list):
         if not value:
             raise ValueError("an axis needs at least one value")
         return value
-    raise ValueError(f"an axis is a list of values or a range mapping, got "
-                     f"{type(value).__name__} {value!r}")
+    raise ValueError(
+        f"an axis is a list of values or a range mapping, got {type(value).__name__} {value!r}"
+    )
 
 
 AxisValues = Annotated[list[Any] | RangeSpec, BeforeValidator(_axis)]
@@ -259,20 +265,24 @@ def _duplicates(loaded: LoadedSpec) -> None:
     for where, path in places:
         if path in seen:
             first = ".".join(seen[path])
-            raise loaded.error(f"{path!r} is already given at {first}; a field may vary in "
-                               "one place only", *where)
+            raise loaded.error(
+                f"{path!r} is already given at {first}; a field may vary in one place only", *where
+            )
         seen[path] = where
 
 
 def _zip_lengths(loaded: LoadedSpec) -> None:
     """Axes zipped together must have equal lengths."""
     for index, group in enumerate(loaded.spec.zip):
-        lengths = {path: len(axis_values(loaded, values, ("zip", str(index), path)))
-                   for path, values in group.items()}
+        lengths = {
+            path: len(axis_values(loaded, values, ("zip", str(index), path)))
+            for path, values in group.items()
+        }
         if len(set(lengths.values())) > 1:
             shown = ", ".join(f"{p}: {n}" for p, n in lengths.items())
-            raise loaded.error(f"zipped axes must have equal lengths, got {shown}",
-                               "zip", str(index))
+            raise loaded.error(
+                f"zipped axes must have equal lengths, got {shown}", "zip", str(index)
+            )
 
 
 def axis_values(loaded: LoadedSpec, values: AxisValues, where: tuple[str, ...]) -> list[Any]:
@@ -295,8 +305,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
         base = file.parent / base
     loaded = LoadedSpec(spec, file, lines, base.resolve())
     if not loaded.base.is_file():
-        raise loaded.error(f"base workload {str(loaded.base)!r} not found (paths are relative "
-                           "to the spec file)", "base")
+        raise loaded.error(
+            f"base workload {str(loaded.base)!r} not found (paths are relative to the spec file)",
+            "base",
+        )
     _duplicates(loaded)
     _zip_lengths(loaded)
     return loaded

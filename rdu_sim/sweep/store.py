@@ -42,8 +42,21 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-COLUMNS = ("key", "sweep", "overrides", "config", "metrics", "status", "error", "version",
-           "worker", "wall_s", "started", "finished", "attempts")
+COLUMNS = (
+    "key",
+    "sweep",
+    "overrides",
+    "config",
+    "metrics",
+    "status",
+    "error",
+    "version",
+    "worker",
+    "wall_s",
+    "started",
+    "finished",
+    "attempts",
+)
 
 
 @dataclass(frozen=True)
@@ -110,12 +123,14 @@ class Store:
             raise ConfigError.single(str(path), "", f"not a sweep database: {exc}") from None
 
     def _check_schema(self) -> None:
-        row = self._conn.execute(
-            "SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        row = self._conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if row is None or int(row[0]) != SCHEMA_VERSION:
             found = "none" if row is None else row[0]
-            raise ConfigError.single(str(self.path), "", f"sweep database schema {found}, this "
-                                     f"rdu-sim writes schema {SCHEMA_VERSION}")
+            raise ConfigError.single(
+                str(self.path),
+                "",
+                f"sweep database schema {found}, this rdu-sim writes schema {SCHEMA_VERSION}",
+            )
 
     def transaction(self) -> _Transaction:
         """`with store.transaction():` runs its statements atomically."""
@@ -135,8 +150,7 @@ class Store:
         """Status and stored metric names of the given keys (all rows when None)."""
         wanted = None if keys is None else set(keys)
         found: dict[str, Existing] = {}
-        for key, status, metrics in self._conn.execute(
-                "SELECT key, status, metrics FROM results"):
+        for key, status, metrics in self._conn.execute("SELECT key, status, metrics FROM results"):
             if wanted is not None and key not in wanted:
                 continue
             names = frozenset(json.loads(metrics)) if metrics else frozenset()
@@ -145,8 +159,20 @@ class Store:
 
     def record(self, row: Row) -> None:
         """Insert or replace one point's row in one transaction (attempts counts reruns)."""
-        values = (row.key, row.sweep, row.overrides, row.config, row.metrics, row.status,
-                  row.error, row.version, row.worker, row.wall_s, row.started, row.finished)
+        values = (
+            row.key,
+            row.sweep,
+            row.overrides,
+            row.config,
+            row.metrics,
+            row.status,
+            row.error,
+            row.version,
+            row.worker,
+            row.wall_s,
+            row.started,
+            row.finished,
+        )
         with self.transaction():
             self._conn.execute(
                 """INSERT INTO results (key, sweep, overrides, config, metrics, status, error,
@@ -162,8 +188,9 @@ class Store:
                 values,
             )
 
-    def rows(self, keys: Sequence[str] | None = None,
-             sweep: str | None = None) -> list[dict[str, Any]]:
+    def rows(
+        self, keys: Sequence[str] | None = None, sweep: str | None = None
+    ) -> list[dict[str, Any]]:
         """Rows as dicts (JSON columns still text), oldest finished first."""
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
@@ -172,20 +199,27 @@ class Store:
             params.append(sweep)
         query += " ORDER BY finished, key"
         wanted = None if keys is None else set(keys)
-        return [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query, params)
-                if wanted is None or r[0] in wanted]
+        return [
+            dict(zip(COLUMNS, r, strict=True))
+            for r in self._conn.execute(query, params)
+            if wanted is None or r[0] in wanted
+        ]
 
     def make_view(self, axes: Sequence[str], metrics: Sequence[str]) -> None:
         """(Re)build the `results_flat` view: one column per axis and metric."""
         columns = ["key", "sweep", "status"]
         columns += [f"json_extract(overrides, {_json_path(a)}) AS {_quote(a)}" for a in axes]
-        columns += [f"json_extract(metrics, {_json_path(m)}) AS {_quote(m)}" for m in metrics
-                    if m not in axes]
+        columns += [
+            f"json_extract(metrics, {_json_path(m)}) AS {_quote(m)}"
+            for m in metrics
+            if m not in axes
+        ]
         columns += ["error", "wall_s", "version", "started", "finished"]
         with self.transaction():
             self._conn.execute("DROP VIEW IF EXISTS results_flat")
-            self._conn.execute(f"CREATE VIEW results_flat AS SELECT {', '.join(columns)} "
-                               "FROM results")
+            self._conn.execute(
+                f"CREATE VIEW results_flat AS SELECT {', '.join(columns)} FROM results"
+            )
 
 
 class _Transaction:

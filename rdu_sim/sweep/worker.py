@@ -62,8 +62,9 @@ def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def select(flat: Mapping[str, Any], metrics: tuple[str, ...] | None
-           ) -> tuple[dict[str, Any], tuple[str, ...]]:
+def select(
+    flat: Mapping[str, Any], metrics: tuple[str, ...] | None
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Keep the requested metrics; a path naming a mapping keeps all its leaves."""
     if metrics is None:
         return dict(flat), ()
@@ -128,5 +129,16 @@ def run_task(task: Task) -> Outcome:
 def lost(task: Task, reason: str) -> Outcome:
     """An Outcome for a task whose worker died or whose result never came back."""
     now = _now()
-    return Outcome(task.point.key, "failed", None, reason, (), (), rdu_sim.__version__,
-                   "unknown", 0.0, now, now)
+    return Outcome(
+        task.point.key,
+        "failed",
+        None,
+        reason,
+        (),
+        (),
+        rdu_sim.__version__,
+        "unknown",
+        0.0,
+        now,
+        now,
+    )

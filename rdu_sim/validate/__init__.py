@@ -10,5 +10,15 @@ sensitivity study (``python -m rdu_sim.validate.sensitivity``).
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate, with_tolerances
 from rdu_sim.validate.suite import RunMeasurement, SuiteResult, run_suite, tolerance_overrides
 
-__all__ = ["FIGURES", "Figure", "Measurements", "Row", "RunMeasurement", "SuiteResult",
-           "evaluate", "run_suite", "tolerance_overrides", "with_tolerances"]
+__all__ = [
+    "FIGURES",
+    "Figure",
+    "Measurements",
+    "Row",
+    "RunMeasurement",
+    "SuiteResult",
+    "evaluate",
+    "run_suite",
+    "tolerance_overrides",
+    "with_tolerances",
+]

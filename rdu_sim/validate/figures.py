@@ -19,9 +19,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 SOURCE = "SnapStream, arXiv 2511.03092 (DeepSeek-R1, 16x SN40L, TP16, 128k)"
-SINGLE_STREAM_SOURCE = ("SambaNova, 'SambaNova SN40L: Unleashing Agentic AI with Dataflow', "
-                        "DAC 2025 talk abstract: one rack of 16 SN40L RDUs serves "
-                        "DeepSeek-R1 671B at 198 tokens/s")
+SINGLE_STREAM_SOURCE = (
+    "SambaNova, 'SambaNova SN40L: Unleashing Agentic AI with Dataflow', "
+    "DAC 2025 talk abstract: one rack of 16 SN40L RDUs serves "
+    "DeepSeek-R1 671B at 198 tokens/s"
+)
 
 
 @dataclass(frozen=True)
@@ -71,34 +73,59 @@ def _prefill_increase(m: Measurements) -> float:
 
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("max_batch_ratio", 4.0, 0.10, "x",
-           "batch capacity (largest batch whose memory plan fits on a socket) with SnapStream "
-           "over full attention, both at max_context 128k",
-           lambda m: _ratio(m.batch_capacity_snapstream, m.batch_capacity_full)),
-    Figure("decode_throughput_ratio", 4.3, 0.10, "x",
-           "steady-state decode tokens/s with SnapStream over full attention (each in its "
-           "own continuous-batching run at its own batch capacity)",
-           lambda m: _ratio(m.decode_tokens_per_s_snapstream, m.decode_tokens_per_s_full)),
-    Figure("decode_throughput_snapstream", 1832.0, 0.15, "tokens/s",
-           "steady-state decode tokens/s of the SnapStream continuous-batching run: output "
-           "tokens emitted between the slots' first full turnover (completion number "
-           "batch_slots) and the last admission, over that window; every slot is occupied "
-           "throughout and prefill stalls are included",
-           lambda m: m.decode_tokens_per_s_snapstream),
-    Figure("prefill_increase", 0.035, 0.015 / 0.035, "fraction",
-           "prefill time of the workload's typical compressed prompt (the median of its "
-           "prompt distribution above the SnapStream budget) with SnapStream (SnapKV "
-           "selection included) over full attention for the same prompt, minus 1; "
-           "published 2%..5%, written as 3.5% +- 1.5%",
-           _prefill_increase),
-    Figure("decode_speed_batch1", 198.0, 0.15, "tokens/s",
-           "output tokens/s of one request decoding alone, after its first token: the "
-           "full-attention workload with 1 batch slot, 1024-token prompts and 1024 output "
-           "tokens, (output - 1) / (finish - first token), median over the run's requests. "
-           "Not a SnapStream figure: " + SINGLE_STREAM_SOURCE + " (a per-user speed, so "
-           "an upper bound is what one slot gives); it checks the per-step hardware model "
-           "(links, HBM, launch costs) at the opposite end from the max-batch figures",
-           lambda m: m.single_stream_tokens_per_s),
+    Figure(
+        "max_batch_ratio",
+        4.0,
+        0.10,
+        "x",
+        "batch capacity (largest batch whose memory plan fits on a socket) with SnapStream "
+        "over full attention, both at max_context 128k",
+        lambda m: _ratio(m.batch_capacity_snapstream, m.batch_capacity_full),
+    ),
+    Figure(
+        "decode_throughput_ratio",
+        4.3,
+        0.10,
+        "x",
+        "steady-state decode tokens/s with SnapStream over full attention (each in its "
+        "own continuous-batching run at its own batch capacity)",
+        lambda m: _ratio(m.decode_tokens_per_s_snapstream, m.decode_tokens_per_s_full),
+    ),
+    Figure(
+        "decode_throughput_snapstream",
+        1832.0,
+        0.15,
+        "tokens/s",
+        "steady-state decode tokens/s of the SnapStream continuous-batching run: output "
+        "tokens emitted between the slots' first full turnover (completion number "
+        "batch_slots) and the last admission, over that window; every slot is occupied "
+        "throughout and prefill stalls are included",
+        lambda m: m.decode_tokens_per_s_snapstream,
+    ),
+    Figure(
+        "prefill_increase",
+        0.035,
+        0.015 / 0.035,
+        "fraction",
+        "prefill time of the workload's typical compressed prompt (the median of its "
+        "prompt distribution above the SnapStream budget) with SnapStream (SnapKV "
+        "selection included) over full attention for the same prompt, minus 1; "
+        "published 2%..5%, written as 3.5% +- 1.5%",
+        _prefill_increase,
+    ),
+    Figure(
+        "decode_speed_batch1",
+        198.0,
+        0.15,
+        "tokens/s",
+        "output tokens/s of one request decoding alone, after its first token: the "
+        "full-attention workload with 1 batch slot, 1024-token prompts and 1024 output "
+        "tokens, (output - 1) / (finish - first token), median over the run's requests. "
+        "Not a SnapStream figure: " + SINGLE_STREAM_SOURCE + " (a per-user speed, so "
+        "an upper bound is what one slot gives); it checks the per-step hardware model "
+        "(links, HBM, launch costs) at the opposite end from the max-batch figures",
+        lambda m: m.single_stream_tokens_per_s,
+    ),
 )
 """The four published figures of the SnapStream deployment, then the independent
 single-stream speed of the same rack, in report order."""
@@ -125,25 +152,34 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         """name, published, simulated, relative_error, tolerance, pass (plus unit, the
         passing range and the definition); NaN becomes null so the JSON stays valid."""
+
         def num(x: float) -> float | None:
             # significant digits, not decimals: a 0.08% fraction keeps its precision
             return float(f"{x:.9g}") if math.isfinite(x) else None
 
         f = self.figure
-        return {"name": f.name, "published": f.published, "simulated": num(self.simulated),
-                "relative_error": num(self.relative_error), "tolerance": round(f.tolerance, 6),
-                "pass": self.passed, "unit": f.unit, "low": num(f.low), "high": num(f.high),
-                "definition": f.definition}
+        return {
+            "name": f.name,
+            "published": f.published,
+            "simulated": num(self.simulated),
+            "relative_error": num(self.relative_error),
+            "tolerance": round(f.tolerance, 6),
+            "pass": self.passed,
+            "unit": f.unit,
+            "low": num(f.low),
+            "high": num(f.high),
+            "definition": f.definition,
+        }
 
 
-def evaluate(measurements: Measurements,
-             figures: Sequence[Figure] = FIGURES) -> list[Row]:
+def evaluate(measurements: Measurements, figures: Sequence[Figure] = FIGURES) -> list[Row]:
     """Compare every figure with what the runs measured."""
     return [Row(f, float(f.measure(measurements))) for f in figures]
 
 
-def with_tolerances(overrides: Mapping[str, float],
-                    figures: Sequence[Figure] = FIGURES) -> tuple[Figure, ...]:
+def with_tolerances(
+    overrides: Mapping[str, float], figures: Sequence[Figure] = FIGURES
+) -> tuple[Figure, ...]:
     """The figures with some tolerances replaced; an unknown name or a negative tolerance is
     a ValueError naming the valid figures."""
     names = {f.name for f in figures}
@@ -152,5 +188,6 @@ def with_tolerances(overrides: Mapping[str, float],
             raise ValueError(f"unknown figure {name!r}; figures: {', '.join(sorted(names))}")
         if not (tol >= 0 and math.isfinite(tol)):
             raise ValueError(f"tolerance of {name} must be a finite number >= 0, got {tol}")
-    return tuple(replace(f, tolerance=overrides[f.name]) if f.name in overrides else f
-                 for f in figures)
+    return tuple(
+        replace(f, tolerance=overrides[f.name]) if f.name in overrides else f for f in figures
+    )

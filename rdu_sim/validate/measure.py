@@ -24,20 +24,25 @@ from rdu_sim.serving.steady import (
 )
 from rdu_sim.serving.step_cache import PS_PER_S
 
-__all__ = ["MIN_TURNOVERS", "SteadyState", "compressed_prompt", "min_requests",
-           "prefill_time", "single_stream_speed", "steady_state"]
+__all__ = [
+    "MIN_TURNOVERS",
+    "SteadyState",
+    "compressed_prompt",
+    "min_requests",
+    "prefill_time",
+    "single_stream_speed",
+    "steady_state",
+]
 
 
 def steady_state(result: RunResult) -> SteadyState:
     """Decode tokens/s between the slots' first full turnover and the last admission
     (``rdu_sim.serving.steady.find_steady_state``); a ConfigError when there is no window."""
-    found = find_steady_state(result.records, result.batch_slots,
-                              result.requests_in.closed_loop)
+    found = find_steady_state(result.records, result.batch_slots, result.requests_in.closed_loop)
     if isinstance(found, NoSteadyWindow):
         message = found.message
         if found.field == CLOSED_LOOP_FIELD:
-            message = ("the calibration measures a closed loop (slots kept full); "
-                       "use closed_loop")
+            message = "the calibration measures a closed loop (slots kept full); use closed_loop"
         raise ConfigError.single(result.scenario.workload_file, found.field, message)
     return found
 
@@ -60,8 +65,9 @@ def single_stream_speed(result: RunResult) -> float:
 def compressed_prompt(scenario: Scenario, slot_tokens: int) -> int | None:
     """The workload's typical compressed prompt (see
     ``rdu_sim.serving.requests.typical_compressed_length``)."""
-    return typical_compressed_length(scenario.workload.serving, slot_tokens,
-                                     scenario.base_dir, scenario.workload_file)
+    return typical_compressed_length(
+        scenario.workload.serving, slot_tokens, scenario.base_dir, scenario.workload_file
+    )
 
 
 def prefill_time(result: RunResult, prompt: int) -> float:

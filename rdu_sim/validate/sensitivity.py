@@ -28,14 +28,19 @@ VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("P2P 32 GB/s (64)", ("hw.system.intra_node_link.bandwidth=32 GB/s",)),
     ("P2P 128 GB/s (64)", ("hw.system.intra_node_link.bandwidth=128 GB/s",)),
     ("P2P hop latency 3 us (1)", ("hw.system.intra_node_link.latency=3 us",)),
-    ("collectives both ways round the ring (one way)",
-     ("hw.system.collective_algorithm=bidirectional_ring",)),
-    ("tree all-reduce over a fully connected system (ring)",
-     ("hw.system.topology=fully_connected", "hw.system.collective_algorithm=tree")),
-    ("two 8-socket nodes, 50 GB/s between (one 16-socket node)",
-     ("hw.system.sockets_per_node=8",)),
-    ("two 8-socket nodes, 25 GB/s between (one 16-socket node)",
-     ("hw.system.sockets_per_node=8", "hw.system.inter_node_link.bandwidth=25 GB/s")),
+    (
+        "collectives both ways round the ring (one way)",
+        ("hw.system.collective_algorithm=bidirectional_ring",),
+    ),
+    (
+        "tree all-reduce over a fully connected system (ring)",
+        ("hw.system.topology=fully_connected", "hw.system.collective_algorithm=tree"),
+    ),
+    ("two 8-socket nodes, 50 GB/s between (one 16-socket node)", ("hw.system.sockets_per_node=8",)),
+    (
+        "two 8-socket nodes, 25 GB/s between (one 16-socket node)",
+        ("hw.system.sockets_per_node=8", "hw.system.inter_node_link.bandwidth=25 GB/s"),
+    ),
     ("kernel sync 50 us (10)", ("hw.socket.kernel.sync=50 us",)),
     ("MLA cache head_split (sequence_split)", ("parallelism.mla_cache_layout=head_split",)),
     ("SnapStream budget 16k (32k)", ("kv.budget=16384",)),
@@ -52,8 +57,11 @@ VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def _cell(value: float, base: float, unit: str) -> str:
     if not math.isfinite(value):
         return "n/a"
-    text = f"{100 * value:.2f}%" if unit == "fraction" else (
-        f"{value:.2f}x" if unit == "x" else f"{value:,.0f}")
+    text = (
+        f"{100 * value:.2f}%"
+        if unit == "fraction"
+        else (f"{value:.2f}x" if unit == "x" else f"{value:,.0f}")
+    )
     if math.isfinite(base) and base != 0 and value != base:
         text += f" ({100 * (value / base - 1):+.0f}%)"
     return text
@@ -75,8 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             result: SuiteResult = run_suite(quick=args.quick, overrides=overrides)
         except Exception as exc:  # a variant that does not fit is a result, not a crash
-            print(f"| {label} | " + f"cannot run: {type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0][:120]} |" + " |" * (len(names) - 1), flush=True)
+            print(
+                f"| {label} | " + f"cannot run: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:120]} |" + " |" * (len(names) - 1),
+                flush=True,
+            )
             continue
         values = {row.figure.name: row.simulated for row in result.rows}
         if label == "baseline":

@@ -37,8 +37,12 @@ from rdu_sim.validate.measure import (
 QUICK_TURNOVERS = 3
 """Requests per slot in ``--quick`` runs (the fewest with a full turnover in the steady window)."""
 
-SINGLE_STREAM = ("serving.batch_slots=1", "serving.requests=3", "serving.prompt_tokens=1024",
-                 "serving.output_tokens=1024")
+SINGLE_STREAM = (
+    "serving.batch_slots=1",
+    "serving.requests=3",
+    "serving.prompt_tokens=1024",
+    "serving.output_tokens=1024",
+)
 """Overrides (after the caller's) of the full-attention run that measures the single-stream
 speed (figure decode_speed_batch1): one slot, three short requests."""
 
@@ -88,16 +92,22 @@ def plan_run(path: Path, overrides: Sequence[str], quick: bool) -> list[str]:
     scenario = api.load(path, ovr)
     serving = scenario.workload.serving
     if serving.arrival.process != "closed_loop":
-        raise ConfigError.single(scenario.workload_file, "serving.arrival.process",
-                                 "the calibration measures a closed loop (slots kept full); "
-                                 f"got {serving.arrival.process!r}")
+        raise ConfigError.single(
+            scenario.workload_file,
+            "serving.arrival.process",
+            "the calibration measures a closed loop (slots kept full); "
+            f"got {serving.arrival.process!r}",
+        )
     slots = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
     if quick:
         return [*ovr, f"serving.requests={max(QUICK_TURNOVERS * slots, min_requests(slots))}"]
     if serving.requests < min_requests(slots):
-        raise ConfigError.single(scenario.workload_file, "serving.requests",
-                                 f"{serving.requests} requests leave no steady window with "
-                                 f"{slots} slots; need at least {min_requests(slots)}")
+        raise ConfigError.single(
+            scenario.workload_file,
+            "serving.requests",
+            f"{serving.requests} requests leave no steady window with "
+            f"{slots} slots; need at least {min_requests(slots)}",
+        )
     return ovr
 
 
@@ -110,12 +120,18 @@ def measure_run(path: Path, overrides: Sequence[str], prompt: int | None) -> Run
     data = result.to_dict()
     prefill = prefill_time(result, prompt) if prompt is not None else math.nan
     return RunMeasurement(
-        workload=result.scenario.workload.name, kv_policy=result.policy.name,
-        batch_capacity=result.batch_capacity, batch_slots=result.batch_slots,
-        requests=len(result.records), decode_tokens_per_s=steady.tokens_per_s,
+        workload=result.scenario.workload.name,
+        kv_policy=result.policy.name,
+        batch_capacity=result.batch_capacity,
+        batch_slots=result.batch_slots,
+        requests=len(result.records),
+        decode_tokens_per_s=steady.tokens_per_s,
         window_s=(steady.start_s, steady.end_s),
         aggregate_decode_tokens_per_s=float(data["decode_tokens_per_s"]),
-        prefill_prompt=prompt, prefill_s=prefill, wall_s=time.perf_counter() - began)
+        prefill_prompt=prompt,
+        prefill_s=prefill,
+        wall_s=time.perf_counter() - began,
+    )
 
 
 def measure_single_stream(path: Path, overrides: Sequence[str]) -> float:
@@ -131,9 +147,15 @@ def reference_prompt(snapstream: Path, overrides: Sequence[str]) -> int | None:
     return compressed_prompt(scenario, policy.slot_tokens(scenario.workload.serving.max_context))
 
 
-def run_suite(*, quick: bool = False, overrides: Iterable[str] = (),
-              snapstream: Path = SNAPSTREAM_WORKLOAD, full: Path = FULL_WORKLOAD,
-              figures: Sequence[Figure] = FIGURES, parallel: bool = True) -> SuiteResult:
+def run_suite(
+    *,
+    quick: bool = False,
+    overrides: Iterable[str] = (),
+    snapstream: Path = SNAPSTREAM_WORKLOAD,
+    full: Path = FULL_WORKLOAD,
+    figures: Sequence[Figure] = FIGURES,
+    parallel: bool = True,
+) -> SuiteResult:
     """Run both deployments (``overrides`` apply to both, ``hw.`` ones to the shared
     hardware file) and compare with the published figures."""
     ovr = list(overrides)
@@ -142,8 +164,7 @@ def run_suite(*, quick: bool = False, overrides: Iterable[str] = (),
     prompt = reference_prompt(snapstream, ovr)
     if parallel:
         with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(measure_run, path, run_ovr, prompt)
-                       for path, run_ovr in plans]
+            futures = [pool.submit(measure_run, path, run_ovr, prompt) for path, run_ovr in plans]
             single = pool.submit(measure_single_stream, full, ovr)
             ss, fu = (f.result() for f in futures)
             single_stream = single.result()
@@ -151,11 +172,15 @@ def run_suite(*, quick: bool = False, overrides: Iterable[str] = (),
         ss, fu = (measure_run(path, run_ovr, prompt) for path, run_ovr in plans)
         single_stream = measure_single_stream(full, ovr)
     measurements = Measurements(
-        batch_capacity_snapstream=ss.batch_capacity, batch_capacity_full=fu.batch_capacity,
+        batch_capacity_snapstream=ss.batch_capacity,
+        batch_capacity_full=fu.batch_capacity,
         decode_tokens_per_s_snapstream=ss.decode_tokens_per_s,
-        decode_tokens_per_s_full=fu.decode_tokens_per_s, prefill_prompt=prompt,
-        prefill_s_snapstream=ss.prefill_s, prefill_s_full=fu.prefill_s,
-        single_stream_tokens_per_s=single_stream)
+        decode_tokens_per_s_full=fu.decode_tokens_per_s,
+        prefill_prompt=prompt,
+        prefill_s_snapstream=ss.prefill_s,
+        prefill_s_full=fu.prefill_s,
+        single_stream_tokens_per_s=single_stream,
+    )
     return SuiteResult(ss, fu, measurements, evaluate(measurements, figures))
 
 

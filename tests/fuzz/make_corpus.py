@@ -45,37 +45,107 @@ RUN_OVERRIDE = "serving.requests=1"  # what the test adds when it runs a workloa
 Data = dict[str, Any]
 Path_ = tuple[Any, ...]
 
-WRONG_TYPES: list[Any] = [[1, 2], {"x": 1}, "not-a-number", True, False, None, 3.5, -7, "",
-                          "1e3", [], {}]
-BAD_NUMBERS: list[Any] = [10**30, -(10**30), 1e308, -1e308, float("inf"), float("-inf"),
-                          float("nan"), 2**63, 2**64, -1, 0, -0.0, 1e-300]
-BAD_UNIT_TEMPLATES = ["{n} parsecs", "{n} TB/s/s", "{n}{n} GiB", "-{n} TB/s", "{n} GHz",
-                      "{n} ns", "fast", "GiB", "{n},5 GB", "0x10 GiB", "1e999 GB",
-                      "{n} TFLOP", "{n} Tb/s", "{n} gigabytes", "∞ GiB", "{n} µ", "NaN TB/s",
-                      "{n} GiB extra", "{n}", "{n} TiB/s per socket"]
-TAGS = ['!!python/object/apply:os.system ["true"]',
-        "!!python/object/new:builtins.dict {}",
-        "!!python/name:builtins.eval",
-        "!!python/module:os",
-        '!!python/object/apply:subprocess.check_output [["id"]]',
-        "!!python/tuple [1, 2]",
-        "!!binary aGVsbG8=",
-        "!!set {a, b}",
-        "!!timestamp 2001-12-14t21:59:43.10-05:00",
-        "!custom {a: 1}",
-        "!!float not-a-float"]
+WRONG_TYPES: list[Any] = [
+    [1, 2],
+    {"x": 1},
+    "not-a-number",
+    True,
+    False,
+    None,
+    3.5,
+    -7,
+    "",
+    "1e3",
+    [],
+    {},
+]
+BAD_NUMBERS: list[Any] = [
+    10**30,
+    -(10**30),
+    1e308,
+    -1e308,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    2**63,
+    2**64,
+    -1,
+    0,
+    -0.0,
+    1e-300,
+]
+BAD_UNIT_TEMPLATES = [
+    "{n} parsecs",
+    "{n} TB/s/s",
+    "{n}{n} GiB",
+    "-{n} TB/s",
+    "{n} GHz",
+    "{n} ns",
+    "fast",
+    "GiB",
+    "{n},5 GB",
+    "0x10 GiB",
+    "1e999 GB",
+    "{n} TFLOP",
+    "{n} Tb/s",
+    "{n} gigabytes",
+    "∞ GiB",
+    "{n} µ",
+    "NaN TB/s",
+    "{n} GiB extra",
+    "{n}",
+    "{n} TiB/s per socket",
+]
+TAGS = [
+    '!!python/object/apply:os.system ["true"]',
+    "!!python/object/new:builtins.dict {}",
+    "!!python/name:builtins.eval",
+    "!!python/module:os",
+    '!!python/object/apply:subprocess.check_output [["id"]]',
+    "!!python/tuple [1, 2]",
+    "!!binary aGVsbG8=",
+    "!!set {a, b}",
+    "!!timestamp 2001-12-14t21:59:43.10-05:00",
+    "!custom {a: 1}",
+    "!!float not-a-float",
+]
 
 
 def _hardware_paths(hw_dir: str) -> list[str]:
     """`hardware:` values that point nowhere useful (hw_dir is hw_configs/ seen from the file)."""
     repo = hw_dir.removesuffix("hw_configs")
-    return [f"{hw_dir}/nowhere.yaml", "/nonexistent/sn40l.yaml", hw_dir, "/dev/null",
-            "/dev/zero", ".", "", "a\0b.yaml", "x" * 5000,
-            f"{repo}workloads/llama3.1-8b-1socket.yaml", f"{repo}README.md",
-            f"{repo}pyproject.toml", "~/sn40l.yaml", "https://example.com/sn40l.yaml"]
+    return [
+        f"{hw_dir}/nowhere.yaml",
+        "/nonexistent/sn40l.yaml",
+        hw_dir,
+        "/dev/null",
+        "/dev/zero",
+        ".",
+        "",
+        "a\0b.yaml",
+        "x" * 5000,
+        f"{repo}workloads/llama3.1-8b-1socket.yaml",
+        f"{repo}README.md",
+        f"{repo}pyproject.toml",
+        "~/sn40l.yaml",
+        "https://example.com/sn40l.yaml",
+    ]
 
-JUNK_KEYS = ["hbm_bandwith", "batch_slot", "tp ", "Serving", "kv-policy", "__class__", "1",
-             "ffn_intermediate_size", "num_layers", "seed ", "model_name", "sockets_per_nodes"]
+
+JUNK_KEYS = [
+    "hbm_bandwith",
+    "batch_slot",
+    "tp ",
+    "Serving",
+    "kv-policy",
+    "__class__",
+    "1",
+    "ffn_intermediate_size",
+    "num_layers",
+    "seed ",
+    "model_name",
+    "sockets_per_nodes",
+]
 
 
 def _base_workloads(hw_dir: str) -> dict[str, Data]:
@@ -85,21 +155,27 @@ def _base_workloads(hw_dir: str) -> dict[str, Data]:
         data = yaml.safe_load(path.read_text())
         data["hardware"] = f"{hw_dir}/{Path(data['hardware']).name}"
         bases[path.stem] = data
-    for name, hardware, tp in (("llama-3.1-8b", "sn40l.yaml", 1),
-                               ("deepseek-r1", "sn40l-16.yaml", 16)):
+    for name, hardware, tp in (
+        ("llama-3.1-8b", "sn40l.yaml", 1),
+        ("deepseek-r1", "sn40l-16.yaml", 16),
+    ):
         model = get_model(name).model_dump()
         model["name"] = f"custom-{name}"
         bases[f"custom-{name}"] = {
-            "name": f"custom-{name}", "hardware": f"{hw_dir}/{hardware}",
-            "model": model, "parallelism": {"tp": tp},
+            "name": f"custom-{name}",
+            "hardware": f"{hw_dir}/{hardware}",
+            "model": model,
+            "parallelism": {"tp": tp},
             "serving": {"batch_slots": 4, "max_context": 4096, "requests": 10},
         }
     return bases
 
 
 def _base_hardware() -> dict[str, Data]:
-    return {path.stem: yaml.safe_load(path.read_text())
-            for path in sorted((REPO / "hw_configs").glob("*.yaml"))}
+    return {
+        path.stem: yaml.safe_load(path.read_text())
+        for path in sorted((REPO / "hw_configs").glob("*.yaml"))
+    }
 
 
 def _paths(data: Any, path: Path_ = ()) -> list[tuple[Path_, Any]]:
@@ -139,15 +215,16 @@ def _typo(rng: random.Random, key: str) -> str:
     i = rng.randrange(len(key) - 1)
     choice = rng.randrange(4)
     if choice == 0:
-        return key[:i] + key[i + 1:]
+        return key[:i] + key[i + 1 :]
     if choice == 1:
         return key[:i] + key[i] + key[i:]
     if choice == 2:
-        return key[:i] + key[i + 1] + key[i] + key[i + 2:]
+        return key[:i] + key[i + 1] + key[i] + key[i + 2 :]
     return key.upper() if key.islower() else key + "_"
 
 
 # --- mutations of parsed documents: each returns the new data (or None if not applicable) ---
+
 
 def m_misspell(rng: random.Random, data: Data) -> Data | None:
     doc = copy.deepcopy(data)
@@ -183,8 +260,11 @@ def m_wrong_type(rng: random.Random, data: Data) -> Data | None:
 
 def m_bad_number(rng: random.Random, data: Data) -> Data | None:
     doc = copy.deepcopy(data)
-    numeric = [p for p in _leaves(doc)
-               if isinstance(_get(doc, p), int | float) and not isinstance(_get(doc, p), bool)]
+    numeric = [
+        p
+        for p in _leaves(doc)
+        if isinstance(_get(doc, p), int | float) and not isinstance(_get(doc, p), bool)
+    ]
     if not numeric:
         return None
     _set(doc, rng.choice(numeric), rng.choice(BAD_NUMBERS))
@@ -193,8 +273,13 @@ def m_bad_number(rng: random.Random, data: Data) -> Data | None:
 
 def m_bad_unit(rng: random.Random, data: Data) -> Data | None:
     doc = copy.deepcopy(data)
-    quantities = [p for p in _leaves(doc) if isinstance(_get(doc, p), str)
-                  and any(c.isdigit() for c in _get(doc, p)) and " " in _get(doc, p)]
+    quantities = [
+        p
+        for p in _leaves(doc)
+        if isinstance(_get(doc, p), str)
+        and any(c.isdigit() for c in _get(doc, p))
+        and " " in _get(doc, p)
+    ]
     if not quantities:
         return None
     path = rng.choice(quantities)
@@ -222,8 +307,12 @@ def m_wrong_nesting(rng: random.Random, data: Data) -> Data | None:
 
 
 DATA_MUTATIONS: dict[str, Callable[[random.Random, Data], Data | None]] = {
-    "misspell": m_misspell, "unknown-key": m_unknown_key, "drop-key": m_drop_key,
-    "wrong-type": m_wrong_type, "bad-number": m_bad_number, "bad-unit": m_bad_unit,
+    "misspell": m_misspell,
+    "unknown-key": m_unknown_key,
+    "drop-key": m_drop_key,
+    "wrong-type": m_wrong_type,
+    "bad-number": m_bad_number,
+    "bad-unit": m_bad_unit,
     "nesting": m_wrong_nesting,
 }
 
@@ -234,10 +323,12 @@ def _dump(data: Any) -> str:
 
 # --- mutations of text ---
 
+
 def t_tag(rng: random.Random, data: Data) -> str | None:
     lines = _dump(data).splitlines()
-    scalar_lines = [i for i, line in enumerate(lines)
-                    if ": " in line and not line.rstrip().endswith(":")]
+    scalar_lines = [
+        i for i, line in enumerate(lines) if ": " in line and not line.rstrip().endswith(":")
+    ]
     i = rng.choice(scalar_lines)
     key = lines[i].split(": ", 1)[0]
     lines[i] = f"{key}: {rng.choice(TAGS)}"
@@ -251,8 +342,11 @@ def t_truncate(rng: random.Random, data: Data) -> str | None:
 
 def t_huge_int_text(rng: random.Random, data: Data) -> str | None:
     lines = _dump(data).splitlines()
-    numeric = [i for i, line in enumerate(lines)
-               if ": " in line and line.split(": ", 1)[1].strip().lstrip("-").isdigit()]
+    numeric = [
+        i
+        for i, line in enumerate(lines)
+        if ": " in line and line.split(": ", 1)[1].strip().lstrip("-").isdigit()
+    ]
     if not numeric:
         return None
     i = rng.choice(numeric)
@@ -269,7 +363,9 @@ def t_garbage_splice(rng: random.Random, data: Data) -> str | None:
 
 
 TEXT_MUTATIONS: dict[str, Callable[[random.Random, Data], str | None]] = {
-    "tag": t_tag, "truncated": t_truncate, "huge-int": t_huge_int_text,
+    "tag": t_tag,
+    "truncated": t_truncate,
+    "huge-int": t_huge_int_text,
     "garbage": t_garbage_splice,
 }
 
@@ -284,12 +380,21 @@ def _raw_documents(rng: random.Random) -> list[tuple[str, bytes]]:
     laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
     laughs += ["hardware: sn40l.yaml", "model: *a9"]
     texts: list[tuple[str, str | bytes]] = [
-        ("empty", ""), ("whitespace", "   \n\n\t\n"), ("comment-only", "# nothing here\n"),
-        ("document-marker", "---\n"), ("end-marker", "...\n"), ("null", "~\n"),
-        ("empty-list", "[]\n"), ("empty-map", "{}\n"), ("number", "42\n"),
-        ("string", '"just a string"\n'), ("list-of-workloads", "- hardware: a\n- model: b\n"),
+        ("empty", ""),
+        ("whitespace", "   \n\n\t\n"),
+        ("comment-only", "# nothing here\n"),
+        ("document-marker", "---\n"),
+        ("end-marker", "...\n"),
+        ("null", "~\n"),
+        ("empty-list", "[]\n"),
+        ("empty-map", "{}\n"),
+        ("number", "42\n"),
+        ("string", '"just a string"\n'),
+        ("list-of-workloads", "- hardware: a\n- model: b\n"),
         ("two-documents", "hardware: a.yaml\nmodel: llama-3.1-8b\n---\nsocket: {}\n"),
-        ("deep-list", deep_list), ("deep-map", deep_map), ("over-depth", over_depth),
+        ("deep-list", deep_list),
+        ("deep-map", deep_map),
+        ("over-depth", over_depth),
         ("alias-bomb", "\n".join(laughs) + "\n"),
         ("undefined-alias", "hardware: *nowhere\nmodel: llama-3.1-8b\n"),
         ("unclosed-quote", "hardware: 'sn40l.yaml\nmodel: llama-3.1-8b\n"),
@@ -310,8 +415,10 @@ def _raw_documents(rng: random.Random) -> list[tuple[str, bytes]]:
     for i in range(10):
         size = rng.randrange(16, 4096)
         texts.append((f"random-bytes-{i}", rng.randbytes(size)))
-    return [(name, text.encode("utf-8", errors="surrogateescape") if isinstance(text, str)
-             else text) for name, text in texts]
+    return [
+        (name, text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text)
+        for name, text in texts
+    ]
 
 
 def _rejected(path: Path, workload: bool) -> bool:
@@ -334,20 +441,48 @@ def _rejected(path: Path, workload: bool) -> bool:
 def _bad_overrides(rng: random.Random) -> list[str]:
     """`--set` strings that must each be refused on a shipped workload."""
     candidates = [
-        "serving.batch_slot=4", "serving.batch_slots=0", "serving.batch_slots=-1",
-        "serving.batch_slots=autoo", "serving.requests=0", "serving.requests=true",
-        "serving.requests=1e99", "serving.max_context=999999999", "parallelism.tp=3",
-        "parallelism.tp=0", "parallelism.tpp=2", "kv.policy=lru", "kv.budget=-5",
-        "kv.kernel_size=4", "model=gpt-5", "model.layers=0", "model.heads=7",
-        "model.family=gpt", "hardware=nowhere.yaml", "hardware=", "dtypes.kv=fp7",
-        "hw.socket.hbm.bandwith=2 TB/s", "hw.socket.hbm.bandwidth=-1 TB/s",
-        "hw.socket.hbm.capacity=0 GiB", "hw.socket.hbm.capacity=64 GiBs",
-        "hw.socket.clock=1.6 GB", "hw.system.sockets=0", "hw.socket=3",
-        "hw.socket.pcu.count=1.5", "hw.system.topology=mesh", "serving.seed=-1",
-        "serving=[1, 2]", "serving.requests.x=1", "noequals", "=5", "serving..seed=1",
-        "serving.arrival.process=poisson", "serving.prompt_tokens={dist: zipf}",
-        "kernel_looping=maybe", "engine.max_events=1",
-        "serving.requests=" + "9" * 50, "kv={policy: snapstream, budget: 10}",
+        "serving.batch_slot=4",
+        "serving.batch_slots=0",
+        "serving.batch_slots=-1",
+        "serving.batch_slots=autoo",
+        "serving.requests=0",
+        "serving.requests=true",
+        "serving.requests=1e99",
+        "serving.max_context=999999999",
+        "parallelism.tp=3",
+        "parallelism.tp=0",
+        "parallelism.tpp=2",
+        "kv.policy=lru",
+        "kv.budget=-5",
+        "kv.kernel_size=4",
+        "model=gpt-5",
+        "model.layers=0",
+        "model.heads=7",
+        "model.family=gpt",
+        "hardware=nowhere.yaml",
+        "hardware=",
+        "dtypes.kv=fp7",
+        "hw.socket.hbm.bandwith=2 TB/s",
+        "hw.socket.hbm.bandwidth=-1 TB/s",
+        "hw.socket.hbm.capacity=0 GiB",
+        "hw.socket.hbm.capacity=64 GiBs",
+        "hw.socket.clock=1.6 GB",
+        "hw.system.sockets=0",
+        "hw.socket=3",
+        "hw.socket.pcu.count=1.5",
+        "hw.system.topology=mesh",
+        "serving.seed=-1",
+        "serving=[1, 2]",
+        "serving.requests.x=1",
+        "noequals",
+        "=5",
+        "serving..seed=1",
+        "serving.arrival.process=poisson",
+        "serving.prompt_tokens={dist: zipf}",
+        "kernel_looping=maybe",
+        "engine.max_events=1",
+        "serving.requests=" + "9" * 50,
+        "kv={policy: snapstream, budget: 10}",
     ]
     rng.shuffle(candidates)
     workload = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
@@ -363,12 +498,16 @@ def _bad_overrides(rng: random.Random) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seed", type=int, default=20241122)
-    parser.add_argument("--per-base", type=int, default=20,
-                        help="mutated files per base document")
-    parser.add_argument("--out", type=Path, default=HERE,
-                        help="folder for corpus/ and bad_overrides.yaml (default: beside this)")
-    parser.add_argument("--min-files", type=int, default=200,
-                        help="fail (exit 1) if fewer files were written")
+    parser.add_argument("--per-base", type=int, default=20, help="mutated files per base document")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=HERE,
+        help="folder for corpus/ and bad_overrides.yaml (default: beside this)",
+    )
+    parser.add_argument(
+        "--min-files", type=int, default=200, help="fail (exit 1) if fewer files were written"
+    )
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     corpus = args.out / "corpus"
@@ -421,12 +560,14 @@ def main(argv: list[str] | None = None) -> int:
     overrides = _bad_overrides(rng)
     overrides_file.write_text(
         "# --set strings that rdu-sim must refuse (exit 2). Written by make_corpus.py.\n"
-        + _dump(overrides))
+        + _dump(overrides)
+    )
     # Sanity: the shipped hardware still validates, so failures above are the mutations'.
     for path in sorted((REPO / "hw_configs").glob("*.yaml")):
         load_model(HardwareConfig, path)
-    print(f"wrote {len(written)} files to {corpus} and {len(overrides)} overrides to "
-          f"{overrides_file}")
+    print(
+        f"wrote {len(written)} files to {corpus} and {len(overrides)} overrides to {overrides_file}"
+    )
     return 0 if len(written) >= args.min_files else 1
 
 
