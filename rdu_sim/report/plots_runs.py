@@ -434,9 +434,9 @@ def decode_step_timing(
         scenario = api.load(scenario, {"serving.batch_slots": batch})
     timing = api.step(scenario, batch=batch).detail
     shape = StaticShape(
-        str(timing.phase),
+        str(timing.phase),  # type: ignore[arg-type]
         int(timing.batch),
-        int(timing.tokens),  # type: ignore[arg-type]
+        int(timing.tokens),
         int(timing.context),
     )
     program = compile_program(scenario, shape)
