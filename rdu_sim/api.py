@@ -116,7 +116,7 @@ class EngineBackend:
         from rdu_sim.engine import Engine
 
         program = self.compiler(scenario).program(shape)
-        engine = Engine.from_config(scenario.hardware, scenario.workload.engine, record=self.record)
+        engine = Engine(scenario.hardware, scenario.workload.engine, record=self.record)
         timing = engine.simulate_step(program)
         return StepCost(
             step_s=float(timing.step_s),

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from rdu_sim.cli.main import cli
 from rdu_sim.compiler import Compiler, StaticShape
+from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import simulate_step
 from rdu_sim.scenario import load_scenario
 
@@ -42,7 +43,7 @@ def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> N
     compiler = Compiler(scenario)
     program = compiler.program(StaticShape("decode", compiler.batch_slots(), 1, 32768))
     fast = simulate_step(program, scenario.hardware)
-    full = simulate_step(program, scenario.hardware, fast_forward=False)
+    full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     # A settling pipeline is accepted once its swings are below PERIOD_RTOL (fast_forward)
     assert fast.step_s == pytest.approx(full.step_s, rel=1e-4)
     # On one 16-socket ring the MoE layers settle into a 3-layer cycle only after ~18

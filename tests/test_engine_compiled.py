@@ -12,10 +12,10 @@ import pytest
 from rdu_sim import api
 from rdu_sim.compiler import compile_program
 from rdu_sim.compiler.program import Program, StaticShape
+from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import simulate_step
-from rdu_sim.engine.fast_forward import LiveCycle
-from rdu_sim.engine.kernel_run import RunSettings, run_kernel
-from rdu_sim.engine.tile_work import TileWork
+from rdu_sim.engine.fast_forward import find_cycle
+from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_symmetric_shortcut_matches_all_sockets_on_a_ring_over_two_nodes() -> No
     assert hw.system.inter_node_link != hw.system.intra_node_link
     small = with_layers(program, 4)
     one = simulate_step(small, hw)
-    every = simulate_step(small, hw, all_sockets=True)
+    every = simulate_step(small, hw, EngineConfig(all_sockets=True))
     assert every.sockets_simulated == 16 and one.sockets_simulated == 1
     assert one.step_s == pytest.approx(every.step_s, rel=1e-9)
     assert one.bytes_by_tier == pytest.approx(every.bytes_by_tier, rel=1e-9)
@@ -79,8 +79,8 @@ def test_refining_tiles_on_a_compiled_decode_step_changes_it_by_less_than_two_pe
     # Collective chunks are a system parameter: refining the tiles must not change how the
     # collectives pipeline (nor, with the exact ring shortcut, which link limits them).
     scenario, program = decode_program(path)
-    coarse = simulate_step(program, scenario.hardware, tiles_per_stage=8)
-    fine = simulate_step(program, scenario.hardware, tiles_per_stage=32)
+    coarse = simulate_step(program, scenario.hardware, EngineConfig(tiles_per_stage=8))
+    fine = simulate_step(program, scenario.hardware, EngineConfig(tiles_per_stage=32))
     assert abs(fine.step_s / coarse.step_s - 1) < 0.02
 
 
@@ -95,7 +95,7 @@ def test_symmetric_shortcut_matches_all_sockets_with_full_attention() -> None:
     scenario, program = full_attention_program()
     small = with_layers(program, 4)
     one = simulate_step(small, scenario.hardware)
-    every = simulate_step(small, scenario.hardware, all_sockets=True)
+    every = simulate_step(small, scenario.hardware, EngineConfig(all_sockets=True))
     assert one.step_s == pytest.approx(every.step_s, rel=1e-9)
     assert one.bytes_by_tier == pytest.approx(every.bytes_by_tier, rel=1e-9)
 
@@ -108,7 +108,7 @@ def test_full_attention_step_fast_forwards_a_ten_layer_cycle_exactly() -> None:
     fast = simulate_step(program, scenario.hardware)
     moe = fast.kernel("decoder_moe")
     assert moe.simulated_iterations == 28 and moe.period_s is not None
-    full = simulate_step(program, scenario.hardware, fast_forward=False)
+    full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     assert fast.step_s == pytest.approx(full.step_s, rel=1e-4)
     for tier in ("hbm", "ddr", "sram"):
         assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)
@@ -125,7 +125,7 @@ def test_live_fast_forward_of_a_late_settling_cycle_matches_the_full_simulation(
     scenario, program = decode_program(SNAPSTREAM)
     small = with_layers(program, 34)
     fast = simulate_step(small, scenario.hardware)
-    full = simulate_step(small, scenario.hardware, fast_forward=False)
+    full = simulate_step(small, scenario.hardware, EngineConfig(fast_forward=False))
     moe = fast.kernel("decoder_moe")
     assert moe.simulated_iterations == 25 and moe.period_s is not None
     assert full.kernel("decoder_moe").simulated_iterations == 34
@@ -143,18 +143,31 @@ def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
     # nothing already decided: boundaries, totals and events equal a fresh run's, bit for bit.
     scenario, program = decode_program(SNAPSTREAM)
     kernel = next(k for k in program.kernels if k.name == "decoder_moe")
-    works = {s.name: TileWork.of(s, 8, scenario.hardware.socket) for s in kernel.stages}
-    watch = LiveCycle(kernel.calls, lambda _n, _looped: None)
-    live = run_kernel(
-        kernel, scenario.hardware, program.tp, kernel.calls, True, RunSettings(), works, watch
-    )
-    assert watch.found is not None
-    k, _, n = watch.found
+
+    def sim(layers: int) -> KernelSim:
+        return KernelSim(
+            kernel,
+            scenario.hardware,
+            program.tp,
+            EngineConfig(),
+            tile_works(kernel, EngineConfig().tiles_per_stage, scenario.hardware.socket),
+            layers=layers,
+            looped=True,
+            max_events=10**8,
+        )
+
+    live = sim(kernel.calls)
+    cycle = None
+    while cycle is None and live.run_to_boundary() is not None:
+        cycle = find_cycle(live.boundaries, kernel.calls, live.safe)
+    assert cycle is not None
+    k, n = cycle.length, cycle.layers
     assert k == 3 and n < kernel.calls and (kernel.calls - n) % k == 0
-    fresh = run_kernel(kernel, scenario.hardware, program.tp, n, True, RunSettings(), works)
-    assert live.iteration_ends == fresh.iteration_ends
-    assert live.snapshots == fresh.snapshots
-    assert live.stats == fresh.stats and live.events == fresh.events
+    live.cut(n)
+    cut = live.finish()
+    fresh = sim(n).finish()
+    assert cut.boundaries == fresh.boundaries  # every boundary's time and totals
+    assert cut.stats == fresh.stats and cut.events == fresh.events
 
 
 def test_a_pipeline_without_a_cycle_is_simulated_once_in_full() -> None:
@@ -163,7 +176,7 @@ def test_a_pipeline_without_a_cycle_is_simulated_once_in_full() -> None:
     scenario = api.load(FULL, {"moe_expert_loading": "routed"})
     program = with_layers(compile_program(scenario, StaticShape("decode", 40, 1, 131072)), 30)
     fast = simulate_step(program, scenario.hardware)
-    full = simulate_step(program, scenario.hardware, fast_forward=False)
+    full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     moe = fast.kernel("decoder_moe")
     assert moe.simulated_iterations == moe.calls == 30 and moe.period_s is None
     assert fast.step_s == full.step_s and fast.bytes_by_tier == full.bytes_by_tier
@@ -179,7 +192,7 @@ def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() 
     program = compile_program(scenario, StaticShape("decode", batch, 1, 32768))
     small = with_layers(program, 4)
     one = simulate_step(small, scenario.hardware)
-    every = simulate_step(small, scenario.hardware, all_sockets=True)
+    every = simulate_step(small, scenario.hardware, EngineConfig(all_sockets=True))
     assert one.step_s == pytest.approx(every.step_s, rel=1e-9)
     assert one.bytes_by_tier == pytest.approx(every.bytes_by_tier, rel=1e-9)
     ring_scenario, ring_program = decode_program(SNAPSTREAM)
@@ -201,8 +214,10 @@ def test_fast_forward_keeps_the_work_totals_exact(path: Path, overrides: dict[st
     scenario = api.load(path, overrides)
     program = compile_program(scenario, api.default_step_shape(scenario, "decode"))
     tiles = scenario.workload.engine.tiles_per_stage
-    fast = simulate_step(program, scenario.hardware, tiles_per_stage=tiles)
-    full = simulate_step(program, scenario.hardware, tiles_per_stage=tiles, fast_forward=False)
+    fast = simulate_step(program, scenario.hardware, EngineConfig(tiles_per_stage=tiles))
+    full = simulate_step(
+        program, scenario.hardware, EngineConfig(tiles_per_stage=tiles, fast_forward=False)
+    )
     assert fast.events < full.events
     for tier in ("hbm", "ddr", "sram", "p2p"):
         assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)

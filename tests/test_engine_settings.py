@@ -1,6 +1,9 @@
-"""The workload's `engine:` buffering fields reach the engine, and bad values are refused."""
+"""The workload's `engine:` fields (one EngineConfig, the engine's only settings) reach the
+engine, and bad values are refused."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -21,7 +24,7 @@ def test_engine_fields_reach_the_engine_settings() -> None:
             "engine.operand_buffer_fraction": 0.25,
         },
     )
-    settings = Engine.from_config(scenario.hardware, scenario.workload.engine).settings
+    settings = Engine(scenario.hardware, scenario.workload.engine).config
     assert (settings.buffer_tiles, settings.prefetch_tiles) == (3, 5)
     assert settings.operand_buffer_fraction == 0.25
 
@@ -39,12 +42,24 @@ def test_prefetch_depth_changes_the_simulated_step() -> None:
     assert shallow > deep
 
 
+def test_fast_forward_off_simulates_every_layer_and_call() -> None:
+    """engine.fast_forward reaches the engine: off, nothing is skipped (the reference)."""
+    fast: Any = api.step(LLAMA8).detail
+    full: Any = api.step(LLAMA8, {"engine.fast_forward": False}).detail
+    assert fast.fast_forward and not full.fast_forward
+    assert any(k.simulated_iterations < k.calls for k in fast.kernels)
+    assert all(k.simulated_iterations == k.calls for k in full.kernels)
+    assert full.events > 2 * fast.events
+    assert fast.step_s == pytest.approx(full.step_s, rel=5e-4)
+
+
 @pytest.mark.parametrize(
     "override, field",
     [
         ("engine.buffer_tiles=0", "engine.buffer_tiles"),
         ("engine.prefetch_tiles=65", "engine.prefetch_tiles"),
         ("engine.operand_buffer_fraction=1.5", "engine.operand_buffer_fraction"),
+        ("engine.fast_forward=sometimes", "engine.fast_forward"),
     ],
 )
 def test_bad_values_exit_2_naming_the_field(override: str, field: str) -> None:

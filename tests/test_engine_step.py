@@ -20,12 +20,14 @@ from test_engine_programs import (
 
 from rdu_sim.compiler.program import CollectiveSpec, GemmShape, Program, StageProgram
 from rdu_sim.config import HardwareConfig
+from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import Engine, EventBudgetError, StepTiming, simulate_step
 from rdu_sim.engine.fast_forward import (
-    LONG_CYCLES,
-    steady_cycle,
+    CYCLE_LENGTHS,
+    Cycle,
+    find_cycle,
 )
-from rdu_sim.engine.kernel_run import KernelRun
+from rdu_sim.engine.kernel_sim import Boundary
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.hw import gemm_efficiency, ring_time, tree_time
 
@@ -48,7 +50,7 @@ def stage_rate(hw: HardwareConfig, pcus: int) -> float:
 def test_memory_bound_stage_takes_bytes_over_hbm_bandwidth(tiles: int) -> None:
     n = 4e9
     p = program([kernel("k", [stage("load", hbm=n, vector_flops=1e3)])])
-    t = simulate_step(p, ZERO, tiles_per_stage=tiles)
+    t = simulate_step(p, ZERO, EngineConfig(tiles_per_stage=tiles))
     assert t.step_s == pytest.approx(n / hbm_rate(ZERO), rel=0.03)
     assert t.hbm_bandwidth_fraction == pytest.approx(ZERO.socket.hbm.efficiency, rel=0.03)
 
@@ -137,7 +139,7 @@ def test_two_stage_pipeline_runs_at_the_slower_stage_rate(fa: float, fb: float) 
     slow, fast = max(fa, fb) / rate, min(fa, fb) / rate
     assert fast < slow
     for tiles in (8, 32):
-        t = simulate_step(two_stage(fa, fb), ZERO, tiles_per_stage=tiles)
+        t = simulate_step(two_stage(fa, fb), ZERO, EngineConfig(tiles_per_stage=tiles))
         # the slower stage is busy throughout; tiles stream cut-through, so the faster one
         # adds no fill or drain of a whole tile (only the PMU ports' microseconds)
         assert slow * (1 - 1e-12) <= t.step_s <= slow * (1 + 1e-4)
@@ -159,7 +161,7 @@ def test_bigger_buffers_never_make_a_pipeline_slower() -> None:
             )
         ]
     )
-    times = [simulate_step(p, ZERO, buffer_tiles=b).step_s for b in (1, 2, 3, 4, 8)]
+    times = [simulate_step(p, ZERO, EngineConfig(buffer_tiles=b)).step_s for b in (1, 2, 3, 4, 8)]
     for smaller, bigger in itertools.pairwise(times):
         assert bigger <= smaller * (1 + 1e-12)
 
@@ -312,7 +314,7 @@ def mixed_program() -> Program:
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_conservation_bytes_equal_the_program_and_no_unit_is_over_busy(fast_forward: bool) -> None:
     p = mixed_program()
-    t = simulate_step(p, DEFAULT, fast_forward=fast_forward)
+    t = simulate_step(p, DEFAULT, EngineConfig(fast_forward=fast_forward))
     expected = p.bytes_by_tier()
     for tier in ("hbm", "ddr", "sram"):
         assert t.bytes_by_tier[tier] == expected[tier]
@@ -330,7 +332,7 @@ def test_same_step_twice_gives_identical_timing() -> None:
     b = simulate_step(p, DEFAULT, record=True)
     assert a == b
     assert a.records is not None and a.records == b.records
-    engine = Engine(DEFAULT, all_sockets=True)
+    engine = Engine(DEFAULT, EngineConfig(all_sockets=True))
     assert engine.simulate_step(p) == engine.simulate_step(p)
 
 
@@ -338,15 +340,15 @@ def test_same_step_twice_gives_identical_timing() -> None:
 @pytest.mark.parametrize("looped", [True, False])
 def test_refining_tiles_changes_step_time_by_less_than_two_percent(tp: int, looped: bool) -> None:
     p = llama_like_program(tp=tp, batch=8, looped=looped)
-    coarse = simulate_step(p, DEFAULT, tiles_per_stage=8)
-    fine = simulate_step(p, DEFAULT, tiles_per_stage=32)
+    coarse = simulate_step(p, DEFAULT, EngineConfig(tiles_per_stage=8))
+    fine = simulate_step(p, DEFAULT, EngineConfig(tiles_per_stage=32))
     assert abs(fine.step_s / coarse.step_s - 1) < 0.02
 
 
 def test_symmetric_tp_shortcut_equals_simulating_all_sockets() -> None:
     p = llama_like_program(tp=4, batch=8, layers=8)
     one = simulate_step(p, DEFAULT)
-    every = simulate_step(p, DEFAULT, all_sockets=True)
+    every = simulate_step(p, DEFAULT, EngineConfig(all_sockets=True))
     assert one.sockets_simulated == 1 and every.sockets_simulated == 4
     assert every.step_s == pytest.approx(one.step_s, rel=1e-12)
     assert every.bytes_by_tier == pytest.approx(one.bytes_by_tier, rel=1e-12)
@@ -359,8 +361,8 @@ def test_symmetric_tp_shortcut_equals_simulating_all_sockets() -> None:
 @pytest.mark.parametrize("hw", [ZERO, DEFAULT], ids=["zero-overheads", "default"])
 def test_fast_forward_matches_the_full_simulation(hw: HardwareConfig) -> None:
     p = deepseek_like_program(tp=16, batch=32)
-    fast = simulate_step(p, hw, fast_forward=True)
-    full = simulate_step(p, hw, fast_forward=False)
+    fast = simulate_step(p, hw, EngineConfig(fast_forward=True))
+    full = simulate_step(p, hw, EngineConfig(fast_forward=False))
     moe = fast.kernel("decoder_moe")
     assert moe.simulated_iterations < moe.calls and moe.period_s is not None
     assert full.kernel("decoder_moe").simulated_iterations == moe.calls
@@ -371,38 +373,46 @@ def test_fast_forward_matches_the_full_simulation(hw: HardwareConfig) -> None:
     assert fast.events < full.events / 2
 
 
-def synthetic_probe(periods: list[float]) -> KernelRun:
-    """A probe whose layer boundaries follow ``periods`` (totals grow with time)."""
+def synthetic_boundaries(periods: list[float]) -> list[Boundary]:
+    """Layer boundaries that follow ``periods`` (totals grow with time)."""
     ends = list(itertools.accumulate(periods))
-    snaps = tuple(RunStats(time_s=e, hbm_bytes=1e9 * (i + 1)) for i, e in enumerate(ends))
-    return KernelRun(RunStats(time_s=ends[-1] + 1e-4), 0, None, tuple(ends), snaps)
+    return [Boundary(e, RunStats(time_s=e, hbm_bytes=1e9 * (i + 1))) for i, e in enumerate(ends)]
+
+
+def steady_cycle(
+    periods: list[float], calls: int, lengths: tuple[int, ...] = (1, 2, 3, 6)
+) -> Cycle | None:
+    """The cycle rule applied to a run of ``n = len(periods)`` layers at boundary ``n - 3``
+    (the last one it shares with every longer run), cutting at ``n``."""
+    log = synthetic_boundaries(periods)
+    return find_cycle(log[: len(log) - 2], calls, len(log), lengths)
 
 
 def test_cycle_detection_finds_multi_layer_cycles_and_rejects_drift() -> None:
     calls = 58
-    steady = synthetic_probe([1.0e-3] * 16)
+    steady = [1.0e-3] * 16
     found = steady_cycle(steady, calls)
-    assert found is not None and found[0] == 1
-    assert found[1].time_s == pytest.approx(1e-3) and found[1].hbm_bytes == 1e9
+    assert found is not None and found.length == 1
+    assert found.increment.time_s == pytest.approx(1e-3) and found.increment.hbm_bytes == 1e9
     # stages taking turns: a 3-layer cycle after a settling start
-    three = synthetic_probe([1.3e-3, 0.9e-3, 1.1e-3] + [0.7e-3, 0.9e-3, 0.85e-3] * 4 + [0.7e-3])
+    three = [1.3e-3, 0.9e-3, 1.1e-3] + [0.7e-3, 0.9e-3, 0.85e-3] * 4 + [0.7e-3]
     found = steady_cycle(three, calls)
-    assert found is not None and found[0] == 3
-    assert found[1].time_s == pytest.approx(2.45e-3)
+    assert found is not None and found.length == 3
+    assert found.increment.time_s == pytest.approx(2.45e-3)
     # a period that keeps growing is not fast-forwarded, even by small steps
-    drifting = synthetic_probe([1e-3 * (1 + 2e-4 * i) for i in range(16)])
+    drifting = [1e-3 * (1 + 2e-4 * i) for i in range(16)]
     assert steady_cycle(drifting, calls) is None
     # nor one still settling
-    settling = synthetic_probe([1e-3 * (1 + 0.05 * 0.9**i) for i in range(16)])
+    settling = [1e-3 * (1 + 0.05 * 0.9**i) for i in range(16)]
     assert steady_cycle(settling, calls) is None
     # two stages taking turns: a period alternating by 2% is a 2-layer cycle
-    swinging = synthetic_probe([1e-3 * (1 + 0.01 * (-1) ** i) for i in range(16)])
+    swinging = [1e-3 * (1 + 0.01 * (-1) ** i) for i in range(16)]
     found = steady_cycle(swinging, calls)
-    assert found is not None and found[0] == 2
+    assert found is not None and found.length == 2
 
 
 def test_ten_layer_cycles_need_the_long_cycle_lengths() -> None:
-    # a 10-layer cycle after a settling start: only LONG_CYCLES (what the live run tries) has it
+    # a 10-layer cycle after a settling start: only CYCLE_LENGTHS (what the live run tries) has it
     cycle = [
         1.0e-3,
         1.01e-3,
@@ -415,11 +425,11 @@ def test_ten_layer_cycles_need_the_long_cycle_lengths() -> None:
         0.995e-3,
         0.99e-3,
     ]
-    ten = synthetic_probe([1.2e-3, 1.1e-3, 1.05e-3, *(cycle * 3)[:25]])
+    ten = [1.2e-3, 1.1e-3, 1.05e-3, *(cycle * 3)[:25]]
     assert steady_cycle(ten, 58) is None
-    found = steady_cycle(ten, 58, LONG_CYCLES)
-    assert found is not None and found[0] == 10
-    assert found[1].time_s == pytest.approx(sum(cycle))
+    found = steady_cycle(ten, 58, CYCLE_LENGTHS)
+    assert found is not None and found.length == 10
+    assert found.increment.time_s == pytest.approx(sum(cycle))
 
 
 def test_fast_forward_falls_back_to_full_simulation_when_not_periodic() -> None:
@@ -431,7 +441,7 @@ def test_fast_forward_falls_back_to_full_simulation_when_not_periodic() -> None:
 
 def test_a_step_over_the_event_budget_is_refused_before_simulating() -> None:
     p = deepseek_like_program(tp=16, batch=32)
-    engine = Engine(DEFAULT, tiles_per_stage=64, max_events=5000)
+    engine = Engine(DEFAULT, EngineConfig(tiles_per_stage=64, max_events=5000))
     assert engine.estimate_events(p) > 5000
     start = time.perf_counter()
     with pytest.raises(EventBudgetError, match=r"engine\.tiles_per_stage") as err:
@@ -445,16 +455,38 @@ def test_a_step_over_the_event_budget_is_refused_before_simulating() -> None:
     ("algorithm", "topology"),
     [("ring", "ring"), ("bidirectional_ring", "ring"), ("tree", "fully_connected")],
 )
-def test_event_estimate_bounds_the_events_processed(
+def test_early_estimate_is_a_lower_bound_of_the_events_processed(
     all_sockets: bool, algorithm: str, topology: str
 ) -> None:
+    # The early check may refuse only a step that cannot fit: its estimate is a lower
+    # bound (the work items of every tile), rough but within a few times a full run's.
     system = DEFAULT.system.model_copy(
         update={"collective_algorithm": algorithm, "topology": topology}
     )
     hw = DEFAULT.model_copy(update={"system": system})
-    for p in (mixed_program(), llama_like_program(tp=4, layers=4)):
-        t = simulate_step(p, hw, fast_forward=False, all_sockets=all_sockets)
-        assert t.events <= t.estimated_events <= 3 * t.events
+    for p in (mixed_program(), llama_like_program(tp=4, layers=24)):
+        for fast_forward, tiles in itertools.product((True, False), (1, 8)):
+            config = EngineConfig(
+                fast_forward=fast_forward, all_sockets=all_sockets, tiles_per_stage=tiles
+            )
+            t = simulate_step(p, hw, config)
+            assert 0 < t.estimated_events <= t.events
+            if tiles == 8 and not fast_forward:
+                assert t.events < 4 * t.estimated_events
+
+
+def test_the_event_budget_is_exact_across_the_kernels_of_a_step() -> None:
+    # No estimate decides: a budget of exactly the step's events gives the same timing, one
+    # event less stops the run in its last kernel, and a small one in the looped kernel.
+    p = mixed_program()
+    t = simulate_step(p, DEFAULT)
+    assert simulate_step(p, DEFAULT, EngineConfig(max_events=t.events)) == t
+    with pytest.raises(EventBudgetError, match=r"kernel 'head'.*engine\.max_events = "):
+        simulate_step(p, DEFAULT, EngineConfig(max_events=t.events - 1))
+    assert t.estimated_events < 1000 < t.events
+    with pytest.raises(EventBudgetError, match=r"kernel 'layer' after \d+ of 20 layers") as err:
+        simulate_step(p, DEFAULT, EngineConfig(max_events=1000))
+    assert "engine.tiles_per_stage" in str(err.value)
 
 
 def test_deepseek_sized_decode_step_simulates_in_a_fraction_of_a_second() -> None:
@@ -509,26 +541,20 @@ def test_invalid_programs_are_rejected_with_the_stage_named(
 
 
 def _live(periods: list[float], calls: int = 58) -> tuple[int, int, float] | None:
-    """Feed ``LiveCycle`` the boundaries of ``periods`` one layer at a time, as a live run
-    does (safe cut = boundary + 3); (boundary it cut at, layers kept, cycle) or None."""
-    from rdu_sim.engine.fast_forward import LiveCycle
-
-    charged: list[int] = []
-    watch = LiveCycle(calls, lambda n, looped: charged.append(n))
-    ends = list(itertools.accumulate(periods))
-    snaps = [RunStats(time_s=e, hbm_bytes=1e9 * (i + 1)) for i, e in enumerate(ends)]
-    for m in range(len(ends)):
-        n = watch(ends[: m + 1], snaps[: m + 1], m + 3)
-        if n is not None:
-            assert watch.found is not None and sum(charged) >= n  # the cut is paid for
-            assert (calls - n) % watch.found[0] == 0 and n >= m + 3
-            return m, n, watch.found[1].time_s
+    """Look for a cycle at each boundary of ``periods`` in turn, as the live run's loop does
+    (safe cut = boundary + 3); (boundary it cut at, layers kept, cycle) or None."""
+    log = synthetic_boundaries(periods)
+    for m in range(len(log)):
+        found = find_cycle(log[: m + 1], calls, m + 3)
+        if found is not None:
+            assert (calls - found.layers) % found.length == 0 and found.layers >= m + 3
+            return m, found.layers, found.increment.time_s
     return None
 
 
 def test_live_cycle_accepts_periodic_and_rejects_drifting_or_settling_pipelines() -> None:
-    """The production path (LiveCycle), not only steady_cycle: the same rule, boundary by
-    boundary, from first_boundary(58) = 12 on."""
+    """The production path (the rule at every boundary), not only steady_cycle: boundary
+    by boundary, from first_boundary(58) = 12 on."""
     found = _live([1.0e-3] * 40)
     assert found is not None and found[0] == 12 and found[2] == pytest.approx(1e-3)
     three = _live([1.3e-3, 0.9e-3, 1.1e-3] + [0.7e-3, 0.9e-3, 0.85e-3] * 12)

@@ -10,6 +10,7 @@ import pytest
 from test_engine_programs import deepseek_like_program, hardware, kernel, program, stage
 
 from rdu_sim.compiler.program import CollectiveSpec
+from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import simulate_step
 from rdu_sim.report.trace import chrome_trace, write_chrome_trace
 
@@ -88,7 +89,7 @@ def test_chrome_trace_json_has_metadata_slices_and_counters(tmp_path: Path) -> N
 
 
 def test_all_sockets_trace_has_one_process_per_socket() -> None:
-    t = simulate_step(traced_program(), HW, record=True, all_sockets=True)  # type: ignore[arg-type]
+    t = simulate_step(traced_program(), HW, EngineConfig(all_sockets=True), record=True)  # type: ignore[arg-type]
     assert t.records is not None
     trace = chrome_trace(t.records)
     sockets = {e["pid"] for e in trace["traceEvents"] if e["name"] == "process_name"}

@@ -255,6 +255,12 @@ class EngineConfig(StrictModel):
         "runs ahead of its compute by as many tiles as fit (the rest holds its input/output "
         "tiles and intermediates)",
     )
+    fast_forward: bool = Field(
+        default=True,
+        description="simulate one of identical kernel calls and stop a looped kernel once its "
+        "layers repeat, extrapolating the rest (step times within 5e-4 of the full simulation, "
+        "work totals exact); false simulates every layer and call",
+    )
 
 
 def _model_kind(value: Any) -> str | None:

@@ -1,17 +1,17 @@
 """The engine: SimPy execution of one compiled Program step on the hardware model.
 
-Public API: :func:`simulate_step`, :class:`Engine`, :class:`StepTiming`, :class:`KernelTiming`,
-:class:`EventBudgetError`, and the trace record types the report layer turns into files.
+Public API: :func:`simulate_step`, :class:`Engine` (settings: ``config.EngineConfig``),
+:class:`StepTiming`, :class:`KernelTiming`, :class:`EventBudgetError`, and the trace record
+types the report layer turns into files.
 """
 
-from rdu_sim.engine.budget import EventBudgetError, estimate_events
-from rdu_sim.engine.engine import DEFAULT_MAX_EVENTS, Engine, simulate_step
+from rdu_sim.engine.budget import EventBudgetError
+from rdu_sim.engine.engine import Engine, simulate_step
 from rdu_sim.engine.records import TraceCounter, TraceRecords, TraceSlice
 from rdu_sim.engine.timing import BYTE_TIERS, UNIT_KINDS, KernelTiming, StepTiming
 
 __all__ = [
     "BYTE_TIERS",
-    "DEFAULT_MAX_EVENTS",
     "UNIT_KINDS",
     "Engine",
     "EventBudgetError",
@@ -20,6 +20,5 @@ __all__ = [
     "TraceCounter",
     "TraceRecords",
     "TraceSlice",
-    "estimate_events",
     "simulate_step",
 ]

@@ -1,88 +1,66 @@
-"""The event budget: estimate a run's SimPy events before simulating it, refuse if too many.
+"""The event budget (``engine.max_events``): an early lower bound, and the error.
 
-The estimate counts, per stage tile on each simulated socket, the events the stage process
-and the hardware primitives schedule (``stage_runner``): up to 2 per input edge (a wait for
-the tile, the read port), 1 per output edge (a wait for a slot), up to 3 per HBM/DDR request
-(latency, completion, wake-up timer), 1 each for matrix, vector and SRAM work and for the
-tile's completion; per collective chunk the link transfers of its algorithm (3 events per
-ring with the symmetric shortcut, which computes them in plain Python; a bidirectional ring
-is two rings and their countdown: 7); per call the launcher's and
-processes' bookkeeping. It is an upper bound in practice (timers are shared
-between requests, waits happen only when a stage blocks), checked against the measured
-counts by the tests.
+The budget is enforced exactly by counting: a step's SimPy environments never process more
+than ``max_events`` events between them (``CountingEnvironment``), and going past it raises
+:class:`EventBudgetError` mid-run. Before simulating, the engine refuses a step that cannot
+fit in any case, by a lower bound that knows nothing of how the hardware primitives schedule
+their events (latencies, wake-ups, waits, collectives, launches): it counts only the work
+items each tile of a stage issues or waits for, each of which ends in an event of its own
+(``stage_runner``): a read of each input edge (the previous layer's outputs too, in a looped
+call), a request per off-chip tier read or written, the matrix and vector compute, the SRAM
+stream, and the completion handed to its consumers. On every simulated socket, over the
+fewest layers the run simulates. The tests check it against measured counts (it is about
+half of them on compiled programs, less with fast-forward), so it never refuses a step that
+would fit; a change that gives a work item no event of its own must change it too.
 """
 
 from __future__ import annotations
 
 from rdu_sim.compiler.program import KernelProgram
-from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.engine.tile_work import MEMORY_TIERS
+from rdu_sim.engine.tile_work import TileWork
 
 
 class EventBudgetError(ValueError):
     """A step would need more SimPy events than ``engine.max_events`` allows."""
 
 
-def _collective_events(kind: str, algorithm: str, group: int, chunks: int, sockets: int) -> int:
-    """Link transfers of one collective of ``chunks`` chunks (plus its completion). The
-    symmetric shortcut (one simulated socket) computes its transfers in plain Python
-    (``hw.link_chains``): its completion, the timeout that fires it and at most one timeout
-    superseded by a later collective."""
-    if group <= 1:
-        return 1
-    rings = 2 if algorithm == "bidirectional_ring" and group > 2 else 1
-    if sockets == 1:
-        return 3 * rings + (rings - 1)  # each ring's events, plus the pair's countdown
-    if algorithm == "tree" and kind == "allreduce":
-        hops = 2 * (group - 1)
-    else:
-        steps = 2 * (group - 1) if kind == "allreduce" else group - 1
-        hops = steps * group * rings
-    return hops * chunks + 2 * rings
-
-
-def estimate_events(
-    kernel: KernelProgram,
-    hardware: HardwareConfig,
-    *,
-    iterations: int,
-    looped: bool,
-    sockets: int,
-    tiles: int,
+def min_events(
+    kernel: KernelProgram, works: dict[str, TileWork], *, layers: int, sockets: int
 ) -> int:
-    """Upper-bound estimate of the events one run of ``iterations`` layers processes."""
-    sock, system = hardware.socket, hardware.system
+    """Fewest events a run of ``layers`` layers (or calls) of ``kernel`` processes, with
+    each stage's work cut into tiles as ``works``."""
     consumed = {name for s in kernel.stages for name in s.inputs}
     sinks = sum(1 for s in kernel.stages if s.name not in consumed)
-    sources = sum(1 for s in kernel.stages if not s.inputs)
-    calls = 1 if looped else iterations
-    per_tile = 0
-    per_call = 0
-    for s in kernel.stages:
-        loads = sum(1 for t in MEMORY_TIERS if s.reads.get(t, 0.0))
-        stores = sum(1 for t in MEMORY_TIERS if s.writes.get(t, 0.0))
-        outs = sum(1 for c in kernel.stages if s.name in c.inputs)
-        if looped and s.name not in consumed:
-            outs += sources
-        ins = len(s.inputs) + (sinks if looped and not s.inputs else 0)
-        per_tile += 2 * ins + outs + 3 * (loads + stores) + 4
-        per_call += 4
-        if s.collective is not None:
-            chunk_events = _collective_events(
-                s.collective.kind, system.collective_algorithm, s.collective.group, 1, sockets
-            )
-            per_call += system.collective_chunks * (chunk_events + 4 * sockets) // sockets
-    per_layer = tiles * per_tile + len(kernel.stages) + sinks + 2
-    total = sockets * (iterations * per_layer + calls * (per_call + 8)) + 8
-    latency_timers = 1 if sock.hbm.latency > 0 or sock.ddr.latency > 0 else 0
-    return int(total * (1 + 0.1 * latency_timers)) + 16
-
-
-def check_budget(estimated: int, max_events: int, what: str) -> None:
-    """Raise :class:`EventBudgetError` naming the knobs when ``estimated`` exceeds the budget."""
-    if estimated > max_events:
-        raise EventBudgetError(
-            f"{what} needs an estimated {estimated:,} SimPy events, more than "
-            f"engine.max_events = {max_events:,}; lower engine.tiles_per_stage or raise "
-            f"engine.max_events (or keep the engine's fast_forward on)"
+    later = layers - 1 if kernel.looped else 0  # layers fed by the previous one
+    per_socket = 0
+    for stage in kernel.stages:
+        work = works[stage.name]
+        items = len(stage.inputs) + len(work.reads) + len(work.writes)
+        items += (work.flops > 0) + (work.vector_flops > 0)
+        hands_over = stage.name in consumed and (
+            stage.collective is None or stage.collective.group <= 1
         )
+        per_socket += layers * (work.tiles * (items + hands_over) + sum(b > 0 for b in work.sram))
+        if not stage.inputs:  # a source: fed by every sink of the previous layer
+            per_socket += later * work.tiles * sinks
+    return sockets * per_socket
+
+
+def check_budget(least: int, max_events: int, what: str) -> None:
+    """Refuse before simulating when ``least`` events already exceed the budget."""
+    if least > max_events:
+        raise EventBudgetError(
+            f"{what} needs at least {least:,} SimPy events, more than "
+            f"engine.max_events = {max_events:,}; {_ADVICE}"
+        )
+
+
+def over_budget(max_events: int, what: str) -> EventBudgetError:
+    """The error for a run stopped on reaching the budget (``what``: where it stopped)."""
+    return EventBudgetError(
+        f"{what} reached engine.max_events = {max_events:,} SimPy events before it "
+        f"finished; {_ADVICE}"
+    )
+
+
+_ADVICE = "lower engine.tiles_per_stage or raise engine.max_events (or keep engine.fast_forward on)"

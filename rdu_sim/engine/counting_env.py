@@ -1,24 +1,95 @@
-"""A SimPy environment that counts the events it processes.
+"""A SimPy environment that counts its events, stops at an event limit and can pause.
 
 ``StepTiming.events`` must be the events actually processed, not an estimate, so that the
-event budget (``engine.max_events``) and the speed benchmarks measure the real cost. Counting
-in ``step`` is the one place every processed event passes through; the counter lives on the
+event budget (``engine.max_events``) and the speed benchmarks measure the real cost; the
+budget is enforced here, exactly: the environment never processes more than ``limit``
+events. ``run_until_pause`` is SimPy's event loop (``Environment.step``'s body, inlined: no
+Python frame per event) that returns right after the callback that called :meth:`pause`, so
+a kernel simulation can stop at a layer boundary at the exact point in the event order
+where the boundary happened; the paused event's remaining callbacks run first when the loop
+resumes, so pausing changes nothing in the simulation. The counters live on the
 environment (one per run), never in a global.
+
+The loop reads SimPy's queue and event internals (``_queue``, ``_now``, ``Event._ok``,
+``_value``, ``_defused``), as ``Environment.step`` does; ``simpy`` is pinned below 5.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from heapq import heappop
+from typing import Any
+
 import simpy
+from simpy.core import EmptySchedule
+
+
+class EventLimitError(Exception):
+    """The environment would process more than its ``limit`` of events."""
 
 
 class CountingEnvironment(simpy.Environment):
-    """``simpy.Environment`` whose ``processed`` counts calls of :meth:`step`."""
+    """``simpy.Environment`` that counts processed events (``processed``), refuses to go
+    past ``limit`` of them, and runs until a callback pauses it."""
 
-    def __init__(self, initial_time: float = 0) -> None:
-        super().__init__(initial_time)
+    def __init__(self, limit: int) -> None:
+        super().__init__()
         self.processed = 0
+        self.limit = limit
+        self._paused = False
+        # the event whose callbacks a pause interrupted, and the index of the next one
+        self._rest: tuple[simpy.Event, list[Callable[[Any], None]], int] | None = None
 
-    def step(self) -> None:
-        """Process the next event and count it."""
-        self.processed += 1
-        super().step()
+    def pause(self) -> None:
+        """Make :meth:`run_until_pause` return after the callback now running."""
+        self._paused = True
+
+    def run_until_pause(self) -> None:
+        """Process events until a callback pauses the environment.
+
+        Raises ``EmptySchedule`` when no event is left, and :class:`EventLimitError`
+        instead of processing event ``limit + 1``.
+        """
+        self._paused = False
+        if self._rest is not None:
+            event, callbacks, start = self._rest
+            self._rest = None
+            if self._finish(event, callbacks, start):
+                return
+        queue = self._queue
+        while True:
+            if self.processed >= self.limit:
+                raise EventLimitError(self.limit)
+            try:
+                self._now, _, _, event = heappop(queue)
+            except IndexError:
+                raise EmptySchedule from None
+            self.processed += 1
+            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+            for i, callback in enumerate(callbacks):
+                callback(event)
+                if self._paused:
+                    self._rest = (event, callbacks, i + 1)
+                    return
+            if not event._ok and not hasattr(event, "_defused"):
+                _crash(event)
+
+    def _finish(
+        self, event: simpy.Event, callbacks: list[Callable[[Any], None]], start: int
+    ) -> bool:
+        """Run the callbacks of ``event`` a pause interrupted; True if one paused again."""
+        for i in range(start, len(callbacks)):
+            callbacks[i](event)
+            if self._paused:
+                self._rest = (event, callbacks, i + 1)
+                return True
+        if not event._ok and not hasattr(event, "_defused"):
+            _crash(event)
+        return False
+
+
+def _crash(event: simpy.Event) -> None:
+    """As ``Environment.step``: a failed event nobody defused ends the run with its error."""
+    exc = type(event._value)(*event._value.args)
+    exc.__cause__ = event._value
+    raise exc

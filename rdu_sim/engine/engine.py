@@ -1,16 +1,18 @@
 """The engine: time one step of a compiled Program on the SN40L hardware model.
 
-``Engine(hardware, ...).simulate_step(program)`` (or the function ``simulate_step``) runs the
-Program's kernels one after another, each a SimPy simulation of its stages streaming tiles
-through PCUs, PMU buffers, the socket's HBM/DDR channels and the P2P links (see
-``kernel_pipeline`` and ``stage_runner``), launched and synchronized by the AGCU. Kernels are
-separated by a synchronization, so each is simulated in its own environment and placed after
-the previous one; ``fast_forward`` advances identical calls (exactly) and periodic looped layers
-instead of re-simulating them (``fast_forward`` module).
+``Engine(hardware, config).simulate_step(program)`` (or the function ``simulate_step``), with
+``config`` the workload's ``EngineConfig``, runs the Program's kernels one after another, each
+a SimPy simulation of its stages streaming tiles through PCUs, PMU buffers, the socket's
+HBM/DDR channels and the P2P links (see ``kernel_pipeline`` and ``stage_runner``), launched and
+synchronized by the AGCU. Kernels are separated by a synchronization, so each is simulated in
+its own environment and placed after the previous one (``kernel_sim``); ``fast_forward``
+advances identical calls (exactly) and periodic looped layers instead of re-simulating them
+(``fast_forward`` module). The event budget ``max_events`` holds for the whole step, counted
+exactly (``budget``).
 
 Symmetric TP: by default one socket is simulated, with one rotational period of each ring
 collective on the links (socket 0's chain for identical hops, one node's sockets and links for a
-ring over several nodes: exact, see ``hw.collectives``); ``all_sockets=True`` simulates all
+ring over several nodes: exact, see ``hw.collectives``); ``all_sockets`` simulates all
 ``program.tp`` sockets and every link hop, and gives the same step time.
 
 All state lives in the Engine's runs (no globals), so the same step twice gives the same
@@ -19,163 +21,69 @@ StepTiming, and engines in one process do not affect each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
-from rdu_sim.engine.budget import check_budget, estimate_events
-from rdu_sim.engine.fast_forward import MIN_PROBED_CALLS, first_boundary, time_kernel
-from rdu_sim.engine.kernel_run import KernelRun, RunSettings, Watch, run_kernel
+from rdu_sim.engine.budget import check_budget, min_events, over_budget
+from rdu_sim.engine.counting_env import EventLimitError
+from rdu_sim.engine.fast_forward import fewest_layers, time_kernel
+from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.engine.timing import KernelTiming, StepTiming
 
-DEFAULT_MAX_EVENTS = 20_000_000
-"""Same default as ``EngineConfig.max_events``."""
-
-
-@dataclass
-class _Budget:
-    """Events estimated for the runs started so far in one step (per step, never global)."""
-
-    limit: int
-    spent: int = 0
-
 
 class Engine:
-    """Simulates Program steps on one hardware description.
-
-    Args:
-        hardware: the validated hardware (socket and system).
-        tiles_per_stage: tiles each stage streams per call (simulation granularity).
-        all_sockets: simulate every TP socket instead of one socket plus its links.
-        record: collect trace records (``StepTiming.records``) for a Perfetto trace.
-        max_events: refuse a step whose estimated events exceed this.
-        fast_forward: advance identical calls and periodic looped layers exactly.
-        buffer_tiles: slots of each stage buffer (2 = double buffering).
-        prefetch_tiles: the fewest weight/KV tiles a stage may have loaded or loading ahead of
-            its compute (2 = double buffering).
-        operand_buffer_fraction: share of a stage's PMU SRAM holding streamed weight/KV tiles;
-            a stage runs ahead of its compute by as many tiles as fit (not public: half, the
-            other half holding its input/output tiles and intermediates).
-    """
+    """Simulates Program steps on one hardware description with one ``EngineConfig`` (the
+    workload's ``engine:`` section: the one home of the engine's settings and defaults);
+    ``record`` collects trace records (``StepTiming.records``) for a Perfetto trace."""
 
     def __init__(
-        self,
-        hardware: HardwareConfig,
-        *,
-        tiles_per_stage: int = 8,
-        all_sockets: bool = False,
-        record: bool = False,
-        max_events: int = DEFAULT_MAX_EVENTS,
-        fast_forward: bool = True,
-        buffer_tiles: int = 2,
-        prefetch_tiles: int = 2,
-        operand_buffer_fraction: float = 0.5,
+        self, hardware: HardwareConfig, config: EngineConfig | None = None, *, record: bool = False
     ) -> None:
-        for name, value in (
-            ("tiles_per_stage", tiles_per_stage),
-            ("max_events", max_events),
-            ("buffer_tiles", buffer_tiles),
-            ("prefetch_tiles", prefetch_tiles),
-        ):
-            if value < 1:
-                raise ValueError(f"engine.{name} must be >= 1, got {value}")
-        if not 0 <= operand_buffer_fraction <= 1:
-            raise ValueError(
-                f"engine.operand_buffer_fraction must be in [0, 1], got {operand_buffer_fraction}"
-            )
         self.hardware = hardware
-        self.settings = RunSettings(
-            tiles_per_stage=tiles_per_stage,
-            all_sockets=all_sockets,
-            buffer_tiles=buffer_tiles,
-            prefetch_tiles=prefetch_tiles,
-            operand_buffer_fraction=operand_buffer_fraction,
-            record=record,
-        )
-        self.max_events = max_events
-        self.fast_forward = fast_forward
-
-    @classmethod
-    def from_config(
-        cls,
-        hardware: HardwareConfig,
-        engine: EngineConfig,
-        *,
-        record: bool = False,
-        fast_forward: bool = True,
-    ) -> Engine:
-        """An engine with a workload's ``engine:`` section (tiles, all_sockets, max_events,
-        buffer_tiles, prefetch_tiles, operand_buffer_fraction)."""
-        return cls(
-            hardware,
-            tiles_per_stage=engine.tiles_per_stage,
-            all_sockets=engine.all_sockets,
-            record=record,
-            max_events=engine.max_events,
-            fast_forward=fast_forward,
-            buffer_tiles=engine.buffer_tiles,
-            prefetch_tiles=engine.prefetch_tiles,
-            operand_buffer_fraction=engine.operand_buffer_fraction,
-        )
+        self.config = config if config is not None else EngineConfig()
+        self.record = record
 
     def estimate_events(self, program: Program) -> int:
-        """Events of the minimal simulation plan (a live run charges more layers as it goes,
-        each charge checked)."""
+        """A lower bound of the events ``simulate_step`` processes (``budget.min_events``)."""
+        return self._least_events(program, self._works(program))
+
+    def _works(self, program: Program) -> list[dict[str, TileWork]]:
+        """Each kernel's stages' work per tile."""
+        tiles, socket = self.config.tiles_per_stage, self.hardware.socket
+        return [tile_works(k, tiles, socket) for k in program.kernels]
+
+    def _least_events(self, program: Program, works: list[dict[str, TileWork]]) -> int:
+        cfg = self.config
+        sockets = program.tp if cfg.all_sockets else 1
         return sum(
-            self._estimate(program, k, n, looped)
-            for k in program.kernels
-            for n, looped in self._plan(k)
+            min_events(k, w, layers=fewest_layers(k, cfg.fast_forward), sockets=sockets)
+            for k, w in zip(program.kernels, works, strict=True)
         )
 
     def simulate_step(self, program: Program) -> StepTiming:
-        """Simulate one step of ``program``; raises EventBudgetError before simulating if
-        the estimated events exceed ``max_events``."""
+        """Simulate one step of ``program``. Raises EventBudgetError before simulating when
+        even the lower bound of its events exceeds ``max_events``, or as soon as the events
+        processed would."""
         _validate(program, self.hardware)
-        planned = self.estimate_events(program)
-        check_budget(planned, self.max_events, f"this {program.shape.phase} step")
-        budget = _Budget(self.max_events)
-        timeline = Recorder() if self.settings.record else None
+        cfg, what = self.config, f"this {program.shape.phase} step"
+        works = self._works(program)
+        least = self._least_events(program, works)
+        check_budget(least, cfg.max_events, what)
+        timeline = Recorder() if self.record else None
         total = RunStats()
         events = 0
         kernels: list[KernelTiming] = []
-        for kernel in program.kernels:
-            works = {
-                s.name: TileWork.of(s, self.settings.tiles_per_stage, self.hardware.socket)
-                for s in kernel.stages
-            }
-
-            def run(
-                n: int,
-                looped: bool,
-                watch: Watch | None,
-                kernel: KernelProgram = kernel,
-                works: dict[str, TileWork] = works,
-            ) -> KernelRun:
-                return run_kernel(
-                    kernel, self.hardware, program.tp, n, looped, self.settings, works, watch
-                )
-
-            layers_charged = [0]  # this kernel's layers charged so far (a live run adds more)
-
-            def charge(
-                n: int,
-                looped: bool,
-                kernel: KernelProgram = kernel,
-                layers_charged: list[int] = layers_charged,
-            ) -> None:
-                budget.spent += self._estimate(program, kernel, n, looped)
-                layers_charged[0] += n
-                check_budget(
-                    budget.spent,
-                    budget.limit,
-                    f"kernel {kernel.name!r} ({layers_charged[0]} iterations so far) in this step",
-                )
-
-            result = time_kernel(kernel, run, charge, self.fast_forward)
+        for kernel, work in zip(program.kernels, works, strict=True):
+            start = partial(self._start, program, kernel, work, cfg.max_events - events)
+            try:
+                result = time_kernel(kernel, start, cfg.fast_forward)
+            except EventLimitError as where:
+                raise over_budget(cfg.max_events, f"{what} ({where})") from None
             if timeline is not None and result.recorder is not None:
                 result.recorder.extend_into(timeline, total.time_s)
             total = total.plus(result.stats)
@@ -191,29 +99,28 @@ class Engine:
                     period_s=result.period_s,
                 )
             )
-        return self._timing(program, total, events, planned, tuple(kernels), timeline)
+        return self._timing(program, total, events, least, tuple(kernels), timeline)
 
-    def _plan(self, kernel: KernelProgram) -> list[tuple[int, bool]]:
-        """The runs a kernel needs at least: (iterations, looped) each."""
-        if not self.fast_forward:
-            return [(kernel.calls, kernel.looped)]
-        if not kernel.looped:
-            return [(1, False)]
-        if kernel.calls < MIN_PROBED_CALLS:
-            return [(kernel.calls, True)]
-        return [(first_boundary(kernel.calls) + 3, True)]  # a live run's first budget charge
-
-    def _estimate(
-        self, program: Program, kernel: KernelProgram, iterations: int, looped: bool
-    ) -> int:
-        sockets = program.tp if self.settings.all_sockets else 1
-        return estimate_events(
+    def _start(
+        self,
+        program: Program,
+        kernel: KernelProgram,
+        works: dict[str, TileWork],
+        left: int,
+        layers: int,
+        looped: bool,
+    ) -> KernelSim:
+        """A simulation of ``layers`` layers of ``kernel``, allowed ``left`` events."""
+        return KernelSim(
             kernel,
             self.hardware,
-            iterations=iterations,
+            program.tp,
+            self.config,
+            works,
+            layers=layers,
             looped=looped,
-            sockets=sockets,
-            tiles=self.settings.tiles_per_stage,
+            max_events=left,
+            record=self.record,
         )
 
     def _timing(
@@ -259,9 +166,9 @@ class Engine:
             flops_fraction=total.flops / step / sock.peak_flops if step > 0 else 0.0,
             events=events,
             estimated_events=planned,
-            tiles_per_stage=self.settings.tiles_per_stage,
-            sockets_simulated=program.tp if self.settings.all_sockets else 1,
-            fast_forward=self.fast_forward,
+            tiles_per_stage=self.config.tiles_per_stage,
+            sockets_simulated=program.tp if self.config.all_sockets else 1,
+            fast_forward=self.config.fast_forward,
             records=timeline.freeze() if timeline is not None else None,
         )
 
@@ -269,29 +176,12 @@ class Engine:
 def simulate_step(
     program: Program,
     hardware: HardwareConfig,
+    config: EngineConfig | None = None,
     *,
-    tiles_per_stage: int = 8,
-    all_sockets: bool = False,
     record: bool = False,
-    max_events: int = DEFAULT_MAX_EVENTS,
-    fast_forward: bool = True,
-    buffer_tiles: int = 2,
-    prefetch_tiles: int = 2,
-    operand_buffer_fraction: float = 0.5,
 ) -> StepTiming:
     """Simulate one step of ``program`` on ``hardware`` (see :class:`Engine`)."""
-    engine = Engine(
-        hardware,
-        tiles_per_stage=tiles_per_stage,
-        all_sockets=all_sockets,
-        record=record,
-        max_events=max_events,
-        fast_forward=fast_forward,
-        buffer_tiles=buffer_tiles,
-        prefetch_tiles=prefetch_tiles,
-        operand_buffer_fraction=operand_buffer_fraction,
-    )
-    return engine.simulate_step(program)
+    return Engine(hardware, config, record=record).simulate_step(program)
 
 
 def _validate(program: Program, hardware: HardwareConfig) -> None:

@@ -137,13 +137,12 @@ class KernelPipeline:
             self.runners[sink].on_iteration = self._sink_done
         self._left: list[int] = []
         self._done: list[simpy.Event] = []
-        self.iteration_ends: list[float] = []  # when all sinks emitted each iteration's last tile
-        self.on_iteration_end: Callable[[], None] | None = None  # observer (run statistics)
+        # called when all sinks have emitted an iteration's last tile (the layer boundary)
+        self.on_iteration_end: Callable[[], None] | None = None
 
     def _sink_done(self, iteration: int) -> None:
         self._left[iteration] -= 1
         if self._left[iteration] == 0:
-            self.iteration_ends.append(float(self.env.now))
             if self.on_iteration_end is not None:
                 self.on_iteration_end()
             self._done[iteration].succeed()

@@ -59,8 +59,9 @@ class StepTiming:
     ``pcu`` is PCU-seconds over the socket's PCU count, ``pmu`` PMU-port-seconds over its PMU
     count, ``hbm``/``ddr`` the time at least one stream was moving bytes, ``link`` the
     busiest P2P link direction's serialisation time (summed over kernels). ``utilization`` is
-    busy time over ``step_s``, each <= 1. ``events`` are SimPy events actually processed
-    (``estimated_events`` is the engine's upper-bound estimate checked against max_events).
+    busy time over ``step_s``, each <= 1. ``events`` are SimPy events actually processed (at
+    most ``engine.max_events``); ``estimated_events`` is the rough lower bound checked against
+    it before simulating.
     """
 
     step_s: float

@@ -1,0 +1,228 @@
+"""One kernel's calls simulated in their own SimPy environment: the engine's unit of simulation.
+
+A kernel boundary is a full synchronization (every stage has drained, every write has landed,
+the links are idle), so the machine is empty between kernels and each kernel can be simulated
+on its own and placed after the previous one on the step's timeline: exactly the same times
+as one long environment, with a smaller event queue.
+
+A :class:`KernelSim` owns its environment, its hardware (per simulated socket the memory
+channels and launcher, ``SocketModel``; one ``Topology`` of P2P links spanning the TP group;
+one collective port per collective stage across sockets), the kernel's pipelines, the
+``LayerCount`` its stages share, and the boundary log: socket 0's totals each time a layer of
+a looped call ends. It can be run to the next layer boundary, cut to fewer layers
+(``LayerCount.lower``: a cut run is then exactly a run of that many layers) and finished.
+The run stops right after the callback in which the boundary happened
+(``CountingEnvironment.pause``): the boundary's totals are taken at the boundary itself, and
+the only process that moved on since (the sink that ended the layer, up to its next wait)
+took no decision a cut to ``safe`` or more layers would change.
+Statistics are socket 0's. The event budget is enforced by the environment, exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+from simpy.core import EmptySchedule
+
+from rdu_sim.compiler.program import KernelProgram
+from rdu_sim.config.hardware import HardwareConfig, SocketConfig
+from rdu_sim.config.workload import EngineConfig
+from rdu_sim.engine.collective_port import CollectivePort, RendezvousPort, SymmetricPort
+from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
+from rdu_sim.engine.kernel_pipeline import KernelPipeline
+from rdu_sim.engine.records import Recorder
+from rdu_sim.engine.run_stats import RunStats
+from rdu_sim.engine.socket_model import SocketModel
+from rdu_sim.engine.stage_runner import LayerCount
+from rdu_sim.engine.tile_work import TileWork
+from rdu_sim.hw.collectives import Topology
+from rdu_sim.hw.p2p_link import P2PLink
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """The end of a layer of a looped call on socket 0: when, and the totals so far."""
+
+    end_s: float
+    totals: RunStats
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """A finished simulation: totals on socket 0, events processed, records if asked, and
+    the boundary log (looped calls)."""
+
+    stats: RunStats
+    events: int
+    recorder: Recorder | None
+    boundaries: tuple[Boundary, ...] = ()
+
+
+def tile_works(kernel: KernelProgram, tiles: int, socket: SocketConfig) -> dict[str, TileWork]:
+    """Each stage's per-call work cut into ``tiles`` tiles, by stage name."""
+    return {s.name: TileWork.of(s, tiles, socket) for s in kernel.stages}
+
+
+class KernelSim:
+    """``layers`` layers of ``kernel`` (one looped call, or separate calls) on ``tp``
+    sockets, its stages' work cut as ``works`` (``tile_works``), stopping with
+    :class:`EventLimitError` rather than process more than ``max_events`` events."""
+
+    def __init__(
+        self,
+        kernel: KernelProgram,
+        hardware: HardwareConfig,
+        tp: int,
+        config: EngineConfig,
+        works: dict[str, TileWork],
+        *,
+        layers: int,
+        looped: bool,
+        max_events: int,
+        record: bool = False,
+    ) -> None:
+        self.kernel = kernel
+        self.looped = looped
+        self.env = env = CountingEnvironment(max_events)
+        system, sock = hardware.system, hardware.socket
+        self.recorder = Recorder() if record else None
+        self.topology = Topology(
+            env,
+            tp,
+            system.sockets_per_node,
+            system.intra_node_link.bandwidth,
+            system.intra_node_link.latency,
+            system.inter_node_link.bandwidth,
+            system.inter_node_link.latency,
+        )
+        port_type = RendezvousPort if config.all_sockets else SymmetricPort
+        ports: dict[str, CollectivePort] = {
+            s.name: port_type(self.topology, s.collective, system.collective_algorithm)
+            for s in kernel.stages
+            if s.collective is not None and s.collective.group > 1
+        }
+        n_sockets = tp if config.all_sockets else 1
+        self.sockets = [SocketModel(env, i, sock, self.recorder) for i in range(n_sockets)]
+        self.pipelines = [
+            KernelPipeline(
+                s,
+                kernel,
+                works,
+                ports,
+                looped=looped,
+                buffer_tiles=config.buffer_tiles,
+                prefetch_tiles=config.prefetch_tiles,
+                operand_buffer_fraction=config.operand_buffer_fraction,
+                collective_chunks=system.collective_chunks,
+                recorder=self.recorder,
+            )
+            for s in self.sockets
+        ]
+        self.layers = LayerCount(layers)
+        self.boundaries: list[Boundary] = []
+        if looped:
+            self.pipelines[0].on_iteration_end = self._boundary
+        calls = [
+            s.launcher.call(p.body(self.layers), layers, looped)
+            for s, p in zip(self.sockets, self.pipelines, strict=True)
+        ]
+        self._finished = simpy.AllOf(env, calls)
+        self._finished.callbacks.append(lambda _event: env.pause())
+
+    @property
+    def events(self) -> int:
+        """SimPy events processed so far."""
+        return self.env.processed
+
+    @property
+    def safe(self) -> int:
+        """The fewest layers the run may be cut to now (``LayerCount.safe``)."""
+        return self.layers.safe()
+
+    def run_to_boundary(self) -> Boundary | None:
+        """Simulate up to the next layer boundary and return it, or None when the run
+        has ended (no boundary left)."""
+        seen = len(self.boundaries)
+        while not self._finished.processed:
+            self._advance()
+            if len(self.boundaries) > seen:
+                return self.boundaries[-1]
+        return None
+
+    def cut(self, layers: int) -> None:
+        """Run ``layers`` layers instead (at least ``safe``): from now on the run is exactly
+        a run of that many layers from the start."""
+        self.layers.lower(layers)
+
+    def finish(self) -> KernelRun:
+        """Simulate to the end of the run (the last synchronization)."""
+        while not self._finished.processed:
+            self._advance()
+        stats = self._stats()
+        return KernelRun(stats, self.env.processed, self.recorder, tuple(self.boundaries))
+
+    def _advance(self) -> None:
+        try:
+            self.env.run_until_pause()
+        except EventLimitError:
+            n, name = self.layers.n, self.kernel.name
+            where = f"after {len(self.boundaries)} of {n} layers" if self.looped else f"x {n}"
+            raise EventLimitError(f"kernel {name!r} {where}") from None
+        except EmptySchedule:
+            raise RuntimeError(
+                f"kernel {self.kernel.name!r}: no event left before the run ended "
+                "(the pipeline deadlocked)"
+            ) from None
+
+    def _boundary(self) -> None:
+        """Socket 0 ended a layer: log it and stop the run here (``run_to_boundary``)."""
+        self.boundaries.append(Boundary(float(self.env.now), self._stats()))
+        self.env.pause()
+
+    def _stats(self) -> RunStats:
+        """Socket 0's totals now (at a layer boundary, or at the end of the run)."""
+        elapsed = float(self.env.now)
+        socket, pipe, topo = self.sockets[0], self.pipelines[0], self.topology
+        cfg = socket.config
+        pcu_s = sum(g.n_pcus * g.busy.busy_time for g in pipe.pcus.values())
+        flops = sum(g.matrix_flops for g in pipe.pcus.values())
+        vector = sum(g.vector_flops for g in pipe.pcus.values())
+        pmu_s = 0.0
+        sram = 0.0
+        for stage in pipe.kernel.stages:
+            runner = pipe.runners[stage.name]
+            bufs = pipe.buffers[stage.name]
+            moved = sum(b.bytes_written.total + b.bytes_read.total for b in bufs)
+            pmus = max(stage.pmus, 1)
+            port_s = moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time
+            pmu_s += stage.pmus * min(port_s, elapsed)
+            sram += runner.sram_bytes
+        topo.chains.flush()  # sends computed ahead by the symmetric collectives, up to now
+        links = _links(topo)
+        p2p = sum(link.bytes[direction].total for link, direction, sender in links if sender == 0)
+        link_busy = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
+        return RunStats(
+            time_s=elapsed,
+            overhead_s=socket.launcher.overhead_time,
+            hbm_bytes=socket.bytes_moved("hbm"),
+            ddr_bytes=socket.bytes_moved("ddr"),
+            sram_bytes=sram,
+            p2p_bytes=p2p,
+            flops=flops,
+            vector_flops=vector,
+            pcu_s=pcu_s,
+            pmu_s=pmu_s,
+            hbm_busy_s=socket.channels["hbm"].busy.busy_time,
+            ddr_busy_s=socket.channels["ddr"].busy.busy_time,
+            link_busy_s=link_busy,
+        )
+
+
+def _links(topo: Topology) -> list[tuple[P2PLink, int, int]]:
+    """(link, direction, sending socket) for every link direction the run created."""
+    out: list[tuple[P2PLink, int, int]] = []
+    for (a, b), link in sorted(topo.links.items()):
+        out.append((link, 0, a))
+        out.append((link, 1, b))
+    return out
