@@ -6,8 +6,8 @@ times it and reads the peak RSS). Every case calls the in-process API (``rdu_sim
 model and context, a few requests, a 4-point sweep) so the test suite can run all four.
 
 Events (docs/performance.md): the engine's ``StepTiming.events`` (SimPy events actually
-processed, fast-forward probes included) summed over every distinct step shape a run
-simulated, plus the serving level's scheduler events (one per prefill step, per batched
+processed: only the layers a fast-forwarded run simulated) summed over every distinct step
+shape a run simulated, plus the serving level's scheduler events (one per prefill step, per batched
 decode advance and per request arrival).
 """
 
