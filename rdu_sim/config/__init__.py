@@ -1,7 +1,9 @@
 """Validated, typed configuration: hardware, model architectures, workloads, unit parsing."""
 
 from rdu_sim.config.architecture import (
+    ConfigJsonModel,
     DeepSeekArchitecture,
+    GqaMoeArchitecture,
     LlamaArchitecture,
     ModelArchitecture,
 )
@@ -14,7 +16,9 @@ __all__ = [
     "DTYPE_BYTES",
     "ConfigError",
     "ConfigIssue",
+    "ConfigJsonModel",
     "DeepSeekArchitecture",
+    "GqaMoeArchitecture",
     "HardwareConfig",
     "KVConfig",
     "LlamaArchitecture",

@@ -1,53 +1,184 @@
 """Typed model architectures: the shape of a decoder-only transformer, as its config.json says.
 
-Presets live in rdu_sim.models; a workload may also write a custom architecture inline.
-Two families: `llama` (GQA attention, dense SwiGLU FFN) and `deepseek` (MLA attention,
-first layers dense, the rest MoE with shared and routed experts).
+Presets live in rdu_sim.models; a workload may also write an architecture inline, or point
+at a Hugging Face config.json (`model: {config_json: path}`, read by
+`rdu_sim.models.hf_config`). Three families:
+
+- `llama`: GQA attention and a dense SwiGLU FFN in every layer (Llama 3.x, Qwen2.5/3,
+  Mistral);
+- `gqa_moe`: GQA attention and a mixture of experts (Mixtral, Qwen3-MoE, gpt-oss), the
+  first `dense_layers` (and any `mlp_only_layers`) with a dense FFN;
+- `deepseek`: MLA attention; dense FFN first, then MoE layers with shared and routed
+  experts (DeepSeek-V3/R1, Kimi K2).
+
+GQA layers may differ per layer in their attention window (`layer_types`: full or sliding
+attention, as gpt-oss alternates them; every layer sliding when only `sliding_window` is
+given, as Mistral 7B v0.1). The per-layer view is `rdu_sim.models.layers.layer_kinds`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.dtypes import WeightDtype
 
 _DIM = Field(ge=1, le=1_000_000)
 
 
-class LlamaArchitecture(StrictModel):
-    """Llama-style decoder: GQA attention and a dense SwiGLU FFN in every layer."""
+def _tuple(value: Any) -> Any:
+    """YAML and JSON give lists; the architecture keeps tuples (frozen, hashable)."""
+    return tuple(value) if isinstance(value, list) else value
 
-    family: Literal["llama"] = "llama"
+
+AttentionType = Literal["full_attention", "sliding_attention"]
+"""Hugging Face's `layer_types` values the simulator models."""
+
+
+class _Decoder(StrictModel):
+    """What every family has: sizes of the residual stream, the vocabulary and the stack."""
+
     name: str = Field(min_length=1, max_length=200)
     vocab_size: int = _DIM
     hidden_size: int = _DIM
     layers: int = Field(ge=1, le=10_000)
+    max_context: int = Field(ge=1, le=100_000_000)
+    tie_embeddings: bool = False
+    weight_dtype: WeightDtype | None = Field(
+        default=None,
+        description="the released weights' dtype (config.json torch_dtype / "
+        "quantization_config); the default of a workload's dtypes.weights",
+    )
+    expert_dtype: WeightDtype | None = Field(
+        default=None,
+        description="the released routed experts' dtype when it differs (gpt-oss: mxfp4)",
+    )
+
+
+class _Gqa(StrictModel):
+    """Grouped-query attention, with the per-model details that change parameter counts."""
+
     heads: int = _DIM
     kv_heads: int = _DIM
     head_dim: int = _DIM
-    ffn_intermediate: int = _DIM
-    max_context: int = Field(ge=1, le=100_000_000)
-    tie_embeddings: bool = False
+    qkv_bias: bool = Field(default=False, description="q/k/v projections have biases (Qwen2.5)")
+    o_bias: bool = Field(default=False, description="o_proj has a bias (gpt-oss)")
+    qk_norm: bool = Field(default=False, description="RMSNorm of each head's query and key (Qwen3)")
+    attention_sinks: bool = Field(
+        default=False, description="a learned sink logit per head in the softmax (gpt-oss)"
+    )
+    sliding_window: int | None = Field(
+        default=None, ge=2, le=100_000_000, description="tokens a sliding-window layer sees"
+    )
+    layer_types: Annotated[tuple[AttentionType, ...] | None, BeforeValidator(_tuple)] = Field(
+        default=None,
+        description="attention of each layer; default: every layer sliding when "
+        "sliding_window is given, else every layer full",
+    )
 
     @model_validator(mode="after")
-    def _gqa_groups(self) -> LlamaArchitecture:
+    def _attention(self) -> _Gqa:
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
             )
+        layers: int = getattr(self, "layers", 0)
+        if self.layer_types is not None:
+            if len(self.layer_types) != layers:
+                raise ValueError(
+                    f"layer_types has {len(self.layer_types)} entries for {layers} layers"
+                )
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ValueError("layer_types has sliding_attention layers but no sliding_window")
         return self
 
+    def attention_windows(self) -> tuple[int | None, ...]:
+        """Each layer's attention window in tokens (None: full attention)."""
+        layers: int = getattr(self, "layers", 0)
+        types = self.layer_types or (
+            ("sliding_attention" if self.sliding_window else "full_attention",) * layers
+        )
+        return tuple(self.sliding_window if t == "sliding_attention" else None for t in types)
 
-class DeepSeekArchitecture(StrictModel):
+
+class _Moe(StrictModel):
+    """Routed (and shared) experts, and which layers have them."""
+
+    dense_layers: int = Field(
+        default=0, ge=0, le=10_000, description="the first layers, with a dense FFN"
+    )
+    moe_intermediate: int = Field(ge=1, le=1_000_000, description="one expert's FFN width")
+    routed_experts: int = Field(ge=1, le=100_000)
+    experts_per_token: int = Field(ge=1, le=100_000)
+    shared_experts: int = Field(default=0, ge=0, le=1000)
+    router_bias: bool = Field(
+        default=False,
+        description="the router adds a bias per expert (gpt-oss; DeepSeek's correction bias)",
+    )
+    expert_bias: bool = Field(default=False, description="expert projections have biases (gpt-oss)")
+
+    @model_validator(mode="after")
+    def _experts(self) -> _Moe:
+        layers: int = getattr(self, "layers", 0)
+        if self.dense_layers > layers:
+            raise ValueError(f"dense_layers ({self.dense_layers}) exceeds layers ({layers})")
+        if self.experts_per_token > self.routed_experts:
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) exceeds "
+                f"routed_experts ({self.routed_experts})"
+            )
+        return self
+
+    def moe_layer_flags(self) -> tuple[bool, ...]:
+        """Whether each layer's FFN is a mixture of experts."""
+        layers: int = getattr(self, "layers", 0)
+        return tuple(i >= self.dense_layers for i in range(layers))
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with a mixture-of-experts FFN."""
+        return sum(self.moe_layer_flags())
+
+
+class LlamaArchitecture(_Decoder, _Gqa):
+    """Llama-style decoder: GQA attention and a dense SwiGLU FFN in every layer."""
+
+    family: Literal["llama"] = "llama"
+    ffn_intermediate: int = _DIM
+
+
+class GqaMoeArchitecture(_Decoder, _Gqa, _Moe):
+    """GQA attention and a mixture of experts (Mixtral, Qwen3-MoE, gpt-oss)."""
+
+    family: Literal["gqa_moe"] = "gqa_moe"
+    ffn_intermediate: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="dense-layer FFN width (dense layers only)"
+    )
+    mlp_only_layers: Annotated[tuple[int, ...], BeforeValidator(_tuple)] = Field(
+        default=(), description="further layers (0-based) with a dense FFN (Qwen3-MoE)"
+    )
+
+    @model_validator(mode="after")
+    def _dense(self) -> GqaMoeArchitecture:
+        bad = [i for i in self.mlp_only_layers if not 0 <= i < self.layers]
+        if bad:
+            raise ValueError(f"mlp_only_layers {bad} are not layers of 0..{self.layers - 1}")
+        if not all(self.moe_layer_flags()) and self.ffn_intermediate is None:
+            raise ValueError("dense layers need ffn_intermediate")
+        return self
+
+    def moe_layer_flags(self) -> tuple[bool, ...]:
+        """MoE from `dense_layers` on, except the `mlp_only_layers`."""
+        dense = set(self.mlp_only_layers)
+        return tuple(i >= self.dense_layers and i not in dense for i in range(self.layers))
+
+
+class DeepSeekArchitecture(_Decoder, _Moe):
     """DeepSeek-V3/R1-style decoder: MLA attention; dense FFN first, then MoE layers."""
 
     family: Literal["deepseek"] = "deepseek"
-    name: str = Field(min_length=1, max_length=200)
-    vocab_size: int = _DIM
-    hidden_size: int = _DIM
-    layers: int = Field(ge=1, le=10_000)
     dense_layers: int = Field(ge=0, le=10_000, description="the first layers, with a dense FFN")
     heads: int = _DIM
     q_lora_rank: int = _DIM
@@ -56,24 +187,15 @@ class DeepSeekArchitecture(StrictModel):
     qk_rope_head_dim: int = _DIM
     v_head_dim: int = _DIM
     ffn_intermediate: int = Field(ge=1, le=1_000_000, description="dense-layer FFN width")
-    moe_intermediate: int = Field(ge=1, le=1_000_000, description="one expert's FFN width")
-    routed_experts: int = Field(ge=1, le=100_000)
-    experts_per_token: int = Field(ge=1, le=100_000)
     shared_experts: int = Field(ge=0, le=1000)
+    router_bias: bool = Field(
+        default=True, description="the router's score-correction bias per expert"
+    )
     expert_groups: int = Field(default=1, ge=1, le=100_000)
     groups_per_token: int = Field(default=1, ge=1, le=100_000)
-    max_context: int = Field(ge=1, le=100_000_000)
-    tie_embeddings: bool = False
 
     @model_validator(mode="after")
-    def _consistent(self) -> DeepSeekArchitecture:
-        if self.dense_layers > self.layers:
-            raise ValueError(f"dense_layers ({self.dense_layers}) exceeds layers ({self.layers})")
-        if self.experts_per_token > self.routed_experts:
-            raise ValueError(
-                f"experts_per_token ({self.experts_per_token}) exceeds "
-                f"routed_experts ({self.routed_experts})"
-            )
+    def _groups(self) -> DeepSeekArchitecture:
         if self.routed_experts % self.expert_groups:
             raise ValueError(
                 f"routed_experts ({self.routed_experts}) must be a multiple of "
@@ -86,12 +208,19 @@ class DeepSeekArchitecture(StrictModel):
             )
         return self
 
-    @property
-    def moe_layers(self) -> int:
-        """Layers with a mixture-of-experts FFN."""
-        return self.layers - self.dense_layers
-
 
 ModelArchitecture = Annotated[
-    LlamaArchitecture | DeepSeekArchitecture, Field(discriminator="family")
+    LlamaArchitecture | GqaMoeArchitecture | DeepSeekArchitecture,
+    Field(discriminator="family"),
 ]
+
+
+class ConfigJsonModel(StrictModel):
+    """`model: {config_json: path}`: the architecture read from a Hugging Face config.json."""
+
+    config_json: str = Field(
+        min_length=1, description="a local config.json, relative to the workload file"
+    )
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, description="default: the file's folder"
+    )

@@ -13,29 +13,28 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, model_validator
 
-from rdu_sim.config.architecture import ModelArchitecture
+from rdu_sim.config.architecture import ConfigJsonModel, ModelArchitecture
 from rdu_sim.config.base import StrictModel
-
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
-
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4.0,
-    "bf16": 2.0,
-    "fp16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5,
-}
+from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for callers
+from rdu_sim.config.dtypes import ValueDtype, WeightDtype
 
 _TOKENS = Field(ge=1, le=100_000_000)
 
 
 class DtypesConfig(StrictModel):
-    """Storage precision of weights, KV cache and activations."""
+    """Storage precision of weights, KV cache and activations (rdu_sim/config/dtypes.py)."""
 
-    weights: Dtype = "bf16"
-    kv: Dtype = "bf16"
-    activations: Dtype = "bf16"
+    weights: WeightDtype | None = Field(
+        default=None,
+        description="weights; default: the model's released dtype (its config.json), else bf16",
+    )
+    experts: WeightDtype | None = Field(
+        default=None,
+        description="routed-expert weights of MoE layers (gpt-oss: mxfp4); default: the "
+        "model's released expert dtype, else dtypes.weights",
+    )
+    kv: ValueDtype = "bf16"
+    activations: ValueDtype = "bf16"
 
 
 class ParallelismConfig(StrictModel):
@@ -264,9 +263,14 @@ class EngineConfig(StrictModel):
 
 
 def _model_kind(value: Any) -> str | None:
-    """A preset name is a string; a custom architecture is a mapping."""
+    """A preset name is a string; a config.json reference a mapping with `config_json`; a
+    custom architecture any other mapping."""
     if isinstance(value, str):
         return "preset"
+    if isinstance(value, ConfigJsonModel) or (
+        isinstance(value, Mapping) and "config_json" in value
+    ):
+        return "hf_config"  # a tag, not a key: error paths drop it
     if isinstance(value, Mapping | BaseModel):
         return "custom"
     return None
@@ -275,11 +279,14 @@ def _model_kind(value: Any) -> str | None:
 # Validate only the branch the input meant, so a custom architecture with a typo reports
 # the typo (model.hiden_size), not also "model: should be a string".
 ModelField = Annotated[
-    Annotated[str, Tag("preset")] | Annotated[ModelArchitecture, Tag("custom")],
+    Annotated[str, Tag("preset")]
+    | Annotated[ConfigJsonModel, Tag("hf_config")]
+    | Annotated[ModelArchitecture, Tag("custom")],
     Discriminator(
         _model_kind,
         custom_error_type="model_kind",
-        custom_error_message="expected a preset name or a mapping with a custom architecture",
+        custom_error_message="expected a preset name, {config_json: path} or a mapping "
+        "with a custom architecture",
     ),
 ]
 
@@ -291,7 +298,8 @@ class WorkloadConfig(StrictModel):
     description: str = ""
     hardware: str = Field(min_length=1, description="hardware file, relative to this file")
     model: ModelField = Field(
-        description="a preset name (see `rdu-sim inspect model --list`) or an architecture"
+        description="a preset name (see `rdu-sim inspect model --list`), a Hugging Face "
+        "config.json ({config_json: path}) or an architecture"
     )
     dtypes: DtypesConfig = Field(default_factory=DtypesConfig)
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)

@@ -12,24 +12,26 @@ Conventions:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
+from rdu_sim.models.layers import Architecture, LayerKind, layer_kinds, window_tokens
 
-Architecture = LlamaArchitecture | DeepSeekArchitecture
+__all__ = ["Architecture"]
 
 
 @dataclass(frozen=True)
 class LayerParams:
     """Parameter counts of one decoder layer, split by where they sit."""
 
-    attention: int  # projections (and MLA's latent norms)
+    attention: int  # projections, their biases, MLA's latent norms, Qwen3's q/k norms, sinks
     norms: int  # the layer's two RMSNorms
     ffn_dense: int  # a dense SwiGLU FFN (0 in MoE layers)
     router: int  # MoE gate weights and bias (0 in dense layers)
     shared_experts: int
     routed_experts: int  # all routed experts
-    one_expert: int  # one routed expert
+    one_expert: int  # one routed expert (its biases included)
 
     @property
     def total(self) -> int:
@@ -48,42 +50,81 @@ def swiglu_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
-def attention_params(arch: Architecture) -> int:
-    """Attention weights of one layer (bias-free)."""
+def attention_matmul_params(arch: Architecture) -> int:
+    """Attention weights that take part in matrix products (biases and norms excluded)."""
     h = arch.hidden_size
-    if isinstance(arch, LlamaArchitecture):
-        q = h * arch.heads * arch.head_dim
-        kv = 2 * h * arch.kv_heads * arch.head_dim
-        o = arch.heads * arch.head_dim * h
-        return q + kv + o
+    if not isinstance(arch, DeepSeekArchitecture):
+        return h * arch.heads * arch.head_dim * 2 + 2 * h * arch.kv_heads * arch.head_dim
     qk_head = arch.qk_nope_head_dim + arch.qk_rope_head_dim
-    q_a = h * arch.q_lora_rank + arch.q_lora_rank  # projection + q_a_layernorm
+    q_a = h * arch.q_lora_rank
     q_b = arch.q_lora_rank * arch.heads * qk_head
-    kv_a = h * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank  # + norm
+    kv_a = h * (arch.kv_lora_rank + arch.qk_rope_head_dim)
     kv_b = arch.kv_lora_rank * arch.heads * (arch.qk_nope_head_dim + arch.v_head_dim)
     o = arch.heads * arch.v_head_dim * h
     return q_a + q_b + kv_a + kv_b + o
 
 
-def attention_matmul_params(arch: Architecture) -> int:
-    """Attention weights that take part in matrix products (norm weights excluded)."""
+def attention_params(arch: Architecture) -> int:
+    """Attention weights of one layer: the products' weights plus their biases and norms
+    (MLA: q_a and kv_a layernorms; GQA: q/k/v and o biases, Qwen3's per-head q and k norms,
+    gpt-oss's sink logit per head)."""
+    extra = 0
+    if isinstance(arch, DeepSeekArchitecture):
+        extra = arch.q_lora_rank + arch.kv_lora_rank
+    else:
+        if arch.qkv_bias:
+            extra += (arch.heads + 2 * arch.kv_heads) * arch.head_dim
+        if arch.o_bias:
+            extra += arch.hidden_size
+        if arch.qk_norm:
+            extra += 2 * arch.head_dim
+        if arch.attention_sinks:
+            extra += arch.heads
+    return attention_matmul_params(arch) + extra
+
+
+def expert_bias_params(arch: Architecture) -> int:
+    """Biases of one routed expert: gate/up (2 x its width) and down (hidden), or 0."""
+    if isinstance(arch, LlamaArchitecture) or not arch.expert_bias:
+        return 0
+    return 2 * arch.moe_intermediate + arch.hidden_size
+
+
+def router_params(arch: Architecture) -> int:
+    """The MoE gate: a weight per expert and hidden unit, plus a bias per expert if any."""
     if isinstance(arch, LlamaArchitecture):
-        return attention_params(arch)
-    return attention_params(arch) - arch.q_lora_rank - arch.kv_lora_rank
+        return 0
+    return arch.routed_experts * (arch.hidden_size + (1 if arch.router_bias else 0))
+
+
+def _kind_params(arch: Architecture, kind: LayerKind) -> LayerParams:
+    h = arch.hidden_size
+    attention, norms = attention_params(arch), 2 * h
+    if kind.ffn == "dense":
+        assert arch.ffn_intermediate is not None  # the architecture checks dense layers have it
+        return LayerParams(attention, norms, swiglu_params(h, arch.ffn_intermediate), 0, 0, 0, 0)
+    assert not isinstance(arch, LlamaArchitecture)
+    expert = swiglu_params(h, arch.moe_intermediate)
+    one = expert + expert_bias_params(arch)
+    return LayerParams(
+        attention,
+        norms,
+        0,
+        router_params(arch),
+        arch.shared_experts * expert,
+        arch.routed_experts * one,
+        one,
+    )
 
 
 def layer_params(arch: Architecture, layer: int) -> LayerParams:
     """Parameters of decoder layer `layer` (0-based)."""
-    h = arch.hidden_size
-    attn = attention_params(arch)
-    norms = 2 * h
-    if isinstance(arch, LlamaArchitecture) or layer < arch.dense_layers:
-        return LayerParams(attn, norms, swiglu_params(h, arch.ffn_intermediate), 0, 0, 0, 0)
-    expert = swiglu_params(h, arch.moe_intermediate)
-    router = arch.routed_experts * h + arch.routed_experts  # gate weight + correction bias
-    return LayerParams(
-        attn, norms, 0, router, arch.shared_experts * expert, arch.routed_experts * expert, expert
-    )
+    return _kind_params(arch, layer_kinds(arch)[layer])
+
+
+def _by_kind(arch: Architecture) -> Counter[LayerKind]:
+    """How many layers of each kind (the figures are sums over kinds)."""
+    return Counter(layer_kinds(arch))
 
 
 def embedding_params(arch: Architecture) -> int:
@@ -96,80 +137,117 @@ def lm_head_params(arch: Architecture) -> int:
     return 0 if arch.tie_embeddings else arch.vocab_size * arch.hidden_size
 
 
+def _outside_layers(arch: Architecture) -> int:
+    """Embedding, LM head and the final norm."""
+    return embedding_params(arch) + lm_head_params(arch) + arch.hidden_size
+
+
 def params_total(arch: Architecture) -> int:
     """Every parameter (without DeepSeek's MTP module)."""
-    layers = sum(layer_params(arch, i).total for i in range(arch.layers))
-    return layers + embedding_params(arch) + lm_head_params(arch) + arch.hidden_size
+    layers = sum(n * _kind_params(arch, k).total for k, n in _by_kind(arch).items())
+    return layers + _outside_layers(arch)
 
 
-def _active_layer(arch: Architecture, layer: int) -> int:
-    p = layer_params(arch, layer)
-    routed = arch.experts_per_token * p.one_expert if isinstance(arch, DeepSeekArchitecture) else 0
-    return (
-        p.attention
-        + p.norms
-        + p.ffn_dense
-        + p.router
-        + p.shared_experts
-        + (routed if p.routed_experts else 0)
-    )
+def _active_layer(arch: Architecture, kind: LayerKind) -> int:
+    p = _kind_params(arch, kind)
+    routed = 0
+    if p.routed_experts and not isinstance(arch, LlamaArchitecture):
+        routed = arch.experts_per_token * p.one_expert
+    return p.attention + p.norms + p.ffn_dense + p.router + p.shared_experts + routed
 
 
 def params_active(arch: Architecture) -> int:
     """Parameters one token touches (embedding row counted as the whole table, as is usual)."""
-    layers = sum(_active_layer(arch, i) for i in range(arch.layers))
-    return layers + embedding_params(arch) + lm_head_params(arch) + arch.hidden_size
+    layers = sum(n * _active_layer(arch, k) for k, n in _by_kind(arch).items())
+    return layers + _outside_layers(arch)
+
+
+def params_active_without_embedding(arch: Architecture) -> int:
+    """`params_active` without the embedding table: a token gathers one row of it. Model
+    cards differ on whether they count it (Qwen's and Mistral's do, gpt-oss's does not);
+    a tied table stays, as the LM head."""
+    return params_active(arch) - (0 if arch.tie_embeddings else embedding_params(arch))
+
+
+def routed_expert_matmul_params(arch: Architecture) -> int:
+    """Weights of every routed expert's products (biases excluded), all layers: the part a
+    model may store in its own expert dtype (gpt-oss: MXFP4)."""
+    if isinstance(arch, LlamaArchitecture):
+        return 0
+    expert = swiglu_params(arch.hidden_size, arch.moe_intermediate)
+    return arch.moe_layers * arch.routed_experts * expert
 
 
 def kv_values_per_token_per_layer(arch: Architecture) -> int:
     """Cached values per token per layer: K and V heads (GQA) or MLA's latent + RoPE key."""
-    if isinstance(arch, LlamaArchitecture):
-        return 2 * arch.kv_heads * arch.head_dim
-    return arch.kv_lora_rank + arch.qk_rope_head_dim
+    if isinstance(arch, DeepSeekArchitecture):
+        return arch.kv_lora_rank + arch.qk_rope_head_dim
+    return 2 * arch.kv_heads * arch.head_dim
 
 
 def kv_bytes_per_token(arch: Architecture, dtype_bytes: float) -> int:
-    """KV-cache bytes one token occupies across all layers (before any TP layout choice)."""
+    """KV-cache bytes one token occupies across all layers, while it is inside every
+    sliding window (before any TP layout choice)."""
     return round(arch.layers * kv_values_per_token_per_layer(arch) * dtype_bytes)
 
 
-def weight_bytes(arch: Architecture, dtype_bytes: float) -> int:
-    """Bytes of all weights at one storage precision."""
-    return round(params_total(arch) * dtype_bytes)
+def kv_bytes(arch: Architecture, tokens: int, dtype_bytes: float) -> int:
+    """KV-cache bytes of one sequence of `tokens` tokens, all layers: a sliding-window layer
+    holds only its ring (`layers.window_tokens`)."""
+    held = sum(window_tokens(tokens, kind.window) for kind in layer_kinds(arch))
+    return round(held * kv_values_per_token_per_layer(arch) * dtype_bytes)
+
+
+def weight_bytes(
+    arch: Architecture, dtype_bytes: float, expert_dtype_bytes: float | None = None
+) -> int:
+    """Bytes of all weights: the routed experts' products at `expert_dtype_bytes` (default:
+    the same as the rest), everything else (their biases included) at `dtype_bytes`."""
+    experts = routed_expert_matmul_params(arch)
+    rest = params_total(arch) - experts
+    per_expert = dtype_bytes if expert_dtype_bytes is None else expert_dtype_bytes
+    return round(rest * dtype_bytes + experts * per_expert)
 
 
 def matmul_params_active(arch: Architecture) -> int:
     """Weights one decode token multiplies by (norms, biases and the embedding gather excluded)."""
     total = lm_head_params(arch) if not arch.tie_embeddings else embedding_params(arch)
-    for i in range(arch.layers):
-        p = layer_params(arch, i)
-        total += attention_matmul_params(arch) + p.ffn_dense + p.shared_experts
-        if p.routed_experts and isinstance(arch, DeepSeekArchitecture):
-            total += arch.routed_experts * arch.hidden_size  # router GEMM
-            total += arch.experts_per_token * p.one_expert
+    attention = attention_matmul_params(arch)
+    for kind, n in _by_kind(arch).items():
+        p = _kind_params(arch, kind)
+        total += n * (attention + p.ffn_dense + p.shared_experts)
+        if p.routed_experts and not isinstance(arch, LlamaArchitecture):
+            expert = swiglu_params(arch.hidden_size, arch.moe_intermediate)
+            total += n * (arch.routed_experts * arch.hidden_size + arch.experts_per_token * expert)
     return total
 
 
 def attention_flops_per_token(arch: Architecture, context: int, absorbed: bool = True) -> int:
-    """Score and value products of one token against `context` cached tokens, all layers.
+    """Score and value products of one token against `context` tokens, all layers (a
+    sliding-window layer attends to at most its window).
 
     MLA in decode runs "absorbed": scores over the latent (kv_lora_rank + rope dims) and
     values over the latent; the up-projections become per-head matrices already counted in
     the attention weights. Non-absorbed MLA attends with 192-dim keys and 128-dim values.
     """
-    if isinstance(arch, LlamaArchitecture):
-        per_layer = 2 * arch.heads * arch.head_dim * context * 2
-    elif absorbed:
-        score_dim = arch.kv_lora_rank + arch.qk_rope_head_dim
-        per_layer = 2 * arch.heads * context * (score_dim + arch.kv_lora_rank)
-    else:
-        score_dim = arch.qk_nope_head_dim + arch.qk_rope_head_dim
-        per_layer = 2 * arch.heads * context * (score_dim + arch.v_head_dim)
-    return arch.layers * per_layer
+    if isinstance(arch, DeepSeekArchitecture):
+        if absorbed:
+            score_dim = arch.kv_lora_rank + arch.qk_rope_head_dim
+            per_key = 2 * arch.heads * (score_dim + arch.kv_lora_rank)
+        else:
+            score_dim = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+            per_key = 2 * arch.heads * (score_dim + arch.v_head_dim)
+        return arch.layers * per_key * context
+    per_key = 2 * arch.heads * arch.head_dim * 2
+    keys = sum(
+        n * (context if kind.window is None else min(context, kind.window))
+        for kind, n in _by_kind(arch).items()
+    )
+    return per_key * keys
 
 
 def decode_flops_per_token(arch: Architecture, context: int) -> int:
-    """Matrix-product FLOPs to decode one token attending to `context` cached tokens."""
+    """Matrix-product FLOPs to decode one token attending to `context` tokens."""
     return 2 * matmul_params_active(arch) + attention_flops_per_token(arch, context)
 
 
@@ -180,14 +258,20 @@ class ModelFigures:
     name: str
     family: str
     layers: int
+    moe_layers: int
+    sliding_window_layers: int
     params_total: int
     params_active: int
+    params_active_without_embedding: int
     kv_bytes_per_token: int
+    kv_bytes_per_sequence: int  # one max_context sequence, sliding windows applied
+    max_context: int
     weight_bytes: int
     decode_flops_per_token: int
     context: int
     kv_dtype: str
     weight_dtype: str
+    expert_dtype: str | None
 
 
 def model_figures(
@@ -198,18 +282,27 @@ def model_figures(
     weight_dtype: str,
     weight_dtype_bytes: float,
     context: int,
+    expert_dtype: str | None = None,
+    expert_dtype_bytes: float | None = None,
 ) -> ModelFigures:
     """All derived figures of an architecture at the given precisions and context."""
+    kinds = layer_kinds(arch)
     return ModelFigures(
         name=arch.name,
         family=arch.family,
         layers=arch.layers,
+        moe_layers=sum(k.ffn == "moe" for k in kinds),
+        sliding_window_layers=sum(k.window is not None for k in kinds),
         params_total=params_total(arch),
         params_active=params_active(arch),
+        params_active_without_embedding=params_active_without_embedding(arch),
         kv_bytes_per_token=kv_bytes_per_token(arch, kv_dtype_bytes),
-        weight_bytes=weight_bytes(arch, weight_dtype_bytes),
+        kv_bytes_per_sequence=kv_bytes(arch, arch.max_context, kv_dtype_bytes),
+        max_context=arch.max_context,
+        weight_bytes=weight_bytes(arch, weight_dtype_bytes, expert_dtype_bytes),
         decode_flops_per_token=decode_flops_per_token(arch, context),
         context=context,
         kv_dtype=kv_dtype,
         weight_dtype=weight_dtype,
+        expert_dtype=expert_dtype,
     )

@@ -1,16 +1,23 @@
 """Architecture presets of real models, figures from their public config files.
 
-Sources: ../shared/reference/models.md (DeepSeek-V3 config_671B.json; Llama 3.1 config.json).
-Presets register by decorator; a duplicate name is refused, an unknown one lists the valid.
+Sources: ../shared/reference/models.md (DeepSeek-V3 config_671B.json; Llama 3.1 config.json);
+for the others each model's config.json on Hugging Face (the repository is named in the
+preset's docstring). tests/models/ holds project-written config.json files with the same
+fields, and tests check that each maps to its preset and that the parameter counts match
+the model cards. Presets register by decorator; a duplicate name is refused, an unknown one
+lists the valid.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
-
-Architecture = LlamaArchitecture | DeepSeekArchitecture
+from rdu_sim.config.architecture import (
+    DeepSeekArchitecture,
+    GqaMoeArchitecture,
+    LlamaArchitecture,
+)
+from rdu_sim.models.layers import Architecture
 
 _PRESETS: dict[str, Callable[[], Architecture]] = {}
 
@@ -107,3 +114,179 @@ def llama31_70b() -> Architecture:
 def llama31_405b() -> Architecture:
     """Llama 3.1 405B."""
     return _llama31("llama-3.1-405b", 126, 16384, 128, 53248)
+
+
+@preset("llama-3.3-70b")
+def llama33_70b() -> Architecture:
+    """Llama 3.3 70B (meta-llama/Llama-3.3-70B-Instruct): Llama 3.1 70B's architecture."""
+    return _llama31("llama-3.3-70b", 80, 8192, 64, 28672)
+
+
+@preset("mistral-7b", "mistral-7b-v0.1")
+def mistral_7b() -> Architecture:
+    """Mistral 7B v0.1 (mistralai/Mistral-7B-v0.1): GQA, every layer a 4096-token window."""
+    return LlamaArchitecture(
+        name="mistral-7b",
+        vocab_size=32000,
+        hidden_size=4096,
+        layers=32,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        ffn_intermediate=14336,
+        max_context=32768,
+        sliding_window=4096,
+        weight_dtype="bf16",
+    )
+
+
+@preset("qwen2.5-72b")
+def qwen25_72b() -> Architecture:
+    """Qwen2.5-72B (Qwen/Qwen2.5-72B): GQA with q/k/v biases."""
+    return LlamaArchitecture(
+        name="qwen2.5-72b",
+        vocab_size=152064,
+        hidden_size=8192,
+        layers=80,
+        heads=64,
+        kv_heads=8,
+        head_dim=128,
+        ffn_intermediate=29568,
+        max_context=131072,
+        qkv_bias=True,
+        weight_dtype="bf16",
+    )
+
+
+@preset("qwen3-32b")
+def qwen3_32b() -> Architecture:
+    """Qwen3-32B (Qwen/Qwen3-32B): GQA with per-head q/k RMSNorm."""
+    return LlamaArchitecture(
+        name="qwen3-32b",
+        vocab_size=151936,
+        hidden_size=5120,
+        layers=64,
+        heads=64,
+        kv_heads=8,
+        head_dim=128,
+        ffn_intermediate=25600,
+        max_context=40960,
+        qk_norm=True,
+        weight_dtype="bf16",
+    )
+
+
+@preset("mixtral-8x7b")
+def mixtral_8x7b() -> Architecture:
+    """Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1): GQA, 8 experts, 2 per token."""
+    return GqaMoeArchitecture(
+        name="mixtral-8x7b",
+        vocab_size=32000,
+        hidden_size=4096,
+        layers=32,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        moe_intermediate=14336,
+        routed_experts=8,
+        experts_per_token=2,
+        max_context=32768,
+        weight_dtype="bf16",
+    )
+
+
+def _qwen3_moe(
+    name: str, layers: int, hidden: int, heads: int, inter: int, ffn: int
+) -> Architecture:
+    return GqaMoeArchitecture(
+        name=name,
+        vocab_size=151936,
+        hidden_size=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=4,
+        head_dim=128,
+        qk_norm=True,
+        ffn_intermediate=ffn,
+        moe_intermediate=inter,
+        routed_experts=128,
+        experts_per_token=8,
+        max_context=40960,
+        weight_dtype="bf16",
+    )
+
+
+@preset("qwen3-30b-a3b")
+def qwen3_30b_a3b() -> Architecture:
+    """Qwen3-30B-A3B (Qwen/Qwen3-30B-A3B): GQA with q/k norms, 128 experts, 8 per token."""
+    return _qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 768, 6144)
+
+
+@preset("qwen3-235b-a22b")
+def qwen3_235b_a22b() -> Architecture:
+    """Qwen3-235B-A22B (Qwen/Qwen3-235B-A22B): GQA with q/k norms, 128 experts, 8 per token."""
+    return _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536, 12288)
+
+
+def _gpt_oss(name: str, layers: int, experts: int) -> Architecture:
+    return GqaMoeArchitecture(
+        name=name,
+        vocab_size=201088,
+        hidden_size=2880,
+        layers=layers,
+        heads=64,
+        kv_heads=8,
+        head_dim=64,
+        qkv_bias=True,
+        o_bias=True,
+        attention_sinks=True,
+        sliding_window=128,
+        layer_types=("sliding_attention", "full_attention") * (layers // 2),
+        moe_intermediate=2880,
+        routed_experts=experts,
+        experts_per_token=4,
+        router_bias=True,
+        expert_bias=True,
+        max_context=131072,
+        weight_dtype="bf16",
+        expert_dtype="mxfp4",
+    )
+
+
+@preset("gpt-oss-120b")
+def gpt_oss_120b() -> Architecture:
+    """gpt-oss-120b (openai/gpt-oss-120b): GQA with sinks, sliding (128) and full layers
+    alternating, 128 experts (4 per token) in MXFP4."""
+    return _gpt_oss("gpt-oss-120b", 36, 128)
+
+
+@preset("gpt-oss-20b")
+def gpt_oss_20b() -> Architecture:
+    """gpt-oss-20b (openai/gpt-oss-20b): as gpt-oss-120b with 24 layers and 32 experts."""
+    return _gpt_oss("gpt-oss-20b", 24, 32)
+
+
+@preset("kimi-k2", "kimi-k2-instruct")
+def kimi_k2() -> Architecture:
+    """Kimi K2 (moonshotai/Kimi-K2-Instruct): DeepSeek-V3's architecture with 64 heads,
+    384 experts, one dense layer; FP8 block-scaled weights."""
+    return DeepSeekArchitecture(
+        name="kimi-k2",
+        vocab_size=163840,
+        hidden_size=7168,
+        layers=61,
+        dense_layers=1,
+        heads=64,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        ffn_intermediate=18432,
+        moe_intermediate=2048,
+        routed_experts=384,
+        experts_per_token=8,
+        shared_experts=1,
+        max_context=131072,
+        weight_dtype="fp8_block",
+    )
