@@ -1,9 +1,10 @@
 """Structural checks of a dataflow graph: acyclic, and every input shape-consistent.
 
-A graph is sound when it is a DAG; every edge's tensors are outputs of its source and
-inputs of its target with the same shape and element size; every input of every operator
-comes from exactly one place (an in-edge or the graph's external inputs) with a matching
-spec; and every declared graph output is produced by an operator.
+A graph is sound when it is a DAG; every resident weight has a size in bytes; every edge's
+tensors are outputs of its source and inputs of its target with the same shape and element
+size; every input of every operator comes from exactly one place (an in-edge or the graph's
+external inputs) with a matching spec; and every declared graph output is produced by an
+operator.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ def graph_problems(graph: nx.DiGraph) -> list[str]:
         node: Operator = graph.nodes[name]["op"]
         if node.name != name:
             problems.append(f"node {name!r} holds operator {node.name!r}")
+        if node.weight_params and node.weight_bytes <= 0:
+            problems.append(f"{name!r} has {node.weight_params} resident weights of no bytes")
         arriving: dict[str, TensorSpec] = {}
         for source in graph.predecessors(name):
             producer: Operator = graph.nodes[source]["op"]

@@ -3,9 +3,11 @@
 Both write their result as a partial sum across TP sockets (row-parallel down projection;
 each socket's share of the experts), marked `combine="sum"` so sharding adds the all-reduce.
 
-MoE (DeepSeek-V3): a router GEMM (sigmoid scores plus a correction bias), top-k, the shared
-experts (a SwiGLU as wide as all shared experts together), the routed experts, and the
-weighted combine. A step's routed experts read the weights of the distinct experts the
+MoE (DeepSeek-V3, Mixtral, Qwen3-MoE, gpt-oss): a router GEMM (DeepSeek: sigmoid scores
+plus a correction bias; the others a softmax, gpt-oss with a bias), top-k, the shared
+experts when the model has any (a SwiGLU as wide as all shared experts together), the
+routed experts (gpt-oss: with biases, and stored in their own dtype, `Precision.experts`),
+and the weighted combine. A step's routed experts read the weights of the distinct experts the
 batch touches, `expected_distinct_experts(batch * tokens, E, k)` of them, or with a static
 schedule the worst case min(E, batch * tokens * k) (`moe.experts_loaded`).
 """
@@ -14,12 +16,13 @@ from __future__ import annotations
 
 import math
 
-from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.moe import ExpertLoading, experts_loaded
 from rdu_sim.graph.operator import Combine, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import ADD_FLOPS, SILU_MUL_FLOPS, act, linear, silu_mul
 from rdu_sim.graph.shape import FP32, INDEX, Precision, StepShape
+from rdu_sim.models.figures import expert_bias_params, router_params
+from rdu_sim.models.layers import MoeArchitecture
 
 
 def add_swiglu(
@@ -89,7 +92,7 @@ def add_swiglu(
 def add_moe(
     b: GraphBuilder,
     x: TensorSpec,
-    arch: DeepSeekArchitecture,
+    arch: MoeArchitecture,
     shape: StepShape,
     precision: Precision,
     out: str,
@@ -102,6 +105,7 @@ def add_moe(
     batch, tokens, hidden = x.shape
     rows = shape.rows
     experts, k, inter = arch.routed_experts, arch.experts_per_token, arch.moe_intermediate
+    gate = router_params(arch)
     router = b.add(
         Operator(
             "moe.router",
@@ -109,8 +113,9 @@ def add_moe(
             inputs=(x,),
             outputs=(TensorSpec("moe.logits", (batch, tokens, experts), FP32),),
             flops=2 * rows * hidden * experts,
-            weight_params=experts * hidden + experts,
-            weight_read_bytes=(experts * hidden + experts) * precision.weights,
+            weight_params=gate,
+            weight_bytes=gate * precision.weights,
+            weight_read_bytes=gate * precision.weights,
             gemm=Gemm(m=rows, n=experts, k=hidden),
         )
     )
@@ -140,6 +145,13 @@ def add_moe(
     per_expert_rows = max(1, math.ceil(rows * k / distinct))
     active = max(1, math.ceil(distinct))
     split = Split.along("experts", "batch")
+    biased = expert_bias_params(arch) > 0
+    # one expert's stored weight bytes: the products at the experts' dtype, biases at the
+    # weights' (gpt-oss keeps its expert biases in BF16 beside MXFP4 matrices)
+    gate_up_params = hidden * 2 * inter + (2 * inter if biased else 0)
+    gate_up_bytes = hidden * 2 * inter * precision.expert_weights + (
+        2 * inter * precision.weights if biased else 0
+    )
     gate_up = b.add(
         Operator(
             "moe.experts_gate_up",
@@ -147,8 +159,10 @@ def add_moe(
             inputs=(x, routing),
             outputs=(act("moe.experts_gu", (batch, tokens, k, 2 * inter), precision),),
             flops=2 * rows * k * hidden * 2 * inter,
-            weight_params=experts * hidden * 2 * inter,
-            weight_read_bytes=distinct * hidden * 2 * inter * precision.weights,
+            vector_flops=ADD_FLOPS * rows * k * 2 * inter if biased else 0,
+            weight_params=experts * gate_up_params,
+            weight_bytes=experts * gate_up_bytes,
+            weight_read_bytes=distinct * gate_up_bytes,
             gemm=Gemm(m=per_expert_rows, n=2 * inter, k=hidden, batch=active),
             split=split,
         )
@@ -163,6 +177,10 @@ def add_moe(
             split=Split.along("experts"),
         )
     )
+    down_params = inter * hidden + (hidden if biased else 0)
+    down_bytes = inter * hidden * precision.expert_weights + (
+        hidden * precision.weights if biased else 0
+    )
     down = b.add(
         Operator(
             "moe.experts_down",
@@ -170,8 +188,10 @@ def add_moe(
             inputs=gated.outputs,
             outputs=(act("moe.experts_out", (batch, tokens, k, hidden), precision),),
             flops=2 * rows * k * inter * hidden,
-            weight_params=experts * inter * hidden,
-            weight_read_bytes=distinct * inter * hidden * precision.weights,
+            vector_flops=ADD_FLOPS * rows * k * hidden if biased else 0,
+            weight_params=experts * down_params,
+            weight_bytes=experts * down_bytes,
+            weight_read_bytes=distinct * down_bytes,
             gemm=Gemm(m=per_expert_rows, n=hidden, k=inter, batch=active),
             split=split,
         )

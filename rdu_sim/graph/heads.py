@@ -20,7 +20,7 @@ from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.operator import Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, linear, rmsnorm
 from rdu_sim.graph.shape import INDEX, Precision, StepShape
-from rdu_sim.models.figures import Architecture
+from rdu_sim.models.layers import Architecture
 
 EMBEDDING = "embed.gather"  # the operator, and the name of the embedding table
 
@@ -37,6 +37,7 @@ def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) 
             inputs=(ids,),
             outputs=(act("x", (shape.batch, shape.tokens, arch.hidden_size), precision),),
             weight_params=table,
+            weight_bytes=table * precision.weights,
             weight_read_bytes=shape.rows * arch.hidden_size * precision.weights,
         )
     )

@@ -1,8 +1,11 @@
-"""A whole model as graphs: the embedding, each kind of decoder layer with its count, the head.
+"""A whole model as graphs: the embedding, each run of decoder layers with its count, the head.
 
-Layers of one kind share one graph (they are identical at a static shape); `count` says how
-many there are. Llama has one kind ("decoder"); DeepSeek has "decoder_dense" for the first
-`dense_layers` and "decoder_moe" for the rest.
+The stack is cut into runs of a repeating body (`models.layers.layer_segments`): Llama has
+one run ("decoder"), DeepSeek "decoder_dense" for the first `dense_layers` and
+"decoder_moe" for the rest, gpt-oss one run whose body is a sliding-window layer and a
+full-attention layer ("decoder_sliding+full", 18 of them for gpt-oss-120b). The layers of a
+body share one graph per step (identical at a static shape); `count` says how many bodies
+run.
 """
 
 from __future__ import annotations
@@ -11,15 +14,13 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from rdu_sim.config.architecture import LlamaArchitecture
 from rdu_sim.graph.builder import operators
-from rdu_sim.graph.deepseek import deepseek_layer
+from rdu_sim.graph.decoder import chain_layers, decoder_layer
 from rdu_sim.graph.heads import embedding_graph, lm_head_graph
-from rdu_sim.graph.llama import llama_layer
 from rdu_sim.graph.mla import MlaCache
 from rdu_sim.graph.moe import ExpertLoading
 from rdu_sim.graph.shape import Precision, StepShape
-from rdu_sim.models.figures import Architecture
+from rdu_sim.models.layers import Architecture, layer_kinds, layer_segments, segment_name
 
 
 @dataclass(frozen=True)
@@ -38,28 +39,29 @@ def decoder_groups(
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = "routed",
 ) -> list[GraphGroup]:
-    """The decoder layers, one group per layer kind (groups with no layers are left out).
+    """The decoder layers, one group per run of a repeating body, in order.
     `expert_loading` applies to MoE layers (see `moe.experts_loaded`)."""
-    if isinstance(arch, LlamaArchitecture):
-        return [GraphGroup("decoder", arch.layers, llama_layer(arch, shape, precision))]
-    groups = []
-    if arch.dense_layers:
-        groups.append(
-            GraphGroup(
-                "decoder_dense",
-                arch.dense_layers,
-                deepseek_layer(arch, shape, precision, ffn="dense", cache=cache),
+    kinds = layer_kinds(arch)
+    groups: list[GraphGroup] = []
+    names: dict[str, int] = {}
+    for segment in layer_segments(kinds):
+        base = segment_name(segment, kinds)
+        names[base] = names.get(base, 0) + 1
+        name = base if names[base] == 1 else f"{base}_{names[base]}"
+        layers = [
+            decoder_layer(
+                arch,
+                kind,
+                shape,
+                precision,
+                name=f"{arch.name}.{name}",
+                cache=cache,
+                expert_loading=expert_loading,
             )
-        )
-    if arch.moe_layers:
+            for kind in segment.body
+        ]
         groups.append(
-            GraphGroup(
-                "decoder_moe",
-                arch.moe_layers,
-                deepseek_layer(
-                    arch, shape, precision, ffn="moe", cache=cache, expert_loading=expert_loading
-                ),
-            )
+            GraphGroup(name, segment.repeats, chain_layers(layers, f"{arch.name}.{name}"))
         )
     return groups
 

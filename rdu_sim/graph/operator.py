@@ -4,9 +4,10 @@ An Operator is plain frozen data. Its numbers are for the whole (unsharded) laye
 static shape; the compiler's sharding pass divides them per socket, guided by `split`.
 
 Traffic is split by what moves:
-- weights: `weight_read_bytes` streamed per call (`weight_params` is what is resident; they
-  differ for MoE experts, of which a call reads only the touched ones, and for an embedding
-  gather, which reads only the looked-up rows);
+- weights: `weight_read_bytes` streamed per call (`weight_params` is what is resident, and
+  `weight_bytes` its size at the storage dtypes, which may mix: gpt-oss's experts are MXFP4
+  and their biases BF16; they differ for MoE experts, of which a call reads only the
+  touched ones, and for an embedding gather, which reads only the looked-up rows);
 - KV cache: `kv_read_bytes` / `kv_write_bytes`, to the tier the KV cache lives in;
 - activations: the bytes of the input and output tensors (`inputs`, `outputs`), which stream
   between stages on-chip unless they cross a kernel boundary.
@@ -137,6 +138,7 @@ class Operator:
     flops: float = 0  # matrix FLOPs
     vector_flops: float = 0  # elementwise FLOPs
     weight_params: int = 0  # parameters resident for this operator (full tables)
+    weight_bytes: float = 0  # bytes of those parameters at their storage dtypes
     weight_read_bytes: float = 0  # weight bytes streamed per call
     kv_read_bytes: float = 0
     kv_write_bytes: float = 0

@@ -36,20 +36,24 @@ def linear(
     split: Split,
     kind: OpKind = "gemm",
     resident: bool = True,
+    bias: bool = False,
 ) -> Operator:
-    """A weight GEMM: `rows` x `k` activations times a `k` x `n` weight.
+    """A weight GEMM: `rows` x `k` activations times a `k` x `n` weight (plus an n-wide
+    bias, added elementwise, when `bias`).
 
     `resident=False` for a product that re-reads weights another operator owns (so they are
     not counted twice in the model's resident parameters).
     """
-    params = k * n
+    params = k * n + (n if bias else 0)
     return Operator(
         name,
         kind,
         inputs=(x,),
         outputs=outputs,
         flops=2 * rows * k * n,
+        vector_flops=ADD_FLOPS * rows * n if bias else 0,
         weight_params=params if resident else 0,
+        weight_bytes=params * precision.weights if resident else 0,
         weight_read_bytes=params * precision.weights,
         gemm=Gemm(m=rows, n=n, k=k),
         split=split,
@@ -66,6 +70,7 @@ def rmsnorm(name: str, x: TensorSpec, out: str, precision: Precision, split: Spl
         outputs=(act(out, x.shape, precision),),
         vector_flops=NORM_FLOPS * x.elements,
         weight_params=width,
+        weight_bytes=width * precision.weights,
         weight_read_bytes=width * precision.weights,
         split=split,
     )

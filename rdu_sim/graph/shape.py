@@ -40,22 +40,46 @@ class StepShape:
     @property
     def keys(self) -> int:
         """Keys the last new token attends to: cache plus all new tokens."""
-        return self.cache_len + self.tokens
+        return attended_keys(self.tokens, self.cache_len)
 
     @property
     def pairs(self) -> int:
         """Causal (query, key) pairs per slot and head: t*c + t*(t+1)/2."""
-        t = self.tokens
-        return t * self.cache_len + t * (t + 1) // 2
+        return attended_pairs(self.tokens, self.cache_len)
+
+
+def attended_keys(tokens: int, cached: int, window: int | None = None) -> int:
+    """Keys the last of `tokens` new tokens attends to, on `cached` cached ones: all of
+    them, or at most `window` (itself included) in a sliding-window layer."""
+    keys = cached + tokens
+    return keys if window is None else min(keys, window)
+
+
+def attended_pairs(tokens: int, cached: int, window: int | None = None) -> int:
+    """Causal (query, key) pairs per slot and head: new token i (1-based) attends to
+    min(cached + i, window) keys. Without a window: t*c + t*(t+1)/2."""
+    t = tokens
+    unbounded = t if window is None else max(0, min(t, window - cached))
+    pairs = unbounded * cached + unbounded * (unbounded + 1) // 2
+    if window is not None:
+        pairs += (t - unbounded) * window
+    return pairs
 
 
 @dataclass(frozen=True)
 class Precision:
-    """Bytes per element of weights, KV cache and activations."""
+    """Bytes per element of weights, KV cache and activations; routed experts' weights may
+    have their own (`experts`, None: as the other weights)."""
 
     weights: float = 2.0
     kv: float = 2.0
     activations: float = 2.0
+    experts: float | None = None
+
+    @property
+    def expert_weights(self) -> float:
+        """Bytes per routed-expert weight (their biases stay at `weights`)."""
+        return self.weights if self.experts is None else self.experts
 
 
 FP32 = 4.0  # scores, softmax statistics, router logits

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from rdu_sim.config.architecture import LlamaArchitecture
+from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.mla import KV_B, MlaCache
 from rdu_sim.graph.operator import Axis, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import SOFTMAX_FLOPS, act
 from rdu_sim.graph.shape import FP32, INDEX, Precision
-from rdu_sim.models.figures import Architecture
+from rdu_sim.models.layers import Architecture, GqaArchitecture
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,9 @@ def snapkv_graph(
     cache: MlaCache = "latent",
 ) -> nx.DiGraph:
     """The selection operators of one layer for `batch` slots compressing together."""
-    if isinstance(arch, LlamaArchitecture):
-        return _gqa(arch, batch, selection, precision)
-    return _mla(arch, batch, selection, precision, cache)
+    if isinstance(arch, DeepSeekArchitecture):
+        return _mla(arch, batch, selection, precision, cache)
+    return _gqa(arch, batch, selection, precision)
 
 
 def _scores_to_topk(
@@ -162,7 +162,7 @@ def _pool_topk_gather(
 
 
 def _gqa(
-    arch: LlamaArchitecture, batch: int, sel: SelectionShape, precision: Precision
+    arch: GqaArchitecture, batch: int, sel: SelectionShape, precision: Precision
 ) -> nx.DiGraph:
     heads, kv_heads, dim = arch.heads, arch.kv_heads, arch.head_dim
     q = act("q_window", (batch, sel.window, heads, dim), precision)
@@ -212,9 +212,12 @@ def _gqa(
 
 
 def _mla(
-    arch: Architecture, batch: int, sel: SelectionShape, precision: Precision, cache: MlaCache
+    arch: DeepSeekArchitecture,
+    batch: int,
+    sel: SelectionShape,
+    precision: Precision,
+    cache: MlaCache,
 ) -> nx.DiGraph:
-    assert not isinstance(arch, LlamaArchitecture)
     heads, nope, pe, vdim, rank = (
         arch.heads,
         arch.qk_nope_head_dim,

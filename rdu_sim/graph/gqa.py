@@ -1,0 +1,174 @@
+"""Grouped-query attention (Llama, Qwen, Mistral, Mixtral, gpt-oss) as operators.
+
+    xn -> q/k/v proj (+ biases) -> [q/k norm] -> RoPE -> KV-cache write
+                                               -> attention score (q x [cached K ; new K])
+                                               -> softmax [+ sink logit] -> value -> o_proj
+
+The cached keys and values stream in from the KV tier (`attn.kv_read`); the new tokens' K
+and V come on-chip from the projections and are also written to the cache
+(`attn.kv_write`). Attention length follows `shape.attended_pairs` (causal). A
+sliding-window layer keeps only the ring of its last window - 1 tokens
+(`models.layers.window_tokens`): it reads at most that many cached tokens, writes at most
+that many new ones, and each token attends to at most `window` keys. gpt-oss's attention
+sinks are a learned logit per head that joins each softmax (one more exponential per row),
+not cached tokens. Sharding: query heads split over TP; K/V heads over min(tp, kv_heads).
+"""
+
+from __future__ import annotations
+
+from rdu_sim.graph.builder import GraphBuilder
+from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
+from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
+from rdu_sim.graph.shape import FP32, Precision, StepShape, attended_keys, attended_pairs
+from rdu_sim.models.layers import GqaArchitecture, window_tokens
+
+
+def add_gqa(
+    b: GraphBuilder,
+    xn: TensorSpec,
+    arch: GqaArchitecture,
+    shape: StepShape,
+    precision: Precision,
+    window: int | None,
+    out: str,
+) -> TensorSpec:
+    """GQA from the normed hidden state to o_proj's (partial-sum) output; returns it."""
+    batch, tokens = shape.batch, shape.tokens
+    hidden, heads, kv_heads, dim = arch.hidden_size, arch.heads, arch.kv_heads, arch.head_dim
+    rows = shape.rows
+    heads_n = Split.along("heads", "n")
+    kv_n = Split.along("kv_heads", "n")
+    q = b.add(
+        linear(
+            "attn.q_proj",
+            xn,
+            (act("q", (batch, tokens, heads, dim), precision),),
+            rows=rows,
+            k=hidden,
+            n=heads * dim,
+            precision=precision,
+            split=heads_n,
+            bias=arch.qkv_bias,
+        )
+    ).outputs[0]
+    new_kv = (batch, tokens, kv_heads, dim)
+    k = b.add(
+        linear(
+            "attn.k_proj",
+            xn,
+            (act("k", new_kv, precision),),
+            rows=rows,
+            k=hidden,
+            n=kv_heads * dim,
+            precision=precision,
+            split=kv_n,
+            bias=arch.qkv_bias,
+        )
+    ).outputs[0]
+    v = b.add(
+        linear(
+            "attn.v_proj",
+            xn,
+            (act("v", new_kv, precision),),
+            rows=rows,
+            k=hidden,
+            n=kv_heads * dim,
+            precision=precision,
+            split=kv_n,
+            bias=arch.qkv_bias,
+        )
+    ).outputs[0]
+    if arch.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
+        q = b.add(rmsnorm("attn.q_norm", q, "q_n", precision, Split.along("heads"))).outputs[0]
+        k = b.add(rmsnorm("attn.k_norm", k, "k_n", precision, Split.along("kv_heads"))).outputs[0]
+    q_r = b.add(rope("attn.rope_q", q, "q_rope", precision, Split.along("heads"))).outputs[0]
+    k_r = b.add(rope("attn.rope_k", k, "k_rope", precision, Split.along("kv_heads"))).outputs[0]
+
+    per_token = 2 * kv_heads * dim * precision.kv
+    kv_split = Split(compute="kv_heads", kv="kv_heads")
+    written = window_tokens(tokens, window)
+    b.add(
+        Operator(
+            "attn.kv_write",
+            "kv_write",
+            inputs=(k_r, v),
+            kv_write_bytes=batch * written * per_token,
+            split=kv_split,
+        )
+    )
+    cached = window_tokens(shape.cache_len, window)
+    k_cache = TensorSpec("k_cache", (batch, cached, kv_heads, dim), precision.kv)
+    v_cache = TensorSpec("v_cache", (batch, cached, kv_heads, dim), precision.kv)
+    b.add(
+        Operator(
+            "attn.kv_read",
+            "kv_read",
+            outputs=(k_cache, v_cache),
+            kv_read_bytes=batch * cached * per_token,
+            split=kv_split,
+        )
+    )
+
+    pairs = attended_pairs(tokens, cached, window)
+    keys = attended_keys(tokens, cached, window)
+    # the query heads of one GQA group share their K/V: one product per slot and KV head
+    group = heads // kv_heads
+    heads_batch = Split.along("heads", "batch")
+    scores = TensorSpec("scores", (batch, heads, pairs), FP32)
+    b.add(
+        Operator(
+            "attn.score",
+            "attention_score",
+            inputs=(q_r, k_r, k_cache),
+            outputs=(scores,),
+            flops=2 * batch * heads * dim * pairs,
+            gemm=Gemm(m=tokens * group, n=keys, k=dim, batch=batch * kv_heads),
+            split=heads_batch,
+        )
+    )
+    probs = act("probs", (batch, heads, pairs), precision)
+    normalise = softmax("attn.softmax", scores, probs, Split.along("heads"))
+    if arch.attention_sinks:
+        normalise = _with_sinks(normalise, batch * heads * tokens, heads, precision)
+    b.add(normalise)
+    attn = act("attn", (batch, tokens, heads, dim), precision)
+    b.add(
+        Operator(
+            "attn.value",
+            "attention_value",
+            inputs=(probs, v, v_cache),
+            outputs=(attn,),
+            flops=2 * batch * heads * dim * pairs,
+            gemm=Gemm(m=tokens * group, n=dim, k=keys, batch=batch * kv_heads),
+            split=heads_batch,
+        )
+    )
+    return b.add(
+        linear(
+            "attn.o_proj",
+            attn,
+            (act(out, xn.shape, precision),),
+            rows=rows,
+            k=heads * dim,
+            n=hidden,
+            precision=precision,
+            split=Split.along("heads", "k", "sum"),
+            bias=arch.o_bias,
+        )
+    ).outputs[0]
+
+
+def _with_sinks(node: Operator, rows: int, heads: int, precision: Precision) -> Operator:
+    """The softmax with gpt-oss's learned sink logit per head: one more term per row (its
+    exponential and its share of the sum), and the logits as resident weights."""
+    return Operator(
+        node.name,
+        node.kind,
+        inputs=node.inputs,
+        outputs=node.outputs,
+        vector_flops=node.vector_flops + 2 * rows,
+        weight_params=heads,
+        weight_bytes=heads * precision.weights,
+        weight_read_bytes=heads * precision.weights,
+        split=node.split,
+    )
