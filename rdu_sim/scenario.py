@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from rdu_sim.config.architecture import ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
@@ -27,8 +30,10 @@ from rdu_sim.config.overrides import (
 )
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.kv.policies import make_policy
-from rdu_sim.models.figures import Architecture
+from rdu_sim.models.hf_config import read_config_json
+from rdu_sim.models.layers import Architecture
 from rdu_sim.models.presets import UnknownModelError, get_model
+from rdu_sim.models.storage import storage_dtypes
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,27 @@ class Scenario:
         return self.workload.parallelism.tp
 
     @property
+    def weight_dtype(self) -> str:
+        """dtypes.weights, else the model's released dtype, else bf16 (`storage_dtypes`)."""
+        return self._storage[0]
+
+    @property
+    def expert_dtype(self) -> str:
+        """Routed experts' dtype: dtypes.experts, else the model's, else `weight_dtype`."""
+        return self._storage[1]
+
+    @property
+    def _storage(self) -> tuple[str, str]:
+        dtypes = self.workload.dtypes
+        return storage_dtypes(self.model, dtypes.weights, dtypes.experts)
+
+    @property
     def weight_dtype_bytes(self) -> float:
-        return DTYPE_BYTES[self.workload.dtypes.weights]
+        return DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def expert_dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.expert_dtype]
 
     @property
     def kv_dtype_bytes(self) -> float:
@@ -70,11 +94,22 @@ def _apply(data: dict[str, Any], overrides: Mapping[str, Any], source: str) -> d
     return result
 
 
-def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
-    """`--set model.layers=4` on a preset name turns the preset into an editable mapping."""
-    if isinstance(data.get("model"), str) and any(k.startswith("model.") for k in overrides):
+def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any], workload_file: str) -> None:
+    """`--set model.layers=4` on a preset name, or on a config.json, turns the model into an
+    editable mapping of its architecture."""
+    model = data.get("model")
+    edits = [k for k in overrides if k.startswith("model.")]
+    if isinstance(model, str) and edits:
         with contextlib.suppress(UnknownModelError):  # reported below with file and line
-            data["model"] = get_model(data["model"]).model_dump()
+            data["model"] = get_model(model).model_dump()
+    own = {"model.config_json", "model.name"}  # the reference's own fields edit the reference
+    reference = isinstance(model, Mapping) and set(model) == {"config_json"} | (
+        set(model) & {"name"}
+    )
+    if reference and set(edits) - own:
+        with contextlib.suppress(ValidationError):  # a bad reference: reported below, by key
+            ref = ConfigJsonModel.model_validate(model)
+            data["model"] = _read_config_json(ref, workload_file, {}).model_dump()
 
 
 def _override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
@@ -162,6 +197,31 @@ def _cross_check(
         raise fail(field.group(0) if field else "kv", message) from None
 
 
+def _relative_to(workload_file: str, path: str) -> Path:
+    """A path written in a workload: absolute, ~-expanded, or relative to the workload file."""
+    resolved = Path(path)
+    with contextlib.suppress(RuntimeError):  # "~" with no home directory stays as written
+        resolved = resolved.expanduser()
+    if not resolved.is_absolute():
+        resolved = Path(os.path.normpath(Path(workload_file).parent / resolved))
+    return resolved
+
+
+def _read_config_json(ref: ConfigJsonModel, workload_file: str, lines: LineMap) -> Architecture:
+    """The architecture of `model: {config_json: ...}`; its errors name the JSON file and
+    key, after a line saying which workload pointed there."""
+    try:
+        return read_config_json(_relative_to(workload_file, ref.config_json), ref.name)
+    except ConfigError as exc:
+        context = ConfigIssue(
+            workload_file,
+            "model.config_json",
+            f"{ref.config_json!r} cannot be modelled (paths are relative to the workload file):",
+            lines.get(("model", "config_json")),
+        )
+        raise ConfigError([context, *exc.issues]) from None
+
+
 def build_scenario(
     data: Mapping[str, Any],
     *,
@@ -175,7 +235,7 @@ def build_scenario(
     workload_overrides, hardware_overrides = split_overrides(normalized)
     raw = dict(data) if isinstance(data, Mapping) else data
     if isinstance(raw, dict):
-        _expand_preset(raw, workload_overrides)
+        _expand_preset(raw, workload_overrides, workload_file)
         raw = _apply(raw, workload_overrides, workload_file)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
 
@@ -186,14 +246,12 @@ def build_scenario(
             raise ConfigError.single(
                 workload_file, "model", str(exc), lines.get(("model",))
             ) from None
+    elif isinstance(workload.model, ConfigJsonModel):
+        model = _read_config_json(workload.model, workload_file, lines)
     else:
         model = workload.model
 
-    hardware_path = Path(workload.hardware)
-    with contextlib.suppress(RuntimeError):  # "~" with no home directory stays as written
-        hardware_path = hardware_path.expanduser()
-    if not hardware_path.is_absolute():
-        hardware_path = Path(os.path.normpath(Path(workload_file).parent / hardware_path))
+    hardware_path = _relative_to(workload_file, workload.hardware)
     problem = file_problem(hardware_path)
     if problem is not None:
         raise ConfigError.single(

@@ -1,12 +1,14 @@
 """Fusion: the kernels one step runs, each a sharded graph called `calls` times.
 
 - "embedding": the token gather, one call;
-- the decoder layers: one kernel per layer kind, the whole layer fused into one call
-  ("decoder" for Llama; "decoder_dense" and "decoder_moe" for DeepSeek), `calls` = the
-  number of such layers;
+- the decoder layers: one kernel per run of a repeating body of layers
+  (`models.layers.layer_segments`), the whole body fused into one call ("decoder" for
+  Llama; "decoder_dense" and "decoder_moe" for DeepSeek; "decoder_sliding+full" for
+  gpt-oss, whose body is two layers), `calls` = the number of bodies in the run;
 - "snapkv_select": in a prefill whose prompt the KV policy compresses, the SnapKV
   selection of each layer, a kernel of its own (`calls` = layers) so its time is reported
-  on its own;
+  on its own (sliding-window layers whose ring the policy would compress get one of their
+  own, "snapkv_select_window<W>");
 - "lm_head": final norm and vocabulary projection, one call.
 
 Inside a decoder kernel every operator is a pipeline stage, except attention: the score,
@@ -16,7 +18,7 @@ why SnapStream recomputes the window's scores outside it). Streaming the full sc
 between stages would cost more PMU bandwidth than the socket has in a long prefill.
 
 Kernel looping (`kernel_looping` in the workload) marks kernels with more than one call
-`looped`: their calls run as one call with a pipelined outer loop over the layers.
+`looped`: their calls run as one call with a pipelined outer loop over the bodies.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from rdu_sim.graph import (
     snapkv_graph,
 )
 from rdu_sim.kv import make_policy
+from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
 
 ATTENTION_CHAIN = ("attn.score", "attn.softmax", "attn.value")
@@ -61,18 +64,23 @@ def step_shape(shape: StaticShape) -> StepShape:
     return StepShape(shape.phase, shape.batch, shape.tokens, shape.cache_len)
 
 
-def selection_shape(scenario: Scenario, shape: StaticShape) -> SelectionShape | None:
-    """The SnapKV selection a prefill step runs, or None (decode, no compression, select=False).
+def selection_shape(
+    scenario: Scenario, shape: StaticShape, window: int | None = None
+) -> SelectionShape | None:
+    """The SnapKV selection a prefill step runs on the layers with attention `window`, or
+    None (decode, no compression, select=False).
 
     The prompt is `cache_len + tokens` (a chunked prefill's last chunk sees the whole
-    prompt); the policy decides whether it compresses and what it keeps.
+    prompt); a sliding-window layer holds only its ring of it (`window_tokens`). The policy
+    decides whether what the layer holds compresses and what it keeps: a window no longer
+    than the policy's slot never does.
     """
     if shape.phase != "prefill" or shape.select is False:
         return None
     serving = scenario.workload.serving
     policy = make_policy(scenario.workload.kv, serving.max_context)
     prompt = min(shape.cache_len + shape.tokens, serving.max_context)
-    selection = policy.selection(prompt)
+    selection = policy.layer_selection(prompt, window)
     if selection is None:
         return None
     return SelectionShape(
@@ -85,53 +93,73 @@ def selection_shape(scenario: Scenario, shape: StaticShape) -> SelectionShape | 
     )
 
 
+def selection_groups(scenario: Scenario, shape: StaticShape) -> list[GraphGroup]:
+    """The SnapKV selection kernels of a compressing prefill: one per attention window whose
+    layers compress ("snapkv_select" for the full-attention layers), `calls` = its layers."""
+    prec, cache = precision(scenario), mla_cache_form(scenario)
+    groups = []
+    for window, layers in window_layer_counts(scenario.model).items():
+        selection = selection_shape(scenario, shape, window)
+        if selection is not None:
+            name = "snapkv_select" if window is None else f"snapkv_select_window{window}"
+            graph = snapkv_graph(scenario.model, shape.batch, selection, prec, cache)
+            groups.append(GraphGroup(name, layers, graph))
+    return groups
+
+
 def graph_groups(scenario: Scenario, shape: StaticShape) -> list[GraphGroup]:
     """The unsharded graphs of one step, in execution order, with their call counts."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
     groups = model_groups(
         scenario.model, step_shape(shape), prec, cache, scenario.workload.moe_expert_loading
     )
-    selection = selection_shape(scenario, shape)
-    if selection is not None:
-        select = GraphGroup(
-            "snapkv_select",
-            scenario.model.layers,
-            snapkv_graph(scenario.model, shape.batch, selection, prec, cache),
-        )
-        groups.insert(len(groups) - 1, select)
-    return groups
+    return groups[:-1] + selection_groups(scenario, shape) + groups[-1:]
 
 
 def fuse_attention(graph: nx.DiGraph) -> nx.DiGraph:
-    """The graph with attention score -> softmax -> value merged into one "attn.flash" stage.
+    """The graph with attention score -> softmax -> value merged into one "attn.flash" stage
+    (per layer of a multi-layer body: "l1.attn.flash" fuses "l1.attn.score" ...).
 
-    The fused operator keeps the sum of the three's work, the score product's GEMM shape
-    (the larger of the two products), and the value's combine (its output is what leaves).
-    Graphs without the chain are returned unchanged.
+    The fused operator keeps the sum of the three's work and weights (gpt-oss's sink
+    logits), the score product's GEMM shape (the larger of the two products), and the
+    value's combine (its output is what leaves). Graphs without the chain are unchanged.
     """
-    if not all(name in graph for name in ATTENTION_CHAIN):
+    prefixes = [
+        str(name)[: -len(ATTENTION_CHAIN[0])]
+        for name in graph
+        if str(name).endswith(ATTENTION_CHAIN[0])
+        and all(str(name)[: -len(ATTENTION_CHAIN[0])] + part in graph for part in ATTENTION_CHAIN)
+    ]
+    if not prefixes:
         return graph
-    chain = [op(graph, name) for name in ATTENTION_CHAIN]
-    internal = {t.name for node in chain[:-1] for t in node.outputs}
-    inputs = {t.name: t for node in chain for t in node.inputs if t.name not in internal}
-    score, value = chain[0], chain[-1]
-    fused = Operator(
-        FLASH,
-        "flash_attention",
-        inputs=tuple(inputs.values()),
-        outputs=value.outputs,
-        flops=sum(n.flops for n in chain),
-        vector_flops=sum(n.vector_flops for n in chain),
-        kv_read_bytes=sum(n.kv_read_bytes for n in chain),
-        kv_write_bytes=sum(n.kv_write_bytes for n in chain),
-        gemm=score.gemm,
-        split=replace(score.split, combine=value.split.combine),
-    )
+    fused: dict[str, Operator] = {}  # score node -> the fused operator replacing the chain
+    dropped: set[str] = set()
+    for prefix in prefixes:
+        chain = [op(graph, prefix + name) for name in ATTENTION_CHAIN]
+        internal = {t.name for node in chain[:-1] for t in node.outputs}
+        inputs = {t.name: t for node in chain for t in node.inputs if t.name not in internal}
+        score, value = chain[0], chain[-1]
+        fused[score.name] = Operator(
+            prefix + FLASH,
+            "flash_attention",
+            inputs=tuple(inputs.values()),
+            outputs=value.outputs,
+            flops=sum(n.flops for n in chain),
+            vector_flops=sum(n.vector_flops for n in chain),
+            weight_params=sum(n.weight_params for n in chain),
+            weight_bytes=sum(n.weight_bytes for n in chain),
+            weight_read_bytes=sum(n.weight_read_bytes for n in chain),
+            kv_read_bytes=sum(n.kv_read_bytes for n in chain),
+            kv_write_bytes=sum(n.kv_write_bytes for n in chain),
+            gemm=score.gemm,
+            split=replace(score.split, combine=value.split.combine),
+        )
+        dropped.update(n.name for n in chain[1:])
     builder = GraphBuilder(str(graph.name), graph.graph["inputs"].values())
     for node in operators(graph):
-        if node.name == score.name:
-            builder.add(fused)
-        elif node.name not in ATTENTION_CHAIN:
+        if node.name in fused:
+            builder.add(fused[node.name])
+        elif node.name not in dropped:
             builder.add(node)
     return builder.finish(graph.graph["outputs"])
 

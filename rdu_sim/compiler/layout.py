@@ -30,9 +30,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rdu_sim.config.architecture import LlamaArchitecture
+from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import MlaCache, Precision
 from rdu_sim.graph.operator import Axis
+from rdu_sim.models.layers import layer_kinds, window_tokens
 from rdu_sim.scenario import Scenario
 
 
@@ -63,7 +64,7 @@ class ShardPlan:
 def shard_plan(scenario: Scenario) -> ShardPlan:
     """The ShardPlan a scenario asks for."""
     arch = scenario.model
-    kv_heads = arch.kv_heads if isinstance(arch, LlamaArchitecture) else None
+    kv_heads = None if isinstance(arch, DeepSeekArchitecture) else arch.kv_heads
     return ShardPlan(scenario.tp, scenario.workload.parallelism.mla_cache_layout, kv_heads)
 
 
@@ -80,6 +81,7 @@ def precision(scenario: Scenario) -> Precision:
         weights=scenario.weight_dtype_bytes,
         kv=scenario.kv_dtype_bytes,
         activations=scenario.activation_dtype_bytes,
+        experts=scenario.expert_dtype_bytes,
     )
 
 
@@ -87,12 +89,14 @@ def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
     """Bytes one socket holds for `tokens` cached tokens of one slot, all layers.
 
     Token-split layouts round the slot's tokens up to a multiple of tp (each socket holds
-    ceil(tokens / tp)); head-split layouts divide the per-token values.
+    ceil(tokens / tp)); head-split layouts divide the per-token values. A sliding-window
+    layer holds only its ring (`models.layers.window_tokens`).
     """
     arch, plan, kv = scenario.model, shard_plan(scenario), scenario.kv_dtype_bytes
-    if isinstance(arch, LlamaArchitecture):
+    if not isinstance(arch, DeepSeekArchitecture):
         per_token = 2 * arch.kv_heads * arch.head_dim * kv / plan.divisor("kv_heads")
-        return math.ceil(arch.layers * tokens * per_token)
+        held = sum(window_tokens(tokens, kind.window) for kind in layer_kinds(arch))
+        return math.ceil(held * per_token)
     if mla_cache_form(scenario) == "per_head":
         per_token = (
             arch.heads

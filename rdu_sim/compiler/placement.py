@@ -32,7 +32,8 @@ from rdu_sim.compiler.program import (
     Tier,
     TierUsage,
 )
-from rdu_sim.config.architecture import LlamaArchitecture
+from rdu_sim.config.architecture import DeepSeekArchitecture
+from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.units import format_bytes
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
@@ -65,14 +66,13 @@ def slot_tokens(scenario: Scenario) -> int:
 def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
     """Every weight tensor of one socket, with its reads in a decode step of `batch` slots."""
     shape = StaticShape("decode", max(1, batch), 1, slot_tokens(scenario))
-    wbytes = scenario.weight_dtype_bytes
     tensors: dict[str, list[float]] = {}
     for kernel in kernel_graphs(scenario, shape):
         for node in operators(kernel.graph):
             if not node.weight_params and not node.weight_read_bytes:
                 continue
             entry = tensors.setdefault(f"{kernel.name}/{node.weight_name}", [0.0, 0.0])
-            entry[0] += kernel.calls * node.weight_params * wbytes
+            entry[0] += kernel.calls * node.weight_bytes
             entry[1] += kernel.calls * node.weight_read_bytes
     return [
         WeightTensor(key, math.ceil(size), reads)
@@ -113,10 +113,10 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
     policy = make_policy(scenario.workload.kv, serving.max_context)
     selection = policy.selection(prompt)
     if selection is not None:
-        if isinstance(arch, LlamaArchitecture):
-            query = arch.heads * arch.head_dim
-        else:
+        if isinstance(arch, DeepSeekArchitecture):
             query = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        else:
+            query = arch.heads * arch.head_dim
         window = arch.layers * selection.window * query * act / scenario.tp
         prefill += kv_slot_bytes_per_socket(scenario, prompt) + window
     return math.ceil(max(decode, prefill))
@@ -129,7 +129,7 @@ def kv_bytes(scenario: Scenario, batch_slots: int) -> int:
 
 def _layout_hint(scenario: Scenario) -> str:
     layout = scenario.workload.parallelism.mla_cache_layout
-    if isinstance(scenario.model, LlamaArchitecture) or layout == "sequence_split":
+    if not isinstance(scenario.model, DeepSeekArchitecture) or layout == "sequence_split":
         return ""
     return f"use parallelism.mla_cache_layout sequence_split (now {layout}), "
 
@@ -137,8 +137,8 @@ def _layout_hint(scenario: Scenario) -> str:
 def _shrink_hint(scenario: Scenario) -> str:
     w = scenario.workload
     hints = [f"raise parallelism.tp (now {w.parallelism.tp})"]
-    if w.dtypes.weights not in ("fp8", "int8", "int4"):
-        hints.append(f"store weights in fp8 (dtypes.weights, now {w.dtypes.weights})")
+    if DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
+        hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
     hints.append("or give each socket more DDR (hw.socket.ddr.capacity)")
     return ", ".join(hints)
 
@@ -183,7 +183,7 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
         total = in_hbm + in_ddr
         raise CapacityError(
             f"{scenario.model.name} weights need {format_bytes(total)} per socket "
-            f"(tp={scenario.tp}, {scenario.workload.dtypes.weights}); HBM holds "
+            f"(tp={scenario.tp}, {scenario.weight_dtype}); HBM holds "
             f"{format_bytes(in_hbm)} of them beside the KV cache and activations and DDR "
             f"{format_bytes(ddr_cap)}, so {format_bytes(in_ddr - ddr_cap)} do not fit: "
             f"{_shrink_hint(scenario)}"

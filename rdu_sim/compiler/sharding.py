@@ -53,11 +53,14 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     read_share = 1.0 if dim == "n" else 1 / ways
     partial = split.combine == "sum" or (split.combine == "sequence" and plan.sequence_split)
     write_share = 1.0 if dim == "k" or partial else 1 / ways
+    params = math.ceil(node.weight_params / weights)
     return replace(
         node,
         flops=node.flops / compute,
         vector_flops=node.vector_flops / compute,
-        weight_params=math.ceil(node.weight_params / weights),
+        weight_params=params,
+        # the share's bytes at the operator's bytes per parameter (mixed dtypes averaged)
+        weight_bytes=params * (node.weight_bytes / node.weight_params) if params else 0.0,
         weight_read_bytes=node.weight_read_bytes / weights,
         kv_read_bytes=node.kv_read_bytes / kv,
         kv_write_bytes=node.kv_write_bytes / kv,

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, TypeVar
 
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv.policy import KVPolicy, Selection
+from rdu_sim.models.layers import window_tokens
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -184,6 +185,20 @@ class PolicyBase:
     def cache_bytes(self, tokens: int, kv_bytes_per_token: float) -> int:
         """Bytes of ``tokens`` cached tokens (e.g. ``cache_at(...)``), for reads per step."""
         return round(tokens * kv_bytes_per_token)
+
+    def layer_slot_tokens(self, window: int | None, max_context: int | None = None) -> int:
+        """Tokens one layer with attention ``window`` holds per slot: the slot under full
+        attention; a sliding-window layer keeps at most its ring of the last ``window - 1``
+        tokens (:func:`rdu_sim.models.window_tokens`), bounded like StreamingLLM's ring
+        without sinks, whatever the policy keeps for the full-attention layers."""
+        return window_tokens(self.slot_tokens(max_context), window)
+
+    def layer_selection(self, prompt_tokens: int, window: int | None) -> Selection | None:
+        """The selection a layer with attention ``window`` runs at prefill: the policy's
+        selection of what that layer holds (a sliding-window layer: its ring at most), so a
+        window no longer than what the policy keeps is never compressed."""
+        self._check_prompt(prompt_tokens)
+        return self.selection(window_tokens(prompt_tokens, window))
 
     # --- per-request behaviour ---------------------------------------------------------------
     def _check_prompt(self, prompt_tokens: int) -> None:

@@ -1,7 +1,8 @@
 """The interface every KV-cache policy implements, for the compiler and for serving.
 
-Sizes are in tokens (per slot, all layers share them); bytes follow from the model's KV
-bytes per token. Implementations live beside this file (rdu_sim/kv/policies.py) and
+Sizes are in tokens per slot, the same for every full-attention layer; a sliding-window
+layer holds at most its ring (`layer_slot_tokens`); bytes follow from the model's KV bytes
+per token. Implementations live beside this file (rdu_sim/kv/policies.py) and
 register by name; build one with `rdu_sim.kv.make_policy(kv, max_context)`.
 
 The methods that take `max_context` accept it for the contract's sake; implementations
@@ -78,6 +79,15 @@ class KVPolicy(Protocol):
 
     def selection(self, prompt_tokens: int) -> Selection | None:
         """The SnapKV selection this prefill runs (its shape), or None."""
+        ...
+
+    def layer_slot_tokens(self, window: int | None, max_context: int | None = None) -> int:
+        """Tokens of one layer's cache per slot: the slot, or less for a sliding-window
+        layer (its ring of window - 1 tokens, `rdu_sim.models.window_tokens`)."""
+        ...
+
+    def layer_selection(self, prompt_tokens: int, window: int | None) -> Selection | None:
+        """The selection a layer with this attention window runs at prefill, or None."""
         ...
 
     def describe(self) -> dict[str, Any]:
