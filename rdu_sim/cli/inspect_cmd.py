@@ -2,7 +2,8 @@
 
 `inspect model NAME` prints the hand-countable figures of rdu_sim.models (params, KV bytes per
 token, weight bytes, decode FLOPs per token) that every later stage must agree with; NAME may
-also be a workload file, whose model (preset or custom) and dtypes are used.
+also be a Hugging Face config.json (read locally, `rdu_sim.models.read_config_json`) or a
+workload file, whose model (preset, config.json or custom) and dtypes are used.
 `inspect graph WORKLOAD` shows what the compiler makes of one static step (rdu_sim.compiler's
 `inspect_graph`, and its `to_dot` for `--dot`).
 """
@@ -13,7 +14,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 from rich import box
@@ -23,13 +24,23 @@ from rich.table import Table
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.compiler.program import Phase
+from rdu_sim.config.dtypes import DTYPE_BYTES, ValueDtype, WeightDtype
 from rdu_sim.config.loader import file_problem
 from rdu_sim.config.units import format_bytes
-from rdu_sim.config.workload import DTYPE_BYTES
-from rdu_sim.models import Architecture, ModelFigures, get_model, model_figures, preset_names
+from rdu_sim.models import (
+    Architecture,
+    ModelFigures,
+    get_model,
+    layer_kinds,
+    model_figures,
+    preset_names,
+    read_config_json,
+    storage_dtypes,
+)
 from rdu_sim.scenario import load_scenario
 
-_DTYPES = click.Choice(sorted(DTYPE_BYTES))
+_KV_DTYPES = click.Choice(list(get_args(ValueDtype)))
+_WEIGHT_DTYPES = click.Choice(list(get_args(WeightDtype)))
 
 
 def _is_workload_path(name: str) -> bool:
@@ -38,24 +49,42 @@ def _is_workload_path(name: str) -> bool:
 
 
 def resolve_model(
-    name: str, kv_dtype: str | None, weight_dtype: str | None
-) -> tuple[Architecture, str, str]:
-    """The architecture named by a preset or a workload file, and the dtypes to use.
+    name: str,
+    kv_dtype: str | None,
+    weight_dtype: str | None,
+    expert_dtype: str | None = None,
+) -> tuple[Architecture, str, str, str]:
+    """The architecture named by a preset, a config.json or a workload file, and the
+    (KV, weight, expert) dtypes to use.
 
-    Explicit dtypes win; a workload's own dtypes come next; bf16 otherwise.
+    Explicit dtypes win; a workload's own dtypes come next; then the model's released
+    dtypes (`storage_dtypes`); bf16 otherwise.
     """
-    if _is_workload_path(name):
+    if name.endswith(".json"):
+        arch = read_config_json(name)
+    elif _is_workload_path(name):
         scenario = load_scenario(name)
         dtypes = scenario.workload.dtypes
-        return scenario.model, kv_dtype or dtypes.kv, weight_dtype or dtypes.weights
-    return get_model(name), kv_dtype or "bf16", weight_dtype or "bf16"
+        weights, experts = storage_dtypes(
+            scenario.model, weight_dtype or dtypes.weights, expert_dtype or dtypes.experts
+        )
+        return scenario.model, kv_dtype or dtypes.kv, weights, experts
+    else:
+        arch = get_model(name)
+    weights, experts = storage_dtypes(arch, weight_dtype, expert_dtype)
+    return arch, kv_dtype or "bf16", weights, experts
 
 
 def figures_for(
-    name: str, kv_dtype: str | None = None, weight_dtype: str | None = None, context: int = 0
+    name: str,
+    kv_dtype: str | None = None,
+    weight_dtype: str | None = None,
+    context: int = 0,
+    expert_dtype: str | None = None,
 ) -> ModelFigures:
-    """The figures `inspect model` prints, for a preset name or a workload file."""
-    arch, kv, weights = resolve_model(name, kv_dtype, weight_dtype)
+    """The figures `inspect model` prints, for a preset, a config.json or a workload file."""
+    arch, kv, weights, experts = resolve_model(name, kv_dtype, weight_dtype, expert_dtype)
+    moe = any(k.ffn == "moe" for k in layer_kinds(arch))
     return model_figures(
         arch,
         kv_dtype=kv,
@@ -63,6 +92,8 @@ def figures_for(
         weight_dtype=weights,
         weight_dtype_bytes=DTYPE_BYTES[weights],
         context=context,
+        expert_dtype=experts if moe else None,
+        expert_dtype_bytes=DTYPE_BYTES[experts],
     )
 
 
@@ -71,7 +102,12 @@ def _figures_table(figures: ModelFigures) -> Table:
     table.add_column("figure", style="bold")
     table.add_column("value", justify="right")
     table.add_column("", style="dim")
-    table.add_row("layers", str(figures.layers), "")
+    kinds = []
+    if figures.moe_layers:
+        kinds.append(f"{figures.moe_layers} MoE")
+    if figures.sliding_window_layers:
+        kinds.append(f"{figures.sliding_window_layers} sliding-window")
+    table.add_row("layers", str(figures.layers), ", ".join(kinds))
     table.add_row(
         "params_total", f"{figures.params_total:,}", f"{figures.params_total / 1e9:.2f} B"
     )
@@ -81,14 +117,25 @@ def _figures_table(figures: ModelFigures) -> Table:
         f"{figures.params_active / 1e9:.2f} B per token",
     )
     table.add_row(
+        "  without embedding",
+        f"{figures.params_active_without_embedding:,}",
+        f"{figures.params_active_without_embedding / 1e9:.2f} B (the table is gathered)",
+    )
+    experts = f", experts {figures.expert_dtype}" if figures.expert_dtype else ""
+    table.add_row(
         "weight_bytes",
         f"{figures.weight_bytes:,}",
-        f"{format_bytes(figures.weight_bytes)} in {figures.weight_dtype}",
+        f"{format_bytes(figures.weight_bytes)} in {figures.weight_dtype}{experts}",
     )
     table.add_row(
         "kv_bytes_per_token",
         f"{figures.kv_bytes_per_token:,}",
         f"{format_bytes(figures.kv_bytes_per_token)} in {figures.kv_dtype}",
+    )
+    table.add_row(
+        "kv_bytes_per_sequence",
+        f"{figures.kv_bytes_per_sequence:,}",
+        f"{format_bytes(figures.kv_bytes_per_sequence)} at {figures.max_context:,} tokens",
     )
     table.add_row(
         "decode_flops_per_token",
@@ -109,15 +156,21 @@ def command() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.option(
     "--kv-dtype",
-    type=_DTYPES,
+    type=_KV_DTYPES,
     default=None,
     help="KV-cache dtype (default: the workload's, else bf16).",
 )
 @click.option(
     "--weight-dtype",
-    type=_DTYPES,
+    type=_WEIGHT_DTYPES,
     default=None,
-    help="Weight dtype (default: the workload's, else bf16).",
+    help="Weight dtype (default: the workload's, else the model's released one, else bf16).",
+)
+@click.option(
+    "--expert-dtype",
+    type=_WEIGHT_DTYPES,
+    default=None,
+    help="Routed experts' dtype (default: the workload's, else the model's, else the weights').",
 )
 @click.option(
     "--context",
@@ -132,18 +185,20 @@ def model_command(
     as_json: bool,
     kv_dtype: str | None,
     weight_dtype: str | None,
+    expert_dtype: str | None,
     context: int,
 ) -> None:
-    """Derived figures of a preset model NAME (or of a workload file's model)."""
+    """Derived figures of a preset model NAME, a config.json, or a workload file's model."""
     if list_presets:
         names = preset_names()
         click.echo(json.dumps(names) if as_json else "\n".join(names))
         return
     if name is None:
         raise click.UsageError(
-            "give a model NAME (see `rdu-sim inspect model --list`) or a workload file"
+            "give a model NAME (see `rdu-sim inspect model --list`), a config.json or a "
+            "workload file"
         )
-    figures = figures_for(name, kv_dtype, weight_dtype, context)
+    figures = figures_for(name, kv_dtype, weight_dtype, context, expert_dtype)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(figures), indent=2))
     else:
