@@ -30,7 +30,7 @@ from rdu_sim.config.overrides import (
 )
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.kv.policies import make_policy
-from rdu_sim.models.hf_config import read_config_json
+from rdu_sim.models.hf_config import architecture_from_config, read_config_json
 from rdu_sim.models.layers import Architecture
 from rdu_sim.models.presets import UnknownModelError, get_model
 from rdu_sim.models.storage import storage_dtypes
@@ -248,6 +248,16 @@ def build_scenario(
             ) from None
     elif isinstance(workload.model, ConfigJsonModel):
         model = _read_config_json(workload.model, workload_file, lines)
+    elif isinstance(workload.model, dict):  # a config.json's keys written inline
+        keys = dict(workload.model)
+        label = keys.pop("name", None)
+        model = architecture_from_config(
+            keys,
+            file=workload_file,
+            name=label if isinstance(label, str) and label else str(keys["model_type"]),
+            lines=lines,
+            prefix="model.",
+        )
     else:
         model = workload.model
 

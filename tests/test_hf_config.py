@@ -274,3 +274,33 @@ def test_set_on_a_config_json_model_edits_its_architecture() -> None:
             workload_file=str(REPO / "workloads" / "x.yaml"),
             overrides=["model.layers=3"],
         )
+
+
+def test_config_json_keys_inline_in_a_workload(tmp_path: Path) -> None:
+    """A workload may write a config.json's own keys as its model (model_type marks them):
+    what the README promised; their errors name model.<key> and the YAML line."""
+    keys = _fixture("mixtral-8x7b")
+    scenario = build_scenario(_workload(keys), workload_file=str(tmp_path / "w.yaml"))
+    assert scenario.model == get_model("mixtral-8x7b").model_copy(update={"name": "mixtral"})
+    named = build_scenario(_workload(keys | {"name": "mx"}), workload_file="w.yaml")
+    assert named.model.name == "mx"
+    workload = tmp_path / "bad.yaml"
+    workload.write_text(
+        f"hardware: {REPO / 'hw_configs' / 'sn40l-8.yaml'}\n"
+        "parallelism: {tp: 8}\n"
+        "model:\n"
+        "  model_type: mixtral\n"
+        "  hidden_size: 4096\n"
+        "  num_hidden_layers: 32\n"
+        "  num_attention_heads: 32\n"
+        "  vocab_size: 32000\n"
+        "  max_position_embeddings: 32768\n"
+        "  intermediate_size: 14336\n"
+        "  num_local_experts: 8\n"
+        "  num_experts_per_tok: [2]\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_scenario(workload)
+    (issue,) = info.value.issues
+    assert (issue.field, issue.line) == ("model.num_experts_per_tok", 12)
+    assert "must be an integer" in issue.message

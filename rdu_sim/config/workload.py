@@ -271,6 +271,8 @@ def _model_kind(value: Any) -> str | None:
         isinstance(value, Mapping) and "config_json" in value
     ):
         return "hf_config"  # a tag, not a key: error paths drop it
+    if isinstance(value, Mapping) and "model_type" in value and "family" not in value:
+        return "hf_keys"  # a config.json's keys inline, mapped by rdu_sim.models.hf_config
     if isinstance(value, Mapping | BaseModel):
         return "custom"
     return None
@@ -281,12 +283,13 @@ def _model_kind(value: Any) -> str | None:
 ModelField = Annotated[
     Annotated[str, Tag("preset")]
     | Annotated[ConfigJsonModel, Tag("hf_config")]
+    | Annotated[dict[str, Any], Tag("hf_keys")]
     | Annotated[ModelArchitecture, Tag("custom")],
     Discriminator(
         _model_kind,
         custom_error_type="model_kind",
-        custom_error_message="expected a preset name, {config_json: path} or a mapping "
-        "with a custom architecture",
+        custom_error_message="expected a preset name, {config_json: path}, a config.json's "
+        "keys (with model_type) or an architecture (with family)",
     ),
 ]
 
@@ -299,7 +302,8 @@ class WorkloadConfig(StrictModel):
     hardware: str = Field(min_length=1, description="hardware file, relative to this file")
     model: ModelField = Field(
         description="a preset name (see `rdu-sim inspect model --list`), a Hugging Face "
-        "config.json ({config_json: path}) or an architecture"
+        "config.json ({config_json: path}) or its keys inline (with model_type), or an "
+        "architecture (with family)"
     )
     dtypes: DtypesConfig = Field(default_factory=DtypesConfig)
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)

@@ -67,18 +67,36 @@ _REFUSED_KEYS = {
     "text_config": "a multimodal wrapper is not modelled; use its text_config as the file",
     "audio_config": "an audio tower is not modelled",
 }
+_ATTENTION_TYPES = ("full_attention", "sliding_attention")
 _MISSING = object()
 
 
 class _Reader:
-    """Typed access to the JSON's keys; every problem becomes an issue naming the key."""
+    """Typed access to the JSON's keys; every problem becomes an issue naming the key.
 
-    def __init__(self, data: Mapping[str, Any], file: str, text: str) -> None:
+    `lines` and `prefix` place the keys in a YAML workload that writes them inline
+    (`model: {model_type: ...}`); otherwise lines are found in the JSON `text`.
+    """
+
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        file: str,
+        text: str,
+        lines: Mapping[tuple[str, ...], int] | None = None,
+        prefix: str = "",
+    ) -> None:
         self.data, self.file, self.text = data, file, text
+        self.lines, self.prefix = lines, prefix
         self.issues: list[ConfigIssue] = []
 
     def line(self, key: str) -> int | None:
         """The line of the key's first appearance (nested keys: after their parent's)."""
+        if self.lines is not None:
+            path = tuple(self.prefix.split(".")[:-1]) + tuple(key.split("[")[0].split("."))
+            while path and path not in self.lines:
+                path = path[:-1]
+            return self.lines.get(path)
         position = 0
         for part in key.split(".")[:2]:
             part = part.split("[")[0]
@@ -89,10 +107,10 @@ class _Reader:
         return self.text.count("\n", 0, position) + 1
 
     def fail(self, key: str, message: str) -> None:
-        self.issues.append(ConfigIssue(self.file, key, message, self.line(key)))
+        self.issues.append(ConfigIssue(self.file, self.prefix + key, message, self.line(key)))
 
     def error(self, key: str, message: str) -> ConfigError:
-        return ConfigError([ConfigIssue(self.file, key, message, self.line(key))])
+        return ConfigError([ConfigIssue(self.file, self.prefix + key, message, self.line(key))])
 
     def get(self, key: str, default: Any = _MISSING) -> Any:
         if key in self.data and self.data[key] is not None:
@@ -148,10 +166,17 @@ def read_config_json(path: str | Path, name: str | None = None) -> Architecture:
 
 
 def architecture_from_config(
-    data: Mapping[str, Any], *, file: str, name: str, text: str = ""
+    data: Mapping[str, Any],
+    *,
+    file: str,
+    name: str,
+    text: str = "",
+    lines: Mapping[tuple[str, ...], int] | None = None,
+    prefix: str = "",
 ) -> Architecture:
-    """Map config.json keys to an Architecture (see the module table)."""
-    r = _Reader(data, file, text)
+    """Map config.json keys to an Architecture (see the module docstring). Issues name
+    `prefix` + the key (a workload writing the keys inline passes "model.")."""
+    r = _Reader(data, file, text, lines, prefix)
     _refuse_wrappers(r)
     model_type = r.get("model_type")
     if model_type is None:
@@ -306,12 +331,14 @@ def _windows(r: _Reader, model_type: str, layers: Any) -> dict[str, Any]:
         if not isinstance(types, list):
             r.fail("layer_types", "must be a list of attention types")
             return {}
-        for i, value in enumerate(types):
-            if value not in ("full_attention", "sliding_attention"):
-                r.fail(
-                    f"layer_types[{i}]",
-                    f"{value!r}: only full_attention and sliding_attention are modelled",
-                )
+        bad = [i for i, value in enumerate(types) if value not in _ATTENTION_TYPES]
+        if bad:
+            r.fail(
+                f"layer_types[{bad[0]}]",
+                f"{types[bad[0]]!r} ({len(bad)} layer(s)): only "
+                f"{' and '.join(_ATTENTION_TYPES)} are modelled",
+            )
+            return {}
         return {"sliding_window": window, "layer_types": tuple(types)}
     if not isinstance(layers, int):
         return {}
