@@ -206,3 +206,14 @@ def test_capacity_error_exits_2() -> None:
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ")
     assert "HBM" in result.stderr
+
+
+def test_config_json_errors_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "model_type": "bert"\n}\n')
+    for name in (str(path), str(tmp_path / "missing.json")):
+        result = CliRunner().invoke(cli, ["inspect", "model", name])
+        assert result.exit_code == 2
+        assert "Traceback" not in result.stderr
+    result = CliRunner().invoke(cli, ["inspect", "model", str(path)])
+    assert f"{path}:2: model_type: 'bert' is not a model type" in result.stderr

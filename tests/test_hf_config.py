@@ -148,6 +148,7 @@ def test_name_is_the_folder_or_given(tmp_path: Path) -> None:
         ),
         ({"num_experts_per_tok": 9}, "num_experts_per_tok", "exceeds"),
         ({"tie_word_embeddings": "no"}, "tie_word_embeddings", "true or false"),
+        ({"mlp_bias": True}, "mlp_bias", "not modelled"),
     ],
 )
 def test_refusals_name_the_key(

@@ -316,6 +316,8 @@ def _gqa(
     elif model_type not in _ALL_SLIDING:  # one flag for q/k/v and o
         bias = r.flag("attention_bias", False)
         out["qkv_bias"] = out["o_bias"] = bias
+    if r.flag("mlp_bias", False):  # LlamaConfig's biases on the FFN projections
+        r.fail("mlp_bias", "true (biases on the FFN projections) is not modelled")
     out["qk_norm"] = model_type in _QK_NORM
     out["attention_sinks"] = model_type == "gpt_oss"
     out |= _windows(r, model_type, layers)
