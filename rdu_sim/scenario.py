@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rdu_sim.config.architecture import ConfigJsonModel
+from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
@@ -248,13 +248,12 @@ def build_scenario(
             ) from None
     elif isinstance(workload.model, ConfigJsonModel):
         model = _read_config_json(workload.model, workload_file, lines)
-    elif isinstance(workload.model, dict):  # a config.json's keys written inline
-        keys = dict(workload.model)
-        label = keys.pop("name", None)
+    elif isinstance(workload.model, ConfigJsonKeys):  # a config.json's keys written inline
+        keys = workload.model.model_dump(exclude={"name"})
         model = architecture_from_config(
             keys,
             file=workload_file,
-            name=label if isinstance(label, str) and label else str(keys["model_type"]),
+            name=workload.model.name or workload.model.model_type,
             lines=lines,
             prefix="model.",
         )

@@ -1,6 +1,7 @@
 """Validated, typed configuration: hardware, model architectures, workloads, unit parsing."""
 
 from rdu_sim.config.architecture import (
+    ConfigJsonKeys,
     ConfigJsonModel,
     DeepSeekArchitecture,
     GqaMoeArchitecture,
@@ -16,6 +17,7 @@ __all__ = [
     "DTYPE_BYTES",
     "ConfigError",
     "ConfigIssue",
+    "ConfigJsonKeys",
     "ConfigJsonModel",
     "DeepSeekArchitecture",
     "GqaMoeArchitecture",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import WeightDtype
@@ -224,3 +224,13 @@ class ConfigJsonModel(StrictModel):
     name: str | None = Field(
         default=None, min_length=1, max_length=200, description="default: the file's folder"
     )
+
+
+class ConfigJsonKeys(BaseModel):
+    """A config.json's own keys written inline as a workload's model (`model_type` marks
+    them); mapped by `rdu_sim.models.hf_config`, which checks every key it reads."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+    model_type: str = Field(description="Hugging Face model_type (mixtral, qwen3_moe, ...)")
+    name: str | None = Field(default=None, min_length=1, max_length=200)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, model_validator
 
-from rdu_sim.config.architecture import ConfigJsonModel, ModelArchitecture
+from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel, ModelArchitecture
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for callers
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
@@ -271,7 +271,9 @@ def _model_kind(value: Any) -> str | None:
         isinstance(value, Mapping) and "config_json" in value
     ):
         return "hf_config"  # a tag, not a key: error paths drop it
-    if isinstance(value, Mapping) and "model_type" in value and "family" not in value:
+    if isinstance(value, ConfigJsonKeys) or (
+        isinstance(value, Mapping) and "model_type" in value and "family" not in value
+    ):
         return "hf_keys"  # a config.json's keys inline, mapped by rdu_sim.models.hf_config
     if isinstance(value, Mapping | BaseModel):
         return "custom"
@@ -283,7 +285,7 @@ def _model_kind(value: Any) -> str | None:
 ModelField = Annotated[
     Annotated[str, Tag("preset")]
     | Annotated[ConfigJsonModel, Tag("hf_config")]
-    | Annotated[dict[str, Any], Tag("hf_keys")]
+    | Annotated[ConfigJsonKeys, Tag("hf_keys")]
     | Annotated[ModelArchitecture, Tag("custom")],
     Discriminator(
         _model_kind,

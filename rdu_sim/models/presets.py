@@ -95,7 +95,6 @@ def _llama31(name: str, layers: int, hidden: int, heads: int, ffn: int) -> Archi
         head_dim=128,
         ffn_intermediate=ffn,
         max_context=131072,
-        weight_dtype="bf16",
     )
 
 
