@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -19,7 +21,9 @@ from rdu_sim.config.units import (
     parse_flops,
     parse_hertz,
     parse_seconds,
+    split_quantity,
 )
+from rdu_sim.scenario import load_scenario
 
 
 @pytest.mark.parametrize(
@@ -221,3 +225,97 @@ def test_formatting_round_trips_for_people() -> None:
     assert format_bandwidth(1.8e12) == "1.8 TB/s"
     assert format_seconds(0.0123) == "12.3 ms"
     assert parse_bytes(format_bytes(520 * 2**20)) == 520 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("400 Gb/s", 50e9),  # b is a bit: a link in bits is 8x slower than in bytes
+        ("400 Gbit/s", 50e9),
+        ("400 Gbps", 50e9),
+        ("400 gbit/s", 50e9),  # "bit" says bits in any case
+        ("100 Mb/s", 12.5e6),
+        ("8 b/s", 1.0),
+        ("1 Kib/s", 128.0),
+        ("400 GB/s", 400e9),
+        ("400 GBps", 400e9),
+        ("2 EB/s", 2e18),
+    ],
+)
+def test_bits_and_bytes_per_second(text: str, expected: float) -> None:
+    assert parse_bandwidth(text) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("8 Mb", 10**6), ("12 Gb", 15 * 10**8), ("1 Gibit", 2**27)]
+)
+def test_sizes_in_bits_are_eighths_of_bytes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("parser", "text", "readings"),
+    [
+        (parse_bandwidth, "400 gb/s", ("'GB/s' (gigabytes per second)", "'Gb/s' (gigabits")),
+        (parse_bandwidth, "400 GB/S", ("'GB/s'", "'Gb/s'")),
+        (parse_bandwidth, "1 mbps", ("'MBps'", "'Mbps'")),
+        (parse_bytes, "64 gib", ("'GiB' (gibibytes)", "'Gib' (gibibits)")),
+        (parse_bytes, "64 mb", ("'MB'", "'Mb'")),
+    ],
+)
+def test_a_case_that_could_mean_bits_or_bytes_is_refused_naming_both(
+    parser: object, text: str, readings: tuple[str, ...]
+) -> None:
+    assert callable(parser)
+    with pytest.raises(UnitError, match="ambiguous") as info:
+        parser(text)
+    for reading in readings:
+        assert reading in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("parser", "text", "expected"),
+    [
+        (parse_hertz, "1.6 ghz", 1.6e9),
+        (parse_hertz, "800 MHZ", 8e8),
+        (parse_flops, "2 tflops", 2e12),
+        (parse_flops, "638 Tflop/s", 6.38e14),
+        (parse_seconds, "3 MS", 3e-3),  # no megasecond: only one reading
+        (parse_seconds, "2 μs", 2e-6),  # Greek mu as well as the micro sign
+    ],
+)
+def test_other_case_is_accepted_when_every_reading_agrees(
+    parser: object, text: str, expected: float
+) -> None:
+    assert callable(parser)
+    assert parser(text) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("text", ["١٢ GB", "12 GB\u00b2", "²4 GiB", "1,5 GB", "1 2 GB", "1_000 B"])
+def test_only_ascii_decimal_numbers(text: str) -> None:
+    with pytest.raises(UnitError, match="expected a size"):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1" + " " * 200_000 + "x",
+        " " * 200_000 + "1x",
+        "1" * 200_000 + "e" * 200_000,
+        "1." + "0" * 300_000 + " G" + "B" * 100_000,
+    ],
+)
+def test_hostile_strings_are_refused_fast(text: str) -> None:
+    """The scanner is linear: long hostile strings cost microseconds, never seconds."""
+    start = time.perf_counter()
+    with pytest.raises(UnitError, match="at most 64"):
+        parse_bytes(text)
+    split_quantity(text)  # the scanner itself, without the length cap
+    assert time.perf_counter() - start < 0.5
+
+
+def test_the_issue_link_override_is_50_gb_per_s() -> None:
+    workload = Path(__file__).resolve().parents[1] / "workloads" / "llama3.1-8b-1socket.yaml"
+    scenario = load_scenario(workload, ["hw.system.intra_node_link.bandwidth=400 Gb/s"])
+    assert scenario.hardware.system.intra_node_link.bandwidth == 50e9

@@ -3,63 +3,227 @@
 Every quantity is converted once, here at the config edge, into one internal unit:
 bytes (int), seconds (float), bytes per second (float), FLOP/s (float) and hertz
 (float). Nothing past the config package ever sees a unit string.
+
+Units mean what they say. ``B`` is a byte and ``b`` a bit (``400 Gb/s``, ``400 Gbit/s`` and
+``400 Gbps`` are 50 GB/s). Case is matched exactly first; a unit written in another case
+is accepted only when every unit it could stand for means the same number (``ghz`` is GHz,
+``TFLOPS`` is TFLOP/s); otherwise it is refused naming the readings (``gb/s``: GB/s or
+Gb/s?). The parser is a single left-to-right scan: its time is linear in the text, and a
+quantity longer than ``MAX_QUANTITY_CHARS`` is refused before it is looked at.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer
 
-_NUMBER = r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
-_PATTERN = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ/]*)\s*$")
+MAX_QUANTITY_CHARS = 64
+"""Longest quantity string accepted ("613.4615385 GFLOP/s" is 19 characters)."""
 
-_BYTE_UNITS: dict[str, float] = {
-    "": 1,
-    "b": 1,
-    "byte": 1,
-    "bytes": 1,
-    "kb": 1e3,
-    "mb": 1e6,
-    "gb": 1e9,
-    "tb": 1e12,
-    "pb": 1e15,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "pib": 2**50,
-}
-_TIME_UNITS: dict[str, float] = {
-    "": 1.0,
-    "s": 1.0,
-    "sec": 1.0,
-    "ms": 1e-3,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ns": 1e-9,
-    "ps": 1e-12,
-    "min": 60.0,
-    "h": 3600.0,
-}
-_FREQ_UNITS: dict[str, float] = {"": 1.0, "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
-_FLOPS_UNITS: dict[str, float] = {
-    "": 1.0,
-    "flop/s": 1.0,
-    "flops": 1.0,
-    "gflop/s": 1e9,
-    "gflops": 1e9,
-    "tflop/s": 1e12,
-    "tflops": 1e12,
-    "pflop/s": 1e15,
-    "pflops": 1e15,
-}
+_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() also accepts "١٢" and "²"
+_UNIT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZµμ/")
 
 
 class UnitError(ValueError):
     """A quantity whose number or unit cannot be understood."""
+
+
+@dataclass(frozen=True)
+class _Unit:
+    scale: float  # internal units per one of this unit
+    meaning: str  # "gigabits per second", for messages naming the readings
+
+
+# (symbol, scale, name) of the prefixes people put before bytes and bits; K and k are both
+# kilo (KB is the common spelling), and binary prefixes carry an i.
+_DECIMAL = [
+    ("k", 1e3, "kilo"),
+    ("K", 1e3, "kilo"),
+    ("M", 1e6, "mega"),
+    ("G", 1e9, "giga"),
+    ("T", 1e12, "tera"),
+    ("P", 1e15, "peta"),
+    ("E", 1e18, "exa"),
+]
+_BINARY = [
+    ("Ki", 2.0**10, "kibi"),
+    ("Mi", 2.0**20, "mebi"),
+    ("Gi", 2.0**30, "gibi"),
+    ("Ti", 2.0**40, "tebi"),
+    ("Pi", 2.0**50, "pebi"),
+    ("Ei", 2.0**60, "exbi"),
+]
+_PREFIXES = [("", 1.0, ""), *_DECIMAL, *_BINARY]
+
+
+def _size_entries() -> dict[str, tuple[float, str]]:
+    """Byte and bit sizes in bytes: B, kB, KiB, ...; b, kb, Kib, kbit, Kibit, ... (1/8 byte)."""
+    entries: dict[str, tuple[float, str]] = {"byte": (1.0, "bytes"), "bytes": (1.0, "bytes")}
+    entries["bits"] = (0.125, "bits")
+    for symbol, scale, name in _PREFIXES:
+        entries[f"{symbol}B"] = (scale, f"{name}bytes")
+        entries[f"{symbol}b"] = (scale / 8, f"{name}bits")
+        entries[f"{symbol}bit"] = (scale / 8, f"{name}bits")
+    return entries
+
+
+def _bandwidth_entries() -> dict[str, tuple[float, str]]:
+    """Every size per second: GB/s, Gb/s, Gbit/s, and the network spellings GBps, Gbps."""
+    entries: dict[str, tuple[float, str]] = {}
+    for name, (scale, meaning) in _size_entries().items():
+        entries[f"{name}/s"] = (scale, f"{meaning} per second")
+    for symbol, scale, name in _PREFIXES:
+        entries[f"{symbol}Bps"] = (scale, f"{name}bytes per second")
+        entries[f"{symbol}bps"] = (scale / 8, f"{name}bits per second")
+    return entries
+
+
+def _flops_entries() -> dict[str, tuple[float, str]]:
+    entries: dict[str, tuple[float, str]] = {}
+    for symbol, scale, name in [("", 1.0, ""), *_DECIMAL]:
+        for spelling in ("FLOP/s", "FLOPS", "FLOPs/s"):
+            entries[f"{symbol}{spelling}"] = (scale, f"{name}FLOP per second")
+    return entries
+
+
+class _UnitTable:
+    """Unit spellings of one kind of quantity, and their case-insensitive readings."""
+
+    def __init__(self, kind: str, known: str, entries: dict[str, tuple[float, str]]) -> None:
+        self.kind = kind
+        self.known = known  # the usual spellings, for "unknown unit" messages
+        self.units = {name: _Unit(scale, meaning) for name, (scale, meaning) in entries.items()}
+        # lower-cased spelling -> {scale: the first spelling with that scale}
+        self.folded: dict[str, dict[float, str]] = {}
+        for name, unit in self.units.items():
+            self.folded.setdefault(name.casefold(), {}).setdefault(unit.scale, name)
+
+    def scale(self, unit: str, value: Any) -> float:
+        """The scale of `unit`: its exact spelling, else a case-insensitive match that is
+        unique; an ambiguous spelling is refused naming every reading."""
+        if unit == "":
+            return 1.0  # a bare number is in the internal unit
+        exact = self.units.get(unit)
+        if exact is not None:
+            return exact.scale
+        readings = self.folded.get(unit.casefold(), {})
+        if len(readings) == 1:
+            return next(iter(readings))
+        if readings:
+            named = " or ".join(
+                f"{name!r} ({self.units[name].meaning})" for name in sorted(readings.values())
+            )
+            raise UnitError(
+                f"{self.kind} unit {unit!r} in {_shown(value)} is ambiguous: write {named}"
+            )
+        raise UnitError(
+            f"unknown {self.kind} unit {unit!r} in {_shown(value)} (known: {self.known})"
+        )
+
+
+_BYTE_UNITS = _UnitTable(
+    "size", "B, kB, MB, GB, TB, KiB, MiB, GiB, TiB; bits: b, Mb, Gb, Gbit", _size_entries()
+)
+_BANDWIDTH_UNITS = _UnitTable(
+    "bandwidth",
+    "B/s, MB/s, GB/s, TB/s, GiB/s; bits: Mb/s, Gb/s, Gbit/s, Gbps",
+    _bandwidth_entries(),
+)
+_TIME_UNITS = _UnitTable(
+    "duration",
+    "s, ms, us, µs, ns, ps, min, h",
+    {
+        "s": (1.0, "seconds"),
+        "sec": (1.0, "seconds"),
+        "ms": (1e-3, "milliseconds"),
+        "us": (1e-6, "microseconds"),
+        "µs": (1e-6, "microseconds"),  # MICRO SIGN
+        "μs": (1e-6, "microseconds"),  # GREEK SMALL LETTER MU
+        "ns": (1e-9, "nanoseconds"),
+        "ps": (1e-12, "picoseconds"),
+        "min": (60.0, "minutes"),
+        "h": (3600.0, "hours"),
+    },
+)
+_FREQ_UNITS = _UnitTable(
+    "frequency",
+    "Hz, kHz, MHz, GHz",
+    {
+        "Hz": (1.0, "hertz"),
+        "kHz": (1e3, "kilohertz"),
+        "MHz": (1e6, "megahertz"),
+        "GHz": (1e9, "gigahertz"),
+    },
+)
+_FLOPS_UNITS = _UnitTable(
+    "compute rate", "FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s, TFLOPS", _flops_entries()
+)
+
+
+def _scan_number(text: str, start: int) -> int:
+    """End of the decimal number starting at ``text[start]`` (== start when there is none).
+
+    Accepts ``[+-]digits[.digits][e[+-]digits]`` and ``.digits``, ASCII digits only. One
+    pass, each character looked at once or twice: linear in the input.
+    """
+    i, n = start, len(text)
+    if i < n and text[i] in "+-":
+        i += 1
+    whole = i
+    while i < n and text[i] in _DIGITS:
+        i += 1
+    digits = i - whole
+    if i < n and text[i] == ".":
+        i += 1
+        fraction = i
+        while i < n and text[i] in _DIGITS:
+            i += 1
+        digits += i - fraction
+    if digits == 0:
+        return start
+    if i < n and text[i] in "eE":  # an exponent only when digits follow ("1 EB" is a unit)
+        j = i + 1
+        if j < n and text[j] in "+-":
+            j += 1
+        exponent = j
+        while j < n and text[j] in _DIGITS:
+            j += 1
+        if j > exponent:
+            i = j
+    return i
+
+
+def split_quantity(text: str) -> tuple[str, str] | None:
+    """'1.8 TB/s' -> ('1.8', 'TB/s'); None when the text is not a number and a unit.
+
+    At most one run of spaces between the number and the unit; the unit is letters, 'µ'
+    and '/' only.
+    """
+    stripped = text.strip()
+    end = _scan_number(stripped, 0)
+    if end == 0:
+        return None
+    unit = stripped[end:].lstrip(" \t")
+    if any(c not in _UNIT_CHARS for c in unit):
+        return None
+    return stripped[:end], unit
+
+
+def parse_decimal(text: str) -> float | None:
+    """A plain decimal number ('12', '0.5', '1e3'; ASCII digits, no unit), else None."""
+    stripped = text.strip()
+    if not stripped or _scan_number(stripped, 0) != len(stripped):
+        return None
+    return float(stripped)
+
+
+def _shown(value: Any) -> str:
+    """The bad value for a message: short, whatever it is."""
+    shown = repr(value) if not isinstance(value, int) or value.bit_length() < 128 else "a huge int"
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def _split(value: Any, kind: str, example: str) -> tuple[float, str]:
@@ -71,70 +235,61 @@ def _split(value: Any, kind: str, example: str) -> tuple[float, str]:
         except OverflowError:  # an int beyond float range
             raise UnitError(f"{kind} is out of range (beyond 1e308)") from None
     elif isinstance(value, str):
-        match = _PATTERN.match(value)
-        if not match:
-            raise UnitError(f"expected a {kind} such as {example!r}, got {value!r}")
-        number, unit = float(match["num"]), match["unit"]
+        if len(value) > MAX_QUANTITY_CHARS:
+            raise UnitError(
+                f"expected a {kind} such as {example!r}, got a string of {len(value)} "
+                f"characters (a quantity is at most {MAX_QUANTITY_CHARS})"
+            )
+        parts = split_quantity(value)
+        if parts is None:
+            raise UnitError(f"expected a {kind} such as {example!r}, got {_shown(value)}")
+        number, unit = float(parts[0]), parts[1]
     else:
         raise UnitError(f"expected a {kind} such as {example!r}, got {type(value).__name__}")
     if not math.isfinite(number):
-        raise UnitError(f"{kind} must be a finite number, got {value!r}")
+        raise UnitError(f"{kind} must be a finite number, got {_shown(value)}")
     return number, unit
-
-
-def _lookup(unit: str, table: dict[str, float], kind: str, value: Any) -> float:
-    scale = table.get(unit.lower())
-    if scale is None:
-        known = ", ".join(sorted(k for k in table if k))
-        raise UnitError(f"unknown {kind} unit {unit!r} in {value!r} (known: {known})")
-    return scale
 
 
 def _scaled(number: float, scale: float, kind: str, value: Any) -> float:
     """number * scale, refusing a product beyond float range ("1e300 PiB")."""
     total = number * scale
     if not math.isfinite(total):
-        raise UnitError(f"{kind} {value!r} is out of range")
+        raise UnitError(f"{kind} {_shown(value)} is out of range")
     return total
 
 
+def _parse(value: Any, table: _UnitTable, example: str) -> float:
+    number, unit = _split(value, table.kind, example)
+    return _scaled(number, table.scale(unit, value), table.kind, value)
+
+
 def parse_bytes(value: Any) -> int:
-    """ "64 GiB" -> 68719476736. Bare numbers are bytes. Decimal (GB) and binary (GiB) prefixes."""
-    number, unit = _split(value, "size", "64 GiB")
-    return round(_scaled(number, _lookup(unit, _BYTE_UNITS, "size", value), "size", value))
+    """ "64 GiB" -> 68719476736. Bare numbers are bytes; decimal (GB), binary (GiB), bits (Gb)."""
+    return round(_parse(value, _BYTE_UNITS, "64 GiB"))
 
 
 def parse_seconds(value: Any) -> float:
     """ "2 us" -> 2e-6. Bare numbers are seconds."""
-    number, unit = _split(value, "duration", "2 us")
-    return _scaled(number, _lookup(unit, _TIME_UNITS, "duration", value), "duration", value)
+    return _parse(value, _TIME_UNITS, "2 us")
 
 
 def parse_hertz(value: Any) -> float:
     """ "1.6 GHz" -> 1.6e9."""
-    number, unit = _split(value, "frequency", "1.6 GHz")
-    return _scaled(number, _lookup(unit, _FREQ_UNITS, "frequency", value), "frequency", value)
+    return _parse(value, _FREQ_UNITS, "1.6 GHz")
 
 
 def parse_bandwidth(value: Any) -> float:
-    """ "1.8 TB/s" -> 1.8e12 bytes per second. Bare numbers are bytes per second."""
+    """ "1.8 TB/s" -> 1.8e12 bytes per second; "400 Gb/s" -> 5e10. Bare numbers are B/s."""
     number, unit = _split(value, "bandwidth", "1.8 TB/s")
-    lowered = unit.lower()
-    if lowered.endswith("/s"):
-        size_unit = lowered[:-2]
-    elif lowered == "":
-        size_unit = ""
-    else:
-        raise UnitError(f"expected a bandwidth such as '1.8 TB/s', got {value!r}")
-    scale = _lookup(size_unit, _BYTE_UNITS, "bandwidth", value)
-    return _scaled(number, scale, "bandwidth", value)
+    if unit and unit.casefold() in _BYTE_UNITS.folded:  # a size, not a rate
+        raise UnitError(f"expected a bandwidth such as '1.8 TB/s', got {_shown(value)}")
+    return _scaled(number, _BANDWIDTH_UNITS.scale(unit, value), "bandwidth", value)
 
 
 def parse_flops(value: Any) -> float:
     """ "638 TFLOP/s" -> 6.38e14 FLOP per second."""
-    number, unit = _split(value, "compute rate", "638 TFLOP/s")
-    scale = _lookup(unit, _FLOPS_UNITS, "compute rate", value)
-    return _scaled(number, scale, "compute rate", value)
+    return _parse(value, _FLOPS_UNITS, "638 TFLOP/s")
 
 
 def _format(value: float, table: list[tuple[float, str]]) -> str:
