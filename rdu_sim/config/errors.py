@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MAX_PATH_CHARS = 300
+MAX_MESSAGE_CHARS = 2000
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text`, or its head and tail around an ellipsis when longer than `limit`."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 5) // 2
+    return f"{text[:half]} ... {text[-half:]}"
+
 
 @dataclass(frozen=True)
 class ConfigIssue:
@@ -15,10 +26,12 @@ class ConfigIssue:
     line: int | None = None
 
     def __str__(self) -> str:
-        """`file:line: field.path: message`, always one line (one issue, one line of output)."""
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        field = f" {self.field}:" if self.field else ""
-        return " ".join(f"{where}:{field} {self.message}".splitlines())
+        """`file:line: field.path: message`, always one line (one issue, one line of output),
+        each part cut in the middle past a bound (a 5000-character path names no better)."""
+        file = _cut(self.file, MAX_PATH_CHARS)
+        where = file if self.line is None else f"{file}:{self.line}"
+        field = f" {_cut(self.field, MAX_PATH_CHARS)}:" if self.field else ""
+        return " ".join(f"{where}:{field} {_cut(self.message, MAX_MESSAGE_CHARS)}".splitlines())
 
 
 class ConfigError(Exception):

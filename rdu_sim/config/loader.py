@@ -1,165 +1,46 @@
-"""Load YAML safely and validate it, turning every failure into a ConfigError.
+"""Validate parsed YAML against the config models, turning every failure into a ConfigError.
 
-YAML is read with the safe loader (no object-construction tags). Pydantic's errors are
-rewritten to name the file, the dotted field path, the line, and a fix (unknown keys get a
-"did you mean" from the valid names).
+Files are read and parsed, within limits, by ``rdu_sim.config.yaml_io`` (re-exported here).
+Pydantic's errors are rewritten to name the file, the dotted field path, the line, and a
+fix (unknown keys get a "did you mean" from the valid names).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.show import shown
+from rdu_sim.config.yaml_io import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_NODES,
+    LineMap,
+    file_problem,
+    parse_yaml_text,
+    read_yaml,
+)
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "MAX_NODES",
+    "LineMap",
+    "ModelT",
+    "file_problem",
+    "issues_from_validation",
+    "load_model",
+    "parse_yaml_text",
+    "read_yaml",
+    "validate",
+]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-
-MAX_FILE_BYTES = 10 * 2**20  # a config file larger than this is a mistake, not a config
-MAX_DEPTH = 64  # deeper nesting than any real config: refuse before recursion bites
-
-MAX_NODES = 200_000  # YAML values in one document: far above any config, far below a hang
-
-LineMap = dict[tuple[str, ...], int]
-
-
-def _line_map(root: yaml.Node, lines: LineMap) -> None:
-    """Record the line of every field path, refusing absurd depth and alias bombs.
-
-    Iterative (no recursion limit to hit) and visits each node once: an alias is the same
-    node object as its anchor, so a "billion laughs" document costs its size, not its
-    expansion.
-    """
-    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())]
-    seen: set[int] = set()
-    while stack:
-        node, path = stack.pop()
-        if len(path) > MAX_DEPTH:
-            raise ValueError(f"the document is nested more than {MAX_DEPTH} levels deep")
-        lines.setdefault(path, node.start_mark.line + 1)
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if len(seen) > MAX_NODES:
-            raise ValueError(f"the document has more than {MAX_NODES} values")
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                name = str(key.value)
-                lines.setdefault((*path, name), key.start_mark.line + 1)
-                stack.append((value, (*path, name)))
-        elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                stack.append((item, (*path, str(index))))
-
-
-MAX_FLOW_BRACKETS = 1000  # open [ and { at once; PyYAML's scanner is quadratic in this
-_FLOW_BRACKET = re.compile(r"[\[\]{}]")
-
-
-def _flow_depth_exceeds(text: str, limit: int) -> bool:
-    """True if `[`/`{` nest deeper than `limit` (quotes ignored: a cheap pre-check)."""
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth = 0
-    for match in _FLOW_BRACKET.finditer(text):
-        depth = depth + 1 if match.group() in "[{" else max(0, depth - 1)
-        if depth > limit:
-            return True
-    return False
-
-
-def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
-    """Parse YAML text safely; return the data and a map of field path -> line."""
-    if _flow_depth_exceeds(text, MAX_FLOW_BRACKETS):  # refuse before the scanner crawls
-        raise ConfigError.single(
-            file,
-            "",
-            f"not valid YAML: nested too deeply (a config is at most {MAX_DEPTH} levels deep)",
-        )
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            lines: LineMap = {}
-            data: Any = None
-            if node is not None:
-                _line_map(node, lines)
-                data = loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc)
-        raise ConfigError.single(file, "", f"not valid YAML: {problem}", line) from None
-    except RecursionError:
-        raise ConfigError.single(
-            file,
-            "",
-            f"not valid YAML: nested too deeply (a config is at most {MAX_DEPTH} levels deep)",
-        ) from None
-    except yaml.reader.ReaderError as exc:
-        raise ConfigError.single(
-            file,
-            "",
-            f"not valid YAML: {exc.reason} {chr(exc.character)!r} at character {exc.position}",
-        ) from None
-    except (yaml.YAMLError, ValueError, OverflowError) as exc:
-        message = " ".join(str(exc).split())
-        if "integer string conversion" in message:
-            message = "a number has more digits than any config needs"
-        raise ConfigError.single(file, "", f"not valid YAML: {message}") from None
-    return data, lines
-
-
-def file_problem(path: Path) -> str | None:
-    """Why `path` cannot be read as a config file, or None if it is a regular file.
-
-    Never raises: names too long for the OS, NUL bytes and permission errors are answers.
-    Only regular files pass, so /dev/zero or a FIFO cannot hang the loader.
-    """
-    try:
-        if not path.exists():
-            return "file not found"
-        if path.is_dir():
-            return "is a directory, expected a YAML file"
-        if not path.is_file():
-            return "not a regular file"
-    except (OSError, ValueError) as exc:
-        return f"cannot open: {getattr(exc, 'strerror', None) or exc}"
-    return None
-
-
-def read_yaml(path: Path) -> tuple[Any, LineMap]:
-    """Read and parse a YAML file; a missing, unreadable or huge file is a ConfigError."""
-    file = str(path)
-    problem = file_problem(path)
-    if problem is not None:
-        raise ConfigError.single(file, "", problem)
-    try:
-        with path.open("rb") as stream:
-            raw = stream.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError.single(file, "", f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError.single(
-            file,
-            "",
-            f"file is larger than {MAX_FILE_BYTES} bytes; a config file is a few kilobytes",
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError.single(file, "", "not a text file (not valid UTF-8)") from None
-    if "\x00" in text:
-        raise ConfigError.single(file, "", "not a text file (contains NUL bytes)")
-    return parse_yaml_text(text, file)
-
 
 # Labels pydantic puts into error locations for union members and validator wrappers;
 # they are not field names and never appear in a user's file.
@@ -260,14 +141,6 @@ def _description(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) 
     return (info.description or "") if info is not None else ""
 
 
-def _shown(value: Any) -> str:
-    """A short rendering of a bad value for a message (containers by type only)."""
-    if isinstance(value, dict | list | set | tuple):
-        return type(value).__name__
-    shown = repr(value)
-    return shown if len(shown) <= 80 else shown[:77] + "..."
-
-
 def issues_from_validation(
     exc: ValidationError,
     model: type[BaseModel],
@@ -298,22 +171,22 @@ def issues_from_validation(
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1) if valid else []
             hint = f"; did you mean {close[0]!r}?" if close else "."
             listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
-            message = f"unknown field {str(loc[-1])!r}{hint}{listing}"
+            message = f"unknown field {shown(str(loc[-1]))}{hint}{listing}"
         elif kind == "missing":
             described = _description(model, loc, data)
             message = "required field is missing" + (f" ({described})" if described else "")
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
-            message = f"expected a mapping of fields, got {_shown(error.get('input'))}"
+            message = f"expected a mapping of fields, got {shown(error.get('input'))}"
         elif kind == "union_tag_not_found":
             key = (error.get("ctx") or {}).get("discriminator", "").strip("'")
             message = f"required field {key!r} is missing" if key else error["msg"]
         else:
             text = error["msg"].removeprefix("Value error, ")
             given = error.get("input")
-            shown = _shown(given)
+            rendered = shown(given)
             # A model-level rule ("low must be <= high") already names the values it compares.
             container_rule = kind == "value_error" and isinstance(given, dict | list)
-            message = text if container_rule or shown in text else f"{text} (got {shown})"
+            message = text if container_rule or rendered in text else f"{text} (got {rendered})"
         if (dotted, message) in seen:
             continue
         seen.add((dotted, message))

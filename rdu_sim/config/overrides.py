@@ -1,7 +1,9 @@
 """`--set a.b=value` overrides, applied to the raw YAML data before validation.
 
-A value is parsed as YAML (so `64`, `true`, `"1.8 TB/s"`, `[1, 2]` all work). Paths that start
-with `hw.` apply to the hardware file's data; all others to the workload's.
+A value is parsed as YAML (so `64`, `true`, `"1.8 TB/s"`, `[1, 2]` all work), within the
+same limits as a config file (depth, integer length, aliases: ``rdu_sim.config.yaml_io``);
+text that is not YAML at all stays a string. Paths that start with `hw.` apply to the
+hardware file's data; all others to the workload's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import yaml
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 
 HW_PREFIX = "hw."
 
@@ -25,8 +28,12 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
     path = path.strip()
     if not path or any(not part for part in path.split(".")):
         raise ConfigError.single(source, path, "empty field name in override")
+    if not raw.strip():
+        return path, ""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value, _ = load_yaml(raw)
+    except YamlLimitError as exc:
+        raise ConfigError.single(source, path, f"the value is refused: {exc.message}") from None
     except yaml.YAMLError:
         value = raw
     return path, value
@@ -44,6 +51,12 @@ def normalize_overrides(overrides: Iterable[str] | Mapping[str, Any] | None) -> 
 def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
     """Set a dotted path inside nested dicts (creating mappings on the way)."""
     parts = path.split(".")
+    if len(parts) > MAX_DEPTH:
+        raise ConfigError.single(
+            source,
+            path,
+            f"the field path has {len(parts)} parts; a config is at most {MAX_DEPTH} levels deep",
+        )
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)

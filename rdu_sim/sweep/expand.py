@@ -19,6 +19,7 @@ from typing import Any
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import read_yaml
 from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.config.show import short
 from rdu_sim.scenario import Scenario, build_scenario
 from rdu_sim.sweep.key import config_key, resolved_config
 from rdu_sim.sweep.spec import LoadedSpec, axis_values
@@ -61,7 +62,7 @@ class Expansion:
 
 
 def _describe(overrides: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "base"
+    return ", ".join(f"{k}={short(v)}" for k, v in overrides.items()) or "base"
 
 
 def _dimensions(loaded: LoadedSpec) -> list[list[dict[str, Any]]]:

@@ -1,0 +1,263 @@
+"""Read config files and parse YAML safely, refusing what no config needs before it costs.
+
+YAML is read with a safe loader (no object-construction tags). What is refused, each with a
+ConfigError naming the file (and the line where there is one), and why it is a limit:
+
+- anything but a regular file (a FIFO or /dev/zero would hang), over ``MAX_FILE_BYTES``,
+  not UTF-8, or holding NUL bytes;
+- flow brackets (``[``, ``{``) open more than ``MAX_FLOW_BRACKETS`` deep: PyYAML's scanner
+  is quadratic in them;
+- mappings and sequences nested more than ``MAX_DEPTH`` deep;
+- more than ``MAX_NODES`` values *once aliases are expanded*: an alias bomb ("billion
+  laughs") is cheap as a node graph but expands in every later copy, comparison, message
+  or JSON dump; its expanded size is counted over the graph (each node once), so the
+  refusal is linear in the document;
+- an alias that refers to itself (a recursive structure);
+- integers written with more than ``MAX_INT_CHARS`` characters: Python converts decimal
+  strings in quadratic time (and refuses past 4300 digits), and hex, octal, binary and
+  sexagesimal ones without limit, into numbers that no message can print;
+- a key given twice in one mapping (YAML forbids it; PyYAML silently keeps the last):
+  refused naming both lines.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rdu_sim.config.errors import ConfigError
+
+MAX_FILE_BYTES = 10 * 2**20  # a config file larger than this is a mistake, not a config
+MAX_DEPTH = 64  # deeper nesting than any real config: refuse before recursion bites
+MAX_NODES = 200_000  # values in one document, aliases expanded: far above any config
+MAX_FLOW_BRACKETS = 1000  # open [ and { at once; PyYAML's scanner is quadratic in this
+MAX_INT_CHARS = 40  # 2**128 has 39 digits; every config integer is far below
+
+LineMap = dict[tuple[str, ...], int]
+
+_FLOW_BRACKET = re.compile(r"[\[\]{}]")
+_TOO_DEEP = f"nested too deeply (a config is at most {MAX_DEPTH} levels deep)"
+
+
+class YamlLimitError(ValueError):
+    """A document that parses but exceeds a limit above (the message says which)."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """The safe loader, refusing integers too long to be a config value before converting."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        digits = str(node.value).replace("_", "").lstrip("+-")
+        if len(digits) > MAX_INT_CHARS:
+            raise YamlLimitError(
+                f"an integer written with {len(digits)} characters; config integers have "
+                f"at most {MAX_INT_CHARS}",
+                node.start_mark.line + 1,
+            )
+        value: int = super().construct_yaml_int(node)
+        return value
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+
+
+def _flow_depth_exceeds(text: str, limit: int) -> bool:
+    """True if `[`/`{` nest deeper than `limit` (quotes ignored: a cheap pre-check)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for match in _FLOW_BRACKET.finditer(text):
+        depth = depth + 1 if match.group() in "[{" else max(0, depth - 1)
+        if depth > limit:
+            return True
+    return False
+
+
+def _key_text(node: yaml.Node) -> str | None:
+    """A scalar key's identity for the duplicate check (tag and text), else None."""
+    return f"{node.tag}\x00{node.value}" if isinstance(node, yaml.ScalarNode) else None
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_mapping(node: yaml.MappingNode) -> None:
+    """Refuse a key given twice in one mapping, naming both lines."""
+    first: dict[str, yaml.Node] = {}
+    for key, _ in node.value:
+        text = _key_text(key)
+        if text is None:
+            continue
+        if text in first:
+            earlier = first[text].start_mark.line + 1
+            later = key.start_mark.line + 1
+            shown = str(key.value) if len(str(key.value)) <= 60 else str(key.value)[:57] + "..."
+            raise YamlLimitError(
+                f"duplicate key {shown!r} (lines {earlier} and {later}); a key may appear "
+                "once in a mapping",
+                later,
+            )
+        first[text] = key
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Values in the document with aliases expanded, each node visited once (iterative).
+
+    Refuses a recursive alias, and stops as soon as the count passes ``MAX_NODES``.
+    """
+    size: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        ident = id(node)
+        if children_done:
+            active.discard(ident)
+            total = 1 + sum(size[id(child)] for child in _children(node))
+            if total > MAX_NODES:
+                raise YamlLimitError(
+                    f"the document has more than {MAX_NODES} values once its aliases are "
+                    "expanded (an alias bomb?)",
+                    node.start_mark.line + 1,
+                )
+            size[ident] = total
+            continue
+        if ident in size:
+            continue
+        if ident in active:
+            raise YamlLimitError("an alias refers to itself (a recursive structure)")
+        active.add(ident)
+        if isinstance(node, yaml.MappingNode):
+            _check_mapping(node)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in size)
+    return size[id(root)]
+
+
+def _line_map(root: yaml.Node, lines: LineMap) -> None:
+    """Record the line of every field path, refusing absurd depth (iterative, each node once)."""
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            raise YamlLimitError(f"the document is nested more than {MAX_DEPTH} levels deep")
+        lines.setdefault(path, node.start_mark.line + 1)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = str(key.value)
+                lines.setdefault((*path, name), key.start_mark.line + 1)
+                stack.append((value, (*path, name)))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                stack.append((item, (*path, str(index))))
+
+
+def load_yaml(text: str) -> tuple[Any, LineMap]:
+    """Parse YAML text within the limits above: (data, field path -> line).
+
+    Raises ``YamlLimitError`` for a limit, ``yaml.YAMLError`` for text that is not YAML.
+    """
+    if _flow_depth_exceeds(text, MAX_FLOW_BRACKETS):  # refuse before the scanner crawls
+        raise YamlLimitError(_TOO_DEEP)
+    loader = _BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: LineMap = {}
+        if node is None:
+            return None, lines
+        _line_map(node, lines)
+        _expanded_size(node)
+        return loader.construct_document(node), lines
+    except RecursionError:
+        raise YamlLimitError(_TOO_DEEP) from None
+    finally:
+        loader.dispose()
+
+
+def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
+    """Parse YAML text safely; return the data and a map of field path -> line."""
+    try:
+        return load_yaml(text)
+    except YamlLimitError as exc:
+        raise ConfigError.single(file, "", f"not valid YAML: {exc.message}", exc.line) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or str(exc)
+        raise ConfigError.single(file, "", f"not valid YAML: {problem}", line) from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError.single(
+            file,
+            "",
+            f"not valid YAML: {exc.reason} {chr(exc.character)!r} at character {exc.position}",
+        ) from None
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:
+        message = " ".join(str(exc).split())[:200]
+        raise ConfigError.single(file, "", f"not valid YAML: {message}") from None
+
+
+def file_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a config file, or None if it is a regular file.
+
+    Never raises: names too long for the OS, NUL bytes and permission errors are answers.
+    Only regular files pass, so /dev/zero or a FIFO cannot hang the loader.
+    """
+    try:
+        if not path.exists():
+            return "file not found"
+        if path.is_dir():
+            return "is a directory, expected a YAML file"
+        if not path.is_file():
+            return "not a regular file"
+    except (OSError, ValueError) as exc:
+        return f"cannot open: {getattr(exc, 'strerror', None) or exc}"
+    return None
+
+
+def read_text_file(path: Path, limit: int, kind: str) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes; ConfigError otherwise."""
+    file = str(path)
+    problem = file_problem(path)
+    if problem is not None:
+        raise ConfigError.single(file, "", problem)
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError.single(file, "", f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise ConfigError.single(
+            file, "", f"file is larger than {limit} bytes; {kind} is a few kilobytes"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError.single(
+            file, "", f"not a text file (not valid UTF-8 at byte {exc.start})", line
+        ) from None
+    if "\x00" in text:
+        raise ConfigError.single(file, "", "not a text file (contains NUL bytes)")
+    return text
+
+
+def read_yaml(path: Path) -> tuple[Any, LineMap]:
+    """Read and parse a YAML file; a missing, unreadable, huge or hostile file is a ConfigError."""
+    return parse_yaml_text(read_text_file(path, MAX_FILE_BYTES, "a config file"), str(path))
