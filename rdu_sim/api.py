@@ -35,6 +35,7 @@ from rdu_sim.limits import check_run
 from rdu_sim.report.summary import request_columns, series_columns, summarize
 from rdu_sim.scenario import Scenario, build_scenario, load_scenario
 from rdu_sim.serving.buckets import prefill_steps
+from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import (
     RequestSet,
@@ -275,18 +276,14 @@ def run(
     config = ServerConfig(
         slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
     )
-    records = serve(requests, policy, cache, config, progress)
     prompt = typical_prompt(scenario.workload.serving, requests.prompt_tokens)
+    try:
+        records = serve(requests, policy, cache, config, progress)
+        prefill_s = prefill_seconds(cache, serving, policy, prompt)
+    except SimulatedTimeError as exc:  # the input's fault: name the workload
+        raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
     return RunResult(
-        scenario,
-        policy,
-        capacity,
-        slots,
-        placement,
-        requests,
-        records,
-        cache,
-        prefill_seconds(cache, serving, policy, prompt),
+        scenario, policy, capacity, slots, placement, requests, records, cache, prefill_s
     )
 
 

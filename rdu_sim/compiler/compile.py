@@ -21,6 +21,7 @@ import math
 from dataclasses import replace
 
 from rdu_sim.compiler.allocation import StageWork, allocate
+from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
 from rdu_sim.compiler.placement import (
     batch_capacity,
@@ -264,6 +265,13 @@ def _kernel_program(
     )
     usable_pcus = math.floor(socket.usable_fraction * socket.pcu.count)
     usable_pmus = math.floor(socket.usable_fraction * socket.pmu.count)
+    if len(stages) > min(usable_pcus, usable_pmus):
+        raise CapacityError(
+            f"kernel {kernel.name!r} has {len(stages)} stages, each needing a PCU and a PMU, "
+            f"but the hardware's usable_fraction leaves {usable_pcus} PCUs and {usable_pmus} "
+            "PMUs per socket; raise socket.pcu.count, socket.pmu.count or "
+            "socket.usable_fraction"
+        )
     allocation = allocate(
         work,
         pcus=usable_pcus,

@@ -6,6 +6,7 @@ The shipped values and their sources live in hw_configs/*.yaml, one comment per 
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -17,13 +18,28 @@ from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Hertz, S
 _MAX_BYTES = 2**60
 _MAX_BANDWIDTH = 1e18
 _MAX_SECONDS = 3600.0
+# The lower bound of every rate (B/s, FLOP/s, Hz), also after its efficiency: one unit per
+# second. It follows from the internal units: durations are float seconds, work / rate; at
+# >= 1 per second the longest (2^60 bytes) is 1.2e18 s, finite, where a denormal rate such
+# as 5e-324 gives an infinite or NaN time. Whether a slow machine's steps fit the serving
+# clock (int64 picoseconds, 106 days) depends on the workload: rdu_sim/serving/clock.py.
+_MIN_RATE = 1.0
+
+
+def _rate_floor(rate: float, fraction: float, what: str) -> None:
+    """Refuse a rate whose effective value (rate x fraction) is below ``_MIN_RATE``."""
+    if rate * fraction < _MIN_RATE:
+        raise ValueError(
+            f"{what} is {rate * fraction:.3g} per second, below the least rate of "
+            f"{_MIN_RATE:g} per second"
+        )
 
 
 class MemoryTierConfig(StrictModel):
     """An off-chip memory tier (HBM or DDR) of one socket."""
 
     capacity: Bytes = Field(gt=0, le=_MAX_BYTES, description="bytes per socket")
-    bandwidth: BytesPerSecond = Field(gt=0, le=_MAX_BANDWIDTH, description="peak bytes/s")
+    bandwidth: BytesPerSecond = Field(ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="peak bytes/s")
     latency: Seconds = Field(ge=0, le=1.0, description="first-byte latency of one request")
     efficiency: float = Field(
         gt=0, le=1, description="achievable fraction of peak bandwidth for streaming reads"
@@ -35,14 +51,21 @@ class MemoryTierConfig(StrictModel):
         description="independent lanes the bandwidth is split into; concurrent streams share them",
     )
 
+    @model_validator(mode="after")
+    def _effective_rate(self) -> MemoryTierConfig:
+        _rate_floor(self.bandwidth, self.efficiency, "bandwidth x efficiency")
+        return self
+
 
 class PCUConfig(StrictModel):
     """Pattern compute units: the socket's compute."""
 
     count: int = Field(ge=1, le=1_000_000, description="PCUs per socket")
-    peak_flops: FlopsPerSecond = Field(gt=0, le=1e16, description="peak BF16 FLOP/s of one PCU")
+    peak_flops: FlopsPerSecond = Field(
+        ge=_MIN_RATE, le=1e16, description="peak BF16 FLOP/s of one PCU"
+    )
     vector_flops: FlopsPerSecond = Field(
-        gt=0, le=1e16, description="elementwise FLOP/s of one PCU in SIMD-pipeline mode"
+        ge=_MIN_RATE, le=1e16, description="elementwise FLOP/s of one PCU in SIMD-pipeline mode"
     )
     systolic_rows: int = Field(ge=1, le=4096, description="output-stationary array rows")
     systolic_cols: int = Field(ge=1, le=4096, description="output-stationary array columns")
@@ -50,13 +73,20 @@ class PCUConfig(StrictModel):
         gt=0, le=1, description="best achievable fraction of peak for a well-shaped GEMM tile"
     )
 
+    @model_validator(mode="after")
+    def _effective_rate(self) -> PCUConfig:
+        _rate_floor(self.peak_flops, self.max_gemm_efficiency, "peak_flops x max_gemm_efficiency")
+        return self
+
 
 class PMUConfig(StrictModel):
     """Pattern memory units: the socket's on-chip SRAM, distributed beside the PCUs."""
 
     count: int = Field(ge=1, le=1_000_000, description="PMUs per socket")
     sram: Bytes = Field(gt=0, le=2**40, description="SRAM bytes of one PMU")
-    bandwidth: BytesPerSecond = Field(gt=0, le=_MAX_BANDWIDTH, description="bytes/s of one PMU")
+    bandwidth: BytesPerSecond = Field(
+        ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="bytes/s of one PMU"
+    )
 
 
 class KernelOverheadsConfig(StrictModel):
@@ -76,7 +106,7 @@ class KernelOverheadsConfig(StrictModel):
 class SocketConfig(StrictModel):
     """One SN40L socket (two dies in one package)."""
 
-    clock: Hertz = Field(gt=0, le=1e11, description="core clock")
+    clock: Hertz = Field(ge=_MIN_RATE, le=1e11, description="core clock")
     pcu: PCUConfig
     pmu: PMUConfig
     usable_fraction: float = Field(
@@ -85,9 +115,21 @@ class SocketConfig(StrictModel):
     hbm: MemoryTierConfig
     ddr: MemoryTierConfig
     ddr_to_hbm_bandwidth: BytesPerSecond = Field(
-        gt=0, le=_MAX_BANDWIDTH, description="DDR-to-HBM copy rate of one socket"
+        ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="DDR-to-HBM copy rate of one socket"
     )
     kernel: KernelOverheadsConfig
+
+    @model_validator(mode="after")
+    def _usable_units(self) -> SocketConfig:
+        # The compiler gives a fused kernel floor(usable_fraction x count) of each; every
+        # stage needs at least one PCU and one PMU, so zero usable leaves no kernel runnable.
+        for unit, count in (("pcu", self.pcu.count), ("pmu", self.pmu.count)):
+            if math.floor(self.usable_fraction * count) < 1:
+                raise ValueError(
+                    f"usable_fraction x {unit}.count = {self.usable_fraction:g} x {count} "
+                    f"leaves no usable {unit.upper()} (a kernel stage needs at least one)"
+                )
+        return self
 
     @property
     def peak_flops(self) -> float:
@@ -103,7 +145,9 @@ class SocketConfig(StrictModel):
 class LinkConfig(StrictModel):
     """A socket-to-socket peer-to-peer link, one direction."""
 
-    bandwidth: BytesPerSecond = Field(gt=0, le=_MAX_BANDWIDTH, description="bytes/s per direction")
+    bandwidth: BytesPerSecond = Field(
+        ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="bytes/s per direction"
+    )
     latency: Seconds = Field(ge=0, le=1.0, description="one hop, first byte")
 
 

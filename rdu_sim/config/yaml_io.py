@@ -67,6 +67,14 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+# YAML 1.1 reads `1e-9` (no dot) as a string, and "rate: 1e-9" then fails as "not a valid
+# number"; read it as YAML 1.2 does, a float. Registered after the int resolver, so `12`
+# stays an int.
+_BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def _flow_depth_exceeds(text: str, limit: int) -> bool:

@@ -26,6 +26,7 @@ from rdu_sim.config.workload import (
     ServingConfig,
     UniformLength,
 )
+from rdu_sim.serving.clock import MAX_ARRIVAL_S
 from rdu_sim.serving.trace import read_trace
 
 Length = FixedLength | UniformLength | LognormalLength
@@ -118,6 +119,14 @@ def make_requests(
             rate = serving.arrival.rate
             assert rate is not None  # the config validator requires it
             arrival = np.cumsum(rng.exponential(1.0 / rate, size=n))
+            if n and not arrival[-1] <= MAX_ARRIVAL_S:
+                raise ConfigError.single(
+                    workload_file,
+                    "serving.arrival.rate",
+                    f"{n} requests at {rate:.4g}/s arrive over {arrival[-1]:.4g} s, beyond "
+                    f"{MAX_ARRIVAL_S:.4g} s, the latest arrival the serving clock can hold "
+                    "(docs/serving.md); raise the rate or lower serving.requests",
+                )
     if process == "all_at_once":
         arrival = np.zeros(n, dtype=np.float64)
     prompt, output = clip_to_context(prompt, output, serving.max_context)

@@ -42,6 +42,7 @@ from simpy.events import Event, EventPriority
 from rdu_sim.compiler.program import StaticShape
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.buckets import prefill_step
+from rdu_sim.serving.clock import advance
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache
@@ -65,9 +66,11 @@ class ServerConfig:
 
 
 class _At(Event):
-    """An event ``delay`` ps from now at LATE priority (a step boundary or a settle point)."""
+    """An event ``delay`` ps from now at LATE priority (a step boundary or a settle point);
+    SimulatedTimeError rather than a time past the clock's range (``serving.clock``)."""
 
-    def __init__(self, env: simpy.Environment, delay: int) -> None:
+    def __init__(self, env: simpy.Environment, delay: int, longest_step_s: float = 0.0) -> None:
+        advance(int(env.now), delay, longest_step_s)
         super().__init__(env)
         self._ok = True
         self._value = None
@@ -121,7 +124,7 @@ class Server:
     def _run(self) -> Generator[Event, Any, None]:
         total = len(self.records)
         while self.completed < total:
-            yield _At(self.env, 0)  # settle: let same-instant arrivals land first
+            yield self._at(0)  # settle: let same-instant arrivals land first
             self._record(int(self.env.now))
             action = self._choose()
             if action == "prefill":
@@ -183,7 +186,7 @@ class Server:
         )
         step = self.cache.run(shape)
         records.prefill_steps += 1
-        yield _At(self.env, step)
+        yield self._at(step)
         self._last_was_prefill = True
         slots.prefilled[slot] = done
         slots.chunked_this_round[slot] = True
@@ -216,7 +219,7 @@ class Server:
         end = start + steps * step
         if steps > 1 and slots.occupied < slots.n:
             # An arrival can be admitted: wait for the run's end or an arrival, whichever first.
-            boundary = _At(env, end - start)
+            boundary = self._at(end - start)
             self._wake = env.event()
             yield boundary | self._wake
             self._wake = None
@@ -225,9 +228,9 @@ class Server:
                 if done_steps < steps:
                     steps = done_steps
                     end = start + steps * step
-                yield _At(env, end - int(env.now))
+                yield self._at(end - int(env.now))
         else:
-            yield _At(env, end - start)
+            yield self._at(end - start)
         self.cache.run(shape, steps)
         self.records.decode_steps += steps
         self.records.decode_runs += 1
@@ -248,6 +251,10 @@ class Server:
             done.succeed()
         if self.progress is not None:
             self.progress(self.completed, len(records))
+
+    def _at(self, delay: int) -> _At:
+        """A LATE event ``delay`` ps from now (the clock's range checked)."""
+        return _At(self.env, delay, self.cache.longest_step_s)
 
     def _record(self, now: int) -> None:
         slots = self.slots

@@ -11,10 +11,11 @@ import simpy
 
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import ClosedLoop, open_loop
+from rdu_sim.serving.clock import MAX_ARRIVAL_S, PS_PER_S, SimulatedTimeError
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import Progress, Server, ServerConfig
-from rdu_sim.serving.step_cache import PS_PER_S, StepCache
+from rdu_sim.serving.step_cache import StepCache
 
 
 def serve(
@@ -34,6 +35,12 @@ def serve(
     if requests.arrival_s is None:
         ClosedLoop(env, server, requests.concurrency or config.batch_slots, total)
     else:
+        latest = float(np.max(requests.arrival_s, initial=0.0))
+        if not latest <= MAX_ARRIVAL_S:  # NaN too: the int64 cast would wrap silently
+            raise SimulatedTimeError(
+                f"an arrival at {latest:.4g} s is beyond {MAX_ARRIVAL_S:.4g} s, the latest the "
+                "serving clock (int64 picoseconds) can hold with room left to serve it"
+            )
         arrival_ps = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64)
         env.process(open_loop(env, server, arrival_ps))
     env.run()

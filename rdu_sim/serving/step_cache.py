@@ -5,8 +5,9 @@ shape it was compiled for (phase, batch slots, new tokens, cache bucket), never 
 requests fill the slots. The serving level therefore asks the engine once per shape and
 counts every step it runs per shape, from which the report derives utilization.
 
-Time inside the serving simulation is integer picoseconds (``PS_PER_S``), so advancing ``k``
-identical steps in one go (``k * step_ps``) is exactly the same as ``k`` single steps.
+Time inside the serving simulation is integer picoseconds (``PS_PER_S``, ``serving.clock``),
+so advancing ``k`` identical steps in one go (``k * step_ps``) is exactly the same as ``k``
+single steps.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rdu_sim.compiler.program import StaticShape
+from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
 
-PS_PER_S = 10**12
+__all__ = ["PS_PER_S", "StepCache", "StepCost", "StepFn"]
 
 
 @dataclass(frozen=True)
@@ -30,16 +32,6 @@ class StepCost:
 
 
 StepFn = Callable[[StaticShape], StepCost]
-
-
-def to_ps(seconds: float) -> int:
-    """Seconds -> integer picoseconds (rounded to nearest)."""
-    return round(seconds * PS_PER_S)
-
-
-def to_s(ps: int) -> float:
-    """Integer picoseconds -> seconds."""
-    return ps / PS_PER_S
 
 
 class StepCache:
@@ -65,8 +57,9 @@ class StepCache:
             cost = self._step_fn(shape)
             if not cost.step_s > 0:
                 raise ValueError(f"step time of {shape} must be > 0 s, got {cost.step_s}")
+            what = f"a {shape.phase} step (batch {shape.batch}, cache {shape.cache_len})"
+            self._ps[shape] = step_ps(cost.step_s, what)
             self._costs[shape] = cost
-            self._ps[shape] = max(1, to_ps(cost.step_s))
         return cost
 
     def step_ps(self, shape: StaticShape) -> int:
@@ -90,6 +83,11 @@ class StepCache:
         else:
             self.hits += count
         return step
+
+    @property
+    def longest_step_s(self) -> float:
+        """The longest step simulated so far, in seconds (0 before any)."""
+        return to_s(max(self._ps.values(), default=0))
 
     @property
     def shapes(self) -> list[StaticShape]:

@@ -1,0 +1,60 @@
+"""The serving clock: integer picoseconds in an int64, and the bounds that follow from it.
+
+Serving time is integer picoseconds so that ``k`` identical steps advance exactly ``k *
+step`` (docs/serving.md). SimPy and the NumPy records hold it in 64 bits, so a run's
+simulated time must stay below ``MAX_PS`` = 2^63 - 1 ps, about 9.2e6 s (106.7 days).
+What follows:
+
+- arrival times (a trace's ``arrival_s``, drawn Poisson arrivals) are at most
+  ``MAX_ARRIVAL_S`` = 2^62 ps (53 days): the first half of the range, leaving the other
+  half to serve them. Checked where they are read or drawn, before anything is simulated;
+- one step is at most the whole range, and the clock never advances past it: a workload
+  whose steps would carry it further (a hardware rate of 1 MB/s, say) stops with
+  :class:`SimulatedTimeError`, naming the longest step, instead of wrapping around.
+"""
+
+from __future__ import annotations
+
+import math
+
+PS_PER_S = 10**12
+MAX_PS = 2**63 - 1
+MAX_SECONDS = MAX_PS / PS_PER_S
+MAX_ARRIVAL_S = 2**62 / PS_PER_S
+
+
+class SimulatedTimeError(Exception):
+    """A run whose simulated time would leave the serving clock's range (input, not a bug:
+    the hardware is too slow for the workload, or its arrivals too late)."""
+
+
+def to_ps(seconds: float) -> int:
+    """Seconds -> integer picoseconds (rounded to nearest)."""
+    return round(seconds * PS_PER_S)
+
+
+def to_s(ps: int) -> float:
+    """Integer picoseconds -> seconds."""
+    return ps / PS_PER_S
+
+
+def step_ps(seconds: float, what: str) -> int:
+    """A step's duration in picoseconds; SimulatedTimeError when no clock can hold it."""
+    if not math.isfinite(seconds) or seconds * PS_PER_S > MAX_PS:
+        raise SimulatedTimeError(
+            f"{what} takes {seconds:.4g} s, beyond the serving clock's range of "
+            f"{MAX_SECONDS:.4g} s (2^63 ps): the hardware's rates are too low for this workload"
+        )
+    return max(1, to_ps(seconds))
+
+
+def advance(now: int, delay: int, longest_step_s: float) -> int:
+    """``now + delay``; SimulatedTimeError when it passes the clock's range."""
+    if now + delay > MAX_PS:
+        raise SimulatedTimeError(
+            f"the run's simulated time would pass {MAX_SECONDS:.4g} s (2^63 ps, the serving "
+            f"clock's range) at {to_s(now):.4g} s; its longest step takes "
+            f"{longest_step_s:.4g} s: the hardware's rates are too low for this workload "
+            "(or serve fewer requests)"
+        )
+    return now + delay
