@@ -12,7 +12,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.workload import KVConfig, ServingConfig
 from rdu_sim.serving.buckets import prompt_bucket, prompt_buckets
 from rdu_sim.serving.requests import make_requests, typical_length
-from rdu_sim.serving.trace import read_trace
+from rdu_sim.serving.traces import read_trace
 
 
 def serving_config(**data: Any) -> ServingConfig:

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rdu_sim.config.show import cut_middle
+
 MAX_PATH_CHARS = 300
 MAX_MESSAGE_CHARS = 2000
-
-
-def _cut(text: str, limit: int) -> str:
-    """`text`, or its head and tail around an ellipsis when longer than `limit`."""
-    if len(text) <= limit:
-        return text
-    half = (limit - 5) // 2
-    return f"{text[:half]} ... {text[-half:]}"
 
 
 @dataclass(frozen=True)
@@ -28,10 +22,12 @@ class ConfigIssue:
     def __str__(self) -> str:
         """`file:line: field.path: message`, always one line (one issue, one line of output),
         each part cut in the middle past a bound (a 5000-character path names no better)."""
-        file = _cut(self.file, MAX_PATH_CHARS)
+        file = cut_middle(self.file, MAX_PATH_CHARS)
         where = file if self.line is None else f"{file}:{self.line}"
-        field = f" {_cut(self.field, MAX_PATH_CHARS)}:" if self.field else ""
-        return " ".join(f"{where}:{field} {_cut(self.message, MAX_MESSAGE_CHARS)}".splitlines())
+        field = f" {cut_middle(self.field, MAX_PATH_CHARS)}:" if self.field else ""
+        return " ".join(
+            f"{where}:{field} {cut_middle(self.message, MAX_MESSAGE_CHARS)}".splitlines()
+        )
 
 
 class ConfigError(Exception):

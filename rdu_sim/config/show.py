@@ -14,6 +14,15 @@ MAX_SHOWN_CHARS = 80
 MAX_INT_BITS_SHOWN = 128  # beyond this an integer is shown by its size
 
 
+def cut_middle(text: str, limit: int = 200) -> str:
+    """`text`, or its head and tail around " ... " when longer than `limit` (paths stay
+    recognisable by both ends)."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 5) // 2
+    return f"{text[:half]} ... {text[-half:]}"
+
+
 def _huge_int(value: int) -> str:
     return f"an integer of {value.bit_length()} bits"
 

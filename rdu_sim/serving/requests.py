@@ -27,7 +27,7 @@ from rdu_sim.config.workload import (
     UniformLength,
 )
 from rdu_sim.serving.clock import MAX_ARRIVAL_S
-from rdu_sim.serving.trace import read_trace
+from rdu_sim.serving.traces import read_trace
 
 Length = FixedLength | UniformLength | LognormalLength
 
@@ -94,7 +94,7 @@ def make_requests(
     process = serving.arrival.process
     arrival: NDArray[np.float64] | None
     if serving.trace is not None:
-        trace = read_trace(Path(base_dir) / serving.trace, workload_file)
+        trace = read_trace(Path(base_dir) / serving.trace, workload_file, serving.requests)
         n = min(serving.requests, len(trace))
         prompt = trace.prompt_tokens[:n]
         output = trace.output_tokens[:n]

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.scenario import Scenario
 
 # Fields that describe a config without changing what it simulates.
@@ -49,10 +50,18 @@ def jsonable(value: Any) -> Any:
 
 
 def _file_digest(path: Path) -> str | None:
+    """sha256 of a regular file, read in chunks (a FIFO would block, a huge file fill memory);
+    None when it cannot be read (the run then reports the trace's problem itself)."""
+    if file_problem(path) is not None:
+        return None
+    digest = hashlib.sha256()
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with path.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(2**20), b""):
+                digest.update(chunk)
     except OSError:
         return None
+    return digest.hexdigest()
 
 
 def resolved_config(scenario: Scenario) -> dict[str, Any]:

@@ -1,0 +1,57 @@
+"""CSV traces: a header row naming the columns (any order, extra columns ignored), then rows.
+
+The csv module parses the stream, so a quoted field may hold commas and newlines (a value
+is then checked as a whole, never split at the newline). A field is at most
+``csv.field_size_limit()`` characters (131,072 by default); quoting is strict.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+
+from rdu_sim.serving.traces.lines import TraceLines
+from rdu_sim.serving.traces.registry import Row, register_format
+from rdu_sim.serving.traces.values import COLUMNS, REQUIRED
+
+
+@register_format("csv", (".csv",), "comma-separated, with a header row")
+def csv_rows(lines: TraceLines) -> Iterator[Row]:
+    """Rows of a CSV trace, keyed by the header's column names (only the columns used)."""
+    reader = csv.reader(lines, strict=True)
+
+    def parsed() -> Iterator[list[str]]:
+        while True:
+            try:
+                yield next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                limit = csv.field_size_limit()
+                raise lines.error(
+                    f"not valid CSV: {exc} (a field is at most {limit:,} characters)"
+                    if "field limit" in str(exc)
+                    else f"not valid CSV: {exc}"
+                ) from None
+
+    records = parsed()
+    header = [name.strip() for name in next(records, [])]
+    if not header:
+        raise lines.error("trace has no header row", line=1)
+    repeated = sorted({name for name in header if header.count(name) > 1 and name in COLUMNS})
+    if repeated:
+        raise lines.error(f"CSV header names column(s) {repeated} more than once", line=1)
+    missing = [column for column in REQUIRED if column not in header]
+    if missing:
+        shown = header if len(header) <= 20 else [*header[:20], "..."]
+        raise lines.error(
+            f"CSV header {shown} lacks column(s) {missing}; expected {', '.join(COLUMNS)}",
+            line=1,
+        )
+    wanted = [(index, name) for index, name in enumerate(header) if name in COLUMNS]
+    for fields in records:
+        if not fields or all(not field.strip() for field in fields):
+            continue
+        if len(fields) != len(header):
+            raise lines.error(f"row has {len(fields)} fields, the header has {len(header)}")
+        yield reader.line_num, {name: fields[index] for index, name in wanted}

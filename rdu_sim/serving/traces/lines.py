@@ -1,0 +1,75 @@
+"""A trace file's lines, read as a stream: bounded memory, strict UTF-8, errors with places.
+
+Each physical line is read with a length limit (``MAX_LINE_BYTES``), so a file of one
+500 MB line costs a megabyte, not 500; decoded as UTF-8 on its own (a newline byte never
+occurs inside a UTF-8 sequence), so a bad byte is reported with its line and its byte
+offset in the file; a UTF-8 byte-order mark at the start is dropped; a NUL byte is
+refused. At most ``MAX_TRACE_LINES`` lines are read, so a file of blank lines ends fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from rdu_sim.config.errors import ConfigError
+
+MAX_LINE_BYTES = 2**20
+"""Longest physical line of a trace (1 MiB)."""
+
+MAX_TRACE_LINES = 4_000_000
+"""Most physical lines read from one trace (rows, blank lines and continuations)."""
+
+_BOM = "\ufeff"
+
+
+class TraceLines:
+    """Iterate the decoded lines of an open binary stream (line ends kept, as csv needs).
+
+    ``line`` is the number of the last line yielded (1-based); ``error`` builds a
+    ConfigError naming the file and a line.
+    """
+
+    def __init__(self, stream: BinaryIO, file: str) -> None:
+        self._stream = stream
+        self.file = file
+        self.line = 0
+        self.offset = 0  # bytes before the current line
+
+    def error(self, message: str, field: str = "", line: int | None = None) -> ConfigError:
+        """A ConfigError at `line` (default: the current one) of this file."""
+        return ConfigError.single(self.file, field, message, line if line else self.line or 1)
+
+    def _read(self) -> bytes:
+        try:
+            return self._stream.readline(MAX_LINE_BYTES + 1)
+        except OSError as exc:
+            raise self.error(f"cannot read: {exc.strerror or exc}", line=self.line + 1) from None
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            raw = self._read()
+            if not raw:
+                return
+            self.line += 1
+            if self.line > MAX_TRACE_LINES:
+                raise self.error(
+                    f"more than {MAX_TRACE_LINES:,} lines read before the trace's rows "
+                    "ended; a trace is at most that many lines"
+                )
+            if len(raw) > MAX_LINE_BYTES:
+                raise self.error(f"line is longer than {MAX_LINE_BYTES:,} bytes")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise self.error(
+                    f"not UTF-8 text: byte {self.offset + exc.start} "
+                    f"(0x{raw[exc.start]:02x}) cannot be decoded; traces are UTF-8"
+                ) from None
+            if "\x00" in text:
+                at = self.offset + raw.index(b"\x00")
+                raise self.error(f"not a text file: a NUL byte at byte {at}")
+            if self.line == 1 and text.startswith(_BOM):
+                text = text[1:]
+            self.offset += len(raw)
+            yield text

@@ -1,0 +1,66 @@
+"""The trace formats rdu-sim reads, by name and file suffix: one module per format.
+
+A format turns the lines of a file into rows (a line number and a mapping of column ->
+value); the reader (``traces.reader``) checks the values, applies the limits and builds the
+arrays, so a new format (Azure, Mooncake, BurstGPT...) is one module with one decorated
+function. Registering a name or a suffix twice is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.serving.traces.lines import TraceLines
+
+Row = tuple[int, Mapping[str, Any]]  # (line number, column -> value)
+RowReader = Callable[[TraceLines], Iterator[Row]]
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """A registered format: what it is called, the suffixes it owns and its row reader."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    description: str
+    rows: RowReader
+
+
+_FORMATS: dict[str, TraceFormat] = {}
+
+
+def register_format(
+    name: str, suffixes: tuple[str, ...], description: str
+) -> Callable[[RowReader], RowReader]:
+    """Decorator: register `rows` as the reader of files ending in `suffixes`."""
+
+    def decorate(rows: RowReader) -> RowReader:
+        if name in _FORMATS:
+            raise ValueError(f"trace format {name!r} is already registered")
+        taken = {s for f in _FORMATS.values() for s in f.suffixes}
+        clash = sorted(set(suffixes) & taken)
+        if clash:
+            raise ValueError(f"trace suffix(es) {', '.join(clash)} already registered")
+        _FORMATS[name] = TraceFormat(name, tuple(suffixes), description, rows)
+        return rows
+
+    return decorate
+
+
+def formats() -> list[TraceFormat]:
+    """Every registered format, in registration order."""
+    return list(_FORMATS.values())
+
+
+def format_for(path: Path) -> TraceFormat | None:
+    """The format owning `path`'s suffix (case-insensitive), or None."""
+    suffix = path.suffix.lower()
+    return next((f for f in _FORMATS.values() if suffix in f.suffixes), None)
+
+
+def known_suffixes() -> str:
+    """'.csv, .jsonl, .ndjson' for messages."""
+    return ", ".join(s for f in _FORMATS.values() for s in f.suffixes)

@@ -1,0 +1,63 @@
+"""The columns a trace row holds and the checks every value passes, whatever the format.
+
+- ``prompt_tokens``, ``output_tokens``: whole numbers in 1..100,000,000 (the workload's own
+  bound), written with ASCII digits (``"١٢"`` is not twelve here, whatever Python's
+  ``int()`` thinks);
+- ``arrival_s``: optional, a finite time in 0..``MAX_ARRIVAL_S`` s (2^62 ps, the serving
+  clock's bound: ``rdu_sim.serving.clock``), an ASCII decimal number.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rdu_sim.config.show import shown
+from rdu_sim.config.units import parse_decimal
+from rdu_sim.serving.clock import MAX_ARRIVAL_S
+
+COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+REQUIRED = COLUMNS[1:]
+MAX_TOKENS = 100_000_000
+_MAX_DIGITS = 12  # more digits than any token count in range
+
+
+class ValueProblem(ValueError):
+    """A value that fails its column's check (the reader adds the file, line and column)."""
+
+
+def tokens(value: Any) -> int:
+    """A positive whole number of tokens (``12``, ``"12"``, ``12.0``; not ``1.5`` or ``true``)."""
+    if isinstance(value, str):
+        text = value.strip().removeprefix("+")
+        if not (0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()):
+            raise ValueProblem(f"expected a whole number of tokens, got {shown(value)}")
+        value = int(text)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueProblem(f"expected a whole number of tokens, got {shown(value)}")
+    if not 1 <= value <= MAX_TOKENS:
+        raise ValueProblem(f"must be in 1..{MAX_TOKENS}, got {shown(value)}")
+    return value
+
+
+def seconds(value: Any) -> float:
+    """An arrival time in seconds, finite, in 0..MAX_ARRIVAL_S."""
+    number: float | None
+    if isinstance(value, bool):
+        number = None
+    elif isinstance(value, int | float):
+        number = float(value) if not isinstance(value, int) or value.bit_length() < 1024 else None
+    elif isinstance(value, str) and len(value) <= 64:
+        number = parse_decimal(value)
+    else:
+        number = None
+    if number is None:
+        raise ValueProblem(f"expected seconds (an ASCII decimal number), got {shown(value)}")
+    if not (math.isfinite(number) and 0 <= number <= MAX_ARRIVAL_S):
+        raise ValueProblem(
+            f"must be a time in 0..{MAX_ARRIVAL_S:.4g} s (the serving clock's range), "
+            f"got {shown(value)}"
+        )
+    return number
