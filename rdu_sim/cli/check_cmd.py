@@ -17,7 +17,13 @@ from typing import Any
 import click
 from rich.console import Console
 
-from rdu_sim.cli.errors import EXIT_INPUT_ERROR, expected_errors, print_error, print_warning
+from rdu_sim.cli.errors import (
+    EXIT_INPUT_ERROR,
+    boundary_errors,
+    message_of,
+    print_error,
+    print_warning,
+)
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import LineMap, read_yaml, validate
@@ -108,10 +114,10 @@ def command(files: tuple[Path, ...]) -> None:
     for path in files:
         try:
             description = check_file(path)
-        except expected_errors() as exc:
+        except boundary_errors() as exc:
             failed += 1
             # Every line names the checked file, even when its hardware file is at fault.
-            lines = str(exc).splitlines() or [""]
+            lines = message_of(exc).splitlines() or [""]
             print_error(
                 "\n".join(line if str(path) in line else f"{path}: {line}" for line in lines)
             )

@@ -1,13 +1,28 @@
-"""How the CLI reports bad input: `error: <message>` in red on stderr, exit status 2.
+"""The CLI's one error boundary: `error: <file>: <field>: <problem>` in red on stderr, exit 2.
 
-Every command runs inside `RduGroup.invoke`, which catches the exceptions named by
-`expected_errors()` (the one place that lists them). Those are mistakes in the user's input:
-a typo in a YAML file, a model that does not fit in memory. Anything else is a bug in
-rdu-sim and keeps its traceback, so it gets reported and fixed instead of hidden.
+Every command runs inside `RduGroup.invoke` (and `check` checks each file inside
+`boundary_errors()` too). Two kinds of failure end there as one line per problem and
+status 2, with no traceback:
+
+- bad input, the exceptions named by `expected_errors()`: a typo in a YAML file, a model
+  that does not fit in memory, a step too large to simulate. They name the file and field
+  themselves. Most are prevented where the input is read (rdu_sim.config, the trace
+  reader, the serving clock), not caught after a crash;
+- the environment, `ENVIRONMENT_ERRORS`: a file that cannot be read or written (every
+  errno: a full disk, a read-only folder, a path below a file), a database SQLite refuses,
+  text that is not Unicode, memory or recursion exhausted by an input. Writers and the
+  sweep store name their path; `environment_message` names what it can for the rest
+  (`<stdout>` when the output itself cannot be written).
+
+Anything else is a bug in rdu-sim and keeps its traceback, so it gets reported and fixed
+instead of hidden.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import sqlite3
 import sys
 from typing import Any, NoReturn
 
@@ -39,6 +54,61 @@ def expected_errors() -> tuple[type[BaseException], ...]:
         if isinstance(error, type) and issubclass(error, BaseException) and error not in found:
             found.append(error)
     return tuple(found)
+
+
+ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    sqlite3.Error,
+    UnicodeError,
+    MemoryError,
+    RecursionError,
+)
+
+
+def boundary_errors() -> tuple[type[BaseException], ...]:
+    """Everything the boundary turns into `error: ...` and exit 2."""
+    return (*expected_errors(), *ENVIRONMENT_ERRORS)
+
+
+def _stdout_broken() -> bool:
+    """True when standard output cannot take what is buffered for it; it is then pointed at
+    /dev/null, so the interpreter's own flush at exit does not fail a second time."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return True
+    return False
+
+
+def environment_message(exc: BaseException) -> str:
+    """One line for a failure of the environment, naming the path where there is one."""
+    if isinstance(exc, OSError):
+        problem = exc.strerror or errno.errorcode.get(exc.errno or 0) or str(exc)
+        paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+        if not paths and _stdout_broken():
+            paths = ["<stdout>"]
+        where = " -> ".join(paths)
+        return f"{where}: {problem}" if where else f"input/output error: {problem}"
+    if isinstance(exc, sqlite3.Error):
+        return f"database error: {exc}"
+    if isinstance(exc, UnicodeError):
+        return f"text that is not valid Unicode: {exc}"
+    if isinstance(exc, MemoryError):
+        return "out of memory: the input asks for more than this machine has"
+    return "the input is nested too deeply (Python's recursion limit)"
+
+
+def message_of(exc: BaseException) -> str:
+    """What the boundary prints for `exc` (one line per problem)."""
+    if isinstance(exc, expected_errors()):
+        return str(exc)
+    return environment_message(exc)
 
 
 def _console() -> Console:
@@ -76,11 +146,13 @@ def not_available(what: str, detail: str = "") -> NoReturn:
 
 
 class RduGroup(click.Group):
-    """A click group whose commands (and nested groups) report input errors uniformly."""
+    """A click group whose commands (and nested groups) report failures uniformly."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except expected_errors() as exc:
-            print_error(str(exc))
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a full disk behind `> file` fails here, not at exit
+            return result
+        except boundary_errors() as exc:
+            print_error(message_of(exc))
             ctx.exit(EXIT_INPUT_ERROR)

@@ -21,7 +21,6 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.compiler.program import Phase
 from rdu_sim.config.dtypes import DTYPE_BYTES, ValueDtype, WeightDtype
@@ -312,14 +311,13 @@ def graph_command(
 ) -> None:
     """Kernels, stages and tier placement of one static step of WORKLOAD."""
     from rdu_sim.compiler import inspect_graph, to_dot  # networkx: only when asked for
+    from rdu_sim.report.files import write_file
 
     scenario = load_scenario(workload, overrides)
     result = inspect_graph(scenario, phase, batch, context)
     if dot_file is not None:
-        try:
-            dot_file.write_text(to_dot(result))
-        except OSError as exc:
-            fail(f"{dot_file}: cannot write: {exc.strerror or exc}")
+        dot = to_dot(result)
+        write_file(dot_file, lambda handle: handle.write(dot))  # WriteError: exit 2
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

@@ -211,5 +211,5 @@ def command(
     except plots.PlotInputError as exc:
         fail(f"{input_path}: {exc}")
     except OSError as exc:
-        fail(f"{target}: cannot write the plot: {exc}")
+        fail(f"{target}: cannot write the plot: {exc.strerror or exc}")
     click.echo(f"wrote {written}")

@@ -5,6 +5,8 @@ Human report (rich tables) on stdout, with a progress bar on stderr while reques
 docs/serving.md); `--out DIR` also writes result.json, requests.csv and timeseries.csv;
 `--step` times one decode step (all batch slots, largest decode bucket) instead.
 Bad input, and a batch that does not fit, exit 2 with a message (rdu_sim/cli/errors.py).
+The report is printed before the files are written, so a folder that cannot be written
+(read-only, below a file, a full disk) loses nothing already computed: exit 2, saying so.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -21,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rdu_sim import api
 from rdu_sim.cli.errors import not_available
 from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.config.errors import WriteError
 from rdu_sim.report.console import human_seconds, print_report
 from rdu_sim.report.files import write_outputs
 from rdu_sim.scenario import Scenario
@@ -93,11 +97,19 @@ def command(
     with _progress_bar(not as_json) as progress:
         result = api.run(scenario, progress=progress)
     data = result.to_dict()
-    if out_dir is not None:
-        write_outputs(out_dir, data, result.requests(), result.timeseries())
-    if as_json:
+    if as_json:  # printed first: a failed --out write loses none of it
         click.echo(json.dumps(data, sort_keys=True))
     else:
         print_report(data)
-        if out_dir is not None:
+    if out_dir is not None:
+        try:
+            write_outputs(out_dir, data, result.requests(), result.timeseries())
+        except WriteError as exc:
+            raise WriteError(
+                [
+                    replace(i, message=i.message + " (the report above is complete)")
+                    for i in exc.issues
+                ]
+            ) from None
+        if not as_json:
             click.echo(f"wrote {out_dir}/result.json, requests.csv, timeseries.csv")

@@ -138,6 +138,7 @@ def command(
     as_json: bool,
 ) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
+    from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.report.trace import write_chrome_trace
 
@@ -159,9 +160,15 @@ def command(
     data.update(
         workload=scenario.workload.name, model=scenario.model.name, hardware=scenario.hardware.name
     )
+    trace_error: WriteError | None = None
     if trace_file is not None:
-        data["trace"] = str(write_chrome_trace(timing, trace_file))
+        try:
+            data["trace"] = str(write_chrome_trace(timing, trace_file))
+        except WriteError as exc:  # print the step anyway: nothing computed is lost
+            trace_error = exc
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
     else:
         _print_tables(data)
+    if trace_error is not None:
+        raise trace_error

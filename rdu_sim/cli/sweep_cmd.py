@@ -9,12 +9,14 @@ resumes.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from rdu_sim.cli.errors import print_warning
+from rdu_sim.config.errors import WriteError
 
 
 def _dry_run_table(summary: object) -> None:
@@ -64,6 +66,13 @@ def _dry_run_table(summary: object) -> None:
     "pyarrow is installed) after running.",
 )
 @click.option(
+    "--provenance",
+    is_flag=True,
+    help="Also export each point's run provenance (wall_s, started, finished, attempts, "
+    "worker), which differs from run to run; without it the same rows export to the same "
+    "bytes.",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Resolve every point and list what would run; run nothing."
 )
 @click.option(
@@ -79,6 +88,7 @@ def command(
     db_file: Path | None,
     retry_failed: bool,
     export_file: Path | None,
+    provenance: bool,
     dry_run: bool,
     progress: bool,
 ) -> None:
@@ -122,8 +132,12 @@ def command(
         return
     click.echo(summary.describe())
     if export_file is not None:
-        frame = load(summary.db, keys=summary.keys)
-        export(frame, export_file)
+        frame = load(summary.db, keys=summary.keys)  # the spec's grid order
+        try:
+            export(frame, export_file, provenance=provenance)
+        except WriteError as exc:  # the rows are safe in the database: say so
+            note = f" (the rows are kept in {summary.db}; export again with the same command)"
+            raise WriteError([replace(i, message=i.message + note) for i in exc.issues]) from None
         click.echo(f"wrote {len(frame)} rows to {export_file}")
     failed = summary.failed + summary.failed_before
     if failed:

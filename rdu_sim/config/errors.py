@@ -41,3 +41,15 @@ class ConfigError(Exception):
     def single(cls, file: str, field: str, message: str, line: int | None = None) -> ConfigError:
         """An error with one issue."""
         return cls([ConfigIssue(file, field, message, line)])
+
+
+class WriteError(ConfigError):
+    """A file that could not be written: a full disk, a read-only folder, a path below a
+    regular file. The environment, not the input, but reported the same way: one line naming
+    the path, exit status 2 (rdu_sim/cli/errors.py)."""
+
+    @classmethod
+    def from_os(cls, path: object, exc: OSError, note: str = "") -> WriteError:
+        """The error for `exc` raised while writing `path` (`note` says what survives)."""
+        problem = exc.strerror or str(exc)
+        return cls([ConfigIssue(str(path), "", f"cannot write: {problem}{note}")])

@@ -1,23 +1,94 @@
-"""``--out DIR``: result.json, requests.csv (one row per request), timeseries.csv.
+"""``--out DIR``: result.json, requests.csv (one row per request), timeseries.csv; and the one
+way every output file is written.
 
 Files are written only when asked (no side effects elsewhere), with stable column order and
-float formatting, so the same run writes byte-identical files.
+float formatting, so the same run writes byte-identical files. ``write_file`` writes all or
+nothing: into a temporary file beside the target, renamed over it only when complete, so a
+full disk never leaves half a file or destroys the previous one; the folder is created;
+any OSError becomes a WriteError naming the path. A target that exists and is not a regular
+file (/dev/null, /dev/full, a FIFO) is written in place: it cannot be replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
-from collections.abc import Mapping
+import os
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.config.errors import WriteError
+
 RESULT_FILE = "result.json"
 REQUESTS_FILE = "requests.csv"
 TIMESERIES_FILE = "timeseries.csv"
+
+
+def make_folder(folder: Path) -> None:
+    """Create `folder` and its parents; a WriteError naming it when it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+        raise WriteError.single(
+            str(folder), "", f"cannot write: {blocker} exists and is not a folder"
+        ) from None
+    except OSError as exc:
+        raise WriteError.from_os(folder, exc) from None
+
+
+def _in_place(path: Path) -> bool:
+    """True for an existing target that is not a regular file (a device, a FIFO)."""
+    try:
+        return path.exists() and not path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _created_mode() -> int:
+    """The permission bits `open()` would give a new file (0666 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _open(file: int | Path, binary: bool) -> IO[Any]:
+    if binary:
+        return open(file, "wb")
+    return open(file, "w", encoding="utf-8", newline="")
+
+
+def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: bool = False) -> Path:
+    """Call ``write(handle)`` to produce ``path`` all or nothing; return the path."""
+    target = Path(path)
+    if target.is_dir():
+        raise WriteError.single(str(target), "", "cannot write: is a folder")
+    make_folder(target.parent)
+    try:
+        if _in_place(target):
+            with _open(target, binary) as handle:
+                write(handle)
+            return target
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        temporary = Path(name)
+        try:
+            os.chmod(fd, _created_mode())  # mkstemp makes 0600; a new file is 0666 - umask
+            with _open(fd, binary) as handle:
+                write(handle)
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
+    except OSError as exc:
+        raise WriteError.from_os(target, exc) from None
+    return target
 
 
 def _cell(value: Any) -> str:
@@ -30,16 +101,20 @@ def write_columns(path: Path, columns: Mapping[str, NDArray[Any]]) -> None:
     """Write equal-length columns as CSV with a header row."""
     names = list(columns)
     data = [columns[name].tolist() for name in names]
-    with path.open("w", newline="", encoding="utf-8") as handle:
+
+    def rows(handle: IO[Any]) -> None:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(names)
         for row in zip(*data, strict=True):
             writer.writerow([_cell(v) for v in row])
 
+    write_file(path, rows)
+
 
 def write_json(path: Path, result: Mapping[str, Any]) -> None:
     """The result dict as JSON (sorted keys, 2-space indent, trailing newline)."""
-    path.write_text(json.dumps(result, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(result, sort_keys=True, indent=2) + "\n"
+    write_file(path, lambda handle: handle.write(text))
 
 
 def write_outputs(
@@ -50,7 +125,7 @@ def write_outputs(
 ) -> list[Path]:
     """Write the three files into ``out_dir`` (created if needed); return their paths."""
     folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     paths = [folder / RESULT_FILE, folder / REQUESTS_FILE, folder / TIMESERIES_FILE]
     write_json(paths[0], result)
     write_columns(paths[1], requests)

@@ -20,6 +20,7 @@ from typing import Any
 
 from rdu_sim.engine.records import TraceRecords
 from rdu_sim.engine.timing import StepTiming
+from rdu_sim.report.files import write_file
 
 _US = 1e6
 _FIXED_TRACKS = ("agcu", "kernel")
@@ -116,14 +117,12 @@ def step_metadata(timing: StepTiming) -> dict[str, Any]:
 
 
 def write_chrome_trace(timing: StepTiming, path: str | Path) -> Path:
-    """Write ``timing``'s records to ``path`` (parents created); returns the path.
+    """Write ``timing``'s records to ``path`` (parents created, all or nothing: a WriteError
+    naming the path when it cannot be written); returns the path.
 
     Raises ValueError when the step was simulated without ``record=True``.
     """
     if timing.records is None:
         raise ValueError("this StepTiming has no trace records: simulate with record=True")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        json.dump(chrome_trace(timing.records, step_metadata(timing)), f)
-    return out
+    trace = chrome_trace(timing.records, step_metadata(timing))
+    return write_file(Path(path), lambda handle: json.dump(trace, handle))

@@ -2,7 +2,13 @@
 
 One row per point: key, sweep, status, the axis values (one column per axis path, as the
 spec gave them), the metrics (one column per dotted metric path), then error, timings,
-version and worker. Failed points have empty metric columns and their error text.
+version and worker. Failed points have empty metric columns and their error text. Rows are
+in the order of the keys asked for (a spec's grid order), else by sweep and key.
+
+An export holds the results only: the provenance of each run (when, where and how long it
+ran, how often) differs between two runs of the same points, so it is left out unless
+asked for, and the same rows export to the same bytes whether they ran serially, in a
+pool or on Dask.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.sweep.store import Store
+from rdu_sim.report.files import write_file
+from rdu_sim.sweep.store import Store, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
 
 _LEADING = ("key", "sweep", "status")
 _TRAILING = ("error", "wall_s", "started", "finished", "attempts", "version", "worker")
+PROVENANCE = ("wall_s", "started", "finished", "attempts", "worker")
+"""Columns that describe one run of a point, not its result (left out of exports)."""
 
 
 def load(
@@ -35,8 +44,13 @@ def load(
     metrics: dict[str, None] = {}
     records: list[dict[str, Any]] = []
     for row in rows:
-        overrides = json.loads(row["overrides"])
-        values = json.loads(row["metrics"]) if row["metrics"] else {}
+        try:
+            overrides = json.loads(row["overrides"])
+            values = json.loads(row["metrics"]) if row["metrics"] else {}
+        except (TypeError, ValueError) as exc:
+            raise StoreError.single(
+                str(db), "", f"point {str(row['key'])[:12]} holds invalid JSON ({exc})"
+            ) from None
         axes.update(dict.fromkeys(overrides))
         metrics.update(dict.fromkeys(values))
         record = {name: row[name] for name in (*_LEADING, *_TRAILING)}
@@ -53,12 +67,17 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def export(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write `frame` as CSV (.csv) or Parquet (.parquet, needs pyarrow)."""
+def export(frame: pd.DataFrame, path: str | Path, *, provenance: bool = False) -> Path:
+    """Write `frame` as CSV (.csv) or Parquet (.parquet, needs pyarrow), all or nothing.
+
+    The run-provenance columns (``PROVENANCE``) are dropped unless `provenance`.
+    """
     out = Path(path)
     suffix = out.suffix.lower()
+    if not provenance:
+        frame = frame.drop(columns=[c for c in PROVENANCE if c in frame.columns])
     if suffix == ".csv":
-        frame.to_csv(out, index=False)
+        write_file(out, lambda handle: frame.to_csv(handle, index=False, lineterminator="\n"))
     elif suffix in (".parquet", ".pq"):
         if not parquet_available():
             raise ConfigError.single(
@@ -73,7 +92,7 @@ def export(frame: pd.DataFrame, path: str | Path) -> Path:
             if frame[c].dtype == object and frame[c].map(type).nunique() > 1
         ]
         frame = frame.astype({c: str for c in mixed})  # Parquet columns have one type
-        frame.to_parquet(out, index=False)
+        write_file(out, lambda handle: frame.to_parquet(handle, index=False), binary=True)
     else:
         kind = repr(suffix) if suffix else "a file without an extension"
         raise ConfigError.single(str(out), "", f"cannot export to {kind}: use .csv or .parquet")

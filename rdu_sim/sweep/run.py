@@ -32,7 +32,7 @@ from rdu_sim.sweep.expand import Expansion, Point, expand
 from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
-from rdu_sim.sweep.store import Existing, Row, Store
+from rdu_sim.sweep.store import Existing, Row, Store, StoreError
 from rdu_sim.sweep.worker import Outcome, Task
 
 Evaluate = Callable[[Point], Mapping[str, Any]]
@@ -319,7 +319,16 @@ def _execute(
                 checked = True
             if outcome.status == "done" and outcome.missing:  # others had it: record null
                 outcome = _null_missing(outcome)
-            store.record(_row(outcome, by_key[outcome.key], loaded.name))
+            try:
+                store.record(_row(outcome, by_key[outcome.key], loaded.name))
+            except StoreError as exc:  # the rows stored so far stay: a rerun resumes
+                note = (
+                    f" ({summary.ran} of the {len(tasks)} points run now were stored "
+                    "before it; they are kept, and a rerun resumes after them)"
+                )
+                raise StoreError(
+                    [replace(i, message=i.message + note) for i in exc.issues]
+                ) from None
             summary.ran += 1
             summary.done += outcome.status == "done"
             summary.failed += outcome.status == "failed"

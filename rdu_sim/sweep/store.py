@@ -8,18 +8,28 @@ The table's columns are fixed (metrics live in a JSON column), so one database c
 sweeps with different metrics. For SQL users a view, `results_flat`, spreads the current
 spec's axes and metrics into columns with json_extract; it is rebuilt on each run and never
 holds data of its own.
+
+Every SQLite failure (a file that is not a database, one damaged in the middle, a `results`
+table that is not rdu-sim's, a full disk) is a StoreError naming the database and what was
+being done; rows already committed stay, so a rerun resumes. Rows come back in a stable
+order: the order of the keys asked for (a spec's grid order), else by sweep and key, never
+by completion time, so a serial and a parallel sweep read and export the same rows alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.yaml_io import file_problem
+from rdu_sim.report.files import make_folder
 
 SCHEMA_VERSION = 1
 
@@ -57,6 +67,25 @@ COLUMNS = (
     "finished",
     "attempts",
 )
+
+
+class StoreError(ConfigError):
+    """The sweep database cannot be read or written (it names the file and the operation)."""
+
+
+_DAMAGED = "move it aside (or give another --db) and rerun"
+
+
+def _problem(exc: sqlite3.Error) -> str:
+    """SQLite's complaint in words a user can act on."""
+    text = str(exc)
+    if "malformed" in text or "not a database" in text or "file is encrypted" in text:
+        return f"damaged, or not a sweep database (sqlite: {text}); {_DAMAGED}"
+    if "disk is full" in text or "disk I/O" in text:
+        return f"{text}; the rows already stored are kept: free space and rerun to resume"
+    if "readonly" in text or "unable to open" in text:
+        return f"{text} (check the folder's permissions)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -98,35 +127,78 @@ class Store:
 
     def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = path
-        if not create and not path.is_file():
-            raise ConfigError.single(str(path), "", "no such sweep database")
+        existed = path.is_file()
+        if not create and not existed:
+            raise StoreError.single(str(path), "", "no such sweep database")
+        problem = file_problem(path) if existed or path.exists() else None
+        if problem is not None:
+            raise StoreError.single(str(path), "", f"cannot open the database: {problem}")
+        if create and not existed:
+            make_folder(path.parent)  # as for every output: a WriteError naming the folder
         try:
             self._conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise ConfigError.single(str(path), "", f"cannot open the database: {exc}") from None
+            raise StoreError.single(
+                str(path), "", f"cannot open the database: {_problem(exc)}"
+            ) from None
         try:
-            self._conn.execute("PRAGMA busy_timeout = 60000")
-            if create:
-                self._conn.execute("PRAGMA journal_mode = WAL")
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-                with self.transaction():
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            self._conn.execute(statement)
-                    self._conn.execute(
-                        "INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', ?)",
-                        (str(SCHEMA_VERSION),),
-                    )
-            self._check_schema()
-        except sqlite3.DatabaseError as exc:
+            with self._guard("open the database"):
+                self._conn.execute("PRAGMA busy_timeout = 60000")
+                self._check_tables(existed)
+                if create:
+                    self._conn.execute("PRAGMA journal_mode = WAL")
+                    self._conn.execute("PRAGMA synchronous = NORMAL")
+                    with self.transaction():
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                self._conn.execute(statement)
+                        self._conn.execute(
+                            "INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', ?)",
+                            (str(SCHEMA_VERSION),),
+                        )
+                self._check_schema()
+        except BaseException:
             self._conn.close()
-            raise ConfigError.single(str(path), "", f"not a sweep database: {exc}") from None
+            raise
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """Turn any SQLite failure inside into a StoreError naming the file and `doing`."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError.single(
+                str(self.path), "", f"cannot {doing}: {_problem(exc)}"
+            ) from None
+        except (ValueError, TypeError) as exc:  # a row's JSON that does not parse
+            raise StoreError.single(
+                str(self.path),
+                "",
+                f"cannot {doing}: a stored row is not valid ({exc}); {_DAMAGED}",
+            ) from None
+
+    def _check_tables(self, existed: bool) -> None:
+        """An existing `results` table must be this schema's (not another tool's)."""
+        if not existed:
+            return
+        found = [r[1] for r in self._conn.execute("PRAGMA table_info(results)")]
+        if found and tuple(found) != COLUMNS:
+            shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
+            raise StoreError.single(
+                str(self.path),
+                "",
+                f"holds a 'results' table that is not a sweep's (columns: {shown}); "
+                "give another --db",
+            )
 
     def _check_schema(self) -> None:
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master")}
+        if "meta" not in tables:
+            raise StoreError.single(str(self.path), "", "not a sweep database (no meta table)")
         row = self._conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
-        if row is None or int(row[0]) != SCHEMA_VERSION:
-            found = "none" if row is None else row[0]
-            raise ConfigError.single(
+        if row is None or str(row[0]) != str(SCHEMA_VERSION):
+            found = "none" if row is None else str(row[0])[:20]
+            raise StoreError.single(
                 str(self.path),
                 "",
                 f"sweep database schema {found}, this rdu-sim writes schema {SCHEMA_VERSION}",
@@ -150,11 +222,13 @@ class Store:
         """Status and stored metric names of the given keys (all rows when None)."""
         wanted = None if keys is None else set(keys)
         found: dict[str, Existing] = {}
-        for key, status, metrics in self._conn.execute("SELECT key, status, metrics FROM results"):
-            if wanted is not None and key not in wanted:
-                continue
-            names = frozenset(json.loads(metrics)) if metrics else frozenset()
-            found[key] = Existing(status, names)
+        with self._guard("read the stored points"):
+            query = "SELECT key, status, metrics FROM results"
+            for key, status, metrics in self._conn.execute(query):
+                if wanted is not None and key not in wanted:
+                    continue
+                names = frozenset(json.loads(metrics)) if metrics else frozenset()
+                found[key] = Existing(status, names)
         return found
 
     def record(self, row: Row) -> None:
@@ -173,7 +247,7 @@ class Store:
             row.started,
             row.finished,
         )
-        with self.transaction():
+        with self._guard(f"store point {row.key[:12]}"), self.transaction():
             self._conn.execute(
                 """INSERT INTO results (key, sweep, overrides, config, metrics, status, error,
                        version, worker, wall_s, started, finished, attempts)
@@ -191,19 +265,20 @@ class Store:
     def rows(
         self, keys: Sequence[str] | None = None, sweep: str | None = None
     ) -> list[dict[str, Any]]:
-        """Rows as dicts (JSON columns still text), oldest finished first."""
+        """Rows as dicts (JSON columns still text): in the order of `keys` when given (a
+        spec's grid order), else by sweep and key."""
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
         if sweep is not None:
             query += " WHERE sweep = ?"
             params.append(sweep)
-        query += " ORDER BY finished, key"
-        wanted = None if keys is None else set(keys)
-        return [
-            dict(zip(COLUMNS, r, strict=True))
-            for r in self._conn.execute(query, params)
-            if wanted is None or r[0] in wanted
-        ]
+        query += " ORDER BY sweep, key"
+        with self._guard("read the stored points"):
+            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query, params)]
+        if keys is None:
+            return found
+        by_key = {row["key"]: row for row in found}
+        return [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
 
     def make_view(self, axes: Sequence[str], metrics: Sequence[str]) -> None:
         """(Re)build the `results_flat` view: one column per axis and metric."""
@@ -215,7 +290,7 @@ class Store:
             if m not in axes
         ]
         columns += ["error", "wall_s", "version", "started", "finished"]
-        with self.transaction():
+        with self._guard("rebuild the results_flat view"), self.transaction():
             self._conn.execute("DROP VIEW IF EXISTS results_flat")
             self._conn.execute(
                 f"CREATE VIEW results_flat AS SELECT {', '.join(columns)} FROM results"
@@ -234,8 +309,9 @@ class _Transaction:
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if kind is None:
             self._conn.execute("COMMIT")
-        else:
-            self._conn.execute("ROLLBACK")
+            return
+        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
+            self._conn.execute("ROLLBACK")  # (a full disk): the first error is the one to see
 
 
 def decode(row: Mapping[str, Any]) -> dict[str, Any]:
