@@ -2,9 +2,10 @@
 
 The kind of each file is read off its top-level keys, so one command checks a whole folder:
 `socket`/`system` is hardware, `hardware`/`model` a workload (checked with its hardware file,
-cross-file rules included), `base`/`axes` a sweep spec (checked by `rdu_sim.sweep.check_spec`
-once the sweep package provides it). Every file is checked and every error printed before
-the exit status (2 if any failed) is decided.
+cross-file rules included, and the rows of its trace file a run would use), `base`/`axes` a
+sweep spec (checked by `rdu_sim.sweep.check_spec` once the sweep package provides it). A
+file with a trace suffix (`.csv`, `.jsonl`) is checked as a request trace. Every file is
+checked and every error printed before the exit status (2 if any failed) is decided.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.scenario import build_scenario
+
+# The trace formats' suffixes, known without importing rdu_sim.serving (it is slow to import
+# and `check` on config files does not need it); tests keep this equal to the registry's.
+TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+
+
+def _read_trace(path: Path, workload_file: str = "", max_rows: int | None = None) -> Any:
+    from rdu_sim.serving.traces import MAX_TRACE_ROWS, read_trace
+
+    return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS)
+
 
 HARDWARE_KEYS = frozenset({"socket", "system"})
 WORKLOAD_KEYS = frozenset({"hardware", "model"})
@@ -65,6 +77,9 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
     if kind == "workload":
         scenario = build_scenario(data, workload_file=file, lines=lines)
         workload = scenario.workload
+        serving = workload.serving
+        if serving.trace is not None:  # the rows a run would read, checked the same way
+            _read_trace(scenario.base_dir / serving.trace, file, serving.requests)
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} (tp={workload.parallelism.tp}, "
@@ -100,6 +115,10 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
 
 def check_file(path: Path) -> str | None:
     """Check one file; raise an expected error if it is bad (see rdu_sim.cli.errors)."""
+    if path.suffix.lower() in TRACE_SUFFIXES:
+        trace = _read_trace(path)
+        arrivals = "with" if trace.arrival_s is not None else "without"
+        return f"request trace: {len(trace):,} rows {arrivals} arrival_s"
     data, lines = read_yaml(path)
     return _check_data(path, data, lines)
 

@@ -70,20 +70,45 @@ def boundary_errors() -> tuple[type[BaseException], ...]:
     return (*expected_errors(), *ENVIRONMENT_ERRORS)
 
 
-def _stdout_broken() -> bool:
-    """True when standard output cannot take what is buffered for it; it is then pointed at
-    /dev/null, so the interpreter's own flush at exit does not fail a second time."""
+def _writes_stdout(exc: BaseException) -> bool:
+    """True when `exc` was raised writing standard output: a stdout stream (or a console
+    holding one) is a local of one of the innermost frames (click.echo, rich's console)."""
+    streams = {
+        id(stream)
+        for base in (sys.stdout, sys.__stdout__)
+        for stream in (base, getattr(base, "buffer", None))
+        if stream is not None
+    }
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in frames[-3:]:
+        for value in frame.f_locals.values():
+            if isinstance(value, Console):
+                value = value.file  # rich's console writes to sys.stdout unless told
+            if id(value) in streams:
+                return True
+    return False
+
+
+def _stdout_broken(exc: BaseException) -> bool:
+    """True when `exc` came from, or standard output cannot take, what is written to it; it
+    is then pointed at /dev/null, so the interpreter's own flush at exit cannot fail again."""
+    broken = _writes_stdout(exc)
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
+        broken = True
+    if broken:
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
         except (OSError, ValueError, AttributeError):
             pass
-        return True
-    return False
+    return broken
 
 
 def environment_message(exc: BaseException) -> str:
@@ -91,7 +116,7 @@ def environment_message(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         problem = exc.strerror or errno.errorcode.get(exc.errno or 0) or str(exc)
         paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
-        if not paths and _stdout_broken():
+        if not paths and _stdout_broken(exc):
             paths = ["<stdout>"]
         where = " -> ".join(paths)
         return f"{where}: {problem}" if where else f"input/output error: {problem}"

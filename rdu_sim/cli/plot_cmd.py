@@ -27,7 +27,7 @@ import click
 
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.yaml_io import file_problem, read_text_file
 from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
 _DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
@@ -35,26 +35,34 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 _KINDS = ("memory", "capacity", "throughput", "roofline", "latency", "occupancy", "calibration")
 
 
+MAX_CONTEXT_TOKENS = 100_000_000  # serving.max_context's own bound
+MAX_RESULTS_BYTES = 256 * 2**20  # a run's JSON is kilobytes; its per-request rows are CSV
+
+
 def _tokens(text: str) -> int:
-    """'8k' -> 8192, '128K' -> 131072, '4096' -> 4096."""
+    """'8k' -> 8192, '128K' -> 131072, '4096' -> 4096 (ASCII digits, at most 100M tokens)."""
     value = text.strip().lower()
     scale = 1024 if value.endswith("k") else 2**20 if value.endswith("m") else 1
-    number = value.rstrip("km")
-    if not number.isdigit() or int(number) < 1:
-        raise click.BadParameter(f"{text!r} is not a token count like 8192 or 8k")
-    return int(number) * scale
+    number = value[:-1] if scale > 1 else value
+    if not (0 < len(number) <= 9 and number.isascii() and number.isdigit()):
+        raise click.BadParameter(f"{text[:40]!r} is not a token count like 8192 or 8k")
+    tokens = int(number) * scale
+    if not 1 <= tokens <= MAX_CONTEXT_TOKENS:
+        raise click.BadParameter(f"{text!r} is not in 1..{MAX_CONTEXT_TOKENS} tokens")
+    return tokens
 
 
 def _read_json(path: Path) -> Any:
+    text = read_text_file(path, MAX_RESULTS_BYTES, "a run's JSON")
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"{path}: cannot read the run results: {exc}")
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         fail(
             f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); give "
             "the file `rdu-sim run --json` writes, a sweep database or a workload YAML"
         )
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, 100,000 brackets
+        fail(f"{path}: not a run's JSON: {str(exc)[:120]}")
 
 
 def _read_columns(path: Path) -> dict[str, list[float | None]]:
@@ -88,12 +96,7 @@ def _attach_siblings(results: Any, folder: Path) -> Any:
 def _read_db(path: Path) -> Any:
     from rdu_sim.sweep import load
 
-    try:
-        frame = load(path)
-    except ConfigError:
-        raise  # already names the file and the problem; the CLI group prints it (exit 2)
-    except Exception as exc:  # sqlite3 errors: a file that is not a database
-        fail(f"{path}: cannot read the sweep database: {exc}")
+    frame = load(path)  # a StoreError names the file and the problem (exit 2)
     if "status" in frame.columns:
         frame = frame[frame["status"] == "done"]
     if frame.empty:
@@ -182,8 +185,9 @@ def command(
         fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
     if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
         input_path = input_path / RESULT_FILE
-    if not input_path.is_file():
-        fail(f"{input_path}: no such file (give a run JSON, a sweep database or a workload)")
+    problem = file_problem(input_path)
+    if problem is not None:
+        fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")
     suffix = input_path.suffix.lower()
     from rdu_sim.report import plots
 

@@ -73,7 +73,7 @@ def _print_step(scenario: Scenario, as_json: bool) -> None:
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
     help="Write result.json, requests.csv and timeseries.csv here.",
 )
@@ -88,6 +88,8 @@ def command(
 ) -> None:
     """Simulate serving WORKLOAD and report throughput, latency and memory."""
     scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise WriteError.single(str(out_dir), "", "cannot write: exists and is not a folder")
     missing = api.EngineBackend.missing()
     if missing:
         not_available("run", f"The workload is valid; missing: {', '.join(missing)}.")

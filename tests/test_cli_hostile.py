@@ -1,0 +1,364 @@
+"""Every class of hostile input or environment ends `check`, `run`, `step`, `sweep` and `plot`
+in a clear `error:` and exit status 2 within seconds, with no traceback, and loses nothing
+already computed.
+
+Classes (issue 16): unit strings, extreme positive numbers, overrides and error messages,
+request traces, writes (a path below a file, a device that is full, a missing folder), the
+sweep database (damaged, foreign, full mid-sweep), duplicate YAML keys, and the order of
+sweep exports. Tests run as root, which ignores permission bits: a full disk is /dev/full
+or SQLite's page limit, an unwritable folder a path below a regular file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import rdu_sim.sweep.store as store_module
+from rdu_sim.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+HW = ROOT / "hw_configs" / "sn40l.yaml"
+SECONDS = 5.0  # "within a few seconds", for each command in-process
+
+
+def invoke(*args: str | Path) -> Result:
+    start = time.perf_counter()
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert time.perf_counter() - start < SECONDS, args
+    return result
+
+
+def clean_failure(result: Result, *words: str, lines: int | None = 1) -> str:
+    """Exit 2 by SystemExit (no exception escaped), no traceback, `lines` error lines (the
+    last lines of stderr; a sweep's plan and progress lines may come before); returns
+    stderr."""
+    assert result.exit_code == 2, (result.exit_code, result.output[-1500:], result.exception)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    stderr = result.stderr
+    assert "Traceback" not in stderr
+    got = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert got and stderr.splitlines()[-len(got) :] == got, stderr
+    if lines is not None:
+        assert len(got) == lines, stderr
+    for word in words:
+        assert word in stderr, (word, stderr)
+    return stderr
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A workload and its hardware file side by side, to break at will."""
+    (tmp_path / "hw.yaml").write_text(HW.read_text())
+    text = LLAMA.read_text()
+    hardware_line = next(line for line in text.splitlines() if line.startswith("hardware:"))
+    (tmp_path / "wl.yaml").write_text(text.replace(hardware_line, "hardware: hw.yaml"))
+    return tmp_path
+
+
+def spec(tmp_path: Path, body: str, base: Path = LLAMA) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"base: {base}\n" + textwrap.dedent(body).lstrip("\n"))
+    return path
+
+
+SYNTHETIC = """
+axes:
+  serving.batch_slots: [1, 2, 3, 4, 5, 6, 7, 8]
+metrics: [decode_tokens_per_s, ttft_s.p50]
+evaluator: {name: synthetic, options: {fail_when: {serving.batch_slots: 3}}}
+"""
+
+
+# --- units ---
+
+
+def test_bits_are_bits_and_an_ambiguous_case_is_refused(tree: Path) -> None:
+    result = invoke("step", LLAMA, "--set", "hw.system.intra_node_link.bandwidth=400 Gb/s")
+    assert result.exit_code == 0, result.output
+    hw = tree / "hw.yaml"
+    hw.write_text(hw.read_text().replace("bandwidth: 1.8 TB/s", "bandwidth: 1.8 tb/s", 1))
+    for args in (("check", hw), ("run", tree / "wl.yaml")):
+        clean_failure(invoke(*args), "'TB/s' (terabytes per second)", "'Tb/s'", lines=None)
+    clean_failure(
+        invoke("plot", "roofline", LLAMA, "--set", "hw.socket.hbm.bandwidth=2 gb/s"),
+        "ambiguous",
+        lines=None,
+    )
+
+
+def test_a_backtracking_unit_string_is_refused_at_once(tree: Path) -> None:
+    hw = tree / "hw.yaml"
+    hw.write_text(hw.read_text().replace("clock: 1.6 GHz", "clock: 1" + " " * 50_000 + "x", 1))
+    for args in (("check", hw), ("run", tree / "wl.yaml")):
+        clean_failure(invoke(*args), "socket.clock", "at most 64", lines=None)
+
+
+# --- extreme but positive numbers ---
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("hw.socket.hbm.bandwidth=1 MB/s", "serving clock's range"),
+        ("hw.socket.pcu.peak_flops=1000", "serving clock's range"),
+        ("hw.socket.pcu.vector_flops=5e-324", "greater than or equal to 1"),
+        ("hw.socket.pcu.count=1", "leaves no usable PCU"),
+        ("serving.arrival={process: poisson, rate: 1e-7}", "serving.arrival.rate"),
+    ],
+)
+def test_extreme_numbers_end_in_one_clear_error(override: str, words: str) -> None:
+    result = invoke("run", LLAMA, "--set", override, "--set", "serving.requests=4")
+    clean_failure(result, words, lines=None)
+
+
+# --- overrides and error messages ---
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["[" * 1000 + "]" * 1000, "9" * 5000, "0x" + "f" * 5000, ":".join(["59"] * 3000)],
+)
+def test_hostile_set_values(value: str) -> None:
+    for command in ("run", "step"):
+        clean_failure(invoke(command, LLAMA, "--set", f"serving.requests={value}"), "--set")
+    clean_failure(invoke("plot", "latency", LLAMA, "--set", f"serving.requests={value}"), "--set")
+
+
+def test_an_alias_bomb_in_a_sweep_axis_is_refused_cheaply(tmp_path: Path) -> None:
+    laughs = ["x0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    laughs += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    path = spec(tmp_path, "\n".join(laughs) + "\naxes:\n  serving.batch_slots: *a8\n")
+    for args in (("check", path), ("sweep", path, "--workers", "1")):
+        clean_failure(invoke(*args), "aliases are expanded", lines=None)
+
+
+def test_a_huge_integer_is_never_printed(tmp_path: Path) -> None:
+    path = spec(tmp_path, "axes:\n  serving.batch_slots: [0x" + "f" * 3000 + "]\n")
+    stderr = clean_failure(invoke("sweep", path, "--workers", "1"), "at most 40", lines=None)
+    assert len(stderr) < 2000
+
+
+# --- request traces ---
+
+TRACES = {
+    "digits.csv": "prompt_tokens,output_tokens\n١٢,5\n",
+    "newline.csv": 'prompt_tokens,output_tokens\n"1\n2",5\n',
+    "wide.csv": 'prompt_tokens,output_tokens,note\n1,2,"' + "x" * 200_000 + '"\n',
+    "deep.jsonl": "[" * 100_000 + "]" * 100_000 + "\n",
+    "late.csv": "arrival_s,prompt_tokens,output_tokens\n1e9,1,1\n",
+}
+
+
+@pytest.mark.parametrize("name", [*TRACES, "latin1.csv", "missing.csv", "fifo.csv"])
+def test_hostile_traces(tree: Path, name: str) -> None:
+    trace = tree / name
+    if name == "latin1.csv":
+        trace.write_bytes("prompt_tokens,output_tokens\n1,2 caf\u00e9\n".encode("latin-1"))
+    elif name == "fifo.csv":
+        os.mkfifo(trace)
+    elif name in TRACES:
+        trace.write_text(TRACES[name])
+    workload = tree / "wl.yaml"
+    text = workload.read_text().replace("serving:\n", f"serving:\n  trace: {name}\n", 1)
+    workload.write_text(text)
+    for command in ("check", "run"):
+        clean_failure(invoke(command, workload), str(tree), lines=None)
+
+
+# --- writes ---
+
+
+@pytest.fixture
+def blocker(tmp_path: Path) -> Path:
+    """A regular file, so that a path below it cannot be created (ENOTDIR, even as root)."""
+    path = tmp_path / "a-file"
+    path.write_text("x")
+    return path
+
+
+def full_disk(folder: Path, name: str) -> Path:
+    """A file name with the right suffix on a full disk: a link to /dev/full (ENOSPC)."""
+    link = folder / name
+    link.symlink_to("/dev/full")
+    return link
+
+
+def test_run_out_that_cannot_be_written_keeps_the_report(blocker: Path) -> None:
+    for target in (blocker / "out", blocker / "deeper" / "out"):
+        result = invoke("run", LLAMA, "--set", "serving.requests=2", "--json", "--out", target)
+        clean_failure(result, str(target), "the report above is complete")
+        assert '"decode_tokens_per_s"' in result.stdout  # printed before the failed write
+    for target in (blocker, Path("/dev/full")):  # refused before simulating
+        result = invoke("run", LLAMA, "--set", "serving.requests=2", "--out", target)
+        clean_failure(result, str(target), "exists and is not a folder")
+        assert result.stdout == ""
+
+
+def test_out_creates_missing_folders_and_leaves_no_partial_files(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b"
+    assert invoke("run", LLAMA, "--set", "serving.requests=2", "--out", out).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "requests.csv",
+        "result.json",
+        "timeseries.csv",
+    ]
+
+
+def test_trace_and_dot_and_plot_outputs(blocker: Path, tmp_path: Path) -> None:
+    for target in (blocker / "t.json", Path("/dev/full")):
+        result = invoke("step", LLAMA, "--trace", target, "--json")
+        clean_failure(result, "cannot write")
+        assert '"step_s"' in result.stdout
+        clean_failure(invoke("inspect", "graph", LLAMA, "--dot", target), "cannot write")
+    run_json = tmp_path / "run.json"
+    result = invoke("run", LLAMA, "--set", "serving.requests=2", "--json")
+    run_json.write_text(result.stdout)
+    for target in (blocker / "x.png", full_disk(tmp_path, "x.png")):
+        clean_failure(invoke("plot", "capacity", run_json, "-o", target), "cannot write")
+
+
+def test_sweep_export_and_db_paths(blocker: Path, tmp_path: Path) -> None:
+    path = spec(tmp_path, SYNTHETIC)
+    clean_failure(invoke("sweep", path, "--db", blocker / "x.sqlite"), "not a folder")
+    db = tmp_path / "r.sqlite"
+    for target in (blocker / "x.csv", full_disk(tmp_path, "x.csv")):
+        result = invoke("sweep", path, "--db", db, "--workers", "1", "--export", target)
+        clean_failure(result, "cannot write", f"the rows are kept in {db}")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM results").fetchone() == (8,)
+
+
+def test_stdout_on_a_full_disk() -> None:
+    """A subprocess: the output itself fails (`> /dev/full`), said once, exit 2."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "rdu_sim.cli.main", "check", str(HW)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert result.stderr == "error: <stdout>: No space left on device\n"
+
+
+# --- the sweep database ---
+
+
+@pytest.fixture
+def swept(tmp_path: Path) -> tuple[Path, Path]:
+    path, db = spec(tmp_path, SYNTHETIC), tmp_path / "r.sqlite"
+    result = invoke("sweep", path, "--db", db, "--workers", "1", "--no-progress")
+    assert result.exit_code == 1, result.output  # one point fails on purpose
+    return path, db
+
+
+def test_a_database_damaged_in_the_middle(swept: tuple[Path, Path]) -> None:
+    path, db = swept
+    data = bytearray(db.read_bytes())
+    rng = random.Random(16)
+    for i in range(len(data) // 4, 3 * len(data) // 4):
+        data[i] = rng.randrange(256)
+    db.write_bytes(bytes(data))
+    clean_failure(invoke("sweep", path, "--db", db), str(db), "damaged")
+    clean_failure(invoke("plot", "throughput", db), str(db), "damaged")
+
+
+def test_a_foreign_results_table(tmp_path: Path) -> None:
+    db = tmp_path / "other.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE results (id INTEGER, score REAL)")
+    path = spec(tmp_path, SYNTHETIC)
+    clean_failure(invoke("sweep", path, "--db", db), "not a sweep's (columns: id, score)")
+    clean_failure(invoke("plot", "throughput", db), "not a sweep's")
+    with sqlite3.connect(db) as conn:  # untouched
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert names == {"results"}
+
+
+@pytest.fixture
+def small_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """SQLite's own full-disk path: every connection may grow to 12 pages of 4 KiB."""
+    real = sqlite3.connect
+
+    def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = real(*args, **kwargs)  # type: ignore[arg-type]
+        conn.execute("PRAGMA max_page_count = 12")
+        return conn
+
+    monkeypatch.setattr(store_module.sqlite3, "connect", connect)
+    yield
+
+
+def test_a_full_disk_mid_sweep_keeps_the_rows_stored(tmp_path: Path, small_disk: None) -> None:
+    path, db = spec(tmp_path, SYNTHETIC), tmp_path / "r.sqlite"
+    result = invoke("sweep", path, "--db", db, "--workers", "1", "--no-progress")
+    stderr = clean_failure(result, "database or disk is full", "a rerun resumes", lines=None)
+    stored = int(stderr.split(" of the 8 points")[0].rsplit("(", 1)[1])
+    assert 0 < stored < 8
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM results").fetchone() == (stored,)
+
+
+# --- duplicate keys ---
+
+
+def test_duplicate_keys_name_both_lines(tree: Path) -> None:
+    workload = tree / "wl.yaml"
+    text = workload.read_text().replace("serving:\n", "serving:\n  seed: 1\n  seed: 2\n", 1)
+    workload.write_text(text)
+    line = text.splitlines().index("  seed: 1") + 1
+    for command in ("check", "run"):
+        clean_failure(
+            invoke(command, workload),
+            f"duplicate key 'seed' (lines {line} and {line + 1})",
+            lines=2 if command == "check" else 1,  # check adds "1 of 1 file(s) failed"
+        )
+
+
+# --- sweep export order ---
+
+
+def test_serial_and_parallel_sweeps_export_the_same_bytes(tmp_path: Path) -> None:
+    path = spec(tmp_path, SYNTHETIC.replace("fail_when", "sleep_s: 0.02, fail_when"))
+    exports = []
+    for workers in ("1", "3"):
+        out = tmp_path / f"w{workers}.csv"
+        result = invoke(
+            "sweep",
+            path,
+            "--db",
+            tmp_path / f"w{workers}.sqlite",
+            "--workers",
+            workers,
+            "--export",
+            out,
+            "--no-progress",
+        )
+        assert result.exit_code == 1, result.output  # the one failing point
+        exports.append(out.read_bytes())
+    assert exports[0] == exports[1]
+    rows = list(csv.reader(io.StringIO(exports[0].decode())))
+    assert [r[3] for r in rows[1:]] == [str(n) for n in range(1, 9)]  # grid order
+    assert rows[3][2] == "failed" and "synthetic failure" in rows[3][6]
+    assert "wall_s" not in rows[0] and "worker" not in rows[0]
+    with_provenance = tmp_path / "p.csv"
+    invoke(
+        "sweep", path, "--db", tmp_path / "w1.sqlite", "--export", with_provenance, "--provenance"
+    )
+    assert "wall_s" in with_provenance.read_text().splitlines()[0]
