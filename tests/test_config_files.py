@@ -288,7 +288,7 @@ def test_integers_no_config_needs_are_refused_before_conversion(
 def test_overrides_are_parsed_within_the_same_limits() -> None:
     workload = REPO / "workloads" / LLAMA_1S
     for value, words in (
-        ("[" * 1000 + "]" * 1000, "nested too deeply"),
+        ("[" * 1000 + "]" * 1000, "nested"),
         ("9" * 5000, "at most 40"),
         ("0x" + "f" * 5000, "at most 40"),
         ("[&a [1,1,1,1,1,1,1,1,1,1], " + ", ".join(["*a"] * 5) + "]", None),

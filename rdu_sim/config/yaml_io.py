@@ -51,7 +51,13 @@ class YamlLimitError(ValueError):
         self.line = line
 
 
-class _BoundedLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (6x faster: a sweep resolves every point's
+# hardware file), else the pure-Python one; the constructors (what the values become) are
+# the same Python code either way.
+_SafeBase: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _BoundedLoader(_SafeBase):  # type: ignore[valid-type,misc]
     """The safe loader, refusing integers too long to be a config value before converting."""
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
