@@ -1,7 +1,9 @@
 """Fuzzed inputs never give a traceback or a hang: always a clear error and exit status 2.
 
 The corpus (tests/fuzz/corpus/, written by tests/fuzz/make_corpus.py) holds broken workloads
-(wl-*), broken hardware files (hw-*) and raw junk (raw-*). The CLI runs in subprocesses, as a
+(wl-*, wl-trace-* with a broken request trace trace-*), broken hardware files (hw-*) and raw
+junk (raw-*). The generators of each class of hostile input, property-based, are
+tests/fuzz/test_fuzz_*.py. The CLI runs in subprocesses, as a
 user runs it: `check` over the whole corpus in two batches (one per core), `check` file by
 file and `run --set serving.requests=1` on samples, and `run` in-process on every workload
 file and every bad `--set` of tests/fuzz/bad_overrides.yaml.
@@ -81,8 +83,23 @@ def test_corpus_is_large_and_varied() -> None:
         "raw-empty",
         "raw-random-bytes",
         "raw-python-apply-top",
+        "dup-key",
+        "unit-case",
+        "unit-bomb",
+        "long-int",
+        "tiny-rate",
+        "raw-sweep-alias-bomb",
+        "raw-duplicate-top-keys",
+        "wl-trace-arabic-digits",
+        "wl-trace-latin1",
+        "wl-trace-wide-field",
+        "wl-trace-quoted-newline",
+        "wl-trace-deep",
+        "wl-trace-late-arrival",
     ):
         assert kind in names, kind
+    traces = {p.name for p in (FUZZ / "corpus").glob("trace-*")}
+    assert len(traces) >= 15 and {"trace-deep.jsonl", "trace-latin1.csv"} <= traces
     assert (FUZZ / "corpus" / "raw-deep-list.yaml").read_text().startswith("[" * 10_000)
     assert len(BAD_OVERRIDES) >= 30
 
@@ -128,7 +145,10 @@ PER_FILE = _sample(
         "raw-empty",
         "raw-random-bytes-0",
         "raw-nul-bytes",
+        "raw-sweep-alias-bomb",
         "wl-hardware-path-04",
+        "wl-trace-deep",
+        "wl-trace-wide-field",
     ),
 )
 
@@ -142,7 +162,11 @@ def test_check_rejects_each_file_on_its_own() -> None:
 
 
 def test_run_rejects_workload_files_in_subprocesses() -> None:
-    sample = _sample(WORKLOAD_FILES, 20, always=("wl-hardware-path-00", "wl-hardware-path-09"))
+    sample = _sample(
+        WORKLOAD_FILES,
+        20,
+        always=("wl-hardware-path-00", "wl-hardware-path-09", "wl-trace-latin1", "wl-trace-nul"),
+    )
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda f: _cli("run", _rel(f), "--set", RUN_OVERRIDE), sample))
     assert len(results) >= 8

@@ -5,9 +5,14 @@ Usage (from the repository root): python tests/fuzz/make_corpus.py [--seed N]
 Deterministic for a given seed and rdu-sim version. Mutations start from the shipped
 workloads and hardware files (plus workloads with custom architectures inline) and break
 them in the ways people and tools break YAML: wrong types, missing and unknown keys, huge,
-negative and non-finite numbers, bad units, wrong nesting, object-construction tags, a
+negative, denormal and non-finite numbers, bad units (and units whose case could mean bits
+or bytes, and unit strings built to make a regular expression backtrack), wrong nesting,
+object-construction tags, duplicate keys, integers in any base too long to print, a
 hardware path pointing nowhere, and raw text nobody meant as a config (binary garbage,
-empty files, 10,000-level nesting, alias bombs).
+empty files, 10,000-level nesting, alias bombs, a sweep spec whose axis is an alias bomb).
+Request traces (trace-*.csv, trace-*.jsonl) break the trace reader (non-ASCII digits,
+text that is not UTF-8, a field over the csv module's limit, a quoted newline, JSON nested
+deep, arrivals past the serving clock), each with a workload (wl-trace-*) that uses it.
 
 Every file is checked in-process before it is kept: it must be rejected with a ConfigError
 (with `--set serving.requests=1` too, for workload files), so the corpus never holds a file
@@ -36,6 +41,7 @@ from rdu_sim.config import ConfigError, HardwareConfig, load_model
 from rdu_sim.config.loader import MAX_DEPTH
 from rdu_sim.models import get_model
 from rdu_sim.scenario import load_scenario
+from rdu_sim.serving.requests import make_requests
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -306,6 +312,24 @@ def m_wrong_nesting(rng: random.Random, data: Data) -> Data | None:
     return doc
 
 
+TINY_RATES = [5e-324, 1e-300, 1e-9, "5e-324 TB/s", "0.5 B/s", "1e-300 TFLOP/s"]
+
+
+def m_tiny_rate(rng: random.Random, data: Data) -> Data | None:
+    """A rate (a unit string ending in /s, or an efficiency) set to a denormal or below 1/s."""
+    doc = copy.deepcopy(data)
+    rates = [
+        p
+        for p in _leaves(doc)
+        if (isinstance(_get(doc, p), str) and _get(doc, p).endswith("/s"))
+        or p[-1] in ("efficiency", "max_gemm_efficiency", "usable_fraction")
+    ]
+    if not rates:
+        return None
+    _set(doc, rng.choice(rates), rng.choice(TINY_RATES))
+    return doc
+
+
 DATA_MUTATIONS: dict[str, Callable[[random.Random, Data], Data | None]] = {
     "misspell": m_misspell,
     "unknown-key": m_unknown_key,
@@ -314,6 +338,7 @@ DATA_MUTATIONS: dict[str, Callable[[random.Random, Data], Data | None]] = {
     "bad-number": m_bad_number,
     "bad-unit": m_bad_unit,
     "nesting": m_wrong_nesting,
+    "tiny-rate": m_tiny_rate,
 }
 
 
@@ -340,19 +365,26 @@ def t_truncate(rng: random.Random, data: Data) -> str | None:
     return text[: rng.randrange(1, max(2, len(text) * 2 // 3))]
 
 
-def t_huge_int_text(rng: random.Random, data: Data) -> str | None:
+def _is_int_line(line: str) -> bool:
+    return ": " in line and line.split(": ", 1)[1].strip().lstrip("-").isdigit()
+
+
+def _replace_value(
+    rng: random.Random, data: Data, selects: Callable[[str], bool], value: str
+) -> str | None:
+    """The document's text with one line chosen by `selects` given `value` (None if none)."""
     lines = _dump(data).splitlines()
-    numeric = [
-        i
-        for i, line in enumerate(lines)
-        if ": " in line and line.split(": ", 1)[1].strip().lstrip("-").isdigit()
-    ]
-    if not numeric:
+    candidates = [i for i, line in enumerate(lines) if selects(line)]
+    if not candidates:
         return None
-    i = rng.choice(numeric)
-    key = lines[i].split(": ", 1)[0]
-    lines[i] = f"{key}: {rng.choice(['9' * 5000, '-' + '9' * 400, '1' + '0' * 4299])}"
+    i = rng.choice(candidates)
+    lines[i] = f"{lines[i].split(': ', 1)[0]}: {value}"
     return "\n".join(lines) + "\n"
+
+
+def t_huge_int_text(rng: random.Random, data: Data) -> str | None:
+    huge = rng.choice(["9" * 5000, "-" + "9" * 400, "1" + "0" * 4299])
+    return _replace_value(rng, data, _is_int_line, huge)
 
 
 def t_garbage_splice(rng: random.Random, data: Data) -> str | None:
@@ -362,11 +394,52 @@ def t_garbage_splice(rng: random.Random, data: Data) -> str | None:
     return (text[:at] + junk + text[at:]).decode("utf-8", errors="surrogateescape")
 
 
+def t_duplicate_key(rng: random.Random, data: Data) -> str | None:
+    """A `key: value` line repeated (with another value) right below itself."""
+    lines = _dump(data).splitlines()
+    scalar_lines = [
+        i for i, line in enumerate(lines) if ": " in line and not line.lstrip().startswith("-")
+    ]
+    i = rng.choice(scalar_lines)
+    key = lines[i].split(": ", 1)[0]
+    lines.insert(i + 1, f"{key}: {rng.choice(['1', 'x', '2 GiB', '[1]'])}")
+    return "\n".join(lines) + "\n"
+
+
+def t_unit_case(rng: random.Random, data: Data) -> str | None:
+    """A unit whose case decides bits or bytes written in another case (gb/s, gib, MB/S)."""
+    text = _dump(data)
+    units = [u for u in ("TB/s", "GB/s", "GiB", "MiB", "KiB", "GB") if f" {u}" in text]
+    if not units:
+        return None
+    unit = rng.choice(units)
+    return text.replace(f" {unit}", f" {rng.choice([unit.lower(), unit.upper()])}", 1)
+
+
+def t_unit_bomb(rng: random.Random, data: Data) -> str | None:
+    """A quantity replaced by a digit, a long run of spaces and a stray character."""
+    units = ("B/s", "iB", "Hz", "FLOP", " us", " ns")
+    bomb = f"'1{' ' * rng.randrange(10_000, 60_000)}{rng.choice('x!1é')}'"
+    return _replace_value(rng, data, lambda line: any(u in line for u in units), bomb)
+
+
+def t_long_int_literal(rng: random.Random, data: Data) -> str | None:
+    """An integer too long to print, in a base Python converts without a limit."""
+    literal = rng.choice(
+        ["0x" + "f" * 5000, "0b" + "1" * 3000, ":".join(["59"] * 2000), "0o" + "7" * 2000]
+    )
+    return _replace_value(rng, data, _is_int_line, literal)
+
+
 TEXT_MUTATIONS: dict[str, Callable[[random.Random, Data], str | None]] = {
     "tag": t_tag,
     "truncated": t_truncate,
     "huge-int": t_huge_int_text,
     "garbage": t_garbage_splice,
+    "dup-key": t_duplicate_key,
+    "unit-case": t_unit_case,
+    "unit-bomb": t_unit_bomb,
+    "long-int": t_long_int_literal,
 }
 
 
@@ -379,6 +452,10 @@ def _raw_documents(rng: random.Random) -> list[tuple[str, bytes]]:
     laughs = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
     laughs += ["hardware: sn40l.yaml", "model: *a9"]
+    sweep_laughs = ["name: bomb", "base: ../../../workloads/llama3.1-8b-1socket.yaml"]
+    sweep_laughs += [line.replace("a0:", "x0:") for line in laughs[:1]]
+    sweep_laughs += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    sweep_laughs += ["axes:", "  serving.batch_slots: *a8"]
     texts: list[tuple[str, str | bytes]] = [
         ("empty", ""),
         ("whitespace", "   \n\n\t\n"),
@@ -410,6 +487,9 @@ def _raw_documents(rng: random.Random) -> list[tuple[str, bytes]]:
         ("utf16", "hardware: a.yaml\nmodel: x\n".encode("utf-16")),
         ("control-chars", "hardware: a\x07\x1b[31m\nmodel: x\n"),
         ("python-apply-top", '!!python/object/apply:os.system ["true"]\n'),
+        ("sweep-alias-bomb", "\n".join(sweep_laughs) + "\n"),
+        ("sweep-huge-int-axis", "base: x.yaml\naxes:\n  serving.seed: [0x" + "f" * 4000 + "]\n"),
+        ("duplicate-top-keys", "hardware: a.yaml\nmodel: llama-3.1-8b\nmodel: x\n"),
         ("python-object-top", "!!python/object:builtins.object {}\n"),
     ]
     for i in range(10):
@@ -421,6 +501,35 @@ def _raw_documents(rng: random.Random) -> list[tuple[str, bytes]]:
     ]
 
 
+TRACE_HEADER = "arrival_s,prompt_tokens,output_tokens\n"
+
+
+def _traces() -> list[tuple[str, bytes]]:
+    """(file name, bytes) of request traces the reader must refuse, one per class."""
+    texts: list[tuple[str, str | bytes]] = [
+        ("arabic-digits.csv", TRACE_HEADER + "0,١٢,5\n"),
+        ("superscript-digits.csv", TRACE_HEADER + "0,12,5²\n"),
+        ("arabic-arrival.csv", TRACE_HEADER + "١,12,5\n"),
+        ("latin1.csv", (TRACE_HEADER + "0,caf\xe9,1\n0,12,5\n").encode("latin-1")),
+        ("utf16.jsonl", '{"prompt_tokens": 1, "output_tokens": 2}\n'.encode("utf-16")),
+        ("nul.csv", TRACE_HEADER.encode() + b"0,1\x002,3\n"),
+        ("wide-field.csv", TRACE_HEADER + '0,1,"' + "9" * 140_000 + '"\n'),
+        ("quoted-newline.csv", TRACE_HEADER + '0,"12\n34",5\n1,2,3\n'),
+        ("bad-quote.csv", TRACE_HEADER + '0,"12,5\n'),
+        ("duplicate-column.csv", "prompt_tokens,output_tokens,prompt_tokens\n1,2,3\n"),
+        ("header-only.csv", TRACE_HEADER),
+        ("late-arrival.csv", TRACE_HEADER + "1e9,1,1\n0,1,1\n"),
+        ("deep.jsonl", "[" * 5000 + "]" * 5000 + "\n"),
+        ("deep-object.jsonl", '{"a":' * 5000 + "1" + "}" * 5000 + "\n"),
+        ("huge-int.jsonl", '{"prompt_tokens": ' + "9" * 5000 + ', "output_tokens": 1}\n'),
+        ("nan.jsonl", '{"prompt_tokens": 1, "output_tokens": 1, "arrival_s": NaN}\n'),
+        ("bool.jsonl", '{"prompt_tokens": true, "output_tokens": 1}\n'),
+        ("array.jsonl", "[1, 2, 3]\n"),
+        ("unknown-suffix.tsv", "prompt_tokens\toutput_tokens\n1\t2\n"),
+    ]
+    return [(n, t.encode() if isinstance(t, str) else t) for n, t in texts]
+
+
 def _rejected(path: Path, workload: bool) -> bool:
     """True when the file fails `check` (and `run --set serving.requests=1`) as bad input."""
     try:
@@ -429,9 +538,11 @@ def _rejected(path: Path, workload: bool) -> bool:
         pass
     else:
         return False
-    if workload:
+    if workload:  # what `run` reads before it simulates: the scenario and the requests
         try:
-            load_scenario(path, [RUN_OVERRIDE])
+            scenario = load_scenario(path, [RUN_OVERRIDE])
+            serving = scenario.workload.serving
+            make_requests(serving, 1, scenario.base_dir, scenario.workload_file)
         except ConfigError:
             return True
         return False
@@ -483,6 +594,20 @@ def _bad_overrides(rng: random.Random) -> list[str]:
         "engine.max_events=1",
         "serving.requests=" + "9" * 50,
         "kv={policy: snapstream, budget: 10}",
+        "hw.system.intra_node_link.bandwidth=400 gb/s",
+        "hw.socket.hbm.bandwidth=1.8 TB/S",
+        "hw.socket.hbm.capacity=64 gib",
+        "hw.socket.hbm.bandwidth=5e-324",
+        "hw.socket.pcu.peak_flops=1e-300 TFLOP/s",
+        "hw.socket.hbm.efficiency=1e-300",
+        "hw.socket.pcu.count=1",
+        "hw.socket.usable_fraction=1e-9",
+        "serving.requests=" + "[" * 1000 + "]" * 1000,
+        "serving.requests=0x" + "f" * 5000,
+        "serving.seed=" + ":".join(["59"] * 3000),
+        "serving.requests={a: 1, a: 2}",
+        "hw.socket.clock=1" + " " * 5000 + "x",
+        ".".join(["serving"] * 100) + "=1",
     ]
     rng.shuffle(candidates)
     workload = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
@@ -520,8 +645,8 @@ def main(argv: list[str] | None = None) -> int:
 
     written: list[str] = []
 
-    def write(name: str, payload: bytes, workload: bool) -> bool:
-        path = corpus / f"{name}.yaml"
+    def write(name: str, payload: bytes, workload: bool, suffix: str = ".yaml") -> bool:
+        path = corpus / f"{name}{suffix}"
         path.write_bytes(payload)
         if _rejected(path, workload):
             written.append(path.name)
@@ -537,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = attempts = 0
         while kept < args.per_base and attempts < args.per_base * 20:
             attempts += 1
-            kind = mutations[(kept + attempts) % len(mutations)]
+            kind = mutations[attempts % len(mutations)]  # every kind in turn
             if kind in DATA_MUTATIONS:
                 mutated = DATA_MUTATIONS[kind](rng, data)
                 text = None if mutated is None else _dump(mutated)
@@ -553,6 +678,15 @@ def main(argv: list[str] | None = None) -> int:
         doc["hardware"] = hardware
         if not write(f"wl-hardware-path-{i:02d}", _dump(doc).encode(), True):
             print(f"hardware path {hardware[:40]!r} was not rejected", file=sys.stderr)
+    for trace_name, payload in _traces():
+        stem, suffix = os.path.splitext(trace_name)
+        (corpus / f"trace-{trace_name}").write_bytes(payload)
+        doc = copy.deepcopy(workloads["llama3.1-8b-1socket"])
+        doc["serving"]["trace"] = f"trace-{trace_name}"
+        if not write(f"wl-trace-{stem}", _dump(doc).encode(), True):
+            print(f"trace {trace_name!r} was not rejected", file=sys.stderr)
+        elif suffix in (".csv", ".jsonl") and not _rejected(corpus / f"trace-{trace_name}", False):
+            print(f"trace {trace_name!r} was not rejected by check", file=sys.stderr)
     for name, payload in _raw_documents(rng):
         if not write(f"raw-{name}", payload, False):
             print(f"raw document {name!r} was not rejected", file=sys.stderr)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -80,7 +80,13 @@ def read_trace(path: str | Path, workload_file: str = "", max_rows: int = MAX_TR
         stream.close()
         raise ConfigError.single(name, "", f"trace is larger than {MAX_TRACE_BYTES} bytes", 1)
     with stream:
-        return _arrays(TraceLines(stream, name), trace_format.rows, max(1, max_rows))
+        try:
+            return _arrays(TraceLines(stream, name), trace_format.rows, max(1, max_rows))
+        except ConfigError as exc:
+            if not workload_file:
+                raise
+            note = f" (the serving.trace of {cut_middle(workload_file)})"
+            raise ConfigError([replace(i, message=i.message + note) for i in exc.issues]) from None
 
 
 def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
