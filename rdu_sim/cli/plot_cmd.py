@@ -27,6 +27,7 @@ import click
 
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
+from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import file_problem, read_text_file
 from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
@@ -75,7 +76,7 @@ def _read_columns(path: Path) -> dict[str, list[float | None]]:
                 try:
                     columns[name].append(float(cell) if cell else None)
                 except ValueError:
-                    fail(f"{path}: column {name!r} holds {cell!r}, not a number")
+                    fail(f"{path}: column {shown(name)} holds {shown(cell)}, not a number")
     return columns
 
 
