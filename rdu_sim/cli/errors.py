@@ -30,6 +30,7 @@ import click
 from rich.console import Console
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.show import cut_middle
 from rdu_sim.models.presets import UnknownModelError
 
 EXIT_INPUT_ERROR = 2  # bad input (click uses 2 for usage errors too)
@@ -141,11 +142,15 @@ def _console() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
+MAX_ERROR_LINE_CHARS = 2000  # a message quoting a 5000-character input names no better
+
+
 def print_error(message: str) -> None:
-    """Print each line of `message` as `error: <line>` in red on stderr."""
+    """Print each line of `message` as `error: <line>` in red on stderr (each cut in the
+    middle past MAX_ERROR_LINE_CHARS)."""
     console = _console()
     for line in str(message).splitlines() or [""]:
-        console.print(f"error: {line}", style="red", markup=False)
+        console.print(f"error: {cut_middle(line, MAX_ERROR_LINE_CHARS)}", style="red", markup=False)
 
 
 def print_warning(message: str) -> None:
