@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 
+from rdu_sim.config.show import cut_middle
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import Row, register_format
 from rdu_sim.serving.traces.values import COLUMNS, REQUIRED
@@ -43,9 +44,9 @@ def csv_rows(lines: TraceLines) -> Iterator[Row]:
         raise lines.error(f"CSV header names column(s) {repeated} more than once", line=1)
     missing = [column for column in REQUIRED if column not in header]
     if missing:
-        shown = header if len(header) <= 20 else [*header[:20], "..."]
+        names = [cut_middle(name, 40) for name in header[:20]] + (["..."] if header[20:] else [])
         raise lines.error(
-            f"CSV header {shown} lacks column(s) {missing}; expected {', '.join(COLUMNS)}",
+            f"CSV header {names} lacks column(s) {missing}; expected {', '.join(COLUMNS)}",
             line=1,
         )
     wanted = [(index, name) for index, name in enumerate(header) if name in COLUMNS]
