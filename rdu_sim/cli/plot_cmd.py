@@ -187,6 +187,8 @@ def command(
     if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
         input_path = input_path / RESULT_FILE
     problem = file_problem(input_path)
+    if problem == "file not found":
+        problem = "no such file"
     if problem is not None:
         fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")
     suffix = input_path.suffix.lower()
