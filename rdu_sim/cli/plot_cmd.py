@@ -217,6 +217,6 @@ def command(
         written = plots.save_figure(figure, target)
     except plots.PlotInputError as exc:
         fail(f"{input_path}: {exc}")
-    except OSError as exc:
+    except OSError as exc:  # matplotlib's own file handling, if any
         fail(f"{target}: cannot write the plot: {exc.strerror or exc}")
     click.echo(f"wrote {written}")

@@ -237,8 +237,8 @@ def _split(value: Any, kind: str, example: str) -> tuple[float, str]:
     elif isinstance(value, str):
         if len(value) > MAX_QUANTITY_CHARS:
             raise UnitError(
-                f"expected a {kind} such as {example!r}, got a string of {len(value)} "
-                f"characters (a quantity is at most {MAX_QUANTITY_CHARS})"
+                f"expected a {kind} such as {example!r}: a quantity is at most "
+                f"{MAX_QUANTITY_CHARS} characters, this one has {len(value)}"
             )
         parts = split_quantity(value)
         if parts is None:

@@ -30,17 +30,19 @@ REQUESTS_FILE = "requests.csv"
 TIMESERIES_FILE = "timeseries.csv"
 
 
-def make_folder(folder: Path) -> None:
-    """Create `folder` and its parents; a WriteError naming it when it cannot be."""
+def make_folder(folder: Path, target: Path | None = None) -> None:
+    """Create `folder` and its parents; a WriteError naming `target` (default: the folder)
+    when it cannot be."""
+    named = target if target is not None else folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         blocker = next((p for p in (folder, *folder.parents) if p.exists()), folder)
         raise WriteError.single(
-            str(folder), "", f"cannot write: {blocker} exists and is not a folder"
+            str(named), "", f"cannot write: {blocker} exists and is not a folder"
         ) from None
     except OSError as exc:
-        raise WriteError.from_os(folder, exc) from None
+        raise WriteError.from_os(named, exc) from None
 
 
 def _in_place(path: Path) -> bool:
@@ -69,7 +71,7 @@ def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: boo
     target = Path(path)
     if target.is_dir():
         raise WriteError.single(str(target), "", "cannot write: is a folder")
-    make_folder(target.parent)
+    make_folder(target.parent, target)
     try:
         if _in_place(target):
             with _open(target, binary) as handle:

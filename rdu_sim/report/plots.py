@@ -37,6 +37,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from rdu_sim.report.files import write_file
 from rdu_sim.report.plots_calibration import calibration
 from rdu_sim.report.plots_data import (
     PlotInputError,
@@ -171,10 +172,12 @@ def plot(kind: str, results: Any) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` to ``path`` (.png at 150 dpi, .svg or .pdf), creating parent folders."""
+    """Write ``fig`` to ``path`` (.png at 150 dpi, .svg or .pdf), creating parent folders,
+    all or nothing (``files.write_file``: a WriteError names the path)."""
     target = Path(path)
-    if target.suffix.lower() not in SAVE_FORMATS:
+    suffix = target.suffix.lower()
+    if suffix not in SAVE_FORMATS:
         raise PlotInputError(f"output must end in {', '.join(SAVE_FORMATS)}, got {target.name!r}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=150)
-    return target
+    return write_file(
+        target, lambda handle: fig.savefig(handle, format=suffix[1:], dpi=150), binary=True
+    )
