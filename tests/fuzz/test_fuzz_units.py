@@ -15,6 +15,7 @@ from rdu_sim.config.units import (
     UnitError,
     parse_bandwidth,
     parse_bytes,
+    parse_decimal,
     parse_flops,
     parse_hertz,
     parse_seconds,
@@ -86,3 +87,12 @@ def test_generated_quantities_mean_what_they_say(
     else:
         bits = number * PREFIX[prefix] / 8
         assert value == (pytest.approx(bits, rel=1e-12, abs=1e-300) if rate else round(bits))
+
+
+@SETTINGS
+@given(text=st.text(alphabet="0123456789.eE+- \u0660_in", max_size=12))
+def test_parse_decimal_accepts_exactly_what_the_scanner_reads(text: str) -> None:
+    """Two ways of reading a plain number agree: the fast one and the unit scanner."""
+    parts = split_quantity(text)
+    scanned = float(parts[0]) if parts is not None and parts[1] == "" else None
+    assert parse_decimal(text) == scanned

@@ -17,10 +17,8 @@ Limits: a regular file of at most ``MAX_TRACE_BYTES``; UTF-8 text, lines of at m
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,7 +28,7 @@ from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import RowReader, format_for, known_suffixes
-from rdu_sim.serving.traces.values import MAX_TOKENS, REQUIRED, ValueProblem, seconds, tokens
+from rdu_sim.serving.traces.values import MAX_TOKENS, ValueProblem, seconds, tokens
 
 MAX_TRACE_BYTES = 512 * 2**20  # a trace larger than this is a mistake
 MAX_TRACE_ROWS = 1_000_000  # serving.requests' own bound: no run uses more rows
@@ -96,23 +94,28 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
     outputs = array("q")
     has_arrival: bool | None = None
     for line, row in rows(lines):
-        for column in REQUIRED:
-            if row.get(column) in (None, ""):
-                raise lines.error("missing value", column, line)
-        prompts.append(_checked(tokens, row, "prompt_tokens", lines, line))
-        outputs.append(_checked(tokens, row, "output_tokens", lines, line))
-        present = row.get("arrival_s") not in (None, "")
-        if has_arrival is None:
-            has_arrival = present
-        elif present != has_arrival:
-            problem = (
-                "missing value (other rows have one)"
-                if has_arrival
-                else ("a value where earlier rows have none")
-            )
-            raise lines.error(problem, "arrival_s", line)
-        if present:
-            arrivals.append(_checked(seconds, row, "arrival_s", lines, line))
+        column = "prompt_tokens"
+        try:
+            prompt = tokens(row.get(column))
+            column = "output_tokens"
+            output = tokens(row.get(column))
+            column = "arrival_s"
+            present = row.get(column) not in (None, "")
+            if has_arrival is None:
+                has_arrival = present
+            elif present != has_arrival:
+                raise ValueProblem(
+                    "missing value (other rows have one)"
+                    if has_arrival
+                    else "a value where earlier rows have none"
+                )
+            if present:
+                arrivals.append(seconds(row[column]))
+        except ValueProblem as exc:
+            missing = row.get(column) in (None, "") and column != "arrival_s"
+            raise lines.error("missing value" if missing else str(exc), column, line) from None
+        prompts.append(prompt)
+        outputs.append(output)
         if len(prompts) >= max_rows:
             break
     if not prompts:
@@ -122,20 +125,3 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
         prompt_tokens=np.frombuffer(prompts, dtype=np.int64).copy(),
         output_tokens=np.frombuffer(outputs, dtype=np.int64).copy(),
     )
-
-
-ValueT = TypeVar("ValueT")
-
-
-def _checked(
-    check: Callable[[Any], ValueT],
-    row: Mapping[str, Any],
-    column: str,
-    lines: TraceLines,
-    line: int,
-) -> ValueT:
-    """`check(row[column])`, a ValueProblem becoming a ConfigError at the line and column."""
-    try:
-        return check(row[column])
-    except ValueProblem as exc:
-        raise lines.error(str(exc), column, line) from None

@@ -28,6 +28,10 @@ class ValueProblem(ValueError):
 
 def tokens(value: Any) -> int:
     """A positive whole number of tokens (``12``, ``"12"``, ``12.0``; not ``1.5`` or ``true``)."""
+    if type(value) is str and value.isascii() and value.isdigit() and len(value) <= _MAX_DIGITS:
+        count = int(value)  # the common case, a CSV field: checked at C speed
+        if 1 <= count <= MAX_TOKENS:
+            return count
     if isinstance(value, str):
         text = value.strip().removeprefix("+")
         if not (0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()):
