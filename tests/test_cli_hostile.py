@@ -177,6 +177,9 @@ def test_hostile_traces(tree: Path, name: str) -> None:
     workload.write_text(text)
     for command in ("check", "run"):
         clean_failure(invoke(command, workload), str(tree), lines=None)
+    sweep_spec = spec(tree, "axes:\n  serving.batch_slots: [1, 2]\n", base=workload)
+    clean_failure(invoke("sweep", sweep_spec, "--db", tree / "s.sqlite"), str(tree), lines=None)
+    assert not (tree / "s.sqlite").exists()  # refused before anything ran
 
 
 # --- writes ---

@@ -152,8 +152,25 @@ def check_spec(path: str | Path) -> SpecCheck:
     """
     loaded = load_spec(path)
     expansion = expand(loaded)
+    check_traces(expansion)
     bind_evaluator(loaded)
     return SpecCheck(expansion)
+
+
+def check_traces(expansion: Expansion) -> None:
+    """Read each request trace the points use (the rows a run would read) once, so a bad
+    trace is a ConfigError before anything runs, not a failure of every point."""
+    from rdu_sim.serving.traces import read_trace  # the serving package, only when needed
+
+    seen: set[tuple[Path, int]] = set()
+    for point in expansion.points:
+        serving = point.scenario.workload.serving
+        if serving.trace is None:
+            continue
+        wanted = (point.scenario.base_dir / serving.trace, serving.requests)
+        if wanted not in seen:
+            seen.add(wanted)
+            read_trace(wanted[0], point.scenario.workload_file, serving.requests)
 
 
 def plan(expansion: Expansion, existing: Mapping[str, Existing], *, retry_failed: bool) -> Plan:
@@ -242,6 +259,7 @@ def run_sweep(
     """
     loaded = load_spec(spec)
     expansion = expand(loaded)
+    check_traces(expansion)
     evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
     db_path = Path(db) if db is not None else default_db(loaded.file)
     reporter: Reporter = (
