@@ -37,7 +37,8 @@ _KINDS = ("memory", "capacity", "throughput", "roofline", "latency", "occupancy"
 
 
 MAX_CONTEXT_TOKENS = 100_000_000  # serving.max_context's own bound
-MAX_RESULTS_BYTES = 256 * 2**20  # a run's JSON is kilobytes; its per-request rows are CSV
+MAX_RESULTS_BYTES = 64 * 2**20  # a run's JSON is kilobytes; its per-request rows are CSV
+MAX_COLUMNS_BYTES = 256 * 2**20  # requests.csv of a million requests is about 100 MB
 
 
 def _tokens(text: str) -> int:
@@ -87,10 +88,12 @@ def _attach_siblings(results: Any, folder: Path) -> Any:
     for name, key in ((REQUESTS_FILE, "request_records"), (TIMESERIES_FILE, "slot_occupancy")):
         sibling = folder / name
         if key not in results and sibling.is_file():
+            if sibling.stat().st_size > MAX_COLUMNS_BYTES:
+                fail(f"{sibling}: larger than {MAX_COLUMNS_BYTES} bytes; not a run's {name}")
             try:
                 results[key] = _read_columns(sibling)
             except (OSError, UnicodeDecodeError, csv.Error) as exc:
-                fail(f"{sibling}: cannot read: {exc}")
+                fail(f"{sibling}: cannot read: {str(exc)[:200]}")
     return results
 
 
