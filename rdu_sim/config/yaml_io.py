@@ -101,11 +101,21 @@ def _key_text(node: yaml.Node) -> str | None:
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
+    """The collection nodes below `node` (scalars count one each and need no visit)."""
     if isinstance(node, yaml.MappingNode):
-        return [child for pair in node.value for child in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
+        items: list[yaml.Node] = [child for pair in node.value for child in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        items = node.value
+    else:
+        return []
+    return [child for child in items if not isinstance(child, yaml.ScalarNode)]
+
+
+def _values(node: yaml.Node) -> int:
+    """Direct values of a collection node: keys and values of a mapping, items of a list."""
+    if isinstance(node, yaml.MappingNode):
+        return 2 * len(node.value)
+    return len(node.value) if isinstance(node, yaml.SequenceNode) else 0
 
 
 def _check_mapping(node: yaml.MappingNode) -> None:
@@ -134,13 +144,16 @@ def _expanded_size(root: yaml.Node) -> int:
     """
     size: dict[int, int] = {}
     active: set[int] = set()
+    if isinstance(root, yaml.ScalarNode):
+        return 1
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
         ident = id(node)
         if children_done:
             active.discard(ident)
-            total = 1 + sum(size[id(child)] for child in _children(node))
+            nested = _children(node)
+            total = 1 + _values(node) - len(nested) + sum(size[id(child)] for child in nested)
             if total > MAX_NODES:
                 raise YamlLimitError(
                     f"the document has more than {MAX_NODES} values once its aliases are "
