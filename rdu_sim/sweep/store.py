@@ -134,7 +134,7 @@ class Store:
         if problem is not None:
             raise StoreError.single(str(path), "", f"cannot open the database: {problem}")
         if create and not existed:
-            make_folder(path.parent)  # as for every output: a WriteError naming the folder
+            make_folder(path.parent, path)  # as for every output: a WriteError naming it
         try:
             self._conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
         except sqlite3.Error as exc:
