@@ -182,6 +182,29 @@ def test_hostile_traces(tree: Path, name: str) -> None:
     assert not (tree / "s.sqlite").exists()  # refused before anything ran
 
 
+# --- JSON inputs: a model's config.json, a run's JSON for plot ---
+
+JSONS = {
+    "digits": '{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}",
+    "deep": "[" * 100_000 + "]" * 100_000,
+    "nan": '{"model_type": "llama", "hidden_size": NaN}',
+    "latin1": b'{"model_type": "caf\xe9"}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(JSONS))
+def test_hostile_json_inputs(tree: Path, name: str) -> None:
+    path = tree / "config.json"
+    payload = JSONS[name]
+    path.write_bytes(payload if isinstance(payload, bytes) else payload.encode())
+    clean_failure(invoke("inspect", "model", path), str(path))
+    workload = tree / "wl.yaml"
+    text = workload.read_text().replace("model: llama-3.1-8b", "model: {config_json: config.json}")
+    workload.write_text(text)
+    clean_failure(invoke("run", workload), str(path), lines=None)
+    clean_failure(invoke("plot", "capacity", path, "-o", tree / "x.png"), str(path))
+
+
 # --- writes ---
 
 

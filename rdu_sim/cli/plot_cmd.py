@@ -27,8 +27,9 @@ import click
 
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
+from rdu_sim.config import json_text
 from rdu_sim.config.show import shown
-from rdu_sim.config.yaml_io import file_problem, read_text_file
+from rdu_sim.config.yaml_io import MAX_DEPTH, file_problem, read_text_file
 from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
 _DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
@@ -57,14 +58,14 @@ def _tokens(text: str) -> int:
 def _read_json(path: Path) -> Any:
     text = read_text_file(path, MAX_RESULTS_BYTES, "a run's JSON")
     try:
-        return json.loads(text)
+        return json_text.loads(text, MAX_DEPTH)
     except json.JSONDecodeError as exc:
         fail(
             f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); give "
             "the file `rdu-sim run --json` writes, a sweep database or a workload YAML"
         )
-    except (ValueError, RecursionError) as exc:  # a 5000-digit number, 100,000 brackets
-        fail(f"{path}: not a run's JSON: {str(exc)[:120]}")
+    except json_text.JsonLimitError as exc:  # 5000-digit numbers, 100,000 brackets
+        fail(f"{path}: not a run's JSON: {exc}")
 
 
 def _read_columns(path: Path) -> dict[str, list[float | None]]:

@@ -36,13 +36,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rdu_sim.config import json_text
 from rdu_sim.config.architecture import (
     DeepSeekArchitecture,
     GqaMoeArchitecture,
     LlamaArchitecture,
 )
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.loader import MAX_FILE_BYTES, file_problem
+from rdu_sim.config.loader import MAX_DEPTH, MAX_FILE_BYTES, file_problem
+from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.models.layers import Architecture
 
 FAMILIES = {
@@ -144,20 +146,12 @@ def read_config_json(path: str | Path, name: str | None = None) -> Architecture:
     problem = file_problem(file)
     if problem is not None:
         raise ConfigError.single(str(file), "", problem.replace("a YAML file", "a config.json"))
+    text = read_text_file(file, MAX_FILE_BYTES, "a config.json")  # reads no more than that
     try:
-        raw = file.read_bytes()[: MAX_FILE_BYTES + 1]
-    except OSError as exc:
-        raise ConfigError.single(str(file), "", f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError.single(str(file), "", "file is too large for a config.json")
-    try:
-        text = raw.decode("utf-8")
-        data = json.loads(text)
-    except UnicodeDecodeError:
-        raise ConfigError.single(str(file), "", "not a text file (not valid UTF-8)") from None
-    except (json.JSONDecodeError, RecursionError) as exc:
+        data = json_text.loads(text, MAX_DEPTH)  # 5000-digit numbers, NaN, deep nesting
+    except (json.JSONDecodeError, json_text.JsonLimitError) as exc:
         line = exc.lineno if isinstance(exc, json.JSONDecodeError) else None
-        message = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise ConfigError.single(str(file), "", f"not valid JSON: {message}", line) from None
     if not isinstance(data, dict):
         raise ConfigError.single(str(file), "", "expected a JSON object of config keys")
