@@ -154,12 +154,16 @@ JUNK_KEYS = [
 ]
 
 
-def _base_workloads(hw_dir: str) -> dict[str, Data]:
-    """Shipped workloads (hardware path rewritten for the corpus folder) and custom models."""
+def _base_workloads(hw_dir: str, corpus: Path) -> dict[str, Data]:
+    """Shipped workloads (hardware and config.json paths rewritten for the corpus folder)
+    and custom models."""
     bases: dict[str, Data] = {}
     for path in sorted((REPO / "workloads").glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
         data["hardware"] = f"{hw_dir}/{Path(data['hardware']).name}"
+        model = data.get("model")
+        if isinstance(model, dict) and "config_json" in model:
+            model["config_json"] = os.path.relpath(path.parent / model["config_json"], corpus)
         bases[path.stem] = data
     for name, hardware, tp in (
         ("llama-3.1-8b", "sn40l.yaml", 1),
@@ -654,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         path.unlink()
         return False
 
-    workloads = _base_workloads(hw_dir)
+    workloads = _base_workloads(hw_dir, corpus)
     bases = [("wl", name, data, True) for name, data in workloads.items()]
     bases += [("hw", name, data, False) for name, data in _base_hardware().items()]
     mutations = [*DATA_MUTATIONS, *TEXT_MUTATIONS]
