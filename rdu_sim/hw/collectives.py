@@ -1,10 +1,17 @@
 """Collectives across sockets, simulated as individual P2P link transfers.
 
-Topology: ``n_sockets`` sockets, ``sockets_per_node`` per node; every pair of
-sockets has its own full-duplex :class:`P2PLink` (created on first use), with
-intra-node or inter-node bandwidth/latency. SN40L's real P2P topology is not
-public; a full mesh per pair is the simplest assumption and lets ring and
-tree schedules both be expressed.
+Topology: ``n_sockets`` sockets, ``sockets_per_node`` per node, wired one of two ways
+(SN40L's real wiring is not public; docs/calibration.md says what the shipped files assume):
+
+* links per pair (``switched=False``): every pair of sockets has its own full-duplex
+  :class:`P2PLink` (created on first use), with intra-node or inter-node bandwidth/latency.
+  A ring wiring uses only the neighbour pairs; a fully connected one any pair;
+* switched (``switched=True``): each socket has one egress port per link class (within its
+  node, and to other nodes) into a non-blocking switch, a FIFO :class:`P2PLink` direction
+  that everything the socket sends on that class shares; any socket reaches any other in
+  one hop. Ingress ports are not a separate resource: every schedule here sends in rotated
+  order (at each position of its send sequence a socket's peers are a permutation), so no
+  port receives faster than its peer sends.
 
 Algorithms (``nbytes`` is NCCL-style: the all-reduce vector, the all-gather
 output, the reduce-scatter input, per socket):
@@ -62,6 +69,7 @@ class Topology:
         intra_latency: float = 0.0,
         inter_bandwidth: float | None = None,
         inter_latency: float | None = None,
+        switched: bool = False,
     ) -> None:
         if n_sockets < 1 or sockets_per_node < 1:
             raise ValueError(f"n_sockets and sockets_per_node must be >= 1: {n_sockets}")
@@ -82,7 +90,9 @@ class Topology:
             self.intra[0] if inter_bandwidth is None else float(inter_bandwidth),
             self.intra[1] if inter_latency is None else float(inter_latency),
         )
-        self.links: dict[tuple[int, int], P2PLink] = {}
+        self.switched = switched
+        self.links: dict[tuple[int, int], P2PLink] = {}  # per pair (not switched)
+        self.ports: dict[tuple[int, bool], P2PLink] = {}  # (socket, to other nodes) (switched)
         # Symmetric collectives' chains of transfers, computed in plain Python (exact, a few
         # SimPy events per collective); False: one SimPy event per transfer (the reference).
         self.fast_chains = True
@@ -97,9 +107,17 @@ class Topology:
         return self.intra if self.same_node(i, j) else self.inter
 
     def link(self, i: int, j: int) -> tuple[P2PLink, int]:
-        """The link joining i and j, and the direction index for sending i -> j."""
+        """The link joining i and j (switched: i's egress port for j's link class), and the
+        direction index for sending i -> j."""
         if i == j or not (0 <= i < self.n_sockets and 0 <= j < self.n_sockets):
             raise ValueError(f"no link between sockets {i} and {j} of {self.n_sockets}")
+        if self.switched:
+            port = (i, not self.same_node(i, j))
+            if port not in self.ports:
+                bw, lat = self.params(i, j)
+                name = f"port{i}{'.inter' if port[1] else ''}"
+                self.ports[port] = P2PLink(self.env, bw, lat, name=name)
+            return self.ports[port], 0
         key = (min(i, j), max(i, j))
         if key not in self.links:
             bw, lat = self.params(i, j)
@@ -116,6 +134,14 @@ class Topology:
         self.chains.resume()
         return ev
 
+    def directions(self) -> list[tuple[P2PLink, int, int]]:
+        """(link, direction, sending socket) for every link direction created so far."""
+        out: list[tuple[P2PLink, int, int]] = []
+        for (a, b), link in sorted(self.links.items()):
+            out += [(link, 0, a), (link, 1, b)]
+        out += [(port, 0, socket) for (socket, _), port in sorted(self.ports.items())]
+        return out
+
     def hop(self, src: int, dst: int) -> Hop:
         """The link direction ``src -> dst`` as :class:`LinkChains` sends on it."""
         return hop_of(*self.link(src, dst))
@@ -126,7 +152,7 @@ def _on(ev: simpy.Event, fn: Callable[..., None], *args: int) -> None:
     ev.callbacks.append(lambda _ev: fn(*args))
 
 
-class _Countdown:
+class Countdown:
     """Fires ``done`` (value: time) after ``n`` calls to ``tick``."""
 
     def __init__(self, env: simpy.Environment, n: int) -> None:
@@ -176,11 +202,11 @@ def ring(
     if chunks < 1 or nbytes < 0:
         raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
     if steps == 0 or nbytes == 0:
-        return _Countdown(env, 0).done
+        return Countdown(env, 0).done
     if bidirectional and p > 2:
         # the reverse ring starts at the same socket: ids[0], ids[-1], ids[-2], ...
         reverse = [ring_ids[0], *ring_ids[:0:-1]]
-        both = _Countdown(env, 2)
+        both = Countdown(env, 2)
         for ids in (ring_ids, reverse):
             half = ring(topo, kind, nbytes / 2, chunks, symmetric, ids, tag)
             half.callbacks.append(lambda _e: both.tick())
@@ -192,7 +218,7 @@ def ring(
     if symmetric and topo.fast_chains:
         hops = [topo.hop(ring_ids[r], ring_ids[(r + 1) % p]) for r in range(sim)]
         return topo.chains.start(hops, steps, size, list(range(sim)) * chunks, tag)
-    count = _Countdown(env, sim * chunks)
+    count = Countdown(env, sim * chunks)
 
     def hop(r: int, step: int) -> None:  # socket r sends (step, chunk) to socket r + 1
         ev = topo.send(ring_ids[r], ring_ids[(r + 1) % p], size, tag)
@@ -219,7 +245,7 @@ def tree_all_reduce(
     if chunks < 1 or nbytes < 0:
         raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
     if p == 1 or nbytes == 0:
-        return _Countdown(env, 0).done
+        return Countdown(env, 0).done
     size = nbytes / chunks
     if symmetric:  # the deepest leaf's path up and back down
         path = [p - 1]
@@ -230,7 +256,7 @@ def tree_all_reduce(
         if topo.fast_chains:
             hops = [topo.hop(a, b) for a, b in route]
             return topo.chains.start(hops, len(route), size, [0] * chunks, tag)
-        count = _Countdown(env, chunks)
+        count = Countdown(env, chunks)
 
         def hop_sym(j: int) -> None:
             ev = topo.send(*route[j], size, tag)
@@ -242,7 +268,7 @@ def tree_all_reduce(
         return count.done
     children = [[c for c in (2 * i + 1, 2 * i + 2) if c < p] for i in range(p)]
     waiting = [[len(children[i])] * chunks for i in range(p)]
-    count = _Countdown(env, (p - 1) * chunks)
+    count = Countdown(env, (p - 1) * chunks)
 
     def down(i: int, k: int) -> None:
         for c in children[i]:

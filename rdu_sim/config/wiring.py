@@ -1,0 +1,46 @@
+"""Which collective algorithms a socket wiring can run: the one rule that the workload check
+(``rdu_sim.scenario``) and the collective chooser (``rdu_sim.hw.collective_choice``) share.
+
+* ``ring``: each socket has links to its two neighbours only, so only rings run (one way, or
+  half the bytes each way round), except in a pair, where the one link joins everyone;
+* ``switched``: one port per socket into a non-blocking switch, so any socket reaches any other
+  in one hop: rings, one-shot and two-shot. Not the binary tree: its inner sockets send three
+  vectors through one port in 2 log2(p) hops, so two-shot always beats it;
+* ``fully_connected``: a link per pair: every algorithm, the tree included.
+
+All-gather and reduce-scatter have a ring and a one-shot (direct) form; forcing ``two_shot``
+runs their one-shot form (two-shot's halves), forcing ``tree`` their ring.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Topology = Literal["ring", "fully_connected", "switched"]
+Algorithm = Literal["ring", "bidirectional_ring", "one_shot", "two_shot", "tree"]
+Policy = Literal["auto", "ring", "bidirectional_ring", "one_shot", "two_shot", "tree"]
+ALGORITHMS: tuple[Algorithm, ...] = ("ring", "bidirectional_ring", "one_shot", "two_shot", "tree")
+"""Every algorithm, in the order ties are broken (simplest first)."""
+ALL_REDUCE_ONLY = ("two_shot", "tree")
+
+
+def allowed_algorithms(all_reduce: bool, topology: Topology, group: int) -> tuple[str, ...]:
+    """Algorithms ``topology`` can run over ``group`` sockets for an all-reduce
+    (``all_reduce``) or for an all-gather / reduce-scatter (module docstring)."""
+    names = [a for a in ALGORITHMS if all_reduce or a not in ALL_REDUCE_ONLY]
+    if group <= 2:
+        return tuple(names)
+    if topology == "ring":
+        return ("ring", "bidirectional_ring")
+    if topology == "switched":
+        return tuple(a for a in names if a != "tree")
+    return tuple(names)
+
+
+def forced_algorithm(all_reduce: bool, policy: Policy) -> str | None:
+    """The algorithm a ``policy`` forces for a collective (None: ``auto`` chooses)."""
+    if policy == "auto":
+        return None
+    if not all_reduce and policy in ALL_REDUCE_ONLY:
+        return "one_shot" if policy == "two_shot" else "ring"
+    return policy
