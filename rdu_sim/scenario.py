@@ -28,6 +28,7 @@ from rdu_sim.config.overrides import (
     set_path,
     split_overrides,
 )
+from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.kv.policies import make_policy
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
@@ -174,13 +175,16 @@ def _cross_check(
             f"tp={tp} exceeds the {hardware.system.sockets} sockets of hardware {hardware.name!r}",
         )
     system = hardware.system
-    if system.collective_algorithm == "tree" and system.topology == "ring" and tp > 2:
+    forced = forced_algorithm(True, system.collective_algorithm)
+    allowed = allowed_algorithms(True, system.topology, tp)
+    if forced is not None and forced not in allowed:
         raise fail(
             "parallelism.tp",
-            f"hardware {hardware.name!r} runs tree all-reduces "
-            "(system.collective_algorithm: tree), whose edges join sockets that are "
-            f"not ring neighbours in a group of {tp}: use system.topology "
-            "fully_connected, a ring algorithm, or tp <= 2",
+            f"hardware {hardware.name!r} forces {forced} collectives "
+            f"(system.collective_algorithm: {forced}), which a {system.topology!r} wiring "
+            f"cannot run over a group of {tp} sockets (it allows {', '.join(allowed)}): use "
+            "system.collective_algorithm auto or an allowed one, another system.topology "
+            "(fully_connected runs every algorithm), or tp <= 2",
         )
     serving = workload.serving
     if serving.max_context > model.max_context:

@@ -7,12 +7,12 @@ The shipped values and their sources live in hw_configs/*.yaml, one comment per 
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Hertz, Seconds
+from rdu_sim.config.wiring import Policy, Topology
 
 # Limits that catch typos (a missing unit prefix, a sign) without forbidding exotic designs.
 _MAX_BYTES = 2**60
@@ -158,16 +158,20 @@ class SystemConfig(StrictModel):
     sockets_per_node: int = Field(ge=1, le=4096, description="sockets sharing one node")
     intra_node_link: LinkConfig
     inter_node_link: LinkConfig
-    topology: Literal["ring", "fully_connected"] = Field(
+    topology: Topology = Field(
         default="ring",
-        description="how sockets are wired: 'ring' (each socket to its two neighbours) or "
-        "'fully_connected' (a link per pair); every link is full duplex",
+        description="how sockets are wired: 'ring' (each socket to its two neighbours), "
+        "'switched' (one port per socket into a non-blocking switch: the port is shared by "
+        "everything the socket sends) or 'fully_connected' (a link per pair); full duplex",
     )
-    collective_algorithm: Literal["ring", "bidirectional_ring", "tree"] = Field(
-        default="ring",
-        description="'ring' sends one way round the ring (one link direction per socket), "
-        "'bidirectional_ring' half each way (both neighbour links), 'tree' a binary-tree "
-        "all-reduce (needs topology fully_connected beyond 2 sockets per group)",
+    collective_algorithm: Policy = Field(
+        default="auto",
+        description="'auto' chooses per collective from what the topology allows by an "
+        "NCCL-like cost estimate (hops x latency + bytes / bandwidth); a name forces it: "
+        "'ring' (one way round), 'bidirectional_ring' (half each way), 'one_shot' (every "
+        "socket sends to every other), 'two_shot' (one-shot reduce-scatter then all-gather), "
+        "'tree' (binary-tree all-reduce); the direct forms need topology switched or "
+        "fully_connected, the tree fully_connected, beyond 2 sockets per group",
     )
     collective_chunks: int = Field(
         default=4,

@@ -1,13 +1,17 @@
 """How a stage's collective chunk reaches the links: one socket's chain, or all sockets.
 
 A stage with a ``CollectiveSpec`` hands each finished chunk of its output to a port, which
-starts the chunk's collective on the run's ``Topology`` and returns the event that fires when
-the chunk has been reduced/gathered everywhere.
+starts the chunk's collective on the run's ``Topology`` with the algorithm chosen for the
+stage's message size and the wiring (``plan_collective``: ``hw.collective_choice``, once per
+stage), and returns the event that fires when the chunk has been reduced/gathered everywhere.
+Each port keeps when each call's pieces started and finished (``spans``), for the step's
+per-collective report (``CollectiveTiming``).
 
 * :class:`SymmetricPort` (one simulated socket): every socket of the group reaches the chunk at
   the same instant, so the hw collectives' symmetric shortcut (one rotational period of the
   ring: socket 0's chain for identical links, one node's sockets and outgoing links for a ring
-  over several nodes; exact either way) gives the chunk's completion.
+  over several nodes; socket 0's sends for the direct forms; exact either way) gives the
+  chunk's completion.
 * :class:`RendezvousPort` (all sockets simulated): the collective starts when the last socket
   of the group has produced the chunk (a socket cannot forward a partial sum it does not yet
   have), and then every hop of every socket is simulated. With identical sockets they all
@@ -18,34 +22,80 @@ Groups are consecutive sockets: socket ``s`` belongs to group ``s // spec.group`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import simpy
 
-from rdu_sim.compiler.program import CollectiveSpec
-from rdu_sim.hw.collectives import Topology, all_gather, all_reduce, reduce_scatter
+from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
+from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose
+from rdu_sim.hw.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    REDUCE_SCATTER,
+    Topology,
+    all_reduce,
+    ring,
+)
+from rdu_sim.hw.direct_collectives import one_shot, two_shot
+
+HW_KINDS = {"allreduce": ALL_REDUCE, "allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER}
+"""A Program's collective kinds by their hw names."""
+
+
+def wiring_of(system: SystemConfig) -> Wiring:
+    """The hardware's wiring as the collective chooser sees it."""
+    return Wiring(
+        system.topology,
+        system.sockets_per_node,
+        (system.intra_node_link.bandwidth, system.intra_node_link.latency),
+        (system.inter_node_link.bandwidth, system.inter_node_link.latency),
+    )
+
+
+def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePlan:
+    """The algorithm a stage's collective runs: chosen (or forced) by the hardware's
+    ``collective_algorithm`` for the stage's whole tensor, ``spec.bytes`` in
+    ``collective_chunks`` pieces, over the group's wiring (the pieces leave as the tiles that
+    feed them finish; the estimate takes them all at once, the bandwidth-bound case)."""
+    kind = HW_KINDS.get(spec.kind)
+    if kind is None:
+        raise ValueError(
+            f"unknown collective kind {spec.kind!r}; valid: allreduce, allgather, reduce_scatter"
+        )
+    return choose(
+        kind,
+        spec.bytes,
+        spec.group,
+        wiring_of(system),
+        system.collective_algorithm,
+        pieces=system.collective_chunks,
+    )
 
 
 def start_collective(
     topo: Topology,
-    spec: CollectiveSpec,
+    kind: str,
+    algorithm: str,
     nbytes: float,
     chunks: int,
-    algorithm: str,
     symmetric: bool,
     sockets: Sequence[int],
 ) -> simpy.Event:
-    """Start ``spec.kind`` of ``nbytes`` in ``chunks`` over ``sockets``; fires when done."""
-    if spec.kind == "allreduce":
+    """Start the hw collective ``kind`` of ``nbytes`` in ``chunks`` pieces over ``sockets``
+    with ``algorithm``; fires when done."""
+    if algorithm == "one_shot":
+        return one_shot(topo, kind, nbytes, chunks, symmetric, sockets)
+    if algorithm == "two_shot":
+        return two_shot(topo, nbytes, chunks, symmetric, sockets)
+    if kind == ALL_REDUCE:
         return all_reduce(topo, nbytes, algorithm, chunks, symmetric, sockets)
-    both_ways = algorithm == "bidirectional_ring"
-    if spec.kind == "allgather":
-        return all_gather(topo, nbytes, chunks, symmetric, sockets, bidirectional=both_ways)
-    if spec.kind == "reduce_scatter":
-        return reduce_scatter(topo, nbytes, chunks, symmetric, sockets, bidirectional=both_ways)
-    raise ValueError(
-        f"unknown collective kind {spec.kind!r}; valid: allreduce, allgather, reduce_scatter"
-    )
+    if algorithm not in ("ring", "bidirectional_ring"):
+        raise ValueError(f"{kind} runs ring, bidirectional_ring or one_shot, not {algorithm!r}")
+    both = algorithm == "bidirectional_ring"
+    return ring(topo, kind, nbytes, chunks, symmetric, sockets, bidirectional=both)
 
 
 def group_of(socket: int, group: int) -> list[int]:
@@ -54,29 +104,50 @@ def group_of(socket: int, group: int) -> list[int]:
     return list(range(first, first + group))
 
 
-class SymmetricPort:
+class _Port:
+    """A stage's collective on the links: its plan, and when each call's pieces ran."""
+
+    def __init__(self, topo: Topology, spec: CollectiveSpec, plan: CollectivePlan) -> None:
+        self.topo, self.spec, self.plan = topo, spec, plan
+        # per layer call (socket 0's group): [first piece started, last piece done]
+        self.spans: dict[int, list[float]] = {}
+
+    def _run(
+        self, nbytes: float, chunks: int, symmetric: bool, sockets: list[int], layer: int
+    ) -> simpy.Event:
+        env = self.topo.env
+        done = start_collective(
+            self.topo, self.plan.kind, self.plan.algorithm, nbytes, chunks, symmetric, sockets
+        )
+        if sockets[0] == 0:
+            span = self.spans.setdefault(layer, [float(env.now), float(env.now)])
+
+            def finished(_event: simpy.Event) -> None:
+                span[1] = max(span[1], float(env.now))
+
+            done.callbacks.append(finished)
+        return done
+
+
+class SymmetricPort(_Port):
     """One simulated socket: run the symmetric shortcut of the collective (exact)."""
 
-    def __init__(self, topo: Topology, spec: CollectiveSpec, algorithm: str) -> None:
-        self.topo, self.spec, self.algorithm = topo, spec, algorithm
-        self.sockets = group_of(0, spec.group)
-
-    def start(self, socket: int, key: int, nbytes: float, chunks: int) -> simpy.Event:
-        """Chunk ``key`` of ``nbytes`` is ready on ``socket`` (always 0 here)."""
-        return start_collective(
-            self.topo, self.spec, nbytes, chunks, self.algorithm, True, self.sockets
-        )
+    def start(self, socket: int, key: int, nbytes: float, chunks: int, layer: int) -> simpy.Event:
+        """Chunk ``key`` of ``nbytes`` (of layer call ``layer``) is ready on ``socket``
+        (always 0 here)."""
+        return self._run(nbytes, chunks, True, group_of(0, self.spec.group), layer)
 
 
-class RendezvousPort:
+class RendezvousPort(_Port):
     """All sockets simulated: start each chunk's collective when its whole group is ready."""
 
-    def __init__(self, topo: Topology, spec: CollectiveSpec, algorithm: str) -> None:
-        self.topo, self.spec, self.algorithm = topo, spec, algorithm
+    def __init__(self, topo: Topology, spec: CollectiveSpec, plan: CollectivePlan) -> None:
+        super().__init__(topo, spec, plan)
         self._waiting: dict[tuple[int, int], tuple[int, simpy.Event]] = {}
 
-    def start(self, socket: int, key: int, nbytes: float, chunks: int) -> simpy.Event:
-        """Chunk ``key`` of ``nbytes`` is ready on ``socket``; fires when the group is done."""
+    def start(self, socket: int, key: int, nbytes: float, chunks: int, layer: int) -> simpy.Event:
+        """Chunk ``key`` of ``nbytes`` (of layer call ``layer``) is ready on ``socket``; fires
+        when the group is done."""
         group = self.spec.group
         slot = (socket // group, key)
         arrived, done = self._waiting.get(slot, (0, self.topo.env.event()))
@@ -85,9 +156,7 @@ class RendezvousPort:
             self._waiting[slot] = (arrived, done)
             return done
         self._waiting.pop(slot, None)
-        finished = start_collective(
-            self.topo, self.spec, nbytes, chunks, self.algorithm, False, group_of(socket, group)
-        )
+        finished = self._run(nbytes, chunks, False, group_of(socket, group), layer)
         if finished.triggered:
             done.succeed()
         else:
@@ -100,3 +169,92 @@ def _succeed(event: simpy.Event) -> None:
 
 
 CollectivePort = SymmetricPort | RendezvousPort
+
+
+@dataclass(frozen=True)
+class CollectiveTiming:
+    """One stage's collective in a step, per call of its kernel (the stage's whole tensor, sent
+    in ``collective_chunks`` pieces as the tiles feeding them finish): the algorithm chosen,
+    every candidate's estimate with the latency and bandwidth terms apart, and what the
+    simulation measured."""
+
+    kernel: str
+    stage: str
+    kind: str  # allreduce, allgather, reduce_scatter
+    group: int  # sockets taking part
+    policy: str  # the hardware's collective_algorithm
+    algorithm: str  # what ran
+    bytes: float  # per call: the collective's tensor (NCCL's N), all pieces
+    pieces: int  # collective_chunks
+    calls_per_step: int  # the kernel's calls (layers)
+    hops: int  # link hops in sequence
+    bytes_per_link: float  # per call, on the busiest link direction or port
+    latency_s: float  # hops x per-hop latency
+    bandwidth_s: float  # the rest of the estimate (all pieces at once, idle links)
+    candidates: Mapping[str, float]  # algorithm -> estimated seconds per call
+    simulated_calls: int  # calls simulated (the rest were fast-forwarded)
+    simulated_mean_s: float | None  # per simulated call: first piece started to last done
+
+    @property
+    def estimate_s(self) -> float:
+        """Estimated time of one call on idle links, all pieces at once."""
+        return self.latency_s + self.bandwidth_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (a contract of ``rdu-sim step --json``)."""
+        return {
+            "kernel": self.kernel,
+            "stage": self.stage,
+            "kind": self.kind,
+            "group": self.group,
+            "policy": self.policy,
+            "algorithm": self.algorithm,
+            "bytes": self.bytes,
+            "pieces": self.pieces,
+            "calls_per_step": self.calls_per_step,
+            "bytes_per_step": self.bytes * self.calls_per_step,
+            "hops": self.hops,
+            "bytes_per_link": self.bytes_per_link,
+            "latency_s": self.latency_s,
+            "bandwidth_s": self.bandwidth_s,
+            "estimate_s": self.estimate_s,
+            "candidates": dict(self.candidates),
+            "simulated_calls": self.simulated_calls,
+            "simulated_mean_s": self.simulated_mean_s,
+        }
+
+
+def collective_timings(
+    kernel: KernelProgram, spans: Mapping[str, Sequence[float]], system: SystemConfig
+) -> list[CollectiveTiming]:
+    """The report of each collective stage of ``kernel`` (those with a group above 1), from
+    its plan and the call times its port measured (``spans``: seconds per simulated call)."""
+    out: list[CollectiveTiming] = []
+    for stage in kernel.stages:
+        spec = stage.collective
+        if spec is None or spec.group <= 1:
+            continue
+        plan = plan_collective(spec, system)
+        est = plan.chosen
+        seen = spans.get(stage.name, ())
+        out.append(
+            CollectiveTiming(
+                kernel=kernel.name,
+                stage=stage.name,
+                kind=spec.kind,
+                group=spec.group,
+                policy=plan.policy,
+                algorithm=plan.algorithm,
+                bytes=spec.bytes,
+                pieces=system.collective_chunks,
+                calls_per_step=kernel.calls,
+                hops=est.hops,
+                bytes_per_link=est.bytes_per_link,
+                latency_s=est.latency_s,
+                bandwidth_s=est.bandwidth_s,
+                candidates={e.algorithm: e.time_s for e in plan.candidates},
+                simulated_calls=len(seen),
+                simulated_mean_s=sum(seen) / len(seen) if seen else None,
+            )
+        )
+    return out

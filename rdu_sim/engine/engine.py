@@ -21,12 +21,13 @@ StepTiming, and engines in one process do not affect each other.
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import replace
 
 from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine.budget import check_budget, min_events, over_budget
+from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
 from rdu_sim.engine.counting_env import EventLimitError
 from rdu_sim.engine.fast_forward import fewest_layers, time_kernel
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
@@ -78,12 +79,27 @@ class Engine:
         total = RunStats()
         events = 0
         kernels: list[KernelTiming] = []
+        collectives: list[CollectiveTiming] = []
         for kernel, work in zip(program.kernels, works, strict=True):
-            start = partial(self._start, program, kernel, work, cfg.max_events - events)
+            sims: list[KernelSim] = []
+
+            def start(
+                layers: int,
+                looped: bool,
+                kernel: KernelProgram = kernel,
+                work: dict[str, TileWork] = work,
+                left: int = cfg.max_events - events,
+                sims: list[KernelSim] = sims,
+            ) -> KernelSim:
+                sims.append(self._start(program, kernel, work, left, layers, looped))
+                return sims[-1]
+
             try:
                 result = time_kernel(kernel, start, cfg.fast_forward)
             except EventLimitError as where:
                 raise over_budget(cfg.max_events, f"{what} ({where})") from None
+            spans = sims[-1].collective_spans() if sims else {}
+            collectives += collective_timings(kernel, spans, self.hardware.system)
             if timeline is not None and result.recorder is not None:
                 result.recorder.extend_into(timeline, total.time_s)
             total = total.plus(result.stats)
@@ -99,7 +115,10 @@ class Engine:
                     period_s=result.period_s,
                 )
             )
-        return self._timing(program, total, events, least, tuple(kernels), timeline)
+        return replace(
+            self._timing(program, total, events, least, tuple(kernels), timeline),
+            collectives=tuple(collectives),
+        )
 
     def _start(
         self,

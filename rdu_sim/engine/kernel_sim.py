@@ -28,7 +28,12 @@ from simpy.core import EmptySchedule
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
-from rdu_sim.engine.collective_port import CollectivePort, RendezvousPort, SymmetricPort
+from rdu_sim.engine.collective_port import (
+    CollectivePort,
+    RendezvousPort,
+    SymmetricPort,
+    plan_collective,
+)
 from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 from rdu_sim.engine.kernel_pipeline import KernelPipeline
 from rdu_sim.engine.records import Recorder
@@ -37,7 +42,6 @@ from rdu_sim.engine.socket_model import SocketModel
 from rdu_sim.engine.stage_runner import LayerCount
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.hw.collectives import Topology
-from rdu_sim.hw.p2p_link import P2PLink
 
 
 @dataclass(frozen=True)
@@ -95,13 +99,15 @@ class KernelSim:
             system.intra_node_link.latency,
             system.inter_node_link.bandwidth,
             system.inter_node_link.latency,
+            switched=system.topology == "switched",
         )
         port_type = RendezvousPort if config.all_sockets else SymmetricPort
-        ports: dict[str, CollectivePort] = {
-            s.name: port_type(self.topology, s.collective, system.collective_algorithm)
+        self.ports: dict[str, CollectivePort] = {
+            s.name: port_type(self.topology, s.collective, plan_collective(s.collective, system))
             for s in kernel.stages
             if s.collective is not None and s.collective.group > 1
         }
+        ports = self.ports
         n_sockets = tp if config.all_sockets else 1
         self.sockets = [SocketModel(env, i, sock, self.recorder) for i in range(n_sockets)]
         self.pipelines = [
@@ -162,6 +168,13 @@ class KernelSim:
         stats = self._stats()
         return KernelRun(stats, self.env.processed, self.recorder, tuple(self.boundaries))
 
+    def collective_spans(self) -> dict[str, tuple[float, ...]]:
+        """Per collective stage, each simulated call's time (first piece out to last done)."""
+        return {
+            name: tuple(end - start for start, end in port.spans.values())
+            for name, port in self.ports.items()
+        }
+
     def _advance(self) -> None:
         try:
             self.env.run_until_pause()
@@ -199,7 +212,7 @@ class KernelSim:
             pmu_s += stage.pmus * min(port_s, elapsed)
             sram += runner.sram_bytes
         topo.chains.flush()  # sends computed ahead by the symmetric collectives, up to now
-        links = _links(topo)
+        links = topo.directions()
         p2p = sum(link.bytes[direction].total for link, direction, sender in links if sender == 0)
         link_busy = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
         return RunStats(
@@ -217,12 +230,3 @@ class KernelSim:
             ddr_busy_s=socket.channels["ddr"].busy.busy_time,
             link_busy_s=link_busy,
         )
-
-
-def _links(topo: Topology) -> list[tuple[P2PLink, int, int]]:
-    """(link, direction, sending socket) for every link direction the run created."""
-    out: list[tuple[P2PLink, int, int]] = []
-    for (a, b), link in sorted(topo.links.items()):
-        out.append((link, 0, a))
-        out.append((link, 1, b))
-    return out

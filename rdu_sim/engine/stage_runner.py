@@ -240,7 +240,7 @@ class StageRunner:
     def _start_chunk(self, it: int, tiles: tuple[int, ...], chunks: int) -> None:
         assert self.port is not None and self.stage.collective is not None
         nbytes = self.stage.collective.bytes * chunks / self.n_chunks
-        done = self.port.start(self.socket.index, self._key, nbytes, chunks)
+        done = self.port.start(self.socket.index, self._key, nbytes, chunks, it)
         self._key += 1
         rec = self.recorder
         if rec is not None and nbytes > 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdu_sim.engine.collective_port import CollectiveTiming
 from rdu_sim.engine.records import TraceRecords
 
 UNIT_KINDS: tuple[str, ...] = ("pcu", "pmu", "hbm", "ddr", "link")
@@ -84,6 +85,8 @@ class StepTiming:
     sockets_simulated: int
     fast_forward: bool
     records: TraceRecords | None = field(default=None, compare=True, repr=False)
+    # each collective stage: algorithm, bytes, hops, latency/bandwidth terms, simulated time
+    collectives: tuple[CollectiveTiming, ...] = ()
 
     def kernel(self, name: str) -> KernelTiming:
         """The timing of the kernel called ``name`` (KeyError listing valid names)."""
@@ -114,4 +117,5 @@ class StepTiming:
             "tiles_per_stage": self.tiles_per_stage,
             "sockets_simulated": self.sockets_simulated,
             "fast_forward": self.fast_forward,
+            "collectives": [c.to_dict() for c in self.collectives],
         }
