@@ -3,6 +3,7 @@ conservation, determinism, tile refinement, symmetric TP and the exact fast-forw
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -229,6 +230,60 @@ def test_collective_pipelines_with_the_compute_that_feeds_it() -> None:
     # chunk's all-reduce (1 / collective_chunks of it) is exposed
     chunks = ZERO.system.collective_chunks
     assert t.step_s == pytest.approx(comm + comm / chunks, rel=1e-6)
+
+
+# --- routed weights ---------------------------------------------------------------------
+
+
+def routed_program(selected: bool, layers: int = 1) -> Program:
+    """Attention (100 us of compute) -> router -> experts (100 us of HBM loads at full rate),
+    the experts' weights chosen by the router when ``selected``."""
+    attention_flops = 100e-6 * stage_rate(ZERO, 200)
+    expert_bytes = 100e-6 * hbm_rate(ZERO)
+    experts = stage("experts", pcus=50, flops=1e6, hbm=expert_bytes, inputs=("attn", "router"))
+    stages = [
+        stage("attn", pcus=200, flops=attention_flops, out=1e4),
+        stage("router", pcus=2, vector_flops=1e3, inputs=("attn",), out=64),
+        dataclasses.replace(experts, selected_by="router" if selected else None),
+    ]
+    return program([kernel("layer", stages, calls=layers, looped=layers > 1)])
+
+
+def test_routed_weights_load_only_after_the_router_has_run() -> None:
+    free = simulate_step(routed_program(False), ZERO)
+    routed = simulate_step(routed_program(True), ZERO)
+    # unrouted, the expert loads stream while attention computes: ~max(100, 100) us;
+    # routed, they start once the router has its layer's output: 100 + 100 us
+    assert free.step_s == pytest.approx(100e-6, rel=0.05)
+    assert routed.step_s == pytest.approx(200e-6, rel=0.02)
+    assert routed.bytes_by_tier == free.bytes_by_tier
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_routed_weights_in_a_looped_kernel_pay_the_router_every_layer(fast_forward: bool) -> None:
+    # no deadlock although the experts cannot start a layer's tiles before the router has
+    # finished all of its tiles (its edge into them holds a whole layer)
+    # finished all of its tiles (its edge into them holds a whole layer). Looped, the next
+    # layer's attention starts on the experts' first output tile, so a layer costs the
+    # attention plus the first expert tile's loads (1/8 of 100 us) that cannot start early.
+    layers = 12
+    free = simulate_step(routed_program(False, layers), ZERO, fast_forward=fast_forward)
+    routed = simulate_step(routed_program(True, layers), ZERO, fast_forward=fast_forward)
+    assert free.step_s == pytest.approx(layers * 100e-6, rel=0.05)
+    assert routed.step_s >= layers * (100e-6 + 100e-6 / 8)
+    full = simulate_step(routed_program(True, layers), ZERO, fast_forward=False)
+    assert routed.step_s == pytest.approx(full.step_s, rel=1e-9)
+
+
+def test_selected_by_must_name_an_earlier_stage() -> None:
+    bad = routed_program(True)
+    stages = list(bad.kernels[0].stages)
+    stages[1] = dataclasses.replace(stages[1], selected_by="experts")
+    broken = dataclasses.replace(
+        bad, kernels=(dataclasses.replace(bad.kernels[0], stages=tuple(stages)),)
+    )
+    with pytest.raises(ValueError, match="selected_by 'experts' is not an earlier stage"):
+        simulate_step(broken, ZERO)
 
 
 # --- kernels and looping -----------------------------------------------------------------

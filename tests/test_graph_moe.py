@@ -12,6 +12,7 @@ from rdu_sim.graph import (
     Precision,
     StepShape,
     expected_distinct_experts,
+    experts_data_dependent,
     experts_loaded,
     op,
     sample_distinct_experts,
@@ -118,3 +119,45 @@ def test_workload_field_reaches_the_compiled_step() -> None:
     assert moved_s - moved_r == pytest.approx(
         (256 - expected_distinct_experts(40, 256, 8)) * expert_bytes, rel=1e-6
     )
+
+
+@pytest.mark.parametrize(
+    ("batch", "loading", "selected"),
+    [
+        (1, "static", True),
+        (31, "static", True),
+        (32, "static", False),
+        (40, "static", False),
+        (1, "routed", True),
+        (40, "routed", True),
+    ],
+)
+def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
+    batch: int, loading: str, selected: bool
+) -> None:
+    """Which experts a step streams is known only after routing, unless it streams them
+    all (a static schedule from E / k = 32 tokens): then the addresses are fixed."""
+    from rdu_sim.compiler import Compiler, StaticShape
+    from rdu_sim.scenario import load_scenario
+
+    assert experts_data_dependent(batch, 256, 8, loading) is selected  # type: ignore[arg-type]
+    arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
+    graph = deepseek_layer(
+        arch,
+        StepShape("decode", batch, 1, 10),
+        Precision(weights=1.0),
+        ffn="moe",
+        expert_loading=loading,  # type: ignore[arg-type]
+    )
+    for name in ("moe.experts_gate_up", "moe.experts_down"):
+        assert op(graph, name).weights_selected_by == ("moe.routing" if selected else "")
+    assert op(graph, "moe.shared.gate_proj").weights_selected_by == ""
+    scenario = load_scenario(
+        "workloads/deepseek-r1-128k-full.yaml", overrides={"moe_expert_loading": loading}
+    )
+    program = Compiler(scenario).program(StaticShape("decode", batch, 1, 1024))
+    moe = next(k for k in program.kernels if k.name == "decoder_moe")
+    chosen = {s.name: s.selected_by for s in moe.stages if s.selected_by}
+    expected = {"moe.experts_gate_up": "moe.topk", "moe.experts_down": "moe.topk"}
+    assert chosen == (expected if selected else {})

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import networkx as nx
+
 from rdu_sim.compiler.allocation import StageWork, allocate
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
@@ -214,6 +216,16 @@ def _stage(
         collective=None
         if node.collective is None
         else CollectiveSpec(node.collective, node.collective_bytes, node.group),
+        selected_by=_producer(graph, node.weights_selected_by),
+    )
+
+
+def _producer(graph: nx.DiGraph, tensor: str) -> str | None:
+    """The node of ``graph`` that produces ``tensor`` (None for "" or a kernel input)."""
+    if not tensor:
+        return None
+    return next(
+        (n.name for n in operators(graph) if any(t.name == tensor for t in n.outputs)), None
     )
 
 

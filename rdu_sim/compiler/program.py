@@ -68,6 +68,9 @@ class StageProgram:
     output_bytes: float = 0.0  # activation bytes streamed to consumers per call (on-chip)
     gemm: GemmShape | None = None
     collective: CollectiveSpec | None = None
+    # An earlier stage whose output selects which weights this stage reads (the router's
+    # top-k for routed experts): a layer's weight loads cannot start before it has run.
+    selected_by: str | None = None
 
 
 @dataclass(frozen=True)

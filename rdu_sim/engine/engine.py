@@ -224,6 +224,10 @@ def _validate(program: Program, hardware: HardwareConfig) -> None:
                         f"{where}: input {producer!r} is not an earlier stage "
                         f"(stages must be topologically ordered)"
                     )
+            if stage.selected_by is not None and stage.selected_by not in seen:
+                raise ValueError(
+                    f"{where}: selected_by {stage.selected_by!r} is not an earlier stage"
+                )
             seen.add(stage.name)
             if stage.pcus < 0 or stage.pmus < 0:
                 raise ValueError(f"{where}: pcus and pmus must be >= 0")

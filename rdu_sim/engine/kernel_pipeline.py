@@ -100,6 +100,9 @@ class KernelPipeline:
                 recorder,
             )
             self.buffers[stage.name] = []
+        for stage in kernel.stages:
+            if stage.selected_by is not None:
+                self.runners[stage.name].selected_by = self.runners[stage.selected_by]
         consumed = {name for stage in kernel.stages for name in stage.inputs}
         self.sinks = [s.name for s in kernel.stages if s.name not in consumed]
         sources = [s.name for s in kernel.stages if not s.inputs] if looped else []
@@ -113,6 +116,7 @@ class KernelPipeline:
         pmus = {stage.name: stage.pmus for stage in kernel.stages}
         tiles = next(iter(works.values())).tiles
         skips = _skip_edges(kernel)
+        selectors = {stage.name: stage.selected_by for stage in kernel.stages}
         for producer, consumer, loop in edges:
             bandwidth = _pmu_bandwidth(cfg, pmus[consumer]) / fan_in[consumer]
             name = f"{producer}{'@prev' if loop else ''}->{consumer}"
@@ -122,9 +126,10 @@ class KernelPipeline:
             # layer's tiles. With two slots the producer would stall on them and starve the
             # long path, and deadlock once a collective on it holds back a chunk of tiles (or,
             # for a loop edge, once the pipeline holds more tiles in flight).
-            slots = (
-                max(buffer_tiles, tiles) if loop or (producer, consumer) in skips else buffer_tiles
-            )
+            # The same holds for the selection a stage's weights wait for (the routing into
+            # the experts): its consumer needs the layer's whole selection before loading.
+            whole = loop or (producer, consumer) in skips or selectors[consumer] == producer
+            slots = max(buffer_tiles, tiles) if whole else buffer_tiles
             edge = StreamEdge(StageBuffer(env, slots, bandwidth, name=name))
             self.buffers[consumer].append(edge.buffer)
             (

@@ -14,7 +14,10 @@ For each tile, in order (a call of a looped kernel runs ``iterations x tiles`` o
    least double buffering): a load's slot frees when its tile ends, so loads overlap compute
    and input waits, and in a looped kernel the next layer's first loads overlap this layer's
    last tiles. Outstanding loads share the channel fairly with each other and every other
-   stage's;
+   stage's. A stage whose weights are selected by another stage's output (routed experts:
+   ``StageProgram.selected_by``) issues a layer's loads only when that stage has finished
+   the layer, since their addresses are not known before: such loads never cross the
+   routing point;
 4. compute on the stage's ``PCUGroup``: matrix FLOPs at the stage's GEMM efficiency, then
    element-wise FLOPs at the vector rate, while the tile's operands and inputs stream in and
    SRAM-resident bytes stream through the stage's PMUs: the tile ends when its compute, its
@@ -124,6 +127,10 @@ class StageRunner:
         self.loop_inputs: list[StreamEdge] = []  # from the previous layer (looped kernels)
         self.loop_outputs: list[StreamEdge] = []  # to the next layer (looped kernels)
         self.on_iteration: Callable[[int], None] | None = None  # set on sinks
+        # the stage whose output selects this stage's weights (set by the kernel pipeline)
+        self.selected_by: StageRunner | None = None
+        self._layers_done = 0  # layers whose last tile this stage has finished
+        self._layer_gates: dict[int, simpy.Event] = {}  # layer -> fires when it is done
         self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
         self.sram_bytes = 0.0  # SRAM-resident bytes streamed so far
         self._key = 0  # collective chunks started (same sequence on every socket)
@@ -137,7 +144,7 @@ class StageRunner:
         env, work, tiles = self.env, self.work, self.work.tiles
         self._layers = layers
         loads: deque[list[simpy.Event]] = deque(
-            self._load(i % tiles) for i in range(min(self.prefetch, layers.n * tiles))
+            self._load(i) for i in range(min(self.prefetch, layers.n * tiles))
         )
         writes: list[simpy.Event] = []
         pending: list[int] = []  # tiles of the collective chunk being accumulated
@@ -170,7 +177,7 @@ class StageRunner:
                 edge.release()
             ahead = i + self.prefetch
             if ahead < layers.n * tiles:
-                loads.append(self._load(ahead % tiles))
+                loads.append(self._load(ahead))
                 if ahead // tiles > layers.loaded:
                     layers.loaded = ahead // tiles
             for tier, amounts in work.writes.items():
@@ -194,11 +201,41 @@ class StageRunner:
         return outs_last if it + 1 == self._layers.n else outs_other
 
     def _tile_done(self, it: int, t: int) -> None:
-        if t + 1 == self.work.tiles and self.on_iteration is not None:
+        if t + 1 < self.work.tiles:
+            return
+        self._layers_done = it + 1
+        gate = self._layer_gates.pop(it, None)
+        if gate is not None:
+            gate.succeed()
+        if self.on_iteration is not None:
             self.on_iteration(it)
 
-    def _load(self, t: int) -> list[simpy.Event]:
-        return [self.socket.read(tier, amounts[t]) for tier, amounts in self.work.reads.items()]
+    def layer_gate(self, it: int) -> simpy.Event | None:
+        """An event that fires when this stage finishes layer ``it`` (None: it has)."""
+        if it < self._layers_done:
+            return None
+        gate = self._layer_gates.get(it)
+        if gate is None:
+            gate = self._layer_gates[it] = self.env.event()
+        return gate
+
+    def _load(self, i: int) -> list[simpy.Event]:
+        """Issue the operand loads of tile ``i`` (counted over all layers). A stage whose
+        weights are selected by another stage's output (``selected_by``: routed experts)
+        issues a layer's loads only once that stage has finished the layer: the addresses
+        are not known before."""
+        t, reads = i % self.work.tiles, self.work.reads.items()
+        gate = self.selected_by.layer_gate(i // self.work.tiles) if self.selected_by else None
+        if gate is None:
+            return [self.socket.read(tier, amounts[t]) for tier, amounts in reads]
+        loads = [self.env.event() for _ in reads]
+
+        def issue(_event: simpy.Event) -> None:
+            for (tier, amounts), load in zip(reads, loads, strict=True):
+                _relay(self.socket.read(tier, amounts[t]), load)
+
+        gate.callbacks.append(issue)
+        return loads
 
     def _compute(
         self, t: int, it: int, loads: list[simpy.Event], upstream: list[simpy.Event]
@@ -258,3 +295,12 @@ class StageRunner:
             yield prev
         yield done
         yield from self._push(it, tiles, done)
+
+
+def _relay(source: simpy.Event, target: simpy.Event) -> None:
+    """Succeed ``target`` when ``source`` fires."""
+
+    def fire(_event: simpy.Event) -> None:
+        target.succeed()
+
+    source.callbacks.append(fire)

@@ -22,6 +22,7 @@ from rdu_sim.graph.model import GraphGroup, Totals, decoder_groups, model_groups
 from rdu_sim.graph.moe import (
     ExpertLoading,
     expected_distinct_experts,
+    experts_data_dependent,
     experts_loaded,
     sample_distinct_experts,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "dot_from_records",
     "embedding_graph",
     "expected_distinct_experts",
+    "experts_data_dependent",
     "experts_loaded",
     "graph_problems",
     "graph_records",

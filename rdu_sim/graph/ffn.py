@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from rdu_sim.graph.builder import GraphBuilder
-from rdu_sim.graph.moe import ExpertLoading, experts_loaded
+from rdu_sim.graph.moe import ExpertLoading, experts_data_dependent, experts_loaded
 from rdu_sim.graph.operator import Combine, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import ADD_FLOPS, SILU_MUL_FLOPS, act, linear, silu_mul
 from rdu_sim.graph.shape import FP32, INDEX, Precision, StepShape
@@ -142,6 +142,8 @@ def add_moe(
             combine="none",
         )
     distinct = experts_loaded(rows, experts, k, loading)
+    # which experts' weights are read is known only after the router, unless it is all
+    selected_by = routing.name if experts_data_dependent(rows, experts, k, loading) else ""
     per_expert_rows = max(1, math.ceil(rows * k / distinct))
     active = max(1, math.ceil(distinct))
     split = Split.along("experts", "batch")
@@ -165,6 +167,7 @@ def add_moe(
             weight_read_bytes=distinct * gate_up_bytes,
             gemm=Gemm(m=per_expert_rows, n=2 * inter, k=hidden, batch=active),
             split=split,
+            weights_selected_by=selected_by,
         )
     )
     gated = b.add(
@@ -194,6 +197,7 @@ def add_moe(
             weight_read_bytes=distinct * down_bytes,
             gemm=Gemm(m=per_expert_rows, n=hidden, k=inter, batch=active),
             split=split,
+            weights_selected_by=selected_by,
         )
     )
     inputs = (down.outputs[0], routing) + ((shared,) if shared is not None else ())

@@ -22,6 +22,11 @@ How many experts a step *streams* is a property of the compiled graph
 - static: a static graph fixes its loop bounds at compile time, and the number of distinct
   experts is data-dependent, so it streams the worst case, min(E, tokens * k) expert slots
   (every expert once a decode batch has E / k = 32 slots for DeepSeek-V3).
+
+Either way, while a step streams fewer than all experts, *which* ones is known only once the
+router has run (`experts_data_dependent`): those weight loads cannot be prefetched across the
+routing point (the engine holds them until the router's layer is done). A step that streams
+every expert knows its addresses at compile time and prefetches them like any weight.
 """
 
 from __future__ import annotations
@@ -57,6 +62,15 @@ def experts_loaded(tokens: int, experts: int, per_token: int, loading: ExpertLoa
     if loading == "static":
         return float(min(experts, tokens * per_token))
     raise ValueError(f"moe_expert_loading must be 'routed' or 'static', got {loading!r}")
+
+
+def experts_data_dependent(
+    tokens: int, experts: int, per_token: int, loading: ExpertLoading
+) -> bool:
+    """Whether which experts a step streams depends on the routing (fewer than all of them),
+    so that their weight loads must wait for the router: always when routed (unless every
+    token takes every expert), with a static schedule while ``tokens * k < E``."""
+    return experts_loaded(tokens, experts, per_token, loading) < experts
 
 
 def sample_distinct_experts(

@@ -152,6 +152,9 @@ class Operator:
     act_read_fraction: float = 1.0
     act_write_fraction: float = 1.0
     group: int = 1  # sockets taking part in the collective (set by sharding)
+    # A tensor whose values select which weights are read (routed experts: the routing), so
+    # the weight loads cannot start before it exists; "" when the weights are fixed.
+    weights_selected_by: str = ""
 
     @property
     def weight_name(self) -> str:
