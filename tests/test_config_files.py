@@ -511,19 +511,33 @@ def test_bool_is_not_a_size(tree: Path) -> None:
     assert "True" in issue.message
 
 
-def test_tree_all_reduce_needs_a_fully_connected_topology() -> None:
+def test_forced_collective_algorithms_need_a_wiring_that_runs_them() -> None:
     path = REPO / "workloads" / "llama3.1-8b-8socket.yaml"
+    assert load_scenario(path).hardware.system.collective_algorithm == "auto"
+    # the shipped switched fabric has no tree (two-shot beats it through one port)
     error = _error(path, ["hw.system.collective_algorithm=tree"])
     assert "fully_connected" in str(error) and "parallelism.tp" in str(error)
-    # a pair of sockets is one ring edge: a 2-socket tree needs no other link
+    assert "allows ring, bidirectional_ring, one_shot, two_shot" in str(error)
+    # a ring of neighbour links runs rings only
+    for algorithm in ("one_shot", "two_shot", "tree"):
+        error = _error(
+            path, ["hw.system.topology=ring", f"hw.system.collective_algorithm={algorithm}"]
+        )
+        assert f"collective_algorithm: {algorithm}" in str(error)
+    # a pair of sockets is one link: any algorithm runs on it
     pair = load_scenario(path, ["hw.system.collective_algorithm=tree", "parallelism.tp=2"])
     assert pair.tp == 2
     scenario = load_scenario(
         path, ["hw.system.collective_algorithm=tree", "hw.system.topology=fully_connected"]
     )
     assert scenario.hardware.system.collective_algorithm == "tree"
-    both = load_scenario(path, ["hw.system.collective_algorithm=bidirectional_ring"])
-    assert both.hardware.system.collective_algorithm == "bidirectional_ring"
+    for old in ("ring", "bidirectional_ring"):  # the former values keep working everywhere
+        for topology in ("ring", "switched", "fully_connected"):
+            ok = load_scenario(
+                path,
+                [f"hw.system.collective_algorithm={old}", f"hw.system.topology={topology}"],
+            )
+            assert ok.hardware.system.collective_algorithm == old
 
 
 @pytest.mark.parametrize(

@@ -24,19 +24,30 @@ FULL = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
 LLAMA8 = ROOT / "workloads" / "llama3.1-8b-8socket.yaml"
 
 
-TWO_NODES = {"hw.system.sockets_per_node": 8}
+RING = {
+    "hw.system.topology": "ring",
+    "hw.system.collective_algorithm": "ring",
+    "hw.socket.hbm.efficiency": 0.9,
+}
+"""A ring of neighbour links, one way round, and HBM at 0.9 of peak (the shipped files: a
+switched fabric, each collective's algorithm chosen by size, HBM at 0.95): the hardware the
+ring and fast-forward tests below were measured on, pinned so that they keep testing the
+pipelines they describe. The shipped hardware's own cases are marked as such."""
+
+TWO_NODES = {**RING, "hw.system.sockets_per_node": 8}
 """sn40l-16 as two 8-socket nodes (a slower link between them): the ring the shortcut must
-handle exactly (the shipped file is one 16-socket node, a ring of equal links)."""
+handle exactly (the shipped file is one 16-socket node)."""
 
 
 @cache
 def decode_program(
-    path: Path, efficiency: float | None = None, two_nodes: bool = False
+    path: Path, efficiency: float | None = None, two_nodes: bool = False, shipped: bool = False
 ) -> tuple[Scenario, Program]:
-    """The workload's default decode step (all batch slots, largest bucket), compiled."""
-    overrides: dict[str, object] = (
-        {} if efficiency is None else {"hw.socket.hbm.efficiency": efficiency}
-    )
+    """The workload's default decode step (all batch slots, largest bucket), compiled, on
+    the ``RING`` wiring (``shipped``: the hardware file's own)."""
+    overrides: dict[str, object] = {} if shipped else dict(RING)
+    if efficiency is not None:
+        overrides["hw.socket.hbm.efficiency"] = efficiency
     if two_nodes:
         overrides.update(TWO_NODES)
     scenario = api.load(path, overrides)
@@ -78,15 +89,15 @@ def test_refining_tiles_on_a_compiled_decode_step_changes_it_by_less_than_two_pe
 ) -> None:
     # Collective chunks are a system parameter: refining the tiles must not change how the
     # collectives pipeline (nor, with the exact ring shortcut, which link limits them).
-    scenario, program = decode_program(path)
+    scenario, program = decode_program(path, shipped=True)
     coarse = simulate_step(program, scenario.hardware, EngineConfig(tiles_per_stage=8))
     fine = simulate_step(program, scenario.hardware, EngineConfig(tiles_per_stage=32))
     assert abs(fine.step_s / coarse.step_s - 1) < 0.02
 
 
 def full_attention_program() -> tuple[Scenario, Program]:
-    """DeepSeek-R1 full attention, decode of 40 at 128k, on two 8-socket nodes, streaming only
-    the routed experts (~184 of 256): a MoE layer period the short probe cannot see."""
+    """DeepSeek-R1 full attention, decode of 40 at 128k, on a ring over two 8-socket nodes,
+    streaming only the routed experts (~184 of 256), whose loads wait for the router."""
     scenario = api.load(FULL, {**TWO_NODES, "moe_expert_loading": "routed"})
     return scenario, compile_program(scenario, StaticShape("decode", 40, 1, 131072))
 
@@ -100,22 +111,20 @@ def test_symmetric_shortcut_matches_all_sockets_with_full_attention() -> None:
     assert one.bytes_by_tier == pytest.approx(every.bytes_by_tier, rel=1e-9)
 
 
-def test_full_attention_step_fast_forwards_a_ten_layer_cycle_exactly() -> None:
-    # Under the exact two-node ring the MoE layers settle into a 10-layer cycle, which needs
-    # 12 spans of 10 layers: the live run finds it at layer boundary 25 and stops after 28
-    # layers (58 - 28 = 3 cycles). (The former probes ran 16 + 28 layers in two runs.)
+def test_routed_full_attention_step_fast_forwards_exactly() -> None:
+    # Routed experts wait for the router every layer (their addresses come from it), which
+    # makes the MoE layer periodic from the start on the ring over two nodes: the live run
+    # finds a 1-layer cycle at its first boundaries and stops after 15 layers. (Before the
+    # routing dependency this pipeline drifted into a 10-layer cycle.)
     scenario, program = full_attention_program()
     fast = simulate_step(program, scenario.hardware)
     moe = fast.kernel("decoder_moe")
-    assert moe.simulated_iterations == 28 and moe.period_s is not None
+    assert moe.simulated_iterations == 15 and moe.period_s is not None
     full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
-    assert fast.step_s == pytest.approx(full.step_s, rel=1e-4)
-    for tier in ("hbm", "ddr", "sram"):
+    assert fast.step_s == pytest.approx(full.step_s, rel=1e-9)
+    for tier in ("hbm", "ddr", "sram", "p2p"):
         assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)
-    # link bytes are sampled at layer boundaries mid-transfer: the cycle's increment is exact
-    # only to PERIOD_RTOL (6e-5 here)
-    assert fast.bytes_by_tier["p2p"] == pytest.approx(full.bytes_by_tier["p2p"], rel=1e-4)
-    assert fast.events < full.events * 0.8
+    assert fast.events < full.events * 0.5
 
 
 def test_live_fast_forward_of_a_late_settling_cycle_matches_the_full_simulation() -> None:
@@ -171,14 +180,13 @@ def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
 
 
 def test_a_pipeline_without_a_cycle_is_simulated_once_in_full() -> None:
-    # Full attention streaming only the routed experts on one 16-socket node: the MoE layer
-    # period never settles within PERIOD_RTOL. The live run is the full run: no probe first.
-    scenario = api.load(FULL, {"moe_expert_loading": "routed"})
-    program = with_layers(compile_program(scenario, StaticShape("decode", 40, 1, 131072)), 30)
+    # The SnapStream step on the shipped wiring (two-shot collectives): its MoE layer period
+    # never settles within PERIOD_RTOL in 58 layers. The live run is the full run: no probe.
+    scenario, program = decode_program(SNAPSTREAM, shipped=True)
     fast = simulate_step(program, scenario.hardware)
     full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     moe = fast.kernel("decoder_moe")
-    assert moe.simulated_iterations == moe.calls == 30 and moe.period_s is None
+    assert moe.simulated_iterations == moe.calls == 58 and moe.period_s is None
     assert fast.step_s == full.step_s and fast.bytes_by_tier == full.bytes_by_tier
     assert fast.events == full.events
 
@@ -186,7 +194,7 @@ def test_a_pipeline_without_a_cycle_is_simulated_once_in_full() -> None:
 def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() -> None:
     # Both directions of every neighbour link: the mirrored ring's shortcut is exact too,
     # and the SnapStream step's link-bound attention combine gets faster.
-    bidi = {"hw.system.collective_algorithm": "bidirectional_ring"}
+    bidi = {**RING, "hw.system.collective_algorithm": "bidirectional_ring"}
     scenario = api.load(SNAPSTREAM, bidi)
     batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
     program = compile_program(scenario, StaticShape("decode", batch, 1, 32768))
@@ -204,7 +212,13 @@ def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() 
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"hw.system.collective_algorithm": "bidirectional_ring"}, {"engine.tiles_per_stage": 16}],
+    [
+        RING,
+        {**RING, "hw.system.collective_algorithm": "bidirectional_ring"},
+        {**RING, "engine.tiles_per_stage": 16},
+        {},
+    ],
+    ids=["ring", "bidirectional-ring", "ring-16-tiles", "shipped"],
 )
 @pytest.mark.parametrize("path", [FULL, SNAPSTREAM], ids=["full", "snapstream"])
 def test_fast_forward_keeps_the_work_totals_exact(path: Path, overrides: dict[str, object]) -> None:
@@ -218,8 +232,14 @@ def test_fast_forward_keeps_the_work_totals_exact(path: Path, overrides: dict[st
     full = simulate_step(
         program, scenario.hardware, EngineConfig(tiles_per_stage=tiles, fast_forward=False)
     )
-    assert fast.events < full.events
+    assert fast.events <= full.events  # (the shipped SnapStream step has no cycle)
     for tier in ("hbm", "ddr", "sram", "p2p"):
         assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)
     assert fast.flops == pytest.approx(full.flops, rel=1e-12)
-    assert fast.step_s == pytest.approx(full.step_s, rel=5e-4)
+    # The step time is exact for a periodic pipeline. On the shipped wiring the full-attention
+    # step is not periodic yet when its layer boundaries are: its router and shared-expert
+    # stages start ~1.9 us earlier every layer while the boundaries repeat to 1e-6, a slow
+    # drift no boundary-based cycle test can see, which later shifts the period by ~0.1%; the
+    # cut run is then off by 1.0e-3 (docs/performance.md).
+    drifting = path == FULL and not overrides
+    assert fast.step_s == pytest.approx(full.step_s, rel=2e-3 if drifting else 5e-4)

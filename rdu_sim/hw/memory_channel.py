@@ -19,7 +19,7 @@ wake-up timer; arrivals that merely delay the next completion add no event.
 
 ``efficiency`` is the achievable fraction of the datasheet peak (refresh,
 bank conflicts, read/write turnaround); it is not public for SN40L, so it is
-a parameter (0.9 is a typical sustained HBM/DDR figure). Reads and writes
+a parameter (hw_configs/ says why 0.95 for HBM reads, 0.8 for DDR). Reads and writes
 share the same bandwidth and are counted separately.
 """
 
