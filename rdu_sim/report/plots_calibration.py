@@ -11,7 +11,8 @@ beside it.
 It reads the comparison rows in any of the forms they come in: a ``SuiteResult``
 (``rdu_sim.validate.run_suite``), its ``rows`` (``Row`` objects), the JSON list ``rdu-sim
 validate --json`` prints (dicts with ``name``, ``published``, ``simulated``,
-``relative_error``, ``tolerance``, ``pass``, ``unit``, ``low``, ``high``), or a DataFrame with
+``relative_error``, ``tolerance``, ``pass``, ``unit``, ``low``, ``high``, ``bound``; a bound's
+null ``high`` is drawn as a band past both values), or a DataFrame with
 those columns. Nothing here imports ``rdu_sim.validate``: rows are read by their fields.
 """
 
@@ -127,17 +128,19 @@ def _row(item: Any) -> CalibrationRow:
     simulated = _value(item, "simulated", name)
     low = _value(item, "low", name)
     high = _value(item, "high", name)
+    at_least = item.get("bound") == "at_least"  # "over X": no upper end
     if not math.isfinite(low):
         low = published - tolerance * abs(published)
-    if not math.isfinite(high):
-        high = published + tolerance * abs(published)
+    if not math.isfinite(high):  # a bound's band is drawn past both values
+        top = max(published, simulated) if math.isfinite(simulated) else published
+        high = 1.25 * top if at_least else published + tolerance * abs(published)
     verdict = item.get("pass", item.get("passed"))
     if isinstance(verdict, bool):
         passed = verdict
     else:  # not given: the suite's test, |simulated - published| <= tolerance x |published|
-        passed = math.isfinite(simulated) and abs(simulated - published) <= tolerance * abs(
-            published
-        ) * (1 + 1e-12)
+        limit = tolerance * abs(published) * (1 + 1e-12)
+        error = simulated - published
+        passed = math.isfinite(simulated) and (error >= -limit if at_least else abs(error) <= limit)
     unit = item.get("unit")
     return CalibrationRow(
         name,

@@ -1,16 +1,21 @@
-"""The calibration suite: the two deployment runs through `rdu_sim.api.run`, then the figures.
+"""The calibration suite: the deployment runs and steps through `rdu_sim.api`, then the figures.
 
 The suite runs the SnapStream workload and the full-attention workload exactly as
 ``rdu-sim run WORKLOAD --set ...`` would (``api.run(path, overrides)``, batch slots
 ``auto`` = each policy's own batch capacity), measures each run (steady-state decode rate,
 batch capacity, prefill of the typical compressed prompt from the run's own step cache) and
-compares with the published figures (rdu_sim/validate/figures.py). A third, small run of
-the full-attention workload with one batch slot (``SINGLE_STREAM``) measures the speed one
-request decodes at alone, for the independent single-stream figure.
+compares with the published figures (rdu_sim/validate/figures.py). Three smaller measurements
+check the other public figures: a run of the full-attention workload with one batch slot
+(``SINGLE_STREAM``: the speed one request decodes at alone, and its step's share of HBM peak),
+one with 256 slots (``THROUGHPUT``: SambaNova's 256-user throughput), and batch-1 decode steps
+of Llama 3.1 with and without kernel looping on 8 and 16 sockets
+(``rdu_sim.validate.decode_scaling``: the Kernel Looping figures), through ``api.step`` as
+``rdu-sim step`` would.
 
-``quick`` is the same code path with fewer requests: ``QUICK_TURNOVERS`` requests per slot
-instead of the workload's ``serving.requests``, enough for one turnover of warm-up and a
-steady window after it. The runs are independent, so they run in two processes.
+``quick`` is the same code path with fewer requests in the two deployment runs:
+``QUICK_TURNOVERS`` requests per slot instead of the workload's ``serving.requests``, enough
+for one turnover of warm-up and a steady window after it (the three small measurements are
+the same either way). The measurements are independent, so they run in two processes.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 
 from rdu_sim import api
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate
 from rdu_sim.validate.measure import (
     compressed_prompt,
@@ -44,7 +50,21 @@ SINGLE_STREAM = (
     "serving.output_tokens=1024",
 )
 """Overrides (after the caller's) of the full-attention run that measures the single-stream
-speed (figure decode_speed_batch1): one slot, three short requests."""
+speed (figures decode_speed_batch1 and decode_speed_per_user): one slot, three short
+requests."""
+
+THROUGHPUT = (
+    "serving.batch_slots=256",
+    "serving.requests=768",
+    "serving.prompt_tokens=1024",
+    "serving.output_tokens=1024",
+    "serving.max_context=4096",
+    "kv.context_buckets=pow2",
+)
+"""Overrides (after the caller's) of the full-attention run that measures the 256-user
+throughput (figure decode_throughput_256_users): 256 slots, one closed-loop user each, three
+turnovers of 1024-token prompts and 1024-token outputs, decode graphs per power-of-two bucket
+(256 slots of 128k do not fit)."""
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSTREAM_WORKLOAD = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
@@ -70,13 +90,14 @@ class RunMeasurement:
 
 @dataclass(frozen=True)
 class SuiteResult:
-    """The two deployment runs and the figures compared (the single-stream speed is in
-    ``measurements``)."""
+    """The two deployment runs, the Kernel Looping steps and the figures compared (the small
+    runs' results are in ``measurements``)."""
 
     snapstream: RunMeasurement
     full: RunMeasurement
     measurements: Measurements
     rows: list[Row]
+    scaling: DecodeScaling | None = None
 
     @property
     def passed(self) -> bool:
@@ -134,10 +155,26 @@ def measure_run(path: Path, overrides: Sequence[str], prompt: int | None) -> Run
     )
 
 
-def measure_single_stream(path: Path, overrides: Sequence[str]) -> float:
+def measure_single_stream(path: Path, overrides: Sequence[str]) -> tuple[float, float]:
     """One request decoding alone on the full-attention workload (``SINGLE_STREAM``), through
-    ``api.run`` as ``rdu-sim run PATH --set ...`` would."""
-    return single_stream_speed(api.run(path, [*overrides, *SINGLE_STREAM]))
+    ``api.run`` as ``rdu-sim run PATH --set ...`` would: its decode speed, and its decode
+    step's HBM bytes per second over the HBM peak (the same step, through ``api.step``)."""
+    ovr = [*overrides, *SINGLE_STREAM]
+    speed = single_stream_speed(api.run(path, ovr))
+    return speed, api.step(path, ovr, batch=1).hbm_util
+
+
+def measure_throughput(path: Path, overrides: Sequence[str]) -> float:
+    """Steady-state decode tokens/s of the full-attention workload with 256 users
+    (``THROUGHPUT``), through ``api.run``."""
+    return steady_state(api.run(path, [*overrides, *THROUGHPUT])).tokens_per_s
+
+
+def measure_small(full: Path, overrides: Sequence[str]) -> tuple[float, float, float]:
+    """The two small DeepSeek-R1 runs: single-stream speed and HBM share, 256-user
+    throughput (one task, so that the suite's two processes stay balanced)."""
+    speed, share = measure_single_stream(full, overrides)
+    return speed, share, measure_throughput(full, overrides)
 
 
 def reference_prompt(snapstream: Path, overrides: Sequence[str]) -> int | None:
@@ -165,12 +202,14 @@ def run_suite(
     if parallel:
         with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
             futures = [pool.submit(measure_run, path, run_ovr, prompt) for path, run_ovr in plans]
-            single = pool.submit(measure_single_stream, full, ovr)
+            small_future = pool.submit(measure_small, full, ovr)
+            scaling_future = pool.submit(measure_decode_scaling, ovr)
             ss, fu = (f.result() for f in futures)
-            single_stream = single.result()
+            small, scaling = small_future.result(), scaling_future.result()
     else:
         ss, fu = (measure_run(path, run_ovr, prompt) for path, run_ovr in plans)
-        single_stream = measure_single_stream(full, ovr)
+        small, scaling = measure_small(full, ovr), measure_decode_scaling(ovr)
+    speed, share, throughput = small
     measurements = Measurements(
         batch_capacity_snapstream=ss.batch_capacity,
         batch_capacity_full=fu.batch_capacity,
@@ -179,9 +218,15 @@ def run_suite(
         prefill_prompt=prompt,
         prefill_s_snapstream=ss.prefill_s,
         prefill_s_full=fu.prefill_s,
-        single_stream_tokens_per_s=single_stream,
+        single_stream_tokens_per_s=speed,
+        single_stream_hbm_share=share,
+        looping_speedup=scaling.looping_speedup,
+        multi_socket_scaling=scaling.multi_socket_scaling,
+        peak_share_8=scaling.peak_share[8],
+        peak_share_16=scaling.peak_share[16],
+        throughput_256_users=throughput,
     )
-    return SuiteResult(ss, fu, measurements, evaluate(measurements, figures))
+    return SuiteResult(ss, fu, measurements, evaluate(measurements, figures), scaling)
 
 
 def tolerance_overrides(items: Iterable[str]) -> Mapping[str, float]:
