@@ -170,3 +170,13 @@ def test_switched_ports_are_shared_by_everything_a_socket_sends() -> None:
     assert direction == 0 and port is topo.ports[(0, False)]
     ar = all_reduce(topo, 0.0)
     assert ar.triggered
+
+
+def test_equal_estimates_go_to_fewer_hops() -> None:
+    # a large all-gather: ring and one-shot both move (p-1)/p n through the port in the same
+    # time (their closed forms differ in the last bit); one-shot pays 1 hop, the ring 15
+    switched = Wiring("switched", 16, (BW, LAT), INTER)
+    plan = choose(ALL_GATHER, 1.0342400e7, 16, switched, pieces=4)
+    times = {e.algorithm: e.time_s for e in plan.candidates}
+    assert times["ring"] == pytest.approx(times["one_shot"], rel=1e-12)
+    assert plan.algorithm == "one_shot"

@@ -32,6 +32,8 @@ from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, ring_
 POLICIES = ("auto", *ALGORITHMS)
 """``auto`` chooses per collective; a name forces that algorithm."""
 KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)
+TIE_RTOL = 1e-9
+"""Estimates this close are equal (two closed forms of the same time differ in rounding)."""
 
 
 @dataclass(frozen=True)
@@ -165,9 +167,11 @@ def choose(
     names = candidates(kind, wiring, group)
     ests = tuple(estimate(kind, a, nbytes, group, wiring, pieces) for a in names)
     if policy == "auto":
-        # equal estimates: fewer hops in sequence first (less exposed when the pieces trickle
-        # in behind their producer), then the simpler algorithm
-        chosen = min(ests, key=lambda e: (e.time_s, e.latency_s, ALGORITHMS.index(e.algorithm)))
+        # equal estimates (to rounding): fewer hops in sequence first (less exposed when the
+        # pieces trickle in behind their producer), then the simpler algorithm
+        best = min(e.time_s for e in ests)
+        tied = [e for e in ests if e.time_s <= best * (1 + TIE_RTOL)]
+        chosen = min(tied, key=lambda e: (e.latency_s, ALGORITHMS.index(e.algorithm)))
     else:
         name = forced_algorithm(kind == ALL_REDUCE, policy)  # type: ignore[arg-type]
         if name not in names:
