@@ -261,17 +261,17 @@ def test_routed_weights_load_only_after_the_router_has_run() -> None:
 
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_routed_weights_in_a_looped_kernel_pay_the_router_every_layer(fast_forward: bool) -> None:
-    # no deadlock although the experts cannot start a layer's tiles before the router has
-    # finished all of its tiles (its edge into them holds a whole layer)
+    # No deadlock although the experts cannot start a layer's tiles before the router has
     # finished all of its tiles (its edge into them holds a whole layer). Looped, the next
     # layer's attention starts on the experts' first output tile, so a layer costs the
     # attention plus the first expert tile's loads (1/8 of 100 us) that cannot start early.
     layers = 12
-    free = simulate_step(routed_program(False, layers), ZERO, fast_forward=fast_forward)
-    routed = simulate_step(routed_program(True, layers), ZERO, fast_forward=fast_forward)
+    config = EngineConfig(fast_forward=fast_forward)
+    free = simulate_step(routed_program(False, layers), ZERO, config)
+    routed = simulate_step(routed_program(True, layers), ZERO, config)
     assert free.step_s == pytest.approx(layers * 100e-6, rel=0.05)
     assert routed.step_s >= layers * (100e-6 + 100e-6 / 8)
-    full = simulate_step(routed_program(True, layers), ZERO, fast_forward=False)
+    full = simulate_step(routed_program(True, layers), ZERO, EngineConfig(fast_forward=False))
     assert routed.step_s == pytest.approx(full.step_s, rel=1e-9)
 
 
