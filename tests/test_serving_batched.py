@@ -51,8 +51,10 @@ def reference_serve(
     max_context: int,
     priority: str = "prefill_first",
     chunk: int | None = None,
+    skipped: dict[int, int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-request arrival/admit/first-token/finish times (ps), stepping one step at a time."""
+    """Per-request arrival/admit/first-token/finish times (ps), stepping one step at a time.
+    ``skipped``: prompt tokens a prefix cache spares each request (prefill starts past them)."""
     n = len(requests)
     prompt = requests.prompt_tokens.tolist()
     output = requests.output_tokens.tolist()
@@ -119,7 +121,8 @@ def reference_serve(
             if slot < 0:
                 slot = phase.index("empty")
                 r = queue.popleft()
-                req[slot], phase[slot], prefilled[slot] = r, "prefill", 0
+                req[slot], phase[slot] = r, "prefill"
+                prefilled[slot] = (skipped or {}).get(r, 0)
                 order.append(slot)
                 times["admit"][r] = t
             r = req[slot]
@@ -130,8 +133,13 @@ def reference_serve(
                 last = prefilled[slot] == prompt[r]
                 shape = StaticShape("prefill", 1, chunk, start, select=compresses and last)
             else:
+                cached = prefilled[slot]
                 shape = StaticShape(
-                    "prefill", 1, prompt_bucket(prompt[r], max_context), 0, select=compresses
+                    "prefill",
+                    1,
+                    prompt_bucket(prompt[r] - cached, max_context - cached),
+                    cached,
+                    select=compresses,
                 )
                 prefilled[slot] = prompt[r]
             t += cache.step_ps(shape)

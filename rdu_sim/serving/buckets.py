@@ -64,9 +64,34 @@ def prefill_step(
         return StaticShape(
             "prefill", 1, chunk, prefilled, select=compresses and done == prompt
         ), done
+    if prefilled:  # a cached prefix (``reusable_prefix``): the rest in one step attending to it
+        rest = prompt_bucket(prompt - prefilled, max_context - prefilled)
+        return StaticShape("prefill", 1, rest, prefilled, select=compresses), prompt
     return StaticShape(
         "prefill", 1, prompt_bucket(prompt, max_context), 0, select=compresses
     ), prompt
+
+
+def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | None) -> int:
+    """Prompt tokens a prefill can skip when its first ``cached`` tokens are in a prefix cache.
+
+    The skipped prefix becomes the step's ``cache_len``, a dimension of the static shape, so
+    it is rounded down to a value the server compiles: a multiple of the chunk when the
+    prompt is chunked (the chunks that follow are the ordinary ones), else a prompt bucket
+    (:func:`prompt_buckets`, so cached prefixes add at most as many shapes as prompts do).
+    At least one prompt token is always computed: its logits give the first output token.
+    """
+    usable = min(cached, prompt - 1)
+    if usable <= 0:
+        return 0
+    if chunk is not None and prompt > chunk:
+        return usable // chunk * chunk
+    reused = 0
+    for bucket in prompt_buckets(max_context):
+        if bucket > usable:
+            break
+        reused = bucket
+    return reused
 
 
 def prefill_steps(

@@ -10,7 +10,9 @@ All times are integer picoseconds from the start of the run (``step_cache.PS_PER
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,6 +25,13 @@ SERIES_COLUMNS = ("time_ps", "waiting", "prefilling", "decoding", "decode_bucket
 """Time-series row: after the change at ``time_ps``, requests waiting in the queue, slots
 prefilling (chunked prompts in progress), slots decoding, and the decode bucket of the last
 decode step (0 before any)."""
+
+
+class _NoSeries(list[tuple[int, int, int, int, int]]):
+    """A time series that keeps nothing (a cluster's replicas: see ``replica_view``)."""
+
+    def append(self, row: Any) -> None:
+        pass
 
 
 def _unset(n: int) -> NDArray[np.int64]:
@@ -58,6 +67,16 @@ class ServingRecords:
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
+
+    def replica_view(self) -> ServingRecords:
+        """The records one replica of a cluster writes through: the same per-request arrays
+        (each request's fields are written by the replica doing that part of its work), its
+        own step counters, and no time series (a cluster of a million requests would keep
+        millions of rows; its occupancy comes from the per-request times instead)."""
+        view = copy.copy(self)
+        view.series = _NoSeries()
+        view.prefill_steps = view.decode_steps = view.decode_runs = view.tokens_generated = 0
+        return view
 
     @property
     def completed(self) -> NDArray[np.bool_]:

@@ -27,6 +27,12 @@ advances ``k`` steps in one event (``k`` = steps until the next completion or bu
 change, or 1 when prefill work waits for the next boundary). An arrival during such a run,
 when a slot is free, cuts it at the next step boundary -- exactly where a step-by-step
 server would have seen it. Time is integer picoseconds, so ``k * step`` is exact.
+
+In a cluster (``rdu_sim.cluster``) a server is one replica: ``hooks`` (``serving.hooks``)
+let a prefix cache shorten prefills, and ``role`` splits serving in two. A ``prefill``
+replica holds a prefilled slot until its KV cache has been sent; a ``decode`` replica admits
+a request by reserving a slot, decodes once the cache has arrived, and never prefills.
+Hand-offs that complete mid-step take effect at the next step boundary, like arrivals.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import simpy
@@ -43,6 +50,7 @@ from rdu_sim.compiler.program import StaticShape
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.serving.clock import advance
+from rdu_sim.serving.hooks import ServerHooks
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache
@@ -53,6 +61,7 @@ resubmitting) at the same instant, so a decision sees everything that happened b
 
 Progress = Callable[[int, int], None]
 Priority = Literal["prefill_first", "decode_first"]
+Role = Literal["mixed", "prefill", "decode"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class ServerConfig:
     max_context: int
     prefill_priority: Priority = "prefill_first"
     prefill_chunk_tokens: int | None = None
+    role: Role = "mixed"  # prefill and decode replicas need ``hooks`` that move the KV cache
 
 
 class _At(Event):
@@ -88,7 +98,14 @@ class Server:
         cache: StepCache,
         records: ServingRecords,
         progress: Progress | None = None,
+        *,
+        hooks: ServerHooks | None = None,
+        forever: bool = False,
     ) -> None:
+        """``forever``: keep serving until the simulation runs out of events (a replica, whose
+        requests are not known in advance) instead of stopping after ``len(records)``."""
+        if config.role != "mixed" and hooks is None:
+            raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         self.env = env
         self.config = config
         self.policy = policy
@@ -103,28 +120,58 @@ class Server:
         self._last_was_prefill = False
         self._bucket = 0
         self._decode_shape: StaticShape | None = None
+        self.hooks = hooks
+        self._until = None if forever else len(records)
+        self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
+        self.outstanding = 0  # prompt and output tokens still to process (see outstanding_tokens)
+        self._run_start = self._run_end = self._run_step = self._run_decoding = 0
         self.process = env.process(self._run())
 
     # --- arrivals ---------------------------------------------------------------------------
     def submit(self, request: int, notify_done: bool = False) -> Event | None:
         """A request arrives now; with ``notify_done``, return an event fired at completion."""
-        now = int(self.env.now)
-        self.records.arrival_ps[request] = now
-        self.queue.append(request)
-        self._record(now)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        self.records.arrival_ps[request] = int(self.env.now)
+        self.enqueue(request)
         if notify_done:
             done = self.env.event()
             self._done_events[request] = done
             return done
         return None
 
+    def enqueue(self, request: int) -> None:
+        """Queue a request now, keeping the arrival time it already has (a decode replica
+        receiving a request prefilled elsewhere; :meth:`submit` for a new one)."""
+        records = self.records
+        self.outstanding += int(records.output_tokens[request])
+        if self.config.role != "decode":
+            self.outstanding += int(records.prompt_tokens[request])
+        else:
+            self.outstanding -= 1  # its first token came with its prefill
+        self.queue.append(request)
+        self._record(int(self.env.now))
+        self._poke()
+
+    def outstanding_tokens(self) -> int:
+        """Prompt tokens still to prefill plus output tokens still to generate, over the
+        requests queued or in a slot here, as of now (mid-way through a batched decode run
+        too): the load a router balances."""
+        if self._run_decoding:  # a decode run in flight: count the steps it has finished
+            now = min(int(self.env.now), self._run_end)
+            return self.outstanding - (now - self._run_start) // self._run_step * self._run_decoding
+        return self.outstanding
+
+    def _poke(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
     # --- the process ------------------------------------------------------------------------
     def _run(self) -> Generator[Event, Any, None]:
-        total = len(self.records)
-        while self.completed < total:
+        while self._until is None or self.completed < self._until:
             yield self._at(0)  # settle: let same-instant arrivals land first
+            if self._handoffs:
+                self._apply_handoffs()
+            if self.config.role == "decode":
+                self._reserve_slots()
             self._record(int(self.env.now))
             action = self._choose()
             if action == "prefill":
@@ -174,9 +221,12 @@ class Server:
             slots.admit(slot, request)
             records.admit_ps[request] = int(self.env.now)
             records.slot[request] = slot
+            if self.hooks is not None:
+                self._skip_cached(slot, request)
             self._record(int(self.env.now))
         request = int(slots.request[slot])
         prompt = int(records.prompt_tokens[request])
+        before = int(slots.prefilled[slot])
         shape, done = prefill_step(
             prompt,
             int(slots.prefilled[slot]),
@@ -190,21 +240,75 @@ class Server:
         self._last_was_prefill = True
         slots.prefilled[slot] = done
         slots.chunked_this_round[slot] = True
+        self.outstanding -= done - before
         if done < prompt:
             return
         now = int(self.env.now)
         records.first_token_ps[request] = now
         records.tokens_generated += 1
+        self.outstanding -= 1
+        if self.hooks is not None:
+            sent = self.hooks.prefilled(request)
+            if sent is not None:  # the KV cache leaves: hold the slot until it has
+                slots.hold(slot)
+                self.outstanding -= int(records.output_tokens[request]) - 1
+                sent.callbacks.append(partial(self._handed_off, slot, request))
+                return
         output = int(records.output_tokens[request])
         if output == 1:
             self._complete(slot, request, now)
             return
-        slots.start_decode(
+        self._start_decode(slot, request)
+
+    def _skip_cached(self, slot: int, request: int) -> None:
+        """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
+        assert self.hooks is not None
+        prompt = int(self.records.prompt_tokens[request])
+        skipped = self.hooks.admitted(request, prompt)
+        chunk = self.config.prefill_chunk_tokens
+        if not 0 <= skipped < prompt or (chunk is not None and prompt > chunk and skipped % chunk):
+            raise ValueError(f"hooks skipped {skipped} of {prompt} prompt tokens: not reusable")
+        self.slots.prefilled[slot] = skipped
+        self.outstanding -= skipped
+
+    def _start_decode(self, slot: int, request: int) -> None:
+        """The slot's request (prefilled here, or its KV cache received) starts decoding."""
+        prompt = int(self.records.prompt_tokens[request])
+        output = int(self.records.output_tokens[request])
+        self.slots.start_decode(
             slot,
             self.policy.cache_at(prompt, 1),
             self.policy.cache_at(prompt, output - 1),
             output - 1,
         )
+
+    # --- KV hand-offs (cluster replicas) -------------------------------------------------------
+    def _handed_off(self, slot: int, request: int, _event: Event) -> None:
+        """A KV transfer of this slot ended (sent or received): act at the next boundary."""
+        self._handoffs.append((slot, request))
+        self._poke()
+
+    def _apply_handoffs(self) -> None:
+        for slot, request in self._handoffs:
+            if self.config.role == "decode":
+                self._start_decode(slot, request)
+            else:  # sent: the slot is free
+                self.slots.release(slot)
+                assert self.hooks is not None
+                self.hooks.left(request)
+        self._handoffs.clear()
+
+    def _reserve_slots(self) -> None:
+        """Decode replica: every queued request that finds a free slot reserves it and starts
+        receiving its KV cache (no prefill here)."""
+        slots, hooks = self.slots, self.hooks
+        assert hooks is not None
+        while self.queue and slots.occupied < slots.n:
+            slot = slots.free_slot()
+            request = self.queue.popleft()
+            slots.reserve(slot, request)
+            received = hooks.receive(request)
+            received.callbacks.append(partial(self._handed_off, slot, request))
 
     def _decode(self) -> Generator[Event, Any, None]:
         slots, env = self.slots, self.env
@@ -217,8 +321,11 @@ class Server:
         step = self.cache.step_ps(shape)
         start = int(env.now)
         end = start + steps * step
-        if steps > 1 and slots.occupied < slots.n:
-            # An arrival can be admitted: wait for the run's end or an arrival, whichever first.
+        self._run_start, self._run_end, self._run_step = start, end, step
+        self._run_decoding = slots.decoding
+        if steps > 1 and (slots.occupied < slots.n or slots.waiting):
+            # An arrival can be admitted (or a KV hand-off can end): wait for the run's end or
+            # that, whichever comes first.
             boundary = self._at(end - start)
             self._wake = env.event()
             yield boundary | self._wake
@@ -228,13 +335,16 @@ class Server:
                 if done_steps < steps:
                     steps = done_steps
                     end = start + steps * step
+                    self._run_end = end
                 yield self._at(end - int(env.now))
         else:
             yield self._at(end - start)
+        self._run_decoding = 0
         self.cache.run(shape, steps)
         self.records.decode_steps += steps
         self.records.decode_runs += 1
         self.records.tokens_generated += steps * slots.decoding
+        self.outstanding -= steps * slots.decoding
         self._last_was_prefill = False
         now = int(env.now)
         for slot in slots.advance(steps):
@@ -246,6 +356,8 @@ class Server:
         records.completions[request] += 1
         self.slots.release(slot)
         self.completed += 1
+        if self.hooks is not None:
+            self.hooks.left(request)
         done = self._done_events.pop(request, None)
         if done is not None:
             done.succeed()

@@ -15,7 +15,10 @@ from collections import deque
 import numpy as np
 from numpy.typing import NDArray
 
-EMPTY, PREFILLING, DECODING = 0, 1, 2
+EMPTY, PREFILLING, DECODING, WAITING = 0, 1, 2, 3
+"""Slot phases. WAITING: taken but neither prefilling nor decoding, while a request's KV
+cache moves between replicas (disaggregated serving): held after prefill until sent, or
+reserved before decode until received."""
 NO_LIMIT = np.iinfo(np.int64).max
 
 
@@ -33,6 +36,7 @@ class Slots:
         self.chunked_this_round = np.zeros(n, dtype=np.bool_)
         self.prefill_order: deque[int] = deque()  # prefilling slots, oldest first
         self.decoding = 0
+        self.waiting = 0
         self.occupied = 0
 
     def free_slot(self) -> int:
@@ -49,9 +53,26 @@ class Slots:
         self.prefill_order.append(slot)
         self.occupied += 1
 
-    def start_decode(self, slot: int, cache: int, cap: int, steps: int) -> None:
-        """The slot's prefill is done; it decodes ``steps`` more tokens."""
+    def reserve(self, slot: int, request: int) -> None:
+        """Put a request in an empty slot to wait for its KV cache (it decodes here only)."""
+        self.request[slot] = request
+        self.phase[slot] = WAITING
+        self.waiting += 1
+        self.occupied += 1
+
+    def hold(self, slot: int) -> None:
+        """The slot's prefill is done and its KV cache stays until sent elsewhere."""
         self.prefill_order.remove(slot)
+        self.phase[slot] = WAITING
+        self.waiting += 1
+
+    def start_decode(self, slot: int, cache: int, cap: int, steps: int) -> None:
+        """The slot's prefill is done (or its KV cache arrived); it decodes ``steps`` more
+        tokens."""
+        if self.phase[slot] == WAITING:
+            self.waiting -= 1
+        else:
+            self.prefill_order.remove(slot)
         self.phase[slot] = DECODING
         self.cache[slot] = cache
         self.cap[slot] = cap
@@ -64,6 +85,8 @@ class Slots:
             self.decoding -= 1
         elif self.phase[slot] == PREFILLING:
             self.prefill_order.remove(slot)
+        elif self.phase[slot] == WAITING:
+            self.waiting -= 1
         self.phase[slot] = EMPTY
         self.request[slot] = -1
         self.occupied -= 1
