@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,8 @@ from rdu_sim.sweep.expand import Expansion, Point, expand
 from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
-from rdu_sim.sweep.store import Existing, Row, Store, StoreError
-from rdu_sim.sweep.worker import Outcome, Task
+from rdu_sim.sweep.store import Existing, Row, Store, StoreError, decode
+from rdu_sim.sweep.worker import Outcome, PointLike, Task
 
 Evaluate = Callable[[Point], Mapping[str, Any]]
 
@@ -199,7 +200,7 @@ def plan(expansion: Expansion, existing: Mapping[str, Existing], *, retry_failed
     return Plan(expansion, tuple(to_run), done, failed_before, retrying, stale)
 
 
-def _row(outcome: Outcome, point: Point, sweep: str) -> Row:
+def _row(outcome: Outcome, point: PointLike, sweep: str) -> Row:
     return Row(
         key=outcome.key,
         sweep=sweep,
@@ -326,10 +327,8 @@ def _execute(
     cluster: str | None,
 ) -> None:
     """Run the tasks, writing each outcome as it arrives."""
-    reporter.start(loaded.name, len(tasks))
-    outcomes = _executor(tasks, workers, cluster)
     checked = False
-    try:
+    with closing(_outcomes(loaded.name, tasks, reporter, workers, cluster)) as outcomes:
         for outcome in outcomes:
             if outcome.status == "done" and not checked:
                 if outcome.missing:
@@ -350,12 +349,58 @@ def _execute(
             summary.ran += 1
             summary.done += outcome.status == "done"
             summary.failed += outcome.status == "failed"
+
+
+def _outcomes(
+    name: str, tasks: Sequence[Task], reporter: Reporter, workers: int, cluster: str | None
+) -> Generator[Outcome, None, None]:
+    """The tasks' outcomes as they arrive, reported; the executor is closed (what it queued
+    cancelled, what it started shut down) however the caller stops."""
+    reporter.start(name, len(tasks))
+    outcomes = _executor(tasks, workers, cluster)
+    try:
+        for outcome in outcomes:
+            yield outcome
             reporter.advance(outcome)
     finally:
         close = getattr(outcomes, "close", None)
         if close is not None:
             close()
         reporter.close()
+
+
+def evaluate_points(
+    name: str,
+    points: Sequence[PointLike],
+    evaluate: Callable[[Any], Mapping[str, Any]],
+    db: str | Path,
+    *,
+    workers: int = 1,
+    cluster: str | None = None,
+    retry_failed: bool = False,
+    reporter: Reporter | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Evaluate points through the sweep machinery, for a search that picks its next points
+    from the results (``rdu_sim.plan``): points the database already holds are not rerun
+    (failed ones only with ``retry_failed``), the rest run on the chosen executor (``workers``
+    processes, 1 = here, or Dask ``cluster``), each row is written as it arrives. Returns
+    every point's decoded row by key (``store.decode``: status, metrics, error, ...)."""
+    keys = [p.key for p in points]
+    with Store(Path(db)) as store:
+        existing = store.existing(keys)
+        to_run = [
+            p
+            for p in {p.key: p for p in points}.values()
+            if p.key not in existing or (retry_failed and existing[p.key].status == "failed")
+        ]
+        tasks = [Task(point, evaluate, None) for point in to_run]
+        by_key = {p.key: p for p in to_run}
+        if tasks:
+            report = reporter or Silent()
+            with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
+                for outcome in outcomes:
+                    store.record(_row(outcome, by_key[outcome.key], name))
+        return {row["key"]: decode(row) for row in store.rows(keys=keys)}
 
 
 def _null_missing(outcome: Outcome) -> Outcome:

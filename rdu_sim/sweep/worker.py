@@ -15,21 +15,40 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import rdu_sim
-from rdu_sim.sweep.expand import Point
 from rdu_sim.sweep.key import jsonable
 
 MAX_ERROR_CHARS = 4000
+
+
+class PointLike(Protocol):
+    """What the machinery needs of a point: its key and what to store beside its metrics
+    (a sweep's ``expand.Point``, or a plan's point: anything an evaluator understands)."""
+
+    @property
+    def key(self) -> str:
+        """sha256 of the point's resolved config: its identity in the database."""
+        ...
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """What defines the point (axis path -> value), stored as JSON."""
+        ...
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The resolved config the key hashes, stored as JSON."""
+        ...
 
 
 @dataclass(frozen=True)
 class Task:
     """One point to evaluate, how, and which metrics to keep (None: all)."""
 
-    point: Point
-    evaluate: Callable[[Point], Mapping[str, Any]]
+    point: PointLike
+    evaluate: Callable[[Any], Mapping[str, Any]]
     metrics: tuple[str, ...] | None
 
 
