@@ -134,6 +134,28 @@ def _time_average(
     return float((values * np.diff(edges)).sum() / (end - start))
 
 
+def utilization(cache: StepCache, span: float) -> dict[str, float]:
+    """``hbm`` (achieved HBM bandwidth over peak) and ``pcu`` (PCU busy fraction) of the steps
+    counted in ``cache``, time-weighted over those steps and divided by ``span`` seconds (idle
+    time counts as zero)."""
+    hbm = pcu = 0.0
+    for shape, count in cache.steps.items():
+        cost = cache.cost(shape)
+        busy = count * cache.step_s(shape)
+        hbm += busy * cost.hbm_util
+        pcu += busy * cost.pcu_util
+    return {"hbm": hbm / span if span > 0 else 0.0, "pcu": pcu / span if span > 0 else 0.0}
+
+
+def steps_run(records: ServingRecords) -> dict[str, int]:
+    """Prefill steps, decode steps and batched decode advances (simulation events)."""
+    return {
+        "prefill": records.prefill_steps,
+        "decode": records.decode_steps,
+        "decode_events": records.decode_runs,
+    }
+
+
 def summarize(
     *,
     meta: Mapping[str, Any],
@@ -159,12 +181,6 @@ def summarize(
     decode_span = last_finish - first_token
     tpot = cols["tpot_s"][done]
     tpot = tpot[np.isfinite(tpot)]
-    hbm = pcu = 0.0
-    for shape, count in cache.steps.items():
-        cost = cache.cost(shape)
-        busy = count * cache.step_s(shape)
-        hbm += busy * cost.hbm_util
-        pcu += busy * cost.pcu_util
     series = series_columns(records, batch_slots)
     decode_fill = (
         (output_tokens - int(done.sum())) / (records.decode_steps * batch_slots)
@@ -197,21 +213,14 @@ def summarize(
             series["time_s"], series["occupancy"], first_arrival, last_finish
         ),
         "decode_slot_fill": decode_fill,
-        "utilization": {
-            "hbm": hbm / makespan if makespan > 0 else 0.0,
-            "pcu": pcu / makespan if makespan > 0 else 0.0,
-        },
+        "utilization": utilization(cache, makespan),
         "step_cache": {
             "hits": cache.hits,
             "misses": cache.misses,
             "hit_rate": cache.hit_rate,
             "shapes": len(cache.shapes),
         },
-        "steps": {
-            "prefill": records.prefill_steps,
-            "decode": records.decode_steps,
-            "decode_events": records.decode_runs,
-        },
+        "steps": steps_run(records),
     }
     rounded_result: dict[str, Any] = rounded(result)
     return rounded_result
