@@ -3,9 +3,11 @@
 The kind of each file is read off its top-level keys, so one command checks a whole folder:
 `socket`/`system` is hardware, `hardware`/`model` a workload (checked with its hardware file,
 cross-file rules included, and the rows of its trace file a run would use), `base`/`axes` a
-sweep spec (checked by `rdu_sim.sweep.check_spec` once the sweep package provides it). A
-file with a trace suffix (`.csv`, `.jsonl`) is checked as a request trace. Every file is
-checked and every error printed before the exit status (2 if any failed) is decided.
+sweep spec (checked by `rdu_sim.sweep.check_spec` once the sweep package provides it),
+`pools` a cluster (with every pool's workload), `search` a plan spec (the rule:
+``rdu_sim.config.kinds``). A file with a trace suffix (`.csv`, `.jsonl`) is checked as a
+request trace. Every file is checked and every error printed before the exit status (2 if
+any failed) is decided.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rdu_sim.cli.errors import (
 )
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.kinds import KINDS_HELP, file_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.scenario import build_scenario
 
@@ -39,25 +42,6 @@ def _read_trace(path: Path, workload_file: str = "", max_rows: int | None = None
     from rdu_sim.serving.traces import MAX_TRACE_ROWS, read_trace
 
     return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS)
-
-
-HARDWARE_KEYS = frozenset({"socket", "system"})
-WORKLOAD_KEYS = frozenset({"hardware", "model"})
-SWEEP_KEYS = frozenset({"base", "axes"})
-
-
-def file_kind(data: Any) -> str | None:
-    """'workload', 'hardware', 'sweep', or None when the top-level keys say nothing."""
-    if not isinstance(data, Mapping):
-        return None
-    keys = {str(k) for k in data}
-    if keys & WORKLOAD_KEYS:
-        return "workload"
-    if keys & HARDWARE_KEYS:
-        return "hardware"
-    if keys & SWEEP_KEYS:
-        return "sweep"
-    return None
 
 
 def _sweep_checker() -> Callable[[Path], Any] | None:
@@ -88,6 +72,16 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
     if kind == "hardware":
         hardware = validate(HardwareConfig, data, file, lines)
         return f"hardware {hardware.name!r}: {hardware.system.sockets} socket(s)"
+    if kind == "cluster":
+        from rdu_sim.cluster import build_cluster
+
+        cluster = build_cluster(data, file=file, lines=lines)
+        pools = ", ".join(f"{p.name}: {p.replicas} x tp={p.scenario.tp}" for p in cluster.pools)
+        return f"cluster {cluster.config.name!r}: {cluster.sockets} socket(s) ({pools})"
+    if kind == "plan":
+        from rdu_sim.plan import check_plan
+
+        return f"plan spec: {check_plan(path)}"
     if kind == "sweep":
         checker = _sweep_checker()
         if checker is None:
@@ -107,8 +101,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
     raise ConfigError.single(
         file,
         "",
-        "cannot tell what this file is: a hardware file has top-level 'socket' and "
-        "'system', a workload 'hardware' and 'model', a sweep spec 'base' and 'axes'",
+        f"cannot tell what this file is: {KINDS_HELP}",
         1,
     )
 

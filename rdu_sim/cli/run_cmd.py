@@ -3,7 +3,10 @@
 Human report (rich tables) on stdout, with a progress bar on stderr while requests finish
 (only on a terminal, never with --json); `--json` prints one JSON object (the contract of
 docs/serving.md); `--out DIR` also writes result.json, requests.csv and timeseries.csv;
-`--step` times one decode step (all batch slots, largest decode bucket) instead.
+`--step` times one decode step (all batch slots, largest decode bucket) instead. A cluster
+file (top-level ``pools``, docs/cluster.md) runs its replicas on its traffic instead, and
+reports goodput under its SLO, per class and per replica (``--out``: result.json and
+requests.csv).
 Bad input, and a batch that does not fit, exit 2 with a message (rdu_sim/cli/errors.py).
 The report is printed before the files are written, so a folder that cannot be written
 (read-only, below a file, a full disk) loses nothing already computed: exit 2, saying so.
@@ -24,9 +27,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rdu_sim import api
 from rdu_sim.cli.errors import not_available
 from rdu_sim.cli.options import overrides_option, workload_argument
-from rdu_sim.config.errors import WriteError
+from rdu_sim.config.errors import ConfigError, WriteError
+from rdu_sim.config.kinds import file_kind
+from rdu_sim.config.loader import read_yaml
 from rdu_sim.report.console import human_seconds, print_report
-from rdu_sim.report.files import write_outputs
+from rdu_sim.report.files import (
+    REQUESTS_FILE,
+    RESULT_FILE,
+    write_columns,
+    write_json,
+    write_outputs,
+)
 from rdu_sim.scenario import Scenario
 
 
@@ -66,6 +77,59 @@ def _print_step(scenario: Scenario, as_json: bool) -> None:
     )
 
 
+def _is_cluster(path: Path) -> bool:
+    """Whether the file is a cluster workload (top-level ``pools``); bad files are left to
+    the loader, which reports them."""
+    try:
+        data, _ = read_yaml(path)
+    except ConfigError:
+        return False
+    return file_kind(data) == "cluster"
+
+
+def _check_out(out_dir: Path | None) -> None:
+    """Refuse an --out that cannot be a folder before anything runs."""
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise WriteError.single(str(out_dir), "", "cannot write: exists and is not a folder")
+
+
+def _write(out_dir: Path, write: Callable[[], object], names: str, as_json: bool) -> None:
+    """Write the --out files after the report was printed (a failed write loses none of it)."""
+    try:
+        write()
+    except WriteError as exc:
+        raise WriteError(
+            [replace(i, message=i.message + " (the report above is complete)") for i in exc.issues]
+        ) from None
+    if not as_json:
+        click.echo(f"wrote {out_dir}/{names}")
+
+
+def _run_cluster(
+    path: Path, overrides: tuple[str, ...], as_json: bool, out_dir: Path | None
+) -> None:
+    from rdu_sim import api_cluster
+    from rdu_sim.report.cluster_console import print_cluster_report
+
+    cluster = api_cluster.load(path, overrides)  # bad input exits 2 before anything runs
+    _check_out(out_dir)
+    with _progress_bar(not as_json) as progress:
+        result = api_cluster.run_cluster(cluster, progress=progress)
+    data = result.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True))
+    else:
+        print_cluster_report(data)
+    if out_dir is not None:
+        folder = out_dir
+
+        def write() -> None:
+            write_json(folder / RESULT_FILE, data)
+            write_columns(folder / REQUESTS_FILE, result.requests())
+
+        _write(folder, write, f"{RESULT_FILE}, {REQUESTS_FILE}", as_json)
+
+
 @click.command("run")
 @workload_argument
 @overrides_option
@@ -86,10 +150,15 @@ def _print_step(scenario: Scenario, as_json: bool) -> None:
 def command(
     workload: Path, overrides: tuple[str, ...], as_json: bool, out_dir: Path | None, one_step: bool
 ) -> None:
-    """Simulate serving WORKLOAD and report throughput, latency and memory."""
+    """Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and
+    memory (for a cluster: goodput under its SLO, per class and per replica)."""
+    if _is_cluster(workload):
+        if one_step:
+            raise click.UsageError("--step times one step of a workload, not of a cluster")
+        _run_cluster(workload, overrides, as_json, out_dir)
+        return
     scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise WriteError.single(str(out_dir), "", "cannot write: exists and is not a folder")
+    _check_out(out_dir)
     missing = api.EngineBackend.missing()
     if missing:
         not_available("run", f"The workload is valid; missing: {', '.join(missing)}.")
@@ -104,14 +173,10 @@ def command(
     else:
         print_report(data)
     if out_dir is not None:
-        try:
-            write_outputs(out_dir, data, result.requests(), result.timeseries())
-        except WriteError as exc:
-            raise WriteError(
-                [
-                    replace(i, message=i.message + " (the report above is complete)")
-                    for i in exc.issues
-                ]
-            ) from None
-        if not as_json:
-            click.echo(f"wrote {out_dir}/result.json, requests.csv, timeseries.csv")
+        folder = out_dir
+        _write(
+            folder,
+            lambda: write_outputs(folder, data, result.requests(), result.timeseries()),
+            "result.json, requests.csv, timeseries.csv",
+            as_json,
+        )

@@ -1,4 +1,4 @@
-"""`rdu-sim schema {workload,hardware}`: the JSON Schema of a config file.
+"""`rdu-sim schema {workload,hardware,cluster,plan}`: the JSON Schema of a config file.
 
 Generated from the same pydantic models that validate the files, so it cannot drift. Point an
 editor at it (for VS Code's YAML extension: `# yaml-language-server: $schema=workload.json`
@@ -13,10 +13,17 @@ from typing import Any
 import click
 from pydantic import BaseModel
 
+from rdu_sim.config.cluster import ClusterConfig
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.plan import PlanSpec
 from rdu_sim.config.workload import WorkloadConfig
 
-SCHEMAS: dict[str, type[BaseModel]] = {"workload": WorkloadConfig, "hardware": HardwareConfig}
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "workload": WorkloadConfig,
+    "hardware": HardwareConfig,
+    "cluster": ClusterConfig,
+    "plan": PlanSpec,
+}
 
 
 def json_schema(kind: str) -> dict[str, Any]:
@@ -35,5 +42,5 @@ def json_schema(kind: str) -> dict[str, Any]:
     "--indent", type=click.IntRange(0, 8), default=2, show_default=True, help="JSON indentation."
 )
 def command(kind: str, indent: int) -> None:
-    """Print the JSON Schema of a workload or hardware file."""
+    """Print the JSON Schema of a workload, hardware, cluster or plan file."""
     click.echo(json.dumps(json_schema(kind), indent=indent or None, sort_keys=False))

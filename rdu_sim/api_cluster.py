@@ -1,0 +1,240 @@
+"""The public, in-process API for clusters: what `rdu-sim run CLUSTER` and `rdu-sim plan` call.
+
+    >>> from rdu_sim.api_cluster import run_cluster
+    >>> result = run_cluster("workloads/cluster-llama3.1-8b.yaml")
+    >>> result.to_dict()["goodput"]                      # the JSON contract (docs/cluster.md)
+    >>> result.requests()["replica"]                     # per-request columns
+
+``run_cluster`` loads and validates the cluster file and its pools' workloads, reads the
+traffic (a trace or a synthetic mix), applies the context limit (rejecting or truncating,
+counted), and for each pool resolves what ``api.run`` resolves for a workload: batch slots,
+memory plan, KV policy. Pools with equal workloads share one step function, memoised by
+static shape, so a shape is compiled and simulated once for all their replicas (a step's
+time depends only on its shape and config). Then the replicas, router and KV link run in
+one SimPy environment (``rdu_sim.cluster.simulate``). Nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from numpy.typing import NDArray
+
+from rdu_sim import __version__
+from rdu_sim.api import Backend, EngineBackend, Overrides, resolve_batch_slots
+from rdu_sim.cluster.replica import PoolRuntime
+from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
+from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
+from rdu_sim.cluster.traffic import class_labels, fit_context, load_traffic
+from rdu_sim.compiler.program import Placement, StaticShape
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.kv import make_policy
+from rdu_sim.models import kv_bytes_per_token
+from rdu_sim.report.cluster import request_columns, summarize_cluster
+from rdu_sim.scenario import Scenario
+from rdu_sim.serving.server import ServerConfig
+from rdu_sim.serving.step_cache import StepCost
+
+__all__ = ["ClusterResult", "load", "run_cluster"]
+
+Progress = Callable[[int, int], None]
+
+
+class StepMemo:
+    """``shape -> StepCost`` for one workload, each shape simulated once (for every replica of
+    every pool running that workload)."""
+
+    def __init__(self, backend: Backend, scenario: Scenario) -> None:
+        self.backend = backend
+        self.scenario = scenario
+        self.costs: dict[StaticShape, StepCost] = {}
+
+    def __call__(self, shape: StaticShape) -> StepCost:
+        cost = self.costs.get(shape)
+        if cost is None:
+            cost = self.backend.step_cost(self.scenario, shape)
+            self.costs[shape] = cost
+        return cost
+
+
+@dataclass(frozen=True)
+class PoolResolved:
+    """A pool's resolved serving parameters (what ``api.run`` resolves for a workload)."""
+
+    pool: PoolScenario
+    batch_capacity: int
+    placement: Placement
+    runtime: PoolRuntime
+
+    def describe(self) -> dict[str, Any]:
+        """The pool's identity and sizes, for the run's JSON."""
+        scenario = self.pool.scenario
+        return {
+            "role": self.pool.role,
+            "replicas": self.pool.replicas,
+            "workload": scenario.workload.name,
+            "model": scenario.model.name,
+            "hardware": scenario.hardware.name,
+            "tp": scenario.tp,
+            "sockets": self.pool.sockets,
+            "kv_policy": scenario.workload.kv.policy,
+            "batch_capacity": self.batch_capacity,
+            "batch_slots": self.runtime.config.batch_slots,
+            "prefix_cache_blocks": self.runtime.prefix_blocks,
+        }
+
+
+def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Placement) -> int:
+    """How many prefix-cache blocks one replica of the pool holds, from its memory plan."""
+    prefix = cluster.config.prefix_cache
+    if prefix is None or pool.role == "decode":  # a decode replica never prefills
+        return 0
+    scenario = pool.scenario
+    serving = scenario.workload.serving
+    policy = make_policy(scenario.workload.kv, serving.max_context)
+    kv = sum(usage.kv_bytes for usage in placement.tiers.values())
+    per_token = kv / (placement.batch_slots * policy.slot_tokens(serving.max_context))
+    hbm = placement.tiers["hbm"]
+    capacity = prefix.capacity if prefix.capacity is not None else hbm.free_bytes
+    if capacity > hbm.free_bytes:
+        raise cluster.issue(
+            "prefix_cache.capacity",
+            f"{capacity} bytes per socket exceed the {hbm.free_bytes} bytes of HBM that pool "
+            f"{pool.name!r}'s memory plan leaves free (at {placement.batch_slots} slots)",
+        )
+    return int(capacity // (prefix.block_tokens * per_token))
+
+
+def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> list[PoolResolved]:
+    """Each pool's batch slots, memory plan, KV policy and shared step function."""
+    memos: list[StepMemo] = []
+    resolved: list[PoolResolved] = []
+    for pool in cluster.pools:
+        scenario = pool.scenario
+        memo = next((m for m in memos if m.scenario == scenario), None)
+        if memo is None:
+            memo = StepMemo(backend or EngineBackend(), scenario)
+            memos.append(memo)
+        capacity, slots = resolve_batch_slots(scenario, memo.backend)
+        placement = memo.backend.plan_memory(scenario, slots)
+        serving = scenario.workload.serving
+        runtime = PoolRuntime(
+            name=pool.name,
+            replicas=pool.replicas,
+            config=ServerConfig(
+                slots,
+                serving.max_context,
+                serving.prefill_priority,
+                serving.prefill_chunk_tokens,
+                pool.role,
+            ),
+            policy=make_policy(scenario.workload.kv, serving.max_context),
+            step_fn=memo,
+            kv_bytes_per_token=kv_bytes_per_token(scenario.model, scenario.kv_dtype_bytes),
+            prefix_blocks=_prefix_blocks(cluster, pool, placement),
+            sockets=scenario.tp,
+        )
+        resolved.append(PoolResolved(pool, capacity, placement, runtime))
+    return resolved
+
+
+@dataclass
+class ClusterResult:
+    """Everything a cluster run produced: pools, the run's records, the metrics dict."""
+
+    scenario: ClusterScenario
+    pools: list[PoolResolved]
+    run: ClusterRun
+    labels: NDArray[Any] | None
+    _summary: dict[str, Any] | None = field(default=None, repr=False)
+
+    def meta(self) -> dict[str, Any]:
+        """Identity of the run (names, sizes, version; no paths, no clocks)."""
+        config = self.scenario.config
+        return {
+            "cluster": config.name,
+            "router": config.router.policy,
+            "disaggregated": config.disaggregated,
+            "replicas": self.scenario.replicas,
+            "sockets": self.scenario.sockets,
+            "max_context": self.scenario.max_context,
+            "version": __version__,
+        }
+
+    @property
+    def shapes_simulated(self) -> int:
+        """Distinct step shapes simulated by the engine, over all pools."""
+        memos = {id(p.runtime.step_fn): p.runtime.step_fn for p in self.pools}
+        return sum(len(getattr(m, "costs", ())) for m in memos.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract (docs/cluster.md): cluster, per-class and per-replica metrics."""
+        if self._summary is None:
+            self._summary = summarize_cluster(
+                meta=self.meta(),
+                pools={p.pool.name: p.describe() for p in self.pools},
+                run=self.run,
+                slo=self.scenario.config.slo,
+                labels=self.labels,
+                traffic=self.run.fit.requests.summary.to_dict(),
+                shapes_simulated=self.shapes_simulated,
+            )
+        return dict(self._summary)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """``to_dict`` as JSON: sorted keys, byte-identical for identical inputs."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+
+    def requests(self) -> dict[str, NDArray[Any]]:
+        """Per-request columns: status, lengths, replicas, times, TTFT, TPOT, KV transfer."""
+        columns = request_columns(self.run)
+        if self.labels is not None:
+            columns["class"] = self.labels
+        return columns
+
+
+def load(
+    cluster_or_path: ClusterScenario | str | Path, overrides: Overrides = None
+) -> ClusterScenario:
+    """A validated ClusterScenario from a path or an existing one (plus overrides)."""
+    if isinstance(cluster_or_path, ClusterScenario):
+        if not overrides:
+            return cluster_or_path
+        data = cluster_or_path.config.model_dump(mode="json", exclude_unset=True)
+        return build_cluster(data, file=cluster_or_path.file, overrides=overrides)
+    return load_cluster(cluster_or_path, overrides)
+
+
+def run_cluster(
+    cluster_or_path: ClusterScenario | str | Path,
+    overrides: Overrides = None,
+    progress: Progress | None = None,
+    *,
+    backend: Backend | None = None,
+) -> ClusterResult:
+    """Simulate a cluster serving its traffic; ``progress(done, total)`` as requests finish."""
+    cluster = load(cluster_or_path, overrides)
+    config = cluster.config
+    requests = load_traffic(config.traffic, cluster.base_dir, cluster.file)
+    fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
+    labels = class_labels(fit.requests, config.classes, cluster.file)
+    pools = resolve_pools(cluster, backend)
+    prefix = config.prefix_cache
+    if prefix is not None and not fit.requests.has_hashes:
+        raise ConfigError.single(
+            cluster.file, "prefix_cache", "the trace has no block hashes to key a prefix cache on"
+        )
+    run = simulate_cluster(
+        fit,
+        [p.runtime for p in pools],
+        config.router.policy,
+        prefix.block_tokens if prefix is not None else None,
+        config.kv_transfer,
+        progress,
+    )
+    run.records.truncated[:] = fit.truncated
+    return ClusterResult(cluster, pools, run, labels)

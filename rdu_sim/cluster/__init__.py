@@ -1,0 +1,12 @@
+"""Cluster-scale serving: replica pools, routers, disaggregated prefill and decode, traces.
+
+A cluster composes serving instances (``rdu_sim.serving.server.Server``, one per replica, each
+a workload: hardware, model, KV policy, slots) in one SimPy environment with a router
+process, optional prefix caches and a KV-transfer link; it never reaches into the engine
+(step times come through each pool's step function, which the API builds). docs/cluster.md
+describes the model and its metrics; ``rdu_sim.api.run_cluster`` runs one.
+"""
+
+from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
+
+__all__ = ["ClusterScenario", "PoolScenario", "build_cluster", "load_cluster"]

@@ -1,0 +1,99 @@
+"""A replica's prefix cache: prompt KV blocks keyed by Mooncake-style block hashes, LRU.
+
+A prompt is cut into blocks of ``block_tokens`` tokens; block ``i`` is named by a hash of
+the prompt's first ``i + 1`` blocks (Mooncake's ``hash_ids``: equal ids mean equal
+prefixes), so a prompt can reuse its leading blocks that the cache holds, and only those
+(block ``i`` without block ``i - 1`` is useless: attention needs the whole prefix).
+
+The blocks are read in place by the requests that use them (a block table, as paged
+attention does), so a block a running request uses is pinned: it cannot be evicted until
+that request leaves the replica. Unpinned blocks are evicted least recently used first when
+a new block needs room; when every block is pinned the new block is simply not cached.
+Capacity is a number of blocks (``ClusterScenario`` turns HBM bytes into blocks).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+class PrefixCache:
+    """At most ``capacity`` blocks; pinned while in use, LRU among the rest."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"prefix cache capacity must be >= 0 blocks, got {capacity}")
+        self.capacity = capacity
+        self._refs: dict[int, int] = {}  # every cached block -> requests using it
+        self._idle: OrderedDict[int, None] = OrderedDict()  # unpinned blocks, LRU first
+        self._held: dict[int, list[int]] = {}  # request -> blocks it pins
+        self.lookups = 0  # blocks looked up at admissions
+        self.hits = 0  # of those, found (leading blocks only)
+        self.inserted = 0
+        self.evicted = 0
+        self.not_cached = 0  # blocks that found no room (everything pinned)
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def match(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of ``hashes`` are cached (no side effect: a router asks)."""
+        refs = self._refs
+        count = 0
+        for block in hashes:
+            if block not in refs:
+                break
+            count += 1
+        return count
+
+    def acquire(self, request: int, hashes: Sequence[int]) -> int:
+        """A request starts its prefill: pin and return its cached leading blocks."""
+        found = self.match(hashes)
+        self.lookups += len(hashes)
+        self.hits += found
+        held = self._held.setdefault(request, [])
+        for block in hashes[:found]:
+            self._pin(block)
+            held.append(block)
+        return found
+
+    def insert(self, request: int, hashes: Sequence[int]) -> None:
+        """A request's prefill ended: cache (and pin) its blocks that are not cached yet."""
+        held = self._held.setdefault(request, [])
+        mine = set(held)
+        for block in hashes:
+            if block in mine:
+                continue
+            if block in self._refs:
+                self._pin(block)
+            elif len(self._refs) < self.capacity or self._evict_one():
+                self._refs[block] = 1
+                self.inserted += 1
+            else:
+                self.not_cached += 1
+                continue
+            held.append(block)
+            mine.add(block)
+
+    def release(self, request: int) -> None:
+        """A request left the replica: unpin its blocks (they stay cached, most recent last)."""
+        for block in self._held.pop(request, ()):
+            refs = self._refs[block] - 1
+            self._refs[block] = refs
+            if refs == 0:
+                self._idle[block] = None
+
+    def _pin(self, block: int) -> None:
+        refs = self._refs[block]
+        if refs == 0:
+            del self._idle[block]
+        self._refs[block] = refs + 1
+
+    def _evict_one(self) -> bool:
+        if not self._idle:
+            return False
+        block, _ = self._idle.popitem(last=False)
+        del self._refs[block]
+        self.evicted += 1
+        return True

@@ -1,0 +1,138 @@
+"""One replica of a cluster: a serving ``Server`` and what the cluster adds around it.
+
+The replica is the server's ``hooks`` (``serving.hooks``): it looks the prompt up in its
+prefix cache when a slot is given (cached blocks skip prefill work), caches the prompt's
+blocks when the prefill ends, and, on a prefill replica, hands the request to the cluster
+for decoding elsewhere. It is also what a router sees (``routers.Candidate``): its
+outstanding work and what its cache holds for a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import simpy
+from simpy.events import Event
+
+from rdu_sim.cluster.prefix_cache import PrefixCache
+from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.kv.sharing import shares_prefix
+from rdu_sim.serving.buckets import reusable_prefix
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.server import Server, ServerConfig
+from rdu_sim.serving.step_cache import StepCache, StepFn
+
+if TYPE_CHECKING:
+    from rdu_sim.cluster.simulate import Cluster
+
+
+@dataclass(frozen=True)
+class PoolRuntime:
+    """What every replica of one pool runs with (built by the API from the pool's scenario)."""
+
+    name: str
+    replicas: int
+    config: ServerConfig  # batch slots, context, scheduling policy and role
+    policy: KVPolicy
+    step_fn: StepFn  # shape -> cost, memoised and shared by pools of equal workloads
+    kv_bytes_per_token: int  # a sequence's KV bytes per token, all layers (transfer size)
+    prefix_blocks: int  # prefix cache capacity of one replica, in blocks (0: no cache)
+    sockets: int  # sockets of one replica (its tensor-parallel group)
+
+
+class Replica:
+    """A server plus its prefix cache; the server's hooks and a router's candidate."""
+
+    def __init__(
+        self,
+        index: int,
+        runtime: PoolRuntime,
+        cluster: Cluster,
+        records: ServingRecords,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.index = index
+        self.runtime = runtime
+        self.cluster = cluster
+        self.prompts = records.prompt_tokens
+        self.outputs = records.output_tokens
+        self.block_tokens = cluster.block_tokens
+        prefills = runtime.config.role != "decode"
+        self.prefix = (
+            PrefixCache(runtime.prefix_blocks) if cluster.block_tokens and prefills else None
+        )
+        self.cache = StepCache(runtime.step_fn)
+        self.records = records
+        env: simpy.Environment = cluster.env
+        self.server = Server(
+            env,
+            runtime.config,
+            runtime.policy,
+            self.cache,
+            records,
+            progress,
+            hooks=self,
+            forever=True,
+        )
+        self.taken = 0  # requests routed here
+
+    # --- what a router sees --------------------------------------------------------------------
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process here (``Server.outstanding_tokens``)."""
+        return self.server.outstanding_tokens()
+
+    def cached_tokens(self, request: int) -> int:
+        """Prompt tokens of ``request`` a prefill here would skip, given the cache now."""
+        blocks = self._blocks(request)
+        if self.prefix is None or not blocks:
+            return 0
+        return self._reusable(request, self.prefix.match(blocks))
+
+    # --- the server's hooks --------------------------------------------------------------------
+    def admitted(self, request: int, prompt: int) -> int:
+        """Pin the cached leading blocks; the prefill skips what the static shapes allow."""
+        blocks = self._blocks(request)
+        if self.prefix is None or not blocks:
+            return 0
+        skipped = self._reusable(request, self.prefix.acquire(request, blocks))
+        self.cluster.records.cached_tokens[request] = skipped
+        return skipped
+
+    def prefilled(self, request: int) -> Event | None:
+        """Cache the prompt's blocks; on a prefill replica, send the request to decode."""
+        blocks = self._blocks(request)
+        if self.prefix is not None and blocks:
+            self.prefix.insert(request, blocks)
+        if self.runtime.config.role == "prefill" and self.outputs[request] > 1:
+            return self.cluster.to_decode(request, self.index)
+        return None
+
+    def receive(self, request: int) -> Event:
+        """A slot here is reserved for ``request``: its KV cache starts moving here."""
+        return self.cluster.transfer_kv(request, self.index)
+
+    def left(self, request: int) -> None:
+        """Unpin the request's cached blocks."""
+        if self.prefix is not None:
+            self.prefix.release(request)
+
+    # --- helpers -----------------------------------------------------------------------------
+    def _blocks(self, request: int) -> Sequence[int]:
+        """The hashes of the prompt's whole blocks, if its cache may be shared."""
+        if self.prefix is None:
+            return ()
+        prompt = int(self.prompts[request])
+        if not shares_prefix(self.runtime.policy, prompt):
+            return ()
+        return self.cluster.requests.hashes(request)[: prompt // self.block_tokens]
+
+    def _reusable(self, request: int, blocks: int) -> int:
+        config = self.runtime.config
+        return reusable_prefix(
+            blocks * self.block_tokens,
+            int(self.prompts[request]),
+            config.max_context,
+            config.prefill_chunk_tokens,
+        )

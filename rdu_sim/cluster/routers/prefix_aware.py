@@ -1,0 +1,31 @@
+"""Prefix-aware (KV-aware): least outstanding work after counting what each cache saves.
+
+A replica whose prefix cache holds the first ``h`` tokens of the prompt would prefill ``h``
+fewer tokens, so the work the request adds there is ``h`` less. The router picks the
+replica minimising ``outstanding - h``, i.e. the least total outstanding work once the
+request is placed: a long shared prefix draws requests to the replica that has it, and load
+pulls them away when that replica falls behind. Both terms are tokens; ties go to the larger
+cached prefix, then to the lowest index. Without a prefix cache it is least outstanding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rdu_sim.cluster.routers.base import Candidate, register
+
+
+@register("prefix_aware")
+class PrefixAware:
+    """argmin over replicas of outstanding tokens minus cached prompt tokens."""
+
+    def choose(self, request: int, candidates: Sequence[Candidate]) -> int:
+        """The replica where the request adds the least outstanding work."""
+        best = 0
+        best_key: tuple[int, int] | None = None
+        for index, replica in enumerate(candidates):
+            cached = replica.cached_tokens(request)
+            key = (replica.outstanding_tokens() - cached, -cached)
+            if best_key is None or key < best_key:
+                best, best_key = index, key
+        return best

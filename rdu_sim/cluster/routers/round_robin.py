@@ -1,0 +1,21 @@
+"""Round robin: each request goes to the next replica in turn, whatever their state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rdu_sim.cluster.routers.base import Candidate, register
+
+
+@register("round_robin")
+class RoundRobin:
+    """Replicas 0, 1, ..., n - 1, 0, 1, ... in arrival order."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def choose(self, request: int, candidates: Sequence[Candidate]) -> int:
+        """The next replica in turn."""
+        chosen = self._next % len(candidates)
+        self._next = chosen + 1
+        return chosen

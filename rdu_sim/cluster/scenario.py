@@ -1,0 +1,203 @@
+"""A ClusterScenario: a cluster file with every pool's workload resolved and cross-checked.
+
+Loading validates the cluster file (unknown keys, units and lines, as for any config file),
+applies ``--set`` overrides (``pools.serve.replicas=16``, ``router.policy=round_robin``),
+loads each pool's workload with the pool's own ``set`` overrides through the same path as
+``rdu-sim run`` (so a pool's bad field names its workload file and line), and checks the
+rules that span pools: one context limit for the whole cluster, prefill and decode pools
+that can hand a KV cache to each other, a prefix-aware router only with a prefix cache, a
+prefix cache only with a trace that has block hashes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.config.cluster import ClusterConfig, Role
+from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.loader import LineMap, read_yaml, validate
+from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides, set_path
+from rdu_sim.scenario import Scenario, load_scenario
+from rdu_sim.serving.traces import detect
+
+HASHED_FORMATS = ("mooncake",)
+
+
+@dataclass(frozen=True)
+class PoolScenario:
+    """One pool: its replicas' workload, resolved."""
+
+    name: str
+    role: Role
+    replicas: int
+    scenario: Scenario
+
+    @property
+    def sockets(self) -> int:
+        """Sockets the pool occupies: one tensor-parallel group per replica."""
+        return self.replicas * self.scenario.tp
+
+
+@dataclass(frozen=True)
+class ClusterScenario:
+    """Everything a cluster simulation needs, validated."""
+
+    config: ClusterConfig
+    file: str
+    pools: tuple[PoolScenario, ...]
+    lines: LineMap
+
+    @property
+    def base_dir(self) -> Path:
+        """Folder that the file's relative paths (workloads, trace) are resolved against."""
+        return Path(self.file).parent
+
+    @property
+    def sockets(self) -> int:
+        """Sockets of the whole cluster."""
+        return sum(pool.sockets for pool in self.pools)
+
+    @property
+    def replicas(self) -> int:
+        """Replicas of the whole cluster."""
+        return sum(pool.replicas for pool in self.pools)
+
+    @property
+    def max_context(self) -> int:
+        """The context limit every replica shares."""
+        return self.pools[0].scenario.workload.serving.max_context
+
+    def issue(self, field: str, message: str) -> ConfigError:
+        """A ConfigError at ``field`` of the cluster file (with its line when known)."""
+        return _error(self.file, self.lines, field, message)
+
+
+def _error(file: str, lines: LineMap, field: str, message: str) -> ConfigError:
+    parts = tuple(field.split("."))
+    line = next((lines[parts[:n]] for n in range(len(parts), 0, -1) if parts[:n] in lines), None)
+    return ConfigError.single(file, field, message, line)
+
+
+def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
+    path = Path(pool.workload)
+    if not path.is_absolute():
+        path = Path(file).parent / path
+    try:
+        scenario = load_scenario(path, pool.set)
+    except ConfigError as exc:
+        context = _error(file, lines, f"pools.{name}", f"pool {name!r}: workload is not valid:")
+        raise ConfigError([*context.issues, *exc.issues]) from None
+    return PoolScenario(name, pool.role, pool.replicas, scenario)
+
+
+def _handoff_problem(prefill: Scenario, decode: Scenario) -> str | None:
+    """Why a decode replica could not take a prefill replica's KV cache, or None."""
+    a, b = prefill.workload, decode.workload
+    if prefill.model != decode.model:
+        return f"models differ ({prefill.model.name} vs {decode.model.name})"
+    if a.dtypes.kv != b.dtypes.kv:
+        return f"KV dtypes differ ({a.dtypes.kv} vs {b.dtypes.kv})"
+    if a.kv != b.kv:
+        return f"KV policies differ ({a.kv.policy} vs {b.kv.policy}, or their parameters)"
+    return None
+
+
+def _cross_check(cluster: ClusterScenario) -> None:
+    config = cluster.config
+    first = cluster.pools[0]
+    for pool in cluster.pools[1:]:
+        context = pool.scenario.workload.serving.max_context
+        if context != cluster.max_context:
+            raise cluster.issue(
+                f"pools.{pool.name}",
+                f"serving.max_context {context} differs from pool {first.name!r}'s "
+                f"{cluster.max_context}: a cluster has one context limit (a request that "
+                "fits one replica must fit any)",
+            )
+    prefill = [p for p in cluster.pools if p.role == "prefill"]
+    for pool in cluster.pools:
+        if pool.role != "decode":
+            continue
+        problem = _handoff_problem(prefill[0].scenario, pool.scenario)
+        if problem is not None:
+            raise cluster.issue(
+                f"pools.{pool.name}",
+                f"decode pool {pool.name!r} cannot take the KV caches of prefill pool "
+                f"{prefill[0].name!r}: {problem}",
+            )
+    for pool in prefill[1:]:
+        problem = _handoff_problem(prefill[0].scenario, pool.scenario)
+        if problem is not None:
+            raise cluster.issue(f"pools.{pool.name}", f"prefill pools differ: {problem}")
+    if config.router.policy == "prefix_aware" and config.prefix_cache is None:
+        raise cluster.issue(
+            "router.policy",
+            "prefix_aware routing needs a prefix_cache (without one it is least_outstanding)",
+        )
+    traffic = config.traffic
+    if config.prefix_cache is not None:
+        if traffic.trace is None:
+            raise cluster.issue(
+                "prefix_cache", "a prefix cache needs a trace with block hashes (mooncake)"
+            )
+        trace = cluster.base_dir / traffic.trace
+        if trace.is_file():
+            fmt = traffic.format if traffic.format != "auto" else detect(trace, str(trace))
+            if fmt not in HASHED_FORMATS:
+                raise cluster.issue(
+                    "prefix_cache",
+                    f"a prefix cache needs block hashes, which the {fmt} trace format lacks "
+                    f"(formats with hash_ids: {', '.join(HASHED_FORMATS)})",
+                )
+
+
+def build_cluster(
+    data: Mapping[str, Any],
+    *,
+    file: str,
+    lines: LineMap | None = None,
+    overrides: Iterable[str] | Mapping[str, Any] | None = None,
+) -> ClusterScenario:
+    """Validate cluster data (already parsed), apply overrides, load every pool's workload."""
+    lines = lines or {}
+    normalized = normalize_overrides(overrides)
+    raw = copy.deepcopy(dict(data))
+    for path, value in normalized.items():
+        if path.startswith(HW_PREFIX):
+            raise ConfigError.single(
+                "--set",
+                path,
+                "hardware overrides apply to a pool's workload: use "
+                f"pools.NAME.set={{{path}: ...}}",
+            )
+        set_path(raw, path, value, file)
+    try:
+        config = validate(ClusterConfig, raw, file, lines)
+    except ConfigError as exc:
+        issues = [
+            ConfigIssue(i.file, i.field, f"{i.message} (from --set {i.field})", None)
+            if any(i.field == p or i.field.startswith(p + ".") for p in normalized)
+            else i
+            for i in exc.issues
+        ]
+        raise ConfigError(issues) from None
+    pools = tuple(_pool(file, lines, name, pool) for name, pool in config.pools.items())
+    cluster = ClusterScenario(config, file, pools, lines)
+    _cross_check(cluster)
+    return cluster
+
+
+def load_cluster(
+    path: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None
+) -> ClusterScenario:
+    """Read a cluster file (and its pools' workloads) into a validated ClusterScenario."""
+    file = Path(path)
+    data, lines = read_yaml(file)
+    if not isinstance(data, Mapping):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigError.single(str(file), "", f"expected a mapping of fields, got {kind}")
+    return build_cluster(data, file=str(file), lines=lines, overrides=overrides)

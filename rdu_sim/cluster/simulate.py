@@ -1,0 +1,193 @@
+"""Run a cluster: replicas' servers, the router and the KV link in one SimPy environment.
+
+One process replays the arrivals; at each arrival instant the router picks a replica of the
+front pool (mixed, or prefill when disaggregated) from the replicas' state at that instant,
+and that replica's server takes the request. When serving is disaggregated, the prefill
+replica's hooks hand each prefilled request (more than one output token) to the decode pool's
+router; the chosen decode replica queues it, reserves a slot when one frees, and only then
+pulls the KV cache over the link (``kv_link``), while the prefill replica holds the cache in
+its slot. Everything is in integer picoseconds, event order is SimPy's (deterministic).
+
+After the run every accepted request must have completed exactly once and been routed exactly
+once; a rejected request (over the context limit) never reaches a router. Anything else is a
+bug, raised as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+from numpy.typing import NDArray
+from simpy.events import Event
+
+from rdu_sim.cluster.kv_link import KVLink
+from rdu_sim.cluster.records import REJECTED, SERVED, ClusterRecords
+from rdu_sim.cluster.replica import PoolRuntime, Replica
+from rdu_sim.cluster.routers import make_router
+from rdu_sim.cluster.traffic import ClusterRequests, ContextFit
+from rdu_sim.config.cluster import KVTransferConfig
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.step_cache import PS_PER_S
+
+Progress = Callable[[int, int], None]
+
+
+class Cluster:
+    """The replicas, the routers of the front and decode pools, and the KV link."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        requests: ClusterRequests,
+        pools: Sequence[PoolRuntime],
+        router: str,
+        block_tokens: int | None,
+        kv_transfer: KVTransferConfig | None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.env = env
+        self.requests = requests
+        self.block_tokens = block_tokens or 0
+        self.serving = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
+        self.records = ClusterRecords(len(requests))
+        self.completed = 0
+        self._progress = progress
+        self.replicas: list[Replica] = []
+        self.pool_of: list[str] = []
+        for runtime in pools:
+            for _ in range(runtime.replicas):
+                replica = Replica(
+                    len(self.replicas),
+                    runtime,
+                    self,
+                    self.serving.replica_view(),
+                    self._completed if progress is not None else None,
+                )
+                self.replicas.append(replica)
+                self.pool_of.append(runtime.name)
+        self.front = [r for r in self.replicas if r.runtime.config.role != "decode"]
+        self.back = [r for r in self.replicas if r.runtime.config.role == "decode"]
+        self.front_router = make_router(router)
+        self.back_router = make_router(router)
+        self.link: KVLink | None = None
+        if self.back:
+            link = kv_transfer or KVTransferConfig()
+            self.link = KVLink(env, len(self.replicas), link.bandwidth, link.latency)
+        self._sending: dict[int, tuple[int, Event]] = {}
+
+    def _completed(self, _done: int, _total: int) -> None:
+        self.completed += 1
+        if self._progress is not None:
+            self._progress(self.completed, len(self.requests))
+
+    # --- routing -------------------------------------------------------------------------------
+    def dispatch(self, request: int) -> None:
+        """A request arrives now: the front router picks its replica."""
+        replica = self.front[self.front_router.choose(request, self.front)]
+        self.records.routed[request] += 1
+        self.records.replica[request] = replica.index
+        replica.taken += 1
+        replica.server.submit(request)
+
+    def to_decode(self, request: int, source: int) -> Event:
+        """A prefill replica finished ``request``: the decode router picks where it decodes;
+        the returned event fires once its KV cache has left ``source``."""
+        replica = self.back[self.back_router.choose(request, self.back)]
+        self.records.decode_replica[request] = replica.index
+        replica.taken += 1
+        sent = self.env.event()
+        self._sending[request] = (source, sent)
+        replica.server.enqueue(request)
+        return sent
+
+    def transfer_kv(self, request: int, target: int) -> Event:
+        """A decode slot is reserved for ``request``: move its KV cache to ``target``."""
+        assert self.link is not None
+        source, sent = self._sending.pop(request)
+        runtime = self.replicas[source].runtime
+        prompt = int(self.serving.prompt_tokens[request])
+        nbytes = runtime.policy.cache_after_prefill(prompt) * runtime.kv_bytes_per_token
+        records = self.records
+        records.kv_bytes[request] = nbytes
+        records.kv_start_ps[request] = int(self.env.now)
+        arrived = self.link.transfer(source, target, nbytes)
+
+        def done(_event: Event) -> None:
+            records.kv_end_ps[request] = int(self.env.now)
+            sent.succeed()
+
+        arrived.callbacks.append(done)
+        return arrived
+
+
+def _arrivals(
+    env: simpy.Environment, cluster: Cluster, arrival_ps: NDArray[np.int64], rejected: NDArray[Any]
+) -> Generator[Event, Any, None]:
+    """Dispatch request ``i`` at ``arrival_ps[i]`` (sorted); rejected ones are only stamped."""
+    arrivals = cluster.serving.arrival_ps
+    for request, (at, refused) in enumerate(
+        zip(arrival_ps.tolist(), rejected.tolist(), strict=True)
+    ):
+        if at > env.now:
+            yield env.timeout(at - env.now)
+        if refused:
+            arrivals[request] = at
+        else:
+            cluster.dispatch(request)
+
+
+@dataclass
+class ClusterRun:
+    """What a cluster run produced: the cluster and its records."""
+
+    cluster: Cluster
+    fit: ContextFit
+    end_ps: int  # when the last event happened
+
+    @property
+    def serving(self) -> ServingRecords:
+        return self.cluster.serving
+
+    @property
+    def records(self) -> ClusterRecords:
+        return self.cluster.records
+
+
+def simulate_cluster(
+    fit: ContextFit,
+    pools: Sequence[PoolRuntime],
+    router: str,
+    block_tokens: int | None = None,
+    kv_transfer: KVTransferConfig | None = None,
+    progress: Progress | None = None,
+) -> ClusterRun:
+    """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost."""
+    env = simpy.Environment()
+    requests = fit.requests
+    cluster = Cluster(env, requests, pools, router, block_tokens, kv_transfer, progress)
+    arrival_ps = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64)
+    env.process(_arrivals(env, cluster, arrival_ps, fit.rejected))
+    env.run()
+    _check(cluster, fit)
+    return ClusterRun(cluster, fit, int(env.now))
+
+
+def _check(cluster: Cluster, fit: ContextFit) -> None:
+    """Every accepted request routed once and completed once; rejected ones untouched."""
+    records, serving = cluster.records, cluster.serving
+    accepted = ~fit.rejected
+    bad_route = np.flatnonzero(records.routed != accepted.astype(np.int64))
+    bad_done = np.flatnonzero(serving.completions != accepted.astype(np.int64))
+    if bad_route.size or bad_done.size:
+        request = int(np.concatenate([bad_route, bad_done])[0])
+        raise RuntimeError(
+            f"cluster lost or duplicated requests (scheduler bug): request {request} routed "
+            f"{int(records.routed[request])} time(s), completed "
+            f"{int(serving.completions[request])} time(s)"
+        )
+    records.status[accepted] = SERVED
+    records.status[fit.rejected] = REJECTED

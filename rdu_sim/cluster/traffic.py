@@ -1,0 +1,233 @@
+"""A cluster's requests: a trace replayed (filtered, windowed, scaled) or a synthetic mix.
+
+Order of the trace steps, each counted in ``TrafficSummary`` so nothing disappears unseen:
+rows that are failed requests in the trace (``skipped``), ``filter`` (column equals value),
+the time window ``[start, end)`` on the trace's own clock, then the first ``requests`` by
+arrival. Arrival times are then shifted to start at the window's start and multiplied by
+``time_scale``. Synthetic traffic draws prompt lengths, output lengths and Poisson gaps, in
+that order, from ``numpy.random.default_rng(traffic.seed)``.
+
+Requests longer than the cluster's context limit are never dropped silently:
+:func:`fit_context` marks them rejected, or truncates them, and both are counted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.serving.requests import clip_to_context, draw_lengths
+from rdu_sim.serving.traces import TraceTable, read_table
+
+
+@dataclass(frozen=True)
+class TrafficSummary:
+    """Where the requests came from and how many each step kept."""
+
+    source: str  # 'synthetic' or the trace format
+    rows: int  # requests in the trace (or drawn)
+    skipped: int = 0  # trace rows that were failed requests (zero tokens)
+    filtered_out: int = 0
+    outside_window: int = 0
+    beyond_limit: int = 0  # cut by traffic.requests
+
+    def to_dict(self) -> dict[str, Any]:
+        """For the run's JSON."""
+        return {
+            "source": self.source,
+            "rows": self.rows,
+            "skipped_failed_rows": self.skipped,
+            "filtered_out": self.filtered_out,
+            "outside_window": self.outside_window,
+            "beyond_limit": self.beyond_limit,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterRequests:
+    """Requests by id (= arrival order): arrival times, lengths, block hashes, class labels."""
+
+    arrival_s: NDArray[np.float64]
+    prompt_tokens: NDArray[np.int64]
+    output_tokens: NDArray[np.int64]
+    hash_offsets: NDArray[np.int64] | None = None
+    hash_values: NDArray[np.int64] | None = None
+    columns: dict[str, NDArray[np.object_]] = field(default_factory=dict)
+    summary: TrafficSummary = field(default_factory=lambda: TrafficSummary("synthetic", 0))
+
+    def __len__(self) -> int:
+        return int(self.prompt_tokens.shape[0])
+
+    @property
+    def has_hashes(self) -> bool:
+        """Whether requests carry block hashes (a prefix cache needs them)."""
+        return self.hash_offsets is not None
+
+    def hashes(self, request: int) -> Sequence[int]:
+        """The block hashes of a request's prompt (empty without hashes)."""
+        if self.hash_offsets is None or self.hash_values is None:
+            return ()
+        start, stop = self.hash_offsets[request], self.hash_offsets[request + 1]
+        return self.hash_values[start:stop].tolist()  # type: ignore[no-any-return]
+
+
+def _select(
+    table: TraceTable, keep: NDArray[np.int64], arrival: NDArray[np.float64]
+) -> ClusterRequests:
+    offsets = values = None
+    if table.hash_offsets is not None and table.hash_values is not None:
+        starts, stops = table.hash_offsets[keep], table.hash_offsets[keep + 1]
+        lengths = stops - starts
+        offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        index = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        values = table.hash_values[index]
+    return ClusterRequests(
+        arrival_s=arrival,
+        prompt_tokens=table.prompt_tokens[keep],
+        output_tokens=table.output_tokens[keep],
+        hash_offsets=offsets,
+        hash_values=values,
+        columns={name: column[keep] for name, column in table.columns.items()},
+    )
+
+
+def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterRequests:
+    """Filter, window, limit and scale a trace (see the module docstring for the order)."""
+    keep = np.ones(len(table), dtype=np.bool_)
+    for column, value in traffic.filter.items():
+        if column not in table.columns:
+            valid = ", ".join(sorted(table.columns)) or "none"
+            raise ConfigError.single(
+                file,
+                f"traffic.filter.{column}",
+                f"the {table.format} trace has no column {column!r} to filter on (columns "
+                f"besides arrival and lengths: {valid})",
+            )
+        keep &= table.columns[column] == str(value)
+    filtered_out = int(len(table) - keep.sum())
+    arrival = table.arrival_s
+    in_window = np.ones_like(keep)
+    if traffic.start is not None:
+        in_window &= arrival >= traffic.start
+    if traffic.end is not None:
+        in_window &= arrival < traffic.end
+    outside = int((keep & ~in_window).sum())
+    keep &= in_window
+    index = np.flatnonzero(keep)
+    index = index[np.argsort(arrival[index], kind="stable")]
+    limit = traffic.requests if traffic.requests is not None else len(index)
+    beyond = max(0, len(index) - limit)
+    index = index[:limit].astype(np.int64)
+    if len(index) == 0:
+        raise ConfigError.single(
+            file, "traffic", "no request of the trace is left after filter and window"
+        )
+    scaled = (arrival[index] - (traffic.start or 0.0)) * traffic.time_scale
+    requests = _select(table, index, scaled)
+    summary = TrafficSummary(table.format, len(table), table.skipped, filtered_out, outside, beyond)
+    return _with_summary(requests, summary)
+
+
+def _with_summary(requests: ClusterRequests, summary: TrafficSummary) -> ClusterRequests:
+    return ClusterRequests(
+        requests.arrival_s,
+        requests.prompt_tokens,
+        requests.output_tokens,
+        requests.hash_offsets,
+        requests.hash_values,
+        requests.columns,
+        summary,
+    )
+
+
+def synthetic(traffic: TrafficConfig) -> ClusterRequests:
+    """Poisson arrivals at ``traffic.rate`` with lengths drawn from the two distributions."""
+    assert traffic.prompt_tokens is not None and traffic.output_tokens is not None
+    assert traffic.rate is not None and traffic.requests is not None
+    rng = np.random.default_rng(traffic.seed)
+    n = traffic.requests
+    prompt = draw_lengths(traffic.prompt_tokens, n, rng)
+    output = draw_lengths(traffic.output_tokens, n, rng)
+    arrival = np.cumsum(rng.exponential(1.0 / traffic.rate, size=n))
+    return ClusterRequests(arrival, prompt, output, summary=TrafficSummary("synthetic", n))
+
+
+def load_traffic(traffic: TrafficConfig, base_dir: Path, file: str) -> ClusterRequests:
+    """The requests a cluster file describes (a trace path is relative to the file)."""
+    if traffic.trace is None:
+        return synthetic(traffic)
+    path = base_dir / traffic.trace
+    if not path.is_file():
+        raise ConfigError.single(
+            file,
+            "traffic.trace",
+            f"trace file {str(path)!r} not found (paths are relative to the cluster file)",
+        )
+    return replay(read_table(path, traffic.format), traffic, file)
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    """Requests after the context limit: which were rejected and which truncated."""
+
+    requests: ClusterRequests
+    rejected: NDArray[np.bool_]
+    truncated: NDArray[np.bool_]
+
+
+def fit_context(requests: ClusterRequests, max_context: int, mode: str) -> ContextFit:
+    """Requests whose prompt plus output exceed ``max_context`` (a slot holds the whole
+    sequence) are rejected, or truncated as a lone workload would (``clip_to_context``)."""
+    prompt, output = requests.prompt_tokens, requests.output_tokens
+    over = prompt + output > max_context
+    none = np.zeros_like(over)
+    if mode == "reject" or not over.any():
+        return ContextFit(requests, over if mode == "reject" else none, none)
+    clipped_prompt, clipped_output = clip_to_context(prompt, output, max_context)
+    fitted = ClusterRequests(
+        requests.arrival_s,
+        clipped_prompt,
+        clipped_output,
+        requests.hash_offsets,
+        requests.hash_values,
+        requests.columns,
+        requests.summary,
+    )
+    return ContextFit(fitted, none, over)
+
+
+def class_labels(
+    requests: ClusterRequests, classes: ClassesConfig | None, file: str
+) -> NDArray[np.object_] | None:
+    """Each request's class name (None without classes): a length bucket such as
+    ``prompt_tokens<1024`` / ``1024<=prompt_tokens<8192`` / ``prompt_tokens>=8192``, or the
+    value of a trace column."""
+    if classes is None:
+        return None
+    if classes.by == "column":
+        assert classes.column is not None
+        if classes.column not in requests.columns:
+            valid = ", ".join(sorted(requests.columns)) or "none"
+            raise ConfigError.single(
+                file,
+                "classes.column",
+                f"the trace has no column {classes.column!r} (columns besides arrival and "
+                f"lengths: {valid})",
+            )
+        return requests.columns[classes.column]
+    values = requests.prompt_tokens if classes.by == "prompt_tokens" else requests.output_tokens
+    edges = classes.edges
+    names = [f"{classes.by}<{edges[0]}"]
+    names += [f"{low}<={classes.by}<{high}" for low, high in itertools.pairwise(edges)]
+    names.append(f"{classes.by}>={edges[-1]}")
+    bucket = np.searchsorted(np.asarray(edges), values, side="right")
+    return np.asarray(names, dtype=np.object_)[bucket]

@@ -1,0 +1,267 @@
+"""Typed, validated description of a cluster workload: replica pools, a router, traffic, SLOs.
+
+A cluster file composes ordinary workload files (one per pool of identical replicas: the
+hardware, model, KV policy and batch slots of each replica) and adds what only a fleet has:
+how requests are routed, where they come from (a published trace or a synthetic mix), the
+latency targets they are judged against, prefix caching, and the link that carries KV caches
+from prefill replicas to decode replicas when serving is disaggregated. docs/cluster.md
+describes every field; field paths are the `--set` paths (`pools.serve.replicas=16`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rdu_sim.config.base import StrictModel
+from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds
+from rdu_sim.config.workload import LengthDistribution
+
+Role = Literal["mixed", "prefill", "decode"]
+RouterPolicy = Literal["round_robin", "least_outstanding", "prefix_aware"]
+TraceFormat = Literal["auto", "rdu", "azure", "mooncake", "burstgpt"]
+
+_MAX_REPLICAS = 100_000
+_MAX_SECONDS = 1e7  # ~4 months: longer than any published trace
+
+
+class PoolConfig(StrictModel):
+    """Identical replicas, each one workload (its own tensor-parallel group of sockets)."""
+
+    workload: str = Field(min_length=1, description="workload file, relative to this file")
+    replicas: int = Field(ge=1, le=_MAX_REPLICAS, description="replicas in the pool")
+    role: Role = Field(
+        default="mixed",
+        description="'mixed' prefills and decodes; 'prefill' only prefills and sends each KV "
+        "cache to a 'decode' replica, which only decodes (disaggregated serving)",
+    )
+    set: dict[str, Any] = Field(
+        default_factory=dict,
+        description="overrides of the workload's fields, as --set paths "
+        "(serving.batch_slots: 32, parallelism.tp: 4, hw.system.sockets: 8)",
+    )
+
+
+class RouterConfig(StrictModel):
+    """How an arriving request (and a prefilled one, when disaggregated) picks a replica."""
+
+    policy: RouterPolicy = Field(
+        default="least_outstanding",
+        description="'round_robin' in turn; 'least_outstanding' the replica with the fewest "
+        "prompt and output tokens still to process; 'prefix_aware' the same count minus the "
+        "prompt tokens its prefix cache already holds",
+    )
+
+
+class TrafficConfig(StrictModel):
+    """Where requests come from: a trace file, or a Poisson rate and a length mix."""
+
+    trace: str | None = Field(
+        default=None, description="trace file, relative to this file (docs/cluster.md formats)"
+    )
+    format: TraceFormat = Field(
+        default="auto",
+        description="trace format: 'rdu' (the project's CSV/JSONL), 'azure' (Azure LLM "
+        "inference CSV), 'mooncake' (JSONL with hash_ids), 'burstgpt' (CSV); 'auto' reads "
+        "it off the file's header",
+    )
+    time_scale: float = Field(
+        default=1.0,
+        gt=0,
+        le=1e6,
+        description="multiply the trace's arrival times (0.5 replays it twice as fast)",
+    )
+    start: Seconds | None = Field(
+        default=None,
+        ge=0,
+        le=_MAX_SECONDS,
+        description="keep requests arriving at or after this time of the trace's own clock "
+        "(from its first request, before time_scale)",
+    )
+    end: Seconds | None = Field(
+        default=None,
+        gt=0,
+        le=_MAX_SECONDS,
+        description="keep requests arriving before this time of the trace's own clock",
+    )
+    filter: dict[str, str | int | float] = Field(
+        default_factory=dict,
+        description="keep only rows whose column equals the value (BurstGPT: Model: GPT-4)",
+    )
+    requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="a trace: use at most this many requests (after filtering); synthetic: "
+        "how many to draw",
+    )
+    over_context: Literal["reject", "truncate"] = Field(
+        default="reject",
+        description="a request longer than every replica's max_context: 'reject' it (counted "
+        "as rejected) or 'truncate' it to fit (counted as truncated)",
+    )
+    rate: float | None = Field(
+        default=None, gt=0, le=1e9, description="synthetic traffic: Poisson requests per second"
+    )
+    prompt_tokens: LengthDistribution | None = Field(
+        default=None, description="synthetic traffic: prompt lengths"
+    )
+    output_tokens: LengthDistribution | None = Field(
+        default=None, description="synthetic traffic: output lengths"
+    )
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="synthetic traffic: seed")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TrafficConfig:
+        synthetic = ("rate", "prompt_tokens", "output_tokens", "seed")
+        replay = ("format", "time_scale", "start", "end", "filter")
+        given = self.model_fields_set
+        if self.trace is not None:
+            extra = [f"traffic.{f}" for f in synthetic if f in given]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} only apply to synthetic traffic, not a trace")
+        else:
+            extra = [f"traffic.{f}" for f in replay if f in given]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} only apply to a trace (traffic.trace)")
+            missing = [
+                f"traffic.{f}"
+                for f in ("rate", "prompt_tokens", "output_tokens", "requests")
+                if getattr(self, f) is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"give traffic.trace, or synthetic traffic with {', '.join(missing)}"
+                )
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise ValueError(f"traffic.end ({self.end} s) must be after start ({self.start} s)")
+        return self
+
+
+class SLOConfig(StrictModel):
+    """Latency targets: a request meets the SLO when it meets both."""
+
+    ttft: Seconds = Field(gt=0, le=_MAX_SECONDS, description="time to first token target")
+    tpot: Seconds = Field(gt=0, le=_MAX_SECONDS, description="time per output token target")
+    attainment: float = Field(
+        default=0.99,
+        gt=0,
+        le=1,
+        description="fraction of all requests (rejected ones included) that must meet both "
+        "targets for the cluster to meet its SLO",
+    )
+
+
+class ClassesConfig(StrictModel):
+    """How requests are grouped for per-class percentiles."""
+
+    by: Literal["prompt_tokens", "output_tokens", "column"] = Field(
+        default="prompt_tokens",
+        description="a length bucket (with edges) or a trace column (with column)",
+    )
+    edges: list[int] = Field(
+        default_factory=list,
+        description="ascending token boundaries: class i holds lengths in [edge i-1, edge i)",
+    )
+    column: str | None = Field(
+        default=None, min_length=1, description="trace column naming the class (BurstGPT: Model)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClassesConfig:
+        if self.by == "column":
+            if self.column is None:
+                raise ValueError("classes.by: column needs classes.column")
+            if self.edges:
+                raise ValueError("classes.edges only apply to by: prompt_tokens or output_tokens")
+        else:
+            if self.column is not None:
+                raise ValueError("classes.column only applies to by: column")
+            if not self.edges:
+                raise ValueError(f"classes.by: {self.by} needs classes.edges")
+            if any(e < 1 for e in self.edges) or self.edges != sorted(set(self.edges)):
+                raise ValueError("classes.edges must be positive and strictly ascending")
+        return self
+
+
+class PrefixCacheConfig(StrictModel):
+    """Replicas keep prompt KV blocks and reuse them for later prompts with the same prefix."""
+
+    block_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=1_000_000,
+        description="tokens per cached block: the block of the trace's hash_ids (Mooncake: 512)",
+    )
+    capacity: Bytes | None = Field(
+        default=None,
+        gt=0,
+        le=2**60,
+        description="HBM per socket holding cached blocks; omit for what the replica's memory "
+        "plan leaves free",
+    )
+
+
+class KVTransferConfig(StrictModel):
+    """The network port of each replica that carries KV caches to decode replicas.
+
+    Not public for SambaRack: the defaults describe one 400 Gb/s RDMA NIC per replica
+    (50 GB/s each way) and a switch hop plus RDMA setup (10 us)."""
+
+    bandwidth: BytesPerSecond = Field(
+        default=50e9, gt=0, le=1e15, description="bytes/s of one replica's port, each direction"
+    )
+    latency: Seconds = Field(
+        default=10e-6, ge=0, le=1.0, description="from a transfer's last byte sent to its arrival"
+    )
+
+
+class ClusterConfig(StrictModel):
+    """A complete cluster workload file."""
+
+    name: str = Field(default="cluster", min_length=1, max_length=200)
+    description: str = ""
+    pools: dict[str, PoolConfig] = Field(
+        description="replica pools by name (each a workload and a replica count)"
+    )
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    traffic: TrafficConfig
+    slo: SLOConfig
+    classes: ClassesConfig | None = Field(
+        default=None, description="group requests for per-class percentiles (optional)"
+    )
+    prefix_cache: PrefixCacheConfig | None = Field(
+        default=None, description="reuse cached prompt blocks (needs a trace with hash_ids)"
+    )
+    kv_transfer: KVTransferConfig | None = Field(
+        default=None, description="the link moving KV caches (disaggregated pools only)"
+    )
+
+    @field_validator("pools")
+    @classmethod
+    def _pools(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
+        if not pools:
+            raise ValueError("a cluster needs at least one pool")
+        for name in pools:
+            if not name or "." in name or name != name.strip():
+                raise ValueError(f"pool name {name!r} must be non-empty, without dots or spaces")
+        return pools
+
+    @model_validator(mode="after")
+    def _roles(self) -> ClusterConfig:
+        roles = {pool.role for pool in self.pools.values()}
+        split = roles & {"prefill", "decode"}
+        if split and roles != {"prefill", "decode"}:
+            raise ValueError(
+                "disaggregated serving needs prefill and decode pools and no mixed one; got "
+                f"roles {sorted(roles)}"
+            )
+        if not split and self.kv_transfer is not None:
+            raise ValueError("kv_transfer only applies with prefill and decode pools")
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        """True when prefill and decode run on separate pools."""
+        return any(pool.role != "mixed" for pool in self.pools.values())

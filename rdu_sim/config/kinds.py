@@ -1,0 +1,39 @@
+"""What kind of config file a parsed YAML document is, read off its top-level keys.
+
+One rule for every command that takes "a file": `rdu-sim check` validates each kind,
+`rdu-sim run` runs a workload or a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+HARDWARE_KEYS = frozenset({"socket", "system"})
+WORKLOAD_KEYS = frozenset({"hardware", "model"})
+SWEEP_KEYS = frozenset({"base", "axes"})
+CLUSTER_KEYS = frozenset({"pools"})
+PLAN_KEYS = frozenset({"search"})
+
+KINDS_HELP = (
+    "a hardware file has top-level 'socket' and 'system', a workload 'hardware' and "
+    "'model', a sweep spec 'base' and 'axes', a cluster 'pools', a plan spec 'search'"
+)
+
+
+def file_kind(data: Any) -> str | None:
+    """'workload', 'hardware', 'sweep', 'cluster', 'plan', or None when the keys say nothing."""
+    if not isinstance(data, Mapping):
+        return None
+    keys = {str(k) for k in data}
+    if keys & PLAN_KEYS:
+        return "plan"
+    if keys & CLUSTER_KEYS:
+        return "cluster"
+    if keys & WORKLOAD_KEYS:
+        return "workload"
+    if keys & HARDWARE_KEYS:
+        return "hardware"
+    if keys & SWEEP_KEYS:
+        return "sweep"
+    return None

@@ -1,0 +1,104 @@
+"""Typed, validated description of a capacity-planning spec (`rdu-sim plan SPEC`).
+
+A plan starts from a cluster file (its traffic, SLO, router, classes, prefix cache and KV
+link; its one pool's workload is the template every configuration edits) and searches
+tensor parallelism x batch slots x KV policy x disaggregation for the configuration that
+meets the SLO on the fewest sockets, the replica count of each being searched too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from rdu_sim.config.base import StrictModel
+from rdu_sim.config.cluster import SLOConfig
+
+KVPolicyName = Literal["full", "snapstream", "streamingllm", "snapkv"]
+_RATIO = re.compile(r"^([1-9][0-9]{0,2}):([1-9][0-9]{0,2})$")
+
+
+def parse_ratio(text: str) -> tuple[int, int] | None:
+    """'none' -> None (mixed replicas); 'P:D' -> (P, D) prefill and decode replicas per unit."""
+    if text == "none":
+        return None
+    match = _RATIO.match(text)
+    if match is None:
+        raise ValueError(f"a disaggregation is 'none' or 'P:D' such as '1:3', got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _distinct(values: list[object], what: str) -> None:
+    if not values:
+        raise ValueError(f"search.{what} needs at least one value (or omit it)")
+    if len(set(map(str, values))) != len(values):
+        raise ValueError(f"search.{what} repeats a value")
+
+
+class PlanSearch(StrictModel):
+    """The space searched; an omitted axis keeps the template workload's value."""
+
+    tp: list[int] | None = Field(
+        default=None, description="tensor-parallel degrees of a replica (its sockets)"
+    )
+    batch_slots: list[int | Literal["auto"]] | None = Field(
+        default=None, description="static batch slots of a replica ('auto': its capacity)"
+    )
+    kv_policy: list[KVPolicyName] | None = Field(
+        default=None, description="KV policies (the template's other kv fields are kept)"
+    )
+    disaggregation: list[str] = Field(
+        default_factory=lambda: ["none"],
+        description="'none' (mixed replicas) or 'P:D': P prefill and D decode replicas per "
+        "unit, units searched like replicas",
+    )
+    max_replicas: int = Field(
+        default=64, ge=1, le=100_000, description="most replicas tried for one configuration"
+    )
+
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, values: list[int] | None) -> list[int] | None:
+        if values is not None:
+            _distinct(list(values), "tp")
+            if any(not 1 <= v <= 4096 for v in values):
+                raise ValueError("search.tp values must be in 1..4096")
+        return values
+
+    @field_validator("batch_slots")
+    @classmethod
+    def _slots(cls, values: list[int | str] | None) -> list[int | str] | None:
+        if values is not None:
+            _distinct(list(values), "batch_slots")
+            if any(isinstance(v, int) and not 1 <= v <= 1_000_000 for v in values):
+                raise ValueError("search.batch_slots values must be in 1..1000000 or 'auto'")
+        return values
+
+    @field_validator("kv_policy")
+    @classmethod
+    def _policies(cls, values: list[str] | None) -> list[str] | None:
+        if values is not None:
+            _distinct(list(values), "kv_policy")
+        return values
+
+    @field_validator("disaggregation")
+    @classmethod
+    def _ratios(cls, values: list[str]) -> list[str]:
+        _distinct(list(values), "disaggregation")
+        for value in values:
+            parse_ratio(value)
+        return values
+
+
+class PlanSpec(StrictModel):
+    """A plan spec file."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str = ""
+    cluster: str = Field(
+        min_length=1, description="cluster file (traffic, SLO, router; one pool as template)"
+    )
+    slo: SLOConfig | None = Field(default=None, description="replaces the cluster file's SLO")
+    search: PlanSearch = Field(default_factory=PlanSearch)

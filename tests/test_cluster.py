@@ -1,0 +1,575 @@
+"""Cluster serving: replicas, routers, disaggregated prefill and decode, prefix caching, SLOs.
+
+Most tests run on the analytic FakeBackend of test_api_run (closed-form step times), so
+the cluster mechanics are tested against independent computations: a one-replica cluster
+against the lone server, round robin against independent servers, KV transfers against the
+link's arithmetic, goodput against a recount from the per-request columns. The must-show
+tests at the bottom run the real compiler and engine through `rdu-sim run --json`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import simpy
+import yaml
+from click.testing import CliRunner
+from test_api_run import FakeBackend
+
+from rdu_sim import api
+from rdu_sim.api_cluster import ClusterResult, run_cluster
+from rdu_sim.cli.main import cli
+from rdu_sim.cluster.kv_link import KVLink
+from rdu_sim.cluster.prefix_cache import PrefixCache
+from rdu_sim.cluster.routers import Candidate, make_router, register, router_names
+from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
+from rdu_sim.config.cluster import RouterPolicy
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.serving.step_cache import PS_PER_S
+from rdu_sim.serving.traces import WRITERS
+from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
+from rdu_sim.serving.traces.table import TraceTable
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+SHIPPED = sorted((ROOT / "workloads" / "clusters").glob("*.yaml"))
+
+
+def write_cluster(folder: Path, **fields: Any) -> Path:
+    """A cluster file in ``folder`` (pools default: 3 Llama 8B replicas of 8 slots)."""
+    data: dict[str, Any] = {
+        "name": "t",
+        "pools": {
+            "serve": {
+                "workload": str(LLAMA),
+                "replicas": 3,
+                "set": {"serving.batch_slots": 8},
+            }
+        },
+        "traffic": {
+            "rate": 6.0,
+            "requests": 120,
+            "prompt_tokens": {"dist": "uniform", "low": 200, "high": 3000},
+            "output_tokens": {"dist": "uniform", "low": 1, "high": 300},
+            "seed": 5,
+        },
+        "slo": {"ttft": "300 ms", "tpot": "20 ms", "attainment": 0.9},
+        **fields,
+    }
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def write_trace(folder: Path, name: str, table: TraceTable, fmt: str) -> str:
+    WRITERS[fmt](folder / name, table)
+    return name
+
+
+def fake(path: Path, overrides: dict[str, Any] | None = None) -> ClusterResult:
+    return run_cluster(path, overrides, backend=FakeBackend())
+
+
+def assert_served_once(result: ClusterResult) -> None:
+    """Every request the trace offered: routed and completed exactly once, or rejected."""
+    records, serving = result.run.records, result.run.serving
+    rejected = result.run.fit.rejected
+    np.testing.assert_array_equal(records.routed, (~rejected).astype(np.int64))
+    np.testing.assert_array_equal(serving.completions, (~rejected).astype(np.int64))
+    assert (records.replica[~rejected] >= 0).all() and (records.replica[rejected] == -1).all()
+    assert (serving.finish_ps[~rejected] >= serving.first_token_ps[~rejected]).all()
+    assert (serving.first_token_ps[~rejected] > serving.arrival_ps[~rejected]).all()
+    for replica in result.run.cluster.replicas:  # nothing left behind
+        assert replica.server.outstanding_tokens() == 0
+        assert replica.server.slots.occupied == 0 and not replica.server.queue
+
+
+# --- differential: a cluster of one, round robin -------------------------------------------
+
+
+def test_one_replica_cluster_is_the_lone_server(tmp_path: Path) -> None:
+    table = synthetic_table(SyntheticTrace(requests=80, rate=3.0, prompt_high=6000, seed=2))
+    trace = write_trace(tmp_path, "t.csv", table, "rdu")
+    pools = {"serve": {"workload": str(LLAMA), "replicas": 1, "set": {"serving.batch_slots": 6}}}
+    cluster = fake(write_cluster(tmp_path, pools=pools, traffic={"trace": trace}))
+    lone = api.run(
+        LLAMA,
+        {
+            "serving.batch_slots": 6,
+            "serving.trace": str(tmp_path / trace),
+            "serving.arrival": {"process": "poisson", "rate": 1.0},  # replays arrival_s
+            "serving.requests": 80,
+        },
+        backend=FakeBackend(),
+    )
+    mine, theirs = cluster.run.serving, lone.records
+    for name in ("arrival_ps", "admit_ps", "first_token_ps", "finish_ps", "slot"):
+        np.testing.assert_array_equal(getattr(mine, name), getattr(theirs, name), err_msg=name)
+    assert_served_once(cluster)
+
+
+def test_round_robin_is_independent_servers(tmp_path: Path) -> None:
+    table = synthetic_table(SyntheticTrace(requests=90, rate=9.0, prompt_high=6000, seed=3))
+    trace = write_trace(tmp_path, "t.csv", table, "rdu")
+    pools = {"serve": {"workload": str(LLAMA), "replicas": 3, "set": {"serving.batch_slots": 4}}}
+    result = fake(
+        write_cluster(
+            tmp_path, pools=pools, traffic={"trace": trace}, router={"policy": "round_robin"}
+        )
+    )
+    assert_served_once(result)
+    for k in range(3):
+        mine = np.arange(k, 90, 3)
+        part = TraceTable(
+            "rdu", table.arrival_s[mine], table.prompt_tokens[mine], table.output_tokens[mine]
+        )
+        WRITERS["rdu"](tmp_path / f"part{k}.csv", part)
+        lone = api.run(
+            LLAMA,
+            {
+                "serving.batch_slots": 4,
+                "serving.trace": str(tmp_path / f"part{k}.csv"),
+                "serving.arrival": {"process": "poisson", "rate": 1.0},
+                "serving.requests": len(mine),
+            },
+            backend=FakeBackend(),
+        )
+        assert (result.run.records.replica[mine] == k).all()
+        for name in ("admit_ps", "first_token_ps", "finish_ps"):
+            np.testing.assert_array_equal(
+                getattr(result.run.serving, name)[mine], getattr(lone.records, name)
+            )
+
+
+# --- routers -----------------------------------------------------------------------------
+
+
+class Loaded:
+    """A candidate with fixed answers."""
+
+    def __init__(self, outstanding: int, cached: int = 0) -> None:
+        self.outstanding, self.cached = outstanding, cached
+
+    def outstanding_tokens(self) -> int:
+        return self.outstanding
+
+    def cached_tokens(self, request: int) -> int:
+        return self.cached
+
+
+def test_router_choices() -> None:
+    candidates: Sequence[Candidate] = [Loaded(50, 0), Loaded(30, 0), Loaded(40, 35), Loaded(30)]
+    assert [make_router("round_robin").choose(0, candidates) for _ in range(1)] == [0]
+    robin = make_router("round_robin")
+    assert [robin.choose(i, candidates) for i in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert make_router("least_outstanding").choose(0, candidates) == 1  # lowest index of ties
+    assert make_router("prefix_aware").choose(0, candidates) == 2  # 40 - 35 < 30
+    assert set(router_names()) == set(RouterPolicy.__args__)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="valid: least_outstanding, prefix_aware, round_robin"):
+        make_router("random")
+    with pytest.raises(ValueError, match="already registered"):
+        register("round_robin")(lambda: make_router("round_robin"))
+
+
+def _remaining(replica: Any) -> int:
+    """Outstanding tokens recomputed from the server's queue and slots (a second way)."""
+    server = replica.server
+    prompts, outputs = server.records.prompt_tokens, server.records.output_tokens
+    total = sum(int(prompts[r]) + int(outputs[r]) for r in server.queue)
+    slots = server.slots
+    done_steps = 0
+    if server._run_decoding:
+        now = min(int(server.env.now), server._run_end)
+        done_steps = (now - server._run_start) // server._run_step
+    for slot in range(slots.n):
+        request = int(slots.request[slot])
+        if request < 0:
+            continue
+        if slots.phase[slot] == 1:  # prefilling
+            total += int(prompts[request]) - int(slots.prefilled[slot]) + int(outputs[request])
+        elif slots.phase[slot] == 2:  # decoding
+            total += int(slots.remaining[slot]) - done_steps
+    return total
+
+
+def test_outstanding_work_matches_a_recount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At every routing decision, each server's running count of outstanding tokens equals
+    a recount from its queue and slots."""
+    checks: list[int] = []
+    choose = LeastOutstanding.choose
+
+    def checking(self: LeastOutstanding, request: int, candidates: Sequence[Any]) -> int:
+        for replica in candidates:
+            assert replica.outstanding_tokens() == _remaining(replica)
+            checks.append(request)
+        return choose(self, request, candidates)
+
+    monkeypatch.setattr(LeastOutstanding, "choose", checking)
+    traffic = {
+        "rate": 20.0,
+        "requests": 150,
+        "prompt_tokens": {"dist": "uniform", "low": 200, "high": 3000},
+        "output_tokens": {"dist": "uniform", "low": 1, "high": 400},
+    }
+    result = fake(write_cluster(tmp_path, traffic=traffic))
+    assert len(checks) == 150 * 3
+    assert_served_once(result)
+
+
+def test_least_outstanding_balances_better_than_round_robin(tmp_path: Path) -> None:
+    path = write_cluster(
+        tmp_path,
+        traffic={
+            "rate": 12.0,
+            "requests": 300,
+            "prompt_tokens": {"dist": "lognormal", "median": 800, "sigma": 1.0, "high": 6000},
+            "output_tokens": {"dist": "lognormal", "median": 100, "sigma": 1.2, "high": 1500},
+        },
+    )
+    p99 = {
+        policy: fake(path, {"router.policy": policy}).to_dict()["ttft_s"]["p99"]
+        for policy in ("round_robin", "least_outstanding")
+    }
+    assert p99["least_outstanding"] < p99["round_robin"]
+
+
+# --- prefix cache ----------------------------------------------------------------------------
+
+
+def test_prefix_cache_lru_and_pinning() -> None:
+    cache = PrefixCache(3)
+    assert cache.acquire(1, [10, 11]) == 0
+    cache.insert(1, [10, 11])
+    assert cache.match([10, 11, 12]) == 2 and cache.match([11]) == 1
+    cache.release(1)
+    assert cache.acquire(2, [10, 12]) == 1  # 10 hits, 12 does not
+    cache.insert(2, [10, 12])  # 12 fills the third block
+    cache.insert(3, [20])  # full; 11 is the only unpinned block: evicted
+    assert len(cache) == 3 and cache.match([11]) == 0 and cache.evicted == 1
+    cache.insert(4, [30])  # full, everything pinned: not cached
+    assert cache.not_cached == 1 and cache.match([30]) == 0 and len(cache) <= 3
+    cache.release(2)
+    cache.release(3)
+    cache.insert(5, [40])  # LRU among unpinned: 10 and 12 (released first) before 20
+    assert cache.match([20]) == 1 and cache.match([10]) == 0
+    assert cache.lookups == 4 and cache.hits == 1
+
+
+def _mooncake(tmp_path: Path, requests: int = 200, rate: float = 8.0) -> str:
+    spec = SyntheticTrace(
+        requests=requests,
+        rate=rate,
+        prompt_median=3000,
+        prompt_high=7000,
+        conversations=6,
+        shared_fraction=0.8,
+        seed=9,
+    )
+    return write_trace(tmp_path, "m.jsonl", synthetic_table(spec), "mooncake")
+
+
+def test_prefix_caching_skips_prefill_and_prefix_routing_finds_it(tmp_path: Path) -> None:
+    trace = _mooncake(tmp_path)
+    path = write_cluster(
+        tmp_path,
+        traffic={"trace": trace},
+        prefix_cache={"block_tokens": 512},
+        router={"policy": "prefix_aware"},
+    )
+    aware = fake(path)
+    assert_served_once(aware)
+    data = aware.to_dict()
+    prefix = data["prefix_cache"]
+    cached = aware.run.records.cached_tokens
+    assert prefix["prefill_tokens_skipped"] == int(cached.sum()) > 0
+    prompts = aware.run.serving.prompt_tokens
+    assert (cached < prompts).all() and (cached % 128 == 0).all()  # a prompt bucket
+    blind = fake(path, {"router.policy": "least_outstanding"}).to_dict()["prefix_cache"]
+    assert prefix["hit_rate"] > blind["hit_rate"]
+    none = fake(path, {"prefix_cache": None, "router.policy": "least_outstanding"})
+    assert "prefix_cache" not in none.to_dict()
+    assert int(none.run.records.cached_tokens.sum()) == 0
+    # Spared prefill work shows: the steps of a cached prompt are shorter.
+    assert data["ttft_s"]["mean"] < none.to_dict()["ttft_s"]["mean"]
+
+
+def test_compressed_prompts_share_nothing(tmp_path: Path) -> None:
+    trace = _mooncake(tmp_path, requests=60)
+    path = write_cluster(
+        tmp_path,
+        traffic={"trace": trace},
+        prefix_cache={"block_tokens": 512},
+        pools={
+            "serve": {
+                "workload": str(LLAMA),
+                "replicas": 2,
+                "set": {
+                    "serving.batch_slots": 8,
+                    "kv.policy": "snapstream",
+                    "kv.budget": 2048,
+                    "kv.recent": 512,
+                },
+            }
+        },
+    )
+    result = fake(path)
+    prompts = result.run.serving.prompt_tokens
+    cached = result.run.records.cached_tokens
+    assert (cached[prompts > 2048] == 0).all()  # compressed: its own selection, not a prefix
+
+
+# --- disaggregated prefill and decode ----------------------------------------------------------
+
+
+def test_kv_link_is_fifo_per_port() -> None:
+    env = simpy.Environment()
+    link = KVLink(env, 3, bandwidth=1e9, latency=1e-6)  # 1 GB/s: 1 ms per MB
+    first = link.transfer(0, 2, 1_000_000)
+    second = link.transfer(1, 2, 1_000_000)  # same ingress: queues behind the first
+    third = link.transfer(1, 0, 500_000)  # 1's egress is busy until the second has gone
+    env.run()
+    ms, us = 10**9, 10**6
+    assert first.value == 1 * ms + us
+    assert second.value == 2 * ms + us
+    assert third.value == 2 * ms + ms // 2 + us
+    assert link.transfers == 3 and link.queued_ps == 1 * ms + 2 * ms
+
+
+def test_disaggregated_serving(tmp_path: Path) -> None:
+    trace = _mooncake(tmp_path, requests=150, rate=6.0)
+    pools = {
+        "pre": {
+            "workload": str(LLAMA),
+            "replicas": 1,
+            "role": "prefill",
+            "set": {"serving.batch_slots": 4},
+        },
+        "dec": {
+            "workload": str(LLAMA),
+            "replicas": 2,
+            "role": "decode",
+            "set": {"serving.batch_slots": 8},
+        },
+    }
+    path = write_cluster(
+        tmp_path,
+        pools=pools,
+        traffic={"trace": trace},
+        kv_transfer={"bandwidth": "10 GB/s", "latency": "20 us"},
+    )
+    result = fake(path)
+    assert_served_once(result)
+    records, serving = result.run.records, result.run.serving
+    served = ~result.run.fit.rejected
+    multi = (serving.output_tokens > 1) & served
+    assert (records.replica[multi] == 0).all() and (records.decode_replica[multi] >= 1).all()
+    assert (records.decode_replica[~multi] == -1).all()  # one token: done at prefill
+    # Each transfer: reserved after the prefill, serialised at 10 GB/s, 20 us latency.
+    start, end = records.kv_start_ps[multi], records.kv_end_ps[multi]
+    assert (start >= serving.first_token_ps[multi]).all()
+    nbytes = records.kv_bytes[multi]
+    per_token = 131072  # Llama 3.1 8B, bf16
+    np.testing.assert_array_equal(nbytes, serving.prompt_tokens[multi] * per_token)
+    minimum = np.ceil(nbytes / (10e9 / PS_PER_S)).astype(np.int64) + 20 * 10**6
+    assert (end - start >= minimum).all()
+    # Decode starts after the cache arrived: one decode step at least after kv_end per token.
+    assert (serving.finish_ps[multi] > end).all()
+    # A prefill replica holds the slot until its cache has left: at most 4 at once.
+    events = sorted([(int(a), 1) for a in serving.admit_ps[multi]] + [(int(e), -1) for e in end])
+    held = np.cumsum([delta for _, delta in sorted(events, key=lambda x: (x[0], x[1]))])
+    assert held.max() <= 4
+    data = result.to_dict()
+    assert data["kv_transfer"]["transfers"] == int(multi.sum())
+    assert data["kv_transfer"]["bytes"] == int(nbytes.sum())
+    roles = [row["role"] for row in data["per_replica"]]
+    assert roles == ["prefill", "decode", "decode"]
+    assert data["per_replica"][0]["steps"]["decode"] == 0
+    assert sum(row["decoded"] for row in data["per_replica"]) == int(multi.sum())
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def test_goodput_recount_and_classes(tmp_path: Path) -> None:
+    table = synthetic_table(SyntheticTrace(requests=150, rate=9.0, prompt_high=9000, seed=8))
+    trace = write_trace(tmp_path, "t.csv", table, "rdu")
+    path = write_cluster(
+        tmp_path,
+        traffic={"trace": trace},
+        classes={"by": "prompt_tokens", "edges": [1024, 4096]},
+    )
+    result = fake(path)
+    data = result.to_dict()
+    cols = result.requests()
+    rejected = cols["status"] == "rejected"
+    over = (cols["prompt_tokens"] + cols["output_tokens"]) > 8192
+    np.testing.assert_array_equal(rejected, over)
+    assert data["requests_rejected"] == int(over.sum()) > 0
+    ttft, tpot = cols["ttft_s"], cols["tpot_s"]
+    good = (~rejected) & (ttft <= 0.3) & (np.isnan(tpot) | (tpot <= 0.02))
+    assert data["goodput"]["requests"] == int(good.sum())
+    assert data["goodput"]["fraction"] == pytest.approx(good.sum() / 150)
+    assert data["slo_met"] == (good.sum() / 150 >= 0.9)
+    span = np.nanmax(cols["finish_s"]) - cols["arrival_s"].min()
+    assert data["goodput"]["tokens_per_s"] == pytest.approx(
+        cols["output_tokens"][good].sum() / span
+    )
+    classes = data["classes"]
+    assert sum(c["requests"] for c in classes.values()) == 150
+    assert classes["prompt_tokens>=4096"]["rejected"] == int(over.sum())
+    big = cols["class"] == "1024<=prompt_tokens<4096"
+    assert classes["1024<=prompt_tokens<4096"]["ttft_s"]["p50"] == pytest.approx(
+        float(np.median(ttft[big & ~rejected]))
+    )
+    per = data["per_replica"]
+    assert sum(r["requests"] for r in per) == 150 - int(over.sum())
+    assert all(0 < r["occupancy"] <= 1 for r in per)
+    truncated = fake(path, {"traffic.over_context": "truncate"}).to_dict()
+    assert truncated["requests_rejected"] == 0
+    assert truncated["requests_truncated"] == int(over.sum())
+
+
+def test_same_inputs_same_bytes(tmp_path: Path) -> None:
+    path = write_cluster(tmp_path)
+    assert fake(path).to_json() == fake(path).to_json()
+
+
+# --- config errors -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"router": {"polcy": "round_robin"}},
+            "router.polcy: unknown field 'polcy'; did you mean 'policy'",
+        ),
+        ({"slo": {"ttft": "2 parsecs", "tpot": "1 ms"}}, "slo.ttft"),
+        (
+            {"router": {"policy": "prefix_aware"}},
+            "router.policy: prefix_aware routing needs a prefix_cache",
+        ),
+        ({"prefix_cache": {}}, "prefix_cache: a prefix cache needs a trace"),
+        ({"kv_transfer": {}}, "kv_transfer only applies with prefill and decode pools"),
+        ({"traffic": {"trace": "nope.csv"}}, "traffic.trace: trace file"),
+        ({"traffic": {"rate": 1.0}}, "traffic.prompt_tokens, traffic.output_tokens"),
+    ],
+)
+def test_bad_cluster_files_name_the_field(
+    tmp_path: Path, fields: dict[str, Any], message: str
+) -> None:
+    path = write_cluster(tmp_path, **fields)
+    with pytest.raises(ConfigError) as caught:
+        fake(path)
+    assert message in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_pool_errors_name_the_workload_and_the_pool(tmp_path: Path) -> None:
+    pools = {"serve": {"workload": str(LLAMA), "replicas": 2, "set": {"serving.batch_slot": 8}}}
+    with pytest.raises(ConfigError) as caught:
+        fake(write_cluster(tmp_path, pools=pools))
+    text = str(caught.value)
+    assert "pools.serve: pool 'serve': workload is not valid" in text
+    assert "serving.batch_slot" in text
+    pools = {
+        "a": {"workload": str(LLAMA), "replicas": 1},
+        "b": {"workload": str(LLAMA), "replicas": 1, "set": {"serving.max_context": 4096}},
+    }
+    with pytest.raises(ConfigError, match="a cluster has one context limit"):
+        fake(write_cluster(tmp_path, pools=pools))
+    pools = {
+        "p": {"workload": str(LLAMA), "replicas": 1, "role": "prefill"},
+        "d": {"workload": str(LLAMA), "replicas": 1, "role": "decode", "set": {"dtypes.kv": "fp8"}},
+    }
+    with pytest.raises(ConfigError, match=r"cannot take the KV caches .* KV dtypes differ"):
+        fake(write_cluster(tmp_path, pools=pools))
+    with pytest.raises(ConfigError, match="mixed"):
+        fake(write_cluster(tmp_path, pools={**pools, "m": {"workload": str(LLAMA), "replicas": 1}}))
+
+
+def test_cli_check_and_schema_know_cluster_and_plan_files(tmp_path: Path) -> None:
+    runner = CliRunner()
+    files = [str(p) for p in SHIPPED] + [str(p) for p in (ROOT / "workloads/plans").glob("*.yaml")]
+    result = runner.invoke(cli, ["check", *files])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("OK") == len(files) and "cluster 'llama3.1-8b-chat'" in result.output
+    bad = write_cluster(tmp_path, router={"policy": "random"})
+    result = runner.invoke(cli, ["check", str(bad)])
+    assert result.exit_code == 2 and "router.policy" in result.output
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(runner.invoke(cli, ["schema", "cluster"]).stdout)
+    for path in SHIPPED:
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    plan_schema = json.loads(runner.invoke(cli, ["schema", "plan"]).stdout)
+    for path in (ROOT / "workloads/plans").glob("*.yaml"):
+        jsonschema.validate(yaml.safe_load(path.read_text()), plan_schema)
+
+
+def test_hw_overrides_are_refused_on_a_cluster(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"pools\.NAME\.set"):
+        fake(write_cluster(tmp_path), {"hw.system.sockets": 2})
+
+
+# --- must show: rdu-sim run CLUSTER --json on the real engine ---------------------------------
+
+
+def rdu_sim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_run_cluster_json_on_the_real_engine(tmp_path: Path) -> None:
+    """`rdu-sim run CLUSTER --json` with a trace: cluster and per-replica metrics with goodput;
+    every trace request served exactly once (or rejected, counted), none lost at the router."""
+    shutil.copytree(ROOT / "workloads", tmp_path / "workloads")
+    shutil.copytree(ROOT / "hw_configs", tmp_path / "hw_configs")
+    path = tmp_path / "workloads" / "clusters" / "llama3.1-8b-chat.yaml"
+    done = rdu_sim("run", str(path), "--json", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    trace = (tmp_path / "workloads" / "traces" / "chat-400.csv").read_text().splitlines()
+    assert data["requests"] == len(trace) - 1 == 400
+    assert data["requests_served"] + data["requests_rejected"] == 400
+    assert data["requests_rejected"] == 1  # the one request longer than the 8k context
+    assert set(data["goodput"]) == {"requests", "fraction", "requests_per_s", "tokens_per_s"}
+    assert len(data["per_replica"]) == 4 == data["replicas"]
+    assert sum(r["requests"] for r in data["per_replica"]) == data["requests_served"]
+    assert all(
+        {"ttft_s", "tpot_s", "goodput_fraction", "occupancy"} <= set(r) for r in data["per_replica"]
+    )
+    rows = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    assert len(rows) == 401
+    result = run_cluster(path)
+    assert_served_once(result)
+    assert result.to_dict() == data
+
+
+def test_run_cluster_report_renders(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["run", str(write_cluster(tmp_path)), "--set", "traffic.requests=20"]
+    )
+    assert result.exit_code == 0, result.output
+    for words in (
+        "Pools",
+        "requests meeting the SLO",
+        "goodput",
+        "Replicas",
+        "time to first token",
+    ):
+        assert words in result.output
