@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "schema": "rdu_sim.cli.schema_cmd",
     "inspect": "rdu_sim.cli.inspect_cmd",
     "sweep": "rdu_sim.cli.sweep_cmd",
+    "plan": "rdu_sim.cli.plan_cmd",
     "plot": "rdu_sim.cli.plot_cmd",
     "validate": "rdu_sim.cli.validate_cmd",
     "kv-demo": "rdu_sim.cli.kvdemo_cmd",

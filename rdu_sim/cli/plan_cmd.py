@@ -1,0 +1,130 @@
+"""`rdu-sim plan SPEC`: the cheapest configuration that serves a traffic under its SLO.
+
+A thin shell over ``rdu_sim.plan.run_plan``: the search runs its points through the sweep
+machinery in this process (``--workers 1``, the default), on a local process pool, or on
+Dask (``--cluster``), storing every evaluation in SQLite so a rerun resumes. Prints the
+cheapest configuration and one row per configuration (how its search ended); ``--json``
+prints the same as one JSON object. Bad input exits 2 before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from rdu_sim.report.console import human_seconds
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _table(summary: dict[str, Any]) -> Table:
+    table = Table(
+        title="Configurations (cheapest first; * = on the sockets/goodput frontier)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for column in (
+        "",
+        "tp",
+        "slots",
+        "KV",
+        "disagg.",
+        "status",
+        "replicas",
+        "sockets",
+        "meet SLO",
+        "one fewer",
+        "TTFT p99",
+        "TPOT p99",
+        "runs",
+        "why",
+    ):
+        table.add_column(column, justify="left" if column in ("KV", "status", "why") else "right")
+    for row in summary["configurations"]:
+        share = row["goodput_fraction"]
+        fewer = row["goodput_one_unit_fewer"]
+        table.add_row(
+            "*" if row["frontier"] else "",
+            str(row["tp"]),
+            _cell(row["batch_slots"]),
+            str(row["kv_policy"]),
+            row["disaggregation"],
+            row["status"],
+            _cell(row["replicas"]),
+            _cell(row["sockets"]),
+            "-" if share is None else f"{100 * share:.1f}%",
+            "-" if fewer is None else f"{100 * fewer:.1f}%",
+            human_seconds(row["ttft_p99_s"]),
+            human_seconds(row["tpot_p99_s"]),
+            str(row["evaluations"]),
+            row["reason"],
+        )
+    return table
+
+
+@click.command("plan")
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 4096),
+    default=1,
+    show_default=True,
+    help="Worker processes (1 runs in this process). With --cluster local, its worker count.",
+)
+@click.option(
+    "--cluster",
+    "dask_cluster",
+    default=None,
+    metavar="ADDR|local",
+    help="Run the evaluations on Dask: tcp://HOST:PORT, or 'local' for a LocalCluster.",
+)
+@click.option(
+    "--db",
+    "db_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="SQLite file of evaluations (default: <spec stem>.sqlite beside the spec); "
+    "evaluations already in it are reused.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def command(
+    spec: Path, workers: int, dask_cluster: str | None, db_file: Path | None, as_json: bool
+) -> None:
+    """Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic."""
+    from rdu_sim.plan import load_plan, plan_summary, run_plan
+
+    load_plan(spec)  # bad input exits 2 before anything runs
+    result = run_plan(spec, db=db_file, workers=workers, cluster=dask_cluster)
+    summary = plan_summary(result)
+    summary["db"] = str(result.db)
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True))
+        return
+    terminal = Console(highlight=False)
+    out = terminal if terminal.is_terminal else Console(highlight=False, width=200)
+    slo = summary["slo"]
+    out.print(
+        f"[bold]{summary['plan']}[/bold]: cluster {summary['cluster']!r}, SLO TTFT <= "
+        f"{human_seconds(slo['ttft_s'])} and TPOT <= {human_seconds(slo['tpot_s'])} for "
+        f"{100 * slo['attainment']:.3g}% of requests; {summary['evaluations']} cluster runs "
+        f"({result.db})"
+    )
+    best = summary["cheapest"]
+    if best is None:
+        out.print("[red]no configuration met the SLO[/red]")
+    else:
+        out.print(
+            f"cheapest: [bold]{best['sockets']} sockets[/bold] = {best['replicas']} replicas "
+            f"x tp={best['tp']}, batch_slots={best['batch_slots']}, "
+            f"kv={best['kv_policy']}, disaggregation={best['disaggregation']} "
+            f"({100 * best['goodput_fraction']:.1f}% of requests meet the SLO)"
+        )
+    out.print(_table(summary))

@@ -1,0 +1,37 @@
+"""Capacity planning: the fewest sockets that serve a traffic under an SLO (`rdu-sim plan`).
+
+    from rdu_sim.plan import run_plan, plan_summary
+    result = run_plan("workloads/plans/llama3.1-8b-chat.yaml", workers=2)
+    plan_summary(result)["cheapest"]
+
+A plan spec (``config.plan.PlanSpec``) names a cluster file (traffic, SLO, router; one pool
+as template) and the axes to search; ``search.run_plan`` searches replica counts per
+configuration on the sweep machinery (SQLite store, resume, process pool or Dask).
+"""
+
+from pathlib import Path
+
+from rdu_sim.plan.frontier import frontier_rows, plan_summary
+from rdu_sim.plan.search import PlanResult, run_plan
+from rdu_sim.plan.spec import LoadedPlan, load_plan
+
+
+def check_plan(path: str | Path) -> str:
+    """Validate a plan spec and its base cluster; a one-line description (rdu-sim check)."""
+    loaded = load_plan(path)
+    configurations = loaded.configurations()
+    return (
+        f"{loaded.name!r}: {len(configurations)} configuration(s) over cluster "
+        f"{loaded.base.config.name!r}, up to {loaded.spec.search.max_replicas} replicas each"
+    )
+
+
+__all__ = [
+    "LoadedPlan",
+    "PlanResult",
+    "check_plan",
+    "frontier_rows",
+    "load_plan",
+    "plan_summary",
+    "run_plan",
+]

@@ -1,0 +1,82 @@
+"""The plan's answer as rows: one per configuration, the cheapest first.
+
+A row says how each configuration ended: ``met`` (its fewest replicas meeting the SLO, with
+the goodput one unit fewer reached, evidence of the boundary), ``pruned`` (it could not
+beat the cheapest), ``not met`` (not even with ``max_replicas``), ``infeasible`` (the
+hardware cannot hold it, or the config refuses it: the reason says which) or ``error``.
+``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
+more sockets for at least as much goodput.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rdu_sim.plan.search import PlanResult, Search, _rank
+
+ORDER = {"met": 0, "pruned": 1, "not met": 2, "infeasible": 3, "error": 4, "searching": 5}
+
+
+def _row(search: Search) -> dict[str, Any]:
+    configuration = search.configuration
+    row: dict[str, Any] = {
+        **configuration.describe(),
+        "tp": search.tp,
+        "status": search.status,
+        "units": None,
+        "replicas": None,
+        "sockets": None,
+        "goodput_fraction": None,
+        "ttft_p99_s": None,
+        "tpot_p99_s": None,
+        "goodput_one_unit_fewer": None,
+        "evaluations": len(search.results),
+        "reason": search.reason,
+        "frontier": False,
+    }
+    units = search.passing
+    if units is None and search.results and search.status == "not met":
+        units = max(search.results)  # the most tried: how far it got
+    if units is not None and units in search.results:
+        metrics = search.results[units]
+        row.update(
+            units=units,
+            replicas=units * configuration.unit,
+            sockets=units * search.unit_sockets,
+            goodput_fraction=metrics.get("goodput_fraction"),
+            ttft_p99_s=metrics.get("ttft_p99_s"),
+            tpot_p99_s=metrics.get("tpot_p99_s"),
+        )
+        below = search.results.get(units - 1)
+        if below is not None and search.passing is not None:
+            row["goodput_one_unit_fewer"] = below.get("goodput_fraction")
+    return row
+
+
+def frontier_rows(result: PlanResult) -> list[dict[str, Any]]:
+    """Every configuration's row, the configurations that met the SLO first, cheapest first."""
+    met = sorted((s for s in result.searches if s.status == "met"), key=_rank)
+    rest = sorted((s for s in result.searches if s.status != "met"), key=lambda s: ORDER[s.status])
+    rows = [_row(s) for s in met + rest]
+    best_goodput = -1.0
+    for row in rows[: len(met)]:  # met rows, by sockets ascending: Pareto if goodput improves
+        goodput = float(row["goodput_fraction"])
+        if goodput > best_goodput:
+            row["frontier"] = True
+            best_goodput = goodput
+    return rows
+
+
+def plan_summary(result: PlanResult) -> dict[str, Any]:
+    """The plan's JSON: the cheapest configuration meeting the SLO, the rows, the effort."""
+    rows = frontier_rows(result)
+    cheapest = rows[0] if rows and rows[0]["status"] == "met" else None
+    slo = result.plan.spec.slo or result.plan.base.config.slo
+    return {
+        "plan": result.plan.name,
+        "cluster": result.plan.base.config.name,
+        "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "attainment": slo.attainment},
+        "cheapest": cheapest,
+        "configurations": rows,
+        "evaluations": result.evaluations,
+    }

@@ -1,0 +1,194 @@
+"""The search behind `rdu-sim plan`: the fewest sockets meeting the SLO, on the sweep machinery.
+
+For each configuration (tp x slots x KV policy x disaggregation) the number of replica units
+``n`` is searched (a unit is one replica, or P + D replicas for a P:D disaggregation; sockets
+= n x unit x tp): doubling ``n`` from 1 until the SLO is met, then bisecting between the last
+``n`` that failed and the first that met it. That finds the fewest units *if meeting the SLO
+is monotone in n*: more replicas of one configuration serve the same arrivals with more
+capacity, so each replica's share of the work, hence its queueing, can only shrink under
+round-robin or least-outstanding routing. It is an assumption, not a theorem (discrete
+batching effects can make n+1 replicas a hair worse than n); the frontier reports, next to
+each answer, that n - 1 units failed, and a test checks the answer against brute force.
+
+Pruning (branch and bound): once some configuration meets the SLO on S sockets, no
+configuration tries more than S sockets (``n <= S / (unit x tp)``); a configuration whose
+smallest cluster already has more than S sockets is not run at all. Equal-socket answers
+are still found, and ties go to the higher goodput, then the lower p99 TTFT.
+
+Every round collects the next point of every configuration still searching and evaluates
+them together through ``sweep.evaluate_points`` (process pool or Dask, SQLite store): a
+rerun of the same spec resumes from the database, and independent configurations run in
+parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.plan.evaluate import evaluate as default_evaluate
+from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
+from rdu_sim.sweep.progress import Reporter
+from rdu_sim.sweep.run import evaluate_points
+
+Evaluate = Callable[[PlanPoint], Mapping[str, Any]]
+
+
+@dataclass
+class Search:
+    """One configuration's search state."""
+
+    configuration: Configuration
+    tp: int  # sockets per replica
+    max_units: int
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)  # units -> metrics
+    failing: int = 0  # most units known to fail
+    passing: int | None = None  # fewest units known to meet the SLO
+    status: str = "searching"  # searching | met | not met | infeasible | pruned | error
+    reason: str = ""
+
+    @property
+    def unit_sockets(self) -> int:
+        return self.configuration.unit * self.tp
+
+    def next_units(self, best_sockets: int | None) -> int | None:
+        """The next unit count to evaluate, or None when the search of this one is over."""
+        if self.status != "searching":
+            return None
+        cap = self.max_units
+        if best_sockets is not None:
+            cap = min(cap, best_sockets // self.unit_sockets)
+        if self.passing is None:
+            if cap <= self.failing:
+                if best_sockets is not None and cap < self.max_units:
+                    self.finish(
+                        "pruned",
+                        f"not met on {self.failing * self.unit_sockets} sockets; more cannot "
+                        f"beat {best_sockets}",
+                    )
+                else:
+                    self.finish("not met", f"not met with {self.max_units} units")
+                return None
+            return min(cap, 1 if self.failing == 0 else 2 * self.failing)
+        if self.passing - self.failing <= 1:
+            self.finish("met", "")
+            return None
+        if cap <= self.failing:  # fewer units than `passing` could not beat the best either
+            self.finish("pruned", f"met with {self.passing} units; fewer cannot beat the best")
+            return None
+        return min(cap, (self.failing + self.passing) // 2)
+
+    def record(self, units: int, row: Mapping[str, Any]) -> None:
+        """Take one evaluated point into account."""
+        if row.get("status") != "done":
+            self.finish("error", str(row.get("error") or "evaluation failed").splitlines()[0])
+            return
+        metrics = dict(row.get("metrics") or {})
+        self.results[units] = metrics
+        if not metrics.get("feasible", False):
+            self.finish("infeasible", str(metrics.get("reason", "")))
+        elif metrics.get("slo_met"):
+            self.passing = units if self.passing is None else min(self.passing, units)
+        else:
+            self.failing = max(self.failing, units)
+
+    def finish(self, status: str, reason: str) -> None:
+        self.status = status
+        self.reason = reason
+
+    @property
+    def answer(self) -> dict[str, Any] | None:
+        """The metrics at the fewest passing units, with units and sockets, or None."""
+        if self.passing is None or self.status != "met":
+            return None
+        metrics = self.results[self.passing]
+        return {**metrics, "units": self.passing, "sockets": self.passing * self.unit_sockets}
+
+
+@dataclass
+class PlanResult:
+    """What the search found: every configuration's search, the cheapest, the evaluations."""
+
+    plan: LoadedPlan
+    searches: list[Search]
+    evaluations: int
+    db: Path
+
+    def cheapest(self) -> Search | None:
+        """The configuration meeting the SLO on the fewest sockets (ties: higher goodput,
+        then lower p99 TTFT, then spec order)."""
+        met = [s for s in self.searches if s.answer is not None]
+        if not met:
+            return None
+        return min(met, key=_rank)
+
+
+def _rank(search: Search) -> tuple[float, float, float]:
+    answer = search.answer
+    assert answer is not None
+    ttft = answer.get("ttft_p99_s")
+    return (answer["sockets"], -float(answer["goodput_fraction"]), float(ttft or 0.0))
+
+
+def _best_sockets(searches: list[Search]) -> int | None:
+    """Fewest sockets known to meet the SLO so far (any passing point bounds the optimum)."""
+    values = [s.passing * s.unit_sockets for s in searches if s.passing is not None]
+    return min(values) if values else None
+
+
+def default_plan_db(spec_file: Path) -> Path:
+    """`<spec stem>.sqlite` beside the spec (as for sweeps)."""
+    return spec_file.with_suffix(".sqlite")
+
+
+def run_plan(
+    spec: str | Path,
+    *,
+    db: str | Path | None = None,
+    workers: int = 1,
+    cluster: str | None = None,
+    evaluate: Evaluate | None = None,
+    reporter: Reporter | None = None,
+) -> PlanResult:
+    """Search the spec's space for the cheapest configuration meeting the SLO."""
+    loaded = load_plan(spec)
+    db_path = Path(db) if db is not None else default_plan_db(loaded.file)
+    evaluator = evaluate or default_evaluate
+    searches = []
+    for configuration in loaded.configurations():
+        units = max(1, loaded.spec.search.max_replicas // configuration.unit)
+        searches.append(Search(configuration, configuration.tp, units))
+    searches.sort(key=lambda s: s.unit_sockets)  # cheapest first: an early bound prunes more
+    evaluations = 0
+    while True:
+        best = _best_sockets(searches)
+        batch: dict[str, tuple[Search, int, PlanPoint]] = {}
+        for search in searches:
+            step = search.next_units(best)
+            if step is None:
+                continue
+            try:
+                point = loaded.build(search.configuration, step)
+            except ConfigError as exc:
+                search.finish("infeasible", " ".join(str(exc).split()))
+                continue
+            batch[f"{id(search)}:{step}"] = (search, step, point)
+        if not batch:
+            break
+        points = [point for _, _, point in batch.values()]
+        rows = evaluate_points(
+            loaded.name,
+            points,
+            evaluator,
+            db_path,
+            workers=workers,
+            cluster=cluster,
+            reporter=reporter,
+        )
+        evaluations += len(points)
+        for search, units, point in batch.values():
+            search.record(units, rows[point.key])
+    return PlanResult(loaded, searches, evaluations, db_path)

@@ -1,0 +1,190 @@
+"""Load a plan spec: validate it, load its base cluster, enumerate its configurations.
+
+Each configuration (tp, batch slots, KV policy, disaggregation) is turned, for a number of
+replica units, into a cluster: the base cluster file's data with its one pool replaced by
+the configuration's pool(s). The cluster is built through ``cluster.build_cluster``, the same
+path as ``rdu-sim run CLUSTER``, so a configuration the config refuses (a tp that does not
+divide the heads) fails with the config's own message.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.loader import LineMap, read_yaml, validate
+from rdu_sim.config.plan import PlanSpec, parse_ratio
+from rdu_sim.sweep.key import config_key, resolved_config
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One point of the searched space, before its replica count is chosen."""
+
+    tp: int
+    batch_slots: int | str  # a number or 'auto'
+    kv_policy: str
+    disaggregation: str  # 'none' or 'P:D'
+
+    @property
+    def ratio(self) -> tuple[int, int] | None:
+        """(prefill, decode) replicas per unit, None for mixed replicas."""
+        return parse_ratio(self.disaggregation)
+
+    @property
+    def unit(self) -> int:
+        """Replicas per unit of the search (P + D, or 1)."""
+        ratio = self.ratio
+        return 1 if ratio is None else ratio[0] + ratio[1]
+
+    def overrides(self) -> dict[str, Any]:
+        """The workload fields this configuration sets (``--set`` paths)."""
+        return {
+            "parallelism.tp": self.tp,
+            "hw.system.sockets": self.tp,  # a replica is one tensor-parallel group
+            "serving.batch_slots": self.batch_slots,
+            "kv.policy": self.kv_policy,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration's axes, for tables and the database."""
+        return {
+            "tp": self.tp,
+            "batch_slots": self.batch_slots,
+            "kv_policy": self.kv_policy,
+            "disaggregation": self.disaggregation,
+        }
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """A configuration at a replica count: what the sweep machinery evaluates and stores."""
+
+    key: str
+    overrides: dict[str, Any]  # the configuration's axes and its units / replicas
+    config: dict[str, Any]  # resolved config (the key's input)
+    cluster: ClusterScenario
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.overrides.items())
+
+
+@dataclass(frozen=True)
+class LoadedPlan:
+    """A validated plan spec with its base cluster."""
+
+    spec: PlanSpec
+    file: Path
+    lines: LineMap
+    base_file: Path
+    base_data: dict[str, Any]
+    base: ClusterScenario
+    pool_name: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or self.file.stem
+
+    def error(self, field: str, message: str) -> ConfigError:
+        parts = tuple(field.split("."))
+        line = next(
+            (self.lines[parts[:n]] for n in range(len(parts), 0, -1) if parts[:n] in self.lines),
+            None,
+        )
+        return ConfigError.single(str(self.file), field, message, line)
+
+    def configurations(self) -> list[Configuration]:
+        """Every configuration of the searched space, in spec order."""
+        search = self.spec.search
+        template = self.base.pools[0].scenario.workload
+        tps = search.tp or [template.parallelism.tp]
+        slots = search.batch_slots or [template.serving.batch_slots]
+        policies = search.kv_policy or [template.kv.policy]
+        axes = itertools.product(tps, slots, policies, search.disaggregation)
+        return [Configuration(*values) for values in axes]
+
+    def build(self, configuration: Configuration, units: int) -> PlanPoint:
+        """The cluster of ``configuration`` at ``units`` replica units (ConfigError if the
+        config refuses it)."""
+        data = copy.deepcopy(self.base_data)
+        template = dict(data["pools"][self.pool_name])
+        fields = {**dict(template.get("set") or {}), **configuration.overrides()}
+        ratio = configuration.ratio
+        if ratio is None:
+            pools = {self.pool_name: {**template, "replicas": units, "set": fields}}
+        else:
+            pools = {
+                "prefill": {
+                    **template,
+                    "replicas": ratio[0] * units,
+                    "role": "prefill",
+                    "set": fields,
+                },
+                "decode": {
+                    **template,
+                    "replicas": ratio[1] * units,
+                    "role": "decode",
+                    "set": fields,
+                },
+            }
+        data["pools"] = pools
+        if self.spec.slo is not None:
+            data["slo"] = self.spec.slo.model_dump()
+        cluster = build_cluster(data, file=str(self.base_file))
+        resolved = {
+            "cluster": cluster.config.model_dump(
+                mode="json", exclude={"name", "description", "pools"}
+            ),
+            "pools": [
+                {
+                    "name": p.name,
+                    "role": p.role,
+                    "replicas": p.replicas,
+                    **resolved_config(p.scenario),
+                }
+                for p in cluster.pools
+            ],
+            "trace_sha256": _trace_digest(cluster),
+        }
+        overrides = {**configuration.describe(), "units": units, "replicas": cluster.replicas}
+        return PlanPoint(config_key(resolved), overrides, resolved, cluster)
+
+
+def _trace_digest(cluster: ClusterScenario) -> str | None:
+    trace = cluster.config.traffic.trace
+    if trace is None:
+        return None
+    digest = hashlib.sha256()
+    with (cluster.base_dir / trace).open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_plan(path: str | Path) -> LoadedPlan:
+    """Read and validate a plan spec and its base cluster (ConfigErrors name file and line)."""
+    file = Path(path)
+    data, lines = read_yaml(file)
+    spec = validate(PlanSpec, data, str(file), lines)
+    base_file = Path(spec.cluster)
+    if not base_file.is_absolute():
+        base_file = file.parent / base_file
+    base_data, base_lines = read_yaml(base_file)
+    if not isinstance(base_data, Mapping):
+        raise ConfigError.single(str(base_file), "", "expected a cluster file (a mapping)")
+    base = build_cluster(base_data, file=str(base_file), lines=base_lines)
+    loaded = LoadedPlan(spec, file, lines, base_file, dict(base_data), base, base.pools[0].name)
+    if len(base.pools) != 1 or base.pools[0].role != "mixed":
+        raise loaded.error(
+            "cluster",
+            f"the plan's cluster file must have one mixed pool, the template every "
+            f"configuration edits; {base_file} has {len(base.pools)} pool(s)",
+        )
+    return loaded

@@ -1,0 +1,187 @@
+"""`rdu-sim plan`: the pruned search against brute force, resume, and the command.
+
+The brute-force reference evaluates every configuration at every replica count up to the
+limit and picks the fewest sockets meeting the SLO by the same tie rule; the search must
+find the same configuration, sockets and, for every configuration it did not prune, the same
+fewest replica count, with fewer evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from test_api_run import FakeBackend
+
+from rdu_sim.api_cluster import run_cluster
+from rdu_sim.cli.main import cli
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.plan import load_plan, plan_summary, run_plan
+from rdu_sim.plan.evaluate import evaluate, headline
+from rdu_sim.plan.spec import PlanPoint
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+CALLS: list[str] = []
+
+
+def fake_evaluate(point: PlanPoint) -> Mapping[str, Any]:
+    """The plan's evaluation on the analytic FakeBackend (fast, deterministic)."""
+    CALLS.append(point.key)
+    from rdu_sim.compiler import CapacityError
+
+    try:
+        return headline(run_cluster(point.cluster, backend=FakeBackend()).to_dict())
+    except (ConfigError, CapacityError) as exc:
+        return {"feasible": False, "reason": str(exc)}
+
+
+def write_plan(
+    folder: Path,
+    search: dict[str, Any],
+    requests: int = 80,
+    rate: float = 12.0,
+    slo: dict[str, Any] | None = None,
+) -> Path:
+    cluster = {
+        "name": "tiny",
+        "pools": {"serve": {"workload": str(LLAMA), "replicas": 1}},
+        "traffic": {
+            "rate": rate,
+            "requests": requests,
+            "prompt_tokens": {"dist": "uniform", "low": 200, "high": 2500},
+            "output_tokens": {"dist": "uniform", "low": 20, "high": 200},
+            "seed": 1,
+        },
+        "slo": slo or {"ttft": "150 ms", "tpot": "15 ms", "attainment": 0.9},
+    }
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    spec = folder / "plan.yaml"
+    spec.write_text(yaml.safe_dump({"cluster": "cluster.yaml", "search": search}))
+    return spec
+
+
+def brute_force(spec: Path) -> dict[tuple[Any, ...], dict[int, Mapping[str, Any]]]:
+    """Every configuration at every unit count up to the limit."""
+    loaded = load_plan(spec)
+    table: dict[tuple[Any, ...], dict[int, Mapping[str, Any]]] = {}
+    for configuration in loaded.configurations():
+        units = loaded.spec.search.max_replicas // configuration.unit
+        row = table.setdefault(tuple(configuration.describe().values()), {})
+        for n in range(1, units + 1):
+            try:
+                row[n] = fake_evaluate(loaded.build(configuration, n))
+            except ConfigError as exc:
+                row[n] = {"feasible": False, "reason": str(exc)}
+    return table
+
+
+SEARCH = {
+    "tp": [1, 2, 3],  # 3 does not divide Llama's 32 heads: infeasible
+    "batch_slots": [4, 8, 64],
+    "disaggregation": ["none", "1:1"],
+    "max_replicas": 8,
+}
+
+
+def test_search_matches_brute_force(tmp_path: Path) -> None:
+    spec = write_plan(tmp_path, SEARCH)
+    reference = brute_force(spec)
+    # Monotone in replicas on this case (the search's assumption): once met, met after.
+    for runs in reference.values():
+        met = [n for n, m in sorted(runs.items()) if m.get("slo_met")]
+        assert met == list(range(met[0], max(runs) + 1)) if met else True
+    loaded = load_plan(spec)
+    minimum: dict[tuple[Any, ...], tuple[int, int, Mapping[str, Any]]] = {}
+    for configuration in loaded.configurations():
+        key = tuple(configuration.describe().values())
+        met = [n for n, m in sorted(reference[key].items()) if m.get("slo_met")]
+        if met:
+            sockets = met[0] * configuration.unit * configuration.tp
+            minimum[key] = (sockets, met[0], reference[key][met[0]])
+    assert minimum, "the tiny case must have an answer"
+    best = min(
+        minimum.items(),
+        key=lambda kv: (kv[1][0], -kv[1][2]["goodput_fraction"], kv[1][2]["ttft_p99_s"]),
+    )
+    CALLS.clear()
+    result = run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_evaluate)
+    summary = plan_summary(result)
+    cheapest = summary["cheapest"]
+    assert cheapest is not None
+    assert (
+        tuple(cheapest[k] for k in ("tp", "batch_slots", "kv_policy", "disaggregation")) == best[0]
+    )
+    assert cheapest["sockets"] == best[1][0] and cheapest["units"] == best[1][1]
+    for row in summary["configurations"]:
+        key = (row["tp"], row["batch_slots"], row["kv_policy"], row["disaggregation"])
+        if row["status"] == "met":
+            assert key in minimum and row["units"] == minimum[key][1]
+            assert row["sockets"] >= cheapest["sockets"]
+        elif row["status"] == "pruned":  # it could only have met the SLO on more sockets
+            assert key not in minimum or minimum[key][0] >= cheapest["sockets"]
+        elif row["status"] == "not met":
+            assert key not in minimum
+        else:
+            assert row["status"] == "infeasible" and row["tp"] == 3
+            assert "does not divide the model's 32 attention heads" in row["reason"]
+    brute = sum(len(runs) for runs in reference.values())
+    assert len(set(CALLS)) < brute / 2  # the pruning pays
+
+
+def test_a_rerun_resumes_from_the_database(tmp_path: Path) -> None:
+    spec = write_plan(tmp_path, {"batch_slots": [4, 8], "max_replicas": 6})
+    db = tmp_path / "p.sqlite"
+    CALLS.clear()
+    first = plan_summary(run_plan(spec, db=db, evaluate=fake_evaluate))
+    ran = len(CALLS)
+    assert ran > 0
+    CALLS.clear()
+    again = plan_summary(run_plan(spec, db=db, evaluate=fake_evaluate))
+    assert CALLS == [] and again == first
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == ran
+
+
+def test_bad_plan_specs(tmp_path: Path) -> None:
+    spec = write_plan(tmp_path, {"disaggregation": ["2-1"]})
+    with pytest.raises(ConfigError, match="'P:D' such as '1:3'"):
+        load_plan(spec)
+    spec = write_plan(tmp_path, {"tp": [1, 1]})
+    with pytest.raises(ConfigError, match=r"search.tp repeats a value"):
+        load_plan(spec)
+    spec.write_text("cluster: cluster.yaml\nsearch: {tp: [1]}\nserch: 1\n")
+    with pytest.raises(ConfigError, match="unknown field 'serch'"):
+        load_plan(spec)
+
+
+def test_plan_command_on_the_real_engine(tmp_path: Path) -> None:
+    """`rdu-sim plan SPEC` prints the cheapest configuration meeting the SLO and the frontier."""
+    spec = write_plan(
+        tmp_path,
+        {"batch_slots": [4, 16], "max_replicas": 4},
+        requests=40,
+        rate=4.0,
+        slo={"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
+    )
+    runner = CliRunner()
+    result = runner.invoke(cli, ["plan", str(spec), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    cheapest = data["cheapest"]
+    assert cheapest is not None and cheapest["status"] == "met"
+    assert len(data["configurations"]) == 2
+    # The answer is a real run's: rerun that cluster directly and compare.
+    point = load_plan(spec).build(
+        load_plan(spec).configurations()[0 if cheapest["batch_slots"] == 4 else 1],
+        cheapest["units"],
+    )
+    assert evaluate(point)["goodput_fraction"] == cheapest["goodput_fraction"]
+    text = runner.invoke(cli, ["plan", str(spec)])
+    assert text.exit_code == 0 and "cheapest:" in text.output and "frontier" in text.output
