@@ -13,7 +13,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from rdu_sim.api_cluster import ClusterResult, run_cluster
 from rdu_sim.cli.main import cli
 from rdu_sim.cluster.kv_link import KVLink
 from rdu_sim.cluster.prefix_cache import PrefixCache
-from rdu_sim.cluster.routers import Candidate, make_router, register, router_names
+from rdu_sim.cluster.routers import PoolState, make_router, register, router_names
 from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.config.cluster import RouterPolicy
 from rdu_sim.config.errors import ConfigError
@@ -152,26 +151,29 @@ def test_round_robin_is_independent_servers(tmp_path: Path) -> None:
 # --- routers -----------------------------------------------------------------------------
 
 
-class Loaded:
-    """A candidate with fixed answers."""
+class Pool:
+    """A pool state with fixed answers."""
 
-    def __init__(self, outstanding: int, cached: int = 0) -> None:
-        self.outstanding, self.cached = outstanding, cached
+    def __init__(self, outstanding: list[int], cached: list[int]) -> None:
+        self.outstanding, self.cached = np.asarray(outstanding), np.asarray(cached)
 
-    def outstanding_tokens(self) -> int:
+    def __len__(self) -> int:
+        return len(self.outstanding)
+
+    def outstanding_tokens(self) -> np.ndarray:
         return self.outstanding
 
-    def cached_tokens(self, request: int) -> int:
+    def cached_tokens(self, request: int) -> np.ndarray:
         return self.cached
 
 
 def test_router_choices() -> None:
-    candidates: Sequence[Candidate] = [Loaded(50, 0), Loaded(30, 0), Loaded(40, 35), Loaded(30)]
-    assert [make_router("round_robin").choose(0, candidates) for _ in range(1)] == [0]
+    pool: PoolState = Pool([50, 30, 40, 30, 45], [0, 0, 35, 0, 40])
     robin = make_router("round_robin")
-    assert [robin.choose(i, candidates) for i in range(6)] == [0, 1, 2, 3, 0, 1]
-    assert make_router("least_outstanding").choose(0, candidates) == 1  # lowest index of ties
-    assert make_router("prefix_aware").choose(0, candidates) == 2  # 40 - 35 < 30
+    assert [robin.choose(i, pool) for i in range(7)] == [0, 1, 2, 3, 4, 0, 1]
+    assert make_router("least_outstanding").choose(0, pool) == 1  # lowest index of ties
+    # 40 - 35 = 45 - 40 = 5 < 30: the tie goes to the larger cached prefix.
+    assert make_router("prefix_aware").choose(0, pool) == 4
     assert set(router_names()) == set(RouterPolicy.__args__)  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="valid: least_outstanding, prefix_aware, round_robin"):
         make_router("random")
@@ -186,9 +188,10 @@ def _remaining(replica: Any) -> int:
     total = sum(int(prompts[r]) + int(outputs[r]) for r in server.queue)
     slots = server.slots
     done_steps = 0
-    if server._run_decoding:
-        now = min(int(server.env.now), server._run_end)
-        done_steps = (now - server._run_start) // server._run_step
+    load = server.load
+    if load.run_decoding:
+        now = min(int(server.env.now), load.run_end)
+        done_steps = (now - load.run_start) // load.run_step
     for slot in range(slots.n):
         request = int(slots.request[slot])
         if request < 0:
@@ -208,11 +211,12 @@ def test_outstanding_work_matches_a_recount(
     checks: list[int] = []
     choose = LeastOutstanding.choose
 
-    def checking(self: LeastOutstanding, request: int, candidates: Sequence[Any]) -> int:
-        for replica in candidates:
-            assert replica.outstanding_tokens() == _remaining(replica)
+    def checking(self: LeastOutstanding, request: int, pool: Any) -> int:
+        board = pool.outstanding_tokens()
+        for index, replica in enumerate(pool.replicas):
+            assert board[index] == replica.server.outstanding_tokens() == _remaining(replica)
             checks.append(request)
-        return choose(self, request, candidates)
+        return choose(self, request, pool)
 
     monkeypatch.setattr(LeastOutstanding, "choose", checking)
     traffic = {

@@ -3,8 +3,8 @@
 The replica is the server's ``hooks`` (``serving.hooks``): it looks the prompt up in its
 prefix cache when a slot is given (cached blocks skip prefill work), caches the prompt's
 blocks when the prefill ends, and, on a prefill replica, hands the request to the cluster
-for decoding elsewhere. It is also what a router sees (``routers.Candidate``): its
-outstanding work and what its cache holds for a request.
+for decoding elsewhere. A router reads its outstanding work from its pool's board
+(``load_board``) and asks it what its cache holds for a request.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from simpy.events import Event
 
 from rdu_sim.cluster.prefix_cache import PrefixCache
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.serving.buckets import reusable_prefix
+from rdu_sim.serving.load import Counters
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.server import Server, ServerConfig
 from rdu_sim.serving.step_cache import StepCache, StepFn
@@ -52,6 +52,7 @@ class Replica:
         cluster: Cluster,
         records: ServingRecords,
         progress: Callable[[int, int], None] | None,
+        load: Counters,
     ) -> None:
         self.index = index
         self.runtime = runtime
@@ -75,20 +76,18 @@ class Replica:
             progress,
             hooks=self,
             forever=True,
+            load=load,
         )
         self.taken = 0  # requests routed here
 
-    # --- what a router sees --------------------------------------------------------------------
-    def outstanding_tokens(self) -> int:
-        """Tokens still to process here (``Server.outstanding_tokens``)."""
-        return self.server.outstanding_tokens()
-
+    # --- what a router asks -------------------------------------------------------------------
     def cached_tokens(self, request: int) -> int:
         """Prompt tokens of ``request`` a prefill here would skip, given the cache now."""
         blocks = self._blocks(request)
         if self.prefix is None or not blocks:
             return 0
-        return self._reusable(request, self.prefix.match(blocks))
+        found = self.prefix.match(blocks)
+        return self._reusable(request, found) if found else 0
 
     # --- the server's hooks --------------------------------------------------------------------
     def admitted(self, request: int, prompt: int) -> int:
@@ -123,10 +122,7 @@ class Replica:
         """The hashes of the prompt's whole blocks, if its cache may be shared."""
         if self.prefix is None:
             return ()
-        prompt = int(self.prompts[request])
-        if not shares_prefix(self.runtime.policy, prompt):
-            return ()
-        return self.cluster.requests.hashes(request)[: prompt // self.block_tokens]
+        return self.cluster.shared_blocks(request, self.runtime.policy)
 
     def _reusable(self, request: int, blocks: int) -> int:
         config = self.runtime.config

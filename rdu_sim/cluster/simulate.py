@@ -25,15 +25,46 @@ from numpy.typing import NDArray
 from simpy.events import Event
 
 from rdu_sim.cluster.kv_link import KVLink
+from rdu_sim.cluster.load_board import LoadBoard
 from rdu_sim.cluster.records import REJECTED, SERVED, ClusterRecords
 from rdu_sim.cluster.replica import PoolRuntime, Replica
 from rdu_sim.cluster.routers import make_router
 from rdu_sim.cluster.traffic import ClusterRequests, ContextFit
 from rdu_sim.config.cluster import KVTransferConfig
+from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.step_cache import PS_PER_S
 
 Progress = Callable[[int, int], None]
+
+
+class ReplicaGroup:
+    """The replicas one router chooses among (``routers.PoolState``): the front pools (mixed
+    or prefill) or the decode pools."""
+
+    def __init__(self, env: simpy.Environment, replicas: list[Replica], board: LoadBoard) -> None:
+        self.env = env
+        self.replicas = replicas
+        self.board = board
+        self._caching = any(r.prefix is not None for r in replicas)
+
+    def __len__(self) -> int:
+        return len(self.replicas)
+
+    def outstanding_tokens(self) -> NDArray[np.int64]:
+        """Every replica's outstanding tokens now (one vectorised rule, ``serving.load``)."""
+        return self.board.tokens(int(self.env.now))
+
+    def cached_tokens(self, request: int) -> NDArray[np.int64]:
+        """Prompt tokens of ``request`` each replica's prefix cache would spare."""
+        if not self._caching:
+            return np.zeros(len(self.replicas), dtype=np.int64)
+        return np.fromiter(
+            (r.cached_tokens(request) for r in self.replicas),
+            dtype=np.int64,
+            count=len(self.replicas),
+        )
 
 
 class Cluster:
@@ -57,7 +88,37 @@ class Cluster:
         self.completed = 0
         self._progress = progress
         self.replicas: list[Replica] = []
-        self.pool_of: list[str] = []
+        front = [p for p in pools if p.config.role != "decode"]
+        back = [p for p in pools if p.config.role == "decode"]
+        self.front = self._group(front, progress)
+        self.back = self._group(back, progress)
+        self.front_router = make_router(router)
+        self.back_router = make_router(router)
+        self.link: KVLink | None = None
+        if back:
+            link = kv_transfer or KVTransferConfig()
+            self.link = KVLink(env, len(self.replicas), link.bandwidth, link.latency)
+        self._sending: dict[int, tuple[int, Event]] = {}
+        self._blocks_of: tuple[int, KVPolicy, Sequence[int]] | None = None
+
+    def shared_blocks(self, request: int, policy: KVPolicy) -> Sequence[int]:
+        """The block hashes of the request's whole prompt blocks a prefix cache may share
+        under ``policy`` (``kv.sharing``); the router asks every replica about the same
+        request in a row, so the last answer is kept."""
+        last = self._blocks_of
+        if last is not None and last[0] == request and last[1] is policy:
+            return last[2]
+        prompt = int(self.serving.prompt_tokens[request])
+        blocks: Sequence[int] = ()
+        if shares_prefix(policy, prompt):
+            blocks = self.requests.hashes(request)[: prompt // self.block_tokens]
+        self._blocks_of = (request, policy, blocks)
+        return blocks
+
+    def _group(self, pools: Sequence[PoolRuntime], progress: Progress | None) -> ReplicaGroup:
+        """The replicas of these pools, in pool order, sharing one load board."""
+        board = LoadBoard(sum(p.replicas for p in pools))
+        members: list[Replica] = []
         for runtime in pools:
             for _ in range(runtime.replicas):
                 replica = Replica(
@@ -66,18 +127,11 @@ class Cluster:
                     self,
                     self.serving.replica_view(),
                     self._completed if progress is not None else None,
+                    board.row(len(members)),
                 )
                 self.replicas.append(replica)
-                self.pool_of.append(runtime.name)
-        self.front = [r for r in self.replicas if r.runtime.config.role != "decode"]
-        self.back = [r for r in self.replicas if r.runtime.config.role == "decode"]
-        self.front_router = make_router(router)
-        self.back_router = make_router(router)
-        self.link: KVLink | None = None
-        if self.back:
-            link = kv_transfer or KVTransferConfig()
-            self.link = KVLink(env, len(self.replicas), link.bandwidth, link.latency)
-        self._sending: dict[int, tuple[int, Event]] = {}
+                members.append(replica)
+        return ReplicaGroup(self.env, members, board)
 
     def _completed(self, _done: int, _total: int) -> None:
         self.completed += 1
@@ -87,7 +141,7 @@ class Cluster:
     # --- routing -------------------------------------------------------------------------------
     def dispatch(self, request: int) -> None:
         """A request arrives now: the front router picks its replica."""
-        replica = self.front[self.front_router.choose(request, self.front)]
+        replica = self.front.replicas[self.front_router.choose(request, self.front)]
         self.records.routed[request] += 1
         self.records.replica[request] = replica.index
         replica.taken += 1
@@ -96,7 +150,7 @@ class Cluster:
     def to_decode(self, request: int, source: int) -> Event:
         """A prefill replica finished ``request``: the decode router picks where it decodes;
         the returned event fires once its KV cache has left ``source``."""
-        replica = self.back[self.back_router.choose(request, self.back)]
+        replica = self.back.replicas[self.back_router.choose(request, self.back)]
         self.records.decode_replica[request] = replica.index
         replica.taken += 1
         sent = self.env.event()

@@ -15,6 +15,9 @@ shapes in all (instead of 1024 for every multiple of 128).
 
 from __future__ import annotations
 
+import bisect
+import functools
+
 from rdu_sim.compiler.program import StaticShape
 
 MIN_BUCKET = 128
@@ -39,15 +42,22 @@ def prompt_bucket(tokens: int, max_context: int) -> int:
 
 def prompt_buckets(max_context: int) -> list[int]:
     """Every prompt bucket up to ``max_context``, ascending."""
+    return list(_buckets(max_context))
+
+
+@functools.lru_cache(maxsize=64)
+def _buckets(max_context: int) -> tuple[int, ...]:
+    """The buckets, computed once per context (a pure function of it)."""
     out: list[int] = []
     tokens = 1
     while tokens <= max_context:
         bucket = prompt_bucket(tokens, max_context)
         out.append(bucket)
         tokens = bucket + 1
-    return out
+    return tuple(out)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def prefill_step(
     prompt: int, prefilled: int, max_context: int, chunk: int | None, compresses: bool = False
 ) -> tuple[StaticShape, int]:
@@ -58,6 +68,8 @@ def prefill_step(
     tokens (the last one padded to ``chunk``) attending to the ``prefilled`` tokens before.
     ``select`` is set explicitly: the step that completes the prompt runs the SnapKV
     selection iff the policy compresses the (unpadded) prompt; earlier chunks never do.
+    A pure function, memoised: equal steps share one shape object, so the step cache finds
+    it by identity.
     """
     if chunk is not None and prompt > chunk:
         done = min(prompt, prefilled + chunk)
@@ -86,12 +98,9 @@ def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | Non
         return 0
     if chunk is not None and prompt > chunk:
         return usable // chunk * chunk
-    reused = 0
-    for bucket in prompt_buckets(max_context):
-        if bucket > usable:
-            break
-        reused = bucket
-    return reused
+    buckets = _buckets(max_context)
+    below = bisect.bisect_right(buckets, usable)  # buckets[:below] are <= usable
+    return buckets[below - 1] if below else 0
 
 
 def prefill_steps(

@@ -55,6 +55,7 @@ class ServingRecords:
     decode_steps: int = 0
     decode_runs: int = 0  # batched advances (one simulation event each)
     tokens_generated: int = 0  # output tokens the steps produced (first tokens included)
+    keeps_series: bool = True  # False: a replica's view, whose series is not kept
 
     def __post_init__(self) -> None:
         n = int(self.prompt_tokens.shape[0])
@@ -75,6 +76,7 @@ class ServingRecords:
         millions of rows; its occupancy comes from the per-request times instead)."""
         view = copy.copy(self)
         view.series = _NoSeries()
+        view.keeps_series = False
         view.prefill_steps = view.decode_steps = view.decode_runs = view.tokens_generated = 0
         return view
 

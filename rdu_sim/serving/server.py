@@ -51,6 +51,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.serving.clock import advance
 from rdu_sim.serving.hooks import ServerHooks
+from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache
@@ -87,6 +88,12 @@ class _At(Event):
         env.schedule(self, LATE, delay)
 
 
+def _trigger(wake: Event, _event: Event) -> None:
+    """Fire ``wake`` unless something else already did (a step boundary reached)."""
+    if not wake.triggered:
+        wake.succeed()
+
+
 class Server:
     """Static batch slots, a FIFO queue, and the process that runs prefill and decode steps."""
 
@@ -101,9 +108,12 @@ class Server:
         *,
         hooks: ServerHooks | None = None,
         forever: bool = False,
+        load: Counters | None = None,
     ) -> None:
         """``forever``: keep serving until the simulation runs out of events (a replica, whose
-        requests are not known in advance) instead of stopping after ``len(records)``."""
+        requests are not known in advance) instead of stopping after ``len(records)``.
+        ``load``: where to keep the outstanding-work counters (``serving.load``; a cluster
+        passes a row of its pool's board so a router can read every replica at once)."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         self.env = env
@@ -123,8 +133,7 @@ class Server:
         self.hooks = hooks
         self._until = None if forever else len(records)
         self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
-        self.outstanding = 0  # prompt and output tokens still to process (see outstanding_tokens)
-        self._run_start = self._run_end = self._run_step = self._run_decoding = 0
+        self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
         self.process = env.process(self._run())
 
     # --- arrivals ---------------------------------------------------------------------------
@@ -142,11 +151,12 @@ class Server:
         """Queue a request now, keeping the arrival time it already has (a decode replica
         receiving a request prefilled elsewhere; :meth:`submit` for a new one)."""
         records = self.records
-        self.outstanding += int(records.output_tokens[request])
+        added = int(records.output_tokens[request])
         if self.config.role != "decode":
-            self.outstanding += int(records.prompt_tokens[request])
+            added += int(records.prompt_tokens[request])
         else:
-            self.outstanding -= 1  # its first token came with its prefill
+            added -= 1  # its first token came with its prefill
+        self.load.outstanding += added
         self.queue.append(request)
         self._record(int(self.env.now))
         self._poke()
@@ -155,10 +165,17 @@ class Server:
         """Prompt tokens still to prefill plus output tokens still to generate, over the
         requests queued or in a slot here, as of now (mid-way through a batched decode run
         too): the load a router balances."""
-        if self._run_decoding:  # a decode run in flight: count the steps it has finished
-            now = min(int(self.env.now), self._run_end)
-            return self.outstanding - (now - self._run_start) // self._run_step * self._run_decoding
-        return self.outstanding
+        load = self.load
+        return int(
+            outstanding_at(
+                int(self.env.now),
+                load.outstanding,
+                load.run_start,
+                load.run_end,
+                load.run_step,
+                load.run_decoding,
+            )
+        )
 
     def _poke(self) -> None:
         if self._wake is not None and not self._wake.triggered:
@@ -240,18 +257,18 @@ class Server:
         self._last_was_prefill = True
         slots.prefilled[slot] = done
         slots.chunked_this_round[slot] = True
-        self.outstanding -= done - before
+        self.load.outstanding -= done - before
         if done < prompt:
             return
         now = int(self.env.now)
         records.first_token_ps[request] = now
         records.tokens_generated += 1
-        self.outstanding -= 1
+        self.load.outstanding -= 1
         if self.hooks is not None:
             sent = self.hooks.prefilled(request)
             if sent is not None:  # the KV cache leaves: hold the slot until it has
                 slots.hold(slot)
-                self.outstanding -= int(records.output_tokens[request]) - 1
+                self.load.outstanding -= int(records.output_tokens[request]) - 1
                 sent.callbacks.append(partial(self._handed_off, slot, request))
                 return
         output = int(records.output_tokens[request])
@@ -269,7 +286,7 @@ class Server:
         if not 0 <= skipped < prompt or (chunk is not None and prompt > chunk and skipped % chunk):
             raise ValueError(f"hooks skipped {skipped} of {prompt} prompt tokens: not reusable")
         self.slots.prefilled[slot] = skipped
-        self.outstanding -= skipped
+        self.load.outstanding -= skipped
 
     def _start_decode(self, slot: int, request: int) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding."""
@@ -321,30 +338,32 @@ class Server:
         step = self.cache.step_ps(shape)
         start = int(env.now)
         end = start + steps * step
-        self._run_start, self._run_end, self._run_step = start, end, step
-        self._run_decoding = slots.decoding
+        load = self.load
+        load.run_start, load.run_end, load.run_step = start, end, step
+        load.run_decoding = slots.decoding
         if steps > 1 and (slots.occupied < slots.n or slots.waiting):
             # An arrival can be admitted (or a KV hand-off can end): wait for the run's end or
             # that, whichever comes first.
+            wake = self._wake = env.event()
             boundary = self._at(end - start)
-            self._wake = env.event()
-            yield boundary | self._wake
+            boundary.callbacks.append(partial(_trigger, wake))  # (one event, not an AnyOf)
+            yield wake
             self._wake = None
             if not boundary.processed:
                 done_steps = max(1, -(-(int(env.now) - start) // step))  # finish the step in flight
                 if done_steps < steps:
                     steps = done_steps
                     end = start + steps * step
-                    self._run_end = end
+                    load.run_end = end
                 yield self._at(end - int(env.now))
         else:
             yield self._at(end - start)
-        self._run_decoding = 0
+        load.run_decoding = 0
         self.cache.run(shape, steps)
         self.records.decode_steps += steps
         self.records.decode_runs += 1
         self.records.tokens_generated += steps * slots.decoding
-        self.outstanding -= steps * slots.decoding
+        load.outstanding -= steps * slots.decoding
         self._last_was_prefill = False
         now = int(env.now)
         for slot in slots.advance(steps):
@@ -369,6 +388,8 @@ class Server:
         return _At(self.env, delay, self.cache.longest_step_s)
 
     def _record(self, now: int) -> None:
+        if not self.records.keeps_series:
+            return
         slots = self.slots
         self.records.series.append(
             (now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket)

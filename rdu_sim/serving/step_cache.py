@@ -64,9 +64,11 @@ class StepCache:
 
     def step_ps(self, shape: StaticShape) -> int:
         """The step time of a shape in integer picoseconds (what the scheduler advances)."""
-        if shape not in self._ps:
+        step = self._ps.get(shape)
+        if step is None:
             self.cost(shape)
-        return self._ps[shape]
+            step = self._ps[shape]
+        return step
 
     def step_s(self, shape: StaticShape) -> float:
         """The step time the scheduler uses, in seconds (``step_ps / 1e12``)."""

@@ -8,6 +8,6 @@ Each router is one small module beside this file.
 """
 
 from rdu_sim.cluster.routers import least_outstanding, prefix_aware, round_robin  # noqa: F401
-from rdu_sim.cluster.routers.base import Candidate, Router, make_router, register, router_names
+from rdu_sim.cluster.routers.base import PoolState, Router, make_router, register, router_names
 
-__all__ = ["Candidate", "Router", "make_router", "register", "router_names"]
+__all__ = ["PoolState", "Router", "make_router", "register", "router_names"]

@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+from numpy.typing import NDArray
 
-class Candidate(Protocol):
-    """What a router may ask a replica about, at the arrival instant."""
 
-    def outstanding_tokens(self) -> int:
-        """Prompt tokens still to prefill plus output tokens still to generate, over the
-        requests queued or running on the replica."""
+class PoolState(Protocol):
+    """What a router may read about the replicas of a pool, at the arrival instant."""
+
+    def __len__(self) -> int:
+        """Replicas in the pool."""
         ...
 
-    def cached_tokens(self, request: int) -> int:
-        """Prompt tokens of ``request`` the replica's prefix cache holds (0 without one)."""
+    def outstanding_tokens(self) -> NDArray[np.int64]:
+        """Per replica: prompt tokens still to prefill plus output tokens still to generate,
+        over the requests queued or running there (``serving.load``)."""
+        ...
+
+    def cached_tokens(self, request: int) -> NDArray[np.int64]:
+        """Per replica: prompt tokens of ``request`` its prefix cache would spare (0 without
+        a cache)."""
         ...
 
 
 class Router(Protocol):
     """Picks the replica of a pool that takes a request."""
 
-    def choose(self, request: int, candidates: Sequence[Candidate]) -> int:
-        """The index (into ``candidates``) of the replica that takes ``request``."""
+    def choose(self, request: int, pool: PoolState) -> int:
+        """The index (in the pool) of the replica that takes ``request``."""
         ...
 
 

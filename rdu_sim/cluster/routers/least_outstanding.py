@@ -9,20 +9,15 @@ lowest replica index, so routing is deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numpy as np
 
-from rdu_sim.cluster.routers.base import Candidate, register
+from rdu_sim.cluster.routers.base import PoolState, register
 
 
 @register("least_outstanding")
 class LeastOutstanding:
     """argmin over replicas of their outstanding tokens."""
 
-    def choose(self, request: int, candidates: Sequence[Candidate]) -> int:
+    def choose(self, request: int, pool: PoolState) -> int:
         """The least loaded replica (lowest index among equals)."""
-        best, best_load = 0, candidates[0].outstanding_tokens()
-        for index in range(1, len(candidates)):
-            load = candidates[index].outstanding_tokens()
-            if load < best_load:
-                best, best_load = index, load
-        return best
+        return int(np.argmin(pool.outstanding_tokens()))

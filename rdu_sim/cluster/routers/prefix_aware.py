@@ -10,22 +10,18 @@ cached prefix, then to the lowest index. Without a prefix cache it is least outs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numpy as np
 
-from rdu_sim.cluster.routers.base import Candidate, register
+from rdu_sim.cluster.routers.base import PoolState, register
 
 
 @register("prefix_aware")
 class PrefixAware:
     """argmin over replicas of outstanding tokens minus cached prompt tokens."""
 
-    def choose(self, request: int, candidates: Sequence[Candidate]) -> int:
+    def choose(self, request: int, pool: PoolState) -> int:
         """The replica where the request adds the least outstanding work."""
-        best = 0
-        best_key: tuple[int, int] | None = None
-        for index, replica in enumerate(candidates):
-            cached = replica.cached_tokens(request)
-            key = (replica.outstanding_tokens() - cached, -cached)
-            if best_key is None or key < best_key:
-                best, best_key = index, key
-        return best
+        cached = pool.cached_tokens(request)
+        work = pool.outstanding_tokens() - cached
+        best = np.flatnonzero(work == work.min())
+        return int(best[np.argmax(cached[best])])  # argmax: the first of equal maxima

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from rdu_sim.cluster.routers.base import Candidate, register
+from rdu_sim.cluster.routers.base import PoolState, register
 
 
 @register("round_robin")
@@ -14,8 +12,8 @@ class RoundRobin:
     def __init__(self) -> None:
         self._next = 0
 
-    def choose(self, request: int, candidates: Sequence[Candidate]) -> int:
+    def choose(self, request: int, pool: PoolState) -> int:
         """The next replica in turn."""
-        chosen = self._next % len(candidates)
+        chosen = self._next % len(pool)
         self._next = chosen + 1
         return chosen
