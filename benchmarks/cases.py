@@ -184,7 +184,29 @@ CASES: tuple[Case, ...] = (
         GIB,
     ),
     Case("sweep-200", "200-point sweep, local pool, 2 workers", sweep, 300.0),
+    Case(
+        "cluster-mooncake-hour",
+        "24,000-request Mooncake-schema hour, 32 Llama 8B replicas, prefix caches",
+        lambda smoke: _cluster("mooncake_hour", smoke),
+        30.0,
+        GIB,
+    ),
+    Case(
+        "cluster-million",
+        "1,000,000 requests, 64 racks (1,024 Llama 8B replicas), least outstanding",
+        lambda smoke: _cluster("million", smoke),
+        60.0,
+        GIB,
+    ),
 )
+
+
+def _cluster(name: str, smoke: bool) -> Work:
+    """A cluster case of ``benchmarks.cluster_cases`` (imported when it runs)."""
+    from benchmarks import cluster_cases
+
+    run: Callable[[bool], Work] = getattr(cluster_cases, name)
+    return run(smoke)
 
 
 def get(name: str) -> Case:

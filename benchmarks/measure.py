@@ -15,6 +15,7 @@ descendants, sampled every ``SAMPLE_S`` by a thread (psutil).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -112,6 +113,8 @@ def run_child(name: str, smoke: bool) -> CaseResult:
 
     if name.startswith("sweep"):
         import rdu_sim.sweep  # noqa: F401
+    if name.startswith("cluster"):
+        importlib.import_module("rdu_sim.api_cluster")
     import_s = time.perf_counter() - start
     cpu0 = _cpu_s()
     with TreeRss() as tree:

@@ -1,4 +1,4 @@
-"""`python -m benchmarks --smoke --json FILE` runs all four cases and writes the contract keys.
+"""`python -m benchmarks --smoke --json FILE` runs every case and writes the contract keys.
 
 No timing assertions (the machine may be shared): the test only keeps the command from
 rotting. Each case runs in its own subprocess at tiny sizes (about 20 s in all).
@@ -13,7 +13,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = {"name", "wall_s", "events", "events_per_s", "peak_rss_bytes"}
-CASES = ["engine-step", "serve-snapstream", "serve-full", "sweep-200"]
+CASES = [
+    "engine-step",
+    "serve-snapstream",
+    "serve-full",
+    "sweep-200",
+    "cluster-mooncake-hour",
+    "cluster-million",
+]
 
 
 def test_smoke_run_writes_every_case(tmp_path: Path) -> None:
@@ -37,8 +44,10 @@ def test_smoke_run_writes_every_case(tmp_path: Path) -> None:
         assert case["events"] > 0, case["name"]
         assert case["wall_s"] > 0 and case["peak_rss_bytes"] > 0
         assert case["events_per_s"] > 0
-    sweep = cases[-1]["detail"]
+    sweep = cases[3]["detail"]
     assert sweep["points"] == sweep["done"] == 4
+    for cluster in cases[4:]:  # every request served, none lost
+        assert cluster["detail"]["requests_served"] == cluster["detail"]["requests"] > 0
     for name in CASES:  # the table names every case
         assert name in proc.stdout
 
