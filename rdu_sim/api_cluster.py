@@ -33,7 +33,6 @@ from rdu_sim.cluster.traffic import class_labels, fit_context, load_traffic
 from rdu_sim.compiler.program import Placement, StaticShape
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.kv import make_policy
-from rdu_sim.models import kv_bytes_per_token
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.server import ServerConfig
@@ -134,7 +133,8 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
             ),
             policy=make_policy(scenario.workload.kv, serving.max_context),
             step_fn=memo,
-            kv_bytes_per_token=kv_bytes_per_token(scenario.model, scenario.kv_dtype_bytes),
+            model=scenario.model,
+            kv_dtype_bytes=scenario.kv_dtype_bytes,
             prefix_blocks=_prefix_blocks(cluster, pool, placement),
             sockets=scenario.tp,
         )

@@ -33,7 +33,7 @@ from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.config.cluster import RouterPolicy
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.serving.step_cache import PS_PER_S
-from rdu_sim.serving.traces import WRITERS
+from rdu_sim.serving.traces.published import WRITERS
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
 from rdu_sim.serving.traces.table import TraceTable
 
@@ -96,7 +96,7 @@ def assert_served_once(result: ClusterResult) -> None:
 
 def test_one_replica_cluster_is_the_lone_server(tmp_path: Path) -> None:
     table = synthetic_table(SyntheticTrace(requests=80, rate=3.0, prompt_high=6000, seed=2))
-    trace = write_trace(tmp_path, "t.csv", table, "rdu")
+    trace = write_trace(tmp_path, "t.csv", table, "csv")
     pools = {"serve": {"workload": str(LLAMA), "replicas": 1, "set": {"serving.batch_slots": 6}}}
     cluster = fake(write_cluster(tmp_path, pools=pools, traffic={"trace": trace}))
     lone = api.run(
@@ -117,7 +117,7 @@ def test_one_replica_cluster_is_the_lone_server(tmp_path: Path) -> None:
 
 def test_round_robin_is_independent_servers(tmp_path: Path) -> None:
     table = synthetic_table(SyntheticTrace(requests=90, rate=9.0, prompt_high=6000, seed=3))
-    trace = write_trace(tmp_path, "t.csv", table, "rdu")
+    trace = write_trace(tmp_path, "t.csv", table, "csv")
     pools = {"serve": {"workload": str(LLAMA), "replicas": 3, "set": {"serving.batch_slots": 4}}}
     result = fake(
         write_cluster(
@@ -128,9 +128,9 @@ def test_round_robin_is_independent_servers(tmp_path: Path) -> None:
     for k in range(3):
         mine = np.arange(k, 90, 3)
         part = TraceTable(
-            "rdu", table.arrival_s[mine], table.prompt_tokens[mine], table.output_tokens[mine]
+            "csv", table.arrival_s[mine], table.prompt_tokens[mine], table.output_tokens[mine]
         )
-        WRITERS["rdu"](tmp_path / f"part{k}.csv", part)
+        WRITERS["csv"](tmp_path / f"part{k}.csv", part)
         lone = api.run(
             LLAMA,
             {
@@ -406,7 +406,7 @@ def test_disaggregated_serving(tmp_path: Path) -> None:
 
 def test_goodput_recount_and_classes(tmp_path: Path) -> None:
     table = synthetic_table(SyntheticTrace(requests=150, rate=9.0, prompt_high=9000, seed=8))
-    trace = write_trace(tmp_path, "t.csv", table, "rdu")
+    trace = write_trace(tmp_path, "t.csv", table, "csv")
     path = write_cluster(
         tmp_path,
         traffic={"trace": trace},

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from rdu_sim.cluster.traffic import class_labels, fit_context, replay
-from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
+from rdu_sim.config.cluster import ClassesConfig, TraceFormat, TrafficConfig
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.serving.traces import READERS, WRITERS, detect, read_table
+from rdu_sim.serving.traces import formats
+from rdu_sim.serving.traces.published import WRITERS, detect, read_table
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
 from rdu_sim.serving.traces.table import TraceTable
 
-SUFFIX = {"rdu": ".csv", "azure": ".csv", "mooncake": ".jsonl", "burstgpt": ".csv"}
+SUFFIX = {"csv": ".csv", "azure": ".csv", "mooncake": ".jsonl", "burstgpt": ".csv"}
 
 
 def _table(n: int = 60) -> TraceTable:
@@ -36,7 +37,7 @@ def _table(n: int = 60) -> TraceTable:
     )
 
 
-@pytest.mark.parametrize("name", sorted(READERS))
+@pytest.mark.parametrize("name", sorted(WRITERS))
 def test_every_format_round_trips(tmp_path: Path, name: str) -> None:
     table = _table()
     path = tmp_path / f"trace{SUFFIX[name]}"
@@ -53,6 +54,13 @@ def test_every_format_round_trips(tmp_path: Path, name: str) -> None:
         np.testing.assert_array_equal(back.hash_values, table.hash_values)
     if name == "burstgpt":
         np.testing.assert_array_equal(back.columns["Model"], table.columns["Model"])
+
+
+def test_the_registry_names_every_format_a_cluster_may_name() -> None:
+    names = [f.name for f in formats()]
+    assert names == ["csv", "jsonl", "azure", "burstgpt", "mooncake"]
+    assert set(TraceFormat.__args__) == {"auto", *names}  # type: ignore[attr-defined]
+    assert all(f.suffixes == () for f in formats() if f.name not in ("csv", "jsonl"))
 
 
 def test_published_headers_are_read(tmp_path: Path) -> None:

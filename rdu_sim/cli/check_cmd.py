@@ -44,6 +44,18 @@ def _read_trace(path: Path, workload_file: str = "", max_rows: int | None = None
     return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS)
 
 
+def _published_format(path: Path) -> str | None:
+    """The published format of a trace file (Azure, Mooncake, BurstGPT), or None for the
+    project's own (or an unreadable file: its reader reports it)."""
+    from rdu_sim.serving.traces.published import detect
+
+    try:
+        name = detect(path, str(path))
+    except ConfigError:
+        return None
+    return None if name in ("csv", "jsonl") else name
+
+
 def _sweep_checker() -> Callable[[Path], Any] | None:
     """`rdu_sim.sweep.check_spec`, if the sweep package provides it yet."""
     try:
@@ -74,10 +86,15 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
         return f"hardware {hardware.name!r}: {hardware.system.sockets} socket(s)"
     if kind == "cluster":
         from rdu_sim.cluster import build_cluster
+        from rdu_sim.cluster.traffic import load_traffic
 
         cluster = build_cluster(data, file=file, lines=lines)
+        requests = load_traffic(cluster.config.traffic, cluster.base_dir, file)  # as a run reads it
         pools = ", ".join(f"{p.name}: {p.replicas} x tp={p.scenario.tp}" for p in cluster.pools)
-        return f"cluster {cluster.config.name!r}: {cluster.sockets} socket(s) ({pools})"
+        return (
+            f"cluster {cluster.config.name!r}: {cluster.sockets} socket(s) ({pools}), "
+            f"{len(requests):,} requests"
+        )
     if kind == "plan":
         from rdu_sim.plan import check_plan
 
@@ -109,6 +126,13 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
 def check_file(path: Path) -> str | None:
     """Check one file; raise an expected error if it is bad (see rdu_sim.cli.errors)."""
     if path.suffix.lower() in TRACE_SUFFIXES:
+        published = _published_format(path)
+        if published is not None:  # Azure, Mooncake, BurstGPT: as a cluster reads them
+            from rdu_sim.serving.traces.published import read_table
+
+            table = read_table(path, published)
+            skipped = f", {table.skipped:,} failed rows skipped" if table.skipped else ""
+            return f"{published} trace: {len(table):,} requests{skipped}"
         trace = _read_trace(path)
         arrivals = "with" if trace.arrival_s is not None else "without"
         return f"request trace: {len(trace):,} rows {arrivals} arrival_s"

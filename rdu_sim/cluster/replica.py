@@ -18,6 +18,7 @@ from simpy.events import Event
 
 from rdu_sim.cluster.prefix_cache import PrefixCache
 from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.models import Architecture
 from rdu_sim.serving.buckets import reusable_prefix
 from rdu_sim.serving.load import Counters
 from rdu_sim.serving.records import ServingRecords
@@ -37,7 +38,8 @@ class PoolRuntime:
     config: ServerConfig  # batch slots, context, scheduling policy and role
     policy: KVPolicy
     step_fn: StepFn  # shape -> cost, memoised and shared by pools of equal workloads
-    kv_bytes_per_token: int  # a sequence's KV bytes per token, all layers (transfer size)
+    model: Architecture  # for a sequence's KV bytes (models.kv_bytes: windows included)
+    kv_dtype_bytes: float
     prefix_blocks: int  # prefix cache capacity of one replica, in blocks (0: no cache)
     sockets: int  # sockets of one replica (its tensor-parallel group)
 

@@ -22,7 +22,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides, set_path
 from rdu_sim.scenario import Scenario, load_scenario
-from rdu_sim.serving.traces import detect
+from rdu_sim.serving.traces.published import detect
 
 HASHED_FORMATS = ("mooncake",)
 

@@ -33,6 +33,7 @@ from rdu_sim.cluster.traffic import ClusterRequests, ContextFit
 from rdu_sim.config.cluster import KVTransferConfig
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
+from rdu_sim.models import kv_bytes
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.step_cache import PS_PER_S
 
@@ -164,7 +165,8 @@ class Cluster:
         source, sent = self._sending.pop(request)
         runtime = self.replicas[source].runtime
         prompt = int(self.serving.prompt_tokens[request])
-        nbytes = runtime.policy.cache_after_prefill(prompt) * runtime.kv_bytes_per_token
+        cached = runtime.policy.cache_after_prefill(prompt)  # compressed under SnapStream
+        nbytes = kv_bytes(runtime.model, cached, runtime.kv_dtype_bytes)
         records = self.records
         records.kv_bytes[request] = nbytes
         records.kv_start_ps[request] = int(self.env.now)

@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.serving.requests import clip_to_context, draw_lengths
-from rdu_sim.serving.traces import TraceTable, read_table
+from rdu_sim.serving.traces.published import read_table
+from rdu_sim.serving.traces.table import TraceTable
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from rdu_sim.config.workload import LengthDistribution
 
 Role = Literal["mixed", "prefill", "decode"]
 RouterPolicy = Literal["round_robin", "least_outstanding", "prefix_aware"]
-TraceFormat = Literal["auto", "rdu", "azure", "mooncake", "burstgpt"]
+TraceFormat = Literal["auto", "csv", "jsonl", "azure", "mooncake", "burstgpt"]
 
 _MAX_REPLICAS = 100_000
 _MAX_SECONDS = 1e7  # ~4 months: longer than any published trace
@@ -62,9 +62,9 @@ class TrafficConfig(StrictModel):
     )
     format: TraceFormat = Field(
         default="auto",
-        description="trace format: 'rdu' (the project's CSV/JSONL), 'azure' (Azure LLM "
-        "inference CSV), 'mooncake' (JSONL with hash_ids), 'burstgpt' (CSV); 'auto' reads "
-        "it off the file's header",
+        description="trace format: 'csv' or 'jsonl' (the project's: arrival_s, prompt_tokens, "
+        "output_tokens), 'azure' (Azure LLM inference CSV), 'mooncake' (JSONL with "
+        "hash_ids), 'burstgpt' (CSV); 'auto' reads it off the file's first line",
     )
     time_scale: float = Field(
         default=1.0,

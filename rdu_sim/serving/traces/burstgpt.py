@@ -2,53 +2,52 @@
 
 Header ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``; ``Timestamp``
 is seconds from the trace's start. A row with zero response tokens is a failed request (the
-``BurstGPT_*.csv`` files keep them; the ``without_fails`` files do not): it is counted as
-skipped. ``Model`` and ``Log Type`` (and any other column) are kept for ``traffic.filter``
-and ``classes.column``.
+``BurstGPT_*.csv`` files keep them; the ``without_fails`` files do not): ``published``
+counts it as skipped. ``Model`` and ``Log Type`` (and any other column) are kept for
+``traffic.filter`` and ``classes.column``.
 """
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from pathlib import Path
 
-from rdu_sim.serving.traces.table import (
-    TableBuilder,
-    TraceTable,
-    csv_rows,
-    seconds,
-    tokens,
-)
+from rdu_sim.serving.traces.csv_format import csv_records, header_lacks
+from rdu_sim.serving.traces.lines import TraceLines
+from rdu_sim.serving.traces.registry import Row, register_format
+from rdu_sim.serving.traces.table import TraceTable
 
 NAME = "burstgpt"
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
-_USED = ("Timestamp", "Request tokens", "Response tokens", "Total tokens")
+SOURCE = {
+    "arrival_s": "Timestamp",
+    "prompt_tokens": "Request tokens",
+    "output_tokens": "Response tokens",
+}
+"""The file's column behind each row key (for messages)."""
+_USED = {column: key for key, column in SOURCE.items()}
 
 
-def read(path: Path, file: str) -> TraceTable:
-    """Read a BurstGPT trace."""
-    table = TableBuilder(NAME)
-    for line, row in csv_rows(path, file, _USED):
-        prompt = tokens(row["Request tokens"], file, line, "Request tokens")
-        output = tokens(row["Response tokens"], file, line, "Response tokens")
-        if prompt == 0 or output == 0:
-            table.skip()
-            continue
-        arrival = seconds(row["Timestamp"], file, line, "Timestamp")
-        extra = {k: v.strip() for k, v in row.items() if k not in _USED}
-        table.add(arrival, prompt, output, extra=extra)
-    return table.build(file)
+@register_format(NAME, (), "BurstGPT CSV: Timestamp, Model, Request/Response tokens, Log Type")
+def burstgpt_rows(lines: TraceLines) -> Iterator[Row]:
+    """Rows of a BurstGPT trace: the three used columns renamed, the others kept as text."""
+    header, records = csv_records(lines)
+    header_lacks(lines, header, [c for c in _USED if c not in header], ", ".join(COLUMNS))
+    for line, row in records:
+        out = {_USED.get(name, name): value.strip() for name, value in row.items()}
+        out.pop("Total tokens", None)  # derived; not used
+        yield line, out
 
 
 def write(path: Path, table: TraceTable) -> None:
     """Write ``table`` in the BurstGPT schema (Model and Log Type from its columns, if any)."""
-    n = len(table)
     model = table.columns.get("Model")
     log_type = table.columns.get("Log Type")
     with path.open("w", newline="", encoding="utf-8") as stream:
         out = csv.writer(stream, lineterminator="\n")
         out.writerow(COLUMNS)
-        for i in range(n):
+        for i in range(len(table)):
             prompt = int(table.prompt_tokens[i])
             output = int(table.output_tokens[i])
             out.writerow(

@@ -16,9 +16,9 @@ from rdu_sim.serving.traces.registry import Row, register_format
 from rdu_sim.serving.traces.values import COLUMNS, REQUIRED
 
 
-@register_format("csv", (".csv",), "comma-separated, with a header row")
-def csv_rows(lines: TraceLines) -> Iterator[Row]:
-    """Rows of a CSV trace, keyed by the header's column names (only the columns used)."""
+def csv_records(lines: TraceLines) -> tuple[list[str], Iterator[Row]]:
+    """The header of a CSV file and its data rows keyed by every header name (blank lines
+    skipped; a row with another number of fields than the header is an error)."""
     reader = csv.reader(lines, strict=True)
 
     def parsed() -> Iterator[list[str]]:
@@ -39,20 +39,34 @@ def csv_rows(lines: TraceLines) -> Iterator[Row]:
     header = [name.strip() for name in next(records, [])]
     if not header:
         raise lines.error("trace has no header row", line=1)
-    repeated = sorted({name for name in header if header.count(name) > 1 and name in COLUMNS})
-    if repeated:
-        raise lines.error(f"CSV header names column(s) {repeated} more than once", line=1)
-    missing = [column for column in REQUIRED if column not in header]
+
+    def rows() -> Iterator[Row]:
+        for fields in records:
+            if not fields or all(not field.strip() for field in fields):
+                continue
+            if len(fields) != len(header):
+                raise lines.error(f"row has {len(fields)} fields, the header has {len(header)}")
+            yield reader.line_num, dict(zip(header, fields, strict=True))
+
+    return header, rows()
+
+
+def header_lacks(lines: TraceLines, header: list[str], missing: list[str], expected: str) -> None:
+    """Refuse a header without the columns a format needs (names shown cut to 40 characters)."""
     if missing:
         names = [cut_middle(name, 40) for name in header[:20]] + (["..."] if header[20:] else [])
         raise lines.error(
-            f"CSV header {names} lacks column(s) {missing}; expected {', '.join(COLUMNS)}",
-            line=1,
+            f"CSV header {names} lacks column(s) {missing}; expected {expected}", line=1
         )
-    wanted = [(index, name) for index, name in enumerate(header) if name in COLUMNS]
-    for fields in records:
-        if not fields or all(not field.strip() for field in fields):
-            continue
-        if len(fields) != len(header):
-            raise lines.error(f"row has {len(fields)} fields, the header has {len(header)}")
-        yield reader.line_num, {name: fields[index] for index, name in wanted}
+
+
+@register_format("csv", (".csv",), "comma-separated, with a header row")
+def csv_rows(lines: TraceLines) -> Iterator[Row]:
+    """Rows of a CSV trace, keyed by the header's column names (only the columns used)."""
+    header, records = csv_records(lines)
+    repeated = sorted({name for name in header if header.count(name) > 1 and name in COLUMNS})
+    if repeated:
+        raise lines.error(f"CSV header names column(s) {repeated} more than once", line=1)
+    header_lacks(lines, header, [c for c in REQUIRED if c not in header], ", ".join(COLUMNS))
+    for line, row in records:
+        yield line, {name: row[name] for name in COLUMNS if name in row}

@@ -19,9 +19,8 @@ MAX_JSON_DEPTH = 32
 """Deepest bracket nesting in one line (a row is one flat object: depth 1)."""
 
 
-@register_format("jsonl", (".jsonl", ".ndjson"), "one JSON object per line")
-def jsonl_rows(lines: TraceLines) -> Iterator[Row]:
-    """Rows of a JSONL trace (only the columns used)."""
+def json_objects(lines: TraceLines) -> Iterator[Row]:
+    """Each non-blank line of a JSONL file as an object (line number, the object)."""
     for text in lines:
         if not text.strip():
             continue
@@ -33,4 +32,11 @@ def jsonl_rows(lines: TraceLines) -> Iterator[Row]:
             raise lines.error(f"not valid JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise lines.error(f"expected a JSON object, got {type(obj).__name__}")
-        yield lines.line, {name: obj[name] for name in COLUMNS if name in obj}
+        yield lines.line, obj
+
+
+@register_format("jsonl", (".jsonl", ".ndjson"), "one JSON object per line")
+def jsonl_rows(lines: TraceLines) -> Iterator[Row]:
+    """Rows of a JSONL trace (only the columns used)."""
+    for line, obj in json_objects(lines):
+        yield line, {name: obj[name] for name in COLUMNS if name in obj}

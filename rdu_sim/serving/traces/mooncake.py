@@ -3,78 +3,81 @@
 ``{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, ...]}``:
 ``timestamp`` is milliseconds from the trace's start; ``hash_ids`` names the prompt's blocks
 (512 tokens each in the published traces), block ``i`` by a hash of the prompt up to and
-including it, so equal ids mean equal prefixes: what a prefix cache keys on.
+including it, so equal ids mean equal prefixes: what a prefix cache keys on. A row may lack
+``hash_ids`` (no cacheable blocks).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rdu_sim.serving.traces.table import (
-    TableBuilder,
-    TraceTable,
-    fail,
-    open_text,
-    seconds,
-    tokens,
-)
+from rdu_sim.serving.traces.jsonl_format import json_objects
+from rdu_sim.serving.traces.lines import TraceLines
+from rdu_sim.serving.traces.registry import Row, register_format
+from rdu_sim.serving.traces.table import TraceTable
 
 NAME = "mooncake"
 FIELDS = ("timestamp", "input_length", "output_length")
+SOURCE = {
+    "arrival_s": "timestamp",
+    "prompt_tokens": "input_length",
+    "output_tokens": "output_length",
+}
+"""The file's field behind each row key (for messages)."""
+MAX_BLOCKS = 1_000_000  # hash_ids of one request: 512 billion tokens at Mooncake's blocks
 
 
-def _hashes(value: Any, file: str, line: int) -> list[int]:
-    if not isinstance(value, list) or not all(
-        isinstance(h, int) and not isinstance(h, bool) for h in value
-    ):
-        raise fail(file, line, "hash_ids", "expected a list of integer block hashes")
-    return value
+def _milliseconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = float(value) / 1000 if not isinstance(value, int) or value.bit_length() < 64 else None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
-def read(path: Path, file: str) -> TraceTable:
-    """Read a Mooncake trace (``hash_ids`` may be absent on a row: no cacheable blocks)."""
-    table = TableBuilder(NAME, with_hashes=True)
-    with open_text(path, file) as stream:
-        line = 0
-        try:
-            for line, raw in enumerate(stream, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    row = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise fail(file, line, "", f"not valid JSON: {exc.msg}") from None
-                if not isinstance(row, dict):
-                    raise fail(file, line, "", f"expected a JSON object, got {type(row).__name__}")
-                for name in FIELDS:
-                    if name not in row:
-                        raise fail(file, line, name, "missing field")
-                prompt = tokens(row["input_length"], file, line, "input_length")
-                output = tokens(row["output_length"], file, line, "output_length")
-                if prompt == 0 or output == 0:
-                    table.skip()
-                    continue
-                arrival = seconds(row["timestamp"], file, line, "timestamp", scale=1e-3)
-                table.add(arrival, prompt, output, _hashes(row.get("hash_ids", []), file, line))
-        except UnicodeDecodeError:
-            raise fail(file, line + 1, "", "not a text file (not valid UTF-8)") from None
-    return table.build(file)
+@register_format(NAME, (), "Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids")
+def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
+    """Rows of a Mooncake trace as ``arrival_s``, ``prompt_tokens``, ``output_tokens`` and
+    ``hash_ids``."""
+    for line, obj in json_objects(lines):
+        for name in FIELDS:
+            if name not in obj:
+                raise lines.error("missing field", name, line)
+        arrival = _milliseconds(obj["timestamp"])
+        if arrival is None:
+            raise lines.error(
+                f"expected milliseconds >= 0, got {str(obj['timestamp'])[:40]!r}",
+                "timestamp",
+                line,
+            )
+        hashes = obj.get("hash_ids", [])
+        if (
+            not isinstance(hashes, list)
+            or len(hashes) > MAX_BLOCKS
+            or not all(type(h) is int and abs(h) < 2**63 for h in hashes)
+        ):
+            raise lines.error(
+                f"expected a list of at most {MAX_BLOCKS:,} integer block hashes", "hash_ids", line
+            )
+        yield (
+            line,
+            {
+                "arrival_s": arrival,
+                "prompt_tokens": obj["input_length"],
+                "output_tokens": obj["output_length"],
+                "hash_ids": hashes,
+            },
+        )
 
 
 def write(path: Path, table: TraceTable) -> None:
     """Write ``table`` as Mooncake JSONL (timestamps rounded to whole milliseconds)."""
     offsets, values = table.hash_offsets, table.hash_values
     with path.open("w", encoding="utf-8") as stream:
-        for i, (arrival, prompt, output) in enumerate(
-            zip(
-                table.arrival_s.tolist(),
-                table.prompt_tokens.tolist(),
-                table.output_tokens.tolist(),
-                strict=True,
-            )
-        ):
+        for i, (arrival, prompt, output) in enumerate(table.requests()):
             hashes: list[int] = (
                 []
                 if offsets is None or values is None

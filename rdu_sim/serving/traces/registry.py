@@ -3,7 +3,8 @@
 A format turns the lines of a file into rows (a line number and a mapping of column ->
 value); the reader (``traces.reader``) checks the values, applies the limits and builds the
 arrays, so a new format (Azure, Mooncake, BurstGPT...) is one module with one decorated
-function. Registering a name or a suffix twice is refused.
+function. Registering a name or a suffix twice is refused. A format may own no suffix (the
+published traces, whose files are plain .csv or .jsonl): it is then chosen by name.
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ def register_format(
 def formats() -> list[TraceFormat]:
     """Every registered format, in registration order."""
     return list(_FORMATS.values())
+
+
+def get_format(name: str) -> TraceFormat:
+    """The format registered as `name`; KeyError listing the valid names otherwise."""
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise KeyError(f"unknown trace format {name!r}; valid: {', '.join(_FORMATS)}") from None
 
 
 def format_for(path: Path) -> TraceFormat | None:

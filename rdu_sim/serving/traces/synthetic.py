@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from rdu_sim.serving.traces import WRITERS
+from rdu_sim.serving.traces.published import WRITERS
 from rdu_sim.serving.traces.table import TraceTable
 
 
