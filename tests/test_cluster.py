@@ -10,6 +10,7 @@ tests at the bottom run the real compiler and engine through `rdu-sim run --json
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -443,9 +444,29 @@ def test_goodput_recount_and_classes(tmp_path: Path) -> None:
     assert truncated["requests_truncated"] == int(over.sum())
 
 
-def test_same_inputs_same_bytes(tmp_path: Path) -> None:
-    path = write_cluster(tmp_path)
-    assert fake(path).to_json() == fake(path).to_json()
+_CHILD = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_api_run import FakeBackend
+from rdu_sim.api_cluster import run_cluster
+print(run_cluster({path!r}, backend=FakeBackend()).to_json())
+"""
+
+
+def test_same_inputs_same_bytes_across_processes(tmp_path: Path) -> None:
+    traffic = {"rate": 9.0, "requests": 60, "prompt_tokens": 900, "output_tokens": 40}
+    path = write_cluster(tmp_path, traffic=traffic, router={"policy": "least_outstanding"})
+    code = _CHILD.format(tests=str(ROOT / "tests"), path=str(path))
+    env = {**os.environ, "PYTHONHASHSEED": "random"}
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        ).stdout
+        for _ in range(2)
+    ]
+    assert outs[0] == outs[1] == fake(path).to_json() + "\n"
+    data = json.loads(outs[0])
+    assert data["requests_served"] == 60 and data["pools"]["serve"]["replicas"] == 3
 
 
 # --- config errors -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds
-from rdu_sim.config.workload import LengthDistribution
+from rdu_sim.config.workload import LengthDistribution, fixed_shorthand
 
 Role = Literal["mixed", "prefill", "decode"]
 RouterPolicy = Literal["round_robin", "least_outstanding", "prefix_aware"]
@@ -111,6 +111,13 @@ class TrafficConfig(StrictModel):
         default=None, description="synthetic traffic: output lengths"
     )
     seed: int = Field(default=0, ge=0, le=2**63 - 1, description="synthetic traffic: seed")
+
+    @field_validator("prompt_tokens", "output_tokens", mode="before")
+    @classmethod
+    def _fixed(cls, value: Any) -> Any:
+        """A bare number is a fixed length, as in a workload (the optional field would not
+        reach LengthDistribution's own shorthand)."""
+        return fixed_shorthand(value)
 
     @model_validator(mode="after")
     def _one_source(self) -> TrafficConfig:

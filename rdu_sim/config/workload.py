@@ -96,7 +96,7 @@ class KVConfig(StrictModel):
         return self
 
 
-def _fixed_shorthand(value: Any) -> Any:
+def fixed_shorthand(value: Any) -> Any:
     """Let `prompt_tokens: 8192` mean a fixed length."""
     if isinstance(value, int) and not isinstance(value, bool):
         return {"dist": "fixed", "value": value}
@@ -143,7 +143,7 @@ class LognormalLength(StrictModel):
 LengthDistribution = Annotated[
     FixedLength | UniformLength | LognormalLength,
     BeforeValidator(
-        _fixed_shorthand,
+        fixed_shorthand,
         json_schema_input_type=int | FixedLength | UniformLength | LognormalLength,
     ),
     Field(discriminator="dist"),
