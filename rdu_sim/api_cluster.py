@@ -42,6 +42,10 @@ __all__ = ["ClusterResult", "load", "run_cluster"]
 
 Progress = Callable[[int, int], None]
 
+MAX_CLUSTER_SLOTS = 10_000_000
+"""Batch slots over all replicas: each costs ~60 bytes of slot state (and a few NumPy
+arrays per replica); 64 racks of 1,024 Llama 8B replicas at their capacity hold ~50,000."""
+
 
 class StepMemo:
     """``shape -> StepCost`` for one workload, each shape simulated once (for every replica of
@@ -139,6 +143,14 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
             sockets=scenario.tp,
         )
         resolved.append(PoolResolved(pool, capacity, placement, runtime))
+    slots = sum(p.pool.replicas * p.runtime.config.batch_slots for p in resolved)
+    if slots > MAX_CLUSTER_SLOTS:
+        raise cluster.issue(
+            f"pools.{resolved[-1].pool.name}.replicas",
+            f"the pools hold {slots:,} batch slots in all (replicas x slots), more than the "
+            f"{MAX_CLUSTER_SLOTS:,} a cluster run keeps state for; use fewer replicas or "
+            "slots (serving.batch_slots in a pool's set)",
+        )
     return resolved
 
 

@@ -540,6 +540,16 @@ def test_cli_check_and_schema_know_cluster_and_plan_files(tmp_path: Path) -> Non
         jsonschema.validate(yaml.safe_load(path.read_text()), plan_schema)
 
 
+def test_absurd_sizes_are_refused_before_running(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"traffic.requests: .*less than or equal to 10000000"):
+        fake(write_cluster(tmp_path), {"traffic.requests": 20_000_000})
+    pools = {
+        "serve": {"workload": str(LLAMA), "replicas": 100_000, "set": {"serving.batch_slots": 128}}
+    }
+    with pytest.raises(ConfigError, match=r"pools.serve.replicas: the pools hold 12,800,000 batch"):
+        fake(write_cluster(tmp_path, pools=pools))
+
+
 def test_hw_overrides_are_refused_on_a_cluster(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"pools\.NAME\.set"):
         fake(write_cluster(tmp_path), {"hw.system.sockets": 2})

@@ -24,6 +24,7 @@ TraceFormat = Literal["auto", "csv", "jsonl", "azure", "mooncake", "burstgpt"]
 
 _MAX_REPLICAS = 100_000
 _MAX_SECONDS = 1e7  # ~4 months: longer than any published trace
+_MAX_REQUESTS = 10_000_000  # ~150 bytes of records each: 1.5 GB; a trace holds <= 4M lines
 
 
 class PoolConfig(StrictModel):
@@ -92,7 +93,7 @@ class TrafficConfig(StrictModel):
     requests: int | None = Field(
         default=None,
         ge=1,
-        le=100_000_000,
+        le=_MAX_REQUESTS,
         description="a trace: use at most this many requests (after filtering); synthetic: "
         "how many to draw",
     )
