@@ -29,7 +29,7 @@ from rdu_sim.api import Backend, EngineBackend, Overrides, resolve_batch_slots
 from rdu_sim.cluster.replica import PoolRuntime
 from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
-from rdu_sim.cluster.traffic import class_labels, fit_context, load_traffic
+from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load_traffic
 from rdu_sim.compiler.program import Placement, StaticShape
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.kv import make_policy
@@ -161,7 +161,7 @@ class ClusterResult:
     scenario: ClusterScenario
     pools: list[PoolResolved]
     run: ClusterRun
-    labels: NDArray[Any] | None
+    labels: ClassLabels | None
     _summary: dict[str, Any] | None = field(default=None, repr=False)
 
     def meta(self) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class ClusterResult:
         """Per-request columns: status, lengths, replicas, times, TTFT, TPOT, KV transfer."""
         columns = request_columns(self.run)
         if self.labels is not None:
-            columns["class"] = self.labels
+            columns["class"] = self.labels.values
         return columns
 
 

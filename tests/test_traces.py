@@ -170,13 +170,22 @@ def test_context_limit_rejects_or_truncates_and_counts() -> None:
 
 def test_class_labels() -> None:
     requests = replay(_table(50), traffic(), "c.yaml")
-    labels = class_labels(requests, ClassesConfig(by="prompt_tokens", edges=[1024, 4096]), "c.yaml")
-    assert labels is not None
+    classes = class_labels(
+        requests, ClassesConfig(by="prompt_tokens", edges=[1024, 4096]), "c.yaml"
+    )
+    assert classes is not None
+    labels = classes.values
+    assert classes.names == (
+        "prompt_tokens<1024",
+        "1024<=prompt_tokens<4096",
+        "prompt_tokens>=4096",
+    )
     prompt = requests.prompt_tokens
     assert (labels[prompt < 1024] == "prompt_tokens<1024").all()
     assert (labels[(prompt >= 1024) & (prompt < 4096)] == "1024<=prompt_tokens<4096").all()
     assert (labels[prompt >= 4096] == "prompt_tokens>=4096").all()
     by_model = class_labels(requests, ClassesConfig(by="column", column="Model"), "c.yaml")
-    assert by_model is not None and set(by_model.tolist()) <= {"ChatGPT", "GPT-4"}
+    assert by_model is not None and set(by_model.values.tolist()) <= {"ChatGPT", "GPT-4"}
+    assert by_model.names == ("ChatGPT", "GPT-4")
     with pytest.raises(ConfigError, match=r"classes\.column"):
         class_labels(requests, ClassesConfig(by="column", column="Session"), "c.yaml")

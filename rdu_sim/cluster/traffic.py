@@ -206,10 +206,19 @@ def fit_context(requests: ClusterRequests, max_context: int, mode: str) -> Conte
     return ContextFit(fitted, none, over)
 
 
+@dataclass(frozen=True)
+class ClassLabels:
+    """Each request's class, and the classes in report order (length buckets by length,
+    column values alphabetically)."""
+
+    values: NDArray[np.object_]
+    names: tuple[str, ...]
+
+
 def class_labels(
     requests: ClusterRequests, classes: ClassesConfig | None, file: str
-) -> NDArray[np.object_] | None:
-    """Each request's class name (None without classes): a length bucket such as
+) -> ClassLabels | None:
+    """Each request's class (None without classes): a length bucket such as
     ``prompt_tokens<1024`` / ``1024<=prompt_tokens<8192`` / ``prompt_tokens>=8192``, or the
     value of a trace column."""
     if classes is None:
@@ -224,11 +233,12 @@ def class_labels(
                 f"the trace has no column {classes.column!r} (columns besides arrival and "
                 f"lengths: {valid})",
             )
-        return requests.columns[classes.column]
+        column = requests.columns[classes.column]
+        return ClassLabels(column, tuple(sorted({str(v) for v in column.tolist()})))
     values = requests.prompt_tokens if classes.by == "prompt_tokens" else requests.output_tokens
     edges = classes.edges
     names = [f"{classes.by}<{edges[0]}"]
     names += [f"{low}<={classes.by}<{high}" for low, high in itertools.pairwise(edges)]
     names.append(f"{classes.by}>={edges[-1]}")
     bucket = np.searchsorted(np.asarray(edges), values, side="right")
-    return np.asarray(names, dtype=np.object_)[bucket]
+    return ClassLabels(np.asarray(names, dtype=np.object_)[bucket], tuple(names))

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 from rdu_sim.cluster.records import UNSET
 from rdu_sim.cluster.replica import Replica
 from rdu_sim.cluster.simulate import ClusterRun
+from rdu_sim.cluster.traffic import ClassLabels
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.report.summary import rounded, stats, steps_run, utilization
 from rdu_sim.serving.step_cache import PS_PER_S
@@ -104,13 +105,13 @@ def _goodput(
 
 
 def _classes(
-    cols: Mapping[str, NDArray[Any]], labels: NDArray[np.object_] | None, good: NDArray[np.bool_]
+    cols: Mapping[str, NDArray[Any]], labels: ClassLabels | None, good: NDArray[np.bool_]
 ) -> dict[str, Any] | None:
     if labels is None:
         return None
     out: dict[str, Any] = {}
-    for name in sorted({str(v) for v in labels.tolist()}):
-        mask = labels == name
+    for name in labels.names:
+        mask = labels.values == name
         total = int(mask.sum())
         served = mask & (cols["status"] == "served")
         out[name] = {
@@ -207,7 +208,7 @@ def summarize_cluster(
     pools: Mapping[str, Any],
     run: ClusterRun,
     slo: SLOConfig,
-    labels: NDArray[np.object_] | None,
+    labels: ClassLabels | None,
     traffic: Mapping[str, Any],
     shapes_simulated: int,
 ) -> dict[str, Any]:

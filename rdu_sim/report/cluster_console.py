@@ -189,5 +189,10 @@ def render_cluster(result: Mapping[str, Any]) -> Group:
 
 
 def print_cluster_report(result: Mapping[str, Any], console: Console | None = None) -> None:
-    """Print the cluster report to ``console`` (stdout by default)."""
-    (console or Console()).print(render_cluster(result))
+    """Print the cluster report to ``console`` (stdout by default; 160 columns when stdout is
+    not a terminal, so piped reports keep their tables whole)."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)
+    console.print(render_cluster(result))
