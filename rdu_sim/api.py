@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from numpy.typing import NDArray
 
 from rdu_sim import __version__
-from rdu_sim.compiler.program import Placement, StaticShape
+from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides
 from rdu_sim.config.workload import ServingConfig
@@ -47,6 +47,7 @@ from rdu_sim.serving.requests import (
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import StepCache, StepCost
+from rdu_sim.shapes import StepShape
 
 __all__ = ["Backend", "EngineBackend", "RunResult", "load", "run", "step"]
 
@@ -65,7 +66,7 @@ class Backend(Protocol):
         """One socket's memory plan for ``batch_slots`` (CapacityError if it does not fit)."""
         ...
 
-    def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
+    def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
         """Simulate one step of ``shape``."""
         ...
 
@@ -111,7 +112,7 @@ class EngineBackend:
         placement: Placement = self.compiler(scenario).placement(batch_slots)
         return placement
 
-    def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
+    def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
         """Compile the shape and simulate one step on the hardware model (recording its
         trace when the backend was built with ``record=True``)."""
         from rdu_sim.engine import Engine
@@ -310,7 +311,7 @@ def default_step_shape(
     tokens: int | None = None,
     context: int | None = None,
     backend: Backend | None = None,
-) -> StaticShape:
+) -> StepShape:
     """The static shape `rdu-sim step` and :func:`step` simulate when not told otherwise.
 
     Decode: every batch slot at the decode bucket of the longest cache the KV policy keeps.
@@ -325,7 +326,7 @@ def default_step_shape(
         if batch is None:
             batch = resolve_batch_slots(scenario, backend or EngineBackend())[1]
         longest = context if context is not None else policy.slot_tokens(serving.max_context)
-        return StaticShape(
+        return StepShape(
             "decode", batch, tokens or 1, policy.decode_bucket(longest, serving.max_context)
         )
     if phase == "prefill":
@@ -337,7 +338,7 @@ def default_step_shape(
                 scenario.base_dir,
                 scenario.workload_file,
             )
-        return StaticShape(
+        return StepShape(
             "prefill", batch or 1, prompt or typical_length(serving.prompt_tokens), context or 0
         )
     raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}")

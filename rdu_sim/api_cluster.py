@@ -30,13 +30,14 @@ from rdu_sim.cluster.replica import PoolRuntime
 from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
 from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load_traffic
-from rdu_sim.compiler.program import Placement, StaticShape
+from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.kv import make_policy
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import StepCost
+from rdu_sim.shapes import StepShape
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
@@ -54,9 +55,9 @@ class StepMemo:
     def __init__(self, backend: Backend, scenario: Scenario) -> None:
         self.backend = backend
         self.scenario = scenario
-        self.costs: dict[StaticShape, StepCost] = {}
+        self.costs: dict[StepShape, StepCost] = {}
 
-    def __call__(self, shape: StaticShape) -> StepCost:
+    def __call__(self, shape: StepShape) -> StepCost:
         cost = self.costs.get(shape)
         if cost is None:
             cost = self.backend.step_cost(self.scenario, shape)

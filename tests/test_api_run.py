@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 
 from rdu_sim import api
-from rdu_sim.compiler.program import Placement, StaticShape, TierUsage
+from rdu_sim.compiler.program import Placement, TierUsage
 from rdu_sim.kv import make_policy
 from rdu_sim.models import kv_bytes_per_token, weight_bytes
 from rdu_sim.report.console import render
 from rdu_sim.report.files import write_outputs
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
+from rdu_sim.shapes import StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAP = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
@@ -92,7 +93,7 @@ class FakeBackend:
         ddr = TierUsage(int(scenario.hardware.socket.ddr.capacity))
         return Placement(batch_slots, {"hbm": hbm, "ddr": ddr})
 
-    def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
+    def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
         if shape.phase == "prefill":
             return StepCost(0.01 + shape.tokens * 2e-5, 0.3, 0.9)
         return StepCost(0.01 + shape.batch * shape.cache_len * 1e-9, 0.8, 0.2)

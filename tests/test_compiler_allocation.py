@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdu_sim.compiler import Compiler, StaticShape
+from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.allocation import StageWork, allocate, water_fill
 from rdu_sim.scenario import load_scenario
+from rdu_sim.shapes import StepShape
 
 WORKLOADS = [
     "deepseek-r1-128k-snapstream",
@@ -83,10 +84,10 @@ def test_compiled_kernels_never_exceed_the_socket(workload: str) -> None:
     socket = scenario.hardware.socket
     compiler = Compiler(scenario)
     shapes = [
-        StaticShape("decode", 1, 1, 1024),
-        StaticShape("decode", 32, 1, 8192),
-        StaticShape("prefill", 1, 8192, 0),
-        StaticShape("prefill", 4, 2048, 0),
+        StepShape("decode", 1, 1, 1024),
+        StepShape("decode", 32, 1, 8192),
+        StepShape("prefill", 1, 8192, 0),
+        StepShape("prefill", 4, 2048, 0),
     ]
     for shape in shapes:
         for kernel in compiler.program(shape).kernels:

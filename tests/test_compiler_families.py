@@ -13,11 +13,12 @@ from click.testing import CliRunner
 
 from rdu_sim import api
 from rdu_sim.cli.main import cli
-from rdu_sim.compiler import Compiler, StaticShape, kv_slot_bytes_per_socket
+from rdu_sim.compiler import Compiler, kv_slot_bytes_per_socket
 from rdu_sim.compiler.placement import kv_bytes, slot_tokens
 from rdu_sim.kv import make_policy
 from rdu_sim.models import get_model, layer_kinds
 from rdu_sim.scenario import Scenario, build_scenario, load_scenario
+from rdu_sim.shapes import StepShape
 
 REPO = Path(__file__).resolve().parents[1]
 GPT_OSS = REPO / "workloads" / "gpt-oss-120b-8socket.yaml"
@@ -45,7 +46,7 @@ def _all_full(name: str) -> dict[str, Any]:
 
 def test_gpt_oss_kernels() -> None:
     scenario = load_scenario(GPT_OSS, {"serving.batch_slots": 16})
-    program = Compiler(scenario).program(StaticShape("decode", 16, 1, 32768))
+    program = Compiler(scenario).program(StepShape("decode", 16, 1, 32768))
     kernels = [(k.name, k.calls, k.looped) for k in program.kernels]
     assert kernels == [
         ("embedding", 1, False),
@@ -111,7 +112,7 @@ def test_selection_runs_on_the_layers_it_compresses(
         },
         workload_file=str(REPO / "workloads" / "x.yaml"),
     )
-    program = Compiler(scenario).program(StaticShape("prefill", 1, 8192, 0))
+    program = Compiler(scenario).program(StepShape("prefill", 1, 8192, 0))
     select = {k.name: k.calls for k in program.kernels if k.name.startswith("snapkv")}
     assert select == kernels
 
@@ -119,7 +120,7 @@ def test_selection_runs_on_the_layers_it_compresses(
 def test_decode_step_respects_the_hbm_roofline() -> None:
     scenario = load_scenario(GPT_OSS, {"serving.batch_slots": 64})
     cost = api.step(scenario, batch=64, context=8192)
-    program = Compiler(scenario).program(StaticShape("decode", 64, 1, 8192))
+    program = Compiler(scenario).program(StepShape("decode", 64, 1, 8192))
     hbm = scenario.hardware.socket.hbm
     assert cost.step_s >= program.bytes_by_tier()["hbm"] / hbm.bandwidth
     assert cost.step_s < 1.0
@@ -163,7 +164,7 @@ def test_qwen3_235b_on_sixteen_sockets() -> None:
     scenario = load_scenario(QWEN)
     assert scenario.tp == 16 and scenario.hardware.system.sockets == 16
     compiler = Compiler(scenario)
-    program = compiler.program(StaticShape("decode", 8, 1, 32768))
+    program = compiler.program(StepShape("decode", 8, 1, 32768))
     assert [(k.name, k.calls) for k in program.kernels] == [
         ("embedding", 1),
         ("decoder", 94),

@@ -7,7 +7,6 @@ import pytest
 from rdu_sim.compiler import (
     CapacityError,
     Compiler,
-    StaticShape,
     activation_bytes,
     batch_capacity,
     kv_bytes,
@@ -16,6 +15,7 @@ from rdu_sim.compiler import (
     weight_inventory,
 )
 from rdu_sim.scenario import load_scenario
+from rdu_sim.shapes import StepShape
 
 WORKLOADS = [
     "deepseek-r1-128k-snapstream",
@@ -127,7 +127,7 @@ def test_weights_spill_lowest_bandwidth_need_first() -> None:
     only_ddr = in_ddr - in_hbm
     assert max(need[k] for k in only_ddr) <= min(need[k] for k in in_hbm - in_ddr)
 
-    program = Compiler(scenario).program(StaticShape("decode", 8, 1, slot_tokens(scenario)))
+    program = Compiler(scenario).program(StepShape("decode", 8, 1, slot_tokens(scenario)))
     stages = {(k.name, s.name): s for k in program.kernels for s in k.stages}
     assert stages[("embedding", "embed.gather")].reads.get("ddr", 0) > 0
     assert stages[("decoder_moe", "moe.experts_down")].reads.get("ddr", 0) > 0

@@ -8,7 +8,6 @@ import pytest
 
 from rdu_sim.compiler import (
     Compiler,
-    StaticShape,
     compile_program,
     inspect_graph,
     to_dot,
@@ -18,6 +17,7 @@ from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import graph_problems
 from rdu_sim.models import decode_flops_per_token
 from rdu_sim.scenario import load_scenario
+from rdu_sim.shapes import StepShape
 
 SNAP = "workloads/deepseek-r1-128k-snapstream.yaml"
 FULL = "workloads/deepseek-r1-128k-full.yaml"
@@ -29,7 +29,7 @@ def _names(program: object) -> list[tuple[str, int, bool]]:
 
 def test_deepseek_kernels_and_looping() -> None:
     scenario = load_scenario(SNAP)
-    program = compile_program(scenario, StaticShape("decode", 4, 1, 32768))
+    program = compile_program(scenario, StepShape("decode", 4, 1, 32768))
     assert _names(program) == [
         ("embedding", 1, False),
         ("decoder_dense", 3, True),
@@ -37,27 +37,27 @@ def test_deepseek_kernels_and_looping() -> None:
         ("lm_head", 1, False),
     ]
     unlooped = load_scenario(SNAP, overrides={"kernel_looping": False})
-    program = compile_program(unlooped, StaticShape("decode", 4, 1, 32768))
+    program = compile_program(unlooped, StepShape("decode", 4, 1, 32768))
     assert not any(k.looped for k in program.kernels)
 
 
 def test_snapkv_select_kernel_only_when_the_prompt_is_compressed() -> None:
     scenario = load_scenario(SNAP)
     compiler = Compiler(scenario)
-    long = compiler.program(StaticShape("prefill", 1, 40000, 0))
+    long = compiler.program(StepShape("prefill", 1, 40000, 0))
     select = [k for k in long.kernels if k.name == "snapkv_select"]
     assert len(select) == 1 and select[0].calls == scenario.model.layers and select[0].looped
     assert select[0].flops > 0
     assert _names(long)[-1][0] == "lm_head"
     for shape in (
-        StaticShape("prefill", 1, 32768, 0),  # fits the budget: kept whole
-        StaticShape("prefill", 1, 40000, 0, select=False),  # a non-final chunk
-        StaticShape("decode", 4, 1, 32768),
+        StepShape("prefill", 1, 32768, 0),  # fits the budget: kept whole
+        StepShape("prefill", 1, 40000, 0, select=False),  # a non-final chunk
+        StepShape("decode", 4, 1, 32768),
     ):
         assert "snapkv_select" not in [k.name for k in compiler.program(shape).kernels]
-    chunk = compiler.program(StaticShape("prefill", 1, 8192, 40000 - 8192))  # final chunk
+    chunk = compiler.program(StepShape("prefill", 1, 8192, 40000 - 8192))  # final chunk
     assert "snapkv_select" in [k.name for k in chunk.kernels]
-    full = Compiler(load_scenario(FULL)).program(StaticShape("prefill", 1, 40000, 0))
+    full = Compiler(load_scenario(FULL)).program(StepShape("prefill", 1, 40000, 0))
     assert "snapkv_select" not in [k.name for k in full.kernels]
 
 
@@ -65,7 +65,7 @@ def test_selection_cost_grows_with_the_prompt() -> None:
     compiler = Compiler(load_scenario(SNAP))
 
     def select_flops(prompt: int) -> float:
-        program = compiler.program(StaticShape("prefill", 1, prompt, 0))
+        program = compiler.program(StepShape("prefill", 1, prompt, 0))
         return next(k.flops for k in program.kernels if k.name == "snapkv_select")
 
     assert select_flops(80000) > 1.9 * select_flops(40000)
@@ -76,7 +76,7 @@ def test_decode_program_flops_add_up_over_sockets() -> None:
     scenario = load_scenario(SNAP)
     arch = scenario.model
     assert isinstance(arch, DeepSeekArchitecture)
-    program = compile_program(scenario, StaticShape("decode", 1, 1, 1000))
+    program = compile_program(scenario, StepShape("decode", 1, 1, 1000))
     replicated = (
         2
         * arch.layers
@@ -89,7 +89,7 @@ def test_decode_program_flops_add_up_over_sockets() -> None:
 
 
 def test_stage_traffic_goes_to_the_right_tiers() -> None:
-    program = compile_program(load_scenario(SNAP), StaticShape("decode", 8, 1, 32768))
+    program = compile_program(load_scenario(SNAP), StepShape("decode", 8, 1, 32768))
     layer = next(k for k in program.kernels if k.name == "decoder_moe")
     stages = {s.name: s for s in layer.stages}
     assert stages["attn.kv_read"].reads["hbm"] > 0  # KV from its tier
@@ -102,13 +102,13 @@ def test_stage_traffic_goes_to_the_right_tiers() -> None:
     names = [s.name for s in layer.stages]
     for stage in layer.stages:  # topologically ordered
         assert all(names.index(p) < names.index(stage.name) for p in stage.inputs)
-    for kernel in kernel_graphs(load_scenario(SNAP), StaticShape("decode", 8, 1, 32768)):
+    for kernel in kernel_graphs(load_scenario(SNAP), StepShape("decode", 8, 1, 32768)):
         assert graph_problems(kernel.graph) == []
 
 
 def test_compiler_caches_per_instance_and_is_deterministic() -> None:
     scenario = load_scenario("workloads/llama3.1-8b-8socket.yaml")
-    shape = StaticShape("decode", 16, 1, 8192)
+    shape = StepShape("decode", 16, 1, 8192)
     first = Compiler(scenario)
     assert first.program(shape) is first.program(shape)
     assert Compiler(scenario).program(shape) == first.program(shape)

@@ -10,9 +10,10 @@ import pytest
 
 from rdu_sim.compiler import ShardPlan, shard_graph
 from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
-from rdu_sim.graph import GraphGroup, Precision, StepShape, model_groups, operators, totals
+from rdu_sim.graph import GraphGroup, Precision, model_groups, operators, totals
 from rdu_sim.graph.check import graph_problems
 from rdu_sim.models import get_model
+from rdu_sim.shapes import StepShape
 
 DECODE = StepShape("decode", 4, 1, 2048)
 PREFILL = StepShape("prefill", 1, 512, 256)

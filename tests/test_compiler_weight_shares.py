@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from rdu_sim.compiler import Compiler, StaticShape
+from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.compile import _hbm_share, weight_fractions
 from rdu_sim.compiler.placement import activation_bytes, kv_bytes, weight_inventory
 from rdu_sim.compiler.program import Placement, TensorPlacement, TierUsage
 from rdu_sim.scenario import load_scenario
+from rdu_sim.shapes import StepShape
 
 SNAP = "workloads/deepseek-r1-128k-snapstream.yaml"
 KV_B = "attn.kv_b_proj"
@@ -82,7 +83,7 @@ def test_selection_reads_kv_b_proj_at_the_layer_weighted_share() -> None:
     dense, moe = fractions[f"decoder_dense/{KV_B}"], fractions[f"decoder_moe/{KV_B}"]
     assert dense == 1.0 and 0.3 < moe < 0.7  # the case where the owners differ
 
-    shape = StaticShape("prefill", 1, 40000, 0)
+    shape = StepShape("prefill", 1, 40000, 0)
     program = compiler.program(shape)
     kernels = {k.name: k for k in program.kernels}
     layers = scenario.model.layers

@@ -9,10 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from rdu_sim.cli.main import cli
-from rdu_sim.compiler import Compiler, StaticShape
+from rdu_sim.compiler import Compiler
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import simulate_step
 from rdu_sim.scenario import load_scenario
+from rdu_sim.shapes import StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = str(ROOT / "workloads" / "llama3.1-8b-1socket.yaml")
@@ -29,7 +30,7 @@ ZERO_OVERHEADS = [
 
 def test_batch_one_llama_8b_decode_is_hbm_bound() -> None:
     scenario = load_scenario(LLAMA, ZERO_OVERHEADS)
-    program = Compiler(scenario).program(StaticShape("decode", 1, 1, 8192))
+    program = Compiler(scenario).program(StepShape("decode", 1, 1, 8192))
     t = simulate_step(program, scenario.hardware)
     hbm = scenario.hardware.socket.hbm
     assert t.bytes_by_tier["hbm"] == program.bytes_by_tier()["hbm"]
@@ -44,7 +45,7 @@ def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> N
     ring = ["hw.system.topology=ring", "hw.system.collective_algorithm=ring"]
     scenario = load_scenario(DEEPSEEK, [*ring, "hw.socket.hbm.efficiency=0.9"])
     compiler = Compiler(scenario)
-    program = compiler.program(StaticShape("decode", compiler.batch_slots(), 1, 32768))
+    program = compiler.program(StepShape("decode", compiler.batch_slots(), 1, 32768))
     fast = simulate_step(program, scenario.hardware)
     full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     # A settling pipeline is accepted once its swings are below PERIOD_RTOL (fast_forward)

@@ -11,12 +11,13 @@ import pytest
 
 from rdu_sim import api
 from rdu_sim.compiler import compile_program
-from rdu_sim.compiler.program import Program, StaticShape
+from rdu_sim.compiler.program import Program
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import simulate_step
 from rdu_sim.engine.fast_forward import find_cycle
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSTREAM = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
@@ -55,7 +56,7 @@ def decode_program(
     policy = api._policy(scenario)
     batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
     bucket = policy.decode_bucket(policy.slot_tokens(serving.max_context), serving.max_context)
-    return scenario, compile_program(scenario, StaticShape("decode", batch, 1, bucket))
+    return scenario, compile_program(scenario, StepShape("decode", batch, 1, bucket))
 
 
 def with_layers(program: Program, calls: int) -> Program:
@@ -99,7 +100,7 @@ def full_attention_program() -> tuple[Scenario, Program]:
     """DeepSeek-R1 full attention, decode of 40 at 128k, on a ring over two 8-socket nodes,
     streaming only the routed experts (~184 of 256), whose loads wait for the router."""
     scenario = api.load(FULL, {**TWO_NODES, "moe_expert_loading": "routed"})
-    return scenario, compile_program(scenario, StaticShape("decode", 40, 1, 131072))
+    return scenario, compile_program(scenario, StepShape("decode", 40, 1, 131072))
 
 
 def test_symmetric_shortcut_matches_all_sockets_with_full_attention() -> None:
@@ -197,7 +198,7 @@ def test_bidirectional_ring_shortcut_matches_all_sockets_and_halves_link_time() 
     bidi = {**RING, "hw.system.collective_algorithm": "bidirectional_ring"}
     scenario = api.load(SNAPSTREAM, bidi)
     batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
-    program = compile_program(scenario, StaticShape("decode", batch, 1, 32768))
+    program = compile_program(scenario, StepShape("decode", batch, 1, 32768))
     small = with_layers(program, 4)
     one = simulate_step(small, scenario.hardware)
     every = simulate_step(small, scenario.hardware, EngineConfig(all_sockets=True))

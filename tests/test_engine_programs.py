@@ -10,15 +10,14 @@ from typing import Any
 
 from rdu_sim.compiler.program import (
     CollectiveSpec,
-    GemmShape,
     KernelProgram,
     Placement,
     Program,
     StageProgram,
-    StaticShape,
     TierUsage,
 )
 from rdu_sim.config import HardwareConfig, load_model
+from rdu_sim.shapes import Gemm, StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
 _HW: dict[str, HardwareConfig] = {}
@@ -67,7 +66,7 @@ def stage(
     hbm_write: float = 0.0,
     inputs: tuple[str, ...] = (),
     out: float = 0.0,
-    gemm: GemmShape | None = None,
+    gemm: Gemm | None = None,
     collective: CollectiveSpec | None = None,
     op: str = "gemm",
 ) -> StageProgram:
@@ -108,7 +107,7 @@ def program(
     """A Program of ``kernels`` (the placement is a token: the engine does not read it)."""
     usage = {t: TierUsage(capacity_bytes=1 << 40) for t in ("sram", "hbm", "ddr")}
     return Program(
-        shape=StaticShape(
+        shape=StepShape(
             phase=phase,
             batch=batch,
             tokens=tokens,  # type: ignore[arg-type]
@@ -150,7 +149,7 @@ def decoder_layer(
             hbm=2.0 * n * k,
             inputs=tuple(prefix + i for i in inputs),
             out=2.0 * batch * n,
-            gemm=GemmShape(batch, n, k),
+            gemm=Gemm(batch, n, k),
         )
 
     coll = CollectiveSpec("allreduce", act, tp) if with_collectives and tp > 1 else None
@@ -222,7 +221,7 @@ def decoder_layer(
                 hbm=moe_bytes,
                 inputs=(prefix + "down",),
                 out=act,
-                gemm=GemmShape(batch, 2048, 7168),
+                gemm=Gemm(batch, 2048, 7168),
             )
         )
         last = "experts"
@@ -275,7 +274,7 @@ def llama_like_program(
                         pmus=256,
                         flops=2.0 * batch * 128256 * 4096 / tp,
                         hbm=2.0 * 128256 * 4096 / tp,
-                        gemm=GemmShape(batch, 128256 // tp, 4096),
+                        gemm=Gemm(batch, 128256 // tp, 4096),
                     )
                 ],
             ),
@@ -339,7 +338,7 @@ def deepseek_like_program(*, tp: int = 16, batch: int = 32) -> Program:
                         pmus=256,
                         flops=2.0 * batch * 129280 * 7168 / tp,
                         hbm=2.0 * 129280 * 7168 / tp,
-                        gemm=GemmShape(batch, 129280 // tp, 7168),
+                        gemm=Gemm(batch, 129280 // tp, 7168),
                     )
                 ],
             ),

@@ -19,7 +19,7 @@ from test_engine_programs import (
     stage,
 )
 
-from rdu_sim.compiler.program import CollectiveSpec, GemmShape, Program, StageProgram
+from rdu_sim.compiler.program import CollectiveSpec, Program, StageProgram
 from rdu_sim.config import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import Engine, EventBudgetError, StepTiming, simulate_step
@@ -31,6 +31,7 @@ from rdu_sim.engine.fast_forward import (
 from rdu_sim.engine.kernel_sim import Boundary
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.hw import gemm_efficiency, ring_time, tree_time
+from rdu_sim.shapes import Gemm
 
 ZERO = hardware()
 DEFAULT = hardware(zero=False)
@@ -89,7 +90,7 @@ def test_compute_bound_gemm_takes_flops_over_peak_times_efficiency() -> None:
                         pmus=1040,
                         flops=flops,
                         hbm=2.0 * n * k,
-                        gemm=GemmShape(m, n, k),
+                        gemm=Gemm(m, n, k),
                     )
                 ],
             )
@@ -110,12 +111,8 @@ def test_compute_bound_gemm_takes_flops_over_peak_times_efficiency() -> None:
 def test_skinny_gemm_is_less_efficient_than_a_square_one() -> None:
     # one token (a decode GEMV) fills one of the array's 6 columns
     flops = 2.0 * 4096 * 4096
-    skinny = program(
-        [kernel("k", [stage("g", pcus=64, flops=flops, gemm=GemmShape(1, 4096, 4096))])]
-    )
-    square = program(
-        [kernel("k", [stage("g", pcus=64, flops=flops, gemm=GemmShape(64, 64, 4096))])]
-    )
+    skinny = program([kernel("k", [stage("g", pcus=64, flops=flops, gemm=Gemm(1, 4096, 4096))])])
+    square = program([kernel("k", [stage("g", pcus=64, flops=flops, gemm=Gemm(64, 64, 4096))])])
     assert simulate_step(skinny, ZERO).step_s > 5 * simulate_step(square, ZERO).step_s
 
 
@@ -351,7 +348,7 @@ def mixed_program() -> Program:
             ddr=16777216,
             inputs=("norm",),
             out=65536,
-            gemm=GemmShape(8, 4096, 4096),
+            gemm=Gemm(8, 4096, 4096),
         ),
         stage(
             "ar",

@@ -10,7 +10,6 @@ import pytest
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import (
     Precision,
-    StepShape,
     expected_distinct_experts,
     experts_data_dependent,
     experts_loaded,
@@ -19,6 +18,7 @@ from rdu_sim.graph import (
 )
 from rdu_sim.graph.deepseek import deepseek_layer
 from rdu_sim.models import get_model
+from rdu_sim.shapes import StepShape
 
 
 def test_limits() -> None:
@@ -103,11 +103,11 @@ def test_static_loading_streams_more_weights_but_does_the_same_flops(batch: int)
 def test_workload_field_reaches_the_compiled_step() -> None:
     """`moe_expert_loading: static` makes a 40-slot DeepSeek decode stream all 256 experts,
     so the step moves more weight bytes than with routed loading; resident bytes are equal."""
-    from rdu_sim.compiler import Compiler, StaticShape
+    from rdu_sim.compiler import Compiler
     from rdu_sim.scenario import load_scenario
 
     path = "workloads/deepseek-r1-128k-full.yaml"
-    shape = StaticShape("decode", batch=40, tokens=1, cache_len=1024)
+    shape = StepShape("decode", batch=40, tokens=1, cache_len=1024)
     routed = Compiler(load_scenario(path, overrides={"moe_expert_loading": "routed"}))
     static = Compiler(load_scenario(path, overrides={"moe_expert_loading": "static"}))
     r, s = routed.program(shape), static.program(shape)
@@ -137,7 +137,7 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
 ) -> None:
     """Which experts a step streams is known only after routing, unless it streams them
     all (a static schedule from E / k = 32 tokens): then the addresses are fixed."""
-    from rdu_sim.compiler import Compiler, StaticShape
+    from rdu_sim.compiler import Compiler, StepShape
     from rdu_sim.scenario import load_scenario
 
     assert experts_data_dependent(batch, 256, 8, loading) is selected  # type: ignore[arg-type]
@@ -156,7 +156,7 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
     scenario = load_scenario(
         "workloads/deepseek-r1-128k-full.yaml", overrides={"moe_expert_loading": loading}
     )
-    program = Compiler(scenario).program(StaticShape("decode", batch, 1, 1024))
+    program = Compiler(scenario).program(StepShape("decode", batch, 1, 1024))
     moe = next(k for k in program.kernels if k.name == "decoder_moe")
     chosen = {s.name: s.selected_by for s in moe.stages if s.selected_by}
     expected = {"moe.experts_gate_up": "moe.topk", "moe.experts_down": "moe.topk"}

@@ -5,19 +5,22 @@ from __future__ import annotations
 import pytest
 
 from rdu_sim.config.architecture import DeepSeekArchitecture
-from rdu_sim.graph import Precision, SelectionShape, op, operators, snapkv_graph, totals
+from rdu_sim.graph import Precision, op, operators, snapkv_graph, totals
 from rdu_sim.graph.model import GraphGroup
 from rdu_sim.models import get_model
+from rdu_sim.shapes import Selection
 
 
-def _selection(prompt: int, window: int = 32) -> SelectionShape:
-    return SelectionShape(
-        prompt=prompt,
+def _selection(prompt: int, window: int = 32) -> Selection:
+    return Selection(
+        prompt_tokens=prompt,
         window=window,
+        scored_keys=prompt,
         candidates=prompt - 2052,
         topk=30716,
         kept=32768,
         kernel_size=7,
+        pooling="max",
     )
 
 

@@ -12,8 +12,6 @@ from rdu_sim.graph import (
     GraphBuilder,
     Operator,
     Precision,
-    SelectionShape,
-    StepShape,
     TensorSpec,
     check_graph,
     graph_problems,
@@ -24,6 +22,7 @@ from rdu_sim.graph import (
     write_graphml,
 )
 from rdu_sim.models import get_model
+from rdu_sim.shapes import Selection, StepShape
 
 SHAPES = [
     StepShape("decode", 3, 1, 500),
@@ -42,8 +41,15 @@ def _all_graphs() -> list[tuple[str, nx.DiGraph]]:
             for cache in caches:
                 for group in model_groups(arch, shape, Precision(1.0, 2.0, 2.0), cache):  # type: ignore[arg-type]
                     graphs.append((f"{name}/{shape}/{cache}/{group.name}", group.graph))
-        sel = SelectionShape(
-            prompt=5000, window=32, candidates=2900, topk=1000, kept=3000, kernel_size=7
+        sel = Selection(
+            prompt_tokens=5000,
+            window=32,
+            scored_keys=5000,
+            candidates=2900,
+            topk=1000,
+            kept=3000,
+            kernel_size=7,
+            pooling="max",
         )
         for cache in caches:
             graphs.append(

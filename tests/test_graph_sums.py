@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
-from rdu_sim.graph import Precision, StepShape, model_groups, totals
+from rdu_sim.graph import Precision, model_groups, totals
 from rdu_sim.models import (
     decode_flops_per_token,
     get_model,
@@ -21,6 +21,7 @@ from rdu_sim.models import (
     weight_bytes,
 )
 from rdu_sim.models.figures import attention_flops_per_token, matmul_params_active
+from rdu_sim.shapes import StepShape
 
 
 def _deepseek() -> DeepSeekArchitecture:

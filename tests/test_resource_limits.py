@@ -26,13 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rdu_sim import api
-from rdu_sim.compiler.program import Placement, StaticShape, TierUsage
+from rdu_sim.compiler.program import Placement, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.engine import EventBudgetError
 from rdu_sim.limits import RunTooLargeError, check_run, estimate_run
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.requests import make_requests
 from rdu_sim.serving.step_cache import StepCost
+from rdu_sim.shapes import StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = str(ROOT / "workloads" / "llama3.1-8b-1socket.yaml")
@@ -209,7 +210,7 @@ class _Formula:
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
         return Placement(batch_slots, {"hbm": TierUsage(2**40)})
 
-    def step_cost(self, scenario: Scenario, shape: StaticShape) -> StepCost:
+    def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
         work = shape.batch * (shape.tokens + shape.cache_len / 64)
         return StepCost(step_s=1e-4 + 1e-7 * work)
 

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rdu_sim.compiler.program import StaticShape
 from rdu_sim.config.workload import KVConfig, ServingConfig
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
@@ -23,6 +22,7 @@ from rdu_sim.serving.requests import RequestSet, make_requests
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
+from rdu_sim.shapes import StepShape
 
 
 def serving_config(**data: Any) -> ServingConfig:
@@ -35,7 +35,7 @@ def kv_config(**data: Any) -> KVConfig:
     return KVConfig.model_validate(data)
 
 
-def fake_step(shape: StaticShape) -> StepCost:
+def fake_step(shape: StepShape) -> StepCost:
     """Step times with awkward (non-round) constants, growing with the shape."""
     if shape.phase == "prefill":
         select = 1.9e-3 if shape.select else 0.0  # the SnapKV selection costs extra
@@ -131,10 +131,10 @@ def reference_serve(
                 start = prefilled[slot]
                 prefilled[slot] = min(prompt[r], start + chunk)
                 last = prefilled[slot] == prompt[r]
-                shape = StaticShape("prefill", 1, chunk, start, select=compresses and last)
+                shape = StepShape("prefill", 1, chunk, start, select=compresses and last)
             else:
                 cached = prefilled[slot]
-                shape = StaticShape(
+                shape = StepShape(
                     "prefill",
                     1,
                     prompt_bucket(prompt[r] - cached, max_context - cached),
@@ -154,7 +154,7 @@ def reference_serve(
         else:
             longest = max(policy.cache_at(prompt[req[s]], generated[s]) for s in decoding)
             bucket = policy.decode_bucket(longest, max_context)
-            t += cache.step_ps(StaticShape("decode", slots, 1, bucket))
+            t += cache.step_ps(StepShape("decode", slots, 1, bucket))
             last_prefill = False
             flagged = [False] * slots
             for s in decoding:

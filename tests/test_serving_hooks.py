@@ -15,7 +15,6 @@ import simpy
 from simpy.events import Event
 from test_serving_batched import fake_step, kv_config, reference_serve, serving_config
 
-from rdu_sim.compiler.program import StaticShape
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.serving.buckets import prefill_step, prompt_bucket, reusable_prefix
@@ -25,6 +24,7 @@ from rdu_sim.serving.server import Server, ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.slots import DECODING, PREFILLING, WAITING, Slots
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache
+from rdu_sim.shapes import StepShape
 
 
 def test_reusable_prefix_rounds_down_to_a_compiled_cache_length() -> None:
@@ -45,14 +45,14 @@ def test_reusable_prefix_rounds_down_to_a_compiled_cache_length() -> None:
 
 def test_prefill_step_after_a_cached_prefix() -> None:
     shape, done = prefill_step(4000, 1024, 8192, None)
-    assert shape == StaticShape("prefill", 1, prompt_bucket(2976, 7168), 1024, select=False)
+    assert shape == StepShape("prefill", 1, prompt_bucket(2976, 7168), 1024, select=False)
     assert shape.tokens == 3072 and done == 4000
     # The padded step never runs past the context.
     shape, _ = prefill_step(8000, 6144, 8192, None)
     assert shape.cache_len + shape.tokens <= 8192
     # Chunked: the chunk after the prefix, as in an ordinary chunked prefill.
     assert prefill_step(5000, 3072, 8192, 1024) == (
-        StaticShape("prefill", 1, 1024, 3072, False),
+        StepShape("prefill", 1, 1024, 3072, False),
         4096,
     )
 

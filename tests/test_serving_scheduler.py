@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rdu_sim.compiler.program import StaticShape
 from rdu_sim.config.workload import KVConfig, ServingConfig
 from rdu_sim.kv import make_policy
 from rdu_sim.serving.buckets import prompt_bucket
@@ -16,6 +15,7 @@ from rdu_sim.serving.requests import make_requests
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import StepCache, StepCost
+from rdu_sim.shapes import StepShape
 
 
 def serving_config(**data: Any) -> ServingConfig:
@@ -28,7 +28,7 @@ def kv_config(**data: Any) -> KVConfig:
     return KVConfig.model_validate(data)
 
 
-def fake_step(shape: StaticShape) -> StepCost:
+def fake_step(shape: StepShape) -> StepCost:
     if shape.phase == "prefill":
         return StepCost(2.9e-3 + shape.tokens * 6.1e-7 + shape.cache_len * 1.3e-7, 0.2, 0.8)
     return StepCost(1.9e-2 + shape.batch * 1.1e-4 + shape.cache_len * 2.3e-7, 0.9, 0.1)
@@ -133,7 +133,7 @@ def test_one_request_ttft_is_the_prefill_step_and_tpot_the_decode_step(policy: s
         arrival={"process": "all_at_once"},
     )
     max_context = 8192
-    prefill = StaticShape(
+    prefill = StepShape(
         "prefill", 1, prompt_bucket(3000, max_context), 0, select=policy == "snapstream"
     )  # 3000 tokens > the 2048 budget
     kv_policy = make_policy(
@@ -141,7 +141,7 @@ def test_one_request_ttft_is_the_prefill_step_and_tpot_the_decode_step(policy: s
         max_context,
     )
     bucket = kv_policy.decode_bucket(kv_policy.cache_at(3000, 199), max_context)
-    decode = StaticShape("decode", 4, 1, bucket)
+    decode = StepShape("decode", 4, 1, bucket)
     ttft = records.seconds(records.first_token_ps - records.arrival_ps)[0]
     tpot = records.seconds(records.finish_ps - records.first_token_ps)[0] / 199
     assert ttft == cache.step_s(prefill)
@@ -160,12 +160,12 @@ def test_chunked_prefill_shapes_and_interleaving() -> None:
         arrival={"process": "all_at_once"},
     )
     chunks = [s for s in cache.steps if s.phase == "prefill"]
-    assert chunks == [StaticShape("prefill", 1, 256, c, select=False) for c in (0, 256, 512, 768)]
+    assert chunks == [StepShape("prefill", 1, 256, c, select=False) for c in (0, 256, 512, 768)]
     assert all(cache.steps[s] == 2 for s in chunks)
     # With no decoding slot, the first prompt's chunks run back to back; the second
     # prompt's chunks then alternate with decode steps of the first request.
     chunk_ps = sum(cache.step_ps(s) for s in chunks)
-    decode_ps = cache.step_ps(StaticShape("decode", 2, 1, 1024))
+    decode_ps = cache.step_ps(StepShape("decode", 2, 1, 1024))
     assert records.first_token_ps[0] == chunk_ps
     assert records.first_token_ps[1] - records.first_token_ps[0] == chunk_ps + 3 * decode_ps
 
@@ -180,7 +180,7 @@ def test_decode_first_admits_one_prefill_between_decode_steps() -> None:
         arrival={"process": "all_at_once"},
     )
     first = np.sort(records.first_token_ps)
-    prefill = cache.step_ps(StaticShape("prefill", 1, 1024, 0, select=False))
+    prefill = cache.step_ps(StepShape("prefill", 1, 1024, 0, select=False))
     gaps = np.diff(first)
     # After the first prefill, each next prefill waits for one decode step.
     assert (gaps > prefill).all()

@@ -13,11 +13,12 @@ import rdu_sim.compiler.allocation as allocation
 import rdu_sim.hw
 import rdu_sim.hw.pcu_group
 import rdu_sim.systolic
-from rdu_sim.compiler import Compiler, StaticShape
+from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.compile import _work
-from rdu_sim.compiler.program import GemmShape, StageProgram
+from rdu_sim.compiler.program import StageProgram
 from rdu_sim.engine.tile_work import stage_efficiency
 from rdu_sim.scenario import load_scenario
+from rdu_sim.shapes import Gemm, StepShape
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [
@@ -57,7 +58,7 @@ def test_shared_module_sits_below_compiler_and_hw() -> None:
         ), path
 
 
-def _stage(gemm: GemmShape | None, flops: float) -> StageProgram:
+def _stage(gemm: Gemm | None, flops: float) -> StageProgram:
     return StageProgram(
         name="s",
         op="gemm",
@@ -78,14 +79,14 @@ def test_compiler_estimate_and_engine_agree(m: int, n: int, k: int) -> None:
     socket = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml").hardware.socket
     pcu = socket.pcu
     flops = 2.0 * m * n * k
-    stage = _stage(GemmShape(m, n, k), flops)
+    stage = _stage(Gemm(m, n, k), flops)
     engine = stage_efficiency(stage, socket)
     compiler = _work(stage, {}, socket, tiles=4).compute
     assert compiler == flops / (pcu.peak_flops * engine)
     # padding only, beneath the ceiling: never above it, exactly it on aligned tiles
     assert 0 < engine <= pcu.max_gemm_efficiency
     rows, cols = pcu.systolic_rows, pcu.systolic_cols
-    aligned = _stage(GemmShape(rows * m, cols * n, k), flops)
+    aligned = _stage(Gemm(rows * m, cols * n, k), flops)
     assert stage_efficiency(aligned, socket) == pcu.max_gemm_efficiency
 
 
@@ -106,7 +107,7 @@ def test_every_compiled_stage_agrees(workload: str) -> None:
     socket = scenario.hardware.socket
     compiler = Compiler(scenario)
     checked = 0
-    for shape in (StaticShape("decode", 3, 1, 4096), StaticShape("prefill", 1, 40000, 0)):
+    for shape in (StepShape("decode", 3, 1, 4096), StepShape("prefill", 1, 40000, 0)):
         for kernel in compiler.program(shape).kernels:
             for stage in kernel.stages:
                 if stage.gemm is None or not stage.flops:

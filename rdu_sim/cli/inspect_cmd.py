@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.table import Table
 
 from rdu_sim.cli.options import overrides_option, workload_argument
-from rdu_sim.compiler.program import Phase
 from rdu_sim.config.dtypes import DTYPE_BYTES, ValueDtype, WeightDtype
 from rdu_sim.config.loader import file_problem
 from rdu_sim.config.units import format_bytes
@@ -37,6 +36,7 @@ from rdu_sim.models import (
     storage_dtypes,
 )
 from rdu_sim.scenario import load_scenario
+from rdu_sim.shapes import Phase
 
 _KV_DTYPES = click.Choice(list(get_args(ValueDtype)))
 _WEIGHT_DTYPES = click.Choice(list(get_args(WeightDtype)))

@@ -25,12 +25,10 @@ from rdu_sim.compiler.placement import (
 )
 from rdu_sim.compiler.program import (
     CollectiveSpec,
-    GemmShape,
     KernelProgram,
     Placement,
     Program,
     StageProgram,
-    StaticShape,
     TensorPlacement,
     TierUsage,
 )
@@ -40,13 +38,11 @@ __all__ = [
     "CapacityError",
     "CollectiveSpec",
     "Compiler",
-    "GemmShape",
     "KernelProgram",
     "Placement",
     "Program",
     "ShardPlan",
     "StageProgram",
-    "StaticShape",
     "TensorPlacement",
     "TierUsage",
     "activation_bytes",

@@ -1,4 +1,4 @@
-"""The compiler's front door: a Scenario and a StaticShape in, a Program out.
+"""The compiler's front door: a Scenario and a StepShape in, a Program out.
 
 `Compiler(scenario)` holds the per-scenario caches (programs by shape, placements by batch
 slots, the batch capacity): build one per scenario and ask it for every shape, so nothing
@@ -32,18 +32,17 @@ from rdu_sim.compiler.placement import (
 )
 from rdu_sim.compiler.program import (
     CollectiveSpec,
-    GemmShape,
     KernelProgram,
     Placement,
     Program,
     StageProgram,
-    StaticShape,
     Tier,
     TierUsage,
 )
 from rdu_sim.config.hardware import SocketConfig
 from rdu_sim.graph import Operator, operators
 from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import Gemm, StepShape
 from rdu_sim.systolic import stage_gemm_efficiency
 
 
@@ -52,7 +51,7 @@ class Compiler:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self._programs: dict[StaticShape, Program] = {}
+        self._programs: dict[StepShape, Program] = {}
         self._placements: dict[int, Placement] = {}
         self._capacity: int | None = None
 
@@ -74,11 +73,11 @@ class Compiler:
             self._placements[slots] = plan_memory(self.scenario, slots)
         return self._placements[slots]
 
-    def kernels(self, shape: StaticShape) -> list[KernelGraph]:
+    def kernels(self, shape: StepShape) -> list[KernelGraph]:
         """The fused, sharded kernel graphs of one step (before stage allocation)."""
         return kernel_graphs(self.scenario, shape)
 
-    def program(self, shape: StaticShape) -> Program:
+    def program(self, shape: StepShape) -> Program:
         """The Program of one static shape (cached)."""
         cached = self._programs.get(shape)
         if cached is not None:
@@ -106,7 +105,7 @@ class Compiler:
         return program
 
 
-def compile_program(scenario: Scenario, shape: StaticShape) -> Program:
+def compile_program(scenario: Scenario, shape: StepShape) -> Program:
     """One Program, without keeping a cache (use a Compiler for many shapes)."""
     return Compiler(scenario).program(shape)
 
@@ -212,7 +211,7 @@ def _stage(
         writes=writes,
         inputs=tuple(graph.predecessors(node.name)),
         output_bytes=output_bytes,
-        gemm=None if gemm is None else GemmShape(gemm.m, gemm.n, gemm.k, gemm.batch),
+        gemm=None if gemm is None else Gemm(gemm.m, gemm.n, gemm.k, gemm.batch),
         collective=None
         if node.collective is None
         else CollectiveSpec(node.collective, node.collective_bytes, node.group),

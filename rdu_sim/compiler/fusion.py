@@ -28,14 +28,11 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from rdu_sim.compiler.layout import mla_cache_form, precision, shard_plan
-from rdu_sim.compiler.program import StaticShape
 from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.graph import (
     GraphBuilder,
     GraphGroup,
     Operator,
-    SelectionShape,
-    StepShape,
     model_groups,
     op,
     operators,
@@ -44,6 +41,7 @@ from rdu_sim.graph import (
 from rdu_sim.kv import make_policy
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import Selection, StepShape
 
 ATTENTION_CHAIN = ("attn.score", "attn.softmax", "attn.value")
 FLASH = "attn.flash"
@@ -59,14 +57,9 @@ class KernelGraph:
     graph: nx.DiGraph
 
 
-def step_shape(shape: StaticShape) -> StepShape:
-    """The graph room's view of a StaticShape."""
-    return StepShape(shape.phase, shape.batch, shape.tokens, shape.cache_len)
-
-
 def selection_shape(
-    scenario: Scenario, shape: StaticShape, window: int | None = None
-) -> SelectionShape | None:
+    scenario: Scenario, shape: StepShape, window: int | None = None
+) -> Selection | None:
     """The SnapKV selection a prefill step runs on the layers with attention `window`, or
     None (decode, no compression, select=False).
 
@@ -80,20 +73,10 @@ def selection_shape(
     serving = scenario.workload.serving
     policy = make_policy(scenario.workload.kv, serving.max_context)
     prompt = min(shape.cache_len + shape.tokens, serving.max_context)
-    selection = policy.layer_selection(prompt, window)
-    if selection is None:
-        return None
-    return SelectionShape(
-        prompt=selection.scored_keys,
-        window=selection.window,
-        candidates=selection.candidates,
-        topk=selection.topk,
-        kept=selection.kept,
-        kernel_size=selection.kernel_size,
-    )
+    return policy.layer_selection(prompt, window)
 
 
-def selection_groups(scenario: Scenario, shape: StaticShape) -> list[GraphGroup]:
+def selection_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
     """The SnapKV selection kernels of a compressing prefill: one per attention window whose
     layers compress ("snapkv_select" for the full-attention layers), `calls` = its layers."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
@@ -107,12 +90,10 @@ def selection_groups(scenario: Scenario, shape: StaticShape) -> list[GraphGroup]
     return groups
 
 
-def graph_groups(scenario: Scenario, shape: StaticShape) -> list[GraphGroup]:
+def graph_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
     """The unsharded graphs of one step, in execution order, with their call counts."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
-    groups = model_groups(
-        scenario.model, step_shape(shape), prec, cache, scenario.workload.moe_expert_loading
-    )
+    groups = model_groups(scenario.model, shape, prec, cache, scenario.workload.moe_expert_loading)
     return groups[:-1] + selection_groups(scenario, shape) + groups[-1:]
 
 
@@ -164,7 +145,7 @@ def fuse_attention(graph: nx.DiGraph) -> nx.DiGraph:
     return builder.finish(graph.graph["outputs"])
 
 
-def kernel_graphs(scenario: Scenario, shape: StaticShape) -> list[KernelGraph]:
+def kernel_graphs(scenario: Scenario, shape: StepShape) -> list[KernelGraph]:
     """The fused, sharded kernels of one step on one socket."""
     plan = shard_plan(scenario)
     looping = scenario.workload.kernel_looping

@@ -19,11 +19,12 @@ import networkx as nx
 
 from rdu_sim.compiler.compile import Compiler
 from rdu_sim.compiler.placement import max_prompt_tokens
-from rdu_sim.compiler.program import TIERS, KernelProgram, Phase, Placement, StaticShape
+from rdu_sim.compiler.program import TIERS, KernelProgram, Placement
 from rdu_sim.graph import dot_from_records, graph_records
 from rdu_sim.graph import to_dot as graph_to_dot
 from rdu_sim.kv import make_policy
 from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import Phase, StepShape
 
 
 def inspect_shape(
@@ -32,7 +33,7 @@ def inspect_shape(
     batch: int | None = None,
     context: int | None = None,
     compiler: Compiler | None = None,
-) -> StaticShape:
+) -> StepShape:
     """The static shape `inspect graph` compiles for these options.
 
     decode: `batch` slots (default the workload's, or its batch capacity), cache length the
@@ -43,12 +44,12 @@ def inspect_shape(
     serving = scenario.workload.serving
     if phase == "prefill":
         tokens = context if context else max_prompt_tokens(scenario)
-        return StaticShape("prefill", batch or 1, min(tokens, serving.max_context), 0)
+        return StepShape("prefill", batch or 1, min(tokens, serving.max_context), 0)
     compiler = compiler or Compiler(scenario)
     policy = make_policy(scenario.workload.kv, serving.max_context)
     longest = serving.max_context if context is None else context
     longest = min(longest, policy.slot_tokens(serving.max_context))
-    return StaticShape(
+    return StepShape(
         "decode",
         batch or compiler.batch_slots(),
         1,
@@ -119,7 +120,7 @@ def placement_record(placement: Placement) -> dict[str, Any]:
 
 
 def layer_graph(
-    scenario: Scenario, shape: StaticShape, compiler: Compiler | None = None
+    scenario: Scenario, shape: StepShape, compiler: Compiler | None = None
 ) -> nx.DiGraph:
     """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included."""
     kernels = (compiler or Compiler(scenario)).kernels(shape)

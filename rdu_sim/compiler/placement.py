@@ -27,7 +27,6 @@ from rdu_sim.compiler.fusion import kernel_graphs
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket
 from rdu_sim.compiler.program import (
     Placement,
-    StaticShape,
     TensorPlacement,
     Tier,
     TierUsage,
@@ -39,6 +38,7 @@ from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.kv import make_policy
 from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import StepShape
 
 MAX_SLOTS = 1_000_000  # serving.batch_slots' own upper bound
 
@@ -65,7 +65,7 @@ def slot_tokens(scenario: Scenario) -> int:
 
 def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
     """Every weight tensor of one socket, with its reads in a decode step of `batch` slots."""
-    shape = StaticShape("decode", max(1, batch), 1, slot_tokens(scenario))
+    shape = StepShape("decode", max(1, batch), 1, slot_tokens(scenario))
     tensors: dict[str, list[float]] = {}
     for kernel in kernel_graphs(scenario, shape):
         for node in operators(kernel.graph):

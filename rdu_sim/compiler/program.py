@@ -13,24 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rdu_sim.shapes import CollectiveKind, Gemm, StepShape
+
 Tier = Literal["sram", "hbm", "ddr"]
 TIERS: tuple[Tier, ...] = ("sram", "hbm", "ddr")
-Phase = Literal["prefill", "decode"]
-CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter"]
-
-
-@dataclass(frozen=True)
-class StaticShape:
-    """The static shape a graph is compiled for; a step's time depends only on this."""
-
-    phase: Phase
-    batch: int  # batch slots the step runs (prefill: prompts prefilled together)
-    tokens: int  # new tokens per slot: the prompt (or chunk) in prefill, 1 in decode
-    cache_len: int  # cached tokens each slot attends to besides the new ones (a bucket)
-    # Prefill only: whether this step runs the SnapKV selection (the "snapkv_select" kernel).
-    # None lets the compiler decide from the KV policy for a prompt of cache_len + tokens
-    # tokens; pass False for a non-final chunk of a chunked prefill.
-    select: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -40,16 +26,6 @@ class CollectiveSpec:
     kind: CollectiveKind
     bytes: float  # payload per socket per call (the full tensor size N of the algorithm)
     group: int  # sockets taking part
-
-
-@dataclass(frozen=True)
-class GemmShape:
-    """The (m, n, k) of a stage's matrix product on one socket, for tile efficiency."""
-
-    m: int  # rows of the output: tokens (times heads for attention products)
-    n: int  # columns of the output
-    k: int  # reduction length
-    batch: int = 1  # independent products (heads, experts)
 
 
 @dataclass(frozen=True)
@@ -66,7 +42,7 @@ class StageProgram:
     writes: Mapping[Tier, float]  # bytes written per call to each tier (KV writes, spills)
     inputs: tuple[str, ...] = ()  # producer stages in this kernel (pipeline edges)
     output_bytes: float = 0.0  # activation bytes streamed to consumers per call (on-chip)
-    gemm: GemmShape | None = None
+    gemm: Gemm | None = None
     collective: CollectiveSpec | None = None
     # An earlier stage whose output selects which weights this stage reads (the router's
     # top-k for routed experts): a layer's weight loads cannot start before it has run.
@@ -142,7 +118,7 @@ class Placement:
 class Program:
     """Everything the engine needs to time one step of one static shape."""
 
-    shape: StaticShape
+    shape: StepShape
     tp: int
     kernels: tuple[KernelProgram, ...]
     placement: Placement

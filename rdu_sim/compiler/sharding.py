@@ -26,9 +26,9 @@ from dataclasses import replace
 import networkx as nx
 
 from rdu_sim.compiler.layout import ShardPlan
-from rdu_sim.graph import Gemm, Operator, operators
-from rdu_sim.graph.operator import CollectiveKind
+from rdu_sim.graph import Operator, operators
 from rdu_sim.graph.shape import FP32
+from rdu_sim.shapes import CollectiveKind, Gemm
 
 
 def _shard_gemm(gemm: Gemm | None, dim: str | None, ways: int) -> Gemm | None:

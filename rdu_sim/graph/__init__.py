@@ -28,7 +28,7 @@ from rdu_sim.graph.moe import (
 )
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.shape import Precision, StepShape
-from rdu_sim.graph.snapkv import SelectionShape, snapkv_graph
+from rdu_sim.graph.snapkv import snapkv_graph
 
 __all__ = [
     "ExpertLoading",
@@ -38,7 +38,6 @@ __all__ = [
     "MlaCache",
     "Operator",
     "Precision",
-    "SelectionShape",
     "Split",
     "StepShape",
     "TensorSpec",

@@ -22,6 +22,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rdu_sim.shapes import CollectiveKind, Gemm
+
+__all__ = [
+    "REPLICATED",
+    "Axis",
+    "CollectiveKind",
+    "Combine",
+    "Gemm",
+    "GemmDim",
+    "OpKind",
+    "Operator",
+    "Split",
+    "TensorSpec",
+]
+
 OpKind = Literal[
     "gemm",
     "batched_gemm",
@@ -46,7 +61,6 @@ OpKind = Literal[
     "allgather",
     "reduce_scatter",
 ]
-CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter"]
 
 Axis = Literal["none", "heads", "kv_heads", "ffn", "experts", "vocab", "attention", "mla_cache"]
 """What an operator's work is parallel over, for tensor-parallel sharding.
@@ -93,27 +107,13 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
-class Gemm:
-    """The (m, n, k) of a matrix product, with `batch` independent products (heads, experts)."""
-
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.batch
-
-
-@dataclass(frozen=True)
 class Split:
     """How an operator shards over TP sockets: which axis divides compute, weights, KV."""
 
     compute: Axis = "none"  # FLOPs, vector FLOPs and activation traffic
     weights: Axis = "none"  # resident and streamed weight bytes
     kv: Axis = "none"  # KV-cache bytes read and written
-    gemm_dim: GemmDim | None = None  # the GemmShape dimension the compute axis cuts
+    gemm_dim: GemmDim | None = None  # the Gemm dimension the compute axis cuts
     combine: Combine = "none"
 
     @staticmethod

@@ -22,7 +22,6 @@ Work grows with prompt x window (steps 2-4) and prompt (1, 5-7).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import networkx as nx
 
@@ -33,24 +32,13 @@ from rdu_sim.graph.operator import Axis, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import SOFTMAX_FLOPS, act
 from rdu_sim.graph.shape import FP32, INDEX, Precision
 from rdu_sim.models.layers import Architecture, GqaArchitecture
-
-
-@dataclass(frozen=True)
-class SelectionShape:
-    """What one slot's selection scores and keeps (from the KV policy's `selection`)."""
-
-    prompt: int  # keys scored
-    window: int  # observation-window queries
-    candidates: int  # tokens eligible for top-K (pooled)
-    topk: int
-    kept: int  # tokens the compressed cache holds after the gather
-    kernel_size: int
+from rdu_sim.shapes import Selection
 
 
 def snapkv_graph(
     arch: Architecture,
     batch: int,
-    selection: SelectionShape,
+    selection: Selection,
     precision: Precision,
     cache: MlaCache = "latent",
 ) -> nx.DiGraph:
@@ -68,7 +56,7 @@ def _scores_to_topk(
     batch: int,
     heads: int,
     dim: int,
-    sel: SelectionShape,
+    sel: Selection,
     compute: Axis,
     kv: Axis,
     sharing: int,
@@ -78,7 +66,7 @@ def _scores_to_topk(
     `sharing` query heads share one key set (the GQA group; all heads for the MLA latent):
     they form the m of one product.
     """
-    w, prompt = sel.window, sel.prompt
+    w, prompt = sel.window, sel.scored_keys
     full = (batch, heads, w, prompt)
     b.add(
         Operator(
@@ -121,7 +109,7 @@ def _pool_topk_gather(
     scores: TensorSpec,
     *,
     groups: int,
-    sel: SelectionShape,
+    sel: Selection,
     per_token_kv: float,
     split: Split,
 ) -> None:
@@ -161,13 +149,11 @@ def _pool_topk_gather(
     )
 
 
-def _gqa(
-    arch: GqaArchitecture, batch: int, sel: SelectionShape, precision: Precision
-) -> nx.DiGraph:
+def _gqa(arch: GqaArchitecture, batch: int, sel: Selection, precision: Precision) -> nx.DiGraph:
     heads, kv_heads, dim = arch.heads, arch.kv_heads, arch.head_dim
     q = act("q_window", (batch, sel.window, heads, dim), precision)
     b = GraphBuilder(f"{arch.name}.snapkv_select", [q])
-    keys = TensorSpec("snapkv.keys", (batch, sel.prompt, kv_heads, dim), precision.kv)
+    keys = TensorSpec("snapkv.keys", (batch, sel.scored_keys, kv_heads, dim), precision.kv)
     b.add(
         Operator(
             "snapkv.k_read",
@@ -189,14 +175,14 @@ def _gqa(
         kv="none",
         sharing=heads // kv_heads,
     )
-    grouped = TensorSpec("snapkv.group_mean", (batch, kv_heads, sel.prompt), FP32)
+    grouped = TensorSpec("snapkv.group_mean", (batch, kv_heads, sel.scored_keys), FP32)
     b.add(
         Operator(
             "snapkv.group_mean",
             "reduce",
             inputs=(summed,),
             outputs=(grouped,),
-            vector_flops=batch * heads * sel.prompt,
+            vector_flops=batch * heads * sel.scored_keys,
             split=Split(compute="kv_heads"),
         )
     )
@@ -214,7 +200,7 @@ def _gqa(
 def _mla(
     arch: DeepSeekArchitecture,
     batch: int,
-    sel: SelectionShape,
+    sel: Selection,
     precision: Precision,
     cache: MlaCache,
 ) -> nx.DiGraph:
@@ -245,13 +231,13 @@ def _mla(
                 weights=KV_B,
             )
         )
-        keys = TensorSpec("snapkv.keys", (batch, sel.prompt, rank + pe), precision.kv)
+        keys = TensorSpec("snapkv.keys", (batch, sel.scored_keys, rank + pe), precision.kv)
         queries: tuple[TensorSpec, ...] = (q_lat, q_pe)
         dim, compute, per_token = rank + pe, "attention", (rank + pe) * precision.kv
         sharing = heads
         # heads split (replicated cache) or keys split (sequence_split), by layout
     else:
-        keys = TensorSpec("snapkv.keys", (batch, sel.prompt, heads, nope + pe), precision.kv)
+        keys = TensorSpec("snapkv.keys", (batch, sel.scored_keys, heads, nope + pe), precision.kv)
         queries = (q_nope, q_pe)
         dim, compute, per_token = nope + pe, "heads", heads * (nope + pe + vdim) * precision.kv
         sharing = 1
@@ -276,14 +262,14 @@ def _mla(
         kv="mla_cache",
         sharing=sharing,
     )
-    total = TensorSpec("snapkv.head_sum", (batch, 1, sel.prompt), FP32)
+    total = TensorSpec("snapkv.head_sum", (batch, 1, sel.scored_keys), FP32)
     b.add(
         Operator(
             "snapkv.head_sum",
             "reduce",
             inputs=(summed,),
             outputs=(total,),
-            vector_flops=batch * heads * sel.prompt,
+            vector_flops=batch * heads * sel.scored_keys,
             split=Split(compute=compute, combine="selection"),
         )
     )

@@ -11,29 +11,11 @@ default it to the `max_context` the policy was built for (see docs/kv.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rdu_sim.shapes import Selection
 
-@dataclass(frozen=True)
-class Selection:
-    """Shape of the SnapKV selection one prefill runs (for the compiler's cost operators).
-
-    The observation window's `window` queries are scored against all `scored_keys` prompt
-    keys (QK^T in float32 outside the fused attention, causal mask on the window block,
-    softmax, sum over the window), pooled along the sequence with `kernel_size`/`pooling`;
-    the top `topk` of the `candidates` tokens are gathered per KV head; the cache written
-    holds `kept` tokens (sinks + top-K + ring for SnapStream, top-K + window for SnapKV).
-    """
-
-    prompt_tokens: int
-    window: int
-    scored_keys: int
-    candidates: int
-    topk: int
-    kept: int
-    kernel_size: int
-    pooling: str
+__all__ = ["KVPolicy", "Selection"]
 
 
 class KVPolicy(Protocol):

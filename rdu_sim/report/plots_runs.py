@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim.report.plots_data import result_record
+from rdu_sim.shapes import StepShape
 
 __all__ = [
     "context_overrides",
@@ -415,7 +416,6 @@ def decode_step_timing(
     """
     api = _api()
     from rdu_sim.compiler import compile_program
-    from rdu_sim.compiler.program import StaticShape
 
     scenario = _point(workload, overrides, {})
     if policy is not None or context is not None:
@@ -433,8 +433,8 @@ def decode_step_timing(
     if batch is not None:
         scenario = api.load(scenario, {"serving.batch_slots": batch})
     timing = api.step(scenario, batch=batch).detail
-    shape = StaticShape(
-        str(timing.phase),  # type: ignore[arg-type]
+    shape = StepShape(
+        timing.phase,
         int(timing.batch),
         int(timing.tokens),
         int(timing.context),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import functools
 
-from rdu_sim.compiler.program import StaticShape
+from rdu_sim.shapes import StepShape
 
 MIN_BUCKET = 128
 LINEAR_STEP = 1024
@@ -60,7 +60,7 @@ def _buckets(max_context: int) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=1 << 16)
 def prefill_step(
     prompt: int, prefilled: int, max_context: int, chunk: int | None, compresses: bool = False
-) -> tuple[StaticShape, int]:
+) -> tuple[StepShape, int]:
     """The next prefill step of a prompt with ``prefilled`` tokens done: (shape, new done).
 
     Without chunking (or for a prompt no longer than a chunk) one step prefills the whole
@@ -73,15 +73,11 @@ def prefill_step(
     """
     if chunk is not None and prompt > chunk:
         done = min(prompt, prefilled + chunk)
-        return StaticShape(
-            "prefill", 1, chunk, prefilled, select=compresses and done == prompt
-        ), done
+        return StepShape("prefill", 1, chunk, prefilled, select=compresses and done == prompt), done
     if prefilled:  # a cached prefix (``reusable_prefix``): the rest in one step attending to it
         rest = prompt_bucket(prompt - prefilled, max_context - prefilled)
-        return StaticShape("prefill", 1, rest, prefilled, select=compresses), prompt
-    return StaticShape(
-        "prefill", 1, prompt_bucket(prompt, max_context), 0, select=compresses
-    ), prompt
+        return StepShape("prefill", 1, rest, prefilled, select=compresses), prompt
+    return StepShape("prefill", 1, prompt_bucket(prompt, max_context), 0, select=compresses), prompt
 
 
 def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | None) -> int:
@@ -105,9 +101,9 @@ def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | Non
 
 def prefill_steps(
     prompt: int, max_context: int, chunk: int | None, compresses: bool = False
-) -> list[StaticShape]:
+) -> list[StepShape]:
     """Every prefill step of one prompt, in order."""
-    shapes: list[StaticShape] = []
+    shapes: list[StepShape] = []
     done = 0
     while done < prompt:
         shape, done = prefill_step(prompt, done, max_context, chunk, compresses)

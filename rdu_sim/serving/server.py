@@ -46,7 +46,6 @@ from typing import Any, Literal
 import simpy
 from simpy.events import Event, EventPriority
 
-from rdu_sim.compiler.program import StaticShape
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.serving.clock import advance
@@ -55,6 +54,7 @@ from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache
+from rdu_sim.shapes import StepShape
 
 LATE = EventPriority(2)
 """Event priority of the server's own wake-ups: after every normal event (arrivals, users
@@ -129,7 +129,7 @@ class Server:
         self._done_events: dict[int, Event] = {}
         self._last_was_prefill = False
         self._bucket = 0
-        self._decode_shape: StaticShape | None = None
+        self._decode_shape: StepShape | None = None
         self.hooks = hooks
         self._until = None if forever else len(records)
         self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
@@ -333,7 +333,7 @@ class Server:
         steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
         if bucket != self._bucket or self._decode_shape is None:
             self._bucket = bucket
-            self._decode_shape = StaticShape("decode", slots.n, 1, bucket)
+            self._decode_shape = StepShape("decode", slots.n, 1, bucket)
         shape = self._decode_shape
         step = self.cache.step_ps(shape)
         start = int(env.now)

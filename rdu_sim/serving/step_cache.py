@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rdu_sim.compiler.program import StaticShape
 from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
+from rdu_sim.shapes import StepShape
 
 __all__ = ["PS_PER_S", "StepCache", "StepCost", "StepFn"]
 
@@ -31,7 +31,7 @@ class StepCost:
     detail: object = None  # the engine's full timing (for `--step` and reports), if any
 
 
-StepFn = Callable[[StaticShape], StepCost]
+StepFn = Callable[[StepShape], StepCost]
 
 
 class StepCache:
@@ -44,13 +44,13 @@ class StepCache:
 
     def __init__(self, step_fn: StepFn) -> None:
         self._step_fn = step_fn
-        self._costs: dict[StaticShape, StepCost] = {}
-        self._ps: dict[StaticShape, int] = {}
-        self.steps: dict[StaticShape, int] = {}
+        self._costs: dict[StepShape, StepCost] = {}
+        self._ps: dict[StepShape, int] = {}
+        self.steps: dict[StepShape, int] = {}
         self.hits = 0
         self.misses = 0
 
-    def cost(self, shape: StaticShape) -> StepCost:
+    def cost(self, shape: StepShape) -> StepCost:
         """The step cost of a shape (simulated on first use; not counted as a step)."""
         cost = self._costs.get(shape)
         if cost is None:
@@ -62,7 +62,7 @@ class StepCache:
             self._costs[shape] = cost
         return cost
 
-    def step_ps(self, shape: StaticShape) -> int:
+    def step_ps(self, shape: StepShape) -> int:
         """The step time of a shape in integer picoseconds (what the scheduler advances)."""
         step = self._ps.get(shape)
         if step is None:
@@ -70,11 +70,11 @@ class StepCache:
             step = self._ps[shape]
         return step
 
-    def step_s(self, shape: StaticShape) -> float:
+    def step_s(self, shape: StepShape) -> float:
         """The step time the scheduler uses, in seconds (``step_ps / 1e12``)."""
         return to_s(self.step_ps(shape))
 
-    def run(self, shape: StaticShape, count: int = 1) -> int:
+    def run(self, shape: StepShape, count: int = 1) -> int:
         """Account ``count`` steps of ``shape``; return the time of one step (ps)."""
         step = self.step_ps(shape)
         seen = self.steps.get(shape, 0)
@@ -92,7 +92,7 @@ class StepCache:
         return to_s(max(self._ps.values(), default=0))
 
     @property
-    def shapes(self) -> list[StaticShape]:
+    def shapes(self) -> list[StepShape]:
         """Shapes simulated so far (in first-use order)."""
         return list(self._costs)
 

@@ -1,0 +1,116 @@
+"""Value types several rooms share: a step's static shape, its phase, a GEMM's shape, the
+kind of a collective. Defined once here, imported everywhere.
+
+This module imports nothing from ``rdu_sim`` (like ``rdu_sim.systolic``), so every layer may
+use it: the graph builds a layer for a :class:`StepShape`, the compiler keys its Programs by
+it, serving memoizes step times by it, and none of them has to import the others (or
+networkx) to name a shape.
+
+The attention-length convention lives with :class:`StepShape`, once:
+
+- each new token attends to the ``cache_len`` cached tokens plus the new tokens up to and
+  including itself (causal). A decode step (``tokens`` = 1) at cache length c therefore
+  attends to c + 1 tokens: ``rdu_sim.models.decode_flops_per_token(arch, c + 1)`` is its
+  FLOPs per token;
+- a prefill of t tokens on top of c cached ones scores t*c + t*(t+1)/2 (query, key) pairs
+  per head and slot (masked pairs are skipped, as flash-style kernels do);
+- in a sliding-window layer a token attends to at most `window` keys, itself included
+  (`attended_keys`, `attended_pairs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Phase = Literal["prefill", "decode"]
+PHASES: tuple[Phase, ...] = ("prefill", "decode")
+CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter"]
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The static shape a step is compiled for; a step's time depends only on this."""
+
+    phase: Phase
+    batch: int  # batch slots the step runs (prefill: prompts prefilled together)
+    tokens: int  # new tokens per slot: the prompt (or chunk) in prefill, 1 in decode
+    cache_len: int  # cached tokens each slot attends to besides the new ones (a bucket)
+    # Prefill only: whether this step runs the SnapKV selection (the "snapkv_select" kernel).
+    # None lets the compiler decide from the KV policy for a prompt of cache_len + tokens
+    # tokens; False for a non-final chunk of a chunked prefill.
+    select: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch < 1 or self.tokens < 1 or self.cache_len < 0:
+            raise ValueError(f"need batch >= 1, tokens >= 1, cache_len >= 0; got {self}")
+
+    @property
+    def rows(self) -> int:
+        """Token rows a projection processes: batch x tokens."""
+        return self.batch * self.tokens
+
+    @property
+    def keys(self) -> int:
+        """Keys the last new token attends to: cache plus all new tokens."""
+        return attended_keys(self.tokens, self.cache_len)
+
+    @property
+    def pairs(self) -> int:
+        """Causal (query, key) pairs per slot and head: t*c + t*(t+1)/2."""
+        return attended_pairs(self.tokens, self.cache_len)
+
+
+def attended_keys(tokens: int, cached: int, window: int | None = None) -> int:
+    """Keys the last of `tokens` new tokens attends to, on `cached` cached ones: all of
+    them, or at most `window` (itself included) in a sliding-window layer."""
+    keys = cached + tokens
+    return keys if window is None else min(keys, window)
+
+
+def attended_pairs(tokens: int, cached: int, window: int | None = None) -> int:
+    """Causal (query, key) pairs per slot and head: new token i (1-based) attends to
+    min(cached + i, window) keys. Without a window: t*c + t*(t+1)/2."""
+    t = tokens
+    unbounded = t if window is None else max(0, min(t, window - cached))
+    pairs = unbounded * cached + unbounded * (unbounded + 1) // 2
+    if window is not None:
+        pairs += (t - unbounded) * window
+    return pairs
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """The (m, n, k) of a matrix product, with ``batch`` independent products (heads,
+    experts): an operator's product in the graph, a stage's on one socket in the Program."""
+
+    m: int  # rows of the output: tokens (times heads for attention products)
+    n: int  # columns of the output
+    k: int  # reduction length
+    batch: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Shape of the SnapKV selection one prefill runs: what the KV policy decides, what the
+    graph's selection operators cost.
+
+    The observation window's `window` queries are scored against all `scored_keys` prompt
+    keys (QK^T in float32 outside the fused attention, causal mask on the window block,
+    softmax, sum over the window), pooled along the sequence with `kernel_size`/`pooling`;
+    the top `topk` of the `candidates` tokens are gathered per KV head; the cache written
+    holds `kept` tokens (sinks + top-K + ring for SnapStream, top-K + window for SnapKV).
+    """
+
+    prompt_tokens: int
+    window: int
+    scored_keys: int
+    candidates: int
+    topk: int
+    kept: int
+    kernel_size: int
+    pooling: str
