@@ -29,7 +29,6 @@ from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides
 from rdu_sim.config.workload import ServingConfig
-from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.limits import check_run
 from rdu_sim.report.summary import request_columns, series_columns, summarize
@@ -156,7 +155,6 @@ class RunResult:
     """Everything a run produced: the metrics dict, per-request records, time series."""
 
     scenario: Scenario
-    policy: KVPolicy
     batch_capacity: int
     batch_slots: int
     placement: Placement
@@ -165,6 +163,11 @@ class RunResult:
     cache: StepCache
     prefill_s: float
     _summary: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def policy(self) -> KVPolicy:
+        """The KV policy the run served with (the scenario's)."""
+        return self.scenario.kv_policy
 
     def meta(self) -> dict[str, Any]:
         """Identity of the run (names, parallelism, seed, version; no paths, no clocks)."""
@@ -249,14 +252,6 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
     return capacity, capacity if slots == "auto" else int(slots)
 
 
-def _policy(scenario: Scenario) -> KVPolicy:
-    """The workload's KV policy; a parameter it rejects is a ConfigError naming ``kv``."""
-    try:
-        return make_policy(scenario.workload.kv, scenario.workload.serving.max_context)
-    except ValueError as exc:
-        raise ConfigError.single(scenario.workload_file, "kv", str(exc)) from None
-
-
 def run(
     scenario_or_path: Scenario | str | Path,
     overrides: Overrides = None,
@@ -268,11 +263,11 @@ def run(
     scenario = load(scenario_or_path, overrides)
     backend = backend or EngineBackend()
     serving = scenario.workload.serving
-    policy = _policy(scenario)
+    policy = scenario.kv_policy
     capacity, slots = resolve_batch_slots(scenario, backend)
     placement = backend.plan_memory(scenario, slots)
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
-    check_run(scenario, policy, slots, requests)  # refuse absurd runs before simulating
+    check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
     config = ServerConfig(
         slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
@@ -283,9 +278,7 @@ def run(
         prefill_s = prefill_seconds(cache, serving, policy, prompt)
     except SimulatedTimeError as exc:  # the input's fault: name the workload
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
-    return RunResult(
-        scenario, policy, capacity, slots, placement, requests, records, cache, prefill_s
-    )
+    return RunResult(scenario, capacity, slots, placement, requests, records, cache, prefill_s)
 
 
 def prefill_seconds(
@@ -321,20 +314,18 @@ def default_step_shape(
     override each part.
     """
     serving = scenario.workload.serving
-    policy = _policy(scenario)
+    policy = scenario.kv_policy
     if phase == "decode":
         if batch is None:
             batch = resolve_batch_slots(scenario, backend or EngineBackend())[1]
-        longest = context if context is not None else policy.slot_tokens(serving.max_context)
-        return StepShape(
-            "decode", batch, tokens or 1, policy.decode_bucket(longest, serving.max_context)
-        )
+        longest = context if context is not None else policy.slot_tokens()
+        return StepShape("decode", batch, tokens or 1, policy.decode_bucket(longest))
     if phase == "prefill":
         prompt = tokens
         if prompt is None and policy.compresses(serving.max_context - 1):
             prompt = typical_compressed_length(
                 serving,
-                policy.slot_tokens(serving.max_context),
+                policy.slot_tokens(),
                 scenario.base_dir,
                 scenario.workload_file,
             )

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import prompt_bucket
 from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
@@ -95,9 +94,7 @@ def _prefill_counts(
     return steps, 2 * len(buckets) + chunked_shapes
 
 
-def estimate_run(
-    scenario: Scenario, policy: KVPolicy, batch_slots: int, requests: RequestSet
-) -> RunEstimate:
+def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> RunEstimate:
     """Upper-bound estimate of a serving run's state changes, shapes and work (no simulation).
 
     Per request: arrival, admission, completion and one decode run cut by an arrival (4), two
@@ -117,7 +114,7 @@ def estimate_run(
     typical = typical_prompt(serving, np.asarray(requests.prompt_tokens, dtype=np.int64))
     reported = np.append(prompts, typical)  # the same prompt api.run times
     _, prefill_shapes = _prefill_counts(reported, serving.max_context, serving.prefill_chunk_tokens)
-    decode_buckets = np.asarray(policy.buckets(serving.max_context), dtype=np.int64)
+    decode_buckets = np.asarray(scenario.kv_policy.buckets(), dtype=np.int64)
     crossed = np.searchsorted(decode_buckets, prompts + outputs, side="left") - np.searchsorted(
         decode_buckets, prompts, side="left"
     )
@@ -156,11 +153,9 @@ def _advice(estimate: RunEstimate, scenario: Scenario) -> str:
     return "; ".join(hints)
 
 
-def check_run(
-    scenario: Scenario, policy: KVPolicy, batch_slots: int, requests: RequestSet
-) -> RunEstimate:
+def check_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> RunEstimate:
     """The run's estimate; :class:`RunTooLargeError` when it exceeds ``serving.max_work``."""
-    estimate = estimate_run(scenario, policy, batch_slots, requests)
+    estimate = estimate_run(scenario, batch_slots, requests)
     limit = scenario.workload.serving.max_work
     if estimate.work > limit:
         message = (

@@ -10,9 +10,8 @@ import contextlib
 import copy
 import dataclasses
 import os
-import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,8 @@ from rdu_sim.config.overrides import (
 )
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
-from rdu_sim.kv.policies import make_policy
+from rdu_sim.kv.policies import PolicyError, make_policy
+from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
 from rdu_sim.models.layers import Architecture
 from rdu_sim.models.presets import UnknownModelError, get_model
@@ -39,13 +39,15 @@ from rdu_sim.models.storage import storage_dtypes
 
 @dataclass(frozen=True)
 class Scenario:
-    """Everything one simulation needs, validated."""
+    """Everything one simulation needs, validated; ``kv_policy`` is the workload's KV policy,
+    built once from ``kv`` and ``serving.max_context`` (every room asks it, none rebuilds it)."""
 
     workload: WorkloadConfig
     hardware: HardwareConfig
     model: Architecture
     workload_file: str
     hardware_file: str
+    kv_policy: KVPolicy = field(compare=False, repr=False)
 
     @property
     def tp(self) -> int:
@@ -154,9 +156,9 @@ def _cross_check(
     model: Architecture,
     file: str,
     lines: LineMap,
-) -> None:
+) -> KVPolicy:
     """Rules that span files: TP vs heads, sockets and the collective's links, context vs
-    the model, KV budget."""
+    the model; then the KV policy, whose own parameter rules (the only ones) it returns."""
 
     def fail(path: str, message: str) -> ConfigError:
         line = lines.get(tuple(path.split(".")))
@@ -194,11 +196,9 @@ def _cross_check(
             f"context of {model.max_context} tokens",
         )
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
-        make_policy(workload.kv, serving.max_context)
-    except ValueError as exc:
-        message = str(exc)
-        field = re.match(r"kv\.[a-z_]+", message)  # the policies name the field they refuse
-        raise fail(field.group(0) if field else "kv", message) from None
+        return make_policy(workload.kv, serving.max_context)
+    except PolicyError as exc:
+        raise fail(exc.field, str(exc)) from None
 
 
 def _relative_to(workload_file: str, path: str) -> Path:
@@ -290,8 +290,8 @@ def build_scenario(
             lines.get(("hardware",)),
         )
         raise ConfigError([context, *exc.issues]) from None
-    _cross_check(workload, hardware, model, workload_file, lines)
-    return Scenario(workload, hardware, model, workload_file, str(hardware_path))
+    policy = _cross_check(workload, hardware, model, workload_file, lines)
+    return Scenario(workload, hardware, model, workload_file, str(hardware_path), policy)
 
 
 def load_scenario(

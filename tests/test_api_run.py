@@ -20,7 +20,6 @@ import pytest
 
 from rdu_sim import api
 from rdu_sim.compiler.program import Placement, TierUsage
-from rdu_sim.kv import make_policy
 from rdu_sim.models import kv_bytes_per_token, weight_bytes
 from rdu_sim.report.console import render
 from rdu_sim.report.files import write_outputs
@@ -71,10 +70,9 @@ class FakeBackend:
     """Memory from the model's figures; step times from a roofline-like formula."""
 
     def _slot_bytes(self, scenario: Scenario) -> int:
-        serving = scenario.workload.serving
-        policy = make_policy(scenario.workload.kv, serving.max_context)
+        policy = scenario.kv_policy
         per_token = kv_bytes_per_token(scenario.model, scenario.kv_dtype_bytes)
-        return policy.slot_tokens(serving.max_context) * per_token // scenario.tp
+        return policy.slot_tokens() * per_token // scenario.tp
 
     def _weights(self, scenario: Scenario) -> int:
         return weight_bytes(scenario.model, scenario.weight_dtype_bytes) // scenario.tp

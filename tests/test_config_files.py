@@ -478,6 +478,40 @@ def test_snapstream_budget_rule() -> None:
     assert issue.field == "kv.budget" and "recent" in issue.message
 
 
+def test_streamingllm_ring_mismatch_names_kv_recent() -> None:
+    path = REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+    [issue] = _error(path, ["kv.policy=streamingllm", "kv.recent=1000"]).issues
+    assert issue.field == "kv.recent" and "!= kv.budget 32768" in issue.message
+
+
+def test_the_scenario_carries_the_policy_built_once() -> None:
+    """Every room asks the Scenario's policy: the compiler's slot and a run's policy are it."""
+    from rdu_sim.compiler.placement import slot_tokens
+
+    scenario = load_scenario(REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml")
+    policy = scenario.kv_policy
+    assert policy.name == "snapstream" and policy.max_context == 131072
+    assert slot_tokens(scenario) == policy.slot_tokens() == 32768
+
+
+def test_the_registry_is_the_only_list_of_policy_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy registered in rdu_sim.kv is valid in a workload (the config model keeps no
+    list of its own) and `rdu-sim schema workload` lists it."""
+    from rdu_sim.cli.schema_cmd import json_schema
+    from rdu_sim.kv import policies
+
+    class RingOnly(policies.StreamingLLMPolicy):
+        name = "ring_only_test"
+
+    monkeypatch.setitem(policies._REGISTRY, "ring_only_test", RingOnly)
+    scenario = load_scenario(REPO / "workloads" / LLAMA_1S, ["kv.policy=ring_only_test"])
+    assert isinstance(scenario.kv_policy, RingOnly)
+    enum = json_schema("workload")["$defs"]["KVConfig"]["properties"]["policy"]["enum"]
+    assert enum == policies.policy_names() and "ring_only_test" in enum
+    [issue] = _error(REPO / "workloads" / LLAMA_1S, ["kv.policy=ring-only"]).issues
+    assert issue.field == "kv.policy" and "valid policies: full, ring_only_test" in issue.message
+
+
 def test_kv_rules_are_the_policys_own() -> None:
     """The load-time check is the policy's: SnapKV has no sinks, so a budget just above the
     observation window is valid (an earlier duplicate rule refused it)."""

@@ -52,10 +52,9 @@ def decode_program(
     if two_nodes:
         overrides.update(TWO_NODES)
     scenario = api.load(path, overrides)
-    serving = scenario.workload.serving
-    policy = api._policy(scenario)
+    policy = scenario.kv_policy
     batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
-    bucket = policy.decode_bucket(policy.slot_tokens(serving.max_context), serving.max_context)
+    bucket = policy.decode_bucket(policy.slot_tokens())
     return scenario, compile_program(scenario, StepShape("decode", batch, 1, bucket))
 
 

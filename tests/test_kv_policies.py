@@ -63,7 +63,7 @@ def test_policies_satisfy_protocol() -> None:
         p: KVPolicy = make_policy(KVConfig(policy=name), CTX_128K)
         assert p.name == name
         d = p.describe()
-        assert d["policy"] == name and d["slot_tokens"] == p.slot_tokens(CTX_128K)
+        assert d["policy"] == name and d["slot_tokens"] == p.slot_tokens()
 
 
 # --- per-slot bytes ---------------------------------------------------------------------------
@@ -79,28 +79,28 @@ def test_r1_bytes_per_token() -> None:
 
 def test_full_slot_bytes_r1_128k() -> None:
     full = policy("full")
-    assert full.slot_tokens(CTX_128K) == CTX_128K
+    assert full.slot_tokens() == CTX_128K
     assert full.slot_bytes(r1_bytes_per_token()) == 131_072 * 70_272
 
 
 @pytest.mark.parametrize("budget", [4096, 8192, 32768])
 def test_snapstream_slot_bytes_is_budget(budget: int) -> None:
     snap = policy("snapstream", budget=budget)
-    assert snap.slot_tokens(CTX_128K) == budget
+    assert snap.slot_tokens() == budget
     assert snap.slot_bytes(r1_bytes_per_token()) == budget * 70_272
 
 
 def test_compression_ratio_4_gives_4x_at_128k() -> None:
     snap = policy("snapstream", compression_ratio=4)
     full = policy("full")
-    assert snap.slot_tokens(CTX_128K) == 32_768
+    assert snap.slot_tokens() == 32_768
     bpt = r1_bytes_per_token()
     assert full.slot_bytes(bpt) == 4 * snap.slot_bytes(bpt)
 
 
 def test_default_budget() -> None:
     snap = policy("snapstream")
-    assert snap.slot_tokens(CTX_128K) == DEFAULT_BUDGET == 4096
+    assert snap.slot_tokens() == DEFAULT_BUDGET == 4096
     d = snap.describe()
     assert (d["sinks"], d["topk"], d["recent"]) == (4, 4096 - 4 - 2048, 2048)
     assert d["observation_window"] == 32 and d["kernel_size"] == 7 and d["pooling"] == "max"
@@ -112,13 +112,13 @@ def test_never_more_memory_than_full(name: str, max_context: int) -> None:
     kw: dict[str, object] = {"observation_window": 1} if max_context < 32 else {}
     p = policy(name, max_context, **kw)
     full = policy("full", max_context)
-    assert p.slot_tokens(max_context) <= full.slot_tokens(max_context)
+    assert p.slot_tokens() <= full.slot_tokens()
     assert p.slot_bytes(R1_BYTES_PER_TOKEN) <= full.slot_bytes(R1_BYTES_PER_TOKEN)
 
 
 def test_budget_above_max_context_is_clipped() -> None:
     snap = policy("snapstream", 2048, budget=8192)
-    assert snap.slot_tokens(2048) == 2048
+    assert snap.slot_tokens() == 2048
     assert not snap.compresses(2048)
 
 
@@ -129,7 +129,7 @@ def test_pow2_buckets() -> None:
     assert context_buckets("pow2", 1024, 8192) == [1024, 2048, 4096, 8192]
     assert context_buckets("pow2", 1024, 5000) == [1024, 2048, 4096, 5000]
     assert context_buckets("pow2", 1024, 512) == [512]
-    assert policy("full").buckets(CTX_128K)[-1] == CTX_128K
+    assert policy("full").buckets()[-1] == CTX_128K
 
 
 def test_explicit_buckets_sorted_and_clipped() -> None:
@@ -158,29 +158,29 @@ def test_explicit_buckets_must_cover_max_context() -> None:
     ],
 )
 def test_full_smallest_covering_bucket(longest: int, bucket: int) -> None:
-    assert policy("full").decode_bucket(longest, CTX_128K) == bucket
+    assert policy("full").decode_bucket(longest) == bucket
 
 
 def test_full_bucket_beyond_slot_is_error() -> None:
     with pytest.raises(ValueError, match="exceeds the slot"):
-        policy("full").decode_bucket(CTX_128K + 1, CTX_128K)
+        policy("full").decode_bucket(CTX_128K + 1)
 
 
 def test_explicit_bucket_selection() -> None:
     full = policy("full", 10_000, context_buckets=[3000, 10_000, 500])
-    assert full.buckets(10_000) == [500, 3000, 10_000]
-    assert [full.decode_bucket(n, 10_000) for n in (1, 500, 501, 3001)] == [500, 500, 3000, 10_000]
+    assert full.buckets() == [500, 3000, 10_000]
+    assert [full.decode_bucket(n) for n in (1, 500, 501, 3001)] == [500, 500, 3000, 10_000]
 
 
 @pytest.mark.parametrize("name", ["snapstream", "streamingllm"])
 def test_fixed_slot_bucket_is_static(name: str) -> None:
     p = policy(name, budget=32768) if name == "snapstream" else policy(name)
-    slot = p.slot_tokens(CTX_128K)
-    assert p.buckets(CTX_128K) == [slot]
+    slot = p.slot_tokens()
+    assert p.buckets() == [slot]
     for longest in (0, 1, slot // 2, slot):
-        assert p.decode_bucket(longest, CTX_128K) == slot
+        assert p.decode_bucket(longest) == slot
     for prompt, generated in ((10, 0), (CTX_128K, 50_000), (slot, 1)):
-        assert p.decode_bucket(p.cache_at(prompt, generated), CTX_128K) == slot
+        assert p.decode_bucket(p.cache_at(prompt, generated)) == slot
 
 
 # --- snapstream semantics ---------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_cache_never_exceeds_slot(
 ) -> None:
     kw: dict[str, object] = {} if name in ("full", "streamingllm") else {"budget": budget}
     p = policy(name, max_context, **kw)
-    slot = p.slot_tokens(max_context)
+    slot = p.slot_tokens()
     prompt = max(1, round(prompt_frac * max_context))
     assert p.cache_after_prefill(prompt) <= slot
     limit = p.max_generated(prompt)
@@ -246,7 +246,7 @@ def test_cache_never_exceeds_slot(
             generated = limit
     cache = p.cache_at(prompt, generated)
     assert 1 <= cache <= slot
-    assert p.decode_bucket(cache, max_context) >= cache
+    assert p.decode_bucket(cache) >= cache
     assert p.compresses(prompt) == (
         p.cache_after_prefill(prompt) < prompt and name in ("snapstream", "snapkv")
     )
@@ -257,7 +257,7 @@ def test_cache_never_exceeds_slot(
 
 def test_streamingllm_truncates_without_selection() -> None:
     s = policy("streamingllm")
-    assert s.slot_tokens(CTX_128K) == 4 + 2048
+    assert s.slot_tokens() == 4 + 2048
     assert not s.compresses(CTX_128K)
     assert s.selection(CTX_128K) is None
     assert s.cache_after_prefill(CTX_128K) == 2052  # first 4 + last 2048
@@ -267,7 +267,7 @@ def test_streamingllm_truncates_without_selection() -> None:
 
 def test_streamingllm_budget_sets_ring() -> None:
     s = policy("streamingllm", budget=32768)
-    assert s.slot_tokens(CTX_128K) == 32768
+    assert s.slot_tokens() == 32768
     assert s.describe()["recent"] == 32768 - 4
     with pytest.raises(ValueError, match=r"kv\.recent"):
         policy("streamingllm", budget=32768, recent=1000)
@@ -275,13 +275,13 @@ def test_streamingllm_budget_sets_ring() -> None:
 
 def test_snapkv_compresses_then_grows() -> None:
     s = policy("snapkv", budget=4096)
-    assert s.slot_tokens(CTX_128K) == CTX_128K  # budget + output must fit
+    assert s.slot_tokens() == CTX_128K  # budget + output must fit
     assert s.compresses(100_000) and not s.compresses(4096)
     assert s.cache_after_prefill(100_000) == 4096
     assert s.cache_at(100_000, 1000) == 5096
     assert s.cache_at(1000, 1000) == 2000
-    assert s.decode_bucket(s.cache_at(100_000, 1000), CTX_128K) == 8192
-    assert s.buckets(CTX_128K) == policy("full").buckets(CTX_128K)
+    assert s.decode_bucket(s.cache_at(100_000, 1000)) == 8192
+    assert s.buckets() == policy("full").buckets()
     assert s.max_generated(100_000) == CTX_128K - 4096
     sel = s.selection(100_000)
     assert sel is not None and (sel.candidates, sel.topk, sel.kept) == (100_000 - 32, 4064, 4096)

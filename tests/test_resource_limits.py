@@ -69,12 +69,11 @@ TINY_MODEL = {
 def _estimate(path: str, overrides: dict[str, Any] | None = None) -> tuple[Scenario, Any]:
     """The run's estimate without simulating (batch slots from the real compiler)."""
     scenario = api.load(path, overrides)
-    policy = api._policy(scenario)
     _, slots = api.resolve_batch_slots(scenario, api.EngineBackend())
     requests = make_requests(
         scenario.workload.serving, slots, scenario.base_dir, scenario.workload_file
     )
-    return scenario, estimate_run(scenario, policy, slots, requests)
+    return scenario, estimate_run(scenario, slots, requests)
 
 
 # --- the guard admits what must run --------------------------------------------------------
@@ -270,7 +269,7 @@ def test_estimate_bounds_rows_and_shapes(
         overrides.update({"kv.budget": 1024, "kv.recent": 256})
     scenario = api.load(LLAMA, overrides)
     result = api.run(scenario, backend=_Formula())
-    estimate = check_run(scenario, result.policy, result.batch_slots, result.requests_in)
+    estimate = check_run(scenario, result.batch_slots, result.requests_in)
     assert len(result.records.series) <= estimate.state_changes
     assert len(result.cache.shapes) <= estimate.shapes
     assert result.records.prefill_steps <= estimate.prefill_steps

@@ -153,7 +153,7 @@ def reference_serve(
                     complete(slot)
         else:
             longest = max(policy.cache_at(prompt[req[s]], generated[s]) for s in decoding)
-            bucket = policy.decode_bucket(longest, max_context)
+            bucket = policy.decode_bucket(longest)
             t += cache.step_ps(StepShape("decode", slots, 1, bucket))
             last_prefill = False
             flagged = [False] * slots

@@ -140,7 +140,7 @@ def test_one_request_ttft_is_the_prefill_step_and_tpot_the_decode_step(policy: s
         kv_config(policy=policy, budget=None if policy == "full" else 2048, recent=1024),
         max_context,
     )
-    bucket = kv_policy.decode_bucket(kv_policy.cache_at(3000, 199), max_context)
+    bucket = kv_policy.decode_bucket(kv_policy.cache_at(3000, 199))
     decode = StepShape("decode", 4, 1, bucket)
     ttft = records.seconds(records.first_token_ps - records.arrival_ps)[0]
     tpot = records.seconds(records.finish_ps - records.first_token_ps)[0] / 199

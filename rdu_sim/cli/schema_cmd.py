@@ -17,6 +17,7 @@ from rdu_sim.config.cluster import ClusterConfig
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.plan import PlanSpec
 from rdu_sim.config.workload import WorkloadConfig
+from rdu_sim.kv import policy_names
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "workload": WorkloadConfig,
@@ -27,8 +28,15 @@ SCHEMAS: dict[str, type[BaseModel]] = {
 
 
 def json_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a `kind` file, as the YAML may be written."""
+    """The JSON Schema (draft 2020-12) of a `kind` file, as the YAML may be written.
+
+    A workload's `kv.policy` lists the names registered in `rdu_sim.kv` (the config model
+    cannot import the registry, which sits above it).
+    """
     schema = SCHEMAS[kind].model_json_schema(mode="validation")
+    kv = schema.get("$defs", {}).get("KVConfig")
+    if kv is not None:
+        kv["properties"]["policy"]["enum"] = policy_names()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"rdu-sim {kind} file",

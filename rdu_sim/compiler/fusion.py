@@ -38,7 +38,6 @@ from rdu_sim.graph import (
     operators,
     snapkv_graph,
 )
-from rdu_sim.kv import make_policy
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Selection, StepShape
@@ -70,9 +69,8 @@ def selection_shape(
     """
     if shape.phase != "prefill" or shape.select is False:
         return None
-    serving = scenario.workload.serving
-    policy = make_policy(scenario.workload.kv, serving.max_context)
-    prompt = min(shape.cache_len + shape.tokens, serving.max_context)
+    policy = scenario.kv_policy
+    prompt = min(shape.cache_len + shape.tokens, policy.max_context)
     return policy.layer_selection(prompt, window)
 
 

@@ -22,7 +22,6 @@ from rdu_sim.compiler.placement import max_prompt_tokens
 from rdu_sim.compiler.program import TIERS, KernelProgram, Placement
 from rdu_sim.graph import dot_from_records, graph_records
 from rdu_sim.graph import to_dot as graph_to_dot
-from rdu_sim.kv import make_policy
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Phase, StepShape
 
@@ -46,14 +45,14 @@ def inspect_shape(
         tokens = context if context else max_prompt_tokens(scenario)
         return StepShape("prefill", batch or 1, min(tokens, serving.max_context), 0)
     compiler = compiler or Compiler(scenario)
-    policy = make_policy(scenario.workload.kv, serving.max_context)
+    policy = scenario.kv_policy
     longest = serving.max_context if context is None else context
-    longest = min(longest, policy.slot_tokens(serving.max_context))
+    longest = min(longest, policy.slot_tokens())
     return StepShape(
         "decode",
         batch or compiler.batch_slots(),
         1,
-        policy.decode_bucket(longest, serving.max_context),
+        policy.decode_bucket(longest),
     )
 
 

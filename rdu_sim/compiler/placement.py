@@ -36,7 +36,6 @@ from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.units import format_bytes
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
-from rdu_sim.kv import make_policy
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 
@@ -59,8 +58,7 @@ class WeightTensor:
 
 def slot_tokens(scenario: Scenario) -> int:
     """Tokens of KV cache each slot is given (the KV policy's static slot)."""
-    serving = scenario.workload.serving
-    return make_policy(scenario.workload.kv, serving.max_context).slot_tokens(serving.max_context)
+    return scenario.kv_policy.slot_tokens()
 
 
 def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
@@ -110,8 +108,7 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
     prompt = max_prompt_tokens(scenario)
     chunk = min(prompt, serving.prefill_chunk_tokens or prompt)
     prefill = step(chunk, 1)
-    policy = make_policy(scenario.workload.kv, serving.max_context)
-    selection = policy.selection(prompt)
+    selection = scenario.kv_policy.selection(prompt)
     if selection is not None:
         if isinstance(arch, DeepSeekArchitecture):
             query = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)

@@ -53,7 +53,13 @@ class ParallelismConfig(StrictModel):
 class KVConfig(StrictModel):
     """KV-cache policy and its parameters (SnapKV / StreamingLLM defaults, see docs/kv.md)."""
 
-    policy: Literal["full", "snapstream", "streamingllm", "snapkv"] = "full"
+    policy: str = Field(
+        default="full",
+        min_length=1,
+        max_length=100,
+        description="KV-cache policy by registered name (the registry in rdu_sim.kv is the "
+        "one list of valid names; a Scenario refuses any other)",
+    )
     budget: int | None = Field(
         default=None,
         ge=1,

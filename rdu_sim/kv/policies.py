@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "FullPolicy",
     "PolicyBase",
+    "PolicyError",
     "Selection",
     "SnapKVPolicy",
     "SnapStreamPolicy",
@@ -57,6 +58,15 @@ see docs/kv.md."""
 GQA_SELECTION = "group_mean"
 """How the selection treats grouped-query attention: pooled scores averaged over each GQA
 group, one selection per KV head (NVIDIA kvpress's choice; rdu_sim.kv.reference does this)."""
+
+
+class PolicyError(ValueError):
+    """A KV policy's parameters cannot work; ``field`` names the workload field to fix
+    (``kv.budget``, ``serving.max_context``...), so config loading reports it there."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 _REGISTRY: dict[str, type[PolicyBase]] = {}
@@ -87,14 +97,16 @@ def policy_names() -> list[str]:
 def make_policy(kv: KVConfig, max_context: int) -> KVPolicy:
     """The policy ``kv.policy`` resolved for sequences of at most ``max_context`` tokens.
 
-    Raises ``ValueError`` naming the offending ``kv.*`` field when the parameters cannot
-    work (for example a budget that leaves no room for selected tokens), and listing the
-    valid names when ``kv.policy`` is unknown.
+    Raises :class:`PolicyError` (a ``ValueError``) naming the offending field when the
+    parameters cannot work (for example a budget that leaves no room for selected tokens),
+    and listing the registered names when ``kv.policy`` is unknown: the registry is the only
+    list of valid policies.
     """
     cls = _REGISTRY.get(kv.policy)
     if cls is None:
-        raise ValueError(
-            f"unknown kv.policy {kv.policy!r}; valid policies: {', '.join(policy_names())}"
+        raise PolicyError(
+            "kv.policy",
+            f"unknown kv.policy {kv.policy!r}; valid policies: {', '.join(policy_names())}",
         )
     return cls.from_config(kv, max_context)
 
@@ -106,7 +118,7 @@ def context_buckets(spec: list[int] | str, min_bucket: int, max_context: int) ->
     A list: sorted and de-duplicated; it must reach ``max_context`` (a step must always find
     a bucket); lengths above ``max_context`` are clipped to it, since a slot holds no more.
     """
-    _check_positive("max_context", max_context)
+    _check_positive("serving.max_context", max_context)
     if spec == "pow2":
         _check_positive("kv.min_bucket", min_bucket)
         out: list[int] = []
@@ -117,20 +129,27 @@ def context_buckets(spec: list[int] | str, min_bucket: int, max_context: int) ->
         out.append(max_context)
         return out
     if isinstance(spec, str):
-        raise ValueError(f"kv.context_buckets must be 'pow2' or a list of lengths, got {spec!r}")
+        raise PolicyError(
+            "kv.context_buckets",
+            f"kv.context_buckets must be 'pow2' or a list of lengths, got {spec!r}",
+        )
     if not spec or any(b < 1 for b in spec):
-        raise ValueError(f"kv.context_buckets must be a non-empty list of lengths >= 1, got {spec}")
+        raise PolicyError(
+            "kv.context_buckets",
+            f"kv.context_buckets must be a non-empty list of lengths >= 1, got {spec}",
+        )
     if max(spec) < max_context:
-        raise ValueError(
+        raise PolicyError(
+            "kv.context_buckets",
             f"kv.context_buckets {sorted(spec)} do not cover max_context={max_context}: the "
-            f"largest bucket must be >= max_context (add {max_context})"
+            f"largest bucket must be >= max_context (add {max_context})",
         )
     return sorted({min(b, max_context) for b in spec})
 
 
-def _check_positive(what: str, value: int) -> None:
+def _check_positive(field: str, value: int) -> None:
     if value < 1:
-        raise ValueError(f"{what} must be >= 1, got {value}")
+        raise PolicyError(field, f"{field} must be >= 1, got {value}")
 
 
 def _resolve_budget(kv: KVConfig, max_context: int) -> int:
@@ -140,9 +159,10 @@ def _resolve_budget(kv: KVConfig, max_context: int) -> int:
     if kv.compression_ratio is not None:
         budget = math.floor(max_context / kv.compression_ratio)
         if budget < 1:
-            raise ValueError(
+            raise PolicyError(
+                "kv.compression_ratio",
                 f"kv.compression_ratio {kv.compression_ratio} leaves no cache at "
-                f"max_context={max_context}"
+                f"max_context={max_context}",
             )
         return budget
     return DEFAULT_BUDGET
@@ -160,7 +180,7 @@ class PolicyBase:
     """True when the cache grows with each generated token (decode buckets vary)."""
 
     def __init__(self, max_context: int) -> None:
-        _check_positive("max_context", max_context)
+        _check_positive("serving.max_context", max_context)
         self.max_context = max_context
 
     @classmethod
@@ -169,29 +189,24 @@ class PolicyBase:
         raise NotImplementedError
 
     # --- sizes ---------------------------------------------------------------------------
-    def _mc(self, max_context: int | None) -> int:
-        mc = self.max_context if max_context is None else max_context
-        _check_positive("max_context", mc)
-        return mc
-
-    def slot_tokens(self, max_context: int | None = None) -> int:
+    def slot_tokens(self) -> int:
         """Tokens of cache allocated per batch slot (static)."""
         raise NotImplementedError
 
-    def slot_bytes(self, kv_bytes_per_token: float, max_context: int | None = None) -> int:
+    def slot_bytes(self, kv_bytes_per_token: float) -> int:
         """Bytes of one slot's cache: ``slot_tokens * kv_bytes_per_token`` (rounded)."""
-        return round(self.slot_tokens(max_context) * kv_bytes_per_token)
+        return round(self.slot_tokens() * kv_bytes_per_token)
 
     def cache_bytes(self, tokens: int, kv_bytes_per_token: float) -> int:
         """Bytes of ``tokens`` cached tokens (e.g. ``cache_at(...)``), for reads per step."""
         return round(tokens * kv_bytes_per_token)
 
-    def layer_slot_tokens(self, window: int | None, max_context: int | None = None) -> int:
+    def layer_slot_tokens(self, window: int | None) -> int:
         """Tokens one layer with attention ``window`` holds per slot: the slot under full
         attention; a sliding-window layer keeps at most its ring of the last ``window - 1``
         tokens (:func:`rdu_sim.models.window_tokens`), bounded like StreamingLLM's ring
         without sinks, whatever the policy keeps for the full-attention layers."""
-        return window_tokens(self.slot_tokens(max_context), window)
+        return window_tokens(self.slot_tokens(), window)
 
     def layer_selection(self, prompt_tokens: int, window: int | None) -> Selection | None:
         """The selection a layer with attention ``window`` runs at prefill: the policy's
@@ -237,20 +252,20 @@ class PolicyBase:
         return None
 
     # --- decode shapes -----------------------------------------------------------------------
-    def buckets(self, max_context: int | None = None) -> list[int]:
+    def buckets(self) -> list[int]:
         """Every decode cache length a server compiles a graph for, ascending."""
         raise NotImplementedError
 
-    def decode_bucket(self, longest_cache: int, max_context: int | None = None) -> int:
+    def decode_bucket(self, longest_cache: int) -> int:
         """Smallest compiled cache length covering ``longest_cache`` (the batch's longest)."""
         if longest_cache < 0:
             raise ValueError(f"longest_cache must be >= 0, got {longest_cache}")
-        for b in self.buckets(max_context):
+        for b in self.buckets():
             if b >= longest_cache:
                 return b
         raise ValueError(
             f"cache of {longest_cache} tokens exceeds the slot of "
-            f"{self.slot_tokens(max_context)} tokens ({self.name})"
+            f"{self.slot_tokens()} tokens ({self.name})"
         )
 
     def describe(self) -> dict[str, Any]:
@@ -291,9 +306,9 @@ class FullPolicy(PolicyBase):
         """Buckets from kv.context_buckets / kv.min_bucket; compression fields are unused."""
         return cls(max_context, bucket_spec=kv.context_buckets, min_bucket=kv.min_bucket)
 
-    def slot_tokens(self, max_context: int | None = None) -> int:
+    def slot_tokens(self) -> int:
         """``max_context``: every slot is allocated for the longest sequence."""
-        return self._mc(max_context)
+        return self.max_context
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``prompt + generated``; ValueError when that exceeds the slot."""
@@ -312,9 +327,9 @@ class FullPolicy(PolicyBase):
         self._check_prompt(prompt_tokens)
         return self.max_context - prompt_tokens
 
-    def buckets(self, max_context: int | None = None) -> list[int]:
+    def buckets(self) -> list[int]:
         """:func:`context_buckets` of kv.context_buckets up to ``max_context``."""
-        return context_buckets(self.bucket_spec, self.min_bucket, self._mc(max_context))
+        return context_buckets(self.bucket_spec, self.min_bucket, self.max_context)
 
     def describe(self) -> dict[str, Any]:
         """Policy, max_context, slot size and buckets."""
@@ -337,9 +352,10 @@ class _FixedSlotPolicy(PolicyBase):
     def __init__(self, max_context: int, *, sinks: int, topk: int, recent: int) -> None:
         super().__init__(max_context)
         if sinks < 0 or topk < 0 or recent < 1:
-            raise ValueError(
+            raise PolicyError(
+                "kv",
                 f"need sinks >= 0, topk >= 0, recent >= 1; got sinks={sinks}, "
-                f"topk={topk}, recent={recent}"
+                f"topk={topk}, recent={recent}",
             )
         self.sinks = sinks
         self.topk = topk
@@ -350,9 +366,9 @@ class _FixedSlotPolicy(PolicyBase):
         """Tokens the layout holds: ``sinks + topk + recent``."""
         return self.sinks + self.topk + self.recent
 
-    def slot_tokens(self, max_context: int | None = None) -> int:
+    def slot_tokens(self) -> int:
         """``min(budget, max_context)``: no slot holds more than a sequence can have."""
-        return min(self.budget, self._mc(max_context))
+        return min(self.budget, self.max_context)
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``min(prompt + generated, slot_tokens)``; unbounded generation is fine."""
@@ -360,9 +376,9 @@ class _FixedSlotPolicy(PolicyBase):
         self._check_generated(generated)
         return min(prompt_tokens + generated, self.slot_tokens())
 
-    def buckets(self, max_context: int | None = None) -> list[int]:
+    def buckets(self) -> list[int]:
         """One static shape: ``[slot_tokens]``."""
-        return [self.slot_tokens(max_context)]
+        return [self.slot_tokens()]
 
     def describe(self) -> dict[str, Any]:
         """Policy, max_context, slot size, and the sinks/top-K/ring layout."""
@@ -398,16 +414,18 @@ class SnapStreamPolicy(_FixedSlotPolicy):
         pooling: str = "max",
     ) -> None:
         if observation_window > recent:
-            raise ValueError(
+            raise PolicyError(
+                "kv.observation_window",
                 f"kv.observation_window ({observation_window}) must be <= "
-                f"kv.recent ({recent}): the window sits inside the ring buffer"
+                f"kv.recent ({recent}): the window sits inside the ring buffer",
             )
         effective = min(budget, max_context)
         if effective < max_context and budget <= sinks + recent:
-            raise ValueError(
+            raise PolicyError(
+                "kv.budget",
                 f"kv.budget {budget} leaves no room for selected tokens after "
                 f"kv.sinks ({sinks}) + kv.recent ({recent}); raise the budget "
-                f"or lower kv.recent"
+                f"or lower kv.recent",
             )
         if budget > sinks + recent:
             layout = (sinks, budget - sinks - recent, recent)
@@ -483,13 +501,15 @@ class StreamingLLMPolicy(_FixedSlotPolicy):
         if kv.budget is not None or kv.compression_ratio is not None:
             budget = _resolve_budget(kv, max_context)
             if budget <= kv.sinks:
-                raise ValueError(
-                    f"kv.budget {budget} must exceed kv.sinks ({kv.sinks}) for streamingllm"
+                raise PolicyError(
+                    "kv.budget",
+                    f"kv.budget {budget} must exceed kv.sinks ({kv.sinks}) for streamingllm",
                 )
             if "recent" in kv.model_fields_set and kv.sinks + kv.recent != budget:
-                raise ValueError(
+                raise PolicyError(
+                    "kv.recent",
                     f"streamingllm: kv.sinks ({kv.sinks}) + kv.recent "
-                    f"({kv.recent}) != kv.budget {budget}; give one of them"
+                    f"({kv.recent}) != kv.budget {budget}; give one of them",
                 )
             recent = budget - kv.sinks
         return cls(max_context, sinks=kv.sinks, recent=recent)
@@ -520,9 +540,10 @@ class SnapKVPolicy(PolicyBase):
     ) -> None:
         super().__init__(max_context)
         if budget <= observation_window:
-            raise ValueError(
+            raise PolicyError(
+                "kv.budget",
                 f"kv.budget {budget} must exceed kv.observation_window "
-                f"({observation_window}) for snapkv"
+                f"({observation_window}) for snapkv",
             )
         self.budget = budget
         self.observation_window = observation_window
@@ -545,9 +566,9 @@ class SnapKVPolicy(PolicyBase):
             min_bucket=kv.min_bucket,
         )
 
-    def slot_tokens(self, max_context: int | None = None) -> int:
+    def slot_tokens(self) -> int:
         """``max_context``: budget + the longest output must fit."""
-        return self._mc(max_context)
+        return self.max_context
 
     def compresses(self, prompt_tokens: int) -> bool:
         """True iff the prompt is longer than the budget."""
@@ -587,9 +608,9 @@ class SnapKVPolicy(PolicyBase):
         self._check_prompt(prompt_tokens)
         return self.max_context - min(prompt_tokens, self.budget)
 
-    def buckets(self, max_context: int | None = None) -> list[int]:
+    def buckets(self) -> list[int]:
         """Same as full: :func:`context_buckets` up to ``max_context``."""
-        return context_buckets(self.bucket_spec, self.min_bucket, self._mc(max_context))
+        return context_buckets(self.bucket_spec, self.min_bucket, self.max_context)
 
     def describe(self) -> dict[str, Any]:
         """Budget, SnapKV parameters, GQA choice and buckets."""

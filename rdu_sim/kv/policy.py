@@ -2,11 +2,10 @@
 
 Sizes are in tokens per slot, the same for every full-attention layer; a sliding-window
 layer holds at most its ring (`layer_slot_tokens`); bytes follow from the model's KV bytes
-per token. Implementations live beside this file (rdu_sim/kv/policies.py) and
-register by name; build one with `rdu_sim.kv.make_policy(kv, max_context)`.
-
-The methods that take `max_context` accept it for the contract's sake; implementations
-default it to the `max_context` the policy was built for (see docs/kv.md).
+per token. Implementations live beside this file (rdu_sim/kv/policies.py) and register by
+name; `rdu_sim.kv.make_policy(kv, max_context)` builds one. A workload's policy is built
+once, when its Scenario is loaded (`Scenario.kv_policy`), for the workload's
+`serving.max_context`: every size and bucket below is for that context.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ class KVPolicy(Protocol):
     max_context: int
     """The longest sequence (prompt + output) the policy was built for."""
 
-    def slot_tokens(self, max_context: int) -> int:
+    def slot_tokens(self) -> int:
         """Tokens of cache allocated per batch slot (static, for max_context sequences)."""
         ...
 
@@ -41,17 +40,17 @@ class KVPolicy(Protocol):
         """Tokens a decode step attends to after `generated` output tokens."""
         ...
 
-    def decode_bucket(self, longest_cache: int, max_context: int) -> int:
+    def decode_bucket(self, longest_cache: int) -> int:
         """Static cache length the decode graph is compiled for, covering `longest_cache`."""
         ...
 
-    def buckets(self, max_context: int) -> list[int]:
+    def buckets(self) -> list[int]:
         """Every decode cache length a server compiles a graph for."""
         ...
 
     # Extensions (rdu_sim/kv/policies.py implements them for every policy).
 
-    def slot_bytes(self, kv_bytes_per_token: float, max_context: int | None = None) -> int:
+    def slot_bytes(self, kv_bytes_per_token: float) -> int:
         """Bytes of one slot's cache: slot_tokens x kv_bytes_per_token."""
         ...
 
@@ -63,7 +62,7 @@ class KVPolicy(Protocol):
         """The SnapKV selection this prefill runs (its shape), or None."""
         ...
 
-    def layer_slot_tokens(self, window: int | None, max_context: int | None = None) -> int:
+    def layer_slot_tokens(self, window: int | None) -> int:
         """Tokens of one layer's cache per slot: the slot, or less for a sliding-window
         layer (its ring of window - 1 tokens, `rdu_sim.models.window_tokens`)."""
         ...

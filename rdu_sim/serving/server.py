@@ -329,7 +329,7 @@ class Server:
 
     def _decode(self) -> Generator[Event, Any, None]:
         slots, env = self.slots, self.env
-        bucket = self.policy.decode_bucket(slots.longest_cache(), self.config.max_context)
+        bucket = self.policy.decode_bucket(slots.longest_cache())
         steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
         if bucket != self._bucket or self._decode_shape is None:
             self._bucket = bucket

@@ -181,8 +181,7 @@ def measure_small(full: Path, overrides: Sequence[str]) -> tuple[float, float, f
 def reference_prompt(snapstream: Path, overrides: Sequence[str]) -> int | None:
     """The typical compressed prompt of the SnapStream workload (None: none compresses)."""
     scenario = api.load(snapstream, list(overrides))
-    policy = api._policy(scenario)
-    return compressed_prompt(scenario, policy.slot_tokens(scenario.workload.serving.max_context))
+    return compressed_prompt(scenario, scenario.kv_policy.slot_tokens())
 
 
 def run_suite(
