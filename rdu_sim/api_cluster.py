@@ -32,7 +32,6 @@ from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
 from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load_traffic
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.kv import make_policy
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.server import ServerConfig
@@ -98,10 +97,8 @@ def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Plac
     if prefix is None or pool.role == "decode":  # a decode replica never prefills
         return 0
     scenario = pool.scenario
-    serving = scenario.workload.serving
-    policy = make_policy(scenario.workload.kv, serving.max_context)
     kv = sum(usage.kv_bytes for usage in placement.tiers.values())
-    per_token = kv / (placement.batch_slots * policy.slot_tokens(serving.max_context))
+    per_token = kv / (placement.batch_slots * scenario.kv_policy.slot_tokens())
     hbm = placement.tiers["hbm"]
     capacity = prefix.capacity if prefix.capacity is not None else hbm.free_bytes
     if capacity > hbm.free_bytes:
@@ -136,7 +133,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 serving.prefill_chunk_tokens,
                 pool.role,
             ),
-            policy=make_policy(scenario.workload.kv, serving.max_context),
+            policy=scenario.kv_policy,
             step_fn=memo,
             model=scenario.model,
             kv_dtype_bytes=scenario.kv_dtype_bytes,

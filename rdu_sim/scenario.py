@@ -294,6 +294,21 @@ def build_scenario(
     return Scenario(workload, hardware, model, workload_file, str(hardware_path), policy)
 
 
+def with_overrides(
+    scenario: Scenario, overrides: Iterable[str] | Mapping[str, Any] | None
+) -> Scenario:
+    """``scenario`` with ``overrides`` applied on top of its own (already overridden)
+    workload and hardware data; the hardware file on disk would lose earlier ``hw.``
+    overrides. No overrides: the same scenario."""
+    if not overrides:
+        return scenario
+    data = scenario.workload.model_dump(mode="json")
+    hardware = scenario.hardware.model_dump(mode="json")
+    merged = {f"{HW_PREFIX}{key}": value for key, value in hardware.items()}
+    merged.update(normalize_overrides(overrides))
+    return build_scenario(data, workload_file=scenario.workload_file, overrides=merged)
+
+
 def load_scenario(
     path: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None
 ) -> Scenario:

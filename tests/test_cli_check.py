@@ -167,14 +167,3 @@ def test_sweep_specs_use_the_sweep_hook(tmp_path: Path, monkeypatch: pytest.Monk
     result = CliRunner().invoke(cli, ["check", str(spec)])
     assert result.exit_code == 2
     assert "axes.serving.batch_slots: bad axis" in result.stderr
-
-
-def test_sweep_specs_without_the_hook_are_not_claimed_ok(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delattr(rdu_sim.sweep, "check_spec", raising=False)
-    spec = tmp_path / "sweep.yaml"
-    spec.write_text("base: w.yaml\naxes: {}\n")
-    result = CliRunner().invoke(cli, ["check", str(spec)])
-    assert "OK" not in result.stdout
-    assert "not checked" in result.stderr

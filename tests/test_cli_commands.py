@@ -143,12 +143,10 @@ def test_commands_taking_a_workload_exit_2_on_bad_input(args: list[str]) -> None
     ],
 )
 def test_commands_accept_good_input(args: list[str]) -> None:
-    """Good input never exits 2; until the simulator lands the stubs say so and exit 1."""
+    """Good input runs and exits 0."""
     result = CliRunner().invoke(cli, args)
-    assert result.exit_code in (0, 1), result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    if result.exit_code == 1:
-        assert "not yet available" in result.stderr
+    assert result.exit_code == 0, result.output
+    assert result.exception is None
 
 
 def test_plot_needs_existing_inputs(tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ def test_inspect_graph_table_and_prefill() -> None:
             str(REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"),
             "--phase",
             "prefill",
-            "--context",
+            "--tokens",
             "4096",
         ],
     )

@@ -6,12 +6,8 @@ import json
 
 import pytest
 
-from rdu_sim.compiler import (
-    Compiler,
-    compile_program,
-    inspect_graph,
-    to_dot,
-)
+from rdu_sim import api
+from rdu_sim.compiler import Compiler, compile_program, to_dot
 from rdu_sim.compiler.fusion import kernel_graphs
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import graph_problems
@@ -116,7 +112,7 @@ def test_compiler_caches_per_instance_and_is_deterministic() -> None:
 
 
 def test_inspect_graph_reports_kernels_stages_and_placement() -> None:
-    result = inspect_graph(load_scenario(SNAP), phase="decode")
+    result = api.inspect_graph(load_scenario(SNAP), phase="decode")
     json.dumps(result)  # JSON-ready
     assert result["shape"]["cache_len"] == 32768
     assert [k["name"] for k in result["kernels"]] == [
@@ -143,5 +139,5 @@ def test_inspect_graph_reports_kernels_stages_and_placement() -> None:
     dot = to_dot(result)
     assert dot.startswith("digraph") and '"moe.router"' in dot and "allreduce" in dot
 
-    prefill = inspect_graph(load_scenario(SNAP), phase="prefill", batch=1, context=50000)
+    prefill = api.inspect_graph(load_scenario(SNAP), phase="prefill", batch=1, tokens=50000)
     assert "snapkv_select" in [k["name"] for k in prefill["kernels"]]

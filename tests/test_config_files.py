@@ -494,7 +494,9 @@ def test_the_scenario_carries_the_policy_built_once() -> None:
     assert slot_tokens(scenario) == policy.slot_tokens() == 32768
 
 
-def test_the_registry_is_the_only_list_of_policy_names(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_registry_is_the_only_list_of_policy_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A policy registered in rdu_sim.kv is valid in a workload (the config model keeps no
     list of its own) and `rdu-sim schema workload` lists it."""
     from rdu_sim.cli.schema_cmd import json_schema
@@ -510,6 +512,20 @@ def test_the_registry_is_the_only_list_of_policy_names(monkeypatch: pytest.Monke
     assert enum == policies.policy_names() and "ring_only_test" in enum
     [issue] = _error(REPO / "workloads" / LLAMA_1S, ["kv.policy=ring-only"]).issues
     assert issue.field == "kv.policy" and "valid policies: full, ring_only_test" in issue.message
+    # a plan's searched policies are checked against the same registry
+    from rdu_sim.plan.spec import load_plan
+
+    plan = tmp_path / "plan.yaml"
+    text = (REPO / "workloads" / "plans" / "llama3.1-8b-chat.yaml").read_text()
+    text = text.replace("../clusters/", f"{REPO / 'workloads' / 'clusters'}/")
+    plan.write_text(text.replace("  tp: [1, 2]\n", "  tp: [1, 2]\n  kv_policy: [full, lru]\n"))
+    with pytest.raises(ConfigError) as info:
+        load_plan(plan)
+    [issue] = info.value.issues
+    assert issue.field == "search.kv_policy" and issue.line == 11
+    assert "unknown kv.policy 'lru'; valid policies: full, ring_only_test" in issue.message
+    plan.write_text(text.replace("  tp: [1, 2]\n", "  tp: [1]\n  kv_policy: [ring_only_test]\n"))
+    assert load_plan(plan).spec.search.kv_policy == ["ring_only_test"]
 
 
 def test_kv_rules_are_the_policys_own() -> None:

@@ -137,7 +137,7 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
 ) -> None:
     """Which experts a step streams is known only after routing, unless it streams them
     all (a static schedule from E / k = 32 tokens): then the addresses are fixed."""
-    from rdu_sim.compiler import Compiler, StepShape
+    from rdu_sim.compiler import Compiler
     from rdu_sim.scenario import load_scenario
 
     assert experts_data_dependent(batch, 256, 8, loading) is selected  # type: ignore[arg-type]

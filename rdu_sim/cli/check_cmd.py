@@ -3,7 +3,7 @@
 The kind of each file is read off its top-level keys, so one command checks a whole folder:
 `socket`/`system` is hardware, `hardware`/`model` a workload (checked with its hardware file,
 cross-file rules included, and the rows of its trace file a run would use), `base`/`axes` a
-sweep spec (checked by `rdu_sim.sweep.check_spec` once the sweep package provides it),
+sweep spec (checked by `rdu_sim.sweep.check_spec`, imported only for a spec),
 `pools` a cluster (with every pool's workload), `search` a plan spec (the rule:
 ``rdu_sim.config.kinds``). A file with a trace suffix (`.csv`, `.jsonl`) is checked as a
 request trace. Every file is checked and every error printed before the exit status (2 if
@@ -12,8 +12,7 @@ any failed) is decided.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from rdu_sim.cli.errors import (
     boundary_errors,
     message_of,
     print_error,
-    print_warning,
 )
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
@@ -56,18 +54,8 @@ def _published_format(path: Path) -> str | None:
     return None if name in ("csv", "jsonl") else name
 
 
-def _sweep_checker() -> Callable[[Path], Any] | None:
-    """`rdu_sim.sweep.check_spec`, if the sweep package provides it yet."""
-    try:
-        module = importlib.import_module("rdu_sim.sweep")
-    except ImportError:
-        return None
-    checker = getattr(module, "check_spec", None)
-    return checker if callable(checker) else None
-
-
-def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
-    """Validate one parsed file; return its OK description, or None if it was not checked."""
+def _check_data(path: Path, data: Any, lines: LineMap) -> str:
+    """Validate one parsed file; return its OK description."""
     file = str(path)
     kind = file_kind(data)
     if kind == "workload":
@@ -100,14 +88,9 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
 
         return f"plan spec: {check_plan(path)}"
     if kind == "sweep":
-        checker = _sweep_checker()
-        if checker is None:
-            print_warning(
-                f"{file}: not checked: sweep specs are checked by "
-                "rdu_sim.sweep.check_spec, which has not landed yet"
-            )
-            return None
-        result = checker(path)
+        from rdu_sim.sweep import check_spec  # pandas and the sweep machinery: only for specs
+
+        result = check_spec(path)
         return f"sweep spec{': ' + str(result) if result else ''}"
     if data is None:
         raise ConfigError.single(file, "", "the file is empty")
@@ -123,7 +106,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str | None:
     )
 
 
-def check_file(path: Path) -> str | None:
+def check_file(path: Path) -> str:
     """Check one file; raise an expected error if it is bad (see rdu_sim.cli.errors)."""
     if path.suffix.lower() in TRACE_SUFFIXES:
         published = _published_format(path)
@@ -158,9 +141,8 @@ def command(files: tuple[Path, ...]) -> None:
                 "\n".join(line if str(path) in line else f"{path}: {line}" for line in lines)
             )
             continue
-        if description is not None:
-            out.print(f"[green]OK[/green]  {path}: ", end="")
-            out.print(description, markup=False)
+        out.print(f"[green]OK[/green]  {path}: ", end="")
+        out.print(description, markup=False)
     if failed:
         print_error(f"{failed} of {len(files)} file(s) failed the check")
         raise SystemExit(EXIT_INPUT_ERROR)

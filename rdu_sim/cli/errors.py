@@ -34,7 +34,6 @@ from rdu_sim.config.show import cut_middle
 from rdu_sim.models.presets import UnknownModelError
 
 EXIT_INPUT_ERROR = 2  # bad input (click uses 2 for usage errors too)
-EXIT_NOT_AVAILABLE = 1  # a command whose simulator part has not landed yet
 
 # Input errors raised by later stages, named by (module, class) so the CLI does not import
 # them: an exception of a class can only exist once its module is loaded, so looking in
@@ -162,17 +161,6 @@ def fail(message: str, status: int = EXIT_INPUT_ERROR) -> NoReturn:
     """Print an error and leave with `status` (2 for bad input)."""
     print_error(message)
     raise SystemExit(status)
-
-
-def not_available(what: str, detail: str = "") -> NoReturn:
-    """Leave with status 1, saying which part of the simulator has not landed yet."""
-    extra = f" {detail}" if detail else ""
-    _console().print(
-        f"{what}: not yet available: the simulator part it needs has not landed yet.{extra}",
-        style="yellow",
-        markup=False,
-    )
-    raise SystemExit(EXIT_NOT_AVAILABLE)
 
 
 class RduGroup(click.Group):

@@ -4,8 +4,9 @@
 token, weight bytes, decode FLOPs per token) that every later stage must agree with; NAME may
 also be a Hugging Face config.json (read locally, `rdu_sim.models.read_config_json`) or a
 workload file, whose model (preset, config.json or custom) and dtypes are used.
-`inspect graph WORKLOAD` shows what the compiler makes of one static step (rdu_sim.compiler's
-`inspect_graph`, and its `to_dot` for `--dot`).
+`inspect graph WORKLOAD` shows what the compiler makes of one static step: the step `rdu-sim
+step` would time with the same `--phase/--batch/--tokens/--context` (`rdu_sim.api.inspect_graph`,
+and rdu_sim.compiler's `to_dot` for `--dot`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.cli.options import (
+    overrides_option,
+    step_shape_errors,
+    step_shape_options,
+    workload_argument,
+)
 from rdu_sim.config.dtypes import DTYPE_BYTES, ValueDtype, WeightDtype
 from rdu_sim.config.loader import file_problem
 from rdu_sim.config.units import format_bytes
@@ -36,7 +42,6 @@ from rdu_sim.models import (
     storage_dtypes,
 )
 from rdu_sim.scenario import load_scenario
-from rdu_sim.shapes import Phase
 
 _KV_DTYPES = click.Choice(list(get_args(ValueDtype)))
 _WEIGHT_DTYPES = click.Choice(list(get_args(WeightDtype)))
@@ -274,23 +279,7 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
 
 @command.command("graph")
 @workload_argument
-@click.option(
-    "--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(1, 1_000_000),
-    default=None,
-    help="Batch slots (default: the workload's, or its batch capacity for auto; "
-    "1 prompt in prefill).",
-)
-@click.option(
-    "--context",
-    type=click.IntRange(0, 100_000_000),
-    default=None,
-    help="decode: cached tokens (default max_context, rounded up to the KV "
-    "policy's bucket); prefill: prompt tokens (default the longest prompt).",
-)
+@step_shape_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.option(
     "--dot",
@@ -302,19 +291,26 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
 @overrides_option
 def graph_command(
     workload: Path,
-    phase: Phase,
+    phase: str,
     batch: int | None,
+    tokens: int | None,
     context: int | None,
     as_json: bool,
     dot_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
-    """Kernels, stages and tier placement of one static step of WORKLOAD."""
-    from rdu_sim.compiler import inspect_graph, to_dot  # networkx: only when asked for
+    """Kernels, stages and tier placement of one static step of WORKLOAD: the step
+    `rdu-sim step` times with the same options."""
+    from rdu_sim import api  # networkx and the compiler: only when asked for
+    from rdu_sim.compiler import to_dot
     from rdu_sim.report.files import write_file
+    from rdu_sim.serving.step_shape import context_note
 
     scenario = load_scenario(workload, overrides)
-    result = inspect_graph(scenario, phase, batch, context)
+    with step_shape_errors(workload):
+        result = api.inspect_graph(
+            scenario, phase=phase, batch=batch, tokens=tokens, context=context
+        )
     if dot_file is not None:
         dot = to_dot(result)
         write_file(dot_file, lambda handle: handle.write(dot))  # WriteError: exit 2
@@ -324,3 +320,6 @@ def graph_command(
         console = Console()
         for table in _graph_tables(result):
             console.print(table)
+        note = context_note(scenario, context) if phase == "decode" else None
+        if note is not None:
+            console.print(note, markup=False)

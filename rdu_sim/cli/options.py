@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from rdu_sim.cli.errors import fail
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -26,3 +29,53 @@ def overrides_option(func: F) -> F:
 def workload_argument(func: F) -> F:
     """The WORKLOAD file argument (its existence is checked by the loader, exit 2)."""
     return click.argument("workload", type=click.Path(path_type=Path))(func)
+
+
+def step_shape_options(func: F) -> F:
+    """`--phase`, `--batch`, `--tokens`, `--context`: one step's shape, with the meaning
+    `rdu_sim.serving.step_shape` gives them (`rdu-sim step` and `inspect graph` alike)."""
+    options = [
+        click.option(
+            "--phase",
+            type=click.Choice(["decode", "prefill"]),
+            default="decode",
+            show_default=True,
+        ),
+        click.option(
+            "--batch",
+            type=click.IntRange(1, 1_000_000),
+            default=None,
+            help="Batch slots (default: the workload's, its batch capacity for auto; "
+            "1 prompt for prefill).",
+        ),
+        click.option(
+            "--tokens",
+            type=click.IntRange(1, 100_000_000),
+            default=None,
+            help="New tokens per slot (default: 1 for decode; for prefill the typical prompt, "
+            "the typical compressed one when the KV policy compresses).",
+        ),
+        click.option(
+            "--context",
+            type=click.IntRange(0, 100_000_000),
+            default=None,
+            help="decode: tokens of the longest sequence (default: the longest the KV policy "
+            "keeps); the step attends to what the policy keeps of them, at most its slot, "
+            "rounded up to its decode bucket. prefill: tokens cached before the prompt "
+            "(default 0).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@contextmanager
+def step_shape_errors(workload: Path) -> Iterator[None]:
+    """A step the workload cannot run (`StepShapeError`) exits 2 naming the option."""
+    from rdu_sim.serving.step_shape import StepShapeError
+
+    try:
+        yield
+    except StepShapeError as exc:
+        fail(f"{workload}: --{exc.option}: {exc}")

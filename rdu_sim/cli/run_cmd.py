@@ -25,7 +25,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rdu_sim import api
-from rdu_sim.cli.errors import not_available
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
@@ -159,9 +158,6 @@ def command(
         return
     scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
     _check_out(out_dir)
-    missing = api.EngineBackend.missing()
-    if missing:
-        not_available("run", f"The workload is valid; missing: {', '.join(missing)}.")
     if one_step:
         _print_step(scenario, as_json)
         return

@@ -30,13 +30,17 @@ SCHEMAS: dict[str, type[BaseModel]] = {
 def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a `kind` file, as the YAML may be written.
 
-    A workload's `kv.policy` lists the names registered in `rdu_sim.kv` (the config model
-    cannot import the registry, which sits above it).
+    A workload's `kv.policy` and a plan's `search.kv_policy` list the names registered in
+    `rdu_sim.kv` (the config models cannot import the registry, which sits above them).
     """
     schema = SCHEMAS[kind].model_json_schema(mode="validation")
-    kv = schema.get("$defs", {}).get("KVConfig")
-    if kv is not None:
-        kv["properties"]["policy"]["enum"] = policy_names()
+    defs = schema.get("$defs", {})
+    if "KVConfig" in defs:
+        defs["KVConfig"]["properties"]["policy"]["enum"] = policy_names()
+    if "PlanSearch" in defs:
+        for branch in defs["PlanSearch"]["properties"]["kv_policy"].get("anyOf", []):
+            if branch.get("type") == "array":
+                branch["items"]["enum"] = policy_names()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"rdu-sim {kind} file",

@@ -1,8 +1,11 @@
 """`rdu-sim step WORKLOAD`: simulate one static step at kernel level and print its timing.
 
-The step is one decode step of the batch (default: every batch slot at the decode bucket of
-the longest cache the KV policy keeps, as ``api.step`` does) or one prefill (default: one
-prompt of the workload's typical length). It runs through ``api.step``: the shape is
+The step is one decode step of the batch or one prefill, its shape given by ``--batch``,
+``--tokens`` and ``--context`` with the defaults of ``rdu_sim.serving.step_shape`` (decode:
+every batch slot at the decode bucket of the longest cache the KV policy keeps; prefill: one
+typical prompt, the typical compressed one when the policy compresses). A ``--context``
+the policy does not keep in full (a SnapStream slot holds its budget) or that is rounded up
+to a decode bucket is said under the tables. It runs through ``api.step``: the shape is
 compiled by ``rdu_sim.compiler`` and simulated by ``rdu_sim.engine`` with the workload's
 ``engine:`` settings; ``--trace FILE`` also records it (``api.step(..., record=True)``) and
 writes a Chrome/Perfetto trace (open it in ui.perfetto.dev).
@@ -27,7 +30,12 @@ from rich.table import Table
 
 from rdu_sim import api
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.cli.options import (
+    overrides_option,
+    step_shape_errors,
+    step_shape_options,
+    workload_argument,
+)
 
 
 def _seconds(value: float) -> str:
@@ -97,28 +105,7 @@ def _print_tables(data: dict[str, Any]) -> None:
 @click.command("step")
 @workload_argument
 @overrides_option
-@click.option(
-    "--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(1, 1_000_000),
-    default=None,
-    help="Batch slots (default: the workload's; 1 prompt for prefill).",
-)
-@click.option(
-    "--tokens",
-    type=click.IntRange(1, 100_000_000),
-    default=None,
-    help="New tokens per slot (default: 1 for decode, the typical prompt for prefill).",
-)
-@click.option(
-    "--context",
-    type=click.IntRange(0, 100_000_000),
-    default=None,
-    help="Cached tokens (default: decode, the longest cache the KV policy keeps "
-    "up to max_context, rounded up to its decode bucket; prefill, 0).",
-)
+@step_shape_options
 @click.option(
     "--trace",
     "trace_file",
@@ -141,19 +128,21 @@ def command(
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.report.trace import write_chrome_trace
+    from rdu_sim.serving.step_shape import context_note
 
     scenario = api.load(workload, overrides)
-    try:
-        cost = api.step(
-            scenario,
-            phase=phase,
-            batch=batch,
-            tokens=tokens,
-            context=context,
-            record=trace_file is not None,
-        )
-    except EventBudgetError as exc:
-        fail(f"{scenario.workload_file}: {exc}")
+    with step_shape_errors(workload):
+        try:
+            cost = api.step(
+                scenario,
+                phase=phase,
+                batch=batch,
+                tokens=tokens,
+                context=context,
+                record=trace_file is not None,
+            )
+        except EventBudgetError as exc:
+            fail(f"{scenario.workload_file}: {exc}")
     timing = cost.detail
     assert isinstance(timing, StepTiming)
     data = timing.to_dict()
@@ -170,5 +159,8 @@ def command(
         click.echo(json.dumps(data, sort_keys=True))
     else:
         _print_tables(data)
+        note = context_note(scenario, context) if phase == "decode" else None
+        if note is not None:
+            click.echo(note)
     if trace_error is not None:
         raise trace_error

@@ -6,14 +6,14 @@ Public API:
 - `compile_program(scenario, shape) -> Program`;
 - `plan_memory(scenario, batch_slots) -> Placement`, `batch_capacity(scenario) -> int`,
   `CapacityError`;
-- `inspect_graph(scenario, phase, batch, context) -> dict`, `to_dot(graph_or_result) -> str`,
+- `inspect_graph(scenario, shape) -> dict`, `to_dot(graph_or_result) -> str`,
   `layer_graph(scenario, shape) -> networkx.DiGraph` (for GraphML via
   `rdu_sim.graph.write_graphml`).
 """
 
 from rdu_sim.compiler.compile import Compiler, compile_program
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.compiler.inspect import inspect_graph, inspect_shape, layer_graph, to_dot
+from rdu_sim.compiler.inspect import inspect_graph, layer_graph, to_dot
 from rdu_sim.compiler.layout import ShardPlan, kv_slot_bytes_per_socket, shard_plan
 from rdu_sim.compiler.placement import (
     activation_bytes,
@@ -49,7 +49,6 @@ __all__ = [
     "batch_capacity",
     "compile_program",
     "inspect_graph",
-    "inspect_shape",
     "kv_bytes",
     "kv_slot_bytes_per_socket",
     "layer_graph",

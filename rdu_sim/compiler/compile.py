@@ -63,8 +63,7 @@ class Compiler:
 
     def batch_slots(self) -> int:
         """serving.batch_slots, or the batch capacity when it says 'auto'."""
-        slots = self.scenario.workload.serving.batch_slots
-        return slots if isinstance(slots, int) else self.batch_capacity()
+        return self.scenario.workload.serving.slots_for(self.batch_capacity)
 
     def placement(self, batch_slots: int | None = None) -> Placement:
         """The memory plan for `batch_slots` slots (default: the workload's)."""

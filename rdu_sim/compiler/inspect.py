@@ -1,7 +1,7 @@
 """What `rdu-sim inspect graph` shows: a compiled step as JSON-ready data, and its DOT.
 
-`inspect_graph(scenario, phase, batch, context)` compiles one static step and returns a
-dict with
+`inspect_graph(scenario, shape)` compiles one static step (`rdu_sim.api.inspect_graph` picks
+the shape `rdu-sim step` would run) and returns a dict with
 - `kernels`: each fused kernel's `name`, `calls`, `looped`, and `stages` (each with `op`,
   `name`, `pcus`, `pmus`, `flops`, `vector_flops`, `bytes` per tier = reads + writes per
   call, `reads`, `writes`, `output_bytes`, `inputs`, `gemm`, `collective`);
@@ -18,42 +18,11 @@ from typing import Any
 import networkx as nx
 
 from rdu_sim.compiler.compile import Compiler
-from rdu_sim.compiler.placement import max_prompt_tokens
 from rdu_sim.compiler.program import TIERS, KernelProgram, Placement
 from rdu_sim.graph import dot_from_records, graph_records
 from rdu_sim.graph import to_dot as graph_to_dot
 from rdu_sim.scenario import Scenario
-from rdu_sim.shapes import Phase, StepShape
-
-
-def inspect_shape(
-    scenario: Scenario,
-    phase: Phase = "decode",
-    batch: int | None = None,
-    context: int | None = None,
-    compiler: Compiler | None = None,
-) -> StepShape:
-    """The static shape `inspect graph` compiles for these options.
-
-    decode: `batch` slots (default the workload's, or its batch capacity), cache length the
-    KV policy's decode bucket covering `context` (default max_context; a compressing
-    policy's slot caps it). prefill: `batch` prompts (default 1) of `context` tokens
-    (default the longest prompt the workload sends), nothing cached.
-    """
-    serving = scenario.workload.serving
-    if phase == "prefill":
-        tokens = context if context else max_prompt_tokens(scenario)
-        return StepShape("prefill", batch or 1, min(tokens, serving.max_context), 0)
-    compiler = compiler or Compiler(scenario)
-    policy = scenario.kv_policy
-    longest = serving.max_context if context is None else context
-    longest = min(longest, policy.slot_tokens())
-    return StepShape(
-        "decode",
-        batch or compiler.batch_slots(),
-        1,
-        policy.decode_bucket(longest),
-    )
+from rdu_sim.shapes import StepShape
 
 
 def _stage_record(stage: Any) -> dict[str, Any]:
@@ -128,14 +97,10 @@ def layer_graph(
 
 
 def inspect_graph(
-    scenario: Scenario,
-    phase: Phase = "decode",
-    batch: int | None = None,
-    context: int | None = None,
+    scenario: Scenario, shape: StepShape, compiler: Compiler | None = None
 ) -> dict[str, Any]:
-    """The compiled step for these options, as JSON-ready data (see the module docstring)."""
-    compiler = Compiler(scenario)
-    shape = inspect_shape(scenario, phase, batch, context, compiler)
+    """The compiled step of `shape`, as JSON-ready data (see the module docstring)."""
+    compiler = compiler or Compiler(scenario)
     program = compiler.program(shape)
     return {
         "workload": scenario.workload.name,

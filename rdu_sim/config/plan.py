@@ -16,7 +16,6 @@ from pydantic import Field, field_validator
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.cluster import SLOConfig
 
-KVPolicyName = Literal["full", "snapstream", "streamingllm", "snapkv"]
 _RATIO = re.compile(r"^([1-9][0-9]{0,2}):([1-9][0-9]{0,2})$")
 
 
@@ -46,8 +45,10 @@ class PlanSearch(StrictModel):
     batch_slots: list[int | Literal["auto"]] | None = Field(
         default=None, description="static batch slots of a replica ('auto': its capacity)"
     )
-    kv_policy: list[KVPolicyName] | None = Field(
-        default=None, description="KV policies (the template's other kv fields are kept)"
+    kv_policy: list[str] | None = Field(
+        default=None,
+        description="KV policies by registered name, checked against rdu_sim.kv's registry "
+        "when the plan is loaded (the template's other kv fields are kept)",
     )
     disaggregation: list[str] = Field(
         default_factory=lambda: ["none"],

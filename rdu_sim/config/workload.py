@@ -8,7 +8,7 @@ Field paths here are a contract that users' scripts, sweeps and the CLI's `--set
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, model_validator
@@ -218,6 +218,11 @@ class ServingConfig(StrictModel):
                 f"serving.batch_slots must be in 1..1000000 or 'auto', got {self.batch_slots}"
             )
         return self
+
+    def slots_for(self, capacity: Callable[[], int]) -> int:
+        """The batch slots a server runs: ``batch_slots``, or for 'auto' the batch capacity
+        (``capacity()``, asked only then: computing it plans memory)."""
+        return capacity() if self.batch_slots == "auto" else self.batch_slots
 
 
 class EngineConfig(StrictModel):

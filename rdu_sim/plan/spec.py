@@ -21,6 +21,7 @@ from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.plan import PlanSpec, parse_ratio
+from rdu_sim.kv import policy_names
 from rdu_sim.sweep.key import config_key, resolved_config
 
 
@@ -173,6 +174,14 @@ def load_plan(path: str | Path) -> LoadedPlan:
     file = Path(path)
     data, lines = read_yaml(file)
     spec = validate(PlanSpec, data, str(file), lines)
+    unknown = [name for name in spec.search.kv_policy or [] if name not in policy_names()]
+    if unknown:  # the registry is the one list of valid policies
+        raise ConfigError.single(
+            str(file),
+            "search.kv_policy",
+            f"unknown kv.policy {unknown[0]!r}; valid policies: {', '.join(policy_names())}",
+            lines.get(("search", "kv_policy")),
+        )
     base_file = Path(spec.cluster)
     if not base_file.is_absolute():
         base_file = file.parent / base_file

@@ -1,0 +1,94 @@
+"""A serving run as the report reads it: metrics, per-request columns, time series, shapes.
+
+:class:`RunResult` is the :class:`~rdu_sim.serving.run.ServingRun` that ``rdu_sim.api.run``
+returns, with the report's views of it: ``to_dict()`` (the JSON contract of ``rdu-sim run
+--json``, see docs/serving.md), ``requests()``, ``timeseries()`` and ``step_shapes()``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from functools import cached_property
+from typing import Any
+
+from numpy.typing import NDArray
+
+from rdu_sim import __version__
+from rdu_sim.report.summary import request_columns, series_columns, summarize
+from rdu_sim.serving.run import ServingRun
+
+__all__ = ["RunResult"]
+
+
+@dataclass(frozen=True)
+class RunResult(ServingRun):
+    """Everything a run produced (a ServingRun), and the report's views of it."""
+
+    @classmethod
+    def of(cls, run: ServingRun) -> RunResult:
+        """The report's view of a serving run."""
+        return cls(**{f.name: getattr(run, f.name) for f in fields(ServingRun)})
+
+    def meta(self) -> dict[str, Any]:
+        """Identity of the run (names, parallelism, seed, version; no paths, no clocks)."""
+        s = self.scenario
+        return {
+            "model": s.model.name,
+            "workload": s.workload.name,
+            "hardware": s.hardware.name,
+            "tp": s.tp,
+            "sockets": s.hardware.system.sockets,
+            "seed": s.workload.serving.seed,
+            "max_context": s.workload.serving.max_context,
+            "version": __version__,
+        }
+
+    @cached_property
+    def _summary(self) -> dict[str, Any]:
+        return summarize(
+            meta=self.meta(),
+            kv_policy=self.policy.name,
+            batch_capacity=self.batch_capacity,
+            batch_slots=self.batch_slots,
+            placement=self.placement,
+            records=self.records,
+            cache=self.cache,
+            prefill_s=self.prefill_s,
+            closed_loop=self.requests_in.closed_loop,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract (see docs/serving.md): metrics, memory, identity."""
+        return dict(self._summary)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """``to_dict`` as JSON: sorted keys, byte-identical for identical inputs."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+
+    def requests(self) -> dict[str, NDArray[Any]]:
+        """Per-request columns: ids, lengths, slot, arrival/admit/first-token/finish times,
+        queue delay, TTFT, TPOT, end-to-end latency (seconds)."""
+        return request_columns(self.records)
+
+    def timeseries(self) -> dict[str, NDArray[Any]]:
+        """State after each change: waiting, prefilling, decoding, occupied, occupancy,
+        decode bucket, by ``time_s``."""
+        return series_columns(self.records, self.batch_slots)
+
+    def step_shapes(self) -> list[dict[str, Any]]:
+        """Every simulated shape with its step time and how many steps ran it."""
+        shapes = sorted(
+            self.cache.steps.items(), key=lambda i: (i[0].phase, i[0].tokens, i[0].cache_len)
+        )
+        return [
+            {
+                "phase": shape.phase,
+                "batch": shape.batch,
+                "tokens": shape.tokens,
+                "cache_len": shape.cache_len,
+                "step_s": self.cache.step_s(shape),
+                "steps": count,
+            }
+            for shape, count in shapes
+        ]

@@ -1,0 +1,85 @@
+"""Where a serving run gets its batch capacity, memory plan and step times: a Backend.
+
+:class:`EngineBackend` is the real one: ``rdu_sim.compiler`` plans memory and compiles each
+static shape, ``rdu_sim.engine`` simulates it. Tests pass a formula-based backend instead, so
+the serving level can be checked against closed-form step times.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rdu_sim.compiler import CapacityError, Compiler
+from rdu_sim.compiler.program import Placement
+from rdu_sim.engine import Engine
+from rdu_sim.scenario import Scenario
+from rdu_sim.serving.step_cache import StepCost
+from rdu_sim.shapes import StepShape
+
+__all__ = ["Backend", "EngineBackend", "resolve_batch_slots"]
+
+
+class Backend(Protocol):
+    """Where capacity, memory plans and step times come from (the compiler and engine)."""
+
+    def batch_capacity(self, scenario: Scenario) -> int:
+        """Largest batch whose memory plan fits (0 or CapacityError when none does)."""
+        ...
+
+    def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
+        """One socket's memory plan for ``batch_slots`` (CapacityError if it does not fit)."""
+        ...
+
+    def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
+        """Simulate one step of ``shape``."""
+        ...
+
+
+class EngineBackend:
+    """The real thing: ``rdu_sim.compiler`` plans and compiles, ``rdu_sim.engine`` times."""
+
+    def __init__(self, *, record: bool = False) -> None:
+        self.record = record  # the engine collects trace records (StepTiming.records)
+        self._compiler: Compiler | None = None  # the last scenario's (it caches per instance)
+
+    def compiler(self, scenario: Scenario) -> Compiler:
+        """One Compiler per scenario, so a run plans memory and capacity once, not per shape."""
+        if self._compiler is None or self._compiler.scenario is not scenario:
+            self._compiler = Compiler(scenario)
+        return self._compiler
+
+    def batch_capacity(self, scenario: Scenario) -> int:
+        """The compiler's batch capacity."""
+        return self.compiler(scenario).batch_capacity()
+
+    def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
+        """The compiler's memory plan."""
+        return self.compiler(scenario).placement(batch_slots)
+
+    def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
+        """Compile the shape and simulate one step on the hardware model (recording its
+        trace when the backend was built with ``record=True``)."""
+        program = self.compiler(scenario).program(shape)
+        engine = Engine(scenario.hardware, scenario.workload.engine, record=self.record)
+        timing = engine.simulate_step(program)
+        return StepCost(
+            step_s=float(timing.step_s),
+            hbm_util=float(timing.hbm_bandwidth_fraction),
+            pcu_util=float(timing.utilization.get("pcu", 0.0)),
+            detail=timing,
+        )
+
+
+def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]:
+    """(batch capacity, batch slots to run): ``serving.batch_slots``, or the capacity for
+    ``auto``; CapacityError when not one sequence fits."""
+    capacity = backend.batch_capacity(scenario)
+    if capacity < 1:
+        raise CapacityError(
+            f"{scenario.workload_file}: not even one sequence of max_context="
+            f"{scenario.workload.serving.max_context} tokens fits beside the weights "
+            f"({scenario.model.name}, tp={scenario.tp}, kv.policy="
+            f"{scenario.workload.kv.policy}); lower serving.max_context, use a compressing "
+            "kv.policy, or add sockets"
+        )
+    return capacity, scenario.workload.serving.slots_for(lambda: capacity)
