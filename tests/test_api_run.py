@@ -185,7 +185,7 @@ def test_console_report_renders() -> None:
     from rich.console import Console
 
     console = Console(record=True, width=120)
-    console.print(render(fake_run(LLAMA, **{"serving.requests": 5}).to_dict()))
+    console.print(render(fake_run(LLAMA, **{"serving.requests": 5}).summary()))
     text = console.export_text()
     for words in ("Memory per socket", "time to first token", "batch capacity", "HBM"):
         assert words in text

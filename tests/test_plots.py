@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
+from rdu_sim import studies
 from rdu_sim.report import plots
-from rdu_sim.report.plots_data import GIB, PlotInputError, as_runs, memory_of
+from rdu_sim.report.plots_data import GIB, PlotInputError, as_runs
 
 # ---------------------------------------------------------------------------- synthetic data
 
@@ -211,29 +212,26 @@ def test_occupancy_timeline_step_and_capacity_line() -> None:
     assert ax.get_xlabel() == "simulated time (s)"
 
 
-def test_latency_accepts_a_list_of_request_records() -> None:
+def test_records_are_read_in_one_form_only() -> None:
+    """Per-request records and the occupancy series are columns, under the names
+    RunResult and `rdu-sim run --out` use; anything else is refused by name, not guessed."""
     run = fake_run()
     columns = run.pop("request_records")
-    run["per_request"] = [
+    run["request_records"] = [
         {"ttft_s": a, "tpot_s": b}
         for a, b in zip(columns["ttft_s"], columns["tpot_s"], strict=True)
     ]
-    fig = render(lambda: plots.latency_distribution(run))
-    assert len(fig.axes[0].lines) == 1
-
-
-def test_occupancy_accepts_records_and_pairs() -> None:
+    with pytest.raises(PlotInputError, match="per-request records must be columns"):
+        plots.latency_distribution(run)
+    run = fake_run()
+    run["per_request"] = run.pop("request_records")
+    with pytest.raises(PlotInputError, match="no per-request records"):
+        plots.latency_distribution(run)
     run = fake_run()
     series = run["slot_occupancy"]
-    run["slot_occupancy"] = [
-        {"time_s": t, "occupied": o}
-        for t, o in zip(series["time_s"], series["occupied"], strict=True)
-    ]
-    render(lambda: plots.occupancy_timeline(run))
-    run["slot_occupancy"] = [
-        [t, o] for t, o in zip(series["time_s"], series["occupied"], strict=True)
-    ]
-    render(lambda: plots.occupancy_timeline(run))
+    run["slot_occupancy"] = {"t": series["time_s"], "occupied": series["occupied"]}
+    with pytest.raises(PlotInputError, match="has no 'time_s' column"):
+        plots.occupancy_timeline(run)
 
 
 def test_dataframe_rows_with_dotted_columns_are_runs() -> None:
@@ -246,7 +244,8 @@ def test_dataframe_rows_with_dotted_columns_are_runs() -> None:
         rows.append(row)
     frame = pd.DataFrame(rows)
     runs = as_runs(frame)
-    assert memory_of(runs[0], "hbm")["capacity"] == 64 * GIB
+    memory = runs[0].memory
+    assert memory is not None and memory["hbm"].capacity_bytes == 64 * GIB
     render(lambda: plots.batch_capacity(frame))
     render(lambda: plots.memory_footprint(frame, tiers=["hbm"]))
 
@@ -273,9 +272,8 @@ def test_plot_dispatch_and_save(tmp_path: Any) -> None:
         )
         suffix = ".svg" if kind == "capacity" else ".png"  # SVG is slow to write: once
         assert plots.save_figure(fig, tmp_path / f"{kind}{suffix}").stat().st_size > 0
-    run = {**runs[0], "decode_step": fake_step(), "roofs": HARDWARE}
-    render(lambda: plots.plot("roofline", json.loads(json.dumps(run))))
-    render(lambda: plots.plot("roofline", {**fake_step(), "hardware": HARDWARE}))
+    step = {**fake_step(), "hardware": HARDWARE}
+    render(lambda: plots.plot("roofline", json.loads(json.dumps(step))))
     with pytest.raises(PlotInputError, match="must end in"):
         plots.save_figure(fig, tmp_path / "x.jpg")
 
@@ -400,20 +398,20 @@ def real_run() -> Any:
 
 @pytest.fixture(scope="module")
 def real_plans() -> list[dict[str, Any]]:
-    return plots.plan_over_contexts(LLAMA, REAL_CONTEXTS)
+    return studies.plan_over_contexts(LLAMA, REAL_CONTEXTS)
 
 
 @pytest.fixture(scope="module")
 def real_decode() -> dict[str, list[dict[str, Any]]]:
     return {
-        "context": plots.decode_over_contexts(LLAMA, REAL_CONTEXTS),
-        "batch": plots.decode_over_batches(LLAMA, [1, 4, 16], context=4096),
+        "context": studies.decode_over_contexts(LLAMA, REAL_CONTEXTS),
+        "batch": studies.decode_over_batches(LLAMA, [1, 4, 16], context=4096),
     }
 
 
 @pytest.fixture(scope="module")
 def real_step() -> dict[str, Any]:
-    return plots.decode_step_timing(LLAMA)
+    return studies.decode_step_timing(LLAMA)
 
 
 def test_real_memory_footprint(real_plans: list[dict[str, Any]], real_run: Any) -> None:

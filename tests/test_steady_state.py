@@ -145,7 +145,7 @@ def test_calibration_refuses_too_few_requests() -> None:
 def test_console_line(closed: api.RunResult, poisson: api.RunResult) -> None:
     def text(result: api.RunResult) -> str:
         console = Console(width=200, record=True)
-        console.print(render(result.to_dict()))
+        console.print(render(result.summary()))
         return console.export_text()
 
     data = closed.to_dict()

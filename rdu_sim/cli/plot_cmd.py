@@ -7,10 +7,12 @@ INPUT is read by its suffix:
   per-request records and the occupancy series; INPUT may also be that DIR. For
   ``calibration``, what ``rdu-sim validate --json`` prints;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
-* ``.yaml`` / ``.yml``: a workload, simulated here: the compiler's memory plan and batch
-  capacity over ``--contexts`` and ``--policies`` (memory, capacity); one decode step at the
-  capacity per context (throughput, steady state); one decode step's kernels (roofline); a
-  serving run of ``--requests`` requests (latency, occupancy).
+* ``.yaml`` / ``.yml``: a workload, simulated here (``rdu_sim.studies``), each point being
+  what ``rdu-sim run WORKLOAD --set serving.max_context=C --set kv.policy=P`` runs: the
+  compiler's memory plan and batch capacity over ``--contexts`` and ``--policies`` (memory,
+  capacity); one decode step at the capacity per context (throughput, steady state); one
+  decode step's kernels (roofline); a serving run of ``--requests`` requests (latency,
+  occupancy). ``--set`` applies to every point, parsed as ``rdu-sim run`` parses it.
 
 Every mistake in the input (an unknown KIND, an unreadable file, results lacking what the
 plot needs) prints ``error: ...`` and exits 2, like every other rdu-sim command.
@@ -117,23 +119,18 @@ def _simulate(
     policies: list[str],
     requests: int,
 ) -> Any:
-    """Results for ``kind`` from a workload, built in-process (see rdu_sim.report.plots)."""
-    from rdu_sim.report import plots
+    """Results for ``kind`` from a workload, simulated in-process (``rdu_sim.studies``; a
+    point is what ``rdu-sim run`` runs at that context and policy)."""
+    from rdu_sim import api, studies
+    from rdu_sim.report.plots_data import result_record
 
     if kind in ("memory", "capacity"):
-        return plots.plan_over_contexts(
-            path, contexts, policies=policies, overrides=list(overrides)
-        )
+        return studies.plan_over_contexts(path, contexts, policies=policies, overrides=overrides)
     if kind == "throughput":
-        return plots.decode_over_contexts(
-            path, contexts, policies=policies, overrides=list(overrides)
-        )
+        return studies.decode_over_contexts(path, contexts, policies=policies, overrides=overrides)
     if kind == "roofline":
-        return plots.decode_step_timing(path, overrides=list(overrides))
-    from rdu_sim.api import run
-
-    result = run(path, [*overrides, f"serving.requests={requests}"])
-    return plots.result_record(result)
+        return studies.decode_step_timing(path, overrides=overrides)
+    return result_record(api.run(path, [*overrides, f"serving.requests={requests}"]))
 
 
 @click.command("plot")

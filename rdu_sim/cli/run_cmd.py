@@ -167,7 +167,7 @@ def command(
     if as_json:  # printed first: a failed --out write loses none of it
         click.echo(json.dumps(data, sort_keys=True))
     else:
-        print_report(data)
+        print_report(result.summary())
     if out_dir is not None:
         folder = out_dir
         _write(

@@ -13,7 +13,8 @@ from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 
-from rdu_sim.report.console import human_bytes, human_seconds, latency_table
+from rdu_sim.report.console import LATENCIES, human_bytes, human_seconds, latency_table
+from rdu_sim.report.summary import Percentiles
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
 
@@ -180,7 +181,8 @@ def render_cluster(result: Mapping[str, Any]) -> Group:
         f"{result.get('sockets')} sockets, router {result.get('router')}"
         + (", disaggregated" if result.get("disaggregated") else "")
     )
-    parts: list[Any] = [head, pools_table(result), goodput_table(result), latency_table(result)]
+    latencies = {key: Percentiles(**result[key]) for key, _ in LATENCIES}
+    parts: list[Any] = [head, pools_table(result), goodput_table(result), latency_table(latencies)]
     classes = classes_table(result)
     if classes is not None:
         parts.append(classes)

@@ -1,18 +1,18 @@
-"""The human report of a run: rich tables built from the result dict (nothing else).
+"""The human report of a run: rich tables built from its typed summary (nothing else).
 
-Working from the JSON contract, not from simulator objects, keeps the report honest (what
-you read is what scripts get) and lets it render a stored result.json too.
+Working from the summary, the same values `rdu-sim run --json` prints, not from simulator
+objects, keeps the report honest: what you read is what scripts get.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 
+from rdu_sim.report.summary import Percentiles, RunSummary
 from rdu_sim.serving.steady import MIN_TURNOVERS
 
 
@@ -43,72 +43,64 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def steady_decode(result: Mapping[str, Any]) -> str:
+def steady_decode(result: RunSummary) -> str:
     """The steady-state decode rate and its window, or why there is none."""
-    rate = result.get("steady_decode_tokens_per_s")
-    window = result.get("steady_window_s")
-    if rate is None or not window:
+    rate, window = result.steady_decode_tokens_per_s, result.steady_window_s
+    if rate is None or window is None or None in window:
         return f"n/a (needs a closed loop with >= {MIN_TURNOVERS} requests per slot)"
     return f"{rate:,.1f} tok/s (window {window[0]:.4g}-{window[1]:.4g} s)"
 
 
-def memory_table(result: Mapping[str, Any]) -> Table:
+def memory_table(result: RunSummary) -> Table:
     """Per-tier memory of one socket: capacity, weights, KV, activations, used, free."""
     table = Table(
-        title=f"Memory per socket ({result.get('sockets', '?')} sockets, "
-        f"tp={result.get('tp', '?')})",
+        title=f"Memory per socket ({result.sockets} sockets, tp={result.tp})",
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
     for column in ("tier", "capacity", "weights", "KV", "activ.", "used", "used %", "free"):
         table.add_column(column, justify="left" if column == "tier" else "right")
-    for tier, usage in result.get("memory", {}).items():
-        capacity = usage.get("capacity_bytes") or 0
-        used = usage.get("used_bytes")
-        share = f"{100 * used / capacity:.0f}%" if capacity and used is not None else "-"
+    for tier, usage in result.memory.items():
+        capacity = usage.capacity_bytes
+        share = f"{100 * usage.used_bytes / capacity:.0f}%" if capacity else "-"
         table.add_row(
             tier.upper(),
             human_bytes(capacity),
-            human_bytes(usage.get("weights_bytes")),
-            human_bytes(usage.get("kv_bytes")),
-            human_bytes(usage.get("activations_bytes")),
-            human_bytes(used),
+            human_bytes(usage.weights_bytes),
+            human_bytes(usage.kv_bytes),
+            human_bytes(usage.activations_bytes),
+            human_bytes(usage.used_bytes),
             share,
-            human_bytes(usage.get("free_bytes")),
+            human_bytes(usage.free_bytes),
         )
     return table
 
 
-def serving_table(result: Mapping[str, Any]) -> Table:
+def serving_table(result: RunSummary) -> Table:
     """Capacity, throughput and utilization figures."""
     table = Table(title="Serving", title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    util = result.get("utilization", {})
-    cache = result.get("step_cache", {})
+    cache = result.step_cache
     rows = [
-        ("KV policy", str(result.get("kv_policy"))),
-        ("batch capacity (fits in memory)", str(result.get("batch_capacity"))),
-        ("batch slots (run)", str(result.get("batch_slots"))),
-        ("KV cache per slot (per socket)", human_bytes(result.get("kv_bytes_per_slot"))),
-        ("requests completed", f"{result.get('requests_completed')} / {result.get('requests')}"),
-        ("output tokens", f"{result.get('output_tokens', 0):,}"),
-        ("makespan", human_seconds(result.get("makespan_s"))),
-        ("decode throughput (all users)", f"{result.get('decode_tokens_per_s', 0):,.1f} tok/s"),
+        ("KV policy", result.kv_policy),
+        ("batch capacity (fits in memory)", str(result.batch_capacity)),
+        ("batch slots (run)", str(result.batch_slots)),
+        ("KV cache per slot (per socket)", human_bytes(result.kv_bytes_per_slot)),
+        ("requests completed", f"{result.requests_completed} / {result.requests}"),
+        ("output tokens", f"{result.output_tokens:,}"),
+        ("makespan", human_seconds(result.makespan_s)),
+        ("decode throughput (all users)", f"{result.decode_tokens_per_s or 0:,.1f} tok/s"),
         ("steady-state decode (slots kept full)", steady_decode(result)),
-        (
-            "per-user rate (p50)",
-            f"{(result.get('user_tokens_per_s') or {}).get('p50') or 0:,.2f} tok/s",
-        ),
-        ("prefill of a typical prompt", human_seconds(result.get("prefill_s"))),
-        ("slot occupancy (time mean)", _percent(result.get("occupancy"))),
-        ("decode slots doing work", _percent(result.get("decode_slot_fill"))),
-        ("HBM bandwidth utilization", _percent(util.get("hbm"))),
-        ("PCU utilization", _percent(util.get("pcu"))),
+        ("per-user rate (p50)", f"{result.user_tokens_per_s.p50 or 0:,.2f} tok/s"),
+        ("prefill of a typical prompt", human_seconds(result.prefill_s)),
+        ("slot occupancy (time mean)", _percent(result.occupancy)),
+        ("decode slots doing work", _percent(result.decode_slot_fill)),
+        ("HBM bandwidth utilization", _percent(result.utilization.hbm)),
+        ("PCU utilization", _percent(result.utilization.pcu)),
         (
             "step cache",
-            f"{cache.get('shapes', 0)} shapes, {cache.get('misses', 0)} misses, "
-            f"{_percent(cache.get('hit_rate'))} hits",
+            f"{cache.shapes} shapes, {cache.misses} misses, {_percent(cache.hit_rate)} hits",
         ),
     ]
     for name, value in rows:
@@ -116,33 +108,40 @@ def serving_table(result: Mapping[str, Any]) -> Table:
     return table
 
 
-def latency_table(result: Mapping[str, Any]) -> Table:
-    """TTFT, TPOT, queueing delay and end-to-end latency percentiles."""
+LATENCIES = (
+    ("ttft_s", "time to first token"),
+    ("tpot_s", "time per output token"),
+    ("queue_delay_s", "queueing delay"),
+    ("e2e_s", "end to end"),
+)
+"""The latency percentiles a report shows, by their JSON names."""
+
+
+def latency_table(latencies: Mapping[str, Percentiles]) -> Table:
+    """TTFT, TPOT, queueing delay and end-to-end latency percentiles (by JSON name, as
+    :data:`LATENCIES` lists them)."""
     table = Table(title="Latency", title_justify="left")
     table.add_column("")
     for p in ("p50", "p90", "p99", "mean"):
         table.add_column(p, justify="right")
-    for key, name in (
-        ("ttft_s", "time to first token"),
-        ("tpot_s", "time per output token"),
-        ("queue_delay_s", "queueing delay"),
-        ("e2e_s", "end to end"),
-    ):
-        values = result.get(key) or {}
-        table.add_row(name, *(human_seconds(values.get(p)) for p in ("p50", "p90", "p99", "mean")))
+    for key, name in LATENCIES:
+        values = latencies[key]
+        table.add_row(
+            name, *(human_seconds(v) for v in (values.p50, values.p90, values.p99, values.mean))
+        )
     return table
 
 
-def render(result: Mapping[str, Any]) -> Group:
+def render(result: RunSummary) -> Group:
     """All report tables, headed by what was simulated."""
     head = (
-        f"[bold]{result.get('workload')}[/bold]: {result.get('model')} on "
-        f"{result.get('hardware')}, tp={result.get('tp')}, kv={result.get('kv_policy')}, "
-        f"seed={result.get('seed')}"
+        f"[bold]{result.workload}[/bold]: {result.model} on {result.hardware}, "
+        f"tp={result.tp}, kv={result.kv_policy}, seed={result.seed}"
     )
-    return Group(head, memory_table(result), serving_table(result), latency_table(result))
+    latencies = {key: getattr(result, key) for key, _ in LATENCIES}
+    return Group(head, memory_table(result), serving_table(result), latency_table(latencies))
 
 
-def print_report(result: Mapping[str, Any], console: Console | None = None) -> None:
+def print_report(result: RunSummary, console: Console | None = None) -> None:
     """Print the report to ``console`` (stdout by default)."""
     (console or Console()).print(render(result))

@@ -21,17 +21,16 @@ calibration         :func:`calibration`                          ``rdu-sim valid
 (notebooks)         :func:`design_space`                         a sweep DataFrame
 ==================  ===========================================  ==========================
 
-Results over contexts or batch sizes are built in-process: :func:`plan_over_contexts` (the
-compiler's capacity and memory plan only, milliseconds), :func:`decode_over_contexts` and
-:func:`decode_over_batches` (steady-state decode tokens/s from one engine step per point),
-:func:`runs_over_contexts` and
-:func:`runs_over_batches` (short serving runs), :func:`decode_step_timing` (one step for the
-roofline). :func:`result_record` turns a ``RunResult`` into the dict the plots read.
+This package only draws: results over contexts or batch sizes are simulated by
+``rdu_sim.studies`` (above the API: ``plan_over_contexts``, ``decode_over_contexts``,
+``decode_over_batches``, ``decode_step_timing``). When such results changed something on
+top of their workload (their ``settings``), the figure says so under its axes.
+:func:`result_record` turns a ``RunResult`` into the dict the plots read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +38,7 @@ from matplotlib.figure import Figure
 
 from rdu_sim.report.files import write_file
 from rdu_sim.report.plots_calibration import calibration
-from rdu_sim.report.plots_data import (
-    PlotInputError,
-    as_runs,
-    context_of,
-    find,
-    result_record,
-)
+from rdu_sim.report.plots_data import PlotInputError, as_runs, result_record
 from rdu_sim.report.plots_memory import batch_capacity, memory_footprint
 from rdu_sim.report.plots_perf import (
     KernelPoint,
@@ -53,15 +46,6 @@ from rdu_sim.report.plots_perf import (
     roofline,
     throughput_vs_batch,
     throughput_vs_context,
-)
-from rdu_sim.report.plots_runs import (
-    context_overrides,
-    decode_over_batches,
-    decode_over_contexts,
-    decode_step_timing,
-    plan_over_contexts,
-    runs_over_batches,
-    runs_over_contexts,
 )
 from rdu_sim.report.plots_serving import latency_distribution, occupancy_timeline
 from rdu_sim.report.plots_sweep import design_space
@@ -73,21 +57,14 @@ __all__ = [
     "PlotInputError",
     "batch_capacity",
     "calibration",
-    "context_overrides",
-    "decode_over_batches",
-    "decode_over_contexts",
-    "decode_step_timing",
     "design_space",
     "kernel_points",
     "latency_distribution",
     "memory_footprint",
     "occupancy_timeline",
-    "plan_over_contexts",
     "plot",
     "result_record",
     "roofline",
-    "runs_over_batches",
-    "runs_over_contexts",
     "save_figure",
     "throughput_vs_batch",
     "throughput_vs_context",
@@ -115,36 +92,22 @@ SAVE_FORMATS = (".png", ".svg", ".pdf")
 def _throughput(results: Any) -> Figure:
     """Vs batch when the runs share one context and differ in batch slots, else vs context."""
     runs = as_runs(results)
-    contexts = {context_of(r) for r in runs}
-    batches = {find(r, "batch_slots", what="batch slots", default=None) for r in runs}
+    contexts = {r.max_context for r in runs}
+    batches = {r.batch_slots for r in runs}
     if len(contexts) == 1 and len(batches) > 1:
         return throughput_vs_batch(runs)
     return throughput_vs_context(runs)
 
 
 def _roofline(results: Any) -> Figure:
-    """Roofline of a step timing (``decode_step_timing``'s dict), or of the first run that
-    holds one under ``decode_step`` with its hardware roofs."""
-    for run in as_runs(results):
-        step = (
-            run
-            if "kernels" in run
-            else find(run, "decode_step", "step_timing", what="step timing", default=None)
+    """Roofline of a step timing (``rdu_sim.studies.decode_step_timing``'s dict, with its
+    hardware roofs)."""
+    if not isinstance(results, Mapping):
+        raise PlotInputError(
+            "results have no step timing ('kernels' with flops, bytes_by_tier "
+            "and time_s); plot the roofline from a workload YAML instead"
         )
-        if step is None:
-            continue
-        hardware = step.get("hardware") if isinstance(step, dict) else None
-        if not isinstance(hardware, dict):
-            hardware = run.get("roofs", run.get("hardware"))
-        if not isinstance(hardware, dict):
-            raise PlotInputError(
-                "results have a step timing but no hardware roofs (peak_flops, hbm_bandwidth)"
-            )
-        return roofline(step, hardware)
-    raise PlotInputError(
-        "results have no step timing ('kernels' with flops, bytes_by_tier "
-        "and time_s); plot the roofline from a workload YAML instead"
-    )
+    return roofline(results)
 
 
 _RENDERERS: dict[str, Callable[[Any], Figure]] = {

@@ -1,10 +1,12 @@
-"""Read what the plots need out of run results, whatever form they come in.
+"""The results a plot reads, typed: :class:`RunPoint`, built once from whatever form they come in.
 
-Plots take results as a run's JSON dict (``RunResult.to_dict()`` or the file ``rdu-sim run
---json`` writes), a list of them, or a sweep DataFrame (``rdu_sim.sweep.load``). This module
-turns all three into a list of plain mappings and looks fields up by dotted path, so each plot
-states *what* it needs and a missing field becomes one clear :class:`PlotInputError` naming
-the key (the CLI turns it into exit status 2) instead of a ``KeyError`` deep in matplotlib.
+Plots take a run (``RunResult``, its typed ``RunSummary``, or its JSON dict as ``rdu-sim run
+--json`` writes it), a row of ``rdu_sim.studies`` (memory plans, decode steps), a list of
+them, or a sweep DataFrame (``rdu_sim.sweep.load``: one row per point, the metrics in
+dotted columns such as ``memory.hbm.kv_bytes``). :func:`as_runs` reads each into a
+:class:`RunPoint` by the names of the JSON contract, one name per quantity; a plot then reads
+attributes, and a quantity it needs but the results lack is one :class:`PlotInputError`
+naming it (the CLI turns it into exit status 2) instead of a ``KeyError`` deep in matplotlib.
 """
 
 from __future__ import annotations
@@ -12,28 +14,28 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rdu_sim.report.summary import RunSummary, TierMemory
 
 __all__ = [
     "GIB",
     "MEMORY_PARTS",
     "TIERS",
     "PlotInputError",
+    "RunPoint",
     "as_runs",
-    "context_of",
-    "find",
     "group_runs",
     "label_of",
     "lookup",
-    "memory_of",
-    "model_of",
     "number",
-    "policy_of",
     "result_record",
-    "tiers_present",
+    "settings_note",
 ]
-
-Run = Mapping[str, Any]
 
 GIB = float(2**30)
 """Bytes in a GiB: memory axes are in GiB because capacities are powers of two."""
@@ -44,12 +46,145 @@ TIERS = ("sram", "hbm", "ddr")
 MEMORY_PARTS = ("weights", "kv", "activations", "free")
 """Stacked parts of a tier's footprint, bottom to top."""
 
+REQUEST_RECORDS = "request_records"
+"""Key of a run's per-request columns (``RunResult.requests()``; ``requests.csv``)."""
+
+SLOT_OCCUPANCY = "slot_occupancy"
+"""Key of a run's state time series (``RunResult.timeseries()``; ``timeseries.csv``)."""
+
 _MISSING = object()
-_ABSENT = object()  # lookup's answer inside find, distinct from the raise sentinel
+
+Columns = Mapping[str, NDArray[np.float64]]
 
 
 class PlotInputError(ValueError):
-    """The results lack a field a plot needs, or are not results at all."""
+    """The results lack a quantity a plot needs, or are not results at all."""
+
+
+def number(value: Any, what: str) -> float:
+    """``value`` as a float, or PlotInputError naming ``what``."""
+    if isinstance(value, bool):
+        raise PlotInputError(f"{what} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise PlotInputError(f"{what} must be a number, got {value!r}") from None
+
+
+def _columns(table: Any, what: str) -> dict[str, NDArray[np.float64]]:
+    """A mapping of equal-length numeric columns (empty cells are NaN)."""
+    if not isinstance(table, Mapping):
+        raise PlotInputError(f"{what} must be columns (name -> values), got {type(table).__name__}")
+    out: dict[str, NDArray[np.float64]] = {}
+    for name, values in table.items():
+        if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+            raise PlotInputError(f"{what} column {name!r} is not a list of numbers")
+        out[str(name)] = np.asarray(
+            [np.nan if v is None else number(v, f"{what} {name}") for v in values],
+            dtype=np.float64,
+        )
+    if len({len(v) for v in out.values()}) > 1:
+        raise PlotInputError(f"{what} columns differ in length")
+    return out
+
+
+def _tier(usage: Any, tier: str) -> TierMemory:
+    """One tier's memory from the contract's ``*_bytes`` keys (capacity required; a part a
+    partial result leaves out counts as 0, free as what the parts leave)."""
+    if not isinstance(usage, Mapping):
+        raise PlotInputError(f"memory.{tier} must be a mapping of *_bytes")
+    if "capacity_bytes" not in usage:
+        raise PlotInputError(f"results have no 'memory.{tier}.capacity_bytes'")
+
+    def part(name: str, default: float = 0.0) -> int:
+        value = usage.get(name)
+        return int(number(default if value is None else value, f"memory.{tier}.{name}"))
+
+    capacity = part("capacity_bytes")
+    weights, kv, act = part("weights_bytes"), part("kv_bytes"), part("activations_bytes")
+    used = weights + kv + act
+    return TierMemory(
+        capacity_bytes=capacity,
+        used_bytes=used,
+        weights_bytes=weights,
+        kv_bytes=kv,
+        activations_bytes=act,
+        free_bytes=max(0, part("free_bytes", capacity - used)),
+    )
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """What the plots read of one run or point of a study; ``None`` when the results do not
+    say (a plot that needs it raises :class:`PlotInputError` through :meth:`need`)."""
+
+    model: str = ""
+    kv_policy: str = "?"
+    max_context: int | None = None
+    batch_slots: int | None = None
+    batch_capacity: int | None = None
+    decode_tokens_per_s: float | None = None
+    memory: Mapping[str, TierMemory] | None = None
+    source: str = "run"  # "run", or a study's "plan" / "decode_step"
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    requests: Columns | None = None  # per-request columns (ttft_s, tpot_s ...)
+    occupancy: Columns | None = None  # state time series (time_s, occupied ...)
+    row: Mapping[str, Any] = field(default_factory=dict)  # the flat record, for lookups
+
+    def need(self, name: str) -> Any:
+        """Attribute ``name``, or PlotInputError when the results do not have it."""
+        value = getattr(self, name)
+        if value is None:
+            what = name.replace("_", " ").replace("max context", "context length")
+            raise PlotInputError(f"results have no {what} ({name!r}, needed for this plot)")
+        return value
+
+    @classmethod
+    def of_summary(cls, summary: RunSummary, **extra: Any) -> RunPoint:
+        """A run's typed summary (plus its columns)."""
+        return cls(
+            model=summary.model,
+            kv_policy=summary.kv_policy,
+            max_context=summary.max_context,
+            batch_slots=summary.batch_slots,
+            batch_capacity=summary.batch_capacity,
+            decode_tokens_per_s=summary.decode_tokens_per_s,
+            memory=dict(summary.memory),
+            **extra,
+        )
+
+    @classmethod
+    def of_mapping(cls, data: Mapping[str, Any], row: Mapping[str, Any] | None = None) -> RunPoint:
+        """A run's JSON dict or a study's row, by the names of the JSON contract."""
+
+        def integer(name: str) -> int | None:
+            value = data.get(name)
+            return None if value is None else int(number(value, name))
+
+        memory = data.get("memory")
+        if memory is not None and not isinstance(memory, Mapping):
+            raise PlotInputError("results' 'memory' must map tiers to their *_bytes")
+        rate = data.get("decode_tokens_per_s")
+        requests, series = data.get(REQUEST_RECORDS), data.get(SLOT_OCCUPANCY)
+        settings = data.get("settings") or {}
+        if not isinstance(settings, Mapping):
+            raise PlotInputError("results' 'settings' must map override paths to values")
+        return cls(
+            model=str(data.get("model") or ""),
+            kv_policy=str(data.get("kv_policy") or "?"),
+            max_context=integer("max_context"),
+            batch_slots=integer("batch_slots"),
+            batch_capacity=integer("batch_capacity"),
+            decode_tokens_per_s=None if rate is None else number(rate, "decode_tokens_per_s"),
+            memory=None
+            if memory is None
+            else {str(t): _tier(u, str(t)) for t, u in memory.items() if t in TIERS},
+            source=str(data.get("source") or "run"),
+            settings=dict(settings),
+            requests=None if requests is None else _columns(requests, "per-request records"),
+            occupancy=None if series is None else _columns(series, "slot-occupancy series"),
+            row=dict(row if row is not None else data),
+        )
 
 
 def _decode(value: Any) -> Any:
@@ -73,7 +208,7 @@ def _unflatten(row: Mapping[str, Any]) -> dict[str, Any]:
         value = _decode(raw)
         if isinstance(value, float) and math.isnan(value):
             continue
-        parts = str(key).replace("__", ".").split(".")
+        parts = str(key).split(".")
         node = nested
         for part in parts[:-1]:
             child = node.setdefault(part, {})
@@ -86,70 +221,74 @@ def _unflatten(row: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def _columns(table: Mapping[str, Any]) -> dict[str, list[Any]]:
+def _table(table: Mapping[str, Any]) -> dict[str, list[Any]]:
     """Columns of NumPy arrays (or lists) as JSON-safe lists."""
     return {str(k): (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in table.items()}
 
 
 def result_record(result: Any) -> dict[str, Any]:
-    """A ``RunResult`` as one JSON-safe dict holding everything the plots read.
-
-    ``to_dict()`` (the metrics), plus the per-request columns of ``requests()`` under
-    ``request_records`` and the state time series of ``timeseries()`` under
-    ``slot_occupancy``.
-    """
+    """A ``RunResult`` as one JSON-safe dict holding everything the plots read: its
+    ``to_dict()``, plus ``request_records`` (``requests()``) and ``slot_occupancy``
+    (``timeseries()``)."""
     record = dict(result.to_dict())
-    for method, key in (("requests", "request_records"), ("timeseries", "slot_occupancy")):
-        table = getattr(result, method, None)
-        if callable(table):
-            record[key] = _columns(table())
+    record[REQUEST_RECORDS] = _table(result.requests())
+    record[SLOT_OCCUPANCY] = _table(result.timeseries())
     return record
 
 
-def as_runs(results: Any) -> list[Run]:
-    """Results as a list of run mappings.
-
-    Accepts a mapping (one run), a ``RunResult`` (see :func:`result_record`), a sequence
-    of either, or a pandas DataFrame whose rows are runs (dotted or ``__``-joined column
-    names become nested keys, JSON-string cells are decoded). A mapping with a ``runs`` or
-    ``results`` list is unwrapped.
-    """
-    if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
-        return [_unflatten(row) for row in results.to_dict(orient="records")]
-    if hasattr(results, "to_dict") and not isinstance(results, Mapping):
-        results = result_record(results)
-    if isinstance(results, Mapping):
-        for key in ("runs", "results"):
-            inner = results.get(key)
-            if isinstance(inner, list) and inner and isinstance(inner[0], Mapping):
-                return as_runs(inner)
-        return [results]
-    if isinstance(results, Iterable) and not isinstance(results, str | bytes):
-        runs: list[Run] = []
-        for item in results:
-            runs.extend(as_runs(item))
-        if not runs:
-            raise PlotInputError("no runs given: the results are empty")
-        return runs
+def _point(item: Any) -> RunPoint:
+    if isinstance(item, RunPoint):
+        return item
+    if isinstance(item, RunSummary):
+        return RunPoint.of_summary(item)
+    if hasattr(item, "summary") and hasattr(item, "requests") and hasattr(item, "timeseries"):
+        record = result_record(item)  # a RunResult
+        return RunPoint.of_summary(
+            item.summary(),
+            requests=_columns(record[REQUEST_RECORDS], "per-request records"),
+            occupancy=_columns(record[SLOT_OCCUPANCY], "slot-occupancy series"),
+            row=record,
+        )
+    if isinstance(item, Mapping):
+        return RunPoint.of_mapping(item)
     raise PlotInputError(
-        f"expected a run's results (a mapping, a list of them or a DataFrame), "
-        f"got {type(results).__name__}"
+        f"expected a run's results (a RunResult, a mapping, a list of them or a DataFrame), "
+        f"got {type(item).__name__}"
     )
 
 
-def lookup(run: Run, path: str, default: Any = _MISSING) -> Any:
-    """The value at dotted ``path`` in ``run``; ``default`` (or PlotInputError) if absent."""
-    node: Any = run
+def as_runs(results: Any) -> list[RunPoint]:
+    """Results as a list of :class:`RunPoint`.
+
+    Accepts a ``RunResult``, a ``RunSummary``, a mapping (one run or study row), a sequence
+    of those, or a pandas DataFrame whose rows are runs (dotted column names become nested
+    keys, JSON-string cells are decoded).
+    """
+    if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
+        rows = results.to_dict(orient="records")
+        return [RunPoint.of_mapping(_unflatten(row), row) for row in rows]
+    if (
+        isinstance(results, Mapping)
+        or not isinstance(results, Iterable)
+        or isinstance(results, str | bytes)
+    ):
+        return [_point(results)]
+    runs = [_point(item) for item in results]
+    if not runs:
+        raise PlotInputError("no runs given: the results are empty")
+    return runs
+
+
+def lookup(run: RunPoint, path: str, default: Any = _MISSING) -> Any:
+    """The value at ``path`` in the point's flat record (a sweep column such as
+    ``hw.socket.hbm.bandwidth``, or a dotted path into a nested record)."""
+    row = run.row
+    if path in row and row[path] is not None:
+        return row[path]
+    node: Any = row
     for part in path.split("."):
         if isinstance(node, Mapping) and part in node:
             node = node[part]
-        elif (
-            isinstance(node, Sequence)
-            and not isinstance(node, str)
-            and part.isdigit()
-            and int(part) < len(node)
-        ):
-            node = node[int(part)]
         else:
             if default is _MISSING:
                 raise PlotInputError(f"results have no {path!r} (needed for this plot)")
@@ -157,85 +296,17 @@ def lookup(run: Run, path: str, default: Any = _MISSING) -> Any:
     return node
 
 
-def find(run: Run, *paths: str, what: str, default: Any = _MISSING) -> Any:
-    """The first of ``paths`` present in ``run``.
-
-    Several spellings are tried because results reach the plots by several routes (the
-    API's dict, a JSON file, a flattened sweep row). When none is there, the error names
-    ``what`` and every key tried.
-    """
-    for path in paths:
-        value = lookup(run, path, _ABSENT)
-        if value is not _ABSENT and value is not None:
-            return value
-    if default is not _MISSING:
-        return default
-    tried = ", ".join(repr(p) for p in paths)
-    raise PlotInputError(f"results have no {what} (looked for {tried})")
-
-
-def number(value: Any, what: str) -> float:
-    """``value`` as a float, or PlotInputError naming ``what``."""
-    if isinstance(value, bool):
-        raise PlotInputError(f"{what} must be a number, got {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise PlotInputError(f"{what} must be a number, got {value!r}") from None
-
-
-def policy_of(run: Run) -> str:
-    """The run's KV policy name (``full``, ``snapstream``, ...)."""
-    value = find(
-        run,
-        "kv_policy",
-        "kv.policy",
-        "scenario.kv.policy",
-        "workload.kv.policy",
-        "policy",
-        what="KV policy",
-        default="?",
-    )
-    if isinstance(value, Mapping):
-        value = value.get("name", value.get("policy", "?"))
-    return str(value)
-
-
-def model_of(run: Run) -> str:
-    """The run's model name, '' if the results do not say."""
-    value = find(
-        run, "model", "scenario.model", "workload.model", "model_name", what="model", default=""
-    )
-    if isinstance(value, Mapping):
-        value = value.get("name", "")
-    return str(value)
-
-
-def context_of(run: Run) -> int:
-    """The run's context length in tokens (the workload's ``serving.max_context``)."""
-    value = find(
-        run,
-        "max_context",
-        "context",
-        "serving.max_context",
-        "scenario.serving.max_context",
-        "workload.serving.max_context",
-        "config.serving.max_context",
-        what="context length (max_context)",
-    )
-    return int(number(value, "max_context"))
-
-
-def label_of(run: Run, keys: Sequence[str] = ("model", "kv_policy")) -> str:
-    """A legend label: the values of ``keys`` (``model`` and ``kv_policy`` understood)."""
+def label_of(run: RunPoint, keys: Sequence[str] = ("model", "kv_policy")) -> str:
+    """A legend label: the values of ``keys`` (``model``, ``kv_policy``, ``max_context``, or a
+    column of the record)."""
     parts: list[str] = []
     for key in keys:
         if key == "model":
-            value = model_of(run)
-        elif key in ("kv_policy", "policy"):
-            value = policy_of(run)
-        elif key in ("context", "max_context"):
-            value = f"{context_of(run) // 1024}k ctx"
+            value = run.model
+        elif key == "kv_policy":
+            value = run.kv_policy
+        elif key == "max_context":
+            value = f"{run.need('max_context') // 1024}k ctx"
         else:
             raw = lookup(run, key, None)
             value = "" if raw is None else f"{key.rsplit('.', 1)[-1]}={raw}"
@@ -244,14 +315,14 @@ def label_of(run: Run, keys: Sequence[str] = ("model", "kv_policy")) -> str:
     return " · ".join(parts) or "run"
 
 
-def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]:
+def group_runs(runs: Sequence[RunPoint], keys: Sequence[str]) -> dict[str, list[RunPoint]]:
     """Runs grouped by their label over ``keys``, in first-seen order.
 
     A key whose value is the same in every run is left out of the labels (a legend that
     repeats the model name on every line says nothing).
     """
     varying = [k for k in keys if len({label_of(r, (k,)) for r in runs}) > 1]
-    groups: dict[str, list[Run]] = {}
+    groups: dict[str, list[RunPoint]] = {}
     for run in runs:
         groups.setdefault(
             label_of(run, varying) if varying else label_of(run, keys[-1:]), []
@@ -259,47 +330,26 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
     return groups
 
 
-def memory_of(run: Run, tier: str, socket: int = 0) -> dict[str, float]:
-    """Bytes of ``weights``, ``kv``, ``activations``, ``free`` and ``capacity`` of one tier.
-
-    ``memory`` may be keyed by tier directly (one socket's view) or be a list of such
-    mappings (one per socket), or ``{"per_socket": [...]}``. ``free`` is derived from the
-    capacity when the results do not give it.
-    """
-    memory = find(run, "memory", "memory_per_socket", "placement.tiers", what="memory usage")
-    if isinstance(memory, Mapping) and "per_socket" in memory:
-        memory = memory["per_socket"]
-    if isinstance(memory, Sequence) and not isinstance(memory, str):
-        if not memory:
-            raise PlotInputError("results have an empty 'memory' list")
-        memory = memory[min(socket, len(memory) - 1)]
-    if not isinstance(memory, Mapping) or tier not in memory:
-        raise PlotInputError(f"results have no memory usage for tier {tier!r}")
-    usage = memory[tier]
-    out: dict[str, float] = {}
-    for part in ("weights", "kv", "activations"):
-        out[part] = number(
-            find(usage, f"{part}_bytes", part, what=f"memory.{tier}.{part}_bytes", default=0.0),
-            f"memory.{tier}.{part}_bytes",
-        )
-    capacity = number(
-        find(usage, "capacity_bytes", "capacity", what=f"memory.{tier}.capacity_bytes"),
-        f"memory.{tier}.capacity_bytes",
-    )
-    used = out["weights"] + out["kv"] + out["activations"]
-    free = find(usage, "free_bytes", "free", what="free bytes", default=capacity - used)
-    out["free"] = max(0.0, number(free, f"memory.{tier}.free_bytes"))
-    out["capacity"] = capacity
-    return out
-
-
-def tiers_present(run: Run) -> list[str]:
-    """The memory tiers a run reports, in :data:`TIERS` order."""
-    present = []
-    for tier in TIERS:
-        try:
-            memory_of(run, tier)
-        except PlotInputError:
-            continue
-        present.append(tier)
-    return present
+def settings_note(runs: Sequence[RunPoint]) -> str | None:
+    """What the points changed on top of their workload (a study's ``settings``), to print
+    on the figure; None when nothing was changed."""
+    values: dict[str, list[Any]] = {}
+    for run in runs:
+        for key, value in run.settings.items():
+            seen = values.setdefault(key, [])
+            if value not in seen:
+                seen.append(value)
+    if not values:
+        return None
+    parts = []
+    for key, seen in values.items():
+        if key == "serving.max_context":
+            parts.append(f"{key} = the context")
+        elif key == "kv.policy":
+            parts.append(f"{key} = the policy")
+        elif len(seen) == 1:
+            parts.append(f"{key} = {seen[0]}")
+        else:
+            shown = ", ".join(str(v) for v in seen[:5]) + (", ..." if len(seen) > 5 else "")
+            parts.append(f"{key} in {{{shown}}}")
+    return "each point: the workload with " + "; ".join(parts)

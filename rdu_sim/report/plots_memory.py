@@ -16,20 +16,17 @@ from matplotlib.figure import Figure
 from rdu_sim.report.plots_data import (
     GIB,
     MEMORY_PARTS,
+    TIERS,
     PlotInputError,
+    RunPoint,
     as_runs,
-    context_of,
-    find,
     group_runs,
-    memory_of,
-    model_of,
-    number,
-    tiers_present,
 )
 from rdu_sim.report.plots_style import (
     PART_COLORS,
     line_style,
     new_figure,
+    note_settings,
     plain_log2,
     tokens,
     use_token_axis,
@@ -45,30 +42,47 @@ _PART_LABELS = {
 }
 
 
-def _tiers_in_use(runs: Sequence[Any]) -> list[str]:
+def _memory(run: RunPoint, tier: str) -> dict[str, float]:
+    """Bytes of weights, KV, activations, free and the capacity of one tier of ``run``."""
+    memory = run.need("memory")
+    if tier not in memory:
+        raise PlotInputError(f"results have no memory usage for tier {tier!r}")
+    usage = memory[tier]
+    return {
+        "weights": usage.weights_bytes,
+        "kv": usage.kv_bytes,
+        "activations": usage.activations_bytes,
+        "free": usage.free_bytes,
+        "capacity": usage.capacity_bytes,
+    }
+
+
+def _tiers_in_use(runs: Sequence[RunPoint]) -> list[str]:
     """Tiers some run puts something in, plus HBM (the tier that decides the capacity)."""
-    present = tiers_present(runs[0])
+    present = [t for t in TIERS if t in runs[0].need("memory")]
     used = [
         t
         for t in present
-        if t == "hbm"
-        or any(memory_of(r, t)["capacity"] - memory_of(r, t)["free"] > 0 for r in runs)
+        if t == "hbm" or any(_memory(r, t)["capacity"] - _memory(r, t)["free"] > 0 for r in runs)
     ]
     return used or present
 
 
-def _tick(run: Any) -> str:
+def _context(run: RunPoint) -> int:
+    context: int = run.need("max_context")
+    return context
+
+
+def _tick(run: RunPoint) -> str:
     """A bar's label: its context, and the batch slots the memory was planned for."""
-    slots = find(run, "batch_slots", what="batch slots", default=None)
-    label = tokens(context_of(run))
-    return label if slots is None else f"{label}\n{int(number(slots, 'batch_slots'))} slots"
+    label = tokens(_context(run))
+    return label if run.batch_slots is None else f"{label}\n{run.batch_slots} slots"
 
 
 def memory_footprint(
     results: Any,
     *,
     tiers: Sequence[str] | None = None,
-    socket: int = 0,
     group_by: Sequence[str] = ("model", "kv_policy"),
 ) -> Figure:
     """Stacked bars of weights, KV cache, activations and free space per tier vs context.
@@ -82,7 +96,6 @@ def memory_footprint(
         results: runs (dicts, a list, or a sweep DataFrame), each with ``memory`` and a
             context length.
         tiers: tiers to show (default: HBM and every other tier some run uses).
-        socket: which socket's memory to show when results list several.
         group_by: result keys whose values make the columns.
 
     Returns:
@@ -97,12 +110,12 @@ def memory_footprint(
     fig, axes = new_figure(len(shown), len(groups), width=max(4.2, 0.9 * bars + 1.2), height=3.4)
     row_axes: dict[str, list[Any]] = {}
     for col, (label, members) in enumerate(groups.items()):
-        members = sorted(members, key=context_of)
+        members = sorted(members, key=_context)
         x = np.arange(len(members))
         for row, tier in enumerate(shown):
             ax = axes[row * len(groups) + col]
             row_axes.setdefault(tier, []).append(ax)
-            usage = [memory_of(r, tier, socket) for r in members]
+            usage = [_memory(r, tier) for r in members]
             bottom = np.zeros(len(members))
             for part in MEMORY_PARTS:
                 heights = np.array([u[part] / GIB for u in usage])
@@ -128,9 +141,10 @@ def memory_footprint(
         for ax in ax_row:
             ax.set_ylim(0, top)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(MEMORY_PARTS))
-    model = model_of(runs[0])
+    fig.legend(handles, labels, loc="outside right upper")
+    model = runs[0].model
     fig.suptitle(f"Memory per socket vs context{f' — {model}' if model else ''}")
+    note_settings(fig, runs)
     return fig
 
 
@@ -150,14 +164,9 @@ def batch_capacity(results: Any, *, group_by: Sequence[str] = ("model", "kv_poli
     all_contexts: list[int] = []
     capacities: list[float] = []
     for i, (label, members) in enumerate(groups.items()):
-        members = sorted(members, key=context_of)
-        contexts = [context_of(r) for r in members]
-        cap = [
-            number(
-                find(r, "batch_capacity", "capacity.batch", what="batch capacity"), "batch_capacity"
-            )
-            for r in members
-        ]
+        members = sorted(members, key=_context)
+        contexts = [_context(r) for r in members]
+        cap = [float(r.need("batch_capacity")) for r in members]
         all_contexts += contexts
         capacities += cap
         ax.plot(contexts, cap, marker="o", label=label, **line_style(label, i, list(groups)))
@@ -168,6 +177,7 @@ def batch_capacity(results: Any, *, group_by: Sequence[str] = ("model", "kv_poli
     ax.set_ylabel("batch capacity (slots)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
-    model = model_of(runs[0]) if len({model_of(r) for r in runs}) == 1 else ""
+    model = runs[0].model if len({r.model for r in runs}) == 1 else ""
     ax.set_title(f"Batch capacity vs context{f' — {model}' if model else ''}")
+    note_settings(fig, runs)
     return fig

@@ -8,7 +8,7 @@ roof, so their time is bytes / bandwidth and a smaller cache per slot is time sa
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,14 +17,18 @@ from matplotlib.figure import Figure
 
 from rdu_sim.report.plots_data import (
     PlotInputError,
+    RunPoint,
     as_runs,
-    context_of,
-    find,
     group_runs,
-    model_of,
     number,
 )
-from rdu_sim.report.plots_style import color_for, line_style, new_figure, use_token_axis
+from rdu_sim.report.plots_style import (
+    color_for,
+    line_style,
+    new_figure,
+    note_settings,
+    use_token_axis,
+)
 
 __all__ = [
     "KernelPoint",
@@ -35,27 +39,22 @@ __all__ = [
 ]
 
 
-def _tokens_per_s(run: Mapping[str, Any]) -> float:
-    return number(
-        find(
-            run,
-            "decode_tokens_per_s",
-            "throughput.decode_tokens_per_s",
-            "tokens_per_s",
-            what="decode tokens/s",
-        ),
-        "decode_tokens_per_s",
-    )
+def _context(run: RunPoint) -> int:
+    context: int = run.need("max_context")
+    return context
 
 
-def _batch_of(run: Mapping[str, Any]) -> int:
-    return int(
-        number(find(run, "batch_slots", "serving.batch_slots", what="batch slots"), "batch_slots")
-    )
+def _batch(run: RunPoint) -> int:
+    batch: int = run.need("batch_slots")
+    return batch
 
 
 def _throughput(
-    results: Any, x_of: Any, group_by: Sequence[str], xlabel: str, title: str
+    results: Any,
+    x_of: Callable[[RunPoint], int],
+    group_by: Sequence[str],
+    xlabel: str,
+    title: str,
 ) -> Figure:
     runs = as_runs(results)
     groups = group_runs(runs, group_by)
@@ -67,7 +66,7 @@ def _throughput(
         xs_all += xs
         ax.plot(
             xs,
-            [_tokens_per_s(r) for r in members],
+            [float(r.need("decode_tokens_per_s")) for r in members],
             marker="o",
             label=label,
             **line_style(label, i, list(groups)),
@@ -78,10 +77,11 @@ def _throughput(
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    model = model_of(runs[0]) if len({model_of(r) for r in runs}) == 1 else ""
-    if all(r.get("source") == "decode_step" for r in runs):
+    model = runs[0].model if len({r.model for r in runs}) == 1 else ""
+    if all(r.source == "decode_step" for r in runs):
         title = "Steady-state " + title[0].lower() + title[1:]
     ax.set_title(f"{title}{f' — {model}' if model else ''}")
+    note_settings(fig, runs)
     return fig
 
 
@@ -97,7 +97,7 @@ def throughput_vs_batch(
     Returns:
         The figure; one line per group of runs.
     """
-    return _throughput(results, _batch_of, group_by, "batch slots", "Decode throughput vs batch")
+    return _throughput(results, _batch, group_by, "batch slots", "Decode throughput vs batch")
 
 
 def throughput_vs_context(
@@ -113,7 +113,7 @@ def throughput_vs_context(
         The figure; one line per group of runs.
     """
     return _throughput(
-        results, context_of, group_by, "context (tokens)", "Decode throughput vs context"
+        results, _context, group_by, "context (tokens)", "Decode throughput vs context"
     )
 
 
@@ -141,75 +141,42 @@ class KernelPoint:
         return self.flops / self.time_s if self.time_s else 0.0
 
 
-def _as_mapping(obj: Any) -> Any:
-    """Dataclasses and objects with ``to_dict`` as mappings; anything else unchanged."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if hasattr(obj, "to_dict") and not isinstance(obj, Mapping):
-        return obj.to_dict()
-    return obj
-
-
-def kernel_points(step: Any) -> list[KernelPoint]:
-    """The kernels of a step timing (``StepTiming``, its dict, or a run dict holding one).
-
-    Each kernel needs a name, its matrix FLOPs, its time and its bytes by tier (``hbm`` and
-    ``ddr``; SRAM traffic is on-chip and does not count against the off-chip roofs).
-    Kernels may be a list or a name-keyed mapping.
-    """
-    data = _as_mapping(step)
-    if isinstance(data, Mapping):
-        for key in ("decode_step", "step_timing", "step", "timing"):
-            if key in data and not ("kernels" in data or "per_kernel" in data):
-                return kernel_points(data[key])
-        kernels = find(data, "kernels", "per_kernel", what="per-kernel step timing")
-    else:
-        kernels = data
-    items: list[tuple[str, Any]]
-    if isinstance(kernels, Mapping):
-        items = [(str(k), _as_mapping(v)) for k, v in kernels.items()]
-    elif isinstance(kernels, Sequence) and not isinstance(kernels, str):
-        items = []
-        for i, kernel in enumerate(kernels):
-            k = _as_mapping(kernel)
-            if not isinstance(k, Mapping):
-                raise PlotInputError(f"kernel {i} of the step timing is not a record: {k!r}")
-            items.append((str(k.get("name", f"kernel{i}")), k))
-    else:
-        raise PlotInputError("step timing 'kernels' must be a list or a mapping")
-    points = []
-    for name, k in items:
-        tiers = find(
-            k, "bytes_by_tier", "bytes", what=f"bytes by tier of kernel {name!r}", default={}
+def kernel_points(step: Mapping[str, Any]) -> list[KernelPoint]:
+    """The kernels of a step timing as ``rdu_sim.studies.decode_step_timing`` returns it:
+    ``kernels``, a list of records with ``name``, ``flops`` (matrix FLOPs), ``bytes_by_tier``
+    (``hbm`` and ``ddr`` count; SRAM traffic is on-chip) and ``time_s``, per socket."""
+    if not isinstance(step, Mapping) or not isinstance(step.get("kernels"), Sequence):
+        raise PlotInputError(
+            "results have no step timing ('kernels' with flops, bytes_by_tier and time_s); "
+            "plot the roofline from a workload YAML instead"
         )
+    points = []
+    for i, kernel in enumerate(step["kernels"]):
+        if not isinstance(kernel, Mapping):
+            raise PlotInputError(f"kernel {i} of the step timing is not a record: {kernel!r}")
+        name = str(kernel.get("name", f"kernel{i}"))
+        tiers = kernel.get("bytes_by_tier", {})
         if not isinstance(tiers, Mapping):
-            tiers = {"hbm": tiers}
+            raise PlotInputError(f"bytes_by_tier of kernel {name!r} must map tiers to bytes")
+        for key in ("flops", "time_s"):
+            if key not in kernel:
+                raise PlotInputError(f"kernel {name!r} of the step timing has no {key!r}")
         points.append(
             KernelPoint(
                 name=name,
-                flops=number(find(k, "flops", what=f"FLOPs of kernel {name!r}"), "flops"),
-                hbm_bytes=number(
-                    tiers.get("hbm", find(k, "hbm_bytes", what="", default=0.0)), "hbm bytes"
-                ),
-                ddr_bytes=number(
-                    tiers.get("ddr", find(k, "ddr_bytes", what="", default=0.0)), "ddr bytes"
-                ),
-                time_s=number(
-                    find(
-                        k,
-                        "time_s",
-                        "seconds",
-                        "time",
-                        "duration_s",
-                        what=f"time of kernel {name!r}",
-                    ),
-                    "time_s",
-                ),
+                flops=number(kernel["flops"], f"flops of kernel {name!r}"),
+                hbm_bytes=number(tiers.get("hbm", 0.0), f"hbm bytes of kernel {name!r}"),
+                ddr_bytes=number(tiers.get("ddr", 0.0), f"ddr bytes of kernel {name!r}"),
+                time_s=number(kernel["time_s"], f"time_s of kernel {name!r}"),
             )
         )
     if not points:
         raise PlotInputError("the step timing has no kernels")
     return points
+
+
+ROOFS = ("peak_flops", "hbm_bandwidth", "ddr_bandwidth")
+"""A socket's roofs, FLOP/s and bytes/s (``ddr_bandwidth`` optional)."""
 
 
 def _roofs(hardware: Any) -> dict[str, float]:
@@ -221,26 +188,15 @@ def _roofs(hardware: Any) -> dict[str, float]:
             "hbm_bandwidth": float(socket.hbm.bandwidth),
             "ddr_bandwidth": float(socket.ddr.bandwidth),
         }
-    data = _as_mapping(hardware)
-    if not isinstance(data, Mapping):
+    if not isinstance(hardware, Mapping):
         raise PlotInputError("hardware must be a HardwareConfig or a mapping of roofs")
-    return {
-        "peak_flops": number(
-            find(data, "peak_flops", "socket.peak_flops", what="peak FLOP/s of a socket"),
-            "peak_flops",
-        ),
-        "hbm_bandwidth": number(
-            find(data, "hbm_bandwidth", "socket.hbm.bandwidth", what="HBM bandwidth"),
-            "hbm_bandwidth",
-        ),
-        "ddr_bandwidth": number(
-            find(data, "ddr_bandwidth", "socket.ddr.bandwidth", what="DDR bandwidth", default=0.0),
-            "ddr_bandwidth",
-        ),
-    }
+    for key in ROOFS[:2]:
+        if key not in hardware:
+            raise PlotInputError(f"the hardware roofs have no {key!r}")
+    return {key: number(hardware.get(key, 0.0), key) for key in ROOFS}
 
 
-def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Figure:
+def roofline(step: Mapping[str, Any], hardware: Any = None, *, title: str | None = None) -> Figure:
     """A roofline of one step: each kernel at (FLOP per off-chip byte, achieved FLOP/s).
 
     Roofs of one socket: compute (peak matrix FLOP/s) and HBM (bandwidth x intensity); a DDR
@@ -251,19 +207,18 @@ def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Fi
     on log axes and are listed under the plot instead.
 
     Args:
-        step: the step timing (``StepTiming``, its dict, or a run dict holding one under
-            ``decode_step``/``step_timing``): kernels with flops, bytes_by_tier, time_s.
+        step: the step timing ``rdu_sim.studies.decode_step_timing`` returns (kernels with
+            flops, bytes_by_tier, time_s).
         hardware: a ``HardwareConfig`` or a mapping with ``peak_flops``, ``hbm_bandwidth``
             and optionally ``ddr_bandwidth`` (per socket, FLOP/s and bytes/s); default: the
-            step's own ``hardware`` entry (as ``decode_step_timing`` returns it).
+            step's own ``hardware`` entry.
 
     Returns:
         The figure: one line per roof, one scatter collection per placed kernel.
     """
     points = kernel_points(step)
     if hardware is None:
-        data = _as_mapping(step)
-        hardware = data.get("hardware") if isinstance(data, Mapping) else None
+        hardware = step.get("hardware")
         if hardware is None:
             raise PlotInputError(
                 "roofline needs the hardware's roofs: pass hardware= or a "
@@ -329,4 +284,6 @@ def roofline(step: Any, hardware: Any = None, *, title: str | None = None) -> Fi
             color="dimgray",
         )
     ax.set_title(title or "Roofline of one step (per socket)")
+    settings = step.get("settings") or {}
+    note_settings(fig, [RunPoint(settings=settings if isinstance(settings, Mapping) else {})])
     return fig

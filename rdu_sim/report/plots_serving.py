@@ -7,7 +7,7 @@ occupancy timeline shows whether the static batch was actually kept full.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,13 +15,13 @@ from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
 from rdu_sim.report.plots_data import (
+    REQUEST_RECORDS,
+    SLOT_OCCUPANCY,
     PlotInputError,
+    RunPoint,
     as_runs,
-    find,
     group_runs,
     label_of,
-    lookup,
-    number,
 )
 from rdu_sim.report.plots_style import color_for, new_figure
 
@@ -29,50 +29,20 @@ __all__ = ["latency_distribution", "occupancy_series", "occupancy_timeline", "re
 
 Series = NDArray[np.float64]
 
-# Where runs keep them: as_runs() puts RunResult.requests() under "request_records" and
-# RunResult.timeseries() under "slot_occupancy"; a run dict's own "requests" (a count) and
-# "occupancy" (a mean) are scalars, skipped by _table().
-_REQUEST_KEYS = ("request_records", "per_request", "requests")
-_SERIES_KEYS = ("slot_occupancy", "timeseries", "occupancy")
-_TIME_KEYS = ("time_s", "t", "time", "t_s")
-_VALUE_KEYS = ("occupied", "occupied_slots", "busy_slots", "active", "active_slots", "slots")
 
-
-def _table(run: Mapping[str, Any], keys: Sequence[str], what: str) -> Any:
-    """The first of ``keys`` holding a table (columns or records), not a scalar."""
-    for key in keys:
-        value = lookup(run, key, None)
-        if isinstance(value, Mapping) or (
-            isinstance(value, Sequence) and not isinstance(value, str)
-        ):
-            return value
-    raise PlotInputError(f"results have no {what}")
-
-
-def request_values(run: Mapping[str, Any], field: str) -> NDArray[np.float64]:
-    """The ``field`` (e.g. ``ttft_s``) of every completed request of a run, NaNs dropped.
-
-    Records may be a list of dicts or a column mapping (``{"ttft_s": [...], ...}``).
-    """
-    records = _table(
-        run,
-        _REQUEST_KEYS,
-        "per-request records (RunResult.requests(), or "
-        "requests.csv beside result.json from `rdu-sim run --out DIR`)",
-    )
-    if isinstance(records, Mapping):
-        column = records.get(field)
-        if column is None:
-            raise PlotInputError(f"per-request records have no {field!r} column")
-        values = [number(v, field) if v is not None else np.nan for v in column]
-    elif isinstance(records, Sequence) and not isinstance(records, str):
-        if records and not all(isinstance(r, Mapping) and field in r for r in records):
-            raise PlotInputError(f"per-request records lack {field!r}")
-        values = [number(r[field], field) if r[field] is not None else np.nan for r in records]
-    else:
-        raise PlotInputError("per-request records must be a list of records or columns")
-    array: NDArray[np.float64] = np.asarray(values, dtype=np.float64)
-    finite: NDArray[np.float64] = array[np.isfinite(array)]
+def request_values(run: RunPoint, field: str) -> Series:
+    """The ``field`` (e.g. ``ttft_s``) of every completed request of a run, NaNs dropped
+    (its per-request columns: ``RunResult.requests()``, or ``requests.csv`` beside the
+    result.json ``rdu-sim run --out DIR`` writes)."""
+    if run.requests is None:
+        raise PlotInputError(
+            f"results have no per-request records ({REQUEST_RECORDS!r}: RunResult.requests(), "
+            "or requests.csv beside result.json from `rdu-sim run --out DIR`)"
+        )
+    column = run.requests.get(field)
+    if column is None:
+        raise PlotInputError(f"per-request records have no {field!r} column")
+    finite: Series = column[np.isfinite(column)]
     return finite
 
 
@@ -122,50 +92,24 @@ def latency_distribution(
     return fig
 
 
-def occupancy_series(run: Mapping[str, Any]) -> tuple[Series, Series]:
-    """(times in s, occupied slots) of a run's slot-occupancy series.
-
-    The series may be ``{"time_s": [...], "occupied": [...]}`` or a list of records (or of
-    ``[time, occupied]`` pairs); each value holds until the next time.
-    """
-    series = _table(
-        run,
-        _SERIES_KEYS,
-        "slot-occupancy series (RunResult.timeseries(), or "
-        "timeseries.csv beside result.json from `rdu-sim run --out DIR`)",
-    )
-    times: list[float]
-    values: list[float]
-    if isinstance(series, Mapping):
-        tkey = next((k for k in _TIME_KEYS if k in series), None)
-        vkey = next((k for k in _VALUE_KEYS if k in series), None)
-        if tkey is None or vkey is None:
-            raise PlotInputError(
-                f"slot-occupancy series needs a time column ({_TIME_KEYS}) "
-                f"and a value column ({_VALUE_KEYS}), got {sorted(series)}"
-            )
-        times = [number(t, "occupancy time") for t in series[tkey]]
-        values = [number(v, "occupied slots") for v in series[vkey]]
-    elif isinstance(series, Sequence) and not isinstance(series, str):
-        times, values = [], []
-        for item in series:
-            if isinstance(item, Mapping):
-                tkey = next((k for k in _TIME_KEYS if k in item), None)
-                vkey = next((k for k in _VALUE_KEYS if k in item), None)
-                if tkey is None or vkey is None:
-                    raise PlotInputError(f"slot-occupancy record lacks time/value: {item!r}")
-                times.append(number(item[tkey], "occupancy time"))
-                values.append(number(item[vkey], "occupied slots"))
-            elif isinstance(item, Sequence) and len(item) >= 2:
-                times.append(number(item[0], "occupancy time"))
-                values.append(number(item[1], "occupied slots"))
-            else:
-                raise PlotInputError(f"slot-occupancy entry not understood: {item!r}")
-    else:
-        raise PlotInputError("slot-occupancy series must be columns or a list of records")
-    if len(times) != len(values) or not times:
-        raise PlotInputError("slot-occupancy series is empty or its columns differ in length")
-    return np.asarray(times, dtype=np.float64), np.asarray(values, dtype=np.float64)
+def occupancy_series(run: RunPoint) -> tuple[Series, Series]:
+    """(times in s, occupied slots) of a run's slot-occupancy series (``time_s`` and
+    ``occupied`` of ``RunResult.timeseries()``, or of ``timeseries.csv`` beside the
+    result.json ``rdu-sim run --out DIR`` writes); each value holds until the next time."""
+    series = run.occupancy
+    if series is None:
+        raise PlotInputError(
+            f"results have no slot-occupancy series ({SLOT_OCCUPANCY!r}: "
+            "RunResult.timeseries(), or timeseries.csv beside result.json from "
+            "`rdu-sim run --out DIR`)"
+        )
+    for key in ("time_s", "occupied"):
+        if key not in series:
+            raise PlotInputError(f"the slot-occupancy series has no {key!r} column")
+    times, occupied = series["time_s"], series["occupied"]
+    if not len(times):
+        raise PlotInputError("the slot-occupancy series is empty")
+    return times, occupied
 
 
 def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
@@ -183,9 +127,7 @@ def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_
     labels = [label_of(r, group_by) for r in runs]
     for i, (ax, run, label) in enumerate(zip(axes, runs, labels, strict=True)):
         times, occupied = occupancy_series(run)
-        slots = number(
-            find(run, "batch_slots", what="batch slots", default=max(occupied)), "batch_slots"
-        )
+        slots = float(run.batch_slots if run.batch_slots is not None else max(occupied))
         ax.step(
             times,
             occupied,

@@ -8,6 +8,7 @@ Agg for PNG. Notebooks display the returned Figure like any other.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,12 +16,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from rdu_sim.report.plots_data import RunPoint, settings_note
+
 __all__ = [
     "PART_COLORS",
     "POLICY_COLORS",
     "color_for",
     "line_style",
     "new_figure",
+    "note_settings",
     "plain_log2",
     "tokens",
     "use_token_axis",
@@ -127,3 +131,13 @@ def use_token_axis(ax: Axes, values: Sequence[float], axis: str = "x") -> None:
     target.set_ticks(ticks)
     target.set_major_formatter(FuncFormatter(lambda v, _pos: tokens(v)))
     target.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
+
+
+def note_settings(fig: Figure, runs: Sequence[RunPoint]) -> None:
+    """Print under the figure what its points changed on top of their workload (a study's
+    ``settings``, see ``rdu_sim.report.plots_data.settings_note``), so a plot never shows
+    something ``rdu-sim run`` would not do without saying so."""
+    note = settings_note(runs)
+    if note is not None:
+        width = max(40, int(fig.get_figwidth() * 17))  # characters of 7-point text per line
+        fig.supxlabel(textwrap.fill(note, width), fontsize=7, color="dimgray")

@@ -7,14 +7,14 @@ spec's own strings: what the reader typed is what the reader sees.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from rdu_sim.config import units
-from rdu_sim.report.plots_data import PlotInputError, as_runs, lookup, number
+from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
 from rdu_sim.report.plots_style import color_for, new_figure
 
 __all__ = ["METRIC_LABELS", "design_space", "quantity"]
@@ -88,7 +88,7 @@ def design_space(
         named in ``by``) are averaged, and the legend says so.
     """
     runs = as_runs(results)
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[RunPoint]] = {}
     for run in runs:
         key = tuple(lookup(run, column) for column in by)
         groups.setdefault(key, []).append(run)

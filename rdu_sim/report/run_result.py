@@ -2,7 +2,8 @@
 
 :class:`RunResult` is the :class:`~rdu_sim.serving.run.ServingRun` that ``rdu_sim.api.run``
 returns, with the report's views of it: ``to_dict()`` (the JSON contract of ``rdu-sim run
---json``, see docs/serving.md), ``requests()``, ``timeseries()`` and ``step_shapes()``.
+--json``, see docs/serving.md) of its typed ``summary()``, ``requests()``, ``timeseries()``
+and ``step_shapes()``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from typing import Any
 
 from numpy.typing import NDArray
 
-from rdu_sim import __version__
-from rdu_sim.report.summary import request_columns, series_columns, summarize
+from rdu_sim.report.summary import RunSummary, request_columns, series_columns, summarize
 from rdu_sim.serving.run import ServingRun
 
 __all__ = ["RunResult"]
@@ -30,37 +30,17 @@ class RunResult(ServingRun):
         """The report's view of a serving run."""
         return cls(**{f.name: getattr(run, f.name) for f in fields(ServingRun)})
 
-    def meta(self) -> dict[str, Any]:
-        """Identity of the run (names, parallelism, seed, version; no paths, no clocks)."""
-        s = self.scenario
-        return {
-            "model": s.model.name,
-            "workload": s.workload.name,
-            "hardware": s.hardware.name,
-            "tp": s.tp,
-            "sockets": s.hardware.system.sockets,
-            "seed": s.workload.serving.seed,
-            "max_context": s.workload.serving.max_context,
-            "version": __version__,
-        }
-
     @cached_property
-    def _summary(self) -> dict[str, Any]:
-        return summarize(
-            meta=self.meta(),
-            kv_policy=self.policy.name,
-            batch_capacity=self.batch_capacity,
-            batch_slots=self.batch_slots,
-            placement=self.placement,
-            records=self.records,
-            cache=self.cache,
-            prefill_s=self.prefill_s,
-            closed_loop=self.requests_in.closed_loop,
-        )
+    def _summary(self) -> RunSummary:
+        return summarize(self)
+
+    def summary(self) -> RunSummary:
+        """The run's metrics, typed (computed once)."""
+        return self._summary
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see docs/serving.md): metrics, memory, identity."""
-        return dict(self._summary)
+        return self._summary.to_dict()
 
     def to_json(self, indent: int | None = 2) -> str:
         """``to_dict`` as JSON: sorted keys, byte-identical for identical inputs."""

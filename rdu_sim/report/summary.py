@@ -29,18 +29,38 @@ platforms for the same inputs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim import __version__
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache
 
 PERCENTILES = (50, 90, 99)
 SIGNIFICANT_DIGITS = 12
+
+
+def rounded(value: Any) -> Any:
+    """Round every float in a JSON-like structure to 12 significant digits (non-finite:
+    None)."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if np.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
+
+
+def _round(value: float | None) -> float | None:
+    result: float | None = rounded(value)
+    return result
 
 
 def stats(values: NDArray[np.float64]) -> dict[str, float | None]:
@@ -52,32 +72,144 @@ def stats(values: NDArray[np.float64]) -> dict[str, float | None]:
     return out
 
 
-def rounded(value: Any) -> Any:
-    """Round every float in a JSON-like structure to 12 significant digits."""
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if np.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): rounded(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [rounded(v) for v in value]
-    return value
+def utilization(cache: StepCache, span: float) -> dict[str, float]:
+    """``hbm`` (achieved HBM bandwidth over peak) and ``pcu`` (PCU busy fraction) of the steps
+    counted in ``cache``, time-weighted over those steps and divided by ``span`` seconds (idle
+    time counts as zero)."""
+    hbm = pcu = 0.0
+    for shape, count in cache.steps.items():
+        cost = cache.cost(shape)
+        busy = count * cache.step_s(shape)
+        hbm += busy * cost.hbm_util
+        pcu += busy * cost.pcu_util
+    return {"hbm": hbm / span if span > 0 else 0.0, "pcu": pcu / span if span > 0 else 0.0}
 
 
-def memory_summary(placement: Placement) -> dict[str, dict[str, int]]:
+def steps_run(records: ServingRecords) -> dict[str, int]:
+    """Prefill steps, decode steps and batched decode advances (simulation events)."""
+    return {
+        "prefill": records.prefill_steps,
+        "decode": records.decode_steps,
+        "decode_events": records.decode_runs,
+    }
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """p50, p90, p99 and mean of a per-request quantity (all None when no request has it)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+
+    @classmethod
+    def of(cls, values: NDArray[np.float64]) -> Percentiles:
+        """The percentiles of ``values`` (:func:`stats`), rounded as the JSON is."""
+        return cls(**{key: _round(value) for key, value in stats(values).items()})
+
+
+@dataclass(frozen=True)
+class TierMemory:
+    """One memory tier of one socket, in bytes."""
+
+    capacity_bytes: int
+    used_bytes: int
+    weights_bytes: int
+    kv_bytes: int
+    activations_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """Time-weighted busy fractions over the makespan: achieved HBM bandwidth over peak,
+    PCU busy."""
+
+    hbm: float
+    pcu: float
+
+
+@dataclass(frozen=True)
+class StepCacheStats:
+    """How the step cache served the run: hits and misses counted per step, shapes
+    simulated."""
+
+    hits: int
+    misses: int
+    hit_rate: float
+    shapes: int
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Steps the server ran: prefill steps, decode steps, and the decode advances (events)
+    they were simulated in."""
+
+    prefill: int
+    decode: int
+    decode_events: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The metrics of one serving run, typed; :meth:`to_dict` is the JSON contract of
+    ``rdu-sim run --json`` (docs/serving.md). Floats are already rounded as the JSON is, so
+    an attribute and its JSON value are the same number."""
+
+    model: str
+    workload: str
+    hardware: str
+    tp: int
+    sockets: int
+    seed: int
+    max_context: int
+    version: str
+    kv_policy: str
+    batch_capacity: int
+    batch_slots: int
+    kv_bytes_per_slot: int
+    memory: dict[str, TierMemory]
+    requests: int
+    requests_completed: int
+    output_tokens: int
+    prefill_s: float | None
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    queue_delay_s: Percentiles
+    e2e_s: Percentiles
+    decode_tokens_per_s: float | None
+    steady_decode_tokens_per_s: float | None
+    steady_window_s: tuple[float | None, float | None] | None
+    user_tokens_per_s: Percentiles
+    makespan_s: float | None
+    occupancy: float | None
+    decode_slot_fill: float | None
+    utilization: Utilization
+    step_cache: StepCacheStats
+    steps: StepCounts
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract: nested plain dicts, lists for pairs."""
+        data: dict[str, Any] = rounded(asdict(self))
+        return data
+
+
+def memory_summary(placement: Placement) -> dict[str, TierMemory]:
     """Per tier: capacity, used, weights, KV, activations and free bytes (one socket)."""
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, TierMemory] = {}
     for tier in TIERS:
         usage = placement.tiers.get(tier)
         if usage is None:
             continue
-        out[tier] = {
-            "capacity_bytes": int(usage.capacity_bytes),
-            "used_bytes": int(usage.used_bytes),
-            "weights_bytes": int(usage.weights_bytes),
-            "kv_bytes": int(usage.kv_bytes),
-            "activations_bytes": int(usage.activations_bytes),
-            "free_bytes": int(usage.free_bytes),
-        }
+        out[tier] = TierMemory(
+            capacity_bytes=int(usage.capacity_bytes),
+            used_bytes=int(usage.used_bytes),
+            weights_bytes=int(usage.weights_bytes),
+            kv_bytes=int(usage.kv_bytes),
+            activations_bytes=int(usage.activations_bytes),
+            free_bytes=int(usage.free_bytes),
+        )
     return out
 
 
@@ -134,43 +266,9 @@ def _time_average(
     return float((values * np.diff(edges)).sum() / (end - start))
 
 
-def utilization(cache: StepCache, span: float) -> dict[str, float]:
-    """``hbm`` (achieved HBM bandwidth over peak) and ``pcu`` (PCU busy fraction) of the steps
-    counted in ``cache``, time-weighted over those steps and divided by ``span`` seconds (idle
-    time counts as zero)."""
-    hbm = pcu = 0.0
-    for shape, count in cache.steps.items():
-        cost = cache.cost(shape)
-        busy = count * cache.step_s(shape)
-        hbm += busy * cost.hbm_util
-        pcu += busy * cost.pcu_util
-    return {"hbm": hbm / span if span > 0 else 0.0, "pcu": pcu / span if span > 0 else 0.0}
-
-
-def steps_run(records: ServingRecords) -> dict[str, int]:
-    """Prefill steps, decode steps and batched decode advances (simulation events)."""
-    return {
-        "prefill": records.prefill_steps,
-        "decode": records.decode_steps,
-        "decode_events": records.decode_runs,
-    }
-
-
-def summarize(
-    *,
-    meta: Mapping[str, Any],
-    kv_policy: str,
-    batch_capacity: int,
-    batch_slots: int,
-    placement: Placement,
-    records: ServingRecords,
-    cache: StepCache,
-    prefill_s: float,
-    closed_loop: bool,
-) -> dict[str, Any]:
-    """The run's result dict (the JSON contract of ``rdu-sim run --json``);
-    ``closed_loop``: whether the requests came from a closed loop (the steady window needs
-    one)."""
+def summarize(run: ServingRun) -> RunSummary:
+    """The metrics of a serving run, from the records its serving simulation emitted."""
+    scenario, records, cache, batch_slots = run.scenario, run.records, run.cache, run.batch_slots
     cols = request_columns(records)
     done = records.completed
     output_tokens = int(records.tokens_generated)
@@ -187,40 +285,49 @@ def summarize(
         if records.decode_steps
         else 0.0
     )
-    kv_total = sum(u.kv_bytes for u in placement.tiers.values())
-    steady = steady_state(records, batch_slots, closed_loop)
-    result: dict[str, Any] = {
-        **meta,
-        "kv_policy": kv_policy,
-        "batch_capacity": int(batch_capacity),
-        "batch_slots": int(batch_slots),
-        "kv_bytes_per_slot": int(kv_total // batch_slots) if batch_slots else 0,
-        "memory": memory_summary(placement),
-        "requests": len(records),
-        "requests_completed": int(done.sum()),
-        "output_tokens": output_tokens,
-        "prefill_s": prefill_s,
-        "ttft_s": stats(cols["ttft_s"][done]),
-        "tpot_s": stats(tpot),
-        "queue_delay_s": stats(cols["queue_delay_s"][done]),
-        "e2e_s": stats(cols["e2e_s"][done]),
-        "decode_tokens_per_s": output_tokens / decode_span if decode_span > 0 else 0.0,
-        "steady_decode_tokens_per_s": steady.tokens_per_s if steady is not None else None,
-        "steady_window_s": [steady.start_s, steady.end_s] if steady is not None else None,
-        "user_tokens_per_s": stats(1.0 / tpot[tpot > 0]),
-        "makespan_s": makespan,
-        "occupancy": _time_average(
-            series["time_s"], series["occupancy"], first_arrival, last_finish
+    kv_total = sum(u.kv_bytes for u in run.placement.tiers.values())
+    steady = steady_state(records, batch_slots, run.requests_in.closed_loop)
+    return RunSummary(
+        model=scenario.model.name,
+        workload=scenario.workload.name,
+        hardware=scenario.hardware.name,
+        tp=scenario.tp,
+        sockets=scenario.hardware.system.sockets,
+        seed=scenario.workload.serving.seed,
+        max_context=scenario.workload.serving.max_context,
+        version=__version__,
+        kv_policy=scenario.kv_policy.name,
+        batch_capacity=run.batch_capacity,
+        batch_slots=batch_slots,
+        kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
+        memory=memory_summary(run.placement),
+        requests=len(records),
+        requests_completed=int(done.sum()),
+        output_tokens=output_tokens,
+        prefill_s=_round(run.prefill_s),
+        ttft_s=Percentiles.of(cols["ttft_s"][done]),
+        tpot_s=Percentiles.of(tpot),
+        queue_delay_s=Percentiles.of(cols["queue_delay_s"][done]),
+        e2e_s=Percentiles.of(cols["e2e_s"][done]),
+        decode_tokens_per_s=_round(output_tokens / decode_span if decode_span > 0 else 0.0),
+        steady_decode_tokens_per_s=_round(steady.tokens_per_s) if steady is not None else None,
+        steady_window_s=(_round(steady.start_s), _round(steady.end_s))
+        if steady is not None
+        else None,
+        user_tokens_per_s=Percentiles.of(1.0 / tpot[tpot > 0]),
+        makespan_s=_round(makespan),
+        occupancy=_round(
+            _time_average(series["time_s"], series["occupancy"], first_arrival, last_finish)
         ),
-        "decode_slot_fill": decode_fill,
-        "utilization": utilization(cache, makespan),
-        "step_cache": {
-            "hits": cache.hits,
-            "misses": cache.misses,
-            "hit_rate": cache.hit_rate,
-            "shapes": len(cache.shapes),
-        },
-        "steps": steps_run(records),
-    }
-    rounded_result: dict[str, Any] = rounded(result)
-    return rounded_result
+        decode_slot_fill=_round(decode_fill),
+        utilization=Utilization(
+            **{key: _round(value) or 0.0 for key, value in utilization(cache, makespan).items()}
+        ),
+        step_cache=StepCacheStats(
+            hits=cache.hits,
+            misses=cache.misses,
+            hit_rate=_round(cache.hit_rate) or 0.0,
+            shapes=len(cache.shapes),
+        ),
+        steps=StepCounts(**steps_run(records)),
+    )

@@ -134,6 +134,8 @@ def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
     step_s = weights / (hbm.bandwidth * hbm.efficiency) + 1e-5 * slots
     kv_bytes = 131072 * slots * workload.serving.max_context
     return {
+        "model": scenario.model.name,
+        "max_context": workload.serving.max_context,
         "kv_policy": workload.kv.policy,
         "batch_slots": slots,
         "decode_tokens_per_s": slots / step_s,

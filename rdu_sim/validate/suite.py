@@ -139,7 +139,6 @@ def measure_run(path: Path, overrides: Sequence[str], prompt: int | None) -> Run
     began = time.perf_counter()
     result = api.run(path, list(overrides))
     steady = steady_state(result)
-    data = result.to_dict()
     prefill = prefill_time(result, prompt) if prompt is not None else math.nan
     return RunMeasurement(
         workload=result.scenario.workload.name,
@@ -149,7 +148,7 @@ def measure_run(path: Path, overrides: Sequence[str], prompt: int | None) -> Run
         requests=len(result.records),
         decode_tokens_per_s=steady.tokens_per_s,
         window_s=(steady.start_s, steady.end_s),
-        aggregate_decode_tokens_per_s=float(data["decode_tokens_per_s"]),
+        aggregate_decode_tokens_per_s=float(result.summary().decode_tokens_per_s or 0.0),
         prefill_prompt=prompt,
         prefill_s=prefill,
         wall_s=time.perf_counter() - began,

@@ -1,0 +1,112 @@
+"""rdu_sim.studies: a plot's point is what `rdu-sim run` runs, or the figure says what changed.
+
+Covers the issue's plot bugs: `rdu-sim plot capacity WORKLOAD --set serving.batch_slots=4`
+failed (the plots re-parsed overrides without YAML), and `rdu-sim plot memory` showed other
+slots than `rdu-sim run` (prompts resized to the context, SnapStream's budget shrunk to a
+quarter of it) without saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim import api, studies
+from rdu_sim.cli.main import cli
+from rdu_sim.report import plots
+from rdu_sim.report.summary import memory_summary
+from rdu_sim.serving.backend import EngineBackend, resolve_batch_slots
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+SNAP = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+FULL = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
+
+
+def _cli(args: list[str]) -> Any:
+    return CliRunner().invoke(cli, args)
+
+
+def test_plot_capacity_takes_set_overrides_as_run_does(tmp_path: Path) -> None:
+    """The issue's command, and a unit string: --set is parsed as YAML by config/overrides."""
+    out = tmp_path / "capacity.png"
+    args = ["plot", "capacity", str(LLAMA), "--set", "serving.batch_slots=4", "-o", str(out)]
+    result = _cli([*args, "--contexts", "2k,8k"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    [row] = studies.plan_over_contexts(
+        LLAMA, [8192], policies=["full"], overrides=["serving.batch_slots=4"]
+    )
+    assert row["batch_slots"] == 4  # the memory is planned for the 4 slots run would use
+    [small] = studies.plan_over_contexts(
+        LLAMA, [8192], policies=["full"], overrides=["hw.socket.hbm.capacity=32 GiB"]
+    )
+    assert small["memory"]["hbm"]["capacity_bytes"] == 32 * 2**30
+    assert small["batch_capacity"] < row["batch_capacity"]
+    result = _cli([*args[:-2], "--set", "serving.batch_slots=many", "-o", str(out)])
+    assert result.exit_code == 2 and "serving.batch_slots" in result.stderr
+
+
+@pytest.mark.parametrize("workload", [SNAP, FULL], ids=["snapstream", "full"])
+def test_memory_points_are_what_run_does(workload: Path) -> None:
+    """Differential: each point's capacity, slots and memory plan are those of
+    `rdu-sim run WORKLOAD --set serving.max_context=C --set kv.policy=P` (the same
+    resolve_batch_slots and plan_memory api.run calls)."""
+    contexts = [8192, 131072]
+    rows = studies.plan_over_contexts(workload, contexts)
+    backend = EngineBackend()
+    for row in rows:
+        settings = {"serving.max_context": row["max_context"], "kv.policy": row["kv_policy"]}
+        assert row["settings"] == settings  # nothing else was changed
+        scenario = api.load(workload, settings)
+        capacity, slots = resolve_batch_slots(scenario, backend)
+        memory = memory_summary(backend.plan_memory(scenario, slots))
+        assert (row["batch_capacity"], row["batch_slots"]) == (capacity, slots)
+        assert row["memory"] == {tier: asdict(usage) for tier, usage in memory.items()}
+    by_point = {(r["kv_policy"], r["max_context"]): r["batch_slots"] for r in rows}
+    if workload == SNAP:
+        # The deployment's 32k budget is above an 8k context: the slot is the context, as
+        # for full attention (the old plot shrank the budget to 2k and showed 4x the slots).
+        assert by_point[("snapstream", 8192)] == by_point[("full", 8192)]
+        assert by_point[("snapstream", 131072)] > 3 * by_point[("full", 131072)]
+
+
+def test_a_run_of_a_point_reports_the_plotted_memory() -> None:
+    """End to end on a cheap point: the run's JSON memory and slots are the plot's."""
+    [row] = studies.plan_over_contexts(LLAMA, [4096], policies=["snapstream"])
+    run = api.run(LLAMA, {**row["settings"], "serving.requests": 2}).to_dict()
+    assert (run["batch_capacity"], run["batch_slots"]) == (
+        row["batch_capacity"],
+        row["batch_slots"],
+    )
+    assert run["memory"] == row["memory"]
+
+
+def _note(fig: Any) -> str:
+    label = fig._supxlabel  # the figure-level label note_settings writes (wrapped)
+    return "" if label is None else " ".join(str(label.get_text()).split())
+
+
+def test_a_study_that_changes_the_workload_says_so_on_the_figure() -> None:
+    plain = studies.plan_over_contexts(LLAMA, [2048, 8192])
+    note = _note(plots.batch_capacity(plain))
+    assert note == (
+        "each point: the workload with serving.max_context = the context; kv.policy = the policy"
+    )
+    shrunk = studies.plan_over_contexts(LLAMA, [2048, 8192], snapstream_ratio=4, batch=2)
+    snap = {r["max_context"]: r for r in shrunk if r["kv_policy"] == "snapstream"}
+    assert snap[2048]["settings"]["kv.budget"] == 512
+    assert snap[8192]["settings"]["kv.budget"] == 2048
+    for fig in (plots.batch_capacity(shrunk), plots.memory_footprint(shrunk)):
+        note = _note(fig)
+        assert "kv.budget in {512, 2048}" in note
+        assert "serving.batch_slots = 2" in note  # run would use the workload's 16
+    step = studies.decode_step_timing(
+        LLAMA, policy="snapstream", context=8192, batch=2, snapstream_budget=1024
+    )
+    assert step["settings"]["kv.budget"] == 1024 and step["batch"] == 2
+    assert "kv.budget = 1024" in _note(plots.roofline(step))
