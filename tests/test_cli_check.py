@@ -106,11 +106,11 @@ def test_check_missing_file_and_bad_yaml(tmp_path: Path) -> None:
 
 
 def test_check_names_the_workload_when_its_hardware_is_bad(tree: Path) -> None:
-    _misspell(tree / "hw_configs" / "sn40l.yaml", "clock:", "clok:")
+    _misspell(tree / "hw_configs" / "sn40l.yaml", "usable_fraction:", "usable_fractoin:")
     workload = tree / "workloads" / LLAMA_1S
     result = CliRunner().invoke(cli, ["check", str(workload)])
     assert result.exit_code == 2
-    assert str(workload) in result.stderr and "socket.clok" in result.stderr
+    assert str(workload) in result.stderr and "socket.usable_fractoin" in result.stderr
 
 
 def test_check_needs_a_file() -> None:

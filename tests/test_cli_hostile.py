@@ -102,9 +102,9 @@ def test_bits_are_bits_and_an_ambiguous_case_is_refused(tree: Path) -> None:
 
 def test_a_backtracking_unit_string_is_refused_at_once(tree: Path) -> None:
     hw = tree / "hw.yaml"
-    hw.write_text(hw.read_text().replace("clock: 1.6 GHz", "clock: 1" + " " * 50_000 + "x", 1))
+    hw.write_text(hw.read_text().replace("latency: 500 ns", "latency: 1" + " " * 50_000 + "x", 1))
     for args in (("check", hw), ("run", tree / "wl.yaml")):
-        clean_failure(invoke(*args), "socket.clock", "at most 64", lines=None)
+        clean_failure(invoke(*args), "socket.hbm.latency", "at most 64", lines=None)
 
 
 # --- extreme but positive numbers ---

@@ -262,10 +262,11 @@ def test_duplicate_keys_refused_with_both_lines(
 def test_duplicate_key_in_a_shipped_hardware_file(tree: Path) -> None:
     hardware = tree / "hw_configs" / "sn40l.yaml"
     text = hardware.read_text()
-    hardware.write_text(text.replace("  clock: 1.6 GHz\n", "  clock: 1.6 GHz\n  clock: 2 GHz\n", 1))
+    old = "  usable_fraction: 0.9\n"
+    hardware.write_text(text.replace(old, old + "  usable_fraction: 0.8\n", 1))
     error = str(_error(tree / "workloads" / LLAMA_1S))
-    line = _line_of(hardware, "clock: 1.6 GHz")
-    assert f"duplicate key 'clock' (lines {line} and {line + 1})" in error
+    line = _line_of(hardware, "usable_fraction: 0.9")
+    assert f"duplicate key 'usable_fraction' (lines {line} and {line + 1})" in error
 
 
 @pytest.mark.parametrize(

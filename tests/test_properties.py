@@ -84,7 +84,6 @@ def hardware_overrides(draw: st.DrawFn) -> dict[str, Any]:
         "hw.socket.hbm.capacity": f"{draw(st.sampled_from([1, 4, 16, 64, 128]))} GiB",
         "hw.socket.hbm.latency": f"{draw(st.sampled_from([0, 100, 500, 2000]))} ns",
         "hw.socket.hbm.efficiency": draw(st.sampled_from([0.5, 0.9, 1.0])),
-        "hw.socket.hbm.channels": draw(st.sampled_from([1, 4, 16])),
         "hw.socket.ddr.bandwidth": draw(_scaled(200, "GB/s")),
         "hw.socket.ddr.capacity": f"{draw(st.sampled_from([2, 64, 1536]))} GiB",
         "hw.socket.ddr.latency": f"{draw(st.sampled_from([0, 800]))} ns",

@@ -2,9 +2,9 @@
 
 Every stage of a kernel on this socket streams its weight and KV tiles through the same two
 ``MemoryChannel``s (fair processor sharing), so concurrent stages compete for bandwidth the
-way they do on the chip. The channels are the fluid limit of interleaving requests across the
-tier's lanes, so ``MemoryTierConfig.channels`` (how finely streams interleave) does not cap a
-single stream; the tier's ``efficiency`` scales its peak.
+way they do on the chip. A channel is the fluid limit of interleaving requests across the
+tier's lanes (their number would only set how finely streams interleave, not what one stream
+gets, so it is not a parameter); the tier's ``efficiency`` scales its peak.
 
 ``read``/``write`` wrap the channels so that, when recording, the socket's bytes-in-flight
 counters move with each request (added at issue, removed when the last byte lands).

@@ -20,14 +20,14 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 
 RATES = [
     "hw.socket.hbm.bandwidth", "hw.socket.pmu.bandwidth", "hw.socket.pcu.peak_flops",
-    "hw.socket.pcu.vector_flops", "hw.socket.clock", "hw.socket.ddr_to_hbm_bandwidth",
+    "hw.socket.pcu.vector_flops", "hw.socket.ddr_to_hbm_bandwidth",
 ]  # fmt: skip
 FRACTIONS = [
     "hw.socket.hbm.efficiency", "hw.socket.usable_fraction",
     "hw.socket.pcu.max_gemm_efficiency", "engine.operand_buffer_fraction",
 ]  # fmt: skip
 COUNTS = [
-    "hw.socket.pcu.count", "hw.socket.pmu.count", "hw.socket.hbm.channels",
+    "hw.socket.pcu.count", "hw.socket.pmu.count",
     "serving.batch_slots", "serving.max_context", "engine.tiles_per_stage",
     "engine.buffer_tiles", "engine.prefetch_tiles", "hw.socket.pcu.systolic_rows",
 ]  # fmt: skip
