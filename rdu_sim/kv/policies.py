@@ -197,10 +197,6 @@ class PolicyBase:
         """Bytes of one slot's cache: ``slot_tokens * kv_bytes_per_token`` (rounded)."""
         return round(self.slot_tokens() * kv_bytes_per_token)
 
-    def cache_bytes(self, tokens: int, kv_bytes_per_token: float) -> int:
-        """Bytes of ``tokens`` cached tokens (e.g. ``cache_at(...)``), for reads per step."""
-        return round(tokens * kv_bytes_per_token)
-
     def layer_slot_tokens(self, window: int | None) -> int:
         """Tokens one layer with attention ``window`` holds per slot: the slot under full
         attention; a sliding-window layer keeps at most its ring of the last ``window - 1``

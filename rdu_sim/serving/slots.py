@@ -19,7 +19,6 @@ EMPTY, PREFILLING, DECODING, WAITING = 0, 1, 2, 3
 """Slot phases. WAITING: taken but neither prefilling nor decoding, while a request's KV
 cache moves between replicas (disaggregated serving): held after prefill until sent, or
 reserved before decode until received."""
-NO_LIMIT = np.iinfo(np.int64).max
 
 
 class Slots:

@@ -15,7 +15,6 @@ Dask workers.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -88,9 +87,9 @@ class NoOptions(StrictModel):
 @register("simulate", NoOptions)
 def simulate(point: Point, options: NoOptions) -> Mapping[str, Any]:
     """The full simulation of the point's scenario, as `RunResult.to_dict()`."""
-    api: Any = importlib.import_module("rdu_sim.api")  # here: workers load it only if used
-    result: Mapping[str, Any] = api.run(point.scenario).to_dict()
-    return result
+    from rdu_sim.api import run  # here: a worker loads the simulator only if it simulates
+
+    return run(point.scenario).to_dict()
 
 
 class SyntheticOptions(StrictModel):

@@ -14,7 +14,6 @@ The order of work, and why:
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -131,19 +130,6 @@ def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
             )
         ) from None
     return BoundEvaluator(entry.function, options)
-
-
-def _require_api(loaded: LoadedSpec) -> None:
-    """The simulate evaluator needs rdu_sim.api: fail once, now, not once per point."""
-    if loaded.spec.evaluator.name != "simulate":
-        return
-    try:
-        importlib.import_module("rdu_sim.api")
-    except ImportError as exc:
-        raise loaded.error(
-            f"the simulate evaluator needs rdu_sim.api, which cannot be imported: {exc}",
-            "evaluator",
-        ) from None
 
 
 def check_spec(path: str | Path) -> SpecCheck:
@@ -268,8 +254,6 @@ def run_sweep(
     )
     keys = tuple(p.key for p in expansion.points)
 
-    if evaluator is None and not dry_run:
-        _require_api(loaded)
     if dry_run:
         existing = _peek(db_path, keys)
         the_plan = plan(expansion, existing, retry_failed=retry_failed)
