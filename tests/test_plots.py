@@ -250,6 +250,24 @@ def test_dataframe_rows_with_dotted_columns_are_runs() -> None:
     render(lambda: plots.memory_footprint(frame, tiers=["hbm"]))
 
 
+def test_sweep_rows_with_some_memory_columns_still_plot() -> None:
+    """A sweep that kept only some memory metrics plots the rest; the memory plot names the
+    column it lacks."""
+    frame = pd.DataFrame(
+        [
+            {
+                "hw.socket.hbm.bandwidth": bw,
+                "decode_tokens_per_s": 1.0 + i,
+                "memory.hbm.kv_bytes": 1e9,
+            }
+            for i, bw in enumerate(["1.8 TB/s", "3.6 TB/s"])
+        ]
+    )
+    render(lambda: plots.design_space(frame, "hw.socket.hbm.bandwidth", "decode_tokens_per_s"))
+    with pytest.raises(PlotInputError, match=r"memory\.hbm\.capacity_bytes"):
+        plots.memory_footprint(frame)
+
+
 def test_missing_key_is_a_plot_input_error_naming_it() -> None:
     run = fake_run()
     del run["batch_capacity"]

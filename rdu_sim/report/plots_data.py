@@ -124,12 +124,24 @@ class RunPoint:
     batch_slots: int | None = None
     batch_capacity: int | None = None
     decode_tokens_per_s: float | None = None
-    memory: Mapping[str, TierMemory] | None = None
+    tiers: Mapping[str, Any] | None = None  # memory per tier, as given (read by `memory`)
     source: str = "run"  # "run", or a study's "plan" / "decode_step"
     settings: Mapping[str, Any] = field(default_factory=dict)
     requests: Columns | None = None  # per-request columns (ttft_s, tpot_s ...)
     occupancy: Columns | None = None  # state time series (time_s, occupied ...)
     row: Mapping[str, Any] = field(default_factory=dict)  # the flat record, for lookups
+
+    @property
+    def memory(self) -> dict[str, TierMemory] | None:
+        """Memory per tier (one socket); read when a plot asks, so results that carry only
+        some memory columns (a sweep's chosen metrics) still plot what else they hold."""
+        if self.tiers is None:
+            return None
+        return {
+            str(t): u if isinstance(u, TierMemory) else _tier(u, str(t))
+            for t, u in self.tiers.items()
+            if t in TIERS
+        }
 
     def need(self, name: str) -> Any:
         """Attribute ``name``, or PlotInputError when the results do not have it."""
@@ -149,7 +161,7 @@ class RunPoint:
             batch_slots=summary.batch_slots,
             batch_capacity=summary.batch_capacity,
             decode_tokens_per_s=summary.decode_tokens_per_s,
-            memory=dict(summary.memory),
+            tiers=dict(summary.memory),
             **extra,
         )
 
@@ -176,9 +188,7 @@ class RunPoint:
             batch_slots=integer("batch_slots"),
             batch_capacity=integer("batch_capacity"),
             decode_tokens_per_s=None if rate is None else number(rate, "decode_tokens_per_s"),
-            memory=None
-            if memory is None
-            else {str(t): _tier(u, str(t)) for t, u in memory.items() if t in TIERS},
+            tiers=memory,
             source=str(data.get("source") or "run"),
             settings=dict(settings),
             requests=None if requests is None else _columns(requests, "per-request records"),
