@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = {"name", "wall_s", "events", "events_per_s", "peak_rss_bytes"}
 CASES = [
@@ -23,6 +25,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_case(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(

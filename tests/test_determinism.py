@@ -72,6 +72,7 @@ def test_cli_json_is_byte_identical_across_processes() -> None:
     assert data["requests_completed"] == data["requests"] == 200
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT)
 def test_cli_report_is_byte_identical_across_processes() -> None:
     """The human report too (no clocks, paths or progress bars in stdout)."""

@@ -395,6 +395,7 @@ def _check_run(result: api.RunResult) -> None:
         assert 0.0 <= value <= 1 + 1e-9
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(case=workloads())
 def test_random_workloads_obey_the_invariants(

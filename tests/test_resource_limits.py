@@ -1,7 +1,7 @@
 """Resource limits: absurdly large simulations are refused up front, clearly, never run away.
 
 What guards what:
-- ``serving.max_work`` (``rdu_sim/limits.py``): the request level's estimated state changes,
+- ``serving.max_work`` (``rdu_sim/serving/limits.py``): the request level's estimated state changes,
   weighted by batch slots, plus the distinct step shapes; checked by ``api.run`` after the
   requests are drawn and before anything is simulated. A ``RunTooLargeError`` (a
   ConfigError: exit 2 from the CLI) names the knobs that shrink the run.
@@ -29,8 +29,8 @@ from rdu_sim import api
 from rdu_sim.compiler.program import Placement, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.engine import EventBudgetError
-from rdu_sim.limits import RunTooLargeError, check_run, estimate_run
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.limits import RunTooLargeError, check_run, estimate_run
 from rdu_sim.serving.requests import make_requests
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.shapes import StepShape

@@ -97,6 +97,7 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
         assert not (tmp_path / "spec.sqlite").exists()  # refused before running
 
 
+@pytest.mark.slow
 def test_cluster_local_gives_the_same_rows(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     spec = write_spec(tmp_path)

@@ -82,6 +82,7 @@ def test_process_pool_gives_the_same_rows(
     assert len(workers) >= 2  # really ran in worker processes
 
 
+@pytest.mark.slow
 def test_dask_cluster_gives_the_same_rows(
     spec: Path, tmp_path: Path, serial: dict[str, tuple[str, str, str | None, str]]
 ) -> None:

@@ -208,7 +208,8 @@ class ServingConfig(StrictModel):
         ge=1000,
         le=10**12,
         description="refuse a run whose estimated scheduler work exceeds this (one unit ~ one "
-        "state change: ~25 us and ~250 bytes; slots and step shapes add; see rdu_sim/limits.py)",
+        "state change: ~25 us and ~250 bytes; slots and step shapes add; see "
+        "rdu_sim/serving/limits.py)",
     )
 
     @model_validator(mode="after")

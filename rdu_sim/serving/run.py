@@ -2,9 +2,9 @@
 
 :func:`serve_scenario` is what ``rdu_sim.api.run`` does once the workload is loaded: resolve
 the batch slots (``auto`` = the batch capacity), plan memory, generate the requests from the
-workload's seed, refuse an absurdly large run before simulating it (``rdu_sim.limits``), then
-simulate continuous batching with every distinct step shape compiled and simulated once
-(the step cache). The result is plain data, :class:`ServingRun`; ``rdu_sim.report`` reads it.
+workload's seed, refuse an absurdly large run before simulating it (``serving.limits``),
+then simulate continuous batching with every distinct step shape compiled and simulated
+once (the step cache). The result is plain data, :class:`ServingRun`; ``rdu_sim.report`` reads it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.limits import check_run
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import SimulatedTimeError
+from rdu_sim.serving.limits import check_run
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
 from rdu_sim.serving.server import Progress, ServerConfig
