@@ -153,6 +153,7 @@ PER_FILE = _sample(
 )
 
 
+@pytest.mark.slow
 def test_check_rejects_each_file_on_its_own() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda f: _cli("check", _rel(f)), PER_FILE))
@@ -161,6 +162,7 @@ def test_check_rejects_each_file_on_its_own() -> None:
         _assert_clean_failure(result, _rel(path))
 
 
+@pytest.mark.slow
 def test_run_rejects_workload_files_in_subprocesses() -> None:
     sample = _sample(
         WORKLOAD_FILES,
