@@ -581,7 +581,7 @@ def _bad_overrides(rng: random.Random) -> list[str]:
         "hw.socket.hbm.bandwidth=-1 TB/s",
         "hw.socket.hbm.capacity=0 GiB",
         "hw.socket.hbm.capacity=64 GiBs",
-        "hw.socket.clock=1.6 GB",
+        "hw.socket.hbm.latency=1.6 GB",
         "hw.system.sockets=0",
         "hw.socket=3",
         "hw.socket.pcu.count=1.5",
@@ -610,7 +610,7 @@ def _bad_overrides(rng: random.Random) -> list[str]:
         "serving.requests=0x" + "f" * 5000,
         "serving.seed=" + ":".join(["59"] * 3000),
         "serving.requests={a: 1, a: 2}",
-        "hw.socket.clock=1" + " " * 5000 + "x",
+        "hw.socket.hbm.latency=1" + " " * 5000 + "x",
         ".".join(["serving"] * 100) + "=1",
     ]
     rng.shuffle(candidates)
