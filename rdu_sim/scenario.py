@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.hardware_file import Hardware, hardware_model
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
@@ -43,7 +43,7 @@ class Scenario:
     built once from ``kv`` and ``serving.max_context`` (every room asks it, none rebuilds it)."""
 
     workload: WorkloadConfig
-    hardware: HardwareConfig
+    hardware: Hardware
     model: Architecture
     workload_file: str
     hardware_file: str
@@ -152,7 +152,7 @@ def _validate(
 
 def _cross_check(
     workload: WorkloadConfig,
-    hardware: HardwareConfig,
+    hardware: Hardware,
     model: Architecture,
     file: str,
     lines: LineMap,
@@ -278,8 +278,9 @@ def build_scenario(
         hw_data, hw_lines = read_yaml(hardware_path)
         if isinstance(hw_data, dict):
             hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
+        model_type = hardware_model(hw_data, str(hardware_path), hw_lines)
         hardware = _validate(
-            HardwareConfig, hw_data, str(hardware_path), hw_lines, hardware_overrides, HW_PREFIX
+            model_type, hw_data, str(hardware_path), hw_lines, hardware_overrides, HW_PREFIX
         )
     except ConfigError as exc:
         # Say which workload led here: the issues themselves name the hardware file.

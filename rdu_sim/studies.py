@@ -33,6 +33,7 @@ from typing import Any
 
 from rdu_sim import api
 from rdu_sim.compiler import compile_program
+from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine import StepTiming
 from rdu_sim.report.summary import memory_summary
 from rdu_sim.scenario import Scenario
@@ -307,7 +308,8 @@ def decode_step_timing(
         for kernel in program.kernels
         if kernel.name in times
     ]
-    socket = scenario.hardware.socket
+    hardware = scenario.hardware
+    ddr = hardware.socket.ddr.bandwidth if isinstance(hardware, HardwareConfig) else 0.0  # GPU
     return {
         "model": scenario.model.name,
         "kv_policy": scenario.kv_policy.name,
@@ -319,8 +321,8 @@ def decode_step_timing(
         "settings": settings,
         "kernels": kernels,
         "hardware": {
-            "peak_flops": float(socket.peak_flops),
-            "hbm_bandwidth": float(socket.hbm.bandwidth),
-            "ddr_bandwidth": float(socket.ddr.bandwidth),
+            "peak_flops": float(hardware.peak_flops),
+            "hbm_bandwidth": float(hardware.hbm.bandwidth),
+            "ddr_bandwidth": float(ddr),
         },
     }

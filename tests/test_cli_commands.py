@@ -161,7 +161,12 @@ def test_schema_is_json_schema(kind: str) -> None:
     schema = json.loads(result.stdout)
     assert schema["$schema"].startswith("https://json-schema.org/")
     assert schema["type"] == "object"
-    assert schema["additionalProperties"] is False
+    if kind == "hardware":  # one of its kinds: SN40L sockets or a GPU system
+        kinds = [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] for ref in schema["oneOf"]]
+        assert {k["title"] for k in kinds} == {"HardwareConfig", "GpuHardwareConfig"}
+        assert all(k["additionalProperties"] is False for k in kinds)
+    else:
+        assert schema["additionalProperties"] is False
 
 
 def test_schema_accepts_shipped_files_and_flags_typos() -> None:
@@ -175,7 +180,8 @@ def test_schema_accepts_shipped_files_and_flags_typos() -> None:
         for path in sorted((REPO / folder).glob("*.yaml")):
             data = yaml.safe_load(path.read_text())
             jsonschema.validate(data, schemas[kind])
-            data["serving" if kind == "workload" else "socket"]["typo_field"] = 1
+            section = "serving" if kind == "workload" else "gpu" if "gpu" in data else "socket"
+            data[section]["typo_field"] = 1
             with pytest.raises(jsonschema.ValidationError):
                 jsonschema.validate(data, schemas[kind])
 

@@ -18,7 +18,7 @@ from rdu_sim.models import get_model, kv_bytes_per_token, params_total, preset_n
 from rdu_sim.scenario import build_scenario, load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
-HW_FILES = sorted((REPO / "hw_configs").glob("*.yaml"))
+HW_FILES = sorted((REPO / "hw_configs").glob("sn40l*.yaml"))  # GPU files: test_gpu_config.py
 WORKLOADS = sorted((REPO / "workloads").glob("*.yaml"))
 LLAMA_1S = "llama3.1-8b-1socket.yaml"
 

@@ -26,9 +26,9 @@ from rdu_sim.cli.errors import (
     print_error,
 )
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.hardware_file import validate_hardware
 from rdu_sim.config.kinds import KINDS_HELP, file_kind
-from rdu_sim.config.loader import LineMap, read_yaml, validate
+from rdu_sim.config.loader import LineMap, read_yaml
 from rdu_sim.scenario import build_scenario
 
 # The trace formats' suffixes, known without importing rdu_sim.serving (it is slow to import
@@ -70,8 +70,9 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             f"kv={workload.kv.policy})"
         )
     if kind == "hardware":
-        hardware = validate(HardwareConfig, data, file, lines)
-        return f"hardware {hardware.name!r}: {hardware.system.sockets} socket(s)"
+        hardware = validate_hardware(data, file, lines)
+        units = "GPU(s)" if hardware.kind == "gpu" else "socket(s)"
+        return f"hardware {hardware.name!r}: {hardware.system.sockets} {units}"
     if kind == "cluster":
         from rdu_sim.cluster import build_cluster
         from rdu_sim.cluster.traffic import load_traffic

@@ -11,19 +11,20 @@ import json
 from typing import Any
 
 import click
-from pydantic import BaseModel
+from pydantic import TypeAdapter
 
 from rdu_sim.config.cluster import ClusterConfig
-from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.hardware_file import HARDWARE_SCHEMA
 from rdu_sim.config.plan import PlanSpec
 from rdu_sim.config.workload import WorkloadConfig
 from rdu_sim.kv import policy_names
 
-SCHEMAS: dict[str, type[BaseModel]] = {
-    "workload": WorkloadConfig,
-    "hardware": HardwareConfig,
-    "cluster": ClusterConfig,
-    "plan": PlanSpec,
+# A hardware file is one of its kinds (SN40L sockets, or `kind: gpu`): a union's adapter.
+SCHEMAS: dict[str, TypeAdapter[Any]] = {
+    "workload": TypeAdapter(WorkloadConfig),
+    "hardware": HARDWARE_SCHEMA,
+    "cluster": TypeAdapter(ClusterConfig),
+    "plan": TypeAdapter(PlanSpec),
 }
 
 
@@ -33,7 +34,7 @@ def json_schema(kind: str) -> dict[str, Any]:
     A workload's `kv.policy` and a plan's `search.kv_policy` list the names registered in
     `rdu_sim.kv` (the config models cannot import the registry, which sits above them).
     """
-    schema = SCHEMAS[kind].model_json_schema(mode="validation")
+    schema = SCHEMAS[kind].json_schema(mode="validation")
     defs = schema.get("$defs", {})
     if "KVConfig" in defs:
         defs["KVConfig"]["properties"]["policy"]["enum"] = policy_names()
@@ -44,6 +45,7 @@ def json_schema(kind: str) -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"rdu-sim {kind} file",
+        "type": "object",  # a hardware file is one of its kinds, each an object
         **{k: v for k, v in schema.items() if k != "title"},
     }
 

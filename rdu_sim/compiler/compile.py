@@ -39,7 +39,7 @@ from rdu_sim.compiler.program import (
     Tier,
     TierUsage,
 )
-from rdu_sim.config.hardware import SocketConfig
+from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.graph import Operator, operators
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Gemm, StepShape
@@ -84,16 +84,23 @@ class Compiler:
         placement = self.placement(max(shape.batch, self.batch_slots()))
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
-        socket = self.scenario.hardware.socket
+        hardware = self.scenario.hardware
         tiles = self.scenario.workload.engine.tiles_per_stage
-        kernels = tuple(
-            _kernel_program(k, fractions, kv_tier, socket, tiles) for k in self.kernels(shape)
-        )
-        buffers = max(sum(s.pmus for s in k.stages) for k in kernels) * socket.pmu.sram
         tiers = dict(placement.tiers)
-        tiers["sram"] = TierUsage(
-            capacity_bytes=tiers["sram"].capacity_bytes, activations_bytes=buffers
-        )
+        if isinstance(hardware, HardwareConfig):
+            socket = hardware.socket
+            kernels = tuple(
+                _kernel_program(k, fractions, kv_tier, socket, tiles) for k in self.kernels(shape)
+            )
+            buffers = max(sum(s.pmus for s in k.stages) for k in kernels) * socket.pmu.sram
+            tiers["sram"] = TierUsage(
+                capacity_bytes=tiers["sram"].capacity_bytes, activations_bytes=buffers
+            )
+        else:  # a GPU runs each kernel on all its SMs: no stage gets units of its own
+            kernels = tuple(
+                KernelProgram(k.name, k.calls, k.looped, tuple(_stages(k, fractions, kv_tier)))
+                for k in self.kernels(shape)
+            )
         program = Program(
             shape=shape,
             tp=self.scenario.tp,
@@ -258,6 +265,11 @@ def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
     return memory.bandwidth * memory.efficiency
 
 
+def _stages(kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier) -> list[StageProgram]:
+    """The kernel's stages in topological order, before any units are allocated."""
+    return [_stage(kernel, node, fractions, kv_tier) for node in operators(kernel.graph)]
+
+
 def _kernel_program(
     kernel: KernelGraph,
     fractions: dict[str, float],
@@ -265,7 +277,7 @@ def _kernel_program(
     socket: SocketConfig,
     tiles: int,
 ) -> KernelProgram:
-    stages = [_stage(kernel, node, fractions, kv_tier) for node in operators(kernel.graph)]
+    stages = _stages(kernel, fractions, kv_tier)
     # the topological order of `operators` puts every producer before its consumers
     produced = {s.name: s.output_bytes for s in stages}
     work = [_work(s, produced, socket, tiles) for s in stages]

@@ -33,6 +33,7 @@ from rdu_sim.compiler.program import (
 )
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
+from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.units import format_bytes
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
@@ -136,16 +137,31 @@ def _shrink_hint(scenario: Scenario) -> str:
     hints = [f"raise parallelism.tp (now {w.parallelism.tp})"]
     if DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
-    hints.append("or give each socket more DDR (hw.socket.ddr.capacity)")
+    if scenario.hardware.kind == "gpu":  # no DDR tier: a GPU streams weights from HBM only
+        hints.append(
+            f"or use more GPUs (hw.system.sockets, now {scenario.hardware.system.sockets})"
+        )
+    else:
+        hints.append("or give each socket more DDR (hw.socket.ddr.capacity)")
     return ", ".join(hints)
+
+
+def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
+    """Bytes one device offers per tier: a GPU places everything in HBM (no DDR tier, and
+    no software-managed on-chip memory the compiler places into)."""
+    hardware = scenario.hardware
+    if isinstance(hardware, HardwareConfig):
+        sock = hardware.socket
+        return {"sram": sock.sram_bytes, "hbm": sock.hbm.capacity, "ddr": sock.ddr.capacity}
+    return {"sram": 0, "hbm": hardware.hbm.capacity, "ddr": 0}
 
 
 def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
     """Place one socket's weights, KV cache and activations for `batch_slots` slots."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
-    sock = scenario.hardware.socket
-    hbm_cap, ddr_cap = sock.hbm.capacity, sock.ddr.capacity
+    capacities = tier_capacities(scenario)
+    hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
     if act + kv > hbm_cap:
         capacity = batch_capacity(scenario, strict=False)
@@ -186,7 +202,7 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
             f"{_shrink_hint(scenario)}"
         )
     tiers: dict[Tier, TierUsage] = {
-        "sram": TierUsage(capacity_bytes=sock.sram_bytes),
+        "sram": TierUsage(capacity_bytes=capacities["sram"]),
         "hbm": TierUsage(
             capacity_bytes=hbm_cap, weights_bytes=in_hbm, kv_bytes=kv, activations_bytes=act
         ),
@@ -211,7 +227,7 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
     """
-    hbm = scenario.hardware.socket.hbm.capacity
+    hbm = scenario.hardware.hbm.capacity
     weights = sum(w.bytes for w in weight_inventory(scenario))
 
     def fits(slots: int) -> bool:

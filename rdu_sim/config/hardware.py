@@ -7,6 +7,7 @@ The shipped values and their sources live in hw_configs/*.yaml, one comment per 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -188,7 +189,22 @@ class SystemConfig(StrictModel):
 class HardwareConfig(StrictModel):
     """A complete hardware description: one socket type and the system built from it."""
 
+    # The default kind (a file without `kind:` is SN40L); left out of dumps so an SN40L
+    # configuration hashes and round-trips as it did before GPUs (rdu_sim.config.hardware_file).
+    kind: Literal["rdu"] = Field(
+        default="rdu", exclude=True, description="'rdu' (the default): SN40L sockets"
+    )
     name: str = Field(min_length=1, max_length=200)
     description: str = ""
     socket: SocketConfig
     system: SystemConfig
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak BF16 FLOP/s of one socket."""
+        return self.socket.peak_flops
+
+    @property
+    def hbm(self) -> MemoryTierConfig:
+        """One socket's HBM."""
+        return self.socket.hbm

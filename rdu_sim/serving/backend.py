@@ -11,6 +11,7 @@ from typing import Protocol
 
 from rdu_sim.compiler import CapacityError, Compiler
 from rdu_sim.compiler.program import Placement
+from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine import Engine
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
@@ -60,7 +61,10 @@ class EngineBackend:
         """Compile the shape and simulate one step on the hardware model (recording its
         trace when the backend was built with ``record=True``)."""
         program = self.compiler(scenario).program(shape)
-        engine = Engine(scenario.hardware, scenario.workload.engine, record=self.record)
+        hardware = scenario.hardware
+        if not isinstance(hardware, HardwareConfig):
+            raise NotImplementedError(f"{hardware.name}: a GPU's steps need the GPU engine")
+        engine = Engine(hardware, scenario.workload.engine, record=self.record)
         timing = engine.simulate_step(program)
         return StepCost(
             step_s=float(timing.step_s),

@@ -127,7 +127,7 @@ def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
         raise RuntimeError(f"synthetic failure requested by fail_when ({shown})")
     scenario = point.scenario
     workload = scenario.workload
-    hbm = scenario.hardware.socket.hbm
+    hbm = scenario.hardware.hbm
     slots = workload.serving.batch_slots if isinstance(workload.serving.batch_slots, int) else 8
     weights = 2.0e9 * scenario.model.layers / max(1, scenario.tp)
     step_s = weights / (hbm.bandwidth * hbm.efficiency) + 1e-5 * slots

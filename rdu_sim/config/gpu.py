@@ -1,0 +1,92 @@
+"""Typed, validated description of a GPU system: one GPU and the system of GPUs.
+
+A second kind of hardware beside SN40L (``kind: gpu`` in a hardware file). The system part
+(GPUs per node, links, topology, collectives) is the same ``SystemConfig`` SN40L files use:
+one model of how devices are wired, whatever the device. The shipped values and their
+public sources live in hw_configs/dgx-h100.yaml, one comment per value.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rdu_sim.config.base import StrictModel
+from rdu_sim.config.hardware import MemoryTierConfig, SystemConfig
+from rdu_sim.config.units import FlopsPerSecond, Seconds
+
+_MAX_SECONDS = 3600.0
+_MAX_FLOPS = 1e18
+
+
+class GpuKernelOverheadsConfig(StrictModel):
+    """What a kernel boundary costs on a GPU.
+
+    ``launch`` and ``graph_launch`` are host CPU time: the host queues kernels ahead of the
+    device, so they cost device time only where kernels are shorter than their launches
+    (a CUDA graph launches a whole step at once). ``sync`` is device time at every kernel
+    boundary, graph or not: the device-wide completion of one kernel and the start of the
+    next.
+    """
+
+    launch: Seconds = Field(
+        ge=0, le=_MAX_SECONDS, description="host CPU time to launch one kernel on a stream"
+    )
+    sync: Seconds = Field(
+        ge=0,
+        le=_MAX_SECONDS,
+        description="device time at each kernel boundary: the device-wide completion of one "
+        "kernel and the start of the next",
+    )
+    graph_launch: Seconds = Field(
+        ge=0, le=_MAX_SECONDS, description="host CPU time to launch one CUDA graph (a step)"
+    )
+
+
+class GpuConfig(StrictModel):
+    """One GPU: tensor-core and vector rates, the GEMM tile shape, HBM and kernel overheads."""
+
+    bf16_flops: FlopsPerSecond = Field(
+        gt=0, le=_MAX_FLOPS, description="dense BF16/FP16 tensor-core FLOP/s of one GPU"
+    )
+    fp8_flops: FlopsPerSecond = Field(
+        gt=0,
+        le=_MAX_FLOPS,
+        description="dense FP8 tensor-core FLOP/s (GEMMs whose weights, or attention whose KV "
+        "cache, are stored in fp8)",
+    )
+    vector_flops: FlopsPerSecond = Field(
+        gt=0, le=_MAX_FLOPS, description="non-tensor FP32 FLOP/s (norms, softmax, activations)"
+    )
+    max_gemm_efficiency: float = Field(
+        gt=0, le=1, description="best achievable fraction of tensor peak on a well-shaped GEMM"
+    )
+    mma_rows: int = Field(
+        ge=1, le=4096, description="rows of the tensor-core instruction tile (padding of m or n)"
+    )
+    mma_cols: int = Field(
+        ge=1, le=4096, description="column granularity of the tensor-core instruction tile"
+    )
+    hbm: MemoryTierConfig
+    kernel: GpuKernelOverheadsConfig
+
+
+class GpuHardwareConfig(StrictModel):
+    """A GPU system: one GPU type and the system built from it (``system.sockets`` GPUs)."""
+
+    kind: Literal["gpu"] = Field(description="'gpu': this file describes a GPU system")
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    gpu: GpuConfig
+    system: SystemConfig
+
+    @property
+    def peak_flops(self) -> float:
+        """Dense BF16 tensor-core FLOP/s of one GPU."""
+        return self.gpu.bf16_flops
+
+    @property
+    def hbm(self) -> MemoryTierConfig:
+        """One GPU's HBM."""
+        return self.gpu.hbm

@@ -1,0 +1,65 @@
+"""Which kind of hardware a hardware file describes, and validating it as that kind.
+
+A file's top-level ``kind`` names its model: ``rdu`` (SN40L sockets, the default when the key
+is absent: every file written before GPUs existed) or ``gpu``. Both kinds share
+``SystemConfig`` and expose ``name``, ``system``, ``peak_flops`` and ``hbm``, which is what
+the rooms above the compiler read; only the compiler and the engines look inside a device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import Discriminator, Tag, TypeAdapter
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.gpu import GpuHardwareConfig
+from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.loader import LineMap, validate
+
+Hardware = HardwareConfig | GpuHardwareConfig
+"""Any validated hardware description."""
+
+KINDS: dict[str, type[HardwareConfig] | type[GpuHardwareConfig]] = {
+    "rdu": HardwareConfig,
+    "gpu": GpuHardwareConfig,
+}
+
+
+def kind_of(data: Any) -> str:
+    """The ``kind`` a hardware mapping names (``rdu`` when it names none)."""
+    if isinstance(data, Mapping):
+        return str(data.get("kind", "rdu"))
+    return str(getattr(data, "kind", "rdu"))
+
+
+def hardware_model(
+    data: Any, file: str, lines: LineMap
+) -> type[HardwareConfig] | type[GpuHardwareConfig]:
+    """The model a parsed hardware file is validated with; a ConfigError naming ``kind``
+    when the file names a kind that does not exist."""
+    kind = kind_of(data)
+    model = KINDS.get(kind)
+    if model is None:
+        raise ConfigError.single(
+            file,
+            "kind",
+            f"unknown hardware kind {kind!r}; valid: {', '.join(sorted(KINDS))}",
+            lines.get(("kind",)),
+        )
+    return model
+
+
+def validate_hardware(data: Any, file: str, lines: LineMap) -> Hardware:
+    """Validate a parsed hardware file as the kind it names; a ConfigError otherwise."""
+    return validate(hardware_model(data, file, lines), data, file, lines)
+
+
+HARDWARE_SCHEMA = TypeAdapter(
+    Annotated[
+        Annotated[HardwareConfig, Tag("rdu")] | Annotated[GpuHardwareConfig, Tag("gpu")],
+        Discriminator(kind_of),
+    ]
+)
+"""One adapter for both kinds: ``rdu-sim schema hardware`` prints its JSON Schema."""
