@@ -98,7 +98,9 @@ class Compiler:
             )
         else:  # a GPU runs each kernel on all its SMs: no stage gets units of its own
             kernels = tuple(
-                KernelProgram(k.name, k.calls, k.looped, tuple(_stages(k, fractions, kv_tier)))
+                KernelProgram(
+                    k.name, k.calls, k.looped, tuple(_stages(k, fractions, kv_tier)), k.layer
+                )
                 for k in self.kernels(shape)
             )
         program = Program(
@@ -181,7 +183,7 @@ def _stage(
     finals = graph.graph.get("output_nodes", {})
     reads: dict[Tier, float] = {}
     writes: dict[Tier, float] = {}
-    share = _hbm_share(fractions, kernel.name, node.weight_name)
+    share = _hbm_share(fractions, kernel.group, node.weight_name)
     _add(reads, "hbm", node.weight_read_bytes * share)
     _add(reads, "ddr", node.weight_read_bytes * (1 - share))
     _add(reads, kv_tier, node.kv_read_bytes)
@@ -306,4 +308,10 @@ def _kernel_program(
         replace(s, pcus=p, pmus=m)
         for s, p, m in zip(stages, allocation.pcus, allocation.pmus, strict=True)
     )
-    return KernelProgram(name=kernel.name, calls=kernel.calls, looped=kernel.looped, stages=placed)
+    return KernelProgram(
+        name=kernel.name,
+        calls=kernel.calls,
+        looped=kernel.looped,
+        stages=placed,
+        layer=kernel.layer,
+    )

@@ -19,6 +19,10 @@ between stages would cost more PMU bandwidth than the socket has in a long prefi
 
 Kernel looping (`kernel_looping` in the workload) marks kernels with more than one call
 `looped`: their calls run as one call with a pipelined outer loop over the bodies.
+
+That is the `full` fusion level (SN40L's); `fusion: none | partial` splits every kernel into
+smaller ones by the rules of `fusion_levels` (then never looped, and without attention
+fused at `none`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
+from rdu_sim.compiler.fusion_levels import (
+    FusionLevel,
+    operator_groups,
+    resolve_level,
+    subgraph,
+)
 from rdu_sim.compiler.layout import mla_cache_form, precision, shard_plan
 from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.graph import (
@@ -54,6 +64,12 @@ class KernelGraph:
     calls: int
     looped: bool
     graph: nx.DiGraph
+    layer: str = ""  # the layer kernel it was split from ("" = itself: `full` fusion)
+
+    @property
+    def group(self) -> str:
+        """The layer kernel this kernel belongs to: the key of its weights' placement."""
+        return self.layer or self.name
 
 
 def selection_shape(
@@ -144,15 +160,32 @@ def fuse_attention(graph: nx.DiGraph) -> nx.DiGraph:
 
 
 def kernel_graphs(scenario: Scenario, shape: StepShape) -> list[KernelGraph]:
-    """The fused, sharded kernels of one step on one socket."""
+    """The fused, sharded kernels of one step on one socket, at the workload's fusion level."""
     plan = shard_plan(scenario)
-    looping = scenario.workload.kernel_looping
-    return [
-        KernelGraph(
-            group.name,
-            group.count,
-            looping and group.count > 1,
-            shard_graph(fuse_attention(group.graph), plan),
-        )
-        for group in graph_groups(scenario, shape)
-    ]
+    level = fusion_level(scenario)
+    looping = scenario.workload.kernel_looping and level == "full"
+    kernels: list[KernelGraph] = []
+    for group in graph_groups(scenario, shape):
+        graph = group.graph if level == "none" else fuse_attention(group.graph)
+        sharded = shard_graph(graph, plan)
+        if level == "full":
+            kernels.append(
+                KernelGraph(group.name, group.count, looping and group.count > 1, sharded)
+            )
+            continue
+        for names in operator_groups(sharded, level):
+            kernels.append(
+                KernelGraph(
+                    f"{group.name}:{names[0]}",
+                    group.count,
+                    False,
+                    subgraph(sharded, names),
+                    layer=group.name,
+                )
+            )
+    return kernels
+
+
+def fusion_level(scenario: Scenario) -> FusionLevel:
+    """The workload's fusion level, `auto` resolved for the hardware (full on SN40L)."""
+    return resolve_level(scenario.workload.fusion, scenario.hardware.kind == "gpu")

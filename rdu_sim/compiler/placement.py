@@ -70,7 +70,7 @@ def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
         for node in operators(kernel.graph):
             if not node.weight_params and not node.weight_read_bytes:
                 continue
-            entry = tensors.setdefault(f"{kernel.name}/{node.weight_name}", [0.0, 0.0])
+            entry = tensors.setdefault(f"{kernel.group}/{node.weight_name}", [0.0, 0.0])
             entry[0] += kernel.calls * node.weight_bytes
             entry[1] += kernel.calls * node.weight_read_bytes
     return [

@@ -57,6 +57,9 @@ class KernelProgram:
     calls: int  # calls per step (e.g. 58 MoE layers)
     looped: bool  # with kernel looping the calls run as one call with a pipelined outer loop
     stages: tuple[StageProgram, ...]  # topologically ordered
+    # The layer kernel this one was split from below `full` fusion ("": it is one): the
+    # kernels of one layer run one after another, layer by layer.
+    layer: str = ""
 
     def bytes_by_tier(self) -> dict[Tier, float]:
         """Bytes moved per step (all calls) per tier, reads plus writes."""

@@ -323,6 +323,13 @@ class WorkloadConfig(StrictModel):
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
     kv: KVConfig = Field(default_factory=KVConfig)
     kernel_looping: bool = True
+    fusion: Literal["auto", "none", "partial", "full"] = Field(
+        default="auto",
+        description="operators per kernel: 'none' one operator per kernel, 'partial' the "
+        "fusions GPU serving stacks do (flash attention, GEMM epilogues, merged projections, "
+        "fused add-norm), 'full' a decoder layer per kernel (what kernel_looping loops); "
+        "'auto' is full on SN40L and partial on a GPU (docs/gpu.md)",
+    )
     moe_expert_loading: Literal["routed", "static"] = Field(
         default="routed",
         description=(
