@@ -330,6 +330,11 @@ class WorkloadConfig(StrictModel):
         "fused add-norm), 'full' a decoder layer per kernel (what kernel_looping loops); "
         "'auto' is full on SN40L and partial on a GPU (docs/gpu.md)",
     )
+    cuda_graphs: bool = Field(
+        default=True,
+        description="GPU hardware: the host launches each step as one CUDA graph instead of "
+        "one launch per kernel (SN40L ignores it)",
+    )
     moe_expert_loading: Literal["routed", "static"] = Field(
         default="routed",
         description=(

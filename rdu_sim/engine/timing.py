@@ -88,6 +88,11 @@ class StepTiming:
     # each collective stage: algorithm, bytes, hops, latency/bandwidth terms, simulated time
     collectives: tuple[CollectiveTiming, ...] = ()
 
+    @property
+    def compute_utilization(self) -> float:
+        """Share of the step the compute units were busy: SN40L's PCUs, a GPU's SMs."""
+        return self.utilization.get("pcu", self.utilization.get("sm", 0.0))
+
     def kernel(self, name: str) -> KernelTiming:
         """The timing of the kernel called ``name`` (KeyError listing valid names)."""
         for k in self.kernels:

@@ -1,7 +1,8 @@
 """Where a serving run gets its batch capacity, memory plan and step times: a Backend.
 
 :class:`EngineBackend` is the real one: ``rdu_sim.compiler`` plans memory and compiles each
-static shape, ``rdu_sim.engine`` simulates it. Tests pass a formula-based backend instead, so
+static shape, ``rdu_sim.engine`` simulates it (SN40L's engine or a GPU's, by the hardware's
+kind: ``engine.for_hardware``). Tests pass a formula-based backend instead, so
 the serving level can be checked against closed-form step times.
 """
 
@@ -11,8 +12,7 @@ from typing import Protocol
 
 from rdu_sim.compiler import CapacityError, Compiler
 from rdu_sim.compiler.program import Placement
-from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.engine import Engine
+from rdu_sim.engine.for_hardware import engine_for
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.shapes import StepShape
@@ -37,7 +37,8 @@ class Backend(Protocol):
 
 
 class EngineBackend:
-    """The real thing: ``rdu_sim.compiler`` plans and compiles, ``rdu_sim.engine`` times."""
+    """The real thing: ``rdu_sim.compiler`` plans and compiles, ``rdu_sim.engine`` times
+    (for SN40L or a GPU: the same backend, the engine chosen by the hardware's kind)."""
 
     def __init__(self, *, record: bool = False) -> None:
         self.record = record  # the engine collects trace records (StepTiming.records)
@@ -61,15 +62,11 @@ class EngineBackend:
         """Compile the shape and simulate one step on the hardware model (recording its
         trace when the backend was built with ``record=True``)."""
         program = self.compiler(scenario).program(shape)
-        hardware = scenario.hardware
-        if not isinstance(hardware, HardwareConfig):
-            raise NotImplementedError(f"{hardware.name}: a GPU's steps need the GPU engine")
-        engine = Engine(hardware, scenario.workload.engine, record=self.record)
-        timing = engine.simulate_step(program)
+        timing = engine_for(scenario, record=self.record).simulate_step(program)
         return StepCost(
             step_s=float(timing.step_s),
             hbm_util=float(timing.hbm_bandwidth_fraction),
-            pcu_util=float(timing.utilization.get("pcu", 0.0)),
+            pcu_util=float(timing.compute_utilization),
             detail=timing,
         )
 

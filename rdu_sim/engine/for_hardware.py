@@ -1,0 +1,47 @@
+"""Which engine times a scenario's steps: SN40L's or a GPU's, by the hardware's kind.
+
+Both take the same compiled Program and return the same ``StepTiming``, so everything above
+the engine (the backend, serving, reports) is the same for either kind of hardware.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rdu_sim.compiler.program import Program
+from rdu_sim.config.gpu import GpuHardwareConfig
+from rdu_sim.engine.engine import Engine
+from rdu_sim.engine.gpu import GpuEngine, GpuSettings
+from rdu_sim.engine.timing import StepTiming
+from rdu_sim.scenario import Scenario
+
+
+class StepEngine(Protocol):
+    """What times one step of a Program."""
+
+    def simulate_step(self, program: Program) -> StepTiming:
+        """Simulate one step of ``program``."""
+        ...
+
+    def estimate_events(self, program: Program) -> int:
+        """A lower bound of the events ``simulate_step`` processes."""
+        ...
+
+
+def gpu_settings(scenario: Scenario) -> GpuSettings:
+    """The serving stack's choices for a GPU: the workload's CUDA graphs, and FP8 tensor
+    cores for the products whose streamed operands are stored in fp8."""
+    dtypes = scenario.workload.dtypes
+    return GpuSettings(
+        cuda_graphs=scenario.workload.cuda_graphs,
+        fp8_weights=dtypes.weights == "fp8",
+        fp8_kv=dtypes.kv == "fp8",
+    )
+
+
+def engine_for(scenario: Scenario, *, record: bool = False) -> StepEngine:
+    """The engine for the scenario's hardware, with the workload's engine settings."""
+    hardware = scenario.hardware
+    if isinstance(hardware, GpuHardwareConfig):
+        return GpuEngine(hardware, scenario.workload.engine, gpu_settings(scenario), record=record)
+    return Engine(hardware, scenario.workload.engine, record=record)

@@ -1,0 +1,224 @@
+"""The GPU engine: time one step of a compiled Program on a GPU system.
+
+``GpuEngine(hardware, config, settings).simulate_step(program)`` runs the Program the
+compiler made for the GPU (its kernels at the workload's fusion level) through the GPU's own
+execution rules, on the same engine pieces as SN40L where the physics is shared:
+
+- each kernel's device time is a SimPy simulation of its calls on GPU 0 (``kernel``: tiles
+  streamed through the SMs, one HBM ``MemoryChannel``, collectives on the NVLink
+  ``Topology``, a device-wide synchronization at the kernel boundary), driven by
+  ``fast_forward.time_kernel`` through the ``Simulation`` face: identical calls are simulated
+  once, a looped kernel's layers until they repeat (both exact here);
+- the step is then the host launching those calls into one stream and the device running
+  them in order (``stream``), with or without CUDA graphs.
+
+The result is a ``StepTiming`` like SN40L's (the serving level, reports and plots read the
+same contract), with the GPU's units in ``busy_s``: ``sm`` (time the SMs computed), ``hbm``,
+``link`` (busiest NVLink direction) and ``host`` (CPU time spent launching).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from rdu_sim.compiler.program import KernelProgram, Program
+from rdu_sim.config.gpu import GpuHardwareConfig
+from rdu_sim.config.workload import EngineConfig
+from rdu_sim.engine.budget import check_budget, over_budget
+from rdu_sim.engine.counting_env import EventLimitError
+from rdu_sim.engine.fast_forward import KernelResult, fewest_layers, time_kernel
+from rdu_sim.engine.gpu.kernel import GpuKernelSim
+from rdu_sim.engine.gpu.stream import Call, execution_order, run_stream
+from rdu_sim.engine.gpu.work import GpuSettings, Segment, segments
+from rdu_sim.engine.records import Recorder
+from rdu_sim.engine.run_stats import RunStats
+from rdu_sim.engine.timing import KernelTiming, StepTiming
+
+
+class GpuEngine:
+    """Simulates Program steps on one GPU system; ``settings`` are the serving stack's
+    choices (CUDA graphs, FP8 tensor cores); ``record`` collects trace records."""
+
+    def __init__(
+        self,
+        hardware: GpuHardwareConfig,
+        config: EngineConfig | None = None,
+        settings: GpuSettings | None = None,
+        *,
+        record: bool = False,
+    ) -> None:
+        self.hardware = hardware
+        self.config = config if config is not None else EngineConfig()
+        self.settings = settings if settings is not None else GpuSettings()
+        self.record = record
+
+    def segments(self, program: Program) -> list[tuple[Segment, ...]]:
+        """Each kernel's stages cut at its collectives, their work per tile."""
+        tiles, gpu = self.config.tiles_per_stage, self.hardware.gpu
+        return [segments(k, tiles, gpu, self.settings) for k in program.kernels]
+
+    def estimate_events(self, program: Program) -> int:
+        """A lower bound of the events ``simulate_step`` processes: every simulated call
+        waits at least once per tile of each segment, and every call on the stream once."""
+        tiles, ff = self.config.tiles_per_stage, self.config.fast_forward
+        kernels = sum(
+            fewest_layers(k, ff) * tiles * len(s)
+            for k, s in zip(program.kernels, self.segments(program), strict=True)
+        )
+        return kernels + len(execution_order(program.kernels))
+
+    def simulate_step(self, program: Program) -> StepTiming:
+        """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``."""
+        _validate(program, self.hardware)
+        cfg, what = self.config, f"this {program.shape.phase} step"
+        least = self.estimate_events(program)
+        check_budget(least, cfg.max_events, what)
+        events = 0
+        results: list[KernelResult] = []
+        for kernel, segs in zip(program.kernels, self.segments(program), strict=True):
+            start = partial(self._start, program, kernel, segs, cfg.max_events - events)
+            try:
+                result = time_kernel(kernel, start, cfg.fast_forward)
+            except EventLimitError as where:
+                raise over_budget(cfg.max_events, f"{what} ({where})") from None
+            events += result.events
+            results.append(result)
+        per_call = [
+            r.stats.time_s / (1 if k.looped else k.calls)
+            for k, r in zip(program.kernels, results, strict=True)
+        ]
+        order = execution_order(program.kernels)
+        timeline = Recorder() if self.record else None
+        kernel_overheads = self.hardware.gpu.kernel
+        graph = kernel_overheads.graph_launch if self.settings.cuda_graphs else None
+        try:
+            stream = run_stream(
+                [Call(i, per_call[i]) for i in order],
+                kernel_overheads.launch,
+                graph,
+                cfg.max_events - events,
+                timeline,
+                [k.name for k in program.kernels],
+            )
+        except EventLimitError:
+            raise over_budget(cfg.max_events, f"{what} (launching its kernels)") from None
+        events += stream.events
+        if timeline is not None:
+            _place_records(timeline, results, order, stream.starts)
+        total = RunStats()
+        for r in results:
+            total = total.plus(r.stats)
+        return self._timing(
+            program, results, total, stream.end_s, stream.host_s, events, least, timeline
+        )
+
+    def _start(
+        self,
+        program: Program,
+        kernel: KernelProgram,
+        segs: tuple[Segment, ...],
+        left: int,
+        layers: int,
+        looped: bool,
+    ) -> GpuKernelSim:
+        """A simulation of ``layers`` layers (or calls) of ``kernel``, allowed ``left`` events."""
+        return GpuKernelSim(
+            kernel,
+            self.hardware,
+            program.tp,
+            self.config,
+            segs,
+            layers=layers,
+            looped=looped,
+            max_events=left,
+            record=self.record,
+        )
+
+    def _timing(
+        self,
+        program: Program,
+        results: list[KernelResult],
+        total: RunStats,
+        step: float,
+        host_s: float,
+        events: int,
+        planned: int,
+        timeline: Recorder | None,
+    ) -> StepTiming:
+        gpu = self.hardware.gpu
+        busy = {
+            "sm": total.pcu_s,
+            "hbm": total.hbm_busy_s,
+            "link": total.link_busy_s,
+            "host": host_s,
+        }
+        peak = gpu.fp8_flops if self.settings.fp8_weights else gpu.bf16_flops
+        shape = program.shape
+        return StepTiming(
+            step_s=step,
+            phase=shape.phase,
+            batch=shape.batch,
+            tokens=shape.tokens,
+            context=shape.cache_len,
+            tp=program.tp,
+            flops=total.flops,
+            vector_flops=total.vector_flops,
+            bytes_by_tier={"hbm": total.hbm_bytes, "ddr": 0.0, "sram": 0.0, "p2p": total.p2p_bytes},
+            kernels=tuple(
+                KernelTiming(
+                    name=k.name,
+                    calls=k.calls,
+                    looped=k.looped,
+                    time_s=r.stats.time_s,
+                    overhead_s=r.stats.overhead_s,
+                    simulated_iterations=r.simulated_iterations,
+                    period_s=r.period_s,
+                )
+                for k, r in zip(program.kernels, results, strict=True)
+            ),
+            busy_s=busy,
+            utilization={k: (v / step if step > 0 else 0.0) for k, v in busy.items()},
+            hbm_bandwidth_fraction=(
+                total.hbm_bytes / step / gpu.hbm.bandwidth if step > 0 else 0.0
+            ),
+            flops_fraction=total.flops / step / peak if step > 0 else 0.0,
+            events=events,
+            estimated_events=planned,
+            tiles_per_stage=self.config.tiles_per_stage,
+            sockets_simulated=1,
+            fast_forward=self.config.fast_forward,
+            records=timeline.freeze() if timeline is not None else None,
+        )
+
+
+def _place_records(
+    timeline: Recorder, results: list[KernelResult], order: list[int], starts: tuple[float, ...]
+) -> None:
+    """Each kernel's simulated records at the start of its first call on the stream."""
+    placed: set[int] = set()
+    for kernel, start in zip(order, starts, strict=True):
+        recorder = results[kernel].recorder
+        if kernel not in placed and recorder is not None:
+            recorder.extend_into(timeline, start)
+            placed.add(kernel)
+
+
+def _validate(program: Program, hardware: GpuHardwareConfig) -> None:
+    """Reject Programs a GPU system cannot run, naming the kernel or stage and the rule."""
+    if not 1 <= program.tp <= hardware.system.sockets:
+        raise ValueError(
+            f"program.tp = {program.tp}, but hardware {hardware.name!r} has "
+            f"{hardware.system.sockets} GPUs"
+        )
+    for kernel in program.kernels:
+        if kernel.calls < 1:
+            raise ValueError(f"kernel {kernel.name!r}: calls must be >= 1, got {kernel.calls}")
+        if not kernel.stages:
+            raise ValueError(f"kernel {kernel.name!r} has no stages")
+        for stage in kernel.stages:
+            spec = stage.collective
+            if spec is not None and (spec.group < 1 or program.tp % spec.group):
+                raise ValueError(
+                    f"kernel {kernel.name!r} stage {stage.name!r}: collective group "
+                    f"{spec.group} must divide program.tp = {program.tp}"
+                )

@@ -1,0 +1,123 @@
+"""What a GPU does with a Program's stage: its per-tile work and the rate it runs at.
+
+A GPU runs every kernel on all its SMs, so a stage gets no units of its own (the compiler
+allocates none on a GPU); what sets its speed is the tensor-core rate of its operands' type
+and how well its GEMM fills the tensor-core instruction tile:
+
+- matrix FLOPs run at the FP8 rate when the operands they stream are stored in fp8
+  (weights for a projection, the KV cache for attention: ``GpuSettings``), else at the
+  BF16 rate; times the GEMM efficiency ``rdu_sim.systolic.stage_gemm_efficiency`` on the
+  ``mma_rows x mma_cols`` instruction tile under ``max_gemm_efficiency``, the same padding
+  model SN40L's systolic arrays use (one formula, another tile);
+- element-wise FLOPs run on the CUDA cores at ``vector_flops``;
+- bytes come from HBM; a GPU has no DDR tier and no SRAM the compiler places into, so a
+  stage reading either is refused.
+
+A kernel's stages are cut at its collectives into segments (``segments``): the stages after
+a collective need its result, so they start a tile once the collective chunk holding it is
+done, while the stages before it go on with the next tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rdu_sim.compiler.program import CollectiveSpec, KernelProgram, StageProgram
+from rdu_sim.config.gpu import GpuConfig
+from rdu_sim.engine.tile_work import split
+from rdu_sim.systolic import stage_gemm_efficiency
+
+ATTENTION_OPS = frozenset({"attention_score", "attention_value", "flash_attention"})
+"""Products over the KV cache: they run at the KV cache's type's rate."""
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """How the serving stack runs a step on the GPU: the workload's choices, resolved."""
+
+    cuda_graphs: bool = True  # one host launch per step (a graph) instead of one per kernel
+    fp8_weights: bool = False  # projections run on the FP8 tensor cores (fp8 weights)
+    fp8_kv: bool = False  # attention runs on the FP8 tensor cores (an fp8 KV cache)
+
+
+def matrix_rate(stage: StageProgram, gpu: GpuConfig, settings: GpuSettings) -> float:
+    """Tensor-core FLOP/s a stage's matrix work runs at (its operands' type)."""
+    fp8 = settings.fp8_kv if stage.op in ATTENTION_OPS else settings.fp8_weights
+    return gpu.fp8_flops if fp8 else gpu.bf16_flops
+
+
+def gemm_efficiency(stage: StageProgram, gpu: GpuConfig) -> float:
+    """Fraction of the tensor rate a stage's GEMM reaches (max_gemm_efficiency without one)."""
+    if stage.gemm is None:
+        return gpu.max_gemm_efficiency
+    g = stage.gemm
+    return stage_gemm_efficiency(g.m, g.n, g.k, gpu.mma_rows, gpu.mma_cols, gpu.max_gemm_efficiency)
+
+
+@dataclass(frozen=True)
+class GpuTileWork:
+    """What each of a stage's tiles does in one call, on one GPU."""
+
+    name: str
+    matrix_flops: float  # per tile
+    efficiency: float  # of the GPU's fastest matrix rate (type scale x GEMM efficiency)
+    vector_flops: float  # per tile
+    reads: tuple[float, ...]  # HBM bytes per tile
+    writes: tuple[float, ...]
+    collective: CollectiveSpec | None
+
+    @classmethod
+    def of(
+        cls, stage: StageProgram, tiles: int, gpu: GpuConfig, settings: GpuSettings
+    ) -> GpuTileWork:
+        """Cut ``stage``'s per-call work into ``tiles`` tiles (bytes exactly, by ``split``)."""
+        if tiles < 1:
+            raise ValueError(f"tiles must be >= 1, got {tiles}")
+        for kind, amounts in (("reads", stage.reads), ("writes", stage.writes)):
+            for tier, amount in amounts.items():
+                if amount and tier != "hbm":
+                    raise ValueError(
+                        f"stage {stage.name!r} {kind} {amount:.6g} bytes of {tier}: a GPU "
+                        "has HBM only (no DDR tier, no SRAM the compiler places into)"
+                    )
+        fastest = max(gpu.bf16_flops, gpu.fp8_flops)
+        scale = matrix_rate(stage, gpu, settings) / fastest
+        return cls(
+            name=stage.name,
+            matrix_flops=stage.flops / tiles,
+            efficiency=scale * gemm_efficiency(stage, gpu),
+            vector_flops=stage.vector_flops / tiles,
+            reads=split(stage.reads.get("hbm", 0.0), tiles),
+            writes=split(stage.writes.get("hbm", 0.0), tiles),
+            collective=stage.collective,
+        )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Stages that run tile by tile in order, ending (or not) in a collective stage."""
+
+    stages: tuple[GpuTileWork, ...]
+
+    @property
+    def collective(self) -> CollectiveSpec | None:
+        """The collective the segment ends with (across more than one GPU), if any."""
+        spec = self.stages[-1].collective if self.stages else None
+        return spec if spec is not None and spec.group > 1 else None
+
+
+def segments(
+    kernel: KernelProgram, tiles: int, gpu: GpuConfig, settings: GpuSettings
+) -> tuple[Segment, ...]:
+    """The kernel's stages (topological order) cut after each collective stage."""
+    out: list[Segment] = []
+    current: list[GpuTileWork] = []
+    for stage in kernel.stages:
+        work = GpuTileWork.of(stage, tiles, gpu, settings)
+        current.append(work)
+        if work.collective is not None and work.collective.group > 1:
+            out.append(Segment(tuple(current)))
+            current = []
+    if current or not out:
+        out.append(Segment(tuple(current)))
+    return tuple(out)

@@ -1,0 +1,289 @@
+"""The GPU engine: device kernels in SimPy and the host launching them.
+
+Exact values on hand-built kernels (a lone HBM stream, a compute-bound GEMM, a ring
+all-reduce against its closed form, launches against their recurrence), rooflines and
+conservation on compiled programs, fast-forward against the full simulation, and every GPU
+parameter changing some result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from test_engine_programs import kernel, program, stage
+
+from rdu_sim.api import EngineBackend, default_step_shape
+from rdu_sim.compiler import Compiler
+from rdu_sim.compiler.program import CollectiveSpec
+from rdu_sim.config.gpu import GpuConfig, GpuHardwareConfig
+from rdu_sim.config.hardware_file import validate_hardware
+from rdu_sim.config.loader import read_yaml
+from rdu_sim.config.workload import EngineConfig
+from rdu_sim.engine import EventBudgetError
+from rdu_sim.engine.for_hardware import engine_for, gpu_settings
+from rdu_sim.engine.gpu import GpuEngine, GpuSettings
+from rdu_sim.engine.gpu.stream import execution_order
+from rdu_sim.engine.gpu.work import gemm_efficiency, matrix_rate
+from rdu_sim.hw.collectives import ring_time
+from rdu_sim.scenario import Scenario, load_scenario
+from rdu_sim.shapes import Gemm, StepShape
+
+REPO = Path(__file__).resolve().parents[1]
+DGX = REPO / "hw_configs" / "dgx-h100.yaml"
+LLAMA_70B = REPO / "workloads" / "llama3.1-70b-decode.yaml"
+
+
+def dgx(**edits: Any) -> GpuHardwareConfig:
+    """The shipped DGX H100 with dotted-path edits (``"gpu.kernel.sync": 0.0``)."""
+    data, lines = read_yaml(DGX)
+    for path, value in edits.items():
+        node = data
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    hardware = validate_hardware(data, str(DGX), lines)
+    assert isinstance(hardware, GpuHardwareConfig)
+    return hardware
+
+
+def on_gpu(path: Path = LLAMA_70B, **overrides: Any) -> Scenario:
+    return load_scenario(path, {"hardware": str(DGX), **overrides})
+
+
+def hbm_rate(hw: GpuHardwareConfig) -> float:
+    return hw.gpu.hbm.bandwidth * hw.gpu.hbm.efficiency
+
+
+# --- hand-built kernels: exact values -----------------------------------------------------
+
+
+def test_a_lone_stream_takes_latency_plus_bytes_over_bandwidth_plus_the_boundary() -> None:
+    hw = dgx()
+    nbytes = 64e6
+    engine = GpuEngine(hw, EngineConfig(tiles_per_stage=8, prefetch_tiles=8))
+    timing = engine.simulate_step(program([kernel("k", [stage("load", hbm=nbytes)])]))
+    device = hw.gpu.hbm.latency + nbytes / hbm_rate(hw) + hw.gpu.kernel.sync
+    graph = hw.gpu.kernel.graph_launch  # the host launches the step as one CUDA graph
+    assert timing.step_s == pytest.approx(graph + device, rel=1e-12)
+    assert timing.bytes_by_tier["hbm"] == nbytes
+    assert timing.kernels[0].overhead_s == hw.gpu.kernel.sync
+
+
+def test_an_aligned_gemm_runs_at_its_tensor_rate() -> None:
+    hw = dgx(**{"gpu.kernel.sync": 0.0, "gpu.kernel.graph_launch": 0.0})
+    flops = 2 * 4096 * 4096 * 4096
+    gemm = stage("mm", flops=flops, gemm=Gemm(4096, 4096, 4096))
+    for fp8, rate in ((False, hw.gpu.bf16_flops), (True, hw.gpu.fp8_flops)):
+        engine = GpuEngine(hw, EngineConfig(), GpuSettings(fp8_weights=fp8))
+        timing = engine.simulate_step(program([kernel("k", [gemm])]))
+        assert timing.step_s == pytest.approx(flops / (rate * hw.gpu.max_gemm_efficiency))
+        assert timing.flops == flops
+
+
+def test_a_skinny_gemm_pads_to_the_instruction_tile() -> None:
+    gpu = dgx().gpu
+    # 4 rows: swapped onto the 8-wide side of the 64 x 8 tile, half of it used
+    skinny = stage("mm", flops=1.0, gemm=Gemm(4, 4096, 4096))
+    assert gemm_efficiency(skinny, gpu) == pytest.approx(gpu.max_gemm_efficiency / 2)
+    attention = stage("a", flops=1.0, op="flash_attention")
+    assert matrix_rate(attention, gpu, GpuSettings(fp8_weights=True)) == gpu.bf16_flops
+    assert matrix_rate(attention, gpu, GpuSettings(fp8_kv=True)) == gpu.fp8_flops
+
+
+def test_an_all_reduce_kernel_is_the_ring_on_nvlink() -> None:
+    hw = dgx(**{"gpu.kernel.sync": 0.0, "gpu.kernel.graph_launch": 0.0})
+    nbytes, chunks = 8e6, hw.system.collective_chunks
+    ar = stage("ar", op="allreduce", collective=CollectiveSpec("allreduce", nbytes, 8))
+    timing = GpuEngine(hw).simulate_step(program([kernel("ar", [ar])], tp=8))
+    link = hw.system.intra_node_link
+    # the chunks start together (no producer to wait for): the pipelined ring's closed form
+    pieces = ring_time(8, nbytes, link.bandwidth, link.latency, chunks)
+    assert timing.step_s == pytest.approx(pieces, rel=1e-9)
+    assert timing.bytes_by_tier["p2p"] == pytest.approx(2 * 7 / 8 * nbytes)
+
+
+def test_launches_follow_the_host_device_recurrence() -> None:
+    """Without CUDA graphs the host launches each call (launch s of CPU); the device starts
+    a call once it is launched and the previous one is done."""
+    hw = dgx()
+    small = kernel("small", [stage("s", hbm=1e3)], calls=5)
+    big = kernel("big", [stage("b", hbm=1e8)], calls=2)
+    prog = program([small, big])
+    stream = GpuEngine(hw, settings=GpuSettings(cuda_graphs=False)).simulate_step(prog)
+    graph = GpuEngine(hw, settings=GpuSettings(cuda_graphs=True)).simulate_step(prog)
+    device = [k.time_s / k.calls for k in stream.kernels]
+    launch, end = hw.gpu.kernel.launch, 0.0
+    for i, k in enumerate(execution_order(prog.kernels)):
+        end = max(end, (i + 1) * launch) + device[k]
+    assert stream.step_s == pytest.approx(end, rel=1e-12)
+    assert graph.step_s == pytest.approx(
+        hw.gpu.kernel.graph_launch + sum(k.time_s for k in graph.kernels), rel=1e-12
+    )
+    assert stream.busy_s["host"] == pytest.approx(7 * launch)
+    assert stream.step_s > graph.step_s  # the small kernels are shorter than their launches
+
+
+def test_split_layers_run_layer_by_layer() -> None:
+    a = kernel("decoder:a", [stage("a", hbm=1.0)], calls=3)
+    b = kernel("decoder:b", [stage("b", hbm=1.0)], calls=3)
+    head = kernel("lm_head", [stage("h", hbm=1.0)])
+    a, b = (type(a)(k.name, k.calls, k.looped, k.stages, "decoder") for k in (a, b))
+    assert execution_order([head, a, b, head]) == [0, 1, 2, 1, 2, 1, 2, 3]
+    looped = kernel("decoder", [stage("a", hbm=1.0)], calls=3, looped=True)
+    assert execution_order([looped]) == [0]
+
+
+# --- compiled programs: rooflines, conservation, fast-forward ----------------------------
+
+CASES = [
+    ("70b-decode-partial", LLAMA_70B, {}, "decode"),
+    ("70b-decode-none-b1", LLAMA_70B, {"fusion": "none", "serving.batch_slots": 1}, "decode"),
+    ("70b-decode-full", LLAMA_70B, {"fusion": "full"}, "decode"),
+    ("70b-prefill-partial", LLAMA_70B, {}, "prefill"),
+    ("70b-prefill-none", LLAMA_70B, {"fusion": "none"}, "prefill"),
+    (
+        "8b-fp8-decode",
+        REPO / "workloads" / "llama3.1-8b-8socket.yaml",
+        {"dtypes.weights": "fp8", "dtypes.kv": "fp8", "serving.batch_slots": 64},
+        "decode",
+    ),
+    (
+        "qwen3-moe-decode",
+        REPO / "workloads" / "qwen3-235b-a22b-16socket.yaml",
+        {"parallelism.tp": 8, "serving.batch_slots": 16, "serving.max_context": 4096},
+        "decode",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "path", "overrides", "phase"), CASES, ids=[c[0] for c in CASES])
+def test_a_gpu_step_is_never_faster_than_its_rooflines(
+    name: str, path: Path, overrides: dict[str, Any], phase: str
+) -> None:
+    scenario = on_gpu(path, **overrides)
+    shape = default_step_shape(scenario, phase)
+    prog = Compiler(scenario).program(shape)
+    hw = scenario.hardware
+    assert isinstance(hw, GpuHardwareConfig)
+    settings = gpu_settings(scenario)
+    timing = engine_for(scenario).simulate_step(prog)
+    # work is conserved: the device moved exactly the Program's bytes and FLOPs
+    assert timing.bytes_by_tier["hbm"] == pytest.approx(prog.bytes_by_tier()["hbm"], rel=1e-9)
+    assert timing.flops == pytest.approx(prog.flops, rel=1e-9)
+    # HBM roofline: no faster than its bytes at the achievable bandwidth
+    assert timing.step_s >= prog.bytes_by_tier()["hbm"] / hbm_rate(hw)
+    # FLOP roofline: no faster than each stage's matrix and vector work at its best rate
+    compute = sum(
+        k.calls
+        * (
+            s.flops / (matrix_rate(s, hw.gpu, settings) * gemm_efficiency(s, hw.gpu))
+            + s.vector_flops / hw.gpu.vector_flops
+        )
+        for k in prog.kernels
+        for s in k.stages
+    )
+    assert timing.step_s >= compute
+    # and every kernel boundary costs its device-wide synchronization
+    calls = len(execution_order(prog.kernels))
+    assert timing.step_s >= calls * hw.gpu.kernel.sync
+    for share in (timing.hbm_bandwidth_fraction, *timing.utilization.values()):
+        assert 0.0 <= share <= 1.0
+
+
+@pytest.mark.parametrize("fusion", ["full", "partial"])
+def test_fast_forward_is_the_full_simulation(fusion: str) -> None:
+    shape = StepShape("decode", 16, 1, 4096)
+    timings = []
+    for fast in (True, False):
+        scenario = on_gpu(fusion=fusion, **{"engine.fast_forward": fast})
+        timings.append(engine_for(scenario).simulate_step(Compiler(scenario).program(shape)))
+    fast, full = timings
+    assert fast.events < full.events
+    assert fast.step_s == pytest.approx(full.step_s, rel=1e-12)
+    assert fast.bytes_by_tier == pytest.approx(full.bytes_by_tier, rel=1e-12)
+    assert fast.flops == pytest.approx(full.flops, rel=1e-12)
+
+
+def test_same_step_same_bytes_and_the_event_budget() -> None:
+    scenario = on_gpu()
+    shape = default_step_shape(scenario, "decode")
+    prog = Compiler(scenario).program(shape)
+    first, again = (engine_for(scenario).simulate_step(prog) for _ in range(2))
+    assert first == again and first.to_dict() == again.to_dict()
+    assert first.events >= first.estimated_events
+    tight = on_gpu(**{"engine.max_events": 1000})
+    with pytest.raises(EventBudgetError, match=r"engine\.max_events"):
+        engine_for(tight).simulate_step(Compiler(tight).program(shape))
+
+
+def test_cuda_graphs_and_fusion_order_the_small_batch_step() -> None:
+    def step(**overrides: Any) -> float:
+        scenario = on_gpu(**{"serving.batch_slots": 1, **overrides})
+        return EngineBackend().step_cost(scenario, default_step_shape(scenario, "decode")).step_s
+
+    assert step(cuda_graphs=False) > step(cuda_graphs=True)
+    assert step(fusion="none") > step(fusion="partial") > step(fusion="full")
+
+
+# --- every GPU parameter changes some result ---------------------------------------------
+
+
+def _leaves(model: type[BaseModel], prefix: str) -> list[str]:
+    """Dotted paths of every leaf field of ``model``."""
+    out = []
+    for f in model.model_fields:
+        annotation = model.model_fields[f].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out += _leaves(annotation, f"{prefix}{f}.")
+        else:
+            out.append(f"{prefix}{f}")
+    return out
+
+
+# `channels` is read by neither engine: issue 17 removes it from MemoryTierConfig
+UNUSED = {"gpu.hbm.channels"}
+
+
+def _results(hw: GpuHardwareConfig) -> tuple[float, ...]:
+    """Results a GPU parameter may move: capacity and steps in the regimes that expose each."""
+    results: list[float] = []
+    for overrides, phase in (
+        ({"serving.batch_slots": 1, "fusion": "none", "cuda_graphs": False}, "decode"),
+        ({"serving.batch_slots": 32}, "decode"),
+        ({"serving.batch_slots": 1}, "prefill"),
+        ({"dtypes.weights": "fp8", "serving.batch_slots": 1}, "prefill"),
+    ):
+        scenario = on_gpu(**overrides)
+        scenario = Scenario(
+            scenario.workload, hw, scenario.model, scenario.workload_file, scenario.hardware_file
+        )
+        backend = EngineBackend()
+        results.append(backend.batch_capacity(scenario))
+        shape = default_step_shape(scenario, phase, tokens=1000 if phase == "prefill" else None)
+        results.append(backend.step_cost(scenario, shape).step_s)
+    return tuple(results)
+
+
+def test_every_gpu_parameter_changes_some_result() -> None:
+    base = dgx()
+    reference = _results(base)
+    names = [n for n in _leaves(GpuConfig, "gpu.") if n not in UNUSED]
+    assert {"gpu.kernel.graph_launch", "gpu.mma_rows", "gpu.hbm.latency"} <= set(names)
+    for name in names:
+        value = base.model_dump()
+        node = value
+        for part in name.split(".")[:-1]:
+            node = node[part]
+        leaf = name.split(".")[-1]
+        current = node[leaf]
+        node[leaf] = 3 * current if current > 0 else 1e-6
+        if leaf in ("efficiency", "max_gemm_efficiency"):
+            node[leaf] = current / 3
+        varied = GpuHardwareConfig.model_validate(value)
+        assert _results(varied) != reference, f"{name} changes no result"
+    # the check can fail: what no model reads (the description) leaves every result as it was
+    assert _results(base.model_copy(update={"description": "another"})) == reference
