@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "plan": "rdu_sim.cli.plan_cmd",
     "plot": "rdu_sim.cli.plot_cmd",
     "validate": "rdu_sim.cli.validate_cmd",
+    "compare": "rdu_sim.cli.compare_cmd",
     "kv-demo": "rdu_sim.cli.kvdemo_cmd",
 }
 

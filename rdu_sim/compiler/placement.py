@@ -138,12 +138,17 @@ def _shrink_hint(scenario: Scenario) -> str:
     if DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
     if scenario.hardware.kind == "gpu":  # no DDR tier: a GPU streams weights from HBM only
-        hints.append(
-            f"or use more GPUs (hw.system.sockets, now {scenario.hardware.system.sockets})"
-        )
+        hints.append(_more_gpus(scenario).removeprefix(", "))
     else:
         hints.append("or give each socket more DDR (hw.socket.ddr.capacity)")
     return ", ".join(hints)
+
+
+def _more_gpus(scenario: Scenario) -> str:
+    """The way out on a GPU system, where nothing spills to DDR ("" on SN40L)."""
+    if scenario.hardware.kind != "gpu":
+        return ""
+    return f", or use more GPUs (hw.system.sockets, now {scenario.hardware.system.sockets})"
 
 
 def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
@@ -245,6 +250,7 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
                 f"{scenario.workload.parallelism.mla_cache_layout}); reduce "
                 f"serving.max_context, use kv.policy snapstream, {_layout_hint(scenario)}"
                 f"raise parallelism.tp (now {scenario.tp}), or store weights in fp8"
+                + _more_gpus(scenario)
             )
         return 0
     low, high = 1, 2

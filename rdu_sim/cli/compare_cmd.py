@@ -1,0 +1,109 @@
+"""`rdu-sim compare WORKLOAD --hardware A.yaml --hardware B.yaml`: one workload, side by side.
+
+Each hardware file runs the workload as written (its `hardware` field replaced), compiled and
+timed for that hardware (rdu_sim/compare.py says what is measured): a table with one column
+per hardware system, or with `--json` one JSON object (`columns` in the order given). A system
+the model does not fit is a column saying so. `--set` applies to every run (a `hw.` path must
+exist in every hardware file given).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.compare import Column, Comparison, compare
+from rdu_sim.config.units import format_bandwidth
+from rdu_sim.report.console import human_seconds
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
+    ("kind", lambda c: c.kind),
+    ("devices (tp)", lambda c: f"{c.devices} ({c.tp})"),
+    ("fusion", lambda c: c.fusion),
+    ("batch capacity", lambda c: _number(c.batch_capacity, ",d")),
+    ("batch / cached tokens", lambda c: "-" if c.batch is None else f"{c.batch} / {c.context:,}"),
+    ("decode step", lambda c: "-" if c.step_s is None else human_seconds(c.step_s)),
+    ("tokens/s per user", lambda c: _number(c.tokens_per_s_per_user, ",.1f")),
+    ("tokens/s (one instance)", lambda c: _number(c.tokens_per_s, ",.0f")),
+    ("tokens/s (whole system)", lambda c: _number(c.system_tokens_per_s, ",.0f")),
+    ("peak HBM bandwidth / device", lambda c: format_bandwidth(c.peak_hbm_bandwidth)),
+    ("share of peak HBM bandwidth", lambda c: _percent(c.hbm_bandwidth_fraction)),
+    ("share of peak FLOP/s", lambda c: _percent(c.flops_fraction)),
+    ("kernel calls per step", lambda c: _number(c.kernel_calls, ",d")),
+    (
+        "prefill, typical prompt",
+        lambda c: "-" if c.prefill_s is None else human_seconds(c.prefill_s),
+    ),
+)
+
+
+def print_comparison(result: Comparison) -> None:
+    """The comparison as one rich table, a column per hardware system."""
+    table = Table(title=f"{result.workload}: {result.model}", title_justify="left")
+    table.add_column("")
+    for column in result.columns:
+        table.add_column(column.hardware, justify="right")
+    for label, cell in ROWS:
+        table.add_row(label, *(cell(c) for c in result.columns))
+    console = Console(soft_wrap=True)
+    console.print(table)
+    for column in result.columns:
+        if not column.fits:
+            console.print(f"{column.hardware}: does not fit: {column.reason}", markup=False)
+
+
+@click.command("compare")
+@workload_argument
+@click.option(
+    "--hardware",
+    "hardware_files",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="A hardware file to run the workload on (repeat for each column).",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1_000_000),
+    default=None,
+    help="Batch slots of the decode step (default: the workload's; 'auto': each system's "
+    "own capacity).",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(0, 100_000_000),
+    default=None,
+    help="Longest cached sequence of the decode step (default: what the KV policy keeps of "
+    "serving.max_context).",
+)
+@overrides_option
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
+def command(
+    workload: Path,
+    hardware_files: tuple[Path, ...],
+    batch: int | None,
+    context: int | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak."""
+    result = compare(workload, hardware_files, overrides, batch=batch, context=context)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+    else:
+        print_comparison(result)

@@ -1,0 +1,97 @@
+"""`rdu-sim compare`: one workload on SN40L and on a GPU, side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim import api
+from rdu_sim.cli.main import cli
+from rdu_sim.compare import compare, compare_batches
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOAD = REPO / "workloads" / "llama3.1-70b-decode.yaml"
+SN40L_8 = REPO / "hw_configs" / "sn40l-8.yaml"
+DGX = REPO / "hw_configs" / "dgx-h100.yaml"
+
+
+def test_the_issue_command_prints_both_columns() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            "workloads/llama3.1-70b-decode.yaml",
+            "--hardware",
+            "hw_configs/sn40l-8.yaml",
+            "--hardware",
+            "hw_configs/dgx-h100.yaml",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["workload"] == "llama3.1-70b-decode" and data["model"] == "llama-3.1-70b"
+    sn40l, gpu = data["columns"]
+    assert (sn40l["hardware"], sn40l["kind"], sn40l["fusion"]) == ("sn40l-8", "rdu", "full")
+    assert (gpu["hardware"], gpu["kind"], gpu["fusion"]) == ("dgx-h100", "gpu", "partial")
+    for column in (sn40l, gpu):
+        assert column["fits"] and column["batch"] == 32 and column["tp"] == 8
+        step = column["step_s"]
+        assert column["tokens_per_s_per_user"] == pytest.approx(1 / step)
+        assert column["tokens_per_s"] == pytest.approx(32 / step)
+        assert 0 < column["hbm_bandwidth_fraction"] <= 1
+    assert sn40l["peak_hbm_bandwidth"] == 1.8e12 and gpu["peak_hbm_bandwidth"] == 3.35e12
+    assert sn40l["kernel_calls"] < gpu["kernel_calls"]  # looped layers vs a kernel per op group
+
+
+def test_each_column_is_what_step_gives_on_that_hardware() -> None:
+    result = compare(WORKLOAD, [SN40L_8, DGX], batch=8, context=2048)
+    for column, hardware in zip(result.columns, (SN40L_8, DGX), strict=True):
+        cost = api.step(WORKLOAD, {"hardware": str(hardware)}, batch=8, context=2048)
+        assert column.step_s == cost.step_s
+        assert column.batch == 8 and column.context == 2048
+
+
+def test_a_model_that_does_not_fit_is_a_column_saying_so() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(WORKLOAD),
+            "--hardware",
+            str(SN40L_8),
+            "--hardware",
+            str(DGX),
+            "--set",
+            "model=llama-3.1-405b",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "dgx-h100: does not fit:" in result.stdout  # 405B BF16 is 101 GB per GPU
+    data = compare(WORKLOAD, [SN40L_8, DGX], {"model": "llama-3.1-405b"}).to_dict()
+    sn40l, gpu = data["columns"]
+    assert not gpu["fits"] and "hw.system.sockets" in gpu["reason"] and gpu["step_s"] is None
+    # SN40L holds what HBM cannot in DDR: the columns differ by memory system
+    assert not sn40l["fits"] or sn40l["step_s"] > 0
+
+
+def test_over_batches_and_bad_input() -> None:
+    rows = compare_batches(WORKLOAD, [DGX], [1, 4])
+    assert [r.columns[0].batch for r in rows] == [1, 4]
+    assert rows[0].columns[0].step_s < rows[1].columns[0].step_s
+    missing = CliRunner().invoke(cli, ["compare", str(WORKLOAD), "--hardware", "nope.yaml"])
+    assert missing.exit_code == 2
+    with pytest.raises(ValueError, match="at least one hardware"):
+        compare(WORKLOAD, [])
+
+
+def test_a_serving_run_on_the_gpu_reports_like_sn40l() -> None:
+    overrides = {"serving.requests": 6, "serving.batch_slots": 4, "serving.max_context": 2048}
+    gpu = api.run(WORKLOAD, {"hardware": str(DGX), **overrides}).to_dict()
+    sn40l = api.run(WORKLOAD, overrides).to_dict()
+    assert gpu.keys() == sn40l.keys()
+    assert gpu["hardware"] == "dgx-h100" and gpu["requests_completed"] == 6
+    assert gpu["decode_tokens_per_s"] > 0
