@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from rdu_sim.api import inspect_graph
 from rdu_sim.compiler import Compiler, plan_memory
 from rdu_sim.compiler.fusion import fusion_level, graph_groups
 from rdu_sim.compiler.fusion_levels import resolve_level
 from rdu_sim.compiler.layout import shard_plan
-from rdu_sim.compiler.program import KernelProgram, Program
+from rdu_sim.compiler.program import KernelProgram, Program, operational_intensity
 from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.graph import operators
 from rdu_sim.scenario import Scenario, load_scenario
@@ -34,12 +35,16 @@ def layer_kernels(program: Program, layer: str) -> list[KernelProgram]:
 
 
 def offchip(kernels: list[KernelProgram]) -> float:
-    return sum(v for k in kernels for t, v in k.bytes_by_tier().items() if t in ("hbm", "ddr"))
+    total = sum(v for k in kernels for t, v in k.bytes_by_tier().items() if t in ("hbm", "ddr"))
+    assert total == pytest.approx(sum(k.offchip_bytes for k in kernels), rel=1e-12)
+    return total
 
 
 def intensity(kernels: list[KernelProgram]) -> float:
-    """FLOPs per off-chip byte of a layer (all its calls)."""
-    return sum(k.flops for k in kernels) / offchip(kernels)
+    """FLOPs per off-chip byte of a layer (all its calls), by hand."""
+    value = sum(k.flops for k in kernels) / offchip(kernels)
+    assert operational_intensity(kernels) == pytest.approx(value, rel=1e-12)
+    return value
 
 
 @pytest.mark.parametrize("path", [LLAMA, DEEPSEEK], ids=["llama", "deepseek"])
@@ -136,3 +141,30 @@ def test_memory_plan_does_not_depend_on_fusion() -> None:
     assert plans[0].tiers == plans[1].tiers == plans[2].tiers
     tensors = [sorted(p.tensors, key=lambda t: (t.name, t.tier)) for p in plans]
     assert tensors[0] == tensors[1] == tensors[2]
+
+
+def test_inspect_graph_reports_intensity_per_kernel_and_per_layer() -> None:
+    results = {
+        level: inspect_graph(scenario(LLAMA, level), phase="prefill", tokens=2048)
+        for level in LEVELS
+    }
+    layer = {
+        level: next(x for x in r["layers"] if x["name"] == "decoder")
+        for level, r in results.items()
+    }
+    assert [results[level]["fusion"] for level in LEVELS] == list(LEVELS)
+    assert layer["none"]["kernels"] > layer["partial"]["kernels"] > layer["full"]["kernels"] == 1
+    values = [layer[level]["operational_intensity"] for level in LEVELS]
+    assert values[0] < values[1] < values[2]
+    assert layer["full"]["flops_per_call"] == pytest.approx(layer["none"]["flops_per_call"])
+    for record in results["none"]["kernels"]:
+        moved = record["offchip_bytes_per_step"]
+        if record["operational_intensity"] is None:
+            assert moved == 0
+        else:
+            assert record["operational_intensity"] == pytest.approx(
+                record["flops_per_step"] / moved
+            )
+    # the DOT graph is the whole layer at every level
+    names = {n["name"] for n in results["partial"]["graph"]["nodes"]}
+    assert {"attn.flash", "ffn.down_proj", "attn.o_proj.allreduce"} <= names

@@ -220,8 +220,13 @@ def _short_number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
+def _intensity(value: float | None) -> str:
+    """Operational intensity for a table ('-' for a kernel with no off-chip traffic)."""
+    return "-" if value is None else _short_number(value)
+
+
 def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
-    """The human view of an `inspect_graph` result: kernels, then per-tier placement."""
+    """The human view of an `inspect_graph` result: kernels, layers, per-tier placement."""
     shape = result["shape"]
     kernels = Table(
         box=box.SIMPLE_HEAD,
@@ -232,9 +237,12 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
         f"{shape['tokens']} new token(s), cache {shape['cache_len']:,}, "
         f"tp {result['tp']}, kv {result['kv_policy']} (one socket)",
     )
-    kernels.caption = "GFLOP and bytes (HBM, DDR, collective) per step"
-    kernels.add_column("kernel", no_wrap=True)
-    for name in ("calls", "loop", "stages", "PCUs", "GFLOP", "HBM", "DDR", "coll."):
+    kernels.caption = (
+        f"fusion {result['fusion']}; GFLOP and bytes (HBM, DDR, collective) per step; "
+        "FLOP/B: operational intensity, matrix FLOPs per off-chip byte"
+    )
+    kernels.add_column("kernel", overflow="fold")  # long split-kernel names wrap, numbers never
+    for name in ("calls", "loop", "stages", "PCUs", "GFLOP", "HBM", "DDR", "coll.", "FLOP/B"):
         kernels.add_column(name, justify="right", no_wrap=True)
     for kernel in result["kernels"]:
         per_tier = kernel["bytes_per_step"]
@@ -248,6 +256,25 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
             _short_bytes(per_tier.get("hbm", 0)),
             _short_bytes(per_tier.get("ddr", 0)),
             _short_bytes(kernel["collective_bytes_per_step"]),
+            _intensity(kernel["operational_intensity"]),
+        )
+    layers = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title="per layer (all its kernels, one call)",
+    )
+    for name in ("layer", "kernels", "calls", "GFLOP", "off-chip", "FLOP/B"):
+        layers.add_column(name, justify="left" if name == "layer" else "right", no_wrap=True)
+    for layer in result["layers"]:
+        layers.add_row(
+            layer["name"],
+            str(layer["kernels"]),
+            str(layer["calls"]),
+            _short_number(layer["flops_per_call"] / 1e9),
+            _short_bytes(layer["offchip_bytes_per_call"]),
+            _intensity(layer["operational_intensity"]),
         )
     placement = Table(
         box=box.SIMPLE_HEAD,
@@ -274,7 +301,7 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
                 )
             ),
         )
-    return [kernels, placement]
+    return [kernels, layers, placement]
 
 
 @command.command("graph")

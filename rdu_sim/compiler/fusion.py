@@ -159,15 +159,22 @@ def fuse_attention(graph: nx.DiGraph) -> nx.DiGraph:
     return builder.finish(graph.graph["outputs"])
 
 
+def layer_graphs(scenario: Scenario, shape: StepShape) -> list[tuple[GraphGroup, nx.DiGraph]]:
+    """Each group of one step with its sharded graph (attention fused, except at `none`)."""
+    plan = shard_plan(scenario)
+    fuse = fusion_level(scenario) != "none"
+    return [
+        (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))
+        for group in graph_groups(scenario, shape)
+    ]
+
+
 def kernel_graphs(scenario: Scenario, shape: StepShape) -> list[KernelGraph]:
     """The fused, sharded kernels of one step on one socket, at the workload's fusion level."""
-    plan = shard_plan(scenario)
     level = fusion_level(scenario)
     looping = scenario.workload.kernel_looping and level == "full"
     kernels: list[KernelGraph] = []
-    for group in graph_groups(scenario, shape):
-        graph = group.graph if level == "none" else fuse_attention(group.graph)
-        sharded = shard_graph(graph, plan)
+    for group, sharded in layer_graphs(scenario, shape):
         if level == "full":
             kernels.append(
                 KernelGraph(group.name, group.count, looping and group.count > 1, sharded)

@@ -2,9 +2,14 @@
 
 `inspect_graph(scenario, shape)` compiles one static step (`rdu_sim.api.inspect_graph` picks
 the shape `rdu-sim step` would run) and returns a dict with
-- `kernels`: each fused kernel's `name`, `calls`, `looped`, and `stages` (each with `op`,
-  `name`, `pcus`, `pmus`, `flops`, `vector_flops`, `bytes` per tier = reads + writes per
-  call, `reads`, `writes`, `output_bytes`, `inputs`, `gemm`, `collective`);
+- `fusion`: the fusion level the kernels were made at (`auto` resolved);
+- `kernels`: each fused kernel's `name`, `layer` (the layer kernel it belongs to), `calls`,
+  `looped`, `operational_intensity` (matrix FLOPs per off-chip byte, None without off-chip
+  traffic) and `stages` (each with `op`, `name`, `pcus`, `pmus`, `flops`, `vector_flops`,
+  `bytes` per tier = reads + writes per call, `reads`, `writes`, `output_bytes`, `inputs`,
+  `gemm`, `collective`);
+- `layers`: per layer kernel (a decoder layer, the embedding, the LM head), its `kernels`,
+  `calls`, FLOPs and off-chip bytes per call, and their `operational_intensity`;
 - `placement`: per tier of one socket `capacity_bytes`, `weights_bytes`, `kv_bytes`,
   `activations_bytes`, `used_bytes`, `free_bytes`, and the placed tensors;
 - `graph`: the per-socket decoder-layer graph (nodes and edges) that `to_dot` draws.
@@ -18,7 +23,14 @@ from typing import Any
 import networkx as nx
 
 from rdu_sim.compiler.compile import Compiler
-from rdu_sim.compiler.program import TIERS, KernelProgram, Placement
+from rdu_sim.compiler.fusion import fusion_level, layer_graphs
+from rdu_sim.compiler.program import (
+    TIERS,
+    KernelProgram,
+    Placement,
+    Program,
+    operational_intensity,
+)
 from rdu_sim.graph import dot_from_records, graph_records
 from rdu_sim.graph import to_dot as graph_to_dot
 from rdu_sim.scenario import Scenario
@@ -53,12 +65,15 @@ def _stage_record(stage: Any) -> dict[str, Any]:
 def _kernel_record(kernel: KernelProgram) -> dict[str, Any]:
     return {
         "name": kernel.name,
+        "layer": kernel.layer or kernel.name,
         "calls": kernel.calls,
         "looped": kernel.looped,
+        "operational_intensity": operational_intensity([kernel]),
         "pcus": sum(s.pcus for s in kernel.stages),
         "pmus": sum(s.pmus for s in kernel.stages),
         "flops_per_step": kernel.flops,
         "bytes_per_step": kernel.bytes_by_tier(),
+        "offchip_bytes_per_step": kernel.offchip_bytes,
         "collective_bytes_per_step": kernel.collective_bytes,
         "stages": [_stage_record(s) for s in kernel.stages],
     }
@@ -87,13 +102,29 @@ def placement_record(placement: Placement) -> dict[str, Any]:
     }
 
 
-def layer_graph(
-    scenario: Scenario, shape: StepShape, compiler: Compiler | None = None
-) -> nx.DiGraph:
-    """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included."""
-    kernels = (compiler or Compiler(scenario)).kernels(shape)
-    decoders = [k for k in kernels if k.name.startswith("decoder")]
-    return decoders[-1].graph
+def layer_records(program: Program) -> list[dict[str, Any]]:
+    """Per layer kernel, in order: its kernels and their operational intensity together."""
+    layers: dict[str, list[KernelProgram]] = {}
+    for kernel in program.kernels:
+        layers.setdefault(kernel.layer or kernel.name, []).append(kernel)
+    return [
+        {
+            "name": name,
+            "kernels": len(kernels),
+            "calls": kernels[0].calls,
+            "flops_per_call": sum(k.flops for k in kernels) / kernels[0].calls,
+            "offchip_bytes_per_call": sum(k.offchip_bytes for k in kernels) / kernels[0].calls,
+            "operational_intensity": operational_intensity(kernels),
+        }
+        for name, kernels in layers.items()
+    ]
+
+
+def layer_graph(scenario: Scenario, shape: StepShape) -> nx.DiGraph:
+    """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included
+    (the whole layer, whatever the fusion level splits it into)."""
+    decoders = [g for group, g in layer_graphs(scenario, shape) if group.name.startswith("decoder")]
+    return decoders[-1]
 
 
 def inspect_graph(
@@ -112,17 +143,19 @@ def inspect_graph(
             "cache_len": shape.cache_len,
         },
         "tp": program.tp,
+        "fusion": fusion_level(scenario),
         "mla_cache_layout": scenario.workload.parallelism.mla_cache_layout,
         "kv_policy": scenario.workload.kv.policy,
         "batch_capacity": compiler.batch_capacity(),
         "kernels": [_kernel_record(k) for k in program.kernels],
+        "layers": layer_records(program),
         "totals": {
             "flops": program.flops,
             "bytes": program.bytes_by_tier(),
             "collective_bytes": program.collective_bytes,
         },
         "placement": placement_record(program.placement),
-        "graph": graph_records(layer_graph(scenario, shape, compiler)),
+        "graph": graph_records(layer_graph(scenario, shape)),
     }
 
 

@@ -9,7 +9,7 @@ Units: bytes, FLOPs, counts. No time appears here: time is the engine's job.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -78,6 +78,24 @@ class KernelProgram:
     def collective_bytes(self) -> float:
         """Collective payload per step (all calls), per socket."""
         return self.calls * sum(s.collective.bytes for s in self.stages if s.collective)
+
+    @property
+    def offchip_bytes(self) -> float:
+        """Bytes moved to and from off-chip memory per step (all calls): HBM and DDR."""
+        per_tier = self.bytes_by_tier()
+        return sum(per_tier[tier] for tier in OFFCHIP)
+
+
+OFFCHIP: tuple[Tier, ...] = ("hbm", "ddr")
+"""The off-chip tiers: what operational intensity divides by."""
+
+
+def operational_intensity(kernels: Iterable[KernelProgram]) -> float | None:
+    """Matrix FLOPs per byte of off-chip traffic of ``kernels`` together (a kernel, or a
+    layer's kernels: SN40L paper, Table I); None when they move no off-chip byte."""
+    group = list(kernels)
+    moved = sum(k.offchip_bytes for k in group)
+    return sum(k.flops for k in group) / moved if moved > 0 else None
 
 
 @dataclass(frozen=True)
