@@ -95,3 +95,18 @@ def test_a_serving_run_on_the_gpu_reports_like_sn40l() -> None:
     assert gpu.keys() == sn40l.keys()
     assert gpu["hardware"] == "dgx-h100" and gpu["requests_completed"] == 6
     assert gpu["decode_tokens_per_s"] > 0
+
+
+def test_plot_compare_reads_the_json_and_refuses_a_workload(tmp_path: Path) -> None:
+    runner = CliRunner()
+    printed = runner.invoke(
+        cli, ["compare", str(WORKLOAD), "--hardware", str(DGX), "--batch", "4", "--json"]
+    )
+    assert printed.exit_code == 0, printed.output
+    source = tmp_path / "c.json"
+    source.write_text(printed.stdout)
+    drawn = runner.invoke(cli, ["plot", "compare", str(source), "-o", str(tmp_path / "c.png")])
+    assert drawn.exit_code == 0, drawn.output
+    assert (tmp_path / "c.png").stat().st_size > 0
+    refused = runner.invoke(cli, ["plot", "compare", str(WORKLOAD), "-o", str(tmp_path / "x.png")])
+    assert refused.exit_code == 2 and "rdu-sim compare" in refused.stderr

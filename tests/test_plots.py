@@ -561,3 +561,35 @@ evaluator: {{name: synthetic}}
     (tmp_path / "junk.sqlite").write_text("not a database")
     result = _cli(["plot", "capacity", str(tmp_path / "junk.sqlite"), "-o", "x.png"])
     assert result.exit_code == 2
+
+
+def test_compare_plot_bars_lines_and_bad_input() -> None:
+    """`plot compare` draws `rdu-sim compare --json` output: bars for one comparison (a
+    system that does not fit is a labelled gap), a line per system over batch sizes."""
+    from rdu_sim.report.plots_compare import comparisons
+
+    def column(name: str, batch: int, step: float | None) -> dict[str, object]:
+        fits = step is not None
+        return {
+            "hardware": name,
+            "fits": fits,
+            "batch": batch if fits else None,
+            "step_s": step,
+            "tokens_per_s_per_user": 1 / step if step else None,
+            "tokens_per_s": batch / step if step else None,
+            "hbm_bandwidth_fraction": 0.5 if fits else None,
+        }
+
+    one = {"columns": [column("a", 8, 0.01), column("b", 8, None)]}
+    fig = plots.plot("compare", one)
+    bars = [p.get_height() for p in fig.axes[0].patches]
+    assert bars == pytest.approx([10.0, 0.0])  # ms; b does not fit
+    assert "does not fit" in [t.get_text() for t in fig.axes[0].texts]
+    many = [{"columns": [column("a", b, 0.01 * b), column("b", b, 0.02 * b)]} for b in (1, 4)]
+    fig = plots.plot("compare", many)
+    lines = fig.axes[1].get_lines()
+    assert [line.get_label() for line in lines] == ["a", "b"]
+    assert list(lines[0].get_ydata()) == pytest.approx([100.0, 25.0])  # tokens/s per user
+    assert len(comparisons(many)) == 2
+    with pytest.raises(plots.PlotInputError, match="columns"):
+        plots.plot("compare", {"runs": []})

@@ -36,7 +36,16 @@ from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
 _DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 _YAML_SUFFIXES = (".yaml", ".yml")
-_KINDS = ("memory", "capacity", "throughput", "roofline", "latency", "occupancy", "calibration")
+_KINDS = (
+    "memory",
+    "capacity",
+    "throughput",
+    "roofline",
+    "latency",
+    "occupancy",
+    "calibration",
+    "compare",
+)
 
 
 MAX_CONTEXT_TOKENS = 100_000_000  # serving.max_context's own bound
@@ -175,7 +184,8 @@ def command(
     """Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).
 
     KIND is one of: memory, capacity, throughput, roofline, latency, occupancy,
-    calibration (INPUT: the JSON `rdu-sim validate --json` prints).
+    calibration (INPUT: the JSON `rdu-sim validate --json` prints), compare (INPUT: the
+    JSON `rdu-sim compare --json` prints).
 
     Example: rdu-sim plot capacity run.json -o capacity.png
     """
@@ -199,6 +209,11 @@ def command(
         fail(
             f"{input_path}: the calibration plot reads what `rdu-sim validate --json` "
             "prints; run `rdu-sim validate --json > v.json` and plot v.json"
+        )
+    if suffix in _YAML_SUFFIXES and kind == "compare":
+        fail(
+            f"{input_path}: the compare plot reads what `rdu-sim compare --json` prints; run "
+            "`rdu-sim compare WORKLOAD --hardware A --hardware B --json > c.json` and plot c.json"
         )
     if suffix in _YAML_SUFFIXES:
         results = _simulate(

@@ -18,6 +18,7 @@ roofline            :func:`roofline`                             a step timing +
 latency             :func:`latency_distribution`                 per-request records
 occupancy           :func:`occupancy_timeline`                   slot-occupancy series
 calibration         :func:`calibration`                          ``rdu-sim validate`` rows
+compare             :func:`compare_plot`                         ``rdu-sim compare`` JSON
 (notebooks)         :func:`design_space`                         a sweep DataFrame
 ==================  ===========================================  ==========================
 
@@ -38,6 +39,7 @@ from matplotlib.figure import Figure
 
 from rdu_sim.report.files import write_file
 from rdu_sim.report.plots_calibration import calibration
+from rdu_sim.report.plots_compare import compare_plot
 from rdu_sim.report.plots_data import PlotInputError, as_runs, result_record
 from rdu_sim.report.plots_memory import batch_capacity, memory_footprint
 from rdu_sim.report.plots_perf import (
@@ -57,6 +59,7 @@ __all__ = [
     "PlotInputError",
     "batch_capacity",
     "calibration",
+    "compare_plot",
     "design_space",
     "kernel_points",
     "latency_distribution",
@@ -78,6 +81,7 @@ PLOT_KINDS: dict[str, str] = {
     "latency": "TTFT and TPOT distributions (CDF)",
     "occupancy": "batch slot occupancy over time",
     "calibration": "published figures with their tolerance bands vs simulated (rdu-sim validate)",
+    "compare": "step time, tokens/s and share of peak bandwidth per hardware (rdu-sim compare)",
 }
 """Plot kinds the CLI knows, with what each shows."""
 
@@ -118,6 +122,7 @@ _RENDERERS: dict[str, Callable[[Any], Figure]] = {
     "latency": latency_distribution,
     "occupancy": occupancy_timeline,
     "calibration": calibration,
+    "compare": compare_plot,
 }
 
 
