@@ -61,6 +61,7 @@ def test_there_are_notebooks() -> None:
         "03_design_space.ipynb",
         "04_snapstream_quality.ipynb",
         "05_calibration.ipynb",
+        "06_gpu_comparison.ipynb",
     } <= names, names
 
 
