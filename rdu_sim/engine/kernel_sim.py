@@ -36,12 +36,12 @@ from rdu_sim.engine.collective_port import (
 )
 from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 from rdu_sim.engine.kernel_pipeline import KernelPipeline
+from rdu_sim.engine.links import link_totals, topology_for
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.socket_model import SocketModel
 from rdu_sim.engine.stage_runner import LayerCount
 from rdu_sim.engine.tile_work import TileWork
-from rdu_sim.hw.collectives import Topology
 
 
 @dataclass(frozen=True)
@@ -91,16 +91,7 @@ class KernelSim:
         self.env = env = CountingEnvironment(max_events)
         system, sock = hardware.system, hardware.socket
         self.recorder = Recorder() if record else None
-        self.topology = Topology(
-            env,
-            tp,
-            system.sockets_per_node,
-            system.intra_node_link.bandwidth,
-            system.intra_node_link.latency,
-            system.inter_node_link.bandwidth,
-            system.inter_node_link.latency,
-            switched=system.topology == "switched",
-        )
+        self.topology = topology_for(env, tp, system)
         port_type = RendezvousPort if config.all_sockets else SymmetricPort
         self.ports: dict[str, CollectivePort] = {
             s.name: port_type(self.topology, s.collective, plan_collective(s.collective, system))
@@ -211,10 +202,7 @@ class KernelSim:
             port_s = moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time
             pmu_s += stage.pmus * min(port_s, elapsed)
             sram += runner.sram_bytes
-        topo.chains.flush()  # sends computed ahead by the symmetric collectives, up to now
-        links = topo.directions()
-        p2p = sum(link.bytes[direction].total for link, direction, sender in links if sender == 0)
-        link_busy = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
+        p2p, link_busy = link_totals(topo)
         return RunStats(
             time_s=elapsed,
             overhead_s=socket.launcher.overhead_time,

@@ -44,10 +44,10 @@ from rdu_sim.engine.collective_port import SymmetricPort
 from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 from rdu_sim.engine.gpu.work import Segment
 from rdu_sim.engine.kernel_sim import Boundary, KernelRun
+from rdu_sim.engine.links import link_totals, topology_for
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.stage_runner import chunk_boundaries
-from rdu_sim.hw.collectives import Topology
 from rdu_sim.hw.memory_channel import MemoryChannel
 from rdu_sim.hw.pcu_group import PCUGroup
 
@@ -87,15 +87,7 @@ class GpuKernelSim:
         )
         fastest = max(gpu.bf16_flops, gpu.fp8_flops)
         self.sms = PCUGroup(env, 1, fastest, gpu.vector_flops, name="gpu0.sms")
-        self.topology = Topology(
-            env,
-            tp,
-            system.sockets_per_node,
-            system.intra_node_link.bandwidth,
-            system.intra_node_link.latency,
-            system.inter_node_link.bandwidth,
-            system.inter_node_link.latency,
-        )
+        self.topology = topology_for(env, tp, system)
         self.ports = {
             i: SymmetricPort(self.topology, seg.collective, system.collective_algorithm)
             for i, seg in enumerate(segments)
@@ -259,15 +251,7 @@ class GpuKernelSim:
 
     def _stats(self) -> RunStats:
         """GPU 0's totals now (at a layer boundary, or at the end of the run)."""
-        topo = self.topology
-        topo.chains.flush()
-        sent = 0.0
-        busiest = 0.0
-        for (a, b), link in sorted(topo.links.items()):
-            for direction, sender in ((0, a), (1, b)):
-                busiest = max(busiest, link.busy_time(direction))
-                if sender == 0:
-                    sent += link.bytes[direction].total
+        sent, busiest = link_totals(self.topology)
         return RunStats(
             time_s=float(self.env.now),
             overhead_s=self.overhead_s,

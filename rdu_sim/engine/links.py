@@ -1,0 +1,38 @@
+"""A run's P2P links from the system description, and what socket 0 did on them.
+
+One rule for both engines (SN40L's kernel simulation and a GPU's): the ``Topology`` of a TP
+group built from ``SystemConfig`` (intra- and inter-node link classes, links per pair or a
+switched port per socket), and the link totals a run reports: the bytes socket 0 sent and
+the busiest link direction's serialisation time.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.hw.collectives import Topology
+
+
+def topology_for(env: simpy.Environment, tp: int, system: SystemConfig) -> Topology:
+    """The links among ``tp`` sockets (or GPUs) of ``system``, created as they are used."""
+    return Topology(
+        env,
+        tp,
+        system.sockets_per_node,
+        system.intra_node_link.bandwidth,
+        system.intra_node_link.latency,
+        system.inter_node_link.bandwidth,
+        system.inter_node_link.latency,
+        switched=system.topology == "switched",
+    )
+
+
+def link_totals(topo: Topology) -> tuple[float, float]:
+    """(bytes socket 0 sent, the busiest link direction's busy time) so far, after the
+    symmetric collectives' sends computed ahead are flushed up to now."""
+    topo.chains.flush()
+    links = topo.directions()
+    sent = sum(link.bytes[direction].total for link, direction, sender in links if sender == 0)
+    busiest = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
+    return sent, busiest
