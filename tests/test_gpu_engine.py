@@ -287,3 +287,17 @@ def test_every_gpu_parameter_changes_some_result() -> None:
         assert _results(varied) != reference, f"{name} changes no result"
     # the check can fail: what no model reads (the description) leaves every result as it was
     assert _results(base.model_copy(update={"description": "another"})) == reference
+
+
+def test_recording_changes_nothing_and_shows_host_and_device() -> None:
+    scenario = on_gpu(fusion="partial", cuda_graphs=False, **{"serving.batch_slots": 2})
+    prog = Compiler(scenario).program(default_step_shape(scenario, "decode"))
+    plain = engine_for(scenario).simulate_step(prog)
+    recorded = engine_for(scenario, record=True).simulate_step(prog)
+    assert recorded.step_s == plain.step_s and recorded.to_dict() == plain.to_dict()
+    assert recorded.records is not None
+    tracks = {s.track for s in recorded.records.slices}
+    assert {"host", "kernel", "gpu/segment0"} <= tracks
+    launches = [s for s in recorded.records.slices if s.track == "host"]
+    assert len(launches) == len(execution_order(prog.kernels))
+    assert max(s.start_s + s.dur_s for s in recorded.records.slices) <= recorded.step_s * (1 + 1e-9)

@@ -72,7 +72,7 @@ def _print_step(scenario: Scenario, as_json: bool) -> None:
     click.echo(
         f"decode step (batch {data.get('batch', '?')}, cache {data.get('context', '?')} "
         f"tokens): {human_seconds(cost.step_s)}; HBM bandwidth "
-        f"{100 * cost.hbm_util:.1f}%, PCU busy {100 * cost.pcu_util:.1f}%"
+        f"{100 * cost.hbm_util:.1f}%, compute (PCUs or SMs) busy {100 * cost.pcu_util:.1f}%"
     )
 
 

@@ -63,7 +63,7 @@ def _print_tables(data: dict[str, Any]) -> None:
     )
     console.print(
         f"step time [bold]{_seconds(data['step_s'])}[/], HBM bandwidth "
-        f"{100 * data['hbm_bandwidth_fraction']:.1f}% of peak, PCU FLOP/s "
+        f"{100 * data['hbm_bandwidth_fraction']:.1f}% of peak, matrix FLOP/s "
         f"{100 * data['flops_fraction']:.1f}% of peak, {data['events']:,} SimPy events"
     )
     kernels = Table(title="kernels", box=box.SIMPLE_HEAD)

@@ -97,7 +97,7 @@ def serving_table(result: RunSummary) -> Table:
         ("slot occupancy (time mean)", _percent(result.occupancy)),
         ("decode slots doing work", _percent(result.decode_slot_fill)),
         ("HBM bandwidth utilization", _percent(result.utilization.hbm)),
-        ("PCU utilization", _percent(result.utilization.pcu)),
+        ("compute utilization (PCUs or SMs)", _percent(result.utilization.pcu)),
         (
             "step cache",
             f"{cache.shapes} shapes, {cache.misses} misses, {_percent(cache.hit_rate)} hits",
