@@ -55,7 +55,7 @@ class Column:
     tokens_per_s: float | None = None  # one model instance
     system_tokens_per_s: float | None = None  # every instance
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
-    flops_fraction: float | None = None  # of one device's peak matrix FLOP/s
+    flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
     peak_flops: float = 0.0  # FLOP/s of one device (BF16)
     kernel_calls: int | None = None  # kernel calls in one decode step
