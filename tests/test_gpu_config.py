@@ -36,6 +36,7 @@ def test_dgx_h100_holds_the_public_figures() -> None:
     assert gpu.hbm.capacity == 80 * 2**30
     assert hardware.system.sockets == hardware.system.sockets_per_node == 8
     assert hardware.system.intra_node_link.bandwidth == 370e9  # NCCL's share of 450 GB/s
+    assert (hardware.system.topology, hardware.system.collective_algorithm) == ("switched", "auto")
     assert hardware.kind == "gpu"
 
 

@@ -23,6 +23,7 @@ from rdu_sim.config.hardware_file import validate_hardware
 from rdu_sim.config.loader import read_yaml
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import EventBudgetError
+from rdu_sim.engine.collective_port import plan_collective
 from rdu_sim.engine.for_hardware import engine_for, gpu_settings
 from rdu_sim.engine.gpu import GpuEngine, GpuSettings
 from rdu_sim.engine.gpu.stream import execution_order
@@ -94,16 +95,28 @@ def test_a_skinny_gemm_pads_to_the_instruction_tile() -> None:
     assert matrix_rate(attention, gpu, GpuSettings(fp8_kv=True)) == gpu.fp8_flops
 
 
-def test_an_all_reduce_kernel_is_the_ring_on_nvlink() -> None:
-    hw = dgx(**{"gpu.kernel.sync": 0.0, "gpu.kernel.graph_launch": 0.0})
+def test_an_all_reduce_kernel_runs_the_chosen_algorithm_on_nvlink() -> None:
+    """An all-reduce kernel alone (all pieces at once): the NCCL-like chooser's pick, whose
+    estimate on idle links is the simulated time within one node; a forced ring is the
+    ring's closed form."""
+    idle = {"gpu.kernel.sync": 0.0, "gpu.kernel.graph_launch": 0.0}
+    hw = dgx(**idle)
     nbytes, chunks = 8e6, hw.system.collective_chunks
     ar = stage("ar", op="allreduce", collective=CollectiveSpec("allreduce", nbytes, 8))
-    timing = GpuEngine(hw).simulate_step(program([kernel("ar", [ar])], tp=8))
+    prog = program([kernel("ar", [ar])], tp=8)
+    timing = GpuEngine(hw).simulate_step(prog)
+    assert ar.collective is not None
+    plan = plan_collective(ar.collective, hw.system)
+    (report,) = timing.collectives
+    assert report.algorithm == plan.algorithm and report.policy == "auto"
+    assert timing.step_s == pytest.approx(plan.chosen.time_s, rel=1e-9)
+    ring = GpuEngine(dgx(**idle, **{"system.collective_algorithm": "ring"})).simulate_step(prog)
     link = hw.system.intra_node_link
-    # the chunks start together (no producer to wait for): the pipelined ring's closed form
-    pieces = ring_time(8, nbytes, link.bandwidth, link.latency, chunks)
-    assert timing.step_s == pytest.approx(pieces, rel=1e-9)
-    assert timing.bytes_by_tier["p2p"] == pytest.approx(2 * 7 / 8 * nbytes)
+    assert ring.step_s == pytest.approx(
+        ring_time(8, nbytes, link.bandwidth, link.latency, chunks), rel=1e-9
+    )
+    assert timing.step_s <= ring.step_s
+    assert ring.bytes_by_tier["p2p"] == pytest.approx(2 * 7 / 8 * nbytes)
 
 
 def test_launches_follow_the_host_device_recurrence() -> None:

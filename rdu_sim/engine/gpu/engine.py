@@ -19,12 +19,14 @@ same contract), with the GPU's units in ``busy_s``: ``sm`` (time the SMs compute
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine.budget import check_budget, over_budget
+from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
 from rdu_sim.engine.counting_env import EventLimitError
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers, time_kernel
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
@@ -75,12 +77,16 @@ class GpuEngine:
         check_budget(least, cfg.max_events, what)
         events = 0
         results: list[KernelResult] = []
+        collectives: list[CollectiveTiming] = []
         for kernel, segs in zip(program.kernels, self.segments(program), strict=True):
-            start = partial(self._start, program, kernel, segs, cfg.max_events - events)
+            sims: list[GpuKernelSim] = []
+            start = partial(self._start, program, kernel, segs, cfg.max_events - events, sims)
             try:
                 result = time_kernel(kernel, start, cfg.fast_forward)
             except EventLimitError as where:
                 raise over_budget(cfg.max_events, f"{what} ({where})") from None
+            spans = sims[-1].collective_spans() if sims else {}
+            collectives += collective_timings(kernel, spans, self.hardware.system)
             events += result.events
             results.append(result)
         per_call = [
@@ -108,9 +114,10 @@ class GpuEngine:
         total = RunStats()
         for r in results:
             total = total.plus(r.stats)
-        return self._timing(
+        timing = self._timing(
             program, results, total, stream.end_s, stream.host_s, events, least, timeline
         )
+        return replace(timing, collectives=tuple(collectives))
 
     def _start(
         self,
@@ -118,11 +125,13 @@ class GpuEngine:
         kernel: KernelProgram,
         segs: tuple[Segment, ...],
         left: int,
+        sims: list[GpuKernelSim],
         layers: int,
         looped: bool,
     ) -> GpuKernelSim:
-        """A simulation of ``layers`` layers (or calls) of ``kernel``, allowed ``left`` events."""
-        return GpuKernelSim(
+        """A simulation of ``layers`` layers (or calls) of ``kernel``, allowed ``left``
+        events, kept in ``sims`` (the last one's collectives are reported)."""
+        sim = GpuKernelSim(
             kernel,
             self.hardware,
             program.tp,
@@ -133,6 +142,8 @@ class GpuEngine:
             max_events=left,
             record=self.record,
         )
+        sims.append(sim)
+        return sim
 
     def _timing(
         self,

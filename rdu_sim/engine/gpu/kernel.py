@@ -12,9 +12,10 @@ The device side of a kernel call (the host side, launches, is ``stream``). A cal
   at the stage's tensor rate and GEMM efficiency, element-wise work at the vector rate;
 - HBM is one ``hw.MemoryChannel`` shared by all reads and writes, fair to the byte;
 - a segment that ends in a collective starts the collective of each chunk of its output on
-  the NVLink ``Topology`` (``hw.collectives``, the symmetric shortcut for the GPU group, as
-  for SN40L sockets) when the chunk's tiles are done; the next segment starts a tile when the
-  chunk holding it has been reduced;
+  the NVLink ``Topology`` when the chunk's tiles are done, with the algorithm the NCCL-like
+  chooser picks for the tensor and the wiring (``collective_port.plan_collective``: on an
+  NVSwitch, one-shot, two-shot or a ring; the symmetric shortcut for the GPU group, as for
+  SN40L sockets); the next segment starts a tile when the chunk holding it is reduced;
 - the call ends when every tile, write and collective is done; then the device-wide
   synchronization of the kernel boundary (``gpu.kernel.sync``) before anything else runs.
 
@@ -40,7 +41,7 @@ from simpy.core import EmptySchedule
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.workload import EngineConfig
-from rdu_sim.engine.collective_port import SymmetricPort
+from rdu_sim.engine.collective_port import SymmetricPort, plan_collective
 from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 from rdu_sim.engine.gpu.work import Segment
 from rdu_sim.engine.kernel_sim import Boundary, KernelRun
@@ -88,8 +89,8 @@ class GpuKernelSim:
         fastest = max(gpu.bf16_flops, gpu.fp8_flops)
         self.sms = PCUGroup(env, 1, fastest, gpu.vector_flops, name="gpu0.sms")
         self.topology = topology_for(env, tp, system)
-        self.ports = {
-            i: SymmetricPort(self.topology, seg.collective, system.collective_algorithm)
+        self.ports = {  # the algorithm chosen for each collective's tensor and wiring
+            i: SymmetricPort(self.topology, seg.collective, plan_collective(seg.collective, system))
             for i, seg in enumerate(segments)
             if seg.collective is not None
         }
@@ -128,6 +129,15 @@ class GpuKernelSim:
         while not self._process.processed:
             self._advance()
         return KernelRun(self._stats(), self.env.processed, self.recorder, tuple(self.boundaries))
+
+    def collective_spans(self) -> dict[str, tuple[float, ...]]:
+        """Per collective stage, each simulated call's time (first piece out to last done)."""
+        return {
+            self.segments[i].stages[-1].name: tuple(
+                end - start for start, end in port.spans.values()
+            )
+            for i, port in self.ports.items()
+        }
 
     def _advance(self) -> None:
         try:
@@ -233,7 +243,8 @@ class GpuKernelSim:
         spec = segment.collective
         assert spec is not None
         chunks = self.chunks[t]
-        done = self.ports[index].start(0, t, spec.bytes * chunks / self.n_chunks, chunks)
+        nbytes = spec.bytes * chunks / self.n_chunks
+        done = self.ports[index].start(0, t, nbytes, chunks, self.done)
         stage = segment.stages[-1]
         waiting = list(tiles)
 
