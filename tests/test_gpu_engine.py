@@ -8,6 +8,7 @@ parameter changing some result.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -270,10 +271,7 @@ def _results(hw: GpuHardwareConfig) -> tuple[float, ...]:
         ({"serving.batch_slots": 1}, "prefill"),
         ({"dtypes.weights": "fp8", "serving.batch_slots": 1}, "prefill"),
     ):
-        scenario = on_gpu(**overrides)
-        scenario = Scenario(
-            scenario.workload, hw, scenario.model, scenario.workload_file, scenario.hardware_file
-        )
+        scenario = replace(on_gpu(**overrides), hardware=hw)
         backend = EngineBackend()
         results.append(backend.batch_capacity(scenario))
         shape = default_step_shape(scenario, phase, tokens=1000 if phase == "prefill" else None)
