@@ -94,13 +94,11 @@ def compare(
     """The workload on each of ``hardware_files`` (module docstring)."""
     if not hardware_files:
         raise ValueError("give at least one hardware file")
-    columns = []
-    name = model = ""
-    for hardware in hardware_files:
-        scenario = load(workload, _with_hardware(overrides, hardware))
-        name, model = scenario.workload.name, scenario.model.name
-        columns.append(_column(scenario, batch, context))
-    return Comparison(name, model, tuple(columns))
+    # every file is validated before any is simulated: a bad one costs no simulation
+    scenarios = [load(workload, _with_hardware(overrides, h)) for h in hardware_files]
+    columns = tuple(_column(scenario, batch, context) for scenario in scenarios)
+    first = scenarios[0]
+    return Comparison(first.workload.name, first.model.name, columns)
 
 
 def compare_batches(

@@ -174,7 +174,8 @@ def _cross_check(
     if tp > hardware.system.sockets:
         raise fail(
             "parallelism.tp",
-            f"tp={tp} exceeds the {hardware.system.sockets} sockets of hardware {hardware.name!r}",
+            f"tp={tp} exceeds the {hardware.system.sockets} {hardware.devices} of hardware "
+            f"{hardware.name!r}",
         )
     system = hardware.system
     forced = forced_algorithm(True, system.collective_algorithm)

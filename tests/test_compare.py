@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.compare import compare, compare_batches
+from rdu_sim.config.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = REPO / "workloads" / "llama3.1-70b-decode.yaml"
@@ -86,6 +87,25 @@ def test_over_batches_and_bad_input() -> None:
     assert missing.exit_code == 2
     with pytest.raises(ValueError, match="at least one hardware"):
         compare(WORKLOAD, [])
+
+
+def test_bad_input_exits_2_before_any_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    too_long = runner.invoke(
+        cli, ["compare", str(WORKLOAD), "--hardware", str(DGX), "--context", "100000"]
+    )
+    assert too_long.exit_code == 2 and "--context" in too_long.stderr
+    assert "Traceback" not in too_long.output
+    # a workload whose tp the second system cannot run: refused before the first is simulated
+    simulated: list[str] = []
+    monkeypatch.setattr(
+        "rdu_sim.compare._column",
+        lambda scenario, batch, context: simulated.append(scenario.hardware.name),
+    )
+    sixteen = {"parallelism.tp": 16}
+    with pytest.raises(ConfigError, match="tp=16 exceeds the 8 GPUs of hardware 'dgx-h100'"):
+        compare(WORKLOAD, [REPO / "hw_configs" / "sn40l-16.yaml", DGX], sixteen)
+    assert simulated == []
 
 
 def test_a_serving_run_on_the_gpu_reports_like_sn40l() -> None:

@@ -71,8 +71,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         )
     if kind == "hardware":
         hardware = validate_hardware(data, file, lines)
-        units = "GPU(s)" if hardware.kind == "gpu" else "socket(s)"
-        return f"hardware {hardware.name!r}: {hardware.system.sockets} {units}"
+        return f"hardware {hardware.name!r}: {hardware.system.sockets} {hardware.devices}"
     if kind == "cluster":
         from rdu_sim.cluster import build_cluster
         from rdu_sim.cluster.traffic import load_traffic

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
 from rdu_sim.config.units import format_bandwidth
 from rdu_sim.report.console import human_seconds
@@ -81,15 +81,15 @@ def print_comparison(result: Comparison) -> None:
     "--batch",
     type=click.IntRange(1, 1_000_000),
     default=None,
-    help="Batch slots of the decode step (default: the workload's; 'auto': each system's "
-    "own capacity).",
+    help="Batch slots of the decode step (default: the workload's serving.batch_slots; when "
+    "that is 'auto', each system's own batch capacity).",
 )
 @click.option(
     "--context",
     type=click.IntRange(0, 100_000_000),
     default=None,
-    help="Longest cached sequence of the decode step (default: what the KV policy keeps of "
-    "serving.max_context).",
+    help="Tokens of the decode step's longest sequence (default: serving.max_context); the "
+    "step attends to what the KV policy keeps of them, rounded up to its decode bucket.",
 )
 @overrides_option
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
@@ -102,7 +102,8 @@ def command(
     as_json: bool,
 ) -> None:
     """Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak."""
-    result = compare(workload, hardware_files, overrides, batch=batch, context=context)
+    with step_shape_errors(workload):  # a --context beyond serving.max_context, say
+        result = compare(workload, hardware_files, overrides, batch=batch, context=context)
     if as_json:
         click.echo(json.dumps(result.to_dict(), sort_keys=True))
     else:

@@ -82,6 +82,11 @@ class GpuHardwareConfig(StrictModel):
     system: SystemConfig
 
     @property
+    def devices(self) -> str:
+        """What ``system.sockets`` counts, for messages."""
+        return "GPUs"
+
+    @property
     def peak_flops(self) -> float:
         """Dense BF16 tensor-core FLOP/s of one GPU."""
         return self.gpu.bf16_flops

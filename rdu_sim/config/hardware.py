@@ -200,6 +200,11 @@ class HardwareConfig(StrictModel):
     system: SystemConfig
 
     @property
+    def devices(self) -> str:
+        """What ``system.sockets`` counts, for messages."""
+        return "sockets"
+
+    @property
     def peak_flops(self) -> float:
         """Peak BF16 FLOP/s of one socket."""
         return self.socket.peak_flops
