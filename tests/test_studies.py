@@ -110,3 +110,24 @@ def test_a_study_that_changes_the_workload_says_so_on_the_figure() -> None:
     )
     assert step["settings"]["kv.budget"] == 1024 and step["batch"] == 2
     assert "kv.budget = 1024" in _note(plots.roofline(step))
+
+
+def test_the_roofline_of_a_gpu_step_has_the_gpus_roofs() -> None:
+    """A GPU has no DDR tier (no DDR roof) and its roofs are its own; the step's kernels are
+    the fusion level's (partial on a GPU), never above the HBM roof at their intensity."""
+    dgx = ROOT / "hw_configs" / "dgx-h100.yaml"
+    step = studies.decode_step_timing(
+        ROOT / "workloads" / "llama3.1-70b-decode.yaml", {"hardware": str(dgx)}, batch=8
+    )
+    assert step["hardware"] == {
+        "peak_flops": 989e12,
+        "hbm_bandwidth": 3.35e12,
+        "ddr_bandwidth": 0.0,
+    }
+    assert any(k["name"] == "decoder:attn.flash" for k in step["kernels"])
+    for kernel in step["kernels"]:
+        moved = kernel["bytes_by_tier"]["hbm"] + kernel["bytes_by_tier"]["ddr"]
+        if kernel["flops"] and moved:
+            achieved = kernel["flops"] / kernel["time_s"]
+            assert achieved <= 3.35e12 * kernel["flops"] / moved
+    plots.roofline(step)  # draws

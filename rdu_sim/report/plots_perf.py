@@ -8,6 +8,7 @@ roof, so their time is bytes / bandwidth and a smaller cache per slot is time sa
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -277,7 +278,10 @@ def roofline(step: Mapping[str, Any], hardware: Any = None, *, title: str | None
         ax.text(
             0.01,
             0.99,
-            "not placed (no FLOPs or no off-chip bytes): " + ", ".join(skipped),
+            # wrapped: a split layer (fusion none or partial) leaves many kernels unplaced
+            textwrap.fill(
+                "not placed (no FLOPs or no off-chip bytes): " + ", ".join(skipped), width=110
+            ),
             transform=ax.transAxes,
             va="top",
             fontsize=7,
