@@ -184,6 +184,8 @@ def test_a_gpu_step_is_never_faster_than_its_rooflines(
     hw = scenario.hardware
     assert isinstance(hw, GpuHardwareConfig)
     settings = gpu_settings(scenario)
+    # every kernel runs on all the SMs: the compiler gives no stage units of its own
+    assert all(s.pcus == s.pmus == 0 for k in prog.kernels for s in k.stages)
     timing = engine_for(scenario).simulate_step(prog)
     # work is conserved: the device moved exactly the Program's bytes and FLOPs
     assert timing.bytes_by_tier["hbm"] == pytest.approx(prog.bytes_by_tier()["hbm"], rel=1e-9)

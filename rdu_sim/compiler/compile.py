@@ -96,10 +96,14 @@ class Compiler:
             tiers["sram"] = TierUsage(
                 capacity_bytes=tiers["sram"].capacity_bytes, activations_bytes=buffers
             )
-        else:  # a GPU runs each kernel on all its SMs: no stage gets units of its own
+        else:  # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
             kernels = tuple(
                 KernelProgram(
-                    k.name, k.calls, k.looped, tuple(_stages(k, fractions, kv_tier)), k.layer
+                    k.name,
+                    k.calls,
+                    k.looped,
+                    tuple(replace(s, pcus=0, pmus=0) for s in _stages(k, fractions, kv_tier)),
+                    k.layer,
                 )
                 for k in self.kernels(shape)
             )
