@@ -27,6 +27,7 @@ from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_s
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config.overrides import normalize_overrides
+from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.scenario import Scenario
 
@@ -57,7 +58,7 @@ class Column:
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
     flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
-    peak_flops: float = 0.0  # FLOP/s of one device (BF16)
+    peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
     kernel_calls: int | None = None  # kernel calls in one decode step
     prefill_s: float | None = None  # the typical prompt's prefill
 
@@ -134,7 +135,7 @@ def _column(scenario: Scenario, batch: int | None, context: int | None) -> Colum
         fusion=fusion_level(scenario),
         fits=False,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
-        peak_flops=float(hardware.peak_flops),
+        peak_flops=peak_matrix_flops(scenario),
     )
     backend = EngineBackend()
     try:

@@ -56,6 +56,20 @@ def test_each_column_is_what_step_gives_on_that_hardware() -> None:
         assert column.batch == 8 and column.context == 2048
 
 
+@pytest.mark.parametrize("weights", ["bf16", "fp8"])
+def test_the_share_of_peak_flops_is_of_the_peak_reported(weights: str) -> None:
+    """On a GPU with fp8 weights the peak is the FP8 tensor rate, in the fraction and in
+    peak_flops alike; SN40L's is its BF16 peak either way."""
+    overrides = {"dtypes.weights": weights}
+    result = compare(WORKLOAD, [SN40L_8, DGX], overrides, batch=8, context=2048)
+    for column, hardware in zip(result.columns, (SN40L_8, DGX), strict=True):
+        cost = api.step(WORKLOAD, {"hardware": str(hardware), **overrides}, batch=8, context=2048)
+        achieved = cost.detail.flops / cost.step_s
+        assert column.flops_fraction == pytest.approx(achieved / column.peak_flops, rel=1e-12)
+    gpu = result.columns[1]
+    assert gpu.peak_flops == (1979e12 if weights == "fp8" else 989e12)
+
+
 def test_a_model_that_does_not_fit_is_a_column_saying_so() -> None:
     result = CliRunner().invoke(
         cli,

@@ -11,7 +11,7 @@ from typing import Protocol
 from rdu_sim.compiler.program import Program
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.engine.engine import Engine
-from rdu_sim.engine.gpu import GpuEngine, GpuSettings
+from rdu_sim.engine.gpu import GpuEngine, GpuSettings, work
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.scenario import Scenario
 
@@ -37,6 +37,15 @@ def gpu_settings(scenario: Scenario) -> GpuSettings:
         fp8_weights=dtypes.weights == "fp8",
         fp8_kv=dtypes.kv == "fp8",
     )
+
+
+def peak_matrix_flops(scenario: Scenario) -> float:
+    """Peak matrix FLOP/s of one device, the one a step's ``flops_fraction`` is of: SN40L's
+    BF16 peak, a GPU's tensor rate at the weights' type."""
+    hardware = scenario.hardware
+    if isinstance(hardware, GpuHardwareConfig):
+        return work.peak_matrix_flops(hardware.gpu, gpu_settings(scenario))
+    return hardware.peak_flops
 
 
 def engine_for(scenario: Scenario, *, record: bool = False) -> StepEngine:

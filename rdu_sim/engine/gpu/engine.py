@@ -31,7 +31,7 @@ from rdu_sim.engine.counting_env import EventLimitError
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers, time_kernel
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
 from rdu_sim.engine.gpu.stream import Call, execution_order, run_stream
-from rdu_sim.engine.gpu.work import GpuSettings, Segment, segments
+from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, segments
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.timing import KernelTiming, StepTiming
@@ -163,7 +163,7 @@ class GpuEngine:
             "link": total.link_busy_s,
             "host": host_s,
         }
-        peak = gpu.fp8_flops if self.settings.fp8_weights else gpu.bf16_flops
+        peak = peak_matrix_flops(gpu, self.settings)
         shape = program.shape
         return StepTiming(
             step_s=step,

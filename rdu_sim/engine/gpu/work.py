@@ -46,6 +46,12 @@ def matrix_rate(stage: StageProgram, gpu: GpuConfig, settings: GpuSettings) -> f
     return gpu.fp8_flops if fp8 else gpu.bf16_flops
 
 
+def peak_matrix_flops(gpu: GpuConfig, settings: GpuSettings) -> float:
+    """The matrix peak a step's share of peak FLOP/s is of: the tensor rate of the weights'
+    type (FP8 tensor cores for fp8 weights), what the step's projections run at."""
+    return gpu.fp8_flops if settings.fp8_weights else gpu.bf16_flops
+
+
 def gemm_efficiency(stage: StageProgram, gpu: GpuConfig) -> float:
     """Fraction of the tensor rate a stage's GEMM reaches (max_gemm_efficiency without one)."""
     if stage.gemm is None:
