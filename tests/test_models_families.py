@@ -52,6 +52,9 @@ PUBLISHED = [
     ("qwen3-32b", 32.8e9, 32.8e9, 0.01, "all"),
     # Mistral AI, "Announcing Mistral 7B" (Sep 2023): a 7.3B parameter model
     ("mistral-7b", 7.3e9, 7.3e9, 0.01, "all"),
+    # Llama 3.2 model card (meta-llama/Llama-3.2-1B): 1.23B and 3.21B parameters
+    ("llama-3.2-1b", 1.23e9, 1.23e9, 0.01, "all"),
+    ("llama-3.2-3b", 3.21e9, 3.21e9, 0.01, "all"),
     # Kimi K2 model card: 1T total, 32B activated (both rounded: 1.03T and 32.9B here)
     ("kimi-k2", 1e12, 32e9, 0.03, "all"),
 ]

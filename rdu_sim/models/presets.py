@@ -116,6 +116,37 @@ def llama31_405b() -> Architecture:
     return _llama31("llama-3.1-405b", 126, 16384, 128, 53248)
 
 
+def _llama32(name: str, layers: int, hidden: int, heads: int, head_dim: int) -> Architecture:
+    """Llama 3.2's text models: Llama 3.1's vocabulary (the same tokenizer, so they draft for
+    Llama 3.1), GQA with 8 KV heads, an 8192-wide FFN, tied embeddings."""
+    return LlamaArchitecture(
+        name=name,
+        vocab_size=128256,
+        hidden_size=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=8,
+        head_dim=head_dim,
+        ffn_intermediate=8192,
+        tie_embeddings=True,
+        max_context=131072,
+    )
+
+
+@preset("llama-3.2-1b", "llama3.2-1b")
+def llama32_1b() -> Architecture:
+    """Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): 16 layers, hidden 2048, 32 heads
+    of 64."""
+    return _llama32("llama-3.2-1b", 16, 2048, 32, 64)
+
+
+@preset("llama-3.2-3b", "llama3.2-3b")
+def llama32_3b() -> Architecture:
+    """Llama 3.2 3B (meta-llama/Llama-3.2-3B config.json): 28 layers, hidden 3072, 24 heads
+    of 128."""
+    return _llama32("llama-3.2-3b", 28, 3072, 24, 128)
+
+
 @preset("llama-3.3-70b")
 def llama33_70b() -> Architecture:
     """Llama 3.3 70B (meta-llama/Llama-3.3-70B-Instruct): Llama 3.1 70B's architecture."""
