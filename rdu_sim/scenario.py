@@ -10,7 +10,7 @@ import contextlib
 import copy
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,9 @@ class Scenario:
     workload_file: str
     hardware_file: str
     kv_policy: KVPolicy = field(compare=False, repr=False)
+    # The draft model of `speculation`, as a scenario of its own (its model and tp; the same
+    # hardware, dtypes, KV policy and serving), built once; None without speculation.
+    draft: Scenario | None = field(default=None, compare=False, repr=False)
 
     @property
     def tp(self) -> int:
@@ -88,6 +91,10 @@ class Scenario:
     def base_dir(self) -> Path:
         """Folder that relative paths in the workload (trace files) are resolved against."""
         return Path(self.workload_file).parent
+
+
+ModelValue = str | ConfigJsonModel | ConfigJsonKeys | Architecture
+"""What a workload's model field holds once validated (``config.workload.ModelField``)."""
 
 
 def _apply(data: dict[str, Any], overrides: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -150,6 +157,41 @@ def _validate(
         raise ConfigError(issues) from None
 
 
+def _failing(file: str, lines: LineMap) -> Callable[[str, str], ConfigError]:
+    """A ConfigError at a field path of the workload file, with its line."""
+
+    def fail(path: str, message: str) -> ConfigError:
+        line = lines.get(tuple(path.split(".")))
+        return ConfigError.single(file, path, message, line)
+
+    return fail
+
+
+def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) -> str | None:
+    """What is wrong with running ``model`` over ``tp`` of ``sockets`` sockets, or None."""
+    if model.heads % tp:
+        return (
+            f"tp={tp} does not divide the {model.name} model's {model.heads} "
+            f"attention heads; use a divisor of {model.heads}"
+        )
+    if tp > sockets:
+        return f"tp={tp} exceeds the {sockets} {hardware.devices} of hardware {hardware.name!r}" + (
+            "" if sockets == hardware.system.sockets else " left beside the target's"
+        )
+    system = hardware.system
+    forced = forced_algorithm(True, system.collective_algorithm)
+    allowed = allowed_algorithms(True, system.topology, tp)
+    if forced is not None and forced not in allowed:
+        return (
+            f"hardware {hardware.name!r} forces {forced} collectives "
+            f"(system.collective_algorithm: {forced}), which a {system.topology!r} wiring "
+            f"cannot run over a group of {tp} sockets (it allows {', '.join(allowed)}): use "
+            "system.collective_algorithm auto or an allowed one, another system.topology "
+            "(fully_connected runs every algorithm), or tp <= 2"
+        )
+    return None
+
+
 def _cross_check(
     workload: WorkloadConfig,
     hardware: Hardware,
@@ -160,35 +202,10 @@ def _cross_check(
     """Rules that span files: TP vs heads, sockets and the collective's links, context vs
     the model; then the KV policy, whose own parameter rules (the only ones) it returns."""
 
-    def fail(path: str, message: str) -> ConfigError:
-        line = lines.get(tuple(path.split(".")))
-        return ConfigError.single(file, path, message, line)
-
-    tp = workload.parallelism.tp
-    if model.heads % tp:
-        raise fail(
-            "parallelism.tp",
-            f"tp={tp} does not divide the model's {model.heads} "
-            f"attention heads; use a divisor of {model.heads}",
-        )
-    if tp > hardware.system.sockets:
-        raise fail(
-            "parallelism.tp",
-            f"tp={tp} exceeds the {hardware.system.sockets} {hardware.devices} of hardware "
-            f"{hardware.name!r}",
-        )
-    system = hardware.system
-    forced = forced_algorithm(True, system.collective_algorithm)
-    allowed = allowed_algorithms(True, system.topology, tp)
-    if forced is not None and forced not in allowed:
-        raise fail(
-            "parallelism.tp",
-            f"hardware {hardware.name!r} forces {forced} collectives "
-            f"(system.collective_algorithm: {forced}), which a {system.topology!r} wiring "
-            f"cannot run over a group of {tp} sockets (it allows {', '.join(allowed)}): use "
-            "system.collective_algorithm auto or an allowed one, another system.topology "
-            "(fully_connected runs every algorithm), or tp <= 2",
-        )
+    fail = _failing(file, lines)
+    problem = _tp_problem(model, workload.parallelism.tp, hardware.system.sockets, hardware)
+    if problem is not None:
+        raise fail("parallelism.tp", problem)
     serving = workload.serving
     if serving.max_context > model.max_context:
         raise fail(
@@ -212,19 +229,110 @@ def _relative_to(workload_file: str, path: str) -> Path:
     return resolved
 
 
-def _read_config_json(ref: ConfigJsonModel, workload_file: str, lines: LineMap) -> Architecture:
-    """The architecture of `model: {config_json: ...}`; its errors name the JSON file and
-    key, after a line saying which workload pointed there."""
+def _read_config_json(
+    ref: ConfigJsonModel, workload_file: str, lines: LineMap, field: str = "model"
+) -> Architecture:
+    """The architecture of `model: {config_json: ...}` (or of another model field); its errors
+    name the JSON file and key, after a line saying which workload pointed there."""
     try:
         return read_config_json(_relative_to(workload_file, ref.config_json), ref.name)
     except ConfigError as exc:
         context = ConfigIssue(
             workload_file,
-            "model.config_json",
+            f"{field}.config_json",
             f"{ref.config_json!r} cannot be modelled (paths are relative to the workload file):",
-            lines.get(("model", "config_json")),
+            lines.get((*field.split("."), "config_json")),
         )
         raise ConfigError([context, *exc.issues]) from None
+
+
+def _resolve_model(
+    value: ModelValue, field: str, workload_file: str, lines: LineMap
+) -> Architecture:
+    """The architecture a model field gives: a preset, a config.json, its keys inline, or an
+    architecture; errors name ``field`` (``model``, ``speculation.draft``)."""
+    if isinstance(value, str):
+        try:
+            return get_model(value)
+        except UnknownModelError as exc:
+            raise ConfigError.single(
+                workload_file, field, str(exc), lines.get(tuple(field.split(".")))
+            ) from None
+    if isinstance(value, ConfigJsonModel):
+        return _read_config_json(value, workload_file, lines, field)
+    if isinstance(value, ConfigJsonKeys):  # a config.json's keys written inline
+        keys = value.model_dump(exclude={"name"})
+        return architecture_from_config(
+            keys,
+            file=workload_file,
+            name=value.name or value.model_type,
+            lines=lines,
+            prefix=f"{field}.",
+        )
+    return value
+
+
+def _draft_scenario(
+    workload: WorkloadConfig,
+    hardware: Hardware,
+    target: Architecture,
+    policy: KVPolicy,
+    files: tuple[str, str],
+    lines: LineMap,
+) -> Scenario | None:
+    """The draft of ``speculation`` as a scenario of its own, after the rules that tie it to
+    the target: its tp and sockets, its tokenizer (vocabulary) and its context."""
+    spec = workload.speculation
+    if spec is None:
+        return None
+    file = files[0]
+    fail = _failing(file, lines)
+    draft = _resolve_model(spec.draft, "speculation.draft", file, lines)
+    tp = workload.parallelism.tp
+    draft_tp = spec.draft_tp or tp
+    if spec.placement == "shared" and draft_tp != tp:
+        raise fail(
+            "speculation.draft_tp",
+            f"a shared draft runs on the target's {tp} sockets, so draft_tp must equal "
+            f"parallelism.tp ({tp}), got {draft_tp}; or use speculation.placement: separate",
+        )
+    sockets = hardware.system.sockets - (tp if spec.placement == "separate" else 0)
+    problem = _tp_problem(draft, draft_tp, sockets, hardware)
+    if problem is not None:
+        raise fail("speculation.draft_tp" if spec.draft_tp else "speculation.draft", problem)
+    same_vocabulary = draft.vocab_size == target.vocab_size
+    if spec.decoding is not None and not same_vocabulary:
+        raise fail(
+            "speculation.draft",
+            f"speculative decoding needs the draft to share the target's tokenizer: "
+            f"{draft.name} has a vocabulary of {draft.vocab_size}, {target.name} of "
+            f"{target.vocab_size}",
+        )
+    if spec.prefill is not None and spec.prefill.token_mapping is None and not same_vocabulary:
+        raise fail(
+            "speculation.prefill.token_mapping",
+            f"{draft.name}'s tokenizer differs from {target.name}'s (vocabularies of "
+            f"{draft.vocab_size} and {target.vocab_size}): a cross-family draft needs "
+            "token_mapping, the host time per prompt token to map its selection",
+        )
+    if workload.serving.max_context > draft.max_context:
+        raise fail(
+            "speculation.draft",
+            f"serving.max_context {workload.serving.max_context} exceeds the draft "
+            f"{draft.name}'s maximum context of {draft.max_context} tokens",
+        )
+    acceptance = spec.decoding.acceptance if spec.decoding is not None else None
+    if acceptance is not None and acceptance.dist == "trace" and workload.serving.trace is None:
+        raise fail(
+            "speculation.decoding.acceptance",
+            "{dist: trace} reads the acceptance column of serving.trace, and this "
+            "workload has no trace",
+        )
+    parallelism = workload.parallelism.model_copy(update={"tp": draft_tp})
+    draft_workload = workload.model_copy(
+        update={"model": draft, "parallelism": parallelism, "speculation": None}
+    )
+    return Scenario(draft_workload, hardware, draft, file, files[1], policy)
 
 
 def build_scenario(
@@ -244,26 +352,7 @@ def build_scenario(
         raw = _apply(raw, workload_overrides, workload_file)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
 
-    if isinstance(workload.model, str):
-        try:
-            model: Architecture = get_model(workload.model)
-        except UnknownModelError as exc:
-            raise ConfigError.single(
-                workload_file, "model", str(exc), lines.get(("model",))
-            ) from None
-    elif isinstance(workload.model, ConfigJsonModel):
-        model = _read_config_json(workload.model, workload_file, lines)
-    elif isinstance(workload.model, ConfigJsonKeys):  # a config.json's keys written inline
-        keys = workload.model.model_dump(exclude={"name"})
-        model = architecture_from_config(
-            keys,
-            file=workload_file,
-            name=workload.model.name or workload.model.model_type,
-            lines=lines,
-            prefix="model.",
-        )
-    else:
-        model = workload.model
+    model = _resolve_model(workload.model, "model", workload_file, lines)
 
     hardware_path = _relative_to(workload_file, workload.hardware)
     problem = file_problem(hardware_path)
@@ -293,7 +382,9 @@ def build_scenario(
         )
         raise ConfigError([context, *exc.issues]) from None
     policy = _cross_check(workload, hardware, model, workload_file, lines)
-    return Scenario(workload, hardware, model, workload_file, str(hardware_path), policy)
+    files = (workload_file, str(hardware_path))
+    draft = _draft_scenario(workload, hardware, model, policy, files, lines)
+    return Scenario(workload, hardware, model, *files, policy, draft)
 
 
 def with_overrides(

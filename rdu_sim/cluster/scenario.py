@@ -91,6 +91,15 @@ def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
     except ConfigError as exc:
         context = _error(file, lines, f"pools.{name}", f"pool {name!r}: workload is not valid:")
         raise ConfigError([*context.issues, *exc.issues]) from None
+    if scenario.workload.speculation is not None:
+        raise _error(
+            file,
+            lines,
+            f"pools.{name}",
+            f"pool {name!r}: its workload speculates (speculation:), which a cluster's "
+            "replicas do not model yet (their routers count outstanding tokens one per slot "
+            "and step); remove the section, or set speculation: null in the pool's set",
+        )
     return PoolScenario(name, pool.role, pool.replicas, scenario)
 
 

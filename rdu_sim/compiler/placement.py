@@ -39,8 +39,10 @@ from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
+from rdu_sim.speculation import DRAFT_CATCH_UP, rollback_tokens, shared_draft, verify_tokens
 
 MAX_SLOTS = 1_000_000  # serving.batch_slots' own upper bound
+DRAFT_PREFIX = "draft/"  # a shared draft's tensors in a Placement: "draft/<kernel>/<weight>"
 
 
 @dataclass(frozen=True)
@@ -90,25 +92,31 @@ def max_prompt_tokens(scenario: Scenario) -> int:
     return max(1, min(longest, serving.max_context))
 
 
+def _step_bytes(scenario: Scenario, rows: int, logit_rows: int) -> float:
+    """A step's activations between kernels: the hidden state in and out of a layer kernel
+    for ``rows`` token rows, their token ids, and ``logit_rows`` rows of logits."""
+    arch, act = scenario.model, scenario.activation_dtype_bytes
+    return 2 * rows * arch.hidden_size * act + rows * INDEX + logit_rows * arch.vocab_size * act
+
+
 def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
     """Peak HBM working set of a step on one socket (activations between kernels).
 
-    The larger of a decode step of `batch_slots` slots and a prefill of one longest prompt
-    (chunked when serving.prefill_chunk_tokens is set): the hidden state in and out of a
-    layer kernel, the token ids, the gathered logits, and, when the prompt is compressed,
-    the scratch holding the whole prompt's KV (all layers, this socket's share) until the
-    SnapKV selection has gathered it into the slot, plus the window queries.
+    The larger of a decode step of `batch_slots` slots (k + 1 tokens each in a speculative
+    verify step) and a prefill of one longest prompt (chunked when
+    serving.prefill_chunk_tokens is set): the hidden state in and out of a layer kernel, the
+    token ids, the gathered logits, and, when the prompt is compressed, the scratch holding
+    the whole prompt's KV (all layers, this socket's share) until the SnapKV selection has
+    gathered it into the slot, plus the window queries. A shared draft's steps run between
+    the target's, so its working set counts when it is the larger (`_draft_activation_bytes`).
     """
     arch, serving = scenario.model, scenario.workload.serving
-    act, hidden, vocab = scenario.activation_dtype_bytes, arch.hidden_size, arch.vocab_size
-
-    def step(rows: int, logit_rows: int) -> float:
-        return 2 * rows * hidden * act + rows * INDEX + logit_rows * vocab * act
-
-    decode = step(batch_slots, batch_slots)
+    act = scenario.activation_dtype_bytes
+    rows = batch_slots * verify_tokens(scenario)
+    decode = _step_bytes(scenario, rows, rows)
     prompt = max_prompt_tokens(scenario)
     chunk = min(prompt, serving.prefill_chunk_tokens or prompt)
-    prefill = step(chunk, 1)
+    prefill = _step_bytes(scenario, chunk, 1)
     selection = scenario.kv_policy.selection(prompt)
     if selection is not None:
         if isinstance(arch, DeepSeekArchitecture):
@@ -117,12 +125,55 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
             query = arch.heads * arch.head_dim
         window = arch.layers * selection.window * query * act / scenario.tp
         prefill += kv_slot_bytes_per_socket(scenario, prompt) + window
-    return math.ceil(max(decode, prefill))
+    own = math.ceil(max(decode, prefill))
+    draft = shared_draft(scenario)
+    return own if draft is None else max(own, _draft_activation_bytes(scenario, draft, batch_slots))
+
+
+def _draft_activation_bytes(scenario: Scenario, draft: Scenario, batch_slots: int) -> int:
+    """A shared draft's peak working set. Speculative decoding: its steps of
+    ``DRAFT_CATCH_UP`` tokens per slot, and its prefill of a prompt. Speculative prefill: its
+    prefill of the longest prompt, whose KV cache it keeps (a scratch, never a slot) until
+    its look-ahead tokens have scored the prompt."""
+    spec = scenario.workload.speculation
+    assert spec is not None
+    if spec.prefill is None:
+        return activation_bytes(draft, batch_slots * DRAFT_CATCH_UP)
+    prompt = max_prompt_tokens(scenario)
+    chunk = min(prompt, scenario.workload.serving.prefill_chunk_tokens or prompt)
+    scratch = kv_slot_bytes_per_socket(draft, prompt + spec.prefill.look_ahead)
+    return math.ceil(_step_bytes(draft, chunk, 1)) + scratch
 
 
 def kv_bytes(scenario: Scenario, batch_slots: int) -> int:
-    """KV cache of `batch_slots` static slots on one socket."""
-    return batch_slots * kv_slot_bytes_per_socket(scenario, slot_tokens(scenario))
+    """KV cache of `batch_slots` static slots on one socket: the policy's slot plus the
+    verify step's rollback positions, and a shared draft's own slots beside them."""
+    tokens = slot_tokens(scenario) + rollback_tokens(scenario)
+    own = batch_slots * kv_slot_bytes_per_socket(scenario, tokens)
+    return own + draft_kv_bytes(scenario, batch_slots)
+
+
+def draft_kv_bytes(scenario: Scenario, batch_slots: int) -> int:
+    """A shared drafter's KV cache on one socket: a slot of its own per batch slot, as long
+    as the target's (speculative decoding; a speculative-prefill draft keeps a prompt's
+    cache only while it scores it, counted with the activations)."""
+    draft = shared_draft(scenario)
+    if draft is None or verify_tokens(scenario) == 1:
+        return 0
+    tokens = slot_tokens(scenario) + rollback_tokens(scenario)
+    return batch_slots * kv_slot_bytes_per_socket(draft, tokens)
+
+
+def draft_weights(scenario: Scenario) -> list[WeightTensor]:
+    """A shared draft's weight tensors on one socket (keys ``draft/<kernel>/<weight>``);
+    none without one. They always sit in HBM: the draft reads them k times a round, and
+    its own Programs are compiled with them there."""
+    draft = shared_draft(scenario)
+    if draft is None:
+        return []
+    return [
+        WeightTensor(f"{DRAFT_PREFIX}{w.key}", w.bytes, w.reads) for w in weight_inventory(draft)
+    ]
 
 
 def _layout_hint(scenario: Scenario) -> str:
@@ -183,11 +234,23 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
             f"raise parallelism.tp (now {scenario.tp})"
         )
     room = hbm_cap - act - kv
+    draft_kv = draft_kv_bytes(scenario, batch_slots)
     tensors: list[TensorPlacement] = [
-        TensorPlacement("kv_cache", "kv", "hbm", kv),
+        TensorPlacement("kv_cache", "kv", "hbm", kv - draft_kv),
+        *([TensorPlacement(f"{DRAFT_PREFIX}kv_cache", "kv", "hbm", draft_kv)] if draft_kv else []),
         TensorPlacement("activations", "activations", "hbm", act),
     ]
     in_hbm = in_ddr = 0
+    for weight in draft_weights(scenario):
+        if in_hbm + weight.bytes > room:
+            raise CapacityError(
+                f"the draft's weights ({scenario.draft and scenario.draft.model.name}) do not "
+                f"fit in the {format_bytes(room)} of HBM per socket the KV cache and "
+                f"activations of {batch_slots} slots leave: lower serving.batch_slots or "
+                "use speculation.placement separate"
+            )
+        tensors.append(TensorPlacement(weight.key, "weights", "hbm", weight.bytes))
+        in_hbm += weight.bytes
     inventory = weight_inventory(scenario, batch_slots)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
         here = min(weight.bytes, room - in_hbm)
@@ -233,7 +296,7 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
     otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
-    weights = sum(w.bytes for w in weight_inventory(scenario))
+    weights = sum(w.bytes for w in [*weight_inventory(scenario), *draft_weights(scenario)])
 
     def fits(slots: int) -> bool:
         return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots) <= hbm

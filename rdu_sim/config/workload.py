@@ -17,6 +17,7 @@ from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel, ModelAr
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for callers
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
+from rdu_sim.config.speculation import SpecDecodingConfig, SpecPrefillConfig
 
 _TOKENS = Field(ge=1, le=100_000_000)
 
@@ -308,6 +309,49 @@ ModelField = Annotated[
 ]
 
 
+class SpeculationConfig(StrictModel):
+    """A draft model, where it runs, and the speculative mechanisms it serves
+    (docs/serving.md, "Speculation")."""
+
+    draft: ModelField = Field(
+        description="the draft model, given as `model` is: a preset name, {config_json: "
+        "path}, a config.json's keys or an architecture"
+    )
+    placement: Literal["shared", "separate"] = Field(
+        default="shared",
+        description="'shared': the draft runs on the target's sockets, between its steps, "
+        "its weights and KV cache in their memory; 'separate': on draft_tp sockets of its "
+        "own, beside the target's",
+    )
+    draft_tp: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="tensor-parallel degree of the draft (default: parallelism.tp)",
+    )
+    decoding: SpecDecodingConfig | None = Field(
+        default=None, description="speculative decoding (unset: plain decoding)"
+    )
+    prefill: SpecPrefillConfig | None = Field(
+        default=None, description="speculative prefill (unset: the target prefills it all)"
+    )
+
+    @model_validator(mode="after")
+    def _one_mechanism(self) -> SpeculationConfig:
+        if self.decoding is None and self.prefill is None:
+            raise ValueError(
+                "speculation needs decoding, prefill or both: a draft that does nothing "
+                "changes nothing (remove the section instead)"
+            )
+        if self.decoding is not None and self.prefill is not None:
+            raise ValueError(
+                "speculative decoding and speculative prefill together are not modelled: "
+                "the draft's cache would hold the whole prompt while the target's holds "
+                "the kept tokens; use one of them"
+            )
+        return self
+
+
 class WorkloadConfig(StrictModel):
     """A complete workload file."""
 
@@ -345,3 +389,6 @@ class WorkloadConfig(StrictModel):
     )
     serving: ServingConfig = Field(default_factory=ServingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    speculation: SpeculationConfig | None = Field(
+        default=None, description="a draft model for speculative decoding or prefill"
+    )

@@ -1,0 +1,106 @@
+"""A draft in the memory plan: a shared draft's weights and KV cache beside the target's (its
+weights always in HBM), the verify step's rollback positions and activations, and the batch
+capacity that follows; a separate draft leaves the target's plan alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdu_sim.compiler import CapacityError
+from rdu_sim.compiler.layout import kv_slot_bytes_per_socket
+from rdu_sim.compiler.placement import (
+    activation_bytes,
+    batch_capacity,
+    kv_bytes,
+    max_prompt_tokens,
+    plan_memory,
+    weight_inventory,
+)
+from rdu_sim.graph.shape import INDEX
+from rdu_sim.scenario import Scenario, load_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+SPECDEC = REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+PREFILL = REPO / "workloads" / "speculative" / "deepseek-r1-128k-snapstream-specprefill.yaml"
+K = 4  # the shipped workload's draft_tokens
+
+
+def _draft(scenario: Scenario) -> Scenario:
+    assert scenario.draft is not None
+    return scenario.draft
+
+
+def test_shared_draft_sits_in_the_targets_plan() -> None:
+    spec = load_scenario(SPECDEC)
+    draft, slots = _draft(spec), 8
+    plan = plan_memory(spec, slots)
+    tensors = {t.name: t for t in plan.tensors}
+    draft_weights = [t for t in plan.tensors if t.name.startswith("draft/") and t.kind == "weights"]
+    assert {t.tier for t in draft_weights} == {"hbm"}
+    assert sum(t.bytes for t in draft_weights) == sum(w.bytes for w in weight_inventory(draft))
+    slot = spec.kv_policy.slot_tokens() + K  # the verify step's rollback positions
+    assert tensors["kv_cache"].bytes == slots * kv_slot_bytes_per_socket(spec, slot)
+    assert tensors["draft/kv_cache"].bytes == slots * kv_slot_bytes_per_socket(draft, slot)
+    assert plan.tiers["hbm"].kv_bytes == tensors["kv_cache"].bytes + tensors["draft/kv_cache"].bytes
+    assert plan.tiers["hbm"].used_bytes <= plan.tiers["hbm"].capacity_bytes
+
+
+def test_verify_step_activations() -> None:
+    """A decode step of k + 1 tokens per slot: hidden states in and out, token ids, logits
+    of every new token (the compiler's working set, exactly)."""
+    spec = load_scenario(SPECDEC)
+    arch, slots = spec.model, 64
+    rows = slots * (K + 1)
+    decode = 2 * rows * arch.hidden_size * 2 + rows * INDEX + rows * arch.vocab_size * 2
+    assert activation_bytes(spec, slots) == decode
+    plain = load_scenario(SPECDEC, ["speculation=null"])
+    assert activation_bytes(plain, slots) < decode
+
+
+def test_capacity_pays_for_the_draft() -> None:
+    spec = load_scenario(SPECDEC)
+    plain = load_scenario(SPECDEC, ["speculation=null"])
+    capacity = batch_capacity(spec)
+    assert 1 <= capacity < batch_capacity(plain)
+    hbm = spec.hardware.hbm.capacity
+    weights = sum(w.bytes for w in weight_inventory(spec)) + sum(
+        w.bytes for w in weight_inventory(_draft(spec))
+    )
+
+    def fits(slots: int) -> bool:
+        return weights + kv_bytes(spec, slots) + activation_bytes(spec, slots) <= hbm
+
+    assert fits(capacity) and not fits(capacity + 1)
+
+
+def test_a_draft_that_does_not_fit_is_refused() -> None:
+    spec = load_scenario(SPECDEC, ["hw.socket.hbm.capacity=800 MiB"])
+    with pytest.raises(CapacityError, match="draft's weights"):
+        plan_memory(spec, 1)
+
+
+def test_separate_draft_leaves_the_targets_plan_alone() -> None:
+    overrides = ["parallelism.tp=8", "speculation.placement=separate", "speculation.draft_tp=8"]
+    separate = load_scenario(SPECDEC, overrides)
+    plain = load_scenario(SPECDEC, ["parallelism.tp=8", "speculation=null"])
+    plan = plan_memory(separate, 4)
+    assert not any(t.name.startswith("draft/") for t in plan.tensors)
+    # only the verify step's rollback positions and activations differ from plain decoding
+    slot = plain.kv_policy.slot_tokens()
+    assert kv_bytes(separate, 4) == 4 * kv_slot_bytes_per_socket(plain, slot + K)
+    assert batch_capacity(separate) > batch_capacity(load_scenario(SPECDEC, overrides[:1]))
+
+
+def test_speculative_prefill_draft_keeps_one_prompt_as_scratch() -> None:
+    """The draft's cache of the longest prompt (and its look-ahead) while it scores it: no
+    slot of its own."""
+    spec = load_scenario(PREFILL)
+    draft = _draft(spec)
+    plain = load_scenario(PREFILL, ["speculation=null"])
+    assert kv_bytes(spec, 16) == kv_bytes(plain, 16)
+    prompt = max_prompt_tokens(spec)
+    scratch = kv_slot_bytes_per_socket(draft, prompt + 8)
+    assert activation_bytes(spec, 16) >= scratch
+    assert activation_bytes(spec, 16) >= activation_bytes(plain, 16)
