@@ -9,6 +9,8 @@ priorities) must agree with it to the picosecond.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,20 @@ def fake_step(shape: StepShape) -> StepCost:
     return StepCost(1.7e-2 + shape.batch * 1.3e-4 + shape.cache_len * 3.7e-7)
 
 
+@dataclass(frozen=True)
+class ReferenceDraft:
+    """What a draft changes in the reference (tests/test_speculation_serving.py): a decode
+    step's time at a bucket (a round), the tokens request r emits in its j-th round, a
+    prefill step's time given the target's, the time before a request's first prefill step,
+    and the prompt tokens the target prefills."""
+
+    decode_ps: Callable[[int], int]
+    tokens: Callable[[int, int], int]
+    prefill_ps: Callable[[StepShape, int], int]
+    admission_ps: Callable[[int], int]
+    prompt: Callable[[int], int]
+
+
 def reference_serve(
     requests: RequestSet,
     policy: KVPolicy,
@@ -52,11 +68,16 @@ def reference_serve(
     priority: str = "prefill_first",
     chunk: int | None = None,
     skipped: dict[int, int] | None = None,
+    draft: ReferenceDraft | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-request arrival/admit/first-token/finish times (ps), stepping one step at a time.
-    ``skipped``: prompt tokens a prefix cache spares each request (prefill starts past them)."""
+    ``skipped``: prompt tokens a prefix cache spares each request (prefill starts past them);
+    ``draft``: a speculating server's steps."""
     n = len(requests)
     prompt = requests.prompt_tokens.tolist()
+    if draft is not None:
+        prompt = [draft.prompt(p) for p in prompt]
+    rounds = [0] * n
     output = requests.output_tokens.tolist()
     times = {k: np.full(n, -1, dtype=np.int64) for k in ("arrival", "admit", "first", "finish")}
     future: deque[tuple[int, int]] = deque()  # (time, request) of arrivals not yet seen
@@ -125,6 +146,8 @@ def reference_serve(
                 prefilled[slot] = (skipped or {}).get(r, 0)
                 order.append(slot)
                 times["admit"][r] = t
+                if draft is not None:
+                    t += draft.admission_ps(r)
             r = req[slot]
             compresses = policy.compresses(prompt[r])
             if chunk is not None and prompt[r] > chunk:
@@ -142,7 +165,7 @@ def reference_serve(
                     select=compresses,
                 )
                 prefilled[slot] = prompt[r]
-            t += cache.step_ps(shape)
+            t += cache.step_ps(shape) if draft is None else draft.prefill_ps(shape, r)
             last_prefill = True
             flagged[slot] = True
             if prefilled[slot] == prompt[r]:
@@ -154,12 +177,20 @@ def reference_serve(
         else:
             longest = max(policy.cache_at(prompt[req[s]], generated[s]) for s in decoding)
             bucket = policy.decode_bucket(longest)
-            t += cache.step_ps(StepShape("decode", slots, 1, bucket))
+            if draft is None:
+                t += cache.step_ps(StepShape("decode", slots, 1, bucket))
+            else:
+                t += draft.decode_ps(bucket)
             last_prefill = False
             flagged = [False] * slots
             for s in decoding:
-                generated[s] += 1
-                if generated[s] == output[req[s]]:
+                r = req[s]
+                if draft is None:
+                    generated[s] += 1
+                else:
+                    generated[s] += draft.tokens(r, rounds[r])
+                    rounds[r] += 1
+                if generated[s] == output[r]:
                     complete(s)
     return times
 

@@ -12,6 +12,7 @@ from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 
+from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.summary import Percentiles, RunSummary
 from rdu_sim.serving.steady import MIN_TURNOVERS
 
@@ -139,7 +140,10 @@ def render(result: RunSummary) -> Group:
         f"tp={result.tp}, kv={result.kv_policy}, seed={result.seed}"
     )
     latencies = {key: getattr(result, key) for key, _ in LATENCIES}
-    return Group(head, memory_table(result), serving_table(result), latency_table(latencies))
+    tables = [memory_table(result), serving_table(result), latency_table(latencies)]
+    if result.speculation is not None:
+        tables.append(speculation_table(result.speculation))
+    return Group(head, *tables)
 
 
 def print_report(result: RunSummary, console: Console | None = None) -> None:

@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 
 from rdu_sim import __version__
 from rdu_sim.compiler.program import TIERS, Placement
+from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
@@ -72,16 +73,18 @@ def stats(values: NDArray[np.float64]) -> dict[str, float | None]:
     return out
 
 
-def utilization(cache: StepCache, span: float) -> dict[str, float]:
+def utilization(cache: StepCache, span: float, *others: StepCache) -> dict[str, float]:
     """``hbm`` (achieved HBM bandwidth over peak) and ``pcu`` (PCU busy fraction) of the steps
-    counted in ``cache``, time-weighted over those steps and divided by ``span`` seconds (idle
-    time counts as zero)."""
+    counted in ``cache`` (and ``others`` run on the same sockets: a shared draft's),
+    time-weighted over those steps and divided by ``span`` seconds (idle time counts as
+    zero)."""
     hbm = pcu = 0.0
-    for shape, count in cache.steps.items():
-        cost = cache.cost(shape)
-        busy = count * cache.step_s(shape)
-        hbm += busy * cost.hbm_util
-        pcu += busy * cost.pcu_util
+    for each in (cache, *others):
+        for shape, count in each.steps.items():
+            cost = each.cost(shape)
+            busy = count * each.step_s(shape)
+            hbm += busy * cost.hbm_util
+            pcu += busy * cost.pcu_util
     return {"hbm": hbm / span if span > 0 else 0.0, "pcu": pcu / span if span > 0 else 0.0}
 
 
@@ -188,6 +191,8 @@ class RunSummary:
     utilization: Utilization
     step_cache: StepCacheStats
     steps: StepCounts
+    accepted_tokens_per_step: float | None = None  # speculative decoding: tokens per round
+    speculation: SpeculationSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts, lists for pairs."""
@@ -222,7 +227,7 @@ def request_columns(records: ServingRecords) -> dict[str, NDArray[Any]]:
     decode_tokens = (output - 1).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(output > 1, (finish - first) / np.maximum(decode_tokens, 1), np.nan)
-    return {
+    columns = {
         "request": np.arange(len(records), dtype=np.int64),
         "prompt_tokens": records.prompt_tokens,
         "output_tokens": output,
@@ -236,6 +241,15 @@ def request_columns(records: ServingRecords) -> dict[str, NDArray[Any]]:
         "tpot_s": tpot,
         "e2e_s": finish - arrival,
     }
+    if records.speculation == "prefill":
+        columns["kept_prompt_tokens"] = records.target_prompt_tokens
+    if records.speculation == "decoding":
+        columns["rounds"] = records.rounds
+        with np.errstate(divide="ignore", invalid="ignore"):
+            columns["accepted_tokens_per_step"] = np.where(
+                records.rounds > 0, decode_tokens / np.maximum(records.rounds, 1), np.nan
+            )
+    return columns
 
 
 def series_columns(records: ServingRecords, batch_slots: int) -> dict[str, NDArray[Any]]:
@@ -287,6 +301,12 @@ def summarize(run: ServingRun) -> RunSummary:
     )
     kv_total = sum(u.kv_bytes for u in run.placement.tiers.values())
     steady = steady_state(records, batch_slots, run.requests_in.closed_loop)
+    speculation = speculation_summary(run)
+    shared = (
+        (run.speculation.draft_cache,)
+        if run.speculation is not None and speculation and speculation.placement == "shared"
+        else ()
+    )
     return RunSummary(
         model=scenario.model.name,
         workload=scenario.workload.name,
@@ -321,7 +341,10 @@ def summarize(run: ServingRun) -> RunSummary:
         ),
         decode_slot_fill=_round(decode_fill),
         utilization=Utilization(
-            **{key: _round(value) or 0.0 for key, value in utilization(cache, makespan).items()}
+            **{
+                key: _round(value) or 0.0
+                for key, value in utilization(cache, makespan, *shared).items()
+            }
         ),
         step_cache=StepCacheStats(
             hits=cache.hits,
@@ -330,4 +353,10 @@ def summarize(run: ServingRun) -> RunSummary:
             shapes=len(cache.shapes),
         ),
         steps=StepCounts(**steps_run(records)),
+        accepted_tokens_per_step=_round(
+            speculation.decoding.accepted_tokens_per_step
+            if speculation is not None and speculation.decoding is not None
+            else None
+        ),
+        speculation=speculation,
     )

@@ -42,13 +42,24 @@ class EngineBackend:
 
     def __init__(self, *, record: bool = False) -> None:
         self.record = record  # the engine collects trace records (StepTiming.records)
-        self._compiler: Compiler | None = None  # the last scenario's (it caches per instance)
+        # The last scenario's compiler and its draft's (a speculative run alternates between
+        # them); each caches per instance.
+        self._compilers: tuple[Compiler, ...] = ()
 
     def compiler(self, scenario: Scenario) -> Compiler:
-        """One Compiler per scenario, so a run plans memory and capacity once, not per shape."""
-        if self._compiler is None or self._compiler.scenario is not scenario:
-            self._compiler = Compiler(scenario)
-        return self._compiler
+        """One Compiler per scenario, so a run plans memory and capacity once, not per shape
+        (a scenario and its draft keep one each)."""
+        for compiler in self._compilers:
+            if compiler.scenario is scenario:
+                return compiler
+        compiler = Compiler(scenario)
+        kin = [
+            c
+            for c in self._compilers
+            if c.scenario.draft is scenario or c.scenario is scenario.draft
+        ]
+        self._compilers = (*kin, compiler)
+        return compiler
 
     def batch_capacity(self, scenario: Scenario) -> int:
         """The compiler's batch capacity."""
@@ -67,6 +78,7 @@ class EngineBackend:
             step_s=float(timing.step_s),
             hbm_util=float(timing.hbm_bandwidth_fraction),
             pcu_util=float(timing.compute_utilization),
+            flops=float(timing.flops) * program.tp,
             detail=timing,
         )
 

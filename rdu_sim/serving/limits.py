@@ -101,7 +101,9 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
     per prefill step (the step, and the decode step interleaved with a chunk), and one per
     decode bucket between its prompt and its last cache. Shapes: two per prompt bucket used
     (with and without SnapKV selection), two per chunk position, and every decode bucket;
-    the workload's typical prompt (timed for the report's ``prefill_s``) counts as used.
+    the workload's typical prompt (timed for the report's ``prefill_s``) counts as used. A
+    draft (speculation) adds at most two shapes of its own per target shape (a round's
+    draft steps; a prompt's draft prefill and look-ahead).
     """
     serving = scenario.workload.serving
     prompts, outputs = clip_to_context(
@@ -119,12 +121,15 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
         decode_buckets, prompts, side="left"
     )
     changes = int(4 * len(prompts) + 2 * steps.sum() + np.maximum(crossed, 0).sum()) + 2
+    shapes = prefill_shapes + len(decode_buckets)
+    if scenario.draft is not None:  # per target shape, at most two of the draft's
+        shapes *= 3
     return RunEstimate(
         requests=len(prompts),
         batch_slots=batch_slots,
         state_changes=changes,
         prefill_steps=int(steps.sum()),
-        shapes=prefill_shapes + len(decode_buckets),
+        shapes=shapes,
     )
 
 

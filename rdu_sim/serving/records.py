@@ -50,12 +50,22 @@ class ServingRecords:
     finish_ps: NDArray[np.int64] = field(init=False)  # last output token
     slot: NDArray[np.int64] = field(init=False)
     completions: NDArray[np.int64] = field(init=False)  # times each request completed (count)
+    # Prompt tokens the target prefills and caches: the prompt, or the kept tokens under
+    # speculative prefill (``serving.speculative``).
+    target_prompt_tokens: NDArray[np.int64] = field(init=False)
+    # Speculative decoding, per request: the rounds (target verify steps) it decoded in, and
+    # the drafted tokens accepted in them (its last round's included, even those past its end).
+    rounds: NDArray[np.int64] = field(init=False)
+    accepted_drafts: NDArray[np.int64] = field(init=False)
     series: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     prefill_steps: int = 0
     decode_steps: int = 0
     decode_runs: int = 0  # batched advances (one simulation event each)
     tokens_generated: int = 0  # output tokens the steps produced (first tokens included)
     keeps_series: bool = True  # False: a replica's view, whose series is not kept
+    # "decoding": decode steps are speculative rounds (``rounds`` kept); "prefill": the target
+    # prefills the kept tokens (``target_prompt_tokens``); "": neither
+    speculation: str = ""
 
     def __post_init__(self) -> None:
         n = int(self.prompt_tokens.shape[0])
@@ -65,6 +75,9 @@ class ServingRecords:
         self.finish_ps = _unset(n)
         self.slot = _unset(n)
         self.completions = np.zeros(n, dtype=np.int64)
+        self.target_prompt_tokens = self.prompt_tokens.copy()
+        self.rounds = np.zeros(n, dtype=np.int64)
+        self.accepted_drafts = np.zeros(n, dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])

@@ -40,6 +40,8 @@ class RequestSet:
     output_tokens: NDArray[np.int64]
     arrival_s: NDArray[np.float64] | None  # open-loop arrival times (sorted); None: closed loop
     concurrency: int | None  # closed-loop users; None for open-loop arrivals
+    # the trace's acceptance column (speculative decoding), in request order; None: no column
+    trace_acceptance: NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -93,11 +95,14 @@ def make_requests(
     rng = np.random.default_rng(serving.seed)
     process = serving.arrival.process
     arrival: NDArray[np.float64] | None
+    acceptance: NDArray[np.float64] | None = None
     if serving.trace is not None:
         trace = read_trace(Path(base_dir) / serving.trace, workload_file, serving.requests)
         n = min(serving.requests, len(trace))
         prompt = trace.prompt_tokens[:n]
         output = trace.output_tokens[:n]
+        if trace.acceptance is not None:
+            acceptance = trace.acceptance[:n]
         if process == "poisson":
             if trace.arrival_s is None:
                 raise ConfigError.single(
@@ -108,6 +113,7 @@ def make_requests(
                 )
             order = np.argsort(trace.arrival_s[:n], kind="stable")
             arrival, prompt, output = trace.arrival_s[:n][order], prompt[order], output[order]
+            acceptance = None if acceptance is None else acceptance[order]
         else:
             arrival = None
     else:
@@ -134,7 +140,7 @@ def make_requests(
     if process == "closed_loop":
         concurrency = serving.arrival.concurrency or batch_slots
         arrival = None
-    return RequestSet(prompt, output, arrival, concurrency)
+    return RequestSet(prompt, output, arrival, concurrency, acceptance)
 
 
 PROMPT_SAMPLES = 200_000

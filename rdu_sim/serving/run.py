@@ -13,16 +13,19 @@ from dataclasses import dataclass
 
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.graph.shape import INDEX
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.buckets import prefill_steps
-from rdu_sim.serving.clock import SimulatedTimeError
+from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
 from rdu_sim.serving.limits import check_run
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
 from rdu_sim.serving.server import Progress, ServerConfig
 from rdu_sim.serving.simulate import serve
+from rdu_sim.serving.speculative import PrefillSaving, Speculation, prefill_saving
 from rdu_sim.serving.step_cache import StepCache
 
 __all__ = ["ServingRun", "serve_scenario"]
@@ -42,6 +45,9 @@ class ServingRun:
     records: ServingRecords
     cache: StepCache
     prefill_s: float
+    speculation: Speculation | None = None  # the draft's work and step cache, if any
+    draft_placement: Placement | None = None  # a separate draft's own memory plan
+    prefill_saving: PrefillSaving | None = None  # speculative prefill of the typical prompt
 
     @property
     def policy(self) -> KVPolicy:
@@ -49,21 +55,78 @@ class ServingRun:
         return self.scenario.kv_policy
 
     def prefill_time(self, prompt: int) -> float:
-        """Prefill time of ``prompt`` as this run serves it (its own step cache)."""
-        return prefill_seconds(self.cache, self.scenario, prompt)
+        """Prefill time of ``prompt`` as this run serves it (its own step caches)."""
+        return prefill_seconds(self.cache, self.scenario, prompt, self.speculation)
 
 
-def prefill_seconds(cache: StepCache, scenario: Scenario, prompt: int) -> float:
+def prefill_seconds(
+    cache: StepCache, scenario: Scenario, prompt: int, speculation: Speculation | None = None
+) -> float:
     """Prefill time of ``prompt`` as the server runs it (bucketed or chunked, with the SnapKV
-    selection when the policy compresses it), from the step cache."""
+    selection when the policy compresses it; with a draft's part under speculation), from
+    the step caches."""
     serving = scenario.workload.serving
+    target = prompt if speculation is None else speculation.target_prompt(prompt)
     steps = prefill_steps(
-        prompt,
+        target,
         serving.max_context,
         serving.prefill_chunk_tokens,
-        scenario.kv_policy.compresses(prompt),
+        scenario.kv_policy.compresses(target),
     )
-    return float(sum(cache.step_s(shape) for shape in steps))
+    if speculation is None:
+        return float(sum(cache.step_s(shape) for shape in steps))
+    parts = [speculation.prefill_ps(cache.step_ps(s), s, count=False) for s in steps]
+    if speculation.config.prefill is not None:
+        parts.insert(0, speculation.selection_ps(prompt, count=False))
+    return float(sum(to_s(part) for part in parts))
+
+
+def _speculation(
+    scenario: Scenario, backend: Backend, slots: int, requests: RequestSet
+) -> tuple[Speculation | None, Placement | None]:
+    """The draft's part of the run (its step cache, the requests' acceptance rates, the link
+    of a separate draft) and a separate draft's own memory plan; (None, None) without one."""
+    spec, draft = scenario.workload.speculation, scenario.draft
+    if spec is None or draft is None:
+        return None, None
+    serving = scenario.workload.serving
+    rates = None
+    if spec.decoding is not None:
+        acceptance = spec.decoding.acceptance
+        if acceptance.dist == "trace" and requests.trace_acceptance is None:
+            raise ConfigError.single(
+                scenario.workload_file,
+                "speculation.decoding.acceptance",
+                f"{{dist: trace}} reads the acceptance column of serving.trace "
+                f"{serving.trace!r}, which has none",
+            )
+        rates = request_rates(acceptance, len(requests), serving.seed, requests.trace_acceptance)
+    separate = spec.placement == "separate"
+    speculation = Speculation(
+        config=spec,
+        draft_cache=StepCache(lambda shape: backend.step_cost(draft, shape)),
+        policy=scenario.kv_policy,
+        batch_slots=slots,
+        max_context=serving.max_context,
+        chunk=serving.prefill_chunk_tokens,
+        seed=serving.seed,
+        rates=rates,
+        link_ps=draft_link_ps(scenario, slots) if separate else 0,
+    )
+    return speculation, backend.plan_memory(draft, slots) if separate else None
+
+
+def draft_link_ps(scenario: Scenario, slots: int) -> int:
+    """A separate draft's link time per round (ps): k token ids per slot to the target's
+    sockets, then each slot's accepted count and the target's token back; over the node's
+    links when both TP groups fit in one node, else between nodes."""
+    spec, draft = scenario.workload.speculation, scenario.draft
+    assert spec is not None and spec.decoding is not None and draft is not None
+    system = scenario.hardware.system
+    same_node = scenario.tp + draft.tp <= system.sockets_per_node
+    link = system.intra_node_link if same_node else system.inter_node_link
+    sent = slots * spec.decoding.draft_tokens * INDEX + slots * 2 * INDEX
+    return to_ps(2 * link.latency + sent / link.bandwidth)
 
 
 def serve_scenario(
@@ -76,13 +139,29 @@ def serve_scenario(
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
+    speculation, draft_placement = _speculation(scenario, backend, slots, requests)
     config = ServerConfig(
         slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
     )
     prompt = typical_prompt(serving, requests.prompt_tokens)
     try:
-        records = serve(requests, scenario.kv_policy, cache, config, progress)
-        prefill_s = prefill_seconds(cache, scenario, prompt)
+        records = serve(requests, scenario.kv_policy, cache, config, progress, speculation)
+        prefill_s = prefill_seconds(cache, scenario, prompt, speculation)
+        saving = None
+        if speculation is not None and speculation.config.prefill is not None:
+            saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
     except SimulatedTimeError as exc:  # the input's fault: name the workload
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
-    return ServingRun(scenario, capacity, slots, placement, requests, records, cache, prefill_s)
+    return ServingRun(
+        scenario,
+        capacity,
+        slots,
+        placement,
+        requests,
+        records,
+        cache,
+        prefill_s,
+        speculation,
+        draft_placement,
+        saving,
+    )

@@ -53,6 +53,7 @@ from rdu_sim.serving.hooks import ServerHooks
 from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
+from rdu_sim.serving.speculative import RoundSlots, Speculation
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.shapes import StepShape
 
@@ -109,20 +110,26 @@ class Server:
         hooks: ServerHooks | None = None,
         forever: bool = False,
         load: Counters | None = None,
+        speculation: Speculation | None = None,
     ) -> None:
         """``forever``: keep serving until the simulation runs out of events (a replica, whose
         requests are not known in advance) instead of stopping after ``len(records)``.
         ``load``: where to keep the outstanding-work counters (``serving.load``; a cluster
-        passes a row of its pool's board so a router can read every replica at once)."""
+        passes a row of its pool's board so a router can read every replica at once).
+        ``speculation``: a draft's steps and rounds (``serving.speculative``)."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
+        if speculation is not None and (hooks is not None or config.role != "mixed"):
+            raise ValueError("a speculative server runs alone, without cluster hooks")
         self.env = env
         self.config = config
         self.policy = policy
         self.cache = cache
         self.records = records
         self.progress = progress
-        self.slots = Slots(config.batch_slots)
+        self.speculation = speculation
+        rounds = speculation is not None and speculation.config.decoding is not None
+        self.slots = RoundSlots(config.batch_slots) if rounds else Slots(config.batch_slots)
         self.queue: deque[int] = deque()
         self.completed = 0
         self._wake: Event | None = None
@@ -153,7 +160,7 @@ class Server:
         records = self.records
         added = int(records.output_tokens[request])
         if self.config.role != "decode":
-            added += int(records.prompt_tokens[request])
+            added += int(records.target_prompt_tokens[request])
         else:
             added -= 1  # its first token came with its prefill
         self.load.outstanding += added
@@ -241,8 +248,12 @@ class Server:
             if self.hooks is not None:
                 self._skip_cached(slot, request)
             self._record(int(self.env.now))
+            if self.speculation is not None and self.speculation.config.prefill is not None:
+                # speculative prefill: the draft scores the whole prompt first
+                whole = int(records.prompt_tokens[request])
+                yield self._at(self.speculation.selection_ps(whole, count=True))
         request = int(slots.request[slot])
-        prompt = int(records.prompt_tokens[request])
+        prompt = int(records.target_prompt_tokens[request])
         before = int(slots.prefilled[slot])
         shape, done = prefill_step(
             prompt,
@@ -252,6 +263,8 @@ class Server:
             self.policy.compresses(prompt),
         )
         step = self.cache.run(shape)
+        if self.speculation is not None:
+            step = self.speculation.prefill_ps(step, shape, count=True)
         records.prefill_steps += 1
         yield self._at(step)
         self._last_was_prefill = True
@@ -280,7 +293,7 @@ class Server:
     def _skip_cached(self, slot: int, request: int) -> None:
         """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
         assert self.hooks is not None
-        prompt = int(self.records.prompt_tokens[request])
+        prompt = int(self.records.target_prompt_tokens[request])
         skipped = self.hooks.admitted(request, prompt)
         chunk = self.config.prefill_chunk_tokens
         if not 0 <= skipped < prompt or (chunk is not None and prompt > chunk and skipped % chunk):
@@ -290,14 +303,14 @@ class Server:
 
     def _start_decode(self, slot: int, request: int) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding."""
-        prompt = int(self.records.prompt_tokens[request])
+        prompt = int(self.records.target_prompt_tokens[request])
         output = int(self.records.output_tokens[request])
-        self.slots.start_decode(
-            slot,
-            self.policy.cache_at(prompt, 1),
-            self.policy.cache_at(prompt, output - 1),
-            output - 1,
-        )
+        cap = self.policy.cache_at(prompt, output - 1)
+        if isinstance(self.slots, RoundSlots):
+            assert self.speculation is not None
+            self.speculation.start(self.slots, self.records, slot, request, cap)
+            return
+        self.slots.start_decode(slot, self.policy.cache_at(prompt, 1), cap, output - 1)
 
     # --- KV hand-offs (cluster replicas) -------------------------------------------------------
     def _handed_off(self, slot: int, request: int, _event: Event) -> None:
@@ -335,12 +348,14 @@ class Server:
             self._bucket = bucket
             self._decode_shape = StepShape("decode", slots.n, 1, bucket)
         shape = self._decode_shape
-        step = self.cache.step_ps(shape)
+        rounds = self.speculation if isinstance(slots, RoundSlots) else None
+        step = self.cache.step_ps(shape) if rounds is None else rounds.round_ps(self.cache, bucket)
         start = int(env.now)
         end = start + steps * step
         load = self.load
         load.run_start, load.run_end, load.run_step = start, end, step
-        load.run_decoding = slots.decoding
+        # a round's tokens differ per slot: a speculative run settles its count at its end
+        load.run_decoding = slots.decoding if rounds is None else 0
         if steps > 1 and (slots.occupied < slots.n or slots.waiting):
             # An arrival can be admitted (or a KV hand-off can end): wait for the run's end or
             # that, whichever comes first.
@@ -359,11 +374,15 @@ class Server:
         else:
             yield self._at(end - start)
         load.run_decoding = 0
-        self.cache.run(shape, steps)
+        if rounds is None:
+            self.cache.run(shape, steps)
+        else:
+            rounds.run_rounds(self.cache, bucket, steps)
         self.records.decode_steps += steps
         self.records.decode_runs += 1
-        self.records.tokens_generated += steps * slots.decoding
-        load.outstanding -= steps * slots.decoding
+        emitted = slots.emitted(steps)
+        self.records.tokens_generated += emitted
+        load.outstanding -= emitted
         self._last_was_prefill = False
         now = int(env.now)
         for slot in slots.advance(steps):

@@ -15,6 +15,7 @@ from rdu_sim.serving.clock import MAX_ARRIVAL_S, PS_PER_S, SimulatedTimeError
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import Progress, Server, ServerConfig
+from rdu_sim.serving.speculative import Speculation
 from rdu_sim.serving.step_cache import StepCache
 
 
@@ -24,13 +25,22 @@ def serve(
     step_cache: StepCache,
     config: ServerConfig,
     progress: Progress | None = None,
+    speculation: Speculation | None = None,
 ) -> ServingRecords:
-    """Simulate serving ``requests`` until every one completes; return the records."""
+    """Simulate serving ``requests`` until every one completes; return the records.
+    ``speculation``: a draft's work (``serving.speculative``)."""
     if config.batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {config.batch_slots}")
     env = simpy.Environment()
     records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
-    server = Server(env, config, policy, step_cache, records, progress)
+    if speculation is not None:
+        records.speculation = "decoding" if speculation.config.decoding is not None else "prefill"
+        records.target_prompt_tokens = np.fromiter(
+            (speculation.target_prompt(int(p)) for p in records.prompt_tokens),
+            dtype=np.int64,
+            count=len(records),
+        )
+    server = Server(env, config, policy, step_cache, records, progress, speculation=speculation)
     total = len(requests)
     if requests.arrival_s is None:
         ClosedLoop(env, server, requests.concurrency or config.batch_slots, total)

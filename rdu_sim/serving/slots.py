@@ -107,6 +107,10 @@ class Slots:
             steps = min(steps, int((bucket - self.cache[grows]).min()) + 1)
         return steps
 
+    def emitted(self, steps: int) -> int:
+        """Tokens the decoding slots emit in their next ``steps`` decode steps (one each)."""
+        return steps * self.decoding
+
     def advance(self, steps: int) -> NDArray[np.int64]:
         """Run ``steps`` decode steps; return the slots whose request is now complete."""
         mask = self.phase == DECODING

@@ -28,6 +28,7 @@ class StepCost:
     step_s: float  # wall time of the step
     hbm_util: float = 0.0  # fraction of the step the HBM bandwidth was busy (0..1)
     pcu_util: float = 0.0  # fraction of PCU-time busy during the step (0..1)
+    flops: float = 0.0  # matrix FLOPs of the step over all its sockets (0: not known)
     detail: object = None  # the engine's full timing (for `--step` and reports), if any
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from rdu_sim.config.show import cut_middle
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import Row, register_format
-from rdu_sim.serving.traces.values import COLUMNS, REQUIRED
+from rdu_sim.serving.traces.values import COLUMNS, READ, REQUIRED
 
 
 def csv_records(lines: TraceLines) -> tuple[list[str], Iterator[Row]]:
@@ -64,9 +64,9 @@ def header_lacks(lines: TraceLines, header: list[str], missing: list[str], expec
 def csv_rows(lines: TraceLines) -> Iterator[Row]:
     """Rows of a CSV trace, keyed by the header's column names (only the columns used)."""
     header, records = csv_records(lines)
-    repeated = sorted({name for name in header if header.count(name) > 1 and name in COLUMNS})
+    repeated = sorted({name for name in header if header.count(name) > 1 and name in READ})
     if repeated:
         raise lines.error(f"CSV header names column(s) {repeated} more than once", line=1)
     header_lacks(lines, header, [c for c in REQUIRED if c not in header], ", ".join(COLUMNS))
     for line, row in records:
-        yield line, {name: row[name] for name in COLUMNS if name in row}
+        yield line, {name: row[name] for name in READ if name in row}

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from rdu_sim.config.json_text import JsonLimitError, loads
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import Row, register_format
-from rdu_sim.serving.traces.values import COLUMNS
+from rdu_sim.serving.traces.values import READ
 
 MAX_JSON_DEPTH = 32
 """Deepest bracket nesting in one line (a row is one flat object: depth 1)."""
@@ -39,4 +39,4 @@ def json_objects(lines: TraceLines) -> Iterator[Row]:
 def jsonl_rows(lines: TraceLines) -> Iterator[Row]:
     """Rows of a JSONL trace (only the columns used)."""
     for line, obj in json_objects(lines):
-        yield line, {name: obj[name] for name in COLUMNS if name in obj}
+        yield line, {name: obj[name] for name in READ if name in obj}

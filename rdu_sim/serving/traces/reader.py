@@ -28,7 +28,13 @@ from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import RowReader, format_for, known_suffixes
-from rdu_sim.serving.traces.values import MAX_TOKENS, ValueProblem, seconds, tokens
+from rdu_sim.serving.traces.values import (
+    MAX_TOKENS,
+    ValueProblem,
+    probability,
+    seconds,
+    tokens,
+)
 
 MAX_TRACE_BYTES = 512 * 2**20  # a trace larger than this is a mistake
 MAX_TRACE_ROWS = 1_000_000  # serving.requests' own bound: no run uses more rows
@@ -43,6 +49,8 @@ class Trace:
     arrival_s: NDArray[np.float64] | None  # None when the trace has no arrival_s column
     prompt_tokens: NDArray[np.int64]
     output_tokens: NDArray[np.int64]
+    # a request's per-token acceptance rate under speculative decoding (None: no column)
+    acceptance: NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -92,27 +100,29 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
     arrivals = array("d")
     prompts = array("q")
     outputs = array("q")
-    has_arrival: bool | None = None
+    rates = array("d")
+    has: dict[str, bool] = {}  # whether the optional columns are there (from the first row)
     for line, row in rows(lines):
         column = "prompt_tokens"
         try:
             prompt = tokens(row.get(column))
             column = "output_tokens"
             output = tokens(row.get(column))
-            column = "arrival_s"
-            present = row.get(column) not in (None, "")
-            if has_arrival is None:
-                has_arrival = present
-            elif present != has_arrival:
-                raise ValueProblem(
-                    "missing value (other rows have one)"
-                    if has_arrival
-                    else "a value where earlier rows have none"
-                )
-            if present:
-                arrivals.append(seconds(row[column]))
+            for column, check, values in (
+                ("arrival_s", seconds, arrivals),
+                ("acceptance", probability, rates),
+            ):
+                present = row.get(column) not in (None, "")
+                if has.setdefault(column, present) != present:
+                    raise ValueProblem(
+                        "missing value (other rows have one)"
+                        if has[column]
+                        else "a value where earlier rows have none"
+                    )
+                if present:
+                    values.append(check(row[column]))
         except ValueProblem as exc:
-            missing = row.get(column) in (None, "") and column != "arrival_s"
+            missing = row.get(column) in (None, "") and column in ("prompt_tokens", "output_tokens")
             raise lines.error("missing value" if missing else str(exc), column, line) from None
         prompts.append(prompt)
         outputs.append(output)
@@ -121,7 +131,8 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
     if not prompts:
         raise lines.error("trace has no requests", line=1)
     return Trace(
-        arrival_s=np.frombuffer(arrivals, dtype=np.float64).copy() if has_arrival else None,
+        arrival_s=np.frombuffer(arrivals, dtype=np.float64).copy() if has["arrival_s"] else None,
         prompt_tokens=np.frombuffer(prompts, dtype=np.int64).copy(),
         output_tokens=np.frombuffer(outputs, dtype=np.int64).copy(),
+        acceptance=np.frombuffer(rates, dtype=np.float64).copy() if has["acceptance"] else None,
     )

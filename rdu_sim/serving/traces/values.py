@@ -4,7 +4,9 @@
   bound), written with ASCII digits (``"١٢"`` is not twelve here, whatever Python's
   ``int()`` thinks);
 - ``arrival_s``: optional, a finite time in 0..``MAX_ARRIVAL_S`` s (2^62 ps, the serving
-  clock's bound: ``rdu_sim.serving.clock``), an ASCII decimal number.
+  clock's bound: ``rdu_sim.serving.clock``), an ASCII decimal number;
+- ``acceptance``: optional, a request's per-token acceptance rate under speculative
+  decoding, an ASCII decimal number in 0..1.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rdu_sim.serving.clock import MAX_ARRIVAL_S
 
 COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 REQUIRED = COLUMNS[1:]
+READ = (*COLUMNS, "acceptance")  # every column a trace's rows are read for
 MAX_TOKENS = 100_000_000
 _MAX_DIGITS = 12  # more digits than any token count in range
 
@@ -64,4 +67,16 @@ def seconds(value: Any) -> float:
             f"must be a time in 0..{MAX_ARRIVAL_S:.4g} s (the serving clock's range), "
             f"got {shown(value)}"
         )
+    return number
+
+
+def probability(value: Any) -> float:
+    """A rate in 0..1 (an ASCII decimal number)."""
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value) if not isinstance(value, int) or abs(value) <= 1 else None
+    elif isinstance(value, str) and len(value) <= 64:
+        number = parse_decimal(value)
+    if number is None or not (math.isfinite(number) and 0 <= number <= 1):
+        raise ValueProblem(f"expected a rate in 0..1 (an ASCII decimal number), got {shown(value)}")
     return number

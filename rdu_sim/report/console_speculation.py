@@ -1,0 +1,69 @@
+"""The speculation table of a run's human report (from its typed summary)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from rdu_sim.report.speculation import SpeculationSummary
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:,.3g} ms" if abs(value) < 1 else f"{value:,.3g} s"
+
+
+def _bytes(value: float) -> str:
+    return f"{value / 2**20:,.4g} MiB"
+
+
+def speculation_table(spec: SpeculationSummary) -> Table:
+    """The draft, its share of time and memory, rounds and acceptance, prefill saving."""
+    table = Table(title="Speculation", title_justify="left", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    memory = spec.draft_memory
+    rows = [
+        ("draft", f"{spec.draft} ({spec.placement} sockets, tp={spec.draft_tp})"),
+        (
+            "draft memory per socket",
+            f"{_bytes(memory.weights_bytes)} weights, {_bytes(memory.kv_bytes)} KV",
+        ),
+        ("draft share of step time", f"{100 * spec.draft_time_share:.1f}%"),
+    ]
+    decoding = spec.decoding
+    if decoding is not None:
+        rows += [
+            ("draft tokens per round (k)", str(decoding.draft_tokens)),
+            ("acceptance rate (mean over requests)", f"{decoding.acceptance_rate_mean:.3g}"),
+            (
+                "tokens per round: run / expected",
+                f"{decoding.accepted_tokens_per_step or 0:.3f} / "
+                f"{decoding.expected_tokens_per_step:.3f}",
+            ),
+            ("rounds (target verify steps)", f"{decoding.rounds:,}"),
+        ]
+    prefill = spec.prefill
+    if prefill is not None:
+        saved = prefill.full_s - prefill.draft_s - prefill.mapping_s - prefill.target_s
+        rows += [
+            (
+                "typical prompt: kept tokens",
+                f"{prefill.kept_tokens:,} of {prefill.prompt_tokens:,}",
+            ),
+            (
+                "prefill: draft + mapping + target",
+                f"{_seconds(prefill.draft_s)} + {_seconds(prefill.mapping_s)} + "
+                f"{_seconds(prefill.target_s)}",
+            ),
+            (
+                "prefill without speculation",
+                f"{_seconds(prefill.full_s)} (saved {_seconds(saved)})",
+            ),
+            (
+                "KV selection (compressing policy)",
+                f"whole prompt: {'yes' if prefill.compresses_full else 'no'}, "
+                f"kept: {'yes' if prefill.compresses_kept else 'no'}",
+            ),
+        ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

@@ -1,0 +1,266 @@
+"""Speculation in the server: the steps a draft adds, and slots that advance by rounds.
+
+Speculative decoding (``speculation.decoding``): a decode "step" of the server is a round.
+The draft runs ``DRAFT_CATCH_UP`` tokens per slot (catching up with the last round's
+outcome), then k - 1 single-token steps, drafting k tokens; the target verifies k + 1
+tokens per slot in one static step. Every step is a static shape timed by the engine through
+a step cache (the target's, and the draft's own). Each slot then advances by its own accepted
+tokens plus one (:class:`RoundSlots`, drawn per request by ``serving.acceptance``); the
+rejected tokens' cache entries are rolled back. The draft prefills every prompt too (it
+drafts from the whole context): the same prefill shapes, on the draft. On the target's
+sockets (``placement: shared``) the draft's steps run between the target's; on its own
+(``separate``) its prefill runs beside the target's, and each round sends the drafted tokens
+over a link and the verdict back (``link_ps``).
+
+Speculative prefill (``speculation.prefill``): before a request's first prefill step, the
+draft prefills its whole prompt and decodes ``look_ahead`` tokens whose attention scores
+the prompt; the kept tokens are mapped to the target's tokenizer (``token_mapping`` per
+prompt token, on the host) and the target prefills only them (``kept_tokens``): its slot
+holds the kept tokens, so its decode attends to fewer too, and a compressing KV policy has
+fewer to compress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rdu_sim.config.workload import SpeculationConfig
+from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.serving.acceptance import request_rounds
+from rdu_sim.serving.buckets import prefill_steps, prompt_bucket
+from rdu_sim.serving.clock import to_ps
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.slots import DECODING, Slots
+from rdu_sim.serving.step_cache import PS_PER_S, StepCache
+from rdu_sim.shapes import StepShape
+from rdu_sim.speculation import DRAFT_CATCH_UP, kept_tokens
+
+_NO_ROUNDS = np.zeros(0, dtype=np.int64)
+
+
+class RoundSlots(Slots):
+    """Slots whose decode steps are speculative rounds: each slot emits its own drawn number
+    of tokens per round (``emitted_after[slot][r]``: its tokens after round r + 1,
+    cumulative), so its cache grows by that, not by one per step."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.emitted_after: list[NDArray[np.int64]] = [_NO_ROUNDS] * n
+        self.first_cache = np.zeros(n, dtype=np.int64)  # cache at the slot's first round
+        self.rounds_done = np.zeros(n, dtype=np.int64)
+
+    def start_rounds(
+        self, slot: int, cache: int, cap: int, emitted_after: NDArray[np.int64]
+    ) -> None:
+        """The slot's request decodes in ``len(emitted_after)`` rounds."""
+        self.start_decode(slot, cache, cap, len(emitted_after))
+        self.emitted_after[slot] = emitted_after
+        self.first_cache[slot] = cache
+        self.rounds_done[slot] = 0
+
+    def release(self, slot: int) -> None:
+        super().release(slot)
+        self.emitted_after[slot] = _NO_ROUNDS
+
+    def _emitted(self, slot: int, rounds: int) -> int:
+        """Tokens the slot emitted in its first ``rounds`` rounds."""
+        return int(self.emitted_after[slot][rounds - 1]) if rounds else 0
+
+    def steps_in_run(self, bucket: int) -> int:
+        """Rounds until the next completion or until the longest cache outgrows ``bucket``."""
+        mask = self.phase == DECODING
+        steps = int(self.remaining[mask].min())
+        for slot in np.flatnonzero(mask & (self.cap > bucket)):
+            # the first round j whose cache, first_cache + emitted(j), exceeds the bucket
+            room = bucket - int(self.first_cache[slot])
+            crossing = int(np.searchsorted(self.emitted_after[slot], room, side="right")) + 1
+            if crossing <= len(self.emitted_after[slot]):
+                steps = min(steps, crossing - int(self.rounds_done[slot]))
+        return steps
+
+    def emitted(self, steps: int) -> int:
+        """Tokens the decoding slots emit in their next ``steps`` rounds."""
+        total = 0
+        for slot in map(int, np.flatnonzero(self.phase == DECODING)):
+            done = int(self.rounds_done[slot])
+            total += self._emitted(slot, done + steps) - self._emitted(slot, done)
+        return total
+
+    def advance(self, steps: int) -> NDArray[np.int64]:
+        """Run ``steps`` rounds; return the slots whose request is now complete."""
+        mask = self.phase == DECODING
+        for slot in map(int, np.flatnonzero(mask)):
+            done = int(self.rounds_done[slot]) + steps
+            self.rounds_done[slot] = done
+            self.cache[slot] = self.first_cache[slot] + self._emitted(slot, done)
+        self.remaining[mask] -= steps
+        self.chunked_this_round[:] = False
+        return np.flatnonzero(mask & (self.remaining == 0))
+
+
+@dataclass
+class Speculation:
+    """The draft's share of a server's work: its steps (from ``draft_cache``), the rounds
+    of speculative decoding, the selection of speculative prefill."""
+
+    config: SpeculationConfig
+    draft_cache: StepCache
+    policy: KVPolicy
+    batch_slots: int
+    max_context: int
+    chunk: int | None
+    seed: int
+    rates: NDArray[np.float64] | None = None  # per request (speculative decoding)
+    link_ps: int = 0  # separate sockets: drafted tokens there and the verdict back, per round
+    _rounds: dict[int, tuple[StepShape, tuple[StepShape, ...], int]] = field(
+        default_factory=dict, init=False
+    )
+
+    @property
+    def separate(self) -> bool:
+        return self.config.placement == "separate"
+
+    # --- speculative decoding -------------------------------------------------------------
+    def round_shapes(self, bucket: int) -> tuple[StepShape, tuple[StepShape, ...]]:
+        """(the target's verify step, the draft's steps) of a round at decode bucket
+        ``bucket``: static shapes, compiled per k; the draft's later steps attend up to
+        k - 1 drafted tokens past the bucket."""
+        decoding = self.config.decoding
+        assert decoding is not None
+        k, n = decoding.draft_tokens, self.batch_slots
+        verify = StepShape("decode", n, k + 1, bucket)
+        draft = (StepShape("decode", n, DRAFT_CATCH_UP, bucket),) + (
+            StepShape("decode", n, 1, bucket + k - 1),
+        ) * (k - 1)
+        return verify, draft
+
+    def round_ps(self, target: StepCache, bucket: int) -> int:
+        """One round's time at ``bucket`` (integer ps): the draft's steps, the link if any,
+        then the verify step."""
+        known = self._rounds.get(bucket)
+        if known is None:
+            verify, draft = self.round_shapes(bucket)
+            total = sum(self.draft_cache.step_ps(s) for s in draft) + target.step_ps(verify)
+            known = (verify, draft, total + self.link_ps)
+            self._rounds[bucket] = known
+        return known[2]
+
+    def run_rounds(self, target: StepCache, bucket: int, rounds: int) -> None:
+        """Count ``rounds`` rounds at ``bucket`` in the step caches."""
+        verify, draft = self.round_shapes(bucket)
+        target.run(verify, rounds)
+        for shape in draft:
+            self.draft_cache.run(shape, rounds)
+
+    def start(
+        self, slots: RoundSlots, records: ServingRecords, slot: int, request: int, cap: int
+    ) -> None:
+        """The request in ``slot`` starts decoding: draw its rounds (its own generator)."""
+        decoding = self.config.decoding
+        assert decoding is not None and self.rates is not None
+        tokens = int(records.output_tokens[request]) - 1
+        emitted_after, accepted = request_rounds(
+            self.seed, request, float(self.rates[request]), decoding.draft_tokens, tokens
+        )
+        records.rounds[request] = len(emitted_after)
+        records.accepted_drafts[request] = accepted
+        prompt = int(records.target_prompt_tokens[request])
+        slots.start_rounds(slot, self.policy.cache_at(prompt, 1), cap, emitted_after)
+
+    def prefill_ps(self, target_ps: int, shape: StepShape, count: bool) -> int:
+        """A target prefill step's time with the draft's (speculative decoding: the draft
+        prefills the same shape, after it on shared sockets, beside it on separate ones)."""
+        if self.config.decoding is None:
+            return target_ps
+        draft = self.draft_cache.run(shape) if count else self.draft_cache.step_ps(shape)
+        return max(target_ps, draft) if self.separate else target_ps + draft
+
+    # --- speculative prefill ----------------------------------------------------------------
+    def target_prompt(self, prompt: int) -> int:
+        """Prompt tokens the target prefills (all of them without speculative prefill)."""
+        prefill = self.config.prefill
+        if prefill is None:
+            return prompt
+        return kept_tokens(prompt, prefill.keep_ratio, prefill.chunk_tokens)
+
+    def selection_shapes(self, prompt: int) -> list[StepShape]:
+        """The draft's steps scoring a prompt: its prefill of the whole prompt (no KV
+        selection: it keeps the prompt to score it), then ``look_ahead`` decode steps of one
+        token, each compiled for the prompt's bucket and every look-ahead token before it
+        (one static shape: the last step's)."""
+        prefill = self.config.prefill
+        assert prefill is not None
+        shapes = prefill_steps(prompt, self.max_context, self.chunk, False)
+        bucket = prompt_bucket(prompt, self.max_context)
+        look = StepShape("decode", 1, 1, bucket + prefill.look_ahead - 1)
+        return [*shapes, *[look] * prefill.look_ahead]
+
+    def mapping_ps(self, prompt: int) -> int:
+        """Host time mapping a prompt's kept tokens to the target's tokenizer (ps)."""
+        prefill = self.config.prefill
+        mapping = prefill.token_mapping if prefill is not None else None
+        return to_ps(mapping * prompt) if mapping else 0
+
+    def selection_ps(self, prompt: int, count: bool) -> int:
+        """The whole speculative-prefill selection of a prompt before the target's prefill:
+        the draft's steps and the token mapping (integer ps)."""
+        cache = self.draft_cache
+        steps = [cache.run(s) if count else cache.step_ps(s) for s in self.selection_shapes(prompt)]
+        return sum(steps) + self.mapping_ps(prompt)
+
+
+@dataclass(frozen=True)
+class PrefillSaving:
+    """Speculative prefill of one prompt against the target prefilling all of it: times
+    (s) and FLOPs (all sockets) of each part, and whether a compressing KV policy runs its
+    selection on the whole prompt and on the kept tokens."""
+
+    prompt_tokens: int
+    kept_tokens: int
+    draft_s: float  # the draft's prefill and look-ahead steps
+    mapping_s: float  # host time mapping the kept tokens across tokenizers
+    target_s: float  # the target's prefill of the kept tokens
+    full_s: float  # the target's prefill of the whole prompt (without speculation)
+    draft_flops: float
+    target_flops: float
+    full_flops: float
+    compresses_full: bool
+    compresses_kept: bool
+
+
+def prefill_saving(
+    speculation: Speculation, target: StepCache, policy: KVPolicy, prompt: int
+) -> PrefillSaving:
+    """What speculative prefill does to ``prompt``: each part's time and FLOPs from the step
+    caches (simulating the shapes not run yet, among them the whole prompt's prefill)."""
+    kept = speculation.target_prompt(prompt)
+    context, chunk = speculation.max_context, speculation.chunk
+
+    def steps(tokens: int) -> list[StepShape]:
+        return prefill_steps(tokens, context, chunk, policy.compresses(tokens))
+
+    def cost(cache: StepCache, shapes: list[StepShape]) -> tuple[float, float]:
+        return (
+            sum(cache.step_s(s) for s in shapes),
+            sum(cache.cost(s).flops for s in shapes),
+        )
+
+    draft_s, draft_flops = cost(speculation.draft_cache, speculation.selection_shapes(prompt))
+    target_s, target_flops = cost(target, steps(kept))
+    full_s, full_flops = cost(target, steps(prompt))
+    return PrefillSaving(
+        prompt_tokens=prompt,
+        kept_tokens=kept,
+        draft_s=draft_s,
+        mapping_s=speculation.mapping_ps(prompt) / PS_PER_S,
+        target_s=target_s,
+        full_s=full_s,
+        draft_flops=draft_flops,
+        target_flops=target_flops,
+        full_flops=full_flops,
+        compresses_full=policy.compresses(prompt),
+        compresses_kept=policy.compresses(kept),
+    )

@@ -1,0 +1,91 @@
+"""Speculation on the real compiler and engine: the issue's must-show runs.
+
+- ``rdu-sim run <70B speculative workload> --json`` reports ``accepted_tokens_per_step``,
+  and at batch 1 a higher per-user rate than the same workload without speculation;
+- speculative prefill of DeepSeek-R1 by a cross-family draft: TTFT and target compute saved
+  against the draft's own cost, and SnapStream with fewer tokens to compress;
+- at a large batch the verify step's k + 1 tokens per slot cost more than speculation
+  saves (the crossover, plotted by ``rdu-sim plot speculation``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim import api
+from rdu_sim.cli.main import cli
+from rdu_sim.serving.acceptance import expected_tokens_per_round, tokens_variance
+
+REPO = Path(__file__).resolve().parents[1]
+SPECDEC = REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+PREFILL = REPO / "workloads" / "speculative" / "deepseek-r1-128k-snapstream-specprefill.yaml"
+FEW = ["serving.requests=2"]
+
+
+def _run_json(*overrides: str) -> dict[str, object]:
+    args = ["run", str(SPECDEC), "--json"]
+    for override in overrides:
+        args += ["--set", override]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data: dict[str, object] = json.loads(result.output)
+    return data
+
+
+def test_speculation_beats_plain_decoding_at_batch_one() -> None:
+    spec = _run_json(*FEW)
+    plain = _run_json(*FEW, "speculation=null")
+    assert plain["accepted_tokens_per_step"] is None and plain["speculation"] is None
+    accepted = spec["accepted_tokens_per_step"]
+    assert isinstance(accepted, float)
+    section = spec["speculation"]
+    assert isinstance(section, dict)
+    decoding = section["decoding"]
+    rounds = decoding["rounds"]
+    expected = expected_tokens_per_round(0.8, 4)
+    assert decoding["expected_tokens_per_step"] == pytest.approx(expected, rel=1e-9)
+    # the drawn tokens per round (uncapped) within 4 standard errors of the formula
+    drawn = decoding["accepted_drafts_per_step"] + 1
+    assert abs(drawn - expected) < 4 * math.sqrt(tokens_variance(0.8, 4) / rounds)
+    assert 1 < accepted <= drawn
+    spec_rate = spec["user_tokens_per_s"]["p50"]  # type: ignore[index]
+    plain_rate = plain["user_tokens_per_s"]["p50"]  # type: ignore[index]
+    assert spec_rate > 2 * plain_rate
+    # the draft pays in memory and capacity, and takes a share of the time
+    assert spec["batch_capacity"] < plain["batch_capacity"]  # type: ignore[operator]
+    assert 0 < section["draft_time_share"] < 0.5
+    assert section["draft_memory"]["weights_bytes"] > 0
+
+
+def test_speculative_prefill_saves_ttft_and_compression() -> None:
+    plain = api.run(PREFILL, [*FEW, "serving.batch_slots=1", "speculation=null"]).summary()
+    spec = api.run(PREFILL, [*FEW, "serving.batch_slots=1"]).summary()
+    assert spec.speculation is not None
+    saving = spec.speculation.prefill
+    assert saving is not None
+    assert saving.kept_tokens < 0.31 * saving.prompt_tokens
+    # the whole prompt compressed by SnapStream; the kept tokens fit its budget untouched
+    assert saving.compresses_full and not saving.compresses_kept
+    assert saving.target_s + saving.draft_s + saving.mapping_s < saving.full_s
+    assert saving.draft_flops < 0.1 * saving.full_flops
+    assert saving.target_flops < 0.3 * saving.full_flops
+    # the report's typical prompt is the same prompt, served the same way
+    assert spec.prefill_s == pytest.approx(
+        saving.draft_s + saving.mapping_s + saving.target_s, rel=1e-9
+    )
+    assert plain.prefill_s == pytest.approx(saving.full_s, rel=1e-9)
+    assert spec.ttft_s.p50 is not None and plain.ttft_s.p50 is not None
+    assert spec.ttft_s.p50 < plain.ttft_s.p50
+
+
+def test_speculation_hurts_at_a_large_batch() -> None:
+    overrides = ["serving.batch_slots=64", "serving.requests=64"]
+    spec = api.run(SPECDEC, overrides).summary()
+    plain = api.run(SPECDEC, [*overrides, "speculation=null"]).summary()
+    assert spec.decode_tokens_per_s is not None and plain.decode_tokens_per_s is not None
+    assert spec.decode_tokens_per_s < plain.decode_tokens_per_s
