@@ -15,6 +15,11 @@ SHIPPED = {  # file -> (points, axis paths)
     "llama8b-hbm-bandwidth.yaml": (7, ("hw.socket.hbm.bandwidth",)),
     "llama8b-sockets.yaml": (5, ("parallelism.tp", "hw.system.sockets")),
     "deepseek-snapstream-budget.yaml": (5, ("kv.budget",)),
+    "speculation-acceptance-k.yaml": (
+        30,
+        ("speculation.decoding.acceptance", "speculation.decoding.draft_tokens"),
+    ),
+    "speculation-crossover.yaml": (36, ("speculation", "serving.batch_slots", "serving.requests")),
 }
 
 

@@ -45,7 +45,13 @@ _KINDS = (
     "occupancy",
     "calibration",
     "compare",
+    "speculation",
+    "crossover",
 )
+_SWEEP_KINDS = {
+    "speculation": "workloads/sweeps/speculation-acceptance-k.yaml",
+    "crossover": "workloads/sweeps/speculation-crossover.yaml",
+}
 
 
 MAX_CONTEXT_TOKENS = 100_000_000  # serving.max_context's own bound
@@ -185,7 +191,8 @@ def command(
 
     KIND is one of: memory, capacity, throughput, roofline, latency, occupancy,
     calibration (INPUT: the JSON `rdu-sim validate --json` prints), compare (INPUT: the
-    JSON `rdu-sim compare --json` prints).
+    JSON `rdu-sim compare --json` prints), speculation and crossover (INPUT: a sweep
+    database of workloads/sweeps/speculation-*.yaml).
 
     Example: rdu-sim plot capacity run.json -o capacity.png
     """
@@ -209,6 +216,11 @@ def command(
         fail(
             f"{input_path}: the calibration plot reads what `rdu-sim validate --json` "
             "prints; run `rdu-sim validate --json > v.json` and plot v.json"
+        )
+    if suffix in _YAML_SUFFIXES and kind in _SWEEP_KINDS:
+        fail(
+            f"{input_path}: the {kind} plot reads a sweep; run `rdu-sim sweep "
+            f"{_SWEEP_KINDS[kind]} --db {kind}.sqlite` and plot {kind}.sqlite"
         )
     if suffix in _YAML_SUFFIXES and kind == "compare":
         fail(

@@ -50,6 +50,7 @@ from rdu_sim.report.plots_perf import (
     throughput_vs_context,
 )
 from rdu_sim.report.plots_serving import latency_distribution, occupancy_timeline
+from rdu_sim.report.plots_speculation import acceptance_tradeoff, speculation_crossover
 from rdu_sim.report.plots_sweep import design_space
 
 __all__ = [
@@ -82,6 +83,9 @@ PLOT_KINDS: dict[str, str] = {
     "occupancy": "batch slot occupancy over time",
     "calibration": "published figures with their tolerance bands vs simulated (rdu-sim validate)",
     "compare": "step time, tokens/s and share of peak bandwidth per hardware (rdu-sim compare)",
+    "speculation": "tokens per target step and per-user rate vs draft tokens k, a line per "
+    "acceptance rate (a sweep)",
+    "crossover": "throughput and speedup with and without speculation vs batch (a sweep)",
 }
 """Plot kinds the CLI knows, with what each shows."""
 
@@ -123,6 +127,8 @@ _RENDERERS: dict[str, Callable[[Any], Figure]] = {
     "occupancy": occupancy_timeline,
     "calibration": calibration,
     "compare": compare_plot,
+    "speculation": acceptance_tradeoff,
+    "crossover": speculation_crossover,
 }
 
 

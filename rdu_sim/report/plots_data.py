@@ -291,10 +291,12 @@ def as_runs(results: Any) -> list[RunPoint]:
 
 def lookup(run: RunPoint, path: str, default: Any = _MISSING) -> Any:
     """The value at ``path`` in the point's flat record (a sweep column such as
-    ``hw.socket.hbm.bandwidth``, or a dotted path into a nested record)."""
+    ``hw.socket.hbm.bandwidth``, or a dotted path into a nested record); an empty cell
+    counts as missing."""
     row = run.row
-    if path in row and row[path] is not None:
-        return row[path]
+    flat = row.get(path)
+    if flat is not None and not (isinstance(flat, float) and math.isnan(flat)):
+        return flat  # an empty sweep cell (NaN) is as missing as an absent one
     node: Any = row
     for part in path.split("."):
         if isinstance(node, Mapping) and part in node:

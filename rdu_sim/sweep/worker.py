@@ -84,13 +84,21 @@ def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def select(
     flat: Mapping[str, Any], metrics: tuple[str, ...] | None
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Keep the requested metrics; a path naming a mapping keeps all its leaves."""
+    """Keep the requested metrics; a path naming a mapping keeps all its leaves. A path
+    inside a section this run does not have (``speculation: null`` in a run without a
+    draft) is kept as None, so points with and without the section share one sweep."""
     if metrics is None:
         return dict(flat), ()
     kept: dict[str, Any] = {}
     missing: list[str] = []
     for metric in metrics:
         found = {k: v for k, v in flat.items() if k == metric or k.startswith(metric + ".")}
+        parts = metric.split(".")
+        if not found and any(
+            ".".join(parts[:i]) in flat and flat[".".join(parts[:i])] is None
+            for i in range(1, len(parts))
+        ):
+            found = {metric: None}
         if not found:
             missing.append(metric)
         kept.update(found)
