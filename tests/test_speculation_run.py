@@ -23,6 +23,7 @@ from rdu_sim.serving.acceptance import expected_tokens_per_round, tokens_varianc
 
 REPO = Path(__file__).resolve().parents[1]
 SPECDEC = REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+SPECDEC_405B = REPO / "workloads" / "speculative" / "llama3.1-405b-16socket-specdec.yaml"
 PREFILL = REPO / "workloads" / "speculative" / "deepseek-r1-128k-snapstream-specprefill.yaml"
 FEW = ["serving.requests=2"]
 
@@ -60,6 +61,22 @@ def test_speculation_beats_plain_decoding_at_batch_one() -> None:
     assert spec["batch_capacity"] < plain["batch_capacity"]  # type: ignore[operator]
     assert 0 < section["draft_time_share"] < 0.5
     assert section["draft_memory"]["weights_bytes"] > 0
+
+
+def test_405b_drafted_by_8b_pays_capacity_for_a_faster_user() -> None:
+    spec = api.run(SPECDEC_405B, FEW).summary()
+    plain = api.run(SPECDEC_405B, [*FEW, "speculation=null"]).summary()
+    assert spec.speculation is not None and spec.speculation.draft == "llama-3.1-8b"
+    # each socket holds the 8B's share that the 8B alone on the 16 sockets would (its
+    # sharded layers, its replicated embedding) beside the 405B's
+    alone = api.run(SPECDEC_405B, [*FEW, "speculation=null", "model=llama-3.1-8b"]).summary()
+    draft_weights = spec.speculation.draft_memory.weights_bytes
+    assert draft_weights == alone.memory["hbm"].weights_bytes
+    assert spec.memory["hbm"].weights_bytes == plain.memory["hbm"].weights_bytes + draft_weights
+    assert spec.batch_capacity is not None and plain.batch_capacity is not None
+    assert spec.batch_capacity < plain.batch_capacity
+    assert spec.user_tokens_per_s.p50 is not None and plain.user_tokens_per_s.p50 is not None
+    assert spec.user_tokens_per_s.p50 > 2 * plain.user_tokens_per_s.p50
 
 
 def test_speculative_prefill_saves_ttft_and_compression() -> None:
