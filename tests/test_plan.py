@@ -130,7 +130,8 @@ def test_search_matches_brute_force(tmp_path: Path) -> None:
             assert key not in minimum
         else:
             assert row["status"] == "infeasible" and row["tp"] == 3
-            assert "does not divide the model's 32 attention heads" in row["reason"]
+            assert "tp=3 does not divide the" in row["reason"]  # the model named since issue 21
+            assert "model's 32 attention heads; use a divisor of 32" in row["reason"]
     brute = sum(len(runs) for runs in reference.values())
     assert len(set(CALLS)) < brute / 2  # the pruning pays
 
