@@ -294,11 +294,14 @@ def summarize(run: ServingRun) -> RunSummary:
     tpot = cols["tpot_s"][done]
     tpot = tpot[np.isfinite(tpot)]
     series = series_columns(records, batch_slots)
-    decode_fill = (
-        (output_tokens - int(done.sum())) / (records.decode_steps * batch_slots)
-        if records.decode_steps
-        else 0.0
+    # slot-steps that decoded: one per decode token, or per round when a step is a
+    # speculative round (which emits several tokens for a slot)
+    decoded = (
+        int(records.rounds[done].sum())
+        if records.speculation == "decoding"
+        else output_tokens - int(done.sum())
     )
+    decode_fill = decoded / (records.decode_steps * batch_slots) if records.decode_steps else 0.0
     kv_total = sum(u.kv_bytes for u in run.placement.tiers.values())
     steady = steady_state(records, batch_slots, run.requests_in.closed_loop)
     speculation = speculation_summary(run)
