@@ -308,6 +308,13 @@ def _draft_scenario(
             f"{draft.name} has a vocabulary of {draft.vocab_size}, {target.name} of "
             f"{target.vocab_size}",
         )
+    if spec.shares_embeddings and (not same_vocabulary or draft.hidden_size != target.hidden_size):
+        raise fail(
+            "speculation.shares_embeddings",
+            f"a draft sharing the target's embedding table and LM head needs their shape: "
+            f"{draft.name} has {draft.vocab_size} x {draft.hidden_size}, {target.name} "
+            f"{target.vocab_size} x {target.hidden_size}",
+        )
     if spec.prefill is not None and spec.prefill.token_mapping is None and not same_vocabulary:
         raise fail(
             "speculation.prefill.token_mapping",

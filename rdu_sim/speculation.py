@@ -14,7 +14,8 @@ A workload's ``speculation`` section (``config.workload.SpeculationConfig``) mak
   the last round and, when all k drafts were accepted, the last draft, which the draft never
   read (a static graph covers the worst case);
 - a shared draft (``placement: shared``) lives in the target's memory plan and runs on its
-  sockets; a separate one has its own (``shared_draft``);
+  sockets; a separate one has its own (``shared_draft``); a draft that shares the target's
+  embedding table and LM head holds neither again (``shared_kernels``);
 - speculative prefill keeps whole chunks of the prompt (``kept_tokens``).
 """
 
@@ -49,6 +50,17 @@ def shared_draft(scenario: Scenario) -> Scenario | None:
     if spec is None or spec.placement != "shared":
         return None
     return scenario.draft
+
+
+EMBEDDING_KERNELS = ("embedding", "lm_head")
+"""Kernels whose weights a draft with ``shares_embeddings`` reads from the target's."""
+
+
+def shared_kernels(scenario: Scenario) -> tuple[str, ...]:
+    """Kernels of the draft whose weights are the target's (none unless the draft shares
+    the embedding table and LM head, as DeepSeek's multi-token-prediction module does)."""
+    spec = scenario.workload.speculation
+    return EMBEDDING_KERNELS if spec is not None and spec.shares_embeddings else ()
 
 
 def kept_tokens(prompt: int, keep_ratio: float, chunk_tokens: int) -> int:

@@ -98,6 +98,17 @@ def test_validation_refusals() -> None:
     assert field == "speculation.placement"
 
 
+def test_sharing_the_embeddings_needs_their_shape_and_the_same_sockets() -> None:
+    field, message, _ = _issue(SPECDEC, ["speculation.shares_embeddings=true"])
+    assert field == "speculation.shares_embeddings"
+    assert "128256 x 2048" in message and "128256 x 8192" in message
+    mtp = SPEC / "deepseek-r1-16socket-mtp.yaml"
+    field, message, _ = _issue(
+        mtp, ["parallelism.tp=8", "speculation.placement=separate", "speculation.draft_tp=8"]
+    )
+    assert field == "speculation" and "needs placement shared" in message
+
+
 def test_cross_family_prefill_needs_a_token_mapping() -> None:
     path = SPEC / "deepseek-r1-128k-snapstream-specprefill.yaml"
     field, message, _ = _issue(path, ["speculation.prefill.token_mapping=null"])

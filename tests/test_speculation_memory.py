@@ -24,6 +24,7 @@ from rdu_sim.scenario import Scenario, load_scenario
 REPO = Path(__file__).resolve().parents[1]
 SPECDEC = REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
 PREFILL = REPO / "workloads" / "speculative" / "deepseek-r1-128k-snapstream-specprefill.yaml"
+MTP = REPO / "workloads" / "speculative" / "deepseek-r1-16socket-mtp.yaml"
 K = 4  # the shipped workload's draft_tokens
 
 
@@ -104,3 +105,32 @@ def test_speculative_prefill_draft_keeps_one_prompt_as_scratch() -> None:
     scratch = kv_slot_bytes_per_socket(draft, prompt + 8)
     assert activation_bytes(spec, 16) >= scratch
     assert activation_bytes(spec, 16) >= activation_bytes(plain, 16)
+
+
+def test_an_mtp_draft_holds_one_block_and_reads_the_targets_embeddings() -> None:
+    """DeepSeek's MTP module: one MoE block of its own in the plan; the embedding table and
+    LM head are the target's, held once. The same draft not sharing them holds them again."""
+    mtp = load_scenario(MTP)
+    own = load_scenario(MTP, ["speculation.shares_embeddings=false"])
+    draft = _draft(mtp)
+    assert draft.model.layers == 1 and draft.model.name == "deepseek-r1-mtp"
+
+    def draft_weights(scenario: Scenario) -> dict[str, int]:
+        plan = plan_memory(scenario, 1)
+        return {
+            t.name.removeprefix("draft/"): t.bytes
+            for t in plan.tensors
+            if t.name.startswith("draft/") and t.kind == "weights"
+        }
+
+    shared, held = draft_weights(mtp), draft_weights(own)
+    inventory = {w.key: w.bytes for w in weight_inventory(draft)}
+    assert held == inventory
+    ends = {k: b for k, b in inventory.items() if k.startswith(("embedding/", "lm_head/"))}
+    assert set(ends) >= {"embedding/embed.gather", "lm_head/lm_head"}
+    assert shared == {k: b for k, b in inventory.items() if k not in ends}
+    assert any("moe.experts" in k for k in shared)  # the MoE block is its own
+    # the target's own tensors are the same in both plans; capacity gains what is not held
+    target = sum(w.bytes for w in weight_inventory(mtp))
+    assert plan_memory(mtp, 1).tiers["hbm"].weights_bytes == target + sum(shared.values())
+    assert batch_capacity(mtp) > batch_capacity(own)

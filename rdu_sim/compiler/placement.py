@@ -39,7 +39,13 @@ from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
-from rdu_sim.speculation import DRAFT_CATCH_UP, rollback_tokens, shared_draft, verify_tokens
+from rdu_sim.speculation import (
+    DRAFT_CATCH_UP,
+    rollback_tokens,
+    shared_draft,
+    shared_kernels,
+    verify_tokens,
+)
 
 MAX_SLOTS = 1_000_000  # serving.batch_slots' own upper bound
 DRAFT_PREFIX = "draft/"  # a shared draft's tensors in a Placement: "draft/<kernel>/<weight>"
@@ -167,12 +173,16 @@ def draft_kv_bytes(scenario: Scenario, batch_slots: int) -> int:
 def draft_weights(scenario: Scenario) -> list[WeightTensor]:
     """A shared draft's weight tensors on one socket (keys ``draft/<kernel>/<weight>``);
     none without one. They always sit in HBM: the draft reads them k times a round, and
-    its own Programs are compiled with them there."""
+    its own Programs are compiled with them there. A draft that shares the target's
+    embedding table and LM head (``shares_embeddings``) holds neither again."""
     draft = shared_draft(scenario)
     if draft is None:
         return []
+    shared = shared_kernels(scenario)
     return [
-        WeightTensor(f"{DRAFT_PREFIX}{w.key}", w.bytes, w.reads) for w in weight_inventory(draft)
+        WeightTensor(f"{DRAFT_PREFIX}{w.key}", w.bytes, w.reads)
+        for w in weight_inventory(draft)
+        if w.key.split("/", 1)[0] not in shared
     ]
 
 

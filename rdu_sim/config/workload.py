@@ -329,6 +329,13 @@ class SpeculationConfig(StrictModel):
         le=4096,
         description="tensor-parallel degree of the draft (default: parallelism.tp)",
     )
+    shares_embeddings: bool = Field(
+        default=False,
+        description="the draft reads the target's embedding table and LM head instead of "
+        "its own, so they are not held twice (DeepSeek's multi-token-prediction module, "
+        "preset deepseek-r1-mtp); needs placement shared and the target's vocabulary and "
+        "hidden size",
+    )
     decoding: SpecDecodingConfig | None = Field(
         default=None, description="speculative decoding (unset: plain decoding)"
     )
@@ -342,6 +349,11 @@ class SpeculationConfig(StrictModel):
             raise ValueError(
                 "speculation needs decoding, prefill or both: a draft that does nothing "
                 "changes nothing (remove the section instead)"
+            )
+        if self.shares_embeddings and self.placement != "shared":
+            raise ValueError(
+                "shares_embeddings needs placement shared: a draft on other sockets cannot "
+                "read the target's embedding table and LM head"
             )
         if self.decoding is not None and self.prefill is not None:
             raise ValueError(

@@ -84,6 +84,19 @@ def deepseek_r1() -> Architecture:
     )
 
 
+@preset("deepseek-r1-mtp", "deepseek-v3-mtp")
+def deepseek_r1_mtp() -> Architecture:
+    """DeepSeek-R1's multi-token-prediction module as a model (DeepSeek-V3 technical report,
+    section 2.2; layer 61 of the released checkpoint, num_nextn_predict_layers 1): one MoE
+    decoder block of R1's shape, with R1's embedding table and LM head, which a draft reads
+    from the target (``speculation.shares_embeddings``). Left out: the module's projection
+    of [normed hidden state; normed next-token embedding] from 2 x 7168 to 7168 (0.1B
+    parameters) and its two RMSNorms."""
+    return deepseek_r1().model_copy(
+        update={"name": "deepseek-r1-mtp", "layers": 1, "dense_layers": 0}
+    )
+
+
 def _llama31(name: str, layers: int, hidden: int, heads: int, ffn: int) -> Architecture:
     return LlamaArchitecture(
         name=name,
