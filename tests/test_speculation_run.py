@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,36 @@ def test_speculation_hurts_at_a_large_batch() -> None:
     plain = api.run(SPECDEC, [*overrides, "speculation=null"]).summary()
     assert spec.decode_tokens_per_s is not None and plain.decode_tokens_per_s is not None
     assert spec.decode_tokens_per_s < plain.decode_tokens_per_s
+
+
+@pytest.mark.timeout(600)
+def test_drawn_acceptance_is_the_same_bytes_across_processes() -> None:
+    """Per-request rates from a Beta and each request's rounds: two processes (different
+    hash seeds), the same JSON; another serving.seed draws other rounds."""
+    args = ["run", str(SPECDEC), "--json", "--set", "serving.requests=4", "--set"]
+    beta = "speculation.decoding.acceptance={dist: beta, mean: 0.7, concentration: 10}"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rdu_sim.cli.main", *args, beta],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, PYTHONHASHSEED=hash_seed),
+        )
+        for hash_seed in ("1", "2")
+    ]
+    outputs = []
+    for process in processes:  # concurrently: the two cores
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err.decode(errors="replace")[-2000:]
+        outputs.append(out)
+    assert outputs[0] == outputs[1]
+    first = json.loads(outputs[0])
+    other = _run_json("serving.requests=4", beta, "serving.seed=1")
+    assert first["accepted_tokens_per_step"] != other["accepted_tokens_per_step"]
+    assert (
+        first["speculation"]["decoding"]["acceptance_rate_mean"]
+        != (
+            other["speculation"]["decoding"]["acceptance_rate_mean"]  # type: ignore[index]
+        )
+    )
