@@ -48,7 +48,7 @@ def test_water_fill_is_proportional_above_floors() -> None:
 
 
 def test_allocation_balances_compute_bound_stages() -> None:
-    work = [StageWork(compute=c, buffer_bytes=1.0) for c in (1.0, 2.0, 4.0, 1e-6)]
+    work = [StageWork(compute=c, sram_bytes=1.0) for c in (1.0, 2.0, 4.0, 1e-6)]
     alloc = allocate(work, pcus=701, pmus=100, pmu_bytes=2**19, pmu_bandwidth=1e11, memory_time=0.0)
     assert sum(alloc.pcus) == 701 and min(alloc.pcus) >= 1
     times = [w.compute / p for w, p in zip(work[:3], alloc.pcus[:3], strict=True)]
@@ -58,7 +58,7 @@ def test_allocation_balances_compute_bound_stages() -> None:
 
 def test_memory_bound_kernel_still_gives_each_stage_enough() -> None:
     """A memory floor of 1 s needs only ceil(compute / 1 s) PCUs per stage; the rest is spread."""
-    work = [StageWork(compute=c, buffer_bytes=0.0) for c in (30.0, 5.0)]
+    work = [StageWork(compute=c, sram_bytes=0.0) for c in (30.0, 5.0)]
     alloc = allocate(work, pcus=40, pmus=10, pmu_bytes=1, pmu_bandwidth=1, memory_time=1.0)
     assert alloc.pcus[0] >= 30 and alloc.pcus[1] >= 5 and sum(alloc.pcus) == 40
 
@@ -66,8 +66,8 @@ def test_memory_bound_kernel_still_gives_each_stage_enough() -> None:
 def test_pmus_cover_input_streams() -> None:
     """A consumer of a big on-chip stream gets the PMU bandwidth to take it in time."""
     work = [
-        StageWork(compute=1.0, buffer_bytes=0.0),
-        StageWork(compute=1.0, buffer_bytes=0.0, stream_in=50.0, moved=50.0),
+        StageWork(compute=1.0, sram_bytes=0.0),
+        StageWork(compute=1.0, sram_bytes=0.0, stream_in=50.0, moved=50.0),
     ]
     alloc = allocate(work, pcus=20, pmus=30, pmu_bytes=1e9, pmu_bandwidth=20.0, memory_time=0.0)
     stage_time = 1.0 / alloc.pcus[1]  # 0.1 s: 10 PCUs each

@@ -49,7 +49,7 @@ def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> N
     fast = simulate_step(program, scenario.hardware)
     full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     # A settling pipeline is accepted once its swings are below PERIOD_RTOL (fast_forward)
-    assert fast.step_s == pytest.approx(full.step_s, rel=1e-4)
+    assert fast.step_s == pytest.approx(full.step_s, rel=5e-4)
     # On one 16-socket ring the MoE layers settle into a 3-layer cycle only after ~18
     # layers, beyond the 16-layer short probe, so the long probe (28 layers) finds it.
     assert fast.events < full.events * 0.8

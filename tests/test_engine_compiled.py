@@ -42,11 +42,22 @@ handle exactly (the shipped file is one 16-socket node)."""
 
 @cache
 def decode_program(
-    path: Path, efficiency: float | None = None, two_nodes: bool = False, shipped: bool = False
+    path: Path,
+    efficiency: float | None = None,
+    two_nodes: bool = False,
+    shipped: bool = False,
+    tiles: int | None = None,
+    buffer_tiles: int | None = None,
 ) -> tuple[Scenario, Program]:
     """The workload's default decode step (all batch slots, largest bucket), compiled, on
-    the ``RING`` wiring (``shipped``: the hardware file's own)."""
+    the ``RING`` wiring (``shipped``: the hardware file's own), with the workload's engine
+    granularity (``tiles``: ``engine.tiles_per_stage``) and stage buffers (``buffer_tiles``)
+    unless given."""
     overrides: dict[str, object] = {} if shipped else dict(RING)
+    if tiles is not None:
+        overrides["engine.tiles_per_stage"] = tiles
+    if buffer_tiles is not None:
+        overrides["engine.buffer_tiles"] = buffer_tiles
     if efficiency is not None:
         overrides["hw.socket.hbm.efficiency"] = efficiency
     if two_nodes:
@@ -88,10 +99,14 @@ def test_refining_tiles_on_a_compiled_decode_step_changes_it_by_less_than_two_pe
     path: Path,
 ) -> None:
     # Collective chunks are a system parameter: refining the tiles must not change how the
-    # collectives pipeline (nor, with the exact ring shortcut, which link limits them).
-    scenario, program = decode_program(path, shipped=True)
-    coarse = simulate_step(program, scenario.hardware, EngineConfig(tiles_per_stage=8))
-    fine = simulate_step(program, scenario.hardware, EngineConfig(tiles_per_stage=32))
+    # collectives pipeline (nor, with the exact ring shortcut, which link limits them). The
+    # tiles are the compiler's (engine.tiles_per_stage the fewest it may choose).
+    scenario, coarse_program = decode_program(path, shipped=True, tiles=8)
+    _, fine_program = decode_program(path, shipped=True, tiles=32)
+    assert {k.tiles for k in fine_program.kernels} == {32}
+    assert min(k.tiles or 0 for k in coarse_program.kernels) == 8
+    coarse = simulate_step(coarse_program, scenario.hardware)
+    fine = simulate_step(fine_program, scenario.hardware)
     assert abs(fine.step_s / coarse.step_s - 1) < 0.02
 
 
@@ -128,17 +143,17 @@ def test_routed_full_attention_step_fast_forwards_exactly() -> None:
 
 
 def test_live_fast_forward_of_a_late_settling_cycle_matches_the_full_simulation() -> None:
-    # The SnapStream MoE layers settle into a 3-layer cycle only after ~18 layers: the live
-    # run finds it at layer boundary 22, while the stages have started layer 23, and is cut
-    # to 25 layers (34 - 25 = 3 cycles).
+    # The SnapStream MoE layers settle into a 3-layer cycle only after ~25 layers: the live
+    # run finds it at layer boundary 27, while the stages have started layer 28, and is cut
+    # to 31 layers (40 - 31 = 3 cycles).
     scenario, program = decode_program(SNAPSTREAM)
-    small = with_layers(program, 34)
+    small = with_layers(program, 40)
     fast = simulate_step(small, scenario.hardware)
     full = simulate_step(small, scenario.hardware, EngineConfig(fast_forward=False))
     moe = fast.kernel("decoder_moe")
-    assert moe.simulated_iterations == 25 and moe.period_s is not None
-    assert full.kernel("decoder_moe").simulated_iterations == 34
-    assert fast.step_s == pytest.approx(full.step_s, rel=1e-5)
+    assert moe.simulated_iterations == 31 and moe.period_s is not None
+    assert full.kernel("decoder_moe").simulated_iterations == 40
+    assert fast.step_s == pytest.approx(full.step_s, rel=2e-4)
     for tier in ("hbm", "ddr", "sram"):
         assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-12)
     assert fast.bytes_by_tier["p2p"] == pytest.approx(full.bytes_by_tier["p2p"], rel=1e-4)
@@ -159,7 +174,7 @@ def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
             scenario.hardware,
             program.tp,
             EngineConfig(),
-            tile_works(kernel, EngineConfig().tiles_per_stage, scenario.hardware.socket),
+            tile_works(kernel, kernel.tiles_or(0), scenario.hardware.socket),
             layers=layers,
             looped=True,
             max_events=10**8,
@@ -180,9 +195,10 @@ def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
 
 
 def test_a_pipeline_without_a_cycle_is_simulated_once_in_full() -> None:
-    # The SnapStream step on the shipped wiring (two-shot collectives): its MoE layer period
-    # never settles within PERIOD_RTOL in 58 layers. The live run is the full run: no probe.
-    scenario, program = decode_program(SNAPSTREAM, shipped=True)
+    # The SnapStream step on the shipped wiring (two-shot collectives) with three-slot stage
+    # buffers: its MoE layer period never settles within PERIOD_RTOL in 58 layers. The live
+    # run is the full run: no probe.
+    scenario, program = decode_program(SNAPSTREAM, shipped=True, buffer_tiles=3)
     fast = simulate_step(program, scenario.hardware)
     full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     moe = fast.kernel("decoder_moe")
@@ -240,6 +256,7 @@ def test_fast_forward_keeps_the_work_totals_exact(path: Path, overrides: dict[st
     # step is not periodic yet when its layer boundaries are: its router and shared-expert
     # stages start ~1.9 us earlier every layer while the boundaries repeat to 1e-6, a slow
     # drift no boundary-based cycle test can see, which later shifts the period by ~0.1%; the
-    # cut run is then off by 1.0e-3 (docs/performance.md).
-    drifting = path == FULL and not overrides
+    # cut run is then off by 1.0e-3 (docs/performance.md). With the bidirectional ring its
+    # period settles slowly too: off by 5.5e-4.
+    drifting = path == FULL and (not overrides or "bidirectional_ring" in overrides.values())
     assert fast.step_s == pytest.approx(full.step_s, rel=2e-3 if drifting else 5e-4)

@@ -92,7 +92,12 @@ def test_prefetch_window_never_exceeds_one_layer() -> None:
     assert prefetch_window(work(8), buffer_bytes=0.0, minimum=2) == 2
 
 
-def test_prefetch_beyond_the_layer_is_accepted_and_capped() -> None:
-    many = api.step(LLAMA8, {"engine.prefetch_tiles": 64}).step_s
-    layer = api.step(LLAMA8, {"engine.prefetch_tiles": 8}).step_s
-    assert many == layer
+def test_a_deeper_prefetch_is_tiled_finer_to_fit_the_sram() -> None:
+    # The operand window (prefetch_tiles tiles of a stage's weight/KV reads) must fit its
+    # PMUs: the decode step's KV stream at 32k (~256 MB a layer per socket) makes the
+    # compiler cut the decoder into more tiles the deeper the window, never fewer.
+    tiles = {
+        depth: api.step(LLAMA8, {"engine.prefetch_tiles": depth}).detail.kernel("decoder").tiles
+        for depth in (2, 8, 64)
+    }
+    assert tiles[2] < tiles[8] < tiles[64]

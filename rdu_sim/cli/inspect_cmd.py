@@ -41,6 +41,7 @@ from rdu_sim.models import (
     read_config_json,
     storage_dtypes,
 )
+from rdu_sim.report.terminal import wide_console
 from rdu_sim.scenario import load_scenario
 
 _KV_DTYPES = click.Choice(list(get_args(ValueDtype)))
@@ -239,10 +240,23 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
     )
     kernels.caption = (
         f"fusion {result['fusion']}; GFLOP and bytes (HBM, DDR, collective) per step; "
-        "FLOP/B: operational intensity, matrix FLOPs per off-chip byte"
+        "FLOP/B: operational intensity, matrix FLOPs per off-chip byte; tiles per call and "
+        "the PMU SRAM the kernel holds"
     )
     kernels.add_column("kernel", overflow="fold")  # long split-kernel names wrap, numbers never
-    for name in ("calls", "loop", "stages", "PCUs", "GFLOP", "HBM", "DDR", "coll.", "FLOP/B"):
+    for name in (
+        "calls",
+        "loop",
+        "stages",
+        "PCUs",
+        "tiles",
+        "SRAM",
+        "GFLOP",
+        "HBM",
+        "DDR",
+        "coll.",
+        "FLOP/B",
+    ):
         kernels.add_column(name, justify="right", no_wrap=True)
     for kernel in result["kernels"]:
         per_tier = kernel["bytes_per_step"]
@@ -252,6 +266,8 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
             "yes" if kernel["looped"] else "no",
             str(len(kernel["stages"])),
             str(kernel["pcus"]),
+            str(kernel["tiles"]),
+            _short_bytes(kernel["sram_bytes"]),
             _short_number(kernel["flops_per_step"] / 1e9),
             _short_bytes(per_tier.get("hbm", 0)),
             _short_bytes(per_tier.get("ddr", 0)),
@@ -344,7 +360,7 @@ def graph_command(
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        console = Console()
+        console = wide_console()
         for table in _graph_tables(result):
             console.print(table)
         note = context_note(scenario, context) if phase == "decode" else None

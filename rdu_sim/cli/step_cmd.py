@@ -12,7 +12,8 @@ writes a Chrome/Perfetto trace (open it in ui.perfetto.dev).
 
 Output: rich tables (the kernels, bytes per tier, busy units), or with ``--json`` one JSON
 object: ``StepTiming.to_dict()`` (step_s, phase, batch, tokens, context, flops,
-bytes_by_tier {hbm, ddr, sram, p2p}, hbm_bandwidth_fraction, events, kernels, ...) plus the
+bytes_by_tier {hbm, ddr, sram, p2p}, hbm_bandwidth_fraction, events, kernels (each with its
+tiles per call and ``sram_bytes``, the PMU SRAM it holds), sram_bytes (the peak), ...) plus the
 workload, model and hardware names. A step over the event budget exits 2 naming
 ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
@@ -25,7 +26,6 @@ from typing import Any
 
 import click
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from rdu_sim import api
@@ -36,6 +36,7 @@ from rdu_sim.cli.options import (
     step_shape_options,
     workload_argument,
 )
+from rdu_sim.report.terminal import wide_console
 
 
 def _seconds(value: float) -> str:
@@ -55,7 +56,7 @@ def _bytes(value: float) -> str:
 
 
 def _print_tables(data: dict[str, Any]) -> None:
-    console = Console(soft_wrap=True, highlight=False)
+    console = wide_console(soft_wrap=True, highlight=False)
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']}, tp={data['tp']}: "
         f"{data['phase']} step, batch {data['batch']}, {data['tokens']} new tokens, "
@@ -67,7 +68,18 @@ def _print_tables(data: dict[str, Any]) -> None:
         f"{100 * data['flops_fraction']:.1f}% of peak, {data['events']:,} SimPy events"
     )
     kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
-    for col in ("kernel", "calls", "loop", "time", "share", "launch", "period", "sim"):
+    for col in (
+        "kernel",
+        "calls",
+        "loop",
+        "time",
+        "share",
+        "launch",
+        "period",
+        "sim",
+        "tiles",
+        "SRAM",
+    ):
         kernels.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for k in data["kernels"]:
         period = k["period_s"]
@@ -80,6 +92,8 @@ def _print_tables(data: dict[str, Any]) -> None:
             _seconds(k["overhead_s"]),
             _seconds(period) if period else "-",
             str(k["simulated_iterations"]),
+            str(k["tiles"]),
+            _bytes(k["sram_bytes"]),
         )
     console.print(kernels)
     units = Table(title="bytes and busy units (per socket)", box=box.SIMPLE_HEAD)

@@ -14,12 +14,14 @@ PCUs (at most `usable_fraction x count`, at least 1 per stage):
    budget itself is too small;
 2. spread the rest in proportion to compute work (water-filling above those minimums).
 
-PMUs (same bounds) are a stage's input buffers: its producers stream their outputs into
-them, at the PMUs' bandwidth shared by its input edges. Each stage first gets enough PMUs
-to double-buffer its tiles (per-tile bytes in and out, twice, over the PMU size) and to
-take its input streams within the balanced stage time T of step 1; if those floors exceed
-the budget they shrink in proportion; the rest go in proportion to the bytes each stage
-moves (on-chip in, off-chip in and out).
+PMUs (same bounds) hold a stage's buffers, and its producers stream their outputs into
+them at the PMUs' bandwidth shared by its input edges. Each stage first gets the PMUs its
+buffers need at the kernel's tiles (`sram_bytes`, from `compiler.buffers`: a hard floor,
+the compiler has chosen the tiles so these fit) and, above that, enough to take its input
+streams within the balanced stage time T of step 1 and to hold a GEMM's whole input so its
+operand streams once (`resident_bytes`; soft floors: when the soft floors
+exceed the budget they shrink in proportion, never below the hard ones); the rest go in
+proportion to the bytes each stage moves (on-chip in, off-chip in and out).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class StageWork:
     """What allocation needs to know about one stage."""
 
     compute: float  # PCU-seconds
-    buffer_bytes: float  # bytes one tile brings in and sends out (before double-buffering)
+    sram_bytes: float = 0.0  # SRAM its buffers hold at the kernel's tiles (compiler.buffers)
+    resident_bytes: float = 0.0  # SRAM to keep its input rows and stream its operand once
     stream_in: float = 0.0  # on-chip input bytes per call, times the input edges sharing them
     moved: float = 0.0  # all bytes the stage moves per call (on-chip in, off-chip in and out)
 
@@ -130,12 +133,14 @@ def allocate(
     if len(work) > pmus:
         raise ValueError(f"{len(work)} stages need at least one PMU each; only {pmus} usable")
     stage_time = max([memory_time, *(w.compute / p for w, p in zip(work, pcu_counts, strict=True))])
+    hard = [max(1, math.ceil(w.sram_bytes / pmu_bytes)) for w in work]
+    if sum(hard) > pmus:
+        raise ValueError(f"the stages' buffers need {sum(hard)} PMUs; only {pmus} usable")
     floors = []
-    for w in work:
-        buffers = math.ceil(2 * w.buffer_bytes / pmu_bytes)
+    for w, least in zip(work, hard, strict=True):
         streams = math.ceil(w.stream_in / (stage_time * pmu_bandwidth)) if stage_time > 0 else 1
-        floors.append(max(1, buffers, streams))
-    if sum(floors) > pmus:  # the floors do not all fit: shrink them in proportion
-        floors = water_fill([float(f) for f in floors], pmus, [1] * len(work))
+        floors.append(max(least, streams, math.ceil(w.resident_bytes / pmu_bytes)))
+    if sum(floors) > pmus:  # the soft floors do not all fit: shrink them in proportion
+        floors = water_fill([float(f) for f in floors], pmus, hard)
     pmu_counts = water_fill([w.moved for w in work], pmus, floors)
     return Allocation(tuple(pcu_counts), tuple(pmu_counts))

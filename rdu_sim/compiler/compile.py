@@ -12,17 +12,32 @@ How a kernel graph becomes stages (one stage per operator, topologically ordered
 - KV reads and writes go to the KV cache's tier;
 - tensors crossing the kernel boundary (the graph's inputs and outputs: hidden states,
   token ids, logits, SnapKV window queries) are read from / written to HBM;
-- tensors between stages stream on-chip (`output_bytes`).
+- tensors between stages stream on-chip (`output_bytes`), except whole-layer edges too
+  large for the SRAM, which are spilled to HBM (written and read back: `buffers`).
+
+Then each kernel gets its tiles per call and its stages' PCUs and PMUs: the fewest tiles
+from `engine.tiles_per_stage` at which every stage's buffers fit whole PMUs
+(`buffers.plan_tiles`), the allocation above those floors (`allocation`), and what each
+GEMM stage keeps resident in the SRAM left over: its streamed operand, or blocks of input
+rows over which it re-reads the operand (`buffers.residency`: `passes`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
 from rdu_sim.compiler.allocation import StageWork, allocate
+from rdu_sim.compiler.buffers import (
+    BufferRule,
+    input_bytes,
+    plan_tiles,
+    residency,
+    rows_floor,
+)
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
 from rdu_sim.compiler.placement import (
@@ -37,9 +52,10 @@ from rdu_sim.compiler.program import (
     Program,
     StageProgram,
     Tier,
-    TierUsage,
+    with_sram,
 )
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
+from rdu_sim.config.workload import EngineConfig
 from rdu_sim.graph import Operator, operators
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Gemm, StepShape
@@ -85,16 +101,11 @@ class Compiler:
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         hardware = self.scenario.hardware
-        tiles = self.scenario.workload.engine.tiles_per_stage
-        tiers = dict(placement.tiers)
         if isinstance(hardware, HardwareConfig):
-            socket = hardware.socket
+            engine = self.scenario.workload.engine
             kernels = tuple(
-                _kernel_program(k, fractions, kv_tier, socket, tiles) for k in self.kernels(shape)
-            )
-            buffers = max(sum(s.pmus for s in k.stages) for k in kernels) * socket.pmu.sram
-            tiers["sram"] = TierUsage(
-                capacity_bytes=tiers["sram"].capacity_bytes, activations_bytes=buffers
+                _kernel_program(k, fractions, kv_tier, hardware.socket, engine)
+                for k in self.kernels(shape)
             )
         else:  # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
             kernels = tuple(
@@ -107,12 +118,8 @@ class Compiler:
                 )
                 for k in self.kernels(shape)
             )
-        program = Program(
-            shape=shape,
-            tp=self.scenario.tp,
-            kernels=kernels,
-            placement=replace(placement, tiers=tiers),
-        )
+        program = Program(shape=shape, tp=self.scenario.tp, kernels=kernels, placement=placement)
+        program = replace(program, placement=with_sram(placement, program.sram_bytes))
         self._programs[shape] = program
         return program
 
@@ -179,24 +186,33 @@ def _add(target: dict[Tier, float], tier: Tier, value: float) -> None:
         target[tier] = target.get(tier, 0.0) + value
 
 
+@dataclass(frozen=True)
+class _Draft:
+    """A stage before allocation, with what residency needs: the off-chip bytes per call
+    its GEMM re-uses for every input row (weights, KV) by tier, and its kernel-input
+    activation reads."""
+
+    stage: StageProgram
+    operand: dict[Tier, float]
+    external_bytes: float
+
+
 def _stage(
     kernel: KernelGraph, node: Operator, fractions: dict[str, float], kv_tier: Tier
-) -> StageProgram:
+) -> _Draft:
     graph = kernel.graph
     external = graph.graph.get("inputs", {})
     finals = graph.graph.get("output_nodes", {})
-    reads: dict[Tier, float] = {}
+    operand: dict[Tier, float] = {}
     writes: dict[Tier, float] = {}
     share = _hbm_share(fractions, kernel.group, node.weight_name)
-    _add(reads, "hbm", node.weight_read_bytes * share)
-    _add(reads, "ddr", node.weight_read_bytes * (1 - share))
-    _add(reads, kv_tier, node.kv_read_bytes)
+    _add(operand, "hbm", node.weight_read_bytes * share)
+    _add(operand, "ddr", node.weight_read_bytes * (1 - share))
+    _add(operand, kv_tier, node.kv_read_bytes)
     _add(writes, kv_tier, node.kv_write_bytes)
-    _add(
-        reads,
-        "hbm",
-        sum(t.bytes for t in node.inputs if t.name in external) * node.act_read_fraction,
-    )
+    reads = dict(operand)
+    activations = sum(t.bytes for t in node.inputs if t.name in external) * node.act_read_fraction
+    _add(reads, "hbm", activations)
     _add(
         writes,
         "hbm",
@@ -212,7 +228,7 @@ def _stage(
         sum(t.bytes for t in node.outputs if t.name in streamed) * node.act_write_fraction
     )
     gemm = node.gemm
-    return StageProgram(
+    stage = StageProgram(
         name=node.name,
         op=node.kind,
         pcus=1,
@@ -229,6 +245,7 @@ def _stage(
         else CollectiveSpec(node.collective, node.collective_bytes, node.group),
         selected_by=_producer(graph, node.weights_selected_by),
     )
+    return _Draft(stage, operand, activations)
 
 
 def _producer(graph: nx.DiGraph, tensor: str) -> str | None:
@@ -241,12 +258,18 @@ def _producer(graph: nx.DiGraph, tensor: str) -> str | None:
 
 
 def _work(
-    stage: StageProgram, produced: dict[str, float], socket: SocketConfig, tiles: int
+    stage: StageProgram,
+    produced: dict[str, float],
+    socket: SocketConfig,
+    sram_bytes: float,
+    resident_bytes: float,
 ) -> StageWork:
-    """Estimated compute (PCU-seconds), memory time, buffers and streams of a stage.
+    """Estimated compute (PCU-seconds), buffers and streams of a stage.
 
     `produced` maps earlier stages to their output_bytes: each input edge brings the whole
-    of its producer's output into this stage's PMUs, the edges sharing their bandwidth.
+    of its producer's output into this stage's PMUs, the edges sharing their bandwidth;
+    `sram_bytes` is what its buffers hold at the kernel's tiles (`buffers.stream_buffers`),
+    `resident_bytes` what it needs to stream its operand once (`buffers.rows_floor`).
     """
     pcu = socket.pcu
     efficiency = pcu.max_gemm_efficiency
@@ -260,7 +283,8 @@ def _work(
     offchip = sum(stage.reads.values()) + sum(stage.writes.values())
     return StageWork(
         compute=compute,
-        buffer_bytes=(sum(arriving) + offchip + stage.output_bytes) / tiles,
+        sram_bytes=sram_bytes,
+        resident_bytes=resident_bytes,
         stream_in=len(arriving) * max(arriving, default=0.0),
         moved=sum(arriving) + offchip,
     )
@@ -273,7 +297,20 @@ def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
 
 def _stages(kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier) -> list[StageProgram]:
     """The kernel's stages in topological order, before any units are allocated."""
+    return [d.stage for d in _drafts(kernel, fractions, kv_tier)]
+
+
+def _drafts(kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier) -> list[_Draft]:
+    """The kernel's stage drafts in topological order (`_stage`)."""
     return [_stage(kernel, node, fractions, kv_tier) for node in operators(kernel.graph)]
+
+
+def _memory_time(stages: Sequence[StageProgram], socket: SocketConfig) -> float:
+    """The kernel's off-chip time per call: its busiest tier's bytes at that tier's rate."""
+    return max(
+        sum(s.reads.get(t, 0.0) + s.writes.get(t, 0.0) for s in stages) / _bandwidth(socket, t)
+        for t in ("hbm", "ddr")
+    )
 
 
 def _kernel_program(
@@ -281,41 +318,76 @@ def _kernel_program(
     fractions: dict[str, float],
     kv_tier: Tier,
     socket: SocketConfig,
-    tiles: int,
+    engine: EngineConfig,
 ) -> KernelProgram:
-    stages = _stages(kernel, fractions, kv_tier)
-    # the topological order of `operators` puts every producer before its consumers
-    produced = {s.name: s.output_bytes for s in stages}
-    work = [_work(s, produced, socket, tiles) for s in stages]
-    memory_time = max(
-        sum(s.reads.get(t, 0.0) + s.writes.get(t, 0.0) for s in stages) / _bandwidth(socket, t)
-        for t in ("hbm", "ddr")
-    )
+    drafts = _drafts(kernel, fractions, kv_tier)
     usable_pcus = math.floor(socket.usable_fraction * socket.pcu.count)
     usable_pmus = math.floor(socket.usable_fraction * socket.pmu.count)
-    if len(stages) > min(usable_pcus, usable_pmus):
+    if len(drafts) > min(usable_pcus, usable_pmus):
         raise CapacityError(
-            f"kernel {kernel.name!r} has {len(stages)} stages, each needing a PCU and a PMU, "
+            f"kernel {kernel.name!r} has {len(drafts)} stages, each needing a PCU and a PMU, "
             f"but the hardware's usable_fraction leaves {usable_pcus} PCUs and {usable_pmus} "
             "PMUs per socket; raise socket.pcu.count, socket.pmu.count or "
             "socket.usable_fraction"
         )
+    sram = socket.pmu.sram
+    plan = plan_tiles(
+        kernel.name,
+        [d.stage for d in drafts],
+        kernel.looped,
+        pmus=usable_pmus,
+        pmu_bytes=sram,
+        min_tiles=engine.tiles_per_stage,
+        rule=BufferRule(engine.buffer_tiles, engine.prefetch_tiles),
+    )
+    stages = plan.stages  # with the spilled edges' HBM traffic
+    # the topological order of `operators` puts every producer before its consumers
+    produced = {s.name: s.output_bytes for s in stages}
+    arriving = input_bytes(stages, kernel.looped)
+    inputs = {d.stage.name: arriving[d.stage.name] + d.external_bytes for d in drafts}
+    operand = {d.stage.name: sum(d.operand.values()) for d in drafts}
+    work = [
+        _work(s, produced, socket, b.total, rows_floor(s, b, operand[s.name], inputs[s.name]))
+        for s, b in zip(stages, plan.stream, strict=True)
+    ]
     allocation = allocate(
         work,
         pcus=usable_pcus,
         pmus=usable_pmus,
-        pmu_bytes=socket.pmu.sram,
+        pmu_bytes=sram,
         pmu_bandwidth=socket.pmu.bandwidth,
-        memory_time=memory_time,
+        memory_time=_memory_time(stages, socket),
     )
-    placed = tuple(
-        replace(s, pcus=p, pmus=m)
-        for s, p, m in zip(stages, allocation.pcus, allocation.pmus, strict=True)
-    )
+    placed = []
+    for draft, stage, stream, pcus, pmus in zip(
+        drafts, stages, plan.stream, allocation.pcus, allocation.pmus, strict=True
+    ):
+        held = residency(
+            stage,
+            stream,
+            operand[stage.name],
+            inputs[stage.name],
+            pmus * sram,
+            socket.pcu.systolic_rows,
+        )
+        reads = dict(stage.reads)
+        for tier, amount in draft.operand.items():
+            _add(reads, tier, (held.passes - 1) * amount)
+        placed.append(
+            replace(
+                stage,
+                pcus=pcus,
+                pmus=pmus,
+                reads=reads,
+                passes=held.passes,
+                sram_bytes=held.sram_bytes,
+            )
+        )
     return KernelProgram(
         name=kernel.name,
         calls=kernel.calls,
         looped=kernel.looped,
-        stages=placed,
+        stages=tuple(placed),
         layer=kernel.layer,
+        tiles=plan.tiles,
     )

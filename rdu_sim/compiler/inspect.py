@@ -4,10 +4,12 @@
 the shape `rdu-sim step` would run) and returns a dict with
 - `fusion`: the fusion level the kernels were made at (`auto` resolved);
 - `kernels`: each fused kernel's `name`, `layer` (the layer kernel it belongs to), `calls`,
-  `looped`, `operational_intensity` (matrix FLOPs per off-chip byte, None without off-chip
-  traffic) and `stages` (each with `op`, `name`, `pcus`, `pmus`, `flops`, `vector_flops`,
-  `bytes` per tier = reads + writes per call, `reads`, `writes`, `output_bytes`, `inputs`,
-  `gemm`, `collective`);
+  `looped`, `tiles` (per call, the compiler's), `sram_bytes` (PMU SRAM it holds:
+  `KernelProgram.sram_bytes`, what `step` and `run` report too), `operational_intensity`
+  (matrix FLOPs per off-chip byte, None without off-chip traffic) and `stages` (each with
+  `op`, `name`, `pcus`, `pmus`, `flops`, `vector_flops`, `bytes` per tier = reads + writes
+  per call, `reads`, `writes`, `output_bytes`, `inputs`, `gemm`, `collective`, `passes` over
+  its input rows, `sram_bytes`);
 - `layers`: per layer kernel (a decoder layer, the embedding, the LM head), its `kernels`,
   `calls`, FLOPs and off-chip bytes per call, and their `operational_intensity`;
 - `placement`: per tier of one socket `capacity_bytes`, `weights_bytes`, `kv_bytes`,
@@ -59,6 +61,8 @@ def _stage_record(stage: Any) -> dict[str, Any]:
         "collective": None
         if collective is None
         else {"kind": collective.kind, "bytes": collective.bytes, "group": collective.group},
+        "passes": stage.passes,
+        "sram_bytes": stage.sram_bytes,
     }
 
 
@@ -71,6 +75,8 @@ def _kernel_record(kernel: KernelProgram) -> dict[str, Any]:
         "operational_intensity": operational_intensity([kernel]),
         "pcus": sum(s.pcus for s in kernel.stages),
         "pmus": sum(s.pmus for s in kernel.stages),
+        "tiles": kernel.tiles,
+        "sram_bytes": kernel.sram_bytes,
         "flops_per_step": kernel.flops,
         "bytes_per_step": kernel.bytes_by_tier(),
         "offchip_bytes_per_step": kernel.offchip_bytes,

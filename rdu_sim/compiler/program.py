@@ -9,8 +9,9 @@ Units: bytes, FLOPs, counts. No time appears here: time is the engine's job.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rdu_sim.shapes import CollectiveKind, Gemm, StepShape
@@ -47,6 +48,13 @@ class StageProgram:
     # An earlier stage whose output selects which weights this stage reads (the router's
     # top-k for routed experts): a layer's weight loads cannot start before it has run.
     selected_by: str | None = None
+    # Passes over its input rows, each re-reading its streamed operand (weights or KV) when
+    # the operand does not stay resident in its SRAM (`compiler.buffers.residency`); its
+    # `reads` already include them.
+    passes: int = 1
+    # PMU SRAM it holds: its stream buffers at the kernel's tiles plus what stays resident
+    # (`compiler.buffers`); 0 for a hand-built stage.
+    sram_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,20 @@ class KernelProgram:
     # The layer kernel this one was split from below `full` fusion ("": it is one): the
     # kernels of one layer run one after another, layer by layer.
     layer: str = ""
+    # Tiles each stage streams per call, chosen by the compiler so the stages' buffers fit
+    # their PMUs (`compiler.buffers.plan_tiles`); None (a hand-built kernel): the engine's
+    # `tiles_per_stage`.
+    tiles: int | None = None
+
+    def tiles_or(self, default: int) -> int:
+        """The tiles per call the engine simulates: the compiler's, else ``default``."""
+        return self.tiles if self.tiles is not None else default
+
+    @property
+    def sram_bytes(self) -> float:
+        """PMU SRAM the kernel holds while it runs: all its stages' (the one figure `run`,
+        `step` and `inspect graph` report per kernel)."""
+        return sum(stage.sram_bytes for stage in self.stages)
 
     def bytes_by_tier(self) -> dict[Tier, float]:
         """Bytes moved per step (all calls) per tier, reads plus writes."""
@@ -161,3 +183,19 @@ class Program:
     def collective_bytes(self) -> float:
         """Collective payload per step on one socket."""
         return sum(kernel.collective_bytes for kernel in self.kernels)
+
+    @property
+    def sram_bytes(self) -> float:
+        """Peak PMU SRAM of the step: its largest kernel's (kernels run one at a time)."""
+        return max((kernel.sram_bytes for kernel in self.kernels), default=0.0)
+
+
+def with_sram(placement: Placement, sram_bytes: float) -> Placement:
+    """``placement`` with its SRAM tier holding ``sram_bytes`` of stage buffers (the running
+    kernel's; SRAM holds no persistent tensor)."""
+    tiers = dict(placement.tiers)
+    if "sram" in tiers:
+        tiers["sram"] = TierUsage(
+            capacity_bytes=tiers["sram"].capacity_bytes, activations_bytes=math.ceil(sram_bytes)
+        )
+    return replace(placement, tiers=tiers)

@@ -231,7 +231,11 @@ class EngineConfig(StrictModel):
     """Kernel-level simulation: granularity (fidelity vs speed) and how stages buffer."""
 
     tiles_per_stage: int = Field(
-        default=8, ge=1, le=4096, description="tiles a stage streams per kernel call"
+        default=8,
+        ge=1,
+        le=4096,
+        description="fewest tiles a stage streams per kernel call: the compiler cuts a "
+        "kernel finer when its stages' buffers do not fit their PMUs at this many",
     )
     all_sockets: bool = Field(
         default=False,

@@ -63,4 +63,9 @@ def over_budget(max_events: int, what: str) -> EventBudgetError:
     )
 
 
-_ADVICE = "lower engine.tiles_per_stage or raise engine.max_events (or keep engine.fast_forward on)"
+_ADVICE = (
+    "lower engine.tiles_per_stage or raise engine.max_events (or keep engine.fast_forward "
+    "on); a kernel whose buffers do not fit its PMUs at fewer tiles is cut finer by the "
+    "compiler (rdu-sim inspect graph shows its tiles): more SRAM (hw.socket.pmu.sram) lets "
+    "it use fewer"
+)

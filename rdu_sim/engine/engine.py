@@ -56,7 +56,7 @@ class Engine:
     def _works(self, program: Program) -> list[dict[str, TileWork]]:
         """Each kernel's stages' work per tile."""
         tiles, socket = self.config.tiles_per_stage, self.hardware.socket
-        return [tile_works(k, tiles, socket) for k in program.kernels]
+        return [tile_works(k, k.tiles_or(tiles), socket) for k in program.kernels]
 
     def _least_events(self, program: Program, works: list[dict[str, TileWork]]) -> int:
         cfg = self.config
@@ -113,6 +113,8 @@ class Engine:
                     overhead_s=result.stats.overhead_s,
                     simulated_iterations=result.simulated_iterations,
                     period_s=result.period_s,
+                    tiles=work[kernel.stages[0].name].tiles,
+                    sram_bytes=kernel.sram_bytes,
                 )
             )
         return replace(

@@ -1,26 +1,28 @@
 """A fused kernel on one socket: its stages wired by stage buffers, and its launcher body.
 
 Wiring: every pipeline edge (``StageProgram.inputs``) is a cut-through ``StreamEdge`` over a
-``StageBuffer`` in the consumer's PMUs of ``buffer_tiles`` slots (skip connections and loop
-edges hold a whole layer's tiles, see ``__init__``); a consumer with several inputs splits its
-PMUs' bandwidth among them, and a stage given no PMUs still gets one PMU's bandwidth so its
-operands can land. Each stage with PCUs has its own ``PCUGroup``; all stages share the
-socket's memory channels. A stage streams weight/KV tiles as far ahead of its compute as
-``operand_buffer_fraction`` of its PMUs' SRAM holds (at least ``prefetch_tiles``, see
-``tile_work.prefetch_window``).
+``StageBuffer`` in the consumer's PMUs of ``buffer_tiles`` slots (skip connections, loop
+edges and the selection a stage's weights wait for hold a whole layer's tiles:
+``compiler.buffers``, the rule the compiler sizes the SRAM by); a consumer with several
+inputs splits its PMUs' bandwidth among them, and a stage given no PMUs still gets one PMU's
+bandwidth so its operands can land. Each stage with PCUs has its own ``PCUGroup``; all
+stages share the socket's memory channels. A stage streams weight/KV tiles as far ahead of
+its compute as ``operand_buffer_fraction`` of its PMUs' SRAM holds (at least
+``prefetch_tiles``, see ``tile_work.prefetch_window``).
 
 Kernel looping: in a looped kernel every sink stage (no consumer) of layer ``l`` feeds every
-source stage (no producer) of layer ``l + 1`` through a loop buffer holding a whole layer's
-output (``tiles`` slots: the activation handed between layers), so the next layer starts
-as soon as the previous layer's first output tile exists and the stages run one continuous
+source stage (no producer) of layer ``l + 1`` through a loop buffer of two layers' tiles (the
+activation handed between layers, and room for a sink early in a body of several layers to
+run a body ahead of a late source), so the next layer starts as
+soon as the previous layer's first output tile exists and the stages run one continuous
 pipelined outer loop; the next layer's weight loads start as soon as each stage has a free
 weight slot. Without looping each call starts from an empty pipeline.
 
 The body handed to ``hw.KernelLauncher.call`` is per iteration: looped, iteration 0 starts
-every stage for all iterations and each iteration returns when all sinks have emitted its last
-tile (so the launcher's per-iteration accounting sees the layer period), the last iteration
-when every stage process (and its outstanding writes) has ended; unlooped, each call starts
-the stages for one iteration and returns when they have all ended.
+every stage for all iterations and each iteration returns when all sinks have emitted its
+last tile (so the launcher's per-iteration accounting sees the layer period), the last
+iteration when every stage process (and its outstanding writes) has ended; unlooped, each
+call starts the stages for one iteration and returns when they have all ended.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import simpy
 
+from rdu_sim.compiler.buffers import edge_slots, pipeline_edges, whole_layer_edges
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.hardware import SocketConfig
 from rdu_sim.engine.collective_port import CollectivePort
@@ -105,39 +108,26 @@ class KernelPipeline:
                 self.runners[stage.name].selected_by = self.runners[stage.selected_by]
         consumed = {name for stage in kernel.stages for name in stage.inputs}
         self.sinks = [s.name for s in kernel.stages if s.name not in consumed]
-        sources = [s.name for s in kernel.stages if not s.inputs] if looped else []
-        edges = [
-            (producer, stage.name, False) for stage in kernel.stages for producer in stage.inputs
-        ]
-        edges += [(sink, source, True) for sink in self.sinks for source in sources]
+        edges = pipeline_edges(kernel.stages, looped)
+        whole = whole_layer_edges(kernel.stages, looped)
         fan_in = dict.fromkeys(self.runners, 0)
         for _, consumer, _ in edges:
             fan_in[consumer] += 1
         pmus = {stage.name: stage.pmus for stage in kernel.stages}
         tiles = next(iter(works.values())).tiles
-        skips = _skip_edges(kernel)
-        selectors = {stage.name: stage.selected_by for stage in kernel.stages}
-        for producer, consumer, loop in edges:
+        for edge in edges:
+            producer, consumer, loop = edge
             bandwidth = _pmu_bandwidth(cfg, pmus[consumer]) / fan_in[consumer]
             name = f"{producer}{'@prev' if loop else ''}->{consumer}"
-            # A layer's output is the next layer's whole input, and a skip connection (an
-            # edge bypassing a longer path: the residual around attention or the MoE) is
-            # kept whole in the consumer's PMUs, as a dataflow compiler sizes it: both hold a
-            # layer's tiles. With two slots the producer would stall on them and starve the
-            # long path, and deadlock once a collective on it holds back a chunk of tiles (or,
-            # for a loop edge, once the pipeline holds more tiles in flight).
-            # The same holds for the selection a stage's weights wait for (the routing into
-            # the experts): its consumer needs the layer's whole selection before loading.
-            whole = loop or (producer, consumer) in skips or selectors[consumer] == producer
-            slots = max(buffer_tiles, tiles) if whole else buffer_tiles
-            edge = StreamEdge(StageBuffer(env, slots, bandwidth, name=name))
-            self.buffers[consumer].append(edge.buffer)
-            (
-                self.runners[producer].loop_outputs if loop else self.runners[producer].outputs
-            ).append(edge)
-            (self.runners[consumer].loop_inputs if loop else self.runners[consumer].inputs).append(
-                edge
-            )
+            # A whole-layer edge (a loop edge, a skip connection, the selection a stage's
+            # weights wait for) holds a layer's tiles: the one rule, in compiler.buffers.
+            slots = edge_slots(edge, edge in whole, buffer_tiles, tiles)
+            stream = StreamEdge(StageBuffer(env, slots, bandwidth, name=name))
+            self.buffers[consumer].append(stream.buffer)
+            runner_out = self.runners[producer]
+            (runner_out.loop_outputs if loop else runner_out.outputs).append(stream)
+            runner_in = self.runners[consumer]
+            (runner_in.loop_inputs if loop else runner_in.inputs).append(stream)
         for sink in self.sinks:
             self.runners[sink].on_iteration = self._sink_done
         self._left: list[int] = []
@@ -190,24 +180,6 @@ class KernelPipeline:
             )
 
         return looped if self.looped else unlooped
-
-
-def _skip_edges(kernel: KernelProgram) -> set[tuple[str, str]]:
-    """Edges u -> v for which another, longer path from u to v exists."""
-    names = [s.name for s in kernel.stages]
-    consumers: dict[str, list[str]] = {n: [] for n in names}
-    for stage in kernel.stages:
-        for producer in stage.inputs:
-            consumers[producer].append(stage.name)
-    reach: dict[str, set[str]] = {}
-    for name in reversed(names):  # topological order reversed: consumers first
-        reach[name] = set(consumers[name]).union(*(reach[c] for c in consumers[name]))
-    return {
-        (producer, stage.name)
-        for stage in kernel.stages
-        for producer in stage.inputs
-        if any(stage.name in reach[w] for w in consumers[producer] if w != stage.name)
-    }
 
 
 def _pmu_bandwidth(cfg: SocketConfig, pmus: int) -> float:

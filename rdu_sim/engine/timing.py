@@ -38,6 +38,8 @@ class KernelTiming:
     overhead_s: float  # launch (program + argument load) and sync part of time_s
     simulated_iterations: int
     period_s: float | None = None
+    tiles: int = 0  # tiles each stage streamed per call (the compiler's choice)
+    sram_bytes: float = 0.0  # PMU SRAM its stages held (``KernelProgram.sram_bytes``)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""
@@ -49,6 +51,8 @@ class KernelTiming:
             "overhead_s": self.overhead_s,
             "simulated_iterations": self.simulated_iterations,
             "period_s": self.period_s,
+            "tiles": self.tiles,
+            "sram_bytes": self.sram_bytes,
         }
 
 
@@ -93,6 +97,11 @@ class StepTiming:
         """Share of the step the compute units were busy: SN40L's PCUs, a GPU's SMs."""
         return self.utilization.get("pcu", self.utilization.get("sm", 0.0))
 
+    @property
+    def sram_bytes(self) -> float:
+        """Peak PMU SRAM of the step: its largest kernel's (``Program.sram_bytes``)."""
+        return max((k.sram_bytes for k in self.kernels), default=0.0)
+
     def kernel(self, name: str) -> KernelTiming:
         """The timing of the kernel called ``name`` (KeyError listing valid names)."""
         for k in self.kernels:
@@ -122,5 +131,6 @@ class StepTiming:
             "tiles_per_stage": self.tiles_per_stage,
             "sockets_simulated": self.sockets_simulated,
             "fast_forward": self.fast_forward,
+            "sram_bytes": self.sram_bytes,
             "collectives": [c.to_dict() for c in self.collectives],
         }

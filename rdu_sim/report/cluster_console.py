@@ -15,6 +15,7 @@ from rich.table import Table
 
 from rdu_sim.report.console import LATENCIES, human_bytes, human_seconds, latency_table
 from rdu_sim.report.summary import Percentiles
+from rdu_sim.report.terminal import wide_console
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
 
@@ -194,7 +195,5 @@ def print_cluster_report(result: Mapping[str, Any], console: Console | None = No
     """Print the cluster report to ``console`` (stdout by default; 160 columns when stdout is
     not a terminal, so piped reports keep their tables whole)."""
     if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=160)
+        console = wide_console()
     console.print(render_cluster(result))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdu_sim.compiler.program import Placement
+from rdu_sim.compiler.program import Placement, with_sram
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.engine.timing import StepTiming
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.scenario import Scenario
@@ -152,6 +153,7 @@ def serve_scenario(
             saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
     except SimulatedTimeError as exc:  # the input's fault: name the workload
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
+    placement = with_sram(placement, peak_sram(cache))
     return ServingRun(
         scenario,
         capacity,
@@ -164,4 +166,18 @@ def serve_scenario(
         speculation,
         draft_placement,
         saving,
+    )
+
+
+def peak_sram(cache: StepCache) -> float:
+    """The most PMU SRAM any step the run simulated held (its largest kernel's,
+    ``StepTiming.sram_bytes``, what ``rdu-sim step`` reports); 0 for steps without the
+    engine's detail."""
+    return max(
+        (
+            c.detail.sram_bytes
+            for c in map(cache.cost, cache.shapes)
+            if isinstance(c.detail, StepTiming)
+        ),
+        default=0.0,
     )

@@ -1,0 +1,326 @@
+"""What a fused kernel's stages hold in PMU SRAM, and the tiles that make it fit.
+
+PMUs hold a stage's inputs, the parameters being streamed and its intermediates (SN
+§IV-B). At ``T`` tiles per call a stage holds (``stream_bytes``, the engine's buffers):
+
+- per input edge, ``buffer_tiles`` slots of the producer's tile (its output / ``T``); an
+  edge that must hold a whole layer (``whole_layer_edges``: a looped kernel's edge from one
+  layer to the next, a skip connection around a longer path, the selection a stage's
+  weights wait for) holds ``max(buffer_tiles, T)`` slots, the producer's whole output,
+  unless it is spilled to HBM (then it stages ``buffer_tiles`` slots on chip);
+- its operand window: ``min(prefetch_tiles, T)`` tiles of its off-chip reads (weight and KV
+  tiles loaded ahead of the compute);
+- one tile of its off-chip writes draining.
+
+``plan_tiles`` picks the kernel's tiles: the fewest ``T >= engine.tiles_per_stage``
+(doubling, at most ``MAX_TILES``) at which every stage's buffers fit whole PMUs within the
+usable budget, after spilling whole-layer edges to HBM (largest first) while they would
+take more than half of the usable PMUs (SN §V: activations spill first). When nothing fits
+it is a ``CapacityError`` naming the kernel, the stage and the bytes.
+
+What else stays resident once PMUs are allocated (``residency``): a GEMM stage re-uses its
+streamed operand (weights, or the KV cache in attention) for every row of its input. It
+keeps the operand resident when one GEMM's share fits the SRAM its buffers leave free, and
+reads it once per call; otherwise it holds a block of input rows in place of its input
+slots and streams the operand once per block: ``passes`` = its input over the SRAM its
+operand window and writes leave, each re-reading the operand from its tier (the classic
+blocking of a GEMM under a small buffer; FlashAttention re-streams K/V per query block the
+same way). The input slots are part of the block, so a stage makes at most ``T / 2``
+passes at ``T`` tiles. Left out: a block shorter than the systolic array's rows keeps its
+GEMM efficiency (the re-reads, not the array, dominate there).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.program import StageProgram, Tier
+from rdu_sim.config.units import format_bytes
+
+Edge = tuple[str, str, bool]
+"""A pipeline edge: (producer, consumer, loop): ``loop`` edges feed the next layer."""
+
+MAX_TILES = 4096
+"""Most tiles per call the compiler cuts a kernel into (``engine.tiles_per_stage``'s bound)."""
+
+WHOLE_EDGE_SHARE = 0.5
+"""Share of a kernel's usable PMUs whole-layer edges may hold before the largest spill to
+HBM: the rest streams the tiles (a compiler policy, SN §V: activations spill first)."""
+
+OFFCHIP: tuple[Tier, ...] = ("hbm", "ddr")
+
+
+def pipeline_edges(stages: Sequence[StageProgram], looped: bool) -> list[Edge]:
+    """Every edge of a kernel's pipeline: each stage's inputs, and in a looped kernel every
+    sink (no consumer) of a layer feeding every source (no producer) of the next."""
+    consumed = {name for stage in stages for name in stage.inputs}
+    sinks = [s.name for s in stages if s.name not in consumed]
+    sources = [s.name for s in stages if not s.inputs] if looped else []
+    edges = [(producer, stage.name, False) for stage in stages for producer in stage.inputs]
+    return edges + [(sink, source, True) for sink in sinks for source in sources]
+
+
+def input_bytes(stages: Sequence[StageProgram], looped: bool) -> dict[str, float]:
+    """On-chip bytes arriving per call at each stage over its pipeline edges."""
+    produced = {s.name: s.output_bytes for s in stages}
+    arriving = dict.fromkeys(produced, 0.0)
+    for producer, consumer, _ in pipeline_edges(stages, looped):
+        arriving[consumer] += produced[producer]
+    return arriving
+
+
+def skip_edges(stages: Sequence[StageProgram]) -> set[tuple[str, str]]:
+    """Edges u -> v for which another, longer path from u to v exists."""
+    names = [s.name for s in stages]
+    consumers: dict[str, list[str]] = {n: [] for n in names}
+    for stage in stages:
+        for producer in stage.inputs:
+            consumers[producer].append(stage.name)
+    reach: dict[str, set[str]] = {}
+    for name in reversed(names):  # topological order reversed: consumers first
+        reach[name] = set(consumers[name]).union(*(reach[c] for c in consumers[name]))
+    return {
+        (producer, stage.name)
+        for stage in stages
+        for producer in stage.inputs
+        if any(stage.name in reach[w] for w in consumers[producer] if w != stage.name)
+    }
+
+
+def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]:
+    """Edges that hold a layer's whole output: a layer's output is the next layer's whole
+    input (loop edges), a skip connection is kept whole while the long path fills (with two
+    slots the producer would stall and starve the long path, and deadlock once a collective
+    on it holds back a chunk), and so is the selection a stage's weights wait for (the
+    routing into the experts: the consumer needs the layer's whole selection first)."""
+    skips = skip_edges(stages)
+    selector = {s.name: s.selected_by for s in stages}
+    return {
+        edge
+        for edge in pipeline_edges(stages, looped)
+        if edge[2] or (edge[0], edge[1]) in skips or selector[edge[1]] == edge[0]
+    }
+
+
+def edge_slots(edge: Edge, whole: bool, buffer_tiles: int, tiles: int) -> int:
+    """Tile slots of an edge's buffer: ``buffer_tiles``, or a layer's tiles for a whole one
+    (where it lives, on chip or spilled to HBM, does not change the flow control), two
+    layers' for a loop edge: a sink early in a body of several layers (gpt-oss's
+    ``l0.attn.kv_write``) runs up to a body ahead of a late source of the next body
+    (``l1.attn.kv_read``), which a layer's slots would deadlock."""
+    if not whole:
+        return buffer_tiles
+    layer = max(buffer_tiles, tiles)
+    return 2 * layer if edge[2] else layer
+
+
+@dataclass(frozen=True)
+class BufferRule:
+    """The engine's buffering settings (the workload's ``engine:``) the footprint follows."""
+
+    buffer_tiles: int
+    prefetch_tiles: int
+
+
+@dataclass(frozen=True)
+class StreamBuffers:
+    """What a stage's buffers hold at a kernel's tiles, in bytes: its input slots, its
+    operand window (weight/KV tiles loaded ahead) and a tile of writes draining."""
+
+    inputs: float
+    operands: float
+    writes: float
+
+    @property
+    def total(self) -> float:
+        return self.inputs + self.operands + self.writes
+
+
+def stream_buffers(
+    stage: StageProgram,
+    tiles: int,
+    produced: Mapping[str, float],
+    inputs: Iterable[tuple[Edge, bool]],
+    rule: BufferRule,
+) -> StreamBuffers:
+    """The buffers ``stage`` holds streaming ``tiles`` tiles per call, its input edges given
+    as ``(edge, held whole on chip)``."""
+    held = 0.0
+    for edge, whole in inputs:
+        producer = edge[0]
+        slots = edge_slots(edge, whole, rule.buffer_tiles, tiles)
+        held += slots * produced[producer] / tiles
+    reads = sum(stage.reads.get(t, 0.0) for t in OFFCHIP)
+    writes = sum(stage.writes.get(t, 0.0) for t in OFFCHIP)
+    return StreamBuffers(held, min(rule.prefetch_tiles, tiles) * reads / tiles, writes / tiles)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """A kernel's tiles per call, the whole-layer edges spilled to HBM, its stages with the
+    spilled edges' HBM traffic, and their stream buffers at those tiles."""
+
+    tiles: int
+    spilled: frozenset[Edge]
+    stages: tuple[StageProgram, ...]
+    stream: tuple[StreamBuffers, ...]
+
+
+def _inputs(
+    stages: Sequence[StageProgram], looped: bool, spilled: frozenset[Edge]
+) -> dict[str, list[tuple[Edge, bool]]]:
+    whole = whole_layer_edges(stages, looped)
+    into: dict[str, list[tuple[Edge, bool]]] = {s.name: [] for s in stages}
+    for edge in pipeline_edges(stages, looped):
+        into[edge[1]].append((edge, edge in whole and edge not in spilled))
+    return into
+
+
+def _whole_by_size(stages: Sequence[StageProgram], looped: bool) -> list[Edge]:
+    """Whole-layer edges carrying bytes, largest first (ties in pipeline order)."""
+    produced = {s.name: s.output_bytes for s in stages}
+    whole = whole_layer_edges(stages, looped)
+    edges = [e for e in pipeline_edges(stages, looped) if e in whole and produced[e[0]] > 0]
+    return sorted(edges, key=lambda e: -produced[e[0]])
+
+
+def spill_edges(
+    stages: Sequence[StageProgram], looped: bool, *, pmus: int, pmu_bytes: float
+) -> frozenset[Edge]:
+    """Whole-layer edges to spill to HBM, largest first, until the PMUs the ones kept on
+    chip need (each consumer's in whole PMUs) are at most ``WHOLE_EDGE_SHARE`` of the
+    usable ``pmus``."""
+    produced = {s.name: s.output_bytes for s in stages}
+    kept = _whole_by_size(stages, looped)
+
+    def need() -> int:
+        held: dict[str, float] = {}
+        for producer, consumer, _ in kept:
+            held[consumer] = held.get(consumer, 0.0) + produced[producer]
+        return sum(math.ceil(b / pmu_bytes) for b in held.values())
+
+    spilled: list[Edge] = []
+    while kept and need() > WHOLE_EDGE_SHARE * pmus:
+        spilled.append(kept.pop(0))
+    return frozenset(spilled)
+
+
+def with_spills(stages: Sequence[StageProgram], spilled: Iterable[Edge]) -> list[StageProgram]:
+    """The stages with the spilled edges' HBM traffic: each producer writes its output to
+    HBM once per spilled edge, each consumer reads it back."""
+    produced = {s.name: s.output_bytes for s in stages}
+    written: dict[str, float] = {}
+    read: dict[str, float] = {}
+    for producer, consumer, _ in spilled:
+        written[producer] = written.get(producer, 0.0) + produced[producer]
+        read[consumer] = read.get(consumer, 0.0) + produced[producer]
+    out = []
+    for s in stages:
+        reads, writes = dict(s.reads), dict(s.writes)
+        if s.name in read:
+            reads["hbm"] = reads.get("hbm", 0.0) + read[s.name]
+        if s.name in written:
+            writes["hbm"] = writes.get("hbm", 0.0) + written[s.name]
+        out.append(replace(s, reads=reads, writes=writes))
+    return out
+
+
+def plan_tiles(
+    kernel: str,
+    stages: Sequence[StageProgram],
+    looped: bool,
+    *,
+    pmus: int,
+    pmu_bytes: float,
+    min_tiles: int,
+    rule: BufferRule,
+) -> TilePlan:
+    """The fewest tiles (from ``min_tiles``, doubling) at which the stages' buffers fit
+    ``pmus`` PMUs of ``pmu_bytes`` each, one PMU at least per stage, with the whole-layer
+    edges ``spill_edges`` chooses staged through HBM, and the next largest too as long as
+    nothing fits (module docstring)."""
+    spilled = spill_edges(stages, looped, pmus=pmus, pmu_bytes=pmu_bytes)
+    candidates = [e for e in _whole_by_size(stages, looped) if e not in spilled]
+    produced = {s.name: s.output_bytes for s in stages}
+    while True:
+        staged = tuple(with_spills(stages, spilled))
+        into = _inputs(staged, looped, spilled)
+        tiles = max(1, min(min_tiles, MAX_TILES))
+        while True:
+            stream = tuple(stream_buffers(s, tiles, produced, into[s.name], rule) for s in staged)
+            need = sum(max(1, math.ceil(b.total / pmu_bytes)) for b in stream)
+            if need <= pmus:
+                return TilePlan(tiles, spilled, staged, stream)
+            if tiles >= MAX_TILES:
+                break
+            tiles = min(2 * tiles, MAX_TILES)
+        if not candidates:
+            break
+        spilled = spilled | {candidates.pop(0)}
+    worst = max(range(len(staged)), key=lambda i: stream[i].total)
+    raise CapacityError(
+        f"kernel {kernel!r}: its stages' buffers need {need:,} PMUs of "
+        f"{format_bytes(pmu_bytes)} even at {tiles:,} tiles per call, more than the "
+        f"{pmus:,} usable per socket; the largest is stage {staged[worst].name!r} with "
+        f"{format_bytes(stream[worst].total)} (input slots, operand window, writes); raise "
+        "hw.socket.pmu.sram, lower engine.buffer_tiles or engine.prefetch_tiles, or raise "
+        "parallelism.tp"
+    )
+
+
+@dataclass(frozen=True)
+class Residency:
+    """What a stage keeps resident across its tiles: ``passes`` over its input rows (each
+    re-reading its streamed operand) and the SRAM it holds, buffers included."""
+
+    passes: int
+    sram_bytes: float
+
+
+def _groups(stage: StageProgram) -> int:
+    return 1 if stage.gemm is None else max(1, stage.gemm.batch)
+
+
+def rows_floor(
+    stage: StageProgram, buffers: StreamBuffers, operand_bytes: float, input_bytes: float
+) -> float:
+    """SRAM a stage needs to stream its operand once: one GEMM's whole input held in place
+    of its input slots, beside its operand window (0 without a re-used operand)."""
+    if stage.gemm is None or operand_bytes <= 0:
+        return 0.0
+    rows = input_bytes / _groups(stage)
+    return max(rows, buffers.inputs) + buffers.operands + buffers.writes
+
+
+def residency(
+    stage: StageProgram,
+    buffers: StreamBuffers,
+    operand_bytes: float,
+    input_bytes: float,
+    sram_bytes: float,
+    systolic_rows: int,
+) -> Residency:
+    """Passes of a stage over its input in ``sram_bytes`` of SRAM (its PMUs).
+
+    ``operand_bytes``: the off-chip bytes per call its GEMM re-uses for every input row
+    (weights, KV); ``input_bytes``: its input activations per call; both split over the
+    GEMM's ``batch`` independent products. The operand stays resident in place of its
+    window if it fits beside the input slots; else a block of input rows is held in place
+    of the input slots, and the operand streams once per block (a stage without input
+    slots, reading its input from HBM, makes a pass per ``systolic_rows`` rows). No GEMM,
+    or nothing re-used: one pass.
+    """
+    if stage.gemm is None or operand_bytes <= 0:
+        return Residency(1, buffers.total)
+    groups = _groups(stage)
+    operand, rows = operand_bytes / groups, input_bytes / groups
+    if buffers.inputs + operand + buffers.writes <= sram_bytes:
+        return Residency(1, buffers.inputs + max(operand, buffers.operands) + buffers.writes)
+    room = sram_bytes - buffers.operands - buffers.writes  # for a block of input rows
+    if room <= 0:  # no input slots to widen (inputs from HBM): a pass per array of rows
+        return Residency(max(1, math.ceil(stage.gemm.m / systolic_rows)), buffers.total)
+    passes = max(1, math.ceil(rows / room))
+    return Residency(passes, max(rows / passes, buffers.inputs) + buffers.operands + buffers.writes)

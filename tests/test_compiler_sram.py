@@ -1,0 +1,207 @@
+"""SRAM is a capacity the compiler respects: stage buffers fit their PMUs, kernels are cut
+finer when they would not, GEMM operands that do not stay resident are re-read, and the
+SRAM a kernel holds is one figure wherever it is reported."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import CapacityError, Compiler
+from rdu_sim.compiler.buffers import (
+    BufferRule,
+    StreamBuffers,
+    pipeline_edges,
+    plan_tiles,
+    residency,
+    spill_edges,
+    whole_layer_edges,
+)
+from rdu_sim.compiler.program import Program, StageProgram
+from rdu_sim.engine.kernel_sim import KernelSim, tile_works
+from rdu_sim.shapes import Gemm
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+DEEPSEEK = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+SMALL_SRAM = {"hw.socket.pmu.sram": "8 KiB"}  # 512 KiB / 64
+PREFILL = {"phase": "prefill", "tokens": 4096}
+
+
+@cache
+def _program(path: Path, phase: str, small: bool) -> Program:
+    scenario = api.load(path, SMALL_SRAM if small else None)
+    shape = api.default_step_shape(scenario, phase, tokens=4096 if phase == "prefill" else None)
+    return Compiler(scenario).program(shape)
+
+
+def test_a_64_fold_smaller_sram_makes_a_large_prefill_slower() -> None:
+    """The issue's complaint: 1 KiB PMUs changed nothing. With 64x less SRAM the decoder
+    kernel is cut finer, its GEMM weights no longer stay resident across the prompt's rows
+    (re-read once per block of rows) and its residual spills to HBM: more HBM traffic, a
+    slower step."""
+    base = api.step(LLAMA, **PREFILL).detail
+    small = api.step(LLAMA, SMALL_SRAM, **PREFILL).detail
+    assert small.step_s > 2 * base.step_s
+    assert small.bytes_by_tier["hbm"] > 5 * base.bytes_by_tier["hbm"]
+    assert small.kernel("decoder").tiles > base.kernel("decoder").tiles
+    program = _program(LLAMA, "prefill", True)
+    decoder = next(k for k in program.kernels if k.name == "decoder")
+    gate = next(s for s in decoder.stages if s.name == "ffn.gate_proj")
+    assert gate.passes > 1
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["shipped-sram", "sram-over-64"])
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+@pytest.mark.parametrize("path", [LLAMA, DEEPSEEK], ids=["llama", "deepseek"])
+def test_every_stage_fits_its_pmus_and_every_kernel_the_socket(
+    path: Path, phase: str, small: bool
+) -> None:
+    program = _program(path, phase, small)
+    socket = api.load(path, SMALL_SRAM if small else None).hardware.socket
+    usable = math.floor(socket.usable_fraction * socket.pmu.count)
+    for kernel in program.kernels:
+        assert kernel.tiles is not None and kernel.tiles >= 8
+        assert sum(s.pmus for s in kernel.stages) <= usable
+        assert kernel.sram_bytes <= usable * socket.pmu.sram
+        for stage in kernel.stages:
+            assert 0 <= stage.sram_bytes <= stage.pmus * socket.pmu.sram * (1 + 1e-12), stage.name
+            assert stage.passes >= 1
+    assert program.placement.tiers["sram"].used_bytes == math.ceil(program.sram_bytes)
+
+
+def test_the_compiler_sizes_input_buffers_as_the_engine_builds_them() -> None:
+    """Differential: each stage's input slots in the compiler's accounting equal the
+    engine's stage buffers (slots x the producer's tile) wired for the same kernel."""
+    scenario = api.load(LLAMA)
+    program = _program(LLAMA, "prefill", False)
+    decoder = next(k for k in program.kernels if k.name == "decoder")
+    tiles = decoder.tiles or 0
+    sim = KernelSim(
+        decoder,
+        scenario.hardware,
+        1,
+        scenario.workload.engine,
+        tile_works(decoder, tiles, scenario.hardware.socket),
+        layers=2,
+        looped=True,
+        max_events=10**6,
+    )
+    produced = {s.name: s.output_bytes for s in decoder.stages}
+    engine = {
+        consumer: sum(
+            b.capacity * produced[b.name.split("->")[0].removesuffix("@prev")] / tiles
+            for b in buffers
+        )
+        for consumer, buffers in sim.pipelines[0].buffers.items()
+    }
+    rule = BufferRule(
+        scenario.workload.engine.buffer_tiles, scenario.workload.engine.prefetch_tiles
+    )
+    plan = plan_tiles(
+        "decoder",
+        decoder.stages,
+        True,
+        pmus=10**9,
+        pmu_bytes=1.0,
+        min_tiles=tiles,
+        rule=rule,
+    )
+    assert plan.tiles == tiles
+    for stage, buffers in zip(decoder.stages, plan.stream, strict=True):
+        assert buffers.inputs == pytest.approx(engine[stage.name], rel=1e-12), stage.name
+
+
+def _stage(name: str, reads: float, out: float, inputs: tuple[str, ...] = ()) -> StageProgram:
+    return StageProgram(
+        name=name,
+        op="gemm",
+        pcus=1,
+        pmus=1,
+        flops=0.0,
+        vector_flops=0.0,
+        reads={"hbm": reads} if reads else {},
+        writes={},
+        inputs=inputs,
+        output_bytes=out,
+    )
+
+
+def test_tiles_double_until_the_buffers_fit() -> None:
+    # a -> b: b holds 2 slots of a's tile (800 / T) and 2 tiles of its 1,600 B of reads.
+    stages = [_stage("a", 0.0, 800.0), _stage("b", 1600.0, 0.0, ("a",))]
+    rule = BufferRule(buffer_tiles=2, prefetch_tiles=2)
+
+    def plan(pmus: int) -> int:
+        return plan_tiles(
+            "k", stages, False, pmus=pmus, pmu_bytes=100.0, min_tiles=2, rule=rule
+        ).tiles
+
+    # at T tiles b needs 2*800/T + 2*1600/T = 4800/T bytes: ceil(48/T) PMUs, a needs 1
+    assert plan(25) == 2  # 24 + 1
+    assert plan(13) == 4  # 12 + 1
+    assert plan(4) == 16  # 3 + 1
+    with pytest.raises(CapacityError, match=r"kernel 'k'.*stage 'b'"):
+        plan(1)
+
+
+def test_whole_layer_edges_spill_largest_first() -> None:
+    # s -> x -> y, s -> y: the skip edge s -> y holds s's whole output on chip
+    stages = [
+        _stage("s", 0.0, 1000.0),
+        _stage("x", 0.0, 10.0, ("s",)),
+        _stage("y", 0.0, 0.0, ("s", "x")),
+    ]
+    assert whole_layer_edges(stages, looped=False) == {("s", "y", False)}
+    # 1000 B in 100 B PMUs: 10 PMUs, at most half of the usable ones
+    assert spill_edges(stages, False, pmus=20, pmu_bytes=100.0) == frozenset()
+    assert spill_edges(stages, False, pmus=19, pmu_bytes=100.0) == {("s", "y", False)}
+    looped = pipeline_edges(stages, looped=True)
+    assert ("y", "s", True) in looped
+
+
+def test_residency_passes_by_hand() -> None:
+    gemm = StageProgram(
+        name="g",
+        op="gemm",
+        pcus=1,
+        pmus=1,
+        flops=1.0,
+        vector_flops=0.0,
+        reads={"hbm": 1000.0},
+        writes={},
+        gemm=Gemm(m=4096, n=64, k=64, batch=1),
+    )
+    buffers = StreamBuffers(inputs=100.0, operands=200.0, writes=0.0)
+    # operand (1000 B) fits beside the input slots: resident, one pass
+    assert residency(gemm, buffers, 1000.0, 5000.0, 1100.0, 32).passes == 1
+    # it does not: rows of the 5000 B input held in 800 B beside the window: 7 passes
+    held = residency(gemm, buffers, 1000.0, 5000.0, 1000.0, 32)
+    assert held.passes == 7 and held.sram_bytes == pytest.approx(5000 / 7 + 200)
+    # no input slots and no room: a pass per 32 rows of the array (4096 / 32 = 128)
+    empty = StreamBuffers(inputs=0.0, operands=1000.0, writes=0.0)
+    assert residency(gemm, empty, 2000.0, 5e9, 1000.0, 32).passes == 128
+    # two independent GEMMs (batch 2): each re-uses half the operand over half the rows
+    batched = StageProgram(**{**gemm.__dict__, "gemm": Gemm(4096, 64, 64, 2)})
+    assert residency(batched, buffers, 2000.0, 10000.0, 1000.0, 32).passes == 7
+
+
+def test_sram_is_one_figure_in_step_inspect_and_run() -> None:
+    step = api.step(LLAMA).detail
+    inspect = api.inspect_graph(LLAMA)
+    assert [k["sram_bytes"] for k in inspect["kernels"]] == [k.sram_bytes for k in step.kernels]
+    assert [k["tiles"] for k in inspect["kernels"]] == [k.tiles for k in step.kernels]
+    run = api.run(LLAMA, {"serving.requests": 4})
+    peak = max(run.cache.cost(shape).detail.sram_bytes for shape in run.cache.shapes)
+    sram = run.summary().memory["sram"]
+    assert sram.used_bytes == math.ceil(peak) > 0
+    assert sram.used_bytes <= sram.capacity_bytes
+
+
+def test_a_kernel_that_cannot_fit_is_refused_naming_it() -> None:
+    with pytest.raises(CapacityError, match=r"kernel '.*': its stages' buffers need .* PMUs"):
+        api.step(LLAMA, {"hw.socket.pmu.sram": "64 B"}, **PREFILL)
