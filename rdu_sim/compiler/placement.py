@@ -6,15 +6,19 @@ Rules (SN40L's compiler, SN §V, as the project models it):
    nothing else, that is a CapacityError naming the batch capacity.
 2. Weights fill the rest of HBM, highest bandwidth need first: need = bytes read per decode
    step / bytes resident (1 for dense weights, touched/E for routed experts, rows/vocab for
-   the embedding gather). The weights with the lowest need spill to DDR first; one tensor
-   may straddle (its reads split in proportion).
+   the embedding gather), up to what the workload's `memory.weights` lets HBM pin
+   (`pinned_limit`: all of them for `hbm`, `hot_set_fraction` of HBM for `hot_set`, none
+   for `streamed`). The rest live in DDR and the steps read them from there; the weights
+   with the lowest need go to DDR first; one tensor may straddle (its reads split in
+   proportion).
 3. If the spill does not fit DDR either: CapacityError saying what, by how much, and how to
    shrink it.
 SRAM (the PMUs) holds no persistent tensor; it is the stage buffers of the running kernel,
 which `compile_program` reports.
 
 `batch_capacity` is the largest number of slots whose KV cache and activations fit in HBM
-beside all the weights (so no weight spills at that batch).
+beside the weights HBM pins (all of them for `memory.weights: hbm`, so no weight spills at
+that batch). Capacity errors suggest only what applies to the workload (`shrink_hints`).
 """
 
 from __future__ import annotations
@@ -193,23 +197,46 @@ def _layout_hint(scenario: Scenario) -> str:
     return f"use parallelism.mla_cache_layout sequence_split (now {layout}), "
 
 
-def _shrink_hint(scenario: Scenario) -> str:
+def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = False) -> list[str]:
+    """Ways out of a capacity error that apply to this workload (never what is already set):
+    for the KV cache (``kv``), the weights in HBM (``weights``) or in DDR (``ddr``)."""
     w = scenario.workload
-    hints = [f"raise parallelism.tp (now {w.parallelism.tp})"]
-    if DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
+    gpu = scenario.hardware.kind == "gpu"
+    hints: list[str] = []
+    if kv:
+        hints.append(f"reduce serving.max_context (now {w.serving.max_context})")
+        if w.kv.policy != "snapstream":
+            hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
+        if _layout_hint(scenario):
+            hints.append(_layout_hint(scenario).removesuffix(", "))
+    if weights and not ddr and not gpu and w.memory.weights != "streamed":
+        hints.append(
+            f"serve the weights from DDR (memory.weights hot_set or streamed, now "
+            f"{w.memory.weights})"
+        )
+    if weights and DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
-    if scenario.hardware.kind == "gpu":  # no DDR tier: a GPU streams weights from HBM only
-        hints.append(_more_gpus(scenario).removeprefix(", "))
-    else:
-        hints.append("or give each socket more DDR (hw.socket.ddr.capacity)")
-    return ", ".join(hints)
+    hints.append(f"raise parallelism.tp (now {w.parallelism.tp})")
+    if gpu:  # no DDR tier: a GPU holds weights in HBM only
+        hints.append(f"use more GPUs (hw.system.sockets, now {scenario.hardware.system.sockets})")
+    elif ddr:
+        hints.append("give each socket more DDR (hw.socket.ddr.capacity)")
+    return hints
 
 
-def _more_gpus(scenario: Scenario) -> str:
-    """The way out on a GPU system, where nothing spills to DDR ("" on SN40L)."""
-    if scenario.hardware.kind != "gpu":
-        return ""
-    return f", or use more GPUs (hw.system.sockets, now {scenario.hardware.system.sockets})"
+def _join(hints: list[str]) -> str:
+    return ", ".join(hints[:-1]) + f" or {hints[-1]}" if len(hints) > 1 else hints[0]
+
+
+def pinned_limit(scenario: Scenario) -> int:
+    """Most weight bytes per socket HBM may pin under ``memory.weights``: all of HBM for
+    ``hbm`` (and on a GPU, which has no DDR), ``hot_set_fraction`` of it, or none."""
+    memory, hbm = scenario.workload.memory, scenario.hardware.hbm.capacity
+    if scenario.hardware.kind == "gpu" or memory.weights == "hbm":
+        return hbm
+    if memory.weights == "hot_set":
+        return math.floor(memory.hot_set_fraction * hbm)
+    return 0
 
 
 def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
@@ -236,12 +263,14 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
             if capacity
             else "not even one fits beside the weights"
         )
+        hints = [
+            f"lower serving.batch_slots ({fit})",
+            *shrink_hints(scenario, kv=True, weights=False),
+        ]
         raise CapacityError(
             f"the KV cache of {batch_slots} slots ({format_bytes(kv)}) and activations "
             f"({format_bytes(act)}) need {format_bytes(act + kv)} of HBM per socket, more "
-            f"than its {format_bytes(hbm_cap)}; lower serving.batch_slots ({fit}), reduce "
-            f"serving.max_context, use kv.policy snapstream, {_layout_hint(scenario)}or "
-            f"raise parallelism.tp (now {scenario.tp})"
+            f"than its {format_bytes(hbm_cap)}; {_join(hints)}"
         )
     room = hbm_cap - act - kv
     draft_kv = draft_kv_bytes(scenario, batch_slots)
@@ -261,6 +290,7 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
             )
         tensors.append(TensorPlacement(weight.key, "weights", "hbm", weight.bytes))
         in_hbm += weight.bytes
+    room = min(room, in_hbm + pinned_limit(scenario))  # the target's weights HBM may pin
     inventory = weight_inventory(scenario, batch_slots)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
         here = min(weight.bytes, room - in_hbm)
@@ -277,7 +307,7 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
             f"(tp={scenario.tp}, {scenario.weight_dtype}); HBM holds "
             f"{format_bytes(in_hbm)} of them beside the KV cache and activations and DDR "
             f"{format_bytes(ddr_cap)}, so {format_bytes(in_ddr - ddr_cap)} do not fit: "
-            f"{_shrink_hint(scenario)}"
+            + _join(shrink_hints(scenario, kv=False, weights=True, ddr=True))
         )
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=capacities["sram"]),
@@ -300,13 +330,14 @@ def hbm_fractions(placement: Placement) -> dict[str, float]:
 
 
 def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
-    """Most slots whose KV cache and activations fit in HBM beside all the weights.
+    """Most slots whose KV cache and activations fit in HBM beside the weights it pins.
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
-    weights = sum(w.bytes for w in [*weight_inventory(scenario), *draft_weights(scenario)])
+    target = min(sum(w.bytes for w in weight_inventory(scenario)), pinned_limit(scenario))
+    weights = sum(w.bytes for w in draft_weights(scenario)) + target
 
     def fits(slots: int) -> bool:
         return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots) <= hbm
@@ -314,16 +345,13 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
     if not fits(1):
         if strict:
             serving = scenario.workload.serving
+            hints = shrink_hints(scenario, kv=True, weights=weights > 0)
             raise CapacityError(
                 f"cannot fit even one sequence of max_context {serving.max_context} tokens: "
                 f"weights take {format_bytes(weights)} of the {format_bytes(hbm)} HBM per "
-                f"socket and one slot's KV cache is "
-                f"{format_bytes(kv_bytes(scenario, 1))} (kv.policy "
-                f"{scenario.workload.kv.policy}, mla_cache_layout "
-                f"{scenario.workload.parallelism.mla_cache_layout}); reduce "
-                f"serving.max_context, use kv.policy snapstream, {_layout_hint(scenario)}"
-                f"raise parallelism.tp (now {scenario.tp}), or store weights in fp8"
-                + _more_gpus(scenario)
+                f"socket (memory.weights {scenario.workload.memory.weights}) and one slot's "
+                f"KV cache is {format_bytes(kv_bytes(scenario, 1))} (kv.policy "
+                f"{scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
     low, high = 1, 2
@@ -338,3 +366,30 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
         else:
             high = mid
     return low
+
+
+def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
+    """What a reader of a run must be told about where the weights ended up: batch slots
+    that push weights out of the HBM share ``memory.weights`` gives them (the steps then
+    read those weights from DDR)."""
+    total = sum(w.bytes for w in weight_inventory(scenario))
+    wanted = min(total, pinned_limit(scenario))
+    held = sum(  # the target's weights in HBM (a shared draft's always sit there too)
+        t.bytes
+        for t in placement.tensors
+        if t.kind == "weights" and t.tier == "hbm" and not t.name.startswith(DRAFT_PREFIX)
+    )
+    if held >= wanted:
+        return []
+    memory = scenario.workload.memory
+    share = (
+        "all the weights"
+        if memory.weights == "hbm"
+        else f"a hot set of {format_bytes(wanted)} (memory.weights hot_set)"
+    )
+    return [
+        f"serving.batch_slots {placement.batch_slots} leaves HBM room for "
+        f"{format_bytes(held)} of weights instead of {share}: "
+        f"{format_bytes(wanted - held)} more per socket are read from DDR every step "
+        "(lower serving.batch_slots or set it to auto)"
+    ]

@@ -279,6 +279,29 @@ class EngineConfig(StrictModel):
     )
 
 
+WeightsPlacement = Literal["hbm", "hot_set", "streamed"]
+
+
+class MemoryConfig(StrictModel):
+    """Where the weights live on each socket (SN40L's three tiers; docs/memory.md)."""
+
+    weights: WeightsPlacement = Field(
+        default="hbm",
+        description="'hbm': every weight lives in HBM and the batch slots fit beside them "
+        "(slots set above that push the least-read weights to DDR, with a warning); "
+        "'hot_set': the weights live in DDR and HBM pins the most-read ones (up to "
+        "hot_set_fraction of HBM), the rest read from DDR every step; 'streamed': every "
+        "weight is read from DDR every step, HBM holds only the KV cache and activations",
+    )
+    hot_set_fraction: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="with weights 'hot_set': the share of HBM pinned for weights; the rest "
+        "holds the batch slots' KV cache and activations (a serving choice, not hardware)",
+    )
+
+
 def _model_kind(value: Any) -> str | None:
     """A preset name is a string; a config.json reference a mapping with `config_json`; a
     custom architecture any other mapping."""
@@ -403,6 +426,7 @@ class WorkloadConfig(StrictModel):
             "case min(experts, tokens x k), as a graph with compile-time loop bounds must"
         ),
     )
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     serving: ServingConfig = Field(default_factory=ServingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     speculation: SpeculationConfig | None = Field(

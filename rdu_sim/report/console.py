@@ -55,7 +55,8 @@ def steady_decode(result: RunSummary) -> str:
 def memory_table(result: RunSummary) -> Table:
     """Per-tier memory of one socket: capacity, weights, KV, activations, used, free."""
     table = Table(
-        title=f"Memory per socket ({result.sockets} sockets, tp={result.tp})",
+        title=f"Memory per socket ({result.sockets} sockets, tp={result.tp}; "
+        f"weights: {result.weights_placement})",
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
@@ -77,6 +78,14 @@ def memory_table(result: RunSummary) -> Table:
     return table
 
 
+def _bound(result: RunSummary) -> str:
+    step = result.decode_step
+    if step is None:
+        return "-"
+    limit = {"hbm": step.hbm_s, "ddr": step.ddr_s, "compute": step.compute_s}[step.bound]
+    return f"{step.bound.upper()} ({human_seconds(limit)} of {human_seconds(step.step_s)})"
+
+
 def serving_table(result: RunSummary) -> Table:
     """Capacity, throughput and utilization figures."""
     table = Table(title="Serving", title_justify="left", show_header=False)
@@ -95,6 +104,7 @@ def serving_table(result: RunSummary) -> Table:
         ("steady-state decode (slots kept full)", steady_decode(result)),
         ("per-user rate (p50)", f"{result.user_tokens_per_s.p50 or 0:,.2f} tok/s"),
         ("prefill of a typical prompt", human_seconds(result.prefill_s)),
+        ("decode step bound by", _bound(result)),
         ("slot occupancy (time mean)", _percent(result.occupancy)),
         ("decode slots doing work", _percent(result.decode_slot_fill)),
         ("HBM bandwidth utilization", _percent(result.utilization.hbm)),
@@ -140,10 +150,11 @@ def render(result: RunSummary) -> Group:
         f"tp={result.tp}, kv={result.kv_policy}, seed={result.seed}"
     )
     latencies = {key: getattr(result, key) for key, _ in LATENCIES}
+    warnings = [f"[bold yellow]warning:[/] {text}" for text in result.warnings]
     tables = [memory_table(result), serving_table(result), latency_table(latencies)]
     if result.speculation is not None:
         tables.append(speculation_table(result.speculation))
-    return Group(head, *tables)
+    return Group(head, *warnings, *tables)
 
 
 def print_report(result: RunSummary, console: Console | None = None) -> None:

@@ -20,7 +20,13 @@ Definitions (docs/serving.md repeats them for users):
 - ``occupancy``: time-weighted mean fraction of slots holding a request over the makespan;
   ``decode_slot_fill``: decoding slots / batch slots, averaged over decode steps (how much of
   the static decode graph did useful work rather than padding).
-- ``memory``: per tier, one socket's view (TP is symmetric: every socket holds the same).
+- ``memory``: per tier, one socket's view (TP is symmetric: every socket holds the same);
+  ``weights_placement``: the workload's ``memory.weights`` (which tier holds the weights);
+  ``warnings``: what the reader must know, e.g. batch slots that pushed weights out of HBM.
+- ``decode_step``: the decode step the run ran most often: its batch, context and simulated
+  ``step_s``, its bytes per tier, each bound's time (``hbm_s``, ``ddr_s``: the tier's bytes
+  at its sustained bandwidth; ``compute_s``: matrix FLOPs at peak) and ``bound``, the largest
+  (a model served from DDR shows ``ddr``); None without a decode step.
 
 Floats are rounded to 12 significant digits, so the JSON is byte-identical across runs and
 platforms for the same inputs.
@@ -36,7 +42,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim import __version__
+from rdu_sim.compiler.placement import placement_warnings
 from rdu_sim.compiler.program import TIERS, Placement
+from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.run import ServingRun
@@ -155,6 +164,51 @@ class StepCounts:
 
 
 @dataclass(frozen=True)
+class DecodeStepBound:
+    """The decode step a run ran most often, against its bounds (one socket)."""
+
+    batch: int
+    context: int
+    step_s: float
+    bytes_by_tier: dict[str, float]
+    hbm_s: float
+    ddr_s: float
+    compute_s: float
+    bound: str
+
+
+def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
+    """The most frequent decode step of ``run`` with its HBM, DDR and compute bounds."""
+    cache, hardware = run.cache, run.scenario.hardware
+    decodes = [(n, shape) for shape, n in cache.steps.items() if shape.phase == "decode"]
+    if not decodes:
+        return None
+    shape = max(decodes, key=lambda item: (item[0], item[1].batch, item[1].cache_len))[1]
+    detail = cache.cost(shape).detail
+    if not isinstance(detail, StepTiming):
+        return None
+    ddr = hardware.socket.ddr if isinstance(hardware, HardwareConfig) else None
+    times = {
+        "hbm": detail.bytes_by_tier.get("hbm", 0.0)
+        / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
+        "ddr": 0.0
+        if ddr is None
+        else detail.bytes_by_tier.get("ddr", 0.0) / (ddr.bandwidth * ddr.efficiency),
+        "compute": detail.flops / hardware.peak_flops,
+    }
+    return DecodeStepBound(
+        batch=shape.batch,
+        context=shape.cache_len,
+        step_s=detail.step_s,
+        bytes_by_tier={t: b for t, b in detail.bytes_by_tier.items() if t in ("hbm", "ddr")},
+        hbm_s=times["hbm"],
+        ddr_s=times["ddr"],
+        compute_s=times["compute"],
+        bound=max(times, key=lambda k: times[k]),
+    )
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """The metrics of one serving run, typed; :meth:`to_dict` is the JSON contract of
     ``rdu-sim run --json`` (docs/serving.md). Floats are already rounded as the JSON is, so
@@ -173,6 +227,9 @@ class RunSummary:
     batch_slots: int
     kv_bytes_per_slot: int
     memory: dict[str, TierMemory]
+    weights_placement: str
+    warnings: list[str]
+    decode_step: DecodeStepBound | None
     requests: int
     requests_completed: int
     output_tokens: int
@@ -324,6 +381,9 @@ def summarize(run: ServingRun) -> RunSummary:
         batch_slots=batch_slots,
         kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
         memory=memory_summary(run.placement),
+        weights_placement=scenario.workload.memory.weights,
+        warnings=placement_warnings(scenario, run.placement),
+        decode_step=decode_step_bound(run),
         requests=len(records),
         requests_completed=int(done.sum()),
         output_tokens=output_tokens,

@@ -1,0 +1,112 @@
+"""Weights in DDR: `memory.weights` places them (all in HBM, a pinned hot set, or streamed
+from DDR every step), `run` serves models larger than HBM with DDR-bound steps, says which
+tier holds what, warns when batch slots push weights out of HBM, and its capacity errors
+suggest only what applies to the workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import CapacityError
+from rdu_sim.compiler.placement import batch_capacity, plan_memory, weight_inventory
+from rdu_sim.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA_405B = ROOT / "workloads" / "llama3.1-405b-bf16-8socket.yaml"
+LLAMA_8B = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+SHORT = {
+    "serving.requests": 4,
+    "serving.prompt_tokens": {"dist": "fixed", "value": 512},
+    "serving.output_tokens": {"dist": "fixed", "value": 16},
+}
+
+
+def test_the_shipped_405b_bf16_workload_is_served_from_ddr_and_ddr_bound() -> None:
+    """The issue's must-show: 405B BF16 on 8 sockets completes, its JSON shows weight bytes
+    in DDR and a decode step bound by DDR (never faster than the DDR roofline)."""
+    data = api.run(LLAMA_405B, SHORT).to_dict()
+    assert data["requests_completed"] == 4
+    assert data["weights_placement"] == "hot_set"
+    ddr, hbm = data["memory"]["ddr"], data["memory"]["hbm"]
+    scenario = load_scenario(LLAMA_405B)
+    total = sum(w.bytes for w in weight_inventory(scenario))
+    assert ddr["weights_bytes"] > 0 and ddr["weights_bytes"] + hbm["weights_bytes"] == total
+    assert hbm["weights_bytes"] <= 0.5 * hbm["capacity_bytes"]  # the hot set's share
+    assert hbm["used_bytes"] <= hbm["capacity_bytes"]
+    step = data["decode_step"]
+    assert step["bound"] == "ddr"
+    assert step["ddr_s"] > step["hbm_s"] and step["ddr_s"] > step["compute_s"]
+    assert step["ddr_s"] <= step["step_s"] < 1.2 * step["ddr_s"]
+    assert data["warnings"] == []
+
+
+def test_a_model_larger_than_hbm_is_refused_in_hbm_with_the_ddr_hint() -> None:
+    scenario = load_scenario(LLAMA_405B, {"memory.weights": "hbm"})
+    with pytest.raises(CapacityError) as info:
+        batch_capacity(scenario)
+    message = str(info.value)
+    assert "memory.weights hot_set or streamed, now hbm" in message
+    assert "fp8" in message and "kv.policy snapstream" in message
+
+
+def test_capacity_hints_never_suggest_what_is_already_set() -> None:
+    scenario = load_scenario(
+        LLAMA_405B,
+        {
+            "memory.weights": "streamed",
+            "dtypes.weights": "fp8",
+            "kv.policy": "snapstream",
+            "serving.max_context": 131072,
+            "hw.socket.hbm.capacity": "256 MiB",
+        },
+    )
+    with pytest.raises(CapacityError) as info:
+        batch_capacity(scenario)
+    message = str(info.value)
+    assert "cannot fit even one sequence" in message
+    for already in ("memory.weights hot_set", "store weights in fp8", "use kv.policy"):
+        assert already not in message
+    assert "mla_cache_layout" not in message  # a Llama model has no MLA cache
+    assert "serving.max_context" in message and "parallelism.tp" in message
+
+
+def test_streamed_reads_every_weight_from_ddr_and_is_slower_than_the_hot_set() -> None:
+    hot = load_scenario(LLAMA_405B)
+    streamed = load_scenario(LLAMA_405B, {"memory.weights": "streamed"})
+    slots = batch_capacity(hot)
+    plan = plan_memory(streamed, slots)
+    assert plan.tiers["hbm"].weights_bytes == 0
+    assert plan.tiers["ddr"].weights_bytes == sum(w.bytes for w in weight_inventory(streamed))
+    # streaming leaves all of HBM to the KV cache: more slots fit
+    assert batch_capacity(streamed) > slots
+    hot_step = api.step(LLAMA_405B, batch=slots, context=1024).step_s
+    streamed_step = api.step(
+        LLAMA_405B, {"memory.weights": "streamed"}, batch=slots, context=1024
+    ).step_s
+    assert streamed_step > 1.3 * hot_step
+
+
+def test_a_larger_hot_set_reads_less_from_ddr_and_fits_fewer_slots() -> None:
+    def plan(fraction: float) -> tuple[int, int]:
+        scenario = load_scenario(LLAMA_405B, {"memory.hot_set_fraction": fraction})
+        slots = batch_capacity(scenario)
+        return slots, plan_memory(scenario, slots).tiers["ddr"].weights_bytes
+
+    small_slots, small_ddr = plan(0.25)
+    large_slots, large_ddr = plan(0.75)
+    assert large_ddr < small_ddr and large_slots < small_slots
+
+
+def test_slots_above_capacity_push_weights_out_of_hbm_with_a_warning() -> None:
+    scenario = load_scenario(LLAMA_8B)
+    capacity = batch_capacity(scenario)
+    auto = api.run(LLAMA_8B, SHORT).summary()
+    assert auto.warnings == [] and auto.memory["ddr"].weights_bytes == 0
+    over = api.run(LLAMA_8B, {**SHORT, "serving.batch_slots": capacity + 4}).summary()
+    assert over.memory["ddr"].weights_bytes > 0
+    (warning,) = over.warnings
+    assert f"serving.batch_slots {capacity + 4}" in warning
+    assert "read from DDR every step" in warning
