@@ -16,6 +16,7 @@ from rdu_sim.hw.collectives import (
     tree_all_reduce,
     tree_time,
 )
+from rdu_sim.hw.copy_engine import CopyEngine
 from rdu_sim.hw.kernel_launch import Body, KernelLauncher
 from rdu_sim.hw.memory_channel import MemoryChannel
 from rdu_sim.hw.p2p_link import P2PLink
@@ -27,6 +28,7 @@ __all__ = [
     "Body",
     "BusyTracker",
     "ByteCounter",
+    "CopyEngine",
     "KernelLauncher",
     "MemoryChannel",
     "P2PLink",
