@@ -192,6 +192,37 @@ def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) 
     return None
 
 
+def _check_coe(
+    workload: WorkloadConfig, hardware: Hardware, fail: Callable[[str, str], ConfigError]
+) -> None:
+    """A Composition of Experts needs SN40L's DDR, a known router model whose heads the TP
+    degree divides, and a number of batch slots (they share HBM with the expert region)."""
+    coe = workload.coe
+    assert coe is not None
+    if hardware.kind == "gpu":
+        raise fail("coe", "a Composition of Experts keeps its experts in DDR; a GPU has none")
+    try:
+        router = get_model(coe.router)
+    except UnknownModelError as exc:
+        raise fail("coe.router", str(exc)) from None
+    if router.heads % workload.parallelism.tp:
+        raise fail(
+            "coe.router",
+            f"tp={workload.parallelism.tp} does not divide the router's {router.heads} heads",
+        )
+    if workload.speculation is not None:
+        raise fail(
+            "coe",
+            "a Composition of Experts serves each expert without a draft; remove speculation",
+        )
+    if workload.serving.batch_slots == "auto":
+        raise fail(
+            "serving.batch_slots",
+            "a Composition of Experts needs a number of slots: their KV cache and the "
+            "expert region share HBM, so 'auto' (as many slots as fit) would leave no region",
+        )
+
+
 def _cross_check(
     workload: WorkloadConfig,
     hardware: Hardware,
@@ -213,6 +244,8 @@ def _cross_check(
             f"{serving.max_context} exceeds the model's maximum "
             f"context of {model.max_context} tokens",
         )
+    if workload.coe is not None:
+        _check_coe(workload, hardware, fail)
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
         return make_policy(workload.kv, serving.max_context)
     except PolicyError as exc:

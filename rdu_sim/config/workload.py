@@ -302,6 +302,40 @@ class MemoryConfig(StrictModel):
     )
 
 
+class ZipfPopularity(StrictModel):
+    """Expert popularity: expert ``i`` (from 0) is asked for with weight ``1 / (i + 1)^s``."""
+
+    dist: Literal["zipf"] = "zipf"
+    exponent: float = Field(default=1.0, ge=0.0, le=10.0, description="s; 0 is uniform")
+
+
+class CoEConfig(StrictModel):
+    """Composition of Experts (SN40L paper §VI-C, Fig. 9): many expert models of the
+    workload's architecture live in DDR; a router model, always in HBM, picks each
+    request's expert; an HBM region caches the active experts (docs/memory.md)."""
+
+    experts: int = Field(ge=1, le=100_000, description="expert models resident in DDR")
+    router: str = Field(
+        min_length=1,
+        description="the router model (a preset name): it prefills every prompt once before "
+        "the expert serves it, and its weights stay in HBM",
+    )
+    popularity: ZipfPopularity = Field(
+        default_factory=ZipfPopularity,
+        description="how requests pick their expert (seeded by serving.seed)",
+    )
+    eviction: Literal["lru", "lfu", "fifo"] = Field(
+        default="lru",
+        description="which cached expert a switch evicts: 'lru' (least recently used), "
+        "'lfu' (least often used), 'fifo' (least recently admitted)",
+    )
+    prefetch: bool = Field(
+        default=True,
+        description="copy the next queued request's expert into HBM while the current "
+        "expert serves (the copy shares DDR and HBM with the steps' own traffic)",
+    )
+
+
 def _model_kind(value: Any) -> str | None:
     """A preset name is a string; a config.json reference a mapping with `config_json`; a
     custom architecture any other mapping."""
@@ -427,6 +461,9 @@ class WorkloadConfig(StrictModel):
         ),
     )
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    coe: CoEConfig | None = Field(
+        default=None, description="serve a Composition of Experts (absent: one model)"
+    )
     serving: ServingConfig = Field(default_factory=ServingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     speculation: SpeculationConfig | None = Field(

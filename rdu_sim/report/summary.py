@@ -21,12 +21,17 @@ Definitions (docs/serving.md repeats them for users):
   ``decode_slot_fill``: decoding slots / batch slots, averaged over decode steps (how much of
   the static decode graph did useful work rather than padding).
 - ``memory``: per tier, one socket's view (TP is symmetric: every socket holds the same);
-  ``weights_placement``: the workload's ``memory.weights`` (which tier holds the weights);
+  ``weights_placement``: the workload's ``memory.weights`` (which tier holds the weights),
+  or ``coe`` (experts in DDR, the active ones cached in HBM);
   ``warnings``: what the reader must know, e.g. batch slots that pushed weights out of HBM.
 - ``decode_step``: the decode step the run ran most often: its batch, context and simulated
   ``step_s``, its bytes per tier, each bound's time (``hbm_s``, ``ddr_s``: the tier's bytes
   at its sustained bandwidth; ``compute_s``: matrix FLOPs at peak) and ``bound``, the largest
   (a model served from DDR shows ``ddr``); None without a decode step.
+- ``coe``: a Composition of Experts run's switching (``serving.coe.CoEStats``):
+  ``model_switches``, ``switch_s`` (copy engine busy), ``switch_stall_s`` (the server
+  waiting on copies), ``hbm_hit_rate``, ``bytes_copied``, ``expert_weight_bytes``; None
+  for one model.
 
 Floats are rounded to 12 significant digits, so the JSON is byte-identical across runs and
 platforms for the same inputs.
@@ -47,6 +52,7 @@ from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
+from rdu_sim.serving.coe import CoEStats
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
@@ -230,6 +236,7 @@ class RunSummary:
     weights_placement: str
     warnings: list[str]
     decode_step: DecodeStepBound | None
+    coe: CoEStats | None
     requests: int
     requests_completed: int
     output_tokens: int
@@ -381,9 +388,10 @@ def summarize(run: ServingRun) -> RunSummary:
         batch_slots=batch_slots,
         kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
         memory=memory_summary(run.placement),
-        weights_placement=scenario.workload.memory.weights,
+        weights_placement="coe" if run.coe else scenario.workload.memory.weights,
         warnings=placement_warnings(scenario, run.placement),
         decode_step=decode_step_bound(run),
+        coe=run.coe,
         requests=len(records),
         requests_completed=int(done.sum()),
         output_tokens=output_tokens,

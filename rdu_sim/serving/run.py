@@ -21,6 +21,13 @@ from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
+from rdu_sim.serving.coe import (
+    CoEStats,
+    coe_placement,
+    region_experts,
+    router_scenario,
+    serve_coe,
+)
 from rdu_sim.serving.limits import check_run
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
@@ -49,6 +56,7 @@ class ServingRun:
     speculation: Speculation | None = None  # the draft's work and step cache, if any
     draft_placement: Placement | None = None  # a separate draft's own memory plan
     prefill_saving: PrefillSaving | None = None  # speculative prefill of the typical prompt
+    coe: CoEStats | None = None  # a Composition of Experts run's switching (serving.coe)
 
     @property
     def policy(self) -> KVPolicy:
@@ -145,12 +153,21 @@ def serve_scenario(
         slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
     )
     prompt = typical_prompt(serving, requests.prompt_tokens)
+    coe = scenario.workload.coe
+    stats = None
     try:
-        records = serve(requests, scenario.kv_policy, cache, config, progress, speculation)
-        prefill_s = prefill_seconds(cache, scenario, prompt, speculation)
         saving = None
-        if speculation is not None and speculation.config.prefill is not None:
-            saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
+        if coe is None:
+            records = serve(requests, scenario.kv_policy, cache, config, progress, speculation)
+            if speculation is not None and speculation.config.prefill is not None:
+                saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
+        else:
+            router = router_scenario(scenario, coe)
+            region = region_experts(scenario, router, slots)
+            placement = coe_placement(scenario, router, slots, region)
+            routing = StepCache(lambda shape: backend.step_cost(router, shape))
+            records, stats = serve_coe(scenario, requests, slots, cache, routing, progress)
+        prefill_s = prefill_seconds(cache, scenario, prompt, speculation)
     except SimulatedTimeError as exc:  # the input's fault: name the workload
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
     placement = with_sram(placement, peak_sram(cache))
@@ -166,6 +183,7 @@ def serve_scenario(
         speculation,
         draft_placement,
         saving,
+        stats,
     )
 
 

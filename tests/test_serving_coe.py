@@ -1,0 +1,145 @@
+"""Composition of Experts serving: experts in DDR, a router and the KV cache in HBM, an HBM
+region caching the active experts with an eviction policy, switches as copies on the copy
+engine that overlap the current expert's steps when prefetching."""
+
+from __future__ import annotations
+
+import typing
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler.placement import weight_inventory
+from rdu_sim.config import ConfigError
+from rdu_sim.config.workload import CoEConfig
+from rdu_sim.scenario import load_scenario
+from rdu_sim.serving.coe import EVICTION, ExpertRegion, expert_tags
+
+ROOT = Path(__file__).resolve().parents[1]
+COE = ROOT / "workloads" / "samba-coe-150x8b-8socket.yaml"
+SMALL = {
+    "serving.requests": 60,
+    "serving.prompt_tokens": {"dist": "fixed", "value": 512},
+    "serving.output_tokens": {"dist": "fixed", "value": 32},
+}
+
+
+@cache
+def _run(**settings: Any) -> dict[str, Any]:
+    overrides = {**SMALL, **{k.replace("__", "."): v for k, v in settings.items()}}
+    data: dict[str, Any] = api.run(COE, overrides).to_dict()
+    return data
+
+
+def test_the_shipped_coe_workload_reports_switches_and_copies_exactly_their_bytes() -> None:
+    """The issue's must-show: model_switches, switch time and hit rate, and bytes copied ==
+    switches x one expert's weight bytes (on all sockets)."""
+    data = _run()
+    coe = data["coe"]
+    scenario = load_scenario(COE)
+    expert = sum(w.bytes for w in weight_inventory(scenario)) * scenario.tp
+    assert coe["expert_weight_bytes"] == expert
+    assert coe["model_switches"] > 0
+    assert coe["bytes_copied"] == coe["model_switches"] * expert
+    assert 0 < coe["hbm_hit_rate"] < 1 and coe["switch_s"] > 0
+    # a copy of one socket's share at the copy engine's 128 GB/s at best
+    per_switch = coe["switch_s"] / coe["model_switches"]
+    assert per_switch >= expert / scenario.tp / 128e9 * (1 - 1e-9)
+    assert data["requests_completed"] == 60 and data["decode_tokens_per_s"] > 0
+    hbm = data["memory"]["hbm"]
+    assert hbm["used_bytes"] <= hbm["capacity_bytes"]
+    assert data["memory"]["ddr"]["weights_bytes"] == 150 * expert // scenario.tp
+
+
+def test_prefetching_the_next_expert_hides_switch_time() -> None:
+    """With a queue (all requests at once) there is always a next expert to copy while the
+    current one serves: most of the copy time leaves the critical path."""
+    ahead = _run(serving__arrival__process="all_at_once")
+    on_demand = _run(serving__arrival__process="all_at_once", coe__prefetch=False)
+    assert ahead["coe"]["switch_stall_s"] < 0.5 * on_demand["coe"]["switch_stall_s"]
+    assert on_demand["coe"]["switch_stall_s"] == pytest.approx(on_demand["coe"]["switch_s"])
+    assert ahead["ttft_s"]["mean"] < on_demand["ttft_s"]["mean"]
+
+
+def test_more_experts_in_the_same_hbm_hit_less_and_switch_more() -> None:
+    few, many = _run(coe__experts=10), _run(coe__experts=150)
+    assert few["coe"]["region_experts"] == many["coe"]["region_experts"]
+    assert few["coe"]["hbm_hit_rate"] > many["coe"]["hbm_hit_rate"]
+    assert few["coe"]["model_switches"] < many["coe"]["model_switches"]
+
+
+def test_a_smaller_hbm_caches_fewer_experts_and_hits_less() -> None:
+    small = _run(hw__socket__hbm__capacity="32 GiB")
+    large = _run()
+    assert small["coe"]["region_experts"] < large["coe"]["region_experts"]
+    assert small["coe"]["hbm_hit_rate"] < large["coe"]["hbm_hit_rate"]
+
+
+def test_a_slower_copy_engine_makes_switches_slower() -> None:
+    slow = _run(hw__socket__ddr_to_hbm_bandwidth="32 GB/s")
+    fast = _run()
+    assert slow["coe"]["switch_s"] > 2 * fast["coe"]["switch_s"]
+
+
+def test_each_eviction_policy_picks_its_victim() -> None:
+    assert set(EVICTION) == set(typing.get_args(CoEConfig.model_fields["eviction"].annotation))
+    victims = {}
+    for name in EVICTION:
+        region = ExpertRegion(3, name)
+        region.admit(0, 0.0, set())  # admitted first, used often, not lately
+        region.admit(1, 1.0, set())
+        region.admit(2, 2.0, set())
+        for t in (3.0, 4.0, 5.0):
+            region.use(0, t)
+        region.use(1, 6.0)
+        region.use(2, 7.0)
+        victims[name] = region.admit(3, 8.0, set())
+        assert 3 in region and len(region.resident) == 3
+    assert victims == {"lru": 0, "lfu": 1, "fifo": 0}
+    region = ExpertRegion(2, "lru")
+    region.admit(0, 0.0, set())
+    region.admit(1, 1.0, set())
+    assert region.admit(2, 2.0, keep={0}) == 1  # the kept (running) expert is never evicted
+    full = ExpertRegion(1, "lru")
+    full.admit(0, 0.0, set())
+    assert full.can_admit(set()) and not full.can_admit({0})
+
+
+def test_expert_tags_follow_zipf_and_the_seed() -> None:
+    coe = CoEConfig(experts=50, router="llama-3.1-8b")
+    tags = expert_tags(coe, 20_000, seed=3)
+    assert (tags == expert_tags(coe, 20_000, seed=3)).all()
+    counts = [int((tags == e).sum()) for e in (0, 1, 9)]
+    share = 1.0 / sum(1.0 / k for k in range(1, 51))  # expert 0's Zipf(1) probability
+    assert counts[0] / 20_000 == pytest.approx(share, rel=0.05)
+    assert counts[0] == pytest.approx(2 * counts[1], rel=0.1)
+    assert counts[0] == pytest.approx(10 * counts[2], rel=0.2)
+
+
+def test_the_same_coe_run_gives_the_same_bytes() -> None:
+    assert api.run(COE, SMALL).to_dict() == _run()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"serving.batch_slots": "auto"}, "serving.batch_slots", "needs a number of slots"),
+        ({"coe.router": "no-such-model"}, "coe.router", "no-such-model"),
+        ({"coe.eviction": "random"}, "coe.eviction", "lru"),
+    ],
+)
+def test_bad_coe_settings_name_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(COE, overrides)
+    message = str(info.value)
+    assert field in message and words in message
+
+
+def test_no_room_for_an_expert_is_a_capacity_error() -> None:
+    from rdu_sim.compiler import CapacityError
+
+    with pytest.raises(CapacityError, match="no expert fits the HBM region"):
+        api.run(COE, {**SMALL, "serving.batch_slots": 480})
