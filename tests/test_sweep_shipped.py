@@ -20,6 +20,7 @@ SHIPPED = {  # file -> (points, axis paths)
         ("speculation.decoding.acceptance", "speculation.decoding.draft_tokens"),
     ),
     "speculation-crossover.yaml": (36, ("speculation", "serving.batch_slots", "serving.requests")),
+    "coe-experts-hbm.yaml": (15, ("coe.experts", "hw.socket.hbm.capacity")),
 }
 
 
