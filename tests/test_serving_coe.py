@@ -4,14 +4,17 @@ engine that overlap the current expert's steps when prefetching."""
 
 from __future__ import annotations
 
+import json
 import typing
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from rdu_sim import api
+from rdu_sim.cli.main import cli
 from rdu_sim.compiler.placement import weight_inventory
 from rdu_sim.config import ConfigError
 from rdu_sim.config.workload import CoEConfig
@@ -143,3 +146,11 @@ def test_no_room_for_an_expert_is_a_capacity_error() -> None:
 
     with pytest.raises(CapacityError, match="no expert fits the HBM region"):
         api.run(COE, {**SMALL, "serving.batch_slots": 480})
+
+
+def test_rdu_sim_run_json_reports_the_switching() -> None:
+    result = CliRunner().invoke(cli, ["run", str(COE), "--json", "--set", "serving.requests=20"])
+    assert result.exit_code == 0, result.output
+    coe = json.loads(result.output)["coe"]
+    assert {"model_switches", "switch_s", "hbm_hit_rate", "bytes_copied"} <= set(coe)
+    assert coe["bytes_copied"] == coe["model_switches"] * coe["expert_weight_bytes"]

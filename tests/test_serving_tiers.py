@@ -5,11 +5,14 @@ suggest only what applies to the workload."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from rdu_sim import api
+from rdu_sim.cli.main import cli
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.placement import batch_capacity, plan_memory, weight_inventory
 from rdu_sim.scenario import load_scenario
@@ -110,3 +113,14 @@ def test_slots_above_capacity_push_weights_out_of_hbm_with_a_warning() -> None:
     (warning,) = over.warnings
     assert f"serving.batch_slots {capacity + 4}" in warning
     assert "read from DDR every step" in warning
+
+
+def test_rdu_sim_run_json_shows_the_ddr_weights_and_the_bound() -> None:
+    """The command line as a user types it: `rdu-sim run <405B workload> --json`."""
+    result = CliRunner().invoke(
+        cli, ["run", str(LLAMA_405B), "--json", "--set", "serving.requests=2"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["memory"]["ddr"]["weights_bytes"] > 0
+    assert data["decode_step"]["bound"] == "ddr"
