@@ -244,6 +244,12 @@ def _cross_check(
             f"{serving.max_context} exceeds the model's maximum "
             f"context of {model.max_context} tokens",
         )
+    if hardware.kind == "gpu" and workload.memory.weights != "hbm":
+        raise fail(
+            "memory.weights",
+            f"{workload.memory.weights!r} serves weights from DDR; a GPU has no DDR tier "
+            "(use hbm, or an SN40L hardware file)",
+        )
     if workload.coe is not None:
         _check_coe(workload, hardware, fail)
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs

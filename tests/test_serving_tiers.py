@@ -15,6 +15,7 @@ from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.placement import batch_capacity, plan_memory, weight_inventory
+from rdu_sim.config import ConfigError
 from rdu_sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,3 +125,13 @@ def test_rdu_sim_run_json_shows_the_ddr_weights_and_the_bound() -> None:
     data = json.loads(result.output)
     assert data["memory"]["ddr"]["weights_bytes"] > 0
     assert data["decode_step"]["bound"] == "ddr"
+
+
+@pytest.mark.parametrize("placement", ["hot_set", "streamed"])
+def test_a_gpu_refuses_weights_in_ddr(placement: str) -> None:
+    dgx = ROOT / "hw_configs" / "dgx-h100.yaml"
+    with pytest.raises(ConfigError, match=r"memory\.weights.*no DDR tier"):
+        load_scenario(
+            ROOT / "workloads" / "llama3.1-70b-decode.yaml",
+            {"hardware": str(dgx), "memory.weights": placement},
+        )

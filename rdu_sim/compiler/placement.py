@@ -230,9 +230,10 @@ def _join(hints: list[str]) -> str:
 
 def pinned_limit(scenario: Scenario) -> int:
     """Most weight bytes per socket HBM may pin under ``memory.weights``: all of HBM for
-    ``hbm`` (and on a GPU, which has no DDR), ``hot_set_fraction`` of it, or none."""
+    ``hbm`` (the only placement a GPU, without DDR, accepts), ``hot_set_fraction`` of it, or
+    none."""
     memory, hbm = scenario.workload.memory, scenario.hardware.hbm.capacity
-    if scenario.hardware.kind == "gpu" or memory.weights == "hbm":
+    if memory.weights == "hbm":
         return hbm
     if memory.weights == "hot_set":
         return math.floor(memory.hot_set_fraction * hbm)
