@@ -154,3 +154,23 @@ def test_rdu_sim_run_json_reports_the_switching() -> None:
     coe = json.loads(result.output)["coe"]
     assert {"model_switches", "switch_s", "hbm_hit_rate", "bytes_copied"} <= set(coe)
     assert coe["bytes_copied"] == coe["model_switches"] * coe["expert_weight_bytes"]
+
+
+def test_a_compressing_kv_policy_serves_its_experts_in_its_slots() -> None:
+    """SnapStream with a 1k budget and 2k prompts: each prefill runs the selection and the
+    decode steps attend to what the slot keeps (a batch's bucket never exceeds the slot)."""
+    data = api.run(
+        COE,
+        {
+            "serving.requests": 12,
+            "serving.prompt_tokens": {"dist": "fixed", "value": 2048},
+            "serving.output_tokens": {"dist": "fixed", "value": 16},
+            "kv.policy": "snapstream",
+            "kv.budget": 1024,
+            "kv.recent": 256,
+        },
+    )
+    assert data.to_dict()["requests_completed"] == 12
+    shapes = data.cache.shapes
+    assert any(s.phase == "prefill" and s.select for s in shapes)
+    assert all(s.cache_len <= 1024 for s in shapes if s.phase == "decode")

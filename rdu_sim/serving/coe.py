@@ -16,8 +16,9 @@ time, all sockets tensor-parallel, in a SimPy simulation (one process, float sec
   puts its own HBM and DDR bytes on the same channels the copy uses, so the copy and the
   steps share them and the step ends when both its time and its traffic are done;
 - a batch: per request the router prefills the prompt, then the expert prefills it (first
-  token); then static decode steps of ``batch_slots`` slots at the cache bucket of the
-  batch's longest final cache, each request finishing after its ``output - 1`` steps.
+  token, with the SnapKV selection when the KV policy compresses the prompt); then static
+  decode steps of ``batch_slots`` slots at the cache bucket of the batch's longest final
+  cache (what the KV policy keeps), each request finishing after its ``output - 1`` steps.
 
 Step times come from the step cache (the compiled and simulated steps, one expert's
 scenario and the router's). A request is an HBM *hit* when its expert was in the region
@@ -374,7 +375,9 @@ class CoEServer:
             records.admit_ps[request] = self._ps()
             records.slot[request] = slot
             prompt = int(self.requests.prompt_tokens[request])
-            steps = prefill_steps(prompt, serving.max_context, serving.prefill_chunk_tokens)
+            steps = prefill_steps(
+                prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt)
+            )
             started = env.now
             for shape in steps:
                 yield self._step(self.router_cache, shape)
@@ -385,7 +388,8 @@ class CoEServer:
             records.first_token_ps[request] = self._ps()
             records.tokens_generated += 1
         output = self.requests.output_tokens
-        longest = max(int(self.requests.prompt_tokens[r] + output[r]) - 1 for r in batch)
+        prompts = self.requests.prompt_tokens
+        longest = max(policy.cache_at(int(prompts[r]), int(output[r]) - 1) for r in batch)
         bucket = policy.decode_bucket(longest)
         shape = StepShape("decode", self.slots, 1, bucket)
         records.series.append((self._ps(), len(self.queue), 0, len(batch), bucket))
