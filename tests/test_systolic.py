@@ -81,7 +81,7 @@ def test_compiler_estimate_and_engine_agree(m: int, n: int, k: int) -> None:
     flops = 2.0 * m * n * k
     stage = _stage(Gemm(m, n, k), flops)
     engine = stage_efficiency(stage, socket)
-    compiler = _work(stage, {}, socket, tiles=4).compute
+    compiler = _work(stage, {}, socket, 0.0, 0.0).compute
     assert compiler == flops / (pcu.peak_flops * engine)
     # padding only, beneath the ceiling: never above it, exactly it on aligned tiles
     assert 0 < engine <= pcu.max_gemm_efficiency
@@ -94,7 +94,7 @@ def test_a_stage_without_a_gemm_runs_at_the_ceiling_in_both() -> None:
     socket = load_scenario("workloads/llama3.1-8b-1socket.yaml").hardware.socket
     stage = _stage(None, 1e9)
     assert stage_efficiency(stage, socket) == socket.pcu.max_gemm_efficiency
-    assert _work(stage, {}, socket, tiles=2).compute == 1e9 / (
+    assert _work(stage, {}, socket, 0.0, 0.0).compute == 1e9 / (
         socket.pcu.peak_flops * socket.pcu.max_gemm_efficiency
     )
 
@@ -113,7 +113,7 @@ def test_every_compiled_stage_agrees(workload: str) -> None:
                 if stage.gemm is None or not stage.flops:
                     continue
                 pure = replace(stage, vector_flops=0.0, inputs=())  # matrix work only
-                assert _work(pure, {}, socket, 1).compute == pure.flops / (
+                assert _work(pure, {}, socket, 0.0, 0.0).compute == pure.flops / (
                     socket.pcu.peak_flops * stage_efficiency(pure, socket)
                 )
                 checked += 1
