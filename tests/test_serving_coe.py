@@ -174,3 +174,54 @@ def test_a_compressing_kv_policy_serves_its_experts_in_its_slots() -> None:
     shapes = data.cache.shapes
     assert any(s.phase == "prefill" and s.select for s in shapes)
     assert all(s.cache_len <= 1024 for s in shapes if s.phase == "decode")
+
+
+def _trace(tmp_path: Path, experts: list[str]) -> Path:
+    path = tmp_path / "coe.csv"
+    rows = [f"256,8,{e}" for e in experts]
+    path.write_text("prompt_tokens,output_tokens,expert\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _from_trace(trace: Path, **extra: Any) -> dict[str, Any]:
+    overrides = {
+        "serving.trace": str(trace),
+        "serving.requests": 1000,
+        "serving.arrival": {"process": "closed_loop"},
+        "coe.popularity": {"dist": "trace"},
+        **extra,
+    }
+    data: dict[str, Any] = api.run(COE, overrides).to_dict()
+    return data
+
+
+def test_experts_from_a_trace_column(tmp_path: Path) -> None:
+    """Every request of the trace asks for expert 7: one switch, then only hits."""
+    data = _from_trace(_trace(tmp_path, ["7"] * 40))
+    coe = data["coe"]
+    assert data["requests_completed"] == 40
+    assert coe["model_switches"] == 1
+    assert coe["bytes_copied"] == coe["expert_weight_bytes"]
+    # the first batch (16 closed-loop users, one per slot) waited for the copy
+    assert coe["hbm_hit_rate"] == pytest.approx(24 / 40)
+    two = _from_trace(_trace(tmp_path, ["0", "1"] * 20))["coe"]
+    assert two["model_switches"] == 2
+
+
+@pytest.mark.parametrize(
+    ("experts", "header", "field", "words"),
+    [
+        (["3", "200"], True, "coe.experts", "asks for expert 200"),
+        (["3", "x"], True, "expert", "expert's index"),
+        (["3", "4"], False, "coe.popularity", "which has none"),
+    ],
+)
+def test_a_bad_expert_column_is_named(
+    tmp_path: Path, experts: list[str], header: bool, field: str, words: str
+) -> None:
+    trace = _trace(tmp_path, experts)
+    if not header:
+        trace.write_text("prompt_tokens,output_tokens\n256,8\n256,8\n")
+    with pytest.raises(ConfigError) as info:
+        _from_trace(trace)
+    assert field in str(info.value) and words in str(info.value)

@@ -309,6 +309,15 @@ class ZipfPopularity(StrictModel):
     exponent: float = Field(default=1.0, ge=0.0, le=10.0, description="s; 0 is uniform")
 
 
+class TracePopularity(StrictModel):
+    """Each request's expert from the ``expert`` column of ``serving.trace``."""
+
+    dist: Literal["trace"]
+
+
+Popularity = Annotated[ZipfPopularity | TracePopularity, Field(discriminator="dist")]
+
+
 class CoEConfig(StrictModel):
     """Composition of Experts (SN40L paper §VI-C, Fig. 9): many expert models of the
     workload's architecture live in DDR; a router model, always in HBM, picks each
@@ -320,9 +329,10 @@ class CoEConfig(StrictModel):
         description="the router model (a preset name): it prefills every prompt once before "
         "the expert serves it, and its weights stay in HBM",
     )
-    popularity: ZipfPopularity = Field(
+    popularity: Popularity = Field(
         default_factory=ZipfPopularity,
-        description="how requests pick their expert (seeded by serving.seed)",
+        description="how requests pick their expert: {dist: zipf, exponent} (seeded by "
+        "serving.seed) or {dist: trace}, the expert column of serving.trace",
     )
     eviction: Literal["lru", "lfu", "fifo"] = Field(
         default="lru",

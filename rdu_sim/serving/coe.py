@@ -5,7 +5,8 @@ and the batch slots' KV cache stay in HBM, and the rest of HBM is a region of wh
 slots caching the active experts (``region_experts``). The node serves one expert at a
 time, all sockets tensor-parallel, in a SimPy simulation (one process, float seconds):
 
-- every request is tagged with its expert (Zipf popularity, seeded by ``serving.seed``);
+- every request is tagged with its expert (Zipf popularity, seeded by ``serving.seed``, or
+  the ``expert`` column of ``serving.trace``);
 - the server takes the oldest waiting request's expert and up to ``batch_slots`` of the
   queued requests for it (oldest first) as a batch;
 - if that expert is not in the region it is *switched in*: a victim chosen by the eviction
@@ -26,7 +27,7 @@ before it was asked for: a batch whose expert had to be copied in, on demand or 
 prefetch made for it, is a miss (the prefetch only hides the copy: ``switch_stall_s``).
 
 Left out: continuous batching across experts (a batch runs to its end), requests joining
-a running batch, an expert trace column, the router's decision cost beyond its prefill, and
+a running batch, the router's decision cost beyond its prefill, and
 re-simulating a step's pipeline under a copy: a step ends when both its simulated time and
 its traffic on the shared channels are done, so a copy delays it only when that traffic
 outlasts the step.
@@ -41,10 +42,12 @@ from typing import Any
 
 import numpy as np
 import simpy
+from numpy.typing import NDArray
 
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.placement import activation_bytes, kv_bytes, weight_inventory
 from rdu_sim.compiler.program import Placement, Tier, TierUsage
+from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.units import format_bytes
 from rdu_sim.config.workload import CoEConfig
@@ -126,13 +129,46 @@ class ExpertRegion:
         return len(self.resident) < self.capacity or any(e not in keep for e in self.resident)
 
 
-def expert_tags(coe: CoEConfig, n: int, seed: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+def expert_tags(
+    coe: CoEConfig, n: int, seed: int, column: NDArray[np.int64] | None = None
+) -> NDArray[np.int64]:
     """Each request's expert: Zipf popularity over ``coe.experts`` (expert 0 the most
-    asked for), from its own seeded generator (the lengths' draws are unchanged)."""
+    asked for), from its own seeded generator (the lengths' draws are unchanged), or the
+    trace's ``column`` for ``{dist: trace}`` (checked by ``check_tags``)."""
+    if coe.popularity.dist == "trace":
+        if column is None:
+            raise ValueError("popularity {dist: trace} needs the trace's expert column")
+        return np.asarray(column[:n], dtype=np.int64)
     rng = np.random.default_rng([seed, 18])
     ranks = np.arange(1, coe.experts + 1, dtype=np.float64)
     weights = ranks**-coe.popularity.exponent
     return rng.choice(coe.experts, size=n, p=weights / weights.sum()).astype(np.int64)
+
+
+def check_tags(scenario: Scenario, requests: RequestSet) -> None:
+    """ConfigError when ``coe.popularity`` reads a trace column the trace lacks, or names
+    an expert beyond ``coe.experts``."""
+    coe, serving = scenario.workload.coe, scenario.workload.serving
+    assert coe is not None
+    if coe.popularity.dist != "trace":
+        return
+    column = requests.trace_expert
+    if column is None:
+        raise ConfigError.single(
+            scenario.workload_file,
+            "coe.popularity",
+            f"{{dist: trace}} reads the expert column of serving.trace {serving.trace!r}, "
+            "which has none"
+            if serving.trace
+            else "{dist: trace} needs a serving.trace",
+        )
+    if column.size and int(column.max()) >= coe.experts:
+        raise ConfigError.single(
+            scenario.workload_file,
+            "coe.experts",
+            f"serving.trace {serving.trace!r} asks for expert {int(column.max())}, but "
+            f"coe.experts is {coe.experts} (experts count from 0)",
+        )
 
 
 def router_scenario(scenario: Scenario, coe: CoEConfig) -> Scenario:
@@ -235,7 +271,7 @@ class CoEServer:
         self,
         scenario: Scenario,
         requests: RequestSet,
-        experts: np.ndarray[Any, np.dtype[np.int64]],
+        experts: NDArray[np.int64],
         slots: int,
         region: int,
         expert_cache: StepCache,
@@ -466,7 +502,8 @@ def serve_coe(
     assert coe is not None
     router = router_scenario(scenario, coe)
     region = region_experts(scenario, router, slots)
-    tags = expert_tags(coe, len(requests), scenario.workload.serving.seed)
+    check_tags(scenario, requests)
+    tags = expert_tags(coe, len(requests), scenario.workload.serving.seed, requests.trace_expert)
     server = CoEServer(
         scenario, requests, tags, slots, region, expert_cache, router_cache, progress
     )

@@ -42,6 +42,8 @@ class RequestSet:
     concurrency: int | None  # closed-loop users; None for open-loop arrivals
     # the trace's acceptance column (speculative decoding), in request order; None: no column
     trace_acceptance: NDArray[np.float64] | None = None
+    # the trace's expert column (Composition of Experts), in request order; None: no column
+    trace_expert: NDArray[np.int64] | None = None
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -96,6 +98,7 @@ def make_requests(
     process = serving.arrival.process
     arrival: NDArray[np.float64] | None
     acceptance: NDArray[np.float64] | None = None
+    experts: NDArray[np.int64] | None = None
     if serving.trace is not None:
         trace = read_trace(Path(base_dir) / serving.trace, workload_file, serving.requests)
         n = min(serving.requests, len(trace))
@@ -103,6 +106,8 @@ def make_requests(
         output = trace.output_tokens[:n]
         if trace.acceptance is not None:
             acceptance = trace.acceptance[:n]
+        if trace.expert is not None:
+            experts = trace.expert[:n]
         if process == "poisson":
             if trace.arrival_s is None:
                 raise ConfigError.single(
@@ -114,6 +119,7 @@ def make_requests(
             order = np.argsort(trace.arrival_s[:n], kind="stable")
             arrival, prompt, output = trace.arrival_s[:n][order], prompt[order], output[order]
             acceptance = None if acceptance is None else acceptance[order]
+            experts = None if experts is None else experts[order]
         else:
             arrival = None
     else:
@@ -140,7 +146,7 @@ def make_requests(
     if process == "closed_loop":
         concurrency = serving.arrival.concurrency or batch_slots
         arrival = None
-    return RequestSet(prompt, output, arrival, concurrency, acceptance)
+    return RequestSet(prompt, output, arrival, concurrency, acceptance, experts)
 
 
 PROMPT_SAMPLES = 200_000

@@ -17,8 +17,10 @@ Limits: a regular file of at most ``MAX_TRACE_BYTES``; UTF-8 text, lines of at m
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,6 +33,7 @@ from rdu_sim.serving.traces.registry import RowReader, format_for, known_suffixe
 from rdu_sim.serving.traces.values import (
     MAX_TOKENS,
     ValueProblem,
+    expert,
     probability,
     seconds,
     tokens,
@@ -51,6 +54,8 @@ class Trace:
     output_tokens: NDArray[np.int64]
     # a request's per-token acceptance rate under speculative decoding (None: no column)
     acceptance: NDArray[np.float64] | None = None
+    # the expert each request needs in a Composition of Experts (None: no column)
+    expert: NDArray[np.int64] | None = None
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -101,6 +106,12 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
     prompts = array("q")
     outputs = array("q")
     rates = array("d")
+    experts = array("q")
+    optional: tuple[tuple[str, Callable[[Any], Any], Any], ...] = (
+        ("arrival_s", seconds, arrivals),
+        ("acceptance", probability, rates),
+        ("expert", expert, experts),
+    )
     has: dict[str, bool] = {}  # whether the optional columns are there (from the first row)
     for line, row in rows(lines):
         column = "prompt_tokens"
@@ -108,10 +119,7 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
             prompt = tokens(row.get(column))
             column = "output_tokens"
             output = tokens(row.get(column))
-            for column, check, values in (
-                ("arrival_s", seconds, arrivals),
-                ("acceptance", probability, rates),
-            ):
+            for column, check, values in optional:
                 present = row.get(column) not in (None, "")
                 if has.setdefault(column, present) != present:
                     raise ValueProblem(
@@ -135,4 +143,5 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
         prompt_tokens=np.frombuffer(prompts, dtype=np.int64).copy(),
         output_tokens=np.frombuffer(outputs, dtype=np.int64).copy(),
         acceptance=np.frombuffer(rates, dtype=np.float64).copy() if has["acceptance"] else None,
+        expert=np.frombuffer(experts, dtype=np.int64).copy() if has["expert"] else None,
     )

@@ -6,7 +6,9 @@
 - ``arrival_s``: optional, a finite time in 0..``MAX_ARRIVAL_S`` s (2^62 ps, the serving
   clock's bound: ``rdu_sim.serving.clock``), an ASCII decimal number;
 - ``acceptance``: optional, a request's per-token acceptance rate under speculative
-  decoding, an ASCII decimal number in 0..1.
+  decoding, an ASCII decimal number in 0..1;
+- ``expert``: optional, the expert a request needs in a Composition of Experts (the
+  workload's ``coe``), a whole number in 0..``MAX_EXPERT``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from rdu_sim.serving.clock import MAX_ARRIVAL_S
 
 COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 REQUIRED = COLUMNS[1:]
-READ = (*COLUMNS, "acceptance")  # every column a trace's rows are read for
+READ = (*COLUMNS, "acceptance", "expert")  # every column a trace's rows are read for
+MAX_EXPERT = 99_999  # coe.experts' own bound, less one (experts count from 0)
 MAX_TOKENS = 100_000_000
 _MAX_DIGITS = 12  # more digits than any token count in range
 
@@ -80,3 +83,17 @@ def probability(value: Any) -> float:
     if number is None or not (math.isfinite(number) and 0 <= number <= 1):
         raise ValueProblem(f"expected a rate in 0..1 (an ASCII decimal number), got {shown(value)}")
     return number
+
+
+def expert(value: Any) -> int:
+    """An expert's index: a whole number in 0..MAX_EXPERT (``3``, ``"3"``, ``3.0``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not (0 < len(text) <= 6 and text.isascii() and text.isdigit()):
+            raise ValueProblem(f"expected an expert's index (a whole number), got {shown(value)}")
+        value = int(text)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EXPERT:
+        raise ValueProblem(f"expected an expert's index in 0..{MAX_EXPERT}, got {shown(value)}")
+    return value
