@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import rdu_sim
 from rdu_sim.cli.errors import RduGroup, expected_errors
-from rdu_sim.cli.main import COMMANDS, cli
+from rdu_sim.cli.main import COMMANDS, SUMMARIES, cli
 from rdu_sim.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +53,40 @@ def test_help_lists_every_command() -> None:
     ):
         assert name in COMMANDS
         assert name in result.stdout
+
+
+def test_help_summary_is_each_commands_own() -> None:
+    # `--help` lists SUMMARIES without importing the commands: each must be the first
+    # paragraph of the command's help, shortened by click exactly as the command's would be.
+    assert set(SUMMARIES) == set(COMMANDS)
+    for name, module_name in COMMANDS.items():
+        command = importlib.import_module(module_name).command
+        stub = click.Command(name, help=SUMMARIES[name])
+        for limit in (30, 45, 80, 300):
+            assert stub.get_short_help_str(limit) == command.get_short_help_str(limit), name
+
+
+def test_help_imports_no_command_and_no_config() -> None:
+    # The whole process of `rdu-sim --help` loads click and the group, nothing of the
+    # simulator: what keeps it under its start-up budget (docs/performance.md).
+    code = (
+        "import sys\n"
+        "from rdu_sim.cli.main import main\n"
+        "sys.argv = ['rdu-sim', '--help']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('rdu_sim', 'pydantic', 'rich',"
+        " 'numpy', 'simpy', 'yaml')))\n"
+        "print(loaded, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert "Commands:" in result.stdout and "step" in result.stdout
+    loaded = result.stderr.strip()
+    assert loaded == "['rdu_sim', 'rdu_sim.cli', 'rdu_sim.cli.errors', 'rdu_sim.cli.main']"
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -24,21 +24,22 @@ import errno
 import os
 import sqlite3
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
 
-from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.show import cut_middle
-from rdu_sim.models.presets import UnknownModelError
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_INPUT_ERROR = 2  # bad input (click uses 2 for usage errors too)
 
-# Input errors raised by later stages, named by (module, class) so the CLI does not import
-# them: an exception of a class can only exist once its module is loaded, so looking in
-# sys.modules finds every one that matters and costs no import (`rdu-sim check` stays fast).
-LATER_INPUT_ERRORS: tuple[tuple[str, str], ...] = (
+# Input errors, named by (module, class) so the CLI does not import them: an exception of a
+# class can only exist once its module is loaded, so looking in sys.modules finds every one
+# that matters and costs no import (`rdu-sim --help` imports neither the config models nor
+# the simulator, and `rdu-sim check` not the simulator).
+INPUT_ERRORS: tuple[tuple[str, str], ...] = (
+    ("rdu_sim.config.errors", "ConfigError"),  # a typo in a YAML file, a bad value
+    ("rdu_sim.models.presets", "UnknownModelError"),  # a model name no preset has
     ("rdu_sim.compiler", "CapacityError"),  # a model or batch that does not fit in memory
     ("rdu_sim.compiler.errors", "CapacityError"),
     ("rdu_sim.engine", "EventBudgetError"),  # a step too large to simulate (engine.max_events)
@@ -48,8 +49,8 @@ LATER_INPUT_ERRORS: tuple[tuple[str, str], ...] = (
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean "bad input", printed without a traceback."""
-    found: list[type[BaseException]] = [ConfigError, UnknownModelError]
-    for module_name, attr in LATER_INPUT_ERRORS:
+    found: list[type[BaseException]] = []
+    for module_name, attr in INPUT_ERRORS:
         error = getattr(sys.modules.get(module_name), attr, None)
         if isinstance(error, type) and issubclass(error, BaseException) and error not in found:
             found.append(error)
@@ -84,9 +85,11 @@ def _writes_stdout(exc: BaseException) -> bool:
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
+    rich_console = sys.modules.get("rich.console")  # a Console exists only once it is loaded
+    console_type = getattr(rich_console, "Console", None)
     for frame in frames[-3:]:
         for value in frame.f_locals.values():
-            if isinstance(value, Console):
+            if console_type is not None and isinstance(value, console_type):
                 value = value.file  # rich's console writes to sys.stdout unless told
             if id(value) in streams:
                 return True
@@ -137,6 +140,8 @@ def message_of(exc: BaseException) -> str:
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     # soft_wrap: never insert line breaks into messages (scripts and tests grep them).
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
@@ -147,6 +152,8 @@ MAX_ERROR_LINE_CHARS = 2000  # a message quoting a 5000-character input names no
 def print_error(message: str) -> None:
     """Print each line of `message` as `error: <line>` in red on stderr (each cut in the
     middle past MAX_ERROR_LINE_CHARS)."""
+    from rdu_sim.config.show import cut_middle
+
     console = _console()
     for line in str(message).splitlines() or [""]:
         console.print(f"error: {cut_middle(line, MAX_ERROR_LINE_CHARS)}", style="red", markup=False)

@@ -1,9 +1,11 @@
 """The `rdu-sim` command: a group of subcommands, each in its own module.
 
 Each subcommand lives in `rdu_sim/cli/<name>_cmd.py` as a click command named `command`.
-Modules are imported only when their command runs (or `--help` lists them), so
-`rdu-sim check` stays fast even when `plot` pulls in matplotlib or `run` the simulator.
-Input errors are reported by `RduGroup` (rdu_sim/cli/errors.py): `error: ...`, exit 2.
+Modules are imported only when their command runs, so `rdu-sim check` stays fast even when
+`plot` pulls in matplotlib or `run` the simulator, and `rdu-sim --help` imports none of
+them: it lists each command with its summary from `SUMMARIES` (the first paragraph of the
+command's help, which a test keeps equal to the module's). Input errors are reported by
+`RduGroup` (rdu_sim/cli/errors.py): `error: ...`, exit 2.
 """
 
 from __future__ import annotations
@@ -30,6 +32,23 @@ COMMANDS: dict[str, str] = {
     "kv-demo": "rdu_sim.cli.kvdemo_cmd",
 }
 
+# command name -> the first paragraph of its help, what `rdu-sim --help` lists without
+# importing the command (tests/test_cli_commands.py keeps it equal to the command's own).
+SUMMARIES: dict[str, str] = {
+    "run": "Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and "
+    "memory (for a cluster: goodput under its SLO, per class and per replica).",
+    "step": "Time one decode or prefill step of WORKLOAD on the hardware model.",
+    "check": "Validate hardware files, workloads and sweep specs (all of them, then exit 2 if "
+    "any failed). Example: rdu-sim check hw_configs/*.yaml workloads/*.yaml",
+    "schema": "Print the JSON Schema of a workload, hardware, cluster or plan file.",
+    "inspect": "Look at a model's derived figures or a workload's compiled graph.",
+    "sweep": "Expand the sweep SPEC into points, simulate those not yet done, store one row each.",
+    "plan": "Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic.",
+    "plot": "Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).",
+    "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
+    "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",
+}
+
 
 class LazyGroup(RduGroup):
     """Imports a subcommand's module the first time the command is needed."""
@@ -45,6 +64,25 @@ class LazyGroup(RduGroup):
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}.command is not a click command")
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of `--help`, from `SUMMARIES` (no command module is imported)."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            summary = SUMMARIES.get(name)
+            if summary is None:  # a command added to the group directly
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                rows.append((name, command.get_short_help_str(limit)))
+            else:
+                rows.append((name, click.Command(name, help=summary).get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
