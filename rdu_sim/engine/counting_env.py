@@ -40,6 +40,10 @@ class CountingEnvironment(simpy.Environment):
         # the event whose callbacks a pause interrupted, and the index of the next one
         self._rest: tuple[simpy.Event, list[Callable[[Any], None]], int] | None = None
 
+    def scheduled_times(self) -> list[float]:
+        """When each event in the queue is due."""
+        return [float(entry[0]) for entry in self._queue]
+
     def pause(self) -> None:
         """Make :meth:`run_until_pause` return after the callback now running."""
         self._paused = True

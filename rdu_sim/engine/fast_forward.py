@@ -20,28 +20,25 @@
   (same boundaries, totals and events, bit for bit; the tests check it). At a layer boundary
   ``m`` the stages have started layer ``m + 1``: ``safe`` is ``m + 3`` in practice.
 
-  The cycle rule (``find_cycle``), from boundary ``first_boundary(L) = ceil(max(SETTLE_LAYERS,
-  L / 4)) - 3`` on (pipelines with latencies and collectives take 5-15 layers to settle): the
-  shortest ``k`` of ``CYCLE_LENGTHS`` (1, 2, 3, 5, 6, 10 layers: stages that take turns
-  running ahead make 2 or 3; collectives on a ring over two nodes, whose slower inter-node
-  hop the chunks of successive collectives share, can settle into 5 or 10) for which the
-  spans ``c[j] - c[j - k]`` of the last ``k + 2`` boundaries agree within ``PERIOD_RTOL``, and
-  so do the increments of every total (bytes, FLOPs, busy time) over them; a drifting span
-  is accepted only if its trend, continued over the skipped cycles, moves the kernel's time
-  by less than ``DRIFT_RTOL``. The time-like totals (time, busy times) extrapolate as
-  ``S(L) = S(n) + (L - n) / k * dS``; the work totals (``WORK_TOTALS``: bytes per tier,
-  FLOPs) are exact instead: every layer of a looped kernel does the same work, so ``W(L) =
-  W(n) * L / n``. (Work is counted when it is issued, so how much of the next layer's
-  prefetch lands before a boundary varies a little between layers; multiplying such a
-  boundary increment by the skipped cycles would miss bytes by up to ~1e-4.)
-  A periodic pipeline differs between ``n`` and ``L`` layers only by whole cycles inserted
-  before the drain, so this is exact for it; a settling one (a damped oscillation of the
-  period) is accepted once its swings are below ``PERIOD_RTOL``, which moves the step time
-  by far less (its remaining swings alternate in sign and shrink). The tests compare with
-  full simulations within 0.5%; on compiled DeepSeek-R1 and Llama programs the step times
-  agree within 5e-4 (typically 1e-5) and the work totals to rounding. A run that finds no
-  cycle simulates all ``L`` layers once: it *is* the full run. Kernels of fewer than
-  ``MIN_FAST_FORWARD_LAYERS`` layers are simulated in full.
+  The cycle rule (``find_cycle``) compares states, not only times: each boundary carries the
+  state that decides the run's future, measured from the boundary (``kernel_state``: every
+  pending event, every memory stream's bytes left, every buffer, PCU group and link, every
+  stage's position and phase). A cycle of ``k`` layers (the shortest of ``CYCLE_LENGTHS``)
+  is accepted at boundary ``m`` when the state at each of the last ``STATE_MATCHES``
+  boundaries ``j`` equals the state at ``j - k`` (counts equal, times within ``STATE_RTOL``
+  of the cycle's span: float rounding) and so do the spans and every total's increment: the
+  deterministic simulation then repeats those ``k`` layers until it is cut, so the skipped
+  cycles are known exactly, not estimated. A pipeline that settles (fluid sharing of HBM
+  converges geometrically) is accepted once it has settled to rounding; one that never
+  repeats its state (a quasi-periodic pattern, or a slow drift) is simulated in full. No
+  settling length is assumed: the shipped prefill steps and the Llama decode steps repeat
+  from their third layer, the full-attention DeepSeek-R1 decode step only from its 43rd
+  (its memory streams drift behind their tiles until then), and the SnapStream decode step
+  with two-shot collectives never in its 58 layers. The time-like totals (time, busy times)
+  extrapolate as ``S(L) = S(n) + (L - n) / k * dS``; the work totals (``WORK_TOTALS``: bytes
+  per tier, FLOPs) as ``W(L) = W(n) * L / n``: every layer of a looped kernel does the same
+  work. A run that finds no cycle simulates all ``L`` layers once: it *is* the full run.
+  Kernels of fewer than ``MIN_FAST_FORWARD_LAYERS`` layers are simulated in full.
 * ``fast_forward=False`` always simulates every layer and call (the reference).
 
 ``events`` counts what was really simulated; records are those of the run, with an ``agcu``
@@ -50,7 +47,6 @@ slice marking the fast-forwarded layers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -60,32 +56,27 @@ from rdu_sim.engine.kernel_sim import Boundary, KernelRun
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 
-PERIOD_RTOL = 1e-3
-"""Spans of a cycle (and the totals' increments over them) agree within this fraction."""
+STATE_RTOL = 1e-9
+"""Two boundaries' states match when every time in them (and the cycle's spans, and every
+total's increment over the cycle) agrees within this fraction of the cycle's span: float
+rounding, which is ~1e-14 on the shipped steps; physics moves states by far more (the
+full-attention step's slipping streams: 7e-4 a layer)."""
 
-DRIFT_RTOL = 1e-3
-"""A linear drift of the cycle span, continued over the fast-forwarded cycles, may move the
-kernel's time by at most this fraction (else the cycle is not accepted)."""
+STATE_MATCHES = 2
+"""Consecutive boundaries whose state must equal the state one cycle earlier. One would do
+for a complete state; the second guards against a part of the state the rule does not see."""
 
 CYCLE_LENGTHS = (1, 2, 3, 5, 6, 10)
-"""Cycle lengths (layers) ``find_cycle`` looks for, shortest first."""
+"""Cycle lengths (layers) ``find_cycle`` looks for, shortest first: stages that take turns
+running ahead make 2 or 3; collectives on a ring over two nodes 5 or 10."""
 
 WORK_TOTALS = ("hbm_bytes", "ddr_bytes", "sram_bytes", "p2p_bytes", "flops", "vector_flops")
 """``RunStats`` fields that are work (the same in every layer of a looped kernel): scaled by
 layers when fast-forwarding, not extrapolated from boundary increments."""
 
-SETTLE_LAYERS = 10
-"""No cycle is accepted before the boundary ``n - 3`` of a run of this many layers (nor of
-``L / 4``): pipelines with latencies and collectives take 5-15 layers to settle."""
-
-MIN_FAST_FORWARD_LAYERS = 2 * SETTLE_LAYERS
-"""Looped kernels of fewer layers are simulated in full (too little to skip)."""
-
-
-def first_boundary(calls: int) -> int:
-    """The first layer boundary (0-based) at which a cycle may be accepted: boundary
-    ``n - 3`` of a run of ``max(SETTLE_LAYERS, calls / 4)`` layers."""
-    return math.ceil(max(SETTLE_LAYERS, calls / 4)) - 3
+MIN_FAST_FORWARD_LAYERS = 8
+"""Looped kernels of fewer layers are simulated in full (a cut keeps at least
+``STATE_MATCHES + 4`` layers: too little to skip)."""
 
 
 class Simulation(Protocol):
@@ -137,7 +128,8 @@ class KernelResult:
 
 def fewest_layers(kernel: KernelProgram, fast_forward: bool) -> int:
     """The fewest layers (or calls) ``time_kernel`` simulates of ``kernel``: a cut comes at
-    a boundary ``m >= first_boundary`` and keeps at least ``m + 2`` layers."""
+    a boundary ``m >= STATE_MATCHES`` (a one-layer cycle seen ``STATE_MATCHES`` times) and
+    keeps at least ``m + 2`` layers."""
     calls = kernel.calls
     if not fast_forward:
         return calls
@@ -145,7 +137,7 @@ def fewest_layers(kernel: KernelProgram, fast_forward: bool) -> int:
         return 1
     if calls < MIN_FAST_FORWARD_LAYERS:
         return calls
-    return min(calls, first_boundary(calls) + 2)
+    return min(calls, STATE_MATCHES + 2)
 
 
 def time_kernel(kernel: KernelProgram, start: StartFn, fast_forward: bool) -> KernelResult:
@@ -190,34 +182,30 @@ def find_cycle(
     lengths: tuple[int, ...] = CYCLE_LENGTHS,
 ) -> Cycle | None:
     """The shortest cycle of ``lengths`` the boundaries ``0 .. m`` of a looped run of
-    ``calls`` layers end in (all on the full run's trajectory), or None; never before
-    ``first_boundary(calls)``. The run is to be cut to ``n = safe + (calls - safe) % k``
-    layers (skipping ``(calls - n) / k`` cycles).
+    ``calls`` layers end in, or None. The run is to be cut to ``n = safe + (calls - safe) %
+    k`` layers (skipping ``(calls - n) / k`` cycles).
 
-    The spans ``c[j] - c[j - k]`` for the last ``k + 2`` boundaries ``j`` must agree within
-    ``PERIOD_RTOL``, their linear trend continued over the skipped cycles must move the
-    kernel's time (estimated from boundary ``m``) by less than ``DRIFT_RTOL``, and the
-    totals' increments over the spans must agree too.
+    A cycle of ``k`` layers: for each of the last ``STATE_MATCHES`` boundaries ``j``, the
+    state at ``j`` equals the state at ``j - k`` (``KernelState.matches``), the span
+    ``c[j] - c[j - k]`` equals the one before it, and every total grows by the same
+    increment over it, all within ``STATE_RTOL`` of the span.
     """
     m = len(boundaries) - 1
-    if m < first_boundary(calls):
-        return None
     ends = [b.end_s for b in boundaries]
     for k in lengths:
-        window = range(m - k - 1, m + 1)
-        if window.start - k < 0:
+        window = range(m - STATE_MATCHES + 1, m + 1)
+        if window.start - k - 1 < 0:
             break
         n = safe + (calls - safe) % k
         if n >= calls:
             continue
-        spans = [ends[j] - ends[j - k] for j in window]
-        if max(spans) - min(spans) > PERIOD_RTOL * max(spans):
-            continue
-        cycles = (calls - n) // k
-        # the span grows by `drift` per boundary, so by k * drift per skipped cycle
-        drift = (spans[-1] - spans[0]) / (len(spans) - 1)
-        total = ends[m] + (n - m) / k * spans[-1] + cycles * spans[-1]
-        if abs(drift) * k * cycles * (cycles + 1) / 2 > DRIFT_RTOL * total:
+        span = ends[m] - ends[m - k]
+        tolerance = STATE_RTOL * span
+        if not all(
+            abs((ends[j] - ends[j - k]) - (ends[j - 1] - ends[j - 1 - k])) <= tolerance
+            and boundaries[j].state.matches(boundaries[j - k].state, tolerance)
+            for j in window
+        ):
             continue
         last = boundaries[m].totals.minus(boundaries[m - k].totals)
         if all(_close(last, boundaries[j].totals.minus(boundaries[j - k].totals)) for j in window):
@@ -234,10 +222,10 @@ def extrapolate(run: RunStats, cycle: Cycle, calls: int) -> RunStats:
 
 
 def _close(a: RunStats, b: RunStats) -> bool:
-    """Every total of ``a`` within ``PERIOD_RTOL`` of ``b``'s."""
+    """Every total of ``a`` within ``STATE_RTOL`` of ``b``'s."""
     other = b.as_dict()
     return all(
-        abs(x - other[name]) <= PERIOD_RTOL * max(abs(x), abs(other[name]))
+        abs(x - other[name]) <= STATE_RTOL * max(abs(x), abs(other[name]))
         for name, x in a.as_dict().items()
     )
 

@@ -20,7 +20,7 @@ Statistics are socket 0's. The event budget is enforced by the environment, exac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 from simpy.core import EmptySchedule
@@ -36,6 +36,7 @@ from rdu_sim.engine.collective_port import (
 )
 from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 from rdu_sim.engine.kernel_pipeline import KernelPipeline
+from rdu_sim.engine.kernel_state import KernelState, StateBuilder
 from rdu_sim.engine.links import link_totals, topology_for
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
@@ -46,10 +47,12 @@ from rdu_sim.engine.tile_work import TileWork
 
 @dataclass(frozen=True)
 class Boundary:
-    """The end of a layer of a looped call on socket 0: when, and the totals so far."""
+    """The end of a layer of a looped call on socket 0: when, the totals so far, and the
+    state that decides the run's future (``kernel_state``)."""
 
     end_s: float
     totals: RunStats
+    state: KernelState = field(default_factory=KernelState)
 
 
 @dataclass(frozen=True)
@@ -181,8 +184,30 @@ class KernelSim:
 
     def _boundary(self) -> None:
         """Socket 0 ended a layer: log it and stop the run here (``run_to_boundary``)."""
-        self.boundaries.append(Boundary(float(self.env.now), self._stats()))
+        layer = len(self.boundaries)
+        self.boundaries.append(Boundary(float(self.env.now), self._stats(), self._state(layer)))
         self.env.pause()
+
+    def _state(self, layer: int) -> KernelState:
+        """What decides the run's future at the end of ``layer`` (``kernel_state``), over
+        every simulated socket, its memory tiers, stages, buffers and PCUs, and the links."""
+        into = StateBuilder(float(self.env.now))
+        into.pending(self.env.scheduled_times())
+        for socket, pipe in zip(self.sockets, self.pipelines, strict=True):
+            for channel in socket.channels.values():
+                into.durations(channel.streams_left_s())
+            for name, runner in pipe.runners.items():
+                runner.state(into, layer)
+                group = pipe.pcus.get(name)
+                if group is not None:
+                    into.ahead(group.free_at)
+                for buffer in pipe.buffers[name]:
+                    into.count(*buffer.occupancy())
+                    into.ahead(*buffer.ports_free_at())
+        for link, direction, _ in self.topology.directions():
+            into.ahead(link.free_at[direction])
+        into.pending(self.topology.chains.pending_sends())
+        return into.build()
 
     def _stats(self) -> RunStats:
         """Socket 0's totals now (at a layer boundary, or at the end of the run)."""

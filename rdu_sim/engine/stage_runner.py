@@ -46,6 +46,7 @@ import simpy
 
 from rdu_sim.compiler.program import StageProgram
 from rdu_sim.engine.collective_port import CollectivePort
+from rdu_sim.engine.kernel_state import StateBuilder
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.socket_model import SocketModel
 from rdu_sim.engine.stream_edge import StreamEdge
@@ -130,6 +131,11 @@ class StageRunner:
         # the stage whose output selects this stage's weights (set by the kernel pipeline)
         self.selected_by: StageRunner | None = None
         self._layers_done = 0  # layers whose last tile this stage has finished
+        # when this stage started each layer's first tile and finished its last (the phases
+        # the fast-forward's cycle rule compares: kernel_sim.Boundary)
+        self.layer_starts: list[float] = []
+        self.layer_ends: list[float] = []
+        self.position = 0  # the tile being worked on, counted over all layers
         self._layer_gates: dict[int, simpy.Event] = {}  # layer -> fires when it is done
         self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
         self.sram_bytes = 0.0  # SRAM-resident bytes streamed so far
@@ -153,6 +159,7 @@ class StageRunner:
         outs_last, outs_other = self._out_edges = (self.outputs, self.outputs + self.loop_outputs)
         i = 0
         while i < layers.n * tiles:
+            self.position = i
             it, t = divmod(i, tiles)
             if t == 0:
                 if it > layers.started:
@@ -163,6 +170,8 @@ class StageRunner:
             upstream: list[simpy.Event] = []
             for edge in ins:
                 upstream.append((yield from edge.get()))
+            if t == 0:  # the layer's first tile has its inputs
+                self.layer_starts.append(float(env.now))
             done: simpy.Event | None = None
             if self.port is None:
                 outs = outs_last if it + 1 == layers.n else outs_other
@@ -204,11 +213,27 @@ class StageRunner:
         if t + 1 < self.work.tiles:
             return
         self._layers_done = it + 1
+        self.layer_ends.append(float(self.env.now))
         gate = self._layer_gates.pop(it, None)
         if gate is not None:
             gate.succeed()
         if self.on_iteration is not None:
             self.on_iteration(it)
+
+    def state(self, into: StateBuilder, layer: int) -> None:
+        """What decides this stage's future at the end of ``layer`` (``kernel_state``): its
+        position and the layers it has started and finished, counted past that layer, the
+        layer gates others wait on, and when it last started and finished a layer (on
+        another socket than the boundary's, the last layer may not be ``layer``)."""
+        past = layer + 1
+        starts, ends = self.layer_starts, self.layer_ends
+        into.count(
+            self.position - past * self.work.tiles,
+            len(starts) - past,
+            len(ends) - past,
+            len(self._layer_gates),
+        )
+        into.offsets(*starts[-1:], *ends[-1:])
 
     def layer_gate(self, it: int) -> simpy.Event | None:
         """An event that fires when this stage finishes layer ``it`` (None: it has)."""

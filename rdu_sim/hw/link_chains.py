@@ -96,6 +96,10 @@ class LinkChains:
         self._undo: list[tuple[_Send, list[float], int, float, int, float]] = []
         self._wake: tuple[float, simpy.Event] | None = None
 
+    def pending_sends(self) -> list[float]:
+        """When each send not yet made is due (computed ahead or not)."""
+        return [send[0] for send in self._heap]
+
     @property
     def busy(self) -> bool:
         """True while a collective is in flight."""

@@ -94,6 +94,15 @@ class MemoryChannel:
         """Uncontended time for one request: ``latency + nbytes / stream rate``."""
         return self.latency + nbytes / min(self.effective_bandwidth, self.stream_cap)
 
+    def streams_left_s(self) -> list[float]:
+        """Each active stream's bytes left now, in seconds at the effective bandwidth (sorted):
+        with the requests in their latency, the channel's whole state."""
+        if not self._active:
+            return []
+        vtime = self._vtime + self._rate() * (float(self.env.now) - self._last)
+        rate = self.effective_bandwidth
+        return sorted((tag - vtime) / rate for tag, _, _ in self._active)
+
     @property
     def active_streams(self) -> int:
         """Streams currently moving bytes (requests still in their latency excluded)."""

@@ -59,6 +59,11 @@ class PCUGroup:
         self.vector_flops = 0.0
         self._free_at = float(env.now)
 
+    @property
+    def free_at(self) -> float:
+        """When the work queued so far ends."""
+        return self._free_at
+
     def compute_time(self, flops: float, efficiency: float = 1.0) -> float:
         """Seconds for ``flops`` of matrix work at ``efficiency`` (no queueing)."""
         _check(flops, efficiency)

@@ -82,6 +82,20 @@ class StageBuffer:
         self._read_free_at = float(env.now)
         self._held: deque[float] = deque()
 
+    def occupancy(self) -> tuple[int, int, int, int, int]:
+        """Free slots, tiles waiting, tiles held, producers and consumers waiting."""
+        return (
+            self._free,
+            len(self._tiles),
+            len(self._held),
+            len(self._slot_waiters),
+            len(self._tile_waiters),
+        )
+
+    def ports_free_at(self) -> tuple[float, float]:
+        """When the write and the read port have finished what they were given."""
+        return self._write_free_at, self._read_free_at
+
     @property
     def tiles_held(self) -> int:
         """Slots currently reserved (being written, waiting, being read, or held)."""
