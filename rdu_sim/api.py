@@ -11,7 +11,9 @@ A facade: each function loads the workload (``rdu_sim.scenario``) and hands it t
 that owns the job: serving runs (``rdu_sim.serving.run``), the default step shape
 (``rdu_sim.serving.step_shape``), the compiler's view of a step (``rdu_sim.compiler.inspect``),
 the report's view of a run (``rdu_sim.report.run_result``). Nothing is written to disk and no
-global state is touched, so calls in one process are independent and repeatable.
+global state is touched, so calls in one process are independent and repeatable; only
+inside ``share_steps()`` (what a sweep's worker wraps its points in) do runs share equal
+steps' results (``rdu_sim.engine.shared_steps``: keyed by every engine input, never stale).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim.compiler import inspect as compiler_inspect
+from rdu_sim.engine.shared_steps import sharing as share_steps
 from rdu_sim.report.run_result import RunResult
 from rdu_sim.scenario import Scenario, load_scenario, with_overrides
 from rdu_sim.serving.backend import Backend, EngineBackend, resolve_batch_slots
@@ -38,6 +41,7 @@ __all__ = [
     "load",
     "resolve_batch_slots",
     "run",
+    "share_steps",
     "step",
 ]
 

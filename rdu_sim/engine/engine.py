@@ -26,6 +26,7 @@ from dataclasses import replace
 from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
+from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import check_budget, min_events, over_budget
 from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
 from rdu_sim.engine.counting_env import EventLimitError
@@ -69,7 +70,14 @@ class Engine:
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``. Raises EventBudgetError before simulating when
         even the lower bound of its events exceeds ``max_events``, or as soon as the events
-        processed would."""
+        processed would. Inside ``shared_steps.sharing`` (a sweep's points) an unrecorded
+        step whose inputs equal an earlier one's is that step's result."""
+        if self.record or not shared_steps.active():
+            return self._simulate(program)
+        key = shared_steps.step_key(program, self.hardware, self.config)
+        return shared_steps.shared_step(key, lambda: self._simulate(program))
+
+    def _simulate(self, program: Program) -> StepTiming:
         _validate(program, self.hardware)
         cfg, what = self.config, f"this {program.shape.phase} step"
         works = self._works(program)

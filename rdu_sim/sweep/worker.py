@@ -128,8 +128,11 @@ def run_task(task: Task) -> Outcome:
     error: str | None = None
     missing: tuple[str, ...] = ()
     available: tuple[str, ...] = ()
+    from rdu_sim.api import share_steps  # the simulator, loaded where it is needed
+
     try:
-        result = task.evaluate(task.point)
+        with share_steps():  # a worker's points share equal steps (engine.shared_steps)
+            result = task.evaluate(task.point)
         if not isinstance(result, Mapping):
             raise TypeError(f"the evaluator returned {type(result).__name__}, not a mapping")
         flat = flatten(jsonable(dict(result)))

@@ -1,0 +1,94 @@
+"""Step results shared between sweep points (engine.shared_steps): keyed by every engine
+input and nothing else, equal to a fresh simulation, and only inside ``share_steps``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import compile_program
+from rdu_sim.config.workload import EngineConfig
+from rdu_sim.engine import Engine, shared_steps
+from rdu_sim.engine.shared_steps import step_key
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+SERVING = {
+    "serving.requests": 4,
+    "serving.batch_slots": 4,
+    "serving.max_context": 4096,
+    "serving.prompt_tokens": 512,
+    "serving.output_tokens": 16,
+    "serving.arrival": {"process": "closed_loop"},
+}
+
+
+@pytest.fixture(autouse=True)
+def empty_memo() -> Iterator[None]:
+    shared_steps.clear()
+    yield
+    shared_steps.clear()
+
+
+def key_of(overrides: dict[str, object], engine: EngineConfig | None = None) -> str:
+    scenario = api.load(SMALL, {**SERVING, **overrides})
+    program = compile_program(scenario, api.default_step_shape(scenario, "decode"))
+    config = engine if engine is not None else scenario.workload.engine
+    return step_key(program, scenario.hardware, config)
+
+
+def test_the_key_changes_with_every_input_the_engine_reads_and_no_other() -> None:
+    base = key_of({})
+    read = {
+        "hw.socket.hbm.bandwidth": 1.5e12,
+        "hw.system.intra_node_link.bandwidth": 2e10,
+        "hw.system.collective_chunks": 8,
+        "serving.max_context": 8192,  # a different step shape (its cache bucket)
+    }
+    for field, value in read.items():
+        assert key_of({field: value}) != base, field
+    assert key_of({}, EngineConfig(tiles_per_stage=16)) != base
+    unread = {
+        "hw.name": "renamed",
+        "hw.description": "same machine",
+        "serving.requests": 40,
+        "serving.seed": 7,
+    }
+    for field, value in unread.items():
+        assert key_of({field: value}) == base, field
+
+
+def test_a_shared_step_is_the_fresh_simulation_and_only_inside_share_steps() -> None:
+    scenario = api.load(SMALL, SERVING)
+    program = compile_program(scenario, api.default_step_shape(scenario, "decode"))
+    engine = Engine(scenario.hardware, scenario.workload.engine)
+    fresh = engine.simulate_step(program)
+    assert shared_steps.stats == {"hits": 0, "misses": 0}  # outside: nothing kept
+    with api.share_steps():
+        first = engine.simulate_step(program)
+        again = Engine(scenario.hardware, scenario.workload.engine).simulate_step(program)
+    assert first == fresh and again is first
+    assert shared_steps.stats == {"hits": 1, "misses": 1}
+    # a recorded step is never shared (its records are what it is for)
+    with api.share_steps():
+        recorded = Engine(scenario.hardware, scenario.workload.engine, record=True)
+        assert recorded.simulate_step(program).records is not None
+
+
+def test_runs_sharing_steps_report_what_they_report_alone() -> None:
+    # Two sweep points differing only in serving knobs: the second simulates none of the
+    # shapes the first did, and both JSON reports are byte-identical to unshared runs.
+    points = [{}, {"serving.requests": 6, "serving.seed": 3}]
+    alone = [json.dumps(api.run(SMALL, {**SERVING, **p}).to_dict()) for p in points]
+    with api.share_steps():
+        shared = [json.dumps(api.run(SMALL, {**SERVING, **p}).to_dict()) for p in points]
+    assert shared == alone
+    assert shared_steps.stats["hits"] >= 1
+    misses = shared_steps.stats["misses"]
+    with api.share_steps():
+        api.run(SMALL, {**SERVING, **points[1]})
+    assert shared_steps.stats["misses"] == misses  # everything already simulated
