@@ -46,6 +46,7 @@ SUMMARIES: dict[str, str] = {
     "plan": "Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic.",
     "plot": "Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).",
     "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
+    "compare": "Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak.",
     "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",
 }
 
