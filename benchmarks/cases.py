@@ -3,7 +3,7 @@
 A case is a function ``run(smoke) -> Work`` executed in a child process (``measure.py``
 times it and reads the peak RSS). Every case calls the in-process API (``rdu_sim.api``,
 ``rdu_sim.sweep``), never the CLI. ``smoke=True`` shrinks the case to seconds (a small
-model and context, a few requests, a 4-point sweep) so the test suite can run all four.
+model and context, a few requests, a 4-point sweep) so the test suite can run them all.
 
 Events (docs/performance.md): the engine's ``StepTiming.events`` (SimPy events actually
 processed: only the layers a fast-forwarded run simulated) summed over every distinct step
@@ -48,6 +48,7 @@ class Work:
 
     events: int
     detail: dict[str, Any] = field(default_factory=dict)
+    wall_s: float | None = None  # the case timed itself (a median of whole processes)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,45 @@ def serve_snapstream(smoke: bool) -> Work:
     return _serve(SNAPSTREAM, {"serving.requests": 10_000}, smoke)
 
 
+def serve_million(smoke: bool) -> Work:
+    """1,000,000 requests of the SnapStream calibration workload (smoke: 4 small ones)."""
+    if smoke:
+        return _serve(SMALL, {**SMOKE_SERVING, **SMOKE_SNAPSTREAM}, smoke)
+    return _serve(SNAPSTREAM, {"serving.requests": 1_000_000}, smoke)
+
+
+def step_cold(smoke: bool) -> Work:
+    """One full-attention DeepSeek-R1 decode step through ``api.step`` in a fresh process
+    (the fast-forward's cycle is found: smoke, a Llama step)."""
+    from rdu_sim import api
+
+    path = SMALL if smoke else FULL
+    small = {"serving.max_context": 2048} if smoke else {}
+    timing: Any = api.step(path, small, batch=1 if smoke else None).detail
+    return Work(int(timing.events), {"workload": path.name, "step_s": timing.step_s})
+
+
+CLI_RUNS = 5
+"""Whole ``rdu-sim --help`` processes timed by ``cli_help`` (the median is reported)."""
+
+
+def cli_help(smoke: bool) -> Work:
+    """``rdu-sim --help`` as a user runs it: a fresh interpreter each time, the median of
+    ``CLI_RUNS`` (the console script's own code, so no installed script is needed)."""
+    import statistics
+    import subprocess
+    import sys
+    import time
+
+    script = "import sys; from rdu_sim.cli.main import main; sys.exit(main())"
+    walls = []
+    for _ in range(CLI_RUNS):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", script, "--help"], check=True, capture_output=True)
+        walls.append(time.perf_counter() - start)
+    return Work(0, {"runs_s": walls}, wall_s=statistics.median(walls))
+
+
 def serve_full(smoke: bool) -> Work:
     """10,000 requests with full attention (smoke: 4 small requests)."""
     if smoke:
@@ -135,10 +175,21 @@ def serve_full(smoke: bool) -> Work:
 
 def sweep(smoke: bool) -> Work:
     """The shipped 200-point sweep (smoke: 4 points) on a local pool of 2 workers."""
+    return _sweep("sweep-smoke.yaml" if smoke else "sweep-200.yaml")
+
+
+def sweep_hardware(smoke: bool) -> Work:
+    """1,000 DeepSeek-R1 16-socket hardware points (HBM bandwidth x P2P bandwidth x SRAM x
+    batch slots, 1,000 requests each) on a local pool of 2 workers (smoke: 4 points)."""
+    return _sweep("sweep-smoke.yaml" if smoke else "sweep-deepseek-1000.yaml")
+
+
+def _sweep(name: str) -> Work:
+    """A sweep spec of this folder on a local pool of 2 workers, through the sweep API."""
     from benchmarks.sweep_eval import simulate_counted
     from rdu_sim.sweep import load, run_sweep
 
-    spec = HERE / ("sweep-smoke.yaml" if smoke else "sweep-200.yaml")
+    spec = HERE / name
     with tempfile.TemporaryDirectory(prefix="rdu-sim-bench-") as tmp:
         db = Path(tmp) / "sweep.sqlite"
         summary = run_sweep(spec, db=db, workers=2, evaluator=simulate_counted)
@@ -184,6 +235,21 @@ CASES: tuple[Case, ...] = (
         GIB,
     ),
     Case("sweep-200", "200-point sweep, local pool, 2 workers", sweep, 300.0),
+    Case(
+        "sweep-hw-1000",
+        "1,000 DeepSeek-R1 16-socket hardware points, 1,000 requests each, 2 workers",
+        sweep_hardware,
+        600.0,
+    ),
+    Case(
+        "serve-million",
+        "1,000,000 requests, DeepSeek-R1, 16 sockets, SnapStream",
+        serve_million,
+        20.0,
+        300 * 2**20,
+    ),
+    Case("step-cold", "DeepSeek-R1 full-attention decode step, api.step, cold", step_cold, 0.1),
+    Case("cli-help", "rdu-sim --help, whole process, median of 5", cli_help, 0.15),
     Case(
         "cluster-mooncake-hour",
         "24,000-request Mooncake-schema hour, 32 Llama 8B replicas, prefix caches",

@@ -121,6 +121,8 @@ def run_child(name: str, smoke: bool) -> CaseResult:
         t0 = time.perf_counter()
         work = case.run(smoke)
         wall = time.perf_counter() - t0
+    if work.wall_s is not None:  # the case timed its own processes
+        wall = work.wall_s
     # Workers of a forkserver pool are not our waited-for children: add their sampled CPU.
     cpu = _cpu_s() - cpu0 + sum(tree.descendant_cpu_s.values())
     own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
