@@ -201,7 +201,8 @@ def table(results: list[CaseResult]) -> str:
         if r.budget_wall_s is not None:
             budget.append(f"<{r.budget_wall_s:g} s")
         if r.budget_rss_bytes is not None:
-            budget.append(f"<{r.budget_rss_bytes / 2**30:g} GiB")
+            gib = r.budget_rss_bytes / 2**30
+            budget.append(f"<{gib:g} GiB" if gib >= 1 else f"<{r.budget_rss_bytes >> 20} MiB")
         verdict = "error" if r.error else ("-" if r.passed is None else "yes" if r.passed else "NO")
         rows.append(
             (

@@ -317,11 +317,9 @@ def request_columns(records: ServingRecords) -> dict[str, NDArray[Any]]:
 
 
 def series_columns(records: ServingRecords, batch_slots: int) -> dict[str, NDArray[Any]]:
-    """The state-change time series with the state after each change (last row per instant)."""
+    """The state-change time series: the state after each instant's changes (one row per
+    instant: ``SeriesLog``)."""
     rows = records.series_array()
-    if rows.shape[0]:
-        keep = np.append(rows[1:, 0] != rows[:-1, 0], True)
-        rows = rows[keep]
     occupied = rows[:, 2] + rows[:, 3]
     return {
         "time_s": rows[:, 0].astype(np.float64) / PS_PER_S,
