@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from rdu_sim.compiler import compile_program
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import Engine, shared_steps
 from rdu_sim.engine.shared_steps import step_key
+from rdu_sim.sweep.worker import MAX_BATCH, Task, sibling_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
@@ -92,3 +94,31 @@ def test_runs_sharing_steps_report_what_they_report_alone() -> None:
     with api.share_steps():
         api.run(SMALL, {**SERVING, **points[1]})
     assert shared_steps.stats["misses"] == misses  # everything already simulated
+
+
+@dataclass(frozen=True)
+class _Point:
+    key: str
+    overrides: dict[str, object]
+    config: dict[str, object]
+
+
+def _task(key: str, **overrides: object) -> Task:
+    return Task(_Point(key, dict(overrides), {}), dict, None)
+
+
+def test_sweep_batches_put_points_differing_only_in_serving_knobs_together() -> None:
+    # A pool hands consecutive points to different workers at once: siblings (the same
+    # hardware, other serving knobs) would both miss the per-worker memo. Batches keep them on
+    # one worker, never more than MAX_BATCH, and every task exactly once in order.
+    tasks = [
+        _task(f"{hbm}-{slots}", **{"hw.socket.hbm.bandwidth": hbm, "serving.batch_slots": slots})
+        for hbm in (1, 2, 3)
+        for slots in range(10)
+    ]
+    batches = sibling_batches(tasks, 2)
+    assert [t.point.key for b in batches for t in b] == [t.point.key for t in tasks]
+    assert all(len({t.point.overrides["hw.socket.hbm.bandwidth"] for t in b}) == 1 for b in batches)
+    assert [len(b) for b in batches] == [MAX_BATCH, 2] * 3
+    # few tasks for the batches wanted: one task a batch (every worker keeps work)
+    assert [len(b) for b in sibling_batches(tasks[:4], 4)] == [1, 1, 1, 1]

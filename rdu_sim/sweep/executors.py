@@ -8,8 +8,10 @@ it arrives):
 - `run_dask`: a dask.distributed cluster (`tcp://host:port`, or 'local' for a LocalCluster
   on loopback).
 All call the in-process API through `worker.run_task`; none shells out to the CLI. Pool and
-Dask keep a bounded number of tasks in flight (twice the workers), so a huge sweep does not
-pickle every point up front and a kill loses only those in flight. Each executor is a
+Dask hand out sibling batches (`worker.sibling_batches`: points differing only in serving
+knobs, evaluated in turn by one worker so they share steps) and keep a bounded number in
+flight (twice the workers), so a huge sweep does not pickle every point up front and a kill
+loses only those in flight. Each executor is a
 generator: closing it (the caller stopped, or Ctrl-C) cancels what is queued and shuts down
 what it started.
 """
@@ -24,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from rdu_sim.sweep.worker import Outcome, Task, lost, run_task
+from rdu_sim.sweep.worker import Outcome, Task, lost, run_batch, run_task, sibling_batches
 
 IN_FLIGHT_PER_WORKER = 2
 
@@ -46,39 +48,41 @@ def _context() -> multiprocessing.context.BaseContext:
 
 
 def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
-    """Evaluate tasks in a local process pool of `workers` processes.
+    """Evaluate tasks in a local process pool of `workers` processes, in sibling batches
+    (`worker.sibling_batches`: points that differ only in serving knobs on one worker).
 
     If a worker process dies (killed, out of memory, a crash in native code), the tasks in
     flight are recorded as failed (rerun them with --retry-failed) and a fresh pool takes
     the rest.
     """
-    pending = list(reversed(tasks))
-    window = max(1, workers) * IN_FLIGHT_PER_WORKER
+    workers = max(1, workers)
+    window = workers * IN_FLIGHT_PER_WORKER
+    pending = list(reversed(sibling_batches(tasks, window)))
     while pending:
-        pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=_context())
-        in_flight: dict[Future[Outcome], Task] = {}
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+        in_flight: dict[Future[list[Outcome]], tuple[Task, ...]] = {}
         broken = False
         try:
             while pending or in_flight:
                 while pending and len(in_flight) < window and not broken:
-                    task = pending.pop()
+                    batch = pending.pop()
                     try:
-                        in_flight[pool.submit(run_task, task)] = task
+                        in_flight[pool.submit(run_batch, batch)] = batch
                     except BrokenProcessPool:
-                        pending.append(task)
+                        pending.append(batch)
                         broken = True
                 if not in_flight:
                     break
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in done:
-                    task = in_flight.pop(future)
+                    batch = in_flight.pop(future)
                     try:
-                        yield future.result()
+                        yield from future.result()
                     except BrokenProcessPool as exc:
                         broken = True
-                        yield lost(task, f"worker process died: {exc}")
+                        yield from (lost(task, f"worker process died: {exc}") for task in batch)
                     except Exception as exc:  # e.g. the task could not be pickled
-                        yield lost(task, f"{type(exc).__name__}: {exc}")
+                        yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -114,24 +118,24 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
     try:
         threads = sum(client.nthreads().values()) or max(1, workers)
         window = threads * IN_FLIGHT_PER_WORKER
-        pending = list(reversed(tasks))
-        futures: dict[Any, Task] = {}
+        pending = list(reversed(sibling_batches(tasks, window)))
+        futures: dict[Any, tuple[Task, ...]] = {}
         queue = distributed.as_completed()
 
         def submit() -> None:
             while pending and len(futures) < window:
-                task = pending.pop()
-                future = client.submit(run_task, task, pure=False)
-                futures[future] = task
+                batch = pending.pop()
+                future = client.submit(run_batch, batch, pure=False)
+                futures[future] = batch
                 queue.add(future)
 
         submit()
         for future in queue:
-            task = futures.pop(future)
+            batch = futures.pop(future)
             try:
-                yield future.result()
+                yield from future.result()
             except Exception as exc:  # KilledWorker, a lost connection, a pickling error
-                yield lost(task, f"{type(exc).__name__}: {exc}")
+                yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
             submit()
     finally:
         client.close()

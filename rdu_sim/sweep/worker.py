@@ -8,11 +8,12 @@ The parent alone writes the database.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -154,6 +155,41 @@ def run_task(task: Task) -> Outcome:
         started=started,
         finished=_now(),
     )
+
+
+def run_batch(tasks: Sequence[Task]) -> list[Outcome]:
+    """Evaluate a batch of tasks one after another in this process (``sibling_batches``)."""
+    return [run_task(task) for task in tasks]
+
+
+MAX_BATCH = 8
+"""Most tasks one batch holds (``sibling_batches``)."""
+
+SIBLING_FREE_PREFIXES = ("serving.",)
+"""Override paths that siblings may differ in: serving knobs, which the compiler and engine
+mostly do not read, so siblings mostly ask for the same steps."""
+
+
+def sibling_batches(tasks: Sequence[Task], batches_at_least: int) -> list[tuple[Task, ...]]:
+    """The tasks in batches one worker evaluates in turn: points whose overrides differ only
+    in serving knobs (``SIBLING_FREE_PREFIXES``) go together, so the steps they share are
+    simulated once (``engine.shared_steps`` memoizes per process), where a pool would hand
+    consecutive siblings to different workers at the same time. Batches hold at most
+    ``MAX_BATCH`` tasks and ``len(tasks) // batches_at_least`` (every worker keeps work, a
+    killed worker loses few). Batching is scheduling only: a shared step is keyed by every
+    engine input, whichever points meet."""
+    cap = max(1, min(MAX_BATCH, len(tasks) // max(1, batches_at_least)))
+    groups: dict[str, list[Task]] = {}
+    for task in tasks:
+        fixed = {
+            path: value
+            for path, value in task.point.overrides.items()
+            if not path.startswith(SIBLING_FREE_PREFIXES)
+        }
+        groups.setdefault(json.dumps(fixed, sort_keys=True, default=str), []).append(task)
+    return [
+        tuple(group[i : i + cap]) for group in groups.values() for i in range(0, len(group), cap)
+    ]
 
 
 def lost(task: Task, reason: str) -> Outcome:
