@@ -19,6 +19,7 @@ from rdu_sim.shapes import StepShape
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = str(ROOT / "workloads" / "llama3.1-8b-1socket.yaml")
 DEEPSEEK = str(ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml")
+DEEPSEEK_FULL = str(ROOT / "workloads" / "deepseek-r1-128k-full.yaml")
 ZERO_OVERHEADS = [
     "hw.socket.hbm.latency=0 s",
     "hw.socket.ddr.latency=0 s",
@@ -41,17 +42,18 @@ def test_batch_one_llama_8b_decode_is_hbm_bound() -> None:
 
 
 def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> None:
-    # on the ring and HBM efficiency this was measured on (test_engine_compiled.RING): the
-    # shipped switched fabric's SnapStream step has no cycle and is simulated in full
+    # the full-attention step on the ring and HBM efficiency this was measured on
+    # (test_engine_compiled.RING): SnapStream's MoE layers never repeat their state (with the
+    # compiler's two-layer loop buffers) and are simulated in full
     ring = ["hw.system.topology=ring", "hw.system.collective_algorithm=ring"]
     two_nodes = "hw.system.sockets_per_node=8"
-    scenario = load_scenario(DEEPSEEK, [*ring, two_nodes, "hw.socket.hbm.efficiency=0.9"])
+    scenario = load_scenario(DEEPSEEK_FULL, [*ring, two_nodes, "hw.socket.hbm.efficiency=0.9"])
     compiler = Compiler(scenario)
     program = compiler.program(StepShape("decode", compiler.batch_slots(), 1, 32768))
     fast = simulate_step(program, scenario.hardware)
     full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
-    # On the ring over two nodes the MoE layers' state repeats from boundary ~29: the run is
-    # cut at 32 of 58 layers and is the full simulation's to float rounding (fast_forward)
+    # On the ring over two nodes the MoE layers' state repeats from boundary ~20: the run is
+    # cut at 23 of 58 layers and is the full simulation's to float rounding (fast_forward)
     assert fast.step_s == pytest.approx(full.step_s, rel=STATE_RTOL)
     assert fast.events < full.events * 0.8
     for tier, value in program.bytes_by_tier().items():

@@ -164,7 +164,7 @@ def test_a_late_settling_pipeline_is_cut_only_once_its_state_repeats() -> None:
 def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
     # Lowering the layer count mid-run (at the fewest layers LayerCount allows) changes
     # nothing already decided: boundaries, totals and events equal a fresh run's, bit for bit.
-    scenario, program = decode_program(SNAPSTREAM, two_nodes=True)
+    scenario, program = decode_program(FULL, two_nodes=True)
     kernel = next(k for k in program.kernels if k.name == "decoder_moe")
 
     def sim(layers: int) -> KernelSim:
