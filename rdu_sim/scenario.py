@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware_file import Hardware, hardware_model
@@ -400,14 +401,17 @@ def build_scenario(
 
     model = _resolve_model(workload.model, "model", workload_file, lines)
 
-    hardware_path = _relative_to(workload_file, workload.hardware)
+    hardware_path = shipped.locate_near(
+        _relative_to(workload_file, workload.hardware), workload.hardware, ("hardware",)
+    )
     problem = file_problem(hardware_path)
     if problem is not None:
         raise ConfigError.single(
             workload_file,
             "hardware",
-            f"hardware file {str(hardware_path)!r}: {problem} (paths are "
-            "relative to the workload file)",
+            f"hardware file {str(hardware_path)!r}: {problem} (paths are relative to the "
+            f"workload file; a bare name is a shipped hardware file: "
+            f"{', '.join(shipped.names('hardware'))})",
             lines.get(("hardware",)),
         )
     try:
@@ -451,8 +455,9 @@ def with_overrides(
 def load_scenario(
     path: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None
 ) -> Scenario:
-    """Read a workload file (and its hardware file) into a validated Scenario."""
-    file = Path(path)
+    """Read a workload file (and its hardware file) into a validated Scenario; ``path`` may
+    also name a shipped workload (``deepseek-r1-128k-snapstream``, ``rdu_sim.config.shipped``)."""
+    file = shipped.locate(path, ("workload",))
     data, lines = read_yaml(file)
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"

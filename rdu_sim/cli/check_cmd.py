@@ -25,6 +25,7 @@ from rdu_sim.cli.errors import (
     message_of,
     print_error,
 )
+from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware_file import validate_hardware
 from rdu_sim.config.kinds import KINDS_HELP, file_kind
@@ -107,7 +108,9 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
 
 
 def check_file(path: Path) -> str:
-    """Check one file; raise an expected error if it is bad (see rdu_sim.cli.errors)."""
+    """Check one file (or a shipped one by name); raise an expected error if it is bad (see
+    rdu_sim.cli.errors)."""
+    path = shipped.locate(path)
     if path.suffix.lower() in TRACE_SUFFIXES:
         published = _published_format(path)
         if published is not None:  # Azure, Mooncake, BurstGPT: as a cluster reads them

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "validate": "rdu_sim.cli.validate_cmd",
     "compare": "rdu_sim.cli.compare_cmd",
     "kv-demo": "rdu_sim.cli.kvdemo_cmd",
+    "examples": "rdu_sim.cli.examples_cmd",
 }
 
 # command name -> the first paragraph of its help, what `rdu-sim --help` lists without

@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rdu_sim import api
 from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
 from rdu_sim.config.loader import read_yaml
@@ -151,6 +152,7 @@ def command(
 ) -> None:
     """Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and
     memory (for a cluster: goodput under its SLO, per class and per replica)."""
+    workload = shipped.locate(workload, ("workload", "cluster"))
     if _is_cluster(workload):
         if one_step:
             raise click.UsageError("--step times one step of a workload, not of a cluster")

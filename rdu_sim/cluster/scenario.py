@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import LineMap, read_yaml, validate
@@ -83,9 +84,10 @@ def _error(file: str, lines: LineMap, field: str, message: str) -> ConfigError:
 
 
 def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
-    path = Path(pool.workload)
-    if not path.is_absolute():
-        path = Path(file).parent / path
+    near = Path(pool.workload)
+    if not near.is_absolute():
+        near = Path(file).parent / near
+    path = shipped.locate_near(near, pool.workload, ("workload",))
     try:
         scenario = load_scenario(path, pool.set)
     except ConfigError as exc:
@@ -203,8 +205,9 @@ def build_cluster(
 def load_cluster(
     path: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None
 ) -> ClusterScenario:
-    """Read a cluster file (and its pools' workloads) into a validated ClusterScenario."""
-    file = Path(path)
+    """Read a cluster file (and its pools' workloads) into a validated ClusterScenario;
+    ``path`` may also name a shipped cluster (``rdu_sim.config.shipped``)."""
+    file = shipped.locate(path, ("cluster",))
     data, lines = read_yaml(file)
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan.evaluate import evaluate as default_evaluate
 from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
@@ -140,8 +141,9 @@ def _best_sockets(searches: list[Search]) -> int | None:
 
 
 def default_plan_db(spec_file: Path) -> Path:
-    """`<spec stem>.sqlite` beside the spec (as for sweeps)."""
-    return spec_file.with_suffix(".sqlite")
+    """`<spec stem>.sqlite` beside the spec (as for sweeps; a shipped spec's in the current
+    folder)."""
+    return shipped.beside(spec_file, ".sqlite")
 
 
 def run_plan(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
+from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.plan import PlanSpec, parse_ratio
@@ -170,8 +171,9 @@ def _trace_digest(cluster: ClusterScenario) -> str | None:
 
 
 def load_plan(path: str | Path) -> LoadedPlan:
-    """Read and validate a plan spec and its base cluster (ConfigErrors name file and line)."""
-    file = Path(path)
+    """Read and validate a plan spec and its base cluster (ConfigErrors name file and line);
+    ``path`` may also name a shipped plan (``rdu_sim.config.shipped``)."""
+    file = shipped.locate(path, ("plan",))
     data, lines = read_yaml(file)
     spec = validate(PlanSpec, data, str(file), lines)
     unknown = [name for name in spec.search.kv_policy or [] if name not in policy_names()]
@@ -182,9 +184,10 @@ def load_plan(path: str | Path) -> LoadedPlan:
             f"unknown kv.policy {unknown[0]!r}; valid policies: {', '.join(policy_names())}",
             lines.get(("search", "kv_policy")),
         )
-    base_file = Path(spec.cluster)
-    if not base_file.is_absolute():
-        base_file = file.parent / base_file
+    near = Path(spec.cluster)
+    if not near.is_absolute():
+        near = file.parent / near
+    base_file = shipped.locate_near(near, spec.cluster, ("cluster",))
     base_data, base_lines = read_yaml(base_file)
     if not isinstance(base_data, Mapping):
         raise ConfigError.single(str(base_file), "", "expected a cluster file (a mapping)")

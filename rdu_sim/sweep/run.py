@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
@@ -110,8 +111,8 @@ class SpecCheck:
 
 
 def default_db(spec_file: Path) -> Path:
-    """`<spec stem>.sqlite` beside the spec."""
-    return spec_file.with_suffix(".sqlite")
+    """`<spec stem>.sqlite` beside the spec (a shipped spec's in the current folder)."""
+    return shipped.beside(spec_file, ".sqlite")
 
 
 def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
+from rdu_sim.config import shipped
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import LineMap, read_yaml, validate
@@ -296,13 +297,15 @@ def axis_values(loaded: LoadedSpec, values: AxisValues, where: tuple[str, ...]) 
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
-    """Read and validate a sweep spec file; every problem is a ConfigError naming the spec."""
-    file = Path(path)
+    """Read and validate a sweep spec file; every problem is a ConfigError naming the spec.
+    ``path`` may also name a shipped sweep (``llama8b-batch``, ``rdu_sim.config.shipped``)."""
+    file = shipped.locate(path, ("sweep",))
     data, lines = read_yaml(file)
     spec = validate(SweepSpec, data, str(file), lines)
-    base = Path(spec.base)
-    if not base.is_absolute():
-        base = file.parent / base
+    near = Path(spec.base)
+    if not near.is_absolute():
+        near = file.parent / near
+    base = shipped.locate_near(near, spec.base, ("workload",))
     loaded = LoadedSpec(spec, file, lines, base.resolve())
     if not loaded.base.is_file():
         raise loaded.error(

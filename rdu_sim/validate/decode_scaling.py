@@ -29,12 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from rdu_sim import api
 
-ROOT = Path(__file__).resolve().parents[2]
-LLAMA_WORKLOAD = ROOT / "workloads" / "llama3.1-8b-8socket.yaml"
+LLAMA_WORKLOAD = "llama3.1-8b-8socket"
+"""The Kernel Looping steps' workload, by shipped name (``rdu_sim.config.shipped``)."""
 CONTEXT = 4096
 """Cached tokens of the batch-1 decode step ([KL] Table 1's first row)."""
 SYSTEMS: tuple[tuple[int, tuple[str, ...]], ...] = (

@@ -67,9 +67,10 @@ throughput (figure decode_throughput_256_users): 256 slots, one closed-loop user
 turnovers of 1024-token prompts and 1024-token outputs, decode graphs per power-of-two bucket
 (256 slots of 128k do not fit)."""
 
-ROOT = Path(__file__).resolve().parents[2]
-SNAPSTREAM_WORKLOAD = ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml"
-FULL_WORKLOAD = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
+SNAPSTREAM_WORKLOAD = "deepseek-r1-128k-snapstream"
+FULL_WORKLOAD = "deepseek-r1-128k-full"
+"""The deployment's workloads, by shipped name (``rdu_sim.config.shipped``: installed or in a
+checkout)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class SuiteResult:
         return all(row.passed for row in self.rows)
 
 
-def plan_run(path: Path, overrides: Sequence[str], quick: bool) -> list[str]:
+def plan_run(path: str | Path, overrides: Sequence[str], quick: bool) -> list[str]:
     """The overrides one calibration run uses: the caller's, plus ``serving.requests`` for a
     quick run (QUICK_TURNOVERS per slot). Checks, before anything is simulated, that the run
     can have a steady window (closed loop, enough requests): a ConfigError otherwise."""
@@ -133,7 +134,7 @@ def plan_run(path: Path, overrides: Sequence[str], quick: bool) -> list[str]:
     return ovr
 
 
-def measure_run(path: Path, overrides: Sequence[str], prompt: int | None) -> RunMeasurement:
+def measure_run(path: str | Path, overrides: Sequence[str], prompt: int | None) -> RunMeasurement:
     """Run one workload through ``api.run`` (as ``rdu-sim run PATH --set ...``) and
     measure it."""
     began = time.perf_counter()
@@ -155,7 +156,7 @@ def measure_run(path: Path, overrides: Sequence[str], prompt: int | None) -> Run
     )
 
 
-def measure_single_stream(path: Path, overrides: Sequence[str]) -> tuple[float, float]:
+def measure_single_stream(path: str | Path, overrides: Sequence[str]) -> tuple[float, float]:
     """One request decoding alone on the full-attention workload (``SINGLE_STREAM``), through
     ``api.run`` as ``rdu-sim run PATH --set ...`` would: its decode speed, and its decode
     step's HBM bytes per second over the HBM peak (the same step, through ``api.step``)."""
@@ -164,20 +165,20 @@ def measure_single_stream(path: Path, overrides: Sequence[str]) -> tuple[float, 
     return speed, api.step(path, ovr, batch=1).hbm_util
 
 
-def measure_throughput(path: Path, overrides: Sequence[str]) -> float:
+def measure_throughput(path: str | Path, overrides: Sequence[str]) -> float:
     """Steady-state decode tokens/s of the full-attention workload with 256 users
     (``THROUGHPUT``), through ``api.run``."""
     return steady_state(api.run(path, [*overrides, *THROUGHPUT])).tokens_per_s
 
 
-def measure_small(full: Path, overrides: Sequence[str]) -> tuple[float, float, float]:
+def measure_small(full: str | Path, overrides: Sequence[str]) -> tuple[float, float, float]:
     """The two small DeepSeek-R1 runs: single-stream speed and HBM share, 256-user
     throughput (one task, so that the suite's two processes stay balanced)."""
     speed, share = measure_single_stream(full, overrides)
     return speed, share, measure_throughput(full, overrides)
 
 
-def reference_prompt(snapstream: Path, overrides: Sequence[str]) -> int | None:
+def reference_prompt(snapstream: str | Path, overrides: Sequence[str]) -> int | None:
     """The typical compressed prompt of the SnapStream workload (None: none compresses)."""
     scenario = api.load(snapstream, list(overrides))
     return compressed_prompt(scenario, scenario.kv_policy.slot_tokens())
@@ -187,8 +188,8 @@ def run_suite(
     *,
     quick: bool = False,
     overrides: Iterable[str] = (),
-    snapstream: Path = SNAPSTREAM_WORKLOAD,
-    full: Path = FULL_WORKLOAD,
+    snapstream: str | Path = SNAPSTREAM_WORKLOAD,
+    full: str | Path = FULL_WORKLOAD,
     figures: Sequence[Figure] = FIGURES,
     parallel: bool = True,
 ) -> SuiteResult:

@@ -1,0 +1,193 @@
+"""Installed without the checkout, rdu-sim runs: the shipped files are package data found by
+name, and a wheel built from this tree holds exactly them.
+
+The slow test builds a wheel offline (``--no-build-isolation --no-index``: the build uses
+this environment's setuptools), installs it into a fresh venv without its dependencies (a
+.pth line lends them from this environment), and runs the issue's commands from an empty
+folder with no PYTHONPATH: the checkout is nowhere on the path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim import api
+from rdu_sim.cli.main import cli
+from rdu_sim.config import shipped
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.sweep import default_db, load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "rdu_sim", *shipped.FOLDERS)
+
+
+def test_names_resolve_to_the_checkout_files() -> None:
+    assert shipped.root() == REPO
+    assert shipped.locate("deepseek-r1-128k-snapstream", ("workload",)) == (
+        REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+    )
+    assert shipped.locate("llama8b-batch", ("sweep",)) == (
+        REPO / "workloads" / "sweeps" / "llama8b-batch.yaml"
+    )
+    # a name shared by a cluster and a plan: each command looks among its own kinds
+    assert shipped.locate("llama3.1-8b-chat", ("plan",)).parent.name == "plans"
+    assert shipped.locate("llama3.1-8b-chat", ("cluster",)).parent.name == "clusters"
+    assert "sn40l-16" in shipped.names("hardware")
+    with pytest.raises(ConfigError, match=r"no shipped sweep of that name.*llama8b-batch"):
+        shipped.locate("llama8b-bach", ("sweep",))
+
+
+def test_a_path_under_the_shipped_root_works_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    found = shipped.locate("workloads/sweeps/llama8b-hbm-bandwidth.yaml", ("sweep",))
+    assert found == REPO / "workloads" / "sweeps" / "llama8b-hbm-bandwidth.yaml"
+    local = tmp_path / "workloads" / "sweeps" / "llama8b-hbm-bandwidth.yaml"
+    local.parent.mkdir(parents=True)
+    local.write_text("base: x.yaml\n")
+    assert shipped.locate("workloads/sweeps/llama8b-hbm-bandwidth.yaml", ("sweep",)) == Path(
+        "workloads/sweeps/llama8b-hbm-bandwidth.yaml"
+    )  # a file of the user's own comes first
+
+
+def test_a_workload_may_name_its_hardware(tmp_path: Path) -> None:
+    workload = tmp_path / "mine.yaml"
+    text = (REPO / "workloads" / "llama3.1-8b-8socket.yaml").read_text()
+    workload.write_text(text.replace("../hw_configs/sn40l-8.yaml", "sn40l-8"))
+    scenario = api.load(workload)
+    assert Path(scenario.hardware_file) == REPO / "hw_configs" / "sn40l-8.yaml"
+    workload.write_text(text.replace("../hw_configs/sn40l-8.yaml", "sn40l-9"))
+    with pytest.raises(ConfigError, match="shipped hardware file: sn40l, sn40l-16, sn40l-8"):
+        api.load(workload)
+
+
+def test_commands_take_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    checked = runner.invoke(cli, ["check", "llama8b-batch", "sn40l-16", "llama3.1-8b-1socket"])
+    assert checked.exit_code == 0, checked.output
+    assert checked.output.count("OK") == 3
+    missing = runner.invoke(cli, ["run", "llama3.1-8b-1sock"])
+    assert missing.exit_code == 2
+    assert "no shipped workload or cluster of that name" in missing.output
+    assert "llama3.1-8b-1socket" in missing.output
+
+
+def test_examples_lists_and_copies_a_layout_that_still_resolves(tmp_path: Path) -> None:
+    runner = CliRunner()
+    listing = runner.invoke(cli, ["examples"])
+    assert listing.exit_code == 0
+    for kind in shipped.KINDS:
+        assert ", ".join(shipped.names(kind)) in listing.output
+    copied = runner.invoke(cli, ["examples", "copy", str(tmp_path / "mine")])
+    assert copied.exit_code == 0, copied.output
+    files = shipped.files()
+    assert f"copied {len(files)} file(s)" in copied.output
+    assert sorted(
+        p.relative_to(tmp_path / "mine") for p in (tmp_path / "mine").rglob("*") if p.is_file()
+    ) == (files)
+    # relative paths inside the copies resolve within the copy
+    scenario = api.load(tmp_path / "mine" / "workloads" / "gpt-oss-120b-8socket.yaml")
+    assert Path(scenario.hardware_file).is_relative_to(tmp_path / "mine")
+    again = runner.invoke(cli, ["examples", "copy", str(tmp_path / "mine")])
+    assert f"copied 0 file(s) into {tmp_path / 'mine'}; kept {len(files)}" in again.output
+
+
+def test_a_sweep_database_never_goes_into_an_installed_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = load_spec("llama8b-batch")
+    assert default_db(spec.file) == REPO / "workloads" / "sweeps" / "llama8b-batch.sqlite"
+    monkeypatch.setattr(shipped, "installed_root", lambda: REPO)  # as if REPO were installed
+    monkeypatch.chdir(tmp_path)
+    assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
+
+
+def _build_tree(target: Path) -> Path:
+    """The files a build reads, copied (the build writes build/ and *.egg-info into them)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.sqlite*", ".ipynb_checkpoints")
+    target.mkdir(parents=True)
+    for name in BUILD_INPUTS:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=ignore)
+        else:
+            shutil.copy2(source, target / name)
+    return target
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    source = _build_tree(tmp_path / "src")
+    dist = tmp_path / "dist"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    built = _run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), "."],
+        source,
+        env,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = dist.glob("rdu_sim-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    data = sorted(
+        Path(n).relative_to("rdu_sim/data") for n in names if n.startswith("rdu_sim/data/")
+    )
+    assert data == shipped.files()  # setup.py's patterns ship exactly shipped.PATTERNS
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert b"License-Expression: Apache-2.0" in metadata
+
+    venv = tmp_path / "venv"
+    assert (
+        _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env).returncode
+        == 0
+    )
+    python = venv / "bin" / "python"
+    installed = _run(
+        [*pip, "--python", str(python), "install", "--no-index", "--no-deps", str(wheel)],
+        tmp_path,
+        env,
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    site = Path(
+        _run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            tmp_path,
+            env,
+        ).stdout.strip()
+    )
+    (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    where = _run(
+        [str(python), "-c", "from rdu_sim.config import shipped; print(shipped.root())"], empty, env
+    )
+    assert Path(where.stdout.strip()) == site / "rdu_sim" / "data", where.stderr
+    rdu_sim = str(venv / "bin" / "rdu-sim")
+    ran = _run([rdu_sim, "run", "deepseek-r1-128k-snapstream", "--json"], empty, env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result = json.loads(ran.stdout)
+    assert result["workload"] == "deepseek-r1-128k-snapstream"
+    assert result["requests_completed"] == result["requests"] > 0
+    validated = _run([rdu_sim, "validate", "--quick", "--json"], empty, env)
+    assert validated.returncode in (0, 1), validated.stderr[-3000:]  # 1: a figure misses
+    assert {row["name"] for row in json.loads(validated.stdout)} >= {"max_batch_ratio"}
+    assert list(empty.iterdir()) == []  # nothing written where it ran
