@@ -7,7 +7,12 @@ workload reads) and notebooks/ are the one copy of each file. The wheel carries 
 them installed or in a checkout. Everything else is in pyproject.toml.
 """
 
+import json
+import subprocess
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 SHIPPED = {
     "rdu_sim.data.workloads": "workloads",
@@ -17,7 +22,32 @@ SHIPPED = {
 }
 """Installed package -> checkout folder (a data-only package: no Python inside)."""
 
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+class BuildWithCommit(build_py):
+    """Also write rdu_sim/_commit.json (the commit built and whether tracked files differed
+    from it) when building from a git checkout, so an installed simulator can record the
+    commit in its outputs (rdu_sim.provenance); nothing is written into the source tree."""
+
+    def run(self) -> None:
+        super().run()
+        head = _git("rev-parse", "HEAD") if Path(".git").exists() else None
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        if head is None or status is None or self.editable_mode:
+            return
+        target = Path(self.build_lib) / "rdu_sim" / "_commit.json"
+        target.write_text(json.dumps({"commit": head.strip(), "dirty": bool(status.strip())}))
+
+
 setup(
+    cmdclass={"build_py": BuildWithCommit},
     packages=[*find_packages(include=["rdu_sim", "rdu_sim.*"]), *SHIPPED],
     package_dir=SHIPPED,
     package_data={

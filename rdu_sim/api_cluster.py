@@ -32,6 +32,7 @@ from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
 from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load_traffic
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.provenance import file_digest, of_scenario, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.server import ServerConfig
@@ -181,8 +182,27 @@ class ClusterResult:
         memos = {id(p.runtime.step_fn): p.runtime.step_fn for p in self.pools}
         return sum(len(getattr(m, "costs", ())) for m in memos.values())
 
+    def provenance(self) -> dict[str, Any]:
+        """The simulator, the cluster file, its overrides, its traffic trace's sha256 and each
+        pool's workload provenance (``rdu_sim.provenance``)."""
+        scenario = self.scenario
+        trace = scenario.config.traffic.trace
+        pools = {}
+        for pool in scenario.pools:
+            block = of_scenario(pool.scenario)
+            block.pop("simulator")
+            pools[pool.name] = block
+        return {
+            "simulator": simulator().to_dict(),
+            "files": {"cluster": shown_file(scenario.file)},
+            "overrides": dict(scenario.overrides),
+            "traffic_sha256": None if trace is None else file_digest(scenario.base_dir / trace),
+            "pools": pools,
+        }
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract (docs/cluster.md): cluster, per-class and per-replica metrics."""
+        """The JSON contract (docs/cluster.md): cluster, per-class and per-replica metrics,
+        and the provenance."""
         if self._summary is None:
             self._summary = summarize_cluster(
                 meta=self.meta(),
@@ -193,6 +213,7 @@ class ClusterResult:
                 traffic=self.run.fit.requests.summary.to_dict(),
                 shapes_simulated=self.shapes_simulated,
             )
+            self._summary["provenance"] = self.provenance()
         return dict(self._summary)
 
     def to_json(self, indent: int | None = 2) -> str:

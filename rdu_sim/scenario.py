@@ -41,7 +41,9 @@ from rdu_sim.models.storage import storage_dtypes
 @dataclass(frozen=True)
 class Scenario:
     """Everything one simulation needs, validated; ``kv_policy`` is the workload's KV policy,
-    built once from ``kv`` and ``serving.max_context`` (every room asks it, none rebuilds it)."""
+    built once from ``kv`` and ``serving.max_context`` (every room asks it, none rebuilds it);
+    ``overrides`` are the ``--set`` edits applied to the files, by path (outputs record them:
+    ``rdu_sim.provenance``)."""
 
     workload: WorkloadConfig
     hardware: Hardware
@@ -52,6 +54,7 @@ class Scenario:
     # The draft model of `speculation`, as a scenario of its own (its model and tp; the same
     # hardware, dtypes, KV policy and serving), built once; None without speculation.
     draft: Scenario | None = field(default=None, compare=False, repr=False)
+    overrides: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def tp(self) -> int:
@@ -434,7 +437,9 @@ def build_scenario(
     policy = _cross_check(workload, hardware, model, workload_file, lines)
     files = (workload_file, str(hardware_path))
     draft = _draft_scenario(workload, hardware, model, policy, files, lines)
-    return Scenario(workload, hardware, model, *files, policy, draft)
+    return Scenario(
+        workload, hardware, model, *files, policy, draft, overrides=dict(normalized)
+    )
 
 
 def with_overrides(
@@ -448,8 +453,10 @@ def with_overrides(
     data = scenario.workload.model_dump(mode="json")
     hardware = scenario.hardware.model_dump(mode="json")
     merged = {f"{HW_PREFIX}{key}": value for key, value in hardware.items()}
-    merged.update(normalize_overrides(overrides))
-    return build_scenario(data, workload_file=scenario.workload_file, overrides=merged)
+    added = normalize_overrides(overrides)
+    merged.update(added)
+    rebuilt = build_scenario(data, workload_file=scenario.workload_file, overrides=merged)
+    return dataclasses.replace(rebuilt, overrides={**scenario.overrides, **added})
 
 
 def load_scenario(

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rdu_sim import api
+from rdu_sim import __version__, api
 from rdu_sim.cli.main import cli
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
@@ -127,6 +127,21 @@ def _build_tree(target: Path) -> Path:
     return target
 
 
+def _commit_all(source: Path, env: dict[str, str]) -> str | None:
+    """Make the copied tree a git checkout of one commit (None when git is missing)."""
+    if shutil.which("git") is None:
+        return None
+    who = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "build"]):
+        assert _run(["git", *args], source, {**env, **who}).returncode == 0
+    return _run(["git", "rev-parse", "HEAD"], source, env).stdout.strip()
+
+
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
@@ -135,6 +150,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
 def test_a_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     source = _build_tree(tmp_path / "src")
+    commit = _commit_all(source, env)
     dist = tmp_path / "dist"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     built = _run(
@@ -181,6 +197,17 @@ def test_a_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
         [str(python), "-c", "from rdu_sim.config import shipped; print(shipped.root())"], empty, env
     )
     assert Path(where.stdout.strip()) == site / "rdu_sim" / "data", where.stderr
+    if commit is not None:  # the wheel knows the commit it was built from (setup.py)
+        label = _run(
+            [
+                str(python),
+                "-c",
+                "from rdu_sim.provenance import simulator; print(simulator().label)",
+            ],
+            empty,
+            env,
+        )
+        assert label.stdout.strip() == f"{__version__}+g{commit[:12]}", label.stderr
     rdu_sim = str(venv / "bin" / "rdu-sim")
     ran = _run([rdu_sim, "run", "deepseek-r1-128k-snapstream", "--json"], empty, env)
     assert ran.returncode == 0, ran.stderr[-3000:]

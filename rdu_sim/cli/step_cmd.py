@@ -141,6 +141,7 @@ def command(
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
+    from rdu_sim.provenance import of_scenario
     from rdu_sim.report.trace import write_chrome_trace
     from rdu_sim.serving.step_shape import context_note
 
@@ -161,12 +162,16 @@ def command(
     assert isinstance(timing, StepTiming)
     data = timing.to_dict()
     data.update(
-        workload=scenario.workload.name, model=scenario.model.name, hardware=scenario.hardware.name
+        workload=scenario.workload.name,
+        model=scenario.model.name,
+        hardware=scenario.hardware.name,
+        provenance=of_scenario(scenario),
     )
     trace_error: WriteError | None = None
     if trace_file is not None:
         try:
-            data["trace"] = str(write_chrome_trace(timing, trace_file))
+            written = write_chrome_trace(timing, trace_file, {"provenance": data["provenance"]})
+            data["trace"] = str(written)
         except WriteError as exc:  # print the step anyway: nothing computed is lost
             trace_error = exc
     if as_json:

@@ -58,6 +58,12 @@ def _dry_run_table(summary: object) -> None:
 )
 @click.option("--retry-failed", is_flag=True, help="Rerun points that failed before.")
 @click.option(
+    "--rerun",
+    is_flag=True,
+    help="Run every point again, replacing the rows the database holds (rows of another "
+    "simulator version are never reused anyway: the version is part of each key).",
+)
+@click.option(
     "--export",
     "export_file",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -87,6 +93,7 @@ def command(
     cluster: str | None,
     db_file: Path | None,
     retry_failed: bool,
+    rerun: bool,
     export_file: Path | None,
     provenance: bool,
     dry_run: bool,
@@ -96,22 +103,12 @@ def command(
 
     Example: rdu-sim sweep workloads/sweeps/llama8b-batch.yaml --workers 2 --export out.csv
     """
-    from rdu_sim.sweep import export, load, parquet_available, run_sweep
+    from rdu_sim.sweep import export, load, run_sweep
+    from rdu_sim.sweep.load import check_export
     from rdu_sim.sweep.progress import RichReporter
 
-    if (
-        export_file is not None
-        and export_file.suffix.lower() in (".parquet", ".pq")
-        and not parquet_available()
-    ):
-        from rdu_sim.config.errors import ConfigError
-
-        raise ConfigError.single(
-            str(export_file),
-            "",
-            "Parquet export needs pyarrow, which "
-            "is not installed (pip install pyarrow); use .csv instead",
-        )
+    if export_file is not None:
+        check_export(export_file)  # refused before anything runs, not after the sweep
     try:
         summary = run_sweep(
             spec,
@@ -119,6 +116,7 @@ def command(
             workers=workers,
             cluster=cluster,
             retry_failed=retry_failed,
+            rerun=rerun,
             dry_run=dry_run,
             progress=RichReporter(bar=progress),
         )

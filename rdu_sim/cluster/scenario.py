@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +45,14 @@ class PoolScenario:
 
 @dataclass(frozen=True)
 class ClusterScenario:
-    """Everything a cluster simulation needs, validated."""
+    """Everything a cluster simulation needs, validated (``overrides``: the ``--set`` edits
+    applied to the cluster file, recorded in its outputs)."""
 
     config: ClusterConfig
     file: str
     pools: tuple[PoolScenario, ...]
     lines: LineMap
+    overrides: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def base_dir(self) -> Path:
@@ -197,7 +199,7 @@ def build_cluster(
         ]
         raise ConfigError(issues) from None
     pools = tuple(_pool(file, lines, name, pool) for name, pool in config.pools.items())
-    cluster = ClusterScenario(config, file, pools, lines)
+    cluster = ClusterScenario(config, file, pools, lines, dict(normalized))
     _cross_check(cluster)
     return cluster
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rdu_sim.plan.search import PlanResult, Search, _rank
+from rdu_sim.provenance import shown_file, simulator
 
 ORDER = {"met": 0, "pruned": 1, "not met": 2, "infeasible": 3, "error": 4, "searching": 5}
 
@@ -68,7 +69,9 @@ def frontier_rows(result: PlanResult) -> list[dict[str, Any]]:
 
 
 def plan_summary(result: PlanResult) -> dict[str, Any]:
-    """The plan's JSON: the cheapest configuration meeting the SLO, the rows, the effort."""
+    """The plan's JSON: the cheapest configuration meeting the SLO, the rows, the effort, and
+    the provenance (the simulator, the plan spec and its cluster file; each configuration's
+    row in the database holds its resolved config)."""
     rows = frontier_rows(result)
     cheapest = rows[0] if rows and rows[0]["status"] == "met" else None
     slo = result.plan.spec.slo or result.plan.base.config.slo
@@ -79,4 +82,11 @@ def plan_summary(result: PlanResult) -> dict[str, Any]:
         "cheapest": cheapest,
         "configurations": rows,
         "evaluations": result.evaluations,
+        "provenance": {
+            "simulator": simulator().to_dict(),
+            "files": {
+                "plan": shown_file(result.plan.file),
+                "cluster": shown_file(result.plan.base_file),
+            },
+        },
     }

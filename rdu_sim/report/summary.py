@@ -32,6 +32,8 @@ Definitions (docs/serving.md repeats them for users):
   ``model_switches``, ``switch_s`` (copy engine busy), ``switch_stall_s`` (the server
   waiting on copies), ``hbm_hit_rate``, ``bytes_copied``, ``expert_weight_bytes``; None
   for one model.
+- ``provenance``: the simulator (version, git commit when known), the workload and hardware
+  files, the ``--set`` overrides and the resolved configuration (``rdu_sim.provenance``).
 
 Floats are rounded to 12 significant digits, so the JSON is byte-identical across runs and
 platforms for the same inputs.
@@ -40,7 +42,7 @@ platforms for the same inputs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +53,7 @@ from rdu_sim.compiler.placement import placement_warnings
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine.timing import StepTiming
+from rdu_sim.provenance import of_scenario
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
 from rdu_sim.serving.coe import CoEStats
 from rdu_sim.serving.records import ServingRecords
@@ -255,12 +258,15 @@ class RunSummary:
     utilization: Utilization
     step_cache: StepCacheStats
     steps: StepCounts
+    provenance: dict[str, Any]
     accepted_tokens_per_step: float | None = None  # speculative decoding: tokens per round
     speculation: SpeculationSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract: nested plain dicts, lists for pairs."""
-        data: dict[str, Any] = rounded(asdict(self))
+        """The JSON contract: nested plain dicts, lists for pairs. The provenance is kept
+        exact (a configuration rounded to 12 digits would not reproduce the run)."""
+        data: dict[str, Any] = rounded(asdict(replace(self, provenance={})))
+        data["provenance"] = self.provenance
         return data
 
 
@@ -422,6 +428,7 @@ def summarize(run: ServingRun) -> RunSummary:
             shapes=len(cache.shapes),
         ),
         steps=StepCounts(**steps_run(records)),
+        provenance=of_scenario(scenario),
         accepted_tokens_per_step=_round(
             speculation.decoding.accepted_tokens_per_step
             if speculation is not None and speculation.decoding is not None

@@ -116,13 +116,16 @@ def step_metadata(timing: StepTiming) -> dict[str, Any]:
     }
 
 
-def write_chrome_trace(timing: StepTiming, path: str | Path) -> Path:
+def write_chrome_trace(
+    timing: StepTiming, path: str | Path, extra: dict[str, Any] | None = None
+) -> Path:
     """Write ``timing``'s records to ``path`` (parents created, all or nothing: a WriteError
-    naming the path when it cannot be written); returns the path.
+    naming the path when it cannot be written); returns the path. ``extra`` joins the
+    trace's metadata (``otherData``: the step's provenance, say).
 
     Raises ValueError when the step was simulated without ``record=True``.
     """
     if timing.records is None:
         raise ValueError("this StepTiming has no trace records: simulate with record=True")
-    trace = chrome_trace(timing.records, step_metadata(timing))
+    trace = chrome_trace(timing.records, {**step_metadata(timing), **(extra or {})})
     return write_file(Path(path), lambda handle: json.dump(trace, handle))

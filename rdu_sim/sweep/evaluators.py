@@ -86,10 +86,13 @@ class NoOptions(StrictModel):
 
 @register("simulate", NoOptions)
 def simulate(point: Point, options: NoOptions) -> Mapping[str, Any]:
-    """The full simulation of the point's scenario, as `RunResult.to_dict()`."""
+    """The full simulation of the point's scenario, as `RunResult.to_dict()` without its
+    provenance (the row holds the config, the overrides and the simulator's version)."""
     from rdu_sim.api import run  # here: a worker loads the simulator only if it simulates
 
-    return run(point.scenario).to_dict()
+    metrics = run(point.scenario).to_dict()
+    metrics.pop("provenance", None)
+    return metrics
 
 
 class SyntheticOptions(StrictModel):

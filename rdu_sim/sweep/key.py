@@ -1,9 +1,10 @@
-"""A point's identity: sha256 of its fully-resolved config as canonical JSON.
+"""A point's identity: sha256 of its fully-resolved config (``rdu_sim.provenance``) and the
+simulator's version, as canonical JSON.
 
 Two points are the same point exactly when their validated workload, hardware and model are
 equal, however the spec spelled them (axis order, "1.6 TB/s" vs 1.6e12, a preset name vs the
 same architecture inline). That is what makes resume safe: a finished row is reused only for
-an identical simulation input.
+an identical simulation input run by the same version of the simulator.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from pathlib import Path
 from typing import Any
 
-from rdu_sim.config.yaml_io import file_problem
-from rdu_sim.scenario import Scenario
+from rdu_sim import __version__
+from rdu_sim.provenance import resolved_config
 
-# Fields that describe a config without changing what it simulates.
-_COSMETIC = ("description",)
+__all__ = ["canonical_json", "config_key", "jsonable", "resolved_config"]
 
 
 def _jsonable(value: Any) -> Any:
@@ -49,49 +48,9 @@ def jsonable(value: Any) -> Any:
     return _jsonable(value)
 
 
-def _file_digest(path: Path) -> str | None:
-    """sha256 of a regular file, read in chunks (a FIFO would block, a huge file fill memory);
-    None when it cannot be read (the run then reports the trace's problem itself)."""
-    if file_problem(path) is not None:
-        return None
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as stream:
-            for chunk in iter(lambda: stream.read(2**20), b""):
-                digest.update(chunk)
-    except OSError:
-        return None
-    return digest.hexdigest()
-
-
-def resolved_config(scenario: Scenario) -> dict[str, Any]:
-    """Everything a simulation depends on, as plain data.
-
-    The workload's `hardware` path and its `model` (a preset name or a mapping) are replaced
-    by the hardware and architecture themselves; a trace file is represented by the sha256 of
-    its content, so editing the trace changes the key.
-    """
-    workload = scenario.workload.model_dump(mode="json")
-    workload["hardware"] = None
-    workload["model"] = None
-    hardware = scenario.hardware.model_dump(mode="json")
-    for field in _COSMETIC:
-        workload.pop(field, None)
-        hardware.pop(field, None)
-    config: dict[str, Any] = {
-        "workload": workload,
-        "hardware": hardware,
-        "model": scenario.model.model_dump(mode="json"),
-    }
-    trace = scenario.workload.serving.trace
-    if trace is not None:
-        path = Path(trace)
-        config["trace_sha256"] = _file_digest(
-            path if path.is_absolute() else scenario.base_dir / path
-        )
-    return config
-
-
 def config_key(config: dict[str, Any]) -> str:
-    """The sha256 (hex) of a resolved config's canonical JSON."""
-    return hashlib.sha256(canonical_json(config).encode("ascii")).hexdigest()
+    """The sha256 (hex) of a resolved config's canonical JSON with the simulator's version:
+    a row that another version computed is never reused (``rdu-sim sweep --rerun`` reruns
+    rows of the same version, after a change between releases)."""
+    keyed = {"config": config, "simulator_version": __version__}
+    return hashlib.sha256(canonical_json(keyed).encode("ascii")).hexdigest()

@@ -67,25 +67,35 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
+def check_export(path: str | Path) -> None:
+    """Refuse an export file that :func:`export` could not write (an unknown suffix, Parquet
+    without pyarrow) with a ConfigError naming it; the CLI asks before a sweep runs."""
+    out = Path(path)
+    suffix = out.suffix.lower()
+    if suffix in (".parquet", ".pq") and not parquet_available():
+        raise ConfigError.single(
+            str(out),
+            "",
+            "Parquet export needs pyarrow, which is not "
+            "installed (pip install pyarrow); export to .csv instead",
+        )
+    if suffix not in (".csv", ".parquet", ".pq"):
+        kind = repr(suffix) if suffix else "a file without an extension"
+        raise ConfigError.single(str(out), "", f"cannot export to {kind}: use .csv or .parquet")
+
+
 def export(frame: pd.DataFrame, path: str | Path, *, provenance: bool = False) -> Path:
     """Write `frame` as CSV (.csv) or Parquet (.parquet, needs pyarrow), all or nothing.
 
     The run-provenance columns (``PROVENANCE``) are dropped unless `provenance`.
     """
     out = Path(path)
-    suffix = out.suffix.lower()
+    check_export(out)
     if not provenance:
         frame = frame.drop(columns=[c for c in PROVENANCE if c in frame.columns])
-    if suffix == ".csv":
+    if out.suffix.lower() == ".csv":
         write_file(out, lambda handle: frame.to_csv(handle, index=False, lineterminator="\n"))
-    elif suffix in (".parquet", ".pq"):
-        if not parquet_available():
-            raise ConfigError.single(
-                str(out),
-                "",
-                "Parquet export needs pyarrow, which is not "
-                "installed (pip install pyarrow); export to .csv instead",
-            )
+    else:
         mixed = [
             c
             for c in frame.columns
@@ -93,7 +103,4 @@ def export(frame: pd.DataFrame, path: str | Path, *, provenance: bool = False) -
         ]
         frame = frame.astype({c: str for c in mixed})  # Parquet columns have one type
         write_file(out, lambda handle: frame.to_parquet(handle, index=False), binary=True)
-    else:
-        kind = repr(suffix) if suffix else "a file without an extension"
-        raise ConfigError.single(str(out), "", f"cannot export to {kind}: use .csv or .parquet")
     return out

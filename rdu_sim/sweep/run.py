@@ -49,6 +49,7 @@ class Plan:
     failed_before: int  # failed rows skipped (not retried)
     retrying: int  # failed rows rerun because of retry_failed
     stale: int  # done rows missing a requested metric, rerun
+    rerun: int = 0  # stored rows run again because of rerun
 
     def describe(self) -> str:
         """One line: how many points, how many already done, how many to run."""
@@ -63,6 +64,8 @@ class Plan:
             detail.append(f"{self.retrying} failed before, retrying")
         if self.stale:
             detail.append(f"{self.stale} done without a requested metric, rerunning")
+        if self.rerun:
+            detail.append(f"{self.rerun} stored before, rerunning (--rerun)")
         detail.append(f"{len(self.to_run)} to run")
         return " ".join(parts) + "; " + ", ".join(detail)
 
@@ -161,14 +164,23 @@ def check_traces(expansion: Expansion) -> None:
             read_trace(wanted[0], point.scenario.workload_file, serving.requests)
 
 
-def plan(expansion: Expansion, existing: Mapping[str, Existing], *, retry_failed: bool) -> Plan:
-    """Decide which points run, from what the database holds."""
+def plan(
+    expansion: Expansion,
+    existing: Mapping[str, Existing],
+    *,
+    retry_failed: bool,
+    rerun: bool = False,
+) -> Plan:
+    """Decide which points run, from what the database holds (``rerun``: every point)."""
     metrics = set(expansion.spec.spec.metrics or ())
     to_run: list[Point] = []
-    done = failed_before = retrying = stale = 0
+    done = failed_before = retrying = stale = reran = 0
     for point in expansion.points:
         row = existing.get(point.key)
         if row is None:
+            to_run.append(point)
+        elif rerun:
+            reran += 1
             to_run.append(point)
         elif row.status == "done":
             covered = all(
@@ -184,7 +196,7 @@ def plan(expansion: Expansion, existing: Mapping[str, Existing], *, retry_failed
             to_run.append(point)
         else:
             failed_before += 1
-    return Plan(expansion, tuple(to_run), done, failed_before, retrying, stale)
+    return Plan(expansion, tuple(to_run), done, failed_before, retrying, stale, reran)
 
 
 def _row(outcome: Outcome, point: PointLike, sweep: str) -> Row:
@@ -232,6 +244,7 @@ def run_sweep(
     workers: int | None = None,
     cluster: str | None = None,
     retry_failed: bool = False,
+    rerun: bool = False,
     dry_run: bool = False,
     progress: bool | Reporter = False,
     evaluator: Evaluate | None = None,
@@ -239,7 +252,9 @@ def run_sweep(
     """Run (or resume) the sweep in `spec`; return what it did.
 
     `workers`: processes (default: the core count; 1 runs in this process). `cluster`:
-    'local' or a Dask scheduler address `tcp://host:port`. `evaluator` replaces the spec's
+    'local' or a Dask scheduler address `tcp://host:port`. `rerun` runs every point again,
+    replacing its row (keys already change with the simulator's version; this is for a code
+    change within one version). `evaluator` replaces the spec's
     (a module-level function of a Point, so it pickles); `progress=True` draws a bar on
     stderr. Raises ConfigError for a bad spec or metric, before or at the first result.
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
@@ -257,7 +272,7 @@ def run_sweep(
 
     if dry_run:
         existing = _peek(db_path, keys)
-        the_plan = plan(expansion, existing, retry_failed=retry_failed)
+        the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun)
         reporter.message(the_plan.describe() + " (dry run: nothing runs)")
         return SweepSummary(
             loaded.name,
@@ -270,7 +285,7 @@ def run_sweep(
         )
 
     with Store(db_path) as store:
-        the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed)
+        the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
         reporter.message(the_plan.describe())
         summary = SweepSummary(
             loaded.name,

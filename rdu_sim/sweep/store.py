@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS results (
     metrics   TEXT,                      -- JSON: metric path -> value (NULL when failed)
     status    TEXT NOT NULL CHECK (status IN ('done', 'failed')),
     error     TEXT,                      -- exception type, message and traceback tail
-    version   TEXT NOT NULL,             -- rdu_sim version of the process that ran it
+    version   TEXT NOT NULL,             -- rdu_sim version (+g<commit> when known) that ran it
     worker    TEXT,                      -- host:pid that ran it
     wall_s    REAL,                      -- seconds the evaluation took
     started   TEXT,                      -- ISO 8601 UTC

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import rdu_sim
+from rdu_sim.provenance import simulator
 from rdu_sim.sweep.key import jsonable
 
 MAX_ERROR_CHARS = 4000
@@ -63,7 +63,7 @@ class Outcome:
     error: str | None
     missing: tuple[str, ...]  # requested metrics the result did not have
     available: tuple[str, ...]  # the result's metric names when some were missing
-    version: str
+    version: str  # the simulator that ran it, with its commit (provenance.Simulator.label)
     worker: str
     wall_s: float
     started: str
@@ -149,7 +149,7 @@ def run_task(task: Task) -> Outcome:
         error=error,
         missing=missing,
         available=available,
-        version=rdu_sim.__version__,
+        version=simulator().label,
         worker=worker_name(),
         wall_s=time.perf_counter() - clock,
         started=started,
@@ -202,7 +202,7 @@ def lost(task: Task, reason: str) -> Outcome:
         reason,
         (),
         (),
-        rdu_sim.__version__,
+        simulator().label,
         "unknown",
         0.0,
         now,

@@ -1,0 +1,148 @@
+"""Where an output came from: the simulator (version and git commit, when known), the files,
+the overrides and the resolved configuration of a scenario.
+
+Every output records this (a run's JSON and ``--out`` files, sweep rows, Perfetto traces,
+figures' metadata), so a result can be reproduced from itself and two results that differ
+only by an override (``--set hw.socket.hbm.bandwidth=...``) can be told apart. Nothing here
+reads a clock: the same inputs in the same tree give the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rdu_sim import __version__
+from rdu_sim.config import shipped
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.yaml_io import file_problem
+from rdu_sim.scenario import Scenario
+
+COMMIT_FILE = "_commit.json"
+"""Written into a wheel's ``rdu_sim/`` by setup.py when it is built from a git checkout."""
+
+_COSMETIC = ("description",)
+"""Fields that describe a config without changing what it simulates."""
+
+
+@dataclass(frozen=True)
+class Simulator:
+    """The code that produced an output: its version, and the git commit when known
+    (``dirty``: tracked files differed from that commit)."""
+
+    version: str
+    commit: str | None
+    dirty: bool | None
+
+    @property
+    def label(self) -> str:
+        """``0.1.0``, or with the commit as a PEP 440 local label: ``0.1.0+g1a2b3c4d5e6f``
+        (``.dirty`` appended when tracked files had changed)."""
+        if self.commit is None:
+            return self.version
+        return f"{self.version}+g{self.commit[:12]}" + (".dirty" if self.dirty else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "commit": self.commit, "dirty": self.dirty}
+
+
+def _git(top: Path, *args: str) -> str | None:
+    """A git command's output in ``top``, or None when git is missing or fails."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(top), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+@functools.cache
+def simulator() -> Simulator:
+    """This process's simulator: the checkout's commit when rdu_sim runs from a git checkout,
+    else the commit a wheel was built from, else none. Computed once per process (the code
+    a process runs does not change under it)."""
+    package = Path(str(resources.files("rdu_sim")))
+    top = package.parent
+    if (top / ".git").exists():
+        head = _git(top, "rev-parse", "HEAD")
+        if head is not None:
+            status = _git(top, "status", "--porcelain", "--untracked-files=no")
+            dirty = None if status is None else bool(status.strip())
+            return Simulator(__version__, head.strip(), dirty)
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        baked = json.loads((package / COMMIT_FILE).read_text(encoding="utf-8"))
+        return Simulator(__version__, str(baked["commit"]), bool(baked["dirty"]))
+    return Simulator(__version__, None, None)
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 of a regular file, read in chunks (a FIFO would block, a huge file fill
+    memory); None when it cannot be read (the run then reports the file's problem itself)."""
+    if file_problem(path) is not None:
+        return None
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(2**20), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def resolved_config(scenario: Scenario) -> dict[str, Any]:
+    """Everything a simulation depends on, as plain data: the workload after overrides, with
+    its ``hardware`` path and ``model`` (a preset name or a mapping) replaced by the hardware
+    and architecture themselves; a trace file by the sha256 of its content. Sweep keys hash
+    it (``rdu_sim.sweep.key``), outputs record it."""
+    workload = scenario.workload.model_dump(mode="json")
+    workload["hardware"] = None
+    workload["model"] = None
+    hardware = scenario.hardware.model_dump(mode="json")
+    for field in _COSMETIC:
+        workload.pop(field, None)
+        hardware.pop(field, None)
+    config: dict[str, Any] = {
+        "workload": workload,
+        "hardware": hardware,
+        "model": scenario.model.model_dump(mode="json"),
+    }
+    trace = scenario.workload.serving.trace
+    if trace is not None:
+        path = Path(trace)
+        config["trace_sha256"] = file_digest(
+            path if path.is_absolute() else scenario.base_dir / path
+        )
+    return config
+
+
+def shown_file(path: str | Path) -> str:
+    """A config file as an output names it: ``shipped:workloads/x.yaml`` for a shipped one
+    (the same on every machine, installed or not), else the path as it was given."""
+    with contextlib.suppress(ValueError, OSError, ConfigError):
+        relative = Path(path).resolve().relative_to(shipped.root().resolve())
+        return f"shipped:{relative.as_posix()}"
+    return str(path)
+
+
+def of_scenario(scenario: Scenario) -> dict[str, Any]:
+    """The provenance block of an output made from one scenario: ``simulator``, ``files``
+    (workload and hardware), ``overrides`` (as given with ``--set``, after parsing) and
+    ``config`` (:func:`resolved_config`)."""
+    return {
+        "simulator": simulator().to_dict(),
+        "files": {
+            "workload": shown_file(scenario.workload_file),
+            "hardware": shown_file(scenario.hardware_file),
+        },
+        "overrides": dict(scenario.overrides),
+        "config": resolved_config(scenario),
+    }
