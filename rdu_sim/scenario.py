@@ -437,9 +437,7 @@ def build_scenario(
     policy = _cross_check(workload, hardware, model, workload_file, lines)
     files = (workload_file, str(hardware_path))
     draft = _draft_scenario(workload, hardware, model, policy, files, lines)
-    return Scenario(
-        workload, hardware, model, *files, policy, draft, overrides=dict(normalized)
-    )
+    return Scenario(workload, hardware, model, *files, policy, draft, overrides=dict(normalized))
 
 
 def with_overrides(

@@ -187,7 +187,7 @@ def test_console_report_renders() -> None:
     console = Console(record=True, width=120)
     console.print(render(fake_run(LLAMA, **{"serving.requests": 5}).summary()))
     text = console.export_text()
-    for words in ("Memory per socket", "time to first token", "batch capacity", "HBM"):
+    for words in ("Memory per socket", "time to first token", "room for", "HBM", "load: 5"):
         assert words in text
 
 

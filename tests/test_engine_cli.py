@@ -108,7 +108,7 @@ def test_step_prefill_defaults_to_the_typical_prompt() -> None:
 def test_step_prints_tables() -> None:
     result = CliRunner().invoke(cli, ["step", LLAMA, "--batch", "1"])
     assert result.exit_code == 0, result.output
-    for word in ("step time", "kernels", "decoder", "hbm", "utilization"):
+    for word in ("step time", "kernels", "decoder", "hbm", "busy (share of step)"):
         assert word in result.stdout
 
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.main import cli
 from rdu_sim.config import ConfigError
 from rdu_sim.report.console import render
@@ -149,9 +149,11 @@ def test_console_line(closed: api.RunResult, poisson: api.RunResult) -> None:
         return console.export_text()
 
     data = closed.to_dict()
-    line = next(row for row in text(closed).splitlines() if "steady-state decode" in row)
-    assert f"{data['steady_decode_tokens_per_s']:,.1f} tok/s (window " in line
-    assert "n/a (needs a closed loop with >= 3 requests per slot)" in text(poisson)
+    line = next(row for row in text(closed).splitlines() if "all slots busy" in row)
+    assert f"{human.rate(data['steady_decode_tokens_per_s'], 'tok/s')} (" in line
+    window = data["steady_window_s"]
+    assert f"{human.duration(window[0])} to {human.duration(window[1])}" in line
+    assert "not measured (open loop)" in text(poisson)
 
 
 def test_cli_run_json_has_the_keys() -> None:

@@ -83,7 +83,7 @@ def test_failed_points_exit_1_and_retry(tmp_path: Path) -> None:
     write_spec(tmp_path)  # the same points, now passing
     retried = sweep(spec, "--workers", "1", "--retry-failed")
     assert retried.exit_code == 0, retried.output
-    assert "ran 1 points" in retried.stdout and "3 were already done" in retried.stdout
+    assert "ran 1 point in" in retried.stdout and "3 were already done" in retried.stdout
 
 
 def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:

@@ -17,37 +17,32 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from rdu_sim import human
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
-from rdu_sim.config.units import format_bandwidth
-from rdu_sim.report.console import human_seconds
 
 
-def _number(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
+def _count(value: int | None) -> str:
+    return human.MISSING if value is None else f"{value:,}"
 
 
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("kind", lambda c: c.kind),
     ("devices (tp)", lambda c: f"{c.devices} ({c.tp})"),
     ("fusion", lambda c: c.fusion),
-    ("batch capacity", lambda c: _number(c.batch_capacity, ",d")),
+    ("batch capacity", lambda c: _count(c.batch_capacity)),
     ("batch / cached tokens", lambda c: "-" if c.batch is None else f"{c.batch} / {c.context:,}"),
-    ("decode step", lambda c: "-" if c.step_s is None else human_seconds(c.step_s)),
-    ("tokens/s per user", lambda c: _number(c.tokens_per_s_per_user, ",.1f")),
-    ("tokens/s (one instance)", lambda c: _number(c.tokens_per_s, ",.0f")),
-    ("tokens/s (whole system)", lambda c: _number(c.system_tokens_per_s, ",.0f")),
-    ("peak HBM bandwidth / device", lambda c: format_bandwidth(c.peak_hbm_bandwidth)),
-    ("share of peak HBM bandwidth", lambda c: _percent(c.hbm_bandwidth_fraction)),
-    ("share of peak FLOP/s", lambda c: _percent(c.flops_fraction)),
-    ("kernel calls per step", lambda c: _number(c.kernel_calls, ",d")),
+    ("decode step", lambda c: human.duration(c.step_s)),
+    ("tokens/s per user", lambda c: human.number(c.tokens_per_s_per_user)),
+    ("tokens/s (one instance)", lambda c: human.number(c.tokens_per_s)),
+    ("tokens/s (whole system)", lambda c: human.number(c.system_tokens_per_s)),
+    ("peak HBM bandwidth / device", lambda c: human.bandwidth(c.peak_hbm_bandwidth)),
+    ("share of peak HBM bandwidth", lambda c: human.percent(c.hbm_bandwidth_fraction)),
+    ("share of peak FLOP/s", lambda c: human.percent(c.flops_fraction)),
+    ("kernel calls per step", lambda c: _count(c.kernel_calls)),
     (
         "prefill, typical prompt",
-        lambda c: "-" if c.prefill_s is None else human_seconds(c.prefill_s),
+        lambda c: human.duration(c.prefill_s),
     ),
 )
 

@@ -22,6 +22,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from rdu_sim import human
 from rdu_sim.cli.options import (
     overrides_option,
     step_shape_errors,
@@ -30,7 +31,6 @@ from rdu_sim.cli.options import (
 )
 from rdu_sim.config.dtypes import DTYPE_BYTES, ValueDtype, WeightDtype
 from rdu_sim.config.loader import file_problem
-from rdu_sim.config.units import format_bytes
 from rdu_sim.models import (
     Architecture,
     ModelFigures,
@@ -114,38 +114,39 @@ def _figures_table(figures: ModelFigures) -> Table:
         kinds.append(f"{figures.sliding_window_layers} sliding-window")
     table.add_row("layers", str(figures.layers), ", ".join(kinds))
     table.add_row(
-        "params_total", f"{figures.params_total:,}", f"{figures.params_total / 1e9:.2f} B"
+        "params_total", f"{figures.params_total:,}", f"{human.number(figures.params_total / 1e9)} B"
     )
     table.add_row(
         "params_active",
         f"{figures.params_active:,}",
-        f"{figures.params_active / 1e9:.2f} B per token",
+        f"{human.number(figures.params_active / 1e9)} B per token",
     )
     table.add_row(
         "  without embedding",
         f"{figures.params_active_without_embedding:,}",
-        f"{figures.params_active_without_embedding / 1e9:.2f} B (the table is gathered)",
+        f"{human.number(figures.params_active_without_embedding / 1e9)} B (the table is gathered)",
     )
     experts = f", experts {figures.expert_dtype}" if figures.expert_dtype else ""
     table.add_row(
         "weight_bytes",
         f"{figures.weight_bytes:,}",
-        f"{format_bytes(figures.weight_bytes)} in {figures.weight_dtype}{experts}",
+        f"{human.size(figures.weight_bytes)} in {figures.weight_dtype}{experts}",
     )
     table.add_row(
         "kv_bytes_per_token",
         f"{figures.kv_bytes_per_token:,}",
-        f"{format_bytes(figures.kv_bytes_per_token)} in {figures.kv_dtype}",
+        f"{human.size(figures.kv_bytes_per_token)} in {figures.kv_dtype}",
     )
     table.add_row(
         "kv_bytes_per_sequence",
         f"{figures.kv_bytes_per_sequence:,}",
-        f"{format_bytes(figures.kv_bytes_per_sequence)} at {figures.max_context:,} tokens",
+        f"{human.size(figures.kv_bytes_per_sequence)} at {figures.max_context:,} tokens",
     )
     table.add_row(
         "decode_flops_per_token",
         f"{figures.decode_flops_per_token:,}",
-        f"{figures.decode_flops_per_token / 1e9:.2f} GFLOP at context {figures.context:,}",
+        f"{human.number(figures.decode_flops_per_token / 1e9)} GFLOP at context "
+        f"{figures.context:,}",
     )
     return table
 
@@ -210,20 +211,9 @@ def model_command(
         Console().print(_figures_table(figures))
 
 
-def _short_bytes(value: float) -> str:
-    """format_bytes with 3 significant digits, to keep the kernel table narrow."""
-    number, _, unit = format_bytes(value).partition(" ")
-    return f"{float(number):.3g} {unit}"
-
-
-def _short_number(value: float) -> str:
-    """1374.2 -> '1,374'; 0.1158 -> '0.116': no exponents in a table."""
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
 def _intensity(value: float | None) -> str:
     """Operational intensity for a table ('-' for a kernel with no off-chip traffic)."""
-    return "-" if value is None else _short_number(value)
+    return human.MISSING if value is None else human.number(value)
 
 
 def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
@@ -267,11 +257,11 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
             str(len(kernel["stages"])),
             str(kernel["pcus"]),
             str(kernel["tiles"]),
-            _short_bytes(kernel["sram_bytes"]),
-            _short_number(kernel["flops_per_step"] / 1e9),
-            _short_bytes(per_tier.get("hbm", 0)),
-            _short_bytes(per_tier.get("ddr", 0)),
-            _short_bytes(kernel["collective_bytes_per_step"]),
+            human.size(kernel["sram_bytes"]),
+            human.number(kernel["flops_per_step"] / 1e9),
+            human.size(per_tier.get("hbm", 0)),
+            human.size(per_tier.get("ddr", 0)),
+            human.size(kernel["collective_bytes_per_step"]),
             _intensity(kernel["operational_intensity"]),
         )
     layers = Table(
@@ -288,8 +278,8 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
             layer["name"],
             str(layer["kernels"]),
             str(layer["calls"]),
-            _short_number(layer["flops_per_call"] / 1e9),
-            _short_bytes(layer["offchip_bytes_per_call"]),
+            human.number(layer["flops_per_call"] / 1e9),
+            human.size(layer["offchip_bytes_per_call"]),
             _intensity(layer["operational_intensity"]),
         )
     placement = Table(
@@ -306,7 +296,7 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
         placement.add_row(
             tier,
             *(
-                format_bytes(usage[key])
+                human.size(usage[key])
                 for key in (
                     "capacity_bytes",
                     "weights_bytes",

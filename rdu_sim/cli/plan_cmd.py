@@ -18,7 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from rdu_sim.report.console import human_seconds
+from rdu_sim import human
 
 
 def _cell(value: Any) -> str:
@@ -60,10 +60,10 @@ def _table(summary: dict[str, Any]) -> Table:
             row["status"],
             _cell(row["replicas"]),
             _cell(row["sockets"]),
-            "-" if share is None else f"{100 * share:.1f}%",
-            "-" if fewer is None else f"{100 * fewer:.1f}%",
-            human_seconds(row["ttft_p99_s"]),
-            human_seconds(row["tpot_p99_s"]),
+            human.percent(share),
+            human.percent(fewer),
+            human.duration(row["ttft_p99_s"]),
+            human.duration(row["tpot_p99_s"]),
             str(row["evaluations"]),
             row["reason"],
         )
@@ -113,8 +113,8 @@ def command(
     slo = summary["slo"]
     out.print(
         f"[bold]{summary['plan']}[/bold]: cluster {summary['cluster']!r}, SLO TTFT <= "
-        f"{human_seconds(slo['ttft_s'])} and TPOT <= {human_seconds(slo['tpot_s'])} for "
-        f"{100 * slo['attainment']:.3g}% of requests; {summary['evaluations']} cluster runs "
+        f"{human.duration(slo['ttft_s'])} and TPOT <= {human.duration(slo['tpot_s'])} for "
+        f"{human.percent(slo['attainment'], 3)} of requests; {summary['evaluations']} cluster runs "
         f"({result.db})"
     )
     best = summary["cheapest"]
@@ -125,6 +125,6 @@ def command(
             f"cheapest: [bold]{best['sockets']} sockets[/bold] = {best['replicas']} replicas "
             f"x tp={best['tp']}, batch_slots={best['batch_slots']}, "
             f"kv={best['kv_policy']}, disaggregation={best['disaggregation']} "
-            f"({100 * best['goodput_fraction']:.1f}% of requests meet the SLO)"
+            f"({human.percent(best['goodput_fraction'])} of requests meet the SLO)"
         )
     out.print(_table(summary))

@@ -24,13 +24,13 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
 from rdu_sim.config.loader import read_yaml
-from rdu_sim.report.console import human_seconds, print_report
+from rdu_sim.report.console import print_report, utilization_line
 from rdu_sim.report.files import (
     REQUESTS_FILE,
     RESULT_FILE,
@@ -38,6 +38,7 @@ from rdu_sim.report.files import (
     write_json,
     write_outputs,
 )
+from rdu_sim.report.summary import Utilization
 from rdu_sim.scenario import Scenario
 
 
@@ -70,10 +71,15 @@ def _print_step(scenario: Scenario, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
         return
+    batch, context = data.get("batch"), data.get("context")
+    shape = (
+        f"batch {batch}, {context:,} cached tokens"
+        if isinstance(batch, int) and isinstance(context, int)
+        else "the default shape"
+    )
     click.echo(
-        f"decode step (batch {data.get('batch', '?')}, cache {data.get('context', '?')} "
-        f"tokens): {human_seconds(cost.step_s)}; HBM bandwidth "
-        f"{100 * cost.hbm_util:.1f}%, compute (PCUs or SMs) busy {100 * cost.pcu_util:.1f}%"
+        f"decode step ({shape}): {human.duration(cost.step_s)}; "
+        f"{utilization_line(Utilization.of_step(cost))}"
     )
 
 

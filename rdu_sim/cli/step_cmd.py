@@ -28,7 +28,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import (
     overrides_option,
@@ -36,36 +36,21 @@ from rdu_sim.cli.options import (
     step_shape_options,
     workload_argument,
 )
+from rdu_sim.report.console import utilization_line
+from rdu_sim.report.summary import Utilization
 from rdu_sim.report.terminal import wide_console
 
 
-def _seconds(value: float) -> str:
-    """Three significant digits with a unit: 49.3 ms."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value / 1e-9:.3g} ns"
-
-
-def _bytes(value: float) -> str:
-    """Three significant digits with a decimal unit: 54.5 GB."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} B"
-
-
-def _print_tables(data: dict[str, Any]) -> None:
+def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
     console = wide_console(soft_wrap=True, highlight=False)
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']}, tp={data['tp']}: "
-        f"{data['phase']} step, batch {data['batch']}, {data['tokens']} new tokens, "
-        f"{data['context']} cached tokens"
+        f"{data['phase']} step, batch {data['batch']}, "
+        f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
     )
     console.print(
-        f"step time [bold]{_seconds(data['step_s'])}[/], HBM bandwidth "
-        f"{100 * data['hbm_bandwidth_fraction']:.1f}% of peak, matrix FLOP/s "
-        f"{100 * data['flops_fraction']:.1f}% of peak, {data['events']:,} SimPy events"
+        f"step time [bold]{human.duration(data['step_s'])}[/]; {utilization_line(utilization)}; "
+        f"{human.count(data['events'], 'SimPy event')}"
     )
     kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
     for col in (
@@ -87,17 +72,17 @@ def _print_tables(data: dict[str, Any]) -> None:
             k["name"],
             str(k["calls"]),
             "yes" if k["looped"] else "no",
-            _seconds(k["time_s"]),
-            f"{100 * k['time_s'] / data['step_s']:.1f}%",
-            _seconds(k["overhead_s"]),
-            _seconds(period) if period else "-",
+            human.duration(k["time_s"]),
+            human.percent(k["time_s"] / data["step_s"]),
+            human.duration(k["overhead_s"]),
+            human.duration(period) if period else "-",
             str(k["simulated_iterations"]),
             str(k["tiles"]),
-            _bytes(k["sram_bytes"]),
+            human.size(k["sram_bytes"]),
         )
     console.print(kernels)
     units = Table(title="bytes and busy units (per socket)", box=box.SIMPLE_HEAD)
-    for col in ("tier", "bytes", "unit", "busy", "utilization"):
+    for col in ("tier", "bytes", "unit", "busy", "busy (share of step)"):
         units.add_column(col, justify="left" if col in ("tier", "unit") else "right", no_wrap=True)
     tiers = list(data["bytes_by_tier"].items())
     kinds = list(data["busy_s"].items())
@@ -106,10 +91,10 @@ def _print_tables(data: dict[str, Any]) -> None:
         kind, busy = kinds[i] if i < len(kinds) else ("", None)
         units.add_row(
             tier,
-            _bytes(nbytes) if nbytes is not None else "",
+            human.size(nbytes) if nbytes is not None else "",
             kind,
-            _seconds(busy) if busy is not None else "",
-            f"{100 * data['utilization'][kind]:.1f}%" if kind else "",
+            human.duration(busy) if busy is not None else "",
+            human.percent(data["utilization"][kind]) if kind else "",
         )
     console.print(units)
     if data.get("trace"):
@@ -177,7 +162,7 @@ def command(
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
     else:
-        _print_tables(data)
+        _print_tables(data, Utilization.of_step(cost))
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
             click.echo(note)

@@ -20,6 +20,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
 
@@ -27,20 +28,14 @@ EXIT_FIGURE_FAILED = 1
 
 
 def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "fraction":
-        return f"{100 * value:.2f}%"
-    if unit == "x":
-        return f"{value:.3f}x"
-    return f"{value:,.1f} {unit}"
+    return "n/a" if value is None else human.in_unit(value, unit, 4)
 
 
 def _tolerance(row: dict[str, object], unit: str) -> str:
     """A point figure's relative band, or a bound's ("over X") lowest passing value."""
     if row.get("bound") == "at_least":
         return f"≥ {_fmt(row['low'], unit)}"  # type: ignore[arg-type]
-    return f"±{100 * float(row['tolerance']):.1f}%"  # type: ignore[arg-type]
+    return f"±{human.percent(float(row['tolerance']))}"  # type: ignore[arg-type]
 
 
 def _print_table(rows: list[dict[str, object]], header: str) -> None:

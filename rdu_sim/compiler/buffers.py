@@ -36,9 +36,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.program import StageProgram, Tier
-from rdu_sim.config.units import format_bytes
 
 Edge = tuple[str, str, bool]
 """A pipeline edge: (producer, consumer, loop): ``loop`` edges feed the next layer."""
@@ -263,9 +263,9 @@ def plan_tiles(
     worst = max(range(len(staged)), key=lambda i: stream[i].total)
     raise CapacityError(
         f"kernel {kernel!r}: its stages' buffers need {need:,} PMUs of "
-        f"{format_bytes(pmu_bytes)} even at {tiles:,} tiles per call, more than the "
+        f"{human.size(pmu_bytes, 4)} even at {tiles:,} tiles per call, more than the "
         f"{pmus:,} usable per socket; the largest is stage {staged[worst].name!r} with "
-        f"{format_bytes(stream[worst].total)} (input slots, operand window, writes); raise "
+        f"{human.size(stream[worst].total, 4)} (input slots, operand window, writes); raise "
         "hw.socket.pmu.sram, lower engine.buffer_tiles or engine.prefetch_tiles, or raise "
         "parallelism.tp"
     )

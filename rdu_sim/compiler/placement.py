@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.fusion import kernel_graphs
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket
@@ -38,7 +39,6 @@ from rdu_sim.compiler.program import (
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.config.units import format_bytes
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario
@@ -269,9 +269,9 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
             *shrink_hints(scenario, kv=True, weights=False),
         ]
         raise CapacityError(
-            f"the KV cache of {batch_slots} slots ({format_bytes(kv)}) and activations "
-            f"({format_bytes(act)}) need {format_bytes(act + kv)} of HBM per socket, more "
-            f"than its {format_bytes(hbm_cap)}; {_join(hints)}"
+            f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) and activations "
+            f"({human.size(act, 4)}) need {human.size(act + kv, 4)} of HBM per socket, more "
+            f"than its {human.size(hbm_cap, 4)}; {_join(hints)}"
         )
     room = hbm_cap - act - kv
     draft_kv = draft_kv_bytes(scenario, batch_slots)
@@ -285,7 +285,7 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
         if in_hbm + weight.bytes > room:
             raise CapacityError(
                 f"the draft's weights ({scenario.draft and scenario.draft.model.name}) do not "
-                f"fit in the {format_bytes(room)} of HBM per socket the KV cache and "
+                f"fit in the {human.size(room, 4)} of HBM per socket the KV cache and "
                 f"activations of {batch_slots} slots leave: lower serving.batch_slots or "
                 "use speculation.placement separate"
             )
@@ -304,10 +304,10 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
     if in_ddr > ddr_cap:
         total = in_hbm + in_ddr
         raise CapacityError(
-            f"{scenario.model.name} weights need {format_bytes(total)} per socket "
+            f"{scenario.model.name} weights need {human.size(total, 4)} per socket "
             f"(tp={scenario.tp}, {scenario.weight_dtype}); HBM holds "
-            f"{format_bytes(in_hbm)} of them beside the KV cache and activations and DDR "
-            f"{format_bytes(ddr_cap)}, so {format_bytes(in_ddr - ddr_cap)} do not fit: "
+            f"{human.size(in_hbm, 4)} of them beside the KV cache and activations and DDR "
+            f"{human.size(ddr_cap, 4)}, so {human.size(in_ddr - ddr_cap, 4)} do not fit: "
             + _join(shrink_hints(scenario, kv=False, weights=True, ddr=True))
         )
     tiers: dict[Tier, TierUsage] = {
@@ -349,9 +349,9 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
             hints = shrink_hints(scenario, kv=True, weights=weights > 0)
             raise CapacityError(
                 f"cannot fit even one sequence of max_context {serving.max_context} tokens: "
-                f"weights take {format_bytes(weights)} of the {format_bytes(hbm)} HBM per "
+                f"weights take {human.size(weights, 4)} of the {human.size(hbm, 4)} HBM per "
                 f"socket (memory.weights {scenario.workload.memory.weights}) and one slot's "
-                f"KV cache is {format_bytes(kv_bytes(scenario, 1))} (kv.policy "
+                f"KV cache is {human.size(kv_bytes(scenario, 1), 4)} (kv.policy "
                 f"{scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
@@ -386,11 +386,11 @@ def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
     share = (
         "all the weights"
         if memory.weights == "hbm"
-        else f"a hot set of {format_bytes(wanted)} (memory.weights hot_set)"
+        else f"a hot set of {human.size(wanted, 4)} (memory.weights hot_set)"
     )
     return [
         f"serving.batch_slots {placement.batch_slots} leaves HBM room for "
-        f"{format_bytes(held)} of weights instead of {share}: "
-        f"{format_bytes(wanted - held)} more per socket are read from DDR every step "
+        f"{human.size(held, 4)} of weights instead of {share}: "
+        f"{human.size(wanted - held, 4)} more per socket are read from DDR every step "
         "(lower serving.batch_slots or set it to auto)"
     ]

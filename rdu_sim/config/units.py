@@ -303,30 +303,6 @@ def parse_flops(value: Any) -> float:
     return _parse(value, _FLOPS_UNITS, "638 TFLOP/s")
 
 
-def _format(value: float, table: list[tuple[float, str]]) -> str:
-    for scale, name in table:
-        if abs(value) >= scale:
-            return f"{value / scale:.4g} {name}"
-    return f"{value:.4g} {table[-1][1]}" if table[-1][0] == 1 else f"{value:.4g}"
-
-
-def format_bytes(value: float) -> str:
-    """68719476736 -> '64 GiB' (binary prefixes, for people)."""
-    return _format(
-        value, [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B")]
-    )
-
-
-def format_seconds(value: float) -> str:
-    """0.0123 -> '12.3 ms'."""
-    return _format(value, [(1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"), (1e-12, "ps")])
-
-
-def format_bandwidth(value: float) -> str:
-    """1.8e12 -> '1.8 TB/s'."""
-    return _format(value, [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1, "B/s")])
-
-
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.
 # The JSON Schema (for editors) describes what the YAML may hold: a number or a string.
 _QUANTITY = float | str

@@ -12,6 +12,7 @@ from typing import Any
 
 import networkx as nx
 
+from rdu_sim import human
 from rdu_sim.graph.operator import Operator
 
 _COLOURS = {
@@ -28,13 +29,6 @@ _COLOURS = {
     "allgather": "plum",
     "reduce_scatter": "plum",
 }
-
-
-def _si(value: float) -> str:
-    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{unit}"
-    return f"{value:.3g}"
 
 
 def _quote(text: str) -> str:
@@ -83,15 +77,14 @@ def dot_from_records(records: dict[str, Any]) -> str:
     for node in records["nodes"]:
         detail: list[str] = [str(node["kind"])]
         if node.get("flops"):
-            detail.append(f"{_si(node['flops'])}FLOP")
+            detail.append(human.si(node["flops"], "FLOP"))
         if node.get("weight_read_bytes"):
-            detail.append(f"W {_si(node['weight_read_bytes'])}B")
+            detail.append(f"W {human.si(node['weight_read_bytes'], 'B')}")
         if node.get("kv_read_bytes") or node.get("kv_write_bytes"):
-            detail.append(
-                f"KV r{_si(node.get('kv_read_bytes', 0))}B w{_si(node.get('kv_write_bytes', 0))}B"
-            )
+            read, write = node.get("kv_read_bytes", 0), node.get("kv_write_bytes", 0)
+            detail.append(f"KV r {human.si(read, 'B')} w {human.si(write, 'B')}")
         if node.get("collective"):
-            detail.append(f"{node['collective']} {_si(node.get('collective_bytes', 0))}B")
+            detail.append(f"{node['collective']} {human.si(node.get('collective_bytes', 0), 'B')}")
         label = str(node["name"]) + "\\n" + ", ".join(detail)
         colour = _COLOURS.get(str(node["kind"]), "white")
         lines.append(f"  {_quote(str(node['name']))} [label={_quote(label)}, fillcolor={colour}];")

@@ -13,15 +13,12 @@ from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 
-from rdu_sim.report.console import LATENCIES, human_bytes, human_seconds, latency_table
+from rdu_sim import human
+from rdu_sim.report.console import LATENCIES, latency_table
 from rdu_sim.report.summary import Percentiles
 from rdu_sim.report.terminal import wide_console
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def pools_table(result: Mapping[str, Any]) -> Table:
@@ -64,20 +61,20 @@ def goodput_table(result: Mapping[str, Any]) -> Table:
         ),
         (
             "SLO",
-            f"TTFT <= {human_seconds(slo.get('ttft_s'))}, TPOT <= "
-            f"{human_seconds(slo.get('tpot_s'))}, for {_percent(slo.get('attainment'))}",
+            f"TTFT <= {human.duration(slo.get('ttft_s'))}, TPOT <= "
+            f"{human.duration(slo.get('tpot_s'))}, for {human.percent(slo.get('attainment'))}",
         ),
         (
             "requests meeting the SLO",
-            f"{goodput.get('requests')} ({_percent(goodput.get('fraction'))}): {met}",
+            f"{goodput.get('requests')} ({human.percent(goodput.get('fraction'))}): {met}",
         ),
         (
             "goodput",
-            f"{goodput.get('requests_per_s', 0):,.2f} req/s, "
-            f"{goodput.get('tokens_per_s', 0):,.1f} tok/s",
+            f"{human.rate(goodput.get('requests_per_s', 0), 'req/s')}, "
+            f"{human.rate(goodput.get('tokens_per_s', 0), 'tok/s')}",
         ),
-        ("output throughput (all)", f"{result.get('output_tokens_per_s', 0):,.1f} tok/s"),
-        ("makespan", human_seconds(result.get("makespan_s"))),
+        ("output throughput (all)", human.rate(result.get("output_tokens_per_s", 0), "tok/s")),
+        ("makespan", human.duration(result.get("makespan_s"))),
         ("replicas / sockets", f"{result.get('replicas')} / {result.get('sockets')}"),
         ("step shapes simulated", str(result.get("step_shapes_simulated"))),
     ]
@@ -86,8 +83,8 @@ def goodput_table(result: Mapping[str, Any]) -> Table:
         rows.append(
             (
                 "prefix cache",
-                f"{_percent(prefix.get('hit_rate'))} of blocks hit, "
-                f"{_percent(prefix.get('token_hit_rate'))} of prompt tokens skipped",
+                f"{human.percent(prefix.get('hit_rate'))} of blocks hit, "
+                f"{human.percent(prefix.get('token_hit_rate'))} of prompt tokens skipped",
             )
         )
     transfer = result.get("kv_transfer")
@@ -96,8 +93,8 @@ def goodput_table(result: Mapping[str, Any]) -> Table:
         rows.append(
             (
                 "KV transfers",
-                f"{transfer.get('transfers')} ({human_bytes(transfer.get('bytes'))}), p99 "
-                f"{human_seconds(seconds.get('p99'))}",
+                f"{transfer.get('transfers')} ({human.size(transfer.get('bytes'))}), p99 "
+                f"{human.duration(seconds.get('p99'))}",
             )
         )
     for name, value in rows:
@@ -128,11 +125,11 @@ def classes_table(result: Mapping[str, Any]) -> Table | None:
             name,
             str(row.get("requests")),
             str(row.get("rejected")),
-            _percent(row.get("goodput_fraction")),
-            human_seconds(ttft.get("p50")),
-            human_seconds(ttft.get("p99")),
-            human_seconds(tpot.get("p50")),
-            human_seconds(tpot.get("p99")),
+            human.percent(row.get("goodput_fraction")),
+            human.duration(ttft.get("p50")),
+            human.duration(ttft.get("p99")),
+            human.duration(tpot.get("p50")),
+            human.duration(tpot.get("p99")),
         )
     return table
 
@@ -165,12 +162,12 @@ def replicas_table(result: Mapping[str, Any]) -> Table:
             str(row.get("role")),
             str(row.get("requests")),
             str(row.get("decoded")),
-            _percent(row.get("goodput_fraction")),
-            human_seconds((row.get("ttft_s") or {}).get("p99")),
-            human_seconds((row.get("tpot_s") or {}).get("p99")),
-            _percent(row.get("occupancy")),
-            _percent(util.get("hbm")),
-            _percent(util.get("pcu")),
+            human.percent(row.get("goodput_fraction")),
+            human.duration((row.get("ttft_s") or {}).get("p99")),
+            human.duration((row.get("tpot_s") or {}).get("p99")),
+            human.percent(row.get("occupancy")),
+            human.percent(util.get("hbm")),
+            human.percent(util.get("pcu")),
         )
     return table
 

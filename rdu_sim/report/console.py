@@ -1,7 +1,12 @@
 """The human report of a run: rich tables built from its typed summary (nothing else).
 
 Working from the summary, the same values `rdu-sim run --json` prints, not from simulator
-objects, keeps the report honest: what you read is what scripts get.
+objects, keeps the report honest: what you read is what scripts get. It opens with what
+was simulated (machine, model, storage types, KV policy, slots, the offered load and its
+lengths) and says in a sentence when the throughput measures the offered load rather than
+the machine. Numbers read through ``rdu_sim.human``; utilization has one definition
+(:class:`~rdu_sim.report.summary.Utilization`) and one set of labels
+(:func:`utilization_rows`), shared with ``rdu-sim step`` and ``run --step``.
 """
 
 from __future__ import annotations
@@ -11,70 +16,163 @@ from collections.abc import Mapping
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
+from rdu_sim import human
 from rdu_sim.report.console_speculation import speculation_table
-from rdu_sim.report.summary import Percentiles, RunSummary
+from rdu_sim.report.summary import OfferedLoad, Percentiles, RunSummary, Utilization
 from rdu_sim.serving.steady import MIN_TURNOVERS
 
-
-def human_bytes(value: float | None) -> str:
-    """Bytes in binary units: ``1.50 GiB``."""
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
-        size /= 1024
-    return f"{size:.2f} TiB"  # pragma: no cover - loop always returns
+UTILIZATION_LABELS = {
+    "hbm": "HBM bandwidth used (of peak)",
+    "pcu": "compute busy (PCUs or SMs, share of unit-time)",
+    "flops": "matrix FLOP/s (of peak)",
+}
+"""The one label of each utilization figure, in every command (the definitions:
+``Utilization``'s docstring and docs/serving.md)."""
 
 
-def human_seconds(value: float | None) -> str:
-    """Seconds with a unit that keeps 3-4 digits: ``12.3 ms``, ``4.56 s``."""
-    if value is None:
-        return "-"
-    if value >= 1:
-        return f"{value:.3g} s" if value < 1000 else f"{value:,.0f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} us"
+def utilization_rows(utilization: Utilization) -> list[tuple[str, str]]:
+    """(label, value) of each utilization figure, in the order every command shows them."""
+    return [
+        (UTILIZATION_LABELS[name], human.percent(getattr(utilization, name)))
+        for name in UTILIZATION_LABELS
+    ]
 
 
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
+def utilization_line(utilization: Utilization) -> str:
+    """The utilization figures on one line: ``HBM bandwidth used (of peak) 94.3%, ...``."""
+    return ", ".join(f"{label} {value}" for label, value in utilization_rows(utilization))
+
+
+def describe_load(load: OfferedLoad) -> str:
+    """The offered load in words: arrivals, then (on a second line) prompt and output lengths."""
+    if load.arrival == "poisson":
+        arrivals = (
+            f"Poisson arrivals at {human.rate(load.rate_per_s, 'req/s')}"
+            if load.rate_per_s is not None
+            else "arrivals replayed from the trace"
+        )
+    elif load.arrival == "closed_loop":
+        users = load.concurrency or 0
+        arrivals = f"closed loop: {human.count(users, 'user')}, each sending its next request "
+        arrivals += "when the last finishes"
+    else:
+        arrivals = "every request at once"
+
+    def lengths(mix: str, mean: float | None) -> str:
+        return f"{mix} tokens" + (f" (mean {human.number(mean)})" if mean is not None else "")
+
+    return (
+        f"{arrivals}\n  prompts {lengths(load.prompt_mix, load.mean_prompt_tokens)}, "
+        f"outputs {lengths(load.output_mix, load.mean_output_tokens)}"
+    )
+
+
+def machine(result: RunSummary) -> str:
+    """``1 socket`` or ``16 sockets, tensor parallel over 16``."""
+    sockets = human.count(result.sockets, "socket")
+    return sockets if result.tp == 1 else f"{sockets}, tensor parallel over {result.tp}"
+
+
+def header(result: RunSummary) -> Text:
+    """What was simulated: the machine and model, storage types, policy and slots, load."""
+    dtypes = result.dtypes
+    experts = (
+        f", routed experts {dtypes['experts']}"
+        if dtypes.get("experts") not in (None, dtypes.get("weights"))
+        else ""
+    )
+    text = Text()
+    text.append(result.workload, style="bold")
+    text.append(
+        f": {result.model} on {result.hardware} ({machine(result)})\n"
+        f"  weights {dtypes['weights']}{experts}, KV cache {dtypes['kv']}, activations "
+        f"{dtypes['activations']}; KV policy {result.kv_policy}\n"
+        f"  {human.count(result.batch_slots, 'batch slot')} (room for {result.batch_capacity}), "
+        f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
+        f"  load: {human.count(result.requests, 'request')}, {describe_load(result.load)}"
+    )
+    return text
+
+
+def steady_note(result: RunSummary) -> str | None:
+    """Why the all-slots-busy rate was not measured, in a sentence."""
+    if result.steady_decode_tokens_per_s is not None:
+        return None
+    if result.load.arrival != "closed_loop":
+        return (
+            "Decode throughput with all slots busy is measured only in a closed loop "
+            "(serving.arrival.process: closed_loop), where each finished request is "
+            "replaced at once."
+        )
+    return (
+        f"Decode throughput with all slots busy needs a window in which every slot stays "
+        f"busy: at least {MIN_TURNOVERS} requests per batch slot (serving.requests >= "
+        f"{MIN_TURNOVERS * result.batch_slots:,})."
+    )
+
+
+def load_note(result: RunSummary) -> str | None:
+    """A plain sentence when the throughput measures the offered load, not the machine."""
+    if result.throughput_bound != "offered_load":
+        return None
+    load = result.load
+    asked = ""
+    if load.rate_per_s is not None and load.mean_output_tokens is not None:
+        asked = (
+            f" ({human.rate(load.rate_per_s, 'req/s')} x "
+            f"{human.number(load.mean_output_tokens)} output tokens = "
+            f"{human.rate(load.rate_per_s * load.mean_output_tokens, 'tokens/s')} asked)"
+        )
+    return (
+        f"The throughput above is set by the offered load{asked}, not by the machine: the "
+        f"batch slots were occupied {human.percent(result.occupancy)} of the time. To "
+        "measure what the machine can do, offer more: raise serving.arrival.rate, or keep "
+        "every slot busy with serving.arrival.process: closed_loop."
+    )
 
 
 def steady_decode(result: RunSummary) -> str:
-    """The steady-state decode rate and its window, or why there is none."""
+    """The decode rate with every slot kept busy and when it was measured, or why not."""
     rate, window = result.steady_decode_tokens_per_s, result.steady_window_s
-    if rate is None or window is None or None in window:
-        return f"n/a (needs a closed loop with >= {MIN_TURNOVERS} requests per slot)"
-    return f"{rate:,.1f} tok/s (window {window[0]:.4g}-{window[1]:.4g} s)"
+    if rate is not None and window is not None and None not in window:
+        start, end = window
+        return f"{human.rate(rate, 'tok/s')} ({human.duration(start)} to {human.duration(end)})"
+    if result.load.arrival != "closed_loop":
+        return "not measured (open loop)"
+    return f"not measured (needs {MIN_TURNOVERS * result.batch_slots:,} requests)"
 
 
 def memory_table(result: RunSummary) -> Table:
     """Per-tier memory of one socket: capacity, weights, KV, activations, used, free."""
     table = Table(
-        title=f"Memory per socket ({result.sockets} sockets, tp={result.tp}; "
-        f"weights: {result.weights_placement})",
+        title=f"Memory per socket ({machine(result)}; weights: {result.weights_placement})",
         title_justify="left",
         box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
     for column in ("tier", "capacity", "weights", "KV", "activ.", "used", "used %", "free"):
-        table.add_column(column, justify="left" if column == "tier" else "right")
+        table.add_column(column, justify="left" if column == "tier" else "right", no_wrap=True)
     for tier, usage in result.memory.items():
         capacity = usage.capacity_bytes
-        share = f"{100 * usage.used_bytes / capacity:.0f}%" if capacity else "-"
         table.add_row(
             tier.upper(),
-            human_bytes(capacity),
-            human_bytes(usage.weights_bytes),
-            human_bytes(usage.kv_bytes),
-            human_bytes(usage.activations_bytes),
-            human_bytes(usage.used_bytes),
-            share,
-            human_bytes(usage.free_bytes),
+            human.size(capacity),
+            human.size(usage.weights_bytes),
+            human.size(usage.kv_bytes),
+            human.size(usage.activations_bytes),
+            human.size(usage.used_bytes),
+            human.percent(usage.used_bytes / capacity, 0) if capacity else human.MISSING,
+            human.size(usage.free_bytes),
         )
+    sram = result.memory.get("sram")
+    if sram is not None and not sram.used_bytes:
+        table.caption = (
+            "The serving plan keeps no weights or KV cache in SRAM: kernels use it for their "
+            "stage buffers while they run (`rdu-sim inspect graph` shows a step's)."
+        )
+        table.caption_justify = "left"
     return table
 
 
@@ -83,36 +181,32 @@ def _bound(result: RunSummary) -> str:
     if step is None:
         return "-"
     limit = {"hbm": step.hbm_s, "ddr": step.ddr_s, "compute": step.compute_s}[step.bound]
-    return f"{step.bound.upper()} ({human_seconds(limit)} of {human_seconds(step.step_s)})"
+    return f"{step.bound.upper()} ({human.duration(limit)} of {human.duration(step.step_s)})"
 
 
 def serving_table(result: RunSummary) -> Table:
     """Capacity, throughput and utilization figures."""
     table = Table(title="Serving", title_justify="left", show_header=False)
     table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", no_wrap=True)
     cache = result.step_cache
     rows = [
-        ("KV policy", result.kv_policy),
-        ("batch capacity (fits in memory)", str(result.batch_capacity)),
-        ("batch slots (run)", str(result.batch_slots)),
-        ("KV cache per slot (per socket)", human_bytes(result.kv_bytes_per_slot)),
-        ("requests completed", f"{result.requests_completed} / {result.requests}"),
-        ("output tokens", f"{result.output_tokens:,}"),
-        ("makespan", human_seconds(result.makespan_s)),
-        ("decode throughput (all users)", f"{result.decode_tokens_per_s or 0:,.1f} tok/s"),
-        ("steady-state decode (slots kept full)", steady_decode(result)),
-        ("per-user rate (p50)", f"{result.user_tokens_per_s.p50 or 0:,.2f} tok/s"),
-        ("prefill of a typical prompt", human_seconds(result.prefill_s)),
-        ("decode step bound by", _bound(result)),
-        ("slot occupancy (time mean)", _percent(result.occupancy)),
-        ("decode slots doing work", _percent(result.decode_slot_fill)),
-        ("HBM bandwidth utilization", _percent(result.utilization.hbm)),
-        ("compute utilization (PCUs or SMs)", _percent(result.utilization.pcu)),
+        ("KV cache per slot (per socket)", human.size(result.kv_bytes_per_slot)),
         (
-            "step cache",
-            f"{cache.shapes} shapes, {cache.misses} misses, {_percent(cache.hit_rate)} hits",
+            "requests completed",
+            f"{result.requests_completed:,} of {human.count(result.requests, 'request')}",
         ),
+        ("output tokens", f"{result.output_tokens:,}"),
+        ("makespan (first arrival to last token)", human.duration(result.makespan_s)),
+        ("decode throughput (all users)", human.rate(result.decode_tokens_per_s, "tok/s")),
+        ("decode throughput, all slots busy", steady_decode(result)),
+        ("tokens/s one user sees (p50)", human.rate(result.user_tokens_per_s.p50, "tok/s")),
+        ("prefill of a typical prompt", human.duration(result.prefill_s)),
+        ("decode step bound by", _bound(result)),
+        ("batch slots occupied (time mean)", human.percent(result.occupancy)),
+        ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
+        *utilization_rows(result.utilization),
+        ("step shapes simulated", f"{cache.shapes:,} ({human.percent(cache.hit_rate)} reused)"),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -138,23 +232,27 @@ def latency_table(latencies: Mapping[str, Percentiles]) -> Table:
     for key, name in LATENCIES:
         values = latencies[key]
         table.add_row(
-            name, *(human_seconds(v) for v in (values.p50, values.p90, values.p99, values.mean))
+            name, *(human.duration(v) for v in (values.p50, values.p90, values.p99, values.mean))
         )
     return table
 
 
 def render(result: RunSummary) -> Group:
-    """All report tables, headed by what was simulated."""
-    head = (
-        f"[bold]{result.workload}[/bold]: {result.model} on {result.hardware}, "
-        f"tp={result.tp}, kv={result.kv_policy}, seed={result.seed}"
-    )
+    """All report tables, headed by what was simulated and followed by the load note."""
     latencies = {key: getattr(result, key) for key, _ in LATENCIES}
-    warnings = [f"[bold yellow]warning:[/] {text}" for text in result.warnings]
-    tables = [memory_table(result), serving_table(result), latency_table(latencies)]
+    parts: list[Text | Table | str] = [
+        header(result),
+        *(f"[bold yellow]warning:[/] {text}" for text in result.warnings),
+        memory_table(result),
+        serving_table(result),
+        latency_table(latencies),
+    ]
     if result.speculation is not None:
-        tables.append(speculation_table(result.speculation))
-    return Group(head, *warnings, *tables)
+        parts.append(speculation_table(result.speculation))
+    note = load_note(result) or steady_note(result)
+    if note is not None:
+        parts.append(Text(note, style="yellow"))
+    return Group(*parts)
 
 
 def print_report(result: RunSummary, console: Console | None = None) -> None:

@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from rdu_sim import human
 from rdu_sim.report.plots_data import PlotInputError, number
 from rdu_sim.report.plots_style import new_figure
 
@@ -179,12 +180,7 @@ def _fmt(value: float, unit: str, *, named: bool = True) -> str:
     spelt out in words is left off when ``named`` is False."""
     if not math.isfinite(value):
         return "n/a"
-    if unit == "fraction":
-        return f"{100 * value:.3g}%"
-    if unit == "x":
-        return f"{value:.3g}x"
-    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    return f"{text} {unit}".rstrip() if named else text
+    return human.in_unit(value, unit if named or unit in ("fraction", "x") else "")
 
 
 def _limits(row: CalibrationRow, scale: float) -> tuple[float, float]:
@@ -252,7 +248,7 @@ def _draw(ax: Axes, row: CalibrationRow) -> None:
     band = f"{_fmt(row.low, row.unit, named=False)}..{_fmt(row.high, row.unit)}"
     ax.set_title(
         f"{row.name}: published {_fmt(row.published, row.unit)} "
-        f"(±{100 * row.tolerance:.0f}%: {band})",
+        f"(±{human.percent(row.tolerance, 0)}: {band})",
         loc="left",
         fontsize=9,
     )

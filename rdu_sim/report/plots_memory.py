@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from rdu_sim import human
 from rdu_sim.report.plots_data import (
     GIB,
     MEMORY_PARTS,
@@ -28,7 +29,6 @@ from rdu_sim.report.plots_style import (
     new_figure,
     note_settings,
     plain_log2,
-    tokens,
     use_token_axis,
 )
 
@@ -75,7 +75,7 @@ def _context(run: RunPoint) -> int:
 
 def _tick(run: RunPoint) -> str:
     """A bar's label: its context, and the batch slots the memory was planned for."""
-    label = tokens(_context(run))
+    label = human.tokens(_context(run))
     return label if run.batch_slots is None else f"{label}\n{run.batch_slots} slots"
 
 

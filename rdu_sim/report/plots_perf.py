@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 
+from rdu_sim import human
 from rdu_sim.report.plots_data import (
     PlotInputError,
     RunPoint,
@@ -240,8 +241,8 @@ def roofline(step: Mapping[str, Any], hardware: Any = None, *, title: str | None
         x,
         np.minimum(peak, roofs["hbm_bandwidth"] * x) / tflops,
         color="black",
-        label=f"HBM roof ({roofs['hbm_bandwidth'] / 1e12:.2f} TB/s) "
-        f"and compute roof ({peak / tflops:.0f} TFLOP/s)",
+        label=f"HBM roof ({human.bandwidth(roofs['hbm_bandwidth'])}) "
+        f"and compute roof ({human.flops(peak)})",
     )
     if roofs["ddr_bandwidth"] > 0 and any(p.ddr_bytes > 0 for p in placed):
         ax.plot(
@@ -249,7 +250,7 @@ def roofline(step: Mapping[str, Any], hardware: Any = None, *, title: str | None
             np.minimum(peak, roofs["ddr_bandwidth"] * x) / tflops,
             color="gray",
             linestyle="--",
-            label=f"DDR roof ({roofs['ddr_bandwidth'] / 1e9:.0f} GB/s)",
+            label=f"DDR roof ({human.bandwidth(roofs['ddr_bandwidth'])})",
         )
     total_time = sum(p.time_s for p in points) or 1.0
     for i, p in enumerate(placed):

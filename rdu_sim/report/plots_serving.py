@@ -14,6 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
+from rdu_sim import human
 from rdu_sim.report.plots_data import (
     REQUEST_RECORDS,
     SLOT_OCCUPANCY,
@@ -53,7 +54,8 @@ def _cdf(ax: Any, values: NDArray[np.float64], label: str, color: str) -> None:
         xs,
         ys,
         where="post",
-        label=f"{label} (p50 {np.median(xs):.3g} ms, p99 {np.percentile(xs, 99):.3g} ms)",
+        label=f"{label} (p50 {human.number(float(np.median(xs)))} ms, "
+        f"p99 {human.number(float(np.percentile(xs, 99)))} ms)",
         color=color,
     )
 

@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from rdu_sim import human
 from rdu_sim.report.plots_data import RunPoint, settings_note
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "new_figure",
     "note_settings",
     "plain_log2",
-    "tokens",
     "use_token_axis",
 ]
 
@@ -111,17 +111,6 @@ def new_figure(
     return fig, [ax for row in grid for ax in row]
 
 
-def tokens(value: float) -> str:
-    """A token count as people say it: 512, 8k, 128k, 1M."""
-    if value >= 2**20 and value % 2**20 == 0:
-        return f"{int(value) // 2**20}M"
-    if value >= 1024 and value % 1024 == 0:
-        return f"{int(value) // 1024}k"
-    if value >= 1000:
-        return f"{value / 1000:.0f}k"
-    return f"{value:g}"
-
-
 def use_token_axis(ax: Axes, values: Sequence[float], axis: str = "x") -> None:
     """Log-2 scale with a tick at each value, labelled 8k, 32k, ... (contexts, batch sizes)."""
     ticks = sorted({float(v) for v in values if v > 0})
@@ -129,7 +118,7 @@ def use_token_axis(ax: Axes, values: Sequence[float], axis: str = "x") -> None:
     if len(ticks) > 1:
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
     target.set_ticks(ticks)
-    target.set_major_formatter(FuncFormatter(lambda v, _pos: tokens(v)))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: human.tokens(v)))
     target.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
 
 

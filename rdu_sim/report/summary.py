@@ -14,9 +14,16 @@ Definitions (docs/serving.md repeats them for users):
   over the window [completion number ``batch_slots``, last admission] of a closed-loop run
   (``rdu_sim.serving.steady``; the calibration's figure); both None without a window.
 - ``user_tokens_per_s``: per request, 1 / TPOT (the rate a user sees once tokens stream).
-- ``makespan_s``: first arrival to last completion. ``utilization`` (``hbm``: achieved HBM
-  bandwidth over peak; ``pcu``: PCU busy fraction) is time-weighted over every step run,
-  divided by the makespan (idle time counts as zero).
+- ``makespan_s``: first arrival to last completion. ``utilization`` (``hbm``: HBM bytes moved
+  over what the peak bandwidth could move; ``pcu``: PCU-time busy; ``flops``: matrix FLOPs
+  over what the peak FLOP/s could do) is time-weighted over every step run, divided by the
+  makespan (idle time counts as zero). A step reports the same three for itself
+  (:meth:`Utilization.of_step`): one definition for ``run``, ``run --step`` and ``step``.
+- ``load``: what was offered (arrival process and rate, length mixes and the run's mean
+  lengths); ``dtypes``: the storage types the run used (model defaults resolved);
+  ``throughput_bound``: ``offered_load`` when the slots stood mostly idle in an open loop
+  (more load would raise the throughput: it measures the arrivals, not the machine),
+  else ``machine``.
 - ``occupancy``: time-weighted mean fraction of slots holding a request over the makespan;
   ``decode_slot_fill``: decoding slots / batch slots, averaged over decode steps (how much of
   the static decode graph did useful work rather than padding).
@@ -48,18 +55,21 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from rdu_sim import __version__
+from rdu_sim import __version__, human
 from rdu_sim.compiler.placement import placement_warnings
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
+from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import CoEStats
 from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
-from rdu_sim.serving.step_cache import PS_PER_S, StepCache
+from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
 
 PERCENTILES = (50, 90, 99)
 SIGNIFICANT_DIGITS = 12
@@ -92,18 +102,20 @@ def stats(values: NDArray[np.float64]) -> dict[str, float | None]:
 
 
 def utilization(cache: StepCache, span: float, *others: StepCache) -> dict[str, float]:
-    """``hbm`` (achieved HBM bandwidth over peak) and ``pcu`` (PCU busy fraction) of the steps
-    counted in ``cache`` (and ``others`` run on the same sockets: a shared draft's),
-    time-weighted over those steps and divided by ``span`` seconds (idle time counts as
-    zero)."""
-    hbm = pcu = 0.0
+    """``hbm``, ``pcu`` and ``flops`` (:class:`Utilization`) of the steps counted in
+    ``cache`` (and ``others`` run on the same sockets: a shared draft's), time-weighted over
+    those steps and divided by ``span`` seconds (idle time counts as zero)."""
+    hbm = pcu = flops = 0.0
     for each in (cache, *others):
         for shape, count in each.steps.items():
             cost = each.cost(shape)
             busy = count * each.step_s(shape)
             hbm += busy * cost.hbm_util
             pcu += busy * cost.pcu_util
-    return {"hbm": hbm / span if span > 0 else 0.0, "pcu": pcu / span if span > 0 else 0.0}
+            flops += busy * cost.flops_util
+    if span <= 0:
+        return {"hbm": 0.0, "pcu": 0.0, "flops": 0.0}
+    return {"hbm": hbm / span, "pcu": pcu / span, "flops": flops / span}
 
 
 def steps_run(records: ServingRecords) -> dict[str, int]:
@@ -144,11 +156,86 @@ class TierMemory:
 
 @dataclass(frozen=True)
 class Utilization:
-    """Time-weighted busy fractions over the makespan: achieved HBM bandwidth over peak,
-    PCU busy."""
+    """How busy the machine was, the one definition every command shows: ``hbm``, HBM bytes
+    moved over what the peak bandwidth could move in the time; ``pcu``, the share of
+    PCU-time busy; ``flops``, matrix FLOPs over what the peak FLOP/s could do. A run's are
+    time-weighted over its steps and divided by the makespan (idle time counts as zero);
+    a step's are its own (:meth:`of_step`)."""
 
     hbm: float
     pcu: float
+    flops: float
+
+    @classmethod
+    def of_step(cls, cost: StepCost) -> Utilization:
+        """One step's utilization (``rdu-sim step``, ``run --step``)."""
+        return cls(hbm=cost.hbm_util, pcu=cost.pcu_util, flops=cost.flops_util)
+
+
+OCCUPANCY_FULL = 0.9
+"""Mean slot occupancy below which an open-loop run's throughput is set by its offered load
+(slots stood idle waiting for requests) rather than by the machine."""
+
+
+@dataclass(frozen=True)
+class OfferedLoad:
+    """What the run was asked to serve: ``arrival`` (``poisson``, ``closed_loop``,
+    ``all_at_once``), ``rate_per_s`` (Poisson; None when a trace's times are replayed),
+    ``concurrency`` (closed-loop users), ``trace`` (the file, as the workload names it),
+    the length mixes in words and the run's mean lengths (tokens, after clipping to the
+    context)."""
+
+    arrival: str
+    rate_per_s: float | None
+    concurrency: int | None
+    trace: str | None
+    prompt_mix: str
+    output_mix: str
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+
+
+def describe_lengths(dist: FixedLength | UniformLength | LognormalLength) -> str:
+    """A length distribution in words: ``fixed 1,024``, ``uniform 512-4,096``, ``lognormal
+    (median 1,500, sigma 0.5) in 1-8,192``."""
+    if isinstance(dist, FixedLength):
+        return f"fixed {dist.value:,}"
+    if isinstance(dist, UniformLength):
+        return f"uniform {dist.low:,}-{dist.high:,}"
+    return (
+        f"lognormal (median {human.number(dist.median)}, sigma {human.number(dist.sigma)}) "
+        f"in {dist.low:,}-{dist.high:,}"
+    )
+
+
+def offered_load(scenario: Scenario, requests: RequestSet) -> OfferedLoad:
+    """The load of a run, from its workload and the requests it drew."""
+    serving = scenario.workload.serving
+    arrival = serving.arrival
+    trace = serving.trace
+    from_trace = "from the trace" if trace is not None else None
+
+    def mean(values: NDArray[np.int64]) -> float | None:
+        return _round(float(values.mean())) if values.size else None
+
+    replayed = trace is not None and arrival.process == "poisson"
+    return OfferedLoad(
+        arrival=arrival.process,
+        rate_per_s=None if replayed or arrival.process != "poisson" else arrival.rate,
+        concurrency=requests.concurrency,
+        trace=trace,
+        prompt_mix=from_trace or describe_lengths(serving.prompt_tokens),
+        output_mix=from_trace or describe_lengths(serving.output_tokens),
+        mean_prompt_tokens=mean(requests.prompt_tokens),
+        mean_output_tokens=mean(requests.output_tokens),
+    )
+
+
+def throughput_bound(closed_loop: bool, occupancy: float) -> str:
+    """``offered_load`` when an open-loop run's slots stood mostly idle (below
+    :data:`OCCUPANCY_FULL`): more requests would have raised the throughput, so it measures
+    the arrivals; else ``machine``."""
+    return "offered_load" if not closed_loop and occupancy < OCCUPANCY_FULL else "machine"
 
 
 @dataclass(frozen=True)
@@ -232,6 +319,9 @@ class RunSummary:
     max_context: int
     version: str
     kv_policy: str
+    dtypes: dict[str, str]
+    load: OfferedLoad
+    throughput_bound: str
     batch_capacity: int
     batch_slots: int
     kv_bytes_per_slot: int
@@ -378,6 +468,10 @@ def summarize(run: ServingRun) -> RunSummary:
         if run.speculation is not None and speculation and speculation.placement == "shared"
         else ()
     )
+    occupancy = _round(
+        _time_average(series["time_s"], series["occupancy"], first_arrival, last_finish)
+    )
+    dtypes = scenario.workload.dtypes
     return RunSummary(
         model=scenario.model.name,
         workload=scenario.workload.name,
@@ -388,6 +482,14 @@ def summarize(run: ServingRun) -> RunSummary:
         max_context=scenario.workload.serving.max_context,
         version=__version__,
         kv_policy=scenario.kv_policy.name,
+        dtypes={
+            "weights": scenario.weight_dtype,
+            "experts": scenario.expert_dtype,
+            "kv": dtypes.kv,
+            "activations": dtypes.activations,
+        },
+        load=offered_load(scenario, run.requests_in),
+        throughput_bound=throughput_bound(run.requests_in.closed_loop, occupancy or 0.0),
         batch_capacity=run.batch_capacity,
         batch_slots=batch_slots,
         kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
@@ -411,9 +513,7 @@ def summarize(run: ServingRun) -> RunSummary:
         else None,
         user_tokens_per_s=Percentiles.of(1.0 / tpot[tpot > 0]),
         makespan_s=_round(makespan),
-        occupancy=_round(
-            _time_average(series["time_s"], series["occupancy"], first_arrival, last_finish)
-        ),
+        occupancy=occupancy,
         decode_slot_fill=_round(decode_fill),
         utilization=Utilization(
             **{

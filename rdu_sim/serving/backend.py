@@ -80,6 +80,7 @@ class EngineBackend:
             pcu_util=float(timing.compute_utilization),
             flops=float(timing.flops) * program.tp,
             detail=timing,
+            flops_util=float(timing.flops_fraction),
         )
 
 

@@ -44,12 +44,12 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
+from rdu_sim import human
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.placement import activation_bytes, kv_bytes, weight_inventory
 from rdu_sim.compiler.program import Placement, Tier, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.config.units import format_bytes
 from rdu_sim.config.workload import CoEConfig
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.hw.copy_engine import CopyEngine
@@ -196,9 +196,9 @@ def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:
     if count < 1:
         raise CapacityError(
             f"{scenario.workload_file}: no expert fits the HBM region: the router "
-            f"({format_bytes(_weights(router))}), the KV cache of {slots} slots and the "
-            f"activations take {format_bytes(fixed)} of the {format_bytes(hbm)} HBM per socket "
-            f"and one expert needs {format_bytes(expert)}; lower serving.batch_slots, reduce "
+            f"({human.size(_weights(router), 4)}), the KV cache of {slots} slots and the "
+            f"activations take {human.size(fixed, 4)} of the {human.size(hbm, 4)} HBM per socket "
+            f"and one expert needs {human.size(expert, 4)}; lower serving.batch_slots, reduce "
             f"serving.max_context, or raise parallelism.tp (now {scenario.tp})"
         )
     return int(count)
@@ -226,9 +226,9 @@ def coe_placement(scenario: Scenario, router: Scenario, slots: int, region: int)
     }
     if experts * expert > socket.ddr.capacity:
         raise CapacityError(
-            f"{scenario.workload_file}: {experts} experts of {format_bytes(expert)} per socket "
-            f"need {format_bytes(experts * expert)} of DDR, more than its "
-            f"{format_bytes(socket.ddr.capacity)}; lower coe.experts or raise "
+            f"{scenario.workload_file}: {experts} experts of {human.size(expert, 4)} per socket "
+            f"need {human.size(experts * expert, 4)} of DDR, more than its "
+            f"{human.size(socket.ddr.capacity, 4)}; lower coe.experts or raise "
             f"parallelism.tp (now {scenario.tp})"
         )
     return Placement(batch_slots=slots, tiers=tiers, tensors=())

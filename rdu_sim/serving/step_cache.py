@@ -26,10 +26,11 @@ class StepCost:
     """What the serving level needs from one simulated step of one shape."""
 
     step_s: float  # wall time of the step
-    hbm_util: float = 0.0  # fraction of the step the HBM bandwidth was busy (0..1)
+    hbm_util: float = 0.0  # HBM bytes moved / (step time x peak HBM bandwidth) (0..1)
     pcu_util: float = 0.0  # fraction of PCU-time busy during the step (0..1)
     flops: float = 0.0  # matrix FLOPs of the step over all its sockets (0: not known)
     detail: object = None  # the engine's full timing (for `--step` and reports), if any
+    flops_util: float = 0.0  # matrix FLOPs / (step time x the socket's peak FLOP/s) (0..1)
 
 
 StepFn = Callable[[StepShape], StepCost]

@@ -22,6 +22,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from rdu_sim import human
 from rdu_sim.sweep.worker import Outcome
 
 
@@ -64,7 +65,7 @@ class _RateColumn(ProgressColumn):
         speed = task.finished_speed or task.speed
         if not speed:
             return Text("-- pt/s", style="progress.data.speed")
-        shown = f"{speed:.2f} pt/s" if speed >= 1 else f"{1 / speed:.1f} s/pt"
+        shown = human.rate(speed, "pt/s") if speed >= 1 else f"{human.duration(1 / speed)}/pt"
         return Text(shown, style="progress.data.speed")
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rdu_sim import human
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
@@ -94,7 +95,8 @@ class SweepSummary:
                 f"points already done ({self.db})"
             )
         return (
-            f"{self.name}: ran {self.ran} points in {self.wall_s:.1f} s: {self.done} done, "
+            f"{self.name}: ran {human.count(self.ran, 'point')} in "
+            f"{human.duration(self.wall_s)}: {self.done} done, "
             f"{self.failed} failed; {self.already_done} were already done ({self.db})"
         )
 

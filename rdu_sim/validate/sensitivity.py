@@ -21,6 +21,7 @@ import math
 import sys
 from collections.abc import Sequence
 
+from rdu_sim import human
 from rdu_sim.validate.figures import FIGURES
 from rdu_sim.validate.suite import SuiteResult, run_suite
 
@@ -63,11 +64,7 @@ VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def _cell(value: float, base: float, unit: str) -> str:
     if not math.isfinite(value):
         return "n/a"
-    text = (
-        f"{100 * value:.2f}%"
-        if unit == "fraction"
-        else (f"{value:.2f}x" if unit == "x" else f"{value:,.0f}")
-    )
+    text = human.in_unit(value, unit if unit in ("fraction", "x") else "", 4)
     if math.isfinite(base) and base != 0 and value != base:
         text += f" ({100 * (value / base - 1):+.0f}%)"
     return text

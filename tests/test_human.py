@@ -1,0 +1,159 @@
+"""Numbers as people read them (rdu_sim.human), and the run report that uses them: a header
+saying what was simulated, one definition of each utilization in every command, and a plain
+sentence when the offered load, not the machine, sets the throughput."""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdu_sim import api, human
+from rdu_sim.cli.main import cli
+from rdu_sim.report.console import UTILIZATION_LABELS, render
+from rdu_sim.report.summary import OCCUPANCY_FULL, Utilization
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0, "0"),
+        (12.34, "12.3"),
+        (99.96, "100"),
+        (999.6, "1,000"),
+        (1374.2, "1,374"),
+        (0.1158, "0.116"),
+        (-3.2, "-3.2"),
+        (None, "-"),
+        (math.nan, "-"),
+    ],
+)
+def test_number(value: float | None, text: str) -> None:
+    assert human.number(value) == text
+
+
+def test_units_never_show_an_exponent_or_a_wrong_plural() -> None:
+    assert human.size(1010 * 2**20) == "1,010 MiB"  # was 1.01e+03 MiB
+    assert human.size(520 * 2**20) == "520 MiB"
+    assert human.size(1.5 * 2**40) == "1.5 TiB"
+    assert human.size(0) == "0 B"
+    assert human.duration(3.46) == "3.46 s"  # was 3.46e+03 ms
+    assert human.duration(3509) == "58.5 min"
+    assert human.duration(26.3 * 3600) == "26.3 h"
+    assert human.duration(5 * 86400) == "5 days"
+    assert human.duration(8.12e-7) == "812 ns"
+    assert human.bandwidth(1.8e12) == "1.8 TB/s"
+    assert human.flops(6.1346e14) == "613 TFLOP/s"
+    assert human.count(1, "socket") == "1 socket"  # was "1 sockets"
+    assert human.count(16, "socket") == "16 sockets"
+    assert human.percent(0.621) == "62.1%"
+    assert human.tokens(131072) == "128k"
+    assert human.in_unit(0.035, "fraction") == "3.5%"
+    assert human.in_unit(4.3, "x") == "4.3x"
+    assert human.in_unit(1832, "tokens/s") == "1,832 tokens/s"
+
+
+@given(st.floats(min_value=1e-12, max_value=1e18))
+def test_no_exponent_from_a_picosecond_to_an_exabyte(value: float) -> None:
+    """Durations down to a picosecond, sizes and rates down to a thousandth of their unit."""
+    texts = [human.duration(value)]
+    if value >= 1e-3:
+        texts += [human.size(value), human.bandwidth(value), human.flops(value)]
+    for text in texts:
+        assert "e+" not in text and "e-" not in text, text
+
+
+def _formatting_calls(path: Path) -> list[str]:
+    """f-string format specs that format a number for people (.3g, ,.1f, .2f ...)."""
+    tree = ast.parse(path.read_text())
+    specs = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FormattedValue) and isinstance(node.format_spec, ast.JoinedStr):
+            spec = "".join(
+                part.value for part in node.format_spec.values if isinstance(part, ast.Constant)
+            )
+            if re.fullmatch(r",?\.?\d*[gf]|,", spec):
+                specs.append(spec)
+    return specs
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "report/console.py",
+        "report/cluster_console.py",
+        "cli/run_cmd.py",
+        "cli/step_cmd.py",
+        "cli/inspect_cmd.py",
+        "cli/validate_cmd.py",
+        "cli/plan_cmd.py",
+        "cli/compare_cmd.py",
+        "report/plots_calibration.py",
+        "graph/export.py",
+        "compiler/placement.py",
+    ],
+)
+def test_reports_format_through_the_one_module(module: str) -> None:
+    """The places that formatted numbers themselves now ask rdu_sim.human (signed relative
+    errors and plain integer counts aside)."""
+    specs = [s for s in _formatting_calls(ROOT / "rdu_sim" / module) if s not in (",", "+.1f")]
+    assert specs == [], f"{module} formats numbers itself: {specs}"
+
+
+SMALL = {"serving.requests": 24, "serving.output_tokens": 64, "serving.prompt_tokens": 512}
+
+
+def text_of(overrides: dict[str, object]) -> tuple[str, dict[str, object]]:
+    from rich.console import Console
+
+    result = api.run("llama3.1-8b-1socket", {**SMALL, **overrides})
+    console = Console(width=120, record=True)
+    console.print(render(result.summary()))
+    return console.export_text(), result.to_dict()
+
+
+def test_the_header_says_what_was_simulated_and_the_load_note_when_slots_idle() -> None:
+    text, data = text_of({"serving.arrival": {"process": "poisson", "rate": 2.0}})
+    assert "llama-3.1-8b on sn40l (1 socket)" in text
+    assert "weights bf16, KV cache bf16, activations bf16; KV policy full" in text
+    assert "load: 24 requests, Poisson arrivals at 2 req/s" in text
+    assert "prompts fixed 512 tokens (mean 512), outputs fixed 64 tokens (mean 64)" in text
+    assert data["throughput_bound"] == "offered_load"
+    assert data["occupancy"] < OCCUPANCY_FULL
+    assert "set by the offered load (2 req/s x 64 output tokens = 128 tokens/s asked)" in text
+    assert data["load"]["rate_per_s"] == 2.0 and data["dtypes"]["weights"] == "bf16"
+
+
+def test_a_closed_loop_measures_the_machine() -> None:
+    text, data = text_of({"serving.arrival.process": "closed_loop", "serving.batch_slots": 8})
+    assert data["throughput_bound"] == "machine"
+    assert "closed loop: 8 users" in text
+    assert "offered load" not in text
+    assert data["load"]["concurrency"] == 8
+
+
+def test_one_definition_of_utilization_in_run_run_step_and_step() -> None:
+    step = api.step("llama3.1-8b-1socket", batch=4)
+    expected = Utilization.of_step(step)
+    lines = {
+        args[0]: CliRunner().invoke(cli, args).output
+        for args in (
+            ["run", "--step", "llama3.1-8b-1socket", "--set", "serving.batch_slots=4"],
+            ["step", "llama3.1-8b-1socket", "--batch", "4"],
+        )
+    }
+    for name, label in UTILIZATION_LABELS.items():
+        shown = f"{label} {human.percent(getattr(expected, name))}"
+        for command, output in lines.items():
+            assert shown in output, (command, shown)
+    text, _ = text_of({})
+    for label in UTILIZATION_LABELS.values():
+        assert label in text
