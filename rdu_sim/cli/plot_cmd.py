@@ -7,6 +7,9 @@ INPUT is read by its suffix:
   per-request records and the occupancy series; INPUT may also be that DIR. For
   ``calibration``, what ``rdu-sim validate --json`` prints;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
+  ``sweep`` plots a metric (``--y``) along any swept axis (``--x``), a line per value of the
+  other axes (``--by``), each defaulted from the spec's axes; ``throughput`` and ``capacity``
+  go along the swept axis when the sweep keeps the context fixed;
 * ``.yaml`` / ``.yml``: a workload, simulated here (``rdu_sim.studies``), each point being
   what ``rdu-sim run WORKLOAD --set serving.max_context=C --set kv.policy=P`` runs: the
   compiler's memory plan and batch capacity over ``--contexts`` and ``--policies`` (memory,
@@ -47,6 +50,7 @@ _KINDS = (
     "compare",
     "speculation",
     "crossover",
+    "sweep",
 )
 _SWEEP_KINDS = {
     "speculation": "workloads/sweeps/speculation-acceptance-k.yaml",
@@ -120,7 +124,9 @@ def _read_db(path: Path) -> Any:
 
     frame = load(path)  # a StoreError names the file and the problem (exit 2)
     if "status" in frame.columns:
+        axes = frame.attrs.get("axes", [])
         frame = frame[frame["status"] == "done"]
+        frame.attrs["axes"] = axes
     if frame.empty:
         fail(f"{path}: the sweep database has no finished points to plot")
     return frame
@@ -177,6 +183,18 @@ def _simulate(
     show_default=True,
     help="Requests of the serving run when INPUT is a workload (latency, occupancy).",
 )
+@click.option(
+    "--x", "x_axis", default=None, help="sweep: the axis along x (default: the first swept)."
+)
+@click.option(
+    "--y", "y_metric", default=None, help="sweep: the metric (default: decode_tokens_per_s)."
+)
+@click.option(
+    "--by",
+    "by_columns",
+    multiple=True,
+    help="sweep: a column whose values get a line each (repeatable; default: the other axes).",
+)
 @overrides_option
 def command(
     kind: str,
@@ -185,6 +203,9 @@ def command(
     contexts: str,
     policies: str,
     requests: int,
+    x_axis: str | None,
+    y_metric: str | None,
+    by_columns: tuple[str, ...],
     overrides: tuple[str, ...],
 ) -> None:
     """Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).
@@ -192,9 +213,11 @@ def command(
     KIND is one of: memory, capacity, throughput, roofline, latency, occupancy,
     calibration (INPUT: the JSON `rdu-sim validate --json` prints), compare (INPUT: the
     JSON `rdu-sim compare --json` prints), speculation and crossover (INPUT: a sweep
-    database of workloads/sweeps/speculation-*.yaml).
+    database of workloads/sweeps/speculation-*.yaml), sweep (INPUT: a sweep database;
+    --x, --y, --by).
 
-    Example: rdu-sim plot capacity run.json -o capacity.png
+    Example: rdu-sim plot capacity run.json -o capacity.png; rdu-sim plot sweep
+    llama8b-hbm-bandwidth.sqlite --y tpot_s.p50
     """
     kind = kind.lower()
     if kind not in _KINDS:
@@ -227,6 +250,11 @@ def command(
             f"{input_path}: the compare plot reads what `rdu-sim compare --json` prints; run "
             "`rdu-sim compare WORKLOAD --hardware A --hardware B --json > c.json` and plot c.json"
         )
+    if kind == "sweep" and suffix not in _DB_SUFFIXES:
+        fail(
+            f"{input_path}: the sweep plot reads a sweep database (.sqlite, .db); run "
+            "`rdu-sim sweep SPEC` and plot the database it writes"
+        )
     if suffix in _YAML_SUFFIXES:
         results = _simulate(
             kind,
@@ -241,7 +269,11 @@ def command(
     else:
         results = _attach_siblings(_read_json(input_path), input_path.parent)
     try:
-        figure = plots.plot(kind, results)
+        figure = (
+            plots.sweep_plot(results, x=x_axis, y=y_metric, by=by_columns or None)
+            if kind == "sweep"
+            else plots.plot(kind, results)
+        )
         written = plots.save_figure(figure, target)
     except plots.PlotInputError as exc:
         fail(f"{input_path}: {exc}")

@@ -19,7 +19,7 @@ latency             :func:`latency_distribution`                 per-request rec
 occupancy           :func:`occupancy_timeline`                   slot-occupancy series
 calibration         :func:`calibration`                          ``rdu-sim validate`` rows
 compare             :func:`compare_plot`                         ``rdu-sim compare`` JSON
-(notebooks)         :func:`design_space`                         a sweep DataFrame
+sweep               :func:`sweep_plot` (:func:`design_space`)     a sweep database
 ==================  ===========================================  ==========================
 
 This package only draws: results over contexts or batch sizes are simulated by
@@ -51,7 +51,7 @@ from rdu_sim.report.plots_perf import (
 )
 from rdu_sim.report.plots_serving import latency_distribution, occupancy_timeline
 from rdu_sim.report.plots_speculation import acceptance_tradeoff, speculation_crossover
-from rdu_sim.report.plots_sweep import design_space
+from rdu_sim.report.plots_sweep import design_space, sweep_plot, swept_axes
 
 __all__ = [
     "PLOT_KINDS",
@@ -70,6 +70,7 @@ __all__ = [
     "result_record",
     "roofline",
     "save_figure",
+    "sweep_plot",
     "throughput_vs_batch",
     "throughput_vs_context",
 ]
@@ -86,6 +87,7 @@ PLOT_KINDS: dict[str, str] = {
     "speculation": "tokens per target step and per-user rate vs draft tokens k, a line per "
     "acceptance rate (a sweep)",
     "crossover": "throughput and speedup with and without speculation vs batch (a sweep)",
+    "sweep": "a metric of a sweep database along any swept axis, a line per other axis",
 }
 """Plot kinds the CLI knows, with what each shows."""
 
@@ -97,14 +99,31 @@ SAVE_FORMATS = (".png", ".svg", ".pdf")
 """File suffixes :func:`save_figure` writes."""
 
 
+def _along_other_axis(results: Any) -> bool:
+    """True for a sweep database whose swept axes leave the context alone: its points line
+    up along those axes, not along the context."""
+    axes = swept_axes(results)
+    return bool(axes) and "serving.max_context" not in axes
+
+
 def _throughput(results: Any) -> Figure:
-    """Vs batch when the runs share one context and differ in batch slots, else vs context."""
+    """Vs batch when the runs share one context and differ in batch slots, along the swept
+    axis for a sweep that keeps the context, else vs context."""
     runs = as_runs(results)
     contexts = {r.max_context for r in runs}
     batches = {r.batch_slots for r in runs}
     if len(contexts) == 1 and len(batches) > 1:
         return throughput_vs_batch(runs)
+    if _along_other_axis(results):
+        return sweep_plot(results, y="decode_tokens_per_s")
     return throughput_vs_context(runs)
+
+
+def _capacity(results: Any) -> Figure:
+    """Vs context, or along the swept axis for a sweep that keeps the context."""
+    if _along_other_axis(results):
+        return sweep_plot(results, y="batch_capacity")
+    return batch_capacity(results)
 
 
 def _roofline(results: Any) -> Figure:
@@ -120,7 +139,7 @@ def _roofline(results: Any) -> Figure:
 
 _RENDERERS: dict[str, Callable[[Any], Figure]] = {
     "memory": memory_footprint,
-    "capacity": batch_capacity,
+    "capacity": _capacity,
     "throughput": _throughput,
     "roofline": _roofline,
     "latency": latency_distribution,
@@ -129,6 +148,7 @@ _RENDERERS: dict[str, Callable[[Any], Figure]] = {
     "compare": compare_plot,
     "speculation": acceptance_tradeoff,
     "crossover": speculation_crossover,
+    "sweep": sweep_plot,
 }
 
 

@@ -23,6 +23,8 @@ __all__ = [
     "PART_COLORS",
     "POLICY_COLORS",
     "color_for",
+    "figure_title",
+    "legend_outside",
     "line_style",
     "new_figure",
     "note_settings",
@@ -92,6 +94,21 @@ def line_style(label: str, index: int, labels: Sequence[str]) -> dict[str, Any]:
             "linestyle": _POLICY_DASHES.get(policy, "-"),
         }
     return {"color": color_for(label, index), "linestyle": "-"}
+
+
+def figure_title(fig: Figure, text: str) -> None:
+    """The figure's title above everything (legends outside the axes included), wrapped to
+    the figure's width so a long one (workload, model, hardware) is never cut off."""
+    width = fig.get_figwidth()
+    fig.suptitle(textwrap.fill(text, width=max(40, int(width * 9))), fontsize=11)
+
+
+def legend_outside(fig: Figure, ax: Axes, *, fontsize: float = 8) -> None:
+    """The legend of ``ax``'s labelled lines to the right of the axes (constrained layout
+    makes room), so it never covers data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside center right", fontsize=fontsize)
 
 
 def plain_log2(ax: Axes, axis: str = "y") -> None:

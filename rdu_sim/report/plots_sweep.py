@@ -3,10 +3,18 @@
 Sweep axes are stored as the spec gave them (``"1.8 TB/s"``, ``"256 KiB"``, ``2``), so the x
 axis is categorical, ordered by the quantity each label stands for and labelled with the
 spec's own strings: what the reader typed is what the reader sees.
+
+:func:`sweep_plot` picks what :func:`design_space` needs from a sweep database's frame
+(``rdu_sim.sweep.load`` records the spec's axes in ``frame.attrs["axes"]``): the x axis (the
+first swept axis that is a quantity), the metric, and a line per value of every other swept
+axis that is not tied to the x axis or to an earlier line axis (a ``zip`` of ``parallelism.tp``
+with ``hw.system.sockets`` is one axis, not two). That is ``rdu-sim plot sweep DB``.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,9 +23,16 @@ from matplotlib.figure import Figure
 
 from rdu_sim.config import units
 from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
-from rdu_sim.report.plots_style import color_for, new_figure
+from rdu_sim.report.plots_style import color_for, figure_title, legend_outside, new_figure
 
-__all__ = ["METRIC_LABELS", "design_space", "quantity"]
+__all__ = [
+    "DEFAULT_METRICS",
+    "METRIC_LABELS",
+    "design_space",
+    "quantity",
+    "sweep_plot",
+    "swept_axes",
+]
 
 METRIC_LABELS: dict[str, tuple[str, float]] = {
     "decode_tokens_per_s": ("decode throughput (tokens/s)", 1.0),
@@ -92,7 +107,7 @@ def design_space(
     for run in runs:
         key = tuple(lookup(run, column) for column in by)
         groups.setdefault(key, []).append(run)
-    xs_all = sorted({lookup(r, x) for r in runs}, key=quantity)
+    xs_all = sorted({lookup(r, x) for r in runs}, key=_order)
     position = {value: i for i, value in enumerate(xs_all)}
     ylabel, scale = _label(y)
     fig, (ax,) = new_figure()
@@ -104,7 +119,7 @@ def design_space(
         for run in members:
             values.setdefault(lookup(run, x), []).append(number(lookup(run, y), y) * scale)
         averaged |= any(len(v) > 1 for v in values.values())
-        order = sorted(values, key=quantity)
+        order = sorted(values, key=_order)
         label = ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(by, key, strict=True))
         ax.plot(
             [position[v] for v in order],
@@ -118,8 +133,118 @@ def design_space(
     ax.set_ylabel(ylabel + (" (mean over other axes)" if averaged else ""))
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if by:
+        legend_outside(fig, ax)
     ax.margins(x=0.1)
     default = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
-    ax.set_title(title or default[0].upper() + default[1:])
+    figure_title(fig, title or default[0].upper() + default[1:])
     return fig
+
+
+DEFAULT_METRICS = (
+    "decode_tokens_per_s",
+    "batch_capacity",
+    "tpot_s.p50",
+    "ttft_s.p50",
+)
+"""What ``rdu-sim plot sweep`` shows when no metric is named: the first of these a sweep
+stored."""
+
+
+_BOOKKEEPING = frozenset(
+    {"key", "sweep", "status", "error", "wall_s", "started", "finished", "attempts"}
+    | {"version", "worker"}
+)
+"""Columns of a sweep row that are not metrics (rdu_sim.sweep.load's leading and trailing)."""
+
+
+def _key(value: Any) -> str:
+    """A hashable stand-in for a cell (dicts, lists; NaN, as pandas stores a null, is None)."""
+    if isinstance(value, float) and math.isnan(value):
+        value = None
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def swept_axes(frame: Any) -> list[str]:
+    """The axes of a sweep frame that take more than one value, in the spec's order."""
+    axes = frame.attrs.get("axes", []) if hasattr(frame, "attrs") else []
+    return [a for a in axes if a in frame.columns and len({_key(v) for v in frame[a]}) > 1]
+
+
+def _follows(frame: Any, lead: str, other: str) -> bool:
+    """True when each value of ``lead`` comes with one value of ``other`` (a zipped axis)."""
+    seen: dict[str, set[str]] = {}
+    for a, b in zip(frame[lead], frame[other], strict=True):
+        seen.setdefault(_key(a), set()).add(_key(b))
+    return all(len(values) == 1 for values in seen.values())
+
+
+def _is_quantity(values: Any) -> bool:
+    try:
+        for value in values:
+            quantity(value)
+    except PlotInputError:
+        return False
+    return True
+
+
+def _single(frame: Any, column: str) -> str | None:
+    """The one value of ``column`` in every row, else None."""
+    if column not in frame.columns:
+        return None
+    values = {str(v) for v in frame[column] if v is not None and _key(v) != "null"}
+    return values.pop() if len(values) == 1 else None
+
+
+def sweep_plot(
+    frame: Any,
+    *,
+    x: str | None = None,
+    y: str | None = None,
+    by: Sequence[str] | None = None,
+) -> Figure:
+    """``y`` along swept axis ``x`` of a sweep database's frame, a line per ``by`` group.
+
+    Defaults: ``x`` the first swept axis whose values are quantities (else the first swept
+    axis), ``y`` the first of :data:`DEFAULT_METRICS` the sweep stored, ``by`` every other
+    swept axis not tied to ``x`` or to an earlier ``by`` axis. The title names the sweep,
+    the model and the hardware when the rows say them.
+
+    Raises:
+        PlotInputError: the frame sweeps nothing, or ``x``, ``y`` or a ``by`` column is not
+            in it (the message lists what is).
+    """
+    if not hasattr(frame, "columns"):
+        raise PlotInputError("a sweep plot reads a sweep database (rdu_sim.sweep.load)")
+    axes = swept_axes(frame)
+    if x is None:
+        if not axes:
+            raise PlotInputError(
+                "the sweep's points differ in no axis; name the x axis with --x COLUMN"
+            )
+        x = next((a for a in axes if _is_quantity(frame[a])), axes[0])
+    for column in (x, *(by or ())):
+        if column not in frame.columns:
+            shown = ", ".join(axes) or "none"
+            raise PlotInputError(f"the sweep has no column {column!r}; its swept axes: {shown}")
+    if y is None:
+        y = next((m for m in DEFAULT_METRICS if m in frame.columns), None)
+        if y is None:
+            raise PlotInputError(
+                f"the sweep stored none of {', '.join(DEFAULT_METRICS)}; name one with --y"
+            )
+    elif y not in frame.columns:
+        metrics = [c for c in frame.columns if c not in (*axes, *_BOOKKEEPING)]
+        raise PlotInputError(f"the sweep has no metric {y!r}; its columns: {', '.join(metrics)}")
+    if by is None:
+        lines: list[str] = []
+        for axis in axes:
+            if axis != x and not any(_follows(frame, lead, axis) for lead in (x, *lines)):
+                lines.append(axis)
+        by = lines
+    ylabel, _ = _label(y)
+    what = " on ".join(v for v in (_single(frame, "model"), _single(frame, "hardware")) if v)
+    name = _single(frame, "sweep")
+    head = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
+    title = (f"{name}: " if name else "") + head + (f" — {what}" if what else "")
+    return design_space(frame, x, y, by=by, title=title)

@@ -2,8 +2,9 @@
 
 One row per point: key, sweep, status, the axis values (one column per axis path, as the
 spec gave them), the metrics (one column per dotted metric path), then error, timings,
-version and worker. Failed points have empty metric columns and their error text. Rows are
-in the order of the keys asked for (a spec's grid order), else by sweep and key.
+version and worker; ``frame.attrs["axes"]`` lists the axis columns. Failed points have
+empty metric columns and their error text. Rows are in the order of the keys asked for (a
+spec's grid order), else by sweep and key.
 
 An export holds the results only: the provenance of each run (when, where and how long it
 ran, how often) differs between two runs of the same points, so it is left out unless
@@ -59,7 +60,9 @@ def load(
             record.setdefault(name, value)
         records.append(record)
     columns = [*_LEADING, *axes, *(m for m in metrics if m not in axes), *_TRAILING]
-    return pd.DataFrame.from_records(records, columns=columns)
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    frame.attrs["axes"] = list(axes)  # which columns the spec varied (plots go along them)
+    return frame
 
 
 def parquet_available() -> bool:

@@ -1,0 +1,97 @@
+"""`rdu-sim plot` on a sweep database goes along whatever the sweep swept.
+
+Each shipped sweep runs here with its own axes, zips and base workload but the synthetic
+evaluator (closed-form, microseconds per point; its numbers are not a simulation), so the
+test pins the axis handling of every shipped spec without simulating hundreds of requests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from matplotlib.figure import Figure
+
+from rdu_sim.cli.main import cli
+from rdu_sim.config import shipped
+from rdu_sim.report import plots
+from rdu_sim.sweep import load, run_sweep
+
+# sweep -> (the x axis the plot picks, lines, points per line)
+EXPECTED = {
+    "deepseek-context": ("serving.max_context", 2, 5),  # kv.budget is zipped with kv.policy
+    "deepseek-snapstream-budget": ("kv.budget", 1, 5),
+    "llama8b-batch": ("serving.batch_slots", 1, 4),
+    "llama8b-hbm-bandwidth": ("hw.socket.hbm.bandwidth", 1, 7),
+    "llama8b-sockets": ("parallelism.tp", 1, 5),  # hw.system.sockets is zipped with tp
+}
+
+
+def test_every_shipped_sweep_is_listed() -> None:
+    assert sorted(EXPECTED) == shipped.names("sweep")
+
+
+def synthetic_db(name: str, folder: Path) -> Path:
+    """The shipped spec ``name`` with the synthetic evaluator (all its metrics kept)."""
+    source = shipped.folder("workloads/sweeps") / f"{name}.yaml"
+    text = source.read_text().split("\nmetrics:", 1)[0]
+    base = (source.parent / "..").resolve()
+    spec = folder / f"{name}.yaml"
+    spec.write_text(
+        text.replace("base: ../", f"base: {base}/") + "\nevaluator: {name: synthetic}\n"
+    )
+    db = folder / f"{name}.sqlite"
+    summary = run_sweep(spec, db=db, workers=1)
+    assert summary.failed == 0
+    return db
+
+
+def lines_of(figure: Figure) -> list[Any]:
+    return [line for line in figure.axes[0].get_lines() if line.get_marker() == "o"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_plot_sweep_and_throughput_go_along_the_swept_axis(name: str, tmp_path: Path) -> None:
+    db = synthetic_db(name, tmp_path)
+    x, count, points = EXPECTED[name]
+    figure = plots.sweep_plot(load(db))
+    assert figure.axes[0].get_xlabel() == x
+    lines = lines_of(figure)
+    assert len(lines) == count
+    assert all(len(line.get_xdata()) == points for line in lines)
+    assert name in figure.get_suptitle()
+    for kind in ("sweep", "throughput"):
+        out = tmp_path / f"{kind}.svg"
+        result = CliRunner().invoke(cli, ["plot", kind, str(db), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        assert out.stat().st_size > 0
+
+
+def test_the_bandwidth_axis_is_ordered_by_quantity(tmp_path: Path) -> None:
+    """0.8 TB/s .. 3.2 TB/s in order, and the synthetic throughput rises along it."""
+    figure = plots.plot("throughput", load(synthetic_db("llama8b-hbm-bandwidth", tmp_path)))
+    ticks = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+    assert ticks[0] == "0.8 TB/s" and ticks[-1] == "3.2 TB/s" and len(ticks) == 7
+    (line,) = lines_of(figure)
+    values = list(line.get_ydata())
+    assert values == sorted(values) and values[0] < values[-1]
+
+
+def test_named_axes_and_bad_names(tmp_path: Path) -> None:
+    db = synthetic_db("deepseek-context", tmp_path)
+    frame = load(db)
+    by_policy = plots.sweep_plot(frame, x="kv.policy", y="tpot_s.p50", by=["serving.max_context"])
+    assert by_policy.axes[0].get_xlabel() == "kv.policy"
+    assert len(lines_of(by_policy)) == 5
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["plot", "sweep", str(db), "--x", "hw.nope", "-o", "x.png"])
+    assert bad.exit_code == 2
+    assert "no column 'hw.nope'; its swept axes: serving.max_context, kv.policy" in bad.output
+    bad = runner.invoke(cli, ["plot", "sweep", str(db), "--y", "joules", "-o", "x.png"])
+    assert bad.exit_code == 2 and "no metric 'joules'" in bad.output
+    assert "decode_tokens_per_s" in bad.output and "wall_s" not in bad.output
+    spec = shipped.folder("workloads/sweeps") / "llama8b-batch.yaml"
+    bad = runner.invoke(cli, ["plot", "sweep", str(spec), "-o", "x.png"])
+    assert bad.exit_code == 2 and "reads a sweep database" in bad.output
