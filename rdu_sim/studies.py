@@ -311,6 +311,8 @@ def decode_step_timing(
     hardware = scenario.hardware
     ddr = hardware.socket.ddr.bandwidth if isinstance(hardware, HardwareConfig) else 0.0  # GPU
     return {
+        "workload": scenario.workload.name,
+        "system": hardware.name,  # "hardware" holds the roofs
         "model": scenario.model.name,
         "kv_policy": scenario.kv_policy.name,
         "tp": scenario.tp,

@@ -161,7 +161,8 @@ def test_batch_capacity_one_line_per_policy() -> None:
     fig = render(lambda: plots.batch_capacity(context_runs()))
     (ax,) = fig.axes
     assert len(ax.lines) == 2
-    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"full", "snapstream"}
+    (legend,) = fig.legends  # beside the axes, never over a line
+    assert {t.get_text() for t in legend.get_texts()} == {"full", "snapstream"}
     assert "slots" in ax.get_ylabel() and "tokens" in ax.get_xlabel()
 
 
@@ -460,7 +461,7 @@ def test_real_batch_capacity(real_plans: list[dict[str, Any]]) -> None:
 def test_real_throughput(real_decode: dict[str, list[dict[str, Any]]]) -> None:
     fig = render(lambda: plots.throughput_vs_context(real_decode["context"]))
     assert len(fig.axes[0].lines) == 2
-    assert fig.axes[0].get_title().startswith("Steady-state")
+    assert fig.get_suptitle().startswith("Steady-state")
     fig = render(lambda: plots.throughput_vs_batch(real_decode["batch"]))
     (ax,) = fig.axes
     assert len(ax.lines) == 2
@@ -593,3 +594,69 @@ def test_compare_plot_bars_lines_and_bad_input() -> None:
     assert len(comparisons(many)) == 2
     with pytest.raises(plots.PlotInputError, match="columns"):
         plots.plot("compare", {"runs": []})
+
+
+# ---------------------------------------------------------------------------- paper-ready
+
+
+def legends_over_data(fig: Figure) -> list[str]:
+    """Legend texts whose box overlaps the plotting area of any axes holding data."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # lays out (constrained layout) as a save does
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    hits = []
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for ax in data_axes(fig):
+            if box.overlaps(ax.get_window_extent(renderer)):
+                hits.append(legend.get_texts()[0].get_text())
+    return hits
+
+
+def test_real_figures_name_what_was_simulated_and_keep_legends_off_the_data(
+    real_run: Any,
+    real_plans: list[dict[str, Any]],
+    real_decode: dict[str, list[dict[str, Any]]],
+    real_step: dict[str, Any],
+) -> None:
+    figures = {
+        "memory": plots.memory_footprint(real_plans),
+        "capacity": plots.batch_capacity(real_plans),
+        "throughput": plots.throughput_vs_context(real_decode["context"]),
+        "batch": plots.throughput_vs_batch(real_decode["batch"]),
+        "roofline": plots.roofline(real_step),
+        "latency": plots.latency_distribution(real_run),
+        "occupancy": plots.occupancy_timeline(real_run),
+    }
+    for name, fig in figures.items():
+        render(lambda fig=fig: fig)
+        assert legends_over_data(fig) == [], name
+    subject = "llama3.1-8b-1socket: llama-3.1-8b on sn40l"
+    for name in ("latency", "occupancy"):
+        assert subject in figures[name].get_suptitle().replace("\n", " "), name
+    assert "llama-3.1-8b" in figures["capacity"].get_suptitle()
+    assert subject in figures["roofline"].get_suptitle().replace("\n", " ")
+
+
+def test_saved_figures_embed_truetype_keep_svg_text_and_repeat_their_bytes(
+    tmp_path: Path,
+) -> None:
+    from rdu_sim.provenance import simulator
+
+    fig = render(lambda: plots.throughput_vs_context(context_runs()))
+    written = {}
+    for suffix in (".pdf", ".svg"):
+        first = plots.save_figure(fig, tmp_path / f"a{suffix}", source="a test").read_bytes()
+        again = plots.save_figure(fig, tmp_path / f"b{suffix}", source="a test").read_bytes()
+        assert first == again, suffix  # no dates, fixed SVG ids
+        written[suffix] = first
+    pdf, svg = written[".pdf"], written[".svg"].decode()
+    assert b"/Type3" not in pdf and b"/FontFile2" in pdf  # TrueType (fonttype 42)
+    assert simulator().label.encode() in pdf and b"(a test)" in pdf
+    assert "<text" in svg and "decode throughput" in svg  # text, not glyph outlines
+    assert "a test" in svg
+    import matplotlib
+
+    assert matplotlib.rcParams["pdf.fonttype"] == 3  # nothing global changed

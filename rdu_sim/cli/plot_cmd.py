@@ -274,7 +274,10 @@ def command(
             if kind == "sweep"
             else plots.plot(kind, results)
         )
-        written = plots.save_figure(figure, target)
+        source = f"rdu-sim plot {kind} {input_path.name}" + "".join(
+            f" --set {edit}" for edit in overrides
+        )
+        written = plots.save_figure(figure, target, source=source)
     except plots.PlotInputError as exc:
         fail(f"{input_path}: {exc}")
     except OSError as exc:  # matplotlib's own file handling, if any

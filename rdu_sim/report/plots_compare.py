@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rdu_sim.report.plots_data import PlotInputError, number
-from rdu_sim.report.plots_style import color_for, new_figure, use_token_axis
+from rdu_sim.report.plots_style import BESIDE, color_for, new_figure, use_token_axis
 
 __all__ = ["PANELS", "compare_plot", "comparisons"]
 
@@ -107,4 +107,4 @@ def _lines(axes: list[Axes], groups: list[list[dict[str, Any]]]) -> None:
         ax.set_xlabel("batch slots")
         if batches:
             use_token_axis(ax, batches)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, **BESIDE)

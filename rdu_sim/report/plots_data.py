@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,8 @@ __all__ = [
     "number",
     "result_record",
     "settings_note",
+    "titled",
+    "with_subject",
 ]
 
 GIB = float(2**30)
@@ -162,7 +164,7 @@ class RunPoint:
             batch_capacity=summary.batch_capacity,
             decode_tokens_per_s=summary.decode_tokens_per_s,
             tiers=dict(summary.memory),
-            **extra,
+            **{"row": {"workload": summary.workload, "hardware": summary.hardware}, **extra},
         )
 
     @classmethod
@@ -287,6 +289,29 @@ def as_runs(results: Any) -> list[RunPoint]:
     if not runs:
         raise PlotInputError("no runs given: the results are empty")
     return runs
+
+
+def _common(runs: Sequence[RunPoint], get: Callable[[RunPoint], Any]) -> str:
+    values = {str(get(run) or "") for run in runs}
+    return values.pop() if len(values) == 1 else ""
+
+
+def titled(title: str, runs: Sequence[RunPoint]) -> str:
+    """``title — workload: model on hardware``, each part only when every run shares it (a
+    figure names what was simulated, as the run report's header does)."""
+    return with_subject(
+        title,
+        workload=_common(runs, lambda r: r.row.get("workload")),
+        model=_common(runs, lambda r: r.model),
+        hardware=_common(runs, lambda r: r.row.get("hardware")),
+    )
+
+
+def with_subject(title: str, *, workload: str = "", model: str = "", hardware: str = "") -> str:
+    """``title — workload: model on hardware`` (the parts given)."""
+    what = " on ".join(part for part in (model, hardware) if part)
+    subject = f"{workload}: {what}" if workload and what else workload or what
+    return f"{title} — {subject}" if subject else title
 
 
 def lookup(run: RunPoint, path: str, default: Any = _MISSING) -> Any:

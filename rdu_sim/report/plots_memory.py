@@ -22,9 +22,12 @@ from rdu_sim.report.plots_data import (
     RunPoint,
     as_runs,
     group_runs,
+    titled,
 )
 from rdu_sim.report.plots_style import (
     PART_COLORS,
+    figure_title,
+    legend_outside,
     line_style,
     new_figure,
     note_settings,
@@ -141,9 +144,8 @@ def memory_footprint(
         for ax in ax_row:
             ax.set_ylim(0, top)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper")
-    model = runs[0].model
-    fig.suptitle(f"Memory per socket vs context{f' — {model}' if model else ''}")
+    fig.legend(handles, labels, loc="outside right center")
+    figure_title(fig, titled("Memory per socket vs context", runs))
     note_settings(fig, runs)
     return fig
 
@@ -176,8 +178,7 @@ def batch_capacity(results: Any, *, group_by: Sequence[str] = ("model", "kv_poli
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("batch capacity (slots)")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend()
-    model = runs[0].model if len({r.model for r in runs}) == 1 else ""
-    ax.set_title(f"Batch capacity vs context{f' — {model}' if model else ''}")
+    legend_outside(fig, ax)
+    figure_title(fig, titled("Batch capacity vs context", runs))
     note_settings(fig, runs)
     return fig

@@ -23,9 +23,14 @@ from rdu_sim.report.plots_data import (
     as_runs,
     group_runs,
     number,
+    titled,
+    with_subject,
 )
 from rdu_sim.report.plots_style import (
+    BELOW,
     color_for,
+    figure_title,
+    legend_outside,
     line_style,
     new_figure,
     note_settings,
@@ -78,11 +83,10 @@ def _throughput(
     ax.set_ylabel("decode throughput (tokens/s)")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend()
-    model = runs[0].model if len({r.model for r in runs}) == 1 else ""
+    legend_outside(fig, ax)
     if all(r.source == "decode_step" for r in runs):
         title = "Steady-state " + title[0].lower() + title[1:]
-    ax.set_title(f"{title}{f' — {model}' if model else ''}")
+    figure_title(fig, titled(title, runs))
     note_settings(fig, runs)
     return fig
 
@@ -271,7 +275,7 @@ def roofline(step: Mapping[str, Any], hardware: Any = None, *, title: str | None
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM + DDR traffic)")
     ax.set_ylabel("achieved TFLOP/s per socket")
     ax.grid(True, which="both", alpha=0.2)
-    legend = ax.legend(fontsize=8, loc="lower right")
+    legend = ax.legend(fontsize=8, **BELOW)
     for handle in legend.legend_handles:  # one marker size in the legend, whatever the share
         if isinstance(handle, PathCollection):
             handle.set_sizes([40.0])
@@ -288,7 +292,13 @@ def roofline(step: Mapping[str, Any], hardware: Any = None, *, title: str | None
             fontsize=7,
             color="dimgray",
         )
-    ax.set_title(title or "Roofline of one step (per socket)")
+    default = with_subject(
+        "Roofline of one decode step (per socket)",
+        workload=str(step.get("workload") or ""),
+        model=str(step.get("model") or ""),
+        hardware=str(step.get("system") or ""),
+    )
+    figure_title(fig, title or default)
     settings = step.get("settings") or {}
     note_settings(fig, [RunPoint(settings=settings if isinstance(settings, Mapping) else {})])
     return fig

@@ -23,8 +23,9 @@ from rdu_sim.report.plots_data import (
     as_runs,
     group_runs,
     label_of,
+    titled,
 )
-from rdu_sim.report.plots_style import color_for, new_figure
+from rdu_sim.report.plots_style import BELOW, BESIDE, color_for, figure_title, new_figure
 
 __all__ = ["latency_distribution", "occupancy_series", "occupancy_timeline", "request_values"]
 
@@ -88,9 +89,9 @@ def latency_distribution(
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, **BELOW)
         ax.set_title(f"{'TTFT' if field == 'ttft_s' else 'TPOT'} distribution")
-    fig.suptitle("Request latency")
+    figure_title(fig, titled("Request latency", runs))
     return fig
 
 
@@ -143,10 +144,10 @@ def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_
         ax.set_ylim(0, slots * 1.1 + 0.5)
         ax.set_ylabel("slots")
         ax.set_title(label, fontsize=10)
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, **BESIDE)
         ax.grid(True, alpha=0.3)
     axes[-1].set_xlabel("simulated time (s)")
-    fig.suptitle("Batch slot occupancy")
+    figure_title(fig, titled("Batch slot occupancy", runs))
     return fig
 
 

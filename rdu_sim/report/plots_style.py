@@ -20,6 +20,8 @@ from rdu_sim import human
 from rdu_sim.report.plots_data import RunPoint, settings_note
 
 __all__ = [
+    "BELOW",
+    "BESIDE",
     "PART_COLORS",
     "POLICY_COLORS",
     "color_for",
@@ -96,6 +98,15 @@ def line_style(label: str, index: int, labels: Sequence[str]) -> dict[str, Any]:
     return {"color": color_for(label, index), "linestyle": "-"}
 
 
+BESIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0}
+"""Where an axes' own legend goes: to the right of the axes, top-aligned (constrained
+layout makes room), never over the data."""
+
+
+BELOW: dict[str, Any] = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.15)}
+"""Where a legend with long entries goes: under the axes and their x label."""
+
+
 def figure_title(fig: Figure, text: str) -> None:
     """The figure's title above everything (legends outside the axes included), wrapped to
     the figure's width so a long one (workload, model, hardware) is never cut off."""
@@ -108,7 +119,7 @@ def legend_outside(fig: Figure, ax: Axes, *, fontsize: float = 8) -> None:
     makes room), so it never covers data."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside center right", fontsize=fontsize)
+        fig.legend(handles, labels, loc="outside right center", fontsize=fontsize)
 
 
 def plain_log2(ax: Axes, axis: str = "y") -> None:
