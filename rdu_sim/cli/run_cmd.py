@@ -153,20 +153,36 @@ def _run_cluster(
     is_flag=True,
     help="Simulate one decode step instead of the whole serving run.",
 )
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write a Perfetto trace of the serving schedule (requests on slots, queue, flows).",
+)
 def command(
-    workload: Path, overrides: tuple[str, ...], as_json: bool, out_dir: Path | None, one_step: bool
+    workload: Path,
+    overrides: tuple[str, ...],
+    as_json: bool,
+    out_dir: Path | None,
+    one_step: bool,
+    trace_file: Path | None,
 ) -> None:
     """Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and
     memory (for a cluster: goodput under its SLO, per class and per replica)."""
     workload = shipped.locate(workload, ("workload", "cluster"))
     if _is_cluster(workload):
-        if one_step:
-            raise click.UsageError("--step times one step of a workload, not of a cluster")
+        if one_step or trace_file is not None:
+            raise click.UsageError("--step and --trace are for a workload's run, not a cluster's")
         _run_cluster(workload, overrides, as_json, out_dir)
         return
     scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
     _check_out(out_dir)
     if one_step:
+        if trace_file is not None:
+            raise click.UsageError(
+                "--trace writes a serving run's trace; for a step's: rdu-sim step --trace"
+            )
         _print_step(scenario, as_json)
         return
     with _progress_bar(not as_json) as progress:
@@ -182,5 +198,21 @@ def command(
             folder,
             lambda: write_outputs(folder, data, result.requests(), result.timeseries()),
             "result.json, requests.csv, timeseries.csv",
+            as_json,
+        )
+    if trace_file is not None:
+        from rdu_sim.report.serving_trace import write_serving_trace
+
+        metadata = {
+            key: data[key]
+            for key in ("workload", "model", "hardware", "requests", "makespan_s", "provenance")
+        }
+        target = trace_file
+        _write(
+            target.parent,
+            lambda: write_serving_trace(
+                target, result.requests(), result.timeseries(), result.batch_slots, metadata
+            ),
+            target.name,
             as_json,
         )
