@@ -90,6 +90,23 @@ def test_step_json_has_the_contract_keys_and_writes_a_trace(tmp_path: Path) -> N
     assert {e["ph"] for e in events} == {"M", "X", "C"}
 
 
+def test_step_trace_holds_every_socket_at_the_same_step_time(tmp_path: Path) -> None:
+    """--trace simulates all 8 sockets by default (a process each); --trace-sockets one keeps
+    the symmetric shortcut; the step time is the same."""
+    eight = str(Path(LLAMA).with_name("llama3.1-8b-8socket.yaml"))
+    times, pids = {}, {}
+    for sockets in ("all", "one"):
+        trace = tmp_path / f"{sockets}.json"
+        args = ["step", eight, "--json", "--trace", str(trace), "--trace-sockets", sockets]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        times[sockets] = json.loads(result.stdout)["step_s"]
+        events = json.loads(trace.read_text())["traceEvents"]
+        pids[sockets] = {e["pid"] for e in events if e["name"] == "process_name"}
+    assert pids == {"all": set(range(8)), "one": {0}}
+    assert times["all"] == pytest.approx(times["one"], rel=1e-9)
+
+
 def test_step_prefill_defaults_to_the_typical_prompt() -> None:
     result = CliRunner().invoke(
         cli, ["step", LLAMA, "--json", "--phase", "prefill", "--tokens", "1024"]

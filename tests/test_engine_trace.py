@@ -48,7 +48,7 @@ def test_records_cover_kernels_stage_tiles_and_bytes_in_flight() -> None:
     assert sum(1 for s in t.records.slices if s.track == "stage/mm") == 4 * 8
     # the unlooped embedding's two calls, the looped layer's four iterations
     names = [s.name for s in t.records.slices if s.track == "kernel"]
-    assert names == ["embed", "embed", "layer L0", "layer L1", "layer L2", "layer L3"]
+    assert names == ["embed", "embed", *(f"layer layer {i}" for i in range(4))]
     counters = {c.name for c in t.records.counters}
     assert {"hbm", "ddr", "p2p"} <= counters
     for name in ("hbm", "ddr", "p2p"):
@@ -105,3 +105,23 @@ def test_fast_forwarded_layers_are_marked_in_the_trace() -> None:
     assert marks[0].dur_s == pytest.approx(
         (moe.calls - moe.simulated_iterations) * (moe.period_s or 0.0), rel=1e-9
     )
+
+
+def test_slices_say_what_they_are_and_carry_their_work(tmp_path: Path) -> None:
+    """A tile's slice names its stage, layer and tile; its arguments hold the kernel (the one
+    running on that socket then), the operator, FLOPs and bytes per tier, which sum over the
+    tiles and layers to the stage's work per call x calls."""
+    t = simulate_step(traced_program(), HW, record=True)  # type: ignore[arg-type]
+    assert t.records is not None
+    events = chrome_trace(t.records)["traceEvents"]
+    mm = [e for e in events if e["ph"] == "X" and e["args"].get("stage") == "mm"]
+    assert mm[0]["name"] == "mm layer 0 tile 0"
+    assert {e["args"]["kernel"] for e in mm} == {"layer"}
+    assert {e["args"]["op"] for e in mm} == {"gemm"}
+    assert sum(e["args"]["matrix_flops"] for e in mm) == pytest.approx(4 * 1e10)
+    assert sum(e["args"]["hbm_read_bytes"] for e in mm) == pytest.approx(4 * 1e8)
+    assert sum(e["args"]["ddr_read_bytes"] for e in mm) == pytest.approx(4 * 1e6)
+    layers = [e for e in events if e["ph"] == "X" and e["cat"] == "kernel"]
+    assert [e["args"].get("layer") for e in layers] == [None, None, 0, 1, 2, 3]
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert {"HBM bytes in flight", "DDR bytes in flight", "P2P links bytes in flight"} <= counters

@@ -110,7 +110,15 @@ def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
     "trace_file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Write a Perfetto (Chrome JSON) trace of the step.",
+    help="Write a Perfetto (Chrome JSON) trace of the step (every socket: see --trace-sockets).",
+)
+@click.option(
+    "--trace-sockets",
+    type=click.Choice(["all", "one"]),
+    default="all",
+    show_default=True,
+    help="With --trace: simulate every socket of the TP group (engine.all_sockets), or only "
+    "socket 0 and its links (the symmetric shortcut; same step time).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the step timing as JSON.")
 def command(
@@ -121,6 +129,7 @@ def command(
     tokens: int | None,
     context: int | None,
     trace_file: Path | None,
+    trace_sockets: str,
     as_json: bool,
 ) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
@@ -131,6 +140,8 @@ def command(
     from rdu_sim.serving.step_shape import context_note
 
     scenario = api.load(workload, overrides)
+    if trace_file is not None and trace_sockets == "all" and scenario.tp > 1:
+        scenario = api.load(scenario, {"engine.all_sockets": True})  # a track per socket
     with step_shape_errors(workload):
         try:
             cost = api.step(

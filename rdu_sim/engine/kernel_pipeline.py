@@ -163,7 +163,9 @@ class KernelPipeline:
                 everything.append(self._start(layers))
             yield self._done[i] if i + 1 < layers.n else everything[0]
             if rec is not None:
-                rec.slice(socket.index, "kernel", f"{self.kernel.name} L{i}", start, float(env.now))
+                args = (("kernel", self.kernel.name), ("layer", i), ("calls", layers.n))
+                name = f"{self.kernel.name} layer {i}"
+                rec.slice(socket.index, "kernel", name, start, float(env.now), args)
             if i + 1 == layers.n:
                 _overhead_slice(
                     rec, socket.index, "sync", float(env.now) + launcher.sync, launcher.sync
@@ -174,7 +176,8 @@ class KernelPipeline:
             _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
             yield self._start(LayerCount(1))
             if rec is not None:
-                rec.slice(socket.index, "kernel", self.kernel.name, start, float(env.now))
+                args = (("kernel", self.kernel.name),)
+                rec.slice(socket.index, "kernel", self.kernel.name, start, float(env.now), args)
             _overhead_slice(
                 rec, socket.index, "sync", float(env.now) + launcher.sync, launcher.sync
             )

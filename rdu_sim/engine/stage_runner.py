@@ -289,7 +289,27 @@ class StageRunner:
         for ev in upstream:
             yield ev
         if self.recorder is not None and float(env.now) > start:
-            self.recorder.slice(self.socket.index, self.track, f"L{it} t{t}", start, float(env.now))
+            name = f"{self.stage.name} layer {it} tile {t}"
+            self.recorder.slice(
+                self.socket.index, self.track, name, start, float(env.now), self._tile_args(it, t)
+            )
+
+    def _tile_args(self, it: int, t: int) -> tuple[tuple[str, str | float], ...]:
+        """What tile ``t`` of layer ``it`` did, for its trace slice: operator, FLOPs, bytes
+        per tier (read and written off-chip, on-chip SRAM)."""
+        work = self.work
+        args: list[tuple[str, str | float]] = [
+            ("stage", self.stage.name),
+            ("op", self.stage.op),
+            ("layer", it),
+            ("tile", t),
+            ("matrix_flops", work.flops),
+            ("vector_flops", work.vector_flops),
+            ("sram_bytes", work.sram[t]),
+        ]
+        args += [(f"{tier}_read_bytes", amounts[t]) for tier, amounts in work.reads.items()]
+        args += [(f"{tier}_write_bytes", amounts[t]) for tier, amounts in work.writes.items()]
+        return tuple(args)
 
     def _push(self, it: int, tiles: tuple[int, ...], done: simpy.Event) -> Gen:
         """Hand finished tiles (a collective chunk's) to the consumers."""

@@ -5,8 +5,15 @@ Format (the Chrome "Trace Event Format", JSON object form): ``traceEvents`` hold
 * ``ph: "M"`` metadata naming each socket (a process, ``pid`` = socket index) and each of its
   tracks (a thread: ``agcu`` launches and syncs, ``kernel`` calls and layers, one
   ``stage/<name>`` track per stage with a slice per tile it computes);
-* ``ph: "X"`` complete slices with ``ts`` and ``dur`` in microseconds;
-* ``ph: "C"`` counters: bytes in flight on the socket's ``hbm``, ``ddr`` and ``p2p`` links.
+* ``ph: "X"`` complete slices with ``ts`` and ``dur`` in microseconds, named for what they
+  are (``decoder layer 3``, ``attn.q_proj layer 3 tile 5``) with arguments: a kernel
+  layer's kernel and layer; a tile's kernel, stage, operator, layer, tile, matrix and
+  vector FLOPs, SRAM bytes and bytes read and written per off-chip tier;
+* ``ph: "C"`` counters, one track per tier and link of each socket: ``HBM``, ``DDR`` and
+  ``P2P links`` bytes in flight.
+
+``rdu-sim step --trace`` simulates every socket of the TP group (``engine.all_sockets``) so
+the trace holds them all; ``--trace-sockets one`` keeps the symmetric one-socket simulation.
 
 The engine only emits records (``StepTiming.records`` with ``record=True``); this module
 decides nothing about timing. Nothing is written until ``write_chrome_trace`` is called.
@@ -14,7 +21,9 @@ decides nothing about timing. Nothing is written until ``write_chrome_trace`` is
 
 from __future__ import annotations
 
+import bisect
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +33,29 @@ from rdu_sim.report.files import write_file
 
 _US = 1e6
 _FIXED_TRACKS = ("agcu", "kernel")
+_COUNTER_LABELS = {"hbm": "HBM", "ddr": "DDR", "p2p": "P2P links"}
+
+
+def _kernel_at(records: TraceRecords) -> Callable[[int, float], str | None]:
+    """The kernel running on a socket at a time (from its ``kernel`` track's slices; kernels
+    run one after another, so they never overlap)."""
+    spans: dict[int, list[tuple[float, float, str]]] = {}
+    for s in records.slices:
+        if s.track == "kernel":
+            kernel = str(dict(s.args).get("kernel", s.name))
+            spans.setdefault(s.socket, []).append((s.start_s, s.start_s + s.dur_s, kernel))
+    for socket_spans in spans.values():
+        socket_spans.sort()
+    starts = {socket: [span[0] for span in v] for socket, v in spans.items()}
+
+    def at(socket: int, time_s: float) -> str | None:
+        index = bisect.bisect_right(starts.get(socket, []), time_s) - 1
+        if index < 0:
+            return None
+        _start, end, kernel = spans[socket][index]
+        return kernel if time_s <= end else None
+
+    return at
 
 
 def _track_ids(records: TraceRecords) -> dict[tuple[int, str], int]:
@@ -43,6 +75,7 @@ def _track_ids(records: TraceRecords) -> dict[tuple[int, str], int]:
 def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     """The trace as a JSON-ready dict (``traceEvents`` plus ``otherData``)."""
     ids = _track_ids(records)
+    kernel_at = _kernel_at(records)
     events: list[dict[str, Any]] = []
     for socket in sorted({sock for sock, _ in ids}):
         events.append(
@@ -77,6 +110,11 @@ def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) 
             }
         )
     for s in records.slices:
+        args: dict[str, Any] = dict(s.args)
+        if s.track.startswith("stage/"):
+            kernel = kernel_at(s.socket, s.start_s)
+            if kernel is not None:
+                args = {"kernel": kernel, **args}
         events.append(
             {
                 "name": s.name,
@@ -86,13 +124,13 @@ def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) 
                 "dur": s.dur_s * _US,
                 "pid": s.socket,
                 "tid": ids[(s.socket, s.track)],
-                "args": dict(s.args),
+                "args": args,
             }
         )
     for c in records.counters:
         events.append(
             {
-                "name": f"{c.name} bytes in flight",
+                "name": f"{_COUNTER_LABELS.get(c.name, c.name)} bytes in flight",
                 "ph": "C",
                 "ts": c.time_s * _US,
                 "pid": c.socket,
