@@ -220,6 +220,45 @@ def test_schema_accepts_shipped_files_and_flags_typos() -> None:
                 jsonschema.validate(data, schemas[kind])
 
 
+def test_schema_validates_shipped_sweeps_plans_clusters_and_unit_strings() -> None:
+    """`rdu-sim schema sweep` (and plan, cluster) accept every shipped file of their kind; a
+    quantity with an unknown unit fails the hardware schema's pattern, as the loader would."""
+    jsonschema = pytest.importorskip("jsonschema")
+    runner = CliRunner()
+    for kind, folder in (
+        ("sweep", "workloads/sweeps"),
+        ("plan", "workloads/plans"),
+        ("cluster", "workloads/clusters"),
+    ):
+        schema = json.loads(runner.invoke(cli, ["schema", kind]).stdout)
+        files = sorted((REPO / folder).glob("*.yaml"))
+        assert files, folder
+        for path in files:
+            jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    hardware = json.loads(runner.invoke(cli, ["schema", "hardware"]).stdout)
+    data = yaml.safe_load((REPO / "hw_configs" / "sn40l.yaml").read_text())
+    data["socket"]["hbm"]["bandwidth"] = "1.8 TX/s"
+    with pytest.raises(jsonschema.ValidationError, match="does not match"):
+        jsonschema.validate(data, hardware)
+    data["socket"]["hbm"]["bandwidth"] = "1.8e12"  # a bare number in a string: bytes/s
+    jsonschema.validate(data, hardware)
+
+
 def test_schema_rejects_unknown_kind() -> None:
-    result = CliRunner().invoke(cli, ["schema", "sweep"])
+    result = CliRunner().invoke(cli, ["schema", "nonsense"])
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("kind", ["workload", "hardware", "cluster", "plan", "sweep"])
+def test_every_field_of_every_schema_says_what_it_is(kind: str) -> None:
+    """Walk the schema: each property of the root and of every section has a description
+    (an editor's hover text), directly or from the section it refers to."""
+    schema = json.loads(CliRunner().invoke(cli, ["schema", kind]).stdout)
+    owners = [("<root>", schema), *schema.get("$defs", {}).items()]
+    missing = [
+        f"{owner}.{name}"
+        for owner, node in owners
+        for name, field in node.get("properties", {}).items()
+        if not str(field.get("description", "")).strip()
+    ]
+    assert missing == []

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from rdu_sim import human
-from rdu_sim.config import HardwareConfig
+from rdu_sim.config import HardwareConfig, units
 from rdu_sim.config.hardware import LinkConfig, MemoryTierConfig
 from rdu_sim.config.units import (
     UnitError,
@@ -215,7 +218,7 @@ def test_hardware_schema_accepts_unit_strings() -> None:
     """The JSON Schema describes the YAML as written ("64 GiB"), not the parsed int."""
     schema = HardwareConfig.model_json_schema()
     capacity = schema["$defs"]["MemoryTierConfig"]["properties"]["capacity"]
-    assert {"type": "string"} in capacity["anyOf"]
+    assert any(b.get("type") == "string" for b in capacity["anyOf"])
 
 
 def test_what_people_read_parses_back() -> None:
@@ -318,3 +321,54 @@ def test_the_issue_link_override_is_50_gb_per_s() -> None:
     workload = Path(__file__).resolve().parents[1] / "workloads" / "llama3.1-8b-1socket.yaml"
     scenario = load_scenario(workload, ["hw.system.intra_node_link.bandwidth=400 Gb/s"])
     assert scenario.hardware.system.intra_node_link.bandwidth == 50e9
+
+
+@pytest.mark.parametrize(
+    "table, parse",
+    [
+        (units._BYTE_UNITS, parse_bytes),
+        (units._BANDWIDTH_UNITS, parse_bandwidth),
+        (units._TIME_UNITS, parse_seconds),
+        (units._FREQ_UNITS, parse_hertz),
+        (units._FLOPS_UNITS, parse_flops),
+    ],
+)
+def test_the_schema_pattern_agrees_with_the_parser(table: Any, parse: Any) -> None:
+    """Every spelling the parser knows matches the JSON Schema's pattern, in every form a file
+    may write it; what the pattern refuses the parser refuses too."""
+    pattern = re.compile(units.quantity_pattern(table))
+    for unit in table.units:
+        shouted = unit.upper() if unit.isascii() else unit
+        for text in (f"1.5 {unit}", f"2{unit}", f" .5\t{unit} ", f"1e3 {shouted}"):
+            assert pattern.fullmatch(text), text
+            if text != f"1e3 {shouted}":
+                parse(text)  # an upper-cased spelling may be ambiguous: only the pattern
+    for text in ("1.8 TX/s", "fast", "1.8 TB/s/s", "1 . 2 GB", "", "1,000 B"):
+        assert not pattern.fullmatch(text), text
+        with pytest.raises(UnitError):
+            parse(text)
+
+
+def test_every_unit_field_of_the_schemas_has_a_pattern() -> None:
+    from rdu_sim.cli.schema_cmd import SCHEMAS, json_schema
+
+    found = 0
+    for kind in SCHEMAS:
+        text = json.dumps(json_schema(kind))
+        found += text.count('"pattern": "^\\\\s*[+-]?')
+        for node in _walk(json_schema(kind)):
+            branches = node.get("anyOf", [])
+            unit_field = len(branches) == 2 and {"type": "number"} in branches
+            if unit_field and any(b.get("type") == "string" for b in branches):
+                assert all("pattern" in b for b in branches if b.get("type") == "string"), node
+    assert found >= 10  # the hardware file's capacities, bandwidths, latencies and clocks
+
+
+def _walk(node: Any) -> Any:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)

@@ -1,4 +1,4 @@
-"""`rdu-sim schema {workload,hardware,cluster,plan}`: the JSON Schema of a config file.
+"""`rdu-sim schema {workload,hardware,cluster,plan,sweep}`: the JSON Schema of a config file.
 
 Generated from the same pydantic models that validate the files, so it cannot drift. Point an
 editor at it (for VS Code's YAML extension: `# yaml-language-server: $schema=workload.json`
@@ -18,6 +18,7 @@ from rdu_sim.config.hardware_file import HARDWARE_SCHEMA
 from rdu_sim.config.plan import PlanSpec
 from rdu_sim.config.workload import WorkloadConfig
 from rdu_sim.kv import policy_names
+from rdu_sim.sweep.spec import SweepSpec
 
 # A hardware file is one of its kinds (SN40L sockets, or `kind: gpu`): a union's adapter.
 SCHEMAS: dict[str, TypeAdapter[Any]] = {
@@ -25,6 +26,7 @@ SCHEMAS: dict[str, TypeAdapter[Any]] = {
     "hardware": HARDWARE_SCHEMA,
     "cluster": TypeAdapter(ClusterConfig),
     "plan": TypeAdapter(PlanSpec),
+    "sweep": TypeAdapter(SweepSpec),
 }
 
 
@@ -42,6 +44,7 @@ def json_schema(kind: str) -> dict[str, Any]:
         for branch in defs["PlanSearch"]["properties"]["kv_policy"].get("anyOf", []):
             if branch.get("type") == "array":
                 branch["items"]["enum"] = policy_names()
+    _describe_references(schema)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"rdu-sim {kind} file",
@@ -50,11 +53,29 @@ def json_schema(kind: str) -> dict[str, Any]:
     }
 
 
+def _describe_references(schema: dict[str, Any]) -> None:
+    """A field whose type is another section (``serving: ServingConfig``) gets that
+    section's docstring as its description, so an editor's hover says what it is."""
+    defs = schema.get("$defs", {})
+
+    def target(node: dict[str, Any]) -> dict[str, Any] | None:
+        ref = node.get("$ref") or next(
+            (b.get("$ref") for b in node.get("anyOf", []) if "$ref" in b), None
+        )
+        return defs.get(str(ref).rsplit("/", 1)[-1]) if ref else None
+
+    for owner in (schema, *defs.values()):
+        for field in owner.get("properties", {}).values():
+            section = target(field)
+            if "description" not in field and section and "description" in section:
+                field["description"] = section["description"]
+
+
 @click.command("schema")
 @click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
 @click.option(
     "--indent", type=click.IntRange(0, 8), default=2, show_default=True, help="JSON indentation."
 )
 def command(kind: str, indent: int) -> None:
-    """Print the JSON Schema of a workload, hardware, cluster or plan file."""
+    """Print the JSON Schema of a workload, hardware, cluster, plan or sweep file."""
     click.echo(json.dumps(json_schema(kind), indent=indent or None, sort_keys=False))

@@ -25,7 +25,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import WeightDtype
 
-_DIM = Field(ge=1, le=1_000_000)
+
+def _dim(description: str) -> Any:
+    """A model dimension (1 to a million) and what it is."""
+    return Field(ge=1, le=1_000_000, description=description)
 
 
 def _tuple(value: Any) -> Any:
@@ -40,12 +43,16 @@ AttentionType = Literal["full_attention", "sliding_attention"]
 class _Decoder(StrictModel):
     """What every family has: sizes of the residual stream, the vocabulary and the stack."""
 
-    name: str = Field(min_length=1, max_length=200)
-    vocab_size: int = _DIM
-    hidden_size: int = _DIM
-    layers: int = Field(ge=1, le=10_000)
-    max_context: int = Field(ge=1, le=100_000_000)
-    tie_embeddings: bool = False
+    name: str = Field(min_length=1, max_length=200, description="the model's name in reports")
+    vocab_size: int = _dim("tokens in the vocabulary (rows of the embedding and LM head)")
+    hidden_size: int = _dim("width of the residual stream")
+    layers: int = Field(ge=1, le=10_000, description="decoder layers")
+    max_context: int = Field(
+        ge=1, le=100_000_000, description="longest context the model supports, in tokens"
+    )
+    tie_embeddings: bool = Field(
+        default=False, description="the LM head reuses the embedding table's weights"
+    )
     weight_dtype: WeightDtype | None = Field(
         default=None,
         description="the released weights' dtype (config.json torch_dtype / "
@@ -60,9 +67,9 @@ class _Decoder(StrictModel):
 class _Gqa(StrictModel):
     """Grouped-query attention, with the per-model details that change parameter counts."""
 
-    heads: int = _DIM
-    kv_heads: int = _DIM
-    head_dim: int = _DIM
+    heads: int = _dim("query heads per layer")
+    kv_heads: int = _dim("key/value heads per layer (heads is a multiple of it)")
+    head_dim: int = _dim("width of one attention head")
     qkv_bias: bool = Field(default=False, description="q/k/v projections have biases (Qwen2.5)")
     o_bias: bool = Field(default=False, description="o_proj has a bias (gpt-oss)")
     qk_norm: bool = Field(default=False, description="RMSNorm of each head's query and key (Qwen3)")
@@ -110,9 +117,13 @@ class _Moe(StrictModel):
         default=0, ge=0, le=10_000, description="the first layers, with a dense FFN"
     )
     moe_intermediate: int = Field(ge=1, le=1_000_000, description="one expert's FFN width")
-    routed_experts: int = Field(ge=1, le=100_000)
-    experts_per_token: int = Field(ge=1, le=100_000)
-    shared_experts: int = Field(default=0, ge=0, le=1000)
+    routed_experts: int = Field(ge=1, le=100_000, description="routed experts per MoE layer")
+    experts_per_token: int = Field(
+        ge=1, le=100_000, description="routed experts the router picks for each token"
+    )
+    shared_experts: int = Field(
+        default=0, ge=0, le=1000, description="experts every token goes through as well"
+    )
     router_bias: bool = Field(
         default=False,
         description="the router adds a bias per expert (gpt-oss; DeepSeek's correction bias)",
@@ -145,14 +156,14 @@ class _Moe(StrictModel):
 class LlamaArchitecture(_Decoder, _Gqa):
     """Llama-style decoder: GQA attention and a dense SwiGLU FFN in every layer."""
 
-    family: Literal["llama"] = "llama"
-    ffn_intermediate: int = _DIM
+    family: Literal["llama"] = Field(default="llama", description="the architecture family")
+    ffn_intermediate: int = _dim("FFN width (SwiGLU gate and up projections)")
 
 
 class GqaMoeArchitecture(_Decoder, _Gqa, _Moe):
     """GQA attention and a mixture of experts (Mixtral, Qwen3-MoE, gpt-oss)."""
 
-    family: Literal["gqa_moe"] = "gqa_moe"
+    family: Literal["gqa_moe"] = Field(default="gqa_moe", description="the architecture family")
     ffn_intermediate: int | None = Field(
         default=None, ge=1, le=1_000_000, description="dense-layer FFN width (dense layers only)"
     )
@@ -178,21 +189,25 @@ class GqaMoeArchitecture(_Decoder, _Gqa, _Moe):
 class DeepSeekArchitecture(_Decoder, _Moe):
     """DeepSeek-V3/R1-style decoder: MLA attention; dense FFN first, then MoE layers."""
 
-    family: Literal["deepseek"] = "deepseek"
+    family: Literal["deepseek"] = Field(default="deepseek", description="the architecture family")
     dense_layers: int = Field(ge=0, le=10_000, description="the first layers, with a dense FFN")
-    heads: int = _DIM
-    q_lora_rank: int = _DIM
-    kv_lora_rank: int = _DIM
-    qk_nope_head_dim: int = _DIM
-    qk_rope_head_dim: int = _DIM
-    v_head_dim: int = _DIM
+    heads: int = _dim("attention heads per layer")
+    q_lora_rank: int = _dim("rank of MLA's low-rank query projection")
+    kv_lora_rank: int = _dim("rank of MLA's compressed key/value latent (what the cache holds)")
+    qk_nope_head_dim: int = _dim("per-head query/key width without rotary embedding")
+    qk_rope_head_dim: int = _dim("per-head query/key width with rotary embedding (cached)")
+    v_head_dim: int = _dim("per-head value width")
     ffn_intermediate: int = Field(ge=1, le=1_000_000, description="dense-layer FFN width")
-    shared_experts: int = Field(ge=0, le=1000)
+    shared_experts: int = Field(ge=0, le=1000, description="experts every token goes through")
     router_bias: bool = Field(
         default=True, description="the router's score-correction bias per expert"
     )
-    expert_groups: int = Field(default=1, ge=1, le=100_000)
-    groups_per_token: int = Field(default=1, ge=1, le=100_000)
+    expert_groups: int = Field(
+        default=1, ge=1, le=100_000, description="groups the routed experts are split into"
+    )
+    groups_per_token: int = Field(
+        default=1, ge=1, le=100_000, description="groups a token's experts are chosen from"
+    )
 
     @model_validator(mode="after")
     def _groups(self) -> DeepSeekArchitecture:
@@ -233,4 +248,6 @@ class ConfigJsonKeys(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     model_type: str = Field(description="Hugging Face model_type (mixtral, qwen3_moe, ...)")
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, description="default: model_type"
+    )

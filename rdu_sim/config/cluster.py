@@ -228,8 +228,10 @@ class KVTransferConfig(StrictModel):
 class ClusterConfig(StrictModel):
     """A complete cluster workload file."""
 
-    name: str = Field(default="cluster", min_length=1, max_length=200)
-    description: str = ""
+    name: str = Field(
+        default="cluster", min_length=1, max_length=200, description="the name reports show"
+    )
+    description: str = Field(default="", description="what the cluster is for (free text)")
     pools: dict[str, PoolConfig] = Field(
         description="replica pools by name (each a workload and a replica count)"
     )

@@ -76,8 +76,8 @@ class GpuHardwareConfig(StrictModel):
     """A GPU system: one GPU type and the system built from it (``system.sockets`` GPUs)."""
 
     kind: Literal["gpu"] = Field(description="'gpu': this file describes a GPU system")
-    name: str = Field(min_length=1, max_length=200)
-    description: str = ""
+    name: str = Field(min_length=1, max_length=200, description="the name reports show")
+    description: str = Field(default="", description="what the file describes (free text)")
     gpu: GpuConfig
     system: SystemConfig
 

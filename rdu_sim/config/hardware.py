@@ -194,8 +194,8 @@ class HardwareConfig(StrictModel):
     kind: Literal["rdu"] = Field(
         default="rdu", exclude=True, description="'rdu' (the default): SN40L sockets"
     )
-    name: str = Field(min_length=1, max_length=200)
-    description: str = ""
+    name: str = Field(min_length=1, max_length=200, description="the name reports show")
+    description: str = Field(default="", description="what the file describes (free text)")
     socket: SocketConfig
     system: SystemConfig
 

@@ -96,8 +96,10 @@ class PlanSearch(StrictModel):
 class PlanSpec(StrictModel):
     """A plan spec file."""
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    description: str = ""
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, description="default: the file's name"
+    )
+    description: str = Field(default="", description="what the plan is for (free text)")
     cluster: str = Field(
         min_length=1, description="cluster file (traffic, SLO, router; one pool as template)"
     )

@@ -15,10 +15,11 @@ quantity longer than ``MAX_QUANTITY_CHARS`` is refused before it is looked at.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import BeforeValidator, PlainSerializer, StringConstraints
 
 MAX_QUANTITY_CHARS = 64
 """Longest quantity string accepted ("613.4615385 GFLOP/s" is 19 characters)."""
@@ -303,15 +304,48 @@ def parse_flops(value: Any) -> float:
     return _parse(value, _FLOPS_UNITS, "638 TFLOP/s")
 
 
+def _any_case(spelling: str) -> str:
+    """A regex matching ``spelling`` with its ASCII letters in either case."""
+    return "".join(
+        f"[{c.upper()}{c.lower()}]" if c.isascii() and c.isalpha() else re.escape(c)
+        for c in spelling
+    )
+
+
+def quantity_pattern(table: _UnitTable) -> str:
+    """The JSON Schema pattern of a quantity string of ``table``'s kind: a number (as the
+    scanner reads it), spaces or tabs, and one of the table's units in any case (the parser
+    also refuses a case-insensitive spelling with two readings, which a pattern cannot)."""
+    spellings = sorted({*table.units, *table.folded}, key=lambda u: (-len(u), u))
+    units = "|".join(dict.fromkeys(_any_case(u) for u in spellings))
+    return rf"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t]*({units})?\s*$"
+
+
+def _quantity(table: _UnitTable) -> Any:
+    """What the YAML may hold for a quantity: a number in the internal unit, or a string
+    matching :func:`quantity_pattern` (the JSON Schema editors check as you type)."""
+    text = Annotated[
+        str, StringConstraints(pattern=quantity_pattern(table), max_length=MAX_QUANTITY_CHARS)
+    ]
+    return float | text
+
+
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.
 # The JSON Schema (for editors) describes what the YAML may hold: a number or a string.
-_QUANTITY = float | str
 Bytes = Annotated[
-    int, BeforeValidator(parse_bytes, json_schema_input_type=_QUANTITY), PlainSerializer(int)
+    int,
+    BeforeValidator(parse_bytes, json_schema_input_type=_quantity(_BYTE_UNITS)),
+    PlainSerializer(int),
 ]
-Seconds = Annotated[float, BeforeValidator(parse_seconds, json_schema_input_type=_QUANTITY)]
-Hertz = Annotated[float, BeforeValidator(parse_hertz, json_schema_input_type=_QUANTITY)]
+Seconds = Annotated[
+    float, BeforeValidator(parse_seconds, json_schema_input_type=_quantity(_TIME_UNITS))
+]
+Hertz = Annotated[
+    float, BeforeValidator(parse_hertz, json_schema_input_type=_quantity(_FREQ_UNITS))
+]
 BytesPerSecond = Annotated[
-    float, BeforeValidator(parse_bandwidth, json_schema_input_type=_QUANTITY)
+    float, BeforeValidator(parse_bandwidth, json_schema_input_type=_quantity(_BANDWIDTH_UNITS))
 ]
-FlopsPerSecond = Annotated[float, BeforeValidator(parse_flops, json_schema_input_type=_QUANTITY)]
+FlopsPerSecond = Annotated[
+    float, BeforeValidator(parse_flops, json_schema_input_type=_quantity(_FLOPS_UNITS))
+]

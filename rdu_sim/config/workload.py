@@ -19,8 +19,6 @@ from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for 
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
 from rdu_sim.config.speculation import SpecDecodingConfig, SpecPrefillConfig
 
-_TOKENS = Field(ge=1, le=100_000_000)
-
 
 class DtypesConfig(StrictModel):
     """Storage precision of weights, KV cache and activations (rdu_sim/config/dtypes.py)."""
@@ -34,8 +32,10 @@ class DtypesConfig(StrictModel):
         description="routed-expert weights of MoE layers (gpt-oss: mxfp4); default: the "
         "model's released expert dtype, else dtypes.weights",
     )
-    kv: ValueDtype = "bf16"
-    activations: ValueDtype = "bf16"
+    kv: ValueDtype = Field(default="bf16", description="storage type of the KV cache")
+    activations: ValueDtype = Field(
+        default="bf16", description="storage type of activations between operators"
+    )
 
 
 class ParallelismConfig(StrictModel):
@@ -87,7 +87,9 @@ class KVConfig(StrictModel):
         description="static decode cache lengths compiled for full attention ('pow2' doubles "
         "from min_bucket up to max_context)",
     )
-    min_bucket: int = Field(default=1024, ge=1, le=100_000_000)
+    min_bucket: int = Field(
+        default=1024, ge=1, le=100_000_000, description="smallest 'pow2' decode bucket, tokens"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> KVConfig:
@@ -113,16 +115,16 @@ def fixed_shorthand(value: Any) -> Any:
 class FixedLength(StrictModel):
     """Every request has the same length."""
 
-    dist: Literal["fixed"] = "fixed"
-    value: int = _TOKENS
+    dist: Literal["fixed"] = Field(default="fixed", description="the distribution: fixed")
+    value: int = Field(ge=1, le=100_000_000, description="every request's length, in tokens")
 
 
 class UniformLength(StrictModel):
     """Lengths uniform on [low, high] (integers)."""
 
-    dist: Literal["uniform"]
-    low: int = _TOKENS
-    high: int = _TOKENS
+    dist: Literal["uniform"] = Field(description="the distribution: uniform")
+    low: int = Field(ge=1, le=100_000_000, description="shortest length, in tokens")
+    high: int = Field(ge=1, le=100_000_000, description="longest length, in tokens")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -134,11 +136,11 @@ class UniformLength(StrictModel):
 class LognormalLength(StrictModel):
     """Lengths lognormal with the given median and log-space sigma, clipped to [low, high]."""
 
-    dist: Literal["lognormal"]
-    median: float = Field(gt=0, le=1e8)
-    sigma: float = Field(ge=0, le=10)
-    low: int = Field(default=1, ge=1, le=100_000_000)
-    high: int = _TOKENS
+    dist: Literal["lognormal"] = Field(description="the distribution: lognormal")
+    median: float = Field(gt=0, le=1e8, description="median length, in tokens")
+    sigma: float = Field(ge=0, le=10, description="standard deviation of the log length")
+    low: int = Field(default=1, ge=1, le=100_000_000, description="lengths clip to at least")
+    high: int = Field(ge=1, le=100_000_000, description="lengths clip to at most")
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLength:
@@ -160,7 +162,11 @@ LengthDistribution = Annotated[
 class ArrivalConfig(StrictModel):
     """When requests arrive."""
 
-    process: Literal["poisson", "closed_loop", "all_at_once"] = "closed_loop"
+    process: Literal["poisson", "closed_loop", "all_at_once"] = Field(
+        default="closed_loop",
+        description="poisson: arrivals at rate per second; closed_loop: each user sends its "
+        "next request when the last finishes; all_at_once: every request at time 0",
+    )
     rate: float | None = Field(
         default=None, gt=0, le=1e9, description="requests per second (poisson)"
     )
@@ -184,7 +190,12 @@ class ServingConfig(StrictModel):
     batch_slots: int | Literal["auto"] = Field(
         default="auto", description="static batch slots, or 'auto' for the batch capacity"
     )
-    max_context: int = Field(default=8192, ge=1, le=100_000_000)
+    max_context: int = Field(
+        default=8192,
+        ge=1,
+        le=100_000_000,
+        description="longest sequence a slot holds (prompt + output), in tokens",
+    )
     prompt_tokens: LengthDistribution = Field(default_factory=lambda: FixedLength(value=1024))
     output_tokens: LengthDistribution = Field(default_factory=lambda: FixedLength(value=256))
     trace: str | None = Field(
@@ -192,8 +203,10 @@ class ServingConfig(StrictModel):
         description="CSV/JSONL of arrival_s, prompt_tokens, output_tokens (relative to the file)",
     )
     arrival: ArrivalConfig = Field(default_factory=ArrivalConfig)
-    requests: int = Field(default=100, ge=1, le=1_000_000)
-    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    requests: int = Field(default=100, ge=1, le=1_000_000, description="requests to serve")
+    seed: int = Field(
+        default=0, ge=0, le=2**63 - 1, description="seed of the request lengths and arrivals"
+    )
     prefill_priority: Literal["prefill_first", "decode_first"] = Field(
         default="prefill_first",
         description="when a slot frees and a request waits, prefill it before the next decode",
@@ -438,8 +451,10 @@ class SpeculationConfig(StrictModel):
 class WorkloadConfig(StrictModel):
     """A complete workload file."""
 
-    name: str = Field(default="workload", min_length=1, max_length=200)
-    description: str = ""
+    name: str = Field(
+        default="workload", min_length=1, max_length=200, description="the name reports show"
+    )
+    description: str = Field(default="", description="what the workload is for (free text)")
     hardware: str = Field(min_length=1, description="hardware file, relative to this file")
     model: ModelField = Field(
         description="a preset name (see `rdu-sim inspect model --list`), a Hugging Face "
@@ -449,7 +464,11 @@ class WorkloadConfig(StrictModel):
     dtypes: DtypesConfig = Field(default_factory=DtypesConfig)
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
     kv: KVConfig = Field(default_factory=KVConfig)
-    kernel_looping: bool = True
+    kernel_looping: bool = Field(
+        default=True,
+        description="run a stack of identical decoder layers as one looped kernel call (SN40L "
+        "Kernel Looping) instead of one call per layer",
+    )
     fusion: Literal["auto", "none", "partial", "full"] = Field(
         default="auto",
         description="operators per kernel: 'none' one operator per kernel, 'partial' the "

@@ -51,12 +51,18 @@ class RangeSpec(StrictModel):
     "1 TB/s", "2 TB/s", "3 TB/s"), parsed by the config like any other.
     """
 
-    start: int | float
-    stop: int | float
-    step: int | float | None = Field(default=None)
-    num: int | None = Field(default=None, ge=1, le=MAX_AXIS_VALUES)
-    scale: Literal["linear", "log"] = "linear"
-    unit: str | None = Field(default=None, min_length=1, max_length=20)
+    start: int | float = Field(description="first value")
+    stop: int | float = Field(description="last value (included)")
+    step: int | float | None = Field(default=None, description="spacing (linear ranges)")
+    num: int | None = Field(
+        default=None, ge=1, le=MAX_AXIS_VALUES, description="how many values, evenly spaced"
+    )
+    scale: Literal["linear", "log"] = Field(
+        default="linear", description="linear, or log (evenly spaced logarithms; needs num)"
+    )
+    unit: str | None = Field(
+        default=None, min_length=1, max_length=20, description="appended to each value (TB/s)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RangeSpec:
@@ -164,15 +170,22 @@ class EvaluatorSpec(StrictModel):
     cheap closed-form stand-in for tests and demos (see rdu_sim.sweep.evaluators).
     """
 
-    name: str = Field(default="simulate", min_length=1, max_length=100)
-    options: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(
+        default="simulate",
+        min_length=1,
+        max_length=100,
+        description="a registered evaluator: simulate (the full simulation) or synthetic",
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="the evaluator's options")
 
 
 class SweepSpec(StrictModel):
     """A sweep spec file, validated."""
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    description: str = ""
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, description="default: the file's name"
+    )
+    description: str = Field(default="", description="what the sweep asks (free text)")
     base: str = Field(min_length=1, description="workload file, relative to the spec")
     set: dict[str, Any] = Field(default_factory=dict, description="fixed overrides")
     axes: dict[str, AxisValues] = Field(default_factory=dict, description="grid axes")
