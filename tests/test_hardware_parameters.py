@@ -3,16 +3,18 @@
 The parameters are discovered from the config model (every leaf field of HardwareConfig, so
 a new parameter is tested the day it is added) and checked against the shipped files. Each is
 varied (doubled and halved, or set to each other allowed value) on a few small probe
-scenarios; some result must change: the batch capacity, the memory plan, a decode or a
-prefill step time, or whether the scenario is accepted at all (``system.sockets`` bounds the
-TP degree, ``system.topology`` the collective algorithm: refusing an input is their effect).
-The probes are a hand list of situations (one socket; weights spilled to DDR; eight sockets
-on one node, on two nodes, with a tree all-reduce; a Composition of Experts switching
+scenarios; some result must change: the energy and cost of an hour of serving (power and
+prices), the batch capacity, the memory plan, a decode or a prefill step time, or whether
+the scenario is accepted at all (``system.sockets`` bounds the TP degree,
+``system.topology`` the collective algorithm: refusing an input is their effect). The
+probes are a hand list of situations (one socket; weights spilled to DDR; eight sockets on
+one node, on two nodes, with a tree all-reduce; a Composition of Experts switching
 experts through the copy engine), not of parameters.
 """
 
 from __future__ import annotations
 
+import types
 import typing
 from collections.abc import Iterator
 from functools import cache
@@ -27,6 +29,7 @@ from rdu_sim import api
 from rdu_sim.compiler import CapacityError
 from rdu_sim.config import ConfigError, HardwareConfig
 from rdu_sim.engine import EventBudgetError
+from rdu_sim.report.energy import energy_of
 from rdu_sim.serving.backend import EngineBackend, resolve_batch_slots
 from rdu_sim.serving.step_shape import StepShapeError
 
@@ -69,6 +72,9 @@ def _leaves(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any
     """(dotted path, annotation) of every leaf field of a config model."""
     for name, info in model.model_fields.items():
         annotation = info.annotation
+        optional = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(optional) == 1:
+            annotation = optional[0]  # an optional section (power): its fields
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             yield from _leaves(annotation, f"{prefix}{name}.")
         else:
@@ -107,6 +113,8 @@ def _get(data: dict[str, Any], path: str) -> Any:
 def _variants(value: Any, annotation: Any) -> list[Any]:
     """Other values of a parameter: each other choice of a Literal, not a bool, double and
     half a number (a zero gets a small positive value)."""
+    if value is None:
+        return [1.0]  # an unset optional number (a price): set it
     if typing.get_origin(annotation) is typing.Literal:
         return [v for v in typing.get_args(annotation) if v != value]
     if isinstance(value, bool):
@@ -134,7 +142,13 @@ def _get_parent(data: dict[str, Any], path: str) -> dict[str, Any]:
     return data if not path else _get(data, path)
 
 
-STAGES = ("capacity and memory plan", "decode step", "prefill step", "CoE serving run")
+STAGES = (
+    "energy and cost of an hour",
+    "capacity and memory plan",
+    "decode step",
+    "prefill step",
+    "CoE serving run",
+)
 """What a scenario produces, cheapest first (a variation is compared stage by stage)."""
 
 
@@ -144,13 +158,19 @@ def _result(workload: str, overrides: tuple[tuple[str, Any], ...], stage: int) -
     refusing an input is a result too."""
     try:
         scenario = api.load(ROOT / workload, dict(overrides))
-        if stage == 0:
+        hw = scenario.hardware
+        if stage == 0:  # an hour's serving at a million output tokens
+            system = hw.system
+            return energy_of(
+                hw.power, hw.cost, system.sockets, system.sockets_per_node, 3600, 10**6
+            )
+        if stage == 1:
             backend = EngineBackend()
             capacity, slots = resolve_batch_slots(scenario, backend)
             return (capacity, slots, sorted(backend.plan_memory(scenario, slots).tiers.items()))
-        if stage == 1:
-            return api.step(scenario, batch=_result(workload, overrides, 0)[1]).step_s
         if stage == 2:
+            return api.step(scenario, batch=_result(workload, overrides, 1)[1]).step_s
+        if stage == 3:
             return api.step(scenario, phase="prefill", tokens=512).step_s
         if scenario.workload.coe is None:
             return None

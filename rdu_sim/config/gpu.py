@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.economics import CostConfig, PowerConfig
 from rdu_sim.config.hardware import MemoryTierConfig, SystemConfig
 from rdu_sim.config.units import FlopsPerSecond, Seconds
 
@@ -80,6 +81,10 @@ class GpuHardwareConfig(StrictModel):
     description: str = Field(default="", description="what the file describes (free text)")
     gpu: GpuConfig
     system: SystemConfig
+    power: PowerConfig | None = Field(
+        default=None, description="average draw while serving (none: energy not reported)"
+    )
+    cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
 
     @property
     def devices(self) -> str:

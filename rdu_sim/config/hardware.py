@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.economics import CostConfig, PowerConfig
 from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds
 from rdu_sim.config.wiring import Policy, Topology
 
@@ -198,6 +199,10 @@ class HardwareConfig(StrictModel):
     description: str = Field(default="", description="what the file describes (free text)")
     socket: SocketConfig
     system: SystemConfig
+    power: PowerConfig | None = Field(
+        default=None, description="average draw while serving (none: energy not reported)"
+    )
+    cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
 
     @property
     def devices(self) -> str:

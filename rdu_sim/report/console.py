@@ -144,6 +144,27 @@ def steady_decode(result: RunSummary) -> str:
     return f"not measured (needs {MIN_TURNOVERS * result.batch_slots:,} requests)"
 
 
+def energy_rows(result: RunSummary) -> list[tuple[str, str]]:
+    """Energy, tokens per joule and cost, when the hardware file gives its power."""
+    energy = result.energy
+    if energy is None:
+        return [("energy", "not reported (no power in the hardware file)")]
+    per_million = energy.usd_per_million_output_tokens
+    return [
+        (
+            "energy (average draw)",
+            f"{human.si(energy.joules, 'J')} at {human.si(energy.average_power_w, 'W')}",
+        ),
+        ("output tokens per joule", human.number(energy.output_tokens_per_joule)),
+        (
+            "cost per million output tokens",
+            "not priced (hw.cost.usd_per_socket_hour)"
+            if per_million is None
+            else f"${human.number(per_million)}",
+        ),
+    ]
+
+
 def memory_table(result: RunSummary) -> Table:
     """Per-tier memory of one socket: capacity, weights, KV, activations, used, free."""
     table = Table(
@@ -206,6 +227,7 @@ def serving_table(result: RunSummary) -> Table:
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),
+        *energy_rows(result),
         ("step shapes simulated", f"{cache.shapes:,} ({human.percent(cache.hit_rate)} reused)"),
     ]
     for name, value in rows:

@@ -62,6 +62,7 @@ from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
+from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import CoEStats
@@ -348,6 +349,7 @@ class RunSummary:
     utilization: Utilization
     step_cache: StepCacheStats
     steps: StepCounts
+    energy: Energy | None
     provenance: dict[str, Any]
     accepted_tokens_per_step: float | None = None  # speculative decoding: tokens per round
     speculation: SpeculationSummary | None = None
@@ -528,6 +530,14 @@ def summarize(run: ServingRun) -> RunSummary:
             shapes=len(cache.shapes),
         ),
         steps=StepCounts(**steps_run(records)),
+        energy=energy_of(
+            scenario.hardware.power,
+            scenario.hardware.cost,
+            scenario.hardware.system.sockets,
+            scenario.hardware.system.sockets_per_node,
+            makespan,
+            output_tokens,
+        ),
         provenance=of_scenario(scenario),
         accepted_tokens_per_step=_round(
             speculation.decoding.accepted_tokens_per_step

@@ -1,0 +1,51 @@
+"""What running the machine draws and costs: a hardware file's ``power`` and ``cost``.
+
+Power is the average electrical draw while serving, per socket (or GPU) and per host (the
+node's CPUs, NICs, fans and switches, shared by its ``system.sockets_per_node`` sockets);
+cost is an explicit price per socket-hour (the machine's capital and operating cost
+without electricity, amortised: an owner's figure or a cloud's rental price) plus
+electricity per kWh. ``rdu_sim.report.energy`` turns them into a run's joules, output
+tokens per joule and dollars per million output tokens. The shipped files give each
+figure with its source or its reasoning; none is tuned to a result.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from rdu_sim.config.base import StrictModel
+
+__all__ = ["CostConfig", "PowerConfig"]
+
+
+class PowerConfig(StrictModel):
+    """Average electrical draw while serving, in watts."""
+
+    socket_w: float = Field(
+        gt=0, le=100_000, description="one socket (or GPU) while serving, watts"
+    )
+    host_w: float = Field(
+        ge=0,
+        le=1_000_000,
+        description="one node's host share (CPUs, NICs, fans, switches), watts; a system "
+        "of fewer sockets than a node carries its share (sockets / sockets_per_node)",
+    )
+
+
+class CostConfig(StrictModel):
+    """What a socket-hour and a kWh cost, in US dollars."""
+
+    usd_per_socket_hour: float | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description="the machine per socket (or GPU) and hour, electricity excluded "
+        "(amortised purchase and operation, or a rental price); null: not priced",
+    )
+    usd_per_kwh: float = Field(
+        default=0.12,
+        ge=0,
+        le=100,
+        description="electricity per kWh (default 0.12: about the US commercial average "
+        "of 2023-2024, EIA Electric Power Monthly table 5.3)",
+    )

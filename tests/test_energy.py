@@ -1,0 +1,97 @@
+"""Energy and cost of a run (rdu_sim.report.energy, the hardware file's power and cost).
+
+The math is known: joules = makespan x (sockets x socket_w + sockets / sockets_per_node x
+host_w); tokens per joule and dollars follow. Checked exactly against the run's own makespan
+and tokens, through --set overrides (every parameter moves its result), in sweep rows, and
+absent when the hardware gives no power.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.config.economics import CostConfig, PowerConfig
+from rdu_sim.report.energy import J_PER_KWH, energy_of
+
+SMALL = {"serving.requests": 12, "serving.output_tokens": 32, "serving.prompt_tokens": 256}
+
+
+def test_the_formula_on_numbers_worked_by_hand() -> None:
+    power = PowerConfig(socket_w=500, host_w=1600)
+    cost = CostConfig(usd_per_socket_hour=2.0, usd_per_kwh=0.1)
+    e = energy_of(power, cost, sockets=2, sockets_per_node=8, makespan_s=3600, output_tokens=10**6)
+    assert e is not None
+    assert e.average_power_w == 2 * 500 + 2 / 8 * 1600  # 1,400 W
+    assert e.joules == 1400 * 3600
+    assert e.energy_usd == pytest.approx(1.4 * 0.1)  # 1.4 kWh
+    assert e.usd == pytest.approx(2 * 2.0 + 0.14)
+    assert e.usd_per_million_output_tokens == pytest.approx(4.14)
+    assert e.output_tokens_per_joule == pytest.approx(10**6 / (1400 * 3600))
+    unpriced = energy_of(power, CostConfig(), 2, 8, 3600, 10**6)
+    assert unpriced is not None and unpriced.usd is None
+    assert unpriced.usd_per_million_output_tokens is None
+    assert energy_of(None, cost, 2, 8, 3600, 10) is None  # no power given: not reported
+    assert energy_of(power, cost, 2, 8, None, 10) is None  # nothing ran
+
+
+@pytest.fixture(scope="module")
+def base() -> dict[str, object]:
+    return api.run("llama3.1-8b-8socket", SMALL).to_dict()
+
+
+def test_a_run_reports_its_energy_from_its_makespan(base: dict[str, object]) -> None:
+    energy = base["energy"]
+    assert isinstance(energy, dict)
+    watts = 8 * 530 + 8 / 8 * 1500  # hw_configs/sn40l-8.yaml
+    assert energy["average_power_w"] == pytest.approx(watts)
+    assert energy["joules"] == pytest.approx(watts * base["makespan_s"], rel=1e-9)  # type: ignore[operator]
+    assert energy["output_tokens_per_joule"] == pytest.approx(
+        base["output_tokens"] / energy["joules"],
+        rel=1e-9,  # type: ignore[operator]
+    )
+    assert energy["energy_usd"] == pytest.approx(energy["joules"] / J_PER_KWH * 0.12)
+    assert energy["usd"] is None  # the shipped files leave the socket-hour unpriced
+
+
+def test_every_parameter_moves_its_result(base: dict[str, object]) -> None:
+    def energy(**sets: object) -> dict[str, float]:
+        overrides = {**SMALL, **{f"hw.{k.replace('__', '.')}": v for k, v in sets.items()}}
+        data = api.run("llama3.1-8b-8socket", overrides).to_dict()
+        assert data["makespan_s"] == base["makespan_s"]  # power changes no timing
+        value = data["energy"]
+        assert isinstance(value, dict)
+        return value
+
+    before = base["energy"]
+    assert isinstance(before, dict)
+    assert energy(power__socket_w=1060)["average_power_w"] == 8 * 1060 + 1500
+    assert energy(power__host_w=0)["average_power_w"] == 8 * 530
+    assert energy(cost__usd_per_kwh=0.24)["energy_usd"] == pytest.approx(2 * before["energy_usd"])
+    priced = energy(cost__usd_per_socket_hour=3.0)
+    hours = base["makespan_s"] / 3600  # type: ignore[operator]
+    assert priced["usd"] == pytest.approx(8 * hours * 3.0 + before["energy_usd"])
+    assert priced["usd_per_million_output_tokens"] == pytest.approx(
+        priced["usd"] / base["output_tokens"] * 1e6  # type: ignore[operator]
+    )
+
+
+def test_sweep_rows_carry_energy_and_cost(tmp_path: Path) -> None:
+    from rdu_sim.sweep import load, run_sweep
+
+    workload = Path(__file__).resolve().parents[1] / "workloads" / "llama3.1-8b-1socket.yaml"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        f"base: {workload}\n"
+        "set: {serving.requests: 4, serving.output_tokens: 16, serving.prompt_tokens: 128,"
+        " hw.cost.usd_per_socket_hour: 2.0}\n"
+        "axes: {hw.power.socket_w: [400, 800]}\n"
+        "metrics: [energy.output_tokens_per_joule, energy.usd_per_million_output_tokens]\n"
+    )
+    run_sweep(spec, db=tmp_path / "s.sqlite", workers=1)
+    frame = load(tmp_path / "s.sqlite").sort_values("hw.power.socket_w")
+    low, high = frame["energy.output_tokens_per_joule"]
+    assert low > high  # 400 W then 800 W per socket: more watts, fewer tokens per joule
+    assert frame["energy.usd_per_million_output_tokens"].notna().all()
