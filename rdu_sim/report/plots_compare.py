@@ -16,6 +16,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from rdu_sim import human
 from rdu_sim.report.plots_data import PlotInputError, number
 from rdu_sim.report.plots_style import BESIDE, color_for, new_figure, use_token_axis
 
@@ -80,7 +81,7 @@ def _bars(axes: list[Axes], columns: list[dict[str, Any]]) -> None:
                 ax.annotate("does not fit", (i, 0), ha="center", va="bottom", fontsize=8)
             else:
                 ax.bar(i, value, color=color_for(names[i], i))
-                ax.annotate(f"{value:,.3g}", (i, value), ha="center", va="bottom", fontsize=8)
+                ax.annotate(human.number(value), (i, value), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(names)), names)
         ax.set_ylabel(label)
         ax.margins(y=0.15)

@@ -267,7 +267,7 @@ def roofline(step: Mapping[str, Any], hardware: Any = None, *, title: str | None
             alpha=0.8,
             edgecolors="black",
             linewidths=0.5,
-            label=f"{p.name} ({share:.0%} of step)",
+            label=f"{p.name} ({human.percent(share, 0)} of step)",
             zorder=3,
         )
     ax.set_xscale("log")

@@ -136,10 +136,14 @@ def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_
             occupied,
             where="post",
             color=color_for(label, i),
-            label=f"occupied (mean {_time_mean(times, occupied):.1f})",
+            label=f"occupied (mean {human.number(_time_mean(times, occupied))})",
         )
         ax.axhline(
-            slots, color="black", linestyle="--", linewidth=1, label=f"batch slots ({slots:g})"
+            slots,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"batch slots ({human.number(slots)})",
         )
         ax.set_ylim(0, slots * 1.1 + 0.5)
         ax.set_ylabel("slots")
