@@ -41,7 +41,6 @@ from rdu_sim.models import (
     read_config_json,
     storage_dtypes,
 )
-from rdu_sim.report.terminal import wide_console
 from rdu_sim.scenario import load_scenario
 
 _KV_DTYPES = click.Choice(list(get_args(ValueDtype)))
@@ -350,6 +349,8 @@ def graph_command(
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
+        from rdu_sim.report.console import wide_console  # here: the report loads the simulator
+
         console = wide_console()
         for table in _graph_tables(result):
             console.print(table)

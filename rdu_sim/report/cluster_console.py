@@ -14,9 +14,8 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from rdu_sim import human
-from rdu_sim.report.console import LATENCIES, latency_table
+from rdu_sim.report.console import LATENCIES, latency_table, wide_console
 from rdu_sim.report.summary import Percentiles
-from rdu_sim.report.terminal import wide_console
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
 

@@ -12,6 +12,7 @@ the machine. Numbers read through ``rdu_sim.human``; utilization has one definit
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -22,6 +23,17 @@ from rdu_sim import human
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.summary import OfferedLoad, Percentiles, RunSummary, Utilization
 from rdu_sim.serving.steady import MIN_TURNOVERS
+
+PIPED_WIDTH = 160
+"""Columns of a report printed to a pipe or a file, so its tables keep their numbers whole."""
+
+
+def wide_console(**options: Any) -> Console:
+    """The console every report prints to: stdout at the terminal's width, or
+    :data:`PIPED_WIDTH` columns when stdout is not a terminal."""
+    console = Console(**options)
+    return console if console.is_terminal else Console(width=PIPED_WIDTH, **options)
+
 
 UTILIZATION_LABELS = {
     "hbm": "HBM bandwidth used (of peak)",
@@ -278,5 +290,5 @@ def render(result: RunSummary) -> Group:
 
 
 def print_report(result: RunSummary, console: Console | None = None) -> None:
-    """Print the report to ``console`` (stdout by default)."""
-    (console or Console()).print(render(result))
+    """Print the report to ``console`` (by default :func:`wide_console`)."""
+    (console or wide_console()).print(render(result))
