@@ -21,11 +21,15 @@ from rdu_sim.sweep import load, run_sweep
 
 # sweep -> (the x axis the plot picks, lines, points per line)
 EXPECTED = {
+    "coe-experts-hbm": ("coe.experts", 3, 5),  # a line per HBM capacity
     "deepseek-context": ("serving.max_context", 2, 5),  # kv.budget is zipped with kv.policy
     "deepseek-snapstream-budget": ("kv.budget", 1, 5),
     "llama8b-batch": ("serving.batch_slots", 1, 4),
     "llama8b-hbm-bandwidth": ("hw.socket.hbm.bandwidth", 1, 7),
     "llama8b-sockets": ("parallelism.tp", 1, 5),  # hw.system.sockets is zipped with tp
+    "speculation-acceptance-k": ("speculation.decoding.acceptance", 6, 5),  # a line per k
+    # serving.requests is zipped with the batch; a line per speculation setting (mappings)
+    "speculation-crossover": ("serving.batch_slots", 4, 9),
 }
 
 

@@ -41,7 +41,7 @@ SUMMARIES: dict[str, str] = {
     "step": "Time one decode or prefill step of WORKLOAD on the hardware model.",
     "check": "Validate hardware files, workloads and sweep specs (all of them, then exit 2 if "
     "any failed). Example: rdu-sim check hw_configs/*.yaml workloads/*.yaml",
-    "schema": "Print the JSON Schema of a workload, hardware, cluster or plan file.",
+    "schema": "Print the JSON Schema of a workload, hardware, cluster, plan or sweep file.",
     "inspect": "Look at a model's derived figures or a workload's compiled graph.",
     "sweep": "Expand the sweep SPEC into points, simulate those not yet done, store one row each.",
     "plan": "Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic.",
@@ -49,6 +49,8 @@ SUMMARIES: dict[str, str] = {
     "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
     "compare": "Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak.",
     "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",
+    "examples": "List the shipped example files by name (every command takes a name where it "
+    "takes a file), or copy them out to edit: rdu-sim examples copy DIR.",
 }
 
 

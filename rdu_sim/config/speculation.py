@@ -21,22 +21,25 @@ from pydantic import BeforeValidator, Field, model_validator
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.units import Seconds
 
-_RATE = Field(ge=0, le=1)
+
+def _rate(description: str) -> Any:
+    """An acceptance rate (0 to 1) and what it is."""
+    return Field(ge=0, le=1, description=description)
 
 
 class FixedAcceptance(StrictModel):
     """Every request accepts each drafted token with the same probability."""
 
-    dist: Literal["fixed"] = "fixed"
-    rate: float = _RATE
+    dist: Literal["fixed"] = Field(default="fixed", description="the distribution: fixed")
+    rate: float = _rate("probability a drafted token is accepted")
 
 
 class UniformAcceptance(StrictModel):
     """Each request's acceptance rate uniform on [low, high]."""
 
-    dist: Literal["uniform"]
-    low: float = _RATE
-    high: float = _RATE
+    dist: Literal["uniform"] = Field(description="the distribution: uniform")
+    low: float = _rate("lowest acceptance rate of a request")
+    high: float = _rate("highest acceptance rate of a request")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformAcceptance:
@@ -49,15 +52,17 @@ class BetaAcceptance(StrictModel):
     """Each request's acceptance rate from a Beta distribution of the given mean;
     ``concentration`` = alpha + beta (larger: requests closer to the mean)."""
 
-    dist: Literal["beta"]
-    mean: float = Field(gt=0, lt=1)
-    concentration: float = Field(gt=0, le=1e6)
+    dist: Literal["beta"] = Field(description="the distribution: beta")
+    mean: float = Field(gt=0, lt=1, description="mean acceptance rate over requests")
+    concentration: float = Field(
+        gt=0, le=1e6, description="alpha + beta: larger keeps requests closer to the mean"
+    )
 
 
 class TraceAcceptance(StrictModel):
     """Each request's acceptance rate from the ``acceptance`` column of ``serving.trace``."""
 
-    dist: Literal["trace"]
+    dist: Literal["trace"] = Field(description="the rates come from the trace")
 
 
 def _rate_shorthand(value: Any) -> Any:

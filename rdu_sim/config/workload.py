@@ -318,14 +318,14 @@ class MemoryConfig(StrictModel):
 class ZipfPopularity(StrictModel):
     """Expert popularity: expert ``i`` (from 0) is asked for with weight ``1 / (i + 1)^s``."""
 
-    dist: Literal["zipf"] = "zipf"
+    dist: Literal["zipf"] = Field(default="zipf", description="the distribution: zipf")
     exponent: float = Field(default=1.0, ge=0.0, le=10.0, description="s; 0 is uniform")
 
 
 class TracePopularity(StrictModel):
     """Each request's expert from the ``expert`` column of ``serving.trace``."""
 
-    dist: Literal["trace"]
+    dist: Literal["trace"] = Field(description="the experts come from the trace")
 
 
 Popularity = Annotated[ZipfPopularity | TracePopularity, Field(discriminator="dist")]

@@ -111,15 +111,24 @@ def figure_title(fig: Figure, text: str) -> None:
     """The figure's title above everything (legends outside the axes included), wrapped to
     the figure's width so a long one (workload, model, hardware) is never cut off."""
     width = fig.get_figwidth()
-    fig.suptitle(textwrap.fill(text, width=max(40, int(width * 9))), fontsize=11)
+    wrapped = textwrap.fill(text, width=max(40, int(width * 9)), break_on_hyphens=False)
+    fig.suptitle(wrapped, fontsize=11)
+
+
+LONG_LABEL = 30
+"""Characters beyond which a legend goes under the axes rather than beside them (beside,
+long labels would squeeze the axes)."""
 
 
 def legend_outside(fig: Figure, ax: Axes, *, fontsize: float = 8) -> None:
-    """The legend of ``ax``'s labelled lines to the right of the axes (constrained layout
-    makes room), so it never covers data."""
+    """The legend of ``ax``'s labelled lines outside the axes (constrained layout makes
+    room), so it never covers data: beside them, or under them when a label is long."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside right center", fontsize=fontsize)
+        if max(len(label) for label in labels) > LONG_LABEL:
+            fig.legend(handles, labels, loc="outside lower center", fontsize=fontsize)
+        else:
+            fig.legend(handles, labels, loc="outside right center", fontsize=fontsize)
 
 
 def plain_log2(ax: Axes, axis: str = "y") -> None:

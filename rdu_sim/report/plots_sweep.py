@@ -103,24 +103,33 @@ def design_space(
         named in ``by``) are averaged, and the legend says so.
     """
     runs = as_runs(results)
-    groups: dict[tuple[Any, ...], list[RunPoint]] = {}
+    shown: dict[str, Any] = {}  # a cell's hashable key (_key: dicts, NaN) -> the cell
+
+    def cell(run: RunPoint, column: str) -> str:
+        value = lookup(run, column)
+        key = _key(value)
+        shown.setdefault(key, None if key == "null" else value)
+        return key
+
+    groups: dict[tuple[str, ...], list[RunPoint]] = {}
     for run in runs:
-        key = tuple(lookup(run, column) for column in by)
-        groups.setdefault(key, []).append(run)
-    xs_all = sorted({lookup(r, x) for r in runs}, key=_order)
+        groups.setdefault(tuple(cell(run, column) for column in by), []).append(run)
+    xs_all = sorted({cell(r, x) for r in runs}, key=lambda k: _order(shown[k]))
     position = {value: i for i, value in enumerate(xs_all)}
     ylabel, scale = _label(y)
     fig, (ax,) = new_figure()
     averaged = False
     for i, (key, members) in enumerate(
-        sorted(groups.items(), key=lambda kv: [_order(v) for v in kv[0]])
+        sorted(groups.items(), key=lambda kv: [_order(shown[v]) for v in kv[0]])
     ):
-        values: dict[Any, list[float]] = {}
+        values: dict[str, list[float]] = {}
         for run in members:
-            values.setdefault(lookup(run, x), []).append(number(lookup(run, y), y) * scale)
+            values.setdefault(cell(run, x), []).append(number(lookup(run, y), y) * scale)
         averaged |= any(len(v) > 1 for v in values.values())
-        order = sorted(values, key=_order)
-        label = ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(by, key, strict=True))
+        order = sorted(values, key=lambda k: _order(shown[k]))
+        label = ", ".join(
+            f"{c.rsplit('.', 1)[-1]}={_tick(shown[v])}" for c, v in zip(by, key, strict=True)
+        )
         ax.plot(
             [position[v] for v in order],
             [float(np.mean(values[v])) for v in order],
@@ -128,7 +137,7 @@ def design_space(
             label=label or y,
             color=color_for(label, i),
         )
-    ax.set_xticks(range(len(xs_all)), [str(v) for v in xs_all])
+    ax.set_xticks(range(len(xs_all)), [_tick(shown[v]) for v in xs_all])
     ax.set_xlabel(x)
     ax.set_ylabel(ylabel + (" (mean over other axes)" if averaged else ""))
     ax.set_ylim(bottom=0)
@@ -156,6 +165,13 @@ _BOOKKEEPING = frozenset(
     | {"version", "worker"}
 )
 """Columns of a sweep row that are not metrics (rdu_sim.sweep.load's leading and trailing)."""
+
+
+def _tick(value: Any) -> str:
+    """An axis value as the spec wrote it; a mapping as its items (``draft=..., k=2``)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_tick(v)}" for k, v in value.items())
+    return "none" if value is None else str(value)
 
 
 def _key(value: Any) -> str:
