@@ -161,3 +161,21 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
     chosen = {s.name: s.selected_by for s in moe.stages if s.selected_by}
     expected = {"moe.experts_gate_up": "moe.topk", "moe.experts_down": "moe.topk"}
     assert chosen == (expected if selected else {})
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_expert_gemm_shape_is_exact_where_the_expectation_is_an_integer(batch: int) -> None:
+    """One token's experts are exactly k (8.0, computed as 7.999...): one row per expert and
+    k active experts, routed or static, not two rows (which would double the GEMM's
+    efficiency at batch 1)."""
+    arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
+    shape = StepShape("decode", batch, 1, 10)
+    for loading in ("routed", "static"):
+        graph = deepseek_layer(
+            arch, shape, Precision(weights=1.0), ffn="moe", expert_loading=loading
+        )
+        gemm = op(graph, "moe.experts_gate_up").gemm
+        assert gemm is not None
+        if batch == 1 or loading == "static":
+            assert (gemm.m, gemm.batch) == (1, 8 * batch)
