@@ -95,13 +95,22 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
     input (loop edges), a skip connection is kept whole while the long path fills (with two
     slots the producer would stall and starve the long path, and deadlock once a collective
     on it holds back a chunk), and so is the selection a stage's weights wait for (the
-    routing into the experts: the consumer needs the layer's whole selection first)."""
+    routing into the experts: the consumer needs the layer's whole selection first). With
+    fewer rows than tiles, a stage finishing rows only at their end (``whole_row_outputs``)
+    hands over a row's tiles before any is usable, so its edges hold the row, and so do its
+    consumers' other inputs, which wait with it (a few rows of activations)."""
     skips = skip_edges(stages)
     selector = {s.name: s.selected_by for s in stages}
+    rows = {s.name for s in stages if s.whole_row_outputs > 0}
+    row_fed = {s.name for s in stages if rows.intersection(s.inputs)}
     return {
         edge
         for edge in pipeline_edges(stages, looped)
-        if edge[2] or (edge[0], edge[1]) in skips or selector[edge[1]] == edge[0]
+        if edge[2]
+        or (edge[0], edge[1]) in skips
+        or selector[edge[1]] == edge[0]
+        or edge[0] in rows
+        or edge[1] in row_fed
     }
 
 

@@ -54,6 +54,7 @@ from rdu_sim.compiler.program import (
     Tier,
     with_sram,
 )
+from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.graph import Operator, operators
@@ -104,7 +105,7 @@ class Compiler:
         if isinstance(hardware, HardwareConfig):
             engine = self.scenario.workload.engine
             kernels = tuple(
-                _kernel_program(k, fractions, kv_tier, hardware.socket, engine)
+                _kernel_program(k, fractions, kv_tier, hardware.socket, engine, shape.rows)
                 for k in self.kernels(shape)
             )
         else:  # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
@@ -319,8 +320,17 @@ def _kernel_program(
     kv_tier: Tier,
     socket: SocketConfig,
     engine: EngineConfig,
+    rows: int,
 ) -> KernelProgram:
     drafts = _drafts(kernel, fractions, kv_tier)
+    if rows < engine.tiles_per_stage:  # the tiles cut through rows: reductions hold them
+        reducing = whole_row_stages([(d.stage.name, d.stage.op, d.stage.inputs) for d in drafts])
+        drafts = [
+            replace(d, stage=replace(d.stage, whole_row_outputs=rows))
+            if d.stage.name in reducing
+            else d
+            for d in drafts
+        ]
     usable_pcus = math.floor(socket.usable_fraction * socket.pcu.count)
     usable_pmus = math.floor(socket.usable_fraction * socket.pmu.count)
     if len(drafts) > min(usable_pcus, usable_pmus):

@@ -55,6 +55,14 @@ class StageProgram:
     # PMU SRAM it holds: its stream buffers at the kernel's tiles plus what stays resident
     # (`compiler.buffers`); 0 for a hand-built stage.
     sram_bytes: float = 0.0
+    # Rows (tokens) of the stage's output when each row is complete only once the stage has
+    # consumed that row's whole input (a reduction along the row: a norm, a top-k, attention
+    # over the cache, the MoE combine, a GEMM fed along its reduction dimension); 0 when the
+    # output of every tile is final when the tile ends. The compiler sets it when the step has
+    # fewer rows than the workload's tiles_per_stage: consumers then see such a row at once,
+    # when its last tile ends, and its edges hold a layer's tiles (compiler.row_barriers,
+    # compiler.buffers.whole_layer_edges).
+    whole_row_outputs: int = 0
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Wiring: every pipeline edge (``StageProgram.inputs``) is a cut-through ``StreamEdge`` over a
 ``StageBuffer`` in the consumer's PMUs of ``buffer_tiles`` slots (skip connections, loop
-edges and the selection a stage's weights wait for hold a whole layer's tiles:
-``compiler.buffers``, the rule the compiler sizes the SRAM by); a consumer with several
+edges, the selection a stage's weights wait for and the edges around a row finished only at
+its end, ``StageProgram.whole_row_outputs``, hold a whole layer's tiles: ``compiler.buffers``,
+the rule the compiler sizes the SRAM by); a consumer with several
 inputs splits its PMUs' bandwidth among them, and a stage given no PMUs still gets one PMU's
 bandwidth so its operands can land. Each stage with PCUs has its own ``PCUGroup``; all
 stages share the socket's memory channels. A stage streams weight/KV tiles as far ahead of
@@ -103,9 +104,13 @@ class KernelPipeline:
                 recorder,
             )
             self.buffers[stage.name] = []
+        tiles = next(iter(works.values())).tiles
         for stage in kernel.stages:
+            runner = self.runners[stage.name]
             if stage.selected_by is not None:
-                self.runners[stage.name].selected_by = self.runners[stage.selected_by]
+                runner.selected_by = self.runners[stage.selected_by]
+            if 0 < stage.whole_row_outputs < tiles:
+                runner.whole_rows = stage.whole_row_outputs
         consumed = {name for stage in kernel.stages for name in stage.inputs}
         self.sinks = [s.name for s in kernel.stages if s.name not in consumed]
         edges = pipeline_edges(kernel.stages, looped)
@@ -114,15 +119,16 @@ class KernelPipeline:
         for _, consumer, _ in edges:
             fan_in[consumer] += 1
         pmus = {stage.name: stage.pmus for stage in kernel.stages}
-        tiles = next(iter(works.values())).tiles
         for edge in edges:
             producer, consumer, loop = edge
             bandwidth = _pmu_bandwidth(cfg, pmus[consumer]) / fan_in[consumer]
             name = f"{producer}{'@prev' if loop else ''}->{consumer}"
             # A whole-layer edge (a loop edge, a skip connection, the selection a stage's
-            # weights wait for) holds a layer's tiles: the one rule, in compiler.buffers.
+            # weights wait for, a row finished only at its end and its consumer's other
+            # inputs) holds a layer's tiles: the one rule, in compiler.buffers.
             slots = edge_slots(edge, edge in whole, buffer_tiles, tiles)
-            stream = StreamEdge(StageBuffer(env, slots, bandwidth, name=name))
+            row = self.runners[producer].whole_rows > 0
+            stream = StreamEdge(StageBuffer(env, slots, bandwidth, name=name), whole_rows=row)
             self.buffers[consumer].append(stream.buffer)
             runner_out = self.runners[producer]
             (runner_out.loop_outputs if loop else runner_out.outputs).append(stream)

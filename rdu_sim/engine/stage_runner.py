@@ -5,7 +5,12 @@ For each tile, in order (a call of a looped kernel runs ``iterations x tiles`` o
 1. take the tile from every input edge (blocks while a producer has not started it). Edges
    stream cut-through (``StreamEdge``): a producer hands a tile over when it starts it, with
    the event of its finishing it, so consumers work on the tile concurrently and a chain of
-   stages runs at the pace of its slowest member instead of paying a whole tile per stage;
+   stages runs at the pace of its slowest member instead of paying a whole tile per stage.
+   Except across a row: a producer that finishes a row of its output only at the row's end
+   (``StageProgram.whole_row_outputs``: a reduction along the row, with fewer rows than
+   tiles, as in batch-1 decode) hands its tiles with the row's end, and the consumer starts
+   computing none of them before (there is nothing of the row to compute on): a chain of
+   such stages runs one after another, the data dependency of one token through a layer;
 2. hand the output tile to every consumer's edge (blocks while a consumer's buffer is full:
    the slots stay held until the consumer has finished the tile, so capacity 2 is double
    buffering and a slow consumer back-pressures its producers);
@@ -130,6 +135,10 @@ class StageRunner:
         self.on_iteration: Callable[[int], None] | None = None  # set on sinks
         # the stage whose output selects this stage's weights (set by the kernel pipeline)
         self.selected_by: StageRunner | None = None
+        # Rows of output this stage finishes only at the end of each row, when fewer than its
+        # tiles (0: every tile's output is final when the tile ends). Set by the pipeline.
+        self.whole_rows = 0
+        self._row_ends: dict[tuple[int, int], simpy.Event] = {}  # (layer, row) -> its end
         self._layers_done = 0  # layers whose last tile this stage has finished
         # when this stage started each layer's first tile and finished its last (the phases
         # the fast-forward's cycle rule compares: kernel_sim.Boundary)
@@ -170,17 +179,21 @@ class StageRunner:
             upstream: list[simpy.Event] = []
             for edge in ins:
                 upstream.append((yield from edge.get()))
+            for edge, ready in zip(ins, upstream, strict=True):
+                if edge.whole_rows:  # the row exists only once its producer has finished it
+                    yield ready
             if t == 0:  # the layer's first tile has its inputs
                 self.layer_starts.append(float(env.now))
             done: simpy.Event | None = None
             if self.port is None:
                 outs = outs_last if it + 1 == layers.n else outs_other
                 if outs:
-                    done = env.event()
+                    done = self._row_end(it, t) if self.whole_rows else env.event()
                     for edge in outs:
                         yield from edge.put(work.output[t], done)
             yield from self._compute(t, it, loads.popleft(), upstream)
-            if done is not None:
+            if done is not None and (not self.whole_rows or self._ends_row(t)):
+                self._row_ends.pop((it, self._row_of(t)), None)
                 done.succeed()
             for edge in ins:
                 edge.release()
@@ -203,6 +216,22 @@ class StageRunner:
             yield ev
         if self._last_emit is not None:
             yield self._last_emit
+
+    def _row_of(self, t: int) -> int:
+        """The row tile ``t`` belongs to (with ``whole_rows`` rows cut into the tiles)."""
+        return t * self.whole_rows // self.work.tiles if self.whole_rows else t
+
+    def _ends_row(self, t: int) -> bool:
+        """Whether tile ``t`` is the last of its row."""
+        return t + 1 == self.work.tiles or self._row_of(t + 1) != self._row_of(t)
+
+    def _row_end(self, it: int, t: int) -> simpy.Event:
+        """The event of this stage finishing the row of tile ``t`` in layer ``it``."""
+        key = (it, self._row_of(t))
+        event = self._row_ends.get(key)
+        if event is None:
+            event = self._row_ends[key] = self.env.event()
+        return event
 
     def _outs(self, it: int) -> list[StreamEdge]:
         """Edges tile outputs of iteration ``it`` go to (the next layer's too, if any)."""

@@ -27,8 +27,12 @@ from rdu_sim.hw.stage_buffer import StageBuffer
 class StreamEdge:
     """The edge ``producer -> consumer``: its PMU buffer and the producer's tile completions."""
 
-    def __init__(self, buffer: StageBuffer) -> None:
+    def __init__(self, buffer: StageBuffer, whole_rows: bool = False) -> None:
         self.buffer = buffer
+        # The producer finishes a row only at its end (``StageProgram.whole_row_outputs``, with
+        # fewer rows than tiles): the event handed with each tile is the row's end, and the
+        # consumer cannot start on the tile before it (nothing of the row exists earlier).
+        self.whole_rows = whole_rows
         self._done: deque[simpy.Event] = deque()
 
     def put(self, nbytes: float, done: simpy.Event) -> Generator[simpy.Event, Any, None]:

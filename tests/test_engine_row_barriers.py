@@ -1,0 +1,146 @@
+"""Rows finished only at their end: the data dependency of a batch-1 decode step.
+
+With fewer rows (tokens) than tiles, a stage that reduces along the row (a norm, attention,
+a GEMM fed along its reduction dimension; `StageProgram.whole_row_outputs`) finishes a row
+only with its last tile of it, and its consumers can start on none of it before: a chain of
+such stages runs one after another, whatever the engine's tiling. With as many rows as tiles
+the tiles are rows and the chain pipelines as before. Which stages reduce is the compiler's
+rule (`compiler.row_barriers`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from test_engine_programs import hardware, kernel, program, stage
+
+from rdu_sim import api
+from rdu_sim.compiler import Compiler
+from rdu_sim.compiler.program import Program
+from rdu_sim.compiler.row_barriers import whole_row_stages
+from rdu_sim.config.workload import EngineConfig
+from rdu_sim.engine import simulate_step
+from rdu_sim.shapes import StepShape
+
+ZERO = hardware()
+PCUS = 10
+
+
+def compute_s(flops: float) -> float:
+    pcu = ZERO.socket.pcu
+    return flops / (PCUS * pcu.peak_flops * pcu.max_gemm_efficiency)
+
+
+def chain(
+    rows: int, first_reduces: bool = True, first: float = 1e12, second: float = 1e12
+) -> Program:
+    """a -> b on 10 PCUs each; `a` finishes a row only at its end when `first_reduces`."""
+    a = stage("a", pcus=PCUS, flops=first, out=1e6)
+    if first_reduces:
+        a = dataclasses.replace(a, whole_row_outputs=rows)
+    b = stage("b", pcus=PCUS, flops=second, inputs=("a",))
+    return program([kernel("k", [a, b])], batch=rows)
+
+
+@pytest.mark.parametrize("tiles", [8, 32])
+def test_one_row_runs_a_reduction_and_its_consumer_one_after_the_other(tiles: int) -> None:
+    cfg = EngineConfig(tiles_per_stage=tiles)
+    serial = simulate_step(chain(1), ZERO, cfg).step_s
+    assert serial == pytest.approx(2 * compute_s(1e12), rel=1e-4)
+    # not reducing, or as many rows as tiles: the two stages overlap tile by tile
+    streamed = simulate_step(chain(1, first_reduces=False), ZERO, cfg).step_s
+    rows = simulate_step(chain(tiles), ZERO, cfg).step_s
+    assert streamed == pytest.approx(compute_s(1e12), rel=1e-4)
+    assert rows == pytest.approx(compute_s(1e12), rel=1e-4)
+
+
+@pytest.mark.parametrize("tiles", [8, 16])
+def test_a_few_rows_pipeline_row_by_row(tiles: int) -> None:
+    # 4 rows: b starts on row r when a finishes it, so b ends a quarter of a call after a
+    t = simulate_step(chain(4), ZERO, EngineConfig(tiles_per_stage=tiles)).step_s
+    assert t == pytest.approx(1.25 * compute_s(1e12), rel=1e-4)
+
+
+def test_a_slow_consumer_still_sets_the_pace_of_many_rows() -> None:
+    t = simulate_step(chain(64, second=3e12), ZERO).step_s
+    assert t == pytest.approx(compute_s(3e12), rel=1e-3)
+
+
+def test_a_consumer_with_a_second_streaming_input_does_not_deadlock() -> None:
+    # c takes a's finished row and b's streamed tiles: it holds b's tiles of the row until a
+    # finishes it, so b is never blocked on c's buffer while a waits for b's upstream.
+    x = stage("x", pcus=PCUS, flops=1e11, out=1e6)
+    a = dataclasses.replace(
+        stage("a", pcus=PCUS, flops=1e12, inputs=("x",), out=1e6), whole_row_outputs=1
+    )
+    b = stage("b", pcus=PCUS, flops=1e11, inputs=("x",), out=1e6)
+    c = stage("c", pcus=PCUS, flops=1e11, inputs=("a", "b"))
+    for looped in (False, True):
+        p = program([kernel("k", [x, a, b, c], calls=3, looped=looped)])
+        assert simulate_step(p, ZERO).step_s > 3 * compute_s(1e12)
+
+
+def test_which_stages_reduce_along_the_row() -> None:
+    # norms and attention always; a GEMM fed whole (after a norm) tiles its columns and
+    # streams; fed by a streaming stage it reduces along it; elementwise stages pass through
+    stages = [
+        ("norm", "rmsnorm", ()),
+        ("up", "gemm", ("norm",)),
+        ("act", "silu_mul", ("up",)),
+        ("down", "gemm", ("act",)),
+        ("add", "residual", ("down",)),
+        ("next", "gemm", ("add",)),
+        ("attn", "flash_attention", ("next",)),
+    ]
+    assert whole_row_stages(stages) == {"norm", "down", "attn"}
+    with pytest.raises(ValueError, match="not an earlier stage"):
+        whole_row_stages([("a", "gemm", ("b",))])
+
+
+def test_the_compiled_decoder_layers_reduce_where_their_rows_are_sums() -> None:
+    scenario = api.load("workloads/deepseek-r1-128k-full.yaml", ["serving.batch_slots=1"])
+    program_ = Compiler(scenario).program(StepShape("decode", 1, 1, 1024))
+    moe = next(k for k in program_.kernels if k.name == "decoder_moe")
+    reducing = {s.name for s in moe.stages if s.whole_row_outputs}
+    assert reducing == {
+        "attn_norm",
+        "attn.q_a_norm",
+        "attn.kv_norm",
+        "attn.flash",
+        "ffn_norm",
+        "moe.topk",
+        "moe.shared.down_proj",
+        "moe.experts_down",
+        "moe.combine",
+    }
+    assert all(s.whole_row_outputs == 1 for s in moe.stages if s.name in reducing)
+
+
+def test_a_batch_one_moe_step_pays_its_chain_and_refining_tiles_does_not_change_it() -> None:
+    path = "workloads/deepseek-r1-128k-full.yaml"
+    shape = {"batch": 1, "context": 131072}
+    steps = {
+        tiles: api.step(path, [f"engine.tiles_per_stage={tiles}"], **shape).step_s
+        for tiles in (8, 32)
+    }
+    assert abs(steps[32] / steps[8] - 1) < 0.02
+    # the chain (attention, its all-reduce, router, top-k, the experts' loads, their
+    # combine) is longer than the HBM time of the step's bytes
+    detail = api.step(path, [], **shape).detail
+    hbm = api.load(path).hardware.socket.hbm
+    hbm_s = detail.bytes_by_tier["hbm"] / (hbm.bandwidth * hbm.efficiency)
+    assert detail.step_s > 1.2 * hbm_s
+
+
+def test_a_batch_one_moe_step_fast_forwards_exactly_with_its_row_barriers() -> None:
+    # the row ends are per (layer, row) events: cutting a looped run short at a cycle must
+    # give the step of simulating every layer
+    scenario = api.load("workloads/deepseek-r1-128k-full.yaml", ["serving.batch_slots=1"])
+    program_ = Compiler(scenario).program(StepShape("decode", 1, 1, 1024))
+    fast = simulate_step(program_, scenario.hardware)
+    full = simulate_step(program_, scenario.hardware, EngineConfig(fast_forward=False))
+    moe = fast.kernel("decoder_moe")
+    assert moe.period_s is not None and moe.simulated_iterations < moe.calls
+    assert fast.step_s == pytest.approx(full.step_s, rel=1e-9)
+    for tier in ("hbm", "ddr", "sram", "p2p"):
+        assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-9)
