@@ -241,6 +241,15 @@ def _cross_check(
     problem = _tp_problem(model, workload.parallelism.tp, hardware.system.sockets, hardware)
     if problem is not None:
         raise fail("parallelism.tp", problem)
+    tp = workload.parallelism.tp
+    experts = getattr(model, "routed_experts", 0)
+    if workload.parallelism.moe_experts == "expert" and experts % tp:
+        raise fail(
+            "parallelism.moe_experts",
+            f"expert parallelism places whole experts on sockets: tp={tp} does not divide "
+            f"the model's {experts} routed experts; use moe_experts: tensor or a tp dividing "
+            f"{experts}",
+        )
     serving = workload.serving
     if serving.max_context > model.max_context:
         raise fail(

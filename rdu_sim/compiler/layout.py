@@ -6,7 +6,9 @@ share. `ShardPlan.divisor(axis)` is the number of ways an operator axis is split
 - none -> 1: replicated (norms, residuals, MLA q_a/kv_a down-projections, router,
   embedding);
 - heads, ffn, vocab, experts -> tp: query heads, FFN columns, LM-head vocabulary, routed
-  experts (expert parallel inside the TP group: E/tp experts per socket);
+  experts (`parallelism.moe_experts`: tensor slices every expert tp ways, the mean share;
+  expert places E/tp whole experts per socket, and the routed expert GEMMs then take the
+  busiest socket's share, `ExpertPlacement.busiest`, since the step waits for it);
 - kv_heads -> min(tp, kv_heads): GQA K/V heads; with tp > kv_heads each K/V head is
   replicated on tp/kv_heads sockets;
 - attention -> tp: MLA decode attention, by heads (replicated, head_split) or by cached
@@ -30,11 +32,34 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rdu_sim.config.architecture import DeepSeekArchitecture
+from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
+from rdu_sim.graph.moe import expected_busiest_socket_experts
 from rdu_sim.graph.operator import Axis
 from rdu_sim.models.layers import layer_kinds, window_tokens
 from rdu_sim.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class ExpertPlacement:
+    """Whole routed experts placed E/tp per socket (expert parallelism): how many of a step's
+    selected experts the busiest socket holds, which sets the pace of the step."""
+
+    experts: int
+    per_token: int
+    groups: int = 1  # DeepSeek-V3's group-limited routing: expert groups ...
+    groups_per_token: int = 1  # ... and how many of them one token's experts come from
+
+    def busiest(self, selected: int, sockets: int) -> float:
+        """Expected selected experts on the socket holding the most of them. The selected set
+        is uniform (graph.moe's routing model); one token's (selected <= k) lies within its
+        `groups_per_token` groups, i.e. within their sockets when groups are whole sockets
+        (groups dividing the sockets, experts numbered group by group); a batch's union of
+        groups varies by token and is taken as uniform over all sockets."""
+        if selected <= self.per_token and self.groups > 1 and sockets % self.groups == 0:
+            held = sockets // self.groups * self.groups_per_token
+            return expected_busiest_socket_experts(selected, self.experts * held // sockets, held)
+        return expected_busiest_socket_experts(selected, self.experts, sockets)
 
 
 @dataclass(frozen=True)
@@ -44,6 +69,7 @@ class ShardPlan:
     tp: int
     mla_cache_layout: str = "sequence_split"
     kv_heads: int | None = None  # GQA key/value heads (None for MLA)
+    experts: ExpertPlacement | None = None  # whole experts per socket (None: sliced)
 
     def divisor(self, axis: Axis) -> int:
         """Ways `axis` is split over the TP group (see the module table)."""
@@ -65,7 +91,18 @@ def shard_plan(scenario: Scenario) -> ShardPlan:
     """The ShardPlan a scenario asks for."""
     arch = scenario.model
     kv_heads = None if isinstance(arch, DeepSeekArchitecture) else arch.kv_heads
-    return ShardPlan(scenario.tp, scenario.workload.parallelism.mla_cache_layout, kv_heads)
+    parallelism = scenario.workload.parallelism
+    experts = None
+    if parallelism.moe_experts == "expert" and isinstance(
+        arch, DeepSeekArchitecture | GqaMoeArchitecture
+    ):
+        groups = (
+            (arch.expert_groups, arch.groups_per_token)
+            if isinstance(arch, DeepSeekArchitecture)
+            else (1, 1)
+        )
+        experts = ExpertPlacement(arch.routed_experts, arch.experts_per_token, *groups)
+    return ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts)
 
 
 def mla_cache_form(scenario: Scenario) -> MlaCache:

@@ -54,17 +54,25 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     partial = split.combine == "sum" or (split.combine == "sequence" and plan.sequence_split)
     write_share = 1.0 if dim == "k" or partial else 1 / ways
     params = math.ceil(node.weight_params / weights)
+    gemm = _shard_gemm(node.gemm, dim, compute)
+    work_share, read_share_of_weights = 1 / compute, 1 / weights
+    if plan.experts is not None and split.weights == "experts" and node.gemm and plan.tp > 1:
+        # whole experts per socket: the busiest socket's selected experts, with their tokens
+        selected = node.gemm.batch
+        busiest = plan.experts.busiest(selected, plan.tp)
+        work_share = read_share_of_weights = busiest / selected
+        gemm = replace(node.gemm, batch=max(1, math.ceil(round(busiest, 9))))
     return replace(
         node,
-        flops=node.flops / compute,
-        vector_flops=node.vector_flops / compute,
+        flops=node.flops * work_share,
+        vector_flops=node.vector_flops * work_share,
         weight_params=params,
         # the share's bytes at the operator's bytes per parameter (mixed dtypes averaged)
         weight_bytes=params * (node.weight_bytes / node.weight_params) if params else 0.0,
-        weight_read_bytes=node.weight_read_bytes / weights,
+        weight_read_bytes=node.weight_read_bytes * read_share_of_weights,
         kv_read_bytes=node.kv_read_bytes / kv,
         kv_write_bytes=node.kv_write_bytes / kv,
-        gemm=_shard_gemm(node.gemm, dim, compute),
+        gemm=gemm,
         act_read_fraction=read_share,
         act_write_fraction=write_share,
     )

@@ -49,6 +49,15 @@ class ParallelismConfig(StrictModel):
             "(each socket holds 1/tp of the tokens), or per-head after up-projection"
         ),
     )
+    moe_experts: Literal["tensor", "expert"] = Field(
+        default="tensor",
+        description=(
+            "MoE routed experts under TP: 'tensor' slices every expert tp ways (each socket "
+            "streams 1/tp of every selected expert, balanced); 'expert' places E/tp whole "
+            "experts per socket, so a step waits for the socket holding the most selected "
+            "experts (expected over uniform routing, one token within its expert groups)"
+        ),
+    )
 
 
 class KVConfig(StrictModel):

@@ -93,3 +93,30 @@ def sample_distinct_experts(
         touched[chosen.ravel()] = True
         remaining -= n
     return int(touched.sum())
+
+
+def expected_busiest_socket_experts(selected: int, experts: int, sockets: int) -> float:
+    """Expected selected experts on the socket holding the most of them, with whole experts
+    placed E/sockets per socket (expert parallelism) and the selected set a uniformly random
+    `selected`-subset of the `experts`: E[max] = sum over c of P(max > c), where P(max <= c)
+    counts the subsets with at most c on every socket, the coefficient of x^selected in
+    (sum_{j<=c} C(E/sockets, j) x^j)^sockets over C(E, selected). Exact (integer counts)."""
+    if sockets < 1 or experts % sockets or not 0 <= selected <= experts:
+        raise ValueError(
+            f"need experts divisible by sockets and 0 <= selected <= experts; got "
+            f"selected={selected}, experts={experts}, sockets={sockets}"
+        )
+    per_socket = experts // sockets
+    subsets = math.comb(experts, selected)
+    expected = 0.0
+    for cap in range(per_socket):
+        factor = [math.comb(per_socket, j) for j in range(min(cap, selected) + 1)]
+        ways = [1]  # coefficients of the product over the sockets so far, up to x^selected
+        for _ in range(sockets):
+            ways = [
+                sum(ways[i - j] * factor[j] for j in range(len(factor)) if 0 <= i - j < len(ways))
+                for i in range(min(len(ways) + len(factor) - 1, selected + 1))
+            ]
+        within = ways[selected] if selected < len(ways) else 0
+        expected += 1 - within / subsets
+    return expected

@@ -56,6 +56,10 @@ VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("output median 16k (8k)", ("serving.output_tokens.median=16384",)),
     ("full attention: pow2 decode buckets (one 128k graph)", ("kv.context_buckets=pow2",)),
     ("MoE experts routed (static)", ("moe_expert_loading=routed",)),
+    (
+        "MoE experts whole per socket, expert parallel (sliced: tensor)",
+        ("parallelism.moe_experts=expert",),
+    ),
     ("weights bf16 (fp8)", ("dtypes.weights=bf16",)),
 )
 """(label with the shipped value in parentheses, overrides applied to both workloads)."""
