@@ -169,6 +169,15 @@ def test_inspect_graph_json_and_dot(tmp_path: Path) -> None:
     assert data["shape"] == {"phase": "decode", "batch": 2, "tokens": 1, "cache_len": 1024}
     assert [k["name"] for k in data["kernels"]] == ["embedding", "decoder", "lm_head"]
     assert data["kernels"][1]["calls"] == 32
+    # the stages that finish a row only at its end (2 rows, fewer than the 8 tiles)
+    rows = {s["name"]: s["whole_row_outputs"] for s in data["kernels"][1]["stages"]}
+    assert {name for name, n in rows.items() if n} == {
+        "attn_norm",
+        "attn.flash",
+        "ffn_norm",
+        "ffn.down_proj",
+    }
+    assert set(rows.values()) == {0, 2}
     assert dot.read_text().startswith("digraph")
 
 

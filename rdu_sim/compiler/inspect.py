@@ -55,6 +55,10 @@ def _stage_record(stage: Any) -> dict[str, Any]:
         "writes": dict(stage.writes),
         "output_bytes": stage.output_bytes,
         "inputs": list(stage.inputs),
+        # the stage whose output selects this one's weights (the router's top-k), and the
+        # rows it finishes only at their end (a reduction along the row: its consumers wait)
+        "selected_by": stage.selected_by,
+        "whole_row_outputs": stage.whole_row_outputs,
         "gemm": None
         if gemm is None
         else {"m": gemm.m, "n": gemm.n, "k": gemm.k, "batch": gemm.batch},
