@@ -146,8 +146,9 @@ FIGURES: tuple[Figure, ...] = (
         0.15,
         "tokens/s",
         "output tokens/s of one request decoding alone, after its first token: the "
-        "full-attention workload with 1 batch slot, 1024-token prompts and 1024 output "
-        "tokens, (output - 1) / (finish - first token), median over the run's requests. "
+        "full-attention workload with 1 batch slot, 1000-token prompts and 1000 output "
+        "tokens (Artificial Analysis's workload shape), (output - 1) / (finish - first "
+        "token), median over the run's requests. "
         "Not a SnapStream figure: " + SINGLE_STREAM_SOURCE + " (a per-user speed, so "
         "an upper bound is what one slot gives); it checks the per-step hardware model "
         "(links, HBM, launch costs) at the opposite end from the max-batch figures",
@@ -230,10 +231,12 @@ FIGURES: tuple[Figure, ...] = (
         "tokens/s",
         "steady-state decode tokens/s (as decode_throughput_snapstream: prefill stalls "
         "included) of the full-attention DeepSeek-R1 workload with 256 batch slots, one "
-        "user each in a closed loop, 1024-token prompts and 1024 output tokens, power-of-two "
-        "decode buckets up to 4,096 tokens, 768 requests. Weak evidence: the blog gives no "
-        "lengths (these are the single-stream run's) and plausible others move the result "
-        "from 2,283 to 5,014 tokens/s, so a pass says 'the right order' only. Published: "
+        "user each in a closed loop, 1000-token prompts and 1000 output tokens, power-of-two "
+        "decode buckets up to 4,096 tokens, 768 requests: the shape of Artificial Analysis's "
+        "System Load Test (fixed concurrency, the next query sent when one finishes, 1,000 "
+        "tokens in and out, aggregate output tokens/s over the phase), the benchmark the "
+        "blog cites. Weak evidence: how the rack was configured for throughput is not "
+        "public, and other lengths move the result from 2,283 to 5,014 tokens/s. Published: "
         "'over 4,500 tokens/s' with 256 concurrent users, the same rack configured for "
         "throughput (" + BLOG_SOURCE + ")",
         lambda m: m.throughput_256_users,

@@ -44,27 +44,33 @@ from rdu_sim.validate.measure import (
 QUICK_TURNOVERS = 3
 """Requests per slot in ``--quick`` runs (the fewest with a full turnover in the steady window)."""
 
+AA_TOKENS = 1000
+"""Prompt and output tokens per query of Artificial Analysis's workload shape (its System Load
+Test and its default 1k-input API benchmark: 1,000 in, 1,000 out), the benchmark SambaNova's
+blog cites for both its per-user and its 256-user DeepSeek-R1 figures."""
+
 SINGLE_STREAM = (
     "serving.batch_slots=1",
     "serving.requests=3",
-    "serving.prompt_tokens=1024",
-    "serving.output_tokens=1024",
+    f"serving.prompt_tokens={AA_TOKENS}",
+    f"serving.output_tokens={AA_TOKENS}",
 )
 """Overrides (after the caller's) of the full-attention run that measures the single-stream
-speed (figures decode_speed_batch1 and decode_speed_per_user): one slot, three short
-requests."""
+speed (figures decode_speed_batch1 and decode_speed_per_user): one slot, three requests of
+Artificial Analysis's shape."""
 
 THROUGHPUT = (
     "serving.batch_slots=256",
     "serving.requests=768",
-    "serving.prompt_tokens=1024",
-    "serving.output_tokens=1024",
+    f"serving.prompt_tokens={AA_TOKENS}",
+    f"serving.output_tokens={AA_TOKENS}",
     "serving.max_context=4096",
     "kv.context_buckets=pow2",
 )
 """Overrides (after the caller's) of the full-attention run that measures the 256-user
-throughput (figure decode_throughput_256_users): 256 slots, one closed-loop user each, three
-turnovers of 1024-token prompts and 1024-token outputs, decode graphs per power-of-two bucket
+throughput (figure decode_throughput_256_users): 256 slots, one closed-loop user each (as
+Artificial Analysis's System Load Test sends the next query when one finishes), three
+turnovers of 1000-token prompts and 1000-token outputs, decode graphs per power-of-two bucket
 (256 slots of 128k do not fit)."""
 
 SNAPSTREAM_WORKLOAD = "deepseek-r1-128k-snapstream"
