@@ -144,3 +144,14 @@ def test_a_batch_one_moe_step_fast_forwards_exactly_with_its_row_barriers() -> N
     assert fast.step_s == pytest.approx(full.step_s, rel=1e-9)
     for tier in ("hbm", "ddr", "sram", "p2p"):
         assert fast.bytes_by_tier[tier] == pytest.approx(full.bytes_by_tier[tier], rel=1e-9)
+
+
+@pytest.mark.parametrize("tiles", [8, 32])
+def test_a_two_layer_loop_body_with_row_barriers_does_not_deadlock(tiles: int) -> None:
+    # gpt-oss loops a sliding and a full layer as one body: its second layer's KV read, a
+    # source, runs a layer ahead of an attention stuck behind the first layer's row barriers
+    # unless every edge of the kernel holds a layer's tiles (it deadlocked with two slots)
+    path, shape = "workloads/gpt-oss-120b-8socket.yaml", {"batch": 1, "context": 2048}
+    fast = api.step(path, [f"engine.tiles_per_stage={tiles}"], **shape).step_s
+    full = api.step(path, [f"engine.tiles_per_stage={tiles}", "engine.fast_forward=false"], **shape)
+    assert fast == pytest.approx(full.step_s, rel=5e-4)
