@@ -282,3 +282,19 @@ def test_single_stream_definition_matches_the_run_it_describes() -> None:
     for item in SINGLE_STREAM:
         if "tokens=" in item:
             assert f"{item.split('=')[1]}" in fig.definition
+
+
+def test_dac_speed_and_share_need_bytes_neither_expert_layout_moves() -> None:
+    """198 tokens/s at over 75% of peak (both DAC 2025, the share read as DeepSeek-R1's
+    batch-1 step's) holds only for a step moving 6.8-8.6 GB per socket per token (75% of
+    the HBM peak to its achievable fraction, over 198 tokens/s): sliced experts move less,
+    whole experts per socket more (docs/calibration.md, "Single-request speed")."""
+    path = "workloads/deepseek-r1-128k-full.yaml"
+    hbm = api.load(path).hardware.socket.hbm
+    low, high = (f * hbm.bandwidth / 198.0 for f in (0.75, hbm.efficiency))
+    assert (low, high) == pytest.approx((6.82e9, 8.64e9), rel=1e-3)
+    moved = {
+        layout: api.step(path, [f"parallelism.moe_experts={layout}"], batch=1).detail
+        for layout in ("tensor", "expert")
+    }
+    assert moved["tensor"].bytes_by_tier["hbm"] < low < high < moved["expert"].bytes_by_tier["hbm"]
