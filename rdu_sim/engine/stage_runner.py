@@ -252,8 +252,9 @@ class StageRunner:
     def state(self, into: StateBuilder, layer: int) -> None:
         """What decides this stage's future at the end of ``layer`` (``kernel_state``): its
         position and the layers it has started and finished, counted past that layer, the
-        layer gates others wait on, and when it last started and finished a layer (on
-        another socket than the boundary's, the last layer may not be ``layer``)."""
+        layer gates others wait on, the rows it has begun but not finished (``row_barriers``),
+        and when it last started and finished a layer (on another socket than the
+        boundary's, the last layer may not be ``layer``)."""
         past = layer + 1
         starts, ends = self.layer_starts, self.layer_ends
         into.count(
@@ -261,6 +262,7 @@ class StageRunner:
             len(starts) - past,
             len(ends) - past,
             len(self._layer_gates),
+            len(self._row_ends),
         )
         into.offsets(*starts[-1:], *ends[-1:])
 
