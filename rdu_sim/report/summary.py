@@ -417,16 +417,16 @@ def request_columns(records: ServingRecords) -> dict[str, NDArray[Any]]:
 def series_columns(records: ServingRecords, batch_slots: int) -> dict[str, NDArray[Any]]:
     """The state-change time series: the state after each instant's changes (one row per
     instant: ``SeriesLog``)."""
-    rows = records.series_array()
-    occupied = rows[:, 2] + rows[:, 3]
+    counts = records.series.counts()
+    occupied = counts[:, 1] + counts[:, 2]
     return {
-        "time_s": rows[:, 0].astype(np.float64) / PS_PER_S,
-        "waiting": rows[:, 1],
-        "prefilling": rows[:, 2],
-        "decoding": rows[:, 3],
+        "time_s": records.series.times().astype(np.float64) / PS_PER_S,
+        "waiting": counts[:, 0],
+        "prefilling": counts[:, 1],
+        "decoding": counts[:, 2],
         "occupied": occupied,
         "occupancy": occupied / batch_slots,
-        "decode_bucket": rows[:, 4],
+        "decode_bucket": counts[:, 3],
     }
 
 
@@ -440,19 +440,59 @@ def _time_average(
     return float((values * np.diff(edges)).sum() / (end - start))
 
 
+@dataclass(frozen=True)
+class _Latencies:
+    """What the summary reads of the per-request times, computed a column at a time over
+    the completed requests, so a million-request run never holds ``request_columns``'s dozen
+    full columns at once. Each value is the same float arithmetic on the same elements, in
+    the same order, as the column it stands for: the figures are bit-identical."""
+
+    first_arrival: float
+    last_finish: float
+    first_token: float
+    ttft: Percentiles
+    tpot: Percentiles
+    queue_delay: Percentiles
+    e2e: Percentiles
+    user_tokens_per_s: Percentiles
+
+
+def _latencies(records: ServingRecords) -> _Latencies:
+    sec = records.seconds
+    done = records.completed
+    arrival = sec(records.arrival_ps[done])
+    first = sec(records.first_token_ps[done])
+    finish = sec(records.finish_ps[done])
+    ttft = Percentiles.of(first - arrival)
+    e2e = Percentiles.of(finish - arrival)
+    queue_delay = Percentiles.of(sec(records.admit_ps[done]) - arrival)
+    output = records.output_tokens[done]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        decode_tokens = (output - 1).astype(np.float64)
+        tpot = np.where(output > 1, (finish - first) / np.maximum(decode_tokens, 1), np.nan)
+    tpot = tpot[np.isfinite(tpot)]
+    # min and max commute with the monotone int -> seconds conversion: exact on the ints
+    return _Latencies(
+        first_arrival=float(sec(records.arrival_ps.min(keepdims=True))[0]) if len(records) else 0.0,
+        last_finish=float(finish.max()) if finish.size else 0.0,
+        first_token=float(first.min()) if first.size else 0.0,
+        ttft=ttft,
+        tpot=Percentiles.of(tpot),
+        queue_delay=queue_delay,
+        e2e=e2e,
+        user_tokens_per_s=Percentiles.of(1.0 / tpot[tpot > 0]),
+    )
+
+
 def summarize(run: ServingRun) -> RunSummary:
     """The metrics of a serving run, from the records its serving simulation emitted."""
     scenario, records, cache, batch_slots = run.scenario, run.records, run.cache, run.batch_slots
-    cols = request_columns(records)
     done = records.completed
     output_tokens = int(records.tokens_generated)
-    first_arrival = float(cols["arrival_s"].min()) if len(records) else 0.0
-    last_finish = float(cols["finish_s"][done].max()) if done.any() else 0.0
-    first_token = float(cols["first_token_s"][done].min()) if done.any() else 0.0
+    latencies = _latencies(records)
+    first_arrival, last_finish = latencies.first_arrival, latencies.last_finish
     makespan = last_finish - first_arrival
-    decode_span = last_finish - first_token
-    tpot = cols["tpot_s"][done]
-    tpot = tpot[np.isfinite(tpot)]
+    decode_span = last_finish - latencies.first_token
     series = series_columns(records, batch_slots)
     # slot-steps that decoded: one per decode token, or per round when a step is a
     # speculative round (which emits several tokens for a slot)
@@ -504,16 +544,16 @@ def summarize(run: ServingRun) -> RunSummary:
         requests_completed=int(done.sum()),
         output_tokens=output_tokens,
         prefill_s=_round(run.prefill_s),
-        ttft_s=Percentiles.of(cols["ttft_s"][done]),
-        tpot_s=Percentiles.of(tpot),
-        queue_delay_s=Percentiles.of(cols["queue_delay_s"][done]),
-        e2e_s=Percentiles.of(cols["e2e_s"][done]),
+        ttft_s=latencies.ttft,
+        tpot_s=latencies.tpot,
+        queue_delay_s=latencies.queue_delay,
+        e2e_s=latencies.e2e,
         decode_tokens_per_s=_round(output_tokens / decode_span if decode_span > 0 else 0.0),
         steady_decode_tokens_per_s=_round(steady.tokens_per_s) if steady is not None else None,
         steady_window_s=(_round(steady.start_s), _round(steady.end_s))
         if steady is not None
         else None,
-        user_tokens_per_s=Percentiles.of(1.0 / tpot[tpot > 0]),
+        user_tokens_per_s=latencies.user_tokens_per_s,
         makespan_s=_round(makespan),
         occupancy=occupancy,
         decode_slot_fill=_round(decode_fill),

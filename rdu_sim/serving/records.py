@@ -2,8 +2,8 @@
 
 Metrics are observers: the scheduler only writes these records; report/summary.py turns them
 into percentiles, throughputs and utilizations. Records are compact (preallocated int64
-arrays per request; one packed row of five int64 per state change, never one per decode
-step), so 10,000 requests with thousands of output tokens each cost a few megabytes.
+arrays per request; one packed row of 24 bytes per instant with a state change, never one
+per decode step), so 10,000 requests with thousands of output tokens each cost a few megabytes.
 
 All times are integer picoseconds from the start of the run (``step_cache.PS_PER_S``).
 """
@@ -28,41 +28,59 @@ decode step (0 before any)."""
 
 
 class SeriesLog:
-    """Time-series rows packed into one growing int64 buffer (``SERIES_COLUMNS``), one row
-    per instant: a change at the same picosecond as the last row replaces it (the states
-    in between last no time, so no time average or occupancy sees them). 40 bytes a row
-    where a list of tuples took ~120 a row and two rows an instant: a million DeepSeek-R1
-    requests keep ~80 MB, not ~480 MB. ``as_array`` is a view, not a copy."""
+    """Time-series rows (``SERIES_COLUMNS``), one per instant: a change at the same
+    picosecond as the last row replaces it (the states in between last no time, so no time
+    average or occupancy sees them). Packed in two growing buffers, the times as int64 and
+    the four counts as C ints: 24 bytes a row where a list of tuples took ~120 a row and two
+    rows an instant (a million DeepSeek-R1 requests keep ~48 MB). ``times`` and ``counts``
+    are views, not copies."""
 
     def __init__(self) -> None:
-        self._values = array("q")
+        self._times = array("q")
+        self._counts = array("i")
         self._last_ps = -1
 
     def append(self, row: tuple[int, int, int, int, int]) -> None:
         """The state after a change at ``row[0]`` ps (never before the last row's)."""
         try:
             self._put(row)
-        except BufferError:  # a view from as_array is alive: go on in a buffer of our own
-            self._values = array("q", self._values)
+        except BufferError:  # a view is alive: go on in buffers of our own
+            self._times = array("q", self._times)
+            self._counts = array("i", self._counts[: _COUNTS * len(self._times)])
             self._put(row)
 
     def _put(self, row: tuple[int, int, int, int, int]) -> None:
         if row[0] == self._last_ps:
-            self._values[-len(row) :] = array("q", row)
+            self._counts[-_COUNTS:] = array("i", row[1:])
         else:
-            self._values.extend(row)
+            # a BufferError leaves the counts as they were: the times grow second
+            self._counts.extend(row[1:])
+            self._times.append(row[0])
             self._last_ps = row[0]
 
     def __len__(self) -> int:
-        return len(self._values) // len(SERIES_COLUMNS)
+        return len(self._times)
+
+    def times(self) -> NDArray[np.int64]:
+        """Each row's time (ps), a view of the buffer."""
+        return np.frombuffer(self._times, dtype=np.int64) if self._times else _EMPTY
+
+    def counts(self) -> NDArray[np.intc]:
+        """Each row's waiting, prefilling, decoding and decode bucket: a (rows, 4) view."""
+        flat = np.frombuffer(self._counts, dtype=np.intc) if self._counts else _EMPTY_COUNTS
+        return flat.reshape(-1, _COUNTS)
 
     def as_array(self) -> NDArray[np.int64]:
-        """The rows as a (rows, 5) int64 array (a view of the buffer)."""
-        flat = np.frombuffer(self._values, dtype=np.int64) if self._values else _EMPTY
-        return flat.reshape(-1, len(SERIES_COLUMNS))
+        """The rows as a (rows, 5) int64 array (a copy)."""
+        rows = np.empty((len(self), len(SERIES_COLUMNS)), dtype=np.int64)
+        rows[:, 0] = self.times()
+        rows[:, 1:] = self.counts()
+        return rows
 
 
+_COUNTS = len(SERIES_COLUMNS) - 1
 _EMPTY: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+_EMPTY_COUNTS: NDArray[np.intc] = np.zeros(0, dtype=np.intc)
 
 
 class _NoSeries(SeriesLog):
@@ -113,7 +131,9 @@ class ServingRecords:
         self.finish_ps = _unset(n)
         self.slot = _unset(n)
         self.completions = np.zeros(n, dtype=np.int64)
-        self.target_prompt_tokens = self.prompt_tokens.copy()
+        # the prompts themselves (no copy: a million requests' 8 MB); speculative prefill
+        # replaces the whole array, nothing writes into it
+        self.target_prompt_tokens = self.prompt_tokens
         self.rounds = np.zeros(n, dtype=np.int64)
         self.accepted_drafts = np.zeros(n, dtype=np.int64)
 
@@ -142,5 +162,6 @@ class ServingRecords:
         return values.astype(np.float64) / PS_PER_S
 
     def series_array(self) -> NDArray[np.int64]:
-        """The time series as an (rows, 5) int64 array in ``SERIES_COLUMNS`` order."""
+        """The time series as an (rows, 5) int64 array in ``SERIES_COLUMNS`` order (a copy:
+        ``series.times()`` and ``series.counts()`` are views)."""
         return self.series.as_array()

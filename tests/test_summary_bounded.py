@@ -1,0 +1,54 @@
+"""The summary reads the per-request times a column at a time (report.summary._latencies)
+rather than building every per-request column at once; its figures must be the ones those
+columns give, to the bit. A differential test against the columns, on an open- and a
+closed-loop run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rdu_sim.report.summary import Percentiles, _time_average, request_columns, series_columns
+from tests.test_api_run import fake_run
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {
+            "serving.requests": 300,
+            "serving.batch_slots": 7,
+            "serving.arrival": {"process": "closed_loop"},
+        },
+        {"serving.requests": 200, "serving.batch_slots": 5},  # Poisson, a queue builds
+    ],
+)
+def test_summary_equals_the_per_request_columns(overrides: dict[str, object]) -> None:
+    result = fake_run(LLAMA, **overrides)
+    summary = result.summary()
+    cols = request_columns(result.records)
+    done = result.records.completed
+    tpot = cols["tpot_s"][done]
+    tpot = tpot[np.isfinite(tpot)]
+    assert summary.ttft_s == Percentiles.of(cols["ttft_s"][done])
+    assert summary.queue_delay_s == Percentiles.of(cols["queue_delay_s"][done])
+    assert summary.e2e_s == Percentiles.of(cols["e2e_s"][done])
+    assert summary.tpot_s == Percentiles.of(tpot)
+    assert summary.user_tokens_per_s == Percentiles.of(1.0 / tpot[tpot > 0])
+    first_arrival = float(cols["arrival_s"].min())
+    last_finish = float(cols["finish_s"][done].max())
+    first_token = float(cols["first_token_s"][done].min())
+    assert summary.makespan_s == pytest.approx(last_finish - first_arrival, rel=1e-11)
+    assert summary.decode_tokens_per_s == pytest.approx(
+        result.records.tokens_generated / (last_finish - first_token), rel=1e-11
+    )
+    series = series_columns(result.records, result.batch_slots)
+    rows = result.records.series_array()
+    assert (series["occupied"] == rows[:, 2] + rows[:, 3]).all()
+    occupancy = _time_average(series["time_s"], series["occupancy"], first_arrival, last_finish)
+    assert summary.occupancy == pytest.approx(occupancy, rel=1e-11)
