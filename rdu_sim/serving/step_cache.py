@@ -49,6 +49,7 @@ class StepCache:
         self._costs: dict[StepShape, StepCost] = {}
         self._ps: dict[StepShape, int] = {}
         self.steps: dict[StepShape, int] = {}
+        self._longest_ps = 0  # the largest of ``_ps`` (read at every serving event)
         self.hits = 0
         self.misses = 0
 
@@ -61,6 +62,7 @@ class StepCache:
                 raise ValueError(f"step time of {shape} must be > 0 s, got {cost.step_s}")
             what = f"a {shape.phase} step (batch {shape.batch}, cache {shape.cache_len})"
             self._ps[shape] = step_ps(cost.step_s, what)
+            self._longest_ps = max(self._longest_ps, self._ps[shape])
             self._costs[shape] = cost
         return cost
 
@@ -91,7 +93,7 @@ class StepCache:
     @property
     def longest_step_s(self) -> float:
         """The longest step simulated so far, in seconds (0 before any)."""
-        return to_s(max(self._ps.values(), default=0))
+        return to_s(self._longest_ps)
 
     @property
     def shapes(self) -> list[StepShape]:
