@@ -433,11 +433,25 @@ def series_columns(records: ServingRecords, batch_slots: int) -> dict[str, NDArr
 def _time_average(
     times: NDArray[np.float64], values: NDArray[Any], start: float, end: float
 ) -> float:
-    """Mean over [start, end] of the step function (times[i] -> values[i])."""
+    """Mean over [start, end] of the step function (times[i] -> values[i]). In place where
+    it can be (the same products, the same sum): two temporaries of the series' length."""
     if end <= start or times.size == 0:
         return 0.0
-    edges = np.clip(np.append(times, end), start, end)
-    return float((values * np.diff(edges)).sum() / (end - start))
+    edges = np.append(times, end)
+    np.clip(edges, start, end, out=edges)
+    widths = np.diff(edges)
+    del edges
+    widths *= values
+    return float(widths.sum() / (end - start))
+
+
+def _occupancy(records: ServingRecords, batch_slots: int, start: float, end: float) -> float:
+    """Time-weighted slot occupancy over [start, end] (seconds): ``series_columns``'s
+    ``occupancy`` column averaged, without building its other columns."""
+    counts = records.series.counts()
+    occupancy = (counts[:, 1] + counts[:, 2]) / batch_slots
+    times = records.series.times().astype(np.float64) / PS_PER_S
+    return _time_average(times, occupancy, start, end)
 
 
 @dataclass(frozen=True)
@@ -493,7 +507,7 @@ def summarize(run: ServingRun) -> RunSummary:
     first_arrival, last_finish = latencies.first_arrival, latencies.last_finish
     makespan = last_finish - first_arrival
     decode_span = last_finish - latencies.first_token
-    series = series_columns(records, batch_slots)
+    occupancy = _round(_occupancy(records, batch_slots, first_arrival, last_finish))
     # slot-steps that decoded: one per decode token, or per round when a step is a
     # speculative round (which emits several tokens for a slot)
     decoded = (
@@ -509,9 +523,6 @@ def summarize(run: ServingRun) -> RunSummary:
         (run.speculation.draft_cache,)
         if run.speculation is not None and speculation and speculation.placement == "shared"
         else ()
-    )
-    occupancy = _round(
-        _time_average(series["time_s"], series["occupancy"], first_arrival, last_finish)
     )
     dtypes = scenario.workload.dtypes
     return RunSummary(

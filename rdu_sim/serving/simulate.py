@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import simpy
+from numpy.typing import NDArray
 
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import ClosedLoop, open_loop
@@ -32,7 +33,7 @@ def serve(
     if config.batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {config.batch_slots}")
     env = simpy.Environment()
-    records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
+    records = ServingRecords(_read_only(requests.prompt_tokens), _read_only(requests.output_tokens))
     if speculation is not None:
         records.speculation = "decoding" if speculation.config.decoding is not None else "prefill"
         records.target_prompt_tokens = np.fromiter(
@@ -59,3 +60,11 @@ def serve(
             f"serving stopped with {server.completed} of {total} requests completed (scheduler bug)"
         )
     return records
+
+
+def _read_only(lengths: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The request set's lengths as the records' (a view numpy refuses writes to, not a copy:
+    16 MB fewer at a million requests; nothing in a run changes a request's lengths)."""
+    view = lengths.view()
+    view.flags.writeable = False
+    return view
