@@ -1,7 +1,7 @@
 """The summary reads the per-request times a column at a time (report.summary._latencies)
 rather than building every per-request column at once; its figures must be the ones those
 columns give, to the bit. A differential test against the columns, on an open- and a
-closed-loop run."""
+closed-loop run; and the CSV files written a block of rows at a time."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rdu_sim.report import files
+from rdu_sim.report.files import write_outputs
 from rdu_sim.report.summary import Percentiles, _time_average, request_columns, series_columns
 from tests.test_api_run import fake_run
 
@@ -76,3 +78,19 @@ def test_the_summary_holds_a_few_columns_not_a_dozen() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 8 * max(5 * requests, 4 * rows) + 2**20, (peak, requests, rows)
+
+
+def test_csv_written_a_block_at_a_time_is_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """requests.csv and timeseries.csv turn a block of rows at a time into Python values;
+    the bytes must not depend on the block size (blocks of 7 rows against one block)."""
+    result = fake_run(LLAMA, **{"serving.requests": 40, "serving.batch_slots": 3})
+    whole = write_outputs(tmp_path / "whole", {}, result.requests(), result.timeseries())
+    monkeypatch.setattr(files, "ROWS_PER_BLOCK", 7)
+    blocks = write_outputs(tmp_path / "blocks", {}, result.requests, result.timeseries)
+    for one, other in zip(whole, blocks, strict=True):
+        assert one.read_bytes() == other.read_bytes()
+    assert len(whole[1].read_text().splitlines()) == 41
+    with pytest.raises(ValueError, match="unequal lengths"):
+        files.write_columns(tmp_path / "bad.csv", {"a": np.zeros(2), "b": np.zeros(3)})

@@ -99,16 +99,26 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+ROWS_PER_BLOCK = 65_536
+"""Rows turned into Python values at a time when writing CSV: a million-row file holds one
+block of Python floats (~20 MB), not every cell (~400 MB), beside its numpy columns."""
+
+
 def write_columns(path: Path, columns: Mapping[str, NDArray[Any]]) -> None:
-    """Write equal-length columns as CSV with a header row."""
+    """Write equal-length columns as CSV with a header row, a block of rows at a time."""
     names = list(columns)
-    data = [columns[name].tolist() for name in names]
+    lengths = {len(columns[name]) for name in names}
+    if len(lengths) > 1:
+        raise ValueError(f"columns of unequal lengths {sorted(lengths)} for {path}")
+    total = lengths.pop() if lengths else 0
 
     def rows(handle: IO[Any]) -> None:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(names)
-        for row in zip(*data, strict=True):
-            writer.writerow([_cell(v) for v in row])
+        for start in range(0, total, ROWS_PER_BLOCK):
+            block = [columns[name][start : start + ROWS_PER_BLOCK].tolist() for name in names]
+            for row in zip(*block, strict=True):
+                writer.writerow([_cell(v) for v in row])
 
     write_file(path, rows)
 
@@ -119,17 +129,22 @@ def write_json(path: Path, result: Mapping[str, Any]) -> None:
     write_file(path, lambda handle: handle.write(text))
 
 
+Columns = Mapping[str, NDArray[Any]]
+
+
 def write_outputs(
     out_dir: Path | str,
     result: Mapping[str, Any],
-    requests: Mapping[str, NDArray[Any]],
-    timeseries: Mapping[str, NDArray[Any]],
+    requests: Columns | Callable[[], Columns],
+    timeseries: Columns | Callable[[], Columns],
 ) -> list[Path]:
-    """Write the three files into ``out_dir`` (created if needed); return their paths."""
+    """Write the three files into ``out_dir`` (created if needed); return their paths.
+    ``requests`` and ``timeseries`` may be functions giving the columns, called when their
+    file is written, so the two tables are never in memory at once."""
     folder = Path(out_dir)
     make_folder(folder)
     paths = [folder / RESULT_FILE, folder / REQUESTS_FILE, folder / TIMESERIES_FILE]
     write_json(paths[0], result)
-    write_columns(paths[1], requests)
-    write_columns(paths[2], timeseries)
+    write_columns(paths[1], requests() if callable(requests) else requests)
+    write_columns(paths[2], timeseries() if callable(timeseries) else timeseries)
     return paths
