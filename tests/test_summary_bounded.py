@@ -83,12 +83,15 @@ def test_the_summary_holds_a_few_columns_not_a_dozen() -> None:
 def test_csv_written_a_block_at_a_time_is_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """requests.csv and timeseries.csv turn a block of rows at a time into Python values;
-    the bytes must not depend on the block size (blocks of 7 rows against one block)."""
+    """requests.csv is computed and written a block of requests at a time, and both CSV files
+    turn a block of rows at a time into Python values; the bytes must not depend on the
+    block sizes (blocks of 6 requests and 7 rows against one block)."""
     result = fake_run(LLAMA, **{"serving.requests": 40, "serving.batch_slots": 3})
     whole = write_outputs(tmp_path / "whole", {}, result.requests(), result.timeseries())
     monkeypatch.setattr(files, "ROWS_PER_BLOCK", 7)
-    blocks = write_outputs(tmp_path / "blocks", {}, result.requests, result.timeseries)
+    blocks = write_outputs(
+        tmp_path / "blocks", {}, lambda: result.request_blocks(6), result.timeseries
+    )
     for one, other in zip(whole, blocks, strict=True):
         assert one.read_bytes() == other.read_bytes()
     assert len(whole[1].read_text().splitlines()) == 41

@@ -196,7 +196,7 @@ def command(
         folder = out_dir
         _write(
             folder,
-            lambda: write_outputs(folder, data, result.requests, result.timeseries),
+            lambda: write_outputs(folder, data, result.request_blocks, result.timeseries),
             "result.json, requests.csv, timeseries.csv",
             as_json,
         )

@@ -16,7 +16,7 @@ import csv
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -99,26 +99,32 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+Columns = Mapping[str, NDArray[Any]]
+
 ROWS_PER_BLOCK = 65_536
 """Rows turned into Python values at a time when writing CSV: a million-row file holds one
 block of Python floats (~20 MB), not every cell (~400 MB), beside its numpy columns."""
 
 
-def write_columns(path: Path, columns: Mapping[str, NDArray[Any]]) -> None:
-    """Write equal-length columns as CSV with a header row, a block of rows at a time."""
-    names = list(columns)
-    lengths = {len(columns[name]) for name in names}
-    if len(lengths) > 1:
-        raise ValueError(f"columns of unequal lengths {sorted(lengths)} for {path}")
-    total = lengths.pop() if lengths else 0
+def write_columns(path: Path, columns: Columns | Iterable[Columns]) -> None:
+    """Write equal-length columns as CSV with a header row, a block of rows at a time; or
+    blocks of such columns one after the other (the header from the first block)."""
+    blocks = iter([columns] if isinstance(columns, Mapping) else columns)
 
     def rows(handle: IO[Any]) -> None:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(names)
-        for start in range(0, total, ROWS_PER_BLOCK):
-            block = [columns[name][start : start + ROWS_PER_BLOCK].tolist() for name in names]
-            for row in zip(*block, strict=True):
-                writer.writerow([_cell(v) for v in row])
+        for number, block in enumerate(blocks):
+            names = list(block)
+            if number == 0:
+                writer.writerow(names)
+            lengths = {len(block[name]) for name in names}
+            if len(lengths) > 1:
+                raise ValueError(f"columns of unequal lengths {sorted(lengths)} for {path}")
+            total = lengths.pop() if lengths else 0
+            for start in range(0, total, ROWS_PER_BLOCK):
+                part = [block[name][start : start + ROWS_PER_BLOCK].tolist() for name in names]
+                for row in zip(*part, strict=True):
+                    writer.writerow([_cell(v) for v in row])
 
     write_file(path, rows)
 
@@ -129,18 +135,16 @@ def write_json(path: Path, result: Mapping[str, Any]) -> None:
     write_file(path, lambda handle: handle.write(text))
 
 
-Columns = Mapping[str, NDArray[Any]]
-
-
 def write_outputs(
     out_dir: Path | str,
     result: Mapping[str, Any],
-    requests: Columns | Callable[[], Columns],
-    timeseries: Columns | Callable[[], Columns],
+    requests: Columns | Callable[[], Columns | Iterable[Columns]],
+    timeseries: Columns | Callable[[], Columns | Iterable[Columns]],
 ) -> list[Path]:
     """Write the three files into ``out_dir`` (created if needed); return their paths.
-    ``requests`` and ``timeseries`` may be functions giving the columns, called when their
-    file is written, so the two tables are never in memory at once."""
+    ``requests`` and ``timeseries`` may be functions giving the columns (or blocks of rows
+    of them), called when their file is written, so the two tables are never in memory at
+    once."""
     folder = Path(out_dir)
     make_folder(folder)
     paths = [folder / RESULT_FILE, folder / REQUESTS_FILE, folder / TIMESERIES_FILE]

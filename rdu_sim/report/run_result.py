@@ -9,12 +9,14 @@ and ``step_shapes()``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
 
 from numpy.typing import NDArray
 
+from rdu_sim.report.files import ROWS_PER_BLOCK
 from rdu_sim.report.summary import RunSummary, request_columns, series_columns, summarize
 from rdu_sim.serving.run import ServingRun
 
@@ -50,6 +52,13 @@ class RunResult(ServingRun):
         """Per-request columns: ids, lengths, slot, arrival/admit/first-token/finish times,
         queue delay, TTFT, TPOT, end-to-end latency (seconds)."""
         return request_columns(self.records)
+
+    def request_blocks(self, rows: int = ROWS_PER_BLOCK) -> Iterator[dict[str, NDArray[Any]]]:
+        """``requests()`` a block of ``rows`` requests at a time (what ``--out`` writes
+        ``requests.csv`` from: a million requests never hold every column at once)."""
+        total = len(self.records)
+        for start in range(0, max(total, 1), rows):
+            yield request_columns(self.records, slice(start, start + rows))
 
     def timeseries(self) -> dict[str, NDArray[Any]]:
         """State after each change: waiting, prefilling, decoding, occupied, occupancy,

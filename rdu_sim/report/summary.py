@@ -380,20 +380,22 @@ def memory_summary(placement: Placement) -> dict[str, TierMemory]:
     return out
 
 
-def request_columns(records: ServingRecords) -> dict[str, NDArray[Any]]:
-    """Per-request columns (seconds), in request-id order; for CSV and plots."""
+def request_columns(records: ServingRecords, rows: slice = slice(None)) -> dict[str, NDArray[Any]]:
+    """Per-request columns (seconds), in request-id order; for CSV and plots. ``rows``: the
+    requests ``rows.start`` to ``rows.stop`` only (a block of ``requests.csv``; every value
+    is computed element by element, so a block's rows equal the whole table's)."""
     sec = records.seconds
-    arrival, admit = sec(records.arrival_ps), sec(records.admit_ps)
-    first, finish = sec(records.first_token_ps), sec(records.finish_ps)
-    output = records.output_tokens
+    arrival, admit = sec(records.arrival_ps[rows]), sec(records.admit_ps[rows])
+    first, finish = sec(records.first_token_ps[rows]), sec(records.finish_ps[rows])
+    output = records.output_tokens[rows]
     decode_tokens = (output - 1).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(output > 1, (finish - first) / np.maximum(decode_tokens, 1), np.nan)
     columns = {
-        "request": np.arange(len(records), dtype=np.int64),
-        "prompt_tokens": records.prompt_tokens,
+        "request": np.arange(len(records), dtype=np.int64)[rows],
+        "prompt_tokens": records.prompt_tokens[rows],
         "output_tokens": output,
-        "slot": records.slot,
+        "slot": records.slot[rows],
         "arrival_s": arrival,
         "admit_s": admit,
         "first_token_s": first,
@@ -404,12 +406,13 @@ def request_columns(records: ServingRecords) -> dict[str, NDArray[Any]]:
         "e2e_s": finish - arrival,
     }
     if records.speculation == "prefill":
-        columns["kept_prompt_tokens"] = records.target_prompt_tokens
+        columns["kept_prompt_tokens"] = records.target_prompt_tokens[rows]
     if records.speculation == "decoding":
-        columns["rounds"] = records.rounds
+        rounds = records.rounds[rows]
+        columns["rounds"] = rounds
         with np.errstate(divide="ignore", invalid="ignore"):
             columns["accepted_tokens_per_step"] = np.where(
-                records.rounds > 0, decode_tokens / np.maximum(records.rounds, 1), np.nan
+                rounds > 0, decode_tokens / np.maximum(rounds, 1), np.nan
             )
     return columns
 
