@@ -35,7 +35,7 @@ from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.tile_work import TileWork
-from rdu_sim.engine.timing import KernelTiming, StepTiming
+from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
 
 
 class Engine:
@@ -170,35 +170,26 @@ class Engine:
             "ddr": total.ddr_busy_s,
             "link": total.link_busy_s,
         }
-        shape = program.shape
-        return StepTiming(
+        return step_timing(
+            program,
+            total,
             step_s=step,
-            phase=shape.phase,
-            batch=shape.batch,
-            tokens=shape.tokens,
-            context=shape.cache_len,
-            tp=program.tp,
-            flops=total.flops,
-            vector_flops=total.vector_flops,
             bytes_by_tier={
                 "hbm": total.hbm_bytes,
                 "ddr": total.ddr_bytes,
                 "sram": total.sram_bytes,
                 "p2p": total.p2p_bytes,
             },
-            kernels=kernels,
             busy_s=busy,
-            utilization={k: (v / step if step > 0 else 0.0) for k, v in busy.items()},
-            hbm_bandwidth_fraction=(
-                total.hbm_bytes / step / sock.hbm.bandwidth if step > 0 else 0.0
-            ),
-            flops_fraction=total.flops / step / sock.peak_flops if step > 0 else 0.0,
+            kernels=kernels,
+            hbm_bandwidth=sock.hbm.bandwidth,
+            peak_flops=sock.peak_flops,
             events=events,
             estimated_events=planned,
             tiles_per_stage=self.config.tiles_per_stage,
             sockets_simulated=program.tp if self.config.all_sockets else 1,
             fast_forward=self.config.fast_forward,
-            records=timeline.freeze() if timeline is not None else None,
+            timeline=timeline,
         )
 
 

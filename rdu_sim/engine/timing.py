@@ -8,10 +8,14 @@ whose keys are a contract for ``rdu-sim step --json``, the serving step cache an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rdu_sim.engine.collective_port import CollectiveTiming
-from rdu_sim.engine.records import TraceRecords
+from rdu_sim.engine.records import Recorder, TraceRecords
+
+if TYPE_CHECKING:
+    from rdu_sim.compiler.program import Program
+    from rdu_sim.engine.run_stats import RunStats
 
 UNIT_KINDS: tuple[str, ...] = ("pcu", "pmu", "hbm", "ddr", "link")
 """Unit kinds whose busy time the engine reports."""
@@ -134,3 +138,53 @@ class StepTiming:
             "sram_bytes": self.sram_bytes,
             "collectives": [c.to_dict() for c in self.collectives],
         }
+
+
+def step_timing(
+    program: Program,
+    total: RunStats,
+    *,
+    step_s: float,
+    bytes_by_tier: dict[str, float],
+    busy_s: dict[str, float],
+    kernels: tuple[KernelTiming, ...],
+    hbm_bandwidth: float,
+    peak_flops: float,
+    events: int,
+    estimated_events: int,
+    tiles_per_stage: int,
+    sockets_simulated: int,
+    fast_forward: bool,
+    timeline: Recorder | None,
+) -> StepTiming:
+    """A simulated step's timing from its totals, for every engine: the shape is the
+    Program's, each unit's utilization its busy time over the step, and the shares of peak
+    HBM bandwidth and matrix FLOP/s are achieved rates over ``hbm_bandwidth`` and
+    ``peak_flops`` (0 for an empty step)."""
+
+    def per_step(value: float) -> float:
+        return value / step_s if step_s > 0 else 0.0
+
+    shape = program.shape
+    return StepTiming(
+        step_s=step_s,
+        phase=shape.phase,
+        batch=shape.batch,
+        tokens=shape.tokens,
+        context=shape.cache_len,
+        tp=program.tp,
+        flops=total.flops,
+        vector_flops=total.vector_flops,
+        bytes_by_tier=bytes_by_tier,
+        kernels=kernels,
+        busy_s=busy_s,
+        utilization={kind: per_step(busy) for kind, busy in busy_s.items()},
+        hbm_bandwidth_fraction=per_step(total.hbm_bytes) / hbm_bandwidth,
+        flops_fraction=per_step(total.flops) / peak_flops,
+        events=events,
+        estimated_events=estimated_events,
+        tiles_per_stage=tiles_per_stage,
+        sockets_simulated=sockets_simulated,
+        fast_forward=fast_forward,
+        records=timeline.freeze() if timeline is not None else None,
+    )

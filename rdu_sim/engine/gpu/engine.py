@@ -34,7 +34,7 @@ from rdu_sim.engine.gpu.stream import Call, execution_order, run_stream
 from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, segments
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
-from rdu_sim.engine.timing import KernelTiming, StepTiming
+from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
 
 
 class GpuEngine:
@@ -163,18 +163,12 @@ class GpuEngine:
             "link": total.link_busy_s,
             "host": host_s,
         }
-        peak = peak_matrix_flops(gpu, self.settings)
-        shape = program.shape
-        return StepTiming(
+        return step_timing(
+            program,
+            total,
             step_s=step,
-            phase=shape.phase,
-            batch=shape.batch,
-            tokens=shape.tokens,
-            context=shape.cache_len,
-            tp=program.tp,
-            flops=total.flops,
-            vector_flops=total.vector_flops,
             bytes_by_tier={"hbm": total.hbm_bytes, "ddr": 0.0, "sram": 0.0, "p2p": total.p2p_bytes},
+            busy_s=busy,
             kernels=tuple(
                 KernelTiming(
                     name=k.name,
@@ -187,18 +181,14 @@ class GpuEngine:
                 )
                 for k, r in zip(program.kernels, results, strict=True)
             ),
-            busy_s=busy,
-            utilization={k: (v / step if step > 0 else 0.0) for k, v in busy.items()},
-            hbm_bandwidth_fraction=(
-                total.hbm_bytes / step / gpu.hbm.bandwidth if step > 0 else 0.0
-            ),
-            flops_fraction=total.flops / step / peak if step > 0 else 0.0,
+            hbm_bandwidth=gpu.hbm.bandwidth,
+            peak_flops=peak_matrix_flops(gpu, self.settings),
             events=events,
             estimated_events=planned,
             tiles_per_stage=self.config.tiles_per_stage,
             sockets_simulated=1,
             fast_forward=self.config.fast_forward,
-            records=timeline.freeze() if timeline is not None else None,
+            timeline=timeline,
         )
 
 
