@@ -185,10 +185,14 @@ def test_console_report_renders() -> None:
     from rich.console import Console
 
     console = Console(record=True, width=120)
-    console.print(render(fake_run(LLAMA, **{"serving.requests": 5}).summary()))
+    summary = fake_run(LLAMA, **{"serving.requests": 5}).summary()
+    console.print(render(summary))
     text = console.export_text()
     for words in ("Memory per socket", "time to first token", "room for", "HBM", "load: 5"):
         assert words in text
+    cache = summary.step_cache  # shapes simulated, for every step the run took
+    steps = f"{cache.shapes:,} for {cache.hits + cache.misses:,} steps (each simulated once)"
+    assert cache.hits > 0 and steps in text
 
 
 _CHILD = """

@@ -240,11 +240,17 @@ def serving_table(result: RunSummary) -> Table:
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),
         *energy_rows(result),
-        ("step shapes simulated", f"{cache.shapes:,} ({human.percent(cache.hit_rate)} reused)"),
+        ("step shapes simulated", _shapes_row(cache.shapes, cache.hits + cache.misses)),
     ]
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _shapes_row(shapes: int, steps: int) -> str:
+    """How many static step shapes the engine simulated, for how many steps run (each
+    shape is simulated once and its time reused for every other step of that shape)."""
+    return f"{shapes:,} for {human.count(steps, 'step')} (each simulated once)"
 
 
 LATENCIES = (
