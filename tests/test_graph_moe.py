@@ -179,3 +179,12 @@ def test_expert_gemm_shape_is_exact_where_the_expectation_is_an_integer(batch: i
         assert gemm is not None
         if batch == 1 or loading == "static":
             assert (gemm.m, gemm.batch) == (1, 8 * batch)
+
+
+def test_graph_default_expert_loading_is_the_workloads() -> None:
+    """The graph builders' default equals the workload field's (config cannot import graph)."""
+    from rdu_sim.config.workload import WorkloadConfig
+    from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING
+
+    field = WorkloadConfig.model_fields["moe_expert_loading"]
+    assert field.default == DEFAULT_EXPERT_LOADING

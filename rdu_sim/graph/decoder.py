@@ -19,7 +19,7 @@ from rdu_sim.graph.builder import GraphBuilder, operators
 from rdu_sim.graph.ffn import add_moe, add_swiglu
 from rdu_sim.graph.gqa import add_gqa
 from rdu_sim.graph.mla import MlaCache, add_mla
-from rdu_sim.graph.moe import ExpertLoading
+from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.operator import Split, TensorSpec
 from rdu_sim.graph.ops import act, residual, rmsnorm
 from rdu_sim.graph.shape import Precision, StepShape
@@ -36,7 +36,7 @@ def decoder_layer(
     *,
     name: str,
     cache: MlaCache = "latent",
-    expert_loading: ExpertLoading = "routed",
+    expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
 ) -> nx.DiGraph:
     """The graph of one decoder layer of `kind` at `shape`."""
     x = act(LAYER_INPUT, (shape.batch, shape.tokens, arch.hidden_size), precision)

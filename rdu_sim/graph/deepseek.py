@@ -13,7 +13,7 @@ import networkx as nx
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.decoder import decoder_layer
 from rdu_sim.graph.mla import MlaCache
-from rdu_sim.graph.moe import ExpertLoading
+from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.shape import Precision, StepShape
 from rdu_sim.models.layers import FfnKind, LayerKind
 
@@ -25,7 +25,7 @@ def deepseek_layer(
     *,
     ffn: FfnKind,
     cache: MlaCache = "latent",
-    expert_loading: ExpertLoading = "routed",
+    expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
 ) -> nx.DiGraph:
     """The graph of one DeepSeek decoder layer with a dense or MoE feed-forward."""
     return decoder_layer(

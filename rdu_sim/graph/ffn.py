@@ -17,7 +17,12 @@ from __future__ import annotations
 import math
 
 from rdu_sim.graph.builder import GraphBuilder
-from rdu_sim.graph.moe import ExpertLoading, experts_data_dependent, experts_loaded
+from rdu_sim.graph.moe import (
+    DEFAULT_EXPERT_LOADING,
+    ExpertLoading,
+    experts_data_dependent,
+    experts_loaded,
+)
 from rdu_sim.graph.operator import Combine, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import ADD_FLOPS, SILU_MUL_FLOPS, act, linear, silu_mul
 from rdu_sim.graph.shape import FP32, INDEX, Precision, StepShape
@@ -96,7 +101,7 @@ def add_moe(
     shape: StepShape,
     precision: Precision,
     out: str,
-    loading: ExpertLoading = "routed",
+    loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
 ) -> TensorSpec:
     """Router, top-k, shared experts, routed experts and combine; returns the partial sum.
 

@@ -18,7 +18,7 @@ from rdu_sim.graph.builder import operators
 from rdu_sim.graph.decoder import chain_layers, decoder_layer
 from rdu_sim.graph.heads import embedding_graph, lm_head_graph
 from rdu_sim.graph.mla import MlaCache
-from rdu_sim.graph.moe import ExpertLoading
+from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.shape import Precision, StepShape
 from rdu_sim.models.layers import Architecture, layer_kinds, layer_segments, segment_name
 
@@ -37,7 +37,7 @@ def decoder_groups(
     shape: StepShape,
     precision: Precision,
     cache: MlaCache = "latent",
-    expert_loading: ExpertLoading = "routed",
+    expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
 ) -> list[GraphGroup]:
     """The decoder layers, one group per run of a repeating body, in order.
     `expert_loading` applies to MoE layers (see `moe.experts_loaded`)."""
@@ -71,7 +71,7 @@ def model_groups(
     shape: StepShape,
     precision: Precision,
     cache: MlaCache = "latent",
-    expert_loading: ExpertLoading = "routed",
+    expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
 ) -> list[GraphGroup]:
     """Embedding, decoder layer groups, LM head: everything one step runs, in order."""
     return [

@@ -38,6 +38,10 @@ import numpy as np
 
 ExpertLoading = Literal["routed", "static"]
 
+DEFAULT_EXPERT_LOADING: ExpertLoading = "routed"
+"""The graph builders' expert loading when a caller gives none (a workload always gives
+its ``moe_expert_loading``, whose default is the same: tests/test_graph_moe.py checks it)."""
+
 
 def expected_distinct_experts(tokens: int, experts: int, per_token: int) -> float:
     """E * (1 - (1 - k/E)^tokens): the expected number of experts `tokens` tokens touch."""
