@@ -1,15 +1,16 @@
 """Parse quantities written the way people write them ("1.8 TB/s", "64 GiB", "2 us").
 
 Every quantity is converted once, here at the config edge, into one internal unit:
-bytes (int), seconds (float), bytes per second (float), FLOP/s (float) and hertz
-(float). Nothing past the config package ever sees a unit string.
+bytes (int), seconds (float), bytes per second (float) and FLOP/s (float). Nothing past
+the config package ever sees a unit string.
 
 Units mean what they say. ``B`` is a byte and ``b`` a bit (``400 Gb/s``, ``400 Gbit/s`` and
 ``400 Gbps`` are 50 GB/s). Case is matched exactly first; a unit written in another case
-is accepted only when every unit it could stand for means the same number (``ghz`` is GHz,
-``TFLOPS`` is TFLOP/s); otherwise it is refused naming the readings (``gb/s``: GB/s or
-Gb/s?). The parser is a single left-to-right scan: its time is linear in the text, and a
-quantity longer than ``MAX_QUANTITY_CHARS`` is refused before it is looked at.
+is accepted only when every unit it could stand for means the same number (``MS`` is ms:
+there is no megasecond; ``TFLOPS`` is TFLOP/s); otherwise it is refused naming the
+readings (``gb/s``: GB/s or Gb/s?). The parser is a single left-to-right scan: its time is
+linear in the text, and a quantity longer than ``MAX_QUANTITY_CHARS`` is refused before it
+is looked at.
 """
 
 from __future__ import annotations
@@ -149,16 +150,6 @@ _TIME_UNITS = _UnitTable(
         "h": (3600.0, "hours"),
     },
 )
-_FREQ_UNITS = _UnitTable(
-    "frequency",
-    "Hz, kHz, MHz, GHz",
-    {
-        "Hz": (1.0, "hertz"),
-        "kHz": (1e3, "kilohertz"),
-        "MHz": (1e6, "megahertz"),
-        "GHz": (1e9, "gigahertz"),
-    },
-)
 _FLOPS_UNITS = _UnitTable(
     "compute rate", "FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s, TFLOPS", _flops_entries()
 )
@@ -286,11 +277,6 @@ def parse_seconds(value: Any) -> float:
     return _parse(value, _TIME_UNITS, "2 us")
 
 
-def parse_hertz(value: Any) -> float:
-    """ "1.6 GHz" -> 1.6e9."""
-    return _parse(value, _FREQ_UNITS, "1.6 GHz")
-
-
 def parse_bandwidth(value: Any) -> float:
     """ "1.8 TB/s" -> 1.8e12 bytes per second; "400 Gb/s" -> 5e10. Bare numbers are B/s."""
     number, unit = _split(value, "bandwidth", "1.8 TB/s")
@@ -339,9 +325,6 @@ Bytes = Annotated[
 ]
 Seconds = Annotated[
     float, BeforeValidator(parse_seconds, json_schema_input_type=_quantity(_TIME_UNITS))
-]
-Hertz = Annotated[
-    float, BeforeValidator(parse_hertz, json_schema_input_type=_quantity(_FREQ_UNITS))
 ]
 BytesPerSecond = Annotated[
     float, BeforeValidator(parse_bandwidth, json_schema_input_type=_quantity(_BANDWIDTH_UNITS))

@@ -54,7 +54,6 @@ _PARSERS: tuple[Callable[[Any], float], ...] = (
     units.parse_bytes,
     units.parse_flops,
     units.parse_seconds,
-    units.parse_hertz,
 )
 
 

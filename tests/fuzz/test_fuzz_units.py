@@ -17,13 +17,12 @@ from rdu_sim.config.units import (
     parse_bytes,
     parse_decimal,
     parse_flops,
-    parse_hertz,
     parse_seconds,
     split_quantity,
 )
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None)
-PARSERS = [parse_bytes, parse_seconds, parse_hertz, parse_bandwidth, parse_flops]
+PARSERS = [parse_bytes, parse_seconds, parse_bandwidth, parse_flops]
 
 # Independent of rdu_sim.config.units: what each prefix and base unit mean.
 PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
