@@ -167,3 +167,24 @@ def test_sweep_specs_use_the_sweep_hook(tmp_path: Path, monkeypatch: pytest.Monk
     result = CliRunner().invoke(cli, ["check", str(spec)])
     assert result.exit_code == 2
     assert "axes.serving.batch_slots: bad axis" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("buckets", "message"),
+    [
+        ("[]", "must be a non-empty list of lengths >= 1, got []"),
+        ("[0, 8192]", "must be a non-empty list of lengths >= 1, got [0, 8192]"),
+        ("[1024]", "do not cover max_context=8192"),
+    ],
+)
+def test_bad_context_buckets_name_their_line(tree: Path, buckets: str, message: str) -> None:
+    """One rule (kv.policies.context_buckets) checks the bucket list, for check and run."""
+    workload = _misspell(
+        tree / "workloads" / LLAMA_1S, "policy: full", f"policy: full\n  context_buckets: {buckets}"
+    )
+    line = next(n for n, t in enumerate(workload.read_text().splitlines(), 1) if "buckets" in t)
+    for command in ("check", "run"):
+        result = CliRunner().invoke(cli, [command, str(workload)])
+        assert result.exit_code == 2, result.output
+        assert f"{workload.name}:{line}: kv.context_buckets:" in result.stderr
+        assert message in result.stderr

@@ -106,11 +106,6 @@ class KVConfig(StrictModel):
             raise ValueError("give kv.budget or kv.compression_ratio, not both")
         if self.kernel_size % 2 == 0:
             raise ValueError(f"kv.kernel_size must be odd (padding k//2), got {self.kernel_size}")
-        if isinstance(self.context_buckets, list):
-            if not self.context_buckets:
-                raise ValueError("kv.context_buckets must not be empty")
-            if any(b < 1 for b in self.context_buckets):
-                raise ValueError("kv.context_buckets must all be >= 1")
         return self
 
 
