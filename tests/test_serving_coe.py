@@ -227,3 +227,22 @@ def test_a_bad_expert_column_is_named(
     with pytest.raises(ConfigError) as info:
         _from_trace(trace)
     assert field in str(info.value) and words in str(info.value)
+
+
+def test_room_for_counts_the_slots_that_leave_one_expert_in_hbm() -> None:
+    """A CoE's batch capacity is the most slots whose KV cache still leaves the HBM region
+    one expert: one slot more and no expert fits (the plain model's capacity, which
+    ignores the router, is larger)."""
+    from rdu_sim.compiler import CapacityError
+    from rdu_sim.compiler.placement import batch_capacity
+    from rdu_sim.serving.coe import coe_capacity, region_experts, router_scenario
+
+    scenario = load_scenario(COE)
+    assert scenario.workload.coe is not None
+    router = router_scenario(scenario, scenario.workload.coe)
+    capacity = coe_capacity(scenario, router)
+    assert region_experts(scenario, router, capacity) == 1
+    with pytest.raises(CapacityError, match="no expert fits"):
+        region_experts(scenario, router, capacity + 1)
+    assert capacity < batch_capacity(scenario)
+    assert _run()["batch_capacity"] == capacity

@@ -24,6 +24,7 @@ that batch). Capacity errors suggest only what applies to the workload (`shrink_
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rdu_sim import human
@@ -354,6 +355,15 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
                 f"KV cache is {human.size(kv_bytes(scenario, 1), 4)} (kv.policy "
                 f"{scenario.workload.kv.policy}); {_join(hints)}"
             )
+        return 0
+    return most_slots(fits)
+
+
+def most_slots(fits: Callable[[int], bool]) -> int:
+    """The largest slot count ``fits`` accepts (at most ``MAX_SLOTS``; 0 if not even one),
+    for a ``fits`` that holds up to some count and fails above it (memory grows with
+    slots): doubling, then bisection."""
+    if not fits(1):
         return 0
     low, high = 1, 2
     while fits(high):

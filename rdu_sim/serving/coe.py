@@ -46,7 +46,12 @@ from numpy.typing import NDArray
 
 from rdu_sim import human
 from rdu_sim.compiler import CapacityError
-from rdu_sim.compiler.placement import activation_bytes, kv_bytes, weight_inventory
+from rdu_sim.compiler.placement import (
+    activation_bytes,
+    kv_bytes,
+    most_slots,
+    weight_inventory,
+)
 from rdu_sim.compiler.program import Placement, Tier, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
@@ -68,6 +73,7 @@ __all__ = [
     "EVICTION",
     "CoEStats",
     "ExpertRegion",
+    "coe_capacity",
     "coe_placement",
     "expert_tags",
     "region_experts",
@@ -181,16 +187,29 @@ def _weights(scenario: Scenario) -> int:
     return sum(w.bytes for w in weight_inventory(scenario))
 
 
+def _fixed_hbm(scenario: Scenario, router: Scenario, slots: int) -> int:
+    """HBM bytes per socket outside the expert region: the router's weights, the slots' KV
+    cache and the larger of the two models' activations."""
+    return (
+        _weights(router)
+        + kv_bytes(scenario, slots)
+        + max(activation_bytes(scenario, slots), activation_bytes(router, slots))
+    )
+
+
+def coe_capacity(scenario: Scenario, router: Scenario) -> int:
+    """Most batch slots that still leave the HBM region room for one expert (a CoE's
+    ``room for``: more slots take the region's HBM for KV cache)."""
+    room = scenario.hardware.hbm.capacity - _weights(scenario)
+    return most_slots(lambda slots: _fixed_hbm(scenario, router, slots) <= room)
+
+
 def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:
     """Expert slots of the HBM region on each socket: what HBM leaves after the router's
     weights, the slots' KV cache and the activations, in whole experts (CapacityError if
     not one fits)."""
     hbm = scenario.hardware.hbm.capacity
-    fixed = (
-        _weights(router)
-        + kv_bytes(scenario, slots)
-        + max(activation_bytes(scenario, slots), activation_bytes(router, slots))
-    )
+    fixed = _fixed_hbm(scenario, router, slots)
     expert = _weights(scenario)
     count = (hbm - fixed) // expert if hbm > fixed else 0
     if count < 1:

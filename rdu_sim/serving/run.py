@@ -23,6 +23,7 @@ from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
 from rdu_sim.serving.coe import (
     CoEStats,
+    coe_capacity,
     coe_placement,
     region_experts,
     router_scenario,
@@ -163,6 +164,7 @@ def serve_scenario(
                 saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
         else:
             router = router_scenario(scenario, coe)
+            capacity = coe_capacity(scenario, router)
             region = region_experts(scenario, router, slots)
             placement = coe_placement(scenario, router, slots, region)
             routing = StepCache(lambda shape: backend.step_cost(router, shape))
