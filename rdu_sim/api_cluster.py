@@ -34,6 +34,7 @@ from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.provenance import file_digest, of_scenario, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
+from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import StepCost
@@ -90,6 +91,12 @@ class PoolResolved:
             "batch_slots": self.runtime.config.batch_slots,
             "prefix_cache_blocks": self.runtime.prefix_blocks,
         }
+
+
+def pool_machine(pool: PoolScenario) -> Machine:
+    """A pool's sockets with its hardware's power and prices (for the cluster's energy)."""
+    hardware = pool.scenario.hardware
+    return Machine(hardware.power, hardware.cost, pool.sockets, hardware.system.sockets_per_node)
 
 
 def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Placement) -> int:
@@ -212,6 +219,7 @@ class ClusterResult:
                 labels=self.labels,
                 traffic=self.run.fit.requests.summary.to_dict(),
                 shapes_simulated=self.shapes_simulated,
+                machines=[pool_machine(p.pool) for p in self.pools],
             )
             self._summary["provenance"] = self.provenance()
         return dict(self._summary)

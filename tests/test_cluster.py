@@ -405,6 +405,26 @@ def test_disaggregated_serving(tmp_path: Path) -> None:
 # --- metrics ---------------------------------------------------------------------------------
 
 
+def test_cluster_energy_sums_its_pools(tmp_path: Path) -> None:
+    """Every pool's sockets and hosts draw for the cluster's makespan, at its own power."""
+    pools = {
+        "a": {"workload": str(LLAMA), "replicas": 2, "set": {"serving.batch_slots": 8}},
+        "b": {
+            "workload": str(LLAMA),
+            "replicas": 3,
+            "set": {"serving.batch_slots": 8, "hw.power.socket_w": 700},
+        },
+    }
+    data = fake(write_cluster(tmp_path, pools=pools)).to_dict()
+    energy, span = data["energy"], data["makespan_s"]
+    host = 1500.0 / 8  # the shipped sn40l.yaml: 1,500 W a host of 8 sockets
+    watts = 2 * (530 + host) + 3 * (700 + host)
+    assert energy["average_power_w"] == pytest.approx(watts, rel=1e-12)
+    assert energy["joules"] == pytest.approx(watts * span, rel=1e-9)
+    tokens = data["output_tokens"]
+    assert energy["output_tokens_per_joule"] == pytest.approx(tokens / (watts * span), rel=1e-9)
+
+
 def test_goodput_recount_and_classes(tmp_path: Path) -> None:
     table = synthetic_table(SyntheticTrace(requests=150, rate=9.0, prompt_high=9000, seed=8))
     trace = write_trace(tmp_path, "t.csv", table, "csv")

@@ -14,7 +14,7 @@ import pytest
 
 from rdu_sim import api
 from rdu_sim.config.economics import CostConfig, PowerConfig
-from rdu_sim.report.energy import J_PER_KWH, energy_of
+from rdu_sim.report.energy import J_PER_KWH, Machine, energy_of, fleet_energy
 
 SMALL = {"serving.requests": 12, "serving.output_tokens": 32, "serving.prompt_tokens": 256}
 
@@ -35,6 +35,35 @@ def test_the_formula_on_numbers_worked_by_hand() -> None:
     assert unpriced.usd_per_million_output_tokens is None
     assert energy_of(None, cost, 2, 8, 3600, 10) is None  # no power given: not reported
     assert energy_of(power, cost, 2, 8, None, 10) is None  # nothing ran
+
+
+def test_a_fleet_is_the_sum_of_its_machines() -> None:
+    """A cluster's pools all draw for the makespan: watts, joules and dollars add up; one
+    unpriced pool leaves the fleet unpriced, one without power leaves it unreported."""
+    a = Machine(
+        PowerConfig(socket_w=500, host_w=1600),
+        CostConfig(usd_per_socket_hour=2.0, usd_per_kwh=0.1),
+        2,
+        8,
+    )
+    b = Machine(
+        PowerConfig(socket_w=700, host_w=2000),
+        CostConfig(usd_per_socket_hour=3.0, usd_per_kwh=0.2),
+        16,
+        16,
+    )
+    fleet = fleet_energy([a, b], 1800.0, 10**6)
+    parts = [energy_of(m.power, m.cost, m.sockets, m.sockets_per_node, 1800.0, 0) for m in (a, b)]
+    assert fleet is not None and parts[0] is not None and parts[1] is not None
+    assert fleet.average_power_w == 1400 + 16 * 700 + 2000
+    assert fleet.joules == pytest.approx(parts[0].joules + parts[1].joules, rel=1e-15)
+    assert fleet.usd == pytest.approx((parts[0].usd or 0) + (parts[1].usd or 0), rel=1e-15)
+    assert fleet.output_tokens_per_joule == pytest.approx(10**6 / fleet.joules)
+    unpriced = Machine(b.power, CostConfig(usd_per_kwh=0.2), 16, 16)
+    partly = fleet_energy([a, unpriced], 1800.0, 10**6)
+    assert partly is not None and partly.usd is None and partly.energy_usd == fleet.energy_usd
+    assert fleet_energy([a, Machine(None, CostConfig(), 1, 8)], 1800.0, 10) is None
+    assert fleet_energy([], 1800.0, 10) is None
 
 
 @pytest.fixture(scope="module")

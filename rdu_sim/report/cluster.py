@@ -11,7 +11,8 @@ slot, as a user sees it.
   that share is at least ``slo.attainment``. ``goodput.requests_per_s`` and ``tokens_per_s``
   are those requests and their output tokens over the makespan.
 - ``makespan_s``: first arrival to last completion. ``output_tokens_per_s``: every output
-  token over it.
+  token over it. ``energy``: every pool's sockets and hosts powered for the makespan
+  (``report.energy.fleet_energy``), None when a pool's hardware gives no power.
 - Per replica: the requests it took (prefill side) or decoded, their latencies, slot
   occupancy (slot-seconds held over slots x makespan: a prefill replica holds a slot until
   its KV cache is sent, a decode replica from the reservation on), HBM and PCU utilization
@@ -21,6 +22,7 @@ slot, as a user sees it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ from rdu_sim.cluster.replica import Replica
 from rdu_sim.cluster.simulate import ClusterRun
 from rdu_sim.cluster.traffic import ClassLabels
 from rdu_sim.config.cluster import SLOConfig
+from rdu_sim.report.energy import Machine, fleet_energy
 from rdu_sim.report.summary import rounded, stats, steps_run, utilization
 from rdu_sim.serving.step_cache import PS_PER_S
 
@@ -194,6 +197,12 @@ def _prefix(replicas: Sequence[Replica]) -> dict[str, Any]:
     }
 
 
+def _energy(machines: Sequence[Machine], span: float, tokens: int) -> dict[str, Any] | None:
+    """The pools' power, energy and cost over the makespan (None without power)."""
+    energy = fleet_energy(machines, span, tokens)
+    return None if energy is None else asdict(energy)
+
+
 def _groups(index: NDArray[np.int64], n: int) -> list[NDArray[np.int64]]:
     """Request ids per replica (``index`` = replica of each request, -1 for none)."""
     order = np.argsort(index, kind="stable")
@@ -211,6 +220,7 @@ def summarize_cluster(
     labels: ClassLabels | None,
     traffic: Mapping[str, Any],
     shapes_simulated: int,
+    machines: Sequence[Machine] = (),
 ) -> dict[str, Any]:
     """The cluster run's result dict (the JSON contract of ``rdu-sim run CLUSTER --json``)."""
     cols = request_columns(run)
@@ -251,6 +261,7 @@ def summarize_cluster(
             for i, r in enumerate(replicas)
         ],
         "step_shapes_simulated": shapes_simulated,
+        "energy": _energy(machines, span, int(output[served].sum())),
     }
     if any(r.prefix is not None for r in replicas):
         skipped = int(run.records.cached_tokens[served].sum())

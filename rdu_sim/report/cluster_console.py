@@ -14,7 +14,8 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from rdu_sim import human
-from rdu_sim.report.console import LATENCIES, latency_table, wide_console
+from rdu_sim.report.console import LATENCIES, energy_rows, latency_table, wide_console
+from rdu_sim.report.energy import Energy
 from rdu_sim.report.summary import Percentiles
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
@@ -77,6 +78,8 @@ def goodput_table(result: Mapping[str, Any]) -> Table:
         ("replicas / sockets", f"{result.get('replicas')} / {result.get('sockets')}"),
         ("step shapes simulated", str(result.get("step_shapes_simulated"))),
     ]
+    energy = result.get("energy")
+    rows += energy_rows(None if energy is None else Energy(**energy))
     prefix = result.get("prefix_cache")
     if prefix:
         rows.append(

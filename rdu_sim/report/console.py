@@ -21,6 +21,7 @@ from rich.text import Text
 
 from rdu_sim import human
 from rdu_sim.report.console_speculation import speculation_table
+from rdu_sim.report.energy import Energy
 from rdu_sim.report.summary import OfferedLoad, Percentiles, RunSummary, Utilization
 from rdu_sim.serving.steady import MIN_TURNOVERS
 
@@ -156,9 +157,8 @@ def steady_decode(result: RunSummary) -> str:
     return f"not measured (needs {MIN_TURNOVERS * result.batch_slots:,} requests)"
 
 
-def energy_rows(result: RunSummary) -> list[tuple[str, str]]:
+def energy_rows(energy: Energy | None) -> list[tuple[str, str]]:
     """Energy, tokens per joule and cost, when the hardware file gives its power."""
-    energy = result.energy
     if energy is None:
         return [("energy", "not reported (no power in the hardware file)")]
     per_million = energy.usd_per_million_output_tokens
@@ -239,7 +239,7 @@ def serving_table(result: RunSummary) -> Table:
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),
-        *energy_rows(result),
+        *energy_rows(result.energy),
         ("step shapes simulated", _shapes_row(cache.shapes, cache.hits + cache.misses)),
     ]
     for name, value in rows:

@@ -7,16 +7,18 @@ slots stand idle still pays for them: accelerators and hosts idle at a large sha
 their serving draw): ``joules = makespan x (sockets x socket_w + sockets / sockets_per_node
 x host_w)``. Output tokens per joule divide the run's output tokens by that; dollars are
 ``sockets x makespan in hours x usd_per_socket_hour`` (when priced) plus ``kWh x
-usd_per_kwh``, per million output tokens.
+usd_per_kwh``, per million output tokens. A cluster is a fleet of such machines (one per
+pool), all powered for the cluster's makespan: its watts, joules and dollars are the sums.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rdu_sim.config.economics import CostConfig, PowerConfig
 
-__all__ = ["Energy", "energy_of"]
+__all__ = ["Energy", "Machine", "energy_of", "fleet_energy"]
 
 J_PER_KWH = 3.6e6
 
@@ -34,6 +36,17 @@ class Energy:
     usd_per_million_output_tokens: float | None
 
 
+@dataclass(frozen=True)
+class Machine:
+    """Sockets of one hardware file, with its power and prices (a run's machine, or one
+    pool of a cluster)."""
+
+    power: PowerConfig | None
+    cost: CostConfig
+    sockets: int
+    sockets_per_node: int
+
+
 def energy_of(
     power: PowerConfig | None,
     cost: CostConfig,
@@ -43,16 +56,33 @@ def energy_of(
     output_tokens: int,
 ) -> Energy | None:
     """The run's energy and cost; None when the hardware gives no power or nothing ran."""
-    if power is None or makespan_s is None or makespan_s <= 0:
+    machine = Machine(power, cost, sockets, sockets_per_node)
+    return fleet_energy([machine], makespan_s, output_tokens)
+
+
+def fleet_energy(
+    machines: Sequence[Machine], makespan_s: float | None, output_tokens: int
+) -> Energy | None:
+    """Machines all powered for ``makespan_s``: summed power, energy and cost; None when
+    one gives no power or nothing ran; unpriced when one has no socket-hour price."""
+    if makespan_s is None or makespan_s <= 0 or not machines:
         return None
-    watts = sockets * power.socket_w + sockets / sockets_per_node * power.host_w
-    joules = watts * makespan_s
-    energy_usd = joules / J_PER_KWH * cost.usd_per_kwh
-    usd = (
-        None
-        if cost.usd_per_socket_hour is None
-        else sockets * makespan_s / 3600.0 * cost.usd_per_socket_hour + energy_usd
-    )
+    watts = joules = energy_usd = hire_usd = 0.0
+    priced = True
+    for m in machines:
+        if m.power is None:
+            return None
+        machine_w = m.sockets * m.power.socket_w + m.sockets / m.sockets_per_node * m.power.host_w
+        machine_j = machine_w * makespan_s
+        machine_energy_usd = machine_j / J_PER_KWH * m.cost.usd_per_kwh
+        watts += machine_w
+        joules += machine_j
+        energy_usd += machine_energy_usd
+        if m.cost.usd_per_socket_hour is None:
+            priced = False
+        else:
+            hire_usd += m.sockets * makespan_s / 3600.0 * m.cost.usd_per_socket_hour
+    usd = hire_usd + energy_usd if priced else None
     return Energy(
         average_power_w=watts,
         joules=joules,
