@@ -4,10 +4,18 @@
   machine and takes exactly as long as the first: one call is simulated and counted ``calls``
   times (records are repeated on the timeline). This is not an approximation.
 * A looped kernel is one pipelined call over ``L`` layers, simulated once (``KernelSim``) and
-  cut short once it is periodic, by a plain loop over its layer boundaries: at each boundary
-  ``m`` of socket 0, ``find_cycle`` (pure) looks at the boundary log for a cycle; on a cycle
-  of ``k`` layers the run is cut to the fewest layers ``n >= safe`` with ``L - n`` a multiple
-  of ``k`` and finished, and ``extrapolate`` (pure) adds the skipped ``(L - n) / k`` cycles.
+  cut short once it is periodic, by a plain loop over its marks: instants at the same places
+  in every layer, ``marks_per_layer`` a layer (the tile ends of one reference stage that
+  split a layer evenly, its last tile among them: ``kernel_sim.MARKS_PER_LAYER``; the layer
+  boundaries when there is no such stage). At each mark ``find_cycle`` (pure) looks at the
+  mark log for a cycle; on a cycle of ``k`` layers the run is cut to the fewest layers
+  ``n >= safe`` with ``L - n`` a multiple of ``k`` and finished, and ``extrapolate`` (pure)
+  adds the skipped ``(L - n) / k`` cycles. A mark inside a layer is an instant like a
+  boundary: the state there decides the run's future just as completely. With two marks a
+  layer a one-layer cycle is seen at the first mark of layer 2 rather than at the end of
+  layer 3 (the rule also compares the span before its first mark), while the stages are a
+  layer less far ahead, so ``safe`` (and the layers simulated) is one lower on the shipped
+  steps (DeepSeek-R1's prefill MoE layer: 5 of 58 rather than 6).
 
   The cut is exact: the stages read the number of layers they run from one shared, mutable
   ``LayerCount`` (``stage_runner``) exactly where it matters (whether to go on to the next
@@ -20,13 +28,14 @@
   (same boundaries, totals and events, bit for bit; the tests check it). At a layer boundary
   ``m`` the stages have started layer ``m + 1``: ``safe`` is ``m + 3`` in practice.
 
-  The cycle rule (``find_cycle``) compares states, not only times: each boundary carries the
-  state that decides the run's future, measured from the boundary (``kernel_state``: every
+  The cycle rule (``find_cycle``) compares states, not only times: each mark carries the
+  state that decides the run's future, measured from the mark (``kernel_state``: every
   pending event, every memory stream's bytes left, every buffer, PCU group and link, every
   stage's position and phase). A cycle of ``k`` layers (the shortest of ``CYCLE_LENGTHS``)
-  is accepted at boundary ``m`` when the state at each of the last ``STATE_MATCHES``
-  boundaries ``j`` equals the state at ``j - k`` (counts equal, times within ``STATE_RTOL``
-  of the cycle's span: float rounding) and so do the spans and every total's increment: the
+  is accepted at mark ``m`` when the state at each of the last ``STATE_MATCHES``
+  marks ``j`` equals the state at the mark ``k`` layers earlier (counts equal, times within
+  ``STATE_RTOL`` of the cycle's span: float rounding) and so do the spans and every total's
+  increment: the
   deterministic simulation then repeats those ``k`` layers until it is cut, so the skipped
   cycles are known exactly, not estimated. A pipeline that settles (fluid sharing of HBM
   converges geometrically) is accepted once it has settled to rounding; one that never
@@ -88,11 +97,20 @@ class Simulation(Protocol):
         """The layer boundaries so far (looped calls)."""
 
     @property
+    def marks(self) -> Sequence[Boundary]:
+        """The instants the cycle rule compares so far: ``marks_per_layer`` a layer, at the
+        same places in every layer (the boundaries, or tile ends of one stage)."""
+
+    @property
+    def marks_per_layer(self) -> int:
+        """Marks in each layer."""
+
+    @property
     def safe(self) -> int:
         """The fewest layers the run may be cut to now."""
 
-    def run_to_boundary(self) -> Boundary | None:
-        """Simulate to the next layer boundary; None when the run has ended."""
+    def run_to_mark(self) -> Boundary | None:
+        """Simulate to the next mark; None when the run has ended."""
 
     def cut(self, layers: int) -> None:
         """Run ``layers`` layers instead."""
@@ -128,8 +146,8 @@ class KernelResult:
 
 def fewest_layers(kernel: KernelProgram, fast_forward: bool) -> int:
     """The fewest layers (or calls) ``time_kernel`` simulates of ``kernel``: a cut comes at
-    a boundary ``m >= STATE_MATCHES`` (a one-layer cycle seen ``STATE_MATCHES`` times) and
-    keeps at least ``m + 2`` layers."""
+    a mark of layer ``m >= STATE_MATCHES`` (a one-layer cycle seen at ``STATE_MATCHES`` marks,
+    and the span before the first) and keeps at least ``m + 2`` layers."""
     calls = kernel.calls
     if not fast_forward:
         return calls
@@ -152,8 +170,8 @@ def time_kernel(kernel: KernelProgram, start: StartFn, fast_forward: bool) -> Ke
         return KernelResult(r.stats, r.events, calls, None, r.recorder)
     sim = start(calls, True)
     cycle = None
-    while cycle is None and sim.run_to_boundary() is not None:
-        cycle = find_cycle(sim.boundaries, calls, sim.safe)
+    while cycle is None and sim.run_to_mark() is not None:
+        cycle = find_cycle(sim.marks, calls, sim.safe, per_layer=sim.marks_per_layer)
     if cycle is None:  # no cycle: this was the full run
         r = sim.finish()
         return KernelResult(r.stats, r.events, calls, None, r.recorder)
@@ -180,35 +198,40 @@ def find_cycle(
     calls: int,
     safe: int,
     lengths: tuple[int, ...] = CYCLE_LENGTHS,
+    per_layer: int = 1,
 ) -> Cycle | None:
-    """The shortest cycle of ``lengths`` the boundaries ``0 .. m`` of a looped run of
-    ``calls`` layers end in, or None. The run is to be cut to ``n = safe + (calls - safe) %
-    k`` layers (skipping ``(calls - n) / k`` cycles).
+    """The shortest cycle of ``lengths`` layers the marks ``0 .. m`` (``per_layer`` a
+    layer, at the same places in every layer: the layer boundaries when 1) of a looped run
+    of ``calls`` layers end in, or None. The run is to be cut to ``n = safe + (calls - safe)
+    % k`` layers (skipping ``(calls - n) / k`` cycles).
 
-    A cycle of ``k`` layers: for each of the last ``STATE_MATCHES`` boundaries ``j``, the
-    state at ``j`` equals the state at ``j - k`` (``KernelState.matches``), the span
-    ``c[j] - c[j - k]`` equals the one before it, and every total grows by the same
-    increment over it, all within ``STATE_RTOL`` of the span.
+    A cycle of ``k`` layers, ``lag = k * per_layer`` marks: for each of the last
+    ``STATE_MATCHES`` marks ``j``, the state at ``j`` equals the state at ``j - lag``
+    (``KernelState.matches``), the span ``c[j] - c[j - lag]`` equals the one before it, and
+    every total grows by the same increment over it, all within ``STATE_RTOL`` of the span.
     """
     m = len(boundaries) - 1
     ends = [b.end_s for b in boundaries]
     for k in lengths:
+        lag = k * per_layer
         window = range(m - STATE_MATCHES + 1, m + 1)
-        if window.start - k - 1 < 0:
+        if window.start - lag - 1 < 0:
             break
         n = safe + (calls - safe) % k
         if n >= calls:
             continue
-        span = ends[m] - ends[m - k]
+        span = ends[m] - ends[m - lag]
         tolerance = STATE_RTOL * span
         if not all(
-            abs((ends[j] - ends[j - k]) - (ends[j - 1] - ends[j - 1 - k])) <= tolerance
-            and boundaries[j].state.matches(boundaries[j - k].state, tolerance)
+            abs((ends[j] - ends[j - lag]) - (ends[j - 1] - ends[j - 1 - lag])) <= tolerance
+            and boundaries[j].state.matches(boundaries[j - lag].state, tolerance)
             for j in window
         ):
             continue
-        last = boundaries[m].totals.minus(boundaries[m - k].totals)
-        if all(_close(last, boundaries[j].totals.minus(boundaries[j - k].totals)) for j in window):
+        last = boundaries[m].totals.minus(boundaries[m - lag].totals)
+        if all(
+            _close(last, boundaries[j].totals.minus(boundaries[j - lag].totals)) for j in window
+        ):
             return Cycle(k, last, n)
     return None
 

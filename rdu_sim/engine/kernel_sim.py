@@ -9,11 +9,13 @@ A :class:`KernelSim` owns its environment, its hardware (per simulated socket th
 channels and launcher, ``SocketModel``; one ``Topology`` of P2P links spanning the TP group;
 one collective port per collective stage across sockets), the kernel's pipelines, the
 ``LayerCount`` its stages share, and the boundary log: socket 0's totals each time a layer of
-a looped call ends. It can be run to the next layer boundary, cut to fewer layers
+a looped call ends, and the mark log the fast-forward's cycle rule compares (the totals and
+state at ``MARKS_PER_LAYER`` evenly spaced tile ends of a reference stage in every layer).
+It can be run to the next layer boundary or mark, cut to fewer layers
 (``LayerCount.lower``: a cut run is then exactly a run of that many layers) and finished.
-The run stops right after the callback in which the boundary happened
-(``CountingEnvironment.pause``): the boundary's totals are taken at the boundary itself, and
-the only process that moved on since (the sink that ended the layer, up to its next wait)
+The run stops right after the callback in which the boundary (or mark) happened
+(``CountingEnvironment.pause``): the totals are taken at the instant itself, and the only
+process that moved on since (the sink that ended the layer or tile, up to its next wait)
 took no decision a cut to ``safe`` or more layers would change.
 Statistics are socket 0's. The event budget is enforced by the environment, exactly.
 """
@@ -43,6 +45,17 @@ from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.socket_model import SocketModel
 from rdu_sim.engine.stage_runner import LayerCount
 from rdu_sim.engine.tile_work import TileWork
+
+MARKS_PER_LAYER = (2,)
+"""Marks per layer the cycle rule compares (the first that divides the tiles; else the layer
+boundaries): evenly spaced tile ends of one reference stage, the layer's last tile among
+them. Two a layer let a one-layer cycle be seen in the middle of layer 2 rather than at the
+end of layer 3 (counted from 0; the rule compares each of its last ``STATE_MATCHES`` marks
+with the one a cycle earlier, and the span before the first), a layer sooner; each mark
+costs one state (``_state``), like a boundary, so more marks cost more on steps that never
+repeat and gained nothing more on the shipped ones (measured: docs/performance.md). At most
+``STATE_MATCHES``: the first cycle is then seen in layer 2 or later
+(``fast_forward.fewest_layers``)"""
 
 
 @dataclass(frozen=True)
@@ -121,8 +134,12 @@ class KernelSim:
         ]
         self.layers = LayerCount(layers)
         self.boundaries: list[Boundary] = []
+        self.marks: list[Boundary] = []
+        self.marks_per_layer = 1
+        self._mark_every = 0  # tiles between marks (0: the boundaries are the marks)
         if looped:
             self.pipelines[0].on_iteration_end = self._boundary
+            self._watch_tiles(next(iter(works.values())).tiles)
         calls = [
             s.launcher.call(p.body(self.layers), layers, looped)
             for s, p in zip(self.sockets, self.pipelines, strict=True)
@@ -143,11 +160,20 @@ class KernelSim:
     def run_to_boundary(self) -> Boundary | None:
         """Simulate up to the next layer boundary and return it, or None when the run
         has ended (no boundary left)."""
-        seen = len(self.boundaries)
+        return self._run_to_next(self.boundaries)
+
+    def run_to_mark(self) -> Boundary | None:
+        """Simulate up to the next mark (``MARKS_PER_LAYER``) and return it, or None when
+        the run has ended."""
+        return self._run_to_next(self.marks)
+
+    def _run_to_next(self, log: list[Boundary]) -> Boundary | None:
+        """Simulate until ``log`` grows, returning its new entry (None: the run ended)."""
+        seen = len(log)
         while not self._finished.processed:
             self._advance()
-            if len(self.boundaries) > seen:
-                return self.boundaries[-1]
+            if len(log) > seen:
+                return log[-1]
         return None
 
     def cut(self, layers: int) -> None:
@@ -186,6 +212,28 @@ class KernelSim:
         """Socket 0 ended a layer: log it and stop the run here (``run_to_boundary``)."""
         layer = len(self.boundaries)
         self.boundaries.append(Boundary(float(self.env.now), self._stats(), self._state(layer)))
+        self.env.pause()
+
+    def _watch_tiles(self, tiles: int) -> None:
+        """Mark ``MARKS_PER_LAYER`` evenly spaced tile ends per layer of the reference
+        stage: socket 0's last sink (in program order) without a collective. Without one,
+        or with too few tiles, the layer boundaries are the marks."""
+        pipe = self.pipelines[0]
+        refs = [pipe.runners[name] for name in pipe.sinks if pipe.runners[name].port is None]
+        per_layer = next((m for m in MARKS_PER_LAYER if tiles % m == 0), 1)
+        if not refs or per_layer == 1:
+            self.marks = self.boundaries
+            return
+        self.marks_per_layer = per_layer
+        self._mark_every = tiles // per_layer
+        refs[-1].on_tile = self._mark
+
+    def _mark(self, layer: int, tile: int) -> None:
+        """The reference stage finished ``tile`` of ``layer``: log a mark there (the state as
+        at a boundary, positions counted past ``layer``) and stop the run (``run_to_mark``)."""
+        if (tile + 1) % self._mark_every:
+            return
+        self.marks.append(Boundary(float(self.env.now), self._stats(), self._state(layer)))
         self.env.pause()
 
     def _state(self, layer: int) -> KernelState:

@@ -102,6 +102,11 @@ def chunk_boundaries(tiles: int, chunks: int) -> tuple[int, ...]:
 class StageRunner:
     """Streams one stage's tiles on one socket; wired to buffers by the kernel pipeline."""
 
+    on_tile: Callable[[int, int], None] | None = None
+    """Called with ``(layer, tile)`` each time this stage (without a collective) has finished
+    a tile: the fast-forward's cycle rule marks tile ends of one reference stage
+    (``kernel_sim.KernelSim``)."""
+
     def __init__(
         self,
         socket: SocketModel,
@@ -206,6 +211,8 @@ class StageRunner:
                 writes.append(self.socket.write(tier, amounts[t]))
             if self.port is None:
                 self._tile_done(it, t)
+                if self.on_tile is not None:
+                    self.on_tile(it, t)
             else:
                 pending.append(t)
                 if self.chunks[t]:

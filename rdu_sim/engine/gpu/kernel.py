@@ -107,6 +107,18 @@ class GpuKernelSim:
         barrier, so every layer not yet begun can be dropped."""
         return max(self.done, 1)
 
+    marks_per_layer = 1
+    """The cycle rule compares the layer boundaries (``fast_forward.Simulation``)."""
+
+    @property
+    def marks(self) -> list[Boundary]:
+        """The instants the cycle rule compares: the layer boundaries."""
+        return self.boundaries
+
+    def run_to_mark(self) -> Boundary | None:
+        """Simulate up to the next mark (layer boundary); None when the run has ended."""
+        return self.run_to_boundary()
+
     def run_to_boundary(self) -> Boundary | None:
         """Simulate up to the next layer boundary; None when the run has ended."""
         seen = len(self.boundaries)
