@@ -53,7 +53,8 @@ them. Two a layer let a one-layer cycle be seen in the middle of layer 2 rather 
 end of layer 3 (counted from 0; the rule compares each of its last ``STATE_MATCHES`` marks
 with the one a cycle earlier, and the span before the first), a layer sooner; each mark
 costs one state (``_state``), like a boundary, so more marks cost more on steps that never
-repeat and gained nothing more on the shipped ones (measured: docs/performance.md). At most
+repeat; four a layer cut no prefill step shorter (one layer on the full-attention decode
+step; docs/performance.md). At most
 ``STATE_MATCHES``: the first cycle is then seen in layer 2 or later
 (``fast_forward.fewest_layers``)"""
 
