@@ -1,49 +1,84 @@
-"""Arrival processes: open loop (Poisson, trace replay, all at once) and closed loop.
+"""Arrival processes of a server running alone: open loop (Poisson, trace replay, all at
+once) and closed loop.
 
-Open loop: one SimPy process submits request ``i`` at its precomputed arrival time.
-Closed loop: ``concurrency`` users; each submits a request, waits for it to complete, and
-submits the next one at once (no think time). Request ids are handed out in submission
-order, so request ``i`` is the ``i``-th submitted, whatever the user.
+A server that serves its own requests (``serving.simulate``; not a cluster replica, whose
+requests a router hands over) knows when each arrives: at a precomputed time (open loop), or
+at the completion of a request (closed loop: ``concurrency`` users; each submits a request,
+waits for it to complete, and submits the next one at once, no think time). It pulls them
+itself (``Server.run_alone``), so an arrival costs no simulation event. Request ids are handed
+out in submission order, so request ``i`` is the ``i``-th submitted, whatever the user.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
+from collections import deque
+from typing import Protocol
 
 import numpy as np
-import simpy
 from numpy.typing import NDArray
-from simpy.events import Event
 
-from rdu_sim.serving.server import Server
+NEVER = 2**63
+"""``next_time`` when no arrival is due: later than any time the serving clock can hold."""
 
 
-def open_loop(
-    env: simpy.Environment, server: Server, arrival_ps: NDArray[np.int64]
-) -> Generator[Event, Any, None]:
-    """Submit request ``i`` at ``arrival_ps[i]`` (sorted ascending)."""
-    for request, at in enumerate(arrival_ps.tolist()):
-        if at > env.now:
-            yield env.timeout(at - env.now)
-        server.submit(request)
+class Arrivals(Protocol):
+    """Where a server running alone gets its requests from."""
+
+    def next_time(self) -> int:
+        """Time (ps) of the next request not yet taken; ``NEVER`` if none is known yet."""
+        ...
+
+    def take(self) -> int:
+        """The id of that next request (it has now arrived)."""
+        ...
+
+    def completed(self, now: int) -> None:
+        """A request completed at ``now``."""
+        ...
+
+
+class OpenLoop:
+    """Request ``i`` arrives at ``arrival_ps[i]`` (sorted ascending), whatever completes."""
+
+    def __init__(self, arrival_ps: NDArray[np.int64]) -> None:
+        self._times: list[int] = arrival_ps.tolist()
+        self._next = 0
+
+    def next_time(self) -> int:
+        """The next request's arrival time, ``NEVER`` after the last."""
+        return self._times[self._next] if self._next < len(self._times) else NEVER
+
+    def take(self) -> int:
+        """The next request id."""
+        request = self._next
+        self._next += 1
+        return request
+
+    def completed(self, now: int) -> None:
+        """Open loop: completions do not bring requests."""
 
 
 class ClosedLoop:
-    """Users that each keep one request in the system until ``total`` are submitted."""
+    """``users`` users that each keep one request in the system until ``total`` are
+    submitted: every user submits at time 0, and again at each of its completions."""
 
-    def __init__(self, env: simpy.Environment, server: Server, users: int, total: int) -> None:
-        self.env = env
-        self.server = server
+    def __init__(self, users: int, total: int) -> None:
         self.total = total
-        self.next_request = 0
-        for _ in range(min(users, total)):
-            env.process(self._user())
+        self._next = 0
+        self._due: deque[int] = deque([0] * min(users, total))  # submission times, in order
 
-    def _user(self) -> Generator[Event, Any, None]:
-        while self.next_request < self.total:
-            request = self.next_request
-            self.next_request += 1
-            done = self.server.submit(request, notify_done=True)
-            assert done is not None
-            yield done
+    def next_time(self) -> int:
+        """When the next submission happens (at a completion already seen), or ``NEVER``."""
+        return self._due[0] if self._due else NEVER
+
+    def take(self) -> int:
+        """The next request id (ids in submission order)."""
+        self._due.popleft()
+        request = self._next
+        self._next += 1
+        return request
+
+    def completed(self, now: int) -> None:
+        """The completing request's user submits its next one now, if any is left."""
+        if self._next + len(self._due) < self.total:
+            self._due.append(now)

@@ -23,10 +23,17 @@ Policy (docs/serving.md has the full statement):
 - Decisions are taken at step boundaries, after every arrival at the same instant.
 
 Speed: between state changes every decode step has the same shape and time, so the server
-advances ``k`` steps in one event (``k`` = steps until the next completion or bucket
-change, or 1 when prefill work waits for the next boundary). An arrival during such a run,
-when a slot is free, cuts it at the next step boundary -- exactly where a step-by-step
-server would have seen it. Time is integer picoseconds, so ``k * step`` is exact.
+advances ``k`` steps at once (``k`` = steps until the next completion or bucket change, or 1
+when prefill work waits for the next boundary). An arrival during such a run, when a slot is
+free, cuts it at the next step boundary -- exactly where a step-by-step server would have
+seen it. Time is integer picoseconds, so ``k * step`` is exact.
+
+A server alone (``run_alone``, what ``serving.simulate`` runs) knows its arrivals in advance
+(``serving.arrivals``: the open loop's times, the closed loop's completions), so it needs no
+simulation events at all: it keeps its own clock, lands the arrivals due by the end of each
+step, and cuts a decode run where the next arrival falls. A cluster replica's requests come
+from a router at run time: it is a SimPy process (``Server(..., arrivals=None)``) that waits
+for each step's end and settles same-instant events before deciding.
 
 In a cluster (``rdu_sim.cluster``) a server is one replica: ``hooks`` (``serving.hooks``)
 let a prefix cache shorten prefills, and ``role`` splits serving in two. A ``prefill``
@@ -47,6 +54,7 @@ import simpy
 from simpy.events import Event, EventPriority
 
 from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.serving.arrivals import NEVER, Arrivals
 from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.serving.clock import advance
 from rdu_sim.serving.hooks import ServerHooks
@@ -96,7 +104,7 @@ def _trigger(wake: Event, _event: Event) -> None:
 
 
 class Server:
-    """Static batch slots, a FIFO queue, and the process that runs prefill and decode steps."""
+    """Static batch slots, a FIFO queue, and the scheduler that runs prefill and decode steps."""
 
     def __init__(
         self,
@@ -111,16 +119,21 @@ class Server:
         forever: bool = False,
         load: Counters | None = None,
         speculation: Speculation | None = None,
+        arrivals: Arrivals | None = None,
     ) -> None:
         """``forever``: keep serving until the simulation runs out of events (a replica, whose
         requests are not known in advance) instead of stopping after ``len(records)``.
         ``load``: where to keep the outstanding-work counters (``serving.load``; a cluster
         passes a row of its pool's board so a router can read every replica at once).
-        ``speculation``: a draft's steps and rounds (``serving.speculative``)."""
+        ``speculation``: a draft's steps and rounds (``serving.speculative``).
+        ``arrivals``: the requests of a server alone, served by :meth:`run_alone` without
+        SimPy events; without them the server is a SimPy process fed by :meth:`submit`."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         if speculation is not None and (hooks is not None or config.role != "mixed"):
             raise ValueError("a speculative server runs alone, without cluster hooks")
+        if arrivals is not None and (hooks is not None or forever):
+            raise ValueError("a server given its arrivals runs alone, without cluster hooks")
         self.env = env
         self.config = config
         self.policy = policy
@@ -133,7 +146,6 @@ class Server:
         self.queue: deque[int] = deque()
         self.completed = 0
         self._wake: Event | None = None
-        self._done_events: dict[int, Event] = {}
         self._last_was_prefill = False
         self._bucket = 0
         self._decode_shape: StepShape | None = None
@@ -141,22 +153,29 @@ class Server:
         self._until = None if forever else len(records)
         self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
-        self.process = env.process(self._run())
+        self.arrivals = arrivals
+        self.now = 0  # the clock of a server alone (a process reads the environment's)
+        self.process = env.process(self._run()) if arrivals is None else None
+
+    def _clock(self) -> int:
+        """Now, in integer picoseconds."""
+        return self.now if self.arrivals is not None else int(self.env.now)
 
     # --- arrivals ---------------------------------------------------------------------------
-    def submit(self, request: int, notify_done: bool = False) -> Event | None:
-        """A request arrives now; with ``notify_done``, return an event fired at completion."""
-        self.records.arrival_ps[request] = int(self.env.now)
-        self.enqueue(request)
-        if notify_done:
-            done = self.env.event()
-            self._done_events[request] = done
-            return done
-        return None
+    def submit(self, request: int) -> None:
+        """A request arrives now (a server process: a router or a test hands it over)."""
+        now = int(self.env.now)
+        self.records.arrival_ps[request] = now
+        self._enqueue(request, now)
+        self._poke()
 
     def enqueue(self, request: int) -> None:
         """Queue a request now, keeping the arrival time it already has (a decode replica
         receiving a request prefilled elsewhere; :meth:`submit` for a new one)."""
+        self._enqueue(request, int(self.env.now))
+        self._poke()
+
+    def _enqueue(self, request: int, now: int) -> None:
         records = self.records
         added = int(records.output_tokens[request])
         if self.config.role != "decode":
@@ -165,8 +184,19 @@ class Server:
             added -= 1  # its first token came with its prefill
         self.load.outstanding += added
         self.queue.append(request)
-        self._record(int(self.env.now))
-        self._poke()
+        self._record(now)
+
+    def _land(self, until: int) -> None:
+        """A server alone: every request due by ``until`` arrives, at its own time (during a
+        step, the slots' state is the step's, as a step-by-step server would record it)."""
+        arrivals = self.arrivals
+        assert arrivals is not None
+        at = arrivals.next_time()
+        while at <= until:
+            request = arrivals.take()
+            self.records.arrival_ps[request] = at
+            self._enqueue(request, at)
+            at = arrivals.next_time()
 
     def outstanding_tokens(self) -> int:
         """Prompt tokens still to prefill plus output tokens still to generate, over the
@@ -175,7 +205,7 @@ class Server:
         load = self.load
         return int(
             outstanding_at(
-                int(self.env.now),
+                self._clock(),
                 load.outstanding,
                 load.run_start,
                 load.run_end,
@@ -188,6 +218,55 @@ class Server:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    # --- the scheduler alone ------------------------------------------------------------------
+    def run_alone(self) -> None:
+        """Serve every request of ``arrivals`` on the server's own clock, no SimPy events.
+
+        Arrivals due at a decision land first (a process settles same-instant events before
+        deciding); those due during a step land as the clock passes them; a decode run is cut
+        where the next arrival falls (:meth:`_cut`). Stops early only if nothing is left to
+        arrive (``serving.simulate`` then reports the requests that never completed)."""
+        arrivals = self.arrivals
+        assert arrivals is not None and self._until is not None
+        while self.completed < self._until:
+            self._land(self.now)
+            self._record(self.now)
+            action = self._choose()
+            if action == "prefill":
+                for delay in self._prefill():
+                    self._advance(delay)
+            elif action == "decode":
+                shape, bucket, steps, step = self._decode_plan()
+                start = self.now
+                advance(start, steps * step, self.cache.longest_step_s)  # the uncut run's range
+                steps = self._cut(start, steps, step, arrivals.next_time())
+                self._advance(steps * step)
+                self._decode_done(shape, bucket, steps)
+            else:
+                at = arrivals.next_time()
+                if at == NEVER:
+                    return
+                self.now = at
+        self._record(self.now)
+
+    def _advance(self, delay: int) -> None:
+        """A server alone: the clock moves ``delay`` ps on, landing the arrivals it passes."""
+        end = advance(self.now, delay, self.cache.longest_step_s)
+        self._land(end)
+        self.now = end
+
+    def _cut(self, start: int, steps: int, step: int, arrival: int) -> int:
+        """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a
+        slot could take it, the run ends with the step in flight when it arrives (one at
+        least); otherwise all ``steps``."""
+        slots = self.slots
+        if steps > 1 and (slots.occupied < slots.n or slots.waiting):
+            in_flight = max(1, -(-(arrival - start) // step))
+            if in_flight < steps:
+                self.load.run_end = start + in_flight * step
+                return in_flight
+        return steps
+
     # --- the process ------------------------------------------------------------------------
     def _run(self) -> Generator[Event, Any, None]:
         while self._until is None or self.completed < self._until:
@@ -199,7 +278,8 @@ class Server:
             self._record(int(self.env.now))
             action = self._choose()
             if action == "prefill":
-                yield from self._prefill()
+                for delay in self._prefill():
+                    yield self._at(delay)
             elif action == "decode":
                 yield from self._decode()
             else:
@@ -235,7 +315,9 @@ class Server:
         return bool(slots.prefill_order) or bool(self.queue and slots.occupied < slots.n)
 
     # --- steps ------------------------------------------------------------------------------
-    def _prefill(self) -> Generator[Event, Any, None]:
+    def _prefill(self) -> Generator[int, None, None]:
+        """One prefill step (admitting a request first if it starts one); yields the delays
+        (ps) to wait, the state changing after each."""
         slots, records = self.slots, self.records
         slot = self._prefill_candidate()
         assert slot is not None
@@ -243,15 +325,16 @@ class Server:
             slot = slots.free_slot()
             request = self.queue.popleft()
             slots.admit(slot, request)
-            records.admit_ps[request] = int(self.env.now)
+            now = self._clock()
+            records.admit_ps[request] = now
             records.slot[request] = slot
             if self.hooks is not None:
                 self._skip_cached(slot, request)
-            self._record(int(self.env.now))
+            self._record(now)
             if self.speculation is not None and self.speculation.config.prefill is not None:
                 # speculative prefill: the draft scores the whole prompt first
                 whole = int(records.prompt_tokens[request])
-                yield self._at(self.speculation.selection_ps(whole, count=True))
+                yield self.speculation.selection_ps(whole, count=True)
         request = int(slots.request[slot])
         prompt = int(records.target_prompt_tokens[request])
         before = int(slots.prefilled[slot])
@@ -266,14 +349,14 @@ class Server:
         if self.speculation is not None:
             step = self.speculation.prefill_ps(step, shape, count=True)
         records.prefill_steps += 1
-        yield self._at(step)
+        yield step
         self._last_was_prefill = True
         slots.prefilled[slot] = done
         slots.chunked_this_round[slot] = True
         self.load.outstanding -= done - before
         if done < prompt:
             return
-        now = int(self.env.now)
+        now = self._clock()
         records.first_token_ps[request] = now
         records.tokens_generated += 1
         self.load.outstanding -= 1
@@ -340,51 +423,67 @@ class Server:
             received = hooks.receive(request)
             received.callbacks.append(partial(self._handed_off, slot, request))
 
-    def _decode(self) -> Generator[Event, Any, None]:
-        slots, env = self.slots, self.env
+    def _decode_plan(self) -> tuple[StepShape, int, int, int]:
+        """The next decode run from now: its shape, bucket, steps (until the next completion
+        or bucket change; 1 when prefill work waits) and step time (ps); the load counters
+        see it start."""
+        slots = self.slots
         bucket = self.policy.decode_bucket(slots.longest_cache())
         steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
         if bucket != self._bucket or self._decode_shape is None:
             self._bucket = bucket
             self._decode_shape = StepShape("decode", slots.n, 1, bucket)
         shape = self._decode_shape
-        rounds = self.speculation if isinstance(slots, RoundSlots) else None
-        step = self.cache.step_ps(shape) if rounds is None else rounds.round_ps(self.cache, bucket)
+        if isinstance(slots, RoundSlots):
+            assert self.speculation is not None
+            step = self.speculation.round_ps(self.cache, bucket)
+            decoding = 0  # a round's tokens differ per slot: a run settles its count at its end
+        else:
+            step = self.cache.step_ps(shape)
+            decoding = slots.decoding
+        load = self.load
+        start = self._clock()
+        load.run_start, load.run_end, load.run_step = start, start + steps * step, step
+        load.run_decoding = decoding
+        return shape, bucket, steps, step
+
+    def _decode(self) -> Generator[Event, Any, None]:
+        """A server process's decode run: when a slot could take an arrival (or a KV hand-off
+        can end), wait for the run's end or that, whichever comes first, then finish the step
+        in flight."""
+        shape, bucket, steps, step = self._decode_plan()
+        env, slots = self.env, self.slots
         start = int(env.now)
         end = start + steps * step
-        load = self.load
-        load.run_start, load.run_end, load.run_step = start, end, step
-        # a round's tokens differ per slot: a speculative run settles its count at its end
-        load.run_decoding = slots.decoding if rounds is None else 0
         if steps > 1 and (slots.occupied < slots.n or slots.waiting):
-            # An arrival can be admitted (or a KV hand-off can end): wait for the run's end or
-            # that, whichever comes first.
             wake = self._wake = env.event()
             boundary = self._at(end - start)
             boundary.callbacks.append(partial(_trigger, wake))  # (one event, not an AnyOf)
             yield wake
             self._wake = None
             if not boundary.processed:
-                done_steps = max(1, -(-(int(env.now) - start) // step))  # finish the step in flight
-                if done_steps < steps:
-                    steps = done_steps
-                    end = start + steps * step
-                    load.run_end = end
-                yield self._at(end - int(env.now))
+                steps = self._cut(start, steps, step, int(env.now))
+                yield self._at(start + steps * step - int(env.now))
         else:
             yield self._at(end - start)
+        self._decode_done(shape, bucket, steps)
+
+    def _decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
+        """Account a decode run of ``steps`` steps that ended now; complete who finished."""
+        slots, load = self.slots, self.load
         load.run_decoding = 0
-        if rounds is None:
-            self.cache.run(shape, steps)
+        if isinstance(slots, RoundSlots):
+            assert self.speculation is not None
+            self.speculation.run_rounds(self.cache, bucket, steps)
         else:
-            rounds.run_rounds(self.cache, bucket, steps)
+            self.cache.run(shape, steps)
         self.records.decode_steps += steps
         self.records.decode_runs += 1
         emitted = slots.emitted(steps)
         self.records.tokens_generated += emitted
         load.outstanding -= emitted
         self._last_was_prefill = False
-        now = int(env.now)
+        now = self._clock()
         for slot in slots.advance(steps):
             self._complete(int(slot), int(slots.request[slot]), now)
 
@@ -396,9 +495,8 @@ class Server:
         self.completed += 1
         if self.hooks is not None:
             self.hooks.left(request)
-        done = self._done_events.pop(request, None)
-        if done is not None:
-            done.succeed()
+        if self.arrivals is not None:
+            self.arrivals.completed(now)
         if self.progress is not None:
             self.progress(self.completed, len(records))
 

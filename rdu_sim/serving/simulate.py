@@ -1,7 +1,8 @@
 """Run the serving simulation: requests in, per-request records out.
 
 This wires the pieces without knowing where step times come from: ``step_cache`` wraps any
-``shape -> StepCost`` function (the engine in production, a formula in tests).
+``shape -> StepCost`` function (the engine in production, a formula in tests). A server alone
+knows its arrivals, so it runs on its own clock without SimPy events (``Server.run_alone``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import simpy
 from numpy.typing import NDArray
 
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.serving.arrivals import ClosedLoop, open_loop
+from rdu_sim.serving.arrivals import Arrivals, ClosedLoop, OpenLoop
 from rdu_sim.serving.clock import MAX_ARRIVAL_S, PS_PER_S, SimulatedTimeError
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
@@ -32,7 +33,6 @@ def serve(
     ``speculation``: a draft's work (``serving.speculative``)."""
     if config.batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {config.batch_slots}")
-    env = simpy.Environment()
     records = ServingRecords(_read_only(requests.prompt_tokens), _read_only(requests.output_tokens))
     if speculation is not None:
         records.speculation = "decoding" if speculation.config.decoding is not None else "prefill"
@@ -41,10 +41,10 @@ def serve(
             dtype=np.int64,
             count=len(records),
         )
-    server = Server(env, config, policy, step_cache, records, progress, speculation=speculation)
     total = len(requests)
+    arrivals: Arrivals
     if requests.arrival_s is None:
-        ClosedLoop(env, server, requests.concurrency or config.batch_slots, total)
+        arrivals = ClosedLoop(requests.concurrency or config.batch_slots, total)
     else:
         latest = float(np.max(requests.arrival_s, initial=0.0))
         if not latest <= MAX_ARRIVAL_S:  # NaN too: the int64 cast would wrap silently
@@ -52,9 +52,18 @@ def serve(
                 f"an arrival at {latest:.4g} s is beyond {MAX_ARRIVAL_S:.4g} s, the latest the "
                 "serving clock (int64 picoseconds) can hold with room left to serve it"
             )
-        arrival_ps = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64)
-        env.process(open_loop(env, server, arrival_ps))
-    env.run()
+        arrivals = OpenLoop(np.rint(requests.arrival_s * PS_PER_S).astype(np.int64))
+    server = Server(
+        simpy.Environment(),
+        config,
+        policy,
+        step_cache,
+        records,
+        progress,
+        speculation=speculation,
+        arrivals=arrivals,
+    )
+    server.run_alone()
     if server.completed != total:
         raise RuntimeError(
             f"serving stopped with {server.completed} of {total} requests completed (scheduler bug)"
