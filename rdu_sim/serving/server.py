@@ -155,6 +155,11 @@ class Server:
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
         self.arrivals = arrivals
         self.now = 0  # the clock of a server alone (a process reads the environment's)
+        # Only prefill and decode replicas see same-instant events their own steps cause
+        # elsewhere (KV hand-offs): a mixed one needs no settle after a step (module docstring).
+        self._settles = config.role != "mixed"
+        self._run_end: Event | None = None  # a mixed process's cuttable decode run's end
+        self._run_plan = (0, 0, 1)  # and its (start, steps, step)
         self.process = env.process(self._run()) if arrivals is None else None
 
     def _clock(self) -> int:
@@ -217,6 +222,26 @@ class Server:
     def _poke(self) -> None:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+        elif self._run_end is not None:
+            self._cut_now()
+
+    def _cut_now(self) -> None:
+        """A mixed process's decode run, cut by an arrival now: it waits for the end of the
+        step in flight instead of the run's (its resumption moves to a new event, as SimPy's
+        own interrupts move it; the old end fires with no one waiting)."""
+        old = self._run_end
+        assert old is not None and self.process is not None
+        start, steps, step = self._run_plan
+        now = int(self.env.now)
+        cut = self._cut(start, steps, step, now)
+        if cut == steps:
+            return
+        new = self._run_end = self._at(start + cut * step - now)
+        resume = self.process._resume
+        old.callbacks.remove(resume)
+        new.callbacks.append(resume)
+        self.process._target = new
+        self._run_plan = (start, cut, step)
 
     # --- the scheduler alone ------------------------------------------------------------------
     def run_alone(self) -> None:
@@ -269,8 +294,11 @@ class Server:
 
     # --- the process ------------------------------------------------------------------------
     def _run(self) -> Generator[Event, Any, None]:
+        settle = True  # the first decision waits for every arrival at time 0
         while self._until is None or self.completed < self._until:
-            yield self._at(0)  # settle: let same-instant arrivals land first
+            if settle:
+                yield self._at(0)  # settle: let same-instant events land first
+            settle = self._settles
             if self._handoffs:
                 self._apply_handoffs()
             if self.config.role == "decode":
@@ -456,14 +484,21 @@ class Server:
         start = int(env.now)
         end = start + steps * step
         if steps > 1 and (slots.occupied < slots.n or slots.waiting):
-            wake = self._wake = env.event()
-            boundary = self._at(end - start)
-            boundary.callbacks.append(partial(_trigger, wake))  # (one event, not an AnyOf)
-            yield wake
-            self._wake = None
-            if not boundary.processed:
-                steps = self._cut(start, steps, step, int(env.now))
-                yield self._at(start + steps * step - int(env.now))
+            if not self._settles:  # mixed: one event, moved earlier if an arrival cuts the run
+                self._run_plan = (start, steps, step)
+                self._run_end = self._at(end - start)
+                yield self._run_end
+                self._run_end = None
+                steps = self._run_plan[1]
+            else:
+                wake = self._wake = env.event()
+                boundary = self._at(end - start)
+                boundary.callbacks.append(partial(_trigger, wake))  # (one event, not an AnyOf)
+                yield wake
+                self._wake = None
+                if not boundary.processed:
+                    steps = self._cut(start, steps, step, int(env.now))
+                    yield self._at(start + steps * step - int(env.now))
         else:
             yield self._at(end - start)
         self._decode_done(shape, bucket, steps)
