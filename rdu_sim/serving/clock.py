@@ -16,6 +16,7 @@ What follows:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 PS_PER_S = 10**12
 MAX_PS = 2**63 - 1
@@ -48,13 +49,14 @@ def step_ps(seconds: float, what: str) -> int:
     return max(1, to_ps(seconds))
 
 
-def advance(now: int, delay: int, longest_step_s: float) -> int:
-    """``now + delay``; SimulatedTimeError when it passes the clock's range."""
+def advance(now: int, delay: int, longest_step_s: Callable[[], float]) -> int:
+    """``now + delay``; SimulatedTimeError when it passes the clock's range (naming the
+    longest step, asked only then: this runs at every step of a serving run)."""
     if now + delay > MAX_PS:
         raise SimulatedTimeError(
             f"the run's simulated time would pass {MAX_SECONDS:.4g} s (2^63 ps, the serving "
             f"clock's range) at {to_s(now):.4g} s; its longest step takes "
-            f"{longest_step_s:.4g} s: the hardware's rates are too low for this workload "
+            f"{longest_step_s():.4g} s: the hardware's rates are too low for this workload "
             "(or serve fewer requests)"
         )
     return now + delay

@@ -89,7 +89,9 @@ class _At(Event):
     """An event ``delay`` ps from now at LATE priority (a step boundary or a settle point);
     SimulatedTimeError rather than a time past the clock's range (``serving.clock``)."""
 
-    def __init__(self, env: simpy.Environment, delay: int, longest_step_s: float = 0.0) -> None:
+    def __init__(
+        self, env: simpy.Environment, delay: int, longest_step_s: Callable[[], float]
+    ) -> None:
         advance(int(env.now), delay, longest_step_s)
         super().__init__(env)
         self._ok = True
@@ -148,12 +150,14 @@ class Server:
         self._wake: Event | None = None
         self._last_was_prefill = False
         self._bucket = 0
-        self._decode_shape: StepShape | None = None
+        self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
+        self._decode_steps: dict[int, tuple[StepShape, int]] = {}  # bucket -> shape, step ps
         self.hooks = hooks
         self._until = None if forever else len(records)
         self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
         self.arrivals = arrivals
+        self._longest_step_s = lambda: cache.longest_step_s  # for the clock's range error
         self.now = 0  # the clock of a server alone (a process reads the environment's)
         # Only prefill and decode replicas see same-instant events their own steps cause
         # elsewhere (KV hand-offs): a mixed one needs no settle after a step (module docstring).
@@ -263,7 +267,7 @@ class Server:
             elif action == "decode":
                 shape, bucket, steps, step = self._decode_plan()
                 start = self.now
-                advance(start, steps * step, self.cache.longest_step_s)  # the uncut run's range
+                advance(start, steps * step, self._longest_step_s)  # the uncut run's range
                 steps = self._cut(start, steps, step, arrivals.next_time())
                 self._advance(steps * step)
                 self._decode_done(shape, bucket, steps)
@@ -276,7 +280,7 @@ class Server:
 
     def _advance(self, delay: int) -> None:
         """A server alone: the clock moves ``delay`` ps on, landing the arrivals it passes."""
-        end = advance(self.now, delay, self.cache.longest_step_s)
+        end = advance(self.now, delay, self._longest_step_s)
         self._land(end)
         self.now = end
 
@@ -456,24 +460,35 @@ class Server:
         or bucket change; 1 when prefill work waits) and step time (ps); the load counters
         see it start."""
         slots = self.slots
-        bucket = self.policy.decode_bucket(slots.longest_cache())
+        longest = slots.longest_cache()
+        bucket = self._bucket
+        if not self._bucket_from <= longest <= bucket:
+            # the smallest bucket >= longest is also the smallest >= any cache up to it
+            bucket = self._bucket = self.policy.decode_bucket(longest)
+            self._bucket_from = longest
         steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
-        if bucket != self._bucket or self._decode_shape is None:
-            self._bucket = bucket
-            self._decode_shape = StepShape("decode", slots.n, 1, bucket)
-        shape = self._decode_shape
         if isinstance(slots, RoundSlots):
             assert self.speculation is not None
+            shape = self._decode_shape(bucket)[0]
             step = self.speculation.round_ps(self.cache, bucket)
             decoding = 0  # a round's tokens differ per slot: a run settles its count at its end
         else:
-            step = self.cache.step_ps(shape)
+            shape, step = self._decode_shape(bucket)
             decoding = slots.decoding
         load = self.load
         start = self._clock()
         load.run_start, load.run_end, load.run_step = start, start + steps * step, step
         load.run_decoding = decoding
         return shape, bucket, steps, step
+
+    def _decode_shape(self, bucket: int) -> tuple[StepShape, int]:
+        """The decode step's shape at ``bucket`` and its time (ps), one shape object per
+        bucket (the step cache finds it by identity, not by comparing fields)."""
+        known = self._decode_steps.get(bucket)
+        if known is None:
+            shape = StepShape("decode", self.slots.n, 1, bucket)
+            known = self._decode_steps[bucket] = (shape, self.cache.step_ps(shape))
+        return known
 
     def _decode(self) -> Generator[Event, Any, None]:
         """A server process's decode run: when a slot could take an arrival (or a KV hand-off
@@ -537,7 +552,7 @@ class Server:
 
     def _at(self, delay: int) -> _At:
         """A LATE event ``delay`` ps from now (the clock's range checked)."""
-        return _At(self.env, delay, self.cache.longest_step_s)
+        return _At(self.env, delay, self._longest_step_s)
 
     def _record(self, now: int) -> None:
         if not self.records.keeps_series:

@@ -10,6 +10,7 @@ how many decode steps keep the same static shape.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import numpy as np
@@ -43,15 +44,24 @@ class Slots:
         self.decoding = 0
         self.waiting = 0
         self.occupied = 0
+        self._empty = list(range(n))  # a heap of the empty slots' indices
 
     def free_slot(self) -> int:
         """Lowest-index empty slot, or -1."""
-        if self.occupied >= self.n:
-            return -1
-        return int(np.argmax(self.phase == EMPTY))
+        return self._empty[0] if self._empty else -1
+
+    def _take(self, slot: int) -> None:
+        """An empty slot is taken."""
+        empty = self._empty
+        if empty[0] == slot:
+            heapq.heappop(empty)
+        else:
+            empty.remove(slot)
+            heapq.heapify(empty)
 
     def admit(self, slot: int, request: int) -> None:
         """Put a request in an empty slot, to be prefilled."""
+        self._take(slot)
         self.request[slot] = request
         self.phase[slot] = PREFILLING
         self.prefilled[slot] = 0
@@ -60,6 +70,7 @@ class Slots:
 
     def reserve(self, slot: int, request: int) -> None:
         """Put a request in an empty slot to wait for its KV cache (it decodes here only)."""
+        self._take(slot)
         self.request[slot] = request
         self.phase[slot] = WAITING
         self.waiting += 1
@@ -97,6 +108,7 @@ class Slots:
         self.remaining[slot] = IDLE
         self.cap[slot] = 0
         self.occupied -= 1
+        heapq.heappush(self._empty, slot)
 
     def longest_cache(self) -> int:
         """Longest cache among decoding slots at the next decode step (0 if none). An idle

@@ -80,15 +80,17 @@ class StepCache:
 
     def run(self, shape: StepShape, count: int = 1) -> int:
         """Account ``count`` steps of ``shape``; return the time of one step (ps)."""
-        step = self.step_ps(shape)
-        seen = self.steps.get(shape, 0)
-        self.steps[shape] = seen + count
-        if seen == 0:
+        steps = self.steps
+        seen = steps.get(shape)
+        if seen is None:
+            step = self.step_ps(shape)
+            steps[shape] = count
             self.misses += 1
             self.hits += count - 1
-        else:
-            self.hits += count
-        return step
+            return step
+        steps[shape] = seen + count
+        self.hits += count
+        return self._ps[shape]
 
     @property
     def longest_step_s(self) -> float:
