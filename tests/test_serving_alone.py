@@ -1,0 +1,179 @@
+"""A server alone (its own clock, no SimPy events) schedules exactly as a SimPy process does.
+
+Three ways of serving the same open-loop requests must agree to the picosecond, in every
+per-request time, the time series, the step counts and (for the two processes) the
+outstanding tokens a router reads at each arrival:
+
+- ``run_alone``: arrivals pulled from a known schedule, decode runs cut where the next one
+  falls, computed when the run starts (``serving.simulate``);
+- a mixed process (a cluster replica without hooks): one settle at time 0, a cut run's end
+  moved to the step in flight;
+- the same process forced to settle after every step and to cut runs by a wake event (what
+  every replica did before, and prefill/decode replicas still do).
+
+All three must also match ``reference_serve`` (tests/test_serving_batched.py), which steps
+one step at a time and so shares none of the cut arithmetic. Step times are round numbers
+here so that arrivals fall exactly on step boundaries and many share an instant: the ties a
+wrong boundary rule would get wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import simpy
+from test_serving_batched import reference_serve
+
+from rdu_sim.config.workload import KVConfig
+from rdu_sim.kv import make_policy
+from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.serving.arrivals import NEVER, ClosedLoop, OpenLoop
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.requests import RequestSet
+from rdu_sim.serving.server import Server, ServerConfig
+from rdu_sim.serving.simulate import serve
+from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
+from rdu_sim.shapes import StepShape
+
+NS = 1000  # ps
+MAX_CONTEXT = 4096
+
+
+def round_step(shape: StepShape) -> StepCost:
+    """Whole nanoseconds: a decode step 40 ns (+1 ns a 256-token bucket), a prefill 7 ns +
+    1 ns a 128 tokens (+3 ns with the SnapKV selection)."""
+    if shape.phase == "prefill":
+        ns = 7 + shape.tokens // 128 + (3 if shape.select else 0)
+    else:
+        ns = 40 + shape.cache_len // 256
+    return StepCost(ns * 1e-9)
+
+
+def requests_of(seed: int, n: int, spread_ns: int) -> RequestSet:
+    """``n`` requests arriving at whole nanoseconds in [0, spread_ns), many at equal times."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(1, 1500, size=n).astype(np.int64)
+    output = rng.integers(1, 400, size=n).astype(np.int64)
+    arrival_ns = np.sort(rng.integers(0, spread_ns, size=n))
+    arrival_ns[1::7] = arrival_ns[0::7][: len(arrival_ns[1::7])]  # same-instant arrivals
+    arrival_ns.sort()
+    return RequestSet(prompt, output, arrival_ns * 1e-9, None)
+
+
+def policy_of(name: str) -> KVPolicy:
+    budget = {"full": None, "streamingllm": 516}.get(name, 1024)
+    kv = KVConfig.model_validate(
+        {"policy": name, "min_bucket": 256, "budget": budget, "recent": 512}
+    )
+    return make_policy(kv, MAX_CONTEXT)
+
+
+def by_process(
+    requests: RequestSet, policy: KVPolicy, config: ServerConfig, settle_every_step: bool
+) -> tuple[ServingRecords, StepCache, list[int]]:
+    """Serve with a SimPy process fed at the arrival times; the outstanding tokens read just
+    before each arrival (what a router sees)."""
+    env = simpy.Environment()
+    cache = StepCache(round_step)
+    records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
+    server = Server(env, config, policy, cache, records)
+    server._settles = settle_every_step  # the prefill/decode replicas' way, as an oracle
+    assert requests.arrival_s is not None
+    arrivals = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64).tolist()
+    seen: list[int] = []
+
+    def feed() -> Any:
+        for request, at in enumerate(arrivals):
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            seen.append(server.outstanding_tokens())
+            server.submit(request)
+
+    env.process(feed())
+    env.run()
+    assert server.completed == len(requests)
+    return records, cache, seen
+
+
+def config_args(config: ServerConfig) -> tuple[Any, ...]:
+    """``reference_serve``'s arguments after the request set, policy and cache."""
+    return (
+        config.batch_slots,
+        config.max_context,
+        config.prefill_priority,
+        config.prefill_chunk_tokens,
+    )
+
+
+CASES = [
+    {"policy": "full", "slots": 3, "spread": 20_000},
+    {"policy": "full", "slots": 5, "spread": 2_000, "priority": "decode_first"},
+    {"policy": "full", "slots": 4, "spread": 8_000, "chunk": 256},
+    {"policy": "snapstream", "slots": 6, "spread": 10_000, "chunk": 512},
+    {"policy": "snapkv", "slots": 2, "spread": 40_000, "priority": "decode_first"},
+    {"policy": "streamingllm", "slots": 8, "spread": 500},
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_alone_equals_both_processes(case: dict[str, Any], seed: int) -> None:
+    requests = requests_of(seed, 120, case["spread"] * NS)
+    policy = policy_of(case["policy"])
+    config = ServerConfig(
+        case["slots"], MAX_CONTEXT, case.get("priority", "prefill_first"), case.get("chunk")
+    )
+    cache = StepCache(round_step)
+    alone = serve(requests, policy, cache, config)
+    mixed, mixed_cache, mixed_seen = by_process(requests, policy, config, False)
+    settling, settling_cache, settling_seen = by_process(requests, policy, config, True)
+    for other in (mixed, settling):
+        for name in ("arrival_ps", "admit_ps", "first_token_ps", "finish_ps", "slot"):
+            np.testing.assert_array_equal(getattr(other, name), getattr(alone, name), name)
+        np.testing.assert_array_equal(other.series.times(), alone.series.times())
+        np.testing.assert_array_equal(other.series.counts(), alone.series.counts())
+        counts = ("prefill_steps", "decode_steps", "decode_runs", "tokens_generated")
+        assert [getattr(other, c) for c in counts] == [getattr(alone, c) for c in counts]
+    assert mixed_cache.steps == settling_cache.steps == cache.steps
+    assert mixed_seen == settling_seen  # the router's view at every arrival
+    # and all three step as the naive one-step-at-a-time reference does (its own cut rule)
+    expected = reference_serve(requests, policy, StepCache(round_step), *config_args(config))
+    for name, key in (("admit_ps", "admit"), ("first_token_ps", "first"), ("finish_ps", "finish")):
+        np.testing.assert_array_equal(getattr(alone, name), expected[key], name)
+    # the cut rule was exercised: some runs ended before their completion or bucket change
+    assert alone.decode_runs < alone.decode_steps
+
+
+def test_closed_loop_source_hands_out_ids_in_submission_order() -> None:
+    users = ClosedLoop(users=3, total=5)
+    assert [users.next_time(), users.take(), users.take(), users.take()] == [0, 0, 1, 2]
+    assert users.next_time() == NEVER
+    users.completed(70)
+    users.completed(70)
+    users.completed(90)  # the 5 requests are all submitted: this user stops
+    assert [users.take(), users.next_time(), users.take()] == [3, 70, 4]
+    assert users.next_time() == NEVER
+
+
+def test_open_loop_source_follows_the_schedule() -> None:
+    source = OpenLoop(np.array([0, 5, 5, 9], dtype=np.int64))
+    source.completed(3)  # completions bring nothing
+    taken = []
+    while source.next_time() != NEVER:
+        taken.append((source.next_time(), source.take()))
+    assert taken == [(0, 0), (5, 1), (5, 2), (9, 3)]
+
+
+def test_a_server_given_arrivals_refuses_cluster_hooks() -> None:
+    with pytest.raises(ValueError, match="runs alone"):
+        Server(
+            simpy.Environment(),
+            ServerConfig(2, MAX_CONTEXT),
+            policy_of("full"),
+            StepCache(round_step),
+            ServingRecords(np.ones(1, np.int64), np.ones(1, np.int64)),
+            forever=True,
+            arrivals=OpenLoop(np.zeros(1, np.int64)),
+        )
