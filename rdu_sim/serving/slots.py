@@ -28,6 +28,10 @@ the longest cache or one that outgrows a bucket (~25% of the serving level's tim
 building and applying those masks on every decode run)."""
 
 
+_min = np.minimum.reduce  # the ufuncs' own reductions: a slot array is small, and
+_max = np.maximum.reduce  # ``ndarray.min()``'s Python wrapper would cost as much again
+
+
 class Slots:
     """State of ``n`` static batch slots."""
 
@@ -115,16 +119,17 @@ class Slots:
         slot's cap is 0 and its cache never negative, so it counts 0."""
         if not self.decoding:
             return 0
-        return int(np.minimum(self.cache, self.cap).max())
+        return int(_max(np.minimum(self.cache, self.cap)))
 
     def steps_in_run(self, bucket: int) -> int:
         """Decode steps until the next completion or until the longest cache outgrows
         ``bucket`` (whichever is first): the steps that share one static shape (idle slots:
-        ``IDLE`` steps and a cap of 0, never first)."""
-        steps = int(self.remaining.min())
-        grows = self.cap > bucket
-        if grows.any():
-            steps = min(steps, int((bucket - self.cache[grows]).min()) + 1)
+        ``IDLE`` steps and a cap of 0, never first). A slot whose cap exceeds the bucket
+        outgrows it after ``bucket - cache + 1`` steps; the largest such cache first."""
+        steps = int(_min(self.remaining))
+        if _max(self.cap) > bucket:
+            largest = int(_max(self.cache[self.cap > bucket]))
+            steps = min(steps, bucket - largest + 1)
         return steps
 
     def emitted(self, steps: int) -> int:
@@ -138,4 +143,4 @@ class Slots:
         self.cache += steps
         self.remaining -= steps
         self.chunked_this_round[:] = False
-        return np.flatnonzero(self.remaining == 0)
+        return (self.remaining == 0).nonzero()[0]
