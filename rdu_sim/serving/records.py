@@ -51,7 +51,8 @@ class SeriesLog:
 
     def _put(self, row: tuple[int, int, int, int, int]) -> None:
         if row[0] == self._last_ps:
-            self._counts[-_COUNTS:] = array("i", row[1:])
+            counts = self._counts
+            _, counts[-4], counts[-3], counts[-2], counts[-1] = row
         else:
             # a BufferError leaves the counts as they were: the times grow second
             self._counts.extend(row[1:])

@@ -157,6 +157,7 @@ class Server:
         self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
         self.arrivals = arrivals
+        self._due = NEVER if arrivals is None else arrivals.next_time()  # its next arrival
         self._longest_step_s = lambda: cache.longest_step_s  # for the clock's range error
         self.now = 0  # the clock of a server alone (a process reads the environment's)
         # Only prefill and decode replicas see same-instant events their own steps cause
@@ -200,12 +201,13 @@ class Server:
         step, the slots' state is the step's, as a step-by-step server would record it)."""
         arrivals = self.arrivals
         assert arrivals is not None
-        at = arrivals.next_time()
+        at = self._due
         while at <= until:
             request = arrivals.take()
             self.records.arrival_ps[request] = at
             self._enqueue(request, at)
             at = arrivals.next_time()
+        self._due = at
 
     def outstanding_tokens(self) -> int:
         """Prompt tokens still to prefill plus output tokens still to generate, over the
@@ -258,7 +260,8 @@ class Server:
         arrivals = self.arrivals
         assert arrivals is not None and self._until is not None
         while self.completed < self._until:
-            self._land(self.now)
+            if self._due <= self.now:
+                self._land(self.now)
             self._record(self.now)
             action = self._choose()
             if action == "prefill":
@@ -268,20 +271,20 @@ class Server:
                 shape, bucket, steps, step = self._decode_plan()
                 start = self.now
                 advance(start, steps * step, self._longest_step_s)  # the uncut run's range
-                steps = self._cut(start, steps, step, arrivals.next_time())
+                steps = self._cut(start, steps, step, self._due)
                 self._advance(steps * step)
                 self._decode_done(shape, bucket, steps)
+            elif self._due == NEVER:
+                return
             else:
-                at = arrivals.next_time()
-                if at == NEVER:
-                    return
-                self.now = at
+                self.now = self._due
         self._record(self.now)
 
     def _advance(self, delay: int) -> None:
         """A server alone: the clock moves ``delay`` ps on, landing the arrivals it passes."""
         end = advance(self.now, delay, self._longest_step_s)
-        self._land(end)
+        if self._due <= end:
+            self._land(end)
         self.now = end
 
     def _cut(self, start: int, steps: int, step: int, arrival: int) -> int:
@@ -547,6 +550,7 @@ class Server:
             self.hooks.left(request)
         if self.arrivals is not None:
             self.arrivals.completed(now)
+            self._due = self.arrivals.next_time()
         if self.progress is not None:
             self.progress(self.completed, len(records))
 
