@@ -242,6 +242,8 @@ def test_rounds_count_the_draft_and_verify_steps() -> None:
     verify = sum(n for shape, n in target.steps.items() if shape.phase == "decode")
     assert verify == records.decode_steps
     assert all(shape.tokens == 4 for shape in target.steps if shape.phase == "decode")
+    # nor did it simulate a one-token decode step it never runs (the run's shape count)
+    assert all(shape.tokens == 4 for shape in target.shapes if shape.phase == "decode")
     draft = speculation.draft_cache.steps
     catch_up = sum(n for shape, n in draft.items() if shape.phase == "decode" and shape.tokens == 2)
     single = sum(n for shape, n in draft.items() if shape.phase == "decode" and shape.tokens == 1)

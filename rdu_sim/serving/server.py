@@ -472,7 +472,7 @@ class Server:
         steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
         if isinstance(slots, RoundSlots):
             assert self.speculation is not None
-            shape = self._decode_shape(bucket)[0]
+            shape = StepShape("decode", slots.n, 1, bucket)  # not run: rounds account theirs
             step = self.speculation.round_ps(self.cache, bucket)
             decoding = 0  # a round's tokens differ per slot: a run settles its count at its end
         else:
@@ -486,7 +486,8 @@ class Server:
 
     def _decode_shape(self, bucket: int) -> tuple[StepShape, int]:
         """The decode step's shape at ``bucket`` and its time (ps), one shape object per
-        bucket (the step cache finds it by identity, not by comparing fields)."""
+        bucket (the step cache finds it by identity, not by comparing fields). Not for
+        speculative rounds, whose steps are the draft's and the verification's."""
         known = self._decode_steps.get(bucket)
         if known is None:
             shape = StepShape("decode", self.slots.n, 1, bucket)

@@ -143,4 +143,5 @@ class Slots:
         self.cache += steps
         self.remaining -= steps
         self.chunked_this_round[:] = False
-        return (self.remaining == 0).nonzero()[0]
+        done: NDArray[np.int64] = (self.remaining == 0).nonzero()[0]
+        return done
