@@ -62,3 +62,21 @@ class BoardRow:
     def __init__(self, board: LoadBoard, index: int) -> None:
         self.board = board
         self.index = index
+
+    def add(self, tokens: int) -> None:
+        """``outstanding += tokens``."""
+        self.board.outstanding[self.index] += tokens
+
+    def begin_run(self, start: int, end: int, step: int, decoding: int) -> None:
+        """A decode run starts (``serving.load.Counters``)."""
+        board, index = self.board, self.index
+        board.run_start[index] = start
+        board.run_end[index] = end
+        board.run_step[index] = step
+        board.run_decoding[index] = decoding
+
+    def end_run(self, emitted: int) -> None:
+        """The run ended, its ``emitted`` tokens done."""
+        board, index = self.board, self.index
+        board.run_decoding[index] = 0
+        board.outstanding[index] -= emitted

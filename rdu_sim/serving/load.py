@@ -28,13 +28,26 @@ def outstanding_at(now: int, outstanding: T, start: T, end: T, step: T, decoding
 
 
 class Counters(Protocol):
-    """Where a server keeps its outstanding-work counters."""
+    """Where a server keeps its outstanding-work counters (written a change at a time: a
+    cluster's rows live in NumPy arrays, where each field written costs a call)."""
 
     outstanding: int
     run_start: int
     run_end: int
     run_step: int
     run_decoding: int
+
+    def add(self, tokens: int) -> None:
+        """``outstanding += tokens``."""
+        ...
+
+    def begin_run(self, start: int, end: int, step: int, decoding: int) -> None:
+        """A decode run of ``decoding`` slots from ``start`` to ``end``, ``step`` ps a step."""
+        ...
+
+    def end_run(self, emitted: int) -> None:
+        """The run ended, its ``emitted`` tokens done."""
+        ...
 
 
 class Load:
@@ -48,3 +61,16 @@ class Load:
         self.run_end = 0
         self.run_step = 1
         self.run_decoding = 0
+
+    def add(self, tokens: int) -> None:
+        """``outstanding += tokens``."""
+        self.outstanding += tokens
+
+    def begin_run(self, start: int, end: int, step: int, decoding: int) -> None:
+        """A decode run starts (see :class:`Counters`)."""
+        self.run_start, self.run_end, self.run_step, self.run_decoding = start, end, step, decoding
+
+    def end_run(self, emitted: int) -> None:
+        """The run ended, its ``emitted`` tokens done."""
+        self.run_decoding = 0
+        self.outstanding -= emitted

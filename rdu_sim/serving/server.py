@@ -192,7 +192,7 @@ class Server:
             added += int(records.target_prompt_tokens[request])
         else:
             added -= 1  # its first token came with its prefill
-        self.load.outstanding += added
+        self.load.add(added)
         self.queue.append(request)
         self._record(now)
 
@@ -388,18 +388,18 @@ class Server:
         self._last_was_prefill = True
         slots.prefilled[slot] = done
         slots.chunked_this_round[slot] = True
-        self.load.outstanding -= done - before
+        self.load.add(before - done)
         if done < prompt:
             return
         now = self._clock()
         records.first_token_ps[request] = now
         records.tokens_generated += 1
-        self.load.outstanding -= 1
+        self.load.add(-1)
         if self.hooks is not None:
             sent = self.hooks.prefilled(request)
             if sent is not None:  # the KV cache leaves: hold the slot until it has
                 slots.hold(slot)
-                self.load.outstanding -= int(records.output_tokens[request]) - 1
+                self.load.add(1 - int(records.output_tokens[request]))
                 sent.callbacks.append(partial(self._handed_off, slot, request))
                 return
         output = int(records.output_tokens[request])
@@ -417,7 +417,7 @@ class Server:
         if not 0 <= skipped < prompt or (chunk is not None and prompt > chunk and skipped % chunk):
             raise ValueError(f"hooks skipped {skipped} of {prompt} prompt tokens: not reusable")
         self.slots.prefilled[slot] = skipped
-        self.load.outstanding -= skipped
+        self.load.add(-skipped)
 
     def _start_decode(self, slot: int, request: int) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding."""
@@ -478,10 +478,8 @@ class Server:
         else:
             shape, step = self._decode_shape(bucket)
             decoding = slots.decoding
-        load = self.load
         start = self._clock()
-        load.run_start, load.run_end, load.run_step = start, start + steps * step, step
-        load.run_decoding = decoding
+        self.load.begin_run(start, start + steps * step, step, decoding)
         return shape, bucket, steps, step
 
     def _decode_shape(self, bucket: int) -> tuple[StepShape, int]:
@@ -524,8 +522,7 @@ class Server:
 
     def _decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
         """Account a decode run of ``steps`` steps that ended now; complete who finished."""
-        slots, load = self.slots, self.load
-        load.run_decoding = 0
+        slots = self.slots
         if isinstance(slots, RoundSlots):
             assert self.speculation is not None
             self.speculation.run_rounds(self.cache, bucket, steps)
@@ -535,7 +532,7 @@ class Server:
         self.records.decode_runs += 1
         emitted = slots.emitted(steps)
         self.records.tokens_generated += emitted
-        load.outstanding -= emitted
+        self.load.end_run(emitted)
         self._last_was_prefill = False
         now = self._clock()
         for slot in slots.advance(steps):
