@@ -33,7 +33,9 @@ A server alone (``run_alone``, what ``serving.simulate`` runs) knows its arrival
 simulation events at all: it keeps its own clock, lands the arrivals due by the end of each
 step, and cuts a decode run where the next arrival falls. A cluster replica's requests come
 from a router at run time: it is a SimPy process (``Server(..., arrivals=None)``) that waits
-for each step's end and settles same-instant events before deciding.
+for each step's end. A prefill or decode replica then settles same-instant events (KV
+hand-offs its own steps cause) before deciding; a mixed one needs that only at time 0, and
+moves its run's end event when an arrival cuts the run (:meth:`_cut_now`).
 
 In a cluster (``rdu_sim.cluster``) a server is one replica: ``hooks`` (``serving.hooks``)
 let a prefix cache shorten prefills, and ``role`` splits serving in two. A ``prefill``
