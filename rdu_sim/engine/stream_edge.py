@@ -11,11 +11,13 @@ tile, so the step time does not depend on how finely the engine tiles.
 
 The slot is held from the producer's start of the tile until the consumer releases it after
 its own tile (``release``), so a 2-slot edge is double buffering of streamed tiles.
+
+The completion event travels with its tile as the buffer's payload, and ``put``/``get`` hand
+back the buffer's own generators: an edge adds no generator frame to a stage's tile loop.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Generator
 from typing import Any
 
@@ -33,17 +35,15 @@ class StreamEdge:
         # fewer rows than tiles): the event handed with each tile is the row's end, and the
         # consumer cannot start on the tile before it (nothing of the row exists earlier).
         self.whole_rows = whole_rows
-        self._done: deque[simpy.Event] = deque()
 
-    def put(self, nbytes: float, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+    def put(self, nbytes: float, done: simpy.Event) -> Generator[simpy.Event, Any, float]:
         """Reserve a slot for a tile of ``nbytes`` that the producer finishes at ``done``."""
-        self._done.append(done)  # FIFO like the tiles: the producer is the only putter
-        yield from self.buffer.put(nbytes)
+        return self.buffer.put(nbytes, done)
 
     def get(self) -> Generator[simpy.Event, Any, simpy.Event]:
         """Take the oldest tile; returns the event of its producer finishing it."""
-        yield from self.buffer.get()
-        return self._done.popleft()
+        done: Generator[simpy.Event, Any, simpy.Event] = self.buffer.get()
+        return done
 
     def release(self) -> None:
         """Free the slot of the oldest tile taken (the consumer is done with it)."""

@@ -76,7 +76,7 @@ class StageBuffer:
         self.producer_stall_time = 0.0
         self._free = capacity  # slots nobody holds
         self._slot_waiters: deque[simpy.Event] = deque()  # producers waiting for a slot
-        self._tiles: deque[tuple[float, float, float]] = deque()  # written, not yet taken
+        self._tiles: deque[tuple[float, float, float, Any]] = deque()  # written, not yet taken
         self._tile_waiters: deque[simpy.Event] = deque()  # consumers waiting for a tile
         self._write_free_at = float(env.now)
         self._read_free_at = float(env.now)
@@ -101,52 +101,58 @@ class StageBuffer:
         """Slots currently reserved (being written, waiting, being read, or held)."""
         return self.capacity - self._free
 
-    def put(self, nbytes: float) -> Generator[simpy.Event, Any, float]:
+    def put(self, nbytes: float, payload: Any = None) -> Generator[simpy.Event, Any, float]:
         """Reserve a slot (blocking while full) and start writing ``nbytes``.
 
-        Returns the time at which the tile becomes visible to the consumer.
+        ``payload`` travels with the tile and is what :meth:`get` returns for it (default:
+        ``nbytes``). Returns the time at which the tile becomes visible to the consumer.
         """
         if nbytes < 0:
             raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
-        asked = float(self.env.now)
+        env = self.env
+        asked = float(env.now)
         if self._free > 0 and not self._slot_waiters:
             self._free -= 1
+            now = asked
         else:  # wait until release() hands a slot over
-            waiter = self.env.event()
+            waiter = env.event()
             self._slot_waiters.append(waiter)
             yield waiter
-        now = float(self.env.now)
-        self.producer_stall_time += now - asked
-        start = max(now, self._write_free_at)
+            now = float(env.now)
+            self.producer_stall_time += now - asked
+        start = now if now > self._write_free_at else self._write_free_at
         end = start + nbytes / self.sram_bandwidth
         self._write_free_at = end
         self.bytes_written.add(nbytes)
-        self.bytes_in_flight += nbytes
-        self.peak_bytes_in_flight = max(self.peak_bytes_in_flight, self.bytes_in_flight)
+        in_flight = self.bytes_in_flight = self.bytes_in_flight + nbytes
+        if in_flight > self.peak_bytes_in_flight:
+            self.peak_bytes_in_flight = in_flight
+        tile = (start, end, nbytes, nbytes if payload is None else payload)
         if self._tile_waiters:
-            self._tile_waiters.popleft().succeed((start, end, nbytes))
+            self._tile_waiters.popleft().succeed(tile)
         else:
-            self._tiles.append((start, end, nbytes))
+            self._tiles.append(tile)
         return end
 
-    def get(self, hold: bool = True) -> Generator[simpy.Event, Any, float]:
+    def get(self, hold: bool = True) -> Generator[simpy.Event, Any, Any]:
         """Take the oldest tile (blocking while empty) and read it.
 
         With ``hold`` the slot stays reserved until :meth:`release`; without,
-        it is freed when the read ends. Returns the tile's size in bytes.
+        it is freed when the read ends. Returns the tile's payload (``put``'s; its size
+        in bytes by default).
         """
+        env = self.env
         if self._tiles and not self._tile_waiters:
-            item = self._tiles.popleft()
+            w_start, w_end, nbytes, payload = self._tiles.popleft()
         else:  # wait until put() hands a tile over
-            waiter = self.env.event()
+            waiter = env.event()
             self._tile_waiters.append(waiter)
-            item = yield waiter
-        w_start, w_end, nbytes = item
-        now = float(self.env.now)
+            w_start, w_end, nbytes, payload = yield waiter
+        now = float(env.now)
         start = max(now, w_end, self._read_free_at)
         end = start + nbytes / self.sram_bandwidth
         self._read_free_at = end
-        yield self.env.timeout(end - now)
+        yield env.timeout(end - now)
         # Accounted on consumption so the trackers never hold future time.
         self.write_busy.add(w_start, w_end)
         self.read_busy.add(start, end)
@@ -154,7 +160,7 @@ class StageBuffer:
         self._held.append(nbytes)
         if not hold:
             self.release()
-        return nbytes
+        return payload
 
     def release(self) -> None:
         """Free the slot of the oldest tile taken with ``get(hold=True)``."""
