@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 
 import simpy
 
@@ -79,6 +80,10 @@ class MemoryChannel:
         self._active: list[tuple[float, int, simpy.Event]] = []  # (finish tag, seq, done)
         self._seq = 0
         self._timers: list[float] = []  # pending wake-up times (a heap)
+        self._waiting: deque[tuple[float, simpy.Event]] = deque()  # requests in their latency
+        # bound once: one is appended to every timer and every latency delay
+        self._wake_cb = self._wake
+        self._join_cb = self._join_oldest
 
     def read(self, nbytes: float, tag: str | None = None) -> simpy.Event:
         """Read ``nbytes``; the returned event fires when the last byte has arrived."""
@@ -109,12 +114,15 @@ class MemoryChannel:
         return len(self._active)
 
     def _issue(self, nbytes: float) -> simpy.Event:
-        done = self.env.event()
+        env = self.env
+        done = env.event()
         if nbytes == 0:  # nothing to move: no request is issued
             return done.succeed(0)
         if self.latency > 0:
-            delay = self.env.timeout(self.latency)
-            delay.callbacks.append(lambda _ev: self._join(nbytes, done))
+            # Every request waits the same latency, so the delays end in issue order (same
+            # times, ids increasing): each one joins the oldest request still waiting.
+            self._waiting.append((nbytes, done))
+            env.timeout(self.latency).callbacks.append(self._join_cb)
         else:
             self._join(nbytes, done)
         return done
@@ -126,43 +134,58 @@ class MemoryChannel:
     def _advance(self) -> None:
         """Move virtual time to ``env.now`` at the current (constant) rate."""
         now = float(self.env.now)
-        if self._active and now > self._last:
-            rate = self._rate()
-            self._vtime += rate * (now - self._last)
-            self.busy.add(self._last, now, rate * len(self._active) / self.effective_bandwidth)
+        last, active = self._last, self._active
+        if active and now > last:
+            n = len(active)
+            rate = min(self.effective_bandwidth / n, self.stream_cap)
+            self._vtime += rate * (now - last)
+            self.busy.add(last, now, rate * n / self.effective_bandwidth)
         self._last = now
+
+    def _join_oldest(self, _ev: simpy.Event) -> None:
+        """The oldest waiting request's latency is over: it joins the active streams."""
+        self._join(*self._waiting.popleft())
 
     def _join(self, nbytes: float, done: simpy.Event) -> None:
         self._advance()
-        heapq.heappush(self._active, (self._vtime + nbytes, self._seq, done))
+        active = self._active
+        heapq.heappush(active, (self._vtime + nbytes, self._seq, done))
         self._seq += 1
-        self.max_streams = max(self.max_streams, len(self._active))
+        if len(active) > self.max_streams:
+            self.max_streams = len(active)
         self._arm()
 
     def _arm(self) -> None:
         """Make sure a wake-up is pending no later than the next completion."""
-        if not self._active:
+        active = self._active
+        if not active:
             return
         now = float(self.env.now)
-        due = now + max(self._active[0][0] - self._vtime, 0.0) / self._rate()
-        if self._timers and self._timers[0] <= due:
+        rate = min(self.effective_bandwidth / len(active), self.stream_cap)
+        due = now + max(active[0][0] - self._vtime, 0.0) / rate
+        timers = self._timers
+        if timers and timers[0] <= due:
             return  # an earlier timer will fire first and re-arm
-        heapq.heappush(self._timers, due)
-        timer = self.env.timeout(due - now)
-        timer.callbacks.append(self._wake)
+        heapq.heappush(timers, due)
+        self.env.timeout(due - now).callbacks.append(self._wake_cb)
 
     def _wake(self, _ev: simpy.Event) -> None:
         heapq.heappop(self._timers)
         self._advance()
         now = float(self.env.now)
-        while self._active:
-            tag, _, done = self._active[0]
+        active, cap, bandwidth = self._active, self.stream_cap, self.effective_bandwidth
+        while active:
+            tag, _, done = active[0]
             left = tag - self._vtime
-            if left > _REL_TOL * max(tag, 1.0) and now + left / self._rate() > now:
+            if (
+                left > _REL_TOL * max(tag, 1.0)
+                and now + left / min(bandwidth / len(active), cap) > now
+            ):
                 break
-            self._vtime = max(self._vtime, tag)  # snap: removes float drift exactly
-            heapq.heappop(self._active)
+            if tag > self._vtime:
+                self._vtime = tag  # snap: removes float drift exactly
+            heapq.heappop(active)
             done.succeed(now)
-        if not self._active:
+        if not active:
             self._vtime = 0.0  # idle: restart virtual time, keeping float error bounded
         self._arm()
