@@ -26,13 +26,28 @@ from typing import Any
 
 import simpy
 from simpy.core import EmptySchedule
-from simpy.events import NORMAL, Event, Timeout
+from simpy.events import NORMAL, PENDING, Event, Timeout
 
 _new = object.__new__
 
 
 class EventLimitError(Exception):
     """The environment would process more than its ``limit`` of events."""
+
+
+class QuickEvent(Event):
+    """``simpy.Event`` whose ``succeed`` queues it itself, under the key SimPy's would use
+    (now, ``NORMAL``, next id): the engine succeeds one or more of these a tile."""
+
+    def succeed(self, value: Any = None) -> Event:
+        """Set the event's value and queue it for processing now (as ``Event.succeed``)."""
+        if self._value is not PENDING:
+            raise RuntimeError(f"{self} has already been triggered")
+        self._ok = True
+        self._value = value
+        env: Any = self.env
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
+        return self
 
 
 class CountingEnvironment(simpy.Environment):
@@ -61,8 +76,8 @@ class CountingEnvironment(simpy.Environment):
         return event
 
     def event(self) -> Event:
-        """``simpy.Environment.event``: a pending event."""
-        event: Event = _new(Event)
+        """``simpy.Environment.event``: a pending event (a :class:`QuickEvent`)."""
+        event: Event = _new(QuickEvent)
         event.env = self
         event.callbacks = []
         return event

@@ -49,11 +49,13 @@ class SocketModel:
 
     def read(self, tier: str, nbytes: float) -> simpy.Event:
         """Stream ``nbytes`` from ``tier``; fires when the last byte has arrived."""
-        return self._track(tier, nbytes, self.channels[tier].read(nbytes))
+        done = self.channels[tier].read(nbytes)
+        return done if self.recorder is None else self._track(tier, nbytes, done)
 
     def write(self, tier: str, nbytes: float) -> simpy.Event:
         """Store ``nbytes`` to ``tier``; fires when the last byte is stored."""
-        return self._track(tier, nbytes, self.channels[tier].write(nbytes))
+        done = self.channels[tier].write(nbytes)
+        return done if self.recorder is None else self._track(tier, nbytes, done)
 
     def _track(self, tier: str, nbytes: float, done: simpy.Event) -> simpy.Event:
         rec = self.recorder

@@ -76,25 +76,31 @@ class PCUGroup:
 
     def compute(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
         """Queue matrix work; the event fires when it finishes (value: finish time)."""
+        _check(flops, efficiency)
         self.matrix_flops += flops
-        return self._run(self.compute_time(flops, efficiency))
+        return self._run(flops / (self.matrix_rate * efficiency))
 
     def vector(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
         """Queue element-wise/vector work; fires when it finishes."""
+        _check(flops, efficiency)
         self.vector_flops += flops
-        return self._run(self.vector_time(flops, efficiency))
+        return self._run(flops / (self.vector_rate * efficiency))
 
     def _run(self, duration: float) -> simpy.Event:
-        now = float(self.env.now)
-        start = max(now, self._free_at)
-        end = start + duration
-        self._free_at = end
-        done = self.env.timeout(end - now, value=end)
-        done.callbacks.append(lambda _ev: self.busy.add(start, end))
+        env = self.env
+        now = float(env.now)
+        free_at = self._free_at
+        start = now if now > free_at else free_at
+        end = self._free_at = start + duration
+        done = env.timeout(end - now, value=end)
+        busy = self.busy
+        done.callbacks.append(lambda _ev: busy.add(start, end))
         return done
 
 
 def _check(flops: float, efficiency: float) -> None:
+    if flops >= 0 and 0 < efficiency <= 1:
+        return
     if flops < 0:
         raise ValueError(f"flops must be >= 0, got {flops}")
     if not 0 < efficiency <= 1:

@@ -29,6 +29,17 @@ class BusyTracker:
         name: label used in error messages and reports.
     """
 
+    __slots__ = (
+        "_block_end",
+        "_block_start",
+        "_closed",
+        "_has_block",
+        "_intervals",
+        "_last_start",
+        "_unit_seconds",
+        "name",
+    )
+
     def __init__(self, name: str = "") -> None:
         self.name = name
         self._closed = 0.0  # union length of merged blocks already closed
@@ -105,7 +116,7 @@ class BusyTracker:
         return self.busy_time / elapsed if elapsed > 0 else 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class ByteCounter:
     """Bytes moved, in total and per caller-supplied tag (e.g. "weights", "kv")."""
 
