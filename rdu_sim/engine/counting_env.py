@@ -102,23 +102,32 @@ class CountingEnvironment(simpy.Environment):
             self._rest = None
             if self._finish(event, callbacks, start):
                 return
-        queue = self._queue
-        while True:
-            if self.processed >= self.limit:
-                raise EventLimitError(self.limit)
-            try:
-                self._now, _, _, event = heappop(queue)
-            except IndexError:
-                raise EmptySchedule from None
-            self.processed += 1
-            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
-            for i, callback in enumerate(callbacks):
-                callback(event)
-                if self._paused:
-                    self._rest = (event, callbacks, i + 1)
-                    return
-            if not event._ok and not hasattr(event, "_defused"):
-                _crash(event)
+        queue, limit, processed = self._queue, self.limit, self.processed
+        try:  # the count is kept in a local while the loop runs (written back on leaving)
+            while True:
+                if processed >= limit:
+                    raise EventLimitError(limit)
+                try:
+                    self._now, _, _, event = heappop(queue)
+                except IndexError:
+                    raise EmptySchedule from None
+                processed += 1
+                callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+                if len(callbacks) == 1:  # most events wake one process or run one callback
+                    callbacks[0](event)
+                    if self._paused:
+                        self._rest = (event, callbacks, 1)
+                        return
+                else:
+                    for i, callback in enumerate(callbacks):
+                        callback(event)
+                        if self._paused:
+                            self._rest = (event, callbacks, i + 1)
+                            return
+                if not event._ok and not hasattr(event, "_defused"):
+                    _crash(event)
+        finally:
+            self.processed = processed
 
     def _finish(
         self, event: simpy.Event, callbacks: list[Callable[[Any], None]], start: int

@@ -133,7 +133,7 @@ class MemoryChannel:
 
     def _advance(self) -> None:
         """Move virtual time to ``env.now`` at the current (constant) rate."""
-        now = float(self.env.now)
+        now = float(self.env._now)
         last, active = self._last, self._active
         if active and now > last:
             n = len(active)
@@ -160,7 +160,7 @@ class MemoryChannel:
         active = self._active
         if not active:
             return
-        now = float(self.env.now)
+        now = float(self.env._now)
         rate = min(self.effective_bandwidth / len(active), self.stream_cap)
         due = now + max(active[0][0] - self._vtime, 0.0) / rate
         timers = self._timers
@@ -172,7 +172,7 @@ class MemoryChannel:
     def _wake(self, _ev: simpy.Event) -> None:
         heapq.heappop(self._timers)
         self._advance()
-        now = float(self.env.now)
+        now = float(self.env._now)
         active, cap, bandwidth = self._active, self.stream_cap, self.effective_bandwidth
         while active:
             tag, _, done = active[0]

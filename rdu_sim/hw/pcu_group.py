@@ -88,7 +88,7 @@ class PCUGroup:
 
     def _run(self, duration: float) -> simpy.Event:
         env = self.env
-        now = float(env.now)
+        now = float(env._now)
         free_at = self._free_at
         start = now if now > free_at else free_at
         end = self._free_at = start + duration

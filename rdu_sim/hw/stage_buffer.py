@@ -110,7 +110,7 @@ class StageBuffer:
         if nbytes < 0:
             raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
         env = self.env
-        asked = float(env.now)
+        asked = float(env._now)
         if self._free > 0 and not self._slot_waiters:
             self._free -= 1
             now = asked
@@ -118,7 +118,7 @@ class StageBuffer:
             waiter = env.event()
             self._slot_waiters.append(waiter)
             yield waiter
-            now = float(env.now)
+            now = float(env._now)
             self.producer_stall_time += now - asked
         start = now if now > self._write_free_at else self._write_free_at
         end = start + nbytes / self.sram_bandwidth
@@ -148,7 +148,7 @@ class StageBuffer:
             waiter = env.event()
             self._tile_waiters.append(waiter)
             w_start, w_end, nbytes, payload = yield waiter
-        now = float(env.now)
+        now = float(env._now)
         start = max(now, w_end, self._read_free_at)
         end = start + nbytes / self.sram_bandwidth
         self._read_free_at = end
