@@ -290,7 +290,8 @@ class StageRunner:
         t, reads = i % self.work.tiles, self.work.reads.items()
         gate = self.selected_by.layer_gate(i // self.work.tiles) if self.selected_by else None
         if gate is None:
-            return [self.socket.read(tier, amounts[t]) for tier, amounts in reads]
+            read = self.socket.read
+            return [read(tier, amounts[t]) for tier, amounts in reads]
         loads = [self.env.event() for _ in reads]
 
         def issue(_event: simpy.Event) -> None:
@@ -305,7 +306,7 @@ class StageRunner:
     ) -> Gen:
         """Compute tile ``t`` while its operands and inputs stream in; done when all are."""
         env, work, pcus = self.env, self.work, self.pcus
-        start = float(env.now)
+        start = float(env._now)
         last: simpy.Event | None = None
         if pcus is not None:
             if work.flops > 0:

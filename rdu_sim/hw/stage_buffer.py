@@ -148,8 +148,11 @@ class StageBuffer:
             waiter = env.event()
             self._tile_waiters.append(waiter)
             w_start, w_end, nbytes, payload = yield waiter
-        now = float(env._now)
-        start = max(now, w_end, self._read_free_at)
+        now = start = float(env._now)
+        if w_end > start:
+            start = w_end
+        if self._read_free_at > start:
+            start = self._read_free_at
         end = start + nbytes / self.sram_bandwidth
         self._read_free_at = end
         yield env.timeout(end - now)
