@@ -18,7 +18,7 @@ back the buffer's own generators: an edge adds no generator frame to a stage's t
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
@@ -35,6 +35,9 @@ class StreamEdge:
         # fewer rows than tiles): the event handed with each tile is the row's end, and the
         # consumer cannot start on the tile before it (nothing of the row exists earlier).
         self.whole_rows = whole_rows
+        # Free the slot of the oldest tile taken (the consumer is done with it): the buffer's
+        # own method, bound once (a stage releases every input edge at every tile).
+        self.release: Callable[[], None] = buffer.release
 
     def put(self, nbytes: float, done: simpy.Event) -> Generator[simpy.Event, Any, float]:
         """Reserve a slot for a tile of ``nbytes`` that the producer finishes at ``done``."""
@@ -44,7 +47,3 @@ class StreamEdge:
         """Take the oldest tile; returns the event of its producer finishing it."""
         done: Generator[simpy.Event, Any, simpy.Event] = self.buffer.get()
         return done
-
-    def release(self) -> None:
-        """Free the slot of the oldest tile taken (the consumer is done with it)."""
-        self.buffer.release()

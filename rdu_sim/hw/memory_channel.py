@@ -137,7 +137,9 @@ class MemoryChannel:
         last, active = self._last, self._active
         if active and now > last:
             n = len(active)
-            rate = min(self.effective_bandwidth / n, self.stream_cap)
+            rate = self.effective_bandwidth / n
+            if self.stream_cap < rate:
+                rate = self.stream_cap
             self._vtime += rate * (now - last)
             self.busy.add(last, now, rate * n / self.effective_bandwidth)
         self._last = now
@@ -161,8 +163,11 @@ class MemoryChannel:
         if not active:
             return
         now = float(self.env._now)
-        rate = min(self.effective_bandwidth / len(active), self.stream_cap)
-        due = now + max(active[0][0] - self._vtime, 0.0) / rate
+        rate = self.effective_bandwidth / len(active)
+        if self.stream_cap < rate:
+            rate = self.stream_cap
+        left = active[0][0] - self._vtime
+        due = now + (0.0 if left < 0.0 else left) / rate  # max(left, 0.0)
         timers = self._timers
         if timers and timers[0] <= due:
             return  # an earlier timer will fire first and re-arm
