@@ -1,0 +1,100 @@
+"""The engine's event loop (engine.counting_env) processes events in SimPy's own order.
+
+CountingEnvironment makes timeouts and events without SimPy's frames and keeps the events due
+now in a queue beside the heap; every result of the engine rests on it taking events in the
+order ``simpy.Environment`` would (time, priority, event id). Random process networks with
+many same-time events (zero timeouts, succeeded events, conditions, process ends, spawns) are
+run on both and must log the same steps in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import pytest
+import simpy
+from simpy.core import EmptySchedule
+
+from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
+
+DELAYS = (0.0, 0.0, 0.5, 1.0, 1.5)  # few distinct delays: many events share an instant
+
+
+def _network(env: simpy.Environment, seed: int, log: list[tuple[float, str]]) -> None:
+    """Processes that time out, signal each other, wait on conditions and spawn children."""
+    rng = np.random.default_rng(seed)
+    signals = [env.event() for _ in range(6)]
+
+    def worker(name: str, steps: int, depth: int) -> Generator[simpy.Event, Any, None]:
+        for step in range(steps):
+            choice = int(rng.integers(6))
+            if choice <= 1:
+                yield env.timeout(float(rng.choice(DELAYS)))
+            elif choice == 2:
+                signal = signals[int(rng.integers(len(signals)))]
+                if not signal.triggered:
+                    signal.succeed(name)
+                yield env.timeout(0)
+            elif choice == 3:
+                a, b = (
+                    env.timeout(float(rng.choice(DELAYS))),
+                    env.timeout(float(rng.choice(DELAYS))),
+                )
+                yield (a & b) if rng.integers(2) else (a | b)
+            elif choice == 4 and depth < 2:
+                yield env.process(worker(f"{name}.{step}", int(rng.integers(1, 4)), depth + 1))
+            else:
+                waiter = env.event()
+                waiter.callbacks.append(
+                    lambda _e, n=name, s=step: log.append((env.now, f"cb {n} {s}"))
+                )
+                waiter.succeed()
+                yield waiter
+            log.append((float(env.now), f"{name} {step}"))
+
+    for i in range(8):
+        env.process(worker(f"w{i}", int(rng.integers(3, 9)), 0))
+    for i, signal in enumerate(signals):
+        signal.callbacks.append(
+            lambda e, i=i: log.append((float(env.now), f"signal {i} {e.value}"))
+        )
+
+
+def _simpy_log(seed: int) -> list[tuple[float, str]]:
+    env = simpy.Environment()
+    log: list[tuple[float, str]] = []
+    _network(env, seed, log)
+    env.run()
+    return log
+
+
+def _counting_log(seed: int) -> tuple[list[tuple[float, str]], int]:
+    env = CountingEnvironment(limit=10**6)
+    log: list[tuple[float, str]] = []
+    _network(env, seed, log)
+    while True:
+        try:
+            env.run_until_pause()
+        except EmptySchedule:
+            return log, env.processed
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_same_order_as_simpy(seed: int) -> None:
+    expected = _simpy_log(seed)
+    got, processed = _counting_log(seed)
+    assert len(expected) > 20 and processed > len(expected) // 2
+    assert got == expected
+
+
+def test_the_limit_is_exact() -> None:
+    """Exactly ``limit`` events are processed before the error."""
+    _, processed = _counting_log(3)
+    env = CountingEnvironment(limit=processed - 1)
+    _network(env, 3, [])
+    with pytest.raises(EventLimitError):
+        while True:
+            env.run_until_pause()
+    assert env.processed == processed - 1
