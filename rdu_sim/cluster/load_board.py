@@ -23,6 +23,7 @@ class LoadBoard:
         self.run_end = np.zeros(n, dtype=np.int64)
         self.run_step = np.ones(n, dtype=np.int64)
         self.run_decoding = np.zeros(n, dtype=np.int64)
+        self._tokens = np.zeros(n, dtype=np.int64)  # what ``tokens`` returns, reused
 
     def __len__(self) -> int:
         return int(self.outstanding.shape[0])
@@ -32,9 +33,16 @@ class LoadBoard:
         return BoardRow(self, index)
 
     def tokens(self, now: int) -> NDArray[np.int64]:
-        """Outstanding tokens of every server at ``now``."""
+        """Outstanding tokens of every server at ``now``, in one array the board reuses: valid
+        until the next call (a router reads it at once; copy it to keep it)."""
         return outstanding_at(
-            now, self.outstanding, self.run_start, self.run_end, self.run_step, self.run_decoding
+            now,
+            self.outstanding,
+            self.run_start,
+            self.run_end,
+            self.run_step,
+            self.run_decoding,
+            out=self._tokens,
         )
 
 

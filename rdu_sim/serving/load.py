@@ -20,10 +20,17 @@ import numpy as np
 T = TypeVar("T", int, "np.ndarray[Any, Any]")
 
 
-def outstanding_at(now: int, outstanding: T, start: T, end: T, step: T, decoding: T) -> T:
-    """Tokens still to process at ``now`` (see the module docstring); works elementwise."""
-    done = (np.minimum(now, end) - start) // step * decoding
-    left: T = outstanding - done
+def outstanding_at(
+    now: int, outstanding: T, start: T, end: T, step: T, decoding: T, out: Any = None
+) -> T:
+    """Tokens still to process at ``now`` (see the module docstring); works elementwise.
+    ``out``: an array to compute a pool's counts in without allocating (a router reads the
+    whole pool at every arrival; the five temporaries cost as much as the arithmetic)."""
+    done = np.minimum(now, end, out=out)
+    done = np.subtract(done, start, out=out)
+    done = np.floor_divide(done, step, out=out)
+    done = np.multiply(done, decoding, out=out)
+    left: T = np.subtract(outstanding, done, out=out)
     return left
 
 

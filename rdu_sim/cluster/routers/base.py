@@ -18,7 +18,8 @@ class PoolState(Protocol):
 
     def outstanding_tokens(self) -> NDArray[np.int64]:
         """Per replica: prompt tokens still to prefill plus output tokens still to generate,
-        over the requests queued or running there (``serving.load``)."""
+        over the requests queued or running there (``serving.load``); an array the pool reuses
+        at its next read."""
         ...
 
     def cached_tokens(self, request: int) -> NDArray[np.int64]:
