@@ -43,10 +43,32 @@ def test_idle_slots_never_decide_a_run() -> None:
             remaining = slots.remaining.copy()
             done = slots.advance(run)
             expected = np.flatnonzero((slots.phase == DECODING) & (remaining == run))
-            assert done.tolist() == expected.tolist()
+            assert done == expected.tolist()
             for slot in done:
-                slots.release(int(slot))
+                slots.release(slot)
         elif choice == 3 and (decoding.size or prefilling):
             slots.release(int(rng.choice(np.flatnonzero(slots.phase != EMPTY))))
         assert slots.longest_cache() == _masked(slots, 0)[0]
     assert request > 100
+
+
+def test_a_completion_is_reported_once_by_the_slot_its_request_holds() -> None:
+    """The completion heap keeps entries of requests that left their slot early: such an
+    entry must never complete the slot's next request (nor an empty slot), and a refilled
+    slot finishing at the old entry's step completes once."""
+    slots = Slots(3)
+    for request in (10, 11, 12):
+        slots.admit(slots.free_slot(), request)
+    slots.start_decode(0, 5, 100, 4)  # request 10 would finish at step 4
+    slots.start_decode(1, 5, 100, 4)  # request 11 would finish at step 4
+    slots.start_decode(2, 5, 100, 6)
+    assert slots.advance(1) == []
+    slots.release(0)  # request 10 leaves early; slot 0 refilled, finishing at step 4 too
+    slots.release(1)  # request 11 leaves early; slot 1 stays empty
+    slots.admit(0, 20)
+    slots.start_decode(0, 5, 100, 3)
+    assert slots.advance(3) == [0]
+    assert int(slots.request[0]) == 20
+    slots.release(0)
+    assert slots.advance(2) == [2]
+    assert slots.advance(1) == []  # nothing left but idle slots

@@ -538,7 +538,7 @@ class Server:
         self._last_was_prefill = False
         now = self._clock()
         for slot in slots.advance(steps):
-            self._complete(int(slot), int(slots.request[slot]), now)
+            self._complete(slot, int(slots.request[slot]), now)
 
     def _complete(self, slot: int, request: int, now: int) -> None:
         records = self.records

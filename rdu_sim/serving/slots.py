@@ -6,6 +6,10 @@ cache it has at its last decode step: ``cache(g) = min(c + g - 1, cap)`` with
 registered KV policy has this form (full and SnapKV grow, SnapStream and StreamingLLM
 saturate at their slot; tests check it), and it lets the scheduler compute, without stepping,
 how many decode steps keep the same static shape.
+
+Completions come off a heap: a slot that starts decoding ``k`` steps when ``steps_done``
+decode steps have run finishes at step ``steps_done + k``, so a run's completions are the
+heap's tops, not a pass over every slot (the pass cost more than the rest of ``advance``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import heapq
 from collections import deque
 
 import numpy as np
-from numpy.typing import NDArray
 
 EMPTY, PREFILLING, DECODING, WAITING = 0, 1, 2, 3
 """Slot phases. WAITING: taken but neither prefilling nor decoding, while a request's KV
@@ -49,6 +52,8 @@ class Slots:
         self.waiting = 0
         self.occupied = 0
         self._empty = list(range(n))  # a heap of the empty slots' indices
+        self.steps_done = 0  # decode steps run so far (rounds, for speculative slots)
+        self._finish: list[tuple[int, int, int]] = []  # heap: (finish step, slot, request)
 
     def free_slot(self) -> int:
         """Lowest-index empty slot, or -1."""
@@ -98,6 +103,7 @@ class Slots:
         self.cap[slot] = cap
         self.remaining[slot] = steps
         self.decoding += 1
+        heapq.heappush(self._finish, (self.steps_done + steps, slot, int(self.request[slot])))
 
     def release(self, slot: int) -> None:
         """Empty a slot (its request completed)."""
@@ -136,12 +142,24 @@ class Slots:
         """Tokens the decoding slots emit in their next ``steps`` decode steps (one each)."""
         return steps * self.decoding
 
-    def advance(self, steps: int) -> NDArray[np.int64]:
+    def advance(self, steps: int) -> list[int]:
         """Run ``steps`` decode steps; return the slots whose request is now complete. Idle
         slots step too (their cache is rewritten when they start decoding, their ``IDLE``
         never reaches 0)."""
         self.cache += steps
         self.remaining -= steps
         self.chunked_this_round[:] = False
-        done: NDArray[np.int64] = (self.remaining == 0).nonzero()[0]
+        return self._finished(steps)
+
+    def _finished(self, steps: int) -> list[int]:
+        """After ``steps`` more decode steps, the slots whose ``remaining`` reached 0, in slot
+        order: the heap's entries due by now (one whose slot was emptied or refilled since,
+        so holds another request or has steps left, is dropped)."""
+        now = self.steps_done = self.steps_done + steps
+        finish, request, remaining = self._finish, self.request, self.remaining
+        done: list[int] = []
+        while finish and finish[0][0] <= now:
+            _, slot, owner = heapq.heappop(finish)
+            if request[slot] == owner and remaining[slot] == 0:
+                done.append(slot)
         return done

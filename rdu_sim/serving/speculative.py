@@ -89,7 +89,7 @@ class RoundSlots(Slots):
             total += self._emitted(slot, done + steps) - self._emitted(slot, done)
         return total
 
-    def advance(self, steps: int) -> NDArray[np.int64]:
+    def advance(self, steps: int) -> list[int]:
         """Run ``steps`` rounds; return the slots whose request is now complete."""
         mask = self.phase == DECODING
         for slot in map(int, np.flatnonzero(mask)):
@@ -98,7 +98,7 @@ class RoundSlots(Slots):
             self.cache[slot] = self.first_cache[slot] + self._emitted(slot, done)
         self.remaining[mask] -= steps
         self.chunked_this_round[:] = False
-        return np.flatnonzero(mask & (self.remaining == 0))
+        return self._finished(steps)
 
 
 @dataclass
