@@ -332,7 +332,7 @@ class Server:
             if self.config.prefill_priority == "decode_first" or slots.decoding == 0:
                 return slots.prefill_order[0]
             for slot in slots.prefill_order:
-                if not slots.chunked_this_round[slot]:
+                if slot not in slots.chunked_this_round:
                     return slot
         if self.queue and slots.occupied < slots.n:
             return -1
@@ -389,7 +389,7 @@ class Server:
         yield step
         self._last_was_prefill = True
         slots.prefilled[slot] = done
-        slots.chunked_this_round[slot] = True
+        slots.chunked_this_round.add(slot)
         self.load.add(before - done)
         if done < prompt:
             return

@@ -46,7 +46,7 @@ class Slots:
         self.cache = np.zeros(n, dtype=np.int64)  # uncapped cache of the next decode step
         self.cap = np.zeros(n, dtype=np.int64)  # the cache never exceeds this (0: idle)
         self.remaining = np.full(n, IDLE, dtype=np.int64)  # decode steps until done
-        self.chunked_this_round = np.zeros(n, dtype=np.bool_)
+        self.chunked_this_round: set[int] = set()  # slots prefilled since the last decode step
         self.prefill_order: deque[int] = deque()  # prefilling slots, oldest first
         self.decoding = 0
         self.waiting = 0
@@ -148,7 +148,7 @@ class Slots:
         never reaches 0)."""
         self.cache += steps
         self.remaining -= steps
-        self.chunked_this_round[:] = False
+        self.chunked_this_round.clear()
         return self._finished(steps)
 
     def _finished(self, steps: int) -> list[int]:

@@ -97,7 +97,7 @@ class RoundSlots(Slots):
             self.rounds_done[slot] = done
             self.cache[slot] = self.first_cache[slot] + self._emitted(slot, done)
         self.remaining[mask] -= steps
-        self.chunked_this_round[:] = False
+        self.chunked_this_round.clear()
         return self._finished(steps)
 
 
