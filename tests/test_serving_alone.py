@@ -177,3 +177,27 @@ def test_a_server_given_arrivals_refuses_cluster_hooks() -> None:
             forever=True,
             arrivals=OpenLoop(np.zeros(1, np.int64)),
         )
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_a_decision_before_an_admission_needs_no_row(
+    case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server records no row for a decision to admit (the admission's row, at the same
+    instant, replaces it): the series equals one where every decision records its own."""
+    requests = requests_of(5, 120, case["spread"] * NS)
+    policy = policy_of(case["policy"])
+    config = ServerConfig(
+        case["slots"], MAX_CONTEXT, case.get("priority", "prefill_first"), case.get("chunk")
+    )
+    lean = serve(requests, policy, StepCache(round_step), config)
+
+    def recording_every_decision(server: Server, now: int) -> str:
+        server._record(now)
+        return server._choose()
+
+    monkeypatch.setattr(Server, "_decide", recording_every_decision)
+    full = serve(requests, policy, StepCache(round_step), config)
+    assert len(full.series) == len(lean.series) > len(requests)
+    np.testing.assert_array_equal(full.series.times(), lean.series.times())
+    np.testing.assert_array_equal(full.series.counts(), lean.series.counts())

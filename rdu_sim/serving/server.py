@@ -264,9 +264,8 @@ class Server:
         while self.completed < self._until:
             if self._due <= self.now:
                 self._land(self.now)
-            self._record(self.now)
-            action = self._choose()
-            if action == "prefill":
+            action = self._decide(self.now)
+            if action == "admit" or action == "prefill":
                 for delay in self._prefill():
                     self._advance(delay)
             elif action == "decode":
@@ -312,9 +311,8 @@ class Server:
                 self._apply_handoffs()
             if self.config.role == "decode":
                 self._reserve_slots()
-            self._record(int(self.env.now))
-            action = self._choose()
-            if action == "prefill":
+            action = self._decide(int(self.env.now))
+            if action == "admit" or action == "prefill":
                 for delay in self._prefill():
                     yield self._at(delay)
             elif action == "decode":
@@ -339,12 +337,24 @@ class Server:
         return None
 
     def _choose(self) -> str:
+        """ "admit" (a prefill step admitting a request), "prefill" (another prefill step),
+        "decode" or "idle"."""
         decoding = self.slots.decoding > 0
         if self.config.prefill_priority == "decode_first" and decoding and self._last_was_prefill:
             return "decode"
-        if self._prefill_candidate() is not None:
-            return "prefill"
+        candidate = self._prefill_candidate()
+        if candidate is not None:
+            return "admit" if candidate < 0 else "prefill"
         return "decode" if decoding else "idle"
+
+    def _decide(self, now: int) -> str:
+        """The action to take at ``now`` (:meth:`_choose`), recording the state it is taken
+        in; not before an admission, which records the same instant and so replaces that
+        row (``SeriesLog``: one row an instant)."""
+        action = self._choose()
+        if action != "admit":
+            self._record(now)
+        return action
 
     def _prefill_waiting(self) -> bool:
         """Whether prefill work exists that a decode step must yield to at its boundary."""
