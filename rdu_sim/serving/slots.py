@@ -18,6 +18,7 @@ import heapq
 from collections import deque
 
 import numpy as np
+from numpy.typing import NDArray
 
 EMPTY, PREFILLING, DECODING, WAITING = 0, 1, 2, 3
 """Slot phases. WAITING: taken but neither prefilling nor decoding, while a request's KV
@@ -25,7 +26,7 @@ cache moves between replicas (disaggregated serving): held after prefill until s
 reserved before decode until received."""
 
 IDLE = 2**62
-"""``remaining`` of a slot that is not decoding (and its ``cap`` is 0), so the decode-run
+"""``finish`` of a slot that is not decoding (and its ``cap`` is 0), so the decode-run
 arithmetic needs no mask of the decoding slots: no idle slot is ever the first to complete,
 the longest cache or one that outgrows a bucket (~25% of the serving level's time was
 building and applying those masks on every decode run)."""
@@ -45,7 +46,7 @@ class Slots:
         self.prefilled = np.zeros(n, dtype=np.int64)  # prompt tokens prefilled (chunking)
         self.cache = np.zeros(n, dtype=np.int64)  # uncapped cache of the next decode step
         self.cap = np.zeros(n, dtype=np.int64)  # the cache never exceeds this (0: idle)
-        self.remaining = np.full(n, IDLE, dtype=np.int64)  # decode steps until done
+        self.finish = np.full(n, IDLE, dtype=np.int64)  # the decode step it completes at
         self.chunked_this_round: set[int] = set()  # slots prefilled since the last decode step
         self.prefill_order: deque[int] = deque()  # prefilling slots, oldest first
         self.decoding = 0
@@ -53,7 +54,13 @@ class Slots:
         self.occupied = 0
         self._empty = list(range(n))  # a heap of the empty slots' indices
         self.steps_done = 0  # decode steps run so far (rounds, for speculative slots)
-        self._finish: list[tuple[int, int, int]] = []  # heap: (finish step, slot, request)
+        self._due: list[tuple[int, int, int]] = []  # heap: (finish step, slot, request)
+
+    @property
+    def remaining(self) -> NDArray[np.int64]:
+        """Decode steps each slot has left (a copy; an idle slot's is huge, never 0)."""
+        left: NDArray[np.int64] = self.finish - self.steps_done
+        return left
 
     def free_slot(self) -> int:
         """Lowest-index empty slot, or -1."""
@@ -101,9 +108,9 @@ class Slots:
         self.phase[slot] = DECODING
         self.cache[slot] = cache
         self.cap[slot] = cap
-        self.remaining[slot] = steps
+        finish = self.finish[slot] = self.steps_done + steps
         self.decoding += 1
-        heapq.heappush(self._finish, (self.steps_done + steps, slot, int(self.request[slot])))
+        heapq.heappush(self._due, (finish, slot, int(self.request[slot])))
 
     def release(self, slot: int) -> None:
         """Empty a slot (its request completed)."""
@@ -115,7 +122,7 @@ class Slots:
             self.waiting -= 1
         self.phase[slot] = EMPTY
         self.request[slot] = -1
-        self.remaining[slot] = IDLE
+        self.finish[slot] = IDLE
         self.cap[slot] = 0
         self.occupied -= 1
         heapq.heappush(self._empty, slot)
@@ -132,7 +139,7 @@ class Slots:
         ``bucket`` (whichever is first): the steps that share one static shape (idle slots:
         ``IDLE`` steps and a cap of 0, never first). A slot whose cap exceeds the bucket
         outgrows it after ``bucket - cache + 1`` steps; the largest such cache first."""
-        steps = int(_min(self.remaining))
+        steps = int(_min(self.finish)) - self.steps_done
         if _max(self.cap) > bucket:
             largest = int(_max(self.cache[self.cap > bucket]))
             steps = min(steps, bucket - largest + 1)
@@ -144,22 +151,21 @@ class Slots:
 
     def advance(self, steps: int) -> list[int]:
         """Run ``steps`` decode steps; return the slots whose request is now complete. Idle
-        slots step too (their cache is rewritten when they start decoding, their ``IDLE``
-        never reaches 0)."""
+        slots step too (their cache is rewritten when they start decoding); a slot's
+        ``finish`` stays, the count of steps run moves."""
         self.cache += steps
-        self.remaining -= steps
         self.chunked_this_round.clear()
         return self._finished(steps)
 
     def _finished(self, steps: int) -> list[int]:
-        """After ``steps`` more decode steps, the slots whose ``remaining`` reached 0, in slot
+        """After ``steps`` more decode steps, the slots whose ``finish`` is now, in slot
         order: the heap's entries due by now (one whose slot was emptied or refilled since,
         so holds another request or has steps left, is dropped)."""
         now = self.steps_done = self.steps_done + steps
-        finish, request, remaining = self._finish, self.request, self.remaining
+        heap, request, finish = self._due, self.request, self.finish
         done: list[int] = []
-        while finish and finish[0][0] <= now:
-            _, slot, owner = heapq.heappop(finish)
-            if request[slot] == owner and remaining[slot] == 0:
+        while heap and heap[0][0] <= now:
+            _, slot, owner = heapq.heappop(heap)
+            if request[slot] == owner and finish[slot] == now:
                 done.append(slot)
         return done

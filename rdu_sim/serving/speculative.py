@@ -72,7 +72,7 @@ class RoundSlots(Slots):
     def steps_in_run(self, bucket: int) -> int:
         """Rounds until the next completion or until the longest cache outgrows ``bucket``."""
         mask = self.phase == DECODING
-        steps = int(self.remaining[mask].min())
+        steps = int(self.finish[mask].min()) - self.steps_done
         for slot in np.flatnonzero(mask & (self.cap > bucket)):
             # the first round j whose cache, first_cache + emitted(j), exceeds the bucket
             room = bucket - int(self.first_cache[slot])
@@ -96,7 +96,6 @@ class RoundSlots(Slots):
             done = int(self.rounds_done[slot]) + steps
             self.rounds_done[slot] = done
             self.cache[slot] = self.first_cache[slot] + self._emitted(slot, done)
-        self.remaining[mask] -= steps
         self.chunked_this_round.clear()
         return self._finished(steps)
 
