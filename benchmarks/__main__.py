@@ -16,7 +16,14 @@ from pathlib import Path
 
 from benchmarks import SCHEMA
 from benchmarks.cases import CASES
-from benchmarks.measure import RESULT_MARK, machine, run_child, run_in_subprocess, table
+from benchmarks.measure import (
+    RESULT_MARK,
+    child_timeout_s,
+    machine,
+    run_child,
+    run_in_subprocess,
+    table,
+)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -63,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        results.append(run_in_subprocess(case.name, args.smoke))
+        timeout_s = child_timeout_s(None if args.smoke else case.budget_wall_s)
+        results.append(run_in_subprocess(case.name, args.smoke, timeout_s))
     print(table(results))
     if args.json is not None:
         doc = {

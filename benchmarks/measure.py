@@ -33,6 +33,17 @@ from benchmarks.cases import ROOT, get
 RESULT_MARK = "BENCH-RESULT "
 SAMPLE_S = 0.1
 CHILD_TIMEOUT_S = 1800
+"""Longest a case without a time budget may run before it is stopped and reported failed."""
+BUDGET_TIMEOUT_FACTOR = 6
+"""A case with a time budget is stopped at this many times its budget (at least
+``CHILD_TIMEOUT_S``): a miss is still measured, a hang is not waited on forever."""
+
+
+def child_timeout_s(budget_wall_s: float | None) -> float:
+    """How long case's child process may run (``CHILD_TIMEOUT_S``, or 6x its budget)."""
+    if budget_wall_s is None:
+        return CHILD_TIMEOUT_S
+    return max(CHILD_TIMEOUT_S, BUDGET_TIMEOUT_FACTOR * budget_wall_s)
 
 
 @dataclass
@@ -147,27 +158,38 @@ def run_child(name: str, smoke: bool) -> CaseResult:
     return result
 
 
-def run_in_subprocess(name: str, smoke: bool) -> CaseResult:
-    """Run case ``name`` in a fresh ``python -m benchmarks --child`` and parse its result."""
+def run_in_subprocess(name: str, smoke: bool, timeout_s: float = CHILD_TIMEOUT_S) -> CaseResult:
+    """Run case ``name`` in a fresh ``python -m benchmarks --child`` and parse its result; a
+    child that fails, or runs past ``timeout_s`` (then it is killed), is a failed case with
+    the reason in ``error``, so the other cases' figures are still reported."""
     args = [sys.executable, "-m", "benchmarks", "--case", name, "--child"]
     if smoke:
         args.append("--smoke")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        args,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return _failed(name, smoke, f"stopped after {timeout_s:,.0f} s without a result")
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_MARK):
             data = json.loads(line[len(RESULT_MARK) :])
             data["passed"] = data.pop("pass")
             return CaseResult(**data)
+    why = f"child exited with status {proc.returncode} and no result (its stderr is above)"
+    return _failed(name, smoke, why)
+
+
+def _failed(name: str, smoke: bool, error: str) -> CaseResult:
+    """A case that produced no figures."""
     return CaseResult(
         name=name,
         wall_s=0.0,
@@ -175,7 +197,7 @@ def run_in_subprocess(name: str, smoke: bool) -> CaseResult:
         events_per_s=0.0,
         peak_rss_bytes=0,
         passed=False if not smoke else None,
-        error=f"child exited with status {proc.returncode} and no result (its stderr is above)",
+        error=error,
     )
 
 

@@ -72,3 +72,16 @@ def test_child_rejects_unknown_case() -> None:
     )
     assert proc.returncode == 2
     assert "engine-step" in proc.stderr
+
+
+def test_a_case_past_its_time_limit_is_a_failed_case_not_a_crash() -> None:
+    """The parent stops a child that overruns and reports the case failed, with the reason,
+    so the other cases' figures are still printed and written."""
+    from benchmarks.measure import CHILD_TIMEOUT_S, child_timeout_s, run_in_subprocess
+
+    result = run_in_subprocess("engine-step", smoke=False, timeout_s=0.01)
+    assert result.passed is False and result.wall_s == 0.0
+    assert result.error is not None and "stopped after 0 s without a result" in result.error
+    assert child_timeout_s(None) == CHILD_TIMEOUT_S
+    assert child_timeout_s(600.0) == 3600.0  # sweep-hw-1000: six times its 10 minutes
+    assert child_timeout_s(0.5) == CHILD_TIMEOUT_S
