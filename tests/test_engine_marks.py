@@ -49,7 +49,8 @@ def test_marks_cut_shipped_prefill_steps_a_layer_sooner_and_exactly(
     monkeypatch.setattr(kernel_sim, "MARKS_PER_LAYER", ())  # the boundaries are the marks
     boundaries = _prefill(path, tokens)
     kernel, before = marks.kernel(looped), boundaries.kernel(looped)
-    assert kernel.simulated_iterations == before.simulated_iterations - 1
+    # seen at the end of layer 1, when the leading stages have started layer 2: 4 layers
+    assert kernel.simulated_iterations == before.simulated_iterations - 1 == 4
     assert kernel.period_s is not None and kernel.simulated_iterations < kernel.calls
     assert marks.events < boundaries.events < full.events
     for fast in (marks, boundaries):
@@ -61,7 +62,7 @@ def test_marks_cut_shipped_prefill_steps_a_layer_sooner_and_exactly(
 
 
 def test_a_live_run_cut_inside_a_layer_is_exactly_a_run_of_that_many_layers() -> None:
-    # The cycle is seen at a mark of layer 2; lowering the layer count there changes
+    # The cycle is seen at the end of layer 1; lowering the layer count there changes
     # nothing already decided: boundaries, marks, totals and events equal a fresh run
     # of that many layers, bit for bit.
     scenario = api.load(SNAPSTREAM)
@@ -87,8 +88,8 @@ def test_a_live_run_cut_inside_a_layer_is_exactly_a_run_of_that_many_layers() ->
     cycle = None
     while cycle is None and live.run_to_mark() is not None:
         cycle = find_cycle(live.marks, kernel.calls, live.safe, per_layer=per_layer)
-    # seen in layer 2 (the boundaries alone would show it at the end of layer 3)
-    assert cycle is not None and 2 * per_layer < len(live.marks) <= 3 * per_layer
+    # seen at the end of layer 1 (the boundaries alone would show it at the end of layer 2)
+    assert cycle is not None and len(live.marks) == 2 * per_layer
     n = cycle.layers
     assert n < kernel.calls and (kernel.calls - n) % cycle.length == 0
     live.cut(n)
@@ -143,12 +144,12 @@ def test_find_cycle_compares_marks_a_whole_layer_apart() -> None:
     # marks a layer it is a one-layer cycle; read as boundaries it is none of length 1 (and
     # a two-"layer" cycle would skip half layers).
     log = _marks([(0.1, 0.2), (0.3, 0.4)], layers=4)
-    cycle = find_cycle(log[:5], calls=20, safe=4, per_layer=2)
+    cycle = find_cycle(log[:4], calls=20, safe=4, per_layer=2)
     assert cycle is not None and cycle.length == 1 and cycle.layers == 4
     assert cycle.increment.time_s == pytest.approx(1e-3, rel=STATE_RTOL)
-    assert find_cycle(log[:5], calls=20, safe=4, lengths=(1,)) is None
+    assert find_cycle(log[:4], calls=20, safe=4, lengths=(1,)) is None
     # too few marks to compare a layer apart with the span before: no cycle yet
-    assert find_cycle(log[:4], calls=20, safe=4, per_layer=2) is None
+    assert find_cycle(log[:3], calls=20, safe=4, per_layer=2) is None
     # a state that drifts from layer to layer is no cycle
     drifting = log[:4] + [
         Boundary(m.end_s, m.totals, KernelState((1,), (m.state.times[0] + 1e-9, 0.4)))

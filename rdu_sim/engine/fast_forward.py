@@ -12,10 +12,10 @@
   ``n >= safe`` with ``L - n`` a multiple of ``k`` and finished, and ``extrapolate`` (pure)
   adds the skipped ``(L - n) / k`` cycles. A mark inside a layer is an instant like a
   boundary: the state there decides the run's future just as completely. With two marks a
-  layer a one-layer cycle is seen at the first mark of layer 2 rather than at the end of
-  layer 3 (the rule also compares the span before its first mark), while the stages are a
-  layer less far ahead, so ``safe`` (and the layers simulated) is one lower on the shipped
-  steps (DeepSeek-R1's prefill MoE layer: 5 of 58 rather than 6).
+  layer a one-layer cycle is seen at the end of layer 1 (its two marks' states equal layer
+  0's) rather than at the end of layer 2, while the stages are a layer less far ahead, so
+  ``safe`` (and the layers simulated) is one lower on the shipped steps (DeepSeek-R1's
+  prefill MoE layer: 4 of 58 rather than 5).
 
   The cut is exact: the stages read the number of layers they run from one shared, mutable
   ``LayerCount`` (``stage_runner``) exactly where it matters (whether to go on to the next
@@ -31,19 +31,21 @@
   The cycle rule (``find_cycle``) compares states, not only times: each mark carries the
   state that decides the run's future, measured from the mark (``kernel_state``: every
   pending event, every memory stream's bytes left, every buffer, PCU group and link, every
-  stage's position and phase). A cycle of ``k`` layers (the shortest of ``CYCLE_LENGTHS``)
-  is accepted at mark ``m`` when the state at each of the last ``STATE_MATCHES``
-  marks ``j`` equals the state at the mark ``k`` layers earlier (counts equal, times within
+  stage's position; not the past, such as when a stage started its last layer, which no
+  later event reads). A cycle of ``k`` layers (the shortest of ``CYCLE_LENGTHS``) is
+  accepted at mark ``m`` when the state at each of the last ``STATE_MATCHES`` marks ``j``
+  equals the state at the mark ``k`` layers earlier (counts equal, times within
   ``STATE_RTOL`` of the cycle's span: float rounding) and so do the spans and every total's
-  increment: the
-  deterministic simulation then repeats those ``k`` layers until it is cut, so the skipped
-  cycles are known exactly, not estimated. A pipeline that settles (fluid sharing of HBM
-  converges geometrically) is accepted once it has settled to rounding; one that never
-  repeats its state (a quasi-periodic pattern, or a slow drift) is simulated in full. No
+  increment: the deterministic simulation then repeats those ``k`` layers until it is cut,
+  so the skipped cycles are known exactly, not estimated. A pipeline that settles (fluid
+  sharing of HBM converges geometrically) is accepted once it has settled to rounding; one
+  that never repeats its state (a quasi-periodic pattern, or a slow drift) is simulated in full. No
   settling length is assumed: the shipped prefill steps and the Llama decode steps repeat
-  from their third layer, the full-attention DeepSeek-R1 decode step only from its 43rd
-  (its memory streams drift behind their tiles until then), and the SnapStream decode step
-  with two-shot collectives never in its 58 layers. The time-like totals (time, busy times)
+  from their second layer, the full-attention DeepSeek-R1 decode step only from about its
+  40th (shared-expert stages gain on the pipeline and memory streams drift until then,
+  which changes its period twice), and the SnapStream decode step with two-shot collectives
+  wanders quasi-periodically until its 46th layer and then settles into a 5-layer cycle too
+  late to cut (docs/performance.md, issue 23 part 5). The time-like totals (time, busy times)
   extrapolate as ``S(L) = S(n) + (L - n) / k * dS``; the work totals (``WORK_TOTALS``: bytes
   per tier, FLOPs) as ``W(L) = W(n) * L / n``: every layer of a looped kernel does the same
   work. A run that finds no cycle simulates all ``L`` layers once: it *is* the full run.
@@ -61,19 +63,22 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from rdu_sim.compiler.program import KernelProgram
-from rdu_sim.engine.kernel_sim import Boundary, KernelRun
+from rdu_sim.engine.kernel_sim import MARKS_PER_LAYER, Boundary, KernelRun
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 
 STATE_RTOL = 1e-9
-"""Two boundaries' states match when every time in them (and the cycle's spans, and every
-total's increment over the cycle) agrees within this fraction of the cycle's span: float
-rounding, which is ~1e-14 on the shipped steps; physics moves states by far more (the
-full-attention step's slipping streams: 7e-4 a layer)."""
+"""Two marks' states match when every time in them (and the cycle's spans, and every total's
+increment over the cycle) agrees within this fraction of the cycle's span: float rounding,
+which is ~1e-14 on the shipped steps (at most ~3e-13); physics moves states by far more (the
+full-attention step's slipping streams: 5e-4 a layer). A settling transient is accepted once
+within it: the shipped settling steps then end up to 1.1e-10 off the full simulation
+(docs/performance.md, issue 23 part 5, measured 1e-11 too)."""
 
 STATE_MATCHES = 2
-"""Consecutive boundaries whose state must equal the state one cycle earlier. One would do
-for a complete state; the second guards against a part of the state the rule does not see."""
+"""Consecutive marks whose state must equal the state one cycle earlier. One would do for a
+complete state; the second guards against a part of the state the rule does not see (the
+state holds sorted sets of times, not which process each belongs to)."""
 
 CYCLE_LENGTHS = (1, 2, 3, 5, 6, 10)
 """Cycle lengths (layers) ``find_cycle`` looks for, shortest first: stages that take turns
@@ -85,7 +90,7 @@ layers when fast-forwarding, not extrapolated from boundary increments."""
 
 MIN_FAST_FORWARD_LAYERS = 8
 """Looped kernels of fewer layers are simulated in full (a cut keeps at least
-``STATE_MATCHES + 4`` layers: too little to skip)."""
+``fewest_layers``, 4 on the shipped steps: too little to skip)."""
 
 
 class Simulation(Protocol):
@@ -145,9 +150,10 @@ class KernelResult:
 
 
 def fewest_layers(kernel: KernelProgram, fast_forward: bool) -> int:
-    """The fewest layers (or calls) ``time_kernel`` simulates of ``kernel``: a cut comes at
-    a mark of layer ``m >= STATE_MATCHES`` (a one-layer cycle seen at ``STATE_MATCHES`` marks,
-    and the span before the first) and keeps at least ``m + 2`` layers."""
+    """The fewest layers (or calls) ``time_kernel`` simulates of ``kernel``: a one-layer
+    cycle is seen at the earliest at mark ``p + STATE_MATCHES - 1`` (``p`` marks a layer:
+    ``STATE_MATCHES`` marks matching the marks a layer earlier), in layer
+    ``1 + (STATE_MATCHES - 1) // p``, and a cut there keeps at least that layer + 2."""
     calls = kernel.calls
     if not fast_forward:
         return calls
@@ -155,7 +161,8 @@ def fewest_layers(kernel: KernelProgram, fast_forward: bool) -> int:
         return 1
     if calls < MIN_FAST_FORWARD_LAYERS:
         return calls
-    return min(calls, STATE_MATCHES + 2)
+    per_layer = max(MARKS_PER_LAYER, default=1)
+    return min(calls, 1 + (STATE_MATCHES - 1) // per_layer + 2)
 
 
 def time_kernel(kernel: KernelProgram, start: StartFn, fast_forward: bool) -> KernelResult:
@@ -207,15 +214,15 @@ def find_cycle(
 
     A cycle of ``k`` layers, ``lag = k * per_layer`` marks: for each of the last
     ``STATE_MATCHES`` marks ``j``, the state at ``j`` equals the state at ``j - lag``
-    (``KernelState.matches``), the span ``c[j] - c[j - lag]`` equals the one before it, and
-    every total grows by the same increment over it, all within ``STATE_RTOL`` of the span.
+    (``KernelState.matches``), and the span ``c[j] - c[j - lag]`` and every total's increment
+    over it equal the last mark's, all within ``STATE_RTOL`` of the span.
     """
     m = len(boundaries) - 1
     ends = [b.end_s for b in boundaries]
     for k in lengths:
         lag = k * per_layer
         window = range(m - STATE_MATCHES + 1, m + 1)
-        if window.start - lag - 1 < 0:
+        if window.start - lag < 0:
             break
         n = safe + (calls - safe) % k
         if n >= calls:
@@ -223,7 +230,7 @@ def find_cycle(
         span = ends[m] - ends[m - lag]
         tolerance = STATE_RTOL * span
         if not all(
-            abs((ends[j] - ends[j - lag]) - (ends[j - 1] - ends[j - 1 - lag])) <= tolerance
+            abs((ends[j] - ends[j - lag]) - span) <= tolerance
             and boundaries[j].state.matches(boundaries[j - lag].state, tolerance)
             for j in window
         ):

@@ -23,6 +23,7 @@ Statistics are socket 0's. The event budget is enforced by the environment, exac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import simpy
 from simpy.core import EmptySchedule
@@ -49,14 +50,12 @@ from rdu_sim.engine.tile_work import TileWork
 MARKS_PER_LAYER = (2,)
 """Marks per layer the cycle rule compares (the first that divides the tiles; else the layer
 boundaries): evenly spaced tile ends of one reference stage, the layer's last tile among
-them. Two a layer let a one-layer cycle be seen in the middle of layer 2 rather than at the
-end of layer 3 (counted from 0; the rule compares each of its last ``STATE_MATCHES`` marks
-with the one a cycle earlier, and the span before the first), a layer sooner; each mark
-costs one state (``_state``), like a boundary, so more marks cost more on steps that never
-repeat; four a layer cut no prefill step shorter (one layer on the full-attention decode
-step; docs/performance.md). At most
-``STATE_MATCHES``: the first cycle is then seen in layer 2 or later
-(``fast_forward.fewest_layers``)"""
+them. The rule compares a mark's state with the mark's a cycle earlier and its span with the
+span one mark before, so with two marks a layer a one-layer cycle can be seen at the end of
+layer 1 (counted from 0) rather than at the end of layer 2, while the stages are a layer less
+far ahead: one layer fewer is simulated (``fast_forward.fewest_layers``). Each mark costs one
+state (``_state``), like a boundary, so more marks cost more on steps that never repeat;
+four a layer cut no prefill step shorter (docs/performance.md, issue 23 part 3)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,6 @@ class KernelSim:
         self.boundaries: list[Boundary] = []
         self.marks: list[Boundary] = []
         self.marks_per_layer = 1
-        self._mark_every = 0  # tiles between marks (0: the boundaries are the marks)
         if looped:
             self.pipelines[0].on_iteration_end = self._boundary
             self._watch_tiles(next(iter(works.values())).tiles)
@@ -226,13 +224,13 @@ class KernelSim:
             self.marks = self.boundaries
             return
         self.marks_per_layer = per_layer
-        self._mark_every = tiles // per_layer
-        refs[-1].on_tile = self._mark
+        refs[-1].on_tile = partial(self._mark, tiles // per_layer)
 
-    def _mark(self, layer: int, tile: int) -> None:
-        """The reference stage finished ``tile`` of ``layer``: log a mark there (the state as
-        at a boundary, positions counted past ``layer``) and stop the run (``run_to_mark``)."""
-        if (tile + 1) % self._mark_every:
+    def _mark(self, every: int, layer: int, tile: int) -> None:
+        """The reference stage finished ``tile`` of ``layer``: at every ``every``-th tile, log
+        a mark there (the state as at a boundary, positions counted past ``layer``) and stop
+        the run (``run_to_mark``)."""
+        if (tile + 1) % every:
             return
         self.marks.append(Boundary(float(self.env.now), self._stats(), self._state(layer)))
         self.env.pause()

@@ -19,8 +19,11 @@ DeepSeek-R1 decode step did this: boundaries equal to 1e-6 while its streams sli
   write and read ports free up (times past are now: they no longer matter);
 * per PCU group, when it frees up; per link direction, when it has finished serialising,
   and the link chains' pending sends;
-* per stage, its position in the layer (tiles started past the boundary's layer), its
-  loads in flight, and when it started and finished the boundary's layer.
+* per stage, its position in the layer (tiles started past the boundary's layer), the
+  layers it has started and finished past it, and the gates and rows others wait on.
+
+Only what a later event can read is state: when a stage started or finished its last layer
+is history (nothing reads it), and comparing it only delayed the cut by a mark.
 
 Counts must be equal; times (seconds) must agree within a tolerance the caller gives
 (``fast_forward.STATE_RTOL`` of the cycle's span: float rounding, nothing physical).

@@ -145,8 +145,8 @@ class StageRunner:
         self.whole_rows = 0
         self._row_ends: dict[tuple[int, int], simpy.Event] = {}  # (layer, row) -> its end
         self._layers_done = 0  # layers whose last tile this stage has finished
-        # when this stage started each layer's first tile and finished its last (the phases
-        # the fast-forward's cycle rule compares: kernel_sim.Boundary)
+        # when this stage started each layer's first tile and finished its last (their number
+        # is part of the fast-forward's state: ``state``)
         self.layer_starts: list[float] = []
         self.layer_ends: list[float] = []
         self.position = 0  # the tile being worked on, counted over all layers
@@ -259,19 +259,17 @@ class StageRunner:
     def state(self, into: StateBuilder, layer: int) -> None:
         """What decides this stage's future at the end of ``layer`` (``kernel_state``): its
         position and the layers it has started and finished, counted past that layer, the
-        layer gates others wait on, the rows it has begun but not finished (``row_barriers``),
-        and when it last started and finished a layer (on another socket than the
-        boundary's, the last layer may not be ``layer``)."""
+        layer gates others wait on and the rows it has begun but not finished
+        (``row_barriers``). Not when it started or finished a layer: history, which nothing
+        reads (docs/performance.md, issue 23 part 5)."""
         past = layer + 1
-        starts, ends = self.layer_starts, self.layer_ends
         into.count(
             self.position - past * self.work.tiles,
-            len(starts) - past,
-            len(ends) - past,
+            len(self.layer_starts) - past,
+            len(self.layer_ends) - past,
             len(self._layer_gates),
             len(self._row_ends),
         )
-        into.offsets(*starts[-1:], *ends[-1:])
 
     def layer_gate(self, it: int) -> simpy.Event | None:
         """An event that fires when this stage finishes layer ``it`` (None: it has)."""
