@@ -13,7 +13,7 @@ from rdu_sim import api
 from rdu_sim.compiler import compile_program
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import kernel_sim
-from rdu_sim.engine.fast_forward import STATE_RTOL, find_cycle
+from rdu_sim.engine.fast_forward import STATE_RTOL, fewest_layers, find_cycle
 from rdu_sim.engine.kernel_sim import Boundary, KernelSim, tile_works
 from rdu_sim.engine.kernel_state import KernelState
 from rdu_sim.engine.run_stats import RunStats
@@ -91,6 +91,7 @@ def test_a_live_run_cut_inside_a_layer_is_exactly_a_run_of_that_many_layers() ->
     # seen at the end of layer 1 (the boundaries alone would show it at the end of layer 2)
     assert cycle is not None and len(live.marks) == 2 * per_layer
     n = cycle.layers
+    assert fewest_layers(kernel, fast_forward=True) <= n == 4
     assert n < kernel.calls and (kernel.calls - n) % cycle.length == 0
     live.cut(n)
     cut = live.finish()
@@ -98,6 +99,34 @@ def test_a_live_run_cut_inside_a_layer_is_exactly_a_run_of_that_many_layers() ->
     done = fresh.finish()
     assert cut.boundaries == done.boundaries and live.marks == fresh.marks
     assert cut.stats == done.stats and cut.events == done.events
+
+
+def test_the_state_holds_no_history() -> None:
+    # When a stage started and finished its past layers is read by no later event: moving
+    # those times changes no mark's state (at the pipeline's fill they differ from the next
+    # layer's, and comparing them delayed the cut by a layer).
+    scenario = api.load(SNAPSTREAM)
+    program = compile_program(scenario, StepShape("prefill", 1, 1024, 0))
+    kernel = next(k for k in program.kernels if k.name == "decoder_moe")
+    works = tile_works(kernel, kernel.tiles_or(0), scenario.hardware.socket)
+    sim = KernelSim(
+        kernel,
+        scenario.hardware,
+        program.tp,
+        EngineConfig(),
+        works,
+        layers=kernel.calls,
+        looped=True,
+        max_events=10**8,
+    )
+    for _ in range(3):
+        assert sim.run_to_mark() is not None
+    state = sim._state(1)
+    assert any(r.layer_starts and r.layer_ends for r in sim.pipelines[0].runners.values())
+    for runner in sim.pipelines[0].runners.values():
+        runner.layer_starts[:] = [t - 1e-4 for t in runner.layer_starts]
+        runner.layer_ends[:] = [t - 1e-4 for t in runner.layer_ends]
+    assert sim._state(1) == state
 
 
 def test_marks_are_evenly_spaced_tile_ends_or_else_the_boundaries() -> None:
