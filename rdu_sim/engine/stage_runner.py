@@ -162,6 +162,11 @@ class StageRunner:
         """The process body: ``layers.n`` layer iterations of ``tiles`` tiles each (``layers.n``
         is read at every tile: a live fast-forward may lower it while the stages run)."""
         env, work, tiles = self.env, self.work, self.work.tiles
+        pcus, sram, recorder = self.pcus, work.sram, self.recorder
+        if pcus is None and (work.flops > 0 or work.vector_flops > 0):
+            raise ValueError(f"stage {self.stage.name!r} has FLOPs but no PCUs")
+        matrix = pcus is not None and work.flops > 0
+        vector = pcus is not None and work.vector_flops > 0
         self._layers = layers
         loads: deque[list[simpy.Event]] = deque(
             self._load(i) for i in range(min(self.prefetch, layers.n * tiles))
@@ -185,7 +190,8 @@ class StageRunner:
             for edge in ins:
                 upstream.append((yield from edge.get()))
             for edge, ready in zip(ins, upstream, strict=True):
-                if edge.whole_rows:  # the row exists only once its producer has finished it
+                # the row exists only once its producer has finished it
+                if edge.whole_rows and (ready.callbacks is not None or not ready._ok):
                     yield ready
             if t == 0:  # the layer's first tile has its inputs
                 self.layer_starts.append(float(env.now))
@@ -196,7 +202,38 @@ class StageRunner:
                     done = self._row_end(it, t) if self.whole_rows else env.event()
                     for edge in outs:
                         yield from edge.put(work.output[t], done)
-            yield from self._compute(t, it, loads.popleft(), upstream)
+            # Compute the tile while its operands and inputs stream in; it ends when all have.
+            # An event already processed (``callbacks`` None) and ok is not yielded: SimPy's
+            # ``Process._resume`` would send its value straight back without scheduling
+            # anything, so skipping the round trip keeps the order of events exactly.
+            start = float(env._now)
+            last: simpy.Event | None = None
+            if matrix:
+                last = pcus.compute(work.flops, work.efficiency)  # type: ignore[union-attr]
+            if vector:
+                last = pcus.vector(work.vector_flops)  # type: ignore[union-attr]
+            if sram[t] > 0:
+                dt = sram[t] / self.pmu_bandwidth
+                self.sram_time += dt
+                self.sram_bytes += sram[t]
+                yield env.timeout(dt)
+            if last is not None and (last.callbacks is not None or not last._ok):
+                yield last
+            for ev in loads.popleft():
+                if ev.callbacks is not None or not ev._ok:
+                    yield ev
+            for ev in upstream:
+                if ev.callbacks is not None or not ev._ok:
+                    yield ev
+            if recorder is not None and float(env.now) > start:
+                recorder.slice(
+                    self.socket.index,
+                    self.track,
+                    f"{self.stage.name} layer {it} tile {t}",
+                    start,
+                    float(env.now),
+                    self._tile_args(it, t),
+                )
             if done is not None and (not self.whole_rows or self._ends_row(t)):
                 self._row_ends.pop((it, self._row_of(t)), None)
                 done.succeed()
@@ -219,8 +256,9 @@ class StageRunner:
                     self._start_chunk(it, tuple(pending), self.chunks[t])
                     pending = []
             i += 1
-        for ev in writes:  # noqa: UP028 (SimPy sends values back: a list iterator cannot)
-            yield ev
+        for ev in writes:
+            if ev.callbacks is not None or not ev._ok:
+                yield ev
         if self._last_emit is not None:
             yield self._last_emit
 
@@ -298,38 +336,6 @@ class StageRunner:
 
         gate.callbacks.append(issue)
         return loads
-
-    def _compute(
-        self, t: int, it: int, loads: list[simpy.Event], upstream: list[simpy.Event]
-    ) -> Gen:
-        """Compute tile ``t`` while its operands and inputs stream in; done when all are."""
-        env, work, pcus = self.env, self.work, self.pcus
-        start = float(env._now)
-        last: simpy.Event | None = None
-        if pcus is not None:
-            if work.flops > 0:
-                last = pcus.compute(work.flops, work.efficiency)
-            if work.vector_flops > 0:
-                last = pcus.vector(work.vector_flops)
-        elif work.flops > 0 or work.vector_flops > 0:
-            raise ValueError(f"stage {self.stage.name!r} has FLOPs but no PCUs")
-        sram = work.sram[t]
-        if sram > 0:
-            dt = sram / self.pmu_bandwidth
-            self.sram_time += dt
-            self.sram_bytes += sram
-            yield env.timeout(dt)
-        if last is not None:
-            yield last
-        for ev in loads:
-            yield ev
-        for ev in upstream:
-            yield ev
-        if self.recorder is not None and float(env.now) > start:
-            name = f"{self.stage.name} layer {it} tile {t}"
-            self.recorder.slice(
-                self.socket.index, self.track, name, start, float(env.now), self._tile_args(it, t)
-            )
 
     def _tile_args(self, it: int, t: int) -> tuple[tuple[str, str | float], ...]:
         """What tile ``t`` of layer ``it`` did, for its trace slice: operator, FLOPs, bytes

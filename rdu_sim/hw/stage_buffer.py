@@ -39,7 +39,7 @@ from typing import Any
 
 import simpy
 
-from rdu_sim.hw.stats import BusyTracker, ByteCounter
+from rdu_sim.hw.stats import ByteCounter
 
 
 class StageBuffer:
@@ -69,14 +69,13 @@ class StageBuffer:
         self.sram_bandwidth = float(sram_bandwidth)
         self.bytes_written = ByteCounter()
         self.bytes_read = ByteCounter()
-        self.write_busy = BusyTracker(f"{name}.write")
-        self.read_busy = BusyTracker(f"{name}.read")
         self.bytes_in_flight = 0.0
         self.peak_bytes_in_flight = 0.0
         self.producer_stall_time = 0.0
         self._free = capacity  # slots nobody holds
         self._slot_waiters: deque[simpy.Event] = deque()  # producers waiting for a slot
-        self._tiles: deque[tuple[float, float, float, Any]] = deque()  # written, not yet taken
+        # tiles written, not yet taken: (write end, bytes, payload)
+        self._tiles: deque[tuple[float, float, Any]] = deque()
         self._tile_waiters: deque[simpy.Event] = deque()  # consumers waiting for a tile
         self._write_free_at = float(env.now)
         self._read_free_at = float(env.now)
@@ -127,7 +126,7 @@ class StageBuffer:
         in_flight = self.bytes_in_flight = self.bytes_in_flight + nbytes
         if in_flight > self.peak_bytes_in_flight:
             self.peak_bytes_in_flight = in_flight
-        tile = (start, end, nbytes, nbytes if payload is None else payload)
+        tile = (end, nbytes, nbytes if payload is None else payload)
         if self._tile_waiters:
             self._tile_waiters.popleft().succeed(tile)
         else:
@@ -143,11 +142,11 @@ class StageBuffer:
         """
         env = self.env
         if self._tiles and not self._tile_waiters:
-            w_start, w_end, nbytes, payload = self._tiles.popleft()
+            w_end, nbytes, payload = self._tiles.popleft()
         else:  # wait until put() hands a tile over
             waiter = env.event()
             self._tile_waiters.append(waiter)
-            w_start, w_end, nbytes, payload = yield waiter
+            w_end, nbytes, payload = yield waiter
         now = start = float(env._now)
         if w_end > start:
             start = w_end
@@ -156,9 +155,8 @@ class StageBuffer:
         end = start + nbytes / self.sram_bandwidth
         self._read_free_at = end
         yield env.timeout(end - now)
-        # Accounted on consumption so the trackers never hold future time.
-        self.write_busy.add(w_start, w_end)
-        self.read_busy.add(start, end)
+        # Counted when the read has ended: the PMU-port time read at a layer boundary
+        # (``kernel_sim``) is of bytes moved by then.
         self.bytes_read.add(nbytes)
         self._held.append(nbytes)
         if not hold:
