@@ -19,7 +19,7 @@ def test_compute_time_is_flops_over_pcus_peak_efficiency() -> None:
     env = simpy.Environment()
     group = PCUGroup(env, n_pcus=96, peak_flops_per_pcu=PEAK)
     done = group.compute(3e12, efficiency=0.8)
-    env.run(done)
+    env.run()
     expected = 3e12 / (96 * PEAK * 0.8)
     assert env.now == pytest.approx(expected, rel=1e-12)
     assert done.value == pytest.approx(expected, rel=1e-12)
@@ -45,6 +45,43 @@ def test_work_items_serialize_in_issue_order() -> None:
     assert group.busy.busy_time == pytest.approx(3.0)
     assert group.busy.busy_time <= env.now
     assert group.vector_flops == 2.5e12
+
+
+def test_busy_counts_an_item_once_its_end_is_processed() -> None:
+    env = simpy.Environment()
+    group = PCUGroup(env, 1, 1.0)  # 1 FLOP/s: flops == seconds
+    seen: list[float] = []
+    before = env.timeout(2.0)  # due with the item's end, processed first (an older event)
+    before.callbacks.append(lambda _ev: seen.append(group.busy.busy_time))
+    done = group.compute(2.0)
+    done.callbacks.append(lambda _ev: seen.append(group.busy.busy_time))
+    env.run()
+    assert seen == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("at_once", [True, False])
+def test_busy_adds_up_many_items_issued_at_once_or_one_by_one(at_once: bool) -> None:
+    env = simpy.Environment()
+    group = PCUGroup(env, 1, 1.0)
+    seen: list[float] = []
+
+    def one_by_one() -> Generator[simpy.Event, Any, None]:
+        for _ in range(100):
+            yield group.compute(1.0)
+            seen.append(group.busy.busy_time)
+
+    if at_once:  # more items waiting than are counted at a time, none of them done
+        ends = [group.compute(1.0) for _ in range(100)]
+        for end in ends[::10]:
+            end.callbacks.append(lambda _ev: seen.append(group.busy.busy_time))
+        env.run()
+        assert seen == [float(k) for k in range(1, 101, 10)]
+    else:
+        env.process(one_by_one())
+        env.run()
+        assert seen == [float(k) for k in range(1, 101)]
+    assert group.busy.busy_time == 100.0
+    assert group.busy.intervals == 100
 
 
 def test_vector_rate_defaults_to_half_the_matrix_peak() -> None:

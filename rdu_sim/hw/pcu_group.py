@@ -4,7 +4,10 @@ A PCU's body is either an output-stationary systolic array (GEMMs) or a
 multi-stage SIMD pipeline (element-wise and vector work) [SN §IV-A]. A stage's
 PCU group executes its work items one after another in issue order (a FIFO
 server); the start time of each item is known when it is issued, so a work
-item costs exactly one SimPy event.
+item costs exactly one SimPy event. Its busy interval counts once that event has been
+processed (a reader of ``busy`` mid-run sees the items done by then), without a callback:
+the items wait in issue order, which is their order of processing (FIFO ends never
+decrease and equal ends keep SimPy's id order), and ``busy`` adds the processed ones first.
 
 The systolic-array GEMM efficiency model (``gemm_efficiency`` and the default
 32 x 6 array) lives in ``rdu_sim.systolic``, which the compiler shares; it is
@@ -13,12 +16,18 @@ re-exported here for the hardware models' users.
 
 from __future__ import annotations
 
+from collections import deque
+
 import simpy
 
 from rdu_sim.hw.stats import BusyTracker
 from rdu_sim.systolic import DEFAULT_ARRAY_COLS, DEFAULT_ARRAY_ROWS, gemm_efficiency
 
 __all__ = ["DEFAULT_ARRAY_COLS", "DEFAULT_ARRAY_ROWS", "PCUGroup", "gemm_efficiency"]
+
+_FLUSH_AT = 32
+"""Uncounted work items past which issuing one counts the processed ones (memory only: the
+totals are the same whenever they are counted)."""
 
 
 class PCUGroup:
@@ -54,10 +63,22 @@ class PCUGroup:
         self.n_pcus = n_pcus
         self.matrix_rate = n_pcus * float(peak_flops_per_pcu)
         self.vector_rate = n_pcus * float(vec)
-        self.busy = BusyTracker(name)
+        self._busy = BusyTracker(name)
+        # items issued and not yet counted in _busy: (start, end, the event of their end)
+        self._uncounted: deque[tuple[float, float, simpy.Event]] = deque()
         self.matrix_flops = 0.0
         self.vector_flops = 0.0
         self._free_at = float(env.now)
+
+    @property
+    def busy(self) -> BusyTracker:
+        """The group's busy time: every work item whose end SimPy has processed (an end that
+        SimPy's ``run(until=...)`` stopped at is processed again on resuming: it counts then)."""
+        uncounted, tracker = self._uncounted, self._busy
+        while uncounted and uncounted[0][2].callbacks is None:
+            start, end, _ = uncounted.popleft()
+            tracker.add(start, end)
+        return tracker
 
     @property
     def free_at(self) -> float:
@@ -93,8 +114,10 @@ class PCUGroup:
         start = now if now > free_at else free_at
         end = self._free_at = start + duration
         done = env.timeout(end - now, value=end)
-        busy = self.busy
-        done.callbacks.append(lambda _ev: busy.add(start, end))
+        uncounted = self._uncounted
+        uncounted.append((start, end, done))
+        if len(uncounted) > _FLUSH_AT:  # keep few events alive between readings of busy
+            self.busy  # noqa: B018 (the property counts the processed items)
         return done
 
 
