@@ -175,6 +175,8 @@ class StageRunner:
         pending: list[int] = []  # tiles of the collective chunk being accumulated
         # Edge lists built once (this loop runs once per tile of every stage).
         ins_first, ins_later = self.inputs, self.inputs + self.loop_inputs
+        rows_first = any(edge.whole_rows for edge in ins_first)  # an input to wait a row for
+        rows_later = any(edge.whole_rows for edge in ins_later)
         outs_last, outs_other = self._out_edges = (self.outputs, self.outputs + self.loop_outputs)
         i = 0
         while i < layers.n * tiles:
@@ -189,10 +191,11 @@ class StageRunner:
             upstream: list[simpy.Event] = []
             for edge in ins:
                 upstream.append((yield from edge.get()))
-            for edge, ready in zip(ins, upstream, strict=True):
-                # the row exists only once its producer has finished it
-                if edge.whole_rows and (ready.callbacks is not None or not ready._ok):
-                    yield ready
+            if rows_first if it == 0 else rows_later:
+                for edge, ready in zip(ins, upstream, strict=True):
+                    # the row exists only once its producer has finished it
+                    if edge.whole_rows and (ready.callbacks is not None or not ready._ok):
+                        yield ready
             if t == 0:  # the layer's first tile has its inputs
                 self.layer_starts.append(float(env.now))
             done: simpy.Event | None = None
@@ -200,8 +203,9 @@ class StageRunner:
                 outs = outs_last if it + 1 == layers.n else outs_other
                 if outs:
                     done = self._row_end(it, t) if self.whole_rows else env.event()
-                    for edge in outs:
-                        yield from edge.put(work.output[t], done)
+                    for edge in outs:  # a free slot is taken without a generator
+                        if edge.offer(work.output[t], done) is None:
+                            yield from edge.put(work.output[t], done)
             # Compute the tile while its operands and inputs stream in; it ends when all have.
             # An event already processed (``callbacks`` None) and ok is not yielded: SimPy's
             # ``Process._resume`` would send its value straight back without scheduling
@@ -359,7 +363,8 @@ class StageRunner:
         outs = self._outs(it)
         for t in tiles:
             for edge in outs:
-                yield from edge.put(self.work.output[t], done)
+                if edge.offer(self.work.output[t], done) is None:
+                    yield from edge.put(self.work.output[t], done)
             self._tile_done(it, t)
 
     def _start_chunk(self, it: int, tiles: tuple[int, ...], chunks: int) -> None:

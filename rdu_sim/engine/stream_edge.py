@@ -35,15 +35,13 @@ class StreamEdge:
         # fewer rows than tiles): the event handed with each tile is the row's end, and the
         # consumer cannot start on the tile before it (nothing of the row exists earlier).
         self.whole_rows = whole_rows
-        # Free the slot of the oldest tile taken (the consumer is done with it): the buffer's
-        # own method, bound once (a stage releases every input edge at every tile).
+        # The buffer's own methods, bound once (a stage calls them at every tile):
+        # put(nbytes, done) reserves a slot for a tile of ``nbytes`` that the producer finishes
+        # at ``done`` (a generator: blocks while the buffer is full); offer(nbytes, done) does
+        # it only if a slot is free now (None if not: then put); get() takes the oldest tile
+        # and returns the event of its producer finishing it; release() frees the slot of the
+        # oldest tile taken (the consumer is done with it).
+        self.put: Callable[[float, simpy.Event], Generator[simpy.Event, Any, float]] = buffer.put
+        self.offer: Callable[[float, simpy.Event], float | None] = buffer.offer
+        self.get: Callable[[], Generator[simpy.Event, Any, simpy.Event]] = buffer.get
         self.release: Callable[[], None] = buffer.release
-
-    def put(self, nbytes: float, done: simpy.Event) -> Generator[simpy.Event, Any, float]:
-        """Reserve a slot for a tile of ``nbytes`` that the producer finishes at ``done``."""
-        return self.buffer.put(nbytes, done)
-
-    def get(self) -> Generator[simpy.Event, Any, simpy.Event]:
-        """Take the oldest tile; returns the event of its producer finishing it."""
-        done: Generator[simpy.Event, Any, simpy.Event] = self.buffer.get()
-        return done

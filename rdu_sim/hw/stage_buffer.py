@@ -100,25 +100,38 @@ class StageBuffer:
         """Slots currently reserved (being written, waiting, being read, or held)."""
         return self.capacity - self._free
 
+    def offer(self, nbytes: float, payload: Any = None) -> float | None:
+        """:meth:`put` without waiting: if a slot is free now, take it and start writing
+        (returns when the tile becomes visible); if not, do nothing and return None (then
+        ``put`` waits). Not a generator: a producer that finds a slot pays no frame."""
+        if nbytes < 0:
+            raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
+        if self._free > 0 and not self._slot_waiters:
+            self._free -= 1
+            return self._write(float(self.env._now), nbytes, payload)
+        return None
+
     def put(self, nbytes: float, payload: Any = None) -> Generator[simpy.Event, Any, float]:
         """Reserve a slot (blocking while full) and start writing ``nbytes``.
 
         ``payload`` travels with the tile and is what :meth:`get` returns for it (default:
         ``nbytes``). Returns the time at which the tile becomes visible to the consumer.
         """
-        if nbytes < 0:
-            raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
+        end = self.offer(nbytes, payload)
+        if end is not None:
+            return end
+        # wait until release() hands a slot over
         env = self.env
         asked = float(env._now)
-        if self._free > 0 and not self._slot_waiters:
-            self._free -= 1
-            now = asked
-        else:  # wait until release() hands a slot over
-            waiter = env.event()
-            self._slot_waiters.append(waiter)
-            yield waiter
-            now = float(env._now)
-            self.producer_stall_time += now - asked
+        waiter = env.event()
+        self._slot_waiters.append(waiter)
+        yield waiter
+        now = float(env._now)
+        self.producer_stall_time += now - asked
+        return self._write(now, nbytes, payload)
+
+    def _write(self, now: float, nbytes: float, payload: Any) -> float:
+        """Write a tile into the slot reserved at ``now``; hand it to a waiting consumer."""
         start = now if now > self._write_free_at else self._write_free_at
         end = start + nbytes / self.sram_bandwidth
         self._write_free_at = end
