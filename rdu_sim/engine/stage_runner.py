@@ -178,6 +178,8 @@ class StageRunner:
         rows_first = any(edge.whole_rows for edge in ins_first)  # an input to wait a row for
         rows_later = any(edge.whole_rows for edge in ins_later)
         outs_last, outs_other = self._out_edges = (self.outputs, self.outputs + self.loop_outputs)
+        port, whole_rows, prefetch = self.port, self.whole_rows, self.prefetch
+        write, tile_writes = self.socket.write, tuple(work.writes.items())
         i = 0
         while i < layers.n * tiles:
             self.position = i
@@ -199,10 +201,10 @@ class StageRunner:
             if t == 0:  # the layer's first tile has its inputs
                 self.layer_starts.append(float(env.now))
             done: simpy.Event | None = None
-            if self.port is None:
+            if port is None:
                 outs = outs_last if it + 1 == layers.n else outs_other
                 if outs:
-                    done = self._row_end(it, t) if self.whole_rows else env.event()
+                    done = self._row_end(it, t) if whole_rows else env.event()
                     for edge in outs:  # a free slot is taken without a generator
                         if edge.offer(work.output[t], done) is None:
                             yield from edge.put(work.output[t], done)
@@ -238,20 +240,24 @@ class StageRunner:
                     float(env.now),
                     self._tile_args(it, t),
                 )
-            if done is not None and (not self.whole_rows or self._ends_row(t)):
-                self._row_ends.pop((it, self._row_of(t)), None)
-                done.succeed()
+            if done is not None:
+                if not whole_rows:
+                    done.succeed()
+                elif self._ends_row(t):
+                    self._row_ends.pop((it, self._row_of(t)), None)
+                    done.succeed()
             for edge in ins:
                 edge.release()
-            ahead = i + self.prefetch
+            ahead = i + prefetch
             if ahead < layers.n * tiles:
                 loads.append(self._load(ahead))
                 if ahead // tiles > layers.loaded:
                     layers.loaded = ahead // tiles
-            for tier, amounts in work.writes.items():
-                writes.append(self.socket.write(tier, amounts[t]))
-            if self.port is None:
-                self._tile_done(it, t)
+            for tier, amounts in tile_writes:
+                writes.append(write(tier, amounts[t]))
+            if port is None:
+                if t + 1 == tiles:
+                    self._layer_done(it)
                 if self.on_tile is not None:
                     self.on_tile(it, t)
             else:
@@ -287,9 +293,8 @@ class StageRunner:
         outs_last, outs_other = self._out_edges
         return outs_last if it + 1 == self._layers.n else outs_other
 
-    def _tile_done(self, it: int, t: int) -> None:
-        if t + 1 < self.work.tiles:
-            return
+    def _layer_done(self, it: int) -> None:
+        """This stage has finished the last tile of layer ``it``."""
         self._layers_done = it + 1
         self.layer_ends.append(float(self.env.now))
         gate = self._layer_gates.pop(it, None)
@@ -365,7 +370,8 @@ class StageRunner:
             for edge in outs:
                 if edge.offer(self.work.output[t], done) is None:
                     yield from edge.put(self.work.output[t], done)
-            self._tile_done(it, t)
+            if t + 1 == self.work.tiles:
+                self._layer_done(it)
 
     def _start_chunk(self, it: int, tiles: tuple[int, ...], chunks: int) -> None:
         assert self.port is not None and self.stage.collective is not None
