@@ -9,6 +9,7 @@ run on both and must log the same steps in the same order.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Generator
 from typing import Any
 
@@ -98,3 +99,22 @@ def test_the_limit_is_exact() -> None:
         while True:
             env.run_until_pause()
     assert env.processed == processed - 1
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_is_paused_while_events_run(enabled: bool) -> None:
+    """The loop runs without cyclic collection and leaves the collector as it found it,
+    also when it stops by an error."""
+    seen: list[bool] = []
+    env = CountingEnvironment(limit=3)
+    for _ in range(5):
+        env.timeout(1.0).callbacks.append(lambda _ev: seen.append(gc.isenabled()))
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with pytest.raises(EventLimitError):
+            env.run_until_pause()
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False, False]

@@ -22,11 +22,13 @@ loop takes whichever of the FIFO's first and the heap's first has the smaller ke
 exactly the heap order of the two together. About a third of a step's events are due now;
 the FIFO spares them a heap push and pop. The order of events, and so every result, is
 unchanged. SimPy's own ``step``/``run`` do not know the FIFO: this environment runs only by
-``run_until_pause``.
+``run_until_pause``, which pauses Python's cyclic garbage collector while events run (the
+engine's garbage goes by reference counting; the collector's state is restored on leaving).
 """
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
@@ -114,6 +116,21 @@ class CountingEnvironment(simpy.Environment):
         Raises ``EmptySchedule`` when no event is left, and :class:`EventLimitError`
         instead of processing event ``limit + 1``.
         """
+        collecting = gc.isenabled()
+        if collecting:  # see _run_until_pause
+            gc.disable()
+        try:
+            self._run_until_pause()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run_until_pause(self) -> None:
+        """``run_until_pause``'s loop, run with Python's cyclic garbage collector paused: the
+        loop allocates an event, a key and often a generator frame an event, which would
+        trigger a collection every few hundred events, each walking every young object, yet
+        almost everything it frees goes by reference counting (a prefill step of 285,000
+        events leaves ~7,000 objects in cycles, collected once the collector runs again)."""
         self._paused = False
         if self._rest is not None:
             event, callbacks, start = self._rest
