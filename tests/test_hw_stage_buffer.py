@@ -58,6 +58,7 @@ def test_runs_at_the_slower_stage(tp: float, tc: float, capacity: int) -> None:
     fill = min(tp, tc)
     assert end == pytest.approx(fill + n_tiles * max(tp, tc), rel=1e-6)
     assert buf.bytes_written.total == buf.bytes_read.total == n_tiles * TILE
+    assert buf.bytes_written.count == buf.bytes_read.count == n_tiles
     assert buf.bytes_in_flight == 0 and buf.tiles_held == 0
 
 

@@ -67,8 +67,9 @@ class StageBuffer:
         self.name = name
         self.capacity = capacity
         self.sram_bandwidth = float(sram_bandwidth)
-        self.bytes_written = ByteCounter()
-        self.bytes_read = ByteCounter()
+        # bytes and tiles written and read so far: plain sums (a tile adds to them at every
+        # put and get), seen as ByteCounters through bytes_written and bytes_read
+        self._written, self._writes, self._read, self._reads = 0.0, 0, 0.0, 0
         self.bytes_in_flight = 0.0
         self.peak_bytes_in_flight = 0.0
         self.producer_stall_time = 0.0
@@ -94,6 +95,17 @@ class StageBuffer:
     def ports_free_at(self) -> tuple[float, float]:
         """When the write and the read port have finished what they were given."""
         return self._write_free_at, self._read_free_at
+
+    @property
+    def bytes_written(self) -> ByteCounter:
+        """Bytes written into the buffer so far, and by how many tiles (a snapshot)."""
+        return ByteCounter(self._written, self._writes)
+
+    @property
+    def bytes_read(self) -> ByteCounter:
+        """Bytes read out of the buffer so far (reads that have ended), and by how many tiles
+        (a snapshot)."""
+        return ByteCounter(self._read, self._reads)
 
     @property
     def tiles_held(self) -> int:
@@ -135,7 +147,8 @@ class StageBuffer:
         start = now if now > self._write_free_at else self._write_free_at
         end = start + nbytes / self.sram_bandwidth
         self._write_free_at = end
-        self.bytes_written.add(nbytes)
+        self._written += nbytes
+        self._writes += 1
         in_flight = self.bytes_in_flight = self.bytes_in_flight + nbytes
         if in_flight > self.peak_bytes_in_flight:
             self.peak_bytes_in_flight = in_flight
@@ -170,7 +183,8 @@ class StageBuffer:
         yield env.timeout(end - now)
         # Counted when the read has ended: the PMU-port time read at a layer boundary
         # (``kernel_sim``) is of bytes moved by then.
-        self.bytes_read.add(nbytes)
+        self._read += nbytes
+        self._reads += 1
         self._held.append(nbytes)
         if not hold:
             self.release()
