@@ -118,13 +118,13 @@ class MemoryChannel:
         done = env.event()
         if nbytes == 0:  # nothing to move: no request is issued
             return done.succeed(0)
+        # Every request waits the same latency, so the delays end in issue order (same
+        # times, ids increasing): each one joins the oldest request still waiting.
+        self._waiting.append((nbytes, done))
         if self.latency > 0:
-            # Every request waits the same latency, so the delays end in issue order (same
-            # times, ids increasing): each one joins the oldest request still waiting.
-            self._waiting.append((nbytes, done))
             env.timeout(self.latency).callbacks.append(self._join_cb)
         else:
-            self._join(nbytes, done)
+            self._join_oldest(None)
         return done
 
     def _rate(self) -> float:
@@ -144,11 +144,9 @@ class MemoryChannel:
             self.busy.add(last, now, rate * n / self.effective_bandwidth)
         self._last = now
 
-    def _join_oldest(self, _ev: simpy.Event) -> None:
+    def _join_oldest(self, _ev: simpy.Event | None) -> None:
         """The oldest waiting request's latency is over: it joins the active streams."""
-        self._join(*self._waiting.popleft())
-
-    def _join(self, nbytes: float, done: simpy.Event) -> None:
+        nbytes, done = self._waiting.popleft()
         self._advance()
         active = self._active
         heapq.heappush(active, (self._vtime + nbytes, self._seq, done))
@@ -182,11 +180,12 @@ class MemoryChannel:
         while active:
             tag, _, done = active[0]
             left = tag - self._vtime
-            if (
-                left > _REL_TOL * max(tag, 1.0)
-                and now + left / min(bandwidth / len(active), cap) > now
-            ):
-                break
+            # the same tests as left > _REL_TOL * max(tag, 1.0) and now + left / rate > now,
+            # rate = min(bandwidth / n, cap), by comparisons (same values, no calls)
+            if left > _REL_TOL * (tag if tag > 1.0 else 1.0):
+                rate = bandwidth / len(active)
+                if now + left / (cap if cap < rate else rate) > now:
+                    break
             if tag > self._vtime:
                 self._vtime = tag  # snap: removes float drift exactly
             heapq.heappop(active)
