@@ -124,3 +124,37 @@ def test_deterministic() -> None:
     tp = [float(x) for x in rng.exponential(1e-6, 100)]
     tc = [float(x) for x in rng.exponential(1e-6, 100)]
     assert pipeline(tp, tc, 2)[:2] == pipeline(tp, tc, 2)[:2]
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3])
+def test_offer_is_put_when_a_slot_is_free_and_nothing_when_full(capacity: int) -> None:
+    """``offer`` takes a free slot as ``put`` would (same tile, same end), and leaves a full
+    buffer as it was; ``put`` then waits for the slot as usual."""
+    env = simpy.Environment()
+    buf, twin = StageBuffer(env, capacity, 1e9), StageBuffer(env, capacity, 1e9)
+    ends = [buf.offer(1000.0, k) for k in range(capacity)]
+    for k in range(capacity):  # the same tiles through put: nothing to wait for
+        put = twin.put(1000.0, k)
+        with pytest.raises(StopIteration) as stop:
+            next(put)
+        assert stop.value.value == ends[k]
+    assert ends == pytest.approx([1e-6 * (k + 1) for k in range(capacity)])
+    assert buf.ports_free_at() == twin.ports_free_at()
+    state = (buf.occupancy(), buf.ports_free_at(), buf.bytes_written.total)
+    assert buf.offer(1000.0, "late") is None  # full: nothing changes
+    assert (buf.occupancy(), buf.ports_free_at(), buf.bytes_written.total) == state
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        buf.offer(-1.0)
+    got: list[Any] = []
+
+    def consumer() -> Generator[simpy.Event, Any, None]:
+        for _ in range(capacity + 1):
+            got.append((yield from buf.get(hold=False)))
+
+    def late_producer() -> Generator[simpy.Event, Any, None]:
+        yield from buf.put(1000.0, "late")
+
+    env.process(consumer())
+    env.process(late_producer())
+    env.run()
+    assert got == [*range(capacity), "late"]
