@@ -96,6 +96,20 @@ def test_a_skinny_gemm_pads_to_the_instruction_tile() -> None:
     assert matrix_rate(attention, gpu, GpuSettings(fp8_kv=True)) == gpu.fp8_flops
 
 
+@pytest.mark.parametrize(
+    ("weights", "fp8"),
+    [("bf16", False), ("fp8", True), ("fp8_block", True), ("int8", False), ("mxfp4", False)],
+)
+def test_fp8_weights_plain_or_block_scaled_run_on_the_fp8_tensor_cores(
+    weights: str, fp8: bool
+) -> None:
+    """DeepSeek-R1 ships fp8_block weights: a GPU multiplies them at its FP8 rate, as plain
+    fp8 (the block scales are applied per block of the product)."""
+    settings = gpu_settings(on_gpu(**{"dtypes.weights": weights}))
+    assert settings.fp8_weights is fp8
+    assert settings.fp8_kv is False
+
+
 def test_an_all_reduce_kernel_runs_the_chosen_algorithm_on_nvlink() -> None:
     """An all-reduce kernel alone (all pieces at once): the NCCL-like chooser's pick, whose
     estimate on idle links is the simulated time within one node; a forced ring is the

@@ -38,3 +38,8 @@ DTYPE_BYTES: dict[str, float] = {
     "mxfp4": (4 + MX_SCALE_BITS / MX_BLOCK) / 8,
 }
 """Bytes per element of every dtype (weights' scales included)."""
+
+FP8_DTYPES = frozenset({"fp8", "fp8_block"})
+"""Formats whose values are FP8 (E4M3), plain or block-scaled: a GPU multiplies them on its
+FP8 tensor cores (the block scales are applied per block of the product, as DeepSeek-V3's
+FP8 GEMMs do)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from rdu_sim.compiler.program import Program
+from rdu_sim.config.dtypes import FP8_DTYPES
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.engine.engine import Engine
 from rdu_sim.engine.gpu import GpuEngine, GpuSettings, work
@@ -34,8 +35,8 @@ def gpu_settings(scenario: Scenario) -> GpuSettings:
     dtypes = scenario.workload.dtypes
     return GpuSettings(
         cuda_graphs=scenario.workload.cuda_graphs,
-        fp8_weights=dtypes.weights == "fp8",
-        fp8_kv=dtypes.kv == "fp8",
+        fp8_weights=dtypes.weights in FP8_DTYPES,
+        fp8_kv=dtypes.kv in FP8_DTYPES,
     )
 
 
