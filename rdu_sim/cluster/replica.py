@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import simpy
 from simpy.events import Event
 
 from rdu_sim.cluster.prefix_cache import PrefixCache
@@ -68,9 +67,8 @@ class Replica:
         )
         self.cache = StepCache(runtime.step_fn)
         self.records = records
-        env: simpy.Environment = cluster.env
         self.server = Server(
-            env,
+            cluster.env,
             runtime.config,
             runtime.policy,
             self.cache,

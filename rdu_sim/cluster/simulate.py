@@ -1,4 +1,6 @@
-"""Run a cluster: replicas' servers, the router and the KV link in one SimPy environment.
+"""Run a cluster: replicas' servers, the router and the KV link in one SimPy environment,
+or, with no decode pool, on one heap of next-event times (``event_heap``: the same servers'
+processes and the same event order, without SimPy's events).
 
 One process replays the arrivals; at each arrival instant the router picks a replica of the
 front pool (mixed, or prefill when disaggregated) from the replicas' state at that instant,
@@ -24,6 +26,7 @@ import simpy
 from numpy.typing import NDArray
 from simpy.events import Event
 
+from rdu_sim.cluster.event_heap import EventHeap
 from rdu_sim.cluster.kv_link import KVLink
 from rdu_sim.cluster.load_board import LoadBoard
 from rdu_sim.cluster.records import REJECTED, SERVED, ClusterRecords
@@ -44,7 +47,9 @@ class ReplicaGroup:
     """The replicas one router chooses among (``routers.PoolState``): the front pools (mixed
     or prefill) or the decode pools."""
 
-    def __init__(self, env: simpy.Environment, replicas: list[Replica], board: LoadBoard) -> None:
+    def __init__(
+        self, env: simpy.Environment | EventHeap, replicas: list[Replica], board: LoadBoard
+    ) -> None:
         self.env = env
         self.replicas = replicas
         self.board = board
@@ -73,7 +78,7 @@ class Cluster:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: simpy.Environment | EventHeap,
         requests: ClusterRequests,
         pools: Sequence[PoolRuntime],
         router: str,
@@ -97,6 +102,7 @@ class Cluster:
         self.back_router = make_router(router)
         self.link: KVLink | None = None
         if back:
+            assert isinstance(env, simpy.Environment), "hand-offs run on SimPy"
             link = kv_transfer or KVTransferConfig()
             self.link = KVLink(env, len(self.replicas), link.bandwidth, link.latency)
         self._sending: dict[int, tuple[int, Event]] = {}
@@ -154,6 +160,7 @@ class Cluster:
         replica = self.back.replicas[self.back_router.choose(request, self.back)]
         self.records.decode_replica[request] = replica.index
         replica.taken += 1
+        assert isinstance(self.env, simpy.Environment)
         sent = self.env.event()
         self._sending[request] = (source, sent)
         replica.server.enqueue(request)
@@ -220,16 +227,42 @@ def simulate_cluster(
     block_tokens: int | None = None,
     kv_transfer: KVTransferConfig | None = None,
     progress: Progress | None = None,
+    *,
+    heap: bool = True,
 ) -> ClusterRun:
-    """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost."""
-    env = simpy.Environment()
+    """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
+    ``heap``: drive a cluster of mixed replicas by an event heap (the default) rather than
+    SimPy (the same results: ``tests/test_cluster_heap.py`` compares the two)."""
     requests = fit.requests
-    cluster = Cluster(env, requests, pools, router, block_tokens, kv_transfer, progress)
     arrival_ps = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64)
-    env.process(_arrivals(env, cluster, arrival_ps, fit.rejected))
-    env.run()
+    if heap and all(p.config.role == "mixed" for p in pools):
+        timeline = EventHeap()
+        cluster = Cluster(timeline, requests, pools, router, block_tokens, kv_transfer, progress)
+        for replica in cluster.replicas:
+            timeline.add(replica.server)
+        end = timeline.run(arrival_ps.tolist(), _arrive(cluster, fit.rejected))
+    else:
+        env = simpy.Environment()
+        cluster = Cluster(env, requests, pools, router, block_tokens, kv_transfer, progress)
+        env.process(_arrivals(env, cluster, arrival_ps, fit.rejected))
+        env.run()
+        end = int(env.now)
     _check(cluster, fit)
-    return ClusterRun(cluster, fit, int(env.now))
+    return ClusterRun(cluster, fit, end)
+
+
+def _arrive(cluster: Cluster, rejected: NDArray[Any]) -> Callable[[int], None]:
+    """What the event heap does when request ``i`` arrives (as :func:`_arrivals` does)."""
+    refused = rejected.tolist()
+    arrivals = cluster.serving.arrival_ps
+
+    def arrive(request: int) -> None:
+        if refused[request]:
+            arrivals[request] = cluster.env.now
+        else:
+            cluster.dispatch(request)
+
+    return arrive
 
 
 def _check(cluster: Cluster, fit: ContextFit) -> None:

@@ -35,7 +35,9 @@ step, and cuts a decode run where the next arrival falls. A cluster replica's re
 from a router at run time: it is a SimPy process (``Server(..., arrivals=None)``) that waits
 for each step's end. A prefill or decode replica then settles same-instant events (KV
 hand-offs its own steps cause) before deciding; a mixed one needs that only at time 0, and
-moves its run's end event when an arrival cuts the run (:meth:`_cut_now`).
+moves its run's end event when an arrival cuts the run (:meth:`_cut_now`). A mixed replica's
+process can also run on a :class:`Timeline` instead of SimPy (a cluster's event heap): the
+same generator, yielding the times of its step ends, resumed in SimPy's order.
 
 In a cluster (``rdu_sim.cluster``) a server is one replica: ``hooks`` (``serving.hooks``)
 let a prefix cache shorten prefills, and ``role`` splits serving in two. A ``prefill``
@@ -50,7 +52,7 @@ from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import simpy
 from simpy.events import Event, EventPriority
@@ -101,6 +103,40 @@ class _At(Event):
         env.schedule(self, LATE, delay)
 
 
+class Timeline(Protocol):
+    """What drives a mixed cluster replica without SimPy (``rdu_sim.cluster.event_heap``):
+    the clock, and the resumptions it orders as SimPy would (a wake after every arrival at
+    its instant, a step end after every wake)."""
+
+    @property
+    def now(self) -> int:
+        """Now, in integer picoseconds."""
+        ...
+
+    def wake(self, server: Server) -> None:
+        """Resume ``server``, idle until now, at this instant (SimPy: a NORMAL event)."""
+        ...
+
+    def move(self, server: Server, at: int) -> None:
+        """``server``'s pending step end moves to ``at`` (SimPy: a new LATE event)."""
+        ...
+
+
+class _Idle:
+    """What an idle server on a timeline waits for: a wake (SimPy: ``env.event()``)."""
+
+    __slots__ = ("server", "timeline", "triggered")
+
+    def __init__(self, server: Server, timeline: Timeline) -> None:
+        self.server = server
+        self.timeline = timeline
+        self.triggered = False
+
+    def succeed(self) -> None:
+        self.triggered = True
+        self.timeline.wake(self.server)
+
+
 def _trigger(wake: Event, _event: Event) -> None:
     """Fire ``wake`` unless something else already did (a step boundary reached)."""
     if not wake.triggered:
@@ -112,7 +148,7 @@ class Server:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: simpy.Environment | Timeline,
         config: ServerConfig,
         policy: KVPolicy,
         cache: StepCache,
@@ -131,13 +167,18 @@ class Server:
         passes a row of its pool's board so a router can read every replica at once).
         ``speculation``: a draft's steps and rounds (``serving.speculative``).
         ``arrivals``: the requests of a server alone, served by :meth:`run_alone` without
-        SimPy events; without them the server is a SimPy process fed by :meth:`submit`."""
+        SimPy events; without them the server is a SimPy process fed by :meth:`submit`, or,
+        when ``env`` is a :class:`Timeline`, the same process driven by it (:meth:`driven`:
+        a mixed replica, its steps' ends yielded as times instead of SimPy events)."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         if speculation is not None and (hooks is not None or config.role != "mixed"):
             raise ValueError("a speculative server runs alone, without cluster hooks")
         if arrivals is not None and (hooks is not None or forever):
             raise ValueError("a server given its arrivals runs alone, without cluster hooks")
+        self._timeline = None if isinstance(env, simpy.Environment) else env
+        if self._timeline is not None and (config.role != "mixed" or arrivals is not None):
+            raise ValueError("only a mixed cluster replica runs on a timeline")
         self.env = env
         self.config = config
         self.policy = policy
@@ -149,7 +190,7 @@ class Server:
         self.slots = RoundSlots(config.batch_slots) if rounds else Slots(config.batch_slots)
         self.queue: deque[int] = deque()
         self.completed = 0
-        self._wake: Event | None = None
+        self._wake: Event | _Idle | None = None
         self._last_was_prefill = False
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
@@ -165,9 +206,16 @@ class Server:
         # Only prefill and decode replicas see same-instant events their own steps cause
         # elsewhere (KV hand-offs): a mixed one needs no settle after a step (module docstring).
         self._settles = config.role != "mixed"
-        self._run_end: Event | None = None  # a mixed process's cuttable decode run's end
+        self._run_end: Event | int | None = None  # a mixed process's cuttable decode run's end
         self._run_plan = (0, 0, 1)  # and its (start, steps, step)
-        self.process = env.process(self._run()) if arrivals is None else None
+        self.process: simpy.Process | None = None
+        if arrivals is None and isinstance(env, simpy.Environment):
+            self.process = env.process(self._run())  # type: ignore[arg-type]
+
+    def driven(self) -> Generator[Event | _Idle | int, Any, None]:
+        """The process of a server on a timeline: it yields the time (ps) of its next step
+        end, or what it waits for when idle (:class:`Timeline` resumes it)."""
+        return self._run()
 
     def _clock(self) -> int:
         """Now, in integer picoseconds."""
@@ -238,18 +286,22 @@ class Server:
         step in flight instead of the run's (its resumption moves to a new event, as SimPy's
         own interrupts move it; the old end fires with no one waiting)."""
         old = self._run_end
-        assert old is not None and self.process is not None
         start, steps, step = self._run_plan
         now = int(self.env.now)
         cut = self._cut(start, steps, step, now)
         if cut == steps:
             return
         new = self._run_end = self._at(start + cut * step - now)
+        self._run_plan = (start, cut, step)
+        if isinstance(new, int):
+            assert self._timeline is not None
+            self._timeline.move(self, new)
+            return
+        assert isinstance(old, Event) and self.process is not None
         resume = self.process._resume
         old.callbacks.remove(resume)
         new.callbacks.append(resume)
         self.process._target = new
-        self._run_plan = (start, cut, step)
 
     # --- the scheduler alone ------------------------------------------------------------------
     def run_alone(self) -> None:
@@ -301,7 +353,7 @@ class Server:
         return steps
 
     # --- the process ------------------------------------------------------------------------
-    def _run(self) -> Generator[Event, Any, None]:
+    def _run(self) -> Generator[Event | _Idle | int, Any, None]:
         settle = True  # the first decision waits for every arrival at time 0
         while self._until is None or self.completed < self._until:
             if settle:
@@ -318,7 +370,10 @@ class Server:
             elif action == "decode":
                 yield from self._decode()
             else:
-                self._wake = self.env.event()
+                if self._timeline is None:
+                    self._wake = self.env.event()  # type: ignore[union-attr]
+                else:
+                    self._wake = _Idle(self, self._timeline)
                 yield self._wake
                 self._wake = None
         self._record(int(self.env.now))
@@ -504,13 +559,13 @@ class Server:
             known = self._decode_steps[bucket] = (shape, self.cache.step_ps(shape))
         return known
 
-    def _decode(self) -> Generator[Event, Any, None]:
+    def _decode(self) -> Generator[Event | int, Any, None]:
         """A server process's decode run: when a slot could take an arrival (or a KV hand-off
         can end), wait for the run's end or that, whichever comes first, then finish the step
         in flight."""
         shape, bucket, steps, step = self._decode_plan()
-        env, slots = self.env, self.slots
-        start = int(env.now)
+        slots = self.slots
+        start = int(self.env.now)
         end = start + steps * step
         if steps > 1 and (slots.occupied < slots.n or slots.waiting):
             if not self._settles:  # mixed: one event, moved earlier if an arrival cuts the run
@@ -520,8 +575,11 @@ class Server:
                 self._run_end = None
                 steps = self._run_plan[1]
             else:
+                env = self.env
+                assert isinstance(env, simpy.Environment)
                 wake = self._wake = env.event()
                 boundary = self._at(end - start)
+                assert isinstance(boundary, _At)
                 boundary.callbacks.append(partial(_trigger, wake))  # (one event, not an AnyOf)
                 yield wake
                 self._wake = None
@@ -564,9 +622,14 @@ class Server:
         if self.progress is not None:
             self.progress(self.completed, len(records))
 
-    def _at(self, delay: int) -> _At:
-        """A LATE event ``delay`` ps from now (the clock's range checked)."""
-        return _At(self.env, delay, self._longest_step_s)
+    def _at(self, delay: int) -> _At | int:
+        """A LATE event ``delay`` ps from now (the clock's range checked); on a timeline, the
+        time it falls at."""
+        env = self.env
+        if self._timeline is not None:
+            return advance(int(env.now), delay, self._longest_step_s)
+        assert isinstance(env, simpy.Environment)
+        return _At(env, delay, self._longest_step_s)
 
     def _record(self, now: int) -> None:
         if not self.records.keeps_series:
