@@ -3,11 +3,11 @@
 A cluster with no decode pool has only mixed replicas, which meet only at the router: each
 replica's server is its SimPy process (``Server.driven``) resumed by this heap instead of by
 SimPy's events. A step end is an entry ``(time, LATE, seq, replica)``, a wake of an idle
-replica ``(time, NORMAL, seq, replica)``, the arrival process ``(time, URGENT or NORMAL,
-seq, -1)``; ``seq`` counts pushes. Entries pop in ``(time, priority, seq)`` order, which is
-SimPy's order for the same events (its heap key is ``(time, priority, event id)`` and its
-event ids count schedulings, in the same order as the pushes here), so same-instant rules
-hold exactly:
+replica ``(time, NORMAL, seq, replica)``; ``seq`` counts pushes. Entries pop in ``(time,
+priority, seq)`` order, which is SimPy's order for the same events (its heap key is ``(time,
+priority, event id)`` and its event ids count schedulings, in the same order as the pushes
+here); the arrivals, sorted, are merged in as SimPy orders its arrival process's timeouts
+(NORMAL). So the same-instant rules hold exactly:
 
 - every arrival at an instant is routed before any replica acts at that instant (the arrival
   process's timeout is NORMAL and was scheduled earlier; step ends are LATE), so a router
@@ -30,25 +30,33 @@ from typing import Any
 
 from rdu_sim.serving.server import Server
 
-URGENT, NORMAL, LATE = 0, 1, 2  # SimPy's priorities of a process start, an event, a step end
+NORMAL, LATE = 1, 2  # SimPy's priorities of an event (a wake) and of a step end
+SEQ_BITS = 48  # pushes counted in a key (2.8e14: beyond any run's events)
 
 
 class EventHeap:
-    """The timeline of a mixed cluster's servers (``serving.server.Timeline``)."""
+    """The timeline of a mixed cluster's servers (``serving.server.Timeline``).
 
-    def __init__(self) -> None:
+    An entry is one int, ``((time * 4 + priority) << SEQ_BITS | seq) << who_bits | who``:
+    ints compare in one step where tuples compare field by field (the heap is the
+    driver's inner loop)."""
+
+    def __init__(self, servers: int) -> None:
         self.now = 0
-        self._heap: list[tuple[int, int, int, int]] = []
+        self._heap: list[int] = []
         self._seq = 0
+        self._who_bits = max(1, servers.bit_length())
         self._index: dict[int, int] = {}  # id(server) -> its number here
         self._steps: list[Any] = []  # each server's process (``Server.driven``)
-        self._current: list[int] = []  # the seq of each server's live entry
+        self._current: list[int] = []  # each server's live entry (an older one is stale)
 
     def add(self, server: Server) -> None:
         """Drive ``server`` (in the order the servers were made, as SimPy starts them)."""
+        if len(self._steps) >> self._who_bits:
+            raise ValueError(f"an event heap for {len(self._steps)} servers is full")
         self._index[id(server)] = len(self._steps)
         self._steps.append(server.driven())
-        self._current.append(0)
+        self._current.append(-1)
 
     def wake(self, server: Server) -> None:
         self._push(self.now, NORMAL, self._index[id(server)])
@@ -58,30 +66,40 @@ class EventHeap:
 
     def _push(self, at: int, priority: int, who: int) -> None:
         seq = self._seq = self._seq + 1
-        heappush(self._heap, (at, priority, seq, who))
-        if who >= 0:
-            self._current[who] = seq
+        key = (((at << 2 | priority) << SEQ_BITS | seq) << self._who_bits) | who
+        heappush(self._heap, key)
+        self._current[who] = key
 
     def run(self, arrival_ps: list[int], arrive: Callable[[int], None]) -> int:
         """Start every server, then call ``arrive(i)`` at ``arrival_ps[i]`` (sorted) and
         resume each server at its entries' times until nothing is left; returns the time
-        of the last entry (SimPy's ``env.now`` after ``run``)."""
-        heap, steps, current, push = self._heap, self._steps, self._current, self._push
+        of the last entry (SimPy's ``env.now`` after ``run``).
+
+        The arrivals stay out of the heap: the next one goes before the heap's top when it
+        is not later (SimPy's arrival timeout at an instant is NORMAL and scheduled before
+        anything else at that instant that is not LATE: a wake at an instant comes from an
+        arrival there, so none is pending when the arrival is)."""
+        heap, steps, current = self._heap, self._steps, self._current
         for who, process in enumerate(steps):  # each runs to its first yield at time 0
             self._resume(who, process.send(None))
+        time_shift = SEQ_BITS + self._who_bits + 2
+        who_mask = (1 << self._who_bits) - 1
         count = len(arrival_ps)
         following = 0  # the next request to arrive
-        push(0, URGENT, -1)  # the arrival process starts after the servers
-        while heap:
-            at, _priority, seq, who = heappop(heap)
-            self.now = at
-            if who < 0:
-                while following < count and arrival_ps[following] <= at:
+        upcoming = arrival_ps[0] if count else -1
+        while heap or following < count:
+            if following < count and (not heap or upcoming <= heap[0] >> time_shift):
+                self.now = upcoming
+                while following < count and arrival_ps[following] == upcoming:
                     arrive(following)
                     following += 1
                 if following < count:
-                    push(arrival_ps[following], NORMAL, -1)
-            elif seq == current[who]:
+                    upcoming = arrival_ps[following]
+                continue
+            key = heappop(heap)
+            self.now = key >> time_shift
+            who = key & who_mask
+            if key == current[who]:
                 self._resume(who, steps[who].send(None))
         return self.now
 

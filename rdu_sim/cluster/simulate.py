@@ -236,7 +236,7 @@ def simulate_cluster(
     requests = fit.requests
     arrival_ps = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64)
     if heap and all(p.config.role == "mixed" for p in pools):
-        timeline = EventHeap()
+        timeline = EventHeap(sum(p.replicas for p in pools))
         cluster = Cluster(timeline, requests, pools, router, block_tokens, kv_transfer, progress)
         for replica in cluster.replicas:
             timeline.add(replica.server)
