@@ -79,9 +79,11 @@ class EventHeap:
         is not later (SimPy's arrival timeout at an instant is NORMAL and scheduled before
         anything else at that instant that is not LATE: a wake at an instant comes from an
         arrival there, so none is pending when the arrival is)."""
-        heap, steps, current = self._heap, self._steps, self._current
+        heap, steps, current, push = self._heap, self._steps, self._current, self._push
         for who, process in enumerate(steps):  # each runs to its first yield at time 0
-            self._resume(who, process.send(None))
+            waits_for = process.send(None)
+            if type(waits_for) is int:  # a step end (an idle server waits for a wake)
+                push(waits_for, LATE, who)
         time_shift = SEQ_BITS + self._who_bits + 2
         who_mask = (1 << self._who_bits) - 1
         count = len(arrival_ps)
@@ -100,10 +102,7 @@ class EventHeap:
             self.now = key >> time_shift
             who = key & who_mask
             if key == current[who]:
-                self._resume(who, steps[who].send(None))
+                waits_for = steps[who].send(None)
+                if type(waits_for) is int:
+                    push(waits_for, LATE, who)
         return self.now
-
-    def _resume(self, who: int, waits_for: object) -> None:
-        """Push the step end a server yielded (an int); an idle one waits for a wake."""
-        if type(waits_for) is int:
-            self._push(waits_for, LATE, who)

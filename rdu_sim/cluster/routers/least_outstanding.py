@@ -9,8 +9,6 @@ lowest replica index, so routing is deterministic.
 
 from __future__ import annotations
 
-import numpy as np
-
 from rdu_sim.cluster.routers.base import PoolState, register
 
 
@@ -20,4 +18,4 @@ class LeastOutstanding:
 
     def choose(self, request: int, pool: PoolState) -> int:
         """The least loaded replica (lowest index among equals)."""
-        return int(np.argmin(pool.outstanding_tokens()))
+        return int(pool.outstanding_tokens().argmin())  # (np.argmin's wrapper costs 2 us)
