@@ -54,7 +54,7 @@ def _cluster(tmp_path: Path, seed: int) -> Path:
         requests=int(rng.integers(60, 160)),
         rate=float(rng.uniform(4.0, 30.0)),
         prompt_median=float(rng.choice([300.0, 1500.0])),
-        prompt_high=7000,
+        prompt_high=int(rng.choice([7000, 9000])),  # 9000: some are over the 8k context
         output_median=float(rng.choice([20.0, 120.0])),
         output_high=600,
         conversations=4,
@@ -71,7 +71,7 @@ def _cluster(tmp_path: Path, seed: int) -> Path:
     if rng.random() < 0.5:
         settings["serving.prefill_priority"] = "decode_first"
     fields: dict[str, Any] = {
-        "traffic": {"trace": trace, "format": "mooncake"},
+        "traffic": {"trace": trace, "format": "mooncake", "over_context": "reject"},
         "pools": {
             "serve": {"workload": str(LLAMA), "replicas": int(rng.integers(1, 5)), "set": settings}
         },
@@ -155,8 +155,8 @@ def test_the_heap_runs_a_mixed_cluster_as_simpy_does(
 
 def test_the_test_clusters_share_instants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The random clusters above do put arrivals on the instants where steps end (else the
-    order rule between them would go untested)."""
-    shared = 0
+    order rule between them would go untested), and reject some requests."""
+    shared = rejected = 0
     for seed in range(8):
         folder = tmp_path / str(seed)
         folder.mkdir()
@@ -164,4 +164,6 @@ def test_the_test_clusters_share_instants(tmp_path: Path, monkeypatch: pytest.Mo
         serving = result.run.serving
         ends = set(serving.first_token_ps.tolist()) | set(serving.finish_ps.tolist())
         shared += len(ends & set(serving.arrival_ps.tolist()))
+        rejected += int(result.run.fit.rejected.sum())
     assert shared > 0
+    assert rejected > 0
