@@ -4,9 +4,16 @@ Each replica's server keeps its counters (``serving.load``) in one row of its po
 instead of its own object; ``tokens(now)`` then applies the one rule,
 ``serving.load.outstanding_at``, to all rows in a few array operations. A least-outstanding
 choice among 1,024 replicas costs microseconds instead of a Python loop over them.
+
+Each column is a Python ``array('q')`` that a NumPy array views (``np.frombuffer``: the
+same memory): a server writes its row through the array (an item write costs ~0.1 us,
+a NumPy scalar write ~0.3 us, and a replica writes about fifteen a request), the router
+reads all rows through the views.
 """
 
 from __future__ import annotations
+
+from array import array
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,11 +25,21 @@ class LoadBoard:
     """Counters of ``n`` servers (int64 columns)."""
 
     def __init__(self, n: int) -> None:
-        self.outstanding = np.zeros(n, dtype=np.int64)
-        self.run_start = np.zeros(n, dtype=np.int64)
-        self.run_end = np.zeros(n, dtype=np.int64)
-        self.run_step = np.ones(n, dtype=np.int64)
-        self.run_decoding = np.zeros(n, dtype=np.int64)
+        self.columns = {  # what the rows write (int64 items)
+            "outstanding": array("q", [0]) * n,
+            "run_start": array("q", [0]) * n,
+            "run_end": array("q", [0]) * n,
+            "run_step": array("q", [1]) * n,
+            "run_decoding": array("q", [0]) * n,
+        }
+        views = {
+            name: np.frombuffer(column, dtype=np.int64) for name, column in self.columns.items()
+        }
+        self.outstanding = views["outstanding"]  # the same memory, for the router's reads
+        self.run_start = views["run_start"]
+        self.run_end = views["run_end"]
+        self.run_step = views["run_step"]
+        self.run_decoding = views["run_decoding"]
         self._tokens = np.zeros(n, dtype=np.int64)  # what ``tokens`` returns, reused
 
     def __len__(self) -> int:
@@ -48,10 +65,10 @@ class LoadBoard:
 
 def _column(name: str) -> property:
     def get(row: BoardRow) -> int:
-        return int(getattr(row.board, name)[row.index])
+        return row.board.columns[name][row.index]
 
     def put(row: BoardRow, value: int) -> None:
-        getattr(row.board, name)[row.index] = value
+        row.board.columns[name][row.index] = value
 
     return property(get, put, doc=f"this server's {name}")
 
@@ -59,7 +76,7 @@ def _column(name: str) -> property:
 class BoardRow:
     """One server's counters, stored in the board (``serving.load.Counters``)."""
 
-    __slots__ = ("board", "index")
+    __slots__ = ("_decoding", "_end", "_outstanding", "_start", "_step", "board", "index")
 
     outstanding = _column("outstanding")
     run_start = _column("run_start")
@@ -70,21 +87,27 @@ class BoardRow:
     def __init__(self, board: LoadBoard, index: int) -> None:
         self.board = board
         self.index = index
+        columns = board.columns
+        self._outstanding = columns["outstanding"]
+        self._start = columns["run_start"]
+        self._end = columns["run_end"]
+        self._step = columns["run_step"]
+        self._decoding = columns["run_decoding"]
 
     def add(self, tokens: int) -> None:
         """``outstanding += tokens``."""
-        self.board.outstanding[self.index] += tokens
+        self._outstanding[self.index] += tokens
 
     def begin_run(self, start: int, end: int, step: int, decoding: int) -> None:
         """A decode run starts (``serving.load.Counters``)."""
-        board, index = self.board, self.index
-        board.run_start[index] = start
-        board.run_end[index] = end
-        board.run_step[index] = step
-        board.run_decoding[index] = decoding
+        index = self.index
+        self._start[index] = start
+        self._end[index] = end
+        self._step[index] = step
+        self._decoding[index] = decoding
 
     def end_run(self, emitted: int) -> None:
         """The run ended, its ``emitted`` tokens done."""
-        board, index = self.board, self.index
-        board.run_decoding[index] = 0
-        board.outstanding[index] -= emitted
+        index = self.index
+        self._decoding[index] = 0
+        self._outstanding[index] -= emitted
