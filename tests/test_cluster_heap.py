@@ -167,3 +167,57 @@ def test_the_test_clusters_share_instants(tmp_path: Path, monkeypatch: pytest.Mo
         rejected += int(result.run.fit.rejected.sum())
     assert shared > 0
     assert rejected > 0
+
+
+class _Stub:
+    """A server on the heap that logs its resumptions and yields the step ends it is given."""
+
+    def __init__(self, name: str, ends: list[int], log: list[tuple[int, str]]) -> None:
+        self.name, self.ends, self.log = name, ends, log
+        self.heap: event_heap.EventHeap | None = None
+
+    def driven(self) -> Any:
+        yield 0  # the settle at time 0
+        for end in self.ends:
+            assert self.heap is not None
+            self.log.append((self.heap.now, self.name))
+            yield end
+        while True:
+            assert self.heap is not None
+            self.log.append((self.heap.now, self.name))
+            yield object()  # idle: wait for a wake
+
+
+def test_the_heap_orders_an_instant_as_simpy_does() -> None:
+    """The order rule itself: arrivals at an instant first, then wakes (NORMAL), then step
+    ends (LATE) in push order; a moved step end leaves a stale entry the clock still
+    passes."""
+    log: list[tuple[int, str]] = []
+    heap = event_heap.EventHeap(2)
+    a, b = _Stub("a", [10, 20], log), _Stub("b", [10], log)
+    for stub in (a, b):
+        stub.heap = heap
+        heap.add(stub)  # type: ignore[arg-type]
+
+    def arrive(request: int) -> None:
+        log.append((heap.now, f"arrival {request}"))
+        if request == 3:
+            heap.move(a, 15)  # type: ignore[arg-type]
+        if request == 4:
+            heap.wake(b)  # type: ignore[arg-type]
+
+    end = heap.run([0, 10, 10, 15, 15], arrive)
+    assert log == [
+        (0, "arrival 0"),
+        (0, "a"),
+        (0, "b"),
+        (10, "arrival 1"),
+        (10, "arrival 2"),
+        (10, "a"),
+        (10, "b"),
+        (15, "arrival 3"),
+        (15, "arrival 4"),
+        (15, "b"),  # woken (NORMAL) at 15: before a step end there pushed earlier
+        (15, "a"),  # its end moved from 20 to 15; the entry at 20 is stale
+    ]
+    assert end == 20
