@@ -21,7 +21,7 @@ The attention-length convention lives with :class:`StepShape`, once:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
@@ -41,9 +41,24 @@ class StepShape:
     # tokens; False for a non-final chunk of a chunked prefill.
     select: bool | None = None
 
+    # The fields' hash, computed once (not a field): serving looks a shape up twice a step,
+    # and a frozen dataclass's own hash builds and hashes the fields' tuple every time.
+    _hash: ClassVar[int]
+
     def __post_init__(self) -> None:
         if self.batch < 1 or self.tokens < 1 or self.cache_len < 0:
             raise ValueError(f"need batch >= 1, tokens >= 1, cache_len >= 0; got {self}")
+        object.__setattr__(self, "_hash", hash(self._fields()))
+
+    def _fields(self) -> tuple[Phase, int, int, int, bool | None]:
+        return (self.phase, self.batch, self.tokens, self.cache_len, self.select)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[StepShape], tuple[Phase, int, int, int, bool | None]]:
+        """Pickled as its fields, so another process (another string-hash seed) rehashes."""
+        return (StepShape, self._fields())
 
     @property
     def rows(self) -> int:

@@ -68,16 +68,23 @@ def prefill_step(
     tokens (the last one padded to ``chunk``) attending to the ``prefilled`` tokens before.
     ``select`` is set explicitly: the step that completes the prompt runs the SnapKV
     selection iff the policy compresses the (unpadded) prompt; earlier chunks never do.
-    A pure function, memoised: equal steps share one shape object, so the step cache finds
-    it by identity.
+    A pure function, memoised: equal steps share one shape object (of every prompt padded
+    to the same bucket too), so the step cache finds it by identity, never comparing fields.
     """
     if chunk is not None and prompt > chunk:
         done = min(prompt, prefilled + chunk)
-        return StepShape("prefill", 1, chunk, prefilled, select=compresses and done == prompt), done
-    if prefilled:  # a cached prefix (``reusable_prefix``): the rest in one step attending to it
+        shape = StepShape("prefill", 1, chunk, prefilled, select=compresses and done == prompt)
+    elif prefilled:  # a cached prefix (``reusable_prefix``): the rest in one step attending to it
         rest = prompt_bucket(prompt - prefilled, max_context - prefilled)
-        return StepShape("prefill", 1, rest, prefilled, select=compresses), prompt
-    return StepShape("prefill", 1, prompt_bucket(prompt, max_context), 0, select=compresses), prompt
+        shape, done = StepShape("prefill", 1, rest, prefilled, select=compresses), prompt
+    else:
+        bucket = prompt_bucket(prompt, max_context)
+        shape, done = StepShape("prefill", 1, bucket, 0, select=compresses), prompt
+    return _PREFILL_SHAPES.setdefault(shape, shape), done
+
+
+_PREFILL_SHAPES: dict[StepShape, StepShape] = {}
+"""One object per distinct prefill shape (a few dozen in a run; immutable, so shared)."""
 
 
 def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | None) -> int:
