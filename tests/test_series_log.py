@@ -10,20 +10,20 @@ from rdu_sim.serving.records import SeriesLog
 
 def test_one_row_per_instant_holding_its_last_state() -> None:
     log = SeriesLog()
-    log.append((0, 1, 0, 0, 0))
-    log.append((5, 0, 1, 0, 0))
-    log.append((5, 0, 0, 1, 64))  # same instant: replaces the row above
-    log.append((9, 2, 0, 1, 64))
+    log.append(0, 1, 0, 0, 0)
+    log.append(5, 0, 1, 0, 0)
+    log.append(5, 0, 0, 1, 64)  # same instant: replaces the row above
+    log.append(9, 2, 0, 1, 64)
     assert len(log) == 3
     assert log.as_array().tolist() == [[0, 1, 0, 0, 0], [5, 0, 0, 1, 64], [9, 2, 0, 1, 64]]
 
 
 def test_views_survive_later_appends() -> None:
     log = SeriesLog()
-    log.append((1, 1, 1, 1, 1))
+    log.append(1, 1, 1, 1, 1)
     times, counts = log.times(), log.counts()  # export the buffers: appends must not resize them
-    log.append((2, 2, 2, 2, 2))
-    log.append((2, 3, 3, 3, 3))
+    log.append(2, 2, 2, 2, 2)
+    log.append(2, 3, 3, 3, 3)
     assert times.tolist() == [1] and counts.tolist() == [[1, 1, 1, 1]]
     assert log.as_array().tolist() == [[1, 1, 1, 1, 1], [2, 3, 3, 3, 3]]
     assert log.as_array().dtype == np.int64 and SeriesLog().as_array().shape == (0, 5)
@@ -33,10 +33,10 @@ def test_a_view_of_the_times_alone_leaves_no_half_row() -> None:
     """The counts grow first and the times second: when only the times are exported the
     append fails half-way, and the retry must not leave the counts a row ahead."""
     log = SeriesLog()
-    log.append((1, 1, 1, 1, 1))
+    log.append(1, 1, 1, 1, 1)
     times = log.times()
-    log.append((2, 2, 2, 2, 2))
-    log.append((3, 4, 4, 4, 4))
+    log.append(2, 2, 2, 2, 2)
+    log.append(3, 4, 4, 4, 4)
     assert times.tolist() == [1]
     assert log.as_array().tolist() == [[1, 1, 1, 1, 1], [2, 2, 2, 2, 2], [3, 4, 4, 4, 4]]
     assert log.counts().shape == (3, 4)

@@ -425,7 +425,7 @@ class CoEServer:
     def _batch(self, batch: list[int]) -> Generator[simpy.Event, Any, None]:
         env, records, serving = self.run.env, self.records, self.scenario.workload.serving
         policy = self.scenario.kv_policy
-        records.series.append((self._ps(), len(self.queue), len(batch), 0, 0))
+        records.series.append(self._ps(), len(self.queue), len(batch), 0, 0)
         for slot, request in enumerate(batch):
             records.admit_ps[request] = self._ps()
             records.slot[request] = slot
@@ -447,7 +447,7 @@ class CoEServer:
         longest = max(policy.cache_at(int(prompts[r]), int(output[r]) - 1) for r in batch)
         bucket = policy.decode_bucket(longest)
         shape = StepShape("decode", self.slots, 1, bucket)
-        records.series.append((self._ps(), len(self.queue), 0, len(batch), bucket))
+        records.series.append(self._ps(), len(self.queue), 0, len(batch), bucket)
         done = 0
         for request in sorted(batch, key=lambda r: (int(output[r]), r)):
             left = int(output[request]) - 1 - done
@@ -458,7 +458,7 @@ class CoEServer:
                 done += left
             self._finish(request)
         records.tokens_generated += sum(int(output[r]) - 1 for r in batch)
-        records.series.append((self._ps(), len(self.queue), 0, 0, bucket))
+        records.series.append(self._ps(), len(self.queue), 0, 0, bucket)
 
     def _finish(self, request: int) -> None:
         self.records.finish_ps[request] = self._ps()

@@ -40,24 +40,26 @@ class SeriesLog:
         self._counts = array("i")
         self._last_ps = -1
 
-    def append(self, row: tuple[int, int, int, int, int]) -> None:
-        """The state after a change at ``row[0]`` ps (never before the last row's)."""
+    def append(self, now: int, waiting: int, prefilling: int, decoding: int, bucket: int) -> None:
+        """The state after a change at ``now`` ps (never before the last row's)."""
         try:
-            self._put(row)
+            if now == self._last_ps:
+                counts = self._counts
+                counts[-4], counts[-3], counts[-2], counts[-1] = (
+                    waiting,
+                    prefilling,
+                    decoding,
+                    bucket,
+                )
+            else:
+                # a BufferError leaves the counts as they were: the times grow second
+                self._counts.extend((waiting, prefilling, decoding, bucket))
+                self._times.append(now)
+                self._last_ps = now
         except BufferError:  # a view is alive: go on in buffers of our own
             self._times = array("q", self._times)
             self._counts = array("i", self._counts[: _COUNTS * len(self._times)])
-            self._put(row)
-
-    def _put(self, row: tuple[int, int, int, int, int]) -> None:
-        if row[0] == self._last_ps:
-            counts = self._counts
-            _, counts[-4], counts[-3], counts[-2], counts[-1] = row
-        else:
-            # a BufferError leaves the counts as they were: the times grow second
-            self._counts.extend(row[1:])
-            self._times.append(row[0])
-            self._last_ps = row[0]
+            self.append(now, waiting, prefilling, decoding, bucket)
 
     def __len__(self) -> int:
         return len(self._times)
@@ -87,7 +89,7 @@ _EMPTY_COUNTS: NDArray[np.intc] = np.zeros(0, dtype=np.intc)
 class _NoSeries(SeriesLog):
     """A time series that keeps nothing (a cluster's replicas: see ``replica_view``)."""
 
-    def append(self, row: tuple[int, int, int, int, int]) -> None:
+    def append(self, now: int, waiting: int, prefilling: int, decoding: int, bucket: int) -> None:
         pass
 
 

@@ -148,7 +148,7 @@ class Server:
 
     def __init__(
         self,
-        env: simpy.Environment | Timeline,
+        env: simpy.Environment | Timeline | None,
         config: ServerConfig,
         policy: KVPolicy,
         cache: StepCache,
@@ -167,23 +167,27 @@ class Server:
         passes a row of its pool's board so a router can read every replica at once).
         ``speculation``: a draft's steps and rounds (``serving.speculative``).
         ``arrivals``: the requests of a server alone, served by :meth:`run_alone` without
-        SimPy events; without them the server is a SimPy process fed by :meth:`submit`, or,
-        when ``env`` is a :class:`Timeline`, the same process driven by it (:meth:`driven`:
-        a mixed replica, its steps' ends yielded as times instead of SimPy events)."""
+        SimPy events (``env`` may be None); without them the server is a SimPy process in
+        ``env``, fed by :meth:`submit`, or, when ``env`` is a :class:`Timeline`, the same
+        process driven by it (:meth:`driven`: a mixed replica, its steps' ends yielded as
+        times instead of SimPy events)."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         if speculation is not None and (hooks is not None or config.role != "mixed"):
             raise ValueError("a speculative server runs alone, without cluster hooks")
         if arrivals is not None and (hooks is not None or forever):
             raise ValueError("a server given its arrivals runs alone, without cluster hooks")
-        self._timeline = None if isinstance(env, simpy.Environment) else env
+        if arrivals is None and env is None:
+            raise ValueError("a server without its arrivals is a SimPy process: it needs an env")
+        self._timeline = None if env is None or isinstance(env, simpy.Environment) else env
         if self._timeline is not None and (config.role != "mixed" or arrivals is not None):
             raise ValueError("only a mixed cluster replica runs on a timeline")
-        self.env = env
+        self._env = env
         self.config = config
         self.policy = policy
         self.cache = cache
         self.records = records
+        self._series = records.series if records.keeps_series else None  # rows, if kept
         self.progress = progress
         self.speculation = speculation
         rounds = speculation is not None and speculation.config.decoding is not None
@@ -216,6 +220,13 @@ class Server:
         """The process of a server on a timeline: it yields the time (ps) of its next step
         end, or what it waits for when idle (:class:`Timeline` resumes it)."""
         return self._run()
+
+    @property
+    def env(self) -> simpy.Environment | Timeline:
+        """The clock of a server process: its SimPy environment or its timeline (a server
+        alone runs without one)."""
+        assert self._env is not None, "a server alone has no SimPy environment"
+        return self._env
 
     def _clock(self) -> int:
         """Now, in integer picoseconds."""
@@ -437,12 +448,13 @@ class Server:
                 # speculative prefill: the draft scores the whole prompt first
                 whole = int(records.prompt_tokens[request])
                 yield self.speculation.selection_ps(whole, count=True)
-        request = int(slots.request[slot])
+        else:
+            request = int(slots.request[slot])
         prompt = int(records.target_prompt_tokens[request])
         before = int(slots.prefilled[slot])
         shape, done = prefill_step(
             prompt,
-            int(slots.prefilled[slot]),
+            before,
             self.config.max_context,
             self.config.prefill_chunk_tokens,
             self.policy.compresses(prompt),
@@ -455,25 +467,25 @@ class Server:
         self._last_was_prefill = True
         slots.prefilled[slot] = done
         slots.chunked_this_round.add(slot)
-        self.load.add(before - done)
         if done < prompt:
+            self.load.add(before - done)
             return
         now = self._clock()
         records.first_token_ps[request] = now
         records.tokens_generated += 1
-        self.load.add(-1)
+        self.load.add(before - done - 1)  # the prompt's tokens and the first output token
+        output = int(records.output_tokens[request])
         if self.hooks is not None:
             sent = self.hooks.prefilled(request)
             if sent is not None:  # the KV cache leaves: hold the slot until it has
                 slots.hold(slot)
-                self.load.add(1 - int(records.output_tokens[request]))
+                self.load.add(1 - output)
                 sent.callbacks.append(partial(self._handed_off, slot, request))
                 return
-        output = int(records.output_tokens[request])
         if output == 1:
             self._complete(slot, request, now)
             return
-        self._start_decode(slot, request)
+        self._start_decode(slot, request, prompt, output)
 
     def _skip_cached(self, slot: int, request: int) -> None:
         """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
@@ -486,10 +498,9 @@ class Server:
         self.slots.prefilled[slot] = skipped
         self.load.add(-skipped)
 
-    def _start_decode(self, slot: int, request: int) -> None:
-        """The slot's request (prefilled here, or its KV cache received) starts decoding."""
-        prompt = int(self.records.target_prompt_tokens[request])
-        output = int(self.records.output_tokens[request])
+    def _start_decode(self, slot: int, request: int, prompt: int, output: int) -> None:
+        """The slot's request (prefilled here, or its KV cache received) starts decoding:
+        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done."""
         cap = self.policy.cache_at(prompt, output - 1)
         if isinstance(self.slots, RoundSlots):
             assert self.speculation is not None
@@ -506,7 +517,9 @@ class Server:
     def _apply_handoffs(self) -> None:
         for slot, request in self._handoffs:
             if self.config.role == "decode":
-                self._start_decode(slot, request)
+                records = self.records
+                prompt = int(records.target_prompt_tokens[request])
+                self._start_decode(slot, request, prompt, int(records.output_tokens[request]))
             else:  # sent: the slot is free
                 self.slots.release(slot)
                 assert self.hooks is not None
@@ -632,9 +645,10 @@ class Server:
         return _At(env, delay, self._longest_step_s)
 
     def _record(self, now: int) -> None:
-        if not self.records.keeps_series:
-            return
-        slots = self.slots
-        self.records.series.append(
-            (now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket)
-        )
+        """A time-series row: the state after a change at ``now`` (a replica keeps none)."""
+        series = self._series
+        if series is not None:
+            slots = self.slots
+            series.append(
+                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
+            )

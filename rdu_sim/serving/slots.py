@@ -55,6 +55,7 @@ class Slots:
         self._empty = list(range(n))  # a heap of the empty slots' indices
         self.steps_done = 0  # decode steps run so far (rounds, for speculative slots)
         self._due: list[tuple[int, int, int]] = []  # heap: (finish step, slot, request)
+        self._capped = np.zeros(n, dtype=np.int64)  # scratch: each slot's capped cache
 
     @property
     def remaining(self) -> NDArray[np.int64]:
@@ -114,11 +115,12 @@ class Slots:
 
     def release(self, slot: int) -> None:
         """Empty a slot (its request completed)."""
-        if self.phase[slot] == DECODING:
+        phase = self.phase[slot]
+        if phase == DECODING:
             self.decoding -= 1
-        elif self.phase[slot] == PREFILLING:
+        elif phase == PREFILLING:
             self.prefill_order.remove(slot)
-        elif self.phase[slot] == WAITING:
+        elif phase == WAITING:
             self.waiting -= 1
         self.phase[slot] = EMPTY
         self.request[slot] = -1
@@ -132,7 +134,7 @@ class Slots:
         slot's cap is 0 and its cache never negative, so it counts 0."""
         if not self.decoding:
             return 0
-        return int(_max(np.minimum(self.cache, self.cap)))
+        return int(_max(np.minimum(self.cache, self.cap, out=self._capped)))
 
     def steps_in_run(self, bucket: int) -> int:
         """Decode steps until the next completion or until the longest cache outgrows
