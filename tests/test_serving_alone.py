@@ -201,3 +201,25 @@ def test_a_decision_before_an_admission_needs_no_row(
     assert len(full.series) == len(lean.series) > len(requests)
     np.testing.assert_array_equal(full.series.times(), lean.series.times())
     np.testing.assert_array_equal(full.series.counts(), lean.series.counts())
+
+
+def test_a_server_alone_needs_no_simpy_environment_and_a_process_does() -> None:
+    config, policy = ServerConfig(2, MAX_CONTEXT), policy_of("full")
+
+    def records() -> ServingRecords:
+        return ServingRecords(np.full(3, 100, np.int64), np.full(3, 4, np.int64))
+
+    alone = Server(
+        None,
+        config,
+        policy,
+        StepCache(round_step),
+        records(),
+        arrivals=OpenLoop(np.zeros(3, np.int64)),
+    )
+    alone.run_alone()
+    assert alone.completed == 3 and alone.process is None
+    with pytest.raises(AssertionError, match="no SimPy environment"):
+        _ = alone.env
+    with pytest.raises(ValueError, match="needs an env"):
+        Server(None, config, policy, StepCache(round_step), records())

@@ -8,7 +8,6 @@ knows its arrivals, so it runs on its own clock without SimPy events (``Server.r
 from __future__ import annotations
 
 import numpy as np
-import simpy
 from numpy.typing import NDArray
 
 from rdu_sim.kv.policy import KVPolicy
@@ -54,7 +53,7 @@ def serve(
             )
         arrivals = OpenLoop(np.rint(requests.arrival_s * PS_PER_S).astype(np.int64))
     server = Server(
-        simpy.Environment(),
+        None,
         config,
         policy,
         step_cache,
