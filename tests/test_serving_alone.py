@@ -157,6 +157,25 @@ def test_closed_loop_source_hands_out_ids_in_submission_order() -> None:
     assert users.next_time() == NEVER
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_completion_moves_the_next_arrival_only_when_none_was_known(seed: int) -> None:
+    """What ``Server._complete`` relies on to skip re-reading ``next_time``: a completion's
+    request comes after every one already known, for both sources."""
+    rng = np.random.default_rng(seed)
+    sources = [ClosedLoop(users=3, total=40), OpenLoop(np.sort(rng.integers(0, 500, 40)))]
+    for source in sources:
+        now = 0
+        for _ in range(200):
+            before = source.next_time()
+            if before != NEVER and rng.random() < 0.5:
+                source.take()
+                continue
+            now += int(rng.integers(0, 20))
+            source.completed(now)
+            if before != NEVER:
+                assert source.next_time() == before
+
+
 def test_open_loop_source_follows_the_schedule() -> None:
     source = OpenLoop(np.array([0, 5, 5, 9], dtype=np.int64))
     source.completed(3)  # completions bring nothing

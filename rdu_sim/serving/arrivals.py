@@ -33,7 +33,8 @@ class Arrivals(Protocol):
         ...
 
     def completed(self, now: int) -> None:
-        """A request completed at ``now``."""
+        """A request completed at ``now``. A request it brings comes after every one already
+        known, so ``next_time`` changes only if it was ``NEVER`` (the server relies on it)."""
         ...
 
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Literal, Protocol
 
 import simpy
@@ -143,6 +143,12 @@ def _trigger(wake: Event, _event: Event) -> None:
         wake.succeed()
 
 
+def _prompt_facts(policy: KVPolicy, prompt: int) -> tuple[bool, int]:
+    """Whether ``policy`` compresses a prompt of ``prompt`` tokens, and its cache at the first
+    decode step (after one generated token)."""
+    return policy.compresses(prompt), policy.cache_at(prompt, 1)
+
+
 class Server:
     """Static batch slots, a FIFO queue, and the scheduler that runs prefill and decode steps."""
 
@@ -185,6 +191,9 @@ class Server:
         self._env = env
         self.config = config
         self.policy = policy
+        # The policy's answers for a prompt length, memoised (bounded): a million requests
+        # asked them two policy calls a request, through its checks, for a few thousand lengths.
+        self._prompt_facts = lru_cache(maxsize=1 << 16)(partial(_prompt_facts, policy))
         self.cache = cache
         self.records = records
         self._series = records.series if records.keeps_series else None  # rows, if kept
@@ -246,7 +255,9 @@ class Server:
         self._enqueue(request, int(self.env.now))
         self._poke()
 
-    def _enqueue(self, request: int, now: int) -> None:
+    def _enqueue(self, request: int, now: int, record: bool = True) -> None:
+        """Queue an arrived request, its work counted; ``record``: write the series row (not
+        when a decision at the same instant writes one anyway, replacing it)."""
         records = self.records
         added = int(records.output_tokens[request])
         if self.config.role != "decode":
@@ -255,18 +266,20 @@ class Server:
             added -= 1  # its first token came with its prefill
         self.load.add(added)
         self.queue.append(request)
-        self._record(now)
+        if record:
+            self._record(now)
 
-    def _land(self, until: int) -> None:
+    def _land(self, until: int, record: bool = True) -> None:
         """A server alone: every request due by ``until`` arrives, at its own time (during a
-        step, the slots' state is the step's, as a step-by-step server would record it)."""
+        step, the slots' state is the step's, as a step-by-step server would record it).
+        ``record=False``: they land at a decision, whose row at this instant replaces theirs."""
         arrivals = self.arrivals
         assert arrivals is not None
         at = self._due
         while at <= until:
             request = arrivals.take()
             self.records.arrival_ps[request] = at
-            self._enqueue(request, at)
+            self._enqueue(request, at, record)
             at = arrivals.next_time()
         self._due = at
 
@@ -326,7 +339,7 @@ class Server:
         assert arrivals is not None and self._until is not None
         while self.completed < self._until:
             if self._due <= self.now:
-                self._land(self.now)
+                self._land(self.now, record=False)  # the decision records this instant
             action = self._decide(self.now)
             if action == "admit" or action == "prefill":
                 for delay in self._prefill():
@@ -457,7 +470,7 @@ class Server:
             before,
             self.config.max_context,
             self.config.prefill_chunk_tokens,
-            self.policy.compresses(prompt),
+            self._prompt_facts(prompt)[0],
         )
         step = self.cache.run(shape)
         if self.speculation is not None:
@@ -506,7 +519,7 @@ class Server:
             assert self.speculation is not None
             self.speculation.start(self.slots, self.records, slot, request, cap)
             return
-        self.slots.start_decode(slot, self.policy.cache_at(prompt, 1), cap, output - 1)
+        self.slots.start_decode(slot, self._prompt_facts(prompt)[1], cap, output - 1)
 
     # --- KV hand-offs (cluster replicas) -------------------------------------------------------
     def _handed_off(self, slot: int, request: int, _event: Event) -> None:
@@ -631,7 +644,8 @@ class Server:
             self.hooks.left(request)
         if self.arrivals is not None:
             self.arrivals.completed(now)
-            self._due = self.arrivals.next_time()
+            if self._due == NEVER:  # else the next arrival stays the one already known
+                self._due = self.arrivals.next_time()
         if self.progress is not None:
             self.progress(self.completed, len(records))
 
