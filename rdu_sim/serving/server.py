@@ -462,9 +462,9 @@ class Server:
                 whole = int(records.prompt_tokens[request])
                 yield self.speculation.selection_ps(whole, count=True)
         else:
-            request = int(slots.request[slot])
+            request = slots.request[slot]
         prompt = int(records.target_prompt_tokens[request])
-        before = int(slots.prefilled[slot])
+        before = slots.prefilled[slot]
         shape, done = prefill_step(
             prompt,
             before,
@@ -632,7 +632,7 @@ class Server:
         self._last_was_prefill = False
         now = self._clock()
         for slot in slots.advance(steps):
-            self._complete(slot, int(slots.request[slot]), now)
+            self._complete(slot, slots.request[slot], now)
 
     def _complete(self, slot: int, request: int, now: int) -> None:
         records = self.records

@@ -41,9 +41,11 @@ class Slots:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.request = np.full(n, -1, dtype=np.int64)
+        # Read and written a slot at a time, never as a whole: Python lists (a NumPy scalar
+        # access costs several times a list's, and the scheduler makes a dozen a request).
+        self.request: list[int] = [-1] * n
         self.phase = np.zeros(n, dtype=np.int8)
-        self.prefilled = np.zeros(n, dtype=np.int64)  # prompt tokens prefilled (chunking)
+        self.prefilled: list[int] = [0] * n  # prompt tokens prefilled (chunking)
         self.cache = np.zeros(n, dtype=np.int64)  # uncapped cache of the next decode step
         self.cap = np.zeros(n, dtype=np.int64)  # the cache never exceeds this (0: idle)
         self.finish = np.full(n, IDLE, dtype=np.int64)  # the decode step it completes at
@@ -111,7 +113,7 @@ class Slots:
         self.cap[slot] = cap
         finish = self.finish[slot] = self.steps_done + steps
         self.decoding += 1
-        heapq.heappush(self._due, (finish, slot, int(self.request[slot])))
+        heapq.heappush(self._due, (finish, slot, self.request[slot]))
 
     def release(self, slot: int) -> None:
         """Empty a slot (its request completed)."""
