@@ -32,8 +32,8 @@ the longest cache or one that outgrows a bucket (~25% of the serving level's tim
 building and applying those masks on every decode run)."""
 
 
-_min = np.minimum.reduce  # the ufuncs' own reductions: a slot array is small, and
-_max = np.maximum.reduce  # ``ndarray.min()``'s Python wrapper would cost as much again
+_max = np.maximum.reduce  # the ufunc's own reduction: a slot array is small, and
+# ``ndarray.max()``'s Python wrapper would cost as much again
 
 
 class Slots:
@@ -139,15 +139,28 @@ class Slots:
         return int(_max(np.minimum(self.cache, self.cap, out=self._capped)))
 
     def steps_in_run(self, bucket: int) -> int:
-        """Decode steps until the next completion or until the longest cache outgrows
-        ``bucket`` (whichever is first): the steps that share one static shape (idle slots:
-        ``IDLE`` steps and a cap of 0, never first). A slot whose cap exceeds the bucket
-        outgrows it after ``bucket - cache + 1`` steps; the largest such cache first."""
-        steps = int(_min(self.finish)) - self.steps_done
+        """Decode steps until the next completion (the completion heap's top) or until the
+        longest cache outgrows ``bucket`` (whichever is first): the steps that share one
+        static shape (an idle slot's cap is 0, never the first to outgrow). A slot whose cap
+        exceeds the bucket outgrows it after ``bucket - cache + 1`` steps; the largest such
+        cache first."""
+        steps = self._next_finish() - self.steps_done
         if _max(self.cap) > bucket:
             largest = int(_max(self.cache[self.cap > bucket]))
             steps = min(steps, bucket - largest + 1)
         return steps
+
+    def _next_finish(self) -> int:
+        """The earliest ``finish`` of a decoding slot (``IDLE`` if none): the completion heap's
+        top, once the entries of requests that left their slot early are dropped (they would
+        be at their step; they never complete)."""
+        heap, request, finish = self._due, self.request, self.finish
+        while heap:
+            due, slot, owner = heap[0]
+            if request[slot] == owner and finish[slot] == due:
+                return due
+            heapq.heappop(heap)
+        return IDLE
 
     def emitted(self, steps: int) -> int:
         """Tokens the decoding slots emit in their next ``steps`` decode steps (one each)."""
