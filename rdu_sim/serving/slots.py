@@ -58,6 +58,7 @@ class Slots:
         self.steps_done = 0  # decode steps run so far (rounds, for speculative slots)
         self._due: list[tuple[int, int, int]] = []  # heap: (finish step, slot, request)
         self._capped = np.zeros(n, dtype=np.int64)  # scratch: each slot's capped cache
+        self._cap_bound = 0  # >= every slot's cap (raised as slots start, lowered when read)
 
     @property
     def remaining(self) -> NDArray[np.int64]:
@@ -111,6 +112,7 @@ class Slots:
         self.phase[slot] = DECODING
         self.cache[slot] = cache
         self.cap[slot] = cap
+        self._cap_bound = max(self._cap_bound, cap)
         finish = self.finish[slot] = self.steps_done + steps
         self.decoding += 1
         heapq.heappush(self._due, (finish, slot, self.request[slot]))
@@ -145,7 +147,9 @@ class Slots:
         exceeds the bucket outgrows it after ``bucket - cache + 1`` steps; the largest such
         cache first."""
         steps = self._next_finish() - self.steps_done
-        if _max(self.cap) > bucket:
+        if self._cap_bound > bucket:  # a slot may outgrow the bucket: the caps decide
+            self._cap_bound = int(_max(self.cap))
+        if self._cap_bound > bucket:
             largest = int(_max(self.cache[self.cap > bucket]))
             steps = min(steps, bucket - largest + 1)
         return steps
