@@ -628,3 +628,17 @@ def test_run_cluster_report_renders(tmp_path: Path) -> None:
         "time to first token",
     ):
         assert words in result.output
+
+
+def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path: Path) -> None:
+    """The policy's per-prompt answers are memoised once a pool, not once a replica (1,024
+    replicas each holding the same answers cost cluster-million ~190 MiB): every replica's
+    server asks the pool's memo, which holds one entry per distinct prompt length served."""
+    result = fake(write_cluster(tmp_path))
+    (pool,) = result.pools
+    memo = pool.runtime.facts
+    replicas = result.run.cluster.replicas
+    assert len(replicas) == 3
+    assert all(r.server._prompt_facts is memo for r in replicas)
+    served = result.run.serving.prompt_tokens
+    assert memo.cache_info().currsize == len(set(served.tolist()))  # type: ignore[attr-defined]

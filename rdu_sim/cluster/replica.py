@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from simpy.events import Event
@@ -22,7 +23,7 @@ from rdu_sim.models import Architecture
 from rdu_sim.serving.buckets import reusable_prefix
 from rdu_sim.serving.load import Counters
 from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.server import Server, ServerConfig
+from rdu_sim.serving.server import PromptFacts, Server, ServerConfig, prompt_facts
 from rdu_sim.serving.step_cache import StepCache, StepFn
 
 if TYPE_CHECKING:
@@ -42,6 +43,11 @@ class PoolRuntime:
     kv_dtype_bytes: float
     prefix_blocks: int  # prefix cache capacity of one replica, in blocks (0: no cache)
     sockets: int  # sockets of one replica (its tensor-parallel group)
+
+    @cached_property
+    def facts(self) -> PromptFacts:
+        """The policy's per-prompt answers, one memo for all the pool's replicas."""
+        return prompt_facts(self.policy)
 
 
 class Replica:
@@ -78,6 +84,7 @@ class Replica:
             hooks=self if self.prefix is not None or runtime.config.role != "mixed" else None,
             forever=True,
             load=load,
+            facts=runtime.facts,
         )
         self.taken = 0  # requests routed here
 

@@ -143,10 +143,22 @@ def _trigger(wake: Event, _event: Event) -> None:
         wake.succeed()
 
 
+PromptFacts = Callable[[int], tuple[bool, int]]
+"""A prompt length -> whether the policy compresses it, and its cache at the first decode step."""
+
+
 def _prompt_facts(policy: KVPolicy, prompt: int) -> tuple[bool, int]:
     """Whether ``policy`` compresses a prompt of ``prompt`` tokens, and its cache at the first
     decode step (after one generated token)."""
     return policy.compresses(prompt), policy.cache_at(prompt, 1)
+
+
+def prompt_facts(policy: KVPolicy) -> PromptFacts:
+    """The policy's answers for a prompt length, memoised (bounded): a million requests asked
+    them two policy calls a request, through its checks, for a few thousand lengths. Servers
+    of one policy share one memo (a cluster pool's replicas: one memo each would hold the
+    same answers 1,024 times)."""
+    return lru_cache(maxsize=1 << 16)(partial(_prompt_facts, policy))
 
 
 class Server:
@@ -166,12 +178,15 @@ class Server:
         load: Counters | None = None,
         speculation: Speculation | None = None,
         arrivals: Arrivals | None = None,
+        facts: PromptFacts | None = None,
     ) -> None:
         """``forever``: keep serving until the simulation runs out of events (a replica, whose
         requests are not known in advance) instead of stopping after ``len(records)``.
         ``load``: where to keep the outstanding-work counters (``serving.load``; a cluster
         passes a row of its pool's board so a router can read every replica at once).
         ``speculation``: a draft's steps and rounds (``serving.speculative``).
+        ``facts``: the policy's memoised per-prompt answers (:func:`prompt_facts`), shared
+        by the servers of one policy; a server alone makes its own.
         ``arrivals``: the requests of a server alone, served by :meth:`run_alone` without
         SimPy events (``env`` may be None); without them the server is a SimPy process in
         ``env``, fed by :meth:`submit`, or, when ``env`` is a :class:`Timeline`, the same
@@ -191,9 +206,7 @@ class Server:
         self._env = env
         self.config = config
         self.policy = policy
-        # The policy's answers for a prompt length, memoised (bounded): a million requests
-        # asked them two policy calls a request, through its checks, for a few thousand lengths.
-        self._prompt_facts = lru_cache(maxsize=1 << 16)(partial(_prompt_facts, policy))
+        self._prompt_facts = facts if facts is not None else prompt_facts(policy)
         self.cache = cache
         self.records = records
         self._series = records.series if records.keeps_series else None  # rows, if kept
