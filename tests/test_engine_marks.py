@@ -101,34 +101,6 @@ def test_a_live_run_cut_inside_a_layer_is_exactly_a_run_of_that_many_layers() ->
     assert cut.stats == done.stats and cut.events == done.events
 
 
-def test_the_state_holds_no_history() -> None:
-    # When a stage started and finished its past layers is read by no later event: moving
-    # those times changes no mark's state (at the pipeline's fill they differ from the next
-    # layer's, and comparing them delayed the cut by a layer).
-    scenario = api.load(SNAPSTREAM)
-    program = compile_program(scenario, StepShape("prefill", 1, 1024, 0))
-    kernel = next(k for k in program.kernels if k.name == "decoder_moe")
-    works = tile_works(kernel, kernel.tiles_or(0), scenario.hardware.socket)
-    sim = KernelSim(
-        kernel,
-        scenario.hardware,
-        program.tp,
-        EngineConfig(),
-        works,
-        layers=kernel.calls,
-        looped=True,
-        max_events=10**8,
-    )
-    for _ in range(3):
-        assert sim.run_to_mark() is not None
-    state = sim._state(1)
-    assert any(r.layer_starts and r.layer_ends for r in sim.pipelines[0].runners.values())
-    for runner in sim.pipelines[0].runners.values():
-        runner.layer_starts[:] = [t - 1e-4 for t in runner.layer_starts]
-        runner.layer_ends[:] = [t - 1e-4 for t in runner.layer_ends]
-    assert sim._state(1) == state
-
-
 def test_marks_are_evenly_spaced_tile_ends_or_else_the_boundaries() -> None:
     hw = hardware(zero=False)
 

@@ -145,10 +145,7 @@ class StageRunner:
         self.whole_rows = 0
         self._row_ends: dict[tuple[int, int], simpy.Event] = {}  # (layer, row) -> its end
         self._layers_done = 0  # layers whose last tile this stage has finished
-        # when this stage started each layer's first tile and finished its last (their number
-        # is part of the fast-forward's state: ``state``)
-        self.layer_starts: list[float] = []
-        self.layer_ends: list[float] = []
+        self._layers_begun = 0  # layers whose first tile has had its inputs
         self.position = 0  # the tile being worked on, counted over all layers
         self._layer_gates: dict[int, simpy.Event] = {}  # layer -> fires when it is done
         self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
@@ -199,7 +196,7 @@ class StageRunner:
                     if edge.whole_rows and (ready.callbacks is not None or not ready._ok):
                         yield ready
             if t == 0:  # the layer's first tile has its inputs
-                self.layer_starts.append(float(env.now))
+                self._layers_begun = it + 1
             done: simpy.Event | None = None
             if port is None:
                 outs = outs_last if it + 1 == layers.n else outs_other
@@ -296,7 +293,6 @@ class StageRunner:
     def _layer_done(self, it: int) -> None:
         """This stage has finished the last tile of layer ``it``."""
         self._layers_done = it + 1
-        self.layer_ends.append(float(self.env.now))
         gate = self._layer_gates.pop(it, None)
         if gate is not None:
             gate.succeed()
@@ -308,12 +304,12 @@ class StageRunner:
         position and the layers it has started and finished, counted past that layer, the
         layer gates others wait on and the rows it has begun but not finished
         (``row_barriers``). Not when it started or finished a layer: history, which nothing
-        reads (docs/performance.md, issue 23 part 5)."""
+        reads, so the stage keeps only their counts (docs/performance.md, issue 23 part 5a)."""
         past = layer + 1
         into.count(
             self.position - past * self.work.tiles,
-            len(self.layer_starts) - past,
-            len(self.layer_ends) - past,
+            self._layers_begun - past,
+            self._layers_done - past,
             len(self._layer_gates),
             len(self._row_ends),
         )
