@@ -118,3 +118,13 @@ def test_the_garbage_collector_is_paused_while_events_run(enabled: bool) -> None
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False, False, False]
+
+
+def test_peek_sees_the_events_due_now() -> None:
+    """SimPy's ``peek`` reads only the heap; the events due now wait beside it."""
+    env = CountingEnvironment(limit=10)
+    assert env.peek() == simpy.core.Infinity
+    env.timeout(2.0)
+    assert env.peek() == 2.0
+    env.timeout(0.0)
+    assert env.peek() == 0.0 and sorted(env.scheduled_times()) == [0.0, 2.0]

@@ -102,6 +102,12 @@ class CountingEnvironment(simpy.Environment):
         """When each event in the queue is due."""
         return [float(entry[0]) for entry in (*self._queue, *self._due_now)]
 
+    def peek(self) -> float:
+        """When the next event is due (``simpy.Environment.peek``, which reads only the heap,
+        would miss the events due now); ``Infinity`` when none is left."""
+        heads = [entry[0][0] for entry in (self._queue, self._due_now) if entry]
+        return float(min(heads)) if heads else simpy.core.Infinity
+
     def step(self) -> None:
         """Not available: SimPy's ``step`` (and so ``run``) would not see the events due now."""
         raise NotImplementedError("a CountingEnvironment runs by run_until_pause()")
