@@ -74,11 +74,15 @@ class PCUGroup:
     def busy(self) -> BusyTracker:
         """The group's busy time: every work item whose end SimPy has processed (an end that
         SimPy's ``run(until=...)`` stopped at is processed again on resuming: it counts then)."""
+        self._count_processed()
+        return self._busy
+
+    def _count_processed(self) -> None:
+        """Add the items whose end has been processed to the busy time (they lead the queue)."""
         uncounted, tracker = self._uncounted, self._busy
         while uncounted and uncounted[0][2].callbacks is None:
             start, end, _ = uncounted.popleft()
             tracker.add(start, end)
-        return tracker
 
     @property
     def free_at(self) -> float:
@@ -117,7 +121,7 @@ class PCUGroup:
         uncounted = self._uncounted
         uncounted.append((start, end, done))
         if len(uncounted) > _FLUSH_AT:  # keep few events alive between readings of busy
-            self.busy  # noqa: B018 (the property counts the processed items)
+            self._count_processed()
         return done
 
 
