@@ -90,7 +90,8 @@ layers when fast-forwarding, not extrapolated from boundary increments."""
 
 MIN_FAST_FORWARD_LAYERS = 8
 """Looped kernels of fewer layers are simulated in full (a cut keeps at least
-``fewest_layers``, 4 on the shipped steps: too little to skip)."""
+``fewest_layers`` layers, 3 with two marks a layer, and the shipped steps keep 4 or more:
+too little to skip)."""
 
 
 class Simulation(Protocol):
