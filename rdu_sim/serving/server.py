@@ -569,12 +569,13 @@ class Server:
         or bucket change; 1 when prefill work waits) and step time (ps); the load counters
         see it start."""
         slots = self.slots
-        longest = slots.longest_cache()
         bucket = self._bucket
-        if not self._bucket_from <= longest <= bucket:
-            # the smallest bucket >= longest is also the smallest >= any cache up to it
-            bucket = self._bucket = self.policy.decode_bucket(longest)
-            self._bucket_from = longest
+        if not slots.longest_within(self._bucket_from, bucket):
+            longest = slots.longest_cache()
+            if not self._bucket_from <= longest <= bucket:
+                # the smallest bucket >= longest is also the smallest >= any cache up to it
+                bucket = self._bucket = self.policy.decode_bucket(longest)
+                self._bucket_from = longest
         steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
         if isinstance(slots, RoundSlots):
             assert self.speculation is not None

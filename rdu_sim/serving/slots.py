@@ -59,6 +59,7 @@ class Slots:
         self._due: list[tuple[int, int, int]] = []  # heap: (finish step, slot, request)
         self._capped = np.zeros(n, dtype=np.int64)  # scratch: each slot's capped cache
         self._cap_bound = 0  # >= every slot's cap (raised as slots start, lowered when read)
+        self._leader = 0  # the slot that held the longest cache when it was last computed
 
     @property
     def remaining(self) -> NDArray[np.int64]:
@@ -138,7 +139,22 @@ class Slots:
         slot's cap is 0 and its cache never negative, so it counts 0."""
         if not self.decoding:
             return 0
-        return int(_max(np.minimum(self.cache, self.cap, out=self._capped)))
+        capped = np.minimum(self.cache, self.cap, out=self._capped)
+        leader = self._leader = int(capped.argmax())
+        return int(capped[leader])
+
+    def longest_within(self, low: int, high: int) -> bool:
+        """Whether the longest cache (:meth:`longest_cache`) is provably in ``[low, high]``
+        without a reduction over the slots: every cap is at most ``high`` (the caps' bound),
+        and the slot that held the longest when last computed still has at least ``low``
+        (any slot's capped cache is a lower bound of the longest: a slot that left since
+        has cap 0, so counts 0). False: compute it."""
+        if self._cap_bound > high:
+            return False
+        leader = self._leader
+        cache = self.cache[leader]
+        cap = self.cap[leader]
+        return bool((cache if cache < cap else cap) >= low)
 
     def steps_in_run(self, bucket: int) -> int:
         """Decode steps until the next completion (the completion heap's top) or until the
