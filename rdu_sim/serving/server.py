@@ -272,9 +272,9 @@ class Server:
         """Queue an arrived request, its work counted; ``record``: write the series row (not
         when a decision at the same instant writes one anyway, replacing it)."""
         records = self.records
-        added = int(records.output_tokens[request])
+        added = records.output_tokens.item(request)
         if self.config.role != "decode":
-            added += int(records.target_prompt_tokens[request])
+            added += records.target_prompt_tokens.item(request)
         else:
             added -= 1  # its first token came with its prefill
         self.load.add(added)
@@ -476,14 +476,12 @@ class Server:
                 yield self.speculation.selection_ps(whole, count=True)
         else:
             request = slots.request[slot]
-        prompt = int(records.target_prompt_tokens[request])
+        prompt = records.target_prompt_tokens.item(request)
         before = slots.prefilled[slot]
+        config = self.config
+        compresses, first_cache = self._prompt_facts(prompt)
         shape, done = prefill_step(
-            prompt,
-            before,
-            self.config.max_context,
-            self.config.prefill_chunk_tokens,
-            self._prompt_facts(prompt)[0],
+            prompt, before, config.max_context, config.prefill_chunk_tokens, compresses
         )
         step = self.cache.run(shape)
         if self.speculation is not None:
@@ -500,7 +498,7 @@ class Server:
         records.first_token_ps[request] = now
         records.tokens_generated += 1
         self.load.add(before - done - 1)  # the prompt's tokens and the first output token
-        output = int(records.output_tokens[request])
+        output = records.output_tokens.item(request)
         if self.hooks is not None:
             sent = self.hooks.prefilled(request)
             if sent is not None:  # the KV cache leaves: hold the slot until it has
@@ -511,7 +509,7 @@ class Server:
         if output == 1:
             self._complete(slot, request, now)
             return
-        self._start_decode(slot, request, prompt, output)
+        self._start_decode(slot, request, prompt, output, first_cache)
 
     def _skip_cached(self, slot: int, request: int) -> None:
         """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
@@ -524,15 +522,22 @@ class Server:
         self.slots.prefilled[slot] = skipped
         self.load.add(-skipped)
 
-    def _start_decode(self, slot: int, request: int, prompt: int, output: int) -> None:
+    def _start_decode(
+        self, slot: int, request: int, prompt: int, output: int, first_cache: int | None = None
+    ) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding:
-        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done."""
+        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done;
+        ``first_cache``: the prompt's cache at the first decode step, if the caller asked
+        the policy already (:func:`prompt_facts`)."""
         cap = self.policy.cache_at(prompt, output - 1)
-        if isinstance(self.slots, RoundSlots):
+        slots = self.slots
+        if isinstance(slots, RoundSlots):
             assert self.speculation is not None
-            self.speculation.start(self.slots, self.records, slot, request, cap)
+            self.speculation.start(slots, self.records, slot, request, cap)
             return
-        self.slots.start_decode(slot, self._prompt_facts(prompt)[1], cap, output - 1)
+        if first_cache is None:
+            first_cache = self._prompt_facts(prompt)[1]
+        slots.start_decode(slot, first_cache, cap, output - 1)
 
     # --- KV hand-offs (cluster replicas) -------------------------------------------------------
     def _handed_off(self, slot: int, request: int, _event: Event) -> None:
@@ -638,10 +643,11 @@ class Server:
             self.speculation.run_rounds(self.cache, bucket, steps)
         else:
             self.cache.run(shape, steps)
-        self.records.decode_steps += steps
-        self.records.decode_runs += 1
+        records = self.records
+        records.decode_steps += steps
+        records.decode_runs += 1
         emitted = slots.emitted(steps)
-        self.records.tokens_generated += emitted
+        records.tokens_generated += emitted
         self.load.end_run(emitted)
         self._last_was_prefill = False
         now = self._clock()
