@@ -29,6 +29,7 @@ from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.cluster.routers.prefix_aware import PrefixAware
 from rdu_sim.cluster.routers.round_robin import RoundRobin
 from rdu_sim.cluster.simulate import simulate_cluster
+from rdu_sim.serving.server import Idle
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
 from rdu_sim.shapes import StepShape
@@ -172,8 +173,10 @@ def test_the_test_clusters_share_instants(tmp_path: Path, monkeypatch: pytest.Mo
 class _Stub:
     """A server on the heap that logs its resumptions and yields the step ends it is given."""
 
-    def __init__(self, name: str, ends: list[int], log: list[tuple[int, str]]) -> None:
-        self.name, self.ends, self.log = name, ends, log
+    def __init__(
+        self, name: str, ends: list[Any], log: list[tuple[int, str]], forever: bool = True
+    ) -> None:
+        self.name, self.ends, self.log, self.forever = name, ends, log, forever
         self.heap: event_heap.EventHeap | None = None
 
     def driven(self) -> Any:
@@ -182,10 +185,45 @@ class _Stub:
             assert self.heap is not None
             self.log.append((self.heap.now, self.name))
             yield end
-        while True:
+        while self.forever:
             assert self.heap is not None
             self.log.append((self.heap.now, self.name))
-            yield object()  # idle: wait for a wake
+            yield Idle(self, self.heap)  # type: ignore[arg-type]  # idle: wait for a wake
+
+
+@pytest.mark.parametrize(
+    ("ends", "forever", "error"),
+    [
+        ([np.int64(10)], True, TypeError),  # a NumPy integer is not a step end the heap keeps
+        ([object()], True, TypeError),  # nor is anything else
+        ([10], False, RuntimeError),  # a replica's process never ends
+    ],
+)
+def test_the_heap_refuses_what_would_lose_a_server(
+    ends: list[Any], forever: bool, error: type[Exception]
+) -> None:
+    """A server whose process yields anything but an int step end or an idle wait would never
+    be resumed (its requests silently lost); one whose process ends would end the run."""
+    heap = event_heap.EventHeap(1)
+    stub = _Stub("a", ends, [], forever)
+    stub.heap = heap
+    heap.add(stub)  # type: ignore[arg-type]
+    with pytest.raises(error):
+        heap.run([], lambda request: None)
+
+
+def test_the_heap_refuses_more_pushes_than_its_keys_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Push counts past ``SEQ_BITS`` would spill into the time and reorder events."""
+    monkeypatch.setattr(event_heap, "SEQ_BITS", 2)
+    heap = event_heap.EventHeap(1)
+    stub = _Stub("a", [], [])
+    heap.add(stub)  # type: ignore[arg-type]
+    for at in range(3):  # pushes 1, 2, 3 fit in two bits
+        heap.move(stub, at)  # type: ignore[arg-type]
+    with pytest.raises(OverflowError, match="2\\*\\*2 pushes"):
+        heap.move(stub, 3)  # type: ignore[arg-type]
 
 
 def test_the_heap_orders_an_instant_as_simpy_does() -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any
 
-from rdu_sim.serving.server import Server
+from rdu_sim.serving.server import Idle, Server
 
 NORMAL, LATE = 1, 2  # SimPy's priorities of an event (a wake) and of a step end
 SEQ_BITS = 48  # pushes counted in a key (2.8e14: beyond any run's events)
@@ -66,6 +66,8 @@ class EventHeap:
 
     def _push(self, at: int, priority: int, who: int) -> None:
         seq = self._seq = self._seq + 1
+        if seq >> SEQ_BITS:
+            raise OverflowError(f"an event heap counts at most 2**{SEQ_BITS} pushes")
         key = (((at << 2 | priority) << SEQ_BITS | seq) << self._who_bits) | who
         heappush(self._heap, key)
         self._current[who] = key
@@ -81,7 +83,7 @@ class EventHeap:
         arrival there, so none is pending when the arrival is)."""
         heap, steps, current, push = self._heap, self._steps, self._current, self._push
         for who, process in enumerate(steps):  # each runs to its first yield at time 0
-            waits_for = process.send(None)
+            waits_for = _resume(process)
             if type(waits_for) is int:  # a step end (an idle server waits for a wake)
                 push(waits_for, LATE, who)
         time_shift = SEQ_BITS + self._who_bits + 2
@@ -102,7 +104,21 @@ class EventHeap:
             self.now = key >> time_shift
             who = key & who_mask
             if key == current[who]:
-                waits_for = steps[who].send(None)
+                waits_for = _resume(steps[who])
                 if type(waits_for) is int:
                     push(waits_for, LATE, who)
         return self.now
+
+
+def _resume(process: Any) -> int | Idle:
+    """What a server's process yields when resumed: the time (ps) of its next step end, or
+    the wake it waits for when idle; anything else (a NumPy integer, a SimPy event) would
+    leave it never resumed, so it is refused, as is a process that ends (replicas serve
+    until the cluster has no events left)."""
+    try:
+        waits_for = process.send(None)
+    except StopIteration:
+        raise RuntimeError("a cluster server's process ended: replicas serve forever") from None
+    if type(waits_for) is int or isinstance(waits_for, Idle):
+        return waits_for
+    raise TypeError(f"a server on the event heap yielded {waits_for!r}: a step end is an int")

@@ -122,7 +122,7 @@ class Timeline(Protocol):
         ...
 
 
-class _Idle:
+class Idle:
     """What an idle server on a timeline waits for: a wake (SimPy: ``env.event()``)."""
 
     __slots__ = ("server", "timeline", "triggered")
@@ -216,7 +216,7 @@ class Server:
         self.slots = RoundSlots(config.batch_slots) if rounds else Slots(config.batch_slots)
         self.queue: deque[int] = deque()
         self.completed = 0
-        self._wake: Event | _Idle | None = None
+        self._wake: Event | Idle | None = None
         self._last_was_prefill = False
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
@@ -238,7 +238,7 @@ class Server:
         if arrivals is None and isinstance(env, simpy.Environment):
             self.process = env.process(self._run())  # type: ignore[arg-type]
 
-    def driven(self) -> Generator[Event | _Idle | int, Any, None]:
+    def driven(self) -> Generator[Event | Idle | int, Any, None]:
         """The process of a server on a timeline: it yields the time (ps) of its next step
         end, or what it waits for when idle (:class:`Timeline` resumes it)."""
         return self._run()
@@ -390,7 +390,7 @@ class Server:
         return steps
 
     # --- the process ------------------------------------------------------------------------
-    def _run(self) -> Generator[Event | _Idle | int, Any, None]:
+    def _run(self) -> Generator[Event | Idle | int, Any, None]:
         settle = True  # the first decision waits for every arrival at time 0
         while self._until is None or self.completed < self._until:
             if settle:
@@ -410,7 +410,7 @@ class Server:
                 if self._timeline is None:
                     self._wake = self.env.event()  # type: ignore[union-attr]
                 else:
-                    self._wake = _Idle(self, self._timeline)
+                    self._wake = Idle(self, self._timeline)
                 yield self._wake
                 self._wake = None
         self._record(int(self.env.now))
