@@ -8,7 +8,9 @@ import os
 import pickle
 import subprocess
 import sys
+from typing import Any
 
+from rdu_sim.serving import buckets
 from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.shapes import StepShape
 
@@ -50,3 +52,15 @@ def test_prompts_padded_to_one_bucket_share_one_shape_object() -> None:
     chunk, _ = prefill_step(9000, 4096, 131072, 4096, False)
     assert chunk is prefill_step(8500, 4096, 131072, 4096, False)[0]
     assert chunk is not prefill_step(8192, 4096, 131072, 4096, True)[0]  # last chunk selects
+
+
+def test_the_shared_shapes_stay_bounded_in_a_long_lived_process(monkeypatch: Any) -> None:
+    """A sweep worker runs many contexts and chunks: the memo of shared prefill shapes starts
+    over at its bound, and the shapes it gives stay equal to the ones it gave before."""
+    monkeypatch.setattr(buckets, "_PREFILL_SHAPES", {})
+    monkeypatch.setattr(buckets, "MAX_PREFILL_SHAPES", 8)
+    before = [prefill_step(9000, done, 131072, 512, False)[0] for done in range(0, 8704, 512)]
+    assert len(set(before)) == 17
+    assert len(buckets._PREFILL_SHAPES) <= 8
+    again = [prefill_step(9000, done, 131072, 512, False)[0] for done in range(0, 8704, 512)]
+    assert again == before

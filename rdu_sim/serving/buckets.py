@@ -80,11 +80,21 @@ def prefill_step(
     else:
         bucket = prompt_bucket(prompt, max_context)
         shape, done = StepShape("prefill", 1, bucket, 0, select=compresses), prompt
-    return _PREFILL_SHAPES.setdefault(shape, shape), done
+    found = _PREFILL_SHAPES.get(shape)
+    if found is None:
+        if len(_PREFILL_SHAPES) >= MAX_PREFILL_SHAPES:  # a long-lived process (a sweep worker)
+            _PREFILL_SHAPES.clear()
+        found = _PREFILL_SHAPES[shape] = shape
+    return found, done
 
 
 _PREFILL_SHAPES: dict[StepShape, StepShape] = {}
-"""One object per distinct prefill shape (a few dozen in a run; immutable, so shared)."""
+"""One object per distinct prefill shape (a few dozen in a run; immutable, so shared: the step
+cache then finds a shape by identity). Results never depend on it, only lookups' speed."""
+
+MAX_PREFILL_SHAPES = 4096
+"""Shapes kept in ``_PREFILL_SHAPES`` before it starts over (bounded across the runs of a
+process)."""
 
 
 def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | None) -> int:
