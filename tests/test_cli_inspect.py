@@ -83,8 +83,9 @@ def test_dtype_and_context_options() -> None:
 def test_workload_file_in_place_of_a_name() -> None:
     data = _json(str(REPO / "workloads" / "deepseek-r1-128k-full.yaml"))
     assert data["params_total"] == 671_026_419_200
-    assert data["weight_dtype"] == "fp8"  # the workload's own dtype
-    assert data["weight_bytes"] == 671_026_419_200
+    assert data["weight_dtype"] == "fp8_block"  # the workload's own dtype
+    # FP8 values plus one FP32 scale per 128 x 128 block
+    assert data["weight_bytes"] == pytest.approx(671_026_419_200 * (1 + 4 / 128**2), rel=1e-12)
 
 
 def test_human_table() -> None:

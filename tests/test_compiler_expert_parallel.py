@@ -74,7 +74,8 @@ def expert_reads(moe_experts: str, batch: int) -> dict[str, float]:
 def test_batch_one_reads_the_busiest_sockets_whole_experts() -> None:
     tensor, expert = expert_reads("tensor", 1), expert_reads("expert", 1)
     busiest = expected_busiest_socket_experts(8, 128, 8)
-    gate_up, down = HIDDEN * 2 * INTER, INTER * HIDDEN  # one whole expert's bytes (FP8)
+    # one whole expert's bytes: the workload's FP8 block-scaled weights
+    gate_up, down = (n * (1 + 4 / 128**2) for n in (HIDDEN * 2 * INTER, INTER * HIDDEN))
     assert tensor["moe.experts_gate_up"] == pytest.approx(8 * gate_up / 16)
     assert expert["moe.experts_gate_up"] == pytest.approx(busiest * gate_up)
     assert expert["moe.experts_down"] == pytest.approx(busiest * down)
