@@ -19,6 +19,7 @@ wrong boundary rule would get wrong.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -242,3 +243,19 @@ def test_a_server_alone_needs_no_simpy_environment_and_a_process_does() -> None:
         _ = alone.env
     with pytest.raises(ValueError, match="needs an env"):
         Server(None, config, policy, StepCache(round_step), records())
+
+
+def test_a_request_that_ends_at_its_first_token_never_asks_for_a_decode_cache() -> None:
+    """With a one-token context every request is one prompt token and one output token: it
+    completes at its prefill and never decodes, so the policy is never asked for a cache at
+    the first decode step (1 + 1 tokens, which does not fit). The memo of the policy's
+    per-prompt answers must ask as lazily as the policy would be asked."""
+    from rdu_sim import api
+
+    root = Path(__file__).resolve().parent.parent
+    result = api.run(
+        root / "workloads" / "llama3.1-8b-1socket.yaml",
+        ["serving.max_context=1", "serving.requests=3"],
+    )
+    summary = result.to_dict()
+    assert summary["requests_completed"] == 3

@@ -23,7 +23,7 @@ from rdu_sim.models import Architecture
 from rdu_sim.serving.buckets import reusable_prefix
 from rdu_sim.serving.load import Counters
 from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.server import PromptFacts, Server, ServerConfig, prompt_facts
+from rdu_sim.serving.server import PromptFacts, Server, ServerConfig
 from rdu_sim.serving.step_cache import StepCache, StepFn
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class PoolRuntime:
     @cached_property
     def facts(self) -> PromptFacts:
         """The policy's per-prompt answers, one memo for all the pool's replicas."""
-        return prompt_facts(self.policy)
+        return PromptFacts(self.policy)
 
 
 class Replica:

@@ -143,22 +143,21 @@ def _trigger(wake: Event, _event: Event) -> None:
         wake.succeed()
 
 
-PromptFacts = Callable[[int], tuple[bool, int]]
-"""A prompt length -> whether the policy compresses it, and its cache at the first decode step."""
-
-
-def _prompt_facts(policy: KVPolicy, prompt: int) -> tuple[bool, int]:
-    """Whether ``policy`` compresses a prompt of ``prompt`` tokens, and its cache at the first
-    decode step (after one generated token)."""
-    return policy.compresses(prompt), policy.cache_at(prompt, 1)
-
-
-def prompt_facts(policy: KVPolicy) -> PromptFacts:
+class PromptFacts:
     """The policy's answers for a prompt length, memoised (bounded): a million requests asked
-    them two policy calls a request, through its checks, for a few thousand lengths. Servers
-    of one policy share one memo (a cluster pool's replicas: one memo each would hold the
-    same answers 1,024 times)."""
-    return lru_cache(maxsize=1 << 16)(partial(_prompt_facts, policy))
+    them two policy calls a request, through its checks, for a few thousand lengths. Each is
+    asked only when needed, as the policy itself would be: a request that ends at its first
+    token never asks for a decode cache (which need not fit its slot). Servers of one policy
+    share one (a cluster pool's replicas: one each would hold the same answers 1,024 times).
+    """
+
+    def __init__(self, policy: KVPolicy) -> None:
+        self.compresses: Callable[[int], bool] = lru_cache(maxsize=1 << 16)(policy.compresses)
+        """Whether the policy compresses a prompt of this many tokens."""
+        self.first_cache: Callable[[int], int] = lru_cache(maxsize=1 << 16)(
+            partial(policy.cache_at, generated=1)
+        )
+        """The prompt's cache at its first decode step (after one generated token)."""
 
 
 class Server:
@@ -185,7 +184,7 @@ class Server:
         ``load``: where to keep the outstanding-work counters (``serving.load``; a cluster
         passes a row of its pool's board so a router can read every replica at once).
         ``speculation``: a draft's steps and rounds (``serving.speculative``).
-        ``facts``: the policy's memoised per-prompt answers (:func:`prompt_facts`), shared
+        ``facts``: the policy's memoised per-prompt answers (:class:`PromptFacts`), shared
         by the servers of one policy; a server alone makes its own.
         ``arrivals``: the requests of a server alone, served by :meth:`run_alone` without
         SimPy events (``env`` may be None); without them the server is a SimPy process in
@@ -206,7 +205,7 @@ class Server:
         self._env = env
         self.config = config
         self.policy = policy
-        self._prompt_facts = facts if facts is not None else prompt_facts(policy)
+        self._prompt_facts = facts if facts is not None else PromptFacts(policy)
         self.cache = cache
         self.records = records
         self._series = records.series if records.keeps_series else None  # rows, if kept
@@ -479,9 +478,12 @@ class Server:
         prompt = records.target_prompt_tokens.item(request)
         before = slots.prefilled[slot]
         config = self.config
-        compresses, first_cache = self._prompt_facts(prompt)
         shape, done = prefill_step(
-            prompt, before, config.max_context, config.prefill_chunk_tokens, compresses
+            prompt,
+            before,
+            config.max_context,
+            config.prefill_chunk_tokens,
+            self._prompt_facts.compresses(prompt),
         )
         step = self.cache.run(shape)
         if self.speculation is not None:
@@ -509,7 +511,7 @@ class Server:
         if output == 1:
             self._complete(slot, request, now)
             return
-        self._start_decode(slot, request, prompt, output, first_cache)
+        self._start_decode(slot, request, prompt, output)
 
     def _skip_cached(self, slot: int, request: int) -> None:
         """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
@@ -522,22 +524,16 @@ class Server:
         self.slots.prefilled[slot] = skipped
         self.load.add(-skipped)
 
-    def _start_decode(
-        self, slot: int, request: int, prompt: int, output: int, first_cache: int | None = None
-    ) -> None:
+    def _start_decode(self, slot: int, request: int, prompt: int, output: int) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding:
-        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done;
-        ``first_cache``: the prompt's cache at the first decode step, if the caller asked
-        the policy already (:func:`prompt_facts`)."""
+        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done."""
         cap = self.policy.cache_at(prompt, output - 1)
         slots = self.slots
         if isinstance(slots, RoundSlots):
             assert self.speculation is not None
             self.speculation.start(slots, self.records, slot, request, cap)
             return
-        if first_cache is None:
-            first_cache = self._prompt_facts(prompt)[1]
-        slots.start_decode(slot, first_cache, cap, output - 1)
+        slots.start_decode(slot, self._prompt_facts.first_cache(prompt), cap, output - 1)
 
     # --- KV hand-offs (cluster replicas) -------------------------------------------------------
     def _handed_off(self, slot: int, request: int, _event: Event) -> None:
