@@ -188,19 +188,13 @@ class Cluster:
 
 
 def _arrivals(
-    env: simpy.Environment, cluster: Cluster, arrival_ps: NDArray[np.int64], rejected: NDArray[Any]
+    env: simpy.Environment, arrival_ps: NDArray[np.int64], arrive: Callable[[int], None]
 ) -> Generator[Event, Any, None]:
-    """Dispatch request ``i`` at ``arrival_ps[i]`` (sorted); rejected ones are only stamped."""
-    arrivals = cluster.serving.arrival_ps
-    for request, (at, refused) in enumerate(
-        zip(arrival_ps.tolist(), rejected.tolist(), strict=True)
-    ):
+    """Call ``arrive(i)`` at ``arrival_ps[i]`` (sorted), in SimPy (:func:`_arrive`)."""
+    for request, at in enumerate(arrival_ps.tolist()):
         if at > env.now:
             yield env.timeout(at - env.now)
-        if refused:
-            arrivals[request] = at
-        else:
-            cluster.dispatch(request)
+        arrive(request)
 
 
 @dataclass
@@ -244,7 +238,7 @@ def simulate_cluster(
     else:
         env = simpy.Environment()
         cluster = Cluster(env, requests, pools, router, block_tokens, kv_transfer, progress)
-        env.process(_arrivals(env, cluster, arrival_ps, fit.rejected))
+        env.process(_arrivals(env, arrival_ps, _arrive(cluster, fit.rejected)))
         env.run()
         end = int(env.now)
     _check(cluster, fit)
@@ -252,7 +246,8 @@ def simulate_cluster(
 
 
 def _arrive(cluster: Cluster, rejected: NDArray[Any]) -> Callable[[int], None]:
-    """What the event heap does when request ``i`` arrives (as :func:`_arrivals` does)."""
+    """What happens when request ``i`` arrives, on SimPy or the event heap: a request over
+    the context limit is only stamped, any other is routed."""
     refused = rejected.tolist()
     arrivals = cluster.serving.arrival_ps
 
