@@ -204,7 +204,7 @@ class StageRunner:
                     done = self._row_end(it, t) if whole_rows else env.event()
                     for edge in outs:  # a free slot is taken without a generator
                         if edge.offer(work.output[t], done) is None:
-                            yield from edge.put(work.output[t], done)
+                            yield from edge.wait_to_put(work.output[t], done)
             # Compute the tile while its operands and inputs stream in; it ends when all have.
             # An event already processed (``callbacks`` None) and ok is not yielded: SimPy's
             # ``Process._resume`` would send its value straight back without scheduling
@@ -365,7 +365,7 @@ class StageRunner:
         for t in tiles:
             for edge in outs:
                 if edge.offer(self.work.output[t], done) is None:
-                    yield from edge.put(self.work.output[t], done)
+                    yield from edge.wait_to_put(self.work.output[t], done)
             if t + 1 == self.work.tiles:
                 self._layer_done(it)
 

@@ -36,12 +36,14 @@ class StreamEdge:
         # consumer cannot start on the tile before it (nothing of the row exists earlier).
         self.whole_rows = whole_rows
         # The buffer's own methods, bound once (a stage calls them at every tile):
-        # put(nbytes, done) reserves a slot for a tile of ``nbytes`` that the producer finishes
-        # at ``done`` (a generator: blocks while the buffer is full); offer(nbytes, done) does
-        # it only if a slot is free now (None if not: then put); get() takes the oldest tile
-        # and returns the event of its producer finishing it; release() frees the slot of the
-        # oldest tile taken (the consumer is done with it).
-        self.put: Callable[[float, simpy.Event], Generator[simpy.Event, Any, float]] = buffer.put
+        # offer(nbytes, done) reserves a slot for a tile of ``nbytes`` that the producer
+        # finishes at ``done`` if one is free now (None if not); wait_to_put(nbytes, done)
+        # then waits for one (a generator: blocks while the buffer is full); get() takes the
+        # oldest tile and returns the event of its producer finishing it; release() frees the
+        # slot of the oldest tile taken (the consumer is done with it).
         self.offer: Callable[[float, simpy.Event], float | None] = buffer.offer
+        self.wait_to_put: Callable[[float, simpy.Event], Generator[simpy.Event, Any, float]] = (
+            buffer.wait_to_put
+        )
         self.get: Callable[[], Generator[simpy.Event, Any, simpy.Event]] = buffer.get
         self.release: Callable[[], None] = buffer.release

@@ -132,7 +132,12 @@ class StageBuffer:
         end = self.offer(nbytes, payload)
         if end is not None:
             return end
-        # wait until release() hands a slot over
+        return (yield from self.wait_to_put(nbytes, payload))
+
+    def wait_to_put(self, nbytes: float, payload: Any = None) -> Generator[simpy.Event, Any, float]:
+        """The rest of :meth:`put` once :meth:`offer` found no free slot: wait until
+        :meth:`release` hands one over, then write (a producer that offered first calls this,
+        not ``put``, so the slot is not looked for twice)."""
         env = self.env
         asked = float(env._now)
         waiter = env.event()
