@@ -101,15 +101,15 @@ class PCUGroup:
 
     def compute(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
         """Queue matrix work; the event fires when it finishes (value: finish time)."""
-        _check(flops, efficiency)
+        duration = self.compute_time(flops, efficiency)
         self.matrix_flops += flops
-        return self._run(flops / (self.matrix_rate * efficiency))
+        return self._run(duration)
 
     def vector(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
         """Queue element-wise/vector work; fires when it finishes."""
-        _check(flops, efficiency)
+        duration = self.vector_time(flops, efficiency)
         self.vector_flops += flops
-        return self._run(flops / (self.vector_rate * efficiency))
+        return self._run(duration)
 
     def _run(self, duration: float) -> simpy.Event:
         env = self.env
