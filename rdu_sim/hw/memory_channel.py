@@ -136,12 +136,9 @@ class MemoryChannel:
         now = float(self.env._now)
         last, active = self._last, self._active
         if active and now > last:
-            n = len(active)
-            rate = self.effective_bandwidth / n
-            if self.stream_cap < rate:
-                rate = self.stream_cap
+            rate = self._rate()
             self._vtime += rate * (now - last)
-            self.busy.add(last, now, rate * n / self.effective_bandwidth)
+            self.busy.add(last, now, rate * len(active) / self.effective_bandwidth)
         self._last = now
 
     def _join_oldest(self, _ev: simpy.Event | None) -> None:
@@ -161,11 +158,8 @@ class MemoryChannel:
         if not active:
             return
         now = float(self.env._now)
-        rate = self.effective_bandwidth / len(active)
-        if self.stream_cap < rate:
-            rate = self.stream_cap
         left = active[0][0] - self._vtime
-        due = now + (0.0 if left < 0.0 else left) / rate  # max(left, 0.0)
+        due = now + (0.0 if left < 0.0 else left) / self._rate()  # max(left, 0.0)
         timers = self._timers
         if timers and timers[0] <= due:
             return  # an earlier timer will fire first and re-arm
@@ -176,16 +170,14 @@ class MemoryChannel:
         heapq.heappop(self._timers)
         self._advance()
         now = float(self.env._now)
-        active, cap, bandwidth = self._active, self.stream_cap, self.effective_bandwidth
+        active = self._active
         while active:
             tag, _, done = active[0]
             left = tag - self._vtime
-            # the same tests as left > _REL_TOL * max(tag, 1.0) and now + left / rate > now,
-            # rate = min(bandwidth / n, cap), by comparisons (same values, no calls)
-            if left > _REL_TOL * (tag if tag > 1.0 else 1.0):
-                rate = bandwidth / len(active)
-                if now + left / (cap if cap < rate else rate) > now:
-                    break
+            # left > _REL_TOL * max(tag, 1.0) and now + left / rate > now (a comparison
+            # instead of max's call; the rate only when the first test holds)
+            if left > _REL_TOL * (tag if tag > 1.0 else 1.0) and now + left / self._rate() > now:
+                break
             if tag > self._vtime:
                 self._vtime = tag  # snap: removes float drift exactly
             heapq.heappop(active)
