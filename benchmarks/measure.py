@@ -40,7 +40,8 @@ BUDGET_TIMEOUT_FACTOR = 6
 
 
 def child_timeout_s(budget_wall_s: float | None) -> float:
-    """How long case's child process may run (``CHILD_TIMEOUT_S``, or 6x its budget)."""
+    """How long a case's child process may run: ``CHILD_TIMEOUT_S``, or
+    ``BUDGET_TIMEOUT_FACTOR`` times the case's time budget when that is longer."""
     if budget_wall_s is None:
         return CHILD_TIMEOUT_S
     return max(CHILD_TIMEOUT_S, BUDGET_TIMEOUT_FACTOR * budget_wall_s)

@@ -9,9 +9,15 @@ import numpy as np
 from rdu_sim.serving.slots import DECODING, EMPTY, Slots
 
 
+def masked_longest(slots: Slots) -> int:
+    """The longest capped cache among decoding slots, from the masks (0 if none)."""
+    mask = slots.phase == DECODING
+    return int(np.minimum(slots.cache[mask], slots.cap[mask]).max()) if mask.any() else 0
+
+
 def _masked(slots: Slots, bucket: int) -> tuple[int, int]:
     mask = slots.phase == DECODING
-    longest = int(np.minimum(slots.cache[mask], slots.cap[mask]).max()) if mask.any() else 0
+    longest = masked_longest(slots)
     steps = int(slots.remaining[mask].min()) if mask.any() else -1
     grows = mask & (slots.cap > bucket)
     if grows.any():

@@ -6,14 +6,9 @@ True, the longest cache is in the range."""
 from __future__ import annotations
 
 import numpy as np
+from test_slots_idle import masked_longest as _longest
 
-from rdu_sim.serving.slots import DECODING, EMPTY, Slots
-
-
-def _longest(slots: Slots) -> int:
-    """The longest capped cache among decoding slots, from the masks (0 if none)."""
-    mask = slots.phase == DECODING
-    return int(np.minimum(slots.cache[mask], slots.cap[mask]).max()) if mask.any() else 0
+from rdu_sim.serving.slots import EMPTY, Slots
 
 
 def test_longest_within_never_claims_a_range_the_longest_is_outside() -> None:
