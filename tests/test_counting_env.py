@@ -4,7 +4,9 @@ CountingEnvironment makes timeouts and events without SimPy's frames and keeps t
 now in a queue beside the heap; every result of the engine rests on it taking events in the
 order ``simpy.Environment`` would (time, priority, event id). Random process networks with
 many same-time events (zero timeouts, succeeded events, conditions, process ends, spawns) are
-run on both and must log the same steps in the same order.
+run on both and must log the same steps in the same order; so must the same networks with
+their processes started by ``CountingEnvironment.start`` (the engine's stage processes)
+instead of ``env.process``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 DELAYS = (0.0, 0.0, 0.5, 1.0, 1.5)  # few distinct delays: many events share an instant
 
 
-def _network(env: simpy.Environment, seed: int, log: list[tuple[float, str]]) -> None:
-    """Processes that time out, signal each other, wait on conditions and spawn children."""
+def _network(
+    env: simpy.Environment, seed: int, log: list[tuple[float, str]], quick: bool = False
+) -> None:
+    """Processes that time out, signal each other, wait on conditions and spawn children
+    (started by ``CountingEnvironment.start`` if ``quick``)."""
     rng = np.random.default_rng(seed)
+    spawn = env.start if quick and isinstance(env, CountingEnvironment) else env.process
     signals = [env.event() for _ in range(6)]
 
     def worker(name: str, steps: int, depth: int) -> Generator[simpy.Event, Any, None]:
@@ -37,6 +43,8 @@ def _network(env: simpy.Environment, seed: int, log: list[tuple[float, str]]) ->
                 signal = signals[int(rng.integers(len(signals)))]
                 if not signal.triggered:
                     signal.succeed(name)
+                elif signal.processed:  # its value comes straight back, scheduling nothing
+                    yield signal
                 yield env.timeout(0)
             elif choice == 3:
                 a, b = (
@@ -45,7 +53,7 @@ def _network(env: simpy.Environment, seed: int, log: list[tuple[float, str]]) ->
                 )
                 yield (a & b) if rng.integers(2) else (a | b)
             elif choice == 4 and depth < 2:
-                yield env.process(worker(f"{name}.{step}", int(rng.integers(1, 4)), depth + 1))
+                yield spawn(worker(f"{name}.{step}", int(rng.integers(1, 4)), depth + 1))
             else:
                 waiter = env.event()
                 waiter.callbacks.append(
@@ -56,7 +64,7 @@ def _network(env: simpy.Environment, seed: int, log: list[tuple[float, str]]) ->
             log.append((float(env.now), f"{name} {step}"))
 
     for i in range(8):
-        env.process(worker(f"w{i}", int(rng.integers(3, 9)), 0))
+        spawn(worker(f"w{i}", int(rng.integers(3, 9)), 0))
     for i, signal in enumerate(signals):
         signal.callbacks.append(
             lambda e, i=i: log.append((float(env.now), f"signal {i} {e.value}"))
@@ -71,10 +79,10 @@ def _simpy_log(seed: int) -> list[tuple[float, str]]:
     return log
 
 
-def _counting_log(seed: int) -> tuple[list[tuple[float, str]], int]:
+def _counting_log(seed: int, quick: bool = False) -> tuple[list[tuple[float, str]], int]:
     env = CountingEnvironment(limit=10**6)
     log: list[tuple[float, str]] = []
-    _network(env, seed, log)
+    _network(env, seed, log, quick)
     while True:
         try:
             env.run_until_pause()
@@ -88,6 +96,34 @@ def test_same_order_as_simpy(seed: int) -> None:
     got, processed = _counting_log(seed)
     assert len(expected) > 20 and processed > len(expected) // 2
     assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_started_processes_run_as_simpy_processes(seed: int) -> None:
+    """``start`` draws the same event ids, at the same priorities, as ``env.process``: the
+    same steps in the same order, and the same number of events processed."""
+    expected = _simpy_log(seed)
+    got, processed = _counting_log(seed, quick=True)
+    assert got == expected
+    assert processed == _counting_log(seed)[1]
+
+
+def test_a_started_process_returns_its_value_and_raises_its_error() -> None:
+    env = CountingEnvironment(limit=100)
+
+    def child() -> Generator[simpy.Event, Any, str]:
+        yield env.timeout(1.0)
+        return "done"
+
+    def parent(log: list[Any]) -> Generator[simpy.Event, Any, None]:
+        log.append((yield env.start(child())))
+        raise ValueError("parent failed")
+
+    log: list[Any] = []
+    env.start(parent(log))
+    with pytest.raises(ValueError, match="parent failed"):
+        env.run_until_pause()
+    assert log == ["done"] and env.now == 1.0
 
 
 def test_the_limit_is_exact() -> None:

@@ -151,7 +151,7 @@ class KernelPipeline:
     def _start(self, layers: LayerCount) -> simpy.Event:
         self._left = [len(self.sinks)] * layers.n
         self._done = [self.env.event() for _ in range(layers.n)]
-        procs = [self.env.process(r.run(layers)) for r in self.runners.values()]
+        procs = [self.env.start(r.run(layers)) for r in self.runners.values()]
         return simpy.AllOf(self.env, procs)
 
     def body(self, layers: LayerCount) -> Body:

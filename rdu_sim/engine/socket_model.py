@@ -15,6 +15,7 @@ from __future__ import annotations
 import simpy
 
 from rdu_sim.config.hardware import MemoryTierConfig, SocketConfig
+from rdu_sim.engine.counting_env import CountingEnvironment
 from rdu_sim.engine.records import Recorder
 from rdu_sim.hw.kernel_launch import KernelLauncher
 from rdu_sim.hw.memory_channel import MemoryChannel
@@ -29,7 +30,7 @@ class SocketModel:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         index: int,
         socket: SocketConfig,
         recorder: Recorder | None = None,

@@ -151,7 +151,7 @@ class StageRunner:
         self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
         self.sram_bytes = 0.0  # SRAM-resident bytes streamed so far
         self._key = 0  # collective chunks started (same sequence on every socket)
-        self._last_emit: simpy.Process | None = None
+        self._last_emit: simpy.Event | None = None
         self._layers = LayerCount(1)  # set by run()
         self._out_edges: tuple[list[StreamEdge], list[StreamEdge]] = ([], [])  # by run()
 
@@ -188,8 +188,13 @@ class StageRunner:
                     yield env.timeout(self.layer_loop)
             ins = ins_first if it == 0 else ins_later
             upstream: list[simpy.Event] = []
-            for edge in ins:
-                upstream.append((yield from edge.get()))
+            for edge in ins:  # StageBuffer.get's steps, without its generator
+                tile = edge.take()
+                if not isinstance(tile, tuple):  # wait until the producer hands one over
+                    tile = yield tile
+                yield env.timeout(edge.read(tile))
+                edge.read_done(tile[1])
+                upstream.append(tile[2])
             if rows_first if it == 0 else rows_later:
                 for edge, ready in zip(ins, upstream, strict=True):
                     # the row exists only once its producer has finished it
@@ -381,10 +386,10 @@ class StageRunner:
             done.callbacks.append(
                 lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes)
             )
-        self._last_emit = self.env.process(self._emit(self._last_emit, done, it, tiles))
+        self._last_emit = self.env.start(self._emit(self._last_emit, done, it, tiles))
 
     def _emit(
-        self, prev: simpy.Process | None, done: simpy.Event, it: int, tiles: tuple[int, ...]
+        self, prev: simpy.Event | None, done: simpy.Event, it: int, tiles: tuple[int, ...]
     ) -> Gen:
         if prev is not None:
             yield prev

@@ -41,6 +41,9 @@ import simpy
 
 from rdu_sim.hw.stats import ByteCounter
 
+Tile = tuple[float, float, Any]
+"""A tile in the buffer: when its write ends, its bytes, and its payload."""
+
 
 class StageBuffer:
     """Bounded FIFO of tiles in PMU SRAM with separate write and read ports.
@@ -76,7 +79,7 @@ class StageBuffer:
         self._free = capacity  # slots nobody holds
         self._slot_waiters: deque[simpy.Event] = deque()  # producers waiting for a slot
         # tiles written, not yet taken: (write end, bytes, payload)
-        self._tiles: deque[tuple[float, float, Any]] = deque()
+        self._tiles: deque[Tile] = deque()
         self._tile_waiters: deque[simpy.Event] = deque()  # consumers waiting for a tile
         self._write_free_at = float(env.now)
         self._read_free_at = float(env.now)
@@ -171,21 +174,39 @@ class StageBuffer:
         it is freed when the read ends. Returns the tile's payload (``put``'s; its size
         in bytes by default).
         """
-        env = self.env
+        tile = self.take()
+        if not isinstance(tile, tuple):  # wait until put() hands a tile over
+            tile = yield tile
+        yield self.env.timeout(self.read(tile))
+        self.read_done(tile[1], hold)
+        return tile[2]
+
+    def take(self) -> Tile | simpy.Event:
+        """:meth:`get`'s first part: the oldest tile ``(write end, bytes, payload)`` if one
+        is waiting and no consumer is ahead, else the event :meth:`put` succeeds with the
+        tile it hands over (a stage's tile loop calls this, :meth:`read` and
+        :meth:`read_done` itself: no generator frame a tile)."""
         if self._tiles and not self._tile_waiters:
-            w_end, nbytes, payload = self._tiles.popleft()
-        else:  # wait until put() hands a tile over
-            waiter = env.event()
-            self._tile_waiters.append(waiter)
-            w_end, nbytes, payload = yield waiter
-        now = start = float(env._now)
+            return self._tiles.popleft()
+        waiter = self.env.event()
+        self._tile_waiters.append(waiter)
+        return waiter
+
+    def read(self, tile: Tile) -> float:
+        """Book the read port for ``tile`` taken now: it starts no earlier than the tile's
+        write end and the port's previous read (FIFO). Returns the seconds until it ends."""
+        now = start = float(self.env._now)
+        w_end = tile[0]
         if w_end > start:
             start = w_end
         if self._read_free_at > start:
             start = self._read_free_at
-        end = start + nbytes / self.sram_bandwidth
+        end = start + tile[1] / self.sram_bandwidth
         self._read_free_at = end
-        yield env.timeout(end - now)
+        return end - now
+
+    def read_done(self, nbytes: float, hold: bool = True) -> None:
+        """A read of ``nbytes`` has ended: count it, hold its slot (or free it)."""
         # Counted when the read has ended: the PMU-port time read at a layer boundary
         # (``kernel_sim``) is of bytes moved by then.
         self._read += nbytes
@@ -193,7 +214,6 @@ class StageBuffer:
         self._held.append(nbytes)
         if not hold:
             self.release()
-        return payload
 
     def release(self) -> None:
         """Free the slot of the oldest tile taken with ``get(hold=True)``."""
