@@ -172,12 +172,13 @@ class CountingEnvironment(simpy.Environment):
                         raise EmptySchedule from None
                 processed += 1
                 callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
-                if len(callbacks) == 1:  # most events wake one process or run one callback
+                n = len(callbacks)
+                if n == 1:  # most events wake one process or run one callback
                     callbacks[0](event)
                     if self._paused:
                         self._rest = (event, callbacks, 1)
                         return
-                else:
+                elif n:  # (a fifth have none: a tile finished before anyone asked for it)
                     for i, callback in enumerate(callbacks):
                         callback(event)
                         if self._paused:

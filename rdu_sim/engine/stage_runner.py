@@ -336,8 +336,10 @@ class StageRunner:
         t, reads = i % self.work.tiles, self.work.reads.items()
         gate = self.selected_by.layer_gate(i // self.work.tiles) if self.selected_by else None
         if gate is None:
-            read = self.socket.read
-            return [read(tier, amounts[t]) for tier, amounts in reads]
+            read, issued = self.socket.read, []
+            for tier, amounts in reads:  # a loop, not a comprehension: no frame (per tile)
+                issued.append(read(tier, amounts[t]))
+            return issued
         loads = [self.env.event() for _ in reads]
 
         def issue(_event: simpy.Event) -> None:
