@@ -118,7 +118,7 @@ class Topology:
                 name = f"port{i}{'.inter' if port[1] else ''}"
                 self.ports[port] = P2PLink(self.env, bw, lat, name=name)
             return self.ports[port], 0
-        key = (min(i, j), max(i, j))
+        key = (i, j) if i < j else (j, i)  # (min, max) without two calls (per link transfer)
         if key not in self.links:
             bw, lat = self.params(i, j)
             self.links[key] = P2PLink(self.env, bw, lat, name=f"p2p{key[0]}-{key[1]}")

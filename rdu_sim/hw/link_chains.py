@@ -169,7 +169,8 @@ class LinkChains:
         if self._wake is not None and self._wake[0] == first:
             return  # the timeout already scheduled still fires at the right time
         now = float(self.env.now)
-        wake = self.env.timeout(max(first - now, 0.0))
+        ahead = first - now
+        wake = self.env.timeout(0.0 if ahead < 0.0 else ahead)  # max(ahead, 0.0), no call
         self._wake = (first, wake)
         wake.callbacks.append(self._woken)
 
