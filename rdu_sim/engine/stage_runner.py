@@ -1,4 +1,5 @@
-"""One pipeline stage on one socket: the SimPy process that streams its tiles.
+"""One pipeline stage on one socket: the SimPy process that streams its tiles (a generator
+started by ``CountingEnvironment.start``, resumed as SimPy's ``Process`` would resume it).
 
 For each tile, in order (a call of a looped kernel runs ``iterations x tiles`` of them):
 

@@ -21,7 +21,9 @@ Timing of one tile:
    after the read with ``get(hold=False)`` (copy-out consumers).
 
 ``put``/``get`` are generator functions: call them with ``yield from`` inside a
-stage process (cheapest), or wrap them in ``env.process(...)``.
+stage process, or wrap them in ``env.process(...)``. A loop that takes a tile every
+turn calls their parts itself (``offer``/``wait_to_put``; ``take``, ``read``,
+``read_done``) and pays no generator frame for them (the engine's stage runners).
 
 Cost: slots and tiles are plain counters and FIFO queues (this is exactly a
 ``simpy.Container`` of slots and a ``simpy.Store`` of tiles with FIFO grant
