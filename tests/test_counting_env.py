@@ -125,6 +125,18 @@ def test_a_started_process_returns_its_value_and_raises_its_error() -> None:
         env.run_until_pause()
     assert log == ["done"] and env.now == 1.0
 
+    failing = CountingEnvironment(limit=100)
+    broken = failing.event()
+
+    def waiter() -> Generator[simpy.Event, Any, None]:
+        yield broken
+
+    failing.start(waiter())
+    failing.timeout(0.5).callbacks.append(lambda _e: broken.fail(KeyError("lost")))
+    with pytest.raises(KeyError, match="lost"):  # the failed event it waited on ends the run
+        failing.run_until_pause()
+    assert failing.now == 0.5
+
 
 def test_the_limit_is_exact() -> None:
     """Exactly ``limit`` events are processed before the error."""
