@@ -55,6 +55,8 @@ from rdu_sim.compiler.program import (
     with_sram,
 )
 from rdu_sim.compiler.row_barriers import whole_row_stages
+from rdu_sim.compiler.shared_programs import shared
+from rdu_sim.compiler.view import CompileView, compile_view
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.graph import Operator, operators
@@ -64,18 +66,33 @@ from rdu_sim.systolic import stage_gemm_efficiency
 
 
 class Compiler:
-    """Compiles one scenario's static shapes into Programs, caching per instance."""
+    """Compiles one scenario's static shapes into Programs, caching per instance (and per
+    process inside `shared_programs.sharing`).
+
+    Every rule compiles the scenario's `compile_view` (the fields it may read); the one field
+    read here of the scenario itself is ``serving.batch_slots``, resolved into the slot count
+    the memory plan is made for and passed on as an argument.
+    """
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
+        self._view: CompileView | None = None
         self._programs: dict[StepShape, Program] = {}
         self._placements: dict[int, Placement] = {}
         self._capacity: int | None = None
 
+    @property
+    def view(self) -> CompileView:
+        """The scenario as the compiler sees it, and its digest (built once)."""
+        if self._view is None:
+            self._view = compile_view(self.scenario)
+        return self._view
+
     def batch_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights."""
         if self._capacity is None:
-            self._capacity = batch_capacity(self.scenario)
+            view = self.view
+            self._capacity = shared("capacity", view.digest, lambda: batch_capacity(view.scenario))
         return self._capacity
 
     def batch_slots(self) -> int:
@@ -86,12 +103,15 @@ class Compiler:
         """The memory plan for `batch_slots` slots (default: the workload's)."""
         slots = self.batch_slots() if batch_slots is None else batch_slots
         if slots not in self._placements:
-            self._placements[slots] = plan_memory(self.scenario, slots)
+            view = self.view
+            self._placements[slots] = shared(
+                "placement", (view.digest, slots), lambda: plan_memory(view.scenario, slots)
+            )
         return self._placements[slots]
 
     def kernels(self, shape: StepShape) -> list[KernelGraph]:
         """The fused, sharded kernel graphs of one step (before stage allocation)."""
-        return kernel_graphs(self.scenario, shape)
+        return kernel_graphs(self.view.scenario, shape)
 
     def program(self, shape: StepShape) -> Program:
         """The Program of one static shape (cached)."""
@@ -101,28 +121,41 @@ class Compiler:
         placement = self.placement(max(shape.batch, self.batch_slots()))
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
-        hardware = self.scenario.hardware
-        if isinstance(hardware, HardwareConfig):
-            engine = self.scenario.workload.engine
-            kernels = tuple(
-                _kernel_program(k, fractions, kv_tier, hardware.socket, engine, shape.rows)
-                for k in self.kernels(shape)
-            )
-        else:  # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
-            kernels = tuple(
-                KernelProgram(
-                    k.name,
-                    k.calls,
-                    k.looped,
-                    tuple(replace(s, pcus=0, pmus=0) for s in _stages(k, fractions, kv_tier)),
-                    k.layer,
-                )
-                for k in self.kernels(shape)
-            )
-        program = Program(shape=shape, tp=self.scenario.tp, kernels=kernels, placement=placement)
+        view = self.view
+        kernels = shared(
+            "kernels",
+            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier),
+            lambda: _kernel_programs(view.scenario, shape, fractions, kv_tier),
+        )
+        program = Program(shape=shape, tp=view.scenario.tp, kernels=kernels, placement=placement)
         program = replace(program, placement=with_sram(placement, program.sram_bytes))
         self._programs[shape] = program
         return program
+
+
+def _kernel_programs(
+    scenario: Scenario, shape: StepShape, fractions: dict[str, float], kv_tier: Tier
+) -> tuple[KernelProgram, ...]:
+    """Every kernel of one step, its stages allocated: a function of exactly its arguments
+    (what `Compiler.program` keys its shared results by)."""
+    hardware = scenario.hardware
+    if isinstance(hardware, HardwareConfig):
+        engine = scenario.workload.engine
+        return tuple(
+            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, shape.rows)
+            for k in kernel_graphs(scenario, shape)
+        )
+    # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
+    return tuple(
+        KernelProgram(
+            k.name,
+            k.calls,
+            k.looped,
+            tuple(replace(s, pcus=0, pmus=0) for s in _stages(k, fractions, kv_tier)),
+            k.layer,
+        )
+        for k in kernel_graphs(scenario, shape)
+    )
 
 
 def compile_program(scenario: Scenario, shape: StepShape) -> Program:

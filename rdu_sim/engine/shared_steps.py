@@ -11,7 +11,8 @@ program's shape, TP degree and kernels; the hardware's socket and system; the en
 settings). Anything that changes one of them changes the key, so a shared result is never
 stale; a field outside them (the hardware's name, the placement's bookkeeping) does not.
 Runs that record a trace are never shared (their records are the point), nor is anything
-outside :func:`sharing`: a single run, a test, a notebook simulate as before.
+outside :func:`sharing`: a single run, a test, a notebook simulate as before. Inside it the
+compiler shares its programs too (``compiler.shared_programs``: keyed by what it reads).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rdu_sim.compiler import shared_programs
 from rdu_sim.compiler.program import Program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
@@ -39,12 +41,14 @@ stats = {"hits": 0, "misses": 0}
 
 @contextmanager
 def sharing() -> Iterator[None]:
-    """Share step results while inside (re-entrant); the memo outlives the block, so the
-    next point a worker evaluates finds what the previous ones simulated."""
+    """Share step results and compiled programs while inside (re-entrant); the memos
+    outlive the block, so the next point a worker evaluates finds what the previous ones
+    compiled and simulated."""
     global _depth
     _depth += 1
     try:
-        yield
+        with shared_programs.sharing():
+            yield
     finally:
         _depth -= 1
 
@@ -87,6 +91,7 @@ def shared_step(key: str, simulate: Callable[[], StepTiming]) -> StepTiming:
 
 
 def clear() -> None:
-    """Forget every shared result (tests)."""
+    """Forget every shared result, compiled programs too (tests)."""
     _memo.clear()
+    shared_programs.clear()
     stats.update(hits=0, misses=0)

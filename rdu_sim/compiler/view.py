@@ -1,0 +1,155 @@
+"""What the compiler may read of a scenario: a copy with everything else taken out.
+
+The compiler's results are shared between sweep points (`shared_programs`) under a digest
+of its inputs. So that digest can never miss an input, the compiler never sees the
+scenario itself: `compile_view` copies it with the fields in `UNREAD_WORKLOAD` and
+`UNREAD_HARDWARE` deleted (the hardware's name, the links, the arrival process, the
+engine's event settings, ...), and `digest` hashes what is left. A field the compiler
+starts reading later is either still in the copy, and so in the digest, or absent, and
+reading it raises AttributeError in every test that compiles. The lists may grow or shrink
+by hand: a field left in costs sharing, never correctness.
+
+``serving.batch_slots`` is out too: the compiler is handed the slot count it plans for as an
+argument (`Compiler.placement`), and the memo keys carry it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.kv.policies import make_policy
+from rdu_sim.scenario import Scenario
+
+Unread = Mapping[str, "Unread | None"]
+"""Field name -> None (the whole field is out) or the unread fields inside it."""
+
+UNREAD_SYSTEM: Unread = {
+    "intra_node_link": None,
+    "inter_node_link": None,
+    "topology": None,
+    "collective_algorithm": None,
+    "collective_chunks": None,
+    "sockets_per_node": None,
+}
+"""The links and collectives are the engine's; ``system.sockets`` stays (a GPU's capacity
+hint names it)."""
+
+UNREAD_WORKLOAD: Unread = {
+    "name": None,
+    "description": None,
+    "hardware": None,
+    "cuda_graphs": None,
+    "coe": None,
+    "serving": {
+        "batch_slots": None,
+        "output_tokens": None,
+        "arrival": None,
+        "requests": None,
+        "seed": None,
+        "prefill_priority": None,
+        "max_work": None,
+    },
+    "engine": {
+        "all_sockets": None,
+        "max_events": None,
+        "operand_buffer_fraction": None,
+        "fast_forward": None,
+    },
+}
+"""The workload's fields no compiler rule reads (checked: reading one raises)."""
+
+UNREAD_HARDWARE: Unread = {
+    "name": None,
+    "description": None,
+    "power": None,
+    "cost": None,
+    "system": UNREAD_SYSTEM,
+}
+"""The hardware's fields no compiler rule reads (the engine's links, the economics)."""
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def unread_override(path: str) -> bool:
+    """Whether an override path (``hw.system.intra_node_link.bandwidth``,
+    ``serving.seed``) sets a field the compiler never reads, or one inside it: points that
+    differ only in such fields compile alike (how a sweep batches them: ``sweep.worker``)."""
+    hardware = path.startswith(HW_PREFIX)
+    tree: Unread | None = UNREAD_HARDWARE if hardware else UNREAD_WORKLOAD
+    for part in path.removeprefix(HW_PREFIX).split(".") if hardware else path.split("."):
+        if tree is None:
+            return True
+        if part not in tree:
+            return False
+        tree = tree[part]
+    return tree is None
+
+
+def _without(model: ModelT, unread: Unread) -> ModelT:
+    """A shallow copy of ``model`` with the ``unread`` fields deleted (nested ones inside
+    copies of their parents): reading one raises AttributeError."""
+    kept = model.model_copy()
+    for name, inner in unread.items():
+        if inner is None:
+            kept.__dict__.pop(name, None)
+        else:
+            value = getattr(model, name)
+            if isinstance(value, BaseModel):
+                kept.__dict__[name] = _without(value, inner)
+    return kept
+
+
+def _dump_without(data: dict[str, Any], unread: Unread) -> dict[str, Any]:
+    """``data`` (a model's JSON dump) without the ``unread`` fields."""
+    kept = dict(data)
+    for name, inner in unread.items():
+        if inner is None:
+            kept.pop(name, None)
+        elif isinstance(kept.get(name), dict):
+            kept[name] = _dump_without(kept[name], inner)
+    return kept
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileView:
+    """The scenario the compiler compiles (`compile_view`) and the digest of what it holds."""
+
+    scenario: Scenario
+    digest: str
+
+
+def compile_view(scenario: Scenario) -> CompileView:
+    """``scenario`` without its unread fields, and the sha256 of everything it keeps.
+
+    The KV policy is rebuilt from the kept ``kv`` and ``serving.max_context`` (what the
+    scenario built it from), the draft is viewed the same way, and the file names stay (the
+    compiler's errors name them).
+    """
+    workload = _without(scenario.workload, UNREAD_WORKLOAD)
+    hardware = _without(scenario.hardware, UNREAD_HARDWARE)
+    draft = None if scenario.draft is None else compile_view(scenario.draft)
+    kept = {
+        "workload": _dump_without(scenario.workload.model_dump(mode="json"), UNREAD_WORKLOAD),
+        "hardware": _dump_without(scenario.hardware.model_dump(mode="json"), UNREAD_HARDWARE),
+        "model": scenario.model.model_dump(mode="json"),
+        "files": [scenario.workload_file, scenario.hardware_file],
+        "draft": None if draft is None else draft.digest,
+    }
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
+    viewed = Scenario(
+        workload=workload,
+        hardware=hardware,
+        model=scenario.model,
+        workload_file=scenario.workload_file,
+        hardware_file=scenario.hardware_file,
+        kv_policy=make_policy(workload.kv, workload.serving.max_context),
+        draft=None if draft is None else draft.scenario,
+    )
+    return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())

@@ -1,0 +1,169 @@
+"""Compiled programs shared between sweep points (compiler.shared_programs): the compiler sees
+only its view of a scenario (compiler.view), its shared results are keyed by that view's
+digest, equal fresh compilations, and a sweep batches points that compile alike together."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import Compiler, compile_program, shared_programs
+from rdu_sim.compiler import compile as compile_module
+from rdu_sim.compiler.view import (
+    UNREAD_HARDWARE,
+    UNREAD_WORKLOAD,
+    Unread,
+    compile_view,
+    unread_override,
+)
+from rdu_sim.engine import shared_steps
+from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import StepShape
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+SERVING = {
+    "serving.requests": 4,
+    "serving.batch_slots": 4,
+    "serving.max_context": 4096,
+    "serving.prompt_tokens": 512,
+    "serving.output_tokens": 16,
+    "serving.arrival": {"process": "closed_loop"},
+}
+
+
+@pytest.fixture(autouse=True)
+def empty_memo() -> Iterator[None]:
+    shared_steps.clear()  # both memos
+    yield
+    shared_steps.clear()
+
+
+def digest(overrides: dict[str, object]) -> str:
+    return compile_view(api.load(SMALL, {**SERVING, **overrides})).digest
+
+
+def test_the_digest_changes_with_fields_the_compiler_reads_and_no_other() -> None:
+    base = digest({})
+    read = {
+        "hw.socket.pmu.sram": "256 KiB",
+        "hw.socket.hbm.bandwidth": 1.5e12,  # the allocation balances compute against it
+        "hw.socket.hbm.capacity": "48 GiB",
+        "hw.socket.pcu.count": 640,
+        "serving.max_context": 8192,
+        "serving.prompt_tokens": 1024,
+        "serving.prefill_chunk_tokens": 256,
+        "engine.tiles_per_stage": 16,
+        "engine.buffer_tiles": 3,
+        "dtypes.weights": "fp8",
+        "memory.weights": "hot_set",
+        "kernel_looping": False,
+    }
+    for field, value in read.items():
+        assert digest({field: value}) != base, field
+    unread = {
+        "serving.batch_slots": 8,  # an argument of every memo key instead
+        "serving.requests": 40,
+        "serving.seed": 7,
+        "serving.output_tokens": 64,
+        "hw.name": "renamed",
+        "hw.system.intra_node_link.bandwidth": 2e10,
+        "hw.system.collective_chunks": 8,
+        "engine.fast_forward": False,
+    }
+    for field, value in unread.items():
+        assert digest({field: value}) == base, field
+        assert unread_override(field), field
+
+
+def _paths(unread: Unread, prefix: str = "") -> Iterator[tuple[str, bool]]:
+    """(dotted path, whether the whole field is out) for every entry of an unread tree."""
+    for name, inner in unread.items():
+        yield prefix + name, inner is None
+        if inner is not None:
+            yield from _paths(inner, f"{prefix}{name}.")
+
+
+def _get(root: Any, path: str) -> Any:
+    for part in path.split("."):
+        root = getattr(root, part)
+    return root
+
+
+def test_the_view_holds_no_unread_field_and_every_other() -> None:
+    scenario = api.load(SMALL, SERVING)
+    view = compile_view(scenario).scenario
+    for tree, full, seen in (
+        (UNREAD_WORKLOAD, scenario.workload, view.workload),
+        (UNREAD_HARDWARE, scenario.hardware, view.hardware),
+    ):
+        for path, out in _paths(tree):
+            _get(full, path)  # a real field of the scenario (no typo in the lists)
+            if out:
+                with pytest.raises(AttributeError):
+                    _get(seen, path)
+        kept = [name for name in type(full).model_fields if name not in tree]
+        assert kept and all(_get(seen, name) == _get(full, name) for name in kept)
+    assert view.model == scenario.model and view.tp == scenario.tp
+    assert view.kv_policy.slot_tokens() == scenario.kv_policy.slot_tokens()
+
+
+def test_a_compiler_rule_reading_outside_the_view_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What makes the key exact: a rule that starts reading a field outside the view fails in
+    # every test that compiles, rather than sharing a program compiled for other inputs.
+    real = compile_module.kernel_graphs
+
+    def reads_the_seed(scenario: Scenario, shape: StepShape) -> Any:
+        _ = scenario.workload.serving.seed
+        return real(scenario, shape)
+
+    scenario = api.load(SMALL, SERVING)
+    shape = api.default_step_shape(scenario, "decode")
+    compile_program(scenario, shape)  # compiles without the seed
+    monkeypatch.setattr(compile_module, "kernel_graphs", reads_the_seed)
+    with pytest.raises(AttributeError, match="seed"):
+        compile_program(scenario, shape)
+
+
+def shapes(scenario: Scenario) -> list[StepShape]:
+    return [api.default_step_shape(scenario, kind) for kind in ("prefill", "decode")]
+
+
+def test_a_shared_program_is_the_fresh_compilation_and_only_inside_sharing() -> None:
+    scenario = api.load(SMALL, SERVING)
+    fresh = [Compiler(scenario).program(s) for s in shapes(scenario)]
+    assert shared_programs.stats == {"hits": 0, "misses": 0}  # outside: nothing kept
+    sibling = api.load(SMALL, {**SERVING, "hw.system.intra_node_link.bandwidth": 2e10})
+    with api.share_steps():
+        first = [Compiler(scenario).program(s) for s in shapes(scenario)]
+        misses = shared_programs.stats["misses"]
+        again = [Compiler(sibling).program(s) for s in shapes(sibling)]
+    assert first == fresh and again == fresh
+    assert all(a.kernels is f.kernels for a, f in zip(again, first, strict=True))
+    assert shared_programs.stats["misses"] == misses and shared_programs.stats["hits"] > 0
+    # other slots: the plans differ, and so do the Programs, as when compiled fresh
+    other = api.load(SMALL, {**SERVING, "serving.batch_slots": 8})
+    with api.share_steps():
+        shared = [Compiler(other).program(s) for s in shapes(other)]
+    assert shared == [Compiler(other).program(s) for s in shapes(other)]
+
+
+def test_runs_sharing_programs_report_what_they_report_alone() -> None:
+    # Sweep points that differ in the links (steps differ, programs are equal), the slots
+    # and serving knobs: byte-identical reports with the memos on and off.
+    points: list[dict[str, object]] = [
+        {},
+        {"hw.system.intra_node_link.bandwidth": 2e10},
+        {"serving.batch_slots": 8, "serving.seed": 3},
+        {"hw.socket.pmu.sram": "256 KiB"},
+    ]
+    alone = [json.dumps(api.run(SMALL, {**SERVING, **p}).to_dict()) for p in points]
+    with api.share_steps():
+        shared = [json.dumps(api.run(SMALL, {**SERVING, **p}).to_dict()) for p in points]
+    assert shared == alone
+    assert shared_programs.stats["hits"] >= 1
