@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rdu_sim.compiler.view import (
 from rdu_sim.engine import shared_steps
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
+from rdu_sim.sweep.worker import Task, sibling_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
@@ -167,3 +169,40 @@ def test_runs_sharing_programs_report_what_they_report_alone() -> None:
         shared = [json.dumps(api.run(SMALL, {**SERVING, **p}).to_dict()) for p in points]
     assert shared == alone
     assert shared_programs.stats["hits"] >= 1
+
+
+@dataclass(frozen=True)
+class _Point:
+    key: str
+    overrides: dict[str, object]
+    config: dict[str, object]
+
+
+def _task(**overrides: object) -> Task:
+    return Task(_Point(json.dumps(overrides, sort_keys=True), dict(overrides), {}), dict, None)
+
+
+def test_sweep_batches_pack_points_that_compile_alike() -> None:
+    # 2 HBM x 5 links x 2 slots: the 10 points of one HBM compile alike (links are the
+    # engine's), the 2 of one HBM and link share steps. Batches of at most 4 hold one HBM
+    # each, never split a pair of slot siblings, and every task appears once.
+    tasks = [
+        _task(
+            **{
+                "hw.socket.hbm.bandwidth": hbm,
+                "hw.system.intra_node_link.bandwidth": link,
+                "serving.batch_slots": slots,
+            }
+        )
+        for hbm in (1, 2)
+        for link in range(5)
+        for slots in (64, 128)
+    ]
+    batches = sibling_batches(tasks, 5)  # at most 20 // 5 = 4 a batch
+    assert sorted(t.point.key for b in batches for t in b) == sorted(t.point.key for t in tasks)
+    assert [len(b) for b in batches] == [4, 4, 2] * 2
+    for batch in batches:
+        assert len({t.point.overrides["hw.socket.hbm.bandwidth"] for t in batch}) == 1
+        links = [t.point.overrides["hw.system.intra_node_link.bandwidth"] for t in batch]
+        assert all(links.count(link) == 2 for link in links)  # slot siblings together
+    assert sibling_batches(tasks, 5) == batches  # deterministic

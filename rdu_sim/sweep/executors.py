@@ -9,7 +9,8 @@ it arrives):
   on loopback).
 All call the in-process API through `worker.run_task`; none shells out to the CLI. Pool and
 Dask hand out sibling batches (`worker.sibling_batches`: points differing only in serving
-knobs, evaluated in turn by one worker so they share steps) and keep a bounded number in
+knobs, and such groups differing only in fields the compiler never reads, evaluated in turn
+by one worker so they share steps and compiled programs) and keep a bounded number in
 flight (twice the workers), so a huge sweep does not pickle every point up front and a kill
 loses only those in flight. Each executor is a
 generator: closing it (the caller stopped, or Ctrl-C) cancels what is queued and shuts down
@@ -49,7 +50,7 @@ def _context() -> multiprocessing.context.BaseContext:
 
 def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     """Evaluate tasks in a local process pool of `workers` processes, in sibling batches
-    (`worker.sibling_batches`: points that differ only in serving knobs on one worker).
+    (`worker.sibling_batches`: points that share steps or compiled programs on one worker).
 
     If a worker process dies (killed, out of memory, a crash in native code), the tasks in
     flight are recorded as failed (rerun them with --retry-failed) and a fresh pool takes

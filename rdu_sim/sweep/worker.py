@@ -166,30 +166,57 @@ MAX_BATCH = 8
 """Most tasks one batch holds (``sibling_batches``)."""
 
 SIBLING_FREE_PREFIXES = ("serving.",)
-"""Override paths that siblings may differ in: serving knobs, which the compiler and engine
-mostly do not read, so siblings mostly ask for the same steps."""
+"""Override paths that step siblings may differ in: serving knobs, which the engine does
+not read, so such points mostly ask for the same steps."""
+
+
+def _fixed(overrides: Mapping[str, Any], free: Callable[[str], bool]) -> str:
+    """The overrides outside ``free``, as a grouping key."""
+    kept = {path: value for path, value in overrides.items() if not free(path)}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def _step_free(path: str) -> bool:
+    return path.startswith(SIBLING_FREE_PREFIXES)
+
+
+def _compile_free(path: str) -> bool:
+    from rdu_sim.compiler.view import unread_override  # the simulator, loaded when needed
+
+    return _step_free(path) or unread_override(path)
 
 
 def sibling_batches(tasks: Sequence[Task], batches_at_least: int) -> list[tuple[Task, ...]]:
-    """The tasks in batches one worker evaluates in turn: points whose overrides differ only
-    in serving knobs (``SIBLING_FREE_PREFIXES``) go together, so the steps they share are
-    simulated once (``engine.shared_steps`` memoizes per process), where a pool would hand
-    consecutive siblings to different workers at the same time. Batches hold at most
-    ``MAX_BATCH`` tasks and ``len(tasks) // batches_at_least`` (every worker keeps work, a
-    killed worker loses few). Batching is scheduling only: a shared step is keyed by every
-    engine input, whichever points meet."""
+    """The tasks in batches one worker evaluates in turn, so what they share is computed
+    once per worker (``engine.shared_steps`` and ``compiler.shared_programs`` memoize per
+    process), where a pool would hand consecutive siblings to different workers at the same
+    time. Step siblings (points differing only in serving knobs, ``SIBLING_FREE_PREFIXES``)
+    stay together, and step siblings that differ only in fields the compiler never reads
+    (``compiler.view.unread_override``: the links, say) are packed into the same batches.
+    Batches hold at most ``MAX_BATCH`` tasks and ``len(tasks) // batches_at_least`` (every
+    worker keeps work, a killed worker loses few); a step-sibling group larger than that is
+    split. Batching is scheduling only: what is shared is keyed by every input, whichever
+    points meet, and the order tasks are handed out in depends on the tasks alone."""
     cap = max(1, min(MAX_BATCH, len(tasks) // max(1, batches_at_least)))
-    groups: dict[str, list[Task]] = {}
+    groups: dict[str, dict[str, list[Task]]] = {}
     for task in tasks:
-        fixed = {
-            path: value
-            for path, value in task.point.overrides.items()
-            if not path.startswith(SIBLING_FREE_PREFIXES)
-        }
-        groups.setdefault(json.dumps(fixed, sort_keys=True, default=str), []).append(task)
-    return [
-        tuple(group[i : i + cap]) for group in groups.values() for i in range(0, len(group), cap)
-    ]
+        overrides = task.point.overrides
+        units = groups.setdefault(_fixed(overrides, _compile_free), {})
+        units.setdefault(_fixed(overrides, _step_free), []).append(task)
+    batches: list[tuple[Task, ...]] = []
+    for units in groups.values():
+        batch: list[Task] = []
+        for unit in units.values():
+            if batch and len(batch) + len(unit) > cap:
+                batches.append(tuple(batch))
+                batch = []
+            while len(batch) + len(unit) > cap:
+                batches.append(tuple(unit[:cap]))
+                unit = unit[cap:]
+            batch.extend(unit)
+        if batch:
+            batches.append(tuple(batch))
+    return batches
 
 
 def lost(task: Task, reason: str) -> Outcome:
