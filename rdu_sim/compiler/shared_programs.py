@@ -17,9 +17,11 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-MAX_SHARED = 2048
-"""Entries kept per table (least recently used dropped first): a DeepSeek-R1 shape's
-kernels are tens of kB, a sweep's siblings ask for ~30 shapes each."""
+MAX_SHARED = 512
+"""Entries kept per table (least recently used dropped first): a DeepSeek-R1 step's kernels
+are ~40 kB (the 20-point slice's peak RSS grew 12 MB for 290 of them), and a sweep's
+worker needs ~30 at a time (the shapes of the compile group it is on:
+``sweep.worker.sibling_batches``), so this keeps the last ~17 groups in ~20 MB."""
 
 T = TypeVar("T")
 
