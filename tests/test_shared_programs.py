@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,17 +24,7 @@ from rdu_sim.engine import shared_steps
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 from rdu_sim.sweep.worker import Task, sibling_batches
-
-ROOT = Path(__file__).resolve().parents[1]
-SMALL = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
-SERVING = {
-    "serving.requests": 4,
-    "serving.batch_slots": 4,
-    "serving.max_context": 4096,
-    "serving.prompt_tokens": 512,
-    "serving.output_tokens": 16,
-    "serving.arrival": {"process": "closed_loop"},
-}
+from tests.test_shared_steps import SERVING, SMALL, _Point
 
 
 @pytest.fixture(autouse=True)
@@ -171,13 +159,6 @@ def test_runs_sharing_programs_report_what_they_report_alone() -> None:
     assert shared_programs.stats["hits"] >= 1
 
 
-@dataclass(frozen=True)
-class _Point:
-    key: str
-    overrides: dict[str, object]
-    config: dict[str, object]
-
-
 def _task(**overrides: object) -> Task:
     return Task(_Point(json.dumps(overrides, sort_keys=True), dict(overrides), {}), dict, None)
 
@@ -206,3 +187,28 @@ def test_sweep_batches_pack_points_that_compile_alike() -> None:
         links = [t.point.overrides["hw.system.intra_node_link.bandwidth"] for t in batch]
         assert all(links.count(link) == 2 for link in links)  # slot siblings together
     assert sibling_batches(tasks, 5) == batches  # deterministic
+
+
+def test_the_memo_keeps_the_most_recent_results_only_inside_sharing_and_never_an_error() -> None:
+    memo: shared_programs.Memo[int] = shared_programs.Memo(2)
+    calls: list[str] = []
+
+    def compute(key: str) -> int:
+        calls.append(key)
+        return len(calls)
+
+    assert memo.get("a", lambda: compute("a")) == 1
+    assert memo.get("a", lambda: compute("a")) == 2  # outside sharing: computed each time
+    with shared_programs.sharing():
+        assert [memo.get(k, lambda k=k: compute(k)) for k in "abab"] == [3, 4, 3, 4]
+        memo.get("c", lambda: compute("c"))  # drops "a", the least recently used
+        assert memo.get("b", lambda: compute("b")) == 4
+        assert memo.get("a", lambda: compute("a")) == 6
+
+        def fail() -> int:
+            raise ValueError("no")
+
+        with pytest.raises(ValueError):
+            memo.get("d", fail)
+        assert memo.get("d", lambda: compute("d")) == 7
+    assert memo.stats == {"hits": 3, "misses": 5}

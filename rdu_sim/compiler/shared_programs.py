@@ -1,13 +1,13 @@
 """Compiled kernels and memory plans shared between runs in one process: sweep points whose
-compiler inputs are equal.
+compiler inputs are equal; and the memo and the sharing scope the engine's shared steps use.
 
 A sweep point compiles its ~30 step shapes again although most swept knobs (the links, the
 serving knobs, the arrival seed) are never read by the compiler. Inside :func:`sharing`
-(``engine.shared_steps.sharing``, which a sweep's worker wraps every point in, enters it)
-`Compiler` keeps what it computes per process, keyed by `view.compile_view`'s digest (every
-scenario field the compiler can read) plus the call's own arguments (the shape, the slot
-count planned for, the placement's HBM shares and KV tier). Outside it (a single run, a
-test) every Compiler computes afresh.
+(``api.share_steps``, which a sweep's worker wraps every point in) `Compiler` keeps what it
+computes per process, keyed by `view.compile_view`'s digest (every scenario field the
+compiler can read) plus the call's own arguments (the shape, the slot count planned for,
+the placement's HBM shares and KV tier). Outside it (a single run, a test) every Compiler
+computes afresh.
 """
 
 from __future__ import annotations
@@ -15,25 +15,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
-
-MAX_SHARED = 512
-"""Entries kept per table (least recently used dropped first): a DeepSeek-R1 step's kernels
-are ~40 kB (the 20-point slice's peak RSS grew 12 MB for 290 of them), and a sweep's
-worker needs ~30 at a time (the shapes of the compile group it is on:
-``sweep.worker.sibling_batches``), so this keeps the last ~17 groups in ~20 MB."""
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-_tables: dict[str, OrderedDict[Hashable, object]] = {}
 _depth = 0
-stats = {"hits": 0, "misses": 0}
-"""Lookups answered from the tables and computed, since the process started."""
 
 
 @contextmanager
 def sharing() -> Iterator[None]:
-    """Share compiled results while inside (re-entrant); the tables outlive the block."""
+    """Share compiled programs and step results while inside (re-entrant); the memos
+    outlive the block, so the next point a worker evaluates finds what the previous ones
+    computed."""
     global _depth
     _depth += 1
     try:
@@ -43,29 +36,58 @@ def sharing() -> Iterator[None]:
 
 
 def active() -> bool:
-    """Whether compiled results are being shared now."""
+    """Whether results are being shared now."""
     return _depth > 0
 
 
+class Memo(Generic[T]):
+    """Results by key, kept per process while :func:`sharing` (least recently used dropped
+    beyond ``size``); outside it every lookup computes. An error is raised, never kept."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[Hashable, T] = OrderedDict()
+        self.stats = {"hits": 0, "misses": 0}
+        """Lookups answered from the memo and computed, since the process started."""
+
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, remembered under ``key`` while sharing."""
+        if not active():
+            return compute()
+        if key in self._items:
+            self._items.move_to_end(key)
+            self.stats["hits"] += 1
+            return self._items[key]
+        value = compute()
+        self.stats["misses"] += 1
+        self._items[key] = value
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        """Forget everything (tests)."""
+        self._items.clear()
+        self.stats.update(hits=0, misses=0)
+
+
+MAX_SHARED = 512
+"""Compiled results kept per process: a DeepSeek-R1 step's kernels are ~40 kB (the 20-point
+slice's peak RSS grew 12 MB for 290 of them), and a sweep's worker needs ~33 at a time (one
+compile group's shapes, plans and capacity: ``sweep.worker.sibling_batches``), so this
+keeps the last ~15 groups in ~20 MB."""
+
+_compiled: Memo[Any] = Memo(MAX_SHARED)
+stats = _compiled.stats
+"""Compiled results shared and computed, since the process started."""
+
+
 def shared(table: str, key: Hashable, compute: Callable[[], T]) -> T:
-    """``compute()``, remembered in ``table`` under ``key`` while sharing (an error is
-    raised, never remembered)."""
-    if not active():
-        return compute()
-    memo = _tables.setdefault(table, OrderedDict())
-    if key in memo:
-        memo.move_to_end(key)
-        stats["hits"] += 1
-        return memo[key]  # type: ignore[return-value]
-    value = compute()
-    stats["misses"] += 1
-    memo[key] = value
-    if len(memo) > MAX_SHARED:
-        memo.popitem(last=False)
+    """``compute()``, remembered under (``table``, ``key``) while sharing."""
+    value: T = _compiled.get((table, key), compute)
     return value
 
 
 def clear() -> None:
-    """Forget every shared result (tests)."""
-    _tables.clear()
-    stats.update(hits=0, misses=0)
+    """Forget every shared compiled result (tests)."""
+    _compiled.clear()
