@@ -48,10 +48,10 @@ class StepCache:
         self._step_fn = step_fn
         self._costs: dict[StepShape, StepCost] = {}
         self._ps: dict[StepShape, int] = {}
-        self.steps: dict[StepShape, int] = {}
+        # shape -> [steps run, step ps], in first-run order: one lookup a run (the scheduler
+        # runs ~3 a request); ``steps``, ``hits`` and ``misses`` are read from it
+        self._runs: dict[StepShape, list[int]] = {}
         self._longest_ps = 0  # the largest of ``_ps`` (read at every serving event)
-        self.hits = 0
-        self.misses = 0
 
     def cost(self, shape: StepShape) -> StepCost:
         """The step cost of a shape (simulated on first use; not counted as a step)."""
@@ -80,17 +80,28 @@ class StepCache:
 
     def run(self, shape: StepShape, count: int = 1) -> int:
         """Account ``count`` steps of ``shape``; return the time of one step (ps)."""
-        steps = self.steps
-        seen = steps.get(shape)
-        if seen is None:
+        run = self._runs.get(shape)
+        if run is None:
             step = self.step_ps(shape)
-            steps[shape] = count
-            self.misses += 1
-            self.hits += count - 1
+            self._runs[shape] = [count, step]
             return step
-        steps[shape] = seen + count
-        self.hits += count
-        return self._ps[shape]
+        run[0] += count
+        return run[1]
+
+    @property
+    def steps(self) -> dict[StepShape, int]:
+        """Steps run per shape, in first-run order (a new dict)."""
+        return {shape: run[0] for shape, run in self._runs.items()}
+
+    @property
+    def misses(self) -> int:
+        """Steps that simulated their shape: the first of each shape run."""
+        return len(self._runs)
+
+    @property
+    def hits(self) -> int:
+        """Steps that found their shape already simulated: every other step run."""
+        return sum(run[0] for run in self._runs.values()) - len(self._runs)
 
     @property
     def longest_step_s(self) -> float:
