@@ -46,7 +46,7 @@ class EventHeap:
         self._heap: list[int] = []
         self._seq = 0
         self._who_bits = max(1, servers.bit_length())
-        self._index: dict[int, int] = {}  # id(server) -> its number here
+        self._index: dict[Server, int] = {}  # server (hashed by identity) -> its number here
         self._steps: list[Any] = []  # each server's process (``Server.driven``)
         self._current: list[int] = []  # each server's live entry (an older one is stale)
 
@@ -54,15 +54,15 @@ class EventHeap:
         """Drive ``server`` (in the order the servers were made, as SimPy starts them)."""
         if len(self._steps) >> self._who_bits:
             raise ValueError(f"an event heap for {len(self._steps)} servers is full")
-        self._index[id(server)] = len(self._steps)
+        self._index[server] = len(self._steps)
         self._steps.append(server.driven())
         self._current.append(-1)
 
     def wake(self, server: Server) -> None:
-        self._push(self.now, NORMAL, self._index[id(server)])
+        self._push(self.now, NORMAL, self._index[server])
 
     def move(self, server: Server, at: int) -> None:
-        self._push(at, LATE, self._index[id(server)])
+        self._push(at, LATE, self._index[server])
 
     def _push(self, at: int, priority: int, who: int) -> None:
         seq = self._seq = self._seq + 1
@@ -86,11 +86,15 @@ class EventHeap:
             waits_for = _resume(process)
             if type(waits_for) is int:  # a step end (an idle server waits for a wake)
                 push(waits_for, LATE, who)
-        time_shift = SEQ_BITS + self._who_bits + 2
-        who_mask = (1 << self._who_bits) - 1
+        who_bits = self._who_bits
+        time_shift = SEQ_BITS + who_bits + 2
+        who_mask = (1 << who_bits) - 1
+        sends = [process.send for process in steps]
         count = len(arrival_ps)
         following = 0  # the next request to arrive
         upcoming = arrival_ps[0] if count else -1
+        # The loop inlines ``_resume`` and ``_push`` (two calls a resumption: a replica is
+        # resumed ~3 times a request); the push sequence is ``self._seq``'s, kept in ``seq``.
         while heap or following < count:
             if following < count and (not heap or upcoming <= heap[0] >> time_shift):
                 self.now = upcoming
@@ -104,9 +108,19 @@ class EventHeap:
             self.now = key >> time_shift
             who = key & who_mask
             if key == current[who]:
-                waits_for = _resume(steps[who])
+                try:
+                    waits_for = sends[who](None)
+                except StopIteration:
+                    raise _ended() from None
                 if type(waits_for) is int:
-                    push(waits_for, LATE, who)
+                    seq = self._seq = self._seq + 1
+                    if seq >> SEQ_BITS:
+                        raise OverflowError(f"an event heap counts at most 2**{SEQ_BITS} pushes")
+                    key = (((waits_for << 2 | LATE) << SEQ_BITS | seq) << who_bits) | who
+                    heappush(heap, key)
+                    current[who] = key
+                elif not isinstance(waits_for, Idle):
+                    raise _refused(waits_for)
         return self.now
 
 
@@ -118,7 +132,15 @@ def _resume(process: Any) -> int | Idle:
     try:
         waits_for = process.send(None)
     except StopIteration:
-        raise RuntimeError("a cluster server's process ended: replicas serve forever") from None
+        raise _ended() from None
     if type(waits_for) is int or isinstance(waits_for, Idle):
         return waits_for
-    raise TypeError(f"a server on the event heap yielded {waits_for!r}: a step end is an int")
+    raise _refused(waits_for)
+
+
+def _ended() -> RuntimeError:
+    return RuntimeError("a cluster server's process ended: replicas serve forever")
+
+
+def _refused(waits_for: object) -> TypeError:
+    return TypeError(f"a server on the event heap yielded {waits_for!r}: a step end is an int")
