@@ -213,6 +213,7 @@ class Server:
         self.speculation = speculation
         rounds = speculation is not None and speculation.config.decoding is not None
         self.slots = RoundSlots(config.batch_slots) if rounds else Slots(config.batch_slots)
+        self._rounds = rounds  # the slots run speculative rounds (``RoundSlots``)
         self.queue: deque[int] = deque()
         self.completed = 0
         self._wake: Event | Idle | None = None
@@ -251,12 +252,15 @@ class Server:
 
     def _clock(self) -> int:
         """Now, in integer picoseconds."""
-        return self.now if self.arrivals is not None else int(self.env.now)
+        if self.arrivals is not None:
+            return self.now
+        timeline = self._timeline  # (read first: a replica's clock, ~6 reads a request)
+        return timeline.now if timeline is not None else int(self.env.now)
 
     # --- arrivals ---------------------------------------------------------------------------
     def submit(self, request: int) -> None:
         """A request arrives now (a server process: a router or a test hands it over)."""
-        now = int(self.env.now)
+        now = self._clock()
         self.records.arrival_ps[request] = now
         self._enqueue(request, now)
         self._poke()
@@ -278,7 +282,7 @@ class Server:
             added -= 1  # its first token came with its prefill
         self.load.add(added)
         self.queue.append(request)
-        if record:
+        if record and self._series is not None:
             self._record(now)
 
     def _land(self, until: int, record: bool = True) -> None:
@@ -323,17 +327,18 @@ class Server:
         own interrupts move it; the old end fires with no one waiting)."""
         old = self._run_end
         start, steps, step = self._run_plan
-        now = int(self.env.now)
+        now = self._clock()
         cut = self._cut(start, steps, step, now)
         if cut == steps:
             return
         new = self._run_end = self._at(start + cut * step - now)
         self._run_plan = (start, cut, step)
-        if isinstance(new, int):
-            assert self._timeline is not None
-            self._timeline.move(self, new)
+        timeline = self._timeline
+        if timeline is not None:
+            assert isinstance(new, int)
+            timeline.move(self, new)
             return
-        assert isinstance(old, Event) and self.process is not None
+        assert isinstance(old, Event) and isinstance(new, Event) and self.process is not None
         resume = self.process._resume
         old.callbacks.remove(resume)
         new.callbacks.append(resume)
@@ -399,7 +404,7 @@ class Server:
                 self._apply_handoffs()
             if self.config.role == "decode":
                 self._reserve_slots()
-            action = self._decide(int(self.env.now))
+            action = self._decide(self._clock())
             if action == "admit" or action == "prefill":
                 for delay in self._prefill():
                     yield self._at(delay)
@@ -443,14 +448,9 @@ class Server:
         in; not before an admission, which records the same instant and so replaces that
         row (``SeriesLog``: one row an instant)."""
         action = self._choose()
-        if action != "admit":
+        if action != "admit" and self._series is not None:  # (a replica keeps no series)
             self._record(now)
         return action
-
-    def _prefill_waiting(self) -> bool:
-        """Whether prefill work exists that a decode step must yield to at its boundary."""
-        slots = self.slots
-        return bool(slots.prefill_order) or bool(self.queue and slots.occupied < slots.n)
 
     # --- steps ------------------------------------------------------------------------------
     def _prefill(self) -> Generator[int, None, None]:
@@ -468,7 +468,8 @@ class Server:
             records.slot[request] = slot
             if self.hooks is not None:
                 self._skip_cached(slot, request)
-            self._record(now)
+            if self._series is not None:
+                self._record(now)
             if self.speculation is not None and self.speculation.config.prefill is not None:
                 # speculative prefill: the draft scores the whole prompt first
                 whole = int(records.prompt_tokens[request])
@@ -577,8 +578,10 @@ class Server:
                 # the smallest bucket >= longest is also the smallest >= any cache up to it
                 bucket = self._bucket = self.policy.decode_bucket(longest)
                 self._bucket_from = longest
-        steps = 1 if self._prefill_waiting() else slots.steps_in_run(bucket)
-        if isinstance(slots, RoundSlots):
+        # prefill work waits: a decode step yields to it at its boundary
+        prefill_waits = slots.prefill_order or (self.queue and slots.occupied < slots.n)
+        steps = 1 if prefill_waits else slots.steps_in_run(bucket)
+        if self._rounds:
             assert self.speculation is not None
             shape = StepShape("decode", slots.n, 1, bucket)  # not run: rounds account theirs
             step = self.speculation.round_ps(self.cache, bucket)
@@ -606,7 +609,7 @@ class Server:
         in flight."""
         shape, bucket, steps, step = self._decode_plan()
         slots = self.slots
-        start = int(self.env.now)
+        start = self._clock()
         end = start + steps * step
         if steps > 1 and (slots.occupied < slots.n or slots.waiting):
             if not self._settles:  # mixed: one event, moved earlier if an arrival cuts the run
@@ -634,7 +637,7 @@ class Server:
     def _decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
         """Account a decode run of ``steps`` steps that ended now; complete who finished."""
         slots = self.slots
-        if isinstance(slots, RoundSlots):
+        if self._rounds:
             assert self.speculation is not None
             self.speculation.run_rounds(self.cache, bucket, steps)
         else:
@@ -668,9 +671,10 @@ class Server:
     def _at(self, delay: int) -> _At | int:
         """A LATE event ``delay`` ps from now (the clock's range checked); on a timeline, the
         time it falls at."""
+        timeline = self._timeline
+        if timeline is not None:
+            return advance(timeline.now, delay, self._longest_step_s)
         env = self.env
-        if self._timeline is not None:
-            return advance(int(env.now), delay, self._longest_step_s)
         assert isinstance(env, simpy.Environment)
         return _At(env, delay, self._longest_step_s)
 
