@@ -54,7 +54,8 @@ class Slots:
         self._cap = array("q", [0]) * n
         self._finish = array("q", [IDLE]) * n
         self.phase = np.frombuffer(self._phase, dtype=np.int8)  # EMPTY ... WAITING
-        self.cache = np.frombuffer(self._cache, dtype=np.int64)  # uncapped, next decode step
+        self._cache_view = np.frombuffer(self._cache, dtype=np.int64)  # see ``cache``
+        self._grown = 0  # decode steps run since ``_cache`` last had them added
         self.cap = np.frombuffer(self._cap, dtype=np.int64)  # the cache never exceeds it (0: idle)
         self.finish = np.frombuffer(self._finish, dtype=np.int64)  # the step it completes at
         self.chunked_this_round: set[int] = set()  # slots prefilled since the last decode step
@@ -68,6 +69,17 @@ class Slots:
         self._capped = np.zeros(n, dtype=np.int64)  # scratch: each slot's capped cache
         self._cap_bound = 0  # >= every slot's cap (raised as slots start, lowered when read)
         self._leader = 0  # the slot that held the longest cache when it was last computed
+
+    @property
+    def cache(self) -> NDArray[np.int64]:
+        """Each slot's uncapped cache at the next decode step (an idle slot's is stale but
+        never negative). A decode run adds its steps to one counter, not to every slot; they
+        are added to the slots here, when the array is read (rarely: the longest cache is
+        mostly bounded without it, ``longest_within``)."""
+        if self._grown:
+            self._cache_view += self._grown
+            self._grown = 0
+        return self._cache_view
 
     @property
     def remaining(self) -> NDArray[np.int64]:
@@ -119,7 +131,7 @@ class Slots:
         else:
             self.prefill_order.remove(slot)
         self._phase[slot] = DECODING
-        self._cache[slot] = cache
+        self._cache[slot] = cache - self._grown  # (the array lags by ``_grown`` steps)
         self._cap[slot] = cap
         self._cap_bound = max(self._cap_bound, cap)
         finish = self._finish[slot] = self.steps_done + steps
@@ -160,7 +172,7 @@ class Slots:
         if self._cap_bound > high:
             return False
         leader = self._leader
-        cache = self._cache[leader]
+        cache = self._cache[leader] + self._grown
         cap = self._cap[leader]
         return (cache if cache < cap else cap) >= low
 
@@ -198,7 +210,7 @@ class Slots:
         """Run ``steps`` decode steps; return the slots whose request is now complete. Idle
         slots step too (their cache is rewritten when they start decoding); a slot's
         ``finish`` stays, the count of steps run moves."""
-        self.cache += steps
+        self._grown += steps  # (added to every slot's cache when ``cache`` is read)
         self.chunked_this_round.clear()
         return self._finished(steps)
 
