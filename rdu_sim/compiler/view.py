@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from rdu_sim.config.overrides import HW_PREFIX
-from rdu_sim.kv.policies import make_policy
 from rdu_sim.scenario import Scenario
 
 Unread = Mapping[str, "Unread | None"]
@@ -128,9 +127,9 @@ class CompileView:
 def compile_view(scenario: Scenario) -> CompileView:
     """``scenario`` without its unread fields, and the sha256 of everything it keeps.
 
-    The KV policy is rebuilt from the kept ``kv`` and ``serving.max_context`` (what the
-    scenario built it from), the draft is viewed the same way, and the file names stay (the
-    compiler's errors name them).
+    The KV policy is the scenario's (built from ``kv`` and ``serving.max_context`` alone, both
+    kept), the draft is viewed the same way, and the file names stay (the compiler's errors
+    name them).
     """
     workload = _without(scenario.workload, UNREAD_WORKLOAD)
     hardware = _without(scenario.hardware, UNREAD_HARDWARE)
@@ -149,7 +148,7 @@ def compile_view(scenario: Scenario) -> CompileView:
         model=scenario.model,
         workload_file=scenario.workload_file,
         hardware_file=scenario.hardware_file,
-        kv_policy=make_policy(workload.kv, workload.serving.max_context),
+        kv_policy=scenario.kv_policy,
         draft=None if draft is None else draft.scenario,
     )
     return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())
