@@ -93,7 +93,7 @@ class CountingEnvironment(simpy.Environment):
 
     def event(self) -> Event:
         """``simpy.Environment.event``: a pending event (a :class:`QuickEvent`)."""
-        event: Event = _new(QuickEvent)
+        event: Event = QuickEvent.__new__(QuickEvent)
         event.env = self
         event.callbacks = []
         return event
@@ -223,7 +223,8 @@ class _Run:
         self._done = done
         self.resume: Callable[[Event], None] = self._resume
 
-    def _resume(self, event: Event) -> None:
+    def _resume(self, event: Any) -> None:
+        # Any: simpy declares ``callbacks`` a list but sets None once the event is processed
         send = self._send
         while True:
             if not event._ok:

@@ -166,10 +166,13 @@ class StageRunner:
         matrix = pcus is not None and work.flops > 0
         vector = pcus is not None and work.vector_flops > 0
         self._layers = layers
-        loads: deque[list[simpy.Event]] = deque(
+        # Events are read through Any where their ``callbacks`` is tested: simpy declares it a
+        # list but sets it to None once the event is processed, and compiled code (mypyc)
+        # checks declared types when it reads them.
+        loads: deque[list[Any]] = deque(
             self._load(i) for i in range(min(self.prefetch, layers.n * tiles))
         )
-        writes: list[simpy.Event] = []
+        writes: list[Any] = []
         pending: list[int] = []  # tiles of the collective chunk being accumulated
         # Edge lists built once (this loop runs once per tile of every stage).
         ins_first, ins_later = self.inputs, self.inputs + self.loop_inputs
@@ -188,7 +191,7 @@ class StageRunner:
                 if it > 0 and self.layer_loop > 0:
                     yield env.timeout(self.layer_loop)
             ins = ins_first if it == 0 else ins_later
-            upstream: list[simpy.Event] = []
+            upstream: list[Any] = []
             for edge in ins:  # StageBuffer.get's steps, without its generator
                 tile = edge.take()
                 if not isinstance(tile, tuple):  # wait until the producer hands one over
@@ -216,7 +219,7 @@ class StageRunner:
             # ``Process._resume`` would send its value straight back without scheduling
             # anything, so skipping the round trip keeps the order of events exactly.
             start = float(env._now)
-            last: simpy.Event | None = None
+            last: Any = None
             if matrix:
                 last = pcus.compute(work.flops, work.efficiency)  # type: ignore[union-attr]
             if vector:

@@ -17,6 +17,7 @@ re-exported here for the hardware models' users.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import simpy
 
@@ -65,7 +66,8 @@ class PCUGroup:
         self.vector_rate = n_pcus * float(vec)
         self._busy = BusyTracker(name)
         # items issued and not yet counted in _busy: (start, end, the event of their end)
-        self._uncounted: deque[tuple[float, float, simpy.Event]] = deque()
+        # Any: simpy declares an event's ``callbacks`` a list but sets None once processed
+        self._uncounted: deque[tuple[float, float, Any]] = deque()
         self.matrix_flops = 0.0
         self.vector_flops = 0.0
         self._free_at = float(env.now)
