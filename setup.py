@@ -1,17 +1,28 @@
-"""Packaging that pyproject.toml cannot say: the shipped data folders mapped into the package.
+"""Packaging that pyproject.toml cannot say: the shipped data folders mapped into the package,
+and the compiled core.
 
 The checkout's workloads/, hw_configs/, tests/models/ (the config.json files a shipped
 workload reads) and notebooks/ are the one copy of each file. The wheel carries them under
 ``rdu_sim/data/`` in the same layout, so the relative paths inside the files
 (``hardware: ../hw_configs/sn40l-16.yaml``) hold there too; ``rdu_sim.config.shipped`` finds
-them installed or in a checkout. Everything else is in pyproject.toml.
+them installed or in a checkout.
+
+The modules listed in native-modules.txt are compiled with mypyc (the same sources, so the
+same results; rdu_sim/native.py guards against stale or half-compiled code). Without a C
+compiler, or with RDU_SIM_PURE_PYTHON=1 at install, the package installs as pure Python and
+says so in one line. Everything else is in pyproject.toml.
 """
 
+import hashlib
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 SHIPPED = {
@@ -46,8 +57,62 @@ class BuildWithCommit(build_py):
         target.write_text(json.dumps({"commit": head.strip(), "dirty": bool(status.strip())}))
 
 
+NATIVE_LIST = Path("native-modules.txt")
+NATIVE_RECORD = "_native.json"  # rdu_sim.native.RECORD_FILE
+NATIVE_GROUP = "rdu_sim_native"  # mypyc's shared library: rdu_sim_native__mypyc
+
+
+def native_sources() -> list[str]:
+    """The module paths native-modules.txt lists (comments and blank lines skipped)."""
+    lines = NATIVE_LIST.read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def native_extensions() -> list[Any]:
+    """mypyc's extensions for the listed modules, or none (pure Python) when asked for or
+    when mypyc is missing."""
+    if os.environ.get("RDU_SIM_PURE_PYTHON") == "1":
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("rdu-sim: mypyc not found: installing pure Python (slower)", file=sys.stderr)
+        return []
+    return list(mypycify(native_sources(), opt_level="3", group_name=NATIVE_GROUP))
+
+
+class BuildNative(build_ext):
+    """Compile the core; on failure (no C compiler) install pure Python, saying so once.
+    On success record each compiled module's source hash next to the package
+    (rdu_sim/native.py reads it to refuse stale compiled code)."""
+
+    def run(self) -> None:
+        if not self.extensions:
+            return
+        try:
+            super().run()
+        except Exception as error:  # a missing compiler fails in several ways
+            for output in self.get_outputs():
+                Path(output).unlink(missing_ok=True)
+            print(
+                f"rdu-sim: the compiled core could not be built ({error}): installing pure "
+                "Python (slower, same results)",
+                file=sys.stderr,
+            )
+            return
+        modules = {
+            source[: -len(".py")].replace("/", "."): hashlib.sha256(
+                Path(source).read_bytes()
+            ).hexdigest()
+            for source in native_sources()
+        }
+        package = Path("rdu_sim") if self.inplace else Path(self.build_lib) / "rdu_sim"
+        (package / NATIVE_RECORD).write_text(json.dumps({"modules": modules}, indent=1) + "\n")
+
+
 setup(
-    cmdclass={"build_py": BuildWithCommit},
+    cmdclass={"build_py": BuildWithCommit, "build_ext": BuildNative},
+    ext_modules=native_extensions(),
     packages=[*find_packages(include=["rdu_sim", "rdu_sim.*"]), *SHIPPED],
     package_dir=SHIPPED,
     package_data={

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rdu_sim import __version__
+from rdu_sim import __version__, native
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.yaml_io import file_problem
@@ -35,11 +35,13 @@ _COSMETIC = ("description",)
 @dataclass(frozen=True)
 class Simulator:
     """The code that produced an output: its version, and the git commit when known
-    (``dirty``: tracked files differed from that commit)."""
+    (``dirty``: tracked files differed from that commit); ``compiled``: whether the engine
+    ran compiled (rdu_sim.native; the same results either way, a different speed)."""
 
     version: str
     commit: str | None
     dirty: bool | None
+    compiled: bool = False
 
     @property
     def label(self) -> str:
@@ -50,7 +52,12 @@ class Simulator:
         return f"{self.version}+g{self.commit[:12]}" + (".dirty" if self.dirty else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "commit": self.commit, "dirty": self.dirty}
+        return {
+            "version": self.version,
+            "commit": self.commit,
+            "dirty": self.dirty,
+            "compiled": self.compiled,
+        }
 
 
 def _git(top: Path, *args: str) -> str | None:
@@ -76,11 +83,11 @@ def simulator() -> Simulator:
         if head is not None:
             status = _git(top, "status", "--porcelain", "--untracked-files=no")
             dirty = None if status is None else bool(status.strip())
-            return Simulator(__version__, head.strip(), dirty)
+            return Simulator(__version__, head.strip(), dirty, native.compiled())
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         baked = json.loads((package / COMMIT_FILE).read_text(encoding="utf-8"))
-        return Simulator(__version__, str(baked["commit"]), bool(baked["dirty"]))
-    return Simulator(__version__, None, None)
+        return Simulator(__version__, str(baked["commit"]), bool(baked["dirty"]), native.compiled())
+    return Simulator(__version__, None, None, native.compiled())
 
 
 def file_digest(path: Path) -> str | None:
