@@ -21,14 +21,23 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rdu_sim import __version__, api
+from rdu_sim import __version__, api, native
 from rdu_sim.cli.main import cli
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.sweep import default_db, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "rdu_sim", *shipped.FOLDERS)
+BUILD_INPUTS = (
+    "pyproject.toml",
+    "setup.py",
+    "native-modules.txt",
+    "MANIFEST.in",
+    "README.md",
+    "LICENSE",
+    "rdu_sim",
+    *shipped.FOLDERS,
+)
 
 
 def test_names_resolve_to_the_checkout_files() -> None:
@@ -116,9 +125,18 @@ def test_a_sweep_database_never_goes_into_an_installed_package(
     assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
 
 
+def _archive_record(wheel: Path) -> str:
+    """The compiled core's build record inside a wheel."""
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.read(f"rdu_sim/{native.RECORD_FILE}").decode()
+
+
 def _build_tree(target: Path) -> Path:
     """The files a build reads, copied (the build writes build/ and *.egg-info into them)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.sqlite*", ".ipynb_checkpoints")
+    # an editable install's compiled modules and their record stay behind: the build makes its own
+    ignore = shutil.ignore_patterns(
+        "__pycache__", "*.sqlite*", ".ipynb_checkpoints", "*.so", native.RECORD_FILE
+    )
     target.mkdir(parents=True)
     for name in BUILD_INPUTS:
         source = REPO / name
@@ -171,6 +189,11 @@ def test_a_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
     assert data == shipped.files()  # setup.py's patterns ship exactly shipped.PATTERNS
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert b"License-Expression: Apache-2.0" in metadata
+    if native.compiled():  # this environment compiles (mypyc and a C compiler): so does the wheel
+        assert f"rdu_sim/{native.RECORD_FILE}" in names
+        compiled = {n.split(".")[0].replace("/", ".") for n in names if n.endswith(".so")}
+        listed = json.loads(_archive_record(wheel))["modules"]
+        assert set(listed) <= compiled
 
     venv = tmp_path / "venv"
     assert (
@@ -218,5 +241,6 @@ def test_a_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
     assert result["requests_completed"] == result["requests"] > 0
     validated = _run([rdu_sim, "validate", "--quick", "--json"], empty, env)
     assert validated.returncode in (0, 1), validated.stderr[-3000:]  # 1: a figure misses
+    assert result["provenance"]["simulator"]["compiled"] == native.compiled()
     assert {row["name"] for row in json.loads(validated.stdout)} >= {"max_batch_ratio"}
     assert list(empty.iterdir()) == []  # nothing written where it ran

@@ -1,0 +1,144 @@
+"""The compiled core (rdu_sim/native.py, setup.py): the same bytes compiled and from source,
+and never a stale or half-compiled engine."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rdu_sim
+from rdu_sim import native
+
+PACKAGE = Path(rdu_sim.__file__).resolve().parent
+REPO = PACKAGE.parent
+RECORD = PACKAGE / native.RECORD_FILE
+GROUP = "rdu_sim_native__mypyc"  # mypyc's shared library for setup.py's NATIVE_GROUP
+LISTED = [
+    line.strip()[: -len(".py")].replace("/", ".")
+    for line in (REPO / "native-modules.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+
+
+def _python(code: str, *, pure: bool, path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop(native.PURE_VARIABLE, None)
+    if pure:
+        env[native.PURE_VARIABLE] = "1"
+    if path is not None:
+        env["PYTHONPATH"] = str(path)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=path or REPO,  # ``python -c`` puts its folder first on the path
+        timeout=300,
+    )
+
+
+def _without_provenance(text: str) -> str:
+    data = json.loads(text)
+    data.pop("provenance", None)
+    return json.dumps(data, sort_keys=True)
+
+
+def test_the_list_is_the_record() -> None:
+    """setup.py compiles exactly the listed modules (when it compiled at all)."""
+    assert len(LISTED) == len(set(LISTED)) > 10
+    for name in LISTED:
+        assert native.module_source(name).is_file(), name
+    if RECORD.is_file():
+        assert sorted(json.loads(RECORD.read_text())["modules"]) == sorted(LISTED)
+
+
+def test_this_process_runs_what_was_built() -> None:
+    """Compiled exactly when a build record exists and no source changed since (the
+    suite runs from a fresh install: nothing is stale)."""
+    pure_asked = os.environ.get(native.PURE_VARIABLE) == "1"
+    assert native.compiled() == (RECORD.is_file() and not pure_asked)
+    counting_env = sys.modules.get("rdu_sim.engine.counting_env")
+    if counting_env is not None:
+        assert str(counting_env.__file__).endswith(".py") != native.compiled()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "step workloads/deepseek-r1-128k-full.yaml --json",
+        "step workloads/llama3.1-8b-8socket.yaml --phase prefill --tokens 2048 --json",
+        "run workloads/llama3.1-8b-1socket.yaml --set serving.requests=40 --json",
+    ],
+)
+def test_compiled_and_source_give_the_same_bytes(command: str) -> None:
+    """The differential test: the same command compiled and from source (provenance aside,
+    which says which it was)."""
+    argv = ["rdu-sim", *command.split()]
+    code = f"import sys; from rdu_sim.cli.main import main; sys.argv = {argv!r}; main()"
+    outputs = {}
+    for pure in (False, True):
+        done = _python(code, pure=pure)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        outputs[pure] = done.stdout
+        assert json.loads(done.stdout)["provenance"]["simulator"]["compiled"] == (
+            RECORD.is_file() and not pure
+        )
+    assert _without_provenance(outputs[False]) == _without_provenance(outputs[True])
+
+
+_WHERE = (
+    "import sys, rdu_sim, importlib; "
+    "mods = [importlib.import_module(n) for n in sys.argv[1:]]; "
+    "print(rdu_sim.native.compiled(), *sorted({m.__file__.rsplit('.', 1)[1] for m in mods}))"
+)
+
+
+def _copy(tmp_path: Path, digests: dict[str, str]) -> Path:
+    """The package (and mypyc's shared library, if built) copied with a build record."""
+    shutil.copytree(PACKAGE, tmp_path / "rdu_sim", ignore=shutil.ignore_patterns("data"))
+    spec = importlib.util.find_spec(GROUP)
+    if spec is not None and spec.origin is not None:
+        shutil.copy(spec.origin, tmp_path)
+    (tmp_path / "rdu_sim" / native.RECORD_FILE).write_text(json.dumps({"modules": digests}))
+    return tmp_path
+
+
+def _where(path: Path, *, pure: bool = False) -> subprocess.CompletedProcess[str]:
+    return _python(_WHERE.replace("sys.argv[1:]", repr(LISTED)), pure=pure, path=path)
+
+
+def test_a_changed_source_runs_every_listed_module_from_source(tmp_path: Path) -> None:
+    digests = {name: native.source_digest(native.module_source(name)) for name in LISTED}
+    stale = LISTED[len(LISTED) // 2]
+    digests[stale] = "0" * 64  # as if its source had been edited after the build
+    done = _where(_copy(tmp_path, digests))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "py"]  # all of them, not only the stale one
+    assert done.stderr.count("\n") == 1
+    assert f"rdu-sim: {stale} changed since it was compiled" in done.stderr
+
+
+def test_asking_for_source_is_silent(tmp_path: Path) -> None:
+    digests = {name: native.source_digest(native.module_source(name)) for name in LISTED}
+    done = _where(_copy(tmp_path, digests), pure=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "py"]
+    assert done.stderr == ""
+
+
+def test_an_up_to_date_build_runs_compiled(tmp_path: Path) -> None:
+    if not RECORD.is_file():
+        pytest.skip("this install is pure Python (no C compiler at install time)")
+    digests = json.loads(RECORD.read_text())["modules"]
+    done = _where(_copy(tmp_path, digests))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "so"]  # every listed module is an extension
+    assert done.stderr == ""
