@@ -47,7 +47,7 @@ from rdu_sim.engine.socket_model import SocketModel
 from rdu_sim.engine.stage_runner import LayerCount
 from rdu_sim.engine.tile_work import TileWork
 
-MARKS_PER_LAYER = (2,)
+MARKS_PER_LAYER: tuple[int, ...] = (2,)
 """Marks per layer the cycle rule compares (the first that divides the tiles; else the layer
 boundaries): evenly spaced tile ends of one reference stage, the layer's last tile among
 them. The rule compares a mark's state with the mark's a cycle earlier and its span with the
