@@ -13,12 +13,13 @@ compiler, or with RDU_SIM_PURE_PYTHON=1 at install, the package installs as pure
 says so in one line. Everything else is in pyproject.toml.
 """
 
-import hashlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from setuptools import find_packages, setup
@@ -58,8 +59,17 @@ class BuildWithCommit(build_py):
 
 
 NATIVE_LIST = Path("native-modules.txt")
-NATIVE_RECORD = "_native.json"  # rdu_sim.native.RECORD_FILE
 NATIVE_GROUP = "rdu_sim_native"  # mypyc's shared library: rdu_sim_native__mypyc
+
+
+def native_rules() -> ModuleType:
+    """rdu_sim/native.py itself (standard library only), for its record rules: loaded from
+    its file, since the package's dependencies may not be installed yet."""
+    spec = importlib.util.spec_from_file_location("rdu_sim_native_rules", "rdu_sim/native.py")
+    assert spec is not None and spec.loader is not None
+    rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    return rules
 
 
 def native_sources() -> list[str]:
@@ -100,14 +110,13 @@ class BuildNative(build_ext):
                 file=sys.stderr,
             )
             return
-        modules = {
-            source[: -len(".py")].replace("/", "."): hashlib.sha256(
-                Path(source).read_bytes()
-            ).hexdigest()
+        rules = native_rules()
+        digests = {
+            source[: -len(".py")].replace("/", "."): rules.source_digest(Path(source))
             for source in native_sources()
         }
         package = Path("rdu_sim") if self.inplace else Path(self.build_lib) / "rdu_sim"
-        (package / NATIVE_RECORD).write_text(json.dumps({"modules": modules}, indent=1) + "\n")
+        (package / rules.RECORD_FILE).write_text(rules.record_text(digests))
 
 
 setup(
