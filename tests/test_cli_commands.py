@@ -25,7 +25,8 @@ WORKLOAD = str(REPO / "workloads" / "llama3.1-8b-1socket.yaml")
 def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
-    assert rdu_sim.__version__ in result.stdout
+    engine = "compiled" if rdu_sim.native.compiled() else "pure Python"
+    assert result.stdout == f"rdu-sim, version {rdu_sim.__version__} ({engine})\n"
 
 
 def test_console_script_installed() -> None:

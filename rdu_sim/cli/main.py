@@ -14,7 +14,7 @@ import importlib
 
 import click
 
-from rdu_sim import __version__
+from rdu_sim import __version__, native
 from rdu_sim.cli.errors import RduGroup
 
 # command name -> module holding `command`; the one registry of subcommands.
@@ -90,7 +90,14 @@ class LazyGroup(RduGroup):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", "-V", prog_name="rdu-sim")
+@click.version_option(
+    __version__,
+    "--version",
+    "-V",
+    prog_name="rdu-sim",
+    # pip hides the build's output: say here whether the engine was compiled (rdu_sim.native)
+    message=f"%(prog)s, version %(version)s ({'compiled' if native.compiled() else 'pure Python'})",
+)
 def cli() -> None:
     """Simulate SambaNova SN40L sockets serving large language models.
 
