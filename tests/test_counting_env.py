@@ -1,12 +1,13 @@
-"""The engine's event loop (engine.counting_env) processes events in SimPy's own order.
+"""The engine's event loop (des.environment) processes events in SimPy's own order.
 
-CountingEnvironment makes timeouts and events without SimPy's frames and keeps the events due
-now in a queue beside the heap; every result of the engine rests on it taking events in the
-order ``simpy.Environment`` would (time, priority, event id). Random process networks with
-many same-time events (zero timeouts, succeeded events, conditions, process ends, spawns) are
-run on both and must log the same steps in the same order; so must the same networks with
-their processes started by ``CountingEnvironment.start`` (the engine's stage processes)
-instead of ``env.process``.
+CountingEnvironment and its Event are compiled classes of their own, not SimPy's, that keep
+the events due now in a queue beside the heap; every result of the engine rests on them
+taking events in the order ``simpy.Environment`` would (time, priority, event id). Random
+process networks with many same-time events (zero timeouts, succeeded events, SimPy's
+conditions and ``all_of``, a SimPy ``Resource``, process ends, spawns) are run on both and
+must log the same steps in the same order; so must the same networks with their processes
+started by ``CountingEnvironment.start`` (the engine's stage processes) instead of
+``env.process``, run by ``step`` one event at a time, or run to a time first.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 import simpy
 from simpy.core import EmptySchedule
 
-from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
+from rdu_sim.des.environment import CountingEnvironment, EventLimitError
 
 DELAYS = (0.0, 0.0, 0.5, 1.0, 1.5)  # few distinct delays: many events share an instant
 
@@ -33,6 +34,7 @@ def _network(
     rng = np.random.default_rng(seed)
     spawn = env.start if quick and isinstance(env, CountingEnvironment) else env.process
     signals = [env.event() for _ in range(6)]
+    desk = simpy.Resource(env, capacity=1)  # type: ignore[arg-type]
 
     def worker(name: str, steps: int, depth: int) -> Generator[simpy.Event, Any, None]:
         for step in range(steps):
@@ -51,9 +53,14 @@ def _network(
                     env.timeout(float(rng.choice(DELAYS))),
                     env.timeout(float(rng.choice(DELAYS))),
                 )
-                yield (a & b) if rng.integers(2) else (a | b)
+                pick = int(rng.integers(3))
+                yield (a & b) if pick == 0 else (a | b) if pick == 1 else env.all_of([a, b])
             elif choice == 4 and depth < 2:
                 yield spawn(worker(f"{name}.{step}", int(rng.integers(1, 4)), depth + 1))
+            elif choice == 4:  # a SimPy resource's requests wait in this environment too
+                with desk.request() as turn:
+                    yield turn
+                    yield env.timeout(float(rng.choice(DELAYS)))
             else:
                 waiter = env.event()
                 waiter.callbacks.append(
@@ -79,13 +86,26 @@ def _simpy_log(seed: int) -> list[tuple[float, str]]:
     return log
 
 
-def _counting_log(seed: int, quick: bool = False) -> tuple[list[tuple[float, str]], int]:
+def _counting_log(
+    seed: int, quick: bool = False, how: str = "loop"
+) -> tuple[list[tuple[float, str]], int]:
+    """The network run by ``run_until_pause`` (``how`` "loop"), ``step`` ("step"), or
+    ``run`` to time 1.0 and then to the end ("run")."""
     env = CountingEnvironment(limit=10**6)
     log: list[tuple[float, str]] = []
     _network(env, seed, log, quick)
+    if how == "run":
+        env.run(until=1.0)
+        assert env.now == 1.0
+        log.append((env.now, "stopped"))
+        env.run()
+        return log, env.processed
     while True:
         try:
-            env.run_until_pause()
+            if how == "step":
+                env.step()
+            else:
+                env.run_until_pause()
         except EmptySchedule:
             return log, env.processed
 
@@ -96,6 +116,38 @@ def test_same_order_as_simpy(seed: int) -> None:
     got, processed = _counting_log(seed)
     assert len(expected) > 20 and processed > len(expected) // 2
     assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_step_and_run_until_take_the_same_order_as_simpy(seed: int) -> None:
+    """``step`` (one event at a time) and ``run(until=...)`` match SimPy's own, which stops
+    before the events due at that time (its stop event is URGENT)."""
+    expected = _simpy_log(seed)
+    assert _counting_log(seed, how="step")[0] == expected
+    env = simpy.Environment()
+    log: list[tuple[float, str]] = []
+    _network(env, seed, log)
+    env.run(until=1.0)
+    log.append((env.now, "stopped"))
+    env.run()
+    assert _counting_log(seed, how="run")[0] == log
+
+
+def test_events_are_queued_in_key_order() -> None:
+    """``Event.__lt__`` orders queued events by (time, priority, id), as SimPy's tuples."""
+    rng = np.random.default_rng(7)
+    env = CountingEnvironment()
+    events = []
+    for _ in range(300):
+        event = env.event()
+        event._at = float(rng.choice(DELAYS))
+        event._priority = int(rng.integers(2))
+        event._eid = int(rng.integers(50))
+        events.append(event)
+    keys = {id(e): (e._at, e._priority, e._eid) for e in events}
+    for a in events[:50]:
+        for b in events:
+            assert (a < b) == (keys[id(a)] < keys[id(b)])
 
 
 @pytest.mark.parametrize("seed", range(40))

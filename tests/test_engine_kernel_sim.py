@@ -10,7 +10,7 @@ import simpy
 from test_engine_programs import hardware, kernel, llama_like_program, stage
 
 from rdu_sim.config.workload import EngineConfig
-from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
+from rdu_sim.des.environment import CountingEnvironment, EventLimitError
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 
 DEFAULT = hardware(zero=False)

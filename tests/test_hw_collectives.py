@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import Topology, all_gather, all_reduce, reduce_scatter, ring_time, tree_time
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 
@@ -20,7 +21,7 @@ def run(
     spn: int = 8,
     inter: tuple[float, float] | None = None,
 ) -> tuple[float, Topology]:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     topo = Topology(env, p, spn, BW, LAT, *(inter or (None, None)))
     done = start(topo)
     env.run()
@@ -43,7 +44,7 @@ def test_ring_all_reduce_unchunked_matches_textbook(p: int) -> None:
 @pytest.mark.parametrize("chunks", [2, 8, 64])
 @pytest.mark.parametrize("lat", [2e-6, 50e-6])
 def test_chunked_ring_matches_pipelined_formula(p: int, chunks: int, lat: float) -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     topo = Topology(env, p, 8, BW, lat)
     all_reduce(topo, N, chunks=chunks)
     env.run()
@@ -178,7 +179,7 @@ def test_subset_of_sockets_and_errors() -> None:
     t, topo = run(lambda tp: all_reduce(tp, N, sockets=[8, 9, 10, 11]), 16)
     assert t == pytest.approx(ring_time(4, N, BW, LAT), rel=1e-12)
     assert set(topo.links) == {(8, 9), (9, 10), (10, 11), (8, 11)}
-    env = simpy.Environment()
+    env = CountingEnvironment()
     topo = Topology(env, 4, 4, BW, LAT)
     with pytest.raises(ValueError):
         all_reduce(topo, N, algorithm="butterfly")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import CopyEngine, MemoryChannel
 
 GB = 1e9
@@ -14,7 +15,7 @@ GB = 1e9
 def _node(
     copy_bw: float = 100 * GB, chunk: float = 1 * GB
 ) -> tuple[simpy.Environment, MemoryChannel, MemoryChannel, CopyEngine]:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ddr = MemoryChannel(env, 200 * GB, efficiency=0.8, name="ddr")  # 160 GB/s sustained
     hbm = MemoryChannel(env, 1000 * GB, name="hbm")
     return env, ddr, hbm, CopyEngine(env, ddr, hbm, copy_bw, chunk)

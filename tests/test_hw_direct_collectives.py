@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import Topology, all_reduce, ring
 from rdu_sim.hw.collective_choice import Wiring, candidates, choose, estimate
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
@@ -23,7 +24,7 @@ Start = Callable[[Topology, bool], simpy.Event]
 def run(
     start: Start, p: int, spn: int, switched: bool, symmetric: bool, fast: bool = True
 ) -> tuple[float, Topology]:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     topo = Topology(env, p, spn, BW, LAT, *INTER, switched=switched)
     topo.fast_chains = fast
     done = start(topo, symmetric)
@@ -157,7 +158,7 @@ def test_forced_policies_and_their_errors() -> None:
 
 
 def test_switched_ports_are_shared_by_everything_a_socket_sends() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     topo = Topology(env, 4, 4, BW, LAT, switched=True)
     a = topo.send(0, 1, 64e3)
     b = topo.send(0, 2, 64e3)  # same port: queues behind the first

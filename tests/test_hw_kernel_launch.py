@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import KernelLauncher, PCUGroup
 
 LOAD, ARGS, SYNC = 20e-6, 5e-6, 30e-6
@@ -15,7 +16,7 @@ LAYER = 100e-6
 
 
 def run(layers: int, looped: bool, sync: float = SYNC) -> tuple[float, KernelLauncher]:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     agcu = KernelLauncher(env, LOAD, ARGS, sync)
     pcus = PCUGroup(env, 1, 1.0)
     seen: list[int] = []
@@ -54,7 +55,7 @@ def test_looped_is_never_slower(layers: int, sync: float) -> None:
 
 
 def test_concurrent_calls_serialize_on_the_agcu() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     agcu = KernelLauncher(env, LOAD, ARGS, SYNC)
 
     def body(_i: int) -> Generator[simpy.Event, Any, None]:
@@ -68,7 +69,7 @@ def test_concurrent_calls_serialize_on_the_agcu() -> None:
 
 
 def test_bad_arguments() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     with pytest.raises(ValueError):
         KernelLauncher(env, -1.0, 0.0, 0.0)
     with pytest.raises(ValueError):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import Topology, all_gather, all_reduce, reduce_scatter
 from rdu_sim.hw.p2p_link import P2PLink
 
@@ -41,7 +42,7 @@ def simulate(
     sends: list[tuple[float, int, int, float]] | None = None,
 ) -> tuple[list[float], Topology, int]:
     """Completion time of each collective, the topology and the SimPy events processed."""
-    env = simpy.Environment()
+    env = CountingEnvironment()
     topo = Topology(env, p, spn, BW, LAT, *INTER)
     topo.fast_chains = fast
     finished: list[float] = [float("nan")] * len(steps)
@@ -123,7 +124,7 @@ def test_plain_transfers_on_the_chains_links_are_ordered_as_with_events() -> Non
 
 
 def test_flush_counts_the_sends_made_so_far() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     topo = Topology(env, 16, 8, BW, LAT, *INTER)
     all_reduce(topo, N, chunks=4, symmetric=True)
     env.run(until=5e-6)

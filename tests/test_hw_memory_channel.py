@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import MemoryChannel
 
 BW, LAT, EFF = 1.8e12, 1e-6, 0.9
@@ -35,7 +36,7 @@ def _start(
 
 
 def test_single_stream_is_latency_plus_bytes_over_effective_bandwidth() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     done: dict[str, float] = {}
     _start(env, ch, 1e9, done, "a")
@@ -47,7 +48,7 @@ def test_single_stream_is_latency_plus_bytes_over_effective_bandwidth() -> None:
 
 
 def test_two_equal_streams_each_take_twice_and_finish_together() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     done: dict[str, float] = {}
     _start(env, ch, 1e9, done, "a")
@@ -61,7 +62,7 @@ def test_two_equal_streams_each_take_twice_and_finish_together() -> None:
 
 def test_late_small_stream_gets_a_fair_share_and_overtakes() -> None:
     """A 1 GB read is joined at t=100 us by a 0.1 GB read: both get B/2 while both run."""
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     done: dict[str, float] = {}
     _start(env, ch, 1e9, done, "big")
@@ -73,14 +74,14 @@ def test_late_small_stream_gets_a_fair_share_and_overtakes() -> None:
 
 
 def test_per_stream_cap_limits_lone_stream_and_redistributes() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     cap = B_EFF / 4
     ch = MemoryChannel(env, BW, 0.0, EFF, max_stream_bandwidth=cap)
     done: dict[str, float] = {}
     _start(env, ch, 1e8, done, "lone")
     env.run()
     assert done["lone"] == pytest.approx(1e8 / cap, rel=1e-12)
-    env2 = simpy.Environment()
+    env2 = CountingEnvironment()
     ch2 = MemoryChannel(env2, BW, 0.0, EFF, max_stream_bandwidth=cap)
     done2: dict[str, float] = {}
     for i in range(8):  # 8 streams: fair share B/8 < cap, so the tier is saturated
@@ -90,7 +91,7 @@ def test_per_stream_cap_limits_lone_stream_and_redistributes() -> None:
 
 
 def test_bytes_busy_time_and_utilization_are_accounted_exactly() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     done: dict[str, float] = {}
     rng = np.random.default_rng(7)
@@ -112,7 +113,7 @@ def test_bytes_busy_time_and_utilization_are_accounted_exactly() -> None:
 
 
 def test_all_at_once_finishes_at_total_bytes_over_bandwidth() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     done: dict[str, float] = {}
     sizes = [(i + 1) * 1_000_003 for i in range(100)]
@@ -125,7 +126,7 @@ def test_all_at_once_finishes_at_total_bytes_over_bandwidth() -> None:
 
 
 def test_lone_stream_costs_a_constant_number_of_events() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     done: dict[str, float] = {}
     _start(env, ch, 64e9, done, "huge")  # a million 64 KiB chunks' worth
@@ -137,7 +138,7 @@ def test_lone_stream_costs_a_constant_number_of_events() -> None:
 
 
 def test_zero_bytes_and_bad_arguments() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     assert ch.read(0).triggered
     with pytest.raises(ValueError):
@@ -155,7 +156,7 @@ def test_zero_bytes_and_bad_arguments() -> None:
 
 
 def _stress(n_req: int, concurrency: int) -> tuple[float, list[float]]:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     ch = MemoryChannel(env, BW, LAT, EFF)
     sizes = np.random.default_rng(1).integers(1 << 16, 1 << 24, n_req)
     finish: list[float] = []

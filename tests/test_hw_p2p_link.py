@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
-import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import P2PLink
 
 BW, LAT = 50e9, 2e-6
 
 
 def test_lone_transfer_takes_latency_plus_serialization() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     link = P2PLink(env, BW, LAT)
     done = link.transfer(1e6)
     env.run(done)
@@ -21,7 +21,7 @@ def test_lone_transfer_takes_latency_plus_serialization() -> None:
 
 
 def test_same_direction_serializes_but_latency_is_pipelined() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     link = P2PLink(env, BW, LAT)
     first, second = link.transfer(1e6), link.transfer(1e6)
     env.run()
@@ -32,7 +32,7 @@ def test_same_direction_serializes_but_latency_is_pipelined() -> None:
 
 
 def test_opposite_directions_are_independent() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     link = P2PLink(env, BW, LAT)
     a, b = link.transfer(1e6, 0, tag="x"), link.transfer(1e6, 1)
     env.run()
@@ -43,7 +43,7 @@ def test_opposite_directions_are_independent() -> None:
 
 
 def test_transfer_issued_after_idle_starts_immediately() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     link = P2PLink(env, BW, LAT)
     link.transfer(1e6)
     env.run(until=1.0)
@@ -54,7 +54,7 @@ def test_transfer_issued_after_idle_starts_immediately() -> None:
 
 
 def test_bad_arguments() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     with pytest.raises(ValueError):
         P2PLink(env, 0.0)
     with pytest.raises(ValueError):

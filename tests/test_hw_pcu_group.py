@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import PCUGroup, gemm_efficiency
 from rdu_sim.hw.pcu_group import DEFAULT_ARRAY_COLS, DEFAULT_ARRAY_ROWS
 
@@ -16,7 +17,7 @@ R, C = DEFAULT_ARRAY_ROWS, DEFAULT_ARRAY_COLS
 
 
 def test_compute_time_is_flops_over_pcus_peak_efficiency() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     group = PCUGroup(env, n_pcus=96, peak_flops_per_pcu=PEAK)
     done = group.compute(3e12, efficiency=0.8)
     env.run()
@@ -28,7 +29,7 @@ def test_compute_time_is_flops_over_pcus_peak_efficiency() -> None:
 
 
 def test_work_items_serialize_in_issue_order() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     group = PCUGroup(env, 10, 1e12, vector_flops_per_pcu=2.5e11)
     finish: list[float] = []
 
@@ -48,7 +49,7 @@ def test_work_items_serialize_in_issue_order() -> None:
 
 
 def test_busy_counts_an_item_once_its_end_is_processed() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     group = PCUGroup(env, 1, 1.0)  # 1 FLOP/s: flops == seconds
     seen: list[float] = []
     before = env.timeout(2.0)  # due with the item's end, processed first (an older event)
@@ -61,7 +62,7 @@ def test_busy_counts_an_item_once_its_end_is_processed() -> None:
 
 @pytest.mark.parametrize("at_once", [True, False])
 def test_busy_adds_up_many_items_issued_at_once_or_one_by_one(at_once: bool) -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     group = PCUGroup(env, 1, 1.0)
     seen: list[float] = []
 
@@ -85,12 +86,12 @@ def test_busy_adds_up_many_items_issued_at_once_or_one_by_one(at_once: bool) -> 
 
 
 def test_vector_rate_defaults_to_half_the_matrix_peak() -> None:
-    group = PCUGroup(simpy.Environment(), 4, 1e12)
+    group = PCUGroup(CountingEnvironment(), 4, 1e12)
     assert group.vector_time(1e12) == pytest.approx(2 * group.compute_time(1e12))
 
 
 def test_bad_arguments_are_rejected() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     with pytest.raises(ValueError):
         PCUGroup(env, 0, PEAK)
     with pytest.raises(ValueError):

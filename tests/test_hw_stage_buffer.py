@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import PCUGroup, StageBuffer
 
 FAST_SRAM = 1e18  # bytes/s: makes SRAM time negligible where the test is about compute
@@ -24,7 +25,7 @@ def pipeline(
     hold: bool = True,
 ) -> tuple[float, float, StageBuffer]:
     """Run T tiles through two PCU stages; return (producer end, consumer end, buffer)."""
-    env = simpy.Environment()
+    env = CountingEnvironment()
     buf = StageBuffer(env, capacity, sram_bandwidth)
     prod = PCUGroup(env, 1, 1.0, name="producer")  # 1 FLOP/s: flops == seconds
     cons = PCUGroup(env, 1, 1.0, name="consumer")
@@ -109,7 +110,7 @@ def test_copy_out_consumer_frees_slot_after_read() -> None:
 
 
 def test_release_without_tile_and_bad_arguments() -> None:
-    env = simpy.Environment()
+    env = CountingEnvironment()
     make: Callable[..., StageBuffer] = StageBuffer
     with pytest.raises(RuntimeError):
         make(env, 2, 1e12).release()
@@ -130,7 +131,7 @@ def test_deterministic() -> None:
 def test_offer_is_put_when_a_slot_is_free_and_nothing_when_full(capacity: int) -> None:
     """``offer`` takes a free slot as ``put`` would (same tile, same end), and leaves a full
     buffer as it was; ``put`` then waits for the slot as usual."""
-    env = simpy.Environment()
+    env = CountingEnvironment()
     buf, twin = StageBuffer(env, capacity, 1e9), StageBuffer(env, capacity, 1e9)
     ends = [buf.offer(1000.0, k) for k in range(capacity)]
     for k in range(capacity):  # the same tiles through put: nothing to wait for

@@ -64,7 +64,7 @@ def test_this_process_runs_what_was_built() -> None:
     suite runs from a fresh install: nothing is stale)."""
     pure_asked = os.environ.get(native.PURE_VARIABLE) == "1"
     assert native.compiled() == (RECORD.is_file() and not pure_asked)
-    counting_env = sys.modules.get("rdu_sim.engine.counting_env")
+    counting_env = sys.modules.get("rdu_sim.des.environment")
     if counting_env is not None:
         assert str(counting_env.__file__).endswith(".py") != native.compiled()
 

@@ -26,10 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import simpy
-
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
 from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.des.environment import Event
 from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose
 from rdu_sim.hw.collectives import (
     ALL_GATHER,
@@ -83,7 +82,7 @@ def start_collective(
     chunks: int,
     symmetric: bool,
     sockets: Sequence[int],
-) -> simpy.Event:
+) -> Event:
     """Start the hw collective ``kind`` of ``nbytes`` in ``chunks`` pieces over ``sockets``
     with ``algorithm``; fires when done."""
     if algorithm == "one_shot":
@@ -114,7 +113,7 @@ class _Port:
 
     def _run(
         self, nbytes: float, chunks: int, symmetric: bool, sockets: list[int], layer: int
-    ) -> simpy.Event:
+    ) -> Event:
         env = self.topo.env
         done = start_collective(
             self.topo, self.plan.kind, self.plan.algorithm, nbytes, chunks, symmetric, sockets
@@ -122,17 +121,17 @@ class _Port:
         if sockets[0] == 0:
             span = self.spans.setdefault(layer, [float(env.now), float(env.now)])
 
-            def finished(_event: simpy.Event) -> None:
+            def finished(_event: Event) -> None:
                 span[1] = max(span[1], float(env.now))
 
-            done.callbacks.append(finished)
+            done.add_callback(finished)
         return done
 
 
 class SymmetricPort(_Port):
     """One simulated socket: run the symmetric shortcut of the collective (exact)."""
 
-    def start(self, socket: int, key: int, nbytes: float, chunks: int, layer: int) -> simpy.Event:
+    def start(self, socket: int, key: int, nbytes: float, chunks: int, layer: int) -> Event:
         """Chunk ``key`` of ``nbytes`` (of layer call ``layer``) is ready on ``socket``
         (always 0 here)."""
         return self._run(nbytes, chunks, True, group_of(0, self.spec.group), layer)
@@ -143,9 +142,9 @@ class RendezvousPort(_Port):
 
     def __init__(self, topo: Topology, spec: CollectiveSpec, plan: CollectivePlan) -> None:
         super().__init__(topo, spec, plan)
-        self._waiting: dict[tuple[int, int], tuple[int, simpy.Event]] = {}
+        self._waiting: dict[tuple[int, int], tuple[int, Event]] = {}
 
-    def start(self, socket: int, key: int, nbytes: float, chunks: int, layer: int) -> simpy.Event:
+    def start(self, socket: int, key: int, nbytes: float, chunks: int, layer: int) -> Event:
         """Chunk ``key`` of ``nbytes`` (of layer call ``layer``) is ready on ``socket``; fires
         when the group is done."""
         group = self.spec.group
@@ -160,11 +159,11 @@ class RendezvousPort(_Port):
         if finished.triggered:
             done.succeed()
         else:
-            finished.callbacks.append(lambda _ev: _succeed(done))
+            finished.add_callback(lambda _ev: _succeed(done))
         return done
 
 
-def _succeed(event: simpy.Event) -> None:
+def _succeed(event: Event) -> None:
     event.succeed()
 
 

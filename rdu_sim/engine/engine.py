@@ -26,10 +26,10 @@ from dataclasses import replace
 from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
+from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import check_budget, min_events, over_budget
 from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
-from rdu_sim.engine.counting_env import EventLimitError
 from rdu_sim.engine.fast_forward import fewest_layers, time_kernel
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.engine.records import Recorder

@@ -31,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-import simpy
-
 from rdu_sim.compiler.buffers import edge_slots, pipeline_edges, whole_layer_edges
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.hardware import SocketConfig
+from rdu_sim.des.environment import Event
 from rdu_sim.engine.collective_port import CollectivePort
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.socket_model import SocketModel
@@ -45,7 +44,7 @@ from rdu_sim.engine.tile_work import TileWork, prefetch_window
 from rdu_sim.hw.pcu_group import PCUGroup
 from rdu_sim.hw.stage_buffer import StageBuffer
 
-Body = Callable[[int], Generator[simpy.Event, Any, Any]]
+Body = Callable[[int], Generator[Event, Any, Any]]
 
 
 class KernelPipeline:
@@ -137,7 +136,7 @@ class KernelPipeline:
         for sink in self.sinks:
             self.runners[sink].on_iteration = self._sink_done
         self._left: list[int] = []
-        self._done: list[simpy.Event] = []
+        self._done: list[Event] = []
         # called when all sinks have emitted an iteration's last tile (the layer boundary)
         self.on_iteration_end: Callable[[], None] | None = None
 
@@ -148,19 +147,19 @@ class KernelPipeline:
                 self.on_iteration_end()
             self._done[iteration].succeed()
 
-    def _start(self, layers: LayerCount) -> simpy.Event:
+    def _start(self, layers: LayerCount) -> Event:
         self._left = [len(self.sinks)] * layers.n
         self._done = [self.env.event() for _ in range(layers.n)]
         procs = [self.env.start(r.run(layers)) for r in self.runners.values()]
-        return simpy.AllOf(self.env, procs)
+        return self.env.all_of(procs)
 
     def body(self, layers: LayerCount) -> Body:
         """The launcher body for ``layers.n`` layer iterations (see the module docstring)."""
         env, rec, socket = self.env, self.recorder, self.socket
         launcher = socket.launcher
-        everything: list[simpy.Event] = []
+        everything: list[Event] = []
 
-        def looped(i: int) -> Generator[simpy.Event, Any, None]:
+        def looped(i: int) -> Generator[Event, Any, None]:
             start = float(env.now)
             if i >= layers.n:  # cut by a live fast-forward: the launcher's loop runs on empty
                 return
@@ -177,7 +176,7 @@ class KernelPipeline:
                     rec, socket.index, "sync", float(env.now) + launcher.sync, launcher.sync
                 )
 
-        def unlooped(i: int) -> Generator[simpy.Event, Any, None]:
+        def unlooped(i: int) -> Generator[Event, Any, None]:
             start = float(env.now)
             _overhead_slice(rec, socket.index, "launch", start, launcher.launch_time)
             yield self._start(LayerCount(1))

@@ -25,19 +25,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
-import simpy
 from simpy.core import EmptySchedule
 
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
+from rdu_sim.des.environment import CountingEnvironment, EventLimitError
 from rdu_sim.engine.collective_port import (
     CollectivePort,
     RendezvousPort,
     SymmetricPort,
     plan_collective,
 )
-from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 from rdu_sim.engine.kernel_pipeline import KernelPipeline
 from rdu_sim.engine.kernel_state import KernelState, StateBuilder
 from rdu_sim.engine.links import link_totals, topology_for
@@ -143,8 +142,8 @@ class KernelSim:
             s.launcher.call(p.body(self.layers), layers, looped)
             for s, p in zip(self.sockets, self.pipelines, strict=True)
         ]
-        self._finished = simpy.AllOf(env, calls)
-        self._finished.callbacks.append(lambda _event: env.pause())
+        self._finished = env.all_of(calls)
+        self._finished.add_callback(lambda _event: env.pause())
 
     @property
     def events(self) -> int:

@@ -8,13 +8,12 @@ the busiest link direction's serialisation time.
 
 from __future__ import annotations
 
-import simpy
-
 from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw.collectives import Topology
 
 
-def topology_for(env: simpy.Environment, tp: int, system: SystemConfig) -> Topology:
+def topology_for(env: CountingEnvironment, tp: int, system: SystemConfig) -> Topology:
     """The links among ``tp`` sockets (or GPUs) of ``system``, created as they are used."""
     return Topology(
         env,

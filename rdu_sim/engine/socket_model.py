@@ -12,16 +12,14 @@ counters move with each request (added at issue, removed when the last byte land
 
 from __future__ import annotations
 
-import simpy
-
 from rdu_sim.config.hardware import MemoryTierConfig, SocketConfig
-from rdu_sim.engine.counting_env import CountingEnvironment
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.engine.records import Recorder
 from rdu_sim.hw.kernel_launch import KernelLauncher
 from rdu_sim.hw.memory_channel import MemoryChannel
 
 
-def _channel(env: simpy.Environment, tier: MemoryTierConfig, name: str) -> MemoryChannel:
+def _channel(env: CountingEnvironment, tier: MemoryTierConfig, name: str) -> MemoryChannel:
     return MemoryChannel(env, tier.bandwidth, tier.latency, tier.efficiency, name=name)
 
 
@@ -48,21 +46,21 @@ class SocketModel:
             env, k.program_load, k.argument_load, k.sync, name=f"s{index}.agcu"
         )
 
-    def read(self, tier: str, nbytes: float) -> simpy.Event:
+    def read(self, tier: str, nbytes: float) -> Event:
         """Stream ``nbytes`` from ``tier``; fires when the last byte has arrived."""
         done = self.channels[tier].read(nbytes)
         return done if self.recorder is None else self._track(tier, nbytes, done)
 
-    def write(self, tier: str, nbytes: float) -> simpy.Event:
+    def write(self, tier: str, nbytes: float) -> Event:
         """Store ``nbytes`` to ``tier``; fires when the last byte is stored."""
         done = self.channels[tier].write(nbytes)
         return done if self.recorder is None else self._track(tier, nbytes, done)
 
-    def _track(self, tier: str, nbytes: float, done: simpy.Event) -> simpy.Event:
+    def _track(self, tier: str, nbytes: float, done: Event) -> Event:
         rec = self.recorder
         if rec is not None and nbytes > 0:
             rec.in_flight(self.index, tier, float(self.env.now), nbytes)
-            done.callbacks.append(
+            done.add_callback(
                 lambda _ev: rec.in_flight(self.index, tier, float(self.env.now), -nbytes)
             )
         return done

@@ -48,9 +48,8 @@ from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
-import simpy
-
 from rdu_sim.compiler.program import StageProgram
+from rdu_sim.des.environment import Event
 from rdu_sim.engine.collective_port import CollectivePort
 from rdu_sim.engine.kernel_state import StateBuilder
 from rdu_sim.engine.records import Recorder
@@ -59,7 +58,7 @@ from rdu_sim.engine.stream_edge import StreamEdge
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.hw.pcu_group import PCUGroup
 
-Gen = Generator[simpy.Event, Any, None]
+Gen = Generator[Event, Any, None]
 
 
 class LayerCount:
@@ -144,15 +143,15 @@ class StageRunner:
         # Rows of output this stage finishes only at the end of each row, when fewer than its
         # tiles (0: every tile's output is final when the tile ends). Set by the pipeline.
         self.whole_rows = 0
-        self._row_ends: dict[tuple[int, int], simpy.Event] = {}  # (layer, row) -> its end
+        self._row_ends: dict[tuple[int, int], Event] = {}  # (layer, row) -> its end
         self._layers_done = 0  # layers whose last tile this stage has finished
         self._layers_begun = 0  # layers whose first tile has had its inputs
         self.position = 0  # the tile being worked on, counted over all layers
-        self._layer_gates: dict[int, simpy.Event] = {}  # layer -> fires when it is done
+        self._layer_gates: dict[int, Event] = {}  # layer -> fires when it is done
         self.sram_time = 0.0  # seconds the PMUs spent streaming SRAM-resident bytes
         self.sram_bytes = 0.0  # SRAM-resident bytes streamed so far
         self._key = 0  # collective chunks started (same sequence on every socket)
-        self._last_emit: simpy.Event | None = None
+        self._last_emit: Event | None = None
         self._layers = LayerCount(1)  # set by run()
         self._out_edges: tuple[list[StreamEdge], list[StreamEdge]] = ([], [])  # by run()
 
@@ -166,13 +165,10 @@ class StageRunner:
         matrix = pcus is not None and work.flops > 0
         vector = pcus is not None and work.vector_flops > 0
         self._layers = layers
-        # Events are read through Any where their ``callbacks`` is tested: simpy declares it a
-        # list but sets it to None once the event is processed, and compiled code (mypyc)
-        # checks declared types when it reads them.
-        loads: deque[list[Any]] = deque(
+        loads: deque[list[Event]] = deque(
             self._load(i) for i in range(min(self.prefetch, layers.n * tiles))
         )
-        writes: list[Any] = []
+        writes: list[Event] = []
         pending: list[int] = []  # tiles of the collective chunk being accumulated
         # Edge lists built once (this loop runs once per tile of every stage).
         ins_first, ins_later = self.inputs, self.inputs + self.loop_inputs
@@ -191,13 +187,14 @@ class StageRunner:
                 if it > 0 and self.layer_loop > 0:
                     yield env.timeout(self.layer_loop)
             ins = ins_first if it == 0 else ins_later
-            upstream: list[Any] = []
+            upstream: list[Event] = []
             for edge in ins:  # StageBuffer.get's steps, without its generator
-                tile = edge.take()
+                buffer = edge.buffer
+                tile = buffer.take()
                 if not isinstance(tile, tuple):  # wait until the producer hands one over
                     tile = yield tile
-                yield env.timeout(edge.read(tile))
-                edge.read_done(tile[1])
+                yield env.timeout(buffer.read(tile))
+                buffer.read_done(tile[1])
                 upstream.append(tile[2])
             if rows_first if it == 0 else rows_later:
                 for edge, ready in zip(ins, upstream, strict=True):
@@ -206,20 +203,20 @@ class StageRunner:
                         yield ready
             if t == 0:  # the layer's first tile has its inputs
                 self._layers_begun = it + 1
-            done: simpy.Event | None = None
+            done: Event | None = None
             if port is None:
                 outs = outs_last if it + 1 == layers.n else outs_other
                 if outs:
                     done = self._row_end(it, t) if whole_rows else env.event()
                     for edge in outs:  # a free slot is taken without a generator
-                        if edge.offer(work.output[t], done) is None:
-                            yield from edge.wait_to_put(work.output[t], done)
+                        if edge.buffer.offer(work.output[t], done) is None:
+                            yield from edge.buffer.wait_to_put(work.output[t], done)
             # Compute the tile while its operands and inputs stream in; it ends when all have.
             # An event already processed (``callbacks`` None) and ok is not yielded: SimPy's
             # ``Process._resume`` would send its value straight back without scheduling
             # anything, so skipping the round trip keeps the order of events exactly.
             start = float(env._now)
-            last: Any = None
+            last: Event | None = None
             if matrix:
                 last = pcus.compute(work.flops, work.efficiency)  # type: ignore[union-attr]
             if vector:
@@ -253,7 +250,7 @@ class StageRunner:
                     self._row_ends.pop((it, self._row_of(t)), None)
                     done.succeed()
             for edge in ins:
-                edge.release()
+                edge.buffer.release()
             ahead = i + prefetch
             if ahead < layers.n * tiles:
                 loads.append(self._load(ahead))
@@ -286,7 +283,7 @@ class StageRunner:
         """Whether tile ``t`` is the last of its row."""
         return t + 1 == self.work.tiles or self._row_of(t + 1) != self._row_of(t)
 
-    def _row_end(self, it: int, t: int) -> simpy.Event:
+    def _row_end(self, it: int, t: int) -> Event:
         """The event of this stage finishing the row of tile ``t`` in layer ``it``."""
         key = (it, self._row_of(t))
         event = self._row_ends.get(key)
@@ -323,7 +320,7 @@ class StageRunner:
             len(self._row_ends),
         )
 
-    def layer_gate(self, it: int) -> simpy.Event | None:
+    def layer_gate(self, it: int) -> Event | None:
         """An event that fires when this stage finishes layer ``it`` (None: it has)."""
         if it < self._layers_done:
             return None
@@ -332,7 +329,7 @@ class StageRunner:
             gate = self._layer_gates[it] = self.env.event()
         return gate
 
-    def _load(self, i: int) -> list[simpy.Event]:
+    def _load(self, i: int) -> list[Event]:
         """Issue the operand loads of tile ``i`` (counted over all layers). A stage whose
         weights are selected by another stage's output (``selected_by``: routed experts)
         issues a layer's loads only once that stage has finished the layer: the addresses
@@ -346,11 +343,11 @@ class StageRunner:
             return issued
         loads = [self.env.event() for _ in reads]
 
-        def issue(_event: simpy.Event) -> None:
+        def issue(_event: Event) -> None:
             for (tier, amounts), load in zip(reads, loads, strict=True):
                 _relay(self.socket.read(tier, amounts[t]), load)
 
-        gate.callbacks.append(issue)
+        gate.add_callback(issue)
         return loads
 
     def _tile_args(self, it: int, t: int) -> tuple[tuple[str, str | float], ...]:
@@ -370,13 +367,13 @@ class StageRunner:
         args += [(f"{tier}_write_bytes", amounts[t]) for tier, amounts in work.writes.items()]
         return tuple(args)
 
-    def _push(self, it: int, tiles: tuple[int, ...], done: simpy.Event) -> Gen:
+    def _push(self, it: int, tiles: tuple[int, ...], done: Event) -> Gen:
         """Hand finished tiles (a collective chunk's) to the consumers."""
         outs = self._outs(it)
         for t in tiles:
             for edge in outs:
-                if edge.offer(self.work.output[t], done) is None:
-                    yield from edge.wait_to_put(self.work.output[t], done)
+                if edge.buffer.offer(self.work.output[t], done) is None:
+                    yield from edge.buffer.wait_to_put(self.work.output[t], done)
             if t + 1 == self.work.tiles:
                 self._layer_done(it)
 
@@ -389,24 +386,20 @@ class StageRunner:
         if rec is not None and nbytes > 0:
             idx, now = self.socket.index, float(self.env.now)
             rec.in_flight(idx, "p2p", now, nbytes)
-            done.callbacks.append(
-                lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes)
-            )
+            done.add_callback(lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes))
         self._last_emit = self.env.start(self._emit(self._last_emit, done, it, tiles))
 
-    def _emit(
-        self, prev: simpy.Event | None, done: simpy.Event, it: int, tiles: tuple[int, ...]
-    ) -> Gen:
+    def _emit(self, prev: Event | None, done: Event, it: int, tiles: tuple[int, ...]) -> Gen:
         if prev is not None:
             yield prev
         yield done
         yield from self._push(it, tiles, done)
 
 
-def _relay(source: simpy.Event, target: simpy.Event) -> None:
+def _relay(source: Event, target: Event) -> None:
     """Succeed ``target`` when ``source`` fires."""
 
-    def fire(_event: simpy.Event) -> None:
+    def fire(_event: Event) -> None:
         target.succeed()
 
-    source.callbacks.append(fire)
+    source.add_callback(fire)

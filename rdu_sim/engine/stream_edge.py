@@ -12,19 +12,14 @@ tile, so the step time does not depend on how finely the engine tiles.
 The slot is held from the producer's start of the tile until the consumer releases it after
 its own tile (``release``), so a 2-slot edge is double buffering of streamed tiles.
 
-The completion event travels with its tile as the buffer's payload, and the edge hands out
-the buffer's own methods: an edge adds no frame to a stage's tile loop, and taking a tile
+The completion event travels with its tile as the buffer's payload, and a stage calls the
+buffer's own methods: an edge adds no frame to a stage's tile loop, and taking a tile
 (``take``, ``read``, ``read_done``) needs no generator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import Any
-
-import simpy
-
-from rdu_sim.hw.stage_buffer import StageBuffer, Tile
+from rdu_sim.hw.stage_buffer import StageBuffer
 
 
 class StreamEdge:
@@ -36,19 +31,3 @@ class StreamEdge:
         # fewer rows than tiles): the event handed with each tile is the row's end, and the
         # consumer cannot start on the tile before it (nothing of the row exists earlier).
         self.whole_rows = whole_rows
-        # The buffer's own methods, bound once (a stage calls them at every tile):
-        # offer(nbytes, done) reserves a slot for a tile of ``nbytes`` that the producer
-        # finishes at ``done`` if one is free now (None if not); wait_to_put(nbytes, done)
-        # then waits for one (a generator: blocks while the buffer is full); take() takes the
-        # oldest tile (or the event that hands it over), read(tile) books its read (the
-        # seconds it takes), read_done(nbytes) counts it when it has ended (the tile's
-        # payload is the event of its producer finishing it); release() frees the slot of
-        # the oldest tile taken (the consumer is done with it).
-        self.offer: Callable[[float, simpy.Event], float | None] = buffer.offer
-        self.wait_to_put: Callable[[float, simpy.Event], Generator[simpy.Event, Any, float]] = (
-            buffer.wait_to_put
-        )
-        self.take: Callable[[], Tile | simpy.Event] = buffer.take
-        self.read: Callable[[Tile], float] = buffer.read
-        self.read_done: Callable[[float], None] = buffer.read_done
-        self.release: Callable[[], None] = buffer.release

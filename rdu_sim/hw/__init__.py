@@ -4,9 +4,10 @@ Units everywhere: seconds (float), bytes, FLOP/s. Constructors take plain
 numbers (no config objects) so each part is testable on its own; the engine
 wires them to a compiled Program.
 
-The parts a kernel simulation touches at every tile (stage buffers, memory channels, PCU
-groups) read the clock as ``env._now``, the attribute behind SimPy's ``env.now`` property
-(a Python call per read, a few hundred thousand a step); simpy is pinned below 5.
+Every part runs in the engine's ``rdu_sim.des.environment.CountingEnvironment`` (SimPy's
+environment and events as compiled classes; SimPy's own events run in it too). The parts a
+kernel simulation touches at every tile (stage buffers, memory channels, PCU groups) read
+the clock as ``env._now``, the field behind ``env.now``.
 """
 
 from rdu_sim.hw.collectives import (

@@ -49,8 +49,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
-import simpy
-
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.link_chains import Hop, LinkChains, hop_of
 from rdu_sim.hw.p2p_link import P2PLink
 
@@ -62,7 +61,7 @@ class Topology:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         n_sockets: int,
         sockets_per_node: int,
         intra_bandwidth: float,
@@ -124,7 +123,7 @@ class Topology:
             self.links[key] = P2PLink(self.env, bw, lat, name=f"p2p{key[0]}-{key[1]}")
         return self.links[key], 0 if i < j else 1
 
-    def send(self, src: int, dst: int, nbytes: float, tag: str | None = None) -> simpy.Event:
+    def send(self, src: int, dst: int, nbytes: float, tag: str | None = None) -> Event:
         """Transfer ``nbytes`` from ``src`` to ``dst``; fires on arrival."""
         link, direction = self.link(src, dst)
         if not self.chains.busy:
@@ -147,15 +146,15 @@ class Topology:
         return hop_of(*self.link(src, dst))
 
 
-def _on(ev: simpy.Event, fn: Callable[..., None], *args: int) -> None:
+def _on(ev: Event, fn: Callable[..., None], *args: int) -> None:
     """Call ``fn(*args)`` when ``ev`` is processed (cheaper than a process)."""
-    ev.callbacks.append(lambda _ev: fn(*args))
+    ev.add_callback(lambda _ev: fn(*args))
 
 
 class Countdown:
     """Fires ``done`` (value: time) after ``n`` calls to ``tick``."""
 
-    def __init__(self, env: simpy.Environment, n: int) -> None:
+    def __init__(self, env: CountingEnvironment, n: int) -> None:
         self.env, self.left, self.done = env, n, env.event()
         if n == 0:
             self.done.succeed(env.now)
@@ -193,7 +192,7 @@ def ring(
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
     bidirectional: bool = False,
-) -> simpy.Event:
+) -> Event:
     """Start a ring collective; the returned event fires when every socket is done.
     ``bidirectional``: half of ``nbytes`` each way round the ring (module docstring)."""
     ring_ids = list(range(topo.n_sockets)) if sockets is None else list(sockets)
@@ -209,7 +208,7 @@ def ring(
         both = Countdown(env, 2)
         for ids in (ring_ids, reverse):
             half = ring(topo, kind, nbytes / 2, chunks, symmetric, ids, tag)
-            half.callbacks.append(lambda _e: both.tick())
+            half.add_callback(lambda _e: both.tick())
         return both.done
     size = nbytes / p / chunks
     # Simulated sockets: all p, or (symmetric) the first d, socket d - 1 sending to socket d
@@ -223,7 +222,7 @@ def ring(
     def hop(r: int, step: int) -> None:  # socket r sends (step, chunk) to socket r + 1
         ev = topo.send(ring_ids[r], ring_ids[(r + 1) % p], size, tag)
         nxt = count.tick if step + 1 == steps else (lambda: hop((r + 1) % sim, step + 1))
-        ev.callbacks.append(lambda _e: nxt())
+        ev.add_callback(lambda _e: nxt())
 
     for _ in range(chunks):
         for r in range(sim):
@@ -238,7 +237,7 @@ def tree_all_reduce(
     symmetric: bool = False,
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
-) -> simpy.Event:
+) -> Event:
     """Binary-tree all-reduce: chunked reduce to the root, then broadcast back."""
     ids = list(range(topo.n_sockets)) if sockets is None else list(sockets)
     p, env = len(ids), topo.env
@@ -261,7 +260,7 @@ def tree_all_reduce(
         def hop_sym(j: int) -> None:
             ev = topo.send(*route[j], size, tag)
             nxt = count.tick if j + 1 == len(route) else (lambda: hop_sym(j + 1))
-            ev.callbacks.append(lambda _e: nxt())
+            ev.add_callback(lambda _e: nxt())
 
         for _ in range(chunks):
             hop_sym(0)
@@ -285,7 +284,7 @@ def tree_all_reduce(
             return
         parent = (i - 1) // 2
         ev = topo.send(ids[i], ids[parent], size, tag)
-        ev.callbacks.append(lambda _e: arrived(parent, k))
+        ev.add_callback(lambda _e: arrived(parent, k))
 
     def arrived(i: int, k: int) -> None:
         waiting[i][k] -= 1
@@ -311,7 +310,7 @@ def all_reduce(
     symmetric: bool = False,
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
-) -> simpy.Event:
+) -> Event:
     """All-reduce of an ``nbytes`` vector with ``algorithm`` "ring", "bidirectional_ring"
     or "tree"."""
     if algorithm in ("ring", "bidirectional_ring"):
@@ -341,7 +340,7 @@ def all_gather(
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
     bidirectional: bool = False,
-) -> simpy.Event:
+) -> Event:
     """Ring all-gather producing ``nbytes`` on every socket."""
     return ring(topo, ALL_GATHER, nbytes, chunks, symmetric, sockets, tag, bidirectional)
 
@@ -354,7 +353,7 @@ def reduce_scatter(
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
     bidirectional: bool = False,
-) -> simpy.Event:
+) -> Event:
     """Ring reduce-scatter of an ``nbytes`` input per socket."""
     return ring(topo, REDUCE_SCATTER, nbytes, chunks, symmetric, sockets, tag, bidirectional)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw.memory_channel import MemoryChannel
 
 DEFAULT_CHUNK_BYTES = 16 * 2**20
@@ -33,7 +34,7 @@ class CopyEngine:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         ddr: MemoryChannel,
         hbm: MemoryChannel,
         bandwidth: float,
@@ -45,7 +46,7 @@ class CopyEngine:
             )
         self.env, self.ddr, self.hbm = env, ddr, hbm
         self.bandwidth, self.chunk_bytes = bandwidth, chunk_bytes
-        self._engine = simpy.Resource(env, capacity=1)
+        self._engine = simpy.Resource(env, capacity=1)  # type: ignore[arg-type]
         self.copies = 0
         self.bytes_copied = 0.0
         self.busy_s = 0.0
@@ -56,14 +57,14 @@ class CopyEngine:
         """Whether a copy has been asked for and not finished."""
         return self._pending > 0
 
-    def copy(self, nbytes: float) -> simpy.Process:
+    def copy(self, nbytes: float) -> Any:
         """Copy ``nbytes`` from DDR to HBM (queued behind earlier copies)."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         self._pending += 1
         return self.env.process(self._copy(nbytes))
 
-    def _copy(self, nbytes: float) -> Generator[simpy.Event, Any, None]:
+    def _copy(self, nbytes: float) -> Generator[Any, Any, None]:
         with self._engine.request() as turn:
             yield turn
             start = self.env.now

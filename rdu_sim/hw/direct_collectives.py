@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import simpy
-
+from rdu_sim.des.environment import Event
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Countdown, Topology
 
 
@@ -51,7 +50,7 @@ def _exchange(
     size: float,
     symmetric: bool,
     tag: str | None,
-) -> simpy.Event:
+) -> Event:
     """Every socket of ``ids`` (symmetric: socket 0 only) sends ``size`` bytes to every
     other, now; the event fires when all have arrived."""
     p, env = len(ids), topo.env
@@ -63,7 +62,7 @@ def _exchange(
     count = Countdown(env, len(senders) * (p - 1))
     for r in senders:
         for j in orders[r]:
-            topo.send(ids[r], ids[j], size, tag).callbacks.append(lambda _e: count.tick())
+            topo.send(ids[r], ids[j], size, tag).add_callback(lambda _e: count.tick())
     return count.done
 
 
@@ -81,7 +80,7 @@ def one_shot(
     symmetric: bool = False,
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
-) -> simpy.Event:
+) -> Event:
     """One-shot ``kind`` (all-reduce: whole vectors; all-gather and reduce-scatter: shards of
     ``nbytes / p``) in ``chunks`` pieces; fires when every socket has everything."""
     ids = _group(topo, sockets, nbytes, chunks)
@@ -92,7 +91,7 @@ def one_shot(
         return Countdown(topo.env, 0).done
     size = nbytes / chunks / (1 if kind == ALL_REDUCE else p)
     pieces = [_exchange(topo, ids, size, symmetric, tag) for _ in range(chunks)]
-    return simpy.AllOf(topo.env, pieces)
+    return topo.env.all_of(pieces)
 
 
 def two_shot(
@@ -102,7 +101,7 @@ def two_shot(
     symmetric: bool = False,
     sockets: Sequence[int] | None = None,
     tag: str | None = None,
-) -> simpy.Event:
+) -> Event:
     """Two-shot all-reduce of an ``nbytes`` vector: one-shot reduce-scatter, then one-shot
     all-gather of each reduced piece as soon as it is complete."""
     ids = _group(topo, sockets, nbytes, chunks)
@@ -112,12 +111,12 @@ def two_shot(
     size = nbytes / chunks / p
     done = Countdown(env, chunks)
 
-    def gather(_event: simpy.Event) -> None:
-        _exchange(topo, ids, size, symmetric, tag).callbacks.append(lambda _e: done.tick())
+    def gather(_event: Event) -> None:
+        _exchange(topo, ids, size, symmetric, tag).add_callback(lambda _e: done.tick())
 
     if symmetric:
         for _ in range(chunks):
-            _exchange(topo, ids, size, True, tag).callbacks.append(gather)
+            _exchange(topo, ids, size, True, tag).add_callback(gather)
         return done.done
     # all sockets: each starts a piece's all-gather when it holds its reduced shard
     held = [[0] * chunks for _ in range(p)]
@@ -128,10 +127,10 @@ def two_shot(
         if held[r][k] < p - 1:
             return
         for j in send_order(r, p, topo.sockets_per_node):
-            topo.send(ids[r], ids[j], size, tag).callbacks.append(lambda _e: finished.tick())
+            topo.send(ids[r], ids[j], size, tag).add_callback(lambda _e: finished.tick())
 
-    def arrives(ev: simpy.Event, r: int, k: int) -> None:
-        ev.callbacks.append(lambda _e: reduced(r, k))
+    def arrives(ev: Event, r: int, k: int) -> None:
+        ev.add_callback(lambda _e: reduced(r, k))
 
     for k in range(chunks):
         for r in range(p):

@@ -20,9 +20,10 @@ from typing import Any
 
 import simpy
 
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.stats import BusyTracker
 
-Body = Callable[[int], Generator[simpy.Event, Any, Any]]
+Body = Callable[[int], Generator[Event, Any, Any]]
 """A kernel body: a generator function of the iteration (layer) index."""
 
 
@@ -39,7 +40,7 @@ class KernelLauncher:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         program_load: float,
         argument_load: float,
         sync: float,
@@ -63,16 +64,14 @@ class KernelLauncher:
         self.overhead_time = 0.0
         self.execute_time = 0.0
         self.busy = BusyTracker(name)
-        self._agcu = simpy.Resource(env, capacity=1)
+        self._agcu = simpy.Resource(env, capacity=1)  # type: ignore[arg-type]
 
     @property
     def launch_time(self) -> float:
         """Seconds one launch costs before the body runs (program + arguments)."""
         return self.program_load + self.argument_load
 
-    def call(
-        self, body: Body | None = None, iterations: int = 1, looped: bool = True
-    ) -> simpy.Process:
+    def call(self, body: Body | None = None, iterations: int = 1, looped: bool = True) -> Any:
         """Run ``body(i)`` for i in range(iterations) as kernel call(s).
 
         ``looped=True``: one call covering all iterations (load + arguments +
@@ -83,9 +82,7 @@ class KernelLauncher:
             raise ValueError(f"{self.name}: iterations must be >= 0, got {iterations}")
         return self.env.process(self._run(body, iterations, looped))
 
-    def _run(
-        self, body: Body | None, iterations: int, looped: bool
-    ) -> Generator[simpy.Event, Any, float]:
+    def _run(self, body: Body | None, iterations: int, looped: bool) -> Generator[Any, Any, float]:
         t0 = float(self.env.now)
         with self._agcu.request() as grant:
             yield grant
@@ -106,7 +103,7 @@ class KernelLauncher:
             self.busy.add(start, float(self.env.now))
         return float(self.env.now) - t0
 
-    def _overhead(self, seconds: float) -> Generator[simpy.Event, Any, None]:
+    def _overhead(self, seconds: float) -> Generator[Event, Any, None]:
         if seconds > 0:
             yield self.env.timeout(seconds)
         self.overhead_time += seconds

@@ -38,8 +38,7 @@ import heapq
 import itertools
 from collections.abc import Sequence
 
-import simpy
-
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.p2p_link import P2PLink
 
 Hop = tuple[list[float], int, float, float, P2PLink]
@@ -59,7 +58,7 @@ class _Collective:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         hops: Sequence[Hop],
         steps: int,
         size: float,
@@ -80,7 +79,7 @@ _Send = tuple[float, int, _Collective, int, int]
 class LinkChains:
     """The chains of transfers of one topology's symmetric collectives (module docstring)."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: CountingEnvironment) -> None:
         self.env = env
         self._heap: list[_Send] = []
         self._order = itertools.count()
@@ -94,7 +93,7 @@ class LinkChains:
         self._pending: list[tuple[float, P2PLink, int, float, str | None, float, float]] = []
         self._applied = 0
         self._undo: list[tuple[_Send, list[float], int, float, int, float]] = []
-        self._wake: tuple[float, simpy.Event] | None = None
+        self._wake: tuple[float, Event] | None = None
 
     def pending_sends(self) -> list[float]:
         """When each send not yet made is due (computed ahead or not)."""
@@ -112,7 +111,7 @@ class LinkChains:
         size: float,
         firsts: Sequence[int],
         tag: str | None = None,
-    ) -> simpy.Event:
+    ) -> Event:
         """Start chains (one per entry of ``firsts``: its first hop's index in ``hops``) that
         each send ``size`` bytes ``steps`` times, chain ``r``'s step ``s`` on
         ``hops[(r + s) % len(hops)]``, now; the event fires when all have arrived."""
@@ -172,9 +171,9 @@ class LinkChains:
         ahead = first - now
         wake = self.env.timeout(0.0 if ahead < 0.0 else ahead)  # max(ahead, 0.0), no call
         self._wake = (first, wake)
-        wake.callbacks.append(self._woken)
+        wake.add_callback(self._woken)
 
-    def _woken(self, event: simpy.Event) -> None:
+    def _woken(self, event: Event) -> None:
         if self._wake is None or self._wake[1] is not event:
             return  # superseded by a later resume
         at = self._wake[0]

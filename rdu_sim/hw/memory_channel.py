@@ -28,12 +28,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from typing import Final
 
-import simpy
-
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.stats import BusyTracker, ByteCounter
 
-_REL_TOL = 1e-12
+_REL_TOL: Final = 1e-12
+heappush: Final = heapq.heappush  # Final: a C static when compiled, not a dictionary lookup
+heappop: Final = heapq.heappop
 
 
 class MemoryChannel:
@@ -51,7 +53,7 @@ class MemoryChannel:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         bandwidth: float,
         latency: float = 0.0,
         efficiency: float = 1.0,
@@ -77,20 +79,20 @@ class MemoryChannel:
         self.max_streams = 0
         self._vtime = 0.0
         self._last = float(env.now)
-        self._active: list[tuple[float, int, simpy.Event]] = []  # (finish tag, seq, done)
+        self._active: list[tuple[float, int, Event]] = []  # (finish tag, seq, done)
         self._seq = 0
         self._timers: list[float] = []  # pending wake-up times (a heap)
-        self._waiting: deque[tuple[float, simpy.Event]] = deque()  # requests in their latency
+        self._waiting: deque[tuple[float, Event]] = deque()  # requests in their latency
         # bound once: one is appended to every timer and every latency delay
         self._wake_cb = self._wake
         self._join_cb = self._join_oldest
 
-    def read(self, nbytes: float, tag: str | None = None) -> simpy.Event:
+    def read(self, nbytes: float, tag: str | None = None) -> Event:
         """Read ``nbytes``; the returned event fires when the last byte has arrived."""
         self.reads.add(nbytes, tag)
         return self._issue(nbytes)
 
-    def write(self, nbytes: float, tag: str | None = None) -> simpy.Event:
+    def write(self, nbytes: float, tag: str | None = None) -> Event:
         """Write ``nbytes``; the returned event fires when the last byte is stored."""
         self.writes.add(nbytes, tag)
         return self._issue(nbytes)
@@ -113,7 +115,7 @@ class MemoryChannel:
         """Streams currently moving bytes (requests still in their latency excluded)."""
         return len(self._active)
 
-    def _issue(self, nbytes: float) -> simpy.Event:
+    def _issue(self, nbytes: float) -> Event:
         env = self.env
         done = env.event()
         if nbytes == 0:  # nothing to move: no request is issued
@@ -122,7 +124,7 @@ class MemoryChannel:
         # times, ids increasing): each one joins the oldest request still waiting.
         self._waiting.append((nbytes, done))
         if self.latency > 0:
-            env.timeout(self.latency).callbacks.append(self._join_cb)
+            env.timeout(self.latency).add_callback(self._join_cb)
         else:
             self._join_oldest(None)
         return done
@@ -142,12 +144,12 @@ class MemoryChannel:
             self.busy.add(last, now, rate * len(active) / self.effective_bandwidth)
         self._last = now
 
-    def _join_oldest(self, _ev: simpy.Event | None) -> None:
+    def _join_oldest(self, _ev: Event | None) -> None:
         """The oldest waiting request's latency is over: it joins the active streams."""
         nbytes, done = self._waiting.popleft()
         self._advance()
         active = self._active
-        heapq.heappush(active, (self._vtime + nbytes, self._seq, done))
+        heappush(active, (self._vtime + nbytes, self._seq, done))
         self._seq += 1
         if len(active) > self.max_streams:
             self.max_streams = len(active)
@@ -164,11 +166,11 @@ class MemoryChannel:
         timers = self._timers
         if timers and timers[0] <= due:
             return  # an earlier timer will fire first and re-arm
-        heapq.heappush(timers, due)
-        self.env.timeout(due - now).callbacks.append(self._wake_cb)
+        heappush(timers, due)
+        self.env.timeout(due - now).add_callback(self._wake_cb)
 
-    def _wake(self, _ev: simpy.Event) -> None:
-        heapq.heappop(self._timers)
+    def _wake(self, _ev: Event) -> None:
+        heappop(self._timers)
         self._advance()
         now = float(self.env._now)
         active = self._active
@@ -181,7 +183,7 @@ class MemoryChannel:
                 break
             if tag > self._vtime:
                 self._vtime = tag  # snap: removes float drift exactly
-            heapq.heappop(active)
+            heappop(active)
             done.succeed(now)
         if not active:
             self._vtime = 0.0  # idle: restart virtual time, keeping float error bounded

@@ -19,8 +19,7 @@ parameters [sn40l.md, "Node and system"].
 
 from __future__ import annotations
 
-import simpy
-
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.stats import BusyTracker, ByteCounter
 
 
@@ -36,7 +35,7 @@ class P2PLink:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         bandwidth: float,
         latency: float = 0.0,
         name: str = "p2p",
@@ -58,7 +57,7 @@ class P2PLink:
         """Uncontended time of one transfer: ``latency + nbytes / bandwidth``."""
         return self.latency + nbytes / self.bandwidth
 
-    def transfer(self, nbytes: float, direction: int = 0, tag: str | None = None) -> simpy.Event:
+    def transfer(self, nbytes: float, direction: int = 0, tag: str | None = None) -> Event:
         """Send ``nbytes`` one way; the event fires on arrival (value: arrival time)."""
         if direction not in (0, 1):
             raise ValueError(f"{self.name}: direction must be 0 or 1, got {direction}")

@@ -17,16 +17,15 @@ re-exported here for the hardware models' users.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
-import simpy
-
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.stats import BusyTracker
 from rdu_sim.systolic import DEFAULT_ARRAY_COLS, DEFAULT_ARRAY_ROWS, gemm_efficiency
 
 __all__ = ["DEFAULT_ARRAY_COLS", "DEFAULT_ARRAY_ROWS", "PCUGroup", "gemm_efficiency"]
 
-_FLUSH_AT = 32
+_FLUSH_AT: Final = 32
 """Uncounted work items past which issuing one counts the processed ones (memory only: the
 totals are the same whenever they are counted)."""
 
@@ -46,7 +45,7 @@ class PCUGroup:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         n_pcus: int,
         peak_flops_per_pcu: float,
         vector_flops_per_pcu: float | None = None,
@@ -101,19 +100,19 @@ class PCUGroup:
         _check(flops, efficiency)
         return flops / (self.vector_rate * efficiency)
 
-    def compute(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
+    def compute(self, flops: float, efficiency: float = 1.0) -> Event:
         """Queue matrix work; the event fires when it finishes (value: finish time)."""
         duration = self.compute_time(flops, efficiency)
         self.matrix_flops += flops
         return self._run(duration)
 
-    def vector(self, flops: float, efficiency: float = 1.0) -> simpy.Event:
+    def vector(self, flops: float, efficiency: float = 1.0) -> Event:
         """Queue element-wise/vector work; fires when it finishes."""
         duration = self.vector_time(flops, efficiency)
         self.vector_flops += flops
         return self._run(duration)
 
-    def _run(self, duration: float) -> simpy.Event:
+    def _run(self, duration: float) -> Event:
         env = self.env
         now = float(env._now)
         free_at = self._free_at

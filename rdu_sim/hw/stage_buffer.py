@@ -39,8 +39,7 @@ from collections import deque
 from collections.abc import Generator
 from typing import Any
 
-import simpy
-
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.stats import ByteCounter
 
 Tile = tuple[float, float, Any]
@@ -59,7 +58,7 @@ class StageBuffer:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: CountingEnvironment,
         capacity: int,
         sram_bandwidth: float,
         name: str = "buffer",
@@ -79,10 +78,10 @@ class StageBuffer:
         self.peak_bytes_in_flight = 0.0
         self.producer_stall_time = 0.0
         self._free = capacity  # slots nobody holds
-        self._slot_waiters: deque[simpy.Event] = deque()  # producers waiting for a slot
+        self._slot_waiters: deque[Event] = deque()  # producers waiting for a slot
         # tiles written, not yet taken: (write end, bytes, payload)
         self._tiles: deque[Tile] = deque()
-        self._tile_waiters: deque[simpy.Event] = deque()  # consumers waiting for a tile
+        self._tile_waiters: deque[Event] = deque()  # consumers waiting for a tile
         self._write_free_at = float(env.now)
         self._read_free_at = float(env.now)
         self._held: deque[float] = deque()
@@ -128,7 +127,7 @@ class StageBuffer:
             return self._write(float(self.env._now), nbytes, payload)
         return None
 
-    def put(self, nbytes: float, payload: Any = None) -> Generator[simpy.Event, Any, float]:
+    def put(self, nbytes: float, payload: Any = None) -> Generator[Event, Any, float]:
         """Reserve a slot (blocking while full) and start writing ``nbytes``.
 
         ``payload`` travels with the tile and is what :meth:`get` returns for it (default:
@@ -139,7 +138,7 @@ class StageBuffer:
             return end
         return (yield from self.wait_to_put(nbytes, payload))
 
-    def wait_to_put(self, nbytes: float, payload: Any = None) -> Generator[simpy.Event, Any, float]:
+    def wait_to_put(self, nbytes: float, payload: Any = None) -> Generator[Event, Any, float]:
         """The rest of :meth:`put` once :meth:`offer` found no free slot: wait until
         :meth:`release` hands one over, then write (a producer that offered first calls this,
         not ``put``, so the slot is not looked for twice)."""
@@ -169,7 +168,7 @@ class StageBuffer:
             self._tiles.append(tile)
         return end
 
-    def get(self, hold: bool = True) -> Generator[simpy.Event, Any, Any]:
+    def get(self, hold: bool = True) -> Generator[Event, Any, Any]:
         """Take the oldest tile (blocking while empty) and read it.
 
         With ``hold`` the slot stays reserved until :meth:`release`; without,
@@ -183,7 +182,7 @@ class StageBuffer:
         self.read_done(tile[1], hold)
         return tile[2]
 
-    def take(self) -> Tile | simpy.Event:
+    def take(self) -> Tile | Event:
         """:meth:`get`'s first part: the oldest tile ``(write end, bytes, payload)`` if one
         is waiting and no consumer is ahead, else the event :meth:`put` succeeds with the
         tile it hands over (a stage's tile loop calls this, :meth:`read` and

@@ -18,8 +18,9 @@ Violations raise ``ValueError`` instead of silently corrupting utilisation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
-_EPS = 1e-15
+_EPS: Final = 1e-15
 
 
 class BusyTracker:

@@ -41,7 +41,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import simpy
 from numpy.typing import NDArray
 
 from rdu_sim import human
@@ -56,6 +55,7 @@ from rdu_sim.compiler.program import Placement, Tier, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import CoEConfig
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.hw.copy_engine import CopyEngine
 from rdu_sim.hw.memory_channel import MemoryChannel
@@ -275,12 +275,12 @@ class CoEStats:
 class _Run:
     """The CoE server's moving parts (one socket's view; every socket does the same)."""
 
-    env: simpy.Environment
+    env: CountingEnvironment
     ddr: MemoryChannel
     hbm: MemoryChannel
     copier: CopyEngine
     region: ExpertRegion
-    in_flight: dict[int, simpy.Event]
+    in_flight: dict[int, Any]
 
 
 class CoEServer:
@@ -300,7 +300,7 @@ class CoEServer:
         hardware = scenario.hardware
         assert isinstance(hardware, HardwareConfig) and scenario.workload.coe is not None
         socket, self.coe = hardware.socket, scenario.workload.coe
-        env = simpy.Environment()
+        env = CountingEnvironment()
         ddr = MemoryChannel(env, socket.ddr.bandwidth, socket.ddr.latency, socket.ddr.efficiency)
         hbm = MemoryChannel(env, socket.hbm.bandwidth, socket.hbm.latency, socket.hbm.efficiency)
         self.run = _Run(
@@ -329,7 +329,7 @@ class CoEServer:
         if not self._arrival.triggered:
             self._arrival.succeed()
 
-    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+    def _arrivals(self) -> Generator[Any, Any, None]:
         arrival = self.requests.arrival_s
         assert arrival is not None
         for request, at in enumerate(arrival):
@@ -340,7 +340,7 @@ class CoEServer:
         return round(self.run.env.now * PS_PER_S)
 
     # --- switching ----------------------------------------------------------------------
-    def _switch_in(self, expert: int, keep: set[int]) -> simpy.Event:
+    def _switch_in(self, expert: int, keep: set[int]) -> Any:
         """Evict a victim (not in ``keep``) and copy ``expert``'s weights into the region."""
         run = self.run
         evicted = run.region.admit(expert, run.env.now, keep)
@@ -368,7 +368,7 @@ class CoEServer:
             return
 
     # --- steps --------------------------------------------------------------------------
-    def _step(self, cache: StepCache, shape: StepShape, count: int = 1) -> simpy.Event:
+    def _step(self, cache: StepCache, shape: StepShape, count: int = 1) -> Any:
         """``count`` steps of ``shape``; while a copy is in flight each also puts its HBM and
         DDR bytes on the channels the copy shares (it ends when both are done)."""
         env = self.run.env
@@ -379,7 +379,7 @@ class CoEServer:
 
     def _shared_steps(
         self, detail: object, seconds: float, count: int
-    ) -> Generator[simpy.Event, Any, None]:
+    ) -> Generator[Any, Any, None]:
         env, run = self.run.env, self.run
         tiers = detail.bytes_by_tier if isinstance(detail, StepTiming) else {}
         for _ in range(count):
@@ -395,7 +395,7 @@ class CoEServer:
             )
 
     # --- the server ---------------------------------------------------------------------
-    def serve(self) -> Generator[simpy.Event, Any, None]:
+    def serve(self) -> Generator[Any, Any, None]:
         """Form a batch per expert, switch it in if needed, run it; until all complete."""
         run, total = self.run, len(self.requests)
         while self.completed < total:
@@ -422,7 +422,7 @@ class CoEServer:
             self.batches += 1
             yield from self._batch(batch)
 
-    def _batch(self, batch: list[int]) -> Generator[simpy.Event, Any, None]:
+    def _batch(self, batch: list[int]) -> Generator[Any, Any, None]:
         env, records, serving = self.run.env, self.records, self.scenario.workload.serving
         policy = self.scenario.kv_policy
         records.series.append(self._ps(), len(self.queue), len(batch), 0, 0)

@@ -25,9 +25,9 @@ from functools import partial
 from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.workload import EngineConfig
+from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine.budget import check_budget, over_budget
 from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
-from rdu_sim.engine.counting_env import EventLimitError
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers, time_kernel
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
 from rdu_sim.engine.gpu.stream import Call, execution_order, run_stream

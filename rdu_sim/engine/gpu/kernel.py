@@ -35,14 +35,13 @@ from collections import deque
 from collections.abc import Generator
 from typing import Any
 
-import simpy
 from simpy.core import EmptySchedule
 
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.workload import EngineConfig
+from rdu_sim.des.environment import CountingEnvironment, Event, EventLimitError
 from rdu_sim.engine.collective_port import SymmetricPort, plan_collective
-from rdu_sim.engine.counting_env import CountingEnvironment, EventLimitError
 from rdu_sim.engine.gpu.work import Segment
 from rdu_sim.engine.kernel_sim import Boundary, KernelRun
 from rdu_sim.engine.links import link_totals, topology_for
@@ -52,7 +51,7 @@ from rdu_sim.engine.stage_runner import chunk_boundaries
 from rdu_sim.hw.memory_channel import MemoryChannel
 from rdu_sim.hw.pcu_group import PCUGroup
 
-Gen = Generator[simpy.Event, Any, None]
+Gen = Generator[Any, Any, None]
 TRACK = "gpu"
 
 
@@ -183,31 +182,31 @@ class GpuKernelSim:
     def _call(self) -> Gen:
         """One call (one layer) of the kernel: every segment streaming its tiles."""
         env = self.env
-        upstream: list[simpy.Event] | None = None
+        upstream: list[Event] | None = None
         processes = []
         for index, segment in enumerate(self.segments):
             ready = [env.event() for _ in range(self.tiles)] if index in self.ports else None
             processes.append(env.process(self._segment(index, segment, upstream, ready)))
             upstream = ready
-        yield simpy.AllOf(env, processes)
+        yield env.all_of(processes)
 
     def _segment(
         self,
         index: int,
         segment: Segment,
-        upstream: list[simpy.Event] | None,
-        ready: list[simpy.Event] | None,
+        upstream: list[Event] | None,
+        ready: list[Event] | None,
     ) -> Gen:
         env, tiles = self.env, self.tiles
         loads = deque(self._load(segment, t) for t in range(self.prefetch))
-        writes: list[simpy.Event] = []
-        collectives: list[simpy.Event] = []
+        writes: list[Event] = []
+        collectives: list[Event] = []
         pending: list[int] = []
         for t in range(tiles):
             if upstream is not None:
                 yield upstream[t]
             start = float(env.now)
-            last: simpy.Event | None = None
+            last: Event | None = None
             for stage in segment.stages:
                 if stage.matrix_flops > 0:
                     last = self.sms.compute(stage.matrix_flops, stage.efficiency)
@@ -237,7 +236,7 @@ class GpuKernelSim:
         for event in writes:
             yield event
 
-    def _load(self, segment: Segment, t: int) -> list[simpy.Event]:
+    def _load(self, segment: Segment, t: int) -> list[Event]:
         nbytes = sum(stage.reads[t] for stage in segment.stages)
         return [self.hbm.read(nbytes)] if nbytes else []
 
@@ -246,10 +245,10 @@ class GpuKernelSim:
         index: int,
         segment: Segment,
         tiles: list[int],
-        ready: list[simpy.Event],
+        ready: list[Event],
         t: int,
-        writes: list[simpy.Event],
-    ) -> simpy.Event:
+        writes: list[Event],
+    ) -> Event:
         """Start the collective of the chunk(s) ending at tile ``t``; when it is done its
         tiles are ready for the next segment and the collective stage writes them."""
         spec = segment.collective
@@ -260,7 +259,7 @@ class GpuKernelSim:
         stage = segment.stages[-1]
         waiting = list(tiles)
 
-        def release(_event: simpy.Event) -> None:
+        def release(_event: Event) -> None:
             for i in waiting:
                 ready[i].succeed()
                 if stage.writes[i]:
@@ -269,7 +268,7 @@ class GpuKernelSim:
         if done.triggered:
             release(done)
         else:
-            done.callbacks.append(release)
+            done.add_callback(release)
         return done
 
     def _stats(self) -> RunStats:

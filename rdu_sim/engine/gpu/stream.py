@@ -18,13 +18,11 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import simpy
-
 from rdu_sim.compiler.program import KernelProgram
-from rdu_sim.engine.counting_env import CountingEnvironment
+from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.engine.records import Recorder
 
-Gen = Generator[simpy.Event, Any, None]
+Gen = Generator[Any, Any, None]
 
 
 @dataclass(frozen=True)
