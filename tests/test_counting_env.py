@@ -228,3 +228,39 @@ def test_peek_sees_the_events_due_now() -> None:
     assert env.peek() == 2.0
     env.timeout(0.0)
     assert env.peek() == 0.0 and sorted(env.scheduled_times()) == [0.0, 2.0]
+
+
+def test_run_until_a_failed_event_raises_its_error_as_simpy() -> None:
+    """SimPy's ``run(until=event)`` raises the error of an ``until`` that fails."""
+    for env in (simpy.Environment(), CountingEnvironment()):
+        until = env.event()
+        env.timeout(1.0).callbacks.append(lambda _e, u=until: u.fail(KeyError("boom")))
+        with pytest.raises(KeyError, match="boom"):
+            env.run(until=until)
+        assert env.now == 1.0
+
+
+def test_peek_after_a_pause_is_now_until_its_callbacks_have_run() -> None:
+    """``run(until=t)`` pauses inside the stop event's callbacks; the rest run at the next
+    ``step``, so the environment is not empty until then (SimPy queues the stop again)."""
+    env = CountingEnvironment()
+    seen: list[float] = []
+    env.timeout(2.0).callbacks.append(lambda _e: seen.append(env.now))
+    env.run(until=1.0)
+    assert env.peek() == 1.0
+    while env.peek() < simpy.core.Infinity:
+        env.step()
+    assert seen == [2.0] and env.now == 2.0
+
+
+def test_what_the_queue_cannot_follow_is_refused() -> None:
+    """A delay into the past would break the FIFO's key order; the limit is a keyword (the
+    first positional argument of ``simpy.Environment`` is its start time)."""
+    env = CountingEnvironment()
+    with pytest.raises(ValueError, match="Negative delay"):
+        env.schedule(env.event(), delay=-1.0)
+    with pytest.raises(TypeError):
+        CountingEnvironment(5)  # type: ignore[misc]
+    pending = env.event()
+    with pytest.raises(AttributeError):
+        _ = pending.ok

@@ -97,7 +97,9 @@ class Event:
 
     @property
     def ok(self) -> bool:
-        """Whether the event succeeded."""
+        """Whether the event succeeded (``AttributeError`` while it is pending, as SimPy's)."""
+        if self._value is PENDING:
+            raise AttributeError(f"{self} is not yet triggered")
         return self._ok
 
     @property
@@ -107,7 +109,9 @@ class Event:
 
     @defused.setter
     def defused(self, value: bool) -> None:
-        self._defused = value
+        """Mark the failure handled (whatever ``value``, as SimPy's setter)."""
+        del value
+        self._defused = True
 
     @property
     def value(self) -> Any:
@@ -194,7 +198,8 @@ class CountingEnvironment:
     past ``limit`` of them, and runs until a callback pauses it (``run_until_pause``) or,
     as SimPy's, until a time or an event (``run``)."""
 
-    def __init__(self, limit: int = sys.maxsize, initial_time: float = 0.0) -> None:
+    def __init__(self, *, limit: int = sys.maxsize, initial_time: float = 0.0) -> None:
+        # keywords only: ``simpy.Environment(x)`` takes ``x`` as the start time
         self._now = float(initial_time)
         self._queue: list[Event] = []  # a heap, in key order
         # events due now, in key order (module docstring): merged with the heap by the loop
@@ -218,7 +223,10 @@ class CountingEnvironment:
         return self._active_proc
 
     def schedule(self, event: Any, priority: int = NORMAL, delay: float = 0) -> None:
-        """Queue ``event`` at ``now + delay`` (``simpy.Environment.schedule``)."""
+        """Queue ``event`` at ``now + delay`` (``simpy.Environment.schedule``; not in the
+        past, which SimPy allows but the FIFO of events due now cannot follow)."""
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")
         entry = event if isinstance(event, Event) else _Scheduled(self, event)
         entry._at = self._now + delay
         entry._priority = priority
@@ -274,7 +282,10 @@ class CountingEnvironment:
         return [entry._at for entry in (*self._queue, *self._due_now)]
 
     def peek(self) -> float:
-        """When the next event is due; ``Infinity`` when none is left."""
+        """When the next event is due (now, while a pause has left callbacks of the last one
+        to run); ``Infinity`` when none is left."""
+        if self._rest is not None:
+            return self._now
         heads = [entries[0]._at for entries in (self._queue, self._due_now) if entries]
         return min(heads) if heads else Infinity
 
@@ -343,6 +354,8 @@ class CountingEnvironment:
                     f'No scheduled events left but "until" event was not triggered: {until}'
                 ) from None
             return None
+        if not until._ok:  # a failed ``until`` raises its error, as SimPy's StopSimulation
+            raise until._value
         return until.value
 
     def run_until_pause(self) -> None:

@@ -103,7 +103,7 @@ class KernelSim:
     ) -> None:
         self.kernel = kernel
         self.looped = looped
-        self.env = env = CountingEnvironment(max_events)
+        self.env = env = CountingEnvironment(limit=max_events)
         system, sock = hardware.system, hardware.socket
         self.recorder = Recorder() if record else None
         self.topology = topology_for(env, tp, system)

@@ -17,7 +17,7 @@ re-exported here for the hardware models' users.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Final
+from typing import Final
 
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.stats import BusyTracker
@@ -65,16 +65,14 @@ class PCUGroup:
         self.vector_rate = n_pcus * float(vec)
         self._busy = BusyTracker(name)
         # items issued and not yet counted in _busy: (start, end, the event of their end)
-        # Any: simpy declares an event's ``callbacks`` a list but sets None once processed
-        self._uncounted: deque[tuple[float, float, Any]] = deque()
+        self._uncounted: deque[tuple[float, float, Event]] = deque()
         self.matrix_flops = 0.0
         self.vector_flops = 0.0
         self._free_at = float(env.now)
 
     @property
     def busy(self) -> BusyTracker:
-        """The group's busy time: every work item whose end SimPy has processed (an end that
-        SimPy's ``run(until=...)`` stopped at is processed again on resuming: it counts then)."""
+        """The group's busy time: every work item whose end has been processed."""
         self._count_processed()
         return self._busy
 

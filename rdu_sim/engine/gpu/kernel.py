@@ -74,7 +74,7 @@ class GpuKernelSim:
         self.kernel = kernel
         self.looped = looped
         self.segments = segments
-        self.env = env = CountingEnvironment(max_events)
+        self.env = env = CountingEnvironment(limit=max_events)
         gpu, system = hardware.gpu, hardware.system
         self.recorder = Recorder() if record else None
         self.tiles = config.tiles_per_stage

@@ -76,7 +76,7 @@ def run_stream(
 ) -> StreamRun:
     """Simulate the host launching ``calls`` (``graph_launch_s`` not None: as one CUDA graph)
     and the device running them in order."""
-    env = CountingEnvironment(max_events)
+    env = CountingEnvironment(limit=max_events)
     launched = [env.event() for _ in calls]
     starts: list[float] = []
     host = {"busy": 0.0}
