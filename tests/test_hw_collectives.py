@@ -10,6 +10,7 @@ import simpy
 from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.hw import Topology, all_gather, all_reduce, reduce_scatter, ring_time, tree_time
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from rdu_sim.hw.link_chains import hop_of
 
 BW, LAT = 50e9, 2e-6
 N = 8e6
@@ -279,3 +280,15 @@ def test_bidirectional_ring_over_a_subset_not_starting_at_socket_0() -> None:
         inter,
     )
     assert sym == pytest.approx(full, rel=1e-12)
+
+
+def test_a_hop_is_made_once_per_pair_and_is_its_link_direction() -> None:
+    """``Topology.hop`` is asked at every symmetric collective's start and kept per pair: it
+    is ``hop_of`` the link ``link`` gives for the pair, whose ``free_at`` it shares."""
+    topo = Topology(CountingEnvironment(), 16, 8, BW, LAT)
+    for src, dst in [(0, 1), (1, 0), (0, 9), (9, 0)]:
+        first = topo.hop(src, dst)
+        link, direction = topo.link(src, dst)
+        assert topo.hop(src, dst) == first == hop_of(link, direction)
+        assert first[0] is link.free_at and first[4] is link
+    assert topo.hop(0, 1)[1] != topo.hop(1, 0)[1]  # the two directions of one link

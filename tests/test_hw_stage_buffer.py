@@ -159,3 +159,10 @@ def test_offer_is_put_when_a_slot_is_free_and_nothing_when_full(capacity: int) -
     env.process(late_producer())
     env.run()
     assert got == [*range(capacity), "late"]
+
+
+@pytest.mark.parametrize("capacity", [1, 2])
+def test_bytes_moved_is_what_the_two_counters_carry(capacity: int) -> None:
+    """The fast-forward's marks read ``bytes_moved`` instead of building both counters."""
+    _, _, buf = pipeline([1e-6] * 5, [2e-6] * 5, capacity)
+    assert buf.bytes_moved() == buf.bytes_written.total + buf.bytes_read.total == 10 * TILE

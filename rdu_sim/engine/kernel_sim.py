@@ -268,7 +268,7 @@ class KernelSim:
         for stage in pipe.kernel.stages:
             runner = pipe.runners[stage.name]
             bufs = pipe.buffers[stage.name]
-            moved = sum(b.bytes_written.total + b.bytes_read.total for b in bufs)
+            moved = sum(b.bytes_moved() for b in bufs)
             pmus = max(stage.pmus, 1)
             port_s = moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time
             pmu_s += stage.pmus * min(port_s, elapsed)

@@ -96,6 +96,7 @@ class Topology:
         # SimPy events per collective); False: one SimPy event per transfer (the reference).
         self.fast_chains = True
         self.chains = LinkChains(env)
+        self._hops: dict[tuple[int, int], Hop] = {}  # (src, dst) -> its link direction
 
     def same_node(self, i: int, j: int) -> bool:
         """True when sockets i and j sit in the same node."""
@@ -142,8 +143,12 @@ class Topology:
         return out
 
     def hop(self, src: int, dst: int) -> Hop:
-        """The link direction ``src -> dst`` as :class:`LinkChains` sends on it."""
-        return hop_of(*self.link(src, dst))
+        """The link direction ``src -> dst`` as :class:`LinkChains` sends on it (made once
+        per pair: a symmetric collective asks for its hops every time it starts)."""
+        hop = self._hops.get((src, dst))
+        if hop is None:
+            hop = self._hops[(src, dst)] = hop_of(*self.link(src, dst))
+        return hop
 
 
 def _on(ev: Event, fn: Callable[..., None], *args: int) -> None:

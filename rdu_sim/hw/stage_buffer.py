@@ -100,6 +100,11 @@ class StageBuffer:
         """When the write and the read port have finished what they were given."""
         return self._write_free_at, self._read_free_at
 
+    def bytes_moved(self) -> float:
+        """Bytes written into the buffer plus bytes read out of it so far (what its ports have
+        carried: the engine reads it at every fast-forward mark, so no counter is built)."""
+        return self._written + self._read
+
     @property
     def bytes_written(self) -> ByteCounter:
         """Bytes written into the buffer so far, and by how many tiles (a snapshot)."""
