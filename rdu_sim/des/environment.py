@@ -108,9 +108,8 @@ class Event:
         return self._defused
 
     @defused.setter
-    def defused(self, value: bool) -> None:
-        """Mark the failure handled (whatever ``value``, as SimPy's setter)."""
-        del value
+    def defused(self, _value: bool) -> None:
+        """Mark the failure handled (whatever is assigned, as SimPy's setter)."""
         self._defused = True
 
     @property
@@ -126,11 +125,7 @@ class Event:
             raise RuntimeError(f"{self} has already been triggered")
         self._ok = True
         self._value = value
-        env = self.env
-        self._at = env._now
-        self._eid = env._eid
-        env._eid += 1
-        env._due_now.append(self)
+        self.env._due(self)
         return self
 
     def add_callback(self, callback: Callable[[Any], None]) -> None:
@@ -242,14 +237,19 @@ class CountingEnvironment:
         event = Event(self)
         event._value = value
         event._ok = True
-        event._at = self._now + delay
+        if delay == 0:
+            self._due(event)
+        else:
+            self.schedule(event, NORMAL, delay)
+        return event
+
+    def _due(self, event: Event) -> None:
+        """Queue ``event`` now at ``NORMAL`` priority: in the FIFO of events due now, where
+        its key (now, NORMAL, a fresh id) comes after every key already there."""
+        event._at = self._now
         event._eid = self._eid
         self._eid += 1
-        if delay == 0:
-            self._due_now.append(event)
-        else:
-            heappush(self._queue, event)
-        return event
+        self._due_now.append(event)
 
     def event(self) -> Event:
         """``simpy.Environment.event``: a pending event."""
@@ -292,32 +292,31 @@ class CountingEnvironment:
     def step(self) -> None:
         """Process the next event (``simpy.Environment.step``; ``EmptySchedule`` when none is
         left), after the callbacks a pause left to run."""
+        self._paused = False
         if self._rest is not None:
             paused, rest, start = self._rest
             self._rest = None
-            self._paused = False
             self._finish(paused, rest, start)
             return
         if self.processed >= self.limit:
             raise EventLimitError(self.limit)
-        entry = self._pop()
-        self._now = entry._at
-        event = _target(entry)
+        event = self._next()
         self.processed += 1
-        callbacks = _take_callbacks(event)
-        for callback in callbacks:
-            callback(event)
-        _check_failed(event)
+        self._finish(event, _take_callbacks(event), 0)
 
-    def _pop(self) -> Event:
-        """Take the next event: the FIFO's first or the heap's first, whichever comes first."""
+    def _next(self) -> Any:
+        """Take the next event (the FIFO's first or the heap's first, whichever comes first),
+        move the clock to it, and return it (the SimPy event a :class:`_Scheduled` carries)."""
         queue, due_now = self._queue, self._due_now
         if due_now and (not queue or due_now[0] < queue[0]):
-            return due_now.popleft()
-        try:
-            return heappop(queue)
-        except IndexError:
-            raise EmptySchedule from None
+            entry = due_now.popleft()
+        else:
+            try:
+                entry = heappop(queue)
+            except IndexError:
+                raise EmptySchedule from None
+        self._now = entry._at
+        return entry.target if isinstance(entry, _Scheduled) else entry
 
     def pause(self) -> None:
         """Make :meth:`run_until_pause` return after the callback now running."""
@@ -390,9 +389,7 @@ class CountingEnvironment:
             while True:
                 if processed >= limit:
                     raise EventLimitError(limit)
-                entry = self._pop()
-                self._now = entry._at
-                event = _target(entry)
+                event = self._next()
                 processed += 1
                 callbacks = _take_callbacks(event)
                 n = len(callbacks)
@@ -412,7 +409,8 @@ class CountingEnvironment:
             self.processed = processed
 
     def _finish(self, event: Any, callbacks: list[Callable[[Any], None]], start: int) -> bool:
-        """Run the callbacks of ``event`` a pause interrupted; True if one paused again."""
+        """Run ``event``'s callbacks from ``start`` on (past those a pause let run), then end
+        the run if it failed undefused; True if a callback paused (the rest kept for later)."""
         for i in range(start, len(callbacks)):
             callbacks[i](event)
             if self._paused:
@@ -473,11 +471,6 @@ class _Scheduled(Event):
     def __init__(self, env: CountingEnvironment, target: Any) -> None:
         super().__init__(env)
         self.target = target
-
-
-def _target(entry: Event) -> Any:
-    """The event a queue entry stands for (itself, or the SimPy event it carries)."""
-    return entry.target if isinstance(entry, _Scheduled) else entry
 
 
 def _take_callbacks(event: Any) -> list[Callable[[Any], None]]:
