@@ -31,6 +31,7 @@ SHIPPED = {
     "rdu_sim.data.hw_configs": "hw_configs",
     "rdu_sim.data.tests.models": "tests/models",
     "rdu_sim.data.notebooks": "notebooks",
+    "rdu_sim.data.measurements": "measurements",
 }
 """Installed package -> checkout folder (a data-only package: no Python inside)."""
 

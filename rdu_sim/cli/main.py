@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "plan": "rdu_sim.cli.plan_cmd",
     "plot": "rdu_sim.cli.plot_cmd",
     "validate": "rdu_sim.cli.validate_cmd",
+    "calibrate": "rdu_sim.cli.calibrate_cmd",
     "compare": "rdu_sim.cli.compare_cmd",
     "kv-demo": "rdu_sim.cli.kvdemo_cmd",
     "examples": "rdu_sim.cli.examples_cmd",
@@ -47,6 +48,8 @@ SUMMARIES: dict[str, str] = {
     "plan": "Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic.",
     "plot": "Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).",
     "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
+    "calibrate": "Fit hardware parameters (--fit hw.FIELD=LOW:HIGH) to MEASUREMENTS; write the "
+    "calibrated hardware file.",
     "compare": "Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak.",
     "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",
     "examples": "List the shipped example files by name (every command takes a name where it "

@@ -25,6 +25,10 @@ from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
 
 EXIT_FIGURE_FAILED = 1
+DEPLOYMENT_MEDIAN = 0.10
+"""A deployment suite passes when each hardware file's median |error| is at most this..."""
+DEPLOYMENT_WORST = 0.25
+"""...and no point's |error| exceeds this."""
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -56,8 +60,73 @@ def _print_table(rows: list[dict[str, object]], header: str) -> None:
     Console(soft_wrap=True).print(table)
 
 
+def _deployment(overrides: tuple[str, ...], as_json: bool) -> bool:
+    """The deployment suite: every shipped measured point simulated; True when it passes."""
+    from rdu_sim.validate.deployment import PointResult, by_hardware, read_all, shipped_files
+    from rdu_sim.validate.deployment import simulate as simulate_point
+
+    points = read_all(shipped_files())
+    results = [PointResult(p, simulate_point(p, overrides)) for p in points]
+    systems = by_hardware(results)
+    passed = all(
+        s.median_abs_error <= DEPLOYMENT_MEDIAN and s.worst_abs_error <= DEPLOYMENT_WORST
+        for s in systems
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "points": [r.to_dict() for r in results],
+                    "systems": [s.to_dict() for s in systems],
+                    "median_limit": DEPLOYMENT_MEDIAN,
+                    "worst_limit": DEPLOYMENT_WORST,
+                    "pass": passed,
+                }
+            )
+        )
+        return passed
+    table = Table(title="Measured deployments (measurements/)", title_justify="left")
+    for col in ("point", "model", "tp", "batch", "in/out", "metric", "measured", "simulated"):
+        table.add_column(col, justify="left" if col in ("point", "model") else "right")
+    table.add_column("error", justify="right")
+    for r in results:
+        p = r.point
+        err = r.relative_error
+        colour = "red" if abs(err) > DEPLOYMENT_WORST else "green"
+        table.add_row(
+            p.source.rsplit("/", 1)[-1],
+            p.model,
+            str(p.tp),
+            str(p.batch),
+            f"{p.input_tokens}/{p.output_tokens}",
+            p.metric,
+            f"{p.measured_s:.4g} s",
+            f"{r.simulated_s:.4g} s",
+            f"[{colour}]{100 * err:+.1f}%[/{colour}]",
+        )
+    console = Console(soft_wrap=True)
+    console.print(table)
+    for s in systems:
+        ok = s.median_abs_error <= DEPLOYMENT_MEDIAN and s.worst_abs_error <= DEPLOYMENT_WORST
+        console.print(
+            f"{s.group}: {s.points} points, median |error| {100 * s.median_abs_error:.1f}% "
+            f"(limit {100 * DEPLOYMENT_MEDIAN:.0f}%), worst {100 * s.worst_abs_error:.1f}% "
+            f"(limit {100 * DEPLOYMENT_WORST:.0f}%, {s.worst_point.rsplit('/', 1)[-1]}): "
+            + ("[green]pass[/green]" if ok else "[red]FAIL[/red]")
+        )
+    return passed
+
+
 @click.command("validate")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option(
+    "--suite",
+    type=click.Choice(["figures", "deployment"]),
+    default="figures",
+    show_default=True,
+    help="figures: SambaNova's twelve published figures; deployment: every shipped measured "
+    "point (measurements/: Argonne's SN40L and H100 grids), simulated against measured.",
+)
 @click.option(
     "--quick",
     is_flag=True,
@@ -87,6 +156,7 @@ def _print_table(rows: list[dict[str, object]], header: str) -> None:
 )
 def command(
     as_json: bool,
+    suite: str,
     quick: bool,
     overrides: tuple[str, ...],
     tolerances: tuple[str, ...],
@@ -94,6 +164,10 @@ def command(
     full: Path | None,
 ) -> None:
     """Run the calibration suite and compare with SambaNova's published SN40L figures."""
+    if suite == "deployment":
+        if not _deployment(overrides, as_json):
+            raise SystemExit(EXIT_FIGURE_FAILED)
+        return
     from rdu_sim.validate import run_suite, tolerance_overrides, with_tolerances
     from rdu_sim.validate.suite import FULL_WORKLOAD, SNAPSTREAM_WORKLOAD
 

@@ -15,6 +15,7 @@ from pydantic import Field
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.economics import CostConfig, PowerConfig
 from rdu_sim.config.hardware import MemoryTierConfig, SystemConfig
+from rdu_sim.config.runtime import RuntimeConfig
 from rdu_sim.config.units import FlopsPerSecond, Seconds
 
 _MAX_SECONDS = 3600.0
@@ -85,6 +86,10 @@ class GpuHardwareConfig(StrictModel):
         default=None, description="average draw while serving (none: energy not reported)"
     )
     cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
+    runtime: RuntimeConfig = Field(
+        default_factory=RuntimeConfig,
+        description="what the serving runtime adds to every step (none: the hardware's ceiling)",
+    )
 
     @property
     def devices(self) -> str:

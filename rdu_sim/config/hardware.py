@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.economics import CostConfig, PowerConfig
+from rdu_sim.config.runtime import RuntimeConfig
 from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds
 from rdu_sim.config.wiring import Policy, Topology
 
@@ -203,6 +204,10 @@ class HardwareConfig(StrictModel):
         default=None, description="average draw while serving (none: energy not reported)"
     )
     cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
+    runtime: RuntimeConfig = Field(
+        default_factory=RuntimeConfig,
+        description="what the serving runtime adds to every step (none: the hardware's ceiling)",
+    )
 
     @property
     def devices(self) -> str:

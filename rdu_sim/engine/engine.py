@@ -174,6 +174,7 @@ class Engine:
             program,
             total,
             step_s=step,
+            runtime_s=self.hardware.runtime.host_s(program.shape.batch),
             bytes_by_tier={
                 "hbm": total.hbm_bytes,
                 "ddr": total.ddr_bytes,

@@ -49,6 +49,7 @@ def step_key(program: Program, hardware: HardwareConfig, config: EngineConfig) -
             repr(program.kernels),
             hardware.socket.model_dump_json(),
             hardware.system.model_dump_json(),
+            hardware.runtime.model_dump_json(),
             config.model_dump_json(),
         )
     )

@@ -95,6 +95,14 @@ class StepTiming:
     records: TraceRecords | None = field(default=None, compare=True, repr=False)
     # each collective stage: algorithm, bytes, hops, latency/bandwidth terms, simulated time
     collectives: tuple[CollectiveTiming, ...] = ()
+    # the serving runtime's host time serialized with the device (hardware ``runtime:``),
+    # included in ``step_s``
+    runtime_s: float = 0.0
+
+    @property
+    def device_s(self) -> float:
+        """The device's own time of the step: ``step_s`` less the runtime's host time."""
+        return self.step_s - self.runtime_s
 
     @property
     def compute_utilization(self) -> float:
@@ -117,6 +125,8 @@ class StepTiming:
         """JSON-safe dict of everything but the trace records."""
         return {
             "step_s": self.step_s,
+            "device_s": self.device_s,
+            "runtime_s": self.runtime_s,
             "phase": self.phase,
             "batch": self.batch,
             "tokens": self.tokens,
@@ -145,6 +155,7 @@ def step_timing(
     total: RunStats,
     *,
     step_s: float,
+    runtime_s: float,
     bytes_by_tier: dict[str, float],
     busy_s: dict[str, float],
     kernels: tuple[KernelTiming, ...],
@@ -158,9 +169,11 @@ def step_timing(
     timeline: Recorder | None,
 ) -> StepTiming:
     """A simulated step's timing from its totals, for every engine: the shape is the
-    Program's, each unit's utilization its busy time over the step, and the shares of peak
-    HBM bandwidth and matrix FLOP/s are achieved rates over ``hbm_bandwidth`` and
-    ``peak_flops`` (0 for an empty step)."""
+    Program's, the step the device's ``step_s`` plus the runtime's host ``runtime_s``, each
+    unit's utilization its busy time over the step, and the shares of peak HBM bandwidth and
+    matrix FLOP/s are achieved rates over ``hbm_bandwidth`` and ``peak_flops`` (0 for an
+    empty step)."""
+    step_s += runtime_s
 
     def per_step(value: float) -> float:
         return value / step_s if step_s > 0 else 0.0
@@ -187,4 +200,5 @@ def step_timing(
         sockets_simulated=sockets_simulated,
         fast_forward=fast_forward,
         records=timeline.freeze() if timeline is not None else None,
+        runtime_s=runtime_s,
     )

@@ -167,6 +167,7 @@ class GpuEngine:
             program,
             total,
             step_s=step,
+            runtime_s=self.hardware.runtime.host_s(program.shape.batch),
             bytes_by_tier={"hbm": total.hbm_bytes, "ddr": 0.0, "sram": 0.0, "p2p": total.p2p_bytes},
             busy_s=busy,
             kernels=tuple(

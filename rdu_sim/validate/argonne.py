@@ -1,0 +1,79 @@
+"""Convert Argonne's LLM-Inference-Bench result files (arXiv 2411.00136) into measurement
+files (``rdu_sim.validate.deployment``'s format).
+
+``python -m rdu_sim.validate.argonne SOURCE.csv > measurements/NAME.csv`` converts one of
+the benchmark's published CSVs (its latency grid, or its time-to-first-token table): each row
+becomes a point on the hardware file that stands for the measured system, SambaNova SN40L
+on ``sn40l-8``, NVIDIA H100 on ``dgx-h100`` (TensorRT-LLM rows only: ``dgx-h100`` stands for
+the faster engine in the data), Meta-Llama-3 and Mistral on their presets.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from rdu_sim.validate.deployment import COLUMNS
+
+MODELS = {
+    "meta-llama/Meta-Llama-3-8B": "llama-3.1-8b",  # Llama 3.1 8B is Llama 3 8B's architecture
+    "meta-llama/Meta-Llama-3-70B": "llama-3.1-70b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b",
+}
+HARDWARE = {"SambaNova SN40L": "sn40l-8", "Nvidia H100 GPU": "dgx-h100"}
+FRAMEWORKS = {"sambaflow", "TensorRT-LLM"}
+
+
+def convert(path: Path) -> Iterator[list[str]]:
+    """The measurement rows of one Argonne CSV (header first), skipping rows of other
+    systems, models or engines."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = csv.DictReader(line for line in lines if not line.startswith("#"))
+    yield [*COLUMNS, "label"]
+    for row in rows:
+        row = {key.strip(): value.strip() for key, value in row.items()}
+        model, hardware = MODELS.get(row["Model"]), HARDWARE.get(row["Hardware"])
+        if model is None or hardware is None or row["Framework"] not in FRAMEWORKS:
+            continue
+        if "TTFT Latency" in row:
+            tokens, output, metric, value = (
+                row["Input Length"],
+                row["Output Length"],
+                "ttft_s",
+                row["TTFT Latency"],
+            )
+        else:
+            tokens = output = row["Input Output Length"]
+            metric, value = "e2e_s", row["Latency"]
+        label = f"{row['Hardware']} x{row['Num of Hardware']} {row['Framework']} {row['Model']}"
+        yield [
+            hardware,
+            model,
+            row["Num of Hardware"],
+            row["Batch Size"],
+            tokens,
+            output,
+            metric,
+            value,
+            label,
+        ]
+
+
+def main(argv: list[str]) -> None:
+    """Write the converted rows of ``argv[0]`` to standard output, below its comment lines."""
+    source = Path(argv[0])
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            print(line)
+    print(
+        f"# Converted by: python -m rdu_sim.validate.argonne {source.name} (rows of "
+        "SambaFlow and TensorRT-LLM serving Llama 3 and Mistral)"
+    )
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerows(convert(source))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
