@@ -62,7 +62,7 @@ def _trace_rows_left_out(traffic: TrafficSummary) -> list[tuple[str, str]]:
     reasons = (
         (traffic.skipped, "failed requests in the trace (zero tokens), skipped"),
         (traffic.filtered_out, "left out by traffic.filter"),
-        (traffic.outside_window, "outside traffic.window"),
+        (traffic.outside_window, "outside traffic.start .. traffic.end"),
         (traffic.beyond_limit, "beyond traffic.requests"),
     )
     return [("trace rows left out", f"{n:,} ({why})") for n, why in reasons if n]
