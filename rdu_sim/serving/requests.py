@@ -7,9 +7,9 @@ workload gives the same requests in any process, and nothing global is touched.
 Lengths are clipped so a request fits one slot (documented in docs/serving.md):
 ``prompt <= max_context - 1`` (at least 1) and ``output <= max_context - prompt`` (at
 least 1), i.e. ``prompt + output <= max_context``; how many were cut is counted
-(``RequestSet.truncated``, ``requests_truncated`` in the run's report). The last output token comes from the
-last decode step, whose cache holds ``prompt + output - 1`` tokens, so every cache the run
-builds fits ``max_context``.
+(``RequestSet.truncated``, ``requests_truncated`` in the run's report). The last output
+token comes from the last decode step, whose cache holds ``prompt + output - 1`` tokens,
+so every cache the run builds fits ``max_context``.
 """
 
 from __future__ import annotations
