@@ -2,6 +2,7 @@
 
     >>> from rdu_sim.api_cluster import run_cluster
     >>> result = run_cluster("workloads/cluster-llama3.1-8b.yaml")
+    >>> result.summary().goodput.fraction                # typed (report.cluster_summary)
     >>> result.to_dict()["goodput"]                      # the JSON contract (docs/cluster.md)
     >>> result.requests()["replica"]                     # per-request columns
 
@@ -34,6 +35,7 @@ from rdu_sim.compiler.program import Placement
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.provenance import file_digest, of_scenario, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
+from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
 from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.server import ServerConfig
@@ -75,22 +77,22 @@ class PoolResolved:
     placement: Placement
     runtime: PoolRuntime
 
-    def describe(self) -> dict[str, Any]:
-        """The pool's identity and sizes, for the run's JSON."""
+    def describe(self) -> PoolSummary:
+        """The pool's identity and sizes, for the run's summary."""
         scenario = self.pool.scenario
-        return {
-            "role": self.pool.role,
-            "replicas": self.pool.replicas,
-            "workload": scenario.workload.name,
-            "model": scenario.model.name,
-            "hardware": scenario.hardware.name,
-            "tp": scenario.tp,
-            "sockets": self.pool.sockets,
-            "kv_policy": scenario.workload.kv.policy,
-            "batch_capacity": self.batch_capacity,
-            "batch_slots": self.runtime.config.batch_slots,
-            "prefix_cache_blocks": self.runtime.prefix_blocks,
-        }
+        return PoolSummary(
+            role=self.pool.role,
+            replicas=self.pool.replicas,
+            workload=scenario.workload.name,
+            model=scenario.model.name,
+            hardware=scenario.hardware.name,
+            tp=scenario.tp,
+            sockets=self.pool.sockets,
+            kv_policy=scenario.workload.kv.policy,
+            batch_capacity=self.batch_capacity,
+            batch_slots=self.runtime.config.batch_slots,
+            prefix_cache_blocks=self.runtime.prefix_blocks,
+        )
 
 
 def pool_machine(pool: PoolScenario) -> Machine:
@@ -168,20 +170,20 @@ class ClusterResult:
     pools: list[PoolResolved]
     run: ClusterRun
     labels: ClassLabels | None
-    _summary: dict[str, Any] | None = field(default=None, repr=False)
+    _summary: ClusterSummary | None = field(default=None, repr=False)
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> ClusterMeta:
         """Identity of the run (names, sizes, version; no paths, no clocks)."""
         config = self.scenario.config
-        return {
-            "cluster": config.name,
-            "router": config.router.policy,
-            "disaggregated": config.disaggregated,
-            "replicas": self.scenario.replicas,
-            "sockets": self.scenario.sockets,
-            "max_context": self.scenario.max_context,
-            "version": __version__,
-        }
+        return ClusterMeta(
+            cluster=config.name,
+            router=config.router.policy,
+            disaggregated=config.disaggregated,
+            replicas=self.scenario.replicas,
+            sockets=self.scenario.sockets,
+            max_context=self.scenario.max_context,
+            version=__version__,
+        )
 
     @property
     def shapes_simulated(self) -> int:
@@ -207,9 +209,8 @@ class ClusterResult:
             "pools": pools,
         }
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON contract (docs/cluster.md): cluster, per-class and per-replica metrics,
-        and the provenance."""
+    def summary(self) -> ClusterSummary:
+        """The run's metrics, typed (computed once): what the console reads."""
         if self._summary is None:
             self._summary = summarize_cluster(
                 meta=self.meta(),
@@ -217,12 +218,17 @@ class ClusterResult:
                 run=self.run,
                 slo=self.scenario.config.slo,
                 labels=self.labels,
-                traffic=self.run.fit.requests.summary.to_dict(),
+                traffic=self.run.fit.requests.summary,
                 shapes_simulated=self.shapes_simulated,
                 machines=[pool_machine(p.pool) for p in self.pools],
+                provenance=self.provenance(),
             )
-            self._summary["provenance"] = self.provenance()
-        return dict(self._summary)
+        return self._summary
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract (docs/cluster.md): cluster, per-class and per-replica metrics,
+        and the provenance (``summary().to_dict()``)."""
+        return self.summary().to_dict()
 
     def to_json(self, indent: int | None = 2) -> str:
         """``to_dict`` as JSON: sorted keys, byte-identical for identical inputs."""

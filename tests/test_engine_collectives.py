@@ -116,3 +116,25 @@ def test_batch1_decode_is_faster_on_16_sockets_than_8_and_on_8_than_1(model: str
     # memory-bound decode: 16 sockets stream half of 8's bytes each, latency-optimal
     # collectives keep most of that
     assert sixteen > 1.5 * eight
+
+
+def test_step_text_names_each_collectives_algorithm_as_the_json_does() -> None:
+    args = ["step", str(LLAMA8), "--batch", "32", "--context", "8192"]
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).stdout)
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    assert "collectives (per socket)" in out.stdout
+    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines() if "." in line}
+    algorithms = {c["algorithm"] for c in data["collectives"]}
+    assert len(algorithms) == 2  # the all-reduces and the all-gather choose differently
+    for c in data["collectives"]:
+        row = rows[c["stage"]]
+        assert row[:7] == [
+            c["kernel"],
+            c["stage"],
+            c["kind"],
+            c["algorithm"],
+            c["policy"],
+            str(c["group"]),
+            str(c["hops"]),
+        ]

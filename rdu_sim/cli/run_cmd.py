@@ -125,7 +125,7 @@ def _run_cluster(
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
     else:
-        print_cluster_report(data)
+        print_cluster_report(result.summary())
     if out_dir is not None:
         folder = out_dir
 

@@ -10,7 +10,8 @@ compiled by ``rdu_sim.compiler`` and simulated by ``rdu_sim.engine`` with the wo
 ``engine:`` settings; ``--trace FILE`` also records it (``api.step(..., record=True)``) and
 writes a Chrome/Perfetto trace (open it in ui.perfetto.dev).
 
-Output: rich tables (the kernels, bytes per tier, busy units), or with ``--json`` one JSON
+Output: rich tables (the kernels, each collective with the algorithm chosen for it, bytes per
+tier, busy units), or with ``--json`` one JSON
 object: ``StepTiming.to_dict()`` (step_s, phase, batch, tokens, context, flops,
 bytes_by_tier {hbm, ddr, sram, p2p}, hbm_bandwidth_fraction, events, kernels (each with its
 tiles per call and ``sram_bytes``, the PMU SRAM it holds), sram_bytes (the peak), ...) plus the
@@ -80,6 +81,8 @@ def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
             human.size(k["sram_bytes"]),
         )
     console.print(kernels)
+    if data["collectives"]:
+        console.print(_collectives_table(data["collectives"]))
     units = Table(title="bytes and busy units (per socket)", box=box.SIMPLE_HEAD)
     for col in ("tier", "bytes", "unit", "busy", "busy (share of step)"):
         units.add_column(col, justify="left" if col in ("tier", "unit") else "right", no_wrap=True)
@@ -98,6 +101,30 @@ def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
     console.print(units)
     if data.get("trace"):
         console.print(f"trace written to {data['trace']} (open it in ui.perfetto.dev)")
+
+
+def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
+    """Each collective stage with the algorithm the hardware's policy chose and its cost."""
+    table = Table(title="collectives (per socket)", box=box.SIMPLE_HEAD)
+    for col in ("kernel", "stage", "kind", "algorithm", "policy", "group", "hops", "bytes"):
+        table.add_column(col, justify="right" if col in ("group", "hops", "bytes") else "left")
+    for col in ("calls", "estimate", "simulated"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for c in collectives:
+        table.add_row(
+            c["kernel"],
+            c["stage"],
+            c["kind"],
+            c["algorithm"],
+            c["policy"],
+            str(c["group"]),
+            str(c["hops"]),
+            human.size(c["bytes"]),
+            str(c["calls_per_step"]),
+            human.duration(c["estimate_s"]),
+            human.duration(c["simulated_mean_s"]),
+        )
+    return table
 
 
 @click.command("step")

@@ -1,7 +1,9 @@
 """`rdu-sim sweep SPEC`: run (or resume) a design-space sweep and export its rows.
 
 A thin shell over `rdu_sim.sweep.run_sweep`: the points run through the in-process API on a
-local process pool, in this process (`--workers 1`) or on Dask (`--cluster`). Bad input
+local process pool, in this process (`--workers 1`) or on Dask (`--cluster`). It ends with
+a table of the swept axes and headline metrics per point (``report.sweep_table``) and the
+database's path. Bad input
 (the spec, an axis, a metric) exits 2 before anything runs; a sweep that finishes with
 failed points exits 1 (their errors are in the database); Ctrl-C exits 130 and a rerun
 resumes.
@@ -30,6 +32,23 @@ def _dry_run_table(summary: object) -> None:
     for point in plan.expansion.points:
         state = "run" if point.key in to_run else "skip"
         out.print(f"{point.key[:12]}  {state:4}  {point.describe()}", markup=False)
+
+
+def _results_table(frame: object, summary: object) -> None:
+    """The swept axes and headline metrics per point, then where the database is."""
+    from rdu_sim.report.console import wide_console
+    from rdu_sim.report.sweep_table import sweep_table
+    from rdu_sim.sweep import SweepSummary
+
+    assert isinstance(summary, SweepSummary)
+    metrics = summary.plan.expansion.spec.spec.metrics if summary.plan is not None else None
+    console = wide_console(highlight=False)
+    console.print(sweep_table(frame, metrics, title=f"{summary.name}: results"))
+    console.print(
+        f"database: {summary.db} (rdu-sim plot sweep {summary.db}; --export FILE for CSV)",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @click.command("sweep")
@@ -129,8 +148,9 @@ def command(
         _dry_run_table(summary)
         return
     click.echo(summary.describe())
+    frame = load(summary.db, keys=summary.keys)  # the spec's grid order
+    _results_table(frame, summary)
     if export_file is not None:
-        frame = load(summary.db, keys=summary.keys)  # the spec's grid order
         try:
             export(frame, export_file, provenance=provenance)
         except WriteError as exc:  # the rows are safe in the database: say so

@@ -31,10 +31,31 @@ from numpy.typing import NDArray
 from rdu_sim.cluster.records import UNSET
 from rdu_sim.cluster.replica import Replica
 from rdu_sim.cluster.simulate import ClusterRun
-from rdu_sim.cluster.traffic import ClassLabels
+from rdu_sim.cluster.traffic import ClassLabels, TrafficSummary
 from rdu_sim.config.cluster import SLOConfig
-from rdu_sim.report.energy import Machine, fleet_energy
-from rdu_sim.report.summary import rounded, stats, steps_run, utilization
+from rdu_sim.report.cluster_summary import (
+    Brief,
+    ClassSummary,
+    ClusterMeta,
+    ClusterPrefixCache,
+    ClusterSummary,
+    Goodput,
+    KVTransfer,
+    PoolSummary,
+    PrefixCacheStats,
+    ReplicaSummary,
+    SLOTargets,
+    rounded_fields,
+)
+from rdu_sim.report.energy import Energy, Machine, fleet_energy
+from rdu_sim.report.summary import (
+    Percentiles,
+    StepCounts,
+    Utilization,
+    rounded,
+    steps_run,
+    utilization,
+)
 from rdu_sim.serving.step_cache import PS_PER_S
 
 BRIEF = (50, 99)  # percentiles in the per-replica view
@@ -88,49 +109,59 @@ def _finite(values: NDArray[np.float64]) -> NDArray[np.float64]:
     return values[np.isfinite(values)]
 
 
-def _latency(cols: Mapping[str, NDArray[Any]], mask: NDArray[np.bool_]) -> dict[str, Any]:
+def _round(value: float) -> float:
+    result: float = rounded(value)
+    return result
+
+
+def _latency(cols: Mapping[str, NDArray[Any]], mask: NDArray[np.bool_]) -> dict[str, Percentiles]:
     return {
-        key: stats(_finite(cols[key][mask]))
+        key: Percentiles.of(_finite(cols[key][mask]))
         for key in ("ttft_s", "tpot_s", "queue_delay_s", "e2e_s")
     }
 
 
 def _goodput(
     good: NDArray[np.bool_], output: NDArray[np.int64], total: int, span: float
-) -> dict[str, Any]:
+) -> Goodput:
     count = int(good.sum())
-    return {
-        "requests": count,
-        "fraction": count / total if total else 0.0,
-        "requests_per_s": count / span if span > 0 else 0.0,
-        "tokens_per_s": float(output[good].sum()) / span if span > 0 else 0.0,
-    }
+    return Goodput(
+        requests=count,
+        fraction=_round(count / total if total else 0.0),
+        requests_per_s=_round(count / span if span > 0 else 0.0),
+        tokens_per_s=_round(float(output[good].sum()) / span if span > 0 else 0.0),
+    )
 
 
 def _classes(
     cols: Mapping[str, NDArray[Any]], labels: ClassLabels | None, good: NDArray[np.bool_]
-) -> dict[str, Any] | None:
+) -> dict[str, ClassSummary] | None:
     if labels is None:
         return None
-    out: dict[str, Any] = {}
+    out: dict[str, ClassSummary] = {}
     for name in labels.names:
         mask = labels.values == name
         total = int(mask.sum())
         served = mask & (cols["status"] == "served")
-        out[name] = {
-            "requests": total,
-            "served": int(served.sum()),
-            "rejected": int((mask & (cols["status"] == "rejected")).sum()),
-            "goodput_fraction": float((good & mask).sum()) / total if total else 0.0,
-            **_latency(cols, served),
-        }
+        latency = _latency(cols, served)
+        out[name] = ClassSummary(
+            requests=total,
+            served=int(served.sum()),
+            rejected=int((mask & (cols["status"] == "rejected")).sum()),
+            goodput_fraction=_round(float((good & mask).sum()) / total if total else 0.0),
+            ttft_s=latency["ttft_s"],
+            tpot_s=latency["tpot_s"],
+            queue_delay_s=latency["queue_delay_s"],
+            e2e_s=latency["e2e_s"],
+        )
     return out
 
 
-def _brief(values: NDArray[np.float64]) -> dict[str, float | None]:
+def _brief(values: NDArray[np.float64]) -> Brief:
     if values.size == 0:
-        return {f"p{p}": None for p in BRIEF}
-    return {f"p{p}": float(np.percentile(values, p)) for p in BRIEF}
+        return Brief(p50=None, p99=None)
+    p50, p99 = (rounded(float(np.percentile(values, p))) for p in BRIEF)
+    return Brief(p50=p50, p99=p99)
 
 
 def _slot_seconds(run: ClusterRun, cols: Mapping[str, NDArray[Any]]) -> NDArray[np.float64]:
@@ -161,46 +192,44 @@ def _replica(
     good: NDArray[np.bool_],
     held_s: float,
     span: float,
-) -> dict[str, Any]:
+) -> ReplicaSummary:
     runtime, records = replica.runtime, replica.server.records
-    row: dict[str, Any] = {
-        "replica": replica.index,
-        "pool": runtime.name,
-        "role": runtime.config.role,
-        "requests": int(took.size),
-        "decoded": int(decoded.size),
-        "output_tokens": int(records.tokens_generated),
-        "goodput_fraction": float(good[took].mean()) if took.size else None,
-        "ttft_s": _brief(_finite(cols["ttft_s"][took])),
-        "tpot_s": _brief(_finite(cols["tpot_s"][decoded])),
-        "occupancy": held_s / (runtime.config.batch_slots * span) if span > 0 else 0.0,
-        "utilization": utilization(replica.cache, span),
-        "steps": steps_run(records),
-    }
-    if replica.prefix is not None:
-        row["prefix_cache"] = _prefix([replica])
-    return row
+    return ReplicaSummary(
+        replica=replica.index,
+        pool=runtime.name,
+        role=runtime.config.role,
+        requests=int(took.size),
+        decoded=int(decoded.size),
+        output_tokens=int(records.tokens_generated),
+        goodput_fraction=rounded(float(good[took].mean())) if took.size else None,
+        ttft_s=_brief(_finite(cols["ttft_s"][took])),
+        tpot_s=_brief(_finite(cols["tpot_s"][decoded])),
+        occupancy=_round(held_s / (runtime.config.batch_slots * span) if span > 0 else 0.0),
+        utilization=rounded_fields(Utilization(**utilization(replica.cache, span))),
+        steps=StepCounts(**steps_run(records)),
+        prefix_cache=None if replica.prefix is None else _prefix([replica]),
+    )
 
 
-def _prefix(replicas: Sequence[Replica]) -> dict[str, Any]:
+def _prefix(replicas: Sequence[Replica]) -> PrefixCacheStats:
     caches = [r.prefix for r in replicas if r.prefix is not None]
     lookups = sum(c.lookups for c in caches)
     hits = sum(c.hits for c in caches)
-    return {
-        "capacity_blocks": sum(c.capacity for c in caches),
-        "lookups": lookups,
-        "hit_blocks": hits,
-        "hit_rate": hits / lookups if lookups else 0.0,
-        "inserted": sum(c.inserted for c in caches),
-        "evicted": sum(c.evicted for c in caches),
-        "not_cached": sum(c.not_cached for c in caches),
-    }
+    return PrefixCacheStats(
+        capacity_blocks=sum(c.capacity for c in caches),
+        lookups=lookups,
+        hit_blocks=hits,
+        hit_rate=_round(hits / lookups if lookups else 0.0),
+        inserted=sum(c.inserted for c in caches),
+        evicted=sum(c.evicted for c in caches),
+        not_cached=sum(c.not_cached for c in caches),
+    )
 
 
-def _energy(machines: Sequence[Machine], span: float, tokens: int) -> dict[str, Any] | None:
+def _energy(machines: Sequence[Machine], span: float, tokens: int) -> Energy | None:
     """The pools' power, energy and cost over the makespan (None without power)."""
     energy = fleet_energy(machines, span, tokens)
-    return None if energy is None else asdict(energy)
+    return None if energy is None else rounded_fields(energy)
 
 
 def _groups(index: NDArray[np.int64], n: int) -> list[NDArray[np.int64]]:
@@ -213,16 +242,17 @@ def _groups(index: NDArray[np.int64], n: int) -> list[NDArray[np.int64]]:
 
 def summarize_cluster(
     *,
-    meta: Mapping[str, Any],
-    pools: Mapping[str, Any],
+    meta: ClusterMeta,
+    pools: Mapping[str, PoolSummary],
     run: ClusterRun,
     slo: SLOConfig,
     labels: ClassLabels | None,
-    traffic: Mapping[str, Any],
+    traffic: TrafficSummary,
     shapes_simulated: int,
     machines: Sequence[Machine] = (),
-) -> dict[str, Any]:
-    """The cluster run's result dict (the JSON contract of ``rdu-sim run CLUSTER --json``)."""
+    provenance: Mapping[str, Any] | None = None,
+) -> ClusterSummary:
+    """The cluster run's metrics (``to_dict()``: the JSON of ``rdu-sim run CLUSTER --json``)."""
     cols = request_columns(run)
     good = meets_slo(cols, slo)
     served = cols["status"] == "served"
@@ -231,7 +261,6 @@ def summarize_cluster(
     first_arrival = float(cols["arrival_s"].min()) if total else 0.0
     last_finish = float(np.nanmax(cols["finish_s"])) if served.any() else first_arrival
     span = last_finish - first_arrival
-    goodput = _goodput(good, output, total, span)
     replicas = run.cluster.replicas
     took = _groups(run.records.replica, len(replicas))
     decoded_by = np.where(
@@ -240,45 +269,54 @@ def summarize_cluster(
     decoded_by = np.where(served & (output > 1), decoded_by, -1)
     decoded = _groups(decoded_by, len(replicas))
     held = _slot_seconds(run, cols)
-    result: dict[str, Any] = {
-        **meta,
-        "pools": dict(pools),
-        "traffic": dict(traffic),
-        "requests": total,
-        "requests_served": int(served.sum()),
-        "requests_rejected": int((cols["status"] == "rejected").sum()),
-        "requests_truncated": int(cols["truncated"].sum()),
-        "output_tokens": int(output[served].sum()),
-        "makespan_s": span,
-        "output_tokens_per_s": float(output[served].sum()) / span if span > 0 else 0.0,
-        **_latency(cols, served),
-        "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "attainment": slo.attainment},
-        "goodput": goodput,
-        "slo_met": goodput["fraction"] >= slo.attainment,
-        "classes": _classes(cols, labels, good),
-        "per_replica": [
-            _replica(r, cols, took[i], decoded[i], good, float(held[i]), span)
-            for i, r in enumerate(replicas)
-        ],
-        "step_shapes_simulated": shapes_simulated,
-        "energy": _energy(machines, span, int(output[served].sum())),
-    }
+    goodput = _goodput(good, output, total, span)
+    latency = _latency(cols, served)
+    prefix_cache = None
     if any(r.prefix is not None for r in replicas):
         skipped = int(run.records.cached_tokens[served].sum())
         prompts = int(cols["prompt_tokens"][served].sum())
-        result["prefix_cache"] = {
-            **_prefix(replicas),
-            "prefill_tokens_skipped": skipped,
-            "token_hit_rate": skipped / prompts if prompts else 0.0,
-        }
+        prefix_cache = ClusterPrefixCache(
+            **asdict(_prefix(replicas)),
+            prefill_tokens_skipped=skipped,
+            token_hit_rate=_round(skipped / prompts if prompts else 0.0),
+        )
     link = run.cluster.link
+    kv_transfer = None
     if link is not None:
-        moved = cols["kv_transfer_s"]
-        result["kv_transfer"] = {
-            "transfers": link.transfers,
-            "bytes": link.bytes,
-            "seconds": stats(_finite(moved)),
-            "port_wait_s": link.queued_ps / PS_PER_S,
-        }
-    rounded_result: dict[str, Any] = rounded(result)
-    return rounded_result
+        kv_transfer = KVTransfer(
+            transfers=link.transfers,
+            bytes=link.bytes,
+            seconds=Percentiles.of(_finite(cols["kv_transfer_s"])),
+            port_wait_s=_round(link.queued_ps / PS_PER_S),
+        )
+    return ClusterSummary(
+        **asdict(meta),
+        pools=dict(pools),
+        traffic=traffic,
+        requests=total,
+        requests_served=int(served.sum()),
+        requests_rejected=int((cols["status"] == "rejected").sum()),
+        requests_truncated=int(cols["truncated"].sum()),
+        output_tokens=int(output[served].sum()),
+        makespan_s=_round(span),
+        output_tokens_per_s=_round(float(output[served].sum()) / span if span > 0 else 0.0),
+        ttft_s=latency["ttft_s"],
+        tpot_s=latency["tpot_s"],
+        queue_delay_s=latency["queue_delay_s"],
+        e2e_s=latency["e2e_s"],
+        slo=SLOTargets(
+            ttft_s=_round(slo.ttft), tpot_s=_round(slo.tpot), attainment=_round(slo.attainment)
+        ),
+        goodput=goodput,
+        slo_met=(goodput.requests / total if total else 0.0) >= slo.attainment,
+        classes=_classes(cols, labels, good),
+        per_replica=[
+            _replica(r, cols, took[i], decoded[i], good, float(held[i]), span)
+            for i, r in enumerate(replicas)
+        ],
+        step_shapes_simulated=shapes_simulated,
+        energy=_energy(machines, span, int(output[served].sum())),
+        prefix_cache=prefix_cache,
+        kv_transfer=kv_transfer,
+        provenance=dict(provenance or {}),
+    )

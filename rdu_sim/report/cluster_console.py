@@ -1,102 +1,124 @@
-"""The human report of a cluster run: rich tables built from its result dict (nothing else).
+"""The human report of a cluster run: rich tables built from its typed summary (nothing else).
 
-Like the workload report (``report.console``), it reads the JSON contract only, so what a
-person reads is what scripts get, and a stored result.json renders the same.
+Like the workload report (``report.console``), it reads only what the JSON holds
+(:class:`~rdu_sim.report.cluster_summary.ClusterSummary`, whose ``to_dict`` is the JSON), so
+what a person reads is what scripts get, and a renamed field fails in mypy, not as a "None"
+in a table. Requests that were not served as sent (rejected or truncated at the context
+limit, trace rows skipped, filtered out or cut) are counted with their reason.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 
 from rdu_sim import human
+from rdu_sim.cluster.traffic import TrafficSummary
+from rdu_sim.report.cluster_summary import ClusterSummary
 from rdu_sim.report.console import LATENCIES, energy_rows, latency_table, wide_console
-from rdu_sim.report.energy import Energy
-from rdu_sim.report.summary import Percentiles
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
 
 
-def pools_table(result: Mapping[str, Any]) -> Table:
+def pools_table(result: ClusterSummary) -> Table:
     """One row per pool: role, replicas, what each replica runs."""
     table = Table(title="Pools", title_justify="left", box=box.SIMPLE_HEAD)
     for column in ("pool", "role", "replicas", "workload", "model", "tp", "sockets", "KV", "slots"):
         table.add_column(
             column, justify="left" if column in ("pool", "role", "workload") else "right"
         )
-    for name, pool in (result.get("pools") or {}).items():
+    for name, pool in result.pools.items():
         table.add_row(
             name,
-            str(pool.get("role")),
-            str(pool.get("replicas")),
-            str(pool.get("workload")),
-            str(pool.get("model")),
-            str(pool.get("tp")),
-            str(pool.get("sockets")),
-            str(pool.get("kv_policy")),
-            f"{pool.get('batch_slots')} / {pool.get('batch_capacity')}",
+            pool.role,
+            str(pool.replicas),
+            pool.workload,
+            pool.model,
+            str(pool.tp),
+            str(pool.sockets),
+            pool.kv_policy,
+            f"{pool.batch_slots} / {pool.batch_capacity}",
         )
     return table
 
 
-def goodput_table(result: Mapping[str, Any]) -> Table:
+def not_served_as_sent(result: ClusterSummary) -> list[tuple[str, str]]:
+    """(what, why) of every request the cluster did not serve as the trace sent it: rejected
+    or truncated at the context limit, and trace rows left out before routing."""
+    limit = f"prompt + output over the {result.max_context:,}-token context"
+    rows: list[tuple[str, str]] = []
+    if result.requests_rejected:
+        reason = f"{limit}; traffic.over_context: reject"
+        rows.append(("rejected", f"{result.requests_rejected:,} ({reason})"))
+    if result.requests_truncated:
+        reason = f"{limit}, cut to fit; traffic.over_context: truncate"
+        rows.append(("truncated", f"{result.requests_truncated:,} ({reason})"))
+    return rows + _trace_rows_left_out(result.traffic)
+
+
+def _trace_rows_left_out(traffic: TrafficSummary) -> list[tuple[str, str]]:
+    """Trace rows that never became requests, each count with its reason."""
+    reasons = (
+        (traffic.skipped, "failed requests in the trace (zero tokens), skipped"),
+        (traffic.filtered_out, "left out by traffic.filter"),
+        (traffic.outside_window, "outside traffic.start .. traffic.end"),
+        (traffic.beyond_limit, "beyond traffic.requests"),
+    )
+    return [("trace rows left out", f"{n:,} ({why})") for n, why in reasons if n]
+
+
+def goodput_table(result: ClusterSummary) -> Table:
     """Requests, SLO, goodput and throughput of the whole cluster."""
     table = Table(title="Cluster", title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    slo = result.get("slo") or {}
-    goodput = result.get("goodput") or {}
-    traffic = result.get("traffic") or {}
-    met = "met" if result.get("slo_met") else "NOT met"
+    slo, goodput, traffic = result.slo, result.goodput, result.traffic
+    met = "met" if result.slo_met else "NOT met"
     rows = [
-        ("traffic", f"{traffic.get('source')}, {traffic.get('rows')} rows"),
+        ("traffic", f"{traffic.source}, {traffic.rows} rows"),
         (
             "requests served / rejected / truncated",
-            f"{result.get('requests_served')} / {result.get('requests_rejected')} / "
-            f"{result.get('requests_truncated')} of {result.get('requests')}",
+            f"{result.requests_served} / {result.requests_rejected} / "
+            f"{result.requests_truncated} of {result.requests}",
         ),
+        *not_served_as_sent(result),
         (
             "SLO",
-            f"TTFT <= {human.duration(slo.get('ttft_s'))}, TPOT <= "
-            f"{human.duration(slo.get('tpot_s'))}, for {human.percent(slo.get('attainment'))}",
+            f"TTFT <= {human.duration(slo.ttft_s)}, TPOT <= "
+            f"{human.duration(slo.tpot_s)}, for {human.percent(slo.attainment)}",
         ),
         (
             "requests meeting the SLO",
-            f"{goodput.get('requests')} ({human.percent(goodput.get('fraction'))}): {met}",
+            f"{goodput.requests} ({human.percent(goodput.fraction)}): {met}",
         ),
         (
             "goodput",
-            f"{human.rate(goodput.get('requests_per_s', 0), 'req/s')}, "
-            f"{human.rate(goodput.get('tokens_per_s', 0), 'tok/s')}",
+            f"{human.rate(goodput.requests_per_s, 'req/s')}, "
+            f"{human.rate(goodput.tokens_per_s, 'tok/s')}",
         ),
-        ("output throughput (all)", human.rate(result.get("output_tokens_per_s", 0), "tok/s")),
-        ("makespan", human.duration(result.get("makespan_s"))),
-        ("replicas / sockets", f"{result.get('replicas')} / {result.get('sockets')}"),
-        ("step shapes simulated", str(result.get("step_shapes_simulated"))),
+        ("output throughput (all)", human.rate(result.output_tokens_per_s, "tok/s")),
+        ("makespan", human.duration(result.makespan_s)),
+        ("replicas / sockets", f"{result.replicas} / {result.sockets}"),
+        ("step shapes simulated", str(result.step_shapes_simulated)),
     ]
-    energy = result.get("energy")
-    rows += energy_rows(None if energy is None else Energy(**energy))
-    prefix = result.get("prefix_cache")
-    if prefix:
+    rows += energy_rows(result.energy)
+    prefix = result.prefix_cache
+    if prefix is not None:
         rows.append(
             (
                 "prefix cache",
-                f"{human.percent(prefix.get('hit_rate'))} of blocks hit, "
-                f"{human.percent(prefix.get('token_hit_rate'))} of prompt tokens skipped",
+                f"{human.percent(prefix.hit_rate)} of blocks hit, "
+                f"{human.percent(prefix.token_hit_rate)} of prompt tokens skipped",
             )
         )
-    transfer = result.get("kv_transfer")
-    if transfer:
-        seconds = transfer.get("seconds") or {}
+    transfer = result.kv_transfer
+    if transfer is not None:
         rows.append(
             (
                 "KV transfers",
-                f"{transfer.get('transfers')} ({human.size(transfer.get('bytes'))}), p99 "
-                f"{human.duration(seconds.get('p99'))}",
+                f"{transfer.transfers} ({human.size(transfer.bytes)}), p99 "
+                f"{human.duration(transfer.seconds.p99)}",
             )
         )
     for name, value in rows:
@@ -104,10 +126,9 @@ def goodput_table(result: Mapping[str, Any]) -> Table:
     return table
 
 
-def classes_table(result: Mapping[str, Any]) -> Table | None:
+def classes_table(result: ClusterSummary) -> Table | None:
     """Per class: requests, goodput and latency percentiles."""
-    classes = result.get("classes")
-    if not classes:
+    if not result.classes:
         return None
     table = Table(title="Classes", title_justify="left", box=box.SIMPLE_HEAD)
     for column in (
@@ -121,24 +142,23 @@ def classes_table(result: Mapping[str, Any]) -> Table | None:
         "TPOT p99",
     ):
         table.add_column(column, justify="left" if column == "class" else "right")
-    for name, row in classes.items():
-        ttft, tpot = row.get("ttft_s") or {}, row.get("tpot_s") or {}
+    for name, row in result.classes.items():
         table.add_row(
             name,
-            str(row.get("requests")),
-            str(row.get("rejected")),
-            human.percent(row.get("goodput_fraction")),
-            human.duration(ttft.get("p50")),
-            human.duration(ttft.get("p99")),
-            human.duration(tpot.get("p50")),
-            human.duration(tpot.get("p99")),
+            str(row.requests),
+            str(row.rejected),
+            human.percent(row.goodput_fraction),
+            human.duration(row.ttft_s.p50),
+            human.duration(row.ttft_s.p99),
+            human.duration(row.tpot_s.p50),
+            human.duration(row.tpot_s.p99),
         )
     return table
 
 
-def replicas_table(result: Mapping[str, Any]) -> Table:
+def replicas_table(result: ClusterSummary) -> Table:
     """Per replica: what it took, its latencies, occupancy and utilization."""
-    replicas = result.get("per_replica") or []
+    replicas = result.per_replica
     shown = replicas[:MAX_REPLICA_ROWS]
     more = f" (first {len(shown)} of {len(replicas)})" if len(replicas) > len(shown) else ""
     table = Table(title=f"Replicas{more}", title_justify="left", box=box.SIMPLE_HEAD)
@@ -157,32 +177,36 @@ def replicas_table(result: Mapping[str, Any]) -> Table:
     ):
         table.add_column(column, justify="left" if column in ("pool", "role") else "right")
     for row in shown:
-        util = row.get("utilization") or {}
         table.add_row(
-            str(row.get("replica")),
-            str(row.get("pool")),
-            str(row.get("role")),
-            str(row.get("requests")),
-            str(row.get("decoded")),
-            human.percent(row.get("goodput_fraction")),
-            human.duration((row.get("ttft_s") or {}).get("p99")),
-            human.duration((row.get("tpot_s") or {}).get("p99")),
-            human.percent(row.get("occupancy")),
-            human.percent(util.get("hbm")),
-            human.percent(util.get("pcu")),
+            str(row.replica),
+            row.pool,
+            row.role,
+            str(row.requests),
+            str(row.decoded),
+            human.percent(row.goodput_fraction),
+            human.duration(row.ttft_s.p99),
+            human.duration(row.tpot_s.p99),
+            human.percent(row.occupancy),
+            human.percent(row.utilization.hbm),
+            human.percent(row.utilization.pcu),
         )
     return table
 
 
-def render_cluster(result: Mapping[str, Any]) -> Group:
+def render_cluster(result: ClusterSummary) -> Group:
     """All tables of a cluster report, headed by what was simulated."""
     head = (
-        f"[bold]{result.get('cluster')}[/bold]: {result.get('replicas')} replicas, "
-        f"{result.get('sockets')} sockets, router {result.get('router')}"
-        + (", disaggregated" if result.get("disaggregated") else "")
+        f"[bold]{result.cluster}[/bold]: {result.replicas} replicas, "
+        f"{result.sockets} sockets, router {result.router}"
+        + (", disaggregated" if result.disaggregated else "")
     )
-    latencies = {key: Percentiles(**result[key]) for key, _ in LATENCIES}
-    parts: list[Any] = [head, pools_table(result), goodput_table(result), latency_table(latencies)]
+    latencies = {key: getattr(result, key) for key, _ in LATENCIES}
+    parts: list[str | Table] = [
+        head,
+        pools_table(result),
+        goodput_table(result),
+        latency_table(latencies),
+    ]
     classes = classes_table(result)
     if classes is not None:
         parts.append(classes)
@@ -190,7 +214,7 @@ def render_cluster(result: Mapping[str, Any]) -> Group:
     return Group(*parts)
 
 
-def print_cluster_report(result: Mapping[str, Any], console: Console | None = None) -> None:
+def print_cluster_report(result: ClusterSummary, console: Console | None = None) -> None:
     """Print the cluster report to ``console`` (stdout by default; 160 columns when stdout is
     not a terminal, so piped reports keep their tables whole)."""
     if console is None:

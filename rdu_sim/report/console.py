@@ -229,6 +229,7 @@ def serving_table(result: RunSummary) -> Table:
             "requests completed",
             f"{result.requests_completed:,} of {human.count(result.requests, 'request')}",
         ),
+        *truncated_rows(result),
         ("output tokens", f"{result.output_tokens:,}"),
         ("makespan (first arrival to last token)", human.duration(result.makespan_s)),
         ("decode throughput (all users)", human.rate(result.decode_tokens_per_s, "tok/s")),
@@ -245,6 +246,14 @@ def serving_table(result: RunSummary) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def truncated_rows(result: RunSummary) -> list[tuple[str, str]]:
+    """The requests cut to fit the context, with the reason (none: no row)."""
+    if not result.requests_truncated:
+        return []
+    reason = f"prompt + output over serving.max_context, {result.max_context:,} tokens"
+    return [("requests truncated", f"{result.requests_truncated:,} ({reason}), cut to fit")]
 
 
 def _shapes_row(shapes: int, steps: int) -> str:

@@ -13,8 +13,6 @@ with ``hw.system.sockets`` is one axis, not two). That is ``rdu-sim plot sweep D
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +22,8 @@ from matplotlib.figure import Figure
 from rdu_sim.config import units
 from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
 from rdu_sim.report.plots_style import color_for, figure_title, legend_outside, new_figure
+from rdu_sim.report.sweep_frame import cell_key as _key
+from rdu_sim.report.sweep_frame import swept_axes
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -171,19 +171,6 @@ def _tick(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={_tick(v)}" for k, v in value.items())
     return "none" if value is None else str(value)
-
-
-def _key(value: Any) -> str:
-    """A hashable stand-in for a cell (dicts, lists; NaN, as pandas stores a null, is None)."""
-    if isinstance(value, float) and math.isnan(value):
-        value = None
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def swept_axes(frame: Any) -> list[str]:
-    """The axes of a sweep frame that take more than one value, in the spec's order."""
-    axes = frame.attrs.get("axes", []) if hasattr(frame, "attrs") else []
-    return [a for a in axes if a in frame.columns and len({_key(v) for v in frame[a]}) > 1]
 
 
 def _follows(frame: Any, lead: str, other: str) -> bool:

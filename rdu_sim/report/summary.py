@@ -14,6 +14,8 @@ Definitions (docs/serving.md repeats them for users):
   over the window [completion number ``batch_slots``, last admission] of a closed-loop run
   (``rdu_sim.serving.steady``; the calibration's figure); both None without a window.
 - ``user_tokens_per_s``: per request, 1 / TPOT (the rate a user sees once tokens stream).
+- ``requests_truncated``: requests whose prompt + output exceeded ``serving.max_context``,
+  cut to fit a slot (``serving.requests.clip_to_context``); a lone run rejects none.
 - ``makespan_s``: first arrival to last completion. ``utilization`` (``hbm``: HBM bytes moved
   over what the peak bandwidth could move; ``pcu``: PCU-time busy; ``flops``: matrix FLOPs
   over what the peak FLOP/s could do) is time-weighted over every step run, divided by the
@@ -333,6 +335,7 @@ class RunSummary:
     coe: CoEStats | None
     requests: int
     requests_completed: int
+    requests_truncated: int
     output_tokens: int
     prefill_s: float | None
     ttft_s: Percentiles
@@ -557,6 +560,7 @@ def summarize(run: ServingRun) -> RunSummary:
         coe=run.coe,
         requests=len(records),
         requests_completed=int(done.sum()),
+        requests_truncated=run.requests_in.truncated,
         output_tokens=output_tokens,
         prefill_s=_round(run.prefill_s),
         ttft_s=latencies.ttft,

@@ -6,9 +6,10 @@ workload gives the same requests in any process, and nothing global is touched.
 
 Lengths are clipped so a request fits one slot (documented in docs/serving.md):
 ``prompt <= max_context - 1`` (at least 1) and ``output <= max_context - prompt`` (at
-least 1), i.e. ``prompt + output <= max_context``. The last output token comes from the
-last decode step, whose cache holds ``prompt + output - 1`` tokens, so every cache the run
-builds fits ``max_context``.
+least 1), i.e. ``prompt + output <= max_context``; how many were cut is counted
+(``RequestSet.truncated``, ``requests_truncated`` in the run's report). The last output
+token comes from the last decode step, whose cache holds ``prompt + output - 1`` tokens,
+so every cache the run builds fits ``max_context``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class RequestSet:
     trace_acceptance: NDArray[np.float64] | None = None
     # the trace's expert column (Composition of Experts), in request order; None: no column
     trace_expert: NDArray[np.int64] | None = None
+    # requests whose prompt + output exceeded serving.max_context, cut to fit a slot
+    truncated: int = 0
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -141,12 +144,13 @@ def make_requests(
                 )
     if process == "all_at_once":
         arrival = np.zeros(n, dtype=np.float64)
+    truncated = int(np.count_nonzero(prompt + output > serving.max_context))
     prompt, output = clip_to_context(prompt, output, serving.max_context)
     concurrency = None
     if process == "closed_loop":
         concurrency = serving.arrival.concurrency or batch_slots
         arrival = None
-    return RequestSet(prompt, output, arrival, concurrency, acceptance, experts)
+    return RequestSet(prompt, output, arrival, concurrency, acceptance, experts, truncated)
 
 
 PROMPT_SAMPLES = 200_000

@@ -1,0 +1,123 @@
+"""A config field in words: its description and unit, by the dotted path ``--set`` takes.
+
+Sweep tables and plots name a swept axis by what it means, not only by its path: a
+``serving.max_context`` axis reads "longest sequence a slot holds (tokens)". The words are
+the field's own ``description`` (the one the JSON Schema and error messages show), so there
+is one text per field; the unit comes from the field's type (a quantity parsed by
+``config.units``) or, for a count, from the noun its description counts in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, get_args
+
+from pydantic import BaseModel
+
+from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.loader import _model_classes
+from rdu_sim.config.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+from rdu_sim.config.workload import WorkloadConfig
+
+__all__ = ["FieldDoc", "axis_label", "field_doc"]
+
+HW_PREFIX = "hw."
+
+_QUANTITY_UNITS = {
+    parse_bytes: "bytes",
+    parse_seconds: "s",
+    parse_bandwidth: "bytes/s",
+    parse_flops: "FLOP/s",
+}
+"""The internal unit of each quantity type (``config.units``), by its parser."""
+
+_PART_NAMES = {
+    "hbm": "HBM",
+    "ddr": "DDR",
+    "pcu": "PCU",
+    "pmu": "PMU",
+    "kv": "KV",
+    "intra_node_link": "intra-node link",
+    "inter_node_link": "inter-node link",
+}
+"""Config sections whose name says which part a field belongs to, as a reader writes it."""
+
+_CLAUSE_END = re.compile(r" \(|; |: |, or |, in ")
+
+
+@dataclass(frozen=True)
+class FieldDoc:
+    """A field's description, the part of the machine it belongs to (``HBM``; '' when the
+    path says nothing more), and its unit ('' for a plain count or a name)."""
+
+    description: str
+    part: str
+    unit: str
+
+    def words(self) -> str:
+        """The description's first clause (past a one-letter symbol such as ``k:``), with
+        its part unless the clause names it: ``HBM peak bytes/s``."""
+        clauses = [c.strip() for c in _CLAUSE_END.split(self.description)]
+        clause = next((c for c in clauses if len(c) > 2), clauses[0])
+        if self.part.lower() in clause.lower():
+            return clause
+        return f"{self.part} {clause}".strip()
+
+    def label(self) -> str:
+        """Words and unit: ``longest sequence a slot holds (tokens)``; the unit is left out
+        when the words already say it."""
+        words = self.words()
+        said = re.search(rf"(?<![\w/]){re.escape(self.unit)}(?![\w/])", words)
+        return words if not self.unit or said else f"{words} ({self.unit})"
+
+
+def _quantity_unit(metadata: Sequence[Any]) -> str:
+    """The unit of a quantity type's parser among an Annotated's metadata, or ''."""
+    for meta in metadata:
+        parser = getattr(meta, "func", None)
+        if parser in _QUANTITY_UNITS:
+            return _QUANTITY_UNITS[parser]
+    return ""
+
+
+def _unit(annotation: Any, metadata: Sequence[Any], description: str) -> str:
+    """The unit of a field: its quantity type's (looking through ``X | None``), else
+    ``tokens`` for a count of tokens, else ''."""
+    unit = _quantity_unit(metadata)
+    for arg in (annotation, *get_args(annotation)):
+        unit = unit or _quantity_unit(getattr(arg, "__metadata__", ()))
+    if unit:
+        return unit
+    return "tokens" if re.search(r"\btokens\b", description) else ""
+
+
+def field_doc(path: str) -> FieldDoc | None:
+    """The field at a dotted workload path (``hw.`` paths: the hardware file's), or None
+    when the path names no documented field (a whole section, a list item)."""
+    root: type[BaseModel] = WorkloadConfig
+    if path.startswith(HW_PREFIX):
+        root, path = HardwareConfig, path[len(HW_PREFIX) :]
+    parts = path.split(".")
+    classes: list[type[BaseModel]] = [root]
+    info = None
+    for i, part in enumerate(parts):
+        owner = next((c for c in classes if part in c.model_fields), None)
+        if owner is None:
+            return None
+        info = owner.model_fields[part]
+        if i < len(parts) - 1:
+            classes = _model_classes(info.annotation)
+    if info is None or not info.description:
+        return None
+    parent = parts[-2] if len(parts) > 1 else ""
+    # pydantic keeps a top-level Annotated's validators in ``metadata``, beside the bare type
+    unit = _unit(info.annotation, info.metadata, info.description)
+    return FieldDoc(info.description, _PART_NAMES.get(parent, ""), unit)
+
+
+def axis_label(path: str) -> str:
+    """A swept axis in words with its unit (``field_doc``), or the path when it has none."""
+    doc = field_doc(path)
+    return path if doc is None else doc.label()

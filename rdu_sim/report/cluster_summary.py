@@ -1,0 +1,229 @@
+"""The metrics of a cluster run, typed: what the console reads and what the JSON is.
+
+:class:`ClusterSummary` plays for a cluster the part :class:`~rdu_sim.report.summary.RunSummary`
+plays for a lone workload: ``report.cluster.summarize_cluster`` builds it, the console
+(``report.cluster_console``) reads its attributes, and :meth:`ClusterSummary.to_dict` is the
+JSON contract of ``rdu-sim run CLUSTER --json`` (docs/cluster.md). A renamed field is then
+an attribute error or a type error in mypy, never a "None" printed in a table. Floats are
+rounded as the JSON is (12 significant digits) when the summary is built, so an attribute
+and its JSON value are the same number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, TypeVar
+
+from rdu_sim.cluster.traffic import TrafficSummary
+from rdu_sim.report.energy import Energy
+from rdu_sim.report.summary import Percentiles, StepCounts, Utilization, rounded
+
+__all__ = [
+    "Brief",
+    "ClassSummary",
+    "ClusterMeta",
+    "ClusterPrefixCache",
+    "ClusterSummary",
+    "Goodput",
+    "KVTransfer",
+    "PoolSummary",
+    "PrefixCacheStats",
+    "ReplicaSummary",
+    "SLOTargets",
+    "rounded_fields",
+]
+
+T = TypeVar("T")
+
+
+def rounded_fields(value: T) -> T:
+    """A dataclass with its float fields rounded as the JSON rounds them (non-finite: None)."""
+    changes = {
+        f.name: rounded(getattr(value, f.name))
+        for f in fields(value)  # type: ignore[arg-type]
+        if isinstance(getattr(value, f.name), float)
+    }
+    return replace(value, **changes)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class ClusterMeta:
+    """What a cluster run is, beside its metrics: names, sizes, the simulator's version."""
+
+    cluster: str
+    router: str
+    disaggregated: bool
+    replicas: int
+    sockets: int
+    max_context: int
+    version: str
+
+
+@dataclass(frozen=True)
+class PoolSummary:
+    """A pool's identity and sizes: its role, replicas and what each replica runs."""
+
+    role: str
+    replicas: int
+    workload: str
+    model: str
+    hardware: str
+    tp: int
+    sockets: int
+    kv_policy: str
+    batch_capacity: int
+    batch_slots: int
+    prefix_cache_blocks: int
+
+
+@dataclass(frozen=True)
+class SLOTargets:
+    """The cluster's SLO: TTFT and TPOT targets, and the share of requests that must meet both."""
+
+    ttft_s: float
+    tpot_s: float
+    attainment: float
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Requests that met the SLO: how many, their share of all requests, and their request
+    and output-token rates over the makespan."""
+
+    requests: int
+    fraction: float
+    requests_per_s: float
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    """One request class: its requests, how many were served and rejected, the share that
+    met the SLO, and its latency percentiles over the served ones."""
+
+    requests: int
+    served: int
+    rejected: int
+    goodput_fraction: float
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    queue_delay_s: Percentiles
+    e2e_s: Percentiles
+
+
+@dataclass(frozen=True)
+class Brief:
+    """p50 and p99 of a per-request quantity (None when no request has it)."""
+
+    p50: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class PrefixCacheStats:
+    """Prefix caches (one replica's, or all of them summed): blocks held, looked up, hit,
+    inserted, evicted, and not cached."""
+
+    capacity_blocks: int
+    lookups: int
+    hit_blocks: int
+    hit_rate: float
+    inserted: int
+    evicted: int
+    not_cached: int
+
+
+@dataclass(frozen=True)
+class ClusterPrefixCache(PrefixCacheStats):
+    """Every replica's prefix cache, with the prompt tokens whose prefill it skipped."""
+
+    prefill_tokens_skipped: int
+    token_hit_rate: float
+
+
+@dataclass(frozen=True)
+class ReplicaSummary:
+    """One replica: what it took (prefill side) and decoded, its latencies, slot occupancy,
+    utilization, steps and prefix cache (None without one: the key is then left out)."""
+
+    replica: int
+    pool: str
+    role: str
+    requests: int
+    decoded: int
+    output_tokens: int
+    goodput_fraction: float | None
+    ttft_s: Brief
+    tpot_s: Brief
+    occupancy: float
+    utilization: Utilization
+    steps: StepCounts
+    prefix_cache: PrefixCacheStats | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The replica's JSON (``prefix_cache`` only when it has one)."""
+        data = asdict(self)
+        if self.prefix_cache is None:
+            del data["prefix_cache"]
+        return data
+
+
+@dataclass(frozen=True)
+class KVTransfer:
+    """A disaggregated run's KV link: transfers, bytes, each transfer's seconds and the time
+    transfers waited for the port."""
+
+    transfers: int
+    bytes: float
+    seconds: Percentiles
+    port_wait_s: float
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """The metrics of one cluster run, typed; :meth:`to_dict` is the JSON contract of
+    ``rdu-sim run CLUSTER --json`` (docs/cluster.md repeats the definitions)."""
+
+    cluster: str
+    router: str
+    disaggregated: bool
+    replicas: int
+    sockets: int
+    max_context: int
+    version: str
+    pools: dict[str, PoolSummary]
+    traffic: TrafficSummary
+    requests: int
+    requests_served: int
+    requests_rejected: int
+    requests_truncated: int
+    output_tokens: int
+    makespan_s: float
+    output_tokens_per_s: float
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    queue_delay_s: Percentiles
+    e2e_s: Percentiles
+    slo: SLOTargets
+    goodput: Goodput
+    slo_met: bool
+    classes: dict[str, ClassSummary] | None
+    per_replica: list[ReplicaSummary]
+    step_shapes_simulated: int
+    energy: Energy | None
+    prefix_cache: ClusterPrefixCache | None
+    kv_transfer: KVTransfer | None
+    provenance: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract: nested plain dicts; ``prefix_cache`` and ``kv_transfer`` only
+        when the cluster has them. The provenance is kept exact, as a run's is."""
+        data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[]))
+        data["traffic"] = self.traffic.to_dict()
+        data["per_replica"] = [r.to_dict() for r in self.per_replica]
+        for optional in ("prefix_cache", "kv_transfer"):
+            if data[optional] is None:
+                del data[optional]
+        result: dict[str, Any] = rounded(data)
+        result["provenance"] = self.provenance
+        return result

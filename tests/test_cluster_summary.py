@@ -1,0 +1,162 @@
+"""The typed cluster summary: the JSON is its ``to_dict``, the console reads its attributes,
+and the requests a cluster did not serve as sent are counted with their reason in the text.
+
+The clusters run on test_api_run's analytic FakeBackend (closed-form step times), so these
+tests are fast; the JSON's values are checked against recounts in test_cluster.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from test_cluster import LLAMA, _mooncake, fake, write_cluster, write_trace
+
+from rdu_sim.report.cluster_console import print_cluster_report
+from rdu_sim.report.cluster_summary import ClusterSummary
+from rdu_sim.report.summary import rounded
+from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
+
+TOP_KEYS = {
+    "cluster",
+    "router",
+    "disaggregated",
+    "replicas",
+    "sockets",
+    "max_context",
+    "version",
+    "pools",
+    "traffic",
+    "requests",
+    "requests_served",
+    "requests_rejected",
+    "requests_truncated",
+    "output_tokens",
+    "makespan_s",
+    "output_tokens_per_s",
+    "ttft_s",
+    "tpot_s",
+    "queue_delay_s",
+    "e2e_s",
+    "slo",
+    "goodput",
+    "slo_met",
+    "classes",
+    "per_replica",
+    "step_shapes_simulated",
+    "energy",
+    "provenance",
+}
+"""The JSON's top-level keys (docs/cluster.md), plus ``prefix_cache`` and ``kv_transfer``
+when the cluster has them."""
+
+
+def _disaggregated_with_prefix_cache(folder: Path) -> Path:
+    trace = _mooncake(folder, requests=120, rate=6.0)
+    pools = {
+        name: {
+            "workload": str(LLAMA),
+            "replicas": replicas,
+            "role": role,
+            "set": {"serving.batch_slots": 8},
+        }
+        for name, replicas, role in (("pre", 1, "prefill"), ("dec", 2, "decode"))
+    }
+    return write_cluster(
+        folder,
+        pools=pools,
+        traffic={"trace": trace},
+        kv_transfer={"bandwidth": "10 GB/s", "latency": "20 us"},
+        prefix_cache={"block_tokens": 512},
+        classes={"by": "prompt_tokens", "edges": [1024, 4096]},
+    )
+
+
+def _leaves(value: Any, path: str = "") -> dict[str, Any]:
+    """Every leaf of a JSON-like value by its dotted path."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{path}.{key}" if path else str(key)))
+        return out
+    if isinstance(value, list):
+        out = {}
+        for i, item in enumerate(value):
+            out.update(_leaves(item, f"{path}[{i}]"))
+        return out
+    return {path: value}
+
+
+def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
+    tmp_path: Path,
+) -> None:
+    result = fake(_disaggregated_with_prefix_cache(tmp_path))
+    summary = result.summary()
+    assert isinstance(summary, ClusterSummary) and result.summary() is summary
+    data = result.to_dict()
+    assert data == summary.to_dict()
+    assert set(data) == TOP_KEYS | {"prefix_cache", "kv_transfer"}
+    # the attributes, as plain values, are the JSON's (the traffic's one renamed counter and
+    # the keys a cluster without a prefix cache leaves out aside): floats already rounded
+    attributes = _leaves(dataclasses.asdict(dataclasses.replace(summary, provenance={})))
+    attributes["traffic.skipped_failed_rows"] = attributes.pop("traffic.skipped")
+    for i, row in enumerate(summary.per_replica):  # a decode replica has no prefix cache
+        if row.prefix_cache is None:
+            del attributes[f"per_replica[{i}].prefix_cache"]
+    assert summary.per_replica[0].prefix_cache is not None
+    json_leaves = _leaves({**data, "provenance": {}})
+    assert attributes == json_leaves
+    assert rounded(attributes) == attributes
+    # typed reads: a renamed field is an AttributeError (and a mypy error), not a None
+    assert summary.goodput.fraction == data["goodput"]["fraction"]
+    assert summary.per_replica[0].role == "prefill" and summary.kv_transfer is not None
+    assert summary.kv_transfer.seconds.p99 == data["kv_transfer"]["seconds"]["p99"]
+    assert summary.classes is not None
+    assert set(summary.classes) == set(data["classes"])
+
+
+def test_optional_blocks_are_left_out_of_the_json_as_before(tmp_path: Path) -> None:
+    data = fake(write_cluster(tmp_path), {"traffic.requests": 30}).to_dict()
+    assert set(data) == TOP_KEYS
+    assert all("prefix_cache" not in row for row in data["per_replica"])
+    assert data["classes"] is None and data["traffic"]["source"] == "synthetic"
+
+
+def _row(report: str, label: str) -> str | None:
+    """The value of the report's row ``label`` (None when it has none)."""
+    for line in report.splitlines():
+        cells = [cell.strip() for cell in line.strip("│ ").split("│")]
+        if len(cells) == 2 and cells[0] == label:
+            return cells[1]
+    return None
+
+
+def _run(tmp_path: Path, overrides: dict[str, Any]) -> tuple[ClusterSummary, str]:
+    table = synthetic_table(SyntheticTrace(requests=90, rate=9.0, prompt_high=9000, seed=8))
+    trace = write_trace(tmp_path, "t.csv", table, "csv")
+    summary = fake(write_cluster(tmp_path, traffic={"trace": trace}), overrides).summary()
+    out = io.StringIO()
+    print_cluster_report(summary, Console(file=out, width=250))
+    return summary, out.getvalue()
+
+
+def test_the_report_says_why_requests_were_rejected_truncated_or_left_out(tmp_path: Path) -> None:
+    limit = "prompt + output over the 8,192-token context"
+    summary, report = _run(tmp_path, {})
+    n = summary.requests_rejected
+    assert n > 0 and summary.requests_truncated == 0
+    assert _row(report, "rejected") == f"{n:,} ({limit}; traffic.over_context: reject)"
+    assert _row(report, "truncated") is None and _row(report, "trace rows left out") is None
+    cut, report = _run(tmp_path, {"traffic.over_context": "truncate", "traffic.requests": 50})
+    assert cut.requests_rejected == 0 and cut.requests_truncated > 0
+    assert _row(report, "truncated") == (
+        f"{cut.requests_truncated:,} ({limit}, cut to fit; traffic.over_context: truncate)"
+    )
+    assert _row(report, "trace rows left out") == "40 (beyond traffic.requests)"
+    assert _row(report, "rejected") is None
+    assert _row(report, "requests served / rejected / truncated") == (
+        f"50 / 0 / {cut.requests_truncated} of 50"
+    )

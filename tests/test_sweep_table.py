@@ -1,0 +1,86 @@
+"""`rdu-sim sweep` ends with a table of its swept axes and headline metrics per point (the
+database's rows, in the spec's grid order) and says where the database is."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from rdu_sim import human
+from rdu_sim.cli.main import cli
+from rdu_sim.report.sweep_table import format_metric
+from rdu_sim.sweep import load
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+SPEC = """
+axes:
+  serving.batch_slots: [1, 2, 4, 8]
+  serving.max_context: [4096, 8192]
+metrics: [decode_tokens_per_s, ttft_s.p50, memory.hbm.kv_bytes]
+evaluator: {name: synthetic, options: {fail_when: {serving.batch_slots: 2}}}
+"""
+
+
+def _rows(stdout: str, first: str) -> list[list[str]]:
+    """The table's body rows: lines whose first cell is an axis value, split on 2+ spaces."""
+    rows = []
+    for line in stdout.splitlines():
+        cells = [c for c in line.strip().split("  ") if c.strip()]
+        if cells and cells[0].strip() in first.split():
+            rows.append([c.strip() for c in cells])
+    return rows
+
+
+def test_sweep_ends_with_the_points_table_and_the_database(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"base: {BASE}\n" + textwrap.dedent(SPEC).lstrip("\n"))
+    db = tmp_path / "out.sqlite"
+    result = CliRunner().invoke(cli, ["sweep", str(spec), "--workers", "1", "--db", str(db)])
+    assert result.exit_code == 1  # one axis value fails on purpose: its rows say why
+    out = result.stdout
+    assert "spec: results" in out
+    header = next(line for line in out.splitlines() if "decode_tokens_per_s" in line)
+    for column in ("serving.batch_slots", "serving.max_context", "ttft_s.p50", "status"):
+        assert column in header
+    assert f"database: {db} (rdu-sim plot sweep {db}; --export FILE for CSV)" in " ".join(
+        out.split()
+    )
+    caption = " ".join(out.split())
+    assert "serving.max_context: longest sequence a slot holds (tokens)" in caption
+    assert "serving.batch_slots: static batch slots" in caption
+    frame = load(db)
+    rows = _rows(out, "1 2 4 8")
+    assert len(rows) == len(frame) == 8
+    by_point = {
+        (int(r["serving.batch_slots"]), int(r["serving.max_context"])): r
+        for _, r in frame.iterrows()
+    }
+    grid = [(s, c) for s in (1, 2, 4, 8) for c in (4096, 8192)]
+    for cells, point in zip(rows, grid, strict=True):  # the spec's grid order
+        record = by_point[point]
+        assert cells[:2] == [str(point[0]), str(point[1])]
+        if point[0] == 2:
+            assert record["status"] == "failed"
+            assert cells[2:5] == [human.MISSING] * 3 and cells[5].startswith("failed: ")
+            continue
+        assert cells[2:] == [
+            format_metric("decode_tokens_per_s", record["decode_tokens_per_s"]),
+            format_metric("ttft_s.p50", record["ttft_s.p50"]),
+            format_metric("memory.hbm.kv_bytes", record["memory.hbm.kv_bytes"]),
+            "done",
+        ]
+
+
+def test_metric_units_follow_their_names() -> None:
+    assert format_metric("ttft_s.p50", 0.0123) == "12.3 ms"
+    assert format_metric("memory.hbm.kv_bytes", 3 * 2**30) == "3 GiB"
+    assert format_metric("decode_tokens_per_s", 1374.2) == "1,374"
+    assert format_metric("batch_slots", 686) == "686"
+    assert format_metric("kv_policy", "snapstream") == "snapstream"
+    assert format_metric("slo_met", True) == "True"
+    assert format_metric("steady_decode_tokens_per_s", float("nan")) == human.MISSING
+    assert format_metric("x", None) == human.MISSING
