@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.main import cli
 from rdu_sim.compiler.placement import plan_memory, weight_inventory
 from rdu_sim.config import ConfigError
@@ -187,6 +187,24 @@ def test_rdu_sim_run_json_reports_the_switching() -> None:
     assert {"model_switches", "switch_s", "hbm_hit_rate", "bytes_copied"} <= set(coe)
     assert {"admitted_mid_turn", "turns", "switch_policy", "switch_stall_s"} <= set(coe)
     assert coe["bytes_copied"] == pytest.approx(coe["model_switches"] * coe["switch_bytes"])
+
+
+def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
+    result = CliRunner().invoke(cli, ["run", str(COE), "--set", "serving.requests=20"])
+    assert result.exit_code == 0, result.output
+    coe = api.run(COE, {"serving.requests": 20}).summary().coe
+    assert coe is not None
+    text = " ".join(result.output.split())
+    assert "Composition of Experts" in text
+    assert f"expert switches (DDR to HBM copies) │ {coe.model_switches}" in text
+    assert f"requests admitted mid-turn │ {coe.admitted_mid_turn}" in text
+    assert (
+        f"HBM hit rate (expert in HBM or on its way at arrival) │ {human.percent(coe.hbm_hit_rate)}"
+        in text
+    )
+    assert f"bytes copied (all sockets) │ {human.size(coe.bytes_copied, 4)}" in text
+    assert f"stall waiting for copies │ {human.duration(coe.switch_stall_s)}" in text
+    assert "bounded: a turn admits for 2 s while others wait" in text
 
 
 def test_a_compressing_kv_policy_serves_its_experts_in_its_slots() -> None:
