@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.main import cli
-from rdu_sim.compiler.placement import weight_inventory
+from rdu_sim.compiler.placement import plan_memory, weight_inventory
 from rdu_sim.config import ConfigError
 from rdu_sim.config.workload import CoEConfig
+from rdu_sim.models.figures import weight_bytes
 from rdu_sim.scenario import load_scenario
-from rdu_sim.serving.coe import EVICTION, ExpertRegion, expert_tags
+from rdu_sim.serving.coe import EVICTION, ExpertRegion, expert_step_scenario, expert_tags
 
 ROOT = Path(__file__).resolve().parents[1]
 COE = ROOT / "workloads" / "samba-coe-150x8b-8socket.yaml"
@@ -37,26 +38,55 @@ def _run(**settings: Any) -> dict[str, Any]:
     return data
 
 
-def test_the_shipped_coe_workload_reports_switches_and_copies_exactly_their_bytes() -> None:
-    """The issue's must-show: model_switches, switch time and hit rate, and bytes copied ==
-    switches x one expert's weight bytes (on all sockets)."""
+def _per_socket_switch_bytes() -> int:
+    """One socket's share of a switch: every weight of the expert but its embedding table."""
+    scenario = load_scenario(COE)
+    return sum(w.bytes for w in weight_inventory(scenario) if not w.key.startswith("embedding/"))
+
+
+def test_a_switch_copies_the_expert_without_its_embedding_table() -> None:
+    """Llama 3.1 8B at tp 8: each socket holds its shard (1.877 GB with the replicated
+    norms) and a replica of the 1.05 GB embedding table; a switch copies the shard, the
+    table stays in DDR. The report, the model's figures and the workload's comment agree."""
     data = _run()
     coe = data["coe"]
     scenario = load_scenario(COE)
-    expert = sum(w.bytes for w in weight_inventory(scenario)) * scenario.tp
-    assert coe["expert_weight_bytes"] == expert
+    arch = scenario.model
+    table = arch.vocab_size * arch.hidden_size * 2  # bf16
+    assert table == 1_050_673_152
+    assert _per_socket_switch_bytes() == 2_927_370_240 - table == 1_876_697_088
+    assert coe["expert_weight_bytes"] == weight_bytes(arch, 2.0) == 16_060_522_496
+    assert coe["switch_bytes"] == 8 * 1_876_697_088
     assert coe["model_switches"] > 0
-    assert coe["bytes_copied"] == coe["model_switches"] * expert
-    assert 0 < coe["hbm_hit_rate"] < 1 and coe["switch_s"] > 0
-    # a copy of one socket's share at the copy engine's 128 GB/s at best
-    per_switch = coe["switch_s"] / coe["model_switches"]
-    assert per_switch >= expert / scenario.tp / 128e9 * (1 - 1e-9)
-    assert data["requests_completed"] == 60 and data["decode_tokens_per_s"] > 0
-    hbm = data["memory"]["hbm"]
+    assert coe["bytes_copied"] == pytest.approx(coe["model_switches"] * coe["switch_bytes"])
+    text = COE.read_text()
+    assert "16 GB each in BF16" in text and "1.88 GB per socket" in text
+    # HBM caches whole shards; DDR keeps every expert whole (its table too) on each socket
+    hbm, ddr = data["memory"]["hbm"], data["memory"]["ddr"]
     assert hbm["used_bytes"] <= hbm["capacity_bytes"]
-    assert data["memory"]["ddr"]["weights_bytes"] == 150 * expert // scenario.tp
+    assert ddr["weights_bytes"] == 150 * 2_927_370_240
+    # the expert's steps read the table's rows from DDR: one row per slot in a decode step
+    assert data["decode_step"]["bytes_by_tier"]["ddr"] == 16 * arch.hidden_size * 2
     # experts in DDR cached in HBM is the plan, not weights pushed out of HBM by the slots
     assert not any("leaves HBM room" in w for w in data["warnings"]), data["warnings"]
+
+
+def test_the_expert_steps_place_exactly_the_embedding_table_in_ddr() -> None:
+    scenario = load_scenario(COE)
+    placement = plan_memory(expert_step_scenario(scenario), 16)
+    in_ddr = [(t.name, t.bytes) for t in placement.tensors if t.tier == "ddr"]
+    assert in_ddr == [("embedding/embed.gather", 1_050_673_152)]
+
+
+def test_an_on_demand_switch_takes_its_bytes_over_the_copy_bandwidth() -> None:
+    """Without prefetching every copy runs alone: at 128 GB/s (below DDR's and HBM's
+    effective rates) a switch of a socket's 1.877 GB takes exactly bytes / bandwidth, and
+    the server waits for all of it (to the next whole picosecond)."""
+    data = _run(coe__prefetch=False)["coe"]
+    switches = data["model_switches"]
+    per_switch = 1_876_697_088 / 128e9
+    assert data["switch_s"] == pytest.approx(switches * per_switch, rel=1e-9)
+    assert data["switch_s"] <= data["switch_stall_s"] <= data["switch_s"] + switches * 1e-12
 
 
 def test_prefetching_the_next_expert_hides_switch_time() -> None:
@@ -155,7 +185,26 @@ def test_rdu_sim_run_json_reports_the_switching() -> None:
     assert result.exit_code == 0, result.output
     coe = json.loads(result.output)["coe"]
     assert {"model_switches", "switch_s", "hbm_hit_rate", "bytes_copied"} <= set(coe)
-    assert coe["bytes_copied"] == coe["model_switches"] * coe["expert_weight_bytes"]
+    assert {"admitted_mid_turn", "turns", "switch_policy", "switch_stall_s"} <= set(coe)
+    assert coe["bytes_copied"] == pytest.approx(coe["model_switches"] * coe["switch_bytes"])
+
+
+def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
+    result = CliRunner().invoke(cli, ["run", str(COE), "--set", "serving.requests=20"])
+    assert result.exit_code == 0, result.output
+    coe = api.run(COE, {"serving.requests": 20}).summary().coe
+    assert coe is not None
+    text = " ".join(result.output.split())
+    assert "Composition of Experts" in text
+    assert f"expert switches (DDR to HBM copies) │ {coe.model_switches}" in text
+    assert f"requests admitted mid-turn │ {coe.admitted_mid_turn}" in text
+    assert (
+        f"HBM hit rate (expert in HBM or on its way at arrival) │ {human.percent(coe.hbm_hit_rate)}"
+        in text
+    )
+    assert f"bytes copied (all sockets) │ {human.size(coe.bytes_copied, 4)}" in text
+    assert f"stall waiting for copies │ {human.duration(coe.switch_stall_s)}" in text
+    assert "bounded: a turn admits for 2 s while others wait" in text
 
 
 def test_a_compressing_kv_policy_serves_its_experts_in_its_slots() -> None:
@@ -203,8 +252,8 @@ def test_experts_from_a_trace_column(tmp_path: Path) -> None:
     coe = data["coe"]
     assert data["requests_completed"] == 40
     assert coe["model_switches"] == 1
-    assert coe["bytes_copied"] == coe["expert_weight_bytes"]
-    # the first batch (16 closed-loop users, one per slot) waited for the copy
+    assert coe["bytes_copied"] == coe["switch_bytes"]
+    # the first 16 closed-loop users (one per slot) waited for the copy; the rest came later
     assert coe["hbm_hit_rate"] == pytest.approx(24 / 40)
     two = _from_trace(_trace(tmp_path, ["0", "1"] * 20))["coe"]
     assert two["model_switches"] == 2

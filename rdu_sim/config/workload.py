@@ -361,6 +361,20 @@ class CoEConfig(StrictModel):
         description="copy the next queued request's expert into HBM while the current "
         "expert serves (the copy shares DDR and HBM with the steps' own traffic)",
     )
+    switch: Literal["bounded", "drain"] = Field(
+        default="bounded",
+        description="when the sockets go to another expert: 'drain' (the holding expert "
+        "keeps admitting its arriving requests until none is waiting or running), "
+        "'bounded' (it stops admitting once its turn is older than coe.turn_s and another "
+        "expert's request waits; its running requests finish, then the switch)",
+    )
+    turn_s: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=1e6,
+        description="with switch 'bounded': seconds an expert's turn may admit new requests "
+        "while another expert's request waits",
+    )
 
 
 def _model_kind(value: Any) -> str | None:

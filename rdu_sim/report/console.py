@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rdu_sim import human
+from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.summary import OfferedLoad, Percentiles, RunSummary, Utilization
@@ -296,6 +297,8 @@ def render(result: RunSummary) -> Group:
         serving_table(result),
         latency_table(latencies),
     ]
+    if result.coe is not None:
+        parts.append(coe_table(result.coe))
     if result.speculation is not None:
         parts.append(speculation_table(result.speculation))
     note = load_note(result) or steady_note(result)

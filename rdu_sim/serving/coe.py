@@ -1,44 +1,36 @@
-"""Composition of Experts serving (SN40L paper §VI-C, Fig. 9; Samba-CoE).
+"""Composition of Experts (SN40L paper §VI-C, Fig. 9; Samba-CoE): the memory plan and the run.
 
 Many expert models of the workload's architecture live in DDR; a router model's weights
 and the batch slots' KV cache stay in HBM, and the rest of HBM is a region of whole expert
-slots caching the active experts (``region_experts``). The node serves one expert at a
-time, all sockets tensor-parallel, in a SimPy simulation (one process, float seconds):
+slots caching the active experts (``region_experts``). Every request is tagged with its
+expert (Zipf popularity, seeded by ``serving.seed``, or the ``expert`` column of
+``serving.trace``); ``serving.coe_server`` serves them in expert turns of continuous
+batching, switching experts with copies on each socket's copy engine.
 
-- every request is tagged with its expert (Zipf popularity, seeded by ``serving.seed``, or
-  the ``expert`` column of ``serving.trace``);
-- the server takes the oldest waiting request's expert and up to ``batch_slots`` of the
-  queued requests for it (oldest first) as a batch;
-- if that expert is not in the region it is *switched in*: a victim chosen by the eviction
-  policy (``EVICTION``) leaves the region and the expert's weights are copied from DDR to
-  HBM on each socket's ``hw.CopyEngine``; the server waits for the copy (switch stall);
-- with ``coe.prefetch`` the next queued expert that is not resident is copied in while the
-  current batch runs (never evicting the running expert). During a copy every step also
-  puts its own HBM and DDR bytes on the same channels the copy uses, so the copy and the
-  steps share them and the step ends when both its time and its traffic are done;
-- a batch: per request the router prefills the prompt, then the expert prefills it (first
-  token, with the SnapKV selection when the KV policy compresses the prompt); then static
-  decode steps of ``batch_slots`` slots at the cache bucket of the batch's longest final
-  cache (what the KV policy keeps), each request finishing after its ``output - 1`` steps.
+What a switch copies (``switch_weights``): every weight of the expert except its token
+embedding table, which stays in DDR. A decode step gathers one row of it per slot (a few
+KB per token) and a prefill one per prompt token, so reading the rows from DDR costs a
+fraction of a microsecond to a fraction of a millisecond a step, while copying the table
+(replicated on every socket under tensor parallelism) would add 1.05 GB per socket for
+Llama 3.1 8B, 36% of the switch. So an expert's steps are compiled with the embedding in
+DDR and everything else pinned in HBM (``expert_step_scenario``); a Llama-3.1-8B expert
+(16.06 GB of weights) costs 1.88 GB of copies per socket at tp 8, 15.01 GB on the node
+(the norms, replicated, are copied by every socket).
 
-Step times come from the step cache (the compiled and simulated steps, one expert's
-scenario and the router's). A request is an HBM *hit* when its expert was in the region
-before it was asked for: a batch whose expert had to be copied in, on demand or by a
-prefetch made for it, is a miss (the prefetch only hides the copy: ``switch_stall_s``).
+A request is an HBM *hit* when its expert's latest copy was asked for before the request
+arrived (the expert was resident or on its way): a turn whose expert had to be copied in,
+on demand or by a prefetch made for a waiting request, serves misses first (the prefetch
+only hides the copy: ``switch_stall_s``).
 
-Left out: continuous batching across experts (a batch runs to its end), requests joining
-a running batch, the router's decision cost beyond its prefill, and
-re-simulating a step's pipeline under a copy: a step ends when both its simulated time and
-its traffic on the shared channels are done, so a copy delays it only when that traffic
-outlasts the step.
+Left out: the router's decision cost beyond its prefill (it prefills each prompt when the
+request is admitted, on the same sockets), and re-simulating a step's pipeline under a copy
+(a step ends when both its simulated time and its traffic on the shared channels are done).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -46,6 +38,7 @@ from numpy.typing import NDArray
 from rdu_sim import human
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.placement import (
+    WeightTensor,
     activation_bytes,
     kv_bytes,
     most_slots,
@@ -55,37 +48,43 @@ from rdu_sim.compiler.program import Placement, Tier, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import CoEConfig
-from rdu_sim.des.environment import CountingEnvironment
-from rdu_sim.engine.timing import StepTiming
-from rdu_sim.hw.copy_engine import CopyEngine
-from rdu_sim.hw.memory_channel import MemoryChannel
+from rdu_sim.des.environment import EventLimitError
+from rdu_sim.engine.budget import EventBudgetError
 from rdu_sim.models import get_model
+from rdu_sim.models.figures import weight_bytes
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.buckets import prefill_steps
-from rdu_sim.serving.clock import PS_PER_S
+from rdu_sim.serving.backend import Backend
+from rdu_sim.serving.clock import PS_PER_S, to_ps
+from rdu_sim.serving.coe_server import CoEServer, Tiers, TurnPolicy
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
-from rdu_sim.serving.server import Progress
 from rdu_sim.serving.step_cache import StepCache
-from rdu_sim.shapes import StepShape
 
 __all__ = [
     "EVICTION",
+    "CoERun",
     "CoEStats",
     "ExpertRegion",
     "coe_capacity",
     "coe_placement",
+    "expert_step_scenario",
     "expert_tags",
     "region_experts",
     "router_scenario",
     "serve_coe",
+    "switch_weights",
 ]
+
+EMBEDDING_KERNEL = "embedding"
+"""The kernel whose weight (the token embedding table) stays in DDR under CoE."""
+
+Progress = Callable[[int, int], None]
 
 
 @dataclass
 class _Entry:
-    admitted_s: float
-    last_used_s: float
+    admitted: float  # when it was given its slot (any clock unit)
+    last_used: float
     uses: int
 
 
@@ -93,9 +92,9 @@ Victim = Callable[[dict[int, _Entry]], int]
 """An eviction policy: the expert to evict among the candidates (ties: lowest id)."""
 
 EVICTION: dict[str, Victim] = {
-    "lru": lambda c: min(c, key=lambda e: (c[e].last_used_s, e)),
-    "lfu": lambda c: min(c, key=lambda e: (c[e].uses, c[e].last_used_s, e)),
-    "fifo": lambda c: min(c, key=lambda e: (c[e].admitted_s, e)),
+    "lru": lambda c: min(c, key=lambda e: (c[e].last_used, e)),
+    "lfu": lambda c: min(c, key=lambda e: (c[e].uses, c[e].last_used, e)),
+    "fifo": lambda c: min(c, key=lambda e: (c[e].admitted, e)),
 }
 """Eviction policies by ``coe.eviction`` name: least recently used, least often used (ties
 to the least recently used), least recently admitted."""
@@ -117,7 +116,7 @@ class ExpertRegion:
     def use(self, expert: int, now: float) -> None:
         """Count a use of a resident expert."""
         entry = self.resident[expert]
-        entry.last_used_s, entry.uses = now, entry.uses + 1
+        entry.last_used, entry.uses = now, entry.uses + 1
 
     def admit(self, expert: int, now: float, keep: set[int]) -> int | None:
         """Give ``expert`` a slot (it is being copied in), evicting a victim not in ``keep``
@@ -184,7 +183,31 @@ def router_scenario(scenario: Scenario, coe: CoEConfig) -> Scenario:
 
 
 def _weights(scenario: Scenario) -> int:
+    """Every weight byte of one socket (the embedding table replicated on each)."""
     return sum(w.bytes for w in weight_inventory(scenario))
+
+
+def switch_weights(scenario: Scenario) -> list[WeightTensor]:
+    """The weights one socket copies when an expert is switched in: all of the expert's
+    but its embedding table, which stays in DDR (module docstring)."""
+    return [w for w in weight_inventory(scenario) if w.key.split("/", 1)[0] != EMBEDDING_KERNEL]
+
+
+def _expert_hbm(scenario: Scenario) -> int:
+    """One expert's bytes in the HBM region of one socket (what a switch copies)."""
+    return sum(w.bytes for w in switch_weights(scenario))
+
+
+def expert_step_scenario(scenario: Scenario) -> Scenario:
+    """The expert as its steps run: its embedding table read from DDR, every other weight
+    pinned in HBM (``memory.weights: hot_set`` pinning exactly those bytes: the table, of
+    the least bandwidth need per byte, is the one weight the plan leaves in DDR)."""
+    hbm = scenario.hardware.hbm.capacity
+    memory = scenario.workload.memory.model_copy(
+        update={"weights": "hot_set", "hot_set_fraction": (_expert_hbm(scenario) + 0.5) / hbm}
+    )
+    workload = scenario.workload.model_copy(update={"memory": memory})
+    return replace(scenario, workload=workload)
 
 
 def _fixed_hbm(scenario: Scenario, router: Scenario, slots: int) -> int:
@@ -200,7 +223,7 @@ def _fixed_hbm(scenario: Scenario, router: Scenario, slots: int) -> int:
 def coe_capacity(scenario: Scenario, router: Scenario) -> int:
     """Most batch slots that still leave the HBM region room for one expert (a CoE's
     ``room for``: more slots take the region's HBM for KV cache)."""
-    room = scenario.hardware.hbm.capacity - _weights(scenario)
+    room = scenario.hardware.hbm.capacity - _expert_hbm(scenario)
     return most_slots(lambda slots: _fixed_hbm(scenario, router, slots) <= room)
 
 
@@ -210,7 +233,7 @@ def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:
     not one fits)."""
     hbm = scenario.hardware.hbm.capacity
     fixed = _fixed_hbm(scenario, router, slots)
-    expert = _weights(scenario)
+    expert = _expert_hbm(scenario)
     count = (hbm - fixed) // expert if hbm > fixed else 0
     if count < 1:
         raise CapacityError(
@@ -224,8 +247,8 @@ def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:
 
 
 def coe_placement(scenario: Scenario, router: Scenario, slots: int, region: int) -> Placement:
-    """One socket's memory plan: HBM holds the router, the region's experts, the KV cache
-    and activations; DDR holds every expert."""
+    """One socket's memory plan: HBM holds the router, the region's experts (without their
+    embedding tables), the KV cache and activations; DDR holds every expert whole."""
     hardware = scenario.hardware
     assert isinstance(hardware, HardwareConfig)
     expert = _weights(scenario)
@@ -237,7 +260,7 @@ def coe_placement(scenario: Scenario, router: Scenario, slots: int, region: int)
         "sram": TierUsage(capacity_bytes=socket.sram_bytes),
         "hbm": TierUsage(
             capacity_bytes=socket.hbm.capacity,
-            weights_bytes=_weights(router) + region * expert,
+            weights_bytes=_weights(router) + region * _expert_hbm(scenario),
             kv_bytes=kv,
             activations_bytes=act,
         ),
@@ -261,270 +284,122 @@ class CoEStats:
     region_experts: int
     eviction: str
     prefetch: bool
+    switch_policy: str  # coe.switch
+    turn_s: float | None  # coe.turn_s under switch 'bounded'
     model_switches: int
     switch_s: float  # the copy engines' busy time (copies of one socket; all run alike)
     switch_stall_s: float  # time the server waited for a copy (not hidden behind steps)
-    hbm_hit_rate: float  # requests whose expert was resident when their batch was formed
+    hbm_hit_rate: float  # requests whose expert was resident (or on its way) at arrival
     bytes_copied: float
-    expert_weight_bytes: float  # one expert's weights on the whole node
-    batches: int
+    switch_bytes: float  # what one switch copies on the node: the expert without its embedding
+    expert_weight_bytes: float  # one expert's weights (the model's, each counted once)
+    turns: int  # times the sockets went to an expert
+    admitted_mid_turn: int  # requests admitted after their turn's first step
+    requests_per_turn: float  # mean requests a turn served
+    longest_turn_s: float
     router_s: float  # time the router's prefills took
 
 
-@dataclass
-class _Run:
-    """The CoE server's moving parts (one socket's view; every socket does the same)."""
+@dataclass(frozen=True)
+class CoERun:
+    """A CoE serving run: capacity, memory plan, records, switching, the expert's steps."""
 
-    env: CountingEnvironment
-    ddr: MemoryChannel
-    hbm: MemoryChannel
-    copier: CopyEngine
-    region: ExpertRegion
-    in_flight: dict[int, Any]
+    capacity: int
+    placement: Placement
+    records: ServingRecords
+    stats: CoEStats
+    cache: StepCache
 
 
-class CoEServer:
-    """The SimPy process serving tagged requests one expert batch at a time."""
-
-    def __init__(
-        self,
-        scenario: Scenario,
-        requests: RequestSet,
-        experts: NDArray[np.int64],
-        slots: int,
-        region: int,
-        expert_cache: StepCache,
-        router_cache: StepCache,
-        progress: Progress | None = None,
-    ) -> None:
-        hardware = scenario.hardware
-        assert isinstance(hardware, HardwareConfig) and scenario.workload.coe is not None
-        socket, self.coe = hardware.socket, scenario.workload.coe
-        env = CountingEnvironment()
-        ddr = MemoryChannel(env, socket.ddr.bandwidth, socket.ddr.latency, socket.ddr.efficiency)
-        hbm = MemoryChannel(env, socket.hbm.bandwidth, socket.hbm.latency, socket.hbm.efficiency)
-        self.run = _Run(
-            env,
-            ddr,
-            hbm,
-            CopyEngine(env, ddr, hbm, socket.ddr_to_hbm_bandwidth),
-            ExpertRegion(region, self.coe.eviction),
-            {},
-        )
-        self.scenario, self.requests, self.experts, self.slots = scenario, requests, experts, slots
-        self.expert_cache, self.router_cache, self.progress = expert_cache, router_cache, progress
-        self.expert_bytes = float(_weights(scenario))
-        self.records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
-        self.queue: deque[int] = deque()
-        self._arrival = env.event()
-        self.completed = self.switches = self.hits = self.batches = 0
-        self.stall_s = self.router_s = 0.0
-        self._next_user_request = 0  # closed loop: the request the next completion submits
-        self._prefetched: set[int] = set()  # copied ahead and not yet asked for
-
-    # --- arrivals -----------------------------------------------------------------------
-    def _submit(self, request: int) -> None:
-        self.records.arrival_ps[request] = self._ps()
-        self.queue.append(request)
-        if not self._arrival.triggered:
-            self._arrival.succeed()
-
-    def _arrivals(self) -> Generator[Any, Any, None]:
-        arrival = self.requests.arrival_s
-        assert arrival is not None
-        for request, at in enumerate(arrival):
-            yield self.run.env.timeout(max(0.0, float(at) - self.run.env.now))
-            self._submit(request)
-
-    def _ps(self) -> int:
-        return round(self.run.env.now * PS_PER_S)
-
-    # --- switching ----------------------------------------------------------------------
-    def _switch_in(self, expert: int, keep: set[int]) -> Any:
-        """Evict a victim (not in ``keep``) and copy ``expert``'s weights into the region."""
-        run = self.run
-        evicted = run.region.admit(expert, run.env.now, keep)
-        self._prefetched.discard(evicted if evicted is not None else -1)
-        self.switches += 1
-        copy = run.copier.copy(self.expert_bytes)
-        run.in_flight[expert] = copy
-        copy.callbacks.append(lambda _e: self._landed(expert))
-        return copy
-
-    def _landed(self, expert: int) -> None:
-        self.run.in_flight.pop(expert, None)
-
-    def _prefetch(self, running: int) -> None:
-        """Start copying the next queued expert that is neither resident nor arriving."""
-        run = self.run
-        for request in self.queue:
-            expert = int(self.experts[request])
-            if expert in run.region:
-                continue
-            keep = {running, *run.in_flight}
-            if run.region.can_admit(keep):
-                self._switch_in(expert, keep)
-                self._prefetched.add(expert)
-            return
-
-    # --- steps --------------------------------------------------------------------------
-    def _step(self, cache: StepCache, shape: StepShape, count: int = 1) -> Any:
-        """``count`` steps of ``shape``; while a copy is in flight each also puts its HBM and
-        DDR bytes on the channels the copy shares (it ends when both are done)."""
-        env = self.run.env
-        seconds = cache.run(shape, count) / PS_PER_S
-        if not self.run.copier.busy:
-            return env.timeout(count * seconds)
-        return env.process(self._shared_steps(cache.cost(shape).detail, seconds, count))
-
-    def _shared_steps(
-        self, detail: object, seconds: float, count: int
-    ) -> Generator[Any, Any, None]:
-        env, run = self.run.env, self.run
-        tiers = detail.bytes_by_tier if isinstance(detail, StepTiming) else {}
-        for _ in range(count):
-            if not run.copier.busy:
-                yield env.timeout(seconds)
-                continue
-            yield env.all_of(
-                [
-                    env.timeout(seconds),
-                    run.hbm.read(tiers.get("hbm", 0.0), tag="step"),
-                    run.ddr.read(tiers.get("ddr", 0.0), tag="step"),
-                ]
-            )
-
-    # --- the server ---------------------------------------------------------------------
-    def serve(self) -> Generator[Any, Any, None]:
-        """Form a batch per expert, switch it in if needed, run it; until all complete."""
-        run, total = self.run, len(self.requests)
-        while self.completed < total:
-            if not self.queue:
-                self._arrival = run.env.event()
-                yield self._arrival
-                continue
-            expert = int(self.experts[self.queue[0]])
-            batch = [r for r in self.queue if self.experts[r] == expert][: self.slots]
-            for request in batch:
-                self.queue.remove(request)
-            if expert in run.region and expert not in self._prefetched:
-                self.hits += len(batch)
-            self._prefetched.discard(expert)
-            if expert not in run.region:
-                self._switch_in(expert, set(run.in_flight))
-            if expert in run.in_flight:
-                waited = run.env.now
-                yield run.in_flight[expert]
-                self.stall_s += run.env.now - waited
-            run.region.use(expert, run.env.now)
-            if self.coe.prefetch:
-                self._prefetch(expert)
-            self.batches += 1
-            yield from self._batch(batch)
-
-    def _batch(self, batch: list[int]) -> Generator[Any, Any, None]:
-        env, records, serving = self.run.env, self.records, self.scenario.workload.serving
-        policy = self.scenario.kv_policy
-        records.series.append(self._ps(), len(self.queue), len(batch), 0, 0)
-        for slot, request in enumerate(batch):
-            records.admit_ps[request] = self._ps()
-            records.slot[request] = slot
-            prompt = int(self.requests.prompt_tokens[request])
-            steps = prefill_steps(
-                prompt, serving.max_context, serving.prefill_chunk_tokens, policy.compresses(prompt)
-            )
-            started = env.now
-            for shape in steps:
-                yield self._step(self.router_cache, shape)
-            self.router_s += env.now - started
-            for shape in steps:
-                yield self._step(self.expert_cache, shape)
-            records.prefill_steps += len(steps)
-            records.first_token_ps[request] = self._ps()
-            records.tokens_generated += 1
-        output = self.requests.output_tokens
-        prompts = self.requests.prompt_tokens
-        longest = max(policy.cache_at(int(prompts[r]), int(output[r]) - 1) for r in batch)
-        bucket = policy.decode_bucket(longest)
-        shape = StepShape("decode", self.slots, 1, bucket)
-        records.series.append(self._ps(), len(self.queue), 0, len(batch), bucket)
-        done = 0
-        for request in sorted(batch, key=lambda r: (int(output[r]), r)):
-            left = int(output[request]) - 1 - done
-            if left > 0:
-                yield self._step(self.expert_cache, shape, left)
-                records.decode_steps += left
-                records.decode_runs += 1
-                done += left
-            self._finish(request)
-        records.tokens_generated += sum(int(output[r]) - 1 for r in batch)
-        records.series.append(self._ps(), len(self.queue), 0, 0, bucket)
-
-    def _finish(self, request: int) -> None:
-        self.records.finish_ps[request] = self._ps()
-        self.records.completions[request] += 1
-        self.completed += 1
-        if self.progress is not None:
-            self.progress(self.completed, len(self.requests))
-        nxt = self._next_user_request
-        if nxt < len(self.requests) and self.requests.arrival_s is None:
-            self._next_user_request += 1
-            self._submit(nxt)
-
-    def simulate(self) -> None:
-        """Run the whole simulation."""
-        env, requests = self.run.env, self.requests
-        if requests.arrival_s is None:  # closed loop: each user resubmits on completion
-            users = min(requests.concurrency or self.slots, len(requests))
-            for request in range(users):
-                self._submit(request)
-            self._next_user_request = users
-        else:
-            env.process(self._arrivals())
-        env.process(self.serve())
-        env.run()
-        if self.completed != len(requests):
-            raise RuntimeError(
-                f"CoE serving stopped with {self.completed} of {len(requests)} completed"
-            )
-
-    def stats(self) -> CoEStats:
-        """The switching metrics of the run."""
-        tp = self.scenario.tp
-        assert self.coe is not None
-        return CoEStats(
-            experts=self.coe.experts,
-            region_experts=self.run.region.capacity,
-            eviction=self.coe.eviction,
-            prefetch=self.coe.prefetch,
-            model_switches=self.switches,
-            switch_s=self.run.copier.busy_s,
-            switch_stall_s=self.stall_s,
-            hbm_hit_rate=self.hits / len(self.requests) if len(self.requests) else 0.0,
-            bytes_copied=self.run.copier.bytes_copied * tp,
-            expert_weight_bytes=self.expert_bytes * tp,
-            batches=self.batches,
-            router_s=self.router_s,
-        )
+def _tiers(hardware: HardwareConfig) -> Tiers:
+    socket = hardware.socket
+    hbm, ddr = socket.hbm, socket.ddr
+    return Tiers(
+        hbm.bandwidth,
+        hbm.latency,
+        hbm.efficiency,
+        ddr.bandwidth,
+        ddr.latency,
+        ddr.efficiency,
+        socket.ddr_to_hbm_bandwidth,
+    )
 
 
 def serve_coe(
     scenario: Scenario,
+    backend: Backend,
     requests: RequestSet,
     slots: int,
-    expert_cache: StepCache,
-    router_cache: StepCache,
     progress: Progress | None = None,
-) -> tuple[ServingRecords, CoEStats]:
-    """Serve ``requests`` as a Composition of Experts; the records and switching stats."""
-    coe = scenario.workload.coe
-    assert coe is not None
+) -> CoERun:
+    """Serve ``requests`` as a Composition of Experts on ``slots`` batch slots."""
+    coe, serving = scenario.workload.coe, scenario.workload.serving
+    hardware = scenario.hardware
+    assert coe is not None and isinstance(hardware, HardwareConfig)
     router = router_scenario(scenario, coe)
+    capacity = coe_capacity(scenario, router)
     region = region_experts(scenario, router, slots)
+    placement = coe_placement(scenario, router, slots, region)
     check_tags(scenario, requests)
-    tags = expert_tags(coe, len(requests), scenario.workload.serving.seed, requests.trace_expert)
-    server = CoEServer(
-        scenario, requests, tags, slots, region, expert_cache, router_cache, progress
+    tags = expert_tags(coe, len(requests), serving.seed, requests.trace_expert)
+    expert = expert_step_scenario(scenario)
+    cache = StepCache(lambda shape: backend.step_cost(expert, shape))
+    routing = StepCache(lambda shape: backend.step_cost(router, shape))
+    records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
+    arrival = requests.arrival_s
+    config = TurnPolicy(
+        slots,
+        serving.max_context,
+        serving.prefill_chunk_tokens,
+        coe.switch,
+        to_ps(coe.turn_s),
+        coe.prefetch,
     )
-    server.simulate()
-    return server.records, server.stats()
+    switch_bytes = _expert_hbm(scenario)
+    server = CoEServer(
+        scenario.kv_policy,
+        config,
+        _tiers(hardware),
+        ExpertRegion(region, coe.eviction),
+        tags,
+        records,
+        None if arrival is None else np.rint(arrival * PS_PER_S).astype(np.int64),
+        requests.concurrency or slots,
+        float(switch_bytes),
+        cache,
+        routing,
+        limit=scenario.workload.engine.max_events,
+        progress=progress,
+    )
+    try:
+        server.simulate()
+    except EventLimitError:
+        raise EventBudgetError(
+            f"{scenario.workload_file}: the CoE serving simulation would process more than "
+            f"engine.max_events = {scenario.workload.engine.max_events:,} events; raise it "
+            "or serve fewer requests"
+        ) from None
+    counts, tp = server.counts, scenario.tp
+    stats = CoEStats(
+        experts=coe.experts,
+        region_experts=region,
+        eviction=coe.eviction,
+        prefetch=coe.prefetch,
+        switch_policy=coe.switch,
+        turn_s=coe.turn_s if coe.switch == "bounded" else None,
+        model_switches=counts.switches,
+        switch_s=server.copier.busy_s / PS_PER_S,
+        switch_stall_s=counts.stall_ps / PS_PER_S,
+        hbm_hit_rate=counts.hits / len(requests) if len(requests) else 0.0,
+        bytes_copied=server.copier.bytes_copied * tp,
+        switch_bytes=float(switch_bytes * tp),
+        expert_weight_bytes=float(
+            weight_bytes(scenario.model, scenario.weight_dtype_bytes, scenario.expert_dtype_bytes)
+        ),
+        turns=counts.turns,
+        admitted_mid_turn=counts.admitted_mid_turn,
+        requests_per_turn=len(requests) / counts.turns if counts.turns else 0.0,
+        longest_turn_s=counts.longest_turn_ps / PS_PER_S,
+        router_s=counts.router_ps / PS_PER_S,
+    )
+    return CoERun(capacity, placement, records, stats, cache)

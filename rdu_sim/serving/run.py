@@ -21,14 +21,7 @@ from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
-from rdu_sim.serving.coe import (
-    CoEStats,
-    coe_capacity,
-    coe_placement,
-    region_experts,
-    router_scenario,
-    serve_coe,
-)
+from rdu_sim.serving.coe import CoEStats, serve_coe
 from rdu_sim.serving.limits import check_run
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
@@ -163,12 +156,9 @@ def serve_scenario(
             if speculation is not None and speculation.config.prefill is not None:
                 saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
         else:
-            router = router_scenario(scenario, coe)
-            capacity = coe_capacity(scenario, router)
-            region = region_experts(scenario, router, slots)
-            placement = coe_placement(scenario, router, slots, region)
-            routing = StepCache(lambda shape: backend.step_cost(router, shape))
-            records, stats = serve_coe(scenario, requests, slots, cache, routing, progress)
+            served = serve_coe(scenario, backend, requests, slots, progress)
+            capacity, placement, records = served.capacity, served.placement, served.records
+            stats, cache = served.stats, served.cache
         prefill_s = prefill_seconds(cache, scenario, prompt, speculation)
     except SimulatedTimeError as exc:  # the input's fault: name the workload
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None

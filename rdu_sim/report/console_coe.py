@@ -1,0 +1,54 @@
+"""The Composition of Experts table of a run's human report: how the sockets were shared
+between experts and what switching them cost (the run's ``coe`` summary)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from rdu_sim import human
+from rdu_sim.serving.coe import CoEStats
+
+
+def _policy(coe: CoEStats) -> str:
+    if coe.switch_policy == "bounded" and coe.turn_s is not None:
+        return f"bounded: a turn admits for {human.duration(coe.turn_s)} while others wait"
+    return "drain: a turn admits while its expert has requests"
+
+
+def coe_table(coe: CoEStats) -> Table:
+    """Turns, mid-turn admissions, switches, bytes copied, copy and stall time, hit rate."""
+    table = Table(title="Composition of Experts", title_justify="left", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right", no_wrap=True)
+    hidden = 1.0 - coe.switch_stall_s / coe.switch_s if coe.switch_s > 0 else None
+    rows = [
+        (
+            "HBM region (experts cached per socket)",
+            f"{coe.region_experts:,} of {coe.experts:,} experts, {coe.eviction} eviction",
+        ),
+        ("switch policy", _policy(coe)),
+        (
+            "expert turns",
+            f"{coe.turns:,} ({human.number(coe.requests_per_turn)} requests a turn, longest "
+            f"{human.duration(coe.longest_turn_s)})",
+        ),
+        ("requests admitted mid-turn", f"{coe.admitted_mid_turn:,}"),
+        ("expert switches (DDR to HBM copies)", f"{coe.model_switches:,}"),
+        (
+            "bytes copied (all sockets)",
+            f"{human.size(coe.bytes_copied, 4)} ({human.size(coe.switch_bytes, 4)} a switch; "
+            f"an expert's weights {human.size(coe.expert_weight_bytes, 4)})",
+        ),
+        ("copy engine busy", human.duration(coe.switch_s)),
+        (
+            "stall waiting for copies",
+            f"{human.duration(coe.switch_stall_s)}"
+            + (f" ({human.percent(hidden)} of copy time hidden)" if hidden is not None else ""),
+        ),
+        ("HBM hit rate (expert in HBM or on its way at arrival)", human.percent(coe.hbm_hit_rate)),
+        ("prefetch", "on" if coe.prefetch else "off"),
+        ("router prefill time", human.duration(coe.router_s)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

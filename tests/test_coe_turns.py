@@ -1,0 +1,203 @@
+"""CoE expert turns on des's event loop: continuous batching within a turn (a request that
+arrives mid-turn is admitted at the next step boundary), the switch policies, switches as
+copies on the copy engine, the event limit and the clock's range, and the invariants of a
+whole run (each request served once, slots never over-filled, time monotone)."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rdu_sim import api
+from rdu_sim.des.environment import EventLimitError
+from rdu_sim.engine.budget import EventBudgetError
+from rdu_sim.scenario import load_scenario
+from rdu_sim.serving.clock import SimulatedTimeError
+from rdu_sim.serving.coe import ExpertRegion
+from rdu_sim.serving.coe_server import EXACT_PS, CoEServer, Tiers, TurnPolicy
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.step_cache import StepCache, StepCost
+from rdu_sim.shapes import StepShape
+
+ROOT = Path(__file__).resolve().parents[1]
+COE = ROOT / "workloads" / "samba-coe-150x8b-8socket.yaml"
+
+PREFILL_PS = 3_000  # every prefill step, the router's and the expert's
+DECODE_PS = 10_000
+SWITCH_BYTES = 1e6
+COPY_RATE = 1e9  # bytes/s: a switch takes 1 ms, far longer than any step
+# channels so fast that the copy engine's own rate decides a copy's time
+TIERS = Tiers(1e15, 0.0, 1.0, 1e15, 0.0, 1.0, COPY_RATE)
+COPY_PS = math.ceil(SWITCH_BYTES / (COPY_RATE / 1e12))  # the server resumes at a whole ps
+
+
+def _cost(shape: StepShape) -> StepCost:
+    return StepCost(step_s=(PREFILL_PS if shape.phase == "prefill" else DECODE_PS) / 1e12)
+
+
+@cache
+def _policy() -> Any:
+    return load_scenario(COE).kv_policy
+
+
+def _server(
+    arrivals: list[int],
+    experts: list[int],
+    outputs: list[int],
+    *,
+    switch: str = "drain",
+    turn_ps: int = 10**12,
+    slots: int = 4,
+    limit: int = 10**9,
+    prefetch: bool = False,
+    region: int = 1,
+    switch_bytes: float = SWITCH_BYTES,
+) -> CoEServer:
+    n = len(arrivals)
+    records = ServingRecords(np.full(n, 100, dtype=np.int64), np.asarray(outputs, dtype=np.int64))
+    return CoEServer(
+        _policy(),
+        TurnPolicy(slots, 8192, None, switch, turn_ps, prefetch),
+        TIERS,
+        ExpertRegion(region, "lru"),
+        np.asarray(experts, dtype=np.int64),
+        records,
+        np.asarray(arrivals, dtype=np.int64),
+        slots,
+        switch_bytes,
+        StepCache(_cost),
+        StepCache(_cost),
+        limit=limit,
+    )
+
+
+def test_a_request_arriving_mid_turn_is_admitted_at_the_next_step_boundary() -> None:
+    """Request 0 (expert 0) waits for its expert's copy, prefills (router, then expert) and
+    decodes; request 1 of the same expert arrives 5.5 us into the decode run, during its
+    third step: it takes the free slot when that step ends, not when request 0 finishes."""
+    decode_start = COPY_PS + 2 * PREFILL_PS
+    arrival = decode_start + 25_500
+    server = _server([0, arrival], [0, 0], [100, 10])
+    server.simulate()
+    records, counts = server.records, server.counts
+    assert records.admit_ps[0] == COPY_PS
+    assert records.first_token_ps[0] == decode_start
+    assert records.admit_ps[1] == decode_start + 3 * DECODE_PS  # the next step boundary
+    assert records.slot.tolist() == [0, 1]
+    assert counts.switches == 1 and counts.turns == 1 and counts.admitted_mid_turn == 1
+    assert counts.hits == 1  # request 1 came after its expert had been asked for
+    assert counts.stall_ps == COPY_PS
+    # request 0 decodes 99 steps in all: 3 before request 1's two prefill steps, 96 after
+    assert records.finish_ps[0] == decode_start + 99 * DECODE_PS + 2 * PREFILL_PS
+    assert server.copier.bytes_copied == SWITCH_BYTES
+
+
+def test_the_bounded_policy_hands_the_sockets_on_and_drain_keeps_them() -> None:
+    """Expert 1's request waits from 1 us into expert 0's turn; expert 0's second request
+    comes later. Draining admits it into the running turn; a bounded turn older than its
+    bound does not: the sockets go to expert 1 first, then back to expert 0."""
+    decode_start = COPY_PS + 2 * PREFILL_PS
+    times = [0, decode_start + 1_000, decode_start + 25_500]
+    experts, outputs = [0, 1, 0], [100, 10, 10]
+    drain = _server(times, experts, outputs, switch="drain")
+    drain.simulate()
+    assert drain.records.admit_ps[2] == decode_start + 3 * DECODE_PS
+    assert drain.records.admit_ps[2] < drain.records.admit_ps[1]
+    assert drain.counts.switches == 2 and drain.counts.turns == 2
+    bounded = _server(times, experts, outputs, switch="bounded", turn_ps=1_000)
+    bounded.simulate()
+    admit = bounded.records.admit_ps
+    assert admit[1] < admit[2]
+    assert admit[1] == bounded.records.finish_ps[0] + COPY_PS  # expert 1's turn after 0's
+    assert bounded.counts.switches == 3 and bounded.counts.turns == 3
+    assert bounded.counts.admitted_mid_turn == 0
+    # a bound the turn never reaches admits like draining
+    loose = _server(times, experts, outputs, switch="bounded", turn_ps=10**12)
+    loose.simulate()
+    assert (loose.records.admit_ps == drain.records.admit_ps).all()
+
+
+def test_a_prefetched_copy_overlaps_the_running_turn() -> None:
+    """With prefetching, expert 1's copy (10 us) starts while expert 0 decodes (50 us; the
+    region has room for two), so expert 1's turn starts without waiting for it."""
+    times, experts, outputs = [0, 1_000], [0, 1], [5_000, 10]
+    copy_ps = 10**7  # 1e4 bytes at 1e9 bytes/s
+    on_demand = _server(times, experts, outputs, region=2, switch_bytes=1e4)
+    on_demand.simulate()
+    ahead = _server(times, experts, outputs, region=2, switch_bytes=1e4, prefetch=True)
+    ahead.simulate()
+    assert on_demand.counts.stall_ps == pytest.approx(2 * copy_ps, abs=2)
+    assert ahead.counts.switches == 2
+    assert ahead.counts.stall_ps == pytest.approx(copy_ps, abs=1)  # only the first copy
+    assert ahead.records.admit_ps[1] == ahead.records.finish_ps[0]
+    assert on_demand.records.admit_ps[1] == pytest.approx(
+        on_demand.records.finish_ps[0] + copy_ps, abs=1
+    )
+
+
+def test_the_event_limit_stops_the_run() -> None:
+    server = _server([0, 10**6, 2 * 10**6], [0, 1, 2], [50, 50, 50], limit=40)
+    with pytest.raises(EventLimitError):
+        server.simulate()
+
+
+def test_a_run_past_des_exact_range_is_refused() -> None:
+    server = _server([0, EXACT_PS + 1], [0, 0], [2, 2])
+    with pytest.raises(SimulatedTimeError, match="2\\^53 ps"):
+        server.simulate()
+
+
+@pytest.mark.parametrize("switch", ["bounded", "drain"])
+def test_a_whole_run_serves_each_request_once_within_its_slots(switch: str) -> None:
+    run = api.run(
+        COE,
+        {
+            "serving.requests": 120,
+            "serving.arrival.rate": 8,
+            "coe.switch": switch,
+            "coe.turn_s": 0.5,
+        },
+    )
+    records = run.records
+    assert (records.completions == 1).all()
+    assert (records.arrival_ps <= records.admit_ps).all()
+    assert (records.admit_ps < records.first_token_ps).all()
+    assert (records.first_token_ps <= records.finish_ps).all()
+    times = records.series.times()
+    assert (np.diff(times) > 0).all()  # one row an instant, in time order
+    # slots: at no instant more requests between admission and finish than slots
+    events = sorted(
+        [(int(t), 1) for t in records.admit_ps] + [(int(t), -1) for t in records.finish_ps]
+    )
+    held = np.cumsum([d for _, d in events])
+    assert held.max() <= run.batch_slots
+    slots = records.slot
+    for slot in range(run.batch_slots):  # a slot holds one request at a time
+        mine = np.flatnonzero(slots == slot)
+        order = mine[np.argsort(records.admit_ps[mine])]
+        assert (records.admit_ps[order[1:]] >= records.finish_ps[order[:-1]]).all()
+    coe = run.coe
+    assert coe is not None
+    assert coe.bytes_copied == coe.model_switches * coe.switch_bytes
+    assert coe.turns >= coe.model_switches - coe.region_experts  # prefetches beyond turns
+    assert records.tokens_generated == int(records.output_tokens.sum())
+
+
+def test_the_event_limit_is_engine_max_events_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment is given engine.max_events; going past it is an input error (the
+    CLI's exit 2) naming the field, not a traceback."""
+    seen: list[int] = []
+
+    def simulate(self: CoEServer) -> None:
+        seen.append(self.env.limit)
+        raise EventLimitError(self.env.limit)
+
+    monkeypatch.setattr(CoEServer, "simulate", simulate)
+    with pytest.raises(EventBudgetError, match=r"engine\.max_events = 123,456"):
+        api.run(COE, {"serving.requests": 4, "engine.max_events": 123_456})
+    assert seen == [123_456]
