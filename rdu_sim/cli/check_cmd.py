@@ -64,7 +64,8 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         workload = scenario.workload
         serving = workload.serving
         if serving.trace is not None:  # the rows a run would read, checked the same way
-            _read_trace(scenario.base_dir / serving.trace, file, serving.requests)
+            trace = shipped.trace_path(scenario.base_dir, serving.trace)
+            _read_trace(trace, file, serving.requests)
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} (tp={workload.parallelism.tp}, "

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.serving.requests import clip_to_context, draw_lengths
@@ -166,7 +167,7 @@ def load_traffic(traffic: TrafficConfig, base_dir: Path, file: str) -> ClusterRe
     """The requests a cluster file describes (a trace path is relative to the file)."""
     if traffic.trace is None:
         return synthetic(traffic)
-    path = base_dir / traffic.trace
+    path = shipped.trace_path(base_dir, traffic.trace)
     if not path.is_file():
         raise ConfigError.single(
             file,
