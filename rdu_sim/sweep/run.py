@@ -29,7 +29,13 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
-from rdu_sim.sweep.executors import default_workers, run_dask, run_pool, run_serial
+from rdu_sim.sweep.executors import (
+    check_cluster,
+    default_workers,
+    run_dask,
+    run_pool,
+    run_serial,
+)
 from rdu_sim.sweep.expand import Expansion, Point, expand
 from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
@@ -160,7 +166,7 @@ def check_traces(expansion: Expansion) -> None:
         serving = point.scenario.workload.serving
         if serving.trace is None:
             continue
-        wanted = (point.scenario.base_dir / serving.trace, serving.requests)
+        wanted = (shipped.trace_path(point.scenario.base_dir, serving.trace), serving.requests)
         if wanted not in seen:
             seen.add(wanted)
             read_trace(wanted[0], point.scenario.workload_file, serving.requests)
@@ -262,6 +268,8 @@ def run_sweep(
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
     main module.
     """
+    if cluster is not None:
+        check_cluster(cluster)  # no Dask, or a bad address: an error before any work
     loaded = load_spec(spec)
     expansion = expand(loaded)
     check_traces(expansion)
