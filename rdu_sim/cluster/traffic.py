@@ -28,6 +28,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.serving.requests import clip_to_context, draw_lengths
 from rdu_sim.serving.traces.published import read_table
 from rdu_sim.serving.traces.table import TraceTable
+from rdu_sim.serving.traces.values import column_text
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
                 f"the {table.format} trace has no column {column!r} to filter on (columns "
                 f"besides arrival and lengths: {valid})",
             )
-        keep &= table.columns[column] == str(value)
+        keep &= table.columns[column] == column_text(value)  # as the reader keeps it
     filtered_out = int(len(table) - keep.sum())
     arrival = table.arrival_s
     in_window = np.ones_like(keep)

@@ -211,11 +211,16 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
 
 def locate_near(near: Path, text: str, kinds: Sequence[str]) -> Path:
     """A file named inside a config file (``hardware: sn40l-16``): ``near`` (what ``text``
-    means relative to that file) when it exists, else the shipped file a bare ``text``
-    names, else ``near`` for the caller to report as missing (naming the field)."""
+    means relative to that file) when it exists, else ``text`` relative to the current
+    folder (a ``--set serving.trace=mine.jsonl`` on a shipped workload), else the shipped
+    file a bare ``text`` names, else ``near`` for the caller to report as missing (naming
+    the field)."""
     try:
         if near.exists():
             return _model_file(near, kinds)
+        here = Path(text)
+        if text and not here.is_absolute() and here.exists():
+            return _model_file(here, kinds)
     except (OSError, ValueError):
         return near
     found = find(text, kinds) if _bare(text) else None

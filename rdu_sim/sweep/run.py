@@ -161,15 +161,16 @@ def check_traces(expansion: Expansion) -> None:
     trace is a ConfigError before anything runs, not a failure of every point."""
     from rdu_sim.serving.traces import read_trace  # the serving package, only when needed
 
-    seen: set[tuple[Path, int]] = set()
+    seen: set[tuple[Path, int, str]] = set()
     for point in expansion.points:
         serving = point.scenario.workload.serving
         if serving.trace is None:
             continue
-        wanted = (shipped.trace_path(point.scenario.base_dir, serving.trace), serving.requests)
+        path = shipped.trace_path(point.scenario.base_dir, serving.trace)
+        wanted = (path, serving.requests, serving.trace_format)
         if wanted not in seen:
             seen.add(wanted)
-            read_trace(wanted[0], point.scenario.workload_file, serving.requests)
+            read_trace(path, point.scenario.workload_file, serving.requests, serving.trace_format)
 
 
 def plan(
