@@ -32,6 +32,7 @@ from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluste
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
 from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load_traffic
 from rdu_sim.compiler.program import Placement
+from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.provenance import file_digest, of_scenario, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
@@ -205,7 +206,9 @@ class ClusterResult:
             "simulator": simulator().to_dict(),
             "files": {"cluster": shown_file(scenario.file)},
             "overrides": dict(scenario.overrides),
-            "traffic_sha256": None if trace is None else file_digest(scenario.base_dir / trace),
+            "traffic_sha256": None
+            if trace is None
+            else file_digest(shipped.trace_path(scenario.base_dir, trace)),
             "pools": pools,
         }
 

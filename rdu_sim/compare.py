@@ -26,6 +26,7 @@ from typing import Any
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
+from rdu_sim.config import shipped
 from rdu_sim.config.overrides import normalize_overrides
 from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
@@ -115,10 +116,11 @@ def compare_batches(
 
 
 def _with_hardware(overrides: Overrides, hardware: str | Path) -> dict[str, Any]:
-    """The caller's overrides with ``hardware`` set to ``hardware`` (an absolute path, so it
-    does not depend on where the workload file is)."""
+    """The caller's overrides with ``hardware`` set to ``hardware`` (a path, or a shipped
+    hardware file by name; made absolute, so it does not depend on where the workload is)."""
     merged = normalize_overrides(overrides)
-    merged["hardware"] = str(Path(hardware).expanduser().resolve())
+    found = shipped.locate(Path(hardware).expanduser(), ("hardware",))
+    merged["hardware"] = str(found.resolve())
     return merged
 
 

@@ -124,10 +124,7 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     }
     trace = scenario.workload.serving.trace
     if trace is not None:
-        path = Path(trace)
-        config["trace_sha256"] = file_digest(
-            path if path.is_absolute() else scenario.base_dir / path
-        )
+        config["trace_sha256"] = file_digest(shipped.trace_path(scenario.base_dir, trace))
     return config
 
 

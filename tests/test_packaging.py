@@ -99,8 +99,20 @@ def test_examples_lists_and_copies_a_layout_that_still_resolves(tmp_path: Path) 
     runner = CliRunner()
     listing = runner.invoke(cli, ["examples"])
     assert listing.exit_code == 0
-    for kind in shipped.KINDS:
-        assert ", ".join(shipped.names(kind)) in listing.output
+    listed = {
+        name.strip()
+        for line in listing.output.splitlines()[1:-1]
+        for name in line.split(": ")[1].split(",")
+    }
+    named = {name for kind in shipped.KINDS for name in shipped.names(kind)}
+    assert listed == named  # every shipped file, by kind, subfolders included
+    # each shipped file has a kind and a name (a cluster and a plan may share one)
+    assert all(shipped.kind_of(path) for path in shipped.files())
+    assert sum(len(shipped.names(kind)) for kind in shipped.KINDS) == len(shipped.files())
+    assert "  workloads (workloads/speculative/): deepseek-r1-128k-snapstream-specprefill, " in (
+        listing.output
+    )
+    assert "  traces (workloads/traces/): chat-400, mooncake-300" in listing.output
     copied = runner.invoke(cli, ["examples", "copy", str(tmp_path / "mine")])
     assert copied.exit_code == 0, copied.output
     files = shipped.files()

@@ -107,7 +107,12 @@ def test_published_headers_are_read(tmp_path: Path) -> None:
         ),
         ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 2}\n{oops\n', ":2:"),
         ("m.jsonl", '{"timestamp": 0, "input_length": 5}\n', ":1: output_length"),
-        ("x.csv", "when,how_many\n1,2\n", "cannot tell the trace format"),
+        ("x.csv", "when,how_many\n1,2\n", "lacks column(s) ['prompt_tokens', 'output_tokens']"),
+        (
+            "x.txt",
+            "when,how_many\n1,2\n",
+            "unknown format '.txt'; use .csv, .jsonl, .ndjson, or a published",
+        ),
     ],
 )
 def test_bad_rows_name_file_line_and_column(

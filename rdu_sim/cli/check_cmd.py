@@ -37,22 +37,12 @@ from rdu_sim.scenario import build_scenario
 TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 
 
-def _read_trace(path: Path, workload_file: str = "", max_rows: int | None = None) -> Any:
+def _read_trace(
+    path: Path, workload_file: str = "", max_rows: int | None = None, format: str = "auto"
+) -> Any:
     from rdu_sim.serving.traces import MAX_TRACE_ROWS, read_trace
 
-    return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS)
-
-
-def _published_format(path: Path) -> str | None:
-    """The published format of a trace file (Azure, Mooncake, BurstGPT), or None for the
-    project's own (or an unreadable file: its reader reports it)."""
-    from rdu_sim.serving.traces.published import detect
-
-    try:
-        name = detect(path, str(path))
-    except ConfigError:
-        return None
-    return None if name in ("csv", "jsonl") else name
+    return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS, format)
 
 
 def _check_data(path: Path, data: Any, lines: LineMap) -> str:
@@ -64,7 +54,8 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         workload = scenario.workload
         serving = workload.serving
         if serving.trace is not None:  # the rows a run would read, checked the same way
-            _read_trace(scenario.base_dir / serving.trace, file, serving.requests)
+            trace = shipped.trace_path(scenario.base_dir, serving.trace)
+            _read_trace(trace, file, serving.requests, serving.trace_format)
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} (tp={workload.parallelism.tp}, "
@@ -111,15 +102,11 @@ def check_file(path: Path) -> str:
     """Check one file (or a shipped one by name); raise an expected error if it is bad (see
     rdu_sim.cli.errors)."""
     path = shipped.locate(path)
-    if path.suffix.lower() in TRACE_SUFFIXES:
-        published = _published_format(path)
-        if published is not None:  # Azure, Mooncake, BurstGPT: as a cluster reads them
-            from rdu_sim.serving.traces.published import read_table
-
-            table = read_table(path, published)
-            skipped = f", {table.skipped:,} failed rows skipped" if table.skipped else ""
-            return f"{published} trace: {len(table):,} requests{skipped}"
+    if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader
         trace = _read_trace(path)
+        if trace.format not in ("csv", "jsonl"):  # Azure, Mooncake, BurstGPT
+            skipped = f", {trace.skipped:,} failed rows skipped" if trace.skipped else ""
+            return f"{trace.format} trace: {len(trace):,} requests{skipped}"
         arrivals = "with" if trace.arrival_s is not None else "without"
         return f"request trace: {len(trace):,} rows {arrivals} arrival_s"
     data, lines = read_yaml(path)

@@ -69,8 +69,9 @@ def print_comparison(result: Comparison) -> None:
     "hardware_files",
     multiple=True,
     required=True,
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    help="A hardware file to run the workload on (repeat for each column).",
+    type=click.Path(path_type=Path),
+    help="A hardware file, or a shipped one by name (sn40l-8, dgx-h100), to run the workload "
+    "on (repeat for each column).",
 )
 @click.option(
     "--batch",

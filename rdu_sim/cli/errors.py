@@ -44,6 +44,7 @@ INPUT_ERRORS: tuple[tuple[str, str], ...] = (
     ("rdu_sim.compiler.errors", "CapacityError"),
     ("rdu_sim.engine", "EventBudgetError"),  # a step too large to simulate (engine.max_events)
     ("rdu_sim.engine.budget", "EventBudgetError"),
+    ("rdu_sim.extras", "MissingDependencyError"),  # an optional package (Dask) not installed
 )
 
 

@@ -1,5 +1,6 @@
-"""`rdu-sim examples [copy DIR]`: the shipped workloads, hardware files, sweeps, clusters and
-plans by name, and a copy of them (with the notebooks) to edit.
+"""`rdu-sim examples [copy DIR]`: every shipped file by kind and name (workloads, subfolders
+such as workloads/speculative/ included, clusters, sweeps, plans, hardware files, traces,
+config.json models, notebooks), and a copy of them to edit.
 
 Every command that reads a config file also takes a shipped one by name (``rdu-sim run
 deepseek-r1-128k-snapstream``), installed or in a checkout (``rdu_sim.config.shipped``).
@@ -26,9 +27,19 @@ def command(ctx: click.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     click.echo(f"shipped with rdu-sim (in {shipped.root()}):")
-    for kind, folder in shipped.KINDS.items():
-        click.echo(f"  {shipped.label(kind)} ({folder}/): {', '.join(shipped.names(kind))}")
-    click.echo("e.g. rdu-sim run llama3.1-8b-1socket; rdu-sim examples copy DIR to edit them")
+    base = shipped.root()
+    for kind in shipped.KINDS:
+        by_folder: dict[str, list[str]] = {}
+        for name, path in shipped.entries(kind).items():
+            where = path.relative_to(base).parent
+            holder = where.parent if kind == "model" else where
+            by_folder.setdefault(holder.as_posix(), []).append(name)
+        for holder_name, names in sorted(by_folder.items()):
+            click.echo(f"  {shipped.label(kind)} ({holder_name}/): {', '.join(sorted(names))}")
+    click.echo(
+        "each by name wherever a command takes a file (rdu-sim run llama3.1-8b-1socket, "
+        "--hardware sn40l-8, serving.trace=mooncake-300); rdu-sim examples copy DIR to edit"
+    )
 
 
 @command.command("copy")

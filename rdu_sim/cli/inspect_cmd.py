@@ -29,8 +29,8 @@ from rdu_sim.cli.options import (
     step_shape_options,
     workload_argument,
 )
+from rdu_sim.config import shipped
 from rdu_sim.config.dtypes import DTYPE_BYTES, ValueDtype, WeightDtype
-from rdu_sim.config.loader import file_problem
 from rdu_sim.models import (
     Architecture,
     ModelFigures,
@@ -47,9 +47,20 @@ _KV_DTYPES = click.Choice(list(get_args(ValueDtype)))
 _WEIGHT_DTYPES = click.Choice(list(get_args(WeightDtype)))
 
 
-def _is_workload_path(name: str) -> bool:
-    """A YAML name or an existing file means a workload; anything else a preset name."""
-    return name.endswith((".yaml", ".yml")) or file_problem(Path(name)) is None
+def _model_source(name: str) -> Path | None:
+    """The file behind NAME (a config.json, a folder holding one, a workload YAML, or a
+    shipped model or workload by name: ``rdu_sim.config.shipped``'s rule), or None for a
+    preset name."""
+    given = Path(name)
+    try:
+        exists = bool(name) and given.exists()
+    except (OSError, ValueError):  # a NUL byte, a name too long: not a file
+        exists = False
+    if exists or name.endswith((".json", ".yaml", ".yml")):
+        return shipped.locate(given, ("model", "workload"))
+    if name in preset_names():
+        return None
+    return shipped.find(name, ("model", "workload"))
 
 
 def resolve_model(
@@ -64,10 +75,11 @@ def resolve_model(
     Explicit dtypes win; a workload's own dtypes come next; then the model's released
     dtypes (`storage_dtypes`); bf16 otherwise.
     """
-    if name.endswith(".json"):
-        arch = read_config_json(name)
-    elif _is_workload_path(name):
-        scenario = load_scenario(name)
+    source = _model_source(name)
+    if source is not None and source.suffix == ".json":
+        arch = read_config_json(source)
+    elif source is not None:
+        scenario = load_scenario(source)
         dtypes = scenario.workload.dtypes
         weights, experts = storage_dtypes(
             scenario.model, weight_dtype or dtypes.weights, expert_dtype or dtypes.experts

@@ -132,6 +132,29 @@ def _read_db(path: Path) -> Any:
     return frame
 
 
+def _locate(given: Path) -> Path:
+    """INPUT as given when it exists; else the database of the shipped sweep it names
+    (where ``rdu-sim sweep NAME`` writes it), else the shipped workload it names
+    (``rdu_sim.config.shipped``'s one rule, and its error when neither exists)."""
+    from rdu_sim.config import shipped
+
+    try:
+        if given.exists():
+            return given
+    except (OSError, ValueError):
+        return given
+    spec = shipped.find(str(given), ("sweep",))
+    if spec is not None and shipped.find(str(given), ("workload",)) is None:
+        database = shipped.beside(spec, ".sqlite")
+        if not database.is_file():
+            fail(
+                f"{given}: the shipped sweep has no database yet ({database}); run "
+                f"`rdu-sim sweep {given}` first"
+            )
+        return database
+    return shipped.locate(given, ("workload",))
+
+
 def _simulate(
     kind: str,
     path: Path,
@@ -227,9 +250,8 @@ def command(
         fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
     if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
         input_path = input_path / RESULT_FILE
+    input_path = _locate(input_path)
     problem = file_problem(input_path)
-    if problem == "file not found":
-        problem = "no such file"
     if problem is not None:
         fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")
     suffix = input_path.suffix.lower()

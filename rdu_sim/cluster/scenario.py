@@ -157,7 +157,7 @@ def _cross_check(cluster: ClusterScenario) -> None:
             raise cluster.issue(
                 "prefix_cache", "a prefix cache needs a trace with block hashes (mooncake)"
             )
-        trace = cluster.base_dir / traffic.trace
+        trace = shipped.trace_path(cluster.base_dir, traffic.trace)
         if trace.is_file():
             fmt = traffic.format if traffic.format != "auto" else detect(trace, str(trace))
             if fmt not in HASHED_FORMATS:

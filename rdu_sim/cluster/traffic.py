@@ -22,11 +22,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.serving.requests import clip_to_context, draw_lengths
 from rdu_sim.serving.traces.published import read_table
 from rdu_sim.serving.traces.table import TraceTable
+from rdu_sim.serving.traces.values import column_text
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
                 f"the {table.format} trace has no column {column!r} to filter on (columns "
                 f"besides arrival and lengths: {valid})",
             )
-        keep &= table.columns[column] == str(value)
+        keep &= table.columns[column] == column_text(value)  # as the reader keeps it
     filtered_out = int(len(table) - keep.sum())
     arrival = table.arrival_s
     in_window = np.ones_like(keep)
@@ -166,7 +168,7 @@ def load_traffic(traffic: TrafficConfig, base_dir: Path, file: str) -> ClusterRe
     """The requests a cluster file describes (a trace path is relative to the file)."""
     if traffic.trace is None:
         return synthetic(traffic)
-    path = base_dir / traffic.trace
+    path = shipped.trace_path(base_dir, traffic.trace)
     if not path.is_file():
         raise ConfigError.single(
             file,

@@ -16,11 +16,10 @@ from pydantic import Field, field_validator, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds
-from rdu_sim.config.workload import LengthDistribution, fixed_shorthand
+from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand
 
 Role = Literal["mixed", "prefill", "decode"]
 RouterPolicy = Literal["round_robin", "least_outstanding", "prefix_aware"]
-TraceFormat = Literal["auto", "csv", "jsonl", "azure", "mooncake", "burstgpt"]
 
 _MAX_REPLICAS = 100_000
 _MAX_SECONDS = 1e7  # ~4 months: longer than any published trace

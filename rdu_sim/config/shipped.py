@@ -6,9 +6,14 @@ shipped workload reads) and ``notebooks/`` are the one copy of each file; a whee
 them under ``rdu_sim/data/`` in the same layout (setup.py maps them in at build time), so
 the relative paths inside the files (``hardware: ../hw_configs/sn40l-16.yaml``, a sweep's
 ``base: ../llama3.1-8b-1socket.yaml``) hold in both. This module is the one place that
-knows where they are: :func:`root`, :func:`names`, and :func:`locate`, which turns what a
-user typed (a path, a bare name such as ``deepseek-r1-128k-snapstream``, or a path under
-the shipped root such as ``workloads/sweeps/llama8b-batch.yaml``) into a file.
+knows where they are and what a name means: :func:`root`, :func:`entries` (each kind's
+files by name, subfolders such as ``workloads/speculative/`` included), and the one rule
+every command's file argument goes through, :func:`locate`: a path that exists, else a
+shipped file by name (``deepseek-r1-128k-snapstream``, ``sn40l-8``, ``mooncake-300``) or
+by a path under the shipped root (``workloads/sweeps/llama8b-batch.yaml``), else one
+``file not found`` error naming the kinds looked for. A file named inside a config file
+(``hardware:``, ``serving.trace``, a sweep's ``base``) goes through :func:`locate_near`
+(:func:`trace_path` for traces): relative to that file first.
 """
 
 from __future__ import annotations
@@ -33,10 +38,27 @@ KINDS: dict[str, str] = {
     "sweep": "workloads/sweeps",
     "plan": "workloads/plans",
     "hardware": "hw_configs",
+    "trace": "workloads/traces",
+    "model": "tests/models",
+    "notebook": "notebooks",
 }
-"""Kind of config file -> the shipped folder holding that kind (names are file stems)."""
+"""Kind of shipped file -> the folder holding that kind. A file belongs to the kind of the
+deepest folder holding it, so ``workloads/speculative/*.yaml`` are workloads and
+``workloads/sweeps/*.yaml`` sweeps. Names are file stems; a model's name is its folder's
+(``tests/models/qwen3-32b/config.json`` is ``qwen3-32b``)."""
 
-ALL_KINDS = tuple(KINDS)
+KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "trace": (".csv", ".jsonl", ".ndjson"),
+    "model": (".json",),
+    "notebook": (".ipynb",),
+}
+"""The suffixes of each kind's files (YAML for every kind not listed)."""
+
+CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware")
+"""The kinds of YAML config file (what ``rdu-sim check`` reads besides traces)."""
+
+ALL_KINDS = (*CONFIG_KINDS, "trace")
+"""What a command that reads any input (``rdu-sim check``) looks a name up among."""
 
 _SUFFIXES = (".yaml", ".yml")
 
@@ -106,30 +128,53 @@ def beside(path: Path, suffix: str) -> Path:
     return Path.cwd() / target.name if is_shipped(path) else target
 
 
+def kind_of(relative: Path) -> str | None:
+    """The kind of a shipped file (a path relative to :func:`root`), or None (a file no
+    kind lists, such as a README)."""
+    folders = sorted(KINDS.items(), key=lambda item: -len(item[1]))
+    for kind, name in folders:
+        if relative.is_relative_to(name):
+            suffix = relative.suffix.lower()
+            return kind if suffix in KIND_SUFFIXES.get(kind, _SUFFIXES) else None
+    return None
+
+
+def entries(kind: str) -> dict[str, Path]:
+    """The shipped files of one kind, by name (see :data:`KINDS`), as absolute paths."""
+    base = root()
+    found: dict[str, Path] = {}
+    for relative in files():
+        if kind_of(relative) == kind:
+            name = relative.parent.name if kind == "model" else relative.stem
+            found.setdefault(name, base / relative)
+    return found
+
+
 def names(kind: str) -> list[str]:
-    """The shipped files of one kind, by name (file stem), sorted."""
-    directory = folder(KINDS[kind])
-    return sorted(p.stem for p in directory.iterdir() if p.suffix in _SUFFIXES and p.is_file())
+    """The shipped files of one kind, by name, sorted."""
+    return sorted(entries(kind))
 
 
 def _bare(text: str) -> bool:
-    """A name rather than a path: no folder part and no YAML suffix."""
-    return "/" not in text and "\\" not in text and Path(text).suffix not in _SUFFIXES
+    """A name rather than a path: no folder part."""
+    return bool(text) and "/" not in text and "\\" not in text
 
 
 def find(text: str, kinds: Sequence[str] = ALL_KINDS) -> Path | None:
-    """The shipped file ``text`` names, or None: a bare name (``llama8b-batch``) is looked
-    up among ``kinds`` in order; a relative path (``workloads/sweeps/llama8b-batch.yaml``)
-    under the shipped root."""
+    """The shipped file ``text`` names, or None: a bare name (``llama8b-batch``, or with
+    its suffix, ``mooncake-300.jsonl``) is looked up among ``kinds`` in order; a relative
+    path (``workloads/sweeps/llama8b-batch.yaml``) under the shipped root."""
     base = installed_root() or checkout_root()
     if base is None or not text:
         return None
     if _bare(text):
         for kind in kinds:
-            for suffix in _SUFFIXES:
-                candidate = base / KINDS[kind] / f"{text}{suffix}"
-                if candidate.is_file():
-                    return candidate
+            known = entries(kind)
+            found = known.get(text)
+            if found is None:
+                found = next((path for path in known.values() if path.name == text), None)
+            if found is not None:
+                return found
         return None
     relative = Path(text)
     if relative.is_absolute() or ".." in relative.parts:
@@ -138,39 +183,55 @@ def find(text: str, kinds: Sequence[str] = ALL_KINDS) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def _model_file(path: Path, kinds: Sequence[str]) -> Path:
+    """A model's folder stands for the config.json inside it."""
+    inside = path / "config.json"
+    return inside if "model" in kinds and path.is_dir() and inside.is_file() else path
+
+
 def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
-    """What a user gave as a config file: an existing path as it is, else the shipped file
-    it names (see :func:`find`).
+    """What a user gave for a file: an existing path as it is, else the shipped file it
+    names (see :func:`find`); the one rule every command's file argument goes through.
 
     Raises:
-        ConfigError: a bare name that is neither a file nor shipped, listing the shipped
-            names of ``kinds``; any other missing path is returned for the loader to report.
+        ConfigError: neither exists (``<path>: file not found, and no shipped ... of that
+            name``, listing the shipped names of ``kinds`` when they are few).
     """
     given = Path(path)
     try:
         if given.exists():
-            return given
+            return _model_file(given, kinds)
     except (OSError, ValueError):
-        return given
+        return given  # a NUL byte, a name too long: the loader says what is wrong
     found = find(str(path), kinds)
     if found is not None:
         return found
-    if _bare(str(path)):
-        raise ConfigError.single(str(path), "", unknown_name_message(kinds))
-    return given
+    raise ConfigError.single(str(path), "", unknown_name_message(kinds, _bare(str(path))))
 
 
 def locate_near(near: Path, text: str, kinds: Sequence[str]) -> Path:
     """A file named inside a config file (``hardware: sn40l-16``): ``near`` (what ``text``
-    means relative to that file) when it exists, else the shipped file a bare ``text``
-    names, else ``near`` for the caller to report as missing."""
+    means relative to that file) when it exists, else ``text`` relative to the current
+    folder (a ``--set serving.trace=mine.jsonl`` on a shipped workload), else the shipped
+    file a bare ``text`` names, else ``near`` for the caller to report as missing (naming
+    the field)."""
     try:
         if near.exists():
-            return near
+            return _model_file(near, kinds)
+        here = Path(text)
+        if text and not here.is_absolute() and here.exists():
+            return _model_file(here, kinds)
     except (OSError, ValueError):
         return near
     found = find(text, kinds) if _bare(text) else None
     return found if found is not None else near
+
+
+def trace_path(base_dir: str | Path, trace: str) -> Path:
+    """The trace file a config file's ``serving.trace`` / ``traffic.trace`` names: relative
+    to the config file (or absolute), else a shipped trace by name (``mooncake-300``)."""
+    near = Path(trace).expanduser()
+    return locate_near(near if near.is_absolute() else Path(base_dir) / near, trace, ("trace",))
 
 
 def label(kind: str) -> str:
@@ -178,8 +239,17 @@ def label(kind: str) -> str:
     return "hardware files" if kind == "hardware" else f"{kind}s"
 
 
-def unknown_name_message(kinds: Sequence[str]) -> str:
-    """No such file, and the names that would have worked (when few kinds were possible)."""
+def _either(words: Sequence[str]) -> str:
+    """ "a", "a or b", "a, b or c"."""
+    return " or ".join(filter(None, (", ".join(words[:-1]), words[-1]))) if words else ""
+
+
+def unknown_name_message(kinds: Sequence[str], bare: bool = True) -> str:
+    """No such file, and (for a bare name) the names that would have worked when few kinds
+    were possible."""
+    hint = "`rdu-sim examples` lists them, `rdu-sim examples copy DIR` copies them to edit"
+    if not bare:
+        return f"file not found (here or among the shipped files); {hint}"
     listing = ""
     if len(kinds) <= 2:
         try:
@@ -187,7 +257,5 @@ def unknown_name_message(kinds: Sequence[str]) -> str:
         except ConfigError:
             listing = "none are installed"
         listing = f" (shipped {listing})"
-    return (
-        f"no such file, and no shipped {' or '.join(kinds)} of that name{listing}; "
-        "`rdu-sim examples` lists them, `rdu-sim examples copy DIR` copies them to edit"
-    )
+    singular = [kind if kind != "hardware" else "hardware file" for kind in kinds]
+    return f"file not found, and no shipped {_either(singular)} of that name{listing}; {hint}"

@@ -188,6 +188,11 @@ class ArrivalConfig(StrictModel):
         return self
 
 
+TraceFormat = Literal["auto", "csv", "jsonl", "azure", "mooncake", "burstgpt"]
+"""The trace formats a workload's or a cluster's trace may name (``serving.traces.registry``
+registers one reader each; a test keeps the two lists equal)."""
+
+
 class ServingConfig(StrictModel):
     """Traffic and the server's static batch."""
 
@@ -204,7 +209,15 @@ class ServingConfig(StrictModel):
     output_tokens: LengthDistribution = Field(default_factory=lambda: FixedLength(value=256))
     trace: str | None = Field(
         default=None,
-        description="CSV/JSONL of arrival_s, prompt_tokens, output_tokens (relative to the file)",
+        description="request trace, relative to the file, or a shipped one by name: the "
+        "project's CSV/JSONL of arrival_s, prompt_tokens, output_tokens, or a published "
+        "Azure, Mooncake or BurstGPT trace (docs/serving.md)",
+    )
+    trace_format: TraceFormat = Field(
+        default="auto",
+        description="serving.trace's format: 'csv' or 'jsonl' (the project's), 'azure', "
+        "'mooncake', 'burstgpt'; 'auto' reads a published trace off the file's first line, "
+        "else the project's format by its suffix",
     )
     arrival: ArrivalConfig = Field(default_factory=ArrivalConfig)
     requests: int = Field(default=100, ge=1, le=1_000_000, description="requests to serve")
@@ -235,6 +248,11 @@ class ServingConfig(StrictModel):
         if isinstance(self.batch_slots, int) and not 1 <= self.batch_slots <= 1_000_000:
             raise ValueError(
                 f"serving.batch_slots must be in 1..1000000 or 'auto', got {self.batch_slots}"
+            )
+        if self.trace_format != "auto" and self.trace is None:
+            raise ValueError(
+                f"serving.trace_format {self.trace_format!r} names the format of "
+                "serving.trace, and there is none"
             )
         return self
 

@@ -32,6 +32,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan.evaluate import evaluate as default_evaluate
 from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
+from rdu_sim.sweep.executors import check_cluster
 from rdu_sim.sweep.progress import Reporter
 from rdu_sim.sweep.run import evaluate_points
 
@@ -156,6 +157,8 @@ def run_plan(
     reporter: Reporter | None = None,
 ) -> PlanResult:
     """Search the spec's space for the cheapest configuration meeting the SLO."""
+    if cluster is not None:
+        check_cluster(cluster)  # no Dask, or a bad address: an error before any work
     loaded = load_plan(spec)
     db_path = Path(db) if db is not None else default_plan_db(loaded.file)
     evaluator = evaluate or default_evaluate

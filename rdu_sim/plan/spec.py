@@ -164,7 +164,7 @@ def _trace_digest(cluster: ClusterScenario) -> str | None:
     if trace is None:
         return None
     digest = hashlib.sha256()
-    with (cluster.base_dir / trace).open("rb") as stream:
+    with shipped.trace_path(cluster.base_dir, trace).open("rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.workload import (
     FixedLength,
@@ -103,7 +104,8 @@ def make_requests(
     acceptance: NDArray[np.float64] | None = None
     experts: NDArray[np.int64] | None = None
     if serving.trace is not None:
-        trace = read_trace(Path(base_dir) / serving.trace, workload_file, serving.requests)
+        path = shipped.trace_path(base_dir, serving.trace)
+        trace = read_trace(path, workload_file, serving.requests, serving.trace_format)
         n = min(serving.requests, len(trace))
         prompt = trace.prompt_tokens[:n]
         output = trace.output_tokens[:n]

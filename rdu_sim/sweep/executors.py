@@ -6,7 +6,8 @@ it arrives):
 - `run_pool`: a local ProcessPoolExecutor in a 'forkserver' (or 'spawn') context: no fork of
   a parent holding a SQLite connection and threads.
 - `run_dask`: a dask.distributed cluster (`tcp://host:port`, or 'local' for a LocalCluster
-  on loopback).
+  on loopback); `check_cluster` refuses a missing Dask (naming the extra, `rdu_sim.extras`)
+  or an address Dask cannot parse before anything runs.
 All call the in-process API through `worker.run_task`; none shells out to the CLI. Pool and
 Dask hand out sibling batches (`worker.sibling_batches`: points differing only in serving
 knobs, and such groups differing only in fields the compiler never reads, evaluated in turn
@@ -19,14 +20,16 @@ what it started.
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.extras import require
 from rdu_sim.sweep.worker import Outcome, Task, lost, run_batch, run_task, sibling_batches
 
 IN_FLIGHT_PER_WORKER = 2
@@ -88,14 +91,32 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+def check_cluster(cluster: str) -> Any:
+    """dask.distributed, once ``cluster`` is known to be ``local`` or an address Dask can
+    parse (its own rule: ``tcp://HOST:PORT``, ``HOST:PORT``, ``tls://...``); a missing Dask
+    or a bad address is an error naming ``--cluster``, before anything runs."""
+    distributed: Any = require("distributed", f"--cluster {cluster}")
+    if cluster == "local":
+        return distributed
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(cluster)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError.single(
+            "--cluster",
+            "",
+            f"{cluster!r} is not a Dask scheduler address ({exc}); give tcp://HOST:PORT, "
+            "or local for a cluster on this machine",
+        ) from None
+    return distributed
+
+
 def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
     """A distributed.Client for `cluster` ('local' starts a LocalCluster), and that cluster."""
-    try:
-        distributed: Any = importlib.import_module("distributed")
-    except ImportError:  # pragma: no cover - depends on the install
-        raise RuntimeError(
-            "--cluster needs dask.distributed: pip install 'rdu-sim[dask]'"
-        ) from None
+    distributed = check_cluster(cluster)
     if cluster == "local":
         local = distributed.LocalCluster(
             n_workers=max(1, workers),
@@ -105,7 +126,12 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
             dashboard_address=None,
         )
         return distributed.Client(local), local
-    return distributed.Client(cluster, timeout="30s"), None
+    try:
+        return distributed.Client(cluster, timeout="30s"), None
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError.single(
+            "--cluster", "", f"cannot reach the Dask scheduler at {cluster!r}: {exc}"
+        ) from None
 
 
 def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outcome]:
@@ -114,8 +140,8 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
     The cluster's workers must be able to import this rdu_sim (same version: the version
     each worker ran is stored in its rows).
     """
-    distributed: Any = importlib.import_module("distributed")
     client, local = _dask_client(cluster, workers)
+    distributed: Any = sys.modules["distributed"]
     try:
         threads = sum(client.nthreads().values()) or max(1, workers)
         window = threads * IN_FLIGHT_PER_WORKER

@@ -14,12 +14,12 @@ pool or on Dask.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rdu_sim import extras
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.report.files import write_file
 from rdu_sim.sweep.store import Store, StoreError
@@ -67,7 +67,7 @@ def load(
 
 def parquet_available() -> bool:
     """True when pyarrow can be imported (pandas writes Parquet with it)."""
-    return importlib.util.find_spec("pyarrow") is not None
+    return extras.available("pyarrow")
 
 
 def check_export(path: str | Path) -> None:
@@ -77,10 +77,7 @@ def check_export(path: str | Path) -> None:
     suffix = out.suffix.lower()
     if suffix in (".parquet", ".pq") and not parquet_available():
         raise ConfigError.single(
-            str(out),
-            "",
-            "Parquet export needs pyarrow, which is not "
-            "installed (pip install pyarrow); export to .csv instead",
+            str(out), "", f"{extras.missing('pyarrow', 'Parquet export')}; or export to .csv"
         )
     if suffix not in (".csv", ".parquet", ".pq"):
         kind = repr(suffix) if suffix else "a file without an extension"

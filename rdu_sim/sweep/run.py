@@ -29,7 +29,13 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
-from rdu_sim.sweep.executors import default_workers, run_dask, run_pool, run_serial
+from rdu_sim.sweep.executors import (
+    check_cluster,
+    default_workers,
+    run_dask,
+    run_pool,
+    run_serial,
+)
 from rdu_sim.sweep.expand import Expansion, Point, expand
 from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
@@ -155,15 +161,16 @@ def check_traces(expansion: Expansion) -> None:
     trace is a ConfigError before anything runs, not a failure of every point."""
     from rdu_sim.serving.traces import read_trace  # the serving package, only when needed
 
-    seen: set[tuple[Path, int]] = set()
+    seen: set[tuple[Path, int, str]] = set()
     for point in expansion.points:
         serving = point.scenario.workload.serving
         if serving.trace is None:
             continue
-        wanted = (point.scenario.base_dir / serving.trace, serving.requests)
+        path = shipped.trace_path(point.scenario.base_dir, serving.trace)
+        wanted = (path, serving.requests, serving.trace_format)
         if wanted not in seen:
             seen.add(wanted)
-            read_trace(wanted[0], point.scenario.workload_file, serving.requests)
+            read_trace(path, point.scenario.workload_file, serving.requests, serving.trace_format)
 
 
 def plan(
@@ -262,6 +269,8 @@ def run_sweep(
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
     main module.
     """
+    if cluster is not None:
+        check_cluster(cluster)  # no Dask, or a bad address: an error before any work
     loaded = load_spec(spec)
     expansion = expand(loaded)
     check_traces(expansion)

@@ -30,8 +30,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_timestamp(text: str) -> float | None:
-    """``YYYY-MM-DD HH:MM:SS[.fraction]`` (or with a ``T``) -> seconds since 1970 (UTC)."""
+    """``YYYY-MM-DD HH:MM:SS[.fraction]`` (or with a ``T``; ASCII digits) -> seconds since
+    1970 (UTC), or None."""
     stamp = text.strip().replace("T", " ")
+    if not stamp.isascii():  # strptime reads fullwidth and other scripts' digits
+        return None
     whole, _, fraction = stamp.partition(".")
     try:
         moment = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
@@ -42,7 +45,12 @@ def parse_timestamp(text: str) -> float | None:
     return (moment - _EPOCH).total_seconds() + (float("0." + fraction) if fraction else 0.0)
 
 
-@register_format(NAME, (), "Azure LLM inference CSV: TIMESTAMP, ContextTokens, GeneratedTokens")
+@register_format(
+    NAME,
+    (),
+    "Azure LLM inference CSV: TIMESTAMP, ContextTokens, GeneratedTokens",
+    published=True,
+)
 def azure_rows(lines: TraceLines) -> Iterator[Row]:
     """Rows of an Azure trace as ``arrival_s`` (seconds since 1970), ``prompt_tokens``,
     ``output_tokens``."""

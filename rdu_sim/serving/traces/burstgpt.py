@@ -29,7 +29,12 @@ SOURCE = {
 _USED = {column: key for key, column in SOURCE.items()}
 
 
-@register_format(NAME, (), "BurstGPT CSV: Timestamp, Model, Request/Response tokens, Log Type")
+@register_format(
+    NAME,
+    (),
+    "BurstGPT CSV: Timestamp, Model, Request/Response tokens, Log Type",
+    published=True,
+)
 def burstgpt_rows(lines: TraceLines) -> Iterator[Row]:
     """Rows of a BurstGPT trace: the three used columns renamed, the others kept as text."""
     header, records = csv_records(lines)

@@ -1,4 +1,5 @@
-"""CSV traces: a header row naming the columns (any order, extra columns ignored), then rows.
+"""CSV traces: a header row naming the columns (any order, extra columns ignored, none named
+twice, whatever the format), then rows.
 
 The csv module parses the stream, so a quoted field may hold commas and newlines (a value
 is then checked as a whole, never split at the newline). A field is at most
@@ -39,6 +40,10 @@ def csv_records(lines: TraceLines) -> tuple[list[str], Iterator[Row]]:
     header = [name.strip() for name in next(records, [])]
     if not header:
         raise lines.error("trace has no header row", line=1)
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:  # which one would a row's value come from? (every CSV format: one rule)
+        shown = [cut_middle(name, 40) for name in repeated[:10]]
+        raise lines.error(f"CSV header names column(s) {shown} more than once", line=1)
 
     def rows() -> Iterator[Row]:
         for fields in records:
@@ -60,13 +65,18 @@ def header_lacks(lines: TraceLines, header: list[str], missing: list[str], expec
         )
 
 
+PUBLISHED_HEADERS = (
+    "Azure's TIMESTAMP, ContextTokens, GeneratedTokens; BurstGPT's Timestamp, Request tokens, "
+    "Response tokens"
+)
+"""The published CSV headers a trace may have instead (``traces.reader.choose_format``)."""
+
+
 @register_format("csv", (".csv",), "comma-separated, with a header row")
 def csv_rows(lines: TraceLines) -> Iterator[Row]:
     """Rows of a CSV trace, keyed by the header's column names (only the columns used)."""
     header, records = csv_records(lines)
-    repeated = sorted({name for name in header if header.count(name) > 1 and name in READ})
-    if repeated:
-        raise lines.error(f"CSV header names column(s) {repeated} more than once", line=1)
-    header_lacks(lines, header, [c for c in REQUIRED if c not in header], ", ".join(COLUMNS))
+    expected = f"{', '.join(COLUMNS)} (or a published trace's header: {PUBLISHED_HEADERS})"
+    header_lacks(lines, header, [c for c in REQUIRED if c not in header], expected)
     for line, row in records:
         yield line, {name: row[name] for name in READ if name in row}

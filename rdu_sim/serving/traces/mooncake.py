@@ -4,7 +4,8 @@
 ``timestamp`` is milliseconds from the trace's start; ``hash_ids`` names the prompt's blocks
 (512 tokens each in the published traces), block ``i`` by a hash of the prompt up to and
 including it, so equal ids mean equal prefixes: what a prefix cache keys on. A row may lack
-``hash_ids`` (no cacheable blocks).
+``hash_ids`` (no cacheable blocks). Any other field of a row is kept as a column (as text,
+``values.column_text``), for a cluster's ``traffic.filter`` and ``classes.column``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ SOURCE = {
     "output_tokens": "output_length",
 }
 """The file's field behind each row key (for messages)."""
+_OWN = (*FIELDS, "hash_ids", *SOURCE)
+"""Fields read as the request's own (any other field is kept as a column: ``type``, say)."""
 MAX_BLOCKS = 1_000_000  # hash_ids of one request: 512 billion tokens at Mooncake's blocks
 
 
@@ -38,7 +41,12 @@ def _milliseconds(value: Any) -> float | None:
     return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
-@register_format(NAME, (), "Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids")
+@register_format(
+    NAME,
+    (),
+    "Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids",
+    published=True,
+)
 def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
     """Rows of a Mooncake trace as ``arrival_s``, ``prompt_tokens``, ``output_tokens`` and
     ``hash_ids``."""
@@ -62,15 +70,14 @@ def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
             raise lines.error(
                 f"expected a list of at most {MAX_BLOCKS:,} integer block hashes", "hash_ids", line
             )
-        yield (
-            line,
-            {
-                "arrival_s": arrival,
-                "prompt_tokens": obj["input_length"],
-                "output_tokens": obj["output_length"],
-                "hash_ids": hashes,
-            },
+        row = {name: value for name, value in obj.items() if name not in _OWN}
+        row.update(
+            arrival_s=arrival,
+            prompt_tokens=obj["input_length"],
+            output_tokens=obj["output_length"],
+            hash_ids=hashes,
         )
+        yield line, row
 
 
 def write(path: Path, table: TraceTable) -> None:

@@ -1,26 +1,37 @@
-"""Read a request trace into arrays: ``arrival_s`` (optional), ``prompt_tokens``,
-``output_tokens``, streaming, within stated limits, every problem a ConfigError naming the
+"""The one trace reader: any registered format, for a workload (``read_trace``) or a cluster
+(``read_table``), streaming, within stated limits, every problem a ConfigError naming the
 trace file and the line.
 
 A trace fixes each request's lengths (and, for open-loop arrivals, its arrival time). Its
-format is chosen by the file's suffix from the registry (``traces.registry``). Only the
-first ``max_rows`` rows are read (``serving.requests`` of them: the rest would be unused),
-so time and memory follow the requests, not the file. ``arrival_s`` may be absent
-(closed-loop and all-at-once arrivals do not need it); when the first row has it, every
-row must, and none may without it.
+format is chosen once (:func:`choose_format`): by name, or, for ``auto``, by the file's first
+line when it is a published trace's (Azure, Mooncake, BurstGPT), else by the file's suffix
+(the project's ``.csv`` and ``.jsonl``). Every row then passes the same checks
+(``traces.values``) whichever reader asked:
 
-Limits: a regular file of at most ``MAX_TRACE_BYTES``; UTF-8 text, lines of at most
-``MAX_LINE_BYTES`` and at most ``MAX_TRACE_LINES`` lines (``traces.lines``); values as
-``traces.values`` states; a format's own limits in its module.
+- lengths are whole numbers of tokens; a published trace's zero-token row is a failed
+  request, counted as ``skipped``, never served;
+- ``arrival_s`` may be absent from a workload's trace (closed-loop and all-at-once arrivals
+  do not need it); when the first row has it, every row must, and none may without it. A
+  cluster replays arrivals: every row needs one. A published trace's clock (wall-clock
+  times, milliseconds from its start) starts at its earliest request; so does every trace a
+  cluster reads (its window is on that clock); a workload's own ``arrival_s`` is used as
+  written. The clock must then fit the serving clock;
+- ``acceptance`` and ``expert`` are optional as ``arrival_s`` is; a cluster keeps the other
+  columns as text (filters, request classes) and Mooncake's block hashes.
+
+Only the first ``max_rows`` requests are read (a workload's ``serving.requests``: the rest
+would be unused), so time and memory follow the requests, not the file. Limits: a regular
+file of at most ``MAX_TRACE_BYTES``; UTF-8 text, lines of at most ``MAX_LINE_BYTES`` and at
+most ``MAX_TRACE_LINES`` lines (``traces.lines``); a format's own limits in its module.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,11 +39,22 @@ from numpy.typing import NDArray
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import file_problem
-from rdu_sim.serving.traces.lines import TraceLines
-from rdu_sim.serving.traces.registry import RowReader, format_for, known_suffixes
+from rdu_sim.serving.clock import MAX_ARRIVAL_S
+from rdu_sim.serving.traces import azure, burstgpt, mooncake
+from rdu_sim.serving.traces.lines import MAX_LINE_BYTES, TraceLines
+from rdu_sim.serving.traces.registry import (
+    TraceFormat,
+    format_for,
+    formats,
+    get_format,
+    known_suffixes,
+)
+from rdu_sim.serving.traces.table import TraceTable
 from rdu_sim.serving.traces.values import (
     MAX_TOKENS,
     ValueProblem,
+    clock_seconds,
+    column_text,
     expert,
     probability,
     seconds,
@@ -41,13 +63,34 @@ from rdu_sim.serving.traces.values import (
 
 MAX_TRACE_BYTES = 512 * 2**20  # a trace larger than this is a mistake
 MAX_TRACE_ROWS = 1_000_000  # serving.requests' own bound: no run uses more rows
+_EVERY_ROW = 2**62  # a cluster reads every row (``traces.lines`` bounds them by lines)
 
-__all__ = ["MAX_TOKENS", "MAX_TRACE_BYTES", "MAX_TRACE_ROWS", "Trace", "read_trace"]
+__all__ = [
+    "MAX_TOKENS",
+    "MAX_TRACE_BYTES",
+    "MAX_TRACE_ROWS",
+    "Trace",
+    "choose_format",
+    "detect",
+    "read_table",
+    "read_trace",
+]
+
+SOURCE_COLUMNS: dict[str, dict[str, str]] = {
+    azure.NAME: azure.SOURCE,
+    mooncake.NAME: mooncake.SOURCE,
+    burstgpt.NAME: burstgpt.SOURCE,
+}
+"""Per published format, the file's own column behind each row key (errors name it)."""
+
+_OUT = "output_tokens"
+_OWN = ("arrival_s", "prompt_tokens", "output_tokens", "acceptance", "expert", "hash_ids")
+"""Row keys read as the request's own; any other is a kept column (a cluster's)."""
 
 
 @dataclass(frozen=True)
 class Trace:
-    """Parsed trace rows, as parallel arrays (file order)."""
+    """A workload's trace rows, as parallel arrays (file order)."""
 
     arrival_s: NDArray[np.float64] | None  # None when the trace has no arrival_s column
     prompt_tokens: NDArray[np.int64]
@@ -56,66 +99,141 @@ class Trace:
     acceptance: NDArray[np.float64] | None = None
     # the expert each request needs in a Composition of Experts (None: no column)
     expert: NDArray[np.int64] | None = None
+    format: str = "csv"  # the format read (``choose_format``)
+    skipped: int = 0  # a published trace's failed requests (zero tokens), not read
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
 
 
-def _refuse(name: str, workload_file: str, message: str) -> ConfigError:
-    """An error about the trace file as a whole, named from the workload's field."""
-    return ConfigError.single(
-        workload_file or name, "serving.trace", f"trace {cut_middle(name)!r}: {message}"
-    )
+def format_names() -> list[str]:
+    """Every format a trace may name (besides ``auto``)."""
+    return [f.name for f in formats()]
 
 
-def read_trace(path: str | Path, workload_file: str = "", max_rows: int = MAX_TRACE_ROWS) -> Trace:
-    """The first `max_rows` rows of a trace file; ConfigError naming the file and line."""
-    file = Path(path)
-    name = str(file)
-    problem = file_problem(file)
-    if problem == "file not found":
-        raise _refuse(name, workload_file, "not found (paths are relative to the workload file)")
-    if problem is not None:
-        raise _refuse(name, workload_file, problem)
-    trace_format = format_for(file)
-    if trace_format is None:
-        raise _refuse(
-            name, workload_file, f"unknown format {file.suffix!r}; use {known_suffixes()}"
-        )
+def _first_line(path: Path, file: str) -> str:
     try:
-        size = file.stat().st_size
-        stream = file.open("rb")
+        with path.open("rb") as stream:
+            head = stream.readline(MAX_LINE_BYTES).decode("utf-8", "replace").lstrip("\ufeff")
     except OSError as exc:
-        raise _refuse(name, workload_file, f"cannot open: {exc.strerror or exc}") from None
-    if size > MAX_TRACE_BYTES:
-        stream.close()
-        raise ConfigError.single(name, "", f"trace is larger than {MAX_TRACE_BYTES} bytes", 1)
-    with stream:
-        try:
-            return _arrays(TraceLines(stream, name), trace_format.rows, max(1, max_rows))
-        except ConfigError as exc:
-            if not workload_file:
-                raise
-            note = f" (the serving.trace of {cut_middle(workload_file)})"
-            raise ConfigError([replace(i, message=i.message + note) for i in exc.issues]) from None
+        raise ConfigError.single(file, "", f"cannot read: {exc.strerror or exc}") from None
+    return head.strip()
 
 
-def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
-    """Check each row's values and collect them compactly (8 bytes per value)."""
-    arrivals = array("d")
-    prompts = array("q")
-    outputs = array("q")
-    rates = array("d")
-    experts = array("q")
-    optional: tuple[tuple[str, Callable[[Any], Any], Any], ...] = (
-        ("arrival_s", seconds, arrivals),
-        ("acceptance", probability, rates),
-        ("expert", expert, experts),
+def _published(line: str) -> str | None:
+    """The published format a first line shows, or None."""
+    if line.startswith("{"):
+        return mooncake.NAME if '"input_length"' in line else None
+    header = {name.strip() for name in line.split(",")}
+    if "ContextTokens" in header:
+        return azure.NAME
+    if "Request tokens" in header:
+        return burstgpt.NAME
+    return None
+
+
+def detect(path: Path, file: str) -> str:
+    """The format of a trace file from its first line: a published one, else the project's
+    CSV or JSONL when the line is theirs (ConfigError when none fits)."""
+    line = _first_line(path, file)
+    found = _published(line)
+    if found is not None:
+        return found
+    if line.startswith("{"):
+        return "jsonl"
+    if "prompt_tokens" in {name.strip() for name in line.split(",")}:
+        return "csv"
+    raise ConfigError.single(
+        file,
+        "",
+        f"cannot tell the trace format from its first line {line[:80]!r}; name it (one of "
+        f"{', '.join(format_names())})",
+        1,
     )
-    has: dict[str, bool] = {}  # whether the optional columns are there (from the first row)
-    for line, row in rows(lines):
-        column = "prompt_tokens"
+
+
+def _choose(path: Path, name: str, file: str) -> TraceFormat | str:
+    """:func:`choose_format`'s answer, or what is wrong with the file as a whole."""
+    if name != "auto":
         try:
+            return get_format(name)
+        except KeyError as exc:
+            return str(exc.args[0])
+    published = _published(_first_line(path, file))
+    if published is not None:
+        return get_format(published)
+    by_suffix = format_for(path)
+    if by_suffix is not None:
+        return by_suffix
+    try:
+        return get_format(detect(path, file))
+    except ConfigError:
+        return (
+            f"unknown format {path.suffix!r}; use {known_suffixes()}, or a published trace "
+            f"({', '.join(SOURCE_COLUMNS)}) whose first line shows its format"
+        )
+
+
+def choose_format(path: Path, name: str, file: str) -> TraceFormat:
+    """The format to read ``path`` with: ``name``, or for ``auto`` the published format its
+    first line shows, else the format owning its suffix (whose reader then says what the
+    file lacks), else the one its first line shows; ConfigError naming ``file`` if none."""
+    chosen = _choose(path, name, file)
+    if isinstance(chosen, str):
+        raise ConfigError.single(file, "", chosen, 1)
+    return chosen
+
+
+def _skipped(value: Any) -> bool:
+    """A zero token count: a failed request in the published traces."""
+    return value == 0 or (isinstance(value, str) and value.strip() in ("0", "0.0"))
+
+
+@dataclass
+class _Rows:
+    """What reading a trace found, collected compactly (8 bytes per value)."""
+
+    trace_format: TraceFormat
+    keep_columns: bool
+    arrival: array[float] = field(default_factory=lambda: array("d"))
+    prompt: array[int] = field(default_factory=lambda: array("q"))
+    output: array[int] = field(default_factory=lambda: array("q"))
+    acceptance: array[float] = field(default_factory=lambda: array("d"))
+    expert: array[int] = field(default_factory=lambda: array("q"))
+    offsets: array[int] = field(default_factory=lambda: array("q", [0]))
+    hashes: array[int] = field(default_factory=lambda: array("q"))
+    columns: dict[str, list[str]] = field(default_factory=dict)
+    has: dict[str, bool] = field(default_factory=dict)
+    skipped: int = 0
+
+    def optional(self, name: str) -> bool:
+        """Whether the rows hold the optional column ``name`` (from the first row)."""
+        return self.has.get(name, False)
+
+
+def _collect(lines: TraceLines, trace_format: TraceFormat, max_rows: int, replay: bool) -> _Rows:
+    """Check each row's values (module docstring) and collect them."""
+    found = _Rows(trace_format, keep_columns=replay)
+    published = trace_format.published
+    arrival_check: Callable[[Any], float] = clock_seconds if published else seconds
+    optional: tuple[tuple[str, Callable[[Any], Any], Any], ...] = (
+        ("arrival_s", arrival_check, found.arrival),
+        ("acceptance", probability, found.acceptance),
+        ("expert", expert, found.expert),
+    )
+    has = found.has
+    hashed = trace_format.name == mooncake.NAME
+    for line, row in trace_format.rows(lines):
+        column = "arrival_s"
+        try:
+            if replay and row.get(column) in (None, ""):
+                raise ValueProblem("a cluster replays arrival times: every row needs one")
+            if published and (
+                _skipped(row.get("prompt_tokens")) or _skipped(row.get("output_tokens"))
+            ):
+                found.skipped += 1
+                continue
+            column = "prompt_tokens"
             prompt = tokens(row.get(column))
             column = "output_tokens"
             output = tokens(row.get(column))
@@ -131,17 +249,149 @@ def _arrays(lines: TraceLines, rows: RowReader, max_rows: int) -> Trace:
                     values.append(check(row[column]))
         except ValueProblem as exc:
             missing = row.get(column) in (None, "") and column in ("prompt_tokens", "output_tokens")
-            raise lines.error("missing value" if missing else str(exc), column, line) from None
-        prompts.append(prompt)
-        outputs.append(output)
-        if len(prompts) >= max_rows:
+            shown = SOURCE_COLUMNS.get(trace_format.name, {}).get(column, column)
+            raise lines.error("missing value" if missing else str(exc), shown, line) from None
+        found.prompt.append(prompt)
+        found.output.append(output)
+        if hashed:
+            found.hashes.extend(row.get("hash_ids", ()))
+            found.offsets.append(len(found.hashes))
+        if found.keep_columns:
+            for name, value in row.items():
+                if name not in _OWN:
+                    found.columns.setdefault(name, []).append(column_text(value))
+        if len(found.prompt) >= max_rows:
             break
-    if not prompts:
-        raise lines.error("trace has no requests", line=1)
+    if not found.prompt:
+        detail = f" ({found.skipped} failed rows skipped)" if found.skipped else ""
+        raise lines.error(f"trace has no requests{detail}", line=1)
+    return found
+
+
+def _clock(found: _Rows, name: str, shift: bool) -> NDArray[np.float64] | None:
+    """The arrival times, shifted to start at the earliest when ``shift``; a clock longer
+    than the serving clock holds is refused."""
+    if not found.optional("arrival_s"):
+        return None
+    arrival = np.frombuffer(found.arrival, dtype=np.float64).copy()
+    if shift:
+        arrival -= arrival.min()
+    span = float(arrival.max())
+    if not span <= MAX_ARRIVAL_S:
+        raise ConfigError.single(
+            name,
+            "arrival_s",
+            f"the trace spans {span:.4g} s, beyond the {MAX_ARRIVAL_S:.4g} s the serving clock "
+            "holds; replay a window of it (a cluster's traffic.start and traffic.end)",
+        )
+    return arrival
+
+
+def _open(path: Path, name: str) -> tuple[BinaryIO, int] | str:
+    """The file opened for reading and its size, or why it cannot be."""
+    problem = file_problem(path)
+    if problem == "file not found":
+        return "not found (paths are relative to the file naming the trace)"
+    if problem is not None:
+        return problem
+    try:
+        size = path.stat().st_size
+        stream = path.open("rb")
+    except OSError as exc:
+        return f"cannot open: {exc.strerror or exc}"
+    return stream, size
+
+
+def _read(
+    path: Path,
+    format: str,
+    name: str,
+    refuse: Callable[[str], ConfigError],
+    max_rows: int,
+    replay: bool,
+) -> _Rows:
+    opened = _open(path, name)
+    if isinstance(opened, str):
+        raise refuse(opened)
+    stream, size = opened
+    with stream:
+        if size > MAX_TRACE_BYTES:
+            raise ConfigError.single(name, "", f"trace is larger than {MAX_TRACE_BYTES} bytes", 1)
+        trace_format = _choose(path, format, name)
+        if isinstance(trace_format, str):
+            raise refuse(trace_format)
+        return _collect(TraceLines(stream, name), trace_format, max(1, max_rows), replay)
+
+
+def _refuse(name: str, workload_file: str) -> Callable[[str], ConfigError]:
+    """An error about the trace file as a whole, named from the workload's field."""
+
+    def error(message: str) -> ConfigError:
+        return ConfigError.single(
+            workload_file or name, "serving.trace", f"trace {cut_middle(name)!r}: {message}"
+        )
+
+    return error
+
+
+def read_trace(
+    path: str | Path,
+    workload_file: str = "",
+    max_rows: int = MAX_TRACE_ROWS,
+    format: str = "auto",
+) -> Trace:
+    """The first `max_rows` requests of a workload's trace file; ConfigError naming the file
+    and line (and, with ``workload_file``, the workload whose ``serving.trace`` it is)."""
+    file = Path(path)
+    name = str(file)
+    try:
+        found = _read(file, format, name, _refuse(name, workload_file), max_rows, False)
+        arrival = _clock(found, name, shift=found.trace_format.published)
+    except ConfigError as exc:
+        if not workload_file or exc.issues[0].field == "serving.trace":
+            raise
+        note = f" (the serving.trace of {cut_middle(workload_file)})"
+        raise ConfigError([replace(i, message=i.message + note) for i in exc.issues]) from None
     return Trace(
-        arrival_s=np.frombuffer(arrivals, dtype=np.float64).copy() if has["arrival_s"] else None,
-        prompt_tokens=np.frombuffer(prompts, dtype=np.int64).copy(),
-        output_tokens=np.frombuffer(outputs, dtype=np.int64).copy(),
-        acceptance=np.frombuffer(rates, dtype=np.float64).copy() if has["acceptance"] else None,
-        expert=np.frombuffer(experts, dtype=np.int64).copy() if has["expert"] else None,
+        arrival_s=arrival,
+        prompt_tokens=np.frombuffer(found.prompt, dtype=np.int64).copy(),
+        output_tokens=np.frombuffer(found.output, dtype=np.int64).copy(),
+        acceptance=(
+            np.frombuffer(found.acceptance, dtype=np.float64).copy()
+            if found.optional("acceptance")
+            else None
+        ),
+        expert=(
+            np.frombuffer(found.expert, dtype=np.int64).copy() if found.optional("expert") else None
+        ),
+        format=found.trace_format.name,
+        skipped=found.skipped,
+    )
+
+
+def read_table(path: Path, format: str, file: str | None = None) -> TraceTable:
+    """A cluster's trace of ``format`` (or ``auto``), every request, its clock starting at
+    the earliest, block hashes and the other columns kept; errors name ``file`` (default:
+    the path)."""
+    name = file or str(path)
+
+    def refuse(message: str) -> ConfigError:
+        return ConfigError.single(name, "", f"trace: {message}")
+
+    found = _read(path, format, name, refuse, _EVERY_ROW, True)
+    arrival = _clock(found, name, shift=True)
+    assert arrival is not None  # replay: every row has one
+    hashed = found.trace_format.name == mooncake.NAME
+    columns: Mapping[str, NDArray[np.object_]] = {
+        k: np.asarray(v, dtype=np.object_) for k, v in found.columns.items()
+    }
+    return TraceTable(
+        format=found.trace_format.name,
+        arrival_s=arrival,
+        prompt_tokens=np.frombuffer(found.prompt, dtype=np.int64).copy(),
+        output_tokens=np.frombuffer(found.output, dtype=np.int64).copy(),
+        hash_offsets=np.frombuffer(found.offsets, dtype=np.int64).copy() if hashed else None,
+        hash_values=np.frombuffer(found.hashes, dtype=np.int64).copy() if hashed else None,
+        columns=columns,
+        skipped=found.skipped,
     )

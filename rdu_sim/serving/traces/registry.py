@@ -4,7 +4,9 @@ A format turns the lines of a file into rows (a line number and a mapping of col
 value); the reader (``traces.reader``) checks the values, applies the limits and builds the
 arrays, so a new format (Azure, Mooncake, BurstGPT...) is one module with one decorated
 function. Registering a name or a suffix twice is refused. A format may own no suffix (the
-published traces, whose files are plain .csv or .jsonl): it is then chosen by name.
+published traces, whose files are plain .csv or .jsonl): it is then chosen by name, or by
+the first line of the file (``traces.reader.choose_format``). A published format's clock
+starts at its earliest request and marks a failed request by zero tokens.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ class TraceFormat:
     suffixes: tuple[str, ...]
     description: str
     rows: RowReader
+    published: bool = False  # a published trace: its own clock, zero tokens = a failed request
 
 
 _FORMATS: dict[str, TraceFormat] = {}
 
 
 def register_format(
-    name: str, suffixes: tuple[str, ...], description: str
+    name: str, suffixes: tuple[str, ...], description: str, *, published: bool = False
 ) -> Callable[[RowReader], RowReader]:
     """Decorator: register `rows` as the reader of files ending in `suffixes`."""
 
@@ -45,7 +48,7 @@ def register_format(
         clash = sorted(set(suffixes) & taken)
         if clash:
             raise ValueError(f"trace suffix(es) {', '.join(clash)} already registered")
-        _FORMATS[name] = TraceFormat(name, tuple(suffixes), description, rows)
+        _FORMATS[name] = TraceFormat(name, tuple(suffixes), description, rows, published)
         return rows
 
     return decorate

@@ -8,11 +8,19 @@
 - ``acceptance``: optional, a request's per-token acceptance rate under speculative
   decoding, an ASCII decimal number in 0..1;
 - ``expert``: optional, the expert a request needs in a Composition of Experts (the
-  workload's ``coe``), a whole number in 0..``MAX_EXPERT``.
+  workload's ``coe``), a whole number in 0..``MAX_EXPERT``;
+- a published trace's time (``clock_seconds``): any finite number of seconds on the trace's
+  own clock (a wall-clock time, say), ASCII digits only, shifted later to start at 0;
+- any other column (a BurstGPT ``Model``, an extra Mooncake field) is kept as text
+  (``column_text``), the form a cluster's ``traffic.filter`` and ``classes.column`` match.
+
+Every digit a trace reader accepts is ASCII, whatever the format: Python's ``int()``,
+``float()`` and ``strptime`` accept other scripts' digits, these checks do not.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -97,3 +105,24 @@ def expert(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EXPERT:
         raise ValueProblem(f"expected an expert's index in 0..{MAX_EXPERT}, got {shown(value)}")
     return value
+
+
+def clock_seconds(value: Any) -> float:
+    """A published trace's time in seconds on its own clock: finite, an ASCII decimal
+    number when written as text (the reader shifts the clock to start at 0)."""
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value) if not isinstance(value, int) or value.bit_length() < 1024 else None
+    elif isinstance(value, str) and len(value) <= 64:
+        number = parse_decimal(value)
+    if number is None or not math.isfinite(number):
+        raise ValueProblem(f"expected a finite time in seconds (ASCII digits), got {shown(value)}")
+    return number
+
+
+def column_text(value: Any) -> str:
+    """A kept column's value as text: a string as it is, any other JSON value as JSON
+    (``true``, ``3``, ``["a"]``), so a filter written in YAML matches it the same way."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
