@@ -158,3 +158,150 @@ def test_a_config_json_in_a_folder_with_a_long_name_is_named_by_its_first_200_ch
     result = invoke("inspect", "model", path, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["name"] == "q" * 200
+
+
+# --- sweep databases read back ---
+
+
+@pytest.fixture(scope="module")
+def synthetic_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("db")
+    spec = write(
+        folder / "spec.yaml",
+        f"""
+        name: s
+        base: {ROOT / "workloads" / "llama3.1-8b-1socket.yaml"}
+        axes:
+          serving.batch_slots: [1, 2, 3]
+        evaluator: {{name: synthetic}}
+        """,
+    )
+    result = invoke("sweep", spec, "--db", folder / "s.sqlite")
+    assert result.exit_code == 0, result.output
+    return folder / "s.sqlite"
+
+
+def _damaged(db: Path, tmp_path: Path, sql: str, *args: object) -> Path:
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "d.sqlite"
+    shutil.copyfile(db, copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute(sql, args)
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("sql", "args", "words"),
+    [
+        ("UPDATE results SET overrides = ?", ("[1, 2]",), "column overrides holds JSON list"),
+        ("UPDATE results SET overrides = ?", ("5",), "column overrides holds JSON int 5"),
+        ("UPDATE results SET metrics = ?", ('"x"',), "column metrics holds JSON str 'x'"),
+        ("UPDATE results SET metrics = ?", ("null",), "column metrics holds JSON NoneType"),
+        ("UPDATE results SET overrides = ?", ('{"serving.batch_slots": 1' + "0" * 400 + "}",),
+         "an integer of 401 digits"),
+        ("UPDATE results SET overrides = ?", ("[" * 100 + "]" * 100,), "nested more than 64"),
+        ("UPDATE results SET metrics = ?", ("{",), "not valid JSON"),
+        ("UPDATE results SET wall_s = ?", ("slow",), "column wall_s holds text 'slow'"),
+        ("UPDATE results SET attempts = ?", (1.5,), "column attempts holds real 1.5"),
+        ("UPDATE results SET version = ?", (b"\x00",), "column version holds blob"),
+        ("UPDATE results SET key = ? WHERE rowid = 1", (b"\x07",), "column key holds blob"),
+    ],
+)  # fmt: skip
+def test_a_stored_column_of_the_wrong_type_is_one_error_naming_it(
+    synthetic_db: Path, tmp_path: Path, sql: str, args: tuple[object, ...], words: str
+) -> None:
+    db = _damaged(synthetic_db, tmp_path, sql, *args)
+    line = one_error(invoke("plot", "sweep", db, "-o", tmp_path / "p.png"), str(db), words)
+    assert "move it aside" in line
+
+
+@pytest.mark.parametrize("name", ["status", "key", "version", "error"])
+def test_an_axis_named_like_a_bookkeeping_column_keeps_its_own_column(
+    synthetic_db: Path, tmp_path: Path, name: str
+) -> None:
+    from rdu_sim.sweep import load
+
+    db = _damaged(
+        synthetic_db,
+        tmp_path,
+        "UPDATE results SET overrides = json_object(?, json_extract(overrides, "
+        "'$.\"serving.batch_slots\"'))",
+        name,
+    )
+    frame = load(db)
+    assert frame.columns.is_unique
+    assert frame.attrs["axes"] == [f"overrides.{name}"]
+    assert sorted(frame[f"overrides.{name}"]) == [1, 2, 3]
+    assert list(frame["status"]) == ["done"] * 3  # the bookkeeping column is untouched
+    result = invoke("plot", "sweep", db, "-o", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    assert "Warning" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def every_metric_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real sweep whose spec lists no metrics: every metric is stored, `version` too."""
+    folder = tmp_path_factory.mktemp("all")
+    spec = write(
+        folder / "spec.yaml",
+        f"""
+        name: every-metric
+        base: {ROOT / "workloads" / "llama3.1-8b-1socket.yaml"}
+        set: {{serving.requests: 1, serving.prompt_tokens: 64, serving.output_tokens: 2}}
+        axes:
+          serving.batch_slots: [1, 2]
+        """,
+    )
+    result = CliRunner().invoke(cli, ["sweep", str(spec), "--db", str(folder / "a.sqlite")])
+    assert result.exit_code == 0, result.output
+    return folder / "a.sqlite"
+
+
+def test_plot_sweep_of_every_metric_prints_no_warning(
+    every_metric_db: Path, tmp_path: Path
+) -> None:
+    import warnings
+
+    from rdu_sim.sweep import load
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frame = load(every_metric_db)
+    assert frame.columns.is_unique
+    assert "metrics.version" in frame.columns and "version" in frame.columns
+    result = invoke("plot", "sweep", every_metric_db, "-o", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+
+
+def test_the_flat_view_names_a_bookkeeping_metric_apart(every_metric_db: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(every_metric_db) as conn:
+        names = [r[1] for r in conn.execute("PRAGMA table_info(results_flat)")]
+    assert len(names) == len(set(names))
+    assert "metrics.version" in names and "version" in names
+
+
+# --- GPU hardware rates ---
+
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (["hw.gpu.bf16_flops=1e-300"], "gpu.bf16_flops: Input should be greater than or equal to 1"),
+        (["hw.gpu.fp8_flops=5e-324"], "gpu.fp8_flops: Input should be greater than or equal to 1"),
+        (["hw.gpu.vector_flops=1e-300"], "gpu.vector_flops"),
+        (["hw.gpu.bf16_flops=1.5", "hw.gpu.max_gemm_efficiency=0.5"],
+         "bf16_flops x efficiency is 0.75 per second, below the least rate of 1 per second"),
+        (["hw.gpu.bf16_flops=1", "hw.gpu.max_gemm_efficiency=1"],
+         "beyond the serving clock's range"),
+    ],
+)  # fmt: skip
+def test_a_gpu_rate_too_small_to_time_a_step_is_refused(overrides: list[str], words: str) -> None:
+    sets = [arg for o in ["hardware=dgx-h100", *overrides] for arg in ("--set", o)]
+    clean_error(invoke("run", LLAMA, *sets, "--set", "serving.requests=1"), words)
