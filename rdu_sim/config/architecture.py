@@ -40,13 +40,21 @@ AttentionType = Literal["full_attention", "sliding_attention"]
 """Hugging Face's `layer_types` values the simulator models."""
 
 
+MAX_LAYERS = 10_000
+"""The most decoder layers a model may have (its per-layer tables are built for each)."""
+MAX_NAME_CHARS = 200
+"""The longest model name a report shows."""
+
+
 class _Decoder(StrictModel):
     """What every family has: sizes of the residual stream, the vocabulary and the stack."""
 
-    name: str = Field(min_length=1, max_length=200, description="the model's name in reports")
+    name: str = Field(
+        min_length=1, max_length=MAX_NAME_CHARS, description="the model's name in reports"
+    )
     vocab_size: int = _dim("tokens in the vocabulary (rows of the embedding and LM head)")
     hidden_size: int = _dim("width of the residual stream")
-    layers: int = Field(ge=1, le=10_000, description="decoder layers")
+    layers: int = Field(ge=1, le=MAX_LAYERS, description="decoder layers")
     max_context: int = Field(
         ge=1, le=100_000_000, description="longest context the model supports, in tokens"
     )
@@ -114,7 +122,7 @@ class _Moe(StrictModel):
     """Routed (and shared) experts, and which layers have them."""
 
     dense_layers: int = Field(
-        default=0, ge=0, le=10_000, description="the first layers, with a dense FFN"
+        default=0, ge=0, le=MAX_LAYERS, description="the first layers, with a dense FFN"
     )
     moe_intermediate: int = Field(ge=1, le=1_000_000, description="one expert's FFN width")
     routed_experts: int = Field(ge=1, le=100_000, description="routed experts per MoE layer")
@@ -190,7 +198,7 @@ class DeepSeekArchitecture(_Decoder, _Moe):
     """DeepSeek-V3/R1-style decoder: MLA attention; dense FFN first, then MoE layers."""
 
     family: Literal["deepseek"] = Field(default="deepseek", description="the architecture family")
-    dense_layers: int = Field(ge=0, le=10_000, description="the first layers, with a dense FFN")
+    dense_layers: int = Field(ge=0, le=MAX_LAYERS, description="the first layers, with a dense FFN")
     heads: int = _dim("attention heads per layer")
     q_lora_rank: int = _dim("rank of MLA's low-rank query projection")
     kv_lora_rank: int = _dim("rank of MLA's compressed key/value latent (what the cache holds)")
@@ -237,7 +245,10 @@ class ConfigJsonModel(StrictModel):
         min_length=1, description="a local config.json, relative to the workload file"
     )
     name: str | None = Field(
-        default=None, min_length=1, max_length=200, description="default: the file's folder"
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="default: the file's folder",
     )
 
 
@@ -249,5 +260,5 @@ class ConfigJsonKeys(BaseModel):
 
     model_type: str = Field(description="Hugging Face model_type (mixtral, qwen3_moe, ...)")
     name: str | None = Field(
-        default=None, min_length=1, max_length=200, description="default: model_type"
+        default=None, min_length=1, max_length=MAX_NAME_CHARS, description="default: model_type"
     )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.economics import CostConfig, PowerConfig
-from rdu_sim.config.hardware import MemoryTierConfig, SystemConfig
+from rdu_sim.config.hardware import _MIN_RATE, MemoryTierConfig, SystemConfig, _rate_floor
 from rdu_sim.config.runtime import RuntimeConfig
 from rdu_sim.config.units import FlopsPerSecond, Seconds
 
@@ -50,16 +50,18 @@ class GpuConfig(StrictModel):
     """One GPU: tensor-core and vector rates, the GEMM tile shape, HBM and kernel overheads."""
 
     bf16_flops: FlopsPerSecond = Field(
-        gt=0, le=_MAX_FLOPS, description="dense BF16/FP16 tensor-core FLOP/s of one GPU"
+        ge=_MIN_RATE, le=_MAX_FLOPS, description="dense BF16/FP16 tensor-core FLOP/s of one GPU"
     )
     fp8_flops: FlopsPerSecond = Field(
-        gt=0,
+        ge=_MIN_RATE,
         le=_MAX_FLOPS,
         description="dense FP8 tensor-core FLOP/s (GEMMs whose weights, or attention whose KV "
         "cache, are stored in fp8)",
     )
     vector_flops: FlopsPerSecond = Field(
-        gt=0, le=_MAX_FLOPS, description="non-tensor FP32 FLOP/s (norms, softmax, activations)"
+        ge=_MIN_RATE,
+        le=_MAX_FLOPS,
+        description="non-tensor FP32 FLOP/s (norms, softmax, activations)",
     )
     max_gemm_efficiency: float = Field(
         gt=0, le=1, description="best achievable fraction of tensor peak on a well-shaped GEMM"
@@ -72,6 +74,14 @@ class GpuConfig(StrictModel):
     )
     hbm: MemoryTierConfig
     kernel: GpuKernelOverheadsConfig
+
+    @model_validator(mode="after")
+    def _effective_rates(self) -> GpuConfig:
+        """The tensor-core rates after the GEMM efficiency obey SN40L's floor (one FLOP/s):
+        a denormal rate would make a step's time infinite or NaN."""
+        for name in ("bf16_flops", "fp8_flops"):
+            _rate_floor(getattr(self, name), self.max_gemm_efficiency, f"{name} x efficiency")
+        return self
 
 
 class GpuHardwareConfig(StrictModel):

@@ -54,11 +54,14 @@ def _constant(name: str) -> Any:
     raise JsonLimitError(f"{name} is not a number JSON allows")
 
 
-def loads(text: str, max_depth: int) -> Any:
-    """``json.loads`` within the limits; JsonLimitError or json.JSONDecodeError otherwise."""
+def loads(text: str, max_depth: int, *, constants: bool = False) -> Any:
+    """``json.loads`` within the limits; JsonLimitError or json.JSONDecodeError otherwise.
+    `constants`: accept NaN and Infinity (what ``json.dumps`` writes for them)."""
     if too_deep(text, max_depth):
         raise JsonLimitError(f"nested more than {max_depth} levels deep")
     try:
+        if constants:
+            return json.loads(text, parse_int=_int)
         return json.loads(text, parse_int=_int, parse_constant=_constant)
     except RecursionError:  # the scan counts brackets; this is its backstop
         raise JsonLimitError(f"nested more than {max_depth} levels deep") from None

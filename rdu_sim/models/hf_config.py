@@ -38,6 +38,8 @@ from pydantic import ValidationError
 
 from rdu_sim.config import json_text
 from rdu_sim.config.architecture import (
+    MAX_LAYERS,
+    MAX_NAME_CHARS,
     DeepSeekArchitecture,
     GqaMoeArchitecture,
     LlamaArchitecture,
@@ -155,7 +157,7 @@ def read_config_json(path: str | Path, name: str | None = None) -> Architecture:
         raise ConfigError.single(str(file), "", f"not valid JSON: {message}", line) from None
     if not isinstance(data, dict):
         raise ConfigError.single(str(file), "", "expected a JSON object of config keys")
-    label = name or file.resolve().parent.name or file.stem
+    label = name or (file.resolve().parent.name or file.stem)[:MAX_NAME_CHARS]
     return architecture_from_config(data, file=str(file), name=label, text=text)
 
 
@@ -193,6 +195,10 @@ def architecture_from_config(
         "tie_embeddings": r.flag("tie_word_embeddings", False),
         **_dtypes(r),
     }
+    layers = fields["layers"]
+    if isinstance(layers, int) and not 1 <= layers <= MAX_LAYERS:  # before per-layer tuples
+        r.fail("num_hidden_layers", f"must be 1..{MAX_LAYERS}, got {layers}")
+        fields["layers"] = None
     origin = {
         "vocab_size": "vocab_size",
         "hidden_size": "hidden_size",
@@ -261,7 +267,7 @@ def _dtypes(r: _Reader) -> dict[str, Any]:
     key = "torch_dtype" if "torch_dtype" in r.data else "dtype"
     torch_dtype = r.data.get(key)
     if torch_dtype is not None:
-        if torch_dtype not in TORCH_DTYPES:
+        if not isinstance(torch_dtype, str) or torch_dtype not in TORCH_DTYPES:
             r.fail(key, f"{torch_dtype!r} is not one of {', '.join(TORCH_DTYPES)}")
         else:
             out["weight_dtype"] = TORCH_DTYPES[torch_dtype]
@@ -378,14 +384,21 @@ def _gqa_moe(
         step = r.int("decoder_sparse_step", 1)
         dense = r.get("mlp_only_layers", [])
         layers = fields["layers"]
-        if not isinstance(dense, list) or not all(isinstance(i, int) for i in dense):
+        indices = isinstance(dense, list) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in dense
+        )
+        if not indices:
             r.fail("mlp_only_layers", f"must be a list of layer indices, got {dense!r}")
         elif isinstance(step, int) and isinstance(layers, int):
-            if step < 1:
+            outside = sorted({i for i in dense if not 0 <= i < layers})
+            if outside:
+                r.fail("mlp_only_layers", f"{outside} are not layers of 0..{layers - 1}")
+            elif step < 1:
                 r.fail("decoder_sparse_step", f"must be >= 1, got {step}")
             else:  # Qwen3MoeDecoderLayer: sparse iff not mlp_only and (i + 1) % step == 0
+                only = set(dense)
                 out["mlp_only_layers"] = tuple(
-                    i for i in range(layers) if i in dense or (i + 1) % step
+                    i for i in range(layers) if i in only or (i + 1) % step
                 )
                 origin["mlp_only_layers"] = "mlp_only_layers"
     else:

@@ -2,7 +2,9 @@
 
 One row per point: key, sweep, status, the axis values (one column per axis path, as the
 spec gave them), the metrics (one column per dotted metric path), then error, timings,
-version and worker; ``frame.attrs["axes"]`` lists the axis columns. Failed points have
+version and worker; ``frame.attrs["axes"]`` lists the axis columns. An axis or metric named
+like one of these bookkeeping columns (a metric ``version``) is ``overrides.NAME`` or
+``metrics.NAME`` instead (``store.flat_name``), so no name means two things. Failed points have
 empty metric columns and their error text. Rows are in the order of the keys asked for (a
 spec's grid order), else by sweep and key.
 
@@ -14,7 +16,6 @@ pool or on Dask.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rdu_sim import extras
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.report.files import write_file
-from rdu_sim.sweep.store import Store, StoreError
+from rdu_sim.sweep.store import Store, flat_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,13 +46,8 @@ def load(
     metrics: dict[str, None] = {}
     records: list[dict[str, Any]] = []
     for row in rows:
-        try:
-            overrides = json.loads(row["overrides"])
-            values = json.loads(row["metrics"]) if row["metrics"] else {}
-        except (TypeError, ValueError) as exc:
-            raise StoreError.single(
-                str(db), "", f"point {str(row['key'])[:12]} holds invalid JSON ({exc})"
-            ) from None
+        overrides = {flat_name(k, "overrides"): v for k, v in row["overrides"].items()}
+        values = {flat_name(k, "metrics"): v for k, v in (row["metrics"] or {}).items()}
         axes.update(dict.fromkeys(overrides))
         metrics.update(dict.fromkeys(values))
         record = {name: row[name] for name in (*_LEADING, *_TRAILING)}

@@ -40,7 +40,7 @@ from rdu_sim.sweep.expand import Expansion, Point, expand
 from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
-from rdu_sim.sweep.store import Existing, Row, Store, StoreError, decode
+from rdu_sim.sweep.store import Existing, Row, Store, StoreError
 from rdu_sim.sweep.worker import Outcome, PointLike, Task
 
 Evaluate = Callable[[Point], Mapping[str, Any]]
@@ -411,7 +411,7 @@ def evaluate_points(
             with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
                 for outcome in outcomes:
                     store.record(_row(outcome, by_key[outcome.key], name))
-        return {row["key"]: decode(row) for row in store.rows(keys=keys)}
+        return {row["key"]: row for row in store.rows(keys=keys)}
 
 
 def _null_missing(outcome: Outcome) -> Outcome:
@@ -435,7 +435,7 @@ def _refresh_view(store: Store, expansion: Expansion) -> None:
     seen: set[str] = set()
     for row in store.rows(keys=[p.key for p in expansion.points]):
         if row["metrics"]:
-            for name in json.loads(row["metrics"]):
+            for name in row["metrics"]:
                 if name not in seen:
                     seen.add(name)
                     names.append(name)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config import json_text
+from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.report.files import make_folder
 
@@ -67,6 +68,34 @@ COLUMNS = (
     "finished",
     "attempts",
 )
+
+
+_TEXT: tuple[type, ...] = (str,)
+_OPTIONAL_TEXT: tuple[type, ...] = (str, type(None))
+_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "key": (_TEXT, "text"),
+    "sweep": (_TEXT, "text"),
+    "overrides": (_TEXT, "JSON text"),
+    "config": (_TEXT, "JSON text"),
+    "metrics": (_OPTIONAL_TEXT, "JSON text or NULL"),
+    "status": (_TEXT, "'done' or 'failed'"),
+    "error": (_OPTIONAL_TEXT, "text or NULL"),
+    "version": (_TEXT, "text"),
+    "worker": (_OPTIONAL_TEXT, "text or NULL"),
+    "wall_s": ((int, float, type(None)), "a number or NULL"),
+    "started": (_OPTIONAL_TEXT, "text or NULL"),
+    "finished": (_OPTIONAL_TEXT, "text or NULL"),
+    "attempts": ((int,), "an integer"),
+}
+"""What each column of a row must hold as read back (SQLite stores any type in any column)."""
+_JSON_DEPTH = 64  # a stored config or metric is a few levels deep; deeper is damage
+
+
+def flat_name(name: str, column: str) -> str:
+    """The column an axis (`column` "overrides") or metric ("metrics") takes in a flat view
+    of the results: its own name, or ``column.name`` when that is one of the table's own
+    columns (a metric named ``version``), so bookkeeping and results never share a name."""
+    return f"{column}.{name}" if name in COLUMNS else name
 
 
 class StoreError(ConfigError):
@@ -265,8 +294,9 @@ class Store:
     def rows(
         self, keys: Sequence[str] | None = None, sweep: str | None = None
     ) -> list[dict[str, Any]]:
-        """Rows as dicts (JSON columns still text): in the order of `keys` when given (a
-        spec's grid order), else by sweep and key."""
+        """Rows as dicts, each column checked against its type and the JSON columns parsed
+        (overrides and config objects, metrics an object or None): in the order of `keys`
+        when given (a spec's grid order), else by sweep and key."""
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
         if sweep is not None:
@@ -274,18 +304,52 @@ class Store:
             params.append(sweep)
         query += " ORDER BY sweep, key"
         with self._guard("read the stored points"):
-            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query, params)]
+            found = [
+                self._checked(dict(zip(COLUMNS, r, strict=True)))
+                for r in self._conn.execute(query, params)
+            ]
         if keys is None:
             return found
         by_key = {row["key"]: row for row in found}
         return [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
 
+    def _checked(self, row: dict[str, Any]) -> dict[str, Any]:
+        """`row` with its JSON columns parsed; a StoreError naming the point and the column
+        when one holds what rdu-sim never writes there."""
+        point = f"point {str(row['key'])[:12]}"
+        for column, (types, expected) in _TYPES.items():
+            value = row[column]
+            bad = not isinstance(value, types) or isinstance(value, bool)
+            if bad or (column == "status" and value not in ("done", "failed")):
+                raise self._bad_row(point, column, f"{_shown(value)}, expected {expected}")
+        for column in ("overrides", "config", "metrics"):
+            text = row[column]
+            if text is None:
+                continue
+            try:
+                value = json_text.loads(text, _JSON_DEPTH, constants=True)
+            except ValueError as exc:  # JSONDecodeError, JsonLimitError
+                raise self._bad_row(point, column, f"not valid JSON ({exc})") from None
+            if not isinstance(value, dict):
+                got = f"JSON {type(value).__name__} {_cut(repr(value))}"
+                raise self._bad_row(point, column, f"{got}, expected a JSON object")
+            row[column] = value
+        return row
+
+    def _bad_row(self, point: str, column: str, problem: str) -> StoreError:
+        message = f"{point}: column {column} holds {problem}; {_DAMAGED}"
+        return StoreError([ConfigIssue(str(self.path), "", message)])
+
     def make_view(self, axes: Sequence[str], metrics: Sequence[str]) -> None:
-        """(Re)build the `results_flat` view: one column per axis and metric."""
+        """(Re)build the `results_flat` view: one column per axis and metric (named by
+        :func:`flat_name`)."""
         columns = ["key", "sweep", "status"]
-        columns += [f"json_extract(overrides, {_json_path(a)}) AS {_quote(a)}" for a in axes]
         columns += [
-            f"json_extract(metrics, {_json_path(m)}) AS {_quote(m)}"
+            f"json_extract(overrides, {_json_path(a)}) AS {_quote(flat_name(a, 'overrides'))}"
+            for a in axes
+        ]
+        columns += [
+            f"json_extract(metrics, {_json_path(m)}) AS {_quote(flat_name(m, 'metrics'))}"
             for m in metrics
             if m not in axes
         ]
@@ -314,10 +378,11 @@ class _Transaction:
             self._conn.execute("ROLLBACK")  # (a full disk): the first error is the one to see
 
 
-def decode(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row with its JSON columns parsed."""
-    out = dict(row)
-    for column in ("overrides", "config", "metrics"):
-        text = out.get(column)
-        out[column] = json.loads(text) if text else None
-    return out
+def _cut(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _shown(value: object) -> str:
+    """A stored value as an error quotes it: its SQLite type and its text (long ones cut)."""
+    kind = {str: "text", int: "integer", float: "real", bytes: "blob"}.get(type(value), "")
+    return f"{kind} {_cut(repr(value))}".strip()

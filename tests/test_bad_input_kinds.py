@@ -1,0 +1,307 @@
+"""Bad input of the kinds added since the last hostile-input round (issue 34): config.json
+models, clusters, sweep databases read back, speculation, GPU rates, KV links, arrivals,
+`examples copy`, huge sweep specs. Each class ends in one `error:` line and exit status 2
+within seconds, with no traceback, or runs when it is valid."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from rdu_sim.cli.main import cli
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.models.hf_config import read_config_json
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3_MOE = ROOT / "tests" / "models" / "qwen3-30b-a3b" / "config.json"
+SECONDS = 20.0
+
+
+def invoke(*args: str | Path) -> Result:
+    start = time.perf_counter()
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert time.perf_counter() - start < SECONDS, args
+    return result
+
+
+def one_error(result: Result, *words: str) -> str:
+    """Exit 2 by SystemExit, no traceback, exactly one `error:` line holding `words`."""
+    assert result.exit_code == 2, (result.exit_code, result.output[-1500:], result.exception)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    for word in words:
+        assert word in errors[0], (word, errors[0])
+    return errors[0]
+
+
+def clean_error(result: Result, *words: str) -> str:
+    """Exit 2 by SystemExit, no traceback, stderr all `error:` lines (a nested file's context
+    first) holding `words`."""
+    assert result.exit_code == 2, (result.exit_code, result.output[-1500:], result.exception)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(line.startswith(("error: ", "  ")) for line in lines), result.stderr
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
+    return result.stderr
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+# --- config.json ---
+
+
+def _qwen3_moe(tmp_path: Path, **changes: object) -> Path:
+    data = json.loads(QWEN3_MOE.read_text())
+    data.update(changes)
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model_type": "qwen3_moe"},
+        {"model_type": "gpt_oss"},
+        {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096,
+         "max_window_layers": 10**12},
+    ],
+)  # fmt: skip
+def test_a_huge_layer_count_is_refused_before_any_per_layer_table(
+    tmp_path: Path, changes: dict[str, object]
+) -> None:
+    path = _qwen3_moe(tmp_path, num_hidden_layers=10**12, **changes)
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as caught:
+        read_config_json(path)
+    assert time.perf_counter() - start < 1.0
+    assert [i.field for i in caught.value.issues][:1] == ["num_hidden_layers"]
+    assert "must be 1..10000, got 1000000000000" in str(caught.value)
+
+
+def test_a_huge_layer_count_in_a_workload_model_or_draft_is_one_error(tmp_path: Path) -> None:
+    path = _qwen3_moe(tmp_path, num_hidden_layers=10**12)
+    workload = write(
+        tmp_path / "wl.yaml",
+        f"""
+        hardware: sn40l
+        model: {{config_json: {path}}}
+        serving: {{batch_slots: 4, max_context: 4096, prompt_tokens: 256, output_tokens: 8,
+                   requests: 4}}
+        """,
+    )
+    clean_error(invoke("run", workload), "num_hidden_layers", "must be 1..10000")
+    draft = write(
+        tmp_path / "draft.yaml",
+        f"""
+        hardware: sn40l
+        model: llama-3.1-8b
+        serving: {{batch_slots: 4, max_context: 4096, prompt_tokens: 256, output_tokens: 8,
+                   requests: 4}}
+        speculation: {{draft: {{config_json: {path}}}, decoding: {{draft_tokens: 2,
+                       acceptance: 0.8}}}}
+        """,
+    )
+    clean_error(invoke("run", draft), "num_hidden_layers", "must be 1..10000")
+
+
+@pytest.mark.parametrize("key", ["torch_dtype", "dtype"])
+@pytest.mark.parametrize("value", [["bfloat16"], {"a": 1}, 16])
+def test_a_dtype_that_is_not_a_string_is_refused(tmp_path: Path, key: str, value: object) -> None:
+    data = json.loads(QWEN3_MOE.read_text())
+    data.pop("torch_dtype", None)
+    data[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    line = one_error(invoke("inspect", "model", path), key)
+    assert f"{value!r} is not one of bfloat16, float16, float32" in line
+
+
+@pytest.mark.parametrize("layers", [[1000], [-1], [0, 48]])
+def test_mlp_only_layers_outside_the_stack_are_refused(tmp_path: Path, layers: list[int]) -> None:
+    path = _qwen3_moe(tmp_path, mlp_only_layers=layers)
+    outside = [i for i in layers if not 0 <= i < 48]
+    line = one_error(invoke("inspect", "model", path), "mlp_only_layers")
+    assert f"{outside} are not layers of 0..47" in line
+
+
+def test_mlp_only_layers_inside_the_stack_are_dense() -> None:
+    data = json.loads(QWEN3_MOE.read_text()) | {"mlp_only_layers": [0, 47]}
+    from rdu_sim.models.hf_config import architecture_from_config
+
+    arch = architecture_from_config(data, file="x.json", name="q")
+    flags = arch.moe_layer_flags()
+    assert flags[0] is False and flags[47] is False and all(flags[1:47])
+
+
+def test_a_config_json_in_a_folder_with_a_long_name_is_named_by_its_first_200_characters(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / ("q" * 230)
+    folder.mkdir()
+    path = folder / "config.json"
+    path.write_text(QWEN3_MOE.read_text())
+    assert read_config_json(path).name == "q" * 200
+    result = invoke("inspect", "model", path, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["name"] == "q" * 200
+
+
+# --- sweep databases read back ---
+
+
+@pytest.fixture(scope="module")
+def synthetic_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("db")
+    spec = write(
+        folder / "spec.yaml",
+        f"""
+        name: s
+        base: {ROOT / "workloads" / "llama3.1-8b-1socket.yaml"}
+        axes:
+          serving.batch_slots: [1, 2, 3]
+        evaluator: {{name: synthetic}}
+        """,
+    )
+    result = invoke("sweep", spec, "--db", folder / "s.sqlite")
+    assert result.exit_code == 0, result.output
+    return folder / "s.sqlite"
+
+
+def _damaged(db: Path, tmp_path: Path, sql: str, *args: object) -> Path:
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "d.sqlite"
+    shutil.copyfile(db, copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute(sql, args)
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("sql", "args", "words"),
+    [
+        ("UPDATE results SET overrides = ?", ("[1, 2]",), "column overrides holds JSON list"),
+        ("UPDATE results SET overrides = ?", ("5",), "column overrides holds JSON int 5"),
+        ("UPDATE results SET metrics = ?", ('"x"',), "column metrics holds JSON str 'x'"),
+        ("UPDATE results SET metrics = ?", ("null",), "column metrics holds JSON NoneType"),
+        ("UPDATE results SET overrides = ?", ('{"serving.batch_slots": 1' + "0" * 400 + "}",),
+         "an integer of 401 digits"),
+        ("UPDATE results SET overrides = ?", ("[" * 100 + "]" * 100,), "nested more than 64"),
+        ("UPDATE results SET metrics = ?", ("{",), "not valid JSON"),
+        ("UPDATE results SET wall_s = ?", ("slow",), "column wall_s holds text 'slow'"),
+        ("UPDATE results SET attempts = ?", (1.5,), "column attempts holds real 1.5"),
+        ("UPDATE results SET version = ?", (b"\x00",), "column version holds blob"),
+        ("UPDATE results SET key = ? WHERE rowid = 1", (b"\x07",), "column key holds blob"),
+    ],
+)  # fmt: skip
+def test_a_stored_column_of_the_wrong_type_is_one_error_naming_it(
+    synthetic_db: Path, tmp_path: Path, sql: str, args: tuple[object, ...], words: str
+) -> None:
+    db = _damaged(synthetic_db, tmp_path, sql, *args)
+    line = one_error(invoke("plot", "sweep", db, "-o", tmp_path / "p.png"), str(db), words)
+    assert "move it aside" in line
+
+
+@pytest.mark.parametrize("name", ["status", "key", "version", "error"])
+def test_an_axis_named_like_a_bookkeeping_column_keeps_its_own_column(
+    synthetic_db: Path, tmp_path: Path, name: str
+) -> None:
+    from rdu_sim.sweep import load
+
+    db = _damaged(
+        synthetic_db,
+        tmp_path,
+        "UPDATE results SET overrides = json_object(?, json_extract(overrides, "
+        "'$.\"serving.batch_slots\"'))",
+        name,
+    )
+    frame = load(db)
+    assert frame.columns.is_unique
+    assert frame.attrs["axes"] == [f"overrides.{name}"]
+    assert sorted(frame[f"overrides.{name}"]) == [1, 2, 3]
+    assert list(frame["status"]) == ["done"] * 3  # the bookkeeping column is untouched
+    result = invoke("plot", "sweep", db, "-o", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    assert "Warning" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def every_metric_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real sweep whose spec lists no metrics: every metric is stored, `version` too."""
+    folder = tmp_path_factory.mktemp("all")
+    spec = write(
+        folder / "spec.yaml",
+        f"""
+        name: every-metric
+        base: {ROOT / "workloads" / "llama3.1-8b-1socket.yaml"}
+        set: {{serving.requests: 1, serving.prompt_tokens: 64, serving.output_tokens: 2}}
+        axes:
+          serving.batch_slots: [1, 2]
+        """,
+    )
+    result = CliRunner().invoke(cli, ["sweep", str(spec), "--db", str(folder / "a.sqlite")])
+    assert result.exit_code == 0, result.output
+    return folder / "a.sqlite"
+
+
+def test_plot_sweep_of_every_metric_prints_no_warning(
+    every_metric_db: Path, tmp_path: Path
+) -> None:
+    import warnings
+
+    from rdu_sim.sweep import load
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frame = load(every_metric_db)
+    assert frame.columns.is_unique
+    assert "metrics.version" in frame.columns and "version" in frame.columns
+    result = invoke("plot", "sweep", every_metric_db, "-o", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+
+
+def test_the_flat_view_names_a_bookkeeping_metric_apart(every_metric_db: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(every_metric_db) as conn:
+        names = [r[1] for r in conn.execute("PRAGMA table_info(results_flat)")]
+    assert len(names) == len(set(names))
+    assert "metrics.version" in names and "version" in names
+
+
+# --- GPU hardware rates ---
+
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (["hw.gpu.bf16_flops=1e-300"], "gpu.bf16_flops: Input should be greater than or equal to 1"),
+        (["hw.gpu.fp8_flops=5e-324"], "gpu.fp8_flops: Input should be greater than or equal to 1"),
+        (["hw.gpu.vector_flops=1e-300"], "gpu.vector_flops"),
+        (["hw.gpu.bf16_flops=1.5", "hw.gpu.max_gemm_efficiency=0.5"],
+         "bf16_flops x efficiency is 0.75 per second, below the least rate of 1 per second"),
+        (["hw.gpu.bf16_flops=1", "hw.gpu.max_gemm_efficiency=1"],
+         "beyond the serving clock's range"),
+    ],
+)  # fmt: skip
+def test_a_gpu_rate_too_small_to_time_a_step_is_refused(overrides: list[str], words: str) -> None:
+    sets = [arg for o in ["hardware=dgx-h100", *overrides] for arg in ("--set", o)]
+    clean_error(invoke("run", LLAMA, *sets, "--set", "serving.requests=1"), words)
