@@ -83,7 +83,7 @@ class EventHeap:
         arrival there, so none is pending when the arrival is)."""
         heap, steps, current, push = self._heap, self._steps, self._current, self._push
         for who, process in enumerate(steps):  # each runs to its first yield at time 0
-            waits_for = _resume(process)
+            waits_for = _next_wait(process)
             if type(waits_for) is int:  # a step end (an idle server waits for a wake)
                 push(waits_for, LATE, who)
         who_bits = self._who_bits
@@ -93,7 +93,7 @@ class EventHeap:
         count = len(arrival_ps)
         following = 0  # the next request to arrive
         upcoming = arrival_ps[0] if count else -1
-        # The loop inlines ``_resume`` and ``_push`` (two calls a resumption: a replica is
+        # The loop inlines ``_next_wait`` and ``_push`` (two calls a resumption: a replica is
         # resumed ~3 times a request); the push sequence is ``self._seq``'s, kept in ``seq``.
         while heap or following < count:
             if following < count and (not heap or upcoming <= heap[0] >> time_shift):
@@ -124,7 +124,7 @@ class EventHeap:
         return self.now
 
 
-def _resume(process: Any) -> int | Idle:
+def _next_wait(process: Any) -> int | Idle:
     """What a server's process yields when resumed: the time (ps) of its next step end, or
     the wake it waits for when idle; anything else (a NumPy integer, a SimPy event) would
     leave it never resumed, so it is refused, as is a process that ends (replicas serve

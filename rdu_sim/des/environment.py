@@ -44,7 +44,7 @@ from typing import Any, Final
 import simpy
 from simpy import events
 from simpy.core import EmptySchedule, Infinity
-from simpy.events import Condition
+from simpy.events import AnyOf, Condition, ConditionValue
 
 # Final: compiled code reads these from a C static, not the module's dictionary (per event)
 PENDING: Final[object] = events.PENDING
@@ -157,15 +157,15 @@ class Event:
 
 class AllOf(Event):
     """Fires when every one of ``events`` has been processed: ``simpy.AllOf``'s events in its
-    order (each event's callback counts it, the last one succeeds this event now). Its value
-    is None: nothing in the engine reads which events it waited for."""
+    order (each event's callback counts it, the last one succeeds this event now), and its
+    value (a ``ConditionValue`` of the events, a condition among them by its own events)."""
 
     def __init__(self, env: CountingEnvironment, events: Iterable[Any]) -> None:
         super().__init__(env)
         self._events = tuple(events)
         self._count = 0
         if not self._events:
-            self.succeed()
+            self.succeed(ConditionValue())
             return
         for event in self._events:
             if event.env is not env:
@@ -185,7 +185,19 @@ class AllOf(Event):
             event._defused = True
             self.fail(event._value)
         elif self._count == len(self._events):
-            self.succeed()
+            self.succeed(self._outcome())
+
+    def _outcome(self) -> Any:
+        """What SimPy's ``AllOf`` is worth once all its events are processed: each event,
+        in order, a condition (SimPy's, or this kind) in place of its own events."""
+        outcome = ConditionValue()
+        for event in self._events:
+            if isinstance(event, (Condition, AllOf)):
+                inner: Any = event.value
+                outcome.events.extend(inner.events)
+            else:
+                outcome.events.append(event)
+        return outcome
 
 
 class CountingEnvironment:
@@ -258,6 +270,11 @@ class CountingEnvironment:
     def all_of(self, events: Iterable[Any]) -> AllOf:
         """``simpy.Environment.all_of``: an event that fires when all of ``events`` have."""
         return AllOf(self, events)
+
+    def any_of(self, events: Iterable[Any]) -> Any:
+        """``simpy.Environment.any_of``: SimPy's ``AnyOf``, which fires when one of
+        ``events`` has."""
+        return AnyOf(self, events)  # type: ignore[arg-type]
 
     def process(self, generator: Generator[Any, Any, Any]) -> Any:
         """``simpy.Environment.process``: SimPy's own ``Process`` (interrupts, the active

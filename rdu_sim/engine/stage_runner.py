@@ -199,7 +199,7 @@ class StageRunner:
             if rows_first if it == 0 else rows_later:
                 for edge, ready in zip(ins, upstream, strict=True):
                     # the row exists only once its producer has finished it
-                    if edge.whole_rows and (ready.callbacks is not None or not ready._ok):
+                    if edge.whole_rows and (ready.callbacks is not None or not ready.ok):
                         yield ready
             if t == 0:  # the layer's first tile has its inputs
                 self._layers_begun = it + 1
@@ -212,9 +212,9 @@ class StageRunner:
                         if edge.buffer.offer(work.output[t], done) is None:
                             yield from edge.buffer.wait_to_put(work.output[t], done)
             # Compute the tile while its operands and inputs stream in; it ends when all have.
-            # An event already processed (``callbacks`` None) and ok is not yielded: SimPy's
-            # ``Process._resume`` would send its value straight back without scheduling
-            # anything, so skipping the round trip keeps the order of events exactly.
+            # An event already processed (``callbacks`` None) and ok is not yielded: a SimPy
+            # process would get its value straight back without scheduling anything, so
+            # skipping the round trip keeps the order of events exactly.
             start = float(env._now)
             last: Event | None = None
             if matrix:
@@ -226,13 +226,13 @@ class StageRunner:
                 self.sram_time += dt
                 self.sram_bytes += sram[t]
                 yield env.timeout(dt)
-            if last is not None and (last.callbacks is not None or not last._ok):
+            if last is not None and (last.callbacks is not None or not last.ok):
                 yield last
             for ev in loads.popleft():
-                if ev.callbacks is not None or not ev._ok:
+                if ev.callbacks is not None or not ev.ok:
                     yield ev
             for ev in upstream:
-                if ev.callbacks is not None or not ev._ok:
+                if ev.callbacks is not None or not ev.ok:
                     yield ev
             if recorder is not None and float(env.now) > start:
                 recorder.slice(
@@ -270,7 +270,7 @@ class StageRunner:
                     pending = []
             i += 1
         for ev in writes:
-            if ev.callbacks is not None or not ev._ok:
+            if ev.callbacks is not None or not ev.ok:
                 yield ev
         if self._last_emit is not None:
             yield self._last_emit

@@ -58,6 +58,7 @@ from typing import Any, Literal, Protocol
 import simpy
 from simpy.events import Event, EventPriority
 
+from rdu_sim.des.simpy_events import redirect, scheduled
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, Arrivals
 from rdu_sim.serving.buckets import prefill_step
@@ -90,20 +91,6 @@ class ServerConfig:
     prefill_priority: Priority = "prefill_first"
     prefill_chunk_tokens: int | None = None
     role: Role = "mixed"  # prefill and decode replicas need ``hooks`` that move the KV cache
-
-
-class _At(Event):
-    """An event ``delay`` ps from now at LATE priority (a step boundary or a settle point);
-    SimulatedTimeError rather than a time past the clock's range (``serving.clock``)."""
-
-    def __init__(
-        self, env: simpy.Environment, delay: int, longest_step_s: Callable[[], float]
-    ) -> None:
-        advance(int(env.now), delay, longest_step_s)
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        env.schedule(self, LATE, delay)
 
 
 class Timeline(Protocol):
@@ -348,10 +335,7 @@ class Server:
             timeline.move(self, new)
             return
         assert isinstance(old, Event) and isinstance(new, Event) and self.process is not None
-        resume = self.process._resume
-        old.callbacks.remove(resume)
-        new.callbacks.append(resume)
-        self.process._target = new
+        redirect(self.process, old, new)
 
     # --- the scheduler alone ------------------------------------------------------------------
     def run_alone(self) -> None:
@@ -632,7 +616,7 @@ class Server:
                 assert isinstance(env, simpy.Environment)
                 wake = self._wake = env.event()
                 boundary = self._at(end - start)
-                assert isinstance(boundary, _At)
+                assert isinstance(boundary, Event)
                 boundary.callbacks.append(partial(_trigger, wake))  # (one event, not an AnyOf)
                 yield wake
                 self._wake = None
@@ -677,15 +661,18 @@ class Server:
         if self.progress is not None:
             self.progress(self.completed, len(records))
 
-    def _at(self, delay: int) -> _At | int:
-        """A LATE event ``delay`` ps from now (the clock's range checked); on a timeline, the
-        time it falls at."""
+    def _at(self, delay: int) -> Event | int:
+        """A LATE event ``delay`` ps from now (a step boundary or a settle point;
+        SimulatedTimeError rather than a time past the clock's range, ``serving.clock``); on
+        a timeline, the time it falls at."""
         timeline = self._timeline
         if timeline is not None:
             return advance(timeline.now, delay, self._longest_step_s)
         env = self.env
         assert isinstance(env, simpy.Environment)
-        return _At(env, delay, self._longest_step_s)
+        advance(int(env.now), delay, self._longest_step_s)
+        at: Event = scheduled(env, delay, LATE)
+        return at
 
     def _record(self, now: int) -> None:
         """A time-series row: the state after a change at ``now`` (a replica keeps none)."""
