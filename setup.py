@@ -94,8 +94,8 @@ def native_extensions() -> list[Any]:
 
 class BuildNative(build_ext):
     """Compile the core; on failure (no C compiler) install pure Python, saying so once.
-    On success record each compiled module's source hash next to the package
-    (rdu_sim/native.py reads it to refuse stale compiled code)."""
+    On success record, next to the package, the hash of each source the compiled modules were
+    type-checked against (rdu_sim/native.py reads it to refuse stale compiled code)."""
 
     def run(self) -> None:
         if not self.extensions:
@@ -112,12 +112,9 @@ class BuildNative(build_ext):
             )
             return
         rules = native_rules()
-        digests = {
-            source[: -len(".py")].replace("/", "."): rules.source_digest(Path(source))
-            for source in native_sources()
-        }
+        compiled = [source[: -len(".py")].replace("/", ".") for source in native_sources()]
         package = Path("rdu_sim") if self.inplace else Path(self.build_lib) / "rdu_sim"
-        (package / rules.RECORD_FILE).write_text(rules.record_text(digests))
+        (package / rules.RECORD_FILE).write_text(rules.BuildRecord.of_sources(compiled).text())
 
 
 setup(

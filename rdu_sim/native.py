@@ -2,15 +2,19 @@
 or half-compiled code.
 
 ``pip install`` compiles the modules listed in ``native-modules.txt`` (setup.py) into C
-extensions beside their sources and records each source's digest in ``_native.txt``.
-Python imports an extension before a source of the same name, so a source edited after the
-build (an editable install, a developer changing the engine) would silently run the old
-code; and the compiled modules call each other's native classes directly, so they must be
-loaded all compiled or all from source. :func:`install` (run when ``rdu_sim`` is imported)
-therefore loads ALL of them from their sources when any recorded hash differs from its
-source, saying why once on stderr, or when ``RDU_SIM_PURE_PYTHON=1`` asks for it (for
-profiling with cProfile, which cannot see inside compiled code, and for the differential
-tests). The results are the same either way: the same source, the same event order.
+extensions beside their sources and records, in ``_native.txt``, the digest of every source
+mypyc type-checked them against: the compiled modules and every ``rdu_sim`` module they
+import, directly or not (:func:`type_checked_modules`). Python imports an extension before a
+source of the same name, so a source edited after the build (an editable install, a developer
+changing the engine) would silently run the old code; an edit to a module the compiled code
+only imports (a field of ``config/hardware.py``, a slot of ``compiler/program.py``) breaks the
+types the C code was generated for; and the compiled modules call each other's native classes
+directly, so they must be loaded all compiled or all from source. :func:`install` (run when
+``rdu_sim`` is imported) therefore loads ALL of them from their sources when any recorded
+digest differs from its source, saying why once on stderr, or when ``RDU_SIM_PURE_PYTHON=1``
+asks for it (for profiling with cProfile, which cannot see inside compiled code, and for the
+differential tests). The results are the same either way: the same source, the same event
+order.
 """
 
 from __future__ import annotations
@@ -19,16 +23,21 @@ import importlib.machinery
 import os
 import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 
 RECORD_FILE = "_native.txt"
-"""Written by setup.py next to this module: a line ``dotted.name digest`` per compiled module."""
+"""Written by setup.py next to this module: a line ``dotted.name digest kind`` per source the
+build read, ``kind`` being ``compiled`` or ``imported`` (type-checked against, not compiled)."""
+
+COMPILED = "compiled"
+IMPORTED = "imported"
 
 PURE_VARIABLE = "RDU_SIM_PURE_PYTHON"
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE = "rdu_sim"
 _compiled = False
 
 
@@ -39,19 +48,94 @@ def source_digest(path: Path) -> str:
     return format(zlib.crc32(path.read_bytes()), "08x")
 
 
-def record_text(digests: dict[str, str]) -> str:
-    """The build record's text (:data:`RECORD_FILE`)."""
-    return "".join(f"{name} {digest}\n" for name, digest in sorted(digests.items()))
+class BuildRecord:
+    """What a build compiled and the digest of every source it read (:data:`RECORD_FILE`)."""
 
+    def __init__(self, digests: dict[str, str], compiled: Iterable[str]) -> None:
+        self.digests = digests
+        self.compiled = frozenset(compiled)
 
-def read_record(path: Path) -> dict[str, str]:
-    """Dotted module name -> source digest, from a build record."""
-    return dict(line.split() for line in path.read_text().splitlines() if line.strip())
+    def text(self) -> str:
+        """The record file's text: one sorted line per source."""
+        return "".join(
+            f"{name} {digest} {COMPILED if name in self.compiled else IMPORTED}\n"
+            for name, digest in sorted(self.digests.items())
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> BuildRecord:
+        """The record a record file's text says."""
+        digests: dict[str, str] = {}
+        compiled = []
+        for line in text.splitlines():
+            if line.strip():
+                name, digest, kind = line.split()
+                digests[name] = digest
+                if kind == COMPILED:
+                    compiled.append(name)
+        return cls(digests, compiled)
+
+    @classmethod
+    def of_sources(cls, compiled: Iterable[str]) -> BuildRecord:
+        """The record of a build compiling ``compiled`` from this package's sources now."""
+        names = list(compiled)
+        digests = {name: source_digest(module_source(name)) for name in type_checked_modules(names)}
+        return cls(digests, names)
 
 
 def module_source(name: str) -> Path:
-    """The source file of ``rdu_sim.x.y``, next to this package."""
-    return _PACKAGE_DIR.joinpath(*name.split(".")[1:]).with_suffix(".py")
+    """The source file of ``rdu_sim.x.y`` (a package's ``__init__.py``), next to this package."""
+    path = _PACKAGE_DIR.joinpath(*name.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(_PACKAGE_DIR).with_suffix("").parts
+    return ".".join((_PACKAGE, *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def _imports(name: str) -> set[str]:
+    """The ``rdu_sim`` modules and packages the source of ``name`` imports anywhere (in a
+    function or under ``TYPE_CHECKING`` too: mypy checks against those as well)."""
+    import ast  # only at build time and in tests: not on the CLI's start
+
+    source = module_source(name)
+    package = name if source.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_bytes(), str(source))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    modules = set()
+    for candidate in found:
+        if candidate == _PACKAGE or candidate.startswith(_PACKAGE + "."):
+            path = module_source(candidate)
+            if path.is_file():
+                modules.add(candidate)
+    return modules
+
+
+def type_checked_modules(compiled: Iterable[str]) -> list[str]:
+    """The compiled modules and every ``rdu_sim`` module they import, directly or through
+    another (with the packages on the way, whose ``__init__`` an import runs): the sources
+    mypyc type-checked the compiled code against, so an edit to any of them may break it."""
+    seen: set[str] = set()
+    pending = list(compiled)
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        pending.extend(".".join(parts[:end]) for end in range(1, len(parts)))
+        pending.extend(_imports(name))
+    return sorted(seen)
 
 
 class _SourceFinder:
@@ -73,33 +157,38 @@ class _SourceFinder:
         return spec
 
 
-def _stale(modules: dict[str, str]) -> list[str]:
-    """The recorded modules whose source is missing or differs from the build's."""
+def _stale(digests: dict[str, str]) -> list[str]:
+    """The recorded modules whose source is missing or differs from the build's (plain file
+    reads: this runs on every start, ~1 ms for the ~100 sources)."""
     stale = []
-    for name, digest in modules.items():
-        source = module_source(name)
-        if not source.is_file() or source_digest(source) != digest:
+    for name, digest in digests.items():
+        try:
+            current = source_digest(module_source(name))
+        except OSError:
+            current = None
+        if current != digest:
             stale.append(name)
     return stale
 
 
 def install() -> None:
-    """Load the compiled modules' sources instead when asked to or when any is stale."""
+    """Load the compiled modules' sources instead when asked to or when any source the build
+    read is stale."""
     global _compiled
-    record = _PACKAGE_DIR / RECORD_FILE
-    if not record.is_file():
+    path = _PACKAGE_DIR / RECORD_FILE
+    if not path.is_file():
         return  # a pure-Python install (no compiler) or a checkout never built
-    modules = read_record(record)
+    record = BuildRecord.parse(path.read_text())
     pure = os.environ.get(PURE_VARIABLE) == "1"
-    stale = [] if pure else _stale(modules)
+    stale = [] if pure else _stale(record.digests)
     if stale:
         sys.stderr.write(
-            f"rdu-sim: {stale[0]} changed since it was compiled ({len(stale)} module(s) in "
-            "all): running every compiled module from its source; reinstall "
+            f"rdu-sim: {stale[0]} changed since the core was compiled ({len(stale)} module(s) "
+            "in all): running every compiled module from its source; reinstall "
             "(pip install -e .) to compile again\n"
         )
     if pure or stale:
-        sys.meta_path.insert(0, _SourceFinder(frozenset(modules)))
+        sys.meta_path.insert(0, _SourceFinder(record.compiled))
         return
     _compiled = True
 

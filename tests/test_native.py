@@ -51,12 +51,39 @@ def _without_provenance(text: str) -> str:
 
 
 def test_the_list_is_the_record() -> None:
-    """setup.py compiles exactly the listed modules (when it compiled at all)."""
+    """setup.py compiles exactly the listed modules (when it compiled at all) and records
+    every source they were type-checked against."""
     assert len(LISTED) == len(set(LISTED)) > 10
     for name in LISTED:
         assert native.module_source(name).is_file(), name
     if RECORD.is_file():
-        assert sorted(native.read_record(RECORD)) == sorted(LISTED)
+        record = native.BuildRecord.parse(RECORD.read_text())
+        assert sorted(record.compiled) == sorted(LISTED)
+        assert sorted(record.digests) == native.type_checked_modules(LISTED)
+
+
+def test_the_record_covers_what_the_compiled_modules_import() -> None:
+    """Modules the compiled ones only import (their types are baked into the C code) are
+    recorded too, with the packages an import runs; modules outside the import graph are not."""
+    checked = native.type_checked_modules(LISTED)
+    assert set(LISTED) < set(checked)
+    for imported in (
+        "rdu_sim.compiler.program",
+        "rdu_sim.compiler.buffers",
+        "rdu_sim.config.hardware",
+        "rdu_sim.config.workload",
+        "rdu_sim.config.wiring",
+        "rdu_sim.engine.run_stats",
+        "rdu_sim.systolic",
+        "rdu_sim.engine",  # engine/__init__.py runs on importing any engine module
+    ):
+        assert imported in checked, imported
+    for elsewhere in ("rdu_sim.cli.main", "rdu_sim.report.plots", "rdu_sim.sweep.store"):
+        assert native.module_source(elsewhere).is_file()
+        assert elsewhere not in checked
+    record = native.BuildRecord.of_sources(LISTED)
+    assert native.BuildRecord.parse(record.text()).digests == record.digests
+    assert native.BuildRecord.parse(record.text()).compiled == frozenset(LISTED)
 
 
 def test_this_process_runs_what_was_built() -> None:
@@ -101,13 +128,13 @@ _WHERE = (
 )
 
 
-def _copy(tmp_path: Path, digests: dict[str, str]) -> Path:
+def _copy(tmp_path: Path, record: native.BuildRecord) -> Path:
     """The package (and mypyc's shared library, if built) copied with a build record."""
     shutil.copytree(PACKAGE, tmp_path / "rdu_sim", ignore=shutil.ignore_patterns("data"))
     spec = importlib.util.find_spec(GROUP)
     if spec is not None and spec.origin is not None:
         shutil.copy(spec.origin, tmp_path)
-    (tmp_path / "rdu_sim" / native.RECORD_FILE).write_text(native.record_text(digests))
+    (tmp_path / "rdu_sim" / native.RECORD_FILE).write_text(record.text())
     return tmp_path
 
 
@@ -116,19 +143,44 @@ def _where(path: Path, *, pure: bool = False) -> subprocess.CompletedProcess[str
 
 
 def test_a_changed_source_runs_every_listed_module_from_source(tmp_path: Path) -> None:
-    digests = {name: native.source_digest(native.module_source(name)) for name in LISTED}
+    record = native.BuildRecord.of_sources(LISTED)
     stale = LISTED[len(LISTED) // 2]
-    digests[stale] = "0" * 8  # as if its source had been edited after the build
-    done = _where(_copy(tmp_path, digests))
+    record.digests[stale] = "0" * 8  # as if its source had been edited after the build
+    done = _where(_copy(tmp_path, record))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "py"]  # all of them, not only the stale one
     assert done.stderr.count("\n") == 1
-    assert f"rdu-sim: {stale} changed since it was compiled" in done.stderr
+    assert f"rdu-sim: {stale} changed since the core was compiled" in done.stderr
+
+
+def test_an_edit_to_a_module_the_core_imports_is_stale(tmp_path: Path) -> None:
+    """config/hardware.py is not compiled, but the compiled engine was type-checked against
+    its classes: editing it after the build runs every compiled module from source."""
+    copied = _copy(tmp_path, native.BuildRecord.of_sources(LISTED))
+    hardware = copied / "rdu_sim" / "config" / "hardware.py"
+    hardware.write_text(hardware.read_text() + "\n# edited after the build\n")
+    done = _where(copied)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "py"]
+    assert done.stderr.count("\n") == 1
+    assert "rdu-sim: rdu_sim.config.hardware changed since the core was compiled" in done.stderr
+    assert "(1 module(s) in all)" in done.stderr
+
+
+def test_an_edit_outside_the_import_graph_keeps_the_core(tmp_path: Path) -> None:
+    """An edit to a module the compiled ones never import (the CLI) is not stale."""
+    copied = _copy(tmp_path, native.BuildRecord.of_sources(LISTED))
+    main = copied / "rdu_sim" / "cli" / "main.py"
+    main.write_text(main.read_text() + "\n# edited after the build\n")
+    done = _where(copied)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    # (a checkout never built has no extensions to copy: its sources load, but unflagged)
+    assert done.stdout.split() == ["True", "so" if RECORD.is_file() else "py"]
 
 
 def test_asking_for_source_is_silent(tmp_path: Path) -> None:
-    digests = {name: native.source_digest(native.module_source(name)) for name in LISTED}
-    done = _where(_copy(tmp_path, digests), pure=True)
+    done = _where(_copy(tmp_path, native.BuildRecord.of_sources(LISTED)), pure=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "py"]
     assert done.stderr == ""
@@ -137,8 +189,7 @@ def test_asking_for_source_is_silent(tmp_path: Path) -> None:
 def test_an_up_to_date_build_runs_compiled(tmp_path: Path) -> None:
     if not RECORD.is_file():
         pytest.skip("this install is pure Python (no C compiler at install time)")
-    digests = native.read_record(RECORD)
-    done = _where(_copy(tmp_path, digests))
+    done = _where(_copy(tmp_path, native.BuildRecord.parse(RECORD.read_text())))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "so"]  # every listed module is an extension
     assert done.stderr == ""

@@ -204,8 +204,9 @@ def test_a_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
     if native.compiled():  # this environment compiles (mypyc and a C compiler): so does the wheel
         assert f"rdu_sim/{native.RECORD_FILE}" in names
         compiled = {n.split(".")[0].replace("/", ".") for n in names if n.endswith(".so")}
-        listed = dict(line.split() for line in _archive_record(wheel).splitlines())
-        assert set(listed) <= compiled
+        record = native.BuildRecord.parse(_archive_record(wheel))
+        assert record.compiled <= compiled
+        assert set(record.digests) == set(native.type_checked_modules(record.compiled))
 
     venv = tmp_path / "venv"
     assert (
