@@ -293,7 +293,10 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
-        (["hw.gpu.bf16_flops=1e-300"], "gpu.bf16_flops: Input should be greater than or equal to 1"),
+        (
+            ["hw.gpu.bf16_flops=1e-300"],
+            "gpu.bf16_flops: Input should be greater than or equal to 1",
+        ),
         (["hw.gpu.fp8_flops=5e-324"], "gpu.fp8_flops: Input should be greater than or equal to 1"),
         (["hw.gpu.vector_flops=1e-300"], "gpu.vector_flops"),
         (["hw.gpu.bf16_flops=1.5", "hw.gpu.max_gemm_efficiency=0.5"],
