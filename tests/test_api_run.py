@@ -236,7 +236,12 @@ def test_full_vs_snapstream_on_deepseek_r1() -> None:
     assert full["batch_capacity"] >= 1
     assert 3 <= snap["batch_capacity"] / full["batch_capacity"] <= 5  # the paper: 4x
     assert snap["kv_bytes_per_slot"] * 3 < full["kv_bytes_per_slot"]
-    assert snap["decode_tokens_per_s"] > 1.2 * full["decode_tokens_per_s"]  # paper: 4.3x
+    # a full decode step of each (every slot, the longest context the policy keeps): 400
+    # requests are too few for a steady window at SnapStream's batch, whose run is mostly
+    # its prefills on the calibrated P2P link
+    steps = [api.step(path).detail for path in (FULL, SNAP)]
+    full_rate, snap_rate = (s.batch / s.step_s for s in steps)  # type: ignore[attr-defined]
+    assert snap_rate > 1.2 * full_rate  # paper: 4.3x
 
 
 def test_a_batch_that_cannot_hold_one_sequence_exits_2() -> None:

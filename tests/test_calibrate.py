@@ -164,7 +164,8 @@ def test_calibrate_errors(tmp_path: Path) -> None:
         result = runner.invoke(cli, ["calibrate", str(path), *args])
         assert result.exit_code == 2 and message in result.output, result.output
     result = runner.invoke(cli, ["calibrate", "no-such-file", "--fit", "hw.a=0:1"])
-    assert result.exit_code == 2 and "no shipped measurement file" in result.output
+    assert result.exit_code == 2 and "no-such-file" in result.output, result.output
+    assert "argonne-sn40l" in result.output  # the shipped names that would have worked
 
 
 def test_shipped_measurements_convert_from_the_shared_files() -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
 
@@ -29,22 +30,15 @@ if TYPE_CHECKING:
 
 def _measurement_path(text: str) -> Path:
     """A measurement file: a path, or a shipped file's name (``argonne-sn40l``)."""
-    path = Path(text)
-    if path.exists():
-        return path
-    from rdu_sim.validate.deployment import shipped_files
+    from rdu_sim.config import shipped
 
-    for shipped in shipped_files():
-        if shipped.stem == text or shipped.name == text:
-            return shipped
-    names = ", ".join(p.stem for p in shipped_files())
-    fail(f"{text}: no such file, and no shipped measurement file of that name ({names})")
+    return shipped.locate(text, ("measurement",))
 
 
 def _errors(group: ErrorSummary) -> str:
     """One group's errors, for the output file's header."""
-    median, worst = 100 * group.median_abs_error, 100 * group.worst_abs_error
-    return f"{group.group}: median {median:.1f}%, worst {worst:.1f}%"
+    median, worst = human.percent(group.median_abs_error), human.percent(group.worst_abs_error)
+    return f"{group.group}: median {median}, worst {worst}"
 
 
 @click.command("calibrate")
@@ -174,14 +168,15 @@ def command(
         role = "held out" if i in held else "fitted"
         click.echo(
             f"{p.source}: {p.model} tp={p.tp} batch={p.batch} {p.input_tokens}/{p.output_tokens} "
-            f"{p.metric}: measured {p.measured_s:.4g} s, simulated {r.simulated_s:.4g} s, "
+            f"{p.metric}: measured {human.duration(p.measured_s, 4)}, simulated "
+            f"{human.duration(r.simulated_s, 4)}, "
             f"{100 * r.relative_error:+.1f}% ({role})"
         )
     for g in groups:
         click.echo(
-            f"{g.group}: {g.points} points, median |error| {100 * g.median_abs_error:.1f}%, "
-            f"worst {100 * g.worst_abs_error:.1f}% ({g.worst_point})"
+            f"{g.group}: {g.points} points, median |error| {human.percent(g.median_abs_error)}, "
+            f"worst {human.percent(g.worst_abs_error)} ({g.worst_point})"
         )
     for path, value in result.values.items():
-        click.echo(f"fitted {path} = {value:.4g}")
+        click.echo(f"fitted {path} = {value!r}")
     click.echo(f"wrote {out} (use it as `hardware: {out}` or --set hardware={out})")

@@ -100,8 +100,8 @@ def _deployment(overrides: tuple[str, ...], as_json: bool) -> bool:
             str(p.batch),
             f"{p.input_tokens}/{p.output_tokens}",
             p.metric,
-            f"{p.measured_s:.4g} s",
-            f"{r.simulated_s:.4g} s",
+            human.duration(p.measured_s, 4),
+            human.duration(r.simulated_s, 4),
             f"[{colour}]{100 * err:+.1f}%[/{colour}]",
         )
     console = Console(soft_wrap=True)
@@ -109,9 +109,10 @@ def _deployment(overrides: tuple[str, ...], as_json: bool) -> bool:
     for s in systems:
         ok = s.median_abs_error <= DEPLOYMENT_MEDIAN and s.worst_abs_error <= DEPLOYMENT_WORST
         console.print(
-            f"{s.group}: {s.points} points, median |error| {100 * s.median_abs_error:.1f}% "
-            f"(limit {100 * DEPLOYMENT_MEDIAN:.0f}%), worst {100 * s.worst_abs_error:.1f}% "
-            f"(limit {100 * DEPLOYMENT_WORST:.0f}%, {s.worst_point.rsplit('/', 1)[-1]}): "
+            f"{s.group}: {s.points} points, median |error| {human.percent(s.median_abs_error)} "
+            f"(limit {human.percent(DEPLOYMENT_MEDIAN, 0)}), worst "
+            f"{human.percent(s.worst_abs_error)} (limit {human.percent(DEPLOYMENT_WORST, 0)}, "
+            f"{s.worst_point.rsplit('/', 1)[-1]}): "
             + ("[green]pass[/green]" if ok else "[red]FAIL[/red]")
         )
     return passed

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rdu_sim.config.errors import ConfigError
 
-FOLDERS = ("workloads", "hw_configs", "tests/models", "notebooks")
+FOLDERS = ("workloads", "hw_configs", "tests/models", "notebooks", "measurements")
 """The shipped folders, relative to :func:`root`."""
 
 PATTERNS = ("*.yaml", "*.csv", "*.jsonl", "*.json", "*.ipynb")
@@ -41,6 +41,7 @@ KINDS: dict[str, str] = {
     "trace": "workloads/traces",
     "model": "tests/models",
     "notebook": "notebooks",
+    "measurement": "measurements",
 }
 """Kind of shipped file -> the folder holding that kind. A file belongs to the kind of the
 deepest folder holding it, so ``workloads/speculative/*.yaml`` are workloads and
@@ -51,6 +52,7 @@ KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
     "trace": (".csv", ".jsonl", ".ndjson"),
     "model": (".json",),
     "notebook": (".ipynb",),
+    "measurement": (".csv",),
 }
 """The suffixes of each kind's files (YAML for every kind not listed)."""
 

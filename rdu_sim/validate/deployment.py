@@ -50,9 +50,6 @@ MAX_TOKENS = 1 << 20
 MIN_CONTEXT = 4096
 """The least ``serving.max_context`` a point's workload gets (its decode buckets start below)."""
 
-MEASUREMENTS = "measurements"
-"""The shipped folder of measurement files (beside workloads/ and hw_configs/)."""
-
 
 @dataclass(frozen=True)
 class MeasuredPoint:
@@ -178,7 +175,7 @@ def shipped_files() -> list[Path]:
     """The shipped measurement files, sorted by name."""
     from rdu_sim.config import shipped
 
-    return sorted((shipped.root() / MEASUREMENTS).glob("*.csv"))
+    return sorted((shipped.root() / shipped.KINDS["measurement"]).glob("*.csv"))
 
 
 def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:
