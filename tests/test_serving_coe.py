@@ -164,6 +164,8 @@ def test_the_same_coe_run_gives_the_same_bytes() -> None:
         ({"serving.batch_slots": "auto"}, "serving.batch_slots", "needs a number of slots"),
         ({"coe.router": "no-such-model"}, "coe.router", "no-such-model"),
         ({"coe.eviction": "random"}, "coe.eviction", "lru"),
+        ({"coe.switch": "sometimes"}, "coe.switch", "bounded"),
+        ({"coe.turn_s": 0}, "coe.turn_s", "greater than 0"),
     ],
 )
 def test_bad_coe_settings_name_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
