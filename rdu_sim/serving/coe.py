@@ -17,14 +17,15 @@ DDR and everything else pinned in HBM (``expert_step_scenario``); a Llama-3.1-8B
 (16.06 GB of weights) costs 1.88 GB of copies per socket at tp 8, 15.01 GB on the node
 (the norms, replicated, are copied by every socket).
 
-A request is an HBM *hit* when its expert's latest copy was asked for before the request
-arrived (the expert was resident or on its way): a turn whose expert had to be copied in,
-on demand or by a prefetch made for a waiting request, serves misses first (the prefetch
-only hides the copy: ``switch_stall_s``).
+A request is an HBM *hit* when its expert was in HBM (its latest copy landed) when the
+router named it and stayed there until the request was admitted: a request whose expert had
+to be copied in after that, on demand or by a prefetch made for it, or was still being
+copied, is a miss (a prefetch only hides the copy: ``switch_stall_s``).
 
-Left out: the router's decision cost beyond its prefill (it prefills each prompt when the
-request is admitted, on the same sockets), and re-simulating a step's pipeline under a copy
-(a step ends when both its simulated time and its traffic on the shared channels are done).
+Left out: the router's decision cost beyond its prefill (it prefills each prompt on the
+same sockets when the request arrives, ``serving.coe_server``), and re-simulating a step's
+pipeline under a copy (a step ends when both its simulated time and its traffic on the
+shared channels are done).
 """
 
 from __future__ import annotations
@@ -289,7 +290,7 @@ class CoEStats:
     model_switches: int
     switch_s: float  # the copy engines' busy time (copies of one socket; all run alike)
     switch_stall_s: float  # time the server waited for a copy (not hidden behind steps)
-    hbm_hit_rate: float  # requests whose expert was resident (or on its way) at arrival
+    hbm_hit_rate: float  # requests whose expert was in HBM when routed (and till admitted)
     bytes_copied: float
     switch_bytes: float  # what one switch copies on the node: the expert without its embedding
     expert_weight_bytes: float  # one expert's weights (the model's, each counted once)
@@ -354,6 +355,7 @@ def serve_coe(
         coe.switch,
         to_ps(coe.turn_s),
         coe.prefetch,
+        serving.prefill_priority,
     )
     switch_bytes = _expert_hbm(scenario)
     server = CoEServer(
