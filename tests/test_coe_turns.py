@@ -18,8 +18,8 @@ from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine.budget import EventBudgetError
 from rdu_sim.scenario import load_scenario
 from rdu_sim.serving.clock import SimulatedTimeError
-from rdu_sim.serving.coe import ExpertRegion
 from rdu_sim.serving.coe_server import EXACT_PS, CoEServer, Tiers, TurnPolicy
+from rdu_sim.serving.expert_region import ExpertRegion
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.step_cache import StepCache, StepCost
 from rdu_sim.shapes import StepShape

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Generator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, Arrivals, ClosedLoop, OpenLoop
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import PS_PER_S, SimulatedTimeError, advance, to_s
+from rdu_sim.serving.expert_region import ExpertRegion
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache
@@ -66,6 +67,9 @@ from rdu_sim.shapes import StepShape
 
 EXACT_PS = 2**53
 """The last picosecond des's float clock holds exactly (about 2.5 hours)."""
+
+Progress = Callable[[int, int], None]
+"""Called with (requests completed, requests in all) as requests finish."""
 
 
 @dataclass(frozen=True)
@@ -96,13 +100,6 @@ class TurnPolicy:
 
 
 @dataclass
-class _Entry:
-    admitted_ps: float
-    last_used_ps: float
-    uses: int
-
-
-@dataclass
 class TurnCounts:
     """What the server counted: switches, turns, hits, stalls, router time."""
 
@@ -113,7 +110,6 @@ class TurnCounts:
     stall_ps: int = 0
     router_ps: int = 0
     longest_turn_ps: int = 0
-    turn_requests: list[int] = field(default_factory=list)  # requests served per turn
 
 
 class CoEServer:
@@ -124,7 +120,7 @@ class CoEServer:
         policy: KVPolicy,
         config: TurnPolicy,
         tiers: Tiers,
-        region: Any,
+        region: ExpertRegion,
         experts: NDArray[np.int64],
         records: ServingRecords,
         arrival_ps: NDArray[np.int64] | None,
@@ -134,7 +130,7 @@ class CoEServer:
         router_cache: StepCache,
         *,
         limit: int,
-        progress: Any = None,
+        progress: Progress | None = None,
     ) -> None:
         self.env = env = CountingEnvironment(limit=limit)
         per_ps = 1.0 / PS_PER_S
@@ -189,7 +185,7 @@ class CoEServer:
             raise SimulatedTimeError(
                 f"the run's simulated time would pass {to_s(EXACT_PS):.4g} s (2^53 ps, the "
                 f"range des's event loop holds exactly) at {to_s(now):.4g} s: serve fewer "
-                "requests or raise the arrival rate"
+                "requests, or spread their arrivals over less time"
             )
         return self.env.timeout(delay)
 
@@ -298,7 +294,6 @@ class CoEServer:
         """Give the sockets to ``expert``: switch it in if needed and wait for its copy."""
         counts = self.counts
         counts.turns += 1
-        counts.turn_requests.append(0)
         if expert not in self.region:
             self._switch_in(expert, set(self.in_flight))
         copy = self.in_flight.get(expert)
@@ -336,7 +331,6 @@ class CoEServer:
             records.admit_ps[request] = now
             records.slot[request] = slot
             counts = self.counts
-            counts.turn_requests[-1] += 1
             if self._steps_in_turn:
                 counts.admitted_mid_turn += 1
             routed = int(self.routed_ps[request])
