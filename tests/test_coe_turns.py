@@ -176,7 +176,18 @@ def test_a_run_past_des_exact_range_is_refused() -> None:
 
 
 @pytest.mark.parametrize("switch", ["bounded", "drain"])
-def test_a_whole_run_serves_each_request_once_within_its_slots(switch: str) -> None:
+def test_a_whole_run_serves_each_request_once_within_its_slots(
+    switch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    most: list[int] = []
+    admit = ExpertRegion.admit
+
+    def counted(self: ExpertRegion, expert: int, now: float, keep: set[int]) -> int | None:
+        evicted = admit(self, expert, now, keep)
+        most.append(len(self.resident) - self.capacity)
+        return evicted
+
+    monkeypatch.setattr(ExpertRegion, "admit", counted)
     run = api.run(
         COE,
         {
@@ -184,6 +195,7 @@ def test_a_whole_run_serves_each_request_once_within_its_slots(switch: str) -> N
             "serving.arrival.rate": 8,
             "coe.switch": switch,
             "coe.turn_s": 0.5,
+            "hw.socket.hbm.capacity": "32 GiB",  # 15 experts cached: switches evict
         },
     )
     records = run.records
@@ -207,6 +219,7 @@ def test_a_whole_run_serves_each_request_once_within_its_slots(switch: str) -> N
     coe = run.coe
     assert coe is not None
     assert coe.bytes_copied == coe.model_switches * coe.switch_bytes
+    assert len(most) == coe.model_switches and max(most) == 0  # full, never overfilled
     assert coe.turns >= coe.model_switches - coe.region_experts  # prefetches beyond turns
     assert records.tokens_generated == int(records.output_tokens.sum())
 
