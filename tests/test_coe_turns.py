@@ -18,8 +18,8 @@ from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine.budget import EventBudgetError
 from rdu_sim.scenario import load_scenario
 from rdu_sim.serving.clock import SimulatedTimeError
-from rdu_sim.serving.coe import ExpertRegion
 from rdu_sim.serving.coe_server import EXACT_PS, CoEServer, Tiers, TurnPolicy
+from rdu_sim.serving.expert_region import ExpertRegion
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.step_cache import StepCache, StepCost
 from rdu_sim.shapes import StepShape
@@ -55,6 +55,7 @@ def _server(
     slots: int = 4,
     limit: int = 10**9,
     prefetch: bool = False,
+    priority: str = "prefill_first",
     region: int = 1,
     switch_bytes: float = SWITCH_BYTES,
 ) -> CoEServer:
@@ -62,7 +63,7 @@ def _server(
     records = ServingRecords(np.full(n, 100, dtype=np.int64), np.asarray(outputs, dtype=np.int64))
     return CoEServer(
         _policy(),
-        TurnPolicy(slots, 8192, None, switch, turn_ps, prefetch),
+        TurnPolicy(slots, 8192, None, switch, turn_ps, prefetch, priority),
         TIERS,
         ExpertRegion(region, "lru"),
         np.asarray(experts, dtype=np.int64),
@@ -77,22 +78,28 @@ def _server(
 
 
 def test_a_request_arriving_mid_turn_is_admitted_at_the_next_step_boundary() -> None:
-    """Request 0 (expert 0) waits for its expert's copy, prefills (router, then expert) and
-    decodes; request 1 of the same expert arrives 5.5 us into the decode run, during its
-    third step: it takes the free slot when that step ends, not when request 0 finishes."""
-    decode_start = COPY_PS + 2 * PREFILL_PS
+    """Request 0 (expert 0) is routed (the router's prefill step), waits for its expert's
+    copy, prefills and decodes; request 1 of the same expert arrives 5.5 us into the decode
+    run, during its third step: the router takes it when that step ends, and it takes the
+    free slot right after (the next boundary), not when request 0 finishes."""
+    copied = PREFILL_PS + COPY_PS  # the copy is asked for once the router has named expert 0
+    decode_start = copied + PREFILL_PS
     arrival = decode_start + 25_500
     server = _server([0, arrival], [0, 0], [100, 10])
     server.simulate()
     records, counts = server.records, server.counts
-    assert records.admit_ps[0] == COPY_PS
+    assert records.admit_ps[0] == copied
     assert records.first_token_ps[0] == decode_start
-    assert records.admit_ps[1] == decode_start + 3 * DECODE_PS  # the next step boundary
+    routed = decode_start + 3 * DECODE_PS + PREFILL_PS  # the step in flight, then the router
+    assert server.routed_ps.tolist() == [PREFILL_PS, routed]
+    assert records.admit_ps[1] == routed
+    assert records.first_token_ps[1] == routed + PREFILL_PS
     assert records.slot.tolist() == [0, 1]
     assert counts.switches == 1 and counts.turns == 1 and counts.admitted_mid_turn == 1
-    assert counts.hits == 1  # request 1 came after its expert had been asked for
+    assert counts.hits == 1  # request 1 was routed after its expert had been asked for
     assert counts.stall_ps == COPY_PS
-    # request 0 decodes 99 steps in all: 3 before request 1's two prefill steps, 96 after
+    assert counts.router_ps == 2 * PREFILL_PS
+    # request 0 decodes 99 steps: 3 before request 1's router and prefill steps, 96 after
     assert records.finish_ps[0] == decode_start + 99 * DECODE_PS + 2 * PREFILL_PS
     assert server.copier.bytes_copied == SWITCH_BYTES
 
@@ -101,12 +108,13 @@ def test_the_bounded_policy_hands_the_sockets_on_and_drain_keeps_them() -> None:
     """Expert 1's request waits from 1 us into expert 0's turn; expert 0's second request
     comes later. Draining admits it into the running turn; a bounded turn older than its
     bound does not: the sockets go to expert 1 first, then back to expert 0."""
-    decode_start = COPY_PS + 2 * PREFILL_PS
+    decode_start = 2 * PREFILL_PS + COPY_PS
     times = [0, decode_start + 1_000, decode_start + 25_500]
     experts, outputs = [0, 1, 0], [100, 10, 10]
     drain = _server(times, experts, outputs, switch="drain")
     drain.simulate()
-    assert drain.records.admit_ps[2] == decode_start + 3 * DECODE_PS
+    # expert 1's arrival cuts the run at 1 step for the router, expert 0's at 2 more
+    assert drain.records.admit_ps[2] == decode_start + 3 * DECODE_PS + 2 * PREFILL_PS
     assert drain.records.admit_ps[2] < drain.records.admit_ps[1]
     assert drain.counts.switches == 2 and drain.counts.turns == 2
     bounded = _server(times, experts, outputs, switch="bounded", turn_ps=1_000)
@@ -122,6 +130,19 @@ def test_the_bounded_policy_hands_the_sockets_on_and_drain_keeps_them() -> None:
     assert (loose.records.admit_ps == drain.records.admit_ps).all()
 
 
+def test_the_router_works_while_a_copy_lands() -> None:
+    """Request 1 arrives while expert 0's copy is in flight: the router prefills it then
+    (the sockets were idle), so that time is not a stall and request 1 waits for its turn
+    already routed."""
+    times, experts, outputs = [0, 10_000], [0, 1], [2, 2]
+    server = _server(times, experts, outputs)
+    server.simulate()
+    assert server.routed_ps.tolist() == [PREFILL_PS, 10_000 + PREFILL_PS]
+    assert server.records.admit_ps[0] == PREFILL_PS + COPY_PS
+    # the first copy less the router's step, then expert 1's whole copy (a one-expert region)
+    assert server.counts.stall_ps == 2 * COPY_PS - PREFILL_PS
+
+
 def test_a_prefetched_copy_overlaps_the_running_turn() -> None:
     """With prefetching, expert 1's copy (10 us) starts while expert 0 decodes (50 us; the
     region has room for two), so expert 1's turn starts without waiting for it."""
@@ -131,9 +152,11 @@ def test_a_prefetched_copy_overlaps_the_running_turn() -> None:
     on_demand.simulate()
     ahead = _server(times, experts, outputs, region=2, switch_bytes=1e4, prefetch=True)
     ahead.simulate()
-    assert on_demand.counts.stall_ps == pytest.approx(2 * copy_ps, abs=2)
+    # request 1 is routed during the first copy (which is not a stall), expert 1's copy is
+    # waited for whole on demand and not at all when prefetched
+    assert on_demand.counts.stall_ps == pytest.approx(2 * copy_ps - PREFILL_PS, abs=2)
     assert ahead.counts.switches == 2
-    assert ahead.counts.stall_ps == pytest.approx(copy_ps, abs=1)  # only the first copy
+    assert ahead.counts.stall_ps == pytest.approx(copy_ps - PREFILL_PS, abs=1)
     assert ahead.records.admit_ps[1] == ahead.records.finish_ps[0]
     assert on_demand.records.admit_ps[1] == pytest.approx(
         on_demand.records.finish_ps[0] + copy_ps, abs=1
@@ -153,7 +176,18 @@ def test_a_run_past_des_exact_range_is_refused() -> None:
 
 
 @pytest.mark.parametrize("switch", ["bounded", "drain"])
-def test_a_whole_run_serves_each_request_once_within_its_slots(switch: str) -> None:
+def test_a_whole_run_serves_each_request_once_within_its_slots(
+    switch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    most: list[int] = []
+    admit = ExpertRegion.admit
+
+    def counted(self: ExpertRegion, expert: int, now: float, keep: set[int]) -> int | None:
+        evicted = admit(self, expert, now, keep)
+        most.append(len(self.resident) - self.capacity)
+        return evicted
+
+    monkeypatch.setattr(ExpertRegion, "admit", counted)
     run = api.run(
         COE,
         {
@@ -161,6 +195,7 @@ def test_a_whole_run_serves_each_request_once_within_its_slots(switch: str) -> N
             "serving.arrival.rate": 8,
             "coe.switch": switch,
             "coe.turn_s": 0.5,
+            "hw.socket.hbm.capacity": "32 GiB",  # 15 experts cached: switches evict
         },
     )
     records = run.records
@@ -184,6 +219,7 @@ def test_a_whole_run_serves_each_request_once_within_its_slots(switch: str) -> N
     coe = run.coe
     assert coe is not None
     assert coe.bytes_copied == coe.model_switches * coe.switch_bytes
+    assert len(most) == coe.model_switches and max(most) == 0  # full, never overfilled
     assert coe.turns >= coe.model_switches - coe.region_experts  # prefetches beyond turns
     assert records.tokens_generated == int(records.output_tokens.sum())
 
@@ -201,3 +237,30 @@ def test_the_event_limit_is_engine_max_events_and_named(monkeypatch: pytest.Monk
     with pytest.raises(EventBudgetError, match=r"engine\.max_events = 123,456"):
         api.run(COE, {"serving.requests": 4, "engine.max_events": 123_456})
     assert seen == [123_456]
+
+
+def test_a_hit_is_a_request_whose_expert_was_in_hbm_when_routed() -> None:
+    """Request 0 asks for expert 0's copy (a miss); request 1 is routed while that copy is
+    in flight (a miss: it waits for it too); request 2 is routed after it landed (a hit)."""
+    times = [0, 10_000, PREFILL_PS + COPY_PS + 50_000]
+    server = _server(times, [0, 0, 0], [200, 200, 2])
+    server.simulate()
+    assert server.routed_ps[1] < server.records.admit_ps[0] < server.routed_ps[2]
+    assert server.counts.hits == 1 and server.counts.switches == 1
+
+
+def test_decode_first_puts_a_decode_step_between_two_prefill_steps() -> None:
+    """serving.prefill_priority: under decode_first the router's step for request 1 and its
+    expert prefill step each wait for one decode step of request 0."""
+    copied = PREFILL_PS + COPY_PS
+    decode_start = copied + PREFILL_PS
+    arrival = decode_start + 25_500
+    routed = decode_start + 3 * DECODE_PS + PREFILL_PS
+    first = _server([0, arrival], [0, 0], [100, 10])
+    first.simulate()
+    assert first.records.first_token_ps[1] == routed + PREFILL_PS
+    second = _server([0, arrival], [0, 0], [100, 10], priority="decode_first")
+    second.simulate()
+    assert second.routed_ps[1] == routed
+    assert second.records.first_token_ps[1] == routed + DECODE_PS + PREFILL_PS
+    assert second.records.finish_ps[0] == first.records.finish_ps[0]  # same steps, reordered

@@ -81,12 +81,15 @@ def test_the_expert_steps_place_exactly_the_embedding_table_in_ddr() -> None:
 def test_an_on_demand_switch_takes_its_bytes_over_the_copy_bandwidth() -> None:
     """Without prefetching every copy runs alone: at 128 GB/s (below DDR's and HBM's
     effective rates) a switch of a socket's 1.877 GB takes exactly bytes / bandwidth, and
-    the server waits for all of it (to the next whole picosecond)."""
+    the server waits for it (to the next whole picosecond) unless the router has work."""
     data = _run(coe__prefetch=False)["coe"]
     switches = data["model_switches"]
     per_switch = 1_876_697_088 / 128e9
     assert data["switch_s"] == pytest.approx(switches * per_switch, rel=1e-9)
-    assert data["switch_s"] <= data["switch_stall_s"] <= data["switch_s"] + switches * 1e-12
+    # the server waits for every copy but while the router prefills arrivals meanwhile
+    stall, router = data["switch_stall_s"], data["router_s"]
+    assert data["switch_s"] - router <= stall <= data["switch_s"] + switches * 1e-12
+    assert stall > 0.9 * data["switch_s"]
 
 
 def test_prefetching_the_next_expert_hides_switch_time() -> None:
@@ -95,7 +98,10 @@ def test_prefetching_the_next_expert_hides_switch_time() -> None:
     ahead = _run(serving__arrival__process="all_at_once")
     on_demand = _run(serving__arrival__process="all_at_once", coe__prefetch=False)
     assert ahead["coe"]["switch_stall_s"] < 0.5 * on_demand["coe"]["switch_stall_s"]
-    assert on_demand["coe"]["switch_stall_s"] == pytest.approx(on_demand["coe"]["switch_s"])
+    # on demand the server waits for every copy, but while the router prefills arrivals
+    demand = on_demand["coe"]
+    assert demand["switch_s"] - demand["router_s"] <= demand["switch_stall_s"]
+    assert demand["switch_stall_s"] <= demand["switch_s"] + demand["model_switches"] * 1e-12
     assert ahead["ttft_s"]["mean"] < on_demand["ttft_s"]["mean"]
 
 
@@ -164,6 +170,8 @@ def test_the_same_coe_run_gives_the_same_bytes() -> None:
         ({"serving.batch_slots": "auto"}, "serving.batch_slots", "needs a number of slots"),
         ({"coe.router": "no-such-model"}, "coe.router", "no-such-model"),
         ({"coe.eviction": "random"}, "coe.eviction", "lru"),
+        ({"coe.switch": "sometimes"}, "coe.switch", "bounded"),
+        ({"coe.turn_s": 0}, "coe.turn_s", "greater than 0"),
     ],
 )
 def test_bad_coe_settings_name_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
@@ -198,10 +206,7 @@ def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
     assert "Composition of Experts" in text
     assert f"expert switches (DDR to HBM copies) │ {coe.model_switches}" in text
     assert f"requests admitted mid-turn │ {coe.admitted_mid_turn}" in text
-    assert (
-        f"HBM hit rate (expert in HBM or on its way at arrival) │ {human.percent(coe.hbm_hit_rate)}"
-        in text
-    )
+    assert f"HBM hit rate (expert in HBM when routed) │ {human.percent(coe.hbm_hit_rate)}" in text
     assert f"bytes copied (all sockets) │ {human.size(coe.bytes_copied, 4)}" in text
     assert f"stall waiting for copies │ {human.duration(coe.switch_stall_s)}" in text
     assert "bounded: a turn admits for 2 s while others wait" in text
@@ -253,8 +258,9 @@ def test_experts_from_a_trace_column(tmp_path: Path) -> None:
     assert data["requests_completed"] == 40
     assert coe["model_switches"] == 1
     assert coe["bytes_copied"] == coe["switch_bytes"]
-    # the first 16 closed-loop users (one per slot) waited for the copy; the rest came later
-    assert coe["hbm_hit_rate"] == pytest.approx(24 / 40)
+    # the first request asked for the copy and those routed while it landed waited for it
+    # (the router prefills the 16 closed-loop users' prompts one by one); later ones hit
+    assert 24 / 40 <= coe["hbm_hit_rate"] < 1
     two = _from_trace(_trace(tmp_path, ["0", "1"] * 20))["coe"]
     assert two["model_switches"] == 2
 

@@ -45,7 +45,7 @@ def coe_table(coe: CoEStats) -> Table:
             f"{human.duration(coe.switch_stall_s)}"
             + (f" ({human.percent(hidden)} of copy time hidden)" if hidden is not None else ""),
         ),
-        ("HBM hit rate (expert in HBM or on its way at arrival)", human.percent(coe.hbm_hit_rate)),
+        ("HBM hit rate (expert in HBM when routed)", human.percent(coe.hbm_hit_rate)),
         ("prefetch", "on" if coe.prefetch else "off"),
         ("router prefill time", human.duration(coe.router_s)),
     ]

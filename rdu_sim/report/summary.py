@@ -37,10 +37,11 @@ Definitions (docs/serving.md repeats them for users):
   ``step_s``, its bytes per tier, each bound's time (``hbm_s``, ``ddr_s``: the tier's bytes
   at its sustained bandwidth; ``compute_s``: matrix FLOPs at peak) and ``bound``, the largest
   (a model served from DDR shows ``ddr``); None without a decode step.
-- ``coe``: a Composition of Experts run's switching (``serving.coe.CoEStats``):
+- ``coe``: a Composition of Experts run's turns and switching (``serving.coe.CoEStats``):
+  ``turns``, ``admitted_mid_turn`` (continuous batching within a turn), ``switch_policy``,
   ``model_switches``, ``switch_s`` (copy engine busy), ``switch_stall_s`` (the server
-  waiting on copies), ``hbm_hit_rate``, ``bytes_copied``, ``expert_weight_bytes``; None
-  for one model.
+  waiting on copies), ``hbm_hit_rate``, ``bytes_copied`` (= switches x ``switch_bytes``),
+  ``expert_weight_bytes``; None for one model.
 - ``provenance``: the simulator (version, git commit when known), the workload and hardware
   files, the ``--set`` overrides and the resolved configuration (``rdu_sim.provenance``).
 

@@ -17,19 +17,19 @@ DDR and everything else pinned in HBM (``expert_step_scenario``); a Llama-3.1-8B
 (16.06 GB of weights) costs 1.88 GB of copies per socket at tp 8, 15.01 GB on the node
 (the norms, replicated, are copied by every socket).
 
-A request is an HBM *hit* when its expert's latest copy was asked for before the request
-arrived (the expert was resident or on its way): a turn whose expert had to be copied in,
-on demand or by a prefetch made for a waiting request, serves misses first (the prefetch
-only hides the copy: ``switch_stall_s``).
+A request is an HBM *hit* when its expert was in HBM (its latest copy landed) when the
+router named it and stayed there until the request was admitted: a request whose expert had
+to be copied in after that, on demand or by a prefetch made for it, or was still being
+copied, is a miss (a prefetch only hides the copy: ``switch_stall_s``).
 
-Left out: the router's decision cost beyond its prefill (it prefills each prompt when the
-request is admitted, on the same sockets), and re-simulating a step's pipeline under a copy
-(a step ends when both its simulated time and its traffic on the shared channels are done).
+Left out: the router's decision cost beyond its prefill (it prefills each prompt on the
+same sockets when the request arrives, ``serving.coe_server``), and re-simulating a step's
+pipeline under a copy (a step ends when both its simulated time and its traffic on the
+shared channels are done).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -55,7 +55,8 @@ from rdu_sim.models.figures import weight_bytes
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import Backend
 from rdu_sim.serving.clock import PS_PER_S, to_ps
-from rdu_sim.serving.coe_server import CoEServer, Tiers, TurnPolicy
+from rdu_sim.serving.coe_server import CoEServer, Progress, Tiers, TurnPolicy
+from rdu_sim.serving.expert_region import EVICTION, ExpertRegion
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.step_cache import StepCache
@@ -77,61 +78,6 @@ __all__ = [
 
 EMBEDDING_KERNEL = "embedding"
 """The kernel whose weight (the token embedding table) stays in DDR under CoE."""
-
-Progress = Callable[[int, int], None]
-
-
-@dataclass
-class _Entry:
-    admitted: float  # when it was given its slot (any clock unit)
-    last_used: float
-    uses: int
-
-
-Victim = Callable[[dict[int, _Entry]], int]
-"""An eviction policy: the expert to evict among the candidates (ties: lowest id)."""
-
-EVICTION: dict[str, Victim] = {
-    "lru": lambda c: min(c, key=lambda e: (c[e].last_used, e)),
-    "lfu": lambda c: min(c, key=lambda e: (c[e].uses, c[e].last_used, e)),
-    "fifo": lambda c: min(c, key=lambda e: (c[e].admitted, e)),
-}
-"""Eviction policies by ``coe.eviction`` name: least recently used, least often used (ties
-to the least recently used), least recently admitted."""
-
-
-class ExpertRegion:
-    """The HBM region of ``capacity`` expert slots and the policy that picks a victim."""
-
-    def __init__(self, capacity: int, eviction: str) -> None:
-        if capacity < 1:
-            raise ValueError(f"the region needs at least one expert slot, got {capacity}")
-        self.capacity = capacity
-        self.victim = EVICTION[eviction]
-        self.resident: dict[int, _Entry] = {}
-
-    def __contains__(self, expert: int) -> bool:
-        return expert in self.resident
-
-    def use(self, expert: int, now: float) -> None:
-        """Count a use of a resident expert."""
-        entry = self.resident[expert]
-        entry.last_used, entry.uses = now, entry.uses + 1
-
-    def admit(self, expert: int, now: float, keep: set[int]) -> int | None:
-        """Give ``expert`` a slot (it is being copied in), evicting a victim not in ``keep``
-        when the region is full; returns the evicted expert (None: a free slot)."""
-        evicted = None
-        if len(self.resident) >= self.capacity:
-            candidates = {e: v for e, v in self.resident.items() if e not in keep}
-            evicted = self.victim(candidates)
-            del self.resident[evicted]
-        self.resident[expert] = _Entry(now, now, 0)
-        return evicted
-
-    def can_admit(self, keep: set[int]) -> bool:
-        """Whether a slot is free or held by an expert outside ``keep``."""
-        return len(self.resident) < self.capacity or any(e not in keep for e in self.resident)
 
 
 def expert_tags(
@@ -289,7 +235,7 @@ class CoEStats:
     model_switches: int
     switch_s: float  # the copy engines' busy time (copies of one socket; all run alike)
     switch_stall_s: float  # time the server waited for a copy (not hidden behind steps)
-    hbm_hit_rate: float  # requests whose expert was resident (or on its way) at arrival
+    hbm_hit_rate: float  # requests whose expert was in HBM when routed (and till admitted)
     bytes_copied: float
     switch_bytes: float  # what one switch copies on the node: the expert without its embedding
     expert_weight_bytes: float  # one expert's weights (the model's, each counted once)
@@ -354,6 +300,7 @@ def serve_coe(
         coe.switch,
         to_ps(coe.turn_s),
         coe.prefetch,
+        serving.prefill_priority,
     )
     switch_bytes = _expert_hbm(scenario)
     server = CoEServer(

@@ -1,15 +1,18 @@
 """The Composition of Experts server: expert turns of continuous batching on des's event loop.
 
-The node's sockets serve one expert at a time (all tensor-parallel). A *turn* begins with
+The node's sockets serve one model at a time (all tensor-parallel). The router model runs
+first on every request that arrives: at the next step boundary it prefills the prompt (the
+lone server's ``prefill_first``: an arrival cuts a decode run at the step in flight), which
+names the request's expert; the request then waits for that expert. A *turn* begins with
 the expert of the oldest waiting request: if that expert is not in the HBM region it is
 switched in (``coe.ExpertRegion`` picks a victim, each socket's ``hw.CopyEngine`` copies the
-expert's weights from DDR to HBM, the server stalls until the copy has landed). During the
-turn the server runs continuous batching on the static slots: at every step boundary each
-free slot admits the oldest waiting request of the holding expert that the switch policy
-still lets in (``coe.switch``), a newly admitted request is prefilled (the router's prefill
-of its prompt, then the expert's: its first token) before the next decode step, and decode
-steps run every decoding slot at the policy's bucket of the longest cache. The turn ends
-when its slots are empty and the policy admits no more; then the next turn begins.
+expert's weights from DDR to HBM) and the server stalls until the copy has landed, routing
+the requests that arrive meanwhile. During the turn the server runs continuous batching on
+the static slots: at every step boundary each free slot admits the oldest waiting request of
+the holding expert that the switch policy still lets in (``coe.switch``), a newly admitted
+request is prefilled (its first token) before the next decode step, and decode steps run
+every decoding slot at the KV policy's bucket of the longest cache. The turn ends when its
+slots are empty and the policy admits no more; then the next turn begins.
 
 Switch policies (``coe.switch``):
 
@@ -21,10 +24,11 @@ Switch policies (``coe.switch``):
   the sockets go on (the oldest waiting request's expert is next), so no expert waits for
   more than a turn's bound plus the requests running.
 
-With ``coe.prefetch`` the expert of the oldest waiting request of another expert is copied
-in while the turn runs (never evicting the holding expert); during a copy every step also
-puts its own HBM and DDR bytes on the channels the copy uses (the step ends when both its
-time and its traffic are done), so the copy and the steps slow each other.
+With ``coe.prefetch`` the next turn's expert (the oldest waiting request's, of another
+expert) is copied in while the turn runs (never evicting the holding expert or one copied
+ahead and not yet used); during a copy every step also puts its own HBM and DDR bytes on the
+channels the copy uses (the step ends when both its time and its traffic are done), so the
+copy and the steps slow each other.
 
 Time is integer picoseconds on ``des.CountingEnvironment`` (its unit is the picosecond: the
 channels' and the copy engine's rates are given in bytes per picosecond); a copy or a shared
@@ -33,17 +37,15 @@ environment holds its clock as a float, exact for integers up to 2^53 ps (about 
 a run that would go further stops with ``SimulatedTimeError`` (``serving.clock``'s own range
 is checked too). Arrivals are known in advance (``serving.arrivals``: the open loop's times,
 the closed loop's completions) and are landed at step boundaries without events; a decode
-run of identical steps is one event, cut at the step in flight when a request the turn
-would admit arrives while a slot is free. The environment's event limit is
-``engine.max_events``.
+run of identical steps is one event. The environment's event limit is ``engine.max_events``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Generator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,6 +59,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, Arrivals, ClosedLoop, OpenLoop
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import PS_PER_S, SimulatedTimeError, advance, to_s
+from rdu_sim.serving.expert_region import ExpertRegion
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache
@@ -64,6 +67,9 @@ from rdu_sim.shapes import StepShape
 
 EXACT_PS = 2**53
 """The last picosecond des's float clock holds exactly (about 2.5 hours)."""
+
+Progress = Callable[[int, int], None]
+"""Called with (requests completed, requests in all) as requests finish."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,8 @@ class Tiers:
 
 @dataclass(frozen=True)
 class TurnPolicy:
-    """The CoE scheduling knobs: slots, context, switch policy and its bound, prefetch."""
+    """The CoE scheduling knobs: slots, context, switch policy and its bound, prefetch, and
+    whether prefill work (the router's and the expert's) goes before decode steps."""
 
     slots: int
     max_context: int
@@ -89,13 +96,7 @@ class TurnPolicy:
     switch: str  # "drain" or "bounded"
     turn_ps: int
     prefetch: bool
-
-
-@dataclass
-class _Entry:
-    admitted_ps: float
-    last_used_ps: float
-    uses: int
+    prefill_priority: str = "prefill_first"  # or "decode_first" (serving.prefill_priority)
 
 
 @dataclass
@@ -109,7 +110,6 @@ class TurnCounts:
     stall_ps: int = 0
     router_ps: int = 0
     longest_turn_ps: int = 0
-    turn_requests: list[int] = field(default_factory=list)  # requests served per turn
 
 
 class CoEServer:
@@ -120,7 +120,7 @@ class CoEServer:
         policy: KVPolicy,
         config: TurnPolicy,
         tiers: Tiers,
-        region: Any,
+        region: ExpertRegion,
         experts: NDArray[np.int64],
         records: ServingRecords,
         arrival_ps: NDArray[np.int64] | None,
@@ -130,7 +130,7 @@ class CoEServer:
         router_cache: StepCache,
         *,
         limit: int,
-        progress: Any = None,
+        progress: Progress | None = None,
     ) -> None:
         self.env = env = CountingEnvironment(limit=limit)
         per_ps = 1.0 / PS_PER_S
@@ -146,24 +146,22 @@ class CoEServer:
         self.switch_bytes = switch_bytes
         self.expert_cache, self.router_cache, self.progress = expert_cache, router_cache, progress
         total = len(records)
-        self.arrivals: Arrivals
-        if arrival_ps is None:
-            self.arrivals = ClosedLoop(concurrency, total)
-            self._times: list[int] = []
-        else:
-            self.arrivals = OpenLoop(arrival_ps)
-            self._times = arrival_ps.tolist()
-        self._taken = 0  # requests arrived so far (request ids are in arrival order)
+        self.arrivals: Arrivals = (
+            ClosedLoop(concurrency, total) if arrival_ps is None else OpenLoop(arrival_ps)
+        )
+        self.unrouted: deque[int] = deque()  # arrived, the router not yet run on them
+        self.routed_ps = np.zeros(total, dtype=np.int64)  # when the router named its expert
         self.slots = Slots(config.slots)
         self.waiting: dict[int, deque[int]] = {}  # expert -> its waiting requests, oldest first
         self.order: deque[int] = deque()  # every waiting request, oldest first (lazy removal)
         self.queued = np.zeros(total, dtype=np.bool_)  # waiting (not yet admitted)
         self.n_waiting = 0
-        self.plans: dict[int, deque[tuple[StepCache, StepShape]]] = {}  # slot -> prefill left
+        self.plans: dict[int, deque[StepShape]] = {}  # slot -> the expert's prefill steps left
         self.completed = 0
         self.counts = TurnCounts()
         self.in_flight: dict[int, Any] = {}  # expert -> its copy's event
         self.asked_ps: dict[int, int] = {}  # expert -> when its latest copy was asked for
+        self.landed_ps: dict[int, float] = {}  # expert -> when its latest copy landed
         self.prefetched: set[int] = set()  # copied ahead, its turn not begun
         self._turn_start = 0
         self._expert = -1
@@ -187,7 +185,7 @@ class CoEServer:
             raise SimulatedTimeError(
                 f"the run's simulated time would pass {to_s(EXACT_PS):.4g} s (2^53 ps, the "
                 f"range des's event loop holds exactly) at {to_s(now):.4g} s: serve fewer "
-                "requests or raise the arrival rate"
+                "requests, or spread their arrivals over less time"
             )
         return self.env.timeout(delay)
 
@@ -198,19 +196,32 @@ class CoEServer:
 
     # --- arrivals ---------------------------------------------------------------------------
     def _land(self) -> None:
-        """Every request due by now arrives (in order), joining its expert's queue."""
+        """Every request due by now arrives (in order), for the router."""
         now = self.now
         arrivals = self.arrivals
         while arrivals.next_time() <= now:
             at = arrivals.next_time()
             request = arrivals.take()
-            self._taken += 1
             self.records.arrival_ps[request] = at
-            expert = int(self.experts[request])
-            self.waiting.setdefault(expert, deque()).append(request)
-            self.order.append(request)
-            self.queued[request] = True
-            self.n_waiting += 1
+            self.unrouted.append(request)
+
+    def _route(self) -> Generator[Any, Any, None]:
+        """The router prefills the oldest arrived request's prompt (on the same sockets);
+        then the request waits for its expert."""
+        request = self.unrouted.popleft()
+        prompt = int(self.records.prompt_tokens[request])
+        config = self.config
+        started = self.now
+        for shape in prefill_steps(
+            prompt, config.max_context, config.chunk, self.policy.compresses(prompt)
+        ):
+            yield from self._steps(self.router_cache, shape, 1)
+        self.counts.router_ps += self.now - started
+        self.routed_ps[request] = self.now
+        self.waiting.setdefault(int(self.experts[request]), deque()).append(request)
+        self.order.append(request)
+        self.queued[request] = True
+        self.n_waiting += 1
 
     def _oldest(self) -> int | None:
         """The oldest waiting request (of any expert), or None."""
@@ -243,8 +254,13 @@ class CoEServer:
         self.asked_ps[expert] = now
         copy = self.copier.copy(self.switch_bytes)
         self.in_flight[expert] = copy
-        copy.callbacks.append(lambda _event: self.in_flight.pop(expert, None))
+        copy.callbacks.append(lambda _event: self._landed(expert))
         return copy
+
+    def _landed(self, expert: int) -> None:
+        """An expert's copy has landed: its weights are in HBM from now."""
+        self.in_flight.pop(expert, None)
+        self.landed_ps[expert] = self.env.now
 
     def _prefetch(self, running: int) -> None:
         """Copy the next turn's expert (the oldest waiting request's of another expert) in
@@ -262,17 +278,33 @@ class CoEServer:
                 self.prefetched.add(expert)
             return
 
+    def _first(self, events: list[Any]) -> Any:
+        """An event that fires when the first of ``events`` does."""
+        wake = self.env.event()
+
+        def fire(_event: Any) -> None:
+            if not wake.triggered:
+                wake.succeed()
+
+        for event in events:
+            event.callbacks.append(fire)
+        return wake
+
     def _begin_turn(self, expert: int) -> Generator[Any, Any, None]:
         """Give the sockets to ``expert``: switch it in if needed and wait for its copy."""
         counts = self.counts
         counts.turns += 1
-        counts.turn_requests.append(0)
         if expert not in self.region:
             self._switch_in(expert, set(self.in_flight))
         copy = self.in_flight.get(expert)
-        if copy is not None:
+        while copy is not None and expert in self.in_flight:
+            self._land()  # the router works while the copy lands
+            if self.unrouted:
+                yield from self._route()
+                continue
             waited = self.now
-            yield copy
+            due = self.arrivals.next_time()
+            yield self._first([copy, *([self._wait(due - waited)] if due != NEVER else [])])
             yield self._align()
             counts.stall_ps += self.now - waited
         self.prefetched.discard(expert)
@@ -299,19 +331,20 @@ class CoEServer:
             records.admit_ps[request] = now
             records.slot[request] = slot
             counts = self.counts
-            counts.turn_requests[-1] += 1
             if self._steps_in_turn:
                 counts.admitted_mid_turn += 1
-            if self.asked_ps.get(expert, -1) < int(records.arrival_ps[request]):
-                counts.hits += 1  # resident (or on its way) before the request arrived
+            routed = int(self.routed_ps[request])
+            if self.asked_ps[expert] < routed and self.landed_ps.get(expert, NEVER) <= routed:
+                counts.hits += 1  # its expert was in HBM when the router named it
             prompt = int(records.prompt_tokens[request])
-            shapes = prefill_steps(
-                prompt, self.config.max_context, self.config.chunk, self.policy.compresses(prompt)
+            self.plans[slot] = deque(
+                prefill_steps(
+                    prompt,
+                    self.config.max_context,
+                    self.config.chunk,
+                    self.policy.compresses(prompt),
+                )
             )
-            plan: deque[tuple[StepCache, StepShape]] = deque()
-            plan.extend((self.router_cache, shape) for shape in shapes)
-            plan.extend((self.expert_cache, shape) for shape in shapes)
-            self.plans[slot] = plan
 
     # --- steps ------------------------------------------------------------------------------
     def _steps(self, cache: StepCache, shape: StepShape, count: int) -> Generator[Any, Any, None]:
@@ -334,18 +367,13 @@ class CoEServer:
             yield self._align()
 
     def _prefill(self) -> Generator[Any, Any, None]:
-        """The next prefill step of the oldest prefilling slot (the router's, then the
-        expert's); the expert's last one gives the first token."""
+        """The next prefill step of the oldest prefilling slot; the last one gives the
+        request its first token."""
         slots, records = self.slots, self.records
         slot = slots.prefill_order[0]
         request = slots.request[slot]
         plan = self.plans[slot]
-        cache, shape = plan.popleft()
-        started = self.now
-        yield from self._steps(cache, shape, 1)
-        if cache is self.router_cache:
-            self.counts.router_ps += self.now - started
-            return
+        yield from self._steps(self.expert_cache, plan.popleft(), 1)
         records.prefill_steps += 1
         if plan:
             return
@@ -364,25 +392,13 @@ class CoEServer:
         )
 
     def _cut(self, steps: int, step: int) -> int:
-        """Steps of a decode run from now that an arrival the turn admits (while a slot is
-        free) leaves: the run ends with the step in flight when it arrives (one at least)."""
-        slots = self.slots
-        if steps <= 1 or slots.occupied >= slots.n:
+        """Steps of a decode run from now that the next arrival leaves: the router runs at
+        the next step boundary, so the run ends with the step in flight when it arrives."""
+        start = self.now
+        due = self.arrivals.next_time()
+        if steps <= 1 or due >= start + steps * step:
             return steps
-        start, expert = self.now, self._expert
-        end = start + steps * step
-        others = self._others_waiting(expert)
-        times, experts = self._times, self.experts
-        for request in range(self._taken, len(times)):
-            at = times[request]
-            if at >= end:
-                break
-            if int(experts[request]) != expert:
-                others = True
-                continue
-            if self._admits(at, others):
-                return min(steps, max(1, -(-(at - start) // step)))
-        return steps
+        return max(1, -(-(due - start) // step))
 
     def _decode(self) -> Generator[Any, Any, None]:
         """A decode run: identical steps until the next completion, bucket change or an
@@ -392,7 +408,10 @@ class CoEServer:
         shape = StepShape("decode", slots.n, 1, bucket)
         step = self.expert_cache.step_ps(shape)
         steps = slots.steps_in_run(bucket)
-        steps = 1 if self.copier.busy else self._cut(steps, step)
+        if self.copier.busy or self.unrouted or slots.prefill_order:
+            steps = 1  # shared with a copy step by step, or prefill work waits (decode_first)
+        else:
+            steps = self._cut(steps, step)
         emitted = slots.emitted(steps)
         yield from self._steps(self.expert_cache, shape, steps)
         records.decode_steps += steps
@@ -420,32 +439,45 @@ class CoEServer:
 
     # --- the process ------------------------------------------------------------------------
     def serve(self) -> Generator[Any, Any, None]:
-        """Turn after turn until every request has completed."""
+        """Turn after turn until every request has completed; the router runs on arrivals
+        between turns and inside them."""
         total = len(self.records)
         while self.completed < total:
             self._land()
             oldest = self._oldest()
-            if oldest is None:
+            if oldest is not None:
+                yield from self._begin_turn(int(self.experts[oldest]))
+                yield from self._turn()
+            elif self.unrouted:
+                yield from self._route()
+            else:
                 due = self.arrivals.next_time()
                 if due == NEVER:
                     raise RuntimeError("CoE serving has no request left to wait for (a bug)")
                 yield self._wait(due - self.now)
-                continue
-            yield from self._begin_turn(int(self.experts[oldest]))
-            yield from self._turn()
 
     def _turn(self) -> Generator[Any, Any, None]:
         """Continuous batching for the holding expert until its slots are empty and the
-        policy admits no more of its requests."""
+        policy admits no more of its requests. Prefill work (routing an arrival, the next
+        prefill step of an admitted request) goes first under ``prefill_first``; under
+        ``decode_first`` at most one such step runs between two decode steps."""
         slots, counts = self.slots, self.counts
+        decode_first = self.config.prefill_priority == "decode_first"
+        last_was_prefill = False
         while True:
             self._land()
             self._admit()
             self._record()
-            if slots.prefill_order:
+            yields = decode_first and last_was_prefill and slots.decoding > 0
+            if self.unrouted and not yields:
+                yield from self._route()
+                last_was_prefill = True
+            elif slots.prefill_order and not yields:
                 yield from self._prefill()
+                last_was_prefill = True
             elif slots.decoding:
                 yield from self._decode()
+                last_was_prefill = False
             else:
                 break
             if self.config.prefetch and not self.in_flight:
