@@ -286,8 +286,10 @@ def _read_config_json(
 ) -> Architecture:
     """The architecture of `model: {config_json: ...}` (or of another model field); its errors
     name the JSON file and key, after a line saying which workload pointed there."""
+    near = _relative_to(workload_file, ref.config_json)
+    path = shipped.locate_near(near, ref.config_json, ("model",))  # a folder, a shipped name
     try:
-        return read_config_json(_relative_to(workload_file, ref.config_json), ref.name)
+        return read_config_json(path, ref.name)
     except ConfigError as exc:
         context = ConfigIssue(
             workload_file,

@@ -132,3 +132,36 @@ def test_a_run_reads_a_mooncake_trace_given_with_set(installed: Path, tmp_path: 
     table = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
     assert [row["prompt_tokens"] for row in table] == ["6955", "1200", "512"]
     assert [float(row["arrival_s"]) for row in table] == [0.0, 3.053, 12.517]
+
+
+@pytest.mark.slow
+def test_the_readme_examples_run_as_written(installed: Path, tmp_path: Path) -> None:
+    """The README's example block, verbatim, in bash from an empty folder (`rdu-sim` on the
+    PATH runs the installed copy)."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("Examples:\n\n```sh\n", 1)[1].split("```", 1)[0]
+    before_copy = "".join(
+        line.split("#")[0] for line in block.split("examples copy")[0].splitlines()
+    )
+    assert "workloads/" not in before_copy and "hw_configs/" not in before_copy  # names only
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    script = bin_folder / "rdu-sim"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rdu_sim.cli.main "$@"\n')
+    script.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(
+        PYTHONPATH=str(installed),
+        RDU_SIM_PURE_PYTHON="1",
+        PATH=f"{bin_folder}{os.pathsep}{env.get('PATH', '')}",
+    )
+    ran = subprocess.run(
+        ["bash", "-euc", block], cwd=work, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads((work / "result.json").read_text())["workload"] == (
+        "deepseek-r1-128k-snapstream"
+    )
+    assert (work / "memory.png").is_file() and (work / "ex" / "workloads").is_dir()

@@ -242,7 +242,9 @@ class ConfigJsonModel(StrictModel):
     """`model: {config_json: path}`: the architecture read from a Hugging Face config.json."""
 
     config_json: str = Field(
-        min_length=1, description="a local config.json, relative to the workload file"
+        min_length=1,
+        description="a local config.json (or its folder), relative to the workload file, or a "
+        "shipped one by its folder's name (`rdu-sim examples` lists them)",
     )
     name: str | None = Field(
         default=None,

@@ -83,7 +83,6 @@ SOURCE_COLUMNS: dict[str, dict[str, str]] = {
 }
 """Per published format, the file's own column behind each row key (errors name it)."""
 
-_OUT = "output_tokens"
 _OWN = ("arrival_s", "prompt_tokens", "output_tokens", "acceptance", "expert", "hash_ids")
 """Row keys read as the request's own; any other is a kept column (a cluster's)."""
 

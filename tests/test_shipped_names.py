@@ -1,0 +1,113 @@
+"""One resolver for every file a command takes: a path that exists, else a shipped file by
+name, else one project ``error:`` line (never click's "does not exist")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim import api
+from rdu_sim.cli.main import cli
+from rdu_sim.config import shipped
+from rdu_sim.config.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _invoke(args: list[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, args)
+    assert "Traceback" not in result.stderr
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_each_shipped_file_has_one_kind_and_resolves_by_its_name() -> None:
+    for kind in shipped.KINDS:
+        for name, path in shipped.entries(kind).items():
+            assert shipped.locate(name, (kind,)) == path
+    assert shipped.kind_of(Path("workloads/speculative/llama3.1-70b-16socket-specdec.yaml")) == (
+        "workload"
+    )
+    assert shipped.kind_of(Path("workloads/sweeps/llama8b-batch.yaml")) == "sweep"
+    assert shipped.kind_of(Path("tests/models/kimi-k2/config.json")) == "model"
+    assert shipped.locate("mooncake-300.jsonl", ("trace",)).name == "mooncake-300.jsonl"
+    assert shipped.locate("qwen3-32b", ("model",)) == REPO / "tests/models/qwen3-32b/config.json"
+    folder = REPO / "tests/models/qwen3-32b"
+    assert shipped.locate(folder, ("model",)) == folder / "config.json"  # a folder: its file
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            "sn40l-9",
+            "sn40l-9: file not found, and no shipped hardware file of that name (shipped "
+            "hardware files: dgx-h100, sn40l, sn40l-16, sn40l-8); `rdu-sim examples` lists",
+        ),
+        (
+            "hw/sn40l-9.yaml",
+            "hw/sn40l-9.yaml: file not found (here or among the shipped files); `rdu-sim "
+            "examples` lists them",
+        ),
+    ],
+)
+def test_neither_a_file_nor_a_name_is_one_error(given: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        shipped.locate(given, ("hardware",))
+    assert str(caught.value).startswith(message)
+
+
+def test_compare_takes_hardware_names_and_refuses_others_in_the_project_format() -> None:
+    status, out, err = _invoke(["compare", "llama3.1-8b-1socket", "--hardware", "sn40l", "--json"])
+    assert status == 0, err
+    assert [c["hardware"] for c in json.loads(out)["columns"]] == ["sn40l"]
+    status, out, err = _invoke(["compare", "llama3.1-8b-1socket", "--hardware", "nope.yaml"])
+    assert status == 2 and out == ""
+    assert err.startswith("error: nope.yaml: file not found, and no shipped hardware file of")
+    assert "Invalid value" not in err and len(err.splitlines()) == 1
+
+
+def test_plot_takes_a_workload_name_or_a_shipped_sweeps_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(shipped, "installed_root", lambda: REPO)  # outputs go to the cwd
+    status, _, err = _invoke(["plot", "sweep", "llama8b-batch"])
+    assert status == 2
+    assert err.strip() == (
+        f"error: llama8b-batch: the shipped sweep has no database yet "
+        f"({tmp_path / 'llama8b-batch.sqlite'}); run `rdu-sim sweep llama8b-batch` first"
+    )
+    status, _, err = _invoke(["plot", "memory", "llama3.1-8b-1socket", "--contexts", "8k"])
+    assert status == 0, err
+    assert (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_inspect_model_takes_a_config_json_folder_or_shipped_name() -> None:
+    for name in (str(REPO / "tests/models/mistral-7b"), "mistral-7b", "llama3.1-8b-1socket"):
+        status, out, err = _invoke(["inspect", "model", name, "--json"])
+        assert status == 0, err
+        assert json.loads(out)["name"] in ("mistral-7b", "llama-3.1-8b")
+
+
+def test_a_workload_names_its_config_json_by_folder_or_shipped_name(tmp_path: Path) -> None:
+    workload = tmp_path / "w.yaml"
+    base = "hardware: sn40l-8\nparallelism: {tp: 8}\nserving: {batch_slots: 4, requests: 4}\n"
+    workload.write_text(base + "model: {config_json: qwen3-32b}\n")
+    assert api.load(workload).model.name == "qwen3-32b"
+    workload.write_text(base + f"model: {{config_json: {REPO / 'tests/models/mistral-7b'}}}\n")
+    assert api.load(workload).model.name == "mistral-7b"
+
+
+def test_a_trace_given_by_set_is_found_from_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.csv").write_text("prompt_tokens,output_tokens\n100,5\n200,6\n")
+    near = Path(shipped.root()) / "workloads"
+    assert shipped.trace_path(near, "mine.csv") == Path("mine.csv")
+    assert shipped.trace_path(near, "traces/chat-400.csv") == near / "traces/chat-400.csv"
+    assert shipped.trace_path(near, "chat-400") == near / "traces/chat-400.csv"
+    assert shipped.trace_path(near, "gone.csv") == near / "gone.csv"  # the reader reports it
