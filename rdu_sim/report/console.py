@@ -214,7 +214,12 @@ def _bound(result: RunSummary) -> str:
     step = result.decode_step
     if step is None:
         return "-"
-    limit = {"hbm": step.hbm_s, "ddr": step.ddr_s, "compute": step.compute_s}[step.bound]
+    limit = {
+        "hbm": step.hbm_s,
+        "ddr": step.ddr_s,
+        "compute": step.compute_s,
+        "runtime": step.runtime_s,
+    }[step.bound]
     return f"{step.bound.upper()} ({human.duration(limit)} of {human.duration(step.step_s)})"
 
 

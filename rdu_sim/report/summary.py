@@ -35,8 +35,10 @@ Definitions (docs/serving.md repeats them for users):
   ``warnings``: what the reader must know, e.g. batch slots that pushed weights out of HBM.
 - ``decode_step``: the decode step the run ran most often: its batch, context and simulated
   ``step_s``, its bytes per tier, each bound's time (``hbm_s``, ``ddr_s``: the tier's bytes
-  at its sustained bandwidth; ``compute_s``: matrix FLOPs at peak) and ``bound``, the largest
-  (a model served from DDR shows ``ddr``); None without a decode step.
+  at its sustained bandwidth; ``compute_s``: matrix FLOPs at peak; ``runtime_s``: the serving
+  runtime's host time, hardware ``runtime:``) and ``bound``, the largest (a model served from
+  DDR shows ``ddr``, a batch whose host time per slot outweighs the device ``runtime``); None
+  without a decode step.
 - ``coe``: a Composition of Experts run's turns and switching (``serving.coe.CoEStats``):
   ``turns``, ``admitted_mid_turn`` (continuous batching within a turn), ``switch_policy``,
   ``model_switches``, ``switch_s`` (copy engine busy), ``switch_stall_s`` (the server
@@ -275,6 +277,7 @@ class DecodeStepBound:
     ddr_s: float
     compute_s: float
     bound: str
+    runtime_s: float = 0.0
 
 
 def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
@@ -295,6 +298,7 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         if ddr is None
         else detail.bytes_by_tier.get("ddr", 0.0) / (ddr.bandwidth * ddr.efficiency),
         "compute": detail.flops / hardware.peak_flops,
+        "runtime": detail.runtime_s,
     }
     return DecodeStepBound(
         batch=shape.batch,
@@ -305,6 +309,7 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         ddr_s=times["ddr"],
         compute_s=times["compute"],
         bound=max(times, key=lambda k: times[k]),
+        runtime_s=times["runtime"],
     )
 
 
