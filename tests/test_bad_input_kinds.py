@@ -305,3 +305,96 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 def test_a_gpu_rate_too_small_to_time_a_step_is_refused(overrides: list[str], words: str) -> None:
     sets = [arg for o in ["hardware=dgx-h100", *overrides] for arg in ("--set", o)]
     clean_error(invoke("run", LLAMA, *sets, "--set", "serving.requests=1"), words)
+
+
+# --- clusters: the KV link and arrivals on the serving clock ---
+
+CLUSTER = """
+name: c
+pools:
+  {pools}
+traffic: {{requests: {requests}, rate: {rate}, prompt_tokens: 256, output_tokens: 4}}
+slo: {{ttft: 1 s, tpot: 40 ms, attainment: 0.9}}
+{extra}
+"""
+DISAGGREGATED = (
+    "prefill: {workload: wl.yaml, replicas: 1, role: prefill}\n"
+    "  decode: {workload: wl.yaml, replicas: 1, role: decode}"
+)
+WORKLOAD = """
+hardware: sn40l
+model: llama-3.1-8b
+serving: {batch_slots: 4, max_context: 4096, prompt_tokens: 256, output_tokens: 8, requests: 4}
+"""
+
+
+def cluster_file(
+    tmp_path: Path,
+    *,
+    pools: str = "serve: {workload: wl.yaml, replicas: 1}",
+    requests: int = 4,
+    rate: float = 2.0,
+    extra: str = "",
+) -> Path:
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    text = CLUSTER.format(pools=pools, requests=requests, rate=rate, extra=extra)
+    return write(tmp_path / "cluster.yaml", text)
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "words"),
+    [
+        ("1 B/s", "kv_transfer.bandwidth: a KV transfer of 33,554,432 bytes takes 3.355e+07 s"),
+        ("1e-300 B/s", "kv_transfer.bandwidth: Input should be greater than or equal to 1"),
+        ("5e-324 B/s", "kv_transfer.bandwidth: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_kv_link_too_slow_for_the_clock_is_one_error(
+    tmp_path: Path, bandwidth: str, words: str
+) -> None:
+    path = cluster_file(
+        tmp_path,
+        pools=DISAGGREGATED,
+        extra=f"kv_transfer: {{bandwidth: {bandwidth}, latency: 10 us}}",
+    )
+    one_error(invoke("run", path), str(path), words)
+
+
+def test_a_slow_kv_link_within_the_clock_runs(tmp_path: Path) -> None:
+    from rdu_sim import api_cluster
+
+    path = cluster_file(
+        tmp_path, pools=DISAGGREGATED, extra="kv_transfer: {bandwidth: 1 MB/s, latency: 10 us}"
+    )
+    result = api_cluster.run_cluster(path)
+    kv = result.requests()
+    assert (result.run.records.kv_end_ps >= 33_554_432 * 10**6).any()  # 33.5 s per cache
+    assert len(kv["status"]) == 4
+
+
+def test_cluster_arrivals_past_the_clock_are_refused_before_the_int64_cast(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    path = cluster_file(tmp_path, requests=20, rate=1.0e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "invalid value encountered in cast"
+        line = one_error(invoke("run", path), str(path), "traffic: an arrival at")
+    assert "beyond 4.612e+06 s" in line
+
+
+def test_arrivals_ps_refuses_nan_and_late_arrivals_and_casts_the_rest() -> None:
+    import numpy as np
+
+    from rdu_sim.serving.clock import MAX_ARRIVAL_S, SimulatedTimeError, arrivals_ps
+
+    assert arrivals_ps(np.array([0.0, 1.5, MAX_ARRIVAL_S])).tolist() == [
+        0,
+        1_500_000_000_000,
+        2**62,
+    ]
+    for bad in (np.nan, np.inf, MAX_ARRIVAL_S * 1.0001):
+        with pytest.raises(SimulatedTimeError) as caught:
+            arrivals_ps(np.array([0.0, bad]), "traffic")
+        assert caught.value.field == "traffic"
