@@ -398,3 +398,34 @@ def test_arrivals_ps_refuses_nan_and_late_arrivals_and_casts_the_rest() -> None:
         with pytest.raises(SimulatedTimeError) as caught:
             arrivals_ps(np.array([0.0, bad]), "traffic")
         assert caught.value.field == "traffic"
+
+
+# --- speculation ---
+
+
+@pytest.mark.parametrize(
+    ("mean", "concentration", "words"),
+    [
+        (1e-200, 1e-200, "alpha = mean x concentration is 0, below 2.23e-308"),
+        (0.5, 1e-310, "alpha = mean x concentration is 5e-311"),
+        (1 - 1e-16, 1e-300, "beta = (1 - mean) x concentration"),
+    ],
+)
+def test_a_beta_acceptance_numpy_cannot_draw_is_refused(
+    tmp_path: Path, mean: float, concentration: float, words: str
+) -> None:
+    path = write(
+        tmp_path / "wl.yaml",
+        WORKLOAD + "speculation:\n  draft: llama-3.2-1b\n  decoding: {draft_tokens: 2, acceptance: "
+        f"{{dist: beta, mean: {mean!r}, concentration: {concentration!r}}}}}\n",
+    )
+    one_error(invoke("run", path), "speculation.decoding.acceptance", words)
+
+
+def test_a_tiny_but_normal_beta_acceptance_draws_zeros_and_ones() -> None:
+    from rdu_sim.config.speculation import BetaAcceptance
+    from rdu_sim.serving.acceptance import request_rates
+
+    acceptance = BetaAcceptance(dist="beta", mean=0.5, concentration=1e-300)
+    rates = request_rates(acceptance, 64, seed=0)
+    assert set(rates.tolist()) <= {0.0, 1.0} and len(set(rates.tolist())) == 2
