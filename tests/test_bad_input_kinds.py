@@ -525,3 +525,48 @@ def test_a_sample_of_a_grid_is_its_evenly_spaced_points_in_grid_order(tmp_path: 
         whole.points[i].overrides for i in (0, 5, 9, 14)
     ]
     assert expand(load_spec(spec), sample=15).points == whole.points
+
+
+# --- examples copy ---
+
+
+def test_examples_copy_never_writes_through_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "dir"
+    (target / "workloads").mkdir(parents=True)
+    outside = tmp_path / "outside.yaml"
+    link = target / "workloads" / "llama3.1-8b-1socket.yaml"
+    link.symlink_to(outside)  # dangling: exists() is False
+    result = invoke("examples", "copy", target)
+    assert result.exit_code == 0, result.output
+    assert "kept 1 existing file(s)" in result.stdout
+    assert not outside.exists() and link.is_symlink()
+    result = invoke("examples", "copy", target, "--force")
+    assert result.exit_code == 0, result.output
+    assert not outside.exists()
+    assert not link.is_symlink() and link.read_text().startswith("#")
+
+
+def test_examples_copy_refuses_a_folder_link_out_of_dir_before_writing(tmp_path: Path) -> None:
+    target = tmp_path / "dir"
+    elsewhere = tmp_path / "elsewhere"
+    target.mkdir()
+    elsewhere.mkdir()
+    (target / "workloads").symlink_to(elsewhere)
+    one_error(invoke("examples", "copy", target), f"{target / 'workloads'}", f"to {elsewhere}")
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in target.iterdir()) == ["workloads"]  # nothing else written
+    inner = target / "inner"
+    inner.mkdir()
+    (target / "workloads").unlink()
+    (target / "workloads").symlink_to(inner)  # a link that stays inside DIR is a folder
+    assert invoke("examples", "copy", target).exit_code == 0
+    assert (inner / "llama3.1-8b-1socket.yaml").is_file()
+
+
+@pytest.mark.parametrize("target", ["", "   "])
+def test_examples_copy_refuses_an_empty_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    one_error(invoke("examples", "copy", target), "DIR: is empty")
+    assert list(tmp_path.iterdir()) == []
