@@ -570,3 +570,29 @@ def test_examples_copy_refuses_an_empty_target(
     monkeypatch.chdir(tmp_path)
     one_error(invoke("examples", "copy", target), "DIR: is empty")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- a Composition of Experts in a cluster pool ---
+
+
+@pytest.mark.parametrize("where", ["workload", "set"])
+def test_a_coe_block_in_a_cluster_pool_is_refused(tmp_path: Path, where: str) -> None:
+    coe = "{experts: 4, router: llama-3.1-8b, popularity: {dist: zipf, exponent: 1.0}}"
+    if where == "workload":
+        write(tmp_path / "coe.yaml", WORKLOAD + f"coe: {coe}\n")
+        pools = "serve: {workload: coe.yaml, replicas: 1}"
+    else:
+        pools = f"serve: {{workload: wl.yaml, replicas: 1, set: {{coe: {coe}}}}}"
+    path = cluster_file(tmp_path, pools=pools)
+    one_error(invoke("run", path), "pools.serve", "Composition of Experts (coe:)", "coe: null")
+    clean_error(invoke("check", path), "pools.serve", "Composition of Experts (coe:)")
+
+
+def test_coe_null_in_a_pool_s_set_runs_the_pool_as_one_model(tmp_path: Path) -> None:
+    coe = "{experts: 4, router: llama-3.1-8b, popularity: {dist: zipf, exponent: 1.0}}"
+    write(tmp_path / "coe.yaml", WORKLOAD + f"coe: {coe}\n")
+    path = cluster_file(
+        tmp_path, pools="serve: {workload: coe.yaml, replicas: 1, set: {coe: null}}"
+    )
+    result = invoke("run", path)
+    assert result.exit_code == 0, result.output
