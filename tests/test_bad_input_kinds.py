@@ -596,3 +596,19 @@ def test_coe_null_in_a_pool_s_set_runs_the_pool_as_one_model(tmp_path: Path) -> 
     )
     result = invoke("run", path)
     assert result.exit_code == 0, result.output
+
+
+def test_requests_csv_leaves_no_decode_replica_empty(tmp_path: Path) -> None:
+    import csv
+
+    mixed = cluster_file(tmp_path / "mixed", requests=3)
+    result = invoke("run", mixed, "--out", tmp_path / "m")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "m" / "requests.csv").open()))
+    assert [r["decode_replica"] for r in rows] == ["", "", ""]
+    assert [r["replica"] for r in rows] == ["0", "0", "0"]
+    split = cluster_file(tmp_path / "split", pools=DISAGGREGATED, requests=3)
+    result = invoke("run", split, "--out", tmp_path / "s")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "s" / "requests.csv").open()))
+    assert [r["decode_replica"] for r in rows] == ["1", "1", "1"]
