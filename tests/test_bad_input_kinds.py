@@ -612,3 +612,38 @@ def test_requests_csv_leaves_no_decode_replica_empty(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader((tmp_path / "s" / "requests.csv").open()))
     assert [r["decode_replica"] for r in rows] == ["1", "1", "1"]
+
+
+# --- a valid but slow run says so before it runs ---
+
+
+def test_a_step_past_the_slow_bound_warns_with_its_least_events(tmp_path: Path) -> None:
+    from rdu_sim.compiler import compile_program
+    from rdu_sim.engine import Engine
+    from rdu_sim.engine.budget import SLOW_STEP_EVENTS
+    from rdu_sim.scenario import load_scenario
+    from rdu_sim.shapes import StepShape
+
+    path = write(tmp_path / "wl.yaml", WORKLOAD)
+    shape = StepShape("decode", 4, 1, 4096)
+    for tiles, slow in ((8, False), (4096, True)):
+        scenario = load_scenario(path, [f"engine.tiles_per_stage={tiles}"])
+        engine = Engine(scenario.hardware, scenario.workload.engine)
+        least = engine.estimate_events(compile_program(scenario, shape))
+        assert (least > SLOW_STEP_EVENTS) is slow, (tiles, least)
+
+
+def test_the_cli_prints_a_slow_step_as_one_warning_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rdu_sim.engine.budget as budget
+
+    path = write(tmp_path / "wl.yaml", WORKLOAD)
+    result = invoke("step", path)
+    assert result.exit_code == 0 and result.stderr == "", result.stderr
+    monkeypatch.setattr(budget, "SLOW_STEP_EVENTS", 100)
+    result = invoke("step", path)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: this decode step simulates at least ")
+    assert "SimPy events (engine.tiles_per_stage = 8)" in lines[0]

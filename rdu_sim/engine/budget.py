@@ -16,12 +16,36 @@ would fit; a change that gives a work item no event of its own must change it to
 
 from __future__ import annotations
 
+import warnings
+
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.engine.tile_work import TileWork
 
 
 class EventBudgetError(ValueError):
     """A step would need more SimPy events than ``engine.max_events`` allows."""
+
+
+SLOW_STEP_EVENTS = 100_000
+"""Least events past which a step is slow to simulate (tens of seconds in pure Python: the
+measured count is 10-20 times the bound), so the user is told before it runs."""
+
+
+class SlowStepWarning(UserWarning):
+    """A step whose simulation will take long (its least events past ``SLOW_STEP_EVENTS``);
+    the CLI prints it as one `warning:` line."""
+
+
+def warn_if_slow(least: int, what: str, tiles: int) -> None:
+    """Warn (SlowStepWarning) before simulating a step of at least ``SLOW_STEP_EVENTS``."""
+    if least > SLOW_STEP_EVENTS:
+        warnings.warn(
+            SlowStepWarning(
+                f"{what} simulates at least {least:,} SimPy events (engine.tiles_per_stage = "
+                f"{tiles}): it may take minutes; fewer tiles per stage simulate faster"
+            ),
+            stacklevel=3,
+        )
 
 
 def min_events(
