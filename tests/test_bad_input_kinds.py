@@ -646,4 +646,4 @@ def test_the_cli_prints_a_slow_step_as_one_warning_line(
     assert result.exit_code == 0, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: this decode step simulates at least ")
-    assert "SimPy events (engine.tiles_per_stage = 8)" in lines[0]
+    assert "tiles per stage and call; engine.tiles_per_stage = 8)" in lines[0]

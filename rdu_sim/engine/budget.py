@@ -36,13 +36,16 @@ class SlowStepWarning(UserWarning):
     the CLI prints it as one `warning:` line."""
 
 
-def warn_if_slow(least: int, what: str, tiles: int) -> None:
-    """Warn (SlowStepWarning) before simulating a step of at least ``SLOW_STEP_EVENTS``."""
+def warn_if_slow(least: int, what: str, tiles: int, setting: int) -> None:
+    """Warn (SlowStepWarning) before simulating a step of at least ``SLOW_STEP_EVENTS``;
+    ``tiles``: the most tiles a stage of it streams per call, ``setting``: the workload's
+    ``engine.tiles_per_stage`` (the compiler cuts a kernel finer when its buffers need it)."""
     if least > SLOW_STEP_EVENTS:
         warnings.warn(
             SlowStepWarning(
-                f"{what} simulates at least {least:,} SimPy events (engine.tiles_per_stage = "
-                f"{tiles}): it may take minutes; fewer tiles per stage simulate faster"
+                f"{what} simulates at least {least:,} SimPy events (up to {tiles:,} tiles "
+                f"per stage and call; engine.tiles_per_stage = {setting}): it may take "
+                "minutes; fewer tiles simulate faster"
             ),
             stacklevel=3,
         )

@@ -83,7 +83,8 @@ class Engine:
         works = self._works(program)
         least = self._least_events(program, works)
         check_budget(least, cfg.max_events, what)
-        warn_if_slow(least, what, cfg.tiles_per_stage)
+        tiles = max((w.tiles for work in works for w in work.values()), default=0)
+        warn_if_slow(least, what, tiles, cfg.tiles_per_stage)
         timeline = Recorder() if self.record else None
         total = RunStats()
         events = 0

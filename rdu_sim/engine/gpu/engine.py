@@ -75,7 +75,8 @@ class GpuEngine:
         cfg, what = self.config, f"this {program.shape.phase} step"
         least = self.estimate_events(program)
         check_budget(least, cfg.max_events, what)
-        warn_if_slow(least, what, cfg.tiles_per_stage)
+        tiles = max((k.tiles_or(cfg.tiles_per_stage) for k in program.kernels), default=0)
+        warn_if_slow(least, what, tiles, cfg.tiles_per_stage)
         events = 0
         results: list[KernelResult] = []
         collectives: list[CollectiveTiming] = []
