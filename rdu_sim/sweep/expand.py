@@ -27,7 +27,7 @@ from rdu_sim.sweep.spec import LoadedSpec, axis_values
 _FROM_SET = re.compile(r"\s*\(from --set [^)]*\)$")  # build_scenario's note for CLI users
 MAX_POINTS = 100_000  # a bigger grid is almost surely a mistake; split it into several specs
 MAX_REPORTED_FAILURES = 50  # stop resolving after this many invalid points
-SAMPLE_POINTS = 1_000
+SAMPLE_POINTS = 500
 """Points `check` and a dry run resolve at most: a larger grid is counted, and this many of
 its points, evenly spaced in grid order (the first and the last among them), are resolved.
 A sweep that runs resolves every point before the first one runs."""
