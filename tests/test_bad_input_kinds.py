@@ -647,3 +647,18 @@ def test_the_cli_prints_a_slow_step_as_one_warning_line(
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: this decode step simulates at least ")
     assert "tiles per stage and call; engine.tiles_per_stage = 8)" in lines[0]
+
+
+def test_only_the_rows_asked_for_are_checked(synthetic_db: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    from rdu_sim.sweep import load
+    from rdu_sim.sweep.store import StoreError
+
+    db = _damaged(synthetic_db, tmp_path, "UPDATE results SET metrics = '[1]' WHERE rowid = 1")
+    with sqlite3.connect(db) as conn:
+        bad = conn.execute("SELECT key FROM results WHERE rowid = 1").fetchone()[0]
+        good = [r[0] for r in conn.execute("SELECT key FROM results WHERE rowid > 1")]
+    assert list(load(db, keys=good)["key"]) == good
+    with pytest.raises(StoreError, match=f"point {bad[:12]}: column metrics holds JSON list"):
+        load(db)
