@@ -662,3 +662,28 @@ def test_only_the_rows_asked_for_are_checked(synthetic_db: Path, tmp_path: Path)
     assert list(load(db, keys=good)["key"]) == good
     with pytest.raises(StoreError, match=f"point {bad[:12]}: column metrics holds JSON list"):
         load(db)
+
+
+def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(tmp_path: Path) -> None:
+    from rdu_sim.sweep import run_sweep
+    from rdu_sim.sweep.progress import Silent
+
+    class Recorder(Silent):
+        def __init__(self) -> None:
+            self.messages: list[str] = []
+
+        def message(self, text: str) -> None:
+            self.messages.append(text)
+
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    spec = write(
+        tmp_path / "s.yaml",
+        "base: wl.yaml\naxes:\n  serving.seed: {start: 0, stop: 500, step: 1}\n"
+        "evaluator: {name: synthetic}\n",
+    )
+    recorder = Recorder()
+    run_sweep(spec, db=tmp_path / "s.sqlite", workers=1, dry_run=True, progress=recorder)
+    assert not any("resolving" in m for m in recorder.messages)
+    run_sweep(spec, db=tmp_path / "s.sqlite", workers=1, progress=recorder)
+    resolving = [m for m in recorder.messages if "resolving" in m]
+    assert resolving == ["s: resolving 501 grid points before the first runs"]

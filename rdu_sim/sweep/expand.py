@@ -91,6 +91,11 @@ def _dimensions(loaded: LoadedSpec) -> list[list[dict[str, Any]]]:
     return dims
 
 
+def grid_size(loaded: LoadedSpec) -> int:
+    """The points of the spec's grid, counted without resolving any."""
+    return math.prod(len(d) for d in _dimensions(loaded))
+
+
 def _sources(loaded: LoadedSpec) -> dict[str, tuple[str, ...]]:
     """Override path -> where in the spec it is given (for error lines)."""
     spec = loaded.spec

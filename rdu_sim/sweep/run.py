@@ -30,7 +30,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import default_workers, run_dask, run_pool, run_serial
-from rdu_sim.sweep.expand import SAMPLE_POINTS, Expansion, Point, expand
+from rdu_sim.sweep.expand import SAMPLE_POINTS, Expansion, Point, expand, grid_size
 from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
@@ -270,13 +270,16 @@ def run_sweep(
     main module.
     """
     loaded = load_spec(spec)
+    reporter: Reporter = (
+        progress if not isinstance(progress, bool) else RichReporter() if progress else Silent()
+    )
+    total = grid_size(loaded)
+    if total > SAMPLE_POINTS and not dry_run:  # about 1 ms a point: say so before it starts
+        reporter.message(f"{loaded.name}: resolving {total:,} grid points before the first runs")
     expansion = expand(loaded, sample=SAMPLE_POINTS if dry_run else None)
     check_traces(expansion)
     evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
     db_path = Path(db) if db is not None else default_db(loaded.file)
-    reporter: Reporter = (
-        progress if not isinstance(progress, bool) else RichReporter() if progress else Silent()
-    )
     keys = tuple(p.key for p in expansion.points)
 
     if dry_run:
