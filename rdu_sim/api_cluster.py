@@ -39,6 +39,7 @@ from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
 from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.shapes import StepShape
@@ -276,13 +277,16 @@ def run_cluster(
         raise ConfigError.single(
             cluster.file, "prefix_cache", "the trace has no block hashes to key a prefix cache on"
         )
-    run = simulate_cluster(
-        fit,
-        [p.runtime for p in pools],
-        config.router.policy,
-        prefix.block_tokens if prefix is not None else None,
-        config.kv_transfer,
-        progress,
-    )
+    try:
+        run = simulate_cluster(
+            fit,
+            [p.runtime for p in pools],
+            config.router.policy,
+            prefix.block_tokens if prefix is not None else None,
+            config.kv_transfer,
+            progress,
+        )
+    except SimulatedTimeError as exc:  # the input's fault: name the cluster file
+        raise cluster.issue(exc.field or "pools", str(exc)) from None
     run.records.truncated[:] = fit.truncated
     return ClusterResult(cluster, pools, run, labels)

@@ -293,10 +293,7 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
-        (
-            ["hw.gpu.bf16_flops=1e-300"],
-            "gpu.bf16_flops: Input should be greater than or equal to 1",
-        ),
+        (["hw.gpu.bf16_flops=1e-300"], "gpu.bf16_flops: Input should be greater than or equal"),
         (["hw.gpu.fp8_flops=5e-324"], "gpu.fp8_flops: Input should be greater than or equal to 1"),
         (["hw.gpu.vector_flops=1e-300"], "gpu.vector_flops"),
         (["hw.gpu.bf16_flops=1.5", "hw.gpu.max_gemm_efficiency=0.5"],
@@ -308,3 +305,385 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 def test_a_gpu_rate_too_small_to_time_a_step_is_refused(overrides: list[str], words: str) -> None:
     sets = [arg for o in ["hardware=dgx-h100", *overrides] for arg in ("--set", o)]
     clean_error(invoke("run", LLAMA, *sets, "--set", "serving.requests=1"), words)
+
+
+# --- clusters: the KV link and arrivals on the serving clock ---
+
+CLUSTER = """
+name: c
+pools:
+  {pools}
+traffic: {{requests: {requests}, rate: {rate}, prompt_tokens: 256, output_tokens: 4}}
+slo: {{ttft: 1 s, tpot: 40 ms, attainment: 0.9}}
+{extra}
+"""
+DISAGGREGATED = (
+    "prefill: {workload: wl.yaml, replicas: 1, role: prefill}\n"
+    "  decode: {workload: wl.yaml, replicas: 1, role: decode}"
+)
+WORKLOAD = """
+hardware: sn40l
+model: llama-3.1-8b
+serving: {batch_slots: 4, max_context: 4096, prompt_tokens: 256, output_tokens: 8, requests: 4}
+"""
+
+
+def cluster_file(
+    tmp_path: Path,
+    *,
+    pools: str = "serve: {workload: wl.yaml, replicas: 1}",
+    requests: int = 4,
+    rate: float = 2.0,
+    extra: str = "",
+) -> Path:
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    text = CLUSTER.format(pools=pools, requests=requests, rate=rate, extra=extra)
+    return write(tmp_path / "cluster.yaml", text)
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "words"),
+    [
+        ("1 B/s", "kv_transfer.bandwidth: a KV transfer of 33,554,432 bytes takes 3.355e+07 s"),
+        ("1e-300 B/s", "kv_transfer.bandwidth: Input should be greater than or equal to 1"),
+        ("5e-324 B/s", "kv_transfer.bandwidth: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_kv_link_too_slow_for_the_clock_is_one_error(
+    tmp_path: Path, bandwidth: str, words: str
+) -> None:
+    path = cluster_file(
+        tmp_path,
+        pools=DISAGGREGATED,
+        extra=f"kv_transfer: {{bandwidth: {bandwidth}, latency: 10 us}}",
+    )
+    one_error(invoke("run", path), str(path), words)
+
+
+def test_a_slow_kv_link_within_the_clock_runs(tmp_path: Path) -> None:
+    from rdu_sim import api_cluster
+
+    path = cluster_file(
+        tmp_path, pools=DISAGGREGATED, extra="kv_transfer: {bandwidth: 1 MB/s, latency: 10 us}"
+    )
+    result = api_cluster.run_cluster(path)
+    kv = result.requests()
+    assert (result.run.records.kv_end_ps >= 33_554_432 * 10**6).any()  # 33.5 s per cache
+    assert len(kv["status"]) == 4
+
+
+def test_cluster_arrivals_past_the_clock_are_refused_before_the_int64_cast(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    path = cluster_file(tmp_path, requests=20, rate=1.0e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "invalid value encountered in cast"
+        line = one_error(invoke("run", path), str(path), "traffic: an arrival at")
+    assert "beyond 4.612e+06 s" in line
+
+
+def test_arrivals_ps_refuses_nan_and_late_arrivals_and_casts_the_rest() -> None:
+    import numpy as np
+
+    from rdu_sim.serving.clock import MAX_ARRIVAL_S, SimulatedTimeError, arrivals_ps
+
+    assert arrivals_ps(np.array([0.0, 1.5, MAX_ARRIVAL_S])).tolist() == [
+        0,
+        1_500_000_000_000,
+        2**62,
+    ]
+    for bad in (np.nan, np.inf, MAX_ARRIVAL_S * 1.0001):
+        with pytest.raises(SimulatedTimeError) as caught:
+            arrivals_ps(np.array([0.0, bad]), "traffic")
+        assert caught.value.field == "traffic"
+
+
+# --- speculation ---
+
+
+@pytest.mark.parametrize(
+    ("mean", "concentration", "words"),
+    [
+        (1e-200, 1e-200, "alpha = mean x concentration is 0, below 2.23e-308"),
+        (0.5, 1e-310, "alpha = mean x concentration is 5e-311"),
+        (1 - 1e-16, 1e-300, "beta = (1 - mean) x concentration"),
+    ],
+)
+def test_a_beta_acceptance_numpy_cannot_draw_is_refused(
+    tmp_path: Path, mean: float, concentration: float, words: str
+) -> None:
+    path = write(
+        tmp_path / "wl.yaml",
+        WORKLOAD + "speculation:\n  draft: llama-3.2-1b\n  decoding: {draft_tokens: 2, acceptance: "
+        f"{{dist: beta, mean: {mean!r}, concentration: {concentration!r}}}}}\n",
+    )
+    one_error(invoke("run", path), "speculation.decoding.acceptance", words)
+
+
+def test_a_tiny_but_normal_beta_acceptance_draws_zeros_and_ones() -> None:
+    from rdu_sim.config.speculation import BetaAcceptance
+    from rdu_sim.serving.acceptance import request_rates
+
+    acceptance = BetaAcceptance(dist="beta", mean=0.5, concentration=1e-300)
+    rates = request_rates(acceptance, 64, seed=0)
+    assert set(rates.tolist()) <= {0.0, 1.0} and len(set(rates.tolist())) == 2
+
+
+# --- sweep specs ---
+
+
+def test_a_base_that_is_a_symlink_loop_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "b.yaml")
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "a.yaml")
+    spec = write(tmp_path / "s.yaml", "base: a.yaml\naxes:\n  serving.batch_slots: [1, 2]\n")
+    for command in (["check"], ["sweep", "--dry-run"]):
+        result = invoke(*command, spec)
+        clean_error(result, f"{spec}:1: base:", "a loop of symbolic links")
+        assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("step", "words"),
+    [("5e-324", "the range has inf values"), ("1e-300", "the range has 1e+300 values"),
+     ("0.00001", "the range has 100001 values")],
+)  # fmt: skip
+def test_a_range_step_too_small_is_refused_by_its_count(
+    tmp_path: Path, step: str, words: str
+) -> None:
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    spec = write(
+        tmp_path / "s.yaml",
+        f"base: wl.yaml\naxes:\n  serving.seed: {{start: 0, stop: 1, step: {step}}}\n",
+    )
+    clean_error(invoke("check", spec), "axes.serving.seed", words, "at most 100000")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "set:\n  serving.seed: 1\n  serving: {seed: 2}\naxes:\n  serving.batch_slots: [1, 2]\n",
+        "set:\n  serving: {seed: 2}\n  serving.seed: 1\naxes:\n  serving.batch_slots: [1, 2]\n",
+        "set:\n  serving: {seed: 2}\naxes:\n  serving.batch_slots: [1, 2]\n",
+        "set:\n  serving.arrival: {process: closed_loop}\naxes:\n  serving.arrival.rate: [1, 2]\n",
+    ],
+)
+def test_a_field_set_both_dotted_and_inside_a_mapping_is_refused(tmp_path: Path, body: str) -> None:
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    spec = write(tmp_path / "s.yaml", "base: wl.yaml\n" + body)
+    clean_error(invoke("check", spec), "overlaps", "set the field in one place only")
+
+
+def test_sibling_paths_of_one_mapping_are_not_an_overlap(tmp_path: Path) -> None:
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    spec = write(
+        tmp_path / "s.yaml",
+        "base: wl.yaml\nset:\n  serving.seed: 1\n  serving.requests: 2\n"
+        "axes:\n  serving.batch_slots: [1, 2]\n",
+    )
+    result = invoke("check", spec)
+    assert result.exit_code == 0, result.output
+
+
+def test_check_and_dry_run_of_a_huge_grid_count_it_and_resolve_a_sample(tmp_path: Path) -> None:
+    from rdu_sim.sweep import load_spec
+    from rdu_sim.sweep.expand import SAMPLE_POINTS, expand
+
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    spec = write(
+        tmp_path / "big.yaml",
+        "base: wl.yaml\naxes:\n  serving.seed: {start: 0, stop: 99999, step: 1}\n",
+    )
+    result = invoke("check", spec)
+    assert result.exit_code == 0, result.output
+    assert "100,000 grid points, 500 of them resolved" in result.output
+    result = invoke("sweep", spec, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "100,000 grid points" in result.stderr + result.stdout
+    table = [line for line in result.stdout.splitlines() if "serving.seed=" in line]
+    assert len(table) == SAMPLE_POINTS
+    assert table[0].endswith("serving.seed=0") and table[-1].endswith("serving.seed=99999")
+    assert not (tmp_path / "big.sqlite").exists()  # a dry run writes nothing
+    sample = expand(load_spec(spec), sample=SAMPLE_POINTS)
+    assert sample.sampled and sample.grid_size == 100_000
+
+
+def test_a_sample_of_a_grid_is_its_evenly_spaced_points_in_grid_order(tmp_path: Path) -> None:
+    from rdu_sim.sweep import load_spec
+    from rdu_sim.sweep.expand import expand
+
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    spec = write(
+        tmp_path / "s.yaml",
+        "base: wl.yaml\naxes:\n  serving.seed: [0, 1, 2, 3, 4]\n  serving.batch_slots: [1, 2, 3]\n",
+    )
+    whole = expand(load_spec(spec))
+    sample = expand(load_spec(spec), sample=4)  # indices 0, 5, 9, 14 of 15
+    assert not whole.sampled and whole.grid_size == 15
+    assert [p.overrides for p in sample.points] == [
+        whole.points[i].overrides for i in (0, 5, 9, 14)
+    ]
+    assert expand(load_spec(spec), sample=15).points == whole.points
+
+
+# --- examples copy ---
+
+
+def test_examples_copy_never_writes_through_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "dir"
+    (target / "workloads").mkdir(parents=True)
+    outside = tmp_path / "outside.yaml"
+    link = target / "workloads" / "llama3.1-8b-1socket.yaml"
+    link.symlink_to(outside)  # dangling: exists() is False
+    result = invoke("examples", "copy", target)
+    assert result.exit_code == 0, result.output
+    assert "kept 1 existing file(s)" in result.stdout
+    assert not outside.exists() and link.is_symlink()
+    result = invoke("examples", "copy", target, "--force")
+    assert result.exit_code == 0, result.output
+    assert not outside.exists()
+    assert not link.is_symlink() and link.read_text().startswith("#")
+
+
+def test_examples_copy_refuses_a_folder_link_out_of_dir_before_writing(tmp_path: Path) -> None:
+    target = tmp_path / "dir"
+    elsewhere = tmp_path / "elsewhere"
+    target.mkdir()
+    elsewhere.mkdir()
+    (target / "workloads").symlink_to(elsewhere)
+    one_error(invoke("examples", "copy", target), f"{target / 'workloads'}", f"to {elsewhere}")
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in target.iterdir()) == ["workloads"]  # nothing else written
+    inner = target / "inner"
+    inner.mkdir()
+    (target / "workloads").unlink()
+    (target / "workloads").symlink_to(inner)  # a link that stays inside DIR is a folder
+    assert invoke("examples", "copy", target).exit_code == 0
+    assert (inner / "llama3.1-8b-1socket.yaml").is_file()
+
+
+@pytest.mark.parametrize("target", ["", "   "])
+def test_examples_copy_refuses_an_empty_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    one_error(invoke("examples", "copy", target), "DIR: is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- a Composition of Experts in a cluster pool ---
+
+
+@pytest.mark.parametrize("where", ["workload", "set"])
+def test_a_coe_block_in_a_cluster_pool_is_refused(tmp_path: Path, where: str) -> None:
+    coe = "{experts: 4, router: llama-3.1-8b, popularity: {dist: zipf, exponent: 1.0}}"
+    if where == "workload":
+        write(tmp_path / "coe.yaml", WORKLOAD + f"coe: {coe}\n")
+        pools = "serve: {workload: coe.yaml, replicas: 1}"
+    else:
+        pools = f"serve: {{workload: wl.yaml, replicas: 1, set: {{coe: {coe}}}}}"
+    path = cluster_file(tmp_path, pools=pools)
+    one_error(invoke("run", path), "pools.serve", "Composition of Experts (coe:)", "coe: null")
+    clean_error(invoke("check", path), "pools.serve", "Composition of Experts (coe:)")
+
+
+def test_coe_null_in_a_pool_s_set_runs_the_pool_as_one_model(tmp_path: Path) -> None:
+    coe = "{experts: 4, router: llama-3.1-8b, popularity: {dist: zipf, exponent: 1.0}}"
+    write(tmp_path / "coe.yaml", WORKLOAD + f"coe: {coe}\n")
+    path = cluster_file(
+        tmp_path, pools="serve: {workload: coe.yaml, replicas: 1, set: {coe: null}}"
+    )
+    result = invoke("run", path)
+    assert result.exit_code == 0, result.output
+
+
+def test_requests_csv_leaves_no_decode_replica_empty(tmp_path: Path) -> None:
+    import csv
+
+    mixed = cluster_file(tmp_path / "mixed", requests=3)
+    result = invoke("run", mixed, "--out", tmp_path / "m")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "m" / "requests.csv").open()))
+    assert [r["decode_replica"] for r in rows] == ["", "", ""]
+    assert [r["replica"] for r in rows] == ["0", "0", "0"]
+    split = cluster_file(tmp_path / "split", pools=DISAGGREGATED, requests=3)
+    result = invoke("run", split, "--out", tmp_path / "s")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "s" / "requests.csv").open()))
+    assert [r["decode_replica"] for r in rows] == ["1", "1", "1"]
+
+
+# --- a valid but slow run says so before it runs ---
+
+
+def test_a_step_past_the_slow_bound_warns_with_its_least_events(tmp_path: Path) -> None:
+    from rdu_sim.compiler import compile_program
+    from rdu_sim.engine import Engine
+    from rdu_sim.engine.budget import SLOW_STEP_EVENTS
+    from rdu_sim.scenario import load_scenario
+    from rdu_sim.shapes import StepShape
+
+    path = write(tmp_path / "wl.yaml", WORKLOAD)
+    shape = StepShape("decode", 4, 1, 4096)
+    for tiles, slow in ((8, False), (4096, True)):
+        scenario = load_scenario(path, [f"engine.tiles_per_stage={tiles}"])
+        engine = Engine(scenario.hardware, scenario.workload.engine)
+        least = engine.estimate_events(compile_program(scenario, shape))
+        assert (least > SLOW_STEP_EVENTS) is slow, (tiles, least)
+
+
+def test_the_cli_prints_a_slow_step_as_one_warning_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rdu_sim.engine.budget as budget
+
+    path = write(tmp_path / "wl.yaml", WORKLOAD)
+    result = invoke("step", path)
+    assert result.exit_code == 0 and result.stderr == "", result.stderr
+    monkeypatch.setattr(budget, "SLOW_STEP_EVENTS", 100)
+    result = invoke("step", path)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: this decode step simulates at least ")
+    assert "tiles per stage and call; engine.tiles_per_stage = 8)" in lines[0]
+
+
+def test_only_the_rows_asked_for_are_checked(synthetic_db: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    from rdu_sim.sweep import load
+    from rdu_sim.sweep.store import StoreError
+
+    db = _damaged(synthetic_db, tmp_path, "UPDATE results SET metrics = '[1]' WHERE rowid = 1")
+    with sqlite3.connect(db) as conn:
+        bad = conn.execute("SELECT key FROM results WHERE rowid = 1").fetchone()[0]
+        good = [r[0] for r in conn.execute("SELECT key FROM results WHERE rowid > 1")]
+    assert list(load(db, keys=good)["key"]) == good
+    with pytest.raises(StoreError, match=f"point {bad[:12]}: column metrics holds JSON list"):
+        load(db)
+
+
+def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(tmp_path: Path) -> None:
+    from rdu_sim.sweep import run_sweep
+    from rdu_sim.sweep.progress import Silent
+
+    class Recorder(Silent):
+        def __init__(self) -> None:
+            self.messages: list[str] = []
+
+        def message(self, text: str) -> None:
+            self.messages.append(text)
+
+    write(tmp_path / "wl.yaml", WORKLOAD)
+    spec = write(
+        tmp_path / "s.yaml",
+        "base: wl.yaml\naxes:\n  serving.seed: {start: 0, stop: 500, step: 1}\n"
+        "evaluator: {name: synthetic}\n",
+    )
+    recorder = Recorder()
+    run_sweep(spec, db=tmp_path / "s.sqlite", workers=1, dry_run=True, progress=recorder)
+    assert not any("resolving" in m for m in recorder.messages)
+    run_sweep(spec, db=tmp_path / "s.sqlite", workers=1, progress=recorder)
+    resolving = [m for m in recorder.messages if "resolving" in m]
+    assert resolving == ["s: resolving 501 grid points before the first runs"]

@@ -24,6 +24,7 @@ import errno
 import os
 import sqlite3
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -171,12 +172,32 @@ def fail(message: str, status: int = EXIT_INPUT_ERROR) -> NoReturn:
     raise SystemExit(status)
 
 
+_SHOW_WARNING = warnings.showwarning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """rdu-sim's own warnings (a slow step) as one `warning:` line; others as Python's."""
+    if category.__module__.startswith("rdu_sim."):
+        print_warning(str(message))
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
 class RduGroup(click.Group):
     """A click group whose commands (and nested groups) report failures uniformly."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            result = super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                result = super().invoke(ctx)
             sys.stdout.flush()  # a full disk behind `> file` fails here, not at exit
             return result
         except boundary_errors() as exc:

@@ -9,13 +9,14 @@ A copy keeps the shipped layout, so the relative paths inside the files still ho
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import click
 
 from rdu_sim.config import shipped
-from rdu_sim.config.errors import WriteError
+from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.report.files import make_folder
 
 
@@ -43,25 +44,64 @@ def command(ctx: click.Context) -> None:
 
 
 @command.command("copy")
-@click.argument("target", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("target", type=click.Path(file_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite files that already exist in DIR.")
-def copy(target: Path, force: bool) -> None:
+def copy(target: str, force: bool) -> None:
     """Copy every shipped file into DIR (workloads/, hw_configs/, tests/models/,
     notebooks/), keeping the layout the files' relative paths assume. Existing files are
-    kept unless --force."""
+    kept unless --force. Nothing is written outside DIR: a symbolic link inside it is
+    replaced (with --force) or kept, never written through."""
+    if not target.strip():
+        raise ConfigError.single(
+            "examples copy", "DIR", "is empty: name the folder to copy into ('.' for this one)"
+        )
+    root = Path(target)
     base = shipped.root()
+    make_folder(root)
+    inside = _resolved(root, root)
+    relatives = shipped.files()
+    for relative in relatives:  # all checked before the first write
+        _refuse_links_out(root, inside, relative)
     copied = kept = 0
-    for relative in shipped.files():
-        destination = target / relative
-        if destination.exists() and not force:
+    for relative in relatives:
+        destination = root / relative
+        if os.path.lexists(destination) and not force:
             kept += 1
             continue
         make_folder(destination.parent, destination)
         try:
+            if destination.is_symlink():
+                destination.unlink()  # the link goes, not what it points to
             shutil.copyfile(base / relative, destination)
         except OSError as exc:
             raise WriteError.from_os(destination, exc) from None
         copied += 1
     note = f"; kept {kept} existing file(s) (--force overwrites them)" if kept else ""
     click.echo(f"copied {copied} file(s) into {target}{note}")
-    click.echo(f"e.g. rdu-sim run {target / 'workloads' / 'llama3.1-8b-1socket.yaml'}")
+    click.echo(f"e.g. rdu-sim run {root / 'workloads' / 'llama3.1-8b-1socket.yaml'}")
+
+
+def _resolved(path: Path, named: Path) -> Path:
+    """`path` with its links followed; a loop of links is a WriteError naming `named`."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        raise WriteError.single(str(named), "", "cannot write: a loop of symbolic links") from None
+
+
+def _refuse_links_out(root: Path, inside: Path, relative: Path) -> None:
+    """A WriteError when a folder on the way from DIR to `relative`'s folder is a link
+    that leads outside DIR (writing there would write outside it)."""
+    folder = root
+    for part in relative.parts[:-1]:
+        folder = folder / part
+        if not folder.is_symlink():
+            continue
+        real = _resolved(folder, folder)
+        if real != inside and inside not in real.parents:
+            raise WriteError.single(
+                str(folder),
+                "",
+                f"cannot write: a symbolic link to {real}, outside {root}; remove it or copy "
+                "into another folder",
+            )

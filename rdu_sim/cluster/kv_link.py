@@ -20,7 +20,7 @@ import math
 
 import simpy
 
-from rdu_sim.serving.step_cache import PS_PER_S
+from rdu_sim.serving.clock import MAX_PS, PS_PER_S, SimulatedTimeError, to_s
 
 
 class KVLink:
@@ -34,6 +34,7 @@ class KVLink:
         if latency < 0:
             raise ValueError(f"kv_transfer.latency must be >= 0, got {latency}")
         self.env = env
+        self.bandwidth = bandwidth
         self.bytes_per_ps = bandwidth / PS_PER_S
         self.latency_ps = round(latency * PS_PER_S)
         self.egress_free = [0] * replicas  # when each port's egress has sent what it was given
@@ -52,11 +53,29 @@ class KVLink:
         end = start + self.serialise_ps(nbytes)
         self.egress_free[source] = self.ingress_free[target] = end
         arrival = end + self.latency_ps
+        if arrival > MAX_PS:
+            raise SimulatedTimeError(
+                f"a KV transfer of {nbytes:,} bytes sent at {to_s(now):.4g} s would arrive at "
+                f"{to_s(arrival):.4g} s, past the serving clock's range of {to_s(MAX_PS):.4g} s "
+                "(2^63 ps): the port is too slow for this traffic",
+                "kv_transfer.bandwidth",
+            )
         self.transfers += 1
         self.bytes += nbytes
         self.queued_ps += start - now
         return self.env.timeout(arrival - now, value=arrival)
 
     def serialise_ps(self, nbytes: int) -> int:
-        """Picoseconds ``nbytes`` occupy a port (rounded up)."""
+        """Picoseconds ``nbytes`` occupy a port (rounded up); SimulatedTimeError when no
+        clock could hold them (checked in seconds first: a tiny bandwidth overflows)."""
+        if nbytes == 0:
+            return 0
+        seconds = nbytes / self.bandwidth
+        if not seconds * PS_PER_S <= MAX_PS:
+            raise SimulatedTimeError(
+                f"a KV transfer of {nbytes:,} bytes takes {seconds:.4g} s at "
+                f"{self.bandwidth:.4g} B/s, beyond the serving clock's range of "
+                f"{to_s(MAX_PS):.4g} s (2^63 ps)",
+                "kv_transfer.bandwidth",
+            )
         return math.ceil(nbytes / self.bytes_per_ps)

@@ -104,6 +104,15 @@ def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
             "replicas do not model yet (their routers count outstanding tokens one per slot "
             "and step); remove the section, or set speculation: null in the pool's set",
         )
+    if scenario.workload.coe is not None:
+        raise _error(
+            file,
+            lines,
+            f"pools.{name}",
+            f"pool {name!r}: its workload is a Composition of Experts (coe:), which a "
+            "cluster's replicas do not serve (they run one model, without expert switches); "
+            "run it alone with rdu-sim run, or set coe: null in the pool's set",
+        )
     return PoolScenario(name, pool.role, pool.replicas, scenario)
 
 

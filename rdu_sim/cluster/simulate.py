@@ -37,8 +37,8 @@ from rdu_sim.config.cluster import KVTransferConfig
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
+from rdu_sim.serving.clock import arrivals_ps
 from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.step_cache import PS_PER_S
 
 Progress = Callable[[int, int], None]
 
@@ -228,7 +228,7 @@ def simulate_cluster(
     ``heap``: drive a cluster of mixed replicas by an event heap (the default) rather than
     SimPy (the same results: ``tests/test_cluster_heap.py`` compares the two)."""
     requests = fit.requests
-    arrival_ps = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64)
+    arrival_ps = arrivals_ps(requests.arrival_s, "traffic")
     if heap and all(p.config.role == "mixed" for p in pools):
         timeline = EventHeap(sum(p.replicas for p in pools))
         cluster = Cluster(timeline, requests, pools, router, block_tokens, kv_transfer, progress)

@@ -217,7 +217,10 @@ class KVTransferConfig(StrictModel):
     (50 GB/s each way) and a switch hop plus RDMA setup (10 us)."""
 
     bandwidth: BytesPerSecond = Field(
-        default=50e9, gt=0, le=1e15, description="bytes/s of one replica's port, each direction"
+        default=50e9,
+        ge=1.0,  # the floor of every hardware rate (rdu_sim.config.hardware): a finite time
+        le=1e15,
+        description="bytes/s of one replica's port, each direction",
     )
     latency: Seconds = Field(
         default=10e-6, ge=0, le=1.0, description="from a transfer's last byte sent to its arrival"

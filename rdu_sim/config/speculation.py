@@ -14,6 +14,7 @@ model and where it runs; this module holds its two mechanisms' own settings:
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
@@ -57,6 +58,24 @@ class BetaAcceptance(StrictModel):
     concentration: float = Field(
         gt=0, le=1e6, description="alpha + beta: larger keeps requests closer to the mean"
     )
+
+    @property
+    def shape(self) -> tuple[float, float]:
+        """The Beta distribution's (alpha, beta)."""
+        return self.mean * self.concentration, (1.0 - self.mean) * self.concentration
+
+    @model_validator(mode="after")
+    def _drawable(self) -> BetaAcceptance:
+        """alpha and beta are normal positive floats: a product that underflows to 0 (or to
+        a denormal) is no distribution NumPy can draw from."""
+        for name, value in zip(("alpha", "beta"), self.shape, strict=True):
+            if not value >= sys.float_info.min:
+                raise ValueError(
+                    f"{name} = {'mean' if name == 'alpha' else '(1 - mean)'} x concentration "
+                    f"is {value:.3g}, below {sys.float_info.min:.3g} (the least normal "
+                    "float): raise mean or concentration"
+                )
+        return self
 
 
 class TraceAcceptance(StrictModel):

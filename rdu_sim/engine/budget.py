@@ -16,12 +16,40 @@ would fit; a change that gives a work item no event of its own must change it to
 
 from __future__ import annotations
 
+import warnings
+
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.engine.tile_work import TileWork
 
 
 class EventBudgetError(ValueError):
     """A step would need more SimPy events than ``engine.max_events`` allows."""
+
+
+SLOW_STEP_EVENTS = 250_000
+"""Least events past which a step is slow to simulate (the measured count is 10-20 times
+the bound: a minute or more in pure Python), so the user is told before it runs. No shipped
+workload's default steps come near it; 4096 tiles per stage (the most) pass it."""
+
+
+class SlowStepWarning(UserWarning):
+    """A step whose simulation will take long (its least events past ``SLOW_STEP_EVENTS``);
+    the CLI prints it as one `warning:` line."""
+
+
+def warn_if_slow(least: int, what: str, tiles: int, setting: int) -> None:
+    """Warn (SlowStepWarning) before simulating a step of at least ``SLOW_STEP_EVENTS``;
+    ``tiles``: the most tiles a stage of it streams per call, ``setting``: the workload's
+    ``engine.tiles_per_stage`` (the compiler cuts a kernel finer when its buffers need it)."""
+    if least > SLOW_STEP_EVENTS:
+        warnings.warn(
+            SlowStepWarning(
+                f"{what} simulates at least {least:,} SimPy events (up to {tiles:,} tiles "
+                f"per stage and call; engine.tiles_per_stage = {setting}): it may take a "
+                "minute or more; fewer tiles simulate faster"
+            ),
+            stacklevel=3,
+        )
 
 
 def min_events(

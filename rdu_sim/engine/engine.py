@@ -28,7 +28,7 @@ from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine import shared_steps
-from rdu_sim.engine.budget import check_budget, min_events, over_budget
+from rdu_sim.engine.budget import check_budget, min_events, over_budget, warn_if_slow
 from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
 from rdu_sim.engine.fast_forward import fewest_layers, time_kernel
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
@@ -83,6 +83,8 @@ class Engine:
         works = self._works(program)
         least = self._least_events(program, works)
         check_budget(least, cfg.max_events, what)
+        tiles = max((w.tiles for work in works for w in work.values()), default=0)
+        warn_if_slow(least, what, tiles, cfg.tiles_per_stage)
         timeline = Recorder() if self.record else None
         total = RunStats()
         events = 0

@@ -62,7 +62,8 @@ BRIEF = (50, 99)  # percentiles in the per-replica view
 
 
 def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
-    """Per-request columns (seconds; NaN where a time does not apply), in request order."""
+    """Per-request columns (seconds; NaN where a time or a decode replica does not apply),
+    in request order."""
     serving, records = run.serving, run.records
     sec = serving.seconds
     arrival, admit = sec(serving.arrival_ps), sec(serving.admit_ps)
@@ -81,7 +82,7 @@ def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
         "output_tokens": output,
         "cached_tokens": records.cached_tokens,
         "replica": records.replica,
-        "decode_replica": records.decode_replica,
+        "decode_replica": _replica_or_nan(records.decode_replica),
         "arrival_s": arrival,
         "admit_s": np.where(served, admit, nan),
         "first_token_s": np.where(served, first, nan),
@@ -93,6 +94,11 @@ def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
         "kv_bytes": records.kv_bytes,
         "kv_transfer_s": np.where(records.kv_end_ps != UNSET, kv_end - kv_start, nan),
     }
+
+
+def _replica_or_nan(replicas: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Replica indices with NaN for "none" (an empty CSV cell, never the sentinel -1)."""
+    return np.where(replicas >= 0, replicas, np.nan)
 
 
 def meets_slo(cols: Mapping[str, NDArray[Any]], slo: SLOConfig) -> NDArray[np.bool_]:

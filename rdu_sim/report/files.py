@@ -37,7 +37,7 @@ def make_folder(folder: Path, target: Path | None = None) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        blocker = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+        blocker = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), folder)
         raise WriteError.single(
             str(named), "", f"cannot write: {blocker} exists and is not a folder"
         ) from None

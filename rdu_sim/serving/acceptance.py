@@ -114,7 +114,5 @@ def request_rates(
     if isinstance(acceptance, UniformAcceptance):
         return rng.uniform(acceptance.low, acceptance.high, size=requests)
     if isinstance(acceptance, BetaAcceptance):
-        alpha = acceptance.mean * acceptance.concentration
-        beta = (1.0 - acceptance.mean) * acceptance.concentration
-        return rng.beta(alpha, beta, size=requests)
+        return rng.beta(*acceptance.shape, size=requests)
     raise ValueError(f"acceptance {acceptance.dist!r} needs the trace's column")

@@ -18,6 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+from numpy.typing import NDArray
+
 PS_PER_S = 10**12
 MAX_PS = 2**63 - 1
 MAX_SECONDS = MAX_PS / PS_PER_S
@@ -26,7 +29,28 @@ MAX_ARRIVAL_S = 2**62 / PS_PER_S
 
 class SimulatedTimeError(Exception):
     """A run whose simulated time would leave the serving clock's range (input, not a bug:
-    the hardware is too slow for the workload, or its arrivals too late)."""
+    the hardware is too slow for the workload, or its arrivals too late). `field` names the
+    input at fault when the raiser knows it ("" otherwise)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message, field)  # both in args: SimPy re-raises type(exc)(*args)
+        self.field = field
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def arrivals_ps(arrival_s: NDArray[np.float64], field: str = "") -> NDArray[np.int64]:
+    """Arrival times in picoseconds; SimulatedTimeError (naming `field`) when one is past
+    ``MAX_ARRIVAL_S`` or NaN, checked before the int64 cast, which would wrap silently."""
+    latest = float(np.max(arrival_s, initial=0.0))
+    if not latest <= MAX_ARRIVAL_S:
+        raise SimulatedTimeError(
+            f"an arrival at {latest:.4g} s is beyond {MAX_ARRIVAL_S:.4g} s, the latest the "
+            "serving clock (int64 picoseconds) can hold with room left to serve it",
+            field,
+        )
+    return np.rint(arrival_s * PS_PER_S).astype(np.int64)
 
 
 def to_ps(seconds: float) -> int:

@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import Arrivals, ClosedLoop, OpenLoop
-from rdu_sim.serving.clock import MAX_ARRIVAL_S, PS_PER_S, SimulatedTimeError
+from rdu_sim.serving.clock import arrivals_ps
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import Progress, Server, ServerConfig
@@ -45,13 +45,7 @@ def serve(
     if requests.arrival_s is None:
         arrivals = ClosedLoop(requests.concurrency or config.batch_slots, total)
     else:
-        latest = float(np.max(requests.arrival_s, initial=0.0))
-        if not latest <= MAX_ARRIVAL_S:  # NaN too: the int64 cast would wrap silently
-            raise SimulatedTimeError(
-                f"an arrival at {latest:.4g} s is beyond {MAX_ARRIVAL_S:.4g} s, the latest the "
-                "serving clock (int64 picoseconds) can hold with room left to serve it"
-            )
-        arrivals = OpenLoop(np.rint(requests.arrival_s * PS_PER_S).astype(np.int64))
+        arrivals = OpenLoop(arrivals_ps(requests.arrival_s))
     server = Server(
         None,
         config,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,10 @@ from rdu_sim.sweep.spec import LoadedSpec, axis_values
 _FROM_SET = re.compile(r"\s*\(from --set [^)]*\)$")  # build_scenario's note for CLI users
 MAX_POINTS = 100_000  # a bigger grid is almost surely a mistake; split it into several specs
 MAX_REPORTED_FAILURES = 50  # stop resolving after this many invalid points
+SAMPLE_POINTS = 500
+"""Points `check` and a dry run resolve at most: a larger grid is counted, and this many of
+its points, evenly spaced in grid order (the first and the last among them), are resolved.
+A sweep that runs resolves every point before the first one runs."""
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,16 @@ class Expansion:
     axes: tuple[str, ...]  # axis paths, grid order (axes first, then zip groups)
     points: tuple[Point, ...]
     duplicates: int  # grid points whose resolved config equals an earlier point's
+    grid_points: int = 0  # of the whole grid, when only a sample was resolved (else 0)
 
     @property
     def grid_size(self) -> int:
-        return len(self.points) + self.duplicates
+        return self.grid_points or len(self.points) + self.duplicates
+
+    @property
+    def sampled(self) -> bool:
+        """True when only a sample of the grid was resolved (``expand(..., sample=N)``)."""
+        return self.grid_points > 0
 
 
 def _describe(overrides: Mapping[str, Any]) -> str:
@@ -79,6 +89,11 @@ def _dimensions(loaded: LoadedSpec) -> list[list[dict[str, Any]]]:
         length = len(next(iter(columns.values())))
         dims.append([{path: column[i] for path, column in columns.items()} for i in range(length)])
     return dims
+
+
+def grid_size(loaded: LoadedSpec) -> int:
+    """The points of the spec's grid, counted without resolving any."""
+    return math.prod(len(d) for d in _dimensions(loaded))
 
 
 def _sources(loaded: LoadedSpec) -> dict[str, tuple[str, ...]]:
@@ -150,8 +165,30 @@ class _Failures:
         return ConfigError(issues)
 
 
-def expand(loaded: LoadedSpec) -> Expansion:
-    """Resolve every point of the spec; ConfigError (naming the spec's lines) if any is invalid.
+def _combinations(
+    dims: list[list[dict[str, Any]]], total: int, sample: int | None
+) -> tuple[Iterable[tuple[dict[str, Any], ...]], bool]:
+    """The grid's combinations in grid order, or `sample` of them evenly spaced when the grid
+    is larger (each found from its index, so the grid is never listed); and whether sampled."""
+    if sample is None or total <= sample:
+        return itertools.product(*dims), False
+    step = (total - 1) / max(sample - 1, 1)
+    indices = sorted({round(k * step) for k in range(sample)})
+
+    def at(index: int) -> tuple[dict[str, Any], ...]:
+        steps = []
+        for dim in reversed(dims):  # the last dimension varies fastest, as in product()
+            index, digit = divmod(index, len(dim))
+            steps.append(dim[digit])
+        return tuple(reversed(steps))
+
+    return map(at, indices), True
+
+
+def expand(loaded: LoadedSpec, *, sample: int | None = None) -> Expansion:
+    """Resolve every point of the spec (or, with `sample`, at most that many, evenly spaced
+    in grid order: see ``SAMPLE_POINTS``); ConfigError (naming the spec's lines) if any is
+    invalid.
 
     Points whose resolved configs are equal are listed once (the first in grid order).
     """
@@ -172,7 +209,8 @@ def expand(loaded: LoadedSpec) -> Expansion:
     points: dict[str, Point] = {}
     duplicates = 0
     tried = 0
-    for combination in itertools.product(*dims):
+    combinations, sampled = _combinations(dims, total, sample)
+    for combination in combinations:
         overrides: dict[str, Any] = {}
         for step in combination:
             overrides.update(step)
@@ -195,7 +233,7 @@ def expand(loaded: LoadedSpec) -> Expansion:
     if failures.points:
         raise failures.error(tried, total)
     axes = tuple(path for dim in dims for path in dim[0])
-    return Expansion(loaded, axes, tuple(points.values()), duplicates)
+    return Expansion(loaded, axes, tuple(points.values()), duplicates, total if sampled else 0)
 
 
 def resolve(scenario: Scenario, overrides: Mapping[str, Any] | None = None) -> Point:

@@ -36,7 +36,7 @@ from rdu_sim.sweep.executors import (
     run_pool,
     run_serial,
 )
-from rdu_sim.sweep.expand import Expansion, Point, expand
+from rdu_sim.sweep.expand import SAMPLE_POINTS, Expansion, Point, expand, grid_size
 from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
@@ -62,9 +62,12 @@ class Plan:
         """One line: how many points, how many already done, how many to run."""
         exp = self.expansion
         parts = [f"{exp.spec.name}: {len(exp.points)} points"]
+        if exp.sampled:
+            resolved = _SAMPLED.format(n=len(exp.points))
+            parts = [f"{exp.spec.name}: {exp.grid_size:,} grid points, {resolved}"]
         if exp.duplicates:
             parts.append(f"({exp.duplicates} duplicate grid points resolved to the same config)")
-        detail = [f"{self.already_done} already done"]
+        detail = [f"{'of those, ' if exp.sampled else ''}{self.already_done} already done"]
         if self.failed_before:
             detail.append(f"{self.failed_before} failed before (rerun with --retry-failed)")
         if self.retrying:
@@ -116,9 +119,13 @@ class SpecCheck:
     def __str__(self) -> str:
         exp = self.expansion
         axes = ", ".join(exp.axes) or "no axes"
-        return (
-            f"{exp.spec.name!r}: {len(exp.points)} points over {axes} (base {exp.spec.base.name})"
-        )
+        count = f"{len(exp.points)} points"
+        if exp.sampled:
+            count = f"{exp.grid_size:,} grid points, {_SAMPLED.format(n=len(exp.points))},"
+        return f"{exp.spec.name!r}: {count} over {axes} (base {exp.spec.base.name})"
+
+
+_SAMPLED = "{n:,} of them resolved (evenly spaced: a run resolves every point first)"
 
 
 def default_db(spec_file: Path) -> Path:
@@ -150,7 +157,7 @@ def check_spec(path: str | Path) -> SpecCheck:
     Raises ConfigError naming the spec file, field and line. Used by `rdu-sim check`.
     """
     loaded = load_spec(path)
-    expansion = expand(loaded)
+    expansion = expand(loaded, sample=SAMPLE_POINTS)  # a huge grid is counted, not listed
     check_traces(expansion)
     bind_evaluator(loaded)
     return SpecCheck(expansion)
@@ -272,13 +279,16 @@ def run_sweep(
     if cluster is not None:
         check_cluster(cluster)  # no Dask, or a bad address: an error before any work
     loaded = load_spec(spec)
-    expansion = expand(loaded)
-    check_traces(expansion)
-    evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
-    db_path = Path(db) if db is not None else default_db(loaded.file)
     reporter: Reporter = (
         progress if not isinstance(progress, bool) else RichReporter() if progress else Silent()
     )
+    total = grid_size(loaded)
+    if total > SAMPLE_POINTS and not dry_run:  # about 1 ms a point: say so before it starts
+        reporter.message(f"{loaded.name}: resolving {total:,} grid points before the first runs")
+    expansion = expand(loaded, sample=SAMPLE_POINTS if dry_run else None)
+    check_traces(expansion)
+    evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
+    db_path = Path(db) if db is not None else default_db(loaded.file)
     keys = tuple(p.key for p in expansion.points)
 
     if dry_run:

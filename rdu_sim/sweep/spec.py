@@ -79,9 +79,11 @@ class RangeSpec(StrictModel):
                 raise ValueError(
                     f"step {self.step} never reaches stop {self.stop} from start {self.start}"
                 )
-            count = math.floor((self.stop - self.start) / self.step + 1e-9) + 1
-            if count > MAX_AXIS_VALUES:
-                raise ValueError(f"the range has {count} values; at most {MAX_AXIS_VALUES}")
+            steps = (self.stop - self.start) / self.step  # inf for a denormal step
+            count = math.floor(steps + 1e-9) + 1 if steps < MAX_AXIS_VALUES else None
+            if count is None or count > MAX_AXIS_VALUES:
+                shown = f"{count}" if count else f"{steps + 1:.4g}"
+                raise ValueError(f"the range has {shown} values; at most {MAX_AXIS_VALUES}")
         if self.scale == "log" and (self.start <= 0 or self.stop <= 0):
             raise ValueError("scale: log needs start and stop > 0")
         return self
@@ -270,7 +272,9 @@ class LoadedSpec:
 
 
 def _duplicates(loaded: LoadedSpec) -> None:
-    """A field may be set by one place only: `set`, one axis, or one zip group."""
+    """A field may be set by one place only: `set`, one axis, or one zip group; and a path
+    may not lie inside another one given (``serving.seed`` and ``serving: {seed: 2}``): an
+    override replaces the whole mapping at its path, so which one wins would be up to order."""
     seen: dict[str, tuple[str, ...]] = {}
     spec = loaded.spec
     places: list[tuple[tuple[str, ...], str]] = [(("set", p), p) for p in spec.set]
@@ -282,6 +286,16 @@ def _duplicates(loaded: LoadedSpec) -> None:
             raise loaded.error(
                 f"{path!r} is already given at {first}; a field may vary in one place only", *where
             )
+        parts = path.split(".")
+        for other, at in seen.items():
+            inner, outer = (path, other) if len(parts) > other.count(".") + 1 else (other, path)
+            if inner.startswith(outer + "."):
+                raise loaded.error(
+                    f"{path!r} overlaps {other!r} (given at {'.'.join(at)}): {outer!r} "
+                    f"replaces the whole mapping that holds {inner!r}, so set the field in one "
+                    "place only (both dotted, or both inside the mapping)",
+                    *where,
+                )
         seen[path] = where
 
 
@@ -319,7 +333,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     if not near.is_absolute():
         near = file.parent / near
     base = shipped.locate_near(near, spec.base, ("workload",))
-    loaded = LoadedSpec(spec, file, lines, base.resolve())
+    loaded = LoadedSpec(spec, file, lines, _resolved(base, file, lines))
     if not loaded.base.is_file():
         raise loaded.error(
             f"base workload {str(loaded.base)!r} not found (paths are relative to the spec file)",
@@ -328,3 +342,14 @@ def load_spec(path: str | Path) -> LoadedSpec:
     _duplicates(loaded)
     _zip_lengths(loaded)
     return loaded
+
+
+def _resolved(path: Path, file: Path, lines: LineMap) -> Path:
+    """`path` made absolute with its symbolic links followed; a loop is a ConfigError at
+    `base` (Python raises RuntimeError or OSError for one, depending on its version)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        line = lines.get(("base",))
+        problem = "a loop of symbolic links" if isinstance(exc, RuntimeError) else str(exc)
+        raise ConfigError.single(str(file), "base", f"{str(path)!r}: {problem}", line) from None

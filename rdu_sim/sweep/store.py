@@ -304,14 +304,11 @@ class Store:
             params.append(sweep)
         query += " ORDER BY sweep, key"
         with self._guard("read the stored points"):
-            found = [
-                self._checked(dict(zip(COLUMNS, r, strict=True)))
-                for r in self._conn.execute(query, params)
-            ]
-        if keys is None:
-            return found
-        by_key = {row["key"]: row for row in found}
-        return [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
+            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query, params)]
+        if keys is not None:  # only the rows asked for are checked: another sweep's stay apart
+            by_key = {row["key"]: row for row in found}
+            found = [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
+        return [self._checked(row) for row in found]
 
     def _checked(self, row: dict[str, Any]) -> dict[str, Any]:
         """`row` with its JSON columns parsed; a StoreError naming the point and the column

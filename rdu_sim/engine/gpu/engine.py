@@ -26,7 +26,7 @@ from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.des.environment import EventLimitError
-from rdu_sim.engine.budget import check_budget, over_budget
+from rdu_sim.engine.budget import check_budget, over_budget, warn_if_slow
 from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers, time_kernel
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
@@ -75,6 +75,8 @@ class GpuEngine:
         cfg, what = self.config, f"this {program.shape.phase} step"
         least = self.estimate_events(program)
         check_budget(least, cfg.max_events, what)
+        tiles = max((k.tiles_or(cfg.tiles_per_stage) for k in program.kernels), default=0)
+        warn_if_slow(least, what, tiles, cfg.tiles_per_stage)
         events = 0
         results: list[KernelResult] = []
         collectives: list[CollectiveTiming] = []
