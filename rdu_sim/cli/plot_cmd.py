@@ -125,9 +125,9 @@ def _read_db(path: Path) -> Any:
 
     frame = load(path)  # a StoreError names the file and the problem (exit 2)
     if "status" in frame.columns:
-        axes = frame.attrs.get("axes", [])
+        attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
         frame = frame[frame["status"] == "done"]
-        frame.attrs["axes"] = axes
+        frame.attrs.update(attrs)
     if frame.empty:
         fail(f"{path}: the sweep database has no finished points to plot")
     return frame
