@@ -133,3 +133,13 @@ def test_capacity_and_throughput_plot_a_context_sweep_titled_with_model_and_hard
     assert sweep.axes[0].get_xlabel() == (
         "longest sequence a slot holds (tokens)\nserving.max_context"
     )
+
+
+def test_a_rate_metric_is_not_drawn_as_milliseconds(tmp_path: Path) -> None:
+    """``*_per_s`` names a rate: plotted as stored, never as a time scaled to ms."""
+    frame = load(synthetic_db("llama8b-batch", tmp_path))
+    for metric in ("steady_decode_tokens_per_s", "decode_tokens_per_s"):
+        figure = plots.sweep_plot(frame, y=metric)
+        assert "(ms)" not in figure.axes[0].get_ylabel()
+        (line,) = lines_of(figure)
+        assert sorted(line.get_ydata()) == sorted(float(v) for v in frame[metric])

@@ -41,6 +41,7 @@ __all__ = [
 
 METRIC_LABELS: dict[str, tuple[str, float]] = {
     "decode_tokens_per_s": ("decode throughput (tokens/s)", 1.0),
+    "steady_decode_tokens_per_s": ("decode throughput, all slots busy (tokens/s)", 1.0),
     "batch_capacity": ("batch capacity (slots)", 1.0),
     "batch_slots": ("batch slots", 1.0),
     "prefill_s": ("prefill time (ms)", 1e3),
@@ -85,6 +86,8 @@ def _label(metric: str) -> tuple[str, float]:
         return METRIC_LABELS[metric]
     if metric.endswith("_bytes"):
         return f"{metric} (GiB)", 1.0 / 2**30
+    if metric.endswith("per_s"):  # a rate, not a time
+        return f"{metric} (per s)", 1.0
     if metric.endswith("_s"):
         return f"{metric} (ms)", 1e3
     return metric, 1.0
