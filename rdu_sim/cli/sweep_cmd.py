@@ -36,8 +36,8 @@ def _dry_run_table(summary: object) -> None:
 
 def _results_table(frame: object, summary: object) -> None:
     """The swept axes and headline metrics per point, then where the database is."""
-    from rdu_sim.report.console import wide_console
     from rdu_sim.report.sweep_table import sweep_tables, table_notes
+    from rdu_sim.report.terminal import wide_console
     from rdu_sim.sweep import SweepSummary
 
     assert isinstance(summary, SweepSummary)
