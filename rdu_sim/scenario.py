@@ -30,7 +30,7 @@ from rdu_sim.config.overrides import (
 )
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
-from rdu_sim.kv.policies import PolicyError, make_policy
+from rdu_sim.kv.policies import PolicyError, budget_determines, make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
 from rdu_sim.models.layers import Architecture
@@ -271,6 +271,25 @@ def _cross_check(
         raise fail(exc.field, str(exc)) from None
 
 
+def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> WorkloadConfig:
+    """A workload whose KV policy an override switched: the ``kv`` fields the new policy
+    derives from a given budget (``budget_determines``) and no override set are left to
+    the budget. ``--set kv.policy=streamingllm`` on a SnapStream workload thus keeps its
+    budget (the ring becomes budget - sinks) instead of refusing SnapStream's ``recent``."""
+    kv = workload.kv
+    if "kv.policy" not in overrides or (kv.budget is None and kv.compression_ratio is None):
+        return workload
+    derived = {
+        name
+        for name in budget_determines(kv.policy)
+        if name in kv.model_fields_set and f"kv.{name}" not in overrides
+    }
+    if not derived:
+        return workload
+    given = kv.model_dump(exclude_unset=True, exclude=derived)
+    return workload.model_copy(update={"kv": type(kv).model_validate(given)})
+
+
 def _relative_to(workload_file: str, path: str) -> Path:
     """A path written in a workload: absolute, ~-expanded, or relative to the workload file."""
     resolved = Path(path)
@@ -412,6 +431,7 @@ def build_scenario(
         _expand_preset(raw, workload_overrides, workload_file)
         raw = _apply(raw, workload_overrides, workload_file)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
+    workload = _switched_policy(workload, workload_overrides)
 
     model = _resolve_model(workload.model, "model", workload_file, lines)
 

@@ -101,6 +101,8 @@ def _formatting_calls(path: Path) -> list[str]:
         "report/plots_serving.py",
         "report/plots_perf.py",
         "report/plots_sweep.py",
+        "report/sweep_table.py",
+        "cli/sweep_cmd.py",
         "graph/export.py",
         "compiler/placement.py",
     ],

@@ -37,7 +37,7 @@ def fake_evaluate(point: PlanPoint) -> Mapping[str, Any]:
     from rdu_sim.compiler import CapacityError
 
     try:
-        return headline(run_cluster(point.cluster, backend=FakeBackend()).to_dict())
+        return headline(run_cluster(point.cluster, backend=FakeBackend()).summary())
     except (ConfigError, CapacityError) as exc:
         return {"feasible": False, "reason": str(exc)}
 

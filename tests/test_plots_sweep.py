@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from rdu_sim.cli.main import cli
 from rdu_sim.config import shipped
 from rdu_sim.report import plots
+from rdu_sim.report.plots_sweep import axis_title
 from rdu_sim.sweep import load, run_sweep
 
 # sweep -> (the x axis the plot picks, lines, points per line)
@@ -37,10 +38,11 @@ def test_every_shipped_sweep_is_listed() -> None:
     assert sorted(EXPECTED) == shipped.names("sweep")
 
 
-def synthetic_db(name: str, folder: Path) -> Path:
-    """The shipped spec ``name`` with the synthetic evaluator (all its metrics kept)."""
+def synthetic_db(name: str, folder: Path, own_metrics: bool = False) -> Path:
+    """The shipped spec ``name`` with the synthetic evaluator (all its metrics kept, or only
+    the spec's own with ``own_metrics``)."""
     source = shipped.folder("workloads/sweeps") / f"{name}.yaml"
-    text = source.read_text().split("\nmetrics:", 1)[0]
+    text = source.read_text() if own_metrics else source.read_text().split("\nmetrics:", 1)[0]
     base = (source.parent / "..").resolve()
     spec = folder / f"{name}.yaml"
     spec.write_text(
@@ -61,7 +63,7 @@ def test_plot_sweep_and_throughput_go_along_the_swept_axis(name: str, tmp_path: 
     db = synthetic_db(name, tmp_path)
     x, count, points = EXPECTED[name]
     figure = plots.sweep_plot(load(db))
-    assert figure.axes[0].get_xlabel() == x
+    assert figure.axes[0].get_xlabel() == axis_title(x)
     lines = lines_of(figure)
     assert len(lines) == count
     assert all(len(line.get_xdata()) == points for line in lines)
@@ -87,7 +89,7 @@ def test_named_axes_and_bad_names(tmp_path: Path) -> None:
     db = synthetic_db("deepseek-context", tmp_path)
     frame = load(db)
     by_policy = plots.sweep_plot(frame, x="kv.policy", y="tpot_s.p50", by=["serving.max_context"])
-    assert by_policy.axes[0].get_xlabel() == "kv.policy"
+    assert by_policy.axes[0].get_xlabel() == "KV-cache policy by registered name\nkv.policy"
     assert len(lines_of(by_policy)) == 5
     runner = CliRunner()
     bad = runner.invoke(cli, ["plot", "sweep", str(db), "--x", "hw.nope", "-o", "x.png"])
@@ -99,3 +101,45 @@ def test_named_axes_and_bad_names(tmp_path: Path) -> None:
     spec = shipped.folder("workloads/sweeps") / "llama8b-batch.yaml"
     bad = runner.invoke(cli, ["plot", "sweep", str(spec), "-o", "x.png"])
     assert bad.exit_code == 2 and "reads a sweep database" in bad.output
+
+
+def test_capacity_and_throughput_plot_a_context_sweep_titled_with_model_and_hardware(
+    tmp_path: Path,
+) -> None:
+    """The shipped deepseek-context sweep, with only its own metrics (no ``max_context`` nor
+    ``model`` among them): the context comes from its axis, the names from its points."""
+    db = synthetic_db("deepseek-context", tmp_path, own_metrics=True)
+    frame = load(db)
+    assert "max_context" not in frame.columns and "model" not in frame.columns
+    assert frame.attrs["model"] == ["deepseek-r1"] and frame.attrs["hardware"] == ["sn40l-16"]
+    contexts = [8192, 16384, 32768, 65536, 131072]
+    for kind, metric in (("capacity", "batch_capacity"), ("throughput", "decode_tokens_per_s")):
+        figure = plots.plot(kind, frame)
+        lines = lines_of(figure)
+        assert len(lines) == 2  # full and snapstream
+        for line in lines:
+            assert list(line.get_xdata()) == contexts
+            policy = str(line.get_label())
+            rows = frame[frame["kv.policy"] == policy].sort_values("serving.max_context")
+            assert list(line.get_ydata()) == [float(v) for v in rows[metric]]
+        title = figure.get_suptitle()
+        assert "deepseek-r1 on sn40l-16" in title
+        out = tmp_path / f"{kind}.png"
+        result = CliRunner().invoke(cli, ["plot", kind, str(db), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+    sweep = plots.sweep_plot(frame)
+    assert "deepseek-context" in sweep.get_suptitle()
+    assert "deepseek-r1 on sn40l-16" in sweep.get_suptitle()
+    assert sweep.axes[0].get_xlabel() == (
+        "longest sequence a slot holds (tokens)\nserving.max_context"
+    )
+
+
+def test_a_rate_metric_is_not_drawn_as_milliseconds(tmp_path: Path) -> None:
+    """``*_per_s`` names a rate: plotted as stored, never as a time scaled to ms."""
+    frame = load(synthetic_db("llama8b-batch", tmp_path))
+    for metric in ("steady_decode_tokens_per_s", "decode_tokens_per_s"):
+        figure = plots.sweep_plot(frame, y=metric)
+        assert "(ms)" not in figure.axes[0].get_ylabel()
+        (line,) = lines_of(figure)
+        assert sorted(line.get_ydata()) == sorted(float(v) for v in frame[metric])

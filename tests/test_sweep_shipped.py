@@ -34,8 +34,9 @@ def test_shipped_sweep_expands(name: str) -> None:
     points, axes = SHIPPED[name]
     assert len(expansion.points) == points and expansion.axes == axes
     assert expansion.spec.spec.metrics  # each keeps a short list of metrics, not everything
-    for point in expansion.points:  # modest request counts: minutes, not hours
-        assert point.scenario.workload.serving.requests <= 2048
+    for point in expansion.points:  # modest request counts: minutes, not hours (the
+        # context sweep needs 3 per slot at its 686 slots for a steady rate: docs/kv.md)
+        assert point.scenario.workload.serving.requests <= 2100
 
 
 def test_context_sweep_spans_8k_to_128k_full_and_snapstream() -> None:

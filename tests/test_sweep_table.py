@@ -3,14 +3,16 @@ database's rows, in the spec's grid order) and says where the database is."""
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 
 from click.testing import CliRunner
+from rich.console import Console
 
 from rdu_sim import human
 from rdu_sim.cli.main import cli
-from rdu_sim.report.sweep_table import format_metric
+from rdu_sim.report.sweep_table import format_metric, sweep_tables
 from rdu_sim.sweep import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,24 +45,33 @@ def test_sweep_ends_with_the_points_table_and_the_database(tmp_path: Path) -> No
     assert result.exit_code == 1  # one axis value fails on purpose: its rows say why
     out = result.stdout
     assert "spec: results" in out
-    header = next(line for line in out.splitlines() if "decode_tokens_per_s" in line)
     for column in ("serving.batch_slots", "serving.max_context", "ttft_s.p50", "status"):
-        assert column in header
-    assert f"database: {db} (rdu-sim plot sweep {db}; --export FILE for CSV)" in " ".join(
-        out.split()
-    )
-    caption = " ".join(out.split())
-    assert "serving.max_context: longest sequence a slot holds (tokens)" in caption
-    assert "serving.batch_slots: static batch slots" in caption
+        assert column in out
+    assert "failed: RuntimeError: synthetic failure" in out
+    assert f"database: {db} (rdu-sim plot sweep {db}; --export FILE for CSV)" in out
+    assert "serving.max_context: longest sequence a slot holds (tokens)" in out
+    assert "serving.batch_slots: static batch slots" in out
+    grid = [[str(s), str(c)] for s in (1, 2, 4, 8) for c in (4096, 8192)]
+    printed = [cells[:2] for cells in _rows(out, "1 2 4 8")]
+    assert printed[: len(grid)] == grid  # the spec's grid order (each table repeats it)
+    assert len(printed) % len(grid) == 0
+    # every cell, from one table wide enough for all of them (rows in the frame's order;
+    # the command loads them in the spec's grid order)
     frame = load(db)
-    rows = _rows(out, "1 2 4 8")
+    metrics = ["decode_tokens_per_s", "ttft_s.p50", "memory.hbm.kv_bytes"]
+    (table,) = sweep_tables(frame, metrics, width=300)
+    text = io.StringIO()
+    Console(file=text, width=300).print(table)
+    rows = _rows(text.getvalue(), "1 2 4 8")
     assert len(rows) == len(frame) == 8
     by_point = {
         (int(r["serving.batch_slots"]), int(r["serving.max_context"])): r
         for _, r in frame.iterrows()
     }
-    grid = [(s, c) for s in (1, 2, 4, 8) for c in (4096, 8192)]
-    for cells, point in zip(rows, grid, strict=True):  # the spec's grid order
+    order = [
+        (int(r["serving.batch_slots"]), int(r["serving.max_context"])) for _, r in frame.iterrows()
+    ]
+    for cells, point in zip(rows, order, strict=True):  # the frame's order
         record = by_point[point]
         assert cells[:2] == [str(point[0]), str(point[1])]
         if point[0] == 2:
@@ -78,9 +89,30 @@ def test_sweep_ends_with_the_points_table_and_the_database(tmp_path: Path) -> No
 def test_metric_units_follow_their_names() -> None:
     assert format_metric("ttft_s.p50", 0.0123) == "12.3 ms"
     assert format_metric("memory.hbm.kv_bytes", 3 * 2**30) == "3 GiB"
+    assert format_metric("kv_bytes_per_slot", 2**30) == "1 GiB"
     assert format_metric("decode_tokens_per_s", 1374.2) == "1,374"
     assert format_metric("batch_slots", 686) == "686"
     assert format_metric("kv_policy", "snapstream") == "snapstream"
     assert format_metric("slo_met", True) == "True"
     assert format_metric("steady_decode_tokens_per_s", float("nan")) == human.MISSING
     assert format_metric("x", None) == human.MISSING
+
+
+def test_metrics_that_do_not_fit_go_to_a_further_table_repeating_the_axes(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"base: {BASE}\n" + textwrap.dedent(SPEC).lstrip("\n"))
+    db = tmp_path / "out.sqlite"
+    CliRunner().invoke(cli, ["sweep", str(spec), "--workers", "1", "--db", str(db)])
+    frame = load(db)
+    metrics = ["decode_tokens_per_s", "ttft_s.p50", "memory.hbm.kv_bytes"]
+    (whole,) = sweep_tables(frame, metrics, width=200)
+    parts = sweep_tables(frame, metrics, width=70)
+    assert len(parts) > 1
+    axes = ["serving.batch_slots", "serving.max_context"]
+    headers = [[str(c.header) for c in table.columns] for table in parts]
+    assert all(h[:2] == axes for h in headers)
+    spread = [name for h in headers for name in h[2:]]
+    assert spread == [str(c.header) for c in whole.columns][2:]  # each once, in order
+    assert spread[-1] == "status"

@@ -361,7 +361,7 @@ def graph_command(
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        from rdu_sim.report.console import wide_console  # here: the report loads the simulator
+        from rdu_sim.report.terminal import wide_console
 
         console = wide_console()
         for table in _graph_tables(result):

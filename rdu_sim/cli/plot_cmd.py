@@ -9,7 +9,8 @@ INPUT is read by its suffix:
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
   ``sweep`` plots a metric (``--y``) along any swept axis (``--x``), a line per value of the
   other axes (``--by``), each defaulted from the spec's axes; ``throughput`` and ``capacity``
-  go along the swept axis when the sweep keeps the context fixed;
+  go along the swept axis when the sweep keeps the context fixed, and along the context
+  (a line per KV policy) when it varies it;
 * ``.yaml`` / ``.yml``: a workload, simulated here (``rdu_sim.studies``), each point being
   what ``rdu-sim run WORKLOAD --set serving.max_context=C --set kv.policy=P`` runs: the
   compiler's memory plan and batch capacity over ``--contexts`` and ``--policies`` (memory,
@@ -124,9 +125,9 @@ def _read_db(path: Path) -> Any:
 
     frame = load(path)  # a StoreError names the file and the problem (exit 2)
     if "status" in frame.columns:
-        axes = frame.attrs.get("axes", [])
+        attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
         frame = frame[frame["status"] == "done"]
-        frame.attrs["axes"] = axes
+        frame.attrs.update(attrs)
     if frame.empty:
         fail(f"{path}: the sweep database has no finished points to plot")
     return frame

@@ -37,8 +37,9 @@ from rdu_sim.cli.options import (
     step_shape_options,
     workload_argument,
 )
-from rdu_sim.report.console import utilization_line, wide_console
+from rdu_sim.report.console import utilization_line
 from rdu_sim.report.summary import Utilization
+from rdu_sim.report.terminal import wide_console
 
 
 def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:

@@ -36,14 +36,18 @@ def _dry_run_table(summary: object) -> None:
 
 def _results_table(frame: object, summary: object) -> None:
     """The swept axes and headline metrics per point, then where the database is."""
-    from rdu_sim.report.console import wide_console
-    from rdu_sim.report.sweep_table import sweep_table
+    from rdu_sim.report.sweep_table import sweep_tables, table_notes
+    from rdu_sim.report.terminal import wide_console
     from rdu_sim.sweep import SweepSummary
 
     assert isinstance(summary, SweepSummary)
     metrics = summary.plan.expansion.spec.spec.metrics if summary.plan is not None else None
     console = wide_console(highlight=False)
-    console.print(sweep_table(frame, metrics, title=f"{summary.name}: results"))
+    title = f"{summary.name}: results"
+    for table in sweep_tables(frame, metrics, title=title, width=console.width):
+        console.print(table)
+    for note in table_notes(frame):
+        console.print(note, markup=False, soft_wrap=True)
     console.print(
         f"database: {summary.db} (rdu-sim plot sweep {summary.db}; --export FILE for CSV)",
         markup=False,

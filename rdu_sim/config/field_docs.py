@@ -17,7 +17,7 @@ from typing import Any, get_args
 from pydantic import BaseModel
 
 from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.config.loader import _model_classes
+from rdu_sim.config.loader import model_classes
 from rdu_sim.config.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 from rdu_sim.config.workload import WorkloadConfig
 
@@ -108,7 +108,7 @@ def field_doc(path: str) -> FieldDoc | None:
             return None
         info = owner.model_fields[part]
         if i < len(parts) - 1:
-            classes = _model_classes(info.annotation)
+            classes = model_classes(info.annotation)
     if info is None or not info.description:
         return None
     parent = parts[-2] if len(parts) > 1 else ""

@@ -85,13 +85,13 @@ def _clean_loc(loc: tuple[str | int, ...], data: Any, keep_last: bool) -> tuple[
     return tuple(kept)
 
 
-def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+def model_classes(annotation: Any) -> list[type[BaseModel]]:
     """The config models an annotation can hold, looking through unions and Annotated."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     found: list[type[BaseModel]] = []
     for arg in get_args(annotation):
-        found.extend(c for c in _model_classes(arg) if c not in found)
+        found.extend(c for c in model_classes(arg) if c not in found)
     return found
 
 
@@ -120,12 +120,12 @@ def _parent_model(
     annotation: Any = model
     node = data
     for part in loc[:-1]:
-        cls = _pick(_model_classes(annotation), node)
+        cls = _pick(model_classes(annotation), node)
         if cls is None or not isinstance(part, str) or part not in cls.model_fields:
             return None
         annotation = cls.model_fields[part].annotation
         node = node.get(part) if isinstance(node, Mapping) else None
-    return _pick(_model_classes(annotation), node)
+    return _pick(model_classes(annotation), node)
 
 
 def _field_names(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> list[str]:

@@ -94,6 +94,13 @@ def policy_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def budget_determines(name: str) -> tuple[str, ...]:
+    """The ``kv`` fields policy ``name`` derives from a given budget (none for an unknown
+    name: :func:`make_policy` refuses it)."""
+    cls = _REGISTRY.get(name)
+    return () if cls is None else cls.budget_determines
+
+
 def make_policy(kv: KVConfig, max_context: int) -> KVPolicy:
     """The policy ``kv.policy`` resolved for sequences of at most ``max_context`` tokens.
 
@@ -178,6 +185,9 @@ class PolicyBase:
     name: str = ""
     grows: ClassVar[bool] = False
     """True when the cache grows with each generated token (decode buckets vary)."""
+    budget_determines: ClassVar[tuple[str, ...]] = ()
+    """``kv`` fields this policy derives from a given budget (StreamingLLM: ``recent``): a
+    value for them set for another policy yields to the budget on a policy switch."""
 
     def __init__(self, max_context: int) -> None:
         _check_positive("serving.max_context", max_context)
@@ -484,8 +494,12 @@ class StreamingLLMPolicy(_FixedSlotPolicy):
     ``budget = sinks + recent``; no selection ever runs.  A prompt longer than the budget is
     truncated at prefill to its first ``sinks`` and last ``recent`` tokens.  When kv.budget
     (or kv.compression_ratio) is given, the ring is ``budget - sinks`` so the ablation can
-    match SnapStream's memory; an explicit, inconsistent kv.recent is then an error.
+    match SnapStream's memory; an explicit, inconsistent kv.recent is then an error (unless
+    the policy was switched to this one and kv.recent was set for the other:
+    :data:`budget_determines`, applied by ``rdu_sim.scenario``).
     """
+
+    budget_determines = ("recent",)
 
     def __init__(self, max_context: int, *, sinks: int = 4, recent: int = 2048) -> None:
         super().__init__(max_context, sinks=sinks, topk=0, recent=recent)
@@ -504,8 +518,10 @@ class StreamingLLMPolicy(_FixedSlotPolicy):
             if "recent" in kv.model_fields_set and kv.sinks + kv.recent != budget:
                 raise PolicyError(
                     "kv.recent",
-                    f"streamingllm: kv.sinks ({kv.sinks}) + kv.recent "
-                    f"({kv.recent}) != kv.budget {budget}; give one of them",
+                    f"streamingllm: kv.sinks ({kv.sinks}) + kv.recent ({kv.recent}) != "
+                    f"kv.budget {budget}; give one of them: --set kv.recent="
+                    f"{budget - kv.sinks} keeps the budget, --set kv.budget="
+                    f"{kv.sinks + kv.recent} keeps the ring",
                 )
             recent = budget - kv.sinks
         return cls(max_context, sinks=kv.sinks, recent=recent)

@@ -16,7 +16,8 @@ from rich.table import Table
 from rdu_sim import human
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.report.cluster_summary import ClusterSummary
-from rdu_sim.report.console import LATENCIES, energy_rows, latency_table, wide_console
+from rdu_sim.report.console import LATENCIES, energy_rows, latency_table
+from rdu_sim.report.terminal import wide_console
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
 

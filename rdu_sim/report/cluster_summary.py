@@ -12,7 +12,7 @@ and its JSON value are the same number.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.report.energy import Energy
@@ -33,17 +33,20 @@ __all__ = [
     "rounded_fields",
 ]
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def rounded_fields(value: T) -> T:
     """A dataclass with its float fields rounded as the JSON rounds them (non-finite: None)."""
     changes = {
         f.name: rounded(getattr(value, f.name))
-        for f in fields(value)  # type: ignore[arg-type]
+        for f in fields(value)
         if isinstance(getattr(value, f.name), float)
     }
-    return replace(value, **changes)  # type: ignore[type-var]
+    return replace(value, **changes)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ the machine. Numbers read through ``rdu_sim.human``; utilization has one definit
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -24,18 +23,8 @@ from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.summary import OfferedLoad, Percentiles, RunSummary, Utilization
+from rdu_sim.report.terminal import wide_console
 from rdu_sim.serving.steady import MIN_TURNOVERS
-
-PIPED_WIDTH = 160
-"""Columns of a report printed to a pipe or a file, so its tables keep their numbers whole."""
-
-
-def wide_console(**options: Any) -> Console:
-    """The console every report prints to: stdout at the terminal's width, or
-    :data:`PIPED_WIDTH` columns when stdout is not a terminal."""
-    console = Console(**options)
-    return console if console.is_terminal else Console(width=PIPED_WIDTH, **options)
-
 
 UTILIZATION_LABELS = {
     "hbm": "HBM bandwidth used (of peak)",

@@ -233,6 +233,41 @@ def _unflatten(row: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
+SWEPT_FIELDS = {
+    "max_context": ("serving", "max_context"),
+    "kv_policy": ("kv", "policy"),
+    "batch_slots": ("serving", "batch_slots"),
+}
+"""A run's figure by its JSON name, and the config field a sweep may vary to set it: a sweep
+that stored no ``max_context`` metric but swept ``serving.max_context`` still says each
+point's context."""
+
+
+def _sweep_subject(frame: Any) -> dict[str, str]:
+    """The workload, model and hardware every point of a sweep frame ran (its ``attrs``, from
+    ``rdu_sim.sweep.load``), each only when it is one name."""
+    attrs = getattr(frame, "attrs", {})
+    out: dict[str, str] = {}
+    for part in ("workload", "model", "hardware"):
+        names = attrs.get(part) or []
+        if len(names) == 1:
+            out[part] = str(names[0])
+    return out
+
+
+def _sweep_row(nested: dict[str, Any], subject: Mapping[str, str]) -> dict[str, Any]:
+    """A sweep row with the figures its metrics left out but its axes or config say: the
+    swept fields under their JSON names (not ``auto`` slots), the names of what it ran."""
+    for name, (section, key) in SWEPT_FIELDS.items():
+        block = nested.get(section)
+        value = block.get(key) if isinstance(block, Mapping) else None
+        if name not in nested and value is not None and value != "auto":
+            nested[name] = value
+    for part, value in subject.items():
+        nested.setdefault(part, value)
+    return nested
+
+
 def _table(table: Mapping[str, Any]) -> dict[str, list[Any]]:
     """Columns of NumPy arrays (or lists) as JSON-safe lists."""
     return {str(k): (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in table.items()}
@@ -278,7 +313,11 @@ def as_runs(results: Any) -> list[RunPoint]:
     """
     if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
         rows = results.to_dict(orient="records")
-        return [RunPoint.of_mapping(_unflatten(row), row) for row in rows]
+        subject = _sweep_subject(results)
+        return [
+            RunPoint.of_mapping(_sweep_row(_unflatten(row), subject), {**subject, **row})
+            for row in rows
+        ]
     if (
         isinstance(results, Mapping)
         or not isinstance(results, Iterable)

@@ -8,7 +8,10 @@ spec's own strings: what the reader typed is what the reader sees.
 (``rdu_sim.sweep.load`` records the spec's axes in ``frame.attrs["axes"]``): the x axis (the
 first swept axis that is a quantity), the metric, and a line per value of every other swept
 axis that is not tied to the x axis or to an earlier line axis (a ``zip`` of ``parallelism.tp``
-with ``hw.system.sockets`` is one axis, not two). That is ``rdu-sim plot sweep DB``.
+with ``hw.system.sockets`` is one axis, not two). That is ``rdu-sim plot sweep DB``. The x
+axis is named in words with its unit (``config.field_docs``) over its path; the title names
+the sweep and the model and hardware its points ran (``frame.attrs``, read off each point's
+resolved config).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from rdu_sim.config import units
+from rdu_sim.config.field_docs import axis_label
 from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
 from rdu_sim.report.plots_style import color_for, figure_title, legend_outside, new_figure
 from rdu_sim.report.sweep_frame import cell_key as _key
@@ -28,6 +32,7 @@ from rdu_sim.report.sweep_frame import swept_axes
 __all__ = [
     "DEFAULT_METRICS",
     "METRIC_LABELS",
+    "axis_title",
     "design_space",
     "quantity",
     "sweep_plot",
@@ -36,6 +41,7 @@ __all__ = [
 
 METRIC_LABELS: dict[str, tuple[str, float]] = {
     "decode_tokens_per_s": ("decode throughput (tokens/s)", 1.0),
+    "steady_decode_tokens_per_s": ("decode throughput, all slots busy (tokens/s)", 1.0),
     "batch_capacity": ("batch capacity (slots)", 1.0),
     "batch_slots": ("batch slots", 1.0),
     "prefill_s": ("prefill time (ms)", 1e3),
@@ -80,6 +86,8 @@ def _label(metric: str) -> tuple[str, float]:
         return METRIC_LABELS[metric]
     if metric.endswith("_bytes"):
         return f"{metric} (GiB)", 1.0 / 2**30
+    if metric.endswith("per_s"):  # a rate, not a time
+        return f"{metric} (per s)", 1.0
     if metric.endswith("_s"):
         return f"{metric} (ms)", 1e3
     return metric, 1.0
@@ -137,7 +145,7 @@ def design_space(
             color=color_for(label, i),
         )
     ax.set_xticks(range(len(xs_all)), [_tick(shown[v]) for v in xs_all])
-    ax.set_xlabel(x)
+    ax.set_xlabel(axis_title(x))
     ax.set_ylabel(ylabel + (" (mean over other axes)" if averaged else ""))
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
@@ -190,11 +198,20 @@ def _is_quantity(values: Any) -> bool:
     return True
 
 
+def axis_title(path: str) -> str:
+    """A swept axis in words with its unit, over the path a user types to set it (the path
+    alone when its field has no description)."""
+    words = axis_label(path)
+    return path if words == path else f"{words}\n{path}"
+
+
 def _single(frame: Any, column: str) -> str | None:
-    """The one value of ``column`` in every row, else None."""
-    if column not in frame.columns:
-        return None
-    values = {str(v) for v in frame[column] if v is not None and _key(v) != "null"}
+    """The one value of ``column`` in every row (else the one name ``rdu_sim.sweep.load``
+    read off every point's resolved config), else None."""
+    if column in frame.columns:
+        values = {str(v) for v in frame[column] if v is not None and _key(v) != "null"}
+    else:
+        values = {str(v) for v in getattr(frame, "attrs", {}).get(column) or []}
     return values.pop() if len(values) == 1 else None
 
 

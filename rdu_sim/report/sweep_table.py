@@ -2,8 +2,9 @@
 
 Read from the sweep database's frame (``rdu_sim.sweep.load``, in the spec's grid order), so
 what the table shows is what ``--export`` writes and ``rdu-sim plot sweep`` draws. Each axis
-is said in words under the table (``config.field_docs``); a metric's value is shown in the
-unit its name carries (``_s`` in seconds, ``_bytes`` in bytes).
+is said in words under the tables (``config.field_docs``); a metric's value is shown in the
+unit its name carries (``_s`` in seconds, ``bytes`` in bytes). Metrics that do not fit the
+console's width beside the axes go to a further table, never cut.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rdu_sim import human
 from rdu_sim.config.field_docs import axis_label
 from rdu_sim.report.sweep_frame import swept_axes
 
-__all__ = ["HEADLINE_METRICS", "MAX_ROWS", "format_metric", "sweep_table"]
+__all__ = ["HEADLINE_METRICS", "MAX_ROWS", "format_metric", "sweep_tables", "table_notes"]
 
 MAX_ROWS = 100
 """Points shown; a larger sweep shows its first ones and says where the rest are."""
@@ -45,14 +46,15 @@ def _missing(value: Any) -> bool:
 
 def format_metric(name: str, value: Any) -> str:
     """A metric's value for people, in the unit its name says: ``12.3 ms`` for ``*_s`` (and
-    its percentiles), ``1.5 GiB`` for ``*_bytes``, ``1,374`` for counts and rates."""
+    its percentiles), ``1.5 GiB`` for a name with ``bytes`` in it, ``1,374`` for counts and
+    rates."""
     if _missing(value):
         return human.MISSING
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
     parts = name.split(".")
-    unit = next((p for p in reversed(parts) if p.endswith(("_s", "_bytes", "bytes"))), "")
-    if unit.endswith("bytes"):
+    unit = next((p for p in reversed(parts) if p.endswith("_s") or "bytes" in p), "")
+    if "bytes" in unit:
         return human.size(value)
     if unit.endswith("_s") and not unit.endswith("per_s"):
         return human.duration(value)
@@ -68,35 +70,65 @@ def _metrics(frame: Any, axes: Sequence[str], named: Sequence[str] | None) -> li
     return [m for m in HEADLINE_METRICS if m in frame.columns and m not in axes]
 
 
-def sweep_table(frame: Any, metrics: Sequence[str] | None = None, title: str = "") -> Table:
-    """One row per point: status, each swept axis's value, each metric (``metrics``: the
-    spec's list; None: :data:`HEADLINE_METRICS`)."""
+PADDING = 3
+"""Characters a column takes beside its widest cell (rich's SIMPLE_HEAD padding)."""
+
+
+def sweep_tables(
+    frame: Any, metrics: Sequence[str] | None = None, title: str = "", width: int = 160
+) -> list[Table]:
+    """One row per point: each swept axis's value, then each metric (``metrics``: the spec's
+    list; None: :data:`HEADLINE_METRICS`), then the status when a point failed. Metrics that
+    do not fit ``width`` beside the axes go to a further table that repeats the axes, so
+    every value shows whole."""
     axes = swept_axes(frame)
     shown = _metrics(frame, axes, metrics)
     failed = "status" in frame.columns and bool((frame["status"] != "done").any())
-    table = Table(title=title or None, title_justify="left", box=box.SIMPLE_HEAD)
-    for column in (*axes, *shown):  # a header is the path a user types: never cut
-        table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
+    records = frame.to_dict("records")[:MAX_ROWS]
+    columns: dict[str, list[str]] = {a: [_axis_value(r[a]) for r in records] for a in axes}
+    for metric in shown:
+        columns[metric] = [format_metric(metric, r[metric]) for r in records]
     if failed:
-        table.add_column("status", no_wrap=True, overflow="ellipsis")
-    records = frame.to_dict("records")
-    for record in records[:MAX_ROWS]:
-        cells = [_axis_value(record[a]) for a in axes]
-        cells += [format_metric(m, record[m]) for m in shown]
-        if failed:
-            status = str(record.get("status"))
-            error = record.get("error")
-            if status != "done" and isinstance(error, str):
-                status += f": {' '.join(error.split())[:MAX_ERROR_CHARS]}"
-            cells.append(status)
-        table.add_row(*cells)
-    notes = [f"{axis}: {axis_label(axis)}" for axis in axes if axis_label(axis) != axis]
-    if len(records) > MAX_ROWS:
-        notes.append(f"first {MAX_ROWS} of {len(records)} points")
-    if notes:
-        table.caption = "; ".join(notes)
-        table.caption_justify = "left"
-    return table
+        columns["status"] = [_status(r) for r in records]
+    widths = {name: max([len(name), *map(len, cells)]) + PADDING for name, cells in columns.items()}
+    lead = sum(widths[a] for a in axes)
+    chunks: list[list[str]] = [[]]
+    for name in [*shown, *(["status"] if failed else [])]:
+        used = lead + sum(widths[c] for c in chunks[-1])
+        if chunks[-1] and used + widths[name] > width:
+            chunks.append([])
+        chunks[-1].append(name)
+    tables = []
+    for i, chunk in enumerate(chunks):
+        part = f" ({i + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+        table = Table(title=f"{title}{part}" or None, title_justify="left", box=box.SIMPLE_HEAD)
+        for name in (*axes, *chunk):
+            left = name == "status"
+            table.add_column(name, justify="left" if left else "right", no_wrap=True)
+        for row in range(len(records)):
+            table.add_row(*(columns[name][row] for name in (*axes, *chunk)))
+        tables.append(table)
+    return tables
+
+
+def table_notes(frame: Any) -> list[str]:
+    """What each swept axis means (its field's words and unit), and how many points the
+    tables left out."""
+    notes = [
+        f"{axis}: {axis_label(axis)}" for axis in swept_axes(frame) if axis_label(axis) != axis
+    ]
+    if len(frame) > MAX_ROWS:
+        notes.append(f"(the tables show the first {MAX_ROWS} of {len(frame)} points)")
+    return notes
+
+
+def _status(record: dict[str, Any]) -> str:
+    """``done``, or ``failed: <the error's first words>``."""
+    status = str(record.get("status"))
+    error = record.get("error")
+    if status != "done" and isinstance(error, str):
+        status += f": {' '.join(error.split())[:MAX_ERROR_CHARS]}"
+    return status
 
 
 def _axis_value(value: Any) -> str:

@@ -135,12 +135,17 @@ def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
     weights = 2.0e9 * scenario.model.layers / max(1, scenario.tp)
     step_s = weights / (hbm.bandwidth * hbm.efficiency) + 1e-5 * slots
     kv_bytes = 131072 * slots * workload.serving.max_context
+    per_slot = 131072 * workload.serving.max_context
     return {
         "model": scenario.model.name,
         "max_context": workload.serving.max_context,
         "kv_policy": workload.kv.policy,
         "batch_slots": slots,
+        "batch_capacity": max(1, int((hbm.capacity - weights) // per_slot)),
+        "kv_bytes_per_slot": per_slot,
         "decode_tokens_per_s": slots / step_s,
+        "steady_decode_tokens_per_s": slots / step_s,
+        "requests_truncated": 0,
         "ttft_s": {"p50": 40 * step_s, "p90": 50 * step_s, "p99": 60 * step_s},
         "tpot_s": {"p50": step_s, "p90": 1.1 * step_s, "p99": 1.2 * step_s},
         "memory": {

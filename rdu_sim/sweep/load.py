@@ -6,7 +6,8 @@ version and worker; ``frame.attrs["axes"]`` lists the axis columns. An axis or m
 like one of these bookkeeping columns (a metric ``version``) is ``overrides.NAME`` or
 ``metrics.NAME`` instead (``store.flat_name``), so no name means two things. Failed points have
 empty metric columns and their error text. Rows are in the order of the keys asked for (a
-spec's grid order), else by sweep and key.
+spec's grid order), else by sweep and key. ``frame.attrs`` also names the workload, model and
+hardware the points ran (from each row's resolved config), for figure titles.
 
 An export holds the results only: the provenance of each run (when, where and how long it
 ran, how often) differs between two runs of the same points, so it is left out unless
@@ -44,10 +45,12 @@ def load(
         rows = store.rows(keys=keys, sweep=sweep)
     axes: dict[str, None] = {}
     metrics: dict[str, None] = {}
+    names: dict[str, dict[str, None]] = {part: {} for part in SUBJECT}
     records: list[dict[str, Any]] = []
     for row in rows:
         overrides = {flat_name(k, "overrides"): v for k, v in row["overrides"].items()}
         values = {flat_name(k, "metrics"): v for k, v in (row["metrics"] or {}).items()}
+        _subject(row["config"], names)
         axes.update(dict.fromkeys(overrides))
         metrics.update(dict.fromkeys(values))
         record = {name: row[name] for name in (*_LEADING, *_TRAILING)}
@@ -58,7 +61,25 @@ def load(
     columns = [*_LEADING, *axes, *(m for m in metrics if m not in axes), *_TRAILING]
     frame = pd.DataFrame.from_records(records, columns=columns)
     frame.attrs["axes"] = list(axes)  # which columns the spec varied (plots go along them)
+    for part, seen in names.items():  # what was simulated, for titles: each name once
+        frame.attrs[part] = list(seen)
     return frame
+
+
+SUBJECT = ("workload", "model", "hardware")
+"""The parts of a point's resolved config whose names a figure's title gives
+(``frame.attrs[part]``: the distinct names over the rows, first seen first)."""
+
+
+def _subject(config: Any, names: dict[str, dict[str, None]]) -> None:
+    """Record the workload, model and hardware names of one point's resolved config."""
+    if not isinstance(config, dict):
+        raise ValueError("the resolved config is not a JSON object")
+    for part in SUBJECT:
+        block = config.get(part)
+        name = block.get("name") if isinstance(block, dict) else None
+        if isinstance(name, str):
+            names[part].setdefault(name)
 
 
 def parquet_available() -> bool:
