@@ -28,16 +28,18 @@ when prefill work waits for the next boundary). An arrival during such a run, wh
 free, cuts it at the next step boundary -- exactly where a step-by-step server would have
 seen it. Time is integer picoseconds, so ``k * step`` is exact.
 
-A server alone (``run_alone``, what ``serving.simulate`` runs) knows its arrivals in advance
-(``serving.arrivals``: the open loop's times, the closed loop's completions), so it needs no
-simulation events at all: it keeps its own clock, lands the arrivals due by the end of each
-step, and cuts a decode run where the next arrival falls. A cluster replica's requests come
-from a router at run time: it is a SimPy process (``Server(..., arrivals=None)``) that waits
-for each step's end. A prefill or decode replica then settles same-instant events (KV
-hand-offs its own steps cause) before deciding; a mixed one needs that only at time 0, and
-moves its run's end event when an arrival cuts the run (:meth:`_cut_now`). A mixed replica's
-process can also run on a :class:`Timeline` instead of SimPy (a cluster's event heap): the
-same generator, yielding the times of its step ends, resumed in SimPy's order.
+Every server runs on des's serving loop (``rdu_sim.des.timeline.Timeline``, integer
+picoseconds, ``des.order``'s same-instant order). A server alone (what ``serving.simulate``
+runs) knows its arrivals in advance (``serving.arrivals``: the open loop's times, the closed
+loop's completions): it is a driver of the loop that yields its step ends, lands the arrivals
+due by the end of each step, and cuts a decode run where the next arrival falls; no event
+object at all. A cluster replica's requests come from a router at run time. A mixed replica
+is a driver too, yielding its step ends and idling until an arrival wakes it; an arrival that
+cuts its decode run moves its resumption earlier (:meth:`_cut_now`). A prefill or decode
+replica is a SimPy process on the same loop: it settles same-instant events (KV hand-offs its
+own steps cause) before deciding, and waits on the events of its hand-offs. The same
+generator (:meth:`_run`) runs as a driver or as a SimPy process; ``simpy.Environment`` runs
+it too, as the tests' oracle.
 
 In a cluster (``rdu_sim.cluster``) a server is one replica: ``hooks`` (``serving.hooks``)
 let a prefix cache shorten prefills, and ``role`` splits serving in two. A ``prefill``
@@ -53,12 +55,14 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from operator import attrgetter
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import simpy
-from simpy.events import Event, EventPriority
+from simpy.events import Event
 
+from rdu_sim.des.order import LATE
 from rdu_sim.des.simpy_events import redirect, scheduled
+from rdu_sim.des.timeline import IDLE, Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, Arrivals
 from rdu_sim.serving.buckets import prefill_step
@@ -72,10 +76,6 @@ from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.shapes import StepShape
 
 _NOW = attrgetter("now")
-
-LATE = EventPriority(2)
-"""Event priority of the server's own wake-ups: after every normal event (arrivals, users
-resubmitting) at the same instant, so a decision sees everything that happened by then."""
 
 Progress = Callable[[int, int], None]
 Priority = Literal["prefill_first", "decode_first"]
@@ -91,40 +91,6 @@ class ServerConfig:
     prefill_priority: Priority = "prefill_first"
     prefill_chunk_tokens: int | None = None
     role: Role = "mixed"  # prefill and decode replicas need ``hooks`` that move the KV cache
-
-
-class Timeline(Protocol):
-    """What drives a mixed cluster replica without SimPy (``rdu_sim.cluster.event_heap``):
-    the clock, and the resumptions it orders as SimPy would (a wake after every arrival at
-    its instant, a step end after every wake)."""
-
-    @property
-    def now(self) -> int:
-        """Now, in integer picoseconds."""
-        ...
-
-    def wake(self, server: Server) -> None:
-        """Resume ``server``, idle until now, at this instant (SimPy: a NORMAL event)."""
-        ...
-
-    def move(self, server: Server, at: int) -> None:
-        """``server``'s pending step end moves to ``at`` (SimPy: a new LATE event)."""
-        ...
-
-
-class Idle:
-    """What an idle server on a timeline waits for: a wake (SimPy: ``env.event()``)."""
-
-    __slots__ = ("server", "timeline", "triggered")
-
-    def __init__(self, server: Server, timeline: Timeline) -> None:
-        self.server = server
-        self.timeline = timeline
-        self.triggered = False
-
-    def succeed(self) -> None:
-        self.triggered = True
-        self.timeline.wake(self.server)
 
 
 def _trigger(wake: Event, _event: Event) -> None:
@@ -155,7 +121,7 @@ class Server:
 
     def __init__(
         self,
-        env: simpy.Environment | Timeline | None,
+        env: Timeline | simpy.Environment,
         config: ServerConfig,
         policy: KVPolicy,
         cache: StepCache,
@@ -176,23 +142,22 @@ class Server:
         ``speculation``: a draft's steps and rounds (``serving.speculative``).
         ``facts``: the policy's memoised per-prompt answers (:class:`PromptFacts`), shared
         by the servers of one policy; a server alone makes its own.
-        ``arrivals``: the requests of a server alone, served by :meth:`run_alone` without
-        SimPy events (``env`` may be None); without them the server is a SimPy process in
-        ``env``, fed by :meth:`submit`, or, when ``env`` is a :class:`Timeline`, the same
-        process driven by it (:meth:`driven`: a mixed replica, its steps' ends yielded as
-        times instead of SimPy events)."""
+        ``arrivals``: the requests of a server alone, which it lands itself as its clock
+        passes them (a driver of ``env``, a ``Timeline``). Without them the server is fed by
+        :meth:`submit`: a driver of a ``Timeline`` when mixed, else a SimPy process in
+        ``env`` (a ``simpy.Environment`` runs any server but one alone, as an oracle)."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         if speculation is not None and (hooks is not None or config.role != "mixed"):
             raise ValueError("a speculative server runs alone, without cluster hooks")
         if arrivals is not None and (hooks is not None or forever):
             raise ValueError("a server given its arrivals runs alone, without cluster hooks")
-        if arrivals is None and env is None:
-            raise ValueError("a server without its arrivals is a SimPy process: it needs an env")
-        self._timeline = None if env is None or isinstance(env, simpy.Environment) else env
-        if self._timeline is not None and (config.role != "mixed" or arrivals is not None):
-            raise ValueError("only a mixed cluster replica runs on a timeline")
-        self._env = env
+        if arrivals is not None and not isinstance(env, Timeline):
+            raise ValueError("a server given its arrivals is a driver: it needs a Timeline")
+        # a driver of the timeline (no event objects), or a SimPy process (settles, hand-offs)
+        driven = isinstance(env, Timeline) and config.role == "mixed"
+        self._timeline = env if driven and isinstance(env, Timeline) else None
+        self.env = env
         self.config = config
         self.policy = policy
         self._prompt_facts = facts if facts is not None else PromptFacts(policy)
@@ -206,7 +171,8 @@ class Server:
         self._rounds = rounds  # the slots run speculative rounds (``RoundSlots``)
         self.queue: deque[int] = deque()
         self.completed = 0
-        self._wake: Event | Idle | None = None
+        self._wake: Event | None = None  # what a SimPy process waits on, idle
+        self._idle = False  # a driver waits for a wake
         self._last_was_prefill = False
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
@@ -218,14 +184,11 @@ class Server:
         self.arrivals = arrivals
         self._due = NEVER if arrivals is None else arrivals.next_time()  # its next arrival
         self._longest_step_s = lambda: cache.longest_step_s  # for the clock's range error
-        self.now = 0  # the clock of a server alone (a process reads the environment's)
-        # Now, in integer picoseconds (~13 reads a request): a server alone's own clock, a
-        # timeline's, or SimPy's; C calls (attrgetter) where a method would cost twice as much
+        # Now, in integer picoseconds (~13 reads a request): the timeline's or SimPy's; C
+        # calls (attrgetter) where a method would cost twice as much
         self._clock: Callable[[], int]
-        if arrivals is not None:
-            self._clock = partial(_NOW, self)
-        elif self._timeline is not None:
-            self._clock = partial(_NOW, self._timeline)
+        if isinstance(env, Timeline):
+            self._clock = partial(_NOW, env)
         else:
             self._clock = self._simpy_now
         # Only prefill and decode replicas see same-instant events their own steps cause
@@ -234,20 +197,12 @@ class Server:
         self._run_end: Event | int | None = None  # a mixed process's cuttable decode run's end
         self._run_plan = (0, 0, 1)  # and its (start, steps, step)
         self.process: simpy.Process | None = None
-        if arrivals is None and isinstance(env, simpy.Environment):
+        self._who = 0  # its number as a driver of the timeline
+        if self._timeline is not None:
+            work = self._run() if arrivals is None else self._alone()
+            self._who = self._timeline.start(work, LATE, endless=forever)
+        else:
             self.process = env.process(self._run())  # type: ignore[arg-type]
-
-    def driven(self) -> Generator[Event | Idle | int, Any, None]:
-        """The process of a server on a timeline: it yields the time (ps) of its next step
-        end, or what it waits for when idle (:class:`Timeline` resumes it)."""
-        return self._run()
-
-    @property
-    def env(self) -> simpy.Environment | Timeline:
-        """The clock of a server process: its SimPy environment or its timeline (a server
-        alone runs without one)."""
-        assert self._env is not None, "a server alone has no SimPy environment"
-        return self._env
 
     def _simpy_now(self) -> int:
         """Now on the SimPy clock, in integer picoseconds."""
@@ -312,7 +267,12 @@ class Server:
         )
 
     def _poke(self) -> None:
-        if self._wake is not None and not self._wake.triggered:
+        """Something arrived now: wake the server if idle, or cut its decode run."""
+        if self._idle:
+            self._idle = False
+            assert self._timeline is not None
+            self._timeline.wake(self._who)
+        elif self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._run_end is not None:
             self._cut_now()
@@ -332,47 +292,50 @@ class Server:
         timeline = self._timeline
         if timeline is not None:
             assert isinstance(new, int)
-            timeline.move(self, new)
+            timeline.move(self._who, new)
             return
         assert isinstance(old, Event) and isinstance(new, Event) and self.process is not None
         redirect(self.process, old, new)
 
-    # --- the scheduler alone ------------------------------------------------------------------
-    def run_alone(self) -> None:
-        """Serve every request of ``arrivals`` on the server's own clock, no SimPy events.
+    # --- the scheduler alone ---------------------------------------------------------------
+    def _alone(self) -> Generator[int, Any, None]:
+        """A server alone as a driver of its timeline: serve every request of ``arrivals``,
+        yielding each step's end.
 
         Arrivals due at a decision land first (a process settles same-instant events before
-        deciding); those due during a step land as the clock passes them; a decode run is cut
-        where the next arrival falls (:meth:`_cut`). Stops early only if nothing is left to
-        arrive (``serving.simulate`` then reports the requests that never completed)."""
-        arrivals = self.arrivals
-        assert arrivals is not None and self._until is not None
+        deciding); those due during a step land as the step is taken (:meth:`_pass`); a
+        decode run is cut where the next arrival falls (:meth:`_cut`). Stops early only if
+        nothing is left to arrive (``serving.simulate`` then reports the requests that never
+        completed)."""
+        assert self.arrivals is not None and self._until is not None
+        clock = self._clock
         while self.completed < self._until:
-            if self._due <= self.now:
-                self._land(self.now, record=False)  # the decision records this instant
-            action = self._decide(self.now)
+            now = clock()
+            if self._due <= now:
+                self._land(now, record=False)  # the decision records this instant
+            action = self._decide(now)
             if action == "admit" or action == "prefill":
                 for delay in self._prefill():
-                    self._advance(delay)
+                    yield self._pass(delay)
             elif action == "decode":
                 shape, bucket, steps, step = self._decode_plan()
-                start = self.now
-                advance(start, steps * step, self._longest_step_s)  # the uncut run's range
-                steps = self._cut(start, steps, step, self._due)
-                self._advance(steps * step)
+                advance(now, steps * step, self._longest_step_s)  # the uncut run's range
+                steps = self._cut(now, steps, step, self._due)
+                yield self._pass(steps * step)
                 self._decode_done(shape, bucket, steps)
             elif self._due == NEVER:
                 return
             else:
-                self.now = self._due
-        self._record(self.now)
+                yield self._due
+        self._record(clock())
 
-    def _advance(self, delay: int) -> None:
-        """A server alone: the clock moves ``delay`` ps on, landing the arrivals it passes."""
-        end = advance(self.now, delay, self._longest_step_s)
+    def _pass(self, delay: int) -> int:
+        """A server alone: the time ``delay`` ps from now, the arrivals due by then landed
+        (during a step, the slots' state is the step's, as a step-by-step server records)."""
+        end = advance(self._clock(), delay, self._longest_step_s)
         if self._due <= end:
             self._land(end)
-        self.now = end
+        return end
 
     def _cut(self, start: int, steps: int, step: int, arrival: int) -> int:
         """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a
@@ -387,7 +350,7 @@ class Server:
         return steps
 
     # --- the process ------------------------------------------------------------------------
-    def _run(self) -> Generator[Event | Idle | int, Any, None]:
+    def _run(self) -> Generator[Event | int | object, Any, None]:
         settle = True  # the first decision waits for every arrival at time 0
         while self._until is None or self.completed < self._until:
             if settle:
@@ -404,12 +367,13 @@ class Server:
             elif action == "decode":
                 yield from self._decode()
             else:
-                if self._timeline is None:
-                    self._wake = self.env.event()  # type: ignore[union-attr]
+                if self._timeline is not None:
+                    self._idle = True
+                    yield IDLE
                 else:
-                    self._wake = Idle(self, self._timeline)
-                yield self._wake
-                self._wake = None
+                    self._wake = self.env.event()
+                    yield self._wake
+                    self._wake = None
         self._record(int(self.env.now))
 
     def _prefill_candidate(self) -> int | None:
@@ -612,17 +576,16 @@ class Server:
                 self._run_end = None
                 steps = self._run_plan[1]
             else:
-                env = self.env
-                assert isinstance(env, simpy.Environment)
-                wake = self._wake = env.event()
+                wake = self._wake = self.env.event()
                 boundary = self._at(end - start)
                 assert isinstance(boundary, Event)
                 boundary.callbacks.append(partial(_trigger, wake))  # (one event, not an AnyOf)
                 yield wake
                 self._wake = None
                 if not boundary.processed:
-                    steps = self._cut(start, steps, step, int(env.now))
-                    yield self._at(start + steps * step - int(env.now))
+                    now = self._clock()
+                    steps = self._cut(start, steps, step, now)
+                    yield self._at(start + steps * step - now)
         else:
             yield self._at(end - start)
         self._decode_done(shape, bucket, steps)
@@ -665,13 +628,10 @@ class Server:
         """A LATE event ``delay`` ps from now (a step boundary or a settle point;
         SimulatedTimeError rather than a time past the clock's range, ``serving.clock``); on
         a timeline, the time it falls at."""
-        timeline = self._timeline
-        if timeline is not None:
-            return advance(timeline.now, delay, self._longest_step_s)
-        env = self.env
-        assert isinstance(env, simpy.Environment)
-        advance(int(env.now), delay, self._longest_step_s)
-        at: Event = scheduled(env, delay, LATE)
+        end = advance(self._clock(), delay, self._longest_step_s)
+        if self._timeline is not None:
+            return end
+        at: Event = scheduled(self.env, delay, LATE)
         return at
 
     def _record(self, now: int) -> None:

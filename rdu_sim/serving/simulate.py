@@ -2,7 +2,8 @@
 
 This wires the pieces without knowing where step times come from: ``step_cache`` wraps any
 ``shape -> StepCost`` function (the engine in production, a formula in tests). A server alone
-knows its arrivals, so it runs on its own clock without SimPy events (``Server.run_alone``).
+knows its arrivals, so it lands them itself: it is the one driver of its serving loop
+(``des.timeline``), resumed at each step's end, without event objects.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import Arrivals, ClosedLoop, OpenLoop
 from rdu_sim.serving.clock import MAX_ARRIVAL_S, PS_PER_S, SimulatedTimeError
@@ -52,8 +54,9 @@ def serve(
                 "serving clock (int64 picoseconds) can hold with room left to serve it"
             )
         arrivals = OpenLoop(np.rint(requests.arrival_s * PS_PER_S).astype(np.int64))
+    timeline = Timeline()
     server = Server(
-        None,
+        timeline,
         config,
         policy,
         step_cache,
@@ -62,7 +65,7 @@ def serve(
         speculation=speculation,
         arrivals=arrivals,
     )
-    server.run_alone()
+    timeline.run()
     if server.completed != total:
         raise RuntimeError(
             f"serving stopped with {server.completed} of {total} requests completed (scheduler bug)"
