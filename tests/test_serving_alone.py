@@ -37,6 +37,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, ClosedLoop, OpenLoop
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
+from rdu_sim.serving.scheduler import Scheduler
 from rdu_sim.serving.server import Server, ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
@@ -197,7 +198,7 @@ def test_closed_loop_source_hands_out_ids_in_submission_order() -> None:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_a_completion_moves_the_next_arrival_only_when_none_was_known(seed: int) -> None:
-    """What ``Server._complete`` relies on to skip re-reading ``next_time``: a completion's
+    """What ``Server._completed`` relies on to skip re-reading ``next_time``: a completion's
     request comes after every one already known, for both sources."""
     rng = np.random.default_rng(seed)
     sources = [ClosedLoop(users=3, total=40), OpenLoop(np.sort(rng.integers(0, 500, 40)))]
@@ -249,11 +250,11 @@ def test_a_decision_before_an_admission_needs_no_row(
     )
     lean = serve(requests, policy, StepCache(round_step), config)
 
-    def recording_every_decision(server: Server, now: int) -> str:
-        server._record(now)
-        return server._choose()
+    def recording_every_decision(scheduler: Scheduler, now: int) -> str:
+        scheduler.record(now)
+        return scheduler._choose()
 
-    monkeypatch.setattr(Server, "_decide", recording_every_decision)
+    monkeypatch.setattr(Scheduler, "decide", recording_every_decision)
     full = serve(requests, policy, StepCache(round_step), config)
     assert len(full.series) == len(lean.series) > len(requests)
     np.testing.assert_array_equal(full.series.times(), lean.series.times())
