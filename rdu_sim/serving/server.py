@@ -24,6 +24,7 @@ Hand-offs that complete mid-step take effect at the next step boundary, like arr
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Generator
 from functools import partial
 from operator import attrgetter
@@ -162,7 +163,7 @@ class Server:
         return self.scheduler.slots
 
     @property
-    def queue(self) -> Any:
+    def queue(self) -> deque[int]:
         """The requests waiting for a slot, oldest first."""
         return self.scheduler.queue
 
