@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import simpy
 from simpy.events import NORMAL, URGENT
 
+import rdu_sim
 from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.des.simpy_events import redirect, scheduled
 
@@ -218,3 +220,18 @@ def test_redirect_moves_a_waiting_process_to_another_event() -> None:
     env.process(cutter())
     env.run()
     assert log == [(5, "woke with earlier"), (10, "first fired")]
+
+
+def test_no_module_outside_des_touches_simpys_private_attributes() -> None:
+    """SimPy's private protocol (what a release may change) is used only in rdu_sim/des/."""
+    root = Path(rdu_sim.__file__).parent
+    private = re.compile(r"\._ok\b|\._value\b|_resume|_target\b|_active_proc|\._defused\b")
+    hits = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        if path.parent.name != "des"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
+    assert hits == []
+    assert private.search((root / "des" / "simpy_events.py").read_text())  # the rule can fire

@@ -1,17 +1,19 @@
-"""A server alone (its own clock, no SimPy events) schedules exactly as a SimPy process does.
+"""A server alone (a driver of des's timeline, no event objects) schedules exactly as a SimPy
+process does.
 
-Three ways of serving the same open-loop requests must agree to the picosecond, in every
-per-request time, the time series, the step counts and (for the two processes) the
-outstanding tokens a router reads at each arrival:
+Four ways of serving the same open-loop requests must agree to the picosecond, in every
+per-request time, the time series, the step counts and (for the processes) the outstanding
+tokens a router reads at each arrival:
 
-- ``run_alone``: arrivals pulled from a known schedule, decode runs cut where the next one
+- a server alone: arrivals pulled from a known schedule, decode runs cut where the next one
   falls, computed when the run starts (``serving.simulate``);
-- a mixed process (a cluster replica without hooks): one settle at time 0, a cut run's end
-  moved to the step in flight;
-- the same process forced to settle after every step and to cut runs by a wake event (what
-  every replica did before, and prefill/decode replicas still do).
+- a mixed replica (a cluster replica without hooks) as a driver of a Timeline, fed by an
+  arrivals driver: one settle at time 0, a cut run's resumption moved to the step in flight;
+- the same as a SimPy process in ``simpy.Environment`` (its end event moved);
+- that process forced to settle after every step and to cut runs by a wake event (what
+  prefill/decode replicas do).
 
-All three must also match ``reference_serve`` (tests/test_serving_batched.py), which steps
+All four must also match ``reference_serve`` (tests/test_serving_batched.py), which steps
 one step at a time and so shares none of the cut arithmetic. Step times are round numbers
 here so that arrivals fall exactly on step boundaries and many share an instant: the ties a
 wrong boundary rule would get wrong.
@@ -28,11 +30,14 @@ import simpy
 from test_serving_batched import reference_serve
 
 from rdu_sim.config.workload import KVConfig
+from rdu_sim.des.order import NORMAL
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, ClosedLoop, OpenLoop
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
+from rdu_sim.serving.scheduler import Scheduler
 from rdu_sim.serving.server import Server, ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
@@ -72,10 +77,17 @@ def policy_of(name: str) -> KVPolicy:
 
 
 def by_process(
-    requests: RequestSet, policy: KVPolicy, config: ServerConfig, settle_every_step: bool
+    requests: RequestSet,
+    policy: KVPolicy,
+    config: ServerConfig,
+    settle_every_step: bool,
+    timeline: bool = False,
 ) -> tuple[ServingRecords, StepCache, list[int]]:
-    """Serve with a SimPy process fed at the arrival times; the outstanding tokens read just
-    before each arrival (what a router sees)."""
+    """Serve with a SimPy process fed at the arrival times (or, ``timeline``, a driver of
+    a Timeline fed by another); the outstanding tokens read just before each arrival (what
+    a router sees)."""
+    if timeline:
+        return _by_driver(requests, policy, config)
     env = simpy.Environment()
     cache = StepCache(round_step)
     records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
@@ -94,6 +106,31 @@ def by_process(
 
     env.process(feed())
     env.run()
+    assert server.completed == len(requests)
+    return records, cache, seen
+
+
+def _by_driver(
+    requests: RequestSet, policy: KVPolicy, config: ServerConfig
+) -> tuple[ServingRecords, StepCache, list[int]]:
+    line = Timeline()
+    cache = StepCache(round_step)
+    records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
+    server = Server(line, config, policy, cache, records)
+    assert server.process is None  # a driver, not a SimPy process
+    assert requests.arrival_s is not None
+    arrivals = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64).tolist()
+    seen: list[int] = []
+
+    def feed() -> Any:
+        for request, at in enumerate(arrivals):
+            if at > line.now:
+                yield at
+            seen.append(server.outstanding_tokens())
+            server.submit(request)
+
+    line.start(feed(), NORMAL)
+    line.run()
     assert server.completed == len(requests)
     return records, cache, seen
 
@@ -130,15 +167,16 @@ def test_alone_equals_both_processes(case: dict[str, Any], seed: int) -> None:
     alone = serve(requests, policy, cache, config)
     mixed, mixed_cache, mixed_seen = by_process(requests, policy, config, False)
     settling, settling_cache, settling_seen = by_process(requests, policy, config, True)
-    for other in (mixed, settling):
+    driven, driven_cache, driven_seen = by_process(requests, policy, config, False, True)
+    for other in (mixed, settling, driven):
         for name in ("arrival_ps", "admit_ps", "first_token_ps", "finish_ps", "slot"):
             np.testing.assert_array_equal(getattr(other, name), getattr(alone, name), name)
         np.testing.assert_array_equal(other.series.times(), alone.series.times())
         np.testing.assert_array_equal(other.series.counts(), alone.series.counts())
         counts = ("prefill_steps", "decode_steps", "decode_runs", "tokens_generated")
         assert [getattr(other, c) for c in counts] == [getattr(alone, c) for c in counts]
-    assert mixed_cache.steps == settling_cache.steps == cache.steps
-    assert mixed_seen == settling_seen  # the router's view at every arrival
+    assert mixed_cache.steps == settling_cache.steps == driven_cache.steps == cache.steps
+    assert mixed_seen == settling_seen == driven_seen  # the router's view at every arrival
     # and all three step as the naive one-step-at-a-time reference does (its own cut rule)
     expected = reference_serve(requests, policy, StepCache(round_step), *config_args(config))
     for name, key in (("admit_ps", "admit"), ("first_token_ps", "first"), ("finish_ps", "finish")):
@@ -160,7 +198,7 @@ def test_closed_loop_source_hands_out_ids_in_submission_order() -> None:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_a_completion_moves_the_next_arrival_only_when_none_was_known(seed: int) -> None:
-    """What ``Server._complete`` relies on to skip re-reading ``next_time``: a completion's
+    """What ``Server._completed`` relies on to skip re-reading ``next_time``: a completion's
     request comes after every one already known, for both sources."""
     rng = np.random.default_rng(seed)
     sources = [ClosedLoop(users=3, total=40), OpenLoop(np.sort(rng.integers(0, 500, 40)))]
@@ -212,37 +250,43 @@ def test_a_decision_before_an_admission_needs_no_row(
     )
     lean = serve(requests, policy, StepCache(round_step), config)
 
-    def recording_every_decision(server: Server, now: int) -> str:
-        server._record(now)
-        return server._choose()
+    def recording_every_decision(scheduler: Scheduler, now: int) -> str:
+        scheduler.record(now)
+        return scheduler._choose()
 
-    monkeypatch.setattr(Server, "_decide", recording_every_decision)
+    monkeypatch.setattr(Scheduler, "decide", recording_every_decision)
     full = serve(requests, policy, StepCache(round_step), config)
     assert len(full.series) == len(lean.series) > len(requests)
     np.testing.assert_array_equal(full.series.times(), lean.series.times())
     np.testing.assert_array_equal(full.series.counts(), lean.series.counts())
 
 
-def test_a_server_alone_needs_no_simpy_environment_and_a_process_does() -> None:
+def test_a_server_alone_is_a_driver_of_a_timeline() -> None:
     config, policy = ServerConfig(2, MAX_CONTEXT), policy_of("full")
 
     def records() -> ServingRecords:
         return ServingRecords(np.full(3, 100, np.int64), np.full(3, 4, np.int64))
 
+    line = Timeline()
     alone = Server(
-        None,
+        line,
         config,
         policy,
         StepCache(round_step),
         records(),
         arrivals=OpenLoop(np.zeros(3, np.int64)),
     )
-    alone.run_alone()
-    assert alone.completed == 3 and alone.process is None
-    with pytest.raises(AssertionError, match="no SimPy environment"):
-        _ = alone.env
-    with pytest.raises(ValueError, match="needs an env"):
-        Server(None, config, policy, StepCache(round_step), records())
+    line.run()
+    assert alone.completed == 3 and alone.process is None and line.now > 0
+    with pytest.raises(ValueError, match="needs a Timeline"):
+        Server(
+            simpy.Environment(),
+            config,
+            policy,
+            StepCache(round_step),
+            records(),
+            arrivals=OpenLoop(np.zeros(3, np.int64)),
+        )
 
 
 def test_a_request_that_ends_at_its_first_token_never_asks_for_a_decode_cache() -> None:

@@ -2,8 +2,8 @@
 
 A cluster composes serving instances (``rdu_sim.serving.server.Server``, one per replica, each
 a workload: hardware, model, KV policy, slots) with a router, optional prefix caches and
-a KV-transfer link, in one SimPy environment or (mixed replicas only) on one heap of
-next-event times (``event_heap``); it never reaches into the engine
+a KV-transfer link, on des's serving loop (``rdu_sim.des.timeline``); it never reaches into
+the engine
 (step times come through each pool's step function, which the API builds). docs/cluster.md
 describes the model and its metrics; ``rdu_sim.api.run_cluster`` runs one.
 """

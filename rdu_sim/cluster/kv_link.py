@@ -20,6 +20,7 @@ import math
 
 import simpy
 
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.serving.clock import MAX_PS, PS_PER_S, SimulatedTimeError, to_s
 
 
@@ -27,7 +28,7 @@ class KVLink:
     """Ports of ``replicas`` replicas; ``transfer`` returns the arrival event."""
 
     def __init__(
-        self, env: simpy.Environment, replicas: int, bandwidth: float, latency: float
+        self, env: Timeline | simpy.Environment, replicas: int, bandwidth: float, latency: float
     ) -> None:
         if bandwidth <= 0:
             raise ValueError(f"kv_transfer.bandwidth must be > 0, got {bandwidth}")
@@ -63,7 +64,8 @@ class KVLink:
         self.transfers += 1
         self.bytes += nbytes
         self.queued_ps += start - now
-        return self.env.timeout(arrival - now, value=arrival)
+        event: simpy.Event = self.env.timeout(arrival - now, value=arrival)
+        return event
 
     def serialise_ps(self, nbytes: int) -> int:
         """Picoseconds ``nbytes`` occupy a port (rounded up); SimulatedTimeError when no

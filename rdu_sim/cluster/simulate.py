@@ -1,6 +1,7 @@
-"""Run a cluster: replicas' servers, the router and the KV link in one SimPy environment,
-or, with no decode pool, on one heap of next-event times (``event_heap``: the same servers'
-processes and the same event order, without SimPy's events).
+"""Run a cluster: replicas' servers, the router and the KV link on des's serving loop
+(``des.timeline``: integer picoseconds, ``des.order``'s same-instant order). A mixed replica
+is a driver of the loop (its step ends and wakes, no event objects); a prefill or decode
+replica, the KV link and the hand-offs are SimPy processes and events on the same loop.
 
 One process replays the arrivals; at each arrival instant the router picks a replica of the
 front pool (mixed, or prefill when disaggregated) from the replicas' state at that instant,
@@ -26,7 +27,6 @@ import simpy
 from numpy.typing import NDArray
 from simpy.events import Event
 
-from rdu_sim.cluster.event_heap import EventHeap
 from rdu_sim.cluster.kv_link import KVLink
 from rdu_sim.cluster.load_board import LoadBoard
 from rdu_sim.cluster.records import REJECTED, SERVED, ClusterRecords
@@ -34,6 +34,8 @@ from rdu_sim.cluster.replica import PoolRuntime, Replica
 from rdu_sim.cluster.routers import make_router
 from rdu_sim.cluster.traffic import ClusterRequests, ContextFit
 from rdu_sim.config.cluster import KVTransferConfig
+from rdu_sim.des.order import NORMAL
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
@@ -48,7 +50,7 @@ class ReplicaGroup:
     or prefill) or the decode pools."""
 
     def __init__(
-        self, env: simpy.Environment | EventHeap, replicas: list[Replica], board: LoadBoard
+        self, env: Timeline | simpy.Environment, replicas: list[Replica], board: LoadBoard
     ) -> None:
         self.env = env
         self.replicas = replicas
@@ -78,7 +80,7 @@ class Cluster:
 
     def __init__(
         self,
-        env: simpy.Environment | EventHeap,
+        env: Timeline | simpy.Environment,
         requests: ClusterRequests,
         pools: Sequence[PoolRuntime],
         router: str,
@@ -102,7 +104,6 @@ class Cluster:
         self.back_router = make_router(router)
         self.link: KVLink | None = None
         if back:
-            assert isinstance(env, simpy.Environment), "hand-offs run on SimPy"
             link = kv_transfer or KVTransferConfig()
             self.link = KVLink(env, len(self.replicas), link.bandwidth, link.latency)
         self._sending: dict[int, tuple[int, Event]] = {}
@@ -160,7 +161,6 @@ class Cluster:
         replica = self.back.replicas[self.back_router.choose(request, self.back)]
         self.records.decode_replica[request] = replica.index
         replica.taken += 1
-        assert isinstance(self.env, simpy.Environment)
         sent = self.env.event()
         self._sending[request] = (source, sent)
         replica.server.enqueue(request)
@@ -188,10 +188,21 @@ class Cluster:
 
 
 def _arrivals(
-    env: simpy.Environment, arrival_ps: NDArray[np.int64], arrive: Callable[[int], None]
+    timeline: Timeline, arrival_ps: list[int], arrive: Callable[[int], None]
+) -> Generator[int, None, None]:
+    """Call ``arrive(i)`` at ``arrival_ps[i]`` (sorted): a driver of the loop, resumed at
+    NORMAL priority at each arrival instant (as SimPy's timeouts would resume a process)."""
+    for request, at in enumerate(arrival_ps):
+        if at > timeline.now:
+            yield at
+        arrive(request)
+
+
+def _simpy_arrivals(
+    env: simpy.Environment, arrival_ps: list[int], arrive: Callable[[int], None]
 ) -> Generator[Event, Any, None]:
-    """Call ``arrive(i)`` at ``arrival_ps[i]`` (sorted), in SimPy (:func:`_arrive`)."""
-    for request, at in enumerate(arrival_ps.tolist()):
+    """:func:`_arrivals` as a SimPy process (the oracle's)."""
+    for request, at in enumerate(arrival_ps):
         if at > env.now:
             yield env.timeout(at - env.now)
         arrive(request)
@@ -222,23 +233,22 @@ def simulate_cluster(
     kv_transfer: KVTransferConfig | None = None,
     progress: Progress | None = None,
     *,
-    heap: bool = True,
+    oracle: bool = False,
 ) -> ClusterRun:
     """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
-    ``heap``: drive a cluster of mixed replicas by an event heap (the default) rather than
-    SimPy (the same results: ``tests/test_cluster_heap.py`` compares the two)."""
+    ``oracle``: run every server as a SimPy process in ``simpy.Environment`` instead (the
+    same results: tests/test_cluster_heap.py compares the two)."""
     requests = fit.requests
-    arrival_ps = arrivals_ps(requests.arrival_s, "traffic")
-    if heap and all(p.config.role == "mixed" for p in pools):
-        timeline = EventHeap(sum(p.replicas for p in pools))
+    arrival_ps = arrivals_ps(requests.arrival_s, "traffic").tolist()
+    if not oracle:
+        timeline = Timeline()
         cluster = Cluster(timeline, requests, pools, router, block_tokens, kv_transfer, progress)
-        for replica in cluster.replicas:
-            timeline.add(replica.server)
-        end = timeline.run(arrival_ps.tolist(), _arrive(cluster, fit.rejected))
+        timeline.start(_arrivals(timeline, arrival_ps, _arrive(cluster, fit.rejected)), NORMAL)
+        end = timeline.run()
     else:
         env = simpy.Environment()
         cluster = Cluster(env, requests, pools, router, block_tokens, kv_transfer, progress)
-        env.process(_arrivals(env, arrival_ps, _arrive(cluster, fit.rejected)))
+        env.process(_simpy_arrivals(env, arrival_ps, _arrive(cluster, fit.rejected)))
         env.run()
         end = int(env.now)
     _check(cluster, fit)
@@ -246,7 +256,7 @@ def simulate_cluster(
 
 
 def _arrive(cluster: Cluster, rejected: NDArray[Any]) -> Callable[[int], None]:
-    """What happens when request ``i`` arrives, on SimPy or the event heap: a request over
+    """What happens when request ``i`` arrives, on either loop: a request over
     the context limit is only stamped, any other is routed."""
     refused = rejected.tolist()
     arrivals = cluster.serving.arrival_ps

@@ -18,10 +18,10 @@ on the environment (one per run), never in a global.
 are plain classes, not subclasses of SimPy's, so that the compiled core (mypyc) keeps their
 fields in a struct: the engine makes and processes several events a tile, and SimPy's
 events and environment keep theirs in a dictionary. Every event is queued under the key
-SimPy's would get (time, priority, event id), so the order of events, and so every result,
-is SimPy's; the key is kept in the event's own fields and compared by ``Event.__lt__``
-(SimPy queues a tuple of the four, made and compared element by element for every event).
-A SimPy event is queued in a :class:`_Scheduled` that carries its key.
+SimPy's would get (time, priority, event id: ``des.order``'s rule), so the order of events,
+and so every result, is SimPy's; the key is kept in the event's own fields and compared by
+``Event.__lt__`` (SimPy queues a tuple of the four, made and compared element by element for
+every event). A SimPy event is queued in a :class:`_Scheduled` that carries its key.
 
 Events due now (an event succeeded, a zero timeout) wait in a FIFO beside the heap instead
 of in it: each is keyed (now, ``NORMAL``, a fresh id), so they arrive in key order, and the

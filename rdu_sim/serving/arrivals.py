@@ -5,7 +5,7 @@ A server that serves its own requests (``serving.simulate``; not a cluster repli
 requests a router hands over) knows when each arrives: at a precomputed time (open loop), or
 at the completion of a request (closed loop: ``concurrency`` users; each submits a request,
 waits for it to complete, and submits the next one at once, no think time). It pulls them
-itself (``Server.run_alone``), so an arrival costs no simulation event. Request ids are handed
+itself (``Server._alone``), so an arrival costs no simulation event. Request ids are handed
 out in submission order, so request ``i`` is the ``i``-th submitted, whatever the user.
 """
 

@@ -2,7 +2,8 @@
 
 This wires the pieces without knowing where step times come from: ``step_cache`` wraps any
 ``shape -> StepCost`` function (the engine in production, a formula in tests). A server alone
-knows its arrivals, so it runs on its own clock without SimPy events (``Server.run_alone``).
+knows its arrivals, so it lands them itself: it is the one driver of its serving loop
+(``des.timeline``), resumed at each step's end, without event objects.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import Arrivals, ClosedLoop, OpenLoop
 from rdu_sim.serving.clock import arrivals_ps
@@ -46,8 +48,9 @@ def serve(
         arrivals = ClosedLoop(requests.concurrency or config.batch_slots, total)
     else:
         arrivals = OpenLoop(arrivals_ps(requests.arrival_s))
+    timeline = Timeline()
     server = Server(
-        None,
+        timeline,
         config,
         policy,
         step_cache,
@@ -56,7 +59,7 @@ def serve(
         speculation=speculation,
         arrivals=arrivals,
     )
-    server.run_alone()
+    timeline.run()
     if server.completed != total:
         raise RuntimeError(
             f"serving stopped with {server.completed} of {total} requests completed (scheduler bug)"

@@ -1,12 +1,14 @@
-"""The event heap that drives a mixed cluster (``cluster.event_heap``) against SimPy.
+"""A cluster on des's serving loop (``des.timeline``) against SimPy's environment, the oracle.
 
-Random small mixed clusters (1-4 replicas, few slots, chunked or whole prefills, both
-prefill priorities, every router, prefix caches on a Mooncake-format trace) on the analytic
-FakeBackend with step times on a 5 ms grid and a trace rounded to 10 ms put arrivals, step ends
-and several replicas' events on the same picosecond. Each runs twice, driven by the heap
-and by SimPy processes; everything must agree: the result's JSON, every per-request time,
-route and cached prefix, each replica's step counts, the run's end, and what the router
-read at every arrival.
+Random small clusters (1-4 mixed replicas, or prefill and decode pools with a KV link; few
+slots, chunked or whole prefills, both prefill priorities, every router, prefix caches on a
+Mooncake-format trace) on the analytic FakeBackend with step times on a 5 ms grid and a
+trace rounded to 10 ms put arrivals, step ends, hand-offs and several replicas' events on the
+same picosecond. Each runs twice: on the timeline (mixed replicas as its drivers, the rest
+SimPy processes and events on it) and with every server a SimPy process in
+``simpy.Environment``; everything must agree: the result's JSON, every per-request time,
+route and cached prefix, each replica's step counts, the run's end, and what the router read
+at every arrival.
 """
 
 from __future__ import annotations
@@ -24,12 +26,11 @@ from test_cluster import LLAMA, write_cluster, write_trace
 
 import rdu_sim.api_cluster as api_cluster
 from rdu_sim.api_cluster import ClusterResult, run_cluster
-from rdu_sim.cluster import event_heap
 from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.cluster.routers.prefix_aware import PrefixAware
 from rdu_sim.cluster.routers.round_robin import RoundRobin
 from rdu_sim.cluster.simulate import simulate_cluster
-from rdu_sim.serving.server import Idle
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
 from rdu_sim.shapes import StepShape
@@ -48,8 +49,9 @@ REQUEST_ARRAYS = ("arrival_ps", "admit_ps", "first_token_ps", "finish_ps", "slot
 CLUSTER_ARRAYS = ("replica", "routed", "cached_tokens", "status")
 
 
-def _cluster(tmp_path: Path, seed: int) -> Path:
-    """A random small mixed cluster whose events often share an instant."""
+def _cluster(tmp_path: Path, seed: int, split: bool = False) -> Path:
+    """A random small cluster whose events often share an instant: mixed replicas, or
+    (``split``) prefill and decode pools with a KV link."""
     rng = np.random.default_rng(seed)
     spec = SyntheticTrace(
         requests=int(rng.integers(60, 160)),
@@ -77,6 +79,15 @@ def _cluster(tmp_path: Path, seed: int) -> Path:
             "serve": {"workload": str(LLAMA), "replicas": int(rng.integers(1, 5)), "set": settings}
         },
     }
+    if split:
+        pools = {}
+        for role in ("prefill", "decode"):
+            replicas = int(rng.integers(1, 4))
+            pools[role] = {"workload": str(LLAMA), "replicas": replicas, "role": role}
+            pools[role]["set"] = settings
+        fields["pools"] = pools
+        # 5 ms a transfer on average: hand-offs end where steps and arrivals do
+        fields["kv_transfer"] = {"bandwidth": "40 GB/s", "latency": "1 ms"}
     routers = ["least_outstanding", "round_robin"]
     if rng.random() < 0.7:
         fields["prefix_cache"] = {"block_tokens": 512}
@@ -85,8 +96,9 @@ def _cluster(tmp_path: Path, seed: int) -> Path:
     return write_cluster(tmp_path, **fields)
 
 
-def _run(path: Path, heap: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[ClusterResult, list]:
-    """The cluster, driven by the heap or by SimPy, and what its router read at each choice."""
+def _run(path: Path, oracle: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[ClusterResult, list]:
+    """The cluster, on the timeline or SimPy's (``oracle``), and what its router read at each
+    choice."""
     reads: list[tuple[int, list[int], list[int]]] = []
 
     def watching(choose: Any) -> Any:
@@ -101,7 +113,7 @@ def _run(path: Path, heap: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Clust
         for router in (LeastOutstanding, PrefixAware, RoundRobin):
             patch.setattr(router, "choose", watching(router.choose))
         patch.setattr(
-            api_cluster, "simulate_cluster", functools.partial(simulate_cluster, heap=heap)
+            api_cluster, "simulate_cluster", functools.partial(simulate_cluster, oracle=oracle)
         )
         return run_cluster(path, backend=TieBackend()), reads
 
@@ -129,15 +141,16 @@ def _replicas(result: ClusterResult) -> list[tuple[Any, ...]]:
     return rows
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["mixed", "disaggregated"])
 @pytest.mark.parametrize("seed", range(8))
-def test_the_heap_runs_a_mixed_cluster_as_simpy_does(
-    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+def test_the_timeline_runs_a_cluster_as_simpy_does(
+    tmp_path: Path, seed: int, split: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = _cluster(tmp_path, seed)
-    heap, heap_reads = _run(path, True, monkeypatch)
-    simpy_run, simpy_reads = _run(path, False, monkeypatch)
-    assert isinstance(heap.run.cluster.env, event_heap.EventHeap)
-    assert not isinstance(simpy_run.run.cluster.env, event_heap.EventHeap)
+    path = _cluster(tmp_path, seed, split)
+    heap, heap_reads = _run(path, False, monkeypatch)
+    simpy_run, simpy_reads = _run(path, True, monkeypatch)
+    assert isinstance(heap.run.cluster.env, Timeline)
+    assert not isinstance(simpy_run.run.cluster.env, Timeline)
     assert heap_reads == simpy_reads and len(heap_reads) > 0
     for name in REQUEST_ARRAYS:
         np.testing.assert_array_equal(
@@ -154,108 +167,24 @@ def test_the_heap_runs_a_mixed_cluster_as_simpy_does(
     )
 
 
-def test_the_test_clusters_share_instants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("split", [False, True], ids=["mixed", "disaggregated"])
+def test_the_test_clusters_share_instants(
+    tmp_path: Path, split: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The random clusters above do put arrivals on the instants where steps end (else the
-    order rule between them would go untested), and reject some requests."""
-    shared = rejected = 0
+    order rule between them would go untested), reject some requests, and (disaggregated)
+    end KV transfers where steps end."""
+    shared = rejected = handoffs = 0
     for seed in range(8):
         folder = tmp_path / str(seed)
         folder.mkdir()
-        result, _ = _run(_cluster(folder, seed), True, monkeypatch)
+        result, _ = _run(_cluster(folder, seed, split), False, monkeypatch)
         serving = result.run.serving
         ends = set(serving.first_token_ps.tolist()) | set(serving.finish_ps.tolist())
         shared += len(ends & set(serving.arrival_ps.tolist()))
         rejected += int(result.run.fit.rejected.sum())
+        if split:
+            handoffs += len(set(result.run.records.kv_end_ps.tolist()) & ends)
     assert shared > 0
     assert rejected > 0
-
-
-class _Stub:
-    """A server on the heap that logs its resumptions and yields the step ends it is given."""
-
-    def __init__(
-        self, name: str, ends: list[Any], log: list[tuple[int, str]], forever: bool = True
-    ) -> None:
-        self.name, self.ends, self.log, self.forever = name, ends, log, forever
-        self.heap: event_heap.EventHeap | None = None
-
-    def driven(self) -> Any:
-        yield 0  # the settle at time 0
-        for end in self.ends:
-            assert self.heap is not None
-            self.log.append((self.heap.now, self.name))
-            yield end
-        while self.forever:
-            assert self.heap is not None
-            self.log.append((self.heap.now, self.name))
-            yield Idle(self, self.heap)  # type: ignore[arg-type]  # idle: wait for a wake
-
-
-@pytest.mark.parametrize(
-    ("ends", "forever", "error"),
-    [
-        ([np.int64(10)], True, TypeError),  # a NumPy integer is not a step end the heap keeps
-        ([object()], True, TypeError),  # nor is anything else
-        ([10], False, RuntimeError),  # a replica's process never ends
-    ],
-)
-def test_the_heap_refuses_what_would_lose_a_server(
-    ends: list[Any], forever: bool, error: type[Exception]
-) -> None:
-    """A server whose process yields anything but an int step end or an idle wait would never
-    be resumed (its requests silently lost); one whose process ends would end the run."""
-    heap = event_heap.EventHeap(1)
-    stub = _Stub("a", ends, [], forever)
-    stub.heap = heap
-    heap.add(stub)  # type: ignore[arg-type]
-    with pytest.raises(error):
-        heap.run([], lambda request: None)
-
-
-def test_the_heap_refuses_more_pushes_than_its_keys_count(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Push counts past ``SEQ_BITS`` would spill into the time and reorder events."""
-    monkeypatch.setattr(event_heap, "SEQ_BITS", 2)
-    heap = event_heap.EventHeap(1)
-    stub = _Stub("a", [], [])
-    heap.add(stub)  # type: ignore[arg-type]
-    for at in range(3):  # pushes 1, 2, 3 fit in two bits
-        heap.move(stub, at)  # type: ignore[arg-type]
-    with pytest.raises(OverflowError, match="2\\*\\*2 pushes"):
-        heap.move(stub, 3)  # type: ignore[arg-type]
-
-
-def test_the_heap_orders_an_instant_as_simpy_does() -> None:
-    """The order rule itself: arrivals at an instant first, then wakes (NORMAL), then step
-    ends (LATE) in push order; a moved step end leaves a stale entry the clock still
-    passes."""
-    log: list[tuple[int, str]] = []
-    heap = event_heap.EventHeap(2)
-    a, b = _Stub("a", [10, 20], log), _Stub("b", [10], log)
-    for stub in (a, b):
-        stub.heap = heap
-        heap.add(stub)  # type: ignore[arg-type]
-
-    def arrive(request: int) -> None:
-        log.append((heap.now, f"arrival {request}"))
-        if request == 3:
-            heap.move(a, 15)  # type: ignore[arg-type]
-        if request == 4:
-            heap.wake(b)  # type: ignore[arg-type]
-
-    end = heap.run([0, 10, 10, 15, 15], arrive)
-    assert log == [
-        (0, "arrival 0"),
-        (0, "a"),
-        (0, "b"),
-        (10, "arrival 1"),
-        (10, "arrival 2"),
-        (10, "a"),
-        (10, "b"),
-        (15, "arrival 3"),
-        (15, "arrival 4"),
-        (15, "b"),  # woken (NORMAL) at 15: before a step end there pushed earlier
-        (15, "a"),  # its end moved from 20 to 15; the entry at 20 is stale
-    ]
-    assert end == 20
+    assert handoffs > 0 or not split

@@ -1,0 +1,432 @@
+"""The continuous-batching scheduler of one server: the policy alone, however it is driven.
+
+Policy (docs/serving.md has the full statement):
+
+- Requests wait in one FIFO queue. A request is *admitted* to the lowest free slot when its
+  first prefill step starts (queueing delay = admission - arrival).
+- A prefill step is batch 1: the whole prompt padded to its bucket
+  (``serving.buckets.prompt_bucket``), or, with ``prefill_chunk_tokens = C`` and a prompt
+  longer than C, one chunk of C tokens attending to the ``cache_len`` tokens already
+  prefilled (the last chunk is padded to C). The step that prefills the last prompt token
+  also produces the first output token (TTFT = end of that step). SnapKV selection, when
+  the policy compresses, is part of the compiled prefill program.
+- A decode step runs the static decode graph over all ``batch_slots`` slots (empty and
+  still-prefilling slots are padding, as in any static graph) at the decode bucket
+  ``policy.decode_bucket(longest cache among decoding slots)``; every decoding slot gains
+  one token. A request with ``output`` tokens decodes ``output - 1`` steps after prefill.
+- ``prefill_first``: before each decode step, all prefill work runs: every free slot with a
+  waiting request is prefilled; with chunking, each prefilling slot (and each new
+  admission) advances by one chunk per decode step, oldest first.
+  ``decode_first``: at most one prefill step (a prompt, or one chunk of the oldest
+  prefilling slot) between two decode steps.
+  With no decoding slot, prefill steps simply run back to back.
+- Decisions are taken at step boundaries, after every arrival at the same instant.
+
+Speed: between state changes every decode step has the same shape and time, so the server
+advances ``k`` steps at once (``k`` = steps until the next completion or bucket change, or 1
+when prefill work waits for the next boundary). An arrival during such a run, when a slot is
+free, cuts it at the next step boundary -- exactly where a step-by-step server would have
+seen it. Time is integer picoseconds, so ``k * step`` is exact.
+
+The scheduler decides and accounts; it never waits. It reads the time from ``clock`` and
+gives its drivers (``serving.server``: a server alone, a cluster replica) what to wait for:
+:meth:`Scheduler.prefill` yields the delays (ps) of a prefill step, :meth:`decode_plan` a
+decode run that :meth:`cut` may shorten when something arrives mid-run, and
+:meth:`decode_done` accounts it once it has ended. What arrives between decisions is handed
+over by :meth:`enqueue` (the driver calls ``poke`` to be woken or cut), and a completion is
+reported to ``on_complete`` (a server alone's closed-loop users resubmit there).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from functools import lru_cache, partial
+from typing import Literal
+
+from simpy.events import Event
+
+from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.serving.buckets import prefill_step
+from rdu_sim.serving.hooks import ServerHooks
+from rdu_sim.serving.load import Counters, Load, outstanding_at
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.slots import Slots
+from rdu_sim.serving.speculative import RoundSlots, Speculation
+from rdu_sim.serving.step_cache import StepCache
+from rdu_sim.shapes import StepShape
+
+Progress = Callable[[int, int], None]
+Priority = Literal["prefill_first", "decode_first"]
+Role = Literal["mixed", "prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The knobs of the scheduling policy."""
+
+    batch_slots: int
+    max_context: int
+    prefill_priority: Priority = "prefill_first"
+    prefill_chunk_tokens: int | None = None
+    role: Role = "mixed"  # prefill and decode replicas need ``hooks`` that move the KV cache
+
+
+class PromptFacts:
+    """The policy's answers for a prompt length, memoised (bounded): a million requests asked
+    them two policy calls a request, through its checks, for a few thousand lengths. Each is
+    asked only when needed, as the policy itself would be: a request that ends at its first
+    token never asks for a decode cache (which need not fit its slot). Servers of one policy
+    share one (a cluster pool's replicas: one each would hold the same answers 1,024 times).
+    """
+
+    def __init__(self, policy: KVPolicy) -> None:
+        self.compresses: Callable[[int], bool] = lru_cache(maxsize=1 << 16)(policy.compresses)
+        """Whether the policy compresses a prompt of this many tokens."""
+        self.first_cache: Callable[[int], int] = lru_cache(maxsize=1 << 16)(
+            partial(policy.cache_at, generated=1)
+        )
+        """The prompt's cache at its first decode step (after one generated token)."""
+
+
+class Scheduler:
+    """Static batch slots, a FIFO queue, and the policy that chooses and accounts prefill and
+    decode steps (module docstring); ``clock`` tells it now, in integer picoseconds."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        policy: KVPolicy,
+        cache: StepCache,
+        records: ServingRecords,
+        clock: Callable[[], int],
+        progress: Progress | None = None,
+        *,
+        hooks: ServerHooks | None = None,
+        forever: bool = False,
+        load: Counters | None = None,
+        speculation: Speculation | None = None,
+        facts: PromptFacts | None = None,
+    ) -> None:
+        """``forever``: serve until the simulation runs out of events (a replica, whose
+        requests are not known in advance) instead of stopping after ``len(records)``.
+        ``load``: where to keep the outstanding-work counters (``serving.load``; a cluster
+        passes a row of its pool's board so a router can read every replica at once).
+        ``speculation``: a draft's steps and rounds (``serving.speculative``).
+        ``facts``: the policy's memoised per-prompt answers (:class:`PromptFacts`), shared
+        by the servers of one policy; a server alone makes its own."""
+        if config.role != "mixed" and hooks is None:
+            raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
+        if speculation is not None and (hooks is not None or config.role != "mixed"):
+            raise ValueError("a speculative server runs alone, without cluster hooks")
+        self.config = config
+        self.policy = policy
+        self._prompt_facts = facts if facts is not None else PromptFacts(policy)
+        self.cache = cache
+        self.records = records
+        self._series = records.series if records.keeps_series else None  # rows, if kept
+        self.clock = clock
+        self.progress = progress
+        self.speculation = speculation
+        rounds = speculation is not None and speculation.config.decoding is not None
+        self.slots = RoundSlots(config.batch_slots) if rounds else Slots(config.batch_slots)
+        self._rounds = rounds  # the slots run speculative rounds (``RoundSlots``)
+        self.queue: deque[int] = deque()
+        self.completed = 0
+        self.until = None if forever else len(records)  # completions that end the run
+        self._last_was_prefill = False
+        self._bucket = 0
+        self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
+        self._decode_steps: dict[int, tuple[StepShape, int]] = {}  # bucket -> shape, step ps
+        self.hooks = hooks
+        self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
+        self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
+        self.poke: Callable[[], None] = _nothing  # the driver: something arrived now
+        self.on_complete: Callable[[int], None] | None = None  # a completion at this time
+
+    # --- arrivals ---------------------------------------------------------------------------
+    def enqueue(self, request: int, now: int, record: bool = True) -> None:
+        """Queue an arrived request, its work counted; ``record``: write the series row (not
+        when a decision at the same instant writes one anyway, replacing it)."""
+        records = self.records
+        added = records.output_tokens.item(request)
+        if self.config.role != "decode":
+            added += records.target_prompt_tokens.item(request)
+        else:
+            added -= 1  # its first token came with its prefill
+        self.load.add(added)
+        self.queue.append(request)
+        if record and self._series is not None:
+            self.record(now)
+
+    def outstanding_tokens(self) -> int:
+        """Prompt tokens still to prefill plus output tokens still to generate, over the
+        requests queued or in a slot here, as of now (mid-way through a batched decode run
+        too): the load a router balances."""
+        load = self.load
+        return int(
+            outstanding_at(
+                self.clock(),
+                load.outstanding,
+                load.run_start,
+                load.run_end,
+                load.run_step,
+                load.run_decoding,
+            )
+        )
+
+    def cuttable(self, steps: int) -> bool:
+        """Whether an arrival (or a KV hand-off ending) during a decode run of ``steps`` could
+        end it early: a slot could take the request (or its hand-off)."""
+        slots = self.slots
+        return steps > 1 and (slots.occupied < slots.n or bool(slots.waiting))
+
+    def cut(self, start: int, steps: int, step: int, arrival: int) -> int:
+        """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a
+        slot could take it, the run ends with the step in flight when it arrives (one at
+        least); otherwise all ``steps``."""
+        slots = self.slots
+        if steps > 1 and (slots.occupied < slots.n or slots.waiting):
+            in_flight = max(1, -(-(arrival - start) // step))
+            if in_flight < steps:
+                self.load.run_end = start + in_flight * step
+                return in_flight
+        return steps
+
+    def _prefill_candidate(self) -> int | None:
+        """Slot whose next chunk to prefill, -1 to admit a new request, None: no prefill work."""
+        slots = self.slots
+        if slots.prefill_order:
+            if self.config.prefill_priority == "decode_first" or slots.decoding == 0:
+                return slots.prefill_order[0]
+            for slot in slots.prefill_order:
+                if slot not in slots.chunked_this_round:
+                    return slot
+        if self.queue and slots.occupied < slots.n:
+            return -1
+        return None
+
+    def _choose(self) -> str:
+        """ "admit" (a prefill step admitting a request), "prefill" (another prefill step),
+        "decode" or "idle"."""
+        decoding = self.slots.decoding > 0
+        if self.config.prefill_priority == "decode_first" and decoding and self._last_was_prefill:
+            return "decode"
+        candidate = self._prefill_candidate()
+        if candidate is not None:
+            return "admit" if candidate < 0 else "prefill"
+        return "decode" if decoding else "idle"
+
+    def decide(self, now: int) -> str:
+        """The action to take at ``now`` (:meth:`_choose`), recording the state it is taken
+        in; not before an admission, which records the same instant and so replaces that
+        row (``SeriesLog``: one row an instant)."""
+        action = self._choose()
+        if action != "admit" and self._series is not None:  # (a replica keeps no series)
+            self.record(now)
+        return action
+
+    # --- steps ------------------------------------------------------------------------------
+    def prefill(self) -> Generator[int, None, None]:
+        """One prefill step (admitting a request first if it starts one); yields the delays
+        (ps) to wait, the state changing after each."""
+        slots, records = self.slots, self.records
+        slot = self._prefill_candidate()
+        assert slot is not None
+        if slot < 0:
+            slot = slots.free_slot()
+            request = self.queue.popleft()
+            slots.admit(slot, request)
+            now = self.clock()
+            records.admit_ps[request] = now
+            records.slot[request] = slot
+            if self.hooks is not None:
+                self._skip_cached(slot, request)
+            if self._series is not None:
+                self.record(now)
+            if self.speculation is not None and self.speculation.config.prefill is not None:
+                # speculative prefill: the draft scores the whole prompt first
+                whole = int(records.prompt_tokens[request])
+                yield self.speculation.selection_ps(whole, count=True)
+        else:
+            request = slots.request[slot]
+        prompt = records.target_prompt_tokens.item(request)
+        before = slots.prefilled[slot]
+        config = self.config
+        shape, done = prefill_step(
+            prompt,
+            before,
+            config.max_context,
+            config.prefill_chunk_tokens,
+            self._prompt_facts.compresses(prompt),
+        )
+        step = self.cache.run(shape)
+        if self.speculation is not None:
+            step = self.speculation.prefill_ps(step, shape, count=True)
+        records.prefill_steps += 1
+        yield step
+        self._last_was_prefill = True
+        slots.prefilled[slot] = done
+        slots.chunked_this_round.add(slot)
+        if done < prompt:
+            self.load.add(before - done)
+            return
+        now = self.clock()
+        records.first_token_ps[request] = now
+        records.tokens_generated += 1
+        self.load.add(before - done - 1)  # the prompt's tokens and the first output token
+        output = records.output_tokens.item(request)
+        if self.hooks is not None:
+            sent = self.hooks.prefilled(request)
+            if sent is not None:  # the KV cache leaves: hold the slot until it has
+                slots.hold(slot)
+                self.load.add(1 - output)
+                sent.callbacks.append(partial(self._handed_off, slot, request))
+                return
+        if output == 1:
+            self.complete(slot, request, now)
+            return
+        self._start_decode(slot, request, prompt, output)
+
+    def _skip_cached(self, slot: int, request: int) -> None:
+        """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
+        assert self.hooks is not None
+        prompt = int(self.records.target_prompt_tokens[request])
+        skipped = self.hooks.admitted(request, prompt)
+        chunk = self.config.prefill_chunk_tokens
+        if not 0 <= skipped < prompt or (chunk is not None and prompt > chunk and skipped % chunk):
+            raise ValueError(f"hooks skipped {skipped} of {prompt} prompt tokens: not reusable")
+        self.slots.prefilled[slot] = skipped
+        self.load.add(-skipped)
+
+    def _start_decode(self, slot: int, request: int, prompt: int, output: int) -> None:
+        """The slot's request (prefilled here, or its KV cache received) starts decoding:
+        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done."""
+        cap = self.policy.cache_at(prompt, output - 1)
+        slots = self.slots
+        if isinstance(slots, RoundSlots):
+            assert self.speculation is not None
+            self.speculation.start(slots, self.records, slot, request, cap)
+            return
+        slots.start_decode(slot, self._prompt_facts.first_cache(prompt), cap, output - 1)
+
+    # --- KV hand-offs (cluster replicas) -------------------------------------------------------
+    def _handed_off(self, slot: int, request: int, _event: Event) -> None:
+        """A KV transfer of this slot ended (sent or received): act at the next boundary."""
+        self._handoffs.append((slot, request))
+        self.poke()
+
+    def at_boundary(self) -> None:
+        """A replica at a step boundary, before deciding: the KV hand-offs that ended take
+        effect, and a decode replica reserves free slots for queued requests."""
+        if self._handoffs:
+            self._apply_handoffs()
+        if self.config.role == "decode":
+            self._reserve_slots()
+
+    def _apply_handoffs(self) -> None:
+        for slot, request in self._handoffs:
+            if self.config.role == "decode":
+                records = self.records
+                prompt = int(records.target_prompt_tokens[request])
+                self._start_decode(slot, request, prompt, int(records.output_tokens[request]))
+            else:  # sent: the slot is free
+                self.slots.release(slot)
+                assert self.hooks is not None
+                self.hooks.left(request)
+        self._handoffs.clear()
+
+    def _reserve_slots(self) -> None:
+        """Decode replica: every queued request that finds a free slot reserves it and starts
+        receiving its KV cache (no prefill here)."""
+        slots, hooks = self.slots, self.hooks
+        assert hooks is not None
+        while self.queue and slots.occupied < slots.n:
+            slot = slots.free_slot()
+            request = self.queue.popleft()
+            slots.reserve(slot, request)
+            received = hooks.receive(request)
+            received.callbacks.append(partial(self._handed_off, slot, request))
+
+    def decode_plan(self) -> tuple[StepShape, int, int, int]:
+        """The next decode run from now: its shape, bucket, steps (until the next completion
+        or bucket change; 1 when prefill work waits) and step time (ps); the load counters
+        see it start."""
+        slots = self.slots
+        bucket = self._bucket
+        if not slots.longest_within(self._bucket_from, bucket):
+            longest = slots.longest_cache()
+            if not self._bucket_from <= longest <= bucket:
+                # the smallest bucket >= longest is also the smallest >= any cache up to it
+                bucket = self._bucket = self.policy.decode_bucket(longest)
+                self._bucket_from = longest
+        # prefill work waits: a decode step yields to it at its boundary
+        prefill_waits = slots.prefill_order or (self.queue and slots.occupied < slots.n)
+        steps = 1 if prefill_waits else slots.steps_in_run(bucket)
+        if self._rounds:
+            assert self.speculation is not None
+            shape = StepShape("decode", slots.n, 1, bucket)  # not run: rounds account theirs
+            step = self.speculation.round_ps(self.cache, bucket)
+            decoding = 0  # a round's tokens differ per slot: a run settles its count at its end
+        else:
+            shape, step = self.decode_shape(bucket)
+            decoding = slots.decoding
+        start = self.clock()
+        self.load.begin_run(start, start + steps * step, step, decoding)
+        return shape, bucket, steps, step
+
+    def decode_shape(self, bucket: int) -> tuple[StepShape, int]:
+        """The decode step's shape at ``bucket`` and its time (ps), one shape object per
+        bucket (the step cache finds it by identity, not by comparing fields). Not for
+        speculative rounds, whose steps are the draft's and the verification's."""
+        known = self._decode_steps.get(bucket)
+        if known is None:
+            shape = StepShape("decode", self.slots.n, 1, bucket)
+            known = self._decode_steps[bucket] = (shape, self.cache.step_ps(shape))
+        return known
+
+    def decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
+        """Account a decode run of ``steps`` steps that ended now; complete who finished."""
+        slots = self.slots
+        if self._rounds:
+            assert self.speculation is not None
+            self.speculation.run_rounds(self.cache, bucket, steps)
+        else:
+            self.cache.run(shape, steps)
+        records = self.records
+        records.decode_steps += steps
+        records.decode_runs += 1
+        emitted = slots.emitted(steps)
+        records.tokens_generated += emitted
+        self.load.end_run(emitted)
+        self._last_was_prefill = False
+        now = self.clock()
+        for slot in slots.advance(steps):
+            self.complete(slot, slots.request[slot], now)
+
+    def complete(self, slot: int, request: int, now: int) -> None:
+        records = self.records
+        records.finish_ps[request] = now
+        records.completions[request] += 1
+        self.slots.release(slot)
+        self.completed += 1
+        if self.hooks is not None:
+            self.hooks.left(request)
+        if self.on_complete is not None:
+            self.on_complete(now)
+        if self.progress is not None:
+            self.progress(self.completed, len(records))
+
+    def record(self, now: int) -> None:
+        """A time-series row: the state after a change at ``now`` (a replica keeps none)."""
+        series = self._series
+        if series is not None:
+            slots = self.slots
+            series.append(
+                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
+            )
+
+
+def _nothing() -> None:
+    """No driver to tell (until one sets ``Scheduler.poke``)."""
