@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich import box
-from rich.table import Table
 
 from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
@@ -36,11 +34,18 @@ from rdu_sim.cli.options import (
     step_shape_options,
     workload_argument,
 )
-from rdu_sim.report.console import utilization_line, wide_console
-from rdu_sim.report.summary import Utilization
+
+if TYPE_CHECKING:
+    from rdu_sim.report.summary import Utilization
 
 
 def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
+    # here, not at import: `--json` needs neither rich's tables nor the run report's module
+    from rich import box
+    from rich.table import Table
+
+    from rdu_sim.report.console import utilization_line, wide_console
+
     console = wide_console(soft_wrap=True, highlight=False)
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']}, tp={data['tp']}: "
@@ -135,7 +140,6 @@ def command(
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.provenance import of_scenario
-    from rdu_sim.report.trace import write_chrome_trace
     from rdu_sim.serving.step_shape import context_note
 
     scenario = api.load(workload, overrides)
@@ -164,6 +168,8 @@ def command(
     )
     trace_error: WriteError | None = None
     if trace_file is not None:
+        from rdu_sim.report.trace import write_chrome_trace  # (numpy: only when asked)
+
         try:
             written = write_chrome_trace(timing, trace_file, {"provenance": data["provenance"]})
             data["trace"] = str(written)
@@ -172,6 +178,8 @@ def command(
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
     else:
+        from rdu_sim.report.summary import Utilization
+
         _print_tables(data, Utilization.of_step(cost))
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
