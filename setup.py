@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
@@ -80,18 +80,29 @@ def native_sources() -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
-def native_extensions() -> list[Any]:
-    """mypyc's extensions for the listed modules, or none (pure Python) when asked for or
-    when mypyc is missing."""
+METADATA_COMMANDS = {"egg_info", "dist_info", "sdist"}
+"""Commands that ask build_ext for its source files but build nothing (a pip install's
+metadata step): they get the placeholder, not mypyc's extensions."""
+
+
+def native_placeholder() -> list[Extension]:
+    """One stand-in extension when the core is to be compiled, none (pure Python) when asked
+    for or when mypyc is missing. It marks the wheel as platform-specific; BuildNative puts
+    mypyc's extensions in its place when a build runs, so a pip install's metadata step does
+    not type-check the core and generate its C (~20 s CPU) a second time."""
     if os.environ.get("RDU_SIM_PURE_PYTHON") == "1":
         return []
-    try:
-        from mypyc.build import mypycify
-    except ImportError:
+    if importlib.util.find_spec("mypyc") is None:
         print("rdu-sim: mypyc not found: installing pure Python (slower)", file=sys.stderr)
         return []
-    # multi_file: a C file per module (~25 of them, 0.1 to 3 s of gcc each) that BuildNative
-    # compiles side by side, where one 9.5 MB file took a single core ~70 s
+    return [Extension(f"{NATIVE_GROUP}__mypyc", sources=[])]
+
+
+def native_extensions() -> list[Any]:
+    """mypyc's extensions for the listed modules: one C file per module (~25, 0.1 to 3 s of
+    gcc each) that BuildNative compiles side by side, where one 9.5 MB file took a core 36 s."""
+    from mypyc.build import mypycify
+
     return list(mypycify(native_sources(), opt_level="3", group_name=NATIVE_GROUP, multi_file=True))
 
 
@@ -121,6 +132,13 @@ class BuildNative(build_ext):
     On success record, next to the package, the hash of each source the compiled modules were
     type-checked against (rdu_sim/native.py reads it to refuse stale compiled code)."""
 
+    def finalize_options(self) -> None:
+        modules = self.distribution.ext_modules
+        placeholder = bool(modules) and len(modules) == 1 and not modules[0].sources
+        if placeholder and not set(self.distribution.commands) <= METADATA_COMMANDS:
+            self.distribution.ext_modules = native_extensions()
+        super().finalize_options()
+
     def build_extensions(self) -> None:
         jobs = os.cpu_count() or 1
         self.compiler.compile = parallel_compile(self.compiler.compile, jobs)
@@ -149,7 +167,7 @@ class BuildNative(build_ext):
 
 setup(
     cmdclass={"build_py": BuildWithCommit, "build_ext": BuildNative},
-    ext_modules=native_extensions(),
+    ext_modules=native_placeholder(),
     packages=[*find_packages(include=["rdu_sim", "rdu_sim.*"]), *SHIPPED],
     package_dir=SHIPPED,
     package_data={
