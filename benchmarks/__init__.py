@@ -1,6 +1,6 @@
 """Speed benchmarks of the simulator itself: ``python -m benchmarks`` (from the repo root).
 
-Ten cases, each measured in a fresh subprocess (``python -m benchmarks --case NAME --child``)
+Eleven cases, each measured in a fresh subprocess (``python -m benchmarks --case NAME --child``)
 so that cold caches are really cold and peak memory (RSS) of one case never mixes with
 another's:
 
@@ -16,8 +16,10 @@ another's:
 6. ``serve-million``: 1,000,000 SnapStream DeepSeek-R1 requests (time and peak memory);
 7. ``step-cold``: one full-attention DeepSeek-R1 decode step through ``api.step``;
 8. ``cli-help``: ``rdu-sim --help`` as whole processes (the median of 5);
-9. ``cluster-mooncake-hour`` and 10. ``cluster-million``: the cluster cases
-   (benchmarks/cluster_cases.py).
+9. ``cli-step``: ``rdu-sim step deepseek-r1-128k-snapstream --json`` as whole processes (the
+   median of 5; its imports and the rest timed apart);
+10. ``cluster-mooncake-hour`` and 11. ``cluster-million``: the cluster cases
+    (benchmarks/cluster_cases.py).
 
 ``--smoke`` runs the same cases at tiny sizes (the test suite uses it so the command
 never rots); ``--check`` exits 1 when a case is over its budget. Budgets, the definition of

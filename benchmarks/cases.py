@@ -166,6 +166,51 @@ def cli_help(smoke: bool) -> Work:
     return Work(0, {"runs_s": walls}, wall_s=statistics.median(walls))
 
 
+STEP_COMMAND = ("step", "deepseek-r1-128k-snapstream", "--json")
+"""What ``cli_step`` runs (smoke: a Llama step): the command a user runs in a loop."""
+
+_TIMED_MAIN = (
+    "import sys, time\n"
+    "start = time.perf_counter()\n"
+    "from rdu_sim.cli.main import main\n"
+    "import rdu_sim.cli.step_cmd\n"
+    "imported = time.perf_counter()\n"
+    "try:\n"
+    "    main()\n"
+    "finally:\n"
+    "    sys.stderr.write(f'{imported - start} {time.perf_counter() - imported}\\n')\n"
+)
+"""The console script's code with its imports (``cli.main`` and the step command's module)
+and the rest of the process timed apart, written last on stderr."""
+
+
+def cli_step(smoke: bool) -> Work:
+    """``rdu-sim step`` of the shipped DeepSeek-R1 SnapStream workload as a user runs it:
+    a fresh interpreter each time, the median of ``CLI_RUNS`` whole processes; ``detail``
+    splits each into its imports and the rest (load, compile, simulate, print)."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+    import time
+
+    args = ("step", str(SMALL), "--batch", "1", "--json") if smoke else STEP_COMMAND
+    walls, imports, rests = [], [], []
+    events = 0
+    for _ in range(CLI_RUNS):
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", _TIMED_MAIN, *args], check=True, capture_output=True, cwd=ROOT
+        )
+        walls.append(time.perf_counter() - start)
+        imported, rest = (float(x) for x in done.stderr.decode().split()[-2:])
+        imports.append(imported)
+        rests.append(rest)
+        events = int(json.loads(done.stdout)["events"])
+    detail = {"runs_s": walls, "import_s": imports, "after_import_s": rests}
+    return Work(events, detail, wall_s=statistics.median(walls))
+
+
 def serve_full(smoke: bool) -> Work:
     """10,000 requests with full attention (smoke: 4 small requests)."""
     if smoke:
@@ -250,6 +295,12 @@ CASES: tuple[Case, ...] = (
     ),
     Case("step-cold", "DeepSeek-R1 full-attention decode step, api.step, cold", step_cold, 0.1),
     Case("cli-help", "rdu-sim --help, whole process, median of 5", cli_help, 0.15),
+    Case(
+        "cli-step",
+        "rdu-sim step deepseek-r1-128k-snapstream --json, whole process, median of 5",
+        cli_step,
+        0.25,
+    ),
     Case(
         "cluster-mooncake-hour",
         "24,000-request Mooncake-schema hour, 32 Llama 8B replicas, prefix caches",

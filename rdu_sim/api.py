@@ -20,17 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rdu_sim.compiler import inspect as compiler_inspect
 from rdu_sim.engine.shared_steps import sharing as share_steps
-from rdu_sim.report.run_result import RunResult
 from rdu_sim.scenario import Scenario, load_scenario, with_overrides
 from rdu_sim.serving.backend import Backend, EngineBackend, resolve_batch_slots
-from rdu_sim.serving.run import serve_scenario
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import default_step_shape as _default_step_shape
 from rdu_sim.shapes import StepShape
+
+if TYPE_CHECKING:
+    from rdu_sim.report.run_result import RunResult
 
 __all__ = [
     "Backend",
@@ -44,6 +44,17 @@ __all__ = [
     "share_steps",
     "step",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``api.RunResult``, imported when first asked for: a command that only steps or checks
+    never loads the serving loop and the report room (the CLI's start)."""
+    if name == "RunResult":
+        from rdu_sim.report.run_result import RunResult
+
+        return RunResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 Overrides = Iterable[str] | Mapping[str, Any] | None
 Progress = Callable[[int, int], None]
@@ -65,6 +76,9 @@ def run(
     backend: Backend | None = None,
 ) -> RunResult:
     """Simulate serving a workload; ``progress(done, total)`` is called as requests finish."""
+    from rdu_sim.report.run_result import RunResult
+    from rdu_sim.serving.run import serve_scenario
+
     scenario = load(scenario_or_path, overrides)
     return RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
 
@@ -130,6 +144,8 @@ def inspect_graph(
 ) -> dict[str, Any]:
     """What the compiler makes of the step :func:`step` would simulate with these options
     (kernels, stages, placement, the layer graph), as JSON-ready data."""
+    from rdu_sim.compiler import inspect as compiler_inspect
+
     scenario = load(scenario_or_path, overrides)
     backend = EngineBackend()
     shape = default_step_shape(

@@ -51,9 +51,12 @@ def source_digest(path: Path) -> str:
 class BuildRecord:
     """What a build compiled and the digest of every source it read (:data:`RECORD_FILE`)."""
 
-    def __init__(self, digests: dict[str, str], compiled: Iterable[str]) -> None:
+    def __init__(
+        self, digests: dict[str, str], compiled: Iterable[str], complete: bool = True
+    ) -> None:
         self.digests = digests
         self.compiled = frozenset(compiled)
+        self.complete = complete  # False: an older build's, listing only compiled modules
 
     def text(self) -> str:
         """The record file's text: one sorted line per source."""
@@ -64,16 +67,20 @@ class BuildRecord:
 
     @classmethod
     def parse(cls, text: str) -> BuildRecord:
-        """The record a record file's text says."""
+        """The record a record file's text says (an older build's ``name digest`` lines: its
+        compiled modules, the record not complete)."""
         digests: dict[str, str] = {}
         compiled = []
-        for line in text.splitlines():
-            if line.strip():
-                name, digest, kind = line.split()
-                digests[name] = digest
-                if kind == COMPILED:
-                    compiled.append(name)
-        return cls(digests, compiled)
+        complete = True
+        for fields in (line.split() for line in text.splitlines()):
+            if len(fields) < 2:
+                continue
+            name, digest, *kind = fields
+            digests[name] = digest
+            complete = complete and bool(kind)
+            if kind in ([], [COMPILED]):
+                compiled.append(name)
+        return cls(digests, compiled, complete)
 
     @classmethod
     def of_sources(cls, compiled: Iterable[str]) -> BuildRecord:
@@ -181,7 +188,14 @@ def install() -> None:
     record = BuildRecord.parse(path.read_text())
     pure = os.environ.get(PURE_VARIABLE) == "1"
     stale = [] if pure else _stale(record.digests)
-    if stale:
+    if not pure and not stale and not record.complete:
+        sys.stderr.write(
+            "rdu-sim: the compiled core was built by an older rdu-sim, whose record does not "
+            "cover the modules it imports: running every compiled module from its source; "
+            "reinstall (pip install -e .) to compile again\n"
+        )
+        stale = sorted(record.compiled)
+    elif stale:
         sys.stderr.write(
             f"rdu-sim: {stale[0]} changed since the core was compiled ({len(stale)} module(s) "
             "in all): running every compiled module from its source; reinstall "

@@ -4,7 +4,7 @@ kind of a collective. Defined once here, imported everywhere.
 This module imports nothing from ``rdu_sim`` (like ``rdu_sim.systolic``), so every layer may
 use it: the graph builds a layer for a :class:`StepShape`, the compiler keys its Programs by
 it, serving memoizes step times by it, and none of them has to import the others (or
-networkx) to name a shape.
+the graph builders) to name a shape.
 
 The attention-length convention lives with :class:`StepShape`, once:
 

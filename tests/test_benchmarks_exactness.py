@@ -1,7 +1,7 @@
 """`python -m benchmarks.exactness OUT --quick` writes the same bytes twice, without provenance.
 
 The exactness outputs are how a speed change shows it moved no result (docs/performance.md,
-part 8b): they must themselves be deterministic, name no commit, and record the events a
+"Exactness"): they must themselves be deterministic, name no commit, and record the events a
 step processed.
 """
 

@@ -24,6 +24,7 @@ CASES = [
     "serve-million",
     "step-cold",
     "cli-help",
+    "cli-step",
     "cluster-mooncake-hour",
     "cluster-million",
 ]
@@ -55,7 +56,10 @@ def test_smoke_run_writes_every_case(tmp_path: Path) -> None:
     for sweep in (cases[3]["detail"], cases[4]["detail"]):
         assert sweep["points"] == sweep["done"] == 4
     assert len(cases[7]["detail"]["runs_s"]) == 5  # cli-help: the median of 5 processes
-    for cluster in cases[8:]:  # every request served, none lost
+    step = cases[8]["detail"]  # cli-step: 5 processes, each split into imports and the rest
+    assert len(step["runs_s"]) == len(step["import_s"]) == len(step["after_import_s"]) == 5
+    assert all(0 < i < w for i, w in zip(step["import_s"], step["runs_s"], strict=True))
+    for cluster in cases[9:]:  # every request served, none lost
         assert cluster["detail"]["requests_served"] == cluster["detail"]["requests"] > 0
     for name in CASES:  # the table names every case
         assert name in proc.stdout

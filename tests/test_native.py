@@ -167,6 +167,24 @@ def test_an_edit_to_a_module_the_core_imports_is_stale(tmp_path: Path) -> None:
     assert "(1 module(s) in all)" in done.stderr
 
 
+def test_an_older_builds_record_runs_from_source(tmp_path: Path) -> None:
+    """A record of ``name digest`` lines (a build before the record covered imports) cannot
+    tell whether a module the core imports changed: every compiled module runs from source,
+    saying so once, even when every listed digest matches."""
+    current = native.BuildRecord.of_sources(LISTED)
+    older = "".join(f"{name} {current.digests[name]}\n" for name in sorted(LISTED))
+    record = native.BuildRecord.parse(older)
+    assert not record.complete and record.compiled == frozenset(LISTED)
+    assert current.complete and native.BuildRecord.parse(current.text()).complete
+    copied = _copy(tmp_path, current)
+    (copied / "rdu_sim" / native.RECORD_FILE).write_text(older)
+    done = _where(copied)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "py"]
+    assert done.stderr.count("\n") == 1
+    assert "built by an older rdu-sim" in done.stderr
+
+
 def test_an_edit_outside_the_import_graph_keeps_the_core(tmp_path: Path) -> None:
     """An edit to a module the compiled ones never import (the CLI) is not stale."""
     copied = _copy(tmp_path, native.BuildRecord.of_sources(LISTED))

@@ -16,7 +16,8 @@ from rdu_sim import api, human
 from rdu_sim.cli.main import cli
 from rdu_sim.config import ConfigError
 from rdu_sim.report.console import render
-from rdu_sim.serving import (
+from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.steady import (
     MIN_TURNOVERS,
     NoSteadyWindow,
     SteadyState,
@@ -24,7 +25,6 @@ from rdu_sim.serving import (
     min_requests,
     steady_state,
 )
-from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.step_cache import PS_PER_S
 from rdu_sim.validate import measure
 

@@ -14,7 +14,7 @@ import click
 from pydantic import TypeAdapter
 
 from rdu_sim.config.cluster import ClusterConfig
-from rdu_sim.config.hardware_file import HARDWARE_SCHEMA
+from rdu_sim.config.hardware_file import hardware_schema
 from rdu_sim.config.plan import PlanSpec
 from rdu_sim.config.workload import WorkloadConfig
 from rdu_sim.kv import policy_names
@@ -23,7 +23,7 @@ from rdu_sim.sweep.spec import SweepSpec
 # A hardware file is one of its kinds (SN40L sockets, or `kind: gpu`): a union's adapter.
 SCHEMAS: dict[str, TypeAdapter[Any]] = {
     "workload": TypeAdapter(WorkloadConfig),
-    "hardware": HARDWARE_SCHEMA,
+    "hardware": hardware_schema(),
     "cluster": TypeAdapter(ClusterConfig),
     "plan": TypeAdapter(PlanSpec),
     "sweep": TypeAdapter(SweepSpec),

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich import box
-from rich.table import Table
 
 from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
@@ -37,12 +35,21 @@ from rdu_sim.cli.options import (
     step_shape_options,
     workload_argument,
 )
-from rdu_sim.report.console import utilization_line
-from rdu_sim.report.summary import Utilization
-from rdu_sim.report.terminal import wide_console
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rdu_sim.report.summary import Utilization
 
 
 def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
+    # here, not at import: `--json` needs neither rich's tables nor the run report's module
+    from rich import box
+    from rich.table import Table
+
+    from rdu_sim.report.console import utilization_line
+    from rdu_sim.report.terminal import wide_console
+
     console = wide_console(soft_wrap=True, highlight=False)
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']}, tp={data['tp']}: "
@@ -106,6 +113,9 @@ def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
 
 def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
     """Each collective stage with the algorithm the hardware's policy chose and its cost."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(title="collectives (per socket)", box=box.SIMPLE_HEAD)
     for col in ("kernel", "stage", "kind", "algorithm", "policy", "group", "hops", "bytes"):
         table.add_column(col, justify="right" if col in ("group", "hops", "bytes") else "left")
@@ -163,7 +173,6 @@ def command(
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.provenance import of_scenario
-    from rdu_sim.report.trace import write_chrome_trace
     from rdu_sim.serving.step_shape import context_note
 
     scenario = api.load(workload, overrides)
@@ -192,6 +201,8 @@ def command(
     )
     trace_error: WriteError | None = None
     if trace_file is not None:
+        from rdu_sim.report.trace import write_chrome_trace  # (numpy: only when asked)
+
         try:
             written = write_chrome_trace(timing, trace_file, {"provenance": data["provenance"]})
             data["trace"] = str(written)
@@ -200,6 +211,8 @@ def command(
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
     else:
+        from rdu_sim.report.summary import Utilization
+
         _print_tables(data, Utilization.of_step(cost))
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:

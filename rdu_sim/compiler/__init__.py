@@ -7,7 +7,7 @@ Public API:
 - `plan_memory(scenario, batch_slots) -> Placement`, `batch_capacity(scenario) -> int`,
   `CapacityError`;
 - `inspect_graph(scenario, shape) -> dict`, `to_dot(graph_or_result) -> str`,
-  `layer_graph(scenario, shape) -> networkx.DiGraph` (for GraphML via
+  `layer_graph(scenario, shape) -> rdu_sim.graph.digraph.DiGraph` (for GraphML via
   `rdu_sim.graph.write_graphml`).
 """
 

@@ -28,8 +28,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import networkx as nx
-
 from rdu_sim.compiler.allocation import StageWork, allocate
 from rdu_sim.compiler.buffers import (
     BufferRule,
@@ -60,6 +58,7 @@ from rdu_sim.compiler.view import CompileView, compile_view
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.graph import Operator, operators
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Gemm, StepShape
 from rdu_sim.systolic import stage_gemm_efficiency
@@ -282,7 +281,7 @@ def _stage(
     return _Draft(stage, operand, activations)
 
 
-def _producer(graph: nx.DiGraph, tensor: str) -> str | None:
+def _producer(graph: DiGraph, tensor: str) -> str | None:
     """The node of ``graph`` that produces ``tensor`` (None for "" or a kernel input)."""
     if not tensor:
         return None

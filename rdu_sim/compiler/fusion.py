@@ -29,8 +29,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import networkx as nx
-
 from rdu_sim.compiler.fusion_levels import (
     FusionLevel,
     operator_groups,
@@ -48,6 +46,7 @@ from rdu_sim.graph import (
     operators,
     snapkv_graph,
 )
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Selection, StepShape
@@ -63,7 +62,7 @@ class KernelGraph:
     name: str
     calls: int
     looped: bool
-    graph: nx.DiGraph
+    graph: DiGraph
     layer: str = ""  # the layer kernel it was split from ("" = itself: `full` fusion)
 
     @property
@@ -111,7 +110,7 @@ def graph_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
     return groups[:-1] + selection_groups(scenario, shape) + groups[-1:]
 
 
-def fuse_attention(graph: nx.DiGraph) -> nx.DiGraph:
+def fuse_attention(graph: DiGraph) -> DiGraph:
     """The graph with attention score -> softmax -> value merged into one "attn.flash" stage
     (per layer of a multi-layer body: "l1.attn.flash" fuses "l1.attn.score" ...).
 
@@ -159,7 +158,7 @@ def fuse_attention(graph: nx.DiGraph) -> nx.DiGraph:
     return builder.finish(graph.graph["outputs"])
 
 
-def layer_graphs(scenario: Scenario, shape: StepShape) -> list[tuple[GraphGroup, nx.DiGraph]]:
+def layer_graphs(scenario: Scenario, shape: StepShape) -> list[tuple[GraphGroup, DiGraph]]:
     """Each group of one step with its sharded graph (attention fused, except at `none`)."""
     plan = shard_plan(scenario)
     fuse = fusion_level(scenario) != "none"

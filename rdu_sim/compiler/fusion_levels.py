@@ -33,9 +33,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Literal
 
-import networkx as nx
-
 from rdu_sim.graph import Operator, TensorSpec, op, operators
+from rdu_sim.graph.digraph import DiGraph, ancestors
 
 FusionLevel = Literal["none", "partial", "full"]
 FUSION_LEVELS: tuple[FusionLevel, ...] = ("none", "partial", "full")
@@ -76,7 +75,7 @@ class _Groups:
             self.parent[drop] = keep
 
 
-def operator_groups(graph: nx.DiGraph, level: FusionLevel) -> list[list[str]]:
+def operator_groups(graph: DiGraph, level: FusionLevel) -> list[list[str]]:
     """The kernels a layer graph splits into, each a list of operator names in topological
     order, the kernels in topological order; ``kv_read`` operators in none of them."""
     order = [node.name for node in operators(graph)]
@@ -94,11 +93,11 @@ def operator_groups(graph: nx.DiGraph, level: FusionLevel) -> list[list[str]]:
     return result
 
 
-def _kind(graph: nx.DiGraph, name: str) -> str:
+def _kind(graph: DiGraph, name: str) -> str:
     return str(op(graph, name).kind)
 
 
-def _partial(graph: nx.DiGraph, work: list[str], groups: _Groups) -> None:
+def _partial(graph: DiGraph, work: list[str], groups: _Groups) -> None:
     """Apply the ``partial`` rules (module docstring) in topological order."""
     producers = {n: [p for p in graph.predecessors(n) if _kind(graph, p) != KV_READ] for n in work}
     for name in work:  # 1. attention chains
@@ -128,9 +127,7 @@ def _partial(graph: nx.DiGraph, work: list[str], groups: _Groups) -> None:
         """Joining ``root``'s kernel would make one of ``name``'s other producers both
         follow and feed that kernel (MLA's kv_norm between kv_a_proj and the KV write)."""
         group = members(root)
-        return any(
-            nx.ancestors(graph, p) & group for p in producers[name] if groups.find(p) != root
-        )
+        return any(ancestors(graph, p) & group for p in producers[name] if groups.find(p) != root)
 
     order = {name: i for i, name in enumerate(work)}
     for name in work:
@@ -146,7 +143,7 @@ def _partial(graph: nx.DiGraph, work: list[str], groups: _Groups) -> None:
                 groups.union(source, name)
 
 
-def _check_acyclic(graph: nx.DiGraph, kernels: list[list[str]]) -> None:
+def _check_acyclic(graph: DiGraph, kernels: list[list[str]]) -> None:
     """The kernels must run one after another: no edge may lead back to an earlier one."""
     index = {name: i for i, names in enumerate(kernels) for name in names}
     for u, v in graph.edges:
@@ -154,11 +151,11 @@ def _check_acyclic(graph: nx.DiGraph, kernels: list[list[str]]) -> None:
             raise RuntimeError(f"fusion made a cycle: {u!r} (a later kernel) feeds {v!r}")
 
 
-def subgraph(graph: nx.DiGraph, names: list[str]) -> nx.DiGraph:
+def subgraph(graph: DiGraph, names: list[str]) -> DiGraph:
     """One kernel's graph: its operators, a scaled copy of each KV read they consume, and as
     ``inputs``/``outputs``/``output_nodes`` the tensors crossing its boundary (via HBM)."""
     members = set(names)
-    kernel = nx.DiGraph(name=graph.name)
+    kernel = DiGraph(name=graph.name)
     inputs: dict[str, TensorSpec] = {}
     for name in names:
         node = op(graph, name)
@@ -193,7 +190,7 @@ def subgraph(graph: nx.DiGraph, names: list[str]) -> nx.DiGraph:
     return kernel
 
 
-def _attach_kv_read(kernel: nx.DiGraph, kv_read: Operator, consumer: str, taken: list[str]) -> None:
+def _attach_kv_read(kernel: DiGraph, kv_read: Operator, consumer: str, taken: list[str]) -> None:
     """Give ``kernel`` the part of a KV read its ``consumer`` takes (``taken`` tensors)."""
     if kv_read.name in kernel:
         existing = op(kernel, kv_read.name)

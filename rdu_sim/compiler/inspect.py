@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import networkx as nx
-
 from rdu_sim.compiler.compile import Compiler
 from rdu_sim.compiler.fusion import fusion_level, layer_graphs
 from rdu_sim.compiler.program import (
@@ -35,6 +33,7 @@ from rdu_sim.compiler.program import (
 )
 from rdu_sim.graph import dot_from_records, graph_records
 from rdu_sim.graph import to_dot as graph_to_dot
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 
@@ -130,7 +129,7 @@ def layer_records(program: Program) -> list[dict[str, Any]]:
     ]
 
 
-def layer_graph(scenario: Scenario, shape: StepShape) -> nx.DiGraph:
+def layer_graph(scenario: Scenario, shape: StepShape) -> DiGraph:
     """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included
     (the whole layer, whatever the fusion level splits it into)."""
     decoders = [g for group, g in layer_graphs(scenario, shape) if group.name.startswith("decoder")]
@@ -169,9 +168,9 @@ def inspect_graph(
     }
 
 
-def to_dot(graph: nx.DiGraph | Mapping[str, Any]) -> str:
+def to_dot(graph: DiGraph | Mapping[str, Any]) -> str:
     """Graphviz DOT of a graph, or of the `graph` in an `inspect_graph` result."""
-    if isinstance(graph, nx.DiGraph):
+    if isinstance(graph, DiGraph):
         return graph_to_dot(graph)
     records = graph.get("graph", graph)
     return dot_from_records(dict(records))

@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import networkx as nx
-
 from rdu_sim.compiler.layout import ShardPlan
 from rdu_sim.graph import Operator, operators
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.shape import FP32
 from rdu_sim.shapes import CollectiveKind, Gemm
 
@@ -100,13 +99,13 @@ def _collective_for(node: Operator, plan: ShardPlan) -> tuple[CollectiveKind, fl
     return None
 
 
-def shard_graph(graph: nx.DiGraph, plan: ShardPlan) -> nx.DiGraph:
+def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
     """One socket's graph: sharded operators, collectives spliced in after their producers.
 
     The result keeps the `inputs`/`outputs` graph attributes and adds `output_nodes`
     (tensor name -> the node that finally produces it, after any collective).
     """
-    sharded = nx.DiGraph(
+    sharded = DiGraph(
         name=graph.name,
         inputs=graph.graph.get("inputs", {}),
         outputs=graph.graph.get("outputs", {}),
@@ -147,7 +146,7 @@ def shard_graph(graph: nx.DiGraph, plan: ShardPlan) -> nx.DiGraph:
     return sharded
 
 
-def _connect(graph: nx.DiGraph, source: str, target: str, tensor: str) -> None:
+def _connect(graph: DiGraph, source: str, target: str, tensor: str) -> None:
     if graph.has_edge(source, target):
         graph.edges[source, target]["tensors"].append(tensor)
     else:

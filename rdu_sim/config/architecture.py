@@ -258,7 +258,7 @@ class ConfigJsonKeys(BaseModel):
     """A config.json's own keys written inline as a workload's model (`model_type` marks
     them); mapped by `rdu_sim.models.hf_config`, which checks every key it reads."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, defer_build=True)
 
     model_type: str = Field(description="Hugging Face model_type (mixtral, qwen3_moe, ...)")
     name: str | None = Field(

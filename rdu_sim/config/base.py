@@ -13,4 +13,6 @@ class StrictModel(BaseModel):
     Ints are still accepted where a float is expected.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, strict=True, defer_build=True
+    )

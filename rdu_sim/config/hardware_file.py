@@ -56,10 +56,12 @@ def validate_hardware(data: Any, file: str, lines: LineMap) -> Hardware:
     return validate(hardware_model(data, file, lines), data, file, lines)
 
 
-HARDWARE_SCHEMA = TypeAdapter(
-    Annotated[
-        Annotated[HardwareConfig, Tag("rdu")] | Annotated[GpuHardwareConfig, Tag("gpu")],
-        Discriminator(kind_of),
-    ]
-)
-"""One adapter for both kinds: ``rdu-sim schema hardware`` prints its JSON Schema."""
+def hardware_schema() -> TypeAdapter[Any]:
+    """One adapter for both kinds: ``rdu-sim schema hardware`` prints its JSON Schema (made
+    when asked for: building it builds both kinds' validators, which a run of one never needs)."""
+    return TypeAdapter(
+        Annotated[
+            Annotated[HardwareConfig, Tag("rdu")] | Annotated[GpuHardwareConfig, Tag("gpu")],
+            Discriminator(kind_of),
+        ]
+    )

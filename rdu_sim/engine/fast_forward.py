@@ -45,7 +45,7 @@
   40th (shared-expert stages gain on the pipeline and memory streams drift until then,
   which changes its period twice), and the SnapStream decode step with two-shot collectives
   wanders quasi-periodically until its 46th layer and then settles into a 5-layer cycle too
-  late to cut (docs/performance.md, issue 23 part 5a). The time-like totals (time, busy times)
+  late to cut (CHANGELOG.md, issue 23 part 5a). The time-like totals (time, busy times)
   extrapolate as ``S(L) = S(n) + (L - n) / k * dS``; the work totals (``WORK_TOTALS``: bytes
   per tier, FLOPs) as ``W(L) = W(n) * L / n``: every layer of a looped kernel does the same
   work. A run that finds no cycle simulates all ``L`` layers once: it *is* the full run.
@@ -73,7 +73,7 @@ increment over the cycle) agrees within this fraction of the cycle's span: float
 which is ~1e-14 on the shipped steps (at most ~3e-13); physics moves states by far more (the
 full-attention step's slipping streams: 5e-4 a layer). A settling transient is accepted once
 within it: the shipped settling steps then end up to 1.1e-10 off the full simulation
-(docs/performance.md, issue 23 part 5a, measured 1e-11 too)."""
+(CHANGELOG.md, issue 23 part 5a, measured 1e-11 too)."""
 
 STATE_MATCHES = 2
 """Consecutive marks whose state must equal the state one cycle earlier. One would do for a

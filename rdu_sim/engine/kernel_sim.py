@@ -54,7 +54,7 @@ span one mark before, so with two marks a layer a one-layer cycle can be seen at
 layer 1 (counted from 0) rather than at the end of layer 2, while the stages are a layer less
 far ahead: one layer fewer is simulated (``fast_forward.fewest_layers``). Each mark costs one
 state (``_state``), like a boundary, so more marks cost more on steps that never repeat;
-four a layer cut no prefill step shorter (docs/performance.md, issue 23 part 3)."""
+four a layer cut no prefill step shorter (CHANGELOG.md, issue 23 part 3)."""
 
 
 @dataclass(frozen=True)

@@ -310,7 +310,7 @@ class StageRunner:
         position and the layers it has started and finished, counted past that layer, the
         layer gates others wait on and the rows it has begun but not finished
         (``row_barriers``). Not when it started or finished a layer: history, which nothing
-        reads, so the stage keeps only their counts (docs/performance.md, issue 23 part 5a)."""
+        reads, so the stage keeps only their counts (CHANGELOG.md, issue 23 part 5a)."""
         past = layer + 1
         into.count(
             self.position - past * self.work.tiles,

@@ -1,6 +1,7 @@
 """Dataflow graphs of decoder layers: Operators with FLOPs and bytes, built per static shape.
 
-Builders return networkx DiGraphs whose nodes hold an `Operator` (attribute `op`) and whose
+Builders return DiGraphs (``rdu_sim.graph.digraph``: networkx's interface without its
+import cost) whose nodes hold an `Operator` (attribute `op`) and whose
 edges carry the tensor names they move (attribute `tensors`). Numbers are for the whole
 layer (unsharded); `rdu_sim.compiler` shards, fuses and places them.
 """

@@ -1,4 +1,4 @@
-"""Assemble Operators into a networkx DiGraph, wiring edges by tensor name.
+"""Assemble Operators into a DiGraph (``rdu_sim.graph.digraph``), wiring edges by tensor name.
 
 Every tensor has one producer: an operator, or the graph's declared external inputs (the
 layer's input hidden state, token ids, tensors read back from HBM). Adding an operator
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-import networkx as nx
-
+from rdu_sim.graph.digraph import DiGraph, topological_sort
 from rdu_sim.graph.operator import Operator, TensorSpec
 
 
@@ -20,7 +19,7 @@ class GraphBuilder:
     """Collects operators in order and builds the DAG between them."""
 
     def __init__(self, name: str, inputs: Iterable[TensorSpec]) -> None:
-        self.graph: nx.DiGraph = nx.DiGraph(name=name)
+        self.graph: DiGraph = DiGraph(name=name)
         external = {t.name: t for t in inputs}
         self.graph.graph["inputs"] = external
         self._producer: dict[str, tuple[str | None, TensorSpec]] = {
@@ -53,7 +52,7 @@ class GraphBuilder:
             self._producer[spec.name] = (op.name, spec)
         return op
 
-    def finish(self, outputs: Iterable[str]) -> nx.DiGraph:
+    def finish(self, outputs: Iterable[str]) -> DiGraph:
         """Declare the graph's output tensors and return the graph."""
         declared: dict[str, TensorSpec] = {}
         for name in outputs:
@@ -65,14 +64,14 @@ class GraphBuilder:
         return self.graph
 
 
-def op(graph: nx.DiGraph, name: str) -> Operator:
+def op(graph: DiGraph, name: str) -> Operator:
     """The Operator at node `name`."""
     result: Operator = graph.nodes[name]["op"]
     return result
 
 
-def operators(graph: nx.DiGraph) -> Iterator[Operator]:
+def operators(graph: DiGraph) -> Iterator[Operator]:
     """The graph's operators in a deterministic topological order."""
     rank = {name: i for i, name in enumerate(graph.nodes)}
-    for name in nx.lexicographical_topological_sort(graph, key=rank.__getitem__):
+    for name in topological_sort(graph, key=rank.__getitem__):
         yield op(graph, name)

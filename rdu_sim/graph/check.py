@@ -9,16 +9,15 @@ operator.
 
 from __future__ import annotations
 
-import networkx as nx
-
+from rdu_sim.graph.digraph import DiGraph, find_cycle
 from rdu_sim.graph.operator import Operator, TensorSpec
 
 
-def graph_problems(graph: nx.DiGraph) -> list[str]:
+def graph_problems(graph: DiGraph) -> list[str]:
     """Everything wrong with `graph`, one sentence each (empty when it is sound)."""
     problems: list[str] = []
-    if not nx.is_directed_acyclic_graph(graph):
-        cycle = nx.find_cycle(graph)
+    cycle = find_cycle(graph)
+    if cycle is not None:
         problems.append(f"graph {graph.name!r} has a cycle: {cycle}")
     external: dict[str, TensorSpec] = graph.graph.get("inputs", {})
     for name in graph.nodes:
@@ -60,7 +59,7 @@ def graph_problems(graph: nx.DiGraph) -> list[str]:
     return problems
 
 
-def check_graph(graph: nx.DiGraph) -> None:
+def check_graph(graph: DiGraph) -> None:
     """Raise ValueError listing every problem of `graph` (see `graph_problems`)."""
     problems = graph_problems(graph)
     if problems:

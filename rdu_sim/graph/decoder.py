@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import networkx as nx
-
 from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
 from rdu_sim.graph.builder import GraphBuilder, operators
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.ffn import add_moe, add_swiglu
 from rdu_sim.graph.gqa import add_gqa
 from rdu_sim.graph.mla import MlaCache, add_mla
@@ -37,7 +36,7 @@ def decoder_layer(
     name: str,
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
-) -> nx.DiGraph:
+) -> DiGraph:
     """The graph of one decoder layer of `kind` at `shape`."""
     x = act(LAYER_INPUT, (shape.batch, shape.tokens, arch.hidden_size), precision)
     b = GraphBuilder(name, [x])
@@ -66,7 +65,7 @@ def decoder_layer(
     return b.finish([LAYER_OUTPUT])
 
 
-def chain_layers(layers: list[nx.DiGraph], name: str) -> nx.DiGraph:
+def chain_layers(layers: list[DiGraph], name: str) -> DiGraph:
     """Consecutive layers as one graph: layer i's operators and tensors prefixed "l{i}.",
     layer i's output feeding layer i + 1's input. One layer is returned as it is."""
     if len(layers) == 1:

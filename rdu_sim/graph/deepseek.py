@@ -8,10 +8,9 @@ The layer is `decoder.decoder_layer`; this names it by its FFN.
 
 from __future__ import annotations
 
-import networkx as nx
-
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.decoder import decoder_layer
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.mla import MlaCache
 from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.shape import Precision, StepShape
@@ -26,7 +25,7 @@ def deepseek_layer(
     ffn: FfnKind,
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
-) -> nx.DiGraph:
+) -> DiGraph:
     """The graph of one DeepSeek decoder layer with a dense or MoE feed-forward."""
     return decoder_layer(
         arch,

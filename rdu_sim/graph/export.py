@@ -2,7 +2,8 @@
 
 Nodes are labelled with the operator name, kind, and its FLOPs and bytes; edges with the
 tensors they carry. DOT is written by hand (no pydot dependency); GraphML goes through
-networkx with scalar attributes only, so any GraphML reader opens it.
+networkx (imported only here, when asked for) with scalar attributes only, so any GraphML
+reader opens it.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
-
 from rdu_sim import human
+from rdu_sim.graph.digraph import DiGraph, to_networkx
 from rdu_sim.graph.operator import Operator
 
 _COLOURS = {
@@ -53,7 +53,7 @@ def node_attributes(node: Operator) -> dict[str, Any]:
     }
 
 
-def graph_records(graph: nx.DiGraph) -> dict[str, Any]:
+def graph_records(graph: DiGraph) -> dict[str, Any]:
     """A JSON-ready description of a graph: its nodes (with attributes) and edges."""
     return {
         "name": str(graph.name or "graph"),
@@ -97,21 +97,25 @@ def dot_from_records(records: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_dot(graph: nx.DiGraph) -> str:
+def to_dot(graph: DiGraph) -> str:
     """Graphviz DOT text of a graph of Operators (`dot -Tsvg` renders it)."""
     return dot_from_records(graph_records(graph))
 
 
-def to_graphml_graph(graph: nx.DiGraph) -> nx.DiGraph:
-    """A copy with scalar node/edge attributes only (what GraphML can hold)."""
-    plain = nx.DiGraph(name=str(graph.name or "graph"))
-    for name in graph.nodes:
-        plain.add_node(name, **node_attributes(graph.nodes[name]["op"]))
-    for source, target, data in graph.edges(data=True):
-        plain.add_edge(source, target, tensors=",".join(data.get("tensors", [])))
+def to_graphml_graph(graph: DiGraph) -> Any:
+    """A ``networkx.DiGraph`` copy with scalar node/edge attributes only (what GraphML can
+    hold)."""
+    plain = to_networkx(
+        graph,
+        lambda node: node_attributes(node["op"]),
+        lambda edge: {"tensors": ",".join(edge.get("tensors", []))},
+    )
+    plain.graph = {"name": str(graph.name or "graph")}
     return plain
 
 
-def write_graphml(graph: nx.DiGraph, path: str | Path) -> None:
+def write_graphml(graph: DiGraph, path: str | Path) -> None:
     """Write the graph as GraphML (the caller chooses the file; nothing else is written)."""
+    import networkx as nx
+
     nx.write_graphml(to_graphml_graph(graph), str(path))

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import networkx as nx
-
 from rdu_sim.graph.builder import GraphBuilder
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.operator import Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, linear, rmsnorm
 from rdu_sim.graph.shape import INDEX, Precision, StepShape
@@ -25,7 +24,7 @@ from rdu_sim.models.layers import Architecture
 EMBEDDING = "embed.gather"  # the operator, and the name of the embedding table
 
 
-def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) -> nx.DiGraph:
+def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) -> DiGraph:
     """Token ids -> hidden states, one gathered row per new token."""
     ids = TensorSpec("token_ids", (shape.batch, shape.tokens), INDEX)
     b = GraphBuilder(f"{arch.name}.embedding", [ids])
@@ -49,7 +48,7 @@ def logit_rows(shape: StepShape) -> int:
     return 1 if shape.phase == "prefill" else shape.tokens
 
 
-def lm_head_graph(arch: Architecture, shape: StepShape, precision: Precision) -> nx.DiGraph:
+def lm_head_graph(arch: Architecture, shape: StepShape, precision: Precision) -> DiGraph:
     """Final norm and vocabulary projection of the positions that produce logits."""
     rows = logit_rows(shape)
     x = act("y", (shape.batch, rows, arch.hidden_size), precision)

@@ -11,15 +11,14 @@ dense GQA model's (first) layer.
 
 from __future__ import annotations
 
-import networkx as nx
-
 from rdu_sim.config.architecture import LlamaArchitecture
 from rdu_sim.graph.decoder import decoder_layer
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.shape import Precision, StepShape
 from rdu_sim.models.layers import layer_kinds
 
 
-def llama_layer(arch: LlamaArchitecture, shape: StepShape, precision: Precision) -> nx.DiGraph:
+def llama_layer(arch: LlamaArchitecture, shape: StepShape, precision: Precision) -> DiGraph:
     """The graph of one Llama decoder layer (the first layer's kind) at `shape`."""
     kind = layer_kinds(arch)[0]
     return decoder_layer(arch, kind, shape, precision, name=f"{arch.name}.decoder")

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
-
 from rdu_sim.graph.builder import operators
 from rdu_sim.graph.decoder import chain_layers, decoder_layer
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.heads import embedding_graph, lm_head_graph
 from rdu_sim.graph.mla import MlaCache
 from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
@@ -29,7 +28,7 @@ class GraphGroup:
 
     name: str  # "embedding", "decoder", "decoder_dense", "decoder_moe", "lm_head"
     count: int
-    graph: nx.DiGraph
+    graph: DiGraph
 
 
 def decoder_groups(

@@ -32,9 +32,10 @@ every expert knows its addresses at compile time and prefetches them like any we
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 ExpertLoading = Literal["routed", "static"]
 
@@ -87,6 +88,8 @@ def sample_distinct_experts(
     stops once every expert is touched, so huge prefill batches cost little. Deterministic
     for a given generator state.
     """
+    import numpy as np  # here: building a graph needs no numpy (the CLI's start)
+
     expected_distinct_experts(tokens, experts, per_token)  # validates the arguments
     touched = np.zeros(experts, dtype=bool)
     remaining = tokens

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
-
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.builder import GraphBuilder
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.mla import KV_B, MlaCache
 from rdu_sim.graph.operator import Axis, Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import SOFTMAX_FLOPS, act
@@ -41,7 +40,7 @@ def snapkv_graph(
     selection: Selection,
     precision: Precision,
     cache: MlaCache = "latent",
-) -> nx.DiGraph:
+) -> DiGraph:
     """The selection operators of one layer for `batch` slots compressing together."""
     if isinstance(arch, DeepSeekArchitecture):
         return _mla(arch, batch, selection, precision, cache)
@@ -149,7 +148,7 @@ def _pool_topk_gather(
     )
 
 
-def _gqa(arch: GqaArchitecture, batch: int, sel: Selection, precision: Precision) -> nx.DiGraph:
+def _gqa(arch: GqaArchitecture, batch: int, sel: Selection, precision: Precision) -> DiGraph:
     heads, kv_heads, dim = arch.heads, arch.kv_heads, arch.head_dim
     q = act("q_window", (batch, sel.window, heads, dim), precision)
     b = GraphBuilder(f"{arch.name}.snapkv_select", [q])
@@ -203,7 +202,7 @@ def _mla(
     sel: Selection,
     precision: Precision,
     cache: MlaCache,
-) -> nx.DiGraph:
+) -> DiGraph:
     heads, nope, pe, vdim, rank = (
         arch.heads,
         arch.qk_nope_head_dim,

@@ -14,16 +14,17 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import IO, TYPE_CHECKING, Any, TypeAlias
 
 from rdu_sim.config.errors import WriteError
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 RESULT_FILE = "result.json"
 REQUESTS_FILE = "requests.csv"
@@ -94,12 +95,14 @@ def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: boo
 
 
 def _cell(value: Any) -> str:
-    if isinstance(value, float | np.floating):
-        return "" if not np.isfinite(value) else f"{float(value):.12g}"
+    """A CSV cell of a Python value (``tolist()`` turns numpy's into these; no numpy import
+    here, so a command writing one file does not load it)."""
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else f"{value:.12g}"
     return str(value)
 
 
-Columns = Mapping[str, NDArray[Any]]
+Columns: TypeAlias = "Mapping[str, NDArray[Any]]"
 
 ROWS_PER_BLOCK = 65_536
 """Rows turned into Python values at a time when writing CSV: a million-row file holds one

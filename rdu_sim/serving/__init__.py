@@ -1,19 +1,3 @@
-"""rdu_sim.serving"""
-
-from rdu_sim.serving.steady import (
-    MIN_TURNOVERS,
-    NoSteadyWindow,
-    SteadyState,
-    find_steady_state,
-    min_requests,
-    steady_state,
-)
-
-__all__ = [
-    "MIN_TURNOVERS",
-    "NoSteadyWindow",
-    "SteadyState",
-    "find_steady_state",
-    "min_requests",
-    "steady_state",
-]
+"""rdu_sim.serving: requests, the continuous-batching scheduler and its drivers, the step
+cache and the steady-state window (``rdu_sim.serving.steady``). Nothing is imported here, so
+importing one module (the step shape a `step` command needs) loads no more."""

@@ -21,10 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.requests import make_requests, typical_compressed_length, typical_prompt
 from rdu_sim.shapes import Phase, StepShape
 
 __all__ = [
@@ -95,6 +92,10 @@ def typical_prefill_prompt(scenario: Scenario) -> int:
     """The prompt a default prefill step runs: the typical compressed prompt when the KV
     policy compresses some prompt the workload sends, else its typical prompt (the one the
     run report's ``prefill_s`` times)."""
+    import numpy as np  # here: a decode step (the CLI's `step`) samples no requests
+
+    from rdu_sim.serving.requests import make_requests, typical_compressed_length, typical_prompt
+
     serving, policy = scenario.workload.serving, scenario.kv_policy
     if policy.compresses(serving.max_context - 1 or 1):
         prompt = typical_compressed_length(

@@ -1,0 +1,74 @@
+"""The lazy import graph: a command imports what it runs, no more (docs/performance.md, "The
+CLI's start"). Each command runs in a fresh interpreter and reports the heavy packages it
+loaded; this checks modules, not milliseconds, so load on the machine cannot fail it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+HEAVY = ("numpy", "networkx", "pandas", "matplotlib", "dask", "distributed", "scipy", "rich")
+"""Packages that cost a command's start tens of milliseconds each."""
+
+_LOADED = (
+    "import sys\n"
+    "from rdu_sim.cli.main import main\n"
+    "sys.argv = ['rdu-sim', *sys.argv[1:]]\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit as exit:\n"
+    "    assert not exit.code, exit.code\n"
+    f"print(*sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}), file=sys.stderr)\n"
+)
+
+
+def _heavy_loaded(*args: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return set(done.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [
+        # a step builds a graph (no networkx), simulates it and prints JSON (no rich)
+        (("step", "deepseek-r1-128k-snapstream", "--json"), set()),
+        (("check", "workloads/deepseek-r1-128k-snapstream.yaml"), {"rich"}),
+        (("inspect", "graph", "deepseek-r1-128k-snapstream", "--json"), {"rich"}),
+        # serving samples requests with numpy; no plots, no DataFrames, no Dask
+        (
+            ("run", "llama3.1-8b-1socket", "--set", "serving.requests=8", "--json"),
+            {"numpy", "rich"},
+        ),
+    ],
+)
+def test_a_command_loads_only_what_it_runs(args: tuple[str, ...], allowed: set[str]) -> None:
+    assert _heavy_loaded(*args) <= allowed
+
+
+def test_the_package_alone_loads_nothing_heavy() -> None:
+    """``import rdu_sim.api`` (what a notebook or a sweep worker starts with)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, rdu_sim.api; print(*sorted(set(sys.modules) & {set(HEAVY)!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
