@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import numpy as np
-from numpy.typing import NDArray
+if TYPE_CHECKING:  # numpy is loaded by the arrivals' cast only: a step runs without it
+    import numpy as np
+    from numpy.typing import NDArray
 
 PS_PER_S = 10**12
 MAX_PS = 2**63 - 1
@@ -43,6 +45,8 @@ class SimulatedTimeError(Exception):
 def arrivals_ps(arrival_s: NDArray[np.float64], field: str = "") -> NDArray[np.int64]:
     """Arrival times in picoseconds; SimulatedTimeError (naming `field`) when one is past
     ``MAX_ARRIVAL_S`` or NaN, checked before the int64 cast, which would wrap silently."""
+    import numpy as np
+
     latest = float(np.max(arrival_s, initial=0.0))
     if not latest <= MAX_ARRIVAL_S:
         raise SimulatedTimeError(
