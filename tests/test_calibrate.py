@@ -151,6 +151,8 @@ def test_calibrate_command_writes_a_usable_hardware_file(tmp_path: Path) -> None
     assert step.runtime_s == pytest.approx(runtime["step_overhead"] + slot, rel=1e-12)  # type: ignore[attr-defined]
     again = CliRunner().invoke(cli, [*args, "--holdout", "0.25", "--json"])
     assert json.loads(again.stdout)["values"] == fit["values"]  # deterministic
+    assert out.read_text() == text  # the same file, whoever invoked the command
+    assert "--fit=hw.runtime.step_overhead=0:1ms" in text.splitlines()[0]
 
 
 def test_calibrate_errors(tmp_path: Path) -> None:

@@ -70,7 +70,8 @@ def _errors(group: ErrorSummary) -> str:
     type=click.IntRange(1, 10_000),
     default=60,
     show_default=True,
-    help="Most evaluations of every training point the fit may run.",
+    help="Most steps of the fit (scipy's max_nfev); each step also evaluates every "
+    "training point once per parameter for its slope.",
 )
 @click.option(
     "-o",
@@ -102,8 +103,8 @@ def command(
 ) -> None:
     """Fit hardware parameters (--fit hw.FIELD=LOW:HIGH) to MEASUREMENTS; write the
     calibrated hardware file."""
-    from rdu_sim.config import shipped
     from rdu_sim.config.yaml_io import read_yaml
+    from rdu_sim.report.files import write_file
     from rdu_sim.validate.calibrate import Calibration, overlay_text, parse_fit, split_holdout
     from rdu_sim.validate.deployment import by_hardware, read_all, summarize
 
@@ -127,9 +128,10 @@ def command(
     cache = cache or out.with_name(out.name + ".cache.jsonl")
 
     def progress(evaluation: int, values: dict[str, float], median: float) -> None:
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in values.items())
+        shown = ", ".join(f"{k}={human.number(v, 4)}" for k, v in values.items())
         print(
-            f"evaluation {evaluation}: {shown}: median error {100 * median:.1f}%", file=sys.stderr
+            f"evaluation {evaluation}: {shown}: median error {human.percent(median)}",
+            file=sys.stderr,
         )
 
     calibration = Calibration(
@@ -140,15 +142,21 @@ def command(
     groups = [fitted]
     if held:
         groups.append(summarize([result.results[i] for i in held], "held out"))
-    command_line = "rdu-sim calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    words = [
+        *measurements,
+        *(f"--fit={text}" for text in fits),
+        *([f"--hardware={hardware}"] if hardware else []),
+        f"--holdout={holdout}",
+        f"--seed={seed}",
+        f"--max-evaluations={max_evaluations}",
+        *(f"--set={text}" for text in overrides),
+    ]
     header = [
-        f"Calibrated by: {command_line}",
+        f"Calibrated by: rdu-sim calibrate {' '.join(shlex.quote(w) for w in words)}",
         f"Fitted on {len(train)} of {len(points)} points ({', '.join(measurements)}), "
         f"seed {seed}: " + "; ".join(_errors(g) for g in groups),
     ]
-    base, _ = read_yaml(shipped.locate(chosen, ("hardware",)))
-    from rdu_sim.report.files import write_file
-
+    base, _ = read_yaml(Path(points[0].scenario(overrides).hardware_file))
     text = overlay_text(dict(base), result.values, header)
     write_file(out, lambda stream: stream.write(text))
     if as_json:

@@ -26,12 +26,15 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.yaml_io import file_problem
+
+if TYPE_CHECKING:
+    from rdu_sim.scenario import Scenario
 
 COLUMNS = (
     "hardware",
@@ -65,6 +68,17 @@ class MeasuredPoint:
     measured_s: float
     label: str = ""
     source: str = ""  # file:line, for reports and errors
+
+    @property
+    def file(self) -> str:
+        """The measurement file the point came from (relative paths inside resolve from it)."""
+        return self.source.rsplit(":", 1)[0]
+
+    def scenario(self, overrides: Sequence[str] = ()) -> Scenario:
+        """The validated workload that simulates this point."""
+        from rdu_sim.scenario import build_scenario
+
+        return build_scenario(self.workload(), workload_file=self.file, overrides=overrides)
 
     def workload(self) -> dict[str, Any]:
         """The workload mapping that simulates this point."""
@@ -187,12 +201,8 @@ def simulate(point: MeasuredPoint, overrides: Sequence[str] = ()) -> float:
     """The simulated value of ``point``'s metric, in seconds (``hw.`` overrides apply to its
     hardware file)."""
     from rdu_sim import api
-    from rdu_sim.scenario import build_scenario
 
-    scenario = build_scenario(
-        point.workload(), workload_file=point.source.rsplit(":", 1)[0], overrides=overrides
-    )
-    summary = api.run(scenario).summary()
+    summary = api.run(point.scenario(overrides)).summary()
     value = summary.makespan_s if point.metric == "e2e_s" else summary.ttft_s.mean
     if value is None:
         raise ValueError(f"{point.source}: the run completed no request")
