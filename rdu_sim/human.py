@@ -143,9 +143,13 @@ def rate(value: float | None, unit: str, digits: int = 3) -> str:
     return MISSING if _missing(value) else f"{number(value, digits)} {unit}"
 
 
-def percent(fraction: float | None, decimals: int = 1) -> str:
-    """A fraction as a percentage: ``62.1%`` (``decimals`` after the point)."""
-    return MISSING if _missing(fraction) else f"{100 * float(fraction or 0):.{decimals}f}%"
+def percent(fraction: float | None, decimals: int = 1, *, signed: bool = False) -> str:
+    """A fraction as a percentage: ``62.1%`` (``decimals`` after the point); ``signed``
+    always shows the sign, as an error does: ``+12.3%``, ``-4.0%``."""
+    if _missing(fraction):
+        return MISSING
+    sign = "+" if signed else ""
+    return f"{100 * float(fraction or 0):{sign}.{decimals}f}%"
 
 
 def ratio(value: float | None, digits: int = 3) -> str:

@@ -96,11 +96,6 @@ def module_source(name: str) -> Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(_PACKAGE_DIR).with_suffix("").parts
-    return ".".join((_PACKAGE, *(parts[:-1] if parts[-1] == "__init__" else parts)))
-
-
 def _imports(name: str) -> set[str]:
     """The ``rdu_sim`` modules and packages the source of ``name`` imports anywhere (in a
     function or under ``TYPE_CHECKING`` too: mypy checks against those as well)."""

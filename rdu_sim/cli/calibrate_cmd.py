@@ -178,7 +178,7 @@ def command(
             f"{p.source}: {p.model} tp={p.tp} batch={p.batch} {p.input_tokens}/{p.output_tokens} "
             f"{p.metric}: measured {human.duration(p.measured_s, 4)}, simulated "
             f"{human.duration(r.simulated_s, 4)}, "
-            f"{100 * r.relative_error:+.1f}% ({role})"
+            f"{human.percent(r.relative_error, signed=True)} ({role})"
         )
     for g in groups:
         click.echo(

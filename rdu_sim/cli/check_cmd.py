@@ -34,7 +34,7 @@ from rdu_sim.scenario import build_scenario
 
 # The trace formats' suffixes, known without importing rdu_sim.serving (it is slow to import
 # and `check` on config files does not need it); tests keep this equal to the registry's.
-TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+TRACE_SUFFIXES = shipped.KIND_SUFFIXES["trace"]
 
 
 def _read_trace(

@@ -68,10 +68,11 @@ def _deployment(overrides: tuple[str, ...], as_json: bool) -> bool:
     points = read_all(shipped_files())
     results = [PointResult(p, simulate_point(p, overrides)) for p in points]
     systems = by_hardware(results)
-    passed = all(
+    within = [
         s.median_abs_error <= DEPLOYMENT_MEDIAN and s.worst_abs_error <= DEPLOYMENT_WORST
         for s in systems
-    )
+    ]
+    passed = all(within)
     if as_json:
         click.echo(
             json.dumps(
@@ -102,12 +103,11 @@ def _deployment(overrides: tuple[str, ...], as_json: bool) -> bool:
             p.metric,
             human.duration(p.measured_s, 4),
             human.duration(r.simulated_s, 4),
-            f"[{colour}]{100 * err:+.1f}%[/{colour}]",
+            f"[{colour}]{human.percent(err, signed=True)}[/{colour}]",
         )
     console = Console(soft_wrap=True)
     console.print(table)
-    for s in systems:
-        ok = s.median_abs_error <= DEPLOYMENT_MEDIAN and s.worst_abs_error <= DEPLOYMENT_WORST
+    for s, ok in zip(systems, within, strict=True):
         console.print(
             f"{s.group}: {s.points} points, median |error| {human.percent(s.median_abs_error)} "
             f"(limit {human.percent(DEPLOYMENT_MEDIAN, 0)}), worst "

@@ -237,7 +237,7 @@ def simulate_cluster(
 ) -> ClusterRun:
     """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
     ``oracle``: run every server as a SimPy process in ``simpy.Environment`` instead (the
-    same results: tests/test_cluster_heap.py compares the two)."""
+    same results: tests/test_cluster_loop.py compares the two)."""
     requests = fit.requests
     arrival_ps = arrivals_ps(requests.arrival_s, "traffic").tolist()
     if not oracle:

@@ -13,7 +13,7 @@ This is SimPy's order (``simpy.Environment`` keys its heap by (time, priority, e
 its priorities ``URGENT`` 0 and ``NORMAL`` 1), so SimPy's own processes, resources and
 conditions run unchanged in des's loops, and ``simpy.Environment`` is the oracle the tests
 compare against (tests/test_counting_env.py, tests/test_des_processes.py,
-tests/test_cluster_heap.py). The kernels' loop (``des.environment``, float seconds) and the
+tests/test_cluster_loop.py). The kernels' loop (``des.environment``, float seconds) and the
 serving loop (``des.timeline``, integer picoseconds) both key their events this way.
 """
 

@@ -54,7 +54,7 @@ from rdu_sim.models import get_model
 from rdu_sim.models.figures import weight_bytes
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import Backend
-from rdu_sim.serving.clock import PS_PER_S, to_ps
+from rdu_sim.serving.clock import PS_PER_S, arrivals_ps, to_ps
 from rdu_sim.serving.coe_server import CoEServer, Progress, Tiers, TurnPolicy
 from rdu_sim.serving.expert_region import EVICTION, ExpertRegion
 from rdu_sim.serving.records import ServingRecords
@@ -310,7 +310,7 @@ def serve_coe(
         ExpertRegion(region, coe.eviction),
         tags,
         records,
-        None if arrival is None else np.rint(arrival * PS_PER_S).astype(np.int64),
+        None if arrival is None else arrivals_ps(arrival),
         requests.concurrency or slots,
         float(switch_bytes),
         cache,

@@ -186,8 +186,7 @@ class Scheduler:
         """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a
         slot could take it, the run ends with the step in flight when it arrives (one at
         least); otherwise all ``steps``."""
-        slots = self.slots
-        if steps > 1 and (slots.occupied < slots.n or slots.waiting):
+        if self.cuttable(steps):
             in_flight = max(1, -(-(arrival - start) // step))
             if in_flight < steps:
                 self.load.run_end = start + in_flight * step

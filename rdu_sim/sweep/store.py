@@ -53,22 +53,6 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-COLUMNS = (
-    "key",
-    "sweep",
-    "overrides",
-    "config",
-    "metrics",
-    "status",
-    "error",
-    "version",
-    "worker",
-    "wall_s",
-    "started",
-    "finished",
-    "attempts",
-)
-
 
 _TEXT: tuple[type, ...] = (str,)
 _OPTIONAL_TEXT: tuple[type, ...] = (str, type(None))
@@ -88,6 +72,8 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "attempts": ((int,), "an integer"),
 }
 """What each column of a row must hold as read back (SQLite stores any type in any column)."""
+COLUMNS = tuple(_TYPES)
+"""The results table's columns, in the table's order."""
 _JSON_DEPTH = 64  # a stored config or metric is a few levels deep; deeper is damage
 
 

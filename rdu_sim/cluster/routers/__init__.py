@@ -1,8 +1,8 @@
 """Routers: which replica of a pool takes a request, decided at the instant it arrives.
 
 A router sees each candidate replica's real state at that instant (``Candidate``: the work
-still outstanding there, what its prefix cache holds for this request) because it runs in
-the same SimPy environment as the replicas' servers. Routers register by name
+still outstanding there, what its prefix cache holds for this request) because it runs on
+the same event loop as the replicas' servers (``des.timeline``). Routers register by name
 (``router.policy``); a duplicate name is refused and an unknown one lists the valid names.
 Each router is one small module beside this file.
 """

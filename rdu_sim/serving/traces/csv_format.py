@@ -69,7 +69,7 @@ PUBLISHED_HEADERS = (
     "Azure's TIMESTAMP, ContextTokens, GeneratedTokens; BurstGPT's Timestamp, Request tokens, "
     "Response tokens"
 )
-"""The published CSV headers a trace may have instead (``traces.reader.choose_format``)."""
+"""The published CSV headers a trace may have instead (the format choice of ``traces.reader``)."""
 
 
 @register_format("csv", (".csv",), "comma-separated, with a header row")

@@ -3,7 +3,7 @@
 trace file and the line.
 
 A trace fixes each request's lengths (and, for open-loop arrivals, its arrival time). Its
-format is chosen once (:func:`choose_format`): by name, or, for ``auto``, by the file's first
+format is chosen once (:func:`_choose`): by name, or, for ``auto``, by the file's first
 line when it is a published trace's (Azure, Mooncake, BurstGPT), else by the file's suffix
 (the project's ``.csv`` and ``.jsonl``). Every row then passes the same checks
 (``traces.values``) whichever reader asked:
@@ -70,7 +70,6 @@ __all__ = [
     "MAX_TRACE_BYTES",
     "MAX_TRACE_ROWS",
     "Trace",
-    "choose_format",
     "detect",
     "read_table",
     "read_trace",
@@ -98,7 +97,7 @@ class Trace:
     acceptance: NDArray[np.float64] | None = None
     # the expert each request needs in a Composition of Experts (None: no column)
     expert: NDArray[np.int64] | None = None
-    format: str = "csv"  # the format read (``choose_format``)
+    format: str = "csv"  # the format read (``_choose``)
     skipped: int = 0  # a published trace's failed requests (zero tokens), not read
 
     def __len__(self) -> int:
@@ -152,7 +151,10 @@ def detect(path: Path, file: str) -> str:
 
 
 def _choose(path: Path, name: str, file: str) -> TraceFormat | str:
-    """:func:`choose_format`'s answer, or what is wrong with the file as a whole."""
+    """The format to read ``path`` with: ``name``, or for ``auto`` the published format its
+    first line shows, else the format owning its suffix (whose reader then says what the
+    file lacks), else the one its first line shows; or, as a string, what is wrong with the
+    file as a whole."""
     if name != "auto":
         try:
             return get_format(name)
@@ -171,16 +173,6 @@ def _choose(path: Path, name: str, file: str) -> TraceFormat | str:
             f"unknown format {path.suffix!r}; use {known_suffixes()}, or a published trace "
             f"({', '.join(SOURCE_COLUMNS)}) whose first line shows its format"
         )
-
-
-def choose_format(path: Path, name: str, file: str) -> TraceFormat:
-    """The format to read ``path`` with: ``name``, or for ``auto`` the published format its
-    first line shows, else the format owning its suffix (whose reader then says what the
-    file lacks), else the one its first line shows; ConfigError naming ``file`` if none."""
-    chosen = _choose(path, name, file)
-    if isinstance(chosen, str):
-        raise ConfigError.single(file, "", chosen, 1)
-    return chosen
 
 
 def _skipped(value: Any) -> bool:

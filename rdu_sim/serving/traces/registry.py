@@ -5,7 +5,7 @@ value); the reader (``traces.reader``) checks the values, applies the limits and
 arrays, so a new format (Azure, Mooncake, BurstGPT...) is one module with one decorated
 function. Registering a name or a suffix twice is refused. A format may own no suffix (the
 published traces, whose files are plain .csv or .jsonl): it is then chosen by name, or by
-the first line of the file (``traces.reader.choose_format``). A published format's clock
+the first line of the file (the format choice of ``traces.reader``). A published format's clock
 starts at its earliest request and marks a failed request by zero tokens.
 """
 
