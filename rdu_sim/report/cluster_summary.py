@@ -183,17 +183,11 @@ class KVTransfer:
 
 
 @dataclass(frozen=True)
-class ClusterSummary:
-    """The metrics of one cluster run, typed; :meth:`to_dict` is the JSON contract of
-    ``rdu-sim run CLUSTER --json`` (docs/cluster.md repeats the definitions)."""
+class ClusterSummary(ClusterMeta):
+    """The metrics of one cluster run, typed (after what the run is, :class:`ClusterMeta`);
+    :meth:`to_dict` is the JSON contract of ``rdu-sim run CLUSTER --json`` (docs/cluster.md
+    repeats the definitions)."""
 
-    cluster: str
-    router: str
-    disaggregated: bool
-    replicas: int
-    sockets: int
-    max_context: int
-    version: str
     pools: dict[str, PoolSummary]
     traffic: TrafficSummary
     requests: int
