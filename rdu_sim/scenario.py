@@ -266,7 +266,7 @@ def _cross_check(
     if workload.coe is not None:
         _check_coe(workload, hardware, fail)
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
-        return make_policy(workload.kv, serving.max_context)
+        return make_policy(workload.kv, serving.max_context, hardware.runtime.kv_page_tokens)
     except PolicyError as exc:
         raise fail(exc.field, str(exc)) from None
 

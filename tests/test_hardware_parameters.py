@@ -113,8 +113,8 @@ def _get(data: dict[str, Any], path: str) -> Any:
 def _variants(value: Any, annotation: Any) -> list[Any]:
     """Other values of a parameter: each other choice of a Literal, not a bool, double and
     half a number (a zero gets a small positive value)."""
-    if value is None:
-        return [1.0]  # an unset optional number (a price): set it
+    if value is None:  # an unset optional number (a price, a runtime's page): set it
+        return [256] if annotation is int else [1.0]
     if typing.get_origin(annotation) is typing.Literal:
         return [v for v in typing.get_args(annotation) if v != value]
     if isinstance(value, bool):
@@ -148,6 +148,7 @@ STAGES = (
     "decode step",
     "prefill step",
     "CoE serving run",
+    "a served batch (4 requests of 128 tokens at once)",
 )
 """What a scenario produces, cheapest first (a variation is compared stage by stage)."""
 
@@ -172,9 +173,14 @@ def _result(workload: str, overrides: tuple[tuple[str, Any], ...], stage: int) -
             return api.step(scenario, batch=_result(workload, overrides, 1)[1]).step_s
         if stage == 3:
             return api.step(scenario, phase="prefill", tokens=512).step_s
-        if scenario.workload.coe is None:
-            return None
-        return api.run(scenario).summary().coe
+        if stage == 4:
+            if scenario.workload.coe is None:
+                return None
+            return api.run(scenario).summary().coe
+        batch = {"serving.requests": 4, "serving.arrival": {"process": "all_at_once"}}
+        batch |= {"serving.prompt_tokens": 128, "serving.output_tokens": 8}
+        served = api.run(api.load(ROOT / workload, {**dict(overrides), **batch}))
+        return served.summary().makespan_s
     except (ConfigError, StepShapeError, CapacityError, EventBudgetError) as exc:
         return ("refused", type(exc).__name__, str(exc))
 

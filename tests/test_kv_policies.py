@@ -6,6 +6,8 @@ These pin the numbers the SnapStream comparison rests on (per-slot bytes of Deep
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,7 +25,7 @@ from rdu_sim.kv import (
     policy_names,
     register_policy,
 )
-from rdu_sim.kv.policies import PolicyBase
+from rdu_sim.kv.policies import PolicyBase, paged_buckets
 from rdu_sim.models import get_model, kv_bytes_per_token
 
 CTX_128K = 131_072
@@ -296,3 +298,36 @@ def test_full_cache_grows_and_is_bounded() -> None:
         f.cache_at(8000, 193)
     with pytest.raises(ValueError, match="exceeds max_context"):
         f.cache_after_prefill(8193)
+
+
+def test_paged_buckets_are_whole_pages_at_most_an_eighth_over() -> None:
+    """A paged runtime's decode lengths: every page count up to 8, then 8 per octave; a
+    cache reads at most 12.5% more than its own pages; the last length is max_context."""
+    assert paged_buckets(64, 1024) == [64 * k for k in (1, 2, 3, 4, 5, 6, 7, 8, 9)] + [
+        64 * k for k in (10, 11, 12, 13, 14, 15, 16)
+    ]
+    lengths = paged_buckets(64, 131072)
+    assert len(lengths) == 72 and lengths[-1] == 131072
+    assert lengths[15:19] == [1024, 1152, 1280, 1408]
+    policy = make_policy(KVConfig(policy="full"), 131072, page_tokens=64)
+    for cache in range(0, 131073, 97):
+        pages = -(-max(cache, 1) // 64) * 64
+        bucket = policy.decode_bucket(cache)
+        assert pages <= bucket <= max(pages * 1.125, 64 * 8), cache
+
+
+def test_a_paged_runtime_reads_pages_and_a_static_one_its_buckets() -> None:
+    """``runtime.kv_page_tokens`` of the hardware decides the decode length of a growing
+    cache: dgx-h100 (paged, 64 tokens) reads 192 tokens for 130; an SN40L reads its
+    smallest compiled bucket, 1024. A fixed slot (SnapStream) is its slot either way."""
+    from rdu_sim import api
+
+    repo = Path(__file__).resolve().parents[1]
+    workload = repo / "workloads" / "llama3.1-8b-1socket.yaml"
+    paged = api.load(workload, ["hardware=dgx-h100"]).kv_policy
+    static = api.load(workload).kv_policy
+    assert paged.decode_bucket(130) == 192 and static.decode_bucket(130) == 1024
+    unpaged = api.load(workload, ["hardware=dgx-h100", "hw.runtime.kv_page_tokens=null"])
+    assert unpaged.kv_policy.decode_bucket(130) == 1024
+    ring = api.load(workload, ["hardware=dgx-h100", "kv.policy=snapstream"]).kv_policy
+    assert ring.buckets() == api.load(workload, ["kv.policy=snapstream"]).kv_policy.buckets()

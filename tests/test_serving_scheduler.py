@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,10 @@ def fake_step(shape: StepShape) -> StepCost:
     return StepCost(1.9e-2 + shape.batch * 1.1e-4 + shape.cache_len * 2.3e-7, 0.9, 0.1)
 
 
-def run(policy: str = "full", slots: int = 6, **serving: Any) -> tuple[ServingRecords, StepCache]:
+def run(
+    policy: str = "full", slots: int = 6, pack: int | None = None, **serving: Any
+) -> tuple[ServingRecords, StepCache]:
+    """Serve on the fake step time; ``pack``: the runtime's ``prefill_batch_tokens``."""
     max_context = serving.pop("max_context", 8192)
     config = serving_config(
         max_context=max_context,
@@ -59,7 +64,13 @@ def run(policy: str = "full", slots: int = 6, **serving: Any) -> tuple[ServingRe
         requests,
         make_policy(kv, max_context),
         cache,
-        ServerConfig(slots, max_context, config.prefill_priority, config.prefill_chunk_tokens),
+        ServerConfig(
+            slots,
+            max_context,
+            config.prefill_priority,
+            config.prefill_chunk_tokens,
+            prefill_batch_tokens=pack,
+        ),
     )
     return records, cache
 
@@ -102,8 +113,11 @@ def test_littles_law_from_the_time_series(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", ARRIVALS, ids=lambda c: str(c["arrival"]["process"]))
 @pytest.mark.parametrize("policy", ["full", "snapstream"])
-def test_every_request_completes_once_and_tokens_add_up(case: dict[str, Any], policy: str) -> None:
-    records, cache = run(policy, **case)
+@pytest.mark.parametrize("pack", [None, 8192], ids=["one-prompt", "packed"])
+def test_every_request_completes_once_and_tokens_add_up(
+    case: dict[str, Any], policy: str, pack: int | None
+) -> None:
+    records, cache = run(policy, pack=pack, **case)
     assert (records.completions == 1).all()
     assert records.tokens_generated == int(records.output_tokens.sum())
     assert (records.arrival_ps <= records.admit_ps).all()
@@ -114,6 +128,55 @@ def test_every_request_completes_once_and_tokens_add_up(case: dict[str, Any], po
     # Slots are never over-subscribed.
     series = records.series_array()
     assert (series[:, 2] + series[:, 3] <= 6).all()
+
+
+@pytest.mark.parametrize(
+    ("pack", "batches"), [(None, [1] * 8), (512, [4, 4]), (1024, [8]), (640, [5, 3])]
+)
+def test_batched_prefill_packs_waiting_prompts_within_the_token_budget(
+    pack: int | None, batches: list[int]
+) -> None:
+    """Eight equal prompts at once: one prefill step per ``pack // 128`` of them, each step a
+    batch of that many 128-token prompts; a packed prompt's first token comes at the end of
+    its step, and the decode that follows is the same."""
+    records, cache = run(
+        slots=8,
+        pack=pack,
+        requests=8,
+        prompt_tokens=128,
+        output_tokens=5,
+        arrival={"process": "all_at_once"},
+    )
+    prefills = [StepShape("prefill", k, 128, 0, select=False) for k in batches]
+    assert records.prefill_steps == len(batches)
+    assert sum(n for s, n in cache.steps.items() if s.phase == "prefill") == len(batches)
+    ends = np.cumsum([cache.step_ps(s) for s in prefills])
+    first = np.repeat(ends, batches)
+    assert (records.first_token_ps == first).all()
+    assert (records.admit_ps == np.repeat(np.append(0, ends[:-1]), batches)).all()
+    assert records.tokens_generated == 8 * 5
+
+
+def test_batched_prefill_packs_only_prompts_of_the_same_shape() -> None:
+    """A prompt whose padded shape differs starts the next step (FIFO is kept)."""
+    records, cache = run(
+        slots=4,
+        pack=8192,
+        requests=4,
+        prompt_tokens={"dist": "uniform", "low": 100, "high": 300},
+        output_tokens=3,
+        seed=5,
+        arrival={"process": "all_at_once"},
+    )
+    buckets = [prompt_bucket(int(p), 8192) for p in records.prompt_tokens]
+    runs = [len(list(g)) for _, g in itertools.groupby(buckets)]
+    assert len(runs) > 1  # the seed draws prompts of two buckets
+    assert records.prefill_steps == len(runs)
+    heads = [b for b, _ in itertools.groupby(buckets)]
+    expected = Counter(
+        StepShape("prefill", n, b, 0, select=False) for b, n in zip(heads, runs, strict=True)
+    )
+    assert {s: n for s, n in cache.steps.items() if s.phase == "prefill"} == expected
 
 
 def test_fifo_admission_order() -> None:

@@ -4,8 +4,11 @@ the device's own time.
 A decode step cannot start before the previous one's tokens are sampled (the next input is
 the sampled token), so host work per step is serialized with the device: the runtime's
 scheduler, launching the step's program, reading the logits back over the host link,
-sampling, detokenizing and streaming each sequence's token. Both kinds of hardware file carry
-one ``runtime:`` section; every field defaults to 0, the hardware's ceiling. The shipped
+sampling, detokenizing and streaming each sequence's token. How the runtime lays out the KV
+cache is its choice too: static graphs compiled per context length (SambaStack) attend over
+the padded length, a paged cache (TensorRT-LLM, vLLM) over the pages a sequence holds. Both
+kinds of hardware file carry one ``runtime:`` section; every field defaults to the
+hardware's ceiling (no host time; static context buckets, the workload's). The shipped
 values are fitted to measured deployments by ``rdu-sim calibrate`` (docs/calibration.md).
 """
 
@@ -35,6 +38,23 @@ class RuntimeConfig(StrictModel):
         le=_MAX_OVERHEAD_S,
         description="host time per batch slot of a step (every slot of the static graph): "
         "one sequence's logits sampled, its token detokenized and streamed to its client",
+    )
+
+    kv_page_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="tokens per page of a paged KV cache: a decode step's attention reads "
+        "each sequence's pages (its cache rounded up to a page), not a static graph's "
+        "context bucket; none: static decode graphs at the workload's kv.context_buckets",
+    )
+
+    prefill_batch_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 24,
+        description="the runtime packs waiting prompts of one static prefill shape into one "
+        "prefill step, up to this many (padded) tokens; none: one prompt per prefill step",
     )
 
     def host_s(self, batch: int) -> float:

@@ -43,6 +43,7 @@ __all__ = [
     "StreamingLLMPolicy",
     "context_buckets",
     "make_policy",
+    "paged_buckets",
     "policy_names",
     "register_policy",
 ]
@@ -101,8 +102,12 @@ def budget_determines(name: str) -> tuple[str, ...]:
     return () if cls is None else cls.budget_determines
 
 
-def make_policy(kv: KVConfig, max_context: int) -> KVPolicy:
+def make_policy(kv: KVConfig, max_context: int, page_tokens: int | None = None) -> KVPolicy:
     """The policy ``kv.policy`` resolved for sequences of at most ``max_context`` tokens.
+
+    ``page_tokens``: the runtime pages the KV cache (hardware ``runtime.kv_page_tokens``),
+    so a growing cache's decode steps read :func:`paged_buckets` instead of the workload's
+    static ``kv.context_buckets``.
 
     Raises :class:`PolicyError` (a ``ValueError``) naming the offending field when the
     parameters cannot work (for example a budget that leaves no room for selected tokens),
@@ -115,7 +120,29 @@ def make_policy(kv: KVConfig, max_context: int) -> KVPolicy:
             "kv.policy",
             f"unknown kv.policy {kv.policy!r}; valid policies: {', '.join(policy_names())}",
         )
+    if page_tokens is not None and cls.grows:
+        _check_positive("runtime.kv_page_tokens", page_tokens)
+        paged = paged_buckets(page_tokens, max_context)
+        kv = kv.model_copy(update={"context_buckets": paged})
     return cls.from_config(kv, max_context)
+
+
+def paged_buckets(page_tokens: int, max_context: int) -> list[int]:
+    """Decode cache lengths of a paged runtime: whole pages, at most 12.5% over the cache.
+
+    A paged runtime reads the pages a sequence holds, so a step over a cache of c tokens
+    reads ``ceil(c / page)`` pages. Up to 8 pages every page count is a length; beyond, 8
+    lengths per octave of pages (16 pages: 18, 20, ...). That bounds the distinct step shapes
+    a long context simulates (72 for 128k tokens of 64-token pages) at a read at most 12.5%
+    above the sequence's own pages. The last length is ``max_context``.
+    """
+    out: list[int] = []
+    pages = 1
+    while pages * page_tokens < max_context:
+        out.append(pages * page_tokens)
+        pages += max(1, (1 << (pages.bit_length() - 1)) // 8)
+    out.append(max_context)
+    return out
 
 
 def context_buckets(spec: list[int] | str, min_bucket: int, max_context: int) -> list[int]:

@@ -144,7 +144,11 @@ def serve_scenario(
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
     speculation, draft_placement = _speculation(scenario, backend, slots, requests)
     config = ServerConfig(
-        slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
+        slots,
+        serving.max_context,
+        serving.prefill_priority,
+        serving.prefill_chunk_tokens,
+        prefill_batch_tokens=scenario.hardware.runtime.prefill_batch_tokens,
     )
     prompt = typical_prompt(serving, requests.prompt_tokens)
     coe = scenario.workload.coe

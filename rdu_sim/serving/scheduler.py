@@ -71,6 +71,9 @@ class ServerConfig:
     prefill_priority: Priority = "prefill_first"
     prefill_chunk_tokens: int | None = None
     role: Role = "mixed"  # prefill and decode replicas need ``hooks`` that move the KV cache
+    # the runtime packs waiting prompts into one prefill step, up to this many (padded)
+    # tokens (hardware ``runtime.prefill_batch_tokens``); None: one prompt per prefill step
+    prefill_batch_tokens: int | None = None
 
 
 class PromptFacts:
@@ -140,6 +143,10 @@ class Scheduler:
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
         self._decode_steps: dict[int, tuple[StepShape, int]] = {}  # bucket -> shape, step ps
         self.hooks = hooks
+        # prompts pack into one prefill step: a lone server's (a replica's prefix cache and
+        # hand-offs, and a speculative draft's prefill, are per request)
+        self._packs = config.prefill_batch_tokens is not None and hooks is None
+        self._packs = self._packs and speculation is None
         self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
         self.poke: Callable[[], None] = _nothing  # the driver: something arrived now
@@ -228,22 +235,16 @@ class Scheduler:
 
     # --- steps ------------------------------------------------------------------------------
     def prefill(self) -> Generator[int, None, None]:
-        """One prefill step (admitting a request first if it starts one); yields the delays
-        (ps) to wait, the state changing after each."""
+        """One prefill step (admitting a request first if it starts one, and packing more
+        waiting prompts into it when the runtime batches prefills); yields the delays (ps)
+        to wait, the state changing after each."""
         slots, records = self.slots, self.records
         slot = self._prefill_candidate()
         assert slot is not None
-        if slot < 0:
-            slot = slots.free_slot()
-            request = self.queue.popleft()
-            slots.admit(slot, request)
-            now = self.clock()
-            records.admit_ps[request] = now
-            records.slot[request] = slot
-            if self.hooks is not None:
-                self._skip_cached(slot, request)
-            if self._series is not None:
-                self.record(now)
+        admitted = slot < 0
+        if admitted:
+            slot = self._admit()
+            request = slots.request[slot]
             if self.speculation is not None and self.speculation.config.prefill is not None:
                 # speculative prefill: the draft scores the whole prompt first
                 whole = int(records.prompt_tokens[request])
@@ -252,20 +253,72 @@ class Scheduler:
             request = slots.request[slot]
         prompt = records.target_prompt_tokens.item(request)
         before = slots.prefilled[slot]
-        config = self.config
-        shape, done = prefill_step(
-            prompt,
-            before,
-            config.max_context,
-            config.prefill_chunk_tokens,
-            self._prompt_facts.compresses(prompt),
-        )
+        shape, done = self._prefill_shape(prompt, before)
+        packed = [slot]
+        if admitted and self._packs and done == prompt and before == 0:
+            packed += self._pack(shape)
+            if len(packed) > 1:
+                shape = StepShape("prefill", len(packed), shape.tokens, 0, shape.select)
         step = self.cache.run(shape)
         if self.speculation is not None:
             step = self.speculation.prefill_ps(step, shape, count=True)
         records.prefill_steps += 1
         yield step
         self._last_was_prefill = True
+        self._prefilled(slot, request, prompt, before, done)
+        for other in packed[1:]:
+            request = slots.request[other]
+            prompt = records.target_prompt_tokens.item(request)
+            self._prefilled(other, request, prompt, 0, prompt)
+
+    def _admit(self) -> int:
+        """The queue's first request takes the lowest free slot now (its admission time)."""
+        slots, records = self.slots, self.records
+        slot = slots.free_slot()
+        request = self.queue.popleft()
+        slots.admit(slot, request)
+        now = self.clock()
+        records.admit_ps[request] = now
+        records.slot[request] = slot
+        if self.hooks is not None:
+            self._skip_cached(slot, request)
+        if self._series is not None:
+            self.record(now)
+        return slot
+
+    def _prefill_shape(self, prompt: int, before: int) -> tuple[StepShape, int]:
+        """The next prefill step of a prompt with ``before`` tokens done: (shape, new done)."""
+        config = self.config
+        return prefill_step(
+            prompt,
+            before,
+            config.max_context,
+            config.prefill_chunk_tokens,
+            self._prompt_facts.compresses(prompt),
+        )
+
+    def _pack(self, first: StepShape) -> list[int]:
+        """Admit the waiting requests whose prompt prefills in the same static shape as the
+        step's first one (FIFO, stopping at the first that does not), while a slot is free
+        and the step's padded tokens stay within ``prefill_batch_tokens``; their slots."""
+        budget = self.config.prefill_batch_tokens
+        assert budget is not None
+        slots, records, queue = self.slots, self.records, self.queue
+        packed: list[int] = []
+        tokens = first.tokens
+        while queue and slots.occupied < slots.n and tokens + first.tokens <= budget:
+            prompt = records.target_prompt_tokens.item(queue[0])
+            shape, done = self._prefill_shape(prompt, 0)
+            if shape != first or done != prompt:
+                break
+            packed.append(self._admit())
+            tokens += first.tokens
+        return packed
+
+    def _prefilled(self, slot: int, request: int, prompt: int, before: int, done: int) -> None:
+        """A prefill step advanced ``slot``'s prompt from ``before`` to ``done`` tokens; the
+        step that ends the prompt gives the first token and starts its decode (or hand-off)."""
+        slots, records = self.slots, self.records
         slots.prefilled[slot] = done
         slots.chunked_this_round.add(slot)
         if done < prompt:
