@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.hardware_file import Hardware, hardware_model
+from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
@@ -449,7 +449,7 @@ def build_scenario(
             lines.get(("hardware",)),
         )
     try:
-        hw_data, hw_lines = read_yaml(hardware_path)
+        hw_data, hw_lines = read_hardware(hardware_path)
         if isinstance(hw_data, dict):
             hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
         model_type = hardware_model(hw_data, str(hardware_path), hw_lines)

@@ -4,6 +4,7 @@ suite of `validate`."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -191,7 +192,9 @@ def test_shipped_measurements_convert_from_the_shared_files() -> None:
         ]
         assert rows == list(convert(source)), shipped.name
     kinds = {p.stem: len(read_points(p)) for p in shipped_files()}
-    assert kinds == {"argonne-h100": 71, "argonne-sn40l": 20, "argonne-sn40l-ttft": 2}
+    assert kinds == {"argonne-h100": 151, "argonne-sn40l": 20, "argonne-sn40l-ttft": 2}
+    engines = Counter(p.hardware for p in read_points(REPO / "measurements" / "argonne-h100.csv"))
+    assert engines == {"dgx-h100": 71, "dgx-h100-vllm": 80}  # TensorRT-LLM's rows, vLLM's
 
 
 @pytest.mark.slow
@@ -203,7 +206,7 @@ def test_validate_deployment_suite_meets_its_limits() -> None:
     assert result.exit_code in (0, 1), result.output
     suite = json.loads(result.stdout)
     systems = {s["group"]: s for s in suite["systems"]}
-    assert set(systems) == {"sn40l-8", "dgx-h100"}
+    assert set(systems) == {"sn40l-8", "dgx-h100", "dgx-h100-vllm"}
     for system in systems.values():
         assert system["median_abs_error"] <= 0.10, system
     points = suite["points"]

@@ -103,7 +103,7 @@ def command(
 ) -> None:
     """Fit hardware parameters (--fit hw.FIELD=LOW:HIGH) to MEASUREMENTS; write the
     calibrated hardware file."""
-    from rdu_sim.config.yaml_io import read_yaml
+    from rdu_sim.config.hardware_file import read_hardware
     from rdu_sim.report.files import write_file
     from rdu_sim.validate.calibrate import Calibration, overlay_text, parse_fit, split_holdout
     from rdu_sim.validate.deployment import by_hardware, read_all, summarize
@@ -156,7 +156,8 @@ def command(
         f"Fitted on {len(train)} of {len(points)} points ({', '.join(measurements)}), "
         f"seed {seed}: " + "; ".join(_errors(g) for g in groups),
     ]
-    base, _ = read_yaml(Path(points[0].scenario(overrides).hardware_file))
+    # the whole hardware (a file that extends another, merged), so the output stands alone
+    base, _ = read_hardware(Path(points[0].scenario(overrides).hardware_file))
     text = overlay_text(dict(base), result.values, header)
     write_file(out, lambda stream: stream.write(text))
     if as_json:

@@ -27,7 +27,7 @@ from rdu_sim.cli.errors import (
 )
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.hardware_file import validate_hardware
+from rdu_sim.config.hardware_file import read_hardware, validate_hardware
 from rdu_sim.config.kinds import KINDS_HELP, file_kind
 from rdu_sim.config.loader import LineMap, read_yaml
 from rdu_sim.scenario import build_scenario
@@ -62,6 +62,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             f"kv={workload.kv.policy})"
         )
     if kind == "hardware":
+        data, lines = read_hardware(path)  # with the file it extends, if any
         hardware = validate_hardware(data, file, lines)
         return f"hardware {hardware.name!r}: {hardware.system.sockets} {hardware.devices}"
     if kind == "cluster":

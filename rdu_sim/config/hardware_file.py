@@ -9,6 +9,7 @@ the rooms above the compiler read; only the compiler and the engines look inside
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Tag, TypeAdapter
@@ -17,6 +18,10 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import LineMap, validate
+from rdu_sim.config.yaml_io import file_problem, read_yaml
+
+EXTENDS = "extends"
+"""A hardware file's key naming the hardware file it is written on top of."""
 
 Hardware = HardwareConfig | GpuHardwareConfig
 """Any validated hardware description."""
@@ -54,6 +59,58 @@ def hardware_model(
 def validate_hardware(data: Any, file: str, lines: LineMap) -> Hardware:
     """Validate a parsed hardware file as the kind it names; a ConfigError otherwise."""
     return validate(hardware_model(data, file, lines), data, file, lines)
+
+
+def read_hardware(path: Path) -> tuple[Any, LineMap]:
+    """A hardware file's data with its ``extends:`` chain resolved, and its own lines.
+
+    ``extends: NAME_OR_PATH`` (a shipped hardware name, or a path relative to this file)
+    makes the file an overlay: its fields replace the base's, mappings merged key by key, so
+    a second serving runtime on the same machine restates only its ``runtime:``. The base is
+    validated on its own first, so a fault in it is reported in its file; a chain that loops
+    is refused.
+    """
+    return _read_hardware(path, ())
+
+
+def _read_hardware(path: Path, seen: tuple[Path, ...]) -> tuple[Any, LineMap]:
+    from rdu_sim.config import shipped  # the shipped files' index: only when a file extends
+
+    data, lines = read_yaml(path)
+    if not isinstance(data, Mapping) or EXTENDS not in data:
+        return data, lines
+    file, named = str(path), data[EXTENDS]
+    line = lines.get((EXTENDS,))
+    if not isinstance(named, str) or not named.strip():
+        raise ConfigError.single(file, EXTENDS, "expected a hardware file's name or path", line)
+    base = shipped.locate_near(path.parent / named, named, ("hardware",))
+    problem = file_problem(base)
+    if problem is not None:
+        raise ConfigError.single(
+            file,
+            EXTENDS,
+            f"hardware file {named!r}: {problem} (a path is relative to this file; a bare "
+            f"name is a shipped hardware file: {', '.join(shipped.names('hardware'))})",
+            line,
+        )
+    chain = (*seen, path.resolve())
+    if base.resolve() in chain:
+        loop = " -> ".join(p.name for p in (*chain, base.resolve()))
+        raise ConfigError.single(file, EXTENDS, f"the extends chain loops: {loop}", line)
+    base_data, base_lines = _read_hardware(base, chain)
+    validate_hardware(base_data, str(base), base_lines)
+    overlay = {key: value for key, value in data.items() if key != EXTENDS}
+    return _merged(base_data, overlay), lines
+
+
+def _merged(base: Any, overlay: Any) -> Any:
+    """``overlay`` over ``base``: mappings key by key, anything else replaced."""
+    if not isinstance(base, Mapping) or not isinstance(overlay, Mapping):
+        return overlay
+    out = dict(base)
+    for key, value in overlay.items():
+        out[key] = _merged(base[key], value) if key in base else value
+    return out
 
 
 def hardware_schema() -> TypeAdapter[Any]:

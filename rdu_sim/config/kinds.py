@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-HARDWARE_KEYS = frozenset({"socket", "gpu", "system"})  # SN40L sockets, or a GPU system
+HARDWARE_KEYS = frozenset({"socket", "gpu", "system", "extends"})  # or an overlay of one
 WORKLOAD_KEYS = frozenset({"hardware", "model"})
 SWEEP_KEYS = frozenset({"base", "axes"})
 CLUSTER_KEYS = frozenset({"pools"})
 PLAN_KEYS = frozenset({"search"})
 
 KINDS_HELP = (
-    "a hardware file has top-level 'socket' (or 'gpu') and 'system', a workload 'hardware' and "
+    "a hardware file has top-level 'socket' (or 'gpu') and 'system' (or 'extends'), a "
+    "workload 'hardware' and "
     "'model', a sweep spec 'base' and 'axes', a cluster 'pools', a plan spec 'search'"
 )
 

@@ -4,8 +4,9 @@ files (``rdu_sim.validate.deployment``'s format).
 ``python -m rdu_sim.validate.argonne SOURCE.csv > measurements/NAME.csv`` converts one of
 the benchmark's published CSVs (its latency grid, or its time-to-first-token table): each row
 becomes a point on the hardware file that stands for the measured system, SambaNova SN40L
-on ``sn40l-8``, NVIDIA H100 on ``dgx-h100`` (TensorRT-LLM rows only: ``dgx-h100`` stands for
-the faster engine in the data), Meta-Llama-3 and Mistral on their presets.
+on ``sn40l-8``, NVIDIA H100 served by TensorRT-LLM on ``dgx-h100`` and by vLLM on
+``dgx-h100-vllm`` (the same machine under another runtime), Meta-Llama-3 and Mistral on their
+presets.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ MODELS = {
     "meta-llama/Meta-Llama-3-70B": "llama-3.1-70b",
     "mistralai/Mistral-7B-v0.1": "mistral-7b",
 }
-HARDWARE = {"SambaNova SN40L": "sn40l-8", "Nvidia H100 GPU": "dgx-h100"}
-FRAMEWORKS = {"sambaflow", "TensorRT-LLM"}
+SYSTEMS = {
+    ("SambaNova SN40L", "sambaflow"): "sn40l-8",
+    ("Nvidia H100 GPU", "TensorRT-LLM"): "dgx-h100",
+    ("Nvidia H100 GPU", "vLLM"): "dgx-h100-vllm",
+}
+"""The hardware file that stands for each measured (system, serving engine)."""
 
 
 def convert(path: Path) -> Iterator[list[str]]:
@@ -34,8 +39,9 @@ def convert(path: Path) -> Iterator[list[str]]:
     yield [*COLUMNS, "label"]
     for row in rows:
         row = {key.strip(): value.strip() for key, value in row.items()}
-        model, hardware = MODELS.get(row["Model"]), HARDWARE.get(row["Hardware"])
-        if model is None or hardware is None or row["Framework"] not in FRAMEWORKS:
+        model = MODELS.get(row["Model"])
+        hardware = SYSTEMS.get((row["Hardware"], row["Framework"]))
+        if model is None or hardware is None:
             continue
         if "TTFT Latency" in row:
             tokens, output, metric, value = (
@@ -69,7 +75,7 @@ def main(argv: list[str]) -> None:
             print(line)
     print(
         f"# Converted by: python -m rdu_sim.validate.argonne {source.name} (rows of "
-        "SambaFlow and TensorRT-LLM serving Llama 3 and Mistral)"
+        "SambaFlow, TensorRT-LLM and vLLM serving Llama 3 and Mistral)"
     )
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerows(convert(source))
