@@ -14,7 +14,7 @@ import click
 from pydantic import TypeAdapter
 
 from rdu_sim.config.cluster import ClusterConfig
-from rdu_sim.config.hardware_file import hardware_schema
+from rdu_sim.config.hardware_file import OVERLAY_SCHEMA, hardware_schema
 from rdu_sim.config.plan import PlanSpec
 from rdu_sim.config.workload import WorkloadConfig
 from rdu_sim.kv import policy_names
@@ -45,6 +45,9 @@ def json_schema(kind: str) -> dict[str, Any]:
             if branch.get("type") == "array":
                 branch["items"]["enum"] = policy_names()
     _describe_references(schema)
+    if kind == "hardware":  # or a file that extends another (the loader checks it merged)
+        defs["HardwareOverlay"] = OVERLAY_SCHEMA
+        schema["oneOf"] = [*schema["oneOf"], {"$ref": "#/$defs/HardwareOverlay"}]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"rdu-sim {kind} file",

@@ -23,6 +23,21 @@ from rdu_sim.config.yaml_io import file_problem, read_yaml
 EXTENDS = "extends"
 """A hardware file's key naming the hardware file it is written on top of."""
 
+OVERLAY_SCHEMA: dict[str, Any] = {
+    "title": "HardwareOverlay",
+    "type": "object",
+    "description": "A hardware file written on top of another: its fields replace the "
+    "base's, mappings merged key by key; the merged file is validated as its kind.",
+    "required": [EXTENDS],
+    "properties": {
+        EXTENDS: {
+            "type": "string",
+            "description": "the base: a shipped hardware name, or a path relative to this file",
+        }
+    },
+}
+"""The JSON Schema branch of an overlay (its fields are checked once merged, by the loader)."""
+
 Hardware = HardwareConfig | GpuHardwareConfig
 """Any validated hardware description."""
 
