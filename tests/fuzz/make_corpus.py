@@ -38,8 +38,8 @@ import yaml
 
 from rdu_sim.cli.check_cmd import check_file
 from rdu_sim.config import ConfigError
-from rdu_sim.config.hardware_file import validate_hardware
-from rdu_sim.config.loader import MAX_DEPTH, read_yaml
+from rdu_sim.config.hardware_file import read_hardware, validate_hardware
+from rdu_sim.config.loader import MAX_DEPTH
 from rdu_sim.models import get_model
 from rdu_sim.scenario import load_scenario
 from rdu_sim.serving.requests import make_requests
@@ -703,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Sanity: the shipped hardware still validates, so failures above are the mutations'.
     for path in sorted((REPO / "hw_configs").glob("*.yaml")):
-        data, lines = read_yaml(path)
+        data, lines = read_hardware(path)  # an overlay merged over the file it extends
         validate_hardware(data, str(path), lines)  # either kind (SN40L or kind: gpu)
     print(
         f"wrote {len(written)} files to {corpus} and {len(overrides)} overrides to {overrides_file}"
