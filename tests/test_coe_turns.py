@@ -279,3 +279,18 @@ def test_chunks_interleave_with_decode_steps_as_the_scheduler_does() -> None:
     assert records.admit_ps[1] == routed
     assert records.first_token_ps[1] == routed + PREFILL_PS + DECODE_PS + PREFILL_PS
     assert records.prefill_steps == 4  # the expert's chunks (the router's are its own)
+
+
+def test_the_time_series_counts_requests_waiting_for_another_expert() -> None:
+    """The waiting column is the scheduler's queue and the routed requests waiting for their
+    expert's turn: expert 1's request waits from its routing until its turn begins."""
+    decode_start = 2 * PREFILL_PS + COPY_PS
+    routed = decode_start + DECODE_PS + PREFILL_PS  # the step in flight, then the router
+    server = _server([0, decode_start + 1_000], [0, 1], [100, 10])
+    server.simulate()
+    series = server.records.series
+    waiting = dict(zip(series.times().tolist(), series.counts()[:, 0].tolist(), strict=True))
+    assert server.routed_ps[1] == routed
+    assert waiting[routed] == 1
+    turn = server.records.finish_ps[0]  # expert 1's turn: its copy, then its admission
+    assert waiting[turn] == 1 and waiting[int(server.records.admit_ps[1])] == 0
