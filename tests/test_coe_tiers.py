@@ -8,6 +8,8 @@ import math
 from collections.abc import Generator
 from typing import Any
 
+import pytest
+
 from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.des.timeline import Timeline
 from rdu_sim.hw.copy_engine import CopyEngine
@@ -98,3 +100,25 @@ def test_busy_periods_sum_their_copies() -> None:
     assert tiers.busy_ps == 3 * busy
     assert landed[0] == math.ceil(landed_alone)
     assert landed[1] - landed[0] == landed[2] - landed[1] > landed[0]
+
+
+def test_the_driver_runs_the_tiers_ahead_between_the_loop_s_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copy is ~100 tier events (5 a chunk); with nothing else in the loop the driver
+    processes them in one go, stopping only where it tells the server something."""
+    calls: list[int] = []
+    run_ahead = SocketTiers._run_ahead
+
+    def counted(self: SocketTiers) -> int:
+        calls.append(self.timeline.now)
+        return run_ahead(self)
+
+    monkeypatch.setattr(SocketTiers, "_run_ahead", counted)
+    timeline = Timeline()
+    tiers = SocketTiers(timeline, TIERS)
+    landed: list[int] = []
+    tiers.copy(COPY, lambda: landed.append(timeline.now))
+    timeline.run()
+    assert landed == [math.ceil(_alone(step_reads=False)[0])]
+    assert calls == [0, landed[0]]  # its start (the copy asked for), the landing

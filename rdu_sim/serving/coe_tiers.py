@@ -3,11 +3,14 @@
 The copy engine (``hw.CopyEngine``) and the fair-shared HBM and DDR channels
 (``hw.MemoryChannel``) are the kernels' hardware models: compiled, on des's float-clock
 environment (``des.CountingEnvironment``), with rates per picosecond here. Under CoE they run
-as one driver of the serving loop (``des.timeline.Timeline``, integer picoseconds): the
-driver is resumed at the first whole picosecond at or after the tiers' next event and
-processes every tier event up to then, so a copy that lands, or a step's traffic that ends,
-at a fractional picosecond is seen by the server at the next whole one, before any step end
-of that instant (a step end is ``LATE``, the driver ``NORMAL``: ``des.order``).
+as one driver of the serving loop (``des.timeline.Timeline``, integer picoseconds). A tier
+event at time ``t`` is *seen* at the first whole picosecond at or after it: a copy that
+lands, or a step's reads that end, at a fractional picosecond is told to the server then,
+before any step end of that instant (a step end is ``LATE``, the driver ``NORMAL``:
+``des.order``). The driver processes the tiers' events ahead of the loop as long as no other
+entry of the loop comes first (so nothing the server does can fall between them), and stops
+at the first that tells the server something, to be resumed when it is seen: a copy of
+1.9 GB is ~500 tier events but one or two resumptions.
 
 The tiers' float clock counts from the start of their busy period (the first request after
 they were idle), so it holds picoseconds exactly however late the run is (a period is a few
@@ -62,6 +65,7 @@ class SocketTiers:
         self._hbm: MemoryChannel | None = None
         self._ddr: MemoryChannel | None = None
         self._due = NEVER  # when the driver resumes next (NEVER: idle)
+        self._told: list[Callable[[], object]] = []  # what to tell the server when seen
         self._who = timeline.start(self._drive(), NORMAL)
 
     @property
@@ -75,11 +79,11 @@ class SocketTiers:
         self._pending += 1
         copier = self._period().copier
 
-        def done(_event: Any) -> None:
+        def seen() -> None:
             self._pending -= 1
             landed()
 
-        copier.copy(nbytes).callbacks.append(done)
+        copier.copy(nbytes).callbacks.append(lambda _event: self._told.append(seen))
         self._arm()
 
     def traffic(self, hbm_bytes: float, ddr_bytes: float, ended: Callable[[], object]) -> None:
@@ -91,7 +95,7 @@ class SocketTiers:
         )
 
         def done(_event: Any) -> None:
-            ended()
+            self._told.append(ended)
 
         reads.add_callback(done)
         self._arm()
@@ -133,7 +137,7 @@ class SocketTiers:
         self._env = self._copier = self._hbm = self._ddr = None
 
     def _next_at(self) -> int:
-        """The serving loop's first whole picosecond at or after the tiers' next event."""
+        """When the tiers' next event is seen (NEVER: none)."""
         env = self._env
         if env is None:
             return NEVER
@@ -142,28 +146,48 @@ class SocketTiers:
 
     def _arm(self) -> None:
         """Resume the driver by the tiers' next event (earlier than it would be)."""
-        at = self._next_at()
+        at = self.timeline.now if self._told else self._next_at()
         if at < self._due:
             self._due = at
             self.timeline.move(self._who, at)
 
     def _drive(self) -> Generator[Any, None, None]:
-        """Resumed at whole picoseconds: process every tier event up to now, then wait for
-        the next (or idle until :meth:`_arm` moves it)."""
+        """Resumed when a tier event is seen: tell the server what it waits for, process the
+        tiers ahead, then wait for the next event seen (or idle until :meth:`_arm`)."""
         while True:
-            self._due = self._next_at()
-            if self._due == NEVER:
-                yield IDLE
-            else:
-                yield self._due
-            env = self._env
-            if env is None:
-                continue
-            until = self.timeline.now - self._origin
-            while env.peek() <= until:
-                env.step()
-            if math.isinf(env.peek()):
+            self._due = self._run_ahead()
+            yield IDLE if self._due == NEVER else self._due
+
+    def _run_ahead(self) -> int:
+        """Process the tier events seen by now, telling the server of each as it comes, then
+        those seen before the loop's next entry, up to the first that tells the server
+        something; returns when the next unprocessed event (or that one) is seen."""
+        timeline, told = self.timeline, self._told
+        now = timeline.now
+        for tell in told:
+            tell()
+        told.clear()
+        env = self._env
+        if env is None:
+            return NEVER
+        after = timeline.peek()  # nothing else in the loop: the server waits on the tiers
+        horizon = NEVER if after is None else max(now, after - 1)
+        origin = self._origin
+        while True:
+            at = env.peek()
+            if math.isinf(at):
                 self._end_period()
+                return NEVER
+            seen = origin + math.ceil(at)
+            if seen > horizon:
+                return seen
+            env.step()
+            if told:
+                if seen > now:
+                    return seen
+                for tell in told:
+                    tell()
+                told.clear()
 
 
 @dataclass(frozen=True)
