@@ -51,14 +51,14 @@ from rdu_sim.config.workload import CoEConfig
 from rdu_sim.models import get_model
 from rdu_sim.models.figures import weight_bytes
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.arrivals import Arrivals, ClosedLoop, OpenLoop
 from rdu_sim.serving.backend import Backend
-from rdu_sim.serving.clock import PS_PER_S, arrivals_ps, to_ps
+from rdu_sim.serving.clock import PS_PER_S, to_ps
 from rdu_sim.serving.coe_server import CoEServer, SwitchPolicy, Tiers
 from rdu_sim.serving.expert_region import EVICTION, ExpertRegion
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.scheduler import Progress, ServerConfig
+from rdu_sim.serving.simulate import arrivals_for
 from rdu_sim.serving.step_cache import StepCache
 
 __all__ = [
@@ -289,11 +289,6 @@ def serve_coe(
     check_tags(scenario, requests)
     tags = expert_tags(coe, len(requests), serving.seed, requests.trace_expert)
     expert = expert_step_scenario(scenario)
-    arrivals: Arrivals
-    if requests.arrival_s is None:
-        arrivals = ClosedLoop(requests.concurrency or slots, len(requests))
-    else:
-        arrivals = OpenLoop(arrivals_ps(requests.arrival_s))
     switch_bytes = _expert_hbm(scenario)
     server = CoEServer(
         scenario.kv_policy,
@@ -306,7 +301,7 @@ def serve_coe(
         tags,
         requests.prompt_tokens.copy(),
         requests.output_tokens.copy(),
-        arrivals,
+        arrivals_for(requests, slots),
         float(switch_bytes),
         lambda shape: backend.step_cost(expert, shape),
         lambda shape: backend.step_cost(router, shape),
