@@ -30,6 +30,7 @@ shared channels are done).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -48,6 +49,7 @@ from rdu_sim.compiler.program import Placement, Tier, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import CoEConfig
+from rdu_sim.hw.copy_engine import DEFAULT_CHUNK_BYTES
 from rdu_sim.models import get_model
 from rdu_sim.models.figures import weight_bytes
 from rdu_sim.scenario import Scenario
@@ -142,6 +144,11 @@ def switch_weights(scenario: Scenario) -> list[WeightTensor]:
 def _expert_hbm(scenario: Scenario) -> int:
     """One expert's bytes in the HBM region of one socket (what a switch copies)."""
     return sum(w.bytes for w in switch_weights(scenario))
+
+
+def switch_chunks(scenario: Scenario) -> int:
+    """Chunks one switch copies on each socket (the copy engine's transfer unit)."""
+    return math.ceil(_expert_hbm(scenario) / DEFAULT_CHUNK_BYTES)
 
 
 def expert_step_scenario(scenario: Scenario) -> Scenario:
