@@ -122,3 +122,47 @@ def test_the_driver_runs_the_tiers_ahead_between_the_loop_s_entries(
     timeline.run()
     assert landed == [math.ceil(_alone(step_reads=False)[0])]
     assert calls == [0, landed[0]]  # its start (the copy asked for), the landing
+
+
+def test_the_server_acting_when_told_finds_the_tiers_at_its_instant() -> None:
+    """Two copies asked for at once; when the first lands the server starts a step's reads
+    at once (the second copy still running): the tiers have not run past that instant, so
+    the reads end where they do on the models' own environment started then."""
+    env = CountingEnvironment()
+    per_ps = 1e-12
+    ddr = MemoryChannel(env, TIERS.ddr_bandwidth * per_ps, TIERS.ddr_latency * 1e12, 0.8)
+    hbm = MemoryChannel(env, TIERS.hbm_bandwidth * per_ps, TIERS.hbm_latency * 1e12, 0.95)
+    copier = CopyEngine(env, ddr, hbm, TIERS.copy_bandwidth * per_ps)
+    alone: dict[str, float] = {}
+
+    first = copier.copy(COPY)
+    copier.copy(COPY)
+
+    def server_alone() -> Generator[Any, Any, None]:
+        yield first
+        yield env.timeout(math.ceil(env.now) - env.now)  # seen at the next whole ps
+        alone["told"] = env.now
+        yield env.all_of([hbm.read(STEP_HBM), ddr.read(STEP_DDR)])
+        alone["read"] = env.now
+
+    env.process(server_alone())
+    env.run()
+
+    timeline = Timeline()
+    tiers = SocketTiers(timeline, TIERS)
+    seen: dict[str, int] = {}
+
+    def server() -> Generator[Any, Any, None]:
+        landed = timeline.event()
+        tiers.copy(COPY, landed.succeed)
+        tiers.copy(COPY, lambda: None)
+        yield landed
+        seen["told"] = timeline.now
+        read = timeline.event()
+        tiers.traffic(STEP_HBM, STEP_DDR, read.succeed)
+        yield read
+        seen["read"] = timeline.now
+
+    timeline.process(server())
+    timeline.run()
+    assert seen == {"told": alone["told"], "read": math.ceil(alone["read"])}

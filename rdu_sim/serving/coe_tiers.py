@@ -111,6 +111,8 @@ class SocketTiers:
             at = now - self._origin
             if env.now < at:
                 env.run(until=at)  # nothing is due before ``at``: the driver ran up to it
+            elif env.now > at:
+                raise RuntimeError("the tiers ran ahead of the serving loop (a bug)")
         assert self._env is not None and self._copier is not None
         assert self._hbm is not None and self._ddr is not None
         return _Period(self._env, self._copier, self._hbm, self._ddr)
@@ -170,8 +172,7 @@ class SocketTiers:
         env = self._env
         if env is None:
             return NEVER
-        after = timeline.peek()  # nothing else in the loop: the server waits on the tiers
-        horizon = NEVER if after is None else max(now, after - 1)
+        horizon = self._horizon(now)
         origin = self._origin
         while True:
             at = env.peek()
@@ -188,6 +189,13 @@ class SocketTiers:
                 for tell in told:
                     tell()
                 told.clear()
+                horizon = self._horizon(now)  # the server may act now: go no further
+
+    def _horizon(self, now: int) -> int:
+        """The last picosecond whose tier events may be processed now: the one before the
+        loop's next entry (the server acts only at entries), or none if it has none."""
+        after = self.timeline.peek()  # None: the server waits on the tiers
+        return NEVER if after is None else max(now, after - 1)
 
 
 @dataclass(frozen=True)
