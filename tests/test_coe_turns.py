@@ -1,7 +1,8 @@
-"""CoE expert turns on des's event loop: continuous batching within a turn (a request that
-arrives mid-turn is admitted at the next step boundary), the switch policies, switches as
-copies on the copy engine, the event limit and the clock's range, and the invariants of a
-whole run (each request served once, slots never over-filled, time monotone)."""
+"""CoE expert turns on the serving loop: each turn is the shared scheduler's continuous
+batching (a request that arrives mid-turn is admitted at the next step boundary, chunks
+interleave with decode steps), the switch policies, switches as copies on the copy engine,
+the serving clock's range and work bound, and the invariants of a whole run (each request
+served once, slots never over-filled, time monotone)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import numpy as np
 import pytest
 
 from rdu_sim import api
-from rdu_sim.des.environment import EventLimitError
-from rdu_sim.engine.budget import EventBudgetError
+from rdu_sim.config.errors import ConfigError
 from rdu_sim.scenario import load_scenario
-from rdu_sim.serving.clock import SimulatedTimeError
-from rdu_sim.serving.coe_server import EXACT_PS, CoEServer, Tiers, TurnPolicy
+from rdu_sim.serving.arrivals import OpenLoop
+from rdu_sim.serving.clock import MAX_PS, SimulatedTimeError
+from rdu_sim.serving.coe_server import CoEServer, SwitchPolicy, Tiers
 from rdu_sim.serving.expert_region import ExpertRegion
-from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.step_cache import StepCache, StepCost
+from rdu_sim.serving.scheduler import ServerConfig
+from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.shapes import StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,27 +54,26 @@ def _server(
     switch: str = "drain",
     turn_ps: int = 10**12,
     slots: int = 4,
-    limit: int = 10**9,
     prefetch: bool = False,
     priority: str = "prefill_first",
+    chunk: int | None = None,
     region: int = 1,
     switch_bytes: float = SWITCH_BYTES,
 ) -> CoEServer:
     n = len(arrivals)
-    records = ServingRecords(np.full(n, 100, dtype=np.int64), np.asarray(outputs, dtype=np.int64))
     return CoEServer(
         _policy(),
-        TurnPolicy(slots, 8192, None, switch, turn_ps, prefetch, priority),
+        ServerConfig(slots, 8192, priority, chunk),  # type: ignore[arg-type]
+        SwitchPolicy(switch, turn_ps, prefetch),
         TIERS,
         ExpertRegion(region, "lru"),
         np.asarray(experts, dtype=np.int64),
-        records,
-        np.asarray(arrivals, dtype=np.int64),
-        slots,
+        np.full(n, 100, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+        OpenLoop(np.asarray(arrivals, dtype=np.int64)),
         switch_bytes,
-        StepCache(_cost),
-        StepCache(_cost),
-        limit=limit,
+        _cost,
+        _cost,
     )
 
 
@@ -101,7 +101,7 @@ def test_a_request_arriving_mid_turn_is_admitted_at_the_next_step_boundary() -> 
     assert counts.router_ps == 2 * PREFILL_PS
     # request 0 decodes 99 steps: 3 before request 1's router and prefill steps, 96 after
     assert records.finish_ps[0] == decode_start + 99 * DECODE_PS + 2 * PREFILL_PS
-    assert server.copier.bytes_copied == SWITCH_BYTES
+    assert server.tiers.bytes_copied == SWITCH_BYTES
 
 
 def test_the_bounded_policy_hands_the_sockets_on_and_drain_keeps_them() -> None:
@@ -163,16 +163,28 @@ def test_a_prefetched_copy_overlaps_the_running_turn() -> None:
     )
 
 
-def test_the_event_limit_stops_the_run() -> None:
-    server = _server([0, 10**6, 2 * 10**6], [0, 1, 2], [50, 50, 50], limit=40)
-    with pytest.raises(EventLimitError):
+def test_a_run_goes_past_2_53_ps_exactly() -> None:
+    """The serving loop keeps integer picoseconds over the clock's whole range: a request
+    arriving after 2^53 ps (2.5 simulated hours, where a float clock rounds) is served to the
+    picosecond, its steps exact."""
+    late = 2**53 + 1
+    server = _server([0, late], [0, 0], [2, 2])
+    server.simulate()
+    records = server.records
+    assert records.arrival_ps[1] == late
+    assert records.admit_ps[1] == late + PREFILL_PS  # the router's step, then its own
+    assert records.finish_ps[1] == late + 2 * PREFILL_PS + DECODE_PS
+
+
+def test_a_run_past_the_serving_clock_is_refused() -> None:
+    server = _server([0, MAX_PS - 5_000], [0, 0], [2, 2])
+    with pytest.raises(SimulatedTimeError, match="2\\^63 ps"):
         server.simulate()
 
 
-def test_a_run_past_des_exact_range_is_refused() -> None:
-    server = _server([0, EXACT_PS + 1], [0, 0], [2, 2])
-    with pytest.raises(SimulatedTimeError, match="2\\^53 ps"):
-        server.simulate()
+def test_a_coe_run_is_bounded_by_serving_max_work_as_any_run() -> None:
+    with pytest.raises(ConfigError, match=r"serving\.max_work"):
+        api.run(COE, {"serving.requests": 50, "serving.max_work": 100})
 
 
 @pytest.mark.parametrize("switch", ["bounded", "drain"])
@@ -224,21 +236,6 @@ def test_a_whole_run_serves_each_request_once_within_its_slots(
     assert records.tokens_generated == int(records.output_tokens.sum())
 
 
-def test_the_event_limit_is_engine_max_events_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The environment is given engine.max_events; going past it is an input error (the
-    CLI's exit 2) naming the field, not a traceback."""
-    seen: list[int] = []
-
-    def simulate(self: CoEServer) -> None:
-        seen.append(self.env.limit)
-        raise EventLimitError(self.env.limit)
-
-    monkeypatch.setattr(CoEServer, "simulate", simulate)
-    with pytest.raises(EventBudgetError, match=r"engine\.max_events = 123,456"):
-        api.run(COE, {"serving.requests": 4, "engine.max_events": 123_456})
-    assert seen == [123_456]
-
-
 def test_a_hit_is_a_request_whose_expert_was_in_hbm_when_routed() -> None:
     """Request 0 asks for expert 0's copy (a miss); request 1 is routed while that copy is
     in flight (a miss: it waits for it too); request 2 is routed after it landed (a hit)."""
@@ -264,3 +261,36 @@ def test_decode_first_puts_a_decode_step_between_two_prefill_steps() -> None:
     assert second.routed_ps[1] == routed
     assert second.records.first_token_ps[1] == routed + DECODE_PS + PREFILL_PS
     assert second.records.finish_ps[0] == first.records.finish_ps[0]  # same steps, reordered
+
+
+def test_chunks_interleave_with_decode_steps_as_the_scheduler_does() -> None:
+    """The turn is the shared scheduler's policy: with prefill_chunk_tokens 50, request 1's
+    two chunks (100 prompt tokens) go one per decode step of request 0 under prefill_first
+    (the router's two chunks are the CoE driver's and run back to back)."""
+    copied = 2 * PREFILL_PS + COPY_PS  # the router's two chunks, then the copy
+    decode_start = copied + 2 * PREFILL_PS
+    arrival = decode_start + 25_500
+    server = _server([0, arrival], [0, 0], [100, 10], chunk=50)
+    server.simulate()
+    records = server.records
+    assert records.first_token_ps[0] == decode_start
+    routed = decode_start + 3 * DECODE_PS + 2 * PREFILL_PS
+    assert server.routed_ps[1] == routed
+    assert records.admit_ps[1] == routed
+    assert records.first_token_ps[1] == routed + PREFILL_PS + DECODE_PS + PREFILL_PS
+    assert records.prefill_steps == 4  # the expert's chunks (the router's are its own)
+
+
+def test_the_time_series_counts_requests_waiting_for_another_expert() -> None:
+    """The waiting column is the scheduler's queue and the routed requests waiting for their
+    expert's turn: expert 1's request waits from its routing until its turn begins."""
+    decode_start = 2 * PREFILL_PS + COPY_PS
+    routed = decode_start + DECODE_PS + PREFILL_PS  # the step in flight, then the router
+    server = _server([0, decode_start + 1_000], [0, 1], [100, 10])
+    server.simulate()
+    series = server.records.series
+    waiting = dict(zip(series.times().tolist(), series.counts()[:, 0].tolist(), strict=True))
+    assert server.routed_ps[1] == routed
+    assert waiting[routed] == 1
+    turn = server.records.finish_ps[0]  # expert 1's turn: its copy, then its admission
+    assert waiting[turn] == 1 and waiting[int(server.records.admit_ps[1])] == 0

@@ -223,3 +223,23 @@ def test_the_loop_refuses_more_queuings_than_its_keys_count(
         line.timeout(1)
     with pytest.raises(OverflowError, match="2\\*\\*2 queuings"):
         line.timeout(1)
+
+
+def test_peek_is_the_next_entry_s_time_a_stale_one_included() -> None:
+    timeline = Timeline()
+    assert timeline.peek() is None
+    seen: list[int | None] = []
+
+    def driver() -> Generator[Any, None, None]:
+        seen.append(timeline.peek())  # the SimPy event at 70 ps
+        yield 50
+        seen.append(timeline.peek())
+        yield 100
+
+    who = timeline.start(driver(), NORMAL)
+    timeline.timeout(70)
+    assert timeline.peek() == 0  # the driver's start
+    timeline.run()
+    assert seen == [70, 70] and timeline.peek() is None
+    timeline.move(who, 5)  # an ended driver's entry: stale, skipped, but due first
+    assert timeline.peek() == 5

@@ -99,6 +99,20 @@ def test_a_million_plain_requests_are_admitted() -> None:
     assert estimate.memory_bytes < 3 * 2**30
 
 
+def test_a_coe_run_counts_its_router_and_its_switches_copies() -> None:
+    """A Composition of Experts' router prefills every prompt (its steps counted twice) and
+    each request may cost two switches of 112 chunks (1.88 GB a socket in 16 MiB chunks)."""
+    coe = str(ROOT / "workloads" / "samba-coe-150x8b-8socket.yaml")
+    scenario, estimate = _estimate(coe)
+    _, alone = _estimate(coe, {"coe": None})
+    assert estimate.copy_chunks == 2 * estimate.requests * 112 and alone.copy_chunks == 0
+    assert estimate.state_changes == alone.state_changes + 2 * alone.prefill_steps
+    assert estimate.work > alone.work + 3 * estimate.copy_chunks
+    assert estimate.work < scenario.workload.serving.max_work / 5
+    with pytest.raises(RunTooLargeError, match="chunks of expert switches to copy"):
+        api.run(coe, {"serving.requests": 100_000})
+
+
 # --- the guard refuses the absurd, naming the way out ---------------------------------------
 
 

@@ -106,6 +106,12 @@ class Timeline:
         its priority; the old one goes stale)."""
         self._current[who] = self._push(at, self._priority[who], who)
 
+    def peek(self) -> int | None:
+        """When the next entry is due (a stale one too: never later than the next that
+        runs); None when none is left."""
+        heap = self._heap
+        return heap[0] >> (SEQ_BITS + WHO_BITS + 2) if heap else None
+
     def _push(self, at: int, priority: int, who: int) -> int:
         """Queue an entry for ``who`` (0: a SimPy event); its key."""
         seq = self._seq = self._seq + 1

@@ -30,6 +30,7 @@ shared channels are done).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -48,17 +49,18 @@ from rdu_sim.compiler.program import Placement, Tier, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import CoEConfig
-from rdu_sim.des.environment import EventLimitError
-from rdu_sim.engine.budget import EventBudgetError
+from rdu_sim.hw.copy_engine import DEFAULT_CHUNK_BYTES
 from rdu_sim.models import get_model
 from rdu_sim.models.figures import weight_bytes
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import Backend
-from rdu_sim.serving.clock import PS_PER_S, arrivals_ps, to_ps
-from rdu_sim.serving.coe_server import CoEServer, Progress, Tiers, TurnPolicy
+from rdu_sim.serving.clock import PS_PER_S, to_ps
+from rdu_sim.serving.coe_server import CoEServer, SwitchPolicy, Tiers
 from rdu_sim.serving.expert_region import EVICTION, ExpertRegion
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
+from rdu_sim.serving.scheduler import Progress, ServerConfig
+from rdu_sim.serving.simulate import arrivals_for
 from rdu_sim.serving.step_cache import StepCache
 
 __all__ = [
@@ -142,6 +144,11 @@ def switch_weights(scenario: Scenario) -> list[WeightTensor]:
 def _expert_hbm(scenario: Scenario) -> int:
     """One expert's bytes in the HBM region of one socket (what a switch copies)."""
     return sum(w.bytes for w in switch_weights(scenario))
+
+
+def switch_chunks(scenario: Scenario) -> int:
+    """Chunks one switch copies on each socket (the copy engine's transfer unit)."""
+    return math.ceil(_expert_hbm(scenario) / DEFAULT_CHUNK_BYTES)
 
 
 def expert_step_scenario(scenario: Scenario) -> Scenario:
@@ -289,43 +296,25 @@ def serve_coe(
     check_tags(scenario, requests)
     tags = expert_tags(coe, len(requests), serving.seed, requests.trace_expert)
     expert = expert_step_scenario(scenario)
-    cache = StepCache(lambda shape: backend.step_cost(expert, shape))
-    routing = StepCache(lambda shape: backend.step_cost(router, shape))
-    records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
-    arrival = requests.arrival_s
-    config = TurnPolicy(
-        slots,
-        serving.max_context,
-        serving.prefill_chunk_tokens,
-        coe.switch,
-        to_ps(coe.turn_s),
-        coe.prefetch,
-        serving.prefill_priority,
-    )
     switch_bytes = _expert_hbm(scenario)
     server = CoEServer(
         scenario.kv_policy,
-        config,
+        ServerConfig(
+            slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
+        ),
+        SwitchPolicy(coe.switch, to_ps(coe.turn_s), coe.prefetch),
         _tiers(hardware),
         ExpertRegion(region, coe.eviction),
         tags,
-        records,
-        None if arrival is None else arrivals_ps(arrival),
-        requests.concurrency or slots,
+        requests.prompt_tokens.copy(),
+        requests.output_tokens.copy(),
+        arrivals_for(requests, slots),
         float(switch_bytes),
-        cache,
-        routing,
-        limit=scenario.workload.engine.max_events,
+        lambda shape: backend.step_cost(expert, shape),
+        lambda shape: backend.step_cost(router, shape),
         progress=progress,
     )
-    try:
-        server.simulate()
-    except EventLimitError:
-        raise EventBudgetError(
-            f"{scenario.workload_file}: the CoE serving simulation would process more than "
-            f"engine.max_events = {scenario.workload.engine.max_events:,} events; raise it "
-            "or serve fewer requests"
-        ) from None
+    server.simulate()
     counts, tp = server.counts, scenario.tp
     stats = CoEStats(
         experts=coe.experts,
@@ -335,10 +324,10 @@ def serve_coe(
         switch_policy=coe.switch,
         turn_s=coe.turn_s if coe.switch == "bounded" else None,
         model_switches=counts.switches,
-        switch_s=server.copier.busy_s / PS_PER_S,
+        switch_s=server.tiers.busy_ps / PS_PER_S,
         switch_stall_s=counts.stall_ps / PS_PER_S,
         hbm_hit_rate=counts.hits / len(requests) if len(requests) else 0.0,
-        bytes_copied=server.copier.bytes_copied * tp,
+        bytes_copied=server.tiers.bytes_copied * tp,
         switch_bytes=float(switch_bytes * tp),
         expert_weight_bytes=float(
             weight_bytes(scenario.model, scenario.weight_dtype_bytes, scenario.expert_dtype_bytes)
@@ -349,4 +338,4 @@ def serve_coe(
         longest_turn_s=counts.longest_turn_ps / PS_PER_S,
         router_s=counts.router_ps / PS_PER_S,
     )
-    return CoERun(capacity, placement, records, stats, cache)
+    return CoERun(capacity, placement, server.records, stats, server.cache)

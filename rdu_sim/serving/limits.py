@@ -41,6 +41,11 @@ SLOTS_PER_UNIT = 40_000
 UNITS_PER_SHAPE = 10_000
 """Work units charged per distinct step shape (one compile plus one engine simulation)."""
 
+UNITS_PER_COPY_CHUNK = 3
+"""Work units charged per chunk a Composition of Experts' switch copies: ~8 events of the
+copy engine and its channels a chunk (its DDR read and HBM write, their latencies, its
+floor), ~80 us."""
+
 BYTES_PER_CHANGE = 250
 """Approximate record memory of one state change (a time-series row and its share of the
 per-request arrays and the summary's copies), measured on a million-request run."""
@@ -59,6 +64,7 @@ class RunEstimate:
     state_changes: int  # scheduler events / time-series rows (upper bound)
     prefill_steps: int  # prefill steps (chunks) over all requests
     shapes: int  # distinct static step shapes the engine would simulate (upper bound)
+    copy_chunks: int = 0  # chunks a Composition of Experts' switches may copy (upper bound)
 
     @property
     def slot_factor(self) -> float:
@@ -68,7 +74,11 @@ class RunEstimate:
     @property
     def work(self) -> int:
         """Work units: state changes weighted by batch slots, plus the shapes' simulation."""
-        return int(self.state_changes * self.slot_factor) + self.shapes * UNITS_PER_SHAPE
+        return (
+            int(self.state_changes * self.slot_factor)
+            + self.shapes * UNITS_PER_SHAPE
+            + self.copy_chunks * UNITS_PER_COPY_CHUNK
+        )
 
     @property
     def memory_bytes(self) -> int:
@@ -103,7 +113,9 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
     (with and without SnapKV selection), two per chunk position, and every decode bucket;
     the workload's typical prompt (timed for the report's ``prefill_s``) counts as used. A
     draft (speculation) adds at most two shapes of its own per target shape (a round's
-    draft steps; a prompt's draft prefill and look-ahead).
+    draft steps; a prompt's draft prefill and look-ahead). A Composition of Experts' router
+    prefills every prompt too (its steps and shapes again), and each request may cost two
+    switches (one on demand, one prefetched), each copying the expert in chunks.
     """
     serving = scenario.workload.serving
     prompts, outputs = clip_to_context(
@@ -124,12 +136,20 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
     shapes = prefill_shapes + len(decode_buckets)
     if scenario.draft is not None:  # per target shape, at most two of the draft's
         shapes *= 3
+    copy_chunks = 0
+    if scenario.workload.coe is not None:
+        from rdu_sim.serving.coe import switch_chunks  # (the compiler's weight inventory)
+
+        changes += int(2 * steps.sum())
+        shapes += prefill_shapes
+        copy_chunks = 2 * len(prompts) * switch_chunks(scenario)
     return RunEstimate(
         requests=len(prompts),
         batch_slots=batch_slots,
         state_changes=changes,
         prefill_steps=int(steps.sum()),
         shapes=shapes,
+        copy_chunks=copy_chunks,
     )
 
 
@@ -169,7 +189,12 @@ def check_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> Run
             f"changes for {estimate.requests:,} requests and {estimate.prefill_steps:,} "
             f"prefill steps, at {estimate.batch_slots:,} batch slots, "
             f"{estimate.shapes:,} step shapes to simulate, "
-            f"~{estimate.memory_bytes / 2**30:.1f} GiB of records); to shrink it, "
+            + (
+                f"{estimate.copy_chunks:,} chunks of expert switches to copy, "
+                if estimate.copy_chunks
+                else ""
+            )
+            + f"~{estimate.memory_bytes / 2**30:.1f} GiB of records); to shrink it, "
             + _advice(estimate, scenario)
         )
         raise RunTooLargeError([ConfigIssue(scenario.workload_file, "serving.max_work", message)])

@@ -29,7 +29,8 @@ free, cuts it at the next step boundary -- exactly where a step-by-step server w
 seen it. Time is integer picoseconds, so ``k * step`` is exact.
 
 The scheduler decides and accounts; it never waits. It reads the time from ``clock`` and
-gives its drivers (``serving.server``: a server alone, a cluster replica) what to wait for:
+gives its drivers (``serving.server``: a server alone, a cluster replica;
+``serving.coe_server``: a Composition of Experts' turns) what to wait for:
 :meth:`Scheduler.prefill` yields the delays (ps) of a prefill step, :meth:`decode_plan` a
 decode run that :meth:`cut` may shorten when something arrives mid-run, and
 :meth:`decode_done` accounts it once it has ended. What arrives between decisions is handed
@@ -193,11 +194,15 @@ class Scheduler:
         """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a
         slot could take it, the run ends with the step in flight when it arrives (one at
         least); otherwise all ``steps``."""
-        if self.cuttable(steps):
-            in_flight = max(1, -(-(arrival - start) // step))
-            if in_flight < steps:
-                self.load.run_end = start + in_flight * step
-                return in_flight
+        return self.end_run_at(start, steps, step, arrival) if self.cuttable(steps) else steps
+
+    def end_run_at(self, start: int, steps: int, step: int, at: int) -> int:
+        """Steps of a decode run from ``start`` that end with the step in flight at ``at`` (one
+        at least; all ``steps`` if the run ends first); the load counters see where it ends."""
+        in_flight = max(1, -(-(at - start) // step))
+        if in_flight < steps:
+            self.load.run_end = start + in_flight * step
+            return in_flight
         return steps
 
     def _prefill_candidate(self) -> int | None:
@@ -216,13 +221,26 @@ class Scheduler:
     def _choose(self) -> str:
         """ "admit" (a prefill step admitting a request), "prefill" (another prefill step),
         "decode" or "idle"."""
-        decoding = self.slots.decoding > 0
-        if self.config.prefill_priority == "decode_first" and decoding and self._last_was_prefill:
+        if not self.prefill_may_run():
             return "decode"
         candidate = self._prefill_candidate()
         if candidate is not None:
             return "admit" if candidate < 0 else "prefill"
-        return "decode" if decoding else "idle"
+        return "decode" if self.slots.decoding > 0 else "idle"
+
+    def prefill_may_run(self) -> bool:
+        """Whether prefill work may take the next step: under ``decode_first``, not right
+        after a prefill step while slots decode."""
+        return not (
+            self._last_was_prefill
+            and self.config.prefill_priority == "decode_first"
+            and self.slots.decoding > 0
+        )
+
+    def prefill_ran_elsewhere(self) -> None:
+        """A prefill step of work outside the slots ran (a CoE router's): it counts as prefill
+        work, so under ``decode_first`` a decode step comes next."""
+        self._last_was_prefill = True
 
     def decide(self, now: int) -> str:
         """The action to take at ``now`` (:meth:`_choose`), recording the state it is taken

@@ -43,11 +43,7 @@ def serve(
             count=len(records),
         )
     total = len(requests)
-    arrivals: Arrivals
-    if requests.arrival_s is None:
-        arrivals = ClosedLoop(requests.concurrency or config.batch_slots, total)
-    else:
-        arrivals = OpenLoop(arrivals_ps(requests.arrival_s))
+    arrivals = arrivals_for(requests, config.batch_slots)
     timeline = Timeline()
     server = Server(
         timeline,
@@ -65,6 +61,14 @@ def serve(
             f"serving stopped with {server.completed} of {total} requests completed (scheduler bug)"
         )
     return records
+
+
+def arrivals_for(requests: RequestSet, batch_slots: int) -> Arrivals:
+    """Where a server alone (or a CoE node) gets its requests: the open loop's times, or
+    closed-loop users (``requests.concurrency``, else one a batch slot)."""
+    if requests.arrival_s is None:
+        return ClosedLoop(requests.concurrency or batch_slots, len(requests))
+    return OpenLoop(arrivals_ps(requests.arrival_s))
 
 
 def _read_only(lengths: NDArray[np.int64]) -> NDArray[np.int64]:
