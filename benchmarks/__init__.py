@@ -17,7 +17,9 @@ another's:
 7. ``step-cold``: one full-attention DeepSeek-R1 decode step through ``api.step``;
 8. ``cli-help``: ``rdu-sim --help`` as whole processes (the median of 5);
 9. ``cli-step``: ``rdu-sim step deepseek-r1-128k-snapstream --json`` as whole processes (the
-   median of 5; its imports and the rest timed apart);
+   median of 5; its imports and the rest timed apart); both with Python's bytecode cached
+   (in a temporary ``PYTHONPYCACHEPREFIX``, filled by one untimed run), as an installed
+   package's is, whatever ``PYTHONDONTWRITEBYTECODE`` says;
 10. ``cluster-mooncake-hour`` and 11. ``cluster-million``: the cluster cases
     (benchmarks/cluster_cases.py).
 

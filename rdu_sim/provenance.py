@@ -13,13 +13,12 @@ import contextlib
 import functools
 import hashlib
 import json
-import subprocess
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rdu_sim import __version__, native
+from rdu_sim import __version__, checkout, native
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.yaml_io import file_problem
@@ -60,30 +59,15 @@ class Simulator:
         }
 
 
-def _git(top: Path, *args: str) -> str | None:
-    """A git command's output in ``top``, or None when git is missing or fails."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(top), *args], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
 @functools.cache
 def simulator() -> Simulator:
-    """This process's simulator: the checkout's commit when rdu_sim runs from a git checkout,
-    else the commit a wheel was built from, else none. Computed once per process (the code
-    a process runs does not change under it)."""
+    """This process's simulator: the checkout's commit when rdu_sim runs from a git checkout
+    (``rdu_sim.checkout``), else the commit a wheel was built from, else none. Computed once
+    per process (the code a process runs does not change under it)."""
+    found = checkout.commit()
+    if found is not None:
+        return Simulator(__version__, found.head, found.dirty, native.compiled())
     package = Path(str(resources.files("rdu_sim")))
-    top = package.parent
-    if (top / ".git").exists():
-        head = _git(top, "rev-parse", "HEAD")
-        if head is not None:
-            status = _git(top, "status", "--porcelain", "--untracked-files=no")
-            dirty = None if status is None else bool(status.strip())
-            return Simulator(__version__, head.strip(), dirty, native.compiled())
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         baked = json.loads((package / COMMIT_FILE).read_text(encoding="utf-8"))
         return Simulator(__version__, str(baked["commit"]), bool(baked["dirty"]), native.compiled())

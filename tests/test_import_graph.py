@@ -72,3 +72,30 @@ def test_the_package_alone_loads_nothing_heavy() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+_MODULES = (
+    "import sys\n"
+    "from rdu_sim.cli.main import main\n"
+    "sys.argv = ['rdu-sim', *sys.argv[1:]]\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit as exit:\n"
+    "    assert not exit.code, exit.code\n"
+    "print(*sorted(m for m in sys.modules if m.startswith('rdu_sim')), file=sys.stderr)\n"
+)
+
+
+def test_an_sn40l_step_loads_no_gpu_engine() -> None:
+    """The GPU engine is imported for GPU hardware only (``engine.for_hardware``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MODULES, "step", "deepseek-r1-128k-snapstream", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stderr.split())
+    assert "rdu_sim.engine.engine" in loaded
+    assert not {m for m in loaded if m.startswith("rdu_sim.engine.gpu")}

@@ -112,3 +112,48 @@ def test_a_trace_given_by_set_is_found_from_the_current_folder(
     assert shipped.trace_path(near, "traces/chat-400.csv") == near / "traces/chat-400.csv"
     assert shipped.trace_path(near, "chat-400") == near / "traces/chat-400.csv"
     assert shipped.trace_path(near, "gone.csv") == near / "gone.csv"  # the reader reports it
+
+
+def _globbed(base: Path) -> list[Path]:
+    """The listing rule ``shipped.files`` walks each folder once to follow: ``rglob`` of
+    each pattern, files only, no notebook checkpoints."""
+    return sorted(
+        {
+            path.relative_to(base)
+            for name in shipped.FOLDERS
+            for pattern in shipped.PATTERNS
+            for path in (base / name).rglob(pattern)
+            if path.is_file() and ".ipynb_checkpoints" not in path.parts
+        }
+    )
+
+
+def test_the_shipped_listing_is_rglobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert shipped.files() == _globbed(shipped.root())
+    # hidden folders, a linked folder (not followed) and file, a folder named like a file,
+    # checkpoints, other suffixes, upper case
+    for relative in (
+        "workloads/a.yaml",
+        "workloads/.hidden/b.yaml",
+        "workloads/deep/er/c.jsonl",
+        "workloads/.ipynb_checkpoints/d.yaml",
+        "workloads/e.YAML",
+        "workloads/f.yml",
+        "workloads/g.yaml.bak",
+        "hw_configs/h.yaml",
+        "notebooks/i.ipynb",
+        "measurements/j.csv",
+        "tests/models/k/config.json",
+        "outside/l.yaml",
+    ):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("x: 1\n")
+    (tmp_path / "workloads" / "dir.yaml").mkdir()
+    (tmp_path / "workloads" / "linked").symlink_to(tmp_path / "outside")
+    (tmp_path / "workloads" / "m.yaml").symlink_to(tmp_path / "outside" / "l.yaml")
+    monkeypatch.setattr(shipped, "root", lambda: tmp_path)
+    listed = shipped.files()
+    assert listed == _globbed(tmp_path)
+    assert Path("workloads/.hidden/b.yaml") in listed
+    assert Path("workloads/m.yaml") in listed
+    assert not any("linked" in p.parts or "checkpoints" in str(p) for p in listed)

@@ -34,6 +34,10 @@ COMMANDS: dict[str, str] = {
     "examples": "rdu_sim.cli.examples_cmd",
 }
 
+RECORD_COMMIT = frozenset({"run", "step"})
+"""Commands whose output records the simulator's commit: in a checkout its git lookup
+(``rdu_sim.checkout``) starts before their modules are imported, and runs beside them."""
+
 # command name -> the first paragraph of its help, what `rdu-sim --help` lists without
 # importing the command (tests/test_cli_commands.py keeps it equal to the command's own).
 SUMMARIES: dict[str, str] = {
@@ -67,6 +71,10 @@ class LazyGroup(RduGroup):
         module_name = COMMANDS.get(cmd_name)
         if module_name is None:
             return super().get_command(ctx, cmd_name)
+        if cmd_name in RECORD_COMMIT:
+            from rdu_sim import checkout
+
+            checkout.start()
         command = importlib.import_module(module_name).command
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}.command is not a click command")

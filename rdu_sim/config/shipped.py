@@ -18,6 +18,7 @@ by a path under the shipped root (``workloads/sweeps/llama8b-batch.yaml``), else
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -111,15 +112,22 @@ def is_shipped(path: Path) -> bool:
 
 
 def files() -> list[Path]:
-    """Every shipped file, relative to :func:`root`, sorted."""
+    """Every shipped file, relative to :func:`root`, sorted: one walk of each folder (as
+    ``rglob`` of each pattern, symbolic links to folders not followed, five times cheaper:
+    a step names its workload by name)."""
     base = root()
-    found = {
-        path.relative_to(base)
-        for name in FOLDERS
-        for pattern in PATTERNS
-        for path in (base / name).rglob(pattern)
-        if path.is_file() and ".ipynb_checkpoints" not in path.parts
-    }
+    suffixes = tuple(pattern.removeprefix("*") for pattern in PATTERNS)
+    found: set[Path] = set()
+    for name in FOLDERS:
+        for folder_path, _, names in os.walk(base / name):
+            for file_name in names:
+                path = Path(folder_path, file_name)
+                if (
+                    file_name.endswith(suffixes)
+                    and path.is_file()
+                    and ".ipynb_checkpoints" not in path.parts
+                ):
+                    found.add(path.relative_to(base))
     return sorted(found)
 
 

@@ -6,15 +6,17 @@ the engine (the backend, serving, reports) is the same for either kind of hardwa
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rdu_sim.compiler.program import Program
 from rdu_sim.config.dtypes import FP8_DTYPES
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.engine.engine import Engine
-from rdu_sim.engine.gpu import GpuEngine, GpuSettings, work
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from rdu_sim.engine.gpu import GpuSettings
 
 
 class StepEngine(Protocol):
@@ -32,6 +34,8 @@ class StepEngine(Protocol):
 def gpu_settings(scenario: Scenario) -> GpuSettings:
     """The serving stack's choices for a GPU: the workload's CUDA graphs, and FP8 tensor
     cores for the products whose streamed operands are stored in fp8."""
+    from rdu_sim.engine.gpu import GpuSettings  # the GPU engine: loaded for GPU hardware only
+
     dtypes = scenario.workload.dtypes
     return GpuSettings(
         cuda_graphs=scenario.workload.cuda_graphs,
@@ -45,6 +49,8 @@ def peak_matrix_flops(scenario: Scenario) -> float:
     BF16 peak, a GPU's tensor rate at the weights' type."""
     hardware = scenario.hardware
     if isinstance(hardware, GpuHardwareConfig):
+        from rdu_sim.engine.gpu import work
+
         return work.peak_matrix_flops(hardware.gpu, gpu_settings(scenario))
     return hardware.peak_flops
 
@@ -53,5 +59,7 @@ def engine_for(scenario: Scenario, *, record: bool = False) -> StepEngine:
     """The engine for the scenario's hardware, with the workload's engine settings."""
     hardware = scenario.hardware
     if isinstance(hardware, GpuHardwareConfig):
+        from rdu_sim.engine.gpu import GpuEngine
+
         return GpuEngine(hardware, scenario.workload.engine, gpu_settings(scenario), record=record)
     return Engine(hardware, scenario.workload.engine, record=record)

@@ -1,0 +1,111 @@
+"""The git commit of the checkout rdu_sim runs from, and whether tracked files differ from it.
+
+Two git processes (``rev-parse HEAD``, ``status``) answer it. A command whose output records
+its provenance calls :func:`start` before it imports and simulates, so the processes run
+beside that work instead of after it; :func:`commit` reads their answers (or runs them, when
+nothing started them). Only the process that started them reads them: a forked worker runs
+its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+GIT_TIMEOUT_S = 10.0
+"""How long a git process may take before its answer counts as unknown."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A checkout's HEAD and whether tracked files differ from it (None: git could not say)."""
+
+    head: str
+    dirty: bool | None
+
+
+def top() -> Path:
+    """The folder holding the ``rdu_sim`` package (a checkout's root when it has ``.git``)."""
+    return Path(str(resources.files("rdu_sim"))).parent
+
+
+def in_checkout() -> bool:
+    """Whether rdu_sim runs from a git checkout."""
+    return (top() / ".git").exists()
+
+
+def _spawn(*args: str) -> subprocess.Popen[str] | None:
+    """A git process in the package's checkout, or None when git cannot start."""
+    try:
+        return subprocess.Popen(
+            ["git", "-C", str(top()), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _output(process: subprocess.Popen[str] | None) -> str | None:
+    """What a git process wrote, or None when it failed, timed out or never started."""
+    if process is None:
+        return None
+    try:
+        out, _ = process.communicate(timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        process.kill()
+        process.communicate()
+        return None
+    return out if process.returncode == 0 else None
+
+
+@dataclass
+class _Lookup:
+    """The two git processes of one lookup, and the process that started them."""
+
+    pid: int
+    head: subprocess.Popen[str] | None
+    status: subprocess.Popen[str] | None
+
+
+_started: _Lookup | None = None
+_answered: dict[int, Commit | None] = {}
+"""The answer, by the process that read it (a forked worker asks again)."""
+
+
+def start() -> None:
+    """Start the lookup in the background when rdu_sim runs from a checkout (nothing when
+    it is started or answered already in this process)."""
+    global _started
+    pid = os.getpid()
+    if pid in _answered or (_started is not None and _started.pid == pid) or not in_checkout():
+        return
+    head = _spawn("rev-parse", "HEAD")
+    status = _spawn("status", "--porcelain", "--untracked-files=no")
+    _started = _Lookup(pid, head, status)
+
+
+def commit() -> Commit | None:
+    """The checkout's commit, or None outside a checkout or when git cannot say (read once
+    per process)."""
+    global _started
+    pid = os.getpid()
+    if pid not in _answered:
+        if _started is not None and _started.pid != pid:
+            _started = None  # a forked worker's copy of its parent's lookup
+        start()
+        lookup, _started = _started, None
+        _answered[pid] = None if lookup is None else _read(lookup)
+    return _answered[pid]
+
+
+def _read(lookup: _Lookup) -> Commit | None:
+    head = _output(lookup.head)
+    status = _output(lookup.status)
+    if head is None:
+        return None
+    return Commit(head.strip(), None if status is None else bool(status.strip()))

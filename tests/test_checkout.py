@@ -1,0 +1,93 @@
+"""The checkout's commit (rdu_sim.checkout): git's answers, started early or late, read once
+per process, a forked worker asking its own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rdu_sim import checkout
+
+REPO = Path(__file__).resolve().parents[1]
+
+needs_git = pytest.mark.skipif(
+    shutil.which("git") is None or not (REPO / ".git").exists(), reason="not a git checkout"
+)
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkout, "_started", None)
+    monkeypatch.setattr(checkout, "_answered", {})
+
+
+@needs_git
+@pytest.mark.parametrize("started_early", [False, True])
+def test_the_commit_is_gits(started_early: bool) -> None:
+    if started_early:
+        checkout.start()
+        assert checkout._started is not None
+    found = checkout.commit()
+    assert found == checkout.Commit(
+        _git("rev-parse", "HEAD").strip(),
+        bool(_git("status", "--porcelain", "--untracked-files=no").strip()),
+    )
+    assert checkout._started is None  # the processes were read and let go
+
+
+@needs_git
+def test_it_is_read_once_and_never_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = checkout.commit()
+
+    def no_git(*args: str) -> None:
+        raise AssertionError(f"git {args} started again")
+
+    monkeypatch.setattr(checkout, "_spawn", no_git)
+    checkout.start()
+    assert checkout.commit() == first
+
+
+@needs_git
+def test_a_forked_worker_asks_its_own() -> None:
+    """A worker forked after its parent started the lookup cannot wait for the parent's
+    processes: it starts its own and gets the same answer."""
+    checkout.start()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        os.close(read)
+        found = checkout.commit()
+        os.write(write, (found.head if found else "none").encode())
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(child, 0)
+    assert answer == _git("rev-parse", "HEAD").strip()
+    assert checkout.commit() is not None  # the parent still reads its own
+
+
+def test_outside_a_checkout_there_is_no_commit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(checkout, "top", lambda: tmp_path)
+    checkout.start()
+    assert checkout._started is None
+    assert checkout.commit() is None
+
+
+def test_git_failing_means_no_commit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A folder with a ``.git`` git does not accept (or no git at all): no commit."""
+    (tmp_path / ".git").write_text("not a repository\n")
+    monkeypatch.setattr(checkout, "top", lambda: tmp_path)
+    assert checkout.commit() is None
