@@ -68,16 +68,17 @@ class PrefixCache:
         """A request's prefill ended: cache (and pin) its blocks that are not cached yet."""
         held = self._held.setdefault(request, [])
         mine = set(held)
+        refs, index = self._refs, self._index
         for block in hashes:
             if block in mine:
                 continue
-            if block in self._refs:
+            if block in refs:
                 self._pin(block)
-            elif len(self._refs) < self.capacity or self._evict_one():
-                self._refs[block] = 1
+            elif len(refs) < self.capacity or self._evict_one():
+                refs[block] = 1
                 self.inserted += 1
-                if self._index is not None:
-                    self._index.add(block, self._member)
+                if index is not None:
+                    index.add(block, self._member)
             else:
                 self.not_cached += 1
                 continue
