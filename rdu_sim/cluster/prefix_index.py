@@ -10,7 +10,7 @@ replica cost ~30 (the replicas holding none of its first block are never visited
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 
 class PrefixIndex:
@@ -33,26 +33,27 @@ class PrefixIndex:
         else:
             del holders[block]
 
-    def matches(self, hashes: Sequence[int], members: int) -> Iterator[tuple[int, int]]:
+    def matches(self, hashes: Sequence[int], members: int) -> list[tuple[int, int]]:
         """``(member, leading blocks of hashes it caches)`` for each member of the mask
         ``members`` that caches at least the first block (what ``PrefixCache.match`` says of
         each), in no particular order."""
         holders = self._holders
-        alive = members
-        for found, block in enumerate(hashes):
+        found: list[tuple[int, int]] = []
+        alive = members  # the members caching every block so far
+        for count, block in enumerate(hashes):
             held = holders.get(block, 0) & alive
-            dropped = alive ^ held
+            if count:
+                _add_bits(found, alive ^ held, count)  # they cache ``count`` blocks, no more
             alive = held
-            if found:
-                yield from ((member, found) for member in _bits(dropped))
             if not alive:
-                return
-        yield from ((member, len(hashes)) for member in _bits(alive))
+                return found
+        _add_bits(found, alive, len(hashes))
+        return found
 
 
-def _bits(mask: int) -> Iterator[int]:
-    """The indices of the set bits of ``mask``, lowest first."""
+def _add_bits(found: list[tuple[int, int]], mask: int, count: int) -> None:
+    """Append ``(i, count)`` for each set bit ``i`` of ``mask``."""
     while mask:
         low = mask & -mask
-        yield low.bit_length() - 1
+        found.append((low.bit_length() - 1, count))
         mask ^= low
