@@ -29,6 +29,7 @@ from rdu_sim.api_cluster import ClusterResult, run_cluster
 from rdu_sim.cli.main import cli
 from rdu_sim.cluster.kv_link import KVLink
 from rdu_sim.cluster.prefix_cache import PrefixCache
+from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.cluster.routers import PoolState, make_router, register, router_names
 from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.config.cluster import RouterPolicy
@@ -268,6 +269,36 @@ def test_prefix_cache_lru_and_pinning() -> None:
     cache.insert(5, [40])  # LRU among unpinned: 10 and 12 (released first) before 20
     assert cache.match([20]) == 1 and cache.match([10]) == 0
     assert cache.lookups == 4 and cache.hits == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prefix_index_matches_every_cache_as_each_would(seed: int) -> None:
+    """Random admissions, inserts, releases and evictions on caches sharing one index: at
+    every step the index's walk gives each member exactly what its own ``match`` gives."""
+    rng = np.random.default_rng(seed)
+    index = PrefixIndex()
+    caches = [PrefixCache(int(rng.integers(0, 12)), index, member) for member in range(40)]
+    chains = [[int(h) for h in rng.choice(60, size=8, replace=False)] for _ in range(6)]
+    held: list[tuple[int, int]] = []  # (cache, request) pinning blocks
+    for request in range(400):
+        member = int(rng.integers(len(caches)))
+        hashes = chains[int(rng.integers(len(chains)))][: int(rng.integers(1, 9))]
+        caches[member].acquire(request, hashes)
+        caches[member].insert(request, hashes)
+        held.append((member, request))
+        if held and rng.random() < 0.6:
+            gone = held.pop(int(rng.integers(len(held))))
+            caches[gone[0]].release(gone[1])
+        probe = chains[int(rng.integers(len(chains)))][: int(rng.integers(1, 9))]
+        members = int(rng.integers(1, 2 ** len(caches)))
+        expected = {
+            m: caches[m].match(probe)
+            for m in range(len(caches))
+            if members >> m & 1 and caches[m].match(probe)
+        }
+        found = dict(index.matches(probe, members))
+        assert found == expected
+    assert sum(c.evicted for c in caches) > 0  # the walk saw blocks leave the index too
 
 
 def _mooncake(tmp_path: Path, requests: int = 200, rate: float = 8.0) -> str:

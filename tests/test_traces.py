@@ -94,6 +94,9 @@ def test_published_headers_are_read(tmp_path: Path) -> None:
     assert table.hash_values is not None and table.hash_values.tolist() == [0, 1, 0, 2]
 
 
+_MOONCAKE_ROW = '{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": %s}\n'
+
+
 @pytest.mark.parametrize(
     ("name", "text", "where"),
     [
@@ -107,6 +110,12 @@ def test_published_headers_are_read(tmp_path: Path) -> None:
         ),
         ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 2}\n{oops\n', ":2:"),
         ("m.jsonl", '{"timestamp": 0, "input_length": 5}\n', ":1: output_length"),
+        ("m.jsonl", _MOONCAKE_ROW % "[1, true]", ":1: hash_ids"),
+        ("m.jsonl", _MOONCAKE_ROW % "[1, 2.0]", ":1: hash_ids"),
+        ("m.jsonl", _MOONCAKE_ROW % '[1, "3"]', ":1: hash_ids"),
+        ("m.jsonl", _MOONCAKE_ROW % "[1, null]", ":1: hash_ids"),
+        ("m.jsonl", _MOONCAKE_ROW % "[1, 9223372036854775808]", ":1: hash_ids"),
+        ("m.jsonl", _MOONCAKE_ROW % "[1, -9223372036854775808]", ":1: hash_ids"),
         ("x.csv", "when,how_many\n1,2\n", "lacks column(s) ['prompt_tokens', 'output_tokens']"),
         (
             "x.txt",

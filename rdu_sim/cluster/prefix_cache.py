@@ -17,14 +17,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from rdu_sim.cluster.prefix_index import PrefixIndex
+
 
 class PrefixCache:
     """At most ``capacity`` blocks; pinned while in use, LRU among the rest."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, index: PrefixIndex | None = None, member: int = 0) -> None:
+        """``index``: where to report the blocks held, as member ``member`` of a router's
+        group (``prefix_index``)."""
         if capacity < 0:
             raise ValueError(f"prefix cache capacity must be >= 0 blocks, got {capacity}")
         self.capacity = capacity
+        self._index = index
+        self._member = member
         self._refs: dict[int, int] = {}  # every cached block -> requests using it
         self._idle: OrderedDict[int, None] = OrderedDict()  # unpinned blocks, LRU first
         self._held: dict[int, list[int]] = {}  # request -> blocks it pins
@@ -62,14 +68,17 @@ class PrefixCache:
         """A request's prefill ended: cache (and pin) its blocks that are not cached yet."""
         held = self._held.setdefault(request, [])
         mine = set(held)
+        refs, index = self._refs, self._index
         for block in hashes:
             if block in mine:
                 continue
-            if block in self._refs:
+            if block in refs:
                 self._pin(block)
-            elif len(self._refs) < self.capacity or self._evict_one():
-                self._refs[block] = 1
+            elif len(refs) < self.capacity or self._evict_one():
+                refs[block] = 1
                 self.inserted += 1
+                if index is not None:
+                    index.add(block, self._member)
             else:
                 self.not_cached += 1
                 continue
@@ -96,4 +105,6 @@ class PrefixCache:
         block, _ = self._idle.popitem(last=False)
         del self._refs[block]
         self.evicted += 1
+        if self._index is not None:
+            self._index.remove(block, self._member)
         return True

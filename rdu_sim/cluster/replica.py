@@ -5,7 +5,8 @@ prefix cache when a slot is given (cached blocks skip prefill work), caches the 
 blocks when the prefill ends, and, on a prefill replica, hands the request to the cluster
 for decoding elsewhere. A mixed replica without a prefix cache has nothing to do there: its
 server runs without hooks (three calls fewer a request). A router reads its outstanding
-work from its pool's board (``load_board``) and asks it what its cache holds for a request.
+work from its pool's board (``load_board``), and what its cache holds for a request from
+its group's prefix index (``prefix_index``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 from simpy.events import Event
 
 from rdu_sim.cluster.prefix_cache import PrefixCache
+from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models import Architecture
 from rdu_sim.serving.buckets import reusable_prefix
@@ -61,7 +63,11 @@ class Replica:
         records: ServingRecords,
         progress: Callable[[int, int], None] | None,
         load: Counters,
+        prefix_index: PrefixIndex,
+        member: int,
     ) -> None:
+        """``load``: its row of its group's load board; ``prefix_index``: where its prefix
+        cache reports its blocks, as ``member`` of its group."""
         self.index = index
         self.runtime = runtime
         self.cluster = cluster
@@ -70,7 +76,9 @@ class Replica:
         self.block_tokens = cluster.block_tokens
         prefills = runtime.config.role != "decode"
         self.prefix = (
-            PrefixCache(runtime.prefix_blocks) if cluster.block_tokens and prefills else None
+            PrefixCache(runtime.prefix_blocks, prefix_index, member)
+            if cluster.block_tokens and prefills
+            else None
         )
         self.cache = StepCache(runtime.step_fn)
         self.records = records
@@ -88,28 +96,19 @@ class Replica:
         )
         self.taken = 0  # requests routed here
 
-    # --- what a router asks -------------------------------------------------------------------
-    def cached_tokens(self, request: int) -> int:
-        """Prompt tokens of ``request`` a prefill here would skip, given the cache now."""
-        blocks = self._blocks(request)
-        if self.prefix is None or not blocks:
-            return 0
-        found = self.prefix.match(blocks)
-        return self._reusable(request, found) if found else 0
-
     # --- the server's hooks --------------------------------------------------------------------
     def admitted(self, request: int, prompt: int) -> int:
         """Pin the cached leading blocks; the prefill skips what the static shapes allow."""
-        blocks = self._blocks(request)
+        blocks = self.shared_blocks(request)
         if self.prefix is None or not blocks:
             return 0
-        skipped = self._reusable(request, self.prefix.acquire(request, blocks))
+        skipped = self.reusable_tokens(request, self.prefix.acquire(request, blocks))
         self.cluster.records.cached_tokens[request] = skipped
         return skipped
 
     def prefilled(self, request: int) -> Event | None:
         """Cache the prompt's blocks; on a prefill replica, send the request to decode."""
-        blocks = self._blocks(request)
+        blocks = self.shared_blocks(request)
         if self.prefix is not None and blocks:
             self.prefix.insert(request, blocks)
         if self.runtime.config.role == "prefill" and self.outputs[request] > 1:
@@ -125,14 +124,16 @@ class Replica:
         if self.prefix is not None:
             self.prefix.release(request)
 
-    # --- helpers -----------------------------------------------------------------------------
-    def _blocks(self, request: int) -> Sequence[int]:
-        """The hashes of the prompt's whole blocks, if its cache may be shared."""
+    # --- what the hooks and a router ask ---------------------------------------------------
+    def shared_blocks(self, request: int) -> Sequence[int]:
+        """The hashes of the prompt's whole blocks, if its cache may be shared here."""
         if self.prefix is None:
             return ()
         return self.cluster.shared_blocks(request, self.runtime.policy)
 
-    def _reusable(self, request: int, blocks: int) -> int:
+    def reusable_tokens(self, request: int, blocks: int) -> int:
+        """Prompt tokens a prefill here skips when the prompt's first ``blocks`` blocks are
+        cached (``serving.buckets.reusable_prefix``)."""
         config = self.runtime.config
         return reusable_prefix(
             blocks * self.block_tokens,

@@ -29,6 +29,7 @@ from simpy.events import Event
 
 from rdu_sim.cluster.kv_link import KVLink
 from rdu_sim.cluster.load_board import LoadBoard
+from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.cluster.records import REJECTED, SERVED, ClusterRecords
 from rdu_sim.cluster.replica import PoolRuntime, Replica
 from rdu_sim.cluster.routers import make_router
@@ -50,12 +51,26 @@ class ReplicaGroup:
     or prefill) or the decode pools."""
 
     def __init__(
-        self, env: Timeline | simpy.Environment, replicas: list[Replica], board: LoadBoard
+        self,
+        env: Timeline | simpy.Environment,
+        replicas: list[Replica],
+        board: LoadBoard,
+        prefixes: PrefixIndex,
     ) -> None:
+        """``board`` and ``prefixes``: where the replicas' servers and prefix caches report
+        (the replica at position ``i`` as member ``i``)."""
         self.env = env
         self.replicas = replicas
         self.board = board
-        self._caching = any(r.prefix is not None for r in replicas)
+        self.prefixes = prefixes
+        # per pool with prefix caches: one of its replicas (they answer alike for a request)
+        # and the bitmask of its members
+        pools: dict[int, tuple[Replica, int]] = {}
+        for member, replica in enumerate(replicas):
+            if replica.prefix is not None:
+                first, members = pools.get(id(replica.runtime), (replica, 0))
+                pools[id(replica.runtime)] = (first, members | 1 << member)
+        self._caching_pools = list(pools.values())
 
     def __len__(self) -> int:
         return len(self.replicas)
@@ -65,14 +80,21 @@ class ReplicaGroup:
         return self.board.tokens(int(self.env.now))
 
     def cached_tokens(self, request: int) -> NDArray[np.int64]:
-        """Prompt tokens of ``request`` each replica's prefix cache would spare."""
-        if not self._caching:
-            return np.zeros(len(self.replicas), dtype=np.int64)
-        return np.fromiter(
-            (r.cached_tokens(request) for r in self.replicas),
-            dtype=np.int64,
-            count=len(self.replicas),
-        )
+        """Prompt tokens of ``request`` each replica's prefix cache would spare: its leading
+        blocks cached there (``prefix_index``, one walk for the whole group), rounded down to
+        what a prefill there can skip (``Replica.reusable_tokens``)."""
+        tokens = np.zeros(len(self.replicas), dtype=np.int64)
+        for replica, members in self._caching_pools:
+            blocks = replica.shared_blocks(request)
+            if not blocks:
+                continue
+            spared: dict[int, int] = {}  # leading blocks cached -> tokens skipped
+            for member, found in self.prefixes.matches(blocks, members):
+                skipped = spared.get(found)
+                if skipped is None:
+                    skipped = spared[found] = replica.reusable_tokens(request, found)
+                tokens[member] = skipped
+        return tokens
 
 
 class Cluster:
@@ -126,6 +148,7 @@ class Cluster:
     def _group(self, pools: Sequence[PoolRuntime], progress: Progress | None) -> ReplicaGroup:
         """The replicas of these pools, in pool order, sharing one load board."""
         board = LoadBoard(sum(p.replicas for p in pools))
+        prefixes = PrefixIndex()
         members: list[Replica] = []
         for runtime in pools:
             for _ in range(runtime.replicas):
@@ -136,10 +159,12 @@ class Cluster:
                     self.serving.replica_view(),
                     self._completed if progress is not None else None,
                     board.row(len(members)),
+                    prefixes,
+                    len(members),
                 )
                 self.replicas.append(replica)
                 members.append(replica)
-        return ReplicaGroup(self.env, members, board)
+        return ReplicaGroup(self.env, members, board, prefixes)
 
     def _completed(self, _done: int, _total: int) -> None:
         self.completed += 1

@@ -15,6 +15,7 @@ from typing import Any
 
 MAX_INT_DIGITS = 40  # as for YAML (rdu_sim.config.yaml_io.MAX_INT_CHARS)
 _TOKEN = re.compile(r'\\.|["\[\]{}]')  # an escape (two characters), a quote or a bracket
+_LONG_DIGITS = re.compile(f"[0-9]{{{MAX_INT_DIGITS + 1}}}")  # where a long integer could be
 
 
 class JsonLimitError(ValueError):
@@ -59,9 +60,13 @@ def loads(text: str, max_depth: int, *, constants: bool = False) -> Any:
     `constants`: accept NaN and Infinity (what ``json.dumps`` writes for them)."""
     if too_deep(text, max_depth):
         raise JsonLimitError(f"nested more than {max_depth} levels deep")
+    # An integer of more than MAX_INT_DIGITS digits has a run of that many digits: without
+    # one, every integer converts as the check would let it (a trace row's hash ids are
+    # hundreds of integers, each a Python call through ``parse_int``), so skip the check.
+    check = _int if _LONG_DIGITS.search(text) else int
     try:
         if constants:
-            return json.loads(text, parse_int=_int)
-        return json.loads(text, parse_int=_int, parse_constant=_constant)
+            return json.loads(text, parse_int=check)
+        return json.loads(text, parse_int=check, parse_constant=_constant)
     except RecursionError:  # the scan counts brackets; this is its backstop
         raise JsonLimitError(f"nested more than {max_depth} levels deep") from None

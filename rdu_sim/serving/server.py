@@ -255,7 +255,7 @@ class Server:
         yielding each step's end.
 
         Arrivals due at a decision land first (a process settles same-instant events before
-        deciding); those due during a step land as the step is taken (:meth:`_pass`); a
+        deciding); those due during a step land as the step is taken; a
         decode run is cut where the next arrival falls (``Scheduler.cut``). Stops early
         only if nothing is left to arrive (``serving.simulate`` then reports the requests
         that never completed)."""
@@ -267,28 +267,28 @@ class Server:
             if self._due <= now:
                 self._land(now, record=False)  # the decision records this instant
             action = scheduler.decide(now)
+            # each step's end, the arrivals due by then landed first (during a step, the
+            # slots' state is the step's, as a step-by-step server records it)
             if action == "admit" or action == "prefill":
                 for delay in scheduler.prefill():
-                    yield self._pass(delay)
+                    end = advance(clock(), delay, self._longest_step_s)
+                    if self._due <= end:
+                        self._land(end)
+                    yield end
             elif action == "decode":
                 shape, bucket, steps, step = scheduler.decode_plan()
                 advance(now, steps * step, self._longest_step_s)  # the uncut run's range
                 steps = scheduler.cut(now, steps, step, self._due)
-                yield self._pass(steps * step)
+                end = now + steps * step
+                if self._due <= end:
+                    self._land(end)
+                yield end
                 scheduler.decode_done(shape, bucket, steps)
             elif self._due == NEVER:
                 return
             else:
                 yield self._due
         scheduler.record(clock())
-
-    def _pass(self, delay: int) -> int:
-        """A server alone: the time ``delay`` ps from now, the arrivals due by then landed
-        (during a step, the slots' state is the step's, as a step-by-step server records)."""
-        end = advance(self._clock(), delay, self._longest_step_s)
-        if self._due <= end:
-            self._land(end)
-        return end
 
     # --- a cluster replica -------------------------------------------------------------------
     def _run(self) -> Generator[Event | int | object, Any, None]:

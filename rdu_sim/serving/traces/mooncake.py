@@ -41,6 +41,14 @@ def _milliseconds(value: Any) -> float | None:
     return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
+def _int64s(values: list[Any]) -> bool:
+    """Whether every value is an int (not a bool) of magnitude below 2^63: the types and the
+    extremes checked by C loops (a row holds hundreds of hash ids)."""
+    return not values or (
+        set(map(type, values)) == {int} and min(values) > -(2**63) and max(values) < 2**63
+    )
+
+
 @register_format(
     NAME,
     (),
@@ -62,11 +70,7 @@ def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
                 line,
             )
         hashes = obj.get("hash_ids", [])
-        if (
-            not isinstance(hashes, list)
-            or len(hashes) > MAX_BLOCKS
-            or not all(type(h) is int and abs(h) < 2**63 for h in hashes)
-        ):
+        if not isinstance(hashes, list) or len(hashes) > MAX_BLOCKS or not _int64s(hashes):
             raise lines.error(
                 f"expected a list of at most {MAX_BLOCKS:,} integer block hashes", "hash_ids", line
             )
