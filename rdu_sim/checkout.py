@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -75,32 +76,46 @@ class _Lookup:
 _started: _Lookup | None = None
 _answered: dict[int, Commit | None] = {}
 """The answer, by the process that read it (a forked worker asks again)."""
+_lock = threading.RLock()  # API users may ask from threads: one lookup, one answer
+
+
+def _fresh_lock() -> None:
+    """A forked child's own lock (a thread of the parent may have held the copied one)."""
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock)
 
 
 def start() -> None:
     """Start the lookup in the background when rdu_sim runs from a checkout (nothing when
     it is started or answered already in this process)."""
     global _started
-    pid = os.getpid()
-    if pid in _answered or (_started is not None and _started.pid == pid) or not in_checkout():
-        return
-    head = _spawn("rev-parse", "HEAD")
-    status = _spawn("status", "--porcelain", "--untracked-files=no")
-    _started = _Lookup(pid, head, status)
+    with _lock:
+        pid = os.getpid()
+        if pid in _answered or (_started is not None and _started.pid == pid):
+            return
+        if not in_checkout():
+            return
+        head = _spawn("rev-parse", "HEAD")
+        status = _spawn("status", "--porcelain", "--untracked-files=no")
+        _started = _Lookup(pid, head, status)
 
 
 def commit() -> Commit | None:
     """The checkout's commit, or None outside a checkout or when git cannot say (read once
     per process)."""
     global _started
-    pid = os.getpid()
-    if pid not in _answered:
-        if _started is not None and _started.pid != pid:
-            _started = None  # a forked worker's copy of its parent's lookup
-        start()
-        lookup, _started = _started, None
-        _answered[pid] = None if lookup is None else _read(lookup)
-    return _answered[pid]
+    with _lock:
+        pid = os.getpid()
+        if pid not in _answered:
+            if _started is not None and _started.pid != pid:
+                _started = None  # a forked worker's copy of its parent's lookup
+            start()
+            lookup, _started = _started, None
+            _answered[pid] = None if lookup is None else _read(lookup)
+        return _answered[pid]
 
 
 def _read(lookup: _Lookup) -> Commit | None:

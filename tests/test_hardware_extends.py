@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -84,3 +85,35 @@ def test_a_missing_or_looping_or_bad_base_is_a_clear_error(tmp_path: Path) -> No
     typo = _write(tmp_path / "typo.yaml", {"extends": "dgx-h100", "runtime": {"stepp": 1}})
     code, out = _check(typo)
     assert code == 2 and "typo.yaml" in out and "runtime.stepp" in out
+
+
+def test_extends_resolves_beside_the_file_not_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative base is found beside the overlay whatever the current folder; one of the
+    same name in the current folder is not picked up; ``~`` expands; spaces are trimmed."""
+    mp = monkeypatch
+    base = yaml.safe_load((REPO / "hw_configs" / "dgx-h100.yaml").read_text())
+    _write(tmp_path / "base.yaml", base)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    _write(sub / "over.yaml", {"extends": "base.yaml", "name": "o"})
+    mp.chdir(tmp_path)  # ./base.yaml exists here, but not beside sub/over.yaml
+    code, out = _check(sub / "over.yaml")
+    assert code == 2 and "file not found" in out
+    _write(sub / "up.yaml", {"extends": " ../base.yaml ", "name": "u"})
+    mp.chdir(sub)
+    assert _check(sub / "up.yaml")[0] == 0
+    mp.setenv("HOME", str(tmp_path))
+    _write(sub / "home.yaml", {"extends": "~/base.yaml", "name": "h"})
+    assert _check(sub / "home.yaml")[0] == 0
+
+
+def test_extends_refuses_a_workload_and_a_change_of_kind(tmp_path: Path) -> None:
+    workload = _write(tmp_path / "w.yaml", {"extends": str(WORKLOAD), "name": "w"})
+    code, out = _check(workload)
+    assert code == 2 and len(out.strip().splitlines()) == 2  # the file's error, the summary
+    assert "is a workload file, not a hardware file" in out
+    kind = _write(tmp_path / "k.yaml", {"extends": "sn40l-8", "kind": "gpu", "name": "k"})
+    code, out = _check(kind)
+    assert code == 2 and "'gpu' differs from the kind of the file it extends ('rdu'" in out

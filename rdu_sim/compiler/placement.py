@@ -103,6 +103,16 @@ def max_prompt_tokens(scenario: Scenario) -> int:
     return max(1, min(longest, serving.max_context))
 
 
+def packed_prefill_tokens(scenario: Scenario, tokens: int, batch_slots: int) -> int:
+    """Token rows of the largest prefill step when the runtime packs prompts of ``tokens``
+    tokens or fewer into one step (hardware ``runtime.prefill_batch_tokens``): at most the
+    budget and a prompt a slot, at least the one prompt."""
+    budget = scenario.hardware.runtime.prefill_batch_tokens
+    if budget is None:
+        return tokens
+    return max(tokens, min(budget, batch_slots * tokens))
+
+
 def _step_bytes(scenario: Scenario, rows: int, logit_rows: int) -> float:
     """A step's activations between kernels: the hidden state in and out of a layer kernel
     for ``rows`` token rows, their token ids, and ``logit_rows`` rows of logits."""
@@ -115,7 +125,8 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
 
     The larger of a decode step of `batch_slots` slots (k + 1 tokens each in a speculative
     verify step) and a prefill of one longest prompt (chunked when
-    serving.prefill_chunk_tokens is set): the hidden state in and out of a layer kernel, the
+    serving.prefill_chunk_tokens is set; as many as the runtime packs into one step, when it
+    batches prefills: `packed_prefill_tokens`): the hidden state in and out of a layer kernel, the
     token ids, the gathered logits, and, when the prompt is compressed, the scratch holding
     the whole prompt's KV (all layers, this socket's share) until the SnapKV selection has
     gathered it into the slot, plus the window queries. A shared draft's steps run between
@@ -127,7 +138,9 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
     decode = _step_bytes(scenario, rows, rows)
     prompt = max_prompt_tokens(scenario)
     chunk = min(prompt, serving.prefill_chunk_tokens or prompt)
-    prefill = _step_bytes(scenario, chunk, 1)
+    packed = packed_prefill_tokens(scenario, chunk, batch_slots)
+    # a packed step's logits: a row a prompt, at most one a slot
+    prefill = _step_bytes(scenario, packed, 1 if packed == chunk else batch_slots)
     selection = scenario.kv_policy.selection(prompt)
     if selection is not None:
         if isinstance(arch, DeepSeekArchitecture):
@@ -135,7 +148,14 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
         else:
             query = arch.heads * arch.head_dim
         window = arch.layers * selection.window * query * act / scenario.tp
-        prefill += kv_slot_bytes_per_socket(scenario, prompt) + window
+        # a packed step holds every compressed prompt's scratch at once: as many longest
+        # prompts as fit, or its rows of shorter ones
+        prompts = max(1, packed // prompt)
+        scratch = max(
+            prompts * kv_slot_bytes_per_socket(scenario, prompt),
+            kv_slot_bytes_per_socket(scenario, packed),
+        )
+        prefill += scratch + prompts * window
     own = math.ceil(max(decode, prefill))
     draft = shared_draft(scenario)
     return own if draft is None else max(own, _draft_activation_bytes(scenario, draft, batch_slots))

@@ -8,6 +8,8 @@ the rooms above the compiler read; only the compiler and the engines look inside
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,6 +19,7 @@ from pydantic import Discriminator, Tag, TypeAdapter
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.kinds import KINDS_HELP, file_kind
 from rdu_sim.config.loader import LineMap, validate
 from rdu_sim.config.yaml_io import file_problem, read_yaml
 
@@ -98,7 +101,12 @@ def _read_hardware(path: Path, seen: tuple[Path, ...]) -> tuple[Any, LineMap]:
     line = lines.get((EXTENDS,))
     if not isinstance(named, str) or not named.strip():
         raise ConfigError.single(file, EXTENDS, "expected a hardware file's name or path", line)
-    base = shipped.locate_near(path.parent / named, named, ("hardware",))
+    named = named.strip()
+    near = Path(named)
+    with contextlib.suppress(RuntimeError):  # "~" with no home directory stays as written
+        near = near.expanduser()
+    near = Path(os.path.normpath(path.parent / near))  # (an absolute path stays itself)
+    base = near if near.exists() else shipped.find(named, ("hardware",)) or near
     problem = file_problem(base)
     if problem is not None:
         raise ConfigError.single(
@@ -113,6 +121,20 @@ def _read_hardware(path: Path, seen: tuple[Path, ...]) -> tuple[Any, LineMap]:
         loop = " -> ".join(p.name for p in (*chain, base.resolve()))
         raise ConfigError.single(file, EXTENDS, f"the extends chain loops: {loop}", line)
     base_data, base_lines = _read_hardware(base, chain)
+    found = file_kind(base_data)
+    if found != "hardware":
+        what = f"a {found} file" if found else "not a config file of any kind"
+        raise ConfigError.single(
+            file, EXTENDS, f"{named!r} is {what}, not a hardware file ({KINDS_HELP})", line
+        )
+    if "kind" in data and kind_of(data) != kind_of(base_data):
+        raise ConfigError.single(
+            file,
+            "kind",
+            f"{kind_of(data)!r} differs from the kind of the file it extends "
+            f"({kind_of(base_data)!r}, {named!r}); an overlay keeps its base's kind",
+            lines.get(("kind",)),
+        )
     validate_hardware(base_data, str(base), base_lines)
     overlay = {key: value for key, value in data.items() if key != EXTENDS}
     return _merged(base_data, overlay), lines

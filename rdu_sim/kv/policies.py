@@ -121,7 +121,8 @@ def make_policy(kv: KVConfig, max_context: int, page_tokens: int | None = None) 
             f"unknown kv.policy {kv.policy!r}; valid policies: {', '.join(policy_names())}",
         )
     if page_tokens is not None and cls.grows:
-        _check_positive("runtime.kv_page_tokens", page_tokens)
+        # the workload's own buckets are refused alike on every hardware, then replaced
+        context_buckets(kv.context_buckets, kv.min_bucket, max_context)
         paged = paged_buckets(page_tokens, max_context)
         kv = kv.model_copy(update={"context_buckets": paged})
     return cls.from_config(kv, max_context)
@@ -136,6 +137,8 @@ def paged_buckets(page_tokens: int, max_context: int) -> list[int]:
     a long context simulates (72 for 128k tokens of 64-token pages) at a read at most 12.5%
     above the sequence's own pages. The last length is ``max_context``.
     """
+    if page_tokens < 1:
+        raise ValueError(f"page_tokens must be >= 1, got {page_tokens}")
     out: list[int] = []
     pages = 1
     while pages * page_tokens < max_context:

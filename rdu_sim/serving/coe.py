@@ -300,7 +300,11 @@ def serve_coe(
     server = CoEServer(
         scenario.kv_policy,
         ServerConfig(
-            slots, serving.max_context, serving.prefill_priority, serving.prefill_chunk_tokens
+            slots,
+            serving.max_context,
+            serving.prefill_priority,
+            serving.prefill_chunk_tokens,
+            prefill_batch_tokens=hardware.runtime.prefill_batch_tokens,
         ),
         SwitchPolicy(coe.switch, to_ps(coe.turn_s), coe.prefetch),
         _tiers(hardware),

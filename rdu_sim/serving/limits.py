@@ -87,9 +87,15 @@ class RunEstimate:
 
 
 def _prefill_counts(
-    prompts: np.ndarray, max_context: int, chunk: int | None
+    prompts: np.ndarray,
+    max_context: int,
+    chunk: int | None,
+    packed: int | None = None,
+    slots: int = 1,
 ) -> tuple[np.ndarray, int]:
-    """(prefill steps per request, distinct prefill shapes) for clipped prompt lengths."""
+    """(prefill steps per request, distinct prefill shapes) for clipped prompt lengths;
+    ``packed``: the runtime packs whole prompts of one bucket into a step of up to that many
+    tokens and ``slots`` prompts (each batch size is a shape of its own)."""
     if chunk is None:
         steps = np.ones_like(prompts)
         chunked_shapes = 0
@@ -101,7 +107,8 @@ def _prefill_counts(
         chunked_shapes = 2 * (-(-longest // chunk)) if longest > chunk else 0
         whole = np.unique(prompts[prompts <= chunk])
     buckets = {prompt_bucket(int(p), max_context) for p in whole}
-    return steps, 2 * len(buckets) + chunked_shapes
+    sizes = sum(1 if packed is None else min(slots, max(1, packed // b)) for b in buckets)
+    return steps, 2 * sizes + chunked_shapes
 
 
 def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> RunEstimate:
@@ -110,7 +117,8 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
     Per request: arrival, admission, completion and one decode run cut by an arrival (4), two
     per prefill step (the step, and the decode step interleaved with a chunk), and one per
     decode bucket between its prompt and its last cache. Shapes: two per prompt bucket used
-    (with and without SnapKV selection), two per chunk position, and every decode bucket;
+    (with and without SnapKV selection; per batch size when the runtime packs prompts), two
+    per chunk position, and every decode bucket;
     the workload's typical prompt (timed for the report's ``prefill_s``) counts as used. A
     draft (speculation) adds at most two shapes of its own per target shape (a round's
     draft steps; a prompt's draft prefill and look-ahead). A Composition of Experts' router
@@ -123,11 +131,14 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
         np.asarray(requests.output_tokens, dtype=np.int64),
         serving.max_context,
     )
+    packed = scenario.hardware.runtime.prefill_batch_tokens
     steps, _ = _prefill_counts(prompts, serving.max_context, serving.prefill_chunk_tokens)
     # The report also times one prompt of the workload's typical length.
     typical = typical_prompt(serving, np.asarray(requests.prompt_tokens, dtype=np.int64))
     reported = np.append(prompts, typical)  # the same prompt api.run times
-    _, prefill_shapes = _prefill_counts(reported, serving.max_context, serving.prefill_chunk_tokens)
+    _, prefill_shapes = _prefill_counts(
+        reported, serving.max_context, serving.prefill_chunk_tokens, packed, batch_slots
+    )
     decode_buckets = np.asarray(scenario.kv_policy.buckets(), dtype=np.int64)
     crossed = np.searchsorted(decode_buckets, prompts + outputs, side="left") - np.searchsorted(
         decode_buckets, prompts, side="left"

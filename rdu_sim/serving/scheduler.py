@@ -4,12 +4,18 @@ Policy (docs/serving.md has the full statement):
 
 - Requests wait in one FIFO queue. A request is *admitted* to the lowest free slot when its
   first prefill step starts (queueing delay = admission - arrival).
-- A prefill step is batch 1: the whole prompt padded to its bucket
-  (``serving.buckets.prompt_bucket``), or, with ``prefill_chunk_tokens = C`` and a prompt
-  longer than C, one chunk of C tokens attending to the ``cache_len`` tokens already
-  prefilled (the last chunk is padded to C). The step that prefills the last prompt token
-  also produces the first output token (TTFT = end of that step). SnapKV selection, when
-  the policy compresses, is part of the compiled prefill program.
+- A prefill step is batch 1 (unless the runtime packs prompts, below): the whole prompt
+  padded to its bucket (``serving.buckets.prompt_bucket``), or, with
+  ``prefill_chunk_tokens = C`` and a prompt longer than C, one chunk of C tokens attending
+  to the ``cache_len`` tokens already prefilled (the last chunk is padded to C). The step
+  that prefills the last prompt token also produces the first output token (TTFT = end of
+  that step). SnapKV selection, when the policy compresses, is part of the compiled prefill
+  program.
+- ``prefill_batch_tokens`` (hardware ``runtime.prefill_batch_tokens``; a lone server, a CoE
+  node, a cluster replica without prefix cache or hand-offs; not with speculation): a
+  prefill step that admits a request also admits the next waiting requests whose whole
+  prompts pad to the same shape, FIFO, while a slot is free and the step's padded tokens stay
+  within the budget, and runs them as one step of that batch.
 - A decode step runs the static decode graph over all ``batch_slots`` slots (empty and
   still-prefilling slots are padding, as in any static graph) at the decode bucket
   ``policy.decode_bucket(longest cache among decoding slots)``; every decoding slot gains
