@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,22 +289,12 @@ def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> 
     return workload.model_copy(update={"kv": type(kv).model_validate(given)})
 
 
-def _relative_to(workload_file: str, path: str) -> Path:
-    """A path written in a workload: absolute, ~-expanded, or relative to the workload file."""
-    resolved = Path(path)
-    with contextlib.suppress(RuntimeError):  # "~" with no home directory stays as written
-        resolved = resolved.expanduser()
-    if not resolved.is_absolute():
-        resolved = Path(os.path.normpath(Path(workload_file).parent / resolved))
-    return resolved
-
-
 def _read_config_json(
     ref: ConfigJsonModel, workload_file: str, lines: LineMap, field: str = "model"
 ) -> Architecture:
     """The architecture of `model: {config_json: ...}` (or of another model field); its errors
     name the JSON file and key, after a line saying which workload pointed there."""
-    near = _relative_to(workload_file, ref.config_json)
+    near = shipped.written_in(workload_file, ref.config_json)
     path = shipped.locate_near(near, ref.config_json, ("model",))  # a folder, a shipped name
     try:
         return read_config_json(path, ref.name)
@@ -436,7 +425,7 @@ def build_scenario(
     model = _resolve_model(workload.model, "model", workload_file, lines)
 
     hardware_path = shipped.locate_near(
-        _relative_to(workload_file, workload.hardware), workload.hardware, ("hardware",)
+        shipped.written_in(workload_file, workload.hardware), workload.hardware, ("hardware",)
     )
     problem = file_problem(hardware_path)
     if problem is not None:

@@ -8,8 +8,6 @@ the rooms above the compiler read; only the compiler and the engines look inside
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -102,10 +100,7 @@ def _read_hardware(path: Path, seen: tuple[Path, ...]) -> tuple[Any, LineMap]:
     if not isinstance(named, str) or not named.strip():
         raise ConfigError.single(file, EXTENDS, "expected a hardware file's name or path", line)
     named = named.strip()
-    near = Path(named)
-    with contextlib.suppress(RuntimeError):  # "~" with no home directory stays as written
-        near = near.expanduser()
-    near = Path(os.path.normpath(path.parent / near))  # (an absolute path stays itself)
+    near = shipped.written_in(path, named)
     base = near if near.exists() else shipped.find(named, ("hardware",)) or near
     problem = file_problem(base)
     if problem is not None:

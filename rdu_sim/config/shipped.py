@@ -18,6 +18,7 @@ by a path under the shipped root (``workloads/sweeps/llama8b-batch.yaml``), else
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from importlib import resources
@@ -217,6 +218,16 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
     if found is not None:
         return found
     raise ConfigError.single(str(path), "", unknown_name_message(kinds, _bare(str(path))))
+
+
+def written_in(config_file: str | Path, text: str) -> Path:
+    """A path written in a config file: absolute, ~-expanded, or relative to that file."""
+    resolved = Path(text)
+    with contextlib.suppress(RuntimeError):  # "~" with no home directory stays as written
+        resolved = resolved.expanduser()
+    if not resolved.is_absolute():
+        resolved = Path(os.path.normpath(Path(config_file).parent / resolved))
+    return resolved
 
 
 def locate_near(near: Path, text: str, kinds: Sequence[str]) -> Path:

@@ -137,8 +137,7 @@ def paged_buckets(page_tokens: int, max_context: int) -> list[int]:
     a long context simulates (72 for 128k tokens of 64-token pages) at a read at most 12.5%
     above the sequence's own pages. The last length is ``max_context``.
     """
-    if page_tokens < 1:
-        raise ValueError(f"page_tokens must be >= 1, got {page_tokens}")
+    _check_positive("runtime.kv_page_tokens", page_tokens)
     out: list[int] = []
     pages = 1
     while pages * page_tokens < max_context:

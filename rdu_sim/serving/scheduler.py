@@ -152,8 +152,9 @@ class Scheduler:
         self.hooks = hooks
         # prompts pack into one prefill step: a lone server's (a replica's prefix cache and
         # hand-offs, and a speculative draft's prefill, are per request)
-        self._packs = config.prefill_batch_tokens is not None and hooks is None
-        self._packs = self._packs and speculation is None
+        self._packs = (
+            config.prefill_batch_tokens is not None and hooks is None and speculation is None
+        )
         self._handoffs: list[tuple[int, int]] = []  # (slot, request) whose KV moved, to apply
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
         self.poke: Callable[[], None] = _nothing  # the driver: something arrived now
@@ -279,7 +280,7 @@ class Scheduler:
         before = slots.prefilled[slot]
         shape, done = self._prefill_shape(prompt, before)
         packed = [slot]
-        if admitted and self._packs and done == prompt and before == 0:
+        if admitted and self._packs and done == prompt:  # (no hooks: nothing was cached)
             packed += self._pack(shape)
             if len(packed) > 1:
                 shape = StepShape("prefill", len(packed), shape.tokens, 0, shape.select)
