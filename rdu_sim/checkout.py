@@ -13,8 +13,9 @@ import os
 import subprocess
 import threading
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
+
+from rdu_sim import PACKAGE_DIR
 
 GIT_TIMEOUT_S = 10.0
 """How long a git process may take before its answer counts as unknown."""
@@ -30,7 +31,7 @@ class Commit:
 
 def top() -> Path:
     """The folder holding the ``rdu_sim`` package (a checkout's root when it has ``.git``)."""
-    return Path(str(resources.files("rdu_sim"))).parent
+    return PACKAGE_DIR.parent
 
 
 def in_checkout() -> bool:
