@@ -291,3 +291,24 @@ def test_a_command_freezes_its_imports_only_while_it_runs(monkeypatch: pytest.Mo
     assert result.exit_code == 0, result.output
     assert seen and seen[0] > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_the_console_script_ends_with_everything_frozen() -> None:
+    """``main`` is the process's last work: it freezes what is left, so the interpreter's
+    collections at exit pass over none of it (docs/performance.md, the step command)."""
+    code = (
+        "import gc, sys\n"
+        "from rdu_sim.cli.main import main\n"
+        "sys.argv = ['rdu-sim', '--version']\n"
+        "before = gc.get_freeze_count()\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(before, gc.get_freeze_count() > 1000)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 True"

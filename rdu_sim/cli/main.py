@@ -147,8 +147,13 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point (`rdu-sim`)."""
-    cli(prog_name="rdu-sim")
+    """Console-script entry point (`rdu-sim`): the process ends when it returns (or raises),
+    so everything left is frozen first, and the interpreter's collections at exit pass
+    over none of it (~10 ms of a step: they walked every object the imports made)."""
+    try:
+        cli(prog_name="rdu-sim")
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":
