@@ -10,11 +10,15 @@ its own.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rdu_sim import PACKAGE_DIR
+
+if TYPE_CHECKING:
+    import subprocess
 
 GIT_TIMEOUT_S = 10.0
 """How long a git process may take before its answer counts as unknown."""
@@ -30,7 +34,7 @@ class Commit:
 
 def top() -> Path:
     """The folder holding the ``rdu_sim`` package (a checkout's root when it has ``.git``)."""
-    return Path(str(resources.files("rdu_sim"))).parent
+    return PACKAGE_DIR.parent
 
 
 def in_checkout() -> bool:
@@ -40,6 +44,8 @@ def in_checkout() -> bool:
 
 def _spawn(*args: str) -> subprocess.Popen[str] | None:
     """A git process in the package's checkout, or None when git cannot start."""
+    import subprocess  # here: an installed package (no checkout) starts no process
+
     try:
         return subprocess.Popen(
             ["git", "-C", str(top()), *args],
@@ -55,6 +61,8 @@ def _output(process: subprocess.Popen[str] | None) -> str | None:
     """What a git process wrote, or None when it failed, timed out or never started."""
     if process is None:
         return None
+    import subprocess  # loaded by _spawn, which made the process
+
     try:
         out, _ = process.communicate(timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):

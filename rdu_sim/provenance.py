@@ -14,11 +14,10 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rdu_sim import __version__, checkout, native
+from rdu_sim import PACKAGE_DIR, __version__, checkout, native
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.yaml_io import file_problem
@@ -67,9 +66,8 @@ def simulator() -> Simulator:
     found = checkout.commit()
     if found is not None:
         return Simulator(__version__, found.head, found.dirty, native.compiled())
-    package = Path(str(resources.files("rdu_sim")))
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        baked = json.loads((package / COMMIT_FILE).read_text(encoding="utf-8"))
+        baked = json.loads((PACKAGE_DIR / COMMIT_FILE).read_text(encoding="utf-8"))
         return Simulator(__version__, str(baked["commit"]), bool(baked["dirty"]), native.compiled())
     return Simulator(__version__, None, None, native.compiled())
 

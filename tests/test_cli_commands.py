@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import subprocess
@@ -269,3 +270,45 @@ def test_every_field_of_every_schema_says_what_it_is(kind: str) -> None:
         if not str(field.get("description", "")).strip()
     ]
     assert missing == []
+
+
+def test_a_command_freezes_its_imports_only_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The objects a command's import made are kept out of the garbage collector's passes
+    while the command runs (``cli.main._import_frozen``), and are collectable again after it,
+    so a process that calls the CLI many times keeps no garbage for good."""
+    seen: list[int] = []
+
+    @click.command("probe")
+    def probe() -> None:
+        seen.append(gc.get_freeze_count())
+
+    module = type(sys)("rdu_sim_probe_cmd")
+    module.command = probe  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "rdu_sim_probe_cmd", module)
+    monkeypatch.setitem(COMMANDS, "probe", "rdu_sim_probe_cmd")
+    assert gc.get_freeze_count() == 0
+    result = CliRunner().invoke(cli, ["probe"])
+    assert result.exit_code == 0, result.output
+    assert seen and seen[0] > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_console_script_ends_with_everything_frozen() -> None:
+    """``main`` is the process's last work: it freezes what is left, so the interpreter's
+    collections at exit pass over none of it (docs/performance.md, the step command)."""
+    code = (
+        "import gc, sys\n"
+        "from rdu_sim.cli.main import main\n"
+        "sys.argv = ['rdu-sim', '--version']\n"
+        "before = gc.get_freeze_count()\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(before, gc.get_freeze_count() > 1000)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 True"

@@ -99,3 +99,63 @@ def test_an_sn40l_step_loads_no_gpu_engine() -> None:
     loaded = set(done.stderr.split())
     assert "rdu_sim.engine.engine" in loaded
     assert not {m for m in loaded if m.startswith("rdu_sim.engine.gpu")}
+
+
+_STDLIB_LOADED = (
+    "import sys\n"
+    "from rdu_sim.cli.main import main\n"
+    "sys.argv = ['rdu-sim', *sys.argv[1:]]\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit as exit:\n"
+    "    assert not exit.code, exit.code\n"
+    "print(*sorted(sys.modules), file=sys.stderr)\n"
+)
+
+STEP_NEEDS_NONE_OF = ("sqlite3", "difflib")
+"""Standard-library modules a step has no use for (a sweep's store, the "did you mean" of an
+unknown field), ~2 ms of its start together."""
+
+
+def test_a_step_loads_no_stdlib_module_it_does_not_use() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _STDLIB_LOADED, "step", "deepseek-r1-128k-snapstream", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert set(done.stderr.split()) & set(STEP_NEEDS_NONE_OF) == set()
+
+
+def test_the_step_models_annotations_are_types_not_strings() -> None:
+    """pydantic compiles and evaluates a string annotation (``from __future__ import
+    annotations``) when the model class is made; the models a step validates have none."""
+    import typing
+
+    from pydantic import BaseModel
+
+    import rdu_sim.config.hardware_file  # noqa: F401  (the GPU hardware models)
+    from rdu_sim.config.workload import WorkloadConfig
+
+    def models(cls: type) -> set[type]:
+        found = {cls}
+        for sub in cls.__subclasses__():
+            found |= models(sub)
+        return found
+
+    step_models = {
+        m
+        for m in models(BaseModel)
+        if m.__module__.startswith("rdu_sim.config.")
+        and m.__module__.split(".")[-1] not in ("cluster", "plan")  # not a step's files
+    }
+    assert WorkloadConfig in step_models
+    strings = {
+        f"{m.__module__}.{m.__qualname__}.{name}"
+        for m in step_models
+        for name, annotation in vars(m).get("__annotations__", {}).items()
+        if isinstance(annotation, str | typing.ForwardRef)
+    }
+    assert strings == set()

@@ -97,6 +97,16 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
         assert not (tmp_path / "spec.sqlite").exists()  # refused before running
 
 
+def test_sqlite_errors_end_at_the_cli_boundary() -> None:
+    """sqlite3's errors become one `error:` line, exit 2 (found without the CLI importing
+    sqlite3: a sweep's store loads it, and none can be raised before)."""
+    from rdu_sim.cli import errors
+
+    assert sqlite3.Error in errors.boundary_errors()
+    failure = sqlite3.OperationalError("disk I/O error")
+    assert errors.message_of(failure) == "database error: disk I/O error"
+
+
 @pytest.mark.slow
 def test_cluster_local_gives_the_same_rows(tmp_path: Path) -> None:
     pytest.importorskip("distributed")

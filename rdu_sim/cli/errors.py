@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-import sqlite3
 import sys
 import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -61,16 +60,23 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
 ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
-    sqlite3.Error,
     UnicodeError,
     MemoryError,
     RecursionError,
 )
+"""Failures of the machine or a file, whatever raised them (with a database's, below)."""
+
+
+def _database_error() -> tuple[type[BaseException], ...]:
+    """``sqlite3.Error`` once a sweep's store has loaded sqlite3 (none can be raised before;
+    found as the input errors are, so that a step does not import sqlite3)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return (sqlite3.Error,) if sqlite3 is not None else ()
 
 
 def boundary_errors() -> tuple[type[BaseException], ...]:
     """Everything the boundary turns into `error: ...` and exit 2."""
-    return (*expected_errors(), *ENVIRONMENT_ERRORS)
+    return (*expected_errors(), *ENVIRONMENT_ERRORS, *_database_error())
 
 
 def _writes_stdout(exc: BaseException) -> bool:
@@ -125,7 +131,7 @@ def environment_message(exc: BaseException) -> str:
             paths = ["<stdout>"]
         where = " -> ".join(paths)
         return f"{where}: {problem}" if where else f"input/output error: {problem}"
-    if isinstance(exc, sqlite3.Error):
+    if isinstance(exc, _database_error()):
         return f"database error: {exc}"
     if isinstance(exc, UnicodeError):
         return f"text that is not valid Unicode: {exc}"

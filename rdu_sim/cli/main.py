@@ -10,7 +10,10 @@ command's help, which a test keeps equal to the module's). Input errors are repo
 
 from __future__ import annotations
 
+import gc
 import importlib
+from types import ModuleType
+from typing import Any
 
 import click
 
@@ -61,11 +64,37 @@ SUMMARIES: dict[str, str] = {
 }
 
 
+def _import_frozen(module_name: str) -> ModuleType:
+    """Import a command's module with Python's cyclic garbage collector paused, then freeze
+    what the imports made (``gc.freeze``: kept out of later passes until ``LazyGroup.invoke``
+    ends). The imports make ~100,000 long-lived objects (classes, functions, pydantic's
+    models) and free almost none, so every pass over them, during the imports and after,
+    finds nothing: ~10 ms of a step's ~0.3 s."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 class LazyGroup(RduGroup):
     """Imports a subcommand's module the first time the command is needed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; then what its import froze is collectable again (a process that
+        calls the CLI more than once, as the tests do, keeps no garbage for good)."""
+        frozen_before = gc.get_freeze_count()
+        try:
+            return super().invoke(ctx)
+        finally:
+            if not frozen_before:
+                gc.unfreeze()
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module_name = COMMANDS.get(cmd_name)
@@ -75,7 +104,7 @@ class LazyGroup(RduGroup):
             from rdu_sim import checkout
 
             checkout.start()
-        command = importlib.import_module(module_name).command
+        command = _import_frozen(module_name).command
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}.command is not a click command")
         return command
@@ -118,8 +147,13 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point (`rdu-sim`)."""
-    cli(prog_name="rdu-sim")
+    """Console-script entry point (`rdu-sim`): the process ends when it returns (or raises),
+    so everything left is frozen first, and the interpreter's collections at exit pass
+    over none of it (~10 ms of a step: they walked every object the imports made)."""
+    try:
+        cli(prog_name="rdu-sim")
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -79,6 +79,7 @@ class Compiler:
         self._programs: dict[StepShape, Program] = {}
         self._placements: dict[int, Placement] = {}
         self._capacity: int | None = None
+        self._kernels: dict[StepShape, list[KernelGraph]] = {}
 
     @property
     def view(self) -> CompileView:
@@ -104,13 +105,21 @@ class Compiler:
         if slots not in self._placements:
             view = self.view
             self._placements[slots] = shared(
-                "placement", (view.digest, slots), lambda: plan_memory(view.scenario, slots)
+                "placement",
+                (view.digest, slots),
+                lambda: plan_memory(view.scenario, slots, self.kernels),
             )
         return self._placements[slots]
 
     def kernels(self, shape: StepShape) -> list[KernelGraph]:
-        """The fused, sharded kernel graphs of one step (before stage allocation)."""
-        return kernel_graphs(self.view.scenario, shape)
+        """The fused, sharded kernel graphs of one step (before stage allocation), kept
+        until that step's Program is made: the memory plan reads the graphs of the decode
+        step of its slots, which is usually the first Program asked for (its graphs are
+        read, never changed)."""
+        graphs = self._kernels.get(shape)
+        if graphs is None:
+            graphs = self._kernels[shape] = kernel_graphs(self.view.scenario, shape)
+        return graphs
 
     def program(self, shape: StepShape) -> Program:
         """The Program of one static shape (cached)."""
@@ -124,8 +133,9 @@ class Compiler:
         kernels = shared(
             "kernels",
             (view.digest, shape, tuple(sorted(fractions.items())), kv_tier),
-            lambda: _kernel_programs(view.scenario, shape, fractions, kv_tier),
+            lambda: _kernel_programs(view.scenario, fractions, kv_tier, shape, self.kernels(shape)),
         )
+        self._kernels.pop(shape, None)  # a Program is cached: its graphs are not needed again
         program = Program(shape=shape, tp=view.scenario.tp, kernels=kernels, placement=placement)
         program = replace(program, placement=with_sram(placement, program.sram_bytes))
         self._programs[shape] = program
@@ -133,16 +143,21 @@ class Compiler:
 
 
 def _kernel_programs(
-    scenario: Scenario, shape: StepShape, fractions: dict[str, float], kv_tier: Tier
+    scenario: Scenario,
+    fractions: dict[str, float],
+    kv_tier: Tier,
+    shape: StepShape,
+    kernels: list[KernelGraph],
 ) -> tuple[KernelProgram, ...]:
-    """Every kernel of one step, its stages allocated: a function of exactly its arguments
-    (what `Compiler.program` keys its shared results by)."""
+    """Every kernel of one step (``kernels``: the step's kernel graphs), its stages
+    allocated: a function of exactly its arguments (what `Compiler.program` keys its shared
+    results by; the graphs are a function of the scenario and the shape)."""
     hardware = scenario.hardware
     if isinstance(hardware, HardwareConfig):
         engine = scenario.workload.engine
         return tuple(
             _kernel_program(k, fractions, kv_tier, hardware.socket, engine, shape.rows)
-            for k in kernel_graphs(scenario, shape)
+            for k in kernels
         )
     # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
     return tuple(
@@ -153,7 +168,7 @@ def _kernel_programs(
             tuple(replace(s, pcus=0, pmus=0) for s in _stages(k, fractions, kv_tier)),
             k.layer,
         )
-        for k in kernel_graphs(scenario, shape)
+        for k in kernels
     )
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.compiler.fusion import kernel_graphs
+from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket
 from rdu_sim.compiler.program import (
     Placement,
@@ -55,6 +55,10 @@ from rdu_sim.speculation import (
 MAX_SLOTS = 1_000_000  # serving.batch_slots' own upper bound
 DRAFT_PREFIX = "draft/"  # a shared draft's tensors in a Placement: "draft/<kernel>/<weight>"
 
+KernelSource = Callable[[StepShape], list[KernelGraph]]
+"""The kernel graphs of a step of the scenario at hand (``Compiler.kernels`` keeps them, so
+the memory plan's decode step and the same step's Program build them once)."""
+
 
 @dataclass(frozen=True)
 class WeightTensor:
@@ -75,11 +79,15 @@ def slot_tokens(scenario: Scenario) -> int:
     return scenario.kv_policy.slot_tokens()
 
 
-def weight_inventory(scenario: Scenario, batch: int = 1) -> list[WeightTensor]:
-    """Every weight tensor of one socket, with its reads in a decode step of `batch` slots."""
+def weight_inventory(
+    scenario: Scenario, batch: int = 1, kernels: KernelSource | None = None
+) -> list[WeightTensor]:
+    """Every weight tensor of one socket, with its reads in a decode step of `batch` slots
+    (``kernels``: where that step's kernel graphs come from, by default built afresh)."""
     shape = StepShape("decode", max(1, batch), 1, slot_tokens(scenario))
     tensors: dict[str, list[float]] = {}
-    for kernel in kernel_graphs(scenario, shape):
+    graphs = kernel_graphs(scenario, shape) if kernels is None else kernels(shape)
+    for kernel in graphs:
         for node in operators(kernel.graph):
             if not node.weight_params and not node.weight_read_bytes:
                 continue
@@ -271,8 +279,11 @@ def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
     return {"sram": 0, "hbm": hardware.hbm.capacity, "ddr": 0}
 
 
-def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
-    """Place one socket's weights, KV cache and activations for `batch_slots` slots."""
+def plan_memory(
+    scenario: Scenario, batch_slots: int, kernels: KernelSource | None = None
+) -> Placement:
+    """Place one socket's weights, KV cache and activations for `batch_slots` slots
+    (``kernels``: as for :func:`weight_inventory`)."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
     capacities = tier_capacities(scenario)
@@ -313,7 +324,7 @@ def plan_memory(scenario: Scenario, batch_slots: int) -> Placement:
         tensors.append(TensorPlacement(weight.key, "weights", "hbm", weight.bytes))
         in_hbm += weight.bytes
     room = min(room, in_hbm + pinned_limit(scenario))  # the target's weights HBM may pin
-    inventory = weight_inventory(scenario, batch_slots)
+    inventory = weight_inventory(scenario, batch_slots, kernels)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
         here = min(weight.bytes, room - in_hbm)
         if here > 0:

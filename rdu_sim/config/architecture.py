@@ -16,9 +16,7 @@ attention, as gpt-oss alternates them; every layer sliding when only `sliding_wi
 given, as Mistral 7B v0.1). The per-layer view is `rdu_sim.models.layers.layer_kinds`.
 """
 
-from __future__ import annotations
-
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -94,7 +92,7 @@ class _Gqa(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _attention(self) -> _Gqa:
+    def _attention(self) -> Self:
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
@@ -139,7 +137,7 @@ class _Moe(StrictModel):
     expert_bias: bool = Field(default=False, description="expert projections have biases (gpt-oss)")
 
     @model_validator(mode="after")
-    def _experts(self) -> _Moe:
+    def _experts(self) -> Self:
         layers: int = getattr(self, "layers", 0)
         if self.dense_layers > layers:
             raise ValueError(f"dense_layers ({self.dense_layers}) exceeds layers ({layers})")
@@ -180,7 +178,7 @@ class GqaMoeArchitecture(_Decoder, _Gqa, _Moe):
     )
 
     @model_validator(mode="after")
-    def _dense(self) -> GqaMoeArchitecture:
+    def _dense(self) -> Self:
         bad = [i for i in self.mlp_only_layers if not 0 <= i < self.layers]
         if bad:
             raise ValueError(f"mlp_only_layers {bad} are not layers of 0..{self.layers - 1}")
@@ -218,7 +216,7 @@ class DeepSeekArchitecture(_Decoder, _Moe):
     )
 
     @model_validator(mode="after")
-    def _groups(self) -> DeepSeekArchitecture:
+    def _groups(self) -> Self:
         if self.routed_experts % self.expert_groups:
             raise ValueError(
                 f"routed_experts ({self.routed_experts}) must be a multiple of "

@@ -9,8 +9,6 @@ tokens per joule and dollars per million output tokens. The shipped files give e
 figure with its source or its reasoning; none is tuned to a result.
 """
 
-from __future__ import annotations
-
 from pydantic import Field
 
 from rdu_sim.config.base import StrictModel

@@ -6,9 +6,7 @@ one model of how devices are wired, whatever the device. The shipped values and 
 public sources live in hw_configs/dgx-h100.yaml, one comment per value.
 """
 
-from __future__ import annotations
-
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -76,7 +74,7 @@ class GpuConfig(StrictModel):
     kernel: GpuKernelOverheadsConfig
 
     @model_validator(mode="after")
-    def _effective_rates(self) -> GpuConfig:
+    def _effective_rates(self) -> Self:
         """The tensor-core rates after the GEMM efficiency obey SN40L's floor (one FLOP/s):
         a denormal rate would make a step's time infinite or NaN."""
         for name in ("bf16_flops", "fp8_flops"):

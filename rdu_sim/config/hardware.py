@@ -4,10 +4,8 @@ Every field has a unit (parsed once by `units`), a one-line description, and lim
 The shipped values and their sources live in hw_configs/*.yaml, one comment per value.
 """
 
-from __future__ import annotations
-
 import math
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -49,7 +47,7 @@ class MemoryTierConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _effective_rate(self) -> MemoryTierConfig:
+    def _effective_rate(self) -> Self:
         _rate_floor(self.bandwidth, self.efficiency, "bandwidth x efficiency")
         return self
 
@@ -71,7 +69,7 @@ class PCUConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _effective_rate(self) -> PCUConfig:
+    def _effective_rate(self) -> Self:
         _rate_floor(self.peak_flops, self.max_gemm_efficiency, "peak_flops x max_gemm_efficiency")
         return self
 
@@ -118,7 +116,7 @@ class SocketConfig(StrictModel):
     kernel: KernelOverheadsConfig
 
     @model_validator(mode="after")
-    def _usable_units(self) -> SocketConfig:
+    def _usable_units(self) -> Self:
         # The compiler gives a fused kernel floor(usable_fraction x count) of each; every
         # stage needs at least one PCU and one PMU, so zero usable leaves no kernel runnable.
         for unit, count in (("pcu", self.pcu.count), ("pmu", self.pmu.count)):
@@ -179,7 +177,7 @@ class SystemConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _nodes_divide(self) -> SystemConfig:
+    def _nodes_divide(self) -> Self:
         if self.sockets > self.sockets_per_node and self.sockets % self.sockets_per_node:
             raise ValueError(
                 f"sockets ({self.sockets}) must be a multiple of sockets_per_node "

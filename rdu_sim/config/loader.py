@@ -7,7 +7,6 @@ fix (unknown keys get a "did you mean" from the valid names).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -168,6 +167,8 @@ def issues_from_validation(
         line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)
         if kind == "extra_forbidden":
             valid = _field_names(model, loc, data)
+            import difflib  # here: only an unknown field needs it
+
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1) if valid else []
             hint = f"; did you mean {close[0]!r}?" if close else "."
             listing = f" Valid fields here: {', '.join(valid)}." if valid else ""

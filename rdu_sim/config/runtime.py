@@ -12,8 +12,6 @@ hardware's ceiling (no host time; static context buckets, the workload's). The s
 values are fitted to measured deployments by ``rdu-sim calibrate`` (docs/calibration.md).
 """
 
-from __future__ import annotations
-
 from pydantic import Field
 
 from rdu_sim.config.base import StrictModel

@@ -21,9 +21,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 
+from rdu_sim import PACKAGE_DIR
 from rdu_sim.config.errors import ConfigError
 
 FOLDERS = ("workloads", "hw_configs", "tests/models", "notebooks", "measurements")
@@ -69,14 +69,14 @@ _SUFFIXES = (".yaml", ".yml")
 
 def installed_root() -> Path | None:
     """``rdu_sim/data`` of an installed package, or None (a checkout has no such folder)."""
-    data = Path(str(resources.files("rdu_sim"))) / "data"
+    data = PACKAGE_DIR / "data"
     return data if (data / "workloads").is_dir() else None
 
 
 def checkout_root() -> Path | None:
     """The repository root when rdu_sim runs from a checkout (it holds workloads/ and
     hw_configs/ beside the package), else None."""
-    top = Path(str(resources.files("rdu_sim"))).parent
+    top = PACKAGE_DIR.parent
     return top if (top / "workloads").is_dir() and (top / "hw_configs").is_dir() else None
 
 

@@ -12,10 +12,8 @@ model and where it runs; this module holds its two mechanisms' own settings:
   2025; across model families, SambaNova's Cross-Family Speculative Prefill, 2026).
 """
 
-from __future__ import annotations
-
 import sys
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -43,7 +41,7 @@ class UniformAcceptance(StrictModel):
     high: float = _rate("highest acceptance rate of a request")
 
     @model_validator(mode="after")
-    def _ordered(self) -> UniformAcceptance:
+    def _ordered(self) -> Self:
         if self.low > self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
         return self
@@ -65,7 +63,7 @@ class BetaAcceptance(StrictModel):
         return self.mean * self.concentration, (1.0 - self.mean) * self.concentration
 
     @model_validator(mode="after")
-    def _drawable(self) -> BetaAcceptance:
+    def _drawable(self) -> Self:
         """alpha and beta are normal positive floats: a product that underflows to 0 (or to
         a denormal) is no distribution NumPy can draw from."""
         for name, value in zip(("alpha", "beta"), self.shape, strict=True):

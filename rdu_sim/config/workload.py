@@ -6,10 +6,8 @@ Field paths here are a contract that users' scripts, sweeps and the CLI's `--set
 `serving.seed`.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, model_validator
 
@@ -101,7 +99,7 @@ class KVConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> KVConfig:
+    def _consistent(self) -> Self:
         if self.budget is not None and self.compression_ratio is not None:
             raise ValueError("give kv.budget or kv.compression_ratio, not both")
         if self.kernel_size % 2 == 0:
@@ -131,7 +129,7 @@ class UniformLength(StrictModel):
     high: int = Field(ge=1, le=100_000_000, description="longest length, in tokens")
 
     @model_validator(mode="after")
-    def _ordered(self) -> UniformLength:
+    def _ordered(self) -> Self:
         if self.low > self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
         return self
@@ -147,7 +145,7 @@ class LognormalLength(StrictModel):
     high: int = Field(ge=1, le=100_000_000, description="lengths clip to at most")
 
     @model_validator(mode="after")
-    def _ordered(self) -> LognormalLength:
+    def _ordered(self) -> Self:
         if self.low > self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
         return self
@@ -182,7 +180,7 @@ class ArrivalConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _rate_for_poisson(self) -> ArrivalConfig:
+    def _rate_for_poisson(self) -> Self:
         if self.process == "poisson" and self.rate is None:
             raise ValueError("arrival.rate is required for process 'poisson'")
         return self
@@ -244,7 +242,7 @@ class ServingConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _check_slots(self) -> ServingConfig:
+    def _check_slots(self) -> Self:
         if isinstance(self.batch_slots, int) and not 1 <= self.batch_slots <= 1_000_000:
             raise ValueError(
                 f"serving.batch_slots must be in 1..1000000 or 'auto', got {self.batch_slots}"
@@ -464,7 +462,7 @@ class SpeculationConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _one_mechanism(self) -> SpeculationConfig:
+    def _one_mechanism(self) -> Self:
         if self.decoding is None and self.prefill is None:
             raise ValueError(
                 "speculation needs decoding, prefill or both: a draft that does nothing "
