@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import lru_cache, partial
-from typing import Literal
+from typing import Any, Literal
 
 from simpy.events import Event
 
@@ -136,6 +136,16 @@ class Scheduler:
         self.cache = cache
         self.records = records
         self._series = records.series if records.keeps_series else None  # rows, if kept
+        # The per-request arrays as memoryviews of the same memory: an item read or written
+        # through one is a C operation on a Python int, where a NumPy scalar access costs a
+        # method call and a boxed scalar (a lone server touches eight a request).
+        self._prompts = records.target_prompt_tokens.data
+        self._outputs = records.output_tokens.data
+        self._admit_ps = records.admit_ps.data
+        self._first_token_ps = records.first_token_ps.data
+        self._finish_ps = records.finish_ps.data
+        self._slot_of = records.slot.data
+        self._completions = records.completions.data
         self.clock = clock
         self.progress = progress
         self.speculation = speculation
@@ -148,7 +158,14 @@ class Scheduler:
         self._last_was_prefill = False
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
-        self._decode_steps: dict[int, tuple[StepShape, int]] = {}  # bucket -> shape, step ps
+        # bucket -> [its decode shape, step ps, the step cache's tally once run (``run_tally``)]
+        self._decode_steps: dict[int, list[Any]] = {}
+        # a prompt's first prefill step, by its length: [shape, tokens done after it, the step
+        # cache's tally once it ran] (a dict of ints: no shape hashed, no policy asked)
+        self._first_steps: dict[int, list[Any]] = {}
+        self._candidate: int | None = None  # what ``decide`` found to prefill (see there)
+        self.prefill_shape: StepShape | None = None  # the prefill step in flight, if any
+        self._prefilling: tuple[int, int, int, int, int, list[int]] | None = None
         self.hooks = hooks
         # prompts pack into one prefill step: a lone server's (a replica's prefix cache and
         # hand-offs, and a speculative draft's prefill, are per request)
@@ -164,10 +181,9 @@ class Scheduler:
     def enqueue(self, request: int, now: int, record: bool = True) -> None:
         """Queue an arrived request, its work counted; ``record``: write the series row (not
         when a decision at the same instant writes one anyway, replacing it)."""
-        records = self.records
-        added = records.output_tokens.item(request)
+        added = self._outputs[request]
         if self.config.role != "decode":
-            added += records.target_prompt_tokens.item(request)
+            added += self._prompts[request]
         else:
             added -= 1  # its first token came with its prefill
         self.load.add(added)
@@ -225,16 +241,6 @@ class Scheduler:
             return -1
         return None
 
-    def _choose(self) -> str:
-        """ "admit" (a prefill step admitting a request), "prefill" (another prefill step),
-        "decode" or "idle"."""
-        if not self.prefill_may_run():
-            return "decode"
-        candidate = self._prefill_candidate()
-        if candidate is not None:
-            return "admit" if candidate < 0 else "prefill"
-        return "decode" if self.slots.decoding > 0 else "idle"
-
     def prefill_may_run(self) -> bool:
         """Whether prefill work may take the next step: under ``decode_first``, not right
         after a prefill step while slots decode."""
@@ -250,61 +256,130 @@ class Scheduler:
         self._last_was_prefill = True
 
     def decide(self, now: int) -> str:
-        """The action to take at ``now`` (:meth:`_choose`), recording the state it is taken
-        in; not before an admission, which records the same instant and so replaces that
-        row (``SeriesLog``: one row an instant)."""
-        action = self._choose()
-        if action != "admit" and self._series is not None:  # (a replica keeps no series)
-            self.record(now)
+        """The action to take at ``now``: "admit" (a prefill step admitting a request),
+        "prefill" (another prefill step), "decode" or "idle", recording the state it is taken
+        in; not before an admission, which records the same instant and so replaces that row
+        (``SeriesLog``: one row an instant). The prefill candidate found is the one
+        :meth:`prefill` takes."""
+        slots = self.slots
+        candidate = None
+        if not self._last_was_prefill or self.prefill_may_run():
+            if slots.prefill_order or self.queue:  # (else no candidate)
+                candidate = self._prefill_candidate()
+            if candidate is None:
+                action = "decode" if slots.decoding > 0 else "idle"
+            elif candidate < 0:
+                self._candidate = candidate
+                return "admit"
+            else:
+                action = "prefill"
+        else:
+            action = "decode"
+        self._candidate = candidate
+        series = self._series
+        if series is not None:  # (a replica keeps no series)
+            series.append(
+                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
+            )
         return action
 
     # --- steps ------------------------------------------------------------------------------
     def prefill(self) -> Generator[int, None, None]:
-        """One prefill step (admitting a request first if it starts one, and packing more
-        waiting prompts into it when the runtime batches prefills); yields the delays (ps)
-        to wait, the state changing after each."""
-        slots, records = self.slots, self.records
-        slot = self._prefill_candidate()
-        assert slot is not None
-        admitted = slot < 0
-        if admitted:
+        """One prefill step (:meth:`begin_prefill`): yields the delays (ps) to wait, then
+        applies it (:meth:`end_prefill`)."""
+        yield from self.begin_prefill()
+        self.end_prefill()
+
+    def begin_prefill(self) -> tuple[int, ...]:
+        """Start one prefill step (admitting a request first if it starts one, and packing
+        more waiting prompts into it when the runtime batches prefills) and account it; the
+        delays (ps) to wait before :meth:`end_prefill`: the step's, after a speculative
+        prefill's selection when it admits one. Nothing else reads or changes the state in
+        between but arrivals (a packed step's prompts are admitted here)."""
+        slots = self.slots
+        slot = self._candidate
+        if slot is None:  # (not found by ``decide`` just before)
+            slot = self._prefill_candidate()
+            assert slot is not None
+        self._candidate = None
+        delays: tuple[int, ...] = ()
+        if slot < 0:
             slot = self._admit()
             request = slots.request[slot]
-            if self.speculation is not None and self.speculation.config.prefill is not None:
+            speculation = self.speculation
+            if speculation is not None and speculation.config.prefill is not None:
                 # speculative prefill: the draft scores the whole prompt first
-                whole = int(records.prompt_tokens[request])
-                yield self.speculation.selection_ps(whole, count=True)
+                whole = int(self.records.prompt_tokens[request])
+                delays = (speculation.selection_ps(whole, count=True),)
+            packs = self._packs
         else:
             request = slots.request[slot]
-        prompt = records.target_prompt_tokens.item(request)
+            packs = False
+        prompt = self._prompts[request]
         before = slots.prefilled[slot]
-        shape, done = self._prefill_shape(prompt, before)
-        packed = [slot]
-        if admitted and self._packs and done == prompt:  # (no hooks: nothing was cached)
-            packed += self._pack(shape)
-            if len(packed) > 1:
-                shape = StepShape("prefill", len(packed), shape.tokens, 0, shape.select)
-        step = self.cache.run(shape)
+        if before:
+            shape, done = self._prefill_shape(prompt, before)
+            tally = self.cache.run_tally(shape)
+        else:
+            first = self._first_steps.get(prompt) or self._first_step(prompt)
+            shape, done, tally = first
+            if packs and done == prompt:  # (no hooks: nothing was cached)
+                packed = self._pack(shape)
+                if packed:
+                    return self._packed(slot, request, prompt, shape, packed, delays)
+            if tally is None:
+                tally = first[2] = self.cache.run_tally(shape)
+            else:
+                tally[0] += 1
+        step = tally[1]
         if self.speculation is not None:
             step = self.speculation.prefill_ps(step, shape, count=True)
-        records.prefill_steps += 1
-        yield step
+        self.records.prefill_steps += 1
+        self.prefill_shape = shape
+        self._prefilling = (slot, request, prompt, before, done, [])
+        return (*delays, step)
+
+    def _packed(
+        self,
+        slot: int,
+        request: int,
+        prompt: int,
+        first: StepShape,
+        packed: list[int],
+        delays: tuple[int, ...],
+    ) -> tuple[int, ...]:
+        """:meth:`begin_prefill` of a step whose first prompt was packed with others."""
+        shape = StepShape("prefill", 1 + len(packed), first.tokens, 0, first.select)
+        step = self.cache.run(shape)
+        self.records.prefill_steps += 1
+        self.prefill_shape = shape
+        self._prefilling = (slot, request, prompt, 0, prompt, packed)
+        return (*delays, step)
+
+    def end_prefill(self) -> None:
+        """The prefill step begun by :meth:`begin_prefill` ended now: its prompts advance."""
+        prefilling = self._prefilling
+        assert prefilling is not None
+        self._prefilling = None
+        self.prefill_shape = None
+        slot, request, prompt, before, done, packed = prefilling
         self._last_was_prefill = True
         self._prefilled(slot, request, prompt, before, done)
-        for other in packed[1:]:
+        slots, prompts = self.slots, self._prompts
+        for other in packed:
             request = slots.request[other]
-            prompt = records.target_prompt_tokens.item(request)
+            prompt = prompts[request]
             self._prefilled(other, request, prompt, 0, prompt)
 
     def _admit(self) -> int:
         """The queue's first request takes the lowest free slot now (its admission time)."""
-        slots, records = self.slots, self.records
+        slots = self.slots
         slot = slots.free_slot()
         request = self.queue.popleft()
         slots.admit(slot, request)
         now = self.clock()
-        records.admit_ps[request] = now
-        records.slot[request] = slot
+        self._admit_ps[request] = now
+        self._slot_of[request] = slot
         if self.hooks is not None:
             self._skip_cached(slot, request)
         if self._series is not None:
@@ -322,18 +397,27 @@ class Scheduler:
             self._prompt_facts.compresses(prompt),
         )
 
+    def _first_step(self, prompt: int) -> list[Any]:
+        """A prompt's first prefill step, memoised by its length: [shape, tokens done after
+        it, its step cache tally once run (None before)]."""
+        first = self._first_steps.get(prompt)
+        if first is None:
+            shape, done = self._prefill_shape(prompt, 0)
+            first = self._first_steps[prompt] = [shape, done, None]
+        return first
+
     def _pack(self, first: StepShape) -> list[int]:
         """Admit the waiting requests whose prompt prefills in the same static shape as the
         step's first one (FIFO, stopping at the first that does not), while a slot is free
         and the step's padded tokens stay within ``prefill_batch_tokens``; their slots."""
         budget = self.config.prefill_batch_tokens
         assert budget is not None
-        slots, records, queue = self.slots, self.records, self.queue
+        slots, prompts, queue = self.slots, self._prompts, self.queue
         packed: list[int] = []
         tokens = first.tokens
         while queue and slots.occupied < slots.n and tokens + first.tokens <= budget:
-            prompt = records.target_prompt_tokens.item(queue[0])
-            shape, done = self._prefill_shape(prompt, 0)
+            prompt = prompts[queue[0]]
+            shape, done, _ = self._first_step(prompt)
             if shape != first or done != prompt:
                 break
             packed.append(self._admit())
@@ -343,17 +427,17 @@ class Scheduler:
     def _prefilled(self, slot: int, request: int, prompt: int, before: int, done: int) -> None:
         """A prefill step advanced ``slot``'s prompt from ``before`` to ``done`` tokens; the
         step that ends the prompt gives the first token and starts its decode (or hand-off)."""
-        slots, records = self.slots, self.records
+        slots = self.slots
         slots.prefilled[slot] = done
         slots.chunked_this_round.add(slot)
         if done < prompt:
             self.load.add(before - done)
             return
         now = self.clock()
-        records.first_token_ps[request] = now
-        records.tokens_generated += 1
+        self._first_token_ps[request] = now
+        self.records.tokens_generated += 1
         self.load.add(before - done - 1)  # the prompt's tokens and the first output token
-        output = records.output_tokens.item(request)
+        output = self._outputs[request]
         if self.hooks is not None:
             sent = self.hooks.prefilled(request)
             if sent is not None:  # the KV cache leaves: hold the slot until it has
@@ -455,13 +539,13 @@ class Scheduler:
 
     def decode_shape(self, bucket: int) -> tuple[StepShape, int]:
         """The decode step's shape at ``bucket`` and its time (ps), one shape object per
-        bucket (the step cache finds it by identity, not by comparing fields). Not for
-        speculative rounds, whose steps are the draft's and the verification's."""
+        bucket. Not for speculative rounds, whose steps are the draft's and the
+        verification's."""
         known = self._decode_steps.get(bucket)
         if known is None:
             shape = StepShape("decode", self.slots.n, 1, bucket)
-            known = self._decode_steps[bucket] = (shape, self.cache.step_ps(shape))
-        return known
+            known = self._decode_steps[bucket] = [shape, self.cache.step_ps(shape), None]
+        return known[0], known[1]
 
     def decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
         """Account a decode run of ``steps`` steps that ended now; complete who finished."""
@@ -470,7 +554,12 @@ class Scheduler:
             assert self.speculation is not None
             self.speculation.run_rounds(self.cache, bucket, steps)
         else:
-            self.cache.run(shape, steps)
+            known = self._decode_steps[bucket]  # (``decode_plan`` made it)
+            tally = known[2]
+            if tally is None:
+                known[2] = self.cache.run_tally(shape, steps)
+            else:
+                tally[0] += steps
         records = self.records
         records.decode_steps += steps
         records.decode_runs += 1
@@ -483,9 +572,9 @@ class Scheduler:
             self.complete(slot, slots.request[slot], now)
 
     def complete(self, slot: int, request: int, now: int) -> None:
-        records = self.records
-        records.finish_ps[request] = now
-        records.completions[request] += 1
+        """``slot``'s request completed at ``now``: its slot is free."""
+        self._finish_ps[request] = now
+        self._completions[request] += 1
         self.slots.release(slot)
         self.completed += 1
         if self.hooks is not None:
@@ -493,7 +582,7 @@ class Scheduler:
         if self.on_complete is not None:
             self.on_complete(now)
         if self.progress is not None:
-            self.progress(self.completed, len(records))
+            self.progress(self.completed, len(self.records))
 
     def record(self, now: int) -> None:
         """A time-series row: the state after a change at ``now`` (a replica keeps none)."""

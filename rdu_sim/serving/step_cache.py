@@ -88,6 +88,13 @@ class StepCache:
         run[0] += count
         return run[1]
 
+    def run_tally(self, shape: StepShape, count: int = 1) -> list[int]:
+        """Account ``count`` steps of ``shape`` (:meth:`run`) and return its live
+        ``[steps run, step ps]``: a caller that runs the shape again adds its steps to the
+        first item itself, with no lookup of the shape (whose hash is a Python call)."""
+        self.run(shape, count)
+        return self._runs[shape]
+
     @property
     def steps(self) -> dict[StepShape, int]:
         """Steps run per shape, in first-run order (a new dict)."""
