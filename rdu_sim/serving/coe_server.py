@@ -92,18 +92,6 @@ class TurnCounts:
     longest_turn_ps: int = 0
 
 
-class WaitingSeries(SeriesLog):
-    """A CoE run's time series: the scheduler's rows, its queue counted with the routed
-    requests waiting for their expert's turn (``elsewhere``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.elsewhere = 0
-
-    def append(self, now: int, waiting: int, prefilling: int, decoding: int, bucket: int) -> None:
-        super().append(now, waiting + self.elsewhere, prefilling, decoding, bucket)
-
-
 class CoEServer:
     """Serves tagged requests in expert turns (module docstring); ``simulate`` runs it."""
 
@@ -129,7 +117,7 @@ class CoEServer:
         self.tiers = SocketTiers(timeline, tiers)
         self.cache = StepCache(expert_step)
         self.router_cache = StepCache(router_step)
-        self.series = WaitingSeries()
+        self.series = SeriesLog()  # its queue counted with the routed requests (``elsewhere``)
         self.records = ServingRecords(prompt_tokens, output_tokens, series=self.series)
         self.scheduler = Scheduler(config, policy, self.cache, self.records, self._clock, progress)
         self.scheduler.on_complete = self._completed

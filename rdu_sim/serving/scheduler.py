@@ -98,6 +98,18 @@ class PromptFacts:
             partial(policy.cache_at, generated=1)
         )
         """The prompt's cache at its first decode step (after one generated token)."""
+        self.policy = policy
+        self.slot_tokens = policy.slot_tokens()
+
+    def last_cache(self, prompt: int, first: int, steps: int) -> int:
+        """The prompt's cache after ``steps`` generated tokens, given its ``first``
+        (:attr:`first_cache`): one token more a step (``serving.slots``' model of every
+        policy) while that stays within the slot; the policy answers beyond (its cache
+        saturates at the slot, or it raises), and for no step at all."""
+        cache = first + steps - 1
+        if steps > 0 and cache <= self.slot_tokens:
+            return cache
+        return self.policy.cache_at(prompt, steps)
 
 
 class Scheduler:
@@ -156,6 +168,7 @@ class Scheduler:
         self.completed = 0
         self.until = None if forever else len(records)  # completions that end the run
         self._last_was_prefill = False
+        self._decode_first = config.prefill_priority == "decode_first"
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
         # bucket -> [its decode shape, step ps, the step cache's tally once run (``run_tally``)]
@@ -244,11 +257,7 @@ class Scheduler:
     def prefill_may_run(self) -> bool:
         """Whether prefill work may take the next step: under ``decode_first``, not right
         after a prefill step while slots decode."""
-        return not (
-            self._last_was_prefill
-            and self.config.prefill_priority == "decode_first"
-            and self.slots.decoding > 0
-        )
+        return not (self._last_was_prefill and self._decode_first and self.slots.decoding > 0)
 
     def prefill_ran_elsewhere(self) -> None:
         """A prefill step of work outside the slots ran (a CoE router's): it counts as prefill
@@ -263,7 +272,7 @@ class Scheduler:
         :meth:`prefill` takes."""
         slots = self.slots
         candidate = None
-        if not self._last_was_prefill or self.prefill_may_run():
+        if not (self._last_was_prefill and self._decode_first) or self.prefill_may_run():
             if slots.prefill_order or self.queue:  # (else no candidate)
                 candidate = self._prefill_candidate()
             if candidate is None:
@@ -317,6 +326,7 @@ class Scheduler:
             packs = False
         prompt = self._prompts[request]
         before = slots.prefilled[slot]
+        tally: list[int] | None
         if before:
             shape, done = self._prefill_shape(prompt, before)
             tally = self.cache.run_tally(shape)
@@ -382,8 +392,11 @@ class Scheduler:
         self._slot_of[request] = slot
         if self.hooks is not None:
             self._skip_cached(slot, request)
-        if self._series is not None:
-            self.record(now)
+        series = self._series
+        if series is not None:  # (``record``)
+            series.append(
+                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
+            )
         return slot
 
     def _prefill_shape(self, prompt: int, before: int) -> tuple[StepShape, int]:
@@ -464,13 +477,15 @@ class Scheduler:
     def _start_decode(self, slot: int, request: int, prompt: int, output: int) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding:
         ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done."""
-        cap = self.policy.cache_at(prompt, output - 1)
+        facts = self._prompt_facts
+        first = facts.first_cache(prompt)
+        cap = facts.last_cache(prompt, first, output - 1)
         slots = self.slots
         if isinstance(slots, RoundSlots):
             assert self.speculation is not None
             self.speculation.start(slots, self.records, slot, request, cap)
             return
-        slots.start_decode(slot, self._prompt_facts.first_cache(prompt), cap, output - 1)
+        slots.start_decode(slot, first, cap, output - 1)
 
     # --- KV hand-offs (cluster replicas) -------------------------------------------------------
     def _handed_off(self, slot: int, request: int, _event: Event) -> None:
@@ -531,7 +546,8 @@ class Scheduler:
             step = self.speculation.round_ps(self.cache, bucket)
             decoding = 0  # a round's tokens differ per slot: a run settles its count at its end
         else:
-            shape, step = self.decode_shape(bucket)
+            known = self._decode_steps.get(bucket)
+            shape, step = (known[0], known[1]) if known is not None else self.decode_shape(bucket)
             decoding = slots.decoding
         start = self.clock()
         self.load.begin_run(start, start + steps * step, step, decoding)

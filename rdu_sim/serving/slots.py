@@ -102,7 +102,11 @@ class Slots:
 
     def admit(self, slot: int, request: int) -> None:
         """Put a request in an empty slot, to be prefilled."""
-        self._take(slot)
+        empty = self._empty
+        if empty[0] == slot:  # (the lowest, as a scheduler takes them: ``_take``)
+            heapq.heappop(empty)
+        else:
+            self._take(slot)
         self.request[slot] = request
         self._phase[slot] = PREFILLING
         self.prefilled[slot] = 0
