@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, Literal
 
 from simpy.events import Event
@@ -84,22 +84,33 @@ class ServerConfig:
 
 
 class PromptFacts:
-    """The policy's answers for a prompt length, memoised (bounded): a million requests asked
-    them two policy calls a request, through its checks, for a few thousand lengths. Each is
-    asked only when needed, as the policy itself would be: a request that ends at its first
-    token never asks for a decode cache (which need not fit its slot). Servers of one policy
-    share one (a cluster pool's replicas: one each would hold the same answers 1,024 times).
+    """The policy's answers for a prompt length, memoised: a million requests asked them two
+    policy calls a request, through its checks, for a few thousand lengths (at most
+    ``max_context`` of them). Each is asked only when needed, as the policy itself would
+    be: a request that ends at its first token never asks for a decode cache (which need
+    not fit its slot). Servers of one policy share one (a cluster pool's replicas: one each
+    would hold the same answers 1,024 times).
     """
 
     def __init__(self, policy: KVPolicy) -> None:
-        self.compresses: Callable[[int], bool] = lru_cache(maxsize=1 << 16)(policy.compresses)
-        """Whether the policy compresses a prompt of this many tokens."""
-        self.first_cache: Callable[[int], int] = lru_cache(maxsize=1 << 16)(
-            partial(policy.cache_at, generated=1)
-        )
-        """The prompt's cache at its first decode step (after one generated token)."""
         self.policy = policy
         self.slot_tokens = policy.slot_tokens()
+        self._compresses: dict[int, bool] = {}
+        self._first_cache: dict[int, int] = {}
+
+    def compresses(self, prompt: int) -> bool:
+        """Whether the policy compresses a prompt of this many tokens."""
+        known = self._compresses.get(prompt)
+        if known is None:
+            known = self._compresses[prompt] = self.policy.compresses(prompt)
+        return known
+
+    def first_cache(self, prompt: int) -> int:
+        """The prompt's cache at its first decode step (after one generated token)."""
+        known = self._first_cache.get(prompt)
+        if known is None:
+            known = self._first_cache[prompt] = self.policy.cache_at(prompt, 1)
+        return known
 
     def last_cache(self, prompt: int, first: int, steps: int) -> int:
         """The prompt's cache after ``steps`` generated tokens, given its ``first``

@@ -6,8 +6,6 @@ Written by the scheduler at each decision (two rows a request), read by the repo
 
 from __future__ import annotations
 
-from array import array
-
 import numpy as np
 from numpy.typing import NDArray
 
@@ -20,18 +18,18 @@ decode step (0 before any)."""
 class SeriesLog:
     """Time-series rows (``SERIES_COLUMNS``), one per instant: a change at the same
     picosecond as the last row replaces it (the states in between last no time, so no time
-    average or occupancy sees them). Packed in two growing buffers, the times as int64 and
-    the four counts as C ints: 24 bytes a row where a list of tuples took ~120 a row and two
-    rows an instant (a million DeepSeek-R1 requests keep ~48 MB). ``times`` and ``counts``
-    are views, not copies."""
+    average or occupancy sees them). Rows gather in a list of ints and are packed, 4,096 at
+    a time, into NumPy blocks: the times as int64 and the four counts as C ints, 24 bytes a
+    row (a million DeepSeek-R1 requests keep ~48 MB). ``times`` and ``counts`` join the
+    blocks into one (kept as the only block until the next row); a later row never changes
+    an array they returned."""
 
     def __init__(self) -> None:
-        self._times = array("q")
-        self._counts = array("i")
+        self._rows: list[int] = []  # rows not yet packed, flat
+        self._times: list[NDArray[np.int64]] = []  # packed blocks, in order
+        self._counts: list[NDArray[np.intc]] = []
+        self._packed = 0  # rows in the blocks
         self._last_ps = -1
-        # rows not yet packed: (time, waiting, prefilling, decoding, bucket) flat, moved into
-        # the buffers a chunk at a time (an item written to an ``array`` is a parsed call)
-        self._rows: list[int] = []
         self.elsewhere = 0
         """Requests waiting outside the scheduler's queue, counted with it (a Composition of
         Experts' routed requests waiting for their expert's turn)."""
@@ -57,51 +55,42 @@ class SeriesLog:
             self._pack()
 
     def _pack(self) -> None:
-        """Move the pending rows into the buffers (new ones when a view holds the old)."""
+        """Move the pending rows into a block."""
         rows = self._rows
-        if not rows:
-            return
-        times = rows[0 :: len(SERIES_COLUMNS)]
-        del rows[0 :: len(SERIES_COLUMNS)]
-        try:
-            self._times.extend(times)
-        except BufferError:  # a view is alive: go on in buffers of our own
-            self._times = array("q", self._times)
-            self._counts = array("i", self._counts)
-            self._times.extend(times)
-        try:
-            self._counts.extend(rows)
-        except BufferError:
-            self._counts = array("i", self._counts)
-            self._counts.extend(rows)
-        rows.clear()
+        if rows:
+            block = np.array(rows, dtype=np.int64).reshape(-1, len(SERIES_COLUMNS))
+            self._times.append(block[:, 0].copy())
+            self._counts.append(block[:, 1:].astype(np.intc))
+            self._packed += len(block)
+            rows.clear()
 
     def _unpack_last(self) -> None:
-        """Take the last packed row back into the pending ones (to replace it)."""
-        times, counts = self._times, self._counts
-        self._rows.extend((times[-1], *counts[-_COUNTS:]))
-        try:
-            del times[-1]
-        except BufferError:  # a view is alive: a shorter copy
-            self._times = array("q", times[:-1])
-        try:
-            del counts[-_COUNTS:]
-        except BufferError:
-            self._counts = array("i", counts[:-_COUNTS])
+        """Take the last packed row back into the pending ones (to replace it); the block
+        it leaves is a shorter view, the arrays handed out stay as they were."""
+        times, counts = self._times[-1], self._counts[-1]
+        self._rows.extend((int(times[-1]), *(int(c) for c in counts[-1])))
+        self._times[-1], self._counts[-1] = times[:-1], counts[:-1]
+        self._packed -= 1
 
     def __len__(self) -> int:
-        return len(self._times) + len(self._rows) // len(SERIES_COLUMNS)
+        return self._packed + len(self._rows) // len(SERIES_COLUMNS)
+
+    def _joined(self) -> None:
+        """Every row in one block each of times and counts."""
+        self._pack()
+        if len(self._times) > 1:
+            self._times = [np.concatenate(self._times)]
+            self._counts = [np.concatenate(self._counts)]
 
     def times(self) -> NDArray[np.int64]:
-        """Each row's time (ps), a view of the buffer."""
-        self._pack()
-        return np.frombuffer(self._times, dtype=np.int64) if self._times else _EMPTY
+        """Each row's time (ps)."""
+        self._joined()
+        return self._times[0] if self._times else _EMPTY
 
     def counts(self) -> NDArray[np.intc]:
-        """Each row's waiting, prefilling, decoding and decode bucket: a (rows, 4) view."""
-        self._pack()
-        flat = np.frombuffer(self._counts, dtype=np.intc) if self._counts else _EMPTY_COUNTS
-        return flat.reshape(-1, _COUNTS)
+        """Each row's waiting, prefilling, decoding and decode bucket: (rows, 4)."""
+        self._joined()
+        return self._counts[0] if self._counts else _EMPTY_COUNTS
 
     def as_array(self) -> NDArray[np.int64]:
         """The rows as a (rows, 5) int64 array (a copy)."""
@@ -114,4 +103,4 @@ class SeriesLog:
 _COUNTS = len(SERIES_COLUMNS) - 1
 _CHUNK = 4096 * len(SERIES_COLUMNS)  # pending items packed at once (4,096 rows)
 _EMPTY: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-_EMPTY_COUNTS: NDArray[np.intc] = np.zeros(0, dtype=np.intc)
+_EMPTY_COUNTS: NDArray[np.intc] = np.zeros((0, _COUNTS), dtype=np.intc)
