@@ -54,6 +54,7 @@ from typing import Any, Literal
 
 from simpy.events import Event
 
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.serving.hooks import ServerHooks
@@ -123,6 +124,18 @@ class PromptFacts:
         return self.policy.cache_at(prompt, steps)
 
 
+class FirstStep:
+    """A prompt's first prefill step, memoised by the prompt's length (per server: it
+    depends on the server's context and chunk), with what a request of that prompt asks
+    next: one lookup a request."""
+
+    def __init__(self, shape: StepShape, done: int) -> None:
+        self.shape = shape
+        self.done = done  # prompt tokens done after it
+        self.tally: list[int] | None = None  # the step cache's, once run (``run_tally``)
+        self.first_cache = -1  # the prompt's first decode cache once asked (``PromptFacts``)
+
+
 class Scheduler:
     """Static batch slots, a FIFO queue, and the policy that chooses and accounts prefill and
     decode steps (module docstring); ``clock`` tells it now, in integer picoseconds."""
@@ -141,6 +154,7 @@ class Scheduler:
         load: Counters | None = None,
         speculation: Speculation | None = None,
         facts: PromptFacts | None = None,
+        timeline: Timeline | None = None,
     ) -> None:
         """``forever``: serve until the simulation runs out of events (a replica, whose
         requests are not known in advance) instead of stopping after ``len(records)``.
@@ -148,7 +162,8 @@ class Scheduler:
         passes a row of its pool's board so a router can read every replica at once).
         ``speculation``: a draft's steps and rounds (``serving.speculative``).
         ``facts``: the policy's memoised per-prompt answers (:class:`PromptFacts`), shared
-        by the servers of one policy; a server alone makes its own."""
+        by the servers of one policy; a server alone makes its own. ``timeline``: the loop
+        ``clock`` reads, if it is one (its ``now`` is then read directly)."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         if speculation is not None and (hooks is not None or config.role != "mixed"):
@@ -170,6 +185,7 @@ class Scheduler:
         self._slot_of = records.slot.data
         self._completions = records.completions.data
         self.clock = clock
+        self._timeline = timeline
         self.progress = progress
         self.speculation = speculation
         rounds = speculation is not None and speculation.config.decoding is not None
@@ -186,10 +202,13 @@ class Scheduler:
         self._decode_steps: dict[int, list[Any]] = {}
         # a prompt's first prefill step, by its length: [shape, tokens done after it, the step
         # cache's tally once it ran] (a dict of ints: no shape hashed, no policy asked)
-        self._first_steps: dict[int, list[Any]] = {}
+        self._first_steps: dict[int, FirstStep] = {}
         self._candidate: int | None = None  # what ``decide`` found to prefill (see there)
         self.prefill_shape: StepShape | None = None  # the prefill step in flight, if any
-        self._prefilling: tuple[int, int, int, int, int, list[int]] | None = None
+        # the prefill step begun: slot, request, prompt, tokens before and after, the other
+        # slots packed into it, its prompt's first step if it is one
+        self._prefilling: tuple[int, int, int, int, int, list[int], FirstStep | None] | None
+        self._prefilling = None
         self.hooks = hooks
         # prompts pack into one prefill step: a lone server's (a replica's prefix cache and
         # hand-offs, and a speculative draft's prefill, are per request)
@@ -200,6 +219,12 @@ class Scheduler:
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
         self.poke: Callable[[], None] = _nothing  # the driver: something arrived now
         self.on_complete: Callable[[int], None] | None = None  # a completion at this time
+
+    def _now(self) -> int:
+        """Now (``clock``): the timeline's field itself when there is one (a field read
+        compiled, where calling the clock costs a call and two attribute lookups)."""
+        timeline = self._timeline
+        return timeline.now if timeline is not None else self.clock()
 
     # --- arrivals ---------------------------------------------------------------------------
     def enqueue(self, request: int, now: int, record: bool = True) -> None:
@@ -338,18 +363,21 @@ class Scheduler:
         prompt = self._prompts[request]
         before = slots.prefilled[slot]
         tally: list[int] | None
+        first: FirstStep | None = None
         if before:
             shape, done = self._prefill_shape(prompt, before)
             tally = self.cache.run_tally(shape)
         else:
-            first = self._first_steps.get(prompt) or self._first_step(prompt)
-            shape, done, tally = first
+            first = self._first_steps.get(prompt)
+            if first is None:
+                first = self._first_step(prompt)
+            shape, done, tally = first.shape, first.done, first.tally
             if packs and done == prompt:  # (no hooks: nothing was cached)
                 packed = self._pack(shape)
                 if packed:
                     return self._packed(slot, request, prompt, shape, packed, delays)
             if tally is None:
-                tally = first[2] = self.cache.run_tally(shape)
+                tally = first.tally = self.cache.run_tally(shape)
             else:
                 tally[0] += 1
         step = tally[1]
@@ -357,7 +385,7 @@ class Scheduler:
             step = self.speculation.prefill_ps(step, shape, count=True)
         self.records.prefill_steps += 1
         self.prefill_shape = shape
-        self._prefilling = (slot, request, prompt, before, done, [])
+        self._prefilling = (slot, request, prompt, before, done, [], first)
         return (*delays, step)
 
     def _packed(
@@ -374,7 +402,7 @@ class Scheduler:
         step = self.cache.run(shape)
         self.records.prefill_steps += 1
         self.prefill_shape = shape
-        self._prefilling = (slot, request, prompt, 0, prompt, packed)
+        self._prefilling = (slot, request, prompt, 0, prompt, packed, None)
         return (*delays, step)
 
     def end_prefill(self) -> None:
@@ -383,14 +411,14 @@ class Scheduler:
         assert prefilling is not None
         self._prefilling = None
         self.prefill_shape = None
-        slot, request, prompt, before, done, packed = prefilling
+        slot, request, prompt, before, done, packed, first = prefilling
         self._last_was_prefill = True
-        self._prefilled(slot, request, prompt, before, done)
+        self._prefilled(slot, request, prompt, before, done, first)
         slots, prompts = self.slots, self._prompts
         for other in packed:
             request = slots.request[other]
             prompt = prompts[request]
-            self._prefilled(other, request, prompt, 0, prompt)
+            self._prefilled(other, request, prompt, 0, prompt, None)
 
     def _admit(self) -> int:
         """The queue's first request takes the lowest free slot now (its admission time)."""
@@ -398,7 +426,7 @@ class Scheduler:
         slot = slots.free_slot()
         request = self.queue.popleft()
         slots.admit(slot, request)
-        now = self.clock()
+        now = self._now()
         self._admit_ps[request] = now
         self._slot_of[request] = slot
         if self.hooks is not None:
@@ -421,13 +449,11 @@ class Scheduler:
             self._prompt_facts.compresses(prompt),
         )
 
-    def _first_step(self, prompt: int) -> list[Any]:
-        """A prompt's first prefill step, memoised by its length: [shape, tokens done after
-        it, its step cache tally once run (None before)]."""
+    def _first_step(self, prompt: int) -> FirstStep:
+        """A prompt's first prefill step, memoised by its length."""
         first = self._first_steps.get(prompt)
         if first is None:
-            shape, done = self._prefill_shape(prompt, 0)
-            first = self._first_steps[prompt] = [shape, done, None]
+            first = self._first_steps[prompt] = FirstStep(*self._prefill_shape(prompt, 0))
         return first
 
     def _pack(self, first: StepShape) -> list[int]:
@@ -441,14 +467,16 @@ class Scheduler:
         tokens = first.tokens
         while queue and slots.occupied < slots.n and tokens + first.tokens <= budget:
             prompt = prompts[queue[0]]
-            shape, done, _ = self._first_step(prompt)
-            if shape != first or done != prompt:
+            step = self._first_step(prompt)
+            if step.shape != first or step.done != prompt:
                 break
             packed.append(self._admit())
             tokens += first.tokens
         return packed
 
-    def _prefilled(self, slot: int, request: int, prompt: int, before: int, done: int) -> None:
+    def _prefilled(
+        self, slot: int, request: int, prompt: int, before: int, done: int, first: FirstStep | None
+    ) -> None:
         """A prefill step advanced ``slot``'s prompt from ``before`` to ``done`` tokens; the
         step that ends the prompt gives the first token and starts its decode (or hand-off)."""
         slots = self.slots
@@ -457,7 +485,7 @@ class Scheduler:
         if done < prompt:
             self.load.add(before - done)
             return
-        now = self.clock()
+        now = self._now()
         self._first_token_ps[request] = now
         self.records.tokens_generated += 1
         self.load.add(before - done - 1)  # the prompt's tokens and the first output token
@@ -472,7 +500,7 @@ class Scheduler:
         if output == 1:
             self.complete(slot, request, now)
             return
-        self._start_decode(slot, request, prompt, output)
+        self._start_decode(slot, request, prompt, output, first)
 
     def _skip_cached(self, slot: int, request: int) -> None:
         """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
@@ -485,11 +513,19 @@ class Scheduler:
         self.slots.prefilled[slot] = skipped
         self.load.add(-skipped)
 
-    def _start_decode(self, slot: int, request: int, prompt: int, output: int) -> None:
+    def _start_decode(
+        self, slot: int, request: int, prompt: int, output: int, step: FirstStep | None = None
+    ) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding:
-        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done."""
+        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done;
+        ``step``: the prompt's first prefill step, which keeps its first decode cache."""
         facts = self._prompt_facts
-        first = facts.first_cache(prompt)
+        if step is None:
+            first = facts.first_cache(prompt)
+        else:
+            first = step.first_cache
+            if first < 0:
+                first = step.first_cache = facts.first_cache(prompt)
         cap = facts.last_cache(prompt, first, output - 1)
         slots = self.slots
         if isinstance(slots, RoundSlots):
@@ -560,7 +596,7 @@ class Scheduler:
             known = self._decode_steps.get(bucket)
             shape, step = (known[0], known[1]) if known is not None else self.decode_shape(bucket)
             decoding = slots.decoding
-        start = self.clock()
+        start = self._now()
         self.load.begin_run(start, start + steps * step, step, decoding)
         return shape, bucket, steps, step
 
@@ -594,7 +630,7 @@ class Scheduler:
         records.tokens_generated += emitted
         self.load.end_run(emitted)
         self._last_was_prefill = False
-        now = self.clock()
+        now = self._now()
         for slot in slots.advance(steps):
             self.complete(slot, slots.request[slot], now)
 

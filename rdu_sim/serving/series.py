@@ -58,7 +58,7 @@ class SeriesLog:
         """Move the pending rows into a block."""
         rows = self._rows
         if rows:
-            block = np.array(rows, dtype=np.int64).reshape(-1, len(SERIES_COLUMNS))
+            block = np.fromiter(rows, np.int64, len(rows)).reshape(-1, len(SERIES_COLUMNS))
             self._times.append(block[:, 0].copy())
             self._counts.append(block[:, 1:].astype(np.intc))
             self._packed += len(block)

@@ -109,6 +109,7 @@ class Server:
             load=load,
             speculation=speculation,
             facts=facts,
+            timeline=env if isinstance(env, Timeline) else None,
         )
         if arrivals is not None and (hooks is not None or forever):
             raise ValueError("a server given its arrivals runs alone, without cluster hooks")

@@ -137,7 +137,8 @@ class Slots:
         self._phase[slot] = DECODING
         self._cache[slot] = cache - self._grown  # (the array lags by ``_grown`` steps)
         self._cap[slot] = cap
-        self._cap_bound = max(self._cap_bound, cap)
+        if cap > self._cap_bound:
+            self._cap_bound = cap
         finish = self._finish[slot] = self.steps_done + steps
         self.decoding += 1
         heapq.heappush(self._due, (finish, slot, self.request[slot]))
