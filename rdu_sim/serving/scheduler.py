@@ -246,7 +246,7 @@ class Scheduler:
         too): the load a router balances."""
         load = self.load
         return int(
-            outstanding_at(
+            _outstanding_at(
                 self.clock(),
                 load.outstanding,
                 load.run_start,
@@ -655,6 +655,11 @@ class Scheduler:
             series.append(
                 now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
             )
+
+
+_outstanding_at: Any = outstanding_at
+"""``serving.load.outstanding_at``, untyped here: on ints it gives a NumPy integer, which
+compiled code would reject where the annotation says ``int``."""
 
 
 def _nothing() -> None:
