@@ -200,8 +200,8 @@ class Scheduler:
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
         # bucket -> [its decode shape, step ps, the step cache's tally once run (``run_tally``)]
         self._decode_steps: dict[int, list[Any]] = {}
-        # a prompt's first prefill step, by its length: [shape, tokens done after it, the step
-        # cache's tally once it ran] (a dict of ints: no shape hashed, no policy asked)
+        # a prompt's first prefill step, by its length (a dict of ints: no shape hashed, no
+        # policy asked a request)
         self._first_steps: dict[int, FirstStep] = {}
         self._candidate: int | None = None  # what ``decide`` found to prefill (see there)
         self.prefill_shape: StepShape | None = None  # the prefill step in flight, if any
