@@ -40,3 +40,20 @@ def test_a_view_of_the_times_alone_leaves_no_half_row() -> None:
     assert times.tolist() == [1]
     assert log.as_array().tolist() == [[1, 1, 1, 1, 1], [2, 2, 2, 2, 2], [3, 4, 4, 4, 4]]
     assert log.counts().shape == (3, 4)
+
+
+def test_rows_past_a_chunk_and_a_view_taken_mid_instant() -> None:
+    """Rows pending and packed read alike: a row replaced after a view packed it, and more
+    rows than one chunk holds, give the rows a list would."""
+    log = SeriesLog()
+    expected = []
+    for i in range(10_000):
+        log.append(2 * i, i % 7, i % 3, i % 5, 64)
+        expected.append([2 * i, i % 7, i % 3, i % 5, 64])
+        if i % 997 == 0:
+            view = log.times()  # packs, and holds the buffer
+            log.append(2 * i, 9, 9, 9, 128)  # same instant: replaces the packed row
+            expected[-1] = [2 * i, 9, 9, 9, 128]
+            assert view.tolist() == [row[0] for row in expected[:-1]] + [2 * i]
+    assert len(log) == len(expected)
+    assert log.as_array().tolist() == expected

@@ -250,9 +250,11 @@ def test_a_decision_before_an_admission_needs_no_row(
     )
     lean = serve(requests, policy, StepCache(round_step), config)
 
+    decide = Scheduler.decide
+
     def recording_every_decision(scheduler: Scheduler, now: int) -> str:
-        scheduler.record(now)
-        return scheduler._choose()
+        scheduler.record(now)  # (a decision that records too replaces this row)
+        return decide(scheduler, now)
 
     monkeypatch.setattr(Scheduler, "decide", recording_every_decision)
     full = serve(requests, policy, StepCache(round_step), config)

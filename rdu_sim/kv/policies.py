@@ -347,8 +347,9 @@ class FullPolicy(PolicyBase):
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``prompt + generated``; ValueError when that exceeds the slot."""
-        self._check_prompt(prompt_tokens)
-        self._check_generated(generated)
+        if not 0 < prompt_tokens <= self.max_context or generated < 0:  # (asked per request)
+            self._check_prompt(prompt_tokens)
+            self._check_generated(generated)
         tokens = prompt_tokens + generated
         if tokens > self.max_context:
             raise ValueError(
@@ -407,9 +408,12 @@ class _FixedSlotPolicy(PolicyBase):
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``min(prompt + generated, slot_tokens)``; unbounded generation is fine."""
-        self._check_prompt(prompt_tokens)
-        self._check_generated(generated)
-        return min(prompt_tokens + generated, self.slot_tokens())
+        if not 0 < prompt_tokens <= self.max_context or generated < 0:  # (asked per request)
+            self._check_prompt(prompt_tokens)
+            self._check_generated(generated)
+        tokens = prompt_tokens + generated
+        slot = self.slot_tokens()
+        return tokens if tokens < slot else slot
 
     def buckets(self) -> list[int]:
         """One static shape: ``[slot_tokens]``."""
@@ -634,8 +638,9 @@ class SnapKVPolicy(PolicyBase):
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``min(prompt, budget) + generated``; ValueError when that exceeds the slot."""
-        self._check_prompt(prompt_tokens)
-        self._check_generated(generated)
+        if not 0 < prompt_tokens <= self.max_context or generated < 0:  # (asked per request)
+            self._check_prompt(prompt_tokens)
+            self._check_generated(generated)
         tokens = min(prompt_tokens, self.budget) + generated
         if tokens > self.max_context:
             raise ValueError(

@@ -12,7 +12,6 @@ out in submission order, so request ``i`` is the ``i``-th submitted, whatever th
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,24 +20,25 @@ NEVER = 2**63
 """``next_time`` when no arrival is due: later than any time the serving clock can hold."""
 
 
-class Arrivals(Protocol):
-    """Where a server running alone gets its requests from."""
+class Arrivals:
+    """Where a server running alone gets its requests from (a base class, not a protocol:
+    compiled, its subclasses' methods are called directly)."""
 
     def next_time(self) -> int:
         """Time (ps) of the next request not yet taken; ``NEVER`` if none is known yet."""
-        ...
+        raise NotImplementedError
 
     def take(self) -> int:
         """The id of that next request (it has now arrived)."""
-        ...
+        raise NotImplementedError
 
     def completed(self, now: int) -> None:
         """A request completed at ``now``. A request it brings comes after every one already
         known, so ``next_time`` changes only if it was ``NEVER`` (the server relies on it)."""
-        ...
+        raise NotImplementedError
 
 
-class OpenLoop:
+class OpenLoop(Arrivals):
     """Request ``i`` arrives at ``arrival_ps[i]`` (sorted ascending), whatever completes."""
 
     def __init__(self, arrival_ps: NDArray[np.int64]) -> None:
@@ -59,7 +59,7 @@ class OpenLoop:
         """Open loop: completions do not bring requests."""
 
 
-class ClosedLoop:
+class ClosedLoop(Arrivals):
     """``users`` users that each keep one request in the system until ``total`` are
     submitted: every user submits at time 0, and again at each of its completions."""
 

@@ -92,29 +92,6 @@ class TurnCounts:
     longest_turn_ps: int = 0
 
 
-class ShapeSeenCache(StepCache):
-    """A step cache that remembers the shape it accounted last: the scheduler's prefill step,
-    whose reads a copy in flight shares the channels with."""
-
-    last: StepShape | None = None
-
-    def run(self, shape: StepShape, count: int = 1) -> int:
-        self.last = shape
-        return super().run(shape, count)
-
-
-class WaitingSeries(SeriesLog):
-    """A CoE run's time series: the scheduler's rows, its queue counted with the routed
-    requests waiting for their expert's turn (``elsewhere``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.elsewhere = 0
-
-    def append(self, now: int, waiting: int, prefilling: int, decoding: int, bucket: int) -> None:
-        super().append(now, waiting + self.elsewhere, prefilling, decoding, bucket)
-
-
 class CoEServer:
     """Serves tagged requests in expert turns (module docstring); ``simulate`` runs it."""
 
@@ -138,9 +115,9 @@ class CoEServer:
         self.timeline = timeline = Timeline()
         self._clock: Callable[[], int] = partial(attrgetter("now"), timeline)
         self.tiers = SocketTiers(timeline, tiers)
-        self.cache = ShapeSeenCache(expert_step)
+        self.cache = StepCache(expert_step)
         self.router_cache = StepCache(router_step)
-        self.series = WaitingSeries()
+        self.series = SeriesLog()  # its queue counted with the routed requests (``elsewhere``)
         self.records = ServingRecords(prompt_tokens, output_tokens, series=self.series)
         self.scheduler = Scheduler(config, policy, self.cache, self.records, self._clock, progress)
         self.scheduler.on_complete = self._completed
@@ -334,10 +311,10 @@ class CoEServer:
 
     def _prefill(self) -> Generator[Any, Any, None]:
         """The scheduler's next prefill step (admitting a request first if it starts one)."""
-        cache = self.cache
-        for delay in self.scheduler.prefill():
-            assert cache.last is not None
-            yield from self._step(cache, cache.last, delay)
+        scheduler = self.scheduler
+        for delay in scheduler.prefill():
+            assert scheduler.prefill_shape is not None
+            yield from self._step(self.cache, scheduler.prefill_shape, delay)
 
     def _decode(self) -> Generator[Any, Any, None]:
         """The scheduler's decode run, ending with the step in flight when the next request

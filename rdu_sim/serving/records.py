@@ -11,86 +11,17 @@ All times are integer picoseconds from the start of the run (``step_cache.PS_PER
 from __future__ import annotations
 
 import copy
-from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.serving.series import SERIES_COLUMNS, SeriesLog
 from rdu_sim.serving.step_cache import PS_PER_S
 
+__all__ = ["SERIES_COLUMNS", "UNSET", "SeriesLog", "ServingRecords"]
+
 UNSET = -1
-
-SERIES_COLUMNS = ("time_ps", "waiting", "prefilling", "decoding", "decode_bucket")
-"""Time-series row: after the change at ``time_ps``, requests waiting in the queue, slots
-prefilling (chunked prompts in progress), slots decoding, and the decode bucket of the last
-decode step (0 before any)."""
-
-
-class SeriesLog:
-    """Time-series rows (``SERIES_COLUMNS``), one per instant: a change at the same
-    picosecond as the last row replaces it (the states in between last no time, so no time
-    average or occupancy sees them). Packed in two growing buffers, the times as int64 and
-    the four counts as C ints: 24 bytes a row where a list of tuples took ~120 a row and two
-    rows an instant (a million DeepSeek-R1 requests keep ~48 MB). ``times`` and ``counts``
-    are views, not copies."""
-
-    def __init__(self) -> None:
-        self._times = array("q")
-        self._counts = array("i")
-        self._last_ps = -1
-
-    def append(self, now: int, waiting: int, prefilling: int, decoding: int, bucket: int) -> None:
-        """The state after a change at ``now`` ps (never before the last row's)."""
-        try:
-            if now == self._last_ps:
-                counts = self._counts
-                counts[-4], counts[-3], counts[-2], counts[-1] = (
-                    waiting,
-                    prefilling,
-                    decoding,
-                    bucket,
-                )
-            else:
-                # a BufferError leaves the counts as they were: the times grow second
-                self._counts.extend((waiting, prefilling, decoding, bucket))
-                self._times.append(now)
-                self._last_ps = now
-        except BufferError:  # a view is alive: go on in buffers of our own
-            self._times = array("q", self._times)
-            self._counts = array("i", self._counts[: _COUNTS * len(self._times)])
-            self.append(now, waiting, prefilling, decoding, bucket)
-
-    def __len__(self) -> int:
-        return len(self._times)
-
-    def times(self) -> NDArray[np.int64]:
-        """Each row's time (ps), a view of the buffer."""
-        return np.frombuffer(self._times, dtype=np.int64) if self._times else _EMPTY
-
-    def counts(self) -> NDArray[np.intc]:
-        """Each row's waiting, prefilling, decoding and decode bucket: a (rows, 4) view."""
-        flat = np.frombuffer(self._counts, dtype=np.intc) if self._counts else _EMPTY_COUNTS
-        return flat.reshape(-1, _COUNTS)
-
-    def as_array(self) -> NDArray[np.int64]:
-        """The rows as a (rows, 5) int64 array (a copy)."""
-        rows = np.empty((len(self), len(SERIES_COLUMNS)), dtype=np.int64)
-        rows[:, 0] = self.times()
-        rows[:, 1:] = self.counts()
-        return rows
-
-
-_COUNTS = len(SERIES_COLUMNS) - 1
-_EMPTY: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-_EMPTY_COUNTS: NDArray[np.intc] = np.zeros(0, dtype=np.intc)
-
-
-class _NoSeries(SeriesLog):
-    """A time series that keeps nothing (a cluster's replicas: see ``replica_view``)."""
-
-    def append(self, now: int, waiting: int, prefilling: int, decoding: int, bucket: int) -> None:
-        pass
 
 
 def _unset(n: int) -> NDArray[np.int64]:
@@ -149,7 +80,7 @@ class ServingRecords:
         own step counters, and no time series (a cluster of a million requests would keep
         millions of rows; its occupancy comes from the per-request times instead)."""
         view = copy.copy(self)
-        view.series = _NoSeries()
+        view.series = SeriesLog()  # (left empty: a scheduler writes none when not kept)
         view.keeps_series = False
         view.prefill_steps = view.decode_steps = view.decode_runs = view.tokens_generated = 0
         return view

@@ -49,11 +49,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from functools import lru_cache, partial
-from typing import Literal
+from functools import partial
+from typing import Any, Literal
 
 from simpy.events import Event
 
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.buckets import prefill_step
 from rdu_sim.serving.hooks import ServerHooks
@@ -84,20 +85,55 @@ class ServerConfig:
 
 
 class PromptFacts:
-    """The policy's answers for a prompt length, memoised (bounded): a million requests asked
-    them two policy calls a request, through its checks, for a few thousand lengths. Each is
-    asked only when needed, as the policy itself would be: a request that ends at its first
-    token never asks for a decode cache (which need not fit its slot). Servers of one policy
-    share one (a cluster pool's replicas: one each would hold the same answers 1,024 times).
+    """The policy's answers for a prompt length, memoised: a million requests asked them two
+    policy calls a request, through its checks, for a few thousand lengths (at most
+    ``max_context`` of them). Each is asked only when needed, as the policy itself would
+    be: a request that ends at its first token never asks for a decode cache (which need
+    not fit its slot). Servers of one policy share one (a cluster pool's replicas: one each
+    would hold the same answers 1,024 times).
     """
 
     def __init__(self, policy: KVPolicy) -> None:
-        self.compresses: Callable[[int], bool] = lru_cache(maxsize=1 << 16)(policy.compresses)
+        self.policy = policy
+        self.slot_tokens = policy.slot_tokens()
+        self._compresses: dict[int, bool] = {}
+        self._first_cache: dict[int, int] = {}
+
+    def compresses(self, prompt: int) -> bool:
         """Whether the policy compresses a prompt of this many tokens."""
-        self.first_cache: Callable[[int], int] = lru_cache(maxsize=1 << 16)(
-            partial(policy.cache_at, generated=1)
-        )
+        known = self._compresses.get(prompt)
+        if known is None:
+            known = self._compresses[prompt] = self.policy.compresses(prompt)
+        return known
+
+    def first_cache(self, prompt: int) -> int:
         """The prompt's cache at its first decode step (after one generated token)."""
+        known = self._first_cache.get(prompt)
+        if known is None:
+            known = self._first_cache[prompt] = self.policy.cache_at(prompt, 1)
+        return known
+
+    def last_cache(self, prompt: int, first: int, steps: int) -> int:
+        """The prompt's cache after ``steps`` generated tokens, given its ``first``
+        (:attr:`first_cache`): one token more a step (``serving.slots``' model of every
+        policy) while that stays within the slot; the policy answers beyond (its cache
+        saturates at the slot, or it raises), and for no step at all."""
+        cache = first + steps - 1
+        if steps > 0 and cache <= self.slot_tokens:
+            return cache
+        return self.policy.cache_at(prompt, steps)
+
+
+class FirstStep:
+    """A prompt's first prefill step, memoised by the prompt's length (per server: it
+    depends on the server's context and chunk), with what a request of that prompt asks
+    next: one lookup a request."""
+
+    def __init__(self, shape: StepShape, done: int) -> None:
+        self.shape = shape
+        self.done = done  # prompt tokens done after it
+        self.tally: list[int] | None = None  # the step cache's, once run (``run_tally``)
+        self.first_cache = -1  # the prompt's first decode cache once asked (``PromptFacts``)
 
 
 class Scheduler:
@@ -118,6 +154,7 @@ class Scheduler:
         load: Counters | None = None,
         speculation: Speculation | None = None,
         facts: PromptFacts | None = None,
+        timeline: Timeline | None = None,
     ) -> None:
         """``forever``: serve until the simulation runs out of events (a replica, whose
         requests are not known in advance) instead of stopping after ``len(records)``.
@@ -125,7 +162,8 @@ class Scheduler:
         passes a row of its pool's board so a router can read every replica at once).
         ``speculation``: a draft's steps and rounds (``serving.speculative``).
         ``facts``: the policy's memoised per-prompt answers (:class:`PromptFacts`), shared
-        by the servers of one policy; a server alone makes its own."""
+        by the servers of one policy; a server alone makes its own. ``timeline``: the loop
+        ``clock`` reads, if it is one (its ``now`` is then read directly)."""
         if config.role != "mixed" and hooks is None:
             raise ValueError(f"a {config.role} server needs hooks to move its KV cache")
         if speculation is not None and (hooks is not None or config.role != "mixed"):
@@ -136,7 +174,18 @@ class Scheduler:
         self.cache = cache
         self.records = records
         self._series = records.series if records.keeps_series else None  # rows, if kept
+        # The per-request arrays as memoryviews of the same memory: an item read or written
+        # through one is a C operation on a Python int, where a NumPy scalar access costs a
+        # method call and a boxed scalar (a lone server touches eight a request).
+        self._prompts = records.target_prompt_tokens.data
+        self._outputs = records.output_tokens.data
+        self._admit_ps = records.admit_ps.data
+        self._first_token_ps = records.first_token_ps.data
+        self._finish_ps = records.finish_ps.data
+        self._slot_of = records.slot.data
+        self._completions = records.completions.data
         self.clock = clock
+        self._timeline = timeline
         self.progress = progress
         self.speculation = speculation
         rounds = speculation is not None and speculation.config.decoding is not None
@@ -146,9 +195,20 @@ class Scheduler:
         self.completed = 0
         self.until = None if forever else len(records)  # completions that end the run
         self._last_was_prefill = False
+        self._decode_first = config.prefill_priority == "decode_first"
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
-        self._decode_steps: dict[int, tuple[StepShape, int]] = {}  # bucket -> shape, step ps
+        # bucket -> [its decode shape, step ps, the step cache's tally once run (``run_tally``)]
+        self._decode_steps: dict[int, list[Any]] = {}
+        # a prompt's first prefill step, by its length (a dict of ints: no shape hashed, no
+        # policy asked a request)
+        self._first_steps: dict[int, FirstStep] = {}
+        self._candidate: int | None = None  # what ``decide`` found to prefill (see there)
+        self.prefill_shape: StepShape | None = None  # the prefill step in flight, if any
+        # the prefill step begun: slot, request, prompt, tokens before and after, the other
+        # slots packed into it, its prompt's first step if it is one
+        self._prefilling: tuple[int, int, int, int, int, list[int], FirstStep | None] | None
+        self._prefilling = None
         self.hooks = hooks
         # prompts pack into one prefill step: a lone server's (a replica's prefix cache and
         # hand-offs, and a speculative draft's prefill, are per request)
@@ -160,14 +220,19 @@ class Scheduler:
         self.poke: Callable[[], None] = _nothing  # the driver: something arrived now
         self.on_complete: Callable[[int], None] | None = None  # a completion at this time
 
+    def _now(self) -> int:
+        """Now (``clock``): the timeline's field itself when there is one (a field read
+        compiled, where calling the clock costs a call and two attribute lookups)."""
+        timeline = self._timeline
+        return timeline.now if timeline is not None else self.clock()
+
     # --- arrivals ---------------------------------------------------------------------------
     def enqueue(self, request: int, now: int, record: bool = True) -> None:
         """Queue an arrived request, its work counted; ``record``: write the series row (not
         when a decision at the same instant writes one anyway, replacing it)."""
-        records = self.records
-        added = records.output_tokens.item(request)
+        added = self._outputs[request]
         if self.config.role != "decode":
-            added += records.target_prompt_tokens.item(request)
+            added += self._prompts[request]
         else:
             added -= 1  # its first token came with its prefill
         self.load.add(added)
@@ -181,7 +246,7 @@ class Scheduler:
         too): the load a router balances."""
         load = self.load
         return int(
-            outstanding_at(
+            _outstanding_at(
                 self.clock(),
                 load.outstanding,
                 load.run_start,
@@ -225,24 +290,10 @@ class Scheduler:
             return -1
         return None
 
-    def _choose(self) -> str:
-        """ "admit" (a prefill step admitting a request), "prefill" (another prefill step),
-        "decode" or "idle"."""
-        if not self.prefill_may_run():
-            return "decode"
-        candidate = self._prefill_candidate()
-        if candidate is not None:
-            return "admit" if candidate < 0 else "prefill"
-        return "decode" if self.slots.decoding > 0 else "idle"
-
     def prefill_may_run(self) -> bool:
         """Whether prefill work may take the next step: under ``decode_first``, not right
         after a prefill step while slots decode."""
-        return not (
-            self._last_was_prefill
-            and self.config.prefill_priority == "decode_first"
-            and self.slots.decoding > 0
-        )
+        return not (self._last_was_prefill and self._decode_first and self.slots.decoding > 0)
 
     def prefill_ran_elsewhere(self) -> None:
         """A prefill step of work outside the slots ran (a CoE router's): it counts as prefill
@@ -250,65 +301,141 @@ class Scheduler:
         self._last_was_prefill = True
 
     def decide(self, now: int) -> str:
-        """The action to take at ``now`` (:meth:`_choose`), recording the state it is taken
-        in; not before an admission, which records the same instant and so replaces that
-        row (``SeriesLog``: one row an instant)."""
-        action = self._choose()
-        if action != "admit" and self._series is not None:  # (a replica keeps no series)
-            self.record(now)
+        """The action to take at ``now``: "admit" (a prefill step admitting a request),
+        "prefill" (another prefill step), "decode" or "idle", recording the state it is taken
+        in; not before an admission, which records the same instant and so replaces that row
+        (``SeriesLog``: one row an instant). The prefill candidate found is the one
+        :meth:`prefill` takes."""
+        slots = self.slots
+        candidate = None
+        if not (self._last_was_prefill and self._decode_first) or self.prefill_may_run():
+            if slots.prefill_order or self.queue:  # (else no candidate)
+                candidate = self._prefill_candidate()
+            if candidate is None:
+                action = "decode" if slots.decoding > 0 else "idle"
+            elif candidate < 0:
+                self._candidate = candidate
+                return "admit"
+            else:
+                action = "prefill"
+        else:
+            action = "decode"
+        self._candidate = candidate
+        series = self._series
+        if series is not None:  # (a replica keeps no series)
+            series.append(
+                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
+            )
         return action
 
     # --- steps ------------------------------------------------------------------------------
     def prefill(self) -> Generator[int, None, None]:
-        """One prefill step (admitting a request first if it starts one, and packing more
-        waiting prompts into it when the runtime batches prefills); yields the delays (ps)
-        to wait, the state changing after each."""
-        slots, records = self.slots, self.records
-        slot = self._prefill_candidate()
-        assert slot is not None
-        admitted = slot < 0
-        if admitted:
+        """One prefill step (:meth:`begin_prefill`): yields the delays (ps) to wait, then
+        applies it (:meth:`end_prefill`)."""
+        yield from self.begin_prefill()
+        self.end_prefill()
+
+    def begin_prefill(self) -> tuple[int, ...]:
+        """Start one prefill step (admitting a request first if it starts one, and packing
+        more waiting prompts into it when the runtime batches prefills) and account it; the
+        delays (ps) to wait before :meth:`end_prefill`: the step's, after a speculative
+        prefill's selection when it admits one. Nothing else reads or changes the state in
+        between but arrivals (a packed step's prompts are admitted here)."""
+        slots = self.slots
+        slot = self._candidate
+        if slot is None:  # (not found by ``decide`` just before)
+            slot = self._prefill_candidate()
+            assert slot is not None
+        self._candidate = None
+        delays: tuple[int, ...] = ()
+        if slot < 0:
             slot = self._admit()
             request = slots.request[slot]
-            if self.speculation is not None and self.speculation.config.prefill is not None:
+            speculation = self.speculation
+            if speculation is not None and speculation.config.prefill is not None:
                 # speculative prefill: the draft scores the whole prompt first
-                whole = int(records.prompt_tokens[request])
-                yield self.speculation.selection_ps(whole, count=True)
+                whole = int(self.records.prompt_tokens[request])
+                delays = (speculation.selection_ps(whole, count=True),)
+            packs = self._packs
         else:
             request = slots.request[slot]
-        prompt = records.target_prompt_tokens.item(request)
+            packs = False
+        prompt = self._prompts[request]
         before = slots.prefilled[slot]
-        shape, done = self._prefill_shape(prompt, before)
-        packed = [slot]
-        if admitted and self._packs and done == prompt:  # (no hooks: nothing was cached)
-            packed += self._pack(shape)
-            if len(packed) > 1:
-                shape = StepShape("prefill", len(packed), shape.tokens, 0, shape.select)
-        step = self.cache.run(shape)
+        tally: list[int] | None
+        first: FirstStep | None = None
+        if before:
+            shape, done = self._prefill_shape(prompt, before)
+            tally = self.cache.run_tally(shape)
+        else:
+            first = self._first_steps.get(prompt)
+            if first is None:
+                first = self._first_step(prompt)
+            shape, done, tally = first.shape, first.done, first.tally
+            if packs and done == prompt:  # (no hooks: nothing was cached)
+                packed = self._pack(shape)
+                if packed:
+                    return self._packed(slot, request, prompt, shape, packed, delays)
+            if tally is None:
+                tally = first.tally = self.cache.run_tally(shape)
+            else:
+                tally[0] += 1
+        step = tally[1]
         if self.speculation is not None:
             step = self.speculation.prefill_ps(step, shape, count=True)
-        records.prefill_steps += 1
-        yield step
+        self.records.prefill_steps += 1
+        self.prefill_shape = shape
+        self._prefilling = (slot, request, prompt, before, done, [], first)
+        return (*delays, step)
+
+    def _packed(
+        self,
+        slot: int,
+        request: int,
+        prompt: int,
+        first: StepShape,
+        packed: list[int],
+        delays: tuple[int, ...],
+    ) -> tuple[int, ...]:
+        """:meth:`begin_prefill` of a step whose first prompt was packed with others."""
+        shape = StepShape("prefill", 1 + len(packed), first.tokens, 0, first.select)
+        step = self.cache.run(shape)
+        self.records.prefill_steps += 1
+        self.prefill_shape = shape
+        self._prefilling = (slot, request, prompt, 0, prompt, packed, None)
+        return (*delays, step)
+
+    def end_prefill(self) -> None:
+        """The prefill step begun by :meth:`begin_prefill` ended now: its prompts advance."""
+        prefilling = self._prefilling
+        assert prefilling is not None
+        self._prefilling = None
+        self.prefill_shape = None
+        slot, request, prompt, before, done, packed, first = prefilling
         self._last_was_prefill = True
-        self._prefilled(slot, request, prompt, before, done)
-        for other in packed[1:]:
+        self._prefilled(slot, request, prompt, before, done, first)
+        slots, prompts = self.slots, self._prompts
+        for other in packed:
             request = slots.request[other]
-            prompt = records.target_prompt_tokens.item(request)
-            self._prefilled(other, request, prompt, 0, prompt)
+            prompt = prompts[request]
+            self._prefilled(other, request, prompt, 0, prompt, None)
 
     def _admit(self) -> int:
         """The queue's first request takes the lowest free slot now (its admission time)."""
-        slots, records = self.slots, self.records
+        slots = self.slots
         slot = slots.free_slot()
         request = self.queue.popleft()
         slots.admit(slot, request)
-        now = self.clock()
-        records.admit_ps[request] = now
-        records.slot[request] = slot
+        now = self._now()
+        self._admit_ps[request] = now
+        self._slot_of[request] = slot
         if self.hooks is not None:
             self._skip_cached(slot, request)
-        if self._series is not None:
-            self.record(now)
+        series = self._series
+        if series is not None:  # (``record``)
+            series.append(
+                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
+            )
         return slot
 
     def _prefill_shape(self, prompt: int, before: int) -> tuple[StepShape, int]:
@@ -322,38 +449,47 @@ class Scheduler:
             self._prompt_facts.compresses(prompt),
         )
 
+    def _first_step(self, prompt: int) -> FirstStep:
+        """A prompt's first prefill step, memoised by its length."""
+        first = self._first_steps.get(prompt)
+        if first is None:
+            first = self._first_steps[prompt] = FirstStep(*self._prefill_shape(prompt, 0))
+        return first
+
     def _pack(self, first: StepShape) -> list[int]:
         """Admit the waiting requests whose prompt prefills in the same static shape as the
         step's first one (FIFO, stopping at the first that does not), while a slot is free
         and the step's padded tokens stay within ``prefill_batch_tokens``; their slots."""
         budget = self.config.prefill_batch_tokens
         assert budget is not None
-        slots, records, queue = self.slots, self.records, self.queue
+        slots, prompts, queue = self.slots, self._prompts, self.queue
         packed: list[int] = []
         tokens = first.tokens
         while queue and slots.occupied < slots.n and tokens + first.tokens <= budget:
-            prompt = records.target_prompt_tokens.item(queue[0])
-            shape, done = self._prefill_shape(prompt, 0)
-            if shape != first or done != prompt:
+            prompt = prompts[queue[0]]
+            step = self._first_step(prompt)
+            if step.shape != first or step.done != prompt:
                 break
             packed.append(self._admit())
             tokens += first.tokens
         return packed
 
-    def _prefilled(self, slot: int, request: int, prompt: int, before: int, done: int) -> None:
+    def _prefilled(
+        self, slot: int, request: int, prompt: int, before: int, done: int, first: FirstStep | None
+    ) -> None:
         """A prefill step advanced ``slot``'s prompt from ``before`` to ``done`` tokens; the
         step that ends the prompt gives the first token and starts its decode (or hand-off)."""
-        slots, records = self.slots, self.records
+        slots = self.slots
         slots.prefilled[slot] = done
         slots.chunked_this_round.add(slot)
         if done < prompt:
             self.load.add(before - done)
             return
-        now = self.clock()
-        records.first_token_ps[request] = now
-        records.tokens_generated += 1
+        now = self._now()
+        self._first_token_ps[request] = now
+        self.records.tokens_generated += 1
         self.load.add(before - done - 1)  # the prompt's tokens and the first output token
-        output = records.output_tokens.item(request)
+        output = self._outputs[request]
         if self.hooks is not None:
             sent = self.hooks.prefilled(request)
             if sent is not None:  # the KV cache leaves: hold the slot until it has
@@ -364,7 +500,7 @@ class Scheduler:
         if output == 1:
             self.complete(slot, request, now)
             return
-        self._start_decode(slot, request, prompt, output)
+        self._start_decode(slot, request, prompt, output, first)
 
     def _skip_cached(self, slot: int, request: int) -> None:
         """Start a prefill past the prompt tokens a prefix cache holds (hooks decide how many)."""
@@ -377,16 +513,26 @@ class Scheduler:
         self.slots.prefilled[slot] = skipped
         self.load.add(-skipped)
 
-    def _start_decode(self, slot: int, request: int, prompt: int, output: int) -> None:
+    def _start_decode(
+        self, slot: int, request: int, prompt: int, output: int, step: FirstStep | None = None
+    ) -> None:
         """The slot's request (prefilled here, or its KV cache received) starts decoding:
-        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done."""
-        cap = self.policy.cache_at(prompt, output - 1)
+        ``prompt`` tokens cached (the target's), ``output`` tokens in all, the first done;
+        ``step``: the prompt's first prefill step, which keeps its first decode cache."""
+        facts = self._prompt_facts
+        if step is None:
+            first = facts.first_cache(prompt)
+        else:
+            first = step.first_cache
+            if first < 0:
+                first = step.first_cache = facts.first_cache(prompt)
+        cap = facts.last_cache(prompt, first, output - 1)
         slots = self.slots
         if isinstance(slots, RoundSlots):
             assert self.speculation is not None
             self.speculation.start(slots, self.records, slot, request, cap)
             return
-        slots.start_decode(slot, self._prompt_facts.first_cache(prompt), cap, output - 1)
+        slots.start_decode(slot, first, cap, output - 1)
 
     # --- KV hand-offs (cluster replicas) -------------------------------------------------------
     def _handed_off(self, slot: int, request: int, _event: Event) -> None:
@@ -447,21 +593,22 @@ class Scheduler:
             step = self.speculation.round_ps(self.cache, bucket)
             decoding = 0  # a round's tokens differ per slot: a run settles its count at its end
         else:
-            shape, step = self.decode_shape(bucket)
+            known = self._decode_steps.get(bucket)
+            shape, step = (known[0], known[1]) if known is not None else self.decode_shape(bucket)
             decoding = slots.decoding
-        start = self.clock()
+        start = self._now()
         self.load.begin_run(start, start + steps * step, step, decoding)
         return shape, bucket, steps, step
 
     def decode_shape(self, bucket: int) -> tuple[StepShape, int]:
         """The decode step's shape at ``bucket`` and its time (ps), one shape object per
-        bucket (the step cache finds it by identity, not by comparing fields). Not for
-        speculative rounds, whose steps are the draft's and the verification's."""
+        bucket. Not for speculative rounds, whose steps are the draft's and the
+        verification's."""
         known = self._decode_steps.get(bucket)
         if known is None:
             shape = StepShape("decode", self.slots.n, 1, bucket)
-            known = self._decode_steps[bucket] = (shape, self.cache.step_ps(shape))
-        return known
+            known = self._decode_steps[bucket] = [shape, self.cache.step_ps(shape), None]
+        return known[0], known[1]
 
     def decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
         """Account a decode run of ``steps`` steps that ended now; complete who finished."""
@@ -470,7 +617,12 @@ class Scheduler:
             assert self.speculation is not None
             self.speculation.run_rounds(self.cache, bucket, steps)
         else:
-            self.cache.run(shape, steps)
+            known = self._decode_steps[bucket]  # (``decode_plan`` made it)
+            tally = known[2]
+            if tally is None:
+                known[2] = self.cache.run_tally(shape, steps)
+            else:
+                tally[0] += steps
         records = self.records
         records.decode_steps += steps
         records.decode_runs += 1
@@ -478,14 +630,14 @@ class Scheduler:
         records.tokens_generated += emitted
         self.load.end_run(emitted)
         self._last_was_prefill = False
-        now = self.clock()
+        now = self._now()
         for slot in slots.advance(steps):
             self.complete(slot, slots.request[slot], now)
 
     def complete(self, slot: int, request: int, now: int) -> None:
-        records = self.records
-        records.finish_ps[request] = now
-        records.completions[request] += 1
+        """``slot``'s request completed at ``now``: its slot is free."""
+        self._finish_ps[request] = now
+        self._completions[request] += 1
         self.slots.release(slot)
         self.completed += 1
         if self.hooks is not None:
@@ -493,7 +645,7 @@ class Scheduler:
         if self.on_complete is not None:
             self.on_complete(now)
         if self.progress is not None:
-            self.progress(self.completed, len(records))
+            self.progress(self.completed, len(self.records))
 
     def record(self, now: int) -> None:
         """A time-series row: the state after a change at ``now`` (a replica keeps none)."""
@@ -503,6 +655,11 @@ class Scheduler:
             series.append(
                 now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
             )
+
+
+_outstanding_at: Any = outstanding_at
+"""``serving.load.outstanding_at``, untyped here: on ints it gives a NumPy integer, which
+compiled code would reject where the annotation says ``int``."""
 
 
 def _nothing() -> None:

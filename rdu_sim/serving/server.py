@@ -38,7 +38,7 @@ from rdu_sim.des.simpy_events import redirect, scheduled
 from rdu_sim.des.timeline import IDLE, Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, Arrivals
-from rdu_sim.serving.clock import advance
+from rdu_sim.serving.clock import MAX_PS, advance
 from rdu_sim.serving.hooks import ServerHooks
 from rdu_sim.serving.load import Counters
 from rdu_sim.serving.records import ServingRecords
@@ -109,12 +109,14 @@ class Server:
             load=load,
             speculation=speculation,
             facts=facts,
+            timeline=env if isinstance(env, Timeline) else None,
         )
         if arrivals is not None and (hooks is not None or forever):
             raise ValueError("a server given its arrivals runs alone, without cluster hooks")
         if arrivals is not None and not isinstance(env, Timeline):
             raise ValueError("a server given its arrivals is a driver: it needs a Timeline")
         self.scheduler.poke = self._poke
+        self._arrival_ps = records.arrival_ps.data  # (as the scheduler's arrays)
         # a driver of the timeline (no event objects), or a SimPy process (settles, hand-offs)
         driven = isinstance(env, Timeline) and config.role == "mixed"
         self._timeline = env if driven and isinstance(env, Timeline) else None
@@ -183,9 +185,8 @@ class Server:
     def submit(self, request: int) -> None:
         """A request arrives now (a replica: a router or a test hands it over)."""
         now = self._clock()
-        scheduler = self.scheduler
-        scheduler.records.arrival_ps[request] = now
-        scheduler.enqueue(request, now)
+        self._arrival_ps[request] = now
+        self.scheduler.enqueue(request, now)
         self._poke()
 
     def enqueue(self, request: int) -> None:
@@ -201,7 +202,7 @@ class Server:
         arrivals = self.arrivals
         assert arrivals is not None
         scheduler = self.scheduler
-        arrival_ps = scheduler.records.arrival_ps
+        arrival_ps = self._arrival_ps
         at = self._due
         while at <= until:
             request = arrivals.take()
@@ -259,28 +260,34 @@ class Server:
         decode run is cut where the next arrival falls (``Scheduler.cut``). Stops early
         only if nothing is left to arrive (``serving.simulate`` then reports the requests
         that never completed)."""
-        scheduler, clock = self.scheduler, self._clock
+        scheduler, timeline = self.scheduler, self._timeline
         until = scheduler.until
-        assert self.arrivals is not None and until is not None
+        assert self.arrivals is not None and until is not None and timeline is not None
         while scheduler.completed < until:
-            now = clock()
+            now = timeline.now
             if self._due <= now:
                 self._land(now, record=False)  # the decision records this instant
             action = scheduler.decide(now)
             # each step's end, the arrivals due by then landed first (during a step, the
             # slots' state is the step's, as a step-by-step server records it)
             if action == "admit" or action == "prefill":
-                for delay in scheduler.prefill():
-                    end = advance(clock(), delay, self._longest_step_s)
+                for delay in scheduler.begin_prefill():
+                    end = timeline.now + delay
+                    if end > MAX_PS:
+                        advance(timeline.now, delay, self._longest_step_s)  # (raises)
                     if self._due <= end:
                         self._land(end)
                     yield end
+                scheduler.end_prefill()
             elif action == "decode":
                 shape, bucket, steps, step = scheduler.decode_plan()
-                advance(now, steps * step, self._longest_step_s)  # the uncut run's range
-                steps = scheduler.cut(now, steps, step, self._due)
+                if now + steps * step > MAX_PS:  # the uncut run's range
+                    advance(now, steps * step, self._longest_step_s)  # (raises)
+                due = self._due
+                if steps > 1 and due < now + steps * step:
+                    steps = scheduler.cut(now, steps, step, due)
                 end = now + steps * step
-                if self._due <= end:
+                if due <= end:
                     self._land(end)
                 yield end
                 scheduler.decode_done(shape, bucket, steps)
@@ -288,7 +295,7 @@ class Server:
                 return
             else:
                 yield self._due
-        scheduler.record(clock())
+        scheduler.record(timeline.now)
 
     # --- a cluster replica -------------------------------------------------------------------
     def _run(self) -> Generator[Event | int | object, Any, None]:

@@ -102,7 +102,11 @@ class Slots:
 
     def admit(self, slot: int, request: int) -> None:
         """Put a request in an empty slot, to be prefilled."""
-        self._take(slot)
+        empty = self._empty
+        if empty[0] == slot:  # (the lowest, as a scheduler takes them: ``_take``)
+            heapq.heappop(empty)
+        else:
+            self._take(slot)
         self.request[slot] = request
         self._phase[slot] = PREFILLING
         self.prefilled[slot] = 0
@@ -133,7 +137,8 @@ class Slots:
         self._phase[slot] = DECODING
         self._cache[slot] = cache - self._grown  # (the array lags by ``_grown`` steps)
         self._cap[slot] = cap
-        self._cap_bound = max(self._cap_bound, cap)
+        if cap > self._cap_bound:
+            self._cap_bound = cap
         finish = self._finish[slot] = self.steps_done + steps
         self.decoding += 1
         heapq.heappush(self._due, (finish, slot, self.request[slot]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
 from rdu_sim.shapes import StepShape
@@ -29,7 +30,7 @@ class StepCost:
     hbm_util: float = 0.0  # HBM bytes moved / (step time x peak HBM bandwidth) (0..1)
     pcu_util: float = 0.0  # fraction of PCU-time busy during the step (0..1)
     flops: float = 0.0  # matrix FLOPs of the step over all its sockets (0: not known)
-    detail: object = None  # the engine's full timing (for `--step` and reports), if any
+    detail: Any = None  # the engine's full timing (for `--step` and reports), if any
     flops_util: float = 0.0  # matrix FLOPs / (step time x the socket's peak FLOP/s) (0..1)
 
 
@@ -87,6 +88,13 @@ class StepCache:
             return step
         run[0] += count
         return run[1]
+
+    def run_tally(self, shape: StepShape, count: int = 1) -> list[int]:
+        """Account ``count`` steps of ``shape`` (:meth:`run`) and return its live
+        ``[steps run, step ps]``: a caller that runs the shape again adds its steps to the
+        first item itself, with no lookup of the shape (whose hash is a Python call)."""
+        self.run(shape, count)
+        return self._runs[shape]
 
     @property
     def steps(self) -> dict[StepShape, int]:
