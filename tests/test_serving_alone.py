@@ -21,6 +21,9 @@ wrong boundary rule would get wrong.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ import pytest
 import simpy
 from test_serving_batched import reference_serve
 
+from rdu_sim import native
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.des.order import NORMAL
 from rdu_sim.des.timeline import Timeline
@@ -251,16 +255,39 @@ def test_a_decision_before_an_admission_needs_no_row(
     lean = serve(requests, policy, StepCache(round_step), config)
 
     decide = Scheduler.decide
+    decisions = []
 
     def recording_every_decision(scheduler: Scheduler, now: int) -> str:
+        decisions.append(now)
         scheduler.record(now)  # (a decision that records too replaces this row)
         return decide(scheduler, now)
 
     monkeypatch.setattr(Scheduler, "decide", recording_every_decision)
     full = serve(requests, policy, StepCache(round_step), config)
+    if not decisions:  # a compiled scheduler calls its own: checked from source, below
+        assert native.compiled()
+        pytest.skip("the compiled scheduler calls its own decide")
     assert len(full.series) == len(lean.series) > len(requests)
     np.testing.assert_array_equal(full.series.times(), lean.series.times())
     np.testing.assert_array_equal(full.series.counts(), lean.series.counts())
+
+
+def test_decision_rows_are_checked_from_source_when_the_core_is_compiled() -> None:
+    """The check above patches ``Scheduler.decide``, which compiled code never looks up: with
+    the core compiled, it runs again in a process that imports the scheduler from source."""
+    if not native.compiled():
+        pytest.skip("the scheduler runs from source: the check above ran as it is")
+    name = "test_a_decision_before_an_admission_needs_no_row"
+    env = dict(os.environ, **{native.PURE_VARIABLE: "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"{__file__}::{name}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
 
 
 def test_a_server_alone_is_a_driver_of_a_timeline() -> None:
