@@ -2,11 +2,9 @@
 
 rdu-sim's core needs only its declared dependencies; a few features need more (pyproject's
 ``[project.optional-dependencies]``): Dask for ``--cluster``, pyarrow for Parquet exports,
-nbclient for running the notebooks, matplotlib for ``rdu-sim plot`` and SciPy for ``rdu-sim
-calibrate`` (kept out of the first install, which they would lengthen by ~9 s of CPU).
-:func:`require` imports such a module or raises :class:`MissingDependencyError`, which the
-CLI prints as one ``error:`` line naming the ``pip install "rdu-sim[EXTRA]"`` that fixes it
-(exit 2). Imports nothing of rdu_sim.
+nbclient for running the notebooks. :func:`require` imports such a module or raises
+:class:`MissingDependencyError`, which the CLI prints as one ``error:`` line naming the
+``pip install "rdu-sim[EXTRA]"`` that fixes it (exit 2). Imports nothing of rdu_sim.
 """
 
 from __future__ import annotations
@@ -21,8 +19,6 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pyarrow": ("parquet", "pyarrow"),
     "nbclient": ("notebooks", "nbclient"),
     "nbformat": ("notebooks", "nbformat"),
-    "matplotlib": ("plot", "matplotlib"),
-    "scipy": ("calibrate", "SciPy"),
 }
 """Top-level module -> (the extra that installs it, the package's name in messages)."""
 

@@ -87,34 +87,3 @@ def test_every_extra_named_exists_in_pyproject() -> None:
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     for extra, _ in extras.EXTRAS.values():
         assert f"\n{extra} = [" in text
-
-
-def test_plot_without_matplotlib_names_the_extra(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    out = tmp_path / "memory.png"
-    line = _error_line(["plot", "memory", "llama3.1-8b-1socket", "-o", str(out)])
-    assert line == (
-        'error: rdu-sim plot needs matplotlib, which is not installed: pip install "rdu-sim[plot]"'
-    )
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_calibration_without_scipy_names_the_extra_before_simulating(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from rdu_sim.validate.calibrate import Calibration, parse_fit
-
-    monkeypatch.setitem(sys.modules, "scipy", None)
-
-    def simulate(*_: object) -> float:
-        raise AssertionError("simulated before the missing SciPy was reported")
-
-    fit = parse_fit("hw.system.intra_node_link.bandwidth=8 GB/s:64 GB/s")
-    with pytest.raises(extras.MissingDependencyError) as caught:
-        Calibration([], [fit], simulate_point=simulate)
-    assert str(caught.value) == (
-        "calibration (a least-squares fit) needs SciPy, which is not installed: "
-        'pip install "rdu-sim[calibrate]"'
-    )

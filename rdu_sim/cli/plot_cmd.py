@@ -31,7 +31,6 @@ from typing import Any
 
 import click
 
-from rdu_sim import extras
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
 from rdu_sim.config import json_text
@@ -257,7 +256,6 @@ def command(
     if problem is not None:
         fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")
     suffix = input_path.suffix.lower()
-    extras.require("matplotlib", "rdu-sim plot")
     from rdu_sim.report import plots
 
     if suffix in _YAML_SUFFIXES and kind == "calibration":

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from rdu_sim import extras
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.units import UnitError, parse_bandwidth, parse_flops, parse_seconds
 from rdu_sim.validate.deployment import MeasuredPoint, PointResult, simulate
@@ -117,8 +116,6 @@ class Calibration:
     ) -> None:
         if not parameters:
             raise ValueError("name at least one parameter to fit (--fit hw.FIELD=LOW:HIGH)")
-        if not extras.available("scipy"):  # before any point is simulated
-            raise extras.missing("scipy", "calibration (a least-squares fit)")
         self.points = tuple(points)
         self.parameters = tuple(parameters)
         self.overrides = tuple(overrides)
