@@ -13,7 +13,6 @@ compiler, or with RDU_SIM_PURE_PYTHON=1 at install, the package installs as pure
 says so in one line. Everything else is in pyproject.toml.
 """
 
-import importlib.machinery
 import importlib.util
 import json
 import os
@@ -208,15 +207,10 @@ class BuildNative(build_ext):
 
 def remove_stale_shims(package: Path, compiled: set[str]) -> None:
     """Delete the extension files an earlier in-place build left for modules no longer
-    compiled: Python imports an extension before the source beside it, so a module that left
-    native-modules.txt would still load its old shim (and fail, its group gone)."""
-    suffixes = sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True)
-    for path in package.rglob("*"):
-        name = path.relative_to(package.parent).as_posix()
-        suffix = next((s for s in suffixes if name.endswith(s)), None)
-        if suffix is not None and name[: -len(suffix)].replace("/", ".") not in compiled:
-            print(f"rdu-sim: removing {path} (no longer compiled)", file=sys.stderr)
-            path.unlink()
+    compiled (``rdu_sim.native.stale_extensions``)."""
+    for path in native_rules().stale_extensions(package, compiled):
+        print(f"rdu-sim: removing {path} (no longer compiled)", file=sys.stderr)
+        path.unlink()
 
 
 setup(

@@ -212,3 +212,19 @@ def install() -> None:
 def compiled() -> bool:
     """Whether this process runs the compiled core (for provenance)."""
     return _compiled
+
+
+def stale_extensions(package: Path, compiled: set[str]) -> list[Path]:
+    """Extension files under ``package`` of modules not in ``compiled`` (dotted names): what
+    an in-place build leaves when a module leaves native-modules.txt, which Python would
+    still import before the source beside it. A file's module is its folder and its name up
+    to the first dot, so another Python version's build of a compiled module is kept."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    stale = []
+    for path in sorted(package.rglob("*")):
+        if not path.name.endswith(suffixes) or not path.is_file():
+            continue
+        folder = path.parent.relative_to(package.parent).as_posix().replace("/", ".")
+        if f"{folder}.{path.name.split('.', 1)[0]}" not in compiled:
+            stale.append(path)
+    return stale

@@ -293,6 +293,21 @@ def test_a_command_freezes_its_imports_only_while_it_runs(monkeypatch: pytest.Mo
     assert gc.get_freeze_count() == 0
 
 
+def test_a_command_looked_up_outside_a_run_freezes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Listing or completing commands imports them outside ``invoke``: nothing is frozen then
+    (it would stay frozen for good, no invocation ending to unfreeze it)."""
+    module = type(sys)("rdu_sim_probe_lookup")
+    module.command = click.Command("lookup")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "rdu_sim_probe_lookup", module)
+    monkeypatch.setitem(COMMANDS, "lookup", "rdu_sim_probe_lookup")
+    assert gc.get_freeze_count() == 0
+    with click.Context(cli) as ctx:
+        assert cli.get_command(ctx, "lookup") is module.command  # type: ignore[attr-defined]
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_console_script_ends_with_everything_frozen() -> None:
     """``main`` is the process's last work: it freezes what is left, so the interpreter's
     collections at exit pass over none of it (docs/performance.md, the step command)."""

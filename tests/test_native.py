@@ -211,3 +211,24 @@ def test_an_up_to_date_build_runs_compiled(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "so"]  # every listed module is an extension
     assert done.stderr == ""
+
+
+def test_an_in_place_build_finds_the_extensions_of_modules_no_longer_compiled(
+    tmp_path: Path,
+) -> None:
+    package = tmp_path / "rdu_sim"
+    names = [
+        "des/environment.cpython-311-x86_64-linux-gnu.so",  # compiled: kept
+        "des/environment.cpython-312-x86_64-linux-gnu.so",  # another Python's: kept
+        "hw/copy_engine.cpython-311-x86_64-linux-gnu.so",  # left the list: stale
+        "hw/copy_engine.py",
+        "engine/records.abi3.so",  # left the list: stale
+    ]
+    for name in names:
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("")
+    stale = native.stale_extensions(package, {"rdu_sim.des.environment"})
+    assert [p.relative_to(package).as_posix() for p in stale] == [
+        "engine/records.abi3.so",
+        "hw/copy_engine.cpython-311-x86_64-linux-gnu.so",
+    ]

@@ -64,18 +64,19 @@ SUMMARIES: dict[str, str] = {
 }
 
 
-def _import_frozen(module_name: str) -> ModuleType:
-    """Import a command's module with Python's cyclic garbage collector paused, then freeze
-    what the imports made (``gc.freeze``: kept out of later passes until ``LazyGroup.invoke``
-    ends). The imports make ~100,000 long-lived objects (classes, functions, pydantic's
-    models) and free almost none, so every pass over them, during the imports and after,
-    finds nothing: ~10 ms of a step's ~0.3 s."""
+def _import_frozen(module_name: str, freeze: bool = True) -> ModuleType:
+    """Import a command's module with Python's cyclic garbage collector paused, then (with
+    ``freeze``) freeze what the imports made (``gc.freeze``: kept out of later passes until
+    ``LazyGroup.invoke`` ends). The imports make ~100,000 long-lived objects (classes,
+    functions, pydantic's models) and free almost none, so every pass over them, during the
+    imports and after, finds nothing: ~10 ms of a step's ~0.3 s."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         return importlib.import_module(module_name)
     finally:
-        gc.freeze()
+        if freeze:
+            gc.freeze()
         if was_enabled:
             gc.enable()
 
@@ -86,13 +87,17 @@ class LazyGroup(RduGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *super().list_commands(ctx)})
 
+    _invoking = 0  # invocations running: a command's import freezes only inside one
+
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; then what its import froze is collectable again (a process that
         calls the CLI more than once, as the tests do, keeps no garbage for good)."""
         frozen_before = gc.get_freeze_count()
+        self._invoking += 1
         try:
             return super().invoke(ctx)
         finally:
+            self._invoking -= 1
             if not frozen_before:
                 gc.unfreeze()
 
@@ -104,7 +109,7 @@ class LazyGroup(RduGroup):
             from rdu_sim import checkout
 
             checkout.start()
-        command = _import_frozen(module_name).command
+        command = _import_frozen(module_name, freeze=self._invoking > 0).command
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}.command is not a click command")
         return command

@@ -263,6 +263,12 @@ class PolicyBase:
         if generated < 0:
             raise ValueError(f"generated must be >= 0, got {generated}")
 
+    def _check_cache_args(self, prompt_tokens: int, generated: int) -> None:
+        """``cache_at``'s arguments (asked per request: one comparison when they are good)."""
+        if not 1 <= prompt_tokens <= self.max_context or generated < 0:
+            self._check_prompt(prompt_tokens)
+            self._check_generated(generated)
+
     def compresses(self, prompt_tokens: int) -> bool:
         """Whether prefill of this prompt runs the SnapKV selection."""
         self._check_prompt(prompt_tokens)
@@ -347,9 +353,7 @@ class FullPolicy(PolicyBase):
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``prompt + generated``; ValueError when that exceeds the slot."""
-        if not 0 < prompt_tokens <= self.max_context or generated < 0:  # (asked per request)
-            self._check_prompt(prompt_tokens)
-            self._check_generated(generated)
+        self._check_cache_args(prompt_tokens, generated)
         tokens = prompt_tokens + generated
         if tokens > self.max_context:
             raise ValueError(
@@ -408,9 +412,7 @@ class _FixedSlotPolicy(PolicyBase):
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``min(prompt + generated, slot_tokens)``; unbounded generation is fine."""
-        if not 0 < prompt_tokens <= self.max_context or generated < 0:  # (asked per request)
-            self._check_prompt(prompt_tokens)
-            self._check_generated(generated)
+        self._check_cache_args(prompt_tokens, generated)
         tokens = prompt_tokens + generated
         slot = self.slot_tokens()
         return tokens if tokens < slot else slot
@@ -638,9 +640,7 @@ class SnapKVPolicy(PolicyBase):
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
         """``min(prompt, budget) + generated``; ValueError when that exceeds the slot."""
-        if not 0 < prompt_tokens <= self.max_context or generated < 0:  # (asked per request)
-            self._check_prompt(prompt_tokens)
-            self._check_generated(generated)
+        self._check_cache_args(prompt_tokens, generated)
         tokens = min(prompt_tokens, self.budget) + generated
         if tokens > self.max_context:
             raise ValueError(

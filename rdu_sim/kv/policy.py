@@ -37,7 +37,9 @@ class KVPolicy(Protocol):
         ...
 
     def cache_at(self, prompt_tokens: int, generated: int) -> int:
-        """Tokens a decode step attends to after `generated` output tokens."""
+        """Tokens a decode step attends to after `generated` output tokens: one more a token
+        until the slot is full, then the slot (or ValueError past it). The scheduler counts
+        a decode run's caches on from the first by that rule (``PromptFacts.last_cache``)."""
         ...
 
     def decode_bucket(self, longest_cache: int) -> int:
