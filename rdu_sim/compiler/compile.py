@@ -114,8 +114,8 @@ class Compiler:
     def kernels(self, shape: StepShape) -> list[KernelGraph]:
         """The fused, sharded kernel graphs of one step (before stage allocation), kept
         until that step's Program is made: the memory plan reads the graphs of the decode
-        step of its slots, which is usually the first Program asked for (its graphs are
-        read, never changed)."""
+        step of its slots, often the first Program asked for (its graphs are read, never
+        changed). A shape never compiled keeps its graphs as long as the compiler."""
         graphs = self._kernels.get(shape)
         if graphs is None:
             graphs = self._kernels[shape] = kernel_graphs(self.view.scenario, shape)

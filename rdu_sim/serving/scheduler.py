@@ -37,11 +37,13 @@ seen it. Time is integer picoseconds, so ``k * step`` is exact.
 The scheduler decides and accounts; it never waits. It reads the time from ``clock`` and
 gives its drivers (``serving.server``: a server alone, a cluster replica;
 ``serving.coe_server``: a Composition of Experts' turns) what to wait for:
-:meth:`Scheduler.prefill` yields the delays (ps) of a prefill step, :meth:`decode_plan` a
-decode run that :meth:`cut` may shorten when something arrives mid-run, and
-:meth:`decode_done` accounts it once it has ended. What arrives between decisions is handed
-over by :meth:`enqueue` (the driver calls ``poke`` to be woken or cut), and a completion is
-reported to ``on_complete`` (a server alone's closed-loop users resubmit there).
+:meth:`Scheduler.prefill` yields the delays (ps) of a prefill step (or, for a driver that
+waits itself, :meth:`begin_prefill` returns them and :meth:`end_prefill` ends the step, with
+no decision in between), :meth:`decode_plan` a decode run that :meth:`cut` may shorten
+when something arrives mid-run, and :meth:`decode_done` accounts it once it has ended.
+What arrives between decisions is handed over by :meth:`enqueue` (the driver calls ``poke``
+to be woken or cut), and a completion is reported to ``on_complete`` (a server alone's
+closed-loop users resubmit there).
 """
 
 from __future__ import annotations
