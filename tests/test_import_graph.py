@@ -4,6 +4,7 @@ loaded; this checks modules, not milliseconds, so load on the machine cannot fai
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -23,11 +24,14 @@ _LOADED = (
     "    main()\n"
     "except SystemExit as exit:\n"
     "    assert not exit.code, exit.code\n"
-    f"print(*sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}), file=sys.stderr)\n"
+    "print(*sorted(sys.modules), file=sys.stderr)\n"
 )
+STEP = ("step", "deepseek-r1-128k-snapstream", "--json")
 
 
-def _heavy_loaded(*args: str) -> set[str]:
+@functools.cache
+def _loaded(*args: str) -> frozenset[str]:
+    """Every module a fresh interpreter had loaded when ``rdu-sim ARGS`` ended."""
     done = subprocess.run(
         [sys.executable, "-c", _LOADED, *args],
         capture_output=True,
@@ -36,14 +40,18 @@ def _heavy_loaded(*args: str) -> set[str]:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    return set(done.stderr.split())
+    return frozenset(done.stderr.split())
+
+
+def _heavy_loaded(*args: str) -> set[str]:
+    return {m.split(".")[0] for m in _loaded(*args)} & set(HEAVY)
 
 
 @pytest.mark.parametrize(
     ("args", "allowed"),
     [
         # a step builds a graph (no networkx), simulates it and prints JSON (no rich)
-        (("step", "deepseek-r1-128k-snapstream", "--json"), set()),
+        (STEP, set()),
         (("check", "workloads/deepseek-r1-128k-snapstream.yaml"), {"rich"}),
         (("inspect", "graph", "deepseek-r1-128k-snapstream", "--json"), {"rich"}),
         # serving samples requests with numpy; no plots, no DataFrames, no Dask
@@ -74,43 +82,12 @@ def test_the_package_alone_loads_nothing_heavy() -> None:
     assert done.stdout.split() == []
 
 
-_MODULES = (
-    "import sys\n"
-    "from rdu_sim.cli.main import main\n"
-    "sys.argv = ['rdu-sim', *sys.argv[1:]]\n"
-    "try:\n"
-    "    main()\n"
-    "except SystemExit as exit:\n"
-    "    assert not exit.code, exit.code\n"
-    "print(*sorted(m for m in sys.modules if m.startswith('rdu_sim')), file=sys.stderr)\n"
-)
-
-
 def test_an_sn40l_step_loads_no_gpu_engine() -> None:
     """The GPU engine is imported for GPU hardware only (``engine.for_hardware``)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _MODULES, "step", "deepseek-r1-128k-snapstream", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    loaded = set(done.stderr.split())
+    loaded = _loaded(*STEP)
     assert "rdu_sim.engine.engine" in loaded
     assert not {m for m in loaded if m.startswith("rdu_sim.engine.gpu")}
 
-
-_STDLIB_LOADED = (
-    "import sys\n"
-    "from rdu_sim.cli.main import main\n"
-    "sys.argv = ['rdu-sim', *sys.argv[1:]]\n"
-    "try:\n"
-    "    main()\n"
-    "except SystemExit as exit:\n"
-    "    assert not exit.code, exit.code\n"
-    "print(*sorted(sys.modules), file=sys.stderr)\n"
-)
 
 STEP_NEEDS_NONE_OF = ("sqlite3", "difflib")
 """Standard-library modules a step has no use for (a sweep's store, the "did you mean" of an
@@ -118,15 +95,7 @@ unknown field), ~2 ms of its start together."""
 
 
 def test_a_step_loads_no_stdlib_module_it_does_not_use() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _STDLIB_LOADED, "step", "deepseek-r1-128k-snapstream", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert set(done.stderr.split()) & set(STEP_NEEDS_NONE_OF) == set()
+    assert _loaded(*STEP) & set(STEP_NEEDS_NONE_OF) == set()
 
 
 def test_the_step_models_annotations_are_types_not_strings() -> None:
