@@ -22,15 +22,20 @@ STEP_HBM, STEP_DDR = 4e8, 2e7  # a step's reads while the copy runs
 STEP_AT = 1_000_000_000  # ps after the copy starts
 
 
-def _alone(step_reads: bool = True) -> tuple[float, float, float]:
-    """The copy and the step's reads (if ``step_reads``) on the hardware models' own
-    environment (float ps): when the copy lands, when both reads are done, and the copy
-    engine's busy time."""
+def _models() -> tuple[CountingEnvironment, MemoryChannel, MemoryChannel, CopyEngine]:
+    """The tiers' hardware models on their own environment (float ps): DDR, HBM, the copier."""
     env = CountingEnvironment()
     per_ps = 1e-12
     ddr = MemoryChannel(env, TIERS.ddr_bandwidth * per_ps, TIERS.ddr_latency * 1e12, 0.8)
     hbm = MemoryChannel(env, TIERS.hbm_bandwidth * per_ps, TIERS.hbm_latency * 1e12, 0.95)
-    copier = CopyEngine(env, ddr, hbm, TIERS.copy_bandwidth * per_ps)
+    return env, ddr, hbm, CopyEngine(env, ddr, hbm, TIERS.copy_bandwidth * per_ps)
+
+
+def _alone(step_reads: bool = True) -> tuple[float, float, float]:
+    """The copy and the step's reads (if ``step_reads``) on the hardware models' own
+    environment (float ps): when the copy lands, when both reads are done, and the copy
+    engine's busy time."""
+    env, ddr, hbm, copier = _models()
     times: dict[str, float] = {}
     copy = copier.copy(COPY)
     copy.callbacks.append(lambda _e: times.setdefault("landed", env.now))
@@ -128,11 +133,7 @@ def test_the_server_acting_when_told_finds_the_tiers_at_its_instant() -> None:
     """Two copies asked for at once; when the first lands the server starts a step's reads
     at once (the second copy still running): the tiers have not run past that instant, so
     the reads end where they do on the models' own environment started then."""
-    env = CountingEnvironment()
-    per_ps = 1e-12
-    ddr = MemoryChannel(env, TIERS.ddr_bandwidth * per_ps, TIERS.ddr_latency * 1e12, 0.8)
-    hbm = MemoryChannel(env, TIERS.hbm_bandwidth * per_ps, TIERS.hbm_latency * 1e12, 0.95)
-    copier = CopyEngine(env, ddr, hbm, TIERS.copy_bandwidth * per_ps)
+    env, ddr, hbm, copier = _models()
     alone: dict[str, float] = {}
 
     first = copier.copy(COPY)
