@@ -310,7 +310,7 @@ class Scheduler:
         :meth:`prefill` takes."""
         slots = self.slots
         candidate = None
-        if not (self._last_was_prefill and self._decode_first) or self.prefill_may_run():
+        if self.prefill_may_run():
             if slots.prefill_order or self.queue:  # (else no candidate)
                 candidate = self._prefill_candidate()
             if candidate is None:
@@ -323,11 +323,7 @@ class Scheduler:
         else:
             action = "decode"
         self._candidate = candidate
-        series = self._series
-        if series is not None:  # (a replica keeps no series)
-            series.append(
-                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
-            )
+        self.record(now)
         return action
 
     # --- steps ------------------------------------------------------------------------------
@@ -433,11 +429,7 @@ class Scheduler:
         self._slot_of[request] = slot
         if self.hooks is not None:
             self._skip_cached(slot, request)
-        series = self._series
-        if series is not None:  # (``record``)
-            series.append(
-                now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
-            )
+        self.record(now)
         return slot
 
     def _prefill_shape(self, prompt: int, before: int) -> tuple[StepShape, int]:
