@@ -192,7 +192,7 @@ def _remaining(replica: Any) -> int:
     done_steps = 0
     load = server.load
     if load.run_decoding:
-        now = min(int(server.env.now), load.run_end)
+        now = min(int(server.loop.now), load.run_end)
         done_steps = (now - load.run_start) // load.run_step
     for slot in range(slots.n):
         request = int(slots.request[slot])
@@ -670,6 +670,6 @@ def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path:
     memo = pool.runtime.facts
     replicas = result.run.cluster.replicas
     assert len(replicas) == 3
-    assert all(r.server.scheduler._prompt_facts is memo for r in replicas)
+    assert all(r.server.scheduler._facts is memo for r in replicas)
     served = result.run.serving.prompt_tokens
-    assert len(memo._compresses) == len(set(served.tolist()))
+    assert len(memo) == len(set(served.tolist()))

@@ -20,16 +20,14 @@ import math
 
 import simpy
 
-from rdu_sim.des.timeline import Timeline
+from rdu_sim.des.timeline import Loop
 from rdu_sim.serving.clock import MAX_PS, PS_PER_S, SimulatedTimeError, to_s
 
 
 class KVLink:
     """Ports of ``replicas`` replicas; ``transfer`` returns the arrival event."""
 
-    def __init__(
-        self, env: Timeline | simpy.Environment, replicas: int, bandwidth: float, latency: float
-    ) -> None:
+    def __init__(self, env: Loop, replicas: int, bandwidth: float, latency: float) -> None:
         if bandwidth <= 0:
             raise ValueError(f"kv_transfer.bandwidth must be > 0, got {bandwidth}")
         if latency < 0:

@@ -1,7 +1,8 @@
 """Run a cluster: replicas' servers, the router and the KV link on des's serving loop
-(``des.timeline``: integer picoseconds, ``des.order``'s same-instant order). A mixed replica
-is a driver of the loop (its step ends and wakes, no event objects); a prefill or decode
-replica, the KV link and the hand-offs are SimPy processes and events on the same loop.
+(``des.timeline``: integer picoseconds, ``des.order``'s same-instant order). Every replica's
+server is a driver of the loop (``serving.driver``: its step ends and wakes, no event
+objects), fed by its router; the KV link's transfers and the hand-offs are SimPy events on
+the same loop.
 
 One process replays the arrivals; at each arrival instant the router picks a replica of the
 front pool (mixed, or prefill when disaggregated) from the replicas' state at that instant,
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import simpy
 from numpy.typing import NDArray
 from simpy.events import Event
 
@@ -36,7 +36,7 @@ from rdu_sim.cluster.routers import make_router
 from rdu_sim.cluster.traffic import ClusterRequests, ContextFit
 from rdu_sim.config.cluster import KVTransferConfig
 from rdu_sim.des.order import NORMAL
-from rdu_sim.des.timeline import Timeline
+from rdu_sim.des.timeline import Loop, Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
@@ -52,7 +52,7 @@ class ReplicaGroup:
 
     def __init__(
         self,
-        env: Timeline | simpy.Environment,
+        env: Loop,
         replicas: list[Replica],
         board: LoadBoard,
         prefixes: PrefixIndex,
@@ -102,7 +102,7 @@ class Cluster:
 
     def __init__(
         self,
-        env: Timeline | simpy.Environment,
+        env: Loop,
         requests: ClusterRequests,
         pools: Sequence[PoolRuntime],
         router: str,
@@ -213,23 +213,13 @@ class Cluster:
 
 
 def _arrivals(
-    timeline: Timeline, arrival_ps: list[int], arrive: Callable[[int], None]
+    loop: Loop, arrival_ps: list[int], arrive: Callable[[int], None]
 ) -> Generator[int, None, None]:
     """Call ``arrive(i)`` at ``arrival_ps[i]`` (sorted): a driver of the loop, resumed at
     NORMAL priority at each arrival instant (as SimPy's timeouts would resume a process)."""
     for request, at in enumerate(arrival_ps):
-        if at > timeline.now:
+        if at > loop.now:
             yield at
-        arrive(request)
-
-
-def _simpy_arrivals(
-    env: simpy.Environment, arrival_ps: list[int], arrive: Callable[[int], None]
-) -> Generator[Event, Any, None]:
-    """:func:`_arrivals` as a SimPy process (the oracle's)."""
-    for request, at in enumerate(arrival_ps):
-        if at > env.now:
-            yield env.timeout(at - env.now)
         arrive(request)
 
 
@@ -258,24 +248,17 @@ def simulate_cluster(
     kv_transfer: KVTransferConfig | None = None,
     progress: Progress | None = None,
     *,
-    oracle: bool = False,
+    loop: Loop | None = None,
 ) -> ClusterRun:
     """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
-    ``oracle``: run every server as a SimPy process in ``simpy.Environment`` instead (the
-    same results: tests/test_cluster_loop.py compares the two)."""
+    ``loop``: the serving loop to run on (default a fresh ``Timeline``; the tests pass an
+    adapter onto ``simpy.Environment``, the oracle: tests/test_cluster_loop.py)."""
     requests = fit.requests
     arrival_ps = arrivals_ps(requests.arrival_s, "traffic").tolist()
-    if not oracle:
-        timeline = Timeline()
-        cluster = Cluster(timeline, requests, pools, router, block_tokens, kv_transfer, progress)
-        timeline.start(_arrivals(timeline, arrival_ps, _arrive(cluster, fit.rejected)), NORMAL)
-        end = timeline.run()
-    else:
-        env = simpy.Environment()
-        cluster = Cluster(env, requests, pools, router, block_tokens, kv_transfer, progress)
-        env.process(_simpy_arrivals(env, arrival_ps, _arrive(cluster, fit.rejected)))
-        env.run()
-        end = int(env.now)
+    loop = Timeline() if loop is None else loop
+    cluster = Cluster(loop, requests, pools, router, block_tokens, kv_transfer, progress)
+    loop.start(_arrivals(loop, arrival_ps, _arrive(cluster, fit.rejected)), NORMAL)
+    end = loop.run()
     _check(cluster, fit)
     return ClusterRun(cluster, fit, end)
 
