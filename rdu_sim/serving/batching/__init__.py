@@ -5,7 +5,7 @@ unknown one lists the valid names. Each policy is one small module beside this f
 here (docs/architecture.md, "The serving level", adds one step by step).
 """
 
-from rdu_sim.serving.batching import decode_first, prefill_first  # noqa: F401
+from rdu_sim.serving.batching import decode_first, prefill_first, static  # noqa: F401
 from rdu_sim.serving.batching.base import (
     ADMIT,
     NO_PREFILL,
