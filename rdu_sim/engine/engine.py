@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.stack import NO_STACK, StackConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine import shared_steps
@@ -44,11 +45,17 @@ class Engine:
     ``record`` collects trace records (``StepTiming.records``) for a Perfetto trace."""
 
     def __init__(
-        self, hardware: HardwareConfig, config: EngineConfig | None = None, *, record: bool = False
+        self,
+        hardware: HardwareConfig,
+        config: EngineConfig | None = None,
+        *,
+        record: bool = False,
+        stack: StackConfig = NO_STACK,
     ) -> None:
         self.hardware = hardware
         self.config = config if config is not None else EngineConfig()
         self.record = record
+        self.stack = stack
 
     def estimate_events(self, program: Program) -> int:
         """A lower bound of the events ``simulate_step`` processes (``budget.min_events``)."""
@@ -74,7 +81,7 @@ class Engine:
         step whose inputs equal an earlier one's is that step's result."""
         if self.record or not shared_steps.active():
             return self._simulate(program)
-        key = shared_steps.step_key(program, self.hardware, self.config)
+        key = shared_steps.step_key(program, self.hardware, self.config, self.stack)
         return shared_steps.shared_step(key, lambda: self._simulate(program))
 
     def _simulate(self, program: Program) -> StepTiming:
@@ -176,7 +183,7 @@ class Engine:
             program,
             total,
             step_s=step,
-            runtime_s=self.hardware.runtime.host_s(program.shape.batch),
+            runtime_s=self.stack.host_s(program.shape.batch),
             bytes_by_tier={
                 "hbm": total.hbm_bytes,
                 "ddr": total.ddr_bytes,
