@@ -12,7 +12,6 @@ prefill step. A stack's values are fitted on that stack's measurements only
 (docs/calibration.md).
 """
 
-
 from typing import Literal
 
 from pydantic import Field
