@@ -62,10 +62,10 @@ from numpy.typing import NDArray
 from rdu_sim import __version__, human
 from rdu_sim.compiler.placement import placement_warnings
 from rdu_sim.compiler.program import TIERS, Placement
-from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
+from rdu_sim.report.bound import step_bound
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
@@ -237,8 +237,9 @@ class DecodeStepBound:
 
 
 def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
-    """The most frequent decode step of ``run`` with its HBM, DDR and compute bounds."""
-    cache, hardware = run.cache, run.scenario.hardware
+    """The most frequent decode step of ``run`` with its HBM, DDR and compute bounds
+    (``report.bound.step_bound``)."""
+    cache = run.cache
     decodes = [(n, shape) for shape, n in cache.steps.items() if shape.phase == "decode"]
     if not decodes:
         return None
@@ -246,26 +247,17 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
     detail = cache.cost(shape).detail
     if not isinstance(detail, StepTiming):
         return None
-    ddr = hardware.socket.ddr if isinstance(hardware, HardwareConfig) else None
-    times = {
-        "hbm": detail.bytes_by_tier.get("hbm", 0.0)
-        / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
-        "ddr": 0.0
-        if ddr is None
-        else detail.bytes_by_tier.get("ddr", 0.0) / (ddr.bandwidth * ddr.efficiency),
-        "compute": detail.flops / hardware.peak_flops,
-        "runtime": detail.runtime_s,
-    }
+    bound = step_bound(detail, run.scenario.hardware)
     return DecodeStepBound(
         batch=shape.batch,
         context=shape.cache_len,
         step_s=detail.step_s,
         bytes_by_tier={t: b for t, b in detail.bytes_by_tier.items() if t in ("hbm", "ddr")},
-        hbm_s=times["hbm"],
-        ddr_s=times["ddr"],
-        compute_s=times["compute"],
-        bound=max(times, key=lambda k: times[k]),
-        runtime_s=times["runtime"],
+        hbm_s=bound.hbm_s,
+        ddr_s=bound.ddr_s,
+        compute_s=bound.compute_s,
+        bound=bound.bound,
+        runtime_s=bound.runtime_s,
     )
 
 
