@@ -73,6 +73,10 @@ class StepTimes:
         """Every cost simulated so far, in the order first asked."""
         return [cost for cost, _ in self._known.values()]
 
+    def cost(self, shape: StepShape) -> StepCost:
+        """The cost of ``shape`` (simulated if new)."""
+        return self.get(shape)[0]
+
     def get(self, shape: StepShape) -> tuple[StepCost, int]:
         """The cost of ``shape`` and its time (ps), simulated if new; ValueError for a step
         of no time, SimulatedTimeError for one no clock can hold."""
