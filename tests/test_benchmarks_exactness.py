@@ -41,7 +41,10 @@ def test_quick_outputs_are_deterministic_and_name_no_commit(tmp_path: Path) -> N
     assert step["events"] > 0 and run["requests_completed"] == 20
 
 
-def test_the_full_set_is_the_seventeen_commands() -> None:
+def test_the_full_set_covers_every_speculative_workload_and_cluster_file() -> None:
     full = commands(quick=False)
-    assert len(full) == 17 and len({name for name, _ in full}) == 17
+    shipped = ROOT / "workloads"
+    files = len(list((shipped / "speculative").glob("*.yaml")))
+    files += len(list((shipped / "clusters").glob("*.yaml")))
+    assert len(full) == 8 + 3 + files == len({name for name, _ in full})
     assert all(args[-1] == "--json" for _, args in full)
