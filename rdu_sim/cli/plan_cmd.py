@@ -106,7 +106,8 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
     "db_file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="SQLite file of evaluations (default: <spec stem>.sqlite beside the spec); "
+    help="SQLite file of evaluations (default: <spec stem>.sqlite in the current folder for a "
+    "shipped spec, beside a spec of your own); "
     "evaluations already in it are reused.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
