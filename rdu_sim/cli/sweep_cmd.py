@@ -46,7 +46,7 @@ def _results_table(frame: object, summary: object) -> None:
     title = f"{summary.name}: results"
     for table in sweep_tables(frame, metrics, title=title, width=console.width):
         console.print(table)
-    for note in table_notes(frame):
+    for note in table_notes(frame, metrics):
         console.print(note, markup=False, soft_wrap=True)
     console.print(
         f"database: {summary.db} (rdu-sim plot sweep {summary.db}; --export FILE for CSV)",
