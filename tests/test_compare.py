@@ -260,3 +260,5 @@ def test_plot_compare_draws_the_variants(tmp_path: Path) -> None:
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ticks == ["kv.policy=full", "kv.policy=snapstream"]
     assert [t.get_text().split("\n")[1] for t in fig.axes[0].texts] == ["HBM-bound"] * 2
+    title = fig.get_suptitle()  # names what it compares (notebook 06's had no title)
+    assert "deepseek-r1-128k-snapstream" in title and "deepseek-r1" in title

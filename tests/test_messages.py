@@ -7,7 +7,8 @@
   ended in the serving clock's range error naming neither);
 - a token count takes ``128k`` wherever ``plot --contexts`` does;
 - a tab in YAML is called a tab, with its line and column;
-- trace times carry no float noise (a 7 us launch is 7.0, not 6.999999999999999).
+- trace times carry no float noise (a 7 us launch is 7.0, not 6.999999999999999);
+- one speculative user's rates say what each counts.
 """
 
 from __future__ import annotations
@@ -134,3 +135,21 @@ def test_trace_times_carry_no_float_noise(tmp_path: Path) -> None:
         for key in ("ts", "dur"):
             if key in event:
                 assert round(event[key], 6) == event[key], event
+
+
+def test_one_speculative_users_rates_say_what_each_counts() -> None:
+    """One user with a draft: the rate the user sees (1/TPOT) is above the all-users rate,
+    whose label and note say the prefill stalls count in it (they sat side by side unsaid)."""
+    workload = ROOT / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+    args = ("run", workload, "--set", "serving.requests=3")
+    data = json.loads(invoke(*args, "--json").stdout)
+    user, everyone = data["user_tokens_per_s"]["p50"], data["decode_tokens_per_s"]
+    assert user > everyone
+    text = " ".join(invoke(*args).stdout.split())
+    assert "output tokens/s, all users (prefill stalls included)" in text
+    assert "tokens/s one user sees while streaming (p50 of 1/TPOT)" in text
+    assert (
+        f"One user sees {human.rate(user, 'tokens/s')} while its tokens stream (1/TPOT); the "
+        f"all-users rate, {human.rate(everyone, 'tokens/s')}, divides every output token by "
+        "the whole span of decoding, so the time each prefill holds the slots"
+    ) in text

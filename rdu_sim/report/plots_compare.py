@@ -7,7 +7,8 @@ them once turned into dicts), or ``Comparison`` objects. Four panels: decode ste
 (each bar marked with what binds it), tokens/s per user, tokens/s for one model instance, and
 share of peak HBM bandwidth. One comparison gives bars (a variant the model does not fit is
 a gap labelled so); several give a line per variant over the batch size. A variant is named
-by its ``label`` (what differs), or its hardware in JSON written before labels.
+by its ``label`` (what differs), or its hardware in JSON written before labels. The title
+names the workload and model the comparisons carry (``workload``, ``model``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ from matplotlib.figure import Figure
 
 from rdu_sim import human
 from rdu_sim.report.bound import RESOURCES
-from rdu_sim.report.plots_data import PlotInputError, number
-from rdu_sim.report.plots_style import BESIDE, color_for, new_figure, use_token_axis
+from rdu_sim.report.plots_data import PlotInputError, number, with_subject
+from rdu_sim.report.plots_style import (
+    BESIDE,
+    color_for,
+    figure_title,
+    new_figure,
+    use_token_axis,
+)
 
 __all__ = ["PANELS", "compare_plot", "comparisons"]
 
@@ -32,6 +39,21 @@ PANELS: tuple[tuple[str, str, float], ...] = (
     ("hbm_bandwidth_fraction", "share of peak HBM bandwidth (%)", 100.0),
 )
 """(column field, axis label, scale) of each panel."""
+
+
+def _subject(results: Any) -> tuple[str, str]:
+    """The one workload and the one model the comparisons name ('' where they name none or
+    several)."""
+    items = [results] if isinstance(results, Mapping) or hasattr(results, "to_dict") else results
+    found: dict[str, set[str]] = {"workload": set(), "model": set()}
+    for item in items if isinstance(items, Sequence) else ():
+        data = item.to_dict() if hasattr(item, "to_dict") else item
+        for key, seen in found.items():
+            value = data.get(key) if isinstance(data, Mapping) else None
+            if value:
+                seen.add(str(value))
+    workload, model = (next(iter(v)) if len(v) == 1 else "" for v in found.values())
+    return workload, model
 
 
 def comparisons(results: Any) -> list[list[dict[str, Any]]]:
@@ -66,6 +88,8 @@ def compare_plot(results: Any) -> Figure:
         _bars(axes, groups[0])
     else:
         _lines(axes, groups)
+    workload, model = _subject(results)
+    figure_title(fig, with_subject("Decode step compared", workload=workload, model=model))
     return fig
 
 
