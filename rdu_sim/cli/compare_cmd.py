@@ -4,7 +4,7 @@ Each variant (a hardware file, a value of each varied field, or every combinatio
 runs the workload as written with its `hardware` field replaced and its varied fields set,
 compiled and timed for that hardware (rdu_sim/compare.py says what is measured): a table
 with one column per variant, a line per variant saying what differs and what binds its decode
-step, and why each wins or loses against the first (rdu_sim/compare_why.py); or with `--json`
+step, and why each wins or loses against the first (rdu_sim/compare/why.py); or with `--json`
 one JSON object (`columns` in the order given, `lines`, `verdicts`). A system the model does
 not fit is a column saying so. `--set` applies to every run (a `hw.` path must exist in
 every hardware file given).
@@ -55,8 +55,6 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
 def print_comparison(result: Comparison) -> None:
     """The comparison as one rich table, a column per variant; under it a line per variant
     (what differs, what binds it; or why it does not fit) and each verdict."""
-    from rdu_sim.compare_why import column_lines, verdicts
-
     table = Table(title=f"{result.workload}: {result.model}", title_justify="left")
     table.add_column("")
     for column in result.columns:
@@ -65,7 +63,7 @@ def print_comparison(result: Comparison) -> None:
         table.add_row(label, *(cell(c) for c in result.columns))
     console = Console(soft_wrap=True)
     console.print(table)
-    for line in [*column_lines(result), *verdicts(result)]:
+    for line in [*result.lines, *result.verdicts]:
         console.print(line, markup=False)
 
 

@@ -12,9 +12,10 @@ resource's bytes or FLOPs against its bandwidth or peak).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from rdu_sim import human
-from rdu_sim.compare import Column, Comparison
+from rdu_sim.compare.column import Column
 from rdu_sim.report.bound import RESOURCES
 
 UNEXPLAINED = 0.5
@@ -43,10 +44,10 @@ def _share(column: Column) -> float:
     return column.bound_s / column.step_s
 
 
-def column_lines(comparison: Comparison) -> list[str]:
+def column_lines(columns: Sequence[Column]) -> list[str]:
     """One line per variant: what it sets, and what binds its decode step."""
     lines = []
-    for column in comparison.columns:
+    for column in columns:
         if not column.fits:
             lines.append(f"{column.label}: does not fit: {column.reason}")
             continue
@@ -134,9 +135,9 @@ def verdict(a: Column, b: Column) -> str:
     return f"{head}. Why: {'; '.join(reasons)}."
 
 
-def verdicts(comparison: Comparison) -> list[str]:
+def verdicts(columns: Sequence[Column]) -> list[str]:
     """Each variant that fits against the first that fits."""
-    fitting = [c for c in comparison.columns if c.fits]
+    fitting = [c for c in columns if c.fits]
     if len(fitting) < 2:
         return []
     base = fitting[0]

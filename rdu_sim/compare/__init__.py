@@ -15,7 +15,7 @@ column saying so, with the compiler's reason, not an error.
 Each column reports the step time, tokens/s per user (one token per step) and in total
 (the batch's tokens per step, for one model instance of ``tp`` devices, and for every
 instance the system holds), and the share of its peak HBM bandwidth and FLOP/s the step
-achieved, and what binds the decode step (``report.bound``); ``rdu_sim.compare_why`` says
+achieved, and what binds the decode step (``report.bound``); ``rdu_sim.compare.why`` says
 in words what differs and why one variant wins. ``compare_batches`` repeats the comparison
 over batch sizes (the notebook's curves, the ``compare`` plot's lines).
 """
@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
+from rdu_sim.compare.column import Column, Comparison
+from rdu_sim.compare.why import column_lines, verdicts
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
@@ -38,6 +40,16 @@ from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.bound import step_bound
 from rdu_sim.scenario import Scenario
+
+__all__ = [
+    "Column",
+    "Comparison",
+    "Variant",
+    "compare",
+    "compare_batches",
+    "parse_vary",
+    "variants",
+]
 
 Overrides = Iterable[str] | Mapping[str, Any] | None
 
@@ -114,70 +126,6 @@ def variants(hardware_files: Sequence[str | Path], vary: Sequence[str] = ()) -> 
     return [Variant(dict(combination)) for combination in itertools.product(*axes)]
 
 
-@dataclass(frozen=True)
-class Column:
-    """One variant's figures for the workload (``fits`` False: ``reason`` says why and the
-    timing fields are None)."""
-
-    hardware: str  # the hardware file's name field
-    hardware_file: str
-    kind: str  # rdu or gpu
-    devices: int  # sockets or GPUs in the system
-    tp: int  # devices per model instance
-    instances: int  # model instances the system holds (devices // tp)
-    fusion: str  # the fusion level the compiler used
-    fits: bool
-    reason: str = ""
-    batch_capacity: int | None = None
-    batch: int | None = None
-    context: int | None = None  # cached tokens the decode step attends to (its bucket)
-    step_s: float | None = None
-    tokens_per_s_per_user: float | None = None
-    tokens_per_s: float | None = None  # one model instance
-    system_tokens_per_s: float | None = None  # every instance
-    hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
-    flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
-    peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
-    peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
-    kernel_calls: int | None = None  # kernel calls in one decode step
-    prefill_s: float | None = None  # the typical prompt's prefill
-    label: str = ""  # what differs (``Variant.label``; the hardware's name when only it varies)
-    settings: dict[str, Any] = field(default_factory=dict)  # what the variant sets
-    kv_policy: str = ""
-    slot_tokens: int | None = None  # the most tokens a slot's KV cache keeps
-    bound: str | None = None  # what binds the decode step (``report.bound``)
-    bound_s: float | None = None  # that resource's time in the step
-    hbm_bytes: float | None = None  # HBM bytes one device moves in the decode step
-    flops: float | None = None  # matrix FLOPs of one device in the decode step
-    runtime_s: float | None = None  # the serving runtime's host time in the step
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (field names are the JSON keys)."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A workload under each variant, in the order given."""
-
-    workload: str
-    model: str
-    columns: tuple[Column, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON contract of ``rdu-sim compare --json``: the columns, and in words what
-        differs and binds each (``lines``) and why one wins (``verdicts``)."""
-        from rdu_sim.compare_why import column_lines, verdicts
-
-        return {
-            "workload": self.workload,
-            "model": self.model,
-            "columns": [c.to_dict() for c in self.columns],
-            "lines": column_lines(self),
-            "verdicts": verdicts(self),
-        }
-
-
 def compare(
     workload: str | Path,
     hardware_files: Sequence[str | Path],
@@ -202,7 +150,13 @@ def compare(
         for scenario, side in zip(scenarios, sides, strict=True)
     )
     first = scenarios[0]
-    return Comparison(first.workload.name, first.model.name, columns)
+    return Comparison(
+        first.workload.name,
+        first.model.name,
+        columns,
+        tuple(column_lines(columns)),
+        tuple(verdicts(columns)),
+    )
 
 
 def compare_batches(
