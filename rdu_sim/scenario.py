@@ -195,6 +195,59 @@ def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) 
     return None
 
 
+def _layout_problem(
+    workload: WorkloadConfig, hardware: Hardware, model: Architecture
+) -> tuple[str, str] | None:
+    """(field, problem) of a parallelism the model or the hardware cannot map, or None: the
+    devices it asks for, whole experts per device, a pipeline's stages and what the
+    all-to-all of data-parallel attention needs (``config.parallelism``)."""
+    p, system = workload.parallelism, hardware.system
+    stage, experts = p.stage_devices, getattr(model, "routed_experts", 0)
+    if p.devices > system.sockets:
+        return "parallelism", (
+            f"tp x dp_attention x pp = {p.tp} x {p.dp_attention} x {p.pp} = {p.devices} "
+            f"{hardware.devices}, more than the {system.sockets} of hardware "
+            f"{hardware.name!r} (raise hw.system.sockets: a replica over several nodes or racks)"
+        )
+    field = "parallelism.ep" if p.ep is not None else "parallelism.moe_experts"
+    if p.expert_ways > 1 and not experts:
+        return field, f"the {model.name} model has no routed experts to place whole on devices"
+    if p.expert_ways > 1 and experts % p.expert_ways:
+        if p.tensor_parallel_only:
+            return "parallelism.moe_experts", (
+                f"expert parallelism places whole experts on sockets: tp={p.tp} does not "
+                f"divide the model's {experts} routed experts; use moe_experts: tensor or a "
+                f"tp dividing {experts}"
+            )
+        return field, (
+            f"expert parallelism places whole experts on devices: {p.expert_ways} does not "
+            f"divide the model's {experts} routed experts"
+        )
+    if experts and p.dp_attention > 1 and p.expert_ways == 1:
+        return "parallelism.ep", (
+            f"data-parallel attention over {p.dp_attention} ranks needs the routed experts "
+            f"expert-parallel across them (ep = tp x dp_attention = {stage}): slicing every "
+            "expert over ranks that hold different tokens is not modelled"
+        )
+    if p.pp > model.layers:
+        return "parallelism.pp", f"pp={p.pp} exceeds the {model.name} model's {model.layers} layers"
+    if p.exchange == "all_to_all" and stage > 2 and system.topology == "ring":
+        return "parallelism.ep", (
+            f"the experts' all-to-all sends from every device to every other; a 'ring' wiring "
+            f"links each {hardware.devices[:-1]} to its neighbours only (use "
+            "system.topology switched or fully_connected)"
+        )
+    if p.pp > 1 or p.exchange == "all_to_all":
+        return "parallelism", "pipelines and all-to-all experts are not modelled yet"
+    if not p.tensor_parallel_only and (workload.speculation is not None or workload.coe):
+        what = "speculation" if workload.speculation is not None else "coe"
+        return what, (
+            f"{what} runs on plain tensor parallelism; data-parallel attention, all-to-all "
+            "experts and pipelines are not modelled with it"
+        )
+    return None
+
+
 def _check_coe(
     workload: WorkloadConfig, hardware: Hardware, fail: Callable[[str, str], ConfigError]
 ) -> None:
@@ -237,18 +290,14 @@ def _cross_check(
     the model; then the KV policy, whose own parameter rules (the only ones) it returns."""
 
     fail = _failing(file, lines)
-    problem = _tp_problem(model, workload.parallelism.tp, hardware.system.sockets, hardware)
+    parallelism = workload.parallelism
+    sockets = hardware.system.sockets
+    problem = _tp_problem(model, parallelism.tp, sockets, hardware)
     if problem is not None:
         raise fail("parallelism.tp", problem)
-    tp = workload.parallelism.tp
-    experts = getattr(model, "routed_experts", 0)
-    if workload.parallelism.moe_experts == "expert" and experts % tp:
-        raise fail(
-            "parallelism.moe_experts",
-            f"expert parallelism places whole experts on sockets: tp={tp} does not divide "
-            f"the model's {experts} routed experts; use moe_experts: tensor or a tp dividing "
-            f"{experts}",
-        )
+    layout = _layout_problem(workload, hardware, model)
+    if layout is not None:
+        raise fail(*layout)
     serving = workload.serving
     if serving.max_context > model.max_context:
         raise fail(
