@@ -154,6 +154,18 @@ class SystemConfig(StrictModel):
     sockets_per_node: int = Field(ge=1, le=4096, description="sockets sharing one node")
     intra_node_link: LinkConfig
     inter_node_link: LinkConfig
+    nodes_per_rack: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="nodes one rack holds, its nodes joined by inter_node_link and racks by "
+        "inter_rack_link; none: no rack level (one network joins every node)",
+    )
+    inter_rack_link: LinkConfig | None = Field(
+        default=None,
+        description="a device's share of the network between racks, one direction (needs "
+        "nodes_per_rack)",
+    )
     topology: Topology = Field(
         default="ring",
         description="how sockets are wired: 'ring' (each socket to its two neighbours), "
@@ -183,7 +195,25 @@ class SystemConfig(StrictModel):
                 f"sockets ({self.sockets}) must be a multiple of sockets_per_node "
                 f"({self.sockets_per_node})"
             )
+        if (self.nodes_per_rack is None) != (self.inter_rack_link is None):
+            raise ValueError(
+                "nodes_per_rack and inter_rack_link go together: a rack level needs both "
+                "(omit both for one network joining every node)"
+            )
+        rack = self.sockets_per_rack
+        if rack is not None and self.sockets > rack and self.sockets % rack:
+            raise ValueError(
+                f"sockets ({self.sockets}) must be a multiple of a rack's sockets "
+                f"(sockets_per_node x nodes_per_rack = {rack})"
+            )
         return self
+
+    @property
+    def sockets_per_rack(self) -> int | None:
+        """Sockets (or GPUs) of one rack; None without a rack level."""
+        if self.nodes_per_rack is None:
+            return None
+        return self.sockets_per_node * self.nodes_per_rack
 
 
 class HardwareConfig(StrictModel):

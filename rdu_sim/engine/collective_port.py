@@ -53,6 +53,10 @@ def wiring_of(system: SystemConfig) -> Wiring:
         system.sockets_per_node,
         (system.intra_node_link.bandwidth, system.intra_node_link.latency),
         (system.inter_node_link.bandwidth, system.inter_node_link.latency),
+        system.sockets_per_rack,
+        None
+        if system.inter_rack_link is None
+        else (system.inter_rack_link.bandwidth, system.inter_rack_link.latency),
     )
 
 

@@ -44,11 +44,13 @@ class Wiring:
     sockets_per_node: int
     intra: tuple[float, float]
     inter: tuple[float, float]
+    sockets_per_rack: int | None = None  # None: no rack level
+    rack: tuple[float, float] | None = None  # between racks (None: as between nodes)
 
     def __post_init__(self) -> None:
         if self.kind not in ("ring", "fully_connected", "switched"):
             raise ValueError(f"unknown wiring {self.kind!r}")
-        for bw, lat in (self.intra, self.inter):
+        for bw, lat in (self.intra, self.inter, self.rack or self.inter):
             if bw <= 0 or lat < 0:
                 raise ValueError(f"link bandwidth must be > 0 and latency >= 0: {bw}, {lat}")
 
@@ -99,12 +101,16 @@ def candidates(kind: str, wiring: Wiring, group: int) -> tuple[str, ...]:
     return allowed_algorithms(kind == ALL_REDUCE, wiring.kind, group)
 
 
-def _classes(wiring: Wiring, group: int) -> list[tuple[int, float, float]]:
-    """(peers, bandwidth, latency) per link class a socket reaches in its group."""
+def link_classes(wiring: Wiring, group: int) -> list[tuple[int, float, float]]:
+    """(peers, bandwidth, latency) per link class a socket reaches in its group of
+    consecutive sockets: within its node, its rack's other nodes, other racks."""
     local = min(group, wiring.sockets_per_node)
+    rack = min(group, wiring.sockets_per_rack or group)
     out = [(local - 1, *wiring.intra)] if local > 1 else []
-    if group > local:
-        out.append((group - local, *wiring.inter))
+    if rack > local:
+        out.append((rack - local, *wiring.inter))
+    if group > rack:
+        out.append((group - rack, *(wiring.rack or wiring.inter)))
     return out
 
 
@@ -117,7 +123,7 @@ def estimate(
     p = group
     if p == 1 or nbytes == 0:
         return Estimate(algorithm, 0, 0.0, 0.0, 0.0)
-    classes = _classes(wiring, p)
+    classes = link_classes(wiring, p)
     bw = min(c[1] for c in classes)  # the slower class bounds a ring or tree step
     lat = max(c[2] for c in classes)
     if algorithm in ("ring", "bidirectional_ring"):
