@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
@@ -183,7 +184,7 @@ def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) 
         )
     system = hardware.system
     forced = forced_algorithm(True, system.collective_algorithm)
-    allowed = allowed_algorithms(True, system.topology, tp)
+    allowed = allowed_algorithms(True, system.topology, tp, system.sockets_per_node)
     if forced is not None and forced not in allowed:
         return (
             f"hardware {hardware.name!r} forces {forced} collectives "
@@ -237,8 +238,24 @@ def _layout_problem(
             f"links each {hardware.devices[:-1]} to its neighbours only (use "
             "system.topology switched or fully_connected)"
         )
-    if p.pp > 1 or p.exchange == "all_to_all":
-        return "parallelism", "pipelines and all-to-all experts are not modelled yet"
+    if p.pp > 1:
+        return "parallelism.pp", "pipelines are not modelled yet"
+    if p.two_batch_overlap and not isinstance(hardware, GpuHardwareConfig):
+        return "parallelism.two_batch_overlap", (
+            "SN40L's fused layer kernels already stream the all-to-all piece by piece beside "
+            "the compute feeding it (system.collective_chunks); two-batch overlap is a GPU "
+            "runtime's schedule of separate kernels"
+        )
+    if p.two_batch_overlap and workload.fusion == "full":
+        return "parallelism.two_batch_overlap", (
+            "two-batch overlap runs one micro-batch's all-to-all kernels beside the other's "
+            "kernels; fusion full makes a layer one kernel (use fusion auto or partial)"
+        )
+    if isinstance(hardware, GpuHardwareConfig) and p.comm_sms >= hardware.gpu.sms:
+        return "parallelism.comm_sms", (
+            f"{p.comm_sms} SMs for communication leave none of the {hardware.gpu.sms} of "
+            f"hardware {hardware.name!r} to compute"
+        )
     if not p.tensor_parallel_only and (workload.speculation is not None or workload.coe):
         what = "speculation" if workload.speculation is not None else "coe"
         return what, (

@@ -42,8 +42,7 @@ def test_moe_experts_is_ep_one_or_every_device() -> None:
     assert ParallelismConfig(tp=4, dp_attention=8, ep=32).exchange == "all_to_all"
     assert ParallelismConfig(tp=16, ep=16).exchange == "all_reduce"
     assert ParallelismConfig(tp=16).exchange == "none"
-    with pytest.raises(ValueError, match="disagree"):
-        ParallelismConfig(tp=16, ep=1, moe_experts="expert")
+    assert ParallelismConfig(tp=16, ep=1, moe_experts="expert").expert_ways == 1  # ep decides
 
 
 def test_where_each_part_lives() -> None:
@@ -75,11 +74,6 @@ def test_where_each_part_lives() -> None:
             r"16777216 devices, more than a replica's 4096",
         ),
         ({"parallelism.micro_batches": 4}, "parallelism", r"needs pp > 1"),
-        (
-            {"parallelism.ep": 16, "parallelism.moe_experts": "tensor"},
-            "parallelism",
-            r"disagree",
-        ),
     ],
 )
 def test_a_combination_that_cannot_map_is_one_error_naming_its_field(

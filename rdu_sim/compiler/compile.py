@@ -37,6 +37,7 @@ from rdu_sim.compiler.buffers import (
     rows_floor,
 )
 from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.expert_exchange import micro_batch_shapes
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
 from rdu_sim.compiler.placement import (
     batch_capacity,
@@ -77,6 +78,7 @@ class Compiler:
         self.scenario = scenario
         self._view: CompileView | None = None
         self._programs: dict[StepShape, Program] = {}
+        self._micro: dict[StepShape, Program] = {}  # two-batch overlap's micro-batches
         self._placements: dict[int, Placement] = {}
         self._capacity: int | None = None
         self._kernels: dict[StepShape, list[KernelGraph]] = {}
@@ -122,10 +124,26 @@ class Compiler:
         return graphs
 
     def program(self, shape: StepShape) -> Program:
-        """The Program of one static shape (cached)."""
+        """The Program of one static shape (cached); with two-batch overlap, its
+        micro-batches' Programs beside it (``Program.micro_batches``)."""
         cached = self._programs.get(shape)
         if cached is not None:
             return cached
+        program = self._compile(shape)
+        if self.view.scenario.workload.parallelism.two_batch_overlap:
+            micro = tuple(self._micro_batch(part) for part in micro_batch_shapes(shape))
+            program = replace(program, micro_batches=micro)
+        self._programs[shape] = program
+        return program
+
+    def _micro_batch(self, shape: StepShape) -> Program:
+        """One micro-batch's Program (compiled whole: a micro-batch is not cut again)."""
+        if shape not in self._micro:
+            self._micro[shape] = self._compile(shape)
+        return self._micro[shape]
+
+    def _compile(self, shape: StepShape) -> Program:
+        """The Program of ``shape`` run as one batch."""
         placement = self.placement(max(shape.batch, self.batch_slots()))
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
@@ -136,10 +154,15 @@ class Compiler:
             lambda: _kernel_programs(view.scenario, fractions, kv_tier, shape, self.kernels(shape)),
         )
         self._kernels.pop(shape, None)  # a Program is cached: its graphs are not needed again
-        program = Program(shape=shape, tp=view.scenario.tp, kernels=kernels, placement=placement)
-        program = replace(program, placement=with_sram(placement, program.sram_bytes))
-        self._programs[shape] = program
-        return program
+        stage = view.scenario.workload.parallelism.stage_devices
+        program = Program(
+            shape=shape,
+            tp=view.scenario.tp,
+            kernels=kernels,
+            placement=placement,
+            stage_devices=stage if stage > view.scenario.tp else 0,
+        )
+        return replace(program, placement=with_sram(placement, program.sram_bytes))
 
 
 def _kernel_programs(
@@ -290,7 +313,7 @@ def _stage(
         gemm=None if gemm is None else Gemm(gemm.m, gemm.n, gemm.k, gemm.batch),
         collective=None
         if node.collective is None
-        else CollectiveSpec(node.collective, node.collective_bytes, node.group),
+        else CollectiveSpec(node.collective, node.collective_bytes, node.group, node.exchange),
         selected_by=_producer(graph, node.weights_selected_by),
     )
     return _Draft(stage, operand, activations)

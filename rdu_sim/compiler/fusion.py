@@ -160,7 +160,7 @@ def fuse_attention(graph: DiGraph) -> DiGraph:
 
 def layer_graphs(scenario: Scenario, shape: StepShape) -> list[tuple[GraphGroup, DiGraph]]:
     """Each group of one step with its sharded graph (attention fused, except at `none`)."""
-    plan = shard_plan(scenario)
+    plan = shard_plan(scenario, shape)
     fuse = fusion_level(scenario) != "none"
     return [
         (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))

@@ -30,14 +30,16 @@ TP (DeepSeek-R1: kv_lora_rank 512 + rope 64; 128 heads x (128 + 64 + 128) per-he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from rdu_sim.compiler.expert_exchange import ExpertExchange, expert_exchange
 from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
 from rdu_sim.graph.moe import expected_busiest_socket_experts
 from rdu_sim.graph.operator import Axis
 from rdu_sim.models.layers import layer_kinds, window_tokens
 from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import Phase, StepShape
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,17 @@ class ExpertPlacement:
 
 @dataclass(frozen=True)
 class ShardPlan:
-    """TP degree and the layout choices that set each axis's divisor."""
+    """TP degree and the layout choices that set each axis's divisor; under data-parallel
+    attention with all-to-all experts, the exchange and the step it is for (its phase and
+    its rank's token rows: the experts' load and the all-to-all's mode depend on them)."""
 
     tp: int
     mla_cache_layout: str = "sequence_split"
     kv_heads: int | None = None  # GQA key/value heads (None for MLA)
     experts: ExpertPlacement | None = None  # whole experts per socket (None: sliced)
+    exchange: ExpertExchange | None = None  # all-to-all experts (compiler.expert_exchange)
+    rows: int = 0  # the step's token rows per rank (with an exchange)
+    phase: Phase = "decode"  # the step's phase (with an exchange)
 
     def divisor(self, axis: Axis) -> int:
         """Ways `axis` is split over the TP group (see the module table)."""
@@ -87,22 +94,27 @@ class ShardPlan:
         return self.mla_cache_layout == "sequence_split" and self.tp > 1
 
 
-def shard_plan(scenario: Scenario) -> ShardPlan:
-    """The ShardPlan a scenario asks for."""
+def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
+    """The ShardPlan a scenario asks for (for a step of ``shape``: what an all-to-all
+    exchange of experts needs to know of it)."""
     arch = scenario.model
     kv_heads = None if isinstance(arch, DeepSeekArchitecture) else arch.kv_heads
     parallelism = scenario.workload.parallelism
     experts = None
-    if parallelism.moe_experts == "expert" and isinstance(
-        arch, DeepSeekArchitecture | GqaMoeArchitecture
-    ):
+    if parallelism.expert_ways > 1 and isinstance(arch, DeepSeekArchitecture | GqaMoeArchitecture):
         groups = (
             (arch.expert_groups, arch.groups_per_token)
             if isinstance(arch, DeepSeekArchitecture)
             else (1, 1)
         )
         experts = ExpertPlacement(arch.routed_experts, arch.experts_per_token, *groups)
-    return ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts)
+    exchange = expert_exchange(scenario)
+    if exchange is not None:
+        experts = None  # whole experts, paced by the exchange's own load
+    plan = ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts, exchange)
+    if exchange is None or shape is None:
+        return plan
+    return replace(plan, rows=shape.rows, phase=shape.phase)
 
 
 def mla_cache_form(scenario: Scenario) -> MlaCache:

@@ -178,8 +178,10 @@ class SystemConfig(StrictModel):
         "NCCL-like cost estimate (hops x latency + bytes / bandwidth); a name forces it: "
         "'ring' (one way round), 'bidirectional_ring' (half each way), 'one_shot' (every "
         "socket sends to every other), 'two_shot' (one-shot reduce-scatter then all-gather), "
-        "'tree' (binary-tree all-reduce); the direct forms need topology switched or "
-        "fully_connected, the tree fully_connected, beyond 2 sockets per group",
+        "'tree' (binary-tree all-reduce), 'hierarchical' (all-reduce inside each node, then "
+        "across nodes on each socket's rail); the direct forms need topology switched or "
+        "fully_connected, the tree fully_connected, beyond 2 sockets per group, the "
+        "hierarchical one a group of whole nodes",
     )
     collective_chunks: int = Field(
         default=4,

@@ -90,7 +90,7 @@ class ParallelismConfig(StrictModel):
         le=MAX_DEVICES,
         description="expert-parallel degree: 1 slices every routed expert over the stage's "
         "tp x dp_attention devices, tp x dp_attention places whole experts on each of them; "
-        "default: from moe_experts",
+        "given, it decides over moe_experts; default: from moe_experts",
     )
     pp: int = Field(
         default=1,
@@ -105,6 +105,32 @@ class ParallelismConfig(StrictModel):
         le=4096,
         description="with pp > 1: micro-batches a step's batch is cut into, following each "
         "other through the stages (default: pp)",
+    )
+    all_to_all: Literal["auto", "throughput", "low_latency"] = Field(
+        default="auto",
+        description="how the experts' all-to-all sends (DeepEP's two kinds): 'throughput' "
+        "sends a token once to each node it needs over the network, then on to its devices "
+        "inside the node; 'low_latency' sends each of its experts' copies straight to their "
+        "devices; 'auto' is throughput for prefill, low_latency for decode",
+    )
+    dispatch_dtype: Literal["fp8", "bf16"] | None = Field(
+        default=None,
+        description="type the dispatch all-to-all sends the hidden states in (fp8: one FP32 "
+        "scale per 128 values, DeepEP's); default: dtypes.activations. The combine sends "
+        "dtypes.activations",
+    )
+    two_batch_overlap: bool = Field(
+        default=False,
+        description="a GPU step as two micro-batches, one's all-to-alls beside the other's "
+        "kernels (SGLang's two-batch overlap); costs each layer's weights read twice, GEMMs "
+        "on half the rows and comm_sms SMs held by the communication kernels",
+    )
+    comm_sms: int = Field(
+        default=20,
+        ge=0,
+        le=10_000,
+        description="with two_batch_overlap: SMs the all-to-all kernels hold while they "
+        "overlap the other micro-batch's kernels (DeepEP's Buffer.num_sms, 20 by default)",
     )
     mla_cache_layout: Literal["replicated", "sequence_split", "head_split"] = Field(
         default="sequence_split",
@@ -139,14 +165,14 @@ class ParallelismConfig(StrictModel):
                 f"{stage} devices) or tp x dp_attention = {stage} (whole experts on each), "
                 f"got {self.ep}"
             )
-        if (
-            self.ep is not None
-            and "moe_experts" in self.model_fields_set
-            and self.ep != self._ep_of(self.moe_experts)
-        ):
+        exchange_only = ("all_to_all", "dispatch_dtype", "two_batch_overlap", "comm_sms")
+        fields = type(self).model_fields
+        given = [f for f in exchange_only if getattr(self, f) != fields[f].default]
+        if given and self.exchange != "all_to_all":
             raise ValueError(
-                f"parallelism.ep {self.ep} and moe_experts {self.moe_experts!r} disagree "
-                f"(moe_experts 'tensor' is ep 1, 'expert' is ep {stage}): give one of them"
+                f"parallelism.{given[0]} sets the experts' all-to-all, which runs only with "
+                "data-parallel attention and whole experts (dp_attention > 1, ep = tp x "
+                "dp_attention)"
             )
         if self.micro_batches is not None and self.pp == 1:
             raise ValueError(

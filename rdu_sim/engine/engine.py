@@ -13,7 +13,7 @@ exactly (``budget``).
 Symmetric TP: by default one socket is simulated, with one rotational period of each ring
 collective on the links (socket 0's chain for identical hops, one node's sockets and links for a
 ring over several nodes: exact, see ``hw.collectives``); ``all_sockets`` simulates all
-``program.tp`` sockets and every link hop, and gives the same step time.
+``program.devices`` sockets and every link hop, and gives the same step time.
 
 All state lives in the Engine's runs (no globals), so the same step twice gives the same
 StepTiming, and engines in one process do not affect each other.
@@ -58,7 +58,7 @@ class Engine:
 
     def _least_events(self, program: Program, works: list[dict[str, TileWork]]) -> int:
         cfg = self.config
-        sockets = program.tp if cfg.all_sockets else 1
+        sockets = program.devices if cfg.all_sockets else 1
         return sum(
             min_events(k, w, layers=fewest_layers(k, cfg.fast_forward), sockets=sockets)
             for k, w in zip(program.kernels, works, strict=True)
@@ -84,7 +84,7 @@ class Engine:
             return KernelSim(
                 program.kernels[index],
                 self.hardware,
-                program.tp,
+                program.devices,
                 self.config,
                 works[index],
                 layers=layers,
@@ -138,7 +138,7 @@ class Engine:
             kernels=kernels,
             hbm_bandwidth=sock.hbm.bandwidth,
             peak_flops=sock.peak_flops,
-            sockets_simulated=program.tp if self.config.all_sockets else 1,
+            sockets_simulated=program.devices if self.config.all_sockets else 1,
             timeline=timeline,
         )
 

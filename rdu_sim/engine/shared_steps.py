@@ -46,6 +46,7 @@ def step_key(program: Program, hardware: HardwareConfig, config: EngineConfig) -
         (
             repr(program.shape),
             repr(program.tp),
+            repr(program.stage_devices),
             repr(program.kernels),
             hardware.socket.model_dump_json(),
             hardware.system.model_dump_json(),

@@ -98,7 +98,7 @@ def _check(kind: str, group: int, nbytes: float, pieces: int) -> None:
 def candidates(kind: str, wiring: Wiring, group: int) -> tuple[str, ...]:
     """Algorithms ``wiring`` can run for ``kind`` over ``group`` sockets."""
     _check(kind, group, 0.0, 1)
-    return allowed_algorithms(kind == ALL_REDUCE, wiring.kind, group)
+    return allowed_algorithms(kind == ALL_REDUCE, wiring.kind, group, wiring.sockets_per_node)
 
 
 def link_classes(wiring: Wiring, group: int) -> list[tuple[int, float, float]]:
@@ -142,6 +142,8 @@ def estimate(
         hops = 2 * math.floor(math.log2(p))
         total = tree_time(p, nbytes, bw, lat, pieces)
         return Estimate(algorithm, hops, nbytes, hops * lat, total - hops * lat)
+    if algorithm == "hierarchical":
+        return _hierarchical(nbytes, group, wiring, pieces)
     if algorithm not in ("one_shot", "two_shot"):
         raise ValueError(f"unknown collective algorithm {algorithm!r}; valid: {ALGORITHMS}")
     if algorithm == "two_shot" and kind != ALL_REDUCE:
@@ -160,6 +162,27 @@ def estimate(
             worst = (t, phases * sends * shard, phases * c_lat)
     t, per_link, lat_term = worst
     return Estimate(algorithm, phases, per_link, lat_term, t - lat_term)
+
+
+def _hierarchical(nbytes: float, group: int, wiring: Wiring, pieces: int) -> Estimate:
+    """The hierarchical all-reduce (``hw.hierarchical``): its three phases' estimates added
+    (inside a node, across nodes on one rail, inside a node again)."""
+    local = wiring.sockets_per_node
+    nodes = group // local
+    rack_nodes = None if wiring.sockets_per_rack is None else wiring.sockets_per_rack // local
+    rail = Wiring(wiring.kind, 1, wiring.inter, wiring.inter, rack_nodes, wiring.rack)
+    phases = (
+        estimate(REDUCE_SCATTER, "one_shot", nbytes, local, wiring, pieces),
+        estimate(ALL_REDUCE, "two_shot", nbytes / local, nodes, rail, pieces),
+        estimate(ALL_GATHER, "one_shot", nbytes, local, wiring, pieces),
+    )
+    return Estimate(
+        "hierarchical",
+        sum(e.hops for e in phases),
+        max(e.bytes_per_link for e in phases),
+        sum(e.latency_s for e in phases),
+        sum(e.bandwidth_s for e in phases),
+    )
 
 
 def choose(
