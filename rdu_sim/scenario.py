@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
@@ -30,6 +31,7 @@ from rdu_sim.config.overrides import (
 )
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
+from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.kv.policies import PolicyError, budget_determines, make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
@@ -238,6 +240,23 @@ def _layout_problem(
             f"links each {hardware.devices[:-1]} to its neighbours only (use "
             "system.topology switched or fully_connected)"
         )
+    experts_config = workload.experts
+    if not experts_config.is_default:
+        if p.expert_ways == 1:
+            return "experts", (
+                "the experts section loads whole experts per device: it needs expert "
+                "parallelism (parallelism.ep > 1); sliced experts are balanced by construction"
+            )
+        load = experts_config.load
+        if isinstance(load, CountsLoad) and load.counts is not None and len(load.counts) != experts:
+            return "experts.load.counts", (
+                f"{len(load.counts)} counts for the {model.name} model's {experts} routed experts"
+            )
+        if (experts + experts_config.redundant) % p.expert_ways:
+            return "experts.redundant", (
+                f"{experts} experts and {experts_config.redundant} copies do not fill the "
+                f"{p.expert_ways} devices evenly (each holds as many)"
+            )
     if p.pp > 1:
         return "parallelism.pp", "pipelines are not modelled yet"
     if p.two_batch_overlap and not isinstance(hardware, GpuHardwareConfig):
@@ -334,6 +353,55 @@ def _cross_check(
         return make_policy(workload.kv, serving.max_context, hardware.runtime.kv_page_tokens)
     except PolicyError as exc:
         raise fail(exc.field, str(exc)) from None
+
+
+MAX_COUNTS_BYTES = 16 << 20
+"""A file of expert counts is at most this large (100,000 experts of ~20 digits each fit)."""
+
+
+def _with_expert_counts(workload: WorkloadConfig, file: str, lines: LineMap) -> WorkloadConfig:
+    """``experts.load`` with its counts file read into ``counts`` (one finite count >= 0 per
+    line; blank lines and ``#`` comments skipped), so the workload holds what it ran with;
+    a bad line is one error naming the file and line."""
+    load = workload.experts.load
+    if not isinstance(load, CountsLoad) or load.file is None:
+        return workload
+    path = shipped.written_in(file, load.file)
+    fail = _failing(file, lines)
+    problem = file_problem(path)
+    if problem is not None:
+        raise fail("experts.load.file", f"{str(path)!r}: {problem} (relative to the workload)")
+    text = read_text_file(path, MAX_COUNTS_BYTES, "expert counts")
+    counts: list[float] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        value = raw.split("#", 1)[0].strip()
+        if not value:
+            continue
+        try:
+            count = float(value)
+        except ValueError:
+            count = -1.0
+        if not 0 <= count < float("inf"):
+            raise ConfigError.single(
+                str(path), "", f"line {number}: {value[:40]!r} is not a count >= 0", number
+            )
+        counts.append(count)
+        if len(counts) > MAX_EXPERTS:
+            raise ConfigError.single(str(path), "", f"more than {MAX_EXPERTS} counts", number)
+    try:
+        read = CountsLoad(dist="counts", counts=counts)
+    except ValueError as exc:  # all zero, or none at all
+        raise ConfigError.single(str(path), "", _reason(exc)) from None
+    experts = workload.experts.model_copy(update={"load": read})
+    return workload.model_copy(update={"experts": experts})
+
+
+def _reason(exc: ValueError) -> str:
+    """A pydantic error's message without its framing."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in errors())
+    return str(exc)
 
 
 def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> WorkloadConfig:
@@ -487,6 +555,7 @@ def build_scenario(
         raw = _apply(raw, workload_overrides, workload_file)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
     workload = _switched_policy(workload, workload_overrides)
+    workload = _with_expert_counts(workload, workload_file, lines)
 
     model = _resolve_model(workload.model, "model", workload_file, lines)
 

@@ -15,9 +15,10 @@ from rdu_sim.compiler.expert_exchange import (
     dispatch_value_bytes,
     expert_exchange,
     micro_batch_shapes,
-    uniform_load,
 )
+from rdu_sim.compiler.expert_load import ExpertLoad, expert_load_model
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.experts import ExpertsConfig
 from rdu_sim.engine.gpu.stream import Call, run_overlapped
 from rdu_sim.shapes import StepShape
 
@@ -38,6 +39,13 @@ GPU_EP8 = {
     "serving.batch_slots": 8,
     "serving.max_context": 4096,
 }
+
+
+def uniform_load(
+    tokens: int, experts: int, per_token: int, devices: int, loading: str
+) -> ExpertLoad:
+    """The busiest of ``devices`` devices when ``tokens`` tokens route uniformly."""
+    return expert_load_model(ExpertsConfig(), experts, per_token, devices, 1, loading).load(tokens)
 
 
 def test_the_exchange_splices_a_dispatch_and_a_combine_per_moe_layer() -> None:

@@ -39,6 +39,7 @@ from rdu_sim.compiler.buffers import (
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.expert_exchange import micro_batch_shapes
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
+from rdu_sim.compiler.layout import shard_plan
 from rdu_sim.compiler.placement import (
     batch_capacity,
     hbm_fractions,
@@ -155,12 +156,14 @@ class Compiler:
         )
         self._kernels.pop(shape, None)  # a Program is cached: its graphs are not needed again
         stage = view.scenario.workload.parallelism.stage_devices
+        load = shard_plan(view.scenario).expert_load
         program = Program(
             shape=shape,
             tp=view.scenario.tp,
             kernels=kernels,
             placement=placement,
             stage_devices=stage if stage > view.scenario.tp else 0,
+            expert_balance=None if load is None else load.load(shape.rows),
         )
         return replace(program, placement=with_sram(placement, program.sram_bytes))
 

@@ -12,7 +12,7 @@ every device:
    its experts (``dispatch_dtype``, with the routing's indices and weights);
 4. the routed experts of the device, ``E / D`` of them, on the tokens of every rank routed
    there: ``dp x rows x k / D`` token-expert pairs on average, more on the busiest device,
-   which the layer waits for (``ExpertLoad``);
+   which the layer waits for (``compiler.expert_load``);
 5. combine: an all-to-all brings each token's expert outputs back (``dtypes.activations``);
 6. an all-gather inside the rank when ``tp > 1``, so every device of the rank holds its
    rank's whole output again.
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 
+from rdu_sim.compiler.expert_load import ExpertLoad, ExpertLoadModel, expert_load_model
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
-from rdu_sim.graph.moe import experts_loaded, token_hit_probability
+from rdu_sim.graph.moe import token_hit_probability
 from rdu_sim.graph.shape import FP32, INDEX
 from rdu_sim.models.layers import MoeArchitecture
 from rdu_sim.scenario import Scenario
@@ -47,54 +47,6 @@ def dispatch_value_bytes(dtype: str) -> float:
 
 
 @dataclass(frozen=True)
-class ExpertLoad:
-    """The busiest device's share of a MoE layer's routed work on a stage: its token-expert
-    pairs and the experts among its own that they touch.
-
-    Routing is uniform (each token a random ``k``-subset of the ``E`` experts): a device's
-    pairs are then a sum over the group's tokens of hypergeometric counts, mean ``T k / D``,
-    and the busiest of ``D`` devices is taken at the mean plus the expected largest of ``D``
-    standard normal draws (Blom's approximation) times their standard deviation, at least
-    one pair once there is one and at most every pair a device can hold (a normal
-    approximation: within a few per cent from ~10 pairs a device up). Its distinct experts
-    are its share of the expected touched ones (``graph.moe.experts_loaded``, routed or
-    static)."""
-
-    pairs: float  # token-expert pairs on the busiest device
-    mean_pairs: float  # on an average device
-    distinct: float  # its experts the pairs touch (whose weights it reads)
-
-    @property
-    def imbalance(self) -> float:
-        """Busiest over mean: what the layer's experts take longer than balanced."""
-        return self.pairs / self.mean_pairs if self.mean_pairs else 1.0
-
-
-def expected_max_normal(draws: int) -> float:
-    """The expected largest of ``draws`` standard normal draws (Blom's approximation:
-    Phi^-1((n - 0.375) / (n + 0.25)); 0 for one draw)."""
-    if draws <= 1:
-        return 0.0
-    return NormalDist().inv_cdf((draws - 0.375) / (draws + 0.25))
-
-
-def uniform_load(
-    tokens: int, experts: int, per_token: int, devices: int, loading: str
-) -> ExpertLoad:
-    """The busiest device's load when ``tokens`` tokens route uniformly to ``experts``
-    experts placed whole, ``experts / devices`` per device (class docstring)."""
-    per_device = experts // devices
-    mean = tokens * per_token / devices
-    share = per_device / experts
-    variance = per_token * share * (1 - share) * (experts - per_token) / max(1, experts - 1)
-    spread = math.sqrt(tokens * variance) * expected_max_normal(devices)
-    # at least a pair once there is one (the normal's tail is too thin for a handful)
-    busiest = min(max(mean + spread, min(1.0, mean * devices)), tokens * min(per_token, per_device))
-    distinct = experts_loaded(tokens, experts, per_token, loading) / devices  # type: ignore[arg-type]
-    return ExpertLoad(busiest, mean, distinct)
-
-
-@dataclass(frozen=True)
 class ExpertExchange:
     """A scenario's all-to-all experts: the degrees, the routing, the payloads per token."""
 
@@ -107,7 +59,7 @@ class ExpertExchange:
     mode: str  # auto | throughput | low_latency (parallelism.all_to_all)
     dispatch_bytes: float  # per token: hidden state at the dispatch dtype, routing metadata
     combine_bytes: float  # per token: hidden state at the activations' dtype
-    loading: str  # moe_expert_loading
+    load_model: ExpertLoadModel  # the experts' placement and the busiest device's load
 
     @property
     def devices(self) -> int:
@@ -121,8 +73,7 @@ class ExpertExchange:
 
     def load(self, rows: int) -> ExpertLoad:
         """The busiest device's routed work when every rank runs ``rows`` tokens."""
-        tokens = rows * self.dp
-        return uniform_load(tokens, self.experts, self.per_token, self.devices, self.loading)
+        return self.load_model.load(rows)
 
     def spec(self, phase: Phase, direction: str) -> AllToAllSpec:
         """How a step of ``phase`` sends (``all_to_all`` auto: throughput for prefill, low
@@ -190,5 +141,12 @@ def expert_exchange(scenario: Scenario) -> ExpertExchange | None:
         mode=parallelism.all_to_all,
         dispatch_bytes=arch.hidden_size * dispatch_value_bytes(dispatch) + routing,
         combine_bytes=arch.hidden_size * act,
-        loading=scenario.workload.moe_expert_loading,
+        load_model=expert_load_model(
+            scenario.workload.experts,
+            arch.routed_experts,
+            arch.experts_per_token,
+            parallelism.stage_devices,
+            parallelism.dp_attention,
+            scenario.workload.moe_expert_loading,
+        ),
     )

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, replace
 
 from rdu_sim.compiler.expert_exchange import ExpertExchange, expert_exchange
+from rdu_sim.compiler.expert_load import ExpertLoadModel, expert_load_model
 from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
 from rdu_sim.graph.moe import expected_busiest_socket_experts
@@ -75,8 +76,11 @@ class ShardPlan:
     kv_heads: int | None = None  # GQA key/value heads (None for MLA)
     experts: ExpertPlacement | None = None  # whole experts per socket (None: sliced)
     exchange: ExpertExchange | None = None  # all-to-all experts (compiler.expert_exchange)
-    rows: int = 0  # the step's token rows per rank (with an exchange)
-    phase: Phase = "decode"  # the step's phase (with an exchange)
+    # whole experts paced by their placement's busiest device (compiler.expert_load): under
+    # an exchange, or a load or placement the workload states (`experts`)
+    expert_load: ExpertLoadModel | None = None
+    rows: int = 0  # the step's token rows per rank (with an expert load)
+    phase: Phase = "decode"  # the step's phase (with an expert load)
 
     def divisor(self, axis: Axis) -> int:
         """Ways `axis` is split over the TP group (see the module table)."""
@@ -109,10 +113,22 @@ def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
         )
         experts = ExpertPlacement(arch.routed_experts, arch.experts_per_token, *groups)
     exchange = expert_exchange(scenario)
+    load = None
     if exchange is not None:
-        experts = None  # whole experts, paced by the exchange's own load
-    plan = ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts, exchange)
-    if exchange is None or shape is None:
+        load = exchange.load_model
+    elif experts is not None and not scenario.workload.experts.is_default:
+        load = expert_load_model(
+            scenario.workload.experts,
+            experts.experts,
+            experts.per_token,
+            scenario.tp,
+            1,
+            scenario.workload.moe_expert_loading,
+        )
+    if load is not None:
+        experts = None  # whole experts, paced by the placement's busiest device
+    plan = ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts, exchange, load)
+    if load is None or shape is None:
         return plan
     return replace(plan, rows=shape.rows, phase=shape.phase)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from rdu_sim.compiler.expert_load import ExpertLoad
 from rdu_sim.shapes import AllToAllSpec, CollectiveKind, Gemm, StepShape
 
 Tier = Literal["sram", "hbm", "ddr"]
@@ -181,6 +182,9 @@ class Program:
     # Two-batch overlap: the step's two micro-batches, each compiled for its share of the
     # shape, which the engine runs side by side (empty: the step runs as one batch).
     micro_batches: tuple[Program, ...] = ()
+    # Whole experts paced by their busiest device: its load at this shape (None: no such
+    # experts, or the expected busiest of uniform routing over E / tp experts per socket).
+    expert_balance: ExpertLoad | None = None
 
     @property
     def devices(self) -> int:

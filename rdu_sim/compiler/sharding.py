@@ -73,14 +73,16 @@ def _token_share(node: Operator, plan: ShardPlan) -> Operator:
 
 
 def _expert_share(node: Operator, plan: ShardPlan) -> Operator:
-    """The busiest socket's share of a routed-expert operator (`ExpertLoad`): its pairs'
-    work, the weights of the experts they touch, E / ep experts resident."""
-    assert plan.exchange is not None
-    load = plan.exchange.load(plan.rows)
-    pairs = plan.rows * plan.exchange.per_token  # the rank graph's token-expert pairs
+    """The busiest socket's share of a routed-expert operator (`compiler.expert_load`): its
+    pairs' work, the weights of the experts they touch, its (E + redundant) / ep expert
+    copies resident."""
+    model = plan.expert_load
+    assert model is not None
+    load = model.load(plan.rows)
+    pairs = plan.rows * model.per_token  # the rank graph's token-expert pairs
     share = load.pairs / pairs
-    devices, experts = plan.exchange.devices, plan.exchange.experts
-    params = math.ceil(node.weight_params / devices)
+    experts, slots = model.experts, len(model.devices[0])  # every device holds as many
+    params = math.ceil(node.weight_params / experts * slots)
     gemm = node.gemm
     if gemm is not None:
         touched = max(1.0, load.distinct)
@@ -105,12 +107,11 @@ def _expert_share(node: Operator, plan: ShardPlan) -> Operator:
 
 def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     """This socket's share of one operator (collectives not included)."""
-    if plan.exchange is not None:
-        role = exchange_role(node)
-        if role == "token":
-            return _token_share(node, plan)
-        if role == "experts":
-            return _expert_share(node, plan)
+    role = exchange_role(node)
+    if plan.exchange is not None and role == "token":
+        return _token_share(node, plan)
+    if plan.expert_load is not None and role == "experts":
+        return _expert_share(node, plan)
     split = node.split
     compute = plan.divisor(split.compute)
     weights = plan.divisor(split.weights)

@@ -15,6 +15,7 @@ from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel, ModelAr
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for callers
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
+from rdu_sim.config.experts import ExpertsConfig
 from rdu_sim.config.parallelism import ParallelismConfig as ParallelismConfig  # re-exported
 from rdu_sim.config.speculation import SpecDecodingConfig, SpecPrefillConfig
 
@@ -501,6 +502,11 @@ class WorkloadConfig(StrictModel):
             "tokens touch (expected count under uniform routing); 'static' streams the worst "
             "case min(experts, tokens x k), as a graph with compile-time loop bounds must"
         ),
+    )
+    experts: ExpertsConfig = Field(
+        default_factory=ExpertsConfig,
+        description="the load on a MoE model's whole experts and their placement (with "
+        "parallelism.ep > 1: config/experts.py)",
     )
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     coe: CoEConfig | None = Field(
