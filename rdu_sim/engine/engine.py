@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from rdu_sim.compiler.program import Program
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.stack import NO_STACK, StackConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import min_events
@@ -41,11 +42,17 @@ class Engine:
     ``record`` collects trace records (``StepTiming.records``) for a Perfetto trace."""
 
     def __init__(
-        self, hardware: HardwareConfig, config: EngineConfig | None = None, *, record: bool = False
+        self,
+        hardware: HardwareConfig,
+        config: EngineConfig | None = None,
+        *,
+        record: bool = False,
+        stack: StackConfig = NO_STACK,
     ) -> None:
         self.hardware = hardware
         self.config = config if config is not None else EngineConfig()
         self.record = record
+        self.stack = stack
 
     def estimate_events(self, program: Program) -> int:
         """A lower bound of the events ``simulate_step`` processes (``budget.min_events``)."""
@@ -71,7 +78,7 @@ class Engine:
         step whose inputs equal an earlier one's is that step's result."""
         if self.record or not shared_steps.active():
             return self._simulate(program)
-        key = shared_steps.step_key(program, self.hardware, self.config)
+        key = shared_steps.step_key(program, self.hardware, self.config, self.stack)
         return shared_steps.shared_step(key, lambda: self._simulate(program))
 
     def _simulate(self, program: Program) -> StepTiming:
@@ -125,7 +132,7 @@ class Engine:
             program,
             run,
             self.config,
-            self.hardware.runtime,
+            self.stack,
             step_s=total.time_s,
             events=run.events,
             bytes_by_tier={

@@ -16,7 +16,7 @@ from rdu_sim.engine.records import Recorder, TraceRecords
 if TYPE_CHECKING:
     from rdu_sim.compiler.expert_load import ExpertLoad
     from rdu_sim.compiler.program import KernelProgram, Program
-    from rdu_sim.config.runtime import RuntimeConfig
+    from rdu_sim.config.stack import StackConfig
     from rdu_sim.config.workload import EngineConfig
     from rdu_sim.engine.fast_forward import KernelResult
     from rdu_sim.engine.step_run import KernelsRun
@@ -116,7 +116,7 @@ class StepTiming:
     records: TraceRecords | None = field(default=None, compare=True, repr=False)
     # each collective stage: algorithm, bytes, hops, latency/bandwidth terms, simulated time
     collectives: tuple[CollectiveTiming, ...] = ()
-    # the serving runtime's host time serialized with the device (hardware ``runtime:``),
+    # the serving stack's host time serialized with the device (``Scenario.stack``),
     # included in ``step_s``
     runtime_s: float = 0.0
     # devices the step's collectives span (a stage's tp x dp_attention), when more than tp
@@ -185,7 +185,7 @@ def step_timing(
     program: Program,
     run: KernelsRun,
     config: EngineConfig,
-    runtime: RuntimeConfig,
+    stack: StackConfig,
     *,
     step_s: float,
     events: int,
@@ -199,11 +199,11 @@ def step_timing(
 ) -> StepTiming:
     """A simulated step's timing, for every engine: the shape is the Program's, the totals
     and collectives the kernels' (``run``), the step the device's ``step_s`` plus the
-    serving runtime's host time, each unit's utilization its busy time over the step, and
+    serving stack's host time, each unit's utilization its busy time over the step, and
     the shares of peak HBM bandwidth and matrix FLOP/s are achieved rates over
     ``hbm_bandwidth`` and ``peak_flops`` (0 for an empty step)."""
     shape = program.shape
-    runtime_s = runtime.host_s(shape.batch)
+    runtime_s = stack.host_s(shape.batch)
     step_s += runtime_s
     total = run.total
 

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from rdu_sim.compiler.program import Program
 from rdu_sim.config.gpu import GpuHardwareConfig
+from rdu_sim.config.stack import NO_STACK, StackConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine.budget import over_budget
@@ -53,11 +54,13 @@ class GpuEngine:
         settings: GpuSettings | None = None,
         *,
         record: bool = False,
+        stack: StackConfig = NO_STACK,
     ) -> None:
         self.hardware = hardware
         self.config = config if config is not None else EngineConfig()
         self.settings = settings if settings is not None else GpuSettings()
         self.record = record
+        self.stack = stack
 
     def segments(self, program: Program) -> list[tuple[Segment, ...]]:
         """Each kernel's stages cut at its collectives, their work per tile."""
@@ -197,7 +200,7 @@ class GpuEngine:
             program,
             run,
             self.config,
-            self.hardware.runtime,
+            self.stack,
             step_s=stream.end_s,
             events=run.events + stream.events,
             bytes_by_tier={"hbm": total.hbm_bytes, "ddr": 0.0, "sram": 0.0, "p2p": total.p2p_bytes},
