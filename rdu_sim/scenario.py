@@ -264,8 +264,6 @@ def _layout_problem(
                 f"{experts} experts and {experts_config.redundant} copies do not fill the "
                 f"{p.expert_ways} devices evenly (each holds as many)"
             )
-    if p.pp > 1:
-        return "parallelism.pp", "pipelines are not modelled yet"
     if p.two_batch_overlap and not isinstance(hardware, GpuHardwareConfig):
         return "parallelism.two_batch_overlap", (
             "SN40L's fused layer kernels already stream the all-to-all piece by piece beside "

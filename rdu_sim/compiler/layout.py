@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from rdu_sim.compiler.expert_exchange import ExpertExchange, expert_exchange
 from rdu_sim.compiler.expert_load import ExpertLoadModel, expert_load_model
+from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
 from rdu_sim.graph.moe import expected_busiest_socket_experts
@@ -150,17 +151,21 @@ def precision(scenario: Scenario) -> Precision:
     )
 
 
-def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
-    """Bytes one socket holds for `tokens` cached tokens of one slot, all layers.
+def kv_slot_bytes_per_socket(
+    scenario: Scenario, tokens: int, stage: PipelineStage | None = None
+) -> int:
+    """Bytes one socket holds for `tokens` cached tokens of one slot, all layers (of a
+    pipeline ``stage``: its layers).
 
     Token-split layouts round the slot's tokens up to a multiple of tp (each socket holds
     ceil(tokens / tp)); head-split layouts divide the per-token values. A sliding-window
     layer holds only its ring (`models.layers.window_tokens`).
     """
     arch, plan, kv = scenario.model, shard_plan(scenario), scenario.kv_dtype_bytes
+    kinds = layer_kinds(arch) if stage is None else stage.kinds(arch)
     if not isinstance(arch, DeepSeekArchitecture):
         per_token = 2 * arch.kv_heads * arch.head_dim * kv / plan.divisor("kv_heads")
-        held = sum(window_tokens(tokens, kind.window) for kind in layer_kinds(arch))
+        held = sum(window_tokens(tokens, kind.window) for kind in kinds)
         return math.ceil(held * per_token)
     if mla_cache_form(scenario) == "per_head":
         per_token = (
@@ -169,7 +174,7 @@ def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
             * kv
             / plan.tp
         )
-        return math.ceil(arch.layers * tokens * per_token)
+        return math.ceil(len(kinds) * tokens * per_token)
     per_token = (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv
     split = plan.divisor("mla_cache")
-    return math.ceil(arch.layers * math.ceil(tokens / split) * per_token)
+    return math.ceil(len(kinds) * math.ceil(tokens / split) * per_token)

@@ -166,6 +166,7 @@ class Placement:
     batch_slots: int
     tiers: Mapping[Tier, TierUsage]
     tensors: tuple[TensorPlacement, ...] = field(default=())
+    pipeline_stage: int = -1  # the pipeline stage whose sockets it plans (-1: no pipeline)
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,12 @@ class Program:
     # Whole experts paced by their busiest device: its load at this shape (None: no such
     # experts, or the expected busiest of uniform routing over E / tp experts per socket).
     expert_balance: ExpertLoad | None = None
+    # Pipeline stages: each stage's Program of one micro-batch, and how many micro-batches
+    # the step's batch is cut into (empty: no pipeline; ``kernels`` are then the first
+    # stage's, for reports).
+    pipeline: tuple[Program, ...] = ()
+    pipeline_micro_batches: int = 1
+    pipeline_transfer_bytes: float = 0.0  # one micro-batch's activations, stage to stage
 
     @property
     def devices(self) -> int:

@@ -29,6 +29,7 @@ from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import min_events
 from rdu_sim.engine.fast_forward import fewest_layers
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
+from rdu_sim.engine.pipeline import pipelined_timing
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
@@ -75,7 +76,12 @@ class Engine:
         """Simulate one step of ``program``. Raises EventBudgetError before simulating when
         even the lower bound of its events exceeds ``max_events``, or as soon as the events
         processed would. Inside ``shared_steps.sharing`` (a sweep's points) an unrecorded
-        step whose inputs equal an earlier one's is that step's result."""
+        step whose inputs equal an earlier one's is that step's result. A pipelined program
+        times each stage's micro-batch, then the pipeline (``engine.pipeline``)."""
+        if program.pipeline:
+            stages = [self.simulate_step(stage) for stage in program.pipeline]
+            left = self.config.max_events - sum(t.events for t in stages)
+            return pipelined_timing(program, stages, self.hardware.system, self.stack, left)
         if self.record or not shared_steps.active():
             return self._simulate(program)
         key = shared_steps.step_key(program, self.hardware, self.config, self.stack)

@@ -123,6 +123,8 @@ class StepTiming:
     devices: int = 0
     # whole experts: the busiest device's load, which the step waits for
     expert_balance: ExpertLoad | None = None
+    # pipeline stages: their number, the micro-batches, each stage's time and the bubble
+    pipeline: dict[str, Any] | None = None
 
     @property
     def device_s(self) -> float:
@@ -178,6 +180,7 @@ class StepTiming:
                 if self.expert_balance is not None
                 else {}
             ),
+            **({"pipeline": dict(self.pipeline)} if self.pipeline is not None else {}),
         }
 
 

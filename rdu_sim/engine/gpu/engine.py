@@ -38,6 +38,7 @@ from rdu_sim.engine.gpu.stream import (
     run_stream,
 )
 from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, segments
+from rdu_sim.engine.pipeline import pipelined_timing
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
@@ -80,6 +81,10 @@ class GpuEngine:
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``.
         A program with micro-batches runs them side by side (``_overlapped``)."""
+        if program.pipeline:
+            stages = [self.simulate_step(stage) for stage in program.pipeline]
+            left = self.config.max_events - sum(t.events for t in stages)
+            return pipelined_timing(program, stages, self.hardware.system, self.stack, left)
         _validate(program, self.hardware)
         if program.micro_batches:
             return self._overlapped(program)
