@@ -222,7 +222,8 @@ def _layout_problem(
     field = "parallelism.ep" if p.ep is not None else "parallelism.moe_experts"
     if p.expert_ways > 1 and not experts:
         return field, f"the {model.name} model has no routed experts to place whole on devices"
-    if p.expert_ways > 1 and experts % p.expert_ways:
+    copies = experts + workload.experts.redundant  # whole experts and their copies
+    if p.expert_ways > 1 and copies % p.expert_ways:
         if p.tensor_parallel_only:
             return "parallelism.moe_experts", (
                 f"expert parallelism places whole experts on sockets: tp={p.tp} does not "
@@ -232,6 +233,8 @@ def _layout_problem(
         return field, (
             f"expert parallelism places whole experts on devices: {p.expert_ways} does not "
             f"divide the model's {experts} routed experts"
+            + (f" and {workload.experts.redundant} copies" if workload.experts.redundant else "")
+            + " (experts.redundant copies can fill the devices evenly)"
         )
     if experts and p.dp_attention > 1 and p.expert_ways == 1:
         return "parallelism.ep", (

@@ -75,23 +75,24 @@ class ExpertExchange:
         """The busiest device's routed work when every rank runs ``rows`` tokens."""
         return self.load_model.load(rows)
 
+    def _need(self, size: int) -> float:
+        """The probability a token needs ``size`` consecutive devices: exact under the group
+        limit when the devices hold whole blocks of experts, else each of the token's experts
+        on them with probability size / devices (copies of experts spread the rest)."""
+        if self.experts % self.devices == 0:
+            block = size * (self.experts // self.devices)
+            return token_hit_probability(
+                block, self.experts, self.per_token, self.groups, self.groups_per_token
+            )
+        return 1 - (1 - size / self.devices) ** self.per_token
+
     def spec(self, phase: Phase, direction: str) -> AllToAllSpec:
         """How a step of ``phase`` sends (``all_to_all`` auto: throughput for prefill, low
         latency for decode) in ``direction``: the routing's figures for every block of
         consecutive devices that divides the stage (``graph.moe.token_hit_probability``)."""
         hierarchical = self.mode == "throughput" or (self.mode == "auto" and phase == "prefill")
-        per_device = self.experts // self.devices
         needs = tuple(
-            (
-                size,
-                token_hit_probability(
-                    size * per_device,
-                    self.experts,
-                    self.per_token,
-                    self.groups,
-                    self.groups_per_token,
-                ),
-            )
+            (size, self._need(size))
             for size in range(1, self.devices + 1)
             if self.devices % size == 0
         )
