@@ -224,6 +224,11 @@ def _layout_problem(
         return field, f"the {model.name} model has no routed experts to place whole on devices"
     copies = experts + workload.experts.redundant  # whole experts and their copies
     if p.expert_ways > 1 and copies % p.expert_ways:
+        if workload.experts.redundant:
+            return "experts.redundant", (
+                f"{experts} experts and {workload.experts.redundant} copies do not fill the "
+                f"{p.expert_ways} devices evenly (each holds as many)"
+            )
         if p.tensor_parallel_only:
             return "parallelism.moe_experts", (
                 f"expert parallelism places whole experts on sockets: tp={p.tp} does not "
@@ -232,9 +237,8 @@ def _layout_problem(
             )
         return field, (
             f"expert parallelism places whole experts on devices: {p.expert_ways} does not "
-            f"divide the model's {experts} routed experts"
-            + (f" and {workload.experts.redundant} copies" if workload.experts.redundant else "")
-            + " (experts.redundant copies can fill the devices evenly)"
+            f"divide the model's {experts} routed experts (experts.redundant copies can fill "
+            "the devices evenly)"
         )
     if experts and p.dp_attention > 1 and p.expert_ways == 1:
         return "parallelism.ep", (
@@ -262,16 +266,16 @@ def _layout_problem(
             return "experts.load.counts", (
                 f"{len(load.counts)} counts for the {model.name} model's {experts} routed experts"
             )
-        if (experts + experts_config.redundant) % p.expert_ways:
-            return "experts.redundant", (
-                f"{experts} experts and {experts_config.redundant} copies do not fill the "
-                f"{p.expert_ways} devices evenly (each holds as many)"
-            )
     if p.two_batch_overlap and not isinstance(hardware, GpuHardwareConfig):
         return "parallelism.two_batch_overlap", (
             "SN40L's fused layer kernels already stream the all-to-all piece by piece beside "
             "the compute feeding it (system.collective_chunks); two-batch overlap is a GPU "
             "runtime's schedule of separate kernels"
+        )
+    if p.two_batch_overlap and p.pp > 1:
+        return "parallelism.two_batch_overlap", (
+            "two-batch overlap and pipeline stages both cut a step into micro-batches; "
+            "they are not modelled together (use one of them)"
         )
     if p.two_batch_overlap and workload.fusion == "full":
         return "parallelism.two_batch_overlap", (

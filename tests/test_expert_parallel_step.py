@@ -155,6 +155,16 @@ def test_two_batch_overlap_on_a_gpu_hides_communication_at_a_cost() -> None:
             "parallelism",
             "sets the experts' all-to-all, which runs only with",
         ),
+        (
+            MOE_GPU,
+            {
+                **GPU_EP8,
+                "parallelism": {"tp": 1, "dp_attention": 4, "ep": 4, "pp": 2},
+                "parallelism.two_batch_overlap": True,
+            },
+            "parallelism.two_batch_overlap",
+            "not modelled together",
+        ),
     ],
 )
 def test_refused_with_one_error_naming_the_field(

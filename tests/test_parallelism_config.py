@@ -96,3 +96,14 @@ def test_whole_experts_need_a_model_with_experts_and_a_divisor() -> None:
 def test_dense_model_with_data_parallel_attention_is_accepted() -> None:
     scenario = api.load(LLAMA8, {"parallelism.tp": 2, "parallelism.dp_attention": 4})
     assert scenario.workload.parallelism.devices == 8
+
+
+def test_inspect_reports_where_each_part_lives() -> None:
+    sets = {"hardware": "sn40l-4racks", "parallelism.tp": 4, "parallelism.dp_attention": 16}
+    record = api.inspect_graph(DEEPSEEK, {**sets, "parallelism.ep": 64, "serving.batch_slots": 4})
+    assert record["parallelism"]["devices"] == 64
+    assert record["parallelism"]["exchange"] == "all_to_all"
+    parts = record["parallelism"]["parts"]
+    assert parts["attention"] == "4 ways by slices, 16 ways by batches"
+    assert parts["routed_experts"] == "64 ways by experts"
+    assert "parallelism" not in api.inspect_graph(DEEPSEEK)  # plain TP: as before

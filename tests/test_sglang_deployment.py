@@ -1,7 +1,8 @@
-"""SGLang's expert-parallel DeepSeek-V3 prefill pool (measurements/sglang-deepseek-ep-prefill.csv)
-against the shipped workload: each measured point's prefill tokens per second per node within
-15%, and the ratio over the tensor-parallel baseline on the same nodes against the stated
-"up to 3.3x" (docs/parallelism.md says why it lands where it does).
+"""SGLang's expert-parallel DeepSeek-V3 prefill pool
+(measurements/expert-parallel/sglang-deepseek-ep-prefill.csv) against the shipped workload:
+each measured point's prefill tokens per second per node within 15%, and the ratio over the
+tensor-parallel baseline on the same nodes against the stated "up to 3.3x"
+(docs/parallelism.md says why it lands where it does).
 
 A point is one prefill step of the measured shape on every GPU (16,384 prompt tokens per GPU
 per batch), as the pool was measured alone; its "default" expert placement runs the
@@ -17,7 +18,7 @@ import pytest
 from rdu_sim import api
 
 ROOT = Path(__file__).resolve().parents[1]
-MEASURED = ROOT / "measurements" / "sglang-deepseek-ep-prefill.csv"
+MEASURED = ROOT / "measurements" / "expert-parallel" / "sglang-deepseek-ep-prefill.csv"
 EP32 = ROOT / "workloads" / "ep" / "deepseek-v3-h100-ep32-prefill.yaml"
 TP16 = ROOT / "workloads" / "ep" / "deepseek-v3-h100-tp16-prefill.yaml"
 UNIFORM = {"experts.load": {"dist": "uniform"}}
