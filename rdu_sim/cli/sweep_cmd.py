@@ -5,8 +5,8 @@ local process pool, in this process (`--workers 1`) or on Dask (`--cluster`). It
 a table of the swept axes and headline metrics per point (``report.sweep_table``) and the
 database's path. Bad input
 (the spec, an axis, a metric) exits 2 before anything runs; a sweep that finishes with
-failed points exits 1 (their errors are in the database); Ctrl-C exits 130 and a rerun
-resumes.
+failed points exits 1 (their errors are in the database); Ctrl-C (SIGINT) exits 130, SIGTERM
+143, saying how many points the database holds, and a rerun resumes.
 """
 
 from __future__ import annotations
@@ -132,22 +132,16 @@ def command(
 
     if export_file is not None:
         check_export(export_file)  # refused before anything runs, not after the sweep
-    try:
-        summary = run_sweep(
-            spec,
-            db=db_file,
-            workers=workers,
-            cluster=cluster,
-            retry_failed=retry_failed,
-            rerun=rerun,
-            dry_run=dry_run,
-            progress=RichReporter(bar=progress),
-        )
-    except KeyboardInterrupt:
-        print_warning(
-            "interrupted: finished points are saved; run the same command again to resume"
-        )
-        raise SystemExit(130) from None
+    summary = run_sweep(
+        spec,
+        db=db_file,
+        workers=workers,
+        cluster=cluster,
+        retry_failed=retry_failed,
+        rerun=rerun,
+        dry_run=dry_run,
+        progress=RichReporter(bar=progress),
+    )
     if dry_run:
         _dry_run_table(summary)
         return

@@ -35,6 +35,7 @@ from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, seg
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
+from rdu_sim.interrupts import native
 
 
 class GpuEngine:
@@ -69,6 +70,7 @@ class GpuEngine:
         )
         return kernels + len(execution_order(program.kernels))
 
+    @native  # the compiled core runs here: a signal is raised after it (rdu_sim.interrupts)
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``."""
         _validate(program, self.hardware)
