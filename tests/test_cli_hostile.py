@@ -390,3 +390,21 @@ def test_serial_and_parallel_sweeps_export_the_same_bytes(tmp_path: Path) -> Non
         "sweep", path, "--db", tmp_path / "w1.sqlite", "--export", with_provenance, "--provenance"
     )
     assert "wall_s" in with_provenance.read_text().splitlines()[0]
+
+
+# --- issue 45: options a suite does not use, non-finite swept values, published traces ---
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--tolerance", "bogus=1"], "--tolerance"),
+        (["--snapstream", "/dev/zero", "--full", "nope.yaml"], "--snapstream, --full"),
+        (["--quick"], "--quick"),
+    ],
+)
+def test_the_deployment_suite_refuses_the_figures_suites_options(
+    options: list[str], named: str
+) -> None:
+    result = invoke("validate", "--suite", "deployment", *options)
+    clean_failure(result, f"error: {named}: the figures suite's (--suite figures)")

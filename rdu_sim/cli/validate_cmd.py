@@ -168,6 +168,17 @@ def command(
 ) -> None:
     """Run the calibration suite and compare with SambaNova's published SN40L figures."""
     if suite == "deployment":
+        figures_only = {
+            "--quick": quick,
+            "--tolerance": tolerances,
+            "--snapstream": snapstream,
+            "--full": full,
+        }
+        if given := [option for option, value in figures_only.items() if value]:
+            fail(
+                f"{', '.join(given)}: the figures suite's (--suite figures); the deployment "
+                "suite simulates each shipped measured point as it is (it takes --set and --json)"
+            )
         with kept_on_stop(UNFINISHED):
             passed = _deployment(overrides, as_json)
         if not passed:
