@@ -408,3 +408,21 @@ def test_the_deployment_suite_refuses_the_figures_suites_options(
 ) -> None:
     result = invoke("validate", "--suite", "deployment", *options)
     clean_failure(result, f"error: {named}: the figures suite's (--suite figures)")
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "1e999", '"inf"'])
+def test_a_sweep_plot_of_a_non_finite_swept_value_names_the_point(
+    swept: tuple[Path, Path], value: str
+) -> None:
+    _, db = swept
+    with sqlite3.connect(db) as conn:  # what a hand edit or another writer could leave
+        conn.execute(
+            "UPDATE results SET overrides = ? WHERE overrides = ?",
+            (f'{{"serving.batch_slots": {value}}}', '{"serving.batch_slots": 4}'),
+        )
+    clean_failure(
+        invoke("plot", "sweep", db, "-o", db.with_suffix(".png")),
+        "the point serving.batch_slots=",
+        "batch_slots must be a finite number, got",
+    )
+    assert not db.with_suffix(".png").exists()
