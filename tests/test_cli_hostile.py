@@ -426,3 +426,28 @@ def test_a_sweep_plot_of_a_non_finite_swept_value_names_the_point(
         "batch_slots must be a finite number, got",
     )
     assert not db.with_suffix(".png").exists()
+
+
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+@pytest.mark.parametrize(
+    ("stamps", "line"), [(("", ""), 2), (("", "5"), 2), (("1", ""), 3), (("1", " "), 3)]
+)
+def test_a_published_trace_needs_its_arrival_column(
+    tree: Path, stamps: tuple[str, str], line: int
+) -> None:
+    rows = "".join(
+        f"{t},ChatGPT,{100 + i},20,{120 + i},Conversation log\n" for i, t in enumerate(stamps)
+    )
+    (tree / "burst.csv").write_text(BURSTGPT_HEADER + rows)
+    workload = tree / "wl.yaml"
+    workload.write_text(
+        workload.read_text().replace("serving:\n", "serving:\n  trace: burst.csv\n", 1)
+    )
+    for command in ("check", "run"):
+        clean_failure(
+            invoke(command, workload),
+            f"burst.csv:{line}: Timestamp: missing value (every burstgpt trace row has one)",
+            lines=2 if command == "check" else 1,
+        )
