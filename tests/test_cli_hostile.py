@@ -451,3 +451,41 @@ def test_a_published_trace_needs_its_arrival_column(
             f"burst.csv:{line}: Timestamp: missing value (every burstgpt trace row has one)",
             lines=2 if command == "check" else 1,
         )
+
+
+# --- issue 45's hostile pass: FIFOs, read-only media, work that scales with an option ---
+
+
+def test_an_output_fifo_that_nothing_reads_is_refused_at_once(
+    swept: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path, db = swept
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "out").mkdir()
+    os.mkfifo(tmp_path / "out" / "result.json")
+    refused = "cannot write: a FIFO that nothing reads (start its reader first)"
+    for args in (
+        ("step", LLAMA, "--trace", fifo),
+        ("run", LLAMA, "--set", "serving.requests=4", "--trace", fifo),
+        ("run", LLAMA, "--set", "serving.requests=4", "--out", tmp_path / "out"),
+        ("plot", "sweep", db, "-o", fifo.with_suffix(".png")),
+        ("sweep", path, "--db", db, "--export", fifo.with_suffix(".csv"), "--no-progress"),
+    ):
+        target = args[-1] if args[0] != "sweep" else args[-2]
+        if not os.path.exists(target) and args[0] != "run":
+            os.mkfifo(target)
+        clean_failure(invoke(*args), refused)
+
+
+def test_an_output_fifo_with_a_reader_gets_the_file(tmp_path: Path) -> None:
+    fifo, copy = tmp_path / "trace.fifo", tmp_path / "copy.json"
+    os.mkfifo(fifo)
+    with copy.open("wb") as sink, subprocess.Popen(["cat", str(fifo)], stdout=sink) as reader:
+        deadline = time.monotonic() + 10
+        while invoke("step", LLAMA, "--trace", fifo).exit_code != 0:  # until cat has opened it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        reader.wait(timeout=30)
+    data = copy.read_bytes()
+    assert data.startswith(b"{") and b"traceEvents" in data
