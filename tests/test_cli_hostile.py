@@ -489,3 +489,39 @@ def test_an_output_fifo_with_a_reader_gets_the_file(tmp_path: Path) -> None:
         reader.wait(timeout=30)
     data = copy.read_bytes()
     assert data.startswith(b"{") and b"traceEvents" in data
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """A read-only file system (a tmpfs remounted read-only): what root cannot write."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        != 0
+    ):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+def test_a_finished_sweep_on_a_read_only_medium_is_read(
+    swept: tuple[Path, Path], read_only_folder: Path
+) -> None:
+    path, db = swept
+    copy = read_only_folder / db.name
+    copy.write_bytes(db.read_bytes())
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only_folder)], check=True)
+    out = db.with_suffix(".png")
+    result = invoke("plot", "sweep", copy, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 0
+    dry = invoke("sweep", path, "--db", copy, "--dry-run")
+    assert dry.exit_code == 0 and "7 already done" in dry.stderr + dry.output, dry.output
+    assert sorted(p.name for p in read_only_folder.iterdir()) == [db.name]  # nothing written
