@@ -525,3 +525,20 @@ def test_a_finished_sweep_on_a_read_only_medium_is_read(
     dry = invoke("sweep", path, "--db", copy, "--dry-run")
     assert dry.exit_code == 0 and "7 already done" in dry.stderr + dry.output, dry.output
     assert sorted(p.name for p in read_only_folder.iterdir()) == [db.name]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["kv-demo", "--prompt-tokens", "65536", "--decode-steps", "64"], "token-steps a budget"),
+        (["kv-demo", *[f"--budget={64 * i}" for i in range(1, 10)]], "--budget given 9 values"),
+        (
+            ["plot", "throughput", LLAMA, "--contexts", ",".join(map(str, range(1, 3000)))],
+            "--contexts lists 2999 values; a plot simulates at most 64",
+        ),
+    ],
+)
+def test_work_that_scales_with_an_option_is_bounded_before_it_starts(
+    args: list[str], words: str
+) -> None:
+    clean_failure(invoke(*args), words)
