@@ -77,7 +77,8 @@ def _table(summary: dict[str, Any]) -> Table:
     type=click.IntRange(1, 4096),
     default=1,
     show_default=True,
-    help="Worker processes (1 runs in this process). With --cluster local, its worker count.",
+    help="Worker processes (1 runs in this process; at most 4 a core). With --cluster local, "
+    "its worker count.",
 )
 @click.option(
     "--cluster",

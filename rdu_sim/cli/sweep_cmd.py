@@ -61,8 +61,8 @@ def _results_table(frame: object, summary: object) -> None:
     "--workers",
     type=click.IntRange(1, 4096),
     default=None,
-    help="Worker processes (default: the CPU count; 1 runs in this process). With "
-    "--cluster local, the LocalCluster's worker count.",
+    help="Worker processes (default: the CPU count; 1 runs in this process; at most 4 a "
+    "core). With --cluster local, the LocalCluster's worker count.",
 )
 @click.option(
     "--cluster",

@@ -62,9 +62,21 @@ DRAIN_S = 5.0
 """How long a stopped executor waits for its workers to hand back what they finished."""
 
 
+WORKERS_PER_CORE = 4
+"""Local worker processes (a pool's, a LocalCluster's) a core at most: a point is CPU-bound,
+so more add only memory (~60 MB a worker, more while it runs) and contention; --workers 4096
+on a small machine would exhaust its memory."""
+
+
 def default_workers() -> int:
     """The default pool size: the machine's core count."""
     return os.cpu_count() or 1
+
+
+def local_workers(asked: int) -> int:
+    """The worker processes started on this machine for ``asked``: at most
+    ``WORKERS_PER_CORE`` a core."""
+    return max(1, min(asked, default_workers() * WORKERS_PER_CORE))
 
 
 def run_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
@@ -86,7 +98,7 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     flight are recorded as failed (rerun them with --retry-failed) and a fresh pool takes
     the rest.
     """
-    workers = max(1, workers)
+    workers = local_workers(workers)
     window = workers * IN_FLIGHT_PER_WORKER
     pending = list(reversed(sibling_batches(tasks, window)))
     while pending:
@@ -200,7 +212,7 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
     distributed = check_cluster(cluster)
     if cluster == "local":
         local = distributed.LocalCluster(
-            n_workers=max(1, workers),
+            n_workers=local_workers(workers),
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
