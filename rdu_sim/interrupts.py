@@ -44,7 +44,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from queue import SimpleQueue
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, cast
@@ -61,6 +61,9 @@ __all__ = [
     "native",
     "raising",
     "received",
+    "run_stoppable",
+    "start_worker",
+    "stop_children",
 ]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -237,6 +240,33 @@ def raising() -> Iterator[None]:
         yield
     finally:
         _state.held = held
+
+
+def start_worker() -> None:
+    """A pool worker's initializer (its process started inside :func:`blocked`): a signal
+    stops the task it runs (a :func:`raising` section: :func:`run_stoppable`, a sweep's
+    batch), once, and is held while it waits for one, so an idle worker never dies of it."""
+    install(once=True, hold=True)
+
+
+def run_stoppable(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``function(*args, **kwargs)`` in a pool worker (:func:`start_worker`) as a section a
+    signal stops; once one has, every later task stops before it starts."""
+    if _state.received is not None:
+        raise Interrupted()
+    with raising():
+        return function(*args, **kwargs)
+
+
+def stop_children() -> None:
+    """Send SIGINT to this process's pool workers (``multiprocessing``'s children): each
+    stops the task it runs (:func:`start_worker`), so a pool can shut down at once."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        if child.pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGINT)
 
 
 @contextmanager

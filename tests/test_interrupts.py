@@ -86,6 +86,15 @@ def test_a_run_stops_at_any_moment(after_s: float, signum: int) -> None:
     assert line.split(": ", 1)[1] in (NOT_STARTED, NOTHING_WRITTEN)
 
 
+def test_validate_stops_its_pool_too() -> None:
+    # The figures suite runs its measurements in a pool of two spawned workers: they must
+    # not print tracebacks (they start with the signals blocked) nor outlive the stop.
+    proc = start("validate", "--quick")
+    time.sleep(2.5)
+    line = interrupt_line(*stop(proc, signal.SIGTERM), signal.SIGTERM)
+    assert line.endswith("the suite had not finished: nothing was printed")
+
+
 SPEC = """
 name: stop
 set: {serving.requests: 12000}

@@ -175,8 +175,10 @@ def command(
 ) -> None:
     """Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and
     memory (for a cluster: goodput under its SLO, per class and per replica)."""
-    workload = shipped.locate(workload, ("workload", "cluster"))
-    if _is_cluster(workload):
+    with kept_on_stop(NOTHING_WRITTEN):
+        workload = shipped.locate(workload, ("workload", "cluster"))
+        cluster = _is_cluster(workload)
+    if cluster:
         if one_step or trace_file is not None:
             raise click.UsageError("--step and --trace are for a workload's run, not a cluster's")
         _run_cluster(workload, overrides, as_json, out_dir)

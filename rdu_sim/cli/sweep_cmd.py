@@ -19,6 +19,7 @@ from rich.console import Console
 
 from rdu_sim.cli.errors import print_warning
 from rdu_sim.config.errors import WriteError
+from rdu_sim.interrupts import kept_on_stop
 
 
 def _dry_run_table(summary: object) -> None:
@@ -145,16 +146,20 @@ def command(
     if dry_run:
         _dry_run_table(summary)
         return
-    click.echo(summary.describe())
-    frame = load(summary.db, keys=summary.keys)  # the spec's grid order
-    _results_table(frame, summary)
-    if export_file is not None:
-        try:
-            export(frame, export_file, provenance=provenance)
-        except WriteError as exc:  # the rows are safe in the database: say so
-            note = f" (the rows are kept in {summary.db}; export again with the same command)"
-            raise WriteError([replace(i, message=i.message + note) for i in exc.issues]) from None
-        click.echo(f"wrote {len(frame)} rows to {export_file}")
+    stored = f"the sweep had finished: its rows are saved in {summary.db}"
+    with kept_on_stop(stored + "; the same command prints them again (and exports them)"):
+        click.echo(summary.describe())
+        frame = load(summary.db, keys=summary.keys)  # the spec's grid order
+        _results_table(frame, summary)
+        if export_file is not None:
+            try:
+                export(frame, export_file, provenance=provenance)
+            except WriteError as exc:  # the rows are safe in the database: say so
+                note = f" (the rows are kept in {summary.db}; export again with the same command)"
+                raise WriteError(
+                    [replace(i, message=i.message + note) for i in exc.issues]
+                ) from None
+            click.echo(f"wrote {len(frame)} rows to {export_file}")
     failed = summary.failed + summary.failed_before
     if failed:
         print_warning(

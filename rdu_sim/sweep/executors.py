@@ -28,11 +28,9 @@ not to the sweep) hands back its batch unfinished: the rest are failed rows sayi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 import time
 from collections import deque
@@ -43,7 +41,7 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.extras import require
-from rdu_sim.interrupts import Interrupted, blocked, received
+from rdu_sim.interrupts import Interrupted, blocked, received, start_worker, stop_children
 from rdu_sim.sweep.worker import (
     Outcome,
     Task,
@@ -52,7 +50,6 @@ from rdu_sim.sweep.worker import (
     run_batch,
     run_task,
     sibling_batches,
-    start_worker,
     stop_batches,
 )
 
@@ -159,11 +156,7 @@ def _drain_pool(in_flight: dict[Future[list[Outcome]], tuple[Task, ...]]) -> Ite
     batch), and what comes back within ``DRAIN_S`` is yielded; a second interrupt, or the
     time running out, gives up the rest and kills their workers."""
     running = [future for future in in_flight if not future.cancel()]
-    children = multiprocessing.active_children()  # the pool's workers
-    for child in children:
-        if child.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGINT)
+    stop_children()
     deadline = time.monotonic() + DRAIN_S
     try:
         while running:
@@ -180,7 +173,7 @@ def _drain_pool(in_flight: dict[Future[list[Outcome]], tuple[Task, ...]]) -> Ite
     except Interrupted:
         pass
     if running:  # what did not come back in time is given up: its workers must not linger
-        for child in children:
+        for child in multiprocessing.active_children():
             child.kill()
 
 

@@ -8,7 +8,8 @@ The parent alone writes the database.
 A signal stops a worker's batch, never the worker (``rdu_sim.interrupts``): `run_batch`
 hands back the points it finished, and once stopped a worker returns every later batch at
 once, untouched (a rerun runs them). A pool worker is stopped by SIGINT or SIGTERM
-(`start_worker`: the terminal's, or the one its parent forwards) within the point it runs; a
+(``interrupts.start_worker``: the terminal's, or the one its parent forwards) within the
+point it runs; a
 Dask worker, whose batches run in threads signals never reach, by `stop_batches` (run on it
 by the parent) after the point it runs.
 """
@@ -164,13 +165,6 @@ def run_task(task: Task) -> Outcome:
         started=started,
         finished=_now(),
     )
-
-
-def start_worker() -> None:
-    """A pool worker's start (with SIGINT and SIGTERM blocked since its birth:
-    ``executors.run_pool``): from now on they stop the batch it runs, once, and are held
-    while it waits for one (``interrupts.install``, ``once`` and ``hold``)."""
-    interrupts.install(once=True, hold=True)
 
 
 class _Batches:
