@@ -71,7 +71,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 P = ParamSpec("P")
 R = TypeVar("R")
-Handler = Callable[[int, FrameType | None], Any]
+Handler = Callable[[int, FrameType | None], Any] | signal.Handlers
 
 
 class Interrupted(KeyboardInterrupt):
@@ -156,9 +156,14 @@ def _deliver() -> None:
 
 
 def ignore_further() -> None:
-    """Ignore signals from now on: the command is ending (printing its last line)."""
+    """Ignore signals from now on: the command is ending (printing its last line, or done).
+    Where :func:`install` handles them they are then ignored by the system, so that one
+    arriving while the interpreter shuts down (which restores the default action of a
+    handled signal) cannot change the exit status either."""
     _state.once = True
     _state.received = _state.received or signal.SIGINT
+    if _state.installed and threading.current_thread() is threading.main_thread():
+        _switch(signal.SIG_IGN)
 
 
 def _switch(handler: Handler) -> None:
