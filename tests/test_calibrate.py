@@ -38,11 +38,11 @@ def _write(tmp_path: Path, rows: list[str], name: str = "m.csv") -> Path:
 
 def test_runtime_host_time_is_added_to_each_step_exactly() -> None:
     workload = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
-    zero = ["hw.runtime.step_overhead=0", "hw.runtime.slot_overhead=0"]
+    zero = ["stack.host.serial_per_step=0", "stack.host.serial_per_slot=0"]
     bare = api.step(workload, zero, batch=4).detail
     served = api.step(
         workload,
-        ["hw.runtime.step_overhead=300 us", "hw.runtime.slot_overhead=20 us"],
+        ["stack.host.serial_per_step=300 us", "stack.host.serial_per_slot=20 us"],
         batch=4,
     ).detail
     assert bare.runtime_s == 0.0  # type: ignore[attr-defined]
@@ -53,12 +53,16 @@ def test_runtime_host_time_is_added_to_each_step_exactly() -> None:
     assert shown["runtime_s"] == served.runtime_s and shown["device_s"] == served.device_s  # type: ignore[attr-defined]
 
 
-def test_shipped_hardware_carries_a_runtime() -> None:
-    fields = {"step_overhead", "slot_overhead", "kv_page_tokens", "prefill_batch_tokens"}
+def test_shipped_hardware_runs_a_stack_by_default() -> None:
+    """Every shipped machine names its default stack; the stack, not the hardware, holds
+    the host time and the KV and prefill layout."""
+    workload = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
     for name in ("sn40l-8", "sn40l-16", "dgx-h100"):
         data = yaml.safe_load((REPO / "hw_configs" / f"{name}.yaml").read_text())
-        assert set(data["runtime"]) == fields, name
-        paged = data["runtime"]["kv_page_tokens"], data["runtime"]["prefill_batch_tokens"]
+        assert "runtime" not in data, name
+        stack = api.load(workload, [f"hardware={name}"]).stack
+        assert stack.host.serial_per_step > 0, name
+        paged = stack.kv_page_tokens, stack.prefill_batch_tokens
         # SambaStack's static graphs, one prompt a prefill step; TensorRT-LLM's defaults
         assert paged == ((64, 8192) if name == "dgx-h100" else (None, None)), name
 
@@ -88,8 +92,8 @@ def test_read_points_and_errors(tmp_path: Path) -> None:
 
 
 def test_parse_fit_and_holdout() -> None:
-    assert parse_fit("hw.runtime.step_overhead=0:2ms") == FitParameter(
-        "hw.runtime.step_overhead", 0.0, 2e-3
+    assert parse_fit("stack.host.serial_per_step=0:2ms") == FitParameter(
+        "stack.host.serial_per_step", 0.0, 2e-3
     )
     assert parse_fit("hw.system.intra_node_link.bandwidth=8 GB/s:64 GB/s").high == 64e9
     for bad in ("runtime.step_overhead=0:1", "hw.x=1", "hw.x=2:1", "hw.x=a:b"):
@@ -104,7 +108,7 @@ def test_parse_fit_and_holdout() -> None:
 def test_fit_recovers_a_known_parameter(tmp_path: Path) -> None:
     """Points simulated with a known step overhead are measurements the fit must explain:
     it finds the overhead back from a start at the middle of its bounds."""
-    truth = ["hw.runtime.step_overhead=0.0004"]
+    truth = ["stack.host.serial_per_step=0.0004"]
     points = [
         MeasuredPoint("sn40l", "llama-3.2-1b", 1, batch, 64, out, "e2e_s", 1.0, source=f"p{i}")
         for i, (batch, out) in enumerate([(1, 16), (2, 32), (4, 8)])
@@ -112,16 +116,16 @@ def test_fit_recovers_a_known_parameter(tmp_path: Path) -> None:
     measured = [MeasuredPoint(**{**p.__dict__, "measured_s": simulate(p, truth)}) for p in points]
     calibration = Calibration(
         measured,
-        [FitParameter("hw.runtime.step_overhead", 0.0, 1e-3)],
+        [FitParameter("stack.host.serial_per_step", 0.0, 1e-3)],
         cache=tmp_path / "cache.jsonl",
     )
     result = calibration.fit([0, 1, 2], [], max_evaluations=30)
-    assert result.values["hw.runtime.step_overhead"] == pytest.approx(4e-4, rel=0.01)
+    assert result.values["stack.host.serial_per_step"] == pytest.approx(4e-4, rel=0.01)
     assert max(abs(r.relative_error) for r in result.results) < 0.005
     # the same fit again replays its cache: no evaluation simulates anything
     replay = Calibration(
         measured,
-        [FitParameter("hw.runtime.step_overhead", 0.0, 1e-3)],
+        [FitParameter("stack.host.serial_per_step", 0.0, 1e-3)],
         cache=tmp_path / "cache.jsonl",
         simulate_point=lambda point, sets: pytest.fail("simulated on a cached evaluation"),
     )
@@ -129,18 +133,18 @@ def test_fit_recovers_a_known_parameter(tmp_path: Path) -> None:
 
 
 def test_calibrate_command_writes_a_usable_hardware_file(tmp_path: Path) -> None:
-    truth = ["hw.runtime.step_overhead=0.0003"]
+    truth = ["stack.host.serial_per_step=0.0003"]
     rows = []
     for batch, out in [(1, 16), (2, 32), (4, 8), (2, 8)]:
         point = MeasuredPoint("sn40l", "llama-3.2-1b", 1, batch, 64, out, "e2e_s", 1.0)
         rows.append(SMALL.format(batch=batch, out=out, value=simulate(point, truth)))
     path = _write(tmp_path, rows)
     out = tmp_path / "fitted.yaml"
-    args = ["calibrate", str(path), "--fit", "hw.runtime.step_overhead=0:1ms", "-o", str(out)]
+    args = ["calibrate", str(path), "--fit", "stack.host.serial_per_step=0:1ms", "-o", str(out)]
     result = CliRunner().invoke(cli, [*args, "--holdout", "0.25", "--json"])
     assert result.exit_code == 0, result.output
     fit = json.loads(result.stdout)
-    assert fit["values"]["hw.runtime.step_overhead"] == pytest.approx(3e-4, rel=0.01)
+    assert fit["values"]["stack.host.serial_per_step"] == pytest.approx(3e-4, rel=0.01)
     assert sum(p["held_out"] for p in fit["points"]) == 1
     assert {e["group"] for e in fit["errors"]} >= {"fitted", "held out"}
     text = out.read_text()
@@ -150,14 +154,16 @@ def test_calibrate_command_writes_a_usable_hardware_file(tmp_path: Path) -> None
     workload["hardware"] = str(out)
     (tmp_path / "wl.yaml").write_text(yaml.safe_dump(workload))
     step = api.step(tmp_path / "wl.yaml", batch=1).detail
-    runtime = yaml.safe_load(text)["runtime"]
-    assert runtime["step_overhead"] == fit["values"]["hw.runtime.step_overhead"]
-    slot = api.load(tmp_path / "wl.yaml").hardware.runtime.slot_overhead
-    assert step.runtime_s == pytest.approx(runtime["step_overhead"] + slot, rel=1e-12)  # type: ignore[attr-defined]
+    stack_text = (tmp_path / "fitted.stack.yaml").read_text()
+    host = yaml.safe_load(stack_text)["host"]
+    assert yaml.safe_load(text)["default_stack"] == "fitted.stack.yaml"
+    assert host["serial_per_step"] == fit["values"]["stack.host.serial_per_step"]
+    slot = api.load(tmp_path / "wl.yaml").stack.host.serial_per_slot
+    assert step.runtime_s == pytest.approx(host["serial_per_step"] + slot, rel=1e-12)  # type: ignore[attr-defined]
     again = CliRunner().invoke(cli, [*args, "--holdout", "0.25", "--json"])
     assert json.loads(again.stdout)["values"] == fit["values"]  # deterministic
     assert out.read_text() == text  # the same file, whoever invoked the command
-    assert "--fit=hw.runtime.step_overhead=0:1ms" in text.splitlines()[0]
+    assert "--fit=stack.host.serial_per_step=0:1ms" in text.splitlines()[0]
 
 
 def test_calibrate_errors(tmp_path: Path) -> None:
@@ -165,8 +171,8 @@ def test_calibrate_errors(tmp_path: Path) -> None:
     runner = CliRunner()
     for args, message in [
         (["--fit", "hw.x=1"], "expected hw.FIELD=LOW:HIGH"),
-        (["--fit", "hw.runtime.step_overhead=0:1ms", "--holdout", "1.5"], "--holdout"),
-        (["--fit", "hw.runtime.step_overhead=0:1ms", "--hardware", "dgx-h100"], "no measured"),
+        (["--fit", "stack.host.serial_per_step=0:1ms", "--holdout", "1.5"], "--holdout"),
+        (["--fit", "stack.host.serial_per_step=0:1ms", "--hardware", "dgx-h100"], "no measured"),
     ]:
         result = runner.invoke(cli, ["calibrate", str(path), *args])
         assert result.exit_code == 2 and message in result.output, result.output

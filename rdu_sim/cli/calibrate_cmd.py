@@ -48,8 +48,8 @@ def _errors(group: ErrorSummary) -> str:
     "fits",
     multiple=True,
     required=True,
-    metavar="hw.FIELD=LOW:HIGH",
-    help="A parameter to fit and its bounds, e.g. hw.runtime.step_overhead=0:2ms. Repeatable.",
+    metavar="hw.FIELD=LOW:HIGH|stack.FIELD=LOW:HIGH",
+    help="A parameter to fit and its bounds, e.g. stack.host.serial_per_step=0:2ms. Repeatable.",
 )
 @click.option(
     "--hardware",
@@ -101,8 +101,9 @@ def command(
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Fit hardware parameters (--fit hw.FIELD=LOW:HIGH) to MEASUREMENTS; write the
-    calibrated hardware file."""
+    """Fit hardware and serving-stack parameters (--fit hw.FIELD=LOW:HIGH, --fit
+    stack.FIELD=LOW:HIGH) to MEASUREMENTS; write the calibrated hardware file (and the
+    calibrated stack beside it, which it runs by default)."""
     from rdu_sim.config.hardware_file import read_hardware
     from rdu_sim.report.files import write_file
     from rdu_sim.validate.calibrate import Calibration, overlay_text, parse_fit, split_holdout
@@ -156,8 +157,16 @@ def command(
         f"Fitted on {len(train)} of {len(points)} points ({', '.join(measurements)}), "
         f"seed {seed}: " + "; ".join(_errors(g) for g in groups),
     ]
-    # the whole hardware (a file that extends another, merged), so the output stands alone
-    base, _ = read_hardware(Path(points[0].scenario(overrides).hardware_file))
+    # the whole hardware (a file that extends another, merged), so the output stands alone;
+    # fitted stack fields go to a stack file beside it, which it runs by default
+    scenario = points[0].scenario(overrides)
+    base, _ = read_hardware(Path(scenario.hardware_file))
+    if any(path.startswith("stack.") for path in result.values):
+        stack_out = out.with_name(f"{out.stem}.stack{out.suffix or '.yaml'}")
+        stack_base = {**scenario.stack.model_dump(mode="json"), "name": stack_out.stem}
+        stack_text = overlay_text(stack_base, result.values, header, prefix="stack.")
+        write_file(stack_out, lambda stream: stream.write(stack_text))
+        base = {**base, "default_stack": stack_out.name}
     text = overlay_text(dict(base), result.values, header)
     write_file(out, lambda stream: stream.write(text))
     if as_json:

@@ -53,12 +53,16 @@ def _quantity(text: str, where: str) -> float:
 
 
 def parse_fit(text: str) -> FitParameter:
-    """``hw.path=LOW:HIGH`` (e.g. ``hw.runtime.step_overhead=0:2ms``) as a FitParameter."""
+    """``hw.path=LOW:HIGH`` or ``stack.path=LOW:HIGH`` (e.g.
+    ``stack.host.serial_per_step=0:2ms``) as a FitParameter."""
     path, sep, bounds = text.partition("=")
     path = path.strip()
-    if not sep or not path.startswith("hw.") or bounds.count(":") != 1:
+    if not sep or not path.startswith(("hw.", "stack.")) or bounds.count(":") != 1:
         raise ConfigError.single(
-            "--fit", path or text, "expected hw.FIELD=LOW:HIGH, e.g. hw.runtime.step_overhead=0:2ms"
+            "--fit",
+            path or text,
+            "expected hw.FIELD=LOW:HIGH or stack.FIELD=LOW:HIGH, e.g. "
+            "stack.host.serial_per_step=0:2ms",
         )
     low_text, high_text = bounds.split(":")
     low, high = _quantity(low_text, path), _quantity(high_text, path)
@@ -209,15 +213,20 @@ class Calibration:
         return FitResult(values, results, tuple(train), tuple(held_out), self.evaluations)
 
 
-def overlay_text(base: dict[str, Any], values: dict[str, float], header: Sequence[str]) -> str:
-    """A hardware file: ``base`` (a hardware file's mapping) with the fitted ``values`` set
-    (``hw.`` paths, internal units), below ``header`` as comment lines."""
+def overlay_text(
+    base: dict[str, Any], values: dict[str, float], header: Sequence[str], prefix: str = "hw."
+) -> str:
+    """A config file: ``base`` (a hardware or stack file's mapping) with the fitted
+    ``values`` under ``prefix`` set (internal units; others are left out), below ``header``
+    as comment lines."""
     import copy
 
     import yaml
 
     data = copy.deepcopy(base)
     for path, value in values.items():
+        if not path.startswith(prefix):
+            continue
         node = data
         parts = path.split(".")[1:]
         for part in parts[:-1]:
