@@ -9,7 +9,7 @@ CPython checks inside C functions too (big-integer multiplication and division c
 every step of their loops). The compiled core (mypyc) multiplies picosecond times through
 CPython's big-integer code (any factor of 2^30 or more takes mypyc's slow path) and takes a
 failure of that call for an exhausted heap: it prints ``fatal: out of memory`` and aborts
-(SIGABRT, nothing saved). So, in a process that :func:`install`\\ s it:
+(SIGABRT, nothing saved). So, in a process that called :func:`install`:
 
 - outside :func:`native` regions the handler raises :class:`Interrupted` where the signal is
   handled, as Python's does: between two bytecodes, or out of a blocking wait (a pool's
@@ -141,18 +141,20 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 def _deliver() -> None:
     """The helper thread: raise each queued signal in the main thread, asynchronously (at its
     next bytecode of Python code), or leave it to the deferred section the main thread is in."""
-    import ctypes
-
-    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
-    set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+    set_async_exc: Any = None
     while True:
         signum = _state.queue.get()
         if not _counts(signum):
             continue
         if _state.held:
             _state.pending = signum
-        else:
-            set_async_exc(_state.main, Interrupted)
+            continue
+        if set_async_exc is None:  # loaded at the first signal: most runs never need it
+            import ctypes
+
+            set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+            set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+        set_async_exc(_state.main, Interrupted)
 
 
 def ignore_further() -> None:
