@@ -9,8 +9,8 @@ included: run it on the tree before and after (``PYTHONPATH=TREE``, or
 The commands: ``rdu-sim step --json`` of four workloads (DeepSeek-R1 SnapStream and full
 attention, Llama 3.1 8B on 8 sockets, Qwen3-235B), decode and prefill at 4,096 tokens;
 ``rdu-sim run --json`` of three workloads at 300 requests (a lone server, DeepSeek-R1, a
-Composition of Experts), every speculative workload at 200, and every cluster file
-(``workloads/speculative/``, ``workloads/clusters/``).
+Composition of Experts), the four speculative workloads at 200, and every shipped cluster
+file.
 ``--quick``: two small commands (what the test suite runs). A command that fails is written
 as ``NAME.error`` with its stderr, and the rest still run (exit status 1).
 """
@@ -68,7 +68,7 @@ QUICK: tuple[Command, ...] = (
 
 
 def commands(quick: bool) -> list[Command]:
-    """What to run: every command (module docstring), or the two quick ones."""
+    """What to run: the 18 commands, or the two quick ones."""
     return list(QUICK) if quick else _steps() + _runs()
 
 

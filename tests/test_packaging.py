@@ -77,7 +77,10 @@ def test_a_workload_may_name_its_hardware(tmp_path: Path) -> None:
     scenario = api.load(workload)
     assert Path(scenario.hardware_file) == REPO / "hw_configs" / "sn40l-8.yaml"
     workload.write_text(text.replace("../hw_configs/sn40l-8.yaml", "sn40l-9"))
-    names = "dgx-h100, dgx-h100-vllm, sn40l, sn40l-16, sn40l-8"
+    names = (
+        "dgx-h100, dgx-h100-4nodes, dgx-h100-9nodes, dgx-h100-vllm, hgx-h800, sn40l, sn40l-16, "
+        "sn40l-4racks, sn40l-8"
+    )
     with pytest.raises(ConfigError, match=f"shipped hardware file: {names}"):
         api.load(workload)
 
@@ -130,9 +133,9 @@ def test_a_sweep_database_never_goes_into_an_installed_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = load_spec("llama8b-batch")
-    assert default_db(spec.file) == REPO / "workloads" / "sweeps" / "llama8b-batch.sqlite"
+    monkeypatch.chdir(tmp_path)  # from a checkout: the current folder, as from a wheel
+    assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
     monkeypatch.setattr(shipped, "installed_root", lambda: REPO)  # as if REPO were installed
-    monkeypatch.chdir(tmp_path)
     assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
 
 

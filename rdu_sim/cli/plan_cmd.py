@@ -23,6 +23,12 @@ from rich.table import Table
 
 from rdu_sim import human
 
+MISSING_NOTE = (
+    "-: not measured: a configuration pruned, infeasible or in error ran no cluster to show; "
+    "'one fewer' is the goodput one replica unit fewer reached, for a configuration that met "
+    "the SLO with that count tried"
+)
+
 
 def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
@@ -34,9 +40,10 @@ def _table(summary: dict[str, Any]) -> Table:
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
+    split = any("parallelism" in row for row in summary["configurations"])
     for column in (
         "",
-        "tp",
+        "parallelism" if split else "tp",
         "slots",
         "KV",
         "disagg.",
@@ -56,7 +63,7 @@ def _table(summary: dict[str, Any]) -> Table:
         fewer = row["goodput_one_unit_fewer"]
         table.add_row(
             "*" if row["frontier"] else "",
-            str(row["tp"]),
+            str(row.get("parallelism", f"tp={row['tp']}") if split else row["tp"]),
             _cell(row["batch_slots"]),
             str(row["kv_policy"]),
             row["disaggregation"],
@@ -92,7 +99,8 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
     type=click.IntRange(1, 4096),
     default=1,
     show_default=True,
-    help="Worker processes (1 runs in this process). With --cluster local, its worker count.",
+    help="Worker processes (1 runs in this process; at most 4 a core). With --cluster local, "
+    "its worker count.",
 )
 @click.option(
     "--cluster",
@@ -106,7 +114,8 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
     "db_file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="SQLite file of evaluations (default: <spec stem>.sqlite beside the spec); "
+    help="SQLite file of evaluations (default: <spec stem>.sqlite in the current folder for a "
+    "shipped spec, beside a spec of your own); "
     "evaluations already in it are reused.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
@@ -151,16 +160,20 @@ def command(
         f"{human.percent(slo['attainment'], 3)} of requests; {summary['evaluations']} cluster runs "
         f"({result.db})"
     )
+    rows = summary["configurations"]
     best = summary["cheapest"]
     if best is None:
         out.print("[red]no configuration met the SLO[/red]")
     else:
+        split = best.get("parallelism") or f"tp={best['tp']}"
         out.print(
             f"cheapest: [bold]{best['sockets']} sockets[/bold] = {best['replicas']} replicas "
-            f"x tp={best['tp']}, batch_slots={best['batch_slots']}, "
+            f"x {split}, batch_slots={best['batch_slots']}, "
             f"kv={best['kv_policy']}, disaggregation={best['disaggregation']} "
             f"({human.percent(best['goodput_fraction'])} of requests meet the SLO)"
         )
     out.print(_table(summary))
+    if any(row["replicas"] is None or row["goodput_one_unit_fewer"] is None for row in rows):
+        out.print(MISSING_NOTE, markup=False)
     for line in _why_lines(summary):
         out.print(line, markup=False)

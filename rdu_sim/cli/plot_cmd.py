@@ -59,21 +59,21 @@ _SWEEP_KINDS = {
 }
 
 
-MAX_CONTEXT_TOKENS = 100_000_000  # serving.max_context's own bound
 MAX_RESULTS_BYTES = 64 * 2**20  # a run's JSON is kilobytes; its per-request rows are CSV
 MAX_COLUMNS_BYTES = 256 * 2**20  # requests.csv of a million requests is about 100 MB
 
 
 def _tokens(text: str) -> int:
-    """'8k' -> 8192, '128K' -> 131072, '4096' -> 4096 (ASCII digits, at most 100M tokens)."""
-    value = text.strip().lower()
-    scale = 1024 if value.endswith("k") else 2**20 if value.endswith("m") else 1
-    number = value[:-1] if scale > 1 else value
-    if not (0 < len(number) <= 9 and number.isascii() and number.isdigit()):
-        raise click.BadParameter(f"{text[:40]!r} is not a token count like 8192 or 8k")
-    tokens = int(number) * scale
-    if not 1 <= tokens <= MAX_CONTEXT_TOKENS:
-        raise click.BadParameter(f"{text!r} is not in 1..{MAX_CONTEXT_TOKENS} tokens")
+    """'8k' -> 8192, '128K' -> 131072, '4096' -> 4096 (``config.units.parse_tokens``, the
+    rule of every token-count field; at most 100M tokens)."""
+    from rdu_sim.config.units import MAX_TOKENS, UnitError, parse_tokens
+
+    try:
+        tokens = parse_tokens(text)
+    except UnitError:
+        raise click.BadParameter(f"{text[:40]!r} is not a token count like 8192 or 8k") from None
+    if not 1 <= tokens <= MAX_TOKENS:
+        raise click.BadParameter(f"{text!r} is not in 1..{MAX_TOKENS} tokens")
     return tokens
 
 
@@ -102,6 +102,18 @@ def _read_columns(path: Path) -> dict[str, list[float | None]]:
                 except ValueError:
                     fail(f"{path}: column {shown(name)} holds {shown(cell)}, not a number")
     return columns
+
+
+MAX_LISTED = 64
+"""Contexts (or policies) a plot simulates at most: each is its own simulation."""
+
+
+def _listed(option: str, text: str, parse: Any) -> list[Any]:
+    """``option``'s comma-separated values, parsed, each once, at most ``MAX_LISTED``."""
+    values = list(dict.fromkeys(parse(v) for v in text.split(",") if v.strip()))
+    if len(values) > MAX_LISTED:
+        fail(f"{option} lists {len(values)} values; a plot simulates at most {MAX_LISTED}")
+    return values
 
 
 def _attach_siblings(results: Any, folder: Path) -> Any:
@@ -283,8 +295,8 @@ def command(
             kind,
             input_path,
             overrides,
-            [_tokens(c) for c in contexts.split(",") if c.strip()],
-            [p.strip() for p in policies.split(",") if p.strip()],
+            _listed("--contexts", contexts, _tokens),
+            _listed("--policies", policies, str.strip),
             requests,
         )
     elif suffix in _DB_SUFFIXES:

@@ -23,12 +23,14 @@ from rich.table import Table
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
+from rdu_sim.interrupts import kept_on_stop
 
 EXIT_FIGURE_FAILED = 1
 DEPLOYMENT_MEDIAN = 0.10
 """A deployment suite passes when each hardware file's median |error| is at most this..."""
 DEPLOYMENT_WORST = 0.25
 """...and no point's |error| exceeds this."""
+UNFINISHED = "the suite had not finished: nothing was printed"
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -166,7 +168,20 @@ def command(
 ) -> None:
     """Run the calibration suite and compare with SambaNova's published SN40L figures."""
     if suite == "deployment":
-        if not _deployment(overrides, as_json):
+        figures_only = {
+            "--quick": quick,
+            "--tolerance": tolerances,
+            "--snapstream": snapstream,
+            "--full": full,
+        }
+        if given := [option for option, value in figures_only.items() if value]:
+            fail(
+                f"{', '.join(given)}: the figures suite's (--suite figures); the deployment "
+                "suite simulates each shipped measured point as it is (it takes --set and --json)"
+            )
+        with kept_on_stop(UNFINISHED):
+            passed = _deployment(overrides, as_json)
+        if not passed:
             raise SystemExit(EXIT_FIGURE_FAILED)
         return
     from rdu_sim.validate import run_suite, tolerance_overrides, with_tolerances
@@ -176,13 +191,14 @@ def command(
         figures = with_tolerances(tolerance_overrides(tolerances))
     except ValueError as exc:
         fail(str(exc))
-    result = run_suite(
-        quick=quick,
-        overrides=overrides,
-        figures=figures,
-        snapstream=snapstream or SNAPSTREAM_WORKLOAD,
-        full=full or FULL_WORKLOAD,
-    )
+    with kept_on_stop(UNFINISHED):
+        result = run_suite(
+            quick=quick,
+            overrides=overrides,
+            figures=figures,
+            snapstream=snapstream or SNAPSTREAM_WORKLOAD,
+            full=full or FULL_WORKLOAD,
+        )
     rows = [row.to_dict() for row in result.rows]
     if as_json:
         click.echo(json.dumps(rows))

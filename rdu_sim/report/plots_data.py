@@ -73,6 +73,15 @@ def number(value: Any, what: str) -> float:
         raise PlotInputError(f"{what} must be a number, got {value!r}") from None
 
 
+def whole(value: Any, what: str) -> int:
+    """``value`` as an int (a count, a size), or PlotInputError naming ``what``: a number that
+    is not finite has no whole value."""
+    result = number(value, what)
+    if not math.isfinite(result):
+        raise PlotInputError(f"{what} must be a finite number, got {value!r}")
+    return int(result)
+
+
 def _columns(table: Any, what: str) -> dict[str, NDArray[np.float64]]:
     """A mapping of equal-length numeric columns (empty cells are NaN)."""
     if not isinstance(table, Mapping):
@@ -100,7 +109,7 @@ def _tier(usage: Any, tier: str) -> TierMemory:
 
     def part(name: str, default: float = 0.0) -> int:
         value = usage.get(name)
-        return int(number(default if value is None else value, f"memory.{tier}.{name}"))
+        return whole(default if value is None else value, f"memory.{tier}.{name}")
 
     capacity = part("capacity_bytes")
     weights, kv, act = part("weights_bytes"), part("kv_bytes"), part("activations_bytes")
@@ -126,6 +135,7 @@ class RunPoint:
     batch_slots: int | None = None
     batch_capacity: int | None = None
     decode_tokens_per_s: float | None = None
+    steady_decode_tokens_per_s: float | None = None  # the slots kept full (None: no window)
     tiers: Mapping[str, Any] | None = None  # memory per tier, as given (read by `memory`)
     source: str = "run"  # "run", or a study's "plan" / "decode_step"
     settings: Mapping[str, Any] = field(default_factory=dict)
@@ -163,6 +173,7 @@ class RunPoint:
             batch_slots=summary.batch_slots,
             batch_capacity=summary.batch_capacity,
             decode_tokens_per_s=summary.decode_tokens_per_s,
+            steady_decode_tokens_per_s=summary.steady_decode_tokens_per_s,
             tiers=dict(summary.memory),
             **{"row": {"workload": summary.workload, "hardware": summary.hardware}, **extra},
         )
@@ -173,12 +184,12 @@ class RunPoint:
 
         def integer(name: str) -> int | None:
             value = data.get(name)
-            return None if value is None else int(number(value, name))
+            return None if value is None else whole(value, name)
 
         memory = data.get("memory")
         if memory is not None and not isinstance(memory, Mapping):
             raise PlotInputError("results' 'memory' must map tiers to their *_bytes")
-        rate = data.get("decode_tokens_per_s")
+        rate, steady = data.get("decode_tokens_per_s"), data.get("steady_decode_tokens_per_s")
         requests, series = data.get(REQUEST_RECORDS), data.get(SLOT_OCCUPANCY)
         settings = data.get("settings") or {}
         if not isinstance(settings, Mapping):
@@ -190,6 +201,9 @@ class RunPoint:
             batch_slots=integer("batch_slots"),
             batch_capacity=integer("batch_capacity"),
             decode_tokens_per_s=None if rate is None else number(rate, "decode_tokens_per_s"),
+            steady_decode_tokens_per_s=None
+            if steady is None
+            else number(steady, "steady_decode_tokens_per_s"),
             tiers=memory,
             source=str(data.get("source") or "run"),
             settings=dict(settings),
@@ -255,14 +269,31 @@ def _sweep_subject(frame: Any) -> dict[str, str]:
     return out
 
 
-def _sweep_row(nested: dict[str, Any], subject: Mapping[str, str]) -> dict[str, Any]:
+def _sweep_config(frame: Any) -> dict[str, Any]:
+    """The :data:`SWEPT_FIELDS` every point of a sweep frame ran with one value of (its
+    ``attrs``, read off each point's resolved config by ``rdu_sim.sweep.load``)."""
+    attrs = getattr(frame, "attrs", {})
+    out: dict[str, Any] = {}
+    for name in SWEPT_FIELDS:
+        values = attrs.get(name) or []
+        if len(values) == 1 and values[0] != "auto":
+            out[name] = values[0]
+    return out
+
+
+def _sweep_row(
+    nested: dict[str, Any], subject: Mapping[str, str], config: Mapping[str, Any]
+) -> dict[str, Any]:
     """A sweep row with the figures its metrics left out but its axes or config say: the
-    swept fields under their JSON names (not ``auto`` slots), the names of what it ran."""
+    swept fields under their JSON names (not ``auto`` slots), else the one value every point
+    ran with, and the names of what it ran."""
     for name, (section, key) in SWEPT_FIELDS.items():
         block = nested.get(section)
         value = block.get(key) if isinstance(block, Mapping) else None
         if name not in nested and value is not None and value != "auto":
             nested[name] = value
+        elif name not in nested and name in config:
+            nested[name] = config[name]
     for part, value in subject.items():
         nested.setdefault(part, value)
     return nested
@@ -313,11 +344,17 @@ def as_runs(results: Any) -> list[RunPoint]:
     """
     if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
         rows = results.to_dict(orient="records")
-        subject = _sweep_subject(results)
-        return [
-            RunPoint.of_mapping(_sweep_row(_unflatten(row), subject), {**subject, **row})
-            for row in rows
-        ]
+        subject, config = _sweep_subject(results), _sweep_config(results)
+        runs = []
+        for row in rows:
+            try:
+                nested = _sweep_row(_unflatten(row), subject, config)
+                runs.append(RunPoint.of_mapping(nested, {**subject, **row}))
+            except PlotInputError as exc:
+                axes = results.attrs.get("axes", [])
+                point = ", ".join(f"{axis}={row.get(axis)}" for axis in axes) or row.get("key")
+                raise PlotInputError(f"the point {point}: {exc}") from None
+        return runs
     if (
         isinstance(results, Mapping)
         or not isinstance(results, Iterable)
@@ -367,7 +404,8 @@ def lookup(run: RunPoint, path: str, default: Any = _MISSING) -> Any:
             node = node[part]
         else:
             if default is _MISSING:
-                raise PlotInputError(f"results have no {path!r} (needed for this plot)")
+                empty = " (its cell is empty: NaN)" if path in row else ""
+                raise PlotInputError(f"results have no {path!r}{empty} (needed for this plot)")
             return default
     return node
 
