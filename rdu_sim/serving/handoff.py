@@ -46,7 +46,7 @@ class HandOff:
     def __init__(self, hooks: ServerHooks | None) -> None:
         self.hooks = hooks
         self.packs = hooks is None  # prompts may share a prefill step (nothing per request)
-        self.pending: list[tuple[int, int]] = []  # (slot, request) whose transfer ended
+        self.ended_slots: list[int] = []  # slots whose transfer ended (each holds its request)
         self.tell: Callable[[], None] = _nothing  # the scheduler's driver: a transfer ended
         # the scheduler: a reserved slot's request decodes (its cache arrived)
         self.start_received: Callable[[int, int], None] = _no_decode
@@ -88,9 +88,10 @@ class HandOff:
     def at_boundary(self, slots: Slots, queue: deque[int]) -> None:
         """A step boundary, before the server decides: the hand-offs that ended take effect."""
 
-    def ended(self, slot: int, request: int, _event: Event) -> None:
-        """A KV transfer of ``slot`` ended (sent or received): act at the next boundary."""
-        self.pending.append((slot, request))
+    def ended(self, slot: int, _event: Event) -> None:
+        """A KV transfer of ``slot`` ended (sent or received): act at the next boundary (the
+        slot holds its request until then)."""
+        self.ended_slots.append(slot)
         self.tell()
 
 
@@ -130,17 +131,19 @@ class SendAfterPrefill(_Moves):
             return False
         slots.hold(slot)
         load.add(1 - output)
-        sent.callbacks.append(partial(self.ended, slot, request))
+        sent.callbacks.append(partial(self.ended, slot))
         return True
 
     def at_boundary(self, slots: Slots, queue: deque[int]) -> None:
         """The caches sent since the last boundary free their slots."""
-        if not self.pending:
+        ended = self.ended_slots
+        if not ended:
             return
-        for slot, request in self.pending:
+        for slot in ended:
+            request = slots.request[slot]
             slots.release(slot)
             self.left(request)
-        self.pending.clear()
+        ended.clear()
 
 
 class ReceiveToDecode(_Moves):
@@ -156,10 +159,11 @@ class ReceiveToDecode(_Moves):
     def at_boundary(self, slots: Slots, queue: deque[int]) -> None:
         """The caches received since the last boundary start decoding, then every queued
         request that finds a free slot reserves it and starts receiving its cache."""
-        if self.pending:
-            for slot, request in self.pending:
-                self.start_received(slot, request)
-            self.pending.clear()
+        ended = self.ended_slots
+        if ended:
+            for slot in ended:
+                self.start_received(slot, slots.request[slot])
+            ended.clear()
         hooks = self.hooks
         assert hooks is not None
         while queue and slots.occupied < slots.n:
@@ -167,7 +171,7 @@ class ReceiveToDecode(_Moves):
             request = queue.popleft()
             slots.reserve(slot, request)
             received = hooks.receive(request)
-            received.callbacks.append(partial(self.ended, slot, request))
+            received.callbacks.append(partial(self.ended, slot))
 
 
 HANDOFFS: dict[str, type[HandOff]] = {

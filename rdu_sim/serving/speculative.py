@@ -116,9 +116,7 @@ class Speculation:
     seed: int
     rates: NDArray[np.float64] | None = None  # per request (speculative decoding)
     link_ps: int = 0  # separate sockets: drafted tokens there and the verdict back, per round
-    _rounds: dict[int, tuple[StepShape, tuple[StepShape, ...], int]] = field(
-        default_factory=dict, init=False
-    )
+    _round_ps: dict[int, int] = field(default_factory=dict, init=False)  # by decode bucket
 
     @property
     def separate(self) -> bool:
@@ -141,13 +139,12 @@ class Speculation:
     def round_ps(self, target: StepCache, bucket: int) -> int:
         """One round's time at ``bucket`` (integer ps): the draft's steps, the link if any,
         then the verify step."""
-        known = self._rounds.get(bucket)
+        known = self._round_ps.get(bucket)
         if known is None:
             verify, draft = self.round_shapes(bucket)
             total = sum(self.draft_cache.step_ps(s) for s in draft) + target.step_ps(verify)
-            known = (verify, draft, total + self.link_ps)
-            self._rounds[bucket] = known
-        return known[2]
+            known = self._round_ps[bucket] = total + self.link_ps
+        return known
 
     def run_rounds(self, target: StepCache, bucket: int, rounds: int) -> None:
         """Count ``rounds`` rounds at ``bucket`` in the step caches."""

@@ -27,7 +27,16 @@ from typing import Any
 from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
 from rdu_sim.shapes import StepShape
 
-__all__ = ["PS_PER_S", "StepCache", "StepCost", "StepCounts", "StepEntry", "StepFn", "StepTimes"]
+__all__ = [
+    "PS_PER_S",
+    "StepCache",
+    "StepCost",
+    "StepCounts",
+    "StepEntry",
+    "StepFn",
+    "StepTimes",
+    "TimedCost",
+]
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,14 @@ class StepCounts:
         self.tokens_generated = 0
 
 
+@dataclass(frozen=True)
+class TimedCost:
+    """A shape's cost and its time in integer picoseconds (what :class:`StepTimes` keeps)."""
+
+    cost: StepCost
+    step_ps: int
+
+
 class StepTimes:
     """Each shape's cost and its time in picoseconds, simulated on first use by
     ``step_fn`` (the engine through the API, a formula in tests); one for every server of a
@@ -63,7 +80,7 @@ class StepTimes:
 
     def __init__(self, step_fn: StepFn) -> None:
         self._step_fn = step_fn
-        self._known: dict[StepShape, tuple[StepCost, int]] = {}
+        self._known: dict[StepShape, TimedCost] = {}
 
     def __len__(self) -> int:
         """Shapes simulated so far."""
@@ -71,13 +88,13 @@ class StepTimes:
 
     def costs(self) -> list[StepCost]:
         """Every cost simulated so far, in the order first asked."""
-        return [cost for cost, _ in self._known.values()]
+        return [known.cost for known in self._known.values()]
 
     def cost(self, shape: StepShape) -> StepCost:
         """The cost of ``shape`` (simulated if new)."""
-        return self.get(shape)[0]
+        return self.timed(shape).cost
 
-    def get(self, shape: StepShape) -> tuple[StepCost, int]:
+    def timed(self, shape: StepShape) -> TimedCost:
         """The cost of ``shape`` and its time (ps), simulated if new; ValueError for a step
         of no time, SimulatedTimeError for one no clock can hold."""
         known = self._known.get(shape)
@@ -86,7 +103,7 @@ class StepTimes:
             if not cost.step_s > 0:
                 raise ValueError(f"step time of {shape} must be > 0 s, got {cost.step_s}")
             what = f"a {shape.phase} step (batch {shape.batch}, cache {shape.cache_len})"
-            known = self._known[shape] = (cost, step_ps(cost.step_s, what))
+            known = self._known[shape] = TimedCost(cost, step_ps(cost.step_s, what))
         return known
 
 
@@ -95,11 +112,11 @@ class StepEntry:
     A caller that runs the shape again keeps its entry (:meth:`run`: no lookup of the
     shape, whose hash is a Python call)."""
 
-    def __init__(self, cache: StepCache, shape: StepShape, cost: StepCost, step_ps: int) -> None:
+    def __init__(self, cache: StepCache, shape: StepShape, timed: TimedCost) -> None:
         self.cache = cache
         self.shape = shape
-        self.cost = cost
-        self.step_ps = step_ps
+        self.cost = timed.cost
+        self.step_ps = timed.step_ps
         self.runs = 0
         self._listed = False  # in the cache's ``ran`` (run at least once)
 
@@ -130,10 +147,10 @@ class StepCache:
         """``shape``'s entry here, simulating the shape if no server of the workload has."""
         entry = self._entries.get(shape)
         if entry is None:
-            cost, ps = self.times.get(shape)
-            entry = self._entries[shape] = StepEntry(self, shape, cost, ps)
-            if ps > self._longest_ps:
-                self._longest_ps = ps
+            timed = self.times.timed(shape)
+            entry = self._entries[shape] = StepEntry(self, shape, timed)
+            if timed.step_ps > self._longest_ps:
+                self._longest_ps = timed.step_ps
         return entry
 
     def cost(self, shape: StepShape) -> StepCost:
