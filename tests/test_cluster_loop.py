@@ -151,8 +151,8 @@ def test_the_timeline_runs_a_cluster_as_simpy_does(
     path = _cluster(tmp_path, seed, split)
     heap, heap_reads = _run(path, False, monkeypatch)
     simpy_run, simpy_reads = _run(path, True, monkeypatch)
-    assert isinstance(heap.run.cluster.env, Timeline)
-    assert not isinstance(simpy_run.run.cluster.env, Timeline)
+    assert isinstance(heap.run.cluster.loop, Timeline)
+    assert not isinstance(simpy_run.run.cluster.loop, Timeline)
     assert heap_reads == simpy_reads and len(heap_reads) > 0
     for name in REQUEST_ARRAYS:
         np.testing.assert_array_equal(

@@ -38,7 +38,7 @@ class ClusterSide(Protocol):
     share, and the KV hand-offs between pools."""
 
     @property
-    def env(self) -> Loop:
+    def loop(self) -> Loop:
         """The serving loop every replica runs on."""
 
     @property
@@ -111,7 +111,7 @@ class Replica:
         self.cache = StepCache(runtime.step_times)
         self.records = records
         self.server = Server(
-            cluster.env,
+            cluster.loop,
             runtime.config,
             runtime.policy,
             self.cache,
