@@ -52,6 +52,25 @@ class BatchingPolicy:
         raise NotImplementedError
 
 
+def can_admit(slots: Slots, queued: int) -> bool:
+    """Whether a waiting request could take a slot now: one waits and one is free."""
+    return queued > 0 and slots.occupied < slots.n
+
+
+def oldest_work(slots: Slots, queued: int) -> int:
+    """Prefill work in arrival order: the oldest prefilling slot (its next chunk), else
+    :data:`ADMIT` if a request could take a slot, else :data:`NO_PREFILL`."""
+    if slots.prefill_order:
+        return slots.prefill_order[0]
+    return ADMIT if can_admit(slots, queued) else NO_PREFILL
+
+
+def has_work(slots: Slots, queued: int) -> bool:
+    """Whether prefill work could run now: a slot is prefilling, or a request could take a
+    slot."""
+    return bool(slots.prefill_order) or can_admit(slots, queued)
+
+
 _REGISTRY: dict[str, type[BatchingPolicy]] = {}
 
 

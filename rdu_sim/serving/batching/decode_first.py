@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rdu_sim.serving.batching.base import ADMIT, NO_PREFILL, BatchingPolicy, register
+from rdu_sim.serving.batching.base import (
+    NO_PREFILL,
+    BatchingPolicy,
+    has_work,
+    oldest_work,
+    register,
+)
 
 if TYPE_CHECKING:
     from rdu_sim.serving.slots import Slots
@@ -23,11 +29,7 @@ class DecodeFirst(BatchingPolicy):
         slot, else a waiting request if a slot is free."""
         if after_prefill and slots.decoding > 0:
             return NO_PREFILL
-        if slots.prefill_order:
-            return slots.prefill_order[0]
-        if queued and slots.occupied < slots.n:
-            return ADMIT
-        return NO_PREFILL
+        return oldest_work(slots, queued)
 
     def prefill_may_run(self, slots: Slots, after_prefill: bool) -> bool:
         """Not right after prefill work while slots decode."""
@@ -35,7 +37,7 @@ class DecodeFirst(BatchingPolicy):
 
     def prefill_waits(self, slots: Slots, queued: int) -> bool:
         """A slot is prefilling, or a request waits and a slot is free."""
-        return bool(slots.prefill_order) or (queued > 0 and slots.occupied < slots.n)
+        return has_work(slots, queued)
 
 
 register("decode_first", DecodeFirst)

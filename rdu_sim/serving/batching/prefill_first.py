@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rdu_sim.serving.batching.base import ADMIT, NO_PREFILL, BatchingPolicy, register
+from rdu_sim.serving.batching.base import (
+    ADMIT,
+    NO_PREFILL,
+    BatchingPolicy,
+    can_admit,
+    has_work,
+    register,
+)
 
 if TYPE_CHECKING:
     from rdu_sim.serving.slots import Slots
@@ -29,9 +36,7 @@ class PrefillFirst(BatchingPolicy):
             for slot in order:
                 if slot not in advanced:
                     return slot
-        if queued and slots.occupied < slots.n:
-            return ADMIT
-        return NO_PREFILL
+        return ADMIT if can_admit(slots, queued) else NO_PREFILL
 
     def prefill_may_run(self, slots: Slots, after_prefill: bool) -> bool:
         """Always."""
@@ -39,7 +44,7 @@ class PrefillFirst(BatchingPolicy):
 
     def prefill_waits(self, slots: Slots, queued: int) -> bool:
         """A slot is prefilling, or a request waits and a slot is free."""
-        return bool(slots.prefill_order) or (queued > 0 and slots.occupied < slots.n)
+        return has_work(slots, queued)
 
 
 register("prefill_first", PrefillFirst)

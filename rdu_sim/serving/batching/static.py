@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rdu_sim.serving.batching.base import ADMIT, NO_PREFILL, BatchingPolicy, register
+from rdu_sim.serving.batching.base import NO_PREFILL, BatchingPolicy, oldest_work, register
 
 if TYPE_CHECKING:
     from rdu_sim.serving.slots import Slots
@@ -34,11 +34,7 @@ class StaticBatching(BatchingPolicy):
         free; once it decodes, nothing."""
         if not self._forming(slots):
             return NO_PREFILL
-        if slots.prefill_order:
-            return slots.prefill_order[0]
-        if queued and slots.occupied < slots.n:
-            return ADMIT
-        return NO_PREFILL
+        return oldest_work(slots, queued)
 
     def prefill_may_run(self, slots: Slots, after_prefill: bool) -> bool:
         """Only while the batch forms."""
