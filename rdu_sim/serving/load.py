@@ -13,7 +13,7 @@ server (ints) or a whole pool at once (NumPy arrays, ``rdu_sim.cluster.load_boar
 
 from __future__ import annotations
 
-from typing import Any, Protocol, overload
+from typing import Protocol, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,13 +41,13 @@ def outstanding_at(
 
 def outstanding_at(
     now: int,
-    outstanding: Any,
-    start: Any,
-    end: Any,
-    step: Any,
-    decoding: Any,
+    outstanding: int | Column,
+    start: int | Column,
+    end: int | Column,
+    step: int | Column,
+    decoding: int | Column,
     out: Column | None = None,
-) -> Any:
+) -> np.int64 | Column:
     """Tokens still to process at ``now`` (see the module docstring), for one server (ints:
     a NumPy integer) or elementwise for a pool (arrays). ``out``: an array to compute a
     pool's counts in without allocating (a router reads the whole pool at every arrival; the
