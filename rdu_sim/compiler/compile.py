@@ -38,6 +38,7 @@ from rdu_sim.compiler.buffers import (
 )
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
+from rdu_sim.compiler.layout import precision
 from rdu_sim.compiler.placement import (
     batch_capacity,
     hbm_fractions,
@@ -59,6 +60,7 @@ from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.graph import Operator, operators
 from rdu_sim.graph.digraph import DiGraph
+from rdu_sim.graph.heads import logit_bytes
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Gemm, StepShape
 from rdu_sim.systolic import stage_gemm_efficiency
@@ -136,7 +138,13 @@ class Compiler:
             lambda: _kernel_programs(view.scenario, fractions, kv_tier, shape, self.kernels(shape)),
         )
         self._kernels.pop(shape, None)  # a Program is cached: its graphs are not needed again
-        program = Program(shape=shape, tp=view.scenario.tp, kernels=kernels, placement=placement)
+        program = Program(
+            shape=shape,
+            tp=view.scenario.tp,
+            kernels=kernels,
+            placement=placement,
+            host_bytes=host_bytes(view.scenario, shape),
+        )
         program = replace(program, placement=with_sram(placement, program.sram_bytes))
         self._programs[shape] = program
         return program
@@ -170,6 +178,15 @@ def _kernel_programs(
         )
         for k in kernels
     )
+
+
+def host_bytes(scenario: Scenario, shape: StepShape) -> float:
+    """What a step sends its host before the next step can start: the logits when the
+    serving stack samples on the host (the token ids of device sampling stay on the device,
+    where the next step reads them)."""
+    if scenario.stack.sampling == "device":
+        return 0.0
+    return logit_bytes(scenario.model, shape, precision(scenario))
 
 
 def compile_program(scenario: Scenario, shape: StepShape) -> Program:

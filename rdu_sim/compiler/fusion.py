@@ -106,7 +106,10 @@ def selection_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
 def graph_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
     """The unsharded graphs of one step, in execution order, with their call counts."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
-    groups = model_groups(scenario.model, shape, prec, cache, scenario.workload.moe_expert_loading)
+    sample = scenario.stack.sampling == "device"
+    groups = model_groups(
+        scenario.model, shape, prec, cache, scenario.workload.moe_expert_loading, sample
+    )
     return groups[:-1] + selection_groups(scenario, shape) + groups[-1:]
 
 

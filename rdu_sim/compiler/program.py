@@ -173,6 +173,10 @@ class Program:
     tp: int
     kernels: tuple[KernelProgram, ...]
     placement: Placement
+    # bytes a device sends its host at the step's end, before the next step can start
+    # (the logits, when the serving stack samples on the host; none when it samples on
+    # the device: the next step's input is already there)
+    host_bytes: float = 0.0
 
     def bytes_by_tier(self) -> dict[Tier, float]:
         """Bytes moved per step per tier on one socket (reads plus writes)."""

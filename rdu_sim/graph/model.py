@@ -71,12 +71,14 @@ def model_groups(
     precision: Precision,
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
+    sample: bool = False,
 ) -> list[GraphGroup]:
-    """Embedding, decoder layer groups, LM head: everything one step runs, in order."""
+    """Embedding, decoder layer groups, LM head (with the sampling when ``sample``: the
+    serving stack samples on the device): everything one step runs, in order."""
     return [
         GraphGroup("embedding", 1, embedding_graph(arch, shape, precision)),
         *decoder_groups(arch, shape, precision, cache, expert_loading),
-        GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision)),
+        GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision, sample)),
     ]
 
 

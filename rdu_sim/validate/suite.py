@@ -165,10 +165,12 @@ def measure_run(path: str | Path, overrides: Sequence[str], prompt: int | None) 
 def measure_single_stream(path: str | Path, overrides: Sequence[str]) -> tuple[float, float]:
     """One request decoding alone on the full-attention workload (``SINGLE_STREAM``), through
     ``api.run`` as ``rdu-sim run PATH --set ...`` would: its decode speed, and its decode
-    step's HBM bytes per second over the HBM peak (the same step, through ``api.step``)."""
+    step's HBM bytes per second over the HBM peak (the same step on the device alone,
+    ``stack=none``, through ``api.step``: a share of peak is the hardware's, as Kernel
+    Looping's are)."""
     ovr = [*overrides, *SINGLE_STREAM]
     speed = single_stream_speed(api.run(path, ovr))
-    return speed, api.step(path, ovr, batch=1).hbm_util
+    return speed, api.step(path, [*ovr, "stack=none"], batch=1).hbm_util
 
 
 def measure_throughput(path: str | Path, overrides: Sequence[str]) -> float:
