@@ -33,6 +33,11 @@ from rdu_sim.graph.shape import FP32, INDEX, Precision
 from rdu_sim.models.layers import Architecture, GqaArchitecture
 from rdu_sim.shapes import Selection
 
+WINDOW_QUERY, WINDOW_NOPE, WINDOW_PE = "q_window", "q_window_nope", "q_window_pe"
+STASHED_BY_HEADS = frozenset({WINDOW_QUERY, WINDOW_NOPE, WINDOW_PE})
+"""The window queries, kernel inputs the prefill stashed in HBM: each socket holds its own
+heads' (the prefill's attention is split by heads in every layout)."""
+
 
 def snapkv_graph(
     arch: Architecture,
@@ -150,7 +155,7 @@ def _pool_topk_gather(
 
 def _gqa(arch: GqaArchitecture, batch: int, sel: Selection, precision: Precision) -> DiGraph:
     heads, kv_heads, dim = arch.heads, arch.kv_heads, arch.head_dim
-    q = act("q_window", (batch, sel.window, heads, dim), precision)
+    q = act(WINDOW_QUERY, (batch, sel.window, heads, dim), precision)
     b = GraphBuilder(f"{arch.name}.snapkv_select", [q])
     keys = TensorSpec("snapkv.keys", (batch, sel.scored_keys, kv_heads, dim), precision.kv)
     b.add(
@@ -212,8 +217,8 @@ def _mla(
     )
     w = sel.window
     compute: Axis
-    q_nope = act("q_window_nope", (batch, w, heads, nope), precision)
-    q_pe = act("q_window_pe", (batch, w, heads, pe), precision)
+    q_nope = act(WINDOW_NOPE, (batch, w, heads, nope), precision)
+    q_pe = act(WINDOW_PE, (batch, w, heads, pe), precision)
     b = GraphBuilder(f"{arch.name}.snapkv_select", [q_nope, q_pe])
     if cache == "latent":
         q_lat = act("snapkv.q_latent", (batch, w, heads, rank), precision)
