@@ -13,6 +13,7 @@ from rdu_sim.compiler import (
     plan_memory,
     slot_tokens,
     weight_inventory,
+    whole_queries,
 )
 from rdu_sim.scenario import load_scenario
 from rdu_sim.shapes import StepShape
@@ -36,7 +37,8 @@ def test_placement_never_exceeds_a_tier(workload: str) -> None:
         hbm = placement.tiers["hbm"]
         assert hbm.kv_bytes == kv_bytes(scenario, slots)
         assert hbm.activations_bytes == activation_bytes(scenario, slots)
-        weights = sum(w.bytes for w in weight_inventory(scenario))
+        whole = whole_queries(scenario, slots)  # MLA's query weights whole on every socket
+        weights = sum(w.bytes for w in weight_inventory(scenario, whole_queries=whole))
         assert hbm.weights_bytes + placement.tiers["ddr"].weights_bytes == weights
         assert placement.tiers["ddr"].weights_bytes == 0  # at or below capacity nothing spills
 
@@ -46,7 +48,9 @@ def test_batch_capacity_is_the_largest_that_fits(workload: str) -> None:
     scenario = load_scenario(f"workloads/{workload}.yaml")
     capacity = batch_capacity(scenario)
     hbm = scenario.hardware.socket.hbm.capacity
-    weights = sum(w.bytes for w in weight_inventory(scenario))
+    # the plan at capacity holds MLA's query weights whole when its step replicates them
+    whole = whole_queries(scenario, capacity)
+    weights = sum(w.bytes for w in weight_inventory(scenario, whole_queries=whole))
 
     def need(slots: int) -> int:
         return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots)

@@ -43,6 +43,7 @@ from rdu_sim.compiler.placement import (
     batch_capacity,
     hbm_fractions,
     plan_memory,
+    whole_queries,
 )
 from rdu_sim.compiler.program import (
     CollectiveSpec,
@@ -81,7 +82,8 @@ class Compiler:
         self._programs: dict[StepShape, Program] = {}
         self._placements: dict[int, Placement] = {}
         self._capacity: int | None = None
-        self._kernels: dict[StepShape, list[KernelGraph]] = {}
+        self._kernels: dict[tuple[StepShape, bool], list[KernelGraph]] = {}
+        self._whole_queries: dict[int, bool] = {}
 
     @property
     def view(self) -> CompileView:
@@ -109,18 +111,38 @@ class Compiler:
             self._placements[slots] = shared(
                 "placement",
                 (view.digest, slots),
-                lambda: plan_memory(view.scenario, slots, self.kernels),
+                lambda: plan_memory(view.scenario, slots, lambda s: self.kernels(s, slots)),
             )
         return self._placements[slots]
 
-    def kernels(self, shape: StepShape) -> list[KernelGraph]:
-        """The fused, sharded kernel graphs of one step (before stage allocation), kept
-        until that step's Program is made: the memory plan reads the graphs of the decode
-        step of its slots, often the first Program asked for (its graphs are read, never
-        changed). A shape never compiled keeps its graphs as long as the compiler."""
-        graphs = self._kernels.get(shape)
+    def whole_queries(self, batch_slots: int) -> bool:
+        """Whether the memory plan for `batch_slots` slots holds MLA's query weights whole
+        on every socket (`placement.whole_queries`)."""
+        if batch_slots not in self._whole_queries:
+            view = self.view
+            self._whole_queries[batch_slots] = shared(
+                "whole_queries",
+                (view.digest, batch_slots),
+                lambda: whole_queries(view.scenario, batch_slots),
+            )
+        return self._whole_queries[batch_slots]
+
+    def plan_slots(self, shape: StepShape) -> int:
+        """The slots of the memory plan a step of `shape` runs on: the workload's, or the
+        step's batch when larger."""
+        return max(shape.batch, self.batch_slots())
+
+    def kernels(self, shape: StepShape, batch_slots: int | None = None) -> list[KernelGraph]:
+        """The fused, sharded kernel graphs of one step (before stage allocation) on the
+        memory plan for `batch_slots` slots (default: `plan_slots`), kept until that step's
+        Program is made: the memory plan reads the graphs of the decode step of its slots,
+        often the first Program asked for (its graphs are read, never changed). A shape
+        never compiled keeps its graphs as long as the compiler."""
+        slots = self.plan_slots(shape) if batch_slots is None else batch_slots
+        key = (shape, self.whole_queries(slots))
+        graphs = self._kernels.get(key)
         if graphs is None:
-            graphs = self._kernels[shape] = kernel_graphs(self.view.scenario, shape)
+            graphs = self._kernels[key] = kernel_graphs(self.view.scenario, shape, key[1])
         return graphs
 
     def program(self, shape: StepShape) -> Program:
@@ -128,16 +150,20 @@ class Compiler:
         cached = self._programs.get(shape)
         if cached is not None:
             return cached
-        placement = self.placement(max(shape.batch, self.batch_slots()))
+        slots = self.plan_slots(shape)
+        placement = self.placement(slots)
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         view = self.view
+        whole = self.whole_queries(slots)
         kernels = shared(
             "kernels",
-            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier),
-            lambda: _kernel_programs(view.scenario, fractions, kv_tier, shape, self.kernels(shape)),
+            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, whole),
+            lambda: _kernel_programs(
+                view.scenario, fractions, kv_tier, shape, self.kernels(shape, slots)
+            ),
         )
-        self._kernels.pop(shape, None)  # a Program is cached: its graphs are not needed again
+        self._kernels.pop((shape, whole), None)  # a cached Program needs its graphs no more
         program = Program(
             shape=shape,
             tp=view.scenario.tp,
@@ -276,7 +302,15 @@ def _stage(
     _add(operand, kv_tier, node.kv_read_bytes)
     _add(writes, kv_tier, node.kv_write_bytes)
     reads = dict(operand)
-    activations = sum(t.bytes for t in node.inputs if t.name in external) * node.act_read_fraction
+    streamed_in = {
+        name
+        for source in graph.predecessors(node.name)
+        for name in graph.edges[source, node.name]["tensors"]
+    }
+    activations = (  # a kernel input gathered in the kernel arrives from the gather
+        sum(t.bytes for t in node.inputs if t.name in external and t.name not in streamed_in)
+        * node.act_read_fraction
+    )
     _add(reads, "hbm", activations)
     _add(
         writes,

@@ -36,6 +36,7 @@ from rdu_sim.compiler.fusion_levels import (
     subgraph,
 )
 from rdu_sim.compiler.layout import mla_cache_form, precision, shard_plan
+from rdu_sim.compiler.mla_queries import replicates
 from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.graph import (
     GraphBuilder,
@@ -161,22 +162,30 @@ def fuse_attention(graph: DiGraph) -> DiGraph:
     return builder.finish(graph.graph["outputs"])
 
 
-def layer_graphs(scenario: Scenario, shape: StepShape) -> list[tuple[GraphGroup, DiGraph]]:
-    """Each group of one step with its sharded graph (attention fused, except at `none`)."""
-    plan = shard_plan(scenario)
+def layer_graphs(
+    scenario: Scenario, shape: StepShape, whole_queries: bool = False
+) -> list[tuple[GraphGroup, DiGraph]]:
+    """Each group of one step with its sharded graph (attention fused, except at `none`),
+    on a memory plan that holds MLA's query weights whole (``whole_queries``) or not."""
+    groups = graph_groups(scenario, shape)
+    plan = replace(shard_plan(scenario), whole_queries=whole_queries)
+    plan = replace(plan, replicate_queries=replicates(scenario, (g.graph for g in groups), plan))
     fuse = fusion_level(scenario) != "none"
     return [
         (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))
-        for group in graph_groups(scenario, shape)
+        for group in groups
     ]
 
 
-def kernel_graphs(scenario: Scenario, shape: StepShape) -> list[KernelGraph]:
-    """The fused, sharded kernels of one step on one socket, at the workload's fusion level."""
+def kernel_graphs(
+    scenario: Scenario, shape: StepShape, whole_queries: bool = False
+) -> list[KernelGraph]:
+    """The fused, sharded kernels of one step on one socket, at the workload's fusion level
+    (``whole_queries``: as for `layer_graphs`)."""
     level = fusion_level(scenario)
     looping = scenario.workload.kernel_looping and level == "full"
     kernels: list[KernelGraph] = []
-    for group, sharded in layer_graphs(scenario, shape):
+    for group, sharded in layer_graphs(scenario, shape, whole_queries):
         if level == "full":
             kernels.append(
                 KernelGraph(group.name, group.count, looping and group.count > 1, sharded)

@@ -19,18 +19,26 @@ which `compile_program` reports.
 `batch_capacity` is the largest number of slots whose KV cache and activations fit in HBM
 beside the weights HBM pins (all of them for `memory.weights: hbm`, so no weight spills at
 that batch). Capacity errors suggest only what applies to the workload (`shrink_hints`).
+
+Under the MLA sequence_split layout a plan may hold q_b_proj and W_UK whole on every socket,
+so that its steps can make every head's queries themselves (`compiler.mla_queries`): the plan
+for S slots does (`whole_queries`) when its largest decode step would replicate the queries
+and the whole weights fit beside the S slots. They take HBM whichever step uses them, so the
+batch capacity is the most slots that fit beside them when the step of that many slots
+replicates, else the most beside the slices.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
-from rdu_sim.compiler.layout import kv_slot_bytes_per_socket
+from rdu_sim.compiler.fusion import KernelGraph, graph_groups, kernel_graphs
+from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, shard_plan
+from rdu_sim.compiler.mla_queries import chooses_queries, replicates
 from rdu_sim.compiler.program import (
     Placement,
     TensorPlacement,
@@ -80,13 +88,17 @@ def slot_tokens(scenario: Scenario) -> int:
 
 
 def weight_inventory(
-    scenario: Scenario, batch: int = 1, kernels: KernelSource | None = None
+    scenario: Scenario,
+    batch: int = 1,
+    kernels: KernelSource | None = None,
+    whole_queries: bool = False,
 ) -> list[WeightTensor]:
     """Every weight tensor of one socket, with its reads in a decode step of `batch` slots
-    (``kernels``: where that step's kernel graphs come from, by default built afresh)."""
+    (``kernels``: where that step's kernel graphs come from, by default built afresh on a
+    plan holding MLA's query weights whole or not: ``whole_queries``)."""
     shape = StepShape("decode", max(1, batch), 1, slot_tokens(scenario))
     tensors: dict[str, list[float]] = {}
-    graphs = kernel_graphs(scenario, shape) if kernels is None else kernels(shape)
+    graphs = kernel_graphs(scenario, shape, whole_queries) if kernels is None else kernels(shape)
     for kernel in graphs:
         for node in operators(kernel.graph):
             if not node.weight_params and not node.weight_read_bytes:
@@ -283,9 +295,12 @@ def plan_memory(
     scenario: Scenario, batch_slots: int, kernels: KernelSource | None = None
 ) -> Placement:
     """Place one socket's weights, KV cache and activations for `batch_slots` slots
-    (``kernels``: as for :func:`weight_inventory`)."""
+    (``kernels``: as for :func:`weight_inventory`, on this plan's `whole_queries`)."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
+    if kernels is None:
+        whole = whole_queries(scenario, batch_slots)
+        kernels = lambda shape: kernel_graphs(scenario, shape, whole)  # noqa: E731
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
@@ -362,23 +377,55 @@ def hbm_fractions(placement: Placement) -> dict[str, float]:
     return {key: hbm / (hbm + ddr) for key, (hbm, ddr) in sizes.items() if hbm + ddr}
 
 
+def _pinned_weights(scenario: Scenario, whole_queries: bool) -> int:
+    """Weight bytes HBM pins on one socket: the target's (up to `pinned_limit`, MLA's query
+    weights whole or not) and a shared draft's."""
+    inventory = weight_inventory(scenario, whole_queries=whole_queries)
+    target = min(sum(w.bytes for w in inventory), pinned_limit(scenario))
+    return sum(w.bytes for w in draft_weights(scenario)) + target
+
+
+def _fits(scenario: Scenario, slots: int, weights: int) -> bool:
+    """Whether the KV cache of ``slots`` slots fits in the serving stack's share
+    (``kv_memory_fraction``) of the HBM ``weights`` and the activations leave."""
+    fraction = scenario.stack.kv_memory_fraction
+    free = scenario.hardware.hbm.capacity - weights - activation_bytes(scenario, slots)
+    return kv_bytes(scenario, slots) <= (1.0 if fraction is None else fraction) * free
+
+
+def _replicates(scenario: Scenario, slots: int) -> bool:
+    """Whether the largest decode step of ``slots`` slots (a verify step's tokens each)
+    would make every head's MLA queries on every socket, given their weights whole."""
+    shape = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
+    plan = replace(shard_plan(scenario), whole_queries=True)
+    return replicates(scenario, (g.graph for g in graph_groups(scenario, shape)), plan)
+
+
+def whole_queries(scenario: Scenario, batch_slots: int) -> bool:
+    """Whether the memory plan for ``batch_slots`` slots holds MLA's query weights (q_b_proj,
+    W_UK) whole on every socket: under the sequence_split layout, when its largest decode
+    step replicates the queries (`compiler.mla_queries`) and the whole weights fit beside
+    the slots in HBM."""
+    if not chooses_queries(scenario) or not _replicates(scenario, batch_slots):
+        return False
+    return _fits(scenario, batch_slots, _pinned_weights(scenario, True))
+
+
 def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
     """Most slots whose KV cache and activations fit in HBM beside the weights it pins, of
     which the serving stack gives its KV cache ``kv_memory_fraction`` of what is left, and
-    at most the stack's ``max_batch_slots``.
+    at most the stack's ``max_batch_slots``. Under the MLA sequence_split layout: the most
+    beside MLA's query weights whole when the decode step of that many slots replicates the
+    queries (`whole_queries`), else beside their slices.
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
-    target = min(sum(w.bytes for w in weight_inventory(scenario)), pinned_limit(scenario))
-    weights = sum(w.bytes for w in draft_weights(scenario)) + target
-    stack = scenario.stack
-    share = 1.0 if stack.kv_memory_fraction is None else stack.kv_memory_fraction
+    weights = _pinned_weights(scenario, False)
 
     def fits(slots: int) -> bool:
-        free = hbm - weights - activation_bytes(scenario, slots)
-        return kv_bytes(scenario, slots) <= share * free
+        return _fits(scenario, slots, weights)
 
     if not fits(1):
         if strict:
@@ -392,8 +439,19 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
                 f"{scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
-    most = most_slots(fits)
-    return most if stack.max_batch_slots is None else min(most, stack.max_batch_slots)
+    most = _capped(scenario, most_slots(fits))
+    if chooses_queries(scenario):
+        whole = _pinned_weights(scenario, True)
+        beside = _capped(scenario, most_slots(lambda slots: _fits(scenario, slots, whole)))
+        if beside and _replicates(scenario, beside):
+            return beside
+    return most
+
+
+def _capped(scenario: Scenario, slots: int) -> int:
+    """``slots``, at most the serving stack's ``max_batch_slots``."""
+    cap = scenario.stack.max_batch_slots
+    return slots if cap is None else min(slots, cap)
 
 
 def most_slots(fits: Callable[[int], bool]) -> int:
@@ -420,13 +478,11 @@ def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
     """What a reader of a run must be told about where the weights ended up: batch slots
     that push weights out of the HBM share ``memory.weights`` gives them (the steps then
     read those weights from DDR)."""
-    total = sum(w.bytes for w in weight_inventory(scenario))
-    wanted = min(total, pinned_limit(scenario))
-    held = sum(  # the target's weights in HBM (a shared draft's always sit there too)
-        t.bytes
-        for t in placement.tensors
-        if t.kind == "weights" and t.tier == "hbm" and not t.name.startswith(DRAFT_PREFIX)
-    )
+    target = [  # the target's weights (a shared draft's always sit in HBM)
+        t for t in placement.tensors if t.kind == "weights" and not t.name.startswith(DRAFT_PREFIX)
+    ]
+    wanted = min(sum(t.bytes for t in target), pinned_limit(scenario))
+    held = sum(t.bytes for t in target if t.tier == "hbm")
     if held >= wanted:
         return []
     memory = scenario.workload.memory

@@ -16,6 +16,12 @@ the split really happened):
 - selection -> SnapKV head-summed scores: all-reduce when heads are split, all-gather of
   the sequence shards under sequence_split.
 Payloads are the full tensor (the N of the collective algorithm), as CollectiveSpec says.
+
+Under sequence_split a sequence-split attention reads every head's queries
+(`compiler.mla_queries`): an all-gather of the queries a socket holds only its heads of is
+spliced in before it, unless the plan replicates the operators making them (then done whole,
+weights and all); a plan holding their weights whole keeps them whole in its inventory even
+when it gathers.
 """
 
 from __future__ import annotations
@@ -24,6 +30,12 @@ import math
 from dataclasses import replace
 
 from rdu_sim.compiler.layout import ShardPlan
+from rdu_sim.compiler.mla_queries import (
+    QUERY_GATHER,
+    as_replicated,
+    query_inputs,
+    query_operators,
+)
 from rdu_sim.graph import Operator, operators
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.shape import FP32
@@ -111,12 +123,23 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
         outputs=graph.graph.get("outputs", {}),
     )
     final: dict[str, str] = {}  # tensor -> its last producer in the sharded graph
+    queries = query_operators(graph, plan) if plan.whole_queries else frozenset()
     for node in operators(graph):
+        if node.name in queries and plan.replicate_queries:
+            node = as_replicated(node)
         share = shard_operator(node, plan)
+        if node.name in queries:  # held whole on every socket, whatever this step reads
+            share = replace(share, weight_params=node.weight_params, weight_bytes=node.weight_bytes)
+        gathered = _add_query_gather(sharded, final, node, plan)
         sharded.add_node(node.name, op=share)
-        for source in graph.predecessors(node.name):
-            for tensor in graph.edges[source, node.name]["tensors"]:
-                _connect(sharded, final[tensor], node.name, tensor)
+        arriving = [
+            t
+            for source in graph.predecessors(node.name)
+            for t in graph.edges[source, node.name]["tensors"]
+        ]
+        # kernel inputs gathered arrive from the gather too
+        for tensor in arriving + [t for t in gathered if t not in arriving]:
+            _connect(sharded, final[tensor], node.name, tensor)
         for tensor in node.outputs:
             final[tensor.name] = node.name
         collective = _collective_for(node, plan)
@@ -144,6 +167,36 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
                 final[tensor.name] = name
     sharded.graph["output_nodes"] = {t: final[t] for t in sharded.graph["outputs"]}
     return sharded
+
+
+def _add_query_gather(
+    graph: DiGraph, final: dict[str, str], node: Operator, plan: ShardPlan
+) -> tuple[str, ...]:
+    """Before a sequence-split attention ``node``, an all-gather of the queries each socket
+    holds only its heads of (made in ``graph`` or kernel inputs); the names gathered."""
+    producers = {t.name: graph.nodes[final[t.name]]["op"] for t in node.inputs if t.name in final}
+    queries = query_inputs(node, producers, plan)
+    if not queries:
+        return ()
+    name = node.name + QUERY_GATHER
+    graph.add_node(
+        name,
+        op=Operator(
+            name,
+            "allgather",
+            inputs=queries,
+            outputs=queries,
+            collective="allgather",
+            collective_bytes=sum(t.bytes for t in queries),
+            group=plan.tp,
+            act_read_fraction=1 / plan.tp,
+        ),
+    )
+    for tensor in queries:
+        if tensor.name in final:
+            _connect(graph, final[tensor.name], name, tensor.name)
+        final[tensor.name] = name
+    return tuple(t.name for t in queries)
 
 
 def _connect(graph: DiGraph, source: str, target: str, tensor: str) -> None:

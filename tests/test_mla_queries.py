@@ -1,0 +1,274 @@
+"""MLA's queries under the sequence_split layout (compiler.mla_queries): every socket's
+attention gets every head's queries, by an all-gather or by q_b_proj and W_UK whole on every
+socket; the bytes and capacity of each in closed form, the compiler's choice by cost, and the
+graph check that finds a consumer reading what no socket holds."""
+
+from __future__ import annotations
+
+import glob
+import math
+from dataclasses import replace
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import Compiler, batch_capacity, weight_inventory, whole_queries
+from rdu_sim.compiler import sharding as sharding_module
+from rdu_sim.compiler.fusion import graph_groups, kernel_graphs, layer_graphs
+from rdu_sim.compiler.layout import shard_plan
+from rdu_sim.compiler.mla_queries import (
+    QUERY_GATHER,
+    chooses_queries,
+    gather_bound_s,
+    replicate_pays,
+    replicates,
+)
+from rdu_sim.compiler.placement import activation_bytes, kv_bytes
+from rdu_sim.compiler.tensor_shares import share_problems
+from rdu_sim.compiler.view import compile_view
+from rdu_sim.config.architecture import DeepSeekArchitecture
+from rdu_sim.engine.collective_port import wiring_of
+from rdu_sim.graph import operators
+from rdu_sim.hw.collective_choice import choose
+from rdu_sim.hw.collectives import ALL_GATHER
+from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import StepShape
+
+SNAP, FULL = "deepseek-r1-128k-snapstream", "deepseek-r1-128k-full"
+BF16 = 2
+
+
+def _arch(scenario: Scenario) -> DeepSeekArchitecture:
+    arch = scenario.model
+    assert isinstance(arch, DeepSeekArchitecture)
+    return arch
+
+
+def _query_bytes(arch: DeepSeekArchitecture, rows: int) -> int:
+    """Every head's absorbed query of ``rows`` token rows: the latent and the RoPE dims."""
+    return rows * arch.heads * (arch.kv_lora_rank + arch.qk_rope_head_dim) * BF16
+
+
+def _replicated_params(arch: DeepSeekArchitecture, tp: int) -> int:
+    """Per MLA layer, the q_b_proj and W_UK parameters a socket holds beyond its 1/tp."""
+    q_b = arch.q_lora_rank * arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+    w_uk = arch.heads * arch.qk_nope_head_dim * arch.kv_lora_rank
+    return (q_b + w_uk) - (q_b + w_uk) // tp
+
+
+def _stages(compiler: Compiler, shape: StepShape) -> dict[str, object]:
+    program = compiler.program(shape)
+    return {s.name: s for k in program.kernels if k.name == "decoder_moe" for s in k.stages}
+
+
+@pytest.mark.parametrize("batch", [1, 158])
+def test_the_query_all_gather_in_closed_form(batch: int) -> None:
+    """A plan whose query weights are slices gathers: rows x heads x 576 x 2 B a layer."""
+    scenario = api.load(SNAP, {"serving.batch_slots": 158})  # whole weights do not fit at 158
+    compiler = Compiler(scenario)
+    assert not compiler.whole_queries(158)
+    stage = _stages(compiler, StepShape("decode", batch, 1, 32768))["attn.flash" + QUERY_GATHER]
+    collective = stage.collective  # type: ignore[attr-defined]
+    assert (collective.kind, collective.group) == ("allgather", 16)
+    assert collective.bytes == _query_bytes(_arch(scenario), batch)
+    assert _query_bytes(_arch(scenario), 158) == 23_298_048  # ~23 MB a layer at 158 slots
+    assert _query_bytes(_arch(scenario), 1) == 147_456  # ~150 KB at batch 1
+
+
+@pytest.mark.parametrize("workload", [SNAP, FULL])
+def test_the_replicated_weights_and_the_capacity_they_cost_in_closed_form(workload: str) -> None:
+    scenario = api.load(workload)
+    arch, tp = _arch(scenario), scenario.tp
+    extra = arch.layers * _replicated_params(arch, tp) * scenario.weight_dtype_bytes
+    sliced = sum(w.bytes for w in weight_inventory(scenario))
+    whole = sum(w.bytes for w in weight_inventory(scenario, whole_queries=True))
+    assert whole - sliced == pytest.approx(extra, abs=8)  # bytes rounded up per tensor
+    assert extra > 2.6e9  # FP8: 43 MB a layer on every socket
+    # each slot's KV cache is the same; the activations are the longest prompt's prefill
+    hbm = scenario.hardware.hbm.capacity
+    slot = kv_bytes(scenario, 1)
+    act = activation_bytes(scenario, 1)
+    capacity = batch_capacity(scenario)
+    assert kv_bytes(scenario, capacity) == capacity * slot
+    assert activation_bytes(scenario, capacity) == act
+    before = (hbm - sliced - act) // slot  # the slices only
+    assert capacity == (hbm - sliced - extra - act) // slot
+    assert whole_queries(scenario, capacity) and not whole_queries(scenario, capacity + 1)
+    assert before - capacity == pytest.approx(extra / slot, abs=1)
+
+
+def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathering() -> None:
+    scenario = api.load(SNAP)
+    arch, tp = _arch(scenario), scenario.tp
+    shape = StepShape("decode", 139, 1, 32768)
+    gathered, replicated = (kernel_graphs(scenario, shape, whole) for whole in (False, True))
+
+    def total(kernels: list, attr: str) -> float:  # type: ignore[type-arg]
+        return sum(k.calls * getattr(n, attr) for k in kernels for n in operators(k.graph))
+
+    extra = arch.layers * _replicated_params(arch, tp) * scenario.weight_dtype_bytes
+    reads = total(replicated, "weight_read_bytes") - total(gathered, "weight_read_bytes")
+    assert reads == pytest.approx(extra, rel=1e-9)
+    gathers = total(gathered, "collective_bytes") - total(replicated, "collective_bytes")
+    assert gathers == arch.layers * _query_bytes(arch, 139)
+    # a plan holding them whole holds them whole in every step; a step that gathers reads
+    # only its heads' slices of them
+    one = StepShape("decode", 1, 1, 32768)
+    small, small_sliced = kernel_graphs(scenario, one, True), kernel_graphs(scenario, one, False)
+    assert total(small, "weight_params") == total(replicated, "weight_params")
+    assert total(small, "weight_read_bytes") == total(small_sliced, "weight_read_bytes")
+    assert total(small, "collective_bytes") == total(small_sliced, "collective_bytes")
+
+
+def test_the_compiler_chooses_per_program_by_cost() -> None:
+    """Batch 1 gathers ~150 KB, the plan's full batch replicates; a plan for more slots than
+    fit beside the whole weights gathers at every batch."""
+    scenario = api.load(SNAP)
+    compiler = Compiler(scenario)
+    capacity = compiler.batch_capacity()
+    assert compiler.whole_queries(capacity)
+    gather = "attn.flash" + QUERY_GATHER
+    assert gather in _stages(compiler, StepShape("decode", 1, 1, 32768))
+    assert gather not in _stages(compiler, StepShape("decode", capacity, 1, 32768))
+    over = Compiler(api.load(SNAP, {"serving.batch_slots": capacity + 1}))
+    assert not over.whole_queries(capacity + 1)
+    assert gather in _stages(over, StepShape("decode", capacity + 1, 1, 32768))
+
+
+@pytest.mark.parametrize("bandwidth", [17.73e9, 64e9, 1e12])
+def test_the_crossover_in_closed_form(bandwidth: float) -> None:
+    """Replicate exactly when the extra weight reads (or FLOPs) at the sustained rates take
+    less than each socket receiving 15/16 of the queries over its one switch port."""
+    scenario = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": bandwidth})
+    arch, hw = _arch(scenario), scenario.hardware
+    plan = replace(shard_plan(scenario), whole_queries=True)
+    read = _replicated_params(arch, 16) * scenario.weight_dtype_bytes
+    flops_per_row = 2 * _replicated_params(arch, 16)
+    latency = hw.system.intra_node_link.latency
+    for batch in (1, 2, 4, 8, 16, 32, 64, 128):
+        graph = graph_groups(scenario, StepShape("decode", batch, 1, 32768))[1].graph
+        replicate = max(
+            read / (hw.hbm.bandwidth * hw.hbm.efficiency), batch * flops_per_row / hw.peak_flops
+        )
+        gather = 15 / 16 * _query_bytes(arch, batch) / bandwidth + latency
+        assert replicate_pays(scenario, graph, plan) == (replicate < gather), batch
+    # at 1 TB/s the link wins up to 128 rows; at the shipped link from a few rows on
+    graphs = [g.graph for g in graph_groups(scenario, StepShape("decode", 128, 1, 32768))]
+    assert replicates(scenario, graphs, plan) == (bandwidth < 1e12)
+
+
+@pytest.mark.parametrize(
+    ("topology", "sockets_per_node"), [("switched", 16), ("switched", 8), ("ring", 16)]
+)
+def test_the_gather_bound_against_the_collective_chooser(
+    topology: str, sockets_per_node: int
+) -> None:
+    """On one switched node the compiler's bound is the one-shot all-gather's estimate, the
+    one the engine runs; on other wirings it is at most the chosen estimate."""
+    scenario = api.load(
+        SNAP,
+        {"hw.system.topology": topology, "hw.system.sockets_per_node": sockets_per_node},
+    )
+    system = scenario.hardware.system
+    for nbytes in (147_456.0, 23_298_048.0):
+        chosen = choose(ALL_GATHER, nbytes, 16, wiring_of(system), pieces=4).chosen
+        bound = gather_bound_s(system, nbytes, 16)
+        if topology == "switched" and sockets_per_node == 16:
+            assert chosen.algorithm == "one_shot"
+            assert bound == pytest.approx(chosen.time_s, rel=1e-12)
+        else:
+            assert bound <= chosen.time_s * (1 + 1e-12)
+
+
+def _shipped_workloads() -> list[str]:
+    return [
+        path
+        for path in sorted(glob.glob("workloads/**/*.yaml", recursive=True))
+        if not path.startswith(("workloads/clusters/", "workloads/sweeps/", "workloads/plans/"))
+    ]
+
+
+SHAPES = (
+    StepShape("decode", 2, 1, 4096),
+    StepShape("decode", 64, 2, 4096),  # a verify step's tokens too
+    StepShape("prefill", 1, 4096, 512),  # a cached prefix
+    StepShape("prefill", 1, 100_000, 0),  # SnapKV compresses it
+)
+
+
+@pytest.mark.parametrize("path", _shipped_workloads())
+def test_every_operator_reads_what_its_socket_holds(path: str) -> None:
+    """No consumer of any shipped workload's step reads a tensor its producer's split leaves
+    partial, or split another way, without a collective between them."""
+    scenario = api.load(path)
+    for shape in SHAPES:
+        for whole in (False, True) if chooses_queries(scenario) else (False,):
+            plan = replace(shard_plan(scenario), whole_queries=whole)
+            graphs = (g.graph for g in graph_groups(scenario, shape))
+            plan = replace(plan, replicate_queries=replicates(scenario, graphs, plan))
+            for group, graph in layer_graphs(scenario, shape, whole):
+                assert share_problems(graph, plan) == [], (group.name, shape, whole)
+
+
+def test_the_check_finds_attention_without_its_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect this module fixed: without the all-gather, a sequence-split attention
+    reads queries each socket holds only for its heads."""
+    scenario = api.load(SNAP)
+    monkeypatch.setattr(sharding_module, "_add_query_gather", lambda *args: ())
+    plan = shard_plan(scenario)
+    for shape in (SHAPES[0], SHAPES[3]):
+        problems = [p for _, g in layer_graphs(scenario, shape) for p in share_problems(g, plan)]
+        reader = "'attn.flash'" if shape.phase == "decode" else "'snapkv.score'"
+        assert problems and all(p.startswith(reader) for p in problems), problems
+        assert any("split by heads" in p and "work split by sequence" in p for p in problems)
+
+
+def test_the_check_finds_a_partial_sum_read_as_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row-parallel product whose all-reduce is missing leaves a partial sum that the
+    residual add reads."""
+    scenario = api.load("llama3.1-8b-8socket")
+    real = sharding_module._collective_for
+    monkeypatch.setattr(
+        sharding_module,
+        "_collective_for",
+        lambda node, plan: None if node.name == "attn.o_proj" else real(node, plan),
+    )
+    plan = shard_plan(scenario)
+    problems = [p for _, g in layer_graphs(scenario, SHAPES[0]) for p in share_problems(g, plan)]
+    assert problems == [
+        "'attn.residual' (work whole) reads 'o' as a partial sum from 'attn.o_proj' with no "
+        "collective between them"
+    ]
+
+
+@pytest.mark.parametrize("layout", ["replicated", "head_split"])
+def test_head_split_and_replicated_layouts_keep_their_queries_split(layout: str) -> None:
+    """Their attention is split by heads, where the queries already are: no gather, no
+    replication, no links in the compiler's view."""
+    overrides = {"parallelism.mla_cache_layout": layout, "serving.max_context": 16384}
+    scenario = api.load(FULL, overrides)
+    assert not chooses_queries(scenario)
+    capacity = batch_capacity(scenario)
+    assert not whole_queries(scenario, capacity)
+    program = Compiler(scenario).program(StepShape("decode", capacity, 1, 16384))
+    names = {s.name for k in program.kernels for s in k.stages}
+    assert not any(n.endswith(QUERY_GATHER) for n in names)
+    arch = _arch(scenario)
+    for kernel in kernel_graphs(scenario, StepShape("decode", capacity, 1, 16384)):
+        for node in operators(kernel.graph):
+            if node.name == "attn.q_b_proj":  # its heads' columns only
+                q_b = (
+                    arch.q_lora_rank * arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+                )
+                assert node.weight_params == math.ceil(q_b / 16)
+    faster = api.load(FULL, {**overrides, "hw.system.intra_node_link.bandwidth": 1e11})
+    assert compile_view(faster).digest == compile_view(scenario).digest
+
+
+def test_a_sequence_split_compiler_reads_the_links() -> None:
+    """The choice weighs the links, so they are in what the compiler's results are keyed by."""
+    base = api.load(SNAP)
+    faster = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": 1e11})
+    assert compile_view(faster).digest != compile_view(base).digest
+    chunks = api.load(SNAP, {"hw.system.collective_chunks": 8})  # the engine's alone
+    assert compile_view(chunks).digest == compile_view(base).digest
