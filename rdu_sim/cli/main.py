@@ -58,7 +58,8 @@ SUMMARIES: dict[str, str] = {
     "calibrate": "Fit hardware and serving-stack parameters (--fit hw.FIELD=LOW:HIGH, --fit "
     "stack.FIELD=LOW:HIGH) to MEASUREMENTS; write the calibrated hardware file (and the "
     "calibrated stack beside it, which it runs by default).",
-    "compare": "Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak.",
+    "compare": "Run WORKLOAD on each --hardware and each value of each --vary and show step "
+    "time, tokens/s, share of peak, what binds each and why one wins.",
     "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",
     "examples": "List the shipped example files by name (every command takes a name where it "
     "takes a file), or copy them out to edit: rdu-sim examples copy DIR.",
