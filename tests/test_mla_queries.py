@@ -16,21 +16,16 @@ from rdu_sim.compiler import Compiler, batch_capacity, weight_inventory, whole_q
 from rdu_sim.compiler import sharding as sharding_module
 from rdu_sim.compiler.fusion import graph_groups, kernel_graphs, layer_graphs
 from rdu_sim.compiler.layout import shard_plan
-from rdu_sim.compiler.mla_queries import (
-    QUERY_GATHER,
-    chooses_queries,
-    gather_bound_s,
-    replicate_pays,
-    replicates,
-)
+from rdu_sim.compiler.mla_queries import QUERY_GATHER, chooses_queries
 from rdu_sim.compiler.placement import activation_bytes, kv_bytes
+from rdu_sim.compiler.query_choice import collective_bound_s, replicates, step_estimate
 from rdu_sim.compiler.tensor_shares import share_problems
 from rdu_sim.compiler.view import compile_view
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.engine.collective_port import wiring_of
 from rdu_sim.graph import operators
 from rdu_sim.hw.collective_choice import choose
-from rdu_sim.hw.collectives import ALL_GATHER
+from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 
@@ -135,49 +130,76 @@ def test_the_compiler_chooses_per_program_by_cost() -> None:
     assert gather in _stages(over, StepShape("decode", capacity + 1, 1, 32768))
 
 
-@pytest.mark.parametrize("bandwidth", [17.73e9, 64e9, 1e12])
-def test_the_crossover_in_closed_form(bandwidth: float) -> None:
-    """Replicate exactly when the extra weight reads (or FLOPs) at the sustained rates take
-    less than each socket receiving 15/16 of the queries over its one switch port."""
-    scenario = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": bandwidth})
+def test_the_two_estimates_differ_by_the_mechanisms_in_closed_form() -> None:
+    """The compiler's two estimates of one step: replicating adds the query weights' extra
+    reads at the HBM's sustained rate and their FLOPs at peak; gathering adds one all-gather
+    of every head's queries a layer, each socket receiving 15/16 through its port."""
+    scenario = api.load(SNAP)
     arch, hw = _arch(scenario), scenario.hardware
+    shape = StepShape("decode", 139, 1, 32768)
+    groups = graph_groups(scenario, shape)
     plan = replace(shard_plan(scenario), whole_queries=True)
-    read = _replicated_params(arch, 16) * scenario.weight_dtype_bytes
-    flops_per_row = 2 * _replicated_params(arch, 16)
-    latency = hw.system.intra_node_link.latency
-    for batch in (1, 2, 4, 8, 16, 32, 64, 128):
-        graph = graph_groups(scenario, StepShape("decode", batch, 1, 32768))[1].graph
-        replicate = max(
-            read / (hw.hbm.bandwidth * hw.hbm.efficiency), batch * flops_per_row / hw.peak_flops
-        )
-        gather = 15 / 16 * _query_bytes(arch, batch) / bandwidth + latency
-        assert replicate_pays(scenario, graph, plan) == (replicate < gather), batch
-    # at 1 TB/s the link wins up to 128 rows; at the shipped link from a few rows on
-    graphs = [g.graph for g in graph_groups(scenario, StepShape("decode", 128, 1, 32768))]
-    assert replicates(scenario, graphs, plan) == (bandwidth < 1e12)
+    gather = step_estimate(scenario, groups, plan)
+    replicate = step_estimate(scenario, groups, replace(plan, replicate_queries=True))
+    extra = arch.layers * _replicated_params(arch, 16)
+    hbm = hw.hbm.bandwidth * hw.hbm.efficiency
+    assert replicate.hbm_s - gather.hbm_s == pytest.approx(
+        extra * scenario.weight_dtype_bytes / hbm, rel=1e-9
+    )
+    assert replicate.compute_s - gather.compute_s == pytest.approx(
+        2 * shape.rows * extra / hw.peak_flops, rel=1e-9
+    )
+    link = hw.system.intra_node_link
+    each = 15 / 16 * _query_bytes(arch, 139) / link.bandwidth + link.latency
+    assert gather.link_s - replicate.link_s == pytest.approx(arch.layers * each, rel=1e-9)
+    # at the branch's link the step is link-bound, so the extra reads are the cheaper
+    assert gather.time_s == gather.link_s and replicate.time_s < gather.time_s
+    assert replicates(scenario, groups, plan)
+    assert not replicates(scenario, groups, shard_plan(scenario))  # slices only: gather
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "capacity", "whole"),
+    [(17.73e9, 139, True), (64e9, 139, True), (128e9, 158, False)],
+)
+def test_the_plan_holds_the_whole_weights_where_its_full_step_replicates(
+    bandwidth: float, capacity: int, whole: bool
+) -> None:
+    """Where the links bind the full step, the plan holds the whole weights and plans the
+    capacity with them; at 128 GB/s the step is bound by the HBM, which the gather leaves
+    alone: the slices stay, and the capacity with them. Batch 1 always gathers."""
+    scenario = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": bandwidth})
+    assert batch_capacity(scenario) == capacity
+    assert whole_queries(scenario, capacity) == whole
+    plan = replace(shard_plan(scenario), whole_queries=True)
+    for batch, replicate in ((1, False), (capacity, whole)):
+        groups = graph_groups(scenario, StepShape("decode", batch, 1, 32768))
+        assert replicates(scenario, groups, plan) == replicate, batch
 
 
 @pytest.mark.parametrize(
     ("topology", "sockets_per_node"), [("switched", 16), ("switched", 8), ("ring", 16)]
 )
-def test_the_gather_bound_against_the_collective_chooser(
+def test_the_collective_bound_against_the_collective_chooser(
     topology: str, sockets_per_node: int
 ) -> None:
-    """On one switched node the compiler's bound is the one-shot all-gather's estimate, the
-    one the engine runs; on other wirings it is at most the chosen estimate."""
+    """On one switched node the compiler's bound is the one-shot all-gather's and
+    reduce-scatter's estimate, and the two-shot all-reduce's when the bytes keep the port
+    busy; on other wirings it is at most the chosen estimate."""
     scenario = api.load(
         SNAP,
         {"hw.system.topology": topology, "hw.system.sockets_per_node": sockets_per_node},
     )
     system = scenario.hardware.system
-    for nbytes in (147_456.0, 23_298_048.0):
-        chosen = choose(ALL_GATHER, nbytes, 16, wiring_of(system), pieces=4).chosen
-        bound = gather_bound_s(system, nbytes, 16)
-        if topology == "switched" and sockets_per_node == 16:
-            assert chosen.algorithm == "one_shot"
-            assert bound == pytest.approx(chosen.time_s, rel=1e-12)
-        else:
-            assert bound <= chosen.time_s * (1 + 1e-12)
+    kinds = {"allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER, "allreduce": ALL_REDUCE}
+    for kind, hw_kind in kinds.items():
+        for nbytes in (147_456.0, 23_298_048.0):
+            chosen = choose(hw_kind, nbytes, 16, wiring_of(system), pieces=4).chosen
+            bound = collective_bound_s(system, kind, nbytes, 16)
+            assert bound <= chosen.time_s * (1 + 1e-12), (kind, nbytes)
+            one_node = topology == "switched" and sockets_per_node == 16
+            if one_node and (kind != "allreduce" or nbytes > 1e6):
+                assert bound == pytest.approx(chosen.time_s, rel=1e-12), (kind, nbytes)
 
 
 def _shipped_workloads() -> list[str]:
@@ -204,8 +226,8 @@ def test_every_operator_reads_what_its_socket_holds(path: str) -> None:
     for shape in SHAPES:
         for whole in (False, True) if chooses_queries(scenario) else (False,):
             plan = replace(shard_plan(scenario), whole_queries=whole)
-            graphs = (g.graph for g in graph_groups(scenario, shape))
-            plan = replace(plan, replicate_queries=replicates(scenario, graphs, plan))
+            groups = graph_groups(scenario, shape)
+            plan = replace(plan, replicate_queries=replicates(scenario, groups, plan))
             for group, graph in layer_graphs(scenario, shape, whole):
                 assert share_problems(graph, plan) == [], (group.name, shape, whole)
 

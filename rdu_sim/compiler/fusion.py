@@ -36,7 +36,7 @@ from rdu_sim.compiler.fusion_levels import (
     subgraph,
 )
 from rdu_sim.compiler.layout import mla_cache_form, precision, shard_plan
-from rdu_sim.compiler.mla_queries import replicates
+from rdu_sim.compiler.query_choice import replicates
 from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.graph import (
     GraphBuilder,
@@ -169,7 +169,7 @@ def layer_graphs(
     on a memory plan that holds MLA's query weights whole (``whole_queries``) or not."""
     groups = graph_groups(scenario, shape)
     plan = replace(shard_plan(scenario), whole_queries=whole_queries)
-    plan = replace(plan, replicate_queries=replicates(scenario, (g.graph for g in groups), plan))
+    plan = replace(plan, replicate_queries=replicates(scenario, groups, plan))
     fuse = fusion_level(scenario) != "none"
     return [
         (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))

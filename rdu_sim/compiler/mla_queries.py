@@ -15,21 +15,18 @@ them (q_b_proj, the RoPE, W_UK's absorb) are split by heads. Two mechanisms:
   their FLOPs; no collective. The weights sit whole in every socket's HBM whichever program
   uses them (`compiler.placement.whole_queries` decides which memory plans hold them).
 
-The choice, once per program (`replicates`): replicate when the plan holds the weights whole
-and their extra reads and FLOPs, at the socket's sustained HBM rate and its peak FLOP/s, take
-less than the all-gather's bound on the links (`gather_bound_s`). SnapKV's window queries,
-which a prefill split by heads stashed, can only be gathered.
+`query_operators` finds the operators to replicate in a layer graph, `query_inputs` what a
+socket must gather. The choice, once per program, is `compiler.query_choice`'s. SnapKV's
+window queries, which a prefill split by heads stashed, can only be gathered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 
 from rdu_sim.compiler.layout import ShardPlan
 from rdu_sim.compiler.tensor_shares import HEADS, input_share, output_share
 from rdu_sim.config.architecture import DeepSeekArchitecture
-from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.graph import Operator, TensorSpec, operators
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.operator import REPLICATED
@@ -92,61 +89,3 @@ def query_operators(graph: DiGraph, plan: ShardPlan) -> frozenset[str]:
 def as_replicated(node: Operator) -> Operator:
     """``node`` done whole on every socket (every head's queries, the weights whole)."""
     return replace(node, split=REPLICATED)
-
-
-def gather_bound_s(system: SystemConfig, nbytes: float, group: int) -> float:
-    """Least time an all-gather of ``nbytes`` (the gathered tensor) over ``group``
-    consecutive sockets takes on ``system``'s links: each socket receives the (group - 1) /
-    group it lacks, at best through all its links at once (one switch port per link class,
-    both ring neighbours, a link per peer fully connected), after one hop. On one switched
-    node it is the one-shot all-gather's estimate (``hw.collective_choice``)."""
-    if group <= 1 or nbytes <= 0:
-        return 0.0
-    shard = nbytes / group
-    local = min(group, system.sockets_per_node)
-    classes = [(local - 1, system.intra_node_link)] if local > 1 else []
-    if group > local:
-        classes.append((group - local, system.inter_node_link))
-    if system.topology == "ring":
-        slowest = min(link.bandwidth for _, link in classes)
-        latency = max(link.latency for _, link in classes)
-        return (group - 1) * shard / (min(2, group - 1) * slowest) + latency
-    per_peer = system.topology == "fully_connected"
-    return max(
-        peers * shard / ((peers if per_peer else 1) * link.bandwidth) + link.latency
-        for peers, link in classes
-    )
-
-
-def replicate_pays(scenario: Scenario, graph: DiGraph, plan: ShardPlan) -> bool:
-    """Whether making every head's queries on every socket costs less time than gathering
-    them, in the step of ``graph`` (a layer with a sequence-split attention whose queries a
-    socket can make): the query operators' reads and FLOPs no socket did before, at the
-    HBM's sustained rate and the peak FLOP/s (whichever binds), against the all-gather's
-    bound on the links. False when nothing can be replicated."""
-    names = query_operators(graph, plan)
-    if not names:
-        return False
-    makers = [node for node in operators(graph) if node.name in names]
-    producers = {t.name: node for node in operators(graph) for t in node.outputs}
-    queries = sum(t.bytes for node in operators(graph) for t in query_inputs(node, producers, plan))
-    extra = 1 - 1 / plan.tp
-    hardware = scenario.hardware
-    hbm = hardware.hbm.bandwidth * hardware.hbm.efficiency
-    replicate_s = max(
-        extra * sum(n.weight_read_bytes for n in makers) / hbm,
-        extra * sum(n.flops for n in makers) / hardware.peak_flops,
-    )
-    return replicate_s < gather_bound_s(hardware.system, queries, plan.tp)
-
-
-def replicates(scenario: Scenario, graphs: Iterable[DiGraph], plan: ShardPlan) -> bool:
-    """The program's choice (once for all its layers, which share one MLA): replicate the
-    queries when ``plan`` holds their weights whole and `replicate_pays` on the first of
-    ``graphs`` (the step's unsharded graphs) whose queries a socket can make."""
-    if not plan.whole_queries:
-        return False
-    for graph in graphs:
-        if query_operators(graph, plan):
-            return replicate_pays(scenario, graph, plan)
-    return False

@@ -38,13 +38,14 @@ from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.fusion import KernelGraph, graph_groups, kernel_graphs
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, shard_plan
-from rdu_sim.compiler.mla_queries import chooses_queries, replicates
+from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.program import (
     Placement,
     TensorPlacement,
     Tier,
     TierUsage,
 )
+from rdu_sim.compiler.query_choice import replicates
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig
@@ -408,13 +409,13 @@ def _replicates(scenario: Scenario, slots: int) -> bool:
     would make every head's MLA queries on every socket, given their weights whole."""
     shape = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
     plan = replace(shard_plan(scenario), whole_queries=True)
-    return replicates(scenario, (g.graph for g in graph_groups(scenario, shape)), plan)
+    return replicates(scenario, graph_groups(scenario, shape), plan)
 
 
 def whole_queries(scenario: Scenario, batch_slots: int) -> bool:
     """Whether the memory plan for ``batch_slots`` slots holds MLA's query weights (q_b_proj,
     W_UK) whole on every socket: under the sequence_split layout, when its largest decode
-    step replicates the queries (`compiler.mla_queries`) and the whole weights fit beside
+    step replicates the queries (`compiler.query_choice`) and the whole weights fit beside
     the slots in HBM."""
     if not chooses_queries(scenario) or not _replicates(scenario, batch_slots):
         return False

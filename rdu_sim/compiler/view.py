@@ -14,7 +14,7 @@ argument (`Compiler.placement`), and the memo keys carry it.
 
 The links are out except for an MLA model under the sequence_split layout, whose compiler
 weighs gathering the queries over the links against making them on every socket
-(`compiler.mla_queries`): its view keeps them (`LINKS_READ_SYSTEM`).
+(`compiler.query_choice`): its view keeps them (`LINKS_READ_SYSTEM`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ hint names it)."""
 
 LINKS_READ_SYSTEM: Unread = {"collective_algorithm": None, "collective_chunks": None}
 """The system fields a compiler choosing MLA's query path leaves unread (it reads the wiring
-and the links: `mla_queries.gather_bound_s`)."""
+and the links: `query_choice.collective_bound_s`)."""
 
 UNREAD_WORKLOAD: Unread = {
     "name": None,
