@@ -12,7 +12,13 @@ from dataclasses import replace
 import pytest
 
 from rdu_sim import api
-from rdu_sim.compiler import Compiler, batch_capacity, weight_inventory, whole_queries
+from rdu_sim.compiler import (
+    Compiler,
+    batch_capacity,
+    shared_programs,
+    weight_inventory,
+    whole_queries,
+)
 from rdu_sim.compiler import sharding as sharding_module
 from rdu_sim.compiler.fusion import graph_groups, kernel_graphs, layer_graphs
 from rdu_sim.compiler.layout import shard_plan
@@ -96,7 +102,7 @@ def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathe
     scenario = api.load(SNAP)
     arch, tp = _arch(scenario), scenario.tp
     shape = StepShape("decode", 139, 1, 32768)
-    gathered, replicated = (kernel_graphs(scenario, shape, whole) for whole in (False, True))
+    gathered, replicated = (kernel_graphs(scenario, shape, each, each) for each in (False, True))
 
     def total(kernels: list, attr: str) -> float:  # type: ignore[type-arg]
         return sum(k.calls * getattr(n, attr) for k in kernels for n in operators(k.graph))
@@ -109,7 +115,7 @@ def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathe
     # a plan holding them whole holds them whole in every step; a step that gathers reads
     # only its heads' slices of them
     one = StepShape("decode", 1, 1, 32768)
-    small, small_sliced = kernel_graphs(scenario, one, True), kernel_graphs(scenario, one, False)
+    small, small_sliced = kernel_graphs(scenario, one, True), kernel_graphs(scenario, one)
     assert total(small, "weight_params") == total(replicated, "weight_params")
     assert total(small, "weight_read_bytes") == total(small_sliced, "weight_read_bytes")
     assert total(small, "collective_bytes") == total(small_sliced, "collective_bytes")
@@ -139,8 +145,9 @@ def test_the_two_estimates_differ_by_the_mechanisms_in_closed_form() -> None:
     shape = StepShape("decode", 139, 1, 32768)
     groups = graph_groups(scenario, shape)
     plan = replace(shard_plan(scenario), whole_queries=True)
-    gather = step_estimate(scenario, groups, plan)
-    replicate = step_estimate(scenario, groups, replace(plan, replicate_queries=True))
+    system = scenario.hardware.system
+    gather = step_estimate(scenario, groups, plan, system)
+    replicate = step_estimate(scenario, groups, replace(plan, replicate_queries=True), system)
     extra = arch.layers * _replicated_params(arch, 16)
     hbm = hw.hbm.bandwidth * hw.hbm.efficiency
     assert replicate.hbm_s - gather.hbm_s == pytest.approx(
@@ -154,8 +161,8 @@ def test_the_two_estimates_differ_by_the_mechanisms_in_closed_form() -> None:
     assert gather.link_s - replicate.link_s == pytest.approx(arch.layers * each, rel=1e-9)
     # at the branch's link the step is link-bound, so the extra reads are the cheaper
     assert gather.time_s == gather.link_s and replicate.time_s < gather.time_s
-    assert replicates(scenario, groups, plan)
-    assert not replicates(scenario, groups, shard_plan(scenario))  # slices only: gather
+    assert replicates(scenario, groups, plan, system)
+    assert not replicates(scenario, groups, shard_plan(scenario), system)  # slices: gather
 
 
 @pytest.mark.parametrize(
@@ -174,7 +181,7 @@ def test_the_plan_holds_the_whole_weights_where_its_full_step_replicates(
     plan = replace(shard_plan(scenario), whole_queries=True)
     for batch, replicate in ((1, False), (capacity, whole)):
         groups = graph_groups(scenario, StepShape("decode", batch, 1, 32768))
-        assert replicates(scenario, groups, plan) == replicate, batch
+        assert replicates(scenario, groups, plan, scenario.hardware.system) == replicate, batch
 
 
 @pytest.mark.parametrize(
@@ -227,8 +234,9 @@ def test_every_operator_reads_what_its_socket_holds(path: str) -> None:
         for whole in (False, True) if chooses_queries(scenario) else (False,):
             plan = replace(shard_plan(scenario), whole_queries=whole)
             groups = graph_groups(scenario, shape)
-            plan = replace(plan, replicate_queries=replicates(scenario, groups, plan))
-            for group, graph in layer_graphs(scenario, shape, whole):
+            replicate = replicates(scenario, groups, plan, scenario.hardware.system)
+            plan = replace(plan, replicate_queries=replicate)
+            for group, graph in layer_graphs(scenario, shape, whole, replicate):
                 assert share_problems(graph, plan) == [], (group.name, shape, whole)
 
 
@@ -287,10 +295,22 @@ def test_head_split_and_replicated_layouts_keep_their_queries_split(layout: str)
     assert compile_view(faster).digest == compile_view(scenario).digest
 
 
-def test_a_sequence_split_compiler_reads_the_links() -> None:
-    """The choice weighs the links, so they are in what the compiler's results are keyed by."""
-    base = api.load(SNAP)
-    faster = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": 1e11})
-    assert compile_view(faster).digest != compile_view(base).digest
-    chunks = api.load(SNAP, {"hw.system.collective_chunks": 8})  # the engine's alone
-    assert compile_view(chunks).digest == compile_view(base).digest
+def test_points_differing_in_their_links_share_what_their_choices_share() -> None:
+    """The links are the compiler's argument, not its view: SnapStream at 17.73 and 64 GB/s
+    both replicate at their 139 slots and share that step's compiled kernels; at 128 GB/s
+    the plan keeps the slices and gathers, and compiles its own."""
+    link = "hw.system.intra_node_link.bandwidth"
+    shape = StepShape("decode", 139, 1, 32768)
+    shared_programs.clear()
+    try:
+        with shared_programs.sharing():
+            scenarios = {bw: api.load(SNAP, {link: bw}) for bw in (17.73e9, 64e9, 128e9)}
+            assert len({compile_view(s).digest for s in scenarios.values()}) == 1
+            compilers = {bw: Compiler(s) for bw, s in scenarios.items()}
+            kernels = {bw: c.program(shape).kernels for bw, c in compilers.items()}
+            assert [c.batch_capacity() for c in compilers.values()] == [139, 139, 158]
+            assert kernels[17.73e9] is kernels[64e9]
+            assert kernels[128e9] is not kernels[64e9]
+            assert kernels[128e9] != kernels[64e9]
+    finally:
+        shared_programs.clear()

@@ -108,9 +108,9 @@ def test_a_compiler_rule_reading_outside_the_view_fails(monkeypatch: pytest.Monk
     # every test that compiles, rather than sharing a program compiled for other inputs.
     real = compile_module.kernel_graphs
 
-    def reads_the_seed(scenario: Scenario, shape: StepShape, whole_queries: bool) -> Any:
+    def reads_the_seed(scenario: Scenario, shape: StepShape, *queries: bool) -> Any:
         _ = scenario.workload.serving.seed
-        return real(scenario, shape, whole_queries)
+        return real(scenario, shape, *queries)
 
     scenario = api.load(SMALL, SERVING)
     shape = api.default_step_shape(scenario, "decode")

@@ -37,12 +37,14 @@ from rdu_sim.compiler.buffers import (
     rows_floor,
 )
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
-from rdu_sim.compiler.layout import precision
+from rdu_sim.compiler.fusion import KernelGraph, graph_groups, kernel_graphs
+from rdu_sim.compiler.layout import precision, shard_plan
+from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.placement import (
     batch_capacity,
     hbm_fractions,
     plan_memory,
+    slot_tokens,
     whole_queries,
 )
 from rdu_sim.compiler.program import (
@@ -54,6 +56,7 @@ from rdu_sim.compiler.program import (
     Tier,
     with_sram,
 )
+from rdu_sim.compiler.query_choice import replicates, wiring_key
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.compiler.shared_programs import shared
 from rdu_sim.compiler.view import CompileView, compile_view
@@ -71,9 +74,13 @@ class Compiler:
     """Compiles one scenario's static shapes into Programs, caching per instance (and per
     process inside `shared_programs.sharing`).
 
-    Every rule compiles the scenario's `compile_view` (the fields it may read); the one field
-    read here of the scenario itself is ``serving.batch_slots``, resolved into the slot count
-    the memory plan is made for and passed on as an argument.
+    Every rule compiles the scenario's `compile_view` (the fields it may read); read here of
+    the scenario itself are ``serving.batch_slots``, resolved into the slot count the memory
+    plan is made for and passed on as an argument, and the system's links, passed to the
+    rules that choose how a sequence-split MLA gets its queries (`compiler.query_choice`):
+    the results keyed by the links are those choices and the capacity they set; a plan and a
+    step's kernels are keyed by the choices, so points differing only in their links share
+    them where the choices agree.
     """
 
     def __init__(self, scenario: Scenario) -> None:
@@ -82,8 +89,10 @@ class Compiler:
         self._programs: dict[StepShape, Program] = {}
         self._placements: dict[int, Placement] = {}
         self._capacity: int | None = None
-        self._kernels: dict[tuple[StepShape, bool], list[KernelGraph]] = {}
+        self._kernels: dict[tuple[StepShape, bool, bool], list[KernelGraph]] = {}
         self._whole_queries: dict[int, bool] = {}
+        self._system = scenario.hardware.system
+        self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
 
     @property
     def view(self) -> CompileView:
@@ -96,7 +105,11 @@ class Compiler:
         """Most batch slots whose KV and activations fit in HBM beside the weights."""
         if self._capacity is None:
             view = self.view
-            self._capacity = shared("capacity", view.digest, lambda: batch_capacity(view.scenario))
+            self._capacity = shared(
+                "capacity",
+                (view.digest, self._wiring),
+                lambda: batch_capacity(view.scenario, system=self._system),
+            )
         return self._capacity
 
     def batch_slots(self) -> int:
@@ -108,9 +121,11 @@ class Compiler:
         slots = self.batch_slots() if batch_slots is None else batch_slots
         if slots not in self._placements:
             view = self.view
+            decode = StepShape("decode", slots, 1, slot_tokens(view.scenario))
+            queries = self.queries(decode, slots)
             self._placements[slots] = shared(
                 "placement",
-                (view.digest, slots),
+                (view.digest, slots, queries),
                 lambda: plan_memory(view.scenario, slots, lambda s: self.kernels(s, slots)),
             )
         return self._placements[slots]
@@ -122,10 +137,28 @@ class Compiler:
             view = self.view
             self._whole_queries[batch_slots] = shared(
                 "whole_queries",
-                (view.digest, batch_slots),
-                lambda: whole_queries(view.scenario, batch_slots),
+                (view.digest, batch_slots, self._wiring),
+                lambda: whole_queries(view.scenario, batch_slots, self._system),
             )
         return self._whole_queries[batch_slots]
+
+    def queries(self, shape: StepShape, batch_slots: int) -> tuple[bool, bool]:
+        """MLA's queries in a step of `shape` on the memory plan for `batch_slots` slots:
+        whether the plan holds their weights whole, and whether the step makes every
+        head's queries on every socket (`query_choice.replicates`) rather than gathering."""
+        whole = self.whole_queries(batch_slots)
+        if not whole:
+            return False, False
+        view = self.view
+        plan = replace(shard_plan(view.scenario), whole_queries=True)
+        replicate = shared(
+            "replicates",
+            (view.digest, shape, self._wiring),
+            lambda: replicates(
+                view.scenario, graph_groups(view.scenario, shape), plan, self._system
+            ),
+        )
+        return True, replicate
 
     def plan_slots(self, shape: StepShape) -> int:
         """The slots of the memory plan a step of `shape` runs on: the workload's, or the
@@ -139,10 +172,10 @@ class Compiler:
         often the first Program asked for (its graphs are read, never changed). A shape
         never compiled keeps its graphs as long as the compiler."""
         slots = self.plan_slots(shape) if batch_slots is None else batch_slots
-        key = (shape, self.whole_queries(slots))
+        key = (shape, *self.queries(shape, slots))
         graphs = self._kernels.get(key)
         if graphs is None:
-            graphs = self._kernels[key] = kernel_graphs(self.view.scenario, shape, key[1])
+            graphs = self._kernels[key] = kernel_graphs(self.view.scenario, *key)
         return graphs
 
     def program(self, shape: StepShape) -> Program:
@@ -155,15 +188,15 @@ class Compiler:
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         view = self.view
-        whole = self.whole_queries(slots)
+        queries = self.queries(shape, slots)
         kernels = shared(
             "kernels",
-            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, whole),
+            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, queries),
             lambda: _kernel_programs(
                 view.scenario, fractions, kv_tier, shape, self.kernels(shape, slots)
             ),
         )
-        self._kernels.pop((shape, whole), None)  # a cached Program needs its graphs no more
+        self._kernels.pop((shape, *queries), None)  # a cached Program needs its graphs no more
         program = Program(
             shape=shape,
             tp=view.scenario.tp,

@@ -36,7 +36,6 @@ from rdu_sim.compiler.fusion_levels import (
     subgraph,
 )
 from rdu_sim.compiler.layout import mla_cache_form, precision, shard_plan
-from rdu_sim.compiler.query_choice import replicates
 from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.graph import (
     GraphBuilder,
@@ -163,29 +162,37 @@ def fuse_attention(graph: DiGraph) -> DiGraph:
 
 
 def layer_graphs(
-    scenario: Scenario, shape: StepShape, whole_queries: bool = False
+    scenario: Scenario,
+    shape: StepShape,
+    whole_queries: bool = False,
+    replicate_queries: bool = False,
 ) -> list[tuple[GraphGroup, DiGraph]]:
     """Each group of one step with its sharded graph (attention fused, except at `none`),
-    on a memory plan that holds MLA's query weights whole (``whole_queries``) or not."""
-    groups = graph_groups(scenario, shape)
-    plan = replace(shard_plan(scenario), whole_queries=whole_queries)
-    plan = replace(plan, replicate_queries=replicates(scenario, groups, plan))
+    on a memory plan that holds MLA's query weights whole (``whole_queries``) or not, the
+    step making every head's queries on every socket (``replicate_queries``, the compiler's
+    choice: `compiler.query_choice`) or gathering them."""
+    plan = replace(
+        shard_plan(scenario), whole_queries=whole_queries, replicate_queries=replicate_queries
+    )
     fuse = fusion_level(scenario) != "none"
     return [
         (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))
-        for group in groups
+        for group in graph_groups(scenario, shape)
     ]
 
 
 def kernel_graphs(
-    scenario: Scenario, shape: StepShape, whole_queries: bool = False
+    scenario: Scenario,
+    shape: StepShape,
+    whole_queries: bool = False,
+    replicate_queries: bool = False,
 ) -> list[KernelGraph]:
     """The fused, sharded kernels of one step on one socket, at the workload's fusion level
-    (``whole_queries``: as for `layer_graphs`)."""
+    (MLA's queries: as for `layer_graphs`)."""
     level = fusion_level(scenario)
     looping = scenario.workload.kernel_looping and level == "full"
     kernels: list[KernelGraph] = []
-    for group, sharded in layer_graphs(scenario, shape, whole_queries):
+    for group, sharded in layer_graphs(scenario, shape, whole_queries, replicate_queries):
         if level == "full":
             kernels.append(
                 KernelGraph(group.name, group.count, looping and group.count > 1, sharded)

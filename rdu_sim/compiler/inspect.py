@@ -134,19 +134,26 @@ def layer_records(program: Program) -> list[dict[str, Any]]:
     ]
 
 
-def layer_graph(scenario: Scenario, shape: StepShape, whole_queries: bool = False) -> DiGraph:
+def layer_graph(
+    scenario: Scenario,
+    shape: StepShape,
+    whole_queries: bool = False,
+    replicate_queries: bool = False,
+) -> DiGraph:
     """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included
-    (the whole layer, whatever the fusion level splits it into), on a memory plan holding
-    MLA's query weights whole or not (``whole_queries``)."""
+    (the whole layer, whatever the fusion level splits it into; MLA's queries as for
+    `fusion.layer_graphs`)."""
     decoders = [
         g
-        for group, g in layer_graphs(scenario, shape, whole_queries)
+        for group, g in layer_graphs(scenario, shape, whole_queries, replicate_queries)
         if group.name.startswith("decoder")
     ]
     return decoders[-1]
 
 
-def queries_record(scenario: Scenario, program: Program, whole: bool) -> dict[str, Any] | None:
+def queries_record(
+    scenario: Scenario, program: Program, whole: bool, replicated: bool
+) -> dict[str, Any] | None:
     """How ``program``'s sequence-split MLA attention gets every head's queries (module
     docstring), None when the scenario's attention is not split by sequence."""
     if not chooses_queries(scenario):
@@ -154,10 +161,9 @@ def queries_record(scenario: Scenario, program: Program, whole: bool) -> dict[st
     gathered = any(
         stage.name.endswith(QUERY_GATHER) for kernel in program.kernels for stage in kernel.stages
     )
-    replicated = whole and program.shape.phase == "decode" and not gathered
     return {
         "weights": "whole" if whole else "sliced",
-        "queries": "gathered" if gathered else "replicated" if replicated else "none",
+        "queries": "replicated" if replicated else "gathered" if gathered else "none",
     }
 
 
@@ -167,7 +173,7 @@ def inspect_graph(
     """The compiled step of `shape`, as JSON-ready data (see the module docstring)."""
     compiler = compiler or Compiler(scenario)
     program = compiler.program(shape)
-    whole = compiler.whole_queries(program.placement.batch_slots)
+    whole, replicated = compiler.queries(shape, program.placement.batch_slots)
     return {
         "workload": scenario.workload.name,
         "model": scenario.model.name,
@@ -190,8 +196,8 @@ def inspect_graph(
             "collective_bytes": program.collective_bytes,
         },
         "placement": placement_record(program.placement),
-        "mla_queries": queries_record(scenario, program, whole),
-        "graph": graph_records(layer_graph(scenario, shape, whole)),
+        "mla_queries": queries_record(scenario, program, whole, replicated),
+        "graph": graph_records(layer_graph(scenario, shape, whole, replicated)),
     }
 
 

@@ -48,7 +48,7 @@ from rdu_sim.compiler.program import (
 from rdu_sim.compiler.query_choice import replicates
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
-from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario
@@ -96,10 +96,14 @@ def weight_inventory(
 ) -> list[WeightTensor]:
     """Every weight tensor of one socket, with its reads in a decode step of `batch` slots
     (``kernels``: where that step's kernel graphs come from, by default built afresh on a
-    plan holding MLA's query weights whole or not: ``whole_queries``)."""
+    plan holding MLA's query weights whole or not, ``whole_queries``, whose full step makes
+    the queries on every socket when it holds them whole: `whole_queries`)."""
     shape = StepShape("decode", max(1, batch), 1, slot_tokens(scenario))
     tensors: dict[str, list[float]] = {}
-    graphs = kernel_graphs(scenario, shape, whole_queries) if kernels is None else kernels(shape)
+    if kernels is None:
+        graphs = kernel_graphs(scenario, shape, whole_queries, whole_queries)
+    else:
+        graphs = kernels(shape)
     for kernel in graphs:
         for node in operators(kernel.graph):
             if not node.weight_params and not node.weight_read_bytes:
@@ -307,7 +311,7 @@ def plan_memory(
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
     if kernels is None:
         whole = whole_queries(scenario, batch_slots)
-        kernels = lambda shape: kernel_graphs(scenario, shape, whole)  # noqa: E731
+        kernels = lambda shape: kernel_graphs(scenario, shape, whole, whole)  # noqa: E731
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
@@ -404,30 +408,36 @@ def _fits(scenario: Scenario, slots: int, weights: int) -> bool:
     return kv_bytes(scenario, slots) <= (1.0 if fraction is None else fraction) * free
 
 
-def _replicates(scenario: Scenario, slots: int) -> bool:
+def _replicates(scenario: Scenario, slots: int, system: SystemConfig) -> bool:
     """Whether the largest decode step of ``slots`` slots (a verify step's tokens each)
     would make every head's MLA queries on every socket, given their weights whole."""
     shape = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
     plan = replace(shard_plan(scenario), whole_queries=True)
-    return replicates(scenario, graph_groups(scenario, shape), plan)
+    return replicates(scenario, graph_groups(scenario, shape), plan, system)
 
 
-def whole_queries(scenario: Scenario, batch_slots: int) -> bool:
+def whole_queries(scenario: Scenario, batch_slots: int, system: SystemConfig | None = None) -> bool:
     """Whether the memory plan for ``batch_slots`` slots holds MLA's query weights (q_b_proj,
     W_UK) whole on every socket: under the sequence_split layout, when its largest decode
-    step replicates the queries (`compiler.query_choice`) and the whole weights fit beside
-    the slots in HBM."""
-    if not chooses_queries(scenario) or not _replicates(scenario, batch_slots):
+    step replicates the queries on ``system``'s links (default: the scenario's;
+    `compiler.query_choice`) and the whole weights fit beside the slots in HBM."""
+    if not chooses_queries(scenario):
+        return False
+    links = scenario.hardware.system if system is None else system
+    if not _replicates(scenario, batch_slots, links):
         return False
     return _fits(scenario, batch_slots, _pinned_weights(scenario, True))
 
 
-def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
+def batch_capacity(
+    scenario: Scenario, *, strict: bool = True, system: SystemConfig | None = None
+) -> int:
     """Most slots whose KV cache and activations fit in HBM beside the weights it pins, of
     which the serving stack gives its KV cache ``kv_memory_fraction`` of what is left, and
     at most the stack's ``max_batch_slots``. Under the MLA sequence_split layout: the most
     beside MLA's query weights whole when the decode step of that many slots replicates the
-    queries (`whole_queries`), else beside their slices.
+    queries on ``system``'s links (default: the scenario's; `whole_queries`), else beside
+    their slices.
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
@@ -466,7 +476,8 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
     if chooses_queries(scenario):
         whole = _pinned_weights(scenario, True)
         beside = _capped(scenario, most_slots(lambda slots: _fits(scenario, slots, whole)))
-        if beside and _replicates(scenario, beside):
+        links = scenario.hardware.system if system is None else system
+        if beside and _replicates(scenario, beside, links):
             return beside
     return most
 

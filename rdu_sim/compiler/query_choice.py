@@ -66,10 +66,25 @@ class StepEstimate:
         return max(self.hbm_s, self.link_s, self.compute_s)
 
 
+def wiring_key(system: SystemConfig) -> tuple[object, ...]:
+    """What `collective_bound_s` reads of ``system`` (a memo key: the compiler's view leaves
+    the links out)."""
+    intra, inter = system.intra_node_link, system.inter_node_link
+    return (
+        system.topology,
+        system.sockets_per_node,
+        intra.bandwidth,
+        intra.latency,
+        inter.bandwidth,
+        inter.latency,
+    )
+
+
 def step_estimate(
-    scenario: Scenario, groups: Sequence[GraphGroup], plan: ShardPlan
+    scenario: Scenario, groups: Sequence[GraphGroup], plan: ShardPlan, system: SystemConfig
 ) -> StepEstimate:
-    """The step of ``groups`` (its unsharded graphs and their calls) sharded on ``plan``."""
+    """The step of ``groups`` (its unsharded graphs and their calls) sharded on ``plan``,
+    its collectives on ``system``'s links."""
     hardware = scenario.hardware
     hbm = link = flops = 0.0
     for group in groups:
@@ -78,7 +93,7 @@ def step_estimate(
             flops += group.count * node.flops
             if node.collective is not None:
                 bound = collective_bound_s(
-                    hardware.system, node.collective, node.collective_bytes, node.group
+                    system, node.collective, node.collective_bytes, node.group
                 )
                 link += group.count * bound
     return StepEstimate(
@@ -88,12 +103,14 @@ def step_estimate(
     )
 
 
-def replicates(scenario: Scenario, groups: Sequence[GraphGroup], plan: ShardPlan) -> bool:
+def replicates(
+    scenario: Scenario, groups: Sequence[GraphGroup], plan: ShardPlan, system: SystemConfig
+) -> bool:
     """Whether the step of ``groups`` makes every head's queries on every socket: ``plan``
-    holds their weights whole, a socket can make them, and the step's estimate is shorter
-    that way than gathering them."""
+    holds their weights whole, a socket can make them, and the step's estimate on
+    ``system``'s links is shorter that way than gathering them."""
     if not plan.whole_queries or not any(query_operators(g.graph, plan) for g in groups):
         return False
-    gather = step_estimate(scenario, groups, replace(plan, replicate_queries=False))
-    replicate = step_estimate(scenario, groups, replace(plan, replicate_queries=True))
+    gather = step_estimate(scenario, groups, replace(plan, replicate_queries=False), system)
+    replicate = step_estimate(scenario, groups, replace(plan, replicate_queries=True), system)
     return replicate.time_s < gather.time_s

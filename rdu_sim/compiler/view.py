@@ -10,11 +10,10 @@ the digest, or absent, and reading it raises AttributeError in every test that c
 The lists may grow or shrink by hand: a field left in costs sharing, never correctness.
 
 ``serving.batch_slots`` is out too: the compiler is handed the slot count it plans for as an
-argument (`Compiler.placement`), and the memo keys carry it.
-
-The links are out except for an MLA model under the sequence_split layout, whose compiler
-weighs gathering the queries over the links against making them on every socket
-(`compiler.query_choice`): its view keeps them (`LINKS_READ_SYSTEM`).
+argument (`Compiler.placement`), and the memo keys carry it. So are the links: a sequence-split
+MLA's compiler weighs gathering the queries over them (`compiler.query_choice`), and is handed
+them as an argument; its memo keys carry the links where a choice is made, and the choices
+(whole query weights, replicated queries) where its results depend only on those.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
 from rdu_sim.scenario import Scenario
 
@@ -44,10 +42,6 @@ UNREAD_SYSTEM: Unread = {
 }
 """The links and collectives are the engine's; ``system.sockets`` stays (a GPU's capacity
 hint names it)."""
-
-LINKS_READ_SYSTEM: Unread = {"collective_algorithm": None, "collective_chunks": None}
-"""The system fields a compiler choosing MLA's query path leaves unread (it reads the wiring
-and the links: `query_choice.collective_bound_s`)."""
 
 UNREAD_WORKLOAD: Unread = {
     "name": None,
@@ -95,8 +89,7 @@ def unread_override(path: str) -> bool:
     """Whether an override path (``hw.system.intra_node_link.bandwidth``,
     ``stack.host.serial_per_step``, ``serving.seed``) sets a field the compiler never reads,
     or one inside it: points that differ only in such fields compile alike (how a sweep
-    batches them: ``sweep.worker``; scheduling only, so the links count as unread even
-    though a sequence-split MLA's compiler reads them)."""
+    batches them: ``sweep.worker``)."""
     tree: Unread | None = UNREAD_WORKLOAD
     for prefix, unread in ((HW_PREFIX, UNREAD_HARDWARE), (STACK_PREFIX, UNREAD_STACK)):
         if path.startswith(prefix):
@@ -150,16 +143,13 @@ def compile_view(scenario: Scenario) -> CompileView:
     kept), the draft is viewed the same way, and the file names stay (the compiler's errors
     name them).
     """
-    unread_hardware = UNREAD_HARDWARE
-    if chooses_queries(scenario):
-        unread_hardware = {**UNREAD_HARDWARE, "system": LINKS_READ_SYSTEM}
     workload = _without(scenario.workload, UNREAD_WORKLOAD)
-    hardware = _without(scenario.hardware, unread_hardware)
+    hardware = _without(scenario.hardware, UNREAD_HARDWARE)
     stack = _without(scenario.stack, UNREAD_STACK)
     draft = None if scenario.draft is None else compile_view(scenario.draft)
     kept = {
         "workload": _dump_without(scenario.workload.model_dump(mode="json"), UNREAD_WORKLOAD),
-        "hardware": _dump_without(scenario.hardware.model_dump(mode="json"), unread_hardware),
+        "hardware": _dump_without(scenario.hardware.model_dump(mode="json"), UNREAD_HARDWARE),
         "stack": _dump_without(scenario.stack.model_dump(mode="json"), UNREAD_STACK),
         "model": scenario.model.model_dump(mode="json"),
         "files": [scenario.workload_file, scenario.hardware_file],
