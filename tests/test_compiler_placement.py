@@ -112,6 +112,10 @@ def test_too_many_slots_names_the_capacity() -> None:
     capacity = batch_capacity(scenario)
     with pytest.raises(CapacityError, match=f"at most {capacity} fit"):
         plan_memory(scenario, 10 * capacity)
+    # through the compiler, whose view leaves out the links the capacity weighs
+    compiler = Compiler(load_scenario("workloads/deepseek-r1-128k-full.yaml"))
+    with pytest.raises(CapacityError, match=f"at most {capacity} fit"):
+        compiler.placement(10 * capacity)
 
 
 def test_weights_spill_lowest_bandwidth_need_first() -> None:

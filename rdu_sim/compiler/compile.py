@@ -126,7 +126,9 @@ class Compiler:
             self._placements[slots] = shared(
                 "placement",
                 (view.digest, slots, queries),
-                lambda: plan_memory(view.scenario, slots, lambda s: self.kernels(s, slots)),
+                lambda: plan_memory(
+                    view.scenario, slots, lambda s: self.kernels(s, slots), self._system
+                ),
             )
         return self._placements[slots]
 

@@ -303,20 +303,24 @@ def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
 
 
 def plan_memory(
-    scenario: Scenario, batch_slots: int, kernels: KernelSource | None = None
+    scenario: Scenario,
+    batch_slots: int,
+    kernels: KernelSource | None = None,
+    system: SystemConfig | None = None,
 ) -> Placement:
     """Place one socket's weights, KV cache and activations for `batch_slots` slots
-    (``kernels``: as for :func:`weight_inventory`, on this plan's `whole_queries`)."""
+    (``kernels``: as for :func:`weight_inventory`, on this plan's `whole_queries`;
+    ``system``: the links MLA's query choice weighs, by default the scenario's)."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
     if kernels is None:
-        whole = whole_queries(scenario, batch_slots)
+        whole = whole_queries(scenario, batch_slots, system)
         kernels = lambda shape: kernel_graphs(scenario, shape, whole, whole)  # noqa: E731
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
     if act + kv > hbm_cap:
-        capacity = batch_capacity(scenario, strict=False)
+        capacity = batch_capacity(scenario, strict=False, system=system)
         fit = (
             f"at most {capacity} fit beside the weights; 'auto' picks that"
             if capacity
