@@ -26,7 +26,14 @@ from pathlib import Path
 from rdu_sim import PACKAGE_DIR
 from rdu_sim.config.errors import ConfigError
 
-FOLDERS = ("workloads", "hw_configs", "tests/models", "notebooks", "measurements")
+FOLDERS = (
+    "workloads",
+    "hw_configs",
+    "tests/models",
+    "notebooks",
+    "measurements",
+    "calibrations",
+)
 """The shipped folders, relative to :func:`root`."""
 
 PATTERNS = ("*.yaml", "*.csv", "*.jsonl", "*.json", "*.ipynb")
@@ -44,6 +51,7 @@ KINDS: dict[str, str] = {
     "model": "tests/models",
     "notebook": "notebooks",
     "measurement": "measurements",
+    "calibration": "calibrations",
 }
 """Kind of shipped file -> the folder holding that kind. A file belongs to the kind of the
 deepest folder holding it, so ``workloads/speculative/*.yaml`` are workloads and

@@ -1,5 +1,5 @@
 """Convert Argonne's LLM-Inference-Bench result files (arXiv 2411.00136) into measurement
-files (``rdu_sim.validate.deployment``'s format).
+files (``rdu_sim.validate.measurement_file``'s format).
 
 ``python -m rdu_sim.validate.argonne SOURCE.csv > measurements/NAME.csv`` converts one of
 the benchmark's published CSVs (its latency grid, or its time-to-first-token table): each row
@@ -16,7 +16,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from rdu_sim.validate.deployment import COLUMNS
+from rdu_sim.validate.measurement_file import REQUIRED
+
+HEADER = (*REQUIRED, "measured", "label")
 
 MODELS = {
     "meta-llama/Meta-Llama-3-8B": "llama-3.1-8b",  # Llama 3.1 8B is Llama 3 8B's architecture
@@ -36,7 +38,7 @@ def convert(path: Path) -> Iterator[list[str]]:
     systems, models or engines."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = csv.DictReader(line for line in lines if not line.startswith("#"))
-    yield [*COLUMNS, "label"]
+    yield list(HEADER)
     for row in rows:
         row = {key.strip(): value.strip() for key, value in row.items()}
         model = MODELS.get(row["Model"])
