@@ -121,7 +121,7 @@ def test_unknown_columns_and_files_that_are_not_csv(tmp_path: Path) -> None:
     assert "no header row" in _error(_write(tmp_path, "# only a comment\n"))
     binary = tmp_path / "b.csv"
     binary.write_bytes(b"\xff\xfe\x00")
-    assert "not UTF-8" in _error(binary)
+    assert "not valid UTF-8" in _error(binary)
     assert "is a directory" in _error(tmp_path)
 
 

@@ -26,6 +26,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ import click
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option
+from rdu_sim.cli.options import overlays_option, overrides_option
 
 if TYPE_CHECKING:
     from rdu_sim.validate.calibrate import Evaluation, FitResult, Problem
@@ -177,18 +178,46 @@ def _describe(result: FitResult, kind: str, target: str) -> list[str]:
     ]
 
 
-def _inputs(
-    args: tuple[str, ...],
-    fits: tuple[str, ...],
-    holdouts: tuple[str, ...],
-    figures: bool,
-    tolerance: float | None,
-    hardware: str | None,
-    overrides: tuple[str, ...],
-    overlays: tuple[Path, ...],
-) -> tuple[Inputs, Path | None, int | None, str]:
+@dataclass(frozen=True)
+class Asked:
+    """The command line's options that decide the fit (not where it writes or how fast)."""
+
+    args: tuple[str, ...]
+    fits: tuple[str, ...]
+    holdouts: tuple[str, ...]
+    figures: bool
+    tolerance: float | None
+    hardware: str | None
+    max_evaluations: int | None
+    overrides: tuple[str, ...]
+    overlays: tuple[Path, ...]
+
+    def recorded(self) -> str:
+        """The command that made the outputs (every option that changes them)."""
+        words = [
+            *self.args,
+            *(f"--fit={text}" for text in self.fits),
+            *(f"--holdout={text}" for text in self.holdouts),
+            *(["--figures"] if self.figures else []),
+            *([f"--tolerance={self.tolerance!r}"] if self.tolerance is not None else []),
+            *([f"--hardware={self.hardware}"] if self.hardware is not None else []),
+            *(
+                [f"--max-evaluations={self.max_evaluations}"]
+                if self.max_evaluations is not None
+                else []
+            ),
+            *(f"--set={text}" for text in self.overrides),
+            *(f"--overlay={path}" for path in self.overlays),
+        ]
+        return "rdu-sim calibrate " + " ".join(shlex.quote(w) for w in words)
+
+
+def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
     """What was asked: (inputs, the spec file or None, the spec's max evaluations, the
     default output folder)."""
+    args, fits, holdouts, figures = asked.args, asked.fits, asked.holdouts, asked.figures
+    tolerance, hardware = asked.tolerance, asked.hardware
+    overrides, overlays = asked.overrides, asked.overlays
     from rdu_sim.config import shipped
     from rdu_sim.validate.calibration_problem import Inputs
     from rdu_sim.validate.calibration_spec import read_spec
@@ -246,33 +275,6 @@ def _inputs(
     return inputs, None, None, "calibration"
 
 
-def _recorded(
-    args: tuple[str, ...],
-    fits: tuple[str, ...],
-    holdouts: tuple[str, ...],
-    figures: bool,
-    tolerance: float | None,
-    hardware: str | None,
-    max_evaluations: int | None,
-    overrides: tuple[str, ...],
-    overlays: tuple[Path, ...],
-) -> str:
-    """The command that made the outputs (every option that changes them; not where they
-    were written)."""
-    words = [
-        *args,
-        *(f"--fit={text}" for text in fits),
-        *(f"--holdout={text}" for text in holdouts),
-        *(["--figures"] if figures else []),
-        *([f"--tolerance={tolerance!r}"] if tolerance is not None else []),
-        *([f"--hardware={hardware}"] if hardware is not None else []),
-        *([f"--max-evaluations={max_evaluations}"] if max_evaluations is not None else []),
-        *(f"--set={text}" for text in overrides),
-        *(f"--overlay={path}" for path in overlays),
-    ]
-    return "rdu-sim calibrate " + " ".join(shlex.quote(w) for w in words)
-
-
 @click.command("calibrate")
 @click.argument("args", nargs=-1, required=True, metavar="SPEC | MEASUREMENTS...")
 @click.option(
@@ -327,14 +329,7 @@ def _recorded(
     default=None,
     help=f"Evaluation cache, for resuming [default: the output folder's {CACHE_FILE}].",
 )
-@click.option(
-    "--overlay",
-    "overlays",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="A calibrated overlay passed back: its values on every row of the machine or stack "
-    "it extends. Repeatable.",
-)
+@overlays_option
 @click.option(
     "--workers",
     type=click.IntRange(1, 256),
@@ -366,9 +361,10 @@ def command(
     from rdu_sim.validate.calibration_problem import build_problem
     from rdu_sim.validate.evaluation_cache import EvaluationCache
 
-    inputs, spec, spec_evaluations, default_out = _inputs(
-        args, fits, holdouts, figures, tolerance, hardware, overrides, overlays
+    asked = Asked(
+        args, fits, holdouts, figures, tolerance, hardware, max_evaluations, overrides, overlays
     )
+    inputs, spec, spec_evaluations, default_out = _inputs(asked)
     evaluations = max_evaluations or spec_evaluations or DEFAULT_MAX_EVALUATIONS
     folder = _out_folder(out, default_out)
     if cache is not None and (not cache.strip() or "\0" in cache):
@@ -399,9 +395,7 @@ def command(
                 file=sys.stderr,
             )
             raise SystemExit(signal.status) from None
-    recorded = _recorded(
-        args, fits, holdouts, figures, tolerance, hardware, max_evaluations, overrides, overlays
-    )
+    recorded = asked.recorded()
     trained, held = len(problem.train), len(problem.held_out)
     sets = ", ".join(
         sorted({p.stem for p in inputs.measurements} | ({"figures"} if inputs.figures else set()))

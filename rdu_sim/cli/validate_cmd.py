@@ -22,7 +22,7 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option
+from rdu_sim.cli.options import overlays_option, overrides_option
 
 EXIT_FIGURE_FAILED = 1
 
@@ -123,14 +123,7 @@ def _measured(value: float, unit: str) -> str:
     help="Same runs with fewer requests (3 per batch slot): about a minute.",
 )
 @overrides_option
-@click.option(
-    "--overlay",
-    "overlays",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="With --suite deployment: a calibrated overlay (rdu-sim calibrate writes them), its "
-    "values on every row of the machine or stack it extends. Repeatable.",
-)
+@overlays_option
 @click.option(
     "--tolerance",
     "tolerances",

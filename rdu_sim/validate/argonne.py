@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from rdu_sim.validate.measurement_file import REQUIRED
+from rdu_sim.validate.measurement_file import REQUIRED, print_converted
 
 HEADER = (*REQUIRED, "measured", "label")
 
@@ -72,15 +72,12 @@ def convert(path: Path) -> Iterator[list[str]]:
 def main(argv: list[str]) -> None:
     """Write the converted rows of ``argv[0]`` to standard output, below its comment lines."""
     source = Path(argv[0])
-    for line in source.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            print(line)
-    print(
-        f"# Converted by: python -m rdu_sim.validate.argonne {source.name} (rows of "
-        "SambaFlow, TensorRT-LLM and vLLM serving Llama 3 and Mistral)"
+    print_converted(
+        source,
+        convert(source),
+        f"python -m rdu_sim.validate.argonne {source.name} (rows of SambaFlow, TensorRT-LLM "
+        "and vLLM serving Llama 3 and Mistral)",
     )
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerows(convert(source))
 
 
 if __name__ == "__main__":

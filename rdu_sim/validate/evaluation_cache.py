@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rdu_sim.config.errors import ConfigError, WriteError
-from rdu_sim.config.yaml_io import file_problem
+from rdu_sim.config.yaml_io import file_problem, read_text_file
 from rdu_sim.validate.targets import Evaluated
 
 MAX_CACHE_BYTES = 256 << 20
@@ -56,22 +56,9 @@ class EvaluationCache:
                 return
         except (OSError, ValueError) as exc:
             raise ConfigError.single(str(path), "", f"cannot open: {exc}") from None
-        problem = file_problem(path)
-        if problem is not None:
-            raise ConfigError.single(str(path), "", f"the evaluation cache: {problem}")
-        try:
-            with path.open("rb") as stream:
-                raw = stream.read(MAX_CACHE_BYTES + 1)
-        except OSError as exc:
-            raise ConfigError.single(str(path), "", f"cannot read: {exc.strerror or exc}") from None
-        if len(raw) > MAX_CACHE_BYTES:
-            raise ConfigError.single(str(path), "", f"larger than {MAX_CACHE_BYTES >> 20} MiB")
-        complete = raw[: raw.rfind(b"\n") + 1]  # a last line without its newline was cut short
-        self._complete_bytes = len(complete)
-        try:
-            text = complete.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError.single(str(path), "", "not UTF-8 text") from None
+        text = read_text_file(path, MAX_CACHE_BYTES, "an evaluation cache")
+        text = text[: text.rfind("\n") + 1]  # a last line without its newline was cut short
+        self._complete_bytes = len(text.encode("utf-8"))
         for number, line in enumerate(text.splitlines(), start=1):
             if line.strip():
                 self._entry(line, number)

@@ -26,13 +26,14 @@ from __future__ import annotations
 import csv
 import io
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import get_args
 
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.yaml_io import file_problem
+from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.validate.deployment import AUTO, METRICS, MeasuredPoint
 
 REQUIRED = (
@@ -101,26 +102,6 @@ def _choice(text: str, column: str, where: str, valid: Iterable[str], default: s
             where, column, f"must be one of {', '.join(options)}, got {cell[:40]!r}"
         )
     return cell
-
-
-def _text(path: Path) -> str:
-    problem = file_problem(path)
-    if problem is not None:
-        raise ConfigError.single(str(path), "", problem.replace("a YAML file", "a CSV file"))
-    try:
-        with path.open("rb") as stream:
-            raw = stream.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError.single(str(path), "", f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError.single(str(path), "", f"larger than {MAX_FILE_BYTES >> 20} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError.single(str(path), "", "not UTF-8 text") from None
-    if "\0" in text:
-        raise ConfigError.single(str(path), "", "holds NUL bytes: not a CSV file")
-    return text
 
 
 def _cells(line: str, where: str) -> list[str]:
@@ -211,7 +192,9 @@ def read_points(path: Path) -> list[MeasuredPoint]:
     """The points of one measurement file (ConfigError naming the file, line and column)."""
     numbered = [
         (number, line)
-        for number, line in enumerate(_text(path).splitlines(), start=1)
+        for number, line in enumerate(
+            read_text_file(path, MAX_FILE_BYTES, "a measurement file").splitlines(), start=1
+        )
         if line.strip() and not line.lstrip().startswith("#")
     ]
     if not numbered:
@@ -244,3 +227,13 @@ def shipped_files() -> list[Path]:
 def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:
     """The points of several files, in file then row order."""
     return [point for path in paths for point in read_points(path)]
+
+
+def print_converted(source: Path, rows: Iterable[list[str]], converted_by: str) -> None:
+    """A converter's output on standard output: ``source``'s comment lines (its citation and
+    method), a line saying how it was converted, then ``rows`` (header first) as CSV."""
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            print(line)
+    print(f"# Converted by: {converted_by}")
+    csv.writer(sys.stdout, lineterminator="\n").writerows(rows)

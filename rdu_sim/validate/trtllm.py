@@ -19,6 +19,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from rdu_sim.validate.measurement_file import print_converted
+
 SYSTEMS = {("h100-sxm-80gb", "tensorrt-llm"): ("dgx-h100", "")}
 """(gpu, engine) -> (hardware file, serving stack: "" for the hardware file's default)."""
 KV_DTYPE = "fp8"
@@ -79,15 +81,12 @@ def convert(path: Path) -> Iterator[list[str]]:
 def main(argv: list[str]) -> None:
     """Write the converted rows of ``argv[0]`` to standard output, below its comment lines."""
     source = Path(argv[0])
-    for line in source.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            print(line)
-    print(
-        f"# Converted by: python -m rdu_sim.validate.trtllm {source.name} (each row a "
-        f"full-load run: batch auto, {KV_DTYPE.upper()} KV cache as assumed above)"
+    print_converted(
+        source,
+        convert(source),
+        f"python -m rdu_sim.validate.trtllm {source.name} (each row a full-load run: batch "
+        f"auto, {KV_DTYPE.upper()} KV cache as assumed above)",
     )
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerows(convert(source))
 
 
 if __name__ == "__main__":
