@@ -149,23 +149,49 @@ def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]
     )
 
 
+def _overlay_paths(problem: Problem, folder: Path) -> dict[tuple[str, str], Path]:
+    """Where each fitted machine's and stack's overlay goes: ``STEM-calibrated.yaml`` (the
+    kind first when a machine and a stack share a stem)."""
+    targets = list(dict.fromkeys((one.parameter.kind, one.target) for one in problem.parameters))
+    stems = [Path(target).stem for _, target in targets]
+    return {
+        (kind, target): folder
+        / f"{kind + '-' if stems.count(Path(target).stem) > 1 else ''}{Path(target).stem}"
+        "-calibrated.yaml"
+        for kind, target in targets
+    }
+
+
 def _overlay_files(
-    problem: Problem, result: FitResult, folder: Path, header: list[str]
+    result: FitResult, paths: dict[tuple[str, str], Path], header: list[str]
 ) -> dict[Path, str]:
     """Each fitted machine's and stack's overlay file and its text."""
     from rdu_sim.validate.overlays import fitted_fields, overlay_mapping, overlay_text, reference
 
-    fields = fitted_fields(result.parameters, result.values, result.texts)
-    stems = [Path(target).stem for _, target in fields]
     files: dict[Path, str] = {}
-    for (kind, target), chosen in fields.items():
-        stem = Path(target).stem
-        prefix = f"{kind}-" if stems.count(stem) > 1 else ""
-        base = reference(Path(target), folder, "hardware" if kind == "machine" else "stack")
-        data = overlay_mapping(base, f"{stem}-calibrated", chosen)
-        lines = [*header, *(_describe(result, kind, target))]
-        files[folder / f"{prefix}{stem}-calibrated.yaml"] = overlay_text(data, lines)
+    for (kind, target), chosen in fitted_fields(
+        result.parameters, result.values, result.texts
+    ).items():
+        path = paths[kind, target]
+        base = reference(Path(target), path.parent, "hardware" if kind == "machine" else "stack")
+        data = overlay_mapping(base, f"{Path(target).stem}-calibrated", chosen)
+        files[path] = overlay_text(data, [*header, *_describe(result, kind, target)])
     return files
+
+
+def _writable(folder: Path) -> None:
+    """Create the output folder and write a file into it, before anything is simulated."""
+    import tempfile
+
+    from rdu_sim.config.errors import WriteError
+    from rdu_sim.report.files import make_folder
+
+    make_folder(folder)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise WriteError.from_os(folder, exc) from None
 
 
 def _describe(result: FitResult, kind: str, target: str) -> list[str]:
@@ -374,13 +400,21 @@ def command(
     problem = build_problem(inputs)
     given = [*inputs.measurements, *inputs.overlays, *([spec] if spec else [])]
     read = _inputs_read(problem, given)
-    _refuse_overwrite([("--cache", cache_path)], read)
+    paths = _overlay_paths(problem, folder)
+    outputs = [*paths.values(), folder / FIT_FILE]
+    _refuse_overwrite([("--cache", cache_path), *(("-o", path) for path in outputs)], read)
+    _refuse_overwrite([("-o", path) for path in outputs], [cache_path])
+    for path in outputs:
+        _regular_or_absent(path, "-o")
+    _writable(folder)
+    cache_file = EvaluationCache(cache_path)
+    cache_file.ready()
     names = [one.name for one in problem.parameters]
     units = [one.parameter.unit for one in problem.parameters]
     with stop_requests() as stop:
         calibration = Calibration(
             problem,
-            EvaluationCache(cache_path),
+            cache_file,
             workers=workers,
             progress=lambda e: _progress(e, names, units),
             checkpoint=stop.check,
@@ -406,12 +440,9 @@ def command(
         + (f"; held out: {'; '.join(str(s) for s in inputs.held_out)}" if held else ""),
         *(line.strip() for line in _summary_lines(result) if not line.startswith("  ")),
     ]
-    files = _overlay_files(problem, result, folder, header)
+    files = _overlay_files(result, paths, header)
     document = {**result.to_dict(), "command": recorded, "files": sorted(str(p) for p in files)}
     files[folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
-    _refuse_overwrite([("-o", path) for path in files], [*read, cache_path])
-    for path in files:
-        _regular_or_absent(path, "-o")
     for path, text in files.items():
         _write_text(path, text)
     print(

@@ -116,6 +116,15 @@ class EvaluationCache:
             )
         return evaluated
 
+    def ready(self) -> None:
+        """Open the file for appending now (creating it), so that a path that cannot be
+        written fails before anything is simulated."""
+        if self.path is not None:
+            try:
+                self._open()
+            except OSError as exc:
+                raise WriteError.from_os(self.path, exc) from None
+
     def put(self, key: str, kind: str, unit: str, evaluated: Evaluated) -> None:
         """Keep a result, and append it to the file at once."""
         self.entries[key] = (kind, evaluated, 0)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rdu_sim.validate.deployment import MeasuredPoint, simulate_run
-from rdu_sim.validate.scope import HW, Deployment, deployment_of
+from rdu_sim.validate.scope import HW, Deployment, deployment_of, stack_of
 
 GROUP_KEYS = ("set", "machine", "hardware", "stack", "model", "tp", "metric", "figure")
 """What a held-out group may select by: a measurement set (a file's stem, or ``figures``),
@@ -210,8 +210,11 @@ def row_targets(
     targets: list[Target] = []
     from rdu_sim.provenance import shown_file
 
+    known: dict[tuple[str, str], Deployment] = {}  # rows on one deployment read its files once
     for point in points:
-        deployment = deployment_of(point.scenario(overrides))
+        scenario = point.scenario(overrides)
+        where = (scenario.hardware_file, stack_of(scenario))
+        deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
         units.append(RowUnit(point, (deployment,)))
         file, _, line = point.source.rpartition(":")
         targets.append(
