@@ -1,7 +1,7 @@
 """Packaging that pyproject.toml cannot say: the shipped data folders mapped into the package,
 and the compiled core.
 
-The checkout's workloads/, hw_configs/, tests/models/ (the config.json files a shipped
+The checkout's workloads/, hw_configs/, stacks/, tests/models/ (the config.json files a shipped
 workload reads) and notebooks/ are the one copy of each file. The wheel carries them under
 ``rdu_sim/data/`` in the same layout, so the relative paths inside the files
 (``hardware: ../hw_configs/sn40l-16.yaml``) hold there too; ``rdu_sim.config.shipped`` finds
@@ -32,6 +32,7 @@ from setuptools.command.build_py import build_py
 SHIPPED = {
     "rdu_sim.data.workloads": "workloads",
     "rdu_sim.data.hw_configs": "hw_configs",
+    "rdu_sim.data.stacks": "stacks",
     "rdu_sim.data.tests.models": "tests/models",
     "rdu_sim.data.notebooks": "notebooks",
     "rdu_sim.data.measurements": "measurements",

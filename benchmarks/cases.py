@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-"""The repository root (workload paths below are relative to it)."""
+from benchmarks.work import ROOT, Work, run_events
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,15 +42,6 @@ SMOKE_SNAPSTREAM: dict[str, Any] = {"kv.policy": "snapstream", "kv.budget": 2048
 
 
 @dataclass(frozen=True)
-class Work:
-    """What a case did: events simulated and case-specific details for the JSON."""
-
-    events: int
-    detail: dict[str, Any] = field(default_factory=dict)
-    wall_s: float | None = None  # the case timed itself (a median of whole processes)
-
-
-@dataclass(frozen=True)
 class Case:
     """A benchmark case and its budget (None: no limit on that resource)."""
 
@@ -60,20 +50,6 @@ class Case:
     run: Callable[[bool], Work]
     budget_wall_s: float | None
     budget_rss_bytes: int | None = None
-
-
-def run_events(result: Any) -> dict[str, int]:
-    """Events of one ``api.run`` result: engine (per distinct shape, once) and serving."""
-    cache = result.cache
-    engine = sum(int(getattr(cache.cost(shape).detail, "events", 0)) for shape in cache.shapes)
-    records = result.records
-    serving = int(records.prefill_steps + records.decode_runs + len(records))
-    return {
-        "engine_events": engine,
-        "serving_events": serving,
-        "shapes": len(cache.shapes),
-        "events": engine + serving,
-    }
 
 
 def engine_step(smoke: bool) -> Work:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.cases import ROOT, Work
+from benchmarks.work import ROOT, Work
 
 LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.work import ROOT
 
 Command = tuple[str, tuple[str, ...]]
 """An output's file name (without ``.json``) and the ``rdu-sim`` arguments that make it."""

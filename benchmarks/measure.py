@@ -28,7 +28,8 @@ from typing import Any
 
 import psutil
 
-from benchmarks.cases import ROOT, get
+from benchmarks.cases import get
+from benchmarks.work import ROOT
 
 RESULT_MARK = "BENCH-RESULT "
 SAMPLE_S = 0.1

@@ -144,7 +144,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 serving.prefill_priority,
                 serving.prefill_chunk_tokens,
                 pool.role,
-                scenario.hardware.runtime.prefill_batch_tokens,
+                scenario.stack.prefill_batch_tokens,
             ),
             policy=scenario.kv_policy,
             step_fn=memo,

@@ -89,19 +89,24 @@ def file_digest(path: Path) -> str | None:
 
 def resolved_config(scenario: Scenario) -> dict[str, Any]:
     """Everything a simulation depends on, as plain data: the workload after overrides, with
-    its ``hardware`` path and ``model`` (a preset name or a mapping) replaced by the hardware
-    and architecture themselves; a trace file by the sha256 of its content. Sweep keys hash
-    it (``rdu_sim.sweep.key``), outputs record it."""
+    its ``hardware`` and ``stack`` paths and ``model`` (a preset name or a mapping) replaced
+    by the hardware, serving stack and architecture themselves; a trace file by the sha256
+    of its content. Sweep keys hash it (``rdu_sim.sweep.key``), outputs record it."""
     workload = scenario.workload.model_dump(mode="json")
     workload["hardware"] = None
+    workload["stack"] = None
     workload["model"] = None
     hardware = scenario.hardware.model_dump(mode="json")
+    hardware.pop("default_stack", None)  # the stack run is below, whichever file named it
+    stack = scenario.stack.model_dump(mode="json")
     for field in _COSMETIC:
         workload.pop(field, None)
         hardware.pop(field, None)
+        stack.pop(field, None)
     config: dict[str, Any] = {
         "workload": workload,
         "hardware": hardware,
+        "stack": stack,
         "model": scenario.model.model_dump(mode="json"),
     }
     trace = scenario.workload.serving.trace
@@ -121,13 +126,14 @@ def shown_file(path: str | Path) -> str:
 
 def of_scenario(scenario: Scenario) -> dict[str, Any]:
     """The provenance block of an output made from one scenario: ``simulator``, ``files``
-    (workload and hardware), ``overrides`` (as given with ``--set``, after parsing) and
-    ``config`` (:func:`resolved_config`)."""
+    (workload, hardware and serving stack), ``overrides`` (as given with ``--set``, after
+    parsing) and ``config`` (:func:`resolved_config`)."""
     return {
         "simulator": simulator().to_dict(),
         "files": {
             "workload": shown_file(scenario.workload_file),
             "hardware": shown_file(scenario.hardware_file),
+            "stack": shown_file(scenario.stack_file),
         },
         "overrides": dict(scenario.overrides),
         "config": resolved_config(scenario),

@@ -23,10 +23,13 @@ from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
+    STACK_PREFIX,
     normalize_overrides,
     set_path,
     split_overrides,
 )
+from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
+from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.kv.policies import PolicyError, budget_determines, make_policy
@@ -50,6 +53,10 @@ class Scenario:
     workload_file: str
     hardware_file: str
     kv_policy: KVPolicy = field(compare=False, repr=False)
+    # The serving stack the workload runs (``stack:``, else the hardware file's
+    # ``default_stack:``; ``none`` is the hardware's ceiling) and its file ("none" for it).
+    stack: StackConfig = NO_STACK
+    stack_file: str = NONE
     # The draft model of `speculation`, as a scenario of its own (its model and tp; the same
     # hardware, dtypes, KV policy and serving), built once; None without speculation.
     draft: Scenario | None = field(default=None, compare=False, repr=False)
@@ -229,6 +236,7 @@ def _check_coe(
 def _cross_check(
     workload: WorkloadConfig,
     hardware: Hardware,
+    stack: StackConfig,
     model: Architecture,
     file: str,
     lines: LineMap,
@@ -265,7 +273,7 @@ def _cross_check(
     if workload.coe is not None:
         _check_coe(workload, hardware, fail)
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
-        return make_policy(workload.kv, serving.max_context, hardware.runtime.kv_page_tokens)
+        return make_policy(workload.kv, serving.max_context, stack.kv_page_tokens)
     except PolicyError as exc:
         raise fail(exc.field, str(exc)) from None
 
@@ -411,10 +419,10 @@ def build_scenario(
     lines: LineMap | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
 ) -> Scenario:
-    """Validate workload data (already parsed) and load its hardware file."""
+    """Validate workload data (already parsed) and load its hardware and stack files."""
     lines = lines or {}
     normalized = normalize_overrides(overrides)
-    workload_overrides, hardware_overrides = split_overrides(normalized)
+    workload_overrides, hardware_overrides, stack_overrides = split_overrides(normalized)
     raw = dict(data) if isinstance(data, Mapping) else data
     if isinstance(raw, dict):
         _expand_preset(raw, workload_overrides, workload_file)
@@ -454,24 +462,82 @@ def build_scenario(
             lines.get(("hardware",)),
         )
         raise ConfigError([context, *exc.issues]) from None
-    policy = _cross_check(workload, hardware, model, workload_file, lines)
+    stack, stack_file = _load_stack(
+        workload, hardware, (workload_file, str(hardware_path)), lines, stack_overrides
+    )
+    policy = _cross_check(workload, hardware, stack, model, workload_file, lines)
     files = (workload_file, str(hardware_path))
     draft = _draft_scenario(workload, hardware, model, policy, files, lines)
-    return Scenario(workload, hardware, model, *files, policy, draft, overrides=dict(normalized))
+    if draft is not None:
+        draft = dataclasses.replace(draft, stack=stack, stack_file=stack_file)
+    return Scenario(
+        workload,
+        hardware,
+        model,
+        *files,
+        policy,
+        stack,
+        stack_file,
+        draft,
+        overrides=dict(normalized),
+    )
+
+
+def _load_stack(
+    workload: WorkloadConfig,
+    hardware: Hardware,
+    files: tuple[str, str],
+    lines: LineMap,
+    overrides: Mapping[str, Any],
+) -> tuple[StackConfig, str]:
+    """The serving stack the workload names (``stack:``), else its hardware file's default,
+    with the ``stack.`` overrides applied; it must run on the hardware's kind."""
+    if workload.stack is not None:
+        named, near, field_name = workload.stack, files[0], "stack"
+    else:
+        named, near, field_name = hardware.default_stack, files[1], "default_stack"
+    path = stack_path(named, near)
+    try:
+        data, stack_lines, file = stack_data(path)
+        data = _apply(data, overrides, file)
+        stack = _validate(StackConfig, data, file, stack_lines, overrides, STACK_PREFIX)
+    except ConfigError as exc:
+        context = ConfigIssue(
+            near,
+            field_name,
+            f"serving stack {named!r} is not valid:",
+            lines.get((field_name,)) if field_name == "stack" else None,
+        )
+        raise ConfigError([context, *exc.issues]) from None
+    problem = runs_on_problem(stack, hardware.kind)
+    if problem is not None:
+        where = "" if field_name == "stack" else f" (the default_stack of {files[1]})"
+        raise ConfigError.single(
+            files[0],
+            "stack",
+            f"{problem}{where}; hardware {hardware.name!r} needs a stack for it",
+            lines.get(("stack",)),
+        )
+    return stack, file
 
 
 def with_overrides(
     scenario: Scenario, overrides: Iterable[str] | Mapping[str, Any] | None
 ) -> Scenario:
     """``scenario`` with ``overrides`` applied on top of its own (already overridden)
-    workload and hardware data; the hardware file on disk would lose earlier ``hw.``
-    overrides. No overrides: the same scenario."""
+    workload, hardware and stack data; the files on disk would lose earlier ``hw.`` and
+    ``stack.`` overrides. No overrides: the same scenario."""
     if not overrides:
         return scenario
     data = scenario.workload.model_dump(mode="json")
     hardware = scenario.hardware.model_dump(mode="json")
-    merged = {f"{HW_PREFIX}{key}": value for key, value in hardware.items()}
     added = normalize_overrides(overrides)
+    merged: dict[str, Any] = {}
+    if "hardware" not in added:  # a new hardware file starts from its own fields
+        merged.update({f"{HW_PREFIX}{key}": value for key, value in hardware.items()})
+    if "stack" not in added and "hardware" not in added:
+        stack = scenario.stack.model_dump(mode="json")
+        merged.update({f"{STACK_PREFIX}{key}": value for key, value in stack.items()})
     merged.update(added)
     rebuilt = build_scenario(data, workload_file=scenario.workload_file, overrides=merged)
     return dataclasses.replace(rebuilt, overrides={**scenario.overrides, **added})

@@ -24,7 +24,7 @@ from rdu_sim.validate.scope import FitParameter, parse_fit
 REPO = Path(__file__).resolve().parents[1]
 HEADER = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured"
 SMALL = "sn40l,llama-3.2-1b,1,{batch},64,{out},e2e_s,{value}"
-TRUTH = ["hw.runtime.step_overhead=0.0004"]
+TRUTH = ["stack.host.serial_per_step=0.0004"]
 SHAPES = [(1, 16), (2, 32), (4, 8), (2, 8)]
 
 
@@ -36,11 +36,11 @@ def _write(tmp_path: Path, rows: list[str], name: str = "m.csv") -> Path:
 
 def test_runtime_host_time_is_added_to_each_step_exactly() -> None:
     workload = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
-    zero = ["hw.runtime.step_overhead=0", "hw.runtime.slot_overhead=0"]
+    zero = ["stack.host.serial_per_step=0", "stack.host.serial_per_slot=0"]
     bare = api.step(workload, zero, batch=4).detail
     served = api.step(
         workload,
-        ["hw.runtime.step_overhead=300 us", "hw.runtime.slot_overhead=20 us"],
+        ["stack.host.serial_per_step=300 us", "stack.host.serial_per_slot=20 us"],
         batch=4,
     ).detail
     assert bare.runtime_s == 0.0  # type: ignore[attr-defined]
@@ -51,12 +51,16 @@ def test_runtime_host_time_is_added_to_each_step_exactly() -> None:
     assert shown["runtime_s"] == served.runtime_s and shown["device_s"] == served.device_s  # type: ignore[attr-defined]
 
 
-def test_shipped_hardware_carries_a_runtime() -> None:
-    fields = {"step_overhead", "slot_overhead", "kv_page_tokens", "prefill_batch_tokens"}
+def test_shipped_hardware_runs_a_stack_by_default() -> None:
+    """Every shipped machine names its default stack; the stack, not the hardware, holds
+    the host time and the KV and prefill layout."""
+    workload = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
     for name in ("sn40l-8", "sn40l-16", "dgx-h100"):
         data = yaml.safe_load((REPO / "hw_configs" / f"{name}.yaml").read_text())
-        assert set(data["runtime"]) == fields, name
-        paged = data["runtime"]["kv_page_tokens"], data["runtime"]["prefill_batch_tokens"]
+        assert "runtime" not in data, name
+        stack = api.load(workload, [f"hardware={name}"]).stack
+        assert stack.host.serial_per_step > 0, name
+        paged = stack.kv_page_tokens, stack.prefill_batch_tokens
         # SambaStack's static graphs, one prompt a prefill step; TensorRT-LLM's defaults
         assert paged == ((64, 8192) if name == "dgx-h100" else (None, None)), name
 
@@ -87,8 +91,8 @@ def _problem(paths: list[Path], fits: list[str], holdouts: list[str] = ()) -> Pr
 
 
 def test_parse_fit_reads_scope_path_and_bounds_in_the_fields_unit() -> None:
-    assert parse_fit("hw.runtime.step_overhead=0:2ms") == FitParameter(
-        "hw.runtime.step_overhead", 0.0, 2e-3, "", "hw.runtime.step_overhead=0:2ms"
+    assert parse_fit("stack.host.serial_per_step=0:2ms") == FitParameter(
+        "stack.host.serial_per_step", 0.0, 2e-3, "", "stack.host.serial_per_step=0:2ms"
     )
     scoped = parse_fit("sn40l-8:hw.system.intra_node_link.bandwidth=8 GB/s:64 GB/s")
     assert (scoped.scope, scoped.low, scoped.high, scoped.kind) == ("sn40l-8", 8e9, 64e9, "machine")
@@ -97,13 +101,13 @@ def test_parse_fit_reads_scope_path_and_bounds_in_the_fields_unit() -> None:
     for bad, words in [
         ("runtime.step_overhead=0:1", "expected [SCOPE:]hw.FIELD"),
         ("hw.x=1", "expected [SCOPE:]hw.FIELD"),
-        ("hw.runtime.step_overhead=2ms:1ms", "LOW < HIGH"),
-        ("hw.runtime.step_overhead=0:64 GB/s", "cannot read"),  # seconds, not a bandwidth
+        ("stack.host.serial_per_step=2ms:1ms", "LOW < HIGH"),
+        ("stack.host.serial_per_step=0:64 GB/s", "cannot read"),  # seconds, not a bandwidth
         ("hw.socket.hbm.efficiency=0:1 s", "cannot read"),  # a plain number
         ("hw.x..y=0:1", "not a field path"),
-        (":hw.runtime.step_overhead=0:1", "empty scope"),
-        ("hw.runtime.step_overhead=0:inf", "cannot read"),
-        ("hw.runtime.step_overhead=0:1e999", "finite"),
+        (":stack.host.serial_per_step=0:1", "empty scope"),
+        ("stack.host.serial_per_step=0:inf", "cannot read"),
+        ("stack.host.serial_per_step=0:1e999", "finite"),
         ("hw." + "x" * 2000 + "=0:1", "longer than"),
     ]:
         with pytest.raises(ConfigError, match=re.escape(words)):
@@ -121,7 +125,7 @@ def test_fit_recovers_a_known_parameter_and_replays_its_cache(tmp_path: Path) ->
     """Rows simulated with a known step overhead: the fit finds it back from the middle of
     its bounds; the same fit again simulates nothing (its cache answers every evaluation)."""
     path = _measured(tmp_path, TRUTH)
-    problem = _problem([path], ["hw.runtime.step_overhead=0:1ms"])
+    problem = _problem([path], ["stack.host.serial_per_step=0:1ms"])
     cache = tmp_path / "cache.jsonl"
     result = Calibration(problem, EvaluationCache(cache)).fit(30)
     assert result.values[0] == pytest.approx(4e-4, rel=0.01)
@@ -139,8 +143,8 @@ def test_a_held_out_group_never_reaches_the_fit(tmp_path: Path) -> None:
     """Held-out rows are in no residual the fit sees (the objective records what it read),
     and they change nothing: the fit without them is the same fit."""
     own = _measured(tmp_path, TRUTH, "own.csv")
-    other = _measured(tmp_path, ["hw.runtime.step_overhead=0.0009"], "other.csv", "llama-3.2-3b")
-    fits = ["hw.runtime.step_overhead=0:1ms"]
+    other = _measured(tmp_path, ["stack.host.serial_per_step=0.0009"], "other.csv", "llama-3.2-3b")
+    fits = ["stack.host.serial_per_step=0:1ms"]
     problem = _problem([own, other], fits, ["model=llama-3.2-3b"])
     held = {problem.targets[i].id for i in problem.held_out}
     assert len(held) == 4 and all(
@@ -159,16 +163,16 @@ def test_a_held_out_group_never_reaches_the_fit(tmp_path: Path) -> None:
 
 
 def test_workers_give_the_same_fit(tmp_path: Path) -> None:
-    problem = _problem([_measured(tmp_path, TRUTH)], ["hw.runtime.step_overhead=0:1ms"])
+    problem = _problem([_measured(tmp_path, TRUTH)], ["stack.host.serial_per_step=0:1ms"])
     serial = Calibration(problem).fit(4)
     pooled = Calibration(problem, workers=2).fit(4)
     assert pooled.to_dict() == serial.to_dict()
 
 
 def test_calibrate_command_writes_an_overlay_to_use_and_pass_back(tmp_path: Path) -> None:
-    path = _measured(tmp_path, ["hw.runtime.step_overhead=0.0003"])
+    path = _measured(tmp_path, ["stack.host.serial_per_step=0.0003"])
     out = tmp_path / "fitted"
-    args = ["calibrate", str(path), "--fit", "hw.runtime.step_overhead=0:1ms", "-o", str(out)]
+    args = ["calibrate", str(path), "--fit", "stack.host.serial_per_step=0:1ms", "-o", str(out)]
     result = CliRunner().invoke(cli, [*args, "--holdout", "tp=1,metric=e2e_s", "--json"])
     assert result.exit_code == 2 and "every target is held out" in result.output
     result = CliRunner().invoke(cli, [*args, "--json"])
@@ -181,7 +185,7 @@ def test_calibrate_command_writes_an_overlay_to_use_and_pass_back(tmp_path: Path
     overlay = out / "sn40l-calibrated.yaml"
     text = overlay.read_text()
     assert text.startswith("# Calibrated by: rdu-sim calibrate")
-    assert "--fit=hw.runtime.step_overhead=0:1ms" in text.splitlines()[0]
+    assert "--fit=stack.host.serial_per_step=0:1ms" in text.splitlines()[0]
     data = yaml.safe_load(text)
     assert data["extends"] == "sn40l" and data["runtime"] == {"step_overhead": parameter["text"]}
     assert (out / "evaluations.jsonl").is_file()
@@ -198,7 +202,7 @@ def test_calibrate_command_writes_an_overlay_to_use_and_pass_back(tmp_path: Path
     # own per-slot time (sn40l's 85.35 us, not fitted above) is found back
     back = CliRunner().invoke(
         cli,
-        ["calibrate", str(path), "--fit", "hw.runtime.slot_overhead=0:200us", "--overlay",
+        ["calibrate", str(path), "--fit", "stack.host.serial_per_slot=0:200us", "--overlay",
          str(overlay), "-o", str(tmp_path / "again"), "--max-evaluations", "10", "--json"],
     )  # fmt: skip
     assert back.exit_code == 0, back.output
@@ -209,7 +213,7 @@ def test_calibrate_command_writes_an_overlay_to_use_and_pass_back(tmp_path: Path
 def test_calibrate_errors(tmp_path: Path) -> None:
     path = _write(tmp_path, [SMALL.format(batch=1, out=8, value=0.5)])
     runner = CliRunner()
-    fit = "hw.runtime.step_overhead=0:1ms"
+    fit = "stack.host.serial_per_step=0:1ms"
     for args, message in [
         (["--fit", "hw.x=1"], "expected [SCOPE:]hw.FIELD"),
         (["--fit", fit, "--holdout", "0.25"], "chosen by group"),

@@ -21,7 +21,7 @@ from rdu_sim.validate import targets
 from rdu_sim.validate.deployment import MeasuredPoint, Simulated
 
 H = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured_s"
-F = "hw.runtime.step_overhead=0:2ms"
+F = "stack.host.serial_per_step=0:2ms"
 ROW = "sn40l,llama-3.2-1b,1,1,16,4,e2e_s,0.01"
 
 
@@ -180,10 +180,10 @@ def test_7_two_files_named_alike_are_two_machines(fake_runs: None, tmp_path: Pat
 def test_8_a_field_fitted_twice_on_the_same_rows_is_refused(measured: Path) -> None:
     """--fit naming one path twice silently dropped the earlier bounds."""
     _one_error(
-        _run(str(measured), "--fit", F, "--fit", "hw.runtime.step_overhead=0:1ms"), "fitted twice"
+        _run(str(measured), "--fit", F, "--fit", "stack.host.serial_per_step=0:1ms"), "fitted twice"
     )
     _one_error(
-        _run(str(measured), "--fit", F, "--fit", "sn40l:hw.runtime.step_overhead=0:1ms"),
+        _run(str(measured), "--fit", F, "--fit", "sn40l:stack.host.serial_per_step=0:1ms"),
         "fitted twice",
     )
 
@@ -254,8 +254,8 @@ def test_a_bound_its_field_refuses_is_named_before_simulating(
 ) -> None:
     monkeypatch.setattr(targets, "simulate_run", lambda *a: pytest.fail("simulated"))
     _one_error(
-        _run(str(measured), "--fit", "hw.runtime.step_overhead=0:5s"),
-        "--fit: hw.runtime.step_overhead=0:5s: at its high bound",
+        _run(str(measured), "--fit", "stack.host.serial_per_step=0:5s"),
+        "--fit: stack.host.serial_per_step=0:5s: at its high bound",
     )
     _one_error(
         _run(str(measured), "--fit", "hw.socket.hbm.bandwith=1:2"), "at its low bound", "bandwith"
@@ -263,9 +263,9 @@ def test_a_bound_its_field_refuses_is_named_before_simulating(
 
 
 FITS = st.sampled_from(
-    [F, "hw.runtime.step_overhead=0:1", "sn40l:" + F, "hw.x=1", "hw.runtime.step_overhead=2:1",
+    [F, "stack.host.serial_per_step=0:1", "sn40l:" + F, "hw.x=1", "stack.host.serial_per_step=2:1",
      "dgx-h100:" + F, "stack.host.serial_per_step=0:1", "hw.socket.hbm.efficiency=0.5:1",
-     "hw.runtime.slot_overhead=0:1e999", ":" + F, "a:b:c=1:2", "", "=", "hw.=0:1"]
+     "stack.host.serial_per_slot=0:1e999", ":" + F, "a:b:c=1:2", "", "=", "hw.=0:1"]
 )  # fmt: skip
 HOLDOUTS = st.sampled_from(
     ["tp=1", "model=llama-3.2-1b", "batch=1", "0.25", "metric=e2e_s,tp=1", "stack=x", "=", ","]

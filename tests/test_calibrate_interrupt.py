@@ -30,7 +30,7 @@ def _measurements(tmp_path: Path) -> Path:
     for i in range(8):
         batch, out = 1 + i % 4, 8 + 4 * (i // 4)
         point = MeasuredPoint("sn40l", "llama-3.2-1b", 1, batch, 64 + i, out, "e2e_s", 1.0)
-        value = simulate(point, ["hw.runtime.step_overhead=0.0004"])
+        value = simulate(point, ["stack.host.serial_per_step=0.0004"])
         rows.append(f"sn40l,llama-3.2-1b,1,{batch},{64 + i},{out},e2e_s,{value}")
     path = tmp_path / "m.csv"
     path.write_text("\n".join([H, *rows]) + "\n")
@@ -61,7 +61,7 @@ def test_a_signal_stops_calibrate_and_keeps_its_cache(
 ) -> None:
     path = _measurements(tmp_path)
     out, cache = tmp_path / "o", tmp_path / "o" / "evaluations.jsonl"
-    args = [str(path), "--fit", "hw.runtime.step_overhead=0:1ms", "-o", str(out)]
+    args = [str(path), "--fit", "stack.host.serial_per_step=0:1ms", "-o", str(out)]
     args += ["--workers", str(workers), "--max-evaluations", "6"]
     proc = _start(args)
     deadline = time.monotonic() + 120

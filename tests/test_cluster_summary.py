@@ -17,7 +17,7 @@ from test_cluster import LLAMA, _mooncake, fake, write_cluster, write_trace
 
 from rdu_sim.report.cluster_console import print_cluster_report
 from rdu_sim.report.cluster_summary import ClusterSummary
-from rdu_sim.report.summary import rounded
+from rdu_sim.report.percentiles import rounded
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
 
 TOP_KEYS = {

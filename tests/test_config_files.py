@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rdu_sim.config import ConfigError, HardwareConfig, LlamaArchitecture, load_model
+from rdu_sim.config import ConfigError, HardwareConfig, LlamaArchitecture
+from rdu_sim.config.hardware_file import read_hardware, validate_hardware
 from rdu_sim.config.loader import MAX_DEPTH, read_yaml
 from rdu_sim.models import get_model, kv_bytes_per_token, params_total, preset_names
 from rdu_sim.scenario import build_scenario, load_scenario
@@ -62,16 +63,24 @@ def test_shipped_files_exist() -> None:
     assert {"sn40l.yaml", "sn40l-8.yaml", "sn40l-16.yaml"} <= {p.name for p in HW_FILES}
 
 
+def _hardware(path: Path) -> HardwareConfig:
+    """A shipped SN40L file as a workload reads it (an overlay merged over its base)."""
+    data, lines = read_hardware(path)
+    hardware = validate_hardware(data, str(path), lines)
+    assert isinstance(hardware, HardwareConfig)
+    return hardware
+
+
 @pytest.mark.parametrize("path", HW_FILES, ids=lambda p: p.name)
 def test_shipped_hardware_validates(path: Path) -> None:
-    hardware = load_model(HardwareConfig, path)
+    hardware = _hardware(path)
     assert hardware.socket.hbm.capacity == 64 * 2**30
     assert hardware.socket.peak_flops == pytest.approx(638e12, rel=1e-6)
     assert hardware.socket.sram_bytes == 1040 * 512 * 1024
 
 
 def test_shipped_hardware_sizes() -> None:
-    sockets = {p.name: load_model(HardwareConfig, p).system.sockets for p in HW_FILES}
+    sockets = {p.name: _hardware(p).system.sockets for p in HW_FILES}
     assert sockets["sn40l.yaml"] == 1
     assert sockets["sn40l-8.yaml"] == 8
     assert sockets["sn40l-16.yaml"] == 16

@@ -27,8 +27,8 @@ ZERO_OVERHEADS = [
     "hw.socket.kernel.argument_load=0 s",
     "hw.socket.kernel.sync=0 s",
     "hw.socket.kernel.layer_loop=0 s",
-    "hw.runtime.step_overhead=0 s",
-    "hw.runtime.slot_overhead=0 s",
+    "stack.host.serial_per_step=0 s",
+    "stack.host.serial_per_slot=0 s",
 ]
 
 

@@ -31,8 +31,8 @@ def sn40l() -> HardwareConfig:
 
 
 def hardware(zero: bool = True, **edits: Any) -> HardwareConfig:
-    """SN40L with latencies and kernel overheads zeroed (``zero``) and dotted-path edits; the
-    runtime's host time is always zeroed (these tests check the device's step).
+    """SN40L with latencies and kernel overheads zeroed (``zero``) and dotted-path edits (an
+    engine made with it and no stack adds no host time: these tests check the device's step).
 
     Edits re-validate through the pydantic model, e.g. ``hardware(**{"system.collective_chunks":
     1})``.
@@ -45,7 +45,6 @@ def hardware(zero: bool = True, **edits: Any) -> HardwareConfig:
             data["socket"]["kernel"][key] = 0.0
         for link in ("intra_node_link", "inter_node_link"):
             data["system"][link]["latency"] = 0.0
-    data["runtime"] = {"step_overhead": 0.0, "slot_overhead": 0.0}
     for path, value in edits.items():
         node = data
         *parents, leaf = path.split(".")

@@ -41,7 +41,7 @@ def test_dgx_h100_holds_the_public_figures() -> None:
 
 
 def test_a_file_without_kind_is_sn40l_and_its_dump_has_no_kind() -> None:
-    path = REPO / "hw_configs" / "sn40l-8.yaml"
+    path = REPO / "hw_configs" / "sn40l.yaml"
     data, lines = read_yaml(path)
     hardware = validate_hardware(data, str(path), lines)
     assert isinstance(hardware, HardwareConfig) and hardware.kind == "rdu"

@@ -23,36 +23,88 @@ def _write(path: Path, data: object) -> Path:
 
 
 def test_an_overlay_replaces_its_fields_and_keeps_the_rest() -> None:
-    """dgx-h100-vllm restates only its runtime: every GPU field is dgx-h100's."""
-    base = api.load(WORKLOAD, ["hardware=dgx-h100"]).hardware
-    vllm = api.load(WORKLOAD, ["hardware=dgx-h100-vllm"]).hardware
-    assert vllm.name == "dgx-h100-vllm" and base.name == "dgx-h100"
-    assert vllm.runtime != base.runtime
-    assert vllm.runtime.kv_page_tokens == 16 and base.runtime.kv_page_tokens == 64
-    mine = vllm.model_dump(exclude={"name", "description", "runtime"})
-    assert mine == base.model_dump(exclude={"name", "description", "runtime"})
+    """dgx-h100-vllm restates only its default stack: every GPU field is dgx-h100's, and a
+    workload on it runs vLLM's stack."""
+    base = api.load(WORKLOAD, ["hardware=dgx-h100"])
+    vllm = api.load(WORKLOAD, ["hardware=dgx-h100-vllm"])
+    assert vllm.hardware.name == "dgx-h100-vllm" and base.hardware.name == "dgx-h100"
+    assert (vllm.stack.name, base.stack.name) == ("vllm", "tensorrt-llm")
+    assert vllm.stack.kv_page_tokens == 16 and base.stack.kv_page_tokens == 64
+    own = {"name", "description", "default_stack"}
+    assert vllm.hardware.model_dump(exclude=own) == base.hardware.model_dump(exclude=own)
+
+
+def test_the_sn40l_machines_are_one_file() -> None:
+    """sn40l-8 and sn40l-16 restate only their system's size: the socket, its links and the
+    default stack are sn40l.yaml's, so a fitted SN40L value is set once for both."""
+    one = api.load(WORKLOAD).hardware
+    for name, sockets in (("sn40l-8", 8), ("sn40l-16", 16)):
+        machine = api.load(WORKLOAD, [f"hardware={name}"]).hardware
+        assert machine.system.sockets == sockets
+        assert machine.socket == one.socket
+        assert machine.system.intra_node_link == one.system.intra_node_link
+        assert machine.default_stack == one.default_stack
 
 
 def test_overlays_chain_and_merge_key_by_key(tmp_path: Path) -> None:
     """A chain of two overlays on a shipped file; a nested mapping merges field by field."""
     first = _write(
         tmp_path / "first.yaml",
-        {"extends": "dgx-h100", "name": "first", "runtime": {"step_overhead": 0.5e-3}},
+        {"extends": "dgx-h100", "name": "first", "gpu": {"kernel": {"sync": 5e-6}}},
     )
     _write(
         tmp_path / "second.yaml",
-        {"extends": first.name, "name": "second", "runtime": {"slot_overhead": 1e-6}},
+        {"extends": first.name, "name": "second", "gpu": {"kernel": {"launch": 1e-6}}},
     )
     data, _ = read_hardware(tmp_path / "second.yaml")
     assert data["name"] == "second" and "extends" not in data
-    assert data["runtime"]["step_overhead"] == 0.5e-3 and data["runtime"]["slot_overhead"] == 1e-6
-    assert data["runtime"]["kv_page_tokens"] == 64  # from dgx-h100, two files down
+    assert data["gpu"]["kernel"]["sync"] == 5e-6 and data["gpu"]["kernel"]["launch"] == 1e-6
+    assert data["gpu"]["kernel"]["graph_launch"] == "3.5 us"  # from dgx-h100, two files down
     workload = _write(
         tmp_path / "w.yaml",
         {**yaml.safe_load(WORKLOAD.read_text()), "hardware": "second.yaml"},
     )
-    runtime = api.load(workload).hardware.runtime
-    assert (runtime.step_overhead, runtime.slot_overhead) == (0.5e-3, 1e-6)
+    kernel = api.load(workload).hardware.gpu.kernel  # type: ignore[union-attr]
+    assert (kernel.sync, kernel.launch) == (5e-6, 1e-6)
+
+
+def test_a_stack_overlay_extends_a_shipped_stack(tmp_path: Path) -> None:
+    """A stack file written on top of a shipped one keeps what it does not restate; a
+    workload names it with ``stack:``, and ``--set stack.`` edits the stack it runs."""
+    _write(
+        tmp_path / "mine.yaml",
+        {"extends": "tensorrt-llm", "name": "mine", "host": {"serial_per_slot": 1e-6}},
+    )
+    data = {**yaml.safe_load(WORKLOAD.read_text()), "hardware": "dgx-h100", "stack": "mine.yaml"}
+    workload = _write(tmp_path / "w.yaml", data)
+    stack = api.load(workload).stack
+    shipped = api.load(WORKLOAD, ["hardware=dgx-h100"]).stack
+    assert stack.name == "mine" and stack.host.serial_per_slot == 1e-6
+    assert stack.host.serial_per_step == shipped.host.serial_per_step
+    assert stack.kv_page_tokens == shipped.kv_page_tokens
+    edited = api.load(workload, ["stack.host.serial_per_step=2 ms"]).stack
+    assert edited.host.serial_per_step == 2e-3 and edited.host.serial_per_slot == 1e-6
+    assert api.load(workload, ["stack=none"]).stack.host.serial_per_step == 0.0
+
+
+def test_a_runtime_in_a_hardware_file_says_where_it_went(tmp_path: Path) -> None:
+    hardware = yaml.safe_load((REPO / "hw_configs" / "dgx-h100.yaml").read_text())
+    hardware["runtime"] = {"step_overhead": 1e-3}
+    _write(tmp_path / "old.yaml", hardware)
+    code, out = _check(tmp_path / "old.yaml")
+    assert code == 2 and "Traceback" not in out
+    assert "old.yaml" in out and "belongs to a serving stack" in out and "stack:" in out
+
+
+def test_a_stack_for_the_other_kind_of_hardware_is_refused(tmp_path: Path) -> None:
+    data = {**yaml.safe_load(WORKLOAD.read_text()), "hardware": "sn40l", "stack": "tensorrt-llm"}
+    workload = _write(tmp_path / "w.yaml", data)
+    code, out = _check(workload)
+    assert code == 2 and "Traceback" not in out
+    assert "w.yaml" in out and "stack" in out and "runs on gpu hardware, not rdu" in out
+    missing = _write(tmp_path / "m.yaml", {**data, "stack": "no-such-stack"})
+    code, out = _check(missing)
+    assert code == 2 and "no-such-stack" in out and "file not found" in out
 
 
 def _check(path: Path) -> tuple[int, str]:
@@ -82,9 +134,9 @@ def test_a_missing_or_looping_or_bad_base_is_a_clear_error(tmp_path: Path) -> No
     code, out = _check(wrong)
     assert code == 2 and "extends" in out and "expected a hardware file's name or path" in out
 
-    typo = _write(tmp_path / "typo.yaml", {"extends": "dgx-h100", "runtime": {"stepp": 1}})
+    typo = _write(tmp_path / "typo.yaml", {"extends": "dgx-h100", "gpu": {"kernel": {"synk": 1}}})
     code, out = _check(typo)
-    assert code == 2 and "typo.yaml" in out and "runtime.stepp" in out
+    assert code == 2 and "typo.yaml" in out and "gpu.kernel.synk" in out
 
 
 def test_extends_resolves_beside_the_file_not_the_working_folder(

@@ -60,8 +60,10 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-NOT_PARAMETERS = {"name", "description", "kind"}
-"""Identity strings of a hardware file and its kind, not parameters of the hardware."""
+NOT_PARAMETERS = {"name", "description", "kind", "extends", "default_stack"}
+"""Identity strings of a hardware file, its kind, the file it extends and the serving stack it
+names (the stack's own parameters are tested in tests/test_stack_parameters.py), not
+parameters of the hardware."""
 
 KNOWN_UNUSED: dict[str, str] = {}
 """Parameters no model reads yet, each with the work that will read it; the test fails when

@@ -8,7 +8,7 @@ import pytest
 import simpy
 
 from rdu_sim.des.environment import CountingEnvironment
-from rdu_sim.hw import Topology, all_gather, all_reduce, reduce_scatter, ring_time, tree_time
+from rdu_sim.hw import Collective, Topology, ring, ring_time, tree_all_reduce, tree_time
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from rdu_sim.hw.link_chains import hop_of
 
@@ -32,7 +32,7 @@ def run(
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
 def test_ring_all_reduce_unchunked_matches_textbook(p: int) -> None:
-    t, topo = run(lambda tp: all_reduce(tp, N), p)
+    t, topo = run(lambda tp: ring(tp, Collective(ALL_REDUCE, N)), p)
     expected = 2 * (p - 1) / p * N / BW + 2 * (p - 1) * LAT
     assert t == pytest.approx(expected, rel=1e-9)
     # every socket sends 2(p-1) segments of N/p on its outgoing ring link
@@ -47,7 +47,7 @@ def test_ring_all_reduce_unchunked_matches_textbook(p: int) -> None:
 def test_chunked_ring_matches_pipelined_formula(p: int, chunks: int, lat: float) -> None:
     env = CountingEnvironment()
     topo = Topology(env, p, 8, BW, lat)
-    all_reduce(topo, N, chunks=chunks)
+    ring(topo, Collective(ALL_REDUCE, N, chunks))
     env.run()
     steps, d = 2 * (p - 1), N / (p * chunks * BW)
     expected = max(steps * chunks * d + lat, steps * (d + lat) + (chunks - 1) * d)
@@ -56,8 +56,8 @@ def test_chunked_ring_matches_pipelined_formula(p: int, chunks: int, lat: float)
 
 
 def test_chunking_hides_latency_behind_bandwidth() -> None:
-    one, _ = run(lambda tp: all_reduce(tp, N, chunks=1), 8)
-    many, _ = run(lambda tp: all_reduce(tp, N, chunks=32), 8)
+    one, _ = run(lambda tp: ring(tp, Collective(ALL_REDUCE, N, 1)), 8)
+    many, _ = run(lambda tp: ring(tp, Collective(ALL_REDUCE, N, 32)), 8)
     assert many < one
 
 
@@ -65,14 +65,8 @@ def test_chunking_hides_latency_behind_bandwidth() -> None:
 @pytest.mark.parametrize("p", [2, 5, 8])
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_symmetric_shortcut_equals_full_simulation(kind: str, p: int, chunks: int) -> None:
-    fns: dict[str, Callable[..., simpy.Event]] = {
-        ALL_REDUCE: all_reduce,
-        ALL_GATHER: all_gather,
-        REDUCE_SCATTER: reduce_scatter,
-    }
-    fn = fns[kind]
-    full, topo_full = run(lambda tp: fn(tp, N, chunks=chunks), p)
-    sym, topo_sym = run(lambda tp: fn(tp, N, chunks=chunks, symmetric=True), p)
+    full, topo_full = run(lambda tp: ring(tp, Collective(kind, N, chunks)), p)
+    sym, topo_sym = run(lambda tp: ring(tp, Collective(kind, N, chunks, symmetric=True)), p)
     assert sym == pytest.approx(full, rel=1e-12)
     assert full == pytest.approx(ring_time(p, N, BW, LAT, chunks, kind), rel=1e-12)
     assert len(topo_sym.links) == 1  # only one link was simulated
@@ -81,26 +75,21 @@ def test_symmetric_shortcut_equals_full_simulation(kind: str, p: int, chunks: in
 
 
 def test_gather_and_scatter_take_half_an_all_reduce_without_latency() -> None:
-    ar, _ = run(lambda tp: all_reduce(tp, N), 4)
-    ag, _ = run(lambda tp: all_gather(tp, N), 4)
-    rs, _ = run(lambda tp: reduce_scatter(tp, N), 4)
+    def time(kind: str) -> float:
+        return run(lambda tp: ring(tp, Collective(kind, N)), 4)[0]
+
+    ar, ag, rs = time(ALL_REDUCE), time(ALL_GATHER), time(REDUCE_SCATTER)
     assert ag == rs == pytest.approx(ar / 2)
 
 
 def test_inter_node_hops_slow_the_ring() -> None:
     inter = (10e9, 10e-6)
-    intra_only, _ = run(lambda tp: all_reduce(tp, N, chunks=4), 16, spn=16)
-    full, topo = run(lambda tp: all_reduce(tp, N, chunks=4), 16, spn=8, inter=inter)
+    call = Collective(ALL_REDUCE, N, chunks=4)
+    intra_only, _ = run(lambda tp: ring(tp, call), 16, spn=16)
+    full, topo = run(lambda tp: ring(tp, call), 16, spn=8, inter=inter)
     assert full > intra_only
     assert topo.links[(7, 8)].bandwidth == 10e9 and topo.links[(0, 1)].bandwidth == BW
     assert not topo.same_node(7, 8) and topo.same_node(8, 15)
-
-
-FNS: dict[str, Callable[..., simpy.Event]] = {
-    ALL_REDUCE: all_reduce,
-    ALL_GATHER: all_gather,
-    REDUCE_SCATTER: reduce_scatter,
-}
 
 
 @pytest.mark.parametrize("kind", [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER])
@@ -112,9 +101,8 @@ def test_symmetric_shortcut_is_exact_for_rings_over_several_nodes(
 ) -> None:
     # Intra-node hops at BW/LAT, the hop between nodes slower: the shortcut simulates one
     # node's sockets (the ring's rotational period) and must give the full ring's time.
-    fn = FNS[kind]
-    full, topo_full = run(lambda tp: fn(tp, N, chunks=chunks), p, spn, inter)
-    sym, topo_sym = run(lambda tp: fn(tp, N, chunks=chunks, symmetric=True), p, spn, inter)
+    full, topo_full = run(lambda tp: ring(tp, Collective(kind, N, chunks)), p, spn, inter)
+    sym, topo_sym = run(lambda tp: ring(tp, Collective(kind, N, chunks, True)), p, spn, inter)
     assert sym == pytest.approx(full, rel=1e-12)
     assert len(topo_sym.links) == spn  # one node's outgoing ring links, not p
     assert topo_sym.links[(0, 1)].bytes[0].total == pytest.approx(
@@ -136,13 +124,13 @@ def test_symmetric_shortcut_is_exact_for_overlapping_collectives(chunks: int) ->
             gate = env.timeout(delay)
             done = env.event()
             gate.callbacks.append(
-                lambda _e: FNS[kind](
-                    topo, nbytes, chunks=chunks, symmetric=symmetric
-                ).callbacks.append(lambda _d: done.succeed())
+                lambda _e: ring(topo, Collective(kind, nbytes, chunks, symmetric)).callbacks.append(
+                    lambda _d: done.succeed()
+                )
             )
             return done
 
-        events.append(reduce_scatter(topo, N, chunks=chunks, symmetric=symmetric))
+        events.append(ring(topo, Collective(REDUCE_SCATTER, N, chunks, symmetric)))
         events.append(later(3e-6, ALL_REDUCE, N / 4))
         events.append(later(17e-6, ALL_GATHER, N / 2))
         return simpy.AllOf(env, events)
@@ -155,8 +143,8 @@ def test_symmetric_shortcut_is_exact_for_overlapping_collectives(chunks: int) ->
 @pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 13])
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_tree_all_reduce_matches_formula_and_shortcut(p: int, chunks: int) -> None:
-    full, _ = run(lambda tp: all_reduce(tp, N, "tree", chunks), p)
-    sym, _ = run(lambda tp: all_reduce(tp, N, "tree", chunks, symmetric=True), p)
+    full, _ = run(lambda tp: tree_all_reduce(tp, Collective(ALL_REDUCE, N, chunks)), p)
+    sym, _ = run(lambda tp: tree_all_reduce(tp, Collective(ALL_REDUCE, N, chunks, True)), p)
     depth = p.bit_length() - 1
     d = N / (chunks * BW)
     assert full == pytest.approx(2 * depth * (LAT + d) + (chunks - 1) * d, rel=1e-9)
@@ -166,26 +154,30 @@ def test_tree_all_reduce_matches_formula_and_shortcut(p: int, chunks: int) -> No
 
 def test_tree_moves_every_byte_on_every_edge_twice() -> None:
     p = 8
-    _, topo = run(lambda tp: all_reduce(tp, N, "tree", 4), p)
+    _, topo = run(lambda tp: tree_all_reduce(tp, Collective(ALL_REDUCE, N, 4)), p)
     assert sum(link.total_bytes for link in topo.links.values()) == pytest.approx(2 * (p - 1) * N)
 
 
 def test_single_socket_and_empty_messages_are_free() -> None:
-    assert run(lambda tp: all_reduce(tp, N), 1)[0] == 0.0
-    assert run(lambda tp: all_reduce(tp, 0.0), 4)[0] == 0.0
-    assert run(lambda tp: all_reduce(tp, N, "tree"), 1)[0] == 0.0
+    assert run(lambda tp: ring(tp, Collective(ALL_REDUCE, N)), 1)[0] == 0.0
+    assert run(lambda tp: ring(tp, Collective(ALL_REDUCE, 0.0)), 4)[0] == 0.0
+    assert run(lambda tp: tree_all_reduce(tp, Collective(ALL_REDUCE, N)), 1)[0] == 0.0
 
 
 def test_subset_of_sockets_and_errors() -> None:
-    t, topo = run(lambda tp: all_reduce(tp, N, sockets=[8, 9, 10, 11]), 16)
+    t, topo = run(lambda tp: ring(tp, Collective(ALL_REDUCE, N, sockets=(8, 9, 10, 11))), 16)
     assert t == pytest.approx(ring_time(4, N, BW, LAT), rel=1e-12)
     assert set(topo.links) == {(8, 9), (9, 10), (10, 11), (8, 11)}
     env = CountingEnvironment()
     topo = Topology(env, 4, 4, BW, LAT)
-    with pytest.raises(ValueError):
-        all_reduce(topo, N, algorithm="butterfly")
-    with pytest.raises(ValueError):
-        all_reduce(topo, N, chunks=0)
+    with pytest.raises(ValueError, match="unknown collective 'all_to_some'; valid: all_reduce"):
+        Collective("all_to_some", N)
+    with pytest.raises(ValueError, match="chunks must be >= 1 and nbytes >= 0, got 0, "):
+        Collective(ALL_REDUCE, N, chunks=0)
+    with pytest.raises(ValueError, match="chunks must be >= 1 and nbytes >= 0, got 1, -1"):
+        Collective(ALL_REDUCE, -1.0)
+    with pytest.raises(ValueError, match="the tree runs all-reduce only, not 'all_gather'"):
+        tree_all_reduce(topo, Collective(ALL_GATHER, N))
     with pytest.raises(ValueError):
         topo.link(1, 1)
     with pytest.raises(ValueError):
@@ -196,18 +188,13 @@ def test_subset_of_sockets_and_errors() -> None:
 
 def test_deterministic() -> None:
     def once() -> tuple[float, float]:
-        a = run(lambda tp: all_reduce(tp, N, chunks=8), 8, 4, (10e9, 5e-6))[0]
-        b = run(lambda tp: all_reduce(tp, N, "tree", 8), 13, 4, (10e9, 5e-6))[0]
+        a = run(lambda tp: ring(tp, Collective(ALL_REDUCE, N, 8)), 8, 4, (10e9, 5e-6))[0]
+        b = run(lambda tp: tree_all_reduce(tp, Collective(ALL_REDUCE, N, 8)), 13, 4, (10e9, 5e-6))[
+            0
+        ]
         return a, b
 
     assert once() == once()
-
-
-def both_ways(kind: str) -> Callable[..., simpy.Event]:
-    """The bidirectional form of ``kind`` (all-reduce takes it as its algorithm)."""
-    if kind == ALL_REDUCE:
-        return lambda tp, nbytes, **kw: all_reduce(tp, nbytes, "bidirectional_ring", **kw)
-    return lambda tp, nbytes, **kw: FNS[kind](tp, nbytes, bidirectional=True, **kw)
 
 
 @pytest.mark.parametrize("kind", [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER])
@@ -216,13 +203,13 @@ def both_ways(kind: str) -> Callable[..., simpy.Event]:
 def test_bidirectional_ring_matches_half_the_bytes_and_uses_both_directions(
     kind: str, p: int, chunks: int
 ) -> None:
-    fn, bidi = FNS[kind], both_ways(kind)
-    both, topo = run(lambda tp: bidi(tp, N, chunks=chunks), p)
+    call = Collective(kind, N, chunks)
+    both, topo = run(lambda tp: ring(tp, call, bidirectional=True), p)
     assert both == pytest.approx(
         ring_time(p, N, BW, LAT, chunks, kind, bidirectional=True), rel=1e-12
     )
     assert both == pytest.approx(ring_time(p, N / 2, BW, LAT, chunks, kind), rel=1e-12)
-    one_way, topo_one = run(lambda tp: fn(tp, N, chunks=chunks), p)
+    one_way, topo_one = run(lambda tp: ring(tp, call), p)
     assert both < one_way
     # the same bytes in total, now on both directions of every neighbour link
     total = sum(link.total_bytes for link in topo.links.values())
@@ -233,8 +220,9 @@ def test_bidirectional_ring_matches_half_the_bytes_and_uses_both_directions(
 
 
 def test_bidirectional_ring_on_two_sockets_is_the_plain_ring() -> None:
-    both, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4), 2)
-    one, _ = run(lambda tp: all_reduce(tp, N, "ring", 4), 2)
+    call = Collective(ALL_REDUCE, N, 4)
+    both, _ = run(lambda tp: ring(tp, call, bidirectional=True), 2)
+    one, _ = run(lambda tp: ring(tp, call), 2)
     assert both == one
 
 
@@ -246,9 +234,9 @@ def test_bidirectional_symmetric_shortcut_is_exact(
 ) -> None:
     # The reverse ring is the forward ring's mirror image: one rotational period of each
     # gives the full simulation's time, one node or several.
-    bidi, inter = both_ways(kind), (10e9, 10e-6)
-    full, topo_full = run(lambda tp: bidi(tp, N, chunks=chunks), p, spn, inter)
-    sym, topo_sym = run(lambda tp: bidi(tp, N, chunks=chunks, symmetric=True), p, spn, inter)
+    inter = (10e9, 10e-6)
+    full, topo_full = run(lambda tp: ring(tp, Collective(kind, N, chunks), True), p, spn, inter)
+    sym, topo_sym = run(lambda tp: ring(tp, Collective(kind, N, chunks, True), True), p, spn, inter)
     assert sym == pytest.approx(full, rel=1e-12)
     sent_by_0 = sum(
         link.bytes[0 if a == 0 else 1].total
@@ -265,20 +253,17 @@ def test_bidirectional_symmetric_shortcut_is_exact(
 
 def test_bidirectional_ring_over_a_subset_not_starting_at_socket_0() -> None:
     # the RendezvousPort path: a TP group of sockets 4..7 of 8; the reverse ring starts at 4
-    group = [4, 5, 6, 7]
-    t, topo = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, sockets=group), 8)
+    group = (4, 5, 6, 7)
+    call = Collective(ALL_REDUCE, N, 4, sockets=group)
+    t, topo = run(lambda tp: ring(tp, call, bidirectional=True), 8)
     assert t == pytest.approx(ring_time(4, N, BW, LAT, 4, bidirectional=True), rel=1e-12)
     assert set(topo.links) == {(4, 5), (5, 6), (6, 7), (4, 7)}
     for link in topo.links.values():  # both directions of every ring link carry half
         assert link.bytes[0].total == pytest.approx(link.bytes[1].total)
     inter = (10e9, 10e-6)  # and over two-socket nodes, the shortcut still equals the full ring
-    full, _ = run(lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, sockets=group), 8, 2, inter)
-    sym, _ = run(
-        lambda tp: all_reduce(tp, N, "bidirectional_ring", 4, symmetric=True, sockets=group),
-        8,
-        2,
-        inter,
-    )
+    full, _ = run(lambda tp: ring(tp, call, bidirectional=True), 8, 2, inter)
+    sym_call = Collective(ALL_REDUCE, N, 4, symmetric=True, sockets=group)
+    sym, _ = run(lambda tp: ring(tp, sym_call, bidirectional=True), 8, 2, inter)
     assert sym == pytest.approx(full, rel=1e-12)
 
 

@@ -9,10 +9,11 @@ import pytest
 import simpy
 
 from rdu_sim.des.environment import CountingEnvironment
-from rdu_sim.hw import Topology, all_reduce, ring
+from rdu_sim.engine.collective_port import start_collective
+from rdu_sim.hw import Collective, Topology, ring
 from rdu_sim.hw.collective_choice import Wiring, candidates, choose, estimate
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
-from rdu_sim.hw.direct_collectives import one_shot, send_order, two_shot
+from rdu_sim.hw.direct_collectives import send_order, two_shot
 
 BW, LAT = 64e9, 1e-6
 INTER = (50e9, 3e-6)
@@ -33,10 +34,9 @@ def run(
     return float(env.now), topo
 
 
-def direct(kind: str, algorithm: str, n: float, pieces: int) -> Start:
-    if algorithm == "two_shot":
-        return lambda t, s: two_shot(t, n, pieces, s)
-    return lambda t, s: one_shot(t, kind, n, pieces, s)
+def started(kind: str, algorithm: str, n: float, pieces: int) -> Start:
+    """Start a ``kind`` of ``n`` bytes in ``pieces`` with ``algorithm``, as the engine does."""
+    return lambda t, s: start_collective(t, Collective(kind, n, pieces, s), algorithm)
 
 
 CASES = [(kind, "one_shot") for kind in KINDS] + [(ALL_REDUCE, "two_shot")]
@@ -49,7 +49,7 @@ CASES = [(kind, "one_shot") for kind in KINDS] + [(ALL_REDUCE, "two_shot")]
 def test_symmetric_shortcut_equals_full_simulation(
     kind: str, algorithm: str, p: int, spn: int, switched: bool, pieces: int
 ) -> None:
-    start = direct(kind, algorithm, 3e6, pieces)
+    start = started(kind, algorithm, 3e6, pieces)
     full, _ = run(start, p, spn, switched, symmetric=False)
     sym, topo = run(start, p, spn, switched, symmetric=True)
     slow, _ = run(start, p, spn, switched, symmetric=True, fast=False)
@@ -67,7 +67,7 @@ def test_estimate_is_the_idle_link_time_within_one_node(
     kind: str, algorithm: str, p: int, wiring: str, n: float, pieces: int
 ) -> None:
     w = Wiring(wiring, 16, (BW, LAT), INTER)  # type: ignore[arg-type]
-    t, topo = run(direct(kind, algorithm, n, pieces), p, 16, wiring == "switched", True)
+    t, topo = run(started(kind, algorithm, n, pieces), p, 16, wiring == "switched", True)
     est = estimate(kind, algorithm, n, p, w, pieces)
     assert est.time_s == pytest.approx(t, rel=1e-9)
     assert est.latency_s == est.hops * LAT == (2 if algorithm == "two_shot" else 1) * LAT
@@ -86,14 +86,7 @@ def test_ring_estimates_match_the_simulated_ring(
     # both ways round through one switched port: two half rings interleave on it
     p, n = 8, 1e6
     w = Wiring(wiring, 16, (BW, LAT), INTER)  # type: ignore[arg-type]
-    both = algorithm == "bidirectional_ring"
-    t, _ = run(
-        lambda tp, s: ring(tp, kind, n, pieces, s, bidirectional=both),
-        p,
-        16,
-        wiring == "switched",
-        True,
-    )
+    t, _ = run(started(kind, algorithm, n, pieces), p, 16, wiring == "switched", True)
     assert estimate(kind, algorithm, n, p, w, pieces).time_s == pytest.approx(t, rel=1e-9)
 
 
@@ -122,6 +115,14 @@ def test_send_order_never_sends_two_messages_to_one_socket_at_once() -> None:
             assert sorted(order[m] for order in orders) == list(range(p))
     with pytest.raises(ValueError, match="whole nodes"):
         send_order(0, 12, 8)
+
+
+def test_an_algorithm_runs_only_what_it_can() -> None:
+    topo = Topology(CountingEnvironment(), 4, 4, BW, LAT, switched=True)
+    with pytest.raises(ValueError, match="'butterfly'; valid: ring, bidirectional_ring, one_shot"):
+        start_collective(topo, Collective(ALL_REDUCE, 1e6), "butterfly")
+    with pytest.raises(ValueError, match="two-shot runs all-reduce only, not 'all_gather'"):
+        two_shot(topo, Collective(ALL_GATHER, 1e6))
 
 
 def test_candidates_follow_the_wiring() -> None:
@@ -169,7 +170,7 @@ def test_switched_ports_are_shared_by_everything_a_socket_sends() -> None:
     assert c.value == pytest.approx(a.value)
     port, direction = topo.link(0, 3)
     assert direction == 0 and port is topo.ports[(0, False)]
-    ar = all_reduce(topo, 0.0)
+    ar = ring(topo, Collective(ALL_REDUCE, 0.0))
     assert ar.triggered
 
 

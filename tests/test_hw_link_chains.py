@@ -10,7 +10,8 @@ import pytest
 import simpy
 
 from rdu_sim.des.environment import CountingEnvironment
-from rdu_sim.hw import Topology, all_gather, all_reduce, reduce_scatter
+from rdu_sim.hw import Collective, Topology, ring, tree_all_reduce
+from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from rdu_sim.hw.p2p_link import P2PLink
 
 BW, LAT = 64e9, 1e-6
@@ -50,10 +51,14 @@ def simulate(
 
     def begin(i: int, kind: str, nbytes: float, chunks: int) -> None:
         fn: dict[str, Callable[[], simpy.Event]] = {
-            "all_reduce": lambda: all_reduce(topo, nbytes, "ring", chunks, symmetric),
-            "tree": lambda: all_reduce(topo, nbytes, "tree", chunks, symmetric),
-            "all_gather": lambda: all_gather(topo, nbytes, chunks, symmetric),
-            "reduce_scatter": lambda: reduce_scatter(topo, nbytes, chunks, symmetric),
+            "all_reduce": lambda: ring(topo, Collective(ALL_REDUCE, nbytes, chunks, symmetric)),
+            "tree": lambda: tree_all_reduce(
+                topo, Collective(ALL_REDUCE, nbytes, chunks, symmetric)
+            ),
+            "all_gather": lambda: ring(topo, Collective(ALL_GATHER, nbytes, chunks, symmetric)),
+            "reduce_scatter": lambda: ring(
+                topo, Collective(REDUCE_SCATTER, nbytes, chunks, symmetric)
+            ),
         }
         ev = fn[kind]()
         ev.callbacks.append(lambda _e: finished.__setitem__(i, float(env.now)))
@@ -126,7 +131,7 @@ def test_plain_transfers_on_the_chains_links_are_ordered_as_with_events() -> Non
 def test_flush_counts_the_sends_made_so_far() -> None:
     env = CountingEnvironment()
     topo = Topology(env, 16, 8, BW, LAT, *INTER)
-    all_reduce(topo, N, chunks=4, symmetric=True)
+    ring(topo, Collective(ALL_REDUCE, N, chunks=4, symmetric=True))
     env.run(until=5e-6)
     link = topo.links[(0, 1)]
     assert link.bytes[0].total == 0  # computed ahead, not yet final

@@ -327,7 +327,7 @@ def test_a_paged_runtime_reads_pages_and_a_static_one_its_buckets() -> None:
     paged = api.load(workload, ["hardware=dgx-h100"]).kv_policy
     static = api.load(workload).kv_policy
     assert paged.decode_bucket(130) == 192 and static.decode_bucket(130) == 1024
-    unpaged = api.load(workload, ["hardware=dgx-h100", "hw.runtime.kv_page_tokens=null"])
+    unpaged = api.load(workload, ["hardware=dgx-h100", "stack.kv_page_tokens=null"])
     assert unpaged.kv_policy.decode_bucket(130) == 1024
     ring = api.load(workload, ["hardware=dgx-h100", "kv.policy=snapstream"]).kv_policy
     assert ring.buckets() == api.load(workload, ["kv.policy=snapstream"]).kv_policy.buckets()

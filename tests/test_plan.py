@@ -23,7 +23,7 @@ from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cli.main import cli
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan import load_plan, plan_summary, run_plan
-from rdu_sim.plan.evaluate import evaluate, headline
+from rdu_sim.plan.evaluate import evaluate, measure
 from rdu_sim.plan.spec import PlanPoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,12 +32,13 @@ CALLS: list[str] = []
 
 
 def fake_evaluate(point: PlanPoint) -> Mapping[str, Any]:
-    """The plan's evaluation on the analytic FakeBackend (fast, deterministic)."""
+    """The plan's evaluation (floors too: the stop rule acts) on the analytic FakeBackend
+    (fast, deterministic)."""
     CALLS.append(point.key)
     from rdu_sim.compiler import CapacityError
 
     try:
-        return headline(run_cluster(point.cluster, backend=FakeBackend()).summary())
+        return measure(run_cluster(point.cluster, backend=FakeBackend()))
     except (ConfigError, CapacityError) as exc:
         return {"feasible": False, "reason": str(exc)}
 
@@ -174,7 +175,7 @@ def test_plan_command_on_the_real_engine(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["plan", str(spec), "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # the search's progress goes to stderr
     cheapest = data["cheapest"]
     assert cheapest is not None and cheapest["status"] == "met"
     assert len(data["configurations"]) == 2

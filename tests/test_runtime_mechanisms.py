@@ -22,7 +22,7 @@ def test_the_memory_plan_reserves_the_largest_packed_prefill() -> None:
     packed = api.load(LLAMA, ["hardware=dgx-h100", "serving.prompt_tokens=4096"])
     alone = api.load(
         LLAMA,
-        ["hardware=dgx-h100", "serving.prompt_tokens=4096", "hw.runtime.prefill_batch_tokens=null"],
+        ["hardware=dgx-h100", "serving.prompt_tokens=4096", "stack.prefill_batch_tokens=null"],
     )
     assert packed_prefill_tokens(packed, 4096, 16) == 8192
     assert packed_prefill_tokens(packed, 4096, 1) == 4096  # a prompt a slot
@@ -55,6 +55,6 @@ def test_a_coe_node_packs_prefills_when_its_runtime_does() -> None:
     """All at once, 16 prompts: packing takes fewer prefill steps and no later first token."""
     base = ["serving.arrival.process=all_at_once", "serving.requests=16"]
     one = api.run(COE, base).summary()
-    packed = api.run(COE, [*base, "hw.runtime.prefill_batch_tokens=8192"]).summary()
+    packed = api.run(COE, [*base, "stack.prefill_batch_tokens=8192"]).summary()
     assert packed.steps.prefill < one.steps.prefill
     assert packed.requests_completed == one.requests_completed == 16

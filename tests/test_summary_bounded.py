@@ -13,7 +13,8 @@ import pytest
 
 from rdu_sim.report import files
 from rdu_sim.report.files import write_outputs
-from rdu_sim.report.summary import Percentiles, _time_average, request_columns, series_columns
+from rdu_sim.report.percentiles import Percentiles
+from rdu_sim.report.summary import _time_average, request_columns, series_columns
 from tests.test_api_run import fake_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -75,6 +75,6 @@ def test_key_ignores_descriptions_and_preset_spelling() -> None:
 def test_canonical_json_is_sorted_and_plain() -> None:
     assert canonical_json({"b": 1, "a": [1.5, float("nan")]}) == '{"a":[1.5,null],"b":1}'
     config = resolved_config(load_scenario(BASE))
-    assert set(config) == {"workload", "hardware", "model"}
+    assert set(config) == {"workload", "hardware", "stack", "model"}
     assert config["workload"]["hardware"] is None  # the file path is replaced by its content
     assert config_key(config) == resolve(load_scenario(BASE)).key

@@ -1,13 +1,13 @@
 """`rdu-sim check FILE...`: validate hardware files, workloads and sweep specs.
 
 The kind of each file is read off its top-level keys, so one command checks a whole folder:
-`socket`/`system` is hardware, `hardware`/`model` a workload (checked with its hardware file,
-cross-file rules included, and the rows of its trace file a run would use), `base`/`axes` a
-sweep spec (checked by `rdu_sim.sweep.check_spec`, imported only for a spec),
-`pools` a cluster (with every pool's workload), `search` a plan spec (the rule:
-``rdu_sim.config.kinds``). A file with a trace suffix (`.csv`, `.jsonl`) is checked as a
-request trace. Every file is checked and every error printed before the exit status (2 if
-any failed) is decided.
+`socket`/`system` is hardware, `runs_on` a serving stack, `hardware`/`model` a workload
+(checked with its hardware file and serving stack, cross-file rules included, and the rows
+of its trace file a run would use), `base`/`axes` a sweep spec (checked by
+`rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a cluster (with every pool's
+workload), `search` a plan spec (the rule: ``rdu_sim.config.kinds``). A file with a trace
+suffix (`.csv`, `.jsonl`) is checked as a request trace. Every file is checked and every
+error printed before the exit status (2 if any failed) is decided.
 """
 
 from __future__ import annotations
@@ -26,10 +26,17 @@ from rdu_sim.cli.errors import (
     print_error,
 )
 from rdu_sim.config import shipped
-from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.hardware_file import read_hardware, validate_hardware
+from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.hardware_file import Hardware, read_hardware, validate_hardware
 from rdu_sim.config.kinds import KINDS_HELP, file_kind
 from rdu_sim.config.loader import LineMap, read_yaml
+from rdu_sim.config.stack_file import (
+    read_stack,
+    runs_on_problem,
+    stack_data,
+    stack_path,
+    validate_stack,
+)
 from rdu_sim.scenario import build_scenario
 
 # The trace formats' suffixes, known without importing rdu_sim.serving (it is slow to import
@@ -43,6 +50,27 @@ def _read_trace(
     from rdu_sim.serving.traces import MAX_TRACE_ROWS, read_trace
 
     return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS, format)
+
+
+def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
+    """The name of the stack a hardware file runs by default, checked as a workload would
+    read it (the file exists, is a valid stack, runs on this kind of hardware)."""
+    named = hardware.default_stack
+    try:
+        data, stack_lines, stack_file = stack_data(stack_path(named, file))
+        stack = validate_stack(data, stack_file, stack_lines)
+    except ConfigError as exc:
+        context = ConfigIssue(
+            file,
+            "default_stack",
+            f"serving stack {named!r} is not valid:",
+            lines.get(("default_stack",)),
+        )
+        raise ConfigError([context, *exc.issues]) from None
+    problem = runs_on_problem(stack, hardware.kind)
+    if problem is not None:
+        raise ConfigError.single(file, "default_stack", problem, lines.get(("default_stack",)))
+    return repr(stack.name)
 
 
 def _check_data(path: Path, data: Any, lines: LineMap) -> str:
@@ -64,7 +92,15 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
     if kind == "hardware":
         data, lines = read_hardware(path)  # with the file it extends, if any
         hardware = validate_hardware(data, file, lines)
-        return f"hardware {hardware.name!r}: {hardware.system.sockets} {hardware.devices}"
+        stack = _default_stack(hardware, file, lines)
+        return (
+            f"hardware {hardware.name!r}: {hardware.system.sockets} {hardware.devices}, "
+            f"default stack {stack}"
+        )
+    if kind == "stack":
+        data, lines = read_stack(path)
+        served = validate_stack(data, file, lines)
+        return f"serving stack {served.name!r}: runs on {served.runs_on} hardware"
     if kind == "cluster":
         from rdu_sim.cluster import build_cluster
         from rdu_sim.cluster.traffic import load_traffic

@@ -2,9 +2,12 @@
 
 A thin shell over ``rdu_sim.plan.run_plan``: the search runs its points through the sweep
 machinery in this process (``--workers 1``, the default), on a local process pool, or on
-Dask (``--cluster``), storing every evaluation in SQLite so a rerun resumes. Prints the
-cheapest configuration and one row per configuration (how its search ended); ``--json``
-prints the same as one JSON object. Bad input exits 2 before anything runs.
+Dask (``--cluster``), storing every evaluation in SQLite so a rerun resumes. Its rounds and
+each configuration's end go to stderr as it searches (with a bar per round unless
+``--no-progress``). Prints the cheapest configuration, one row per configuration (how its
+search ended and the SLO half that binds it) and, for each that did not meet the SLO, why
+and what would move it; ``--json`` prints the same as one JSON object. Bad input exits 2
+before anything runs.
 """
 
 from __future__ import annotations
@@ -65,9 +68,21 @@ def _table(summary: dict[str, Any]) -> Table:
             human.duration(row["ttft_p99_s"]),
             human.duration(row["tpot_p99_s"]),
             str(row["evaluations"]),
-            row["reason"],
+            row["why"],
         )
     return table
+
+
+def _why_lines(summary: dict[str, Any]) -> list[str]:
+    """For each configuration that did not meet the SLO, the binding half in a sentence with
+    what would move it (configurations with the same sentence share a line)."""
+    by_sentence: dict[str, list[str]] = {}
+    for row in summary["configurations"]:
+        if row["status"] != "not met":
+            continue
+        for verdict in row["binding"]:
+            by_sentence.setdefault(verdict["sentence"], []).append(row["label"])
+    return [f"{', '.join(names)}: {sentence}." for sentence, names in by_sentence.items()]
 
 
 @click.command("plan")
@@ -95,14 +110,33 @@ def _table(summary: dict[str, Any]) -> Table:
     "evaluations already in it are reused.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    show_default=True,
+    help="A bar per round of cluster runs on stderr (each round's and each configuration's "
+    "line print either way).",
+)
 def command(
-    spec: Path, workers: int, dask_cluster: str | None, db_file: Path | None, as_json: bool
+    spec: Path,
+    workers: int,
+    dask_cluster: str | None,
+    db_file: Path | None,
+    as_json: bool,
+    progress: bool,
 ) -> None:
     """Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic."""
     from rdu_sim.plan import load_plan, plan_summary, run_plan
+    from rdu_sim.sweep.progress import RichReporter
 
     load_plan(spec)  # bad input exits 2 before anything runs
-    result = run_plan(spec, db=db_file, workers=workers, cluster=dask_cluster)
+    result = run_plan(
+        spec,
+        db=db_file,
+        workers=workers,
+        cluster=dask_cluster,
+        reporter=RichReporter(bar=progress),
+    )
     summary = plan_summary(result)
     summary["db"] = str(result.db)
     if as_json:
@@ -128,3 +162,5 @@ def command(
             f"({human.percent(best['goodput_fraction'])} of requests meet the SLO)"
         )
     out.print(_table(summary))
+    for line in _why_lines(summary):
+        out.print(line, markup=False)

@@ -1,4 +1,4 @@
-"""`rdu-sim schema {workload,hardware,cluster,plan,sweep}`: the JSON Schema of a config file.
+"""`rdu-sim schema {workload,hardware,stack,cluster,plan,sweep}`: the JSON Schema of a config file.
 
 Generated from the same pydantic models that validate the files, so it cannot drift. Point an
 editor at it (for VS Code's YAML extension: `# yaml-language-server: $schema=workload.json`
@@ -14,8 +14,10 @@ import click
 from pydantic import TypeAdapter
 
 from rdu_sim.config.cluster import ClusterConfig
+from rdu_sim.config.extends import overlay_schema
 from rdu_sim.config.hardware_file import OVERLAY_SCHEMA, hardware_schema
 from rdu_sim.config.plan import PlanSpec
+from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.workload import WorkloadConfig
 from rdu_sim.kv import policy_names
 from rdu_sim.sweep.spec import SweepSpec
@@ -24,6 +26,7 @@ from rdu_sim.sweep.spec import SweepSpec
 SCHEMAS: dict[str, TypeAdapter[Any]] = {
     "workload": TypeAdapter(WorkloadConfig),
     "hardware": hardware_schema(),
+    "stack": TypeAdapter(StackConfig),
     "cluster": TypeAdapter(ClusterConfig),
     "plan": TypeAdapter(PlanSpec),
     "sweep": TypeAdapter(SweepSpec),
@@ -48,6 +51,12 @@ def json_schema(kind: str) -> dict[str, Any]:
     if kind == "hardware":  # or a file that extends another (the loader checks it merged)
         defs["HardwareOverlay"] = OVERLAY_SCHEMA
         schema["oneOf"] = [*schema["oneOf"], {"$ref": "#/$defs/HardwareOverlay"}]
+    if kind == "stack":  # likewise
+        whole = {k: v for k, v in schema.items() if k not in ("$defs", "title")}
+        schema = {"$defs": {**defs, "StackConfig": whole}}
+        defs = schema["$defs"]
+        defs["StackOverlay"] = overlay_schema("StackOverlay", "serving stack")
+        schema["oneOf"] = [{"$ref": "#/$defs/StackConfig"}, {"$ref": "#/$defs/StackOverlay"}]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"rdu-sim {kind} file",

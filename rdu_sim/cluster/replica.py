@@ -14,12 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import simpy
 from simpy.events import Event
 
 from rdu_sim.cluster.prefix_cache import PrefixCache
 from rdu_sim.cluster.prefix_index import PrefixIndex
+from rdu_sim.cluster.records import ClusterRecords
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models import Architecture
 from rdu_sim.serving.buckets import reusable_prefix
@@ -28,8 +31,32 @@ from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.server import PromptFacts, Server, ServerConfig
 from rdu_sim.serving.step_cache import StepCache, StepFn
 
-if TYPE_CHECKING:
-    from rdu_sim.cluster.simulate import Cluster
+
+class ClusterSide(Protocol):
+    """What a replica asks of the cluster around it (``cluster.simulate.Cluster``): its
+    loop, its prefix-cache block size and per-request columns, the blocks a prompt may
+    share, and the KV hand-offs between pools."""
+
+    @property
+    def env(self) -> Timeline | simpy.Environment:
+        """The serving loop every replica runs on."""
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens of a prefix-cache block (0: no prefix caches)."""
+
+    @property
+    def records(self) -> ClusterRecords:
+        """The cluster's per-request columns."""
+
+    def shared_blocks(self, request: int, policy: KVPolicy) -> Sequence[int]:
+        """The hashes of the prompt's whole blocks a prefix cache may share under ``policy``."""
+
+    def to_decode(self, request: int, source: int) -> Event:
+        """Hand a prefilled ``request`` to the decode pool; fires when its cache has left."""
+
+    def transfer_kv(self, request: int, target: int) -> Event:
+        """Move ``request``'s KV cache to the decode replica ``target``; fires on arrival."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +86,7 @@ class Replica:
         self,
         index: int,
         runtime: PoolRuntime,
-        cluster: Cluster,
+        cluster: ClusterSide,
         records: ServingRecords,
         progress: Callable[[int, int], None] | None,
         load: Counters,

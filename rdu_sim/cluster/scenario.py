@@ -21,7 +21,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import LineMap, read_yaml, validate
-from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides, set_path
+from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, normalize_overrides, set_path
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.serving.traces.published import detect
 
@@ -189,12 +189,12 @@ def build_cluster(
     normalized = normalize_overrides(overrides)
     raw = copy.deepcopy(dict(data))
     for path, value in normalized.items():
-        if path.startswith(HW_PREFIX):
+        if path.startswith((HW_PREFIX, STACK_PREFIX)):
             raise ConfigError.single(
                 "--set",
                 path,
-                "hardware overrides apply to a pool's workload: use "
-                f"pools.NAME.set={{{path}: ...}}",
+                f"{'hardware' if path.startswith(HW_PREFIX) else 'stack'} overrides apply to "
+                f"a pool's workload: use pools.NAME.set={{{path}: ...}}",
             )
         set_path(raw, path, value, file)
     try:

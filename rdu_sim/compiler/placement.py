@@ -115,7 +115,7 @@ def packed_prefill_tokens(scenario: Scenario, tokens: int, batch_slots: int) -> 
     """Token rows of the largest prefill step when the runtime packs prompts of ``tokens``
     tokens or fewer into one step (hardware ``runtime.prefill_batch_tokens``): at most the
     budget and a prompt a slot, at least the one prompt."""
-    budget = scenario.hardware.runtime.prefill_batch_tokens
+    budget = scenario.stack.prefill_batch_tokens
     if budget is None:
         return tokens
     return max(tokens, min(budget, batch_slots * tokens))

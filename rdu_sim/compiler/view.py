@@ -2,12 +2,12 @@
 
 The compiler's results are shared between sweep points (`shared_programs`) under a digest
 of its inputs. So that digest can never miss an input, the compiler never sees the
-scenario itself: `compile_view` copies it with the fields in `UNREAD_WORKLOAD` and
-`UNREAD_HARDWARE` deleted (the hardware's name, the links, the arrival process, the
-engine's event settings, ...), and `digest` hashes what is left. A field the compiler
-starts reading later is either still in the copy, and so in the digest, or absent, and
-reading it raises AttributeError in every test that compiles. The lists may grow or shrink
-by hand: a field left in costs sharing, never correctness.
+scenario itself: `compile_view` copies it with the fields in `UNREAD_WORKLOAD`,
+`UNREAD_HARDWARE` and `UNREAD_STACK` deleted (the hardware's name, the links, the arrival
+process, the engine's event settings, the stack's host time ...), and `digest` hashes what
+is left. A field the compiler starts reading later is either still in the copy, and so in
+the digest, or absent, and reading it raises AttributeError in every test that compiles.
+The lists may grow or shrink by hand: a field left in costs sharing, never correctness.
 
 ``serving.batch_slots`` is out too: the compiler is handed the slot count it plans for as an
 argument (`Compiler.placement`), and the memo keys carry it.
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
 from rdu_sim.scenario import Scenario
 
 Unread = Mapping[str, "Unread | None"]
@@ -44,6 +44,7 @@ UNREAD_WORKLOAD: Unread = {
     "name": None,
     "description": None,
     "hardware": None,
+    "stack": None,
     "cuda_graphs": None,
     "coe": None,
     "serving": {
@@ -69,20 +70,28 @@ UNREAD_HARDWARE: Unread = {
     "description": None,
     "power": None,
     "cost": None,
+    "default_stack": None,
     "system": UNREAD_SYSTEM,
 }
-"""The hardware's fields no compiler rule reads (the engine's links, the economics)."""
+"""The hardware's fields no compiler rule reads (the engine's links, the economics, the
+stack a workload runs by default: the scenario's own stack is what is read)."""
+
+UNREAD_STACK: Unread = {"name": None, "description": None, "host": None}
+"""The stack's fields no compiler rule reads (its host time is the engine's)."""
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def unread_override(path: str) -> bool:
     """Whether an override path (``hw.system.intra_node_link.bandwidth``,
-    ``serving.seed``) sets a field the compiler never reads, or one inside it: points that
-    differ only in such fields compile alike (how a sweep batches them: ``sweep.worker``)."""
-    hardware = path.startswith(HW_PREFIX)
-    tree: Unread | None = UNREAD_HARDWARE if hardware else UNREAD_WORKLOAD
-    for part in path.removeprefix(HW_PREFIX).split(".") if hardware else path.split("."):
+    ``stack.host.serial_per_step``, ``serving.seed``) sets a field the compiler never reads,
+    or one inside it: points that differ only in such fields compile alike (how a sweep
+    batches them: ``sweep.worker``)."""
+    tree: Unread | None = UNREAD_WORKLOAD
+    for prefix, unread in ((HW_PREFIX, UNREAD_HARDWARE), (STACK_PREFIX, UNREAD_STACK)):
+        if path.startswith(prefix):
+            tree, path = unread, path.removeprefix(prefix)
+    for part in path.split("."):
         if tree is None:
             return True
         if part not in tree:
@@ -133,10 +142,12 @@ def compile_view(scenario: Scenario) -> CompileView:
     """
     workload = _without(scenario.workload, UNREAD_WORKLOAD)
     hardware = _without(scenario.hardware, UNREAD_HARDWARE)
+    stack = _without(scenario.stack, UNREAD_STACK)
     draft = None if scenario.draft is None else compile_view(scenario.draft)
     kept = {
         "workload": _dump_without(scenario.workload.model_dump(mode="json"), UNREAD_WORKLOAD),
         "hardware": _dump_without(scenario.hardware.model_dump(mode="json"), UNREAD_HARDWARE),
+        "stack": _dump_without(scenario.stack.model_dump(mode="json"), UNREAD_STACK),
         "model": scenario.model.model_dump(mode="json"),
         "files": [scenario.workload_file, scenario.hardware_file],
         "draft": None if draft is None else draft.digest,
@@ -149,6 +160,8 @@ def compile_view(scenario: Scenario) -> CompileView:
         workload_file=scenario.workload_file,
         hardware_file=scenario.hardware_file,
         kv_policy=scenario.kv_policy,
+        stack=stack,
+        stack_file=scenario.stack_file,
         draft=None if draft is None else draft.scenario,
     )
     return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())

@@ -16,14 +16,15 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import model_classes
+from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
+from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 from rdu_sim.config.workload import WorkloadConfig
 
 __all__ = ["FieldDoc", "axis_label", "field_doc"]
-
-HW_PREFIX = "hw."
 
 _QUANTITY_UNITS = {
     parse_bytes: "bytes",
@@ -94,13 +95,15 @@ def _unit(annotation: Any, metadata: Sequence[Any], description: str) -> str:
 
 
 def field_doc(path: str) -> FieldDoc | None:
-    """The field at a dotted workload path (``hw.`` paths: the hardware file's), or None
-    when the path names no documented field (a whole section, a list item)."""
-    root: type[BaseModel] = WorkloadConfig
+    """The field at a dotted workload path (``hw.`` paths: the hardware file's, of either
+    kind; ``stack.`` paths: the serving stack's), or None when the path names no documented
+    field (a whole section, a list item)."""
+    classes: list[type[BaseModel]] = [WorkloadConfig]
     if path.startswith(HW_PREFIX):
-        root, path = HardwareConfig, path[len(HW_PREFIX) :]
+        classes, path = [HardwareConfig, GpuHardwareConfig], path[len(HW_PREFIX) :]
+    elif path.startswith(STACK_PREFIX):
+        classes, path = [StackConfig], path[len(STACK_PREFIX) :]
     parts = path.split(".")
-    classes: list[type[BaseModel]] = [root]
     info = None
     for i, part in enumerate(parts):
         owner = next((c for c in classes if part in c.model_fields), None)

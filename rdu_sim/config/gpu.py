@@ -11,9 +11,7 @@ from typing import Literal, Self
 from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
-from rdu_sim.config.economics import CostConfig, PowerConfig
-from rdu_sim.config.hardware import _MIN_RATE, MemoryTierConfig, SystemConfig, _rate_floor
-from rdu_sim.config.runtime import RuntimeConfig
+from rdu_sim.config.hardware import _MIN_RATE, HardwareBase, MemoryTierConfig, _rate_floor
 from rdu_sim.config.units import FlopsPerSecond, Seconds
 
 _MAX_SECONDS = 3600.0
@@ -82,22 +80,11 @@ class GpuConfig(StrictModel):
         return self
 
 
-class GpuHardwareConfig(StrictModel):
+class GpuHardwareConfig(HardwareBase):
     """A GPU system: one GPU type and the system built from it (``system.sockets`` GPUs)."""
 
     kind: Literal["gpu"] = Field(description="'gpu': this file describes a GPU system")
-    name: str = Field(min_length=1, max_length=200, description="the name reports show")
-    description: str = Field(default="", description="what the file describes (free text)")
     gpu: GpuConfig
-    system: SystemConfig
-    power: PowerConfig | None = Field(
-        default=None, description="average draw while serving (none: energy not reported)"
-    )
-    cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
-    runtime: RuntimeConfig = Field(
-        default_factory=RuntimeConfig,
-        description="what the serving runtime adds to every step (none: the hardware's ceiling)",
-    )
 
     @property
     def devices(self) -> str:

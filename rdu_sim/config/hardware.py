@@ -5,13 +5,13 @@ The shipped values and their sources live in hw_configs/*.yaml, one comment per 
 """
 
 import math
-from typing import Literal, Self
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.economics import CostConfig, PowerConfig
-from rdu_sim.config.runtime import RuntimeConfig
 from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds
 from rdu_sim.config.wiring import Policy, Topology
 
@@ -186,7 +186,42 @@ class SystemConfig(StrictModel):
         return self
 
 
-class HardwareConfig(StrictModel):
+class HardwareBase(StrictModel):
+    """What every kind of hardware file holds besides its device: the system of devices,
+    what it draws and costs, and the serving stack a workload runs unless it names one."""
+
+    name: str = Field(min_length=1, max_length=200, description="the name reports show")
+    description: str = Field(default="", description="what the file describes (free text)")
+    system: SystemConfig
+    power: PowerConfig | None = Field(
+        default=None, description="average draw while serving (none: energy not reported)"
+    )
+    cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
+    default_stack: str = Field(
+        default="none",
+        min_length=1,
+        description="the serving stack a workload that names none runs: a shipped stack's "
+        "name, a stack file relative to this file, or 'none' (the hardware's ceiling)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_runtime(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "runtime" in data:
+            raise ValueError(
+                "'runtime:' belongs to a serving stack, not to the hardware: move its fields "
+                "to a stack file (the shipped ones are in stacks/, `rdu-sim examples`) and name "
+                "it with `stack:` in the workload or `default_stack:` here (docs/calibration.md)"
+            )
+        return data
+
+    @property
+    def devices(self) -> str:
+        """What ``system.sockets`` counts, for messages."""
+        return "sockets"
+
+
+class HardwareConfig(HardwareBase):
     """A complete hardware description: one socket type and the system built from it."""
 
     # The default kind (a file without `kind:` is SN40L); left out of dumps so an SN40L
@@ -194,23 +229,7 @@ class HardwareConfig(StrictModel):
     kind: Literal["rdu"] = Field(
         default="rdu", exclude=True, description="'rdu' (the default): SN40L sockets"
     )
-    name: str = Field(min_length=1, max_length=200, description="the name reports show")
-    description: str = Field(default="", description="what the file describes (free text)")
     socket: SocketConfig
-    system: SystemConfig
-    power: PowerConfig | None = Field(
-        default=None, description="average draw while serving (none: energy not reported)"
-    )
-    cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
-    runtime: RuntimeConfig = Field(
-        default_factory=RuntimeConfig,
-        description="what the serving runtime adds to every step (none: the hardware's ceiling)",
-    )
-
-    @property
-    def devices(self) -> str:
-        """What ``system.sockets`` counts, for messages."""
-        return "sockets"
 
     @property
     def peak_flops(self) -> float:

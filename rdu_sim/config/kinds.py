@@ -14,16 +14,20 @@ WORKLOAD_KEYS = frozenset({"hardware", "model"})
 SWEEP_KEYS = frozenset({"base", "axes"})
 CLUSTER_KEYS = frozenset({"pools"})
 PLAN_KEYS = frozenset({"search"})
+# a serving stack (or an overlay of one, with `extends`): keys no hardware file has
+STACK_KEYS = frozenset({"runs_on", "host", "sampling", "kv_page_tokens", "prefill_batch_tokens"})
 
 KINDS_HELP = (
     "a hardware file has top-level 'socket' (or 'gpu') and 'system' (or 'extends'), a "
     "workload 'hardware' and "
-    "'model', a sweep spec 'base' and 'axes', a cluster 'pools', a plan spec 'search'"
+    "'model', a sweep spec 'base' and 'axes', a cluster 'pools', a plan spec 'search', a "
+    "serving stack 'runs_on' (an overlay of one 'extends' and its own fields)"
 )
 
 
 def file_kind(data: Any) -> str | None:
-    """'workload', 'hardware', 'sweep', 'cluster', 'plan', or None when the keys say nothing."""
+    """'workload', 'hardware', 'stack', 'sweep', 'cluster', 'plan', or None when the keys say
+    nothing."""
     if not isinstance(data, Mapping):
         return None
     keys = {str(k) for k in data}
@@ -33,6 +37,8 @@ def file_kind(data: Any) -> str | None:
         return "cluster"
     if keys & WORKLOAD_KEYS:
         return "workload"
+    if keys & STACK_KEYS:
+        return "stack"
     if keys & HARDWARE_KEYS:
         return "hardware"
     if keys & SWEEP_KEYS:

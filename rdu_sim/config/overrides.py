@@ -3,7 +3,8 @@
 A value is parsed as YAML (so `64`, `true`, `"1.8 TB/s"`, `[1, 2]` all work), within the
 same limits as a config file (depth, integer length, aliases: ``rdu_sim.config.yaml_io``);
 text that is not YAML at all stays a string. Paths that start with `hw.` apply to the
-hardware file's data; all others to the workload's.
+hardware file's data, `stack.` to the serving stack's; all others to the workload's
+(`stack=vllm` itself names the workload's stack).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 
 HW_PREFIX = "hw."
+STACK_PREFIX = "stack."
 
 
 def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
@@ -74,8 +76,19 @@ def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
     node[parts[-1]] = copy.deepcopy(value)
 
 
-def split_overrides(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate workload overrides from `hw.` hardware overrides (prefix removed)."""
-    workload = {k: v for k, v in overrides.items() if not k.startswith(HW_PREFIX)}
-    hardware = {k[len(HW_PREFIX) :]: v for k, v in overrides.items() if k.startswith(HW_PREFIX)}
-    return workload, hardware
+def split_overrides(
+    overrides: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Separate workload overrides from `hw.` hardware and `stack.` stack overrides (each
+    prefix removed)."""
+    workload: dict[str, Any] = {}
+    hardware: dict[str, Any] = {}
+    stack: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key.startswith(HW_PREFIX):
+            hardware[key[len(HW_PREFIX) :]] = value
+        elif key.startswith(STACK_PREFIX):
+            stack[key[len(STACK_PREFIX) :]] = value
+        else:
+            workload[key] = value
+    return workload, hardware, stack

@@ -1,8 +1,8 @@
 """The files rdu-sim ships (example workloads, hardware files, sweep specs, clusters, plans,
 notebooks), found by name whether the package is installed or run from a checkout.
 
-The checkout's ``workloads/``, ``hw_configs/``, ``tests/models/`` (the config.json files a
-shipped workload reads) and ``notebooks/`` are the one copy of each file; a wheel carries
+The checkout's ``workloads/``, ``hw_configs/``, ``stacks/``, ``tests/models/`` (the config.json
+files a shipped workload reads) and ``notebooks/`` are the one copy of each file; a wheel carries
 them under ``rdu_sim/data/`` in the same layout (setup.py maps them in at build time), so
 the relative paths inside the files (``hardware: ../hw_configs/sn40l-16.yaml``, a sweep's
 ``base: ../llama3.1-8b-1socket.yaml``) hold in both. This module is the one place that
@@ -29,6 +29,7 @@ from rdu_sim.config.errors import ConfigError
 FOLDERS = (
     "workloads",
     "hw_configs",
+    "stacks",
     "tests/models",
     "notebooks",
     "measurements",
@@ -47,6 +48,7 @@ KINDS: dict[str, str] = {
     "sweep": "workloads/sweeps",
     "plan": "workloads/plans",
     "hardware": "hw_configs",
+    "stack": "stacks",
     "trace": "workloads/traces",
     "model": "tests/models",
     "notebook": "notebooks",
@@ -66,7 +68,7 @@ KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
 }
 """The suffixes of each kind's files (YAML for every kind not listed)."""
 
-CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware")
+CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware", "stack")
 """The kinds of YAML config file (what ``rdu-sim check`` reads besides traces)."""
 
 ALL_KINDS = (*CONFIG_KINDS, "trace")

@@ -490,6 +490,13 @@ class WorkloadConfig(StrictModel):
     )
     description: str = Field(default="", description="what the workload is for (free text)")
     hardware: str = Field(min_length=1, description="hardware file, relative to this file")
+    stack: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the serving stack: a shipped stack's name (stacks/), a stack file "
+        "relative to this file, or 'none' (the hardware's ceiling); absent: the hardware "
+        "file's default_stack",
+    )
     model: ModelField = Field(
         description="a preset name (see `rdu-sim inspect model --list`), a Hugging Face "
         "config.json ({config_json: path}) or its keys inline (with model_type), or an "

@@ -28,15 +28,17 @@ from typing import Any
 
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
 from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.config.wiring import ALGORITHMS
 from rdu_sim.des.environment import Event
 from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose
 from rdu_sim.hw.collectives import (
     ALL_GATHER,
     ALL_REDUCE,
     REDUCE_SCATTER,
+    Collective,
     Topology,
-    all_reduce,
     ring,
+    tree_all_reduce,
 )
 from rdu_sim.hw.direct_collectives import one_shot, two_shot
 
@@ -74,33 +76,26 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
     )
 
 
-def start_collective(
-    topo: Topology,
-    kind: str,
-    algorithm: str,
-    nbytes: float,
-    chunks: int,
-    symmetric: bool,
-    sockets: Sequence[int],
-) -> Event:
-    """Start the hw collective ``kind`` of ``nbytes`` in ``chunks`` pieces over ``sockets``
-    with ``algorithm``; fires when done."""
+def start_collective(topo: Topology, call: Collective, algorithm: str) -> Event:
+    """Start ``call`` on the links with ``algorithm`` (the one place an algorithm's name
+    becomes its simulation); fires when done."""
+    if algorithm == "ring":
+        return ring(topo, call)
+    if algorithm == "bidirectional_ring":
+        return ring(topo, call, bidirectional=True)
     if algorithm == "one_shot":
-        return one_shot(topo, kind, nbytes, chunks, symmetric, sockets)
+        return one_shot(topo, call)
     if algorithm == "two_shot":
-        return two_shot(topo, nbytes, chunks, symmetric, sockets)
-    if kind == ALL_REDUCE:
-        return all_reduce(topo, nbytes, algorithm, chunks, symmetric, sockets)
-    if algorithm not in ("ring", "bidirectional_ring"):
-        raise ValueError(f"{kind} runs ring, bidirectional_ring or one_shot, not {algorithm!r}")
-    both = algorithm == "bidirectional_ring"
-    return ring(topo, kind, nbytes, chunks, symmetric, sockets, bidirectional=both)
+        return two_shot(topo, call)
+    if algorithm == "tree":
+        return tree_all_reduce(topo, call)
+    raise ValueError(f"unknown collective algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
 
 
-def group_of(socket: int, group: int) -> list[int]:
+def group_of(socket: int, group: int) -> tuple[int, ...]:
     """The sockets of ``socket``'s collective group (consecutive ids)."""
     first = (socket // group) * group
-    return list(range(first, first + group))
+    return tuple(range(first, first + group))
 
 
 class _Port:
@@ -112,12 +107,11 @@ class _Port:
         self.spans: dict[int, list[float]] = {}
 
     def _run(
-        self, nbytes: float, chunks: int, symmetric: bool, sockets: list[int], layer: int
+        self, nbytes: float, chunks: int, symmetric: bool, sockets: tuple[int, ...], layer: int
     ) -> Event:
         env = self.topo.env
-        done = start_collective(
-            self.topo, self.plan.kind, self.plan.algorithm, nbytes, chunks, symmetric, sockets
-        )
+        call = Collective(self.plan.kind, nbytes, chunks, symmetric, sockets)
+        done = start_collective(self.topo, call, self.plan.algorithm)
         if sockets[0] == 0:
             span = self.spans.setdefault(layer, [float(env.now), float(env.now)])
 

@@ -21,19 +21,17 @@ StepTiming, and engines in one process do not affect each other.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from rdu_sim.compiler.program import KernelProgram, Program
+from rdu_sim.compiler.program import Program
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.stack import NO_STACK, StackConfig
 from rdu_sim.config.workload import EngineConfig
-from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine import shared_steps
-from rdu_sim.engine.budget import check_budget, min_events, over_budget, warn_if_slow
-from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
-from rdu_sim.engine.fast_forward import fewest_layers, time_kernel
+from rdu_sim.engine.budget import min_events
+from rdu_sim.engine.fast_forward import fewest_layers
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
+from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
 
@@ -44,11 +42,17 @@ class Engine:
     ``record`` collects trace records (``StepTiming.records``) for a Perfetto trace."""
 
     def __init__(
-        self, hardware: HardwareConfig, config: EngineConfig | None = None, *, record: bool = False
+        self,
+        hardware: HardwareConfig,
+        config: EngineConfig | None = None,
+        *,
+        record: bool = False,
+        stack: StackConfig = NO_STACK,
     ) -> None:
         self.hardware = hardware
         self.config = config if config is not None else EngineConfig()
         self.record = record
+        self.stack = stack
 
     def estimate_events(self, program: Program) -> int:
         """A lower bound of the events ``simulate_step`` processes (``budget.min_events``)."""
@@ -74,97 +78,49 @@ class Engine:
         step whose inputs equal an earlier one's is that step's result."""
         if self.record or not shared_steps.active():
             return self._simulate(program)
-        key = shared_steps.step_key(program, self.hardware, self.config)
+        key = shared_steps.step_key(program, self.hardware, self.config, self.stack)
         return shared_steps.shared_step(key, lambda: self._simulate(program))
 
     def _simulate(self, program: Program) -> StepTiming:
         _validate(program, self.hardware)
-        cfg, what = self.config, f"this {program.shape.phase} step"
         works = self._works(program)
         least = self._least_events(program, works)
-        check_budget(least, cfg.max_events, what)
-        tiles = max((w.tiles for work in works for w in work.values()), default=0)
-        warn_if_slow(least, what, tiles, cfg.tiles_per_stage)
-        timeline = Recorder() if self.record else None
-        total = RunStats()
-        events = 0
-        kernels: list[KernelTiming] = []
-        collectives: list[CollectiveTiming] = []
-        for kernel, work in zip(program.kernels, works, strict=True):
-            sims: list[KernelSim] = []
 
-            def start(
-                layers: int,
-                looped: bool,
-                kernel: KernelProgram = kernel,
-                work: dict[str, TileWork] = work,
-                left: int = cfg.max_events - events,
-                sims: list[KernelSim] = sims,
-            ) -> KernelSim:
-                sims.append(self._start(program, kernel, work, left, layers, looped))
-                return sims[-1]
-
-            try:
-                result = time_kernel(kernel, start, cfg.fast_forward)
-            except EventLimitError as where:
-                raise over_budget(cfg.max_events, f"{what} ({where})") from None
-            spans = sims[-1].collective_spans() if sims else {}
-            collectives += collective_timings(kernel, spans, self.hardware.system)
-            if timeline is not None and result.recorder is not None:
-                result.recorder.extend_into(timeline, total.time_s)
-            total = total.plus(result.stats)
-            events += result.events
-            kernels.append(
-                KernelTiming(
-                    name=kernel.name,
-                    calls=kernel.calls,
-                    looped=kernel.looped,
-                    time_s=result.stats.time_s,
-                    overhead_s=result.stats.overhead_s,
-                    simulated_iterations=result.simulated_iterations,
-                    period_s=result.period_s,
-                    tiles=work[kernel.stages[0].name].tiles,
-                    sram_bytes=kernel.sram_bytes,
-                )
+        def start(index: int, left: int, layers: int, looped: bool) -> KernelSim:
+            """A simulation of ``layers`` layers of kernel ``index``, allowed ``left`` events."""
+            return KernelSim(
+                program.kernels[index],
+                self.hardware,
+                program.tp,
+                self.config,
+                works[index],
+                layers=layers,
+                looped=looped,
+                max_events=left,
+                record=self.record,
             )
-        return replace(
-            self._timing(program, total, events, least, tuple(kernels), timeline),
-            collectives=tuple(collectives),
-        )
 
-    def _start(
-        self,
-        program: Program,
-        kernel: KernelProgram,
-        works: dict[str, TileWork],
-        left: int,
-        layers: int,
-        looped: bool,
-    ) -> KernelSim:
-        """A simulation of ``layers`` layers of ``kernel``, allowed ``left`` events."""
-        return KernelSim(
-            kernel,
-            self.hardware,
-            program.tp,
-            self.config,
-            works,
-            layers=layers,
-            looped=looped,
-            max_events=left,
-            record=self.record,
+        run = run_kernels(program, self.hardware.system, self.config, least, start)
+        timeline = Recorder() if self.record else None
+        elapsed = RunStats()
+        for result in run.results:  # one kernel after another
+            if timeline is not None and result.recorder is not None:
+                result.recorder.extend_into(timeline, elapsed.time_s)
+            elapsed = elapsed.plus(result.stats)
+        kernels = tuple(
+            KernelTiming.of(k, r, work[k.stages[0].name].tiles, k.sram_bytes)
+            for k, r, work in zip(program.kernels, run.results, works, strict=True)
         )
+        return self._timing(program, run, kernels, timeline)
 
     def _timing(
         self,
         program: Program,
-        total: RunStats,
-        events: int,
-        planned: int,
+        run: KernelsRun,
         kernels: tuple[KernelTiming, ...],
         timeline: Recorder | None,
     ) -> StepTiming:
-        sock = self.hardware.socket
-        step = total.time_s
+        sock, total = self.hardware.socket, run.total
         busy = {
             "pcu": total.pcu_s / sock.pcu.count,
             "pmu": total.pmu_s / sock.pmu.count,
@@ -174,9 +130,11 @@ class Engine:
         }
         return step_timing(
             program,
-            total,
-            step_s=step,
-            runtime_s=self.hardware.runtime.host_s(program.shape.batch),
+            run,
+            self.config,
+            self.stack,
+            step_s=total.time_s,
+            events=run.events,
             bytes_by_tier={
                 "hbm": total.hbm_bytes,
                 "ddr": total.ddr_bytes,
@@ -187,11 +145,7 @@ class Engine:
             kernels=kernels,
             hbm_bandwidth=sock.hbm.bandwidth,
             peak_flops=sock.peak_flops,
-            events=events,
-            estimated_events=planned,
-            tiles_per_stage=self.config.tiles_per_stage,
             sockets_simulated=program.tp if self.config.all_sockets else 1,
-            fast_forward=self.config.fast_forward,
             timeline=timeline,
         )
 
@@ -208,15 +162,13 @@ def simulate_step(
 
 
 def _validate(program: Program, hardware: HardwareConfig) -> None:
-    """Reject Programs the engine cannot run, naming the kernel/stage and the rule."""
+    """Reject Programs the engine cannot run, naming the kernel/stage and the rule: what no
+    engine runs (``check_kernels``), then SN40L's stage order and PCU/PMU budget."""
     if program.tp < 1:
         raise ValueError(f"program.tp must be >= 1, got {program.tp}")
+    check_kernels(program)
     sock = hardware.socket
     for kernel in program.kernels:
-        if kernel.calls < 1:
-            raise ValueError(f"kernel {kernel.name!r}: calls must be >= 1, got {kernel.calls}")
-        if not kernel.stages:
-            raise ValueError(f"kernel {kernel.name!r} has no stages")
         seen: set[str] = set()
         for stage in kernel.stages:
             where = f"kernel {kernel.name!r} stage {stage.name!r}"
@@ -237,11 +189,6 @@ def _validate(program: Program, hardware: HardwareConfig) -> None:
                 raise ValueError(f"{where}: pcus and pmus must be >= 0")
             if stage.pcus == 0 and (stage.flops > 0 or stage.vector_flops > 0):
                 raise ValueError(f"{where}: has FLOPs but no PCUs")
-            spec = stage.collective
-            if spec is not None and (spec.group < 1 or program.tp % spec.group):
-                raise ValueError(
-                    f"{where}: collective group {spec.group} must divide program.tp = {program.tp}"
-                )
         pcus = sum(s.pcus for s in kernel.stages)
         pmus = sum(s.pmus for s in kernel.stages)
         if pcus > sock.pcu.count or pmus > sock.pmu.count:

@@ -56,10 +56,17 @@ def peak_matrix_flops(scenario: Scenario) -> float:
 
 
 def engine_for(scenario: Scenario, *, record: bool = False) -> StepEngine:
-    """The engine for the scenario's hardware, with the workload's engine settings."""
+    """The engine for the scenario's hardware, with the workload's engine settings and the
+    host time its serving stack adds to every step."""
     hardware = scenario.hardware
     if isinstance(hardware, GpuHardwareConfig):
         from rdu_sim.engine.gpu import GpuEngine
 
-        return GpuEngine(hardware, scenario.workload.engine, gpu_settings(scenario), record=record)
-    return Engine(hardware, scenario.workload.engine, record=record)
+        return GpuEngine(
+            hardware,
+            scenario.workload.engine,
+            gpu_settings(scenario),
+            record=record,
+            stack=scenario.stack,
+        )
+    return Engine(hardware, scenario.workload.engine, record=record, stack=scenario.stack)

@@ -25,6 +25,7 @@ from rdu_sim.compiler import shared_programs
 from rdu_sim.compiler.program import Program
 from rdu_sim.compiler.shared_programs import Memo, active, sharing
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine.timing import StepTiming
 
@@ -40,7 +41,9 @@ stats = _memo.stats
 """Lookups answered from the memo and simulated, since the process started."""
 
 
-def step_key(program: Program, hardware: HardwareConfig, config: EngineConfig) -> str:
+def step_key(
+    program: Program, hardware: HardwareConfig, config: EngineConfig, stack: StackConfig
+) -> str:
     """A digest of everything ``Engine.simulate_step`` reads for ``program``."""
     text = "\n".join(
         (
@@ -49,7 +52,7 @@ def step_key(program: Program, hardware: HardwareConfig, config: EngineConfig) -
             repr(program.kernels),
             hardware.socket.model_dump_json(),
             hardware.system.model_dump_json(),
-            hardware.runtime.model_dump_json(),
+            stack.model_dump_json(),
             config.model_dump_json(),
         )
     )

@@ -14,8 +14,11 @@ from rdu_sim.engine.collective_port import CollectiveTiming
 from rdu_sim.engine.records import Recorder, TraceRecords
 
 if TYPE_CHECKING:
-    from rdu_sim.compiler.program import Program
-    from rdu_sim.engine.run_stats import RunStats
+    from rdu_sim.compiler.program import KernelProgram, Program
+    from rdu_sim.config.stack import StackConfig
+    from rdu_sim.config.workload import EngineConfig
+    from rdu_sim.engine.fast_forward import KernelResult
+    from rdu_sim.engine.step_run import KernelsRun
 
 UNIT_KINDS: tuple[str, ...] = ("pcu", "pmu", "hbm", "ddr", "link")
 """Unit kinds whose busy time the engine reports."""
@@ -44,6 +47,23 @@ class KernelTiming:
     period_s: float | None = None
     tiles: int = 0  # tiles each stage streamed per call (the compiler's choice)
     sram_bytes: float = 0.0  # PMU SRAM its stages held (``KernelProgram.sram_bytes``)
+
+    @classmethod
+    def of(
+        cls, kernel: KernelProgram, result: KernelResult, tiles: int = 0, sram_bytes: float = 0.0
+    ) -> KernelTiming:
+        """``kernel``'s timing from its result (``fast_forward.time_kernel``)."""
+        return cls(
+            name=kernel.name,
+            calls=kernel.calls,
+            looped=kernel.looped,
+            time_s=result.stats.time_s,
+            overhead_s=result.stats.overhead_s,
+            simulated_iterations=result.simulated_iterations,
+            period_s=result.period_s,
+            tiles=tiles,
+            sram_bytes=sram_bytes,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""
@@ -95,7 +115,7 @@ class StepTiming:
     records: TraceRecords | None = field(default=None, compare=True, repr=False)
     # each collective stage: algorithm, bytes, hops, latency/bandwidth terms, simulated time
     collectives: tuple[CollectiveTiming, ...] = ()
-    # the serving runtime's host time serialized with the device (hardware ``runtime:``),
+    # the serving stack's host time serialized with the device (``Scenario.stack``),
     # included in ``step_s``
     runtime_s: float = 0.0
 
@@ -152,33 +172,33 @@ class StepTiming:
 
 def step_timing(
     program: Program,
-    total: RunStats,
+    run: KernelsRun,
+    config: EngineConfig,
+    stack: StackConfig,
     *,
     step_s: float,
-    runtime_s: float,
+    events: int,
     bytes_by_tier: dict[str, float],
     busy_s: dict[str, float],
     kernels: tuple[KernelTiming, ...],
     hbm_bandwidth: float,
     peak_flops: float,
-    events: int,
-    estimated_events: int,
-    tiles_per_stage: int,
     sockets_simulated: int,
-    fast_forward: bool,
     timeline: Recorder | None,
 ) -> StepTiming:
-    """A simulated step's timing from its totals, for every engine: the shape is the
-    Program's, the step the device's ``step_s`` plus the runtime's host ``runtime_s``, each
-    unit's utilization its busy time over the step, and the shares of peak HBM bandwidth and
-    matrix FLOP/s are achieved rates over ``hbm_bandwidth`` and ``peak_flops`` (0 for an
-    empty step)."""
+    """A simulated step's timing, for every engine: the shape is the Program's, the totals
+    and collectives the kernels' (``run``), the step the device's ``step_s`` plus the
+    serving stack's host time, each unit's utilization its busy time over the step, and
+    the shares of peak HBM bandwidth and matrix FLOP/s are achieved rates over
+    ``hbm_bandwidth`` and ``peak_flops`` (0 for an empty step)."""
+    shape = program.shape
+    runtime_s = stack.host_s(shape.batch)
     step_s += runtime_s
+    total = run.total
 
     def per_step(value: float) -> float:
         return value / step_s if step_s > 0 else 0.0
 
-    shape = program.shape
     return StepTiming(
         step_s=step_s,
         phase=shape.phase,
@@ -195,10 +215,11 @@ def step_timing(
         hbm_bandwidth_fraction=per_step(total.hbm_bytes) / hbm_bandwidth,
         flops_fraction=per_step(total.flops) / peak_flops,
         events=events,
-        estimated_events=estimated_events,
-        tiles_per_stage=tiles_per_stage,
+        estimated_events=run.estimated_events,
+        tiles_per_stage=config.tiles_per_stage,
         sockets_simulated=sockets_simulated,
-        fast_forward=fast_forward,
+        fast_forward=config.fast_forward,
         records=timeline.freeze() if timeline is not None else None,
+        collectives=run.collectives,
         runtime_s=runtime_s,
     )

@@ -11,10 +11,8 @@ the clock as ``env._now``, the field behind ``env.now``.
 """
 
 from rdu_sim.hw.collectives import (
+    Collective,
     Topology,
-    all_gather,
-    all_reduce,
-    reduce_scatter,
     ring,
     ring_steps,
     ring_time,
@@ -33,6 +31,7 @@ __all__ = [
     "Body",
     "BusyTracker",
     "ByteCounter",
+    "Collective",
     "CopyEngine",
     "KernelLauncher",
     "MemoryChannel",
@@ -40,10 +39,7 @@ __all__ = [
     "PCUGroup",
     "StageBuffer",
     "Topology",
-    "all_gather",
-    "all_reduce",
     "gemm_efficiency",
-    "reduce_scatter",
     "ring",
     "ring_steps",
     "ring_time",

@@ -48,12 +48,46 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.link_chains import Hop, LinkChains, hop_of
 from rdu_sim.hw.p2p_link import P2PLink
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all_reduce", "all_gather", "reduce_scatter"
+KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)
+"""The collectives the links run, by their hw names."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call, whatever algorithm runs it: its ``kind``, ``nbytes`` per socket
+    (NCCL-style, module docstring), sent in ``chunks`` pieces, over ``sockets`` (None: every
+    socket of the topology), simulated whole or by the ``symmetric`` shortcut, its transfers
+    tagged ``tag`` in the trace. Checked once here, for every algorithm."""
+
+    kind: str
+    nbytes: float
+    chunks: int = 1
+    symmetric: bool = False
+    sockets: tuple[int, ...] | None = None
+    tag: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown collective {self.kind!r}; valid: {', '.join(KINDS)}")
+        if self.chunks < 1 or self.nbytes < 0:
+            raise ValueError(
+                f"chunks must be >= 1 and nbytes >= 0, got {self.chunks}, {self.nbytes}"
+            )
+
+    def ids(self, topo: Topology) -> list[int]:
+        """The sockets taking part, in ring order."""
+        return list(range(topo.n_sockets)) if self.sockets is None else list(self.sockets)
+
+    def over(self, sockets: Sequence[int], nbytes: float) -> Collective:
+        """The same call over other ``sockets`` (in that order) with ``nbytes``."""
+        return Collective(self.kind, nbytes, self.chunks, self.symmetric, tuple(sockets), self.tag)
 
 
 class Topology:
@@ -172,7 +206,7 @@ class Countdown:
 
 def ring_steps(kind: str, p: int) -> int:
     """Ring steps: 2(p-1) for all-reduce, p-1 for all-gather and reduce-scatter."""
-    if kind not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER):
+    if kind not in KINDS:
         raise ValueError(f"unknown collective {kind!r}")
     return 2 * (p - 1) if kind == ALL_REDUCE else p - 1
 
@@ -188,38 +222,28 @@ def ring_period(topo: Topology, ring_ids: Sequence[int]) -> int:
     return n  # unreachable: d = n always qualifies
 
 
-def ring(
-    topo: Topology,
-    kind: str,
-    nbytes: float,
-    chunks: int = 1,
-    symmetric: bool = False,
-    sockets: Sequence[int] | None = None,
-    tag: str | None = None,
-    bidirectional: bool = False,
-) -> Event:
-    """Start a ring collective; the returned event fires when every socket is done.
-    ``bidirectional``: half of ``nbytes`` each way round the ring (module docstring)."""
-    ring_ids = list(range(topo.n_sockets)) if sockets is None else list(sockets)
-    p, env = len(ring_ids), topo.env
+def ring(topo: Topology, call: Collective, bidirectional: bool = False) -> Event:
+    """Start ``call`` as a ring collective; the returned event fires when every socket is done.
+    ``bidirectional``: half of the bytes each way round the ring (module docstring)."""
+    ring_ids = call.ids(topo)
+    p, env, kind, chunks = len(ring_ids), topo.env, call.kind, call.chunks
     steps = ring_steps(kind, p)
-    if chunks < 1 or nbytes < 0:
-        raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
-    if steps == 0 or nbytes == 0:
+    if steps == 0 or call.nbytes == 0:
         return Countdown(env, 0).done
     if bidirectional and p > 2:
         # the reverse ring starts at the same socket: ids[0], ids[-1], ids[-2], ...
         reverse = [ring_ids[0], *ring_ids[:0:-1]]
         both = Countdown(env, 2)
         for ids in (ring_ids, reverse):
-            half = ring(topo, kind, nbytes / 2, chunks, symmetric, ids, tag)
+            half = ring(topo, call.over(ids, call.nbytes / 2))
             half.add_callback(lambda _e: both.tick())
         return both.done
-    size = nbytes / p / chunks
+    size = call.nbytes / p / chunks
     # Simulated sockets: all p, or (symmetric) the first d, socket d - 1 sending to socket d
     # whose arrivals are socket 0's (module docstring).
-    sim = ring_period(topo, ring_ids) if symmetric else p
-    if symmetric and topo.fast_chains:
+    sim = ring_period(topo, ring_ids) if call.symmetric else p
+    tag = call.tag
+    if call.symmetric and topo.fast_chains:
         hops = [topo.hop(ring_ids[r], ring_ids[(r + 1) % p]) for r in range(sim)]
         return topo.chains.start(hops, steps, size, list(range(sim)) * chunks, tag)
     count = Countdown(env, sim * chunks)
@@ -235,23 +259,16 @@ def ring(
     return count.done
 
 
-def tree_all_reduce(
-    topo: Topology,
-    nbytes: float,
-    chunks: int = 1,
-    symmetric: bool = False,
-    sockets: Sequence[int] | None = None,
-    tag: str | None = None,
-) -> Event:
+def tree_all_reduce(topo: Topology, call: Collective) -> Event:
     """Binary-tree all-reduce: chunked reduce to the root, then broadcast back."""
-    ids = list(range(topo.n_sockets)) if sockets is None else list(sockets)
-    p, env = len(ids), topo.env
-    if chunks < 1 or nbytes < 0:
-        raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
-    if p == 1 or nbytes == 0:
+    if call.kind != ALL_REDUCE:
+        raise ValueError(f"the tree runs all-reduce only, not {call.kind!r}")
+    ids = call.ids(topo)
+    p, env, chunks, tag = len(ids), topo.env, call.chunks, call.tag
+    if p == 1 or call.nbytes == 0:
         return Countdown(env, 0).done
-    size = nbytes / chunks
-    if symmetric:  # the deepest leaf's path up and back down
+    size = call.nbytes / chunks
+    if call.symmetric:  # the deepest leaf's path up and back down
         path = [p - 1]
         while path[-1] != 0:
             path.append((path[-1] - 1) // 2)
@@ -301,66 +318,6 @@ def tree_all_reduce(
             if not children[i]:
                 reduced(i, k)
     return count.done
-
-
-ALGORITHMS = ("ring", "bidirectional_ring", "tree")
-"""All-reduce algorithms; all-gather and reduce-scatter run on the (bidirectional) ring."""
-
-
-def all_reduce(
-    topo: Topology,
-    nbytes: float,
-    algorithm: str = "ring",
-    chunks: int = 1,
-    symmetric: bool = False,
-    sockets: Sequence[int] | None = None,
-    tag: str | None = None,
-) -> Event:
-    """All-reduce of an ``nbytes`` vector with ``algorithm`` "ring", "bidirectional_ring"
-    or "tree"."""
-    if algorithm in ("ring", "bidirectional_ring"):
-        return ring(
-            topo,
-            ALL_REDUCE,
-            nbytes,
-            chunks,
-            symmetric,
-            sockets,
-            tag,
-            bidirectional=algorithm == "bidirectional_ring",
-        )
-    if algorithm == "tree":
-        return tree_all_reduce(topo, nbytes, chunks, symmetric, sockets, tag)
-    raise ValueError(
-        f"unknown all-reduce algorithm {algorithm!r}; valid: "
-        + ", ".join(repr(a) for a in ALGORITHMS)
-    )
-
-
-def all_gather(
-    topo: Topology,
-    nbytes: float,
-    chunks: int = 1,
-    symmetric: bool = False,
-    sockets: Sequence[int] | None = None,
-    tag: str | None = None,
-    bidirectional: bool = False,
-) -> Event:
-    """Ring all-gather producing ``nbytes`` on every socket."""
-    return ring(topo, ALL_GATHER, nbytes, chunks, symmetric, sockets, tag, bidirectional)
-
-
-def reduce_scatter(
-    topo: Topology,
-    nbytes: float,
-    chunks: int = 1,
-    symmetric: bool = False,
-    sockets: Sequence[int] | None = None,
-    tag: str | None = None,
-    bidirectional: bool = False,
-) -> Event:
-    """Ring reduce-scatter of an ``nbytes`` input per socket."""
-    return ring(topo, REDUCE_SCATTER, nbytes, chunks, symmetric, sockets, tag, bidirectional)
 
 
 def ring_time(

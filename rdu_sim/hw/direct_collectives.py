@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rdu_sim.des.environment import Event
-from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Countdown, Topology
+from rdu_sim.hw.collectives import ALL_REDUCE, Collective, Countdown, Topology
 
 
 def send_order(position: int, group: int, node_size: int) -> list[int]:
@@ -66,55 +66,34 @@ def _exchange(
     return count.done
 
 
-def _group(topo: Topology, sockets: Sequence[int] | None, nbytes: float, chunks: int) -> list[int]:
-    if chunks < 1 or nbytes < 0:
-        raise ValueError(f"chunks must be >= 1 and nbytes >= 0, got {chunks}, {nbytes}")
-    return list(range(topo.n_sockets)) if sockets is None else list(sockets)
-
-
-def one_shot(
-    topo: Topology,
-    kind: str,
-    nbytes: float,
-    chunks: int = 1,
-    symmetric: bool = False,
-    sockets: Sequence[int] | None = None,
-    tag: str | None = None,
-) -> Event:
-    """One-shot ``kind`` (all-reduce: whole vectors; all-gather and reduce-scatter: shards of
+def one_shot(topo: Topology, call: Collective) -> Event:
+    """One-shot ``call`` (all-reduce: whole vectors; all-gather and reduce-scatter: shards of
     ``nbytes / p``) in ``chunks`` pieces; fires when every socket has everything."""
-    ids = _group(topo, sockets, nbytes, chunks)
+    ids = call.ids(topo)
     p = len(ids)
-    if kind not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER):
-        raise ValueError(f"unknown collective {kind!r}")
-    if p == 1 or nbytes == 0:
+    if p == 1 or call.nbytes == 0:
         return Countdown(topo.env, 0).done
-    size = nbytes / chunks / (1 if kind == ALL_REDUCE else p)
-    pieces = [_exchange(topo, ids, size, symmetric, tag) for _ in range(chunks)]
+    size = call.nbytes / call.chunks / (1 if call.kind == ALL_REDUCE else p)
+    pieces = [_exchange(topo, ids, size, call.symmetric, call.tag) for _ in range(call.chunks)]
     return topo.env.all_of(pieces)
 
 
-def two_shot(
-    topo: Topology,
-    nbytes: float,
-    chunks: int = 1,
-    symmetric: bool = False,
-    sockets: Sequence[int] | None = None,
-    tag: str | None = None,
-) -> Event:
+def two_shot(topo: Topology, call: Collective) -> Event:
     """Two-shot all-reduce of an ``nbytes`` vector: one-shot reduce-scatter, then one-shot
     all-gather of each reduced piece as soon as it is complete."""
-    ids = _group(topo, sockets, nbytes, chunks)
-    p, env = len(ids), topo.env
-    if p == 1 or nbytes == 0:
+    if call.kind != ALL_REDUCE:
+        raise ValueError(f"two-shot runs all-reduce only, not {call.kind!r}")
+    ids = call.ids(topo)
+    p, env, chunks, tag = len(ids), topo.env, call.chunks, call.tag
+    if p == 1 or call.nbytes == 0:
         return Countdown(env, 0).done
-    size = nbytes / chunks / p
-    done = Countdown(env, chunks)
+    size = call.nbytes / chunks / p
+    if call.symmetric:
+        done = Countdown(env, chunks)
 
-    def gather(_event: Event) -> None:
-        _exchange(topo, ids, size, symmetric, tag).add_callback(lambda _e: done.tick())
+        def gather(_event: Event) -> None:
+            _exchange(topo, ids, size, True, tag).add_callback(lambda _e: done.tick())
 
-    if symmetric:
         for _ in range(chunks):
             _exchange(topo, ids, size, True, tag).add_callback(gather)
         return done.done

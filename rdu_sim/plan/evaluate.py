@@ -1,4 +1,5 @@
-"""What a plan point's evaluation returns: the cluster run's verdict and headline metrics.
+"""What a plan point's evaluation returns: the cluster run's verdict, headline metrics, and
+each SLO half's share and value, run and alone (``plan.why``, ``plan.floors``).
 
 ``evaluate`` is module level, so it pickles by reference into pool and Dask workers. A
 configuration the hardware cannot hold (a CapacityError: its batch slots do not fit) or the
@@ -14,6 +15,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan.spec import PlanPoint
 
 if TYPE_CHECKING:
+    from rdu_sim.api_cluster import ClusterResult
     from rdu_sim.report.cluster_summary import ClusterSummary
 
 METRICS = (
@@ -45,6 +47,46 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
     }
 
 
+def measure(result: ClusterResult) -> dict[str, Any]:
+    """Everything the plan keeps of one cluster run: the headline, each SLO half's share and
+    value at the attainment quantile, the same for every request alone (its floors), and
+    the floors' steps at that quantile with what binds them."""
+    import numpy as np
+
+    from rdu_sim.plan.floors import bound_of, request_floors
+    from rdu_sim.plan.why import half_metrics, value_at
+
+    slo = result.scenario.config.slo
+    columns = result.requests()
+    served = columns["status"] == "served"
+    ttft = np.where(served, columns["ttft_s"], np.inf)
+    tpot = np.where(served, columns["tpot_s"], np.inf)
+    floors = request_floors(result)
+    metrics = {
+        **headline(result.summary()),
+        **half_metrics(ttft, tpot, slo),
+        **half_metrics(floors.ttft_s, floors.tpot_s, slo, prefix="floor_"),
+    }
+    for half, values, shapes in (
+        ("ttft", floors.ttft_s, floors.prefill_shapes),
+        ("tpot", floors.tpot_s, floors.decode_shapes),
+    ):
+        at = value_at(values, slo.attainment)
+        index = int(np.flatnonzero(values == at)[0])
+        shape = shapes[index]
+        if shape is None:  # rejected, or no TPOT: no step to name
+            continue
+        bound = bound_of(result, shape)
+        metrics[f"{half}_step_s"] = at
+        metrics[f"{half}_step_bound"] = None if bound is None else bound.bound
+        if half == "ttft":
+            metrics["ttft_step_tokens"] = int(floors.prompt_tokens[index])
+        else:
+            metrics["tpot_step_batch"] = shape.batch
+            metrics["tpot_step_context"] = shape.cache_len
+    return metrics
+
+
 def _input_errors() -> tuple[type[BaseException], ...]:
     compiler: Any = importlib.import_module("rdu_sim.compiler")
     engine: Any = importlib.import_module("rdu_sim.engine")
@@ -55,7 +97,7 @@ def evaluate(point: PlanPoint) -> dict[str, Any]:
     """Run the point's cluster (real compiler and engine) and return its headline."""
     api_cluster: Any = importlib.import_module("rdu_sim.api_cluster")
     try:
-        result = api_cluster.run_cluster(point.cluster).summary()
+        result = api_cluster.run_cluster(point.cluster)
+        return measure(result)
     except _input_errors() as exc:
         return {"feasible": False, "reason": " ".join(str(exc).split())}
-    return headline(result)

@@ -2,8 +2,11 @@
 
 A row says how each configuration ended: ``met`` (its fewest replicas meeting the SLO, with
 the goodput one unit fewer reached, evidence of the boundary), ``pruned`` (it could not
-beat the cheapest), ``not met`` (not even with ``max_replicas``), ``infeasible`` (the
-hardware cannot hold it, or the config refuses it: the reason says which) or ``error``.
+beat the cheapest), ``not met`` (its requests alone miss the SLO: the stop rule; or not
+even with ``max_replicas``), ``infeasible`` (the hardware cannot hold it, or the config
+refuses it: the reason says which) or ``error``. ``binding`` names the SLO half that binds
+at the row's replica count and what would move it (``plan.why``); ``why`` is the reason or,
+without one, the binding half in a few words.
 ``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
 more sockets for at least as much goodput.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from rdu_sim.plan.search import PlanResult, Search, _rank
+from rdu_sim.plan.why import binding, short
 from rdu_sim.provenance import shown_file, simulator
 
 ORDER = {"met": 0, "pruned": 1, "not met": 2, "infeasible": 3, "error": 4, "searching": 5}
@@ -22,6 +26,7 @@ def _row(search: Search) -> dict[str, Any]:
     configuration = search.configuration
     row: dict[str, Any] = {
         **configuration.describe(),
+        "label": configuration.label(),
         "tp": search.tp,
         "status": search.status,
         "units": None,
@@ -33,6 +38,8 @@ def _row(search: Search) -> dict[str, Any]:
         "goodput_one_unit_fewer": None,
         "evaluations": len(search.results),
         "reason": search.reason,
+        "binding": [],
+        "why": search.reason,
         "frontier": False,
     }
     units = search.passing
@@ -51,6 +58,14 @@ def _row(search: Search) -> dict[str, Any]:
         below = search.results.get(units - 1)
         if below is not None and search.passing is not None:
             row["goodput_one_unit_fewer"] = below.get("goodput_fraction")
+    if search.results and search.status in ("met", "not met", "pruned"):
+        seen = search.results[units if units is not None else max(search.results)]
+        verdicts = search.stopped or binding(seen, search.slo)
+        row["binding"] = [v.to_dict() for v in verdicts]
+        if not row["why"]:
+            row["why"] = short(verdicts)
+        elif search.status == "not met" and not search.stopped and verdicts:
+            row["why"] = f"{search.reason}; {short(verdicts)}"
     return row
 
 

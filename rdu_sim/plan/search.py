@@ -15,6 +15,12 @@ configuration tries more than S sockets (``n <= S / (unit x tp)``); a configurat
 smallest cluster already has more than S sockets is not run at all. Equal-socket answers
 are still found, and ties go to the higher goodput, then the lower p99 TTFT.
 
+Stop rule (``plan.why.stop_rule``): every evaluation also measures what each request would
+see served alone (``plan.floors``: its prefill, one decode step), which no replica count
+lowers; when those floors already miss the SLO, the configuration's search stops there,
+``not met``, naming the half that binds and what would move it, instead of doubling up to
+``max_replicas``.
+
 Every round collects the next point of every configuration still searching and evaluates
 them together through ``sweep.evaluate_points`` (process pool or Dask, SQLite store): a
 rerun of the same spec resumes from the database, and independent configurations run in
@@ -29,11 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim.config import shipped
+from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan.evaluate import evaluate as default_evaluate
 from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
+from rdu_sim.plan.why import Verdict, short, stop_rule
 from rdu_sim.sweep.executors import check_cluster
-from rdu_sim.sweep.progress import Reporter
+from rdu_sim.sweep.progress import Reporter, Silent
 from rdu_sim.sweep.run import evaluate_points
 
 Evaluate = Callable[[PlanPoint], Mapping[str, Any]]
@@ -46,11 +54,13 @@ class Search:
     configuration: Configuration
     tp: int  # sockets per replica
     max_units: int
+    slo: SLOConfig
     results: dict[int, dict[str, Any]] = field(default_factory=dict)  # units -> metrics
     failing: int = 0  # most units known to fail
     passing: int | None = None  # fewest units known to meet the SLO
     status: str = "searching"  # searching | met | not met | infeasible | pruned | error
     reason: str = ""
+    stopped: list[Verdict] = field(default_factory=list)  # the stop rule's binding halves
 
     @property
     def unit_sockets(self) -> int:
@@ -96,6 +106,9 @@ class Search:
             self.passing = units if self.passing is None else min(self.passing, units)
         else:
             self.failing = max(self.failing, units)
+            self.stopped = stop_rule(metrics, self.slo)
+            if self.stopped:
+                self.finish("not met", short(self.stopped))
 
     def finish(self, status: str, reason: str) -> None:
         self.status = status
@@ -165,9 +178,11 @@ def run_plan(
     searches = []
     for configuration in loaded.configurations():
         units = max(1, loaded.spec.search.max_replicas // configuration.unit)
-        searches.append(Search(configuration, configuration.tp, units))
+        searches.append(Search(configuration, configuration.tp, units, loaded.slo))
     searches.sort(key=lambda s: s.unit_sockets)  # cheapest first: an early bound prunes more
-    evaluations = 0
+    report = reporter or Silent()
+    announced: set[int] = set()
+    evaluations = rounds = 0
     while True:
         best = _best_sockets(searches)
         batch: dict[str, tuple[Search, int, PlanPoint]] = {}
@@ -181,8 +196,14 @@ def run_plan(
                 search.finish("infeasible", " ".join(str(exc).split()))
                 continue
             batch[f"{id(search)}:{step}"] = (search, step, point)
+        _announce(searches, announced, report)
         if not batch:
             break
+        rounds += 1
+        runs = ", ".join(
+            f"{search.configuration.label()} x{units}" for search, units, _ in batch.values()
+        )
+        report.message(f"round {rounds}: {len(batch)} cluster run(s): {runs}")
         points = [point for _, _, point in batch.values()]
         rows = evaluate_points(
             loaded.name,
@@ -196,4 +217,19 @@ def run_plan(
         evaluations += len(points)
         for search, units, point in batch.values():
             search.record(units, rows[point.key])
+        _announce(searches, announced, report)
     return PlanResult(loaded, searches, evaluations, db_path)
+
+
+def _announce(searches: list[Search], announced: set[int], report: Reporter) -> None:
+    """One line for each configuration whose search has just ended."""
+    for search in searches:
+        if search.status == "searching" or id(search) in announced:
+            continue
+        announced.add(id(search))
+        label = search.configuration.label()
+        if search.status == "met" and search.passing is not None:
+            sockets = search.passing * search.unit_sockets
+            report.message(f"  {label}: met with {search.passing} unit(s), {sockets} sockets")
+        else:
+            report.message(f"  {label}: {search.status}: {search.reason}")

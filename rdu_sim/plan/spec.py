@@ -19,6 +19,7 @@ from typing import Any
 
 from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
 from rdu_sim.config import shipped
+from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.plan import PlanSpec, parse_ratio
@@ -54,6 +55,11 @@ class Configuration:
             "serving.batch_slots": self.batch_slots,
             "kv.policy": self.kv_policy,
         }
+
+    def label(self) -> str:
+        """The configuration in a few words, for progress lines."""
+        split = "" if self.disaggregation == "none" else f" disaggregation={self.disaggregation}"
+        return f"tp={self.tp} slots={self.batch_slots} kv={self.kv_policy}{split}"
 
     def describe(self) -> dict[str, Any]:
         """The configuration's axes, for tables and the database."""
@@ -93,6 +99,11 @@ class LoadedPlan:
     @property
     def name(self) -> str:
         return self.spec.name or self.file.stem
+
+    @property
+    def slo(self) -> SLOConfig:
+        """The SLO every configuration is held to: the spec's, else the cluster file's."""
+        return self.spec.slo or self.base.config.slo
 
     def error(self, field: str, message: str) -> ConfigError:
         parts = tuple(field.split("."))

@@ -48,14 +48,8 @@ from rdu_sim.report.cluster_summary import (
     rounded_fields,
 )
 from rdu_sim.report.energy import Energy, Machine, fleet_energy
-from rdu_sim.report.summary import (
-    Percentiles,
-    StepCounts,
-    Utilization,
-    rounded,
-    steps_run,
-    utilization,
-)
+from rdu_sim.report.percentiles import Percentiles, rounded
+from rdu_sim.report.summary import StepCounts, Utilization, steps_run, utilization
 from rdu_sim.serving.step_cache import PS_PER_S
 
 BRIEF = (50, 99)  # percentiles in the per-replica view

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.report.energy import Energy
-from rdu_sim.report.summary import Percentiles, StepCounts, Utilization, rounded
+from rdu_sim.report.percentiles import Percentiles, rounded
+from rdu_sim.report.summary import StepCounts, Utilization
 
 __all__ = [
     "Brief",

@@ -22,7 +22,8 @@ from rdu_sim import human
 from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
-from rdu_sim.report.summary import OfferedLoad, Percentiles, RunSummary, Utilization
+from rdu_sim.report.percentiles import Percentiles
+from rdu_sim.report.summary import OfferedLoad, RunSummary, Utilization
 from rdu_sim.report.terminal import wide_console
 from rdu_sim.serving.steady import MIN_TURNOVERS
 

@@ -5,18 +5,15 @@ summary (``speculation``, ``accepted_tokens_per_step``); docs/serving.md defines
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rdu_sim.compiler.placement import DRAFT_PREFIX
+from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.serving.acceptance import expected_tokens_per_round
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.speculative import PrefillSaving
 from rdu_sim.serving.step_cache import StepCache
-
-if TYPE_CHECKING:
-    from rdu_sim.report.summary import Percentiles
 
 __all__ = ["DraftMemory", "SpeculationSummary", "SpeculativeDecoding", "speculation_summary"]
 
@@ -88,7 +85,6 @@ def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
     expected = np.array([expected_tokens_per_round(float(a), k) for a in speculation.rates])
     weights = (records.output_tokens - 1) / expected  # expected rounds of each request
     total = int(rounds.sum())
-    from rdu_sim.report.summary import Percentiles  # summary imports this module
 
     return SpeculativeDecoding(
         draft_tokens=k,

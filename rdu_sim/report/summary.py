@@ -53,7 +53,6 @@ platforms for the same inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -63,11 +62,12 @@ from numpy.typing import NDArray
 from rdu_sim import __version__, human
 from rdu_sim.compiler.placement import placement_warnings
 from rdu_sim.compiler.program import TIERS, Placement
-from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
+from rdu_sim.report.bound import step_bound
 from rdu_sim.report.energy import Energy, energy_of
+from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import CoEStats
@@ -76,35 +76,6 @@ from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
-
-PERCENTILES = (50, 90, 99)
-SIGNIFICANT_DIGITS = 12
-
-
-def rounded(value: Any) -> Any:
-    """Round every float in a JSON-like structure to 12 significant digits (non-finite:
-    None)."""
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if np.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): rounded(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [rounded(v) for v in value]
-    return value
-
-
-def _round(value: float | None) -> float | None:
-    result: float | None = rounded(value)
-    return result
-
-
-def stats(values: NDArray[np.float64]) -> dict[str, float | None]:
-    """``{p50, p90, p99, mean}`` of the values (all None when there are none)."""
-    if values.size == 0:
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
-    out: dict[str, float | None] = {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
-    out["mean"] = float(values.mean())
-    return out
 
 
 def utilization(cache: StepCache, span: float, *others: StepCache) -> dict[str, float]:
@@ -131,21 +102,6 @@ def steps_run(records: ServingRecords) -> dict[str, int]:
         "decode": records.decode_steps,
         "decode_events": records.decode_runs,
     }
-
-
-@dataclass(frozen=True)
-class Percentiles:
-    """p50, p90, p99 and mean of a per-request quantity (all None when no request has it)."""
-
-    p50: float | None
-    p90: float | None
-    p99: float | None
-    mean: float | None
-
-    @classmethod
-    def of(cls, values: NDArray[np.float64]) -> Percentiles:
-        """The percentiles of ``values`` (:func:`stats`), rounded as the JSON is."""
-        return cls(**{key: _round(value) for key, value in stats(values).items()})
 
 
 @dataclass(frozen=True)
@@ -222,7 +178,7 @@ def offered_load(scenario: Scenario, requests: RequestSet) -> OfferedLoad:
     from_trace = "from the trace" if trace is not None else None
 
     def mean(values: NDArray[np.int64]) -> float | None:
-        return _round(float(values.mean())) if values.size else None
+        return rounded_float(float(values.mean())) if values.size else None
 
     replayed = trace is not None and arrival.process == "poisson"
     return OfferedLoad(
@@ -281,8 +237,9 @@ class DecodeStepBound:
 
 
 def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
-    """The most frequent decode step of ``run`` with its HBM, DDR and compute bounds."""
-    cache, hardware = run.cache, run.scenario.hardware
+    """The most frequent decode step of ``run`` with its HBM, DDR and compute bounds
+    (``report.bound.step_bound``)."""
+    cache = run.cache
     decodes = [(n, shape) for shape, n in cache.steps.items() if shape.phase == "decode"]
     if not decodes:
         return None
@@ -290,26 +247,17 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
     detail = cache.cost(shape).detail
     if not isinstance(detail, StepTiming):
         return None
-    ddr = hardware.socket.ddr if isinstance(hardware, HardwareConfig) else None
-    times = {
-        "hbm": detail.bytes_by_tier.get("hbm", 0.0)
-        / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
-        "ddr": 0.0
-        if ddr is None
-        else detail.bytes_by_tier.get("ddr", 0.0) / (ddr.bandwidth * ddr.efficiency),
-        "compute": detail.flops / hardware.peak_flops,
-        "runtime": detail.runtime_s,
-    }
+    bound = step_bound(detail, run.scenario.hardware)
     return DecodeStepBound(
         batch=shape.batch,
         context=shape.cache_len,
         step_s=detail.step_s,
         bytes_by_tier={t: b for t, b in detail.bytes_by_tier.items() if t in ("hbm", "ddr")},
-        hbm_s=times["hbm"],
-        ddr_s=times["ddr"],
-        compute_s=times["compute"],
-        bound=max(times, key=lambda k: times[k]),
-        runtime_s=times["runtime"],
+        hbm_s=bound.hbm_s,
+        ddr_s=bound.ddr_s,
+        compute_s=bound.compute_s,
+        bound=bound.bound,
+        runtime_s=bound.runtime_s,
     )
 
 
@@ -519,7 +467,7 @@ def summarize(run: ServingRun) -> RunSummary:
     first_arrival, last_finish = latencies.first_arrival, latencies.last_finish
     makespan = last_finish - first_arrival
     decode_span = last_finish - latencies.first_token
-    occupancy = _round(_occupancy(records, batch_slots, first_arrival, last_finish))
+    occupancy = rounded_float(_occupancy(records, batch_slots, first_arrival, last_finish))
     # slot-steps that decoded: one per decode token, or per round when a step is a
     # speculative round (which emits several tokens for a slot)
     decoded = (
@@ -568,30 +516,32 @@ def summarize(run: ServingRun) -> RunSummary:
         requests_completed=int(done.sum()),
         requests_truncated=run.requests_in.truncated,
         output_tokens=output_tokens,
-        prefill_s=_round(run.prefill_s),
+        prefill_s=rounded_float(run.prefill_s),
         ttft_s=latencies.ttft,
         tpot_s=latencies.tpot,
         queue_delay_s=latencies.queue_delay,
         e2e_s=latencies.e2e,
-        decode_tokens_per_s=_round(output_tokens / decode_span if decode_span > 0 else 0.0),
-        steady_decode_tokens_per_s=_round(steady.tokens_per_s) if steady is not None else None,
-        steady_window_s=(_round(steady.start_s), _round(steady.end_s))
+        decode_tokens_per_s=rounded_float(output_tokens / decode_span if decode_span > 0 else 0.0),
+        steady_decode_tokens_per_s=rounded_float(steady.tokens_per_s)
+        if steady is not None
+        else None,
+        steady_window_s=(rounded_float(steady.start_s), rounded_float(steady.end_s))
         if steady is not None
         else None,
         user_tokens_per_s=latencies.user_tokens_per_s,
-        makespan_s=_round(makespan),
+        makespan_s=rounded_float(makespan),
         occupancy=occupancy,
-        decode_slot_fill=_round(decode_fill),
+        decode_slot_fill=rounded_float(decode_fill),
         utilization=Utilization(
             **{
-                key: _round(value) or 0.0
+                key: rounded_float(value) or 0.0
                 for key, value in utilization(cache, makespan, *shared).items()
             }
         ),
         step_cache=StepCacheStats(
             hits=cache.hits,
             misses=cache.misses,
-            hit_rate=_round(cache.hit_rate) or 0.0,
+            hit_rate=rounded_float(cache.hit_rate) or 0.0,
             shapes=len(cache.shapes),
         ),
         steps=StepCounts(**steps_run(records)),
@@ -604,7 +554,7 @@ def summarize(run: ServingRun) -> RunSummary:
             output_tokens,
         ),
         provenance=of_scenario(scenario),
-        accepted_tokens_per_step=_round(
+        accepted_tokens_per_step=rounded_float(
             speculation.decoding.accepted_tokens_per_step
             if speculation is not None and speculation.decoding is not None
             else None

@@ -304,7 +304,7 @@ def serve_coe(
             serving.max_context,
             serving.prefill_priority,
             serving.prefill_chunk_tokens,
-            prefill_batch_tokens=hardware.runtime.prefill_batch_tokens,
+            prefill_batch_tokens=scenario.stack.prefill_batch_tokens,
         ),
         SwitchPolicy(coe.switch, to_ps(coe.turn_s), coe.prefetch),
         _tiers(hardware),

@@ -131,7 +131,7 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
         np.asarray(requests.output_tokens, dtype=np.int64),
         serving.max_context,
     )
-    packed = scenario.hardware.runtime.prefill_batch_tokens
+    packed = scenario.stack.prefill_batch_tokens
     steps, _ = _prefill_counts(prompts, serving.max_context, serving.prefill_chunk_tokens)
     # The report also times one prompt of the workload's typical length.
     typical = typical_prompt(serving, np.asarray(requests.prompt_tokens, dtype=np.int64))

@@ -148,7 +148,7 @@ def serve_scenario(
         serving.max_context,
         serving.prefill_priority,
         serving.prefill_chunk_tokens,
-        prefill_batch_tokens=scenario.hardware.runtime.prefill_batch_tokens,
+        prefill_batch_tokens=scenario.stack.prefill_batch_tokens,
     )
     prompt = typical_prompt(serving, requests.prompt_tokens)
     coe = scenario.workload.coe

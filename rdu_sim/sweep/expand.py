@@ -18,7 +18,7 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import read_yaml
-from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
 from rdu_sim.config.show import short
 from rdu_sim.scenario import Scenario, build_scenario
 from rdu_sim.sweep.key import config_key, resolved_config
@@ -119,8 +119,9 @@ def _blame(
     """The spec location of the override that caused `issue`, if one did."""
     in_base = issue.file == str(loaded.base)
     for path, where in sources.items():
-        if path.startswith(HW_PREFIX):
-            if not in_base and _related(issue.field, path[len(HW_PREFIX) :]):
+        prefix = next((p for p in (HW_PREFIX, STACK_PREFIX) if path.startswith(p)), None)
+        if prefix is not None:
+            if not in_base and _related(issue.field, path[len(prefix) :]):
                 return where
         elif in_base and _related(issue.field, path):
             return where

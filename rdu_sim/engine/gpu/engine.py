@@ -19,21 +19,20 @@ same contract), with the GPU's units in ``busy_s``: ``sm`` (time the SMs compute
 
 from __future__ import annotations
 
-from dataclasses import replace
-from functools import partial
+from collections.abc import Sequence
 
-from rdu_sim.compiler.program import KernelProgram, Program
+from rdu_sim.compiler.program import Program
 from rdu_sim.config.gpu import GpuHardwareConfig
+from rdu_sim.config.stack import NO_STACK, StackConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.des.environment import EventLimitError
-from rdu_sim.engine.budget import check_budget, over_budget, warn_if_slow
-from rdu_sim.engine.collective_port import CollectiveTiming, collective_timings
-from rdu_sim.engine.fast_forward import KernelResult, fewest_layers, time_kernel
+from rdu_sim.engine.budget import over_budget
+from rdu_sim.engine.fast_forward import KernelResult, fewest_layers
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
-from rdu_sim.engine.gpu.stream import Call, execution_order, run_stream
+from rdu_sim.engine.gpu.stream import Call, StreamRun, execution_order, run_stream
 from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, segments
 from rdu_sim.engine.records import Recorder
-from rdu_sim.engine.run_stats import RunStats
+from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
 
 
@@ -48,11 +47,13 @@ class GpuEngine:
         settings: GpuSettings | None = None,
         *,
         record: bool = False,
+        stack: StackConfig = NO_STACK,
     ) -> None:
         self.hardware = hardware
         self.config = config if config is not None else EngineConfig()
         self.settings = settings if settings is not None else GpuSettings()
         self.record = record
+        self.stack = stack
 
     def segments(self, program: Program) -> list[tuple[Segment, ...]]:
         """Each kernel's stages cut at its collectives, their work per tile."""
@@ -72,28 +73,28 @@ class GpuEngine:
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``."""
         _validate(program, self.hardware)
-        cfg, what = self.config, f"this {program.shape.phase} step"
-        least = self.estimate_events(program)
-        check_budget(least, cfg.max_events, what)
-        tiles = max((k.tiles_or(cfg.tiles_per_stage) for k in program.kernels), default=0)
-        warn_if_slow(least, what, tiles, cfg.tiles_per_stage)
-        events = 0
-        results: list[KernelResult] = []
-        collectives: list[CollectiveTiming] = []
-        for kernel, segs in zip(program.kernels, self.segments(program), strict=True):
-            sims: list[GpuKernelSim] = []
-            start = partial(self._start, program, kernel, segs, cfg.max_events - events, sims)
-            try:
-                result = time_kernel(kernel, start, cfg.fast_forward)
-            except EventLimitError as where:
-                raise over_budget(cfg.max_events, f"{what} ({where})") from None
-            spans = sims[-1].collective_spans() if sims else {}
-            collectives += collective_timings(kernel, spans, self.hardware.system)
-            events += result.events
-            results.append(result)
+        cfg = self.config
+        segments = self.segments(program)
+
+        def start(index: int, left: int, layers: int, looped: bool) -> GpuKernelSim:
+            """A simulation of ``layers`` layers (or calls) of kernel ``index``, allowed
+            ``left`` events."""
+            return GpuKernelSim(
+                program.kernels[index],
+                self.hardware,
+                program.tp,
+                cfg,
+                segments[index],
+                layers=layers,
+                looped=looped,
+                max_events=left,
+                record=self.record,
+            )
+
+        run = run_kernels(program, self.hardware.system, cfg, self.estimate_events(program), start)
         per_call = [
             r.stats.time_s / (1 if k.looped else k.calls)
-            for k, r in zip(program.kernels, results, strict=True)
+            for k, r in zip(program.kernels, run.results, strict=True)
         ]
         order = execution_order(program.kernels)
         timeline = Recorder() if self.record else None
@@ -104,99 +105,51 @@ class GpuEngine:
                 [Call(i, per_call[i]) for i in order],
                 kernel_overheads.launch,
                 graph,
-                cfg.max_events - events,
+                cfg.max_events - run.events,
                 timeline,
                 [k.name for k in program.kernels],
             )
         except EventLimitError:
-            raise over_budget(cfg.max_events, f"{what} (launching its kernels)") from None
-        events += stream.events
+            what = f"this {program.shape.phase} step (launching its kernels)"
+            raise over_budget(cfg.max_events, what) from None
         if timeline is not None:
-            _place_records(timeline, results, order, stream.starts)
-        total = RunStats()
-        for r in results:
-            total = total.plus(r.stats)
-        timing = self._timing(
-            program, results, total, stream.end_s, stream.host_s, events, least, timeline
-        )
-        return replace(timing, collectives=tuple(collectives))
-
-    def _start(
-        self,
-        program: Program,
-        kernel: KernelProgram,
-        segs: tuple[Segment, ...],
-        left: int,
-        sims: list[GpuKernelSim],
-        layers: int,
-        looped: bool,
-    ) -> GpuKernelSim:
-        """A simulation of ``layers`` layers (or calls) of ``kernel``, allowed ``left``
-        events, kept in ``sims`` (the last one's collectives are reported)."""
-        sim = GpuKernelSim(
-            kernel,
-            self.hardware,
-            program.tp,
-            self.config,
-            segs,
-            layers=layers,
-            looped=looped,
-            max_events=left,
-            record=self.record,
-        )
-        sims.append(sim)
-        return sim
+            _place_records(timeline, run.results, order, stream.starts)
+        return self._timing(program, run, stream, timeline)
 
     def _timing(
-        self,
-        program: Program,
-        results: list[KernelResult],
-        total: RunStats,
-        step: float,
-        host_s: float,
-        events: int,
-        planned: int,
-        timeline: Recorder | None,
+        self, program: Program, run: KernelsRun, stream: StreamRun, timeline: Recorder | None
     ) -> StepTiming:
-        gpu = self.hardware.gpu
+        gpu, total = self.hardware.gpu, run.total
         busy = {
             "sm": total.pcu_s,
             "hbm": total.hbm_busy_s,
             "link": total.link_busy_s,
-            "host": host_s,
+            "host": stream.host_s,
         }
         return step_timing(
             program,
-            total,
-            step_s=step,
-            runtime_s=self.hardware.runtime.host_s(program.shape.batch),
+            run,
+            self.config,
+            self.stack,
+            step_s=stream.end_s,
+            events=run.events + stream.events,
             bytes_by_tier={"hbm": total.hbm_bytes, "ddr": 0.0, "sram": 0.0, "p2p": total.p2p_bytes},
             busy_s=busy,
             kernels=tuple(
-                KernelTiming(
-                    name=k.name,
-                    calls=k.calls,
-                    looped=k.looped,
-                    time_s=r.stats.time_s,
-                    overhead_s=r.stats.overhead_s,
-                    simulated_iterations=r.simulated_iterations,
-                    period_s=r.period_s,
-                )
-                for k, r in zip(program.kernels, results, strict=True)
+                KernelTiming.of(k, r) for k, r in zip(program.kernels, run.results, strict=True)
             ),
             hbm_bandwidth=gpu.hbm.bandwidth,
             peak_flops=peak_matrix_flops(gpu, self.settings),
-            events=events,
-            estimated_events=planned,
-            tiles_per_stage=self.config.tiles_per_stage,
             sockets_simulated=1,
-            fast_forward=self.config.fast_forward,
             timeline=timeline,
         )
 
 
 def _place_records(
-    timeline: Recorder, results: list[KernelResult], order: list[int], starts: tuple[float, ...]
+    timeline: Recorder,
+    results: Sequence[KernelResult],
+    order: list[int],
+    starts: tuple[float, ...],
 ) -> None:
     """Each kernel's simulated records at the start of its first call on the stream."""
     placed: set[int] = set()
@@ -214,15 +167,4 @@ def _validate(program: Program, hardware: GpuHardwareConfig) -> None:
             f"program.tp = {program.tp}, but hardware {hardware.name!r} has "
             f"{hardware.system.sockets} GPUs"
         )
-    for kernel in program.kernels:
-        if kernel.calls < 1:
-            raise ValueError(f"kernel {kernel.name!r}: calls must be >= 1, got {kernel.calls}")
-        if not kernel.stages:
-            raise ValueError(f"kernel {kernel.name!r} has no stages")
-        for stage in kernel.stages:
-            spec = stage.collective
-            if spec is not None and (spec.group < 1 or program.tp % spec.group):
-                raise ValueError(
-                    f"kernel {kernel.name!r} stage {stage.name!r}: collective group "
-                    f"{spec.group} must divide program.tp = {program.tp}"
-                )
+    check_kernels(program)

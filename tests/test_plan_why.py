@@ -1,0 +1,202 @@
+"""The plan's reasoning: each request's floors (what it sees served alone), the stop rule
+that ends a configuration's search when its floors miss the SLO, and the binding half.
+
+Floors are lower bounds that no replica count lowers: every served request of real runs
+(chunked prefill, a prefix cache, disaggregation, packed prefills) is at or above them, and
+a request really served alone sits exactly on its TTFT floor. The stop rule is checked
+against brute force: a configuration it stops never meets the SLO at any replica count.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from test_api_run import FakeBackend
+from test_plan import brute_force, write_plan
+
+from rdu_sim.api_cluster import run_cluster
+from rdu_sim.cli.main import cli
+from rdu_sim.config.cluster import SLOConfig
+from rdu_sim.plan import load_plan, plan_summary, run_plan
+from rdu_sim.plan.evaluate import measure
+from rdu_sim.plan.floors import request_floors
+from rdu_sim.plan.spec import PlanPoint
+from rdu_sim.plan.why import binding, half_metrics, stop_rule, value_at
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTERS = ROOT / "workloads" / "clusters"
+EPS = 1e-9  # seconds: the floors and the run's times are sums of the same integer picoseconds
+
+
+def test_value_at_is_the_tightest_target_the_goodput_rule_meets() -> None:
+    values = np.arange(1.0, 21.0)
+    assert value_at(values, 0.95) == 19.0  # 19 of 20 within 19 s: 95%
+    assert value_at(values, 1.0) == 20.0
+    # 0.7 x 10 is 7.000000000000001 in floats: the 7th value, as met / total >= 0.7 counts
+    assert value_at(np.arange(1.0, 11.0), 0.7) == 7.0
+    assert value_at(np.array([5.0, np.inf]), 0.5) == 5.0
+    slo = SLOConfig(ttft=2.0, tpot=0.05, attainment=0.5)
+    metrics = half_metrics(np.array([1.0, 3.0]), np.array([np.nan, 0.06]), slo)
+    assert metrics == {
+        "ttft_attainment": 0.5,
+        "tpot_attainment": 0.5,  # one output token: no TPOT, within target
+        "attainment": 0.5,
+        "ttft_at_attainment_s": 1.0,
+        "tpot_at_attainment_s": 0.0,
+    }
+
+
+def _alone(result: Any) -> tuple[np.ndarray, np.ndarray, Any]:
+    columns = result.requests()
+    floors = request_floors(result)
+    served = columns["status"] == "served"
+    assert served.any()
+    return columns, floors, served
+
+
+@pytest.mark.parametrize(
+    ("cluster", "overrides"),
+    [
+        ("llama3.1-8b-chat.yaml", {"traffic.requests": 60}),
+        ("llama3.1-8b-chat.yaml", {"traffic.requests": 60, "pools.serve.replicas": 1}),
+        (  # chunked prefill: every chunk counts
+            "llama3.1-8b-chat.yaml",
+            {"traffic.requests": 40, "pools.serve.set": {"serving.prefill_chunk_tokens": 1024}},
+        ),
+        # disaggregated, a prefix cache on a trace with shared prefixes, KV transfers
+        ("llama3.1-8b-disaggregated.yaml", {"traffic.requests": 80}),
+    ],
+)
+def test_no_request_beats_its_floors(cluster: str, overrides: dict[str, Any]) -> None:
+    result = run_cluster(CLUSTERS / cluster, overrides)
+    columns, floors, served = _alone(result)
+    ttft, tpot = columns["ttft_s"][served], columns["tpot_s"][served]
+    assert np.all(ttft >= floors.ttft_s[served] - EPS)
+    has_tpot = ~np.isnan(tpot)
+    assert np.all(tpot[has_tpot] >= floors.tpot_s[served][has_tpot] - EPS)
+    assert np.all(floors.ttft_s[served] > 0) and np.all(np.isfinite(floors.ttft_s[served]))
+    rejected = columns["status"] == "rejected"
+    assert np.all(np.isinf(floors.ttft_s[rejected]))
+
+
+def test_a_request_alone_sits_on_its_ttft_floor() -> None:
+    """Arrivals half a minute apart on one replica: a request arriving after every earlier
+    one finished is served alone, so its TTFT is its prefill alone, exactly."""
+    result = run_cluster(
+        CLUSTERS / "llama3.1-8b-chat.yaml",
+        {"traffic.requests": 12, "traffic.time_scale": 200.0, "pools.serve.replicas": 1},
+    )
+    columns, floors, served = _alone(result)
+    assert served.all()
+    finished_before = np.maximum.accumulate(np.concatenate([[-1.0], columns["finish_s"][:-1]]))
+    alone = columns["arrival_s"] > finished_before
+    assert alone.sum() >= 8
+    assert np.allclose(columns["ttft_s"][alone], floors.ttft_s[alone], rtol=0, atol=EPS)
+    assert np.all(columns["ttft_s"][~alone] > floors.ttft_s[~alone])  # waited for a step
+
+
+def fake_measure(point: PlanPoint) -> dict[str, Any]:
+    """The plan's evaluation, floors included, on the analytic FakeBackend."""
+    return measure(run_cluster(point.cluster, backend=FakeBackend()))
+
+
+def test_the_stop_rule_ends_a_search_that_no_replica_count_can_meet(tmp_path: Path) -> None:
+    """TTFT of 50 ms: FakeBackend's prefill of a 2,500-token prompt alone takes 60 ms, so
+    more than 10% of the requests miss it whatever the replica count (brute force agrees).
+    The search stops after one run per configuration, naming TTFT as the binding half."""
+    spec = write_plan(
+        tmp_path,
+        {"batch_slots": [4, 8], "max_replicas": 8},
+        slo={"ttft": "50 ms", "tpot": "1 s", "attainment": 0.9},
+    )
+    for runs in brute_force(spec).values():  # not met at any replica count up to the limit
+        assert not any(metrics.get("slo_met") for metrics in runs.values())
+    result = run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_measure)
+    summary = plan_summary(result)
+    assert summary["cheapest"] is None and result.evaluations == 2
+    for row in summary["configurations"]:
+        assert row["status"] == "not met" and row["evaluations"] == 1
+        (verdict,) = row["binding"]
+        assert verdict["half"] == "ttft" and verdict["alone"] is True
+        assert verdict["share"] < 0.9 and verdict["value_s"] > 0.05
+        assert row["why"].startswith("TTFT binds: p90 alone")
+        assert "no number of replicas meets it" in verdict["sentence"]
+        assert "more tp" in verdict["moves"][0]
+
+
+def test_the_stop_rule_names_tpot_when_one_decode_step_is_too_slow(tmp_path: Path) -> None:
+    """TPOT of 10 ms: FakeBackend's decode step is 10 ms plus a little per cached token, so
+    no request meets it alone; TTFT would."""
+    spec = write_plan(
+        tmp_path,
+        {"batch_slots": [4], "max_replicas": 8},
+        slo={"ttft": "10 s", "tpot": "10 ms", "attainment": 0.9},
+    )
+    summary = plan_summary(run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_measure))
+    (row,) = summary["configurations"]
+    assert row["status"] == "not met" and row["evaluations"] == 1
+    assert [v["half"] for v in row["binding"]] == ["tpot"]
+    assert row["binding"][0]["moves"][0].startswith("fewer batch slots or more tp")
+
+
+def test_stop_rule_and_binding_read_only_the_metrics() -> None:
+    slo = SLOConfig(ttft=1.0, tpot=0.05, attainment=0.9)
+    both_pass_alone = {
+        "floor_attainment": 0.85,  # each half alone meets 0.9, together they do not
+        "floor_ttft_attainment": 0.93,
+        "floor_tpot_attainment": 0.92,
+        "floor_ttft_at_attainment_s": 0.9,
+        "floor_tpot_at_attainment_s": 0.04,
+    }
+    assert [v.half for v in stop_rule(both_pass_alone, slo)] == ["ttft", "tpot"]
+    assert stop_rule({}, slo) == []  # an evaluation without floors never stops a search
+    run = {
+        **both_pass_alone,
+        "floor_attainment": 0.95,
+        "ttft_attainment": 0.97,
+        "tpot_attainment": 0.95,
+        "ttft_at_attainment_s": 0.5,  # half its target
+        "tpot_at_attainment_s": 0.045,  # 90% of its target: the nearer one binds
+    }
+    (verdict,) = binding(run, slo)
+    assert verdict.half == "tpot" and not verdict.alone
+    assert verdict.short() == "TPOT binds: p90 45 ms <= 50 ms"
+    run["ttft_attainment"] = 0.5
+    (verdict,) = binding(run, slo)
+    assert verdict.half == "ttft" and "chunked prefill" in verdict.moves[1]
+
+
+def test_the_shipped_70b_plan_names_the_binding_half(tmp_path: Path) -> None:
+    """`rdu-sim plan llama3.1-70b-chat`: at tp=8 a long prompt's prefill alone exceeds the
+    1 s TTFT, so those searches stop after one run naming TTFT and more tp; tp=16 meets the
+    SLO. Without the stop rule (the floors removed) the same answer costs more runs."""
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["plan", "llama3.1-70b-chat", "--db", str(tmp_path / "p.sqlite"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["cheapest"]["tp"] == 16
+    for row in (r for r in data["configurations"] if r["tp"] == 8):
+        assert row["status"] == "not met" and row["evaluations"] == 1
+        assert row["binding"][0]["half"] == "ttft" and row["binding"][0]["alone"]
+        assert "more tp (a prefill of" in row["binding"][0]["moves"][0]
+    assert "round 1: 4 cluster run(s)" in result.stderr  # progress, on stderr
+    assert "tp=8 slots=16 kv=full: not met: TTFT binds" in result.stderr
+
+    def without_floors(point: PlanPoint) -> dict[str, Any]:
+        from rdu_sim.plan.evaluate import evaluate
+
+        return {k: v for k, v in evaluate(point).items() if not k.startswith("floor_")}
+
+    before = run_plan("llama3.1-70b-chat", db=tmp_path / "old.sqlite", evaluate=without_floors)
+    assert before.evaluations > data["evaluations"]
+    assert plan_summary(before)["cheapest"]["sockets"] == data["cheapest"]["sockets"]
+    text = runner.invoke(cli, ["plan", "llama3.1-70b-chat", "--db", str(tmp_path / "p.sqlite")])
+    assert "TTFT binds: 14.3% of requests miss 1 s even served alone" in text.stdout
+    assert load_plan("llama3.1-70b-chat").slo.ttft == 1.0
