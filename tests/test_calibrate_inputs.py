@@ -65,7 +65,8 @@ def test_1_the_output_is_a_folder_and_an_empty_name_is_refused(
     monkeypatch.chdir(tmp_path)
     done = _run(str(measured), "--fit", F, "-o", ".", "--max-evaluations", "2")
     assert done.exit_code == 0, done.output
-    assert (tmp_path / "sn40l-calibrated.yaml").is_file() and (tmp_path / "fit.json").is_file()
+    assert (tmp_path / "sambastudio-2024-calibrated.yaml").is_file()
+    assert (tmp_path / "fit.json").is_file()
     assert (tmp_path / "evaluations.jsonl").is_file()
     _one_error(_run(str(measured), "--fit", F, "-o", ""), "-o", "empty")
     _one_error(_run(str(measured), "--fit", F, "--cache", ""), "--cache", "empty")
@@ -141,21 +142,29 @@ def test_6_an_empty_hardware_is_refused_and_a_given_one_is_recorded(
     two = tmp_path / "two.csv"
     two.write_text(f"{H}\n{ROW}\n{ROW.replace('sn40l,', 'sn40l-8,').replace(',1,1,', ',8,1,')}\n")
     _one_error(_run(str(two), "--fit", F, "--hardware", ""), "--hardware", "empty")
-    _one_error(_run(str(two), "--fit", F), "2 machines (sn40l-8, sn40l)")
+    efficiency = "hw.socket.hbm.efficiency=0.5:1"
+    _one_error(
+        _run(str(two), "--fit", efficiency, "-o", str(tmp_path)), "2 machines (sn40l-8, sn40l)"
+    )
     out = tmp_path / "o"
     done = _run(
         str(two), "--fit", F, "--hardware", "sn40l", "-o", str(out), "--max-evaluations", "1"
     )
     assert done.exit_code == 0, done.output
-    assert "--hardware=sn40l" in (out / "sn40l-calibrated.yaml").read_text().splitlines()[0]
+    overlay = out / "sambastudio-2024-calibrated.yaml"
+    assert "--hardware=sn40l" in overlay.read_text().splitlines()[0]
 
 
 def _folder(root: Path, name: str, base: str) -> Path:
+    """A folder of a hardware file named hw.yaml and rows on it under its default stack and
+    under none."""
     folder = root / name
     folder.mkdir()
     (folder / "hw.yaml").write_text(yaml.safe_dump({"extends": base, "name": f"{name}-hw"}))
-    model = "llama-3.2-1b"
-    (folder / "m.csv").write_text(f"{H}\nhw.yaml,{model},1,1,16,4,e2e_s,0.01\n")
+    rows = [f"hw.yaml,{stack},llama-3.2-1b,1,1,16,4,e2e_s,0.01" for stack in ("", "none")]
+    (folder / "m.csv").write_text(
+        "\n".join([H.replace("hardware,", "hardware,stack,"), *rows]) + "\n"
+    )
     return folder
 
 
@@ -164,17 +173,17 @@ def test_7_two_files_named_alike_are_two_machines(fake_runs: None, tmp_path: Pat
     two CSVs, were fitted as one machine."""
     a, b = _folder(tmp_path, "a", "sn40l"), _folder(tmp_path, "b", "dgx-h100")
     both = [str(a / "m.csv"), str(b / "m.csv")]
-    message = _one_error(_run(*both, "--fit", F), "2 machines")
+    latency = "hw.system.intra_node_link.latency=0:10us"
+    message = _one_error(_run(*both, "--fit", latency, "-o", str(tmp_path)), "2 machines")
     assert str(a / "hw.yaml") in message and str(b / "hw.yaml") in message
     out = tmp_path / "o"
-    done = _run(
-        *both, "--fit", f"{a / 'hw.yaml'}:{F}", "-o", str(out), "--max-evaluations", "1", "--json"
-    )
+    scoped = f"{a / 'hw.yaml'}:{latency}"
+    done = _run(*both, "--fit", scoped, "-o", str(out), "--max-evaluations", "1", "--json")
     assert done.exit_code == 0, done.output
-    reached = {t["id"] for t in json.loads(done.stdout)["targets"]}
-    assert len(reached) == 2  # both rows reported; only a's reached by the parameter
     fit = json.loads(done.stdout)
-    assert fit["parameters"][0]["scope"] == "hw"
+    assert len(fit["targets"]) == 4 and fit["parameters"][0]["scope"] == "hw"
+    overlay = yaml.safe_load((out / "hw-calibrated.yaml").read_text())
+    assert overlay["extends"] == "../a/hw.yaml"  # a's file, not b's
 
 
 def test_8_a_field_fitted_twice_on_the_same_rows_is_refused(measured: Path) -> None:
@@ -183,7 +192,9 @@ def test_8_a_field_fitted_twice_on_the_same_rows_is_refused(measured: Path) -> N
         _run(str(measured), "--fit", F, "--fit", "stack.host.serial_per_step=0:1ms"), "fitted twice"
     )
     _one_error(
-        _run(str(measured), "--fit", F, "--fit", "sn40l:stack.host.serial_per_step=0:1ms"),
+        _run(
+            str(measured), "--fit", F, "--fit", "sambastudio-2024:stack.host.serial_per_step=0:1ms"
+        ),
         "fitted twice",
     )
 
@@ -199,9 +210,9 @@ def test_12_a_recorded_word_with_a_line_break_keeps_the_overlay_valid_yaml(
             str(measured), "--fit", F, "-o", str(out), "--set", value, "--max-evaluations", "1"
         )
         assert done.exit_code == 0, done.output
-        text = (out / "sn40l-calibrated.yaml").read_text()
+        text = (out / "sambastudio-2024-calibrated.yaml").read_text()
         data = yaml.safe_load(text)
-        assert data["extends"] == "sn40l" and set(data) == {"extends", "name", "runtime"}
+        assert data["extends"] == "sambastudio-2024" and set(data) == {"extends", "name", "host"}
         assert all(line.startswith("#") for line in text.splitlines()[:3])
 
 
@@ -215,7 +226,7 @@ def test_13_calibrate_never_writes_over_its_inputs(
     # an overlay passed back is an input: its own folder's fit would write over it
     out = tmp_path / "o"
     assert _run(str(measured), "--fit", F, "-o", str(out), "--max-evaluations", "1").exit_code == 0
-    overlay = out / "sn40l-calibrated.yaml"
+    overlay = out / "sambastudio-2024-calibrated.yaml"
     kept = overlay.read_text()
     _one_error(
         _run(str(measured), "--fit", F, "--overlay", str(overlay), "-o", str(out)),
@@ -258,7 +269,7 @@ def test_a_bound_its_field_refuses_is_named_before_simulating(
         "--fit: stack.host.serial_per_step=0:5s: at its high bound",
     )
     _one_error(
-        _run(str(measured), "--fit", "hw.socket.hbm.bandwith=1:2"), "at its low bound", "bandwith"
+        _run(str(measured), "--fit", "stack.host.serial_per_stp=0:1"), "at its low bound", "stp"
     )
 
 

@@ -100,7 +100,7 @@ def _inputs_read(problem: Problem, given: Sequence[Path]) -> list[Path]:
     for unit in problem.units:
         for deployment in unit.deployments:
             read.extend(deployment.chain)
-            if deployment.stack not in ("", "none"):
+            if deployment.stack != "none":
                 read.append(Path(deployment.stack))
     return read
 

@@ -38,6 +38,7 @@ from rdu_sim.validate.scope import (
     Fixed,
     Scoped,
     fixed_overrides,
+    label_of,
     overrides_for,
     read_bound,
 )
@@ -101,21 +102,19 @@ class Problem:
         """A machine's parameter is one value under every stack it runs: fitted on one
         stack's measurements alone it would be that stack's, so it is refused."""
         stacks = {
-            s
+            d.stack
             for i in self.train
-            if self._reaches(one, self.targets[i])
-            for s in self.targets[i].values_of("stack")
+            for d in self.units[self.targets[i].unit].deployments
+            if one.reaches(d)
         }
-        if "" in stacks:
-            return  # the hardware file carries its runtime: no stacks to tell apart
         if len(stacks) < 2:
             raise ConfigError.single(
                 "--fit",
                 one.parameter.text or one.name,
                 f"a hardware parameter is fitted on the rows of one serving stack only "
-                f"({', '.join(sorted(stacks))}): a machine's value must hold under every stack "
-                "it runs, so fit it on at least two stacks' measurements (or fit a stack's "
-                "own parameter instead)",
+                f"({', '.join(sorted(label_of(s) for s in stacks))}): a machine's value "
+                "must hold under every stack it runs, so fit it on at least two stacks' "
+                "measurements (or fit a stack's own parameter instead)",
             )
 
     def unit_overrides(self, unit: int, values: Sequence[float]) -> list[list[str]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rdu_sim.validate.deployment import (
@@ -23,7 +22,7 @@ from rdu_sim.validate.deployment import (
     grouped,
     simulate_run,
 )
-from rdu_sim.validate.scope import Deployment, Fixed, deployment_of, fixed_overrides
+from rdu_sim.validate.scope import Deployment, Fixed, deployment_of, fixed_overrides, label_of
 
 LIMITS = {"batch": (0.10, 0.25), "full load": (0.10, 0.20)}
 """Each way of measuring -> (largest median |error|, largest |error| of any row) its groups
@@ -36,11 +35,9 @@ def method(point: MeasuredPoint) -> str:
 
 
 def group_of(point: MeasuredPoint, deployment: Deployment) -> str:
-    """The row's group: ``hardware``, its stack when it names one, and how it was measured
-    when at full load (``dgx-h100 · tensorrt-llm · full load``)."""
-    parts = [deployment.hardware.stem]
-    if deployment.stack not in ("", "none"):
-        parts.append(Path(deployment.stack).stem)
+    """The row's group: its hardware file, its stack, and how it was measured when at full
+    load (``dgx-h100 · tensorrt-llm · full load``)."""
+    parts = [deployment.hardware.stem, label_of(deployment.stack)]
     if point.batch is None:
         parts.append("full load")
     return " · ".join(parts)

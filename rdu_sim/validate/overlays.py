@@ -113,7 +113,7 @@ def _leaves(data: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
 def read_overlay(path: Path) -> list[Fixed]:
     """An overlay's fields as values given on the machine or stack it extends (a
     ConfigError naming the file when it extends nothing readable)."""
-    from rdu_sim.config import shipped
+    from rdu_sim.config.extends import base_of
     from rdu_sim.config.kinds import file_kind
     from rdu_sim.config.yaml_io import file_problem, read_yaml
 
@@ -124,14 +124,13 @@ def read_overlay(path: Path) -> list[Fixed]:
             str(path), "extends", "an overlay names the machine or stack it extends"
         )
     named = named.strip()
-    near = shipped.written_in(path, named)
-    kinds = [kind for kind in ("hardware", "stack") if kind in shipped.KINDS]
-    base = (
-        near
-        if near.exists()
-        else next(
-            (found for kind in kinds if (found := shipped.find(named, (kind,))) is not None), near
-        )
+    base = next(
+        (
+            found
+            for kind in ("hardware", "stack")
+            if (found := base_of(path, named, kind)).is_file()
+        ),
+        base_of(path, named, "hardware"),
     )
     problem = file_problem(base)
     if problem is not None:

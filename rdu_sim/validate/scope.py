@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.extends import extends_chain
+from rdu_sim.config.stack import NONE
 from rdu_sim.config.units import (
     UnitError,
     parse_bandwidth,
@@ -71,34 +73,20 @@ class Deployment:
         return machine in self.chain
 
 
-def hardware_chain(path: Path) -> tuple[Path, ...]:
-    """``path`` and each hardware file it extends, resolved, nearest first."""
-    from rdu_sim.config import shipped
-    from rdu_sim.config.yaml_io import read_yaml
-
-    chain = [path.resolve()]
-    while len(chain) <= 64:
-        data, _ = read_yaml(chain[-1])
-        named = data.get("extends") if isinstance(data, dict) else None
-        if not isinstance(named, str) or not named.strip():
-            break
-        near = shipped.written_in(chain[-1], named.strip())
-        base = near if near.exists() else shipped.find(named.strip(), ("hardware",)) or near
-        if base.resolve() in chain:
-            break  # read_hardware refuses the loop; the scenario was built, so none is here
-        chain.append(base.resolve())
-    return tuple(chain)
-
-
 def stack_of(scenario: Scenario) -> str:
     """The serving stack a scenario runs: its stack file (resolved), or ``none``."""
-    stack_file = str(getattr(scenario, "stack_file", ""))  # the stacks arrive with issue 42
-    return stack_file if stack_file in ("", "none") else str(Path(stack_file).resolve())
+    stack_file = scenario.stack_file
+    return stack_file if stack_file == NONE else str(Path(stack_file).resolve())
+
+
+def label_of(target: str) -> str:
+    """A machine or stack as reports name it: its file's stem, or ``none``."""
+    return target if target == NONE else Path(target).stem
 
 
 def deployment_of(scenario: Scenario) -> Deployment:
     """Where ``scenario`` runs."""
-    return Deployment(hardware_chain(Path(scenario.hardware_file)), stack_of(scenario))
+    return Deployment(extends_chain(Path(scenario.hardware_file), "hardware"), stack_of(scenario))
 
 
 def unit_of(path: str) -> str:
@@ -210,10 +198,6 @@ class Scoped:
         return f"{self.label}:{self.parameter.path}"
 
 
-def _label(target: str) -> str:
-    return target if target == "none" else Path(target).stem
-
-
 def _resolve_machine(text: str, base: Path) -> str:
     from rdu_sim.config import shipped
 
@@ -235,12 +219,12 @@ def _resolve_stack(text: str, base: Path) -> str:
         raise ConfigError.single(
             "--fit", text, "the stack none is the hardware's ceiling: it has nothing to fit"
         )
-    kinds = ("stack",) if "stack" in shipped.KINDS else ()
-    found = shipped.locate_near(shipped.written_in(base / "x", text), text, kinds)
+    found = shipped.locate_near(shipped.written_in(base / "x", text), text, ("stack",))
     if not found.is_file():
-        names = ", ".join(shipped.names("stack")) if kinds else "none are shipped"
         raise ConfigError.single(
-            "--fit", text, f"no serving stack of that name or path (shipped: {names}; or none)"
+            "--fit",
+            text,
+            f"no serving stack of that name or path (shipped: {', '.join(shipped.names('stack'))})",
         )
     return str(found.resolve())
 
@@ -266,8 +250,8 @@ def resolve(
             own = sorted({r.stack if parameter.kind == "stack" else str(r.hardware) for r in runs})
             if len(own) != 1:
                 what = "serving stacks" if parameter.kind == "stack" else "machines"
-                labels = [_label(o) for o in own]
-                named = ", ".join(o if labels.count(_label(o)) > 1 else _label(o) for o in own)
+                labels = [label_of(o) for o in own]
+                named = ", ".join(o if labels.count(label_of(o)) > 1 else label_of(o) for o in own)
                 raise ConfigError.single(
                     "--fit",
                     where,
@@ -282,7 +266,7 @@ def resolve(
                     "the fitted rows run the stack none (the hardware's "
                     "ceiling): it has nothing to fit",
                 )
-        one = Scoped(parameter, target, _label(target))
+        one = Scoped(parameter, target, label_of(target))
         if not any(one.reaches(run) for run in runs):
             raise ConfigError.single(
                 "--fit", where, f"no fitted row runs on {one.label} (nor on a file extending it)"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rdu_sim.validate.deployment import MeasuredPoint, simulate_run
-from rdu_sim.validate.scope import HW, Deployment, deployment_of, stack_of
+from rdu_sim.validate.scope import HW, Deployment, deployment_of, label_of, stack_of
 
 GROUP_KEYS = ("set", "machine", "hardware", "stack", "model", "tp", "metric", "figure")
 """What a held-out group may select by: a measurement set (a file's stem, or ``figures``),
@@ -189,12 +189,11 @@ Unit = RowUnit | FiguresUnit
 
 
 def _row_groups(point: MeasuredPoint, deployment: Deployment) -> tuple[tuple[str, str], ...]:
-    stack = deployment.stack
     return (
         ("set", Path(point.file).stem),
         *(("machine", path.stem) for path in deployment.chain),
         ("hardware", deployment.hardware.stem),
-        ("stack", stack if stack in ("", "none") else Path(stack).stem),
+        ("stack", label_of(deployment.stack)),
         ("model", point.model),
         ("tp", str(point.tp)),
         ("metric", point.metric),
@@ -278,7 +277,7 @@ def figure_targets(
             ("metric", name),
             *(("machine", p.stem) for d in suite.deployments for p in d.chain),
             *(("hardware", d.hardware.stem) for d in suite.deployments),
-            ("stack", _stack_label(getattr(figure, "stack", "") or deployment.stack)),
+            ("stack", figure.stack or label_of(deployment.stack)),
         ]
         targets.append(
             Target(
@@ -295,7 +294,3 @@ def figure_targets(
             )
         )
     return suite, targets
-
-
-def _stack_label(stack: str) -> str:
-    return stack if stack in ("", "none") or "/" not in stack else Path(stack).stem
