@@ -21,8 +21,8 @@ from pathlib import Path
 
 from rdu_sim.validate.measurement_file import print_converted
 
-SYSTEMS = {("h100-sxm-80gb", "tensorrt-llm"): ("dgx-h100", "")}
-"""(gpu, engine) -> (hardware file, serving stack: "" for the hardware file's default)."""
+SYSTEMS = {("h100-sxm-80gb", "tensorrt-llm"): ("dgx-h100", "tensorrt-llm")}
+"""(gpu, engine) -> (hardware file, serving stack)."""
 KV_DTYPE = "fp8"
 """The KV cache dtype of every row (not stated by the source: see the module docstring)."""
 METRICS = {"output_tokens_per_s": "output_tokens_per_s"}
