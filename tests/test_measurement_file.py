@@ -175,7 +175,7 @@ def test_the_stacks_kv_pool_sets_a_full_load_rows_batch(of: str) -> None:
     assert kv_bytes(scenario, slots) <= pool(slots) < kv_bytes(scenario, slots + 1)
     whole = batch_capacity(point.scenario(["stack.kv_memory_fraction=null"]))
     assert 0 < slots < whole  # the whole memory holds more
-    with pytest.raises(CapacityError, match="stack.kv_memory_fraction 0.5 of the"):
+    with pytest.raises(CapacityError, match=r"stack\.kv_memory_fraction 0\.5 of the"):
         plan_memory(scenario, slots + 1)
     assert simulate_run(point, sets).batch_slots == slots
 
