@@ -32,6 +32,9 @@ start below); a full-load point's is its own length, which sets how many sequenc
 AUTO = "auto"
 """``batch`` of a full-load point: as many slots as the KV memory holds."""
 
+FULL_LOAD, BATCH = "full-load", "batch"
+"""How a point was measured: a full-load run (``batch`` auto), or a batch sent together."""
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -127,6 +130,11 @@ class MeasuredPoint:
     def unit(self) -> str:
         """The unit of the measured value."""
         return METRICS[self.metric].unit
+
+    @property
+    def method(self) -> str:
+        """How it was measured: ``full-load`` (batch auto) or ``batch``."""
+        return FULL_LOAD if self.batch is None else BATCH
 
     @property
     def request_count(self) -> int:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdu_sim.validate.deployment import (
+    BATCH,
+    FULL_LOAD,
     ErrorSummary,
     MeasuredPoint,
     PointResult,
@@ -24,22 +26,17 @@ from rdu_sim.validate.deployment import (
 )
 from rdu_sim.validate.scope import Deployment, Fixed, deployment_of, fixed_overrides, label_of
 
-LIMITS = {"batch": (0.10, 0.25), "full load": (0.10, 0.20)}
+LIMITS = {BATCH: (0.10, 0.25), FULL_LOAD: (0.10, 0.20)}
 """Each way of measuring -> (largest median |error|, largest |error| of any row) its groups
 pass with."""
 
 
-def method(point: MeasuredPoint) -> str:
-    """How a row was measured: ``full load`` (batch auto) or ``batch``."""
-    return "full load" if point.batch is None else "batch"
-
-
 def group_of(point: MeasuredPoint, deployment: Deployment) -> str:
     """The row's group: its hardware file, its stack, and how it was measured when at full
-    load (``dgx-h100 · tensorrt-llm · full load``)."""
+    load (``dgx-h100 · tensorrt-llm · full-load``)."""
     parts = [deployment.hardware.stem, label_of(deployment.stack)]
-    if point.batch is None:
-        parts.append("full load")
+    if point.method == FULL_LOAD:
+        parts.append(FULL_LOAD)
     return " · ".join(parts)
 
 
@@ -110,6 +107,6 @@ def run_deployment_suite(
     names = [group_of(p, d) for p, d in zip(points, deployments, strict=True)]
     by_name = dict(zip((id(r) for r in results), names, strict=True))
     summaries = grouped(results, lambda r: by_name[id(r)])
-    kind = {name: method(p) for name, p in zip(names, points, strict=True)}
+    kind = {name: p.method for name, p in zip(names, points, strict=True)}
     verdicts = tuple(GroupVerdict(summary, *LIMITS[kind[summary.group]]) for summary in summaries)
     return DeploymentReport(tuple(results), verdicts, tuple(names))

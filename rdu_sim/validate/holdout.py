@@ -3,7 +3,7 @@
 A selector is ``KEY=VALUE[,KEY=VALUE...]`` (``--holdout model=llama-3.1-70b``; in a spec file
 a mapping): a target is held out when it matches every pair of one selector, each KEY one of
 ``rdu_sim.validate.targets.GROUP_KEYS`` (a measurement set, machine, hardware file, serving
-stack, model, tp, metric or figure). There is no selector for a row or a batch: a point held
+stack, model, tp, metric, method or figure). There is no selector for a row or a batch: a point held
 out between trained neighbours of the same shape tests interpolation, not the model.
 """
 

@@ -32,10 +32,21 @@ from typing import Any, Literal
 from rdu_sim.validate.deployment import MeasuredPoint, simulate_run
 from rdu_sim.validate.scope import HW, Deployment, deployment_of, label_of, stack_of
 
-GROUP_KEYS = ("set", "machine", "hardware", "stack", "model", "tp", "metric", "figure")
+GROUP_KEYS = (
+    "set",
+    "machine",
+    "hardware",
+    "stack",
+    "model",
+    "tp",
+    "metric",
+    "method",
+    "figure",
+)
 """What a held-out group may select by: a measurement set (a file's stem, or ``figures``),
 a machine (any hardware file a run's file is or extends), its own hardware file, a serving
-stack, a model, a tensor-parallel degree, a metric, a figure's name."""
+stack, a model, a tensor-parallel degree, a metric, how a row was measured (``batch`` or
+``full-load``), a figure's name."""
 
 FIGURES_SET = "figures"
 MISSING_RATIO = 1e-3
@@ -197,6 +208,7 @@ def _row_groups(point: MeasuredPoint, deployment: Deployment) -> tuple[tuple[str
         ("model", point.model),
         ("tp", str(point.tp)),
         ("metric", point.metric),
+        ("method", point.method),
     )
 
 
