@@ -151,35 +151,6 @@ def test_a_full_load_row_is_a_serving_run_at_the_kv_capacity() -> None:
     assert simulate_run(tpot).value == pytest.approx(summary.tpot_s.mean, rel=1e-12)
 
 
-@pytest.mark.parametrize("of", ["free", "total"])
-def test_the_stacks_kv_pool_sets_a_full_load_rows_batch(of: str) -> None:
-    """batch auto is the most slots whose KV cache fits the pool the stack gives it: a
-    fraction of the memory the weights and activations leave (TensorRT-LLM) or of all of it
-    (vLLM); one slot more is refused by the memory plan, naming the stack's fraction."""
-    from rdu_sim.compiler import CapacityError, batch_capacity, plan_memory
-    from rdu_sim.compiler.placement import activation_bytes, kv_bytes, pinned_weight_bytes
-
-    point = MeasuredPoint(
-        "dgx-h100", "llama-3.1-8b", 1, None, 1000, 1000, "output_tokens_per_s", 1.0,
-        requests=10, weights="fp8", kv="fp8", stack="tensorrt-llm", source="x.csv:2",
-    )  # fmt: skip
-    sets = ["stack.kv_memory_fraction=0.5", f"stack.kv_memory_of={of}"]
-    scenario = point.scenario(sets)
-    slots = batch_capacity(scenario)
-    hbm = scenario.hardware.hbm.capacity
-
-    def pool(n: int) -> float:
-        used = pinned_weight_bytes(scenario) + activation_bytes(scenario, n)
-        return 0.5 * (hbm - used) if of == "free" else 0.5 * hbm - used
-
-    assert kv_bytes(scenario, slots) <= pool(slots) < kv_bytes(scenario, slots + 1)
-    whole = batch_capacity(point.scenario(["stack.kv_memory_fraction=null"]))
-    assert 0 < slots < whole  # the whole memory holds more
-    with pytest.raises(CapacityError, match=r"stack\.kv_memory_fraction 0\.5 of the"):
-        plan_memory(scenario, slots + 1)
-    assert simulate_run(point, sets).batch_slots == slots
-
-
 def test_a_row_that_cannot_run_names_its_line_and_column(tmp_path: Path) -> None:
     for row, column in [
         (ROW.replace("llama-3.2-1b", "llama-9"), "model"),

@@ -245,7 +245,7 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
     tolerance, hardware = asked.tolerance, asked.hardware
     overrides, overlays = asked.overrides, asked.overlays
     from rdu_sim.config import shipped
-    from rdu_sim.validate.calibration_problem import Inputs
+    from rdu_sim.validate.calibration_problem import Inputs, spec_inputs
     from rdu_sim.validate.calibration_spec import read_spec
     from rdu_sim.validate.holdout import parse_selector
     from rdu_sim.validate.scope import parse_fit
@@ -266,22 +266,7 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
                 fail(f"{option}: the spec {args[0]} states it (edit a copy of the spec instead)")
         path = shipped.locate(args[0], ("calibration",))
         spec = read_spec(path)
-        figure_set = spec.file.figures
-        inputs = Inputs(
-            measurements=tuple(spec.measurement_paths()),
-            parameters=spec.parameters,
-            held_out=spec.held_out,
-            tolerance=spec.file.tolerance,
-            figures=figure_set is not None,
-            figure_names=None
-            if figure_set is None or figure_set.names is None
-            else tuple(figure_set.names),
-            quick=True if figure_set is None else figure_set.quick,
-            overrides=(*spec.file.overrides, *overrides),
-            overlays=overlays,
-            base=spec.base,
-            source=str(path),
-        )
+        inputs = spec_inputs(spec, overrides, overlays)
         return inputs, path, spec.file.max_evaluations, f"calibration-{path.stem}"
     if not fits:
         fail("name a parameter to fit with --fit [SCOPE:]PATH=LOW:HIGH, or give a calibration spec")

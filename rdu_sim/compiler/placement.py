@@ -342,17 +342,6 @@ def plan_memory(
             f"{human.size(ddr_cap, 4)}, so {human.size(in_ddr - ddr_cap, 4)} do not fit: "
             + _join(shrink_hints(scenario, kv=False, weights=True, ddr=True))
         )
-    # the weights fit: the stack's pool for the KV cache is what is left to check
-    pool = scenario.stack.kv_pool_bytes(hbm_cap, pinned_weight_bytes(scenario) + act)
-    if kv > pool:
-        stack = scenario.stack
-        raise CapacityError(
-            f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) is more than the "
-            f"{human.size(max(pool, 0), 4)} pool serving stack {stack.name!r} gives it "
-            f"(stack.kv_memory_fraction {stack.kv_memory_fraction} of the {stack.kv_memory_of} "
-            f"memory); lower serving.batch_slots (at most {batch_capacity(scenario, strict=False)} "
-            "fit; 'auto' picks that)"
-        )
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=capacities["sram"]),
         "hbm": TierUsage(
@@ -373,26 +362,18 @@ def hbm_fractions(placement: Placement) -> dict[str, float]:
     return {key: hbm / (hbm + ddr) for key, (hbm, ddr) in sizes.items() if hbm + ddr}
 
 
-def pinned_weight_bytes(scenario: Scenario) -> int:
-    """Weight bytes a socket keeps in HBM whatever the batch: the draft's and the target's
-    up to what ``memory.weights`` pins."""
-    target = min(sum(w.bytes for w in weight_inventory(scenario)), pinned_limit(scenario))
-    return sum(w.bytes for w in draft_weights(scenario)) + target
-
-
 def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
-    """Most slots whose KV cache and activations fit in HBM beside the weights it pins, the
-    KV cache inside the pool the serving stack gives it (``stack.kv_memory_fraction``).
+    """Most slots whose KV cache and activations fit in HBM beside the weights it pins.
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
-    weights = pinned_weight_bytes(scenario)
+    target = min(sum(w.bytes for w in weight_inventory(scenario)), pinned_limit(scenario))
+    weights = sum(w.bytes for w in draft_weights(scenario)) + target
 
     def fits(slots: int) -> bool:
-        kv, used = kv_bytes(scenario, slots), weights + activation_bytes(scenario, slots)
-        return used + kv <= hbm and kv <= scenario.stack.kv_pool_bytes(hbm, used)
+        return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots) <= hbm
 
     if not fits(1):
         if strict:

@@ -68,7 +68,7 @@ KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
 }
 """The suffixes of each kind's files (YAML for every kind not listed)."""
 
-CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware", "stack")
+CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware", "stack", "calibration")
 """The kinds of YAML config file (what ``rdu-sim check`` reads besides traces)."""
 
 ALL_KINDS = (*CONFIG_KINDS, "trace")

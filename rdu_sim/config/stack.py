@@ -25,7 +25,6 @@ NONE = "none"
 """The name of the built-in stack that adds nothing: the hardware's ceiling."""
 
 RunsOn = Literal["rdu", "gpu", "any"]
-KvMemoryOf = Literal["free", "total"]
 
 
 class HostWorkConfig(StrictModel):
@@ -75,29 +74,6 @@ class StackConfig(StrictModel):
         description="the runtime packs waiting prompts of one static prefill shape into one "
         "prefill step, up to this many (padded) tokens; none: one prompt per prefill step",
     )
-    kv_memory_fraction: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="share of a device's memory the runtime gives its KV cache pool, which "
-        "sets how many sequences run at once when batch_slots is auto (kv_memory_of says "
-        "of what); none: every byte the weights and activations leave",
-    )
-    kv_memory_of: KvMemoryOf = Field(
-        default="free",
-        description="what kv_memory_fraction is a share of: 'free', the memory left after "
-        "the weights and activations (TensorRT-LLM's free_gpu_memory_fraction), or 'total', "
-        "the whole memory, weights and activations included (vLLM's gpu_memory_utilization)",
-    )
-
-    def kv_pool_bytes(self, capacity: int, used: int) -> float:
-        """Bytes the KV cache may take on a device of ``capacity`` bytes whose weights and
-        activations take ``used`` (infinite without a fraction: the capacity binds)."""
-        if self.kv_memory_fraction is None:
-            return float("inf")
-        if self.kv_memory_of == "total":
-            return self.kv_memory_fraction * capacity - used
-        return self.kv_memory_fraction * (capacity - used)
 
     def host_s(self, batch: int) -> float:
         """Host seconds a step of ``batch`` slots adds to the device's time."""

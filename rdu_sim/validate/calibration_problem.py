@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.validate.calibrate import Problem
+from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.holdout import Selector, split
 from rdu_sim.validate.measurement_file import read_all
 from rdu_sim.validate.overlays import read_overlay
@@ -122,6 +123,32 @@ def _one_unit_per_deployment(problem: Problem, one: Scoped) -> list[int]:
     return chosen
 
 
-def deployments(problem: Problem, indices: Sequence[int]) -> list[Deployment]:
-    """The deployments of the given targets' units."""
-    return [d for i in indices for d in problem.units[problem.targets[i].unit].deployments]
+def spec_inputs(
+    spec: CalibrationSpec, overrides: Sequence[str] = (), overlays: Sequence[Path] = ()
+) -> Inputs:
+    """What a spec file asks (``overrides`` and ``overlays`` added from the command line)."""
+    figures = spec.file.figures
+    return Inputs(
+        measurements=tuple(spec.measurement_paths()),
+        parameters=spec.parameters,
+        held_out=spec.held_out,
+        tolerance=spec.file.tolerance,
+        figures=figures is not None,
+        figure_names=None if figures is None or figures.names is None else tuple(figures.names),
+        quick=True if figures is None else figures.quick,
+        overrides=(*spec.file.overrides, *overrides),
+        overlays=tuple(overlays),
+        base=spec.base,
+        source=str(spec.path),
+    )
+
+
+def check_spec(path: Path) -> str:
+    """A spec file read and its problem built (every row's workload, every scope and bound
+    checked; nothing simulated): what it would fit, in words."""
+    spec = read_spec(path)
+    problem = build_problem(spec_inputs(spec))
+    return (
+        f"{spec.file.name!r}: {len(problem.parameters)} parameter(s) over "
+        f"{len(problem.train)} fitted and {len(problem.held_out)} held-out target(s)"
+    )
