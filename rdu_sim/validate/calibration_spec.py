@@ -138,10 +138,11 @@ def read_spec(path: Path) -> CalibrationSpec:
         try:
             held.append(selector_from(entry, str(path)))
         except ConfigError as exc:
+            issue = exc.issues[0]
             raise ConfigError.single(
                 str(path),
-                f"held_out.{index}",
-                exc.issues[0].message,
+                f"held_out.{index}" + (f".{issue.field}" if issue.field else ""),
+                issue.message,
                 _line(lines, "held_out", str(index)),
             ) from None
     return CalibrationSpec(path, spec, tuple(parameters), tuple(held))

@@ -177,7 +177,7 @@ class FiguresUnit:
             for path, ovr in (
                 (SNAPSTREAM_WORKLOAD, overrides[0]),
                 (FULL_WORKLOAD, overrides[0]),
-                (LLAMA_WORKLOAD, overrides[1]),
+                (LLAMA_WORKLOAD, scaling_step(overrides[1])),
             )
         ]
         return _digest({"figures": list(self.names), "quick": self.quick, "configs": configs})
@@ -194,6 +194,14 @@ class FiguresUnit:
         ).rows
         found = {row.figure.name: row.simulated for row in rows}
         return Evaluated(tuple(float(found[name]) for name in self.names))
+
+
+def scaling_step(overrides: Sequence[str]) -> list[str]:
+    """The overrides of one of the Kernel Looping steps (``decode_scaling``): what they run
+    on (the hardware file, the stack the steps name) is what every one of them runs on."""
+    from rdu_sim.validate.decode_scaling import decode_overrides
+
+    return [*overrides, *decode_overrides("llama-3.1-8b", 8, True)]
 
 
 Unit = RowUnit | FiguresUnit
@@ -278,7 +286,7 @@ def figure_targets(
             "hardware or stacks: one parameter set cannot describe both",
         )
     suite = FiguresUnit(tuple(chosen), quick, ())
-    scaling = deployment_of(api.load(LLAMA_WORKLOAD, suite.parts(overrides)[1]))
+    scaling = deployment_of(api.load(LLAMA_WORKLOAD, scaling_step(suite.parts(overrides)[1])))
     suite = FiguresUnit(tuple(chosen), quick, (deployment, scaling))
     targets = []
     for index, name in enumerate(chosen):
