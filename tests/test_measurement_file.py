@@ -151,6 +151,22 @@ def test_a_full_load_row_is_a_serving_run_at_the_kv_capacity() -> None:
     assert simulate_run(tpot).value == pytest.approx(summary.tpot_s.mean, rel=1e-12)
 
 
+def test_a_full_load_rows_slot_is_its_length_in_whole_pages() -> None:
+    """A paged stack reserves a request's whole length at admission, in pages: 500 + 2000
+    tokens take 40 pages of 64; a batch sent together keeps its padded static context."""
+    point = MeasuredPoint(
+        "dgx-h100", "llama-3.1-8b", 1, None, 500, 2000, "output_tokens_per_s", 1.0,
+        requests=10, stack="tensorrt-llm", source="x.csv:2",
+    )  # fmt: skip
+    scenario = point.scenario()
+    assert scenario.stack.kv_page_tokens == 64
+    assert scenario.workload.serving.max_context == 40 * 64
+    fixed = MeasuredPoint(**{**point.__dict__, "batch": 4})
+    assert fixed.scenario().workload.serving.max_context == 4096  # MIN_CONTEXT
+    static = MeasuredPoint(**{**point.__dict__, "hardware": "sn40l", "stack": ""})
+    assert static.scenario().workload.serving.max_context == 2500  # no pages
+
+
 def test_a_row_that_cannot_run_names_its_line_and_column(tmp_path: Path) -> None:
     for row, column in [
         (ROW.replace("llama-3.2-1b", "llama-9"), "model"),

@@ -118,6 +118,7 @@ class MeasuredPoint:
     weights: str = "bf16"
     kv: str = "bf16"
     stack: str = ""  # "": the hardware file's default stack
+    kv_memory_fraction: float | None = None  # None: the stack's
     label: str = ""
     source: str = ""  # file:line, for reports and errors
 
@@ -144,15 +145,39 @@ class MeasuredPoint:
         assert self.batch is not None, "a full-load point names its request count"
         return self.batch
 
+    @property
+    def settings(self) -> list[str]:
+        """What the row states of its run beyond its workload, as overrides that come after
+        any caller's (a fit does not move what a measurement states)."""
+        if self.kv_memory_fraction is None:
+            return []
+        return [f"stack.kv_memory_fraction={self.kv_memory_fraction!r}"]
+
     def scenario(self, overrides: Sequence[str] = ()) -> Scenario:
         """The validated workload that simulates this point; a ConfigError naming the row
         and its column when the row names something that does not exist or does not fit
         together (an unknown model, a tp the model cannot split by, a missing hardware
-        file)."""
+        file).
+
+        A full-load row on a paged KV cache reserves each request's whole length in pages
+        at admission (TensorRT-LLM's guaranteed-no-evict scheduling), so its slot is that
+        length rounded up to the stack's page."""
+        data = self.workload()
+        scenario = self._build(data, overrides)
+        page = scenario.stack.kv_page_tokens
+        length = data["serving"]["max_context"]
+        if self.batch is None and page and length % page:
+            data["serving"]["max_context"] = -(-length // page) * page
+            scenario = self._build(data, overrides)
+        return scenario
+
+    def _build(self, data: dict[str, Any], overrides: Sequence[str]) -> Scenario:
         from rdu_sim.scenario import build_scenario
 
         try:
-            return build_scenario(self.workload(), workload_file=self.file, overrides=overrides)
+            return build_scenario(
+                data, workload_file=self.file, overrides=[*overrides, *self.settings]
+            )
         except ConfigError as exc:
             raise ConfigError([self._row_issue(issue) for issue in exc.issues]) from None
 
@@ -202,6 +227,7 @@ WORKLOAD_COLUMNS = {
     "serving.prompt_tokens": "input_tokens",
     "serving.output_tokens": "output_tokens",
     "serving.max_context": "input_tokens",
+    "stack.kv_memory_fraction": "kv_memory_fraction",
 }
 """A point's workload field -> the measurement file's column it comes from."""
 

@@ -14,7 +14,9 @@ line is the header. Columns (docs/calibration.md has a worked example):
 - ``measured`` (or ``measured_s``, the older name): the value, in the metric's unit;
 - optional: ``requests`` (requests sent, all at time 0; default one per batch slot, required
   with ``batch`` auto), ``weights`` and ``kv`` (dtypes, default ``bf16``), ``stack`` (the
-  serving stack; default the hardware file's), ``label`` (free text reports show).
+  serving stack; default the hardware file's), ``kv_memory_fraction`` (the share of the
+  memory left after the weights and activations the run gave its KV cache, when the
+  measurement states it; default the stack's), ``label`` (free text reports show).
 
 Every cell is checked where it is read (a number in its range, a known metric, dtype or
 column), and the file as a whole is bounded (size, rows, cell length), so any input ends in
@@ -48,7 +50,7 @@ REQUIRED = (
 MEASURED = ("measured", "measured_s")
 """The value's column: ``measured`` (in the metric's unit), or ``measured_s`` as files
 written before throughput was a metric name it (one of the two, not both)."""
-OPTIONAL = ("requests", "weights", "kv", "stack", "label")
+OPTIONAL = ("requests", "weights", "kv", "stack", "kv_memory_fraction", "label")
 COLUMNS = (*REQUIRED, MEASURED[0], *OPTIONAL)
 """Every column, in the order converters write them."""
 
@@ -91,6 +93,18 @@ def _measured(text: str, column: str, metric: str, where: str) -> float:
             f"{metric} must be in [{spec.low:g}, {spec.high:g}] {spec.unit}, got {cell}",
         )
     return value
+
+
+def _fraction(text: str, where: str) -> float | None:
+    """An optional share in (0, 1]."""
+    cell = text.strip()
+    if not cell:
+        return None
+    if not _DECIMAL.fullmatch(cell) or not 0 < float(cell) <= 1:
+        raise ConfigError.single(
+            where, "kv_memory_fraction", f"expected a share in (0, 1], got {cell[:40]!r}"
+        )
+    return float(cell)
 
 
 def _choice(text: str, column: str, where: str, valid: Iterable[str], default: str) -> str:
@@ -179,6 +193,7 @@ def _point(row: dict[str, str], value_column: str, where: str) -> MeasuredPoint:
         weights=_choice(row.get("weights", ""), "weights", where, WEIGHT_DTYPES, "bf16"),
         kv=_choice(row.get("kv", ""), "kv", where, KV_DTYPES, "bf16"),
         stack=row.get("stack", "").strip(),
+        kv_memory_fraction=_fraction(row.get("kv_memory_fraction", ""), where),
         label=row.get("label", "").strip(),
         source=where,
     )
