@@ -153,3 +153,27 @@ def test_the_deployment_suite_reports_each_group_against_its_limits() -> None:
         assert point["batch_slots"] >= 1
         if point["batch"] is not None:
             assert point["batch_slots"] == point["batch"]
+
+
+def test_an_overlay_passed_back_reaches_the_rows_of_its_stack_only(tmp_path: Path) -> None:
+    """validate --suite deployment --overlay: a stack overlay's values on the rows that run
+    that stack, and on no other."""
+    from rdu_sim.validate.deployment import MeasuredPoint
+    from rdu_sim.validate.deployment_suite import run_deployment_suite
+    from rdu_sim.validate.overlays import read_overlay
+
+    overlay = tmp_path / "slow.yaml"
+    overlay.write_text(
+        yaml.safe_dump({"extends": "sambastudio-2024", "host": {"serial_per_step": "5 ms"}})
+    )
+    rows = [
+        MeasuredPoint("sn40l", "llama-3.2-1b", 1, 2, 64, 8, "e2e_s", 1.0, stack=stack, source=s)
+        for s, stack in (("m.csv:2", ""), ("m.csv:3", "none"))
+    ]
+    before = run_deployment_suite(rows)
+    after = run_deployment_suite(rows, fixed=read_overlay(overlay))
+    served, bare = (
+        a.simulated - b.simulated for a, b in zip(after.results, before.results, strict=True)
+    )
+    assert bare == 0.0 and served > 8 * (5e-3 - 285.2e-6)  # 8 decode steps at least
+    assert [g.errors.group for g in after.groups] == ["sn40l · sambastudio-2024", "sn40l · none"]
