@@ -200,16 +200,21 @@ def run_suite(
     full: str | Path = FULL_WORKLOAD,
     figures: Sequence[Figure] = FIGURES,
     parallel: bool = True,
+    scaling_overrides: Iterable[str] | None = None,
 ) -> SuiteResult:
     """Run both deployments and the smaller measurements (``overrides`` apply to every
-    DeepSeek-R1 run, ``hw.`` ones to the shared hardware file, which the Llama 3.1 steps of
-    the Kernel Looping figures use too) and compare with the published figures."""
+    DeepSeek-R1 run; the Llama 3.1 steps of the Kernel Looping figures, their own workload,
+    take ``scaling_overrides``, by default the ``hw.`` ones of ``overrides``: the hardware
+    file is shared) and compare with the published figures."""
     ovr = list(overrides)
     # bad input fails here, in this process, before anything is simulated
     plans = [(path, plan_run(path, ovr, quick)) for path in (snapstream, full)]
     prompt = reference_prompt(snapstream, ovr)
-    # the Llama steps are their own workload: only the hardware overrides reach them
-    hardware_ovr = [o for o in ovr if o.strip().startswith(HW_PREFIX)]
+    hardware_ovr = (
+        [o for o in ovr if o.strip().startswith(HW_PREFIX)]
+        if scaling_overrides is None
+        else list(scaling_overrides)
+    )
     if parallel:
         with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
             futures = [pool.submit(measure_run, path, run_ovr, prompt) for path, run_ovr in plans]
