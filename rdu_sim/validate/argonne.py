@@ -27,8 +27,8 @@ MODELS = {
 }
 SYSTEMS = {
     ("SambaNova SN40L", "sambaflow"): ("sn40l-8", "sambastudio-2024"),
-    ("Nvidia H100 GPU", "TensorRT-LLM"): ("dgx-h100", "tensorrt-llm"),
-    ("Nvidia H100 GPU", "vLLM"): ("dgx-h100", "vllm"),
+    ("Nvidia H100 GPU", "TensorRT-LLM"): ("dgx-h100", "tensorrt-llm-2024"),
+    ("Nvidia H100 GPU", "vLLM"): ("dgx-h100", "vllm-2024"),
 }
 """The hardware file and the serving stack that stand for each measured (system, serving
 engine): one hardware file per machine, whatever serves it."""
