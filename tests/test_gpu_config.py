@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rdu_sim import api
 from rdu_sim.compiler import CapacityError, batch_capacity, plan_memory
 from rdu_sim.config import ConfigError, HardwareConfig, load_model
 from rdu_sim.config.gpu import GpuHardwareConfig
@@ -116,3 +117,20 @@ def test_a_model_the_gpus_cannot_hold_says_so_without_ddr_advice() -> None:
     assert "DDR (hw.socket" not in message
     with pytest.raises(CapacityError, match="cannot fit even one sequence"):
         batch_capacity(scenario)
+
+
+def test_dgx_h200_is_the_h100_with_its_datasheet_memory() -> None:
+    """dgx-h200 restates only its HBM (141 GB at 4.8 TB/s): compute, links, power and the
+    default stack are dgx-h100's, and a memory-bound decode step speeds up by at most the
+    bandwidth ratio (the step's fixed costs do not shrink)."""
+    h100 = gpu_scenario()
+    h200 = gpu_scenario(hardware="dgx-h200")
+    a, b = h100.hardware, h200.hardware
+    assert isinstance(a, GpuHardwareConfig) and isinstance(b, GpuHardwareConfig)
+    assert (b.gpu.hbm.capacity, b.gpu.hbm.bandwidth) == (141 * 2**30, 4.8e12)
+    assert b.gpu.hbm.efficiency == a.gpu.hbm.efficiency
+    assert b.gpu.model_dump(exclude={"hbm"}) == a.gpu.model_dump(exclude={"hbm"})
+    assert b.system == a.system and b.power == a.power and h200.stack == h100.stack
+    step = {s.hardware.name: api.step(s, batch=32).detail.device_s for s in (h100, h200)}  # type: ignore[attr-defined]
+    speedup = step["dgx-h100"] / step["dgx-h200"]
+    assert 1.0 < speedup <= 4.8 / 3.35 + 1e-9
