@@ -22,6 +22,8 @@ from rdu_sim.validate.holdout import parse_selector
 from rdu_sim.validate.scope import FitParameter, parse_fit
 
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT = "sambastack-2025"
+"""The serving stack shipped SN40L files run by default (what a row naming none runs)."""
 HEADER = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured"
 SMALL = "sn40l,llama-3.2-1b,1,{batch},64,{out},e2e_s,{value}"
 TRUTH = ["stack.host.serial_per_step=0.0004"]
@@ -183,7 +185,7 @@ def test_calibrate_command_writes_overlays_to_use_and_pass_back(tmp_path: Path) 
     path = _measured(tmp_path, truth, stacks=("", "none"))
     out = tmp_path / "fitted"
     fits = ["--fit", "hw.socket.hbm.efficiency=0.5:1"]
-    fits += ["--fit", "sambastudio-2024:stack.host.serial_per_step=0:1ms"]
+    fits += ["--fit", f"{DEFAULT}:stack.host.serial_per_step=0:1ms"]
     args = ["calibrate", str(path), *fits, "-o", str(out), "--max-evaluations", "12"]
     result = CliRunner().invoke(cli, [*args, "--holdout", "tp=1,metric=e2e_s", "--json"])
     assert result.exit_code == 2 and "every target is held out" in result.output
@@ -194,8 +196,8 @@ def test_calibrate_command_writes_overlays_to_use_and_pass_back(tmp_path: Path) 
     assert efficiency["value"] == pytest.approx(0.8, rel=0.01) and efficiency["unit"] == ""
     assert (efficiency["scope"], efficiency["kind"]) == ("sn40l", "machine")
     assert step["value"] == pytest.approx(3e-4, rel=0.02) and step["text"].endswith(" us")
-    assert (step["scope"], step["kind"], step["unit"]) == ("sambastudio-2024", "stack", "s")
-    machine, stack = out / "sn40l-calibrated.yaml", out / "sambastudio-2024-calibrated.yaml"
+    assert (step["scope"], step["kind"], step["unit"]) == (DEFAULT, "stack", "s")
+    machine, stack = out / "sn40l-calibrated.yaml", out / f"{DEFAULT}-calibrated.yaml"
     text = machine.read_text()
     assert text.startswith("# Calibrated by: rdu-sim calibrate")
     assert "--fit=hw.socket.hbm.efficiency=0.5:1" in text.splitlines()[0]
@@ -205,8 +207,8 @@ def test_calibrate_command_writes_overlays_to_use_and_pass_back(tmp_path: Path) 
         "socket": {"hbm": {"efficiency": efficiency["value"]}},
     }
     assert yaml.safe_load(stack.read_text()) == {
-        "extends": "sambastudio-2024",
-        "name": "sambastudio-2024-calibrated",
+        "extends": DEFAULT,
+        "name": f"{DEFAULT}-calibrated",
         "host": {"serial_per_step": step["text"]},
     }
     assert (out / "evaluations.jsonl").is_file()
@@ -222,16 +224,17 @@ def test_calibrate_command_writes_overlays_to_use_and_pass_back(tmp_path: Path) 
     again = CliRunner().invoke(cli, [*args, "--json"])
     assert json.loads(again.stdout) == fit and machine.read_text() == text
     # passed back, the overlays' values hold while another parameter is fitted: the rows'
-    # own per-slot time (sambastudio-2024's 85.35 us, not fitted above) is found back
+    # own per-slot time (the default stack's, not fitted above) is found back
+    shipped_slot = api.load(REPO / "workloads" / "llama3.1-8b-1socket.yaml").stack
     back = CliRunner().invoke(
         cli,
-        ["calibrate", str(path), "--fit", "sambastudio-2024:stack.host.serial_per_slot=0:200us",
+        ["calibrate", str(path), "--fit", f"{DEFAULT}:stack.host.serial_per_slot=0:200us",
          "--overlay", str(machine), "--overlay", str(stack), "-o", str(tmp_path / "again"),
          "--max-evaluations", "10", "--json"],
     )  # fmt: skip
     assert back.exit_code == 0, back.output
     (slot,) = json.loads(back.stdout)["parameters"]
-    assert slot["value"] == pytest.approx(85.35e-6, rel=0.02)
+    assert slot["value"] == pytest.approx(shipped_slot.host.serial_per_slot, rel=0.02, abs=1e-6)
 
 
 def test_a_machine_parameter_needs_two_stacks(tmp_path: Path) -> None:
@@ -241,7 +244,7 @@ def test_a_machine_parameter_needs_two_stacks(tmp_path: Path) -> None:
         cli,
         ["calibrate", str(path), "--fit", "hw.socket.hbm.efficiency=0.5:1", "-o", str(tmp_path)],
     )
-    assert result.exit_code == 2 and "one serving stack only (sambastudio-2024)" in result.output
+    assert result.exit_code == 2 and f"one serving stack only ({DEFAULT})" in result.output
 
 
 def test_calibrate_errors(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_1_the_output_is_a_folder_and_an_empty_name_is_refused(
     monkeypatch.chdir(tmp_path)
     done = _run(str(measured), "--fit", F, "-o", ".", "--max-evaluations", "2")
     assert done.exit_code == 0, done.output
-    assert (tmp_path / "sambastudio-2024-calibrated.yaml").is_file()
+    assert (tmp_path / "sambastack-2025-calibrated.yaml").is_file()
     assert (tmp_path / "fit.json").is_file()
     assert (tmp_path / "evaluations.jsonl").is_file()
     _one_error(_run(str(measured), "--fit", F, "-o", ""), "-o", "empty")
@@ -151,7 +151,7 @@ def test_6_an_empty_hardware_is_refused_and_a_given_one_is_recorded(
         str(two), "--fit", F, "--hardware", "sn40l", "-o", str(out), "--max-evaluations", "1"
     )
     assert done.exit_code == 0, done.output
-    overlay = out / "sambastudio-2024-calibrated.yaml"
+    overlay = out / "sambastack-2025-calibrated.yaml"
     assert "--hardware=sn40l" in overlay.read_text().splitlines()[0]
 
 
@@ -210,9 +210,9 @@ def test_12_a_recorded_word_with_a_line_break_keeps_the_overlay_valid_yaml(
             str(measured), "--fit", F, "-o", str(out), "--set", value, "--max-evaluations", "1"
         )
         assert done.exit_code == 0, done.output
-        text = (out / "sambastudio-2024-calibrated.yaml").read_text()
+        text = (out / "sambastack-2025-calibrated.yaml").read_text()
         data = yaml.safe_load(text)
-        assert data["extends"] == "sambastudio-2024" and set(data) == {"extends", "name", "host"}
+        assert data["extends"] == "sambastack-2025" and set(data) == {"extends", "name", "host"}
         assert all(line.startswith("#") for line in text.splitlines()[:3])
 
 
@@ -226,7 +226,7 @@ def test_13_calibrate_never_writes_over_its_inputs(
     # an overlay passed back is an input: its own folder's fit would write over it
     out = tmp_path / "o"
     assert _run(str(measured), "--fit", F, "-o", str(out), "--max-evaluations", "1").exit_code == 0
-    overlay = out / "sambastudio-2024-calibrated.yaml"
+    overlay = out / "sambastack-2025-calibrated.yaml"
     kept = overlay.read_text()
     _one_error(
         _run(str(measured), "--fit", F, "--overlay", str(overlay), "-o", str(out)),
