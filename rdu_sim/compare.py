@@ -117,10 +117,13 @@ def compare_batches(
 
 def _with_hardware(overrides: Overrides, hardware: str | Path) -> dict[str, Any]:
     """The caller's overrides with ``hardware`` set to ``hardware`` (a path, or a shipped
-    hardware file by name; made absolute, so it does not depend on where the workload is)."""
+    hardware file by name; made absolute, so it does not depend on where the workload is),
+    served by that hardware's default stack unless the caller names one (``stack=``): a
+    comparison of machines compares each as it is deployed."""
     merged = normalize_overrides(overrides)
     found = shipped.locate(Path(hardware).expanduser(), ("hardware",))
     merged["hardware"] = str(found.resolve())
+    merged.setdefault("stack", None)
     return merged
 
 

@@ -84,7 +84,7 @@ def test_a_workload_runs_on_either_kind_by_its_hardware_field(tmp_path: Path) ->
 
 
 def test_gpu_memory_plan_is_hbm_only() -> None:
-    scenario = gpu_scenario()
+    scenario = gpu_scenario(stack="none")  # a stack that gives its KV cache all it can
     capacity = batch_capacity(scenario)
     placement = plan_memory(scenario, capacity)
     assert placement.tiers["ddr"].capacity_bytes == 0
@@ -94,6 +94,17 @@ def test_gpu_memory_plan_is_hbm_only() -> None:
     assert all(t.tier == "hbm" for t in placement.tensors)
     with pytest.raises(CapacityError):
         plan_memory(scenario, capacity + 1)
+
+
+def test_the_stack_decides_how_much_of_the_memory_its_kv_cache_takes() -> None:
+    """A stack's kv_memory_fraction scales what is left beside the weights and activations,
+    and its max_batch_slots caps the batch whatever the memory holds."""
+    whole = batch_capacity(gpu_scenario(stack="none"))
+    half = batch_capacity(gpu_scenario(stack="none", **{"stack.kv_memory_fraction": 0.5}))
+    assert whole // 2 - 2 <= half <= whole // 2 + 2  # activations shrink with the slots too
+    capped = gpu_scenario(stack="none", **{"stack.max_batch_slots": 7})
+    assert batch_capacity(capped) == 7
+    assert batch_capacity(gpu_scenario()) <= gpu_scenario().stack.max_batch_slots  # type: ignore[operator]
 
 
 def test_a_model_the_gpus_cannot_hold_says_so_without_ddr_advice() -> None:

@@ -363,7 +363,9 @@ def hbm_fractions(placement: Placement) -> dict[str, float]:
 
 
 def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
-    """Most slots whose KV cache and activations fit in HBM beside the weights it pins.
+    """Most slots whose KV cache and activations fit in HBM beside the weights it pins, of
+    which the serving stack gives its KV cache ``kv_memory_fraction`` of what is left, and
+    at most the stack's ``max_batch_slots``.
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
@@ -371,9 +373,12 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
     hbm = scenario.hardware.hbm.capacity
     target = min(sum(w.bytes for w in weight_inventory(scenario)), pinned_limit(scenario))
     weights = sum(w.bytes for w in draft_weights(scenario)) + target
+    stack = scenario.stack
+    share = 1.0 if stack.kv_memory_fraction is None else stack.kv_memory_fraction
 
     def fits(slots: int) -> bool:
-        return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots) <= hbm
+        free = hbm - weights - activation_bytes(scenario, slots)
+        return kv_bytes(scenario, slots) <= share * free
 
     if not fits(1):
         if strict:
@@ -387,7 +392,8 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
                 f"{scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
-    return most_slots(fits)
+    most = most_slots(fits)
+    return most if stack.max_batch_slots is None else min(most, stack.max_batch_slots)
 
 
 def most_slots(fits: Callable[[int], bool]) -> int:

@@ -69,6 +69,14 @@ class HostWorkConfig(StrictModel):
         "the step): one sequence's token sampled, detokenized and streamed before the next "
         "step starts",
     )
+    serial_per_prompt: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=_MAX_HOST_S,
+        description="host time per prompt a prefill step starts, on the critical path: the "
+        "request's admission (parsing, tokenizing, scheduling it) and the switch to its "
+        "prefill program",
+    )
     overlapped_per_step: Seconds = Field(
         default=0.0,
         ge=0,
@@ -92,11 +100,19 @@ class HostWorkConfig(StrictModel):
         "dealt out to them, so its time is that of the most loaded thread)",
     )
 
-    def time(self, batch: int, device_s: float, transfer_s: float = 0.0) -> HostTime:
+    def time(
+        self, batch: int, device_s: float, transfer_s: float = 0.0, prompts: int = 0
+    ) -> HostTime:
         """The host's time around one step of ``batch`` slots whose device time is
-        ``device_s``; ``transfer_s`` is what the step sends the host on the critical path
-        (sampling on the host: the logits' trip over the host link)."""
-        serial = self.serial_per_step + batch * self.serial_per_slot + transfer_s
+        ``device_s``, of which ``prompts`` start their prefill; ``transfer_s`` is what the
+        step sends the host on the critical path (sampling on the host: the logits' trip over
+        the host link)."""
+        serial = (
+            self.serial_per_step
+            + batch * self.serial_per_slot
+            + prompts * self.serial_per_prompt
+            + transfer_s
+        )
         per_thread = -(-batch // self.threads)  # ceil: the most loaded thread's slots
         overlapped = self.overlapped_per_step + per_thread * self.overlapped_per_slot
         return HostTime(serial, overlapped, max(0.0, overlapped - device_s))
@@ -138,6 +154,22 @@ class StackConfig(StrictModel):
         le=1 << 24,
         description="the runtime packs waiting prompts of one static prefill shape into one "
         "prefill step, up to this many (padded) tokens; none: one prompt per prefill step",
+    )
+    max_batch_slots: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="the most sequences the runtime batches in a step (TensorRT-LLM's "
+        "max_batch_size, vLLM's max_num_seqs): batch_slots auto is the smaller of this and "
+        "what fits in memory; none: what fits",
+    )
+    kv_memory_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="the share of device memory left by the weights and activations that "
+        "the runtime gives its KV cache (TensorRT-LLM's free_gpu_memory_fraction); none: "
+        "all of it",
     )
 
 

@@ -209,7 +209,8 @@ def step_timing(
     sends the host (``Program.host_bytes``) over ``host_link`` on the critical path."""
     shape = program.shape
     transfer_s = host_transfer_s(program.host_bytes, host_link)
-    host = stack.host.time(shape.batch, step_s, transfer_s)
+    prompts = shape.batch if shape.phase == "prefill" else 0
+    host = stack.host.time(shape.batch, step_s, transfer_s, prompts)
     runtime_s = host.added_s
     step_s += runtime_s
     total = run.total
