@@ -3,7 +3,8 @@
 The fused attention kernel does not expose attention weights, so SnapStream recomputes the
 observation window's scores outside it (arXiv 2511.03092). A compressing prefill writes the
 whole prompt's KV (to a scratch the memory plan holds: it must, to score it) and stashes
-its window's queries (`graph.stash`); then, per layer, three kernels:
+its window's queries (`graph.stash`); then three kernels, each called once per layer (all
+layers' scores, then their top-Ks, then their compactions: `compiler.fusion`):
 
 1. ``snapkv_score``, the window's scores:
    - read the stashed window queries (HBM) and every cached key of the prompt (MLA: the
