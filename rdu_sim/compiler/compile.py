@@ -164,7 +164,7 @@ def _kernel_programs(
     if isinstance(hardware, HardwareConfig):
         engine = scenario.workload.engine
         return tuple(
-            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, shape.rows)
+            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, k.rows or shape.rows)
             for k in kernels
         )
     # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
@@ -230,7 +230,7 @@ def _hbm_share(fractions: dict[str, float], kernel: str, weight: str) -> float:
     `decoder_moe/attn.kv_b_proj` the 58 MoE layers'; a straddling tensor's reads split
     between HBM and DDR in proportion to its bytes. A kernel reads its own placement.
 
-    A kernel with no placement of its own (`snapkv_select`, which runs only in a compressing
+    A kernel with no placement of its own (`snapkv_score`, which runs only in a compressing
     prefill) reads the copies the kernels that own the weight placed: its call for layer l
     reads layer l's copy, placed by the kernel that runs layer l. The selection runs for
     every layer, so its share is that of all the owners' tensors together, weighted by

@@ -69,7 +69,7 @@ class StageProgram:
 class KernelProgram:
     """A fused kernel: a pipeline of stages, called `calls` times per step."""
 
-    name: str  # e.g. "embedding", "decoder_dense", "decoder_moe", "snapkv_select", "lm_head"
+    name: str  # e.g. "embedding", "decoder_dense", "decoder_moe", "snapkv_score", "lm_head"
     calls: int  # calls per step (e.g. 58 MoE layers)
     looped: bool  # with kernel looping the calls run as one call with a pipelined outer loop
     stages: tuple[StageProgram, ...]  # topologically ordered

@@ -14,14 +14,20 @@ the split really happened):
   statistics (max and sum per query and head, FP32), under the MLA sequence_split layout;
 - seq_gather -> all-gather of a sequence-split cached prefix (MLA prefill);
 - selection -> SnapKV head-summed scores: all-reduce when heads are split, all-gather of
-  the sequence shards under sequence_split.
-Payloads are the full tensor (the N of the collective algorithm), as CollectiveSpec says.
+  the sequence shards under sequence_split;
+- query_gather -> all-gather of SnapKV's absorbed window queries under sequence_split;
+- row_stats -> all-reduce of softmax statistics under sequence_split (max and sum of
+  exponentials per row, combined as a log-sum-exp);
+- group_sum -> all-reduce of a GQA group's partial SnapKV scores among the sockets sharing
+  its KV head (tp > kv_heads), a group of tp / kv_heads sockets.
+Payloads are the full tensor (the N of the collective algorithm) of the group, as
+CollectiveSpec says.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rdu_sim.compiler.layout import ShardPlan
 from rdu_sim.graph import Operator, operators
@@ -50,8 +56,15 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     # activations: a stage that only moves KV (cache reads) streams its KV share
     ways = compute if split.compute != "none" else kv
     read_share = 1.0 if dim == "n" else 1 / ways
-    partial = split.combine == "sum" or (split.combine == "sequence" and plan.sequence_split)
+    partial = (
+        split.combine == "sum"
+        or (split.combine == "sequence" and plan.sequence_split)
+        or (split.combine == "row_stats" and _by_sequence(node, plan))
+        or (split.combine == "selection" and not _by_sequence(node, plan))
+    )
     write_share = 1.0 if dim == "k" or partial else 1 / ways
+    if split.combine == "group_sum":  # a partial sum of this socket's KV heads' scores
+        write_share = 1 / plan.divisor("kv_heads")
     params = math.ceil(node.weight_params / weights)
     gemm = _shard_gemm(node.gemm, dim, compute)
     work_share, read_share_of_weights = 1 / compute, 1 / weights
@@ -77,25 +90,51 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     )
 
 
-def _collective_for(node: Operator, plan: ShardPlan) -> tuple[CollectiveKind, float] | None:
-    """The collective that must follow `node` on this plan, with its payload, or None."""
+def _by_sequence(node: Operator, plan: ShardPlan) -> bool:
+    """Whether `node` runs on a sequence share of the MLA cache (its keys split by token)."""
+    return plan.sequence_split and node.split.compute == "attention"
+
+
+@dataclass(frozen=True)
+class _Collective:
+    """A collective following an operator: its kind, payload (the group's whole tensor),
+    sockets, and the share of the operator's outputs each socket is left with."""
+
+    kind: CollectiveKind
+    payload: float
+    group: int
+    carried: float = 1.0
+
+
+def _collective_for(node: Operator, plan: ShardPlan) -> _Collective | None:
+    """The collective that must follow `node` on this plan, or None."""
     if plan.tp == 1:
         return None
     combine = node.split.combine
     outputs = sum(t.bytes for t in node.outputs)
-    if combine == "sum" and plan.divisor(node.split.compute) > 1:
-        return "allreduce", outputs
-    if combine == "gather" and plan.divisor(node.split.compute) > 1:
-        return "allgather", outputs
+    split = plan.divisor(node.split.compute) > 1
+    if combine == "sum" and split:
+        return _Collective("allreduce", outputs, plan.tp)
+    if combine == "gather" and split:
+        return _Collective("allgather", outputs, plan.tp)
     if combine == "sequence" and plan.sequence_split:
         batch, tokens, heads = node.outputs[0].shape[:3]
         stats = batch * tokens * heads * 2 * FP32
-        return "reduce_scatter", outputs + stats
+        # a reduce-scatter leaves each socket its share
+        return _Collective("reduce_scatter", outputs + stats, plan.tp, 1 / plan.tp)
     if combine == "seq_gather" and plan.sequence_split and outputs > 0:
-        return "allgather", outputs
-    if combine == "selection" and plan.divisor(node.split.compute) > 1:
-        by_sequence = plan.sequence_split and node.split.compute == "attention"
-        return ("allgather" if by_sequence else "allreduce"), outputs
+        return _Collective("allgather", outputs, plan.tp)
+    if combine == "selection" and split:
+        kind: CollectiveKind = "allgather" if _by_sequence(node, plan) else "allreduce"
+        return _Collective(kind, outputs, plan.tp)
+    if combine == "query_gather" and split and plan.sequence_split:
+        return _Collective("allgather", outputs, plan.tp)
+    if combine == "row_stats" and _by_sequence(node, plan):
+        return _Collective("allreduce", outputs, plan.tp)
+    if combine == "group_sum" and plan.kv_heads and plan.tp > plan.kv_heads:
+        # each KV head's scores, summed over the sockets holding its query heads
+        share = 1 / plan.kv_heads
+        return _Collective("allreduce", outputs * share, plan.tp // plan.kv_heads, share)
     return None
 
 
@@ -121,10 +160,8 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
             final[tensor.name] = node.name
         collective = _collective_for(node, plan)
         if collective is not None:
-            kind, payload = collective
+            kind = collective.kind
             name = f"{node.name}.{kind}"
-            # a reduce-scatter leaves each socket its share; the others leave the whole
-            carried = 1 / plan.tp if kind == "reduce_scatter" else 1.0
             sharded.add_node(
                 name,
                 op=Operator(
@@ -133,10 +170,10 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
                     inputs=node.outputs,
                     outputs=node.outputs,
                     collective=kind,
-                    collective_bytes=payload,
-                    group=plan.tp,
+                    collective_bytes=collective.payload,
+                    group=collective.group,
                     act_read_fraction=share.act_write_fraction,
-                    act_write_fraction=carried,
+                    act_write_fraction=collective.carried,
                 ),
             )
             for tensor in node.outputs:
