@@ -51,8 +51,8 @@ def test_none_is_one_kernel_per_operator(path: Path, shape: StepShape) -> None:
     s = scenario(path, "none")
     compiler = Compiler(s)
     program = compiler.program(shape)
-    queries = compiler.queries(shape, compiler.plan_slots(shape))  # MLA's: its plan's
-    for group, sharded in layer_graphs(s, shape, *queries):
+    whole, replicate = compiler.queries(shape, compiler.plan_slots(shape))  # MLA's: its plan's
+    for group, sharded in layer_graphs(s, shape, whole_queries=whole, replicate_queries=replicate):
         # the unfused, sharded layer: attention not fused, collectives spliced in
         ops = [n for n in operators(sharded) if n.kind != "kv_read"]
         kernels = layer_kernels(program, group.name)

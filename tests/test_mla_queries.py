@@ -8,10 +8,13 @@ from __future__ import annotations
 import glob
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 
 from rdu_sim import api
+from rdu_sim.cluster.scenario import load_cluster
 from rdu_sim.compiler import (
     Compiler,
     batch_capacity,
@@ -20,18 +23,26 @@ from rdu_sim.compiler import (
     whole_queries,
 )
 from rdu_sim.compiler import sharding as sharding_module
-from rdu_sim.compiler.fusion import graph_groups, kernel_graphs, layer_graphs
+from rdu_sim.compiler.fusion import graph_groups, kernel_graphs, layer_graphs, step_groups
 from rdu_sim.compiler.layout import shard_plan
 from rdu_sim.compiler.mla_queries import QUERY_GATHER, chooses_queries
 from rdu_sim.compiler.placement import activation_bytes, kv_bytes
-from rdu_sim.compiler.query_choice import collective_bound_s, replicates, step_estimate
+from rdu_sim.compiler.query_choice import (
+    collective_bound_s,
+    replicates,
+    step_estimate,
+    wiring_key,
+)
+from rdu_sim.compiler.stages import pipeline_stages
 from rdu_sim.compiler.tensor_shares import share_problems
 from rdu_sim.compiler.view import compile_view
 from rdu_sim.config.architecture import DeepSeekArchitecture
+from rdu_sim.config.errors import ConfigError
 from rdu_sim.engine.collective_port import wiring_of
 from rdu_sim.graph import operators
 from rdu_sim.hw.collective_choice import choose
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from rdu_sim.plan.spec import load_plan
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 
@@ -102,7 +113,10 @@ def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathe
     scenario = api.load(SNAP)
     arch, tp = _arch(scenario), scenario.tp
     shape = StepShape("decode", 139, 1, 32768)
-    gathered, replicated = (kernel_graphs(scenario, shape, each, each) for each in (False, True))
+    gathered, replicated = (
+        kernel_graphs(scenario, shape, whole_queries=each, replicate_queries=each)
+        for each in (False, True)
+    )
 
     def total(kernels: list, attr: str) -> float:  # type: ignore[type-arg]
         return sum(k.calls * getattr(n, attr) for k in kernels for n in operators(k.graph))
@@ -115,7 +129,10 @@ def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathe
     # a plan holding them whole holds them whole in every step; a step that gathers reads
     # only its heads' slices of them
     one = StepShape("decode", 1, 1, 32768)
-    small, small_sliced = kernel_graphs(scenario, one, True), kernel_graphs(scenario, one)
+    small, small_sliced = (
+        kernel_graphs(scenario, one, whole_queries=True),
+        kernel_graphs(scenario, one),
+    )
     assert total(small, "weight_params") == total(replicated, "weight_params")
     assert total(small, "weight_read_bytes") == total(small_sliced, "weight_read_bytes")
     assert total(small, "collective_bytes") == total(small_sliced, "collective_bytes")
@@ -209,12 +226,110 @@ def test_the_collective_bound_against_the_collective_chooser(
                 assert bound == pytest.approx(chosen.time_s, rel=1e-12), (kind, nbytes)
 
 
-def _shipped_workloads() -> list[str]:
-    return [
-        path
-        for path in sorted(glob.glob("workloads/**/*.yaml", recursive=True))
-        if not path.startswith(("workloads/clusters/", "workloads/sweeps/", "workloads/plans/"))
-    ]
+@pytest.mark.parametrize("group", [32, 64])
+def test_the_collective_bound_crosses_racks_on_the_rack_link(group: int) -> None:
+    """Four racks of one 16-socket node: a group's other racks are reached through the rack
+    link, its node's sockets through the node's; the bound is the slower class's, at most
+    the chooser's estimate, and a rack link of its own makes a wiring of its own."""
+    scenario = api.load(SNAP, {"hardware": "sn40l-4racks", "parallelism.tp": 64})
+    system = scenario.hardware.system
+    node, racks = system.intra_node_link, system.inter_rack_link
+    assert racks is not None and system.sockets_per_rack == 16
+    nbytes = 23_298_048.0
+    shard = nbytes / group
+    expected = max(
+        15 * shard / node.bandwidth + node.latency,
+        (group - 16) * shard / racks.bandwidth + racks.latency,
+    )
+    bound = collective_bound_s(system, "allgather", nbytes, group)
+    assert bound == pytest.approx(expected, rel=1e-12)
+    chosen = choose(ALL_GATHER, nbytes, group, wiring_of(system), pieces=4).chosen
+    assert bound <= chosen.time_s * (1 + 1e-12)
+    faster = api.load(
+        SNAP,
+        {
+            "hardware": "sn40l-4racks",
+            "parallelism.tp": 64,
+            "hw.system.inter_rack_link.bandwidth": 1e11,
+        },
+    )
+    assert wiring_key(faster.hardware.system) != wiring_key(system)
+    assert compile_view(faster).digest == compile_view(scenario).digest
+
+
+def test_each_pipeline_stage_chooses_for_its_own_layers() -> None:
+    """Two stages of eight sockets: each stage's memory plan holds its own layers' query
+    weights whole where its own full step replicates, its capacity planned with them; the
+    batch capacity is the tighter stage's, and each stage's Program gathers or not by its
+    own choice."""
+    scenario = api.load(SNAP, {"parallelism.tp": 8, "parallelism.pp": 2})
+    arch = _arch(scenario)
+    compiler = Compiler(scenario)
+    stages = pipeline_stages(arch, 2)
+    capacities = [batch_capacity(scenario, stage=stage) for stage in stages]
+    capacity = compiler.batch_capacity()
+    assert capacity == min(capacities)
+    for stage, most in zip(stages, capacities, strict=True):
+        assert whole_queries(scenario, most, stage)  # the links bind: replicate
+        sliced = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
+        whole = sum(w.bytes for w in weight_inventory(scenario, stage=stage, whole_queries=True))
+        extra = stage.layers * _replicated_params(arch, 8) * scenario.weight_dtype_bytes
+        assert whole - sliced == pytest.approx(extra, abs=8)
+    shape = StepShape("decode", capacity, 1, 32768)
+    program = compiler.program(shape)
+    assert [p.placement.pipeline_stage for p in program.pipeline] == [0, 1]
+    for stage, part in zip(stages, program.pipeline, strict=True):
+        whole_weights, replicate = compiler.queries(part.shape, capacity, stage)
+        assert whole_weights == compiler.whole_queries(capacity, stage)
+        names = {s.name for k in part.kernels for s in k.stages}
+        gathers = any(n.endswith(QUERY_GATHER) for n in names)
+        assert gathers == (not replicate), stage
+    assert compiler.program_queries(program) == compiler.queries(
+        program.pipeline[0].shape, capacity, stages[0]
+    )
+
+
+def _pool_workloads() -> set[Path]:
+    """The workload files the shipped clusters name for their pools."""
+    named = set()
+    for path in sorted(glob.glob("workloads/clusters/*.yaml")):
+        pools = yaml.safe_load(Path(path).read_text())["pools"]
+        named |= {(Path(path).parent / pool["workload"]).resolve() for pool in pools.values()}
+    return named
+
+
+def _shipped_scenarios() -> list[tuple[str, str, str]]:
+    """(kind, file, which) of every scenario the shipped files run: each workload alone,
+    except one only a cluster's pool can run (its file alone does not fit its hardware);
+    each cluster's pools, with their ``set``; each plan's searched parallelisms."""
+    pooled = _pool_workloads()
+    found = []
+    for path in sorted(glob.glob("workloads/**/*.yaml", recursive=True)):
+        if path.startswith(("workloads/sweeps/", "workloads/plans/")):
+            continue
+        if path.startswith("workloads/clusters/"):
+            found += [("cluster", path, pool.name) for pool in load_cluster(path).pools]
+            continue
+        try:
+            api.load(path)
+        except ConfigError:
+            assert Path(path).resolve() in pooled, f"{path} runs in no shipped file"
+            continue
+        found.append(("workload", path, ""))
+    for path in sorted(glob.glob("workloads/plans/*.yaml")):
+        splits = {c.split(): c for c in load_plan(path).configurations()}
+        found += [("plan", path, split) for split in splits]
+    return found
+
+
+def _load(kind: str, path: str, which: str) -> Scenario:
+    if kind == "workload":
+        return api.load(path)
+    if kind == "cluster":
+        return next(p.scenario for p in load_cluster(path).pools if p.name == which)
+    plan = load_plan(path)
+    configuration = next(c for c in plan.configurations() if c.split() == which)
+    return plan.build(configuration, 1).cluster.pools[0].scenario
 
 
 SHAPES = (
@@ -225,19 +340,33 @@ SHAPES = (
 )
 
 
-@pytest.mark.parametrize("path", _shipped_workloads())
-def test_every_operator_reads_what_its_socket_holds(path: str) -> None:
-    """No consumer of any shipped workload's step reads a tensor its producer's split leaves
-    partial, or split another way, without a collective between them."""
-    scenario = api.load(path)
-    for shape in SHAPES:
-        for whole in (False, True) if chooses_queries(scenario) else (False,):
-            plan = replace(shard_plan(scenario), whole_queries=whole)
-            groups = graph_groups(scenario, shape)
-            replicate = replicates(scenario, groups, plan, scenario.hardware.system)
-            plan = replace(plan, replicate_queries=replicate)
-            for group, graph in layer_graphs(scenario, shape, whole, replicate):
-                assert share_problems(graph, plan) == [], (group.name, shape, whole)
+@pytest.mark.parametrize(("kind", "path", "which"), _shipped_scenarios())
+def test_every_operator_reads_what_its_socket_holds(kind: str, path: str, which: str) -> None:
+    """No consumer of any shipped scenario's step (each pipeline stage's, each query choice)
+    reads a tensor its producer's split leaves partial, or split another way, without a
+    collective between them."""
+    scenario = _load(kind, path, which)
+    pp = scenario.workload.parallelism.pp
+    for stage in pipeline_stages(scenario.model, pp) if pp > 1 else (None,):
+        for shape in SHAPES:
+            for whole in (False, True) if chooses_queries(scenario) else (False,):
+                plan = replace(shard_plan(scenario, shape), whole_queries=whole)
+                groups = step_groups(scenario, shape, stage)
+                replicate = replicates(scenario, groups, plan, scenario.hardware.system)
+                plan = replace(plan, replicate_queries=replicate)
+                for group, graph in layer_graphs(
+                    scenario, shape, stage, whole_queries=whole, replicate_queries=replicate
+                ):
+                    problems = share_problems(graph, plan)
+                    assert problems == [], (group.name, stage, shape, whole)
+
+
+def test_the_shipped_scenarios_include_pipelines_and_all_to_all_experts() -> None:
+    """The check above reaches the pipeline and expert-parallel splits issue 44 ships."""
+    splits = {_load(*source).workload.parallelism for source in _shipped_scenarios()}
+    assert any(p.pp > 1 for p in splits)
+    assert any(p.exchange == "all_to_all" and p.tp > 1 for p in splits)
+    assert any(p.exchange == "all_to_all" and p.tp == 1 for p in splits)
 
 
 def test_the_check_finds_attention_without_its_queries(monkeypatch: pytest.MonkeyPatch) -> None:

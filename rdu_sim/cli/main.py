@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from rdu_sim import __version__, native
+from rdu_sim import __version__, interrupts, native
 from rdu_sim.cli.errors import RduGroup
 
 # command name -> module holding `command`; the one registry of subcommands.
@@ -37,6 +37,9 @@ COMMANDS: dict[str, str] = {
     "examples": "rdu_sim.cli.examples_cmd",
 }
 
+NOT_STARTED = "the command had not started: nothing was written"
+"""What a command interrupted while its module is imported kept."""
+
 RECORD_COMMIT = frozenset({"run", "step"})
 """Commands whose output records the simulator's commit: in a checkout its git lookup
 (``rdu_sim.checkout``) starts before their modules are imported, and runs beside them."""
@@ -55,9 +58,8 @@ SUMMARIES: dict[str, str] = {
     "plan": "Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic.",
     "plot": "Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).",
     "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
-    "calibrate": "Fit hardware and serving-stack parameters (--fit hw.FIELD=LOW:HIGH, --fit "
-    "stack.FIELD=LOW:HIGH) to MEASUREMENTS; write the calibrated hardware file (and the "
-    "calibrated stack beside it, which it runs by default).",
+    "calibrate": "Fit hardware and serving-stack parameters to measurements and published "
+    "figures (a calibration spec, or MEASUREMENTS with --fit); write the calibrated overlays.",
     "compare": "Run WORKLOAD on each --hardware and each value of each --vary and show step "
     "time, tokens/s, share of peak, what binds each and why one wins.",
     "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",
@@ -111,7 +113,8 @@ class LazyGroup(RduGroup):
             from rdu_sim import checkout
 
             checkout.start()
-        command = _import_frozen(module_name, freeze=self._invoking > 0).command
+        with interrupts.kept_on_stop(NOT_STARTED):
+            command = _import_frozen(module_name, freeze=self._invoking > 0).command
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}.command is not a click command")
         return command
@@ -154,12 +157,16 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point (`rdu-sim`): the process ends when it returns (or raises),
-    so everything left is frozen first, and the interpreter's collections at exit pass
-    over none of it (~10 ms of a step: they walked every object the imports made)."""
+    """Console-script entry point (`rdu-sim`): SIGINT and SIGTERM stop it cleanly
+    (``rdu_sim.interrupts``: one line, status 128 + the signal, never an abort inside the
+    compiled core). The process ends when it returns (or raises), so everything left is
+    frozen first, and the interpreter's collections at exit pass over none of it (~10 ms of
+    a step: they walked every object the imports made)."""
+    interrupts.install()
     try:
         cli(prog_name="rdu-sim")
     finally:
+        interrupts.ignore_further()  # the command has ended: a signal now changes nothing
         gc.freeze()
 
 

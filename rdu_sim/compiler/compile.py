@@ -37,7 +37,8 @@ from rdu_sim.compiler.buffers import (
     rows_floor,
 )
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.compiler.fusion import KernelGraph, graph_groups, kernel_graphs
+from rdu_sim.compiler.expert_exchange import micro_batch_shapes
+from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import precision, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.placement import (
@@ -59,6 +60,7 @@ from rdu_sim.compiler.program import (
 from rdu_sim.compiler.query_choice import replicates, wiring_key
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.compiler.shared_programs import shared
+from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
 from rdu_sim.compiler.view import CompileView, compile_view
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
@@ -80,135 +82,227 @@ class Compiler:
     rules that choose how a sequence-split MLA gets its queries (`compiler.query_choice`):
     the results keyed by the links are those choices and the capacity they set; a plan and a
     step's kernels are keyed by the choices, so points differing only in their links share
-    them where the choices agree.
+    them where the choices agree. With pipeline stages (``parallelism.pp``) each stage has
+    its own memory plan, query choices and Programs (``compiler.stages``), keyed by its
+    index; the batch capacity is the tightest stage's.
     """
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self._view: CompileView | None = None
         self._programs: dict[StepShape, Program] = {}
-        self._placements: dict[int, Placement] = {}
+        self._micro: dict[StepShape, Program] = {}  # two-batch overlap's micro-batches
+        self._placements: dict[tuple[int, int], Placement] = {}
         self._capacity: int | None = None
-        self._kernels: dict[tuple[StepShape, bool, bool], list[KernelGraph]] = {}
-        self._whole_queries: dict[int, bool] = {}
+        self._kernels: dict[tuple[StepShape, int, bool, bool], list[KernelGraph]] = {}
+        self._whole_queries: dict[tuple[int, int], bool] = {}
         self._system = scenario.hardware.system
         self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
+        parallelism = scenario.workload.parallelism
+        self._stages: tuple[PipelineStage | None, ...] = (
+            pipeline_stages(scenario.model, parallelism.pp) if parallelism.pp > 1 else (None,)
+        )
 
     @property
     def view(self) -> CompileView:
-        """The scenario as the compiler sees it, and its digest (built once)."""
+        """The fields of the scenario the compiler's rules may read (built once)."""
         if self._view is None:
             self._view = compile_view(self.scenario)
         return self._view
 
     def batch_capacity(self) -> int:
-        """Most batch slots whose KV and activations fit in HBM beside the weights."""
+        """Most batch slots whose KV and activations fit in HBM beside the weights (on every
+        pipeline stage)."""
         if self._capacity is None:
-            view = self.view
-            self._capacity = shared(
-                "capacity",
-                (view.digest, self._wiring),
-                lambda: batch_capacity(view.scenario, system=self._system),
-            )
+            self._capacity = min(self._stage_capacity(stage) for stage in self._stages)
         return self._capacity
+
+    def _stage_capacity(self, stage: PipelineStage | None) -> int:
+        view = self.view
+        return shared(
+            "capacity",
+            (view.digest, _index(stage), self._wiring),
+            lambda: batch_capacity(view.scenario, stage=stage, system=self._system),
+        )
 
     def batch_slots(self) -> int:
         """serving.batch_slots, or the batch capacity when it says 'auto'."""
         return self.scenario.workload.serving.slots_for(self.batch_capacity)
 
     def placement(self, batch_slots: int | None = None) -> Placement:
-        """The memory plan for `batch_slots` slots (default: the workload's)."""
+        """The memory plan for `batch_slots` slots (default: the workload's); with pipeline
+        stages, the stage whose HBM is fullest."""
         slots = self.batch_slots() if batch_slots is None else batch_slots
-        if slots not in self._placements:
+        plans = [self._placement(slots, stage) for stage in self._stages]
+        return max(plans, key=lambda p: p.tiers["hbm"].used_bytes / p.tiers["hbm"].capacity_bytes)
+
+    def _placement(self, slots: int, stage: PipelineStage | None) -> Placement:
+        key = (slots, _index(stage))
+        if key not in self._placements:
             view = self.view
             decode = StepShape("decode", slots, 1, slot_tokens(view.scenario))
-            queries = self.queries(decode, slots)
-            self._placements[slots] = shared(
+            queries = self.queries(decode, slots, stage)
+            self._placements[key] = shared(
                 "placement",
-                (view.digest, slots, queries),
+                (view.digest, slots, _index(stage), queries),
                 lambda: plan_memory(
-                    view.scenario, slots, lambda s: self.kernels(s, slots), self._system
+                    view.scenario,
+                    slots,
+                    lambda shape: self.kernels(shape, stage, slots),
+                    stage,
+                    self._system,
                 ),
             )
-        return self._placements[slots]
+        return self._placements[key]
 
-    def whole_queries(self, batch_slots: int) -> bool:
-        """Whether the memory plan for `batch_slots` slots holds MLA's query weights whole
-        on every socket (`placement.whole_queries`)."""
-        if batch_slots not in self._whole_queries:
+    def whole_queries(self, batch_slots: int, stage: PipelineStage | None = None) -> bool:
+        """Whether the memory plan for `batch_slots` slots (of a pipeline ``stage``) holds
+        MLA's query weights whole on every socket (`placement.whole_queries`)."""
+        key = (batch_slots, _index(stage))
+        if key not in self._whole_queries:
             view = self.view
-            self._whole_queries[batch_slots] = shared(
+            self._whole_queries[key] = shared(
                 "whole_queries",
-                (view.digest, batch_slots, self._wiring),
-                lambda: whole_queries(view.scenario, batch_slots, self._system),
+                (view.digest, batch_slots, _index(stage), self._wiring),
+                lambda: whole_queries(view.scenario, batch_slots, stage, self._system),
             )
-        return self._whole_queries[batch_slots]
+        return self._whole_queries[key]
 
-    def queries(self, shape: StepShape, batch_slots: int) -> tuple[bool, bool]:
-        """MLA's queries in a step of `shape` on the memory plan for `batch_slots` slots:
-        whether the plan holds their weights whole, and whether the step makes every
-        head's queries on every socket (`query_choice.replicates`) rather than gathering."""
-        whole = self.whole_queries(batch_slots)
+    def queries(
+        self, shape: StepShape, batch_slots: int, stage: PipelineStage | None = None
+    ) -> tuple[bool, bool]:
+        """MLA's queries in a step of `shape` (on a pipeline ``stage``) on the memory plan
+        for `batch_slots` slots: whether the plan holds their weights whole, and whether the
+        step makes every head's queries on every socket (`query_choice.replicates`) rather
+        than gathering."""
+        whole = self.whole_queries(batch_slots, stage)
         if not whole:
             return False, False
         view = self.view
-        plan = replace(shard_plan(view.scenario), whole_queries=True)
+        plan = replace(shard_plan(view.scenario, shape), whole_queries=True)
         replicate = shared(
             "replicates",
-            (view.digest, shape, self._wiring),
+            (view.digest, shape, _index(stage), self._wiring),
             lambda: replicates(
-                view.scenario, graph_groups(view.scenario, shape), plan, self._system
+                view.scenario, step_groups(view.scenario, shape, stage), plan, self._system
             ),
         )
         return True, replicate
+
+    def program_queries(self, program: Program) -> tuple[bool, bool]:
+        """`queries` of a Program this compiler made (with pipeline stages: of its first
+        stage, whose kernels it reports)."""
+        first = program.pipeline[0] if program.pipeline else program
+        return self.queries(first.shape, first.placement.batch_slots, self._stages[0])
 
     def plan_slots(self, shape: StepShape) -> int:
         """The slots of the memory plan a step of `shape` runs on: the workload's, or the
         step's batch when larger."""
         return max(shape.batch, self.batch_slots())
 
-    def kernels(self, shape: StepShape, batch_slots: int | None = None) -> list[KernelGraph]:
-        """The fused, sharded kernel graphs of one step (before stage allocation) on the
-        memory plan for `batch_slots` slots (default: `plan_slots`), kept until that step's
-        Program is made: the memory plan reads the graphs of the decode step of its slots,
-        often the first Program asked for (its graphs are read, never changed). A shape
-        never compiled keeps its graphs as long as the compiler."""
+    def kernels(
+        self,
+        shape: StepShape,
+        stage: PipelineStage | None = None,
+        batch_slots: int | None = None,
+    ) -> list[KernelGraph]:
+        """The fused, sharded kernel graphs of one step (of one pipeline ``stage``), before
+        stage allocation, on the memory plan for `batch_slots` slots (default: `plan_slots`),
+        kept until that step's Program is made: the memory plan reads the graphs of the
+        decode step of its slots, often the first Program asked for (its graphs are read,
+        never changed). A shape never compiled keeps its graphs as long as the compiler."""
         slots = self.plan_slots(shape) if batch_slots is None else batch_slots
-        key = (shape, *self.queries(shape, slots))
+        whole, replicate = self.queries(shape, slots, stage)
+        key = (shape, _index(stage), whole, replicate)
         graphs = self._kernels.get(key)
         if graphs is None:
-            graphs = self._kernels[key] = kernel_graphs(self.view.scenario, *key)
+            graphs = self._kernels[key] = kernel_graphs(
+                self.view.scenario,
+                shape,
+                stage,
+                whole_queries=whole,
+                replicate_queries=replicate,
+            )
         return graphs
 
     def program(self, shape: StepShape) -> Program:
-        """The Program of one static shape (cached)."""
+        """The Program of one static shape (cached); with two-batch overlap, its
+        micro-batches' Programs beside it (``Program.micro_batches``); with pipeline stages,
+        each stage's Program of one micro-batch (``Program.pipeline``)."""
         cached = self._programs.get(shape)
         if cached is not None:
             return cached
+        pipelined = self._stages[0] is not None
+        program = self._pipelined(shape) if pipelined else self._compile(shape)
+        if self.view.scenario.workload.parallelism.two_batch_overlap:
+            micro = tuple(self._micro_batch(part) for part in micro_batch_shapes(shape))
+            program = replace(program, micro_batches=micro)
+        self._programs[shape] = program
+        return program
+
+    def _pipelined(self, shape: StepShape) -> Program:
+        """A step through the pipeline: its batch cut into ``parallelism.micro_batches``
+        micro-batches (at most its slots; each the largest one's shape), each stage's Program
+        of one micro-batch; the step's memory plan its fullest stage's."""
+        parts = min(self.view.scenario.workload.parallelism.pipeline_micro_batches, shape.batch)
+        micro = replace(shape, batch=math.ceil(shape.batch / parts))
         slots = self.plan_slots(shape)
-        placement = self.placement(slots)
+        stages = tuple(self._compile(micro, stage, slots) for stage in self._stages)
+        return Program(
+            shape=shape,
+            tp=self.view.scenario.tp,
+            kernels=stages[0].kernels,
+            placement=self.placement(slots),
+            stage_devices=stages[0].stage_devices,
+            pipeline=stages,
+            pipeline_micro_batches=parts,
+            pipeline_transfer_bytes=micro.rows
+            * self.view.scenario.model.hidden_size
+            * self.view.scenario.activation_dtype_bytes,
+        )
+
+    def _micro_batch(self, shape: StepShape) -> Program:
+        """One micro-batch's Program (compiled whole: a micro-batch is not cut again)."""
+        if shape not in self._micro:
+            self._micro[shape] = self._compile(shape)
+        return self._micro[shape]
+
+    def _compile(
+        self, shape: StepShape, stage: PipelineStage | None = None, slots: int | None = None
+    ) -> Program:
+        """The Program of ``shape`` run as one batch (on one pipeline ``stage``, whose memory
+        plan holds ``slots`` slots; default: `plan_slots`)."""
+        planned = self.plan_slots(shape) if slots is None else slots
+        placement = self._placement(planned, stage)
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         view = self.view
-        queries = self.queries(shape, slots)
+        queries = self.queries(shape, planned, stage)
         kernels = shared(
             "kernels",
-            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, queries),
+            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, _index(stage), queries),
             lambda: _kernel_programs(
-                view.scenario, fractions, kv_tier, shape, self.kernels(shape, slots)
+                view.scenario, fractions, kv_tier, shape, self.kernels(shape, stage, planned)
             ),
         )
-        self._kernels.pop((shape, *queries), None)  # a cached Program needs its graphs no more
+        self._kernels.pop((shape, _index(stage), *queries), None)  # not needed again
+        devices = view.scenario.workload.parallelism.stage_devices
+        load = shard_plan(view.scenario).expert_load
         program = Program(
             shape=shape,
             tp=view.scenario.tp,
             kernels=kernels,
             placement=placement,
             host_bytes=host_bytes(view.scenario, shape),
+            stage_devices=devices if devices > view.scenario.tp else 0,
+            expert_balance=None if load is None else load.load(shape.rows),
         )
-        program = replace(program, placement=with_sram(placement, program.sram_bytes))
-        self._programs[shape] = program
-        return program
+        return replace(program, placement=with_sram(placement, program.sram_bytes))
+
+
+def _index(stage: PipelineStage | None) -> int:
+    """A stage's index in cache keys (-1: the whole model, no pipeline)."""
+    return -1 if stage is None else stage.index
 
 
 def _kernel_programs(
@@ -225,7 +319,7 @@ def _kernel_programs(
     if isinstance(hardware, HardwareConfig):
         engine = scenario.workload.engine
         return tuple(
-            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, shape.rows)
+            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, k.rows or shape.rows)
             for k in kernels
         )
     # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
@@ -291,7 +385,7 @@ def _hbm_share(fractions: dict[str, float], kernel: str, weight: str) -> float:
     `decoder_moe/attn.kv_b_proj` the 58 MoE layers'; a straddling tensor's reads split
     between HBM and DDR in proportion to its bytes. A kernel reads its own placement.
 
-    A kernel with no placement of its own (`snapkv_select`, which runs only in a compressing
+    A kernel with no placement of its own (`snapkv_score`, which runs only in a compressing
     prefill) reads the copies the kernels that own the weight placed: its call for layer l
     reads layer l's copy, placed by the kernel that runs layer l. The selection runs for
     every layer, so its share is that of all the owners' tensors together, weighted by
@@ -376,7 +470,7 @@ def _stage(
         gemm=None if gemm is None else Gemm(gemm.m, gemm.n, gemm.k, gemm.batch),
         collective=None
         if node.collective is None
-        else CollectiveSpec(node.collective, node.collective_bytes, node.group),
+        else CollectiveSpec(node.collective, node.collective_bytes, node.group, node.exchange),
         selected_by=_producer(graph, node.weights_selected_by),
     )
     return _Draft(stage, operand, activations)

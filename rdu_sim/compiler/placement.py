@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.compiler.fusion import KernelGraph, graph_groups, kernel_graphs
+from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.program import (
@@ -46,6 +46,7 @@ from rdu_sim.compiler.program import (
     TierUsage,
 )
 from rdu_sim.compiler.query_choice import replicates
+from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
@@ -92,16 +93,20 @@ def weight_inventory(
     scenario: Scenario,
     batch: int = 1,
     kernels: KernelSource | None = None,
+    stage: PipelineStage | None = None,
     whole_queries: bool = False,
 ) -> list[WeightTensor]:
-    """Every weight tensor of one socket, with its reads in a decode step of `batch` slots
-    (``kernels``: where that step's kernel graphs come from, by default built afresh on a
-    plan holding MLA's query weights whole or not, ``whole_queries``, whose full step makes
-    the queries on every socket when it holds them whole: `whole_queries`)."""
+    """Every weight tensor of one socket (of a pipeline ``stage``), with its reads in a
+    decode step of `batch` slots (``kernels``: where that step's kernel graphs come from, by
+    default built afresh on a plan holding MLA's query weights whole or not,
+    ``whole_queries``, whose full step makes the queries on every socket when it holds them
+    whole: `whole_queries`)."""
     shape = StepShape("decode", max(1, batch), 1, slot_tokens(scenario))
     tensors: dict[str, list[float]] = {}
     if kernels is None:
-        graphs = kernel_graphs(scenario, shape, whole_queries, whole_queries)
+        graphs = kernel_graphs(
+            scenario, shape, stage, whole_queries=whole_queries, replicate_queries=whole_queries
+        )
     else:
         graphs = kernels(shape)
     for kernel in graphs:
@@ -145,7 +150,9 @@ def _step_bytes(scenario: Scenario, rows: int, logit_rows: int) -> float:
     return 2 * rows * arch.hidden_size * act + rows * INDEX + logit_rows * arch.vocab_size * act
 
 
-def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
+def activation_bytes(
+    scenario: Scenario, batch_slots: int, stage: PipelineStage | None = None
+) -> int:
     """Peak HBM working set of a step on one socket (activations between kernels).
 
     The larger of a decode step of `batch_slots` slots (k + 1 tokens each in a speculative
@@ -177,8 +184,8 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
         # prompts as fit, or its rows of shorter ones
         prompts = max(1, packed // prompt)
         scratch = max(
-            prompts * kv_slot_bytes_per_socket(scenario, prompt),
-            kv_slot_bytes_per_socket(scenario, packed),
+            prompts * kv_slot_bytes_per_socket(scenario, prompt, stage),
+            kv_slot_bytes_per_socket(scenario, packed, stage),
         )
         prefill += scratch + prompts * window
     own = math.ceil(max(decode, prefill))
@@ -201,11 +208,12 @@ def _draft_activation_bytes(scenario: Scenario, draft: Scenario, batch_slots: in
     return math.ceil(_step_bytes(draft, chunk, 1)) + scratch
 
 
-def kv_bytes(scenario: Scenario, batch_slots: int) -> int:
-    """KV cache of `batch_slots` static slots on one socket: the policy's slot plus the
-    verify step's rollback positions, and a shared draft's own slots beside them."""
+def kv_bytes(scenario: Scenario, batch_slots: int, stage: PipelineStage | None = None) -> int:
+    """KV cache of `batch_slots` static slots on one socket (of a pipeline ``stage``: its
+    layers'): the policy's slot plus the verify step's rollback positions, and a shared
+    draft's own slots beside them."""
     tokens = slot_tokens(scenario) + rollback_tokens(scenario)
-    own = batch_slots * kv_slot_bytes_per_socket(scenario, tokens)
+    own = batch_slots * kv_slot_bytes_per_socket(scenario, tokens, stage)
     return own + draft_kv_bytes(scenario, batch_slots)
 
 
@@ -306,21 +314,29 @@ def plan_memory(
     scenario: Scenario,
     batch_slots: int,
     kernels: KernelSource | None = None,
+    stage: PipelineStage | None = None,
     system: SystemConfig | None = None,
 ) -> Placement:
-    """Place one socket's weights, KV cache and activations for `batch_slots` slots
-    (``kernels``: as for :func:`weight_inventory`, on this plan's `whole_queries`;
-    ``system``: the links MLA's query choice weighs, by default the scenario's)."""
+    """Place one socket's (of a pipeline ``stage``) weights, KV cache and activations for
+    `batch_slots` slots (``kernels``: as for :func:`weight_inventory`, on this plan's
+    `whole_queries`; ``system``: the links MLA's query choice weighs, by default the
+    scenario's)."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
     if kernels is None:
-        whole = whole_queries(scenario, batch_slots, system)
-        kernels = lambda shape: kernel_graphs(scenario, shape, whole, whole)  # noqa: E731
+        whole = whole_queries(scenario, batch_slots, stage, system)
+
+        def kernels(shape: StepShape) -> list[KernelGraph]:
+            return kernel_graphs(
+                scenario, shape, stage, whole_queries=whole, replicate_queries=whole
+            )
+
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
-    act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
+    act = activation_bytes(scenario, batch_slots, stage)
+    kv = kv_bytes(scenario, batch_slots, stage)
     if act + kv > hbm_cap:
-        capacity = batch_capacity(scenario, strict=False, system=system)
+        capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
         fit = (
             f"at most {capacity} fit beside the weights; 'auto' picks that"
             if capacity
@@ -354,7 +370,7 @@ def plan_memory(
         tensors.append(TensorPlacement(weight.key, "weights", "hbm", weight.bytes))
         in_hbm += weight.bytes
     room = min(room, in_hbm + pinned_limit(scenario))  # the target's weights HBM may pin
-    inventory = weight_inventory(scenario, batch_slots, kernels)
+    inventory = weight_inventory(scenario, batch_slots, kernels, stage)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
         here = min(weight.bytes, room - in_hbm)
         if here > 0:
@@ -379,7 +395,12 @@ def plan_memory(
         ),
         "ddr": TierUsage(capacity_bytes=ddr_cap, weights_bytes=in_ddr),
     }
-    return Placement(batch_slots=batch_slots, tiers=tiers, tensors=tuple(tensors))
+    return Placement(
+        batch_slots=batch_slots,
+        tiers=tiers,
+        tensors=tuple(tensors),
+        pipeline_stage=-1 if stage is None else stage.index,
+    )
 
 
 def hbm_fractions(placement: Placement) -> dict[str, float]:
@@ -398,61 +419,78 @@ def _pinned(scenario: Scenario, total: int) -> int:
     return sum(w.bytes for w in draft_weights(scenario)) + min(total, pinned_limit(scenario))
 
 
-def _pinned_weights(scenario: Scenario, whole_queries: bool) -> int:
-    """`_pinned` for the target's weights with MLA's query weights whole or not."""
-    inventory = weight_inventory(scenario, whole_queries=whole_queries)
+def _pinned_weights(
+    scenario: Scenario, whole_queries: bool, stage: PipelineStage | None = None
+) -> int:
+    """`_pinned` for the target's weights (a pipeline ``stage``'s) with MLA's query weights
+    whole or not."""
+    inventory = weight_inventory(scenario, stage=stage, whole_queries=whole_queries)
     return _pinned(scenario, sum(w.bytes for w in inventory))
 
 
-def _fits(scenario: Scenario, slots: int, weights: int) -> bool:
-    """Whether the KV cache of ``slots`` slots fits in the serving stack's share
-    (``kv_memory_fraction``) of the HBM ``weights`` and the activations leave."""
+def _fits(scenario: Scenario, slots: int, weights: int, stage: PipelineStage | None = None) -> bool:
+    """Whether the KV cache of ``slots`` slots (of a pipeline ``stage``'s layers) fits in the
+    serving stack's share (``kv_memory_fraction``) of the HBM ``weights`` and the
+    activations leave."""
     fraction = scenario.stack.kv_memory_fraction
-    free = scenario.hardware.hbm.capacity - weights - activation_bytes(scenario, slots)
-    return kv_bytes(scenario, slots) <= (1.0 if fraction is None else fraction) * free
+    free = scenario.hardware.hbm.capacity - weights - activation_bytes(scenario, slots, stage)
+    return kv_bytes(scenario, slots, stage) <= (1.0 if fraction is None else fraction) * free
 
 
-def _replicates(scenario: Scenario, slots: int, system: SystemConfig) -> bool:
-    """Whether the largest decode step of ``slots`` slots (a verify step's tokens each)
-    would make every head's MLA queries on every socket, given their weights whole."""
+def _replicates(
+    scenario: Scenario, slots: int, stage: PipelineStage | None, system: SystemConfig
+) -> bool:
+    """Whether the largest decode step of ``slots`` slots (a verify step's tokens each; a
+    pipeline ``stage``'s layers of it) would make every head's MLA queries on every socket,
+    given their weights whole."""
     shape = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
-    plan = replace(shard_plan(scenario), whole_queries=True)
-    return replicates(scenario, graph_groups(scenario, shape), plan, system)
+    plan = replace(shard_plan(scenario, shape), whole_queries=True)
+    return replicates(scenario, step_groups(scenario, shape, stage), plan, system)
 
 
-def whole_queries(scenario: Scenario, batch_slots: int, system: SystemConfig | None = None) -> bool:
-    """Whether the memory plan for ``batch_slots`` slots holds MLA's query weights (q_b_proj,
-    W_UK) whole on every socket: under the sequence_split layout, when its largest decode
-    step replicates the queries on ``system``'s links (default: the scenario's;
-    `compiler.query_choice`) and the whole weights fit beside the slots in HBM."""
+def whole_queries(
+    scenario: Scenario,
+    batch_slots: int,
+    stage: PipelineStage | None = None,
+    system: SystemConfig | None = None,
+) -> bool:
+    """Whether the memory plan for ``batch_slots`` slots (of a pipeline ``stage``'s sockets)
+    holds MLA's query weights (q_b_proj, W_UK) whole on every socket: under the
+    sequence_split layout, when its largest decode step replicates the queries on
+    ``system``'s links (default: the scenario's; `compiler.query_choice`) and the whole
+    weights fit beside the slots in HBM."""
     if not chooses_queries(scenario):
         return False
     links = scenario.hardware.system if system is None else system
-    if not _replicates(scenario, batch_slots, links):
+    if not _replicates(scenario, batch_slots, stage, links):
         return False
-    return _fits(scenario, batch_slots, _pinned_weights(scenario, True))
+    return _fits(scenario, batch_slots, _pinned_weights(scenario, True, stage), stage)
 
 
 def batch_capacity(
-    scenario: Scenario, *, strict: bool = True, system: SystemConfig | None = None
+    scenario: Scenario,
+    *,
+    strict: bool = True,
+    stage: PipelineStage | None = None,
+    system: SystemConfig | None = None,
 ) -> int:
-    """Most slots whose KV cache and activations fit in HBM beside the weights it pins, of
-    which the serving stack gives its KV cache ``kv_memory_fraction`` of what is left, and
-    at most the stack's ``max_batch_slots``. Under the MLA sequence_split layout: the most
-    beside MLA's query weights whole when the decode step of that many slots replicates the
-    queries on ``system``'s links (default: the scenario's; `whole_queries`), else beside
-    their slices.
+    """Most slots whose KV cache and activations fit in HBM beside the weights it pins (on a
+    pipeline ``stage``'s sockets: its layers'), of which the serving stack gives its KV cache
+    ``kv_memory_fraction`` of what is left, and at most the stack's ``max_batch_slots``.
+    Under the MLA sequence_split layout: the most beside MLA's query weights whole when the
+    decode step of that many slots replicates the queries on ``system``'s links (default:
+    the scenario's; `whole_queries`), else beside their slices.
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
-    total = sum(w.bytes for w in weight_inventory(scenario))
+    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
     target = min(total, pinned_limit(scenario))
     weights = _pinned(scenario, total)
 
     def fits(slots: int) -> bool:
-        return _fits(scenario, slots, weights)
+        return _fits(scenario, slots, weights, stage)
 
     if not fits(1):
         if strict:
@@ -472,16 +510,17 @@ def batch_capacity(
                 f"(tp={scenario.tp}, {scenario.weight_dtype}), memory.weights "
                 f"{scenario.workload.memory.weights} puts {pinned}, which leaves "
                 f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
-                f"{device}, and one slot's KV cache is {human.size(kv_bytes(scenario, 1), 4)} "
+                f"{device}, and one slot's KV cache is "
+                f"{human.size(kv_bytes(scenario, 1, stage), 4)} "
                 f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
     most = _capped(scenario, most_slots(fits))
     if chooses_queries(scenario):
-        whole = _pinned_weights(scenario, True)
-        beside = _capped(scenario, most_slots(lambda slots: _fits(scenario, slots, whole)))
+        whole = _pinned_weights(scenario, True, stage)
+        beside = _capped(scenario, most_slots(lambda slots: _fits(scenario, slots, whole, stage)))
         links = scenario.hardware.system if system is None else system
-        if beside and _replicates(scenario, beside, links):
+        if beside and _replicates(scenario, beside, stage, links):
             return beside
     return most
 

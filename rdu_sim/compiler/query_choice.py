@@ -20,6 +20,7 @@ from rdu_sim.compiler.layout import ShardPlan
 from rdu_sim.compiler.mla_queries import query_operators
 from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.config.wiring import peer_levels
 from rdu_sim.graph import GraphGroup, operators
 from rdu_sim.scenario import Scenario
 
@@ -29,18 +30,22 @@ def collective_bound_s(system: SystemConfig, kind: str, nbytes: float, group: in
     ``system``'s links, ``nbytes`` its tensor (NCCL's N): each socket receives the (group -
     1) / group of it it lacks (an all-gather, a reduce-scatter), or twice that (an
     all-reduce: reduce its share, then gather the rest), at best through all its links at
-    once (one switch port per link class, both ring neighbours, a link per peer fully
-    connected), after one hop. On one switched node that is the one-shot all-gather's and
-    reduce-scatter's estimate (``hw.collective_choice``), and the two-shot all-reduce's when
-    its bytes keep the port busy."""
+    once (a switch port per link class, within the node, between nodes and between racks;
+    both ring neighbours; a link per peer fully connected), after one hop. On one switched
+    node that is the one-shot all-gather's and reduce-scatter's estimate
+    (``hw.collective_choice``), and the two-shot all-reduce's when its bytes keep the port
+    busy."""
     if group <= 1 or nbytes <= 0:
         return 0.0
     phases = 2 if kind == "allreduce" else 1
     shard = phases * nbytes / group
-    local = min(group, system.sockets_per_node)
-    classes = [(local - 1, system.intra_node_link)] if local > 1 else []
-    if group > local:
-        classes.append((group - local, system.inter_node_link))
+    links = {
+        "node": system.intra_node_link,
+        "rack": system.inter_node_link,
+        "racks": system.inter_rack_link or system.inter_node_link,
+    }
+    levels = peer_levels(group, system.sockets_per_node, system.sockets_per_rack)
+    classes = [(peers, links[level]) for peers, level in levels]
     if system.topology == "ring":
         slowest = min(link.bandwidth for _, link in classes)
         latency = max(link.latency for _, link in classes)
@@ -69,15 +74,9 @@ class StepEstimate:
 def wiring_key(system: SystemConfig) -> tuple[object, ...]:
     """What `collective_bound_s` reads of ``system`` (a memo key: the compiler's view leaves
     the links out)."""
-    intra, inter = system.intra_node_link, system.inter_node_link
-    return (
-        system.topology,
-        system.sockets_per_node,
-        intra.bandwidth,
-        intra.latency,
-        inter.bandwidth,
-        inter.latency,
-    )
+    classes = (system.intra_node_link, system.inter_node_link, system.inter_rack_link)
+    links = tuple(None if link is None else (link.bandwidth, link.latency) for link in classes)
+    return (system.topology, system.sockets_per_node, system.sockets_per_rack, *links)
 
 
 def step_estimate(

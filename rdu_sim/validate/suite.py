@@ -31,6 +31,7 @@ from pathlib import Path
 from rdu_sim import api
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.interrupts import Interrupted, blocked, run_stoppable, start_worker, stop_children
 from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate
 from rdu_sim.validate.measure import (
@@ -200,23 +201,40 @@ def run_suite(
     full: str | Path = FULL_WORKLOAD,
     figures: Sequence[Figure] = FIGURES,
     parallel: bool = True,
+    scaling_overrides: Iterable[str] | None = None,
 ) -> SuiteResult:
     """Run both deployments and the smaller measurements (``overrides`` apply to every
-    DeepSeek-R1 run, ``hw.`` ones to the shared hardware file, which the Llama 3.1 steps of
-    the Kernel Looping figures use too) and compare with the published figures."""
+    DeepSeek-R1 run; the Llama 3.1 steps of the Kernel Looping figures, their own workload,
+    take ``scaling_overrides``, by default the ``hw.`` ones of ``overrides``: the hardware
+    file is shared) and compare with the published figures."""
     ovr = list(overrides)
     # bad input fails here, in this process, before anything is simulated
     plans = [(path, plan_run(path, ovr, quick)) for path in (snapstream, full)]
     prompt = reference_prompt(snapstream, ovr)
-    # the Llama steps are their own workload: only the hardware overrides reach them
-    hardware_ovr = [o for o in ovr if o.strip().startswith(HW_PREFIX)]
-    if parallel:
-        with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(measure_run, path, run_ovr, prompt) for path, run_ovr in plans]
-            small_future = pool.submit(measure_small, full, ovr)
-            scaling_future = pool.submit(measure_decode_scaling, hardware_ovr)
-            ss, fu = (f.result() for f in futures)
-            small, scaling = small_future.result(), scaling_future.result()
+    hardware_ovr = (
+        [o for o in ovr if o.strip().startswith(HW_PREFIX)]
+        if scaling_overrides is None
+        else list(scaling_overrides)
+    )
+    if parallel:  # a signal stops the workers' runs too (interrupts.start_worker)
+        spawn = get_context("spawn")
+        with ProcessPoolExecutor(2, mp_context=spawn, initializer=start_worker) as pool:
+            try:
+                with blocked():  # the workers start with the signals blocked
+                    futures = [
+                        pool.submit(run_stoppable, measure_run, path, run_ovr, prompt)
+                        for path, run_ovr in plans
+                    ]
+                    small_future = pool.submit(run_stoppable, measure_small, full, ovr)
+                    scaling_future = pool.submit(
+                        run_stoppable, measure_decode_scaling, hardware_ovr
+                    )
+                ss, fu = (f.result() for f in futures)
+                small, scaling = small_future.result(), scaling_future.result()
+            except Interrupted:
+                stop_children()
+                pool.shutdown(cancel_futures=True)
+                raise
     else:
         ss, fu = (measure_run(path, run_ovr, prompt) for path, run_ovr in plans)
         small, scaling = measure_small(full, ovr), measure_decode_scaling(hardware_ovr)
