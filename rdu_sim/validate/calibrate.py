@@ -20,9 +20,11 @@ values: what the overlay files say is what was evaluated.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -163,6 +165,19 @@ def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@contextlib.contextmanager
+def _ignoring_interrupts() -> Iterator[None]:
+    """SIGINT ignored while inside (in the main thread; elsewhere signals never arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 POLL_S = 0.2
 """How often the parent looks for a stop request while its workers simulate."""
 
@@ -216,7 +231,11 @@ class Evaluator:
             return
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
-            self._pool = context.Pool(self.workers, initializer=_quiet_worker)
+            # the workers start with Ctrl-C ignored (an ignored signal stays ignored across
+            # exec), so the terminal's signal to the whole group cannot reach one before its
+            # initializer runs
+            with _ignoring_interrupts():
+                self._pool = context.Pool(self.workers, initializer=_quiet_worker)
         results = self._pool.imap_unordered(_run, tasks)
         for _ in tasks:
             while True:

@@ -78,7 +78,7 @@ class EvaluationCache:
             raise self._fail(number, f"kind must be one of {KINDS}, got {kind!r}")
         if not isinstance(values, list) or not values or len(values) > 1000:
             raise self._fail(number, "values is not a list of 1 to 1000 numbers")
-        read = tuple(self._value(v, kind, number) for v in values)
+        read = tuple(self._checked_value(v, kind, number) for v in values)
         if not (
             isinstance(slots, list)
             and all(
@@ -89,7 +89,7 @@ class EvaluationCache:
             raise self._fail(number, "batch_slots is not a list of counts, one per value")
         self.entries[key] = (str(kind), Evaluated(read, tuple(slots)), number)
 
-    def _value(self, value: Any, kind: str, number: int) -> float:
+    def _checked_value(self, value: Any, kind: str, number: int) -> float:
         if value is None and kind == "figures":
             return math.nan  # a figure the suite could not measure
         if isinstance(value, bool) or not isinstance(value, int | float):
