@@ -245,19 +245,19 @@ def test_14_every_row_is_checked_before_the_first_simulation(
     """An unknown model on row 1,201 errored after 31 s of simulation."""
     monkeypatch.setattr(targets, "simulate_run", lambda *a: pytest.fail("simulated"))
     rows = [ROW.replace(",1,1,16,", f",1,{1 + i % 4},{16 + i},") for i in range(1200)]
-    for bad, column in [
-        ("llama-9", "model"),
-        ("llama-3.2-1b,3", "tp"),
+    path = tmp_path / "big.csv"
+    path.write_text("\n".join([H, *rows, ROW.replace("llama-3.2-1b", "llama-9")]) + "\n")
+    _one_error(_run(str(path), "--fit", F), "big.csv:1202: model:")
+    for last, column in [
+        (ROW.replace("llama-3.2-1b,1,", "llama-3.2-1b,3,"), "tp"),
+        (ROW.replace("sn40l,", "nope,"), "hardware"),
     ]:
-        path = tmp_path / "big.csv"
-        last = ROW.replace("llama-3.2-1b,1", bad if column == "tp" else f"{bad},1")
-        path.write_text("\n".join([H, *rows, last]) + "\n")
-        _one_error(_run(str(path), "--fit", F), f"big.csv:1202: {column}:")
-    path.write_text("\n".join([H, *rows, ROW.replace("sn40l,", "nope,")]) + "\n")
-    _one_error(_run(str(path), "--fit", F), "big.csv:1202: hardware:")
-    weights = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured_s,weights"
-    path.write_text(f"{weights}\n{ROW},fp7\n")
-    _one_error(_run(str(path), "--fit", F), "big.csv:2: weights:")
+        path.write_text("\n".join([H, *rows[:3], last]) + "\n")
+        _one_error(_run(str(path), "--fit", F), f"big.csv:5: {column}:")
+    stacked = f"{H},stack,weights"
+    for cells, column in [(",nope,", "stack"), (",,fp7", "weights")]:
+        path.write_text(f"{stacked}\n{ROW},,\n{ROW}{cells}\n")
+        _one_error(_run(str(path), "--fit", F), f"big.csv:3: {column}:")
 
 
 def test_a_bound_its_field_refuses_is_named_before_simulating(

@@ -179,7 +179,11 @@ class MeasuredPoint:
                 data, workload_file=self.file, overrides=[*overrides, *self.settings]
             )
         except ConfigError as exc:
-            raise ConfigError([self._row_issue(issue) for issue in exc.issues]) from None
+            first, *rest = (self._row_issue(issue) for issue in exc.issues)
+            if rest:  # a fault in a file the row names: one line, the row's first
+                more = "; ".join(str(issue) for issue in rest)
+                first = ConfigIssue(first.file, first.field, f"{first.message} {more}")
+            raise ConfigError([first]) from None
 
     def _row_issue(self, issue: ConfigIssue) -> ConfigIssue:
         """An issue of this point's workload, told as one of its row (its column named)."""
