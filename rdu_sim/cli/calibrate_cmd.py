@@ -456,8 +456,9 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
     for r in result.results:
         t = r.target
         role = "held out" if r.held_out else "fitted"
+        name = t.id if t.id.endswith(t.label) else f"{t.id}: {t.label}"
         click.echo(
-            f"{t.id}: {t.label}: measured {shown(t.measured, t.measure_unit)}, "
+            f"{name}: measured {shown(t.measured, t.measure_unit)}, "
             f"simulated {shown(r.simulated, t.measure_unit)}, "
             f"{human.percent(r.relative_error, signed=True)} ({role})"
         )
