@@ -328,3 +328,27 @@ def test_any_options_end_in_a_result_or_one_clean_error(
         assert result.exit_code == 2 and result.output.count("Error:") == 1, result.output
         return
     _one_error(result)
+
+
+@pytest.mark.parametrize(
+    ("row", "words"),
+    [
+        ("sn40l,llama-3.2-1b,1,auto,1000000,1048576,1048576,output_tokens_per_s,100", "exceeds"),
+        ("sn40l,llama-3.2-1b,1,auto,1000000,16,16,output_tokens_per_s,100", "serving.max_work"),
+        ("sn40l,llama-3.2-1b,1,65536,1000000,16,16,output_tokens_per_s,100", "KV cache of 65536"),
+    ],
+)
+def test_absurd_rows_end_in_one_error_naming_the_row_at_once(
+    tmp_path: Path, row: str, words: str
+) -> None:
+    """The full-load format's bounds: a row asking for a context its model cannot hold, a
+    run too large to simulate, or a batch no memory holds, is one error naming its row,
+    within seconds."""
+    import time
+
+    path = tmp_path / "absurd.csv"
+    header = "hardware,model,tp,batch,requests,input_tokens,output_tokens,metric,measured"
+    path.write_text(f"{header}\n{row}\n")
+    began = time.perf_counter()
+    _one_error(_run(str(path), "--fit", F, "-o", str(tmp_path / "o")), "absurd.csv:2:", words)
+    assert time.perf_counter() - began < 30

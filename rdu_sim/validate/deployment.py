@@ -179,11 +179,16 @@ class MeasuredPoint:
                 data, workload_file=self.file, overrides=[*overrides, *self.settings]
             )
         except ConfigError as exc:
-            first, *rest = (self._row_issue(issue) for issue in exc.issues)
-            if rest:  # a fault in a file the row names: one line, the row's first
-                more = "; ".join(str(issue) for issue in rest)
-                first = ConfigIssue(first.file, first.field, f"{first.message} {more}")
-            raise ConfigError([first]) from None
+            raise self.row_error(exc) from None
+
+    def row_error(self, exc: ConfigError) -> ConfigError:
+        """``exc`` (of this point's workload or run) as one issue of its row: a fault in a
+        file the row names is told on one line, after the row's."""
+        first, *rest = (self._row_issue(issue) for issue in exc.issues)
+        if rest:
+            more = "; ".join(str(issue) for issue in rest)
+            first = ConfigIssue(first.file, first.field, f"{first.message} {more}")
+        return ConfigError([first])
 
     def _row_issue(self, issue: ConfigIssue) -> ConfigIssue:
         """An issue of this point's workload, told as one of its row (its column named)."""
@@ -250,7 +255,11 @@ def simulate_run(point: MeasuredPoint, overrides: Sequence[str] = ()) -> Simulat
     value (no request completed)."""
     from rdu_sim import api
 
-    result = api.run(point.scenario(overrides))
+    scenario = point.scenario(overrides)
+    try:
+        result = api.run(scenario)
+    except ConfigError as exc:  # a run the row asks for that cannot be done (too much work)
+        raise point.row_error(exc) from None
     value = METRICS[point.metric].read(result.summary())
     if value is None or not np.isfinite(value) or value <= 0:
         raise ConfigError.single(
