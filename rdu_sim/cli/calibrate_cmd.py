@@ -286,6 +286,47 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
     return inputs, None, None, "calibration"
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A calibration checked and ready to fit: nothing simulated, nothing written yet but
+    the output folder and the cache file opened."""
+
+    problem: Problem
+    inputs: Inputs
+    max_evaluations: int
+    folder: Path
+    paths: dict[tuple[str, str], Path]  # each fitted machine's and stack's overlay
+    cache: Path
+
+
+def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
+    """Read what was asked, build and check the problem, and make sure every output can be
+    written and none is an input, before anything is simulated."""
+    from rdu_sim.validate.calibration_problem import build_problem
+    from rdu_sim.validate.evaluation_cache import EvaluationCache
+
+    inputs, spec, spec_evaluations, default_out = _inputs(asked)
+    folder = _out_folder(out, default_out)
+    if cache is not None and (not cache.strip() or "\0" in cache):
+        fail("--cache: give the cache file's path (it is empty)")
+    cache_path = Path(cache) if cache is not None else folder / CACHE_FILE
+    _regular_or_absent(cache_path, "--cache")
+    problem = build_problem(inputs)
+    read = _inputs_read(
+        problem, [*inputs.measurements, *inputs.overlays, *([spec] if spec else [])]
+    )
+    paths = _overlay_paths(problem, folder)
+    outputs = [*paths.values(), folder / FIT_FILE]
+    _refuse_overwrite([("--cache", cache_path), *(("-o", path) for path in outputs)], read)
+    _refuse_overwrite([("-o", path) for path in outputs], [cache_path])
+    for path in outputs:
+        _regular_or_absent(path, "-o")
+    _writable(folder)
+    EvaluationCache(cache_path).ready()  # the cache file can be written (and is checked)
+    evaluations = asked.max_evaluations or spec_evaluations or DEFAULT_MAX_EVALUATIONS
+    return Prepared(problem, inputs, evaluations, folder, paths, cache_path)
+
+
 @click.command("calibrate")
 @click.argument("args", nargs=-1, required=True, metavar="SPEC | MEASUREMENTS...")
 @click.option(
@@ -369,43 +410,25 @@ def command(
     (a calibration spec, or MEASUREMENTS with --fit); write the calibrated overlays."""
     from rdu_sim.cli.interrupts import Interrupted, stop_requests
     from rdu_sim.validate.calibrate import Calibration
-    from rdu_sim.validate.calibration_problem import build_problem
     from rdu_sim.validate.evaluation_cache import EvaluationCache
 
     asked = Asked(
         args, fits, holdouts, figures, tolerance, hardware, max_evaluations, overrides, overlays
     )
-    inputs, spec, spec_evaluations, default_out = _inputs(asked)
-    evaluations = max_evaluations or spec_evaluations or DEFAULT_MAX_EVALUATIONS
-    folder = _out_folder(out, default_out)
-    if cache is not None and (not cache.strip() or "\0" in cache):
-        fail("--cache: give the cache file's path (it is empty)")
-    cache_path = Path(cache) if cache is not None else folder / CACHE_FILE
-    _regular_or_absent(cache_path, "--cache")
-    problem = build_problem(inputs)
-    given = [*inputs.measurements, *inputs.overlays, *([spec] if spec else [])]
-    read = _inputs_read(problem, given)
-    paths = _overlay_paths(problem, folder)
-    outputs = [*paths.values(), folder / FIT_FILE]
-    _refuse_overwrite([("--cache", cache_path), *(("-o", path) for path in outputs)], read)
-    _refuse_overwrite([("-o", path) for path in outputs], [cache_path])
-    for path in outputs:
-        _regular_or_absent(path, "-o")
-    _writable(folder)
-    cache_file = EvaluationCache(cache_path)
-    cache_file.ready()
-    names = [one.name for one in problem.parameters]
-    units = [one.parameter.unit for one in problem.parameters]
-    with stop_requests() as stop:
+    with stop_requests() as stop:  # a signal from here on stops at the fit's next unit
+        ready = _prepare(asked, out, cache)
+        problem, inputs, cache_path = ready.problem, ready.inputs, ready.cache
+        names = [one.name for one in problem.parameters]
+        units = [one.parameter.unit for one in problem.parameters]
         calibration = Calibration(
             problem,
-            cache_file,
+            EvaluationCache(cache_path),
             workers=workers,
             progress=lambda e: _progress(e, names, units),
             checkpoint=stop.check,
         )
         try:
-            result = calibration.fit(evaluations)
+            result = calibration.fit(ready.max_evaluations)
         except Interrupted as signal:
             kept = calibration.evaluator.simulated
             print(
@@ -425,9 +448,9 @@ def command(
         + (f"; held out: {'; '.join(str(s) for s in inputs.held_out)}" if held else ""),
         *(line.strip() for line in _summary_lines(result) if not line.startswith("  ")),
     ]
-    files = _overlay_files(result, paths, header)
+    files = _overlay_files(result, ready.paths, header)
     document = {**result.to_dict(), "command": recorded, "files": sorted(str(p) for p in files)}
-    files[folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
+    files[ready.folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
     for path, text in files.items():
         _write_text(path, text)
     print(
