@@ -47,12 +47,17 @@ DEFAULT_MAX_EVALUATIONS = 60
 
 
 def _is_spec(text: str) -> bool:
-    """Whether an argument names a calibration spec (a YAML file, or a shipped spec)."""
+    """Whether an argument names a calibration spec: a YAML file, or a shipped spec's name
+    that no file here shadows (a folder of that name does not)."""
     from rdu_sim.config import shipped
 
     if text.endswith((".yaml", ".yml")):
         return True
-    return not Path(text).exists() and shipped.find(text, ("calibration",)) is not None
+    try:
+        a_file = Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+    return not a_file and shipped.find(text, ("calibration",)) is not None
 
 
 def _measurement_path(text: str) -> Path:
