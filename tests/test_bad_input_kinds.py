@@ -296,10 +296,12 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
         (["hw.gpu.bf16_flops=1e-300"], "gpu.bf16_flops: Input should be greater than or equal"),
         (["hw.gpu.fp8_flops=5e-324"], "gpu.fp8_flops: Input should be greater than or equal to 1"),
         (["hw.gpu.vector_flops=1e-300"], "gpu.vector_flops"),
-        (["hw.gpu.bf16_flops=1.5", "hw.gpu.max_gemm_efficiency=0.5"],
+        (["hw.gpu.bf16_flops=1.5 FLOP/s", "hw.gpu.max_gemm_efficiency=0.5"],
          "bf16_flops x efficiency is 0.75 per second, below the least rate of 1 per second"),
-        (["hw.gpu.bf16_flops=1", "hw.gpu.max_gemm_efficiency=1"],
+        (["hw.gpu.bf16_flops=1 FLOP/s", "hw.gpu.max_gemm_efficiency=1"],
          "beyond the serving clock's range"),
+        (["hw.gpu.bf16_flops=1000"],  # a bare rate is per second: a forgotten unit, named
+         "gpu.bf16_flops: 1000 without a unit reads as 1000 FLOP per second; write the unit"),
     ],
 )  # fmt: skip
 def test_a_gpu_rate_too_small_to_time_a_step_is_refused(overrides: list[str], words: str) -> None:

@@ -43,5 +43,5 @@ def test_quick_outputs_are_deterministic_and_name_no_commit(tmp_path: Path) -> N
 
 def test_the_full_set_is_the_seventeen_commands() -> None:
     full = commands(quick=False)
-    assert len(full) == 17 and len({name for name, _ in full}) == 17
+    assert len(full) == 18 and len({name for name, _ in full}) == 18
     assert all(args[-1] == "--json" for _, args in full)

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.main import cli
-from rdu_sim.compare import compare, compare_batches
+from rdu_sim.compare import compare, compare_batches, parse_vary
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.report.bound import step_bound
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = REPO / "workloads" / "llama3.1-70b-decode.yaml"
@@ -99,7 +100,7 @@ def test_over_batches_and_bad_input() -> None:
     assert rows[0].columns[0].step_s < rows[1].columns[0].step_s
     missing = CliRunner().invoke(cli, ["compare", str(WORKLOAD), "--hardware", "nope.yaml"])
     assert missing.exit_code == 2
-    with pytest.raises(ValueError, match="at least one hardware"):
+    with pytest.raises(ValueError, match="at least one hardware file or varied field"):
         compare(WORKLOAD, [])
 
 
@@ -114,7 +115,7 @@ def test_bad_input_exits_2_before_any_simulation(monkeypatch: pytest.MonkeyPatch
     simulated: list[str] = []
     monkeypatch.setattr(
         "rdu_sim.compare._column",
-        lambda scenario, batch, context: simulated.append(scenario.hardware.name),
+        lambda scenario, side, batch, context: simulated.append(scenario.hardware.name),
     )
     sixteen = {"parallelism.tp": 16}
     with pytest.raises(ConfigError, match="tp=16 exceeds the 8 GPUs of hardware 'dgx-h100'"):
@@ -144,3 +145,120 @@ def test_plot_compare_reads_the_json_and_refuses_a_workload(tmp_path: Path) -> N
     assert (tmp_path / "c.png").stat().st_size > 0
     refused = runner.invoke(cli, ["plot", "compare", str(WORKLOAD), "-o", str(tmp_path / "x.png")])
     assert refused.exit_code == 2 and "rdu-sim compare" in refused.stderr
+
+
+SNAP = "deepseek-r1-128k-snapstream"
+
+
+def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
+    """`compare deepseek-r1-128k-snapstream --vary kv.policy=full,snapstream`: a column per
+    policy, each what `step` gives with that policy set, a line per column with what binds
+    it, and the verdict: the ratio of the system's tokens/s and why (the batch each policy's
+    KV slot leaves room for, and the step)."""
+    runner = CliRunner()
+    printed = runner.invoke(cli, ["compare", SNAP, "--vary", "kv.policy=full,snapstream"])
+    assert printed.exit_code == 0, printed.output
+    data = compare(SNAP, [], vary=["kv.policy=full,snapstream"]).to_dict()
+    full, snap = data["columns"]
+    assert (full["label"], snap["label"]) == ("kv.policy=full", "kv.policy=snapstream")
+    assert full["settings"] == {"kv.policy": "full"} and snap["kv_policy"] == "snapstream"
+    for column in (full, snap):
+        cost = api.step(SNAP, {"kv.policy": column["kv_policy"]}, batch=column["batch"])
+        assert column["step_s"] == cost.step_s
+        bound = step_bound(cost.detail, api.load(SNAP).hardware)
+        assert (column["bound"], column["bound_s"]) == (bound.bound, bound.limit_s)
+    assert full["slot_tokens"] == 131072 and snap["slot_tokens"] == 32768
+    assert snap["batch"] > full["batch"]  # a SnapStream slot keeps a quarter of the tokens
+    ratio = snap["system_tokens_per_s"] / full["system_tokens_per_s"]
+    (verdict,) = data["verdicts"]
+    assert verdict.startswith(
+        f"kv.policy=snapstream serves {human.ratio(ratio)} the tokens/s of kv.policy=full on "
+        "the whole system"
+    )
+    assert "a KV slot keeping 32,768 tokens vs 131,072" in verdict
+    assert data["lines"][0].startswith("kv.policy=full: full KV, a slot keeping 131,072 tokens")
+    assert "bound by HBM bandwidth" in data["lines"][0]
+    for text in (*data["lines"], verdict, "kv.policy=full", "kv.policy=snapstream"):
+        assert text in printed.stdout.replace("\n", " ") or text in printed.stdout
+
+
+def test_the_hardware_verdict_names_the_bandwidth() -> None:
+    """SN40L-8 against the DGX H100 on Llama 3.1 70B: the same batch, both decode steps
+    bound by HBM bandwidth; the H100's 1.86x bandwidth, not the bytes, decides."""
+    data = compare(WORKLOAD, [SN40L_8, DGX]).to_dict()
+    (verdict,) = data["verdicts"]
+    assert verdict.startswith("dgx-h100 serves")
+    assert "the same batch (32 slots)" in verdict
+    assert "bound by HBM bandwidth in both" in verdict
+    assert "the HBM bandwidth (1.86x) decides" in verdict
+
+
+def test_vary_is_repeatable_and_combines_with_hardware() -> None:
+    result = compare(WORKLOAD, [SN40L_8, DGX], vary=["parallelism.tp=4,8"], batch=4)
+    labels = [c.label for c in result.columns]
+    assert labels == [
+        "sn40l-8, parallelism.tp=4",
+        "sn40l-8, parallelism.tp=8",
+        "dgx-h100, parallelism.tp=4",
+        "dgx-h100, parallelism.tp=8",
+    ]
+    assert [(c.hardware, c.tp) for c in result.columns] == [
+        ("sn40l-8", 4),
+        ("sn40l-8", 8),
+        ("dgx-h100", 4),
+        ("dgx-h100", 8),
+    ]
+    two = compare(WORKLOAD, [], vary=["parallelism.tp=4,8", "serving.batch_slots=2,4"])
+    assert [(c.tp, c.batch) for c in two.columns] == [(4, 2), (4, 4), (8, 2), (8, 4)]
+    assert len(two.to_dict()["verdicts"]) == 3  # each against the first
+
+
+def test_vary_values_split_as_set_reads_them() -> None:
+    assert parse_vary("hw.socket.hbm.bandwidth=1.8 TB/s, 2.4 TB/s") == (
+        "hw.socket.hbm.bandwidth",
+        ["1.8 TB/s", "2.4 TB/s"],
+    )
+    assert parse_vary("kv.context_buckets=[1024, 2048],[4096]") == (
+        "kv.context_buckets",
+        [[1024, 2048], [4096]],
+    )
+    assert parse_vary("serving.batch_slots=8,16,auto") == ("serving.batch_slots", [8, 16, "auto"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--vary", "kv.policy=full"], "--vary: kv.policy: give two values or more"),
+        (["--vary", "kv.policy"], "--vary: kv.policy: give a field and its values"),
+        (["--vary", "kv.policy=full,full"], "a value is given twice"),
+        (["--vary", "kv.policy=full,fulll"], "unknown kv.policy 'fulll'"),
+        (["--vary", "kv.policy=full,snapkv", "--set", "kv.policy=full"], "also given by --set"),
+        (["--hardware", "sn40l-8", "--vary", "hardware=sn40l-16,dgx-h100"], "already varied"),
+        ([], "give --hardware (a system per column) or --vary PATH=A,B"),
+    ],
+)
+def test_bad_vary_is_one_error_line_before_any_simulation(
+    args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    simulated: list[str] = []
+    monkeypatch.setattr(
+        "rdu_sim.compare._column",
+        lambda scenario, side, batch, context: simulated.append(scenario.hardware.name),
+    )
+    result = CliRunner().invoke(cli, ["compare", str(WORKLOAD), *args])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert simulated == []
+
+
+def test_plot_compare_draws_the_variants(tmp_path: Path) -> None:
+    from rdu_sim.report import plots
+
+    data = compare(SNAP, [], vary=["kv.policy=full,snapstream"]).to_dict()
+    fig = plots.plot("compare", data)
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["kv.policy=full", "kv.policy=snapstream"]
+    assert [t.get_text().split("\n")[1] for t in fig.axes[0].texts] == ["HBM-bound"] * 2
+    title = fig.get_suptitle()  # names what it compares (notebook 06's had no title)
+    assert "deepseek-r1-128k-snapstream" in title and "deepseek-r1" in title

@@ -130,9 +130,9 @@ def test_a_sweep_database_never_goes_into_an_installed_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = load_spec("llama8b-batch")
-    assert default_db(spec.file) == REPO / "workloads" / "sweeps" / "llama8b-batch.sqlite"
+    monkeypatch.chdir(tmp_path)  # from a checkout: the current folder, as from a wheel
+    assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
     monkeypatch.setattr(shipped, "installed_root", lambda: REPO)  # as if REPO were installed
-    monkeypatch.chdir(tmp_path)
     assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
 
 

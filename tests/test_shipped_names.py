@@ -157,3 +157,25 @@ def test_the_shipped_listing_is_rglobs(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert Path("workloads/.hidden/b.yaml") in listed
     assert Path("workloads/m.yaml") in listed
     assert not any("linked" in p.parts or "checkpoints" in str(p) for p in listed)
+
+
+def test_outputs_of_runs_by_name_go_to_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One folder rule, whatever the install: a sweep or plan named after a shipped spec
+    writes its database into the current folder (from a checkout too: an editable install
+    wrote it into the checkout's workloads/sweeps/); a spec of one's own keeps it beside."""
+    from rdu_sim.plan.search import default_plan_db
+    from rdu_sim.sweep.run import default_db as default_sweep_db
+
+    monkeypatch.chdir(tmp_path)
+    sweep = shipped.locate("llama8b-batch", ("sweep",))
+    plan = shipped.locate("llama3.1-8b-chat", ("plan",))
+    assert sweep.is_relative_to(REPO)  # this test runs from the checkout
+    assert default_sweep_db(sweep) == tmp_path / "llama8b-batch.sqlite"
+    assert default_plan_db(plan) == tmp_path / "llama3.1-8b-chat.sqlite"
+    own = tmp_path / "specs" / "mine.yaml"
+    assert default_sweep_db(own) == tmp_path / "specs" / "mine.sqlite"
+    # `plot sweep NAME` reads the database where `sweep NAME` wrote it
+    code, _, err = _invoke(["plot", "sweep", "llama8b-batch", "-o", str(tmp_path / "x.png")])
+    assert code == 2 and str(tmp_path / "llama8b-batch.sqlite") in err

@@ -78,7 +78,7 @@ def test_a_kernel_with_more_stages_than_usable_units_is_a_capacity_error() -> No
     ("override", "words"),
     [
         ("hw.socket.hbm.bandwidth=1 MB/s", "would pass 9.223e+06 s"),
-        ("hw.socket.pcu.peak_flops=1000", "beyond the serving clock's range"),
+        ("hw.socket.pcu.peak_flops=1000 FLOP/s", "beyond the serving clock's range"),
         ("hw.socket.kernel.layer_loop=3600 s", "would pass 9.223e+06 s"),
     ],
 )

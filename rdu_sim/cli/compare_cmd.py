@@ -1,10 +1,13 @@
-"""`rdu-sim compare WORKLOAD --hardware A.yaml --hardware B.yaml`: one workload, side by side.
+"""`rdu-sim compare WORKLOAD --hardware A --hardware B [--vary PATH=X,Y]`: variants side by side.
 
-Each hardware file runs the workload as written (its `hardware` field replaced), compiled and
-timed for that hardware (rdu_sim/compare.py says what is measured): a table with one column
-per hardware system, or with `--json` one JSON object (`columns` in the order given). A system
-the model does not fit is a column saying so. `--set` applies to every run (a `hw.` path must
-exist in every hardware file given).
+Each variant (a hardware file, a value of each varied field, or every combination of both)
+runs the workload as written with its `hardware` field replaced and its varied fields set,
+compiled and timed for that hardware (rdu_sim/compare.py says what is measured): a table
+with one column per variant, a line per variant saying what differs and what binds its decode
+step, and why each wins or loses against the first (rdu_sim/compare/why.py); or with `--json`
+one JSON object (`columns` in the order given, `lines`, `verdicts`). A system the model does
+not fit is a column saying so. `--set` applies to every run (a `hw.` path must exist in
+every hardware file given).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rdu_sim import human
+from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
 
@@ -27,6 +31,7 @@ def _count(value: int | None) -> str:
 
 
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
+    ("hardware", lambda c: c.hardware),
     ("kind", lambda c: c.kind),
     ("devices (tp)", lambda c: f"{c.devices} ({c.tp})"),
     ("fusion", lambda c: c.fusion),
@@ -48,18 +53,18 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
 
 
 def print_comparison(result: Comparison) -> None:
-    """The comparison as one rich table, a column per hardware system."""
+    """The comparison as one rich table, a column per variant; under it a line per variant
+    (what differs, what binds it; or why it does not fit) and each verdict."""
     table = Table(title=f"{result.workload}: {result.model}", title_justify="left")
     table.add_column("")
     for column in result.columns:
-        table.add_column(column.hardware, justify="right")
+        table.add_column(column.label, justify="right")
     for label, cell in ROWS:
         table.add_row(label, *(cell(c) for c in result.columns))
     console = Console(soft_wrap=True)
     console.print(table)
-    for column in result.columns:
-        if not column.fits:
-            console.print(f"{column.hardware}: does not fit: {column.reason}", markup=False)
+    for line in [*result.lines, *result.verdicts]:
+        console.print(line, markup=False)
 
 
 @click.command("compare")
@@ -68,10 +73,17 @@ def print_comparison(result: Comparison) -> None:
     "--hardware",
     "hardware_files",
     multiple=True,
-    required=True,
     type=click.Path(path_type=Path),
     help="A hardware file, or a shipped one by name (sn40l-8, dgx-h100), to run the workload "
     "on (repeat for each column).",
+)
+@click.option(
+    "--vary",
+    multiple=True,
+    metavar="PATH=A,B[,C]",
+    help="A field to vary, with its values, as --set paths and values (kv.policy=full,"
+    "snapstream; parallelism.tp=8,16): a column per value, every combination with --hardware "
+    "and other --vary. Repeatable.",
 )
 @click.option(
     "--batch",
@@ -92,14 +104,22 @@ def print_comparison(result: Comparison) -> None:
 def command(
     workload: Path,
     hardware_files: tuple[Path, ...],
+    vary: tuple[str, ...],
     batch: int | None,
     context: int | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak."""
+    """Run WORKLOAD on each --hardware and each value of each --vary and show step time,
+    tokens/s, share of peak, what binds each and why one wins."""
+    if not hardware_files and not vary:
+        fail(
+            "compare: give --hardware (a system per column) or --vary PATH=A,B (a value per column)"
+        )
     with step_shape_errors(workload):  # a --context beyond serving.max_context, say
-        result = compare(workload, hardware_files, overrides, batch=batch, context=context)
+        result = compare(
+            workload, hardware_files, overrides, vary=vary, batch=batch, context=context
+        )
     if as_json:
         click.echo(json.dumps(result.to_dict(), sort_keys=True))
     else:

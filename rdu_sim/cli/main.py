@@ -57,7 +57,8 @@ SUMMARIES: dict[str, str] = {
     "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
     "calibrate": "Fit hardware and serving-stack parameters to measurements and published "
     "figures (a calibration spec, or MEASUREMENTS with --fit); write the calibrated overlays.",
-    "compare": "Run WORKLOAD on each --hardware and show step time, tokens/s and share of peak.",
+    "compare": "Run WORKLOAD on each --hardware and each value of each --vary and show step "
+    "time, tokens/s, share of peak, what binds each and why one wins.",
     "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",
     "examples": "List the shipped example files by name (every command takes a name where it "
     "takes a file), or copy them out to edit: rdu-sim examples copy DIR.",

@@ -23,6 +23,12 @@ from rich.table import Table
 
 from rdu_sim import human
 
+MISSING_NOTE = (
+    "-: not measured: a configuration pruned, infeasible or in error ran no cluster to show; "
+    "'one fewer' is the goodput one replica unit fewer reached, for a configuration that met "
+    "the SLO with that count tried"
+)
+
 
 def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
@@ -106,7 +112,8 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
     "db_file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="SQLite file of evaluations (default: <spec stem>.sqlite beside the spec); "
+    help="SQLite file of evaluations (default: <spec stem>.sqlite in the current folder for a "
+    "shipped spec, beside a spec of your own); "
     "evaluations already in it are reused.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
@@ -151,6 +158,7 @@ def command(
         f"{human.percent(slo['attainment'], 3)} of requests; {summary['evaluations']} cluster runs "
         f"({result.db})"
     )
+    rows = summary["configurations"]
     best = summary["cheapest"]
     if best is None:
         out.print("[red]no configuration met the SLO[/red]")
@@ -162,5 +170,7 @@ def command(
             f"({human.percent(best['goodput_fraction'])} of requests meet the SLO)"
         )
     out.print(_table(summary))
+    if any(row["replicas"] is None or row["goodput_one_unit_fewer"] is None for row in rows):
+        out.print(MISSING_NOTE, markup=False)
     for line in _why_lines(summary):
         out.print(line, markup=False)

@@ -61,21 +61,21 @@ _SWEEP_KINDS = {
 }
 
 
-MAX_CONTEXT_TOKENS = 100_000_000  # serving.max_context's own bound
 MAX_RESULTS_BYTES = 64 * 2**20  # a run's JSON is kilobytes; its per-request rows are CSV
 MAX_COLUMNS_BYTES = 256 * 2**20  # requests.csv of a million requests is about 100 MB
 
 
 def _tokens(text: str) -> int:
-    """'8k' -> 8192, '128K' -> 131072, '4096' -> 4096 (ASCII digits, at most 100M tokens)."""
-    value = text.strip().lower()
-    scale = 1024 if value.endswith("k") else 2**20 if value.endswith("m") else 1
-    number = value[:-1] if scale > 1 else value
-    if not (0 < len(number) <= 9 and number.isascii() and number.isdigit()):
-        raise click.BadParameter(f"{text[:40]!r} is not a token count like 8192 or 8k")
-    tokens = int(number) * scale
-    if not 1 <= tokens <= MAX_CONTEXT_TOKENS:
-        raise click.BadParameter(f"{text!r} is not in 1..{MAX_CONTEXT_TOKENS} tokens")
+    """'8k' -> 8192, '128K' -> 131072, '4096' -> 4096 (``config.units.parse_tokens``, the
+    rule of every token-count field; at most 100M tokens)."""
+    from rdu_sim.config.units import MAX_TOKENS, UnitError, parse_tokens
+
+    try:
+        tokens = parse_tokens(text)
+    except UnitError:
+        raise click.BadParameter(f"{text[:40]!r} is not a token count like 8192 or 8k") from None
+    if not 1 <= tokens <= MAX_TOKENS:
+        raise click.BadParameter(f"{text!r} is not in 1..{MAX_TOKENS} tokens")
     return tokens
 
 

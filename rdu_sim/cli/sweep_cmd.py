@@ -46,7 +46,7 @@ def _results_table(frame: object, summary: object) -> None:
     title = f"{summary.name}: results"
     for table in sweep_tables(frame, metrics, title=title, width=console.width):
         console.print(table)
-    for note in table_notes(frame):
+    for note in table_notes(frame, metrics):
         console.print(note, markup=False, soft_wrap=True)
     console.print(
         f"database: {summary.db} (rdu-sim plot sweep {summary.db}; --export FILE for CSV)",
@@ -76,7 +76,8 @@ def _results_table(frame: object, summary: object) -> None:
     "db_file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="SQLite file of results (default: <spec stem>.sqlite beside the spec). "
+    help="SQLite file of results (default: <spec stem>.sqlite in the current folder for a "
+    "shipped spec, beside a spec of your own). "
     "Points already done in it are skipped.",
 )
 @click.option("--retry-failed", is_flag=True, help="Rerun points that failed before.")

@@ -245,10 +245,16 @@ def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = Fal
         )
     if weights and DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
-    hints.append(f"raise parallelism.tp (now {w.parallelism.tp})")
-    if gpu:  # no DDR tier: a GPU holds weights in HBM only
-        hints.append(f"use more GPUs (hw.system.sockets, now {scenario.hardware.system.sockets})")
-    elif ddr:
+    devices = scenario.hardware.system.sockets
+    unit = "GPUs" if gpu else "sockets"
+    if w.parallelism.tp < devices:
+        hints.append(f"raise parallelism.tp (now {w.parallelism.tp}, up to the {devices} {unit})")
+    else:  # tp cannot grow past the hardware: more devices first
+        hints.append(
+            f"raise parallelism.tp on more {unit} (hw.system.sockets, now {devices}, or a "
+            f"hardware file with more)"
+        )
+    if ddr and not gpu:
         hints.append("give each socket more DDR (hw.socket.ddr.capacity)")
     return hints
 
@@ -369,7 +375,8 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
     otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
-    target = min(sum(w.bytes for w in weight_inventory(scenario)), pinned_limit(scenario))
+    total = sum(w.bytes for w in weight_inventory(scenario))
+    target = min(total, pinned_limit(scenario))
     weights = sum(w.bytes for w in draft_weights(scenario)) + target
 
     def fits(slots: int) -> bool:
@@ -379,12 +386,22 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
         if strict:
             serving = scenario.workload.serving
             hints = shrink_hints(scenario, kv=True, weights=weights > 0)
+            gpu = not isinstance(scenario.hardware, HardwareConfig)
+            rest = "no DDR holds the rest" if gpu else "the rest in DDR"
+            device = "GPU" if gpu else "socket"
+            pinned = (
+                f"all of them in HBM ({human.size(target, 4)})"
+                if target == total
+                else f"{human.size(target, 4)} of them in HBM, {rest}"
+            )
             raise CapacityError(
                 f"cannot fit even one sequence of max_context {serving.max_context} tokens: "
-                f"weights take {human.size(weights, 4)} of the {human.size(hbm, 4)} HBM per "
-                f"socket (memory.weights {scenario.workload.memory.weights}) and one slot's "
-                f"KV cache is {human.size(kv_bytes(scenario, 1), 4)} (kv.policy "
-                f"{scenario.workload.kv.policy}); {_join(hints)}"
+                f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
+                f"(tp={scenario.tp}, {scenario.weight_dtype}), memory.weights "
+                f"{scenario.workload.memory.weights} puts {pinned}, which leaves "
+                f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
+                f"{device}, and one slot's KV cache is {human.size(kv_bytes(scenario, 1), 4)} "
+                f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
     return most_slots(fits)

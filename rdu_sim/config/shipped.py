@@ -110,16 +110,13 @@ def folder(name: str) -> Path:
 
 
 def is_shipped(path: Path) -> bool:
-    """Whether ``path`` is a file of an installed package's data (read-only in spirit:
-    outputs such as a sweep's database go elsewhere)."""
-    installed = installed_root()
-    if installed is None:
-        return False
-    try:
-        path.resolve().relative_to(installed.resolve())
-    except ValueError:
-        return False
-    return True
+    """Whether ``path`` is a shipped file, installed or in the checkout (read-only in
+    spirit: outputs named after it, such as a sweep's database, go elsewhere)."""
+    resolved = path.resolve()
+    for base in (installed_root(), checkout_root()):
+        if base is not None and any(resolved.is_relative_to(base.resolve() / f) for f in FOLDERS):
+            return True
+    return False
 
 
 def files() -> list[Path]:
@@ -143,8 +140,9 @@ def files() -> list[Path]:
 
 
 def beside(path: Path, suffix: str) -> Path:
-    """Where an output named after a config file goes (a sweep's database): beside the
-    file, or in the current folder when the file is an installed package's data."""
+    """Where an output named after a config file goes (a sweep's or a plan's database):
+    beside a file of one's own; in the current folder for a shipped file, whatever the
+    install (a wheel's data, or a checkout's folders under an editable install)."""
     target = path.with_suffix(suffix)
     return Path.cwd() / target.name if is_shipped(path) else target
 

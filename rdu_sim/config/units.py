@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, StringConstraints
+from pydantic import BeforeValidator, Field, PlainSerializer, StringConstraints
 
 MAX_QUANTITY_CHARS = 64
 """Longest quantity string accepted ("613.4615385 GFLOP/s" is 19 characters)."""
@@ -262,6 +262,25 @@ def _scaled(number: float, scale: float, kind: str, value: Any) -> float:
     return total
 
 
+BARE_RATE_FLOOR = 1e6
+"""A bandwidth or FLOP/s written as a bare number is per second, in the internal unit; one
+below a million per second (``bandwidth: 2000`` meaning GB/s) is a forgotten unit, refused
+naming how it reads, where it would otherwise run a machine a billion times too slow into
+the serving clock's range."""
+
+
+def _bare_rate(number: float, unit: str, table: _UnitTable, example: str, value: Any) -> None:
+    """Refuse a bare rate below :data:`BARE_RATE_FLOOR` (one below 1 per second is left to
+    the fields' own least rate, 1 per second)."""
+    if unit or not 1 <= number < BARE_RATE_FLOOR:
+        return
+    per_second = "bytes per second" if table is _BANDWIDTH_UNITS else "FLOP per second"
+    raise UnitError(
+        f"{_shown(value)} without a unit reads as {number:g} {per_second}; write the unit, "
+        f"as in '{number:g} {example.split(' ', 1)[1]}'"
+    )
+
+
 def _parse(value: Any, table: _UnitTable, example: str) -> float:
     number, unit = _split(value, table.kind, example)
     return _scaled(number, table.scale(unit, value), table.kind, value)
@@ -282,12 +301,15 @@ def parse_bandwidth(value: Any) -> float:
     number, unit = _split(value, "bandwidth", "1.8 TB/s")
     if unit and unit.casefold() in _BYTE_UNITS.folded:  # a size, not a rate
         raise UnitError(f"expected a bandwidth such as '1.8 TB/s', got {_shown(value)}")
+    _bare_rate(number, unit, _BANDWIDTH_UNITS, "1.8 GB/s", value)
     return _scaled(number, _BANDWIDTH_UNITS.scale(unit, value), "bandwidth", value)
 
 
 def parse_flops(value: Any) -> float:
-    """ "638 TFLOP/s" -> 6.38e14 FLOP per second."""
-    return _parse(value, _FLOPS_UNITS, "638 TFLOP/s")
+    """ "638 TFLOP/s" -> 6.38e14 FLOP per second. Bare numbers are FLOP/s."""
+    number, unit = _split(value, _FLOPS_UNITS.kind, "638 TFLOP/s")
+    _bare_rate(number, unit, _FLOPS_UNITS, "638 TFLOP/s", value)
+    return _scaled(number, _FLOPS_UNITS.scale(unit, value), _FLOPS_UNITS.kind, value)
 
 
 def _any_case(spelling: str) -> str:
@@ -318,6 +340,40 @@ def _quantity(table: _UnitTable) -> Any:
 
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.
 # The JSON Schema (for editors) describes what the YAML may hold: a number or a string.
+_TOKEN_SCALES = {"": 1, "k": 2**10, "m": 2**20}
+MAX_TOKEN_DIGITS = 9
+
+
+def parse_tokens(value: Any) -> int:
+    """A token count as people write one: ``8192``, ``8k`` (x 1,024), ``128K``, ``1M``
+    (x 2^20), as ``human.tokens`` prints them (ASCII digits, at most nine of them)."""
+    if isinstance(value, bool):
+        raise UnitError(f"expected a token count such as 8192 or 128k, got {value!r}")
+    if isinstance(value, int):
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    suffix = text[-1:].lower() if text[-1:].lower() in ("k", "m") else ""
+    digits = text[: len(text) - len(suffix)].rstrip()
+    if not (0 < len(digits) <= MAX_TOKEN_DIGITS and digits.isascii() and digits.isdigit()):
+        raise UnitError(f"expected a token count such as 8192 or 128k, got {_shown(value)}")
+    return int(digits) * _TOKEN_SCALES[suffix]
+
+
+MAX_TOKENS = 100_000_000
+"""Most tokens a token-count field holds."""
+
+Tokens = Annotated[
+    int,
+    Field(ge=1, le=MAX_TOKENS),
+    BeforeValidator(
+        parse_tokens,
+        json_schema_input_type=Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+        | Annotated[str, StringConstraints(pattern=r"^\s*[0-9]{1,9}\s*[kKmM]?\s*$")],
+    ),
+]
+"""A token count field, 1..:data:`MAX_TOKENS`: an integer, or ``128k``-style text
+(:func:`parse_tokens`)."""
+
 Bytes = Annotated[
     int,
     BeforeValidator(parse_bytes, json_schema_input_type=_quantity(_BYTE_UNITS)),

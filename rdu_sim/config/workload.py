@@ -16,6 +16,7 @@ from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for callers
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
 from rdu_sim.config.speculation import SpecDecodingConfig, SpecPrefillConfig
+from rdu_sim.config.units import Tokens
 
 
 class DtypesConfig(StrictModel):
@@ -68,10 +69,8 @@ class KVConfig(StrictModel):
         description="KV-cache policy by registered name (the registry in rdu_sim.kv is the "
         "one list of valid names; a Scenario refuses any other)",
     )
-    budget: int | None = Field(
+    budget: Tokens | None = Field(
         default=None,
-        ge=1,
-        le=100_000_000,
         description="tokens kept per slot by a compressing policy (sinks + selected + recent)",
     )
     compression_ratio: float | None = Field(
@@ -197,10 +196,8 @@ class ServingConfig(StrictModel):
     batch_slots: int | Literal["auto"] = Field(
         default="auto", description="static batch slots, or 'auto' for the batch capacity"
     )
-    max_context: int = Field(
+    max_context: Tokens = Field(
         default=8192,
-        ge=1,
-        le=100_000_000,
         description="longest sequence a slot holds (prompt + output), in tokens",
     )
     prompt_tokens: LengthDistribution = Field(default_factory=lambda: FixedLength(value=1024))

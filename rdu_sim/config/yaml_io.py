@@ -218,6 +218,12 @@ def load_yaml(text: str) -> tuple[Any, LineMap]:
         loader.dispose()
 
 
+def _tab_at(text: str, line: int, column: int) -> bool:
+    """Whether the character YAML stopped at (0-based line and column) is a tab."""
+    lines = text.splitlines()
+    return 0 <= line < len(lines) and lines[line][column : column + 1] == "\t"
+
+
 def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
     """Parse YAML text safely; return the data and a map of field path -> line."""
     try:
@@ -228,6 +234,11 @@ def parse_yaml_text(text: str, file: str) -> tuple[Any, LineMap]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or str(exc)
+        if mark is not None and _tab_at(text, mark.line, mark.column):
+            problem = (
+                f"a tab at column {mark.column + 1}, where YAML takes only spaces (it "
+                "indents with spaces): replace the tab with spaces"
+            )
         raise ConfigError.single(file, "", f"not valid YAML: {problem}", line) from None
     except yaml.reader.ReaderError as exc:
         raise ConfigError.single(

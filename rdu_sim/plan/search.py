@@ -155,8 +155,8 @@ def _best_sockets(searches: list[Search]) -> int | None:
 
 
 def default_plan_db(spec_file: Path) -> Path:
-    """`<spec stem>.sqlite` beside the spec (as for sweeps; a shipped spec's in the current
-    folder)."""
+    """`<spec stem>.sqlite` beside the spec; a shipped spec's in the current folder (as for
+    sweeps: ``config.shipped.beside``)."""
     return shipped.beside(spec_file, ".sqlite")
 
 

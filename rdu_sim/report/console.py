@@ -117,6 +117,24 @@ def steady_note(result: RunSummary) -> str | None:
     )
 
 
+ALL_USERS = "output tokens/s, all users (prefill stalls included)"
+ONE_USER = "tokens/s one user sees while streaming (p50 of 1/TPOT)"
+
+
+def rates_note(result: RunSummary) -> str | None:
+    """Why one user's rate can exceed the all-users rate (one user, or speculation), said
+    where it does."""
+    user, everyone = result.user_tokens_per_s.p50, result.decode_tokens_per_s
+    if user is None or everyone is None or not user > everyone:
+        return None
+    return (
+        f"One user sees {human.rate(user, 'tokens/s')} while its tokens stream (1/TPOT); the "
+        f"all-users rate, {human.rate(everyone, 'tokens/s')}, divides every output token by "
+        "the whole span of decoding, so the time each prefill holds the slots (and any slot "
+        "standing empty) counts in it."
+    )
+
+
 def load_note(result: RunSummary) -> str | None:
     """A plain sentence when the throughput measures the offered load, not the machine."""
     if result.throughput_bound != "offered_load":
@@ -228,9 +246,9 @@ def serving_table(result: RunSummary) -> Table:
         *truncated_rows(result),
         ("output tokens", f"{result.output_tokens:,}"),
         ("makespan (first arrival to last token)", human.duration(result.makespan_s)),
-        ("decode throughput (all users)", human.rate(result.decode_tokens_per_s, "tok/s")),
-        ("decode throughput, all slots busy", steady_decode(result)),
-        ("tokens/s one user sees (p50)", human.rate(result.user_tokens_per_s.p50, "tok/s")),
+        (ALL_USERS, human.rate(result.decode_tokens_per_s, "tok/s")),
+        ("output tokens/s, all slots busy (steady window)", steady_decode(result)),
+        (ONE_USER, human.rate(result.user_tokens_per_s.p50, "tok/s")),
         ("prefill of a typical prompt", human.duration(result.prefill_s)),
         ("decode step bound by", _bound(result)),
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
@@ -283,7 +301,8 @@ def latency_table(latencies: Mapping[str, Percentiles]) -> Table:
 
 
 def render(result: RunSummary) -> Group:
-    """All report tables, headed by what was simulated and followed by the load note."""
+    """All report tables, headed by what was simulated and followed by the notes on its
+    rates and load."""
     latencies = {key: getattr(result, key) for key, _ in LATENCIES}
     parts: list[Text | Table | str] = [
         header(result),
@@ -296,9 +315,9 @@ def render(result: RunSummary) -> Group:
         parts.append(coe_table(result.coe))
     if result.speculation is not None:
         parts.append(speculation_table(result.speculation))
-    note = load_note(result) or steady_note(result)
-    if note is not None:
-        parts.append(Text(note, style="yellow"))
+    for note in (rates_note(result), load_note(result) or steady_note(result)):
+        if note is not None:
+            parts.append(Text(note, style="yellow"))
     return Group(*parts)
 
 

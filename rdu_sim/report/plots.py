@@ -55,7 +55,13 @@ from rdu_sim.report.plots_perf import (
 )
 from rdu_sim.report.plots_serving import latency_distribution, occupancy_timeline
 from rdu_sim.report.plots_speculation import acceptance_tradeoff, speculation_crossover
-from rdu_sim.report.plots_sweep import design_space, sweep_plot, swept_axes
+from rdu_sim.report.plots_sweep import (
+    design_space,
+    line_axes,
+    sweep_plot,
+    swept_axes,
+    throughput_metric,
+)
 
 __all__ = [
     "PAPER_RC",
@@ -107,24 +113,38 @@ SAVE_FORMATS = (".png", ".svg", ".pdf")
 """File suffixes :func:`save_figure` writes."""
 
 
+CONTEXT_AXIS = "serving.max_context"
+
+
 def _along_other_axis(results: Any) -> bool:
     """True for a sweep database whose swept axes leave the context alone: its points line
     up along those axes, not along the context."""
     axes = swept_axes(results)
-    return bool(axes) and "serving.max_context" not in axes
+    return bool(axes) and CONTEXT_AXIS not in axes
+
+
+def _lines_by(results: Any) -> tuple[str, ...]:
+    """What splits a context plot into lines: the model and KV policy, and for a sweep
+    database every other axis it swept along the context (``plots_sweep.line_axes``; the
+    policy's own axis is already the policy)."""
+    if not hasattr(results, "columns"):
+        return ("model", "kv_policy")
+    others = [a for a in line_axes(results, CONTEXT_AXIS) if a != "kv.policy"]
+    return ("model", "kv_policy", *others)
 
 
 def _throughput(results: Any) -> Figure:
     """Vs batch when the runs share one context and differ in batch slots, along the swept
-    axis for a sweep that keeps the context, else vs context."""
+    axis for a sweep that keeps the context, else vs context (a line per other swept
+    axis); the steady window's rate where the runs measured one."""
     runs = as_runs(results)
     contexts = {r.max_context for r in runs}
     batches = {r.batch_slots for r in runs}
     if len(contexts) == 1 and len(batches) > 1:
         return throughput_vs_batch(runs)
     if _along_other_axis(results):
-        return sweep_plot(results, y="decode_tokens_per_s")
-    return throughput_vs_context(runs)
+        return sweep_plot(results, y=throughput_metric(results))
+    return throughput_vs_context(runs, group_by=_lines_by(results))
 
 
 def _capacity(results: Any) -> Figure:

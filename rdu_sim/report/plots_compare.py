@@ -1,11 +1,14 @@
-"""The compare plot: one workload on several hardware systems, side by side.
+"""The compare plot: one workload under several variants (hardware systems, values of a
+varied field), side by side.
 
 It reads what ``rdu-sim compare --json`` prints (a dict with ``columns``), a list of those
-(the same systems at several batch sizes, as ``rdu_sim.compare.compare_batches`` returns
-them once turned into dicts), or ``Comparison`` objects. Four panels: decode step time,
-tokens/s per user, tokens/s for one model instance, and share of peak HBM bandwidth. One
-comparison gives bars (a system the model does not fit is a hatched gap labelled so);
-several give a line per system over the batch size.
+(the same variants at several batch sizes, as ``rdu_sim.compare.compare_batches`` returns
+them once turned into dicts), or ``Comparison`` objects. Four panels: decode step time
+(each bar marked with what binds it), tokens/s per user, tokens/s for one model instance, and
+share of peak HBM bandwidth. One comparison gives bars (a variant the model does not fit is
+a gap labelled so); several give a line per variant over the batch size. A variant is named
+by its ``label`` (what differs), or its hardware in JSON written before labels. The title
+names the workload and model the comparisons carry (``workload``, ``model``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rdu_sim import human
-from rdu_sim.report.plots_data import PlotInputError, number
-from rdu_sim.report.plots_style import BESIDE, color_for, new_figure, use_token_axis
+from rdu_sim.report.bound import RESOURCES
+from rdu_sim.report.plots_data import PlotInputError, number, with_subject
+from rdu_sim.report.plots_style import (
+    BESIDE,
+    color_for,
+    figure_title,
+    new_figure,
+    use_token_axis,
+)
 
 __all__ = ["PANELS", "compare_plot", "comparisons"]
 
@@ -29,6 +39,21 @@ PANELS: tuple[tuple[str, str, float], ...] = (
     ("hbm_bandwidth_fraction", "share of peak HBM bandwidth (%)", 100.0),
 )
 """(column field, axis label, scale) of each panel."""
+
+
+def _subject(results: Any) -> tuple[str, str]:
+    """The one workload and the one model the comparisons name ('' where they name none or
+    several)."""
+    items = [results] if isinstance(results, Mapping) or hasattr(results, "to_dict") else results
+    found: dict[str, set[str]] = {"workload": set(), "model": set()}
+    for item in items if isinstance(items, Sequence) else ():
+        data = item.to_dict() if hasattr(item, "to_dict") else item
+        for key, seen in found.items():
+            value = data.get(key) if isinstance(data, Mapping) else None
+            if value:
+                seen.add(str(value))
+    workload, model = (next(iter(v)) if len(v) == 1 else "" for v in found.values())
+    return workload, model
 
 
 def comparisons(results: Any) -> list[list[dict[str, Any]]]:
@@ -63,7 +88,14 @@ def compare_plot(results: Any) -> Figure:
         _bars(axes, groups[0])
     else:
         _lines(axes, groups)
+    workload, model = _subject(results)
+    figure_title(fig, with_subject("Decode step compared", workload=workload, model=model))
     return fig
+
+
+def _name(column: Mapping[str, Any]) -> str:
+    """A variant's name: what differs (its label), else its hardware."""
+    return str(column.get("label") or column["hardware"])
 
 
 def _value(column: Mapping[str, Any], key: str, scale: float) -> float | None:
@@ -72,7 +104,7 @@ def _value(column: Mapping[str, Any], key: str, scale: float) -> float | None:
 
 
 def _bars(axes: list[Axes], columns: list[dict[str, Any]]) -> None:
-    names = [str(c["hardware"]) for c in columns]
+    names = [_name(c) for c in columns]
     for ax, (key, label, scale) in zip(axes, PANELS, strict=True):
         for i, column in enumerate(columns):
             value = _value(column, key, scale)
@@ -81,7 +113,10 @@ def _bars(axes: list[Axes], columns: list[dict[str, Any]]) -> None:
                 ax.annotate("does not fit", (i, 0), ha="center", va="bottom", fontsize=8)
             else:
                 ax.bar(i, value, color=color_for(names[i], i))
-                ax.annotate(human.number(value), (i, value), ha="center", va="bottom", fontsize=8)
+                text = human.number(value)
+                if key == "step_s" and column.get("bound") in RESOURCES:
+                    text += f"\n{column['bound'].upper()}-bound"
+                ax.annotate(text, (i, value), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(names)), names)
         ax.set_ylabel(label)
         ax.margins(y=0.15)
@@ -91,7 +126,7 @@ def _bars(axes: list[Axes], columns: list[dict[str, Any]]) -> None:
 
 
 def _lines(axes: list[Axes], groups: list[list[dict[str, Any]]]) -> None:
-    names = list(dict.fromkeys(str(c["hardware"]) for g in groups for c in g))
+    names = list(dict.fromkeys(_name(c) for g in groups for c in g))
     batches: list[float] = []
     for ax, (key, label, scale) in zip(axes, PANELS, strict=True):
         for i, name in enumerate(names):
@@ -99,7 +134,7 @@ def _lines(axes: list[Axes], groups: list[list[dict[str, Any]]]) -> None:
             for group in groups:
                 for column in group:
                     value = _value(column, key, scale)
-                    if column["hardware"] == name and value is not None:
+                    if _name(column) == name and value is not None:
                         xs.append(number(column["batch"], "batch"))
                         ys.append(value)
             batches += xs

@@ -126,6 +126,7 @@ class RunPoint:
     batch_slots: int | None = None
     batch_capacity: int | None = None
     decode_tokens_per_s: float | None = None
+    steady_decode_tokens_per_s: float | None = None  # the slots kept full (None: no window)
     tiers: Mapping[str, Any] | None = None  # memory per tier, as given (read by `memory`)
     source: str = "run"  # "run", or a study's "plan" / "decode_step"
     settings: Mapping[str, Any] = field(default_factory=dict)
@@ -163,6 +164,7 @@ class RunPoint:
             batch_slots=summary.batch_slots,
             batch_capacity=summary.batch_capacity,
             decode_tokens_per_s=summary.decode_tokens_per_s,
+            steady_decode_tokens_per_s=summary.steady_decode_tokens_per_s,
             tiers=dict(summary.memory),
             **{"row": {"workload": summary.workload, "hardware": summary.hardware}, **extra},
         )
@@ -178,7 +180,7 @@ class RunPoint:
         memory = data.get("memory")
         if memory is not None and not isinstance(memory, Mapping):
             raise PlotInputError("results' 'memory' must map tiers to their *_bytes")
-        rate = data.get("decode_tokens_per_s")
+        rate, steady = data.get("decode_tokens_per_s"), data.get("steady_decode_tokens_per_s")
         requests, series = data.get(REQUEST_RECORDS), data.get(SLOT_OCCUPANCY)
         settings = data.get("settings") or {}
         if not isinstance(settings, Mapping):
@@ -190,6 +192,9 @@ class RunPoint:
             batch_slots=integer("batch_slots"),
             batch_capacity=integer("batch_capacity"),
             decode_tokens_per_s=None if rate is None else number(rate, "decode_tokens_per_s"),
+            steady_decode_tokens_per_s=None
+            if steady is None
+            else number(steady, "steady_decode_tokens_per_s"),
             tiers=memory,
             source=str(data.get("source") or "run"),
             settings=dict(settings),
@@ -255,14 +260,31 @@ def _sweep_subject(frame: Any) -> dict[str, str]:
     return out
 
 
-def _sweep_row(nested: dict[str, Any], subject: Mapping[str, str]) -> dict[str, Any]:
+def _sweep_config(frame: Any) -> dict[str, Any]:
+    """The :data:`SWEPT_FIELDS` every point of a sweep frame ran with one value of (its
+    ``attrs``, read off each point's resolved config by ``rdu_sim.sweep.load``)."""
+    attrs = getattr(frame, "attrs", {})
+    out: dict[str, Any] = {}
+    for name in SWEPT_FIELDS:
+        values = attrs.get(name) or []
+        if len(values) == 1 and values[0] != "auto":
+            out[name] = values[0]
+    return out
+
+
+def _sweep_row(
+    nested: dict[str, Any], subject: Mapping[str, str], config: Mapping[str, Any]
+) -> dict[str, Any]:
     """A sweep row with the figures its metrics left out but its axes or config say: the
-    swept fields under their JSON names (not ``auto`` slots), the names of what it ran."""
+    swept fields under their JSON names (not ``auto`` slots), else the one value every point
+    ran with, and the names of what it ran."""
     for name, (section, key) in SWEPT_FIELDS.items():
         block = nested.get(section)
         value = block.get(key) if isinstance(block, Mapping) else None
         if name not in nested and value is not None and value != "auto":
             nested[name] = value
+        elif name not in nested and name in config:
+            nested[name] = config[name]
     for part, value in subject.items():
         nested.setdefault(part, value)
     return nested
@@ -313,9 +335,9 @@ def as_runs(results: Any) -> list[RunPoint]:
     """
     if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
         rows = results.to_dict(orient="records")
-        subject = _sweep_subject(results)
+        subject, config = _sweep_subject(results), _sweep_config(results)
         return [
-            RunPoint.of_mapping(_sweep_row(_unflatten(row), subject), {**subject, **row})
+            RunPoint.of_mapping(_sweep_row(_unflatten(row), subject, config), {**subject, **row})
             for row in rows
         ]
     if (

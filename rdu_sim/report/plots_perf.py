@@ -1,5 +1,8 @@
 """Speed plots: decode tokens/s vs batch and vs context, and a roofline of one step's kernels.
 
+Runs that measured a steady window show its rate (the slots kept full), with the whole
+run's (ramp-up and drain included) faint beside it (``plots_style.plot_steady``).
+
 The throughput curves show what the extra slots SnapStream frees are worth; the roofline shows
 why: decode kernels sit far left (few FLOPs per byte of weights and KV streamed), on the HBM
 roof, so their time is bytes / bandwidth and a smaller cache per slot is time saved.
@@ -34,7 +37,9 @@ from rdu_sim.report.plots_style import (
     line_style,
     new_figure,
     note_settings,
+    plot_steady,
     use_token_axis,
+    whole_run_key,
 )
 
 __all__ = [
@@ -67,17 +72,26 @@ def _throughput(
     groups = group_runs(runs, group_by)
     fig, (ax,) = new_figure()
     xs_all: list[int] = []
+    steady = any(r.steady_decode_tokens_per_s is not None for r in runs)
+    hollow = False
     for i, (label, members) in enumerate(groups.items()):
         members = sorted(members, key=x_of)
         xs = [x_of(r) for r in members]
         xs_all += xs
-        ax.plot(
-            xs,
-            [float(r.need("decode_tokens_per_s")) for r in members],
-            marker="o",
-            label=label,
-            **line_style(label, i, list(groups)),
-        )
+        whole = [float(r.need("decode_tokens_per_s")) for r in members]
+        if steady:  # the slots kept full, the whole run's rate beside it
+            hollow |= plot_steady(
+                ax,
+                xs,
+                [r.steady_decode_tokens_per_s for r in members],
+                whole,
+                label=label,
+                **line_style(label, i, list(groups)),
+            )
+        else:
+            ax.plot(xs, whole, marker="o", label=label, **line_style(label, i, list(groups)))
+    if steady:
+        whole_run_key(ax, hollow)
     use_token_axis(ax, xs_all)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("decode throughput (tokens/s)")

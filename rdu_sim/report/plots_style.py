@@ -31,7 +31,9 @@ __all__ = [
     "new_figure",
     "note_settings",
     "plain_log2",
+    "plot_steady",
     "use_token_axis",
+    "whole_run_key",
 ]
 
 PART_COLORS = {
@@ -167,3 +169,61 @@ def note_settings(fig: Figure, runs: Sequence[RunPoint]) -> None:
     if note is not None:
         width = max(40, int(fig.get_figwidth() * 17))  # characters of 7-point text per line
         fig.supxlabel(textwrap.fill(note, width), fontsize=7, color="dimgray")
+
+
+WHOLE_RUN_LABEL = "faint, x: whole run (ramp-up and drain included)"
+NO_WINDOW_LABEL = "hollow: no steady window (at the whole run's rate)"
+
+
+def plot_steady(
+    ax: Axes,
+    xs: Sequence[float],
+    steady: Sequence[float | None],
+    whole: Sequence[float | None],
+    *,
+    label: str,
+    **style: Any,
+) -> bool:
+    """One throughput line over the steady window (the slots kept full, ``steady``), the
+    whole run's rate beside it faint with x markers (its ramp-up and drain included), and a
+    hollow marker at the whole-run rate of a point without a steady window. Returns whether
+    any point was hollow (for :func:`whole_run_key`)."""
+    solid = [(x, s) for x, s in zip(xs, steady, strict=True) if s is not None]
+    ax.plot([p[0] for p in solid], [p[1] for p in solid], marker="o", label=label, **style)
+    faint = [(x, w) for x, w in zip(xs, whole, strict=True) if w is not None]
+    if faint:
+        ax.plot(
+            [p[0] for p in faint],
+            [p[1] for p in faint],
+            marker="x",
+            linewidth=1,
+            alpha=0.45,
+            **style,
+        )
+    hollow = [(x, w) for x, s, w in zip(xs, steady, whole, strict=True) if s is None and w]
+    if hollow:
+        ax.plot(
+            [p[0] for p in hollow],
+            [p[1] for p in hollow],
+            linestyle="none",
+            marker="o",
+            markerfacecolor="none",
+            color=style.get("color"),
+        )
+    return bool(hollow)
+
+
+def whole_run_key(ax: Axes, hollow: bool) -> None:
+    """Legend entries saying what the faint lines (and hollow markers) of
+    :func:`plot_steady` are."""
+    ax.plot([], [], marker="x", linewidth=1, alpha=0.45, color="gray", label=WHOLE_RUN_LABEL)
+    if hollow:
+        ax.plot(
+            [],
+            [],
+            linestyle="none",
+            marker="o",
+            markerfacecolor="none",
+            color="gray",
+            label=NO_WINDOW_LABEL,
+        )

@@ -1,8 +1,15 @@
 """A design-space plot: one metric of a sweep against one of its axes, a line per group.
 
-Sweep axes are stored as the spec gave them (``"1.8 TB/s"``, ``"256 KiB"``, ``2``), so the x
-axis is categorical, ordered by the quantity each label stands for and labelled with the
-spec's own strings: what the reader typed is what the reader sees.
+Sweep axes are stored as the spec gave them (``"1.8 TB/s"``, ``"256 KiB"``, ``2``). An axis
+whose values are all quantities is numeric: each point sits at the number it stands for,
+on a log-2 scale when the values double (8,192 ... 131,072), with a tick at each value
+labelled with the spec's own string: what the reader typed is what the reader sees. Any
+other axis is categorical, in the spec's order of quantities, then by name.
+
+Throughput defaults to the steady window (``steady_decode_tokens_per_s``: the slots kept
+full), with the whole run's rate (ramp-up and drain included) faint beside it; a point
+without a steady window (too few requests per slot, or an open loop) is a hollow marker at
+its whole-run rate, and the legend says so.
 
 :func:`sweep_plot` picks what :func:`design_space` needs from a sweep database's frame
 (``rdu_sim.sweep.load`` records the spec's axes in ``frame.attrs["axes"]``): the x axis (the
@@ -16,16 +23,26 @@ resolved config).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from rdu_sim.config import units
 from rdu_sim.config.field_docs import axis_label
 from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
-from rdu_sim.report.plots_style import color_for, figure_title, legend_outside, new_figure
+from rdu_sim.report.plots_style import (
+    color_for,
+    figure_title,
+    legend_outside,
+    new_figure,
+    plot_steady,
+    whole_run_key,
+)
 from rdu_sim.report.sweep_frame import cell_key as _key
 from rdu_sim.report.sweep_frame import swept_axes
 
@@ -93,17 +110,51 @@ def _label(metric: str) -> tuple[str, float]:
     return metric, 1.0
 
 
+def x_positions(values: Sequence[Any]) -> tuple[list[float], bool] | None:
+    """Where each x value sits when every one is a quantity, and whether on a log-2 scale
+    (the values are positive and each at least :data:`DOUBLING` times the one before);
+    None for a categorical axis."""
+    try:
+        numbers = [quantity(v) for v in values]
+    except PlotInputError:
+        return None
+    ordered = sorted(set(numbers))
+    doubling = ordered[0] > 0 and all(b >= DOUBLING * a for a, b in pairwise(ordered))
+    return numbers, doubling and len(ordered) > 1
+
+
+DOUBLING = 1.9
+"""Successive axis values at least this far apart (8k, 16k, 32k ...) go on a log-2 axis."""
+
+
+def _value(run: RunPoint, column: str, scale: float) -> float | None:
+    """A point's metric, scaled; None when the point has no value (an empty cell)."""
+    raw = lookup(run, column, None)
+    value = None if raw is None else number(raw, column)
+    return None if value is None or math.isnan(value) else value * scale
+
+
 def design_space(
-    results: Any, x: str, y: str, *, by: Sequence[str] = (), title: str | None = None
+    results: Any,
+    x: str,
+    y: str,
+    *,
+    by: Sequence[str] = (),
+    title: str | None = None,
+    whole_run: str | None = None,
 ) -> Figure:
     """Metric ``y`` vs sweep axis ``x``, one line per combination of the ``by`` columns.
 
     Args:
         results: a sweep DataFrame (``rdu_sim.sweep.load``) or runs carrying the columns.
-        x: the axis column (e.g. ``hw.socket.hbm.bandwidth``).
+        x: the axis column (e.g. ``hw.socket.hbm.bandwidth``); numeric when its values are
+            quantities (log-2 when they double), else categorical.
         y: the metric column (e.g. ``decode_tokens_per_s``); seconds are shown in ms and
             ``*_bytes`` in GiB.
         by: columns that split the rows into lines (e.g. ``hw.system.sockets``).
+        whole_run: a metric drawn faint beside ``y`` in each line's colour (the whole run's
+            rate beside the steady window's: ``plots_style.plot_steady``); a point with no
+            ``y`` is a hollow marker at its value.
 
     Returns:
         The figure; one line per group. Rows of a group that share an ``x`` value (axes not
@@ -122,34 +173,54 @@ def design_space(
     for run in runs:
         groups.setdefault(tuple(cell(run, column) for column in by), []).append(run)
     xs_all = sorted({cell(r, x) for r in runs}, key=lambda k: _order(shown[k]))
-    position = {value: i for i, value in enumerate(xs_all)}
+    numeric = x_positions([shown[k] for k in xs_all])
+    position = {k: (numeric[0][i] if numeric else float(i)) for i, k in enumerate(xs_all)}
     ylabel, scale = _label(y)
     fig, (ax,) = new_figure()
-    averaged = False
+    averaged = hollow = False
+    drawn = 0
     for i, (key, members) in enumerate(
         sorted(groups.items(), key=lambda kv: [_order(shown[v]) for v in kv[0]])
     ):
         values: dict[str, list[float]] = {}
+        whole: dict[str, list[float]] = {}
         for run in members:
-            values.setdefault(cell(run, x), []).append(number(lookup(run, y), y) * scale)
-        averaged |= any(len(v) > 1 for v in values.values())
-        order = sorted(values, key=lambda k: _order(shown[k]))
+            value = _value(run, y, scale)
+            if value is not None:
+                values.setdefault(cell(run, x), []).append(value)
+            other = _value(run, whole_run, scale) if whole_run else None
+            if other is not None:
+                whole.setdefault(cell(run, x), []).append(other)
+        averaged |= any(len(v) > 1 for v in (*values.values(), *whole.values()))
         label = ", ".join(
             f"{c.rsplit('.', 1)[-1]}={_tick(shown[v])}" for c, v in zip(by, key, strict=True)
         )
-        ax.plot(
+        order = sorted({*values, *whole}, key=lambda k: _order(shown[k]))
+        drawn += len(order)
+        mean = {k: float(np.mean(v)) for k, v in values.items()}
+        whole_mean = {k: float(np.mean(v)) for k, v in whole.items()}
+        hollow |= plot_steady(
+            ax,
             [position[v] for v in order],
-            [float(np.mean(values[v])) for v in order],
-            marker="o",
-            label=label or y,
+            [mean.get(v) for v in order],
+            [whole_mean.get(v) for v in order],
+            label=label or _label(y)[0],
             color=color_for(label, i),
         )
-    ax.set_xticks(range(len(xs_all)), [_tick(shown[v]) for v in xs_all])
+    if drawn == 0:
+        raise PlotInputError(f"no point of the sweep has a value of {y!r}")
+    ticks = [position[v] for v in xs_all]
+    if numeric and numeric[1]:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(ticks, [_tick(shown[v]) for v in xs_all])
     ax.set_xlabel(axis_title(x))
     ax.set_ylabel(ylabel + (" (mean over other axes)" if averaged else ""))
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    if by:
+    if whole_run:
+        whole_run_key(ax, hollow)
+    if by or whole_run:
         legend_outside(fig, ax)
     ax.margins(x=0.1)
     default = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
@@ -158,13 +229,17 @@ def design_space(
 
 
 DEFAULT_METRICS = (
+    "steady_decode_tokens_per_s",
     "decode_tokens_per_s",
     "batch_capacity",
     "tpot_s.p50",
     "ttft_s.p50",
 )
 """What ``rdu-sim plot sweep`` shows when no metric is named: the first of these a sweep
-stored."""
+stored with a value at some point."""
+
+WHOLE_RUN = {"steady_decode_tokens_per_s": "decode_tokens_per_s"}
+"""A steady-window metric -> the whole run's, drawn faint beside it (ramp-up marked)."""
 
 
 _BOOKKEEPING = frozenset(
@@ -215,6 +290,29 @@ def _single(frame: Any, column: str) -> str | None:
     return values.pop() if len(values) == 1 else None
 
 
+def _has_values(frame: Any, column: str) -> bool:
+    """Whether the frame has ``column`` with a value at some point."""
+    return column in frame.columns and bool(frame[column].notna().any())
+
+
+def line_axes(frame: Any, x: str) -> list[str]:
+    """The swept axes that split a plot along ``x`` into lines: every other swept axis not
+    tied to ``x`` or to an earlier line axis (a ``zip`` of ``kv.policy`` with ``kv.budget``
+    is one line axis, not two)."""
+    lines: list[str] = []
+    for axis in swept_axes(frame):
+        if axis != x and not any(_follows(frame, lead, axis) for lead in (x, *lines)):
+            lines.append(axis)
+    return lines
+
+
+def throughput_metric(frame: Any) -> str:
+    """The throughput a sweep's plot shows: the steady window's when the sweep stored it at
+    some point, else the whole run's."""
+    steady = "steady_decode_tokens_per_s"
+    return steady if _has_values(frame, steady) else "decode_tokens_per_s"
+
+
 def sweep_plot(
     frame: Any,
     *,
@@ -247,7 +345,7 @@ def sweep_plot(
             shown = ", ".join(axes) or "none"
             raise PlotInputError(f"the sweep has no column {column!r}; its swept axes: {shown}")
     if y is None:
-        y = next((m for m in DEFAULT_METRICS if m in frame.columns), None)
+        y = next((m for m in DEFAULT_METRICS if _has_values(frame, m)), None)
         if y is None:
             raise PlotInputError(
                 f"the sweep stored none of {', '.join(DEFAULT_METRICS)}; name one with --y"
@@ -256,14 +354,13 @@ def sweep_plot(
         metrics = [c for c in frame.columns if c not in (*axes, *_BOOKKEEPING)]
         raise PlotInputError(f"the sweep has no metric {y!r}; its columns: {', '.join(metrics)}")
     if by is None:
-        lines: list[str] = []
-        for axis in axes:
-            if axis != x and not any(_follows(frame, lead, axis) for lead in (x, *lines)):
-                lines.append(axis)
-        by = lines
+        by = line_axes(frame, x)
     ylabel, _ = _label(y)
     what = " on ".join(v for v in (_single(frame, "model"), _single(frame, "hardware")) if v)
     name = _single(frame, "sweep")
     head = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
     title = (f"{name}: " if name else "") + head + (f" — {what}" if what else "")
-    return design_space(frame, x, y, by=by, title=title)
+    whole = WHOLE_RUN.get(y)
+    if whole is not None and not _has_values(frame, whole):
+        whole = None
+    return design_space(frame, x, y, by=by, title=title, whole_run=whole)

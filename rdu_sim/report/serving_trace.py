@@ -33,10 +33,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim.report.files import write_file
+from rdu_sim.report.trace import trace_us
 
 __all__ = ["MAX_QUEUE_LANES", "serving_trace", "write_serving_trace"]
 
-_US = 1e6
 PID = 1
 MAX_QUEUE_LANES = 32
 """Queue lanes drawn at most (a run whose queue grows past this shows the rest in the
@@ -48,10 +48,6 @@ _COUNTERS: tuple[tuple[str, str], ...] = (
     ("decoding", "slots decoding"),
 )
 """(series column, counter track) pairs."""
-
-
-def _us(seconds: float) -> float:
-    return round(seconds * _US, 6)
 
 
 def _queue_lanes(arrival: NDArray[Any], admit: NDArray[Any]) -> dict[int, int]:
@@ -137,8 +133,8 @@ def serving_trace(
                     "name": name,
                     "cat": phase,
                     "ph": "X",
-                    "ts": _us(start),
-                    "dur": _us(end - start),
+                    "ts": trace_us(start),
+                    "dur": trace_us(end - start),
                     "pid": PID,
                     "tid": track,
                     "args": args,
@@ -151,7 +147,7 @@ def serving_trace(
                 "cat": "request",
                 "id": request,
                 "ph": "s" if index == 0 else "f" if index == len(spans) - 1 else "t",
-                "ts": _us((start + end) / 2),
+                "ts": trace_us((start + end) / 2),
                 "pid": PID,
                 "tid": track,
             }
@@ -164,7 +160,7 @@ def serving_trace(
                 {
                     "name": name,
                     "ph": "C",
-                    "ts": _us(float(time_s)),
+                    "ts": trace_us(float(time_s)),
                     "pid": PID,
                     "tid": 0,
                     "args": {"value": int(value)},

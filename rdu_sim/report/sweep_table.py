@@ -4,7 +4,8 @@ Read from the sweep database's frame (``rdu_sim.sweep.load``, in the spec's grid
 what the table shows is what ``--export`` writes and ``rdu-sim plot sweep`` draws. Each axis
 is said in words under the tables (``config.field_docs``); a metric's value is shown in the
 unit its name carries (``_s`` in seconds, ``bytes`` in bytes). Metrics that do not fit the
-console's width beside the axes go to a further table, never cut.
+console's width beside the axes go to a further table, never cut. Every ``-`` (a point with
+no value) has a note under the tables saying why (:data:`MISSING_REASONS`).
 """
 
 from __future__ import annotations
@@ -111,12 +112,45 @@ def sweep_tables(
     return tables
 
 
-def table_notes(frame: Any) -> list[str]:
-    """What each swept axis means (its field's words and unit), and how many points the
-    tables left out."""
-    notes = [
-        f"{axis}: {axis_label(axis)}" for axis in swept_axes(frame) if axis_label(axis) != axis
-    ]
+MISSING_REASONS: tuple[tuple[str, str], ...] = (
+    (
+        "steady_",
+        "no steady window: a run has one only in a closed loop with at least 3 requests per "
+        "batch slot (serving.requests >= 3 x serving.batch_slots); decode_tokens_per_s counts "
+        "the whole run",
+    ),
+    ("decode_step", "the run ran no decode step"),
+    ("speculation", "the workload does not speculate"),
+    ("coe", "the workload is not a Composition of Experts"),
+    ("energy.usd", "the hardware is not priced (hw.cost.usd_per_socket_hour)"),
+    ("energy", "the hardware file gives no power (hw.power)"),
+    ("goodput", "a lone server's run has no SLO (goodput is a cluster's)"),
+    ("slo_met", "a lone server's run has no SLO (goodput is a cluster's)"),
+)
+"""Why a metric of a finished point can have no value, by the start of its name (the run's
+JSON has null there, docs/serving.md)."""
+
+
+def missing_reason(metric: str) -> str:
+    """Why ``metric`` has no value at a finished point."""
+    reason = next((why for start, why in MISSING_REASONS if metric.startswith(start)), None)
+    return reason or "the run's JSON has no value there (null)"
+
+
+def table_notes(frame: Any, metrics: Sequence[str] | None = None) -> list[str]:
+    """What each swept axis means (its field's words and unit), why a shown metric (as
+    :func:`sweep_tables` picks them) has ``-`` at some point, and how many points the tables
+    left out."""
+    axes = swept_axes(frame)
+    notes = [f"{axis}: {axis_label(axis)}" for axis in axes if axis_label(axis) != axis]
+    records = frame.to_dict("records")[:MAX_ROWS]
+    failed = [r for r in records if r.get("status", "done") != "done"]
+    if failed:
+        notes.append(f"-: {human.count(len(failed), 'point')} failed (their status says why)")
+    done = [r for r in records if r.get("status", "done") == "done"]
+    for metric in _metrics(frame, axes, metrics):
+        if any(_missing(r[metric]) for r in done):
+            notes.append(f"- in {metric}: {missing_reason(metric)}")
     if len(frame) > MAX_ROWS:
         notes.append(f"(the tables show the first {MAX_ROWS} of {len(frame)} points)")
     return notes

@@ -36,6 +36,12 @@ _FIXED_TRACKS = ("agcu", "kernel")
 _COUNTER_LABELS = {"hbm": "HBM", "ddr": "DDR", "p2p": "P2P links"}
 
 
+def trace_us(seconds: float) -> float:
+    """Seconds as a trace's microseconds, rounded to the picosecond (the serving clock's
+    unit): a 7 us launch shows as 7.0, not 6.999999999999999 (float noise of seconds x 1e6)."""
+    return round(seconds * _US, 6)
+
+
 def _kernel_at(records: TraceRecords) -> Callable[[int, float], str | None]:
     """The kernel running on a socket at a time (from its ``kernel`` track's slices; kernels
     run one after another, so they never overlap)."""
@@ -120,8 +126,8 @@ def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) 
                 "name": s.name,
                 "cat": s.track.split("/", 1)[0],
                 "ph": "X",
-                "ts": s.start_s * _US,
-                "dur": s.dur_s * _US,
+                "ts": trace_us(s.start_s),
+                "dur": trace_us(s.dur_s),
                 "pid": s.socket,
                 "tid": ids[(s.socket, s.track)],
                 "args": args,
@@ -132,7 +138,7 @@ def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) 
             {
                 "name": f"{_COUNTER_LABELS.get(c.name, c.name)} bytes in flight",
                 "ph": "C",
-                "ts": c.time_s * _US,
+                "ts": trace_us(c.time_s),
                 "pid": c.socket,
                 "tid": 0,
                 "args": {"bytes": c.value},

@@ -45,7 +45,7 @@ def load(
         rows = store.rows(keys=keys, sweep=sweep)
     axes: dict[str, None] = {}
     metrics: dict[str, None] = {}
-    names: dict[str, dict[str, None]] = {part: {} for part in SUBJECT}
+    names: dict[str, dict[Any, None]] = {part: {} for part in (*SUBJECT, *CONFIG_FIELDS)}
     records: list[dict[str, Any]] = []
     for row in rows:
         overrides = {flat_name(k, "overrides"): v for k, v in row["overrides"].items()}
@@ -66,13 +66,24 @@ def load(
     return frame
 
 
+CONFIG_FIELDS = {
+    "kv_policy": ("kv", "policy"),
+    "max_context": ("serving", "max_context"),
+    "batch_slots": ("serving", "batch_slots"),
+}
+"""Fields of a point's workload a figure labels its lines with, by their JSON names
+(``frame.attrs[name]``: the distinct values over the rows): a sweep that neither varied nor
+stored its KV policy still says which it ran."""
+
+
 SUBJECT = ("workload", "model", "hardware")
 """The parts of a point's resolved config whose names a figure's title gives
 (``frame.attrs[part]``: the distinct names over the rows, first seen first)."""
 
 
-def _subject(config: Any, names: dict[str, dict[str, None]]) -> None:
-    """Record the workload, model and hardware names of one point's resolved config."""
+def _subject(config: Any, names: dict[str, dict[Any, None]]) -> None:
+    """Record the workload, model and hardware names of one point's resolved config, and
+    the values of its :data:`CONFIG_FIELDS`."""
     if not isinstance(config, dict):
         raise ValueError("the resolved config is not a JSON object")
     for part in SUBJECT:
@@ -80,6 +91,12 @@ def _subject(config: Any, names: dict[str, dict[str, None]]) -> None:
         name = block.get("name") if isinstance(block, dict) else None
         if isinstance(name, str):
             names[part].setdefault(name)
+    workload = config.get("workload")
+    for field, (section, key) in CONFIG_FIELDS.items():
+        block = workload.get(section) if isinstance(workload, dict) else None
+        value = block.get(key) if isinstance(block, dict) else None
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            names[field].setdefault(value)
 
 
 def parquet_available() -> bool:

@@ -5,7 +5,8 @@
 The order of work, and why:
 1. load and validate the spec; expand and resolve every point (a bad axis fails here, before
    anything runs or any file is written);
-2. open the database (default `<spec stem>.sqlite` beside the spec) and plan: a point with a
+2. open the database (default `<spec stem>.sqlite` beside the spec; a shipped spec's in the
+   current folder) and plan: a point with a
    'done' row holding every requested metric is skipped; a 'failed' one is skipped unless
    `retry_failed`;
 3. run the rest on the chosen executor; the parent writes each Outcome in its own
@@ -129,7 +130,8 @@ _SAMPLED = "{n:,} of them resolved (evenly spaced: a run resolves every point fi
 
 
 def default_db(spec_file: Path) -> Path:
-    """`<spec stem>.sqlite` beside the spec (a shipped spec's in the current folder)."""
+    """`<spec stem>.sqlite` beside the spec; a shipped spec's in the current folder
+    (``config.shipped.beside``)."""
     return shipped.beside(spec_file, ".sqlite")
 
 

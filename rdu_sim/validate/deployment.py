@@ -288,11 +288,12 @@ class PointResult:
         return self.simulated / self.point.measured - 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: the point's fields, its unit, the simulated value, the batch it ran at
-        and the error."""
+        """JSON-safe: the point's fields, its unit and method, the simulated value, the batch
+        it ran at and the error."""
         return {
             **asdict(self.point),
             "unit": self.point.unit,
+            "method": self.point.method,
             "simulated": self.simulated,
             "batch_slots": self.batch_slots,
             "relative_error": self.relative_error,

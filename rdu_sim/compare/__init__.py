@@ -1,0 +1,240 @@
+"""One workload under several variants, side by side (``rdu-sim compare``).
+
+A variant is a hardware file (``--hardware``), a value of each varied field (``--vary
+PATH=A,B``), or one of each: the variants are every combination, hardware first, in the
+order given. For each the workload is loaded with ``hardware`` pointing at its hardware file
+and the varied fields set (every other field as written, ``--set`` overrides applied to
+all), compiled for that hardware (its fusion level: ``auto`` is full on SN40L and partial
+on a GPU) and timed by its engine: one
+decode step of ``batch`` slots at the decode bucket of ``context`` cached tokens (defaults:
+the workload's batch slots, or each system's own batch capacity when they say ``auto``; the
+longest cache the KV policy keeps), and the prefill of the workload's typical prompt. A
+system the model does not fit (weights, KV cache and activations beyond its memory) is a
+column saying so, with the compiler's reason, not an error.
+
+Each column reports the step time, tokens/s per user (one token per step) and in total
+(the batch's tokens per step, for one model instance of ``tp`` devices, and for every
+instance the system holds), and the share of its peak HBM bandwidth and FLOP/s the step
+achieved, and what binds the decode step (``report.bound``); ``rdu_sim.compare.why`` says
+in words what differs and why one variant wins. ``compare_batches`` repeats the comparison
+over batch sizes (the notebook's curves, the ``compare`` plot's lines).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
+from rdu_sim.compare.column import Column, Comparison
+from rdu_sim.compare.why import column_lines, verdicts
+from rdu_sim.compiler import CapacityError
+from rdu_sim.compiler.fusion import fusion_level
+from rdu_sim.config import shipped
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import normalize_overrides, parse_override
+from rdu_sim.engine.for_hardware import peak_matrix_flops
+from rdu_sim.engine.timing import StepTiming
+from rdu_sim.report.bound import step_bound
+from rdu_sim.scenario import Scenario
+
+__all__ = [
+    "Column",
+    "Comparison",
+    "Variant",
+    "compare",
+    "compare_batches",
+    "parse_vary",
+    "variants",
+]
+
+Overrides = Iterable[str] | Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What one variant sets beyond the overrides shared by all: field path -> value as the
+    user wrote it (``hardware``: a file or a shipped name)."""
+
+    settings: dict[str, Any]
+
+    def label(self, hardware_name: str) -> str:
+        """What differs, in a few words: the hardware's name (when it varies), then
+        PATH=VALUE of each varied field."""
+        parts = [
+            hardware_name if path == "hardware" else f"{path}={value}"
+            for path, value in self.settings.items()
+        ]
+        return ", ".join(parts) or hardware_name
+
+
+def parse_vary(text: str) -> tuple[str, list[Any]]:
+    """``kv.policy=full,snapstream`` -> ('kv.policy', ['full', 'snapstream']): two values or
+    more, split at the commas outside brackets and quotes, each read as ``--set`` reads its
+    value (``config.overrides.parse_override``)."""
+    if "=" not in text:
+        raise ConfigError.single("--vary", text, "give a field and its values, as PATH=A,B[,C]")
+    path, _, raw = text.partition("=")
+    pieces = _split_top_level(raw)
+    if len(pieces) < 2 or any(not piece.strip() for piece in pieces):
+        raise ConfigError.single(
+            "--vary", path.strip(), f"give two values or more, as PATH=A,B[,C]; got {raw!r}"
+        )
+    parsed = [parse_override(f"{path}={piece}", "--vary") for piece in pieces]
+    values = [value for _, value in parsed]
+    if len({repr(v) for v in values}) != len(values):
+        raise ConfigError.single("--vary", parsed[0][0], f"a value is given twice in {raw!r}")
+    return parsed[0][0], values
+
+
+def _split_top_level(raw: str) -> list[str]:
+    """``raw`` split at its commas outside [], {} and quotes."""
+    pieces, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(raw):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            pieces.append(raw[start:i])
+            start = i + 1
+    pieces.append(raw[start:])
+    return pieces
+
+
+def variants(hardware_files: Sequence[str | Path], vary: Sequence[str] = ()) -> list[Variant]:
+    """Every combination of the hardware files and the varied fields' values (hardware
+    first, then each ``--vary`` in the order given); one empty variant when nothing varies."""
+    axes: list[list[tuple[str, Any]]] = []
+    if hardware_files:
+        axes.append([("hardware", str(h)) for h in hardware_files])
+    seen = {"hardware"} if hardware_files else set()
+    for text in vary:
+        path, values = parse_vary(text)
+        if path in seen:
+            other = "--hardware" if path == "hardware" else f"--vary {path}=..."
+            raise ConfigError.single("--vary", path, f"already varied by {other}; give it once")
+        seen.add(path)
+        axes.append([(path, v) for v in values])
+    return [Variant(dict(combination)) for combination in itertools.product(*axes)]
+
+
+def compare(
+    workload: str | Path,
+    hardware_files: Sequence[str | Path],
+    overrides: Overrides = None,
+    *,
+    vary: Sequence[str] = (),
+    batch: int | None = None,
+    context: int | None = None,
+) -> Comparison:
+    """The workload under each variant: each of ``hardware_files`` x each value of each
+    ``vary`` (``PATH=A,B``; module docstring)."""
+    if not hardware_files and not vary:
+        raise ValueError("give at least one hardware file or varied field")
+    sides = variants(hardware_files, vary)
+    shared = normalize_overrides(overrides)
+    for path in (p for p in sides[0].settings if p in shared):
+        raise ConfigError.single("--vary", path, "also given by --set; give it once")
+    # every variant is validated before any is simulated: a bad one costs no simulation
+    scenarios = [load(workload, _with_settings(shared, side)) for side in sides]
+    columns = tuple(
+        _column(scenario, side, batch, context)
+        for scenario, side in zip(scenarios, sides, strict=True)
+    )
+    first = scenarios[0]
+    return Comparison(
+        first.workload.name,
+        first.model.name,
+        columns,
+        tuple(column_lines(columns)),
+        tuple(verdicts(columns)),
+    )
+
+
+def compare_batches(
+    workload: str | Path,
+    hardware_files: Sequence[str | Path],
+    batches: Sequence[int],
+    overrides: Overrides = None,
+    *,
+    vary: Sequence[str] = (),
+    context: int | None = None,
+) -> list[Comparison]:
+    """``compare`` at each batch size (one Comparison per batch, in order)."""
+    return [
+        compare(workload, hardware_files, overrides, vary=vary, batch=b, context=context)
+        for b in batches
+    ]
+
+
+def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
+    """The shared overrides with the variant's settings; its hardware (a path, or a shipped
+    hardware file by name) made absolute, so it does not depend on where the workload is."""
+    merged = {**shared, **side.settings}
+    hardware = side.settings.get("hardware")
+    if hardware is not None:
+        found = shipped.locate(Path(str(hardware)).expanduser(), ("hardware",))
+        merged["hardware"] = str(found.resolve())
+    return merged
+
+
+def _column(scenario: Scenario, side: Variant, batch: int | None, context: int | None) -> Column:
+    hardware = scenario.hardware
+    devices = hardware.system.sockets
+    base = Column(
+        hardware=hardware.name,
+        hardware_file=scenario.hardware_file,
+        kind=hardware.kind,
+        devices=devices,
+        tp=scenario.tp,
+        instances=devices // scenario.tp,
+        fusion=fusion_level(scenario),
+        fits=False,
+        peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
+        peak_flops=peak_matrix_flops(scenario),
+        label=side.label(hardware.name),
+        settings=dict(side.settings),
+        kv_policy=scenario.workload.kv.policy,
+        slot_tokens=scenario.kv_policy.slot_tokens(),
+    )
+    backend = EngineBackend()
+    try:
+        capacity = backend.batch_capacity(scenario)
+        slots = batch if batch is not None else resolve_batch_slots(scenario, backend)[1]
+        decode = default_step_shape(scenario, "decode", batch=slots, context=context)
+        cost = backend.step_cost(scenario, decode)
+        prefill = backend.step_cost(scenario, default_step_shape(scenario, "prefill"))
+    except CapacityError as exc:
+        return replace(base, reason=str(exc))
+    timing = cost.detail
+    assert isinstance(timing, StepTiming)
+    step = timing.step_s
+    bound = step_bound(timing, hardware)
+    return replace(
+        base,
+        fits=True,
+        batch_capacity=capacity,
+        batch=decode.batch,
+        context=decode.cache_len,
+        step_s=step,
+        tokens_per_s_per_user=1.0 / step,
+        tokens_per_s=decode.batch / step,
+        system_tokens_per_s=decode.batch / step * base.instances,
+        hbm_bandwidth_fraction=timing.hbm_bandwidth_fraction,
+        flops_fraction=timing.flops_fraction,
+        kernel_calls=sum(1 if k.looped else k.calls for k in timing.kernels),
+        prefill_s=prefill.step_s,
+        bound=bound.bound,
+        bound_s=bound.limit_s,
+        hbm_bytes=bound.hbm_bytes,
+        flops=bound.flops,
+        runtime_s=bound.runtime_s,
+    )

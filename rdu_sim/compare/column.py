@@ -1,0 +1,71 @@
+"""What ``rdu-sim compare`` measures of each variant (``Column``) and the comparison of them
+all (``Comparison``, whose ``to_dict()`` is ``rdu-sim compare --json``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Column:
+    """One variant's figures for the workload (``fits`` False: ``reason`` says why and the
+    timing fields are None)."""
+
+    hardware: str  # the hardware file's name field
+    hardware_file: str
+    kind: str  # rdu or gpu
+    devices: int  # sockets or GPUs in the system
+    tp: int  # devices per model instance
+    instances: int  # model instances the system holds (devices // tp)
+    fusion: str  # the fusion level the compiler used
+    fits: bool
+    reason: str = ""
+    batch_capacity: int | None = None
+    batch: int | None = None
+    context: int | None = None  # cached tokens the decode step attends to (its bucket)
+    step_s: float | None = None
+    tokens_per_s_per_user: float | None = None
+    tokens_per_s: float | None = None  # one model instance
+    system_tokens_per_s: float | None = None  # every instance
+    hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
+    flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
+    peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
+    peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
+    kernel_calls: int | None = None  # kernel calls in one decode step
+    prefill_s: float | None = None  # the typical prompt's prefill
+    label: str = ""  # what differs (``Variant.label``; the hardware's name when only it varies)
+    settings: dict[str, Any] = field(default_factory=dict)  # what the variant sets
+    kv_policy: str = ""
+    slot_tokens: int | None = None  # the most tokens a slot's KV cache keeps
+    bound: str | None = None  # what binds the decode step (``report.bound``)
+    bound_s: float | None = None  # that resource's time in the step
+    hbm_bytes: float | None = None  # HBM bytes one device moves in the decode step
+    flops: float | None = None  # matrix FLOPs of one device in the decode step
+    runtime_s: float | None = None  # the serving runtime's host time in the step
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (field names are the JSON keys)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A workload under each variant, in the order given."""
+
+    workload: str
+    model: str
+    columns: tuple[Column, ...]
+    lines: tuple[str, ...] = ()  # per variant, what differs and what binds it (compare.why)
+    verdicts: tuple[str, ...] = ()  # each variant against the first that fits
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract of ``rdu-sim compare --json``: the columns, and in words what
+        differs and binds each (``lines``) and why one wins (``verdicts``)."""
+        return {
+            "workload": self.workload,
+            "model": self.model,
+            "columns": [c.to_dict() for c in self.columns],
+            "lines": list(self.lines),
+            "verdicts": list(self.verdicts),
+        }

@@ -1,0 +1,144 @@
+"""A comparison in words: what each variant is and what binds it, and why one wins.
+
+``column_lines``: one line per variant, what it sets and what binds its decode step (the
+resource ``report.bound`` names, with that resource's demand and rate). ``verdicts``: each
+variant against the first that fits, the ratio of the system's tokens/s and of a user's,
+and why, taken apart the way the numbers compose: tokens/s = batch x instances / step time,
+and a step bound by one resource takes that resource's demand over its rate, so a ratio is
+a batch ratio (the batch capacity, a KV slot's tokens) times a step ratio (the binding
+resource's bytes or FLOPs against its bandwidth or peak).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rdu_sim import human
+from rdu_sim.compare.column import Column
+from rdu_sim.report.bound import RESOURCES
+
+UNEXPLAINED = 0.5
+"""Below this share of its step, the binding resource's time does not explain the step: the
+rest is time ``report.bound`` does not read (links, a stalled pipeline), and the verdict says
+so rather than crediting the resource."""
+
+
+def _demand(column: Column) -> str:
+    """The binding resource's demand and rate in one device's decode step."""
+    if column.bound == "hbm" and column.hbm_bytes is not None:
+        return (
+            f"{human.size(column.hbm_bytes)} of HBM traffic per device at "
+            f"{human.bandwidth(column.peak_hbm_bandwidth)}"
+        )
+    if column.bound == "compute" and column.flops is not None:
+        return (
+            f"{human.si(column.flops, 'FLOP')} per device at {human.flops(column.peak_flops)} peak"
+        )
+    return "host time" if column.bound == "runtime" else "its time"
+
+
+def _share(column: Column) -> float:
+    """The binding resource's share of the decode step."""
+    assert column.bound_s is not None and column.step_s is not None
+    return column.bound_s / column.step_s
+
+
+def column_lines(columns: Sequence[Column]) -> list[str]:
+    """One line per variant: what it sets, and what binds its decode step."""
+    lines = []
+    for column in columns:
+        if not column.fits:
+            lines.append(f"{column.label}: does not fit: {column.reason}")
+            continue
+        assert column.step_s is not None and column.batch is not None
+        slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
+        resource = RESOURCES.get(column.bound or "", "an unknown resource")
+        lines.append(
+            f"{column.label}: {column.kv_policy} KV{slot} tokens, batch {column.batch} of "
+            f"{column.batch_capacity}; decode step {human.duration(column.step_s)} bound by "
+            f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
+            f": {_demand(column)})"
+        )
+    return lines
+
+
+def _step_why(a: Column, b: Column) -> str:
+    """Why ``a``'s decode step takes what it takes against ``b``'s."""
+    assert a.step_s is not None and b.step_s is not None
+    head = (
+        f"its decode step takes {human.ratio(a.step_s / b.step_s)} as long "
+        f"({human.duration(a.step_s)} vs {human.duration(b.step_s)})"
+    )
+    if a.bound != b.bound:
+        return (
+            f"{head}, bound by {RESOURCES.get(a.bound or '', '?')} against "
+            f"{RESOURCES.get(b.bound or '', '?')}"
+        )
+    resource = RESOURCES.get(a.bound or "", "?")
+    shares = (_share(a), _share(b))
+    if min(shares) < UNEXPLAINED:
+        return (
+            f"{head}; both read as bound by {resource}, but it takes only "
+            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of the steps: the rest "
+            "is time the binding resource does not explain (links, a stalled pipeline)"
+        )
+    demands = {
+        "hbm": (a.hbm_bytes, b.hbm_bytes, a.peak_hbm_bandwidth, b.peak_hbm_bandwidth, "traffic"),
+        "compute": (a.flops, b.flops, a.peak_flops, b.peak_flops, "FLOPs"),
+    }.get(a.bound or "")
+    if demands is None or demands[0] is None or demands[1] is None:
+        return f"{head}, bound by {resource} in both"
+    demand_a, demand_b, rate_a, rate_b, what = demands
+    assert demand_a is not None and demand_b is not None
+    demand, rate = demand_a / demand_b, rate_a / rate_b
+    decides = (
+        f"the {what} a step ({human.ratio(demand)})"
+        if abs(math.log(demand)) >= abs(math.log(rate))
+        else f"the {resource} ({human.ratio(rate)})"
+    )
+    return (
+        f"{head}, bound by {resource} in both ({human.percent(shares[0])} vs "
+        f"{human.percent(shares[1])} of the steps): {_demand(a)} vs {_demand(b)}; {decides} "
+        "decides"
+    )
+
+
+def verdict(a: Column, b: Column) -> str:
+    """``a`` against ``b`` (both fit): the ratios, and why."""
+    assert a.system_tokens_per_s is not None and b.system_tokens_per_s is not None
+    assert a.tokens_per_s_per_user is not None and b.tokens_per_s_per_user is not None
+    assert a.batch is not None and b.batch is not None
+    head = (
+        f"{a.label} serves {human.ratio(a.system_tokens_per_s / b.system_tokens_per_s)} the "
+        f"tokens/s of {b.label} on the whole system "
+        f"({human.number(a.system_tokens_per_s)} vs {human.number(b.system_tokens_per_s)}) "
+        f"at {human.ratio(a.tokens_per_s_per_user / b.tokens_per_s_per_user)} its tokens/s "
+        "per user "
+        f"({human.number(a.tokens_per_s_per_user)} vs {human.number(b.tokens_per_s_per_user)})"
+    )
+    reasons = []
+    if a.batch != b.batch:
+        batch = f"it runs {human.ratio(a.batch / b.batch)} the batch ({a.batch} vs {b.batch} slots"
+        if (a.batch, b.batch) == (a.batch_capacity, b.batch_capacity):
+            batch += ": each its batch capacity"
+            if a.slot_tokens != b.slot_tokens and a.slot_tokens and b.slot_tokens:
+                batch += f", a KV slot keeping {a.slot_tokens:,} tokens vs {b.slot_tokens:,}"
+        reasons.append(batch + ")")
+    else:
+        reasons.append(f"the same batch ({a.batch} slots)")
+    if a.instances != b.instances:
+        reasons.append(
+            f"the system holds {human.count(a.instances, 'model instance')} vs {b.instances}"
+        )
+    reasons.append(_step_why(a, b))
+    return f"{head}. Why: {'; '.join(reasons)}."
+
+
+def verdicts(columns: Sequence[Column]) -> list[str]:
+    """Each variant that fits against the first that fits."""
+    fitting = [c for c in columns if c.fits]
+    if len(fitting) < 2:
+        return []
+    base = fitting[0]
+    return [verdict(other, base) for other in fitting[1:]]

@@ -1,0 +1,155 @@
+"""Messages a new user met (issue 46), each saying what is wrong in the user's own terms.
+
+- a model too large for one socket names its weights' real size and that tp needs more
+  sockets first (it said "64 GiB of the 64 GiB HBM" and "raise parallelism.tp" on a
+  1-socket file);
+- a rate written as a bare number names the field, how it reads and the unit to write (it
+  ended in the serving clock's range error naming neither);
+- a token count takes ``128k`` wherever ``plot --contexts`` does;
+- a tab in YAML is called a tab, with its line and column;
+- trace times carry no float noise (a 7 us launch is 7.0, not 6.999999999999999);
+- one speculative user's rates say what each counts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from rdu_sim import api, human
+from rdu_sim.cli.main import cli
+from rdu_sim.cli.plot_cmd import _tokens
+from rdu_sim.config.units import UnitError, parse_bandwidth, parse_flops, parse_tokens
+from rdu_sim.models import weight_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+
+
+def invoke(*args: str | Path) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def error_line(result: Result) -> str:
+    """The one `error:` line of a refused command (exit 2, no traceback; `check` adds its
+    count of failed files)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    lines = [line for line in lines if not line.endswith("file(s) failed the check")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_a_model_too_large_for_its_socket_names_its_weights_and_more_sockets() -> None:
+    line = error_line(invoke("run", LLAMA, "--set", "model=llama-3.1-405b"))
+    scenario = api.load(LLAMA, {"model": "llama-3.1-405b"})
+    total = human.size(weight_bytes(scenario.model, 2), 4)  # BF16, the whole model on tp=1
+    assert total == "756 GiB"
+    assert f"llama-3.1-405b weights need {total} per socket (tp=1, bf16)" in line
+    assert "memory.weights hbm puts 64 GiB of them in HBM, the rest in DDR" in line
+    assert "64 GiB of the 64 GiB" not in line
+    assert "raise parallelism.tp on more sockets (hw.system.sockets, now 1" in line
+    assert "raise parallelism.tp (now 1)" not in line
+    # on a node whose sockets tp does not use yet, raising tp is the way, up to them
+    line = error_line(
+        invoke(
+            "run",
+            ROOT / "workloads" / "llama3.1-70b-decode.yaml",
+            "--set",
+            "model=llama-3.1-405b",
+            "--set",
+            "parallelism.tp=4",
+        )
+    )
+    assert "raise parallelism.tp (now 4, up to the 8 sockets)" in line
+
+
+def test_a_bare_rate_names_the_field_and_the_unit(tmp_path: Path) -> None:
+    hardware = (ROOT / "hw_configs" / "sn40l.yaml").read_text()
+    written = "    bandwidth: 1.8 TB/s"
+    assert written in hardware
+    lines = hardware.splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if line.startswith(written))
+    (tmp_path / "hw.yaml").write_text(hardware.replace(written, "    bandwidth: 2000", 1))
+    line = error_line(invoke("check", tmp_path / "hw.yaml"))
+    assert line == (
+        f"error: {tmp_path / 'hw.yaml'}:{number}: socket.hbm.bandwidth: 2000 without a unit "
+        "reads as 2000 bytes per second; write the unit, as in '2000 GB/s'"
+    )
+    result = invoke("run", LLAMA, "--set", "hw.socket.pcu.peak_flops=1000")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "socket.pcu.peak_flops: 1000 without a unit reads as 1000 FLOP per second" in (
+        result.stderr
+    )
+    assert "as in '1000 TFLOP/s'" in result.stderr and "clock" not in result.stderr
+    # a bare number in the internal unit still reads as one; a unit is always taken
+    assert parse_bandwidth(2e12) == 2e12 and parse_bandwidth("2000 B/s") == 2000
+    assert parse_flops(6.38e14) == 6.38e14
+    with pytest.raises(UnitError, match="without a unit"):
+        parse_bandwidth(999_999)
+
+
+def test_a_token_count_takes_k_as_plot_contexts_does() -> None:
+    result = invoke(
+        "run", LLAMA, "--set", "serving.max_context=16k", "--set", "serving.requests=2", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["max_context"] == 16384 == _tokens("16k")
+    scenario = api.load(ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml")
+    same = api.load(
+        ROOT / "workloads" / "deepseek-r1-128k-snapstream.yaml",
+        {"serving.max_context": "128k", "kv.budget": "32K"},
+    )
+    assert same.workload == scenario.workload
+    assert [parse_tokens(t) for t in ("8192", "8k", " 1M ", 4096)] == [8192, 8192, 2**20, 4096]
+    line = error_line(invoke("run", LLAMA, "--set", "serving.max_context=128q"))
+    assert "serving.max_context: expected a token count such as 8192 or 128k, got '128q'" in line
+    line = error_line(invoke("run", LLAMA, "--set", "serving.max_context=0k"))
+    assert "serving.max_context: Input should be greater than or equal to 1" in line
+
+
+def test_a_tab_in_yaml_is_called_a_tab(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(LLAMA.read_text().replace("  batch_slots: 16", "\tbatch_slots: 16"))
+    line = error_line(invoke("check", path))
+    number = 1 + path.read_text().splitlines().index("\tbatch_slots: 16")
+    assert line == (
+        f"error: {path}:{number}: not valid YAML: a tab at column 1, where YAML takes only "
+        "spaces (it indents with spaces): replace the tab with spaces"
+    )
+
+
+def test_trace_times_carry_no_float_noise(tmp_path: Path) -> None:
+    """The step's Perfetto trace: a 7 us launch (program load + argument load) is 7.0; every
+    time is microseconds rounded to the picosecond, as the serving trace's are."""
+    out = tmp_path / "step.json"
+    assert invoke("step", LLAMA, "--trace", out).exit_code == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    launches = {e["dur"] for e in events if e.get("name") == "launch"}
+    assert launches == {7.0}
+    for event in events:
+        for key in ("ts", "dur"):
+            if key in event:
+                assert round(event[key], 6) == event[key], event
+
+
+def test_one_speculative_users_rates_say_what_each_counts() -> None:
+    """One user with a draft: the rate the user sees (1/TPOT) is above the all-users rate,
+    whose label and note say the prefill stalls count in it (they sat side by side unsaid)."""
+    workload = ROOT / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+    args = ("run", workload, "--set", "serving.requests=3")
+    data = json.loads(invoke(*args, "--json").stdout)
+    user, everyone = data["user_tokens_per_s"]["p50"], data["decode_tokens_per_s"]
+    assert user > everyone
+    text = " ".join(invoke(*args).stdout.split())
+    assert "output tokens/s, all users (prefill stalls included)" in text
+    assert "tokens/s one user sees while streaming (p50 of 1/TPOT)" in text
+    assert (
+        f"One user sees {human.rate(user, 'tokens/s')} while its tokens stream (1/TPOT); the "
+        f"all-users rate, {human.rate(everyone, 'tokens/s')}, divides every output token by "
+        "the whole span of decoding, so the time each prefill holds the slots"
+    ) in text
