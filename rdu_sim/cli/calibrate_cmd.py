@@ -37,9 +37,10 @@ from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overlays_option, overrides_option
 
 if TYPE_CHECKING:
-    from rdu_sim.validate.calibrate import Evaluation, FitResult, Problem
-    from rdu_sim.validate.calibration_problem import Inputs
+    from rdu_sim.validate.calibrate import Evaluation
+    from rdu_sim.validate.calibration_problem import Inputs, Problem
     from rdu_sim.validate.deployment import ErrorSummary
+    from rdu_sim.validate.fit_result import FitResult
 
 FIT_FILE = "fit.json"
 CACHE_FILE = "evaluations.jsonl"
@@ -140,7 +141,7 @@ def _summary_lines(result: FitResult) -> list[str]:
 
 
 def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> None:
-    from rdu_sim.validate.calibrate import quantity_text
+    from rdu_sim.validate.scope import quantity_text
 
     shown = ", ".join(
         f"{name}={quantity_text(value, unit)}"
@@ -200,7 +201,7 @@ def _writable(folder: Path) -> None:
 
 
 def _describe(result: FitResult, kind: str, target: str) -> list[str]:
-    from rdu_sim.validate.calibrate import describe
+    from rdu_sim.validate.fit_result import describe
 
     return [
         "Fitted: " + describe(one, value, text)
@@ -476,7 +477,7 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _print(result: FitResult, files: dict[Path, str]) -> None:
-    from rdu_sim.validate.calibrate import describe
+    from rdu_sim.validate.fit_result import describe
 
     def shown(value: float, unit: str) -> str:
         return human.duration(value, 4) if unit == "s" else human.in_unit(value, unit, 4)
