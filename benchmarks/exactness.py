@@ -6,10 +6,11 @@ meant only to make the simulator faster must leave every file byte-identical, ``
 included: run it on the tree before and after (``PYTHONPATH=TREE``, or
 ``RDU_SIM_PURE_PYTHON=1`` for the source path) and ``diff -r OUT_BEFORE OUT_AFTER``.
 
-The 18 commands: ``rdu-sim step --json`` of four workloads (DeepSeek-R1 SnapStream and full
+The commands: ``rdu-sim step --json`` of four workloads (DeepSeek-R1 SnapStream and full
 attention, Llama 3.1 8B on 8 sockets, Qwen3-235B), decode and prefill at 4,096 tokens;
 ``rdu-sim run --json`` of three workloads at 300 requests (a lone server, DeepSeek-R1, a
-Composition of Experts), the four speculative workloads at 200, and the three cluster files.
+Composition of Experts), the four speculative workloads at 200, and every shipped cluster
+file.
 ``--quick``: two small commands (what the test suite runs). A command that fails is written
 as ``NAME.error`` with its stderr, and the rest still run (exit status 1).
 """

@@ -94,6 +94,7 @@ class PoolResolved:
             batch_capacity=self.batch_capacity,
             batch_slots=self.runtime.config.batch_slots,
             prefix_cache_blocks=self.runtime.prefix_blocks,
+            ranks=self.pool.ranks,
         )
 
 
@@ -137,7 +138,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
         serving = scenario.workload.serving
         runtime = PoolRuntime(
             name=pool.name,
-            replicas=pool.replicas,
+            replicas=pool.replicas * pool.ranks,  # a server per attention rank
             config=ServerConfig(
                 slots,
                 serving.max_context,
@@ -154,12 +155,12 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
             sockets=scenario.tp,
         )
         resolved.append(PoolResolved(pool, capacity, placement, runtime))
-    slots = sum(p.pool.replicas * p.runtime.config.batch_slots for p in resolved)
+    slots = sum(p.runtime.replicas * p.runtime.config.batch_slots for p in resolved)
     if slots > MAX_CLUSTER_SLOTS:
         raise cluster.issue(
             f"pools.{resolved[-1].pool.name}.replicas",
-            f"the pools hold {slots:,} batch slots in all (replicas x slots), more than the "
-            f"{MAX_CLUSTER_SLOTS:,} a cluster run keeps state for; use fewer replicas or "
+            f"the pools hold {slots:,} batch slots in all (replicas x ranks x slots), more than "
+            f"the {MAX_CLUSTER_SLOTS:,} a cluster run keeps state for; use fewer replicas or "
             "slots (serving.batch_slots in a pool's set)",
         )
     return resolved

@@ -19,6 +19,8 @@ from pydantic import ValidationError
 from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
+from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
@@ -32,6 +34,7 @@ from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
 from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
+from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.kv.policies import PolicyError, budget_determines, make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
@@ -190,7 +193,7 @@ def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) 
         )
     system = hardware.system
     forced = forced_algorithm(True, system.collective_algorithm)
-    allowed = allowed_algorithms(True, system.topology, tp)
+    allowed = allowed_algorithms(True, system.topology, tp, system.sockets_per_node)
     if forced is not None and forced not in allowed:
         return (
             f"hardware {hardware.name!r} forces {forced} collectives "
@@ -198,6 +201,97 @@ def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) 
             f"cannot run over a group of {tp} sockets (it allows {', '.join(allowed)}): use "
             "system.collective_algorithm auto or an allowed one, another system.topology "
             "(fully_connected runs every algorithm), or tp <= 2"
+        )
+    return None
+
+
+def _layout_problem(
+    workload: WorkloadConfig, hardware: Hardware, model: Architecture
+) -> tuple[str, str] | None:
+    """(field, problem) of a parallelism the model or the hardware cannot map, or None: the
+    devices it asks for, whole experts per device, a pipeline's stages and what the
+    all-to-all of data-parallel attention needs (``config.parallelism``)."""
+    p, system = workload.parallelism, hardware.system
+    stage, experts = p.stage_devices, getattr(model, "routed_experts", 0)
+    if p.devices > system.sockets:
+        return "parallelism", (
+            f"tp x dp_attention x pp = {p.tp} x {p.dp_attention} x {p.pp} = {p.devices} "
+            f"{hardware.devices}, more than the {system.sockets} of hardware "
+            f"{hardware.name!r} (raise hw.system.sockets: a replica over several nodes or racks)"
+        )
+    field = "parallelism.ep" if p.ep is not None else "parallelism.moe_experts"
+    if p.expert_ways > 1 and not experts:
+        return field, f"the {model.name} model has no routed experts to place whole on devices"
+    copies = experts + workload.experts.redundant  # whole experts and their copies
+    if p.expert_ways > 1 and copies % p.expert_ways:
+        if workload.experts.redundant:
+            return "experts.redundant", (
+                f"{experts} experts and {workload.experts.redundant} copies do not fill the "
+                f"{p.expert_ways} devices evenly (each holds as many)"
+            )
+        if p.tensor_parallel_only:
+            return "parallelism.moe_experts", (
+                f"expert parallelism places whole experts on sockets: tp={p.tp} does not "
+                f"divide the model's {experts} routed experts; use moe_experts: tensor or a "
+                f"tp dividing {experts}"
+            )
+        return field, (
+            f"expert parallelism places whole experts on devices: {p.expert_ways} does not "
+            f"divide the model's {experts} routed experts (experts.redundant copies can fill "
+            "the devices evenly)"
+        )
+    if experts and p.dp_attention > 1 and p.expert_ways == 1:
+        return "parallelism.ep", (
+            f"data-parallel attention over {p.dp_attention} ranks needs the routed experts "
+            f"expert-parallel across them (ep = tp x dp_attention = {stage}): slicing every "
+            "expert over ranks that hold different tokens is not modelled"
+        )
+    if p.pp > model.layers:
+        return "parallelism.pp", f"pp={p.pp} exceeds the {model.name} model's {model.layers} layers"
+    if p.exchange == "all_to_all" and stage > 2 and system.topology == "ring":
+        return "parallelism.ep", (
+            f"the experts' all-to-all sends from every device to every other; a 'ring' wiring "
+            f"links each {hardware.devices[:-1]} to its neighbours only (use "
+            "system.topology switched or fully_connected)"
+        )
+    experts_config = workload.experts
+    if not experts_config.is_default:
+        if p.expert_ways == 1:
+            return "experts", (
+                "the experts section loads whole experts per device: it needs expert "
+                "parallelism (parallelism.ep > 1); sliced experts are balanced by construction"
+            )
+        load = experts_config.load
+        if isinstance(load, CountsLoad) and load.counts is not None and len(load.counts) != experts:
+            return "experts.load.counts", (
+                f"{len(load.counts)} counts for the {model.name} model's {experts} routed experts"
+            )
+    if p.two_batch_overlap and not isinstance(hardware, GpuHardwareConfig):
+        return "parallelism.two_batch_overlap", (
+            "SN40L's fused layer kernels already stream the all-to-all piece by piece beside "
+            "the compute feeding it (system.collective_chunks); two-batch overlap is a GPU "
+            "runtime's schedule of separate kernels"
+        )
+    if p.two_batch_overlap and p.pp > 1:
+        return "parallelism.two_batch_overlap", (
+            "two-batch overlap and pipeline stages both cut a step into micro-batches; "
+            "they are not modelled together (use one of them)"
+        )
+    if p.two_batch_overlap and workload.fusion == "full":
+        return "parallelism.two_batch_overlap", (
+            "two-batch overlap runs one micro-batch's all-to-all kernels beside the other's "
+            "kernels; fusion full makes a layer one kernel (use fusion auto or partial)"
+        )
+    if isinstance(hardware, GpuHardwareConfig) and p.comm_sms >= hardware.gpu.sms:
+        return "parallelism.comm_sms", (
+            f"{p.comm_sms} SMs for communication leave none of the {hardware.gpu.sms} of "
+            f"hardware {hardware.name!r} to compute"
+        )
+    if not p.tensor_parallel_only and (workload.speculation is not None or workload.coe):
+        what = "speculation" if workload.speculation is not None else "coe"
+        return what, (
+            f"{what} runs on plain tensor parallelism; data-parallel attention, all-to-all "
+            "experts and pipelines are not modelled with it"
         )
     return None
 
@@ -245,18 +339,14 @@ def _cross_check(
     the model; then the KV policy, whose own parameter rules (the only ones) it returns."""
 
     fail = _failing(file, lines)
-    problem = _tp_problem(model, workload.parallelism.tp, hardware.system.sockets, hardware)
+    parallelism = workload.parallelism
+    sockets = hardware.system.sockets
+    problem = _tp_problem(model, parallelism.tp, sockets, hardware)
     if problem is not None:
         raise fail("parallelism.tp", problem)
-    tp = workload.parallelism.tp
-    experts = getattr(model, "routed_experts", 0)
-    if workload.parallelism.moe_experts == "expert" and experts % tp:
-        raise fail(
-            "parallelism.moe_experts",
-            f"expert parallelism places whole experts on sockets: tp={tp} does not divide "
-            f"the model's {experts} routed experts; use moe_experts: tensor or a tp dividing "
-            f"{experts}",
-        )
+    layout = _layout_problem(workload, hardware, model)
+    if layout is not None:
+        raise fail(*layout)
     serving = workload.serving
     if serving.max_context > model.max_context:
         raise fail(
@@ -276,6 +366,55 @@ def _cross_check(
         return make_policy(workload.kv, serving.max_context, stack.kv_page_tokens)
     except PolicyError as exc:
         raise fail(exc.field, str(exc)) from None
+
+
+MAX_COUNTS_BYTES = 16 << 20
+"""A file of expert counts is at most this large (100,000 experts of ~20 digits each fit)."""
+
+
+def _with_expert_counts(workload: WorkloadConfig, file: str, lines: LineMap) -> WorkloadConfig:
+    """``experts.load`` with its counts file read into ``counts`` (one finite count >= 0 per
+    line; blank lines and ``#`` comments skipped), so the workload holds what it ran with;
+    a bad line is one error naming the file and line."""
+    load = workload.experts.load
+    if not isinstance(load, CountsLoad) or load.file is None:
+        return workload
+    path = shipped.written_in(file, load.file)
+    fail = _failing(file, lines)
+    problem = file_problem(path)
+    if problem is not None:
+        raise fail("experts.load.file", f"{str(path)!r}: {problem} (relative to the workload)")
+    text = read_text_file(path, MAX_COUNTS_BYTES, "expert counts")
+    counts: list[float] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        value = raw.split("#", 1)[0].strip()
+        if not value:
+            continue
+        try:
+            count = float(value)
+        except ValueError:
+            count = -1.0
+        if not 0 <= count < float("inf"):
+            raise ConfigError.single(
+                str(path), "", f"line {number}: {value[:40]!r} is not a count >= 0", number
+            )
+        counts.append(count)
+        if len(counts) > MAX_EXPERTS:
+            raise ConfigError.single(str(path), "", f"more than {MAX_EXPERTS} counts", number)
+    try:
+        read = CountsLoad(dist="counts", counts=counts)
+    except ValueError as exc:  # all zero, or none at all
+        raise ConfigError.single(str(path), "", _reason(exc)) from None
+    experts = workload.experts.model_copy(update={"load": read})
+    return workload.model_copy(update={"experts": experts})
+
+
+def _reason(exc: ValueError) -> str:
+    """A pydantic error's message without its framing."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in errors())
+    return str(exc)
 
 
 def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> WorkloadConfig:
@@ -429,6 +568,7 @@ def build_scenario(
         raw = _apply(raw, workload_overrides, workload_file)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
     workload = _switched_policy(workload, workload_overrides)
+    workload = _with_expert_counts(workload, workload_file, lines)
 
     model = _resolve_model(workload.model, "model", workload_file, lines)
 

@@ -1,5 +1,5 @@
 """Value types several rooms share: a step's static shape, its phase, a GEMM's shape, the
-kind of a collective. Defined once here, imported everywhere.
+kind of a collective and where an experts' all-to-all sends. Defined once here, imported everywhere.
 
 This module imports nothing from ``rdu_sim`` (like ``rdu_sim.systolic``), so every layer may
 use it: the graph builds a layer for a :class:`StepShape`, the compiler keys its Programs by
@@ -25,7 +25,31 @@ from typing import ClassVar, Literal
 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
-CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter"]
+CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter", "alltoall"]
+
+
+@dataclass(frozen=True)
+class AllToAllSpec:
+    """Where an expert all-to-all sends a device's tokens, from the routing: ``copies`` of a
+    token each device receives when every expert's copy is sent (the experts per token over
+    the group's devices), and ``needs``, for blocks of consecutive devices (one device, a
+    node, ...), the probability that a token has an expert in the block: (devices in the
+    block, probability), one entry per divisor of the group. How it sends (``mode``:
+    ``direct``, every expert's copy straight to its device; ``hierarchical``, once per node
+    over the network, then on inside it) and which way (``dispatch`` out to the experts,
+    ``combine`` back)."""
+
+    mode: Literal["direct", "hierarchical"]
+    direction: Literal["dispatch", "combine"]
+    copies: float
+    needs: tuple[tuple[int, float], ...]
+
+    def need(self, devices: int) -> float:
+        """The probability a token needs a block of ``devices`` consecutive devices."""
+        for size, probability in self.needs:
+            if size == devices:
+                return probability
+        raise ValueError(f"no routing figure for blocks of {devices} devices: {self.needs}")
 
 
 @dataclass(frozen=True)

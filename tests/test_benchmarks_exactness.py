@@ -41,7 +41,10 @@ def test_quick_outputs_are_deterministic_and_name_no_commit(tmp_path: Path) -> N
     assert step["events"] > 0 and run["requests_completed"] == 20
 
 
-def test_the_full_set_is_the_seventeen_commands() -> None:
+def test_the_full_set_is_the_steps_runs_and_every_shipped_cluster() -> None:
     full = commands(quick=False)
-    assert len(full) == 18 and len({name for name, _ in full}) == 18
+    clusters = len(list((ROOT / "workloads" / "clusters").glob("*.yaml")))
+    speculative = len(list((ROOT / "workloads" / "speculative").glob("*.yaml")))
+    expected = 8 + 3 + speculative + clusters  # 4 workloads x 2 phases, 3 lone runs
+    assert len(full) == expected and len({name for name, _ in full}) == expected
     assert all(args[-1] == "--json" for _, args in full)

@@ -84,6 +84,7 @@ def test_shipped_hardware_sizes() -> None:
     assert sockets["sn40l.yaml"] == 1
     assert sockets["sn40l-8.yaml"] == 8
     assert sockets["sn40l-16.yaml"] == 16
+    assert sockets["sn40l-4racks.yaml"] == 64
 
 
 @pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.name)

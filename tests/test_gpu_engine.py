@@ -53,6 +53,15 @@ def dgx(**edits: Any) -> GpuHardwareConfig:
     return hardware
 
 
+MOE = REPO / "workloads" / "qwen3-235b-a22b-16socket.yaml"
+MOE_OVERLAP = {
+    "model": "qwen3-30b-a3b",
+    "parallelism": {"tp": 1, "dp_attention": 8, "ep": 8, "two_batch_overlap": True},
+    "serving.batch_slots": 4,
+    "serving.max_context": 4096,
+}
+
+
 def on_gpu(path: Path = LLAMA_70B, **overrides: Any) -> Scenario:
     return load_scenario(path, {"hardware": str(DGX), **overrides})
 
@@ -282,13 +291,14 @@ UNUSED = {"gpu.hbm.channels"}
 def _results(hw: GpuHardwareConfig) -> tuple[float, ...]:
     """Results a GPU parameter may move: capacity and steps in the regimes that expose each."""
     results: list[float] = []
-    for overrides, phase in (
-        ({"serving.batch_slots": 1, "fusion": "none", "cuda_graphs": False}, "decode"),
-        ({"serving.batch_slots": 32}, "decode"),
-        ({"serving.batch_slots": 1}, "prefill"),
-        ({"dtypes.weights": "fp8", "serving.batch_slots": 1}, "prefill"),
+    for path, overrides, phase in (
+        (LLAMA_70B, {"serving.batch_slots": 1, "fusion": "none", "cuda_graphs": False}, "decode"),
+        (LLAMA_70B, {"serving.batch_slots": 32}, "decode"),
+        (LLAMA_70B, {"serving.batch_slots": 1}, "prefill"),
+        (LLAMA_70B, {"dtypes.weights": "fp8", "serving.batch_slots": 1}, "prefill"),
+        (MOE, MOE_OVERLAP, "prefill"),  # two-batch overlap: SMs held by the all-to-all
     ):
-        scenario = replace(on_gpu(**overrides), hardware=hw)
+        scenario = replace(on_gpu(path, **overrides), hardware=hw)
         backend = EngineBackend()
         results.append(backend.batch_capacity(scenario))
         shape = default_step_shape(scenario, phase, tokens=1000 if phase == "prefill" else None)

@@ -8,7 +8,7 @@ prices), the batch capacity, the memory plan, a decode or a prefill step time, o
 the scenario is accepted at all (``system.sockets`` bounds the TP degree,
 ``system.topology`` the collective algorithm: refusing an input is their effect). The
 probes are a hand list of situations (one socket; weights spilled to DDR; eight sockets on
-one node, on two nodes, with a tree all-reduce; a Composition of Experts switching
+one node, on two nodes, on two racks, with a tree all-reduce; a Composition of Experts switching
 experts through the copy engine), not of parameters.
 """
 
@@ -50,6 +50,17 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
     "8 sockets, two nodes": (LLAMA_8S, {**SMALL, "hw.system.sockets_per_node": 4}),
     # a Composition of Experts switching experts through the DDR-to-HBM copy engine
     "Composition of Experts": (COE, {"serving.requests": 12}),
+    # two racks of two 2-socket nodes: the three link levels of a switched wiring
+    "8 sockets, two racks": (
+        LLAMA_8S,
+        {
+            **SMALL,
+            "hw.system.sockets_per_node": 2,
+            "hw.system.nodes_per_rack": 2,
+            "hw.system.inter_rack_link.bandwidth": "25 GB/s",
+            "hw.system.inter_rack_link.latency": "5 us",
+        },
+    ),
     "8 sockets, tree": (
         LLAMA_8S,
         {
@@ -110,6 +121,16 @@ def _get(data: dict[str, Any], path: str) -> Any:
     for part in path.split("."):
         data = data[part]
     return data
+
+
+def _section_set(data: dict[str, Any], path: str) -> bool:
+    """Whether the optional sections on ``path`` are set in ``data`` (a probe without a rack
+    level has no ``system.inter_rack_link`` to vary)."""
+    for part in path.split(".")[:-1]:
+        data = data[part]
+        if data is None:
+            return False
+    return True
 
 
 def _variants(value: Any, annotation: Any) -> list[Any]:
@@ -204,8 +225,12 @@ def _changes(path: str) -> list[str]:
     for probe, (workload, overrides) in PROBES.items():
         base = tuple(sorted(overrides.items()))
         hardware = api.load(ROOT / workload, overrides).hardware.model_dump(mode="json")
+        if not _section_set(hardware, path):
+            continue
         value = _get(hardware, path)
         variants = [v for v in _variants(value, PARAMETERS[path]) if _valid(hardware, path, v)]
+        if value is None and not variants:
+            continue  # an unset optional field this probe cannot set alone (a rack level)
         assert variants, f"{path}: no valid variation of {value!r}"
         for variant in variants:
             varied = tuple(sorted({**overrides, f"hw.{path}": variant}.items()))

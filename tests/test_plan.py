@@ -187,3 +187,29 @@ def test_plan_command_on_the_real_engine(tmp_path: Path) -> None:
     assert evaluate(point)["goodput_fraction"] == cheapest["goodput_fraction"]
     text = runner.invoke(cli, ["plan", str(spec)])
     assert text.exit_code == 0 and "cheapest:" in text.output and "frontier" in text.output
+
+
+def test_plan_searches_parallelism_and_counts_each_replicas_devices(tmp_path: Path) -> None:
+    """A parallelism axis: each choice's replica spans tp x dp_attention x pp sockets; a
+    replica of attention ranks serves on a server per rank."""
+    search = {
+        "parallelism": [{"tp": 2}, {"tp": 1, "dp_attention": 2}, {"tp": 1, "pp": 2}],
+        "batch_slots": [8],
+        "max_replicas": 6,
+    }
+    spec = write_plan(tmp_path, search, slo={"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9})
+    loaded = load_plan(spec)
+    configurations = loaded.configurations()
+    assert [c.devices for c in configurations] == [2, 2, 2]
+    ranks = loaded.build(configurations[1], 3).cluster
+    assert ranks.sockets == 6 and ranks.pools[0].ranks == 2
+    summary = plan_summary(run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_evaluate))
+    rows = {row.get("parallelism", f"tp={row['tp']}"): row for row in summary["configurations"]}
+    assert set(rows) == {"tp=2", "tp=1 dp_attention=2", "tp=1 pp=2"}
+    for row in rows.values():
+        if row["sockets"] is not None:
+            assert row["sockets"] == 2 * row["replicas"]
+    with pytest.raises(ConfigError, match=r"give search\.tp or search\.parallelism"):
+        load_plan(write_plan(tmp_path, {"tp": [2], "parallelism": [{"tp": 2}]}))
+    with pytest.raises(ConfigError, match=r"search.parallelism repeats a value"):
+        load_plan(write_plan(tmp_path, {"parallelism": [{"tp": 2}, {"tp": 2}]}))

@@ -108,9 +108,9 @@ def test_a_compiler_rule_reading_outside_the_view_fails(monkeypatch: pytest.Monk
     # every test that compiles, rather than sharing a program compiled for other inputs.
     real = compile_module.kernel_graphs
 
-    def reads_the_seed(scenario: Scenario, shape: StepShape) -> Any:
+    def reads_the_seed(scenario: Scenario, shape: StepShape, stage: Any = None) -> Any:
         _ = scenario.workload.serving.seed
-        return real(scenario, shape)
+        return real(scenario, shape, stage)
 
     scenario = api.load(SMALL, SERVING)
     shape = api.default_step_shape(scenario, "decode")

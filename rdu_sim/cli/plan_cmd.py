@@ -40,9 +40,10 @@ def _table(summary: dict[str, Any]) -> Table:
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
+    split = any("parallelism" in row for row in summary["configurations"])
     for column in (
         "",
-        "tp",
+        "parallelism" if split else "tp",
         "slots",
         "KV",
         "disagg.",
@@ -62,7 +63,7 @@ def _table(summary: dict[str, Any]) -> Table:
         fewer = row["goodput_one_unit_fewer"]
         table.add_row(
             "*" if row["frontier"] else "",
-            str(row["tp"]),
+            str(row.get("parallelism", f"tp={row['tp']}") if split else row["tp"]),
             _cell(row["batch_slots"]),
             str(row["kv_policy"]),
             row["disaggregation"],
@@ -163,9 +164,10 @@ def command(
     if best is None:
         out.print("[red]no configuration met the SLO[/red]")
     else:
+        split = best.get("parallelism") or f"tp={best['tp']}"
         out.print(
             f"cheapest: [bold]{best['sockets']} sockets[/bold] = {best['replicas']} replicas "
-            f"x tp={best['tp']}, batch_slots={best['batch_slots']}, "
+            f"x {split}, batch_slots={best['batch_slots']}, "
             f"kv={best['kv_policy']}, disaggregation={best['disaggregation']} "
             f"({human.percent(best['goodput_fraction'])} of requests meet the SLO)"
         )

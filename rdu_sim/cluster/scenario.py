@@ -39,8 +39,14 @@ class PoolScenario:
 
     @property
     def sockets(self) -> int:
-        """Sockets the pool occupies: one tensor-parallel group per replica."""
-        return self.replicas * self.scenario.tp
+        """Sockets the pool occupies: each replica's tp x dp_attention x pp."""
+        return self.replicas * self.scenario.workload.parallelism.devices
+
+    @property
+    def ranks(self) -> int:
+        """Attention ranks of one replica (data-parallel attention), each served by its own
+        server: the router spreads requests over every rank of every replica."""
+        return self.scenario.workload.parallelism.dp_attention
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,9 @@ from rdu_sim.compiler.buffers import (
     rows_floor,
 )
 from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.expert_exchange import micro_batch_shapes
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
+from rdu_sim.compiler.layout import shard_plan
 from rdu_sim.compiler.placement import (
     batch_capacity,
     hbm_fractions,
@@ -54,6 +56,7 @@ from rdu_sim.compiler.program import (
 )
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.compiler.shared_programs import shared
+from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
 from rdu_sim.compiler.view import CompileView, compile_view
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
@@ -70,16 +73,23 @@ class Compiler:
 
     Every rule compiles the scenario's `compile_view` (the fields it may read); the one field
     read here of the scenario itself is ``serving.batch_slots``, resolved into the slot count
-    the memory plan is made for and passed on as an argument.
+    the memory plan is made for and passed on as an argument. With pipeline stages
+    (``parallelism.pp``) each stage has its own memory plan and Programs
+    (``compiler.stages``); the batch capacity is the tightest stage's.
     """
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self._view: CompileView | None = None
         self._programs: dict[StepShape, Program] = {}
-        self._placements: dict[int, Placement] = {}
+        self._micro: dict[StepShape, Program] = {}  # two-batch overlap's micro-batches
+        self._placements: dict[tuple[int, int], Placement] = {}
         self._capacity: int | None = None
-        self._kernels: dict[StepShape, list[KernelGraph]] = {}
+        self._kernels: dict[tuple[StepShape, int], list[KernelGraph]] = {}
+        parallelism = scenario.workload.parallelism
+        self._stages: tuple[PipelineStage | None, ...] = (
+            pipeline_stages(scenario.model, parallelism.pp) if parallelism.pp > 1 else (None,)
+        )
 
     @property
     def view(self) -> CompileView:
@@ -89,57 +99,134 @@ class Compiler:
         return self._view
 
     def batch_capacity(self) -> int:
-        """Most batch slots whose KV and activations fit in HBM beside the weights."""
+        """Most batch slots whose KV and activations fit in HBM beside the weights (on every
+        pipeline stage)."""
         if self._capacity is None:
-            view = self.view
-            self._capacity = shared("capacity", view.digest, lambda: batch_capacity(view.scenario))
+            self._capacity = min(self._stage_capacity(stage) for stage in self._stages)
         return self._capacity
+
+    def _stage_capacity(self, stage: PipelineStage | None) -> int:
+        view = self.view
+        return shared(
+            "capacity",
+            (view.digest, _index(stage)),
+            lambda: batch_capacity(view.scenario, stage=stage),
+        )
 
     def batch_slots(self) -> int:
         """serving.batch_slots, or the batch capacity when it says 'auto'."""
         return self.scenario.workload.serving.slots_for(self.batch_capacity)
 
     def placement(self, batch_slots: int | None = None) -> Placement:
-        """The memory plan for `batch_slots` slots (default: the workload's)."""
+        """The memory plan for `batch_slots` slots (default: the workload's); with pipeline
+        stages, the stage whose HBM is fullest."""
         slots = self.batch_slots() if batch_slots is None else batch_slots
-        if slots not in self._placements:
-            view = self.view
-            self._placements[slots] = shared(
-                "placement",
-                (view.digest, slots),
-                lambda: plan_memory(view.scenario, slots, self.kernels),
-            )
-        return self._placements[slots]
+        plans = [self._placement(slots, stage) for stage in self._stages]
+        return max(plans, key=lambda p: p.tiers["hbm"].used_bytes / p.tiers["hbm"].capacity_bytes)
 
-    def kernels(self, shape: StepShape) -> list[KernelGraph]:
-        """The fused, sharded kernel graphs of one step (before stage allocation), kept
-        until that step's Program is made: the memory plan reads the graphs of the decode
-        step of its slots, often the first Program asked for (its graphs are read, never
-        changed). A shape never compiled keeps its graphs as long as the compiler."""
-        graphs = self._kernels.get(shape)
+    def _placement(self, slots: int, stage: PipelineStage | None) -> Placement:
+        key = (slots, _index(stage))
+        if key not in self._placements:
+            view = self.view
+            self._placements[key] = shared(
+                "placement",
+                (view.digest, slots) if stage is None else (view.digest, slots, stage.index),
+                lambda: plan_memory(
+                    view.scenario, slots, lambda shape: self.kernels(shape, stage), stage
+                ),
+            )
+        return self._placements[key]
+
+    def kernels(self, shape: StepShape, stage: PipelineStage | None = None) -> list[KernelGraph]:
+        """The fused, sharded kernel graphs of one step (of one pipeline ``stage``), before
+        stage allocation, kept until that step's Program is made: the memory plan reads the
+        graphs of the decode step of its slots, often the first Program asked for (its graphs
+        are read, never changed). A shape never compiled keeps its graphs as long as the
+        compiler."""
+        key = (shape, _index(stage))
+        graphs = self._kernels.get(key)
         if graphs is None:
-            graphs = self._kernels[shape] = kernel_graphs(self.view.scenario, shape)
+            graphs = self._kernels[key] = kernel_graphs(self.view.scenario, shape, stage)
         return graphs
 
     def program(self, shape: StepShape) -> Program:
-        """The Program of one static shape (cached)."""
+        """The Program of one static shape (cached); with two-batch overlap, its
+        micro-batches' Programs beside it (``Program.micro_batches``); with pipeline stages,
+        each stage's Program of one micro-batch (``Program.pipeline``)."""
         cached = self._programs.get(shape)
         if cached is not None:
             return cached
-        placement = self.placement(max(shape.batch, self.batch_slots()))
+        pipelined = self._stages[0] is not None
+        program = self._pipelined(shape) if pipelined else self._compile(shape)
+        if self.view.scenario.workload.parallelism.two_batch_overlap:
+            micro = tuple(self._micro_batch(part) for part in micro_batch_shapes(shape))
+            program = replace(program, micro_batches=micro)
+        self._programs[shape] = program
+        return program
+
+    def _pipelined(self, shape: StepShape) -> Program:
+        """A step through the pipeline: its batch cut into ``parallelism.micro_batches``
+        micro-batches (at most its slots; each the largest one's shape), each stage's Program
+        of one micro-batch; the step's memory plan its fullest stage's."""
+        parts = min(self.view.scenario.workload.parallelism.pipeline_micro_batches, shape.batch)
+        micro = replace(shape, batch=math.ceil(shape.batch / parts))
+        slots = max(shape.batch, self.batch_slots())
+        stages = tuple(self._compile(micro, stage, slots) for stage in self._stages)
+        return Program(
+            shape=shape,
+            tp=self.view.scenario.tp,
+            kernels=stages[0].kernels,
+            placement=self.placement(slots),
+            stage_devices=stages[0].stage_devices,
+            pipeline=stages,
+            pipeline_micro_batches=parts,
+            pipeline_transfer_bytes=micro.rows
+            * self.view.scenario.model.hidden_size
+            * self.view.scenario.activation_dtype_bytes,
+        )
+
+    def _micro_batch(self, shape: StepShape) -> Program:
+        """One micro-batch's Program (compiled whole: a micro-batch is not cut again)."""
+        if shape not in self._micro:
+            self._micro[shape] = self._compile(shape)
+        return self._micro[shape]
+
+    def _compile(
+        self, shape: StepShape, stage: PipelineStage | None = None, slots: int | None = None
+    ) -> Program:
+        """The Program of ``shape`` run as one batch (on one pipeline ``stage``, whose memory
+        plan holds ``slots`` slots)."""
+        planned = max(shape.batch, self.batch_slots()) if slots is None else slots
+        placement = self._placement(planned, stage)
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         view = self.view
         kernels = shared(
             "kernels",
-            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier),
-            lambda: _kernel_programs(view.scenario, fractions, kv_tier, shape, self.kernels(shape)),
+            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier)
+            if stage is None
+            else (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, stage.index),
+            lambda: _kernel_programs(
+                view.scenario, fractions, kv_tier, shape, self.kernels(shape, stage)
+            ),
         )
-        self._kernels.pop(shape, None)  # a Program is cached: its graphs are not needed again
-        program = Program(shape=shape, tp=view.scenario.tp, kernels=kernels, placement=placement)
-        program = replace(program, placement=with_sram(placement, program.sram_bytes))
-        self._programs[shape] = program
-        return program
+        self._kernels.pop((shape, _index(stage)), None)  # its graphs are not needed again
+        devices = view.scenario.workload.parallelism.stage_devices
+        load = shard_plan(view.scenario).expert_load
+        program = Program(
+            shape=shape,
+            tp=view.scenario.tp,
+            kernels=kernels,
+            placement=placement,
+            stage_devices=devices if devices > view.scenario.tp else 0,
+            expert_balance=None if load is None else load.load(shape.rows),
+        )
+        return replace(program, placement=with_sram(placement, program.sram_bytes))
+
+
+def _index(stage: PipelineStage | None) -> int:
+    """A stage's index in cache keys (-1: the whole model, no pipeline)."""
+    return -1 if stage is None else stage.index
 
 
 def _kernel_programs(
@@ -290,7 +377,7 @@ def _stage(
         gemm=None if gemm is None else Gemm(gemm.m, gemm.n, gemm.k, gemm.batch),
         collective=None
         if node.collective is None
-        else CollectiveSpec(node.collective, node.collective_bytes, node.group),
+        else CollectiveSpec(node.collective, node.collective_bytes, node.group, node.exchange),
         selected_by=_producer(graph, node.weights_selected_by),
     )
     return _Draft(stage, operand, activations)

@@ -37,6 +37,7 @@ from rdu_sim.compiler.fusion_levels import (
 )
 from rdu_sim.compiler.layout import mla_cache_form, precision, shard_plan
 from rdu_sim.compiler.sharding import shard_graph
+from rdu_sim.compiler.stages import PipelineStage, stage_groups
 from rdu_sim.graph import (
     GraphBuilder,
     GraphGroup,
@@ -158,22 +159,31 @@ def fuse_attention(graph: DiGraph) -> DiGraph:
     return builder.finish(graph.graph["outputs"])
 
 
-def layer_graphs(scenario: Scenario, shape: StepShape) -> list[tuple[GraphGroup, DiGraph]]:
-    """Each group of one step with its sharded graph (attention fused, except at `none`)."""
-    plan = shard_plan(scenario)
+def layer_graphs(
+    scenario: Scenario, shape: StepShape, stage: PipelineStage | None = None
+) -> list[tuple[GraphGroup, DiGraph]]:
+    """Each group of one step (of one pipeline ``stage``: its layers) with its sharded graph
+    (attention fused, except at `none`)."""
+    plan = shard_plan(scenario, shape)
     fuse = fusion_level(scenario) != "none"
+    groups = graph_groups(scenario, shape)
+    if stage is not None:
+        groups = stage_groups(groups, scenario.model, stage)
     return [
         (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))
-        for group in graph_groups(scenario, shape)
+        for group in groups
     ]
 
 
-def kernel_graphs(scenario: Scenario, shape: StepShape) -> list[KernelGraph]:
-    """The fused, sharded kernels of one step on one socket, at the workload's fusion level."""
+def kernel_graphs(
+    scenario: Scenario, shape: StepShape, stage: PipelineStage | None = None
+) -> list[KernelGraph]:
+    """The fused, sharded kernels of one step on one socket (of one pipeline ``stage``), at
+    the workload's fusion level."""
     level = fusion_level(scenario)
     looping = scenario.workload.kernel_looping and level == "full"
     kernels: list[KernelGraph] = []
-    for group, sharded in layer_graphs(scenario, shape):
+    for group, sharded in layer_graphs(scenario, shape, stage):
         if level == "full":
             kernels.append(
                 KernelGraph(group.name, group.count, looping and group.count > 1, sharded)

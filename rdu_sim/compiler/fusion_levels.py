@@ -43,7 +43,7 @@ KV_READ = "kv_read"
 ATTENTION = frozenset({"attention_score", "softmax", "attention_value", "flash_attention"})
 GEMMS = frozenset({"gemm", "batched_gemm", "expert_gemm"})
 EPILOGUES = frozenset({"rope", "silu_mul", "residual", "kv_write"})
-COLLECTIVES = frozenset({"allreduce", "allgather", "reduce_scatter"})
+COLLECTIVES = frozenset({"allreduce", "allgather", "reduce_scatter", "alltoall"})
 
 
 def resolve_level(level: str, gpu: bool) -> FusionLevel:

@@ -31,6 +31,7 @@ from rdu_sim.compiler.program import (
     Program,
     operational_intensity,
 )
+from rdu_sim.config.parallelism import part_placements
 from rdu_sim.graph import dot_from_records, graph_records
 from rdu_sim.graph import to_dot as graph_to_dot
 from rdu_sim.graph.digraph import DiGraph
@@ -142,7 +143,23 @@ def inspect_graph(
     """The compiled step of `shape`, as JSON-ready data (see the module docstring)."""
     compiler = compiler or Compiler(scenario)
     program = compiler.program(shape)
+    parallelism = scenario.workload.parallelism
+    split = (
+        {}
+        if parallelism.tensor_parallel_only
+        else {
+            "parallelism": {
+                "devices": parallelism.devices,
+                "exchange": parallelism.exchange,
+                "parts": {
+                    part: placement.describe()
+                    for part, placement in part_placements(parallelism).items()
+                },
+            }
+        }
+    )
     return {
+        **split,
         "workload": scenario.workload.name,
         "model": scenario.model.name,
         "shape": {

@@ -30,14 +30,18 @@ TP (DeepSeek-R1: kv_lora_rank 512 + rope 64; 128 heads x (128 + 64 + 128) per-he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from rdu_sim.compiler.expert_exchange import ExpertExchange, expert_exchange
+from rdu_sim.compiler.expert_load import ExpertLoadModel, expert_load_model
+from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
 from rdu_sim.graph.moe import expected_busiest_socket_experts
 from rdu_sim.graph.operator import Axis
 from rdu_sim.models.layers import layer_kinds, window_tokens
 from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import Phase, StepShape
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,20 @@ class ExpertPlacement:
 
 @dataclass(frozen=True)
 class ShardPlan:
-    """TP degree and the layout choices that set each axis's divisor."""
+    """TP degree and the layout choices that set each axis's divisor; under data-parallel
+    attention with all-to-all experts, the exchange and the step it is for (its phase and
+    its rank's token rows: the experts' load and the all-to-all's mode depend on them)."""
 
     tp: int
     mla_cache_layout: str = "sequence_split"
     kv_heads: int | None = None  # GQA key/value heads (None for MLA)
     experts: ExpertPlacement | None = None  # whole experts per socket (None: sliced)
+    exchange: ExpertExchange | None = None  # all-to-all experts (compiler.expert_exchange)
+    # whole experts paced by their placement's busiest device (compiler.expert_load): under
+    # an exchange, or a load or placement the workload states (`experts`)
+    expert_load: ExpertLoadModel | None = None
+    rows: int = 0  # the step's token rows per rank (with an expert load)
+    phase: Phase = "decode"  # the step's phase (with an expert load)
 
     def divisor(self, axis: Axis) -> int:
         """Ways `axis` is split over the TP group (see the module table)."""
@@ -87,22 +99,39 @@ class ShardPlan:
         return self.mla_cache_layout == "sequence_split" and self.tp > 1
 
 
-def shard_plan(scenario: Scenario) -> ShardPlan:
-    """The ShardPlan a scenario asks for."""
+def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
+    """The ShardPlan a scenario asks for (for a step of ``shape``: what an all-to-all
+    exchange of experts needs to know of it)."""
     arch = scenario.model
     kv_heads = None if isinstance(arch, DeepSeekArchitecture) else arch.kv_heads
     parallelism = scenario.workload.parallelism
     experts = None
-    if parallelism.moe_experts == "expert" and isinstance(
-        arch, DeepSeekArchitecture | GqaMoeArchitecture
-    ):
+    if parallelism.expert_ways > 1 and isinstance(arch, DeepSeekArchitecture | GqaMoeArchitecture):
         groups = (
             (arch.expert_groups, arch.groups_per_token)
             if isinstance(arch, DeepSeekArchitecture)
             else (1, 1)
         )
         experts = ExpertPlacement(arch.routed_experts, arch.experts_per_token, *groups)
-    return ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts)
+    exchange = expert_exchange(scenario)
+    load = None
+    if exchange is not None:
+        load = exchange.load_model
+    elif experts is not None and not scenario.workload.experts.is_default:
+        load = expert_load_model(
+            scenario.workload.experts,
+            experts.experts,
+            experts.per_token,
+            scenario.tp,
+            1,
+            scenario.workload.moe_expert_loading,
+        )
+    if load is not None:
+        experts = None  # whole experts, paced by the placement's busiest device
+    plan = ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts, exchange, load)
+    if load is None or shape is None:
+        return plan
+    return replace(plan, rows=shape.rows, phase=shape.phase)
 
 
 def mla_cache_form(scenario: Scenario) -> MlaCache:
@@ -122,17 +151,21 @@ def precision(scenario: Scenario) -> Precision:
     )
 
 
-def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
-    """Bytes one socket holds for `tokens` cached tokens of one slot, all layers.
+def kv_slot_bytes_per_socket(
+    scenario: Scenario, tokens: int, stage: PipelineStage | None = None
+) -> int:
+    """Bytes one socket holds for `tokens` cached tokens of one slot, all layers (of a
+    pipeline ``stage``: its layers).
 
     Token-split layouts round the slot's tokens up to a multiple of tp (each socket holds
     ceil(tokens / tp)); head-split layouts divide the per-token values. A sliding-window
     layer holds only its ring (`models.layers.window_tokens`).
     """
     arch, plan, kv = scenario.model, shard_plan(scenario), scenario.kv_dtype_bytes
+    kinds = layer_kinds(arch) if stage is None else stage.kinds(arch)
     if not isinstance(arch, DeepSeekArchitecture):
         per_token = 2 * arch.kv_heads * arch.head_dim * kv / plan.divisor("kv_heads")
-        held = sum(window_tokens(tokens, kind.window) for kind in layer_kinds(arch))
+        held = sum(window_tokens(tokens, kind.window) for kind in kinds)
         return math.ceil(held * per_token)
     if mla_cache_form(scenario) == "per_head":
         per_token = (
@@ -141,7 +174,7 @@ def kv_slot_bytes_per_socket(scenario: Scenario, tokens: int) -> int:
             * kv
             / plan.tp
         )
-        return math.ceil(arch.layers * tokens * per_token)
+        return math.ceil(len(kinds) * tokens * per_token)
     per_token = (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv
     split = plan.divisor("mla_cache")
-    return math.ceil(arch.layers * math.ceil(tokens / split) * per_token)
+    return math.ceil(len(kinds) * math.ceil(tokens / split) * per_token)

@@ -37,6 +37,7 @@ from rdu_sim.compiler.program import (
     Tier,
     TierUsage,
 )
+from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig
@@ -80,13 +81,17 @@ def slot_tokens(scenario: Scenario) -> int:
 
 
 def weight_inventory(
-    scenario: Scenario, batch: int = 1, kernels: KernelSource | None = None
+    scenario: Scenario,
+    batch: int = 1,
+    kernels: KernelSource | None = None,
+    stage: PipelineStage | None = None,
 ) -> list[WeightTensor]:
-    """Every weight tensor of one socket, with its reads in a decode step of `batch` slots
-    (``kernels``: where that step's kernel graphs come from, by default built afresh)."""
+    """Every weight tensor of one socket (of a pipeline ``stage``), with its reads in a
+    decode step of `batch` slots (``kernels``: where that step's kernel graphs come from, by
+    default built afresh)."""
     shape = StepShape("decode", max(1, batch), 1, slot_tokens(scenario))
     tensors: dict[str, list[float]] = {}
-    graphs = kernel_graphs(scenario, shape) if kernels is None else kernels(shape)
+    graphs = kernel_graphs(scenario, shape, stage) if kernels is None else kernels(shape)
     for kernel in graphs:
         for node in operators(kernel.graph):
             if not node.weight_params and not node.weight_read_bytes:
@@ -128,7 +133,9 @@ def _step_bytes(scenario: Scenario, rows: int, logit_rows: int) -> float:
     return 2 * rows * arch.hidden_size * act + rows * INDEX + logit_rows * arch.vocab_size * act
 
 
-def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
+def activation_bytes(
+    scenario: Scenario, batch_slots: int, stage: PipelineStage | None = None
+) -> int:
     """Peak HBM working set of a step on one socket (activations between kernels).
 
     The larger of a decode step of `batch_slots` slots (k + 1 tokens each in a speculative
@@ -160,8 +167,8 @@ def activation_bytes(scenario: Scenario, batch_slots: int) -> int:
         # prompts as fit, or its rows of shorter ones
         prompts = max(1, packed // prompt)
         scratch = max(
-            prompts * kv_slot_bytes_per_socket(scenario, prompt),
-            kv_slot_bytes_per_socket(scenario, packed),
+            prompts * kv_slot_bytes_per_socket(scenario, prompt, stage),
+            kv_slot_bytes_per_socket(scenario, packed, stage),
         )
         prefill += scratch + prompts * window
     own = math.ceil(max(decode, prefill))
@@ -184,11 +191,12 @@ def _draft_activation_bytes(scenario: Scenario, draft: Scenario, batch_slots: in
     return math.ceil(_step_bytes(draft, chunk, 1)) + scratch
 
 
-def kv_bytes(scenario: Scenario, batch_slots: int) -> int:
-    """KV cache of `batch_slots` static slots on one socket: the policy's slot plus the
-    verify step's rollback positions, and a shared draft's own slots beside them."""
+def kv_bytes(scenario: Scenario, batch_slots: int, stage: PipelineStage | None = None) -> int:
+    """KV cache of `batch_slots` static slots on one socket (of a pipeline ``stage``: its
+    layers'): the policy's slot plus the verify step's rollback positions, and a shared
+    draft's own slots beside them."""
     tokens = slot_tokens(scenario) + rollback_tokens(scenario)
-    own = batch_slots * kv_slot_bytes_per_socket(scenario, tokens)
+    own = batch_slots * kv_slot_bytes_per_socket(scenario, tokens, stage)
     return own + draft_kv_bytes(scenario, batch_slots)
 
 
@@ -286,17 +294,21 @@ def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
 
 
 def plan_memory(
-    scenario: Scenario, batch_slots: int, kernels: KernelSource | None = None
+    scenario: Scenario,
+    batch_slots: int,
+    kernels: KernelSource | None = None,
+    stage: PipelineStage | None = None,
 ) -> Placement:
-    """Place one socket's weights, KV cache and activations for `batch_slots` slots
-    (``kernels``: as for :func:`weight_inventory`)."""
+    """Place one socket's (of a pipeline ``stage``) weights, KV cache and activations for
+    `batch_slots` slots (``kernels``: as for :func:`weight_inventory`)."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
-    act, kv = activation_bytes(scenario, batch_slots), kv_bytes(scenario, batch_slots)
+    act = activation_bytes(scenario, batch_slots, stage)
+    kv = kv_bytes(scenario, batch_slots, stage)
     if act + kv > hbm_cap:
-        capacity = batch_capacity(scenario, strict=False)
+        capacity = batch_capacity(scenario, strict=False, stage=stage)
         fit = (
             f"at most {capacity} fit beside the weights; 'auto' picks that"
             if capacity
@@ -330,7 +342,7 @@ def plan_memory(
         tensors.append(TensorPlacement(weight.key, "weights", "hbm", weight.bytes))
         in_hbm += weight.bytes
     room = min(room, in_hbm + pinned_limit(scenario))  # the target's weights HBM may pin
-    inventory = weight_inventory(scenario, batch_slots, kernels)
+    inventory = weight_inventory(scenario, batch_slots, kernels, stage)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
         here = min(weight.bytes, room - in_hbm)
         if here > 0:
@@ -355,7 +367,12 @@ def plan_memory(
         ),
         "ddr": TierUsage(capacity_bytes=ddr_cap, weights_bytes=in_ddr),
     }
-    return Placement(batch_slots=batch_slots, tiers=tiers, tensors=tuple(tensors))
+    return Placement(
+        batch_slots=batch_slots,
+        tiers=tiers,
+        tensors=tuple(tensors),
+        pipeline_stage=-1 if stage is None else stage.index,
+    )
 
 
 def hbm_fractions(placement: Placement) -> dict[str, float]:
@@ -368,19 +385,23 @@ def hbm_fractions(placement: Placement) -> dict[str, float]:
     return {key: hbm / (hbm + ddr) for key, (hbm, ddr) in sizes.items() if hbm + ddr}
 
 
-def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
-    """Most slots whose KV cache and activations fit in HBM beside the weights it pins.
+def batch_capacity(
+    scenario: Scenario, *, strict: bool = True, stage: PipelineStage | None = None
+) -> int:
+    """Most slots whose KV cache and activations fit in HBM beside the weights it pins (on a
+    pipeline ``stage``'s sockets: its layers').
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
-    total = sum(w.bytes for w in weight_inventory(scenario))
+    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
     target = min(total, pinned_limit(scenario))
     weights = sum(w.bytes for w in draft_weights(scenario)) + target
 
     def fits(slots: int) -> bool:
-        return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots) <= hbm
+        kv = kv_bytes(scenario, slots, stage)
+        return weights + kv + activation_bytes(scenario, slots, stage) <= hbm
 
     if not fits(1):
         if strict:
@@ -400,7 +421,8 @@ def batch_capacity(scenario: Scenario, *, strict: bool = True) -> int:
                 f"(tp={scenario.tp}, {scenario.weight_dtype}), memory.weights "
                 f"{scenario.workload.memory.weights} puts {pinned}, which leaves "
                 f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
-                f"{device}, and one slot's KV cache is {human.size(kv_bytes(scenario, 1), 4)} "
+                f"{device}, and one slot's KV cache is "
+                f"{human.size(kv_bytes(scenario, 1, stage), 4)} "
                 f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
@@ -431,7 +453,11 @@ def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
     """What a reader of a run must be told about where the weights ended up: batch slots
     that push weights out of the HBM share ``memory.weights`` gives them (the steps then
     read those weights from DDR)."""
-    total = sum(w.bytes for w in weight_inventory(scenario))
+    stage = None
+    if placement.pipeline_stage >= 0:
+        pp = scenario.workload.parallelism.pp
+        stage = pipeline_stages(scenario.model, pp)[placement.pipeline_stage]
+    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
     wanted = min(total, pinned_limit(scenario))
     held = sum(  # the target's weights in HBM (a shared draft's always sit there too)
         t.bytes

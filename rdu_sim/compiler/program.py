@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from rdu_sim.shapes import CollectiveKind, Gemm, StepShape
+from rdu_sim.compiler.expert_load import ExpertLoad
+from rdu_sim.shapes import AllToAllSpec, CollectiveKind, Gemm, StepShape
 
 Tier = Literal["sram", "hbm", "ddr"]
 TIERS: tuple[Tier, ...] = ("sram", "hbm", "ddr")
@@ -27,6 +28,8 @@ class CollectiveSpec:
     kind: CollectiveKind
     bytes: float  # payload per socket per call (the full tensor size N of the algorithm)
     group: int  # sockets taking part
+    # an all-to-all's routing (``bytes`` are then one copy of each of the device's tokens)
+    exchange: AllToAllSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class Placement:
     batch_slots: int
     tiers: Mapping[Tier, TierUsage]
     tensors: tuple[TensorPlacement, ...] = field(default=())
+    pipeline_stage: int = -1  # the pipeline stage whose sockets it plans (-1: no pipeline)
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,26 @@ class Program:
     tp: int
     kernels: tuple[KernelProgram, ...]
     placement: Placement
+    # Devices the step's collectives span when more than tp (one pipeline stage's tp x
+    # dp_attention, under data-parallel attention): 0 is tp.
+    stage_devices: int = 0
+    # Two-batch overlap: the step's two micro-batches, each compiled for its share of the
+    # shape, which the engine runs side by side (empty: the step runs as one batch).
+    micro_batches: tuple[Program, ...] = ()
+    # Whole experts paced by their busiest device: its load at this shape (None: no such
+    # experts, or the expected busiest of uniform routing over E / tp experts per socket).
+    expert_balance: ExpertLoad | None = None
+    # Pipeline stages: each stage's Program of one micro-batch, and how many micro-batches
+    # the step's batch is cut into (empty: no pipeline; ``kernels`` are then the first
+    # stage's, for reports).
+    pipeline: tuple[Program, ...] = ()
+    pipeline_micro_batches: int = 1
+    pipeline_transfer_bytes: float = 0.0  # one micro-batch's activations, stage to stage
+
+    @property
+    def devices(self) -> int:
+        """Devices the step's collectives span: tp, or the stage's devices."""
+        return self.stage_devices or self.tp
 
     def bytes_by_tier(self) -> dict[Tier, float]:
         """Bytes moved per step per tier on one socket (reads plus writes)."""

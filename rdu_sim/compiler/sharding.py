@@ -16,6 +16,14 @@ the split really happened):
 - selection -> SnapKV head-summed scores: all-reduce when heads are split, all-gather of
   the sequence shards under sequence_split.
 Payloads are the full tensor (the N of the collective algorithm), as CollectiveSpec says.
+
+Under data-parallel attention with all-to-all experts (`ShardPlan.exchange`,
+`compiler.expert_exchange`), a MoE layer's router, shared experts and weighted combine run
+on the socket's share of its rank's tokens (rows / tp, weights whole), its routed experts on
+the busiest socket's token-expert pairs (`ExpertLoad`), and three collectives move the
+tokens: a dispatch all-to-all before the routed experts (the hidden states and the routing),
+a combine all-to-all after them, and an all-gather inside the rank (tp > 1) where the
+tensor-parallel combine's all-reduce would be.
 """
 
 from __future__ import annotations
@@ -36,8 +44,74 @@ def _shard_gemm(gemm: Gemm | None, dim: str | None, ways: int) -> Gemm | None:
     return replace(gemm, **{dim: max(1, math.ceil(getattr(gemm, dim) / ways))})
 
 
+def exchange_role(node: Operator) -> str | None:
+    """What an operator of a MoE layer is under an all-to-all exchange: ``token`` (it runs
+    on the socket's share of its rank's tokens: the router, top-k, shared experts, the
+    weighted combine), ``experts`` (the routed experts, on the pairs dispatched to the
+    socket) or None (everything else: as under tensor parallelism)."""
+    if node.kind in ("router", "topk", "moe_combine") or ".shared." in f".{node.name}":
+        return "token"
+    if node.split.compute == "experts":
+        return "experts"
+    return None
+
+
+def _token_share(node: Operator, plan: ShardPlan) -> Operator:
+    """The socket's share of a token-parallel operator: its rows / tp tokens, whole weights."""
+    share = math.ceil(plan.rows / plan.tp) / plan.rows
+    gemm = node.gemm
+    if gemm is not None:
+        gemm = replace(gemm, m=max(1, math.ceil(gemm.m * share - 1e-9)))
+    return replace(
+        node,
+        flops=node.flops * share,
+        vector_flops=node.vector_flops * share,
+        gemm=gemm,
+        act_read_fraction=share,
+        act_write_fraction=share,
+    )
+
+
+def _expert_share(node: Operator, plan: ShardPlan) -> Operator:
+    """The busiest socket's share of a routed-expert operator (`compiler.expert_load`): its
+    pairs' work, the weights of the experts they touch, its (E + redundant) / ep expert
+    copies resident."""
+    model = plan.expert_load
+    assert model is not None
+    load = model.load(plan.rows)
+    pairs = plan.rows * model.per_token  # the rank graph's token-expert pairs
+    share = load.pairs / pairs
+    experts, slots = model.experts, len(model.devices[0])  # every device holds as many
+    params = math.ceil(node.weight_params / experts * slots)
+    gemm = node.gemm
+    if gemm is not None:
+        touched = max(1.0, load.distinct)
+        gemm = replace(
+            gemm,
+            m=max(1, math.ceil(round(load.pairs / touched, 9))),
+            batch=max(1, math.ceil(round(touched, 9))),
+        )
+    rows_in = math.prod(node.inputs[0].shape[:-1]) if node.inputs else pairs
+    return replace(
+        node,
+        flops=node.flops * share,
+        vector_flops=node.vector_flops * share,
+        weight_params=params,
+        weight_bytes=params * (node.weight_bytes / node.weight_params) if params else 0.0,
+        weight_read_bytes=node.weight_bytes / experts * load.distinct if node.gemm else 0.0,
+        gemm=gemm,
+        act_read_fraction=load.pairs / rows_in,
+        act_write_fraction=share,
+    )
+
+
 def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     """This socket's share of one operator (collectives not included)."""
+    role = exchange_role(node)
+    if plan.exchange is not None and role == "token":
+        return _token_share(node, plan)
+    if plan.expert_load is not None and role == "experts":
+        return _expert_share(node, plan)
     split = node.split
     compute = plan.divisor(split.compute)
     weights = plan.divisor(split.weights)
@@ -82,6 +156,9 @@ def _collective_for(node: Operator, plan: ShardPlan) -> tuple[CollectiveKind, fl
     if plan.tp == 1:
         return None
     combine = node.split.combine
+    if plan.exchange is not None and exchange_role(node) == "token" and combine == "sum":
+        # the weighted combine ran on this socket's tokens: the rank gathers them back
+        return "allgather", sum(t.bytes for t in node.outputs)
     outputs = sum(t.bytes for t in node.outputs)
     if combine == "sum" and plan.divisor(node.split.compute) > 1:
         return "allreduce", outputs
@@ -113,6 +190,8 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
     final: dict[str, str] = {}  # tensor -> its last producer in the sharded graph
     for node in operators(graph):
         share = shard_operator(node, plan)
+        if _dispatches(node, plan):
+            _add_exchange(sharded, final, node, plan, "dispatch")
         sharded.add_node(node.name, op=share)
         for source in graph.predecessors(node.name):
             for tensor in graph.edges[source, node.name]["tensors"]:
@@ -142,8 +221,63 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
             for tensor in node.outputs:
                 _connect(sharded, node.name, name, tensor.name)
                 final[tensor.name] = name
+        if _combines(node, plan):
+            _add_exchange(sharded, final, node, plan, "combine")
     sharded.graph["output_nodes"] = {t: final[t] for t in sharded.graph["outputs"]}
     return sharded
+
+
+def _dispatches(node: Operator, plan: ShardPlan) -> bool:
+    """Whether the dispatch all-to-all comes before ``node``: the routed experts' first
+    product, which reads the hidden states and the routing."""
+    if plan.exchange is None or node.kind != "expert_gemm":
+        return False
+    return any(t.name.endswith("moe.routing") for t in node.inputs)
+
+
+def _combines(node: Operator, plan: ShardPlan) -> bool:
+    """Whether the combine all-to-all follows ``node``: the routed experts' last product."""
+    if plan.exchange is None or node.kind != "expert_gemm":
+        return False
+    return not _dispatches(node, plan)
+
+
+def _add_exchange(
+    graph: DiGraph, final: dict[str, str], node: Operator, plan: ShardPlan, direction: str
+) -> None:
+    """Splice an all-to-all in: before ``node`` (dispatch: it takes over node's inputs) or
+    after it (combine: its outputs). Its payload is one copy of each of the socket's tokens
+    (the dispatch's hidden state with its routing, the combine's expert output); the combine
+    leaves the busiest socket, whose share is ``ExpertLoad.imbalance`` above the mean."""
+    exchange = plan.exchange
+    assert exchange is not None
+    tokens = exchange.device_tokens(plan.rows)
+    load = exchange.load(plan.rows)
+    dispatch = direction == "dispatch"
+    tensors = node.inputs if dispatch else node.outputs
+    per_token = exchange.dispatch_bytes if dispatch else exchange.combine_bytes
+    payload = tokens * per_token * (1.0 if dispatch else load.imbalance)
+    name = f"{node.name}.{direction}"
+    share = tokens / plan.rows
+    graph.add_node(
+        name,
+        op=Operator(
+            name,
+            "alltoall",
+            inputs=tensors,
+            outputs=tensors,
+            collective="alltoall",
+            collective_bytes=payload,
+            group=exchange.devices,
+            act_read_fraction=share,
+            act_write_fraction=load.pairs / math.prod(tensors[0].shape[:-1]) if dispatch else share,
+            exchange=exchange.spec(plan.phase, direction),
+        ),
+    )
+    for tensor in tensors:
+        source = final[tensor.name] if dispatch else node.name
+        _connect(graph, source, name, tensor.name)
+        final[tensor.name] = name
 
 
 def _connect(graph: DiGraph, source: str, target: str, tensor: str) -> None:

@@ -32,6 +32,8 @@ Unread = Mapping[str, "Unread | None"]
 UNREAD_SYSTEM: Unread = {
     "intra_node_link": None,
     "inter_node_link": None,
+    "nodes_per_rack": None,
+    "inter_rack_link": None,
     "topology": None,
     "collective_algorithm": None,
     "collective_chunks": None,

@@ -42,6 +42,7 @@ _PART_NAMES = {
     "kv": "KV",
     "intra_node_link": "intra-node link",
     "inter_node_link": "inter-node link",
+    "inter_rack_link": "inter-rack link",
 }
 """Config sections whose name says which part a field belongs to, as a reader writes it."""
 

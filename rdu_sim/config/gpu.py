@@ -68,6 +68,12 @@ class GpuConfig(StrictModel):
     mma_cols: int = Field(
         ge=1, le=4096, description="column granularity of the tensor-core instruction tile"
     )
+    sms: int = Field(
+        ge=2,
+        le=100_000,
+        description="streaming multiprocessors: the compute a kernel shares with "
+        "communication kernels running beside it (two-batch overlap)",
+    )
     hbm: MemoryTierConfig
     kernel: GpuKernelOverheadsConfig
 

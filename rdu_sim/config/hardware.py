@@ -154,6 +154,18 @@ class SystemConfig(StrictModel):
     sockets_per_node: int = Field(ge=1, le=4096, description="sockets sharing one node")
     intra_node_link: LinkConfig
     inter_node_link: LinkConfig
+    nodes_per_rack: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="nodes one rack holds, its nodes joined by inter_node_link and racks by "
+        "inter_rack_link; none: no rack level (one network joins every node)",
+    )
+    inter_rack_link: LinkConfig | None = Field(
+        default=None,
+        description="a device's share of the network between racks, one direction (needs "
+        "nodes_per_rack)",
+    )
     topology: Topology = Field(
         default="ring",
         description="how sockets are wired: 'ring' (each socket to its two neighbours), "
@@ -166,8 +178,10 @@ class SystemConfig(StrictModel):
         "NCCL-like cost estimate (hops x latency + bytes / bandwidth); a name forces it: "
         "'ring' (one way round), 'bidirectional_ring' (half each way), 'one_shot' (every "
         "socket sends to every other), 'two_shot' (one-shot reduce-scatter then all-gather), "
-        "'tree' (binary-tree all-reduce); the direct forms need topology switched or "
-        "fully_connected, the tree fully_connected, beyond 2 sockets per group",
+        "'tree' (binary-tree all-reduce), 'hierarchical' (all-reduce inside each node, then "
+        "across nodes on each socket's rail); the direct forms need topology switched or "
+        "fully_connected, the tree fully_connected, beyond 2 sockets per group, the "
+        "hierarchical one a group of whole nodes",
     )
     collective_chunks: int = Field(
         default=4,
@@ -183,7 +197,25 @@ class SystemConfig(StrictModel):
                 f"sockets ({self.sockets}) must be a multiple of sockets_per_node "
                 f"({self.sockets_per_node})"
             )
+        if (self.nodes_per_rack is None) != (self.inter_rack_link is None):
+            raise ValueError(
+                "nodes_per_rack and inter_rack_link go together: a rack level needs both "
+                "(omit both for one network joining every node)"
+            )
+        rack = self.sockets_per_rack
+        if rack is not None and self.sockets > rack and self.sockets % rack:
+            raise ValueError(
+                f"sockets ({self.sockets}) must be a multiple of a rack's sockets "
+                f"(sockets_per_node x nodes_per_rack = {rack})"
+            )
         return self
+
+    @property
+    def sockets_per_rack(self) -> int | None:
+        """Sockets (or GPUs) of one rack; None without a rack level."""
+        if self.nodes_per_rack is None:
+            return None
+        return self.sockets_per_node * self.nodes_per_rack
 
 
 class HardwareBase(StrictModel):

@@ -9,12 +9,13 @@ meets the SLO on the fewest sockets, the replica count of each being searched to
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.cluster import SLOConfig
+from rdu_sim.config.parallelism import ParallelismConfig as ParallelismChoice
 
 _RATIO = re.compile(r"^([1-9][0-9]{0,2}):([1-9][0-9]{0,2})$")
 
@@ -42,6 +43,14 @@ class PlanSearch(StrictModel):
     tp: list[int] | None = Field(
         default=None, description="tensor-parallel degrees of a replica (its sockets)"
     )
+    parallelism: list[ParallelismChoice] | None = Field(
+        default=None,
+        max_length=256,
+        description="ways to split the model over a replica's devices, each a parallelism "
+        "section ({tp: 16}, {tp: 1, dp_attention: 32, ep: 32}, {tp: 8, pp: 2}: "
+        "config/parallelism.py); a replica's devices are tp x dp_attention x pp (instead "
+        "of search.tp)",
+    )
     batch_slots: list[int | Literal["auto"]] | None = Field(
         default=None, description="static batch slots of a replica ('auto': its capacity)"
     )
@@ -67,6 +76,21 @@ class PlanSearch(StrictModel):
             if any(not 1 <= v <= 4096 for v in values):
                 raise ValueError("search.tp values must be in 1..4096")
         return values
+
+    @field_validator("parallelism")
+    @classmethod
+    def _parallelism(cls, values: list[ParallelismChoice] | None) -> list[ParallelismChoice] | None:
+        if values is not None:
+            _distinct([v.model_dump(exclude_unset=True) for v in values], "parallelism")
+        return values
+
+    @model_validator(mode="after")
+    def _one_split(self) -> Self:
+        if self.tp is not None and self.parallelism is not None:
+            raise ValueError(
+                "give search.tp or search.parallelism, not both ({tp: N} is a parallelism)"
+            )
+        return self
 
     @field_validator("batch_slots")
     @classmethod

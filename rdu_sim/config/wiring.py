@@ -9,7 +9,10 @@
 * ``fully_connected``: a link per pair: every algorithm, the tree included.
 
 All-gather and reduce-scatter have a ring and a one-shot (direct) form; forcing ``two_shot``
-runs their one-shot form (two-shot's halves), forcing ``tree`` their ring.
+runs their one-shot form (two-shot's halves), forcing ``tree`` or ``hierarchical`` their
+ring. The ``hierarchical`` all-reduce (inside each node, then across nodes on each socket's
+own rail: ``hw.hierarchical``) runs over two or more whole nodes of a switched or fully
+connected wiring.
 """
 
 from __future__ import annotations
@@ -17,17 +20,32 @@ from __future__ import annotations
 from typing import Literal
 
 Topology = Literal["ring", "fully_connected", "switched"]
-Algorithm = Literal["ring", "bidirectional_ring", "one_shot", "two_shot", "tree"]
-Policy = Literal["auto", "ring", "bidirectional_ring", "one_shot", "two_shot", "tree"]
-ALGORITHMS: tuple[Algorithm, ...] = ("ring", "bidirectional_ring", "one_shot", "two_shot", "tree")
+Algorithm = Literal["ring", "bidirectional_ring", "one_shot", "two_shot", "tree", "hierarchical"]
+Policy = Literal[
+    "auto", "ring", "bidirectional_ring", "one_shot", "two_shot", "tree", "hierarchical"
+]
+ALGORITHMS: tuple[Algorithm, ...] = (
+    "ring",
+    "bidirectional_ring",
+    "one_shot",
+    "two_shot",
+    "tree",
+    "hierarchical",
+)
 """Every algorithm, in the order ties are broken (simplest first)."""
-ALL_REDUCE_ONLY = ("two_shot", "tree")
+ALL_REDUCE_ONLY = ("two_shot", "tree", "hierarchical")
 
 
-def allowed_algorithms(all_reduce: bool, topology: Topology, group: int) -> tuple[str, ...]:
-    """Algorithms ``topology`` can run over ``group`` sockets for an all-reduce
-    (``all_reduce``) or for an all-gather / reduce-scatter (module docstring)."""
+def allowed_algorithms(
+    all_reduce: bool, topology: Topology, group: int, sockets_per_node: int | None = None
+) -> tuple[str, ...]:
+    """Algorithms ``topology`` can run over ``group`` consecutive sockets, ``sockets_per_node``
+    a node (None: within one node), for an all-reduce (``all_reduce``) or for an all-gather /
+    reduce-scatter (module docstring)."""
     names = [a for a in ALGORITHMS if all_reduce or a not in ALL_REDUCE_ONLY]
+    nodes = sockets_per_node is not None and group > sockets_per_node
+    if not (nodes and sockets_per_node and group % sockets_per_node == 0):
+        names = [a for a in names if a != "hierarchical"]
     if group <= 2:
         return tuple(names)
     if topology == "ring":

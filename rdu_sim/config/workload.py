@@ -1,9 +1,9 @@
 """Typed, validated description of a serving workload: model, parallelism, KV policy, traffic.
 
 Field paths here are a contract that users' scripts, sweeps and the CLI's `--set` rely on:
-`hardware`, `model`, `parallelism.tp`, `kv.policy`, `kv.budget`, `kernel_looping`,
-`moe_expert_loading`, `serving.batch_slots`, `serving.requests`, `serving.max_context`,
-`serving.seed`.
+`hardware`, `model`, `parallelism.tp` (the rest of `parallelism` in config/parallelism.py),
+`kv.policy`, `kv.budget`, `kernel_looping`, `moe_expert_loading`, `serving.batch_slots`,
+`serving.requests`, `serving.max_context`, `serving.seed`.
 """
 
 from collections.abc import Callable, Mapping
@@ -15,6 +15,8 @@ from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel, ModelAr
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for callers
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
+from rdu_sim.config.experts import ExpertsConfig
+from rdu_sim.config.parallelism import ParallelismConfig as ParallelismConfig  # re-exported
 from rdu_sim.config.speculation import SpecDecodingConfig, SpecPrefillConfig
 from rdu_sim.config.units import Tokens
 
@@ -34,28 +36,6 @@ class DtypesConfig(StrictModel):
     kv: ValueDtype = Field(default="bf16", description="storage type of the KV cache")
     activations: ValueDtype = Field(
         default="bf16", description="storage type of activations between operators"
-    )
-
-
-class ParallelismConfig(StrictModel):
-    """How the model is split across sockets."""
-
-    tp: int = Field(default=1, ge=1, le=4096, description="tensor-parallel degree (sockets)")
-    mla_cache_layout: Literal["replicated", "sequence_split", "head_split"] = Field(
-        default="sequence_split",
-        description=(
-            "MLA latent cache under TP: replicated on every socket, split by sequence "
-            "(each socket holds 1/tp of the tokens), or per-head after up-projection"
-        ),
-    )
-    moe_experts: Literal["tensor", "expert"] = Field(
-        default="tensor",
-        description=(
-            "MoE routed experts under TP: 'tensor' slices every expert tp ways (each socket "
-            "streams 1/tp of every selected expert, balanced); 'expert' places E/tp whole "
-            "experts per socket, so a step waits for the socket holding the most selected "
-            "experts (expected over uniform routing, one token within its expert groups)"
-        ),
     )
 
 
@@ -526,6 +506,11 @@ class WorkloadConfig(StrictModel):
             "tokens touch (expected count under uniform routing); 'static' streams the worst "
             "case min(experts, tokens x k), as a graph with compile-time loop bounds must"
         ),
+    )
+    experts: ExpertsConfig = Field(
+        default_factory=ExpertsConfig,
+        description="the load on a MoE model's whole experts and their placement (with "
+        "parallelism.ep > 1: config/experts.py)",
     )
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     coe: CoEConfig | None = Field(

@@ -30,6 +30,8 @@ from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
 from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.wiring import ALGORITHMS
 from rdu_sim.des.environment import Event
+from rdu_sim.hw.all_to_all import AllToAll, all_to_all
+from rdu_sim.hw.all_to_all import estimate as all_to_all_estimate
 from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose
 from rdu_sim.hw.collectives import (
     ALL_GATHER,
@@ -41,6 +43,7 @@ from rdu_sim.hw.collectives import (
     tree_all_reduce,
 )
 from rdu_sim.hw.direct_collectives import one_shot, two_shot
+from rdu_sim.hw.hierarchical import hierarchical_all_reduce
 
 HW_KINDS = {"allreduce": ALL_REDUCE, "allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER}
 """A Program's collective kinds by their hw names."""
@@ -53,6 +56,10 @@ def wiring_of(system: SystemConfig) -> Wiring:
         system.sockets_per_node,
         (system.intra_node_link.bandwidth, system.intra_node_link.latency),
         (system.inter_node_link.bandwidth, system.inter_node_link.latency),
+        system.sockets_per_rack,
+        None
+        if system.inter_rack_link is None
+        else (system.inter_rack_link.bandwidth, system.inter_rack_link.latency),
     )
 
 
@@ -61,6 +68,9 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
     ``collective_algorithm`` for the stage's whole tensor, ``spec.bytes`` in
     ``collective_chunks`` pieces, over the group's wiring (the pieces leave as the tiles that
     feed them finish; the estimate takes them all at once, the bandwidth-bound case)."""
+    if spec.exchange is not None:
+        est = all_to_all_estimate(spec.exchange, spec.bytes, spec.group, wiring_of(system))
+        return CollectivePlan(spec.kind, spec.group, spec.bytes, est.algorithm, est, (est,))
     kind = HW_KINDS.get(spec.kind)
     if kind is None:
         raise ValueError(
@@ -89,6 +99,8 @@ def start_collective(topo: Topology, call: Collective, algorithm: str) -> Event:
         return two_shot(topo, call)
     if algorithm == "tree":
         return tree_all_reduce(topo, call)
+    if algorithm == "hierarchical":
+        return hierarchical_all_reduce(topo, call)
     raise ValueError(f"unknown collective algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
 
 
@@ -110,8 +122,12 @@ class _Port:
         self, nbytes: float, chunks: int, symmetric: bool, sockets: tuple[int, ...], layer: int
     ) -> Event:
         env = self.topo.env
-        call = Collective(self.plan.kind, nbytes, chunks, symmetric, sockets)
-        done = start_collective(self.topo, call, self.plan.algorithm)
+        exchange = self.spec.exchange
+        if exchange is not None:
+            done = all_to_all(self.topo, AllToAll(exchange, nbytes, chunks, symmetric, sockets))
+        else:
+            call = Collective(self.plan.kind, nbytes, chunks, symmetric, sockets)
+            done = start_collective(self.topo, call, self.plan.algorithm)
         if sockets[0] == 0:
             span = self.spans.setdefault(layer, [float(env.now), float(env.now)])
 

@@ -13,7 +13,7 @@ exactly (``budget``).
 Symmetric TP: by default one socket is simulated, with one rotational period of each ring
 collective on the links (socket 0's chain for identical hops, one node's sockets and links for a
 ring over several nodes: exact, see ``hw.collectives``); ``all_sockets`` simulates all
-``program.tp`` sockets and every link hop, and gives the same step time.
+``program.devices`` sockets and every link hop, and gives the same step time.
 
 All state lives in the Engine's runs (no globals), so the same step twice gives the same
 StepTiming, and engines in one process do not affect each other.
@@ -29,6 +29,7 @@ from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import min_events
 from rdu_sim.engine.fast_forward import fewest_layers
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
+from rdu_sim.engine.pipeline import pipelined_timing
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
@@ -65,7 +66,7 @@ class Engine:
 
     def _least_events(self, program: Program, works: list[dict[str, TileWork]]) -> int:
         cfg = self.config
-        sockets = program.tp if cfg.all_sockets else 1
+        sockets = program.devices if cfg.all_sockets else 1
         return sum(
             min_events(k, w, layers=fewest_layers(k, cfg.fast_forward), sockets=sockets)
             for k, w in zip(program.kernels, works, strict=True)
@@ -75,7 +76,12 @@ class Engine:
         """Simulate one step of ``program``. Raises EventBudgetError before simulating when
         even the lower bound of its events exceeds ``max_events``, or as soon as the events
         processed would. Inside ``shared_steps.sharing`` (a sweep's points) an unrecorded
-        step whose inputs equal an earlier one's is that step's result."""
+        step whose inputs equal an earlier one's is that step's result. A pipelined program
+        times each stage's micro-batch, then the pipeline (``engine.pipeline``)."""
+        if program.pipeline:
+            stages = [self.simulate_step(stage) for stage in program.pipeline]
+            left = self.config.max_events - sum(t.events for t in stages)
+            return pipelined_timing(program, stages, self.hardware.system, self.stack, left)
         if self.record or not shared_steps.active():
             return self._simulate(program)
         key = shared_steps.step_key(program, self.hardware, self.config, self.stack)
@@ -91,7 +97,7 @@ class Engine:
             return KernelSim(
                 program.kernels[index],
                 self.hardware,
-                program.tp,
+                program.devices,
                 self.config,
                 works[index],
                 layers=layers,
@@ -145,7 +151,7 @@ class Engine:
             kernels=kernels,
             hbm_bandwidth=sock.hbm.bandwidth,
             peak_flops=sock.peak_flops,
-            sockets_simulated=program.tp if self.config.all_sockets else 1,
+            sockets_simulated=program.devices if self.config.all_sockets else 1,
             timeline=timeline,
         )
 

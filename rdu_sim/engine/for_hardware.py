@@ -41,6 +41,7 @@ def gpu_settings(scenario: Scenario) -> GpuSettings:
         cuda_graphs=scenario.workload.cuda_graphs,
         fp8_weights=dtypes.weights in FP8_DTYPES,
         fp8_kv=dtypes.kv in FP8_DTYPES,
+        comm_sms=scenario.workload.parallelism.comm_sms,
     )
 
 

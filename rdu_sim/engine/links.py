@@ -1,9 +1,9 @@
 """A run's P2P links from the system description, and what socket 0 did on them.
 
 One rule for both engines (SN40L's kernel simulation and a GPU's): the ``Topology`` of a TP
-group built from ``SystemConfig`` (intra- and inter-node link classes, links per pair or a
-switched port per socket), and the link totals a run reports: the bytes socket 0 sent and
-the busiest link direction's serialisation time.
+group built from ``SystemConfig`` (link classes within a node, between nodes, between racks;
+links per pair or a switched port per socket), and the link totals a run reports: the bytes
+socket 0 sent and the busiest link direction's serialisation time.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ def topology_for(env: CountingEnvironment, tp: int, system: SystemConfig) -> Top
         system.inter_node_link.bandwidth,
         system.inter_node_link.latency,
         switched=system.topology == "switched",
+        sockets_per_rack=system.sockets_per_rack,
+        rack_bandwidth=None if system.inter_rack_link is None else system.inter_rack_link.bandwidth,
+        rack_latency=None if system.inter_rack_link is None else system.inter_rack_link.latency,
     )
 
 

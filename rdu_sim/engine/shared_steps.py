@@ -49,6 +49,7 @@ def step_key(
         (
             repr(program.shape),
             repr(program.tp),
+            repr(program.stage_devices),
             repr(program.kernels),
             hardware.socket.model_dump_json(),
             hardware.system.model_dump_json(),

@@ -100,7 +100,7 @@ def run_kernels(
 
 def check_kernels(program: Program) -> None:
     """Reject what no engine can run: a kernel without calls or stages, a collective group
-    that does not divide ``program.tp`` (naming the kernel or stage and the rule)."""
+    that does not divide ``program.devices`` (naming the kernel or stage and the rule)."""
     for kernel in program.kernels:
         if kernel.calls < 1:
             raise ValueError(f"kernel {kernel.name!r}: calls must be >= 1, got {kernel.calls}")
@@ -108,8 +108,8 @@ def check_kernels(program: Program) -> None:
             raise ValueError(f"kernel {kernel.name!r} has no stages")
         for stage in kernel.stages:
             spec = stage.collective
-            if spec is not None and (spec.group < 1 or program.tp % spec.group):
+            if spec is not None and (spec.group < 1 or program.devices % spec.group):
                 raise ValueError(
                     f"kernel {kernel.name!r} stage {stage.name!r}: collective group "
-                    f"{spec.group} must divide program.tp = {program.tp}"
+                    f"{spec.group} must divide program.devices = {program.devices}"
                 )

@@ -14,6 +14,7 @@ from rdu_sim.engine.collective_port import CollectiveTiming
 from rdu_sim.engine.records import Recorder, TraceRecords
 
 if TYPE_CHECKING:
+    from rdu_sim.compiler.expert_load import ExpertLoad
     from rdu_sim.compiler.program import KernelProgram, Program
     from rdu_sim.config.stack import StackConfig
     from rdu_sim.config.workload import EngineConfig
@@ -118,6 +119,12 @@ class StepTiming:
     # the serving stack's host time serialized with the device (``Scenario.stack``),
     # included in ``step_s``
     runtime_s: float = 0.0
+    # devices the step's collectives span (a stage's tp x dp_attention), when more than tp
+    devices: int = 0
+    # whole experts: the busiest device's load, which the step waits for
+    expert_balance: ExpertLoad | None = None
+    # pipeline stages: their number, the micro-batches, each stage's time and the bubble
+    pipeline: dict[str, Any] | None = None
 
     @property
     def device_s(self) -> float:
@@ -167,6 +174,13 @@ class StepTiming:
             "fast_forward": self.fast_forward,
             "sram_bytes": self.sram_bytes,
             "collectives": [c.to_dict() for c in self.collectives],
+            **({"devices": self.devices} if self.devices else {}),
+            **(
+                {"expert_balance": self.expert_balance.to_dict()}
+                if self.expert_balance is not None
+                else {}
+            ),
+            **({"pipeline": dict(self.pipeline)} if self.pipeline is not None else {}),
         }
 
 
@@ -222,4 +236,6 @@ def step_timing(
         records=timeline.freeze() if timeline is not None else None,
         collectives=run.collectives,
         runtime_s=runtime_s,
+        devices=program.stage_devices,
+        expert_balance=program.expert_balance,
     )

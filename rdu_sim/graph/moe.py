@@ -127,3 +127,46 @@ def expected_busiest_socket_experts(selected: int, experts: int, sockets: int) -
         within = ways[selected] if selected < len(ways) else 0
         expected += 1 - within / subsets
     return expected
+
+
+def token_hit_probability(
+    block: int, experts: int, per_token: int, groups: int = 1, groups_per_token: int = 1
+) -> float:
+    """The probability that one token's ``per_token`` experts include at least one of a
+    block of ``block`` consecutive experts (those on a device, or on a node, experts
+    numbered device by device).
+
+    Routing is uniform within DeepSeek's group limit: a token picks ``groups_per_token`` of
+    the ``groups`` groups (``experts / groups`` consecutive experts each) at random, then its
+    experts as a random ``per_token``-subset of the picked groups' experts. A block inside one
+    group is hit when its group is picked and a pick lands in it; a block of whole groups
+    when some of its groups are picked (hypergeometric) and a pick lands in them. A block
+    aligned with neither is taken as uniform over all experts (the group limit ignored)."""
+    if not 1 <= per_token <= experts or not 0 <= block <= experts:
+        raise ValueError(
+            f"need 1 <= per_token <= experts and 0 <= block <= experts; got block={block}, "
+            f"experts={experts}, per_token={per_token}"
+        )
+    if block == 0:
+        return 0.0
+    size = experts // groups if groups > 1 and experts % groups == 0 else experts
+    picked = groups_per_token * size  # experts a token chooses among
+    if size == experts or per_token > picked:
+        return 1 - math.comb(experts - block, per_token) / math.comb(experts, per_token)
+    if size % block == 0:  # the block inside one group
+        miss = math.comb(picked - block, per_token) / math.comb(picked, per_token)
+        return groups_per_token / groups * (1 - miss)
+    if block % size == 0:  # whole groups
+        mine = block // size
+        total = math.comb(groups, groups_per_token)
+        missed = 0.0
+        for chosen in range(min(mine, groups_per_token) + 1):
+            ways = math.comb(mine, chosen) * math.comb(groups - mine, groups_per_token - chosen)
+            if ways:
+                missed += (
+                    ways
+                    / total
+                    * (math.comb(picked - chosen * size, per_token) / math.comb(picked, per_token))
+                )
+        return 1 - missed
+    return 1 - math.comb(experts - block, per_token) / math.comb(experts, per_token)

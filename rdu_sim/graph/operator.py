@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rdu_sim.shapes import CollectiveKind, Gemm
+from rdu_sim.shapes import AllToAllSpec, CollectiveKind, Gemm
 
 __all__ = [
     "REPLICATED",
@@ -60,6 +60,7 @@ OpKind = Literal[
     "allreduce",
     "allgather",
     "reduce_scatter",
+    "alltoall",
 ]
 
 Axis = Literal["none", "heads", "kv_heads", "ffn", "experts", "vocab", "attention", "mla_cache"]
@@ -155,6 +156,9 @@ class Operator:
     # A tensor whose values select which weights are read (routed experts: the routing), so
     # the weight loads cannot start before it exists; "" when the weights are fixed.
     weights_selected_by: str = ""
+    # An all-to-all's routing (set by sharding; `collective_bytes` is then one copy of each
+    # of the socket's tokens).
+    exchange: AllToAllSpec | None = None
 
     @property
     def weight_name(self) -> str:

@@ -44,11 +44,13 @@ class Wiring:
     sockets_per_node: int
     intra: tuple[float, float]
     inter: tuple[float, float]
+    sockets_per_rack: int | None = None  # None: no rack level
+    rack: tuple[float, float] | None = None  # between racks (None: as between nodes)
 
     def __post_init__(self) -> None:
         if self.kind not in ("ring", "fully_connected", "switched"):
             raise ValueError(f"unknown wiring {self.kind!r}")
-        for bw, lat in (self.intra, self.inter):
+        for bw, lat in (self.intra, self.inter, self.rack or self.inter):
             if bw <= 0 or lat < 0:
                 raise ValueError(f"link bandwidth must be > 0 and latency >= 0: {bw}, {lat}")
 
@@ -96,15 +98,19 @@ def _check(kind: str, group: int, nbytes: float, pieces: int) -> None:
 def candidates(kind: str, wiring: Wiring, group: int) -> tuple[str, ...]:
     """Algorithms ``wiring`` can run for ``kind`` over ``group`` sockets."""
     _check(kind, group, 0.0, 1)
-    return allowed_algorithms(kind == ALL_REDUCE, wiring.kind, group)
+    return allowed_algorithms(kind == ALL_REDUCE, wiring.kind, group, wiring.sockets_per_node)
 
 
-def _classes(wiring: Wiring, group: int) -> list[tuple[int, float, float]]:
-    """(peers, bandwidth, latency) per link class a socket reaches in its group."""
+def link_classes(wiring: Wiring, group: int) -> list[tuple[int, float, float]]:
+    """(peers, bandwidth, latency) per link class a socket reaches in its group of
+    consecutive sockets: within its node, its rack's other nodes, other racks."""
     local = min(group, wiring.sockets_per_node)
+    rack = min(group, wiring.sockets_per_rack or group)
     out = [(local - 1, *wiring.intra)] if local > 1 else []
-    if group > local:
-        out.append((group - local, *wiring.inter))
+    if rack > local:
+        out.append((rack - local, *wiring.inter))
+    if group > rack:
+        out.append((group - rack, *(wiring.rack or wiring.inter)))
     return out
 
 
@@ -117,7 +123,7 @@ def estimate(
     p = group
     if p == 1 or nbytes == 0:
         return Estimate(algorithm, 0, 0.0, 0.0, 0.0)
-    classes = _classes(wiring, p)
+    classes = link_classes(wiring, p)
     bw = min(c[1] for c in classes)  # the slower class bounds a ring or tree step
     lat = max(c[2] for c in classes)
     if algorithm in ("ring", "bidirectional_ring"):
@@ -136,6 +142,8 @@ def estimate(
         hops = 2 * math.floor(math.log2(p))
         total = tree_time(p, nbytes, bw, lat, pieces)
         return Estimate(algorithm, hops, nbytes, hops * lat, total - hops * lat)
+    if algorithm == "hierarchical":
+        return _hierarchical(nbytes, group, wiring, pieces)
     if algorithm not in ("one_shot", "two_shot"):
         raise ValueError(f"unknown collective algorithm {algorithm!r}; valid: {ALGORITHMS}")
     if algorithm == "two_shot" and kind != ALL_REDUCE:
@@ -154,6 +162,27 @@ def estimate(
             worst = (t, phases * sends * shard, phases * c_lat)
     t, per_link, lat_term = worst
     return Estimate(algorithm, phases, per_link, lat_term, t - lat_term)
+
+
+def _hierarchical(nbytes: float, group: int, wiring: Wiring, pieces: int) -> Estimate:
+    """The hierarchical all-reduce (``hw.hierarchical``): its three phases' estimates added
+    (inside a node, across nodes on one rail, inside a node again)."""
+    local = wiring.sockets_per_node
+    nodes = group // local
+    rack_nodes = None if wiring.sockets_per_rack is None else wiring.sockets_per_rack // local
+    rail = Wiring(wiring.kind, 1, wiring.inter, wiring.inter, rack_nodes, wiring.rack)
+    phases = (
+        estimate(REDUCE_SCATTER, "one_shot", nbytes, local, wiring, pieces),
+        estimate(ALL_REDUCE, "two_shot", nbytes / local, nodes, rail, pieces),
+        estimate(ALL_GATHER, "one_shot", nbytes, local, wiring, pieces),
+    )
+    return Estimate(
+        "hierarchical",
+        sum(e.hops for e in phases),
+        max(e.bytes_per_link for e in phases),
+        sum(e.latency_s for e in phases),
+        sum(e.bandwidth_s for e in phases),
+    )
 
 
 def choose(

@@ -1,17 +1,19 @@
 """Collectives across sockets, simulated as individual P2P link transfers.
 
-Topology: ``n_sockets`` sockets, ``sockets_per_node`` per node, wired one of two ways
+Topology: ``n_sockets`` sockets, ``sockets_per_node`` per node (and, with a rack level,
+``sockets_per_rack`` per rack: three link classes, within a node, between the nodes of a rack
+and between racks; without one, every other node is of the second class), wired one of two ways
 (SN40L's real wiring is not public; docs/calibration.md says what the shipped files assume):
 
 * links per pair (``switched=False``): every pair of sockets has its own full-duplex
   :class:`P2PLink` (created on first use), with intra-node or inter-node bandwidth/latency.
   A ring wiring uses only the neighbour pairs; a fully connected one any pair;
 * switched (``switched=True``): each socket has one egress port per link class (within its
-  node, and to other nodes) into a non-blocking switch, a FIFO :class:`P2PLink` direction
-  that everything the socket sends on that class shares; any socket reaches any other in
-  one hop. Ingress ports are not a separate resource: every schedule here sends in rotated
-  order (at each position of its send sequence a socket's peers are a permutation), so no
-  port receives faster than its peer sends.
+  node, to other nodes of its rack, to other racks) into a non-blocking switch, a FIFO
+  :class:`P2PLink` direction that everything the socket sends on that class shares; any
+  socket reaches any other in one hop. Ingress ports are not a separate resource: every
+  schedule here sends in rotated order (at each position of its send sequence a socket's
+  peers are a permutation), so no port receives faster than its peer sends.
 
 Algorithms (``nbytes`` is NCCL-style: the all-reduce vector, the all-gather
 output, the reduce-scatter input, per socket):
@@ -103,16 +105,26 @@ class Topology:
         inter_bandwidth: float | None = None,
         inter_latency: float | None = None,
         switched: bool = False,
+        sockets_per_rack: int | None = None,
+        rack_bandwidth: float | None = None,
+        rack_latency: float | None = None,
     ) -> None:
         if n_sockets < 1 or sockets_per_node < 1:
             raise ValueError(f"n_sockets and sockets_per_node must be >= 1: {n_sockets}")
+        if sockets_per_rack is not None and sockets_per_rack % sockets_per_node:
+            raise ValueError(f"a rack of {sockets_per_rack} is not whole nodes")
         for field, value in (
             ("intra_bandwidth", intra_bandwidth),
             ("inter_bandwidth", inter_bandwidth),
+            ("rack_bandwidth", rack_bandwidth),
         ):
             if value is not None and value <= 0:
                 raise ValueError(f"topology.{field} must be > 0, got {value}")
-        for field, value in (("intra_latency", intra_latency), ("inter_latency", inter_latency)):
+        for field, value in (
+            ("intra_latency", intra_latency),
+            ("inter_latency", inter_latency),
+            ("rack_latency", rack_latency),
+        ):
             if value is not None and value < 0:
                 raise ValueError(f"topology.{field} must be >= 0, got {value}")
         self.env = env
@@ -123,9 +135,14 @@ class Topology:
             self.intra[0] if inter_bandwidth is None else float(inter_bandwidth),
             self.intra[1] if inter_latency is None else float(inter_latency),
         )
+        self.sockets_per_rack = n_sockets if sockets_per_rack is None else sockets_per_rack
+        self.rack = (
+            self.inter[0] if rack_bandwidth is None else float(rack_bandwidth),
+            self.inter[1] if rack_latency is None else float(rack_latency),
+        )
         self.switched = switched
         self.links: dict[tuple[int, int], P2PLink] = {}  # per pair (not switched)
-        self.ports: dict[tuple[int, bool], P2PLink] = {}  # (socket, to other nodes) (switched)
+        self.ports: dict[tuple[int, int], P2PLink] = {}  # (socket, link class) (switched)
         # Symmetric collectives' chains of transfers, computed in plain Python (exact, a few
         # SimPy events per collective); False: one SimPy event per transfer (the reference).
         self.fast_chains = True
@@ -136,9 +153,17 @@ class Topology:
         """True when sockets i and j sit in the same node."""
         return i // self.sockets_per_node == j // self.sockets_per_node
 
+    def link_class(self, i: int, j: int) -> int:
+        """0 within a node, 1 between the nodes of a rack, 2 between racks."""
+        if self.same_node(i, j):
+            return 0
+        return 1 if i // self.sockets_per_rack == j // self.sockets_per_rack else 2
+
     def params(self, i: int, j: int) -> tuple[float, float]:
         """(bandwidth, latency) of the link between i and j."""
-        return self.intra if self.same_node(i, j) else self.inter
+        if self.same_node(i, j):
+            return self.intra
+        return self.inter if self.link_class(i, j) == 1 else self.rack
 
     def link(self, i: int, j: int) -> tuple[P2PLink, int]:
         """The link joining i and j (switched: i's egress port for j's link class), and the
@@ -146,10 +171,10 @@ class Topology:
         if i == j or not (0 <= i < self.n_sockets and 0 <= j < self.n_sockets):
             raise ValueError(f"no link between sockets {i} and {j} of {self.n_sockets}")
         if self.switched:
-            port = (i, not self.same_node(i, j))
+            port = (i, self.link_class(i, j))
             if port not in self.ports:
                 bw, lat = self.params(i, j)
-                name = f"port{i}{'.inter' if port[1] else ''}"
+                name = f"port{i}{('', '.inter', '.rack')[port[1]]}"
                 self.ports[port] = P2PLink(self.env, bw, lat, name=name)
             return self.ports[port], 0
         key = (i, j) if i < j else (j, i)  # (min, max) without two calls (per link transfer)

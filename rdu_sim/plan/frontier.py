@@ -27,7 +27,7 @@ def _row(search: Search) -> dict[str, Any]:
     row: dict[str, Any] = {
         **configuration.describe(),
         "label": configuration.label(),
-        "tp": search.tp,
+        "tp": configuration.tp,
         "status": search.status,
         "units": None,
         "replicas": None,

@@ -52,7 +52,7 @@ class Search:
     """One configuration's search state."""
 
     configuration: Configuration
-    tp: int  # sockets per replica
+    tp: int  # sockets per replica (its tp x dp_attention x pp)
     max_units: int
     slo: SLOConfig
     results: dict[int, dict[str, Any]] = field(default_factory=dict)  # units -> metrics
@@ -178,7 +178,7 @@ def run_plan(
     searches = []
     for configuration in loaded.configurations():
         units = max(1, loaded.spec.search.max_replicas // configuration.unit)
-        searches.append(Search(configuration, configuration.tp, units, loaded.slo))
+        searches.append(Search(configuration, configuration.devices, units, loaded.slo))
     searches.sort(key=lambda s: s.unit_sockets)  # cheapest first: an early bound prunes more
     report = reporter or Silent()
     announced: set[int] = set()

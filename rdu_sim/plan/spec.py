@@ -29,12 +29,33 @@ from rdu_sim.sweep.key import config_key, resolved_config
 
 @dataclass(frozen=True)
 class Configuration:
-    """One point of the searched space, before its replica count is chosen."""
+    """One point of the searched space, before its replica count is chosen; ``parallelism``
+    the parallelism fields it sets (``(("tp", 16),)`` for plain tensor parallelism)."""
 
-    tp: int
+    parallelism: tuple[tuple[str, Any], ...]
     batch_slots: int | str  # a number or 'auto'
     kv_policy: str
     disaggregation: str  # 'none' or 'P:D'
+
+    @property
+    def tp(self) -> int:
+        """Its tensor-parallel degree."""
+        return int(dict(self.parallelism).get("tp", 1))
+
+    @property
+    def devices(self) -> int:
+        """Devices of one replica: tp x dp_attention x pp."""
+        fields = dict(self.parallelism)
+        return self.tp * int(fields.get("dp_attention", 1)) * int(fields.get("pp", 1))
+
+    @property
+    def tensor_only(self) -> bool:
+        """Whether it sets the tensor-parallel degree alone (a replica is one TP group)."""
+        return tuple(name for name, _ in self.parallelism) == ("tp",)
+
+    def split(self) -> str:
+        """Its parallelism in a few words: ``tp=1 dp_attention=32 ep=32``."""
+        return " ".join(f"{name}={value}" for name, value in self.parallelism)
 
     @property
     def ratio(self) -> tuple[int, int] | None:
@@ -50,8 +71,8 @@ class Configuration:
     def overrides(self) -> dict[str, Any]:
         """The workload fields this configuration sets (``--set`` paths)."""
         return {
-            "parallelism.tp": self.tp,
-            "hw.system.sockets": self.tp,  # a replica is one tensor-parallel group
+            **{f"parallelism.{name}": value for name, value in self.parallelism},
+            "hw.system.sockets": self.devices,  # a replica is one system of its devices
             "serving.batch_slots": self.batch_slots,
             "kv.policy": self.kv_policy,
         }
@@ -59,16 +80,20 @@ class Configuration:
     def label(self) -> str:
         """The configuration in a few words, for progress lines."""
         split = "" if self.disaggregation == "none" else f" disaggregation={self.disaggregation}"
-        return f"tp={self.tp} slots={self.batch_slots} kv={self.kv_policy}{split}"
+        return f"{self.split()} slots={self.batch_slots} kv={self.kv_policy}{split}"
 
     def describe(self) -> dict[str, Any]:
-        """The configuration's axes, for tables and the database."""
-        return {
+        """The configuration's axes, for tables and the database (``parallelism`` only
+        beyond plain tensor parallelism)."""
+        described: dict[str, Any] = {
             "tp": self.tp,
             "batch_slots": self.batch_slots,
             "kv_policy": self.kv_policy,
             "disaggregation": self.disaggregation,
         }
+        if not self.tensor_only:
+            described["parallelism"] = self.split()
+        return described
 
 
 @dataclass(frozen=True)
@@ -117,10 +142,17 @@ class LoadedPlan:
         """Every configuration of the searched space, in spec order."""
         search = self.spec.search
         template = self.base.pools[0].scenario.workload
-        tps = search.tp or [template.parallelism.tp]
+        splits: list[tuple[tuple[str, Any], ...]]
+        if search.parallelism is not None:
+            splits = [
+                tuple(choice.model_dump(exclude_unset=True).items())
+                for choice in search.parallelism
+            ]
+        else:
+            splits = [(("tp", tp),) for tp in search.tp or [template.parallelism.tp]]
         slots = search.batch_slots or [template.serving.batch_slots]
         policies = search.kv_policy or [template.kv.policy]
-        axes = itertools.product(tps, slots, policies, search.disaggregation)
+        axes = itertools.product(splits, slots, policies, search.disaggregation)
         return [Configuration(*values) for values in axes]
 
     def build(self, configuration: Configuration, units: int) -> PlanPoint:

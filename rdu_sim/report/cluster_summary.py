@@ -75,9 +75,10 @@ class PoolSummary:
     tp: int
     sockets: int
     kv_policy: str
-    batch_capacity: int
-    batch_slots: int
+    batch_capacity: int  # of one attention rank (of a replica, without data-parallel attention)
+    batch_slots: int  # of one attention rank, likewise
     prefix_cache_blocks: int
+    ranks: int = 1  # attention ranks of a replica, a server each (data-parallel attention)
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,9 @@ class ClusterSummary(ClusterMeta):
         """The JSON contract: nested plain dicts; ``prefix_cache`` and ``kv_transfer`` only
         when the cluster has them. The provenance is kept exact, as a run's is."""
         data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[]))
+        for pool in data["pools"].values():  # a rank a replica: as before ranks existed
+            if pool["ranks"] == 1:
+                del pool["ranks"]
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
         for optional in ("prefix_cache", "kv_transfer"):

@@ -136,6 +136,15 @@ def serve_scenario(
     scenario: Scenario, backend: Backend, progress: Progress | None = None
 ) -> ServingRun:
     """Simulate serving ``scenario``; ``progress(done, total)`` is called as requests finish."""
+    ranks = scenario.workload.parallelism.dp_attention
+    if ranks > 1:
+        raise ConfigError.single(
+            scenario.workload_file,
+            "parallelism.dp_attention",
+            f"a replica of {ranks} attention ranks serves its requests on a server per rank, "
+            "which a cluster runs (a pool of it: docs/parallelism.md); a lone run serves one "
+            "server. rdu-sim step times a rank's step",
+        )
     serving = scenario.workload.serving
     capacity, slots = resolve_batch_slots(scenario, backend)
     placement = backend.plan_memory(scenario, slots)

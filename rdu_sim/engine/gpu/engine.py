@@ -20,6 +20,7 @@ same contract), with the GPU's units in ``busy_s``: ``sm`` (time the SMs compute
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rdu_sim.compiler.program import Program
 from rdu_sim.config.gpu import GpuHardwareConfig
@@ -29,8 +30,15 @@ from rdu_sim.des.environment import EventLimitError
 from rdu_sim.engine.budget import over_budget
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
-from rdu_sim.engine.gpu.stream import Call, StreamRun, execution_order, run_stream
+from rdu_sim.engine.gpu.stream import (
+    Call,
+    StreamRun,
+    execution_order,
+    run_overlapped,
+    run_stream,
+)
 from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, segments
+from rdu_sim.engine.pipeline import pipelined_timing
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
@@ -71,40 +79,26 @@ class GpuEngine:
         return kernels + len(execution_order(program.kernels))
 
     def simulate_step(self, program: Program) -> StepTiming:
-        """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``."""
+        """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``.
+        A program with micro-batches runs them side by side (``_overlapped``)."""
+        if program.pipeline:
+            stages = [self.simulate_step(stage) for stage in program.pipeline]
+            left = self.config.max_events - sum(t.events for t in stages)
+            return pipelined_timing(program, stages, self.hardware.system, self.stack, left)
         _validate(program, self.hardware)
+        if program.micro_batches:
+            return self._overlapped(program)
         cfg = self.config
-        segments = self.segments(program)
-
-        def start(index: int, left: int, layers: int, looped: bool) -> GpuKernelSim:
-            """A simulation of ``layers`` layers (or calls) of kernel ``index``, allowed
-            ``left`` events."""
-            return GpuKernelSim(
-                program.kernels[index],
-                self.hardware,
-                program.tp,
-                cfg,
-                segments[index],
-                layers=layers,
-                looped=looped,
-                max_events=left,
-                record=self.record,
-            )
-
-        run = run_kernels(program, self.hardware.system, cfg, self.estimate_events(program), start)
-        per_call = [
-            r.stats.time_s / (1 if k.looped else k.calls)
-            for k, r in zip(program.kernels, run.results, strict=True)
-        ]
+        run = self._run_kernels(program, cfg.max_events)
         order = execution_order(program.kernels)
+        per_call = _per_call(program, run)
         timeline = Recorder() if self.record else None
         kernel_overheads = self.hardware.gpu.kernel
-        graph = kernel_overheads.graph_launch if self.settings.cuda_graphs else None
         try:
             stream = run_stream(
                 [Call(i, per_call[i]) for i in order],
                 kernel_overheads.launch,
-                graph,
+                self._graph_launch(),
                 cfg.max_events - run.events,
                 timeline,
                 [k.name for k in program.kernels],
@@ -114,10 +108,91 @@ class GpuEngine:
             raise over_budget(cfg.max_events, what) from None
         if timeline is not None:
             _place_records(timeline, run.results, order, stream.starts)
-        return self._timing(program, run, stream, timeline)
+        kernels = tuple(
+            KernelTiming.of(k, r) for k, r in zip(program.kernels, run.results, strict=True)
+        )
+        return self._timing(program, run, stream, kernels, timeline)
+
+    def _overlapped(self, program: Program) -> StepTiming:
+        """Two-batch overlap: each micro-batch's kernels simulated alone, then both
+        micro-batches' calls on two streams (``stream.run_overlapped``), the all-to-all
+        kernels on the network beside the other micro-batch's kernels on the SMs, which run
+        on the SMs the communication kernels leave them (``parallelism.comm_sms``)."""
+        cfg, gpu = self.config, self.hardware.gpu
+        runs: list[KernelsRun] = []
+        for micro in program.micro_batches:
+            runs.append(self._run_kernels(micro, cfg.max_events - sum(r.events for r in runs)))
+        offsets = [0]
+        for micro in program.micro_batches[:-1]:
+            offsets.append(offsets[-1] + len(micro.kernels))
+        streams = [
+            [Call(offset + i, _per_call(micro, run)[i]) for i in execution_order(micro.kernels)]
+            for micro, run, offset in zip(program.micro_batches, runs, offsets, strict=True)
+        ]
+        communicates = [
+            all(stage.op == "alltoall" for stage in kernel.stages)
+            for micro in program.micro_batches
+            for kernel in micro.kernels
+        ]
+        held = self.settings.comm_sms  # fewer than the SMs (the scenario checks it)
+        try:
+            stream = run_overlapped(
+                streams,
+                communicates,
+                gpu.kernel.launch,
+                self._graph_launch(),
+                gpu.sms / (gpu.sms - held),
+                cfg.max_events - sum(r.events for r in runs),
+            )
+        except EventLimitError:
+            what = f"this {program.shape.phase} step (overlapping its micro-batches)"
+            raise over_budget(cfg.max_events, what) from None
+        run = KernelsRun(
+            tuple(result for r in runs for result in r.results),
+            tuple(c for r in runs for c in r.collectives),
+            sum(r.events for r in runs),
+            sum(r.estimated_events for r in runs),
+        )
+        kernels = tuple(
+            replace(KernelTiming.of(k, r), name=f"mb{m}/{k.name}")
+            for m, (micro, micro_run) in enumerate(zip(program.micro_batches, runs, strict=True))
+            for k, r in zip(micro.kernels, micro_run.results, strict=True)
+        )
+        return self._timing(program, run, stream, kernels, None)
+
+    def _graph_launch(self) -> float | None:
+        """The host's launch of a step as one CUDA graph, or None (a launch per kernel)."""
+        return self.hardware.gpu.kernel.graph_launch if self.settings.cuda_graphs else None
+
+    def _run_kernels(self, program: Program, max_events: int) -> KernelsRun:
+        """Every kernel of ``program`` simulated on GPU 0, within ``max_events`` events."""
+        cfg = self.config.model_copy(update={"max_events": max_events})
+        segments = self.segments(program)
+
+        def start(index: int, left: int, layers: int, looped: bool) -> GpuKernelSim:
+            """A simulation of ``layers`` layers (or calls) of kernel ``index``, allowed
+            ``left`` events."""
+            return GpuKernelSim(
+                program.kernels[index],
+                self.hardware,
+                program.devices,
+                cfg,
+                segments[index],
+                layers=layers,
+                looped=looped,
+                max_events=left,
+                record=self.record,
+            )
+
+        return run_kernels(program, self.hardware.system, cfg, self.estimate_events(program), start)
 
     def _timing(
-        self, program: Program, run: KernelsRun, stream: StreamRun, timeline: Recorder | None
+        self,
+        program: Program,
+        run: KernelsRun,
+        stream: StreamRun,
+        kernels: tuple[KernelTiming, ...],
+        timeline: Recorder | None,
     ) -> StepTiming:
         gpu, total = self.hardware.gpu, run.total
         busy = {
@@ -135,14 +210,20 @@ class GpuEngine:
             events=run.events + stream.events,
             bytes_by_tier={"hbm": total.hbm_bytes, "ddr": 0.0, "sram": 0.0, "p2p": total.p2p_bytes},
             busy_s=busy,
-            kernels=tuple(
-                KernelTiming.of(k, r) for k, r in zip(program.kernels, run.results, strict=True)
-            ),
+            kernels=kernels,
             hbm_bandwidth=gpu.hbm.bandwidth,
             peak_flops=peak_matrix_flops(gpu, self.settings),
             sockets_simulated=1,
             timeline=timeline,
         )
+
+
+def _per_call(program: Program, run: KernelsRun) -> list[float]:
+    """Each kernel's device time per call (a looped kernel: its one call)."""
+    return [
+        r.stats.time_s / (1 if k.looped else k.calls)
+        for k, r in zip(program.kernels, run.results, strict=True)
+    ]
 
 
 def _place_records(
@@ -162,9 +243,9 @@ def _place_records(
 
 def _validate(program: Program, hardware: GpuHardwareConfig) -> None:
     """Reject Programs a GPU system cannot run, naming the kernel or stage and the rule."""
-    if not 1 <= program.tp <= hardware.system.sockets:
+    if not 1 <= program.devices <= hardware.system.sockets:
         raise ValueError(
-            f"program.tp = {program.tp}, but hardware {hardware.name!r} has "
+            f"program.devices = {program.devices}, but hardware {hardware.name!r} has "
             f"{hardware.system.sockets} GPUs"
         )
     check_kernels(program)

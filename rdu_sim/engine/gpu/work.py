@@ -38,6 +38,7 @@ class GpuSettings:
     cuda_graphs: bool = True  # one host launch per step (a graph) instead of one per kernel
     fp8_weights: bool = False  # projections run on the FP8 tensor cores (fp8 weights)
     fp8_kv: bool = False  # attention runs on the FP8 tensor cores (an fp8 KV cache)
+    comm_sms: int = 0  # SMs two-batch overlap's communication kernels hold
 
 
 def matrix_rate(stage: StageProgram, gpu: GpuConfig, settings: GpuSettings) -> float:

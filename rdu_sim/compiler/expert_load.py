@@ -1,0 +1,157 @@
+"""The load on whole experts per device: which device holds which expert (and its copies),
+and the busiest device's share of a MoE layer's token-expert pairs, which the layer waits for.
+
+From the workload's ``experts`` section (``config.experts``): each expert's share of the
+pairs (``popularity``), a placement of the experts and their redundant copies on the ``ep``
+devices (``place``: in order, or a load balancer's: copies to the experts with the most
+tokens per copy, then the heaviest copy first onto the least loaded device with a free slot,
+never two copies of an expert on one device while another has room), and for a step's tokens
+the busiest device's expected pairs and the experts among its own they touch
+(``ExpertLoadModel.load``). A copy takes an equal share of its expert's tokens. The balance
+(busiest over mean) is in the step's JSON (``expert_balance``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from rdu_sim.config.experts import CountsLoad, ExpertsConfig, ZipfLoad
+
+
+@dataclass(frozen=True)
+class ExpertLoad:
+    """The busiest device's share of a MoE layer's routed work: its token-expert pairs and
+    the experts among its own that they touch (whose weights it reads)."""
+
+    pairs: float  # token-expert pairs on the busiest device
+    mean_pairs: float  # on an average device
+    distinct: float  # its experts (copies) the pairs touch
+
+    @property
+    def imbalance(self) -> float:
+        """Busiest over mean: how much longer than balanced the layer's experts take."""
+        return self.pairs / self.mean_pairs if self.mean_pairs else 1.0
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-safe dict (the step JSON's ``expert_balance``)."""
+        return {
+            "busiest_pairs": self.pairs,
+            "mean_pairs": self.mean_pairs,
+            "imbalance": self.imbalance,
+            "busiest_experts_read": self.distinct,
+        }
+
+
+def expected_max_normal(draws: int) -> float:
+    """The expected largest of ``draws`` standard normal draws (Blom's approximation:
+    Phi^-1((n - 0.375) / (n + 0.25)); 0 for one draw)."""
+    if draws <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((draws - 0.375) / (draws + 0.25))
+
+
+def popularity(config: ExpertsConfig, experts: int) -> tuple[float, ...]:
+    """Each expert's share of the token-expert pairs (summing to 1)."""
+    load = config.load
+    if isinstance(load, ZipfLoad):
+        ranks = list(range(experts))
+        random.Random(load.seed).shuffle(ranks)  # which expert gets which rank
+        weights = [1.0 / (rank + 1) ** load.exponent for rank in ranks]
+    elif isinstance(load, CountsLoad):
+        assert load.counts is not None  # a file is read into counts when the workload loads
+        weights = list(load.counts)
+    else:
+        weights = [1.0] * experts
+    total = sum(weights)
+    return tuple(w / total for w in weights)
+
+
+Device = tuple[tuple[int, float], ...]
+"""One device's copies: (expert, its share of all pairs)."""
+
+
+def place(
+    shares: tuple[float, ...], devices: int, redundant: int, balanced: bool
+) -> tuple[Device, ...]:
+    """The experts and ``redundant`` copies on ``devices`` devices, ``(E + redundant) /
+    devices`` each (module docstring)."""
+    experts = len(shares)
+    slots = (experts + redundant) // devices
+    if not balanced:
+        return tuple(
+            tuple((e, shares[e]) for e in range(d * slots, (d + 1) * slots)) for d in range(devices)
+        )
+    copies = [1] * experts
+    for _ in range(redundant):  # the next copy to the most tokens per copy (ties: lowest id)
+        hottest = max(range(experts), key=lambda e: (shares[e] / copies[e], -e))
+        copies[hottest] += 1
+    items = sorted(
+        ((shares[e] / copies[e], e) for e in range(experts) for _ in range(copies[e])),
+        key=lambda item: (-item[0], item[1]),
+    )
+    held: list[list[tuple[int, float]]] = [[] for _ in range(devices)]
+    loads = [0.0] * devices
+    for share, expert in items:
+        free = [d for d in range(devices) if len(held[d]) < slots]
+        apart = [d for d in free if all(e != expert for e, _ in held[d])] or free
+        target = min(apart, key=lambda d: (loads[d], d))
+        held[target].append((expert, share))
+        loads[target] += share
+    return tuple(tuple(device) for device in held)
+
+
+@dataclass(frozen=True)
+class ExpertLoadModel:
+    """A stage's whole experts: their placement on its devices, the routing, the tokens."""
+
+    devices: tuple[Device, ...]
+    experts: int
+    per_token: int
+    ranks: int  # attention ranks whose tokens the experts serve together (dp_attention)
+    loading: str  # moe_expert_loading: routed | static
+
+    def load(self, rows: int) -> ExpertLoad:
+        """The busiest device's pairs when every rank runs ``rows`` tokens: the larger of the
+        hottest device's expected pairs and an average device's plus the expected largest of
+        its random spread over the devices (a sum of the tokens' hypergeometric counts, its
+        maximum over ``D`` devices by Blom's normal approximation); at least one pair once
+        there is one, at most every pair a device's copies can take."""
+        tokens = rows * self.ranks
+        count = len(self.devices)
+        pairs = tokens * self.per_token
+        mean = pairs / count
+        expected = [pairs * sum(share for _, share in device) for device in self.devices]
+        per = self.experts / count
+        share = per / self.experts
+        variance = (self.per_token * share * (1 - share) * (self.experts - self.per_token)) / max(
+            1, self.experts - 1
+        )
+        spread = mean + math.sqrt(tokens * variance) * expected_max_normal(count)
+        hottest = max(range(count), key=lambda d: (expected[d], -d))
+        held = len(self.devices[hottest])
+        busiest = min(
+            max(expected[hottest], spread, min(1.0, pairs)), tokens * min(self.per_token, held)
+        )
+        return ExpertLoad(busiest, mean, self._touched(self.devices[hottest], tokens))
+
+    def _touched(self, device: Device, tokens: int) -> float:
+        """The device's copies the tokens touch (routed), or all it may (static)."""
+        if self.loading == "static":
+            return float(min(len(device), tokens * self.per_token))
+        # each copy missed by a token with probability 1 - k x its share (``graph.moe``'s
+        # expected distinct experts, copy by copy)
+        return sum(
+            -math.expm1(tokens * math.log1p(-min(1.0, self.per_token * s))) for _, s in device
+        )
+
+
+def expert_load_model(
+    config: ExpertsConfig, experts: int, per_token: int, devices: int, ranks: int, loading: str
+) -> ExpertLoadModel:
+    """The placement and load model of ``experts`` whole over ``devices`` devices."""
+    shares = popularity(config, experts)
+    placed = place(shares, devices, config.redundant, config.placement == "balanced")
+    return ExpertLoadModel(placed, experts, per_token, ranks, loading)

@@ -1,0 +1,106 @@
+"""Pipeline stages: which of a model's layers each of ``parallelism.pp`` stages holds.
+
+The decoder's layers are cut into ``pp`` consecutive runs of as nearly equal a number of
+layers as the bodies allow (a body of several layers, gpt-oss's sliding and full pair, stays
+whole, in the stage its first layer falls in): stage ``s`` starts at layer
+``round(L x s / pp)``. The first stage also holds the embedding, the last the LM head. Each
+stage's devices hold only its layers' weights and KV cache; a step's batch is cut into
+micro-batches that follow each other through the stages (``engine.pipeline``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rdu_sim.graph import GraphGroup
+from rdu_sim.models.layers import Architecture, LayerKind, layer_kinds, layer_segments
+
+
+@dataclass(frozen=True)
+class PipelineStage:
+    """One stage: its index of ``stages``, its decoder layers ``[first_layer, end_layer)``."""
+
+    index: int
+    stages: int
+    first_layer: int
+    end_layer: int
+
+    @property
+    def first(self) -> bool:
+        """Whether it holds the embedding."""
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        """Whether it holds the LM head."""
+        return self.index == self.stages - 1
+
+    @property
+    def layers(self) -> int:
+        """Its decoder layers."""
+        return self.end_layer - self.first_layer
+
+    def kinds(self, arch: Architecture) -> tuple[LayerKind, ...]:
+        """Its layers' kinds, in order."""
+        return layer_kinds(arch)[self.first_layer : self.end_layer]
+
+
+def pipeline_stages(arch: Architecture, pp: int) -> tuple[PipelineStage, ...]:
+    """The ``pp`` stages of ``arch``'s layers (module docstring); one stage holds them all."""
+    kinds = layer_kinds(arch)
+    total = len(kinds)
+    starts = []  # the first layer of every body, in order
+    layer = 0
+    for segment in layer_segments(kinds):
+        for _ in range(segment.repeats):
+            starts.append(layer)
+            layer += len(segment.body)
+    bounds = [0]
+    for s in range(1, pp):
+        target = round(total * s / pp)
+        cut = min((b for b in starts if b >= target), default=total)
+        bounds.append(max(cut, bounds[-1]))
+    bounds.append(total)
+    return tuple(PipelineStage(s, pp, bounds[s], bounds[s + 1]) for s in range(pp))
+
+
+def stage_groups(
+    groups: list[GraphGroup], arch: Architecture, stage: PipelineStage
+) -> list[GraphGroup]:
+    """The graph groups of one step that ``stage`` runs: the embedding on the first stage,
+    each decoder group's bodies that fall in it, the SnapKV selection of its layers, the LM
+    head on the last (groups in ``compiler.fusion.graph_groups``' order and names)."""
+    kinds = layer_kinds(arch)
+    layer = 0
+    segments = iter(layer_segments(kinds))
+    out: list[GraphGroup] = []
+    for group in groups:
+        if group.name == "embedding":
+            if stage.first:
+                out.append(group)
+            continue
+        if group.name == "lm_head":
+            if stage.last:
+                out.append(group)
+            continue
+        if group.name.startswith("snapkv_select"):
+            window = (
+                None
+                if group.name == "snapkv_select"
+                else int(group.name.removeprefix("snapkv_select_window"))
+            )
+            mine = sum(1 for kind in stage.kinds(arch) if kind.window == window)
+            if mine:
+                out.append(GraphGroup(group.name, mine, group.graph))
+            continue
+        segment = next(segments)
+        size = len(segment.body)
+        held = sum(
+            1
+            for body in range(group.count)
+            if stage.first_layer <= layer + body * size < stage.end_layer
+        )
+        layer += group.count * size
+        if held:
+            out.append(GraphGroup(group.name, held, group.graph))
+    return out

@@ -1,0 +1,242 @@
+"""How a model is split over the devices of one replica, and where each part of it lives.
+
+A replica runs on ``pp`` pipeline stages of ``tp x dp_attention`` devices each:
+
+- ``tp``: tensor parallelism inside one attention rank (heads, FFN columns, vocabulary);
+- ``dp_attention``: attention ranks per stage, each with its own requests, batch and KV cache
+  (attention data-parallel); the ranks step together, joined by the routed experts;
+- ``ep``: expert parallelism, whole routed experts over every device of a stage (1: every
+  expert sliced over them instead);
+- ``pp``: pipeline stages, consecutive runs of layers on devices of their own, a step's
+  batch cut into ``micro_batches`` that follow each other through the stages.
+
+Where each part of a layer lives follows from those degrees, here and only here
+(:func:`part_placements`): a part is split ``tensor`` ways into slices, ``data`` ways into
+batches (each device its own rows) and ``expert`` ways into whole experts. Today's
+tensor-parallel run is ``dp_attention = ep = pp = 1``: every part sliced over ``tp``.
+"""
+
+from dataclasses import dataclass
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from rdu_sim.config.base import StrictModel
+
+MAX_DEVICES = 4096
+"""Devices of one replica at most: ``system.sockets``' own bound."""
+
+Part = Literal[
+    "embedding", "attention", "dense_ffn", "router", "shared_experts", "routed_experts", "lm_head"
+]
+PARTS: tuple[Part, ...] = (
+    "embedding",
+    "attention",
+    "dense_ffn",
+    "router",
+    "shared_experts",
+    "routed_experts",
+    "lm_head",
+)
+"""The parts of a model whose placement the parallelism decides, in layer order."""
+
+Exchange = Literal["none", "all_reduce", "all_to_all"]
+"""How a MoE layer's tokens reach their experts' devices and come back: ``none`` (one device,
+or every expert sliced over the devices, each computing its slice for every token, summed by
+an all-reduce), ``all_reduce`` (whole experts, every device holding every token after the
+attention's all-reduce: each computes its own experts, summed by the same all-reduce) or
+``all_to_all`` (whole experts, each device holding its own tokens: a dispatch all-to-all
+sends each token to its experts' devices and a combine all-to-all brings the results
+back)."""
+
+
+@dataclass(frozen=True)
+class PartPlacement:
+    """How one part of the model is split over a pipeline stage's devices: ``tensor`` ways
+    into slices of its weights, ``data`` ways into batches of rows, ``expert`` ways into whole
+    experts (tensor x data x expert = the stage's devices, or fewer: replicated beyond)."""
+
+    tensor: int
+    data: int
+    expert: int = 1
+
+    def describe(self) -> str:
+        """The placement in words, for reports."""
+        splits = ((self.tensor, "slices"), (self.data, "batches"), (self.expert, "experts"))
+        ways = [f"{n} ways by {what}" for n, what in splits if n > 1]
+        return ", ".join(ways) or "whole on one device"
+
+
+class ParallelismConfig(StrictModel):
+    """How the model is split across the devices of a replica (module docstring)."""
+
+    tp: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_DEVICES,
+        description="tensor-parallel degree (sockets or GPUs): of attention, dense FFNs and "
+        "the LM head inside one attention rank, and of everything with no other parallelism",
+    )
+    dp_attention: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_DEVICES,
+        description="attention data-parallel ranks per pipeline stage: each holds its own "
+        "requests' batch and KV cache on tp devices of its own",
+    )
+    ep: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DEVICES,
+        description="expert-parallel degree: 1 slices every routed expert over the stage's "
+        "tp x dp_attention devices, tp x dp_attention places whole experts on each of them; "
+        "given, it decides over moe_experts; default: from moe_experts",
+    )
+    pp: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="pipeline stages: consecutive runs of layers, each on tp x dp_attention "
+        "devices of its own",
+    )
+    micro_batches: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="with pp > 1: micro-batches a step's batch is cut into, following each "
+        "other through the stages (default: pp)",
+    )
+    all_to_all: Literal["auto", "throughput", "low_latency"] = Field(
+        default="auto",
+        description="how the experts' all-to-all sends (DeepEP's two kinds): 'throughput' "
+        "sends a token once to each node it needs over the network, then on to its devices "
+        "inside the node; 'low_latency' sends each of its experts' copies straight to their "
+        "devices; 'auto' is throughput for prefill, low_latency for decode",
+    )
+    dispatch_dtype: Literal["fp8", "bf16"] | None = Field(
+        default=None,
+        description="type the dispatch all-to-all sends the hidden states in (fp8: one FP32 "
+        "scale per 128 values, DeepEP's); default: dtypes.activations. The combine sends "
+        "dtypes.activations",
+    )
+    two_batch_overlap: bool = Field(
+        default=False,
+        description="a GPU step as two micro-batches, one's all-to-alls beside the other's "
+        "kernels (SGLang's two-batch overlap); costs each layer's weights read twice, GEMMs "
+        "on half the rows and comm_sms SMs held by the communication kernels",
+    )
+    comm_sms: int = Field(
+        default=20,
+        ge=0,
+        le=10_000,
+        description="with two_batch_overlap: SMs the all-to-all kernels hold while they "
+        "overlap the other micro-batch's kernels (DeepEP's Buffer.num_sms, 20 by default)",
+    )
+    mla_cache_layout: Literal["replicated", "sequence_split", "head_split"] = Field(
+        default="sequence_split",
+        description=(
+            "MLA latent cache under TP: replicated on every socket, split by sequence "
+            "(each socket holds 1/tp of the tokens), or per-head after up-projection"
+        ),
+    )
+    moe_experts: Literal["tensor", "expert"] = Field(
+        default="tensor",
+        description=(
+            "MoE routed experts under TP: 'tensor' slices every expert tp ways (each socket "
+            "streams 1/tp of every selected expert, balanced); 'expert' places E/tp whole "
+            "experts per socket, so a step waits for the socket holding the most selected "
+            "experts (expected over uniform routing, one token within its expert groups); "
+            "the same as ep 1 and ep tp x dp_attention"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        devices = self.tp * self.dp_attention * self.pp
+        if devices > MAX_DEVICES:
+            raise ValueError(
+                f"tp x dp_attention x pp = {self.tp} x {self.dp_attention} x {self.pp} = "
+                f"{devices} devices, more than a replica's {MAX_DEVICES}"
+            )
+        stage = self.tp * self.dp_attention
+        if self.ep is not None and self.ep not in (1, stage):
+            raise ValueError(
+                f"parallelism.ep must be 1 (every routed expert sliced over the stage's "
+                f"{stage} devices) or tp x dp_attention = {stage} (whole experts on each), "
+                f"got {self.ep}"
+            )
+        exchange_only = ("all_to_all", "dispatch_dtype", "two_batch_overlap", "comm_sms")
+        fields = type(self).model_fields
+        given = [f for f in exchange_only if getattr(self, f) != fields[f].default]
+        if given and self.exchange != "all_to_all":
+            raise ValueError(
+                f"parallelism.{given[0]} sets the experts' all-to-all, which runs only with "
+                "data-parallel attention and whole experts (dp_attention > 1, ep = tp x "
+                "dp_attention)"
+            )
+        if self.micro_batches is not None and self.pp == 1:
+            raise ValueError(
+                "parallelism.micro_batches cuts a step for the pipeline's stages; it needs pp > 1"
+            )
+        return self
+
+    def _ep_of(self, moe_experts: str) -> int:
+        return self.stage_devices if moe_experts == "expert" else 1
+
+    @property
+    def stage_devices(self) -> int:
+        """Devices of one pipeline stage: tp x dp_attention."""
+        return self.tp * self.dp_attention
+
+    @property
+    def devices(self) -> int:
+        """Devices of one replica: tp x dp_attention x pp."""
+        return self.stage_devices * self.pp
+
+    @property
+    def expert_ways(self) -> int:
+        """Ways the routed experts are split whole (the effective ep)."""
+        return self.ep if self.ep is not None else self._ep_of(self.moe_experts)
+
+    @property
+    def pipeline_micro_batches(self) -> int:
+        """Micro-batches of a pipelined step (1 without a pipeline)."""
+        if self.pp == 1:
+            return 1
+        return self.micro_batches if self.micro_batches is not None else self.pp
+
+    @property
+    def exchange(self) -> Exchange:
+        """How a MoE layer's tokens reach their experts (``Exchange``)."""
+        if self.expert_ways == 1:
+            return "none"
+        return "all_to_all" if self.dp_attention > 1 else "all_reduce"
+
+    @property
+    def tensor_parallel_only(self) -> bool:
+        """Whether this is plain tensor parallelism (no data, expert or pipeline split)."""
+        return self.dp_attention == 1 and self.pp == 1 and self.exchange != "all_to_all"
+
+
+def part_placements(parallelism: ParallelismConfig) -> dict[Part, PartPlacement]:
+    """Where each part of the model lives on a pipeline stage's devices: the one statement of
+    it (module docstring). Attention, dense FFNs, the embedding and the LM head are sliced
+    ``tp`` ways inside each of the ``dp_attention`` ranks (each rank its own batch). The
+    router and the shared experts follow them, except under an all-to-all exchange, where
+    each device of a rank takes 1/tp of its rank's tokens whole (``data`` = the stage's
+    devices) and dispatches them. Routed experts are whole over ``ep`` devices, or sliced
+    over every device of the stage (ep 1)."""
+    tp, dp, stage = parallelism.tp, parallelism.dp_attention, parallelism.stage_devices
+    ranked = PartPlacement(tensor=tp, data=dp)
+    ep = parallelism.expert_ways
+    token_split = PartPlacement(tensor=1, data=stage)
+    exchanged = parallelism.exchange == "all_to_all"
+    return {
+        "embedding": PartPlacement(tensor=1, data=dp),
+        "attention": ranked,
+        "dense_ffn": ranked,
+        "router": token_split if exchanged else PartPlacement(tensor=1, data=dp),
+        "shared_experts": token_split if exchanged else ranked,
+        "routed_experts": PartPlacement(tensor=stage // ep, data=1, expert=ep),
+        "lm_head": ranked,
+    }

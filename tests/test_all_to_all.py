@@ -1,0 +1,151 @@
+"""The experts' all-to-all (`hw.all_to_all`): bytes conserved against a token-by-token
+reference (every token's hidden state reaches the devices of its experts and its results
+come back the same way), the symmetric shortcut equal to simulating every socket, the
+estimate equal to the simulation on idle links, and the routing figures against sampling."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from rdu_sim.des.environment import CountingEnvironment
+from rdu_sim.graph.moe import token_hit_probability
+from rdu_sim.hw import Topology
+from rdu_sim.hw.all_to_all import AllToAll, all_to_all, estimate
+from rdu_sim.hw.collective_choice import Wiring
+from rdu_sim.shapes import AllToAllSpec
+
+NVLINK, NETWORK = (370e9, 0.5e-6), (50e9, 2.7e-6)
+E, K, GROUPS, PICKED = 64, 4, 8, 2  # a small group-limited router: 8 groups of 8, 2 a token
+
+
+def spec(mode: str, direction: str, devices: int) -> AllToAllSpec:
+    per = E // devices
+    needs = tuple(
+        (size, token_hit_probability(size * per, E, K, GROUPS, PICKED))
+        for size in range(1, devices + 1)
+        if devices % size == 0
+    )
+    return AllToAllSpec(mode, direction, K / devices, needs)  # type: ignore[arg-type]
+
+
+def simulate(
+    mode: str, direction: str, p: int, per_node: int, nbytes: float, chunks: int, symmetric: bool
+) -> tuple[float, Topology]:
+    env = CountingEnvironment()
+    topo = Topology(env, p, per_node, *NVLINK, *NETWORK, switched=True)
+    call = AllToAll(spec(mode, direction, p), nbytes, chunks, symmetric, tuple(range(p)))
+    done = all_to_all(topo, call)
+    env.run()
+    assert done.triggered
+    return float(env.now), topo
+
+
+def link_bytes(topo: Topology) -> dict[int, float]:
+    """Bytes sent per link class (0 within a node, 1 between nodes), all sockets."""
+    out = {0: 0.0, 1: 0.0}
+    for (_, kind), port in topo.ports.items():
+        out[kind] += port.bytes[0].total
+    return out
+
+
+def routed(rng: np.random.Generator, tokens: int) -> np.ndarray:
+    """Each token's experts under the group limit: ``PICKED`` groups, then ``K`` experts."""
+    size = E // GROUPS
+    out = np.empty((tokens, K), dtype=int)
+    for t in range(tokens):
+        groups = rng.choice(GROUPS, PICKED, replace=False)
+        pool = np.concatenate([np.arange(g * size, (g + 1) * size) for g in groups])
+        out[t] = rng.choice(pool, K, replace=False)
+    return out
+
+
+def reference(experts: np.ndarray, p: int, per_node: int, mode: str) -> dict[int, float]:
+    """Token by token: the copies each link class carries for one source socket's tokens,
+    checking that each token reaches exactly the devices of its experts (source socket 0)."""
+    per_device = E // p
+    carried = {0: 0.0, 1: 0.0}
+    for token in experts:
+        devices = set((token // per_device).tolist())
+        reached = {0} & devices  # its own device keeps what it needs
+        if mode == "direct":  # a copy per expert straight to its device
+            for expert in token:
+                device = int(expert) // per_device
+                if device != 0:
+                    carried[0 if device < per_node else 1] += 1
+                    reached.add(device)
+        else:  # once per node over the network (to the rail socket), then on inside
+            for node in {d // per_node for d in devices}:
+                rail = node * per_node  # socket 0's slot in that node
+                if node != 0:
+                    carried[1] += 1
+                if rail in devices:
+                    reached.add(rail)
+                for device in devices:
+                    if device // per_node == node and device != rail:
+                        carried[0] += 1
+                        reached.add(device)
+        assert reached == devices  # every token's hidden state reaches its experts
+    return carried
+
+
+@pytest.mark.parametrize("mode", ["direct", "hierarchical"])
+def test_every_token_reaches_its_experts_and_returns_bytes_conserved(mode: str) -> None:
+    p, per_node, tokens = 16, 4, 4000
+    rng = np.random.default_rng(3)
+    sampled = reference(routed(rng, tokens), p, per_node, mode)
+    # the simulated all-to-all (every socket) carries, per socket, what the tokens need
+    _, topo = simulate(mode, "dispatch", p, per_node, float(tokens), 1, symmetric=False)
+    carried = {kind: total / p for kind, total in link_bytes(topo).items()}
+    for kind in (0, 1):
+        assert carried[kind] == pytest.approx(sampled[kind], rel=0.03)
+    # and the combine brings every copy back the same way (bytes per class equal)
+    _, back = simulate(mode, "combine", p, per_node, float(tokens), 1, symmetric=False)
+    assert link_bytes(back) == pytest.approx(link_bytes(topo), rel=1e-12)
+
+
+CASES = list(itertools.product(["direct", "hierarchical"], ["dispatch", "combine"]))
+
+
+@pytest.mark.parametrize(("mode", "direction"), CASES)
+@pytest.mark.parametrize(("p", "per_node"), [(8, 8), (16, 4), (32, 8)])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_symmetric_shortcut_equals_every_socket(
+    mode: str, direction: str, p: int, per_node: int, chunks: int
+) -> None:
+    full, _ = simulate(mode, direction, p, per_node, 2e6, chunks, symmetric=False)
+    sym, topo = simulate(mode, direction, p, per_node, 2e6, chunks, symmetric=True)
+    assert sym == pytest.approx(full, rel=1e-12)
+    assert {socket for socket, _ in topo.ports} == {0}  # only socket 0's ports
+
+
+@pytest.mark.parametrize(("mode", "direction"), CASES)
+@pytest.mark.parametrize(("p", "per_node"), [(8, 8), (16, 4), (32, 8)])
+def test_estimate_is_the_idle_link_time_of_one_piece(
+    mode: str, direction: str, p: int, per_node: int
+) -> None:
+    time, topo = simulate(mode, direction, p, per_node, 3e6, 1, symmetric=True)
+    est = estimate(spec(mode, direction, p), 3e6, p, Wiring("switched", per_node, NVLINK, NETWORK))
+    assert est.time_s == pytest.approx(time, rel=1e-9)
+    sent = max(port.bytes[0].total for port in topo.ports.values())
+    assert est.bytes_per_link == pytest.approx(sent, rel=1e-12)
+    hierarchical = mode == "hierarchical" and p > per_node
+    assert est.hops == (2 if hierarchical else 1)
+
+
+def test_throughput_form_sends_a_token_once_per_node_over_the_network() -> None:
+    _, direct = simulate("direct", "dispatch", 32, 8, 1e6, 1, symmetric=True)
+    _, once = simulate("hierarchical", "dispatch", 32, 8, 1e6, 1, symmetric=True)
+    network = {name: link_bytes(t)[1] for name, t in (("direct", direct), ("once", once))}
+    assert network["once"] < network["direct"]  # fewer bytes cross the network
+    assert link_bytes(once)[0] > link_bytes(direct)[0]  # the node forwards the rest
+
+
+def test_routing_figures_against_sampling() -> None:
+    rng = np.random.default_rng(11)
+    experts = routed(rng, 20_000)
+    for block in (1, 2, 8, 16, 32):
+        hit = np.mean(np.any(experts // block == 0, axis=1))
+        assert token_hit_probability(block, E, K, GROUPS, PICKED) == pytest.approx(hit, abs=0.01)

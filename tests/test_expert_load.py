@@ -1,0 +1,136 @@
+"""The load on whole experts (`compiler.expert_load`, the workload's `experts` section): a
+skewed routing makes the busiest device the step's bound, a load balancer's copies bring it
+back, the placements' rules, and the counts file's errors naming its file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import Compiler
+from rdu_sim.compiler.expert_load import expert_load_model, place, popularity
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.experts import ExpertsConfig, ZipfLoad
+from rdu_sim.shapes import StepShape
+
+DEEPSEEK = "workloads/deepseek-r1-128k-full.yaml"
+EP16 = {
+    "parallelism.tp": 1,
+    "parallelism.dp_attention": 16,
+    "parallelism.ep": 16,
+    "serving.batch_slots": 8,
+    "serving.max_context": 8192,
+}
+SKEW = {"experts.load": {"dist": "zipf", "exponent": 0.8}}
+SHAPE = StepShape("prefill", 1, 2048, 0)
+
+
+def expert_stage(sets: dict[str, object]) -> tuple[float, float, float]:
+    """(routed gate/up FLOPs on the busiest socket, its FLOPs per pair x busiest pairs,
+    the step's time)."""
+    scenario = api.load(DEEPSEEK, sets)
+    program = Compiler(scenario).program(SHAPE)
+    moe = next(k for k in program.kernels if k.name == "decoder_moe")
+    stage = next(s for s in moe.stages if s.name == "moe.experts_gate_up")
+    balance = program.expert_balance
+    assert balance is not None
+    per_pair = 2 * 7168 * 2 * 2048  # one token through one expert's gate and up products
+    return (
+        stage.flops,
+        per_pair * balance.pairs,
+        api.step(scenario, phase="prefill", tokens=2048).step_s,
+    )
+
+
+def test_a_skewed_routing_makes_the_busiest_device_the_bound() -> None:
+    uniform_flops, uniform_expected, uniform_step = expert_stage(EP16)
+    skewed_flops, skewed_expected, skewed_step = expert_stage({**EP16, **SKEW})
+    # the routed experts run the busiest device's pairs, exactly
+    assert skewed_flops == pytest.approx(skewed_expected, rel=1e-12)
+    assert uniform_flops == pytest.approx(uniform_expected, rel=1e-12)
+    assert skewed_flops > 1.5 * uniform_flops and skewed_step > uniform_step
+    # a load balancer's copies of the hot experts bring the busiest device back
+    balanced = {**EP16, **SKEW, "experts.redundant": 16, "experts.placement": "balanced"}
+    balanced_flops, _, balanced_step = expert_stage(balanced)
+    assert balanced_flops < 1.1 * uniform_flops and balanced_step < skewed_step
+    balance = api.step(DEEPSEEK, {**EP16, **SKEW}, phase="prefill", tokens=2048).detail
+    report = balance.to_dict()["expert_balance"]
+    assert report["imbalance"] == pytest.approx(skewed_flops / uniform_flops, rel=0.02)
+
+
+def test_whole_experts_without_data_parallel_attention_follow_the_load_too() -> None:
+    ep16 = {"parallelism.ep": 16}  # tp 16: every socket holds every token
+    plain = api.step(DEEPSEEK, ep16, phase="prefill", tokens=2048).step_s
+    skewed = api.step(DEEPSEEK, {**ep16, **SKEW}, phase="prefill", tokens=2048).step_s
+    assert skewed > plain
+
+
+def test_placements() -> None:
+    shares = popularity(ExpertsConfig(load=ZipfLoad(dist="zipf", exponent=1.0)), 64)
+    assert sum(shares) == pytest.approx(1.0)
+    in_order = place(shares, 8, 0, balanced=False)
+    assert [e for e, _ in in_order[3]] == list(range(24, 32))
+    balanced = place(shares, 8, 8, balanced=True)
+    assert all(len(device) == 9 for device in balanced)
+    held = [e for device in balanced for e, _ in device]
+    assert set(held) == set(range(64))  # every expert somewhere
+    hottest = max(range(64), key=shares.__getitem__)
+    assert held.count(hottest) > 1  # the hottest expert copied
+    for device in balanced:  # copies of one expert on different devices
+        experts = [e for e, _ in device]
+        assert len(experts) == len(set(experts))
+    loads = [sum(s for _, s in device) for device in balanced]
+    unbalanced = [sum(s for _, s in device) for device in in_order]
+    assert max(loads) < max(unbalanced)
+    assert sum(loads) == pytest.approx(1.0)  # copies split their expert's share
+
+
+def test_the_model_at_a_handful_of_tokens_is_at_least_one_pair() -> None:
+    model = expert_load_model(ExpertsConfig(), 256, 1, 16, 1, "routed")
+    assert model.load(1).pairs == pytest.approx(1.0)
+    assert model.load(0).pairs == 0.0
+
+
+def test_counts_from_a_file_and_their_errors(tmp_path: Path) -> None:
+    counts = tmp_path / "counts.txt"
+    counts.write_text("# tokens per expert\n" + "\n".join(["10"] * 255 + ["2000"]) + "\n")
+    sets = {**EP16, "experts.load": {"dist": "counts", "file": str(counts)}}
+    scenario = api.load(DEEPSEEK, sets)
+    load = scenario.workload.experts.load
+    assert getattr(load, "counts", None) is not None and len(load.counts) == 256  # type: ignore[union-attr]
+    balance = Compiler(scenario).program(SHAPE).expert_balance
+    assert balance is not None and balance.imbalance > 1.5
+    counts.write_text("10\nmany\n")
+    with pytest.raises(ConfigError, match=r"line 2: 'many' is not a count") as caught:
+        api.load(DEEPSEEK, sets)
+    assert caught.value.issues[0].file == str(counts) and caught.value.issues[0].line == 2
+    counts.write_text("10\n20\n")
+    with pytest.raises(ConfigError, match="2 counts for the deepseek-r1 model's 256") as caught:
+        api.load(DEEPSEEK, sets)
+    assert caught.value.issues[0].field == "experts.load.counts"
+    counts.write_text("0\n0\n")
+    with pytest.raises(ConfigError, match="all 0"):
+        api.load(DEEPSEEK, sets)
+    with pytest.raises(ConfigError, match="file not found") as caught:
+        api.load(DEEPSEEK, {**EP16, "experts.load": {"dist": "counts", "file": "nope.txt"}})
+    assert caught.value.issues[0].field == "experts.load.file"
+
+
+@pytest.mark.parametrize(
+    ("sets", "field", "message"),
+    [
+        (SKEW, "experts", "needs expert parallelism"),
+        ({**EP16, "experts.redundant": 3, "experts.placement": "balanced"}, "experts.redundant",
+         "do not fill the 16 devices evenly"),
+        ({**EP16, "experts.redundant": 16}, "experts", "placed by a load balancer"),
+        ({**EP16, "experts.load": {"dist": "zipf", "exponent": -1}}, "experts.load.exponent",
+         "greater than or equal to 0"),
+    ],
+)  # fmt: skip
+def test_experts_errors_name_their_field(sets: dict[str, object], field: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        api.load(DEEPSEEK, sets)
+    (issue,) = caught.value.issues
+    assert issue.field == field

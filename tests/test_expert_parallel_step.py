@@ -1,0 +1,190 @@
+"""Expert parallelism with data-parallel attention in a step: the all-to-alls the compiler
+splices in (their groups and payloads), one socket's simulation equal to every socket's,
+two-batch overlap's schedule on two streams (exact on hand-made calls) and its cost, and the
+combinations refused with one error naming the field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import Compiler
+from rdu_sim.compiler.expert_exchange import (
+    dispatch_value_bytes,
+    expert_exchange,
+    micro_batch_shapes,
+)
+from rdu_sim.compiler.expert_load import ExpertLoad, expert_load_model
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.experts import ExpertsConfig
+from rdu_sim.engine.gpu.stream import Call, run_overlapped
+from rdu_sim.shapes import StepShape
+
+DEEPSEEK = "workloads/deepseek-r1-128k-full.yaml"
+EP16 = {  # two 8-socket nodes: 8 attention ranks of 2 sockets, experts whole over 16
+    "parallelism.tp": 2,
+    "parallelism.dp_attention": 8,
+    "parallelism.ep": 16,
+    "serving.batch_slots": 4,
+    "serving.max_context": 8192,
+    "hw.system.sockets_per_node": 8,
+}
+MOE_GPU = "workloads/qwen3-235b-a22b-16socket.yaml"
+GPU_EP8 = {
+    "hardware": "dgx-h100",
+    "model": "qwen3-30b-a3b",
+    "parallelism": {"tp": 1, "dp_attention": 8, "ep": 8},
+    "serving.batch_slots": 8,
+    "serving.max_context": 4096,
+}
+
+
+def uniform_load(
+    tokens: int, experts: int, per_token: int, devices: int, loading: str
+) -> ExpertLoad:
+    """The busiest of ``devices`` devices when ``tokens`` tokens route uniformly."""
+    return expert_load_model(ExpertsConfig(), experts, per_token, devices, 1, loading).load(tokens)
+
+
+def test_the_exchange_splices_a_dispatch_and_a_combine_per_moe_layer() -> None:
+    scenario = api.load(DEEPSEEK, EP16)
+    program = Compiler(scenario).program(StepShape("decode", 4, 1, 4096))
+    moe = next(k for k in program.kernels if k.name == "decoder_moe")
+    specs = {s.name: s.collective for s in moe.stages if s.collective is not None}
+    dispatch = specs["moe.experts_gate_up.dispatch"]
+    combine = specs["moe.experts_down.combine"]
+    assert dispatch is not None and combine is not None
+    assert (dispatch.kind, dispatch.group, combine.group) == ("alltoall", 16, 16)
+    exchange = expert_exchange(scenario)
+    assert exchange is not None
+    tokens = math.ceil(4 / 2)  # a socket's share of its rank's 4 tokens
+    routing = 8 * (4 + 4)  # each expert's int32 index and FP32 weight
+    assert dispatch.bytes == tokens * (7168 * dispatch_value_bytes("bf16") + routing)
+    load = exchange.load(4)
+    assert combine.bytes == pytest.approx(tokens * 7168 * 2 * load.imbalance, rel=1e-12)
+    # inside the rank: the attention's all-reduce over tp, the combine's tokens gathered back
+    assert specs["attn.o_proj.allreduce"].group == 2
+    assert specs["moe.combine.allgather"].kind == "allgather"
+    assert program.devices == 16 and program.tp == 2
+
+
+def test_one_socket_simulated_equals_every_socket() -> None:
+    one = api.step(DEEPSEEK, EP16).step_s
+    every = api.step(DEEPSEEK, {**EP16, "engine.all_sockets": True}).step_s
+    assert one == every
+
+
+def test_busiest_device_load_at_the_ends() -> None:
+    # one token, one expert each: 16 devices, the busiest holds it whole
+    assert uniform_load(1, 256, 1, 16, "routed").pairs == pytest.approx(1)
+    # a huge balanced batch: the busiest is the mean to within a few per cent
+    big = uniform_load(500_000, 256, 8, 32, "routed")
+    assert 1 < big.imbalance < 1.01
+    assert big.distinct == pytest.approx(256 / 32)  # every expert of the device touched
+
+
+def test_two_streams_overlap_one_ones_communication_with_the_others_compute() -> None:
+    # per stream: compute 1 s, all-to-all 1 s, compute 1 s; kernel 1 communicates
+    streams = [[Call(0, 1.0), Call(1, 1.0), Call(2, 1.0)]] * 2
+    overlapped = run_overlapped(streams, [False, True, False], 0.0, None, 1.0, 10_000)
+    assert overlapped.end_s == pytest.approx(4.0)  # one after another: 6 s
+    # the SMs the communication holds slow every computing call down
+    slowed = run_overlapped(streams, [False, True, False], 0.0, None, 1.5, 10_000)
+    assert slowed.end_s == pytest.approx(1.5 + 1.5 + 1.5 + 1.5)
+    # launches: a call waits for the host to have launched it
+    launched = run_overlapped(streams, [False, True, False], 2.0, None, 1.0, 10_000)
+    assert launched.end_s == pytest.approx(12.0 + 1.0)  # the last of 6 launches, then its call
+
+
+def test_micro_batches_split_slots_or_a_lone_prompt() -> None:
+    assert micro_batch_shapes(StepShape("decode", 5, 1, 1024)) == (
+        StepShape("decode", 3, 1, 1024),
+        StepShape("decode", 2, 1, 1024),
+    )
+    first, second = micro_batch_shapes(StepShape("prefill", 1, 1000, 0))
+    assert (first.tokens, first.cache_len, second.tokens, second.cache_len) == (500, 0, 500, 500)
+    assert micro_batch_shapes(StepShape("decode", 1, 1, 1024)) == ()
+
+
+def test_two_batch_overlap_on_a_gpu_hides_communication_at_a_cost() -> None:
+    plain = api.step(MOE_GPU, GPU_EP8, phase="prefill", tokens=2048)
+    overlap = {**GPU_EP8, "parallelism.two_batch_overlap": True}
+    hidden = api.step(MOE_GPU, overlap, phase="prefill", tokens=2048)
+    assert hidden.step_s < plain.step_s
+    names = {k.name.split("/")[0] for k in hidden.detail.kernels}
+    assert names == {"mb0", "mb1"}
+    # holding more SMs for communication costs compute: slower with more held
+    costly = api.step(
+        MOE_GPU, {**overlap, "parallelism.comm_sms": 100}, phase="prefill", tokens=2048
+    )
+    assert costly.step_s > hidden.step_s
+
+
+@pytest.mark.parametrize(
+    ("workload", "sets", "field", "message"),
+    [
+        (
+            DEEPSEEK,
+            {**EP16, "hw.system.topology": "ring"},
+            "parallelism.ep",
+            "a 'ring' wiring links each socket to its neighbours only",
+        ),
+        (
+            DEEPSEEK,
+            {**EP16, "parallelism.two_batch_overlap": True},
+            "parallelism.two_batch_overlap",
+            "SN40L's fused layer kernels already stream the all-to-all",
+        ),
+        (
+            MOE_GPU,
+            {**GPU_EP8, "parallelism.two_batch_overlap": True, "fusion": "full"},
+            "parallelism.two_batch_overlap",
+            "fusion full makes a layer one kernel",
+        ),
+        (
+            MOE_GPU,
+            {**GPU_EP8, "parallelism.comm_sms": 132},
+            "parallelism.comm_sms",
+            "leave none of the 132",
+        ),
+        (
+            DEEPSEEK,
+            {"parallelism.two_batch_overlap": True},
+            "parallelism",
+            "sets the experts' all-to-all, which runs only with",
+        ),
+        (
+            MOE_GPU,
+            {
+                **GPU_EP8,
+                "parallelism": {"tp": 1, "dp_attention": 4, "ep": 4, "pp": 2},
+                "parallelism.two_batch_overlap": True,
+            },
+            "parallelism.two_batch_overlap",
+            "not modelled together",
+        ),
+    ],
+)
+def test_refused_with_one_error_naming_the_field(
+    workload: str, sets: dict[str, object], field: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        api.load(workload, sets)
+    (issue,) = caught.value.issues
+    assert issue.field == field
+
+
+@pytest.mark.parametrize(("tokens", "devices"), [(64, 32), (256, 32), (1024, 64)])
+def test_busiest_device_load_against_sampled_routings(tokens: int, devices: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    per = 256 // devices
+    busiest = []
+    for _ in range(400):
+        experts = np.argsort(rng.random((tokens, 256)), axis=1)[:, :8]
+        busiest.append(np.bincount((experts // per).ravel(), minlength=devices).max())
+    load = uniform_load(tokens, 256, 8, devices, "routed")
+    assert load.pairs == pytest.approx(np.mean(busiest), rel=0.05)

@@ -1,0 +1,89 @@
+"""Pipeline parallelism: the stages' layers, the bubble against its closed form, hand-offs on
+the link between stages, and a compiled pipelined step equal to its stages run through the
+pipeline."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compiler import Compiler
+from rdu_sim.compiler.stages import pipeline_stages
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.engine.pipeline import run_pipeline
+from rdu_sim.models.presets import get_model
+from rdu_sim.shapes import StepShape
+
+LLAMA70 = "workloads/llama3.1-70b-decode.yaml"
+PP2 = {"hardware": "sn40l-16", "parallelism.tp": 8, "parallelism.pp": 2, "serving.batch_slots": 8}
+
+
+@pytest.mark.parametrize(("stages", "micro"), [(2, 1), (2, 4), (4, 4), (4, 16), (8, 3)])
+def test_the_bubble_matches_its_closed_form(stages: int, micro: int) -> None:
+    run = run_pipeline([0.01] * stages, micro, 0.0, None, 1, 100_000)
+    assert run.end_s == pytest.approx((micro + stages - 1) * 0.01, rel=1e-12)
+    assert run.bubble == pytest.approx((stages - 1) / (micro + stages - 1), rel=1e-9)
+
+
+def test_unequal_stages_wait_for_the_slowest() -> None:
+    # a line of stages with room between them: the sum once, then the slowest per micro-batch
+    times = [0.002, 0.005, 0.001, 0.003]
+    run = run_pipeline(times, 6, 0.0, None, 1, 100_000)
+    assert run.end_s == pytest.approx(sum(times) + 5 * max(times), rel=1e-12)
+
+
+def test_hand_offs_cross_the_link_between_stage_devices() -> None:
+    system = api.load(LLAMA70, PP2).hardware.system
+    link = system.intra_node_link
+    nbytes = 8 * 8192 * 2.0
+    run = run_pipeline([0.004] * 2, 4, nbytes, system, 8, 100_000)
+    crossing = nbytes / link.bandwidth + link.latency
+    assert run.end_s == pytest.approx(2 * 0.004 + crossing + 3 * 0.004, rel=1e-9)
+
+
+def test_stages_cut_the_layers_at_bodies() -> None:
+    deepseek = pipeline_stages(get_model("deepseek-r1"), 4)
+    assert [(s.first_layer, s.end_layer) for s in deepseek] == [
+        (0, 15),
+        (15, 30),
+        (30, 46),
+        (46, 61),
+    ]
+    gpt = pipeline_stages(get_model("gpt-oss-120b"), 4)  # bodies of two layers stay whole
+    assert all(s.first_layer % 2 == 0 for s in gpt) and gpt[-1].end_layer == 36
+    assert deepseek[0].first and deepseek[-1].last and not deepseek[1].first
+
+
+def test_a_pipelined_step_is_its_stages_through_the_pipeline() -> None:
+    scenario = api.load(LLAMA70, PP2)
+    program = Compiler(scenario).program(StepShape("decode", 8, 1, 4096))
+    assert len(program.pipeline) == 2 and program.pipeline_micro_batches == 2
+    # each stage holds its layers' weights: half the decoder each, the embedding and the head
+    # on the first and the last
+    names = [[k.name for k in stage.kernels] for stage in program.pipeline]
+    assert names == [["embedding", "decoder"], ["decoder", "lm_head"]]
+    assert [next(k.calls for k in s.kernels if k.name == "decoder") for s in program.pipeline] == [
+        40,
+        40,
+    ]
+    timing = api.step(scenario, batch=8).detail
+    pipeline = timing.pipeline
+    assert pipeline is not None
+    stage_s = pipeline["stage_s"]
+    run = run_pipeline(
+        stage_s, 2, program.pipeline_transfer_bytes, scenario.hardware.system, 8, 10**6
+    )
+    assert timing.device_s == pytest.approx(run.end_s, rel=1e-12)
+    assert timing.to_dict()["pipeline"]["bubble"] == pytest.approx(run.bubble)
+
+
+def test_a_stage_holds_its_layers_kv_cache() -> None:
+    whole = Compiler(api.load(LLAMA70, {**PP2, "parallelism.pp": 1})).placement(8)
+    staged = Compiler(api.load(LLAMA70, PP2)).placement(8)
+    assert staged.tiers["hbm"].kv_bytes == pytest.approx(whole.tiers["hbm"].kv_bytes / 2, rel=1e-6)
+
+
+def test_more_stages_than_layers_is_refused() -> None:
+    with pytest.raises(ConfigError, match="pp=200 exceeds the") as caught:
+        api.load(LLAMA70, {"parallelism.pp": 200, "parallelism.tp": 1, "hw.system.sockets": 4096})
+    assert caught.value.issues[0].field == "parallelism.pp"
