@@ -89,7 +89,8 @@ def test_help_imports_no_command_and_no_config() -> None:
     assert "Commands:" in result.stdout and "step" in result.stdout
     loaded = result.stderr.strip()
     assert loaded == (
-        "['rdu_sim', 'rdu_sim.cli', 'rdu_sim.cli.errors', 'rdu_sim.cli.main', 'rdu_sim.native']"
+        "['rdu_sim', 'rdu_sim.cli', 'rdu_sim.cli.errors', 'rdu_sim.cli.main', "
+        "'rdu_sim.interrupts', 'rdu_sim.native']"
     )
 
 

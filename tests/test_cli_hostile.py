@@ -390,3 +390,155 @@ def test_serial_and_parallel_sweeps_export_the_same_bytes(tmp_path: Path) -> Non
         "sweep", path, "--db", tmp_path / "w1.sqlite", "--export", with_provenance, "--provenance"
     )
     assert "wall_s" in with_provenance.read_text().splitlines()[0]
+
+
+# --- issue 45: options a suite does not use, non-finite swept values, published traces ---
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--tolerance", "bogus=1"], "--tolerance"),
+        (["--snapstream", "/dev/zero", "--full", "nope.yaml"], "--snapstream, --full"),
+        (["--quick"], "--quick"),
+    ],
+)
+def test_the_deployment_suite_refuses_the_figures_suites_options(
+    options: list[str], named: str
+) -> None:
+    result = invoke("validate", "--suite", "deployment", *options)
+    clean_failure(result, f"error: {named}: the figures suite's (--suite figures)")
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "1e999", '"inf"'])
+def test_a_sweep_plot_of_a_non_finite_swept_value_names_the_point(
+    swept: tuple[Path, Path], value: str
+) -> None:
+    _, db = swept
+    with sqlite3.connect(db) as conn:  # what a hand edit or another writer could leave
+        conn.execute(
+            "UPDATE results SET overrides = ? WHERE overrides = ?",
+            (f'{{"serving.batch_slots": {value}}}', '{"serving.batch_slots": 4}'),
+        )
+    clean_failure(
+        invoke("plot", "sweep", db, "-o", db.with_suffix(".png")),
+        "the point serving.batch_slots=",
+        "batch_slots must be a finite number, got",
+    )
+    assert not db.with_suffix(".png").exists()
+
+
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+@pytest.mark.parametrize(
+    ("stamps", "line"), [(("", ""), 2), (("", "5"), 2), (("1", ""), 3), (("1", " "), 3)]
+)
+def test_a_published_trace_needs_its_arrival_column(
+    tree: Path, stamps: tuple[str, str], line: int
+) -> None:
+    rows = "".join(
+        f"{t},ChatGPT,{100 + i},20,{120 + i},Conversation log\n" for i, t in enumerate(stamps)
+    )
+    (tree / "burst.csv").write_text(BURSTGPT_HEADER + rows)
+    workload = tree / "wl.yaml"
+    workload.write_text(
+        workload.read_text().replace("serving:\n", "serving:\n  trace: burst.csv\n", 1)
+    )
+    for command in ("check", "run"):
+        clean_failure(
+            invoke(command, workload),
+            f"burst.csv:{line}: Timestamp: missing value (every burstgpt trace row has one)",
+            lines=2 if command == "check" else 1,
+        )
+
+
+# --- issue 45's hostile pass: FIFOs, read-only media, work that scales with an option ---
+
+
+def test_an_output_fifo_that_nothing_reads_is_refused_at_once(
+    swept: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path, db = swept
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "out").mkdir()
+    os.mkfifo(tmp_path / "out" / "result.json")
+    refused = "cannot write: a FIFO that nothing reads (start its reader first)"
+    for args in (
+        ("step", LLAMA, "--trace", fifo),
+        ("run", LLAMA, "--set", "serving.requests=4", "--trace", fifo),
+        ("run", LLAMA, "--set", "serving.requests=4", "--out", tmp_path / "out"),
+        ("plot", "sweep", db, "-o", fifo.with_suffix(".png")),
+        ("sweep", path, "--db", db, "--export", fifo.with_suffix(".csv"), "--no-progress"),
+    ):
+        target = args[-1] if args[0] != "sweep" else args[-2]
+        if not os.path.exists(target) and args[0] != "run":
+            os.mkfifo(target)
+        clean_failure(invoke(*args), refused)
+
+
+def test_an_output_fifo_with_a_reader_gets_the_file(tmp_path: Path) -> None:
+    fifo, copy = tmp_path / "trace.fifo", tmp_path / "copy.json"
+    os.mkfifo(fifo)
+    with copy.open("wb") as sink, subprocess.Popen(["cat", str(fifo)], stdout=sink) as reader:
+        deadline = time.monotonic() + 10
+        while invoke("step", LLAMA, "--trace", fifo).exit_code != 0:  # until cat has opened it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        reader.wait(timeout=30)
+    data = copy.read_bytes()
+    assert data.startswith(b"{") and b"traceEvents" in data
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """A read-only file system (a tmpfs remounted read-only): what root cannot write."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        != 0
+    ):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+def test_a_finished_sweep_on_a_read_only_medium_is_read(
+    swept: tuple[Path, Path], read_only_folder: Path
+) -> None:
+    path, db = swept
+    copy = read_only_folder / db.name
+    copy.write_bytes(db.read_bytes())
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only_folder)], check=True)
+    out = db.with_suffix(".png")
+    result = invoke("plot", "sweep", copy, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 0
+    dry = invoke("sweep", path, "--db", copy, "--dry-run")
+    assert dry.exit_code == 0 and "7 already done" in dry.stderr + dry.output, dry.output
+    assert sorted(p.name for p in read_only_folder.iterdir()) == [db.name]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["kv-demo", "--prompt-tokens", "65536", "--decode-steps", "64"], "token-steps a budget"),
+        (["kv-demo", *[f"--budget={64 * i}" for i in range(1, 10)]], "--budget given 9 values"),
+        (
+            ["plot", "throughput", LLAMA, "--contexts", ",".join(map(str, range(1, 3000)))],
+            "--contexts lists 2999 values; a plot simulates at most 64",
+        ),
+    ],
+)
+def test_work_that_scales_with_an_option_is_bounded_before_it_starts(
+    args: list[str], words: str
+) -> None:
+    clean_failure(invoke(*args), words)

@@ -96,3 +96,11 @@ def test_dask_cluster_gives_the_same_rows(
         summary = run_sweep(spec, db=db, cluster=address, workers=2)
     assert summary.ran == 16
     assert table(db) == serial
+
+
+def test_local_workers_are_at_most_four_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --workers 4096 on a small machine would start thousands of ~60 MB processes.
+    from rdu_sim.sweep import executors
+
+    monkeypatch.setattr(executors.os, "cpu_count", lambda: 2)
+    assert [executors.local_workers(n) for n in (1, 3, 8, 9, 4096)] == [1, 3, 8, 8, 8]

@@ -15,8 +15,8 @@ stack, and the fitted values with their units. It writes into `-o DIR` one overl
 machine (a hardware file that extends it) and per stack, and `fit.json`; pass an overlay back
 with `--overlay FILE` (here or in `validate --suite deployment`). Every simulation is kept in
 an evaluation cache (`--cache`, default DIR/evaluations.jsonl) the moment it ends: Ctrl-C or
-SIGTERM stops at the next unit, and the same command resumes. Nothing is written over an
-input. Deterministic: the same inputs give the same bytes.
+SIGTERM stops the fit with one line saying how many are kept, and the same command resumes.
+Nothing is written over an input. Deterministic: the same inputs give the same bytes.
 """
 
 from __future__ import annotations
@@ -414,35 +414,32 @@ def command(
 ) -> None:
     """Fit hardware and serving-stack parameters to measurements and published figures
     (a calibration spec, or MEASUREMENTS with --fit); write the calibrated overlays."""
-    from rdu_sim.cli.interrupts import Interrupted, stop_requests
+    from rdu_sim.interrupts import Interrupted
     from rdu_sim.validate.calibrate import Calibration
     from rdu_sim.validate.evaluation_cache import EvaluationCache
 
     asked = Asked(
         args, fits, holdouts, figures, tolerance, hardware, max_evaluations, overrides, overlays
     )
-    with stop_requests() as stop:  # a signal from here on stops at the fit's next unit
-        ready = _prepare(asked, out, cache)
-        problem, inputs, cache_path = ready.problem, ready.inputs, ready.cache
-        names = [one.name for one in problem.parameters]
-        units = [one.parameter.unit for one in problem.parameters]
-        calibration = Calibration(
-            problem,
-            EvaluationCache(cache_path),
-            workers=workers,
-            progress=lambda e: _progress(e, names, units),
-            checkpoint=stop.check,
-        )
-        try:
-            result = calibration.fit(ready.max_evaluations)
-        except Interrupted as signal:
-            kept = calibration.evaluator.simulated
-            print(
-                f"calibrate: stopped by {signal.name}; {kept} simulation(s) of this run kept in "
-                f"{cache_path} (run the same command again to resume)",
-                file=sys.stderr,
-            )
-            raise SystemExit(signal.status) from None
+    ready = _prepare(asked, out, cache)
+    problem, inputs, cache_path = ready.problem, ready.inputs, ready.cache
+    names = [one.name for one in problem.parameters]
+    units = [one.parameter.unit for one in problem.parameters]
+    calibration = Calibration(
+        problem,
+        EvaluationCache(cache_path),
+        workers=workers,
+        progress=lambda e: _progress(e, names, units),
+    )
+    try:
+        result = calibration.fit(ready.max_evaluations)
+    except Interrupted as stop:  # the boundary prints it: say what the cache holds
+        kept = calibration.evaluator.simulated
+        raise Interrupted(
+            stop.signum,
+            f"{kept} simulation(s) of this run kept in {cache_path} (the same command "
+            "resumes from it)",
+        ) from None
     recorded = asked.recorded()
     trained, held = len(problem.train), len(problem.held_out)
     sets = ", ".join(

@@ -14,6 +14,9 @@ status 2, with no traceback:
   sweep store name their path; `environment_message` names what it can for the rest
   (`<stdout>` when the output itself cannot be written).
 
+A signal (SIGINT, SIGTERM: ``rdu_sim.interrupts``) ends there too: one line saying what
+was kept (``Interrupted.kept``, set by the work that kept it), status 128 + the signal.
+
 Anything else is a bug in rdu-sim and keeps its traceback, so it gets reported and fixed
 instead of hidden.
 """
@@ -27,6 +30,8 @@ import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+from rdu_sim.interrupts import Interrupted, ignore_further
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -172,6 +177,13 @@ def print_warning(message: str) -> None:
     _console().print(f"warning: {message}", style="yellow", markup=False)
 
 
+def print_interrupted(stop: Interrupted) -> None:
+    """The one line a stopped command ends with: the signal and what was kept (a signal
+    after it is ignored: it would cut the line)."""
+    ignore_further()
+    _console().print(str(stop), style="yellow", markup=False)
+
+
 def fail(message: str, status: int = EXIT_INPUT_ERROR) -> NoReturn:
     """Print an error and leave with `status` (2 for bad input)."""
     print_error(message)
@@ -199,6 +211,15 @@ def _show_warning(
 class RduGroup(click.Group):
     """A click group whose commands (and nested groups) report failures uniformly."""
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        """Parse the command line; a signal while it is parsed ends as one in a command
+        does (click would print "Aborted!" and exit 1)."""
+        try:
+            return super().make_context(*args, **kwargs)
+        except Interrupted as stop:
+            print_interrupted(stop)
+            raise click.exceptions.Exit(stop.status) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with warnings.catch_warnings():
@@ -209,3 +230,6 @@ class RduGroup(click.Group):
         except boundary_errors() as exc:
             print_error(message_of(exc))
             ctx.exit(EXIT_INPUT_ERROR)
+        except Interrupted as stop:
+            print_interrupted(stop)
+            ctx.exit(stop.status)

@@ -11,6 +11,14 @@ import json
 
 import click
 
+from rdu_sim.cli.errors import fail
+
+MAX_TOKEN_STEPS = 2**20
+"""Prompt tokens x decode steps the demo runs per budget at most: the NumPy reference
+attends over the whole cache at every decode step of every policy (~15 s a budget here at
+the bound; 65,536 tokens x 64 steps took 5 minutes)."""
+MAX_BUDGETS = 8
+
 
 @click.command("kv-demo")
 @click.option(
@@ -48,6 +56,16 @@ def command(
 ) -> None:
     """Attention-output error and needle recall of each KV policy as the budget shrinks."""
     from rdu_sim.kv.quality import format_table, quality_curve
+
+    budgets = tuple(dict.fromkeys(budgets))
+    if len(budgets) > MAX_BUDGETS:
+        fail(f"--budget given {len(budgets)} values; the demo runs at most {MAX_BUDGETS}")
+    if prompt_tokens * decode_steps > MAX_TOKEN_STEPS:
+        fail(
+            f"--prompt-tokens {prompt_tokens:,} x --decode-steps {decode_steps:,} = "
+            f"{prompt_tokens * decode_steps:,} token-steps a budget; the demo runs at most "
+            f"{MAX_TOKEN_STEPS:,} (minutes): fewer decode steps or a shorter prompt"
+        )
 
     try:
         rows = quality_curve(

@@ -99,7 +99,8 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
     type=click.IntRange(1, 4096),
     default=1,
     show_default=True,
-    help="Worker processes (1 runs in this process). With --cluster local, its worker count.",
+    help="Worker processes (1 runs in this process; at most 4 a core). With --cluster local, "
+    "its worker count.",
 )
 @click.option(
     "--cluster",

@@ -106,6 +106,18 @@ def _read_columns(path: Path) -> dict[str, list[float | None]]:
     return columns
 
 
+MAX_LISTED = 64
+"""Contexts (or policies) a plot simulates at most: each is its own simulation."""
+
+
+def _listed(option: str, text: str, parse: Any) -> list[Any]:
+    """``option``'s comma-separated values, parsed, each once, at most ``MAX_LISTED``."""
+    values = list(dict.fromkeys(parse(v) for v in text.split(",") if v.strip()))
+    if len(values) > MAX_LISTED:
+        fail(f"{option} lists {len(values)} values; a plot simulates at most {MAX_LISTED}")
+    return values
+
+
 def _attach_siblings(results: Any, folder: Path) -> Any:
     """Add ``--out``'s requests.csv and timeseries.csv to a single run's dict."""
     if not isinstance(results, dict):
@@ -293,8 +305,8 @@ def command(
             kind,
             input_path,
             overrides,
-            [_tokens(c) for c in contexts.split(",") if c.strip()],
-            [p.strip() for p in policies.split(",") if p.strip()],
+            _listed("--contexts", contexts, _tokens),
+            _listed("--policies", policies, str.strip),
             requests,
         )
     elif suffix in _DB_SUFFIXES:

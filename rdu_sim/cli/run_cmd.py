@@ -30,6 +30,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
 from rdu_sim.config.loader import read_yaml
+from rdu_sim.interrupts import kept_on_stop
 from rdu_sim.report.console import print_report, utilization_line
 from rdu_sim.report.files import (
     REQUESTS_FILE,
@@ -99,6 +100,9 @@ def _check_out(out_dir: Path | None) -> None:
         raise WriteError.single(str(out_dir), "", "cannot write: exists and is not a folder")
 
 
+NOTHING_WRITTEN = "the run had not finished: nothing was printed or written"
+
+
 def _write(out_dir: Path, write: Callable[[], object], names: str, as_json: bool) -> None:
     """Write the --out files after the report was printed (a failed write loses none of it)."""
     try:
@@ -117,9 +121,10 @@ def _run_cluster(
     from rdu_sim import api_cluster
     from rdu_sim.report.cluster_console import print_cluster_report
 
-    cluster = api_cluster.load(path, overrides)  # bad input exits 2 before anything runs
+    with kept_on_stop(NOTHING_WRITTEN):
+        cluster = api_cluster.load(path, overrides)  # bad input exits 2 before anything runs
     _check_out(out_dir)
-    with _progress_bar(not as_json) as progress:
+    with _progress_bar(not as_json) as progress, kept_on_stop(NOTHING_WRITTEN):
         result = api_cluster.run_cluster(cluster, progress=progress)
     data = result.to_dict()
     if as_json:
@@ -170,13 +175,16 @@ def command(
 ) -> None:
     """Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and
     memory (for a cluster: goodput under its SLO, per class and per replica)."""
-    workload = shipped.locate(workload, ("workload", "cluster"))
-    if _is_cluster(workload):
+    with kept_on_stop(NOTHING_WRITTEN):
+        workload = shipped.locate(workload, ("workload", "cluster"))
+        cluster = _is_cluster(workload)
+    if cluster:
         if one_step or trace_file is not None:
             raise click.UsageError("--step and --trace are for a workload's run, not a cluster's")
         _run_cluster(workload, overrides, as_json, out_dir)
         return
-    scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
+    with kept_on_stop(NOTHING_WRITTEN):
+        scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
     _check_out(out_dir)
     if one_step:
         if trace_file is not None:
@@ -185,7 +193,7 @@ def command(
             )
         _print_step(scenario, as_json)
         return
-    with _progress_bar(not as_json) as progress:
+    with _progress_bar(not as_json) as progress, kept_on_stop(NOTHING_WRITTEN):
         result = api.run(scenario, progress=progress)
     data = result.to_dict()
     if as_json:  # printed first: a failed --out write loses none of it

@@ -5,8 +5,8 @@ local process pool, in this process (`--workers 1`) or on Dask (`--cluster`). It
 a table of the swept axes and headline metrics per point (``report.sweep_table``) and the
 database's path. Bad input
 (the spec, an axis, a metric) exits 2 before anything runs; a sweep that finishes with
-failed points exits 1 (their errors are in the database); Ctrl-C exits 130 and a rerun
-resumes.
+failed points exits 1 (their errors are in the database); Ctrl-C (SIGINT) exits 130, SIGTERM
+143, saying how many points the database holds, and a rerun resumes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.console import Console
 
 from rdu_sim.cli.errors import print_warning
 from rdu_sim.config.errors import WriteError
+from rdu_sim.interrupts import kept_on_stop
 
 
 def _dry_run_table(summary: object) -> None:
@@ -61,8 +62,8 @@ def _results_table(frame: object, summary: object) -> None:
     "--workers",
     type=click.IntRange(1, 4096),
     default=None,
-    help="Worker processes (default: the CPU count; 1 runs in this process). With "
-    "--cluster local, the LocalCluster's worker count.",
+    help="Worker processes (default: the CPU count; 1 runs in this process; at most 4 a "
+    "core). With --cluster local, the LocalCluster's worker count.",
 )
 @click.option(
     "--cluster",
@@ -133,35 +134,33 @@ def command(
 
     if export_file is not None:
         check_export(export_file)  # refused before anything runs, not after the sweep
-    try:
-        summary = run_sweep(
-            spec,
-            db=db_file,
-            workers=workers,
-            cluster=cluster,
-            retry_failed=retry_failed,
-            rerun=rerun,
-            dry_run=dry_run,
-            progress=RichReporter(bar=progress),
-        )
-    except KeyboardInterrupt:
-        print_warning(
-            "interrupted: finished points are saved; run the same command again to resume"
-        )
-        raise SystemExit(130) from None
+    summary = run_sweep(
+        spec,
+        db=db_file,
+        workers=workers,
+        cluster=cluster,
+        retry_failed=retry_failed,
+        rerun=rerun,
+        dry_run=dry_run,
+        progress=RichReporter(bar=progress),
+    )
     if dry_run:
         _dry_run_table(summary)
         return
-    click.echo(summary.describe())
-    frame = load(summary.db, keys=summary.keys)  # the spec's grid order
-    _results_table(frame, summary)
-    if export_file is not None:
-        try:
-            export(frame, export_file, provenance=provenance)
-        except WriteError as exc:  # the rows are safe in the database: say so
-            note = f" (the rows are kept in {summary.db}; export again with the same command)"
-            raise WriteError([replace(i, message=i.message + note) for i in exc.issues]) from None
-        click.echo(f"wrote {len(frame)} rows to {export_file}")
+    stored = f"the sweep had finished: its rows are saved in {summary.db}"
+    with kept_on_stop(stored + "; the same command prints them again (and exports them)"):
+        click.echo(summary.describe())
+        frame = load(summary.db, keys=summary.keys)  # the spec's grid order
+        _results_table(frame, summary)
+        if export_file is not None:
+            try:
+                export(frame, export_file, provenance=provenance)
+            except WriteError as exc:  # the rows are safe in the database: say so
+                note = f" (the rows are kept in {summary.db}; export again with the same command)"
+                raise WriteError(
+                    [replace(i, message=i.message + note) for i in exc.issues]
+                ) from None
+            click.echo(f"wrote {len(frame)} rows to {export_file}")
     failed = summary.failed + summary.failed_before
     if failed:
         print_warning(

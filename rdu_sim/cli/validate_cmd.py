@@ -23,8 +23,10 @@ from rich.table import Table
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overlays_option, overrides_option
+from rdu_sim.interrupts import kept_on_stop
 
 EXIT_FIGURE_FAILED = 1
+UNFINISHED = "the suite had not finished: nothing was printed"
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -159,7 +161,21 @@ def command(
     if overlays and suite != "deployment":
         fail("--overlay: only the deployment suite reads calibrated overlays (--suite deployment)")
     if suite == "deployment":
-        if not _deployment(overrides, overlays, as_json):
+        figures_only = {
+            "--quick": quick,
+            "--tolerance": tolerances,
+            "--snapstream": snapstream,
+            "--full": full,
+        }
+        if given := [option for option, value in figures_only.items() if value]:
+            fail(
+                f"{', '.join(given)}: the figures suite's (--suite figures); the deployment "
+                "suite simulates each shipped measured point as it is (it takes --set, --overlay "
+                "and --json)"
+            )
+        with kept_on_stop(UNFINISHED):
+            passed = _deployment(overrides, overlays, as_json)
+        if not passed:
             raise SystemExit(EXIT_FIGURE_FAILED)
         return
     from rdu_sim.validate import run_suite, tolerance_overrides, with_tolerances
@@ -169,13 +185,14 @@ def command(
         figures = with_tolerances(tolerance_overrides(tolerances))
     except ValueError as exc:
         fail(str(exc))
-    result = run_suite(
-        quick=quick,
-        overrides=overrides,
-        figures=figures,
-        snapstream=snapstream or SNAPSTREAM_WORKLOAD,
-        full=full or FULL_WORKLOAD,
-    )
+    with kept_on_stop(UNFINISHED):
+        result = run_suite(
+            quick=quick,
+            overrides=overrides,
+            figures=figures,
+            snapstream=snapstream or SNAPSTREAM_WORKLOAD,
+            full=full or FULL_WORKLOAD,
+        )
     rows = [row.to_dict() for row in result.rows]
     if as_json:
         click.echo(json.dumps(rows))

@@ -31,6 +31,7 @@ import simpy
 
 from rdu_sim.des.environment import _check_failed
 from rdu_sim.des.order import NORMAL, URGENT
+from rdu_sim.interrupts import native
 
 SEQ_BITS: Final = 48  # queuings counted in a key (2.8e14: beyond any run's events)
 WHO_BITS: Final = 21  # drivers a loop holds (two million), 0 being SimPy's events
@@ -122,6 +123,7 @@ class Timeline:
         return key
 
     # --- the loop ----------------------------------------------------------------------------
+    @native  # the compiled drivers run here: a signal is raised after them (rdu_sim.interrupts)
     def run(self) -> int:
         """Process every entry until none is left; returns the time of the last (SimPy's
         ``env.now`` after ``run``)."""

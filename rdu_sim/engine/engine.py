@@ -35,6 +35,7 @@ from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
+from rdu_sim.interrupts import native
 
 
 class Engine:
@@ -72,6 +73,7 @@ class Engine:
             for k, w in zip(program.kernels, works, strict=True)
         )
 
+    @native  # the compiled core runs here: a signal is raised after it (rdu_sim.interrupts)
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``. Raises EventBudgetError before simulating when
         even the lower bound of its events exceeds ``max_events``, or as soon as the events

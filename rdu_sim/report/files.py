@@ -6,16 +6,19 @@ float formatting, so the same run writes byte-identical files. ``write_file`` wr
 nothing: into a temporary file beside the target, renamed over it only when complete, so a
 full disk never leaves half a file or destroys the previous one; the folder is created;
 any OSError becomes a WriteError naming the path. A target that exists and is not a regular
-file (/dev/null, /dev/full, a FIFO) is written in place: it cannot be replaced.
+file (/dev/null, /dev/full, a FIFO) is written in place: it cannot be replaced; a FIFO that
+nothing reads is refused at once (opening it would wait for a reader forever).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -67,6 +70,23 @@ def _open(file: int | Path, binary: bool) -> IO[Any]:
     return open(file, "w", encoding="utf-8", newline="")
 
 
+def _open_in_place(target: Path, binary: bool) -> IO[Any]:
+    """An existing device or FIFO opened for writing; a FIFO with no reader is a WriteError
+    (a blocking open would wait for one forever)."""
+    if not stat.S_ISFIFO(target.stat().st_mode):
+        return _open(target, binary)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+        raise WriteError.single(
+            str(target), "", "cannot write: a FIFO that nothing reads (start its reader first)"
+        ) from None
+    os.set_blocking(fd, True)
+    return _open(fd, binary)
+
+
 def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: bool = False) -> Path:
     """Call ``write(handle)`` to produce ``path`` all or nothing; return the path."""
     target = Path(path)
@@ -75,7 +95,7 @@ def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: boo
     make_folder(target.parent, target)
     try:
         if _in_place(target):
-            with _open(target, binary) as handle:
+            with _open_in_place(target, binary) as handle:
                 write(handle)
             return target
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")

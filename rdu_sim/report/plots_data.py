@@ -73,6 +73,15 @@ def number(value: Any, what: str) -> float:
         raise PlotInputError(f"{what} must be a number, got {value!r}") from None
 
 
+def whole(value: Any, what: str) -> int:
+    """``value`` as an int (a count, a size), or PlotInputError naming ``what``: a number that
+    is not finite has no whole value."""
+    result = number(value, what)
+    if not math.isfinite(result):
+        raise PlotInputError(f"{what} must be a finite number, got {value!r}")
+    return int(result)
+
+
 def _columns(table: Any, what: str) -> dict[str, NDArray[np.float64]]:
     """A mapping of equal-length numeric columns (empty cells are NaN)."""
     if not isinstance(table, Mapping):
@@ -100,7 +109,7 @@ def _tier(usage: Any, tier: str) -> TierMemory:
 
     def part(name: str, default: float = 0.0) -> int:
         value = usage.get(name)
-        return int(number(default if value is None else value, f"memory.{tier}.{name}"))
+        return whole(default if value is None else value, f"memory.{tier}.{name}")
 
     capacity = part("capacity_bytes")
     weights, kv, act = part("weights_bytes"), part("kv_bytes"), part("activations_bytes")
@@ -175,7 +184,7 @@ class RunPoint:
 
         def integer(name: str) -> int | None:
             value = data.get(name)
-            return None if value is None else int(number(value, name))
+            return None if value is None else whole(value, name)
 
         memory = data.get("memory")
         if memory is not None and not isinstance(memory, Mapping):
@@ -336,10 +345,16 @@ def as_runs(results: Any) -> list[RunPoint]:
     if hasattr(results, "to_dict") and hasattr(results, "columns"):  # a DataFrame
         rows = results.to_dict(orient="records")
         subject, config = _sweep_subject(results), _sweep_config(results)
-        return [
-            RunPoint.of_mapping(_sweep_row(_unflatten(row), subject, config), {**subject, **row})
-            for row in rows
-        ]
+        runs = []
+        for row in rows:
+            try:
+                nested = _sweep_row(_unflatten(row), subject, config)
+                runs.append(RunPoint.of_mapping(nested, {**subject, **row}))
+            except PlotInputError as exc:
+                axes = results.attrs.get("axes", [])
+                point = ", ".join(f"{axis}={row.get(axis)}" for axis in axes) or row.get("key")
+                raise PlotInputError(f"the point {point}: {exc}") from None
+        return runs
     if (
         isinstance(results, Mapping)
         or not isinstance(results, Iterable)
@@ -389,7 +404,8 @@ def lookup(run: RunPoint, path: str, default: Any = _MISSING) -> Any:
             node = node[part]
         else:
             if default is _MISSING:
-                raise PlotInputError(f"results have no {path!r} (needed for this plot)")
+                empty = " (its cell is empty: NaN)" if path in row else ""
+                raise PlotInputError(f"results have no {path!r}{empty} (needed for this plot)")
             return default
     return node
 

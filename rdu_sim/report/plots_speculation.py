@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
+from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number, whole
 from rdu_sim.report.plots_style import color_for, new_figure, use_token_axis
 from rdu_sim.serving.acceptance import expected_tokens_per_round
 
@@ -36,7 +36,7 @@ PLAIN = "no speculation"
 def _draft_tokens(run: RunPoint) -> int | None:
     """k of a speculative point, None for plain decoding."""
     value = lookup(run, "speculation.decoding.draft_tokens", None)
-    return None if value is None else int(number(value, "speculation.decoding.draft_tokens"))
+    return None if value is None else whole(value, "speculation.decoding.draft_tokens")
 
 
 def _metric(run: RunPoint, path: str) -> float:

@@ -14,15 +14,26 @@ knobs, and such groups differing only in fields the compiler never reads, evalua
 by one worker so they share steps and compiled programs) and keep a bounded number in
 flight (twice the workers), so a huge sweep does not pickle every point up front and a kill
 loses only those in flight. Each executor is a
-generator: closing it (the caller stopped, or Ctrl-C) cancels what is queued and shuts down
-what it started.
+generator: closing it (the caller stopped) cancels what is queued and shuts down what it
+started.
+
+Interrupted (``rdu_sim.interrupts``: SIGINT, SIGTERM), raised in an executor while it waits
+for its workers or thrown into it at a ``yield`` (the caller was writing a row), makes it
+stop: nothing more starts, the workers are told to stop (a pool's by the signal, forwarded
+to each; Dask's by ``worker.stop_batches``) and hand back the points they finished, which it
+yields (for at most ``DRAIN_S``: then what has not come back is given up, its workers
+killed), then it raises the Interrupted again. A worker stopped alone (a signal sent to it,
+not to the sweep) hands back its batch unfinished: the rest are failed rows saying so.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import sys
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -30,14 +41,39 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.extras import require
-from rdu_sim.sweep.worker import Outcome, Task, lost, run_batch, run_task, sibling_batches
+from rdu_sim.interrupts import Interrupted, blocked, received, start_worker, stop_children
+from rdu_sim.sweep.worker import (
+    Outcome,
+    Task,
+    leave_signals_to_the_sweep,
+    lost,
+    run_batch,
+    run_task,
+    sibling_batches,
+    stop_batches,
+)
 
 IN_FLIGHT_PER_WORKER = 2
+
+DRAIN_S = 5.0
+"""How long a stopped executor waits for its workers to hand back what they finished."""
+
+
+WORKERS_PER_CORE = 4
+"""Local worker processes (a pool's, a LocalCluster's) a core at most: a point is CPU-bound,
+so more add only memory (~60 MB a worker, more while it runs) and contention; --workers 4096
+on a small machine would exhaust its memory."""
 
 
 def default_workers() -> int:
     """The default pool size: the machine's core count."""
     return os.cpu_count() or 1
+
+
+def local_workers(asked: int) -> int:
+    """The worker processes started on this machine for ``asked``: at most
+    ``WORKERS_PER_CORE`` a core."""
+    return max(1, min(asked, default_workers() * WORKERS_PER_CORE))
 
 
 def run_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
@@ -59,19 +95,23 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     flight are recorded as failed (rerun them with --retry-failed) and a fresh pool takes
     the rest.
     """
-    workers = max(1, workers)
+    workers = local_workers(workers)
     window = workers * IN_FLIGHT_PER_WORKER
     pending = list(reversed(sibling_batches(tasks, window)))
     while pending:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=_context(), initializer=start_worker
+        )
         in_flight: dict[Future[list[Outcome]], tuple[Task, ...]] = {}
+        ready: deque[Outcome] = deque()  # received, not yet handed to the caller
         broken = False
         try:
             while pending or in_flight:
                 while pending and len(in_flight) < window and not broken:
                     batch = pending.pop()
                     try:
-                        in_flight[pool.submit(run_batch, batch)] = batch
+                        with blocked():  # what it starts starts with them blocked
+                            in_flight[pool.submit(run_batch, batch)] = batch
                     except BrokenProcessPool:
                         pending.append(batch)
                         broken = True
@@ -79,16 +119,62 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
                     break
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in done:
-                    batch = in_flight.pop(future)
-                    try:
-                        yield from future.result()
-                    except BrokenProcessPool as exc:
-                        broken = True
-                        yield from (lost(task, f"worker process died: {exc}") for task in batch)
-                    except Exception as exc:  # e.g. the task could not be pickled
-                        yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
+                    outcomes, died = _batch_outcomes(future, in_flight.pop(future))
+                    ready.extend(outcomes)
+                    broken = broken or died
+                while ready:
+                    yield ready.popleft()
+        except Interrupted:
+            yield from ready
+            yield from _drain_pool(in_flight)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _batch_outcomes(
+    future: Future[list[Outcome]], batch: tuple[Task, ...]
+) -> tuple[list[Outcome], bool]:
+    """A finished batch's outcomes (a task it did not finish: failed, saying why), and
+    whether its worker died."""
+    try:
+        outcomes = future.result()
+    except BrokenProcessPool as exc:
+        return [lost(task, f"worker process died: {exc}") for task in batch], True
+    except Exception as exc:  # e.g. the task could not be pickled
+        return [lost(task, f"{type(exc).__name__}: {exc}") for task in batch], False
+    finished = {outcome.key for outcome in outcomes}
+    if len(finished) == len(batch) or received() is not None:  # the sweep stops: a rerun runs them
+        return outcomes, False
+    stopped = "the worker process was stopped by a signal before this point finished"
+    return outcomes + [lost(t, stopped) for t in batch if t.point.key not in finished], False
+
+
+def _drain_pool(in_flight: dict[Future[list[Outcome]], tuple[Task, ...]]) -> Iterator[Outcome]:
+    """The points the pool's workers finished of the batches in flight: what is queued is
+    cancelled, each worker is sent SIGINT (it stops the point it runs and hands back its
+    batch), and what comes back within ``DRAIN_S`` is yielded; a second interrupt, or the
+    time running out, gives up the rest and kills their workers."""
+    running = [future for future in in_flight if not future.cancel()]
+    stop_children()
+    deadline = time.monotonic() + DRAIN_S
+    try:
+        while running:
+            left = deadline - time.monotonic()
+            done, _ = wait(running, timeout=max(0.0, left), return_when=FIRST_COMPLETED)
+            if not done:
+                break
+            for future in done:
+                running.remove(future)
+                try:
+                    yield from future.result()
+                except Exception:  # pragma: no cover - a worker that died stopping
+                    continue
+    except Interrupted:
+        pass
+    if running:  # what did not come back in time is given up: its workers must not linger
+        for child in multiprocessing.active_children():
+            child.kill()
 
 
 def check_cluster(cluster: str) -> Any:
@@ -119,13 +205,15 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
     distributed = check_cluster(cluster)
     if cluster == "local":
         local = distributed.LocalCluster(
-            n_workers=max(1, workers),
+            n_workers=local_workers(workers),
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
             dashboard_address=None,
         )
-        return distributed.Client(local), local
+        client = distributed.Client(local)
+        client.run(leave_signals_to_the_sweep)
+        return client, local
     try:
         return distributed.Client(cluster, timeout="30s"), None
     except (OSError, TimeoutError, ValueError) as exc:
@@ -142,11 +230,11 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
     """
     client, local = _dask_client(cluster, workers)
     distributed: Any = sys.modules["distributed"]
+    futures: dict[Any, tuple[Task, ...]] = {}
     try:
         threads = sum(client.nthreads().values()) or max(1, workers)
         window = threads * IN_FLIGHT_PER_WORKER
         pending = list(reversed(sibling_batches(tasks, window)))
-        futures: dict[Any, tuple[Task, ...]] = {}
         queue = distributed.as_completed()
 
         def submit() -> None:
@@ -164,7 +252,32 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
             except Exception as exc:  # KilledWorker, a lost connection, a pickling error
                 yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
             submit()
+    except Interrupted:
+        yield from _drain_dask(client, futures)
+        raise
     finally:
+        if received() is not None:  # stopping: Dask's own farewells are not the user's news
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
         client.close()
         if local is not None:
             local.close()
+
+
+def _drain_dask(client: Any, futures: dict[Any, tuple[Task, ...]]) -> Iterator[Outcome]:
+    """The points Dask's workers finished of the batches in flight: each worker is told to
+    stop after the point it runs (``worker.stop_batches``), and what comes back within
+    ``DRAIN_S`` is yielded; a second interrupt, or the time running out, gives up the rest."""
+    distributed: Any = sys.modules["distributed"]
+    try:
+        client.run(stop_batches)
+        distributed.wait(list(futures), timeout=DRAIN_S)
+    except (Interrupted, TimeoutError):
+        pass
+    except Exception:  # pragma: no cover - the cluster went away while stopping
+        pass
+    for future in futures:
+        if future.status == "finished":
+            try:
+                yield from future.result()
+            except Exception:  # pragma: no cover - the cluster went away while stopping
+                continue

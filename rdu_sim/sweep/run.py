@@ -11,10 +11,16 @@ The order of work, and why:
    `retry_failed`;
 3. run the rest on the chosen executor; the parent writes each Outcome in its own
    transaction as it arrives, so an interrupted sweep resumes where it stopped.
+
+Interrupted (SIGINT, SIGTERM: ``rdu_sim.interrupts``) stops a sweep without losing a finished
+point: a row being written is finished first, the executor hands over what its workers
+finished (``executors``), and the Interrupted raised again says how many of the spec's points
+the database holds (``Interrupted.kept``).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -25,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rdu_sim import human
+from rdu_sim import human, interrupts
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
@@ -324,16 +330,21 @@ def run_sweep(
         by_key = {p.key: p for p in the_plan.to_run}
         start = time.perf_counter()
         if tasks:
-            _execute(
-                store,
-                tasks,
-                by_key,
-                loaded,
-                summary,
-                reporter,
-                workers or default_workers(),
-                cluster,
-            )
+            try:
+                _execute(
+                    store,
+                    tasks,
+                    by_key,
+                    loaded,
+                    summary,
+                    reporter,
+                    workers or default_workers(),
+                    cluster,
+                )
+            except interrupts.Interrupted as stop:
+                raise interrupts.Interrupted(
+                    stop.signum, _kept(store, keys, summary.ran, "point")
+                ) from None
         summary.wall_s = time.perf_counter() - start
         _refresh_view(store, expansion)
     return summary
@@ -351,27 +362,68 @@ def _execute(
 ) -> None:
     """Run the tasks, writing each outcome as it arrives."""
     checked = False
+
+    def record(outcome: Outcome) -> None:
+        nonlocal checked
+        if outcome.status == "done" and not checked:
+            if outcome.missing:
+                raise _missing_metrics_error(loaded, outcome)
+            checked = True
+        if outcome.status == "done" and outcome.missing:  # others had it: record null
+            outcome = _null_missing(outcome)
+        try:
+            store.record(_row(outcome, by_key[outcome.key], loaded.name))
+        except StoreError as exc:  # the rows stored so far stay: a rerun resumes
+            note = (
+                f" ({summary.ran} of the {len(tasks)} points run now were stored "
+                "before it; they are kept, and a rerun resumes after them)"
+            )
+            raise StoreError([replace(i, message=i.message + note) for i in exc.issues]) from None
+        summary.ran += 1
+        summary.done += outcome.status == "done"
+        summary.failed += outcome.status == "failed"
+
     with closing(_outcomes(loaded.name, tasks, reporter, workers, cluster)) as outcomes:
+        _record_each(outcomes, record)
+
+
+def _record_each(
+    outcomes: Generator[Outcome, None, None], record: Callable[[Outcome], None]
+) -> None:
+    """``record`` each outcome as it arrives, each whole (``interrupts.deferred``). An
+    Interrupted raised as one was recorded is thrown into the executor, which then yields
+    what its workers finished (recorded too) and raises it again (``executors``)."""
+    try:
         for outcome in outcomes:
-            if outcome.status == "done" and not checked:
-                if outcome.missing:
-                    raise _missing_metrics_error(loaded, outcome)
-                checked = True
-            if outcome.status == "done" and outcome.missing:  # others had it: record null
-                outcome = _null_missing(outcome)
-            try:
-                store.record(_row(outcome, by_key[outcome.key], loaded.name))
-            except StoreError as exc:  # the rows stored so far stay: a rerun resumes
-                note = (
-                    f" ({summary.ran} of the {len(tasks)} points run now were stored "
-                    "before it; they are kept, and a rerun resumes after them)"
-                )
-                raise StoreError(
-                    [replace(i, message=i.message + note) for i in exc.issues]
-                ) from None
-            summary.ran += 1
-            summary.done += outcome.status == "done"
-            summary.failed += outcome.status == "failed"
+            with interrupts.deferred():
+                record(outcome)
+    except interrupts.Interrupted as stop:
+        if inspect.getgeneratorstate(outcomes) != inspect.GEN_SUSPENDED:
+            raise  # the executor raised it, having handed over what it had
+        try:
+            outcome = outcomes.throw(stop)
+            while True:
+                with interrupts.deferred():
+                    record(outcome)
+                outcome = next(outcomes)
+        except (StopIteration, interrupts.Interrupted):
+            pass  # handed over (or a second interrupt: stop waiting for the rest)
+        raise stop from None
+
+
+def _kept(store: Store, keys: Sequence[str] | None, ran: int, noun: str) -> str:
+    """What an interrupted run kept, in words: how many of ``keys`` the database holds (and
+    ``ran``, how many of them finished now), or with no ``keys`` how many rows it holds."""
+    try:
+        saved = len(store.existing(keys))
+    except interrupts.Interrupted:  # a second signal: say what is known without the database
+        return f"{human.count(ran, noun)} finished now are saved in {store.path}"
+    if keys is None:
+        held = f"{human.count(saved, noun)} are saved in {store.path}"
+    else:
+        held = f"{saved} of {human.count(len(keys), noun)} are saved in {store.path} ({ran} "
+        held += "finished now)"
+    return held + "; run the same command again to resume"
 
 
 def _outcomes(
@@ -420,9 +472,19 @@ def evaluate_points(
         by_key = {p.key: p for p in to_run}
         if tasks:
             report = reporter or Silent()
-            with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
-                for outcome in outcomes:
-                    store.record(_row(outcome, by_key[outcome.key], name))
+            ran = 0
+
+            def record(outcome: Outcome) -> None:
+                nonlocal ran
+                store.record(_row(outcome, by_key[outcome.key], name))
+                ran += 1
+
+            try:
+                with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
+                    _record_each(outcomes, record)
+            except interrupts.Interrupted as stop:
+                kept = _kept(store, None, ran, "evaluation")
+                raise interrupts.Interrupted(stop.signum, kept) from None
         return {row["key"]: row for row in store.rows(keys=keys)}
 
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -137,6 +139,24 @@ def _json_path(name: str) -> str:
     return "'$." + json.dumps(name).replace("'", "''") + "'"
 
 
+def _read_only(path: Path) -> sqlite3.Connection:
+    """``path`` opened for reading only (``Store(create=False)``: a plot, a dry run). A
+    database on a medium or in a folder this process cannot write (a finished sweep on a
+    read-only mount) is opened ``immutable`` when it cannot be opened otherwise: SQLite
+    cannot make the index a WAL database is read through there, and no writer can be at work
+    (one would have made it)."""
+    uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=60.0, isolation_level=None)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+        if os.access(path.parent, os.W_OK):
+            raise
+        conn = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
+    return conn
+
+
 class Store:
     """An open results database. Use as a context manager; close() when done."""
 
@@ -151,7 +171,11 @@ class Store:
         if create and not existed:
             make_folder(path.parent, path)  # as for every output: a WriteError naming it
         try:
-            self._conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+            self._conn = (
+                sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+                if create
+                else _read_only(path)
+            )
         except sqlite3.Error as exc:
             raise StoreError.single(
                 str(path), "", f"cannot open the database: {_problem(exc)}"

@@ -4,12 +4,21 @@
 parent itself). It catches every exception, so one bad point becomes a 'failed' Outcome and
 the sweep goes on; it selects the spec's metrics from the result so only those travel back.
 The parent alone writes the database.
+
+A signal stops a worker's batch, never the worker (``rdu_sim.interrupts``): `run_batch`
+hands back the points it finished, and once stopped a worker returns every later batch at
+once, untouched (a rerun runs them). A pool worker is stopped by SIGINT or SIGTERM
+(``interrupts.start_worker``: the terminal's, or the one its parent forwards) within the
+point it runs; a
+Dask worker, whose batches run in threads signals never reach, by `stop_batches` (run on it
+by the parent) after the point it runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 import traceback
@@ -18,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from rdu_sim import interrupts
 from rdu_sim.provenance import simulator
 from rdu_sim.sweep.key import jsonable
 
@@ -157,9 +167,41 @@ def run_task(task: Task) -> Outcome:
     )
 
 
+class _Batches:
+    """Whether this process was told to stop its batches (``stop_batches``)."""
+
+    stopped = False
+
+
 def run_batch(tasks: Sequence[Task]) -> list[Outcome]:
-    """Evaluate a batch of tasks one after another in this process (``sibling_batches``)."""
-    return [run_task(task) for task in tasks]
+    """Evaluate a batch of tasks one after another in this process (``sibling_batches``);
+    stopped (a signal, ``stop_batches``), the outcomes of those finished, or none once the
+    process was stopped before it began."""
+    outcomes: list[Outcome] = []
+    try:
+        with interrupts.raising():
+            for task in tasks:
+                if _Batches.stopped or interrupts.received() is not None:
+                    break
+                outcomes.append(run_task(task))
+    except interrupts.Interrupted:
+        pass  # what finished goes back; the rest wait for a rerun
+    return outcomes
+
+
+def leave_signals_to_the_sweep() -> None:
+    """Ignore SIGINT and SIGTERM in this Dask worker (run on each by a sweep's LocalCluster):
+    the terminal's Ctrl-C reaches the whole process group, and the sweep then stops its
+    workers after their points (``stop_batches``) instead of losing them, and closes them."""
+    for signum in interrupts.SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def stop_batches() -> None:
+    """Stop the batches this process runs after the point each is running (they hand back
+    what they finished), and return every later one at once: run by the parent on each Dask
+    worker, whose task threads no signal reaches."""
+    _Batches.stopped = True
 
 
 MAX_BATCH = 8

@@ -58,10 +58,9 @@ class Calibration:
         *,
         workers: int = 1,
         progress: Progress | None = None,
-        checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
         self.problem = problem
-        self.evaluator = Evaluator(problem, cache or EvaluationCache(None), workers, checkpoint)
+        self.evaluator = Evaluator(problem, cache or EvaluationCache(None), workers)
         self.progress = progress
         self.evaluations = 0
         self.seen: set[str] = set()

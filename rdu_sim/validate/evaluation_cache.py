@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.yaml_io import file_problem, read_text_file
+from rdu_sim.interrupts import deferred
 from rdu_sim.validate.targets import Evaluated
 
 MAX_CACHE_BYTES = 256 << 20
@@ -140,8 +141,9 @@ class EvaluationCache:
         }
         try:
             stream = self._open()
-            stream.write(json.dumps(line) + "\n")
-            stream.flush()
+            with deferred():  # a signal does not cut the line
+                stream.write(json.dumps(line) + "\n")
+                stream.flush()
         except OSError as exc:
             raise WriteError.from_os(self.path, exc) from None
 

@@ -2,11 +2,12 @@
 process or a pool of worker processes (the same results either way).
 
 Each unit is simulated with exactly the overrides that reach it (``Problem.unit_overrides``)
-and its result goes to the cache (``rdu_sim.validate.evaluation_cache``) the moment it ends.
-Between units, and every ``POLL_S`` while workers simulate, the evaluator calls its
-``checkpoint``: a stop asked there (a signal) leaves every finished unit in the cache. The
-workers start with Ctrl-C ignored (the terminal sends it to the whole process group: the
-parent decides, and terminates them when it stops).
+and its result goes to the cache (``rdu_sim.validate.evaluation_cache``) the moment it ends,
+so a signal (``rdu_sim.interrupts.Interrupted``, raised in this process between two units,
+inside one's simulation or out of the wait for a worker) leaves every finished unit in the
+cache and none half-written. The workers start with Ctrl-C ignored (the terminal sends it to
+the whole process group: the parent decides, and terminates them when it stops; a unit a
+worker was simulating is lost, never half-kept).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import contextlib
 import multiprocessing
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,21 +60,13 @@ def _ignoring_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-POLL_S = 0.2
-"""How often the parent looks for a stop request while its workers simulate."""
-
-
 @dataclass
 class Evaluator:
-    """Simulates units at parameter values, through the cache, in this process or a pool.
-
-    ``checkpoint`` is called between units (and while waiting on workers): raising there
-    stops the fit with every finished unit already in the cache."""
+    """Simulates units at parameter values, through the cache, in this process or a pool."""
 
     problem: Problem
     cache: EvaluationCache
     workers: int = 1
-    checkpoint: Callable[[], None] = lambda: None
     simulated: int = 0
     cached: int = 0
     _pool: Any = field(default=None, repr=False)
@@ -107,7 +100,6 @@ class Evaluator:
         tasks = [(index, self.problem.units[index], overrides) for index, _, overrides in todo]
         if self.workers <= 1 or len(tasks) <= 1:
             for task in tasks:
-                self.checkpoint()
                 yield _checked(_run(task))
             return
         if self._pool is None:
@@ -117,15 +109,7 @@ class Evaluator:
             # initializer runs
             with _ignoring_interrupts():
                 self._pool = context.Pool(self.workers, initializer=_quiet_worker)
-        results = self._pool.imap_unordered(_run, tasks)
-        for _ in tasks:
-            while True:
-                self.checkpoint()
-                try:
-                    outcome = results.next(timeout=POLL_S)
-                except multiprocessing.TimeoutError:
-                    continue
-                break
+        for outcome in self._pool.imap_unordered(_run, tasks):
             yield _checked(outcome)
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from rdu_sim import api
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.interrupts import Interrupted, blocked, run_stoppable, start_worker, stop_children
 from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate
 from rdu_sim.validate.measure import (
@@ -213,13 +214,25 @@ def run_suite(
         if scaling_overrides is None
         else list(scaling_overrides)
     )
-    if parallel:
-        with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(measure_run, path, run_ovr, prompt) for path, run_ovr in plans]
-            small_future = pool.submit(measure_small, full, ovr)
-            scaling_future = pool.submit(measure_decode_scaling, hardware_ovr)
-            ss, fu = (f.result() for f in futures)
-            small, scaling = small_future.result(), scaling_future.result()
+    if parallel:  # a signal stops the workers' runs too (interrupts.start_worker)
+        spawn = get_context("spawn")
+        with ProcessPoolExecutor(2, mp_context=spawn, initializer=start_worker) as pool:
+            try:
+                with blocked():  # the workers start with the signals blocked
+                    futures = [
+                        pool.submit(run_stoppable, measure_run, path, run_ovr, prompt)
+                        for path, run_ovr in plans
+                    ]
+                    small_future = pool.submit(run_stoppable, measure_small, full, ovr)
+                    scaling_future = pool.submit(
+                        run_stoppable, measure_decode_scaling, hardware_ovr
+                    )
+                ss, fu = (f.result() for f in futures)
+                small, scaling = small_future.result(), scaling_future.result()
+            except Interrupted:
+                stop_children()
+                pool.shutdown(cancel_futures=True)
+                raise
     else:
         ss, fu = (measure_run(path, run_ovr, prompt) for path, run_ovr in plans)
         small, scaling = measure_small(full, ovr), measure_decode_scaling(hardware_ovr)

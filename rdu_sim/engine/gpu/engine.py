@@ -42,6 +42,7 @@ from rdu_sim.engine.pipeline import pipelined_timing
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
+from rdu_sim.interrupts import native
 
 
 class GpuEngine:
@@ -78,6 +79,7 @@ class GpuEngine:
         )
         return kernels + len(execution_order(program.kernels))
 
+    @native  # the compiled core runs here: a signal is raised after it (rdu_sim.interrupts)
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``.
         A program with micro-batches runs them side by side (``_overlapped``)."""

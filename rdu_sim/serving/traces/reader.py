@@ -10,9 +10,10 @@ line when it is a published trace's (Azure, Mooncake, BurstGPT), else by the fil
 
 - lengths are whole numbers of tokens; a published trace's zero-token row is a failed
   request, counted as ``skipped``, never served;
-- ``arrival_s`` may be absent from a workload's trace (closed-loop and all-at-once arrivals
-  do not need it); when the first row has it, every row must, and none may without it. A
-  cluster replays arrivals: every row needs one. A published trace's clock (wall-clock
+- ``arrival_s`` may be absent from a workload's trace in the project's formats (closed-loop
+  and all-at-once arrivals do not need it); when the first row has it, every row must, and
+  none may without it. A published trace's arrival column is part of its format, and a
+  cluster replays arrivals: there every row needs one. A published trace's clock (wall-clock
   times, milliseconds from its start) starts at its earliest request; so does every trace a
   cluster reads (its window is on that clock); a workload's own ``arrival_s`` is used as
   written. The clock must then fit the serving clock;
@@ -213,12 +214,16 @@ def _collect(lines: TraceLines, trace_format: TraceFormat, max_rows: int, replay
         ("expert", expert, found.expert),
     )
     has = found.has
-    hashed = trace_format.name == mooncake.NAME
+    format_name = trace_format.name
+    hashed = format_name == mooncake.NAME
     for line, row in trace_format.rows(lines):
         column = "arrival_s"
         try:
-            if replay and row.get(column) in (None, ""):
-                raise ValueProblem("a cluster replays arrival times: every row needs one")
+            if row.get(column) in (None, ""):
+                if published:
+                    raise ValueProblem(f"missing value (every {format_name} trace row has one)")
+                if replay:
+                    raise ValueProblem("a cluster replays arrival times: every row needs one")
             if published and (
                 _skipped(row.get("prompt_tokens")) or _skipped(row.get("output_tokens"))
             ):
@@ -240,7 +245,7 @@ def _collect(lines: TraceLines, trace_format: TraceFormat, max_rows: int, replay
                     values.append(check(row[column]))
         except ValueProblem as exc:
             missing = row.get(column) in (None, "") and column in ("prompt_tokens", "output_tokens")
-            shown = SOURCE_COLUMNS.get(trace_format.name, {}).get(column, column)
+            shown = SOURCE_COLUMNS.get(format_name, {}).get(column, column)
             raise lines.error("missing value" if missing else str(exc), shown, line) from None
         found.prompt.append(prompt)
         found.output.append(output)

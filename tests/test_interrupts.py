@@ -1,0 +1,241 @@
+"""SIGINT and SIGTERM stop a command cleanly (``rdu_sim.interrupts``): one line saying what
+was kept, exit 128 + the signal, no traceback, no abort, every finished point kept, a rerun
+resumes.
+
+The commands run as ``rdu-sim`` runs (a subprocess in a session of its own, signalled as a
+terminal signals: the whole process group; or, for SIGTERM, the command alone), with the
+compiled core when the install has one (CI's ``pip install -e ".[dev]"``): before the fix a
+signal landing in the compiled serving loop aborted it ("fatal: out of memory", SIGABRT),
+mypyc taking the KeyboardInterrupt that CPython's big-integer multiplication raised from
+its signal check for an allocation failure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rdu_sim import interrupts
+from rdu_sim.cli.main import NOT_STARTED
+from rdu_sim.cli.run_cmd import NOTHING_WRITTEN
+from rdu_sim.sweep import run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+RESPONDS_S = 10.0  # a stopped command has ended by then (it takes well under a second)
+
+
+def start(*args: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rdu_sim.cli.main", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+
+
+def stop(proc: subprocess.Popen[str], signum: int, group: bool = True) -> tuple[int, str]:
+    """Signal the command (its process group when ``group``); its status and stderr."""
+    assert proc.poll() is None, proc.communicate()[1]
+    if group:
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(proc.pid, signum)
+    start = time.monotonic()
+    try:
+        _, stderr = proc.communicate(timeout=RESPONDS_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"still running {RESPONDS_S} s after {signum}") from None
+    assert time.monotonic() - start < RESPONDS_S
+    return proc.returncode, stderr
+
+
+def interrupt_line(status: int, stderr: str, signum: int) -> str:
+    """The command ended by the signal with one line saying so and nothing else of note
+    (no traceback, no abort, no "Aborted!"); that line."""
+    assert status == 128 + signum, stderr
+    lines = [line for line in stderr.splitlines() if not line.startswith("rdu-sim: ")]
+    for bad in ("Traceback", "fatal", "Aborted", "Error", "Exception"):
+        assert bad not in stderr, stderr
+    stopped = [line for line in lines if line.startswith("interrupted")]
+    assert len(stopped) == 1 and lines[-1] == stopped[0], stderr
+    assert stopped[0].startswith(f"interrupted ({signal.Signals(signum).name})")
+    return stopped[0]
+
+
+@pytest.mark.parametrize(
+    ("after_s", "signum"),
+    [(0.5, signal.SIGINT), (1.5, signal.SIGTERM), (3.0, signal.SIGINT)],
+)
+def test_a_run_stops_at_any_moment(after_s: float, signum: int) -> None:
+    # A million requests: ~10 s and more; stopped while it imports, compiles or serves.
+    proc = start("run", "llama3.1-8b-1socket", "--set", "serving.requests=1000000")
+    time.sleep(after_s)
+    line = interrupt_line(*stop(proc, signum), signum)
+    assert line.split(": ", 1)[1] in (NOT_STARTED, NOTHING_WRITTEN)
+
+
+def test_validate_stops_its_pool_too() -> None:
+    # The figures suite runs its measurements in a pool of two spawned workers: they must
+    # not print tracebacks (they start with the signals blocked) nor outlive the stop.
+    proc = start("validate", "--quick")
+    time.sleep(2.5)
+    line = interrupt_line(*stop(proc, signal.SIGTERM), signal.SIGTERM)
+    assert line.endswith("the suite had not finished: nothing was printed")
+
+
+SPEC = """
+name: stop
+set: {serving.requests: 12000}
+axes:
+  serving.batch_slots: [1, 2, 4, 8]
+  serving.seed: [0, 1, 2, 3]
+metrics: [decode_tokens_per_s]
+"""
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    path = tmp_path / "stop.yaml"
+    path.write_text(f"base: {BASE}\n" + textwrap.dedent(SPEC).lstrip("\n"))
+    return path
+
+
+def rows(db: Path) -> int:
+    """Complete rows in the database (0 before it exists); it must be intact."""
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db, timeout=5) as conn:
+        try:
+            found = conn.execute("SELECT status, metrics FROM results").fetchall()
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+    assert all(status == "done" and metrics for status, metrics in found), found
+    return len(found)
+
+
+def wait_for_rows(proc: subprocess.Popen[str], db: Path, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while rows(db) < count:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "the sweep made no progress"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("workers", "after_rows", "signum", "group"),
+    [
+        (1, 1, signal.SIGINT, True),
+        (1, 5, signal.SIGTERM, False),
+        (2, 1, signal.SIGINT, True),
+        (2, 4, signal.SIGTERM, True),
+        (2, 2, signal.SIGTERM, False),  # the sweep alone: it stops its workers itself
+    ],
+)
+def test_a_sweep_stops_keeping_every_finished_point_and_resumes(
+    spec: Path, tmp_path: Path, workers: int, after_rows: int, signum: int, group: bool
+) -> None:
+    db = tmp_path / "stop.sqlite"
+    proc = start("sweep", spec, "--db", db, "--workers", str(workers), "--no-progress")
+    wait_for_rows(proc, db, after_rows)
+    line = interrupt_line(*stop(proc, signum, group), signum)
+    saved = rows(db)
+    assert after_rows <= saved < 16, line
+    assert line.endswith(
+        f"{saved} of 16 points are saved in {db} ({saved} finished now); run the same "
+        "command again to resume"
+    )
+    again = run_sweep(spec, db=db, workers=1, evaluator=quick)  # resumes after the saved
+    assert (again.already_done, again.ran, again.failed) == (saved, 16 - saved, 0)
+    assert rows(db) == 16
+
+
+def quick(point: object) -> dict[str, float]:
+    """A stand-in evaluator for the rerun: what it runs, not what it computes, is tested."""
+    return {"decode_tokens_per_s": 1.0}
+
+
+@pytest.mark.slow
+def test_a_dask_sweep_stops_keeping_every_finished_point(spec: Path, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    db = tmp_path / "stop.sqlite"
+    proc = start("sweep", spec, "--db", db, "--cluster", "local", "--workers", "2", "--no-progress")
+    wait_for_rows(proc, db, 2)
+    line = interrupt_line(*stop(proc, signal.SIGINT), signal.SIGINT)
+    saved = rows(db)
+    assert 2 <= saved < 16 and line.startswith(f"interrupted (SIGINT): {saved} of 16 points")
+
+
+def test_a_plan_stops_and_says_what_it_kept(tmp_path: Path) -> None:
+    db = tmp_path / "plan.sqlite"
+    proc = start("plan", "llama3.1-8b-chat", "--db", db)
+    wait_for_rows(proc, db, 2)
+    line = interrupt_line(*stop(proc, signal.SIGINT), signal.SIGINT)
+    with sqlite3.connect(db) as conn:
+        saved = conn.execute("SELECT count(*) FROM results").fetchone()[0]
+    assert line == (
+        f"interrupted (SIGINT): {saved} evaluations are saved in {db}; run the same command "
+        "again to resume"
+    )
+
+
+# --- the mechanism, in this process ---------------------------------------------------------
+
+
+def test_a_signal_outside_native_code_is_raised_where_it_lands() -> None:
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted) as stopped:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # a blocking wait is cut short
+    assert (stopped.value.signum, stopped.value.status) == (signal.SIGTERM, 143)
+    assert str(stopped.value) == "interrupted (SIGTERM)"
+
+
+def test_a_signal_inside_native_code_is_raised_in_python_code_after_it() -> None:
+    """Inside a native region the handler only queues the signal (it may run inside C code
+    that must not fail); the helper thread raises it at the main thread's next bytecode."""
+    handlers: list[object] = []
+
+    @interrupts.native
+    def compiled_core() -> None:
+        handlers.append(signal.getsignal(signal.SIGINT))
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # Python code: the exception arrives in here
+            pass
+
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted) as stopped:
+        compiled_core()
+    assert stopped.value.signum == signal.SIGINT
+    assert handlers and getattr(handlers[0], "__name__", None) == "put"  # SimpleQueue.put
+
+
+def test_a_deferred_section_finishes_before_the_signal_is_raised() -> None:
+    done: list[str] = []
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted):
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done.append("written")
+        done.append("not reached")
+    assert done == ["written"]
+
+
+def test_what_a_stop_kept_is_said_once() -> None:
+    with (
+        pytest.raises(interrupts.Interrupted) as stopped,
+        interrupts.kept_on_stop("outer"),
+        interrupts.kept_on_stop("inner"),
+    ):
+        raise interrupts.Interrupted(signal.SIGINT)
+    assert str(stopped.value) == "interrupted (SIGINT): inner"
