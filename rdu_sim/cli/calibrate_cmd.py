@@ -270,7 +270,9 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
         for option, used in given:
             if used:
                 fail(f"{option}: the spec {args[0]} states it (edit a copy of the spec instead)")
-        path = shipped.locate(args[0], ("calibration",))
+        named = Path(args[0])
+        found = named if named.is_file() else shipped.find(args[0], ("calibration",))
+        path = found or shipped.locate(args[0], ("calibration",))  # its error: not found
         spec = read_spec(path)
         inputs = spec_inputs(spec, overrides, overlays)
         return inputs, path, spec.file.max_evaluations, f"calibration-{path.stem}"
