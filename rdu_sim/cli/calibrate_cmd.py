@@ -454,7 +454,7 @@ def command(
         *(line.strip() for line in _summary_lines(result) if not line.startswith("  ")),
     ]
     files = _overlay_files(result, ready.paths, header)
-    document = {**result.to_dict(), "command": recorded, "files": sorted(str(p) for p in files)}
+    document = {**result.to_dict(), "command": recorded, "files": sorted(p.name for p in files)}
     files[ready.folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
     for path, text in files.items():
         _write_text(path, text)
