@@ -14,12 +14,12 @@ from click.testing import CliRunner
 from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.config import ConfigError
-from rdu_sim.validate.calibrate import Calibration, Problem, quantity_text
-from rdu_sim.validate.calibration_problem import Inputs, build_problem
+from rdu_sim.validate.calibrate import Calibration
+from rdu_sim.validate.calibration_problem import Inputs, Problem, build_problem
 from rdu_sim.validate.deployment import MeasuredPoint, simulate
 from rdu_sim.validate.evaluation_cache import EvaluationCache
 from rdu_sim.validate.holdout import parse_selector
-from rdu_sim.validate.scope import FitParameter, parse_fit
+from rdu_sim.validate.scope import FitParameter, parse_fit, quantity_text
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = "sambastack-2025"

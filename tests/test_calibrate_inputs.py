@@ -245,19 +245,19 @@ def test_14_every_row_is_checked_before_the_first_simulation(
     """An unknown model on row 1,201 errored after 31 s of simulation."""
     monkeypatch.setattr(targets, "simulate_run", lambda *a: pytest.fail("simulated"))
     rows = [ROW.replace(",1,1,16,", f",1,{1 + i % 4},{16 + i},") for i in range(1200)]
-    for bad, column in [
-        ("llama-9", "model"),
-        ("llama-3.2-1b,3", "tp"),
+    path = tmp_path / "big.csv"
+    path.write_text("\n".join([H, *rows, ROW.replace("llama-3.2-1b", "llama-9")]) + "\n")
+    _one_error(_run(str(path), "--fit", F), "big.csv:1202: model:")
+    for last, column in [
+        (ROW.replace("llama-3.2-1b,1,", "llama-3.2-1b,3,"), "tp"),
+        (ROW.replace("sn40l,", "nope,"), "hardware"),
     ]:
-        path = tmp_path / "big.csv"
-        last = ROW.replace("llama-3.2-1b,1", bad if column == "tp" else f"{bad},1")
-        path.write_text("\n".join([H, *rows, last]) + "\n")
-        _one_error(_run(str(path), "--fit", F), f"big.csv:1202: {column}:")
-    path.write_text("\n".join([H, *rows, ROW.replace("sn40l,", "nope,")]) + "\n")
-    _one_error(_run(str(path), "--fit", F), "big.csv:1202: hardware:")
-    weights = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured_s,weights"
-    path.write_text(f"{weights}\n{ROW},fp7\n")
-    _one_error(_run(str(path), "--fit", F), "big.csv:2: weights:")
+        path.write_text("\n".join([H, *rows[:3], last]) + "\n")
+        _one_error(_run(str(path), "--fit", F), f"big.csv:5: {column}:")
+    stacked = f"{H},stack,weights"
+    for cells, column in [(",nope,", "stack"), (",,fp7", "weights")]:
+        path.write_text(f"{stacked}\n{ROW},,\n{ROW}{cells}\n")
+        _one_error(_run(str(path), "--fit", F), f"big.csv:3: {column}:")
 
 
 def test_a_bound_its_field_refuses_is_named_before_simulating(
@@ -328,3 +328,27 @@ def test_any_options_end_in_a_result_or_one_clean_error(
         assert result.exit_code == 2 and result.output.count("Error:") == 1, result.output
         return
     _one_error(result)
+
+
+@pytest.mark.parametrize(
+    ("row", "words"),
+    [
+        ("sn40l,llama-3.2-1b,1,auto,1000000,1048576,1048576,output_tokens_per_s,100", "exceeds"),
+        ("sn40l,llama-3.2-1b,1,auto,1000000,16,16,output_tokens_per_s,100", "serving.max_work"),
+        ("sn40l,llama-3.2-1b,1,65536,1000000,16,16,output_tokens_per_s,100", "KV cache of 65536"),
+    ],
+)
+def test_absurd_rows_end_in_one_error_naming_the_row_at_once(
+    tmp_path: Path, row: str, words: str
+) -> None:
+    """The full-load format's bounds: a row asking for a context its model cannot hold, a
+    run too large to simulate, or a batch no memory holds, is one error naming its row,
+    within seconds."""
+    import time
+
+    path = tmp_path / "absurd.csv"
+    header = "hardware,model,tp,batch,requests,input_tokens,output_tokens,metric,measured"
+    path.write_text(f"{header}\n{row}\n")
+    began = time.perf_counter()
+    _one_error(_run(str(path), "--fit", F, "-o", str(tmp_path / "o")), "absurd.csv:2:", words)
+    assert time.perf_counter() - began < 30

@@ -81,9 +81,10 @@ def test_a_signal_stops_calibrate_and_keeps_its_cache(
     assert time.monotonic() - sent < 15, "calibrate took too long to stop"
     assert proc.returncode == 128 + signum, stderr
     assert "Traceback" not in stderr, stderr
-    stopped = [line for line in stderr.splitlines() if line.startswith("calibrate: stopped")]
-    assert len(stopped) == 1 and signal.Signals(signum).name in stopped[0], stderr
-    kept = int(stopped[0].split("; ")[1].split(" ")[0])
+    name = signal.Signals(signum).name
+    stopped = [line for line in stderr.splitlines() if line.startswith(f"interrupted ({name}): ")]
+    assert len(stopped) == 1 and stopped[0] == stderr.strip().splitlines()[-1], stderr
+    kept = int(stopped[0].split(": ", 1)[1].split(" ")[0])
     assert kept == _lines(cache) >= after  # what it says it kept is what the cache holds
     assert all(json.loads(line)["values"] for line in cache.read_text().splitlines())
     assert not (out / "fit.json").exists()

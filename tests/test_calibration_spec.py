@@ -18,6 +18,7 @@ from rdu_sim.validate import targets
 from rdu_sim.validate.calibration_problem import build_problem, spec_inputs
 from rdu_sim.validate.calibration_spec import read_spec
 from rdu_sim.validate.figures import DEVICE, FIGURES, PRODUCTION_STACK
+from rdu_sim.validate.measurement_file import shipped_files
 from rdu_sim.validate.scope import label_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,9 +36,7 @@ def test_the_joint_spec_resolves_without_simulating(no_simulation: None) -> None
     and the figures are in."""
     spec = read_spec(shipped.locate("joint", ("calibration",)))
     problem = build_problem(spec_inputs(spec))
-    assert {p.stem for p in spec.measurement_paths()} == {
-        p.stem for p in shipped.entries("measurement").values()
-    }
+    assert {p.stem for p in spec.measurement_paths()} == {p.stem for p in shipped_files()}
     assert {t.values_of("set")[0] for t in problem.targets} == {
         *(p.stem for p in spec.measurement_paths()),
         "figures",

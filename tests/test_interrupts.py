@@ -61,6 +61,23 @@ def stop(proc: subprocess.Popen[str], signum: int, group: bool = True) -> tuple[
     return proc.returncode, stderr
 
 
+def wait_for_workers(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> None:
+    """Return once the command has spawned its pool (a child process), so the stop lands
+    while its workers measure whatever the machine's speed; fails if it ends first."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    if not children.exists():  # a kernel without the children list: the import's time
+        time.sleep(1.0)
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        if children.read_text().split():
+            time.sleep(0.2)  # the workers are importing: the stop lands mid-measurement
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no worker spawned within {timeout_s} s")
+
+
 def interrupt_line(status: int, stderr: str, signum: int) -> str:
     """The command ended by the signal with one line saying so and nothing else of note
     (no traceback, no abort, no "Aborted!"); that line."""
@@ -90,7 +107,7 @@ def test_validate_stops_its_pool_too() -> None:
     # The figures suite runs its measurements in a pool of two spawned workers: they must
     # not print tracebacks (they start with the signals blocked) nor outlive the stop.
     proc = start("validate", "--quick")
-    time.sleep(2.5)
+    wait_for_workers(proc)
     line = interrupt_line(*stop(proc, signal.SIGTERM), signal.SIGTERM)
     assert line.endswith("the suite had not finished: nothing was printed")
 

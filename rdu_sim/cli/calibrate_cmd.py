@@ -15,8 +15,8 @@ stack, and the fitted values with their units. It writes into `-o DIR` one overl
 machine (a hardware file that extends it) and per stack, and `fit.json`; pass an overlay back
 with `--overlay FILE` (here or in `validate --suite deployment`). Every simulation is kept in
 an evaluation cache (`--cache`, default DIR/evaluations.jsonl) the moment it ends: Ctrl-C or
-SIGTERM stops at the next unit, and the same command resumes. Nothing is written over an
-input. Deterministic: the same inputs give the same bytes.
+SIGTERM stops the fit with one line saying how many are kept, and the same command resumes.
+Nothing is written over an input. Deterministic: the same inputs give the same bytes.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overlays_option, overrides_option
 
 if TYPE_CHECKING:
-    from rdu_sim.validate.calibrate import Evaluation, FitResult, Problem
-    from rdu_sim.validate.calibration_problem import Inputs
+    from rdu_sim.validate.calibrate import Evaluation
+    from rdu_sim.validate.calibration_problem import Inputs, Problem
     from rdu_sim.validate.deployment import ErrorSummary
+    from rdu_sim.validate.fit_result import FitResult
 
 FIT_FILE = "fit.json"
 CACHE_FILE = "evaluations.jsonl"
@@ -47,12 +48,17 @@ DEFAULT_MAX_EVALUATIONS = 60
 
 
 def _is_spec(text: str) -> bool:
-    """Whether an argument names a calibration spec (a YAML file, or a shipped spec)."""
+    """Whether an argument names a calibration spec: a YAML file, or a shipped spec's name
+    that no file here shadows (a folder of that name does not)."""
     from rdu_sim.config import shipped
 
     if text.endswith((".yaml", ".yml")):
         return True
-    return not Path(text).exists() and shipped.find(text, ("calibration",)) is not None
+    try:
+        a_file = Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+    return not a_file and shipped.find(text, ("calibration",)) is not None
 
 
 def _measurement_path(text: str) -> Path:
@@ -135,7 +141,7 @@ def _summary_lines(result: FitResult) -> list[str]:
 
 
 def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> None:
-    from rdu_sim.validate.calibrate import quantity_text
+    from rdu_sim.validate.scope import quantity_text
 
     shown = ", ".join(
         f"{name}={quantity_text(value, unit)}"
@@ -195,7 +201,7 @@ def _writable(folder: Path) -> None:
 
 
 def _describe(result: FitResult, kind: str, target: str) -> list[str]:
-    from rdu_sim.validate.calibrate import describe
+    from rdu_sim.validate.fit_result import describe
 
     return [
         "Fitted: " + describe(one, value, text)
@@ -264,7 +270,9 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
         for option, used in given:
             if used:
                 fail(f"{option}: the spec {args[0]} states it (edit a copy of the spec instead)")
-        path = shipped.locate(args[0], ("calibration",))
+        named = Path(args[0])
+        found = named if named.is_file() else shipped.find(args[0], ("calibration",))
+        path = found or shipped.locate(args[0], ("calibration",))  # its error: not found
         spec = read_spec(path)
         inputs = spec_inputs(spec, overrides, overlays)
         return inputs, path, spec.file.max_evaluations, f"calibration-{path.stem}"
@@ -284,6 +292,47 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
         base=Path.cwd(),
     )
     return inputs, None, None, "calibration"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A calibration checked and ready to fit: nothing simulated, nothing written yet but
+    the output folder and the cache file opened."""
+
+    problem: Problem
+    inputs: Inputs
+    max_evaluations: int
+    folder: Path
+    paths: dict[tuple[str, str], Path]  # each fitted machine's and stack's overlay
+    cache: Path
+
+
+def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
+    """Read what was asked, build and check the problem, and make sure every output can be
+    written and none is an input, before anything is simulated."""
+    from rdu_sim.validate.calibration_problem import build_problem
+    from rdu_sim.validate.evaluation_cache import EvaluationCache
+
+    inputs, spec, spec_evaluations, default_out = _inputs(asked)
+    folder = _out_folder(out, default_out)
+    if cache is not None and (not cache.strip() or "\0" in cache):
+        fail("--cache: give the cache file's path (it is empty)")
+    cache_path = Path(cache) if cache is not None else folder / CACHE_FILE
+    _regular_or_absent(cache_path, "--cache")
+    problem = build_problem(inputs)
+    read = _inputs_read(
+        problem, [*inputs.measurements, *inputs.overlays, *([spec] if spec else [])]
+    )
+    paths = _overlay_paths(problem, folder)
+    outputs = [*paths.values(), folder / FIT_FILE]
+    _refuse_overwrite([("--cache", cache_path), *(("-o", path) for path in outputs)], read)
+    _refuse_overwrite([("-o", path) for path in outputs], [cache_path])
+    for path in outputs:
+        _regular_or_absent(path, "-o")
+    _writable(folder)
+    EvaluationCache(cache_path).ready()  # the cache file can be written (and is checked)
+    evaluations = asked.max_evaluations or spec_evaluations or DEFAULT_MAX_EVALUATIONS
+    return Prepared(problem, inputs, evaluations, folder, paths, cache_path)
 
 
 @click.command("calibrate")
@@ -367,53 +416,32 @@ def command(
 ) -> None:
     """Fit hardware and serving-stack parameters to measurements and published figures
     (a calibration spec, or MEASUREMENTS with --fit); write the calibrated overlays."""
-    from rdu_sim.cli.interrupts import Interrupted, stop_requests
+    from rdu_sim.interrupts import Interrupted
     from rdu_sim.validate.calibrate import Calibration
-    from rdu_sim.validate.calibration_problem import build_problem
     from rdu_sim.validate.evaluation_cache import EvaluationCache
 
     asked = Asked(
         args, fits, holdouts, figures, tolerance, hardware, max_evaluations, overrides, overlays
     )
-    inputs, spec, spec_evaluations, default_out = _inputs(asked)
-    evaluations = max_evaluations or spec_evaluations or DEFAULT_MAX_EVALUATIONS
-    folder = _out_folder(out, default_out)
-    if cache is not None and (not cache.strip() or "\0" in cache):
-        fail("--cache: give the cache file's path (it is empty)")
-    cache_path = Path(cache) if cache is not None else folder / CACHE_FILE
-    _regular_or_absent(cache_path, "--cache")
-    problem = build_problem(inputs)
-    given = [*inputs.measurements, *inputs.overlays, *([spec] if spec else [])]
-    read = _inputs_read(problem, given)
-    paths = _overlay_paths(problem, folder)
-    outputs = [*paths.values(), folder / FIT_FILE]
-    _refuse_overwrite([("--cache", cache_path), *(("-o", path) for path in outputs)], read)
-    _refuse_overwrite([("-o", path) for path in outputs], [cache_path])
-    for path in outputs:
-        _regular_or_absent(path, "-o")
-    _writable(folder)
-    cache_file = EvaluationCache(cache_path)
-    cache_file.ready()
+    ready = _prepare(asked, out, cache)
+    problem, inputs, cache_path = ready.problem, ready.inputs, ready.cache
     names = [one.name for one in problem.parameters]
     units = [one.parameter.unit for one in problem.parameters]
-    with stop_requests() as stop:
-        calibration = Calibration(
-            problem,
-            cache_file,
-            workers=workers,
-            progress=lambda e: _progress(e, names, units),
-            checkpoint=stop.check,
-        )
-        try:
-            result = calibration.fit(evaluations)
-        except Interrupted as signal:
-            kept = calibration.evaluator.simulated
-            print(
-                f"calibrate: stopped by {signal.name}; {kept} simulation(s) of this run kept in "
-                f"{cache_path} (run the same command again to resume)",
-                file=sys.stderr,
-            )
-            raise SystemExit(signal.status) from None
+    calibration = Calibration(
+        problem,
+        EvaluationCache(cache_path),
+        workers=workers,
+        progress=lambda e: _progress(e, names, units),
+    )
+    try:
+        result = calibration.fit(ready.max_evaluations)
+    except Interrupted as stop:  # the boundary prints it: say what the cache holds
+        kept = calibration.evaluator.simulated
+        raise Interrupted(
+            stop.signum,
+            f"{kept} simulation(s) of this run kept in {cache_path} (the same command "
+            "resumes from it)",
+        ) from None
     recorded = asked.recorded()
     trained, held = len(problem.train), len(problem.held_out)
     sets = ", ".join(
@@ -425,9 +453,9 @@ def command(
         + (f"; held out: {'; '.join(str(s) for s in inputs.held_out)}" if held else ""),
         *(line.strip() for line in _summary_lines(result) if not line.startswith("  ")),
     ]
-    files = _overlay_files(result, paths, header)
-    document = {**result.to_dict(), "command": recorded, "files": sorted(str(p) for p in files)}
-    files[folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
+    files = _overlay_files(result, ready.paths, header)
+    document = {**result.to_dict(), "command": recorded, "files": sorted(p.name for p in files)}
+    files[ready.folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
     for path, text in files.items():
         _write_text(path, text)
     print(
@@ -448,7 +476,7 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _print(result: FitResult, files: dict[Path, str]) -> None:
-    from rdu_sim.validate.calibrate import describe
+    from rdu_sim.validate.fit_result import describe
 
     def shown(value: float, unit: str) -> str:
         return human.duration(value, 4) if unit == "s" else human.in_unit(value, unit, 4)
@@ -456,8 +484,9 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
     for r in result.results:
         t = r.target
         role = "held out" if r.held_out else "fitted"
+        name = t.id if t.id.endswith(t.label) else f"{t.id}: {t.label}"
         click.echo(
-            f"{t.id}: {t.label}: measured {shown(t.measured, t.measure_unit)}, "
+            f"{name}: measured {shown(t.measured, t.measure_unit)}, "
             f"simulated {shown(r.simulated, t.measure_unit)}, "
             f"{human.percent(r.relative_error, signed=True)} ({role})"
         )

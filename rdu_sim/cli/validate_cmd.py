@@ -170,7 +170,8 @@ def command(
         if given := [option for option, value in figures_only.items() if value]:
             fail(
                 f"{', '.join(given)}: the figures suite's (--suite figures); the deployment "
-                "suite simulates each shipped measured point as it is (it takes --set and --json)"
+                "suite simulates each shipped measured point as it is (it takes --set, --overlay "
+                "and --json)"
             )
         with kept_on_stop(UNFINISHED):
             passed = _deployment(overrides, overlays, as_json)

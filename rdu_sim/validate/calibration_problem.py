@@ -15,13 +15,82 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.validate.calibrate import Problem
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.holdout import Selector, split
 from rdu_sim.validate.measurement_file import read_all
 from rdu_sim.validate.overlays import read_overlay
-from rdu_sim.validate.scope import Deployment, FitParameter, Scoped, deployment_of, resolve
+from rdu_sim.validate.scope import (
+    Deployment,
+    FitParameter,
+    Fixed,
+    Scoped,
+    deployment_of,
+    fixed_overrides,
+    label_of,
+    overrides_for,
+    resolve,
+)
 from rdu_sim.validate.targets import Target, Unit, figure_targets, row_targets
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What to fit: targets, the units simulating them, parameters, the held-out split."""
+
+    units: tuple[Unit, ...]
+    targets: tuple[Target, ...]
+    parameters: tuple[Scoped, ...]
+    train: tuple[int, ...]
+    held_out: tuple[int, ...]
+    overrides: tuple[str, ...] = ()  # --set on every run, before the fitted values
+    fixed: tuple[Fixed, ...] = ()  # values passed back (--overlay), where they reach
+
+    def __post_init__(self) -> None:
+        if not self.parameters:
+            raise ConfigError.single("--fit", "", "name at least one parameter to fit")
+        for one in self.parameters:
+            if not any(self._reaches(one, self.targets[i]) for i in self.train):
+                raise ConfigError.single(
+                    "--fit",
+                    one.parameter.text or one.name,
+                    "reaches no trained row or figure (all held out?)",
+                )
+            if one.parameter.kind == "machine":
+                self._spans_stacks(one)
+
+    def _reaches(self, one: Scoped, target: Target) -> bool:
+        return any(one.reaches(d) for d in self.units[target.unit].deployments)
+
+    def _spans_stacks(self, one: Scoped) -> None:
+        """A machine's parameter is one value under every stack it runs: fitted on one
+        stack's measurements alone it would be that stack's, so it is refused."""
+        stacks = {
+            d.stack
+            for i in self.train
+            for d in self.units[self.targets[i].unit].deployments
+            if one.reaches(d)
+        }
+        if len(stacks) < 2:
+            raise ConfigError.single(
+                "--fit",
+                one.parameter.text or one.name,
+                f"a hardware parameter is fitted on the rows of one serving stack only "
+                f"({', '.join(sorted(label_of(s) for s in stacks))}): a machine's value "
+                "must hold under every stack it runs, so fit it on at least two stacks' "
+                "measurements (or fit a stack's own parameter instead)",
+            )
+
+    def unit_overrides(self, unit: int, values: Sequence[float]) -> list[list[str]]:
+        """The overrides of each of ``unit``'s deployments at parameter ``values``."""
+        owner = self.units[unit]
+        return [
+            [
+                *base,
+                *fixed_overrides(self.fixed, deployment),
+                *overrides_for(self.parameters, values, deployment),
+            ]
+            for base, deployment in zip(owner.parts(self.overrides), owner.deployments, strict=True)
+        ]
 
 
 @dataclass(frozen=True)

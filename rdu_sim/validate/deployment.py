@@ -179,7 +179,16 @@ class MeasuredPoint:
                 data, workload_file=self.file, overrides=[*overrides, *self.settings]
             )
         except ConfigError as exc:
-            raise ConfigError([self._row_issue(issue) for issue in exc.issues]) from None
+            raise self.row_error(exc) from None
+
+    def row_error(self, exc: ConfigError) -> ConfigError:
+        """``exc`` (of this point's workload or run) as one issue of its row: a fault in a
+        file the row names is told on one line, after the row's."""
+        first, *rest = (self._row_issue(issue) for issue in exc.issues)
+        if rest:
+            more = "; ".join(str(issue) for issue in rest)
+            first = ConfigIssue(first.file, first.field, f"{first.message} {more}")
+        return ConfigError([first])
 
     def _row_issue(self, issue: ConfigIssue) -> ConfigIssue:
         """An issue of this point's workload, told as one of its row (its column named)."""
@@ -246,7 +255,11 @@ def simulate_run(point: MeasuredPoint, overrides: Sequence[str] = ()) -> Simulat
     value (no request completed)."""
     from rdu_sim import api
 
-    result = api.run(point.scenario(overrides))
+    scenario = point.scenario(overrides)
+    try:
+        result = api.run(scenario)
+    except ConfigError as exc:  # a run the row asks for that cannot be done (too much work)
+        raise point.row_error(exc) from None
     value = METRICS[point.metric].read(result.summary())
     if value is None or not np.isfinite(value) or value <= 0:
         raise ConfigError.single(
@@ -275,11 +288,12 @@ class PointResult:
         return self.simulated / self.point.measured - 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: the point's fields, its unit, the simulated value, the batch it ran at
-        and the error."""
+        """JSON-safe: the point's fields, its unit and method, the simulated value, the batch
+        it ran at and the error."""
         return {
             **asdict(self.point),
             "unit": self.point.unit,
+            "method": self.point.method,
             "simulated": self.simulated,
             "batch_slots": self.batch_slots,
             "relative_error": self.relative_error,

@@ -47,6 +47,9 @@ class GroupVerdict:
     errors: ErrorSummary
     median_limit: float
     worst_limit: float
+    hardware: str = ""  # what the group is, field by field
+    stack: str = ""
+    method: str = ""
 
     @property
     def passed(self) -> bool:
@@ -60,6 +63,9 @@ class GroupVerdict:
         """JSON-safe."""
         return {
             **self.errors.to_dict(),
+            "hardware": self.hardware,
+            "stack": self.stack,
+            "method": self.method,
             "median_limit": self.median_limit,
             "worst_limit": self.worst_limit,
             "pass": self.passed,
@@ -73,6 +79,7 @@ class DeploymentReport:
     results: tuple[PointResult, ...]
     groups: tuple[GroupVerdict, ...]
     group_of_row: tuple[str, ...]
+    stack_of_row: tuple[str, ...]  # each row's stack, resolved (its hardware's default too)
 
     @property
     def passed(self) -> bool:
@@ -80,12 +87,11 @@ class DeploymentReport:
         return all(group.passed for group in self.groups)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: ``points`` (each with its ``group``), ``systems`` (the groups)."""
+        """JSON-safe: ``points`` (each with its ``group`` and its resolved ``stack``),
+        ``systems`` (the groups, each with its ``hardware``, ``stack`` and ``method``)."""
+        rows = zip(self.results, self.group_of_row, self.stack_of_row, strict=True)
         return {
-            "points": [
-                {**r.to_dict(), "group": g}
-                for r, g in zip(self.results, self.group_of_row, strict=True)
-            ],
+            "points": [{**r.to_dict(), "group": g, "stack": s} for r, g, s in rows],
             "systems": [group.to_dict() for group in self.groups],
             "limits": {name: {"median": m, "worst": w} for name, (m, w) in LIMITS.items()},
             "pass": self.passed,
@@ -107,6 +113,19 @@ def run_deployment_suite(
     names = [group_of(p, d) for p, d in zip(points, deployments, strict=True)]
     by_name = dict(zip((id(r) for r in results), names, strict=True))
     summaries = grouped(results, lambda r: by_name[id(r)])
-    kind = {name: p.method for name, p in zip(names, points, strict=True)}
-    verdicts = tuple(GroupVerdict(summary, *LIMITS[kind[summary.group]]) for summary in summaries)
-    return DeploymentReport(tuple(results), verdicts, tuple(names))
+    rows = list(zip(names, points, deployments, strict=True))
+    first = {name: (p, d) for name, p, d in reversed(rows)}  # each group's first row
+    verdicts = []
+    for summary in summaries:
+        point, deployment = first[summary.group]
+        verdicts.append(
+            GroupVerdict(
+                summary,
+                *LIMITS[point.method],
+                hardware=deployment.hardware.stem,
+                stack=label_of(deployment.stack),
+                method=point.method,
+            )
+        )
+    stacks = tuple(label_of(d.stack) for d in deployments)
+    return DeploymentReport(tuple(results), tuple(verdicts), tuple(names), stacks)

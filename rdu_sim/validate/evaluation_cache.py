@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.yaml_io import file_problem, read_text_file
+from rdu_sim.interrupts import deferred
 from rdu_sim.validate.targets import Evaluated
 
 MAX_CACHE_BYTES = 256 << 20
@@ -78,7 +79,7 @@ class EvaluationCache:
             raise self._fail(number, f"kind must be one of {KINDS}, got {kind!r}")
         if not isinstance(values, list) or not values or len(values) > 1000:
             raise self._fail(number, "values is not a list of 1 to 1000 numbers")
-        read = tuple(self._value(v, kind, number) for v in values)
+        read = tuple(self._checked_value(v, kind, number) for v in values)
         if not (
             isinstance(slots, list)
             and all(
@@ -89,7 +90,7 @@ class EvaluationCache:
             raise self._fail(number, "batch_slots is not a list of counts, one per value")
         self.entries[key] = (str(kind), Evaluated(read, tuple(slots)), number)
 
-    def _value(self, value: Any, kind: str, number: int) -> float:
+    def _checked_value(self, value: Any, kind: str, number: int) -> float:
         if value is None and kind == "figures":
             return math.nan  # a figure the suite could not measure
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -140,8 +141,9 @@ class EvaluationCache:
         }
         try:
             stream = self._open()
-            stream.write(json.dumps(line) + "\n")
-            stream.flush()
+            with deferred():  # a signal does not cut the line
+                stream.write(json.dumps(line) + "\n")
+                stream.flush()
         except OSError as exc:
             raise WriteError.from_os(self.path, exc) from None
 

@@ -233,10 +233,13 @@ def read_points(path: Path) -> list[MeasuredPoint]:
 
 
 def shipped_files() -> list[Path]:
-    """The shipped measurement files, sorted by name."""
+    """The shipped measurement files of this format, sorted by name: those directly in
+    ``measurements/`` (a subfolder holds files of another format, each with its own reader:
+    ``measurements/expert-parallel/``)."""
     from rdu_sim.config import shipped
 
-    return sorted(shipped.entries("measurement").values())
+    top = shipped.folder(shipped.KINDS["measurement"]).resolve()
+    return sorted(p for p in shipped.entries("measurement").values() if p.parent.resolve() == top)
 
 
 def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:

@@ -313,3 +313,27 @@ class Fixed:
 def fixed_overrides(fixed: Sequence[Fixed], deployment: Deployment) -> list[str]:
     """The overrides of the given values that reach a run on ``deployment``."""
     return [one.override for one in fixed if one.reaches(deployment)]
+
+
+QUANTITY_UNITS: dict[str, tuple[tuple[float, str], ...]] = {
+    "s": ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")),
+    "bytes/s": ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1.0, "B/s")),
+    "FLOP/s": ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1.0, "FLOP/s")),
+}
+"""The units a fitted value is written in, largest first (each one the config reads)."""
+
+
+def quantity_text(value: float, unit: str, digits: int = 4) -> str:
+    """``value`` (internal unit) to ``digits`` significant digits in the unit that reads
+    best, as a config file takes it: ``285.2 us``, ``24.31 GB/s``, ``0.8734``."""
+    scales = QUANTITY_UNITS.get(unit)
+    if scales is None or value == 0:
+        return f"{value:.{digits}g}" + (" B" if unit == "bytes" and value == 0 else "")
+    scale, name = next(((s, n) for s, n in scales if abs(value) >= s), scales[-1])
+    return f"{value / scale:.{digits}g} {name}"
+
+
+def rounded(parameter: FitParameter, value: float) -> tuple[float, str]:
+    """The value as written to 4 significant digits in its unit, and read back."""
+    text = quantity_text(value, parameter.unit)
+    return read_bound(text, parameter.unit, parameter.path), text
