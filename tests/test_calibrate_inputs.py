@@ -193,7 +193,7 @@ def test_8_a_field_fitted_twice_on_the_same_rows_is_refused(measured: Path) -> N
     )
     _one_error(
         _run(
-            str(measured), "--fit", F, "--fit", "sambastudio-2024:stack.host.serial_per_step=0:1ms"
+            str(measured), "--fit", F, "--fit", "sambastack-2025:stack.host.serial_per_step=0:1ms"
         ),
         "fitted twice",
     )

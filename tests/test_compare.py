@@ -259,6 +259,8 @@ def test_plot_compare_draws_the_variants(tmp_path: Path) -> None:
     fig = plots.plot("compare", data)
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ticks == ["kv.policy=full", "kv.policy=snapstream"]
-    assert [t.get_text().split("\n")[1] for t in fig.axes[0].texts] == ["HBM-bound"] * 2
+    bounds = [f"{column['bound'].upper()}-bound" for column in data["columns"]]
+    assert [t.get_text().split("\n")[1] for t in fig.axes[0].texts] == bounds
+    assert bounds[0] == "HBM-bound"  # full KV at 128k: the KV reads bind, whatever the links
     title = fig.get_suptitle()  # names what it compares (notebook 06's had no title)
     assert "deepseek-r1-128k-snapstream" in title and "deepseek-r1" in title
