@@ -41,8 +41,8 @@ handle exactly (the shipped file is one 16-socket node)."""
 
 
 RECORDED_LINK = {"hw.system.intra_node_link.bandwidth": "64 GB/s"}
-"""The P2P port the pipelines below were studied on (before the deployment calibration set
-17.73 GB/s): their cycle lengths and settling layers are properties of that wiring."""
+"""The P2P port the pipelines below were studied on (before any calibration set the shipped
+link): their cycle lengths and settling layers are properties of that wiring."""
 
 
 @cache

@@ -135,7 +135,7 @@ def max_prompt_tokens(scenario: Scenario) -> int:
 
 def packed_prefill_tokens(scenario: Scenario, tokens: int, batch_slots: int) -> int:
     """Token rows of the largest prefill step when the runtime packs prompts of ``tokens``
-    tokens or fewer into one step (hardware ``runtime.prefill_batch_tokens``): at most the
+    tokens or fewer into one step (the serving stack's ``prefill_batch_tokens``): at most the
     budget and a prompt a slot, at least the one prompt."""
     budget = scenario.stack.prefill_batch_tokens
     if budget is None:
