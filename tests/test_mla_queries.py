@@ -87,9 +87,14 @@ def test_the_query_all_gather_in_closed_form(batch: int) -> None:
     assert _query_bytes(_arch(scenario), 1) == 147_456  # ~150 KB at batch 1
 
 
+SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 17.73e9}
+"""A link slow enough that both DeepSeek-R1 workloads' full-batch steps replicate the query
+weights (at the shipped 41.82 GB/s full attention's gathers)."""
+
+
 @pytest.mark.parametrize("workload", [SNAP, FULL])
 def test_the_replicated_weights_and_the_capacity_they_cost_in_closed_form(workload: str) -> None:
-    scenario = api.load(workload)
+    scenario = api.load(workload, SLOW_LINK)
     arch, tp = _arch(scenario), scenario.tp
     extra = arch.layers * _replicated_params(arch, tp) * scenario.weight_dtype_bytes
     sliced = sum(w.bytes for w in weight_inventory(scenario))
@@ -262,7 +267,7 @@ def test_each_pipeline_stage_chooses_for_its_own_layers() -> None:
     weights whole where its own full step replicates, its capacity planned with them; the
     batch capacity is the tighter stage's, and each stage's Program gathers or not by its
     own choice."""
-    scenario = api.load(SNAP, {"parallelism.tp": 8, "parallelism.pp": 2})
+    scenario = api.load(SNAP, {"parallelism.tp": 8, "parallelism.pp": 2, **SLOW_LINK})
     arch = _arch(scenario)
     compiler = Compiler(scenario)
     stages = pipeline_stages(arch, 2)
