@@ -36,6 +36,7 @@ SHIPPED = {
     "rdu_sim.data.tests.models": "tests/models",
     "rdu_sim.data.notebooks": "notebooks",
     "rdu_sim.data.measurements": "measurements",
+    "rdu_sim.data.calibrations": "calibrations",
 }
 """Installed package -> checkout folder (a data-only package: no Python inside)."""
 

@@ -7,7 +7,7 @@ a batch (each configuration's fastest over the batches given: tokens per second 
 sockets) and prefill of one prompt per replica or rank. The tensor-parallel replicas send
 nothing between racks, so their figures do not move with the bandwidth; the expert-parallel
 one's all-to-alls cross it. ``crossover`` finds where the two meet
-(notebooks/09_sn40l_racks.ipynb, docs/parallelism.md).
+(notebooks/08_sn40l_racks_expert_parallel.ipynb, docs/parallelism.md).
 """
 
 from __future__ import annotations

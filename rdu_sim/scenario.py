@@ -655,7 +655,9 @@ def _load_stack(
         raise ConfigError.single(
             files[0],
             "stack",
-            f"{problem}{where}; hardware {hardware.name!r} needs a stack for it",
+            f"{problem}{where}; hardware {hardware.name!r} needs a stack for it: name one "
+            f"(stack: NAME, --set stack=NAME) or run its default (--set stack=null, here "
+            f"{hardware.default_stack!r})",
             lines.get(("stack",)),
         )
     return stack, file

@@ -60,7 +60,7 @@ class StepShape:
     batch: int  # batch slots the step runs (prefill: prompts prefilled together)
     tokens: int  # new tokens per slot: the prompt (or chunk) in prefill, 1 in decode
     cache_len: int  # cached tokens each slot attends to besides the new ones (a bucket)
-    # Prefill only: whether this step runs the SnapKV selection (the "snapkv_select" kernel).
+    # Prefill only: whether this step runs the SnapKV selection (the "snapkv_*" kernels).
     # None lets the compiler decide from the KV policy for a prompt of cache_len + tokens
     # tokens; False for a non-final chunk of a chunked prefill.
     select: bool | None = None

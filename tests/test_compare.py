@@ -235,6 +235,19 @@ def test_vary_values_split_as_set_reads_them() -> None:
         (["--vary", "kv.policy=full,snapkv", "--set", "kv.policy=full"], "also given by --set"),
         (["--hardware", "sn40l-8", "--vary", "hardware=sn40l-16,dgx-h100"], "already varied"),
         ([], "give --hardware (a system per column) or --vary PATH=A,B"),
+        (  # 90,000 combinations ran until killed
+            [
+                "--vary",
+                "serving.seed=" + ",".join(map(str, range(300))),
+                "--vary",
+                "serving.requests=" + ",".join(map(str, range(100, 400))),
+            ],
+            "serving.seed x serving.requests: 90,000 variants; a comparison shows at most 64",
+        ),
+        (
+            ["--hardware", "sn40l-8", "--vary", "serving.seed=" + ",".join(map(str, range(65)))],
+            "hardware x serving.seed: 65 variants",
+        ),
     ],
 )
 def test_bad_vary_is_one_error_line_before_any_simulation(
@@ -259,6 +272,8 @@ def test_plot_compare_draws_the_variants(tmp_path: Path) -> None:
     fig = plots.plot("compare", data)
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ticks == ["kv.policy=full", "kv.policy=snapstream"]
-    assert [t.get_text().split("\n")[1] for t in fig.axes[0].texts] == ["HBM-bound"] * 2
+    bounds = [f"{column['bound'].upper()}-bound" for column in data["columns"]]
+    assert [t.get_text().split("\n")[1] for t in fig.axes[0].texts] == bounds
+    assert bounds[0] == "HBM-bound"  # full KV at 128k: the KV reads bind, whatever the links
     title = fig.get_suptitle()  # names what it compares (notebook 06's had no title)
     assert "deepseek-r1-128k-snapstream" in title and "deepseek-r1" in title

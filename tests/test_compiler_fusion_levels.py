@@ -9,11 +9,9 @@ import pytest
 
 from rdu_sim.api import inspect_graph
 from rdu_sim.compiler import Compiler, plan_memory
-from rdu_sim.compiler.fusion import fusion_level, graph_groups
+from rdu_sim.compiler.fusion import fusion_level, layer_graphs
 from rdu_sim.compiler.fusion_levels import resolve_level
-from rdu_sim.compiler.layout import shard_plan
 from rdu_sim.compiler.program import KernelProgram, Program, operational_intensity
-from rdu_sim.compiler.sharding import shard_graph
 from rdu_sim.graph import operators
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import StepShape
@@ -51,10 +49,12 @@ def intensity(kernels: list[KernelProgram]) -> float:
 @pytest.mark.parametrize("shape", SHAPES, ids=["decode", "prefill"])
 def test_none_is_one_kernel_per_operator(path: Path, shape: StepShape) -> None:
     s = scenario(path, "none")
-    program = Compiler(s).program(shape)
-    for group in graph_groups(s, shape):
+    compiler = Compiler(s)
+    program = compiler.program(shape)
+    whole, replicate = compiler.queries(shape, compiler.plan_slots(shape))  # MLA's: its plan's
+    for group, sharded in layer_graphs(s, shape, whole_queries=whole, replicate_queries=replicate):
         # the unfused, sharded layer: attention not fused, collectives spliced in
-        ops = [n for n in operators(shard_graph(group.graph, shard_plan(s))) if n.kind != "kv_read"]
+        ops = [n for n in operators(sharded) if n.kind != "kv_read"]
         kernels = layer_kernels(program, group.name)
         assert [k.name for k in kernels] == [f"{group.name}:{n.name}" for n in ops]
         for kernel, node in zip(kernels, ops, strict=True):

@@ -13,6 +13,7 @@ from rdu_sim.compiler import (
     plan_memory,
     slot_tokens,
     weight_inventory,
+    whole_queries,
 )
 from rdu_sim.scenario import load_scenario
 from rdu_sim.shapes import StepShape
@@ -36,7 +37,8 @@ def test_placement_never_exceeds_a_tier(workload: str) -> None:
         hbm = placement.tiers["hbm"]
         assert hbm.kv_bytes == kv_bytes(scenario, slots)
         assert hbm.activations_bytes == activation_bytes(scenario, slots)
-        weights = sum(w.bytes for w in weight_inventory(scenario))
+        whole = whole_queries(scenario, slots)  # MLA's query weights whole on every socket
+        weights = sum(w.bytes for w in weight_inventory(scenario, whole_queries=whole))
         assert hbm.weights_bytes + placement.tiers["ddr"].weights_bytes == weights
         assert placement.tiers["ddr"].weights_bytes == 0  # at or below capacity nothing spills
 
@@ -46,7 +48,9 @@ def test_batch_capacity_is_the_largest_that_fits(workload: str) -> None:
     scenario = load_scenario(f"workloads/{workload}.yaml")
     capacity = batch_capacity(scenario)
     hbm = scenario.hardware.socket.hbm.capacity
-    weights = sum(w.bytes for w in weight_inventory(scenario))
+    # the plan at capacity holds MLA's query weights whole when its step replicates them
+    whole = whole_queries(scenario, capacity)
+    weights = sum(w.bytes for w in weight_inventory(scenario, whole_queries=whole))
 
     def need(slots: int) -> int:
         return weights + kv_bytes(scenario, slots) + activation_bytes(scenario, slots)
@@ -56,8 +60,11 @@ def test_batch_capacity_is_the_largest_that_fits(workload: str) -> None:
 
 
 def test_snapstream_grows_deepseek_batch_by_the_cache_ratio() -> None:
-    full = load_scenario("workloads/deepseek-r1-128k-full.yaml")
-    snap = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml")
+    # on links fast enough that both plans gather the MLA queries, so both hold the same
+    # weights (at the shipped link SnapStream's holds the query weights whole: 139 slots)
+    gathering = {"hw.system.intra_node_link.bandwidth": 128e9}
+    full = load_scenario("workloads/deepseek-r1-128k-full.yaml", overrides=gathering)
+    snap = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides=gathering)
     ratio = slot_tokens(full) / slot_tokens(snap)
     assert ratio == 4.0  # 131072 vs budget 32768
     grown = batch_capacity(snap) / batch_capacity(full)
@@ -108,6 +115,10 @@ def test_too_many_slots_names_the_capacity() -> None:
     capacity = batch_capacity(scenario)
     with pytest.raises(CapacityError, match=f"at most {capacity} fit"):
         plan_memory(scenario, 10 * capacity)
+    # through the compiler, whose view leaves out the links the capacity weighs
+    compiler = Compiler(load_scenario("workloads/deepseek-r1-128k-full.yaml"))
+    with pytest.raises(CapacityError, match=f"at most {capacity} fit"):
+        compiler.placement(10 * capacity)
 
 
 def test_weights_spill_lowest_bandwidth_need_first() -> None:

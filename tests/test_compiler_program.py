@@ -9,6 +9,7 @@ import pytest
 from rdu_sim import api
 from rdu_sim.compiler import Compiler, compile_program, to_dot
 from rdu_sim.compiler.fusion import kernel_graphs
+from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph import graph_problems
 from rdu_sim.models import decode_flops_per_token
@@ -37,24 +38,37 @@ def test_deepseek_kernels_and_looping() -> None:
     assert not any(k.looped for k in program.kernels)
 
 
-def test_snapkv_select_kernel_only_when_the_prompt_is_compressed() -> None:
+SELECTION = ("snapkv_score", "snapkv_topk", "snapkv_compact")
+
+
+def _selection(program: Program) -> list[KernelProgram]:
+    return [k for k in program.kernels if k.name.startswith("snapkv")]
+
+
+def test_snapkv_kernels_only_when_the_prompt_is_compressed() -> None:
     scenario = load_scenario(SNAP)
     compiler = Compiler(scenario)
     long = compiler.program(StepShape("prefill", 1, 40000, 0))
-    select = [k for k in long.kernels if k.name == "snapkv_select"]
-    assert len(select) == 1 and select[0].calls == scenario.model.layers and select[0].looped
+    select = _selection(long)
+    assert [k.name for k in select] == list(SELECTION)
+    assert all(k.calls == scenario.model.layers and k.looped for k in select)
     assert select[0].flops > 0
     assert _names(long)[-1][0] == "lm_head"
     for shape in (
-        StepShape("prefill", 1, 32768, 0),  # fits the budget: kept whole
+        StepShape("prefill", 1, 32768, 0),  # at the budget: kept whole
+        StepShape("prefill", 1, 1000, 0),  # under it
         StepShape("prefill", 1, 40000, 0, select=False),  # a non-final chunk
         StepShape("decode", 4, 1, 32768),
     ):
-        assert "snapkv_select" not in [k.name for k in compiler.program(shape).kernels]
+        assert _selection(compiler.program(shape)) == []
     chunk = compiler.program(StepShape("prefill", 1, 8192, 40000 - 8192))  # final chunk
-    assert "snapkv_select" in [k.name for k in chunk.kernels]
+    assert [k.name for k in _selection(chunk)] == list(SELECTION)
     full = Compiler(load_scenario(FULL)).program(StepShape("prefill", 1, 40000, 0))
-    assert "snapkv_select" not in [k.name for k in full.kernels]
+    assert _selection(full) == []
+    unlooped = Compiler(load_scenario(SNAP, overrides={"kernel_looping": False}))
+    assert not any(
+        k.looped for k in _selection(unlooped.program(StepShape("prefill", 1, 40000, 0)))
+    )
 
 
 def test_selection_cost_grows_with_the_prompt() -> None:
@@ -62,7 +76,7 @@ def test_selection_cost_grows_with_the_prompt() -> None:
 
     def select_flops(prompt: int) -> float:
         program = compiler.program(StepShape("prefill", 1, prompt, 0))
-        return next(k.flops for k in program.kernels if k.name == "snapkv_select")
+        return sum(k.flops for k in _selection(program))
 
     assert select_flops(80000) > 1.9 * select_flops(40000)
 
@@ -140,4 +154,5 @@ def test_inspect_graph_reports_kernels_stages_and_placement() -> None:
     assert dot.startswith("digraph") and '"moe.router"' in dot and "allreduce" in dot
 
     prefill = api.inspect_graph(load_scenario(SNAP), phase="prefill", batch=1, tokens=50000)
-    assert "snapkv_select" in [k["name"] for k in prefill["kernels"]]
+    names = [k["name"] for k in prefill["kernels"]]
+    assert [n for n in names if n.startswith("snapkv")] == list(SELECTION)

@@ -84,12 +84,13 @@ def test_deepseek_collectives_by_layout() -> None:
     assert isinstance(arch, DeepSeekArchitecture)
     whole = model_groups(arch, DECODE, Precision())
     hidden = DECODE.rows * arch.hidden_size * 2.0
-    for layout, extra in (("replicated", set()), ("sequence_split", {"reduce_scatter"})):
+    # sequence_split: every head's queries gathered before the attention, its partial
+    # outputs reduce-scattered after it
+    split = {"attn.score.query_allgather", "attn.value.reduce_scatter"}
+    for layout, extra in (("replicated", set()), ("sequence_split", split)):
         found = _collectives(_per_socket(whole, ShardPlan(16, layout)))
         by_group = {g: {n for gg, n, _ in found if gg == g} for g, _, _ in found}
-        assert by_group["decoder_moe"] == {"attn.o_proj.allreduce", "moe.combine.allreduce"} | {
-            f"attn.value.{k}" for k in extra
-        }
+        assert by_group["decoder_moe"] == {"attn.o_proj.allreduce", "moe.combine.allreduce"} | extra
         assert by_group["decoder_dense"] >= {"attn.o_proj.allreduce", "ffn.down_proj.allreduce"}
         assert by_group["lm_head"] == {"lm_head.allgather"}
         assert "embedding" not in by_group  # replicated gather: no collective

@@ -1,6 +1,6 @@
 """Which HBM share a kernel's weight reads get: its own placement, else all owners' pooled.
 
-The SnapKV selection kernel (`snapkv_select`, every layer) places no weight of its own; its
+The SnapKV score kernel (`snapkv_score`, every layer) places no weight of its own; its
 kv_b_proj reads come from DeepSeek's dense layers' copy (decoder_dense) and MoE layers' copy
 (decoder_moe). When kv_b_proj straddles HBM and DDR, its share must be the two together,
 weighted by layers (bytes), not whichever owner is found first.
@@ -39,9 +39,9 @@ def test_share_of_own_placement_else_pooled_over_owners() -> None:
     assert _hbm_share(fractions, "decoder_dense", KV_B) == 1.0
     assert _hbm_share(fractions, "decoder_moe", KV_B) == 0.5
     # the selection reads every layer's copy: (3 x 1.0 + 58 x 0.5) / 61, layer-weighted
-    assert _hbm_share(fractions, "snapkv_select", KV_B) == pytest.approx((3 + 29) / 61)
-    assert _hbm_share(fractions, "snapkv_select", "moe.router") == 0.0
-    assert _hbm_share(fractions, "snapkv_select", "not.placed") == 1.0
+    assert _hbm_share(fractions, "snapkv_score", KV_B) == pytest.approx((3 + 29) / 61)
+    assert _hbm_share(fractions, "snapkv_score", "moe.router") == 0.0
+    assert _hbm_share(fractions, "snapkv_score", "not.placed") == 1.0
     assert _hbm_share(fractions, "decoder_dense", "not.placed") == 1.0
 
 
@@ -52,7 +52,7 @@ def test_order_of_owners_does_not_matter() -> None:
     ]
     for order in (tensors, tensors[::-1]):
         fractions = weight_fractions(_placement(*order))
-        assert _hbm_share(fractions, "snapkv_select", KV_B) == pytest.approx(3 / 61)
+        assert _hbm_share(fractions, "snapkv_score", KV_B) == pytest.approx(3 / 61)
 
 
 def _straddling_kv_b_hbm(slots: int) -> int:
@@ -88,7 +88,7 @@ def test_selection_reads_kv_b_proj_at_the_layer_weighted_share() -> None:
     kernels = {k.name: k for k in program.kernels}
     layers = scenario.model.layers
     dense_layers, moe_layers = kernels["decoder_dense"].calls, kernels["decoder_moe"].calls
-    assert kernels["snapkv_select"].calls == layers == dense_layers + moe_layers
+    assert kernels["snapkv_score"].calls == layers == dense_layers + moe_layers
     expected = (dense_layers * dense + moe_layers * moe) / layers
     assert expected != pytest.approx(dense) and expected != pytest.approx(moe)
 
@@ -99,7 +99,7 @@ def test_selection_reads_kv_b_proj_at_the_layer_weighted_share() -> None:
         reads = next(s.reads for s in kernels[kernel].stages if s.name == stage)
         return float(reads.get("ddr", 0.0) / weight)
 
-    assert 1 - ddr_share("snapkv_select", "snapkv.q_absorb") == pytest.approx(expected, rel=1e-12)
+    assert 1 - ddr_share("snapkv_score", "snapkv.q_absorb") == pytest.approx(expected, rel=1e-12)
     # the decoder kernels still read their own placements
     assert 1 - ddr_share("decoder_dense", KV_B) == pytest.approx(dense, rel=1e-12)
     assert 1 - ddr_share("decoder_moe", KV_B) == pytest.approx(moe, rel=1e-12)

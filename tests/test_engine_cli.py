@@ -44,12 +44,15 @@ def test_batch_one_llama_8b_decode_is_hbm_bound() -> None:
 
 
 def test_compiled_deepseek_step_conserves_bytes_and_fast_forwards_exactly() -> None:
-    # the full-attention step on the ring and HBM efficiency this was measured on
+    # the full-attention step on the ring, link and HBM efficiency this was measured on
     # (test_engine_compiled.RING): SnapStream's MoE layers never repeat their state (with the
     # compiler's two-layer loop buffers) and are simulated in full
     ring = ["hw.system.topology=ring", "hw.system.collective_algorithm=ring"]
     two_nodes = "hw.system.sockets_per_node=8"
-    scenario = load_scenario(DEEPSEEK_FULL, [*ring, two_nodes, "hw.socket.hbm.efficiency=0.9"])
+    link = "hw.system.intra_node_link.bandwidth=17.73 GB/s"
+    scenario = load_scenario(
+        DEEPSEEK_FULL, [*ring, two_nodes, link, "hw.socket.hbm.efficiency=0.9"]
+    )
     compiler = Compiler(scenario)
     program = compiler.program(StepShape("decode", compiler.batch_slots(), 1, 32768))
     fast = simulate_step(program, scenario.hardware)

@@ -41,8 +41,8 @@ handle exactly (the shipped file is one 16-socket node)."""
 
 
 RECORDED_LINK = {"hw.system.intra_node_link.bandwidth": "64 GB/s"}
-"""The P2P port the pipelines below were studied on (before the deployment calibration set
-17.73 GB/s): their cycle lengths and settling layers are properties of that wiring."""
+"""The P2P port the pipelines below were studied on (before any calibration set the shipped
+link): their cycle lengths and settling layers are properties of that wiring."""
 
 
 @cache
@@ -200,9 +200,11 @@ def test_a_live_run_cut_short_is_exactly_a_run_of_that_many_layers() -> None:
 
 
 def test_a_pipeline_without_a_cycle_is_simulated_once_in_full() -> None:
-    # The SnapStream step on the shipped wiring (two-shot collectives): its MoE layers' state
-    # never repeats in 58 layers. The live run is the full run: no probe.
-    scenario, program = decode_program(SNAPSTREAM, shipped=True)
+    # A SnapStream step of 100 slots on the shipped wiring (two-shot collectives): its MoE
+    # layers' state never repeats in 58 layers (the default batch's does: a pipeline's cycle
+    # is a property of its step). The live run is the full run: no probe.
+    scenario = api.load(SNAPSTREAM, {**RECORDED_LINK, "serving.batch_slots": 100})
+    program = compile_program(scenario, StepShape("decode", 100, 1, 32768))
     fast = simulate_step(program, scenario.hardware)
     full = simulate_step(program, scenario.hardware, EngineConfig(fast_forward=False))
     moe = fast.kernel("decoder_moe")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rdu_sim import api
 from rdu_sim.compiler import CapacityError, batch_capacity, plan_memory
 from rdu_sim.config import ConfigError, HardwareConfig, load_model
 from rdu_sim.config.gpu import GpuHardwareConfig
@@ -84,7 +85,7 @@ def test_a_workload_runs_on_either_kind_by_its_hardware_field(tmp_path: Path) ->
 
 
 def test_gpu_memory_plan_is_hbm_only() -> None:
-    scenario = gpu_scenario()
+    scenario = gpu_scenario(stack="none")  # a stack that gives its KV cache all it can
     capacity = batch_capacity(scenario)
     placement = plan_memory(scenario, capacity)
     assert placement.tiers["ddr"].capacity_bytes == 0
@@ -96,6 +97,17 @@ def test_gpu_memory_plan_is_hbm_only() -> None:
         plan_memory(scenario, capacity + 1)
 
 
+def test_the_stack_decides_how_much_of_the_memory_its_kv_cache_takes() -> None:
+    """A stack's kv_memory_fraction scales what is left beside the weights and activations,
+    and its max_batch_slots caps the batch whatever the memory holds."""
+    whole = batch_capacity(gpu_scenario(stack="none"))
+    half = batch_capacity(gpu_scenario(stack="none", **{"stack.kv_memory_fraction": 0.5}))
+    assert whole // 2 - 2 <= half <= whole // 2 + 2  # activations shrink with the slots too
+    capped = gpu_scenario(stack="none", **{"stack.max_batch_slots": 7})
+    assert batch_capacity(capped) == 7
+    assert batch_capacity(gpu_scenario()) <= gpu_scenario().stack.max_batch_slots  # type: ignore[operator]
+
+
 def test_a_model_the_gpus_cannot_hold_says_so_without_ddr_advice() -> None:
     scenario = gpu_scenario(model="llama-3.1-405b", **{"serving.batch_slots": 1})
     with pytest.raises(CapacityError) as info:
@@ -105,3 +117,20 @@ def test_a_model_the_gpus_cannot_hold_says_so_without_ddr_advice() -> None:
     assert "DDR (hw.socket" not in message
     with pytest.raises(CapacityError, match="cannot fit even one sequence"):
         batch_capacity(scenario)
+
+
+def test_dgx_h200_is_the_h100_with_its_datasheet_memory() -> None:
+    """dgx-h200 restates only its HBM (141 GB at 4.8 TB/s): compute, links, power and the
+    default stack are dgx-h100's, and a memory-bound decode step speeds up by at most the
+    bandwidth ratio (the step's fixed costs do not shrink)."""
+    h100 = gpu_scenario()
+    h200 = gpu_scenario(hardware="dgx-h200")
+    a, b = h100.hardware, h200.hardware
+    assert isinstance(a, GpuHardwareConfig) and isinstance(b, GpuHardwareConfig)
+    assert (b.gpu.hbm.capacity, b.gpu.hbm.bandwidth) == (141 * 2**30, 4.8e12)
+    assert b.gpu.hbm.efficiency == a.gpu.hbm.efficiency
+    assert b.gpu.model_dump(exclude={"hbm"}) == a.gpu.model_dump(exclude={"hbm"})
+    assert b.system == a.system and b.power == a.power and h200.stack == h100.stack
+    step = {s.hardware.name: api.step(s, batch=32).detail.device_s for s in (h100, h200)}  # type: ignore[attr-defined]
+    speedup = step["dgx-h100"] / step["dgx-h200"]
+    assert 1.0 < speedup <= 4.8 / 3.35 + 1e-9

@@ -17,7 +17,7 @@ from rdu_sim.graph import (
     graph_problems,
     model_groups,
     op,
-    snapkv_graph,
+    selection_graphs,
     to_dot,
     write_graphml,
 )
@@ -40,8 +40,16 @@ def _all_graphs() -> list[tuple[str, DiGraph]]:
         caches = ["latent", "per_head"] if arch.family == "deepseek" else ["latent"]
         for shape in SHAPES:
             for cache in caches:
-                for group in model_groups(arch, shape, Precision(1.0, 2.0, 2.0), cache):  # type: ignore[arg-type]
-                    graphs.append((f"{name}/{shape}/{cache}/{group.name}", group.graph))
+                for stash in ({}, {None: 32}):
+                    for group in model_groups(
+                        arch,
+                        shape,
+                        Precision(1.0, 2.0, 2.0),
+                        cache,  # type: ignore[arg-type]
+                        stash=stash,
+                    ):
+                        label = f"{name}/{shape}/{cache}/stash{stash}/{group.name}"
+                        graphs.append((label, group.graph))
         sel = Selection(
             prompt_tokens=5000,
             window=32,
@@ -53,9 +61,8 @@ def _all_graphs() -> list[tuple[str, DiGraph]]:
             pooling="max",
         )
         for cache in caches:
-            graphs.append(
-                (f"{name}/snapkv/{cache}", snapkv_graph(arch, 2, sel, Precision(), cache))
-            )  # type: ignore[arg-type]
+            for kernel, graph in selection_graphs(arch, 2, sel, Precision(), cache):  # type: ignore[arg-type]
+                graphs.append((f"{name}/{kernel}/{cache}", graph))
     return graphs
 
 

@@ -28,7 +28,7 @@ def test_an_overlay_replaces_its_fields_and_keeps_the_rest() -> None:
     base = api.load(WORKLOAD, ["hardware=dgx-h100"])
     vllm = api.load(WORKLOAD, ["hardware=dgx-h100-vllm"])
     assert vllm.hardware.name == "dgx-h100-vllm" and base.hardware.name == "dgx-h100"
-    assert (vllm.stack.name, base.stack.name) == ("vllm", "tensorrt-llm")
+    assert (vllm.stack.name, base.stack.name) == ("vllm-2024", "tensorrt-llm")
     assert vllm.stack.kv_page_tokens == 16 and base.stack.kv_page_tokens == 64
     own = {"name", "description", "default_stack"}
     assert vllm.hardware.model_dump(exclude=own) == base.hardware.model_dump(exclude=own)

@@ -47,6 +47,8 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
         {**SMALL, "serving.batch_slots": 8, "hw.socket.hbm.capacity": 16 * 2**30},
     ),
     "8 sockets, one node": (LLAMA_8S, SMALL),
+    # a stack that samples on the host: the logits cross the host link every step
+    "sampling on the host": (LLAMA_1S, {**SMALL, "stack.sampling": "host"}),
     "8 sockets, two nodes": (LLAMA_8S, {**SMALL, "hw.system.sockets_per_node": 4}),
     # a Composition of Experts switching experts through the DDR-to-HBM copy engine
     "Composition of Experts": (COE, {"serving.requests": 12}),

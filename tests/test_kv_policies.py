@@ -317,8 +317,8 @@ def test_paged_buckets_are_whole_pages_at_most_an_eighth_over() -> None:
 
 
 def test_a_paged_runtime_reads_pages_and_a_static_one_its_buckets() -> None:
-    """``runtime.kv_page_tokens`` of the hardware decides the decode length of a growing
-    cache: dgx-h100 (paged, 64 tokens) reads 192 tokens for 130; an SN40L reads its
+    """The serving stack's ``kv_page_tokens`` decides the decode length of a growing
+    cache: dgx-h100's TensorRT-LLM (paged, 64 tokens) reads 192 tokens for 130; an SN40L reads its
     smallest compiled bucket, 1024. A fixed slot (SnapStream) is its slot either way."""
     from rdu_sim import api
 

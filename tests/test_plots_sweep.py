@@ -25,6 +25,7 @@ EXPECTED = {
     "coe-experts-hbm": ("coe.experts", 3, 5),  # a line per HBM capacity
     "deepseek-context": ("serving.max_context", 2, 5),  # kv.budget is zipped with kv.policy
     "deepseek-snapstream-budget": ("kv.budget", 1, 5),
+    "deepseek-snapstream-batch": ("serving.batch_slots", 1, 11),  # requests zipped with slots
     "llama8b-batch": ("serving.batch_slots", 1, 4),
     "llama8b-hbm-bandwidth": ("hw.socket.hbm.bandwidth", 1, 7),
     "llama8b-sockets": ("parallelism.tp", 1, 5),  # hw.system.sockets is zipped with tp

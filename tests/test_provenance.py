@@ -51,7 +51,7 @@ def test_two_runs_differing_by_hbm_bandwidth_record_the_difference() -> None:
     assert slow_p["files"] == {
         "workload": "shipped:workloads/llama3.1-8b-1socket.yaml",
         "hardware": "shipped:hw_configs/sn40l.yaml",
-        "stack": "shipped:stacks/sambastudio-2024.yaml",
+        "stack": "shipped:stacks/sambastack-2025.yaml",
     }
     assert slow_p["simulator"]["version"] == __version__
     assert slow["decode_tokens_per_s"] != fast["decode_tokens_per_s"]

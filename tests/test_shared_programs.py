@@ -108,9 +108,11 @@ def test_a_compiler_rule_reading_outside_the_view_fails(monkeypatch: pytest.Monk
     # every test that compiles, rather than sharing a program compiled for other inputs.
     real = compile_module.kernel_graphs
 
-    def reads_the_seed(scenario: Scenario, shape: StepShape, stage: Any = None) -> Any:
+    def reads_the_seed(
+        scenario: Scenario, shape: StepShape, stage: Any = None, **queries: bool
+    ) -> Any:
         _ = scenario.workload.serving.seed
-        return real(scenario, shape, stage)
+        return real(scenario, shape, stage, **queries)
 
     scenario = api.load(SMALL, SERVING)
     shape = api.default_step_shape(scenario, "decode")

@@ -15,6 +15,7 @@ SHIPPED = {  # file -> (points, axis paths)
     "llama8b-hbm-bandwidth.yaml": (7, ("hw.socket.hbm.bandwidth",)),
     "llama8b-sockets.yaml": (5, ("parallelism.tp", "hw.system.sockets")),
     "deepseek-snapstream-budget.yaml": (5, ("kv.budget",)),
+    "deepseek-snapstream-batch.yaml": (11, ("serving.batch_slots", "serving.requests")),
     "speculation-acceptance-k.yaml": (
         30,
         ("speculation.decoding.acceptance", "speculation.decoding.draft_tokens"),
@@ -35,7 +36,7 @@ def test_shipped_sweep_expands(name: str) -> None:
     assert len(expansion.points) == points and expansion.axes == axes
     assert expansion.spec.spec.metrics  # each keeps a short list of metrics, not everything
     for point in expansion.points:  # modest request counts: minutes, not hours (the
-        # context sweep needs 3 per slot at its 686 slots for a steady rate: docs/kv.md)
+        # context sweep needs 3 per slot at its 613 slots for a steady rate: docs/kv.md)
         assert point.scenario.workload.serving.requests <= 2100
 
 

@@ -1,20 +1,32 @@
-"""`rdu-sim calibrate`: fit named hardware parameters to measurements of a deployment.
+"""`rdu-sim calibrate`: fit hardware and serving-stack parameters to measurements and figures.
 
-MEASUREMENTS are CSV files of measured points (rdu_sim/validate/deployment.py states the
-format; `rdu-sim examples` lists the shipped ones, e.g. argonne-sn40l). Each `--fit
-hw.FIELD=LOW:HIGH` names one parameter and its bounds; the fit minimizes the log-ratios
-simulated / measured over the training points, holds out `--holdout` of them (seeded), prints
-per-point and median errors of both sets, and writes a hardware file (`-o`): the points'
-hardware file with the fitted values, usable as `hardware:` in a workload or with `--set
-hardware=FILE`. Each evaluation is cached (`--cache`, default next to the output), so an
-interrupted fit run again resumes. Deterministic: the same inputs give the same bytes.
+Two ways to ask. A calibration spec (a YAML file, or a shipped one by name:
+`rdu-sim calibrate joint`; rdu_sim/validate/calibration_spec.py states it) names the
+measurement sets, the published figures, the parameters with their bounds and scopes and the
+held-out groups. Or on the command line: MEASUREMENTS (CSV files or shipped names, e.g.
+argonne-sn40l; rdu_sim/validate/measurement_file.py states the format), each `--fit
+[SCOPE:]PATH=LOW:HIGH` (a `hw.` field is one value on a machine, its hardware file and every
+file extending it; a `stack.` field one value on a serving stack), `--holdout KEY=VALUE`
+groups and `--figures`.
+
+The fit minimizes the trained rows' and figures' log-errors, each over its tolerance, and
+prints every target's error, the fitted and held-out errors per measurement set and per
+stack, and the fitted values with their units. It writes into `-o DIR` one overlay per
+machine (a hardware file that extends it) and per stack, and `fit.json`; pass an overlay back
+with `--overlay FILE` (here or in `validate --suite deployment`). Every simulation is kept in
+an evaluation cache (`--cache`, default DIR/evaluations.jsonl) the moment it ends: Ctrl-C or
+SIGTERM stops the fit with one line saying how many are kept, and the same command resumes.
+Nothing is written over an input. Deterministic: the same inputs give the same bytes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,10 +34,31 @@ import click
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option
+from rdu_sim.cli.options import overlays_option, overrides_option
 
 if TYPE_CHECKING:
+    from rdu_sim.validate.calibrate import Evaluation
+    from rdu_sim.validate.calibration_problem import Inputs, Problem
     from rdu_sim.validate.deployment import ErrorSummary
+    from rdu_sim.validate.fit_result import FitResult
+
+FIT_FILE = "fit.json"
+CACHE_FILE = "evaluations.jsonl"
+DEFAULT_MAX_EVALUATIONS = 60
+
+
+def _is_spec(text: str) -> bool:
+    """Whether an argument names a calibration spec: a YAML file, or a shipped spec's name
+    that no file here shadows (a folder of that name does not)."""
+    from rdu_sim.config import shipped
+
+    if text.endswith((".yaml", ".yml")):
+        return True
+    try:
+        a_file = Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+    return not a_file and shipped.find(text, ("calibration",)) is not None
 
 
 def _measurement_path(text: str) -> Path:
@@ -35,166 +68,431 @@ def _measurement_path(text: str) -> Path:
     return shipped.locate(text, ("measurement",))
 
 
-def _errors(group: ErrorSummary) -> str:
-    """One group's errors, for the output file's header."""
+def _out_folder(text: str | None, default: str) -> Path:
+    """``-o``: a folder (created if missing); refused when empty or when it names a file."""
+    if text is None:
+        return Path(default)
+    if not text.strip() or "\0" in text:
+        fail("-o: give the folder to write the overlays into (it is empty)")
+    folder = Path(text)
+    try:
+        if folder.exists() and not folder.is_dir():
+            fail(f"-o {text}: exists and is not a folder (calibrate writes a folder of overlays)")
+    except (OSError, ValueError) as exc:
+        fail(f"-o {text}: {exc}")
+    return folder
+
+
+def _regular_or_absent(path: Path, option: str) -> None:
+    """A file calibrate writes: absent, or a regular file (a FIFO or a device would block
+    or swallow it)."""
+    try:
+        if path.exists() and not path.is_file():
+            fail(f"{option} {path}: not a regular file")
+    except (OSError, ValueError) as exc:
+        fail(f"{option} {path}: {exc}")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except (OSError, ValueError):
+        return False
+
+
+def _inputs_read(problem: Problem, given: Sequence[Path]) -> list[Path]:
+    """Every file the fit reads: the files given, each run's hardware chain and stack."""
+    read = list(given)
+    for unit in problem.units:
+        for deployment in unit.deployments:
+            read.extend(deployment.chain)
+            if deployment.stack != "none":
+                read.append(Path(deployment.stack))
+    return read
+
+
+def _refuse_overwrite(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path]) -> None:
+    """Calibrate never writes over one of its own inputs."""
+    for option, out in outputs:
+        for source in inputs:
+            if _same(out, source):
+                fail(f"{option} {out}: is one of calibrate's inputs; write elsewhere")
+
+
+def _errors_line(group: ErrorSummary) -> str:
     median, worst = human.percent(group.median_abs_error), human.percent(group.worst_abs_error)
-    return f"{group.group}: median {median}, worst {worst}"
+    where = f"({group.worst_point})"
+    return f"{group.group}: {group.points} targets, median |error| {median}, worst {worst} {where}"
+
+
+def _summary_lines(result: FitResult) -> list[str]:
+    """Errors per measurement set and per stack, fitted and held out."""
+    lines = []
+    for held, role in ((False, "fitted"), (True, "held out")):
+        total = result.total(held)
+        if total is None:
+            continue
+        lines.append(f"{role}: " + _errors_line(total).split(": ", 1)[1])
+        for key in ("set", "stack"):
+            for group in result.errors(key, held):
+                if group.group:
+                    lines.append(f"  {role}, {key} {_errors_line(group)}")
+    return lines
+
+
+def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> None:
+    from rdu_sim.validate.scope import quantity_text
+
+    shown = ", ".join(
+        f"{name}={quantity_text(value, unit)}"
+        for name, value, unit in zip(names, evaluation.values, units, strict=True)
+    )
+    print(
+        f"evaluation {evaluation.number}: {shown}: median |error| "
+        f"{human.percent(evaluation.median_abs_error)} ({evaluation.simulated} simulated, "
+        f"{evaluation.cached} cached, {evaluation.seconds:.1f} s)",
+        file=sys.stderr,
+    )
+
+
+def _overlay_paths(problem: Problem, folder: Path) -> dict[tuple[str, str], Path]:
+    """Where each fitted machine's and stack's overlay goes: ``STEM-calibrated.yaml`` (the
+    kind first when a machine and a stack share a stem)."""
+    targets = list(dict.fromkeys((one.parameter.kind, one.target) for one in problem.parameters))
+    stems = [Path(target).stem for _, target in targets]
+    return {
+        (kind, target): folder
+        / f"{kind + '-' if stems.count(Path(target).stem) > 1 else ''}{Path(target).stem}"
+        "-calibrated.yaml"
+        for kind, target in targets
+    }
+
+
+def _overlay_files(
+    result: FitResult, paths: dict[tuple[str, str], Path], header: list[str]
+) -> dict[Path, str]:
+    """Each fitted machine's and stack's overlay file and its text."""
+    from rdu_sim.validate.overlays import fitted_fields, overlay_mapping, overlay_text, reference
+
+    files: dict[Path, str] = {}
+    for (kind, target), chosen in fitted_fields(
+        result.parameters, result.values, result.texts
+    ).items():
+        path = paths[kind, target]
+        base = reference(Path(target), path.parent, "hardware" if kind == "machine" else "stack")
+        data = overlay_mapping(base, f"{Path(target).stem}-calibrated", chosen)
+        files[path] = overlay_text(data, [*header, *_describe(result, kind, target)])
+    return files
+
+
+def _writable(folder: Path) -> None:
+    """Create the output folder and write a file into it, before anything is simulated."""
+    import tempfile
+
+    from rdu_sim.config.errors import WriteError
+    from rdu_sim.report.files import make_folder
+
+    make_folder(folder)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise WriteError.from_os(folder, exc) from None
+
+
+def _describe(result: FitResult, kind: str, target: str) -> list[str]:
+    from rdu_sim.validate.fit_result import describe
+
+    return [
+        "Fitted: " + describe(one, value, text)
+        for one, value, text in zip(result.parameters, result.values, result.texts, strict=True)
+        if one.parameter.kind == kind and one.target == target
+    ]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The command line's options that decide the fit (not where it writes or how fast)."""
+
+    args: tuple[str, ...]
+    fits: tuple[str, ...]
+    holdouts: tuple[str, ...]
+    figures: bool
+    tolerance: float | None
+    hardware: str | None
+    max_evaluations: int | None
+    overrides: tuple[str, ...]
+    overlays: tuple[Path, ...]
+
+    def recorded(self) -> str:
+        """The command that made the outputs (every option that changes them)."""
+        words = [
+            *self.args,
+            *(f"--fit={text}" for text in self.fits),
+            *(f"--holdout={text}" for text in self.holdouts),
+            *(["--figures"] if self.figures else []),
+            *([f"--tolerance={self.tolerance!r}"] if self.tolerance is not None else []),
+            *([f"--hardware={self.hardware}"] if self.hardware is not None else []),
+            *(
+                [f"--max-evaluations={self.max_evaluations}"]
+                if self.max_evaluations is not None
+                else []
+            ),
+            *(f"--set={text}" for text in self.overrides),
+            *(f"--overlay={path}" for path in self.overlays),
+        ]
+        return "rdu-sim calibrate " + " ".join(shlex.quote(w) for w in words)
+
+
+def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
+    """What was asked: (inputs, the spec file or None, the spec's max evaluations, the
+    default output folder)."""
+    args, fits, holdouts, figures = asked.args, asked.fits, asked.holdouts, asked.figures
+    tolerance, hardware = asked.tolerance, asked.hardware
+    overrides, overlays = asked.overrides, asked.overlays
+    from rdu_sim.config import shipped
+    from rdu_sim.validate.calibration_problem import Inputs, spec_inputs
+    from rdu_sim.validate.calibration_spec import read_spec
+    from rdu_sim.validate.holdout import parse_selector
+    from rdu_sim.validate.scope import parse_fit
+
+    specs = [a for a in args if _is_spec(a)]
+    if specs:
+        if len(args) > 1:
+            fail(f"{specs[0]}: a calibration spec names its measurement files; give it alone")
+        given = [
+            ("--fit", fits),
+            ("--holdout", holdouts),
+            ("--figures", figures),
+            ("--tolerance", tolerance is not None),
+            ("--hardware", hardware is not None),
+        ]
+        for option, used in given:
+            if used:
+                fail(f"{option}: the spec {args[0]} states it (edit a copy of the spec instead)")
+        named = Path(args[0])
+        found = named if named.is_file() else shipped.find(args[0], ("calibration",))
+        path = found or shipped.locate(args[0], ("calibration",))  # its error: not found
+        spec = read_spec(path)
+        inputs = spec_inputs(spec, overrides, overlays)
+        return inputs, path, spec.file.max_evaluations, f"calibration-{path.stem}"
+    if not fits:
+        fail("name a parameter to fit with --fit [SCOPE:]PATH=LOW:HIGH, or give a calibration spec")
+    if tolerance is not None and not 0 < tolerance <= 10:
+        fail(f"--tolerance must be in (0, 10], got {tolerance}")
+    inputs = Inputs(
+        measurements=tuple(_measurement_path(a) for a in args),
+        parameters=tuple(parse_fit(text) for text in fits),
+        held_out=tuple(parse_selector(text) for text in holdouts),
+        tolerance=0.10 if tolerance is None else tolerance,
+        figures=figures,
+        hardware=hardware,
+        overrides=overrides,
+        overlays=overlays,
+        base=Path.cwd(),
+    )
+    return inputs, None, None, "calibration"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A calibration checked and ready to fit: nothing simulated, nothing written yet but
+    the output folder and the cache file opened."""
+
+    problem: Problem
+    inputs: Inputs
+    max_evaluations: int
+    folder: Path
+    paths: dict[tuple[str, str], Path]  # each fitted machine's and stack's overlay
+    cache: Path
+
+
+def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
+    """Read what was asked, build and check the problem, and make sure every output can be
+    written and none is an input, before anything is simulated."""
+    from rdu_sim.validate.calibration_problem import build_problem
+    from rdu_sim.validate.evaluation_cache import EvaluationCache
+
+    inputs, spec, spec_evaluations, default_out = _inputs(asked)
+    folder = _out_folder(out, default_out)
+    if cache is not None and (not cache.strip() or "\0" in cache):
+        fail("--cache: give the cache file's path (it is empty)")
+    cache_path = Path(cache) if cache is not None else folder / CACHE_FILE
+    _regular_or_absent(cache_path, "--cache")
+    problem = build_problem(inputs)
+    read = _inputs_read(
+        problem, [*inputs.measurements, *inputs.overlays, *([spec] if spec else [])]
+    )
+    paths = _overlay_paths(problem, folder)
+    outputs = [*paths.values(), folder / FIT_FILE]
+    _refuse_overwrite([("--cache", cache_path), *(("-o", path) for path in outputs)], read)
+    _refuse_overwrite([("-o", path) for path in outputs], [cache_path])
+    for path in outputs:
+        _regular_or_absent(path, "-o")
+    _writable(folder)
+    EvaluationCache(cache_path).ready()  # the cache file can be written (and is checked)
+    evaluations = asked.max_evaluations or spec_evaluations or DEFAULT_MAX_EVALUATIONS
+    return Prepared(problem, inputs, evaluations, folder, paths, cache_path)
 
 
 @click.command("calibrate")
-@click.argument("measurements", nargs=-1, required=True)
+@click.argument("args", nargs=-1, required=True, metavar="SPEC | MEASUREMENTS...")
 @click.option(
     "--fit",
     "fits",
     multiple=True,
-    required=True,
-    metavar="hw.FIELD=LOW:HIGH|stack.FIELD=LOW:HIGH",
-    help="A parameter to fit and its bounds, e.g. stack.host.serial_per_step=0:2ms. Repeatable.",
+    metavar="[SCOPE:]PATH=LOW:HIGH",
+    help="A parameter, its bounds and where it is one value, e.g. "
+    "'sn40l-8:hw.system.intra_node_link.bandwidth=8 GB/s:64 GB/s' or "
+    "hw.gpu.kernel.sync=0:10us. Repeatable.",
+)
+@click.option(
+    "--holdout",
+    "holdouts",
+    multiple=True,
+    metavar="KEY=VALUE[,KEY=VALUE]",
+    help="Hold a group out of the fit and report it apart, by set, machine, hardware, stack, "
+    "model, tp, metric or figure (e.g. model=llama-3.1-70b). Repeatable.",
+)
+@click.option(
+    "--figures", is_flag=True, help="Fit the published figures `rdu-sim validate` holds too."
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=None,
+    help="The relative error a measured row's residual is scaled by [default: 0.10].",
 )
 @click.option(
     "--hardware",
     "hardware",
     default=None,
-    help="Fit only the points on this hardware file (needed when the files name several).",
+    help="Fit only the rows on this hardware file (a shipped name or a path).",
 )
-@click.option(
-    "--holdout",
-    type=float,
-    default=0.25,
-    show_default=True,
-    help="Share of the points held out of the fit and reported apart.",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the hold-out draw.")
 @click.option(
     "--max-evaluations",
     type=click.IntRange(1, 10_000),
-    default=60,
-    show_default=True,
-    help="Most steps of the fit (scipy's max_nfev); each step also evaluates every "
-    "training point once per parameter for its slope.",
+    default=None,
+    help="Most steps of the fit (scipy's max_nfev; each step also simulates what the "
+    f"parameters reach once per parameter for its slope) [default: the spec's, else "
+    f"{DEFAULT_MAX_EVALUATIONS}].",
 )
 @click.option(
     "-o",
     "--out",
     "out",
-    type=click.Path(path_type=Path),
     default=None,
-    help="Write the calibrated hardware file here [default: <hardware>-calibrated.yaml].",
+    help="Folder for the overlays and fit.json [default: calibration-SPEC, or calibration].",
 )
 @click.option(
     "--cache",
-    type=click.Path(path_type=Path),
     default=None,
-    help="Evaluation cache, for resuming [default: the output's path + .cache.jsonl].",
+    help=f"Evaluation cache, for resuming [default: the output folder's {CACHE_FILE}].",
+)
+@overlays_option
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Processes simulating at once (the same results with any number).",
 )
 @overrides_option
 @click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
 def command(
-    measurements: tuple[str, ...],
+    args: tuple[str, ...],
     fits: tuple[str, ...],
+    holdouts: tuple[str, ...],
+    figures: bool,
+    tolerance: float | None,
     hardware: str | None,
-    holdout: float,
-    seed: int,
-    max_evaluations: int,
-    out: Path | None,
-    cache: Path | None,
+    max_evaluations: int | None,
+    out: str | None,
+    cache: str | None,
+    overlays: tuple[Path, ...],
+    workers: int,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Fit hardware and serving-stack parameters (--fit hw.FIELD=LOW:HIGH, --fit
-    stack.FIELD=LOW:HIGH) to MEASUREMENTS; write the calibrated hardware file (and the
-    calibrated stack beside it, which it runs by default)."""
-    from rdu_sim.config.hardware_file import read_hardware
-    from rdu_sim.report.files import write_file
-    from rdu_sim.validate.calibrate import Calibration, overlay_text, parse_fit, split_holdout
-    from rdu_sim.validate.deployment import by_hardware, read_all, summarize
+    """Fit hardware and serving-stack parameters to measurements and published figures
+    (a calibration spec, or MEASUREMENTS with --fit); write the calibrated overlays."""
+    from rdu_sim.interrupts import Interrupted
+    from rdu_sim.validate.calibrate import Calibration
+    from rdu_sim.validate.evaluation_cache import EvaluationCache
 
-    points = read_all(_measurement_path(m) for m in measurements)
-    names = sorted({p.hardware for p in points})
-    if hardware is None and len(names) > 1:
-        fail(
-            f"the measurements name several hardware files ({', '.join(names)}): "
-            "pick one with --hardware"
-        )
-    chosen = hardware or names[0]
-    points = [p for p in points if p.hardware == chosen]
-    if not points:
-        fail(f"--hardware {chosen}: no measured point names it (they name {', '.join(names)})")
-    parameters = [parse_fit(text) for text in fits]
-    try:
-        train, held = split_holdout(len(points), holdout, seed)
-    except ValueError as exc:
-        fail(str(exc))
-    out = out or Path(f"{Path(chosen).stem}-calibrated.yaml")
-    cache = cache or out.with_name(out.name + ".cache.jsonl")
-
-    def progress(evaluation: int, values: dict[str, float], median: float) -> None:
-        shown = ", ".join(f"{k}={human.number(v, 4)}" for k, v in values.items())
-        print(
-            f"evaluation {evaluation}: {shown}: median error {human.percent(median)}",
-            file=sys.stderr,
-        )
-
-    calibration = Calibration(
-        points, parameters, overrides=overrides, cache=cache, progress=progress
+    asked = Asked(
+        args, fits, holdouts, figures, tolerance, hardware, max_evaluations, overrides, overlays
     )
-    result = calibration.fit(train, held, max_evaluations)
-    fitted = summarize([result.results[i] for i in train], "fitted")
-    groups = [fitted]
-    if held:
-        groups.append(summarize([result.results[i] for i in held], "held out"))
-    words = [
-        *measurements,
-        *(f"--fit={text}" for text in fits),
-        *([f"--hardware={hardware}"] if hardware else []),
-        f"--holdout={holdout}",
-        f"--seed={seed}",
-        f"--max-evaluations={max_evaluations}",
-        *(f"--set={text}" for text in overrides),
-    ]
+    ready = _prepare(asked, out, cache)
+    problem, inputs, cache_path = ready.problem, ready.inputs, ready.cache
+    names = [one.name for one in problem.parameters]
+    units = [one.parameter.unit for one in problem.parameters]
+    calibration = Calibration(
+        problem,
+        EvaluationCache(cache_path),
+        workers=workers,
+        progress=lambda e: _progress(e, names, units),
+    )
+    try:
+        result = calibration.fit(ready.max_evaluations)
+    except Interrupted as stop:  # the boundary prints it: say what the cache holds
+        kept = calibration.evaluator.simulated
+        raise Interrupted(
+            stop.signum,
+            f"{kept} simulation(s) of this run kept in {cache_path} (the same command "
+            "resumes from it)",
+        ) from None
+    recorded = asked.recorded()
+    trained, held = len(problem.train), len(problem.held_out)
+    sets = ", ".join(
+        sorted({p.stem for p in inputs.measurements} | ({"figures"} if inputs.figures else set()))
+    )
     header = [
-        f"Calibrated by: rdu-sim calibrate {' '.join(shlex.quote(w) for w in words)}",
-        f"Fitted on {len(train)} of {len(points)} points ({', '.join(measurements)}), "
-        f"seed {seed}: " + "; ".join(_errors(g) for g in groups),
+        f"Calibrated by: {recorded}",
+        f"Fitted on {trained} of {trained + held} targets ({sets})"
+        + (f"; held out: {'; '.join(str(s) for s in inputs.held_out)}" if held else ""),
+        *(line.strip() for line in _summary_lines(result) if not line.startswith("  ")),
     ]
-    # the whole hardware (a file that extends another, merged), so the output stands alone;
-    # fitted stack fields go to a stack file beside it, which it runs by default
-    scenario = points[0].scenario(overrides)
-    base, _ = read_hardware(Path(scenario.hardware_file))
-    if any(path.startswith("stack.") for path in result.values):
-        stack_out = out.with_name(f"{out.stem}.stack{out.suffix or '.yaml'}")
-        stack_base = {**scenario.stack.model_dump(mode="json"), "name": stack_out.stem}
-        stack_text = overlay_text(stack_base, result.values, header, prefix="stack.")
-        write_file(stack_out, lambda stream: stream.write(stack_text))
-        base = {**base, "default_stack": stack_out.name}
-    text = overlay_text(dict(base), result.values, header)
-    write_file(out, lambda stream: stream.write(text))
+    files = _overlay_files(result, ready.paths, header)
+    document = {**result.to_dict(), "command": recorded, "files": sorted(p.name for p in files)}
+    files[ready.folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
+    for path, text in files.items():
+        _write_text(path, text)
+    print(
+        f"calibrate: {result.evaluations} evaluations, {result.simulated} simulations "
+        f"({result.cached} from the cache) in {result.seconds:.1f} s",
+        file=sys.stderr,
+    )
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    **result.to_dict(),
-                    "hardware": chosen,
-                    "out": str(out),
-                    "errors": [g.to_dict() for g in [*groups, *by_hardware(result.results)]],
-                }
-            )
-        )
+        click.echo(json.dumps(document))
         return
-    for i, r in enumerate(result.results):
-        p = r.point
-        role = "held out" if i in held else "fitted"
+    _print(result, files)
+
+
+def _write_text(path: Path, text: str) -> None:
+    from rdu_sim.report.files import write_file
+
+    write_file(path, lambda stream: stream.write(text))
+
+
+def _print(result: FitResult, files: dict[Path, str]) -> None:
+    from rdu_sim.validate.fit_result import describe
+
+    def shown(value: float, unit: str) -> str:
+        return human.duration(value, 4) if unit == "s" else human.in_unit(value, unit, 4)
+
+    for r in result.results:
+        t = r.target
+        role = "held out" if r.held_out else "fitted"
+        name = t.id if t.id.endswith(t.label) else f"{t.id}: {t.label}"
         click.echo(
-            f"{p.source}: {p.model} tp={p.tp} batch={p.batch} {p.input_tokens}/{p.output_tokens} "
-            f"{p.metric}: measured {human.duration(p.measured_s, 4)}, simulated "
-            f"{human.duration(r.simulated_s, 4)}, "
+            f"{name}: measured {shown(t.measured, t.measure_unit)}, "
+            f"simulated {shown(r.simulated, t.measure_unit)}, "
             f"{human.percent(r.relative_error, signed=True)} ({role})"
         )
-    for g in groups:
-        click.echo(
-            f"{g.group}: {g.points} points, median |error| {human.percent(g.median_abs_error)}, "
-            f"worst {human.percent(g.worst_abs_error)} ({g.worst_point})"
-        )
-    for path, value in result.values.items():
-        click.echo(f"fitted {path} = {value!r}")
-    click.echo(f"wrote {out} (use it as `hardware: {out}` or --set hardware={out})")
+    for line in _summary_lines(result):
+        click.echo(line)
+    for one, value, text in zip(result.parameters, result.values, result.texts, strict=True):
+        click.echo("fitted " + describe(one, value, text))
+    for path in files:
+        click.echo(f"wrote {path}")

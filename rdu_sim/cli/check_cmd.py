@@ -122,6 +122,10 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         from rdu_sim.plan import check_plan
 
         return f"plan spec: {check_plan(path)}"
+    if kind == "calibration":
+        from rdu_sim.validate.calibration_problem import check_spec as check_calibration
+
+        return f"calibration spec: {check_calibration(path)}"
     if kind == "sweep":
         from rdu_sim.sweep import check_spec  # pandas and the sweep machinery: only for specs
 

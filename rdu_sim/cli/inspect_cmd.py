@@ -301,6 +301,12 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
         title=f"memory per socket at {result['placement']['batch_slots']} "
         f"batch slots (capacity {result['batch_capacity']})",
     )
+    queries = result.get("mla_queries")
+    if queries:
+        placement.caption = (
+            f"MLA query weights (q_b_proj, W_UK) {queries['weights']} on every socket; this "
+            f"step's queries: {queries['queries']}"
+        )
     for name in ("tier", "capacity", "weights", "KV cache", "activations", "used", "free"):
         placement.add_column(name, justify="left" if name == "tier" else "right")
     for tier, usage in result["placement"]["tiers"].items():

@@ -58,9 +58,8 @@ SUMMARIES: dict[str, str] = {
     "plan": "Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic.",
     "plot": "Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).",
     "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
-    "calibrate": "Fit hardware and serving-stack parameters (--fit hw.FIELD=LOW:HIGH, --fit "
-    "stack.FIELD=LOW:HIGH) to MEASUREMENTS; write the calibrated hardware file (and the "
-    "calibrated stack beside it, which it runs by default).",
+    "calibrate": "Fit hardware and serving-stack parameters to measurements and published "
+    "figures (a calibration spec, or MEASUREMENTS with --fit); write the calibrated overlays.",
     "compare": "Run WORKLOAD on each --hardware and each value of each --vary and show step "
     "time, tokens/s, share of peak, what binds each and why one wins.",
     "kv-demo": "Attention-output error and needle recall of each KV policy as the budget shrinks.",

@@ -26,6 +26,19 @@ def overrides_option(func: F) -> F:
     )(func)
 
 
+def overlays_option(func: F) -> F:
+    """`--overlay FILE` (repeatable): a calibrated overlay (`rdu-sim calibrate` writes them)
+    passed back, its values on every row of the machine or stack it extends."""
+    return click.option(
+        "--overlay",
+        "overlays",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        help="A calibrated overlay (rdu-sim calibrate writes them) passed back: its values on "
+        "every measured row of the machine or stack it extends. Repeatable.",
+    )(func)
+
+
 def workload_argument(func: F) -> F:
     """The WORKLOAD file argument (its existence is checked by the loader, exit 2)."""
     return click.argument("workload", type=click.Path(path_type=Path))(func)

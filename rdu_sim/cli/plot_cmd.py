@@ -5,7 +5,8 @@ INPUT is read by its suffix:
 * ``.json``: what ``rdu-sim run --json`` prints or ``--out DIR`` writes (one run, or a
   list); ``requests.csv`` and ``timeseries.csv`` beside it (``--out`` writes them) supply the
   per-request records and the occupancy series; INPUT may also be that DIR. For
-  ``calibration``, what ``rdu-sim validate --json`` prints;
+  ``calibration``, what ``rdu-sim validate --json`` prints; for ``deployment``, what
+  ``rdu-sim validate --suite deployment --json`` prints or ``rdu-sim calibrate``'s fit.json;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
   ``sweep`` plots a metric (``--y``) along any swept axis (``--x``), a line per value of the
   other axes (``--by``), each defaulted from the spec's axes; ``throughput`` and ``capacity``
@@ -48,6 +49,7 @@ _KINDS = (
     "latency",
     "occupancy",
     "calibration",
+    "deployment",
     "compare",
     "speculation",
     "crossover",
@@ -247,7 +249,9 @@ def command(
     """Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).
 
     KIND is one of: memory, capacity, throughput, roofline, latency, occupancy,
-    calibration (INPUT: the JSON `rdu-sim validate --json` prints), compare (INPUT: the
+    calibration (INPUT: the JSON `rdu-sim validate --json` prints), deployment (INPUT: the
+    JSON `rdu-sim validate --suite deployment --json` prints, or calibrate's fit.json),
+    compare (INPUT: the
     JSON `rdu-sim compare --json` prints), speculation and crossover (INPUT: a sweep
     database of workloads/sweeps/speculation-*.yaml), sweep (INPUT: a sweep database;
     --x, --y, --by).
@@ -274,6 +278,12 @@ def command(
         fail(
             f"{input_path}: the calibration plot reads what `rdu-sim validate --json` "
             "prints; run `rdu-sim validate --json > v.json` and plot v.json"
+        )
+    if suffix in _YAML_SUFFIXES and kind == "deployment":
+        fail(
+            f"{input_path}: the deployment plot reads what `rdu-sim validate --suite "
+            "deployment --json` prints or calibrate's fit.json; run `rdu-sim validate --suite "
+            "deployment --json > d.json` and plot d.json"
         )
     if suffix in _YAML_SUFFIXES and kind in _SWEEP_KINDS:
         fail(

@@ -51,14 +51,30 @@ def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
+    from rdu_sim.report.bound import RESOURCES
+
     console.print(
-        f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']}, tp={data['tp']}: "
-        f"{data['phase']} step, batch {data['batch']}, "
+        f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} served by "
+        f"{data['stack']}, tp={data['tp']}: {data['phase']} step, batch {data['batch']}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
     )
     console.print(
         f"step time [bold]{human.duration(data['step_s'])}[/]; {utilization_line(utilization)}; "
         f"{human.count(data['events'], 'SimPy event')}"
+    )
+    bound = data["bound"]
+    resource = bound["resource"]
+    others = ", ".join(
+        f"{name} {human.duration(bound[f'{name}_s'])}"
+        for name in RESOURCES
+        if name != resource and bound[f"{name}_s"] > 0
+    )
+    console.print(
+        f"bound by [bold]{RESOURCES[resource]}[/] ({human.duration(bound[f'{resource}_s'])} of "
+        f"the step; each resource alone: {others or 'nothing else'}); the device "
+        f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
+        f"({human.duration(data['host_serial_s'])} serial, "
+        f"{human.duration(data['host_overlapped_s'])} beside the device)"
     )
     kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
     for col in (
@@ -173,6 +189,7 @@ def command(
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.provenance import of_scenario
+    from rdu_sim.report.bound import step_bound
     from rdu_sim.serving.step_shape import context_note
 
     scenario = api.load(workload, overrides)
@@ -193,10 +210,13 @@ def command(
     timing = cost.detail
     assert isinstance(timing, StepTiming)
     data = timing.to_dict()
+    bound = step_bound(timing, scenario.hardware)
     data.update(
         workload=scenario.workload.name,
         model=scenario.model.name,
         hardware=scenario.hardware.name,
+        stack=scenario.stack.name,
+        bound={"resource": bound.bound, **{f"{k}_s": v for k, v in bound.times().items()}},
         provenance=of_scenario(scenario),
     )
     trace_error: WriteError | None = None

@@ -22,14 +22,10 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option
+from rdu_sim.cli.options import overlays_option, overrides_option
 from rdu_sim.interrupts import kept_on_stop
 
 EXIT_FIGURE_FAILED = 1
-DEPLOYMENT_MEDIAN = 0.10
-"""A deployment suite passes when each hardware file's median |error| is at most this..."""
-DEPLOYMENT_WORST = 0.25
-"""...and no point's |error| exceeds this."""
 UNFINISHED = "the suite had not finished: nothing was printed"
 
 
@@ -62,62 +58,55 @@ def _print_table(rows: list[dict[str, object]], header: str) -> None:
     Console(soft_wrap=True).print(table)
 
 
-def _deployment(overrides: tuple[str, ...], as_json: bool) -> bool:
-    """The deployment suite: every shipped measured point simulated; True when it passes."""
-    from rdu_sim.validate.deployment import PointResult, by_hardware, read_all, shipped_files
-    from rdu_sim.validate.deployment import simulate as simulate_point
+def _deployment(overrides: tuple[str, ...], overlays: tuple[Path, ...], as_json: bool) -> bool:
+    """The deployment suite: every shipped measured row simulated; True when every group is
+    within its limits."""
+    from rdu_sim.validate.deployment_suite import run_deployment_suite
+    from rdu_sim.validate.measurement_file import read_all, shipped_files
+    from rdu_sim.validate.overlays import read_overlay
 
-    points = read_all(shipped_files())
-    results = [PointResult(p, simulate_point(p, overrides)) for p in points]
-    systems = by_hardware(results)
-    within = [
-        s.median_abs_error <= DEPLOYMENT_MEDIAN and s.worst_abs_error <= DEPLOYMENT_WORST
-        for s in systems
-    ]
-    passed = all(within)
+    fixed = [one for path in overlays for one in read_overlay(path)]
+    report = run_deployment_suite(read_all(shipped_files()), overrides, fixed)
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "points": [r.to_dict() for r in results],
-                    "systems": [s.to_dict() for s in systems],
-                    "median_limit": DEPLOYMENT_MEDIAN,
-                    "worst_limit": DEPLOYMENT_WORST,
-                    "pass": passed,
-                }
-            )
-        )
-        return passed
+        click.echo(json.dumps(report.to_dict()))
+        return report.passed
     table = Table(title="Measured deployments (measurements/)", title_justify="left")
     for col in ("point", "model", "tp", "batch", "in/out", "metric", "measured", "simulated"):
         table.add_column(col, justify="left" if col in ("point", "model") else "right")
     table.add_column("error", justify="right")
-    for r in results:
+    limits = {group.errors.group: group for group in report.groups}
+    for r, name in zip(report.results, report.group_of_row, strict=True):
         p = r.point
         err = r.relative_error
-        colour = "red" if abs(err) > DEPLOYMENT_WORST else "green"
+        colour = "red" if abs(err) > limits[name].worst_limit else "green"
         table.add_row(
             p.source.rsplit("/", 1)[-1],
             p.model,
             str(p.tp),
-            str(p.batch),
+            str(p.batch) if p.batch is not None else f"auto ({r.batch_slots})",
             f"{p.input_tokens}/{p.output_tokens}",
             p.metric,
-            human.duration(p.measured_s, 4),
-            human.duration(r.simulated_s, 4),
+            _measured(p.measured, p.unit),
+            _measured(r.simulated, p.unit),
             f"[{colour}]{human.percent(err, signed=True)}[/{colour}]",
         )
     console = Console(soft_wrap=True)
     console.print(table)
-    for s, ok in zip(systems, within, strict=True):
+    for group in report.groups:
+        s = group.errors
         console.print(
             f"{s.group}: {s.points} points, median |error| {human.percent(s.median_abs_error)} "
-            f"(limit {human.percent(DEPLOYMENT_MEDIAN, 0)}), worst "
-            f"{human.percent(s.worst_abs_error)} (limit {human.percent(DEPLOYMENT_WORST, 0)}, "
+            f"(limit {human.percent(group.median_limit, 0)}), worst "
+            f"{human.percent(s.worst_abs_error)} (limit {human.percent(group.worst_limit, 0)}, "
             f"{s.worst_point.rsplit('/', 1)[-1]}): "
-            + ("[green]pass[/green]" if ok else "[red]FAIL[/red]")
+            + ("[green]pass[/green]" if group.passed else "[red]FAIL[/red]")
         )
-    return passed
+    return report.passed
+
+
+def _measured(value: float, unit: str) -> str:
+    """A measured or simulated value in its unit."""
+    return human.duration(value, 4) if unit == "s" else human.in_unit(value, unit, 4)
 
 
 @click.command("validate")
@@ -136,6 +125,7 @@ def _deployment(overrides: tuple[str, ...], as_json: bool) -> bool:
     help="Same runs with fewer requests (3 per batch slot): about a minute.",
 )
 @overrides_option
+@overlays_option
 @click.option(
     "--tolerance",
     "tolerances",
@@ -162,11 +152,14 @@ def command(
     suite: str,
     quick: bool,
     overrides: tuple[str, ...],
+    overlays: tuple[Path, ...],
     tolerances: tuple[str, ...],
     snapstream: Path | None,
     full: Path | None,
 ) -> None:
     """Run the calibration suite and compare with SambaNova's published SN40L figures."""
+    if overlays and suite != "deployment":
+        fail("--overlay: only the deployment suite reads calibrated overlays (--suite deployment)")
     if suite == "deployment":
         figures_only = {
             "--quick": quick,
@@ -177,10 +170,11 @@ def command(
         if given := [option for option, value in figures_only.items() if value]:
             fail(
                 f"{', '.join(given)}: the figures suite's (--suite figures); the deployment "
-                "suite simulates each shipped measured point as it is (it takes --set and --json)"
+                "suite simulates each shipped measured point as it is (it takes --set, --overlay "
+                "and --json)"
             )
         with kept_on_stop(UNFINISHED):
-            passed = _deployment(overrides, as_json)
+            passed = _deployment(overrides, overlays, as_json)
         if not passed:
             raise SystemExit(EXIT_FIGURE_FAILED)
         return

@@ -23,6 +23,7 @@ over batch sizes (the notebook's curves, the ``compare`` plot's lines).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,6 +51,10 @@ __all__ = [
     "parse_vary",
     "variants",
 ]
+
+MAX_VARIANTS = 64
+"""Most columns one comparison runs: a table and a bar chart read side by side (a grid of
+any size is a sweep)."""
 
 Overrides = Iterable[str] | Mapping[str, Any] | None
 
@@ -123,6 +128,14 @@ def variants(hardware_files: Sequence[str | Path], vary: Sequence[str] = ()) -> 
             raise ConfigError.single("--vary", path, f"already varied by {other}; give it once")
         seen.add(path)
         axes.append([(path, v) for v in values])
+    count = math.prod(len(axis) for axis in axes)
+    if count > MAX_VARIANTS:
+        raise ConfigError.single(
+            "--vary",
+            " x ".join(axis[0][0] for axis in axes),
+            f"{count:,} variants; a comparison shows at most {MAX_VARIANTS} side by side"
+            " (`rdu-sim sweep` runs a grid of any size)",
+        )
     return [Variant(dict(combination)) for combination in itertools.product(*axes)]
 
 
@@ -177,12 +190,15 @@ def compare_batches(
 
 def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
     """The shared overrides with the variant's settings; its hardware (a path, or a shipped
-    hardware file by name) made absolute, so it does not depend on where the workload is."""
+    hardware file by name) made absolute, so it does not depend on where the workload is,
+    and served by that hardware's default stack unless a setting names one (``stack=``): a
+    comparison of machines compares each as it is deployed."""
     merged = {**shared, **side.settings}
     hardware = side.settings.get("hardware")
     if hardware is not None:
         found = shipped.locate(Path(str(hardware)).expanduser(), ("hardware",))
         merged["hardware"] = str(found.resolve())
+        merged.setdefault("stack", None)
     return merged
 
 

@@ -20,8 +20,8 @@ from rdu_sim.report.bound import RESOURCES
 
 UNEXPLAINED = 0.5
 """Below this share of its step, the binding resource's time does not explain the step: the
-rest is time ``report.bound`` does not read (links, a stalled pipeline), and the verdict says
-so rather than crediting the resource."""
+rest is time no one resource explains (latencies, a pipeline's fill and drain, resources
+waiting on each other), and the verdict says so rather than crediting the resource."""
 
 
 def _demand(column: Column) -> str:
@@ -35,7 +35,9 @@ def _demand(column: Column) -> str:
         return (
             f"{human.si(column.flops, 'FLOP')} per device at {human.flops(column.peak_flops)} peak"
         )
-    return "host time" if column.bound == "runtime" else "its time"
+    if column.bound == "link":
+        return "the collectives on its busiest link direction"
+    return "the serving stack's host work" if column.bound == "host" else "its time"
 
 
 def _share(column: Column) -> float:
@@ -81,7 +83,8 @@ def _step_why(a: Column, b: Column) -> str:
         return (
             f"{head}; both read as bound by {resource}, but it takes only "
             f"{human.percent(shares[0])} vs {human.percent(shares[1])} of the steps: the rest "
-            "is time the binding resource does not explain (links, a stalled pipeline)"
+            "is time the binding resource does not explain (latencies, a pipeline's fill, "
+            "resources waiting on each other)"
         )
     demands = {
         "hbm": (a.hbm_bytes, b.hbm_bytes, a.peak_hbm_bandwidth, b.peak_hbm_bandwidth, "traffic"),

@@ -2,9 +2,10 @@
 
 Public API:
 - `Compiler(scenario)`: `.program(shape)`, `.placement(slots)`, `.batch_capacity()`,
-  `.batch_slots()`, `.kernels(shape)` (per-instance caches);
+  `.batch_slots()`, `.kernels(shape)`, `.whole_queries(slots)` (per-instance caches);
 - `compile_program(scenario, shape) -> Program`;
 - `plan_memory(scenario, batch_slots) -> Placement`, `batch_capacity(scenario) -> int`,
+  `whole_queries(scenario, batch_slots) -> bool` (MLA's query weights whole on every socket),
   `CapacityError`;
 - `inspect_graph(scenario, shape) -> dict`, `to_dot(graph_or_result) -> str`,
   `layer_graph(scenario, shape) -> rdu_sim.graph.digraph.DiGraph` (for GraphML via
@@ -22,6 +23,7 @@ from rdu_sim.compiler.placement import (
     plan_memory,
     slot_tokens,
     weight_inventory,
+    whole_queries,
 )
 from rdu_sim.compiler.program import (
     CollectiveSpec,
@@ -59,4 +61,5 @@ __all__ = [
     "slot_tokens",
     "to_dot",
     "weight_inventory",
+    "whole_queries",
 ]

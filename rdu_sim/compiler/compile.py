@@ -38,12 +38,15 @@ from rdu_sim.compiler.buffers import (
 )
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.expert_exchange import micro_batch_shapes
-from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
-from rdu_sim.compiler.layout import shard_plan
+from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
+from rdu_sim.compiler.layout import precision, shard_plan
+from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.placement import (
     batch_capacity,
     hbm_fractions,
     plan_memory,
+    slot_tokens,
+    whole_queries,
 )
 from rdu_sim.compiler.program import (
     CollectiveSpec,
@@ -54,6 +57,7 @@ from rdu_sim.compiler.program import (
     Tier,
     with_sram,
 )
+from rdu_sim.compiler.query_choice import replicates, wiring_key
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.compiler.shared_programs import shared
 from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
@@ -62,6 +66,7 @@ from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.graph import Operator, operators
 from rdu_sim.graph.digraph import DiGraph
+from rdu_sim.graph.heads import logit_bytes
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Gemm, StepShape
 from rdu_sim.systolic import stage_gemm_efficiency
@@ -71,11 +76,15 @@ class Compiler:
     """Compiles one scenario's static shapes into Programs, caching per instance (and per
     process inside `shared_programs.sharing`).
 
-    Every rule compiles the scenario's `compile_view` (the fields it may read); the one field
-    read here of the scenario itself is ``serving.batch_slots``, resolved into the slot count
-    the memory plan is made for and passed on as an argument. With pipeline stages
-    (``parallelism.pp``) each stage has its own memory plan and Programs
-    (``compiler.stages``); the batch capacity is the tightest stage's.
+    Every rule compiles the scenario's `compile_view` (the fields it may read); read here of
+    the scenario itself are ``serving.batch_slots``, resolved into the slot count the memory
+    plan is made for and passed on as an argument, and the system's links, passed to the
+    rules that choose how a sequence-split MLA gets its queries (`compiler.query_choice`):
+    the results keyed by the links are those choices and the capacity they set; a plan and a
+    step's kernels are keyed by the choices, so points differing only in their links share
+    them where the choices agree. With pipeline stages (``parallelism.pp``) each stage has
+    its own memory plan, query choices and Programs (``compiler.stages``), keyed by its
+    index; the batch capacity is the tightest stage's.
     """
 
     def __init__(self, scenario: Scenario) -> None:
@@ -85,7 +94,10 @@ class Compiler:
         self._micro: dict[StepShape, Program] = {}  # two-batch overlap's micro-batches
         self._placements: dict[tuple[int, int], Placement] = {}
         self._capacity: int | None = None
-        self._kernels: dict[tuple[StepShape, int], list[KernelGraph]] = {}
+        self._kernels: dict[tuple[StepShape, int, bool, bool], list[KernelGraph]] = {}
+        self._whole_queries: dict[tuple[int, int], bool] = {}
+        self._system = scenario.hardware.system
+        self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
         parallelism = scenario.workload.parallelism
         self._stages: tuple[PipelineStage | None, ...] = (
             pipeline_stages(scenario.model, parallelism.pp) if parallelism.pp > 1 else (None,)
@@ -93,7 +105,7 @@ class Compiler:
 
     @property
     def view(self) -> CompileView:
-        """The scenario as the compiler sees it, and its digest (built once)."""
+        """The fields of the scenario the compiler's rules may read (built once)."""
         if self._view is None:
             self._view = compile_view(self.scenario)
         return self._view
@@ -109,8 +121,8 @@ class Compiler:
         view = self.view
         return shared(
             "capacity",
-            (view.digest, _index(stage)),
-            lambda: batch_capacity(view.scenario, stage=stage),
+            (view.digest, _index(stage), self._wiring),
+            lambda: batch_capacity(view.scenario, stage=stage, system=self._system),
         )
 
     def batch_slots(self) -> int:
@@ -128,25 +140,89 @@ class Compiler:
         key = (slots, _index(stage))
         if key not in self._placements:
             view = self.view
+            decode = StepShape("decode", slots, 1, slot_tokens(view.scenario))
+            queries = self.queries(decode, slots, stage)
             self._placements[key] = shared(
                 "placement",
-                (view.digest, slots) if stage is None else (view.digest, slots, stage.index),
+                (view.digest, slots, _index(stage), queries),
                 lambda: plan_memory(
-                    view.scenario, slots, lambda shape: self.kernels(shape, stage), stage
+                    view.scenario,
+                    slots,
+                    lambda shape: self.kernels(shape, stage, slots),
+                    stage,
+                    self._system,
                 ),
             )
         return self._placements[key]
 
-    def kernels(self, shape: StepShape, stage: PipelineStage | None = None) -> list[KernelGraph]:
+    def whole_queries(self, batch_slots: int, stage: PipelineStage | None = None) -> bool:
+        """Whether the memory plan for `batch_slots` slots (of a pipeline ``stage``) holds
+        MLA's query weights whole on every socket (`placement.whole_queries`)."""
+        key = (batch_slots, _index(stage))
+        if key not in self._whole_queries:
+            view = self.view
+            self._whole_queries[key] = shared(
+                "whole_queries",
+                (view.digest, batch_slots, _index(stage), self._wiring),
+                lambda: whole_queries(view.scenario, batch_slots, stage, self._system),
+            )
+        return self._whole_queries[key]
+
+    def queries(
+        self, shape: StepShape, batch_slots: int, stage: PipelineStage | None = None
+    ) -> tuple[bool, bool]:
+        """MLA's queries in a step of `shape` (on a pipeline ``stage``) on the memory plan
+        for `batch_slots` slots: whether the plan holds their weights whole, and whether the
+        step makes every head's queries on every socket (`query_choice.replicates`) rather
+        than gathering."""
+        whole = self.whole_queries(batch_slots, stage)
+        if not whole:
+            return False, False
+        view = self.view
+        plan = replace(shard_plan(view.scenario, shape), whole_queries=True)
+        replicate = shared(
+            "replicates",
+            (view.digest, shape, _index(stage), self._wiring),
+            lambda: replicates(
+                view.scenario, step_groups(view.scenario, shape, stage), plan, self._system
+            ),
+        )
+        return True, replicate
+
+    def program_queries(self, program: Program) -> tuple[bool, bool]:
+        """`queries` of a Program this compiler made (with pipeline stages: of its first
+        stage, whose kernels it reports)."""
+        first = program.pipeline[0] if program.pipeline else program
+        return self.queries(first.shape, first.placement.batch_slots, self._stages[0])
+
+    def plan_slots(self, shape: StepShape) -> int:
+        """The slots of the memory plan a step of `shape` runs on: the workload's, or the
+        step's batch when larger."""
+        return max(shape.batch, self.batch_slots())
+
+    def kernels(
+        self,
+        shape: StepShape,
+        stage: PipelineStage | None = None,
+        batch_slots: int | None = None,
+    ) -> list[KernelGraph]:
         """The fused, sharded kernel graphs of one step (of one pipeline ``stage``), before
-        stage allocation, kept until that step's Program is made: the memory plan reads the
-        graphs of the decode step of its slots, often the first Program asked for (its graphs
-        are read, never changed). A shape never compiled keeps its graphs as long as the
-        compiler."""
-        key = (shape, _index(stage))
+        stage allocation, on the memory plan for `batch_slots` slots (default: `plan_slots`),
+        kept until that step's Program is made: the memory plan reads the graphs of the
+        decode step of its slots, often the first Program asked for (its graphs are read,
+        never changed). A shape never compiled keeps its graphs as long as the compiler."""
+        slots = self.plan_slots(shape) if batch_slots is None else batch_slots
+        whole, replicate = self.queries(shape, slots, stage)
+        key = (shape, _index(stage), whole, replicate)
         graphs = self._kernels.get(key)
         if graphs is None:
-            graphs = self._kernels[key] = kernel_graphs(self.view.scenario, shape, stage)
+            graphs = self._kernels[key] = kernel_graphs(
+                self.view.scenario,
+                shape,
+                stage,
+                whole_queries=whole,
+                replicate_queries=replicate,
+            )
         return graphs
 
     def program(self, shape: StepShape) -> Program:
@@ -170,7 +246,7 @@ class Compiler:
         of one micro-batch; the step's memory plan its fullest stage's."""
         parts = min(self.view.scenario.workload.parallelism.pipeline_micro_batches, shape.batch)
         micro = replace(shape, batch=math.ceil(shape.batch / parts))
-        slots = max(shape.batch, self.batch_slots())
+        slots = self.plan_slots(shape)
         stages = tuple(self._compile(micro, stage, slots) for stage in self._stages)
         return Program(
             shape=shape,
@@ -195,22 +271,21 @@ class Compiler:
         self, shape: StepShape, stage: PipelineStage | None = None, slots: int | None = None
     ) -> Program:
         """The Program of ``shape`` run as one batch (on one pipeline ``stage``, whose memory
-        plan holds ``slots`` slots)."""
-        planned = max(shape.batch, self.batch_slots()) if slots is None else slots
+        plan holds ``slots`` slots; default: `plan_slots`)."""
+        planned = self.plan_slots(shape) if slots is None else slots
         placement = self._placement(planned, stage)
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         view = self.view
+        queries = self.queries(shape, planned, stage)
         kernels = shared(
             "kernels",
-            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier)
-            if stage is None
-            else (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, stage.index),
+            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, _index(stage), queries),
             lambda: _kernel_programs(
-                view.scenario, fractions, kv_tier, shape, self.kernels(shape, stage)
+                view.scenario, fractions, kv_tier, shape, self.kernels(shape, stage, planned)
             ),
         )
-        self._kernels.pop((shape, _index(stage)), None)  # its graphs are not needed again
+        self._kernels.pop((shape, _index(stage), *queries), None)  # not needed again
         devices = view.scenario.workload.parallelism.stage_devices
         load = shard_plan(view.scenario).expert_load
         program = Program(
@@ -218,6 +293,7 @@ class Compiler:
             tp=view.scenario.tp,
             kernels=kernels,
             placement=placement,
+            host_bytes=host_bytes(view.scenario, shape),
             stage_devices=devices if devices > view.scenario.tp else 0,
             expert_balance=None if load is None else load.load(shape.rows),
         )
@@ -243,7 +319,7 @@ def _kernel_programs(
     if isinstance(hardware, HardwareConfig):
         engine = scenario.workload.engine
         return tuple(
-            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, shape.rows)
+            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, k.rows or shape.rows)
             for k in kernels
         )
     # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
@@ -257,6 +333,15 @@ def _kernel_programs(
         )
         for k in kernels
     )
+
+
+def host_bytes(scenario: Scenario, shape: StepShape) -> float:
+    """What a step sends its host before the next step can start: the logits when the
+    serving stack samples on the host (the token ids of device sampling stay on the device,
+    where the next step reads them)."""
+    if scenario.stack.sampling == "device":
+        return 0.0
+    return logit_bytes(scenario.model, shape, precision(scenario))
 
 
 def compile_program(scenario: Scenario, shape: StepShape) -> Program:
@@ -300,7 +385,7 @@ def _hbm_share(fractions: dict[str, float], kernel: str, weight: str) -> float:
     `decoder_moe/attn.kv_b_proj` the 58 MoE layers'; a straddling tensor's reads split
     between HBM and DDR in proportion to its bytes. A kernel reads its own placement.
 
-    A kernel with no placement of its own (`snapkv_select`, which runs only in a compressing
+    A kernel with no placement of its own (`snapkv_score`, which runs only in a compressing
     prefill) reads the copies the kernels that own the weight placed: its call for layer l
     reads layer l's copy, placed by the kernel that runs layer l. The selection runs for
     every layer, so its share is that of all the owners' tensors together, weighted by
@@ -346,7 +431,15 @@ def _stage(
     _add(operand, kv_tier, node.kv_read_bytes)
     _add(writes, kv_tier, node.kv_write_bytes)
     reads = dict(operand)
-    activations = sum(t.bytes for t in node.inputs if t.name in external) * node.act_read_fraction
+    streamed_in = {
+        name
+        for source in graph.predecessors(node.name)
+        for name in graph.edges[source, node.name]["tensors"]
+    }
+    activations = (  # a kernel input gathered in the kernel arrives from the gather
+        sum(t.bytes for t in node.inputs if t.name in external and t.name not in streamed_in)
+        * node.act_read_fraction
+    )
     _add(reads, "hbm", activations)
     _add(
         writes,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from rdu_sim.compiler.expert_load import ExpertLoad, ExpertLoadModel, expert_load_model
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
+from rdu_sim.graph import Operator
 from rdu_sim.graph.moe import token_hit_probability
 from rdu_sim.graph.shape import FP32, INDEX
 from rdu_sim.models.layers import MoeArchitecture
@@ -151,3 +152,15 @@ def expert_exchange(scenario: Scenario) -> ExpertExchange | None:
             scenario.workload.moe_expert_loading,
         ),
     )
+
+
+def exchange_role(node: Operator) -> str | None:
+    """What an operator of a MoE layer is under an all-to-all exchange: ``token`` (it runs
+    on the socket's share of its rank's tokens: the router, top-k, shared experts, the
+    weighted combine), ``experts`` (the routed experts, on the pairs dispatched to the
+    socket) or None (everything else: as under tensor parallelism)."""
+    if node.kind in ("router", "topk", "moe_combine") or ".shared." in f".{node.name}":
+        return "token"
+    if node.split.compute == "experts":
+        return "experts"
+    return None

@@ -5,10 +5,14 @@
   (`models.layers.layer_segments`), the whole body fused into one call ("decoder" for
   Llama; "decoder_dense" and "decoder_moe" for DeepSeek; "decoder_sliding+full" for
   gpt-oss, whose body is two layers), `calls` = the number of bodies in the run;
-- "snapkv_select": in a prefill whose prompt the KV policy compresses, the SnapKV
-  selection of each layer, a kernel of its own (`calls` = layers) so its time is reported
-  on its own (sliding-window layers whose ring the policy would compress get one of their
-  own, "snapkv_select_window<W>");
+- "snapkv_score", "snapkv_topk", "snapkv_compact": in a prefill whose prompt the KV policy
+  compresses, the SnapKV selection's kernels (`graph.snapkv`: the window's scores
+  recomputed outside the fused attention, the top-K, the compaction into the slot), each
+  called once per layer (`calls` = layers), after the decoder layers (whose attention
+  stashes the window's queries, `graph.stash`); sliding-window layers whose ring the policy
+  would compress get their own ("snapkv_score_window<W>" ...). The layers' selections are
+  independent, so each kernel's calls run back to back: identical consecutive calls, which
+  kernel looping loops like the decoder's;
 - "lm_head": final norm and vocabulary projection, one call.
 
 Inside a decoder kernel every operator is a pipeline stage, except attention: the score,
@@ -45,9 +49,10 @@ from rdu_sim.graph import (
     model_groups,
     op,
     operators,
-    snapkv_graph,
+    selection_graphs,
 )
 from rdu_sim.graph.digraph import DiGraph
+from rdu_sim.graph.snapkv import kernel_name
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Selection, StepShape
@@ -65,6 +70,7 @@ class KernelGraph:
     looped: bool
     graph: DiGraph
     layer: str = ""  # the layer kernel it was split from ("" = itself: `full` fusion)
+    rows: int | None = None  # rows its tiles stream when not the step's (`GraphGroup.rows`)
 
     @property
     def group(self) -> str:
@@ -90,25 +96,58 @@ def selection_shape(
     return policy.layer_selection(prompt, window)
 
 
-def selection_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
-    """The SnapKV selection kernels of a compressing prefill: one per attention window whose
-    layers compress ("snapkv_select" for the full-attention layers), `calls` = its layers."""
+def selections(scenario: Scenario, shape: StepShape) -> dict[int | None, Selection]:
+    """The selection of each attention window (None: full attention) whose layers compress
+    in this step (`selection_shape`), in the model's order of windows."""
+    found = {
+        window: selection_shape(scenario, shape, window)
+        for window in window_layer_counts(scenario.model)
+    }
+    return {window: found for window, found in found.items() if found is not None}
+
+
+def selection_groups(
+    scenario: Scenario, shape: StepShape, chosen: dict[int | None, Selection]
+) -> list[GraphGroup]:
+    """The SnapKV selection kernels of a compressing prefill (``chosen``: `selections`):
+    for each attention window whose layers compress, its score, top-K and compaction
+    kernels ("snapkv_score" ... for full attention, "snapkv_score_window<W>" ...),
+    `calls` = its layers, tiles streaming each prompt's keys as one row."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
+    layers = window_layer_counts(scenario.model)
     groups = []
-    for window, layers in window_layer_counts(scenario.model).items():
-        selection = selection_shape(scenario, shape, window)
-        if selection is not None:
-            name = "snapkv_select" if window is None else f"snapkv_select_window{window}"
-            graph = snapkv_graph(scenario.model, shape.batch, selection, prec, cache)
-            groups.append(GraphGroup(name, layers, graph))
+    for window, selection in chosen.items():
+        for name, graph in selection_graphs(scenario.model, shape.batch, selection, prec, cache):
+            groups.append(
+                GraphGroup(kernel_name(name, window), layers[window], graph, rows=shape.batch)
+            )
     return groups
 
 
 def graph_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
     """The unsharded graphs of one step, in execution order, with their call counts."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
-    groups = model_groups(scenario.model, shape, prec, cache, scenario.workload.moe_expert_loading)
-    return groups[:-1] + selection_groups(scenario, shape) + groups[-1:]
+    sample = scenario.stack.sampling == "device"
+    chosen = selections(scenario, shape)
+    stash = {window: selection.window for window, selection in chosen.items()}
+    groups = model_groups(
+        scenario.model,
+        shape,
+        prec,
+        cache,
+        scenario.workload.moe_expert_loading,
+        sample,
+        stash,
+    )
+    return groups[:-1] + selection_groups(scenario, shape, chosen) + groups[-1:]
+
+
+def step_groups(
+    scenario: Scenario, shape: StepShape, stage: PipelineStage | None = None
+) -> list[GraphGroup]:
+    """`graph_groups` of one step that a pipeline ``stage`` runs (None: all of them)."""
+    groups = graph_groups(scenario, shape)
+    return groups if stage is None else stage_groups(groups, scenario.model, stage)
 
 
 def fuse_attention(graph: DiGraph) -> DiGraph:
@@ -160,34 +199,53 @@ def fuse_attention(graph: DiGraph) -> DiGraph:
 
 
 def layer_graphs(
-    scenario: Scenario, shape: StepShape, stage: PipelineStage | None = None
+    scenario: Scenario,
+    shape: StepShape,
+    stage: PipelineStage | None = None,
+    *,
+    whole_queries: bool = False,
+    replicate_queries: bool = False,
 ) -> list[tuple[GraphGroup, DiGraph]]:
     """Each group of one step (of one pipeline ``stage``: its layers) with its sharded graph
-    (attention fused, except at `none`)."""
-    plan = shard_plan(scenario, shape)
+    (attention fused, except at `none`), on a memory plan that holds MLA's query weights
+    whole (``whole_queries``) or not, the step making every head's queries on every socket
+    (``replicate_queries``, the compiler's choice: `compiler.query_choice`) or gathering
+    them."""
+    plan = replace(
+        shard_plan(scenario, shape),
+        whole_queries=whole_queries,
+        replicate_queries=replicate_queries,
+    )
     fuse = fusion_level(scenario) != "none"
-    groups = graph_groups(scenario, shape)
-    if stage is not None:
-        groups = stage_groups(groups, scenario.model, stage)
     return [
         (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))
-        for group in groups
+        for group in step_groups(scenario, shape, stage)
     ]
 
 
 def kernel_graphs(
-    scenario: Scenario, shape: StepShape, stage: PipelineStage | None = None
+    scenario: Scenario,
+    shape: StepShape,
+    stage: PipelineStage | None = None,
+    *,
+    whole_queries: bool = False,
+    replicate_queries: bool = False,
 ) -> list[KernelGraph]:
     """The fused, sharded kernels of one step on one socket (of one pipeline ``stage``), at
-    the workload's fusion level."""
+    the workload's fusion level (MLA's queries: as for `layer_graphs`)."""
     level = fusion_level(scenario)
     looping = scenario.workload.kernel_looping and level == "full"
     kernels: list[KernelGraph] = []
-    for group, sharded in layer_graphs(scenario, shape, stage):
+    for group, sharded in layer_graphs(
+        scenario,
+        shape,
+        stage,
+        whole_queries=whole_queries,
+        replicate_queries=replicate_queries,
+    ):
         if level == "full":
-            kernels.append(
-                KernelGraph(group.name, group.count, looping and group.count > 1, sharded)
-            )
+            looped = looping and group.count > 1
+            kernels.append(KernelGraph(group.name, group.count, looped, sharded, rows=group.rows))
             continue
         for names in operator_groups(sharded, level):
             kernels.append(
@@ -197,6 +255,7 @@ def kernel_graphs(
                     False,
                     subgraph(sharded, names),
                     layer=group.name,
+                    rows=group.rows,
                 )
             )
     return kernels

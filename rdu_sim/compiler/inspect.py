@@ -14,6 +14,10 @@ the shape `rdu-sim step` would run) and returns a dict with
   `calls`, FLOPs and off-chip bytes per call, and their `operational_intensity`;
 - `placement`: per tier of one socket `capacity_bytes`, `weights_bytes`, `kv_bytes`,
   `activations_bytes`, `used_bytes`, `free_bytes`, and the placed tensors;
+- `mla_queries` (an MLA model under the sequence_split layout, else None): whether the
+  memory plan holds the query weights `whole` on every socket and how this step's
+  sequence-split attention gets every head's queries (`gathered`, `replicated`, or `none`
+  when the step has no such attention): `compiler.mla_queries`;
 - `graph`: the per-socket decoder-layer graph (nodes and edges) that `to_dot` draws.
 """
 
@@ -24,6 +28,7 @@ from typing import Any
 
 from rdu_sim.compiler.compile import Compiler
 from rdu_sim.compiler.fusion import fusion_level, layer_graphs
+from rdu_sim.compiler.mla_queries import QUERY_GATHER, chooses_queries
 from rdu_sim.compiler.program import (
     TIERS,
     KernelProgram,
@@ -130,11 +135,39 @@ def layer_records(program: Program) -> list[dict[str, Any]]:
     ]
 
 
-def layer_graph(scenario: Scenario, shape: StepShape) -> DiGraph:
+def layer_graph(
+    scenario: Scenario,
+    shape: StepShape,
+    whole_queries: bool = False,
+    replicate_queries: bool = False,
+) -> DiGraph:
     """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included
-    (the whole layer, whatever the fusion level splits it into)."""
-    decoders = [g for group, g in layer_graphs(scenario, shape) if group.name.startswith("decoder")]
+    (the whole layer, whatever the fusion level splits it into; MLA's queries as for
+    `fusion.layer_graphs`)."""
+    decoders = [
+        g
+        for group, g in layer_graphs(
+            scenario, shape, whole_queries=whole_queries, replicate_queries=replicate_queries
+        )
+        if group.name.startswith("decoder")
+    ]
     return decoders[-1]
+
+
+def queries_record(
+    scenario: Scenario, program: Program, whole: bool, replicated: bool
+) -> dict[str, Any] | None:
+    """How ``program``'s sequence-split MLA attention gets every head's queries (module
+    docstring), None when the scenario's attention is not split by sequence."""
+    if not chooses_queries(scenario):
+        return None
+    gathered = any(
+        stage.name.endswith(QUERY_GATHER) for kernel in program.kernels for stage in kernel.stages
+    )
+    return {
+        "weights": "whole" if whole else "sliced",
+        "queries": "replicated" if replicated else "gathered" if gathered else "none",
+    }
 
 
 def inspect_graph(
@@ -143,6 +176,7 @@ def inspect_graph(
     """The compiled step of `shape`, as JSON-ready data (see the module docstring)."""
     compiler = compiler or Compiler(scenario)
     program = compiler.program(shape)
+    whole, replicated = compiler.program_queries(program)
     parallelism = scenario.workload.parallelism
     split = (
         {}
@@ -181,7 +215,8 @@ def inspect_graph(
             "collective_bytes": program.collective_bytes,
         },
         "placement": placement_record(program.placement),
-        "graph": graph_records(layer_graph(scenario, shape)),
+        "mla_queries": queries_record(scenario, program, whole, replicated),
+        "graph": graph_records(layer_graph(scenario, shape, whole, replicated)),
     }
 
 

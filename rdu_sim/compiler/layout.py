@@ -20,8 +20,10 @@ MLA cache layouts (`parallelism.mla_cache_layout`), per token and layer in BF16 
 TP (DeepSeek-R1: kv_lora_rank 512 + rope 64; 128 heads x (128 + 64 + 128) per-head K/V):
 - replicated: 576 values on every socket (1,152 B); attention split by heads, no collective;
 - sequence_split: 576 / 16 = 36 values per socket (72 B); each socket attends all heads over
-  its tokens, then a reduce-scatter (with the softmax statistics) combines the partial
-  outputs and hands each socket its heads for W_UV and o_proj;
+  its tokens, so it needs every head's absorbed query (gathered, or computed from q_b_proj
+  and W_UK held whole on every socket: `compiler.mla_queries`), then a reduce-scatter (with
+  the softmax statistics) combines the partial outputs and hands each socket its heads for
+  W_UV and o_proj;
 - head_split: 40,960 / 16 = 2,560 values per socket (5,120 B): the up-projected per-head
   cache is 71x the latent, so even split 16 ways it is 4.4x the replicated latent; attention
   is the non-absorbed form (no W_UK/W_UV absorption, fewer attention FLOPs).
@@ -82,6 +84,11 @@ class ShardPlan:
     expert_load: ExpertLoadModel | None = None
     rows: int = 0  # the step's token rows per rank (with an expert load)
     phase: Phase = "decode"  # the step's phase (with an expert load)
+    # sequence_split MLA (compiler.mla_queries): q_b_proj and W_UK resident whole on every
+    # socket, and whether this program computes every head's queries with them (else it
+    # computes its heads' and gathers the rest)
+    whole_queries: bool = False
+    replicate_queries: bool = False
 
     def divisor(self, axis: Axis) -> int:
         """Ways `axis` is split over the TP group (see the module table)."""

@@ -19,28 +19,37 @@ which `compile_program` reports.
 `batch_capacity` is the largest number of slots whose KV cache and activations fit in HBM
 beside the weights HBM pins (all of them for `memory.weights: hbm`, so no weight spills at
 that batch). Capacity errors suggest only what applies to the workload (`shrink_hints`).
+
+Under the MLA sequence_split layout a plan may hold q_b_proj and W_UK whole on every socket,
+so that its steps can make every head's queries themselves (`compiler.mla_queries`): the plan
+for S slots does (`whole_queries`) when its largest decode step would replicate the queries
+and the whole weights fit beside the S slots. They take HBM whichever step uses them, so the
+batch capacity is the most slots that fit beside them when the step of that many slots
+replicates, else the most beside the slices.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs
-from rdu_sim.compiler.layout import kv_slot_bytes_per_socket
+from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
+from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, shard_plan
+from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.program import (
     Placement,
     TensorPlacement,
     Tier,
     TierUsage,
 )
-from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
+from rdu_sim.compiler.query_choice import replicates
+from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
-from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario
@@ -85,13 +94,21 @@ def weight_inventory(
     batch: int = 1,
     kernels: KernelSource | None = None,
     stage: PipelineStage | None = None,
+    whole_queries: bool = False,
 ) -> list[WeightTensor]:
     """Every weight tensor of one socket (of a pipeline ``stage``), with its reads in a
     decode step of `batch` slots (``kernels``: where that step's kernel graphs come from, by
-    default built afresh)."""
+    default built afresh on a plan holding MLA's query weights whole or not,
+    ``whole_queries``, whose full step makes the queries on every socket when it holds them
+    whole: `whole_queries`)."""
     shape = StepShape("decode", max(1, batch), 1, slot_tokens(scenario))
     tensors: dict[str, list[float]] = {}
-    graphs = kernel_graphs(scenario, shape, stage) if kernels is None else kernels(shape)
+    if kernels is None:
+        graphs = kernel_graphs(
+            scenario, shape, stage, whole_queries=whole_queries, replicate_queries=whole_queries
+        )
+    else:
+        graphs = kernels(shape)
     for kernel in graphs:
         for node in operators(kernel.graph):
             if not node.weight_params and not node.weight_read_bytes:
@@ -118,7 +135,7 @@ def max_prompt_tokens(scenario: Scenario) -> int:
 
 def packed_prefill_tokens(scenario: Scenario, tokens: int, batch_slots: int) -> int:
     """Token rows of the largest prefill step when the runtime packs prompts of ``tokens``
-    tokens or fewer into one step (hardware ``runtime.prefill_batch_tokens``): at most the
+    tokens or fewer into one step (the serving stack's ``prefill_batch_tokens``): at most the
     budget and a prompt a slot, at least the one prompt."""
     budget = scenario.stack.prefill_batch_tokens
     if budget is None:
@@ -298,17 +315,28 @@ def plan_memory(
     batch_slots: int,
     kernels: KernelSource | None = None,
     stage: PipelineStage | None = None,
+    system: SystemConfig | None = None,
 ) -> Placement:
     """Place one socket's (of a pipeline ``stage``) weights, KV cache and activations for
-    `batch_slots` slots (``kernels``: as for :func:`weight_inventory`)."""
+    `batch_slots` slots (``kernels``: as for :func:`weight_inventory`, on this plan's
+    `whole_queries`; ``system``: the links MLA's query choice weighs, by default the
+    scenario's)."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
+    if kernels is None:
+        whole = whole_queries(scenario, batch_slots, stage, system)
+
+        def kernels(shape: StepShape) -> list[KernelGraph]:
+            return kernel_graphs(
+                scenario, shape, stage, whole_queries=whole, replicate_queries=whole
+            )
+
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     act = activation_bytes(scenario, batch_slots, stage)
     kv = kv_bytes(scenario, batch_slots, stage)
     if act + kv > hbm_cap:
-        capacity = batch_capacity(scenario, strict=False, stage=stage)
+        capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
         fit = (
             f"at most {capacity} fit beside the weights; 'auto' picks that"
             if capacity
@@ -385,11 +413,73 @@ def hbm_fractions(placement: Placement) -> dict[str, float]:
     return {key: hbm / (hbm + ddr) for key, (hbm, ddr) in sizes.items() if hbm + ddr}
 
 
+def _pinned(scenario: Scenario, total: int) -> int:
+    """Weight bytes HBM pins on one socket: the target's ``total`` up to `pinned_limit`,
+    and a shared draft's."""
+    return sum(w.bytes for w in draft_weights(scenario)) + min(total, pinned_limit(scenario))
+
+
+def _pinned_weights(
+    scenario: Scenario, whole_queries: bool, stage: PipelineStage | None = None
+) -> int:
+    """`_pinned` for the target's weights (a pipeline ``stage``'s) with MLA's query weights
+    whole or not."""
+    inventory = weight_inventory(scenario, stage=stage, whole_queries=whole_queries)
+    return _pinned(scenario, sum(w.bytes for w in inventory))
+
+
+def _fits(scenario: Scenario, slots: int, weights: int, stage: PipelineStage | None = None) -> bool:
+    """Whether the KV cache of ``slots`` slots (of a pipeline ``stage``'s layers) fits in the
+    serving stack's share (``kv_memory_fraction``) of the HBM ``weights`` and the
+    activations leave."""
+    fraction = scenario.stack.kv_memory_fraction
+    free = scenario.hardware.hbm.capacity - weights - activation_bytes(scenario, slots, stage)
+    return kv_bytes(scenario, slots, stage) <= (1.0 if fraction is None else fraction) * free
+
+
+def _replicates(
+    scenario: Scenario, slots: int, stage: PipelineStage | None, system: SystemConfig
+) -> bool:
+    """Whether the largest decode step of ``slots`` slots (a verify step's tokens each; a
+    pipeline ``stage``'s layers of it) would make every head's MLA queries on every socket,
+    given their weights whole."""
+    shape = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
+    plan = replace(shard_plan(scenario, shape), whole_queries=True)
+    return replicates(scenario, step_groups(scenario, shape, stage), plan, system)
+
+
+def whole_queries(
+    scenario: Scenario,
+    batch_slots: int,
+    stage: PipelineStage | None = None,
+    system: SystemConfig | None = None,
+) -> bool:
+    """Whether the memory plan for ``batch_slots`` slots (of a pipeline ``stage``'s sockets)
+    holds MLA's query weights (q_b_proj, W_UK) whole on every socket: under the
+    sequence_split layout, when its largest decode step replicates the queries on
+    ``system``'s links (default: the scenario's; `compiler.query_choice`) and the whole
+    weights fit beside the slots in HBM."""
+    if not chooses_queries(scenario):
+        return False
+    links = scenario.hardware.system if system is None else system
+    if not _replicates(scenario, batch_slots, stage, links):
+        return False
+    return _fits(scenario, batch_slots, _pinned_weights(scenario, True, stage), stage)
+
+
 def batch_capacity(
-    scenario: Scenario, *, strict: bool = True, stage: PipelineStage | None = None
+    scenario: Scenario,
+    *,
+    strict: bool = True,
+    stage: PipelineStage | None = None,
+    system: SystemConfig | None = None,
 ) -> int:
     """Most slots whose KV cache and activations fit in HBM beside the weights it pins (on a
-    pipeline ``stage``'s sockets: its layers').
+    pipeline ``stage``'s sockets: its layers'), of which the serving stack gives its KV cache
+    ``kv_memory_fraction`` of what is left, and at most the stack's ``max_batch_slots``.
+    Under the MLA sequence_split layout: the most beside MLA's query weights whole when the
+    decode step of that many slots replicates the queries on ``system``'s links (default:
+    the scenario's; `whole_queries`), else beside their slices.
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
@@ -397,11 +487,10 @@ def batch_capacity(
     hbm = scenario.hardware.hbm.capacity
     total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
     target = min(total, pinned_limit(scenario))
-    weights = sum(w.bytes for w in draft_weights(scenario)) + target
+    weights = _pinned(scenario, total)
 
     def fits(slots: int) -> bool:
-        kv = kv_bytes(scenario, slots, stage)
-        return weights + kv + activation_bytes(scenario, slots, stage) <= hbm
+        return _fits(scenario, slots, weights, stage)
 
     if not fits(1):
         if strict:
@@ -426,7 +515,20 @@ def batch_capacity(
                 f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
-    return most_slots(fits)
+    most = _capped(scenario, most_slots(fits))
+    if chooses_queries(scenario):
+        whole = _pinned_weights(scenario, True, stage)
+        beside = _capped(scenario, most_slots(lambda slots: _fits(scenario, slots, whole, stage)))
+        links = scenario.hardware.system if system is None else system
+        if beside and _replicates(scenario, beside, stage, links):
+            return beside
+    return most
+
+
+def _capped(scenario: Scenario, slots: int) -> int:
+    """``slots``, at most the serving stack's ``max_batch_slots``."""
+    cap = scenario.stack.max_batch_slots
+    return slots if cap is None else min(slots, cap)
 
 
 def most_slots(fits: Callable[[int], bool]) -> int:
@@ -453,17 +555,11 @@ def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
     """What a reader of a run must be told about where the weights ended up: batch slots
     that push weights out of the HBM share ``memory.weights`` gives them (the steps then
     read those weights from DDR)."""
-    stage = None
-    if placement.pipeline_stage >= 0:
-        pp = scenario.workload.parallelism.pp
-        stage = pipeline_stages(scenario.model, pp)[placement.pipeline_stage]
-    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
-    wanted = min(total, pinned_limit(scenario))
-    held = sum(  # the target's weights in HBM (a shared draft's always sit there too)
-        t.bytes
-        for t in placement.tensors
-        if t.kind == "weights" and t.tier == "hbm" and not t.name.startswith(DRAFT_PREFIX)
-    )
+    target = [  # the target's weights (a shared draft's always sit in HBM)
+        t for t in placement.tensors if t.kind == "weights" and not t.name.startswith(DRAFT_PREFIX)
+    ]
+    wanted = min(sum(t.bytes for t in target), pinned_limit(scenario))
+    held = sum(t.bytes for t in target if t.tier == "hbm")
     if held >= wanted:
         return []
     memory = scenario.workload.memory

@@ -72,7 +72,7 @@ class StageProgram:
 class KernelProgram:
     """A fused kernel: a pipeline of stages, called `calls` times per step."""
 
-    name: str  # e.g. "embedding", "decoder_dense", "decoder_moe", "snapkv_select", "lm_head"
+    name: str  # e.g. "embedding", "decoder_dense", "decoder_moe", "snapkv_score", "lm_head"
     calls: int  # calls per step (e.g. 58 MoE layers)
     looped: bool  # with kernel looping the calls run as one call with a pipelined outer loop
     stages: tuple[StageProgram, ...]  # topologically ordered
@@ -177,6 +177,10 @@ class Program:
     tp: int
     kernels: tuple[KernelProgram, ...]
     placement: Placement
+    # bytes a device sends its host at the step's end, before the next step can start
+    # (the logits, when the serving stack samples on the host; none when it samples on
+    # the device: the next step's input is already there)
+    host_bytes: float = 0.0
     # Devices the step's collectives span when more than tp (one pipeline stage's tp x
     # dp_attention, under data-parallel attention): 0 is tp.
     stage_devices: int = 0

@@ -14,8 +14,13 @@ the split really happened):
   statistics (max and sum per query and head, FP32), under the MLA sequence_split layout;
 - seq_gather -> all-gather of a sequence-split cached prefix (MLA prefill);
 - selection -> SnapKV head-summed scores: all-reduce when heads are split, all-gather of
-  the sequence shards under sequence_split.
-Payloads are the full tensor (the N of the collective algorithm), as CollectiveSpec says.
+  the sequence shards under sequence_split;
+- row_stats -> all-reduce of softmax statistics under sequence_split (max and sum of
+  exponentials per row, combined as a log-sum-exp);
+- group_sum -> all-reduce of a GQA group's partial SnapKV scores among the sockets sharing
+  its KV head (tp > kv_heads), a group of tp / kv_heads sockets.
+Payloads are the full tensor (the N of the collective algorithm) of the group, as
+CollectiveSpec says.
 
 Under data-parallel attention with all-to-all experts (`ShardPlan.exchange`,
 `compiler.expert_exchange`), a MoE layer's router, shared experts and weighted combine run
@@ -24,14 +29,28 @@ the busiest socket's token-expert pairs (`ExpertLoad`), and three collectives mo
 tokens: a dispatch all-to-all before the routed experts (the hidden states and the routing),
 a combine all-to-all after them, and an all-gather inside the rank (tp > 1) where the
 tensor-parallel combine's all-reduce would be.
+
+Under sequence_split a sequence-split attention reads every head's queries
+(`compiler.mla_queries`): an all-gather of the queries a socket holds only its heads of is
+spliced in before it, unless the plan replicates the operators making them (then done whole,
+weights and all); a plan holding their weights whole keeps them whole in its inventory even
+when it gathers.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Literal
 
+from rdu_sim.compiler.expert_exchange import exchange_role
 from rdu_sim.compiler.layout import ShardPlan
+from rdu_sim.compiler.mla_queries import (
+    QUERY_GATHER,
+    as_replicated,
+    query_inputs,
+    query_operators,
+)
 from rdu_sim.graph import Operator, operators
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.shape import FP32
@@ -42,18 +61,6 @@ def _shard_gemm(gemm: Gemm | None, dim: str | None, ways: int) -> Gemm | None:
     if gemm is None or dim is None or ways == 1:
         return gemm
     return replace(gemm, **{dim: max(1, math.ceil(getattr(gemm, dim) / ways))})
-
-
-def exchange_role(node: Operator) -> str | None:
-    """What an operator of a MoE layer is under an all-to-all exchange: ``token`` (it runs
-    on the socket's share of its rank's tokens: the router, top-k, shared experts, the
-    weighted combine), ``experts`` (the routed experts, on the pairs dispatched to the
-    socket) or None (everything else: as under tensor parallelism)."""
-    if node.kind in ("router", "topk", "moe_combine") or ".shared." in f".{node.name}":
-        return "token"
-    if node.split.compute == "experts":
-        return "experts"
-    return None
 
 
 def _token_share(node: Operator, plan: ShardPlan) -> Operator:
@@ -124,8 +131,15 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     # activations: a stage that only moves KV (cache reads) streams its KV share
     ways = compute if split.compute != "none" else kv
     read_share = 1.0 if dim == "n" else 1 / ways
-    partial = split.combine == "sum" or (split.combine == "sequence" and plan.sequence_split)
+    partial = (
+        split.combine == "sum"
+        or (split.combine == "sequence" and plan.sequence_split)
+        or (split.combine == "row_stats" and _by_sequence(node, plan))
+        or (split.combine == "selection" and not _by_sequence(node, plan))
+    )
     write_share = 1.0 if dim == "k" or partial else 1 / ways
+    if split.combine == "group_sum":  # a partial sum of this socket's KV heads' scores
+        write_share = 1 / plan.divisor("kv_heads")
     params = math.ceil(node.weight_params / weights)
     gemm = _shard_gemm(node.gemm, dim, compute)
     work_share, read_share_of_weights = 1 / compute, 1 / weights
@@ -151,28 +165,52 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     )
 
 
-def _collective_for(node: Operator, plan: ShardPlan) -> tuple[CollectiveKind, float] | None:
-    """The collective that must follow `node` on this plan, with its payload, or None."""
+def _by_sequence(node: Operator, plan: ShardPlan) -> bool:
+    """Whether `node` runs on a sequence share of the MLA cache (its keys split by token)."""
+    return plan.sequence_split and node.split.compute == "attention"
+
+
+@dataclass(frozen=True)
+class _Collective:
+    """A collective following an operator: its kind, payload (the group's whole tensor),
+    sockets, and the share of the operator's outputs each socket is left with."""
+
+    kind: CollectiveKind
+    payload: float
+    group: int
+    carried: float = 1.0
+
+
+def _collective_for(node: Operator, plan: ShardPlan) -> _Collective | None:
+    """The collective that must follow `node` on this plan, or None."""
     if plan.tp == 1:
         return None
     combine = node.split.combine
     if plan.exchange is not None and exchange_role(node) == "token" and combine == "sum":
         # the weighted combine ran on this socket's tokens: the rank gathers them back
-        return "allgather", sum(t.bytes for t in node.outputs)
+        return _Collective("allgather", sum(t.bytes for t in node.outputs), plan.tp)
     outputs = sum(t.bytes for t in node.outputs)
-    if combine == "sum" and plan.divisor(node.split.compute) > 1:
-        return "allreduce", outputs
-    if combine == "gather" and plan.divisor(node.split.compute) > 1:
-        return "allgather", outputs
+    split = plan.divisor(node.split.compute) > 1
+    if combine == "sum" and split:
+        return _Collective("allreduce", outputs, plan.tp)
+    if combine == "gather" and split:
+        return _Collective("allgather", outputs, plan.tp)
     if combine == "sequence" and plan.sequence_split:
         batch, tokens, heads = node.outputs[0].shape[:3]
         stats = batch * tokens * heads * 2 * FP32
-        return "reduce_scatter", outputs + stats
+        # a reduce-scatter leaves each socket its share
+        return _Collective("reduce_scatter", outputs + stats, plan.tp, 1 / plan.tp)
     if combine == "seq_gather" and plan.sequence_split and outputs > 0:
-        return "allgather", outputs
-    if combine == "selection" and plan.divisor(node.split.compute) > 1:
-        by_sequence = plan.sequence_split and node.split.compute == "attention"
-        return ("allgather" if by_sequence else "allreduce"), outputs
+        return _Collective("allgather", outputs, plan.tp)
+    if combine == "selection" and split:
+        kind: CollectiveKind = "allgather" if _by_sequence(node, plan) else "allreduce"
+        return _Collective(kind, outputs, plan.tp)
+    if combine == "row_stats" and _by_sequence(node, plan):
+        return _Collective("allreduce", outputs, plan.tp)
+    if combine == "group_sum" and plan.kv_heads and plan.tp > plan.kv_heads:
+        # each KV head's scores, summed over the sockets holding its query heads
+        share = 1 / plan.kv_heads
+        return _Collective("allreduce", outputs * share, plan.tp // plan.kv_heads, share)
     return None
 
 
@@ -188,22 +226,30 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
         outputs=graph.graph.get("outputs", {}),
     )
     final: dict[str, str] = {}  # tensor -> its last producer in the sharded graph
+    queries = query_operators(graph, plan) if plan.whole_queries else frozenset()
     for node in operators(graph):
+        if node.name in queries and plan.replicate_queries:
+            node = as_replicated(node)
         share = shard_operator(node, plan)
-        if _dispatches(node, plan):
-            _add_exchange(sharded, final, node, plan, "dispatch")
+        if node.name in queries:  # held whole on every socket, whatever this step reads
+            share = replace(share, weight_params=node.weight_params, weight_bytes=node.weight_bytes)
+        gathered = _add_query_gather(sharded, final, node, plan)
+        dispatched = _add_exchange(sharded, final, node, plan, "dispatch")
         sharded.add_node(node.name, op=share)
-        for source in graph.predecessors(node.name):
-            for tensor in graph.edges[source, node.name]["tensors"]:
-                _connect(sharded, final[tensor], node.name, tensor)
+        arriving = [
+            t
+            for source in graph.predecessors(node.name)
+            for t in graph.edges[source, node.name]["tensors"]
+        ]
+        # kernel inputs gathered arrive from the gather too
+        for tensor in arriving + [t for t in gathered if t not in arriving]:
+            _connect(sharded, dispatched.get(tensor, final[tensor]), node.name, tensor)
         for tensor in node.outputs:
             final[tensor.name] = node.name
         collective = _collective_for(node, plan)
         if collective is not None:
-            kind, payload = collective
+            kind = collective.kind
             name = f"{node.name}.{kind}"
-            # a reduce-scatter leaves each socket its share; the others leave the whole
-            carried = 1 / plan.tp if kind == "reduce_scatter" else 1.0
             sharded.add_node(
                 name,
                 op=Operator(
@@ -212,19 +258,48 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
                     inputs=node.outputs,
                     outputs=node.outputs,
                     collective=kind,
-                    collective_bytes=payload,
-                    group=plan.tp,
+                    collective_bytes=collective.payload,
+                    group=collective.group,
                     act_read_fraction=share.act_write_fraction,
-                    act_write_fraction=carried,
+                    act_write_fraction=collective.carried,
                 ),
             )
             for tensor in node.outputs:
                 _connect(sharded, node.name, name, tensor.name)
                 final[tensor.name] = name
-        if _combines(node, plan):
-            _add_exchange(sharded, final, node, plan, "combine")
+        _add_exchange(sharded, final, node, plan, "combine")
     sharded.graph["output_nodes"] = {t: final[t] for t in sharded.graph["outputs"]}
     return sharded
+
+
+def _add_query_gather(
+    graph: DiGraph, final: dict[str, str], node: Operator, plan: ShardPlan
+) -> tuple[str, ...]:
+    """Before a sequence-split attention ``node``, an all-gather of the queries each socket
+    holds only its heads of (made in ``graph`` or kernel inputs); the names gathered."""
+    producers = {t.name: graph.nodes[final[t.name]]["op"] for t in node.inputs if t.name in final}
+    queries = query_inputs(node, producers, plan)
+    if not queries:
+        return ()
+    name = node.name + QUERY_GATHER
+    graph.add_node(
+        name,
+        op=Operator(
+            name,
+            "allgather",
+            inputs=queries,
+            outputs=queries,
+            collective="allgather",
+            collective_bytes=sum(t.bytes for t in queries),
+            group=plan.tp,
+            act_read_fraction=1 / plan.tp,
+        ),
+    )
+    for tensor in queries:
+        if tensor.name in final:
+            _connect(graph, final[tensor.name], name, tensor.name)
+        final[tensor.name] = name
+    return tuple(t.name for t in queries)
 
 
 def _dispatches(node: Operator, plan: ShardPlan) -> bool:
@@ -243,17 +318,26 @@ def _combines(node: Operator, plan: ShardPlan) -> bool:
 
 
 def _add_exchange(
-    graph: DiGraph, final: dict[str, str], node: Operator, plan: ShardPlan, direction: str
-) -> None:
-    """Splice an all-to-all in: before ``node`` (dispatch: it takes over node's inputs) or
-    after it (combine: its outputs). Its payload is one copy of each of the socket's tokens
-    (the dispatch's hidden state with its routing, the combine's expert output); the combine
-    leaves the busiest socket, whose share is ``ExpertLoad.imbalance`` above the mean."""
+    graph: DiGraph,
+    final: dict[str, str],
+    node: Operator,
+    plan: ShardPlan,
+    direction: Literal["dispatch", "combine"],
+) -> dict[str, str]:
+    """Splice an all-to-all in where ``node`` needs one (`_dispatches`, `_combines`): before
+    it (dispatch: the inputs it reads from the all-to-all, returned; other readers of them,
+    the weighted combine reading the routing, read their own tokens') or after it (combine:
+    its outputs, for every later reader). Its payload is one copy of each of the socket's
+    tokens (the dispatch's hidden state with its routing, the combine's expert output); the
+    combine leaves the busiest socket, whose share is ``ExpertLoad.imbalance`` above the
+    mean."""
+    dispatch = direction == "dispatch"
+    if not (_dispatches(node, plan) if dispatch else _combines(node, plan)):
+        return {}
     exchange = plan.exchange
     assert exchange is not None
     tokens = exchange.device_tokens(plan.rows)
     load = exchange.load(plan.rows)
-    dispatch = direction == "dispatch"
     tensors = node.inputs if dispatch else node.outputs
     per_token = exchange.dispatch_bytes if dispatch else exchange.combine_bytes
     payload = tokens * per_token * (1.0 if dispatch else load.imbalance)
@@ -275,9 +359,10 @@ def _add_exchange(
         ),
     )
     for tensor in tensors:
-        source = final[tensor.name] if dispatch else node.name
-        _connect(graph, source, name, tensor.name)
-        final[tensor.name] = name
+        _connect(graph, final[tensor.name] if dispatch else node.name, name, tensor.name)
+        if not dispatch:
+            final[tensor.name] = name
+    return {t.name: name for t in tensors} if dispatch else {}
 
 
 def _connect(graph: DiGraph, source: str, target: str, tensor: str) -> None:

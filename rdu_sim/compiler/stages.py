@@ -10,9 +10,10 @@ micro-batches that follow each other through the stages (``engine.pipeline``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rdu_sim.graph import GraphGroup
+from rdu_sim.graph.snapkv import selection_kernel
 from rdu_sim.models.layers import Architecture, LayerKind, layer_kinds, layer_segments
 
 
@@ -83,15 +84,12 @@ def stage_groups(
             if stage.last:
                 out.append(group)
             continue
-        if group.name.startswith("snapkv_select"):
-            window = (
-                None
-                if group.name == "snapkv_select"
-                else int(group.name.removeprefix("snapkv_select_window"))
-            )
+        selection = selection_kernel(group.name)
+        if selection is not None:
+            window = selection[1]
             mine = sum(1 for kind in stage.kinds(arch) if kind.window == window)
             if mine:
-                out.append(GraphGroup(group.name, mine, group.graph))
+                out.append(replace(group, count=mine))
             continue
         segment = next(segments)
         size = len(segment.body)
@@ -102,5 +100,5 @@ def stage_groups(
         )
         layer += group.count * size
         if held:
-            out.append(GraphGroup(group.name, held, group.graph))
+            out.append(replace(group, count=held))
     return out

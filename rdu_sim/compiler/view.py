@@ -10,7 +10,10 @@ the digest, or absent, and reading it raises AttributeError in every test that c
 The lists may grow or shrink by hand: a field left in costs sharing, never correctness.
 
 ``serving.batch_slots`` is out too: the compiler is handed the slot count it plans for as an
-argument (`Compiler.placement`), and the memo keys carry it.
+argument (`Compiler.placement`), and the memo keys carry it. So are the links: a sequence-split
+MLA's compiler weighs gathering the queries over them (`compiler.query_choice`), and is handed
+them as an argument; its memo keys carry the links where a choice is made, and the choices
+(whole query weights, replicated queries) where its results depend only on those.
 """
 
 from __future__ import annotations

@@ -49,8 +49,7 @@ def _read(
     if not isinstance(named, str) or not named.strip():
         raise ConfigError.single(file, EXTENDS, f"expected a {words}'s name or path", line)
     named = named.strip()
-    near = shipped.written_in(path, named)
-    base = near if near.exists() else shipped.find(named, (kind,)) or near
+    base = base_of(path, named, kind)
     problem = file_problem(base)
     if problem is not None:
         raise ConfigError.single(
@@ -76,6 +75,31 @@ def _read(
     check(base_data, str(base), base_lines)
     overlay = {key: value for key, value in data.items() if key != EXTENDS}
     return merged(base_data, overlay), lines
+
+
+def base_of(path: Path, named: str, kind: str) -> Path:
+    """The file ``extends: named`` in ``path`` means: a path relative to ``path`` when one
+    exists there, else the shipped ``kind`` file of that name (else the relative path, for
+    the caller to report as missing)."""
+    from rdu_sim.config import shipped
+
+    near = shipped.written_in(path, named)
+    return near if near.exists() else shipped.find(named, (kind,)) or near
+
+
+def extends_chain(path: Path, kind: str) -> tuple[Path, ...]:
+    """``path`` and each ``kind`` file it extends, resolved, nearest first (a file read
+    through :func:`read_extending` already: a loop or a missing base ends the chain)."""
+    chain = [path.resolve()]
+    while True:
+        data, _ = read_yaml(chain[-1])
+        named = data.get(EXTENDS) if isinstance(data, Mapping) else None
+        if not isinstance(named, str) or not named.strip():
+            return tuple(chain)
+        base = base_of(chain[-1], named.strip(), kind).resolve()
+        if base in chain or not base.is_file():
+            return tuple(chain)
+        chain.append(base)
 
 
 def merged(base: Any, overlay: Any) -> Any:

@@ -147,6 +147,11 @@ class SystemConfig(StrictModel):
     sockets_per_node: int = Field(ge=1, le=4096, description="sockets sharing one node")
     intra_node_link: LinkConfig
     inter_node_link: LinkConfig
+    host_link: LinkConfig = Field(
+        description="a device's link to its host (PCIe): what the device sends the host "
+        "on a step's critical path crosses it (the logits, when the stack samples on the "
+        "host)"
+    )
     nodes_per_rack: int | None = Field(
         default=None,
         ge=1,

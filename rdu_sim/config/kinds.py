@@ -16,21 +16,25 @@ CLUSTER_KEYS = frozenset({"pools"})
 PLAN_KEYS = frozenset({"search"})
 # a serving stack (or an overlay of one, with `extends`): keys no hardware file has
 STACK_KEYS = frozenset({"runs_on", "host", "sampling", "kv_page_tokens", "prefill_batch_tokens"})
+CALIBRATION_KEYS = frozenset({"fit"})  # a calibration spec (rdu_sim.validate.calibration_spec)
 
 KINDS_HELP = (
     "a hardware file has top-level 'socket' (or 'gpu') and 'system' (or 'extends'), a "
     "workload 'hardware' and "
     "'model', a sweep spec 'base' and 'axes', a cluster 'pools', a plan spec 'search', a "
-    "serving stack 'runs_on' (an overlay of one 'extends' and its own fields)"
+    "serving stack 'runs_on' (an overlay of one 'extends' and its own fields), a calibration "
+    "spec 'fit'"
 )
 
 
 def file_kind(data: Any) -> str | None:
-    """'workload', 'hardware', 'stack', 'sweep', 'cluster', 'plan', or None when the keys say
-    nothing."""
+    """'workload', 'hardware', 'stack', 'sweep', 'cluster', 'plan', 'calibration', or None when
+    the keys say nothing."""
     if not isinstance(data, Mapping):
         return None
     keys = {str(k) for k in data}
+    if keys & CALIBRATION_KEYS:
+        return "calibration"
     if keys & PLAN_KEYS:
         return "plan"
     if keys & CLUSTER_KEYS:

@@ -4,7 +4,7 @@ A value is parsed as YAML (so `64`, `true`, `"1.8 TB/s"`, `[1, 2]` all work), wi
 same limits as a config file (depth, integer length, aliases: ``rdu_sim.config.yaml_io``);
 text that is not YAML at all stays a string. Paths that start with `hw.` apply to the
 hardware file's data, `stack.` to the serving stack's; all others to the workload's
-(`stack=vllm` itself names the workload's stack).
+(`stack=vllm-2024` itself names the workload's stack).
 """
 
 from __future__ import annotations

@@ -26,7 +26,15 @@ from pathlib import Path
 from rdu_sim import PACKAGE_DIR
 from rdu_sim.config.errors import ConfigError
 
-FOLDERS = ("workloads", "hw_configs", "stacks", "tests/models", "notebooks", "measurements")
+FOLDERS = (
+    "workloads",
+    "hw_configs",
+    "stacks",
+    "tests/models",
+    "notebooks",
+    "measurements",
+    "calibrations",
+)
 """The shipped folders, relative to :func:`root`."""
 
 PATTERNS = ("*.yaml", "*.csv", "*.jsonl", "*.json", "*.ipynb")
@@ -45,6 +53,7 @@ KINDS: dict[str, str] = {
     "model": "tests/models",
     "notebook": "notebooks",
     "measurement": "measurements",
+    "calibration": "calibrations",
 }
 """Kind of shipped file -> the folder holding that kind. A file belongs to the kind of the
 deepest folder holding it, so ``workloads/speculative/*.yaml`` are workloads and
@@ -59,7 +68,7 @@ KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
 }
 """The suffixes of each kind's files (YAML for every kind not listed)."""
 
-CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware", "stack")
+CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware", "stack", "calibration")
 """The kinds of YAML config file (what ``rdu-sim check`` reads besides traces)."""
 
 ALL_KINDS = (*CONFIG_KINDS, "trace")

@@ -12,6 +12,7 @@ prefill step. A stack's values are fitted on that stack's measurements only
 (docs/calibration.md).
 """
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
@@ -27,8 +28,31 @@ NONE = "none"
 RunsOn = Literal["rdu", "gpu", "any"]
 
 
+@dataclass(frozen=True)
+class HostTime:
+    """The host's time around one step: ``serial_s`` the device waits for (it adds to the
+    step), ``overlapped_s`` run while the device runs, of which ``exposed_s`` outlasts the
+    device's step (and adds to it too)."""
+
+    serial_s: float
+    overlapped_s: float
+    exposed_s: float
+
+    @property
+    def added_s(self) -> float:
+        """What the host adds to the device's step."""
+        return self.serial_s + self.exposed_s
+
+
 class HostWorkConfig(StrictModel):
-    """Host time the runtime spends per step, and whether the device waits for it."""
+    """Host time the runtime spends per step, and whether the device waits for it.
+
+    A decode step's input is the token the last step sampled, so what the host must do
+    between the two (hand the sampled tokens back, launch the next step) is serial with the
+    device. What a runtime prepares for the next step while the device runs this one (an
+    overlap scheduler: the batch's bookkeeping, detokenizing and streaming last step's
+    tokens) costs the device nothing until it takes longer than the device's step.
+    """
 
     serial_per_step: Seconds = Field(
         default=0.0,
@@ -42,9 +66,59 @@ class HostWorkConfig(StrictModel):
         ge=0,
         le=_MAX_HOST_S,
         description="host time per batch slot of a step on the critical path (every slot of "
-        "the static graph): one sequence's logits sampled, its token detokenized and streamed "
-        "before the next step starts",
+        "the step): one sequence's token sampled, detokenized and streamed before the next "
+        "step starts",
     )
+    serial_per_prompt: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=_MAX_HOST_S,
+        description="host time per prompt a prefill step starts, on the critical path: the "
+        "request's admission (parsing, tokenizing, scheduling it) and the switch to its "
+        "prefill program",
+    )
+    overlapped_per_step: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=_MAX_HOST_S,
+        description="host time per step spent while the device runs the step before (an "
+        "overlap scheduler preparing the next batch): the device waits only for what "
+        "exceeds its own step",
+    )
+    overlapped_per_slot: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=_MAX_HOST_S,
+        description="host time per batch slot spent while the device runs (a sequence's "
+        "bookkeeping, its last token detokenized and streamed), shared by the threads",
+    )
+    threads: int = Field(
+        default=1,
+        ge=1,
+        le=4096,
+        description="host threads sharing the overlapped per-slot work (a step's slots are "
+        "dealt out to them, so its time is that of the most loaded thread)",
+    )
+
+    def time(
+        self, batch: int, device_s: float, transfer_s: float = 0.0, prompts: int = 0
+    ) -> HostTime:
+        """The host's time around one step of ``batch`` slots whose device time is
+        ``device_s``, of which ``prompts`` start their prefill; ``transfer_s`` is what the
+        step sends the host on the critical path (sampling on the host: the logits' trip over
+        the host link)."""
+        serial = (
+            self.serial_per_step
+            + batch * self.serial_per_slot
+            + prompts * self.serial_per_prompt
+            + transfer_s
+        )
+        per_thread = -(-batch // self.threads)  # ceil: the most loaded thread's slots
+        overlapped = self.overlapped_per_step + per_thread * self.overlapped_per_slot
+        return HostTime(serial, overlapped, max(0.0, overlapped - device_s))
+
+
+Sampling = Literal["host", "device"]
 
 
 class StackConfig(StrictModel):
@@ -58,6 +132,13 @@ class StackConfig(StrictModel):
     host: HostWorkConfig = Field(
         default_factory=HostWorkConfig,
         description="host time per step and per slot, and what of it the device waits for",
+    )
+    sampling: Sampling = Field(
+        default="device",
+        description="where a step's next tokens are drawn from its logits: 'device' (a "
+        "sampling operator in the step, reading the logits where they are) or 'host' (the "
+        "logits cross the host link first, serial with the device; the host's sampling is "
+        "then part of host.serial_per_slot)",
     )
     kv_page_tokens: int | None = Field(
         default=None,
@@ -74,10 +155,22 @@ class StackConfig(StrictModel):
         description="the runtime packs waiting prompts of one static prefill shape into one "
         "prefill step, up to this many (padded) tokens; none: one prompt per prefill step",
     )
-
-    def host_s(self, batch: int) -> float:
-        """Host seconds a step of ``batch`` slots adds to the device's time."""
-        return self.host.serial_per_step + batch * self.host.serial_per_slot
+    max_batch_slots: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="the most sequences the runtime batches in a step (TensorRT-LLM's "
+        "max_batch_size, vLLM's max_num_seqs): batch_slots auto is the smaller of this and "
+        "what fits in memory; none: what fits",
+    )
+    kv_memory_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="the share of device memory left by the weights and activations that "
+        "the runtime gives its KV cache (TensorRT-LLM's free_gpu_memory_fraction); none: "
+        "all of it",
+    )
 
 
 NO_STACK = StackConfig(name=NONE, runs_on="any", description="the hardware's ceiling")

@@ -1,5 +1,7 @@
 """Which collective algorithms a socket wiring can run: the one rule that the workload check
-(``rdu_sim.scenario``) and the collective chooser (``rdu_sim.hw.collective_choice``) share.
+(``rdu_sim.scenario``) and the collective chooser (``rdu_sim.hw.collective_choice``) share;
+and which link class joins a socket to each peer of its group (`peer_levels`: the chooser's
+and the compiler's estimates, ``compiler.query_choice``).
 
 * ``ring``: each socket has links to its two neighbours only, so only rings run (one way, or
   half the bytes each way round), except in a pair, where the one link joins everyone;
@@ -53,6 +55,27 @@ def allowed_algorithms(
     if topology == "switched":
         return tuple(a for a in names if a != "tree")
     return tuple(names)
+
+
+LinkLevel = Literal["node", "rack", "racks"]
+"""The link class joining two sockets: within a node, between a rack's nodes (between any
+nodes without a rack level), between racks."""
+
+
+def peer_levels(
+    group: int, sockets_per_node: int, sockets_per_rack: int | None = None
+) -> list[tuple[int, LinkLevel]]:
+    """(peers, level) per link class a socket reaches in its group of ``group`` consecutive
+    sockets (``sockets_per_rack`` None: no rack level): within its node, its rack's other
+    nodes, other racks; classes with no peers left out."""
+    local = min(group, sockets_per_node)
+    rack = min(group, sockets_per_rack or group)
+    out: list[tuple[int, LinkLevel]] = [(local - 1, "node")] if local > 1 else []
+    if rack > local:
+        out.append((rack - local, "rack"))
+    if group > rack:
+        out.append((group - rack, "racks"))
+    return out
 
 
 def forced_algorithm(all_reduce: bool, policy: Policy) -> str | None:

@@ -261,7 +261,7 @@ def file_problem(path: Path) -> str | None:
         if not path.exists():
             return "file not found"
         if path.is_dir():
-            return "is a directory, expected a YAML file"
+            return "is a directory, expected a file"
         if not path.is_file():
             return "not a regular file"
     except (OSError, ValueError) as exc:

@@ -155,6 +155,7 @@ class Engine:
             peak_flops=sock.peak_flops,
             sockets_simulated=program.devices if self.config.all_sockets else 1,
             timeline=timeline,
+            host_link=self.hardware.system.host_link,
         )
 
 

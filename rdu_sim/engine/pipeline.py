@@ -22,7 +22,7 @@ from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.engine.links import topology_for
-from rdu_sim.engine.timing import StepTiming
+from rdu_sim.engine.timing import StepTiming, host_transfer_s
 
 Gen = Generator[Any, Any, None]
 
@@ -112,7 +112,10 @@ def pipelined_timing(
         program.devices,
         max_events,
     )
-    host = stack.host_s(program.shape.batch)
+    transfer = host_transfer_s(program.pipeline[-1].host_bytes, system.host_link)
+    prompts = program.shape.batch if program.shape.phase == "prefill" else 0
+    hosted = stack.host.time(program.shape.batch, run.end_s, transfer, prompts)
+    host = hosted.added_s
     step = run.end_s + host
     first = stages[0]
     busy = {unit: value * parts for unit, value in first.busy_s.items()}
@@ -120,6 +123,8 @@ def pipelined_timing(
         first,
         step_s=step,
         runtime_s=host,
+        host_serial_s=hosted.serial_s,
+        host_overlapped_s=hosted.overlapped_s,
         batch=program.shape.batch,
         flops=first.flops * parts,
         vector_flops=first.vector_flops * parts,

@@ -16,6 +16,7 @@ from rdu_sim.engine.records import Recorder, TraceRecords
 if TYPE_CHECKING:
     from rdu_sim.compiler.expert_load import ExpertLoad
     from rdu_sim.compiler.program import KernelProgram, Program
+    from rdu_sim.config.hardware import LinkConfig
     from rdu_sim.config.stack import StackConfig
     from rdu_sim.config.workload import EngineConfig
     from rdu_sim.engine.fast_forward import KernelResult
@@ -116,9 +117,13 @@ class StepTiming:
     records: TraceRecords | None = field(default=None, compare=True, repr=False)
     # each collective stage: algorithm, bytes, hops, latency/bandwidth terms, simulated time
     collectives: tuple[CollectiveTiming, ...] = ()
-    # the serving stack's host time serialized with the device (``Scenario.stack``),
-    # included in ``step_s``
+    # what the serving stack's host adds to the device's step (``Scenario.stack``): its
+    # serial time plus the overlapped time that outlasts the device; included in ``step_s``
     runtime_s: float = 0.0
+    # the host's time on the step's critical path (the logits' trip over the host link
+    # when the stack samples on the host included), and what it runs beside the device
+    host_serial_s: float = 0.0
+    host_overlapped_s: float = 0.0
     # devices the step's collectives span (a stage's tp x dp_attention), when more than tp
     devices: int = 0
     # whole experts: the busiest device's load, which the step waits for
@@ -130,6 +135,12 @@ class StepTiming:
     def device_s(self) -> float:
         """The device's own time of the step: ``step_s`` less the runtime's host time."""
         return self.step_s - self.runtime_s
+
+    @property
+    def host_s(self) -> float:
+        """The host's own time per step: serial and overlapped work together (what it would
+        take with the device infinitely fast)."""
+        return self.host_serial_s + self.host_overlapped_s
 
     @property
     def compute_utilization(self) -> float:
@@ -154,6 +165,8 @@ class StepTiming:
             "step_s": self.step_s,
             "device_s": self.device_s,
             "runtime_s": self.runtime_s,
+            "host_serial_s": self.host_serial_s,
+            "host_overlapped_s": self.host_overlapped_s,
             "phase": self.phase,
             "batch": self.batch,
             "tokens": self.tokens,
@@ -199,14 +212,20 @@ def step_timing(
     peak_flops: float,
     sockets_simulated: int,
     timeline: Recorder | None,
+    host_link: LinkConfig,
 ) -> StepTiming:
     """A simulated step's timing, for every engine: the shape is the Program's, the totals
     and collectives the kernels' (``run``), the step the device's ``step_s`` plus the
     serving stack's host time, each unit's utilization its busy time over the step, and
     the shares of peak HBM bandwidth and matrix FLOP/s are achieved rates over
-    ``hbm_bandwidth`` and ``peak_flops`` (0 for an empty step)."""
+    ``hbm_bandwidth`` and ``peak_flops`` (0 for an empty step). The host's time is the
+    stack's rule (``HostWorkConfig.time``) around the device's step, with what the Program
+    sends the host (``Program.host_bytes``) over ``host_link`` on the critical path."""
     shape = program.shape
-    runtime_s = stack.host_s(shape.batch)
+    transfer_s = host_transfer_s(program.host_bytes, host_link)
+    prompts = shape.batch if shape.phase == "prefill" else 0
+    host = stack.host.time(shape.batch, step_s, transfer_s, prompts)
+    runtime_s = host.added_s
     step_s += runtime_s
     total = run.total
 
@@ -236,6 +255,13 @@ def step_timing(
         records=timeline.freeze() if timeline is not None else None,
         collectives=run.collectives,
         runtime_s=runtime_s,
+        host_serial_s=host.serial_s,
+        host_overlapped_s=host.overlapped_s,
         devices=program.stage_devices,
         expert_balance=program.expert_balance,
     )
+
+
+def host_transfer_s(nbytes: float, link: LinkConfig) -> float:
+    """Seconds to send ``nbytes`` to the host over its link (none: no time)."""
+    return link.latency + nbytes / link.bandwidth if nbytes > 0 else 0.0

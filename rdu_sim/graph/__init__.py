@@ -29,7 +29,7 @@ from rdu_sim.graph.moe import (
 )
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.shape import Precision, StepShape
-from rdu_sim.graph.snapkv import snapkv_graph
+from rdu_sim.graph.snapkv import selection_graphs
 
 __all__ = [
     "ExpertLoading",
@@ -59,7 +59,7 @@ __all__ = [
     "op",
     "operators",
     "sample_distinct_experts",
-    "snapkv_graph",
+    "selection_graphs",
     "to_dot",
     "to_graphml_graph",
     "totals",

@@ -22,6 +22,7 @@ from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.operator import Split, TensorSpec
 from rdu_sim.graph.ops import act, residual, rmsnorm
 from rdu_sim.graph.shape import Precision, StepShape
+from rdu_sim.graph.stash import stash_names
 from rdu_sim.models.layers import Architecture, LayerKind
 
 LAYER_INPUT, LAYER_OUTPUT = "x", "y"
@@ -36,15 +37,18 @@ def decoder_layer(
     name: str,
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
+    stash: int = 0,
 ) -> DiGraph:
-    """The graph of one decoder layer of `kind` at `shape`."""
+    """The graph of one decoder layer of `kind` at `shape`; with ``stash`` > 0 its attention
+    also writes the queries of the last ``stash`` tokens for the SnapKV selection, as
+    outputs of the layer (`graph.stash`)."""
     x = act(LAYER_INPUT, (shape.batch, shape.tokens, arch.hidden_size), precision)
     b = GraphBuilder(name, [x])
     xn = b.add(rmsnorm("attn_norm", x, "xn", precision, Split())).outputs[0]
     if isinstance(arch, DeepSeekArchitecture):
-        o = add_mla(b, xn, arch, shape, precision, cache, out="o")
+        o = add_mla(b, xn, arch, shape, precision, cache, out="o", stash=stash)
     else:
-        o = add_gqa(b, xn, arch, shape, precision, kind.window, out="o")
+        o = add_gqa(b, xn, arch, shape, precision, kind.window, out="o", stash=stash)
     h1 = b.add(residual("attn.residual", x, o, "h1", precision)).outputs[0]
     h1n = b.add(rmsnorm("ffn_norm", h1, "h1n", precision, Split())).outputs[0]
     if kind.ffn == "dense":
@@ -62,17 +66,19 @@ def decoder_layer(
         assert not isinstance(arch, LlamaArchitecture)
         d = add_moe(b, h1n, arch, shape, precision, out="ffn_out", loading=expert_loading)
     b.add(residual("ffn.residual", h1, d, LAYER_OUTPUT, precision))
-    return b.finish([LAYER_OUTPUT])
+    return b.finish([LAYER_OUTPUT, *(stash_names(arch) if stash else ())])
 
 
 def chain_layers(layers: list[DiGraph], name: str) -> DiGraph:
     """Consecutive layers as one graph: layer i's operators and tensors prefixed "l{i}.",
-    layer i's output feeding layer i + 1's input. One layer is returned as it is."""
+    layer i's output feeding layer i + 1's input, its other outputs (stashed window
+    queries) outputs of the body. One layer is returned as it is."""
     if len(layers) == 1:
         return layers[0]
     first: TensorSpec = layers[0].graph["inputs"][LAYER_INPUT]
     b = GraphBuilder(name, [first])
     incoming = LAYER_INPUT
+    extra: list[str] = []
     for i, graph in enumerate(layers):
         prefix = f"l{i}."
 
@@ -89,5 +95,6 @@ def chain_layers(layers: list[DiGraph], name: str) -> DiGraph:
                     outputs=tuple(rename(t) for t in node.outputs),
                 )
             )
+        extra += [prefix + name for name in graph.graph["outputs"] if name != LAYER_OUTPUT]
         incoming = prefix + LAYER_OUTPUT
-    return b.finish([incoming])
+    return b.finish([incoming, *extra])

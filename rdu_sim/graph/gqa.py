@@ -16,10 +16,13 @@ not cached tokens. Sharding: query heads split over TP; K/V heads over min(tp, k
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
 from rdu_sim.graph.shape import FP32, Precision, StepShape, attended_keys, attended_pairs
+from rdu_sim.graph.stash import stashed_queries
 from rdu_sim.models.layers import GqaArchitecture, window_tokens
 
 
@@ -31,8 +34,12 @@ def add_gqa(
     precision: Precision,
     window: int | None,
     out: str,
+    stash: int = 0,
 ) -> TensorSpec:
-    """GQA from the normed hidden state to o_proj's (partial-sum) output; returns it."""
+    """GQA from the normed hidden state to o_proj's (partial-sum) output; returns it.
+
+    ``stash`` > 0: the prefill of a compressing prompt also writes the rotated queries of
+    its last ``stash`` tokens for the SnapKV selection (`graph.stash`)."""
     batch, tokens = shape.batch, shape.tokens
     hidden, heads, kv_heads, dim = arch.hidden_size, arch.heads, arch.kv_heads, arch.head_dim
     rows = shape.rows
@@ -81,7 +88,13 @@ def add_gqa(
     if arch.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
         q = b.add(rmsnorm("attn.q_norm", q, "q_n", precision, Split.along("heads"))).outputs[0]
         k = b.add(rmsnorm("attn.k_norm", k, "k_n", precision, Split.along("kv_heads"))).outputs[0]
-    q_r = b.add(rope("attn.rope_q", q, "q_rope", precision, Split.along("heads"))).outputs[0]
+    rope_q = rope("attn.rope_q", q, "q_rope", precision, Split.along("heads"))
+    if stash:
+        rope_q = replace(
+            rope_q,
+            outputs=rope_q.outputs + stashed_queries(arch, batch, min(stash, tokens), precision),
+        )
+    q_r = b.add(rope_q).outputs[0]
     k_r = b.add(rope("attn.rope_k", k, "k_rope", precision, Split.along("kv_heads"))).outputs[0]
 
     per_token = 2 * kv_heads * dim * precision.kv

@@ -8,6 +8,10 @@
   then an all-gather of the logits. In prefill only each slot's last position produces
   logits (the next token); in decode every new token does. With tied embeddings the GEMM
   re-reads the embedding table and owns no parameters of its own.
+- Sampling, when the serving stack draws the next tokens on the device (``sample``): a
+  vector operator over each logit row (``SAMPLE_FLOPS`` a logit), replicated on every socket
+  after the gather, whose output is the token ids the next step reads where they are.
+  Otherwise the logits go to the host (``Program.host_bytes``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import replace
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.operator import Operator, Split, TensorSpec
-from rdu_sim.graph.ops import act, linear, rmsnorm
+from rdu_sim.graph.ops import SAMPLE_FLOPS, act, linear, rmsnorm
 from rdu_sim.graph.shape import INDEX, Precision, StepShape
 from rdu_sim.models.layers import Architecture
 
@@ -48,8 +52,11 @@ def logit_rows(shape: StepShape) -> int:
     return 1 if shape.phase == "prefill" else shape.tokens
 
 
-def lm_head_graph(arch: Architecture, shape: StepShape, precision: Precision) -> DiGraph:
-    """Final norm and vocabulary projection of the positions that produce logits."""
+def lm_head_graph(
+    arch: Architecture, shape: StepShape, precision: Precision, sample: bool = False
+) -> DiGraph:
+    """Final norm and vocabulary projection of the positions that produce logits, and the
+    sampling of the next tokens from them when ``sample`` (the stack samples on the device)."""
     rows = logit_rows(shape)
     x = act("y", (shape.batch, rows, arch.hidden_size), precision)
     b = GraphBuilder(f"{arch.name}.lm_head", [x])
@@ -68,4 +75,21 @@ def lm_head_graph(arch: Architecture, shape: StepShape, precision: Precision) ->
     if arch.tie_embeddings:
         head = replace(head, weights=EMBEDDING)
     b.add(head)
-    return b.finish(["logits"])
+    if not sample:
+        return b.finish(["logits"])
+    logits = head.outputs[0]
+    b.add(
+        Operator(
+            "sample",
+            "topk",
+            inputs=(logits,),
+            outputs=(TensorSpec("next_tokens", (shape.batch, rows), INDEX),),
+            vector_flops=SAMPLE_FLOPS * logits.elements,
+        )
+    )
+    return b.finish(["next_tokens"])
+
+
+def logit_bytes(arch: Architecture, shape: StepShape, precision: Precision) -> float:
+    """The bytes of a step's logits (every slot's logit rows over the whole vocabulary)."""
+    return shape.batch * logit_rows(shape) * arch.vocab_size * precision.activations

@@ -20,6 +20,7 @@ kv_norm normalises the latent. What is cached, and how attention runs, has three
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from rdu_sim.config.architecture import DeepSeekArchitecture
@@ -27,6 +28,7 @@ from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
 from rdu_sim.graph.shape import FP32, Precision, StepShape
+from rdu_sim.graph.stash import stashed_queries
 
 MlaCache = Literal["latent", "per_head"]
 KV_B = "attn.kv_b_proj"  # the weight tensor W_UK and W_UV are halves of
@@ -40,8 +42,13 @@ def add_mla(
     precision: Precision,
     cache: MlaCache,
     out: str,
+    stash: int = 0,
 ) -> TensorSpec:
-    """MLA from the normed hidden state to o_proj's (partial-sum) output; returns it."""
+    """MLA from the normed hidden state to o_proj's (partial-sum) output; returns it.
+
+    ``stash`` > 0: the prefill of a compressing prompt also writes the queries of its last
+    ``stash`` tokens (q_nope from q_b_proj, the rotated q_pe from rope_q) for the SnapKV
+    selection (`graph.stash`)."""
     batch, tokens, hidden = xn.shape
     rows, heads = shape.rows, arch.heads
     nope, pe, vdim, rank = (
@@ -65,19 +72,19 @@ def add_mla(
     ).outputs[0]
     qan = b.add(rmsnorm("attn.q_a_norm", qa, "q_a_n", precision, replicated)).outputs[0]
     per_head = (batch, tokens, heads)
-    q_b = b.add(
-        linear(
-            "attn.q_b_proj",
-            qan,
-            (act("q_nope", (*per_head, nope), precision), act("q_pe", (*per_head, pe), precision)),
-            rows=rows,
-            k=arch.q_lora_rank,
-            n=heads * (nope + pe),
-            precision=precision,
-            split=Split.along("heads", "n"),
-        )
+    window = stashed_queries(arch, batch, min(stash, tokens), precision) if stash else ()
+    q_b_proj = linear(
+        "attn.q_b_proj",
+        qan,
+        (act("q_nope", (*per_head, nope), precision), act("q_pe", (*per_head, pe), precision)),
+        rows=rows,
+        k=arch.q_lora_rank,
+        n=heads * (nope + pe),
+        precision=precision,
+        split=Split.along("heads", "n"),
     )
-    q_nope, q_pe = q_b.outputs
+    q_b = b.add(replace(q_b_proj, outputs=q_b_proj.outputs + window[:1]))
+    q_nope, q_pe = q_b.outputs[:2]
     kv_a = b.add(
         linear(
             "attn.kv_a_proj",
@@ -97,9 +104,8 @@ def add_mla(
     latent = b.add(
         rmsnorm("attn.kv_norm", latent_raw, "kv_latent_n", precision, replicated)
     ).outputs[0]
-    q_pe_r = b.add(rope("attn.rope_q", q_pe, "q_pe_rope", precision, Split.along("heads"))).outputs[
-        0
-    ]
+    rope_q = rope("attn.rope_q", q_pe, "q_pe_rope", precision, Split.along("heads"))
+    q_pe_r = b.add(replace(rope_q, outputs=rope_q.outputs + window[1:])).outputs[0]
     k_pe_r = b.add(rope("attn.rope_k", k_pe, "k_pe_rope", precision, replicated)).outputs[0]
 
     if cache == "per_head":

@@ -10,6 +10,7 @@ run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rdu_sim.graph.builder import operators
@@ -29,6 +30,9 @@ class GraphGroup:
     name: str  # "embedding", "decoder", "decoder_dense", "decoder_moe", "lm_head"
     count: int
     graph: DiGraph
+    # Rows its tiles stream, when not the step's token rows: a SnapKV selection kernel
+    # streams each prompt's keys as one row (its reductions finish a row at its end).
+    rows: int | None = None
 
 
 def decoder_groups(
@@ -37,9 +41,13 @@ def decoder_groups(
     precision: Precision,
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
+    stash: Mapping[int | None, int] | None = None,
 ) -> list[GraphGroup]:
     """The decoder layers, one group per run of a repeating body, in order.
-    `expert_loading` applies to MoE layers (see `moe.experts_loaded`)."""
+    `expert_loading` applies to MoE layers (see `moe.experts_loaded`); `stash` maps an
+    attention window (None: full attention) to the window queries its layers stash for a
+    SnapKV selection (`graph.stash`)."""
+    stash = stash or {}
     kinds = layer_kinds(arch)
     groups: list[GraphGroup] = []
     names: dict[str, int] = {}
@@ -56,6 +64,7 @@ def decoder_groups(
                 name=f"{arch.name}.{name}",
                 cache=cache,
                 expert_loading=expert_loading,
+                stash=stash.get(kind.window, 0),
             )
             for kind in segment.body
         ]
@@ -71,12 +80,16 @@ def model_groups(
     precision: Precision,
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
+    sample: bool = False,
+    stash: Mapping[int | None, int] | None = None,
 ) -> list[GraphGroup]:
-    """Embedding, decoder layer groups, LM head: everything one step runs, in order."""
+    """Embedding, decoder layer groups, LM head (with the sampling when ``sample``: the
+    serving stack samples on the device): everything one step runs, in order; ``stash``
+    as `decoder_groups`'s."""
     return [
         GraphGroup("embedding", 1, embedding_graph(arch, shape, precision)),
-        *decoder_groups(arch, shape, precision, cache, expert_loading),
-        GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision)),
+        *decoder_groups(arch, shape, precision, cache, expert_loading, stash),
+        GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision, sample)),
     ]
 
 

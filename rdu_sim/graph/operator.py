@@ -74,7 +74,16 @@ Axis = Literal["none", "heads", "kv_heads", "ffn", "experts", "vocab", "attentio
 - mla_cache: MLA cache storage, replicated or split by the layout.
 """
 
-Combine = Literal["none", "sum", "sequence", "gather", "seq_gather", "selection"]
+Combine = Literal[
+    "none",
+    "sum",
+    "sequence",
+    "gather",
+    "seq_gather",
+    "selection",
+    "row_stats",
+    "group_sum",
+]
 """What follows a sharded operator so the next one sees a whole tensor.
 
 - sum: the output is a partial sum over sockets (row-parallel GEMM, expert shares): all-reduce;
@@ -83,8 +92,12 @@ Combine = Literal["none", "sum", "sequence", "gather", "seq_gather", "selection"
 - gather: the output is split by columns (LM head vocab): all-gather;
 - seq_gather: a sequence-split cache read that every socket needs whole (MLA sequence_split
   prefill of a cached prefix): all-gather;
-- selection: SnapKV pooled scores, summed over heads split across sockets (all-reduce) or
-  gathered from sequence shards (all-gather), by layout.
+- selection: SnapKV scores summed over the heads: partial sums of heads split across
+  sockets (all-reduce) or the sequence shards of the MLA sequence_split layout (all-gather);
+- row_stats: the softmax statistics (max and sum of exponentials per row) of rows whose
+  keys are split by sequence (MLA sequence_split): all-reduce (a log-sum-exp combine);
+- group_sum: SnapKV scores summed over a GQA group whose query heads are split over the
+  sockets sharing its KV head (tp > kv_heads): all-reduce among those sockets.
 """
 
 GemmDim = Literal["m", "n", "k", "batch"]

@@ -4,7 +4,8 @@ Vector-FLOP weights per element (elementwise work is not in the model's figures;
 the usual operation counts, used only for the vector-unit time of a stage):
 RMSNorm 4 (square, sum, scale, weight), RoPE 3 (two multiplies, one add), softmax 5 (max,
 subtract, exp, sum, divide), SiLU-gating 5 (exp, add, divide, multiply, gate multiply),
-residual add 1.
+residual add 1, sampling a token 8 a logit (temperature scale, the softmax's 5, and two
+compares of a top-k/top-p threshold search).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ ROPE_FLOPS = 3
 SOFTMAX_FLOPS = 5
 SILU_MUL_FLOPS = 5
 ADD_FLOPS = 1
+SAMPLE_FLOPS = 8
 
 
 def act(name: str, shape: tuple[int, ...], precision: Precision) -> TensorSpec:

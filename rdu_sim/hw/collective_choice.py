@@ -26,7 +26,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rdu_sim.config.wiring import ALGORITHMS, Topology, allowed_algorithms, forced_algorithm
+from rdu_sim.config.wiring import (
+    ALGORITHMS,
+    Topology,
+    allowed_algorithms,
+    forced_algorithm,
+    peer_levels,
+)
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, ring_time, tree_time
 
 POLICIES = ("auto", *ALGORITHMS)
@@ -104,14 +110,9 @@ def candidates(kind: str, wiring: Wiring, group: int) -> tuple[str, ...]:
 def link_classes(wiring: Wiring, group: int) -> list[tuple[int, float, float]]:
     """(peers, bandwidth, latency) per link class a socket reaches in its group of
     consecutive sockets: within its node, its rack's other nodes, other racks."""
-    local = min(group, wiring.sockets_per_node)
-    rack = min(group, wiring.sockets_per_rack or group)
-    out = [(local - 1, *wiring.intra)] if local > 1 else []
-    if rack > local:
-        out.append((rack - local, *wiring.inter))
-    if group > rack:
-        out.append((group - rack, *(wiring.rack or wiring.inter)))
-    return out
+    links = {"node": wiring.intra, "rack": wiring.inter, "racks": wiring.rack or wiring.inter}
+    levels = peer_levels(group, wiring.sockets_per_node, wiring.sockets_per_rack)
+    return [(peers, *links[level]) for peers, level in levels]
 
 
 def estimate(

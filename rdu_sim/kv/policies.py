@@ -106,7 +106,7 @@ def budget_determines(name: str) -> tuple[str, ...]:
 def make_policy(kv: KVConfig, max_context: int, page_tokens: int | None = None) -> KVPolicy:
     """The policy ``kv.policy`` resolved for sequences of at most ``max_context`` tokens.
 
-    ``page_tokens``: the runtime pages the KV cache (hardware ``runtime.kv_page_tokens``),
+    ``page_tokens``: the runtime pages the KV cache (the serving stack's ``kv_page_tokens``),
     so a growing cache's decode steps read :func:`paged_buckets` instead of the workload's
     static ``kv.context_buckets``.
 
@@ -138,7 +138,7 @@ def paged_buckets(page_tokens: int, max_context: int) -> list[int]:
     a long context simulates (72 for 128k tokens of 64-token pages) at a read at most 12.5%
     above the sequence's own pages. The last length is ``max_context``.
     """
-    _check_positive("runtime.kv_page_tokens", page_tokens)
+    _check_positive("stack.kv_page_tokens", page_tokens)
     out: list[int] = []
     pages = 1
     while pages * page_tokens < max_context:

@@ -1,10 +1,14 @@
-"""What binds a step: each resource's time at its sustained rate, and the largest.
+"""What binds a step: each resource's time on its own, and the largest.
 
-The one reading of a step's binding resource, for every report that names one: a run's
-``decode_step.bound``, ``rdu-sim compare``'s per-variant line and its verdict, and the
-plan's why (``rdu_sim.plan.why``). A resource's time is what the step asks of it alone:
-``hbm`` and ``ddr`` the tier's bytes at its bandwidth x efficiency, ``compute`` the matrix
-FLOPs at the socket's peak, ``runtime`` the serving runtime's host time.
+The one reading of a step's binding resource, for every report that names one: a step's
+``bound`` (``rdu-sim step``), a run's ``decode_step.bound``, ``rdu-sim compare``'s
+per-variant line and its verdict, and the plan's why (``rdu_sim.plan.why``). A resource's
+time is what the step asks of it alone: ``hbm`` and ``ddr`` the tier's bytes at its bandwidth
+x efficiency; ``compute`` the time the compute units were busy (SN40L's PCUs, a GPU's SMs:
+matrix and vector work at the efficiencies the engine simulated, over all the units);
+``link`` the busiest socket-to-socket link direction's serialisation time (collectives);
+``host`` the serving stack's host time per step, serial and overlapped together (what the
+step would take on an infinitely fast device).
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from rdu_sim.config.hardware_file import Hardware
 from rdu_sim.engine.timing import StepTiming
 
 RESOURCES: dict[str, str] = {
+    "compute": "compute (PCUs or SMs)",
     "hbm": "HBM bandwidth",
     "ddr": "DDR bandwidth",
-    "compute": "matrix FLOP/s",
-    "runtime": "the serving runtime's host time",
+    "link": "the socket-to-socket links",
+    "host": "the serving stack's host time",
 }
-"""Each resource in words, for sentences ("bound by HBM bandwidth")."""
+"""Each resource in words, for sentences ("bound by HBM bandwidth"); the order ties break in."""
 
 
 @dataclass(frozen=True)
@@ -29,14 +34,16 @@ class StepBound:
     """One step against its resources (seconds of one socket)."""
 
     step_s: float
+    compute_s: float
     hbm_s: float
     ddr_s: float
-    compute_s: float
-    runtime_s: float
+    link_s: float
+    host_s: float
     bound: str  # the resource with the largest time (a key of RESOURCES)
     hbm_bytes: float
     ddr_bytes: float
     flops: float
+    runtime_s: float  # what the host added to the device's step (serial + exposed)
 
     @property
     def limit_s(self) -> float:
@@ -44,12 +51,13 @@ class StepBound:
         return self.times()[self.bound]
 
     def times(self) -> dict[str, float]:
-        """Each resource's time, by name."""
+        """Each resource's time, by name (the order of RESOURCES)."""
         return {
+            "compute": self.compute_s,
             "hbm": self.hbm_s,
             "ddr": self.ddr_s,
-            "compute": self.compute_s,
-            "runtime": self.runtime_s,
+            "link": self.link_s,
+            "host": self.host_s,
         }
 
     @property
@@ -63,20 +71,24 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
     ddr = hardware.socket.ddr if isinstance(hardware, HardwareConfig) else None
     hbm_bytes = timing.bytes_by_tier.get("hbm", 0.0)
     ddr_bytes = timing.bytes_by_tier.get("ddr", 0.0)
+    busy = timing.busy_s
     times = {
+        "compute": busy.get("pcu", busy.get("sm", 0.0)),
         "hbm": hbm_bytes / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
         "ddr": 0.0 if ddr is None else ddr_bytes / (ddr.bandwidth * ddr.efficiency),
-        "compute": timing.flops / hardware.peak_flops,
-        "runtime": timing.runtime_s,
+        "link": busy.get("link", 0.0),
+        "host": timing.host_s,
     }
     return StepBound(
         step_s=timing.step_s,
+        compute_s=times["compute"],
         hbm_s=times["hbm"],
         ddr_s=times["ddr"],
-        compute_s=times["compute"],
-        runtime_s=times["runtime"],
+        link_s=times["link"],
+        host_s=times["host"],
         bound=max(times, key=lambda k: times[k]),
         hbm_bytes=hbm_bytes,
         ddr_bytes=ddr_bytes,
         flops=timing.flops,
+        runtime_s=timing.runtime_s,
     )

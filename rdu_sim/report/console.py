@@ -222,12 +222,7 @@ def _bound(result: RunSummary) -> str:
     step = result.decode_step
     if step is None:
         return "-"
-    limit = {
-        "hbm": step.hbm_s,
-        "ddr": step.ddr_s,
-        "compute": step.compute_s,
-        "runtime": step.runtime_s,
-    }[step.bound]
+    limit = step.times()[step.bound]
     return f"{step.bound.upper()} ({human.duration(limit)} of {human.duration(step.step_s)})"
 
 

@@ -18,6 +18,7 @@ roofline            :func:`roofline`                             a step timing +
 latency             :func:`latency_distribution`                 per-request records
 occupancy           :func:`occupancy_timeline`                   slot-occupancy series
 calibration         :func:`calibration`                          ``rdu-sim validate`` rows
+deployment          :func:`deployment`                           measured deployment rows
 compare             :func:`compare_plot`                         ``rdu-sim compare`` JSON
 sweep               :func:`sweep_plot` (:func:`design_space`)     a sweep database
 ==================  ===========================================  ==========================
@@ -43,6 +44,7 @@ from rdu_sim.report.files import write_file
 from rdu_sim.report.plots_calibration import calibration
 from rdu_sim.report.plots_compare import compare_plot
 from rdu_sim.report.plots_data import PlotInputError, as_runs, result_record
+from rdu_sim.report.plots_deployment import deployment
 from rdu_sim.report.plots_memory import batch_capacity, memory_footprint
 from rdu_sim.report.plots_perf import (
     KernelPoint,
@@ -70,6 +72,7 @@ __all__ = [
     "batch_capacity",
     "calibration",
     "compare_plot",
+    "deployment",
     "design_space",
     "kernel_points",
     "latency_distribution",
@@ -92,6 +95,8 @@ PLOT_KINDS: dict[str, str] = {
     "latency": "TTFT and TPOT distributions (CDF)",
     "occupancy": "batch slot occupancy over time",
     "calibration": "published figures with their tolerance bands vs simulated (rdu-sim validate)",
+    "deployment": "simulated over measured against the batch, a panel per machine (rdu-sim "
+    "validate --suite deployment --json, or calibrate's fit.json)",
     "compare": "step time, tokens/s and share of peak bandwidth per hardware (rdu-sim compare)",
     "speculation": "tokens per target step and per-user rate vs draft tokens k, a line per "
     "acceptance rate (a sweep)",
@@ -168,6 +173,7 @@ _RENDERERS: dict[str, Callable[[Any], Figure]] = {
     "latency": latency_distribution,
     "occupancy": occupancy_timeline,
     "calibration": calibration,
+    "deployment": deployment,
     "compare": compare_plot,
     "speculation": acceptance_tradeoff,
     "crossover": speculation_crossover,

@@ -34,10 +34,12 @@ Definitions (docs/serving.md repeats them for users):
   or ``coe`` (experts in DDR, the active ones cached in HBM);
   ``warnings``: what the reader must know, e.g. batch slots that pushed weights out of HBM.
 - ``decode_step``: the decode step the run ran most often: its batch, context and simulated
-  ``step_s``, its bytes per tier, each bound's time (``hbm_s``, ``ddr_s``: the tier's bytes
-  at its sustained bandwidth; ``compute_s``: matrix FLOPs at peak; ``runtime_s``: the serving
-  runtime's host time, hardware ``runtime:``) and ``bound``, the largest (a model served from
-  DDR shows ``ddr``, a batch whose host time per slot outweighs the device ``runtime``); None
+  ``step_s``, its bytes per tier, each resource's time (``report.bound``: ``compute_s`` the
+  compute units' busy time, ``hbm_s``, ``ddr_s`` the tier's bytes at its sustained bandwidth,
+  ``link_s`` the busiest link direction's, ``host_s`` the serving stack's host time per
+  step) and ``bound``, the largest (a model served from DDR shows ``ddr``, a tensor-parallel
+  step whose collectives outlast its reads ``link``, a batch whose host work outweighs the
+  device ``host``), and ``runtime_s``, what the host added to the device's step; None
   without a decode step.
 - ``coe``: a Composition of Experts run's turns and switching (``serving.coe.CoEStats``):
   ``turns``, ``admitted_mid_turn`` (continuous batching within a turn), ``switch_policy``,
@@ -234,6 +236,18 @@ class DecodeStepBound:
     compute_s: float
     bound: str
     runtime_s: float = 0.0
+    link_s: float = 0.0
+    host_s: float = 0.0
+
+    def times(self) -> dict[str, float]:
+        """Each resource's time, by name (``report.bound.RESOURCES``)."""
+        return {
+            "compute": self.compute_s,
+            "hbm": self.hbm_s,
+            "ddr": self.ddr_s,
+            "link": self.link_s,
+            "host": self.host_s,
+        }
 
 
 def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
@@ -258,6 +272,8 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         compute_s=bound.compute_s,
         bound=bound.bound,
         runtime_s=bound.runtime_s,
+        link_s=bound.link_s,
+        host_s=bound.host_s,
     )
 
 

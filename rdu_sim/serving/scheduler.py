@@ -11,7 +11,7 @@ Policy (docs/serving.md has the full statement):
   that prefills the last prompt token also produces the first output token (TTFT = end of
   that step). SnapKV selection, when the policy compresses, is part of the compiled prefill
   program.
-- ``prefill_batch_tokens`` (hardware ``runtime.prefill_batch_tokens``; a lone server, a CoE
+- ``prefill_batch_tokens`` (the serving stack's ``prefill_batch_tokens``; a lone server, a CoE
   node, a cluster replica without prefix cache or hand-offs; not with speculation): a
   prefill step that admits a request also admits the next waiting requests whose whole
   prompts pad to the same shape, FIFO, while a slot is free and the step's padded tokens stay
@@ -100,7 +100,7 @@ class ServerConfig:
     prefill_chunk_tokens: int | None = None
     role: Role = "mixed"  # prefill and decode replicas need ``hooks`` that move the KV cache
     # the runtime packs waiting prompts into one prefill step, up to this many (padded)
-    # tokens (hardware ``runtime.prefill_batch_tokens``); None: one prompt per prefill step
+    # tokens (the serving stack's ``prefill_batch_tokens``); None: one prompt per prefill step
     prefill_batch_tokens: int | None = None
 
 

@@ -1,11 +1,11 @@
 """Convert Argonne's LLM-Inference-Bench result files (arXiv 2411.00136) into measurement
-files (``rdu_sim.validate.deployment``'s format).
+files (``rdu_sim.validate.measurement_file``'s format).
 
 ``python -m rdu_sim.validate.argonne SOURCE.csv > measurements/NAME.csv`` converts one of
 the benchmark's published CSVs (its latency grid, or its time-to-first-token table): each row
-becomes a point on the hardware file that stands for the measured system, SambaNova SN40L
-on ``sn40l-8``, NVIDIA H100 served by TensorRT-LLM on ``dgx-h100`` and by vLLM on
-``dgx-h100-vllm`` (the same machine under another runtime), Meta-Llama-3 and Mistral on their
+becomes a point on the hardware file and serving stack that stand for the measured system,
+SambaNova SN40L on ``sn40l-8`` under ``sambastudio-2024``, NVIDIA H100 on ``dgx-h100`` under
+``tensorrt-llm`` or ``vllm`` (one machine, two stacks), Meta-Llama-3 and Mistral on their
 presets.
 """
 
@@ -16,7 +16,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from rdu_sim.validate.deployment import COLUMNS
+from rdu_sim.validate.measurement_file import REQUIRED, print_converted
+
+HEADER = ("hardware", "stack", *REQUIRED[1:], "measured", "label")
 
 MODELS = {
     "meta-llama/Meta-Llama-3-8B": "llama-3.1-8b",  # Llama 3.1 8B is Llama 3 8B's architecture
@@ -24,11 +26,12 @@ MODELS = {
     "mistralai/Mistral-7B-v0.1": "mistral-7b",
 }
 SYSTEMS = {
-    ("SambaNova SN40L", "sambaflow"): "sn40l-8",
-    ("Nvidia H100 GPU", "TensorRT-LLM"): "dgx-h100",
-    ("Nvidia H100 GPU", "vLLM"): "dgx-h100-vllm",
+    ("SambaNova SN40L", "sambaflow"): ("sn40l-8", "sambastudio-2024"),
+    ("Nvidia H100 GPU", "TensorRT-LLM"): ("dgx-h100", "tensorrt-llm-2024"),
+    ("Nvidia H100 GPU", "vLLM"): ("dgx-h100", "vllm-2024"),
 }
-"""The hardware file that stands for each measured (system, serving engine)."""
+"""The hardware file and the serving stack that stand for each measured (system, serving
+engine): one hardware file per machine, whatever serves it."""
 
 
 def convert(path: Path) -> Iterator[list[str]]:
@@ -36,12 +39,12 @@ def convert(path: Path) -> Iterator[list[str]]:
     systems, models or engines."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = csv.DictReader(line for line in lines if not line.startswith("#"))
-    yield [*COLUMNS, "label"]
+    yield list(HEADER)
     for row in rows:
         row = {key.strip(): value.strip() for key, value in row.items()}
         model = MODELS.get(row["Model"])
-        hardware = SYSTEMS.get((row["Hardware"], row["Framework"]))
-        if model is None or hardware is None:
+        system = SYSTEMS.get((row["Hardware"], row["Framework"]))
+        if model is None or system is None:
             continue
         if "TTFT Latency" in row:
             tokens, output, metric, value = (
@@ -55,7 +58,7 @@ def convert(path: Path) -> Iterator[list[str]]:
             metric, value = "e2e_s", row["Latency"]
         label = f"{row['Hardware']} x{row['Num of Hardware']} {row['Framework']} {row['Model']}"
         yield [
-            hardware,
+            *system,
             model,
             row["Num of Hardware"],
             row["Batch Size"],
@@ -70,15 +73,12 @@ def convert(path: Path) -> Iterator[list[str]]:
 def main(argv: list[str]) -> None:
     """Write the converted rows of ``argv[0]`` to standard output, below its comment lines."""
     source = Path(argv[0])
-    for line in source.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            print(line)
-    print(
-        f"# Converted by: python -m rdu_sim.validate.argonne {source.name} (rows of "
-        "SambaFlow, TensorRT-LLM and vLLM serving Llama 3 and Mistral)"
+    print_converted(
+        source,
+        convert(source),
+        f"python -m rdu_sim.validate.argonne {source.name} (rows of SambaFlow, TensorRT-LLM "
+        "and vLLM serving Llama 3 and Mistral)",
     )
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerows(convert(source))
 
 
 if __name__ == "__main__":

@@ -1,239 +1,146 @@
-"""Fit named hardware parameters to measured deployment points (``rdu-sim calibrate``).
+"""Fit named parameters, each one value on a machine or on a serving stack, to measured rows
+and published figures together (``rdu-sim calibrate``).
 
-The user names the parameters (``hw.`` field paths, each with bounds); the fit minimizes the
-squared log-ratios simulated / measured over the training points with SciPy's bounded
-least squares (a trust-region method, deterministic), on parameters scaled to [0, 1] over
-their bounds. A seeded share of the points is held out and only reported. Every evaluation
-(a parameter vector and its simulated points) is appended to a cache file, so a stopped
-fit run again with the same inputs replays what it had and goes on where it stopped.
+The problem (``rdu_sim.validate.calibration_problem.Problem``): targets (rows and figures,
+each with its tolerance), the units that simulate them, the parameters with their bounds and
+scopes (``rdu_sim.validate.scope``), and which targets are held out (by group). The fit
+minimizes the sum of the trained targets' squared residuals with SciPy's bounded least
+squares (a trust-region method, deterministic), on parameters scaled to [0, 1] over their
+bounds, starting at the middle. A unit is simulated with exactly the parameters
+that reach it, so moving a stack's parameter re-simulates that stack's rows only; every
+result is kept in the evaluation cache (``rdu_sim.validate.evaluation_cache``) under a key of
+everything it depends on (``rdu_sim.validate.evaluator``). Units run in this process or,
+with ``workers`` > 1, in a pool of processes: the same results either way.
+
+The objective records every target it read (``Calibration.seen``): a held-out target never
+reaches the fit, and a test checks it. Fitted values are rounded to 4 significant digits in
+their unit (``quantity_text``), and every target is simulated once more at exactly those
+values: what the overlay files say is what was evaluated.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from rdu_sim.config.errors import ConfigError, WriteError
-from rdu_sim.config.units import UnitError, parse_bandwidth, parse_flops, parse_seconds
-from rdu_sim.validate.deployment import MeasuredPoint, PointResult, simulate
+from rdu_sim.validate.calibration_problem import Problem
+from rdu_sim.validate.evaluation_cache import EvaluationCache
+from rdu_sim.validate.evaluator import Evaluator
+from rdu_sim.validate.fit_result import FitResult, TargetResult
+from rdu_sim.validate.scope import rounded
 
-Progress = Callable[[int, dict[str, float], float], None]
-"""``progress(evaluation, parameters, median abs error on the training points)``."""
-
-CACHE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class FitParameter:
-    """One parameter to fit: an ``hw.`` field path and its bounds, in internal units."""
-
-    path: str
-    low: float
-    high: float
-
-    def value(self, unit: float) -> float:
-        """The parameter's value at ``unit`` in [0, 1] over its bounds."""
-        return self.low + unit * (self.high - self.low)
-
-
-def _quantity(text: str, where: str) -> float:
-    """A bound: a bare number (the field's internal unit) or a time, bandwidth or FLOP/s."""
-    for parse in (parse_seconds, parse_bandwidth, parse_flops):
-        try:
-            return float(parse(text.strip()))
-        except (UnitError, ValueError):
-            continue
-    raise ConfigError.single("--fit", where, f"cannot read {text!r} as a number or a quantity")
-
-
-def parse_fit(text: str) -> FitParameter:
-    """``hw.path=LOW:HIGH`` or ``stack.path=LOW:HIGH`` (e.g.
-    ``stack.host.serial_per_step=0:2ms``) as a FitParameter."""
-    path, sep, bounds = text.partition("=")
-    path = path.strip()
-    if not sep or not path.startswith(("hw.", "stack.")) or bounds.count(":") != 1:
-        raise ConfigError.single(
-            "--fit",
-            path or text,
-            "expected hw.FIELD=LOW:HIGH or stack.FIELD=LOW:HIGH, e.g. "
-            "stack.host.serial_per_step=0:2ms",
-        )
-    low_text, high_text = bounds.split(":")
-    low, high = _quantity(low_text, path), _quantity(high_text, path)
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ConfigError.single("--fit", path, f"needs finite bounds LOW < HIGH, got {bounds}")
-    return FitParameter(path, low, high)
-
-
-def split_holdout(
-    count: int, fraction: float, seed: int
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(training, held-out) point indices: ``round(fraction * count)`` held out, drawn by a
-    generator seeded with ``seed``; at least one point is always trained on."""
-    if not 0 <= fraction < 1:
-        raise ValueError(f"--holdout must be in [0, 1), got {fraction}")
-    held = min(count - 1, round(fraction * count))
-    order = np.random.default_rng(seed).permutation(count)
-    return tuple(sorted(int(i) for i in order[held:])), tuple(sorted(int(i) for i in order[:held]))
+Progress = Callable[["Evaluation"], None]
 
 
 @dataclass(frozen=True)
-class FitResult:
-    """The fitted values, every point's result, which were trained on, and the cost."""
+class Evaluation:
+    """One evaluation of the objective, for progress reports."""
 
-    values: dict[str, float]
-    results: tuple[PointResult, ...]
-    train: tuple[int, ...]
-    held_out: tuple[int, ...]
-    evaluations: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe."""
-        return {
-            "values": self.values,
-            "evaluations": self.evaluations,
-            "points": [
-                {**r.to_dict(), "held_out": i in self.held_out} for i, r in enumerate(self.results)
-            ],
-        }
+    number: int
+    values: tuple[float, ...]
+    median_abs_error: float
+    simulated: int
+    cached: int
+    seconds: float
 
 
 class Calibration:
-    """A fit of ``parameters`` to ``points`` on top of ``overrides`` (``hw.`` or workload
-    overrides applied to every point), caching each evaluation in ``cache``."""
+    """A fit of ``problem`` through ``cache``, with ``workers`` processes."""
 
     def __init__(
         self,
-        points: Sequence[MeasuredPoint],
-        parameters: Sequence[FitParameter],
+        problem: Problem,
+        cache: EvaluationCache | None = None,
         *,
-        overrides: Sequence[str] = (),
-        cache: Path | None = None,
+        workers: int = 1,
         progress: Progress | None = None,
-        simulate_point: Callable[[MeasuredPoint, Sequence[str]], float] = simulate,
     ) -> None:
-        if not parameters:
-            raise ValueError("name at least one parameter to fit (--fit hw.FIELD=LOW:HIGH)")
-        self.points = tuple(points)
-        self.parameters = tuple(parameters)
-        self.overrides = tuple(overrides)
-        self.cache = cache
+        self.problem = problem
+        self.evaluator = Evaluator(problem, cache or EvaluationCache(None), workers)
         self.progress = progress
-        self.simulate_point = simulate_point
         self.evaluations = 0
-        self._known: dict[str, list[float]] = self._read_cache()
+        self.seen: set[str] = set()
+        """Every target id the objective read: never a held-out one."""
 
-    def _key(self, values: dict[str, float]) -> str:
-        described = {
-            "v": CACHE_VERSION,
-            "values": values,
-            "overrides": self.overrides,
-            "points": [repr(p) for p in self.points],
-        }
-        return json.dumps(described, sort_keys=True)
-
-    def _read_cache(self) -> dict[str, list[float]]:
-        known: dict[str, list[float]] = {}
-        if self.cache is None or not self.cache.is_file():
-            return known
-        for line in self.cache.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-                known[str(entry["key"])] = [float(v) for v in entry["simulated_s"]]
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a stop: that evaluation runs again
-        return known
-
-    def _append_cache(self, key: str, simulated: list[float]) -> None:
-        if self.cache is None:
-            return
-        try:
-            with self.cache.open("a", encoding="utf-8") as out:
-                out.write(json.dumps({"key": key, "simulated_s": simulated}) + "\n")
-        except OSError as exc:
-            raise WriteError.from_os(self.cache, exc) from None
-
-    def values(self, units: Sequence[float] | np.ndarray) -> dict[str, float]:
+    def values(self, units: Sequence[float] | np.ndarray) -> tuple[float, ...]:
         """Parameter values at ``units`` (each in [0, 1] over its bounds)."""
-        return {p.path: p.value(float(u)) for p, u in zip(self.parameters, units, strict=True)}
+        return tuple(
+            one.parameter.value(float(u))
+            for one, u in zip(self.problem.parameters, units, strict=True)
+        )
 
-    def simulated(self, values: dict[str, float], indices: Sequence[int]) -> list[float]:
-        """Every point's simulated value with ``values`` set (cached); ``indices`` are the
-        ones the caller needs (the others are simulated too, so a cached vector is whole)."""
-        key = self._key(values)
-        found = self._known.get(key)
-        if found is None:
-            sets = [*self.overrides, *(f"{path}={value!r}" for path, value in values.items())]
-            found = [self.simulate_point(p, sets) for p in self.points]
-            self._known[key] = found
-            self._append_cache(key, found)
-        return [found[i] for i in indices]
+    def residuals(self, values: Sequence[float]) -> np.ndarray:
+        """The trained targets' residuals at ``values`` (what the fit minimizes)."""
+        problem = self.problem
+        trained = [problem.targets[i] for i in problem.train]
+        began = time.perf_counter()
+        before = (self.evaluator.simulated, self.evaluator.cached)
+        found = self.evaluator.evaluate(values, sorted({t.unit for t in trained}))
+        self.seen.update(t.id for t in trained)
+        self.evaluations += 1
+        simulated = [found[t.unit].values[t.index] for t in trained]
+        if self.progress is not None:
+            errors = [abs(t.relative_error(s)) for t, s in zip(trained, simulated, strict=True)]
+            finite = [e for e in errors if math.isfinite(e)]
+            self.progress(
+                Evaluation(
+                    self.evaluations,
+                    tuple(values),
+                    float(np.median(finite)) if finite else math.nan,
+                    self.evaluator.simulated - before[0],
+                    self.evaluator.cached - before[1],
+                    time.perf_counter() - began,
+                )
+            )
+        return np.array(
+            [t.residual(s) for t, s in zip(trained, simulated, strict=True)], dtype=float
+        )
 
-    def fit(
-        self, train: Sequence[int], held_out: Sequence[int], max_evaluations: int = 60
-    ) -> FitResult:
-        """Fit on ``train``; report every point at the fitted values."""
+    def fit(self, max_evaluations: int = 60) -> FitResult:
+        """Fit on the trained targets; report every target at the fitted values."""
         from scipy.optimize import least_squares
 
-        measured = np.array([self.points[i].measured_s for i in train])
-
-        def residuals(units: np.ndarray) -> np.ndarray:
-            values = self.values(units)
-            simulated = np.array(self.simulated(values, train))
-            self.evaluations += 1
-            log_ratio = np.log(simulated / measured)
-            if self.progress is not None:
-                errors = np.abs(simulated / measured - 1)
-                self.progress(self.evaluations, values, float(np.median(errors)))
-            return np.asarray(log_ratio, dtype=float)
-
-        start = np.full(len(self.parameters), 0.5)
-        solution = least_squares(
-            residuals,
-            start,
-            bounds=(0.0, 1.0),
-            method="trf",
-            diff_step=1e-3,
-            x_scale=1.0,
-            max_nfev=max_evaluations,
-        )
-        # 4 significant digits: what the overlay file says is what was evaluated
-        values = {path: float(f"{v:.4g}") for path, v in self.values(solution.x).items()}
-        every = range(len(self.points))
-        simulated = self.simulated(values, every)
+        began = time.perf_counter()
+        try:
+            solution = least_squares(
+                lambda units: self.residuals(self.values(units)),
+                np.full(len(self.problem.parameters), 0.5),
+                bounds=(0.0, 1.0),
+                method="trf",
+                diff_step=1e-3,
+                x_scale=1.0,
+                max_nfev=max_evaluations,
+            )
+            pairs = [
+                rounded(one.parameter, value)
+                for one, value in zip(self.problem.parameters, self.values(solution.x), strict=True)
+            ]
+            values = tuple(value for value, _ in pairs)
+            every = range(len(self.problem.units))
+            found = self.evaluator.evaluate(values, every)
+        finally:
+            self.evaluator.close()
+        held = set(self.problem.held_out)
         results = tuple(
-            PointResult(point, value) for point, value in zip(self.points, simulated, strict=True)
+            TargetResult(
+                t,
+                found[t.unit].values[t.index],
+                (found[t.unit].batch_slots or (0,) * (t.index + 1))[t.index],
+                i in held,
+            )
+            for i, t in enumerate(self.problem.targets)
         )
-        return FitResult(values, results, tuple(train), tuple(held_out), self.evaluations)
-
-
-def overlay_text(
-    base: dict[str, Any], values: dict[str, float], header: Sequence[str], prefix: str = "hw."
-) -> str:
-    """A config file: ``base`` (a hardware or stack file's mapping) with the fitted
-    ``values`` under ``prefix`` set (internal units; others are left out), below ``header``
-    as comment lines."""
-    import copy
-
-    import yaml
-
-    data = copy.deepcopy(base)
-    for path, value in values.items():
-        if not path.startswith(prefix):
-            continue
-        node = data
-        parts = path.split(".")[1:]
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError.single("--fit", path, f"{part} is not a section of the file")
-            node = child
-        node[parts[-1]] = value
-    body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    return "".join(f"# {line}\n" for line in header) + body
+        return FitResult(
+            self.problem.parameters,
+            values,
+            tuple(text for _, text in pairs),
+            results,
+            self.evaluations,
+            self.evaluator.simulated,
+            self.evaluator.cached,
+            time.perf_counter() - began,
+        )

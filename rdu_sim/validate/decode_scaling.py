@@ -10,6 +10,8 @@ own model set and settings are not in the abstract; we read them as (docs/calibr
 * models: Llama 3.1 8B and 70B on 8 and 16 sockets, 405B on 16 (BF16 does not fit 8 sockets'
   HBM); BF16 weights and KV; batch 1; a 4,096-token context (the paper's Table 1, first row);
   tensor parallel over all sockets of one node (the shipped hardware's wiring);
+* the device's steps, with no serving stack (``stack=none``): the paper times the decode
+  kernels on the hardware, not a served endpoint's requests;
 * looping speedup: decode step time without kernel looping over with it, the largest over
   those (model, sockets) pairs ("up to");
 * multi-socket scaling: decode tokens/s on 16 sockets with looping over 8 sockets without it,
@@ -80,6 +82,7 @@ def decode_overrides(model: str, sockets: int, looped: bool) -> list[str]:
         "dtypes.kv=bf16",
         "serving.batch_slots=1",
         f"serving.max_context={CONTEXT}",
+        "stack=none",
     ]
 
 

@@ -1,57 +1,105 @@
-"""Measured deployments as data: the points, one simulation per point, and their errors.
+"""Measured deployments as data: a measured point, its metric, one simulation per point, errors.
 
-A measurement file is a CSV (comment lines start with ``#``: its citation and method) with
-one measured point per row and these columns:
+A point is one row of a measurement file (``rdu_sim.validate.measurement_file`` reads them;
+docs/calibration.md states the format with a worked example): a deployment (hardware,
+serving stack, model, tensor-parallel degree, weight and KV dtypes), a run of it (``requests``
+requests of ``input_tokens`` and ``output_tokens`` each, all sent at time 0, ``batch`` slots or
+as many as the KV memory holds) and one measured value of one metric (``METRICS``).
 
-- ``hardware``: the hardware file the deployment is simulated on (a shipped name or a path);
-- ``model``: a model preset (``rdu-sim inspect model --list``);
-- ``tp``: devices per model instance (tensor parallel);
-- ``batch``: requests sent together (every one arrives at time 0);
-- ``input_tokens``, ``output_tokens``: each request's prompt and output lengths;
-- ``metric``: ``e2e_s``, the batch's end-to-end seconds (the last request's completion), or
-  ``ttft_s``, the batch's mean time to first token;
-- ``measured_s``: the measured value, in seconds;
-- ``label`` (optional): free text reports show (the source's system or model name).
-
-Each point runs through ``rdu_sim.api.run`` (the code path of ``rdu-sim run``): ``batch``
-slots, ``batch`` requests at once, fixed lengths, full attention, 16-bit weights and KV,
-kernel looping on SN40L. ``validate --suite deployment`` and ``calibrate`` read points here.
+Each point runs through ``rdu_sim.api.run`` (the code path of ``rdu-sim run``): a serving run
+of its requests, fixed lengths, full attention, kernel looping on SN40L. ``validate --suite
+deployment`` and ``calibrate`` read points here.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.yaml_io import file_problem
+from rdu_sim.config.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
+    from rdu_sim.report.summary import RunSummary
     from rdu_sim.scenario import Scenario
 
-COLUMNS = (
-    "hardware",
-    "model",
-    "tp",
-    "batch",
-    "input_tokens",
-    "output_tokens",
-    "metric",
-    "measured_s",
-)
-METRICS = ("e2e_s", "ttft_s")
-MAX_POINTS = 10_000
-MAX_FILE_BYTES = 10 << 20
-MAX_TOKENS = 1 << 20
 MIN_CONTEXT = 4096
-"""The least ``serving.max_context`` a point's workload gets (its decode buckets start below)."""
+"""The least ``serving.max_context`` a fixed-batch point's workload gets (its decode buckets
+start below); a full-load point's is its own length, which sets how many sequences fit."""
+
+AUTO = "auto"
+"""``batch`` of a full-load point: as many slots as the KV memory holds."""
+
+FULL_LOAD, BATCH = "full-load", "batch"
+"""How a point was measured: a full-load run (``batch`` auto), or a batch sent together."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A measured quantity: its unit, what it is in a run, and the range a measurement of it
+    may take (outside it, a row is refused as a typo or a unit mistake)."""
+
+    name: str
+    unit: str
+    definition: str
+    read: Callable[[RunSummary], float | None]
+    low: float
+    high: float
+
+
+def _mean(value: Any) -> float | None:
+    mean = getattr(value, "mean", None)
+    return None if mean is None else float(mean)
+
+
+def _output_rate(summary: RunSummary) -> float | None:
+    span = summary.makespan_s
+    return summary.output_tokens / span if span else None
+
+
+METRICS: dict[str, Metric] = {
+    metric.name: metric
+    for metric in (
+        Metric(
+            "e2e_s",
+            "s",
+            "the run's end-to-end seconds: from the requests' arrival (all at time 0) to the "
+            "last request's last token (a batch's latency)",
+            lambda s: s.makespan_s,
+            1e-6,
+            1e6,
+        ),
+        Metric(
+            "ttft_s",
+            "s",
+            "the mean over requests of the time to first token, from arrival (time 0)",
+            lambda s: _mean(s.ttft_s),
+            1e-6,
+            1e6,
+        ),
+        Metric(
+            "tpot_s",
+            "s",
+            "the mean over requests of the time per output token after the first: "
+            "(last token - first token) / (output_tokens - 1)",
+            lambda s: _mean(s.tpot_s),
+            1e-7,
+            1e3,
+        ),
+        Metric(
+            "output_tokens_per_s",
+            "tokens/s",
+            "every request's output tokens over the whole run (first request sent to last "
+            "token): the throughput of a full-load run",
+            _output_rate,
+            1e-3,
+            1e9,
+        ),
+    )
+}
+"""The metrics a measurement file may hold, by name."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +109,16 @@ class MeasuredPoint:
     hardware: str
     model: str
     tp: int
-    batch: int
+    batch: int | None  # None: as many slots as the KV memory holds (``auto``)
     input_tokens: int
     output_tokens: int
     metric: str
-    measured_s: float
+    measured: float  # in the metric's unit
+    requests: int = 0  # 0: one request per batch slot
+    weights: str = "bf16"
+    kv: str = "bf16"
+    stack: str = ""  # "": the hardware file's default stack
+    kv_memory_fraction: float | None = None  # None: the stack's
     label: str = ""
     source: str = ""  # file:line, for reports and errors
 
@@ -74,139 +127,150 @@ class MeasuredPoint:
         """The measurement file the point came from (relative paths inside resolve from it)."""
         return self.source.rsplit(":", 1)[0]
 
+    @property
+    def unit(self) -> str:
+        """The unit of the measured value."""
+        return METRICS[self.metric].unit
+
+    @property
+    def method(self) -> str:
+        """How it was measured: ``full-load`` (batch auto) or ``batch``."""
+        return FULL_LOAD if self.batch is None else BATCH
+
+    @property
+    def request_count(self) -> int:
+        """Requests sent: the ``requests`` column, or one per batch slot."""
+        if self.requests:
+            return self.requests
+        assert self.batch is not None, "a full-load point names its request count"
+        return self.batch
+
+    @property
+    def settings(self) -> list[str]:
+        """What the row states of its run beyond its workload, as overrides that come after
+        any caller's (a fit does not move what a measurement states)."""
+        if self.kv_memory_fraction is None:
+            return []
+        return [f"stack.kv_memory_fraction={self.kv_memory_fraction!r}"]
+
     def scenario(self, overrides: Sequence[str] = ()) -> Scenario:
-        """The validated workload that simulates this point."""
+        """The validated workload that simulates this point; a ConfigError naming the row
+        and its column when the row names something that does not exist or does not fit
+        together (an unknown model, a tp the model cannot split by, a missing hardware
+        file).
+
+        A full-load row on a paged KV cache reserves each request's whole length in pages
+        at admission (TensorRT-LLM's guaranteed-no-evict scheduling), so its slot is that
+        length rounded up to the stack's page."""
+        data = self.workload()
+        scenario = self._build(data, overrides)
+        page = scenario.stack.kv_page_tokens
+        length = data["serving"]["max_context"]
+        if self.batch is None and page and length % page:
+            data["serving"]["max_context"] = -(-length // page) * page
+            scenario = self._build(data, overrides)
+        return scenario
+
+    def _build(self, data: dict[str, Any], overrides: Sequence[str]) -> Scenario:
         from rdu_sim.scenario import build_scenario
 
-        return build_scenario(self.workload(), workload_file=self.file, overrides=overrides)
+        try:
+            return build_scenario(
+                data, workload_file=self.file, overrides=[*overrides, *self.settings]
+            )
+        except ConfigError as exc:
+            raise self.row_error(exc) from None
+
+    def row_error(self, exc: ConfigError) -> ConfigError:
+        """``exc`` (of this point's workload or run) as one issue of its row: a fault in a
+        file the row names is told on one line, after the row's."""
+        first, *rest = (self._row_issue(issue) for issue in exc.issues)
+        if rest:
+            more = "; ".join(str(issue) for issue in rest)
+            first = ConfigIssue(first.file, first.field, f"{first.message} {more}")
+        return ConfigError([first])
+
+    def _row_issue(self, issue: ConfigIssue) -> ConfigIssue:
+        """An issue of this point's workload, told as one of its row (its column named)."""
+        if issue.file != self.file:  # a fault inside the hardware file: that file names it
+            return issue
+        column = WORKLOAD_COLUMNS.get(issue.field.partition(".")[0], "")
+        column = WORKLOAD_COLUMNS.get(issue.field, column)
+        return ConfigIssue(self.source, column or issue.field, issue.message)
 
     def workload(self) -> dict[str, Any]:
         """The workload mapping that simulates this point."""
+        length = self.input_tokens + self.output_tokens
         data: dict[str, Any] = {
-            "name": f"measured-{self.model}-b{self.batch}-{self.input_tokens}",
+            "name": f"measured-{self.model}-b{self.batch or AUTO}-{self.input_tokens}",
             "hardware": self.hardware,
             "model": self.model,
-            "dtypes": {"weights": "bf16", "kv": "bf16", "activations": "bf16"},
+            "dtypes": {"weights": self.weights, "kv": self.kv, "activations": "bf16"},
             "parallelism": {"tp": self.tp},
             "kv": {"policy": "full"},
             "serving": {
-                "batch_slots": self.batch,
-                "max_context": max(MIN_CONTEXT, self.input_tokens + self.output_tokens),
+                "batch_slots": AUTO if self.batch is None else self.batch,
+                "max_context": length if self.batch is None else max(MIN_CONTEXT, length),
                 "prompt_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens,
                 "arrival": {"process": "all_at_once"},
-                "requests": self.batch,
+                "requests": self.request_count,
                 "seed": 0,
             },
         }
+        if self.stack:
+            data["stack"] = self.stack
         return data
 
 
-def _int(text: str, field: str, where: str, low: int, high: int) -> int:
+WORKLOAD_COLUMNS = {
+    "hardware": "hardware",
+    "stack": "stack",
+    "model": "model",
+    "parallelism.tp": "tp",
+    "dtypes.weights": "weights",
+    "dtypes.kv": "kv",
+    "dtypes": "weights",
+    "serving.batch_slots": "batch",
+    "serving.requests": "requests",
+    "serving.prompt_tokens": "input_tokens",
+    "serving.output_tokens": "output_tokens",
+    "serving.max_context": "input_tokens",
+    "stack.kv_memory_fraction": "kv_memory_fraction",
+}
+"""A point's workload field -> the measurement file's column it comes from."""
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What one point's run gave: the metric's value and the batch slots it ran."""
+
+    value: float
+    batch_slots: int
+
+
+def simulate_run(point: MeasuredPoint, overrides: Sequence[str] = ()) -> Simulated:
+    """Run ``point``'s workload (``overrides`` on top, ``hw.`` ones on its hardware file) and
+    read its metric; a ConfigError naming the row when the run gives no finite, positive
+    value (no request completed)."""
+    from rdu_sim import api
+
+    scenario = point.scenario(overrides)
     try:
-        value = int(text.strip())
-    except ValueError:
-        raise ConfigError.single(where, field, f"expected an integer, got {text!r}") from None
-    if not low <= value <= high:
-        raise ConfigError.single(where, field, f"must be in {low}..{high}, got {value}")
-    return value
-
-
-def _seconds(text: str, where: str) -> float:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise ConfigError.single(where, "measured_s", f"expected seconds, got {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= 1e6:
-        raise ConfigError.single(where, "measured_s", f"must be in (0, 1e6] s, got {value}")
-    return value
-
-
-def read_points(path: Path) -> list[MeasuredPoint]:
-    """The points of one measurement file (ConfigError naming the file, line and column)."""
-    problem = file_problem(path)
-    if problem is not None:
-        raise ConfigError.single(str(path), "", problem)
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise ConfigError.single(str(path), "", f"larger than {MAX_FILE_BYTES >> 20} MiB")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError.single(str(path), "", "not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError.single(str(path), "", f"cannot read: {exc.strerror}") from None
-    numbered = [
-        (number, line)
-        for number, line in enumerate(text.splitlines(), start=1)
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    if not numbered:
-        raise ConfigError.single(str(path), "", "no header row and no points")
-    header = next(csv.reader([numbered[0][1]]))
-    missing = [c for c in COLUMNS if c not in header]
-    if missing:
+        result = api.run(scenario)
+    except ConfigError as exc:  # a run the row asks for that cannot be done (too much work)
+        raise point.row_error(exc) from None
+    value = METRICS[point.metric].read(result.summary())
+    if value is None or not np.isfinite(value) or value <= 0:
         raise ConfigError.single(
-            str(path), "", f"header lacks column(s) {missing}; expected {list(COLUMNS)}"
+            point.source, "metric", f"the run gives no {point.metric} (got {value!r})"
         )
-    if len(set(header)) != len(header):
-        raise ConfigError.single(str(path), "", f"a column is named twice in {header}")
-    if len(numbered) - 1 > MAX_POINTS:
-        raise ConfigError.single(str(path), "", f"more than {MAX_POINTS} points")
-    points = []
-    for number, line in numbered[1:]:
-        where = f"{path}:{number}"
-        cells = next(csv.reader(io.StringIO(line)))
-        if len(cells) != len(header):
-            raise ConfigError.single(
-                where, "", f"{len(cells)} cells where the header has {len(header)}"
-            )
-        row = dict(zip(header, cells, strict=True))
-        metric = row["metric"].strip()
-        if metric not in METRICS:
-            raise ConfigError.single(where, "metric", f"must be one of {METRICS}, got {metric!r}")
-        point = MeasuredPoint(
-            hardware=row["hardware"].strip(),
-            model=row["model"].strip(),
-            tp=_int(row["tp"], "tp", where, 1, 4096),
-            batch=_int(row["batch"], "batch", where, 1, 65536),
-            input_tokens=_int(row["input_tokens"], "input_tokens", where, 1, MAX_TOKENS),
-            output_tokens=_int(row["output_tokens"], "output_tokens", where, 1, MAX_TOKENS),
-            metric=metric,
-            measured_s=_seconds(row["measured_s"], where),
-            label=row.get("label", "").strip(),
-            source=where,
-        )
-        for field in ("hardware", "model"):
-            if not getattr(point, field):
-                raise ConfigError.single(where, field, "is empty")
-        points.append(point)
-    if not points:
-        raise ConfigError.single(str(path), "", "no points below the header")
-    return points
-
-
-def shipped_files() -> list[Path]:
-    """The shipped measurement files, sorted by name."""
-    from rdu_sim.config import shipped
-
-    return sorted((shipped.root() / shipped.KINDS["measurement"]).glob("*.csv"))
-
-
-def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:
-    """The points of several files, in file then row order."""
-    return [point for path in paths for point in read_points(path)]
+    return Simulated(float(value), int(result.batch_slots))
 
 
 def simulate(point: MeasuredPoint, overrides: Sequence[str] = ()) -> float:
-    """The simulated value of ``point``'s metric, in seconds (``hw.`` overrides apply to its
-    hardware file)."""
-    from rdu_sim import api
-
-    summary = api.run(point.scenario(overrides)).summary()
-    value = summary.makespan_s if point.metric == "e2e_s" else summary.ttft_s.mean
-    if value is None:
-        raise ValueError(f"{point.source}: the run completed no request")
-    return float(value)
+    """The simulated value of ``point``'s metric, in its unit."""
+    return simulate_run(point, overrides).value
 
 
 @dataclass(frozen=True)
@@ -214,18 +278,24 @@ class PointResult:
     """A point, its simulated value and the relative error (simulated / measured - 1)."""
 
     point: MeasuredPoint
-    simulated_s: float
+    simulated: float
+    batch_slots: int = 0  # the batch the run ran at (a full-load point's is the simulator's)
 
     @property
     def relative_error(self) -> float:
-        """Simulated over measured, less one: negative when the simulator is faster."""
-        return self.simulated_s / self.point.measured_s - 1.0
+        """Simulated over measured, less one (negative when the simulated value is the
+        smaller: for seconds, the simulator is faster; for tokens/s, slower)."""
+        return self.simulated / self.point.measured - 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: the point's fields, the simulated value and the error."""
+        """JSON-safe: the point's fields, its unit and method, the simulated value, the batch
+        it ran at and the error."""
         return {
             **asdict(self.point),
-            "simulated_s": self.simulated_s,
+            "unit": self.point.unit,
+            "method": self.point.method,
+            "simulated": self.simulated,
+            "batch_slots": self.batch_slots,
             "relative_error": self.relative_error,
         }
 
@@ -245,22 +315,34 @@ class ErrorSummary:
         return asdict(self)
 
 
-def summarize(results: Sequence[PointResult], group: str) -> ErrorSummary:
-    """The errors of ``results`` as one group."""
-    errors = np.abs([r.relative_error for r in results])
-    worst = int(np.argmax(errors))
+def summarize_errors(errors: Sequence[tuple[str, float]], group: str) -> ErrorSummary:
+    """(name, relative error) pairs as one group's median and worst |error|."""
+    magnitudes = np.abs([error for _, error in errors])
+    worst = int(np.argmax(magnitudes))
     return ErrorSummary(
         group=group,
-        points=len(results),
-        median_abs_error=float(np.median(errors)),
-        worst_abs_error=float(errors[worst]),
-        worst_point=results[worst].point.source,
+        points=len(errors),
+        median_abs_error=float(np.median(magnitudes)),
+        worst_abs_error=float(magnitudes[worst]),
+        worst_point=errors[worst][0],
     )
+
+
+def summarize(results: Sequence[PointResult], group: str) -> ErrorSummary:
+    """The errors of ``results`` as one group."""
+    return summarize_errors([(r.point.source, r.relative_error) for r in results], group)
+
+
+def grouped(
+    results: Sequence[PointResult], key: Callable[[PointResult], str]
+) -> list[ErrorSummary]:
+    """One summary per value of ``key``, in order of first appearance."""
+    groups: dict[str, list[PointResult]] = {}
+    for result in results:
+        groups.setdefault(key(result), []).append(result)
+    return [summarize(rows, name) for name, rows in groups.items()]
 
 
 def by_hardware(results: Sequence[PointResult]) -> list[ErrorSummary]:
     """One summary per hardware file, in order of first appearance."""
-    groups: dict[str, list[PointResult]] = {}
-    for result in results:
-        groups.setdefault(result.point.hardware, []).append(result)
-    return [summarize(rows, name) for name, rows in groups.items()]
+    return grouped(results, lambda r: r.point.hardware)

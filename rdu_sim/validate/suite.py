@@ -166,10 +166,12 @@ def measure_run(path: str | Path, overrides: Sequence[str], prompt: int | None) 
 def measure_single_stream(path: str | Path, overrides: Sequence[str]) -> tuple[float, float]:
     """One request decoding alone on the full-attention workload (``SINGLE_STREAM``), through
     ``api.run`` as ``rdu-sim run PATH --set ...`` would: its decode speed, and its decode
-    step's HBM bytes per second over the HBM peak (the same step, through ``api.step``)."""
+    step's HBM bytes per second over the HBM peak (the same step on the device alone,
+    ``stack=none``, through ``api.step``: a share of peak is the hardware's, as Kernel
+    Looping's are)."""
     ovr = [*overrides, *SINGLE_STREAM]
     speed = single_stream_speed(api.run(path, ovr))
-    return speed, api.step(path, ovr, batch=1).hbm_util
+    return speed, api.step(path, [*ovr, "stack=none"], batch=1).hbm_util
 
 
 def measure_throughput(path: str | Path, overrides: Sequence[str]) -> float:
@@ -199,16 +201,21 @@ def run_suite(
     full: str | Path = FULL_WORKLOAD,
     figures: Sequence[Figure] = FIGURES,
     parallel: bool = True,
+    scaling_overrides: Iterable[str] | None = None,
 ) -> SuiteResult:
     """Run both deployments and the smaller measurements (``overrides`` apply to every
-    DeepSeek-R1 run, ``hw.`` ones to the shared hardware file, which the Llama 3.1 steps of
-    the Kernel Looping figures use too) and compare with the published figures."""
+    DeepSeek-R1 run; the Llama 3.1 steps of the Kernel Looping figures, their own workload,
+    take ``scaling_overrides``, by default the ``hw.`` ones of ``overrides``: the hardware
+    file is shared) and compare with the published figures."""
     ovr = list(overrides)
     # bad input fails here, in this process, before anything is simulated
     plans = [(path, plan_run(path, ovr, quick)) for path in (snapstream, full)]
     prompt = reference_prompt(snapstream, ovr)
-    # the Llama steps are their own workload: only the hardware overrides reach them
-    hardware_ovr = [o for o in ovr if o.strip().startswith(HW_PREFIX)]
+    hardware_ovr = (
+        [o for o in ovr if o.strip().startswith(HW_PREFIX)]
+        if scaling_overrides is None
+        else list(scaling_overrides)
+    )
     if parallel:  # a signal stops the workers' runs too (interrupts.start_worker)
         spawn = get_context("spawn")
         with ProcessPoolExecutor(2, mp_context=spawn, initializer=start_worker) as pool:

@@ -217,6 +217,7 @@ class GpuEngine:
             peak_flops=peak_matrix_flops(gpu, self.settings),
             sockets_simulated=1,
             timeline=timeline,
+            host_link=self.hardware.system.host_link,
         )
 
 

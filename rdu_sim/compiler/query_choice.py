@@ -1,0 +1,115 @@
+"""The compiler's choice, once per program, of how a sequence-split MLA step gets every head's
+queries (`compiler.mla_queries`): gather them, or make them on every socket from q_b_proj and
+W_UK held whole.
+
+The step is estimated both ways on this hardware, one socket, each resource at its sustained
+rate: the HBM's bytes (weights and KV cache read and written) at its bandwidth x efficiency,
+the collectives at their bounds on the links (`collective_bound_s`), the matrix FLOPs at peak;
+the step takes its busiest resource's time (a roofline: the chain of a batch-1 step is left
+out, and it charges the gather, not the replication). Replicating wins only when its extra
+reads cost the step less than the gather's link time does: where the links bind, not where
+the HBM does, and never for a plan that does not hold the weights whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from rdu_sim.compiler.layout import ShardPlan
+from rdu_sim.compiler.mla_queries import query_operators
+from rdu_sim.compiler.sharding import shard_graph
+from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.config.wiring import peer_levels
+from rdu_sim.graph import GraphGroup, operators
+from rdu_sim.scenario import Scenario
+
+
+def collective_bound_s(system: SystemConfig, kind: str, nbytes: float, group: int) -> float:
+    """Least time a collective of ``kind`` over ``group`` consecutive sockets takes on
+    ``system``'s links, ``nbytes`` its tensor (NCCL's N): each socket receives the (group -
+    1) / group of it it lacks (an all-gather, a reduce-scatter), or twice that (an
+    all-reduce: reduce its share, then gather the rest), at best through all its links at
+    once (a switch port per link class, within the node, between nodes and between racks;
+    both ring neighbours; a link per peer fully connected), after one hop. On one switched
+    node that is the one-shot all-gather's and reduce-scatter's estimate
+    (``hw.collective_choice``), and the two-shot all-reduce's when its bytes keep the port
+    busy."""
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    phases = 2 if kind == "allreduce" else 1
+    shard = phases * nbytes / group
+    links = {
+        "node": system.intra_node_link,
+        "rack": system.inter_node_link,
+        "racks": system.inter_rack_link or system.inter_node_link,
+    }
+    levels = peer_levels(group, system.sockets_per_node, system.sockets_per_rack)
+    classes = [(peers, links[level]) for peers, level in levels]
+    if system.topology == "ring":
+        slowest = min(link.bandwidth for _, link in classes)
+        latency = max(link.latency for _, link in classes)
+        return (group - 1) * shard / (min(2, group - 1) * slowest) + latency
+    per_peer = system.topology == "fully_connected"
+    return max(
+        peers * shard / ((peers if per_peer else 1) * link.bandwidth) + link.latency
+        for peers, link in classes
+    )
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """One socket's step, each resource's time at its sustained rate (seconds)."""
+
+    hbm_s: float
+    link_s: float
+    compute_s: float
+
+    @property
+    def time_s(self) -> float:
+        """The busiest resource's time."""
+        return max(self.hbm_s, self.link_s, self.compute_s)
+
+
+def wiring_key(system: SystemConfig) -> tuple[object, ...]:
+    """What `collective_bound_s` reads of ``system`` (a memo key: the compiler's view leaves
+    the links out)."""
+    classes = (system.intra_node_link, system.inter_node_link, system.inter_rack_link)
+    links = tuple(None if link is None else (link.bandwidth, link.latency) for link in classes)
+    return (system.topology, system.sockets_per_node, system.sockets_per_rack, *links)
+
+
+def step_estimate(
+    scenario: Scenario, groups: Sequence[GraphGroup], plan: ShardPlan, system: SystemConfig
+) -> StepEstimate:
+    """The step of ``groups`` (its unsharded graphs and their calls) sharded on ``plan``,
+    its collectives on ``system``'s links."""
+    hardware = scenario.hardware
+    hbm = link = flops = 0.0
+    for group in groups:
+        for node in operators(shard_graph(group.graph, plan)):
+            hbm += group.count * (node.weight_read_bytes + node.kv_read_bytes + node.kv_write_bytes)
+            flops += group.count * node.flops
+            if node.collective is not None:
+                bound = collective_bound_s(
+                    system, node.collective, node.collective_bytes, node.group
+                )
+                link += group.count * bound
+    return StepEstimate(
+        hbm / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
+        link,
+        flops / hardware.peak_flops,
+    )
+
+
+def replicates(
+    scenario: Scenario, groups: Sequence[GraphGroup], plan: ShardPlan, system: SystemConfig
+) -> bool:
+    """Whether the step of ``groups`` makes every head's queries on every socket: ``plan``
+    holds their weights whole, a socket can make them, and the step's estimate on
+    ``system``'s links is shorter that way than gathering them."""
+    if not plan.whole_queries or not any(query_operators(g.graph, plan) for g in groups):
+        return False
+    gather = step_estimate(scenario, groups, replace(plan, replicate_queries=False), system)
+    replicate = step_estimate(scenario, groups, replace(plan, replicate_queries=True), system)
+    return replicate.time_s < gather.time_s

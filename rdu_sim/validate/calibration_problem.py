@@ -1,0 +1,223 @@
+"""From what the user gave (a spec file, or measurement files and ``--fit`` options) to a
+checked calibration problem, before anything is simulated.
+
+Every row's workload is built (its model, tp, hardware, stack and dtypes checked: a row that
+cannot run fails at once, naming its file and line), the figure suite's workloads are loaded,
+held-out groups are split off, scopes are resolved, and each parameter is tried at both of
+its bounds on every kind of run it reaches, so a field that does not exist there or a bound
+its field refuses fails before the first simulation, naming the ``--fit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
+from rdu_sim.validate.holdout import Selector, split
+from rdu_sim.validate.measurement_file import read_all
+from rdu_sim.validate.overlays import read_overlay
+from rdu_sim.validate.scope import (
+    Deployment,
+    FitParameter,
+    Fixed,
+    Scoped,
+    deployment_of,
+    fixed_overrides,
+    label_of,
+    overrides_for,
+    resolve,
+)
+from rdu_sim.validate.targets import Target, Unit, figure_targets, row_targets
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What to fit: targets, the units simulating them, parameters, the held-out split."""
+
+    units: tuple[Unit, ...]
+    targets: tuple[Target, ...]
+    parameters: tuple[Scoped, ...]
+    train: tuple[int, ...]
+    held_out: tuple[int, ...]
+    overrides: tuple[str, ...] = ()  # --set on every run, before the fitted values
+    fixed: tuple[Fixed, ...] = ()  # values passed back (--overlay), where they reach
+
+    def __post_init__(self) -> None:
+        if not self.parameters:
+            raise ConfigError.single("--fit", "", "name at least one parameter to fit")
+        for one in self.parameters:
+            if not any(self._reaches(one, self.targets[i]) for i in self.train):
+                raise ConfigError.single(
+                    "--fit",
+                    one.parameter.text or one.name,
+                    "reaches no trained row or figure (all held out?)",
+                )
+            if one.parameter.kind == "machine":
+                self._spans_stacks(one)
+
+    def _reaches(self, one: Scoped, target: Target) -> bool:
+        return any(one.reaches(d) for d in self.units[target.unit].deployments)
+
+    def _spans_stacks(self, one: Scoped) -> None:
+        """A machine's parameter is one value under every stack it runs: fitted on one
+        stack's measurements alone it would be that stack's, so it is refused."""
+        stacks = {
+            d.stack
+            for i in self.train
+            for d in self.units[self.targets[i].unit].deployments
+            if one.reaches(d)
+        }
+        if len(stacks) < 2:
+            raise ConfigError.single(
+                "--fit",
+                one.parameter.text or one.name,
+                f"a hardware parameter is fitted on the rows of one serving stack only "
+                f"({', '.join(sorted(label_of(s) for s in stacks))}): a machine's value "
+                "must hold under every stack it runs, so fit it on at least two stacks' "
+                "measurements (or fit a stack's own parameter instead)",
+            )
+
+    def unit_overrides(self, unit: int, values: Sequence[float]) -> list[list[str]]:
+        """The overrides of each of ``unit``'s deployments at parameter ``values``."""
+        owner = self.units[unit]
+        return [
+            [
+                *base,
+                *fixed_overrides(self.fixed, deployment),
+                *overrides_for(self.parameters, values, deployment),
+            ]
+            for base, deployment in zip(owner.parts(self.overrides), owner.deployments, strict=True)
+        ]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a calibration is asked: from a spec file or the command line."""
+
+    measurements: tuple[Path, ...]
+    parameters: tuple[FitParameter, ...]
+    held_out: tuple[Selector, ...] = ()
+    tolerance: float = 0.10
+    figures: bool = False
+    figure_names: tuple[str, ...] | None = None
+    quick: bool = True
+    hardware: str | None = None  # fit only the rows on this hardware file
+    overrides: tuple[str, ...] = ()
+    overlays: tuple[Path, ...] = ()
+    base: Path = Path()  # the folder scopes written as paths start from
+    source: str = "--holdout"  # where held-out groups were given, for messages
+
+
+def _chosen_hardware(text: str) -> Path:
+    from rdu_sim.config import shipped
+
+    if not text.strip():
+        raise ConfigError.single("--hardware", "", "is empty: name a hardware file")
+    return shipped.locate(text, ("hardware",)).resolve()
+
+
+def build_problem(inputs: Inputs) -> Problem:
+    """The checked problem (ConfigErrors naming the file, row or option at fault)."""
+    points = read_all(inputs.measurements)
+    overrides = list(inputs.overrides)
+    if inputs.hardware is not None:
+        chosen = _chosen_hardware(inputs.hardware)
+        on = {p: deployment_of(p.scenario(overrides)).hardware for p in points}
+        kept = [p for p in points if on[p] == chosen]
+        if not kept:
+            names = ", ".join(sorted({path.stem for path in on.values()}))
+            raise ConfigError.single(
+                "--hardware", inputs.hardware, f"no measured row runs on it (they run on {names})"
+            )
+        points = kept
+    units: list[Unit] = []
+    targets: list[Target] = []
+    if points:
+        row_units, row_target_list = row_targets(points, inputs.tolerance, overrides)
+        units.extend(row_units)
+        targets.extend(row_target_list)
+    if inputs.figures:
+        suite, figure_list = figure_targets(
+            inputs.figure_names, inputs.quick, inputs.tolerance, overrides, unit=len(units)
+        )
+        units.append(suite)
+        targets.extend(figure_list)
+    if not targets:
+        raise ConfigError.single("calibrate", "", "no measured rows or figures to fit")
+    train, held = split(targets, inputs.held_out, inputs.source)
+    trained = [d for i in train for d in units[targets[i].unit].deployments]
+    scoped = resolve(inputs.parameters, trained, inputs.base)
+    fixed = tuple(one for path in inputs.overlays for one in read_overlay(path))
+    problem = Problem(
+        tuple(units), tuple(targets), tuple(scoped), train, held, tuple(overrides), fixed
+    )
+    check_bounds(problem)
+    return problem
+
+
+def check_bounds(problem: Problem) -> None:
+    """Each parameter at its low and its high bound on one run of every deployment it
+    reaches (the workloads built, nothing simulated); a ConfigError naming the ``--fit``."""
+    for number, one in enumerate(problem.parameters):
+        for index in _one_unit_per_deployment(problem, one):
+            for side, bound in (("low", one.parameter.low), ("high", one.parameter.high)):
+                values = [
+                    bound if i == number else other.parameter.low
+                    for i, other in enumerate(problem.parameters)
+                ]
+                try:
+                    problem.units[index].key(problem.unit_overrides(index, values))
+                except ConfigError as exc:
+                    issue = exc.issues[-1]
+                    raise ConfigError.single(
+                        "--fit",
+                        one.parameter.text or one.name,
+                        f"at its {side} bound on {problem.units[index].name}: "
+                        f"{issue.field + ': ' if issue.field else ''}{issue.message}",
+                    ) from None
+
+
+def _one_unit_per_deployment(problem: Problem, one: Scoped) -> list[int]:
+    seen: set[tuple[str, Deployment]] = set()
+    chosen = []
+    for index, unit in enumerate(problem.units):
+        reached = tuple(d for d in unit.deployments if one.reaches(d))
+        key = (unit.kind, reached[0]) if reached else None
+        if key is not None and key not in seen:
+            seen.add(key)
+            chosen.append(index)
+    return chosen
+
+
+def spec_inputs(
+    spec: CalibrationSpec, overrides: Sequence[str] = (), overlays: Sequence[Path] = ()
+) -> Inputs:
+    """What a spec file asks (``overrides`` and ``overlays`` added from the command line)."""
+    figures = spec.file.figures
+    return Inputs(
+        measurements=tuple(spec.measurement_paths()),
+        parameters=spec.parameters,
+        held_out=spec.held_out,
+        tolerance=spec.file.tolerance,
+        figures=figures is not None,
+        figure_names=None if figures is None or figures.names is None else tuple(figures.names),
+        quick=True if figures is None else figures.quick,
+        overrides=(*spec.file.overrides, *overrides),
+        overlays=tuple(overlays),
+        base=spec.base,
+        source=str(spec.path),
+    )
+
+
+def check_spec(path: Path) -> str:
+    """A spec file read and its problem built (every row's workload, every scope and bound
+    checked; nothing simulated): what it would fit, in words."""
+    spec = read_spec(path)
+    problem = build_problem(spec_inputs(spec))
+    return (
+        f"{spec.file.name!r}: {len(problem.parameters)} parameter(s) over "
+        f"{len(problem.train)} fitted and {len(problem.held_out)} held-out target(s)"
+    )

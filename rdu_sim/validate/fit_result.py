@@ -1,0 +1,148 @@
+"""A calibration's outcome: every target at the fitted values, the errors per group, the
+fitted values as written, and how they are told (``describe``, ``FitResult.to_dict``: the
+JSON that ``fit.json`` holds and ``rdu-sim plot deployment`` reads)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rdu_sim.validate.deployment import ErrorSummary, summarize_errors
+from rdu_sim.validate.scope import FitParameter, Scoped, quantity_text
+from rdu_sim.validate.targets import Target
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """One target at the fitted values."""
+
+    target: Target
+    simulated: float
+    batch_slots: int
+    held_out: bool
+
+    @property
+    def relative_error(self) -> float:
+        """simulated / measured - 1."""
+        return self.target.relative_error(self.simulated)
+
+    @property
+    def passed(self) -> bool:
+        """Inside the target's tolerance (a bound: at or above its lowest passing value)."""
+        if not math.isfinite(self.simulated):
+            return False
+        if self.target.bound == "at_least":
+            return self.simulated >= self.target.low * (1 - 1e-12)
+        return abs(self.relative_error) <= self.target.tolerance * (1 + 1e-12)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe."""
+        t = self.target
+        groups: dict[str, Any] = {}
+        for key, value in t.groups:
+            groups[key] = [*groups[key], value] if key in groups and key == "machine" else value
+        if isinstance(groups.get("machine"), str):
+            groups["machine"] = [groups["machine"]]
+        finite = math.isfinite(self.simulated)
+        return {
+            "id": t.id,
+            "label": t.label,
+            "unit": t.measure_unit,
+            "measured": t.measured,
+            "simulated": self.simulated if finite else None,
+            "relative_error": self.relative_error if finite else None,
+            "tolerance": t.tolerance,
+            "bound": t.bound,
+            "pass": self.passed,
+            "batch_slots": self.batch_slots,
+            "held_out": self.held_out,
+            "groups": groups,
+        }
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The fitted values, every target at them, and what the fit cost."""
+
+    parameters: tuple[Scoped, ...]
+    values: tuple[float, ...]
+    texts: tuple[str, ...]  # each value as written, in its unit
+    results: tuple[TargetResult, ...]
+    evaluations: int
+    simulated: int
+    cached: int
+    seconds: float
+
+    def errors(self, key: str, held_out: bool) -> list[ErrorSummary]:
+        """Median and worst |error| of the fitted (or held-out) targets, one summary per
+        value of group ``key`` (``set``, ``stack`` ...), in order of first appearance."""
+        groups: dict[str, list[tuple[str, float]]] = {}
+        for result in self.results:
+            error = result.relative_error
+            if result.held_out == held_out and math.isfinite(error):
+                for value in result.target.values_of(key)[:1]:
+                    groups.setdefault(value, []).append((result.target.id, error))
+        return [summarize_errors(rows, name) for name, rows in groups.items()]
+
+    def total(self, held_out: bool) -> ErrorSummary | None:
+        """All fitted (or held-out) targets as one group."""
+        rows = [
+            (r.target.id, r.relative_error)
+            for r in self.results
+            if r.held_out == held_out and math.isfinite(r.relative_error)
+        ]
+        return summarize_errors(rows, "held out" if held_out else "fitted") if rows else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe and the same bytes for the same inputs (what the run cost, which a
+        resumed run does not repeat, is left out): parameters with their values (internal
+        unit and as written), every target, the errors per set and per stack, fitted and
+        held out."""
+        errors: dict[str, Any] = {}
+        for role, held in (("fitted", False), ("held_out", True)):
+            total = self.total(held)
+            errors[role] = {
+                "all": None if total is None else total.to_dict(),
+                **{key: [e.to_dict() for e in self.errors(key, held)] for key in ("set", "stack")},
+            }
+        return {
+            "parameters": [
+                {
+                    "name": one.name,
+                    "path": one.parameter.path,
+                    "scope": one.label,
+                    "kind": one.parameter.kind,
+                    "unit": one.parameter.unit,
+                    "low": one.parameter.low,
+                    "high": one.parameter.high,
+                    "value": value,
+                    "text": text,
+                    "at_bound": at_bound(one.parameter, value),
+                }
+                for one, value, text in zip(self.parameters, self.values, self.texts, strict=True)
+            ],
+            "targets": [r.to_dict() for r in self.results],
+            "errors": errors,
+            "evaluations": self.evaluations,
+        }
+
+
+def at_bound(parameter: FitParameter, value: float) -> str | None:
+    """``low`` or ``high`` when the fit ended within 0.1% of the span at a bound."""
+    span = parameter.high - parameter.low
+    if value <= parameter.low + 1e-3 * span:
+        return "low"
+    if value >= parameter.high - 1e-3 * span:
+        return "high"
+    return None
+
+
+def describe(one: Scoped, value: float, text: str) -> str:
+    """A fitted value for people: ``sn40l-8:hw.system.intra_node_link.bandwidth = 24.31
+    GB/s (bounds 8 GB/s..64 GB/s)``, noting a value that ended at a bound."""
+    p = one.parameter
+    bounds = f"{quantity_text(p.low, p.unit)}..{quantity_text(p.high, p.unit)}"
+    edge = at_bound(p, value)
+    note = f", at its {edge} bound" if edge else ""
+    return f"{one.name} = {text} (bounds {bounds}{note})"

@@ -1,0 +1,103 @@
+"""Held-out groups: the targets a fit never sees, chosen by what they share, never one by one.
+
+A selector is ``KEY=VALUE[,KEY=VALUE...]`` (``--holdout model=llama-3.1-70b``; in a spec file
+a mapping): a target is held out when it matches every pair of one selector, each KEY one of
+``rdu_sim.validate.targets.GROUP_KEYS`` (a measurement set, machine, hardware file, serving
+stack, model, tp, metric, method or figure). There is no selector for a row or a batch: a point held
+out between trained neighbours of the same shape tests interpolation, not the model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.validate.targets import GROUP_KEYS, Target
+
+MAX_SELECTORS = 100
+_VALUE = re.compile(r"[^\s,=]{1,200}")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A held-out group: every (key, value) pair must match."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    def matches(self, target: Target) -> bool:
+        """Whether ``target`` is in the group."""
+        return all(value in target.values_of(key) for key, value in self.pairs)
+
+    def __str__(self) -> str:
+        return ",".join(f"{key}={value}" for key, value in self.pairs)
+
+
+def _pairs(items: Sequence[tuple[str, Any]], where: str) -> Selector:
+    pairs = []
+    for key, value in items:
+        if key not in GROUP_KEYS:
+            raise ConfigError.single(
+                where,
+                str(key)[:40],
+                f"held-out groups are chosen by {', '.join(GROUP_KEYS)} (never by row or batch)",
+            )
+        text = (
+            str(value).strip()
+            if isinstance(value, str | int) and not isinstance(value, bool)
+            else ""
+        )
+        if not _VALUE.fullmatch(text):
+            raise ConfigError.single(where, key, f"expected a name or number, got {value!r:.60}")
+        pairs.append((key, text))
+    if not pairs or len({k for k, _ in pairs}) != len(pairs):
+        raise ConfigError.single(where, "", "a group names each key once, and at least one")
+    return Selector(tuple(pairs))
+
+
+def parse_selector(text: str, source: str = "--holdout") -> Selector:
+    """``KEY=VALUE[,KEY=VALUE...]`` as a Selector (a ConfigError naming ``source``)."""
+    items = []
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ConfigError.single(
+                source,
+                text[:80],
+                "expected KEY=VALUE[,KEY=VALUE] (e.g. model=llama-3.1-70b): held-out rows are "
+                "chosen by group, not by a share or a row",
+            )
+        items.append((key.strip(), value.strip()))
+    return _pairs(items, source)
+
+
+def selector_from(data: Any, where: str) -> Selector:
+    """A spec file's held-out entry (a mapping of key to value) as a Selector."""
+    if not isinstance(data, Mapping):
+        raise ConfigError.single(
+            where, "", f"expected a mapping such as {{model: llama-3.1-70b}}, got {data!r:.60}"
+        )
+    return _pairs(list(data.items()), where)
+
+
+def split(
+    targets: Sequence[Target], selectors: Sequence[Selector], source: str = "--holdout"
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(trained, held-out) target indices; a ConfigError for a selector that matches no
+    target, or when nothing is left to fit."""
+    if len(selectors) > MAX_SELECTORS:
+        raise ConfigError.single(source, "", f"more than {MAX_SELECTORS} held-out groups")
+    held: set[int] = set()
+    for selector in selectors:
+        found = {i for i, target in enumerate(targets) if selector.matches(target)}
+        if not found:
+            raise ConfigError.single(
+                source, str(selector), "no measured row or figure is in this group"
+            )
+        held |= found
+    train = tuple(i for i in range(len(targets)) if i not in held)
+    if not train:
+        raise ConfigError.single(source, "", "every target is held out: nothing is left to fit")
+    return train, tuple(sorted(held))

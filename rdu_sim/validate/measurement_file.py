@@ -1,0 +1,257 @@
+"""Read a measurement file: a CSV of measured points, each checked before anything runs.
+
+Lines starting with ``#`` are comments (the file's citation and method); the first other
+line is the header. Columns (docs/calibration.md has a worked example):
+
+- ``hardware``: the hardware file the deployment runs on (a shipped name, or a path relative
+  to the measurement file);
+- ``model``: a model preset (``rdu-sim inspect model --list``);
+- ``tp``: devices per model instance (tensor parallel);
+- ``batch``: batch slots, or ``auto``: as many as the KV memory holds (a full-load run);
+- ``input_tokens``, ``output_tokens``: every request's prompt and output lengths;
+- ``metric``: what was measured (``rdu_sim.validate.deployment.METRICS``: ``e2e_s``,
+  ``ttft_s``, ``tpot_s``, ``output_tokens_per_s``);
+- ``measured`` (or ``measured_s``, the older name): the value, in the metric's unit;
+- optional: ``requests`` (requests sent, all at time 0; default one per batch slot, required
+  with ``batch`` auto), ``weights`` and ``kv`` (dtypes, default ``bf16``), ``stack`` (the
+  serving stack; default the hardware file's), ``kv_memory_fraction`` (the share of the
+  memory left after the weights and activations the run gave its KV cache, when the
+  measurement states it; default the stack's), ``label`` (free text reports show).
+
+Every cell is checked where it is read (a number in its range, a known metric, dtype or
+column), and the file as a whole is bounded (size, rows, cell length), so any input ends in
+the points or one ConfigError naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import get_args
+
+from rdu_sim.config.dtypes import ValueDtype, WeightDtype
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.yaml_io import read_text_file
+from rdu_sim.validate.deployment import AUTO, METRICS, MeasuredPoint
+
+REQUIRED = (
+    "hardware",
+    "model",
+    "tp",
+    "batch",
+    "input_tokens",
+    "output_tokens",
+    "metric",
+)
+MEASURED = ("measured", "measured_s")
+"""The value's column: ``measured`` (in the metric's unit), or ``measured_s`` as files
+written before throughput was a metric name it (one of the two, not both)."""
+OPTIONAL = ("requests", "weights", "kv", "stack", "kv_memory_fraction", "label")
+COLUMNS = (*REQUIRED, MEASURED[0], *OPTIONAL)
+"""Every column, in the order converters write them."""
+
+MAX_POINTS = 10_000
+MAX_FILE_BYTES = 10 << 20
+MAX_CELL_CHARS = 1000
+MAX_TOKENS = 1 << 20
+MAX_TP = 4096
+MAX_BATCH = 65536
+MAX_REQUESTS = 1_000_000  # serving.requests' own bound
+
+_INTEGER = re.compile(r"[0-9]{1,15}")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
+WEIGHT_DTYPES: tuple[str, ...] = get_args(WeightDtype)
+KV_DTYPES: tuple[str, ...] = get_args(ValueDtype)
+
+
+def _int(text: str, column: str, where: str, low: int, high: int) -> int:
+    """An integer cell in ``low..high`` (ASCII digits only: ``1_000`` or ``٣`` are refused)."""
+    cell = text.strip()
+    if not _INTEGER.fullmatch(cell):
+        raise ConfigError.single(where, column, f"expected an integer, got {cell[:40]!r}")
+    value = int(cell)
+    if not low <= value <= high:
+        raise ConfigError.single(where, column, f"must be in {low}..{high}, got {value}")
+    return value
+
+
+def _measured(text: str, column: str, metric: str, where: str) -> float:
+    """The measured value: a decimal number inside the metric's plausible range."""
+    cell = text.strip()
+    if not _DECIMAL.fullmatch(cell):
+        raise ConfigError.single(where, column, f"expected a number, got {cell[:40]!r}")
+    value = float(cell)
+    spec = METRICS[metric]
+    if not spec.low <= value <= spec.high:
+        raise ConfigError.single(
+            where,
+            column,
+            f"{metric} must be in [{spec.low:g}, {spec.high:g}] {spec.unit}, got {cell}",
+        )
+    return value
+
+
+def _fraction(text: str, where: str) -> float | None:
+    """An optional share in (0, 1]."""
+    cell = text.strip()
+    if not cell:
+        return None
+    if not _DECIMAL.fullmatch(cell) or not 0 < float(cell) <= 1:
+        raise ConfigError.single(
+            where, "kv_memory_fraction", f"expected a share in (0, 1], got {cell[:40]!r}"
+        )
+    return float(cell)
+
+
+def _choice(text: str, column: str, where: str, valid: Iterable[str], default: str) -> str:
+    """A cell naming one of ``valid`` (empty: ``default``)."""
+    cell = text.strip() or default
+    options = tuple(valid)
+    if cell not in options:
+        raise ConfigError.single(
+            where, column, f"must be one of {', '.join(options)}, got {cell[:40]!r}"
+        )
+    return cell
+
+
+def _cells(line: str, where: str) -> list[str]:
+    """One line's cells, each at most ``MAX_CELL_CHARS`` long."""
+    if len(line) > MAX_CELL_CHARS * 32:
+        raise ConfigError.single(where, "", f"a line longer than {MAX_CELL_CHARS * 32} characters")
+    try:
+        cells = next(csv.reader(io.StringIO(line)), [])
+    except csv.Error as exc:
+        raise ConfigError.single(where, "", f"not a CSV row: {exc}") from None
+    for cell in cells:
+        if len(cell) > MAX_CELL_CHARS:
+            raise ConfigError.single(
+                where, "", f"a cell longer than {MAX_CELL_CHARS} characters: {cell[:40]!r}..."
+            )
+    return cells
+
+
+def _header(cells: list[str], where: str) -> list[str]:
+    header = [cell.strip() for cell in cells]
+    known = (*REQUIRED, *MEASURED, *OPTIONAL)
+    unknown = [c for c in header if c not in known]
+    if unknown:
+        raise ConfigError.single(
+            where, "", f"unknown column(s) {unknown}; the columns are {list(known)}"
+        )
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ConfigError.single(
+            where, "", f"header lacks column(s) {missing}; expected {list(COLUMNS)}"
+        )
+    if len(set(header)) != len(header):
+        raise ConfigError.single(where, "", f"a column is named twice in {header}")
+    values = [c for c in MEASURED if c in header]
+    if len(values) != 1:
+        raise ConfigError.single(
+            where,
+            "",
+            f"name the measured value's column once: measured (or measured_s), got {values}",
+        )
+    return header
+
+
+def _point(row: dict[str, str], value_column: str, where: str) -> MeasuredPoint:
+    metric = row["metric"].strip()
+    if metric not in METRICS:
+        raise ConfigError.single(
+            where, "metric", f"must be one of {tuple(METRICS)}, got {metric[:40]!r}"
+        )
+    if value_column == "measured_s" and METRICS[metric].unit != "s":
+        raise ConfigError.single(
+            where, "measured_s", f"{metric} is in {METRICS[metric].unit}: name the column measured"
+        )
+    batch_cell = row["batch"].strip()
+    batch = None if batch_cell == AUTO else _int(batch_cell, "batch", where, 1, MAX_BATCH)
+    requests_cell = row.get("requests", "").strip()
+    requests = _int(requests_cell, "requests", where, 1, MAX_REQUESTS) if requests_cell else 0
+    if batch is None and not requests:
+        raise ConfigError.single(
+            where, "requests", "a full-load row (batch auto) names its requests"
+        )
+    output = _int(row["output_tokens"], "output_tokens", where, 1, MAX_TOKENS)
+    if metric == "tpot_s" and output < 2:
+        raise ConfigError.single(where, "output_tokens", "tpot_s needs at least 2 output tokens")
+    point = MeasuredPoint(
+        hardware=row["hardware"].strip(),
+        model=row["model"].strip(),
+        tp=_int(row["tp"], "tp", where, 1, MAX_TP),
+        batch=batch,
+        input_tokens=_int(row["input_tokens"], "input_tokens", where, 1, MAX_TOKENS),
+        output_tokens=output,
+        metric=metric,
+        measured=_measured(row[value_column], value_column, metric, where),
+        requests=requests,
+        weights=_choice(row.get("weights", ""), "weights", where, WEIGHT_DTYPES, "bf16"),
+        kv=_choice(row.get("kv", ""), "kv", where, KV_DTYPES, "bf16"),
+        stack=row.get("stack", "").strip(),
+        kv_memory_fraction=_fraction(row.get("kv_memory_fraction", ""), where),
+        label=row.get("label", "").strip(),
+        source=where,
+    )
+    for column in ("hardware", "model"):
+        if not getattr(point, column):
+            raise ConfigError.single(where, column, "is empty")
+    return point
+
+
+def read_points(path: Path) -> list[MeasuredPoint]:
+    """The points of one measurement file (ConfigError naming the file, line and column)."""
+    numbered = [
+        (number, line)
+        for number, line in enumerate(
+            read_text_file(path, MAX_FILE_BYTES, "a measurement file").splitlines(), start=1
+        )
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not numbered:
+        raise ConfigError.single(str(path), "", "no header row and no points")
+    if len(numbered) - 1 > MAX_POINTS:
+        raise ConfigError.single(str(path), "", f"more than {MAX_POINTS} points")
+    header = _header(_cells(numbered[0][1], f"{path}:{numbered[0][0]}"), f"{path}:{numbered[0][0]}")
+    value_column = next(c for c in MEASURED if c in header)
+    points = []
+    for number, line in numbered[1:]:
+        where = f"{path}:{number}"
+        cells = _cells(line, where)
+        if len(cells) != len(header):
+            raise ConfigError.single(
+                where, "", f"{len(cells)} cells where the header has {len(header)}"
+            )
+        points.append(_point(dict(zip(header, cells, strict=True)), value_column, where))
+    if not points:
+        raise ConfigError.single(str(path), "", "no points below the header")
+    return points
+
+
+def shipped_files() -> list[Path]:
+    """The shipped measurement files of this format, sorted by name: those directly in
+    ``measurements/`` (a subfolder holds files of another format, each with its own reader:
+    ``measurements/expert-parallel/``)."""
+    from rdu_sim.config import shipped
+
+    top = shipped.folder(shipped.KINDS["measurement"]).resolve()
+    return sorted(p for p in shipped.entries("measurement").values() if p.parent.resolve() == top)
+
+
+def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:
+    """The points of several files, in file then row order."""
+    return [point for path in paths for point in read_points(path)]
+
+
+def print_converted(source: Path, rows: Iterable[list[str]], converted_by: str) -> None:
+    """A converter's output on standard output: ``source``'s comment lines (its citation and
+    method), a line saying how it was converted, then ``rows`` (header first) as CSV."""
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            print(line)
+    print(f"# Converted by: {converted_by}")
+    csv.writer(sys.stdout, lineterminator="\n").writerows(rows)

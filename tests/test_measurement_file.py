@@ -1,0 +1,260 @@
+"""The measurement format: its columns and metrics, a full-load row as a real serving run, the
+shipped files and their converters, and every bad input ending in one clean error."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rdu_sim import api
+from rdu_sim.config import ConfigError
+from rdu_sim.validate import argonne, trtllm
+from rdu_sim.validate.deployment import METRICS, MeasuredPoint, simulate_run
+from rdu_sim.validate.measurement_file import (
+    MAX_CELL_CHARS,
+    OPTIONAL,
+    REQUIRED,
+    read_points,
+    shipped_files,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "reference" / "measurements"
+LEGACY = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured_s"
+HEADER = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured"
+ROW = "sn40l,llama-3.2-1b,1,2,64,8,e2e_s,0.5"
+
+
+def _write(tmp_path: Path, text: str, name: str = "m.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        read_points(path)
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1, message
+    return message
+
+
+def test_a_row_of_every_column(tmp_path: Path) -> None:
+    text = (
+        "# a citation\n"
+        "hardware,stack,model,tp,batch,requests,input_tokens,output_tokens,weights,kv,"
+        "metric,measured,label\n"
+        "dgx-h100,,llama-3.1-8b,1,auto,3000,1000,1000,fp8,fp8,output_tokens_per_s,15220,x\n"
+        "sn40l,,llama-3.2-1b,1,2,,64,8,,,e2e_s,0.5,\n"
+    )
+    full, batch = read_points(_write(tmp_path, text))
+    assert (full.batch, full.requests, full.weights, full.kv, full.unit) == (
+        None,
+        3000,
+        "fp8",
+        "fp8",
+        "tokens/s",
+    )
+    assert full.request_count == 3000 and full.source == f"{tmp_path / 'm.csv'}:3"
+    assert (batch.batch, batch.request_count, batch.weights, batch.kv, batch.stack) == (
+        2,
+        2,
+        "bf16",
+        "bf16",
+        "",
+    )
+
+
+def test_the_older_measured_s_column_still_reads(tmp_path: Path) -> None:
+    (point,) = read_points(_write(tmp_path, f"{LEGACY}\n{ROW}\n"))
+    assert point.measured == 0.5 and point.metric == "e2e_s"
+    throughput = ROW.replace("e2e_s,0.5", "output_tokens_per_s,900")
+    assert "name the column measured" in _error(_write(tmp_path, f"{LEGACY}\n{throughput}\n"))
+    both = _write(tmp_path, f"{HEADER},measured_s\n{ROW},0.5\n")
+    assert "measured (or measured_s)" in _error(both)
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "words"),
+    [
+        (ROW.replace("e2e_s", "tpot"), "metric", "must be one of"),
+        (ROW.replace(",2,", ",two,"), "batch", "expected an integer"),
+        (ROW.replace(",2,", ",1_000,"), "batch", "expected an integer"),
+        (ROW.replace(",2,", ",auto,"), "requests", "names its requests"),
+        (ROW.replace("0.5", "-1"), "measured", "must be in"),
+        (ROW.replace("0.5", "nan"), "measured", "expected a number"),
+        (ROW.replace("0.5", "1e999"), "measured", "must be in"),
+        (ROW.replace("e2e_s", "tpot_s").replace(",8,", ",1,"), "output_tokens", "at least 2"),
+        (ROW.replace("sn40l,", ","), "hardware", "is empty"),
+    ],
+)
+def test_a_bad_cell_names_its_line_and_column(
+    tmp_path: Path, row: str, column: str, words: str
+) -> None:
+    message = _error(_write(tmp_path, f"{HEADER}\n{row}\n"))
+    assert f"m.csv:2: {column}:" in message and words in message, message
+
+
+def test_a_subnormal_measurement_is_refused(tmp_path: Path) -> None:
+    """Issue 45, reproducer 3: 5e-324 s was accepted, then the fit's first residual was not
+    finite (a traceback)."""
+    message = _error(_write(tmp_path, f"{LEGACY}\n{ROW.replace('0.5', '5e-324')}\n"))
+    assert "measured_s: e2e_s must be in [1e-06, 1e+06] s" in message, message
+
+
+@pytest.mark.parametrize("where", ["label", "header"])
+def test_a_cell_longer_than_the_csv_limit_is_one_error(tmp_path: Path, where: str) -> None:
+    """Issue 45, reproducer 2: a cell over 131,072 characters raised _csv.Error."""
+    huge = "x" * 140_000
+    text = f"{HEADER},label\n{ROW},{huge}\n" if where == "label" else f"{HEADER},{huge}\n{ROW},a\n"
+    message = _error(_write(tmp_path, text))
+    assert f"longer than {MAX_CELL_CHARS * 32} characters" in message, message
+
+
+def test_unknown_columns_and_files_that_are_not_csv(tmp_path: Path) -> None:
+    assert "unknown column(s) ['stak']" in _error(_write(tmp_path, f"{HEADER},stak\n{ROW},x\n"))
+    assert "no header row" in _error(_write(tmp_path, "# only a comment\n"))
+    binary = tmp_path / "b.csv"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert "not valid UTF-8" in _error(binary)
+    assert "is a directory" in _error(tmp_path)
+
+
+def test_every_metric_has_a_unit_and_a_plausible_range() -> None:
+    assert set(METRICS) == {"e2e_s", "ttft_s", "tpot_s", "output_tokens_per_s"}
+    for metric in METRICS.values():
+        assert metric.unit in ("s", "tokens/s") and 0 < metric.low < metric.high
+
+
+def test_a_full_load_row_is_a_serving_run_at_the_kv_capacity() -> None:
+    """output_tokens_per_s is every request's output over the run's makespan, from a run of
+    the row's requests, all at time 0, at as many slots as the memory holds, in the row's
+    dtypes: the same numbers as `rdu-sim run` of that workload."""
+    point = MeasuredPoint(
+        "sn40l", "llama-3.2-1b", 1, None, 96, 32, "output_tokens_per_s", 1.0,
+        requests=200, weights="fp8", kv="fp8", source="x.csv:2",
+    )  # fmt: skip
+    done = simulate_run(point)
+    result = api.run(point.scenario())
+    summary = result.summary()
+    assert result.batch_slots == result.batch_capacity == done.batch_slots > 1
+    assert result.scenario.workload.serving.max_context == 96 + 32
+    assert (result.scenario.weight_dtype, result.scenario.workload.dtypes.kv) == ("fp8", "fp8")
+    assert summary.output_tokens == 200 * 32 and summary.requests_completed == 200
+    assert done.value == pytest.approx(200 * 32 / summary.makespan_s, rel=1e-12)
+    tpot = MeasuredPoint(**{**point.__dict__, "metric": "tpot_s"})
+    assert simulate_run(tpot).value == pytest.approx(summary.tpot_s.mean, rel=1e-12)
+
+
+def test_a_full_load_rows_slot_is_its_length_in_whole_pages() -> None:
+    """A paged stack reserves a request's whole length at admission, in pages: 500 + 2000
+    tokens take 40 pages of 64; a batch sent together keeps its padded static context."""
+    point = MeasuredPoint(
+        "dgx-h100", "llama-3.1-8b", 1, None, 500, 2000, "output_tokens_per_s", 1.0,
+        requests=10, stack="tensorrt-llm", source="x.csv:2",
+    )  # fmt: skip
+    scenario = point.scenario()
+    assert scenario.stack.kv_page_tokens == 64
+    assert scenario.workload.serving.max_context == 40 * 64
+    fixed = MeasuredPoint(**{**point.__dict__, "batch": 4})
+    assert fixed.scenario().workload.serving.max_context == 4096  # MIN_CONTEXT
+    static = MeasuredPoint(**{**point.__dict__, "hardware": "sn40l", "stack": ""})
+    assert static.scenario().workload.serving.max_context == 2500  # no pages
+
+
+def test_a_row_that_cannot_run_names_its_line_and_column(tmp_path: Path) -> None:
+    for row, column in [
+        (ROW.replace("llama-3.2-1b", "llama-9"), "model"),
+        (ROW.replace(",1,2,", ",3,2,"), "tp"),
+        (ROW.replace("sn40l,", "no-such-hardware,"), "hardware"),
+    ]:
+        (point,) = read_points(_write(tmp_path, f"{HEADER}\n{row}\n"))
+        with pytest.raises(ConfigError, match=rf"m.csv:2: {column}:"):
+            point.scenario()
+
+
+def _rows(path: Path) -> list[list[str]]:
+    lines = path.read_text().splitlines()
+    return list(csv.reader(line for line in lines if not line.startswith("#")))
+
+
+def test_shipped_measurements_are_the_conversion_of_the_shared_files() -> None:
+    """Each shipped file is its converter's output from the published CSV (when shared/ is
+    beside the checkout, as in CI and development)."""
+    if not SHARED.is_dir():
+        pytest.skip("shared/reference/measurements is not beside this checkout")
+    converters = {"argonne": argonne.convert, "trtllm": trtllm.convert}
+    for shipped in shipped_files():
+        convert = converters[shipped.stem.split("-")[0]]
+        assert _rows(shipped) == list(convert(SHARED / shipped.name)), shipped.name
+    counts = {p.stem: len(read_points(p)) for p in shipped_files()}
+    assert counts == {
+        "argonne-h100": 151,
+        "argonne-sn40l": 20,
+        "argonne-sn40l-ttft": 2,
+        "trtllm-h100-max-throughput": 20,
+    }
+    table = read_points(REPO / "measurements" / "trtllm-h100-max-throughput.csv")
+    assert {(p.batch, p.weights, p.kv, p.metric) for p in table} == {
+        (None, "fp8", "fp8", "output_tokens_per_s")
+    }
+    header = (REPO / "measurements" / "trtllm-h100-max-throughput.csv").read_text()
+    assert "95% of free" in header and "Converted by: python -m rdu_sim.validate.trtllm" in header
+
+
+def test_the_worked_example_in_the_docs_reads() -> None:
+    """docs/calibration.md's worked example is a measurement file that reads."""
+    docs = (REPO / "docs" / "calibration.md").read_text()
+    block = re.search(r"<!-- worked example -->\n```csv\n(.*?)```", docs, re.S)
+    assert block is not None, "the worked example block is missing"
+    points = _read_text(block.group(1))
+    assert {p.metric for p in points} == set(METRICS)
+
+
+def _read_text(text: str) -> list[MeasuredPoint]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "example.csv"
+        path.write_text(text)
+        return read_points(path)
+
+
+COLUMNS = (*REQUIRED, "measured", "measured_s", *OPTIONAL, "bogus")
+CELLS = st.one_of(
+    st.sampled_from(
+        ["sn40l", "dgx-h100", "llama-3.2-1b", "1", "2", "auto", "0", "-1", "1e-300", "5e-324",
+         "e2e_s", "ttft_s", "tpot_s", "output_tokens_per_s", "fp8", "bf16", "none", "",
+         "1_000", "nan", "inf", "1e999", '"', '""', "\t", "١٢", "99999999999999999999"]
+    ),
+    st.text(max_size=12),
+)  # fmt: skip
+
+
+@settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    header=st.lists(st.sampled_from(COLUMNS), min_size=0, max_size=14),
+    rows=st.lists(st.lists(CELLS, max_size=14), max_size=4),
+    comment=st.booleans(),
+)
+def test_any_file_reads_or_fails_with_one_clean_error(
+    header: list[str], rows: list[list[str]], comment: bool
+) -> None:
+    """Whatever the file holds, the reader returns points or raises one ConfigError naming
+    the file (never another exception)."""
+    lines = [",".join(header), *(",".join(cells) for cells in rows)]
+    text = ("# c\n" if comment else "") + "\n".join(lines) + "\n"
+    try:
+        points = _read_text(text)
+    except ConfigError as exc:
+        assert "example.csv" in str(exc)
+        return
+    for point in points:
+        assert point.metric in METRICS and point.measured > 0 and point.tp >= 1

@@ -1,0 +1,450 @@
+"""MLA's queries under the sequence_split layout (compiler.mla_queries): every socket's
+attention gets every head's queries, by an all-gather or by q_b_proj and W_UK whole on every
+socket; the bytes and capacity of each in closed form, the compiler's choice by cost, and the
+graph check that finds a consumer reading what no socket holds."""
+
+from __future__ import annotations
+
+import glob
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rdu_sim import api
+from rdu_sim.cluster.scenario import load_cluster
+from rdu_sim.compiler import (
+    Compiler,
+    batch_capacity,
+    shared_programs,
+    weight_inventory,
+    whole_queries,
+)
+from rdu_sim.compiler import sharding as sharding_module
+from rdu_sim.compiler.fusion import graph_groups, kernel_graphs, layer_graphs, step_groups
+from rdu_sim.compiler.layout import shard_plan
+from rdu_sim.compiler.mla_queries import QUERY_GATHER, chooses_queries
+from rdu_sim.compiler.placement import activation_bytes, kv_bytes
+from rdu_sim.compiler.query_choice import (
+    collective_bound_s,
+    replicates,
+    step_estimate,
+    wiring_key,
+)
+from rdu_sim.compiler.stages import pipeline_stages
+from rdu_sim.compiler.tensor_shares import share_problems
+from rdu_sim.compiler.view import compile_view
+from rdu_sim.config.architecture import DeepSeekArchitecture
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.engine.collective_port import wiring_of
+from rdu_sim.graph import operators
+from rdu_sim.hw.collective_choice import choose
+from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from rdu_sim.plan.spec import load_plan
+from rdu_sim.scenario import Scenario
+from rdu_sim.shapes import StepShape
+
+SNAP, FULL = "deepseek-r1-128k-snapstream", "deepseek-r1-128k-full"
+BF16 = 2
+
+
+def _arch(scenario: Scenario) -> DeepSeekArchitecture:
+    arch = scenario.model
+    assert isinstance(arch, DeepSeekArchitecture)
+    return arch
+
+
+def _query_bytes(arch: DeepSeekArchitecture, rows: int) -> int:
+    """Every head's absorbed query of ``rows`` token rows: the latent and the RoPE dims."""
+    return rows * arch.heads * (arch.kv_lora_rank + arch.qk_rope_head_dim) * BF16
+
+
+def _replicated_params(arch: DeepSeekArchitecture, tp: int) -> int:
+    """Per MLA layer, the q_b_proj and W_UK parameters a socket holds beyond its 1/tp."""
+    q_b = arch.q_lora_rank * arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+    w_uk = arch.heads * arch.qk_nope_head_dim * arch.kv_lora_rank
+    return (q_b + w_uk) - (q_b + w_uk) // tp
+
+
+def _stages(compiler: Compiler, shape: StepShape) -> dict[str, object]:
+    program = compiler.program(shape)
+    return {s.name: s for k in program.kernels if k.name == "decoder_moe" for s in k.stages}
+
+
+@pytest.mark.parametrize("batch", [1, 158])
+def test_the_query_all_gather_in_closed_form(batch: int) -> None:
+    """A plan whose query weights are slices gathers: rows x heads x 576 x 2 B a layer."""
+    scenario = api.load(SNAP, {"serving.batch_slots": 158})  # whole weights do not fit at 158
+    compiler = Compiler(scenario)
+    assert not compiler.whole_queries(158)
+    stage = _stages(compiler, StepShape("decode", batch, 1, 32768))["attn.flash" + QUERY_GATHER]
+    collective = stage.collective  # type: ignore[attr-defined]
+    assert (collective.kind, collective.group) == ("allgather", 16)
+    assert collective.bytes == _query_bytes(_arch(scenario), batch)
+    assert _query_bytes(_arch(scenario), 158) == 23_298_048  # ~23 MB a layer at 158 slots
+    assert _query_bytes(_arch(scenario), 1) == 147_456  # ~150 KB at batch 1
+
+
+SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 17.73e9}
+"""A link slow enough that both DeepSeek-R1 workloads' full-batch steps replicate the query
+weights (at the shipped 41.82 GB/s full attention's gathers)."""
+
+
+@pytest.mark.parametrize("workload", [SNAP, FULL])
+def test_the_replicated_weights_and_the_capacity_they_cost_in_closed_form(workload: str) -> None:
+    scenario = api.load(workload, SLOW_LINK)
+    arch, tp = _arch(scenario), scenario.tp
+    extra = arch.layers * _replicated_params(arch, tp) * scenario.weight_dtype_bytes
+    sliced = sum(w.bytes for w in weight_inventory(scenario))
+    whole = sum(w.bytes for w in weight_inventory(scenario, whole_queries=True))
+    assert whole - sliced == pytest.approx(extra, abs=8)  # bytes rounded up per tensor
+    assert extra > 2.6e9  # FP8: 43 MB a layer on every socket
+    # each slot's KV cache is the same; the activations are the longest prompt's prefill
+    hbm = scenario.hardware.hbm.capacity
+    slot = kv_bytes(scenario, 1)
+    act = activation_bytes(scenario, 1)
+    capacity = batch_capacity(scenario)
+    assert kv_bytes(scenario, capacity) == capacity * slot
+    assert activation_bytes(scenario, capacity) == act
+    before = (hbm - sliced - act) // slot  # the slices only
+    assert capacity == (hbm - sliced - extra - act) // slot
+    assert whole_queries(scenario, capacity) and not whole_queries(scenario, capacity + 1)
+    assert before - capacity == pytest.approx(extra / slot, abs=1)
+
+
+def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathering() -> None:
+    scenario = api.load(SNAP)
+    arch, tp = _arch(scenario), scenario.tp
+    shape = StepShape("decode", 139, 1, 32768)
+    gathered, replicated = (
+        kernel_graphs(scenario, shape, whole_queries=each, replicate_queries=each)
+        for each in (False, True)
+    )
+
+    def total(kernels: list, attr: str) -> float:  # type: ignore[type-arg]
+        return sum(k.calls * getattr(n, attr) for k in kernels for n in operators(k.graph))
+
+    extra = arch.layers * _replicated_params(arch, tp) * scenario.weight_dtype_bytes
+    reads = total(replicated, "weight_read_bytes") - total(gathered, "weight_read_bytes")
+    assert reads == pytest.approx(extra, rel=1e-9)
+    gathers = total(gathered, "collective_bytes") - total(replicated, "collective_bytes")
+    assert gathers == arch.layers * _query_bytes(arch, 139)
+    # a plan holding them whole holds them whole in every step; a step that gathers reads
+    # only its heads' slices of them
+    one = StepShape("decode", 1, 1, 32768)
+    small, small_sliced = (
+        kernel_graphs(scenario, one, whole_queries=True),
+        kernel_graphs(scenario, one),
+    )
+    assert total(small, "weight_params") == total(replicated, "weight_params")
+    assert total(small, "weight_read_bytes") == total(small_sliced, "weight_read_bytes")
+    assert total(small, "collective_bytes") == total(small_sliced, "collective_bytes")
+
+
+def test_the_compiler_chooses_per_program_by_cost() -> None:
+    """Batch 1 gathers ~150 KB, the plan's full batch replicates; a plan for more slots than
+    fit beside the whole weights gathers at every batch."""
+    scenario = api.load(SNAP)
+    compiler = Compiler(scenario)
+    capacity = compiler.batch_capacity()
+    assert compiler.whole_queries(capacity)
+    gather = "attn.flash" + QUERY_GATHER
+    assert gather in _stages(compiler, StepShape("decode", 1, 1, 32768))
+    assert gather not in _stages(compiler, StepShape("decode", capacity, 1, 32768))
+    over = Compiler(api.load(SNAP, {"serving.batch_slots": capacity + 1}))
+    assert not over.whole_queries(capacity + 1)
+    assert gather in _stages(over, StepShape("decode", capacity + 1, 1, 32768))
+
+
+def test_the_two_estimates_differ_by_the_mechanisms_in_closed_form() -> None:
+    """The compiler's two estimates of one step: replicating adds the query weights' extra
+    reads at the HBM's sustained rate and their FLOPs at peak; gathering adds one all-gather
+    of every head's queries a layer, each socket receiving 15/16 through its port."""
+    scenario = api.load(SNAP)
+    arch, hw = _arch(scenario), scenario.hardware
+    shape = StepShape("decode", 139, 1, 32768)
+    groups = graph_groups(scenario, shape)
+    plan = replace(shard_plan(scenario), whole_queries=True)
+    system = scenario.hardware.system
+    gather = step_estimate(scenario, groups, plan, system)
+    replicate = step_estimate(scenario, groups, replace(plan, replicate_queries=True), system)
+    extra = arch.layers * _replicated_params(arch, 16)
+    hbm = hw.hbm.bandwidth * hw.hbm.efficiency
+    assert replicate.hbm_s - gather.hbm_s == pytest.approx(
+        extra * scenario.weight_dtype_bytes / hbm, rel=1e-9
+    )
+    assert replicate.compute_s - gather.compute_s == pytest.approx(
+        2 * shape.rows * extra / hw.peak_flops, rel=1e-9
+    )
+    link = hw.system.intra_node_link
+    each = 15 / 16 * _query_bytes(arch, 139) / link.bandwidth + link.latency
+    assert gather.link_s - replicate.link_s == pytest.approx(arch.layers * each, rel=1e-9)
+    # at the branch's link the step is link-bound, so the extra reads are the cheaper
+    assert gather.time_s == gather.link_s and replicate.time_s < gather.time_s
+    assert replicates(scenario, groups, plan, system)
+    assert not replicates(scenario, groups, shard_plan(scenario), system)  # slices: gather
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "capacity", "whole"),
+    [(17.73e9, 139, True), (64e9, 139, True), (128e9, 158, False)],
+)
+def test_the_plan_holds_the_whole_weights_where_its_full_step_replicates(
+    bandwidth: float, capacity: int, whole: bool
+) -> None:
+    """Where the links bind the full step, the plan holds the whole weights and plans the
+    capacity with them; at 128 GB/s the step is bound by the HBM, which the gather leaves
+    alone: the slices stay, and the capacity with them. Batch 1 always gathers."""
+    scenario = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": bandwidth})
+    assert batch_capacity(scenario) == capacity
+    assert whole_queries(scenario, capacity) == whole
+    plan = replace(shard_plan(scenario), whole_queries=True)
+    for batch, replicate in ((1, False), (capacity, whole)):
+        groups = graph_groups(scenario, StepShape("decode", batch, 1, 32768))
+        assert replicates(scenario, groups, plan, scenario.hardware.system) == replicate, batch
+
+
+@pytest.mark.parametrize(
+    ("topology", "sockets_per_node"), [("switched", 16), ("switched", 8), ("ring", 16)]
+)
+def test_the_collective_bound_against_the_collective_chooser(
+    topology: str, sockets_per_node: int
+) -> None:
+    """On one switched node the compiler's bound is the one-shot all-gather's and
+    reduce-scatter's estimate, and the two-shot all-reduce's when the bytes keep the port
+    busy; on other wirings it is at most the chosen estimate."""
+    scenario = api.load(
+        SNAP,
+        {"hw.system.topology": topology, "hw.system.sockets_per_node": sockets_per_node},
+    )
+    system = scenario.hardware.system
+    kinds = {"allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER, "allreduce": ALL_REDUCE}
+    for kind, hw_kind in kinds.items():
+        for nbytes in (147_456.0, 23_298_048.0):
+            chosen = choose(hw_kind, nbytes, 16, wiring_of(system), pieces=4).chosen
+            bound = collective_bound_s(system, kind, nbytes, 16)
+            assert bound <= chosen.time_s * (1 + 1e-12), (kind, nbytes)
+            one_node = topology == "switched" and sockets_per_node == 16
+            if one_node and (kind != "allreduce" or nbytes > 1e6):
+                assert bound == pytest.approx(chosen.time_s, rel=1e-12), (kind, nbytes)
+
+
+@pytest.mark.parametrize("group", [32, 64])
+def test_the_collective_bound_crosses_racks_on_the_rack_link(group: int) -> None:
+    """Four racks of one 16-socket node: a group's other racks are reached through the rack
+    link, its node's sockets through the node's; the bound is the slower class's, at most
+    the chooser's estimate, and a rack link of its own makes a wiring of its own."""
+    scenario = api.load(SNAP, {"hardware": "sn40l-4racks", "parallelism.tp": 64})
+    system = scenario.hardware.system
+    node, racks = system.intra_node_link, system.inter_rack_link
+    assert racks is not None and system.sockets_per_rack == 16
+    nbytes = 23_298_048.0
+    shard = nbytes / group
+    expected = max(
+        15 * shard / node.bandwidth + node.latency,
+        (group - 16) * shard / racks.bandwidth + racks.latency,
+    )
+    bound = collective_bound_s(system, "allgather", nbytes, group)
+    assert bound == pytest.approx(expected, rel=1e-12)
+    chosen = choose(ALL_GATHER, nbytes, group, wiring_of(system), pieces=4).chosen
+    assert bound <= chosen.time_s * (1 + 1e-12)
+    faster = api.load(
+        SNAP,
+        {
+            "hardware": "sn40l-4racks",
+            "parallelism.tp": 64,
+            "hw.system.inter_rack_link.bandwidth": 1e11,
+        },
+    )
+    assert wiring_key(faster.hardware.system) != wiring_key(system)
+    assert compile_view(faster).digest == compile_view(scenario).digest
+
+
+def test_each_pipeline_stage_chooses_for_its_own_layers() -> None:
+    """Two stages of eight sockets: each stage's memory plan holds its own layers' query
+    weights whole where its own full step replicates, its capacity planned with them; the
+    batch capacity is the tighter stage's, and each stage's Program gathers or not by its
+    own choice."""
+    scenario = api.load(SNAP, {"parallelism.tp": 8, "parallelism.pp": 2, **SLOW_LINK})
+    arch = _arch(scenario)
+    compiler = Compiler(scenario)
+    stages = pipeline_stages(arch, 2)
+    capacities = [batch_capacity(scenario, stage=stage) for stage in stages]
+    capacity = compiler.batch_capacity()
+    assert capacity == min(capacities)
+    for stage, most in zip(stages, capacities, strict=True):
+        assert whole_queries(scenario, most, stage)  # the links bind: replicate
+        sliced = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
+        whole = sum(w.bytes for w in weight_inventory(scenario, stage=stage, whole_queries=True))
+        extra = stage.layers * _replicated_params(arch, 8) * scenario.weight_dtype_bytes
+        assert whole - sliced == pytest.approx(extra, abs=8)
+    shape = StepShape("decode", capacity, 1, 32768)
+    program = compiler.program(shape)
+    assert [p.placement.pipeline_stage for p in program.pipeline] == [0, 1]
+    for stage, part in zip(stages, program.pipeline, strict=True):
+        whole_weights, replicate = compiler.queries(part.shape, capacity, stage)
+        assert whole_weights == compiler.whole_queries(capacity, stage)
+        names = {s.name for k in part.kernels for s in k.stages}
+        gathers = any(n.endswith(QUERY_GATHER) for n in names)
+        assert gathers == (not replicate), stage
+    assert compiler.program_queries(program) == compiler.queries(
+        program.pipeline[0].shape, capacity, stages[0]
+    )
+
+
+def _pool_workloads() -> set[Path]:
+    """The workload files the shipped clusters name for their pools."""
+    named = set()
+    for path in sorted(glob.glob("workloads/clusters/*.yaml")):
+        pools = yaml.safe_load(Path(path).read_text())["pools"]
+        named |= {(Path(path).parent / pool["workload"]).resolve() for pool in pools.values()}
+    return named
+
+
+def _shipped_scenarios() -> list[tuple[str, str, str]]:
+    """(kind, file, which) of every scenario the shipped files run: each workload alone,
+    except one only a cluster's pool can run (its file alone does not fit its hardware);
+    each cluster's pools, with their ``set``; each plan's searched parallelisms."""
+    pooled = _pool_workloads()
+    found = []
+    for path in sorted(glob.glob("workloads/**/*.yaml", recursive=True)):
+        if path.startswith(("workloads/sweeps/", "workloads/plans/")):
+            continue
+        if path.startswith("workloads/clusters/"):
+            found += [("cluster", path, pool.name) for pool in load_cluster(path).pools]
+            continue
+        try:
+            api.load(path)
+        except ConfigError:
+            assert Path(path).resolve() in pooled, f"{path} runs in no shipped file"
+            continue
+        found.append(("workload", path, ""))
+    for path in sorted(glob.glob("workloads/plans/*.yaml")):
+        splits = {c.split(): c for c in load_plan(path).configurations()}
+        found += [("plan", path, split) for split in splits]
+    return found
+
+
+def _load(kind: str, path: str, which: str) -> Scenario:
+    if kind == "workload":
+        return api.load(path)
+    if kind == "cluster":
+        return next(p.scenario for p in load_cluster(path).pools if p.name == which)
+    plan = load_plan(path)
+    configuration = next(c for c in plan.configurations() if c.split() == which)
+    return plan.build(configuration, 1).cluster.pools[0].scenario
+
+
+SHAPES = (
+    StepShape("decode", 2, 1, 4096),
+    StepShape("decode", 64, 2, 4096),  # a verify step's tokens too
+    StepShape("prefill", 1, 4096, 512),  # a cached prefix
+    StepShape("prefill", 1, 100_000, 0),  # SnapKV compresses it
+)
+
+
+@pytest.mark.parametrize(("kind", "path", "which"), _shipped_scenarios())
+def test_every_operator_reads_what_its_socket_holds(kind: str, path: str, which: str) -> None:
+    """No consumer of any shipped scenario's step (each pipeline stage's, each query choice)
+    reads a tensor its producer's split leaves partial, or split another way, without a
+    collective between them."""
+    scenario = _load(kind, path, which)
+    pp = scenario.workload.parallelism.pp
+    for stage in pipeline_stages(scenario.model, pp) if pp > 1 else (None,):
+        for shape in SHAPES:
+            for whole in (False, True) if chooses_queries(scenario) else (False,):
+                plan = replace(shard_plan(scenario, shape), whole_queries=whole)
+                groups = step_groups(scenario, shape, stage)
+                replicate = replicates(scenario, groups, plan, scenario.hardware.system)
+                plan = replace(plan, replicate_queries=replicate)
+                for group, graph in layer_graphs(
+                    scenario, shape, stage, whole_queries=whole, replicate_queries=replicate
+                ):
+                    problems = share_problems(graph, plan)
+                    assert problems == [], (group.name, stage, shape, whole)
+
+
+def test_the_shipped_scenarios_include_pipelines_and_all_to_all_experts() -> None:
+    """The check above reaches the pipeline and expert-parallel splits issue 44 ships."""
+    splits = {_load(*source).workload.parallelism for source in _shipped_scenarios()}
+    assert any(p.pp > 1 for p in splits)
+    assert any(p.exchange == "all_to_all" and p.tp > 1 for p in splits)
+    assert any(p.exchange == "all_to_all" and p.tp == 1 for p in splits)
+
+
+def test_the_check_finds_attention_without_its_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect this module fixed: without the all-gather, a sequence-split attention
+    reads queries each socket holds only for its heads."""
+    scenario = api.load(SNAP)
+    monkeypatch.setattr(sharding_module, "_add_query_gather", lambda *args: ())
+    plan = shard_plan(scenario)
+    for shape in (SHAPES[0], SHAPES[3]):
+        problems = [p for _, g in layer_graphs(scenario, shape) for p in share_problems(g, plan)]
+        reader = "'attn.flash'" if shape.phase == "decode" else "'snapkv.score'"
+        assert problems and all(p.startswith(reader) for p in problems), problems
+        assert any("split by heads" in p and "work split by sequence" in p for p in problems)
+
+
+def test_the_check_finds_a_partial_sum_read_as_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row-parallel product whose all-reduce is missing leaves a partial sum that the
+    residual add reads."""
+    scenario = api.load("llama3.1-8b-8socket")
+    real = sharding_module._collective_for
+    monkeypatch.setattr(
+        sharding_module,
+        "_collective_for",
+        lambda node, plan: None if node.name == "attn.o_proj" else real(node, plan),
+    )
+    plan = shard_plan(scenario)
+    problems = [p for _, g in layer_graphs(scenario, SHAPES[0]) for p in share_problems(g, plan)]
+    assert problems == [
+        "'attn.residual' (work whole) reads 'o' as a partial sum from 'attn.o_proj' with no "
+        "collective between them"
+    ]
+
+
+@pytest.mark.parametrize("layout", ["replicated", "head_split"])
+def test_head_split_and_replicated_layouts_keep_their_queries_split(layout: str) -> None:
+    """Their attention is split by heads, where the queries already are: no gather, no
+    replication, no links in the compiler's view."""
+    overrides = {"parallelism.mla_cache_layout": layout, "serving.max_context": 16384}
+    scenario = api.load(FULL, overrides)
+    assert not chooses_queries(scenario)
+    capacity = batch_capacity(scenario)
+    assert not whole_queries(scenario, capacity)
+    program = Compiler(scenario).program(StepShape("decode", capacity, 1, 16384))
+    names = {s.name for k in program.kernels for s in k.stages}
+    assert not any(n.endswith(QUERY_GATHER) for n in names)
+    arch = _arch(scenario)
+    for kernel in kernel_graphs(scenario, StepShape("decode", capacity, 1, 16384)):
+        for node in operators(kernel.graph):
+            if node.name == "attn.q_b_proj":  # its heads' columns only
+                q_b = (
+                    arch.q_lora_rank * arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+                )
+                assert node.weight_params == math.ceil(q_b / 16)
+    faster = api.load(FULL, {**overrides, "hw.system.intra_node_link.bandwidth": 1e11})
+    assert compile_view(faster).digest == compile_view(scenario).digest
+
+
+def test_points_differing_in_their_links_share_what_their_choices_share() -> None:
+    """The links are the compiler's argument, not its view: SnapStream at 17.73 and 64 GB/s
+    both replicate at their 139 slots and share that step's compiled kernels; at 128 GB/s
+    the plan keeps the slices and gathers, and compiles its own."""
+    link = "hw.system.intra_node_link.bandwidth"
+    shape = StepShape("decode", 139, 1, 32768)
+    shared_programs.clear()
+    try:
+        with shared_programs.sharing():
+            scenarios = {bw: api.load(SNAP, {link: bw}) for bw in (17.73e9, 64e9, 128e9)}
+            assert len({compile_view(s).digest for s in scenarios.values()}) == 1
+            compilers = {bw: Compiler(s) for bw, s in scenarios.items()}
+            kernels = {bw: c.program(shape).kernels for bw, c in compilers.items()}
+            assert [c.batch_capacity() for c in compilers.values()] == [139, 139, 158]
+            assert kernels[17.73e9] is kernels[64e9]
+            assert kernels[128e9] is not kernels[64e9]
+            assert kernels[128e9] != kernels[64e9]
+    finally:
+        shared_programs.clear()
