@@ -13,12 +13,13 @@ server (ints) or a whole pool at once (NumPy arrays, ``rdu_sim.cluster.load_boar
 
 from __future__ import annotations
 
-from typing import Protocol, overload
+from typing import Protocol, TypeAlias, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-Column = NDArray[np.int64]
+Column: TypeAlias = NDArray[np.int64]
+"""A pool's column of counts (an alias even where NumPy's types are not read: mypyc's build)."""
 
 
 @overload
