@@ -27,11 +27,11 @@ def cluster_events(result: Any) -> dict[str, int]:
     shapes = 0
     seen: set[int] = set()
     for pool in result.pools:
-        memo = pool.runtime.step_fn
-        if id(memo) in seen:
+        times = pool.runtime.step_times
+        if id(times) in seen:
             continue
-        seen.add(id(memo))
-        for cost in memo.costs.values():
+        seen.add(id(times))
+        for cost in times.costs():
             engine += int(getattr(cost.detail, "events", 0))
             shapes += 1
     serving = len(result.run.serving)

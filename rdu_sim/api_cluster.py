@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,10 @@ from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
 from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.server import ServerConfig
-from rdu_sim.serving.step_cache import StepCost
-from rdu_sim.shapes import StepShape
+from rdu_sim.serving.step_cache import StepTimes
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
@@ -51,23 +52,6 @@ Progress = Callable[[int, int], None]
 MAX_CLUSTER_SLOTS = 10_000_000
 """Batch slots over all replicas: each costs ~60 bytes of slot state (and a few NumPy
 arrays per replica); 64 racks of 1,024 Llama 8B replicas at their capacity hold ~50,000."""
-
-
-class StepMemo:
-    """``shape -> StepCost`` for one workload, each shape simulated once (for every replica of
-    every pool running that workload)."""
-
-    def __init__(self, backend: Backend, scenario: Scenario) -> None:
-        self.backend = backend
-        self.scenario = scenario
-        self.costs: dict[StepShape, StepCost] = {}
-
-    def __call__(self, shape: StepShape) -> StepCost:
-        cost = self.costs.get(shape)
-        if cost is None:
-            cost = self.backend.step_cost(self.scenario, shape)
-            self.costs[shape] = cost
-        return cost
 
 
 @dataclass(frozen=True)
@@ -125,16 +109,21 @@ def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Plac
 
 def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> list[PoolResolved]:
     """Each pool's batch slots, memory plan, KV policy and shared step function."""
-    memos: list[StepMemo] = []
+    # per distinct workload: its backend (the engine's own, unless one is given) and one memo
+    # of step times for every replica of every pool running it
+    shared: list[tuple[Scenario, Backend, StepTimes]] = []
     resolved: list[PoolResolved] = []
     for pool in cluster.pools:
         scenario = pool.scenario
-        memo = next((m for m in memos if m.scenario == scenario), None)
-        if memo is None:
-            memo = StepMemo(backend or EngineBackend(), scenario)
-            memos.append(memo)
-        capacity, slots = resolve_batch_slots(scenario, memo.backend)
-        placement = memo.backend.plan_memory(scenario, slots)
+        check_batching(scenario.workload.serving.prefill_priority, scenario.workload_file)
+        found = next(((b, t) for s, b, t in shared if s == scenario), None)
+        if found is None:
+            pool_backend = backend or EngineBackend()
+            found = (pool_backend, StepTimes(partial(pool_backend.step_cost, scenario)))
+            shared.append((scenario, *found))
+        pool_backend, times = found
+        capacity, slots = resolve_batch_slots(scenario, pool_backend)
+        placement = pool_backend.plan_memory(scenario, slots)
         serving = scenario.workload.serving
         runtime = PoolRuntime(
             name=pool.name,
@@ -148,7 +137,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 scenario.stack.prefill_batch_tokens,
             ),
             policy=scenario.kv_policy,
-            step_fn=memo,
+            step_times=times,
             model=scenario.model,
             kv_dtype_bytes=scenario.kv_dtype_bytes,
             prefix_blocks=_prefix_blocks(cluster, pool, placement),
@@ -192,8 +181,8 @@ class ClusterResult:
     @property
     def shapes_simulated(self) -> int:
         """Distinct step shapes simulated by the engine, over all pools."""
-        memos = {id(p.runtime.step_fn): p.runtime.step_fn for p in self.pools}
-        return sum(len(getattr(m, "costs", ())) for m in memos.values())
+        shared = {id(p.runtime.step_times): p.runtime.step_times for p in self.pools}
+        return sum(len(times) for times in shared.values())
 
     def provenance(self) -> dict[str, Any]:
         """The simulator, the cluster file, its overrides, its traffic trace's sha256 and each

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import simpy
 import yaml
 from click.testing import CliRunner
 from test_api_run import FakeBackend
@@ -34,6 +33,7 @@ from rdu_sim.cluster.routers import PoolState, make_router, register, router_nam
 from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.config.cluster import RouterPolicy
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.serving.step_cache import PS_PER_S
 from rdu_sim.serving.traces.published import WRITERS
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
@@ -192,7 +192,7 @@ def _remaining(replica: Any) -> int:
     done_steps = 0
     load = server.load
     if load.run_decoding:
-        now = min(int(server.env.now), load.run_end)
+        now = min(int(server.loop.now), load.run_end)
         done_steps = (now - load.run_start) // load.run_step
     for slot in range(slots.n):
         request = int(slots.request[slot])
@@ -368,12 +368,12 @@ def test_compressed_prompts_share_nothing(tmp_path: Path) -> None:
 
 
 def test_kv_link_is_fifo_per_port() -> None:
-    env = simpy.Environment()
-    link = KVLink(env, 3, bandwidth=1e9, latency=1e-6)  # 1 GB/s: 1 ms per MB
+    loop = Timeline()
+    link = KVLink(loop, 3, bandwidth=1e9, latency=1e-6)  # 1 GB/s: 1 ms per MB
     first = link.transfer(0, 2, 1_000_000)
     second = link.transfer(1, 2, 1_000_000)  # same ingress: queues behind the first
     third = link.transfer(1, 0, 500_000)  # 1's egress is busy until the second has gone
-    env.run()
+    loop.run()
     ms, us = 10**9, 10**6
     assert first.value == 1 * ms + us
     assert second.value == 2 * ms + us
@@ -670,6 +670,6 @@ def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path:
     memo = pool.runtime.facts
     replicas = result.run.cluster.replicas
     assert len(replicas) == 3
-    assert all(r.server.scheduler._prompt_facts is memo for r in replicas)
+    assert all(r.server.scheduler._facts is memo for r in replicas)
     served = result.run.serving.prompt_tokens
-    assert len(memo._compresses) == len(set(served.tolist()))
+    assert len(memo) == len(set(served.tolist()))

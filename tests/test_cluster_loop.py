@@ -1,14 +1,14 @@
-"""A cluster on des's serving loop (``des.timeline``) against SimPy's environment, the oracle.
+"""A cluster on des's serving loop (``des.timeline``) against SimPy's environment, the oracle
+(tests/simpy_loop.py: the same drivers, each resumption a SimPy event).
 
 Random small clusters (1-4 mixed replicas, or prefill and decode pools with a KV link; few
 slots, chunked or whole prefills, both prefill priorities, every router, prefix caches on a
 Mooncake-format trace) on the analytic FakeBackend with step times on a 5 ms grid and a
 trace rounded to 10 ms put arrivals, step ends, hand-offs and several replicas' events on the
-same picosecond. Each runs twice: on the timeline (mixed replicas as its drivers, the rest
-SimPy processes and events on it) and with every server a SimPy process in
-``simpy.Environment``; everything must agree: the result's JSON, every per-request time,
-route and cached prefix, each replica's step counts, the run's end, and what the router read
-at every arrival.
+same picosecond. Each runs twice: on the timeline and on the oracle (every replica's driver
+and the arrivals' resumed by SimPy events in ``simpy.Environment``); everything must agree:
+the result's JSON, every per-request time, route and cached prefix, each replica's step
+counts, the run's end, and what the router read at every arrival.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from simpy_loop import SimPyLoop
 from test_api_run import FakeBackend
 from test_cluster import LLAMA, write_cluster, write_trace
 
@@ -112,8 +113,9 @@ def _run(path: Path, oracle: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Clu
     with monkeypatch.context() as patch:
         for router in (LeastOutstanding, PrefixAware, RoundRobin):
             patch.setattr(router, "choose", watching(router.choose))
+        loop = SimPyLoop() if oracle else None
         patch.setattr(
-            api_cluster, "simulate_cluster", functools.partial(simulate_cluster, oracle=oracle)
+            api_cluster, "simulate_cluster", functools.partial(simulate_cluster, loop=loop)
         )
         return run_cluster(path, backend=TieBackend()), reads
 
@@ -149,8 +151,8 @@ def test_the_timeline_runs_a_cluster_as_simpy_does(
     path = _cluster(tmp_path, seed, split)
     heap, heap_reads = _run(path, False, monkeypatch)
     simpy_run, simpy_reads = _run(path, True, monkeypatch)
-    assert isinstance(heap.run.cluster.env, Timeline)
-    assert not isinstance(simpy_run.run.cluster.env, Timeline)
+    assert isinstance(heap.run.cluster.loop, Timeline)
+    assert not isinstance(simpy_run.run.cluster.loop, Timeline)
     assert heap_reads == simpy_reads and len(heap_reads) > 0
     for name in REQUEST_ARRAYS:
         np.testing.assert_array_equal(

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv.reference import (
     FullCache,
     GQAMode,
@@ -24,6 +25,11 @@ from rdu_sim.kv.reference import (
 # ---------------------------------------------------------------------------------------------
 # Slow loop references (Python floats, one token at a time)
 # ---------------------------------------------------------------------------------------------
+
+
+def snap(window: int, kernel_size: int = 7, pooling: Pooling = "max") -> KVConfig:
+    """A workload's ``kv`` with these SnapKV settings (the reference takes the config model)."""
+    return KVConfig(observation_window=window, kernel_size=kernel_size, pooling=pooling)
 
 
 def slow_snapkv(
@@ -142,13 +148,9 @@ def test_snapkv_matches_slow_loop(
     want_scores, want_idx = slow_snapkv(
         q, k, budget=budget, window=window, kernel_size=kernel_size, pooling=pooling, gqa=gqa
     )
-    got_scores = snapkv_scores(
-        q, k, window=window, kernel_size=kernel_size, pooling=pooling, gqa=gqa
-    )
+    got_scores = snapkv_scores(q, k, kv=snap(window, kernel_size, pooling), gqa=gqa)
     np.testing.assert_allclose(got_scores, np.array(want_scores), rtol=2e-5, atol=1e-7)
-    got_idx = snapkv_select(
-        q, k, budget=budget, window=window, kernel_size=kernel_size, pooling=pooling, gqa=gqa
-    )
+    got_idx = snapkv_select(q, k, budget=budget, kv=snap(window, kernel_size, pooling), gqa=gqa)
     assert got_idx.dtype == np.int64
     assert got_idx.shape == (2 if gqa == "group_mean" else 2 * group, budget)
     np.testing.assert_array_equal(got_idx, np.array(want_idx))
@@ -176,9 +178,9 @@ def test_short_prompt_is_not_compressed() -> None:
     rng = np.random.default_rng(1)
     q, k, _ = random_qkv(rng, n_kv=2, group=2, t=50, d=8)
     for budget in (50, 64):
-        idx = snapkv_select(q, k, budget=budget, window=8)
+        idx = snapkv_select(q, k, budget=budget, kv=snap(8))
         np.testing.assert_array_equal(idx, np.tile(np.arange(50), (2, 1)))
-    idx_rep = snapkv_select(q, k, budget=50, window=8, gqa="repeat")
+    idx_rep = snapkv_select(q, k, budget=50, kv=snap(8), gqa="repeat")
     assert idx_rep.shape == (4, 50)
 
 
@@ -186,13 +188,13 @@ def test_window_always_kept_even_when_unattended() -> None:
     rng = np.random.default_rng(2)
     q, k, _ = random_qkv(rng, n_kv=2, group=2, t=120, d=8)
     k[:, -16:] = -50.0 * q[:, -16:].reshape(2, 2, 16, 8).mean(axis=1)  # window keys repel
-    idx = snapkv_select(q, k, budget=40, window=16, kernel_size=5)
+    idx = snapkv_select(q, k, budget=40, kv=snap(16, 5))
     assert idx.shape == (2, 40)
     for row in idx:
         assert set(range(104, 120)) <= set(row.tolist())
         assert len(set(row.tolist())) == 40
         assert np.all(np.diff(row) > 0)  # sorted ascending, no duplicates
-    only_window = snapkv_select(q, k, budget=16, window=16)
+    only_window = snapkv_select(q, k, budget=16, kv=snap(16))
     np.testing.assert_array_equal(only_window, np.tile(np.arange(104, 120), (2, 1)))
 
 
@@ -228,15 +230,15 @@ def test_pool1d_keeps_length_and_pads_like_pytorch() -> None:
 def test_gqa_group_mean_averages_query_heads() -> None:
     rng = np.random.default_rng(4)
     q, k, _ = random_qkv(rng, n_kv=2, group=3, t=80, d=8)
-    per_q = snapkv_scores(q, k, window=8, gqa="repeat")
-    per_kv = snapkv_scores(q, k, window=8, gqa="group_mean")
+    per_q = snapkv_scores(q, k, kv=snap(8), gqa="repeat")
+    per_kv = snapkv_scores(q, k, kv=snap(8), gqa="group_mean")
     assert per_q.shape == (6, 72) and per_kv.shape == (2, 72)
     np.testing.assert_allclose(per_kv, per_q.reshape(2, 3, 72).mean(axis=1), rtol=1e-6)
     # Without GQA both modes coincide.
     q1, k1, _ = random_qkv(rng, n_kv=3, group=1, t=80, d=8)
     np.testing.assert_array_equal(
-        snapkv_select(q1, k1, budget=30, window=8, gqa="repeat"),
-        snapkv_select(q1, k1, budget=30, window=8, gqa="group_mean"),
+        snapkv_select(q1, k1, budget=30, kv=snap(8), gqa="repeat"),
+        snapkv_select(q1, k1, budget=30, kv=snap(8), gqa="group_mean"),
     )
 
 
@@ -254,8 +256,8 @@ def test_gqa_group_mean_picks_the_token_the_group_prefers() -> None:
     k = np.zeros((1, t, d), dtype=np.float32)
     k[0, a_pos] = (3.0 * math.sqrt(d) / c) * e0
     k[0, b_pos] = (2.5 * math.sqrt(d) / c) * (e0 + e1)
-    assert snapkv_select(q, k, budget=w + 1, window=w, kernel_size=1)[0, 0] == b_pos
-    rep = snapkv_select(q, k, budget=w + 1, window=w, kernel_size=1, gqa="repeat")
+    assert snapkv_select(q, k, budget=w + 1, kv=snap(w, 1))[0, 0] == b_pos
+    rep = snapkv_select(q, k, budget=w + 1, kv=snap(w, 1), gqa="repeat")
     assert rep[0, 0] == a_pos and rep[1, 0] == b_pos
 
 
@@ -263,13 +265,13 @@ def test_snapkv_validation() -> None:
     rng = np.random.default_rng(5)
     q, k, _ = random_qkv(rng, n_kv=2, group=2, t=60, d=8)
     with pytest.raises(ValueError, match="window"):
-        snapkv_select(q, k, budget=16, window=32)
+        snapkv_select(q, k, budget=16, kv=snap(32))
     with pytest.raises(ValueError, match="gqa"):
-        snapkv_select(q, k, budget=32, window=8, gqa="max")  # type: ignore[arg-type]
+        snapkv_select(q, k, budget=32, kv=snap(8), gqa="max")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="multiple"):
-        snapkv_select(q[:3], k, budget=32, window=8)
+        snapkv_select(q[:3], k, budget=32, kv=snap(8))
     with pytest.raises(ValueError, match="share"):
-        snapkv_select(q[:, :50], k, budget=32, window=8)
+        snapkv_select(q[:, :50], k, budget=32, kv=snap(8))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,9 +311,9 @@ def test_snapstream_equals_snapkv_without_sinks_and_ring_equal_window() -> None:
     poolings: tuple[Pooling, ...] = ("max", "avg")
     for pooling in poolings:
         cache = SnapStreamCache.from_prompt(
-            q, k, v, sinks=0, topk=24, ring=8, window=8, kernel_size=5, pooling=pooling
+            q, k, v, sinks=0, topk=24, ring=8, kv=snap(8, 5, pooling)
         )
-        want = snapkv_select(q, k, budget=32, window=8, kernel_size=5, pooling=pooling)
+        want = snapkv_select(q, k, budget=32, kv=snap(8, 5, pooling))
         np.testing.assert_array_equal(np.sort(cache.positions, axis=1), want)
 
 
@@ -320,7 +322,7 @@ def test_snapstream_layout_and_attention_match_slow_loops() -> None:
     t, sinks, topk, ring, window = 120, 4, 20, 12, 8
     q, k, v = random_qkv(rng, n_kv=2, group=2, t=t, d=8)
     cache = SnapStreamCache.from_prompt(
-        q, k, v, sinks=sinks, topk=topk, ring=ring, window=window, kernel_size=5
+        q, k, v, sinks=sinks, topk=topk, ring=ring, kv=snap(window, 5)
     )
     pos = cache.positions
     assert pos.shape == (2, sinks + topk + ring) == (2, cache.capacity)
@@ -357,7 +359,7 @@ def test_ring_never_moves_sinks_or_selected_over_thousands_of_steps() -> None:
     rng = np.random.default_rng(9)
     t, sinks, topk, ring, d = 64, 4, 8, 8, 4
     q, k, v = random_qkv(rng, n_kv=2, group=2, t=t, d=d)
-    cache = SnapStreamCache.from_prompt(q, k, v, sinks=sinks, topk=topk, ring=ring, window=4)
+    cache = SnapStreamCache.from_prompt(q, k, v, sinks=sinks, topk=topk, ring=ring, kv=snap(4))
     fixed = slice(0, sinks + topk)
     pos0 = cache.positions[:, fixed].copy()
     keys0 = cache.keys[:, fixed].copy()
@@ -392,27 +394,29 @@ def test_budget_at_least_prompt_equals_full_attention() -> None:
     rng = np.random.default_rng(10)
     t, steps = 40, 10
     q, k, v = random_qkv(rng, n_kv=2, group=2, t=t, d=8)
-    snap = SnapStreamCache.from_prompt(q, k, v, sinks=4, topk=t + steps - 4 - 8, ring=8, window=8)
+    stream = SnapStreamCache.from_prompt(
+        q, k, v, sinks=4, topk=t + steps - 4 - 8, ring=8, kv=snap(8)
+    )
     full = FullCache(2, 8)
     full.prefill(k, v)
     kk, vv = k.astype(np.float64), v.astype(np.float64)
     for _ in range(steps):
         kn, vn, qn = (rng.standard_normal((n, 8)) for n in (2, 2, 4))
-        snap.append(kn, vn)
+        stream.append(kn, vn)
         full.append(kn, vn)
         kk = np.concatenate([kk, kn[:, None]], axis=1)
         vv = np.concatenate([vv, vn[:, None]], axis=1)
         want = full_attention(qn[:, None], kk, vv)[:, 0]
-        np.testing.assert_allclose(snap.attend(qn), want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(stream.attend(qn), want, rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(full.attend(qn), want)
-    np.testing.assert_array_equal(snap.positions, full.positions)
-    assert snap.full
+    np.testing.assert_array_equal(stream.positions, full.positions)
+    assert stream.full
 
 
 def test_short_prompt_fills_in_order_then_evicts_oldest_ring_slot() -> None:
     rng = np.random.default_rng(11)
     q, k, v = random_qkv(rng, n_kv=1, group=1, t=6, d=4)
-    cache = SnapStreamCache.from_prompt(q, k, v, sinks=2, topk=4, ring=4, window=2)
+    cache = SnapStreamCache.from_prompt(q, k, v, sinks=2, topk=4, ring=4, kv=snap(2))
     assert cache.positions.tolist() == [[0, 1, 2, 3, 4, 5, -1, -1, -1, -1]]
     assert not cache.full
     for _ in range(7):
@@ -452,10 +456,10 @@ def test_cache_validation() -> None:
     rng = np.random.default_rng(14)
     q, k, v = random_qkv(rng, n_kv=2, group=2, t=60, d=8)
     with pytest.raises(ValueError, match="ring"):
-        SnapStreamCache(2, 8, sinks=4, topk=8, ring=8, window=16)
-    with pytest.raises(ValueError, match="odd"):
-        SnapStreamCache(2, 8, sinks=4, topk=8, ring=8, window=8, kernel_size=4)
-    cache = SnapStreamCache(2, 8, sinks=4, topk=8, ring=8, window=8)
+        SnapStreamCache(2, 8, sinks=4, topk=8, ring=8, kv=snap(16))
+    with pytest.raises(ValueError, match="odd"):  # the config model refuses it
+        snap(8, 4)
+    cache = SnapStreamCache(2, 8, sinks=4, topk=8, ring=8, kv=snap(8))
     with pytest.raises(ValueError, match="q is required"):
         cache.prefill(k, v)
     cache.prefill(k, v, q=q)
@@ -468,4 +472,4 @@ def test_cache_validation() -> None:
     with pytest.raises(ValueError, match="ring"):
         StreamingLLMCache(2, 8, sinks=4, ring=0)
     with pytest.raises(RuntimeError, match="empty"):
-        StreamingLLMCache(2, 8).attend(np.zeros((4, 8)))
+        StreamingLLMCache(2, 8, sinks=4, ring=8).attend(np.zeros((4, 8)))

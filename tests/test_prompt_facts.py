@@ -1,4 +1,4 @@
-"""The scheduler's memo of a policy's answers (serving.scheduler.PromptFacts) gives what the
+"""The memo of a policy's answers about prompts (serving.prompt_facts.PromptFacts) gives what the
 policy gives: a decode run's last cache counted on from its first equals ``cache_at`` (or both
 refuse) for every registered policy, and ``cache_at`` refuses a prompt below one token."""
 
@@ -12,7 +12,7 @@ from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policies import policy_names
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.serving.scheduler import PromptFacts
+from rdu_sim.serving.prompt_facts import PromptFacts
 
 
 def policies() -> list[tuple[str, KVPolicy]]:
@@ -45,8 +45,8 @@ def answer(ask: object, *args: int) -> object:
 
 @pytest.mark.parametrize(("label", "policy"), POLICIES, ids=[label for label, _ in POLICIES])
 def test_a_run_s_last_cache_counted_on_is_the_policy_s(label: str, policy: KVPolicy) -> None:
-    facts = PromptFacts(policy)
     max_context = policy.max_context
+    facts = PromptFacts(policy, max_context, None)
     checked = 0
     for prompt in (*range(1, 40), max_context - 1, max_context):
         try:

@@ -1,17 +1,16 @@
-"""A server alone (a driver of des's timeline, no event objects) schedules exactly as a SimPy
-process does.
+"""The one driver (``serving.driver``) serves alike whatever feeds it and whatever loop runs it.
 
 Four ways of serving the same open-loop requests must agree to the picosecond, in every
-per-request time, the time series, the step counts and (for the processes) the outstanding
+per-request time, the time series, the step counts and (for the pushed ones) the outstanding
 tokens a router reads at each arrival:
 
-- a server alone: arrivals pulled from a known schedule, decode runs cut where the next one
-  falls, computed when the run starts (``serving.simulate``);
-- a mixed replica (a cluster replica without hooks) as a driver of a Timeline, fed by an
+- a server alone: arrivals known in advance (``KnownArrivals``), decode runs cut where the
+  next one falls, computed when the run starts (``serving.simulate``);
+- a mixed replica (a cluster replica without hooks) on a Timeline, its requests pushed by an
   arrivals driver: one settle at time 0, a cut run's resumption moved to the step in flight;
-- the same as a SimPy process in ``simpy.Environment`` (its end event moved);
-- that process forced to settle after every step and to cut runs by a wake event (what
-  prefill/decode replicas do).
+- the same on ``simpy.Environment``, the oracle (tests/simpy_loop.py);
+- that driver forced to settle after every step and to cut runs when it resumes (what
+  prefill/decode replicas do), on the oracle.
 
 All four must also match ``reference_serve`` (tests/test_serving_batched.py), which steps
 one step at a time and so shares none of the cut arithmetic. Step times are round numbers
@@ -21,29 +20,28 @@ wrong boundary rule would get wrong.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import simpy
+from simpy_loop import SimPyLoop
 from test_serving_batched import reference_serve
 
-from rdu_sim import native
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.des.order import NORMAL
 from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, ClosedLoop, OpenLoop
+from rdu_sim.serving.batching import BatchingPolicy, make_batching
+from rdu_sim.serving.driver import KnownArrivals
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.scheduler import Scheduler
 from rdu_sim.serving.server import Server, ServerConfig
-from rdu_sim.serving.simulate import serve
+from rdu_sim.serving.simulate import arrivals_for, serve
+from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
 from rdu_sim.shapes import StepShape
 
@@ -87,54 +85,27 @@ def by_process(
     settle_every_step: bool,
     timeline: bool = False,
 ) -> tuple[ServingRecords, StepCache, list[int]]:
-    """Serve with a SimPy process fed at the arrival times (or, ``timeline``, a driver of
-    a Timeline fed by another); the outstanding tokens read just before each arrival (what
-    a router sees)."""
-    if timeline:
-        return _by_driver(requests, policy, config)
-    env = simpy.Environment()
+    """Serve with the requests pushed by another driver at their arrival times, on the
+    oracle (or, ``timeline``, on a Timeline); the outstanding tokens read just before each
+    arrival (what a router sees). ``settle_every_step``: the prefill/decode replicas' way."""
+    loop: Any = Timeline() if timeline else SimPyLoop()
     cache = StepCache(round_step)
     records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
-    server = Server(env, config, policy, cache, records)
-    server._settles = settle_every_step  # the prefill/decode replicas' way, as an oracle
+    server = Server(loop, config, policy, cache, records)
+    server.driver.settles = settle_every_step
     assert requests.arrival_s is not None
     arrivals = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64).tolist()
     seen: list[int] = []
 
     def feed() -> Any:
         for request, at in enumerate(arrivals):
-            if at > env.now:
-                yield env.timeout(at - env.now)
-            seen.append(server.outstanding_tokens())
-            server.submit(request)
-
-    env.process(feed())
-    env.run()
-    assert server.completed == len(requests)
-    return records, cache, seen
-
-
-def _by_driver(
-    requests: RequestSet, policy: KVPolicy, config: ServerConfig
-) -> tuple[ServingRecords, StepCache, list[int]]:
-    line = Timeline()
-    cache = StepCache(round_step)
-    records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
-    server = Server(line, config, policy, cache, records)
-    assert server.process is None  # a driver, not a SimPy process
-    assert requests.arrival_s is not None
-    arrivals = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64).tolist()
-    seen: list[int] = []
-
-    def feed() -> Any:
-        for request, at in enumerate(arrivals):
-            if at > line.now:
+            if at > loop.now:
                 yield at
             seen.append(server.outstanding_tokens())
             server.submit(request)
 
-    line.start(feed(), NORMAL)
-    line.run()
+    loop.start(feed(), NORMAL)
+    loop.run()
     assert server.completed == len(requests)
     return records, cache, seen
 
@@ -231,7 +202,7 @@ def test_open_loop_source_follows_the_schedule() -> None:
 def test_a_server_given_arrivals_refuses_cluster_hooks() -> None:
     with pytest.raises(ValueError, match="runs alone"):
         Server(
-            simpy.Environment(),
+            Timeline(),
             ServerConfig(2, MAX_CONTEXT),
             policy_of("full"),
             StepCache(round_step),
@@ -241,81 +212,76 @@ def test_a_server_given_arrivals_refuses_cluster_hooks() -> None:
         )
 
 
+class EveryDecisionRecords(BatchingPolicy):
+    """A batching policy written in Python: ``inner``'s choices, with a series row written at
+    every decision that has prefill work (a decision that records too replaces the row: one
+    row an instant)."""
+
+    def __init__(self, inner: BatchingPolicy) -> None:
+        self.inner = inner
+        self.scheduler: Scheduler | None = None
+        self.asked = 0
+
+    def next_prefill(self, slots: Slots, queued: int, after_prefill: bool) -> int:
+        assert self.scheduler is not None
+        self.asked += 1
+        self.scheduler.record(self.scheduler.clock.now)
+        return self.inner.next_prefill(slots, queued, after_prefill)
+
+    def prefill_may_run(self, slots: Slots, after_prefill: bool) -> bool:
+        return self.inner.prefill_may_run(slots, after_prefill)
+
+    def prefill_waits(self, slots: Slots, queued: int) -> bool:
+        return self.inner.prefill_waits(slots, queued)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
-def test_a_decision_before_an_admission_needs_no_row(
-    case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_decision_before_an_admission_needs_no_row(case: dict[str, Any]) -> None:
     """The server records no row for a decision to admit (the admission's row, at the same
-    instant, replaces it): the series equals one where every decision records its own."""
+    instant, replaces it): the series equals one where every decision with prefill work
+    records its own, through a batching policy written in Python (which the compiled
+    scheduler calls as it calls its own)."""
     requests = requests_of(5, 120, case["spread"] * NS)
     policy = policy_of(case["policy"])
     config = ServerConfig(
         case["slots"], MAX_CONTEXT, case.get("priority", "prefill_first"), case.get("chunk")
     )
     lean = serve(requests, policy, StepCache(round_step), config)
-
-    decide = Scheduler.decide
-    decisions = []
-
-    def recording_every_decision(scheduler: Scheduler, now: int) -> str:
-        decisions.append(now)
-        scheduler.record(now)  # (a decision that records too replaces this row)
-        return decide(scheduler, now)
-
-    monkeypatch.setattr(Scheduler, "decide", recording_every_decision)
-    full = serve(requests, policy, StepCache(round_step), config)
-    if not decisions:  # a compiled scheduler calls its own: checked from source, below
-        assert native.compiled()
-        pytest.skip("the compiled scheduler calls its own decide")
+    line = Timeline()
+    records = ServingRecords(requests.prompt_tokens, requests.output_tokens)
+    recording = EveryDecisionRecords(make_batching(config.prefill_priority))
+    server = Server(
+        line,
+        config,
+        policy,
+        StepCache(round_step),
+        records,
+        arrivals=arrivals_for(requests, config.batch_slots),
+        batching=recording,
+    )
+    recording.scheduler = server.scheduler
+    line.run()
+    assert server.completed == len(requests) and recording.asked >= len(requests)
+    full = records
     assert len(full.series) == len(lean.series) > len(requests)
     np.testing.assert_array_equal(full.series.times(), lean.series.times())
     np.testing.assert_array_equal(full.series.counts(), lean.series.counts())
 
 
-def test_decision_rows_are_checked_from_source_when_the_core_is_compiled() -> None:
-    """The check above patches ``Scheduler.decide``, which compiled code never looks up: with
-    the core compiled, it runs again in a process that imports the scheduler from source."""
-    if not native.compiled():
-        pytest.skip("the scheduler runs from source: the check above ran as it is")
-    name = "test_a_decision_before_an_admission_needs_no_row"
-    env = dict(os.environ, **{native.PURE_VARIABLE: "1"})
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"{__file__}::{name}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
-
-
 def test_a_server_alone_is_a_driver_of_a_timeline() -> None:
     config, policy = ServerConfig(2, MAX_CONTEXT), policy_of("full")
-
-    def records() -> ServingRecords:
-        return ServingRecords(np.full(3, 100, np.int64), np.full(3, 4, np.int64))
-
     line = Timeline()
     alone = Server(
         line,
         config,
         policy,
         StepCache(round_step),
-        records(),
+        ServingRecords(np.full(3, 100, np.int64), np.full(3, 4, np.int64)),
         arrivals=OpenLoop(np.zeros(3, np.int64)),
     )
+    assert isinstance(alone.driver.source, KnownArrivals)
     line.run()
-    assert alone.completed == 3 and alone.process is None and line.now > 0
-    with pytest.raises(ValueError, match="needs a Timeline"):
-        Server(
-            simpy.Environment(),
-            config,
-            policy,
-            StepCache(round_step),
-            records(),
-            arrivals=OpenLoop(np.zeros(3, np.int64)),
-        )
+    assert alone.completed == 3 and line.now > 0
 
 
 def test_a_request_that_ends_at_its_first_token_never_asks_for_a_decode_cache() -> None:

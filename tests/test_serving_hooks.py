@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import simpy
 from simpy.events import Event
+from simpy_loop import SimPyLoop
 from test_serving_batched import fake_step, kv_config, reference_serve, serving_config
 
+from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.serving.buckets import prefill_step, prompt_bucket, reusable_prefix
@@ -123,10 +124,11 @@ def _serve_with(hooks: Any, case: dict[str, Any]) -> tuple[ServingRecords, Any, 
     requests = make_requests(serving, 4)
     policy = make_policy(kv_config(policy="full", min_bucket=256), 4096)
     cache = StepCache(fake_step)
-    env = simpy.Environment()
+    loop = SimPyLoop()  # (the oracle: a router's pushes as SimPy processes)
+    env = loop.env
     records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
     config = ServerConfig(4, 4096, serving.prefill_priority, serving.prefill_chunk_tokens)
-    server = Server(env, config, policy, cache, records, hooks=hooks)
+    server = Server(loop, config, policy, cache, records, hooks=hooks)
     assert requests.arrival_s is not None
     arrivals = np.rint(requests.arrival_s * PS_PER_S).astype(np.int64)
 
@@ -196,4 +198,4 @@ def test_a_split_role_needs_hooks() -> None:
     requests, policy, cache, _ = _lone({})
     records = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
     with pytest.raises(ValueError, match="needs hooks"):
-        Server(simpy.Environment(), ServerConfig(4, 4096, role="decode"), policy, cache, records)
+        Server(Timeline(), ServerConfig(4, 4096, role="decode"), policy, cache, records)

@@ -66,7 +66,7 @@ def _records(rows: list[tuple[int, int, int, int, int]]) -> ServingRecords:
         records.first_token_ps[i] = first * MS
         records.finish_ps[i] = finish * MS
         records.slot[i] = slot
-    records.tokens_generated = int(records.output_tokens.sum())
+    records.counts.tokens_generated = int(records.output_tokens.sum())
     return records
 
 

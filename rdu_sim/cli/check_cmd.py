@@ -78,9 +78,12 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
     file = str(path)
     kind = file_kind(data)
     if kind == "workload":
+        from rdu_sim.serving.batching import check_batching  # (no numpy: the registry only)
+
         scenario = build_scenario(data, workload_file=file, lines=lines)
         workload = scenario.workload
         serving = workload.serving
+        check_batching(serving.prefill_priority, file)
         if serving.trace is not None:  # the rows a run would read, checked the same way
             trace = shipped.trace_path(scenario.base_dir, serving.trace)
             _read_trace(trace, file, serving.requests, serving.trace_format)
@@ -104,8 +107,11 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
     if kind == "cluster":
         from rdu_sim.cluster import build_cluster
         from rdu_sim.cluster.traffic import load_traffic
+        from rdu_sim.serving.batching import check_batching
 
         cluster = build_cluster(data, file=file, lines=lines)
+        for pool in cluster.pools:
+            check_batching(pool.scenario.workload.serving.prefill_priority, file)
         requests = load_traffic(cluster.config.traffic, cluster.base_dir, file)  # as a run reads it
         pools = ", ".join(f"{p.name}: {p.replicas} x tp={p.scenario.tp}" for p in cluster.pools)
         return (

@@ -20,21 +20,19 @@ import math
 
 import simpy
 
-from rdu_sim.des.timeline import Timeline
+from rdu_sim.des.timeline import Loop
 from rdu_sim.serving.clock import MAX_PS, PS_PER_S, SimulatedTimeError, to_s
 
 
 class KVLink:
     """Ports of ``replicas`` replicas; ``transfer`` returns the arrival event."""
 
-    def __init__(
-        self, env: Timeline | simpy.Environment, replicas: int, bandwidth: float, latency: float
-    ) -> None:
+    def __init__(self, loop: Loop, replicas: int, bandwidth: float, latency: float) -> None:
         if bandwidth <= 0:
             raise ValueError(f"kv_transfer.bandwidth must be > 0, got {bandwidth}")
         if latency < 0:
             raise ValueError(f"kv_transfer.latency must be >= 0, got {latency}")
-        self.env = env
+        self.loop = loop
         self.bandwidth = bandwidth
         self.bytes_per_ps = bandwidth / PS_PER_S
         self.latency_ps = round(latency * PS_PER_S)
@@ -49,7 +47,7 @@ class KVLink:
         (value: the arrival time, ps)."""
         if nbytes < 0:
             raise ValueError(f"a KV transfer moves >= 0 bytes, got {nbytes}")
-        now = int(self.env.now)
+        now = self.loop.now
         start = max(now, self.egress_free[source], self.ingress_free[target])
         end = start + self.serialise_ps(nbytes)
         self.egress_free[source] = self.ingress_free[target] = end
@@ -64,7 +62,7 @@ class KVLink:
         self.transfers += 1
         self.bytes += nbytes
         self.queued_ps += start - now
-        event: simpy.Event = self.env.timeout(arrival - now, value=arrival)
+        event: simpy.Event = self.loop.timeout(arrival - now, value=arrival)
         return event
 
     def serialise_ps(self, nbytes: int) -> int:

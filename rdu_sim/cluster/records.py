@@ -26,9 +26,10 @@ def _unset(n: int) -> NDArray[np.int64]:
     return np.full(n, UNSET, dtype=np.int64)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class ClusterRecords:
-    """Per-request cluster columns (request id = index, in arrival order)."""
+    """Per-request cluster columns (request id = index, in arrival order): every array made
+    with the records and none replaced after (frozen; the runs write their items)."""
 
     size: int
     status: NDArray[np.int8] = field(init=False)  # PENDING, SERVED or REJECTED
@@ -43,15 +44,19 @@ class ClusterRecords:
 
     def __post_init__(self) -> None:
         n = self.size
-        self.status = np.zeros(n, dtype=np.int8)
-        self.truncated = np.zeros(n, dtype=np.bool_)
-        self.routed = np.zeros(n, dtype=np.int64)
-        self.replica = _unset(n)
-        self.decode_replica = _unset(n)
-        self.cached_tokens = np.zeros(n, dtype=np.int64)
-        self.kv_bytes = np.zeros(n, dtype=np.int64)
-        self.kv_start_ps = _unset(n)
-        self.kv_end_ps = _unset(n)
+        columns = {
+            "status": np.zeros(n, dtype=np.int8),
+            "truncated": np.zeros(n, dtype=np.bool_),
+            "routed": np.zeros(n, dtype=np.int64),
+            "replica": _unset(n),
+            "decode_replica": _unset(n),
+            "cached_tokens": np.zeros(n, dtype=np.int64),
+            "kv_bytes": np.zeros(n, dtype=np.int64),
+            "kv_start_ps": _unset(n),
+            "kv_end_ps": _unset(n),
+        }
+        for name, column in columns.items():
+            object.__setattr__(self, name, column)
 
     def __len__(self) -> int:
         return self.size

@@ -16,20 +16,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
 
-import simpy
 from simpy.events import Event
 
 from rdu_sim.cluster.prefix_cache import PrefixCache
 from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.cluster.records import ClusterRecords
-from rdu_sim.des.timeline import Timeline
+from rdu_sim.des.timeline import Loop
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models import Architecture
 from rdu_sim.serving.buckets import reusable_prefix
 from rdu_sim.serving.load import Counters
+from rdu_sim.serving.prompt_facts import PromptFacts
 from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.server import PromptFacts, Server, ServerConfig
-from rdu_sim.serving.step_cache import StepCache, StepFn
+from rdu_sim.serving.server import Server, ServerConfig
+from rdu_sim.serving.step_cache import StepCache, StepTimes
 
 
 class ClusterSide(Protocol):
@@ -38,7 +38,7 @@ class ClusterSide(Protocol):
     share, and the KV hand-offs between pools."""
 
     @property
-    def env(self) -> Timeline | simpy.Environment:
+    def loop(self) -> Loop:
         """The serving loop every replica runs on."""
 
     @property
@@ -67,7 +67,7 @@ class PoolRuntime:
     replicas: int
     config: ServerConfig  # batch slots, context, scheduling policy and role
     policy: KVPolicy
-    step_fn: StepFn  # shape -> cost, memoised and shared by pools of equal workloads
+    step_times: StepTimes  # each shape's cost and time, shared by pools of equal workloads
     model: Architecture  # for a sequence's KV bytes (models.kv_bytes: windows included)
     kv_dtype_bytes: float
     prefix_blocks: int  # prefix cache capacity of one replica, in blocks (0: no cache)
@@ -75,8 +75,9 @@ class PoolRuntime:
 
     @cached_property
     def facts(self) -> PromptFacts:
-        """The policy's per-prompt answers, one memo for all the pool's replicas."""
-        return PromptFacts(self.policy)
+        """The answers about prompts, one memo for all the pool's replicas."""
+        config = self.config
+        return PromptFacts(self.policy, config.max_context, config.prefill_chunk_tokens)
 
 
 class Replica:
@@ -107,10 +108,10 @@ class Replica:
             if cluster.block_tokens and prefills
             else None
         )
-        self.cache = StepCache(runtime.step_fn)
+        self.cache = StepCache(runtime.step_times)
         self.records = records
         self.server = Server(
-            cluster.env,
+            cluster.loop,
             runtime.config,
             runtime.policy,
             self.cache,

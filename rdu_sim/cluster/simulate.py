@@ -1,7 +1,8 @@
 """Run a cluster: replicas' servers, the router and the KV link on des's serving loop
-(``des.timeline``: integer picoseconds, ``des.order``'s same-instant order). A mixed replica
-is a driver of the loop (its step ends and wakes, no event objects); a prefill or decode
-replica, the KV link and the hand-offs are SimPy processes and events on the same loop.
+(``des.timeline``: integer picoseconds, ``des.order``'s same-instant order). Every replica's
+server is a driver of the loop (``serving.driver``: its step ends and wakes, no event
+objects), fed by its router; the KV link's transfers and the hand-offs are SimPy events on
+the same loop.
 
 One process replays the arrivals; at each arrival instant the router picks a replica of the
 front pool (mixed, or prefill when disaggregated) from the replicas' state at that instant,
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import simpy
 from numpy.typing import NDArray
 from simpy.events import Event
 
@@ -36,7 +36,7 @@ from rdu_sim.cluster.routers import make_router
 from rdu_sim.cluster.traffic import ClusterRequests, ContextFit
 from rdu_sim.config.cluster import KVTransferConfig
 from rdu_sim.des.order import NORMAL
-from rdu_sim.des.timeline import Timeline
+from rdu_sim.des.timeline import Loop, Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
@@ -46,30 +46,56 @@ from rdu_sim.serving.records import ServingRecords
 Progress = Callable[[int, int], None]
 
 
+@dataclass(frozen=True)
+class CachingPool:
+    """A pool of a group whose replicas keep prefix caches: one of them (they answer alike
+    for a request) and the bitmask of its members in the group."""
+
+    first: Replica
+    members: int
+
+
+@dataclass(frozen=True)
+class Handing:
+    """A prefilled request on its way to a decode replica: the prefill replica holding its
+    KV cache, and the event that fires once the cache has left it."""
+
+    source: int
+    sent: Event
+
+
+@dataclass(frozen=True)
+class PromptBlocks:
+    """The last answer of :meth:`Cluster.shared_blocks`: a request's shareable block hashes
+    under a KV policy."""
+
+    request: int
+    policy: KVPolicy
+    blocks: Sequence[int]
+
+
 class ReplicaGroup:
     """The replicas one router chooses among (``routers.PoolState``): the front pools (mixed
     or prefill) or the decode pools."""
 
     def __init__(
         self,
-        env: Timeline | simpy.Environment,
+        loop: Loop,
         replicas: list[Replica],
         board: LoadBoard,
         prefixes: PrefixIndex,
     ) -> None:
         """``board`` and ``prefixes``: where the replicas' servers and prefix caches report
         (the replica at position ``i`` as member ``i``)."""
-        self.env = env
+        self.loop = loop
         self.replicas = replicas
         self.board = board
         self.prefixes = prefixes
-        # per pool with prefix caches: one of its replicas (they answer alike for a request)
-        # and the bitmask of its members
-        pools: dict[int, tuple[Replica, int]] = {}
+        pools: dict[int, CachingPool] = {}  # by the pool's runtime
         for member, replica in enumerate(replicas):
             if replica.prefix is not None:
-                first, members = pools.get(id(replica.runtime), (replica, 0))
-                pools[id(replica.runtime)] = (first, members | 1 << member)
+                pool = pools.get(id(replica.runtime), CachingPool(replica, 0))
+                pools[id(replica.runtime)] = CachingPool(pool.first, pool.members | 1 << member)
         self._caching_pools = list(pools.values())
 
     def __len__(self) -> int:
@@ -77,19 +103,20 @@ class ReplicaGroup:
 
     def outstanding_tokens(self) -> NDArray[np.int64]:
         """Every replica's outstanding tokens now (one vectorised rule, ``serving.load``)."""
-        return self.board.tokens(int(self.env.now))
+        return self.board.tokens(self.loop.now)
 
     def cached_tokens(self, request: int) -> NDArray[np.int64]:
         """Prompt tokens of ``request`` each replica's prefix cache would spare: its leading
         blocks cached there (``prefix_index``, one walk for the whole group), rounded down to
         what a prefill there can skip (``Replica.reusable_tokens``)."""
         tokens = np.zeros(len(self.replicas), dtype=np.int64)
-        for replica, members in self._caching_pools:
+        for pool in self._caching_pools:
+            replica = pool.first
             blocks = replica.shared_blocks(request)
             if not blocks:
                 continue
             spared: dict[int, int] = {}  # leading blocks cached -> tokens skipped
-            for member, found in self.prefixes.matches(blocks, members):
+            for member, found in self.prefixes.matches(blocks, pool.members):
                 skipped = spared.get(found)
                 if skipped is None:
                     skipped = spared[found] = replica.reusable_tokens(request, found)
@@ -102,7 +129,7 @@ class Cluster:
 
     def __init__(
         self,
-        env: Timeline | simpy.Environment,
+        loop: Loop,
         requests: ClusterRequests,
         pools: Sequence[PoolRuntime],
         router: str,
@@ -110,7 +137,7 @@ class Cluster:
         kv_transfer: KVTransferConfig | None,
         progress: Progress | None = None,
     ) -> None:
-        self.env = env
+        self.loop = loop
         self.requests = requests
         self.block_tokens = block_tokens or 0
         self.serving = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
@@ -127,22 +154,22 @@ class Cluster:
         self.link: KVLink | None = None
         if back:
             link = kv_transfer or KVTransferConfig()
-            self.link = KVLink(env, len(self.replicas), link.bandwidth, link.latency)
-        self._sending: dict[int, tuple[int, Event]] = {}
-        self._blocks_of: tuple[int, KVPolicy, Sequence[int]] | None = None
+            self.link = KVLink(loop, len(self.replicas), link.bandwidth, link.latency)
+        self._sending: dict[int, Handing] = {}  # by request
+        self._blocks_of: PromptBlocks | None = None
 
     def shared_blocks(self, request: int, policy: KVPolicy) -> Sequence[int]:
         """The block hashes of the request's whole prompt blocks a prefix cache may share
         under ``policy`` (``kv.sharing``); the router asks every replica about the same
         request in a row, so the last answer is kept."""
         last = self._blocks_of
-        if last is not None and last[0] == request and last[1] is policy:
-            return last[2]
+        if last is not None and last.request == request and last.policy is policy:
+            return last.blocks
         prompt = int(self.serving.prompt_tokens[request])
         blocks: Sequence[int] = ()
         if shares_prefix(policy, prompt):
             blocks = self.requests.hashes(request)[: prompt // self.block_tokens]
-        self._blocks_of = (request, policy, blocks)
+        self._blocks_of = PromptBlocks(request, policy, blocks)
         return blocks
 
     def _group(self, pools: Sequence[PoolRuntime], progress: Progress | None) -> ReplicaGroup:
@@ -164,7 +191,7 @@ class Cluster:
                 )
                 self.replicas.append(replica)
                 members.append(replica)
-        return ReplicaGroup(self.env, members, board, prefixes)
+        return ReplicaGroup(self.loop, members, board, prefixes)
 
     def _completed(self, _done: int, _total: int) -> None:
         self.completed += 1
@@ -186,26 +213,27 @@ class Cluster:
         replica = self.back.replicas[self.back_router.choose(request, self.back)]
         self.records.decode_replica[request] = replica.index
         replica.taken += 1
-        sent = self.env.event()
-        self._sending[request] = (source, sent)
+        sent = self.loop.event()
+        self._sending[request] = Handing(source, sent)
         replica.server.enqueue(request)
         return sent
 
     def transfer_kv(self, request: int, target: int) -> Event:
         """A decode slot is reserved for ``request``: move its KV cache to ``target``."""
         assert self.link is not None
-        source, sent = self._sending.pop(request)
+        handing = self._sending.pop(request)
+        source, sent = handing.source, handing.sent
         runtime = self.replicas[source].runtime
         prompt = int(self.serving.prompt_tokens[request])
         cached = runtime.policy.cache_after_prefill(prompt)  # compressed under SnapStream
         nbytes = kv_bytes(runtime.model, cached, runtime.kv_dtype_bytes)
         records = self.records
         records.kv_bytes[request] = nbytes
-        records.kv_start_ps[request] = int(self.env.now)
+        records.kv_start_ps[request] = self.loop.now
         arrived = self.link.transfer(source, target, nbytes)
 
         def done(_event: Event) -> None:
-            records.kv_end_ps[request] = int(self.env.now)
+            records.kv_end_ps[request] = self.loop.now
             sent.succeed()
 
         arrived.callbacks.append(done)
@@ -213,23 +241,13 @@ class Cluster:
 
 
 def _arrivals(
-    timeline: Timeline, arrival_ps: list[int], arrive: Callable[[int], None]
+    loop: Loop, arrival_ps: list[int], arrive: Callable[[int], None]
 ) -> Generator[int, None, None]:
     """Call ``arrive(i)`` at ``arrival_ps[i]`` (sorted): a driver of the loop, resumed at
     NORMAL priority at each arrival instant (as SimPy's timeouts would resume a process)."""
     for request, at in enumerate(arrival_ps):
-        if at > timeline.now:
+        if at > loop.now:
             yield at
-        arrive(request)
-
-
-def _simpy_arrivals(
-    env: simpy.Environment, arrival_ps: list[int], arrive: Callable[[int], None]
-) -> Generator[Event, Any, None]:
-    """:func:`_arrivals` as a SimPy process (the oracle's)."""
-    for request, at in enumerate(arrival_ps):
-        if at > env.now:
-            yield env.timeout(at - env.now)
         arrive(request)
 
 
@@ -258,24 +276,17 @@ def simulate_cluster(
     kv_transfer: KVTransferConfig | None = None,
     progress: Progress | None = None,
     *,
-    oracle: bool = False,
+    loop: Loop | None = None,
 ) -> ClusterRun:
     """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
-    ``oracle``: run every server as a SimPy process in ``simpy.Environment`` instead (the
-    same results: tests/test_cluster_loop.py compares the two)."""
+    ``loop``: the serving loop to run on (default a fresh ``Timeline``; the tests pass an
+    adapter onto ``simpy.Environment``, the oracle: tests/test_cluster_loop.py)."""
     requests = fit.requests
     arrival_ps = arrivals_ps(requests.arrival_s, "traffic").tolist()
-    if not oracle:
-        timeline = Timeline()
-        cluster = Cluster(timeline, requests, pools, router, block_tokens, kv_transfer, progress)
-        timeline.start(_arrivals(timeline, arrival_ps, _arrive(cluster, fit.rejected)), NORMAL)
-        end = timeline.run()
-    else:
-        env = simpy.Environment()
-        cluster = Cluster(env, requests, pools, router, block_tokens, kv_transfer, progress)
-        env.process(_simpy_arrivals(env, arrival_ps, _arrive(cluster, fit.rejected)))
-        env.run()
-        end = int(env.now)
+    loop = Timeline() if loop is None else loop
+    cluster = Cluster(loop, requests, pools, router, block_tokens, kv_transfer, progress)
+    loop.start(_arrivals(loop, arrival_ps, _arrive(cluster, fit.rejected)), NORMAL)
+    end = loop.run()
     _check(cluster, fit)
     return ClusterRun(cluster, fit, end)
 
@@ -288,7 +299,7 @@ def _arrive(cluster: Cluster, rejected: NDArray[Any]) -> Callable[[int], None]:
 
     def arrive(request: int) -> None:
         if refused[request]:
-            arrivals[request] = cluster.env.now
+            arrivals[request] = cluster.loop.now
         else:
             cluster.dispatch(request)
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rdu_sim.config.base import StrictModel
-from rdu_sim.config.hardware import _MIN_RATE
+from rdu_sim.config.limits import MIN_RATE
 from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds
 from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand
 
@@ -219,7 +219,7 @@ class KVTransferConfig(StrictModel):
 
     bandwidth: BytesPerSecond = Field(
         default=50e9,
-        ge=_MIN_RATE,  # the floor of every hardware rate: a finite time
+        ge=MIN_RATE,  # the floor of every hardware rate: a finite time
         le=1e15,
         description="bytes/s of one replica's port, each direction",
     )

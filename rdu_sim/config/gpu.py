@@ -11,10 +11,10 @@ from typing import Literal, Self
 from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
-from rdu_sim.config.hardware import _MIN_RATE, HardwareBase, MemoryTierConfig, _rate_floor
+from rdu_sim.config.hardware import HardwareBase, MemoryTierConfig
+from rdu_sim.config.limits import MAX_KERNEL_SECONDS, MIN_RATE, rate_floor
 from rdu_sim.config.units import FlopsPerSecond, Seconds
 
-_MAX_SECONDS = 3600.0
 _MAX_FLOPS = 1e18
 
 
@@ -29,16 +29,16 @@ class GpuKernelOverheadsConfig(StrictModel):
     """
 
     launch: Seconds = Field(
-        ge=0, le=_MAX_SECONDS, description="host CPU time to launch one kernel on a stream"
+        ge=0, le=MAX_KERNEL_SECONDS, description="host CPU time to launch one kernel on a stream"
     )
     sync: Seconds = Field(
         ge=0,
-        le=_MAX_SECONDS,
+        le=MAX_KERNEL_SECONDS,
         description="device time at each kernel boundary: the device-wide completion of one "
         "kernel and the start of the next",
     )
     graph_launch: Seconds = Field(
-        ge=0, le=_MAX_SECONDS, description="host CPU time to launch one CUDA graph (a step)"
+        ge=0, le=MAX_KERNEL_SECONDS, description="host CPU time to launch one CUDA graph (a step)"
     )
 
 
@@ -46,16 +46,16 @@ class GpuConfig(StrictModel):
     """One GPU: tensor-core and vector rates, the GEMM tile shape, HBM and kernel overheads."""
 
     bf16_flops: FlopsPerSecond = Field(
-        ge=_MIN_RATE, le=_MAX_FLOPS, description="dense BF16/FP16 tensor-core FLOP/s of one GPU"
+        ge=MIN_RATE, le=_MAX_FLOPS, description="dense BF16/FP16 tensor-core FLOP/s of one GPU"
     )
     fp8_flops: FlopsPerSecond = Field(
-        ge=_MIN_RATE,
+        ge=MIN_RATE,
         le=_MAX_FLOPS,
         description="dense FP8 tensor-core FLOP/s (GEMMs whose weights, or attention whose KV "
         "cache, are stored in fp8)",
     )
     vector_flops: FlopsPerSecond = Field(
-        ge=_MIN_RATE,
+        ge=MIN_RATE,
         le=_MAX_FLOPS,
         description="non-tensor FP32 FLOP/s (norms, softmax, activations)",
     )
@@ -82,7 +82,7 @@ class GpuConfig(StrictModel):
         """The tensor-core rates after the GEMM efficiency obey SN40L's floor (one FLOP/s):
         a denormal rate would make a step's time infinite or NaN."""
         for name in ("bf16_flops", "fp8_flops"):
-            _rate_floor(getattr(self, name), self.max_gemm_efficiency, f"{name} x efficiency")
+            rate_floor(getattr(self, name), self.max_gemm_efficiency, f"{name} x efficiency")
         return self
 
 

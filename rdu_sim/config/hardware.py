@@ -12,35 +12,22 @@ from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.economics import CostConfig, PowerConfig
+from rdu_sim.config.limits import (
+    MAX_BANDWIDTH,
+    MAX_BYTES,
+    MAX_KERNEL_SECONDS,
+    MIN_RATE,
+    rate_floor,
+)
 from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds
 from rdu_sim.config.wiring import Policy, Topology
-
-# Limits that catch typos (a missing unit prefix, a sign) without forbidding exotic designs.
-_MAX_BYTES = 2**60
-_MAX_BANDWIDTH = 1e18
-_MAX_SECONDS = 3600.0
-# The lower bound of every rate (B/s, FLOP/s), also after its efficiency: one unit per
-# second. It follows from the internal units: durations are float seconds, work / rate; at
-# >= 1 per second the longest (2^60 bytes) is 1.2e18 s, finite, where a denormal rate such
-# as 5e-324 gives an infinite or NaN time. Whether a slow machine's steps fit the serving
-# clock (int64 picoseconds, 106 days) depends on the workload: rdu_sim/serving/clock.py.
-_MIN_RATE = 1.0
-
-
-def _rate_floor(rate: float, fraction: float, what: str) -> None:
-    """Refuse a rate whose effective value (rate x fraction) is below ``_MIN_RATE``."""
-    if rate * fraction < _MIN_RATE:
-        raise ValueError(
-            f"{what} is {rate * fraction:.3g} per second, below the least rate of "
-            f"{_MIN_RATE:g} per second"
-        )
 
 
 class MemoryTierConfig(StrictModel):
     """An off-chip memory tier (HBM or DDR) of one socket."""
 
-    capacity: Bytes = Field(gt=0, le=_MAX_BYTES, description="bytes per socket")
-    bandwidth: BytesPerSecond = Field(ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="peak bytes/s")
+    capacity: Bytes = Field(gt=0, le=MAX_BYTES, description="bytes per socket")
+    bandwidth: BytesPerSecond = Field(ge=MIN_RATE, le=MAX_BANDWIDTH, description="peak bytes/s")
     latency: Seconds = Field(ge=0, le=1.0, description="first-byte latency of one request")
     efficiency: float = Field(
         gt=0, le=1, description="achievable fraction of peak bandwidth for streaming reads"
@@ -48,7 +35,7 @@ class MemoryTierConfig(StrictModel):
 
     @model_validator(mode="after")
     def _effective_rate(self) -> Self:
-        _rate_floor(self.bandwidth, self.efficiency, "bandwidth x efficiency")
+        rate_floor(self.bandwidth, self.efficiency, "bandwidth x efficiency")
         return self
 
 
@@ -57,10 +44,10 @@ class PCUConfig(StrictModel):
 
     count: int = Field(ge=1, le=1_000_000, description="PCUs per socket")
     peak_flops: FlopsPerSecond = Field(
-        ge=_MIN_RATE, le=1e16, description="peak BF16 FLOP/s of one PCU"
+        ge=MIN_RATE, le=1e16, description="peak BF16 FLOP/s of one PCU"
     )
     vector_flops: FlopsPerSecond = Field(
-        ge=_MIN_RATE, le=1e16, description="elementwise FLOP/s of one PCU in SIMD-pipeline mode"
+        ge=MIN_RATE, le=1e16, description="elementwise FLOP/s of one PCU in SIMD-pipeline mode"
     )
     systolic_rows: int = Field(ge=1, le=4096, description="output-stationary array rows")
     systolic_cols: int = Field(ge=1, le=4096, description="output-stationary array columns")
@@ -70,7 +57,7 @@ class PCUConfig(StrictModel):
 
     @model_validator(mode="after")
     def _effective_rate(self) -> Self:
-        _rate_floor(self.peak_flops, self.max_gemm_efficiency, "peak_flops x max_gemm_efficiency")
+        rate_floor(self.peak_flops, self.max_gemm_efficiency, "peak_flops x max_gemm_efficiency")
         return self
 
 
@@ -80,20 +67,26 @@ class PMUConfig(StrictModel):
     count: int = Field(ge=1, le=1_000_000, description="PMUs per socket")
     sram: Bytes = Field(gt=0, le=2**40, description="SRAM bytes of one PMU")
     bandwidth: BytesPerSecond = Field(
-        ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="bytes/s of one PMU"
+        ge=MIN_RATE, le=MAX_BANDWIDTH, description="bytes/s of one PMU"
     )
 
 
 class KernelOverheadsConfig(StrictModel):
     """What a kernel call costs besides its work: AGCU program and argument loads, the sync."""
 
-    program_load: Seconds = Field(ge=0, le=_MAX_SECONDS, description="load a kernel's program")
-    argument_load: Seconds = Field(ge=0, le=_MAX_SECONDS, description="load a call's arguments")
-    sync: Seconds = Field(ge=0, le=_MAX_SECONDS, description="host/AGCU sync at a kernel boundary")
+    program_load: Seconds = Field(
+        ge=0, le=MAX_KERNEL_SECONDS, description="load a kernel's program"
+    )
+    argument_load: Seconds = Field(
+        ge=0, le=MAX_KERNEL_SECONDS, description="load a call's arguments"
+    )
+    sync: Seconds = Field(
+        ge=0, le=MAX_KERNEL_SECONDS, description="host/AGCU sync at a kernel boundary"
+    )
     layer_loop: Seconds = Field(
         default=0.0,
         ge=0,
-        le=_MAX_SECONDS,
+        le=MAX_KERNEL_SECONDS,
         description="per-iteration cost of a looped kernel's outer loop (no host sync)",
     )
 
@@ -111,7 +104,7 @@ class SocketConfig(StrictModel):
     # Read by no model yet: the DDR-to-HBM copy engine of the memory-tier work (issue 18)
     # will; tests/test_hardware_parameters.py lists it as the one known exception.
     ddr_to_hbm_bandwidth: BytesPerSecond = Field(
-        ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="DDR-to-HBM copy rate of one socket"
+        ge=MIN_RATE, le=MAX_BANDWIDTH, description="DDR-to-HBM copy rate of one socket"
     )
     kernel: KernelOverheadsConfig
 
@@ -142,7 +135,7 @@ class LinkConfig(StrictModel):
     """A socket-to-socket peer-to-peer link, one direction."""
 
     bandwidth: BytesPerSecond = Field(
-        ge=_MIN_RATE, le=_MAX_BANDWIDTH, description="bytes/s per direction"
+        ge=MIN_RATE, le=MAX_BANDWIDTH, description="bytes/s per direction"
     )
     latency: Seconds = Field(ge=0, le=1.0, description="one hop, first byte")
 

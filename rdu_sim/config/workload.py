@@ -199,9 +199,13 @@ class ServingConfig(StrictModel):
     seed: int = Field(
         default=0, ge=0, le=2**63 - 1, description="seed of the request lengths and arrivals"
     )
-    prefill_priority: Literal["prefill_first", "decode_first"] = Field(
+    prefill_priority: str = Field(
         default="prefill_first",
-        description="when a slot frees and a request waits, prefill it before the next decode",
+        min_length=1,
+        max_length=100,
+        description="the batching policy by registered name (rdu_sim.serving.batching: "
+        "'prefill_first' prefills waiting requests before the next decode step, "
+        "'decode_first' one prefill step at most between decode steps)",
     )
     prefill_chunk_tokens: int | None = Field(
         default=None,

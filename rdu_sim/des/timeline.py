@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from heapq import heappop, heappush
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import simpy
 
@@ -41,6 +41,40 @@ IDLE: Final[object] = object()
 
 Driver = Generator[Any, None, None]
 """A generator yielding its next resumption's time (an int, ps) or :data:`IDLE`."""
+
+
+class Loop(Protocol):
+    """The serving loop as its users see it: the :class:`Timeline`, or an adapter that runs
+    drivers on another loop (the tests run them in ``simpy.Environment``, the oracle)."""
+
+    @property
+    def now(self) -> int:
+        """Now, in integer picoseconds."""
+        ...
+
+    def start(self, driver: Driver, priority: int, endless: bool = False) -> int:
+        """Run ``driver`` from now; its number for :meth:`wake` and :meth:`move`."""
+        ...
+
+    def wake(self, who: int) -> None:
+        """Resume driver ``who``, idle (or waiting for a time it no longer waits for), now."""
+        ...
+
+    def move(self, who: int, at: int) -> None:
+        """Driver ``who`` resumes at ``at`` instead."""
+        ...
+
+    def event(self) -> simpy.Event:
+        """A pending SimPy event."""
+        ...
+
+    def timeout(self, delay: int, value: Any = None) -> simpy.Timeout:
+        """A SimPy event ``delay`` ps from now."""
+        ...
+
+    def run(self) -> int:
+        """Process everything; the time of the last entry."""
+        ...
 
 
 class Timeline:

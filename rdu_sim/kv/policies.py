@@ -18,8 +18,9 @@ Conventions shared by every policy (documented in docs/kv.md):
 * ``cache_at`` is the number of *valid* tokens; the decode graph runs over
   ``decode_bucket(...)`` tokens (static shape), masking the invalid tail.
 
-Policies are built with :func:`make_policy` from a validated :class:`KVConfig`; new ones
-register with :func:`register_policy`.
+Policies are built with :func:`make_policy` from a validated :class:`KVConfig` (each class's
+``from_config``): every parameter's default is the config model's, so the constructors
+take them all, with no defaults of their own. New ones register with :func:`register_policy`.
 """
 
 from __future__ import annotations
@@ -334,9 +335,7 @@ class FullPolicy(PolicyBase):
 
     grows = True
 
-    def __init__(
-        self, max_context: int, *, bucket_spec: list[int] | str = "pow2", min_bucket: int = 1024
-    ) -> None:
+    def __init__(self, max_context: int, *, bucket_spec: list[int] | str, min_bucket: int) -> None:
         super().__init__(max_context)
         self.bucket_spec = bucket_spec
         self.min_bucket = min_bucket
@@ -447,12 +446,12 @@ class SnapStreamPolicy(_FixedSlotPolicy):
         self,
         max_context: int,
         *,
-        budget: int = DEFAULT_BUDGET,
-        sinks: int = 4,
-        recent: int = 2048,
-        observation_window: int = 32,
-        kernel_size: int = 7,
-        pooling: str = "max",
+        budget: int,
+        sinks: int,
+        recent: int,
+        observation_window: int,
+        kernel_size: int,
+        pooling: str,
     ) -> None:
         if observation_window > recent:
             raise PolicyError(
@@ -536,7 +535,7 @@ class StreamingLLMPolicy(_FixedSlotPolicy):
 
     budget_determines = ("recent",)
 
-    def __init__(self, max_context: int, *, sinks: int = 4, recent: int = 2048) -> None:
+    def __init__(self, max_context: int, *, sinks: int, recent: int) -> None:
         super().__init__(max_context, sinks=sinks, topk=0, recent=recent)
 
     @classmethod
@@ -578,12 +577,12 @@ class SnapKVPolicy(PolicyBase):
         self,
         max_context: int,
         *,
-        budget: int = DEFAULT_BUDGET,
-        observation_window: int = 32,
-        kernel_size: int = 7,
-        pooling: str = "max",
-        bucket_spec: list[int] | str = "pow2",
-        min_bucket: int = 1024,
+        budget: int,
+        observation_window: int,
+        kernel_size: int,
+        pooling: str,
+        bucket_spec: list[int] | str,
+        min_bucket: int,
     ) -> None:
         super().__init__(max_context)
         if budget <= observation_window:

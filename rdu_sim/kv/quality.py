@@ -36,19 +36,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from rdu_sim.kv.reference import (
-    FullCache,
-    KVCache,
-    Pooling,
-    SnapStreamCache,
-    StreamingLLMCache,
-)
+from rdu_sim.config.workload import KVConfig
+from rdu_sim.kv.reference import FullCache, KVCache, SnapStreamCache, StreamingLLMCache
 
 __all__ = ["POLICIES", "QualityRow", "format_table", "quality_curve"]
 
 POLICIES = ("snapstream", "streamingllm", "full")
 """Policy names in the rows, in table order (``full`` ignores the budget: it is the baseline,
 reported at every budget as a sanity check that its error is 0)."""
+
+DEMO_KV = KVConfig(observation_window=16)
+"""The demo's SnapStream settings: the workload defaults (sinks, pooling and its kernel),
+with a 16-query observation window, sized for its 1,024-token prompts (SnapKV's 32 is sized
+for LongBench's thousands of tokens)."""
 
 QualityRow = dict[str, Any]
 """One result row: ``policy`` (str), ``budget`` (int), ``relative_error`` and
@@ -81,11 +81,8 @@ def quality_curve(
     head_dim: int = 32,
     n_needles: int = 8,
     decode_steps: int = 8,
-    sinks: int = 4,
-    window: int = 16,
+    kv: KVConfig = DEMO_KV,
     ring: int | None = None,
-    kernel_size: int = 7,
-    pooling: Pooling = "max",
     needle_logit: float = 6.0,
     sink_logit: float = 4.0,
 ) -> list[QualityRow]:
@@ -101,8 +98,9 @@ def quality_curve(
             gqa_group``).
         n_needles: number of planted needle tokens (same positions for every KV head).
         decode_steps: decode steps measured; each appends a fresh background token.
-        sinks, window, ring, kernel_size, pooling: SnapStream parameters (``ring`` defaults to
-            ``window``); StreamingLLM uses the same ``sinks``.
+        kv: SnapStream's parameters (``sinks``, ``observation_window``, ``kernel_size``,
+            ``pooling``: a workload's ``kv``); StreamingLLM uses the same ``sinks``.
+        ring: SnapStream's ring (default: the observation window).
         needle_logit, sink_logit: how far above the background a needle's / sink's attention
             logit sits (about ``e**needle_logit`` times a background token's weight).
 
@@ -112,6 +110,7 @@ def quality_curve(
         steps and query heads) and ``needle_recall`` (fraction of (KV head, needle) pairs held
         in the cache after the last decode step).
     """
+    sinks, window = kv.sinks, kv.observation_window
     ring_size = window if ring is None else ring
     budget_list = (
         list(budgets) if budgets is not None else _default_budgets(prompt_len, decode_steps)
@@ -160,9 +159,7 @@ def quality_curve(
                 sinks=sinks,
                 topk=budget - sinks - ring_size,
                 ring=ring_size,
-                window=window,
-                kernel_size=kernel_size,
-                pooling=pooling,
+                kv=kv,
             ),
             "streamingllm": StreamingLLMCache(n_kv_heads, d, sinks=sinks, ring=budget - sinks),
             "full": FullCache(n_kv_heads, d),

@@ -35,6 +35,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.config.workload import KVConfig
+
 __all__ = [
     "FloatArray",
     "FullCache",
@@ -152,27 +154,24 @@ def observation_scores(q: FloatArray, k: FloatArray, *, window: int) -> NDArray[
 
 
 def snapkv_scores(
-    q: FloatArray,
-    k: FloatArray,
-    *,
-    window: int = 32,
-    kernel_size: int = 7,
-    pooling: Pooling = "max",
-    gqa: GQAMode = "group_mean",
+    q: FloatArray, k: FloatArray, *, kv: KVConfig, gqa: GQAMode = "group_mean"
 ) -> NDArray[np.float32]:
-    """Pooled SnapKV scores of the candidates (tokens before the observation window).
+    """Pooled SnapKV scores of the candidates (tokens before the observation window of
+    ``kv.observation_window`` queries).
 
     The raw scores of :func:`observation_scores` are pooled per query head with
-    :func:`pool1d`; with ``gqa="group_mean"`` the pooled scores are then averaged over the
-    query heads of each GQA group (NVIDIA kvpress's choice: pool per query head, then mean per
-    group), giving one score row per KV head; with ``gqa="repeat"`` (the original SnapKV code,
-    which repeats K/V to the query heads) one row per query head is returned.
+    :func:`pool1d` (``kv.kernel_size``, ``kv.pooling``); with ``gqa="group_mean"`` the pooled
+    scores are then averaged over the query heads of each GQA group (NVIDIA kvpress's choice:
+    pool per query head, then mean per group), giving one score row per KV head; with
+    ``gqa="repeat"`` (the original SnapKV code, which repeats K/V to the query heads) one row
+    per query head is returned.
 
     Returns ``(n_kv_heads, T - window)`` for ``group_mean``, ``(n_q_heads, T - window)`` for
     ``repeat``.
     """
     n_q, n_kv, _, _ = _check_qk(q, k)
-    pooled = pool1d(observation_scores(q, k, window=window), kernel_size, pooling)
+    raw = observation_scores(q, k, window=kv.observation_window)
+    pooled = pool1d(raw, kv.kernel_size, kv.pooling)
     if gqa == "repeat":
         return pooled
     if gqa != "group_mean":
@@ -202,9 +201,7 @@ def snapkv_select(
     k: FloatArray,
     *,
     budget: int,
-    window: int = 32,
-    kernel_size: int = 7,
-    pooling: Pooling = "max",
+    kv: KVConfig,
     gqa: GQAMode = "group_mean",
 ) -> IntArray:
     """Token indices SnapKV keeps from a prompt, per KV head, sorted ascending.
@@ -222,13 +219,14 @@ def snapkv_select(
     code, which repeats K/V to the query heads and selects per query head; the result is then
     ``(n_q_heads, budget)`` and the cache would hold ``group`` copies of each KV head.
 
-    Defaults (``window=32``, ``kernel_size=7``, ``pooling="max"``) are SnapKV's LongBench
-    configuration; its reference class defaults to ``kernel_size=5`` with average pooling.
+    ``kv`` gives the window, the pooling and its kernel (``observation_window``,
+    ``pooling``, ``kernel_size``: the workload's ``kv``; their defaults are the config
+    model's, SnapKV's LongBench configuration).
     """
     n_q, n_kv, t, _ = _check_qk(q, k)
     if gqa not in ("group_mean", "repeat"):
         raise ValueError(f"gqa must be 'group_mean' or 'repeat', got {gqa!r}")
-    pool1d(np.zeros(1, dtype=np.float32), kernel_size, pooling)  # validate the options early
+    window = kv.observation_window
     rows = n_kv if gqa == "group_mean" else n_q
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
@@ -236,7 +234,7 @@ def snapkv_select(
         return np.tile(np.arange(t, dtype=np.int64), (rows, 1))
     if not 1 <= window <= budget:
         raise ValueError(f"window must be in [1, budget={budget}], got {window}")
-    scores = snapkv_scores(q, k, window=window, kernel_size=kernel_size, pooling=pooling, gqa=gqa)
+    scores = snapkv_scores(q, k, kv=kv, gqa=gqa)
     selected = topk_indices(scores, budget - window)
     recent = np.tile(np.arange(t - window, t, dtype=np.int64), (rows, 1))
     return np.concatenate([selected, recent], axis=1)
@@ -514,22 +512,18 @@ class SnapStreamCache(_StaticRingCache):
         n_kv_heads: int,
         head_dim: int,
         *,
-        sinks: int = 4,
-        topk: int = 1024,
-        ring: int = 64,
-        window: int = 32,
-        kernel_size: int = 7,
-        pooling: Pooling = "max",
+        sinks: int,
+        topk: int,
+        ring: int,
+        kv: KVConfig,
     ):
         super().__init__(n_kv_heads, head_dim, sinks=sinks, topk=topk, ring=ring)
+        window = kv.observation_window
         if not 1 <= window <= ring:
             raise ValueError(
                 f"window ({window}) must be in [1, ring={ring}]: the window lives in the ring"
             )
-        pool1d(np.zeros(1, dtype=np.float32), kernel_size, pooling)  # validate early
-        self.window = window
-        self.kernel_size = kernel_size
-        self.pooling: Pooling = pooling
+        self.kv = kv
 
     def select(self, q: FloatArray, k: FloatArray) -> IntArray:
         """Positions SnapKV picks for the top-K slots of a prompt longer than ``capacity``.
@@ -541,14 +535,7 @@ class SnapStreamCache(_StaticRingCache):
             raise ValueError(f"k has {n_kv} KV heads, cache has {self.n_kv_heads}")
         if t <= self.capacity:
             raise ValueError(f"no selection: prompt length {t} <= capacity {self.capacity}")
-        scores = snapkv_scores(
-            q,
-            k,
-            window=self.window,
-            kernel_size=self.kernel_size,
-            pooling=self.pooling,
-            gqa="group_mean",
-        )
+        scores = snapkv_scores(q, k, kv=self.kv, gqa="group_mean")
         middle = scores[:, self.sinks : t - self.ring]
         return topk_indices(middle, self.topk) + self.sinks
 
@@ -569,25 +556,14 @@ class SnapStreamCache(_StaticRingCache):
         k: FloatArray,
         v: FloatArray,
         *,
-        sinks: int = 4,
-        topk: int = 1024,
-        ring: int = 64,
-        window: int = 32,
-        kernel_size: int = 7,
-        pooling: Pooling = "max",
+        sinks: int,
+        topk: int,
+        ring: int,
+        kv: KVConfig,
     ) -> SnapStreamCache:
         """Build a cache sized for ``k`` and prefill it with the prompt ``(q, k, v)``."""
         _, n_kv, _, d = _check_qk(q, k)
-        cache = cls(
-            n_kv,
-            d,
-            sinks=sinks,
-            topk=topk,
-            ring=ring,
-            window=window,
-            kernel_size=kernel_size,
-            pooling=pooling,
-        )
+        cache = cls(n_kv, d, sinks=sinks, topk=topk, ring=ring, kv=kv)
         cache.prefill(k, v, q=q)
         return cache
 
@@ -603,7 +579,7 @@ class StreamingLLMCache(_StaticRingCache):
     RoPE; this reference applies no RoPE, so the difference is bookkeeping only.
     """
 
-    def __init__(self, n_kv_heads: int, head_dim: int, *, sinks: int = 4, ring: int = 2000):
+    def __init__(self, n_kv_heads: int, head_dim: int, *, sinks: int, ring: int):
         super().__init__(n_kv_heads, head_dim, sinks=sinks, topk=0, ring=ring)
 
     def prefill(self, k: FloatArray, v: FloatArray, *, q: FloatArray | None = None) -> None:

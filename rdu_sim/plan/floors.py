@@ -122,7 +122,10 @@ def request_floors(result: ClusterResult) -> Floors:
             step = decodes.get(bucket)
             if step is None:
                 shape = StepShape("decode", back.config.batch_slots, 1, bucket)
-                step = decodes[bucket] = (_seconds(back.step_fn(shape).step_s, shape), shape)
+                step = decodes[bucket] = (
+                    _seconds(back.step_times.cost(shape).step_s, shape),
+                    shape,
+                )
             tpot[request], decode_shapes[request] = step
     return Floors(ttft, tpot, prefill_shapes, decode_shapes, serving.prompt_tokens.copy())
 
@@ -136,14 +139,14 @@ def _prefill(runtime: PoolRuntime, prompt: int, cached: int) -> tuple[float, Ste
     """A prompt's prefill alone past ``cached`` tokens (the scheduler's steps): its time
     and its longest step."""
     config = runtime.config
-    compresses = runtime.facts.compresses(prompt)
+    compresses = runtime.facts.of(prompt).compresses
     total_ps, longest, longest_s = 0, None, -1.0
     done = cached
     while done < prompt:
         shape, done = prefill_step(
             prompt, done, config.max_context, config.prefill_chunk_tokens, compresses
         )
-        seconds = runtime.step_fn(shape).step_s
+        seconds = runtime.step_times.cost(shape).step_s
         total_ps += step_ps(seconds, "a prefill step")
         if seconds > longest_s:
             longest, longest_s = shape, seconds
@@ -156,7 +159,7 @@ def bound_of(result: ClusterResult, shape: StepShape | None) -> StepBound | None
     if shape is None:
         return None
     pool = _front(result) if shape.phase == "prefill" else _back(result)
-    detail = pool.runtime.step_fn(shape).detail
+    detail = pool.runtime.step_times.cost(shape).detail
     if not isinstance(detail, StepTiming):
         return None
     return step_bound(detail, pool.pool.scenario.hardware)

@@ -4,14 +4,16 @@ once) and closed loop.
 A server that serves its own requests (``serving.simulate``; not a cluster replica, whose
 requests a router hands over) knows when each arrives: at a precomputed time (open loop), or
 at the completion of a request (closed loop: ``concurrency`` users; each submits a request,
-waits for it to complete, and submits the next one at once, no think time). It pulls them
-itself (``Server._alone``), so an arrival costs no simulation event. Request ids are handed
-out in submission order, so request ``i`` is the ``i``-th submitted, whatever the user.
+waits for it to complete, and submits the next one at once, no think time). Its driver pulls
+them (``serving.driver.KnownArrivals``, :meth:`Arrivals.land`), so an arrival costs no
+simulation event. Request ids are handed out in submission order, so request ``i`` is the
+``i``-th submitted, whatever the user.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,6 +38,15 @@ class Arrivals:
         """A request completed at ``now``. A request it brings comes after every one already
         known, so ``next_time`` changes only if it was ``NEVER`` (the server relies on it)."""
         raise NotImplementedError
+
+    def land(self, until: int, arrived: Callable[[int, int], None]) -> int:
+        """Every request due by ``until`` arrives, in order: ``arrived(request, at)`` at its
+        own time. The time of the next one after (``NEVER``: none known)."""
+        at = self.next_time()
+        while at <= until:
+            arrived(self.take(), at)
+            at = self.next_time()
+        return at
 
 
 class OpenLoop(Arrivals):

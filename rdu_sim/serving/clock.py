@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:  # numpy is loaded by the arrivals' cast only: a step runs without it
     import numpy as np
     from numpy.typing import NDArray
 
-PS_PER_S = 10**12
-MAX_PS = 2**63 - 1
+PS_PER_S: Final = 10**12
+MAX_PS: Final = 2**63 - 1
 MAX_SECONDS = MAX_PS / PS_PER_S
 MAX_ARRIVAL_S = 2**62 / PS_PER_S
 

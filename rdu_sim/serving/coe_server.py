@@ -31,38 +31,41 @@ ahead and not yet used). While a copy is in flight each step also puts its own H
 reads on the channels the copy uses, and ends when both its time and its reads are done, so
 the copy and the steps slow each other (decode then runs a step at a time).
 
-The server is a SimPy process on the serving loop (``des.timeline.Timeline``, integer
-picoseconds, the clock's whole range: ``serving.clock``), waiting on its step ends (``LATE``,
-as every server's), on copies landing and on steps' reads (``serving.coe_tiers``: a driver
-of the same loop). Arrivals are known in advance (``serving.arrivals``) and land at step
-boundaries without events. A CoE run is bounded, as any serving run, by ``serving.max_work``.
+The node is a driver of the serving loop (``des.timeline.Timeline``, integer picoseconds,
+the clock's whole range: ``serving.clock``), resumed at its step ends (``LATE``, as every
+server's), when a copy it waits for lands and when a step's reads end (``serving.coe_tiers``:
+a driver of the same loop, which calls back); each turn is the scheduler's one driver
+(``serving.driver``) fed by :class:`Turn`. Arrivals are known in advance (``serving.arrivals``)
+and land at step boundaries without events. A CoE run is bounded, as any serving run, by
+``serving.max_work``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter
-from typing import Any
 
 import numpy as np
 import simpy
 from numpy.typing import NDArray
 
 from rdu_sim.des.order import LATE
-from rdu_sim.des.simpy_events import scheduled
-from rdu_sim.des.timeline import Timeline
+from rdu_sim.des.timeline import IDLE, Timeline
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.arrivals import NEVER, Arrivals
+from rdu_sim.serving.batching import make_batching
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import advance
 from rdu_sim.serving.coe_tiers import SocketTiers, Tiers
+from rdu_sim.serving.decode_rounds import DecodeRounds
+from rdu_sim.serving.drafting import Drafting
+from rdu_sim.serving.driver import STOP, ArrivalSource, Driver, Waits
 from rdu_sim.serving.expert_region import ExpertRegion
+from rdu_sim.serving.handoff import KeepHere
 from rdu_sim.serving.records import SeriesLog, ServingRecords
-from rdu_sim.serving.scheduler import Progress, Scheduler, ServerConfig
+from rdu_sim.serving.scheduler import Policies, Progress, Scheduler, ServerConfig
 from rdu_sim.serving.step_cache import StepCache, StepFn
 from rdu_sim.shapes import StepShape
 
@@ -92,6 +95,51 @@ class TurnCounts:
     longest_turn_ps: int = 0
 
 
+class Turn(ArrivalSource):
+    """What feeds the scheduler during an expert's turn (``serving.driver``'s source): at
+    each boundary the holding expert's waiting requests are let in, the router's prefill
+    steps run among the scheduler's prefill work, a decode run ends where the next request
+    arrives (the router takes it at the boundary), and the turn ends when the scheduler is
+    idle."""
+
+    def __init__(self, server: CoEServer) -> None:
+        super().__init__()
+        self.server = server
+
+    def settles_first(self) -> bool:
+        """No: the arrivals are known in advance, and the node is the loop's one server."""
+        return False
+
+    def land(self, now: int) -> None:
+        """After a step: copy the next turn's expert ahead if the policy may; then the
+        arrivals land (for the router) and the holding expert's requests are let in."""
+        server = self.server
+        if server.switching.prefetch and not server.in_flight:
+            server._prefetch(server._expert)
+        server._land()
+        server._let_in()
+
+    def run_steps(self, start: int, steps: int, step: int) -> int:
+        """A run ends with the step in flight when the next request arrives, or after one
+        step while a copy shares the channels or an arrival waits for the router."""
+        server = self.server
+        copying = server.tiers.copying or bool(server.unrouted)
+        ends = start if copying else server.arrivals.next_time()
+        return server.scheduler.end_run_at(start, steps, step, ends)
+
+    def idle(self, now: int) -> int:
+        """The turn ends."""
+        return STOP
+
+    def has_work(self) -> bool:
+        """An arrival waits for the router."""
+        return bool(self.server.unrouted)
+
+    def work(self) -> Waits:
+        """The router prefills the oldest arrival's prompt."""
+        return self.server._route()
+
+
 class CoEServer:
     """Serves tagged requests in expert turns (module docstring); ``simulate`` runs it."""
 
@@ -113,14 +161,25 @@ class CoEServer:
         progress: Progress | None = None,
     ) -> None:
         self.timeline = timeline = Timeline()
-        self._clock: Callable[[], int] = partial(attrgetter("now"), timeline)
         self.tiers = SocketTiers(timeline, tiers)
         self.cache = StepCache(expert_step)
         self.router_cache = StepCache(router_step)
         self.series = SeriesLog()  # its queue counted with the routed requests (``elsewhere``)
         self.records = ServingRecords(prompt_tokens, output_tokens, series=self.series)
-        self.scheduler = Scheduler(config, policy, self.cache, self.records, self._clock, progress)
+        policies = Policies(
+            make_batching(config.prefill_priority), KeepHere(None), DecodeRounds(), Drafting()
+        )
+        self.scheduler = Scheduler(
+            config, policy, self.cache, self.records, timeline, policies, progress
+        )
         self.scheduler.on_complete = self._completed
+        self.driver = Driver(
+            timeline,
+            self.scheduler,
+            Turn(self),
+            traffic=self._traffic,
+            longest_step_s=self._longest_s,
+        )
         self.policy, self.config, self.switching = policy, config, switching
         self.region, self.experts, self.arrivals = region, experts, arrivals
         self.switch_bytes = switch_bytes
@@ -139,6 +198,7 @@ class CoEServer:
         self._turn_start = 0
         self._expert = -1
         self._steps_in_turn = 0
+        self._awaits_copy = False  # the node waits for a copy to land (or the next arrival)
 
     # --- the clock --------------------------------------------------------------------------
     @property
@@ -149,27 +209,25 @@ class CoEServer:
     def _longest_s(self) -> float:
         return max(self.cache.longest_step_s, self.router_cache.longest_step_s)
 
-    def _at(self, delay: int) -> Any:
-        """A LATE event ``delay`` ps from now (a step's end, after everything else of its
-        instant); SimulatedTimeError past the serving clock's range."""
-        advance(self.now, delay, self._longest_s)
-        return scheduled(self.timeline, delay, LATE)
+    def _at(self, delay: int) -> int:
+        """The time ``delay`` ps from now (the node resumes then, after everything else of
+        its instant); SimulatedTimeError past the serving clock's range."""
+        return advance(self.now, delay, self._longest_s)
 
     # --- arrivals and the router ------------------------------------------------------------
     def _land(self) -> None:
         """Every request due by now arrives (in order), for the router."""
-        now, arrivals = self.now, self.arrivals
-        while arrivals.next_time() <= now:
-            at = arrivals.next_time()
-            request = arrivals.take()
-            self.records.arrival_ps[request] = at
-            self.unrouted.append(request)
+        self.arrivals.land(self.now, self._arrived)
+
+    def _arrived(self, request: int, at: int) -> None:
+        self.records.arrival_ps[request] = at
+        self.unrouted.append(request)
 
     def _completed(self, now: int) -> None:
         """A request completed (a closed-loop user submits its next one)."""
         self.arrivals.completed(now)
 
-    def _route(self) -> Generator[Any, Any, None]:
+    def _route(self) -> Waits:
         """The router prefills the oldest arrived request's prompt (on the same sockets);
         then the request waits for its expert."""
         request = self.unrouted.popleft()
@@ -183,7 +241,7 @@ class CoEServer:
             config.prefill_chunk_tokens,
             self.policy.compresses(prompt),
         ):
-            yield from self._step(cache, shape, cache.run(shape))
+            yield from self.driver.step(cache, shape, cache.run(shape))
         self.counts.router_ps += self.now - started
         self.routed_ps[request] = self.now
         self.waiting.setdefault(int(self.experts[request]), deque()).append(request)
@@ -267,7 +325,7 @@ class CoEServer:
                 self.prefetched.add(expert)
             return
 
-    def _begin_turn(self, expert: int) -> Generator[Any, Any, None]:
+    def _begin_turn(self, expert: int) -> Waits:
         """Give the sockets to ``expert``: switch it in if needed and wait for its copy,
         routing the requests that arrive meanwhile."""
         counts = self.counts
@@ -280,12 +338,11 @@ class CoEServer:
                 yield from self._route()
                 continue
             waited = self.now
-            landed = self.in_flight[expert]
+            self.in_flight[expert].callbacks.append(self._copy_landed)
             due = self.arrivals.next_time()
-            if due == NEVER:
-                yield landed
-            else:
-                yield simpy.AnyOf(self.timeline, [landed, self._at(due - waited)])  # type: ignore[arg-type]
+            self._awaits_copy = True  # until the copy lands or the next request arrives
+            yield IDLE if due == NEVER else self._at(due - waited)
+            self._awaits_copy = False
             counts.stall_ps += self.now - waited
         self.prefetched.discard(expert)
         self.region.use(expert, self.now)
@@ -293,52 +350,39 @@ class CoEServer:
         if self.switching.prefetch:
             self._prefetch(expert)
 
+    def _copy_landed(self, _event: simpy.Event) -> None:
+        """The copy the node waits for has landed: it resumes now (unless it already has)."""
+        if self._awaits_copy:
+            self._awaits_copy = False
+            self.timeline.wake(self.driver.who)
+
     # --- steps ------------------------------------------------------------------------------
-    def _step(self, cache: StepCache, shape: StepShape, delay: int) -> Generator[Any, Any, None]:
-        """Wait ``delay`` ps of steps of ``shape``; while a copy is in flight (one step) its
-        HBM and DDR reads also go on the channels the copy shares, and it ends when both its
-        time and its reads are done."""
+    def _traffic(self, cache: StepCache, shape: StepShape) -> bool:
+        """A step of ``shape`` starts (the driver's ``traffic``): while a copy is in flight
+        its HBM and DDR reads also go on the channels the copy shares, and it ends when both
+        its time and its reads are done."""
         self._steps_in_turn += 1
-        end = self._at(delay)
         if not self.tiers.copying:
-            yield end
-            return
+            return False
         detail = cache.cost(shape).detail
         tiers = detail.bytes_by_tier if isinstance(detail, StepTiming) else {}
-        reads = self.timeline.event()
-        self.tiers.traffic(tiers.get("hbm", 0.0), tiers.get("ddr", 0.0), reads.succeed)
-        yield simpy.AllOf(self.timeline, [end, reads])  # type: ignore[arg-type]
+        self.tiers.traffic(tiers.get("hbm", 0.0), tiers.get("ddr", 0.0), self.driver.reads_done)
+        return True
 
-    def _prefill(self) -> Generator[Any, Any, None]:
-        """The scheduler's next prefill step (admitting a request first if it starts one)."""
-        scheduler = self.scheduler
-        for delay in scheduler.prefill():
-            assert scheduler.prefill_shape is not None
-            yield from self._step(self.cache, scheduler.prefill_shape, delay)
-
-    def _decode(self) -> Generator[Any, Any, None]:
-        """The scheduler's decode run, ending with the step in flight when the next request
-        arrives (the router takes it at the next boundary); one step while a copy shares the
-        channels or an arrival waits for the router (``decode_first``)."""
-        scheduler = self.scheduler
-        shape, bucket, steps, step = scheduler.decode_plan()
-        now = self.now
-        ends = now if self.tiers.copying or self.unrouted else self.arrivals.next_time()
-        steps = scheduler.end_run_at(now, steps, step, ends)
-        yield from self._step(self.cache, shape, steps * step)
-        scheduler.decode_done(shape, bucket, steps)
-
-    # --- the process ------------------------------------------------------------------------
-    def serve(self) -> Generator[Any, Any, None]:
-        """Turn after turn until every request has completed; the router runs on arrivals
-        between turns and inside them."""
+    # --- the node ---------------------------------------------------------------------------
+    def serve(self) -> Waits:
+        """Turn after turn until every request has completed (each turn the one driver of
+        the scheduler, fed by :class:`Turn`); the router runs on arrivals between turns and
+        inside them."""
         scheduler, total = self.scheduler, len(self.records)
         while scheduler.completed < total:
             self._land()
             oldest = self._oldest()
             if oldest is not None:
                 yield from self._begin_turn(int(self.experts[oldest]))
-                yield from self._turn()
+                yield from self.driver.drive()
+                counts = self.counts
+                counts.longest_turn_ps = max(counts.longest_turn_ps, self.now - self._turn_start)
             elif self.unrouted:
                 yield from self._route()
             else:
@@ -346,36 +390,10 @@ class CoEServer:
                 if due == NEVER:
                     raise RuntimeError("CoE serving has no request left to wait for (a bug)")
                 yield self._at(due - self.now)
-        scheduler.record(self.now)
-
-    def _turn(self) -> Generator[Any, Any, None]:
-        """The holding expert's turn: the scheduler serves what the switch policy lets in,
-        the router's steps taking their place among its prefill work, until it is idle."""
-        scheduler = self.scheduler
-        while True:
-            self._land()
-            self._let_in()
-            now = self.now
-            if self.unrouted and scheduler.prefill_may_run():
-                scheduler.record(now)
-                yield from self._route()
-                scheduler.prefill_ran_elsewhere()
-            else:
-                action = scheduler.decide(now)
-                if action == "admit" or action == "prefill":
-                    yield from self._prefill()
-                elif action == "decode":
-                    yield from self._decode()
-                else:
-                    break
-            if self.switching.prefetch and not self.in_flight:
-                self._prefetch(self._expert)
-        counts = self.counts
-        counts.longest_turn_ps = max(counts.longest_turn_ps, self.now - self._turn_start)
 
     def simulate(self) -> None:
         """Run the whole simulation (and the copies still in flight at its end)."""
-        self.timeline.process(self.serve())
+        self.driver.who = self.timeline.start(self.serve(), LATE)
         self.timeline.run()
         completed, total = self.scheduler.completed, len(self.records)
         if completed != total:

@@ -1,9 +1,10 @@
 """What a cluster plugs into a server: prefix caching and KV handoff between replicas.
 
 A lone server has no hooks and behaves exactly as docs/serving.md says. A replica of a
-cluster (``rdu_sim.cluster``) gets one object implementing this protocol; the server calls
-it at the four moments where a request's KV cache meets the outside world, and never needs
-to know what is behind it (a prefix cache, a link to another replica).
+cluster (``rdu_sim.cluster``) gets one object implementing this protocol; the server's
+hand-off strategy (``serving.handoff``, by the replica's role) calls it at the four moments
+where a request's KV cache meets the outside world, and never needs to know what is behind
+it (a prefix cache, a link to another replica).
 """
 
 from __future__ import annotations

@@ -13,25 +13,51 @@ server (ints) or a whole pool at once (NumPy arrays, ``rdu_sim.cluster.load_boar
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeAlias, overload
 
 import numpy as np
+from numpy.typing import NDArray
 
-T = TypeVar("T", int, "np.ndarray[Any, Any]")
+Column: TypeAlias = NDArray[np.int64]
+"""A pool's column of counts (an alias even where NumPy's types are not read: mypyc's build)."""
+
+
+@overload
+def outstanding_at(
+    now: int, outstanding: int, start: int, end: int, step: int, decoding: int
+) -> np.int64: ...
+
+
+@overload
+def outstanding_at(
+    now: int,
+    outstanding: Column,
+    start: Column,
+    end: Column,
+    step: Column,
+    decoding: Column,
+    out: Column | None = None,
+) -> Column: ...
 
 
 def outstanding_at(
-    now: int, outstanding: T, start: T, end: T, step: T, decoding: T, out: Any = None
-) -> T:
-    """Tokens still to process at ``now`` (see the module docstring); works elementwise.
-    ``out``: an array to compute a pool's counts in without allocating (a router reads the
-    whole pool at every arrival; the five temporaries cost as much as the arithmetic)."""
+    now: int,
+    outstanding: int | Column,
+    start: int | Column,
+    end: int | Column,
+    step: int | Column,
+    decoding: int | Column,
+    out: Column | None = None,
+) -> np.int64 | Column:
+    """Tokens still to process at ``now`` (see the module docstring), for one server (ints:
+    a NumPy integer) or elementwise for a pool (arrays). ``out``: an array to compute a
+    pool's counts in without allocating (a router reads the whole pool at every arrival; the
+    five temporaries cost as much as the arithmetic)."""
     done = np.minimum(now, end, out=out)
     done = np.subtract(done, start, out=out)
     done = np.floor_divide(done, step, out=out)
     done = np.multiply(done, decoding, out=out)
-    left: T = np.subtract(outstanding, done, out=out)
-    return left
+    return np.subtract(outstanding, done, out=out)
 
 
 class Counters(Protocol):

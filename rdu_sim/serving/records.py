@@ -5,21 +5,26 @@ into percentiles, throughputs and utilizations. Records are compact (preallocate
 arrays per request; one packed row of 24 bytes per instant with a state change, never one
 per decode step), so 10,000 requests with thousands of output tokens each cost a few megabytes.
 
+Every array is made when the records are, and none is replaced after (the records are
+frozen): the serving core reads and writes a request's items through memoryviews it takes of
+them once, the reports read them whole; the step counts live in their own object
+(:class:`StepCounts`), the one thing the simulation changes in place besides the arrays'
+items.
+
 All times are integer picoseconds from the start of the run (``step_cache.PS_PER_S``).
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field, fields
 
 import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim.serving.series import SERIES_COLUMNS, SeriesLog
-from rdu_sim.serving.step_cache import PS_PER_S
+from rdu_sim.serving.step_cache import PS_PER_S, StepCounts
 
-__all__ = ["SERIES_COLUMNS", "UNSET", "SeriesLog", "ServingRecords"]
+__all__ = ["SERIES_COLUMNS", "UNSET", "SeriesLog", "ServingRecords", "StepCounts"]
 
 UNSET = -1
 
@@ -28,61 +33,81 @@ def _unset(n: int) -> NDArray[np.int64]:
     return np.full(n, UNSET, dtype=np.int64)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class ServingRecords:
-    """Per-request timestamps (ps) and state-change time series of one run."""
+    """Per-request timestamps (ps), the state-change time series and the step counts of one
+    run. ``target_prompts``: the prompt tokens the target prefills and caches, kept as
+    ``target_prompt_tokens`` (the kept tokens under speculative prefill; by default the
+    prompts themselves, no copy).
+    ``speculation``: "decoding" (decode steps are speculative rounds, ``rounds`` kept),
+    "prefill" (the target prefills the kept tokens) or "". ``keeps_series``: False for a
+    cluster replica's view, whose series is not kept."""
 
     prompt_tokens: NDArray[np.int64]
     output_tokens: NDArray[np.int64]
+    target_prompts: InitVar[NDArray[np.int64] | None] = None
+    speculation: str = ""
+    series: SeriesLog = field(default_factory=SeriesLog)
+    keeps_series: bool = True
+    counts: StepCounts = field(default_factory=StepCounts)
+    target_prompt_tokens: NDArray[np.int64] = field(init=False)
     arrival_ps: NDArray[np.int64] = field(init=False)
     admit_ps: NDArray[np.int64] = field(init=False)  # first prefill step starts
     first_token_ps: NDArray[np.int64] = field(init=False)  # prefill ends: first output token
     finish_ps: NDArray[np.int64] = field(init=False)  # last output token
     slot: NDArray[np.int64] = field(init=False)
     completions: NDArray[np.int64] = field(init=False)  # times each request completed (count)
-    # Prompt tokens the target prefills and caches: the prompt, or the kept tokens under
-    # speculative prefill (``serving.speculative``).
-    target_prompt_tokens: NDArray[np.int64] = field(init=False)
     # Speculative decoding, per request: the rounds (target verify steps) it decoded in, and
     # the drafted tokens accepted in them (its last round's included, even those past its end).
     rounds: NDArray[np.int64] = field(init=False)
     accepted_drafts: NDArray[np.int64] = field(init=False)
-    series: SeriesLog = field(default_factory=SeriesLog)
-    prefill_steps: int = 0
-    decode_steps: int = 0
-    decode_runs: int = 0  # batched advances (one simulation event each)
-    tokens_generated: int = 0  # output tokens the steps produced (first tokens included)
-    keeps_series: bool = True  # False: a replica's view, whose series is not kept
-    # "decoding": decode steps are speculative rounds (``rounds`` kept); "prefill": the target
-    # prefills the kept tokens (``target_prompt_tokens``); "": neither
-    speculation: str = ""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, target_prompts: NDArray[np.int64] | None) -> None:
         n = int(self.prompt_tokens.shape[0])
-        self.arrival_ps = _unset(n)
-        self.admit_ps = _unset(n)
-        self.first_token_ps = _unset(n)
-        self.finish_ps = _unset(n)
-        self.slot = _unset(n)
-        self.completions = np.zeros(n, dtype=np.int64)
-        # the prompts themselves (no copy: a million requests' 8 MB); speculative prefill
-        # replaces the whole array, nothing writes into it
-        self.target_prompt_tokens = self.prompt_tokens
-        self.rounds = np.zeros(n, dtype=np.int64)
-        self.accepted_drafts = np.zeros(n, dtype=np.int64)
+        if target_prompts is None:
+            target_prompts = self.prompt_tokens
+        elif target_prompts.shape != self.prompt_tokens.shape:
+            raise ValueError("target_prompts needs one value a request")
+        object.__setattr__(self, "target_prompt_tokens", target_prompts)
+        if self.speculation not in ("", "decoding", "prefill"):
+            raise ValueError(f"unknown speculation {self.speculation!r}")
+        for name in ("arrival_ps", "admit_ps", "first_token_ps", "finish_ps", "slot"):
+            object.__setattr__(self, name, _unset(n))
+        for name in ("completions", "rounds", "accepted_drafts"):
+            object.__setattr__(self, name, np.zeros(n, dtype=np.int64))
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
 
+    @property
+    def prefill_steps(self) -> int:
+        return self.counts.prefill_steps
+
+    @property
+    def decode_steps(self) -> int:
+        return self.counts.decode_steps
+
+    @property
+    def decode_runs(self) -> int:
+        """Batched decode advances (one simulation event each)."""
+        return self.counts.decode_runs
+
+    @property
+    def tokens_generated(self) -> int:
+        """Output tokens the steps produced (first tokens included)."""
+        return self.counts.tokens_generated
+
     def replica_view(self) -> ServingRecords:
         """The records one replica of a cluster writes through: the same per-request arrays
         (each request's fields are written by the replica doing that part of its work), its
-        own step counters, and no time series (a cluster of a million requests would keep
+        own step counts, and no time series (a cluster of a million requests would keep
         millions of rows; its occupancy comes from the per-request times instead)."""
-        view = copy.copy(self)
-        view.series = SeriesLog()  # (left empty: a scheduler writes none when not kept)
-        view.keeps_series = False
-        view.prefill_steps = view.decode_steps = view.decode_runs = view.tokens_generated = 0
+        view = object.__new__(ServingRecords)  # (no new arrays: the run's are shared)
+        for each in fields(self):
+            object.__setattr__(view, each.name, getattr(self, each.name))
+        object.__setattr__(view, "series", SeriesLog())  # (left empty: none is kept)
+        object.__setattr__(view, "keeps_series", False)
+        object.__setattr__(view, "counts", StepCounts())
         return view
 
     @property

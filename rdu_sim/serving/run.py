@@ -19,6 +19,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
+from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
 from rdu_sim.serving.coe import CoEStats, serve_coe
@@ -146,6 +147,7 @@ def serve_scenario(
             "server. rdu-sim step times a rank's step",
         )
     serving = scenario.workload.serving
+    check_batching(serving.prefill_priority, scenario.workload_file)
     capacity, slots = resolve_batch_slots(scenario, backend)
     placement = backend.plan_memory(scenario, slots)
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)

@@ -2,8 +2,9 @@
 
 This wires the pieces without knowing where step times come from: ``step_cache`` wraps any
 ``shape -> StepCost`` function (the engine in production, a formula in tests). A server alone
-knows its arrivals, so it lands them itself: it is the one driver of its serving loop
-(``des.timeline``), resumed at each step's end, without event objects.
+knows its arrivals, so its driver lands them itself (``serving.driver.KnownArrivals``): it is
+the one driver of its serving loop (``des.timeline``), resumed at each step's end, without
+event objects.
 """
 
 from __future__ import annotations
@@ -34,16 +35,17 @@ def serve(
     ``speculation``: a draft's work (``serving.speculative``)."""
     if config.batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {config.batch_slots}")
-    records = ServingRecords(_read_only(requests.prompt_tokens), _read_only(requests.output_tokens))
+    prompts = _read_only(requests.prompt_tokens)
+    target, kind = None, ""
     if speculation is not None:
-        records.speculation = "decoding" if speculation.config.decoding is not None else "prefill"
-        records.target_prompt_tokens = np.fromiter(
-            (speculation.target_prompt(int(p)) for p in records.prompt_tokens),
+        kind = "decoding" if speculation.config.decoding is not None else "prefill"
+        target = np.fromiter(
+            (speculation.target_prompt(int(p)) for p in prompts),
             dtype=np.int64,
-            count=len(records),
+            count=len(prompts),
         )
+    records = ServingRecords(prompts, _read_only(requests.output_tokens), target, kind)
     total = len(requests)
-    arrivals = arrivals_for(requests, config.batch_slots)
     timeline = Timeline()
     server = Server(
         timeline,
@@ -53,7 +55,7 @@ def serve(
         records,
         progress,
         speculation=speculation,
-        arrivals=arrivals,
+        arrivals=arrivals_for(requests, config.batch_slots),
     )
     timeline.run()
     if server.completed != total:

@@ -32,6 +32,8 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.acceptance import request_rounds
 from rdu_sim.serving.buckets import prefill_steps, prompt_bucket
 from rdu_sim.serving.clock import to_ps
+from rdu_sim.serving.decode_rounds import DecodeRounds
+from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import DECODING, Slots
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache
@@ -114,9 +116,7 @@ class Speculation:
     seed: int
     rates: NDArray[np.float64] | None = None  # per request (speculative decoding)
     link_ps: int = 0  # separate sockets: drafted tokens there and the verdict back, per round
-    _rounds: dict[int, tuple[StepShape, tuple[StepShape, ...], int]] = field(
-        default_factory=dict, init=False
-    )
+    _round_ps: dict[int, int] = field(default_factory=dict, init=False)  # by decode bucket
 
     @property
     def separate(self) -> bool:
@@ -139,13 +139,12 @@ class Speculation:
     def round_ps(self, target: StepCache, bucket: int) -> int:
         """One round's time at ``bucket`` (integer ps): the draft's steps, the link if any,
         then the verify step."""
-        known = self._rounds.get(bucket)
+        known = self._round_ps.get(bucket)
         if known is None:
             verify, draft = self.round_shapes(bucket)
             total = sum(self.draft_cache.step_ps(s) for s in draft) + target.step_ps(verify)
-            known = (verify, draft, total + self.link_ps)
-            self._rounds[bucket] = known
-        return known[2]
+            known = self._round_ps[bucket] = total + self.link_ps
+        return known
 
     def run_rounds(self, target: StepCache, bucket: int, rounds: int) -> None:
         """Count ``rounds`` rounds at ``bucket`` in the step caches."""
@@ -155,18 +154,24 @@ class Speculation:
             self.draft_cache.run(shape, rounds)
 
     def start(
-        self, slots: RoundSlots, records: ServingRecords, slot: int, request: int, cap: int
+        self,
+        slots: RoundSlots,
+        records: ServingRecords,
+        slot: int,
+        request: int,
+        prompt: int,
+        output: int,
+        cap: int,
     ) -> None:
-        """The request in ``slot`` starts decoding: draw its rounds (its own generator)."""
+        """The request in ``slot`` (``prompt`` tokens cached, ``output`` in all) starts
+        decoding: draw its rounds (its own generator), kept in ``records``."""
         decoding = self.config.decoding
         assert decoding is not None and self.rates is not None
-        tokens = int(records.output_tokens[request]) - 1
         emitted_after, accepted = request_rounds(
-            self.seed, request, float(self.rates[request]), decoding.draft_tokens, tokens
+            self.seed, request, float(self.rates[request]), decoding.draft_tokens, output - 1
         )
         records.rounds[request] = len(emitted_after)
         records.accepted_drafts[request] = accepted
-        prompt = int(records.target_prompt_tokens[request])
         slots.start_rounds(slot, self.policy.cache_at(prompt, 1), cap, emitted_after)
 
     def prefill_ps(self, target_ps: int, shape: StepShape, count: bool) -> int:
@@ -209,6 +214,64 @@ class Speculation:
         cache = self.draft_cache
         steps = [cache.run(s) if count else cache.step_ps(s) for s in self.selection_shapes(prompt)]
         return sum(steps) + self.mapping_ps(prompt)
+
+
+class SpeculativeRounds(DecodeRounds):
+    """Decode runs of speculative rounds (the decode-rounds strategy, ``serving.decode_rounds``):
+    a run's "steps" are rounds, each the draft's steps and one verify step, and each slot
+    advances by its own accepted tokens (``RoundSlots``)."""
+
+    def __init__(self, speculation: Speculation, records: ServingRecords) -> None:
+        super().__init__()
+        self.speculation = speculation
+        self.records = records
+
+    def slots(self, n: int) -> Slots:
+        """Slots that advance by rounds."""
+        return RoundSlots(n)
+
+    def plan(self, slots: Slots, cache: StepCache, bucket: int) -> tuple[StepShape, int, int]:
+        """A round at ``bucket``: the plain decode shape (not run: the round's own steps are
+        counted at the run's end), its time, and no count of tokens (each slot's differ)."""
+        return StepShape("decode", slots.n, 1, bucket), self.speculation.round_ps(cache, bucket), 0
+
+    def done(self, cache: StepCache, bucket: int, steps: int) -> None:
+        """Count ``steps`` rounds' steps in the target's and the draft's caches."""
+        self.speculation.run_rounds(cache, bucket, steps)
+
+    def start(
+        self, slots: Slots, slot: int, request: int, prompt: int, output: int, first: int, cap: int
+    ) -> None:
+        """Draw the request's rounds and start them (``Speculation.start``)."""
+        assert isinstance(slots, RoundSlots)
+        self.speculation.start(slots, self.records, slot, request, prompt, output, cap)
+
+
+class DraftWork(Drafting):
+    """The draft's share of prefill (the drafting strategy, ``serving.drafting``): its own
+    prefill of every prompt under speculative decoding, its scoring of a whole prompt before
+    the target's first prefill step under speculative prefill."""
+
+    def __init__(self, speculation: Speculation, whole_prompts: NDArray[np.int64]) -> None:
+        self.speculation = speculation
+        self.scores_prompts = speculation.config.prefill is not None
+        self.whole_prompts = whole_prompts.data  # each request's whole prompt (not the kept)
+
+    def packs(self) -> bool:
+        """No: the draft's work is per request."""
+        return False
+
+    def admitted(self, request: int) -> int:
+        """Speculative prefill: the draft's scoring of the whole prompt and the token
+        mapping (ps); else nothing."""
+        if not self.scores_prompts:
+            return 0
+        return self.speculation.selection_ps(int(self.whole_prompts[request]), count=True)
+
+    def prefill_ps(self, target_ps: int, shape: StepShape) -> int:
+        """The target's step with the draft's prefill of the same shape (speculative
+        decoding)."""
+        return self.speculation.prefill_ps(target_ps, shape, count=True)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,17 @@
-"""Step times memoized by static shape: each shape is simulated once per run.
+"""Step times memoized by static shape: each shape is simulated once per workload.
 
 Static graphs make this exact, not an approximation: a step's time depends only on the
 shape it was compiled for (phase, batch slots, new tokens, cache bucket), never on which
 requests fill the slots. The serving level therefore asks the engine once per shape and
 counts every step it runs per shape, from which the report derives utilization.
+
+Two owners, one job each:
+
+- :class:`StepTimes`: what a shape costs (the engine's ``StepCost``) and its time in integer
+  picoseconds, simulated on first use; shared by every server of one workload (a cluster
+  pool's replicas, the pools of equal workloads);
+- :class:`StepCache`: one server's steps, a typed :class:`StepEntry` per shape it met (its
+  shape, its time, the steps of it run), in the order it met them.
 
 Time inside the serving simulation is integer picoseconds (``PS_PER_S``, ``serving.clock``),
 so advancing ``k`` identical steps in one go (``k * step_ps``) is exactly the same as ``k``
@@ -19,7 +27,16 @@ from typing import Any
 from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
 from rdu_sim.shapes import StepShape
 
-__all__ = ["PS_PER_S", "StepCache", "StepCost", "StepFn"]
+__all__ = [
+    "PS_PER_S",
+    "StepCache",
+    "StepCost",
+    "StepCounts",
+    "StepEntry",
+    "StepFn",
+    "StepTimes",
+    "TimedCost",
+]
 
 
 @dataclass(frozen=True)
@@ -37,43 +54,112 @@ class StepCost:
 StepFn = Callable[[StepShape], StepCost]
 
 
-class StepCache:
-    """Memo of step costs by shape, with per-shape step counts and hit/miss accounting.
+class StepCounts:
+    """The steps a server ran: prefill steps, decode steps, batched decode advances (one
+    simulation event each) and the output tokens they produced (first tokens included)."""
 
-    ``hits`` and ``misses`` count steps (one lookup per step run, a miss being the first
-    step of a shape), so they do not depend on how many identical steps the scheduler
-    advances at once.
-    """
+    def __init__(self) -> None:
+        self.prefill_steps = 0
+        self.decode_steps = 0
+        self.decode_runs = 0
+        self.tokens_generated = 0
+
+
+@dataclass(frozen=True)
+class TimedCost:
+    """A shape's cost and its time in integer picoseconds (what :class:`StepTimes` keeps)."""
+
+    cost: StepCost
+    step_ps: int
+
+
+class StepTimes:
+    """Each shape's cost and its time in picoseconds, simulated on first use by
+    ``step_fn`` (the engine through the API, a formula in tests); one for every server of a
+    workload."""
 
     def __init__(self, step_fn: StepFn) -> None:
         self._step_fn = step_fn
-        self._costs: dict[StepShape, StepCost] = {}
-        self._ps: dict[StepShape, int] = {}
-        # shape -> [steps run, step ps], in first-run order: one lookup a run (the scheduler
-        # runs ~3 a request); ``steps``, ``hits`` and ``misses`` are read from it
-        self._runs: dict[StepShape, list[int]] = {}
-        self._longest_ps = 0  # the largest of ``_ps`` (read at every serving event)
+        self._known: dict[StepShape, TimedCost] = {}
+
+    def __len__(self) -> int:
+        """Shapes simulated so far."""
+        return len(self._known)
+
+    def costs(self) -> list[StepCost]:
+        """Every cost simulated so far, in the order first asked."""
+        return [known.cost for known in self._known.values()]
 
     def cost(self, shape: StepShape) -> StepCost:
-        """The step cost of a shape (simulated on first use; not counted as a step)."""
-        cost = self._costs.get(shape)
-        if cost is None:
+        """The cost of ``shape`` (simulated if new)."""
+        return self.timed(shape).cost
+
+    def timed(self, shape: StepShape) -> TimedCost:
+        """The cost of ``shape`` and its time (ps), simulated if new; ValueError for a step
+        of no time, SimulatedTimeError for one no clock can hold."""
+        known = self._known.get(shape)
+        if known is None:
             cost = self._step_fn(shape)
             if not cost.step_s > 0:
                 raise ValueError(f"step time of {shape} must be > 0 s, got {cost.step_s}")
             what = f"a {shape.phase} step (batch {shape.batch}, cache {shape.cache_len})"
-            self._ps[shape] = step_ps(cost.step_s, what)
-            self._longest_ps = max(self._longest_ps, self._ps[shape])
-            self._costs[shape] = cost
-        return cost
+            known = self._known[shape] = TimedCost(cost, step_ps(cost.step_s, what))
+        return known
+
+
+class StepEntry:
+    """One shape in a server's cache: the shape, its time (ps) and the steps of it run.
+    A caller that runs the shape again keeps its entry (:meth:`run`: no lookup of the
+    shape, whose hash is a Python call)."""
+
+    def __init__(self, cache: StepCache, shape: StepShape, timed: TimedCost) -> None:
+        self.cache = cache
+        self.shape = shape
+        self.cost = timed.cost
+        self.step_ps = timed.step_ps
+        self.runs = 0
+        self._listed = False  # in the cache's ``ran`` (run at least once)
+
+    def run(self, count: int = 1) -> int:
+        """Account ``count`` steps of the shape; the time of one (ps)."""
+        if not self._listed:
+            self._listed = True
+            self.cache.ran.append(self)
+        self.runs += count
+        return self.step_ps
+
+
+class StepCache:
+    """One server's steps by shape (:class:`StepEntry`), their times from ``times`` (shared
+    by the servers of a workload; a step function: this server's own).
+
+    ``hits`` and ``misses`` count steps (a miss is the first step of a shape run here), so
+    they do not depend on how many identical steps the scheduler advances at once.
+    """
+
+    def __init__(self, times: StepTimes | StepFn) -> None:
+        self.times = times if isinstance(times, StepTimes) else StepTimes(times)
+        self._entries: dict[StepShape, StepEntry] = {}  # in the order first met
+        self.ran: list[StepEntry] = []  # the entries run, in the order first run
+        self._longest_ps = 0  # the longest step met here (for the clock's range error)
+
+    def entry(self, shape: StepShape) -> StepEntry:
+        """``shape``'s entry here, simulating the shape if no server of the workload has."""
+        entry = self._entries.get(shape)
+        if entry is None:
+            timed = self.times.timed(shape)
+            entry = self._entries[shape] = StepEntry(self, shape, timed)
+            if timed.step_ps > self._longest_ps:
+                self._longest_ps = timed.step_ps
+        return entry
+
+    def cost(self, shape: StepShape) -> StepCost:
+        """The step cost of a shape (simulated on first use; not counted as a step)."""
+        return self.entry(shape).cost
 
     def step_ps(self, shape: StepShape) -> int:
         """The step time of a shape in integer picoseconds (what the scheduler advances)."""
-        step = self._ps.get(shape)
-        if step is None:
-            self.cost(shape)
-            step = self._ps[shape]
-        return step
+        return self.entry(shape).step_ps
 
     def step_s(self, shape: StepShape) -> float:
         """The step time the scheduler uses, in seconds (``step_ps / 1e12``)."""
@@ -81,45 +167,32 @@ class StepCache:
 
     def run(self, shape: StepShape, count: int = 1) -> int:
         """Account ``count`` steps of ``shape``; return the time of one step (ps)."""
-        run = self._runs.get(shape)
-        if run is None:
-            step = self.step_ps(shape)
-            self._runs[shape] = [count, step]
-            return step
-        run[0] += count
-        return run[1]
-
-    def run_tally(self, shape: StepShape, count: int = 1) -> list[int]:
-        """Account ``count`` steps of ``shape`` (:meth:`run`) and return its live
-        ``[steps run, step ps]``: a caller that runs the shape again adds its steps to the
-        first item itself, with no lookup of the shape (whose hash is a Python call)."""
-        self.run(shape, count)
-        return self._runs[shape]
+        return self.entry(shape).run(count)
 
     @property
     def steps(self) -> dict[StepShape, int]:
         """Steps run per shape, in first-run order (a new dict)."""
-        return {shape: run[0] for shape, run in self._runs.items()}
+        return {entry.shape: entry.runs for entry in self.ran}
 
     @property
     def misses(self) -> int:
         """Steps that simulated their shape: the first of each shape run."""
-        return len(self._runs)
+        return len(self.ran)
 
     @property
     def hits(self) -> int:
         """Steps that found their shape already simulated: every other step run."""
-        return sum(run[0] for run in self._runs.values()) - len(self._runs)
+        return sum(entry.runs for entry in self.ran) - len(self.ran)
 
     @property
     def longest_step_s(self) -> float:
-        """The longest step simulated so far, in seconds (0 before any)."""
+        """The longest step met so far, in seconds (0 before any)."""
         return to_s(self._longest_ps)
 
     @property
     def shapes(self) -> list[StepShape]:
-        """Shapes simulated so far (in first-use order)."""
-        return list(self._costs)
+        """Shapes met so far (in first-use order)."""
+        return list(self._entries)
 
     @property
     def hit_rate(self) -> float:

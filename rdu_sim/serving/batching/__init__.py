@@ -1,0 +1,27 @@
+"""Batching policies: when prefill work takes a step from decoding, and which.
+
+A policy registers by name (``serving.prefill_priority``); a duplicate name is refused and an
+unknown one lists the valid names. Each policy is one small module beside this file, imported
+here (docs/architecture.md, "The serving level", adds one step by step).
+"""
+
+from rdu_sim.serving.batching import decode_first, prefill_first, static  # noqa: F401
+from rdu_sim.serving.batching.base import (
+    ADMIT,
+    NO_PREFILL,
+    BatchingPolicy,
+    batching_names,
+    check_batching,
+    make_batching,
+    register,
+)
+
+__all__ = [
+    "ADMIT",
+    "NO_PREFILL",
+    "BatchingPolicy",
+    "batching_names",
+    "check_batching",
+    "make_batching",
+    "register",
+]

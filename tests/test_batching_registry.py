@@ -1,0 +1,43 @@
+"""The batching policies' registry (rdu_sim.serving.batching): the one list of valid names
+for ``serving.prefill_priority``; a duplicate is refused, an unknown name is one ``error:``
+line naming the file, the field and the valid names, before anything is simulated, from
+``rdu-sim run`` (a workload or a cluster's pool) and ``rdu-sim check``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from test_bad_input_kinds import clean_error, invoke, one_error
+
+from rdu_sim.serving.batching import BatchingPolicy, batching_names, make_batching, register
+from rdu_sim.serving.batching.prefill_first import PrefillFirst
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+WORDS = ("serving.prefill_priority", "'first_come'", "valid: decode_first, prefill_first")
+
+
+def test_names_are_unique_and_each_makes_its_own_policy() -> None:
+    assert {"prefill_first", "decode_first"} <= set(batching_names())
+    first, second = make_batching("prefill_first"), make_batching("prefill_first")
+    assert isinstance(first, PrefillFirst) and first is not second
+    with pytest.raises(ValueError, match="'prefill_first' is already registered"):
+        register("prefill_first", BatchingPolicy)
+    with pytest.raises(ValueError, match="valid: decode_first, prefill_first"):
+        make_batching("first_come")
+
+
+def test_run_refuses_an_unknown_policy_naming_the_field() -> None:
+    result = invoke("run", LLAMA, "--set", "serving.prefill_priority=first_come")
+    assert str(LLAMA) in one_error(result, *WORDS)
+
+
+def test_check_refuses_it_too(tmp_path: Path) -> None:
+    data = yaml.safe_load(LLAMA.read_text())
+    data["hardware"] = str((LLAMA.parent / data["hardware"]).resolve())
+    data["serving"]["prefill_priority"] = "first_come"
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(data))
+    clean_error(invoke("check", path), str(path), *WORDS)
