@@ -14,6 +14,7 @@ step would take on an infinitely fast device).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.hardware_file import Hardware
@@ -27,6 +28,32 @@ RESOURCES: dict[str, str] = {
     "host": "the serving stack's host time",
 }
 """Each resource in words, for sentences ("bound by HBM bandwidth"); the order ties break in."""
+
+
+class ResourceTimes(Protocol):
+    """What holds a step's time on each resource (seconds of one socket)."""
+
+    @property
+    def compute_s(self) -> float: ...
+    @property
+    def hbm_s(self) -> float: ...
+    @property
+    def ddr_s(self) -> float: ...
+    @property
+    def link_s(self) -> float: ...
+    @property
+    def host_s(self) -> float: ...
+
+
+def resource_times(step: ResourceTimes) -> dict[str, float]:
+    """Each resource's time, by name, in the order of RESOURCES (the ties' order)."""
+    return {
+        "compute": step.compute_s,
+        "hbm": step.hbm_s,
+        "ddr": step.ddr_s,
+        "link": step.link_s,
+        "host": step.host_s,
+    }
 
 
 @dataclass(frozen=True)
@@ -52,13 +79,7 @@ class StepBound:
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (the order of RESOURCES)."""
-        return {
-            "compute": self.compute_s,
-            "hbm": self.hbm_s,
-            "ddr": self.ddr_s,
-            "link": self.link_s,
-            "host": self.host_s,
-        }
+        return resource_times(self)
 
     @property
     def resource(self) -> str:

@@ -67,7 +67,7 @@ from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
-from rdu_sim.report.bound import step_bound
+from rdu_sim.report.bound import resource_times, step_bound
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
 from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
@@ -241,13 +241,7 @@ class DecodeStepBound:
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
-        return {
-            "compute": self.compute_s,
-            "hbm": self.hbm_s,
-            "ddr": self.ddr_s,
-            "link": self.link_s,
-            "host": self.host_s,
-        }
+        return resource_times(self)
 
 
 def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
