@@ -18,6 +18,7 @@ from click.testing import CliRunner
 import rdu_sim.validate as validate
 from rdu_sim import api
 from rdu_sim.cli.main import cli
+from rdu_sim.config.errors import ConfigError
 from rdu_sim.validate import FIGURES, Measurements, evaluate, with_tolerances
 from rdu_sim.validate.sensitivity import VARIANTS
 from rdu_sim.validate.suite import (
@@ -179,8 +180,13 @@ def published_measurements(**change: Any) -> Measurements:
         multi_socket_scaling=2.5,
         peak_share_8=0.90,
         peak_share_16=0.90,
-        throughput_256_users=4500.0,
+        throughput_256_users_tensor_parallel=4500.0,
+        throughput_256_users_data_parallel=4500.0,
     )
+    if "throughput_256_users" in change:  # the figure's value: both configurations at it
+        value = change.pop("throughput_256_users")
+        base["throughput_256_users_tensor_parallel"] = value
+        base["throughput_256_users_data_parallel"] = value
     base.update(change)
     return Measurements(**base)
 
@@ -220,6 +226,18 @@ def test_a_bound_passes_any_value_above_it_and_serializes_its_open_end() -> None
     share = next(f for f in FIGURES if f.name == "peak_share_8_sockets")
     assert share.tolerance == 0  # "over 90%" admits nothing below 90%
     assert not evaluate(published_measurements(peak_share_8=0.8999), [share])[0].passed
+
+
+def test_the_256_user_figure_reads_the_rack_configured_for_throughput() -> None:
+    """The higher of the two configurations' throughputs, whichever it is."""
+    fig = next(f for f in FIGURES if f.name == "decode_throughput_256_users")
+    cases = ((2636.0, 5923.0, True), (5923.0, 2636.0, True), (4000.0, 4049.0, False))
+    for tensor, data, ok in cases:
+        m = published_measurements(
+            throughput_256_users_tensor_parallel=tensor, throughput_256_users_data_parallel=data
+        )
+        assert m.throughput_256_users == max(tensor, data)
+        assert evaluate(m, [fig])[0].passed is ok
 
 
 def test_prefill_range_is_2_to_5_percent() -> None:
@@ -298,3 +316,19 @@ def test_dac_speed_and_share_need_bytes_neither_expert_layout_moves() -> None:
         for layout in ("tensor", "expert")
     }
     assert moved["tensor"].bytes_by_tier["hbm"] < low < high < moved["expert"].bytes_by_tier["hbm"]
+
+
+def test_the_data_parallel_256_users_keep_every_slot_busy_below_their_roofline() -> None:
+    """The attention data-parallel run's throughput lies between 256 users decoding every
+    step of a rank's fastest decode step and half that (prefills interrupt, steps at 2,048
+    cached tokens cost more), and the caller's overrides reach its pool."""
+    from rdu_sim.validate.suite import DATA_PARALLEL, data_parallel_throughput
+
+    fastest = api.step("deepseek-r1-128k-full", list(DATA_PARALLEL), batch=16, context=1).step_s
+    roofline = 256 / fastest
+    measured = data_parallel_throughput("deepseek-r1-128k-full", [])
+    assert roofline / 2 < measured < roofline
+    slower = data_parallel_throughput("deepseek-r1-128k-full", ["hw.socket.hbm.bandwidth=0.9 TB/s"])
+    assert slower < 0.75 * measured
+    with pytest.raises(ConfigError, match="no_such_field"):
+        data_parallel_throughput("deepseek-r1-128k-full", ["serving.no_such_field=1"])

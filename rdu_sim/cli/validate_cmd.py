@@ -197,11 +197,13 @@ def command(
     if as_json:
         click.echo(json.dumps(rows))
     else:
-        ss, fu = result.snapstream, result.full
+        ss, fu, m = result.snapstream, result.full, result.measurements
         header = (
             f"SnapStream: {ss.batch_slots} slots, {ss.requests} requests; full: "
             f"{fu.batch_slots} slots, {fu.requests} requests; compressed prompt "
-            f"{ss.prefill_prompt} tokens{' (--quick)' if quick else ''}"
+            f"{ss.prefill_prompt} tokens{' (--quick)' if quick else ''}; 256 users: "
+            f"{m.throughput_256_users_tensor_parallel:,.0f} tokens/s under TP16, "
+            f"{m.throughput_256_users_data_parallel:,.0f} with attention data-parallel"
         )
         _print_table(rows, header)
     if not result.passed:

@@ -28,10 +28,12 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from rdu_sim import api
+from rdu_sim import api, api_cluster
+from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides
 from rdu_sim.interrupts import Interrupted, blocked, run_stoppable, start_worker, stop_children
+from rdu_sim.serving.steady import NoSteadyWindow, find_steady_state
 from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate
 from rdu_sim.validate.measure import (
@@ -69,10 +71,32 @@ THROUGHPUT = (
     "kv.context_buckets=pow2",
 )
 """Overrides (after the caller's) of the full-attention run that measures the 256-user
-throughput (figure decode_throughput_256_users): 256 slots, one closed-loop user each (as
-Artificial Analysis's System Load Test sends the next query when one finishes), three
+throughput (figure decode_throughput_256_users) under TP16: 256 slots, one closed-loop user
+each (as Artificial Analysis's System Load Test sends the next query when one finishes), three
 turnovers of 1000-token prompts and 1000-token outputs, decode graphs per power-of-two bucket
 (256 slots of 128k do not fit)."""
+
+THROUGHPUT_RANKS = 16
+"""Attention ranks of the data-parallel configuration: one a socket of the 16-socket rack."""
+
+DATA_PARALLEL = (
+    "parallelism.tp=1",
+    f"parallelism.dp_attention={THROUGHPUT_RANKS}",
+    f"parallelism.ep={THROUGHPUT_RANKS}",
+    f"serving.batch_slots={256 // THROUGHPUT_RANKS}",
+    "serving.max_context=4096",
+    "kv.context_buckets=pow2",
+)
+"""Overrides (after the caller's) of the same workload configured as MLA mixture-of-experts
+deployments configure decode for throughput (DeepSeek's, SGLang's: docs/parallelism.md):
+attention data-parallel, a socket a rank holding 16 of the 256 users and their caches, the 256
+routed experts whole, 16 a socket, reached by all-to-alls."""
+
+SATURATING_RATE = 1e6
+"""Requests per second of the data-parallel run's traffic: all 768 arrive within the first
+millisecond, so every rank's slots stay full until the last admission, as the closed loop
+keeps them (a replica of attention ranks runs as a cluster, a server a rank, and a cluster's
+traffic is an arrival process)."""
 
 SNAPSTREAM_WORKLOAD = "deepseek-r1-128k-snapstream"
 FULL_WORKLOAD = "deepseek-r1-128k-full"
@@ -174,15 +198,54 @@ def measure_single_stream(path: str | Path, overrides: Sequence[str]) -> tuple[f
     return speed, api.step(path, [*ovr, "stack=none"], batch=1).hbm_util
 
 
-def measure_throughput(path: str | Path, overrides: Sequence[str]) -> float:
-    """Steady-state decode tokens/s of the full-attention workload with 256 users
-    (``THROUGHPUT``), through ``api.run``."""
-    return steady_state(api.run(path, [*overrides, *THROUGHPUT])).tokens_per_s
+def measure_throughput(path: str | Path, overrides: Sequence[str]) -> tuple[float, float]:
+    """Steady-state decode tokens/s of the full-attention workload with 256 users, under TP16
+    (``THROUGHPUT``, through ``api.run``) and attention data-parallel (``DATA_PARALLEL``,
+    a cluster of one replica through ``api_cluster.run_cluster``)."""
+    tensor = steady_state(api.run(path, [*overrides, *THROUGHPUT])).tokens_per_s
+    return tensor, data_parallel_throughput(path, overrides)
 
 
-def measure_small(full: str | Path, overrides: Sequence[str]) -> tuple[float, float, float]:
-    """The two small DeepSeek-R1 runs: single-stream speed and HBM share, 256-user
-    throughput (one task, so that the suite's two processes stay balanced)."""
+def data_parallel_throughput(path: str | Path, overrides: Sequence[str]) -> float:
+    """Steady-state decode tokens/s of 256 users on the workload's rack with ``DATA_PARALLEL``:
+    the window of ``steady_state`` over the replica's requests (its 256 slots in all)."""
+    workload = api.load(path, list(overrides)).workload_file
+    requests = 3 * 256
+    cluster = build_cluster(
+        {
+            "name": "validate-256-users-data-parallel",
+            "pools": {
+                "rack": {
+                    "workload": str(Path(workload).resolve()),
+                    "replicas": 1,
+                    "set": normalize_overrides([*overrides, *DATA_PARALLEL]),
+                }
+            },
+            "router": {"policy": "round_robin"},
+            "traffic": {
+                "rate": SATURATING_RATE,
+                "requests": requests,
+                "prompt_tokens": AA_TOKENS,
+                "output_tokens": AA_TOKENS,
+                "seed": 0,
+            },
+            # required by a cluster file; the figure reads throughput, not attainment
+            "slo": {"ttft": "1 h", "tpot": "1 s", "attainment": 0.5},
+        },
+        file=str(workload),
+    )
+    run = api_cluster.run_cluster(cluster).run
+    found = find_steady_state(run.serving, 256, closed_loop=True)
+    if isinstance(found, NoSteadyWindow):
+        raise ConfigError.single(str(workload), found.field, found.message)
+    return found.tokens_per_s
+
+
+def measure_small(
+    full: str | Path, overrides: Sequence[str]
+) -> tuple[float, float, tuple[float, float]]:
+    """The small DeepSeek-R1 runs: single-stream speed and HBM share, 256-user throughput in
+    both configurations (one task, so that the suite's two processes stay balanced)."""
     speed, share = measure_single_stream(full, overrides)
     return speed, share, measure_throughput(full, overrides)
 
@@ -238,7 +301,7 @@ def run_suite(
     else:
         ss, fu = (measure_run(path, run_ovr, prompt) for path, run_ovr in plans)
         small, scaling = measure_small(full, ovr), measure_decode_scaling(hardware_ovr)
-    speed, share, throughput = small
+    speed, share, (tensor, data) = small
     measurements = Measurements(
         batch_capacity_snapstream=ss.batch_capacity,
         batch_capacity_full=fu.batch_capacity,
@@ -253,7 +316,8 @@ def run_suite(
         multi_socket_scaling=scaling.multi_socket_scaling,
         peak_share_8=scaling.peak_share[8],
         peak_share_16=scaling.peak_share[16],
-        throughput_256_users=throughput,
+        throughput_256_users_tensor_parallel=tensor,
+        throughput_256_users_data_parallel=data,
     )
     return SuiteResult(ss, fu, measurements, evaluate(measurements, figures), scaling)
 
