@@ -59,15 +59,17 @@ def test_throughput_never_falls_as_the_batch_grows_to_the_capacity(
 
 def test_each_step_names_its_bound_and_the_top_points_differ(rows: list[dict[str, Any]]) -> None:
     """Every point names a resource, never one of less time than HBM's or the links'; at the
-    capacity HBM binds, past it the query gather makes the links bind and the rate falls."""
+    capacity HBM or the links (the attention's reduce-scatter) bind, past it the query
+    gather makes the links bind, by more, and the rate falls."""
     for row in rows:
         bound = row["decode_step.bound"]
         assert bound in RESOURCES
         times = {"hbm": row["decode_step.hbm_s"], "link": row["decode_step.link_s"]}
         assert times.get(bound, max(times.values())) >= max(times.values())
     at_capacity, past = rows[-2], rows[-1]
-    assert at_capacity["decode_step.bound"] == "hbm"
+    assert at_capacity["decode_step.bound"] in ("hbm", "link")
     assert past["decode_step.bound"] == "link"
+    assert past["decode_step.link_s"] > 1.5 * at_capacity["decode_step.link_s"]
     assert _rate(past) < _rate(at_capacity)
 
 

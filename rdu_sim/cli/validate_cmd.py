@@ -202,8 +202,9 @@ def command(
             f"SnapStream: {ss.batch_slots} slots, {ss.requests} requests; full: "
             f"{fu.batch_slots} slots, {fu.requests} requests; compressed prompt "
             f"{ss.prefill_prompt} tokens{' (--quick)' if quick else ''}; 256 users: "
-            f"{m.throughput_256_users_tensor_parallel:,.0f} tokens/s under TP16, "
-            f"{m.throughput_256_users_data_parallel:,.0f} with attention data-parallel"
+            f"{human.rate(m.throughput_256_users_tensor_parallel, 'tokens/s')} under TP16, "
+            f"{human.rate(m.throughput_256_users_data_parallel, 'tokens/s')} with attention "
+            "data-parallel"
         )
         _print_table(rows, header)
     if not result.passed:
