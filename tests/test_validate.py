@@ -19,10 +19,10 @@ from click.testing import CliRunner
 import rdu_sim.validate as validate
 from rdu_sim import api
 from rdu_sim.cli.main import cli
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware_file import read_hardware
 from rdu_sim.validate import FIGURES, Measurements, evaluate, with_tolerances
-from rdu_sim.validate.sensitivity import shipped_variants, variants
+from rdu_sim.validate.sensitivity import _failure, shipped_variants, variants
 from rdu_sim.validate.suite import (
     FULL_WORKLOAD,
     SINGLE_STREAM,
@@ -321,6 +321,16 @@ def test_sensitivity_labels_read_the_shipped_values_and_probe_around_them() -> N
     assert moved["P2P 25 GB/s (50)"] == ("hw.system.intra_node_link.bandwidth=25 GB/s",)
     assert "P2P 100 GB/s (50)" in moved and "kernel sync 5 us (20)" in moved
     assert "SnapStream budget 16k (8k)" in moved
+
+
+def test_a_variant_that_cannot_run_says_why_in_its_cell() -> None:
+    """The innermost issue names the field and the problem; the outer ones only the files."""
+    outer = ConfigIssue("/w.yaml", "pools.rack", "pool 'rack': workload is not valid:")
+    inner = ConfigIssue("/w.yaml", "parallelism.ep", "a 'ring' wiring links neighbours only")
+    assert _failure(ConfigError([outer, inner])) == (
+        "ConfigError: parallelism.ep: a 'ring' wiring links neighbours only"
+    )
+    assert _failure(ValueError("no fit\nmore")) == "ValueError: no fit"
 
 
 def test_single_stream_definition_matches_the_run_it_describes() -> None:

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from rdu_sim import api, human
+from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import LengthDistribution, LognormalLength
 from rdu_sim.scenario import Scenario
@@ -152,6 +153,17 @@ def _cell(value: float, base: float, unit: str) -> str:
     return text
 
 
+def _failure(exc: Exception) -> str:
+    """Why a variant cannot run, in a table cell: a ConfigError's innermost issue (its field
+    and problem: the outer ones name the files that led there), else the first line."""
+    if isinstance(exc, ConfigError):
+        issue = exc.issues[-1]
+        text = f"{issue.field}: {issue.message}" if issue.field else issue.message
+    else:
+        text = str(exc).splitlines()[0]
+    return f"{type(exc).__name__}: {text[:160]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every variant and print the markdown table (stdout) as rows finish."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -169,9 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result: SuiteResult = run_suite(quick=args.quick, overrides=overrides)
         except Exception as exc:  # a variant that does not fit is a result, not a crash
             print(
-                f"| {label} | " + f"cannot run: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:120]} |" + " |" * (len(names) - 1),
-                flush=True,
+                f"| {label} | cannot run: {_failure(exc)} |" + " |" * (len(names) - 1), flush=True
             )
             continue
         values = {row.figure.name: row.simulated for row in result.rows}
