@@ -6,6 +6,7 @@ is a ConfigError, which the CLI prints without a traceback (exit 2; see test_cli
 
 from __future__ import annotations
 
+import pickle
 import shutil
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rdu_sim.config import ConfigError, HardwareConfig, LlamaArchitecture
+from rdu_sim.config.errors import ConfigIssue, WriteError
 from rdu_sim.config.hardware_file import read_hardware, validate_hardware
 from rdu_sim.config.loader import MAX_DEPTH, read_yaml
 from rdu_sim.models import get_model, kv_bytes_per_token, params_total, preset_names
@@ -130,6 +132,19 @@ def test_several_errors_reported_together(tree: Path) -> None:
     _replace(workload, "requests: 200", "requests: -3")
     fields = {issue.field for issue in _error(workload).issues}
     assert fields == {"serving.batch_slot", "serving.requests"}
+
+
+def test_config_error_survives_a_process_boundary() -> None:
+    """The calibration suite's workers raise ConfigErrors into the parent: the message the
+    user reads must be the issues' lines, not one character a line."""
+    issues = [
+        ConfigIssue("/a/w.yaml", "kv.budget", "too small", 3),
+        ConfigIssue("/a/h.yaml", "", "x"),
+    ]
+    for error in (ConfigError(issues), WriteError(issues[:1])):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and back.issues == error.issues
+        assert str(back) == str(error) == "\n".join(str(i) for i in error.issues)
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +19,10 @@ from click.testing import CliRunner
 import rdu_sim.validate as validate
 from rdu_sim import api
 from rdu_sim.cli.main import cli
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.hardware_file import read_hardware
 from rdu_sim.validate import FIGURES, Measurements, evaluate, with_tolerances
-from rdu_sim.validate.sensitivity import VARIANTS
+from rdu_sim.validate.sensitivity import _failure, shipped_variants, variants
 from rdu_sim.validate.suite import (
     FULL_WORKLOAD,
     SINGLE_STREAM,
@@ -285,6 +287,9 @@ def test_single_stream_speed_is_the_median_inverse_tpot() -> None:
         single_stream_speed(SimpleNamespace(records=records, batch_slots=2))
 
 
+VARIANTS = shipped_variants()
+
+
 @pytest.mark.parametrize("label, overrides", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_every_sensitivity_variant_loads_on_both_workloads(
     label: str, overrides: tuple[str, ...]
@@ -292,6 +297,40 @@ def test_every_sensitivity_variant_loads_on_both_workloads(
     """A renamed field would otherwise show only as a 'cannot run' row in the table."""
     for path in (SNAPSTREAM_WORKLOAD, FULL_WORKLOAD):
         api.load(path, list(overrides))
+
+
+def test_sensitivity_labels_read_the_shipped_values_and_probe_around_them() -> None:
+    """The parentheses name what the files ship, as written in the hardware file; the link is
+    probed at half and double it, so a refit moves the probes with it."""
+    data, _ = read_hardware(Path(api.load(FULL_WORKLOAD).hardware_file))  # extends resolved
+    written = data["system"]["intra_node_link"]["bandwidth"]
+    shipped = float(written.split()[0])
+    labels = dict(VARIANTS)
+    assert labels[f"P2P {shipped / 2:g} GB/s ({shipped:g})"] == (
+        f"hw.system.intra_node_link.bandwidth={shipped / 2:g} GB/s",
+    )
+    assert f"P2P {2 * shipped:g} GB/s ({shipped:g})" in labels
+    link, sync, budget = (
+        "hw.system.intra_node_link.bandwidth=50 GB/s",
+        "hw.socket.kernel.sync=20 us",
+        "kv.budget=8192",
+    )
+    moved = dict(
+        variants(api.load(FULL_WORKLOAD, [link, sync]), api.load(SNAPSTREAM_WORKLOAD, [budget]))
+    )
+    assert moved["P2P 25 GB/s (50)"] == ("hw.system.intra_node_link.bandwidth=25 GB/s",)
+    assert "P2P 100 GB/s (50)" in moved and "kernel sync 5 us (20)" in moved
+    assert "SnapStream budget 16k (8k)" in moved
+
+
+def test_a_variant_that_cannot_run_says_why_in_its_cell() -> None:
+    """The innermost issue names the field and the problem; the outer ones only the files."""
+    outer = ConfigIssue("/w.yaml", "pools.rack", "pool 'rack': workload is not valid:")
+    inner = ConfigIssue("/w.yaml", "parallelism.ep", "a 'ring' wiring links neighbours only")
+    assert _failure(ConfigError([outer, inner])) == (
+        "ConfigError: parallelism.ep: a 'ring' wiring links neighbours only"
+    )
+    assert _failure(ValueError("no fit\nmore")) == "ValueError: no fit"
 
 
 def test_single_stream_definition_matches_the_run_it_describes() -> None:

@@ -37,6 +37,11 @@ class ConfigError(Exception):
         self.issues = issues
         super().__init__("\n".join(str(i) for i in issues))
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[list[ConfigIssue]]]:
+        """Pickle by the issues (the suite's worker processes raise it across to the caller;
+        Exception's own pickling would rebuild it from the joined message)."""
+        return type(self), (self.issues,)
+
     @classmethod
     def single(cls, file: str, field: str, message: str, line: int | None = None) -> ConfigError:
         """An error with one issue."""
