@@ -371,3 +371,20 @@ def test_the_data_parallel_256_users_keep_every_slot_busy_below_their_roofline()
     assert slower < 0.75 * measured
     with pytest.raises(ConfigError, match="no_such_field"):
         data_parallel_throughput("deepseek-r1-128k-full", ["serving.no_such_field=1"])
+
+
+def test_a_wiring_without_all_to_all_leaves_the_256_user_figure_to_tp16() -> None:
+    """On a ring the data-parallel layout cannot run (its experts' all-to-all): NaN, and the
+    figure reads the TP16 run alone; with neither it is NaN and fails."""
+    from rdu_sim.validate.suite import data_parallel_throughput
+
+    ring = ["hw.system.topology=ring"]
+    assert math.isnan(data_parallel_throughput("deepseek-r1-128k-full", ring))
+    fig = next(f for f in FIGURES if f.name == "decode_throughput_256_users")
+    alone = published_measurements(
+        throughput_256_users_tensor_parallel=4100.0, throughput_256_users_data_parallel=math.nan
+    )
+    assert alone.throughput_256_users == 4100.0 and evaluate(alone, [fig])[0].passed
+    neither = published_measurements(throughput_256_users=math.nan)
+    assert math.isnan(neither.throughput_256_users)
+    assert not evaluate(neither, [fig])[0].passed

@@ -64,10 +64,17 @@ class Measurements:
 
     @property
     def throughput_256_users(self) -> float:
-        """The rack configured for throughput: the higher of its two configurations."""
-        return max(
-            self.throughput_256_users_tensor_parallel, self.throughput_256_users_data_parallel
-        )
+        """The rack configured for throughput: the higher of its two configurations that ran
+        (NaN: one the hardware cannot run, or neither)."""
+        ran = [
+            rate
+            for rate in (
+                self.throughput_256_users_tensor_parallel,
+                self.throughput_256_users_data_parallel,
+            )
+            if math.isfinite(rate)
+        ]
+        return max(ran) if ran else math.nan
 
 
 Bound = Literal["point", "at_least"]

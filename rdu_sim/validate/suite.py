@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rdu_sim import api, api_cluster
 from rdu_sim.cluster.scenario import build_cluster
+from rdu_sim.cluster.simulate import ClusterRun
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides
 from rdu_sim.interrupts import Interrupted, blocked, run_stoppable, start_worker, stop_children
@@ -208,9 +209,25 @@ def measure_throughput(path: str | Path, overrides: Sequence[str]) -> tuple[floa
 
 def data_parallel_throughput(path: str | Path, overrides: Sequence[str]) -> float:
     """Steady-state decode tokens/s of 256 users on the workload's rack with ``DATA_PARALLEL``:
-    the window of ``steady_state`` over the replica's requests (its 256 slots in all)."""
+    the window of ``steady_state`` over the replica's requests (its 256 slots in all); NaN
+    where the hardware cannot run the layout (a parallelism error: a ring wiring has no
+    all-to-all), so that the figure reads the other configuration."""
     workload = api.load(path, list(overrides)).workload_file
     requests = 3 * 256
+    try:
+        run = _data_parallel_run(workload, overrides, requests)
+    except ConfigError as exc:  # the layout itself cannot run here (a ring has no all-to-all)
+        if any(issue.field.startswith("parallelism.") for issue in exc.issues):
+            return math.nan
+        raise
+    found = find_steady_state(run.serving, 256, closed_loop=True)
+    if isinstance(found, NoSteadyWindow):
+        raise ConfigError.single(str(workload), found.field, found.message)
+    return found.tokens_per_s
+
+
+def _data_parallel_run(workload: str | Path, overrides: Sequence[str], requests: int) -> ClusterRun:
+    """The ``DATA_PARALLEL`` replica serving ``requests`` saturating 1000/1000 requests."""
     cluster = build_cluster(
         {
             "name": "validate-256-users-data-parallel",
@@ -234,11 +251,7 @@ def data_parallel_throughput(path: str | Path, overrides: Sequence[str]) -> floa
         },
         file=str(workload),
     )
-    run = api_cluster.run_cluster(cluster).run
-    found = find_steady_state(run.serving, 256, closed_loop=True)
-    if isinstance(found, NoSteadyWindow):
-        raise ConfigError.single(str(workload), found.field, found.message)
-    return found.tokens_per_s
+    return api_cluster.run_cluster(cluster).run
 
 
 def measure_small(
