@@ -388,3 +388,31 @@ def test_a_wiring_without_all_to_all_leaves_the_256_user_figure_to_tp16() -> Non
     neither = published_measurements(throughput_256_users=math.nan)
     assert math.isnan(neither.throughput_256_users)
     assert not evaluate(neither, [fig])[0].passed
+
+
+def test_the_saturated_cluster_run_is_the_closed_loop_run_it_stands_for() -> None:
+    """Differential: the one-replica cluster whose requests all arrive at once, served under
+    TP16, has the steady rate of ``rdu-sim run`` with a closed loop of 256 users (the same
+    steps, admitted at the same moments): so the data-parallel figure, which only a cluster
+    can run, measures what the TP16 one does."""
+    from rdu_sim.serving.steady import find_steady_state
+    from rdu_sim.validate.measure import steady_state
+    from rdu_sim.validate.suite import THROUGHPUT, THROUGHPUT_USERS, saturated_run
+
+    closed = steady_state(api.run("deepseek-r1-128k-full", list(THROUGHPUT))).tokens_per_s
+    run = saturated_run("deepseek-r1-128k-full", list(THROUGHPUT))
+    found = find_steady_state(run.serving, THROUGHPUT_USERS, closed_loop=True)
+    assert found.tokens_per_s == pytest.approx(closed, rel=1e-9)
+
+
+def test_a_stack_override_never_reaches_the_device_alone_share() -> None:
+    """The share of peak is the hardware's (``stack=none``): a serving stack's host time set by
+    the caller (or by a calibration fitting it) moves the served speed, not the share."""
+    from rdu_sim.validate.suite import measure_single_stream
+
+    speed, share = measure_single_stream("deepseek-r1-128k-full", [])
+    slow_speed, slow_share = measure_single_stream(
+        "deepseek-r1-128k-full", ["stack.host.serial_per_step=1ms"]
+    )
+    assert slow_share == share
+    assert slow_speed < speed

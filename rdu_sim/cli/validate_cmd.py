@@ -14,6 +14,7 @@ study.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -202,10 +203,15 @@ def command(
             f"SnapStream: {ss.batch_slots} slots, {ss.requests} requests; full: "
             f"{fu.batch_slots} slots, {fu.requests} requests; compressed prompt "
             f"{ss.prefill_prompt} tokens{' (--quick)' if quick else ''}; 256 users: "
-            f"{human.rate(m.throughput_256_users_tensor_parallel, 'tokens/s')} under TP16, "
-            f"{human.rate(m.throughput_256_users_data_parallel, 'tokens/s')} with attention "
+            f"{_layout_rate(m.throughput_256_users_tensor_parallel)} under TP16, "
+            f"{_layout_rate(m.throughput_256_users_data_parallel)} with attention "
             "data-parallel"
         )
         _print_table(rows, header)
     if not result.passed:
         raise SystemExit(EXIT_FIGURE_FAILED)
+
+
+def _layout_rate(rate: float) -> str:
+    """One layout's 256-user rate, or why there is none (NaN: the hardware cannot run it)."""
+    return "not runnable here" if math.isnan(rate) else human.rate(rate, "tokens/s")

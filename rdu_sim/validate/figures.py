@@ -64,8 +64,8 @@ class Measurements:
 
     @property
     def throughput_256_users(self) -> float:
-        """The rack configured for throughput: the higher of its two configurations that ran
-        (NaN: one the hardware cannot run, or neither)."""
+        """The rack configured for throughput: the higher of the two layouts that ran (a
+        layout the hardware cannot run is NaN and left out; NaN only when neither ran)."""
         ran = [
             rate
             for rate in (
@@ -266,12 +266,14 @@ FIGURES: tuple[Figure, ...] = (
         "decode buckets up to 4,096 tokens, 768 requests: the shape of Artificial Analysis's "
         "System Load Test (fixed concurrency, the next query sent when one finishes, 1,000 "
         "tokens in and out, aggregate output tokens/s over the phase), the benchmark the "
-        "blog cites. 'Configured for throughput' is read as the higher of the rack's two "
-        "configurations: the latency figures' TP16 (sequence-split attention, experts "
-        "sliced 16 ways) with 256 slots, and attention data-parallel over the 16 sockets (16 "
-        "users and their caches a socket) with the 256 routed experts whole, 16 a socket "
-        "(DeepSeek's and SGLang's decode layout, docs/parallelism.md). Weak evidence: how the "
-        "rack was configured is not public, and other lengths move the result. Published: "
+        "blog cites. 'Configured for throughput' is read as the better of the two layouts the "
+        "simulator tries, SambaNova's being not public: the latency figures' TP16 "
+        "(sequence-split attention, experts sliced 16 ways) with 256 slots, and attention "
+        "data-parallel over the 16 sockets (16 users and their caches a socket) with the 256 "
+        "routed experts whole, 16 a socket (DeepSeek's and SGLang's decode layout, "
+        "docs/parallelism.md); nothing public says SN40L runs the latter. Under TP16 alone "
+        "the figure fails (its steps bound by the links). Weak evidence: other lengths move "
+        "the result too. Published: "
         "'over 4,500 tokens/s' with 256 concurrent users, the same rack configured for "
         "throughput (" + BLOG_SOURCE + ")",
         lambda m: m.throughput_256_users,

@@ -31,8 +31,9 @@ from pathlib import Path
 from rdu_sim import api, api_cluster
 from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.cluster.simulate import ClusterRun
+from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import HW_PREFIX, normalize_overrides
+from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, normalize_overrides
 from rdu_sim.interrupts import Interrupted, blocked, run_stoppable, start_worker, stop_children
 from rdu_sim.serving.steady import NoSteadyWindow, find_steady_state
 from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
@@ -63,19 +64,24 @@ SINGLE_STREAM = (
 speed (figures decode_speed_batch1 and decode_speed_per_user): one slot, three requests of
 Artificial Analysis's shape."""
 
+THROUGHPUT_USERS = 256
+"""Concurrent users of the blog's throughput figure, one closed-loop request each."""
+
+THROUGHPUT_CONTEXT = ("serving.max_context=4096", "kv.context_buckets=pow2")
+"""The 256-user runs' slots: decode graphs per power-of-two bucket up to 4,096 tokens (256
+slots of 128k do not fit)."""
+
 THROUGHPUT = (
-    "serving.batch_slots=256",
-    "serving.requests=768",
+    f"serving.batch_slots={THROUGHPUT_USERS}",
+    f"serving.requests={min_requests(THROUGHPUT_USERS)}",
     f"serving.prompt_tokens={AA_TOKENS}",
     f"serving.output_tokens={AA_TOKENS}",
-    "serving.max_context=4096",
-    "kv.context_buckets=pow2",
+    *THROUGHPUT_CONTEXT,
 )
 """Overrides (after the caller's) of the full-attention run that measures the 256-user
-throughput (figure decode_throughput_256_users) under TP16: 256 slots, one closed-loop user
-each (as Artificial Analysis's System Load Test sends the next query when one finishes), three
-turnovers of 1000-token prompts and 1000-token outputs, decode graphs per power-of-two bucket
-(256 slots of 128k do not fit)."""
+throughput (figure decode_throughput_256_users) under TP16: a slot per user (as Artificial
+Analysis's System Load Test sends the next query when one finishes), three turnovers of
+1000-token prompts and 1000-token outputs."""
 
 THROUGHPUT_RANKS = 16
 """Attention ranks of the data-parallel configuration: one a socket of the 16-socket rack."""
@@ -84,9 +90,8 @@ DATA_PARALLEL = (
     "parallelism.tp=1",
     f"parallelism.dp_attention={THROUGHPUT_RANKS}",
     f"parallelism.ep={THROUGHPUT_RANKS}",
-    f"serving.batch_slots={256 // THROUGHPUT_RANKS}",
-    "serving.max_context=4096",
-    "kv.context_buckets=pow2",
+    f"serving.batch_slots={THROUGHPUT_USERS // THROUGHPUT_RANKS}",
+    *THROUGHPUT_CONTEXT,
 )
 """Overrides (after the caller's) of the same workload configured as MLA mixture-of-experts
 deployments configure decode for throughput (DeepSeek's, SGLang's: docs/parallelism.md):
@@ -196,7 +201,13 @@ def measure_single_stream(path: str | Path, overrides: Sequence[str]) -> tuple[f
     Looping's are)."""
     ovr = [*overrides, *SINGLE_STREAM]
     speed = single_stream_speed(api.run(path, ovr))
-    return speed, api.step(path, [*ovr, "stack=none"], batch=1).hbm_util
+    return speed, api.step(path, [*device_only(ovr), "stack=none"], batch=1).hbm_util
+
+
+def device_only(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` without the serving stack's (``stack.``): a figure of the device alone
+    never sees a stack's host time, whatever the caller (or a calibration) sets."""
+    return [o for o in overrides if not o.strip().startswith(STACK_PREFIX)]
 
 
 def measure_throughput(path: str | Path, overrides: Sequence[str]) -> tuple[float, float]:
@@ -208,40 +219,44 @@ def measure_throughput(path: str | Path, overrides: Sequence[str]) -> tuple[floa
 
 
 def data_parallel_throughput(path: str | Path, overrides: Sequence[str]) -> float:
-    """Steady-state decode tokens/s of 256 users on the workload's rack with ``DATA_PARALLEL``:
-    the window of ``steady_state`` over the replica's requests (its 256 slots in all); NaN
-    where the hardware cannot run the layout (a parallelism error: a ring wiring has no
-    all-to-all), so that the figure reads the other configuration."""
-    workload = api.load(path, list(overrides)).workload_file
-    requests = 3 * 256
+    """Steady-state decode tokens/s of the 256 users on the workload's rack with
+    ``DATA_PARALLEL``: the window of ``steady_state`` over the replica's requests (its 256
+    slots in all). NaN where the hardware cannot run the layout (a parallelism error: a ring
+    wiring has no all-to-all; or its memory plan does not fit), so that the figure reads
+    TP16's alone."""
     try:
-        run = _data_parallel_run(workload, overrides, requests)
-    except ConfigError as exc:  # the layout itself cannot run here (a ring has no all-to-all)
+        run = saturated_run(path, [*overrides, *DATA_PARALLEL])
+    except ConfigError as exc:
         if any(issue.field.startswith("parallelism.") for issue in exc.issues):
             return math.nan
         raise
-    found = find_steady_state(run.serving, 256, closed_loop=True)
-    if isinstance(found, NoSteadyWindow):
-        raise ConfigError.single(str(workload), found.field, found.message)
+    except CapacityError:
+        return math.nan
+    found = find_steady_state(run.serving, THROUGHPUT_USERS, closed_loop=True)
+    if isinstance(found, NoSteadyWindow):  # not the input's fault: the run is built here
+        raise RuntimeError(f"the data-parallel 256-user run has no steady window: {found.message}")
     return found.tokens_per_s
 
 
-def _data_parallel_run(workload: str | Path, overrides: Sequence[str], requests: int) -> ClusterRun:
-    """The ``DATA_PARALLEL`` replica serving ``requests`` saturating 1000/1000 requests."""
+def saturated_run(path: str | Path, pool_overrides: Sequence[str]) -> ClusterRun:
+    """A one-replica cluster of the workload (with ``pool_overrides``) serving
+    ``min_requests(THROUGHPUT_USERS)`` requests of 1000/1000 tokens that all arrive at once
+    (``SATURATING_RATE``), routed to its ranks in turn."""
+    workload = api.load(path, list(pool_overrides)).workload_file
     cluster = build_cluster(
         {
-            "name": "validate-256-users-data-parallel",
+            "name": "validate-256-users",
             "pools": {
                 "rack": {
                     "workload": str(Path(workload).resolve()),
                     "replicas": 1,
-                    "set": normalize_overrides([*overrides, *DATA_PARALLEL]),
+                    "set": normalize_overrides(pool_overrides),
                 }
             },
             "router": {"policy": "round_robin"},
             "traffic": {
                 "rate": SATURATING_RATE,
-                "requests": requests,
+                "requests": min_requests(THROUGHPUT_USERS),
                 "prompt_tokens": AA_TOKENS,
                 "output_tokens": AA_TOKENS,
                 "seed": 0,
