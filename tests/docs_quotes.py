@@ -57,6 +57,7 @@ FORMATS: dict[str, tuple[Callable[[float], str], str]] = {
     "fixed1": (lambda v: f"{v:.1f}", NUMBER),
     "fixed2": (lambda v: f"{v:.2f}", NUMBER),
     "fixed3": (lambda v: f"{v:.3f}", NUMBER),
+    "verdict": (lambda v: "pass" if v else "**FAIL**", r"pass|\*\*FAIL\*\*"),
 }
 """A quote's rounding -> (how the value is written, what the doc's text there may be)."""
 
