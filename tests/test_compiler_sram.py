@@ -21,7 +21,7 @@ from rdu_sim.compiler.buffers import (
     spill_edges,
     whole_layer_edges,
 )
-from rdu_sim.compiler.program import Program, StageProgram
+from rdu_sim.compiler.program import KernelProgram, Program, StageProgram
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.shapes import Gemm
 
@@ -162,6 +162,51 @@ def test_whole_layer_edges_spill_largest_first() -> None:
     assert spill_edges(stages, False, pmus=19, pmu_bytes=100.0) == {("s", "y", False)}
     looped = pipeline_edges(stages, looped=True)
     assert ("y", "s", True) in looped
+
+
+def _routed_join() -> list[StageProgram]:
+    """A MoE layer's shape in six stages: n feeds the router r and a shared branch s1 -> s2;
+    the experts g load weights selected by r (``selected_by``) and the join j combines g's
+    output with the shared branch's."""
+    stages = [
+        _stage("n", 0.0, 1600.0),
+        _stage("r", 0.0, 160.0, ("n",)),
+        _stage("g", 16e6, 1600.0, ("r",)),
+        _stage("s1", 0.0, 1600.0, ("n",)),
+        _stage("s2", 0.0, 1600.0, ("s1",)),
+        _stage("j", 0.0, 1600.0, ("g", "s2")),
+    ]
+    stages[2] = StageProgram(**{**stages[2].__dict__, "selected_by": "r"})
+    return stages
+
+
+def test_the_inputs_that_wait_for_a_routing_hold_the_layer() -> None:
+    """Expert weights selected by the router load only once it has finished the layer, so
+    the stages downstream of them wait for the whole layer: their inputs from outside that
+    wait (the shared branch's s2 -> j) hold the layer, or s2 stalls on two slots, n behind
+    it, and the router never finishes (a deadlock)."""
+    stages = _routed_join()
+    assert whole_layer_edges(stages, looped=False) == {("r", "g", False), ("s2", "j", False)}
+    # and in the engine: 16 tiles of the layer, two slots on every other edge, runs
+    scenario = api.load(LLAMA)
+    kernel = KernelProgram("moe", calls=1, looped=False, stages=tuple(stages), tiles=16)
+    sim = KernelSim(
+        kernel,
+        scenario.hardware,
+        1,
+        scenario.workload.engine,
+        tile_works(kernel, 16, scenario.hardware.socket),
+        layers=1,
+        looped=False,
+        max_events=10**6,
+    )
+    slots = {b.name: b.capacity for b in sim.pipelines[0].buffers["j"]}
+    assert slots == {"g->j": 2, "s2->j": 16}
+    run = sim.finish()
+    # the expert loads start after the router's layer: at least the whole read after it
+    hbm = scenario.hardware.socket.hbm
+    assert run.stats.time_s >= 16e6 / hbm.bandwidth
+    assert run.stats.hbm_bytes == pytest.approx(16e6, rel=1e-12)
 
 
 def test_residency_passes_by_hand() -> None:

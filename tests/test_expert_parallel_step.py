@@ -20,6 +20,7 @@ from rdu_sim.compiler.expert_load import ExpertLoad, expert_load_model
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.experts import ExpertsConfig
 from rdu_sim.engine.gpu.stream import Call, run_overlapped
+from rdu_sim.report.bound import step_bound
 from rdu_sim.shapes import StepShape
 
 DEEPSEEK = "workloads/deepseek-r1-128k-full.yaml"
@@ -30,6 +31,14 @@ EP16 = {  # two 8-socket nodes: 8 attention ranks of 2 sockets, experts whole ov
     "serving.batch_slots": 4,
     "serving.max_context": 8192,
     "hw.system.sockets_per_node": 8,
+}
+DP16 = {  # the 256-user figure's data-parallel layout (rdu_sim/validate/suite.py)
+    "parallelism.tp": 1,
+    "parallelism.dp_attention": 16,
+    "parallelism.ep": 16,
+    "serving.batch_slots": 16,
+    "serving.max_context": 4096,
+    "kv.context_buckets": "pow2",
 }
 MOE_GPU = "workloads/qwen3-235b-a22b-16socket.yaml"
 GPU_EP8 = {
@@ -74,6 +83,29 @@ def test_one_socket_simulated_equals_every_socket() -> None:
     one = api.step(DEEPSEEK, EP16).step_s
     every = api.step(DEEPSEEK, {**EP16, "engine.all_sockets": True}).step_s
     assert one == every
+
+
+@pytest.mark.parametrize("tokens", [100, 1000])
+@pytest.mark.parametrize("layout", [{}, DP16], ids=["tp16", "dp16-ep16"])
+def test_routed_expert_loads_run_where_static_ones_do_within_the_roofline(
+    layout: dict[str, object], tokens: int
+) -> None:
+    """Expert weights loaded after the router (``routed``) never deadlock a step that runs
+    with the static bound (a 1000-token prefill of the data-parallel layout did: its shared
+    expert's output waited on two slots for the routed experts' combine), no step is faster
+    than its busiest resource, and the routed experts read no more than the static bound."""
+    shape = StepShape("prefill", 1, tokens, 0)
+    reads: dict[str, dict[str, float]] = {}
+    for loading in ("static", "routed"):
+        scenario = api.load(DEEPSEEK, {**layout, "moe_expert_loading": loading})
+        cost = api.step(scenario, phase="prefill", tokens=tokens)
+        assert cost.step_s >= step_bound(cost.detail, scenario.hardware).limit_s
+        moe = next(k for k in Compiler(scenario).program(shape).kernels if k.name == "decoder_moe")
+        reads[loading] = {s.name: s.reads.get("hbm", 0.0) / s.passes for s in moe.stages}
+    experts = [name for name in reads["routed"] if name.startswith("moe.experts_")]
+    for name in experts:
+        assert reads["routed"][name] <= reads["static"][name], name
+    assert sum(reads["routed"][name] for name in experts) > 0
 
 
 def test_busiest_device_load_at_the_ends() -> None:

@@ -6,7 +6,8 @@ PMUs hold a stage's inputs, the parameters being streamed and its intermediates 
 - per input edge, ``buffer_tiles`` slots of the producer's tile (its output / ``T``); an
   edge that must hold a whole layer (``whole_layer_edges``: a looped kernel's edge from one
   layer to the next, a skip connection around a longer path, the selection a stage's
-  weights wait for) holds ``max(buffer_tiles, T)`` slots, the producer's whole output,
+  weights wait for and the other inputs that wait with it) holds ``max(buffer_tiles, T)``
+  slots, the producer's whole output,
   unless it is spilled to HBM (then it stages ``buffer_tiles`` slots on chip);
 - its operand window: ``min(prefetch_tiles, T)`` tiles of its off-chip reads (weight and KV
   tiles loaded ahead of the compute);
@@ -72,21 +73,27 @@ def input_bytes(stages: Sequence[StageProgram], looped: bool) -> dict[str, float
     return arriving
 
 
-def skip_edges(stages: Sequence[StageProgram]) -> set[tuple[str, str]]:
-    """Edges u -> v for which another, longer path from u to v exists."""
-    names = [s.name for s in stages]
-    consumers: dict[str, list[str]] = {n: [] for n in names}
+def downstream(stages: Sequence[StageProgram]) -> dict[str, set[str]]:
+    """Each stage's transitive consumers within a layer (the stages its output reaches)."""
+    consumers: dict[str, list[str]] = {s.name: [] for s in stages}
     for stage in stages:
         for producer in stage.inputs:
             consumers[producer].append(stage.name)
     reach: dict[str, set[str]] = {}
-    for name in reversed(names):  # topological order reversed: consumers first
+    for stage in reversed(stages):  # topological order reversed: consumers first
+        name = stage.name
         reach[name] = set(consumers[name]).union(*(reach[c] for c in consumers[name]))
+    return reach
+
+
+def skip_edges(stages: Sequence[StageProgram]) -> set[tuple[str, str]]:
+    """Edges u -> v for which another, longer path from u to v exists."""
+    reach = downstream(stages)
     return {
         (producer, stage.name)
         for stage in stages
         for producer in stage.inputs
-        if any(stage.name in reach[w] for w in consumers[producer] if w != stage.name)
+        if any(stage.name in reach[w] for w in reach[producer] if w != stage.name)
     }
 
 
@@ -95,12 +102,20 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
     input (loop edges), a skip connection is kept whole while the long path fills (with two
     slots the producer would stall and starve the long path, and deadlock once a collective
     on it holds back a chunk), and so is the selection a stage's weights wait for (the
-    routing into the experts: the consumer needs the layer's whole selection first). With
-    fewer rows than tiles, a stage finishing rows only at their end (``whole_row_outputs``)
-    hands over a row's tiles before any is usable, so its edges hold the row, and so do its
-    consumers' other inputs, which wait with it (a few rows of activations)."""
+    routing into the experts: the consumer needs the layer's whole selection first). A stage
+    whose weights wait for a selection starts a layer only once the selector has finished it,
+    so it and every stage its output reaches wait for the whole layer: each of their inputs
+    from outside that wait holds the layer (the dispatched tokens, the shared expert's output
+    the combine joins), or its producer stalls before the selector can finish the layer, a
+    deadlock. With fewer rows than tiles, a stage finishing rows only at their end
+    (``whole_row_outputs``) hands over a row's tiles before any is usable, so its edges hold
+    the row, and so do its consumers' other inputs, which wait with it (a few rows of
+    activations)."""
     skips = skip_edges(stages)
+    reach = downstream(stages)
     selector = {s.name: s.selected_by for s in stages}
+    gated = {s.name for s in stages if s.selected_by}
+    gated |= set().union(*(reach[name] for name in gated))
     rows = {s.name for s in stages if s.whole_row_outputs > 0}
     row_fed = {s.name for s in stages if rows.intersection(s.inputs)}
     return {
@@ -109,6 +124,7 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
         if edge[2]
         or (edge[0], edge[1]) in skips
         or selector[edge[1]] == edge[0]
+        or (edge[1] in gated and edge[0] not in gated)
         or edge[0] in rows
         or edge[1] in row_fed
     }

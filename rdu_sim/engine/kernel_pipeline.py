@@ -2,9 +2,10 @@
 
 Wiring: every pipeline edge (``StageProgram.inputs``) is a cut-through ``StreamEdge`` over a
 ``StageBuffer`` in the consumer's PMUs of ``buffer_tiles`` slots (skip connections, loop
-edges, the selection a stage's weights wait for and the edges around a row finished only at
-its end, ``StageProgram.whole_row_outputs``, hold a whole layer's tiles: ``compiler.buffers``,
-the rule the compiler sizes the SRAM by); a consumer with several
+edges, the selection a stage's weights wait for and the inputs that wait with it, such as
+the shared expert's output at the routed experts' combine, and the edges around a row
+finished only at its end, ``StageProgram.whole_row_outputs``, hold a whole layer's tiles:
+``compiler.buffers``, the rule the compiler sizes the SRAM by); a consumer with several
 inputs splits its PMUs' bandwidth among them, and a stage given no PMUs still gets one PMU's
 bandwidth so its operands can land. Each stage with PCUs has its own ``PCUGroup``; all
 stages share the socket's memory channels. A stage streams weight/KV tiles as far ahead of

@@ -23,7 +23,8 @@ For each tile, in order (a call of a looped kernel runs ``iterations x tiles`` o
    stage's. A stage whose weights are selected by another stage's output (routed experts:
    ``StageProgram.selected_by``) issues a layer's loads only when that stage has finished
    the layer, since their addresses are not known before: such loads never cross the
-   routing point;
+   routing point, and the inputs that wait with them hold the layer
+   (``compiler.buffers.whole_layer_edges``), so the selector can always finish it;
 4. compute on the stage's ``PCUGroup``: matrix FLOPs at the stage's GEMM efficiency, then
    element-wise FLOPs at the vector rate, while the tile's operands and inputs stream in and
    SRAM-resident bytes stream through the stage's PMUs: the tile ends when its compute, its
