@@ -210,6 +210,9 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
             processes=True,
             host="127.0.0.1",
             dashboard_address=None,
+            # Dask's warnings (a task the closing client cancels) are not the user's news:
+            # the sweep reports every point it lost or kept; its errors still show
+            silence_logs=logging.ERROR,
         )
         client = distributed.Client(local)
         client.run(leave_signals_to_the_sweep)
