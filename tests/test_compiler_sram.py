@@ -5,6 +5,7 @@ SRAM a kernel holds is one figure wherever it is reported."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -15,13 +16,15 @@ from rdu_sim.compiler import CapacityError, Compiler
 from rdu_sim.compiler.buffers import (
     BufferRule,
     StreamBuffers,
+    bypass_edges,
     pipeline_edges,
     plan_tiles,
     residency,
+    slots_by_edge,
     spill_edges,
     whole_layer_edges,
 )
-from rdu_sim.compiler.program import KernelProgram, Program, StageProgram
+from rdu_sim.compiler.program import CollectiveSpec, KernelProgram, Program, StageProgram
 from rdu_sim.engine.kernel_sim import KernelSim, tile_works
 from rdu_sim.shapes import Gemm
 
@@ -74,17 +77,36 @@ def test_every_stage_fits_its_pmus_and_every_kernel_the_socket(
     assert program.placement.tiers["sram"].used_bytes == math.ceil(program.sram_bytes)
 
 
-def test_the_compiler_sizes_input_buffers_as_the_engine_builds_them() -> None:
+DEEPSEEK_FULL = ROOT / "workloads" / "deepseek-r1-128k-full.yaml"
+DP_EP16 = {  # attention data-parallel over 16 sockets, experts over 16: all-to-alls
+    "parallelism.tp": 1,
+    "parallelism.dp_attention": 16,
+    "parallelism.ep": 16,
+    "serving.batch_slots": 16,
+    "serving.max_context": 8192,
+    "kv.context_buckets": "pow2",
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "overrides", "kernel", "tokens"),
+    [(LLAMA, {}, "decoder", 4096), (DEEPSEEK_FULL, DP_EP16, "decoder_moe", 3000)],
+    ids=["llama", "deepseek-dp-ep"],
+)
+def test_the_compiler_sizes_input_buffers_as_the_engine_builds_them(
+    path: Path, overrides: dict[str, object], kernel: str, tokens: int
+) -> None:
     """Differential: each stage's input slots in the compiler's accounting equal the
-    engine's stage buffers (slots x the producer's tile) wired for the same kernel."""
-    scenario = api.load(LLAMA)
-    program = _program(LLAMA, "prefill", False)
-    decoder = next(k for k in program.kernels if k.name == "decoder")
+    engine's stage buffers (slots x the producer's tile) wired for the same kernel, the
+    shared expert's join bypassing the all-to-alls included."""
+    scenario = api.load(path, overrides)
+    program = Compiler(scenario).program(api.default_step_shape(scenario, "prefill", tokens=tokens))
+    decoder = next(k for k in program.kernels if k.name == kernel)
     tiles = decoder.tiles or 0
     sim = KernelSim(
         decoder,
         scenario.hardware,
-        1,
+        program.devices,
         scenario.workload.engine,
         tile_works(decoder, tiles, scenario.hardware.socket),
         layers=2,
@@ -99,11 +121,11 @@ def test_the_compiler_sizes_input_buffers_as_the_engine_builds_them() -> None:
         )
         for consumer, buffers in sim.pipelines[0].buffers.items()
     }
-    rule = BufferRule(
-        scenario.workload.engine.buffer_tiles, scenario.workload.engine.prefetch_tiles
-    )
+    settings = scenario.workload.engine
+    chunks = scenario.hardware.system.collective_chunks
+    rule = BufferRule(settings.buffer_tiles, settings.prefetch_tiles, chunks)
     plan = plan_tiles(
-        "decoder",
+        kernel,
         decoder.stages,
         True,
         pmus=10**9,
@@ -134,7 +156,7 @@ def _stage(name: str, reads: float, out: float, inputs: tuple[str, ...] = ()) ->
 def test_tiles_double_until_the_buffers_fit() -> None:
     # a -> b: b holds 2 slots of a's tile (800 / T) and 2 tiles of its 1,600 B of reads.
     stages = [_stage("a", 0.0, 800.0), _stage("b", 1600.0, 0.0, ("a",))]
-    rule = BufferRule(buffer_tiles=2, prefetch_tiles=2)
+    rule = BufferRule(buffer_tiles=2, prefetch_tiles=2, collective_chunks=4)
 
     def plan(pmus: int) -> int:
         return plan_tiles(
@@ -207,6 +229,45 @@ def test_the_inputs_that_wait_for_a_routing_hold_the_layer() -> None:
     hbm = scenario.hardware.socket.hbm
     assert run.stats.time_s >= 16e6 / hbm.bandwidth
     assert run.stats.hbm_bytes == pytest.approx(16e6, rel=1e-12)
+
+
+def _exchange() -> list[StageProgram]:
+    """Expert parallelism's shape: n feeds a dispatch d (an all-to-all), the experts e and
+    their combine x (another), and beside them a shared branch s1 -> s2; the join j adds
+    s2 to x; k, a source of its own, feeds j too."""
+    alltoall = CollectiveSpec("alltoall", 1600.0, 16)
+    stages = [
+        _stage("n", 0.0, 1600.0),
+        _stage("d", 0.0, 1600.0, ("n",)),
+        _stage("e", 0.0, 1600.0, ("d",)),
+        _stage("x", 0.0, 1600.0, ("e",)),
+        _stage("s1", 0.0, 1600.0, ("n",)),
+        _stage("s2", 0.0, 1600.0, ("s1",)),
+        _stage("k", 0.0, 1600.0),
+        _stage("j", 0.0, 1600.0, ("x", "s2", "k")),
+    ]
+    return [replace(s, collective=alltoall) if s.name in ("d", "x") else s for s in stages]
+
+
+def test_a_branch_bypassing_collectives_holds_their_chunks_at_the_join() -> None:
+    """The shared branch joins after two all-to-alls, each holding back the chunk it
+    gathers, and a third chunk is on the links: s2 -> j holds ``buffer_tiles`` + 3 chunks
+    of ``ceil(T / collective_chunks)`` tiles, at most a layer. Every other edge keeps two
+    slots: the chain through the collectives, and k, which shares no stage with them (its
+    stalling holds nothing of theirs back)."""
+    stages = _exchange()
+    assert bypass_edges(stages) == {("s2", "j", False): 2}
+    assert whole_layer_edges(stages, looped=False) == set()
+    rule = BufferRule(buffer_tiles=2, prefetch_tiles=2, collective_chunks=4)
+    assert slots_by_edge(stages, False, rule, 64)[("s2", "j", False)] == 2 + 3 * 16
+    assert slots_by_edge(stages, False, rule, 30)[("s2", "j", False)] == 2 + 3 * 8
+    assert slots_by_edge(stages, False, rule, 8)[("s2", "j", False)] == 8  # a layer
+    others = {e: n for e, n in slots_by_edge(stages, False, rule, 64).items() if e[0] != "s2"}
+    assert set(others.values()) == {2}
+    # the compiler holds them on chip: j's input slots, 64 tiles of 25 B
+    plan = plan_tiles("k", stages, False, pmus=10**6, pmu_bytes=1e6, min_tiles=64, rule=rule)
+    j = next(i for i, s in enumerate(plan.stages) if s.name == "j")
+    assert plan.stream[j].inputs == pytest.approx((2 + 2 + 50) * 25.0, rel=1e-12)
 
 
 def test_residency_passes_by_hand() -> None:

@@ -108,6 +108,23 @@ def test_routed_expert_loads_run_where_static_ones_do_within_the_roofline(
     assert sum(reads["routed"][name] for name in experts) > 0
 
 
+def test_a_long_data_parallel_prefill_runs_at_its_link_bound() -> None:
+    """The data-parallel layout's prefill is link-bound (the all-to-alls) and scales with
+    its tokens: the shared expert, bypassing the dispatch and the combine, must run ahead of
+    them by the chunks they hold back. On two slots it stalled the layer's fork: at 3,000
+    tokens the branches stopped overlapping (2.5x the link bound), at 6,000 (64 tiles, a
+    chunk of 16) the pipeline deadlocked."""
+    scenario = api.load(DEEPSEEK, {**DP16, "serving.max_context": 8192})
+    per_token = []
+    for tokens in (1000, 3000, 6000, 8000):
+        cost = api.step(scenario, phase="prefill", tokens=tokens)
+        bound = step_bound(cost.detail, scenario.hardware)
+        assert bound.bound == "link"
+        assert bound.limit_s <= cost.step_s <= 1.1 * bound.limit_s, tokens
+        per_token.append(cost.step_s / tokens)
+    assert max(per_token) <= 1.05 * min(per_token)
+
+
 def test_busiest_device_load_at_the_ends() -> None:
     # one token, one expert each: 16 devices, the busiest holds it whole
     assert uniform_load(1, 256, 1, 16, "routed").pairs == pytest.approx(1)

@@ -8,7 +8,11 @@ PMUs hold a stage's inputs, the parameters being streamed and its intermediates 
   layer to the next, a skip connection around a longer path, the selection a stage's
   weights wait for and the other inputs that wait with it) holds ``max(buffer_tiles, T)``
   slots, the producer's whole output,
-  unless it is spilled to HBM (then it stages ``buffer_tiles`` slots on chip);
+  unless it is spilled to HBM (then it stages ``buffer_tiles`` slots on chip); an edge
+  joining a branch that bypasses collectives (``bypass_edges``: the shared expert beside the
+  routed experts' dispatch and combine) holds ``buffer_tiles`` plus a collective chunk
+  (``ceil(T / collective_chunks)`` tiles) per collective bypassed and one more, at most a
+  layer, and may spill to HBM too when nothing else makes the stages fit;
 - its operand window: ``min(prefetch_tiles, T)`` tiles of its off-chip reads (weight and KV
   tiles loaded ahead of the compute);
 - one tile of its off-chip writes draining.
@@ -130,24 +134,72 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
     }
 
 
-def edge_slots(edge: Edge, whole: bool, buffer_tiles: int, tiles: int) -> int:
-    """Tile slots of an edge's buffer: ``buffer_tiles``, or a layer's tiles for a whole one
-    (where it lives, on chip or spilled to HBM, does not change the flow control), two
-    layers' for a loop edge: a sink early in a body of several layers (gpt-oss's
-    ``l0.attn.kv_write``) runs up to a body ahead of a late source of the next body
-    (``l1.attn.kv_read``), which a layer's slots would deadlock."""
-    if not whole:
-        return buffer_tiles
-    layer = max(buffer_tiles, tiles)
-    return 2 * layer if edge[2] else layer
+def bypass_edges(stages: Sequence[StageProgram]) -> dict[Edge, int]:
+    """Edges joining a branch that bypasses collectives, each to how many it bypasses: an
+    edge into a stage downstream of a collective from a stage that is not, on a branch
+    forked from the collective's path within the layer (they share an upstream stage). A
+    collective stage holds back a chunk of its output until the chunk's collective is done
+    (``engine.stage_runner``), so the bypassing branch runs that far ahead of the other at
+    the join: with only ``buffer_tiles`` slots it stalls, stalls the fork, and the chunk
+    never fills (the branches stop overlapping, or deadlock once a chunk exceeds the slots
+    on the way)."""
+    reach = downstream(stages)
+    upstream: dict[str, set[str]] = {}
+    for stage in stages:  # topological order: producers first
+        upstream[stage.name] = {stage.name}.union(*(upstream[p] for p in stage.inputs))
+    collectives = [s.name for s in stages if s.collective is not None]
+    bypasses: dict[Edge, int] = {}
+    for stage in stages:
+        for producer in stage.inputs:
+            bypassed = sum(
+                1
+                for c in collectives
+                if stage.name in reach[c]
+                and producer != c
+                and producer not in reach[c]
+                and not upstream[c].isdisjoint(upstream[producer])
+            )
+            if bypassed:
+                bypasses[(producer, stage.name, False)] = bypassed
+    return bypasses
 
 
 @dataclass(frozen=True)
 class BufferRule:
-    """The engine's buffering settings (the workload's ``engine:``) the footprint follows."""
+    """The buffering settings the footprint and the engine's flow control follow: the
+    workload's ``engine:`` ones and the system's ``collective_chunks``."""
 
     buffer_tiles: int
     prefetch_tiles: int
+    collective_chunks: int
+
+
+def edge_slots(edge: Edge, whole: bool, bypassed: int, rule: BufferRule, tiles: int) -> int:
+    """Tile slots of an edge's buffer at ``tiles`` tiles per call: ``buffer_tiles``; on an
+    edge bypassing collectives (``bypass_edges``) plus a chunk per collective (the chunk
+    each is gathering) and one (the chunk on the links, so the next is gathered meanwhile),
+    at most a layer; a layer's tiles for a whole one; two layers' for a loop edge: a sink
+    early in a body of several layers (gpt-oss's ``l0.attn.kv_write``) runs up to a body
+    ahead of a late source of the next body (``l1.attn.kv_read``), which a layer's slots
+    would deadlock. Where an edge lives, on chip or spilled to HBM, does not change them."""
+    layer = max(rule.buffer_tiles, tiles)
+    if not whole:
+        chunk = math.ceil(tiles / rule.collective_chunks)
+        held_back = bypassed + 1 if bypassed else 0  # chunks: one gathering each, one sent
+        return min(rule.buffer_tiles + held_back * chunk, layer)
+    return 2 * layer if edge[2] else layer
+
+
+def slots_by_edge(
+    stages: Sequence[StageProgram], looped: bool, rule: BufferRule, tiles: int
+) -> dict[Edge, int]:
+    """Every pipeline edge's tile slots (``edge_slots``): the engine's flow control."""
+    whole = whole_layer_edges(stages, looped)
+    bypasses = bypass_edges(stages)
+    return {
+        edge: edge_slots(edge, edge in whole, bypasses.get(edge, 0), rule, tiles)
+        for edge in pipeline_edges(stages, looped)
+    }
 
 
 @dataclass(frozen=True)
@@ -168,15 +220,15 @@ def stream_buffers(
     stage: StageProgram,
     tiles: int,
     produced: Mapping[str, float],
-    inputs: Iterable[tuple[Edge, bool]],
+    inputs: Iterable[tuple[Edge, bool, int]],
     rule: BufferRule,
 ) -> StreamBuffers:
     """The buffers ``stage`` holds streaming ``tiles`` tiles per call, its input edges given
-    as ``(edge, held whole on chip)``."""
+    as ``(edge, held whole on chip, collectives bypassed)``."""
     held = 0.0
-    for edge, whole in inputs:
+    for edge, whole, bypassed in inputs:
         producer = edge[0]
-        slots = edge_slots(edge, whole, rule.buffer_tiles, tiles)
+        slots = edge_slots(edge, whole, bypassed, rule, tiles)
         held += slots * produced[producer] / tiles
     reads = sum(stage.reads.get(t, 0.0) for t in OFFCHIP)
     writes = sum(stage.writes.get(t, 0.0) for t in OFFCHIP)
@@ -196,11 +248,14 @@ class TilePlan:
 
 def _inputs(
     stages: Sequence[StageProgram], looped: bool, spilled: frozenset[Edge]
-) -> dict[str, list[tuple[Edge, bool]]]:
+) -> dict[str, list[tuple[Edge, bool, int]]]:
     whole = whole_layer_edges(stages, looped)
-    into: dict[str, list[tuple[Edge, bool]]] = {s.name: [] for s in stages}
+    bypasses = bypass_edges(stages)
+    into: dict[str, list[tuple[Edge, bool, int]]] = {s.name: [] for s in stages}
     for edge in pipeline_edges(stages, looped):
-        into[edge[1]].append((edge, edge in whole and edge not in spilled))
+        staged = edge in whole or edge in spilled  # a layer, or buffer_tiles from HBM
+        bypassed = 0 if staged else bypasses.get(edge, 0)
+        into[edge[1]].append((edge, edge in whole and edge not in spilled, bypassed))
     return into
 
 
@@ -266,10 +321,13 @@ def plan_tiles(
     """The fewest tiles (from ``min_tiles``, doubling) at which the stages' buffers fit
     ``pmus`` PMUs of ``pmu_bytes`` each, one PMU at least per stage, with the whole-layer
     edges ``spill_edges`` chooses staged through HBM, and the next largest too as long as
-    nothing fits (module docstring)."""
+    nothing fits, then the edges bypassing collectives (module docstring)."""
     spilled = spill_edges(stages, looped, pmus=pmus, pmu_bytes=pmu_bytes)
-    candidates = [e for e in _whole_by_size(stages, looped) if e not in spilled]
     produced = {s.name: s.output_bytes for s in stages}
+    whole = whole_layer_edges(stages, looped)
+    bypasses = [e for e in bypass_edges(stages) if e not in whole and produced[e[0]] > 0]
+    candidates = [e for e in _whole_by_size(stages, looped) if e not in spilled]
+    candidates += sorted(bypasses, key=lambda e: -produced[e[0]])
     while True:
         staged = tuple(with_spills(stages, spilled))
         into = _inputs(staged, looped, spilled)

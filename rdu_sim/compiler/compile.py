@@ -318,8 +318,13 @@ def _kernel_programs(
     hardware = scenario.hardware
     if isinstance(hardware, HardwareConfig):
         engine = scenario.workload.engine
+        rule = BufferRule(
+            engine.buffer_tiles, engine.prefetch_tiles, hardware.system.collective_chunks
+        )
         return tuple(
-            _kernel_program(k, fractions, kv_tier, hardware.socket, engine, k.rows or shape.rows)
+            _kernel_program(
+                k, fractions, kv_tier, hardware.socket, engine, rule, k.rows or shape.rows
+            )
             for k in kernels
         )
     # a GPU runs each kernel on all its SMs: no stage gets units of its own (0)
@@ -547,6 +552,7 @@ def _kernel_program(
     kv_tier: Tier,
     socket: SocketConfig,
     engine: EngineConfig,
+    rule: BufferRule,
     rows: int,
 ) -> KernelProgram:
     drafts = _drafts(kernel, fractions, kv_tier)
@@ -575,7 +581,7 @@ def _kernel_program(
         pmus=usable_pmus,
         pmu_bytes=sram,
         min_tiles=engine.tiles_per_stage,
-        rule=BufferRule(engine.buffer_tiles, engine.prefetch_tiles),
+        rule=rule,
     )
     stages = plan.stages  # with the spilled edges' HBM traffic
     # the topological order of `operators` puts every producer before its consumers

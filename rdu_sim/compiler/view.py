@@ -39,11 +39,11 @@ UNREAD_SYSTEM: Unread = {
     "inter_rack_link": None,
     "topology": None,
     "collective_algorithm": None,
-    "collective_chunks": None,
     "sockets_per_node": None,
 }
 """The links and collectives are the engine's; ``system.sockets`` stays (a GPU's capacity
-hint names it)."""
+hint names it), and so does ``collective_chunks`` (the edges bypassing a collective hold
+its chunks: ``compiler.buffers``)."""
 
 UNREAD_WORKLOAD: Unread = {
     "name": None,

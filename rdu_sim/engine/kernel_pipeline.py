@@ -4,8 +4,10 @@ Wiring: every pipeline edge (``StageProgram.inputs``) is a cut-through ``StreamE
 ``StageBuffer`` in the consumer's PMUs of ``buffer_tiles`` slots (skip connections, loop
 edges, the selection a stage's weights wait for and the inputs that wait with it, such as
 the shared expert's output at the routed experts' combine, and the edges around a row
-finished only at its end, ``StageProgram.whole_row_outputs``, hold a whole layer's tiles:
-``compiler.buffers``, the rule the compiler sizes the SRAM by); a consumer with several
+finished only at its end, ``StageProgram.whole_row_outputs``, hold a whole layer's tiles;
+a branch bypassing collectives, such as the shared expert beside expert parallelism's
+all-to-alls, holds their chunks at its join: ``compiler.buffers``, the rule the compiler
+sizes the SRAM by); a consumer with several
 inputs splits its PMUs' bandwidth among them, and a stage given no PMUs still gets one PMU's
 bandwidth so its operands can land. Each stage with PCUs has its own ``PCUGroup``; all
 stages share the socket's memory channels. A stage streams weight/KV tiles as far ahead of
@@ -32,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from rdu_sim.compiler.buffers import edge_slots, pipeline_edges, whole_layer_edges
+from rdu_sim.compiler.buffers import BufferRule, pipeline_edges, slots_by_edge
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.hardware import SocketConfig
 from rdu_sim.des.environment import Event
@@ -114,7 +116,12 @@ class KernelPipeline:
         consumed = {name for stage in kernel.stages for name in stage.inputs}
         self.sinks = [s.name for s in kernel.stages if s.name not in consumed]
         edges = pipeline_edges(kernel.stages, looped)
-        whole = whole_layer_edges(kernel.stages, looped)
+        # A whole-layer edge (a loop edge, a skip connection, the selection a stage's
+        # weights wait for, a row finished only at its end and its consumer's other
+        # inputs) holds a layer's tiles, an edge bypassing collectives their chunks: the
+        # one rule, in compiler.buffers.
+        rule = BufferRule(buffer_tiles, prefetch_tiles, collective_chunks)
+        slots_of = slots_by_edge(kernel.stages, looped, rule, tiles)
         fan_in = dict.fromkeys(self.runners, 0)
         for _, consumer, _ in edges:
             fan_in[consumer] += 1
@@ -123,12 +130,9 @@ class KernelPipeline:
             producer, consumer, loop = edge
             bandwidth = _pmu_bandwidth(cfg, pmus[consumer]) / fan_in[consumer]
             name = f"{producer}{'@prev' if loop else ''}->{consumer}"
-            # A whole-layer edge (a loop edge, a skip connection, the selection a stage's
-            # weights wait for, a row finished only at its end and its consumer's other
-            # inputs) holds a layer's tiles: the one rule, in compiler.buffers.
-            slots = edge_slots(edge, edge in whole, buffer_tiles, tiles)
             row = self.runners[producer].whole_rows > 0
-            stream = StreamEdge(StageBuffer(env, slots, bandwidth, name=name), whole_rows=row)
+            buffer = StageBuffer(env, slots_of[edge], bandwidth, name=name)
+            stream = StreamEdge(buffer, whole_rows=row)
             self.buffers[consumer].append(stream.buffer)
             runner_out = self.runners[producer]
             (runner_out.loop_outputs if loop else runner_out.outputs).append(stream)

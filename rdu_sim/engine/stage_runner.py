@@ -40,7 +40,8 @@ the links and the stage computes on, while a small chained process pushes the ch
 downstream once the collective is done (as SN40L fuses and pipelines the all-reduce with the
 compute that feeds it). Per tile this costs a handful of SimPy events and no extra process.
 A collective stage's consumers therefore wait for a whole chunk: the pipeline edges that
-bypass it (a residual around an all-reduce) hold a whole layer (``kernel_pipeline``).
+bypass it hold a whole layer (a residual around an all-reduce) or the chunks it holds back
+(the shared expert beside expert parallelism's all-to-alls: ``compiler.buffers``).
 """
 
 from __future__ import annotations
