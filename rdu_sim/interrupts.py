@@ -119,11 +119,14 @@ def received() -> int | None:
 
 def _counts(signum: int) -> bool:
     """Record ``signum``; False when it is to be ignored (``once``, after the first). A
-    SIGTERM after the first ends the process at once (what ``Process.terminate`` means)."""
+    second SIGTERM ends the process at once (what ``Process.terminate`` means after a
+    SIGTERM). A SIGTERM after a SIGINT is the same stop arriving late: a group's SIGTERM and
+    the parent's SIGINT (``stop_children``) both pending are delivered SIGINT first, and
+    ending there could leave a pool's result queue locked by a worker that died writing."""
     first = _state.received is None
     if first:
         _state.received = signum
-    elif _state.once and signum == signal.SIGTERM:
+    elif _state.once and signum == signal.SIGTERM == _state.received:
         os._exit(128 + signum)
     return first or not _state.once
 

@@ -256,3 +256,22 @@ def test_what_a_stop_kept_is_said_once() -> None:
     ):
         raise interrupts.Interrupted(signal.SIGINT)
     assert str(stopped.value) == "interrupted (SIGINT): inner"
+
+
+def test_a_sigterm_after_a_sigint_is_the_same_stop_not_a_terminate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool worker (``once``) ends at once on a second SIGTERM (``Process.terminate``), but a
+    SIGTERM after a SIGINT is the group's signal delivered after the parent's: ending there
+    could leave the pool's result queue locked (a 2-worker sweep then never shut down)."""
+    exits: list[int] = []
+    monkeypatch.setattr(interrupts.os, "_exit", exits.append)
+    state = interrupts._state
+    monkeypatch.setattr(state, "once", True)
+    monkeypatch.setattr(state, "received", None)
+    assert interrupts._counts(signal.SIGINT) is True
+    assert interrupts._counts(signal.SIGTERM) is False and exits == []
+    monkeypatch.setattr(state, "received", None)
+    assert interrupts._counts(signal.SIGTERM) is True
+    interrupts._counts(signal.SIGTERM)
+    assert exits == [128 + signal.SIGTERM]
