@@ -142,6 +142,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
             kv_dtype_bytes=scenario.kv_dtype_bytes,
             prefix_blocks=_prefix_blocks(cluster, pool, placement),
             sockets=scenario.tp,
+            ranks=pool.ranks,
         )
         resolved.append(PoolResolved(pool, capacity, placement, runtime))
     slots = sum(p.runtime.replicas * p.runtime.config.batch_slots for p in resolved)

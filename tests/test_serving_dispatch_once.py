@@ -1,7 +1,9 @@
 """The serving level's dispatch exists once: only the driver (``serving.driver``) turns the
 scheduler's decisions into steps. A second copy (a server, a CoE node or a replica calling
 ``decide`` and carrying out its action itself) fails here, as does an action compared
-outside the two modules that own them."""
+outside the modules that own them. The one other caller is the attention ranks in lockstep
+(``serving.lockstep``): what the driver drives for a replica's ranks, it passes each call
+of the contract on to the ranks and never waits."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rdu_sim"
 DRIVER = "serving/driver.py"
+RANKS = "serving/lockstep.py"
+"""The ranks in lockstep: a ``Driven`` that passes the driver's calls on to its ranks."""
 DISPATCH = ("decide", "begin_prefill", "end_prefill", "decode_plan", "decode_done")
 """The scheduler's calls a dispatch makes: decide, then carry out the action."""
-ACTIONS_OWNED = ("serving/scheduler.py", DRIVER)
+ACTIONS_OWNED = ("serving/driven.py", "serving/scheduler.py", DRIVER, RANKS)
 
 
 def dispatch_calls(tree: ast.AST) -> list[str]:
@@ -46,9 +50,24 @@ def _sources() -> dict[str, ast.AST]:
 
 def test_only_the_driver_dispatches() -> None:
     calls = {name: dispatch_calls(tree) for name, tree in _sources().items()}
-    elsewhere = {name: found for name, found in calls.items() if found and name != DRIVER}
+    elsewhere = {
+        name: found for name, found in calls.items() if found and name not in (DRIVER, RANKS)
+    }
     assert elsewhere == {}
     assert set(calls[DRIVER]) == set(DISPATCH)  # the driver does all of it
+
+
+def test_the_ranks_in_lockstep_pass_calls_on_and_never_wait() -> None:
+    """``serving.lockstep`` calls the ranks' contract from its own methods of the contract
+    (a joint step's prefill calls the decoding ranks' plan too), and holds no generator: it
+    cannot wait, so it cannot be a second dispatch."""
+    tree = _sources()[RANKS]
+    assert not any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in ast.walk(tree))
+    ranks = next(
+        node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == "Ranks"
+    )
+    methods = {node.name for node in ranks.body if isinstance(node, ast.FunctionDef)}
+    assert set(DISPATCH) <= methods
 
 
 def test_actions_are_named_where_they_are_made_and_carried_out() -> None:

@@ -64,7 +64,7 @@ class PoolRuntime:
     """What every replica of one pool runs with (built by the API from the pool's scenario)."""
 
     name: str
-    replicas: int
+    replicas: int  # servers: the pool's replicas times their attention ranks
     config: ServerConfig  # batch slots, context, scheduling policy and role
     policy: KVPolicy
     step_times: StepTimes  # each shape's cost and time, shared by pools of equal workloads
@@ -72,6 +72,7 @@ class PoolRuntime:
     kv_dtype_bytes: float
     prefix_blocks: int  # prefix cache capacity of one replica, in blocks (0: no cache)
     sockets: int  # sockets of one replica (its tensor-parallel group)
+    ranks: int = 1  # attention ranks of a replica: consecutive servers stepping together
 
     @cached_property
     def facts(self) -> PromptFacts:
@@ -121,6 +122,7 @@ class Replica:
             forever=True,
             load=load,
             facts=runtime.facts,
+            rank=runtime.ranks > 1,
         )
         self.taken = 0  # requests routed here
 

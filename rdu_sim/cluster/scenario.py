@@ -45,7 +45,8 @@ class PoolScenario:
     @property
     def ranks(self) -> int:
         """Attention ranks of one replica (data-parallel attention), each served by its own
-        server: the router spreads requests over every rank of every replica."""
+        server, the replica's ranks in lockstep: the router spreads requests over every rank
+        of every replica."""
         return self.scenario.workload.parallelism.dp_attention
 
 

@@ -1,8 +1,9 @@
 """Run a cluster: replicas' servers, the router and the KV link on des's serving loop
 (``des.timeline``: integer picoseconds, ``des.order``'s same-instant order). Every replica's
 server is a driver of the loop (``serving.driver``: its step ends and wakes, no event
-objects), fed by its router; the KV link's transfers and the hand-offs are SimPy events on
-the same loop.
+objects), fed by its router; a replica of data-parallel attention ranks is one driver, its
+ranks stepping in lockstep (``serving.lockstep``); the KV link's transfers and the hand-offs
+are SimPy events on the same loop.
 
 One process replays the arrivals; at each arrival instant the router picks a replica of the
 front pool (mixed, or prefill when disaggregated) from the replicas' state at that instant,
@@ -41,6 +42,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
 from rdu_sim.serving.clock import arrivals_ps
+from rdu_sim.serving.lockstep import drive_in_lockstep
 from rdu_sim.serving.records import ServingRecords
 
 Progress = Callable[[int, int], None]
@@ -178,6 +180,7 @@ class Cluster:
         prefixes = PrefixIndex()
         members: list[Replica] = []
         for runtime in pools:
+            ranks: list[Replica] = []  # of the replica being built (data-parallel attention)
             for _ in range(runtime.replicas):
                 replica = Replica(
                     len(self.replicas),
@@ -191,7 +194,18 @@ class Cluster:
                 )
                 self.replicas.append(replica)
                 members.append(replica)
+                if runtime.ranks > 1:
+                    ranks.append(replica)
+                    if len(ranks) == runtime.ranks:
+                        self._lockstep(ranks)
+                        ranks = []
         return ReplicaGroup(self.loop, members, board, prefixes)
+
+    def _lockstep(self, ranks: Sequence[Replica]) -> None:
+        """One replica's attention ranks step together (``serving.lockstep``)."""
+        servers = [rank.server for rank in ranks]
+        settles = any(server.settles for server in servers)
+        drive_in_lockstep(self.loop, [server.scheduler for server in servers], settles)
 
     def _completed(self, _done: int, _total: int) -> None:
         self.completed += 1

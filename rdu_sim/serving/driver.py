@@ -35,7 +35,8 @@ from rdu_sim.des.timeline import IDLE, Loop
 from rdu_sim.native import mypyc_attr
 from rdu_sim.serving.arrivals import NEVER, Arrivals
 from rdu_sim.serving.clock import MAX_PS, advance
-from rdu_sim.serving.scheduler import Action, Scheduler
+from rdu_sim.serving.driven import Action, Driven
+from rdu_sim.serving.scheduler import Scheduler
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.shapes import StepShape
 
@@ -117,7 +118,9 @@ class KnownArrivals(ArrivalSource):
     def bind(self, driver: Driver) -> None:
         """Feed ``driver``'s scheduler, and hear its completions (closed-loop users)."""
         super().bind(driver)
-        scheduler = self._scheduler = driver.scheduler
+        scheduler = driver.scheduler
+        assert isinstance(scheduler, Scheduler), "known arrivals feed one server's scheduler"
+        self._scheduler = scheduler
         scheduler.on_complete = self._completed
         self._arrival_ps = scheduler.records.arrival_ps.data  # (as the scheduler's arrays)
         self._at_step: Callable[[int, int], None] = self._arrived  # (bound once)
@@ -170,7 +173,8 @@ class KnownArrivals(ArrivalSource):
 
 
 class Driver:
-    """Runs ``scheduler`` on ``loop``, fed by ``source`` (module docstring). ``settles``:
+    """Runs ``scheduler`` (a server's, or a replica's attention ranks together:
+    ``serving.driven``) on ``loop``, fed by ``source`` (module docstring). ``settles``:
     let same-instant events land after every step (hand-offs its own steps cause).
     ``traffic``: told of every step, may ask for its reads to be waited for too (a CoE
     copy in flight). ``longest_step_s``: for the clock's range error (default: the
@@ -179,7 +183,7 @@ class Driver:
     def __init__(
         self,
         loop: Loop,
-        scheduler: Scheduler,
+        scheduler: Driven,
         source: ArrivalSource,
         *,
         settles: bool = False,

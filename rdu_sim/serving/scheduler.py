@@ -47,13 +47,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Final, Literal, Protocol
 
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.serving.batching.base import ADMIT, NO_PREFILL, BatchingPolicy
 from rdu_sim.serving.decode_rounds import DecodeRounds
 from rdu_sim.serving.drafting import Drafting
+from rdu_sim.serving.driven import FOREVER, Action, Driven
 from rdu_sim.serving.handoff import HandOff
 from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
@@ -73,15 +73,6 @@ class Clock(Protocol):
     def now(self) -> int:
         """Now, in integer picoseconds."""
         ...
-
-
-class Action(Enum):
-    """What a decision asks the driver to do next."""
-
-    ADMIT = "admit"  # a prefill step admitting a waiting request
-    PREFILL = "prefill"  # a prefill step of a prompt already admitted (its next chunk)
-    DECODE = "decode"  # a decode run
-    IDLE = "idle"  # nothing: wait for an arrival
 
 
 _ADMIT: Final = Action.ADMIT
@@ -167,7 +158,7 @@ class PrefillInFlight:
         self.fact = fact
 
 
-class Scheduler:
+class Scheduler(Driven):
     """Static batch slots, a FIFO queue, and the policy that chooses and accounts prefill and
     decode steps (module docstring); ``clock`` tells it now, in integer picoseconds."""
 
@@ -198,7 +189,8 @@ class Scheduler:
         elif (facts.max_context, facts.chunk) != (config.max_context, config.prefill_chunk_tokens):
             raise ValueError("a server shares prompt facts only with servers of its setup")
         self._facts = facts
-        self.cache = cache
+        # completions that end the run (a replica's never do)
+        super().__init__(cache, FOREVER if forever else len(records))
         self.records = records
         self.counts: StepCounts = records.counts
         self._series = records.series if records.keeps_series else None  # rows, if kept
@@ -223,16 +215,12 @@ class Scheduler:
         self.slots = policies.rounds.slots(config.batch_slots)
         policies.handoff.bind(self._hand_off_ended, self.start_received)
         self.queue: deque[int] = deque()
-        self.completed = 0
-        # completions that end the run (a replica's never do)
-        self.until = 2**63 if forever else len(records)
         self._after_prefill = False  # the step that ended last was prefill work
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
         # a prompt's first prefill step here, by its length (a dict of ints: no shape hashed)
         self._first_steps: dict[int, FirstStep] = {}
         self._next = NO_PREFILL  # the prefill work ``decide`` chose (``begin_prefill`` runs it)
-        self.prefill_shape: StepShape | None = None  # the prefill step in flight, if any
         self._in_flight = PrefillInFlight()
         # prompts pack into one prefill step: a lone server's (a replica's prefix cache and
         # hand-offs, and a speculative draft's work, are per request)
@@ -242,7 +230,6 @@ class Scheduler:
             and policies.drafting.packs()
         )
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
-        self.poke: Callable[[], None] = _nothing  # the driver: something arrived now
         self.on_complete: Callable[[int], None] | None = None  # a completion at this time
 
     # --- arrivals ---------------------------------------------------------------------------
@@ -549,7 +536,3 @@ class Scheduler:
             series.append(
                 now, len(self.queue), len(slots.prefill_order), slots.decoding, self._bucket
             )
-
-
-def _nothing() -> None:
-    """No driver to tell (until one sets ``Scheduler.poke``)."""

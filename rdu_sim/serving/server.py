@@ -90,11 +90,14 @@ class Server:
         arrivals: Arrivals | None = None,
         facts: PromptFacts | None = None,
         batching: BatchingPolicy | None = None,
+        rank: bool = False,
     ) -> None:
         """The scheduler's arguments (``Scheduler``; ``batching`` instead of the policy the
         config names), and ``arrivals``: the requests of a server alone, which it lands
         itself as its clock passes them. Without them the server is fed by :meth:`submit`
-        and :meth:`enqueue`."""
+        and :meth:`enqueue`. ``rank``: an attention rank of a replica, whose scheduler is
+        driven with the replica's other ranks' (``serving.lockstep``), not by a driver of
+        its own."""
         if arrivals is not None and (hooks is not None or forever):
             raise ValueError("a server given its arrivals runs alone, without cluster hooks")
         policies = policies_for(config, records, hooks, speculation, batching)
@@ -111,9 +114,15 @@ class Server:
             load=load,
             facts=facts,
         )
-        source = ArrivalSource() if arrivals is None else KnownArrivals(arrivals)
-        self.driver = Driver(loop, self.scheduler, source, settles=policies.handoff.settles())
-        self.driver.start(endless=forever)
+        self.settles = policies.handoff.settles()  # its driver settles after every step
+        self.driver: Driver | None = None  # its own (an attention rank's is its replica's)
+        if rank:
+            if arrivals is not None:
+                raise ValueError("an attention rank is fed by its replica's router")
+        else:
+            source = ArrivalSource() if arrivals is None else KnownArrivals(arrivals)
+            self.driver = Driver(loop, self.scheduler, source, settles=self.settles)
+            self.driver.start(endless=forever)
         self._arrival_ps = records.arrival_ps.data  # (as the scheduler's arrays)
 
     # --- the scheduler's state, as the cluster and the tests read it --------------------------
@@ -157,10 +166,10 @@ class Server:
         now = self.loop.now
         self._arrival_ps[request] = now
         self.scheduler.enqueue(request, now)
-        self.driver.poke()
+        self.scheduler.poke()
 
     def enqueue(self, request: int) -> None:
         """Queue a request now, keeping the arrival time it already has (a decode replica
         receiving a request prefilled elsewhere; :meth:`submit` for a new one)."""
         self.scheduler.enqueue(request, self.loop.now)
-        self.driver.poke()
+        self.scheduler.poke()

@@ -1,0 +1,185 @@
+"""A replica's data-parallel attention ranks, stepping together: what the one driver drives
+for them.
+
+Under data-parallel attention (``parallelism.dp_attention``) each rank holds its own
+requests, batch and KV cache, and every MoE layer joins the ranks in its all-to-alls, so no
+rank's step ends before the slowest rank's: the ranks step in lockstep. :class:`Ranks` is
+the ranks' schedulers as one :class:`~rdu_sim.serving.driven.Driven`:
+
+- at a boundary every rank decides for its own slots (its batching policy, its queue);
+- when some rank takes prefill work, the joint step is one step: the prefilling ranks'
+  prefill steps and one decode step of every decoding rank, lasting the longest of them
+  (a decoding rank's token waits for the other ranks' prefill);
+- when every busy rank decodes, the joint run lasts as many steps as the shortest rank's
+  run, each as long as the slowest rank's step;
+- a rank with nothing to do runs nothing of its own (its device takes part in the
+  collectives, which the busy ranks' step times already hold).
+
+Each rank's step is timed as if every rank ran its shape (the pool's step times), so the
+experts' share of a joint step with unequal ranks is the largest rank's: an upper bound. Each
+rank accounts its own device time (its shape's step), and its tokens carry the joint times.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from rdu_sim.des.timeline import Loop
+from rdu_sim.serving.driven import FOREVER, Action, Driven
+from rdu_sim.serving.driver import ArrivalSource, Driver
+from rdu_sim.serving.scheduler import Scheduler
+from rdu_sim.shapes import StepShape
+
+_DECODE: Final = Action.DECODE
+_IDLE: Final = Action.IDLE
+_PREFILL: Final = Action.PREFILL
+
+
+class DecodePlan:
+    """One rank's decode run as it planned it: its shape and bucket."""
+
+    def __init__(self, rank: Scheduler, shape: StepShape, bucket: int) -> None:
+        self.rank = rank
+        self.shape = shape
+        self.bucket = bucket
+
+
+class Ranks(Driven):
+    """A replica's attention ranks in lockstep (module docstring): ``ranks``, every one a
+    scheduler of the same pool (its step times), served until the run ends."""
+
+    def __init__(self, ranks: list[Scheduler]) -> None:
+        if not ranks:
+            raise ValueError("a replica has one attention rank at least")
+        super().__init__(ranks[0].cache, FOREVER)
+        self.ranks = ranks
+        self.clock = ranks[0].clock
+        for rank in ranks:
+            rank.poke = self._poked
+        self._prefilling: list[Scheduler] = []  # the ranks taking prefill work this step
+        self._decoding: list[Scheduler] = []  # the ranks decoding this step (or run)
+        self._plans: list[DecodePlan] = []
+
+    def _poked(self) -> None:
+        """Something arrived at a rank: the driver hears it (it wakes, or cuts its run)."""
+        self.poke()
+
+    # --- decisions ------------------------------------------------------------------------------
+    def at_boundary(self) -> None:
+        """Every rank's hand-offs that ended take effect."""
+        for rank in self.ranks:
+            rank.at_boundary()
+
+    def prefill_may_run(self) -> bool:
+        """Whether any rank's batching policy lets prefill work run."""
+        return any(rank.prefill_may_run() for rank in self.ranks)
+
+    def prefill_ran_elsewhere(self) -> None:
+        """Prefill work outside the slots ran: every rank counts it."""
+        for rank in self.ranks:
+            rank.prefill_ran_elsewhere()
+
+    def decide(self, now: int) -> Action:
+        """Every rank decides for itself; the joint step prefills if any rank does, else
+        decodes if any rank does, else waits."""
+        prefilling, decoding = self._prefilling, self._decoding
+        prefilling.clear()
+        decoding.clear()
+        for rank in self.ranks:
+            action = rank.decide(now)
+            if action is _DECODE:
+                decoding.append(rank)
+            elif action is not _IDLE:
+                prefilling.append(rank)
+        if prefilling:
+            return _PREFILL
+        return _DECODE if decoding else _IDLE
+
+    # --- a joint step with prefill work ---------------------------------------------------------
+    def begin_prefill(self) -> tuple[int, ...]:
+        """Every prefilling rank's step and one decode step of every decoding rank begin;
+        the joint step lasts the longest."""
+        longest = 0
+        for rank in self._prefilling:
+            longest = max(longest, sum(rank.begin_prefill()))
+        self.prefill_shape = self._prefilling[0].prefill_shape
+        plans = self._plans
+        plans.clear()
+        for rank in self._decoding:
+            shape, bucket, _steps, step = rank.decode_plan()
+            plans.append(DecodePlan(rank, shape, bucket))
+            longest = max(longest, step)
+        self._runs(1, longest)
+        return (longest,)
+
+    def end_prefill(self) -> None:
+        """The joint step ended now: the prefilling ranks' prompts advance, the decoding
+        ranks' slots gain their token."""
+        self.prefill_shape = None
+        for rank in self._prefilling:
+            rank.end_prefill()
+        self._decoded(1)
+
+    # --- a joint decode run -------------------------------------------------------------------
+    def decode_plan(self) -> tuple[StepShape, int, int, int]:
+        """The ranks' joint run: the shortest rank's steps, each the slowest rank's step
+        (its shape and bucket are the slowest rank's)."""
+        plans = self._plans
+        plans.clear()
+        steps, step = FOREVER, 0
+        slowest: DecodePlan | None = None
+        for rank in self._decoding:
+            shape, bucket, rank_steps, rank_step = rank.decode_plan()
+            plan = DecodePlan(rank, shape, bucket)
+            plans.append(plan)
+            steps = min(steps, rank_steps)
+            if rank_step > step:
+                step, slowest = rank_step, plan
+        assert slowest is not None
+        self._runs(steps, step)
+        return slowest.shape, slowest.bucket, steps, step
+
+    def cuttable(self, steps: int) -> bool:
+        """Whether an arrival could end the run early: a rank could take it (a rank with
+        nothing to do starts its prefill at the next joint boundary)."""
+        return any(rank.cuttable(steps) for rank in self.ranks)
+
+    def cut(self, start: int, steps: int, step: int, arrival: int) -> int:
+        """The run ends with the joint step in flight at ``arrival`` when a rank could take
+        it; every decoding rank's load counters see where."""
+        kept = steps
+        if self.cuttable(steps):
+            for plan in self._plans:
+                kept = plan.rank.end_run_at(start, steps, step, arrival)
+        return kept
+
+    def decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
+        """The joint run of ``steps`` steps ended now: every decoding rank accounts its own."""
+        self._decoded(steps)
+
+    def record(self, now: int) -> None:
+        """Every rank's row."""
+        for rank in self.ranks:
+            rank.record(now)
+
+    # --- the ranks' own accounts ----------------------------------------------------------------
+    def _runs(self, steps: int, step: int) -> None:
+        """Every decoding rank's load counters see a run of ``steps`` joint steps from now."""
+        now = self.clock.now
+        for plan in self._plans:
+            rank = plan.rank
+            rank.load.begin_run(now, now + steps * step, step, rank.slots.decoding)
+
+    def _decoded(self, steps: int) -> None:
+        """Every decoding rank accounts ``steps`` decode steps of its own shape."""
+        for plan in self._plans:
+            plan.rank.decode_done(plan.shape, plan.bucket, steps)
+        self._plans.clear()
+
+
+def drive_in_lockstep(loop: Loop, ranks: list[Scheduler], settles: bool) -> Driver:
+    """Start the one driver on ``ranks`` together (fed by their replica's router; settling
+    after every step when a rank's hand-offs end at events its steps cause)."""
+    driver = Driver(loop, Ranks(ranks), ArrivalSource(), settles=settles)
+    driver.start(endless=True)
+    return driver

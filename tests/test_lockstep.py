@@ -1,0 +1,130 @@
+"""A replica's data-parallel attention ranks step together (``serving.lockstep``): no rank's
+step ends before the slowest rank's, a rank's decode waits for another's prefill, and ranks
+given the same work serve it as one rank alone would."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from test_serving_alone import policy_of
+
+from rdu_sim.cluster.replica import PoolRuntime
+from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
+from rdu_sim.cluster.traffic import ClusterRequests, fit_context
+from rdu_sim.models.presets import get_model
+from rdu_sim.serving.scheduler import ServerConfig
+from rdu_sim.serving.step_cache import PS_PER_S, StepCost, StepTimes
+from rdu_sim.shapes import StepShape
+
+MS = PS_PER_S // 1000  # ps
+MAX_CONTEXT = 4096
+
+
+def step_ms(shape: StepShape) -> StepCost:
+    """A short prompt's prefill 10 ms, a long one's 100 ms; a decode step 1 ms, +1 ms a
+    2,048 tokens of its bucket."""
+    if shape.phase == "prefill":
+        return StepCost(0.010 if shape.tokens <= 256 else 0.100)
+    return StepCost(0.001 * (1 + shape.cache_len // 2048))
+
+
+def run(
+    prompts: Sequence[int],
+    outputs: Sequence[int],
+    arrival_ms: Sequence[float],
+    ranks: int,
+    replicas: int = 1,
+    slots: int = 1,
+    priority: str = "decode_first",
+) -> ClusterRun:
+    """The requests on ``replicas`` replicas of ``ranks`` attention ranks, routed in turn
+    (request ``i`` to server ``i`` modulo the servers, when they arrive in order)."""
+    requests = ClusterRequests(
+        np.asarray(arrival_ms, dtype=np.float64) / 1000,
+        np.asarray(prompts, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+    )
+    runtime = PoolRuntime(
+        name="pool",
+        replicas=replicas * ranks,
+        config=ServerConfig(slots, MAX_CONTEXT, priority),
+        policy=policy_of("full"),
+        step_times=StepTimes(step_ms),
+        model=get_model("llama-3.1-8b"),
+        kv_dtype_bytes=2.0,
+        prefix_blocks=0,
+        sockets=1,
+        ranks=ranks,
+    )
+    return simulate_cluster(fit_context(requests, MAX_CONTEXT, "reject"), [runtime], "round_robin")
+
+
+def times_ms(result: ClusterRun, name: str) -> list[float]:
+    return (getattr(result.serving, name) / MS).tolist()  # type: ignore[no-any-return]
+
+
+def test_the_joint_step_lasts_the_slowest_ranks_prefill() -> None:
+    """Two ranks admit at once, a 10 ms and a 100 ms prefill: both first tokens at 100 ms;
+    two decode steps of 1 ms each then end both at 102 ms. Served apart (two replicas) the
+    short one would end at 12 ms."""
+    lockstep = run([100, 1000], [3, 3], [0, 0], ranks=2)
+    assert times_ms(lockstep, "first_token_ps") == [100, 100]
+    assert times_ms(lockstep, "finish_ps") == [102, 102]
+    apart = run([100, 1000], [3, 3], [0, 0], ranks=1, replicas=2)
+    assert times_ms(apart, "first_token_ps") == [10, 100]
+    assert times_ms(apart, "finish_ps") == [12, 102]
+
+
+def test_a_decoding_rank_waits_for_another_ranks_prefill() -> None:
+    """Rank 0 prefills A (10 ms) from 0; B reaches rank 1 at 5 ms, mid-step, and prefills at
+    the next joint boundary (10 ms), for 100 ms, while A's one decode step waits with it:
+    A's second token at 110 ms. Then both decode in 1 ms steps: A's last eight end at 118
+    ms, B's nine at 119 ms."""
+    result = run([100, 1000], [10, 10], [0, 5], ranks=2)
+    assert times_ms(result, "admit_ps") == [0, 10]
+    assert times_ms(result, "first_token_ps") == [10, 110]
+    assert times_ms(result, "finish_ps") == [118, 119]
+    tpot_a = (118 - 10) / 9
+    assert tpot_a == pytest.approx(12.0)  # 1 ms steps, one of them 100 ms long
+    ranks = [replica.server for replica in result.cluster.replicas]
+    assert [server.records.decode_steps for server in ranks] == [9, 9]
+    assert [server.records.prefill_steps for server in ranks] == [1, 1]
+
+
+def test_the_joint_run_steps_at_the_slowest_ranks_bucket() -> None:
+    """Rank 1's long context (its 4,096-token decode bucket: a 3 ms step) sets every joint
+    step of the run: rank 0's 1 ms steps (its 256-token bucket) take 3 ms."""
+    result = run([100, 100], [5, 5], [0, 0], ranks=2)
+    assert times_ms(result, "finish_ps") == [14, 14]  # 10 ms prefill + 4 steps of 1 ms
+    slow = run([100, 2100], [5, 5], [0, 0], ranks=2)
+    assert times_ms(slow, "first_token_ps") == [100, 100]
+    assert times_ms(slow, "finish_ps") == [112, 112]  # 4 steps of 3 ms
+
+
+@pytest.mark.parametrize("priority", ["decode_first", "prefill_first"])
+@pytest.mark.parametrize("seed", range(4))
+def test_ranks_given_the_same_work_serve_it_as_one_rank_alone(seed: int, priority: str) -> None:
+    """Every request copied to each of R ranks at its instant: each copy's admission, first
+    token and finish are the lone rank's, to the picosecond (a differential test of the
+    joint step against the one-rank driver)."""
+    rng = np.random.default_rng(seed)
+    n, ranks = 30, 3
+    prompts = rng.integers(1, 1500, size=n)
+    outputs = rng.integers(1, 200, size=n)
+    arrivals = np.sort(rng.integers(0, 400, size=n)).astype(float)
+    alone = run(prompts, outputs, arrivals, ranks=1, slots=3, priority=priority)
+    together = run(
+        np.repeat(prompts, ranks),
+        np.repeat(outputs, ranks),
+        np.repeat(arrivals, ranks),
+        ranks=ranks,
+        slots=3,
+        priority=priority,
+    )
+    assert together.records.replica.tolist() == [i % ranks for i in range(n * ranks)]
+    for name in ("admit_ps", "first_token_ps", "finish_ps"):
+        lone = getattr(alone.serving, name)
+        for rank in range(ranks):
+            np.testing.assert_array_equal(getattr(together.serving, name)[rank::ranks], lone)
