@@ -14,7 +14,6 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Final
 
-from rdu_sim.native import mypyc_attr
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.shapes import StepShape
 
@@ -36,7 +35,6 @@ def _nothing() -> None:
     """No driver to tell (until one sets ``Driven.poke``)."""
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Driven:
     """The step-boundary contract between a driver and what it drives (module docstring).
     ``cache``: the step times (the clock's range error names its longest step);
