@@ -109,6 +109,8 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
     for name, pool in summary.pools.items():  # a replica of one attention rank says nothing
         if pool.ranks == 1:
             del attributes[f"pools.{name}.ranks"]
+    assert summary.lockstep is None  # (no pool's ranks step together: the key is left out)
+    del attributes["lockstep"]
     assert summary.per_replica[0].prefix_cache is not None
     json_leaves = _leaves({**data, "provenance": {}})
     assert attributes == json_leaves

@@ -5,15 +5,23 @@ given the same work serve it as one rank alone would."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
+from test_api_run import FakeBackend
+from test_plan import write_plan
 from test_serving_alone import policy_of
 
+from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cluster.replica import PoolRuntime
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
 from rdu_sim.cluster.traffic import ClusterRequests, fit_context
 from rdu_sim.models.presets import get_model
+from rdu_sim.plan import load_plan
+from rdu_sim.report.cluster import lockstep_costs
+from rdu_sim.report.cluster_console import goodput_table
 from rdu_sim.serving.scheduler import ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepCost, StepTimes
 from rdu_sim.shapes import StepShape
@@ -128,3 +136,42 @@ def test_ranks_given_the_same_work_serve_it_as_one_rank_alone(seed: int, priorit
         lone = getattr(alone.serving, name)
         for rank in range(ranks):
             np.testing.assert_array_equal(getattr(together.serving, name)[rank::ranks], lone)
+
+
+def test_the_ranks_count_what_the_lockstep_costs_them() -> None:
+    """The second timeline above, counted: joint steps of 10 (A's prefill, rank 1 idle),
+    100 (B's prefill, A's 1 ms decode held by it), 8 x 1 and 1 ms: 119 ms; the ranks' own
+    step time 10 + 101 + 16 + 1 = 128 ms of 2 x 119; the decoding ranks' time 100 (A, held)
+    + 2 x 8 + 1 = 117 ms, of which 100 held."""
+    result = run([100, 1000], [10, 10], [0, 5], ranks=2)
+    ((pool, together),) = result.cluster.lockstep
+    assert pool == "pool"
+    assert together.joint_ps == 119 * MS
+    assert together.own_ps == 128 * MS
+    assert (together.decode_ps, together.held_ps) == (117 * MS, 100 * MS)
+    cost = lockstep_costs(result)["pool"]
+    assert cost.ranks == 2
+    assert cost.wait_share == pytest.approx(1 - 128 / 238, rel=1e-6)
+    assert cost.prefill_held_share == pytest.approx(100 / 117, rel=1e-6)
+    apart = run([100, 1000], [10, 10], [0, 5], ranks=1, replicas=2)
+    assert apart.cluster.lockstep == [] and lockstep_costs(apart) is None
+
+
+def test_a_cluster_of_ranks_reports_its_lockstep(tmp_path: Path) -> None:
+    """A plan's data-parallel replica run as a cluster: its JSON and console name what the
+    lockstep cost the pool's ranks; a pool without ranks reports none."""
+    search = {"parallelism": [{"tp": 2}, {"tp": 1, "dp_attention": 2}], "batch_slots": [8]}
+    spec = write_plan(tmp_path, search, slo={"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9})
+    loaded = load_plan(spec)
+    tensor, ranks = loaded.configurations()
+    result = run_cluster(loaded.build(ranks, 2).cluster, backend=FakeBackend())
+    data = result.to_dict()
+    ((pool, cost),) = data["lockstep"].items()
+    assert cost["ranks"] == 2
+    assert 0 <= cost["wait_share"] < 1 and 0 <= cost["prefill_held_share"] <= 1
+    assert cost["prefill_held_share"] > 0  # chat prefills hold the other rank's decode
+    console = Console(width=200, record=True)
+    console.print(goodput_table(result.summary()))
+    assert f"{pool}: 2 attention ranks in lockstep" in console.export_text()
+    plain = run_cluster(loaded.build(tensor, 2).cluster, backend=FakeBackend()).to_dict()
+    assert "lockstep" not in plain

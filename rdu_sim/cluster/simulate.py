@@ -42,7 +42,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
 from rdu_sim.serving.clock import arrivals_ps
-from rdu_sim.serving.lockstep import drive_in_lockstep
+from rdu_sim.serving.lockstep import Ranks, drive_in_lockstep
 from rdu_sim.serving.records import ServingRecords
 
 Progress = Callable[[int, int], None]
@@ -147,6 +147,7 @@ class Cluster:
         self.completed = 0
         self._progress = progress
         self.replicas: list[Replica] = []
+        self.lockstep: list[tuple[str, Ranks]] = []  # each replica of ranks, by its pool
         front = [p for p in pools if p.config.role != "decode"]
         back = [p for p in pools if p.config.role == "decode"]
         self.front = self._group(front, progress)
@@ -205,7 +206,8 @@ class Cluster:
         """One replica's attention ranks step together (``serving.lockstep``)."""
         servers = [rank.server for rank in ranks]
         settles = any(server.settles for server in servers)
-        drive_in_lockstep(self.loop, [server.scheduler for server in servers], settles)
+        together = drive_in_lockstep(self.loop, [server.scheduler for server in servers], settles)
+        self.lockstep.append((ranks[0].runtime.name, together))
 
     def _completed(self, _done: int, _total: int) -> None:
         self.completed += 1

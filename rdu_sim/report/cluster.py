@@ -41,6 +41,7 @@ from rdu_sim.report.cluster_summary import (
     ClusterSummary,
     Goodput,
     KVTransfer,
+    LockstepCost,
     PoolSummary,
     PrefixCacheStats,
     ReplicaSummary,
@@ -319,4 +320,28 @@ def summarize_cluster(
         prefix_cache=prefix_cache,
         kv_transfer=kv_transfer,
         provenance=dict(provenance or {}),
+        lockstep=lockstep_costs(run),
     )
+
+
+def lockstep_costs(run: ClusterRun) -> dict[str, LockstepCost] | None:
+    """Per pool whose replicas' attention ranks step together: what it cost them, over its
+    replicas (``serving.lockstep.Ranks``'s counters summed); None when no pool's do."""
+    totals: dict[str, list[int]] = {}  # pool -> ranks, joint x ranks, own, decode, held
+    for pool, together in run.cluster.lockstep:
+        ranks = len(together.ranks)
+        total = totals.setdefault(pool, [ranks, 0, 0, 0, 0])
+        total[1] += ranks * together.joint_ps
+        total[2] += together.own_ps
+        total[3] += together.decode_ps
+        total[4] += together.held_ps
+    if not totals:
+        return None
+    return {
+        pool: LockstepCost(
+            ranks=ranks,
+            wait_share=_round(1.0 - own / joint if joint else 0.0),
+            prefill_held_share=_round(held / decode if decode else 0.0),
+        )
+        for pool, (ranks, joint, own, decode, held) in totals.items()
+    }

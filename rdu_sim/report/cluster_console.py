@@ -122,6 +122,15 @@ def goodput_table(result: ClusterSummary) -> Table:
                 f"{human.duration(transfer.seconds.p99)}",
             )
         )
+    for pool, cost in (result.lockstep or {}).items():
+        rows.append(
+            (
+                f"{pool}: {cost.ranks} attention ranks in lockstep",
+                f"{human.percent(cost.wait_share)} of their step time waiting for a slower "
+                f"rank; {human.percent(cost.prefill_held_share)} of decoding time held by "
+                "another rank's prefill",
+            )
+        )
     for name, value in rows:
         table.add_row(name, value)
     return table

@@ -174,6 +174,18 @@ class ReplicaSummary:
 
 
 @dataclass(frozen=True)
+class LockstepCost:
+    """What stepping together cost a pool's data-parallel attention ranks, over its
+    replicas: the share of the ranks' time in joint steps spent waiting for a slower rank
+    (or idle), and the share of the decoding ranks' time spent in joint steps that held
+    another rank's prefill (their tokens waited for it)."""
+
+    ranks: int
+    wait_share: float
+    prefill_held_share: float
+
+
+@dataclass(frozen=True)
 class KVTransfer:
     """A disaggregated run's KV link: transfers, bytes, each transfer's seconds and the time
     transfers waited for the port."""
@@ -213,17 +225,18 @@ class ClusterSummary(ClusterMeta):
     prefix_cache: ClusterPrefixCache | None
     kv_transfer: KVTransfer | None
     provenance: dict[str, Any]
+    lockstep: dict[str, LockstepCost] | None = None  # by pool, when a pool's ranks step together
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract: nested plain dicts; ``prefix_cache`` and ``kv_transfer`` only
-        when the cluster has them. The provenance is kept exact, as a run's is."""
+        """The JSON contract: nested plain dicts; ``prefix_cache``, ``kv_transfer`` and
+        ``lockstep`` only when the cluster has them. The provenance is kept exact, as a run's is."""
         data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[]))
         for pool in data["pools"].values():  # a rank a replica: as before ranks existed
             if pool["ranks"] == 1:
                 del pool["ranks"]
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
-        for optional in ("prefix_cache", "kv_transfer"):
+        for optional in ("prefix_cache", "kv_transfer", "lockstep"):
             if data[optional] is None:
                 del data[optional]
         result: dict[str, Any] = rounded(data)

@@ -18,6 +18,9 @@ the ranks' schedulers as one :class:`~rdu_sim.serving.driven.Driven`:
 Each rank's step is timed as if every rank ran its shape (the pool's step times), so the
 experts' share of a joint step with unequal ranks is the largest rank's: an upper bound. Each
 rank accounts its own device time (its shape's step), and its tokens carry the joint times.
+The ranks keep what the lockstep cost them (:class:`Ranks`'s counters): the joint steps'
+time, the ranks' own step time within it, and the decoding ranks' time, of which in joint
+steps that held another rank's prefill.
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ class Ranks(Driven):
         self._prefilling: list[Scheduler] = []  # the ranks taking prefill work this step
         self._decoding: list[Scheduler] = []  # the ranks decoding this step (or run)
         self._plans: list[DecodePlan] = []
+        self._joint_step = 0  # ps: the joint step (or each step of the joint run) in flight
+        self._own = 0  # ps: the ranks' own step times in it, summed
+        self._decoders = 0  # ranks decoding in it
+        self._held = False  # it holds a rank's prefill
+        # what the lockstep cost, over the run (integer ps)
+        self.joint_ps = 0  # the joint steps' time
+        self.own_ps = 0  # the ranks' own step times within them, summed over the ranks
+        self.decode_ps = 0  # the decoding ranks' time in joint steps, summed over them
+        self.held_ps = 0  # of which in joint steps that held another rank's prefill
 
     def _poked(self) -> None:
         """Something arrived at a rank: the driver hears it (it wakes, or cuts its run)."""
@@ -99,9 +111,11 @@ class Ranks(Driven):
     def begin_prefill(self) -> tuple[int, ...]:
         """Every prefilling rank's step and one decode step of every decoding rank begin;
         the joint step lasts the longest."""
-        longest = 0
+        longest = own = 0
         for rank in self._prefilling:
-            longest = max(longest, sum(rank.begin_prefill()))
+            delay = sum(rank.begin_prefill())
+            longest = max(longest, delay)
+            own += delay
         self.prefill_shape = self._prefilling[0].prefill_shape
         plans = self._plans
         plans.clear()
@@ -109,6 +123,9 @@ class Ranks(Driven):
             shape, bucket, _steps, step = rank.decode_plan()
             plans.append(DecodePlan(rank, shape, bucket))
             longest = max(longest, step)
+            own += step
+        self._joint_step, self._own = longest, own
+        self._decoders, self._held = len(plans), True
         self._runs(1, longest)
         return (longest,)
 
@@ -119,6 +136,7 @@ class Ranks(Driven):
         for rank in self._prefilling:
             rank.end_prefill()
         self._decoded(1)
+        self._account(1)
 
     # --- a joint decode run -------------------------------------------------------------------
     def decode_plan(self) -> tuple[StepShape, int, int, int]:
@@ -126,16 +144,19 @@ class Ranks(Driven):
         (its shape and bucket are the slowest rank's)."""
         plans = self._plans
         plans.clear()
-        steps, step = FOREVER, 0
+        steps, step, own = FOREVER, 0, 0
         slowest: DecodePlan | None = None
         for rank in self._decoding:
             shape, bucket, rank_steps, rank_step = rank.decode_plan()
             plan = DecodePlan(rank, shape, bucket)
             plans.append(plan)
             steps = min(steps, rank_steps)
+            own += rank_step
             if rank_step > step:
                 step, slowest = rank_step, plan
         assert slowest is not None
+        self._joint_step, self._own = step, own
+        self._decoders, self._held = len(plans), False
         self._runs(steps, step)
         return slowest.shape, slowest.bucket, steps, step
 
@@ -156,6 +177,7 @@ class Ranks(Driven):
     def decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
         """The joint run of ``steps`` steps ended now: every decoding rank accounts its own."""
         self._decoded(steps)
+        self._account(steps)
 
     def record(self, now: int) -> None:
         """Every rank's row."""
@@ -176,10 +198,21 @@ class Ranks(Driven):
             plan.rank.decode_done(plan.shape, plan.bucket, steps)
         self._plans.clear()
 
+    def _account(self, steps: int) -> None:
+        """``steps`` joint steps ended: their time, the ranks' own within it, and the
+        decoding ranks' time in them."""
+        joint = steps * self._joint_step
+        self.joint_ps += joint
+        self.own_ps += steps * self._own
+        self.decode_ps += joint * self._decoders
+        if self._held:
+            self.held_ps += joint * self._decoders
 
-def drive_in_lockstep(loop: Loop, ranks: list[Scheduler], settles: bool) -> Driver:
+
+def drive_in_lockstep(loop: Loop, ranks: list[Scheduler], settles: bool) -> Ranks:
     """Start the one driver on ``ranks`` together (fed by their replica's router; settling
-    after every step when a rank's hand-offs end at events its steps cause)."""
-    driver = Driver(loop, Ranks(ranks), ArrivalSource(), settles=settles)
-    driver.start(endless=True)
-    return driver
+    after every step when a rank's hand-offs end at events its steps cause); the ranks as
+    one, with what the lockstep costs them."""
+    together = Ranks(ranks)
+    Driver(loop, together, ArrivalSource(), settles=settles).start(endless=True)
+    return together
