@@ -52,7 +52,7 @@ class AllToAllSpec:
         raise ValueError(f"no routing figure for blocks of {devices} devices: {self.needs}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class StepShape:
     """The static shape a step is compiled for; a step's time depends only on this."""
 
@@ -64,25 +64,41 @@ class StepShape:
     # None lets the compiler decide from the KV policy for a prompt of cache_len + tokens
     # tokens; False for a non-final chunk of a chunked prefill.
     select: bool | None = None
+    # Under data-parallel attention, the tokens every rank of the step sends its experts,
+    # together, when the ranks run different shapes (serving.lockstep); 0: every rank runs
+    # this one (batch x tokens a rank).
+    joint_tokens: int = 0
 
     # The fields' hash, computed once (not a field): serving looks a shape up twice a step,
     # and a frozen dataclass's own hash builds and hashes the fields' tuple every time.
     _hash: ClassVar[int]
 
     def __post_init__(self) -> None:
-        if self.batch < 1 or self.tokens < 1 or self.cache_len < 0:
-            raise ValueError(f"need batch >= 1, tokens >= 1, cache_len >= 0; got {self}")
+        if self.batch < 1 or self.tokens < 1 or self.cache_len < 0 or self.joint_tokens < 0:
+            raise ValueError(
+                f"need batch >= 1, tokens >= 1, cache_len >= 0, joint_tokens >= 0; got {self}"
+            )
         object.__setattr__(self, "_hash", hash(self._fields()))
 
-    def _fields(self) -> tuple[Phase, int, int, int, bool | None]:
-        return (self.phase, self.batch, self.tokens, self.cache_len, self.select)
+    def _fields(self) -> tuple[Phase, int, int, int, bool | None, int]:
+        return (self.phase, self.batch, self.tokens, self.cache_len, self.select, self.joint_tokens)
 
     def __hash__(self) -> int:
         return self._hash
 
-    def __reduce__(self) -> tuple[type[StepShape], tuple[Phase, int, int, int, bool | None]]:
+    def __reduce__(
+        self,
+    ) -> tuple[type[StepShape], tuple[Phase, int, int, int, bool | None, int]]:
         """Pickled as its fields, so another process (another string-hash seed) rehashes."""
         return (StepShape, self._fields())
+
+    def __repr__(self) -> str:
+        """The fields, ``joint_tokens`` only when the ranks run different shapes."""
+        joint = f", joint_tokens={self.joint_tokens}" if self.joint_tokens else ""
+        return (
+            f"StepShape(phase={self.phase!r}, batch={self.batch}, tokens={self.tokens}, "
+            f"cache_len={self.cache_len}, select={self.select!r}{joint})"
+        )
 
     @property
     def rows(self) -> int:

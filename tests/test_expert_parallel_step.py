@@ -6,6 +6,7 @@ combinations refused with one error naming the field."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -21,6 +22,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.experts import ExpertsConfig
 from rdu_sim.engine.gpu.stream import Call, run_overlapped
 from rdu_sim.report.bound import step_bound
+from rdu_sim.serving.backend import EngineBackend
 from rdu_sim.shapes import StepShape
 
 DEEPSEEK = "workloads/deepseek-r1-128k-full.yaml"
@@ -239,3 +241,24 @@ def test_busiest_device_load_against_sampled_routings(tokens: int, devices: int)
         busiest.append(np.bincount((experts // per).ravel(), minlength=devices).max())
     load = uniform_load(tokens, 256, 8, devices, "routed")
     assert load.pairs == pytest.approx(np.mean(busiest), rel=0.05)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_ranks_running_different_shapes_time_the_experts_on_their_tokens_together(
+    phase: str,
+) -> None:
+    """A step whose ranks send the experts ``joint_tokens`` together (serving.lockstep,
+    ranks running different shapes): with every rank's copy of this shape's tokens it is
+    the symmetric step exactly; with one rank's prompt beside 15 ranks' 16 decode slots, the
+    experts' load and the all-to-alls' payload shrink, and the step is faster but never
+    below its busiest resource."""
+    scenario = api.load(DEEPSEEK, DP16)
+    backend = EngineBackend()
+    shape = StepShape(phase, 1, 1000, 0) if phase == "prefill" else StepShape(phase, 16, 1, 2048)
+    alone = backend.step_cost(scenario, shape)
+    every = backend.step_cost(scenario, replace(shape, joint_tokens=16 * shape.rows))
+    assert every.step_s == alone.step_s
+    fewer = shape.rows + 15 * 16 if phase == "prefill" else 3 * shape.rows  # 13 ranks idle
+    joint = backend.step_cost(scenario, replace(shape, joint_tokens=fewer))
+    assert joint.step_s < alone.step_s
+    assert joint.step_s >= step_bound(joint.detail, scenario.hardware).limit_s

@@ -4,7 +4,7 @@ given the same work serve it as one rank alone would."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ def run(
     replicas: int = 1,
     slots: int = 1,
     priority: str = "decode_first",
+    step: Callable[[StepShape], StepCost] = step_ms,
 ) -> ClusterRun:
     """The requests on ``replicas`` replicas of ``ranks`` attention ranks, routed in turn
     (request ``i`` to server ``i`` modulo the servers, when they arrive in order)."""
@@ -59,7 +60,7 @@ def run(
         replicas=replicas * ranks,
         config=ServerConfig(slots, MAX_CONTEXT, priority),
         policy=policy_of("full"),
-        step_times=StepTimes(step_ms),
+        step_times=StepTimes(step),
         model=get_model("llama-3.1-8b"),
         kv_dtype_bytes=2.0,
         prefix_blocks=0,
@@ -109,6 +110,34 @@ def test_the_joint_run_steps_at_the_slowest_ranks_bucket() -> None:
     slow = run([100, 2100], [5, 5], [0, 0], ranks=2)
     assert times_ms(slow, "first_token_ps") == [100, 100]
     assert times_ms(slow, "finish_ps") == [112, 112]  # 4 steps of 3 ms
+
+
+def test_unequal_ranks_time_their_experts_on_the_ranks_tokens_together() -> None:
+    """Where the ranks' shapes differ, each busy rank's step is its shape with the experts
+    serving the busy ranks' tokens together (a prefill here halves when its experts see the
+    ranks' tokens, not every rank's copy of its own). A (100 tokens, its prompt bucket 128)
+    prefills alone on rank 0 (joint 128 tokens: 5 ms); B (1,000, bucket 1,024) reaches rank
+    1 at 5 ms and prefills beside A's decode step (joint 1,025 tokens for both: 50 ms, A's
+    token waiting); then two joint decode steps (B's bucket beside A's: 2 tokens) and A
+    alone (1 token) for its last six."""
+    seen: list[StepShape] = []
+
+    def step(shape: StepShape) -> StepCost:
+        seen.append(shape)
+        cost = step_ms(shape).step_s
+        return StepCost(cost / 2 if shape.phase == "prefill" and shape.joint_tokens else cost)
+
+    result = run([100, 1000], [10, 3], [0, 5], ranks=2, step=step)
+    assert times_ms(result, "first_token_ps") == [5, 55]
+    assert times_ms(result, "finish_ps") == [63, 57]
+    joint = sorted({(shape.phase, shape.joint_tokens) for shape in seen if shape.joint_tokens})
+    assert joint == [
+        ("decode", 1),
+        ("decode", 2),
+        ("decode", 1025),
+        ("prefill", 128),
+        ("prefill", 1025),
+    ]
 
 
 @pytest.mark.parametrize("priority", ["decode_first", "prefill_first"])

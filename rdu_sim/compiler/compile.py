@@ -295,7 +295,7 @@ class Compiler:
             placement=placement,
             host_bytes=host_bytes(view.scenario, shape),
             stage_devices=devices if devices > view.scenario.tp else 0,
-            expert_balance=None if load is None else load.load(shape.rows),
+            expert_balance=None if load is None else load.load(shape.rows, shape.joint_tokens),
         )
         return replace(program, placement=with_sram(placement, program.sram_bytes))
 

@@ -72,9 +72,10 @@ class ExpertExchange:
         hold one fewer: the busiest's)."""
         return math.ceil(rows / self.tp)
 
-    def load(self, rows: int) -> ExpertLoad:
-        """The busiest device's routed work when every rank runs ``rows`` tokens."""
-        return self.load_model.load(rows)
+    def load(self, rows: int, joint_tokens: int = 0) -> ExpertLoad:
+        """The busiest device's routed work when every rank runs ``rows`` tokens (or the
+        ranks send ``joint_tokens`` together)."""
+        return self.load_model.load(rows, joint_tokens)
 
     def _need(self, size: int) -> float:
         """The probability a token needs ``size`` consecutive devices: exact under the group

@@ -113,13 +113,15 @@ class ExpertLoadModel:
     ranks: int  # attention ranks whose tokens the experts serve together (dp_attention)
     loading: str  # moe_expert_loading: routed | static
 
-    def load(self, rows: int) -> ExpertLoad:
-        """The busiest device's pairs when every rank runs ``rows`` tokens: the larger of the
-        hottest device's expected pairs and an average device's plus the expected largest of
-        its random spread over the devices (a sum of the tokens' hypergeometric counts, its
-        maximum over ``D`` devices by Blom's normal approximation); at least one pair once
-        there is one, at most every pair a device's copies can take."""
-        tokens = rows * self.ranks
+    def load(self, rows: int, joint_tokens: int = 0) -> ExpertLoad:
+        """The busiest device's pairs when every rank runs ``rows`` tokens (or, given
+        ``joint_tokens``, when the ranks send that many together: ranks running different
+        shapes, ``StepShape.joint_tokens``): the larger of the hottest device's expected
+        pairs and an average device's plus the expected largest of its random spread over
+        the devices (a sum of the tokens' hypergeometric counts, its maximum over ``D``
+        devices by Blom's normal approximation); at least one pair once there is one, at
+        most every pair a device's copies can take."""
+        tokens = joint_tokens or rows * self.ranks
         count = len(self.devices)
         pairs = tokens * self.per_token
         mean = pairs / count

@@ -83,6 +83,7 @@ class ShardPlan:
     # an exchange, or a load or placement the workload states (`experts`)
     expert_load: ExpertLoadModel | None = None
     rows: int = 0  # the step's token rows per rank (with an expert load)
+    joint_tokens: int = 0  # the ranks' tokens together, when they differ (StepShape's)
     phase: Phase = "decode"  # the step's phase (with an expert load)
     # sequence_split MLA (compiler.mla_queries): q_b_proj and W_UK resident whole on every
     # socket, and whether this program computes every head's queries with them (else it
@@ -138,7 +139,9 @@ def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
     plan = ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts, exchange, load)
     if load is None or shape is None:
         return plan
-    return replace(plan, rows=shape.rows, phase=shape.phase)
+    # the ranks' tokens together, when they are not every rank's copy of this shape's
+    joint = shape.joint_tokens if shape.joint_tokens != shape.rows * load.ranks else 0
+    return replace(plan, rows=shape.rows, phase=shape.phase, joint_tokens=joint)
 
 
 def mla_cache_form(scenario: Scenario) -> MlaCache:

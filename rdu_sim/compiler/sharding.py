@@ -85,7 +85,7 @@ def _expert_share(node: Operator, plan: ShardPlan) -> Operator:
     copies resident."""
     model = plan.expert_load
     assert model is not None
-    load = model.load(plan.rows)
+    load = model.load(plan.rows, plan.joint_tokens)
     pairs = plan.rows * model.per_token  # the rank graph's token-expert pairs
     share = load.pairs / pairs
     experts, slots = model.experts, len(model.devices[0])  # every device holds as many
@@ -330,17 +330,24 @@ def _add_exchange(
     its outputs, for every later reader). Its payload is one copy of each of the socket's
     tokens (the dispatch's hidden state with its routing, the combine's expert output); the
     combine leaves the busiest socket, whose share is ``ExpertLoad.imbalance`` above the
-    mean."""
+    mean. When the ranks run different shapes (``joint_tokens``) the busiest socket returns
+    what it served of every rank's tokens: its pairs over the experts a token picks (the
+    same payload when every rank runs this shape)."""
     dispatch = direction == "dispatch"
     if not (_dispatches(node, plan) if dispatch else _combines(node, plan)):
         return {}
     exchange = plan.exchange
     assert exchange is not None
     tokens = exchange.device_tokens(plan.rows)
-    load = exchange.load(plan.rows)
+    load = exchange.load(plan.rows, plan.joint_tokens)
     tensors = node.inputs if dispatch else node.outputs
     per_token = exchange.dispatch_bytes if dispatch else exchange.combine_bytes
-    payload = tokens * per_token * (1.0 if dispatch else load.imbalance)
+    if dispatch:
+        payload = tokens * per_token
+    elif plan.joint_tokens:
+        payload = load.pairs / exchange.load_model.per_token * per_token
+    else:
+        payload = tokens * per_token * load.imbalance
     name = f"{node.name}.{direction}"
     share = tokens / plan.rows
     graph.add_node(

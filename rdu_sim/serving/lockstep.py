@@ -15,9 +15,12 @@ the ranks' schedulers as one :class:`~rdu_sim.serving.driven.Driven`:
 - a rank with nothing to do runs nothing of its own (its device takes part in the
   collectives, which the busy ranks' step times already hold).
 
-Each rank's step is timed as if every rank ran its shape (the pool's step times), so the
-experts' share of a joint step with unequal ranks is the largest rank's: an upper bound. Each
-rank accounts its own device time (its shape's step), and its tokens carry the joint times.
+When every rank runs the same shape, a rank's step is that shape's (the pool's step times:
+every rank sends its experts as many tokens). When they differ (a prefill beside decodes,
+a rank idle, another bucket), each busy rank's step is timed with the experts serving the
+busy ranks' tokens together (``StepShape.joint_tokens``), and the joint step is the longest
+of those. Each rank's tokens carry the joint times; its device time in its step cache (its
+utilization and energy) stays its own shape's as if every rank ran it.
 The ranks keep what the lockstep cost them (:class:`Ranks`'s counters): the joint steps'
 time, the ranks' own step time within it, and the decoding ranks' time, of which in joint
 steps that held another rank's prefill.
@@ -25,6 +28,7 @@ steps that held another rank's prefill.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 from rdu_sim.des.timeline import Loop
@@ -111,20 +115,27 @@ class Ranks(Driven):
     def begin_prefill(self) -> tuple[int, ...]:
         """Every prefilling rank's step and one decode step of every decoding rank begin;
         the joint step lasts the longest."""
-        longest = own = 0
+        busy: list[Scheduler] = []
+        shapes: list[StepShape] = []
+        times: list[int] = []
         for rank in self._prefilling:
-            delay = sum(rank.begin_prefill())
-            longest = max(longest, delay)
-            own += delay
-        self.prefill_shape = self._prefilling[0].prefill_shape
+            times.append(sum(rank.begin_prefill()))
+            shape = rank.prefill_shape
+            assert shape is not None
+            busy.append(rank)
+            shapes.append(shape)
+        self.prefill_shape = shapes[0]
         plans = self._plans
         plans.clear()
         for rank in self._decoding:
             shape, bucket, _steps, step = rank.decode_plan()
             plans.append(DecodePlan(rank, shape, bucket))
-            longest = max(longest, step)
-            own += step
-        self._joint_step, self._own = longest, own
+            busy.append(rank)
+            shapes.append(shape)
+            times.append(step)
+        times = self._joint_times(busy, shapes, times)
+        longest = max(times)
+        self._joint_step, self._own = longest, sum(times)
         self._decoders, self._held = len(plans), True
         self._runs(1, longest)
         return (longest,)
@@ -144,18 +155,18 @@ class Ranks(Driven):
         (its shape and bucket are the slowest rank's)."""
         plans = self._plans
         plans.clear()
-        steps, step, own = FOREVER, 0, 0
-        slowest: DecodePlan | None = None
+        steps = FOREVER
+        times: list[int] = []
         for rank in self._decoding:
             shape, bucket, rank_steps, rank_step = rank.decode_plan()
-            plan = DecodePlan(rank, shape, bucket)
-            plans.append(plan)
+            plans.append(DecodePlan(rank, shape, bucket))
             steps = min(steps, rank_steps)
-            own += rank_step
-            if rank_step > step:
-                step, slowest = rank_step, plan
-        assert slowest is not None
-        self._joint_step, self._own = step, own
+            times.append(rank_step)
+        shapes = [plan.shape for plan in plans]
+        times = self._joint_times(self._decoding, shapes, times)
+        step = max(times)
+        slowest = plans[times.index(step)]
+        self._joint_step, self._own = step, sum(times)
         self._decoders, self._held = len(plans), False
         self._runs(steps, step)
         return slowest.shape, slowest.bucket, steps, step
@@ -183,6 +194,22 @@ class Ranks(Driven):
         """Every rank's row."""
         for rank in self.ranks:
             rank.record(now)
+
+    def _joint_times(
+        self, busy: list[Scheduler], shapes: list[StepShape], times: list[int]
+    ) -> list[int]:
+        """Each busy rank's step time in this joint step: ``times``, its own shape's, when
+        every rank runs the same shape; else its shape with the experts serving the busy
+        ranks' tokens together (``StepShape.joint_tokens``; a rank with nothing to do
+        sends none)."""
+        first = shapes[0]
+        if len(shapes) == len(self.ranks) and all(shape == first for shape in shapes):
+            return times
+        together = sum(shape.rows for shape in shapes)
+        return [
+            rank.cache.step_ps(replace(shape, joint_tokens=together))
+            for rank, shape in zip(busy, shapes, strict=True)
+        ]
 
     # --- the ranks' own accounts ----------------------------------------------------------------
     def _runs(self, steps: int, step: int) -> None:
