@@ -71,7 +71,7 @@ def _records(rows: list[tuple[int, int, int, int, int]]) -> ServingRecords:
 
 
 # Two slots, six requests. Completions at 100, 140, 240, 250, 300, 400 ms: the window is
-# [completion 2 = 140 ms, last admission = 250 ms].
+# [completion 2 = 140 ms, completion 4 = 250 ms] (also the last admission).
 HAND = [
     (10, 0, 10, 100, 0),  # ends before the window: nothing
     (13, 10, 20, 140, 1),  # ends at the window's start: nothing
@@ -90,6 +90,23 @@ def test_hand_made_records_arithmetic() -> None:
     assert found.tokens == pytest.approx(tokens, rel=1e-12)
     assert found.tokens_per_s == pytest.approx(tokens / 0.110, rel=1e-12)
     assert steady_state(_records(HAND), 2, closed_loop=True) == found
+
+
+def test_requests_in_cohorts_are_measured_over_whole_turnovers() -> None:
+    """Fixed lengths: each generation of two requests is admitted in one prefill phase (10
+    ms a prompt) and finishes at one moment, every 100 ms: 2 x 10 tokens a cycle, 200
+    tokens/s. The window is generation 2's whole cycle, [100, 200] ms; one ending at the
+    last admission (210 ms) would add generation 3's prefill phase and read 182."""
+    cohorts = [
+        (10, 100 * g + 10 * i, 100 * g + 10 * (i + 1), 100 * (g + 1), i)
+        for g in range(3)
+        for i in range(2)
+    ]
+    found = find_steady_state(_records(cohorts), 2, closed_loop=True)
+    assert isinstance(found, SteadyState)
+    assert (found.start_s, found.end_s) == (0.1, 0.2)
+    assert found.tokens == pytest.approx(20.0, rel=1e-12)
+    assert found.tokens_per_s == pytest.approx(200.0, rel=1e-12)
 
 
 def test_no_window_cases() -> None:

@@ -11,7 +11,7 @@ Definitions (docs/serving.md repeats them for users):
   It includes the ramp-up (all slots prefilling at once) and the drain (slots emptying one
   by one at the end), so a short run reports well below the rate with the slots kept full.
 - ``steady_decode_tokens_per_s``, ``steady_window_s``: that rate with the slots kept full,
-  over the window [completion number ``batch_slots``, last admission] of a closed-loop run
+  over the whole turnovers from completion number ``batch_slots`` of a closed-loop run
   (``rdu_sim.serving.steady``; the calibration's figure); both None without a window.
 - ``user_tokens_per_s``: per request, 1 / TPOT (the rate a user sees once tokens stream).
 - ``requests_truncated``: requests whose prompt + output exceeded ``serving.max_context``,

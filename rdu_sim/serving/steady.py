@@ -4,13 +4,17 @@ Why a steady-state window, not the run's aggregate ``decode_tokens_per_s``: a cl
 run starts with every slot prefilling at once and ends with slots draining one by one as
 the last requests finish; both ends leave slots empty, and a run of few requests is mostly
 ends. A "decode throughput" in the sense of a production rate with the slots kept full is
-measured over the window
+measured over the window of whole turnovers
 
-    [completion number ``batch_slots``, last admission]
+    [completion number ``B``, completion number ``m B``],  ``m = requests // B - 1``
 
-from the slots' first full turnover (the lock-step start has broken up into a staggered
-mix of requests at every stage) to the moment the last request takes a slot (after which
-slots start emptying). In a closed loop every slot is occupied throughout the window.
+(``B`` = ``batch_slots``), from the slots' first full turnover to the last whole turnover
+that ends before the last request takes a slot (after which slots start emptying; the end is
+never later than that admission). In a closed loop every slot is occupied throughout the
+window. Whole turnovers matter when requests run in cohorts (every request of the same
+lengths: each generation is admitted in one prefill phase and finishes at one moment); a
+window ending at the last admission would hold one generation's decode and nearly two
+prefill phases, and read the rate low.
 Tokens in the window are counted per request: its first token if emitted inside, plus its
 ``output - 1`` decode tokens spread evenly between first token and finish (every decode
 step advances each decoding request by one token, and a prefill stall stops them all at
@@ -68,8 +72,8 @@ def min_requests(batch_slots: int) -> int:
 def find_steady_state(
     records: ServingRecords, batch_slots: int, closed_loop: bool
 ) -> SteadyState | NoSteadyWindow:
-    """Decode tokens/s between the slots' first full turnover and the last admission, or
-    why the run has no such window."""
+    """Decode tokens/s over the run's whole turnovers after the first (module docstring),
+    or why the run has no such window."""
     slots = int(batch_slots)
     if not closed_loop:
         return NoSteadyWindow(
@@ -83,8 +87,11 @@ def find_steady_state(
             f"{slots} slots; need at least {min_requests(slots)}",
         )
     start = float(np.partition(finish, slots - 1)[slots - 1])  # the slots-th completion
+    # the last whole turnover's completion (every request completes in a run that ends)
+    last_turn = min((len(records) // slots - 1) * slots, finish.shape[0])
+    turned = float(np.partition(finish, last_turn - 1)[last_turn - 1])
     del finish
-    end = float(records.admit_ps.max())
+    end = min(turned, float(records.admit_ps.max()))
     if not end > start:
         return NoSteadyWindow(
             REQUESTS_FIELD,
