@@ -18,15 +18,20 @@ from rdu_sim.shapes import StepShape
 def test_equal_shapes_hash_alike_and_differing_fields_hash_apart() -> None:
     shape = StepShape("prefill", 1, 2048, 0, select=True)
     assert hash(shape) == hash(StepShape("prefill", 1, 2048, 0, select=True))
-    assert hash(shape) == hash(("prefill", 1, 2048, 0, True))  # the fields' tuple, as before
+    assert hash(shape) == hash(("prefill", 1, 2048, 0, True, 0))  # the fields' tuple
     others = [
         StepShape("decode", 1, 2048, 0, select=True),
         StepShape("prefill", 2, 2048, 0, select=True),
         StepShape("prefill", 1, 1024, 0, select=True),
         StepShape("prefill", 1, 2048, 8, select=True),
         StepShape("prefill", 1, 2048, 0, select=None),
+        StepShape("prefill", 1, 2048, 0, select=True, joint_tokens=2288),
     ]
-    assert len({shape, *others}) == 6
+    assert len({shape, *others}) == 7
+    # the repr names the joint tokens only where the ranks run different shapes
+    assert "joint_tokens" not in repr(shape)
+    assert repr(others[-1]).endswith("select=True, joint_tokens=2288)")
+    assert pickle.loads(pickle.dumps(others[-1])) == others[-1]
 
 
 def test_a_shape_pickled_in_another_hash_seed_is_found_here() -> None:
