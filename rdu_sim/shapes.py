@@ -20,8 +20,8 @@ The attention-length convention lives with :class:`StepShape`, once:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
@@ -104,6 +104,15 @@ class StepShape:
     def rows(self) -> int:
         """Token rows a projection processes: batch x tokens."""
         return self.batch * self.tokens
+
+    def part(self, **changes: Any) -> StepShape:
+        """A part of this step (a micro-batch): ``changes`` applied, and the ranks' joint
+        tokens, if any, scaled to its share of the rows (every rank cuts its batch alike)."""
+        part = replace(self, **changes)
+        if not self.joint_tokens:
+            return part
+        joint = (self.joint_tokens * part.rows + self.rows // 2) // self.rows
+        return replace(part, joint_tokens=max(1, joint))
 
     @property
     def keys(self) -> int:

@@ -262,3 +262,49 @@ def test_ranks_running_different_shapes_time_the_experts_on_their_tokens_togethe
     joint = backend.step_cost(scenario, replace(shape, joint_tokens=fewer))
     assert joint.step_s < alone.step_s
     assert joint.step_s >= step_bound(joint.detail, scenario.hardware).limit_s
+
+
+def test_a_joint_step_is_continuous_at_the_symmetric_one() -> None:
+    """Two-batch overlap on 8 GPU ranks: one token more than every rank's copy barely moves
+    the step (each micro-batch carries its share of the joint tokens), and half the ranks
+    idle never makes it slower."""
+    scenario = api.load(MOE_GPU, {**GPU_EP8, "parallelism.two_batch_overlap": True})
+    backend = EngineBackend()
+    shape = StepShape("prefill", 1, 2048, 0)
+    alone = backend.step_cost(scenario, shape).step_s
+    one_more = backend.step_cost(scenario, replace(shape, joint_tokens=8 * 2048 + 1)).step_s
+    assert one_more == pytest.approx(alone, rel=0.01)
+    half = backend.step_cost(scenario, replace(shape, joint_tokens=4 * 2048)).step_s
+    assert half <= alone
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1001])
+def test_the_joint_combine_payload_is_continuous_where_tp_splits_a_ranks_tokens(
+    rows: int,
+) -> None:
+    """tp 2: a device carries ceil(rows / 2) of its rank's tokens. The busiest device's
+    combine with one joint token more than every rank's copy is the symmetric one's within
+    that token's share, also where 2 does not divide the rows."""
+    scenario = api.load(DEEPSEEK, EP16)
+
+    def combine_bytes(shape: StepShape) -> float:
+        moe = next(k for k in Compiler(scenario).program(shape).kernels if k.name == "decoder_moe")
+        specs = {s.name: s.collective for s in moe.stages if s.collective is not None}
+        combine = specs["moe.experts_down.combine"]
+        assert combine is not None
+        return combine.bytes
+
+    shape = StepShape("prefill", 1, rows, 0)
+    symmetric = combine_bytes(shape)
+    joint = combine_bytes(replace(shape, joint_tokens=8 * rows + 1))
+    assert symmetric <= joint <= 1.1 * symmetric  # (a payload of rows / 2, not ceil: 0.5x)
+
+
+def test_a_micro_batch_keeps_its_share_of_the_joint_tokens() -> None:
+    shape = StepShape("prefill", 1, 2048, 0, joint_tokens=2048 + 15 * 16)
+    first, second = micro_batch_shapes(shape)
+    assert (first.rows, second.rows) == (1024, 1024)
+    assert first.joint_tokens == second.joint_tokens == (2288 + 1) // 2
+    symmetric = StepShape("decode", 16, 1, 2048, joint_tokens=16 * 8)
+    assert [part.joint_tokens for part in micro_batch_shapes(symmetric)] == [64, 64]
+    assert micro_batch_shapes(StepShape("decode", 16, 1, 2048))[0].joint_tokens == 0

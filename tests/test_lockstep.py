@@ -118,8 +118,9 @@ def test_unequal_ranks_time_their_experts_on_the_ranks_tokens_together() -> None
     ranks' tokens, not every rank's copy of its own). A (100 tokens, its prompt bucket 128)
     prefills alone on rank 0 (joint 128 tokens: 5 ms); B (1,000, bucket 1,024) reaches rank
     1 at 5 ms and prefills beside A's decode step (joint 1,025 tokens for both: 50 ms, A's
-    token waiting); then two joint decode steps (B's bucket beside A's: 2 tokens) and A
-    alone (1 token) for its last six."""
+    token waiting); then two joint decode steps (B's bucket beside A's, 2 tokens: each
+    rank's own shape, as many tokens as every rank's copy) and A alone (1 token) for its
+    last six."""
     seen: list[StepShape] = []
 
     def step(shape: StepShape) -> StepCost:
@@ -133,7 +134,6 @@ def test_unequal_ranks_time_their_experts_on_the_ranks_tokens_together() -> None
     joint = sorted({(shape.phase, shape.joint_tokens) for shape in seen if shape.joint_tokens})
     assert joint == [
         ("decode", 1),
-        ("decode", 2),
         ("decode", 1025),
         ("prefill", 128),
         ("prefill", 1025),
@@ -170,17 +170,20 @@ def test_ranks_given_the_same_work_serve_it_as_one_rank_alone(seed: int, priorit
 def test_the_ranks_count_what_the_lockstep_costs_them() -> None:
     """The second timeline above, counted: joint steps of 10 (A's prefill, rank 1 idle),
     100 (B's prefill, A's 1 ms decode held by it), 8 x 1 and 1 ms: 119 ms; the ranks' own
-    step time 10 + 101 + 16 + 1 = 128 ms of 2 x 119; the decoding ranks' time 100 (A, held)
-    + 2 x 8 + 1 = 117 ms, of which 100 held."""
+    step time 10 + 101 + 16 + 1 = 128 ms; the busy ranks' time 10 + 2 x 100 + 2 x 8 + 1 =
+    227 ms of 2 x 119; the decoding ranks' time 100 (A, held) + 2 x 8 + 1 = 117 ms, of which
+    100 held."""
     result = run([100, 1000], [10, 10], [0, 5], ranks=2)
     ((pool, together),) = result.cluster.lockstep
     assert pool == "pool"
     assert together.joint_ps == 119 * MS
+    assert together.busy_ps == 227 * MS
     assert together.own_ps == 128 * MS
     assert (together.decode_ps, together.held_ps) == (117 * MS, 100 * MS)
     cost = lockstep_costs(result)["pool"]
     assert cost.ranks == 2
-    assert cost.wait_share == pytest.approx(1 - 128 / 238, rel=1e-6)
+    assert cost.idle_share == pytest.approx(1 - 227 / 238, rel=1e-6)
+    assert cost.wait_share == pytest.approx(1 - 128 / 227, rel=1e-6)
     assert cost.prefill_held_share == pytest.approx(100 / 117, rel=1e-6)
     apart = run([100, 1000], [10, 10], [0, 5], ranks=1, replicas=2)
     assert apart.cluster.lockstep == [] and lockstep_costs(apart) is None
@@ -197,10 +200,29 @@ def test_a_cluster_of_ranks_reports_its_lockstep(tmp_path: Path) -> None:
     data = result.to_dict()
     ((pool, cost),) = data["lockstep"].items()
     assert cost["ranks"] == 2
-    assert 0 <= cost["wait_share"] < 1 and 0 <= cost["prefill_held_share"] <= 1
+    for share in ("idle_share", "wait_share", "prefill_held_share"):
+        assert 0 <= cost[share] < 1
     assert cost["prefill_held_share"] > 0  # chat prefills hold the other rank's decode
     console = Console(width=200, record=True)
     console.print(goodput_table(result.summary()))
     assert f"{pool}: 2 attention ranks in lockstep" in console.export_text()
     plain = run_cluster(loaded.build(tensor, 2).cluster, backend=FakeBackend()).to_dict()
     assert "lockstep" not in plain
+
+
+def test_servers_that_are_not_whole_replicas_of_ranks_are_refused() -> None:
+    """Three servers cannot be replicas of two ranks: the third would have no driver, and
+    its requests would never complete."""
+    with pytest.raises(ValueError, match="3 servers are not whole replicas of 2 attention"):
+        PoolRuntime(
+            name="pool",
+            replicas=3,
+            config=ServerConfig(1, MAX_CONTEXT),
+            policy=policy_of("full"),
+            step_times=StepTimes(step_ms),
+            model=get_model("llama-3.1-8b"),
+            kv_dtype_bytes=2.0,
+            prefix_blocks=0,
+            sockets=1,
+            ranks=2,
+        )

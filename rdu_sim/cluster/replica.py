@@ -74,6 +74,13 @@ class PoolRuntime:
     sockets: int  # sockets of one replica (its tensor-parallel group)
     ranks: int = 1  # attention ranks of a replica: consecutive servers stepping together
 
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.replicas % self.ranks:
+            raise ValueError(
+                f"pool {self.name!r}: {self.replicas} servers are not whole replicas of "
+                f"{self.ranks} attention ranks"
+            )
+
     @cached_property
     def facts(self) -> PromptFacts:
         """The answers about prompts, one memo for all the pool's replicas."""

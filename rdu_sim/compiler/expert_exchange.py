@@ -25,7 +25,7 @@ how the bytes cross nodes a matter of the wiring: both are for the engine's all-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rdu_sim.compiler.expert_load import ExpertLoad, ExpertLoadModel, expert_load_model
 from rdu_sim.config.architecture import DeepSeekArchitecture
@@ -112,11 +112,11 @@ def micro_batch_shapes(shape: StepShape) -> tuple[StepShape, ...]:
     when the step cannot be cut (one decode slot)."""
     if shape.batch >= 2:
         half = (shape.batch + 1) // 2
-        return (replace(shape, batch=half), replace(shape, batch=shape.batch - half))
+        return (shape.part(batch=half), shape.part(batch=shape.batch - half))
     if shape.tokens >= 2:
         half = (shape.tokens + 1) // 2
-        second = replace(shape, tokens=shape.tokens - half, cache_len=shape.cache_len + half)
-        return (replace(shape, tokens=half, select=False), second)
+        second = shape.part(tokens=shape.tokens - half, cache_len=shape.cache_len + half)
+        return (shape.part(tokens=half, select=False), second)
     return ()
 
 

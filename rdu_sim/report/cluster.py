@@ -327,21 +327,23 @@ def summarize_cluster(
 def lockstep_costs(run: ClusterRun) -> dict[str, LockstepCost] | None:
     """Per pool whose replicas' attention ranks step together: what it cost them, over its
     replicas (``serving.lockstep.Ranks``'s counters summed); None when no pool's do."""
-    totals: dict[str, list[int]] = {}  # pool -> ranks, joint x ranks, own, decode, held
+    totals: dict[str, list[int]] = {}  # pool -> ranks, joint x ranks, busy, own, decode, held
     for pool, together in run.cluster.lockstep:
         ranks = len(together.ranks)
-        total = totals.setdefault(pool, [ranks, 0, 0, 0, 0])
+        total = totals.setdefault(pool, [ranks, 0, 0, 0, 0, 0])
         total[1] += ranks * together.joint_ps
-        total[2] += together.own_ps
-        total[3] += together.decode_ps
-        total[4] += together.held_ps
+        total[2] += together.busy_ps
+        total[3] += together.own_ps
+        total[4] += together.decode_ps
+        total[5] += together.held_ps
     if not totals:
         return None
     return {
         pool: LockstepCost(
             ranks=ranks,
-            wait_share=_round(1.0 - own / joint if joint else 0.0),
+            idle_share=_round(1.0 - busy / joint if joint else 0.0),
+            wait_share=_round(1.0 - own / busy if busy else 0.0),
             prefill_held_share=_round(held / decode if decode else 0.0),
         )
-        for pool, (ranks, joint, own, decode, held) in totals.items()
+        for pool, (ranks, joint, busy, own, decode, held) in totals.items()
     }

@@ -126,9 +126,9 @@ def goodput_table(result: ClusterSummary) -> Table:
         rows.append(
             (
                 f"{pool}: {cost.ranks} attention ranks in lockstep",
-                f"{human.percent(cost.wait_share)} of their step time waiting for a slower "
-                f"rank; {human.percent(cost.prefill_held_share)} of decoding time held by "
-                "another rank's prefill",
+                f"busy ranks {human.percent(cost.wait_share)} of their time waiting for a "
+                f"slower rank; {human.percent(cost.prefill_held_share)} of decoding time held "
+                f"by another rank's prefill; ranks idle {human.percent(cost.idle_share)}",
             )
         )
     for name, value in rows:

@@ -176,11 +176,13 @@ class ReplicaSummary:
 @dataclass(frozen=True)
 class LockstepCost:
     """What stepping together cost a pool's data-parallel attention ranks, over its
-    replicas: the share of the ranks' time in joint steps spent waiting for a slower rank
-    (or idle), and the share of the decoding ranks' time spent in joint steps that held
-    another rank's prefill (their tokens waited for it)."""
+    replicas: the share of the ranks' time in joint steps with nothing to do, the share of
+    the busy ranks' time spent waiting for a slower rank, and the share of the decoding
+    ranks' time spent in joint steps that held another rank's prefill (their tokens waited
+    for it)."""
 
     ranks: int
+    idle_share: float
     wait_share: float
     prefill_held_share: float
 

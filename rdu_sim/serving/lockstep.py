@@ -22,8 +22,8 @@ busy ranks' tokens together (``StepShape.joint_tokens``), and the joint step is 
 of those. Each rank's tokens carry the joint times; its device time in its step cache (its
 utilization and energy) stays its own shape's as if every rank ran it.
 The ranks keep what the lockstep cost them (:class:`Ranks`'s counters): the joint steps'
-time, the ranks' own step time within it, and the decoding ranks' time, of which in joint
-steps that held another rank's prefill.
+time, the busy ranks' time in them and their own step time within it, and the decoding
+ranks' time, of which in joint steps that held another rank's prefill.
 """
 
 from __future__ import annotations
@@ -68,11 +68,13 @@ class Ranks(Driven):
         self._plans: list[DecodePlan] = []
         self._joint_step = 0  # ps: the joint step (or each step of the joint run) in flight
         self._own = 0  # ps: the ranks' own step times in it, summed
+        self._busy = 0  # ranks with work in it
         self._decoders = 0  # ranks decoding in it
         self._held = False  # it holds a rank's prefill
         # what the lockstep cost, over the run (integer ps)
         self.joint_ps = 0  # the joint steps' time
-        self.own_ps = 0  # the ranks' own step times within them, summed over the ranks
+        self.busy_ps = 0  # the joint steps' time, summed over the ranks with work in them
+        self.own_ps = 0  # the busy ranks' own step times within them, summed
         self.decode_ps = 0  # the decoding ranks' time in joint steps, summed over them
         self.held_ps = 0  # of which in joint steps that held another rank's prefill
 
@@ -136,7 +138,7 @@ class Ranks(Driven):
         times = self._joint_times(busy, shapes, times)
         longest = max(times)
         self._joint_step, self._own = longest, sum(times)
-        self._decoders, self._held = len(plans), True
+        self._busy, self._decoders, self._held = len(busy), len(plans), True
         self._runs(1, longest)
         return (longest,)
 
@@ -167,7 +169,7 @@ class Ranks(Driven):
         step = max(times)
         slowest = plans[times.index(step)]
         self._joint_step, self._own = step, sum(times)
-        self._decoders, self._held = len(plans), False
+        self._busy, self._decoders, self._held = len(plans), len(plans), False
         self._runs(steps, step)
         return slowest.shape, slowest.bucket, steps, step
 
@@ -201,14 +203,19 @@ class Ranks(Driven):
         """Each busy rank's step time in this joint step: ``times``, its own shape's, when
         every rank runs the same shape; else its shape with the experts serving the busy
         ranks' tokens together (``StepShape.joint_tokens``; a rank with nothing to do
-        sends none)."""
+        sends none), or its own shape's when that is as many tokens as every rank's copy
+        of it. (A cluster runs no speculative draft, whose scoring would add to a prefilling
+        rank's own time.)"""
         first = shapes[0]
-        if len(shapes) == len(self.ranks) and all(shape == first for shape in shapes):
+        ranks = len(self.ranks)
+        if len(shapes) == ranks and all(shape == first for shape in shapes):
             return times
         together = sum(shape.rows for shape in shapes)
         return [
-            rank.cache.step_ps(replace(shape, joint_tokens=together))
-            for rank, shape in zip(busy, shapes, strict=True)
+            own
+            if together == shape.rows * ranks
+            else rank.cache.step_ps(replace(shape, joint_tokens=together))
+            for rank, shape, own in zip(busy, shapes, times, strict=True)
         ]
 
     # --- the ranks' own accounts ----------------------------------------------------------------
@@ -230,6 +237,7 @@ class Ranks(Driven):
         decoding ranks' time in them."""
         joint = steps * self._joint_step
         self.joint_ps += joint
+        self.busy_ps += joint * self._busy
         self.own_ps += steps * self._own
         self.decode_ps += joint * self._decoders
         if self._held:
@@ -241,5 +249,10 @@ def drive_in_lockstep(loop: Loop, ranks: list[Scheduler], settles: bool) -> Rank
     after every step when a rank's hand-offs end at events its steps cause); the ranks as
     one, with what the lockstep costs them."""
     together = Ranks(ranks)
-    Driver(loop, together, ArrivalSource(), settles=settles).start(endless=True)
+
+    def longest_step_s() -> float:  # (for the clock's range error: any rank's longest)
+        return max(rank.cache.longest_step_s for rank in ranks)
+
+    driver = Driver(loop, together, ArrivalSource(), settles=settles, longest_step_s=longest_step_s)
+    driver.start(endless=True)
     return together

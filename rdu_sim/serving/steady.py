@@ -88,7 +88,7 @@ def find_steady_state(
         )
     start = float(np.partition(finish, slots - 1)[slots - 1])  # the slots-th completion
     # the last whole turnover's completion (every request completes in a run that ends)
-    last_turn = min((len(records) // slots - 1) * slots, finish.shape[0])
+    last_turn = min(len(records) // slots - 1, finish.shape[0] // slots) * slots
     turned = float(np.partition(finish, last_turn - 1)[last_turn - 1])
     del finish
     end = min(turned, float(records.admit_ps.max()))
