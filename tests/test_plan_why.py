@@ -169,6 +169,27 @@ def test_stop_rule_and_binding_read_only_the_metrics() -> None:
     run["ttft_attainment"] = 0.5
     (verdict,) = binding(run, slo)
     assert verdict.half == "ttft" and "chunked prefill" in verdict.moves[1]
+    # attention ranks in lockstep whose decoding waits on other ranks' prefills: a TPOT
+    # above its floors is moved by disaggregation first, and the verdict says how much
+    run["ttft_attainment"] = 0.97
+    (plain,) = binding(run, slo)
+    assert plain.moves[0].startswith("chunked prefill")
+    (held,) = binding({**run, "lockstep_prefill_held_share": 0.38}, slo)
+    assert held.half == "tpot" and held.moves[0].startswith("disaggregation")
+    assert "38.0% of the attention ranks' decoding time waits" in held.moves[0]
+
+
+def test_a_data_parallel_plan_run_keeps_its_lockstep_hold(tmp_path: Path) -> None:
+    """The plan's measure of a replica of two attention ranks keeps the share of their
+    decoding time held by another rank's prefill; a replica without ranks keeps none."""
+    search = {"parallelism": [{"tp": 2}, {"tp": 1, "dp_attention": 2}], "batch_slots": [8]}
+    spec = write_plan(tmp_path, search, slo={"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9})
+    loaded = load_plan(spec)
+    tensor, ranks = loaded.configurations()
+    held = measure(run_cluster(loaded.build(ranks, 1).cluster, backend=FakeBackend()))
+    assert 0 < held["lockstep_prefill_held_share"] < 1
+    plain = measure(run_cluster(loaded.build(tensor, 1).cluster, backend=FakeBackend()))
+    assert "lockstep_prefill_held_share" not in plain
 
 
 def test_the_shipped_70b_plan_names_the_binding_half(tmp_path: Path) -> None:

@@ -32,8 +32,15 @@ METRICS = (
 
 
 def headline(result: ClusterSummary) -> dict[str, Any]:
-    """The plan's view of a cluster run's typed summary (the names of its JSON)."""
+    """The plan's view of a cluster run's typed summary (the names of its JSON; with
+    attention ranks in lockstep, the largest share of a pool's decoding time that waited on
+    another rank's prefill)."""
+    held = {}
+    if result.lockstep:
+        shares = (cost.prefill_held_share for cost in result.lockstep.values())
+        held = {"lockstep_prefill_held_share": max(shares)}
     return {
+        **held,
         "feasible": True,
         "slo_met": result.slo_met,
         "goodput_fraction": result.goodput.fraction,

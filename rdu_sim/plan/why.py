@@ -18,7 +18,8 @@ What would move a half depends on why it binds (``Verdict.moves``): a floor is o
 moved by a faster step (more tp, more of the resource that binds it: ``report.bound``),
 a smaller one (fewer batch slots, a KV policy that keeps fewer tokens, shorter prompts) or
 a looser target; a run above its floors waits (queueing, prefills holding decode steps),
-moved by more replicas, chunked prefill or disaggregation.
+moved by more replicas, chunked prefill or disaggregation; where attention ranks step in
+lockstep and their decoding waits on other ranks' prefills, disaggregation first.
 """
 
 from __future__ import annotations
@@ -177,6 +178,15 @@ def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]
             "more replicas (requests queue for a slot)",
             "chunked prefill (serving.prefill_chunk_tokens: a long prompt stops holding the queue)",
             "disaggregated prefill (prefill replicas never wait on decode steps)",
+        )
+    held = metrics.get("lockstep_prefill_held_share")
+    if held:  # ranks in lockstep: every rank's prefill holds every rank's decode
+        return (
+            f"disaggregation (decode replicas never prefill: here {human.percent(held)} of "
+            "the attention ranks' decoding time waits in joint steps holding another rank's "
+            "prefill)",
+            "chunked prefill (serving.prefill_chunk_tokens: shorter holds, as many)",
+            "more replicas (fewer prefills per replica)",
         )
     return (
         "chunked prefill (serving.prefill_chunk_tokens: decode steps stop waiting behind "
