@@ -165,7 +165,14 @@ def run_command(args: Sequence[str], exits: Sequence[int] = (0,)) -> str:
         result = CliRunner().invoke(cli, resolved, env={"COLUMNS": "200"})
     if result.exit_code not in exits:
         shown = " ".join(args)
-        raise QuoteError(f"rdu-sim {shown} exited {result.exit_code}: {result.output[-2000:]}")
+        raised = ""
+        if result.exc_info is not None and not isinstance(result.exception, SystemExit):
+            import traceback
+
+            raised = "".join(traceback.format_exception(*result.exc_info))[-2000:]
+        raise QuoteError(
+            f"rdu-sim {shown} exited {result.exit_code}: {result.output[-2000:]}{raised}"
+        )
     return result.stdout
 
 
