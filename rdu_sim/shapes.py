@@ -74,9 +74,16 @@ class StepShape:
     _hash: ClassVar[int]
 
     def __post_init__(self) -> None:
-        if self.batch < 1 or self.tokens < 1 or self.cache_len < 0 or self.joint_tokens < 0:
+        joint = self.joint_tokens
+        if (
+            self.batch < 1
+            or self.tokens < 1
+            or self.cache_len < 0
+            or not (joint == 0 or joint >= self.rows)
+        ):
             raise ValueError(
-                f"need batch >= 1, tokens >= 1, cache_len >= 0, joint_tokens >= 0; got {self}"
+                "need batch >= 1, tokens >= 1, cache_len >= 0, joint_tokens 0 or at least "
+                f"the step's rows; got {self}"
             )
         object.__setattr__(self, "_hash", hash(self._fields()))
 
@@ -112,7 +119,7 @@ class StepShape:
         if not self.joint_tokens:
             return part
         joint = (self.joint_tokens * part.rows + self.rows // 2) // self.rows
-        return replace(part, joint_tokens=max(1, joint))
+        return replace(part, joint_tokens=max(part.rows, joint))
 
     @property
     def keys(self) -> int:

@@ -298,6 +298,12 @@ def test_the_joint_combine_payload_is_continuous_where_tp_splits_a_ranks_tokens(
     symmetric = combine_bytes(shape)
     joint = combine_bytes(replace(shape, joint_tokens=8 * rows + 1))
     assert symmetric <= joint <= 1.1 * symmetric  # (a payload of rows / 2, not ceil: 0.5x)
+    # what the busiest device returns of every rank's tokens does not grow as this rank's
+    # rows shrink (the rounding of a device's share, ceil(rows / 2), stays a rounding)
+    if rows < 1001:
+        fewer = combine_bytes(replace(StepShape("decode", rows, 1, 4096), joint_tokens=8199))
+        more = combine_bytes(replace(StepShape("decode", rows + 1, 1, 4096), joint_tokens=8199))
+        assert fewer <= 1.01 * more
 
 
 def test_a_micro_batch_keeps_its_share_of_the_joint_tokens() -> None:

@@ -177,6 +177,13 @@ def test_stop_rule_and_binding_read_only_the_metrics() -> None:
     (held,) = binding({**run, "lockstep_prefill_held_share": 0.38}, slo)
     assert held.half == "tpot" and held.moves[0].startswith("disaggregation")
     assert "38.0% of the attention ranks' decoding time waits" in held.moves[0]
+    # a hold far smaller than the TPOT above its floor (45 ms over 40: 11%) is not the cause
+    (slight,) = binding({**run, "lockstep_prefill_held_share": 0.002}, slo)
+    assert slight.moves == plain.moves
+    # prefill and decode already apart: more of the side that waits, not disaggregation
+    (apart,) = binding({**run, "disaggregated": True, "lockstep_prefill_held_share": 0.0}, slo)
+    assert apart.moves[0].startswith("more decode replicas (a larger D")
+    assert not any(move.startswith("disaggregation") for move in apart.moves)
 
 
 def test_a_data_parallel_plan_run_keeps_its_lockstep_hold(tmp_path: Path) -> None:

@@ -109,6 +109,19 @@ def test_requests_in_cohorts_are_measured_over_whole_turnovers() -> None:
     assert found.tokens_per_s == pytest.approx(200.0, rel=1e-12)
 
 
+def test_a_run_with_too_few_completions_says_so() -> None:
+    """Six requests on two slots, the last three never finished: one turnover completed,
+    none after it."""
+    cohorts = [(10, 10 * i, 10 * i + 5, 100 + i, i % 2) for i in range(6)]
+    records = _records(cohorts)
+    records.finish_ps[3:] = -1
+    found = find_steady_state(records, 2, closed_loop=True)
+    assert isinstance(found, NoSteadyWindow)
+    assert (
+        found.message == "3 of 6 requests completed: no whole turnover of 2 slots after the first"
+    )
+
+
 def test_no_window_cases() -> None:
     records = _records(HAND)
     open_loop = find_steady_state(records, 2, closed_loop=False)

@@ -331,8 +331,10 @@ def _add_exchange(
     tokens (the dispatch's hidden state with its routing, the combine's expert output); the
     combine leaves the busiest socket, whose share is ``ExpertLoad.imbalance`` above the
     mean. When the ranks run different shapes (``joint_tokens``) the busiest socket returns
-    what it served of every rank's tokens: its pairs over the mean pairs of every rank
-    running this shape (the same formula, so the payload is continuous there)."""
+    what it served of every rank's tokens, its pairs over the experts a token picks, plus
+    the symmetric form's rounding of its rank's share (a device's ceil(rows / tp)): the
+    same payload where every rank runs this shape, and none growing as a rank's rows
+    shrink."""
     dispatch = direction == "dispatch"
     if not (_dispatches(node, plan) if dispatch else _combines(node, plan)):
         return {}
@@ -345,7 +347,8 @@ def _add_exchange(
     if dispatch:
         payload = tokens * per_token
     elif plan.joint_tokens:
-        payload = tokens * per_token * load.pairs / exchange.load(plan.rows).mean_pairs
+        served = load.pairs / exchange.load_model.per_token
+        payload = per_token * (served + (tokens - plan.rows / exchange.tp) * load.imbalance)
     else:
         payload = tokens * per_token * load.imbalance
     name = f"{node.name}.{direction}"

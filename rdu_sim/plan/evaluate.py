@@ -41,6 +41,7 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
         held = {"lockstep_prefill_held_share": max(shares)}
     return {
         **held,
+        "disaggregated": result.disaggregated,
         "feasible": True,
         "slo_met": result.slo_met,
         "goodput_fraction": result.goodput.fraction,

@@ -19,7 +19,9 @@ moved by a faster step (more tp, more of the resource that binds it: ``report.bo
 a smaller one (fewer batch slots, a KV policy that keeps fewer tokens, shorter prompts) or
 a looser target; a run above its floors waits (queueing, prefills holding decode steps),
 moved by more replicas, chunked prefill or disaggregation; where attention ranks step in
-lockstep and their decoding waits on other ranks' prefills, disaggregation first.
+lockstep and other ranks' prefills hold at least half of the TPOT above its floor,
+disaggregation first; where prefill and decode are already apart, more replicas of the
+side that waits and, for the TPOT, a faster KV link.
 """
 
 from __future__ import annotations
@@ -173,14 +175,26 @@ def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]
             "fewer bytes a step (a KV policy keeping fewer tokens, smaller dtypes)",
             _looser(metrics, half),
         )
+    if metrics.get("disaggregated"):  # (prefill replicas never wait on decode steps)
+        if half == "ttft":
+            return (
+                "more prefill replicas (a larger P in the P:D split: prompts queue for one)",
+                "chunked prefill (serving.prefill_chunk_tokens: a long prompt stops holding "
+                "the queue)",
+            )
+        return (
+            "more decode replicas (a larger D in the P:D split: a prefilled request waits "
+            "for a decode slot, inside its TPOT)",
+            "a faster KV link (kv_transfer: the cache's transfer is inside the TPOT)",
+        )
     if half == "ttft":
         return (
             "more replicas (requests queue for a slot)",
             "chunked prefill (serving.prefill_chunk_tokens: a long prompt stops holding the queue)",
             "disaggregated prefill (prefill replicas never wait on decode steps)",
         )
-    held = metrics.get("lockstep_prefill_held_share")
-    if held:  # ranks in lockstep: every rank's prefill holds every rank's decode
+    held = _lockstep_hold(metrics)
+    if held is not None:  # ranks in lockstep: every rank's prefill holds every rank's decode
         return (
             f"disaggregation (decode replicas never prefill: here {human.percent(held)} of "
             "the attention ranks' decoding time waits in joint steps holding another rank's "
@@ -194,6 +208,18 @@ def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]
         "disaggregation (decode replicas never prefill)",
         "more replicas (fewer prefills per replica)",
     )
+
+
+def _lockstep_hold(metrics: Mapping[str, Any]) -> float | None:
+    """The share of decoding time held by other ranks' prefills (attention ranks in
+    lockstep), when it accounts for at least half of the run's TPOT above its floor."""
+    held = metrics.get("lockstep_prefill_held_share")
+    value = metrics.get("tpot_at_attainment_s")
+    floor = metrics.get("floor_tpot_at_attainment_s")
+    if not held or not value or floor is None:
+        return None
+    above = 1.0 - float(floor) / float(value)  # the share of the TPOT above its floor
+    return float(held) if above > 0 and held >= above / 2 else None
 
 
 def _looser(metrics: Mapping[str, Any], half: str) -> str:

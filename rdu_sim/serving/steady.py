@@ -88,7 +88,14 @@ def find_steady_state(
         )
     start = float(np.partition(finish, slots - 1)[slots - 1])  # the slots-th completion
     # the last whole turnover's completion (every request completes in a run that ends)
-    last_turn = min(len(records) // slots - 1, finish.shape[0] // slots) * slots
+    completed = finish.shape[0]
+    last_turn = min(len(records) // slots - 1, completed // slots) * slots
+    if last_turn <= slots:
+        return NoSteadyWindow(
+            REQUESTS_FIELD,
+            f"{completed} of {len(records)} requests completed: no whole turnover of "
+            f"{slots} slots after the first",
+        )
     turned = float(np.partition(finish, last_turn - 1)[last_turn - 1])
     del finish
     end = min(turned, float(records.admit_ps.max()))
