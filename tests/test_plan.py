@@ -149,6 +149,22 @@ def test_a_rerun_resumes_from_the_database(tmp_path: Path) -> None:
     assert CALLS == [] and again == first
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == ran
+    # --rerun: every evaluation again (after a change to the simulator), rows replaced
+    CALLS.clear()
+    fresh = plan_summary(run_plan(spec, db=db, evaluate=fake_evaluate, rerun=True))
+    assert len(CALLS) == ran and fresh == first
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == ran
+
+    def evaluate_here(spec: Any, **options: Any) -> Any:  # the command's own options
+        return run_plan(spec, **{**options, "evaluate": fake_evaluate})
+
+    CALLS.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("rdu_sim.plan.run_plan", evaluate_here)
+        text = CliRunner().invoke(cli, ["plan", str(spec), "--db", str(db), "--rerun", "--json"])
+    assert text.exit_code == 0, text.output
+    assert len(CALLS) == ran and json.loads(text.stdout)["cheapest"] == first["cheapest"]
 
 
 def test_bad_plan_specs(tmp_path: Path) -> None:

@@ -118,6 +118,12 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
     "shipped spec, beside a spec of your own); "
     "evaluations already in it are reused.",
 )
+@click.option(
+    "--rerun",
+    is_flag=True,
+    help="Run every evaluation again, replacing what the database holds (its rows are keyed "
+    "by the simulator's version, not its commit: after a change to the simulator).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option(
     "--progress/--no-progress",
@@ -131,6 +137,7 @@ def command(
     workers: int,
     dask_cluster: str | None,
     db_file: Path | None,
+    rerun: bool,
     as_json: bool,
     progress: bool,
 ) -> None:
@@ -145,6 +152,7 @@ def command(
         workers=workers,
         cluster=dask_cluster,
         reporter=RichReporter(bar=progress),
+        rerun=rerun,
     )
     summary = plan_summary(result)
     summary["db"] = str(result.db)

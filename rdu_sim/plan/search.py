@@ -168,8 +168,10 @@ def run_plan(
     cluster: str | None = None,
     evaluate: Evaluate | None = None,
     reporter: Reporter | None = None,
+    rerun: bool = False,
 ) -> PlanResult:
-    """Search the spec's space for the cheapest configuration meeting the SLO."""
+    """Search the spec's space for the cheapest configuration meeting the SLO (``rerun``:
+    evaluate every point again, replacing what the database holds)."""
     if cluster is not None:
         check_cluster(cluster)  # no Dask, or a bad address: an error before any work
     loaded = load_plan(spec)
@@ -213,6 +215,7 @@ def run_plan(
             workers=workers,
             cluster=cluster,
             reporter=reporter,
+            rerun=rerun,
         )
         evaluations += len(points)
         for search, units, point in batch.values():

@@ -454,10 +454,12 @@ def evaluate_points(
     cluster: str | None = None,
     retry_failed: bool = False,
     reporter: Reporter | None = None,
+    rerun: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Evaluate points through the sweep machinery, for a search that picks its next points
     from the results (``rdu_sim.plan``): points the database already holds are not rerun
-    (failed ones only with ``retry_failed``), the rest run on the chosen executor (``workers``
+    (failed ones only with ``retry_failed``; every one with ``rerun``), the rest run on the
+    chosen executor (``workers``
     processes, 1 = here, or Dask ``cluster``), each row is written as it arrives. Returns
     every point's decoded row by key (``store.decode``: status, metrics, error, ...)."""
     keys = [p.key for p in points]
@@ -466,7 +468,9 @@ def evaluate_points(
         to_run = [
             p
             for p in {p.key: p for p in points}.values()
-            if p.key not in existing or (retry_failed and existing[p.key].status == "failed")
+            if rerun
+            or p.key not in existing
+            or (retry_failed and existing[p.key].status == "failed")
         ]
         tasks = [Task(point, evaluate, None) for point in to_run]
         by_key = {p.key: p for p in to_run}
