@@ -112,6 +112,11 @@ class StepShape:
         """Token rows a projection processes: batch x tokens."""
         return self.batch * self.tokens
 
+    def distinct_joint(self, ranks: int) -> int:
+        """``joint_tokens`` where they tell this step from every one of ``ranks`` ranks
+        running it; 0 where they are every rank's copy of its rows (the symmetric step)."""
+        return 0 if self.joint_tokens == self.rows * ranks else self.joint_tokens
+
     def part(self, **changes: Any) -> StepShape:
         """A part of this step (a micro-batch): ``changes`` applied, and the ranks' joint
         tokens, if any, scaled to its share of the rows (every rank cuts its batch alike)."""

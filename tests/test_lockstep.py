@@ -55,9 +55,21 @@ def run(
         np.asarray(prompts, dtype=np.int64),
         np.asarray(outputs, dtype=np.int64),
     )
-    runtime = PoolRuntime(
+    runtime = pool(replicas * ranks, ranks, slots, priority, step)
+    return simulate_cluster(fit_context(requests, MAX_CONTEXT, "reject"), [runtime], "round_robin")
+
+
+def pool(
+    servers: int,
+    ranks: int,
+    slots: int = 1,
+    priority: str = "decode_first",
+    step: Callable[[StepShape], StepCost] = step_ms,
+) -> PoolRuntime:
+    """A pool of ``servers`` servers (Llama 3.1 8B, full KV), ``ranks`` to a replica."""
+    return PoolRuntime(
         name="pool",
-        replicas=replicas * ranks,
+        replicas=servers,
         config=ServerConfig(slots, MAX_CONTEXT, priority),
         policy=policy_of("full"),
         step_times=StepTimes(step),
@@ -67,7 +79,6 @@ def run(
         sockets=1,
         ranks=ranks,
     )
-    return simulate_cluster(fit_context(requests, MAX_CONTEXT, "reject"), [runtime], "round_robin")
 
 
 def times_ms(result: ClusterRun, name: str) -> list[float]:
@@ -214,15 +225,4 @@ def test_servers_that_are_not_whole_replicas_of_ranks_are_refused() -> None:
     """Three servers cannot be replicas of two ranks: the third would have no driver, and
     its requests would never complete."""
     with pytest.raises(ValueError, match="3 servers are not whole replicas of 2 attention"):
-        PoolRuntime(
-            name="pool",
-            replicas=3,
-            config=ServerConfig(1, MAX_CONTEXT),
-            policy=policy_of("full"),
-            step_times=StepTimes(step_ms),
-            model=get_model("llama-3.1-8b"),
-            kv_dtype_bytes=2.0,
-            prefix_blocks=0,
-            sockets=1,
-            ranks=2,
-        )
+        pool(3, 2)

@@ -90,9 +90,11 @@ def downstream(stages: Sequence[StageProgram]) -> dict[str, set[str]]:
     return reach
 
 
-def skip_edges(stages: Sequence[StageProgram]) -> set[tuple[str, str]]:
-    """Edges u -> v for which another, longer path from u to v exists."""
-    reach = downstream(stages)
+def skip_edges(
+    stages: Sequence[StageProgram], reach: Mapping[str, set[str]]
+) -> set[tuple[str, str]]:
+    """Edges u -> v for which another, longer path from u to v exists (``reach``: the
+    stages' ``downstream``)."""
     return {
         (producer, stage.name)
         for stage in stages
@@ -115,8 +117,8 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
     (``whole_row_outputs``) hands over a row's tiles before any is usable, so its edges hold
     the row, and so do its consumers' other inputs, which wait with it (a few rows of
     activations)."""
-    skips = skip_edges(stages)
     reach = downstream(stages)
+    skips = skip_edges(stages, reach)
     selector = {s.name: s.selected_by for s in stages}
     gated = {s.name for s in stages if s.selected_by}
     gated |= set().union(*(reach[name] for name in gated))

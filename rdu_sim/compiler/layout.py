@@ -139,8 +139,7 @@ def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
     plan = ShardPlan(scenario.tp, parallelism.mla_cache_layout, kv_heads, experts, exchange, load)
     if load is None or shape is None:
         return plan
-    # the ranks' tokens together, when they are not every rank's copy of this shape's
-    joint = shape.joint_tokens if shape.joint_tokens != shape.rows * load.ranks else 0
+    joint = shape.distinct_joint(load.ranks)
     return replace(plan, rows=shape.rows, phase=shape.phase, joint_tokens=joint)
 
 

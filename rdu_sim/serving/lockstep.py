@@ -68,9 +68,6 @@ class Ranks(Driven):
         self._plans: list[DecodePlan] = []
         self._joint_step = 0  # ps: the joint step (or each step of the joint run) in flight
         self._own = 0  # ps: the ranks' own step times in it, summed
-        self._busy = 0  # ranks with work in it
-        self._decoders = 0  # ranks decoding in it
-        self._held = False  # it holds a rank's prefill
         # what the lockstep cost, over the run (integer ps)
         self.joint_ps = 0  # the joint steps' time
         self.busy_ps = 0  # the joint steps' time, summed over the ranks with work in them
@@ -138,7 +135,6 @@ class Ranks(Driven):
         times = self._joint_times(busy, shapes, times)
         longest = max(times)
         self._joint_step, self._own = longest, sum(times)
-        self._busy, self._decoders, self._held = len(busy), len(plans), True
         self._runs(1, longest)
         return (longest,)
 
@@ -148,8 +144,8 @@ class Ranks(Driven):
         self.prefill_shape = None
         for rank in self._prefilling:
             rank.end_prefill()
+        self._account(1, held=True)
         self._decoded(1)
-        self._account(1)
 
     # --- a joint decode run -------------------------------------------------------------------
     def decode_plan(self) -> tuple[StepShape, int, int, int]:
@@ -169,7 +165,6 @@ class Ranks(Driven):
         step = max(times)
         slowest = plans[times.index(step)]
         self._joint_step, self._own = step, sum(times)
-        self._busy, self._decoders, self._held = len(plans), len(plans), False
         self._runs(steps, step)
         return slowest.shape, slowest.bucket, steps, step
 
@@ -189,8 +184,8 @@ class Ranks(Driven):
 
     def decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
         """The joint run of ``steps`` steps ended now: every decoding rank accounts its own."""
+        self._account(steps, held=False)
         self._decoded(steps)
-        self._account(steps)
 
     def record(self, now: int) -> None:
         """Every rank's row."""
@@ -204,19 +199,18 @@ class Ranks(Driven):
         every rank runs the same shape; else its shape with the experts serving the busy
         ranks' tokens together (``StepShape.joint_tokens``; a rank with nothing to do
         sends none), or its own shape's when that is as many tokens as every rank's copy
-        of it. (A cluster runs no speculative draft, whose scoring would add to a prefilling
-        rank's own time.)"""
+        of it (``StepShape.distinct_joint``). (A cluster runs no speculative draft, whose
+        scoring would add to a prefilling rank's own time.)"""
         first = shapes[0]
         ranks = len(self.ranks)
         if len(shapes) == ranks and all(shape == first for shape in shapes):
             return times
         together = sum(shape.rows for shape in shapes)
-        return [
-            own
-            if together == shape.rows * ranks
-            else rank.cache.step_ps(replace(shape, joint_tokens=together))
-            for rank, shape, own in zip(busy, shapes, times, strict=True)
-        ]
+        joint_times: list[int] = []
+        for rank, shape, own in zip(busy, shapes, times, strict=True):
+            joint = replace(shape, joint_tokens=together)
+            joint_times.append(rank.cache.step_ps(joint) if joint.distinct_joint(ranks) else own)
+        return joint_times
 
     # --- the ranks' own accounts ----------------------------------------------------------------
     def _runs(self, steps: int, step: int) -> None:
@@ -232,16 +226,18 @@ class Ranks(Driven):
             plan.rank.decode_done(plan.shape, plan.bucket, steps)
         self._plans.clear()
 
-    def _account(self, steps: int) -> None:
-        """``steps`` joint steps ended: their time, the ranks' own within it, and the
-        decoding ranks' time in them."""
+    def _account(self, steps: int, held: bool) -> None:
+        """``steps`` joint steps ended (``held``: one holding prefill work): their time, the
+        busy ranks' time in them and their own within it, and the decoding ranks' time."""
         joint = steps * self._joint_step
+        decoders = len(self._plans)
+        busy = decoders + len(self._prefilling) if held else decoders
         self.joint_ps += joint
-        self.busy_ps += joint * self._busy
+        self.busy_ps += joint * busy
         self.own_ps += steps * self._own
-        self.decode_ps += joint * self._decoders
-        if self._held:
-            self.held_ps += joint * self._decoders
+        self.decode_ps += joint * decoders
+        if held:
+            self.held_ps += joint * decoders
 
 
 def drive_in_lockstep(loop: Loop, ranks: list[Scheduler], settles: bool) -> Ranks:
