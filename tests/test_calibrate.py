@@ -270,3 +270,19 @@ def test_calibrate_errors(tmp_path: Path) -> None:
     result = runner.invoke(cli, ["calibrate", "no-such-file", "--fit", fit])
     assert result.exit_code == 2 and "no-such-file" in result.output, result.output
     assert "argonne-sn40l" in result.output  # the shipped names that would have worked
+
+
+def test_a_targets_machines_are_listed_whole_in_its_json() -> None:
+    """A run on sn40l-8 is on sn40l-8 and on sn40l, which it extends: fit.json names both
+    machines, each whole."""
+    from rdu_sim.validate.fit_result import TargetResult
+    from rdu_sim.validate.targets import Target
+
+    groups = (("set", "argonne-sn40l"), ("machine", "sn40l-8"), ("machine", "sn40l"))
+    target = Target("a.csv:9", 0, 0, 1.0, 0.1, 0.1, groups=groups)
+    row = TargetResult(target, 1.05, 1, held_out=False).to_dict()
+    assert row["groups"] == {"set": "argonne-sn40l", "machine": ["sn40l-8", "sn40l"]}
+    one = Target("b.csv:9", 0, 0, 1.0, 0.1, 0.1, groups=(("machine", "dgx-h100"),))
+    assert TargetResult(one, 1.0, 1, held_out=False).to_dict()["groups"] == {
+        "machine": ["dgx-h100"]
+    }

@@ -39,11 +39,9 @@ class TargetResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe."""
         t = self.target
-        groups: dict[str, Any] = {}
-        for key, value in t.groups:
-            groups[key] = [*groups[key], value] if key in groups and key == "machine" else value
-        if isinstance(groups.get("machine"), str):
-            groups["machine"] = [groups["machine"]]
+        groups: dict[str, Any] = {key: value for key, value in t.groups if key != "machine"}
+        if machines := t.values_of("machine"):
+            groups["machine"] = machines  # the run's hardware file and every file it extends
         finite = math.isfinite(self.simulated)
         return {
             "id": t.id,
