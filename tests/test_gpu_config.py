@@ -63,7 +63,7 @@ def test_unknown_kind_is_named_with_the_valid_ones(tmp_path: Path) -> None:
 
 def test_gpu_file_is_strict_like_every_config(tmp_path: Path) -> None:
     target = tmp_path / "gpu.yaml"
-    text = DGX.read_text().replace("  max_gemm_efficiency: 0.75", "  max_gemm_eficiency: 0.75")
+    text = DGX.read_text().replace("  max_gemm_efficiency:", "  max_gemm_eficiency:")
     target.write_text(text)
     with pytest.raises(ConfigError) as info:
         load_model(GpuHardwareConfig, target)
