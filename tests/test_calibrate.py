@@ -198,6 +198,9 @@ def test_calibrate_command_writes_overlays_to_use_and_pass_back(tmp_path: Path) 
     assert (efficiency["scope"], efficiency["kind"]) == ("sn40l", "machine")
     assert step["value"] == pytest.approx(3e-4, rel=0.02) and step["text"].endswith(" us")
     assert (step["scope"], step["kind"], step["unit"]) == (DEFAULT, "stack", "s")
+    # both values are fixed by the rows: each to better than its own size
+    assert efficiency["determined"] and 0 < efficiency["plus_minus"] < 0.05
+    assert step["determined"] and 0 < step["plus_minus"] < step["value"]
     machine, stack = out / "sn40l-calibrated.yaml", out / f"{DEFAULT}-calibrated.yaml"
     text = machine.read_text()
     assert text.startswith("# Calibrated by: rdu-sim calibrate")

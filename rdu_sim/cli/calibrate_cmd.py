@@ -204,8 +204,10 @@ def _describe(result: FitResult, kind: str, target: str) -> list[str]:
     from rdu_sim.validate.fit_result import describe
 
     return [
-        "Fitted: " + describe(one, value, text)
-        for one, value, text in zip(result.parameters, result.values, result.texts, strict=True)
+        "Fitted: " + describe(one, value, text, result.plus_minus(i))
+        for i, (one, value, text) in enumerate(
+            zip(result.parameters, result.values, result.texts, strict=True)
+        )
         if one.parameter.kind == kind and one.target == target
     ]
 
@@ -492,7 +494,11 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
         )
     for line in _summary_lines(result):
         click.echo(line)
-    for one, value, text in zip(result.parameters, result.values, result.texts, strict=True):
-        click.echo("fitted " + describe(one, value, text))
+    for i, (one, value, text) in enumerate(
+        zip(result.parameters, result.values, result.texts, strict=True)
+    ):
+        click.echo("fitted " + describe(one, value, text, result.plus_minus(i)))
+    for line in result.trade_off_lines():
+        click.echo(line)
     for path in files:
         click.echo(f"wrote {path}")

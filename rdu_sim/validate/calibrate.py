@@ -15,7 +15,9 @@ with ``workers`` > 1, in a pool of processes: the same results either way.
 The objective records every target it read (``Calibration.seen``): a held-out target never
 reaches the fit, and a test checks it. Fitted values are rounded to 4 significant digits in
 their unit (``quantity_text``), and every target is simulated once more at exactly those
-values: what the overlay files say is what was evaluated.
+values: what the overlay files say is what was evaluated. How well the targets determine
+each value, and which values trade off, is read from the Jacobian at the solution
+(``rdu_sim.validate.identification``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from rdu_sim.validate.calibration_problem import Problem
 from rdu_sim.validate.evaluation_cache import EvaluationCache
 from rdu_sim.validate.evaluator import Evaluator
 from rdu_sim.validate.fit_result import FitResult, TargetResult
+from rdu_sim.validate.identification import identify
 from rdu_sim.validate.scope import rounded
 
 Progress = Callable[["Evaluation"], None]
@@ -120,6 +123,9 @@ class Calibration:
                 for one, value in zip(self.problem.parameters, self.values(solution.x), strict=True)
             ]
             values = tuple(value for value, _ in pairs)
+            identification = identify(
+                solution.jac, [one.parameter for one in self.problem.parameters]
+            )
             every = range(len(self.problem.units))
             found = self.evaluator.evaluate(values, every)
         finally:
@@ -143,4 +149,5 @@ class Calibration:
             self.evaluator.simulated,
             self.evaluator.cached,
             time.perf_counter() - began,
+            identification,
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdu_sim.validate.deployment import ErrorSummary, summarize_errors
+from rdu_sim.validate.identification import Identification
 from rdu_sim.validate.scope import FitParameter, Scoped, quantity_text
 from rdu_sim.validate.targets import Target
 
@@ -71,6 +72,22 @@ class FitResult:
     simulated: int
     cached: int
     seconds: float
+    identification: Identification | None = None  # how well the targets fix each value
+
+    def plus_minus(self, index: int) -> float | None:
+        """Parameter ``index``'s half-width (inf: undetermined), None without a Jacobian."""
+        return None if self.identification is None else self.identification.plus_minus[index]
+
+    def trade_off_lines(self) -> list[str]:
+        """One line per pair of fitted values that trade off, for people."""
+        if self.identification is None:
+            return []
+        names = [one.name for one in self.parameters]
+        return [
+            f"trade off: {names[t.first]} and {names[t.second]} (correlation "
+            f"{t.correlation:+.2f}): the fitted targets fix a combination of the two, not each"
+            for t in self.identification.trade_offs
+        ]
 
     def errors(self, key: str, held_out: bool) -> list[ErrorSummary]:
         """Median and worst |error| of the fitted (or held-out) targets, one summary per
@@ -117,8 +134,19 @@ class FitResult:
                     "value": value,
                     "text": text,
                     "at_bound": at_bound(one.parameter, value),
+                    "plus_minus": _finite(self.plus_minus(i)),
+                    "determined": self.plus_minus(i) != math.inf,
                 }
-                for one, value, text in zip(self.parameters, self.values, self.texts, strict=True)
+                for i, (one, value, text) in enumerate(
+                    zip(self.parameters, self.values, self.texts, strict=True)
+                )
+            ],
+            "trade_offs": [
+                {
+                    "parameters": [self.parameters[t.first].name, self.parameters[t.second].name],
+                    "correlation": t.correlation,
+                }
+                for t in (self.identification.trade_offs if self.identification else ())
             ],
             "targets": [r.to_dict() for r in self.results],
             "errors": errors,
@@ -136,11 +164,22 @@ def at_bound(parameter: FitParameter, value: float) -> str | None:
     return None
 
 
-def describe(one: Scoped, value: float, text: str) -> str:
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def describe(one: Scoped, value: float, text: str, plus_minus: float | None = None) -> str:
     """A fitted value for people: ``sn40l-8:hw.system.intra_node_link.bandwidth = 24.31
-    GB/s (bounds 8 GB/s..64 GB/s)``, noting a value that ended at a bound."""
+    GB/s ± 1.2 GB/s (bounds 8 GB/s..64 GB/s)``, noting a value that ended at a bound and
+    one no fitted target moves."""
     p = one.parameter
     bounds = f"{quantity_text(p.low, p.unit)}..{quantity_text(p.high, p.unit)}"
     edge = at_bound(p, value)
     note = f", at its {edge} bound" if edge else ""
-    return f"{one.name} = {text} (bounds {bounds}{note})"
+    if plus_minus is None:
+        spread = ""
+    elif math.isfinite(plus_minus):
+        spread = f" ± {quantity_text(plus_minus, p.unit, 2)}"
+    else:
+        spread = ", undetermined: the fitted targets do not fix it within its bounds"
+    return f"{one.name} = {text}{spread} (bounds {bounds}{note})"
