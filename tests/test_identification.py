@@ -60,4 +60,6 @@ def test_a_fitted_value_is_told_with_its_half_width_in_its_unit() -> None:
     told = describe(scoped, 36.24e9, "36.24 GB/s", 1.234e9)
     assert told.endswith("= 36.24 GB/s ± 1.2 GB/s (bounds 8 GB/s..72 GB/s)")
     assert "undetermined" in describe(scoped, 36.24e9, "36.24 GB/s", math.inf)
+    step = Scoped(STEP, "/stacks/sambastack-2025.yaml", "sambastack-2025")
+    assert "= 1.287 ms ± 370 us (bounds" in describe(step, 1.287e-3, "1.287 ms", 3.7e-4)
     assert "±" not in describe(scoped, 36.24e9, "36.24 GB/s")

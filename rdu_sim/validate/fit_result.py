@@ -164,6 +164,17 @@ def at_bound(parameter: FitParameter, value: float) -> str | None:
     return None
 
 
+def _rough(value: float, unit: str) -> str:
+    """``value`` to 2 significant digits in its unit, or its whole part where that is longer
+    (``370 us``, not ``3.7e+02 us``)."""
+    text = quantity_text(value, unit, 2)
+    for digits in (3, 4, 5):
+        if "e" not in text.split()[0]:
+            break
+        text = quantity_text(value, unit, digits)
+    return text
+
+
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
@@ -179,7 +190,7 @@ def describe(one: Scoped, value: float, text: str, plus_minus: float | None = No
     if plus_minus is None:
         spread = ""
     elif math.isfinite(plus_minus):
-        spread = f" ± {quantity_text(plus_minus, p.unit, 2)}"
+        spread = f" ± {_rough(plus_minus, p.unit)}"
     else:
         spread = ", undetermined: the fitted targets do not fix it within its bounds"
     return f"{one.name} = {text}{spread} (bounds {bounds}{note})"
