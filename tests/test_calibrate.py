@@ -277,7 +277,8 @@ def test_calibrate_errors(tmp_path: Path) -> None:
 
 def test_a_targets_machines_are_listed_whole_in_its_json() -> None:
     """A run on sn40l-8 is on sn40l-8 and on sn40l, which it extends: fit.json names both
-    machines, each whole."""
+    machines, each whole; a key with several values (a figure's hardware files) keeps them
+    all."""
     from rdu_sim.validate.fit_result import TargetResult
     from rdu_sim.validate.targets import Target
 
@@ -285,6 +286,12 @@ def test_a_targets_machines_are_listed_whole_in_its_json() -> None:
     target = Target("a.csv:9", 0, 0, 1.0, 0.1, 0.1, groups=groups)
     row = TargetResult(target, 1.05, 1, held_out=False).to_dict()
     assert row["groups"] == {"set": "argonne-sn40l", "machine": ["sn40l-8", "sn40l"]}
+    figure = (("figure", "max_batch_ratio"), ("hardware", "sn40l-16"), ("hardware", "sn40l-8"))
+    told = TargetResult(Target("figures:x", 0, 0, 1.0, 0.1, 0.1, groups=figure), 1.0, 1, False)
+    assert told.to_dict()["groups"] == {
+        "figure": "max_batch_ratio",
+        "hardware": ["sn40l-16", "sn40l-8"],  # a figure's runs: every hardware file, in order
+    }
     one = Target("b.csv:9", 0, 0, 1.0, 0.1, 0.1, groups=(("machine", "dgx-h100"),))
     assert TargetResult(one, 1.0, 1, held_out=False).to_dict()["groups"] == {
         "machine": ["dgx-h100"]

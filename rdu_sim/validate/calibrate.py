@@ -32,7 +32,7 @@ import numpy as np
 from rdu_sim.validate.calibration_problem import Problem
 from rdu_sim.validate.evaluation_cache import EvaluationCache
 from rdu_sim.validate.evaluator import Evaluator
-from rdu_sim.validate.fit_result import FitResult, TargetResult
+from rdu_sim.validate.fit_result import FitResult, TargetResult, at_bound
 from rdu_sim.validate.identification import identify
 from rdu_sim.validate.scope import rounded
 
@@ -123,8 +123,11 @@ class Calibration:
                 for one, value in zip(self.problem.parameters, self.values(solution.x), strict=True)
             ]
             values = tuple(value for value, _ in pairs)
+            fitted = [one.parameter for one in self.problem.parameters]
             identification = identify(
-                solution.jac, [one.parameter for one in self.problem.parameters]
+                solution.jac,
+                fitted,
+                [at_bound(p, v) is not None for p, v in zip(fitted, values, strict=True)],
             )
             every = range(len(self.problem.units))
             found = self.evaluator.evaluate(values, every)

@@ -40,9 +40,13 @@ class TargetResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe."""
         t = self.target
-        groups: dict[str, Any] = {key: value for key, value in t.groups if key != "machine"}
-        if machines := t.values_of("machine"):
-            groups["machine"] = machines  # the run's hardware file and every file it extends
+        groups: dict[str, Any] = {}
+        for key, _ in t.groups:
+            if key not in groups:
+                values = t.values_of(key)
+                # a machine is listed whole (a run's hardware file and every file it extends),
+                # any other key as its one value, or every value it has (a figure's runs)
+                groups[key] = values if key == "machine" or len(values) > 1 else values[0]
         finite = math.isfinite(self.simulated)
         return {
             "id": t.id,
@@ -75,7 +79,8 @@ class FitResult:
     identification: Identification | None = None  # how well the targets fix each value
 
     def plus_minus(self, index: int) -> float | None:
-        """Parameter ``index``'s half-width (inf: undetermined), None without a Jacobian."""
+        """Parameter ``index``'s half-width (inf: undetermined; nan: held at a bound), None
+        without a Jacobian."""
         return None if self.identification is None else self.identification.plus_minus[index]
 
     def trade_off_lines(self) -> list[str]:
@@ -135,7 +140,7 @@ class FitResult:
                     "text": text,
                     "at_bound": at_bound(one.parameter, value),
                     "plus_minus": _finite(self.plus_minus(i)),
-                    "determined": self.plus_minus(i) != math.inf,
+                    "determined": _finite(self.plus_minus(i)) is not None,
                 }
                 for i, (one, value, text) in enumerate(
                     zip(self.parameters, self.values, self.texts, strict=True)
@@ -181,13 +186,13 @@ def _finite(value: float | None) -> float | None:
 
 def describe(one: Scoped, value: float, text: str, plus_minus: float | None = None) -> str:
     """A fitted value for people: ``sn40l-8:hw.system.intra_node_link.bandwidth = 24.31
-    GB/s ± 1.2 GB/s (bounds 8 GB/s..64 GB/s)``, noting a value that ended at a bound and
-    one no fitted target moves."""
+    GB/s ± 1.2 GB/s (bounds 8 GB/s..64 GB/s)``, noting a value that ended at a bound (held
+    there, with no ±) and one the fitted targets do not fix."""
     p = one.parameter
     bounds = f"{quantity_text(p.low, p.unit)}..{quantity_text(p.high, p.unit)}"
     edge = at_bound(p, value)
     note = f", at its {edge} bound" if edge else ""
-    if plus_minus is None:
+    if plus_minus is None or math.isnan(plus_minus):  # no Jacobian, or held at its bound
         spread = ""
     elif math.isfinite(plus_minus):
         spread = f" ± {_rough(plus_minus, p.unit)}"
