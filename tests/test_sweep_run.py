@@ -225,3 +225,35 @@ def test_a_metric_only_some_points_lack_is_null(tmp_path: Path) -> None:
     assert frame.loc[frame["serving.batch_slots"] == 2, "ddr"].isna().all()
     assert (frame.loc[frame["serving.batch_slots"] == 4, "ddr"] == 4).all()
     assert run_sweep(spec, workers=1, evaluator=sometimes).ran == 0  # null is not "missing"
+
+
+def test_rows_another_build_computed_are_reused_with_a_note(tmp_path: Path) -> None:
+    """A point's key names the simulator's version, not its commit: rows stored by another
+    build are reused, and the sweep says how many and from which build; --rerun computes
+    them again and the note goes; failed rows (not reused as results) are not counted."""
+    from rdu_sim.provenance import simulator
+    from rdu_sim.sweep.run import evaluate_points
+
+    spec = write_spec(tmp_path)
+    first = run_sweep(spec, workers=1)
+    same = Recorder()
+    run_sweep(spec, workers=1, progress=same)
+    assert "another build" not in same.messages[0]  # rows of this very build
+    with sqlite3.connect(first.db) as conn:
+        conn.execute("UPDATE results SET version = '0.1.0+g0123456789ab'")
+    older = Recorder()
+    run_sweep(spec, workers=1, progress=older)
+    here = simulator().label
+    assert older.messages[0].endswith(
+        f"; 4 stored rows reused from another build (0.1.0+g0123456789ab; this is {here}): "
+        "--rerun computes them again"
+    )
+    # a search's evaluations (rdu-sim plan) say the same
+    searched = Recorder()
+    points = run_sweep(spec, workers=1, dry_run=True).plan.expansion.points  # type: ignore[union-attr]
+    evaluate_points("demo", points, lambda p: {}, first.db, reporter=searched)
+    assert searched.messages == [older.messages[0].split("; ", 2)[2]]
+    rerun = Recorder()
+    run_sweep(spec, workers=1, rerun=True, progress=rerun)
+    assert "another build" not in rerun.messages[0]
+    assert {r["version"] for r in rows(first.db)} == {here}

@@ -86,7 +86,8 @@ def _results_table(frame: object, summary: object) -> None:
     "--rerun",
     is_flag=True,
     help="Run every point again, replacing the rows the database holds (rows of another "
-    "simulator version are never reused anyway: the version is part of each key).",
+    "simulator version are never reused anyway: the version is part of each key; rows of "
+    "another build of this version are reused, and the sweep says how many).",
 )
 @click.option(
     "--export",

@@ -64,6 +64,7 @@ class Plan:
     retrying: int  # failed rows rerun because of retry_failed
     stale: int  # done rows missing a requested metric, rerun
     rerun: int = 0  # stored rows run again because of rerun
+    other_code: str = ""  # a note on reused rows another build computed (``other_code``)
 
     def describe(self) -> str:
         """One line: how many points, how many already done, how many to run."""
@@ -84,7 +85,8 @@ class Plan:
         if self.rerun:
             detail.append(f"{self.rerun} stored before, rerunning (--rerun)")
         detail.append(f"{len(self.to_run)} to run")
-        return " ".join(parts) + "; " + ", ".join(detail)
+        line = " ".join(parts) + "; " + ", ".join(detail)
+        return f"{line}; {self.other_code}" if self.other_code else line
 
 
 @dataclass
@@ -220,7 +222,33 @@ def plan(
             to_run.append(point)
         else:
             failed_before += 1
-    return Plan(expansion, tuple(to_run), done, failed_before, retrying, stale, reran)
+    running = {point.key for point in to_run}
+    note = other_code(existing, [p.key for p in expansion.points if p.key not in running])
+    return Plan(expansion, tuple(to_run), done, failed_before, retrying, stale, reran, note)
+
+
+def other_code(existing: Mapping[str, Existing], reused: Sequence[str]) -> str:
+    """A note when done rows about to be reused (``reused``: keys) were computed by another
+    build of the simulator than this one ('' when none were): a point's key names the
+    simulator's version, not its commit, so rows stored before a change within one version
+    are reused as they are."""
+    from rdu_sim.provenance import simulator
+
+    here = simulator().label
+    others = [
+        existing[k].version
+        for k in reused
+        if k in existing and existing[k].status == "done" and existing[k].version not in ("", here)
+    ]
+    builds = sorted(set(others))
+    count = len(others)
+    if not count:
+        return ""
+    shown = ", ".join(builds[:2]) + (f" and {len(builds) - 2} more" if len(builds) > 2 else "")
+    return (
+        f"{human.count(count, 'stored row')} reused from another build ({shown}; this is "
+        f"{here}): --rerun computes them again"
+    )
 
 
 def _row(outcome: Outcome, point: PointLike, sweep: str) -> Row:
@@ -474,8 +502,11 @@ def evaluate_points(
         ]
         tasks = [Task(point, evaluate, None) for point in to_run]
         by_key = {p.key: p for p in to_run}
+        report = reporter or Silent()
+        note = other_code(existing, [k for k in dict.fromkeys(keys) if k not in by_key])
+        if note:
+            report.message(note)
         if tasks:
-            report = reporter or Silent()
             ran = 0
 
             def record(outcome: Outcome) -> None:

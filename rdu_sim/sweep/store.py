@@ -129,6 +129,7 @@ class Existing:
 
     status: str
     metric_keys: frozenset[str]
+    version: str = ""  # the simulator that computed it (``provenance.Simulator.label``)
 
 
 def _quote(name: str) -> str:
@@ -258,16 +259,17 @@ class Store:
         self._conn.close()
 
     def existing(self, keys: Iterable[str] | None = None) -> dict[str, Existing]:
-        """Status and stored metric names of the given keys (all rows when None)."""
+        """Status, stored metric names and computing simulator of the given keys (all rows
+        when None)."""
         wanted = None if keys is None else set(keys)
         found: dict[str, Existing] = {}
         with self._guard("read the stored points"):
-            query = "SELECT key, status, metrics FROM results"
-            for key, status, metrics in self._conn.execute(query):
+            query = "SELECT key, status, metrics, version FROM results"
+            for key, status, metrics, version in self._conn.execute(query):
                 if wanted is not None and key not in wanted:
                     continue
                 names = frozenset(json.loads(metrics)) if metrics else frozenset()
-                found[key] = Existing(status, names)
+                found[key] = Existing(status, names, str(version or ""))
         return found
 
     def record(self, row: Row) -> None:
