@@ -146,6 +146,10 @@ def test_broken_figure_exits_1(
     assert rows["max_batch_ratio"]["pass"] is False
     out = CliRunner().invoke(cli, ["validate", "--tolerance", "max_batch_ratio=0"])
     assert out.exit_code == 1 and "FAIL" in out.stdout
+    # every figure by its whole name (three share the prefix decode_thr...), not an ellipsis
+    assert "…" not in out.stdout
+    for name in rows:
+        assert name in out.stdout.replace("\n", "").replace("│", "").replace(" ", "")
 
 
 @pytest.mark.parametrize(

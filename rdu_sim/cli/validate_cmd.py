@@ -18,13 +18,13 @@ import math
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overlays_option, overrides_option
 from rdu_sim.interrupts import kept_on_stop
+from rdu_sim.report.terminal import wide_console
 
 EXIT_FIGURE_FAILED = 1
 UNFINISHED = "the suite had not finished: nothing was printed"
@@ -44,7 +44,8 @@ def _tolerance(row: dict[str, object], unit: str) -> str:
 def _print_table(rows: list[dict[str, object]], header: str) -> None:
     table = Table(title=header, title_justify="left")
     for col in ("figure", "published", "simulated", "rel. error", "tolerance", "result"):
-        table.add_column(col, justify="left" if col == "figure" else "right")
+        # a figure's name folds rather than ends in an ellipsis: several share a prefix
+        table.add_column(col, justify="left" if col == "figure" else "right", overflow="fold")
     for row in rows:
         unit = str(row["unit"])
         err = row["relative_error"]
@@ -56,7 +57,7 @@ def _print_table(rows: list[dict[str, object]], header: str) -> None:
             _tolerance(row, unit),
             "[green]pass[/green]" if row["pass"] else "[red]FAIL[/red]",
         )
-    Console(soft_wrap=True).print(table)
+    wide_console(soft_wrap=True).print(table)
 
 
 def _deployment(overrides: tuple[str, ...], overlays: tuple[Path, ...], as_json: bool) -> bool:
@@ -73,7 +74,8 @@ def _deployment(overrides: tuple[str, ...], overlays: tuple[Path, ...], as_json:
         return report.passed
     table = Table(title="Measured deployments (measurements/)", title_justify="left")
     for col in ("point", "model", "tp", "batch", "in/out", "metric", "measured", "simulated"):
-        table.add_column(col, justify="left" if col in ("point", "model") else "right")
+        left = col in ("point", "model")
+        table.add_column(col, justify="left" if left else "right", overflow="fold")
     table.add_column("error", justify="right")
     limits = {group.errors.group: group for group in report.groups}
     for r, name in zip(report.results, report.group_of_row, strict=True):
@@ -91,7 +93,7 @@ def _deployment(overrides: tuple[str, ...], overlays: tuple[Path, ...], as_json:
             _measured(r.simulated, p.unit),
             f"[{colour}]{human.percent(err, signed=True)}[/{colour}]",
         )
-    console = Console(soft_wrap=True)
+    console = wide_console(soft_wrap=True)
     console.print(table)
     for group in report.groups:
         s = group.errors
