@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -118,9 +119,7 @@ def test_fit_json_says_which_values_are_determined_and_which_trade_off() -> None
     )
     ident = Identification((1e9, math.inf, math.nan), (TradeOff(0, 1, -0.97),))
     result = FitResult(scoped, (36e9, 1e-3, 0.0), ("36 GB/s", "1 ms", "0"), (), 1, 1, 0, 0.0)
-    with_ident = FitResult(*(getattr(result, f) for f in (
-        "parameters", "values", "texts", "results", "evaluations", "simulated", "cached",
-        "seconds")), ident)  # fmt: skip
+    with_ident = replace(result, identification=ident)
     data = json.loads(json.dumps(with_ident.to_dict(), allow_nan=False))
     assert [(p["plus_minus"], p["determined"]) for p in data["parameters"]] == [
         (1e9, True),

@@ -201,13 +201,9 @@ def _writable(folder: Path) -> None:
 
 
 def _describe(result: FitResult, kind: str, target: str) -> list[str]:
-    from rdu_sim.validate.fit_result import describe
-
     return [
-        "Fitted: " + describe(one, value, text, result.plus_minus(i))
-        for i, (one, value, text) in enumerate(
-            zip(result.parameters, result.values, result.texts, strict=True)
-        )
+        "Fitted: " + result.described(i)
+        for i, one in enumerate(result.parameters)
         if one.parameter.kind == kind and one.target == target
     ]
 
@@ -478,8 +474,6 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _print(result: FitResult, files: dict[Path, str]) -> None:
-    from rdu_sim.validate.fit_result import describe
-
     def shown(value: float, unit: str) -> str:
         return human.duration(value, 4) if unit == "s" else human.in_unit(value, unit, 4)
 
@@ -494,10 +488,8 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
         )
     for line in _summary_lines(result):
         click.echo(line)
-    for i, (one, value, text) in enumerate(
-        zip(result.parameters, result.values, result.texts, strict=True)
-    ):
-        click.echo("fitted " + describe(one, value, text, result.plus_minus(i)))
+    for i in range(len(result.parameters)):
+        click.echo("fitted " + result.described(i))
     for line in result.trade_off_lines():
         click.echo(line)
     for path in files:

@@ -83,6 +83,11 @@ class FitResult:
         without a Jacobian."""
         return None if self.identification is None else self.identification.plus_minus[index]
 
+    def described(self, index: int) -> str:
+        """Parameter ``index``'s fitted value for people (``describe``), with its ±."""
+        one = self.parameters[index]
+        return describe(one, self.values[index], self.texts[index], self.plus_minus(index))
+
     def trade_off_lines(self) -> list[str]:
         """One line per pair of fitted values that trade off, for people."""
         if self.identification is None:
