@@ -68,6 +68,12 @@ class StepShape:
     # together, when the ranks run different shapes (serving.lockstep); 0: every rank runs
     # this one (batch x tokens a rank).
     joint_tokens: int = 0
+    # A mixed step (prefill only): the decode rows it also carries, one new token for each
+    # of ``decode_batch`` slots at ``decode_cache_len`` cached tokens (the decode step's own
+    # shape, `decode_part`), as runtimes that batch prompts with generating sequences in one
+    # forward pass run them; 0: a prefill step alone.
+    decode_batch: int = 0
+    decode_cache_len: int = 0
 
     # The fields' hash, computed once (not a field): serving looks a shape up twice a step,
     # and a frozen dataclass's own hash builds and hashes the fields' tuple every time.
@@ -85,23 +91,45 @@ class StepShape:
                 "need batch >= 1, tokens >= 1, cache_len >= 0, joint_tokens 0 or at least "
                 f"the step's rows; got {self}"
             )
+        if (
+            self.decode_batch < 0
+            or self.decode_cache_len < 0
+            or (self.decode_batch == 0 and self.decode_cache_len)
+            or (self.decode_batch and self.phase != "prefill")
+        ):
+            raise ValueError(
+                "decode rows (decode_batch >= 1, decode_cache_len >= 0) ride only on a "
+                f"prefill step; got {self}"
+            )
         object.__setattr__(self, "_hash", hash(self._fields()))
 
-    def _fields(self) -> tuple[Phase, int, int, int, bool | None, int]:
-        return (self.phase, self.batch, self.tokens, self.cache_len, self.select, self.joint_tokens)
+    def _fields(self) -> tuple[Phase, int, int, int, bool | None, int, int, int]:
+        return (
+            self.phase,
+            self.batch,
+            self.tokens,
+            self.cache_len,
+            self.select,
+            self.joint_tokens,
+            self.decode_batch,
+            self.decode_cache_len,
+        )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __reduce__(
         self,
-    ) -> tuple[type[StepShape], tuple[Phase, int, int, int, bool | None, int]]:
+    ) -> tuple[type[StepShape], tuple[Phase, int, int, int, bool | None, int, int, int]]:
         """Pickled as its fields, so another process (another string-hash seed) rehashes."""
         return (StepShape, self._fields())
 
     def __repr__(self) -> str:
-        """The fields, ``joint_tokens`` only when the ranks run different shapes."""
+        """The fields, ``joint_tokens`` only when the ranks run different shapes and the
+        decode rows only on a mixed step."""
         joint = f", joint_tokens={self.joint_tokens}" if self.joint_tokens else ""
+        if self.decode_batch:
+            joint += f", decode_batch={self.decode_batch}, decode_cache_len={self.decode_cache_len}"
         return (
             f"StepShape(phase={self.phase!r}, batch={self.batch}, tokens={self.tokens}, "
             f"cache_len={self.cache_len}, select={self.select!r}{joint})"
@@ -109,8 +137,40 @@ class StepShape:
 
     @property
     def rows(self) -> int:
-        """Token rows a projection processes: batch x tokens."""
-        return self.batch * self.tokens
+        """Token rows a projection processes: batch x tokens, plus a mixed step's decode rows."""
+        return self.batch * self.tokens + self.decode_batch
+
+    @property
+    def sequences(self) -> int:
+        """Sequences the step gives a token or a chunk: its batch and its decode rows."""
+        return self.batch + self.decode_batch
+
+    @property
+    def mixed(self) -> bool:
+        """A prefill step that carries decode rows."""
+        return self.decode_batch > 0
+
+    def prefill_part(self) -> StepShape:
+        """The prompts' part of a mixed step (the step itself when it carries no decode)."""
+        return replace(self, decode_batch=0, decode_cache_len=0) if self.decode_batch else self
+
+    def decode_part(self) -> StepShape:
+        """The decode step a mixed step's decode rows are: one token for each slot."""
+        if not self.decode_batch:
+            raise ValueError(f"{self} carries no decode rows")
+        return StepShape("decode", self.decode_batch, 1, self.decode_cache_len)
+
+    def with_decode_batch(self, decode_batch: int) -> StepShape:
+        """This step carrying ``decode_batch`` of its decode rows (a part's share; 0: none)."""
+        if not decode_batch:
+            return self.prefill_part()
+        return replace(self, decode_batch=decode_batch)
+
+    def with_decode(self, decode: StepShape) -> StepShape:
+        """This prefill step carrying ``decode``'s rows (a decode step's shape)."""
+        if decode.phase != "decode" or decode.tokens != 1:
+            raise ValueError(f"{decode} is not a decode step of one token a slot")
+        return replace(self, decode_batch=decode.batch, decode_cache_len=decode.cache_len)
 
     def distinct_joint(self, ranks: int) -> int:
         """``joint_tokens`` where they tell this step from every one of ``ranks`` ranks

@@ -18,7 +18,7 @@ from rdu_sim.shapes import StepShape
 def test_equal_shapes_hash_alike_and_differing_fields_hash_apart() -> None:
     shape = StepShape("prefill", 1, 2048, 0, select=True)
     assert hash(shape) == hash(StepShape("prefill", 1, 2048, 0, select=True))
-    assert hash(shape) == hash(("prefill", 1, 2048, 0, True, 0))  # the fields' tuple
+    assert hash(shape) == hash(("prefill", 1, 2048, 0, True, 0, 0, 0))  # the fields' tuple
     others = [
         StepShape("decode", 1, 2048, 0, select=True),
         StepShape("prefill", 2, 2048, 0, select=True),
@@ -26,11 +26,14 @@ def test_equal_shapes_hash_alike_and_differing_fields_hash_apart() -> None:
         StepShape("prefill", 1, 2048, 8, select=True),
         StepShape("prefill", 1, 2048, 0, select=None),
         StepShape("prefill", 1, 2048, 0, select=True, joint_tokens=2288),
+        StepShape("prefill", 1, 2048, 0, select=True, decode_batch=4),
+        StepShape("prefill", 1, 2048, 0, select=True, decode_batch=4, decode_cache_len=9),
     ]
-    assert len({shape, *others}) == 7
+    assert len({shape, *others}) == 9
     # the repr names the joint tokens only where the ranks run different shapes
     assert "joint_tokens" not in repr(shape)
-    assert repr(others[-1]).endswith("select=True, joint_tokens=2288)")
+    assert repr(others[5]).endswith("select=True, joint_tokens=2288)")
+    assert pickle.loads(pickle.dumps(others[5])) == others[5]
     assert pickle.loads(pickle.dumps(others[-1])) == others[-1]
 
 

@@ -198,7 +198,7 @@ class Compiler:
     def plan_slots(self, shape: StepShape) -> int:
         """The slots of the memory plan a step of `shape` runs on: the workload's, or the
         step's batch when larger."""
-        return max(shape.batch, self.batch_slots())
+        return max(shape.batch, shape.decode_batch, self.batch_slots())
 
     def kernels(
         self,
@@ -245,7 +245,9 @@ class Compiler:
         micro-batches (at most its slots; each the largest one's shape), each stage's Program
         of one micro-batch; the step's memory plan its fullest stage's."""
         parts = min(self.view.scenario.workload.parallelism.pipeline_micro_batches, shape.batch)
-        micro = shape.part(batch=math.ceil(shape.batch / parts))
+        micro = shape.part(batch=math.ceil(shape.batch / parts)).with_decode_batch(
+            math.ceil(shape.decode_batch / parts)
+        )
         slots = self.plan_slots(shape)
         stages = tuple(self._compile(micro, stage, slots) for stage in self._stages)
         return Program(

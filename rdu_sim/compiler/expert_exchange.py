@@ -109,14 +109,23 @@ class ExpertExchange:
 def micro_batch_shapes(shape: StepShape) -> tuple[StepShape, ...]:
     """The two micro-batches of two-batch overlap: the slots halved (the first the larger),
     or a lone prompt's tokens halved (the second attending to the first as cached); none
-    when the step cannot be cut (one decode slot)."""
+    when the step cannot be cut (one decode slot). A mixed step's decode rows are halved
+    too (the first the larger)."""
+    decode = shape.decode_batch
+    first_rows, second_rows = (decode + 1) // 2, decode // 2
     if shape.batch >= 2:
         half = (shape.batch + 1) // 2
-        return (shape.part(batch=half), shape.part(batch=shape.batch - half))
+        return (
+            shape.part(batch=half).with_decode_batch(first_rows),
+            shape.part(batch=shape.batch - half).with_decode_batch(second_rows),
+        )
     if shape.tokens >= 2:
         half = (shape.tokens + 1) // 2
         second = shape.part(tokens=shape.tokens - half, cache_len=shape.cache_len + half)
-        return (shape.part(tokens=half, select=False), second)
+        return (
+            shape.part(tokens=half, select=False).with_decode_batch(first_rows),
+            second.with_decode_batch(second_rows),
+        )
     return ()
 
 

@@ -224,7 +224,7 @@ def step_timing(
     shape = program.shape
     transfer_s = host_transfer_s(program.host_bytes, host_link)
     prompts = shape.batch if shape.phase == "prefill" else 0
-    host = stack.host.time(shape.batch, step_s, transfer_s, prompts)
+    host = stack.host.time(shape.sequences, step_s, transfer_s, prompts)
     runtime_s = host.added_s
     step_s += runtime_s
     total = run.total

@@ -10,6 +10,7 @@ their specs: these are the tensors that cross the kernel boundary (through HBM).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 from rdu_sim.graph.digraph import DiGraph, topological_sort
 from rdu_sim.graph.operator import Operator, TensorSpec
@@ -62,6 +63,39 @@ class GraphBuilder:
             declared[name] = spec
         self.graph.graph["outputs"] = declared
         return self.graph
+
+
+class PrefixedBuilder(GraphBuilder):
+    """A view of a builder that adds under a prefix: the operators' names and the tensors
+    they make, read back under the prefix; tensors made before it keep their own names. A
+    second copy of a part of a layer (a mixed step's decode attention) is built by the same
+    code as the first."""
+
+    def __init__(self, parent: GraphBuilder, prefix: str, resident: bool = True) -> None:
+        """``resident=False``: the copy re-reads weights the first copy holds (its operators
+        stream them under the same names, holding none: the model's parameters count once)."""
+        # the parent's graph and producers, shared: what this view adds is the parent's
+        self.graph = parent.graph
+        self._producer = parent._producer
+        self._prefix = prefix
+        self._resident = resident
+        self._made: set[str] = set()  # the unprefixed names of the tensors made here
+
+    def add(self, op: Operator) -> Operator:
+        """Add ``op`` under the prefix (module docstring); returns it as added."""
+        prefix, made = self._prefix, self._made
+        renamed = replace(
+            op,
+            name=prefix + op.name,
+            inputs=tuple(
+                replace(t, name=prefix + t.name) if t.name in made else t for t in op.inputs
+            ),
+            outputs=tuple(replace(t, name=prefix + t.name) for t in op.outputs),
+        )
+        if not self._resident and renamed.weight_params:
+            renamed = replace(renamed, weight_params=0, weight_bytes=0, weights=op.weight_name)
+        made.update(t.name for t in op.outputs)
+        return super().add(renamed)
 
 
 def op(graph: DiGraph, name: str) -> Operator:

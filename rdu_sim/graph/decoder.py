@@ -21,7 +21,7 @@ from rdu_sim.graph.mla import MlaCache, add_mla
 from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.operator import Split, TensorSpec
 from rdu_sim.graph.ops import act, residual, rmsnorm
-from rdu_sim.graph.shape import Precision, StepShape
+from rdu_sim.graph.shape import Precision, StepShape, token_axes
 from rdu_sim.graph.stash import stash_names
 from rdu_sim.models.layers import Architecture, LayerKind
 
@@ -42,7 +42,7 @@ def decoder_layer(
     """The graph of one decoder layer of `kind` at `shape`; with ``stash`` > 0 its attention
     also writes the queries of the last ``stash`` tokens for the SnapKV selection, as
     outputs of the layer (`graph.stash`)."""
-    x = act(LAYER_INPUT, (shape.batch, shape.tokens, arch.hidden_size), precision)
+    x = act(LAYER_INPUT, (*token_axes(shape), arch.hidden_size), precision)
     b = GraphBuilder(name, [x])
     xn = b.add(rmsnorm("attn_norm", x, "xn", precision, Split())).outputs[0]
     if isinstance(arch, DeepSeekArchitecture):

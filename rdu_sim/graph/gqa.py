@@ -12,6 +12,11 @@ sliding-window layer keeps only the ring of its last window - 1 tokens
 that many new ones, and each token attends to at most `window` keys. gpt-oss's attention
 sinks are a learned logit per head that joins each softmax (one more exponential per row),
 not cached tokens. Sharding: query heads split over TP; K/V heads over min(tp, kv_heads).
+
+A mixed step (`StepShape.decode_batch`) runs the projections, norms and RoPE once over all
+its rows and attention twice, as serving runtimes launch a context and a generation
+attention kernel: the prompts' part as above, the decode rows' ("decode.attn.*") over their
+own caches; RoPE hands each part its rows and o_proj reads both parts' outputs.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from dataclasses import replace
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
-from rdu_sim.graph.shape import FP32, Precision, StepShape, attended_keys, attended_pairs
+from rdu_sim.graph.shape import (
+    FP32,
+    Precision,
+    StepShape,
+    attended_keys,
+    attended_pairs,
+    token_axes,
+)
 from rdu_sim.graph.stash import stashed_queries
 from rdu_sim.models.layers import GqaArchitecture, window_tokens
 
@@ -43,13 +55,17 @@ def add_gqa(
     batch, tokens = shape.batch, shape.tokens
     hidden, heads, kv_heads, dim = arch.hidden_size, arch.heads, arch.kv_heads, arch.head_dim
     rows = shape.rows
+    axes = token_axes(shape)
+    parts = [("", shape.prefill_part())]
+    if shape.decode_batch:
+        parts.append(("decode.", shape.decode_part()))
     heads_n = Split.along("heads", "n")
     kv_n = Split.along("kv_heads", "n")
     q = b.add(
         linear(
             "attn.q_proj",
             xn,
-            (act("q", (batch, tokens, heads, dim), precision),),
+            (act("q", (*axes, heads, dim), precision),),
             rows=rows,
             k=hidden,
             n=heads * dim,
@@ -58,12 +74,11 @@ def add_gqa(
             bias=arch.qkv_bias,
         )
     ).outputs[0]
-    new_kv = (batch, tokens, kv_heads, dim)
     k = b.add(
         linear(
             "attn.k_proj",
             xn,
-            (act("k", new_kv, precision),),
+            (act("k", (*axes, kv_heads, dim), precision),),
             rows=rows,
             k=hidden,
             n=kv_heads * dim,
@@ -72,11 +87,12 @@ def add_gqa(
             bias=arch.qkv_bias,
         )
     ).outputs[0]
-    v = b.add(
+    # v goes from its projection to the attention as it is: one tensor for each part's rows
+    v_parts = b.add(
         linear(
             "attn.v_proj",
             xn,
-            (act("v", new_kv, precision),),
+            _by_part("v", parts, (kv_heads, dim), precision),
             rows=rows,
             k=hidden,
             n=kv_heads * dim,
@@ -84,25 +100,64 @@ def add_gqa(
             split=kv_n,
             bias=arch.qkv_bias,
         )
-    ).outputs[0]
+    ).outputs
     if arch.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
         q = b.add(rmsnorm("attn.q_norm", q, "q_n", precision, Split.along("heads"))).outputs[0]
         k = b.add(rmsnorm("attn.k_norm", k, "k_n", precision, Split.along("kv_heads"))).outputs[0]
     rope_q = rope("attn.rope_q", q, "q_rope", precision, Split.along("heads"))
-    if stash:
-        rope_q = replace(
-            rope_q,
-            outputs=rope_q.outputs + stashed_queries(arch, batch, min(stash, tokens), precision),
-        )
-    q_r = b.add(rope_q).outputs[0]
-    k_r = b.add(rope("attn.rope_k", k, "k_rope", precision, Split.along("kv_heads"))).outputs[0]
+    stashed = stashed_queries(arch, batch, min(stash, tokens), precision) if stash else ()
+    q_parts = _by_part("q_rope", parts, (heads, dim), precision)
+    q_r = b.add(replace(rope_q, outputs=q_parts + stashed)).outputs[: len(parts)]
+    rope_k = rope("attn.rope_k", k, "k_rope", precision, Split.along("kv_heads"))
+    k_parts = _by_part("k_rope", parts, (kv_heads, dim), precision)
+    k_r = b.add(replace(rope_k, outputs=k_parts)).outputs
+    attn = tuple(
+        _attend(b, arch, part, precision, window, (q_r[i], k_r[i], v_parts[i]), prefix)
+        for i, (prefix, part) in enumerate(parts)
+    )
+    o_proj = linear(
+        "attn.o_proj",
+        attn[0],
+        (act(out, xn.shape, precision),),
+        rows=rows,
+        k=heads * dim,
+        n=hidden,
+        precision=precision,
+        split=Split.along("heads", "k", "sum"),
+        bias=arch.o_bias,
+    )
+    return b.add(replace(o_proj, inputs=attn)).outputs[0]
 
+
+def _by_part(
+    name: str, parts: list[tuple[str, StepShape]], rest: tuple[int, ...], precision: Precision
+) -> tuple[TensorSpec, ...]:
+    """A tensor of the step's rows as one tensor for each attention part's rows."""
+    return tuple(
+        act(prefix + name, (part.batch, part.tokens, *rest), precision) for prefix, part in parts
+    )
+
+
+def _attend(
+    b: GraphBuilder,
+    arch: GqaArchitecture,
+    shape: StepShape,
+    precision: Precision,
+    window: int | None,
+    qkv: tuple[TensorSpec, TensorSpec, TensorSpec],
+    prefix: str,
+) -> TensorSpec:
+    """The KV-cache write and read and the attention of one part of a step (its rows'
+    rotated queries and keys and their values); returns its output, before o_proj."""
+    q_r, k_r, v = qkv
+    batch, tokens = shape.batch, shape.tokens
+    heads, kv_heads, dim = arch.heads, arch.kv_heads, arch.head_dim
     per_token = 2 * kv_heads * dim * precision.kv
     kv_split = Split(compute="kv_heads", kv="kv_heads")
     written = window_tokens(tokens, window)
     b.add(
         Operator(
-            "attn.kv_write",
+            prefix + "attn.kv_write",
             "kv_write",
             inputs=(k_r, v),
             kv_write_bytes=batch * written * per_token,
@@ -110,11 +165,11 @@ def add_gqa(
         )
     )
     cached = window_tokens(shape.cache_len, window)
-    k_cache = TensorSpec("k_cache", (batch, cached, kv_heads, dim), precision.kv)
-    v_cache = TensorSpec("v_cache", (batch, cached, kv_heads, dim), precision.kv)
+    k_cache = TensorSpec(prefix + "k_cache", (batch, cached, kv_heads, dim), precision.kv)
+    v_cache = TensorSpec(prefix + "v_cache", (batch, cached, kv_heads, dim), precision.kv)
     b.add(
         Operator(
-            "attn.kv_read",
+            prefix + "attn.kv_read",
             "kv_read",
             outputs=(k_cache, v_cache),
             kv_read_bytes=batch * cached * per_token,
@@ -127,10 +182,10 @@ def add_gqa(
     # the query heads of one GQA group share their K/V: one product per slot and KV head
     group = heads // kv_heads
     heads_batch = Split.along("heads", "batch")
-    scores = TensorSpec("scores", (batch, heads, pairs), FP32)
+    scores = TensorSpec(prefix + "scores", (batch, heads, pairs), FP32)
     b.add(
         Operator(
-            "attn.score",
+            prefix + "attn.score",
             "attention_score",
             inputs=(q_r, k_r, k_cache),
             outputs=(scores,),
@@ -139,15 +194,17 @@ def add_gqa(
             split=heads_batch,
         )
     )
-    probs = act("probs", (batch, heads, pairs), precision)
-    normalise = softmax("attn.softmax", scores, probs, Split.along("heads"))
-    if arch.attention_sinks:
+    probs = act(prefix + "probs", (batch, heads, pairs), precision)
+    normalise = softmax(prefix + "attn.softmax", scores, probs, Split.along("heads"))
+    if arch.attention_sinks:  # (the logits are the first part's weights; a second re-reads)
         normalise = _with_sinks(normalise, batch * heads * tokens, heads, precision)
+        if prefix:
+            normalise = replace(normalise, weight_params=0, weight_bytes=0, weights="attn.softmax")
     b.add(normalise)
-    attn = act("attn", (batch, tokens, heads, dim), precision)
+    attn = act(prefix + "attn", (batch, tokens, heads, dim), precision)
     b.add(
         Operator(
-            "attn.value",
+            prefix + "attn.value",
             "attention_value",
             inputs=(probs, v, v_cache),
             outputs=(attn,),
@@ -156,19 +213,7 @@ def add_gqa(
             split=heads_batch,
         )
     )
-    return b.add(
-        linear(
-            "attn.o_proj",
-            attn,
-            (act(out, xn.shape, precision),),
-            rows=rows,
-            k=heads * dim,
-            n=hidden,
-            precision=precision,
-            split=Split.along("heads", "k", "sum"),
-            bias=arch.o_bias,
-        )
-    ).outputs[0]
+    return attn
 
 
 def _with_sinks(node: Operator, rows: int, heads: int, precision: Precision) -> Operator:

@@ -22,7 +22,7 @@ from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.operator import Operator, Split, TensorSpec
 from rdu_sim.graph.ops import SAMPLE_FLOPS, act, linear, rmsnorm
-from rdu_sim.graph.shape import INDEX, Precision, StepShape
+from rdu_sim.graph.shape import INDEX, Precision, StepShape, token_axes
 from rdu_sim.models.layers import Architecture
 
 EMBEDDING = "embed.gather"  # the operator, and the name of the embedding table
@@ -30,7 +30,7 @@ EMBEDDING = "embed.gather"  # the operator, and the name of the embedding table
 
 def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) -> DiGraph:
     """Token ids -> hidden states, one gathered row per new token."""
-    ids = TensorSpec("token_ids", (shape.batch, shape.tokens), INDEX)
+    ids = TensorSpec("token_ids", token_axes(shape), INDEX)
     b = GraphBuilder(f"{arch.name}.embedding", [ids])
     table = arch.vocab_size * arch.hidden_size
     b.add(
@@ -38,7 +38,7 @@ def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) 
             EMBEDDING,
             "gather",
             inputs=(ids,),
-            outputs=(act("x", (shape.batch, shape.tokens, arch.hidden_size), precision),),
+            outputs=(act("x", (*token_axes(shape), arch.hidden_size), precision),),
             weight_params=table,
             weight_bytes=table * precision.weights,
             weight_read_bytes=shape.rows * arch.hidden_size * precision.weights,
@@ -47,9 +47,12 @@ def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) 
     return b.finish(["x"])
 
 
-def logit_rows(shape: StepShape) -> int:
-    """Positions per slot that produce logits: the last one in prefill, all new in decode."""
-    return 1 if shape.phase == "prefill" else shape.tokens
+def logit_rows(shape: StepShape) -> tuple[int, int]:
+    """The sequences that produce logits and their positions each: a prefill's last one (a
+    mixed step's decode rows too, one each), all new ones in decode."""
+    if shape.phase == "prefill":
+        return shape.sequences, 1
+    return shape.batch, shape.tokens
 
 
 def lm_head_graph(
@@ -57,15 +60,15 @@ def lm_head_graph(
 ) -> DiGraph:
     """Final norm and vocabulary projection of the positions that produce logits, and the
     sampling of the next tokens from them when ``sample`` (the stack samples on the device)."""
-    rows = logit_rows(shape)
-    x = act("y", (shape.batch, rows, arch.hidden_size), precision)
+    sequences, rows = logit_rows(shape)
+    x = act("y", (sequences, rows, arch.hidden_size), precision)
     b = GraphBuilder(f"{arch.name}.lm_head", [x])
     xn = b.add(rmsnorm("final_norm", x, "y_n", precision, Split())).outputs[0]
     head = linear(
         "lm_head",
         xn,
-        (act("logits", (shape.batch, rows, arch.vocab_size), precision),),
-        rows=shape.batch * rows,
+        (act("logits", (sequences, rows, arch.vocab_size), precision),),
+        rows=sequences * rows,
         k=arch.hidden_size,
         n=arch.vocab_size,
         precision=precision,
@@ -83,7 +86,7 @@ def lm_head_graph(
             "sample",
             "topk",
             inputs=(logits,),
-            outputs=(TensorSpec("next_tokens", (shape.batch, rows), INDEX),),
+            outputs=(TensorSpec("next_tokens", (sequences, rows), INDEX),),
             vector_flops=SAMPLE_FLOPS * logits.elements,
         )
     )
@@ -92,4 +95,5 @@ def lm_head_graph(
 
 def logit_bytes(arch: Architecture, shape: StepShape, precision: Precision) -> float:
     """The bytes of a step's logits (every slot's logit rows over the whole vocabulary)."""
-    return shape.batch * logit_rows(shape) * arch.vocab_size * precision.activations
+    sequences, rows = logit_rows(shape)
+    return sequences * rows * arch.vocab_size * precision.activations

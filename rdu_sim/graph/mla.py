@@ -16,15 +16,21 @@ kv_norm normalises the latent. What is cached, and how attention runs, has three
   and the cache holds per-head K (128 + 64) and V (128): 128 x 320 values per token and
   layer, 71x the latent, but split by heads over the TP sockets. Attention is the
   non-absorbed form in both phases.
+
+A mixed step (`StepShape.decode_batch`) runs the projections once over all its rows, then
+attention for its prompts and, under "decode." names, for its decode rows, each part in its
+phase's form; each part reads the projections' whole outputs (a part's queries are a slice
+of them), and o_proj reads both parts' outputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
 from rdu_sim.config.architecture import DeepSeekArchitecture
-from rdu_sim.graph.builder import GraphBuilder
+from rdu_sim.graph.builder import GraphBuilder, PrefixedBuilder
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
 from rdu_sim.graph.shape import FP32, Precision, StepShape
@@ -108,24 +114,46 @@ def add_mla(
     q_pe_r = b.add(replace(rope_q, outputs=rope_q.outputs + window[1:])).outputs[0]
     k_pe_r = b.add(rope("attn.rope_k", k_pe, "k_pe_rope", precision, replicated)).outputs[0]
 
+    parts: list[tuple[GraphBuilder, StepShape]] = [(b, shape.prefill_part())]
+    if shape.decode_batch:  # a mixed step: the decode rows attend in their own form
+        parts.append((PrefixedBuilder(b, "decode.", resident=False), shape.decode_part()))
+    attn = tuple(
+        _attention(cache, part)(builder, arch, part, precision, q_nope, q_pe_r, latent, k_pe_r)
+        for builder, part in parts
+    )
+    o_proj = linear(
+        "attn.o_proj",
+        attn[0],
+        (act(out, xn.shape, precision),),
+        rows=rows,
+        k=heads * vdim,
+        n=hidden,
+        precision=precision,
+        split=Split.along("heads", "k", "sum"),
+    )
+    return b.add(replace(o_proj, inputs=attn)).outputs[0]
+
+
+AttentionForm = Callable[
+    [
+        GraphBuilder,
+        DeepSeekArchitecture,
+        StepShape,
+        Precision,
+        TensorSpec,
+        TensorSpec,
+        TensorSpec,
+        TensorSpec,
+    ],
+    TensorSpec,
+]
+
+
+def _attention(cache: MlaCache, shape: StepShape) -> AttentionForm:
+    """The form attention takes for this cache and phase (module docstring)."""
     if cache == "per_head":
-        attn = _per_head(b, arch, shape, precision, q_nope, q_pe_r, latent, k_pe_r)
-    elif shape.phase == "decode":
-        attn = _absorbed(b, arch, shape, precision, q_nope, q_pe_r, latent, k_pe_r)
-    else:
-        attn = _up_projected(b, arch, shape, precision, q_nope, q_pe_r, latent, k_pe_r)
-    return b.add(
-        linear(
-            "attn.o_proj",
-            attn,
-            (act(out, xn.shape, precision),),
-            rows=rows,
-            k=heads * vdim,
-            n=hidden,
-            precision=precision,
-            split=Split.along("heads", "k", "sum"),
-        )
-    ).outputs[0]
+        return _per_head
+    return _absorbed if shape.phase == "decode" else _up_projected
 
 
 def _latent_cache(

@@ -18,7 +18,14 @@ __all__ = [
     "StepShape",
     "attended_keys",
     "attended_pairs",
+    "token_axes",
 ]
+
+
+def token_axes(shape: StepShape) -> tuple[int, int]:
+    """The leading axes of a tensor of the step's token rows: (batch, tokens), or one row
+    axis for a mixed step, whose prompts and decode rows differ in tokens a slot."""
+    return (1, shape.rows) if shape.decode_batch else (shape.batch, shape.tokens)
 
 
 @dataclass(frozen=True)
