@@ -296,3 +296,28 @@ def test_a_targets_machines_are_listed_whole_in_its_json() -> None:
     assert TargetResult(one, 1.0, 1, held_out=False).to_dict()["groups"] == {
         "machine": ["dgx-h100"]
     }
+
+
+def test_groups_no_target_joins_are_fitted_apart(tmp_path: Path) -> None:
+    """Two stacks' own parameters, each reaching its own rows only: two groups, each fitted
+    as if alone (so a change on one stack's rows never moves the other's value); a machine's
+    parameter reaching both joins them into one."""
+    studio = _measured(tmp_path, [], "studio.csv", stacks=("sambastudio-2024",))
+    stack = _measured(tmp_path, [], "stack.csv", stacks=("sambastack-2025",))
+    fits = [
+        "sambastudio-2024:stack.host.serial_per_step=0:1ms",
+        "sambastack-2025:stack.host.serial_per_step=0:2ms",
+    ]
+    problem = _problem([studio, stack], fits)
+    assert [group for group, _ in problem.blocks()] == [(0,), (1,)]
+    assert sorted(i for _, targets in problem.blocks() for i in targets) == list(problem.train)
+    both = Calibration(problem).fit(8)
+    apart = (
+        Calibration(_problem([studio], fits[:1])).fit(8),
+        Calibration(_problem([stack], fits[1:])).fit(8),
+    )
+    assert both.values == (apart[0].values[0], apart[1].values[0])
+    # rows simulated with the shipped stacks: the fit finds their values back
+    assert both.values == pytest.approx((281.3e-6, 1.287e-3), rel=0.02)
+    joined = _problem([studio, stack], [*fits, "sn40l:hw.system.intra_node_link.latency=0.5us:2us"])
+    assert [group for group, _ in joined.blocks()] == [(0, 1, 2)]

@@ -6,8 +6,11 @@ each with its tolerance), the units that simulate them, the parameters with thei
 scopes (``rdu_sim.validate.scope``), and which targets are held out (by group). The fit
 minimizes the sum of the trained targets' squared residuals with SciPy's bounded least
 squares (a trust-region method, deterministic), on parameters scaled to [0, 1] over their
-bounds, starting at the middle. A unit is simulated with exactly the parameters
-that reach it, so moving a stack's parameter re-simulates that stack's rows only; every
+bounds, starting at the middle. Parameters that no trained target joins (one machine and its
+stacks, another machine and its) are fitted apart, each group on the targets it reaches
+(``Problem.blocks``), so a change to one machine's model never moves another's values. A
+unit is simulated with exactly the parameters that reach it, so moving a stack's parameter
+re-simulates that stack's rows only; every
 result is kept in the evaluation cache (``rdu_sim.validate.evaluation_cache``) under a key of
 everything it depends on (``rdu_sim.validate.evaluator``). Units run in this process or,
 with ``workers`` > 1, in a pool of processes: the same results either way.
@@ -76,10 +79,13 @@ class Calibration:
             for one, u in zip(self.problem.parameters, units, strict=True)
         )
 
-    def residuals(self, values: Sequence[float]) -> np.ndarray:
-        """The trained targets' residuals at ``values`` (what the fit minimizes)."""
+    def residuals(
+        self, values: Sequence[float], targets: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """The trained targets' residuals at ``values`` (what the fit minimizes); ``targets``:
+        of those trained targets only (a group's)."""
         problem = self.problem
-        trained = [problem.targets[i] for i in problem.train]
+        trained = [problem.targets[i] for i in (problem.train if targets is None else targets)]
         began = time.perf_counter()
         before = (self.evaluator.simulated, self.evaluator.cached)
         found = self.evaluator.evaluate(values, sorted({t.unit for t in trained}))
@@ -104,28 +110,48 @@ class Calibration:
         )
 
     def fit(self, max_evaluations: int = 60) -> FitResult:
-        """Fit on the trained targets; report every target at the fitted values."""
+        """Fit on the trained targets, each group of parameters apart (``max_evaluations``
+        each); report every target at the fitted values."""
         from scipy.optimize import least_squares
 
         began = time.perf_counter()
+        n = len(self.problem.parameters)
+        units = np.full(n, 0.5)
+        rows: list[np.ndarray] = []  # the Jacobian's rows, group by group (zero elsewhere)
         try:
-            solution = least_squares(
-                lambda units: self.residuals(self.values(units)),
-                np.full(len(self.problem.parameters), 0.5),
-                bounds=(0.0, 1.0),
-                method="trf",
-                diff_step=1e-3,
-                x_scale=1.0,
-                max_nfev=max_evaluations,
-            )
+            for group, targets in self.problem.blocks():
+                columns = list(group)
+
+                def residuals(
+                    sub: np.ndarray,
+                    columns: list[int] = columns,
+                    targets: tuple[int, ...] = targets,
+                ) -> np.ndarray:
+                    whole = units.copy()
+                    whole[columns] = sub
+                    return self.residuals(self.values(whole), targets)
+
+                solution = least_squares(
+                    residuals,
+                    units[columns],
+                    bounds=(0.0, 1.0),
+                    method="trf",
+                    diff_step=1e-3,
+                    x_scale=1.0,
+                    max_nfev=max_evaluations,
+                )
+                units[columns] = solution.x
+                block = np.zeros((len(targets), n))
+                block[:, columns] = solution.jac
+                rows.append(block)
             pairs = [
                 rounded(one.parameter, value)
-                for one, value in zip(self.problem.parameters, self.values(solution.x), strict=True)
+                for one, value in zip(self.problem.parameters, self.values(units), strict=True)
             ]
             values = tuple(value for value, _ in pairs)
             fitted = [one.parameter for one in self.problem.parameters]
             identification = identify(
-                solution.jac,
+                np.vstack(rows),
                 fitted,
                 [at_bound(p, v) is not None for p, v in zip(fitted, values, strict=True)],
             )

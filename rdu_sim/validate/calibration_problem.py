@@ -58,6 +58,37 @@ class Problem:
             if one.parameter.kind == "machine":
                 self._spans_stacks(one)
 
+    def blocks(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The parameters in groups no trained target joins (two parameters are in one group
+        when a trained target reaches both), each with the trained targets it reaches, in
+        the parameters' order: groups that share no target are separate fits (a machine and
+        its stacks), so what moves one never moves another's values."""
+        n = len(self.parameters)
+        group = list(range(n))
+
+        def root(i: int) -> int:
+            while group[i] != i:
+                group[i] = group[group[i]]
+                i = group[i]
+            return i
+
+        reached = {
+            i: [k for k in range(n) if self._reaches(self.parameters[k], self.targets[i])]
+            for i in self.train
+        }
+        for ks in reached.values():
+            for k in ks[1:]:
+                a, b = root(ks[0]), root(k)
+                if a != b:
+                    group[max(a, b)] = min(a, b)
+        members: dict[int, list[int]] = {}
+        for k in range(n):
+            members.setdefault(root(k), []).append(k)
+        return [
+            (tuple(ks), tuple(i for i in self.train if reached[i] and root(reached[i][0]) == r))
+            for r, ks in sorted(members.items())
+        ]
+
     def _reaches(self, one: Scoped, target: Target) -> bool:
         return any(one.reaches(d) for d in self.units[target.unit].deployments)
 
