@@ -135,6 +135,8 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 serving.prefill_chunk_tokens,
                 pool.role,
                 scenario.stack.prefill_batch_tokens,
+                scenario.stack.mixed_batching,
+                scenario.stack.dynamic_batch,
             ),
             policy=scenario.kv_policy,
             step_times=times,

@@ -64,6 +64,8 @@ PARAMETERS = {path: a for path, a in _leaves(StackConfig) if path not in NOT_PAR
 def _variants(value: Any, annotation: Any) -> list[Any]:
     if value is None:
         return [0.5] if annotation is float else [256, 2]
+    if isinstance(value, bool):
+        return [not value]
     if typing.get_origin(annotation) is typing.Literal:
         return [v for v in typing.get_args(annotation) if v != value]
     if isinstance(value, int) and not isinstance(value, bool):
@@ -81,7 +83,13 @@ def _results(overrides: tuple[tuple[str, Any], ...]) -> tuple[Any, ...]:
     decode = api.step(scenario, batch=batch).step_s
     prefill = api.step(scenario, phase="prefill", tokens=512).step_s
     served = {"serving.requests": 6, "serving.arrival": {"process": "all_at_once"}}
-    served |= {"serving.prompt_tokens": 128, "serving.output_tokens": 8}
+    # outputs of different lengths: a request admitted as another completes prefills while
+    # the others decode
+    served |= {
+        "serving.prompt_tokens": 128,
+        "serving.output_tokens": {"dist": "uniform", "low": 2, "high": 16},
+        "serving.seed": 5,
+    }
     makespan = api.run(api.load(LLAMA_1S, {**dict(overrides), **served})).summary().makespan_s
     return capacity, decode, prefill, makespan
 

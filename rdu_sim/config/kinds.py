@@ -15,7 +15,9 @@ SWEEP_KEYS = frozenset({"base", "axes"})
 CLUSTER_KEYS = frozenset({"pools"})
 PLAN_KEYS = frozenset({"search"})
 # a serving stack (or an overlay of one, with `extends`): keys no hardware file has
-STACK_KEYS = frozenset({"runs_on", "host", "sampling", "kv_page_tokens", "prefill_batch_tokens"})
+STACK_KEYS = frozenset(
+    {"runs_on", "host", "sampling", "kv_page_tokens", "prefill_batch_tokens", "mixed_batching"}
+)
 CALIBRATION_KEYS = frozenset({"fit"})  # a calibration spec (rdu_sim.validate.calibration_spec)
 
 KINDS_HELP = (

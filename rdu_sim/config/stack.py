@@ -146,14 +146,23 @@ class StackConfig(StrictModel):
         le=1 << 20,
         description="tokens per page of a paged KV cache: a decode step's attention reads "
         "each sequence's pages (its cache rounded up to a page), not a static graph's "
-        "context bucket; none: static decode graphs at the workload's kv.context_buckets",
+        "context bucket, and the step runs only the decoding sequences; none: static "
+        "decode graphs over every batch slot at the workload's kv.context_buckets",
     )
     prefill_batch_tokens: int | None = Field(
         default=None,
         ge=1,
         le=1 << 24,
         description="the runtime packs waiting prompts of one static prefill shape into one "
-        "prefill step, up to this many (padded) tokens; none: one prompt per prefill step",
+        "prefill step, up to this many (padded) tokens, the decode rows a mixed step "
+        "carries counted in; none: one prompt per prefill step",
+    )
+    mixed_batching: bool = Field(
+        default=False,
+        description="a step that prefills prompts (or a chunk of one) also decodes one "
+        "token for every generating sequence, in one forward pass (TensorRT-LLM's "
+        "in-flight batching; vLLM's and SGLang's mixed chunked prefill); false: prefill "
+        "steps run alone and the generating sequences wait for them",
     )
     max_batch_slots: int | None = Field(
         default=None,
@@ -171,6 +180,12 @@ class StackConfig(StrictModel):
         "the runtime gives its KV cache (TensorRT-LLM's free_gpu_memory_fraction); none: "
         "all of it",
     )
+
+    @property
+    def dynamic_batch(self) -> bool:
+        """Whether a decode step runs only the live sequences (a paged KV cache: the
+        runtime batches sequences per step), not a static graph over every slot."""
+        return self.kv_page_tokens is not None
 
 
 NO_STACK = StackConfig(name=NONE, runs_on="any", description="the hardware's ceiling")

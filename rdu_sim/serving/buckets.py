@@ -40,6 +40,20 @@ def prompt_bucket(tokens: int, max_context: int) -> int:
     return min(bucket, max(max_context, tokens))
 
 
+def decode_batch(sequences: int) -> int:
+    """The batch a dynamic runtime's decode step of ``sequences`` live sequences is timed
+    at: every count up to 8, then 8 sizes per octave (16: 18, 20, ...; 256: 288, 320, ...),
+    at most 12.5% over, as CUDA graphs captured at a ladder of batch sizes pad a batch up to
+    the next one (TensorRT-LLM's multiples of 8, SGLang's of 8, 16 and 32); it bounds the
+    distinct decode shapes of a run."""
+    if sequences < 1:
+        raise ValueError(f"a decode step runs at least one sequence, got {sequences}")
+    if sequences <= PER_OCTAVE:
+        return sequences
+    step = (1 << ((sequences - 1).bit_length() - 1)) // PER_OCTAVE
+    return -(-sequences // step) * step
+
+
 def prompt_buckets(max_context: int) -> list[int]:
     """Every prompt bucket up to ``max_context``, ascending."""
     return list(_buckets(max_context))

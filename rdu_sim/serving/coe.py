@@ -305,6 +305,8 @@ def serve_coe(
             serving.prefill_priority,
             serving.prefill_chunk_tokens,
             prefill_batch_tokens=scenario.stack.prefill_batch_tokens,
+            mixed_batching=scenario.stack.mixed_batching,
+            dynamic_batch=scenario.stack.dynamic_batch,
         ),
         SwitchPolicy(coe.switch, to_ps(coe.turn_s), coe.prefetch),
         _tiers(hardware),

@@ -167,7 +167,10 @@ class CoEServer:
         self.series = SeriesLog()  # its queue counted with the routed requests (``elsewhere``)
         self.records = ServingRecords(prompt_tokens, output_tokens, series=self.series)
         policies = Policies(
-            make_batching(config.prefill_priority), KeepHere(None), DecodeRounds(), Drafting()
+            make_batching(config.prefill_priority),
+            KeepHere(None),
+            DecodeRounds(config.dynamic_batch),
+            Drafting(),
         )
         self.scheduler = Scheduler(
             config, policy, self.cache, self.records, timeline, policies, progress

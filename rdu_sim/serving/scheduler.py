@@ -14,14 +14,20 @@ Policy (docs/serving.md has the full statement):
 - ``prefill_batch_tokens`` (the serving stack's ``prefill_batch_tokens``; a lone server, a CoE
   node, a cluster replica without prefix cache or hand-offs; not with speculation): a
   prefill step that admits a request also admits the next waiting requests whose whole
-  prompts pad to the same shape, FIFO, while a slot is free and the step's padded tokens stay
-  within the budget, and runs them as one step of that batch.
+  prompts pad to the same shape, FIFO, while a slot is free and the step's padded tokens
+  (and the decode rows a mixed step carries) stay within the budget, and runs them as one
+  step of that batch.
 - A decode step runs the static decode graph over all ``batch_slots`` slots (empty and
-  still-prefilling slots are padding, as in any static graph) at the decode bucket
+  still-prefilling slots are padding, as in any static graph; a runtime that batches
+  dynamically, ``dynamic_batch``, runs the decoding slots alone) at the decode bucket
   ``policy.decode_bucket(longest cache among decoding slots)``; every decoding slot gains
   one token. A request with ``output`` tokens decodes ``output - 1`` steps after prefill.
 - When prefill work takes a step from decoding, and which, is the batching policy's
   (``serving.batching``: ``prefill_first``, ``decode_first``, ...).
+- ``mixed_batching`` (the serving stack's): a prefill step that starts while slots decode
+  also carries the decode step's rows (``StepShape.with_decode``: every slot at the decode
+  bucket, as a decode step), so every decoding slot gains its token at its end instead of
+  waiting for it.
 - Decisions are taken at step boundaries, after every arrival at the same instant.
 
 Speed: between state changes every decode step has the same shape and time, so the server
@@ -93,6 +99,11 @@ class ServerConfig:
     # the runtime packs waiting prompts into one prefill step, up to this many (padded)
     # tokens (the serving stack's ``prefill_batch_tokens``); None: one prompt per prefill step
     prefill_batch_tokens: int | None = None
+    # a prefill step also decodes the generating slots (the serving stack's
+    # ``mixed_batching``)
+    mixed_batching: bool = False
+    # a decode step runs only the decoding slots (``StackConfig.dynamic_batch``), not all
+    dynamic_batch: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,7 @@ class PrefillInFlight:
         self.done = 0
         self.packed: list[int] = NO_PACKED
         self.fact: PromptFact | None = None
+        self.decodes = False  # the step carries the decoding slots' rows (a mixed step)
 
     def begin(
         self,
@@ -230,6 +242,10 @@ class Scheduler(Driven):
             and policies.drafting.packs()
         )
         self.load: Counters = load if load is not None else Load()  # see outstanding_tokens
+        self._mixes = config.mixed_batching and policies.rounds.ride_prefill()
+        # decode steps read each sequence's own cache (plain rounds of a dynamic batch)
+        self._per_sequence = policies.rounds.per_sequence()
+        self._mean = 0  # the mean cache of the decode bucket computed last
         self.on_complete: Callable[[int], None] | None = None  # a completion at this time
 
     # --- arrivals ---------------------------------------------------------------------------
@@ -340,8 +356,11 @@ class Scheduler(Driven):
         prompt = self._prompts[request]
         before = slots.prefilled[slot]
         fact: PromptFact | None = None
+        decodes = self._mixes and slots.decoding > 0  # a mixed step: no entry kept by prompt
         if before:
             shape, done = self._facts.next_step(prompt, before)
+            if decodes:
+                shape = shape.with_decode(self._decode_shape())
             entry = self.cache.entry(shape)
         else:
             first = self._first_step(prompt)
@@ -351,14 +370,19 @@ class Scheduler(Driven):
                 packed = self._pack(shape)
                 if packed:
                     return self._packed(slot, request, prompt, shape, packed, delays)
-            known = first.entry
-            if known is None:
-                known = first.entry = self.cache.entry(shape)
-            entry = known
+            if decodes:
+                shape = shape.with_decode(self._decode_shape())
+                entry = self.cache.entry(shape)
+            else:
+                known = first.entry
+                if known is None:
+                    known = first.entry = self.cache.entry(shape)
+                entry = known
         step = self.drafting.prefill_ps(entry.run(), shape)
         self.counts.prefill_steps += 1
         self.prefill_shape = shape
         self._in_flight.begin(slot, request, prompt, before, done, NO_PACKED, fact)
+        self._in_flight.decodes = decodes
         return (*delays, step)
 
     def _packed(
@@ -372,11 +396,19 @@ class Scheduler(Driven):
     ) -> tuple[int, ...]:
         """:meth:`begin_prefill` of a step whose first prompt was packed with others."""
         shape = StepShape("prefill", 1 + len(packed), first.tokens, 0, first.select)
+        decodes = self._mixes and self.slots.decoding > 0
+        if decodes:
+            shape = shape.with_decode(self._decode_shape())
         step = self.cache.run(shape)
         self.counts.prefill_steps += 1
         self.prefill_shape = shape
         self._in_flight.begin(slot, request, prompt, 0, prompt, packed, None)
+        self._in_flight.decodes = decodes
         return (*delays, step)
+
+    def _decode_shape(self) -> StepShape:
+        """The decode step the decoding slots would run now (a mixed step carries its rows)."""
+        return self.rounds.step_shape(self.slots, self._decode_bucket())
 
     def end_prefill(self) -> None:
         """The prefill step begun by :meth:`begin_prefill` ended now: its prompts advance."""
@@ -386,12 +418,25 @@ class Scheduler(Driven):
         step.active = False
         self.prefill_shape = None
         self._after_prefill = True
+        if step.decodes:  # first: the prompts that end here start decoding after it
+            self._decoded_alongside()
         self._prefilled(step.slot, step.request, step.prompt, step.before, step.done, step.fact)
         slots, prompts = self.slots, self._prompts
         for other in step.packed:
             request = slots.request[other]
             prompt = prompts[request]
             self._prefilled(other, request, prompt, 0, prompt, None)
+
+    def _decoded_alongside(self) -> None:
+        """The mixed step that ended now also ran the decode step: every decoding slot
+        gains its token (a decode run's accounting, for one step)."""
+        slots = self.slots
+        emitted = slots.emitted(1)
+        self.counts.tokens_generated += emitted
+        self.load.add(-emitted)
+        now = self.clock.now
+        for slot in slots.advance(1):
+            self.complete(slot, slots.request[slot], now)
 
     def _admit(self) -> int:
         """The queue's first request takes the lowest free slot now (its admission time)."""
@@ -418,10 +463,14 @@ class Scheduler(Driven):
     def _pack(self, first: StepShape) -> list[int]:
         """Admit the waiting requests whose prompt prefills in the same static shape as the
         step's first one (FIFO, stopping at the first that does not), while a slot is free
-        and the step's padded tokens stay within ``prefill_batch_tokens``; their slots."""
+        and the step's padded tokens stay within ``prefill_batch_tokens``, the decode rows a
+        mixed step carries counted in (TensorRT-LLM's ``max_num_tokens`` counts both);
+        their slots."""
         budget = self.config.prefill_batch_tokens
         assert budget is not None
         slots, prompts, queue = self.slots, self._prompts, self.queue
+        if self._mixes:
+            budget -= slots.decoding
         packed: list[int] = []
         tokens = first.tokens
         while queue and slots.occupied < slots.n and tokens + first.tokens <= budget:
@@ -484,6 +533,32 @@ class Scheduler(Driven):
         or bucket change; 1 when prefill work waits) and step time (ps); the load counters
         see it start."""
         slots = self.slots
+        bucket = self._decode_bucket()
+        # prefill work waits: a decode step yields to it at its boundary
+        waits = bool(slots.prefill_order or self.queue) and self.batching.prefill_waits(
+            slots, len(self.queue)
+        )
+        if waits:
+            steps = 1
+        elif self._per_sequence:
+            steps = slots.steps_in_mean_run(bucket, self._mean)
+        else:
+            steps = slots.steps_in_run(bucket)
+        shape, step, decoding = self.rounds.plan(slots, self.cache, bucket)
+        start = self.clock.now
+        self.load.begin_run(start, start + steps * step, step, decoding)
+        return shape, bucket, steps, step
+
+    def _decode_bucket(self) -> int:
+        """The decode bucket of the longest cache among the decoding slots (kept, with the
+        range of longest caches it serves, until one leaves that range): every slot's cache
+        fits a static graph's bucket. A runtime that reads each sequence's own pages
+        (``dynamic_batch``) reads their sum: the bucket of the mean cache."""
+        slots = self.slots
+        if self._per_sequence:
+            mean = self._mean = slots.mean_cache()
+            bucket = self._bucket = self.policy.decode_bucket(mean)
+            return bucket
         bucket = self._bucket
         if not slots.longest_within(self._bucket_from, bucket):
             longest = slots.longest_cache()
@@ -491,15 +566,7 @@ class Scheduler(Driven):
                 # the smallest bucket >= longest is also the smallest >= any cache up to it
                 bucket = self._bucket = self.policy.decode_bucket(longest)
                 self._bucket_from = longest
-        # prefill work waits: a decode step yields to it at its boundary
-        waits = bool(slots.prefill_order or self.queue) and self.batching.prefill_waits(
-            slots, len(self.queue)
-        )
-        steps = 1 if waits else slots.steps_in_run(bucket)
-        shape, step, decoding = self.rounds.plan(slots, self.cache, bucket)
-        start = self.clock.now
-        self.load.begin_run(start, start + steps * step, step, decoding)
-        return shape, bucket, steps, step
+        return bucket
 
     def decode_done(self, shape: StepShape, bucket: int, steps: int) -> None:
         """Account a decode run of ``steps`` steps that ended now; complete who finished."""

@@ -195,6 +195,21 @@ class Slots:
             steps = min(steps, bucket - largest + 1)
         return steps
 
+    def mean_cache(self) -> int:
+        """Mean cache among decoding slots at the next decode step, rounded up (0 if none):
+        what a runtime that reads each sequence's own pages reads a sequence on average (an
+        idle slot's capped cache is 0, so the sum is the decoding slots')."""
+        if not self.decoding:
+            return 0
+        capped = np.minimum(self.cache, self.cap, out=self._capped)
+        return -(-int(capped.sum()) // self.decoding)
+
+    def steps_in_mean_run(self, bucket: int, mean: int) -> int:
+        """Decode steps until the next completion or until the mean cache (``mean`` now, at
+        most ``bucket``) may outgrow ``bucket``: a sequence grows at most a token a step, so
+        the rounded-up mean does too, and stays within it for ``bucket - mean + 1`` steps."""
+        return min(self._next_finish() - self.steps_done, bucket - mean + 1)
+
     def _next_finish(self) -> int:
         """The earliest ``finish`` of a decoding slot (``IDLE`` if none): the completion heap's
         top, once the entries of requests that left their slot early are dropped (they would

@@ -221,6 +221,15 @@ class SpeculativeRounds(DecodeRounds):
     a run's "steps" are rounds, each the draft's steps and one verify step, and each slot
     advances by its own accepted tokens (``RoundSlots``)."""
 
+    def ride_prefill(self) -> bool:
+        """A round (the draft's steps and a verify step) is not a decode step a prefill step
+        can carry: speculative servers run their prefill steps alone."""
+        return False
+
+    def per_sequence(self) -> bool:
+        """A round's verify step is timed over every slot at the longest cache's bucket."""
+        return False
+
     def __init__(self, speculation: Speculation, records: ServingRecords) -> None:
         super().__init__()
         self.speculation = speculation
