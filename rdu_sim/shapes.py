@@ -160,12 +160,6 @@ class StepShape:
             raise ValueError(f"{self} carries no decode rows")
         return StepShape("decode", self.decode_batch, 1, self.decode_cache_len)
 
-    def with_decode_batch(self, decode_batch: int) -> StepShape:
-        """This step carrying ``decode_batch`` of its decode rows (a part's share; 0: none)."""
-        if not decode_batch:
-            return self.prefill_part()
-        return replace(self, decode_batch=decode_batch)
-
     def with_decode(self, decode: StepShape) -> StepShape:
         """This prefill step carrying ``decode``'s rows (a decode step's shape)."""
         if decode.phase != "decode" or decode.tokens != 1:
@@ -178,8 +172,11 @@ class StepShape:
         return 0 if self.joint_tokens == self.rows * ranks else self.joint_tokens
 
     def part(self, **changes: Any) -> StepShape:
-        """A part of this step (a micro-batch): ``changes`` applied, and the ranks' joint
-        tokens, if any, scaled to its share of the rows (every rank cuts its batch alike)."""
+        """A part of this step (a micro-batch): ``changes`` applied (``decode_batch=0``: none
+        of the decode rows), and the ranks' joint tokens, if any, scaled to its share of the
+        rows (every rank cuts its batch alike)."""
+        if changes.get("decode_batch") == 0:
+            changes["decode_cache_len"] = 0
         part = replace(self, **changes)
         if not self.joint_tokens:
             return part

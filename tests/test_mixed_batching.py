@@ -53,8 +53,12 @@ def test_decode_rows_ride_only_on_a_prefill() -> None:
         PREFILL.decode_part()
     with pytest.raises(ValueError, match="not a decode step"):
         PREFILL.with_decode(PREFILL)
-    assert MIXED.with_decode_batch(0) == PREFILL
-    assert MIXED.with_decode_batch(3).decode_part() == StepShape("decode", 3, 1, 1536)
+    assert MIXED.part(decode_batch=0) == PREFILL
+    assert MIXED.part(decode_batch=3).decode_part() == StepShape("decode", 3, 1, 1536)
+    # a micro-batch's joint tokens: its share of the rows, its decode rows' share included
+    joint = StepShape("prefill", 2, 96, 0, joint_tokens=2 * (2 * 96 + 64), decode_batch=64)
+    halves = [joint.part(batch=1, decode_batch=32)] * 2
+    assert [h.joint_tokens for h in halves] == [2 * (96 + 32)] * 2
 
 
 # --- the graph: a mixed step is its two parts' work, its weights read once ------------------
@@ -85,16 +89,26 @@ def test_a_mixed_graph_does_both_parts_work_and_reads_weights_once(model: str) -
         return totals(groups).weight_params, streamed
 
     # the same resident weights; every dense weight streamed once, except what the decode
-    # part's own attention kernels read again (MLA's W_UK and W_UV, gpt-oss's sink logits)
+    # part's own operators read again: exactly what those operators read in a decode step
+    # (MLA's projections and W_UK/W_UV, gpt-oss's sink logits; nothing for GQA's attention)
     params, streamed = weights(MIXED)
     _, again = weights(MIXED, "decode.")
     assert (params, streamed - again) == weights(PREFILL)
     assert params == weights(DECODE)[0]
-    rereads = {
-        "deepseek-r1": 61 * 128 * 512 * (128 + 128) * 2,  # W_UK and W_UV, BF16, each layer
-        "gpt-oss-120b": 36 * 64 * 2,  # a sink logit per head and layer
+    twins = {
+        n.name.replace("decode.", "")
+        for g in model_groups(arch, MIXED, precision)
+        for n in operators(g.graph)
+        if "decode." in n.name
     }
-    assert again == rereads.get(model, 0)
+    own = sum(
+        g.count * n.weight_read_bytes
+        for g in model_groups(arch, DECODE, precision)
+        for n in operators(g.graph)
+        if n.name in twins
+    )
+    assert again == own
+    assert (again > 0) == (model in ("deepseek-r1", "gpt-oss-120b"))
 
 
 # --- the step: never faster than either part, faster than the two apart --------------------
@@ -290,3 +304,24 @@ def test_a_mixed_step_packs_prompts_within_the_budget_its_decode_rows_share() ->
     assert packed(mixed=False) == [(2, 0), (3, 0)]
     # (every shape timed is a step run: a mixed step times no prefill alone it never runs)
     assert packed(mixed=True) == [(2, 0), (2, 2), (1, 4)]
+
+
+def test_speculative_decoding_runs_its_prefill_steps_alone() -> None:
+    """A stack that mixes, under speculative decoding: its rounds are not one decode step,
+    so no prefill step carries decode rows (and every request is still served whole)."""
+    overrides: dict[str, object] = {
+        "stack.mixed_batching": True,
+        "serving.batch_slots": 4,
+        "serving.requests": 12,
+        "serving.output_tokens": 64,
+        "serving.arrival": {"process": "poisson", "rate": 40.0},
+    }
+
+    def carried(speculative: bool) -> list[int]:
+        changes = overrides if speculative else {**overrides, "speculation": None}
+        result = api.run("llama3.1-70b-16socket-specdec", changes)
+        assert result.summary().requests_completed == 12
+        return [s["decode_batch"] for s in result.step_shapes() if s["phase"] == "prefill"]
+
+    assert any(carried(speculative=False))  # the same server, decoding plainly, mixes
+    assert not any(carried(speculative=True))

@@ -70,6 +70,11 @@ def _alone(result: Any) -> tuple[np.ndarray, np.ndarray, Any]:
         ),
         # disaggregated, a prefix cache on a trace with shared prefixes, KV transfers
         ("llama3.1-8b-disaggregated.yaml", {"traffic.requests": 80}),
+        # a GPU stack: decode steps of the live sequences, mixed steps
+        (
+            "llama3.1-8b-chat.yaml",
+            {"traffic.requests": 40, "pools.serve.set": {"hardware": "dgx-h100"}},
+        ),
     ],
 )
 def test_no_request_beats_its_floors(cluster: str, overrides: dict[str, Any]) -> None:

@@ -371,8 +371,9 @@ def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
     "--max-evaluations",
     type=click.IntRange(1, 10_000),
     default=None,
-    help="Most steps of the fit (scipy's max_nfev; each step also simulates what the "
-    f"parameters reach once per parameter for its slope) [default: the spec's, else "
+    help="Most steps of the fit of each group of parameters no target joins (scipy's "
+    "max_nfev; each step also simulates what the parameters reach once per parameter for "
+    f"its slope) [default: the spec's, else "
     f"{DEFAULT_MAX_EVALUATIONS}].",
 )
 @click.option(

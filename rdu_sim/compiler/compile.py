@@ -245,8 +245,9 @@ class Compiler:
         micro-batches (at most its slots; each the largest one's shape), each stage's Program
         of one micro-batch; the step's memory plan its fullest stage's."""
         parts = min(self.view.scenario.workload.parallelism.pipeline_micro_batches, shape.batch)
-        micro = shape.part(batch=math.ceil(shape.batch / parts)).with_decode_batch(
-            math.ceil(shape.decode_batch / parts)
+        micro = shape.part(
+            batch=math.ceil(shape.batch / parts),
+            decode_batch=math.ceil(shape.decode_batch / parts),
         )
         slots = self.plan_slots(shape)
         stages = tuple(self._compile(micro, stage, slots) for stage in self._stages)

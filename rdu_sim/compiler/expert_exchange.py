@@ -116,16 +116,17 @@ def micro_batch_shapes(shape: StepShape) -> tuple[StepShape, ...]:
     if shape.batch >= 2:
         half = (shape.batch + 1) // 2
         return (
-            shape.part(batch=half).with_decode_batch(first_rows),
-            shape.part(batch=shape.batch - half).with_decode_batch(second_rows),
+            shape.part(batch=half, decode_batch=first_rows),
+            shape.part(batch=shape.batch - half, decode_batch=second_rows),
         )
     if shape.tokens >= 2:
         half = (shape.tokens + 1) // 2
-        second = shape.part(tokens=shape.tokens - half, cache_len=shape.cache_len + half)
-        return (
-            shape.part(tokens=half, select=False).with_decode_batch(first_rows),
-            second.with_decode_batch(second_rows),
+        second = shape.part(
+            tokens=shape.tokens - half,
+            cache_len=shape.cache_len + half,
+            decode_batch=second_rows,
         )
+        return (shape.part(tokens=half, select=False, decode_batch=first_rows), second)
     return ()
 
 

@@ -158,7 +158,8 @@ def activation_bytes(
     The larger of a decode step of `batch_slots` slots (k + 1 tokens each in a speculative
     verify step) and a prefill of one longest prompt (chunked when
     serving.prefill_chunk_tokens is set; as many as the runtime packs into one step, when it
-    batches prefills: `packed_prefill_tokens`): the hidden state in and out of a layer kernel, the
+    batches prefills: `packed_prefill_tokens`; with every slot's decode row beside them when
+    the stack runs mixed steps): the hidden state in and out of a layer kernel, the
     token ids, the gathered logits, and, when the prompt is compressed, the scratch holding
     the whole prompt's KV (all layers, this socket's share) until the SnapKV selection has
     gathered it into the slot, plus the window queries. A shared draft's steps run between
@@ -172,7 +173,10 @@ def activation_bytes(
     chunk = min(prompt, serving.prefill_chunk_tokens or prompt)
     packed = packed_prefill_tokens(scenario, chunk, batch_slots)
     # a packed step's logits: a row a prompt, at most one a slot
-    prefill = _step_bytes(scenario, packed, 1 if packed == chunk else batch_slots)
+    prompts_logits = 1 if packed == chunk else batch_slots
+    # a mixed step also carries every slot's decode row and its logits (stack.mixed_batching)
+    carried = batch_slots if scenario.stack.mixed_batching else 0
+    prefill = _step_bytes(scenario, packed + carried, prompts_logits + carried)
     selection = scenario.kv_policy.selection(prompt)
     if selection is not None:
         if isinstance(arch, DeepSeekArchitecture):

@@ -22,7 +22,7 @@ from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.engine.links import topology_for
-from rdu_sim.engine.timing import StepTiming, host_transfer_s
+from rdu_sim.engine.timing import StepTiming, host_transfer_s, step_host_time
 
 Gen = Generator[Any, Any, None]
 
@@ -113,8 +113,7 @@ def pipelined_timing(
         max_events,
     )
     transfer = host_transfer_s(program.pipeline[-1].host_bytes, system.host_link)
-    prompts = program.shape.batch if program.shape.phase == "prefill" else 0
-    hosted = stack.host.time(program.shape.batch, run.end_s, transfer, prompts)
+    hosted = step_host_time(stack, program.shape, run.end_s, transfer)
     host = hosted.added_s
     step = run.end_s + host
     first = stages[0]

@@ -17,10 +17,11 @@ if TYPE_CHECKING:
     from rdu_sim.compiler.expert_load import ExpertLoad
     from rdu_sim.compiler.program import KernelProgram, Program
     from rdu_sim.config.hardware import LinkConfig
-    from rdu_sim.config.stack import StackConfig
+    from rdu_sim.config.stack import HostTime, StackConfig
     from rdu_sim.config.workload import EngineConfig
     from rdu_sim.engine.fast_forward import KernelResult
     from rdu_sim.engine.step_run import KernelsRun
+    from rdu_sim.shapes import StepShape
 
 UNIT_KINDS: tuple[str, ...] = ("pcu", "pmu", "hbm", "ddr", "link")
 """Unit kinds whose busy time the engine reports."""
@@ -223,8 +224,7 @@ def step_timing(
     sends the host (``Program.host_bytes``) over ``host_link`` on the critical path."""
     shape = program.shape
     transfer_s = host_transfer_s(program.host_bytes, host_link)
-    prompts = shape.batch if shape.phase == "prefill" else 0
-    host = stack.host.time(shape.sequences, step_s, transfer_s, prompts)
+    host = step_host_time(stack, shape, step_s, transfer_s)
     runtime_s = host.added_s
     step_s += runtime_s
     total = run.total
@@ -260,6 +260,15 @@ def step_timing(
         devices=program.stage_devices,
         expert_balance=program.expert_balance,
     )
+
+
+def step_host_time(
+    stack: StackConfig, shape: StepShape, device_s: float, transfer_s: float
+) -> HostTime:
+    """The serving stack's host time around a step of ``shape``: a slot's work for every
+    sequence it runs (a mixed step's decode rows too), a prompt's for each it prefills."""
+    prompts = shape.batch if shape.phase == "prefill" else 0
+    return stack.host.time(shape.sequences, device_s, transfer_s, prompts)
 
 
 def host_transfer_s(nbytes: float, link: LinkConfig) -> float:

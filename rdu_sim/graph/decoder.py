@@ -20,8 +20,8 @@ from rdu_sim.graph.gqa import add_gqa
 from rdu_sim.graph.mla import MlaCache, add_mla
 from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.operator import Split, TensorSpec
-from rdu_sim.graph.ops import act, residual, rmsnorm
-from rdu_sim.graph.shape import Precision, StepShape, token_axes
+from rdu_sim.graph.ops import act, by_part, residual, rmsnorm
+from rdu_sim.graph.shape import Precision, StepShape, step_parts, token_axes
 from rdu_sim.graph.stash import stash_names
 from rdu_sim.models.layers import Architecture, LayerKind
 
@@ -44,7 +44,10 @@ def decoder_layer(
     outputs of the layer (`graph.stash`)."""
     x = act(LAYER_INPUT, (*token_axes(shape), arch.hidden_size), precision)
     b = GraphBuilder(name, [x])
-    xn = b.add(rmsnorm("attn_norm", x, "xn", precision, Split())).outputs[0]
+    # the normed state as one tensor for each attention part's rows (one: no decode rows)
+    norm = rmsnorm("attn_norm", x, "xn", precision, Split())
+    parts = by_part("xn", step_parts(shape), (arch.hidden_size,), precision)
+    xn = b.add(replace(norm, outputs=parts)).outputs
     if isinstance(arch, DeepSeekArchitecture):
         o = add_mla(b, xn, arch, shape, precision, cache, out="o", stash=stash)
     else:

@@ -22,16 +22,18 @@ own caches; RoPE hands each part its rows and o_proj reads both parts' outputs.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
-from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
+from rdu_sim.graph.ops import act, by_part, linear, rmsnorm, rope, softmax
 from rdu_sim.graph.shape import (
     FP32,
     Precision,
     StepShape,
     attended_keys,
     attended_pairs,
+    step_parts,
     token_axes,
 )
 from rdu_sim.graph.stash import stashed_queries
@@ -40,7 +42,7 @@ from rdu_sim.models.layers import GqaArchitecture, window_tokens
 
 def add_gqa(
     b: GraphBuilder,
-    xn: TensorSpec,
+    xn: tuple[TensorSpec, ...],
     arch: GqaArchitecture,
     shape: StepShape,
     precision: Precision,
@@ -48,7 +50,8 @@ def add_gqa(
     out: str,
     stash: int = 0,
 ) -> TensorSpec:
-    """GQA from the normed hidden state to o_proj's (partial-sum) output; returns it.
+    """GQA from the normed hidden state (a tensor for each part's rows) to o_proj's
+    (partial-sum) output; returns it.
 
     ``stash`` > 0: the prefill of a compressing prompt also writes the rotated queries of
     its last ``stash`` tokens for the SnapKV selection (`graph.stash`)."""
@@ -56,15 +59,13 @@ def add_gqa(
     hidden, heads, kv_heads, dim = arch.hidden_size, arch.heads, arch.kv_heads, arch.head_dim
     rows = shape.rows
     axes = token_axes(shape)
-    parts = [("", shape.prefill_part())]
-    if shape.decode_batch:
-        parts.append(("decode.", shape.decode_part()))
+    parts = step_parts(shape)
     heads_n = Split.along("heads", "n")
     kv_n = Split.along("kv_heads", "n")
     q = b.add(
-        linear(
-            "attn.q_proj",
+        _reading(
             xn,
+            "attn.q_proj",
             (act("q", (*axes, heads, dim), precision),),
             rows=rows,
             k=hidden,
@@ -75,9 +76,9 @@ def add_gqa(
         )
     ).outputs[0]
     k = b.add(
-        linear(
-            "attn.k_proj",
+        _reading(
             xn,
+            "attn.k_proj",
             (act("k", (*axes, kv_heads, dim), precision),),
             rows=rows,
             k=hidden,
@@ -89,10 +90,10 @@ def add_gqa(
     ).outputs[0]
     # v goes from its projection to the attention as it is: one tensor for each part's rows
     v_parts = b.add(
-        linear(
-            "attn.v_proj",
+        _reading(
             xn,
-            _by_part("v", parts, (kv_heads, dim), precision),
+            "attn.v_proj",
+            by_part("v", parts, (kv_heads, dim), precision),
             rows=rows,
             k=hidden,
             n=kv_heads * dim,
@@ -106,10 +107,10 @@ def add_gqa(
         k = b.add(rmsnorm("attn.k_norm", k, "k_n", precision, Split.along("kv_heads"))).outputs[0]
     rope_q = rope("attn.rope_q", q, "q_rope", precision, Split.along("heads"))
     stashed = stashed_queries(arch, batch, min(stash, tokens), precision) if stash else ()
-    q_parts = _by_part("q_rope", parts, (heads, dim), precision)
+    q_parts = by_part("q_rope", parts, (heads, dim), precision)
     q_r = b.add(replace(rope_q, outputs=q_parts + stashed)).outputs[: len(parts)]
     rope_k = rope("attn.rope_k", k, "k_rope", precision, Split.along("kv_heads"))
-    k_parts = _by_part("k_rope", parts, (kv_heads, dim), precision)
+    k_parts = by_part("k_rope", parts, (kv_heads, dim), precision)
     k_r = b.add(replace(rope_k, outputs=k_parts)).outputs
     attn = tuple(
         _attend(b, arch, part, precision, window, (q_r[i], k_r[i], v_parts[i]), prefix)
@@ -118,7 +119,7 @@ def add_gqa(
     o_proj = linear(
         "attn.o_proj",
         attn[0],
-        (act(out, xn.shape, precision),),
+        (act(out, (*axes, hidden), precision),),
         rows=rows,
         k=heads * dim,
         n=hidden,
@@ -129,13 +130,11 @@ def add_gqa(
     return b.add(replace(o_proj, inputs=attn)).outputs[0]
 
 
-def _by_part(
-    name: str, parts: list[tuple[str, StepShape]], rest: tuple[int, ...], precision: Precision
-) -> tuple[TensorSpec, ...]:
-    """A tensor of the step's rows as one tensor for each attention part's rows."""
-    return tuple(
-        act(prefix + name, (part.batch, part.tokens, *rest), precision) for prefix, part in parts
-    )
+def _reading(
+    xn: tuple[TensorSpec, ...], name: str, outputs: tuple[TensorSpec, ...], **gemm: Any
+) -> Operator:
+    """A projection of every row of the step: it reads each part's normed rows."""
+    return replace(linear(name, xn[0], outputs, **gemm), inputs=xn)
 
 
 def _attend(

@@ -17,10 +17,11 @@ kv_norm normalises the latent. What is cached, and how attention runs, has three
   layer, 71x the latent, but split by heads over the TP sockets. Attention is the
   non-absorbed form in both phases.
 
-A mixed step (`StepShape.decode_batch`) runs the projections once over all its rows, then
-attention for its prompts and, under "decode." names, for its decode rows, each part in its
-phase's form; each part reads the projections' whole outputs (a part's queries are a slice
-of them), and o_proj reads both parts' outputs.
+A mixed step (`StepShape.decode_batch`) runs MLA for its prompts and, under "decode."
+names, for its decode rows, each part from its own rows' normed state through its own
+projections (which the compiler places per part: under `sequence_split` a part's queries are
+gathered or computed whole for its rows alone) to attention in its phase's form; the decode
+part re-reads the projections' weights the first holds. o_proj reads both parts' outputs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.graph.builder import GraphBuilder, PrefixedBuilder
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, linear, rmsnorm, rope, softmax
-from rdu_sim.graph.shape import FP32, Precision, StepShape
+from rdu_sim.graph.shape import FP32, Precision, StepShape, step_parts, token_axes
 from rdu_sim.graph.stash import stashed_queries
 
 MlaCache = Literal["latent", "per_head"]
@@ -42,7 +43,7 @@ KV_B = "attn.kv_b_proj"  # the weight tensor W_UK and W_UV are halves of
 
 def add_mla(
     b: GraphBuilder,
-    xn: TensorSpec,
+    xn: tuple[TensorSpec, ...],
     arch: DeepSeekArchitecture,
     shape: StepShape,
     precision: Precision,
@@ -50,19 +51,51 @@ def add_mla(
     out: str,
     stash: int = 0,
 ) -> TensorSpec:
-    """MLA from the normed hidden state to o_proj's (partial-sum) output; returns it.
+    """MLA from the normed hidden state (a tensor for each part's rows) to o_proj's
+    (partial-sum) output; returns it.
 
     ``stash`` > 0: the prefill of a compressing prompt also writes the queries of its last
     ``stash`` tokens (q_nope from q_b_proj, the rotated q_pe from rope_q) for the SnapKV
     selection (`graph.stash`)."""
+    attn = tuple(
+        _attend(
+            PrefixedBuilder(b, prefix, resident=False) if prefix else b,
+            xn[i],
+            arch,
+            part,
+            precision,
+            cache,
+            0 if prefix else stash,
+        )
+        for i, (prefix, part) in enumerate(step_parts(shape))
+    )
+    o_proj = linear(
+        "attn.o_proj",
+        attn[0],
+        (act(out, (*token_axes(shape), arch.hidden_size), precision),),
+        rows=shape.rows,
+        k=arch.heads * arch.v_head_dim,
+        n=arch.hidden_size,
+        precision=precision,
+        split=Split.along("heads", "k", "sum"),
+    )
+    return b.add(replace(o_proj, inputs=attn)).outputs[0]
+
+
+def _attend(
+    b: GraphBuilder,
+    xn: TensorSpec,
+    arch: DeepSeekArchitecture,
+    shape: StepShape,
+    precision: Precision,
+    cache: MlaCache,
+    stash: int,
+) -> TensorSpec:
+    """One part's MLA, from its rows' normed state to its attention output (before o_proj):
+    the projections, the cache, attention in the part's form."""
     batch, tokens, hidden = xn.shape
     rows, heads = shape.rows, arch.heads
-    nope, pe, vdim, rank = (
-        arch.qk_nope_head_dim,
-        arch.qk_rope_head_dim,
-        arch.v_head_dim,
-        arch.kv_lora_rank,
-    )
+    nope, pe, rank = arch.qk_nope_head_dim, arch.qk_rope_head_dim, arch.kv_lora_rank
     replicated = Split()
     qa = b.add(
         linear(
@@ -114,24 +147,8 @@ def add_mla(
     q_pe_r = b.add(replace(rope_q, outputs=rope_q.outputs + window[1:])).outputs[0]
     k_pe_r = b.add(rope("attn.rope_k", k_pe, "k_pe_rope", precision, replicated)).outputs[0]
 
-    parts: list[tuple[GraphBuilder, StepShape]] = [(b, shape.prefill_part())]
-    if shape.decode_batch:  # a mixed step: the decode rows attend in their own form
-        parts.append((PrefixedBuilder(b, "decode.", resident=False), shape.decode_part()))
-    attn = tuple(
-        _attention(cache, part)(builder, arch, part, precision, q_nope, q_pe_r, latent, k_pe_r)
-        for builder, part in parts
-    )
-    o_proj = linear(
-        "attn.o_proj",
-        attn[0],
-        (act(out, xn.shape, precision),),
-        rows=rows,
-        k=heads * vdim,
-        n=hidden,
-        precision=precision,
-        split=Split.along("heads", "k", "sum"),
-    )
-    return b.add(replace(o_proj, inputs=attn)).outputs[0]
+    form = _attention(cache, shape)
+    return form(b, arch, shape, precision, q_nope, q_pe_r, latent, k_pe_r)
 
 
 AttentionForm = Callable[

@@ -11,7 +11,7 @@ compares of a top-k/top-p threshold search).
 from __future__ import annotations
 
 from rdu_sim.graph.operator import Gemm, Operator, OpKind, Split, TensorSpec
-from rdu_sim.graph.shape import Precision
+from rdu_sim.graph.shape import Precision, StepShape
 
 NORM_FLOPS = 4
 ROPE_FLOPS = 3
@@ -24,6 +24,19 @@ SAMPLE_FLOPS = 8
 def act(name: str, shape: tuple[int, ...], precision: Precision) -> TensorSpec:
     """An activation tensor at the activation precision."""
     return TensorSpec(name, shape, precision.activations)
+
+
+def by_part(
+    name: str,
+    parts: tuple[tuple[str, StepShape], ...],
+    rest: tuple[int, ...],
+    precision: Precision,
+) -> tuple[TensorSpec, ...]:
+    """A tensor of a step's rows as one activation for each attention part's rows
+    (`graph.shape.step_parts`), named with the part's prefix."""
+    return tuple(
+        act(prefix + name, (part.batch, part.tokens, *rest), precision) for prefix, part in parts
+    )
 
 
 def linear(

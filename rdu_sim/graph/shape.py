@@ -18,6 +18,7 @@ __all__ = [
     "StepShape",
     "attended_keys",
     "attended_pairs",
+    "step_parts",
     "token_axes",
 ]
 
@@ -46,3 +47,12 @@ class Precision:
 
 FP32 = 4.0  # scores, softmax statistics, router logits
 INDEX = 4.0  # int32 token ids and indices
+
+
+def step_parts(shape: StepShape) -> tuple[tuple[str, StepShape], ...]:
+    """A step's attention parts, each with the prefix of its operators' names: the prompts'
+    (the whole step when it carries no decode rows) and a mixed step's decode rows
+    ("decode.")."""
+    if not shape.decode_batch:
+        return (("", shape),)
+    return (("", shape.prefill_part()), ("decode.", shape.decode_part()))

@@ -66,9 +66,17 @@ class RunResult(ServingRun):
         return series_columns(self.records, self.batch_slots)
 
     def step_shapes(self) -> list[dict[str, Any]]:
-        """Every simulated shape with its step time and how many steps ran it."""
+        """Every simulated shape with its step time and how many steps ran it (a mixed step:
+        the decode rows it carried, 0 otherwise)."""
         shapes = sorted(
-            self.cache.steps.items(), key=lambda i: (i[0].phase, i[0].tokens, i[0].cache_len)
+            self.cache.steps.items(),
+            key=lambda i: (
+                i[0].phase,
+                i[0].tokens,
+                i[0].cache_len,
+                i[0].decode_batch,
+                i[0].decode_cache_len,
+            ),
         )
         return [
             {
@@ -76,6 +84,8 @@ class RunResult(ServingRun):
                 "batch": shape.batch,
                 "tokens": shape.tokens,
                 "cache_len": shape.cache_len,
+                "decode_batch": shape.decode_batch,
+                "decode_cache_len": shape.decode_cache_len,
                 "step_s": self.cache.step_s(shape),
                 "steps": count,
             }

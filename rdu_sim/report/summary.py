@@ -27,8 +27,9 @@ Definitions (docs/serving.md repeats them for users):
   (more load would raise the throughput: it measures the arrivals, not the machine),
   else ``machine``.
 - ``occupancy``: time-weighted mean fraction of slots holding a request over the makespan;
-  ``decode_slot_fill``: decoding slots / batch slots, averaged over decode steps (how much of
-  the static decode graph did useful work rather than padding).
+  ``decode_slot_fill``: decoding slots / batch slots, averaged over the steps that decode
+  (decode steps and mixed steps): how full the batch ran (a static decode graph pads the
+  rest; a dynamic batch runs fewer rows).
 - ``memory``: per tier, one socket's view (TP is symmetric: every socket holds the same);
   ``weights_placement``: the workload's ``memory.weights`` (which tier holds the weights),
   or ``coe`` (experts in DDR, the active ones cached in HBM);
@@ -485,7 +486,8 @@ def summarize(run: ServingRun) -> RunSummary:
         if records.speculation == "decoding"
         else output_tokens - int(done.sum())
     )
-    decode_fill = decoded / (records.decode_steps * batch_slots) if records.decode_steps else 0.0
+    decoding_steps = records.decode_steps + records.mixed_steps  # every step that decoded
+    decode_fill = decoded / (decoding_steps * batch_slots) if decoding_steps else 0.0
     kv_total = sum(u.kv_bytes for u in run.placement.tiers.values())
     steady = steady_state(records, batch_slots, run.requests_in.closed_loop)
     speculation = speculation_summary(run)

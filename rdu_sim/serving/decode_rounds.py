@@ -3,7 +3,7 @@
 :class:`DecodeRounds` itself is plain decoding: a decode step runs the static decode graph
 over every slot at the run's bucket and each decoding slot gains one token, so a run of
 ``k`` steps is one shape run ``k`` times (its :class:`~rdu_sim.serving.step_cache.StepEntry`
-kept per bucket). A runtime that batches its live sequences dynamically (a paged KV cache,
+kept per batch and bucket). A runtime that batches its live sequences dynamically (a paged KV cache,
 ``dynamic``) runs only the decoding slots instead, their count rounded up the batch ladder
 (``serving.buckets.decode_batch``), as its CUDA graphs pad a batch to a captured size.
 Speculative decoding's rounds (``serving.speculative.SpeculativeRounds``) override it: a

@@ -66,6 +66,7 @@ class Ranks(Driven):
         self._prefilling: list[Scheduler] = []  # the ranks taking prefill work this step
         self._decoding: list[Scheduler] = []  # the ranks decoding this step (or run)
         self._plans: list[DecodePlan] = []
+        self._mixing = 0  # the prefilling ranks whose step carries their decode rows
         self._joint_step = 0  # ps: the joint step (or each step of the joint run) in flight
         self._own = 0  # ps: the ranks' own step times in it, summed
         # what the lockstep cost, over the run (integer ps)
@@ -124,6 +125,7 @@ class Ranks(Driven):
             busy.append(rank)
             shapes.append(shape)
         self.prefill_shape = shapes[0]
+        self._mixing = sum(1 for shape in shapes if shape.mixed)
         plans = self._plans
         plans.clear()
         for rank in self._decoding:
@@ -235,7 +237,8 @@ class Ranks(Driven):
         self.joint_ps += joint
         self.busy_ps += joint * busy
         self.own_ps += steps * self._own
-        self.decode_ps += joint * decoders
+        # a rank whose prefill step carried its decode rows decoded in it, not held
+        self.decode_ps += joint * (decoders + (self._mixing if held else 0))
         if held:
             self.held_ps += joint * decoders
 

@@ -88,6 +88,11 @@ class ServingRecords:
         return self.counts.decode_steps
 
     @property
+    def mixed_steps(self) -> int:
+        """Prefill steps that carried the decode rows (each decoded every decoding slot)."""
+        return self.counts.mixed_steps
+
+    @property
     def decode_runs(self) -> int:
         """Batched decode advances (one simulation event each)."""
         return self.counts.decode_runs

@@ -18,16 +18,17 @@ Policy (docs/serving.md has the full statement):
   (and the decode rows a mixed step carries) stay within the budget, and runs them as one
   step of that batch.
 - A decode step runs the static decode graph over all ``batch_slots`` slots (empty and
-  still-prefilling slots are padding, as in any static graph; a runtime that batches
-  dynamically, ``dynamic_batch``, runs the decoding slots alone) at the decode bucket
-  ``policy.decode_bucket(longest cache among decoding slots)``; every decoding slot gains
-  one token. A request with ``output`` tokens decodes ``output - 1`` steps after prefill.
+  still-prefilling slots are padding, as in any static graph) at the decode bucket
+  ``policy.decode_bucket(longest cache among decoding slots)``; a runtime that batches
+  dynamically (``dynamic_batch``: a paged KV cache) runs the decoding slots alone at the
+  bucket of their mean cache (``serving.decode_rounds``). Every decoding slot gains one
+  token. A request with ``output`` tokens decodes ``output - 1`` steps after prefill.
 - When prefill work takes a step from decoding, and which, is the batching policy's
   (``serving.batching``: ``prefill_first``, ``decode_first``, ...).
 - ``mixed_batching`` (the serving stack's): a prefill step that starts while slots decode
-  also carries the decode step's rows (``StepShape.with_decode``: every slot at the decode
-  bucket, as a decode step), so every decoding slot gains its token at its end instead of
-  waiting for it.
+  also carries the decode step's rows (``StepShape.with_decode``: the rows and bucket the
+  decode step would run), so every decoding slot gains its token at its end instead of
+  waiting for it (not under speculative decoding, whose rounds are not one decode step).
 - Decisions are taken at step boundaries, after every arrival at the same instant.
 
 Speed: between state changes every decode step has the same shape and time, so the server
@@ -432,6 +433,7 @@ class Scheduler(Driven):
         gains its token (a decode run's accounting, for one step)."""
         slots = self.slots
         emitted = slots.emitted(1)
+        self.counts.mixed_steps += 1
         self.counts.tokens_generated += emitted
         self.load.add(-emitted)
         now = self.clock.now

@@ -207,8 +207,14 @@ class Slots:
     def steps_in_mean_run(self, bucket: int, mean: int) -> int:
         """Decode steps until the next completion or until the mean cache (``mean`` now, at
         most ``bucket``) may outgrow ``bucket``: a sequence grows at most a token a step, so
-        the rounded-up mean does too, and stays within it for ``bucket - mean + 1`` steps."""
-        return min(self._next_finish() - self.steps_done, bucket - mean + 1)
+        the rounded-up mean does too, and stays within it for ``bucket - mean + 1`` steps;
+        never, when no cap exceeds the bucket (saturated slots: SnapStream, StreamingLLM)."""
+        steps = self._next_finish() - self.steps_done
+        if self._cap_bound > bucket:  # a slot may outgrow the bucket: the caps decide
+            self._cap_bound = int(_max(self.cap))
+        if self._cap_bound > bucket:
+            steps = min(steps, bucket - mean + 1)
+        return steps
 
     def _next_finish(self) -> int:
         """The earliest ``finish`` of a decoding slot (``IDLE`` if none): the completion heap's

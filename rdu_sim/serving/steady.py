@@ -17,8 +17,9 @@ window ending at the last admission would hold one generation's decode and nearl
 prefill phases, and read the rate low.
 Tokens in the window are counted per request: its first token if emitted inside, plus its
 ``output - 1`` decode tokens spread evenly between first token and finish (every decode
-step advances each decoding request by one token, and a prefill stall stops them all at
-once, so the even spread is exact up to the position of stalls within one request's life).
+step, and every mixed step, advances each decoding request by one token, and a prefill step
+alone stalls them all at once, so the even spread is exact up to the position of stalls
+within one request's life).
 
 There is no window when the run is not a closed loop (open-loop arrivals can leave slots
 empty at any time), with fewer than ``MIN_TURNOVERS`` requests per slot, or when the last

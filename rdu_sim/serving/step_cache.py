@@ -55,11 +55,13 @@ StepFn = Callable[[StepShape], StepCost]
 
 
 class StepCounts:
-    """The steps a server ran: prefill steps, decode steps, batched decode advances (one
-    simulation event each) and the output tokens they produced (first tokens included)."""
+    """The steps a server ran: prefill steps (the mixed ones among them: they decoded too),
+    decode steps, batched decode advances (one simulation event each) and the output tokens
+    they produced (first tokens included)."""
 
     def __init__(self) -> None:
         self.prefill_steps = 0
+        self.mixed_steps = 0
         self.decode_steps = 0
         self.decode_runs = 0
         self.tokens_generated = 0
