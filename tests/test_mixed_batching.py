@@ -18,7 +18,7 @@ from rdu_sim.graph import Precision, model_groups, operators, totals
 from rdu_sim.kv import make_policy
 from rdu_sim.models import get_model
 from rdu_sim.serving.backend import EngineBackend
-from rdu_sim.serving.buckets import decode_batch
+from rdu_sim.serving.buckets import decode_batch, octave_rung
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import ServerConfig
@@ -132,22 +132,25 @@ def test_a_mixed_step_costs_between_its_longer_part_and_both(
 
 # --- the dynamic batch ladder ---------------------------------------------------------------
 def test_decode_batch_ladder() -> None:
-    assert [decode_batch(n) for n in range(1, 10)] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
-    assert [decode_batch(n) for n in (10, 16, 17, 66, 128, 129, 257, 489, 512)] == [
-        10,
-        16,
-        18,
+    # 1, 2, 4, multiples of 8 to 128 (CUDA graphs' capture sizes), then 8 per octave
+    assert [decode_batch(n) for n in range(1, 10)] == [1, 2, 4, 4, 8, 8, 8, 8, 16]
+    assert [decode_batch(n) for n in (17, 66, 128, 129, 145, 257, 489, 512, 513)] == [
+        24,
         72,
         128,
         144,
+        160,
         288,
         512,
         512,
+        576,
     ]
     for n in range(1, 5000):
         padded = decode_batch(n)
-        assert n <= padded <= max(n, n * 1.125)
+        assert n <= padded
+        assert padded <= (max(n * 1.125, n + 7) if n > 4 else 4)
         assert decode_batch(padded) == padded  # a rung is its own
+    assert [octave_rung(n) for n in (1, 8, 9, 17, 100, 1000)] == [1, 8, 9, 18, 104, 1024]
     with pytest.raises(ValueError, match="at least one"):
         decode_batch(0)
 

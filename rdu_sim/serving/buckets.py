@@ -23,6 +23,8 @@ from rdu_sim.shapes import StepShape
 MIN_BUCKET = 128
 LINEAR_STEP = 1024
 PER_OCTAVE = 8
+SMALL_BATCHES = 4  # decode batches up to here are powers of two (1, 2, 4)
+GRAPH_STEP = 8  # then multiples of 8 up to 16 of them (128)
 
 
 def prompt_bucket(tokens: int, max_context: int) -> int:
@@ -42,16 +44,26 @@ def prompt_bucket(tokens: int, max_context: int) -> int:
 
 def decode_batch(sequences: int) -> int:
     """The batch a dynamic runtime's decode step of ``sequences`` live sequences is timed
-    at: every count up to 8, then 8 sizes per octave (16: 18, 20, ...; 256: 288, 320, ...),
-    at most 12.5% over, as CUDA graphs captured at a ladder of batch sizes pad a batch up to
-    the next one (TensorRT-LLM's multiples of 8, SGLang's of 8, 16 and 32); it bounds the
-    distinct decode shapes of a run."""
+    at, as its CUDA graphs captured at a ladder of batch sizes pad a batch up to the next
+    one: 1, 2, 4, then multiples of 8 up to 128 (TensorRT-LLM's padded capture sizes, vLLM's
+    and SGLang's alike), then 8 sizes per octave (144, 160, ...; 288, 320, ...: at most
+    12.5% over). It also bounds the distinct decode shapes a run simulates."""
     if sequences < 1:
         raise ValueError(f"a decode step runs at least one sequence, got {sequences}")
-    if sequences <= PER_OCTAVE:
-        return sequences
-    step = (1 << ((sequences - 1).bit_length() - 1)) // PER_OCTAVE
-    return -(-sequences // step) * step
+    if sequences <= SMALL_BATCHES:
+        return 1 << (sequences - 1).bit_length()
+    if sequences <= GRAPH_STEP * 16:
+        return -(-sequences // GRAPH_STEP) * GRAPH_STEP
+    return octave_rung(sequences)
+
+
+def octave_rung(count: int) -> int:
+    """``count`` rounded up to 8 values per octave (every count up to 8; 16: 18, 20, ...):
+    at most 12.5% over, the ladder that bounds how many distinct shapes a run simulates."""
+    if count <= PER_OCTAVE:
+        return count
+    step = (1 << ((count - 1).bit_length() - 1)) // PER_OCTAVE
+    return -(-count // step) * step
 
 
 def prompt_buckets(max_context: int) -> list[int]:

@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Final
 
 from rdu_sim.des.timeline import Loop
+from rdu_sim.serving.buckets import octave_rung
 from rdu_sim.serving.driven import FOREVER, Action, Driven
 from rdu_sim.serving.driver import ArrivalSource, Driver
 from rdu_sim.serving.scheduler import Scheduler
@@ -67,6 +68,8 @@ class Ranks(Driven):
         self._decoding: list[Scheduler] = []  # the ranks decoding this step (or run)
         self._plans: list[DecodePlan] = []
         self._mixing = 0  # the prefilling ranks whose step carries their decode rows
+        # ranks that decode their live sequences only (a dynamic batch): their rows vary
+        self._dynamic = any(rank.rounds.per_sequence() for rank in ranks)
         self._joint_step = 0  # ps: the joint step (or each step of the joint run) in flight
         self._own = 0  # ps: the ranks' own step times in it, summed
         # what the lockstep cost, over the run (integer ps)
@@ -208,6 +211,8 @@ class Ranks(Driven):
         if len(shapes) == ranks and all(shape == first for shape in shapes):
             return times
         together = sum(shape.rows for shape in shapes)
+        if self._dynamic:  # up the octave ladder (at most 12.5% over): ranks of dynamic
+            together = octave_rung(together)  # batches would time a step per sum of rows
         joint_times: list[int] = []
         for rank, shape, own in zip(busy, shapes, times, strict=True):
             joint = replace(shape, joint_tokens=together)
