@@ -27,7 +27,19 @@ def test_the_memory_plan_reserves_the_largest_packed_prefill() -> None:
     assert packed_prefill_tokens(packed, 4096, 16) == 8192
     assert packed_prefill_tokens(packed, 4096, 1) == 4096  # a prompt a slot
     assert packed_prefill_tokens(alone, 4096, 16) == 4096
-    assert activation_bytes(alone, 1) == pytest.approx(_step_bytes(alone, 4096, 1), abs=1)
+    # TensorRT-LLM's prefill steps carry the decode rows: the prompt and a row (and logits)
+    # for the one slot; a stack that prefills alone holds the prompt only
+    assert activation_bytes(alone, 1) == pytest.approx(_step_bytes(alone, 4096 + 1, 2), abs=1)
+    unmixed = api.load(
+        LLAMA,
+        [
+            "hardware=dgx-h100",
+            "serving.prompt_tokens=4096",
+            "stack.prefill_batch_tokens=null",
+            "stack.mixed_batching=false",
+        ],
+    )
+    assert activation_bytes(unmixed, 1) == pytest.approx(_step_bytes(unmixed, 4096, 1), abs=1)
     assert activation_bytes(packed, 16) >= _step_bytes(packed, 8192, 16)
     assert activation_bytes(packed, 16) > activation_bytes(alone, 16)
 
