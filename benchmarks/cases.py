@@ -311,6 +311,15 @@ CASES: tuple[Case, ...] = (
         60.0,
         GIB,
     ),
+    Case(
+        "cluster-h100-lockstep",
+        "240 DeepSeek-R1 requests, 16 H100 attention ranks in lockstep, live batches",
+        lambda smoke: _cluster("h100_lockstep", smoke),
+        # a floor: 12.8 s at the commit that added it (1,079 distinct steps; 4,185 and 3.7x
+        # the time with every live count a shape of its own)
+        30.0,
+        GIB,
+    ),
 )
 
 

@@ -1,4 +1,5 @@
-"""Cluster benchmark cases: a Mooncake-sized hour on 32 replicas, a million requests on 64 racks.
+"""Cluster benchmark cases: a Mooncake-sized hour on 32 replicas, a million requests on 64 racks,
+DeepSeek-R1 chat on 16 H100s whose attention ranks step in lockstep.
 
 Both write their inputs to a temporary folder (a synthetic trace in the Mooncake schema, or
 a synthetic Poisson mix, and a cluster file) and run ``rdu_sim.api_cluster.run_cluster`` in
@@ -19,6 +20,7 @@ import yaml
 from benchmarks.work import ROOT, Work
 
 LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+DEEPSEEK_H100 = ROOT / "workloads" / "ep" / "deepseek-r1-h100.yaml"
 
 
 def cluster_events(result: Any) -> dict[str, int]:
@@ -128,6 +130,54 @@ def million(smoke: bool) -> Work:
             "seed": 0,
         },
         "slo": {"ttft": "1 s", "tpot": "40 ms"},
+    }
+    with tempfile.TemporaryDirectory(prefix="rdu-sim-bench-") as tmp:
+        return _run(cluster, Path(tmp), smoke)
+
+
+def h100_lockstep(smoke: bool) -> Work:
+    """DeepSeek-R1 chat on one replica of 16 H100s, attention data-parallel over them with
+    whole experts (tp=1, dp_attention=16, ep=16, 16 slots a rank), the ranks in lockstep,
+    TensorRT-LLM's live-sequence batches and mixed steps: 240 requests at 6/s (the plan
+    deepseek-r1-h100's template traffic). Every rank decodes its own batch, so the joint
+    steps a run simulates are what this case watches. Smoke: 24 requests."""
+    requests = 24 if smoke else 240
+    cluster = {
+        "name": "h100-lockstep",
+        "pools": {
+            "serve": {
+                "workload": str(DEEPSEEK_H100),
+                "replicas": 1,
+                "set": {
+                    "hw.system.sockets": 16,
+                    "parallelism.tp": 1,
+                    "parallelism.dp_attention": 16,
+                    "parallelism.ep": 16,
+                    "serving.batch_slots": 16,
+                },
+            }
+        },
+        "router": {"policy": "least_outstanding"},
+        "traffic": {
+            "rate": 6.0,
+            "requests": requests,
+            "prompt_tokens": {
+                "dist": "lognormal",
+                "median": 2048,
+                "sigma": 0.6,
+                "low": 256,
+                "high": 6144,
+            },
+            "output_tokens": {
+                "dist": "lognormal",
+                "median": 400,
+                "sigma": 0.6,
+                "low": 32,
+                "high": 1536,
+            },
+            "seed": 3,
+        },
+        "slo": {"ttft": "3 s", "tpot": "50 ms"},
     }
     with tempfile.TemporaryDirectory(prefix="rdu-sim-bench-") as tmp:
         return _run(cluster, Path(tmp), smoke)

@@ -27,6 +27,7 @@ CASES = [
     "cli-step",
     "cluster-mooncake-hour",
     "cluster-million",
+    "cluster-h100-lockstep",
 ]
 
 
