@@ -5,7 +5,6 @@ build, their times, and the serving accounting, exactly where the arithmetic is 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -166,26 +165,37 @@ def part_times(shape: StepShape) -> StepCost:
     return StepCost(12 * MS if shape.mixed else 10 * MS)
 
 
-def two_requests(
-    mixed: bool, dynamic: bool = False, step: Callable[[StepShape], StepCost] = part_times
+def served(
+    prompts: list[int],
+    outputs: list[int],
+    arrivals_ms: list[float],
+    config: ServerConfig,
+    page_tokens: int | None = None,
 ) -> tuple[ServingRecords, list[StepShape]]:
-    """A: 4 output tokens from t=0; B: 2 output tokens, arriving at 12 ms, during A's first
-    decode step. Two slots; returns the records and every shape the server timed."""
+    """Serve these requests on ``part_times`` (full attention, ``config``'s context): the
+    records and every shape the server timed (each once: the step cache keeps it)."""
     seen: list[StepShape] = []
 
     def timed(shape: StepShape) -> StepCost:
         seen.append(shape)
-        return step(shape)
+        return part_times(shape)
 
     requests = RequestSet(
-        prompt_tokens=np.array([128, 128], dtype=np.int64),
-        output_tokens=np.array([4, 2], dtype=np.int64),
-        arrival_s=np.array([0.0, 12 * MS]),
+        prompt_tokens=np.array(prompts, dtype=np.int64),
+        output_tokens=np.array(outputs, dtype=np.int64),
+        arrival_s=np.array(arrivals_ms) * MS,
         concurrency=None,
     )
-    policy = make_policy(KVConfig.model_validate({"policy": "full"}), 4096)
-    config = ServerConfig(2, 4096, mixed_batching=mixed, dynamic_batch=dynamic)
+    kv = KVConfig.model_validate({"policy": "full"})
+    policy = make_policy(kv, config.max_context, page_tokens)
     return serve(requests, policy, StepCache(timed), config), seen
+
+
+def two_requests(mixed: bool, dynamic: bool = False) -> tuple[ServingRecords, list[StepShape]]:
+    """A: 4 output tokens from t=0; B: 2 output tokens, arriving at 12 ms, during A's first
+    decode step. Two slots; returns the records and every shape the server timed."""
+    config = ServerConfig(2, 4096, mixed_batching=mixed, dynamic_batch=dynamic)
+    return served([128, 128], [4, 2], [0.0, 12.0], config)
 
 
 def ms(values: np.ndarray) -> list[float]:
@@ -231,20 +241,8 @@ def test_a_paged_step_reads_the_mean_cache_a_static_one_the_longest() -> None:
     policy = make_policy(KVConfig.model_validate({"policy": "full"}), 8192, 64)
 
     def both(dynamic: bool) -> StepShape:
-        seen: list[StepShape] = []
-
-        def timed(shape: StepShape) -> StepCost:
-            seen.append(shape)
-            return part_times(shape)
-
-        requests = RequestSet(
-            prompt_tokens=np.array([100, 3000], dtype=np.int64),
-            output_tokens=np.array([4, 2], dtype=np.int64),
-            arrival_s=np.array([0.0, 12 * MS]),
-            concurrency=None,
-        )
         config = ServerConfig(2, 8192, dynamic_batch=dynamic)
-        serve(requests, policy, StepCache(timed), config)
+        _, seen = served([100, 3000], [4, 2], [0.0, 12.0], config, page_tokens=64)
         # (each shape is timed once: the last new decode shape is the one of both)
         return [s for s in seen if s.phase == "decode"][-1]
 
@@ -284,24 +282,11 @@ def test_a_mixed_step_packs_prompts_within_the_budget_its_decode_rows_share() ->
     packs all three into one prefill step alone, two beside the decode rows (TensorRT-LLM's
     max_num_tokens counts both)."""
 
-    def packed(mixed: bool) -> list[int]:
-        seen: list[StepShape] = []
-
-        def timed(shape: StepShape) -> StepCost:
-            seen.append(shape)
-            return part_times(shape)
-
-        requests = RequestSet(
-            prompt_tokens=np.full(5, 128, dtype=np.int64),
-            output_tokens=np.array([50, 50, 2, 2, 2], dtype=np.int64),
-            arrival_s=np.array([0.0, 0.0, 20 * MS, 20 * MS, 20 * MS]),
-            concurrency=None,
-        )
-        policy = make_policy(KVConfig.model_validate({"policy": "full"}), 4096)
+    def packed(mixed: bool) -> list[tuple[int, int]]:
         config = ServerConfig(
             5, 4096, prefill_batch_tokens=384, mixed_batching=mixed, dynamic_batch=True
         )
-        serve(requests, policy, StepCache(timed), config)
+        _, seen = served([128] * 5, [50, 50, 2, 2, 2], [0.0, 0.0, 20.0, 20.0, 20.0], config)
         return [(s.batch, s.decode_batch) for s in seen if s.phase == "prefill"]
 
     assert packed(mixed=False) == [(2, 0), (3, 0)]

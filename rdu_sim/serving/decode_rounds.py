@@ -3,9 +3,10 @@
 :class:`DecodeRounds` itself is plain decoding: a decode step runs the static decode graph
 over every slot at the run's bucket and each decoding slot gains one token, so a run of
 ``k`` steps is one shape run ``k`` times (its :class:`~rdu_sim.serving.step_cache.StepEntry`
-kept per batch and bucket). A runtime that batches its live sequences dynamically (a paged KV cache,
-``dynamic``) runs only the decoding slots instead, their count rounded up the batch ladder
-(``serving.buckets.decode_batch``), as its CUDA graphs pad a batch to a captured size.
+kept per batch and bucket). A runtime that batches its live sequences dynamically (a paged
+KV cache, ``dynamic``) runs only the decoding slots instead, their count rounded up the
+batch ladder (``serving.buckets.decode_batch``), as its CUDA graphs pad a batch to a
+captured size.
 Speculative decoding's rounds (``serving.speculative.SpeculativeRounds``) override it: a
 "step" is a round of the draft's steps and one verify step, and each slot advances by its
 own accepted tokens.
@@ -38,11 +39,10 @@ class DecodeRounds:
         """A decode run's step at ``bucket`` (timed by ``cache``): its shape, its time (ps)
         and the tokens it emits (the slots decoding; 0 when each slot emits its own,
         counted at the run's end)."""
-        batch = self._batch(slots)
-        key = batch << 40 | bucket
+        key = self._batch(slots) << 40 | bucket
         entry = self._steps.get(key)
         if entry is None:
-            entry = self._steps[key] = cache.entry(StepShape("decode", batch, 1, bucket))
+            entry = self._steps[key] = cache.entry(self.step_shape(slots, bucket))
         self._planned = entry
         return entry.shape, entry.step_ps, slots.decoding
 

@@ -157,8 +157,9 @@ class PrefillInFlight:
         done: int,
         packed: list[int],
         fact: PromptFact | None,
+        decodes: bool,
     ) -> None:
-        """A prefill step begins."""
+        """A prefill step begins (``decodes``: it carries the decode rows)."""
         if self.active:
             raise RuntimeError("a prefill step began with another in flight (a bug)")
         self.active = True
@@ -169,6 +170,7 @@ class PrefillInFlight:
         self.done = done
         self.packed = packed
         self.fact = fact
+        self.decodes = decodes
 
 
 class Scheduler(Driven):
@@ -357,11 +359,9 @@ class Scheduler(Driven):
         prompt = self._prompts[request]
         before = slots.prefilled[slot]
         fact: PromptFact | None = None
-        decodes = self._mixes and slots.decoding > 0  # a mixed step: no entry kept by prompt
         if before:
             shape, done = self._facts.next_step(prompt, before)
-            if decodes:
-                shape = shape.with_decode(self._decode_shape())
+            shape = self._carrying(shape)
             entry = self.cache.entry(shape)
         else:
             first = self._first_step(prompt)
@@ -371,8 +371,8 @@ class Scheduler(Driven):
                 packed = self._pack(shape)
                 if packed:
                     return self._packed(slot, request, prompt, shape, packed, delays)
-            if decodes:
-                shape = shape.with_decode(self._decode_shape())
+            shape = self._carrying(shape)
+            if shape.mixed:  # (no entry kept by prompt: the decode rows vary)
                 entry = self.cache.entry(shape)
             else:
                 known = first.entry
@@ -382,8 +382,7 @@ class Scheduler(Driven):
         step = self.drafting.prefill_ps(entry.run(), shape)
         self.counts.prefill_steps += 1
         self.prefill_shape = shape
-        self._in_flight.begin(slot, request, prompt, before, done, NO_PACKED, fact)
-        self._in_flight.decodes = decodes
+        self._in_flight.begin(slot, request, prompt, before, done, NO_PACKED, fact, shape.mixed)
         return (*delays, step)
 
     def _packed(
@@ -396,20 +395,19 @@ class Scheduler(Driven):
         delays: tuple[int, ...],
     ) -> tuple[int, ...]:
         """:meth:`begin_prefill` of a step whose first prompt was packed with others."""
-        shape = StepShape("prefill", 1 + len(packed), first.tokens, 0, first.select)
-        decodes = self._mixes and self.slots.decoding > 0
-        if decodes:
-            shape = shape.with_decode(self._decode_shape())
+        shape = self._carrying(StepShape("prefill", 1 + len(packed), first.tokens, 0, first.select))
         step = self.cache.run(shape)
         self.counts.prefill_steps += 1
         self.prefill_shape = shape
-        self._in_flight.begin(slot, request, prompt, 0, prompt, packed, None)
-        self._in_flight.decodes = decodes
+        self._in_flight.begin(slot, request, prompt, 0, prompt, packed, None, shape.mixed)
         return (*delays, step)
 
-    def _decode_shape(self) -> StepShape:
-        """The decode step the decoding slots would run now (a mixed step carries its rows)."""
-        return self.rounds.step_shape(self.slots, self._decode_bucket())
+    def _carrying(self, shape: StepShape) -> StepShape:
+        """The prefill step ``shape``, carrying the decode step the decoding slots would run
+        now when the stack mixes and slots decode (a mixed step); else ``shape`` itself."""
+        if not (self._mixes and self.slots.decoding > 0):
+            return shape
+        return shape.with_decode(self.rounds.step_shape(self.slots, self._decode_bucket()))
 
     def end_prefill(self) -> None:
         """The prefill step begun by :meth:`begin_prefill` ended now: its prompts advance."""
