@@ -43,9 +43,13 @@ def test_placement_never_exceeds_a_tier(workload: str) -> None:
         assert placement.tiers["ddr"].weights_bytes == 0  # at or below capacity nothing spills
 
 
+ANY_BATCH = {"stack.batch_programs": "any"}
+"""A stack that runs every batch: the capacity is memory's alone."""
+
+
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_batch_capacity_is_the_largest_that_fits(workload: str) -> None:
-    scenario = load_scenario(f"workloads/{workload}.yaml")
+    scenario = load_scenario(f"workloads/{workload}.yaml", overrides=ANY_BATCH)
     capacity = batch_capacity(scenario)
     hbm = scenario.hardware.socket.hbm.capacity
     # the plan at capacity holds MLA's query weights whole when its step replicates them
@@ -59,10 +63,37 @@ def test_batch_capacity_is_the_largest_that_fits(workload: str) -> None:
     assert need(capacity) <= hbm < need(capacity + 1)
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_stack_of_power_of_two_programs_runs_the_largest_power_of_two_that_fits(
+    workload: str,
+) -> None:
+    scenario = load_scenario(f"workloads/{workload}.yaml")
+    assert scenario.stack.batch_programs == "powers_of_two"  # SambaNova's stacks
+    fits = batch_capacity(load_scenario(f"workloads/{workload}.yaml", overrides=ANY_BATCH))
+    runs = batch_capacity(scenario)
+    assert runs & (runs - 1) == 0 and runs <= fits < 2 * runs
+
+
+def test_the_stack_runs_at_most_its_cap_and_then_a_batch_it_has_a_program_for() -> None:
+    scenario = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml")
+    assert [scenario.stack.runnable_batch(n) for n in (0, 1, 2, 3, 139, 256)] == [
+        0,
+        1,
+        2,
+        2,
+        128,
+        256,
+    ]
+    capped = scenario.stack.model_copy(update={"max_batch_slots": 100})
+    assert capped.runnable_batch(139) == 64  # the cap first, then the program
+    every = scenario.stack.model_copy(update={"batch_programs": "any"})
+    assert every.runnable_batch(139) == 139
+
+
 def test_snapstream_grows_deepseek_batch_by_the_cache_ratio() -> None:
     # on links fast enough that both plans gather the MLA queries, so both hold the same
     # weights (at the shipped link SnapStream's holds the query weights whole: 139 slots)
-    gathering = {"hw.system.intra_node_link.bandwidth": 128e9}
+    gathering = {"hw.system.intra_node_link.bandwidth": 128e9, **ANY_BATCH}
     full = load_scenario("workloads/deepseek-r1-128k-full.yaml", overrides=gathering)
     snap = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides=gathering)
     ratio = slot_tokens(full) / slot_tokens(snap)
@@ -113,11 +144,11 @@ def test_over_large_model_gets_the_clear_error() -> None:
 def test_too_many_slots_names_the_capacity() -> None:
     scenario = load_scenario("workloads/deepseek-r1-128k-full.yaml")
     capacity = batch_capacity(scenario)
-    with pytest.raises(CapacityError, match=f"at most {capacity} fit"):
+    with pytest.raises(CapacityError, match=f"'auto' picks {capacity}, the most the stack"):
         plan_memory(scenario, 10 * capacity)
     # through the compiler, whose view leaves out the links the capacity weighs
     compiler = Compiler(load_scenario("workloads/deepseek-r1-128k-full.yaml"))
-    with pytest.raises(CapacityError, match=f"at most {capacity} fit"):
+    with pytest.raises(CapacityError, match=f"'auto' picks {capacity}"):
         compiler.placement(10 * capacity)
 
 

@@ -40,9 +40,10 @@ TWO_NODES = {**RING, "hw.system.sockets_per_node": 8}
 handle exactly (the shipped file is one 16-socket node)."""
 
 
-RECORDED_LINK = {"hw.system.intra_node_link.bandwidth": "64 GB/s"}
+RECORDED_LINK = {"hw.system.intra_node_link.bandwidth": "64 GB/s", "stack.batch_programs": "any"}
 """The P2P port the pipelines below were studied on (before any calibration set the shipped
-link): their cycle lengths and settling layers are properties of that wiring."""
+link), at the batch memory holds (before SambaStack's programs rounded it to a power of two):
+their cycle lengths and settling layers are properties of that wiring and batch."""
 
 
 @cache

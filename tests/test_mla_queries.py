@@ -48,6 +48,9 @@ from rdu_sim.shapes import StepShape
 
 SNAP, FULL = "deepseek-r1-128k-snapstream", "deepseek-r1-128k-full"
 BF16 = 2
+ANY_BATCH = {"stack.batch_programs": "any"}
+"""Every batch runnable: the capacity is what memory holds beside the query weights (the
+shipped SambaStack rounds it down to a power of two: tests/test_compiler_placement.py)."""
 
 
 def _arch(scenario: Scenario) -> DeepSeekArchitecture:
@@ -87,7 +90,7 @@ def test_the_query_all_gather_in_closed_form(batch: int) -> None:
     assert _query_bytes(_arch(scenario), 1) == 147_456  # ~150 KB at batch 1
 
 
-SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 17.73e9}
+SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 17.73e9, **ANY_BATCH}
 """A link slow enough that both DeepSeek-R1 workloads' full-batch steps replicate the query
 weights (at the shipped 36.24 GB/s full attention's gathers)."""
 
@@ -146,14 +149,14 @@ def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathe
 def test_the_compiler_chooses_per_program_by_cost() -> None:
     """Batch 1 gathers ~150 KB, the plan's full batch replicates; a plan for more slots than
     fit beside the whole weights gathers at every batch."""
-    scenario = api.load(SNAP)
+    scenario = api.load(SNAP, ANY_BATCH)
     compiler = Compiler(scenario)
     capacity = compiler.batch_capacity()
     assert compiler.whole_queries(capacity)
     gather = "attn.flash" + QUERY_GATHER
     assert gather in _stages(compiler, StepShape("decode", 1, 1, 32768))
     assert gather not in _stages(compiler, StepShape("decode", capacity, 1, 32768))
-    over = Compiler(api.load(SNAP, {"serving.batch_slots": capacity + 1}))
+    over = Compiler(api.load(SNAP, {"serving.batch_slots": capacity + 1, **ANY_BATCH}))
     assert not over.whole_queries(capacity + 1)
     assert gather in _stages(over, StepShape("decode", capacity + 1, 1, 32768))
 
@@ -197,7 +200,7 @@ def test_the_plan_holds_the_whole_weights_where_its_full_step_replicates(
     """Where the links bind the full step, the plan holds the whole weights and plans the
     capacity with them; at 128 GB/s the step is bound by the HBM, which the gather leaves
     alone: the slices stay, and the capacity with them. Batch 1 always gathers."""
-    scenario = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": bandwidth})
+    scenario = api.load(SNAP, {"hw.system.intra_node_link.bandwidth": bandwidth, **ANY_BATCH})
     assert batch_capacity(scenario) == capacity
     assert whole_queries(scenario, capacity) == whole
     plan = replace(shard_plan(scenario), whole_queries=True)
@@ -438,7 +441,9 @@ def test_points_differing_in_their_links_share_what_their_choices_share() -> Non
     shared_programs.clear()
     try:
         with shared_programs.sharing():
-            scenarios = {bw: api.load(SNAP, {link: bw}) for bw in (17.73e9, 64e9, 128e9)}
+            scenarios = {
+                bw: api.load(SNAP, {link: bw, **ANY_BATCH}) for bw in (17.73e9, 64e9, 128e9)
+            }
             assert len({compile_view(s).digest for s in scenarios.values()}) == 1
             compilers = {bw: Compiler(s) for bw, s in scenarios.items()}
             kernels = {bw: c.program(shape).kernels for bw, c in compilers.items()}

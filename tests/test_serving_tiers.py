@@ -105,7 +105,7 @@ def test_a_larger_hot_set_reads_less_from_ddr_and_fits_fewer_slots() -> None:
 
 
 def test_slots_above_capacity_push_weights_out_of_hbm_with_a_warning() -> None:
-    scenario = load_scenario(LLAMA_8B)
+    scenario = load_scenario(LLAMA_8B, {"stack.batch_programs": "any"})  # memory's count
     capacity = batch_capacity(scenario)
     auto = api.run(LLAMA_8B, SHORT).summary()
     assert auto.warnings == [] and auto.memory["ddr"].weights_bytes == 0

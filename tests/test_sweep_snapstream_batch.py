@@ -1,7 +1,8 @@
 """The shipped SnapStream batch sweep (workloads/sweeps/deepseek-snapstream-batch.yaml,
 docs/kv.md "SnapStream's batch"): run whole on one worker, its steady decode rate rises with
-the batch up to the batch capacity, where a named resource binds the step; the point forced
-past the capacity is bound by another and serves less."""
+the batch up to what memory holds (past the batch SambaStack's programs run), where a named
+resource binds the step; the point forced past memory's count is bound by another and serves
+less."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ SPEC = (
 WORKLOAD = "deepseek-r1-128k-snapstream"
 
 
+def _memory_capacity() -> int:
+    """The most slots memory holds: the capacity of a stack that runs every batch."""
+    return batch_capacity(api.load(WORKLOAD, {"stack.batch_programs": "any"}))
+
+
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """The sweep's rows in batch order (11 points, a few seconds compiled)."""
@@ -38,18 +44,20 @@ def _rate(row: dict[str, Any]) -> float:
 
 
 def test_the_sweep_reaches_the_capacity_and_one_point_past_it(rows: list[dict[str, Any]]) -> None:
-    capacity = batch_capacity(api.load(WORKLOAD))
+    """The batch SambaStack runs (a power of two), what memory holds, and one point past."""
+    runs, holds = batch_capacity(api.load(WORKLOAD)), _memory_capacity()
     slots = [int(r["serving.batch_slots"]) for r in rows]
-    assert capacity in slots
-    assert [s for s in slots if s > capacity] == [slots[-1]]
+    assert runs < holds < 2 * runs and runs & (runs - 1) == 0
+    assert runs in slots and holds in slots
+    assert [s for s in slots if s > holds] == [slots[-1]]
 
 
 def test_throughput_never_falls_as_the_batch_grows_to_the_capacity(
     rows: list[dict[str, Any]],
 ) -> None:
-    """Up to the capacity each point's steady rate is above the one before; no steady rate
-    beats its own decode step's (the window's prefills only stall the slots)."""
-    capacity = batch_capacity(api.load(WORKLOAD))
+    """Up to what memory holds each point's steady rate is above the one before; no steady
+    rate beats its own decode step's (the window's prefills only stall the slots)."""
+    capacity = _memory_capacity()
     within = [r for r in rows if r["serving.batch_slots"] <= capacity]
     rates = [_rate(r) for r in within]
     assert all(b > a for a, b in pairwise(rates)), rates
@@ -58,9 +66,9 @@ def test_throughput_never_falls_as_the_batch_grows_to_the_capacity(
 
 
 def test_each_step_names_its_bound_and_the_top_points_differ(rows: list[dict[str, Any]]) -> None:
-    """Every point names a resource, never one of less time than HBM's or the links'; at the
-    capacity HBM or the links (the attention's reduce-scatter) bind, past it the query
-    gather makes the links bind, by more, and the rate falls."""
+    """Every point names a resource, never one of less time than HBM's or the links'; at
+    what memory holds HBM or the links (the attention's reduce-scatter) bind, past it the
+    query gather makes the links bind, by more, and the rate falls."""
     for row in rows:
         bound = row["decode_step.bound"]
         assert bound in RESOURCES
@@ -74,7 +82,7 @@ def test_each_step_names_its_bound_and_the_top_points_differ(rows: list[dict[str
 
 
 def test_the_runs_decode_step_is_the_step_commands(rows: list[dict[str, Any]]) -> None:
-    """Differential: the sweep's decode step at the capacity is `rdu-sim step --batch` of it."""
+    """Differential: the sweep's decode step at memory's count is `rdu-sim step --batch` of it."""
     row = rows[-2]
     scenario = api.load(WORKLOAD)
     timing = api.step(scenario, batch=int(row["serving.batch_slots"])).detail

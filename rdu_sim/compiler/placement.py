@@ -18,7 +18,9 @@ which `compile_program` reports.
 
 `batch_capacity` is the largest number of slots whose KV cache and activations fit in HBM
 beside the weights HBM pins (all of them for `memory.weights: hbm`, so no weight spills at
-that batch). Capacity errors suggest only what applies to the workload (`shrink_hints`).
+that batch) and that the serving stack runs (`StackConfig.runnable_batch`: its cap, and a
+batch it has a program for). Capacity errors suggest only what applies to the workload
+(`shrink_hints`).
 
 Under the MLA sequence_split layout a plan may hold q_b_proj and W_UK whole on every socket,
 so that its steps can make every head's queries themselves (`compiler.mla_queries`): the plan
@@ -342,7 +344,7 @@ def plan_memory(
     if act + kv > hbm_cap:
         capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
         fit = (
-            f"at most {capacity} fit beside the weights; 'auto' picks that"
+            f"'auto' picks {capacity}, the most the stack runs that fit beside the weights"
             if capacity
             else "not even one fits beside the weights"
         )
@@ -480,7 +482,8 @@ def batch_capacity(
 ) -> int:
     """Most slots whose KV cache and activations fit in HBM beside the weights it pins (on a
     pipeline ``stage``'s sockets: its layers'), of which the serving stack gives its KV cache
-    ``kv_memory_fraction`` of what is left, and at most the stack's ``max_batch_slots``.
+    ``kv_memory_fraction`` of what is left, and of those the most the stack runs (at most its
+    ``max_batch_slots``, a batch it has a program for: ``batch_programs``).
     Under the MLA sequence_split layout: the most beside MLA's query weights whole when the
     decode step of that many slots replicates the queries on ``system``'s links (default:
     the scenario's; `whole_queries`), else beside their slices.
@@ -519,20 +522,15 @@ def batch_capacity(
                 f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
-    most = _capped(scenario, most_slots(fits))
+    runs = scenario.stack.runnable_batch
+    most = runs(most_slots(fits))
     if chooses_queries(scenario):
         whole = _pinned_weights(scenario, True, stage)
-        beside = _capped(scenario, most_slots(lambda slots: _fits(scenario, slots, whole, stage)))
+        beside = runs(most_slots(lambda slots: _fits(scenario, slots, whole, stage)))
         links = scenario.hardware.system if system is None else system
         if beside and _replicates(scenario, beside, stage, links):
             return beside
     return most
-
-
-def _capped(scenario: Scenario, slots: int) -> int:
-    """``slots``, at most the serving stack's ``max_batch_slots``."""
-    cap = scenario.stack.max_batch_slots
-    return slots if cap is None else min(slots, cap)
 
 
 def most_slots(fits: Callable[[int], bool]) -> int:

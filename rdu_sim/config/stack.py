@@ -119,6 +119,7 @@ class HostWorkConfig(StrictModel):
 
 
 Sampling = Literal["host", "device"]
+BatchPrograms = Literal["any", "powers_of_two"]
 
 
 class StackConfig(StrictModel):
@@ -172,6 +173,14 @@ class StackConfig(StrictModel):
         "max_batch_size, vLLM's max_num_seqs): batch_slots auto is the smaller of this and "
         "what fits in memory; none: what fits",
     )
+    batch_programs: BatchPrograms = Field(
+        default="any",
+        description="the batch sizes the runtime has compiled step programs for: "
+        "'powers_of_two' (static programs compiled per batch size, as SambaStack's public "
+        "program mapping lists 1, 2, 4, ... 128), so batch_slots auto is the largest power "
+        "of two that fits; 'any': every batch (a runtime batching sequences per step). An "
+        "explicit serving.batch_slots runs as given, a program compiled for it",
+    )
     kv_memory_fraction: float | None = Field(
         default=None,
         gt=0,
@@ -180,6 +189,14 @@ class StackConfig(StrictModel):
         "the runtime gives its KV cache (TensorRT-LLM's free_gpu_memory_fraction); none: "
         "all of it",
     )
+
+    def runnable_batch(self, fits: int) -> int:
+        """The largest batch this stack runs when ``fits`` slots fit in memory: at most
+        ``max_batch_slots``, and a batch it has a program for (0 stays 0)."""
+        slots = fits if self.max_batch_slots is None else min(fits, self.max_batch_slots)
+        if self.batch_programs == "powers_of_two" and slots > 0:
+            return 1 << (slots.bit_length() - 1)
+        return slots
 
     @property
     def dynamic_batch(self) -> bool:

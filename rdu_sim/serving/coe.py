@@ -175,9 +175,11 @@ def _fixed_hbm(scenario: Scenario, router: Scenario, slots: int) -> int:
 
 def coe_capacity(scenario: Scenario, router: Scenario) -> int:
     """Most batch slots that still leave the HBM region room for one expert (a CoE's
-    ``room for``: more slots take the region's HBM for KV cache)."""
+    ``room for``: more slots take the region's HBM for KV cache), of those the most the
+    stack runs (`StackConfig.runnable_batch`)."""
     room = scenario.hardware.hbm.capacity - _expert_hbm(scenario)
-    return most_slots(lambda slots: _fixed_hbm(scenario, router, slots) <= room)
+    fits = most_slots(lambda slots: _fixed_hbm(scenario, router, slots) <= room)
+    return scenario.stack.runnable_batch(fits)
 
 
 def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:

@@ -131,8 +131,9 @@ FIGURES: tuple[Figure, ...] = (
         4.0,
         0.10,
         "x",
-        "batch capacity (largest batch whose memory plan fits on a socket) with SnapStream "
-        "over full attention, both at max_context 128k",
+        "batch capacity (the largest batch the stack runs whose memory plan fits on a "
+        "socket: SambaStack compiles its programs for powers of two) with SnapStream over "
+        "full attention, both at max_context 128k",
         lambda m: _ratio(m.batch_capacity_snapstream, m.batch_capacity_full),
     ),
     Figure(
