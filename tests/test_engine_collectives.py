@@ -91,8 +91,8 @@ def test_step_json_names_each_collectives_algorithm_bytes_and_hops() -> None:
     layer = reports[("decoder", "attn.o_proj.allreduce")]
     # a decode token's hidden state, BF16: 4096 x 2 bytes, once per layer
     assert layer["kind"] == "allreduce" and layer["bytes"] == 4096 * 2
-    # two-shot at 8 kB on the 36.24 GB/s port: 2 hops of 1 us (2.24 us) beat one-shot's
-    # 7 x 8 kB through one port (2.58 us)
+    # two-shot at 8 kB on the 35 GB/s port: 2 hops of 1 us (2.26 us) beat one-shot's
+    # 7 x 8 kB through one port (2.64 us)
     assert layer["calls_per_step"] == 32 and layer["hops"] == 2
     # the link bytes socket 0 sent are those the chosen algorithms put on its port
     sent = sum(c["bytes_per_link"] * c["calls_per_step"] for c in data["collectives"])
