@@ -102,8 +102,10 @@ def _points(
     contexts: Sequence[int],
     budget: int | None,
     ratio: float | None,
-) -> Iterator[tuple[Scenario, dict[str, Any], int]]:
-    """(scenario, settings, batch capacity) at each (policy, context) of the grid."""
+) -> Iterator[tuple[Scenario, dict[str, Any], int, int]]:
+    """(scenario, settings, batch capacity, what memory holds) at each (policy, context) of
+    the grid: ``auto`` runs the capacity, an explicit batch runs as given up to what memory
+    holds (`Compiler.memory_capacity`), as ``rdu-sim run`` does."""
     base = api.load(workload, overrides)
     backend = EngineBackend()
     for policy in policies:
@@ -112,7 +114,8 @@ def _points(
                 base, policy, context, snapstream_budget=budget, snapstream_ratio=ratio
             )
             scenario = api.load(base, settings)
-            yield scenario, settings, backend.batch_capacity(scenario)
+            capacity = backend.batch_capacity(scenario)
+            yield scenario, settings, capacity, backend.memory_capacity(scenario)
 
 
 def plan_over_contexts(
@@ -131,9 +134,9 @@ def plan_over_contexts(
         workload: a workload path or a Scenario.
         contexts: context lengths (tokens).
         policies: KV policies to compare.
-        batch: plan memory for this many slots (capped at the capacity); default: the batch
-            slots ``rdu-sim run`` would use at that point (the capacity for ``auto``, capped
-            at the capacity when the workload's fixed batch no longer fits).
+        batch: plan memory for this many slots (capped at what memory holds); default: the
+            batch slots ``rdu-sim run`` would use at that point (the capacity for ``auto``,
+            capped at what memory holds when the workload's fixed batch no longer fits).
         overrides: applied to the workload before the point's settings.
 
     Returns:
@@ -143,10 +146,10 @@ def plan_over_contexts(
     """
     backend = EngineBackend()
     rows: list[dict[str, Any]] = []
-    for scenario, settings, capacity in _points(
+    for scenario, settings, capacity, holds in _points(
         workload, overrides, policies, contexts, snapstream_budget, snapstream_ratio
     ):
-        slots = min(batch or _run_slots(scenario, capacity), capacity)
+        slots = min(batch or _run_slots(scenario, capacity), holds)
         row: dict[str, Any] = {
             **_identity(scenario, _with_slots(scenario, settings, capacity, slots)),
             "source": "plan",
@@ -178,7 +181,8 @@ def _with_slots(
     scenario: Scenario, settings: Mapping[str, Any], capacity: int, slots: int
 ) -> dict[str, Any]:
     """``settings``, plus ``serving.batch_slots`` when the point runs another batch than
-    ``rdu-sim run`` would (a batch asked for, or the workload's capped at the capacity)."""
+    ``rdu-sim run`` would (a batch asked for, or the workload's capped at what memory
+    holds)."""
     if slots == _run_slots(scenario, capacity):
         return dict(settings)
     return {**settings, "serving.batch_slots": slots}
@@ -216,15 +220,15 @@ def decode_over_contexts(
 ) -> list[dict[str, Any]]:
     """Steady-state decode tokens/s at each (policy, context), at the batch capacity.
 
-    Each point simulates one decode step with ``batch`` slots (default: as many as fit at
-    that context; capped at the capacity), every slot attending to its largest cache (the
+    Each point simulates one decode step with ``batch`` slots (default: the batch capacity
+    at that context; capped at what memory holds), every slot attending to its largest cache (the
     context for full attention, the slot for SnapStream), and reports ``batch / step
     time`` as ``decode_tokens_per_s`` (``source: "decode_step"``), with the step time and
     the achieved fraction of HBM bandwidth and of peak FLOP/s.
     """
     return [
-        _decode_row(scenario, settings, capacity, min(batch or capacity, capacity))
-        for scenario, settings, capacity in _points(
+        _decode_row(scenario, settings, capacity, min(batch or capacity, holds))
+        for scenario, settings, capacity, holds in _points(
             workload, overrides, policies, contexts, snapstream_budget, snapstream_ratio
         )
         if capacity >= 1
@@ -243,17 +247,15 @@ def decode_over_batches(
 ) -> list[dict[str, Any]]:
     """Steady-state decode tokens/s at each (policy, batch) at one context.
 
-    ``context`` defaults to the workload's ``serving.max_context``; batches above the
-    capacity at that context are skipped (they do not fit). See :func:`decode_over_contexts`.
+    ``context`` defaults to the workload's ``serving.max_context``; batches above what memory
+    holds at that context are skipped (they do not fit). See :func:`decode_over_contexts`.
     """
     context = context or api.load(workload, overrides).workload.serving.max_context
     rows = []
-    for scenario, settings, capacity in _points(
+    for scenario, settings, capacity, holds in _points(
         workload, overrides, policies, [context], snapstream_budget, snapstream_ratio
     ):
-        rows += [
-            _decode_row(scenario, settings, capacity, b) for b in batches if 1 <= b <= capacity
-        ]
+        rows += [_decode_row(scenario, settings, capacity, b) for b in batches if 1 <= b <= holds]
     return rows
 
 

@@ -142,10 +142,19 @@ def test_over_large_model_gets_the_clear_error() -> None:
 
 
 def test_too_many_slots_names_the_capacity() -> None:
+    """The error names what memory holds (the most an explicit batch runs) and what 'auto'
+    picks of it (SambaStack's power of two)."""
     scenario = load_scenario("workloads/deepseek-r1-128k-full.yaml")
     capacity = batch_capacity(scenario)
-    with pytest.raises(CapacityError, match=f"'auto' picks {capacity}, the most the stack"):
+    holds = batch_capacity(scenario, runnable=False)
+    assert (capacity, holds) == (32, 40)
+    told = f"at most {holds} fit beside the weights; 'auto' picks {capacity}, the most of them"
+    with pytest.raises(CapacityError, match=told):
         plan_memory(scenario, 10 * capacity)
+    plan_memory(scenario, holds)  # an explicit batch up to memory's count runs as given
+    every = load_scenario("workloads/deepseek-r1-128k-full.yaml", overrides=ANY_BATCH)
+    with pytest.raises(CapacityError, match=f"at most {holds} fit beside the weights; 'auto'"):
+        plan_memory(every, 10 * capacity)
     # through the compiler, whose view leaves out the links the capacity weighs
     compiler = Compiler(load_scenario("workloads/deepseek-r1-128k-full.yaml"))
     with pytest.raises(CapacityError, match=f"'auto' picks {capacity}"):

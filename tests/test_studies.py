@@ -75,6 +75,27 @@ def test_memory_points_are_what_run_does(workload: Path) -> None:
         assert by_point[("snapstream", 131072)] > 3 * by_point[("full", 131072)]
 
 
+def test_an_explicit_batch_runs_as_given_up_to_what_memory_holds() -> None:
+    """SambaStack's `auto` runs a power of two (128 SnapStream slots at 128k), but an
+    explicit batch runs as `rdu-sim run` runs it: up to what memory holds (139), not the
+    capacity; a batch past memory's count is left out."""
+    holds = EngineBackend().memory_capacity(api.load(SNAP))
+    assert holds == 139
+    rows = studies.decode_over_batches(SNAP, [64, 128, holds, holds + 11], policies=["snapstream"])
+    assert [r["batch_slots"] for r in rows] == [64, 128, holds]
+    assert {r["batch_capacity"] for r in rows} == {128}
+    [row] = studies.plan_over_contexts(
+        SNAP, [131072], policies=["snapstream"], overrides={"serving.batch_slots": holds}
+    )
+    assert (
+        row["batch_slots"]
+        == holds
+        == api.run(SNAP, {"serving.batch_slots": holds, "serving.requests": 1}).batch_slots
+    )
+    [step] = studies.decode_over_contexts(SNAP, [131072], policies=["snapstream"], batch=holds)
+    assert step["batch_slots"] == holds
+
+
 def test_a_run_of_a_point_reports_the_plotted_memory() -> None:
     """End to end on a cheap point: the run's JSON memory and slots are the plot's (HBM and
     DDR: SRAM holds the running kernel's buffers, which only a run that simulates steps

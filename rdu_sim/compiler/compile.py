@@ -112,17 +112,25 @@ class Compiler:
 
     def batch_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
-        pipeline stage)."""
+        pipeline stage) and that the serving stack runs (`StackConfig.runnable_batch`)."""
         if self._capacity is None:
-            self._capacity = min(self._stage_capacity(stage) for stage in self._stages)
+            self._capacity = min(self._stage_capacity(stage, True) for stage in self._stages)
         return self._capacity
 
-    def _stage_capacity(self, stage: PipelineStage | None) -> int:
+    def memory_capacity(self) -> int:
+        """Most batch slots whose KV and activations fit in HBM beside the weights (on every
+        pipeline stage), whether or not the stack runs that batch: the most an explicit
+        ``serving.batch_slots`` runs without spilling weights."""
+        return min(self._stage_capacity(stage, False) for stage in self._stages)
+
+    def _stage_capacity(self, stage: PipelineStage | None, runnable: bool) -> int:
         view = self.view
         return shared(
             "capacity",
-            (view.digest, _index(stage), self._wiring),
-            lambda: batch_capacity(view.scenario, stage=stage, system=self._system),
+            (view.digest, _index(stage), self._wiring, runnable),
+            lambda: batch_capacity(
+                view.scenario, stage=stage, system=self._system, runnable=runnable
+            ),
         )
 
     def batch_slots(self) -> int:

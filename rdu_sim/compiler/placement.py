@@ -343,11 +343,16 @@ def plan_memory(
     kv = kv_bytes(scenario, batch_slots, stage)
     if act + kv > hbm_cap:
         capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
-        fit = (
-            f"'auto' picks {capacity}, the most the stack runs that fit beside the weights"
-            if capacity
-            else "not even one fits beside the weights"
-        )
+        holds = batch_capacity(scenario, strict=False, stage=stage, system=system, runnable=False)
+        if not holds:
+            fit = "not even one fits beside the weights"
+        elif holds == capacity:
+            fit = f"at most {holds} fit beside the weights; 'auto' picks that"
+        else:
+            fit = (
+                f"at most {holds} fit beside the weights; 'auto' picks {capacity}, the most "
+                "of them the stack runs"
+            )
         hints = [
             f"lower serving.batch_slots ({fit})",
             *shrink_hints(scenario, kv=True, weights=False),
@@ -479,11 +484,13 @@ def batch_capacity(
     strict: bool = True,
     stage: PipelineStage | None = None,
     system: SystemConfig | None = None,
+    runnable: bool = True,
 ) -> int:
     """Most slots whose KV cache and activations fit in HBM beside the weights it pins (on a
     pipeline ``stage``'s sockets: its layers'), of which the serving stack gives its KV cache
     ``kv_memory_fraction`` of what is left, and of those the most the stack runs (at most its
-    ``max_batch_slots``, a batch it has a program for: ``batch_programs``).
+    ``max_batch_slots``, a batch it has a program for: ``batch_programs``; ``runnable=False``:
+    what memory holds, the most an explicit ``serving.batch_slots`` can run without spilling).
     Under the MLA sequence_split layout: the most beside MLA's query weights whole when the
     decode step of that many slots replicates the queries on ``system``'s links (default:
     the scenario's; `whole_queries`), else beside their slices.
@@ -522,7 +529,7 @@ def batch_capacity(
                 f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
             )
         return 0
-    runs = scenario.stack.runnable_batch
+    runs = scenario.stack.runnable_batch if runnable else _every_batch
     most = runs(most_slots(fits))
     if chooses_queries(scenario):
         whole = _pinned_weights(scenario, True, stage)
@@ -531,6 +538,11 @@ def batch_capacity(
         if beside and _replicates(scenario, beside, stage, links):
             return beside
     return most
+
+
+def _every_batch(slots: int) -> int:
+    """What memory holds, run as it is."""
+    return slots
 
 
 def most_slots(fits: Callable[[int], bool]) -> int:

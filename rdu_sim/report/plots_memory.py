@@ -151,11 +151,13 @@ def memory_footprint(
 
 
 def batch_capacity(results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
-    """Batch capacity (slots that fit in memory) vs context, one line per model and policy.
+    """Batch capacity (slots that fit in memory and the stack runs) vs context, one line per
+    model and policy.
 
-    Both axes are log-2: a full-attention slot's cache doubles with the context, so its
-    capacity halves per doubling, while SnapStream's flattens once the context exceeds its
-    budget. The gap between the lines is the "larger maximum batch" of the paper.
+    Both axes are log-2: a full-attention slot's cache doubles with the context, so what
+    memory holds halves per doubling (and a stack of power-of-two programs runs a power of
+    two of it), while SnapStream's flattens once the context exceeds its budget. The gap
+    between the lines is the "larger maximum batch" of the paper.
 
     Returns:
         The figure; one line per group of runs.

@@ -65,6 +65,10 @@ class EngineBackend:
         """The compiler's batch capacity."""
         return self.compiler(scenario).batch_capacity()
 
+    def memory_capacity(self, scenario: Scenario) -> int:
+        """The compiler's count of what memory holds, whether or not the stack runs it."""
+        return self.compiler(scenario).memory_capacity()
+
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
         """The compiler's memory plan."""
         return self.compiler(scenario).placement(batch_slots)

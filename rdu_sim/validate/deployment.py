@@ -30,7 +30,8 @@ MIN_CONTEXT = 4096
 start below); a full-load point's is its own length, which sets how many sequences fit."""
 
 AUTO = "auto"
-"""``batch`` of a full-load point: as many slots as the KV memory holds."""
+"""``batch`` of a full-load point: the batch capacity (as many slots as the KV memory holds
+and the stack runs)."""
 
 FULL_LOAD, BATCH = "full-load", "batch"
 """How a point was measured: a full-load run (``batch`` auto), or a batch sent together."""
@@ -109,7 +110,7 @@ class MeasuredPoint:
     hardware: str
     model: str
     tp: int
-    batch: int | None  # None: as many slots as the KV memory holds (``auto``)
+    batch: int | None  # None: the batch capacity (``auto``)
     input_tokens: int
     output_tokens: int
     metric: str
