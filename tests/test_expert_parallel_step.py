@@ -161,7 +161,7 @@ def test_micro_batches_split_slots_or_a_lone_prompt() -> None:
 
 def test_two_batch_overlap_on_a_gpu_hides_communication_at_a_cost() -> None:
     # a prompt long enough that the hidden all-to-all outweighs the micro-batches' doubled
-    # kernel boundaries (at 2,048 tokens the H100's 6.9 us boundaries cost more than it hides)
+    # kernel boundaries (at 2,048 tokens the H100's 6.3 us boundaries cost more than it hides)
     plain = api.step(MOE_GPU, GPU_EP8, phase="prefill", tokens=4096)
     overlap = {**GPU_EP8, "parallelism.two_batch_overlap": True}
     hidden = api.step(MOE_GPU, overlap, phase="prefill", tokens=4096)

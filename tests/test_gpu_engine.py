@@ -28,7 +28,7 @@ from rdu_sim.engine.collective_port import plan_collective
 from rdu_sim.engine.for_hardware import engine_for, gpu_settings
 from rdu_sim.engine.gpu import GpuEngine, GpuSettings
 from rdu_sim.engine.gpu.stream import execution_order
-from rdu_sim.engine.gpu.work import gemm_efficiency, matrix_rate
+from rdu_sim.engine.gpu.work import attention_blocks, gemm_efficiency, matrix_rate
 from rdu_sim.hw.collectives import ring_time
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import Gemm, StepShape
@@ -269,6 +269,70 @@ def test_cuda_graphs_and_fusion_order_the_small_batch_step() -> None:
     assert step(fusion="none") > step(fusion="partial") > step(fusion="full")
 
 
+# --- decode attention's thread blocks ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heads", "keys", "split", "blocks"),
+    [
+        (16, 3073, "whole", 16),  # one block per slot and KV head
+        (16, 3073, 512, 16 * 7),  # partitions of 512 tokens: ceil(3073 / 512)
+        (16, 512, 512, 16),
+        (16, 3073, "fill", 16 * 9),  # cut until the blocks fill 132 SMs: ceil(132 / 16)
+        (200, 3073, "fill", 200),  # already more blocks than SMs: no cut
+        (1, 2, "fill", 2),  # never less than a token a block
+    ],
+)
+def test_attention_blocks_deal_a_context_out_as_the_stack_says(
+    heads: int, keys: int, split: str | int, blocks: int
+) -> None:
+    assert attention_blocks(heads, keys, split, sms=132) == blocks
+
+
+def _decode_s(context: int, split: str | int, tp: int = 4) -> float:
+    scenario = on_gpu(
+        **{
+            "serving.batch_slots": 1,
+            "serving.max_context": 16384,
+            "parallelism.tp": tp,
+            "stack.decode_attention_split": split,
+        }
+    )
+    shape = StepShape("decode", 1, 1, context)
+    return engine_for(scenario).simulate_step(Compiler(scenario).program(shape)).step_s
+
+
+def test_one_block_per_kv_head_streams_the_context_at_its_own_rate() -> None:
+    """Llama-3-70B at batch 1 on 4 GPUs: two KV heads a GPU, two blocks. Each added token of
+    context is 512 bytes (K and V, 128 dims, bf16) a block reads at thread_block_bandwidth,
+    in each of 80 layers: the step grows by exactly that, however few the bytes are for the
+    HBM."""
+    hw = dgx()
+    added = 8192
+    per_block = 80 * added * 2 * 128 * 2 / hw.gpu.thread_block_bandwidth
+    whole = _decode_s(1024 + added, "whole") - _decode_s(1024, "whole")
+    assert whole == pytest.approx(per_block, rel=1e-9)
+    # split until the blocks fill the SMs, the same bytes take about the HBM's time, a sliver
+    fill = _decode_s(1024 + added, "fill") - _decode_s(1024, "fill")
+    hbm_bytes = 80 * added * 2 * 128 * 2 * 2  # two KV heads a GPU
+    assert fill == pytest.approx(hbm_bytes / hbm_rate(hw), rel=0.05)
+    assert fill < 0.2 * whole
+    # a block's stream is the same on 8 GPUs (one KV head each): the growth does not halve
+    eight = _decode_s(1024 + added, "whole", tp=8) - _decode_s(1024, "whole", tp=8)
+    assert eight == pytest.approx(whole, rel=0.05)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_fewer_blocks_are_never_faster_and_prefill_is_not_split(batch: int) -> None:
+    def step(split: str | int, phase: str) -> float:
+        scenario = on_gpu(**{"serving.batch_slots": batch, "stack.decode_attention_split": split})
+        shape = default_step_shape(scenario, phase)
+        return engine_for(scenario).simulate_step(Compiler(scenario).program(shape)).step_s
+
+    assert step("whole", "decode") >= step(512, "decode") >= step("fill", "decode")
+    assert step("whole", "prefill") == step("fill", "prefill")
+
+
 # --- every GPU parameter changes some result ---------------------------------------------
 
 
@@ -297,6 +361,8 @@ def _results(hw: GpuHardwareConfig) -> tuple[float, ...]:
         (LLAMA_70B, {"serving.batch_slots": 1}, "prefill"),
         (LLAMA_70B, {"dtypes.weights": "fp8", "serving.batch_slots": 1}, "prefill"),
         (MOE, MOE_OVERLAP, "prefill"),  # two-batch overlap: SMs held by the all-to-all
+        # one thread block per sequence and KV head streams its whole context
+        (LLAMA_70B, {"serving.batch_slots": 1, "stack": "tensorrt-llm-2024"}, "decode"),
     ):
         scenario = replace(on_gpu(path, **overrides), hardware=hw)
         backend = EngineBackend()

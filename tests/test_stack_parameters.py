@@ -39,6 +39,13 @@ PROBES: dict[str, dict[str, Any]] = {
         "stack": "tensorrt-llm",
         "serving.batch_slots": "auto",
     },
+    # four GPUs split the KV heads: few thread blocks read decode attention's KV cache
+    "a paged runtime on four GPUs": {
+        **SMALL,
+        "hardware": "dgx-h100",
+        "stack": "tensorrt-llm",
+        "parallelism.tp": 4,
+    },
 }
 
 NOT_PARAMETERS = {"name", "description", "runs_on"}
@@ -68,6 +75,14 @@ def _variants(value: Any, annotation: Any) -> list[Any]:
         return [not value]
     if typing.get_origin(annotation) is typing.Literal:
         return [v for v in typing.get_args(annotation) if v != value]
+    if isinstance(value, str):  # a name among a union's literals, or a number in their place
+        names = [
+            v
+            for part in typing.get_args(annotation)
+            if typing.get_origin(part) is typing.Literal
+            for v in typing.get_args(part)
+        ]
+        return [v for v in names if v != value] + [64]
     if isinstance(value, int) and not isinstance(value, bool):
         return [v for v in (value * 4, max(1, value // 4)) if v != value]
     if isinstance(value, float):

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.hardware import HardwareBase, MemoryTierConfig
 from rdu_sim.config.limits import MAX_KERNEL_SECONDS, MIN_RATE, rate_floor
-from rdu_sim.config.units import FlopsPerSecond, Seconds
+from rdu_sim.config.units import BytesPerSecond, FlopsPerSecond, Seconds
 
 _MAX_FLOPS = 1e18
 
@@ -72,7 +72,15 @@ class GpuConfig(StrictModel):
         ge=2,
         le=100_000,
         description="streaming multiprocessors: the compute a kernel shares with "
-        "communication kernels running beside it (two-batch overlap)",
+        "communication kernels running beside it (two-batch overlap), and the most thread "
+        "blocks of decode attention that stream at once",
+    )
+    thread_block_bandwidth: BytesPerSecond = Field(
+        ge=MIN_RATE,
+        le=1e15,
+        description="HBM bytes/s one thread block streams on its own (the loads it keeps in "
+        "flight over the memory's latency): decode attention whose keys and values few "
+        "blocks read is bound by it (stack.decode_attention_split)",
     )
     hbm: MemoryTierConfig
     kernel: GpuKernelOverheadsConfig

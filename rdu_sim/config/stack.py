@@ -13,7 +13,7 @@ prefill step. A stack's values are fitted on that stack's measurements only
 """
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -120,6 +120,7 @@ class HostWorkConfig(StrictModel):
 
 Sampling = Literal["host", "device"]
 BatchPrograms = Literal["any", "powers_of_two"]
+AttentionSplit = Literal["whole", "fill"] | Annotated[int, Field(ge=1, le=1 << 24)]
 
 
 class StackConfig(StrictModel):
@@ -180,6 +181,15 @@ class StackConfig(StrictModel):
         "program mapping lists 1, 2, 4, ... 128), so batch_slots auto is the largest power "
         "of two that fits; 'any': every batch (a runtime batching sequences per step). An "
         "explicit serving.batch_slots runs as given, a program compiled for it",
+    )
+    decode_attention_split: AttentionSplit = Field(
+        default="fill",
+        description="how a GPU's decode attention deals one sequence's cached keys and "
+        "values (per KV head) out to thread blocks: 'whole' (one block streams the whole "
+        "context: TensorRT-LLM engines built without multi_block_mode), a number of tokens "
+        "per block (vLLM's PagedAttention v2 partitions of 512), or 'fill' (the context "
+        "split until the blocks fill the SMs: TensorRT-LLM's multi-block mode, FlashInfer's "
+        "and FlashMLA's split-KV); a block streams at gpu.thread_block_bandwidth",
     )
     kv_memory_fraction: float | None = Field(
         default=None,

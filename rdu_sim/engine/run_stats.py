@@ -28,6 +28,7 @@ class RunStats:
     hbm_busy_s: float = 0.0  # time at least one HBM stream was active
     ddr_busy_s: float = 0.0
     link_busy_s: float = 0.0  # busiest link direction's serialisation time
+    blocks_busy_s: float = 0.0  # time a GPU's decode attention's thread blocks streamed
 
     def as_dict(self) -> dict[str, float]:
         """Field name -> value."""

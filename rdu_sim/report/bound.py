@@ -7,6 +7,8 @@ time is what the step asks of it alone: ``hbm`` and ``ddr`` the tier's bytes at 
 x efficiency; ``compute`` the time the compute units were busy (SN40L's PCUs, a GPU's SMs:
 matrix and vector work at the efficiencies the engine simulated, over all the units);
 ``link`` the busiest socket-to-socket link direction's serialisation time (collectives);
+``blocks`` the time a GPU's decode attention streamed its KV cache through its thread blocks
+(few blocks over long contexts stream slower than the HBM);
 ``host`` the serving stack's host time per step, serial and overlapped together (what the
 step would take on an infinitely fast device).
 """
@@ -25,6 +27,7 @@ RESOURCES: dict[str, str] = {
     "hbm": "HBM bandwidth",
     "ddr": "DDR bandwidth",
     "link": "the socket-to-socket links",
+    "blocks": "decode attention's thread blocks",
     "host": "the serving stack's host time",
 }
 """Each resource in words, for sentences ("bound by HBM bandwidth"); the order ties break in."""
@@ -42,6 +45,8 @@ class ResourceTimes(Protocol):
     @property
     def link_s(self) -> float: ...
     @property
+    def blocks_s(self) -> float: ...
+    @property
     def host_s(self) -> float: ...
 
 
@@ -52,6 +57,7 @@ def resource_times(step: ResourceTimes) -> dict[str, float]:
         "hbm": step.hbm_s,
         "ddr": step.ddr_s,
         "link": step.link_s,
+        "blocks": step.blocks_s,
         "host": step.host_s,
     }
 
@@ -65,6 +71,7 @@ class StepBound:
     hbm_s: float
     ddr_s: float
     link_s: float
+    blocks_s: float
     host_s: float
     bound: str  # the resource with the largest time (a key of RESOURCES)
     hbm_bytes: float
@@ -98,6 +105,7 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         "hbm": hbm_bytes / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
         "ddr": 0.0 if ddr is None else ddr_bytes / (ddr.bandwidth * ddr.efficiency),
         "link": busy.get("link", 0.0),
+        "blocks": busy.get("blocks", 0.0),
         "host": timing.host_s,
     }
     return StepBound(
@@ -106,6 +114,7 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         hbm_s=times["hbm"],
         ddr_s=times["ddr"],
         link_s=times["link"],
+        blocks_s=times["blocks"],
         host_s=times["host"],
         bound=max(times, key=lambda k: times[k]),
         hbm_bytes=hbm_bytes,

@@ -37,8 +37,9 @@ Definitions (docs/serving.md repeats them for users):
 - ``decode_step``: the decode step the run ran most often: its batch, context and simulated
   ``step_s``, its bytes per tier, each resource's time (``report.bound``: ``compute_s`` the
   compute units' busy time, ``hbm_s``, ``ddr_s`` the tier's bytes at its sustained bandwidth,
-  ``link_s`` the busiest link direction's, ``host_s`` the serving stack's host time per
-  step) and ``bound``, the largest (a model served from DDR shows ``ddr``, a tensor-parallel
+  ``link_s`` the busiest link direction's, ``blocks_s`` a GPU's decode attention's thread
+  blocks' streaming time, ``host_s`` the serving stack's host time per step) and ``bound``,
+  the largest (a model served from DDR shows ``ddr``, a tensor-parallel
   step whose collectives outlast its reads ``link``, a batch whose host work outweighs the
   device ``host``), and ``runtime_s``, what the host added to the device's step; None
   without a decode step.
@@ -239,6 +240,7 @@ class DecodeStepBound:
     runtime_s: float = 0.0
     link_s: float = 0.0
     host_s: float = 0.0
+    blocks_s: float = 0.0
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
@@ -269,6 +271,7 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         runtime_s=bound.runtime_s,
         link_s=bound.link_s,
         host_s=bound.host_s,
+        blocks_s=bound.blocks_s,
     )
 
 

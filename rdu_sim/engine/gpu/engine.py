@@ -67,7 +67,8 @@ class GpuEngine:
     def segments(self, program: Program) -> list[tuple[Segment, ...]]:
         """Each kernel's stages cut at its collectives, their work per tile."""
         tiles, gpu = self.config.tiles_per_stage, self.hardware.gpu
-        return [segments(k, tiles, gpu, self.settings) for k in program.kernels]
+        decode = program.shape.phase == "decode"
+        return [segments(k, tiles, gpu, self.settings, decode=decode) for k in program.kernels]
 
     def estimate_events(self, program: Program) -> int:
         """A lower bound of the events ``simulate_step`` processes: every simulated call
@@ -201,6 +202,7 @@ class GpuEngine:
             "sm": total.pcu_s,
             "hbm": total.hbm_busy_s,
             "link": total.link_busy_s,
+            "blocks": total.blocks_busy_s,
             "host": stream.host_s,
         }
         return step_timing(

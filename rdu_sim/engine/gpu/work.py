@@ -11,7 +11,11 @@ and how well its GEMM fills the tensor-core instruction tile:
   model SN40L's systolic arrays use (one formula, another tile);
 - element-wise FLOPs run on the CUDA cores at ``vector_flops``;
 - bytes come from HBM; a GPU has no DDR tier and no SRAM the compiler places into, so a
-  stage reading either is refused.
+  stage reading either is refused;
+- a decode step's attention reads its keys and values through thread blocks, each streaming
+  one KV head's share of one sequence's context at ``thread_block_bandwidth``; the stack
+  says how a context is dealt out to them (``decode_attention_split``), and at most ``sms``
+  blocks stream at once (``block_streams``).
 
 A kernel's stages are cut at its collectives into segments (``segments``): the stages after
 a collective need its result, so they start a tile once the collective chunk holding it is
@@ -24,11 +28,15 @@ from dataclasses import dataclass
 
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram, StageProgram
 from rdu_sim.config.gpu import GpuConfig
+from rdu_sim.config.stack import AttentionSplit
 from rdu_sim.engine.tile_work import split
 from rdu_sim.systolic import stage_gemm_efficiency
 
 ATTENTION_OPS = frozenset({"attention_score", "attention_value", "flash_attention"})
 """Products over the KV cache: they run at the KV cache's type's rate."""
+
+KV_READ = "kv_read"
+"""The stage that reads the KV cache attention attends to."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,8 @@ class GpuSettings:
     fp8_weights: bool = False  # projections run on the FP8 tensor cores (fp8 weights)
     fp8_kv: bool = False  # attention runs on the FP8 tensor cores (an fp8 KV cache)
     comm_sms: int = 0  # SMs two-batch overlap's communication kernels hold
+    # how decode attention deals a sequence's context out to thread blocks (the stack's)
+    decode_attention_split: AttentionSplit = "fill"
 
 
 def matrix_rate(stage: StageProgram, gpu: GpuConfig, settings: GpuSettings) -> float:
@@ -72,6 +82,7 @@ class GpuTileWork:
     reads: tuple[float, ...]  # HBM bytes per tile
     writes: tuple[float, ...]
     collective: CollectiveSpec | None
+    kv: bool = False  # its reads are the KV cache attention attends to
 
     @classmethod
     def of(
@@ -97,14 +108,42 @@ class GpuTileWork:
             reads=split(stage.reads.get("hbm", 0.0), tiles),
             writes=split(stage.writes.get("hbm", 0.0), tiles),
             collective=stage.collective,
+            kv=stage.op == KV_READ,
         )
+
+
+def attention_blocks(heads: int, keys: int, split: AttentionSplit, sms: int) -> int:
+    """Thread blocks a decode attention over ``heads`` (slots x KV heads on this GPU) of
+    ``keys`` cached tokens runs: one per head and share of its context (``split``)."""
+    if split == "whole":
+        return heads
+    if split == "fill":  # the context cut until the blocks fill the SMs, a token at least
+        return heads * min(keys, max(1, -(-sms // heads)))
+    return heads * -(-keys // split)
+
+
+def block_streams(kernel: KernelProgram, gpu: GpuConfig, settings: GpuSettings) -> float | None:
+    """Bytes/s a decode attention kernel's thread blocks stream together: one block's
+    ``thread_block_bandwidth`` times the blocks streaming at once (at most ``sms``); None
+    for a kernel without decode attention over a KV cache."""
+    reads_kv = any(stage.op == KV_READ for stage in kernel.stages)
+    for stage in kernel.stages:
+        if reads_kv and stage.op in ATTENTION_OPS and stage.gemm is not None:
+            g = stage.gemm
+            keys = g.k if stage.op == "attention_value" else g.n
+            blocks = attention_blocks(g.batch, keys, settings.decode_attention_split, gpu.sms)
+            return min(blocks, gpu.sms) * gpu.thread_block_bandwidth
+    return None
 
 
 @dataclass(frozen=True)
 class Segment:
-    """Stages that run tile by tile in order, ending (or not) in a collective stage."""
+    """Stages that run tile by tile in order, ending (or not) in a collective stage; its
+    KV reads also pass through its attention's thread blocks (``streams`` bytes/s) when it
+    holds a decode step's KV read."""
 
     stages: tuple[GpuTileWork, ...]
+    streams: float | None = None
 
     @property
     def collective(self) -> CollectiveSpec | None:
@@ -114,17 +153,30 @@ class Segment:
 
 
 def segments(
-    kernel: KernelProgram, tiles: int, gpu: GpuConfig, settings: GpuSettings
+    kernel: KernelProgram,
+    tiles: int,
+    gpu: GpuConfig,
+    settings: GpuSettings,
+    *,
+    decode: bool = False,
 ) -> tuple[Segment, ...]:
-    """The kernel's stages (topological order) cut after each collective stage."""
+    """The kernel's stages (topological order) cut after each collective stage; in a
+    ``decode`` step, the segment reading the KV cache streams it through its attention's
+    thread blocks."""
+    streams = block_streams(kernel, gpu, settings) if decode else None
     out: list[Segment] = []
     current: list[GpuTileWork] = []
+
+    def close() -> None:
+        kv = any(work.kv for work in current)
+        out.append(Segment(tuple(current), streams if kv else None))
+
     for stage in kernel.stages:
         work = GpuTileWork.of(stage, tiles, gpu, settings)
         current.append(work)
         if work.collective is not None and work.collective.group > 1:
-            out.append(Segment(tuple(current)))
+            close()
             current = []
     if current or not out:
-        out.append(Segment(tuple(current)))
+        close()
     return tuple(out)
