@@ -28,7 +28,12 @@ from rdu_sim.engine.collective_port import plan_collective
 from rdu_sim.engine.for_hardware import engine_for, gpu_settings
 from rdu_sim.engine.gpu import GpuEngine, GpuSettings
 from rdu_sim.engine.gpu.stream import execution_order
-from rdu_sim.engine.gpu.work import attention_blocks, gemm_efficiency, matrix_rate
+from rdu_sim.engine.gpu.work import (
+    attention_blocks,
+    gemm_efficiency,
+    kv_blocks_bandwidth,
+    matrix_rate,
+)
 from rdu_sim.hw.collectives import ring_time
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import Gemm, StepShape
@@ -326,11 +331,56 @@ def test_one_block_per_kv_head_streams_the_context_at_its_own_rate() -> None:
 def test_fewer_blocks_are_never_faster_and_prefill_is_not_split(batch: int) -> None:
     def step(split: str | int, phase: str) -> float:
         scenario = on_gpu(**{"serving.batch_slots": batch, "stack.decode_attention_split": split})
-        shape = default_step_shape(scenario, phase)
+        if phase == "prefill":  # a chunk over a long cache: its attention reads the cache too
+            shape = StepShape("prefill", 1, 512, 8192)
+        else:
+            shape = default_step_shape(scenario, phase)
         return engine_for(scenario).simulate_step(Compiler(scenario).program(shape)).step_s
 
-    assert step("whole", "decode") >= step(512, "decode") >= step("fill", "decode")
+    whole, partitions, fill = (step(split, "decode") for split in ("whole", 512, "fill"))
+    assert whole >= partitions >= fill
+    if batch == 1:  # one KV head a GPU: each split binds in turn
+        assert whole > partitions > fill
     assert step("whole", "prefill") == step("fill", "prefill")
+
+
+@pytest.mark.parametrize(
+    ("split", "blocks"),
+    [("whole", 8), (512, 8 * 7), ("fill", 132)],  # 4 slots x 2 KV heads; 3,073 keys; 132 SMs
+)
+def test_each_kv_read_streams_at_its_attentions_blocks(split: str | int, blocks: int) -> None:
+    scenario = on_gpu(
+        **{"serving.batch_slots": 4, "parallelism.tp": 4, "stack.decode_attention_split": split}
+    )
+    program = Compiler(scenario).program(StepShape("decode", 4, 1, 3072))
+    gpu = dgx().gpu
+    rates = [kv_blocks_bandwidth(k, gpu, gpu_settings(scenario)) for k in program.kernels]
+    assert [r for r in rates if r] == [{"attn.kv_read": blocks * gpu.thread_block_bandwidth}]
+
+
+def test_a_window_layer_and_a_full_layer_have_their_own_blocks() -> None:
+    """gpt-oss alternates 128-token windows with full attention; fused in one kernel, each
+    layer's KV read streams through its own attention's blocks: 2 KV heads a GPU, one
+    512-token partition of the window, 17 of the 8,193 keys."""
+    scenario = load_scenario(
+        REPO / "workloads" / "gpt-oss-120b-8socket.yaml",
+        {
+            "hardware": str(DGX),
+            "fusion": "full",
+            "stack": "vllm-2024",
+            "parallelism.tp": 4,
+            "serving.batch_slots": 1,
+        },
+    )
+    program = Compiler(scenario).program(StepShape("decode", 1, 1, 8192))
+    gpu = dgx().gpu
+    rates: dict[str, float] = {}
+    for each in program.kernels:
+        rates |= kv_blocks_bandwidth(each, gpu, gpu_settings(scenario))
+    assert rates == {
+        "l0.attn.kv_read": 2 * gpu.thread_block_bandwidth,
+        "l1.attn.kv_read": 2 * 17 * gpu.thread_block_bandwidth,
+    }
 
 
 # --- every GPU parameter changes some result ---------------------------------------------

@@ -20,6 +20,8 @@ from pydantic import BaseModel
 from rdu_sim import api
 from rdu_sim.compiler import Compiler
 from rdu_sim.config.stack import HostWorkConfig, StackConfig
+from rdu_sim.engine.timing import kv_pages
+from rdu_sim.shapes import StepShape
 
 LLAMA_1S = "llama3.1-8b-1socket"
 SMALL = {"serving.max_context": 2048, "serving.batch_slots": 4}
@@ -180,3 +182,44 @@ def test_sampling_on_the_host_sends_the_logits_over_the_host_link() -> None:
         link.latency + logits / link.bandwidth, rel=1e-12
     )
     assert on_device.detail.host_serial_s == 0.0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("shape", "pages"),
+    [
+        (StepShape("decode", 64, 1, 3071), 64 * 48),  # 3,072 tokens a slot: 48 pages of 64
+        (StepShape("decode", 64, 1, 3072), 64 * 49),  # one token over: a page more
+        (StepShape("prefill", 2, 1000, 0, decode_batch=3, decode_cache_len=63), 2 * 16 + 3),
+    ],
+)
+def test_a_steps_pages_are_its_sequences_caches_in_pages(shape: StepShape, pages: int) -> None:
+    assert kv_pages(shape, 64) == pages
+    assert kv_pages(shape, None) == 0  # a static cache has no page table
+
+
+def test_page_tables_are_sent_only_to_other_devices() -> None:
+    """vLLM 2024's driver sends every sequence's page table to the other workers before a
+    step on several GPUs: serial host time per page; on one GPU nothing is sent."""
+    sets = {**SMALL, "hardware": "dgx-h100", "stack": "vllm-2024", "serving.max_context": 4096}
+    per_page = 1e-6
+
+    def serial(tp: int, per_page_s: float) -> tuple[float, int]:
+        overrides = {**sets, "parallelism.tp": tp, "stack.host.serial_per_page_sent": per_page_s}
+        step = api.step(LLAMA_1S, overrides, batch=4, context=3000).detail
+        return step.host_serial_s, step.context  # type: ignore[attr-defined]
+
+    (sent, context), (unsent, _) = serial(4, per_page), serial(4, 0.0)
+    pages = 4 * -(-(context + 1) // 16)  # vLLM's 16-token blocks, the step's context bucket
+    assert sent - unsent == pytest.approx(pages * per_page, rel=1e-9)
+    assert serial(1, per_page) == serial(1, 0.0)
+
+
+@pytest.mark.parametrize("value", [0, 1.5, "half", [512], True])
+def test_a_bad_attention_split_names_what_it_may_be(value: Any) -> None:
+    from rdu_sim.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        api.load(LLAMA_1S, {"hardware": "dgx-h100", "stack.decode_attention_split": value})
+    message = str(caught.value)
+    assert "decode_attention_split" in message and "stacks/tensorrt-llm.yaml" in message
+    assert "must be 'whole', 'fill' or the tokens" in message and repr(value) in message

@@ -37,6 +37,8 @@ def _demand(column: Column) -> str:
         )
     if column.bound == "link":
         return "the collectives on its busiest link direction"
+    if column.bound == "blocks":
+        return "its attention's KV cache read through few thread blocks"
     return "the serving stack's host work" if column.bound == "host" else "its time"
 
 

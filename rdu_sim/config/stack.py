@@ -15,7 +15,7 @@ prefill step. A stack's values are fitted on that stack's measurements only
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.units import Seconds
@@ -77,6 +77,15 @@ class HostWorkConfig(StrictModel):
         "request's admission (parsing, tokenizing, scheduling it) and the switch to its "
         "prefill program",
     )
+    serial_per_page_sent: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=_MAX_HOST_S,
+        description="host time per KV-cache page of the step's sequences on the critical "
+        "path when the step runs on more than one device: the driver serializes the step's "
+        "metadata, every sequence's page table, and broadcasts it to the other workers "
+        "(vLLM 2024's broadcast_object_list); 0 on one device",
+    )
     overlapped_per_step: Seconds = Field(
         default=0.0,
         ge=0,
@@ -101,16 +110,23 @@ class HostWorkConfig(StrictModel):
     )
 
     def time(
-        self, batch: int, device_s: float, transfer_s: float = 0.0, prompts: int = 0
+        self,
+        batch: int,
+        device_s: float,
+        transfer_s: float = 0.0,
+        prompts: int = 0,
+        pages_sent: int = 0,
     ) -> HostTime:
         """The host's time around one step of ``batch`` slots whose device time is
         ``device_s``, of which ``prompts`` start their prefill; ``transfer_s`` is what the
         step sends the host on the critical path (sampling on the host: the logits' trip over
-        the host link)."""
+        the host link); ``pages_sent`` the KV-cache pages whose page tables the driver sends
+        the step's other devices (0 on one device)."""
         serial = (
             self.serial_per_step
             + batch * self.serial_per_slot
             + prompts * self.serial_per_prompt
+            + pages_sent * self.serial_per_page_sent
             + transfer_s
         )
         per_thread = -(-batch // self.threads)  # ceil: the most loaded thread's slots
@@ -120,7 +136,22 @@ class HostWorkConfig(StrictModel):
 
 Sampling = Literal["host", "device"]
 BatchPrograms = Literal["any", "powers_of_two"]
-AttentionSplit = Literal["whole", "fill"] | Annotated[int, Field(ge=1, le=1 << 24)]
+_MOST_SPLIT_TOKENS = 1 << 24
+
+
+def _attention_split(value: object) -> object:
+    """``decode_attention_split``'s one rule: 'whole', 'fill' or a number of tokens."""
+    if value in ("whole", "fill"):
+        return value
+    if type(value) is int and 1 <= value <= _MOST_SPLIT_TOKENS:
+        return value
+    raise ValueError(
+        "must be 'whole', 'fill' or the tokens of a sequence's context one thread block "
+        f"streams (a whole number, 1 to {_MOST_SPLIT_TOKENS:,}); got {value!r}"
+    )
+
+
+AttentionSplit = Annotated[Literal["whole", "fill"] | int, BeforeValidator(_attention_split)]
 
 
 class StackConfig(StrictModel):

@@ -113,7 +113,8 @@ def pipelined_timing(
         max_events,
     )
     transfer = host_transfer_s(program.pipeline[-1].host_bytes, system.host_link)
-    hosted = step_host_time(stack, program.shape, run.end_s, transfer)
+    devices = program.devices * len(program.pipeline)  # every stage's devices
+    hosted = step_host_time(stack, program.shape, run.end_s, transfer, devices)
     host = hosted.added_s
     step = run.end_s + host
     first = stages[0]

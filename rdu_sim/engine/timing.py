@@ -224,7 +224,7 @@ def step_timing(
     sends the host (``Program.host_bytes``) over ``host_link`` on the critical path."""
     shape = program.shape
     transfer_s = host_transfer_s(program.host_bytes, host_link)
-    host = step_host_time(stack, shape, step_s, transfer_s)
+    host = step_host_time(stack, shape, step_s, transfer_s, program.devices)
     runtime_s = host.added_s
     step_s += runtime_s
     total = run.total
@@ -263,12 +263,25 @@ def step_timing(
 
 
 def step_host_time(
-    stack: StackConfig, shape: StepShape, device_s: float, transfer_s: float
+    stack: StackConfig, shape: StepShape, device_s: float, transfer_s: float, devices: int
 ) -> HostTime:
-    """The serving stack's host time around a step of ``shape``: a slot's work for every
-    sequence it runs (a mixed step's decode rows too), a prompt's for each it prefills."""
+    """The serving stack's host time around a step of ``shape`` on ``devices`` devices: a
+    slot's work for every sequence it runs (a mixed step's decode rows too), a prompt's for
+    each it prefills, and on more than one device its sequences' page tables sent to the
+    others."""
     prompts = shape.batch if shape.phase == "prefill" else 0
-    return stack.host.time(shape.sequences, device_s, transfer_s, prompts)
+    sent = kv_pages(shape, stack.kv_page_tokens) if devices > 1 else 0
+    return stack.host.time(shape.sequences, device_s, transfer_s, prompts, sent)
+
+
+def kv_pages(shape: StepShape, page_tokens: int | None) -> int:
+    """The KV-cache pages a step's sequences hold after it (the entries of their page
+    tables): each slot's cache and new tokens, and a mixed step's decode rows', in pages of
+    ``page_tokens`` (none: a static cache, no page table)."""
+    if page_tokens is None:
+        return 0
+    pages = shape.batch * -(-(shape.cache_len + shape.tokens) // page_tokens)
+    return pages + shape.decode_batch * -(-(shape.decode_cache_len + 1) // page_tokens)
 
 
 def host_transfer_s(nbytes: float, link: LinkConfig) -> float:

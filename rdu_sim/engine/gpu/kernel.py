@@ -11,9 +11,9 @@ The device side of a kernel call (the host side, launches, is ``stream``). A cal
 - the SMs are one FIFO compute server (``hw.PCUGroup``) shared by the segments: matrix work
   at the stage's tensor rate and GEMM efficiency, element-wise work at the vector rate;
 - HBM is one ``hw.MemoryChannel`` shared by all reads and writes, fair to the byte;
-- a decode step's KV reads also pass through its attention's thread blocks, a channel of
-  their own at the rate the blocks streaming at once reach (``work.block_streams``): few
-  blocks over long contexts are slower than the HBM;
+- a decode step's KV reads also pass through their attention's thread blocks, a channel of
+  their own at the rate the blocks streaming at once reach (``work.kv_blocks_bandwidth``):
+  few blocks over long contexts are slower than the HBM;
 - a segment that ends in a collective starts the collective of each chunk of its output on
   the NVLink ``Topology`` when the chunk's tiles are done, with the algorithm the NCCL-like
   chooser picks for the tensor and the wiring (``collective_port.plan_collective``: on an
@@ -91,10 +91,11 @@ class GpuKernelSim:
         fastest = max(gpu.bf16_flops, gpu.fp8_flops)
         self.sms = PCUGroup(env, 1, fastest, gpu.vector_flops, name="gpu0.sms")
         self.topology = topology_for(env, tp, system)
-        self.streams = {  # a decode attention's thread blocks, which its KV reads pass through
-            i: MemoryChannel(env, seg.streams, name=f"gpu0.attention{i}.blocks")
-            for i, seg in enumerate(segments)
-            if seg.streams is not None
+        self.kv_blocks = {  # each decode KV read's attention's thread blocks, which it passes
+            stage.name: MemoryChannel(env, stage.kv_blocks_bandwidth, name=f"gpu0.{stage.name}")
+            for seg in segments
+            for stage in seg.stages
+            if stage.kv_blocks_bandwidth is not None
         }
         self.ports = {  # the algorithm chosen for each collective's tensor and wiring
             i: SymmetricPort(self.topology, seg.collective, plan_collective(seg.collective, system))
@@ -206,7 +207,7 @@ class GpuKernelSim:
         ready: list[Event] | None,
     ) -> Gen:
         env, tiles = self.env, self.tiles
-        loads = deque(self._load(index, segment, t) for t in range(self.prefetch))
+        loads = deque(self._load(segment, t) for t in range(self.prefetch))
         writes: list[Event] = []
         collectives: list[Event] = []
         pending: list[int] = []
@@ -222,7 +223,7 @@ class GpuKernelSim:
                     last = self.sms.vector(stage.vector_flops)
             tile_loads = loads.popleft()
             if t + self.prefetch < tiles:
-                loads.append(self._load(index, segment, t + self.prefetch))
+                loads.append(self._load(segment, t + self.prefetch))
             if last is not None:
                 yield last
             for load in tile_loads:  # noqa: UP028 (SimPy sends values back: a list iterator cannot)
@@ -244,16 +245,14 @@ class GpuKernelSim:
         for event in writes:
             yield event
 
-    def _load(self, index: int, segment: Segment, t: int) -> list[Event]:
-        """Tile ``t``'s reads from HBM; its KV reads also through the attention's thread
-        blocks, which stream them at their own rate."""
+    def _load(self, segment: Segment, t: int) -> list[Event]:
+        """Tile ``t``'s reads from HBM; a decode step's KV reads also through their
+        attention's thread blocks, which stream them at their own rate."""
         nbytes = sum(stage.reads[t] for stage in segment.stages)
         loads = [self.hbm.read(nbytes)] if nbytes else []
-        streams = self.streams.get(index)
-        if streams is not None:
-            kv = sum(stage.reads[t] for stage in segment.stages if stage.kv)
-            if kv:
-                loads.append(streams.read(kv))
+        for stage in segment.stages:
+            if stage.kv_blocks_bandwidth is not None and stage.reads[t]:
+                loads.append(self.kv_blocks[stage.name].read(stage.reads[t]))
         return loads
 
     def _collective(
@@ -300,5 +299,5 @@ class GpuKernelSim:
             pcu_s=self.sms.busy.busy_time,
             hbm_busy_s=self.hbm.busy.busy_time,
             link_busy_s=busiest,
-            blocks_busy_s=sum(channel.busy.busy_time for channel in self.streams.values()),
+            blocks_busy_s=sum(channel.busy.busy_time for channel in self.kv_blocks.values()),
         )

@@ -15,7 +15,7 @@ and how well its GEMM fills the tensor-core instruction tile:
 - a decode step's attention reads its keys and values through thread blocks, each streaming
   one KV head's share of one sequence's context at ``thread_block_bandwidth``; the stack
   says how a context is dealt out to them (``decode_attention_split``), and at most ``sms``
-  blocks stream at once (``block_streams``).
+  blocks stream at once (``kv_blocks_bandwidth``).
 
 A kernel's stages are cut at its collectives into segments (``segments``): the stages after
 a collective need its result, so they start a tile once the collective chunk holding it is
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rdu_sim.compiler.fusion_levels import KV_READ
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram, StageProgram
 from rdu_sim.config.gpu import GpuConfig
 from rdu_sim.config.stack import AttentionSplit
@@ -34,9 +35,6 @@ from rdu_sim.systolic import stage_gemm_efficiency
 
 ATTENTION_OPS = frozenset({"attention_score", "attention_value", "flash_attention"})
 """Products over the KV cache: they run at the KV cache's type's rate."""
-
-KV_READ = "kv_read"
-"""The stage that reads the KV cache attention attends to."""
 
 
 @dataclass(frozen=True)
@@ -82,11 +80,18 @@ class GpuTileWork:
     reads: tuple[float, ...]  # HBM bytes per tile
     writes: tuple[float, ...]
     collective: CollectiveSpec | None
-    kv: bool = False  # its reads are the KV cache attention attends to
+    # a decode step's KV read: the bytes/s its attention's thread blocks stream together
+    # (its reads pass through them as well as through the HBM); None for any other stage
+    kv_blocks_bandwidth: float | None = None
 
     @classmethod
     def of(
-        cls, stage: StageProgram, tiles: int, gpu: GpuConfig, settings: GpuSettings
+        cls,
+        stage: StageProgram,
+        tiles: int,
+        gpu: GpuConfig,
+        settings: GpuSettings,
+        kv_blocks_bandwidth: float | None = None,
     ) -> GpuTileWork:
         """Cut ``stage``'s per-call work into ``tiles`` tiles (bytes exactly, by ``split``)."""
         if tiles < 1:
@@ -108,7 +113,7 @@ class GpuTileWork:
             reads=split(stage.reads.get("hbm", 0.0), tiles),
             writes=split(stage.writes.get("hbm", 0.0), tiles),
             collective=stage.collective,
-            kv=stage.op == KV_READ,
+            kv_blocks_bandwidth=kv_blocks_bandwidth,
         )
 
 
@@ -122,28 +127,31 @@ def attention_blocks(heads: int, keys: int, split: AttentionSplit, sms: int) -> 
     return heads * -(-keys // split)
 
 
-def block_streams(kernel: KernelProgram, gpu: GpuConfig, settings: GpuSettings) -> float | None:
-    """Bytes/s a decode attention kernel's thread blocks stream together: one block's
-    ``thread_block_bandwidth`` times the blocks streaming at once (at most ``sms``); None
-    for a kernel without decode attention over a KV cache."""
-    reads_kv = any(stage.op == KV_READ for stage in kernel.stages)
+def kv_blocks_bandwidth(
+    kernel: KernelProgram, gpu: GpuConfig, settings: GpuSettings
+) -> dict[str, float]:
+    """Each KV read of a decode step's ``kernel`` (by stage name) -> the bytes/s the thread
+    blocks of the attention reading it stream together: one block's ``thread_block_bandwidth``
+    times the blocks streaming at once (at most ``sms``), counted from that attention's own
+    heads and keys (a window layer's and a full layer's differ)."""
+    kv_reads = {stage.name for stage in kernel.stages if stage.op == KV_READ}
+    rates: dict[str, float] = {}
     for stage in kernel.stages:
-        if reads_kv and stage.op in ATTENTION_OPS and stage.gemm is not None:
-            g = stage.gemm
-            keys = g.k if stage.op == "attention_value" else g.n
-            blocks = attention_blocks(g.batch, keys, settings.decode_attention_split, gpu.sms)
-            return min(blocks, gpu.sms) * gpu.thread_block_bandwidth
-    return None
+        if stage.op not in ATTENTION_OPS or stage.gemm is None:
+            continue
+        g = stage.gemm
+        keys = g.k if stage.op == "attention_value" else g.n
+        blocks = attention_blocks(g.batch, keys, settings.decode_attention_split, gpu.sms)
+        for name in kv_reads.intersection(stage.inputs):
+            rates.setdefault(name, min(blocks, gpu.sms) * gpu.thread_block_bandwidth)
+    return rates
 
 
 @dataclass(frozen=True)
 class Segment:
-    """Stages that run tile by tile in order, ending (or not) in a collective stage; its
-    KV reads also pass through its attention's thread blocks (``streams`` bytes/s) when it
-    holds a decode step's KV read."""
+    """Stages that run tile by tile in order, ending (or not) in a collective stage."""
 
     stages: tuple[GpuTileWork, ...]
-    streams: float | None = None
 
     @property
     def collective(self) -> CollectiveSpec | None:
@@ -161,22 +169,16 @@ def segments(
     decode: bool = False,
 ) -> tuple[Segment, ...]:
     """The kernel's stages (topological order) cut after each collective stage; in a
-    ``decode`` step, the segment reading the KV cache streams it through its attention's
-    thread blocks."""
-    streams = block_streams(kernel, gpu, settings) if decode else None
+    ``decode`` step, each KV read streams through its attention's thread blocks."""
+    blocks = kv_blocks_bandwidth(kernel, gpu, settings) if decode else {}
     out: list[Segment] = []
     current: list[GpuTileWork] = []
-
-    def close() -> None:
-        kv = any(work.kv for work in current)
-        out.append(Segment(tuple(current), streams if kv else None))
-
     for stage in kernel.stages:
-        work = GpuTileWork.of(stage, tiles, gpu, settings)
+        work = GpuTileWork.of(stage, tiles, gpu, settings, blocks.get(stage.name))
         current.append(work)
         if work.collective is not None and work.collective.group > 1:
-            close()
+            out.append(Segment(tuple(current)))
             current = []
     if current or not out:
-        close()
+        out.append(Segment(tuple(current)))
     return tuple(out)
