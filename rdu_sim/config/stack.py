@@ -151,7 +151,10 @@ def _attention_split(value: object) -> object:
     )
 
 
-AttentionSplit = Annotated[Literal["whole", "fill"] | int, BeforeValidator(_attention_split)]
+AttentionSplit = Annotated[
+    Literal["whole", "fill"] | Annotated[int, Field(ge=1, le=_MOST_SPLIT_TOKENS)],
+    BeforeValidator(_attention_split),
+]
 
 
 class StackConfig(StrictModel):
