@@ -92,7 +92,7 @@ def test_the_stack_runs_at_most_its_cap_and_then_a_batch_it_has_a_program_for() 
 
 def test_snapstream_grows_deepseek_batch_by_the_cache_ratio() -> None:
     # on links fast enough that both plans gather the MLA queries, so both hold the same
-    # weights (at the shipped link SnapStream's holds the query weights whole: 139 slots)
+    # weights (at the shipped link SnapStream's holds the query weights whole: 136 slots)
     gathering = {"hw.system.intra_node_link.bandwidth": 128e9, **ANY_BATCH}
     full = load_scenario("workloads/deepseek-r1-128k-full.yaml", overrides=gathering)
     snap = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides=gathering)

@@ -1,7 +1,8 @@
 """MLA's queries under the sequence_split layout (compiler.mla_queries): every socket's
-attention gets every head's queries, by an all-gather or by q_b_proj and W_UK whole on every
-socket; the bytes and capacity of each in closed form, the compiler's choice by cost, and the
-graph check that finds a consumer reading what no socket holds."""
+attention gets every head's queries, by an all-gather or by q_b_proj and kv_b_proj whole on
+every socket (which also projects the partial outputs through W_UV before their combine); the
+bytes and capacity of each in closed form, the compiler's choice by cost, and the graph check
+that finds a consumer reading what no socket holds."""
 
 from __future__ import annotations
 
@@ -65,10 +66,18 @@ def _query_bytes(arch: DeepSeekArchitecture, rows: int) -> int:
 
 
 def _replicated_params(arch: DeepSeekArchitecture, tp: int) -> int:
-    """Per MLA layer, the q_b_proj and W_UK parameters a socket holds beyond its 1/tp."""
+    """Per MLA layer, the q_b_proj and kv_b_proj (W_UK, W_UV) parameters a socket holds
+    beyond its 1/tp."""
     q_b = arch.q_lora_rank * arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
-    w_uk = arch.heads * arch.qk_nope_head_dim * arch.kv_lora_rank
-    return (q_b + w_uk) - (q_b + w_uk) // tp
+    kv_b = arch.heads * (arch.qk_nope_head_dim + arch.v_head_dim) * arch.kv_lora_rank
+    return (q_b + kv_b) - (q_b + kv_b) // tp
+
+
+def _combine_bytes(arch: DeepSeekArchitecture, rows: int, values: int) -> int:
+    """The reduce-scatter of ``rows`` rows' partial attention outputs, ``values`` a head
+    (the latent's 512, or W_UV's 128 when projected first), and their softmax statistics
+    (max and sum, FP32)."""
+    return rows * arch.heads * (values * BF16 + 2 * 4)
 
 
 def _stages(compiler: Compiler, shape: StepShape) -> dict[str, object]:
@@ -90,7 +99,35 @@ def test_the_query_all_gather_in_closed_form(batch: int) -> None:
     assert _query_bytes(_arch(scenario), 1) == 147_456  # ~150 KB at batch 1
 
 
-SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 17.73e9, **ANY_BATCH}
+@pytest.mark.parametrize("batch", [1, 136])
+def test_the_combine_follows_w_uv_where_the_program_replicates(batch: int) -> None:
+    """A program that makes the queries on every socket holds kv_b_proj whole and projects
+    every head's partial output through W_UV first: its reduce-scatter moves 128 values a
+    head, after attn.v_up; a program that gathers combines the latent's 512 after the
+    attention (batch 1 gathers)."""
+    scenario = api.load(SNAP, ANY_BATCH)
+    compiler = Compiler(scenario)
+    assert compiler.batch_capacity() == 136 and compiler.whole_queries(136)
+    arch = _arch(scenario)
+    stages = _stages(compiler, StepShape("decode", batch, 1, 32768))
+    combines = {
+        name: stage.collective  # type: ignore[attr-defined]
+        for name, stage in stages.items()
+        if name.endswith(".reduce_scatter")
+    }
+    replicate = batch == 136
+    name = "attn.v_up.reduce_scatter" if replicate else "attn.flash.reduce_scatter"
+    assert list(combines) == [name]
+    values = arch.v_head_dim if replicate else arch.kv_lora_rank
+    assert combines[name].bytes == _combine_bytes(arch, batch, values)
+    assert _combine_bytes(arch, 136, arch.kv_lora_rank) == 17_965_056  # 17 MiB a layer
+    assert _combine_bytes(arch, 136, arch.v_head_dim) == 4_595_712  # a quarter and the stats
+    projection = stages["attn.v_up"]
+    whole = 2 * batch * arch.heads * arch.kv_lora_rank * arch.v_head_dim
+    assert projection.flops == (whole if replicate else whole / 16)  # type: ignore[attr-defined]
+
+
+SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 12e9, **ANY_BATCH}
 """A link slow enough that both DeepSeek-R1 workloads' full-batch steps replicate the query
 weights (at the shipped 35 GB/s full attention's gathers)."""
 
@@ -133,7 +170,10 @@ def test_the_step_of_a_replicating_plan_reads_the_whole_weights_instead_of_gathe
     reads = total(replicated, "weight_read_bytes") - total(gathered, "weight_read_bytes")
     assert reads == pytest.approx(extra, rel=1e-9)
     gathers = total(gathered, "collective_bytes") - total(replicated, "collective_bytes")
-    assert gathers == arch.layers * _query_bytes(arch, 139)
+    combines = _combine_bytes(arch, 139, arch.kv_lora_rank) - _combine_bytes(
+        arch, 139, arch.v_head_dim
+    )
+    assert gathers == arch.layers * (_query_bytes(arch, 139) + combines)
     # a plan holding them whole holds them whole in every step; a step that gathers reads
     # only its heads' slices of them
     one = StepShape("decode", 1, 1, 32768)
@@ -183,6 +223,11 @@ def test_the_two_estimates_differ_by_the_mechanisms_in_closed_form() -> None:
     )
     link = hw.system.intra_node_link
     each = 15 / 16 * _query_bytes(arch, 139) / link.bandwidth + link.latency
+    # the combine's reduce-scatter moves 128 values a head instead of 512 (latencies cancel)
+    saved = _combine_bytes(arch, 139, arch.kv_lora_rank) - _combine_bytes(
+        arch, 139, arch.v_head_dim
+    )
+    each += 15 / 16 * saved / link.bandwidth
     assert gather.link_s - replicate.link_s == pytest.approx(arch.layers * each, rel=1e-9)
     # at the branch's link the step is link-bound, so the extra reads are the cheaper
     assert gather.time_s == gather.link_s and replicate.time_s < gather.time_s
@@ -192,7 +237,7 @@ def test_the_two_estimates_differ_by_the_mechanisms_in_closed_form() -> None:
 
 @pytest.mark.parametrize(
     ("bandwidth", "capacity", "whole"),
-    [(17.73e9, 139, True), (64e9, 139, True), (128e9, 158, False)],
+    [(17.73e9, 136, True), (64e9, 136, True), (128e9, 158, False)],
 )
 def test_the_plan_holds_the_whole_weights_where_its_full_step_replicates(
     bandwidth: float, capacity: int, whole: bool
@@ -408,6 +453,28 @@ def test_the_check_finds_a_partial_sum_read_as_whole(monkeypatch: pytest.MonkeyP
     ]
 
 
+def test_the_check_finds_a_projected_partial_without_its_combine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """W_UV's projection carries the attention's partial output; without the reduce-scatter
+    after it, o_proj (split by heads) reads a partial sum."""
+    scenario = api.load(SNAP)
+    real = sharding_module._collective_for
+    monkeypatch.setattr(
+        sharding_module,
+        "_collective_for",
+        lambda node, plan: None if node.name == "attn.v_up" else real(node, plan),
+    )
+    shape = StepShape("decode", 136, 1, 32768)
+    plan = replace(shard_plan(scenario, shape), whole_queries=True, replicate_queries=True)
+    graphs = layer_graphs(scenario, shape, whole_queries=True, replicate_queries=True)
+    problems = {p for _, g in graphs for p in share_problems(g, plan)}
+    assert problems == {
+        "'attn.o_proj' (work split by heads) reads 'o_heads' as a partial sum from "
+        "'attn.v_up' with no collective between them"
+    }
+
+
 @pytest.mark.parametrize("layout", ["replicated", "head_split"])
 def test_head_split_and_replicated_layouts_keep_their_queries_split(layout: str) -> None:
     """Their attention is split by heads, where the queries already are: no gather, no
@@ -434,10 +501,10 @@ def test_head_split_and_replicated_layouts_keep_their_queries_split(layout: str)
 
 def test_points_differing_in_their_links_share_what_their_choices_share() -> None:
     """The links are the compiler's argument, not its view: SnapStream at 17.73 and 64 GB/s
-    both replicate at their 139 slots and share that step's compiled kernels; at 128 GB/s
+    both replicate at their 136 slots and share that step's compiled kernels; at 128 GB/s
     the plan keeps the slices and gathers, and compiles its own."""
     link = "hw.system.intra_node_link.bandwidth"
-    shape = StepShape("decode", 139, 1, 32768)
+    shape = StepShape("decode", 136, 1, 32768)
     shared_programs.clear()
     try:
         with shared_programs.sharing():
@@ -447,7 +514,7 @@ def test_points_differing_in_their_links_share_what_their_choices_share() -> Non
             assert len({compile_view(s).digest for s in scenarios.values()}) == 1
             compilers = {bw: Compiler(s) for bw, s in scenarios.items()}
             kernels = {bw: c.program(shape).kernels for bw, c in compilers.items()}
-            assert [c.batch_capacity() for c in compilers.values()] == [139, 139, 158]
+            assert [c.batch_capacity() for c in compilers.values()] == [136, 136, 158]
             assert kernels[17.73e9] is kernels[64e9]
             assert kernels[128e9] is not kernels[64e9]
             assert kernels[128e9] != kernels[64e9]

@@ -304,7 +304,8 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
     queries = result.get("mla_queries")
     if queries:
         placement.caption = (
-            f"MLA query weights (q_b_proj, W_UK) {queries['weights']} on every socket; this "
+            f"MLA query and value weights (q_b_proj, kv_b_proj) {queries['weights']} on every "
+            f"socket; this "
             f"step's queries: {queries['queries']}"
         )
     for name in ("tier", "capacity", "weights", "KV cache", "activations", "used", "free"):

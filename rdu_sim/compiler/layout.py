@@ -21,9 +21,10 @@ TP (DeepSeek-R1: kv_lora_rank 512 + rope 64; 128 heads x (128 + 64 + 128) per-he
 - replicated: 576 values on every socket (1,152 B); attention split by heads, no collective;
 - sequence_split: 576 / 16 = 36 values per socket (72 B); each socket attends all heads over
   its tokens, so it needs every head's absorbed query (gathered, or computed from q_b_proj
-  and W_UK held whole on every socket: `compiler.mla_queries`), then a reduce-scatter (with
-  the softmax statistics) combines the partial outputs and hands each socket its heads for
-  W_UV and o_proj;
+  and kv_b_proj held whole on every socket: `compiler.mla_queries`), then a reduce-scatter
+  (with the softmax statistics) combines the partial outputs and hands each socket its heads
+  for o_proj (and for W_UV, unless the socket holds it whole and projected its partial
+  outputs first);
 - head_split: 40,960 / 16 = 2,560 values per socket (5,120 B): the up-projected per-head
   cache is 71x the latent, so even split 16 ways it is 4.4x the replicated latent; attention
   is the non-absorbed form (no W_UK/W_UV absorption, fewer attention FLOPs).
@@ -85,9 +86,10 @@ class ShardPlan:
     rows: int = 0  # the step's token rows per rank (with an expert load)
     joint_tokens: int = 0  # the ranks' tokens together, when they differ (StepShape's)
     phase: Phase = "decode"  # the step's phase (with an expert load)
-    # sequence_split MLA (compiler.mla_queries): q_b_proj and W_UK resident whole on every
-    # socket, and whether this program computes every head's queries with them (else it
-    # computes its heads' and gathers the rest)
+    # sequence_split MLA (compiler.mla_queries): q_b_proj and kv_b_proj resident whole on
+    # every socket, and whether this program computes every head's queries with them and
+    # projects its partial outputs through W_UV before combining them (else it computes its
+    # heads' queries and gathers the rest)
     whole_queries: bool = False
     replicate_queries: bool = False
 

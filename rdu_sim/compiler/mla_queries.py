@@ -1,4 +1,5 @@
-"""MLA's queries under the sequence_split layout: how every socket gets every head's query.
+"""MLA's queries and values under the sequence_split layout: how every socket gets every
+head's query, and where the partial attention outputs are combined.
 
 A sequence-split attention (decode, and SnapKV's window scores) runs every head over the
 socket's share of each slot's cached tokens, so every socket needs every head's absorbed
@@ -10,14 +11,21 @@ them (q_b_proj, the RoPE, W_UK's absorb) are split by heads. Two mechanisms:
   every socket all of them (`compiler.sharding` splices it; the engine picks its algorithm
   as for any collective): rows x heads x 576 values a layer, of which each socket receives
   (p - 1) / p;
-- replicate: q_b_proj and W_UK whole on every socket, which makes every head's queries
-  itself: the (p - 1) / p of both that a socket did not read before, read every layer, and
-  their FLOPs; no collective. The weights sit whole in every socket's HBM whichever program
-  uses them (`compiler.placement.whole_queries` decides which memory plans hold them).
+- replicate: q_b_proj and kv_b_proj (W_UK and W_UV, its two halves) whole on every socket,
+  which makes every head's queries itself: the (p - 1) / p of both that a socket did not
+  read before, read every layer, and their FLOPs; no collective. With W_UV whole, each
+  socket also projects its partial attention output (every head, kv_lora_rank values) to
+  v_head_dim before the reduce-scatter that combines the partials, which then moves
+  heads x v_head_dim values a row (128 x 128 for DeepSeek-V3/R1) instead of heads x
+  kv_lora_rank (128 x 512): the projection is linear, so projecting the partials and
+  summing equals summing and projecting. The weights sit whole in every socket's HBM
+  whichever program uses them (`compiler.placement.whole_queries` decides which memory
+  plans hold them).
 
 `query_operators` finds the operators to replicate in a layer graph, `query_inputs` what a
-socket must gather. The choice, once per program, is `compiler.query_choice`'s. SnapKV's
-window queries, which a prefill split by heads stashed, can only be gathered.
+socket must gather, `value_projections` the projections that run before the combine. The
+choice, once per program, is `compiler.query_choice`'s. SnapKV's window queries, which a
+prefill split by heads stashed, can only be gathered.
 """
 
 from __future__ import annotations
@@ -89,3 +97,44 @@ def query_operators(graph: DiGraph, plan: ShardPlan) -> frozenset[str]:
 def as_replicated(node: Operator) -> Operator:
     """``node`` done whole on every socket (every head's queries, the weights whole)."""
     return replace(node, split=REPLICATED)
+
+
+def value_projections(graph: DiGraph, plan: ShardPlan) -> dict[str, str]:
+    """The per-head products of ``graph`` that read a sequence-split attention's partial
+    output (W_UV's up-projection, whose weights are kv_b_proj's other half), each mapped to
+    the attention it reads: run whole on every socket, before the combine, when the plan
+    replicates the queries. An attention any other operator reads keeps its combine."""
+    if not plan.sequence_split:
+        return {}
+    attention = {
+        t.name: node.name
+        for node in operators(graph)
+        if node.split.compute == "attention" and node.split.combine == "sequence"
+        for t in node.outputs
+    }
+    readers: dict[str, list[Operator]] = {}
+    for node in operators(graph):
+        for source in {attention[t.name] for t in node.inputs if t.name in attention}:
+            readers.setdefault(source, []).append(node)
+    return {
+        node.name: source
+        for source, nodes in readers.items()
+        if all(_projects(node) for node in nodes)
+        for node in nodes
+    }
+
+
+def _projects(node: Operator) -> bool:
+    """Whether ``node`` is a per-head product with weights (linear in its input)."""
+    return node.split.compute == HEADS and node.weight_params > 0 and node.gemm is not None
+
+
+def as_projected(node: Operator) -> Operator:
+    """A value projection (`value_projections`) done whole on every socket on its partial
+    input, whose combine it carries."""
+    return replace(node, split=replace(REPLICATED, combine="sequence"))
+
+
+def as_deferred(node: Operator) -> Operator:
+    """A sequence-split attention whose combine the projection after it carries."""
+    return replace(node, split=replace(node.split, combine="deferred"))

@@ -22,8 +22,9 @@ that batch) and that the serving stack runs (`StackConfig.runnable_batch`: its c
 batch it has a program for). Capacity errors suggest only what applies to the workload
 (`shrink_hints`).
 
-Under the MLA sequence_split layout a plan may hold q_b_proj and W_UK whole on every socket,
-so that its steps can make every head's queries themselves (`compiler.mla_queries`): the plan
+Under the MLA sequence_split layout a plan may hold q_b_proj and kv_b_proj whole on every
+socket, so that its steps can make every head's queries themselves and project the partial
+outputs through W_UV before combining them (`compiler.mla_queries`): the plan
 for S slots does (`whole_queries`) when its largest decode step would replicate the queries
 and the whole weights fit beside the S slots. They take HBM whichever step uses them, so the
 batch capacity is the most slots that fit beside them when the step of that many slots
@@ -466,7 +467,7 @@ def whole_queries(
     system: SystemConfig | None = None,
 ) -> bool:
     """Whether the memory plan for ``batch_slots`` slots (of a pipeline ``stage``'s sockets)
-    holds MLA's query weights (q_b_proj, W_UK) whole on every socket: under the
+    holds MLA's query and value weights (q_b_proj, kv_b_proj) whole on every socket: under the
     sequence_split layout, when its largest decode step replicates the queries on
     ``system``'s links (default: the scenario's; `compiler.query_choice`) and the whole
     weights fit beside the slots in HBM."""

@@ -1,14 +1,16 @@
 """The compiler's choice, once per program, of how a sequence-split MLA step gets every head's
 queries (`compiler.mla_queries`): gather them, or make them on every socket from q_b_proj and
-W_UK held whole.
+kv_b_proj held whole (which also projects the partial outputs through W_UV before combining
+them).
 
 The step is estimated both ways on this hardware, one socket, each resource at its sustained
 rate: the HBM's bytes (weights and KV cache read and written) at its bandwidth x efficiency,
 the collectives at their bounds on the links (`collective_bound_s`), the matrix FLOPs at peak;
 the step takes its busiest resource's time (a roofline: the chain of a batch-1 step is left
 out, and it charges the gather, not the replication). Replicating wins only when its extra
-reads cost the step less than the gather's link time does: where the links bind, not where
-the HBM does, and never for a plan that does not hold the weights whole.
+reads cost the step less than the link time it saves (the gather, and three quarters of the
+combine's bytes) does: where the links bind, not where the HBM does, and never for a plan
+that does not hold the weights whole.
 """
 
 from __future__ import annotations

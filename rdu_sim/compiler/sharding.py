@@ -11,7 +11,8 @@ the split really happened):
 - sum -> all-reduce of the output (o_proj, FFN down, MoE combine: partial sums);
 - gather -> all-gather of the output (LM-head logits split by vocabulary);
 - sequence -> reduce-scatter of the partial attention outputs plus their softmax
-  statistics (max and sum per query and head, FP32), under the MLA sequence_split layout;
+  statistics (max and sum per query and head, FP32), under the MLA sequence_split layout
+  (after W_UV's projection of them when the plan replicates MLA's queries: `deferred`);
 - seq_gather -> all-gather of a sequence-split cached prefix (MLA prefill);
 - selection -> SnapKV head-summed scores: all-reduce when heads are split, all-gather of
   the sequence shards under sequence_split;
@@ -33,8 +34,8 @@ tensor-parallel combine's all-reduce would be.
 Under sequence_split a sequence-split attention reads every head's queries
 (`compiler.mla_queries`): an all-gather of the queries a socket holds only its heads of is
 spliced in before it, unless the plan replicates the operators making them (then done whole,
-weights and all); a plan holding their weights whole keeps them whole in its inventory even
-when it gathers.
+weights and all, and W_UV's projection of the partial outputs too, before their combine); a
+plan holding their weights whole keeps them whole in its inventory even when it gathers.
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ from rdu_sim.compiler.expert_exchange import exchange_role
 from rdu_sim.compiler.layout import ShardPlan
 from rdu_sim.compiler.mla_queries import (
     QUERY_GATHER,
+    as_deferred,
+    as_projected,
     as_replicated,
     query_inputs,
     query_operators,
+    value_projections,
 )
 from rdu_sim.graph import Operator, operators
 from rdu_sim.graph.digraph import DiGraph
@@ -133,7 +137,7 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     read_share = 1.0 if dim == "n" else 1 / ways
     partial = (
         split.combine == "sum"
-        or (split.combine == "sequence" and plan.sequence_split)
+        or (split.combine in ("sequence", "deferred") and plan.sequence_split)
         or (split.combine == "row_stats" and _by_sequence(node, plan))
         or (split.combine == "selection" and not _by_sequence(node, plan))
     )
@@ -227,11 +231,17 @@ def shard_graph(graph: DiGraph, plan: ShardPlan) -> DiGraph:
     )
     final: dict[str, str] = {}  # tensor -> its last producer in the sharded graph
     queries = query_operators(graph, plan) if plan.whole_queries else frozenset()
+    values = value_projections(graph, plan) if queries else {}
+    deferred = frozenset(values.values()) if plan.replicate_queries else frozenset()
     for node in operators(graph):
         if node.name in queries and plan.replicate_queries:
             node = as_replicated(node)
+        elif node.name in values and plan.replicate_queries:
+            node = as_projected(node)
+        elif node.name in deferred:
+            node = as_deferred(node)
         share = shard_operator(node, plan)
-        if node.name in queries:  # held whole on every socket, whatever this step reads
+        if node.name in queries or node.name in values:  # held whole, whatever this step reads
             share = replace(share, weight_params=node.weight_params, weight_bytes=node.weight_bytes)
         gathered = _add_query_gather(sharded, final, node, plan)
         dispatched = _add_exchange(sharded, final, node, plan, "dispatch")

@@ -10,14 +10,16 @@ A tensor's share on one socket (`Share`):
   data-parallel attention with all-to-all experts; ``experts``: under that exchange, the
   token-expert pairs dispatched to the socket's experts);
 - ``partial``: a partial sum over the sockets (a row-parallel product, a sequence-split
-  attention's partial output and its rows' softmax statistics, SnapKV's head sum over a
+  attention's partial output, or its projection through W_UV held whole, and its rows'
+  softmax statistics, SnapKV's head sum over a
   socket's heads, a GQA group's scores summed over the sockets sharing its KV head).
 
 What an operator may read: a replicated operator and a column-parallel product (split ``n``)
 read whole tensors; an operator split along an axis reads whole tensors or tensors split the
 same way (a query head also reads its KV head's share; a KV head reads its query heads'
 shares when each socket holds whole KV groups); only a sum reads partial sums (the MoE
-combine, and the all-reduce and reduce-scatter that finish them); an all-gather reads a
+combine, and the all-reduce and reduce-scatter that finish them), and a whole linear
+product that carries a partial attention output to its own combine (W_UV's); an all-gather reads a
 split; an all-to-all anything but a partial sum. `share_problems` lists every edge of a
 sharded graph that breaks this: a consumer reading what its producer's split leaves partial
 or split another way, with no collective between them (how a simulated step could assume
@@ -71,16 +73,18 @@ def output_share(node: Operator, plan: ShardPlan) -> Share:
     if node.exchange is not None:  # an all-to-all: out to the experts, or back to the tokens
         return EXPERTS if node.exchange.direction == "dispatch" else _tokens(plan)
     axis = work_axis(node, plan)
+    combine = node.split.combine
+    if combine in ("sequence", "deferred") and plan.sequence_split:
+        return PARTIAL  # a sequence share's attention output, projected whole or not
     if axis in (WHOLE, TOKENS):  # a token operator's sums are over its own tokens' experts
         return axis
-    combine = node.split.combine
     if combine == "row_stats":  # a row's statistics over the socket's keys
         return PARTIAL if axis == SEQUENCE else axis
     if combine == "group_sum" and plan.kv_heads and plan.tp > plan.kv_heads:
         return PARTIAL  # the group's heads' sum, shared by the sockets of its KV head
     if combine == "selection":
         return axis if axis == SEQUENCE else PARTIAL  # a sum over the socket's heads
-    if combine == "sum" or (combine == "sequence" and axis == SEQUENCE):
+    if combine == "sum":
         return PARTIAL
     if node.split.gemm_dim == "k":  # row-parallel: a partial sum
         return PARTIAL
@@ -115,13 +119,24 @@ def reads(node: Operator, share: Share, plan: ShardPlan) -> bool:
     if node.kind == "alltoall":
         return share != PARTIAL
     if share == PARTIAL:
-        return node.kind in SUMS
+        return node.kind in SUMS or _carries(node, plan)
     if share == WHOLE:
         return True
     axis = work_axis(node, plan)
     if axis == WHOLE or node.split.gemm_dim == "n":
         return False
     return _compatible(axis, share, plan)
+
+
+def _carries(node: Operator, plan: ShardPlan) -> bool:
+    """Whether ``node`` is a whole linear product carrying a sequence-split partial to its own
+    combine (W_UV's projection of MLA's partial attention outputs: `compiler.mla_queries`)."""
+    return (
+        node.split.combine == "sequence"
+        and plan.sequence_split
+        and work_axis(node, plan) == WHOLE
+        and node.gemm is not None
+    )
 
 
 def _describe(share: Share) -> str:

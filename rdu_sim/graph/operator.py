@@ -78,6 +78,7 @@ Combine = Literal[
     "none",
     "sum",
     "sequence",
+    "deferred",
     "gather",
     "seq_gather",
     "selection",
@@ -89,6 +90,9 @@ Combine = Literal[
 - sum: the output is a partial sum over sockets (row-parallel GEMM, expert shares): all-reduce;
 - sequence: partial attention over a sequence shard (MLA sequence_split): reduce-scatter of
   the outputs and their softmax statistics (log-sum-exp combine), heads scattered;
+- deferred: a sequence-split attention's partial output carried on by the linear projection
+  after it, whose own ``sequence`` combine finishes it (MLA's W_UV held whole on every
+  socket: `compiler.mla_queries`); no collective here;
 - gather: the output is split by columns (LM head vocab): all-gather;
 - seq_gather: a sequence-split cache read that every socket needs whole (MLA sequence_split
   prefill of a cached prefix): all-gather;
