@@ -127,9 +127,31 @@ def test_the_combine_follows_w_uv_where_the_program_replicates(batch: int) -> No
     assert projection.flops == (whole if replicate else whole / 16)  # type: ignore[attr-defined]
 
 
+def test_a_mixed_step_projects_its_decode_rows_before_their_combine() -> None:
+    """A prefill step carrying 128 decode rows (its decode part reads, not holds, the
+    weights): where it makes the queries on every socket, its decode rows' partial outputs
+    are projected through W_UV before their reduce-scatter too."""
+    scenario = api.load(SNAP, ANY_BATCH)
+    arch = _arch(scenario)
+    shape = StepShape("prefill", 1, 512, 0, decode_batch=128, decode_cache_len=32768)
+    plan = replace(shard_plan(scenario, shape), whole_queries=True, replicate_queries=True)
+    combines = {
+        node.name: node.collective_bytes
+        for _, graph in layer_graphs(scenario, shape, whole_queries=True, replicate_queries=True)
+        for node in operators(graph)
+        if node.collective == "reduce_scatter"
+    }
+    assert set(combines) == {"decode.attn.v_up.reduce_scatter"}
+    assert combines["decode.attn.v_up.reduce_scatter"] == _combine_bytes(arch, 128, arch.v_head_dim)
+    for _, graph in layer_graphs(scenario, shape, whole_queries=True, replicate_queries=True):
+        assert share_problems(graph, plan) == []
+
+
 SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 12e9, **ANY_BATCH}
 """A link slow enough that both DeepSeek-R1 workloads' full-batch steps replicate the query
-weights (at the shipped 35 GB/s full attention's gathers)."""
+and value weights (at the shipped 33.65 GB/s full attention's gathers; at 17.73 GB/s the 34
+full slots beside the whole weights gather too: reading W_UV whole costs that HBM-bound
+step more than its combine saves)."""
 
 
 @pytest.mark.parametrize("workload", [SNAP, FULL])
@@ -390,6 +412,7 @@ SHAPES = (
     StepShape("decode", 64, 2, 4096),  # a verify step's tokens too
     StepShape("prefill", 1, 4096, 512),  # a cached prefix
     StepShape("prefill", 1, 100_000, 0),  # SnapKV compresses it
+    StepShape("prefill", 1, 512, 0, decode_batch=64, decode_cache_len=4096),  # a mixed step
 )
 
 

@@ -125,8 +125,10 @@ def value_projections(graph: DiGraph, plan: ShardPlan) -> dict[str, str]:
 
 
 def _projects(node: Operator) -> bool:
-    """Whether ``node`` is a per-head product with weights (linear in its input)."""
-    return node.split.compute == HEADS and node.weight_params > 0 and node.gemm is not None
+    """Whether ``node`` is a per-head product that reads weights (linear in its input; a
+    mixed step's decode part reads the weights its prefill part holds, so it reads, not
+    holds, them)."""
+    return node.split.compute == HEADS and node.weight_read_bytes > 0 and node.gemm is not None
 
 
 def as_projected(node: Operator) -> Operator:
