@@ -305,8 +305,7 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
     if queries:
         placement.caption = (
             f"MLA query and value weights (q_b_proj, kv_b_proj) {queries['weights']} on every "
-            f"socket; this "
-            f"step's queries: {queries['queries']}"
+            f"socket; this step's queries: {queries['queries']}"
         )
     for name in ("tier", "capacity", "weights", "KV cache", "activations", "used", "free"):
         placement.add_column(name, justify="left" if name == "tier" else "right")
