@@ -96,3 +96,71 @@ def test_compiled_kernels_never_exceed_the_socket(workload: str) -> None:
             assert pcus <= math.floor(socket.usable_fraction * socket.pcu.count)
             assert pmus <= math.floor(socket.usable_fraction * socket.pmu.count)
             assert all(s.pcus >= 1 and s.pmus >= 1 for s in kernel.stages)
+
+
+def test_one_row_spreads_pcus_by_the_square_root_of_the_work() -> None:
+    """At one row the stage times add: 100x the work gets 10x the PCUs above the floors."""
+    work = [StageWork(compute=c) for c in (1.0, 100.0)]
+    alloc = allocate(
+        work, pcus=1101, pmus=10, pmu_bytes=1.0, pmu_bandwidth=1.0, memory_time=0.0, chain_rows=1
+    )
+    # floors 1 and 10 (the balanced time 1/11 of the work over 1101 PCUs is 0.1 s)
+    assert alloc.pcus == (100, 1001)
+    assert allocate(
+        work, pcus=1101, pmus=10, pmu_bytes=1.0, pmu_bandwidth=1.0, memory_time=0.0
+    ).pcus == (11, 1090)  # a full pipeline equalises the stage times instead
+
+
+@given(
+    compute=st.lists(st.floats(1e-6, 1.0), min_size=2, max_size=4),
+    rows=st.integers(1, 7),
+)
+@settings(max_examples=60, deadline=None)
+def test_chain_spread_is_no_worse_than_either_simple_spread(
+    compute: list[float], rows: int
+) -> None:
+    """The chain spread's estimated time beats (or ties) the pipeline's and a brute force
+    over every split of a small budget is never better by more than its integer rounding."""
+    from itertools import product
+
+    from rdu_sim.compiler.allocation import chain_time
+
+    budget = 24
+    work = [StageWork(compute=c) for c in compute]
+    common = dict(pcus=budget, pmus=len(work), pmu_bytes=1.0, pmu_bandwidth=1.0, memory_time=0.0)
+    chained = allocate(work, chain_rows=rows, **common).pcus  # type: ignore[arg-type]
+    piped = allocate(work, **common).pcus  # type: ignore[arg-type]
+    assert sum(chained) == budget
+    assert chain_time(compute, chained, rows) <= chain_time(compute, piped, rows) * (1 + 1e-12)
+    best = min(
+        chain_time(compute, split, rows)
+        for split in product(range(1, budget + 1), repeat=len(compute))
+        if sum(split) == budget
+    )
+    assert chain_time(compute, chained, rows) <= best * 1.25
+
+
+def test_batch1_decode_chain_is_faster_than_a_balanced_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DeepSeek-R1's batch-1 step is faster with the chain's spread than with the pipeline's
+    (every stage near 5.7 us a layer, their times adding along the row); a batch of at
+    least a tile's rows is compiled the same either way."""
+    from rdu_sim import api
+    from rdu_sim.compiler import compile as compile_module
+
+    def step_s(batch: int) -> float:
+        return api.step(
+            "workloads/deepseek-r1-128k-full.yaml", {"stack": "none"}, batch=batch
+        ).step_s
+
+    chained = {batch: step_s(batch) for batch in (1, 8)}
+    pipelined_allocate = compile_module.allocate
+
+    def pipeline_only(*args, chain_rows=None, **kwargs):  # type: ignore[no-untyped-def]
+        return pipelined_allocate(*args, **kwargs)
+
+    monkeypatch.setattr(compile_module, "allocate", pipeline_only)
+    piped = {batch: step_s(batch) for batch in (1, 8)}
+    assert chained[1] < 0.92 * piped[1]  # 3.05 ms against 3.43 ms
+    assert chained[8] == piped[8]

@@ -12,7 +12,22 @@ PCUs (at most `usable_fraction x count`, at least 1 per stage):
    stages share HBM and DDR, so the kernel cannot beat it), such that giving every stage
    ceil(compute / T) PCUs fits the budget. No stage then starves the pipeline unless the
    budget itself is too small;
-2. spread the rest in proportion to compute work (water-filling above those minimums).
+2. spread the rest. With at least a tile's worth of rows the stages work side by side and
+   the kernel runs at its slowest stage's pace: the rest goes in proportion to compute
+   work, which equalises the stage times. With fewer rows than tiles (`chain_rows`: a
+   batch-1 decode step) the reductions along a row hold each consumer until its producer
+   has finished the row (`compiler.row_barriers`), so a row crosses the stages one after
+   another: R rows take about sum(t_i) / R + (1 - 1/R) max(t_i), the first row through
+   every stage, the others behind it at the slowest stage's pace (a pipeline's fill and
+   steady state). The spread minimises that: for a cap on the slowest stage's time,
+   sum(c_i / p_i) is smallest with p_i in proportion to sqrt(c_i) (a Lagrange condition)
+   above the floors the cap sets. The compiler tries caps from the floors' slowest stage
+   up, and the full pipeline's spread, and keeps the one with the smallest estimate. The
+   floors keep each stage within the kernel's memory time (one PCU each when that does not
+   fit). At one row this is sqrt(compute) above them: a stage with 100 times the work gets
+   10 times the PCUs, not 100, since its time adds to the others'. Parallel branches (the
+   shared expert beside the router) are counted as if in the chain: a compiler that knew
+   the critical path would give them less.
 
 PMUs (same bounds) hold a stage's buffers, and its producers stream their outputs into
 them at the PMUs' bandwidth shared by its input edges. Each stage first gets the PMUs its
@@ -116,6 +131,55 @@ def _balanced_minimums(compute: Sequence[float], budget: int, floor_time: float)
     return need(high)
 
 
+CHAIN_CAPS = 48
+"""Caps on the slowest stage's time the chain spread tries, geometric from the floors'
+slowest stage to the square-root spread's own (a search granularity, not hardware)."""
+
+
+def chain_time(compute: Sequence[float], counts: Sequence[int], rows: int) -> float:
+    """Estimated time of ``rows`` rows crossing the stages in sequence (module docstring).
+    Compute only: a stage's weights stream into its PMUs ahead of the row (the engine's
+    prefetch), so along the chain it waits for its PCUs, not its bytes."""
+    times = [c / p for c, p in zip(compute, counts, strict=True)]
+    if not times:
+        return 0.0
+    return sum(times) / rows + (1.0 - 1.0 / rows) * max(times)
+
+
+def _chain_floors(compute: Sequence[float], budget: int, memory_time: float) -> list[int]:
+    """Fewest PCUs per stage for a chain: none slower than the kernel's memory time when
+    that fits the budget (no stage need be faster), else one each."""
+    if len(compute) > budget:
+        raise ValueError(
+            f"{len(compute)} stages need at least one PCU each; only {budget} are usable"
+        )
+    if memory_time > 0:
+        floors = [max(1, math.ceil(c / memory_time - 1e-9)) for c in compute]
+        if sum(floors) <= budget:
+            return floors
+    return [1] * len(compute)
+
+
+def _chain_spread(
+    compute: Sequence[float], budget: int, floors: Sequence[int], rows: int, pipeline: list[int]
+) -> list[int]:
+    """PCU counts minimising ``chain_time`` for ``rows`` rows: the square-root spread above
+    ``floors`` under each cap tried, or the full pipeline's spread if that estimates less."""
+    roots = [math.sqrt(c) for c in compute]
+    candidates = [pipeline, water_fill(roots, budget, floors)]
+    if rows > 1:
+        low = max((c / p for c, p in zip(compute, floors, strict=True)), default=0.0)
+        high = max((c / p for c, p in zip(compute, candidates[1], strict=True)), default=0.0)
+        for step in range(CHAIN_CAPS if 0 < low < high else 0):
+            cap = low * (high / low) ** (step / (CHAIN_CAPS - 1))
+            capped = [
+                max(f, math.ceil(c / cap - 1e-9)) for c, f in zip(compute, floors, strict=True)
+            ]
+            if sum(capped) <= budget:
+                candidates.append(water_fill(roots, budget, capped))
+    return min(candidates, key=lambda counts: chain_time(compute, counts, rows))
+
+
 def allocate(
     work: Sequence[StageWork],
     *,
@@ -124,11 +188,18 @@ def allocate(
     pmu_bytes: float,
     pmu_bandwidth: float,
     memory_time: float,
+    chain_rows: int | None = None,
 ) -> Allocation:
-    """PCUs and PMUs per stage within `pcus` / `pmus` (see the module docstring)."""
+    """PCUs and PMUs per stage within `pcus` / `pmus` (see the module docstring).
+
+    ``chain_rows``: the step's rows when they are fewer than the kernel's tiles (the stages
+    then work in sequence along each row), else None.
+    """
     compute = [w.compute for w in work]
-    pcu_floors = _balanced_minimums(compute, pcus, memory_time)
-    pcu_counts = water_fill(compute, pcus, pcu_floors)
+    pcu_counts = water_fill(compute, pcus, _balanced_minimums(compute, pcus, memory_time))
+    if chain_rows is not None:
+        floors = _chain_floors(compute, pcus, memory_time)
+        pcu_counts = _chain_spread(compute, pcus, floors, chain_rows, pcu_counts)
 
     if len(work) > pmus:
         raise ValueError(f"{len(work)} stages need at least one PMU each; only {pmus} usable")

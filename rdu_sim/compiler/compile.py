@@ -611,6 +611,7 @@ def _kernel_program(
         pmu_bytes=sram,
         pmu_bandwidth=socket.pmu.bandwidth,
         memory_time=_memory_time(stages, socket),
+        chain_rows=rows if rows < engine.tiles_per_stage else None,
     )
     placed = []
     for draft, stage, stream, pcus, pmus in zip(
