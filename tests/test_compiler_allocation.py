@@ -104,7 +104,7 @@ def test_one_row_spreads_pcus_by_the_square_root_of_the_work() -> None:
     alloc = allocate(
         work, pcus=1101, pmus=10, pmu_bytes=1.0, pmu_bandwidth=1.0, memory_time=0.0, chain_rows=1
     )
-    # floors 1 and 10 (the balanced time 1/11 of the work over 1101 PCUs is 0.1 s)
+    # no memory time: floors of one PCU each, and 1101 x (1/11, 10/11) above them
     assert alloc.pcus == (100, 1001)
     assert allocate(
         work, pcus=1101, pmus=10, pmu_bytes=1.0, pmu_bandwidth=1.0, memory_time=0.0
@@ -116,11 +116,11 @@ def test_one_row_spreads_pcus_by_the_square_root_of_the_work() -> None:
     rows=st.integers(1, 7),
 )
 @settings(max_examples=60, deadline=None)
-def test_chain_spread_is_no_worse_than_either_simple_spread(
-    compute: list[float], rows: int
-) -> None:
-    """The chain spread's estimated time beats (or ties) the pipeline's and a brute force
-    over every split of a small budget is never better by more than its integer rounding."""
+def test_chain_spread_is_near_the_best_split(compute: list[float], rows: int) -> None:
+    """The chain spread keeps whichever of its two spreads estimates less (so never more
+    than the pipeline's), and a brute force over every split of a small budget beats it by
+    less than 10%: the square-root spread is the continuous optimum at one row, and between
+    that and the pipeline's at more rows."""
     from itertools import product
 
     from rdu_sim.compiler.allocation import chain_time
@@ -137,7 +137,7 @@ def test_chain_spread_is_no_worse_than_either_simple_spread(
         for split in product(range(1, budget + 1), repeat=len(compute))
         if sum(split) == budget
     )
-    assert chain_time(compute, chained, rows) <= best * 1.25
+    assert chain_time(compute, chained, rows) <= best * 1.10
 
 
 def test_batch1_decode_chain_is_faster_than_a_balanced_pipeline(

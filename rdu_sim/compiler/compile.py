@@ -567,7 +567,8 @@ def _kernel_program(
     rows: int,
 ) -> KernelProgram:
     drafts = _drafts(kernel, fractions, kv_tier)
-    if rows < engine.tiles_per_stage:  # the tiles cut through rows: reductions hold them
+    chained = rows < engine.tiles_per_stage  # the tiles cut through rows: reductions hold them
+    if chained:
         reducing = whole_row_stages([(d.stage.name, d.stage.op, d.stage.inputs) for d in drafts])
         drafts = [
             replace(d, stage=replace(d.stage, whole_row_outputs=rows))
@@ -611,7 +612,7 @@ def _kernel_program(
         pmu_bytes=sram,
         pmu_bandwidth=socket.pmu.bandwidth,
         memory_time=_memory_time(stages, socket),
-        chain_rows=rows if rows < engine.tiles_per_stage else None,
+        chain_rows=rows if chained else None,
     )
     placed = []
     for draft, stage, stream, pcus, pmus in zip(
