@@ -142,11 +142,8 @@ def chain_time(compute: Sequence[float], counts: Sequence[int], rows: int) -> fl
 
 def _chain_floors(compute: Sequence[float], budget: int, memory_time: float) -> list[int]:
     """Fewest PCUs per stage for a chain: none slower than the kernel's memory time when
-    that fits the budget (no stage need be faster), else one each."""
-    if len(compute) > budget:
-        raise ValueError(
-            f"{len(compute)} stages need at least one PCU each; only {budget} are usable"
-        )
+    that fits the budget (no stage need be faster), else one each (``_balanced_minimums``
+    has already refused more stages than PCUs)."""
     if memory_time > 0:
         floors = [max(1, math.ceil(c / memory_time - 1e-9)) for c in compute]
         if sum(floors) <= budget:
