@@ -149,7 +149,7 @@ def test_a_mixed_step_projects_its_decode_rows_before_their_combine() -> None:
 
 SLOW_LINK = {"hw.system.intra_node_link.bandwidth": 12e9, **ANY_BATCH}
 """A link slow enough that both DeepSeek-R1 workloads' full-batch steps replicate the query
-and value weights (at the shipped 33.65 GB/s full attention's gathers; at 17.73 GB/s the 34
+and value weights (at the shipped 33.53 GB/s full attention's gathers; at 17.73 GB/s the 34
 full slots beside the whole weights gather too: reading W_UV whole costs that HBM-bound
 step more than its combine saves)."""
 
