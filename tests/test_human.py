@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rdu_sim import api, human
 from rdu_sim.cli.main import cli
+from rdu_sim.report.bound import RESOURCES
 from rdu_sim.report.console import UTILIZATION_LABELS, render
 from rdu_sim.report.summary import OCCUPANCY_FULL, Utilization
 
@@ -128,7 +129,8 @@ def text_of(overrides: dict[str, object]) -> tuple[str, dict[str, object]]:
 
 def test_the_header_says_what_was_simulated_and_the_load_note_when_slots_idle() -> None:
     text, data = text_of({"serving.arrival": {"process": "poisson", "rate": 2.0}})
-    assert "llama-3.1-8b on sn40l (1 socket)" in text
+    assert "llama-3.1-8b on sn40l served by sambastack-2025 (1 socket)" in text
+    assert data["stack"] == "sambastack-2025"
     assert "weights bf16, KV cache bf16, activations bf16; KV policy full" in text
     assert "load: 24 requests, Poisson arrivals at 2 req/s" in text
     assert "prompts fixed 512 tokens (mean 512), outputs fixed 64 tokens (mean 64)" in text
@@ -144,6 +146,24 @@ def test_a_closed_loop_measures_the_machine() -> None:
     assert "closed loop: 8 users" in text
     assert "offered load" not in text
     assert data["load"]["concurrency"] == 8
+
+
+@pytest.mark.parametrize("bound", list(RESOURCES))
+def test_the_run_report_names_the_decode_steps_bound_in_words(bound: str) -> None:
+    """The run report names the binding resource as every other report does (RESOURCES:
+    "the socket-to-socket links"), not as its key in capitals ("LINK")."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    summary = api.run("llama3.1-8b-1socket", SMALL).summary()
+    assert summary.decode_step is not None
+    step = replace(summary.decode_step, bound=bound, **{f"{bound}_s": 0.004})
+    console = Console(width=160, record=True)
+    console.print(render(replace(summary, decode_step=step)))
+    text = console.export_text()
+    assert f"{RESOURCES[bound]} (4 ms of " in text, text
+    assert bound.upper() + " (" not in text
 
 
 def test_one_definition_of_utilization_in_run_run_step_and_step() -> None:

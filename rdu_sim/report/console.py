@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rdu_sim import human
+from rdu_sim.report.bound import RESOURCES
 from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
@@ -90,7 +91,7 @@ def header(result: RunSummary) -> Text:
     text = Text()
     text.append(result.workload, style="bold")
     text.append(
-        f": {result.model} on {result.hardware} ({machine(result)})\n"
+        f": {result.model} on {result.hardware} served by {result.stack} ({machine(result)})\n"
         f"  weights {dtypes['weights']}{experts}, KV cache {dtypes['kv']}, activations "
         f"{dtypes['activations']}; KV policy {result.kv_policy}\n"
         f"  {human.count(result.batch_slots, 'batch slot')} (room for {result.batch_capacity}), "
@@ -223,7 +224,7 @@ def _bound(result: RunSummary) -> str:
     if step is None:
         return "-"
     limit = step.times()[step.bound]
-    return f"{step.bound.upper()} ({human.duration(limit)} of {human.duration(step.step_s)})"
+    return f"{RESOURCES[step.bound]} ({human.duration(limit)} of {human.duration(step.step_s)})"
 
 
 def serving_table(result: RunSummary) -> Table:

@@ -284,6 +284,7 @@ class RunSummary:
     model: str
     workload: str
     hardware: str
+    stack: str  # the serving stack that ran (stacks/; 'none': the hardware's ceiling)
     tp: int
     sockets: int
     seed: int
@@ -504,6 +505,7 @@ def summarize(run: ServingRun) -> RunSummary:
         model=scenario.model.name,
         workload=scenario.workload.name,
         hardware=scenario.hardware.name,
+        stack=scenario.stack.name,
         tp=scenario.tp,
         sockets=scenario.hardware.system.sockets,
         seed=scenario.workload.serving.seed,
