@@ -84,7 +84,10 @@ def test_the_older_measured_s_column_still_reads(tmp_path: Path) -> None:
     [
         (ROW.replace("e2e_s", "tpot"), "metric", "must be one of"),
         (ROW.replace(",2,", ",two,"), "batch", "expected an integer"),
-        (ROW.replace(",2,", ",1_000,"), "batch", "expected an integer"),
+        (ROW.replace(",2,", ",1_000,"), "batch", "expected an integer or auto"),
+        (ROW.replace(",2,", ",-2,"), "batch", "must be in 1..65536, got -2"),
+        (ROW.replace(",1,2,", ",-1,2,"), "tp", "must be in 1..4096, got -1"),
+        (ROW.replace("0.5", "500 ms"), "measured", "expected a number in e2e_s's unit (s, not"),
         (ROW.replace(",2,", ",auto,"), "requests", "names its requests"),
         (ROW.replace("0.5", "-1"), "measured", "must be in"),
         (ROW.replace("0.5", "nan"), "measured", "expected a number"),

@@ -63,15 +63,23 @@ MAX_BATCH = 65536
 MAX_REQUESTS = 1_000_000  # serving.requests' own bound
 
 _INTEGER = re.compile(r"[0-9]{1,15}")
+_NEGATIVE = re.compile(r"-[0-9]{1,15}")
+"""A negative integer: refused for its range (``-16``), not as if it were not a number."""
+
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
 WEIGHT_DTYPES: tuple[str, ...] = get_args(WeightDtype)
 KV_DTYPES: tuple[str, ...] = get_args(ValueDtype)
 
 
+def _integer_like(cell: str) -> bool:
+    """Whether ``cell`` is written as an integer (a negative one too: its range refuses it)."""
+    return bool(_INTEGER.fullmatch(cell) or _NEGATIVE.fullmatch(cell))
+
+
 def _int(text: str, column: str, where: str, low: int, high: int) -> int:
     """An integer cell in ``low..high`` (ASCII digits only: ``1_000`` or ``٣`` are refused)."""
     cell = text.strip()
-    if not _INTEGER.fullmatch(cell):
+    if not _integer_like(cell):
         raise ConfigError.single(where, column, f"expected an integer, got {cell[:40]!r}")
     value = int(cell)
     if not low <= value <= high:
@@ -82,10 +90,14 @@ def _int(text: str, column: str, where: str, low: int, high: int) -> int:
 def _measured(text: str, column: str, metric: str, where: str) -> float:
     """The measured value: a decimal number inside the metric's plausible range."""
     cell = text.strip()
-    if not _DECIMAL.fullmatch(cell):
-        raise ConfigError.single(where, column, f"expected a number, got {cell[:40]!r}")
-    value = float(cell)
     spec = METRICS[metric]
+    if not _DECIMAL.fullmatch(cell):
+        raise ConfigError.single(
+            where,
+            column,
+            f"expected a number in {metric}'s unit ({spec.unit}, not written), got {cell[:40]!r}",
+        )
+    value = float(cell)
     if not spec.low <= value <= spec.high:
         raise ConfigError.single(
             where,
@@ -170,6 +182,10 @@ def _point(row: dict[str, str], value_column: str, where: str) -> MeasuredPoint:
             where, "measured_s", f"{metric} is in {METRICS[metric].unit}: name the column measured"
         )
     batch_cell = row["batch"].strip()
+    if batch_cell != AUTO and not _integer_like(batch_cell):
+        raise ConfigError.single(
+            where, "batch", f"expected an integer or {AUTO}, got {batch_cell[:40]!r}"
+        )
     batch = None if batch_cell == AUTO else _int(batch_cell, "batch", where, 1, MAX_BATCH)
     requests_cell = row.get("requests", "").strip()
     requests = _int(requests_cell, "requests", where, 1, MAX_REQUESTS) if requests_cell else 0
