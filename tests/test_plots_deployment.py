@@ -104,6 +104,11 @@ def test_calibrates_fit_json_held_out_rows_hollow_and_figures_left_out() -> None
         ({"points": [{**SUITE["points"][0], "simulated": "fast"}]}, "must be a number"),  # type: ignore[dict-item]
         ({"points": []}, "no measured row"),
         ("text", "expected deployment rows"),
+        # what `rdu-sim validate --json` prints: a list of published figures
+        (
+            [{"name": "max_batch_ratio", "published": 4.0, "simulated": 4.0, "unit": "x"}],
+            "plot them with `rdu-sim plot calibration`",
+        ),
     ],
 )
 def test_what_is_not_deployment_rows_is_one_error(results: Any, words: str) -> None:

@@ -111,6 +111,12 @@ def deployment_rows(results: Any) -> list[DeploymentRow]:
                 "or calibrate's fit.json (targets)"
             )
     elif isinstance(results, list):
+        if any(isinstance(i, Mapping) and "published" in i for i in results):
+            raise PlotInputError(
+                "these are the published figures `rdu-sim validate --json` prints (plot them "
+                "with `rdu-sim plot calibration`); deployment plots what `rdu-sim validate "
+                "--suite deployment --json` prints or calibrate's fit.json"
+            )
         items = results
         read = (
             _fit_row
