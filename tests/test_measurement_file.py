@@ -219,6 +219,37 @@ def test_the_worked_example_in_the_docs_reads() -> None:
     assert {p.metric for p in points} == set(METRICS)
 
 
+def test_the_worked_examples_measured_rows_run_under_their_measurements_stack() -> None:
+    """A worked-example row that quotes a shipped measurement names the stack the shipped row
+    was measured under: an empty stack runs the hardware's default (SambaStack 2025 on SN40L),
+    not SambaStudio 2024, which Argonne measured."""
+    docs = (REPO / "docs" / "calibration.md").read_text()
+    block = re.search(r"<!-- worked example -->\n```csv\n(.*?)```", docs, re.S)
+    assert block is not None
+    shipped = {
+        (
+            p.hardware,
+            p.model,
+            p.tp,
+            p.batch,
+            p.input_tokens,
+            p.output_tokens,
+            p.metric,
+            p.measured,
+        ): p.stack
+        for path in shipped_files()
+        for p in read_points(path)
+    }
+    quoted = 0
+    for p in _read_text(block.group(1)):
+        key = (p.hardware, p.model, p.tp, p.batch, p.input_tokens, p.output_tokens, p.metric)
+        stack = shipped.get((*key, p.measured))
+        if stack is not None:
+            quoted += 1
+            assert p.stack == stack, f"{p.label}: stack {p.stack!r}, measured under {stack!r}"
+    assert quoted == 3
+
+
 def _read_text(text: str) -> list[MeasuredPoint]:
     import tempfile
 
