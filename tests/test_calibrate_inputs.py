@@ -352,3 +352,14 @@ def test_absurd_rows_end_in_one_error_naming_the_row_at_once(
     began = time.perf_counter()
     _one_error(_run(str(path), "--fit", F, "-o", str(tmp_path / "o")), "absurd.csv:2:", words)
     assert time.perf_counter() - began < 30
+
+
+def test_an_error_line_counts_its_targets_in_words() -> None:
+    """One target is "1 target" (was "1 targets"), in the printed summary and the overlays."""
+    from rdu_sim.cli.calibrate_cmd import _errors_line
+    from rdu_sim.validate.deployment import ErrorSummary
+
+    one = _errors_line(ErrorSummary("fitted", 1, 0.05, 0.05, "m.csv:2"))
+    many = _errors_line(ErrorSummary("fitted", 1200, 0.05, 0.05, "m.csv:2"))
+    assert one.startswith("fitted: 1 target, median |error| 5") and "m.csv:2" in one, one
+    assert many.startswith("fitted: 1,200 targets,"), many

@@ -122,7 +122,8 @@ def _refuse_overwrite(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path
 def _errors_line(group: ErrorSummary) -> str:
     median, worst = human.percent(group.median_abs_error), human.percent(group.worst_abs_error)
     where = f"({group.worst_point})"
-    return f"{group.group}: {group.points} targets, median |error| {median}, worst {worst} {where}"
+    targets = human.count(group.points, "target")
+    return f"{group.group}: {targets}, median |error| {median}, worst {worst} {where}"
 
 
 def _summary_lines(result: FitResult) -> list[str]:

@@ -120,12 +120,14 @@ def _measured(value: float, unit: str) -> str:
     default="figures",
     show_default=True,
     help="figures: SambaNova's twelve published figures; deployment: every shipped measured "
-    "point (measurements/: Argonne's SN40L and H100 grids), simulated against measured.",
+    "point (measurements/: Argonne's SN40L and H100 grids, TensorRT-LLM 1.0's full-load "
+    "table), simulated against measured.",
 )
 @click.option(
     "--quick",
     is_flag=True,
-    help="Same runs with fewer requests (3 per batch slot): about a minute.",
+    help="Same runs with fewer requests (3 per batch slot), a fraction of the full suite's "
+    "time (figures only).",
 )
 @overrides_option
 @overlays_option
