@@ -166,7 +166,9 @@ def test_launches_follow_the_host_device_recurrence() -> None:
     assert graph.step_s == pytest.approx(
         hw.gpu.kernel.graph_launch + sum(k.time_s for k in graph.kernels), rel=1e-12
     )
-    assert stream.busy_s["host"] == pytest.approx(7 * launch)
+    assert stream.busy_s["launch"] == pytest.approx(7 * launch)
+    # the device's time at the 7 calls' boundaries, apart from the host's launches
+    assert stream.busy_s["boundaries"] == pytest.approx(7 * hw.gpu.kernel.sync, rel=1e-12)
     assert stream.step_s > graph.step_s  # the small kernels are shorter than their launches
 
 

@@ -47,15 +47,16 @@ def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
     from rich import box
     from rich.table import Table
 
-    from rdu_sim.report.console import utilization_line
+    from rdu_sim.report.console import served_by, utilization_line
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
     from rdu_sim.report.bound import RESOURCES
 
     console.print(
-        f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} served by "
-        f"{data['stack']}, tp={data['tp']}: {data['phase']} step, batch {data['batch']}, "
+        f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
+        f"{served_by(data['stack'])}, tp={data['tp']}: {data['phase']} step, "
+        f"batch {data['batch']}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
     )
     console.print(

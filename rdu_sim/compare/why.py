@@ -39,6 +39,8 @@ def _demand(column: Column) -> str:
         return "the collectives on its busiest link direction"
     if column.bound == "blocks":
         return "its attention's KV cache read through few thread blocks"
+    if column.bound == "boundaries":
+        return "the launch and sync at each of its kernels' boundaries"
     return "the serving stack's host work" if column.bound == "host" else "its time"
 
 

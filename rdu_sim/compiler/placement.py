@@ -53,6 +53,7 @@ from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
+from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario
@@ -513,7 +514,7 @@ def batch_capacity(
             hints = shrink_hints(scenario, kv=True, weights=weights > 0)
             gpu = not isinstance(scenario.hardware, HardwareConfig)
             rest = "no DDR holds the rest" if gpu else "the rest in DDR"
-            device = "GPU" if gpu else "socket"
+            device = device_noun(scenario.hardware)
             pinned = (
                 f"all of them in HBM ({human.size(target, 4)})"
                 if target == total

@@ -32,6 +32,11 @@ KINDS: dict[str, type[HardwareConfig] | type[GpuHardwareConfig]] = {
 }
 
 
+def device_noun(hardware: Hardware) -> str:
+    """What one device of ``hardware`` is called in sentences: ``socket`` or ``GPU``."""
+    return "socket" if isinstance(hardware, HardwareConfig) else "GPU"
+
+
 def kind_of(data: Any) -> str:
     """The ``kind`` a hardware mapping names (``rdu`` when it names none)."""
     if isinstance(data, Mapping):

@@ -135,6 +135,7 @@ class Engine:
             "hbm": total.hbm_busy_s,
             "ddr": total.ddr_busy_s,
             "link": total.link_busy_s,
+            "boundaries": total.overhead_s,
         }
         return step_timing(
             program,

@@ -90,7 +90,10 @@ class StepTiming:
     Busy times are per unit kind, averaged over the socket's units where there are many:
     ``pcu`` is PCU-seconds over the socket's PCU count, ``pmu`` PMU-port-seconds over its PMU
     count, ``hbm``/``ddr`` the time at least one stream was moving bytes, ``link`` the
-    busiest P2P link direction's serialisation time (summed over kernels). ``utilization`` is
+    busiest P2P link direction's serialisation time (summed over kernels), ``boundaries``
+    the kernels' launch and sync time at their boundaries (device time doing no work; summed
+    over the calls), and on a GPU ``sm`` its SMs', ``blocks`` its decode attention's thread
+    blocks' and ``launch`` the host CPU's time launching the step's kernels. ``utilization`` is
     busy time over ``step_s``, each <= 1. ``events`` are SimPy events actually processed (at
     most ``engine.max_events``); ``estimated_events`` is the rough lower bound checked against
     it before simulating.

@@ -9,6 +9,8 @@ matrix and vector work at the efficiencies the engine simulated, over all the un
 ``link`` the busiest socket-to-socket link direction's serialisation time (collectives);
 ``blocks`` the time a GPU's decode attention streamed its KV cache through its thread blocks
 (few blocks over long contexts stream slower than the HBM);
+``boundaries`` the device time at the kernels' boundaries, launching and synchronising them
+(each call's; what kernel looping and CUDA graphs save);
 ``host`` the serving stack's host time per step, serial and overlapped together (what the
 step would take on an infinitely fast device).
 """
@@ -28,6 +30,7 @@ RESOURCES: dict[str, str] = {
     "ddr": "DDR bandwidth",
     "link": "the socket-to-socket links",
     "blocks": "decode attention's thread blocks",
+    "boundaries": "kernel boundaries (launch and sync)",
     "host": "the serving stack's host time",
 }
 """Each resource in words, for sentences ("bound by HBM bandwidth"); the order ties break in."""
@@ -47,6 +50,8 @@ class ResourceTimes(Protocol):
     @property
     def blocks_s(self) -> float: ...
     @property
+    def boundaries_s(self) -> float: ...
+    @property
     def host_s(self) -> float: ...
 
 
@@ -58,6 +63,7 @@ def resource_times(step: ResourceTimes) -> dict[str, float]:
         "ddr": step.ddr_s,
         "link": step.link_s,
         "blocks": step.blocks_s,
+        "boundaries": step.boundaries_s,
         "host": step.host_s,
     }
 
@@ -72,6 +78,7 @@ class StepBound:
     ddr_s: float
     link_s: float
     blocks_s: float
+    boundaries_s: float
     host_s: float
     bound: str  # the resource with the largest time (a key of RESOURCES)
     hbm_bytes: float
@@ -106,6 +113,7 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         "ddr": 0.0 if ddr is None else ddr_bytes / (ddr.bandwidth * ddr.efficiency),
         "link": busy.get("link", 0.0),
         "blocks": busy.get("blocks", 0.0),
+        "boundaries": busy.get("boundaries", 0.0),
         "host": timing.host_s,
     }
     return StepBound(
@@ -115,6 +123,7 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         ddr_s=times["ddr"],
         link_s=times["link"],
         blocks_s=times["blocks"],
+        boundaries_s=times["boundaries"],
         host_s=times["host"],
         bound=max(times, key=lambda k: times[k]),
         hbm_bytes=hbm_bytes,

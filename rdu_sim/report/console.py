@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rdu_sim import human
+from rdu_sim.config.stack import NONE
 from rdu_sim.report.bound import RESOURCES
 from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
@@ -75,9 +76,14 @@ def describe_load(load: OfferedLoad) -> str:
 
 
 def machine(result: RunSummary) -> str:
-    """``1 socket`` or ``16 sockets, tensor parallel over 16``."""
-    sockets = human.count(result.sockets, "socket")
-    return sockets if result.tp == 1 else f"{sockets}, tensor parallel over {result.tp}"
+    """``1 socket`` or ``16 sockets, tensor parallel over 16`` (``GPUs`` on a GPU system)."""
+    devices = human.count(result.sockets, result.device)
+    return devices if result.tp == 1 else f"{devices}, tensor parallel over {result.tp}"
+
+
+def served_by(stack: str) -> str:
+    """A serving stack's name in words: ``served by sambastack-2025``, or the device alone."""
+    return "on the device alone (no serving stack)" if stack == NONE else f"served by {stack}"
 
 
 def header(result: RunSummary) -> Text:
@@ -91,7 +97,7 @@ def header(result: RunSummary) -> Text:
     text = Text()
     text.append(result.workload, style="bold")
     text.append(
-        f": {result.model} on {result.hardware} served by {result.stack} ({machine(result)})\n"
+        f": {result.model} on {result.hardware} {served_by(result.stack)} ({machine(result)})\n"
         f"  weights {dtypes['weights']}{experts}, KV cache {dtypes['kv']}, activations "
         f"{dtypes['activations']}; KV policy {result.kv_policy}\n"
         f"  {human.count(result.batch_slots, 'batch slot')} (room for {result.batch_capacity}), "
@@ -188,9 +194,11 @@ def energy_rows(energy: Energy | None) -> list[tuple[str, str]]:
 
 
 def memory_table(result: RunSummary) -> Table:
-    """Per-tier memory of one socket: capacity, weights, KV, activations, used, free."""
+    """Per-tier memory of one device: capacity, weights, KV, activations, used, free (a tier
+    the device does not have, a GPU's SRAM and DDR, is left out)."""
     table = Table(
-        title=f"Memory per socket ({machine(result)}; weights: {result.weights_placement})",
+        title=f"Memory per {result.device} ({machine(result)}; weights: "
+        f"{result.weights_placement})",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -199,6 +207,8 @@ def memory_table(result: RunSummary) -> Table:
         table.add_column(column, justify="left" if column == "tier" else "right", no_wrap=True)
     for tier, usage in result.memory.items():
         capacity = usage.capacity_bytes
+        if not capacity and not usage.used_bytes:
+            continue
         table.add_row(
             tier.upper(),
             human.size(capacity),
@@ -210,7 +220,7 @@ def memory_table(result: RunSummary) -> Table:
             human.size(usage.free_bytes),
         )
     sram = result.memory.get("sram")
-    if sram is not None and not sram.used_bytes:
+    if sram is not None and sram.capacity_bytes and not sram.used_bytes:
         table.caption = (
             "The serving plan keeps no weights or KV cache in SRAM: kernels use it for their "
             "stage buffers while they run (`rdu-sim inspect graph` shows a step's)."
@@ -234,7 +244,7 @@ def serving_table(result: RunSummary) -> Table:
     table.add_column("value", justify="right", no_wrap=True)
     cache = result.step_cache
     rows = [
-        ("KV cache per slot (per socket)", human.size(result.kv_bytes_per_slot)),
+        (f"KV cache per slot (per {result.device})", human.size(result.kv_bytes_per_slot)),
         (
             "requests completed",
             f"{result.requests_completed:,} of {human.count(result.requests, 'request')}",

@@ -38,7 +38,8 @@ Definitions (docs/serving.md repeats them for users):
   ``step_s``, its bytes per tier, each resource's time (``report.bound``: ``compute_s`` the
   compute units' busy time, ``hbm_s``, ``ddr_s`` the tier's bytes at its sustained bandwidth,
   ``link_s`` the busiest link direction's, ``blocks_s`` a GPU's decode attention's thread
-  blocks' streaming time, ``host_s`` the serving stack's host time per step) and ``bound``,
+  blocks' streaming time, ``boundaries_s`` the kernels' launch and sync at their boundaries,
+  ``host_s`` the serving stack's host time per step) and ``bound``,
   the largest (a model served from DDR shows ``ddr``, a tensor-parallel
   step whose collectives outlast its reads ``link``, a batch whose host work outweighs the
   device ``host``), and ``runtime_s``, what the host added to the device's step; None
@@ -66,6 +67,7 @@ from numpy.typing import NDArray
 from rdu_sim import __version__, human
 from rdu_sim.compiler.placement import placement_warnings
 from rdu_sim.compiler.program import TIERS, Placement
+from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
@@ -241,6 +243,7 @@ class DecodeStepBound:
     link_s: float = 0.0
     host_s: float = 0.0
     blocks_s: float = 0.0
+    boundaries_s: float = 0.0
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
@@ -272,6 +275,7 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         link_s=bound.link_s,
         host_s=bound.host_s,
         blocks_s=bound.blocks_s,
+        boundaries_s=bound.boundaries_s,
     )
 
 
@@ -285,6 +289,7 @@ class RunSummary:
     workload: str
     hardware: str
     stack: str  # the serving stack that ran (stacks/; 'none': the hardware's ceiling)
+    device: str  # what one device is: 'socket' (SN40L) or 'GPU'
     tp: int
     sockets: int
     seed: int
@@ -506,6 +511,7 @@ def summarize(run: ServingRun) -> RunSummary:
         workload=scenario.workload.name,
         hardware=scenario.hardware.name,
         stack=scenario.stack.name,
+        device=device_noun(scenario.hardware),
         tp=scenario.tp,
         sockets=scenario.hardware.system.sockets,
         seed=scenario.workload.serving.seed,

@@ -203,7 +203,8 @@ class GpuEngine:
             "hbm": total.hbm_busy_s,
             "link": total.link_busy_s,
             "blocks": total.blocks_busy_s,
-            "host": stream.host_s,
+            "boundaries": total.overhead_s,
+            "launch": stream.host_s,
         }
         return step_timing(
             program,
