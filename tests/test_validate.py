@@ -421,3 +421,28 @@ def test_a_stack_override_never_reaches_the_device_alone_share() -> None:
     )
     assert slow_share == share
     assert slow_speed < speed
+
+
+def test_the_table_states_each_figure_as_published_and_points_failures_to_their_reasons(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The published column words a figure as its source does ("over 90%", "2% to 5%", "up
+    to 2.2x"); a bound is always an "over"; a failing table says where each failure is
+    explained, a passing one does not."""
+    from rdu_sim.cli.validate_cmd import FAILURES_EXPLAINED, _print_table
+
+    for figure in FIGURES:
+        if figure.bound == "at_least":
+            assert figure.stated.startswith("over "), figure.name
+    at_226 = published_measurements(single_stream_tokens_per_s=226.0)  # both per-user bands
+    rows = [row.to_dict() for row in evaluate(at_226, FIGURES)]
+    assert all(row["pass"] for row in rows)
+    _print_table(rows, "figures")
+    passing = capsys.readouterr().out
+    for text in ("2% to 5%", "over 90%", "up to 2.2x", "up to 1,832 tokens/s", "198 tokens/s"):
+        assert text in passing, text
+    assert "Which figures pull against which" not in passing
+    failing = [row.to_dict() for row in evaluate(published_measurements())]  # per user fails
+    _print_table(failing, "figures")
+    out = " ".join(capsys.readouterr().out.split())
+    assert " ".join(FAILURES_EXPLAINED.split()) in out

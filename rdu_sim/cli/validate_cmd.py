@@ -6,9 +6,9 @@ and Llama 3.1 decode steps through `rdu_sim.api.step`) and prints, for each publ
 the published value, the simulated value, the relative error, the tolerance (or for an "over
 X" figure its lowest passing value) and pass/fail. `--json` prints a list of objects with
 `name`, `published`, `simulated`, `relative_error`, `tolerance`, `pass` (plus `unit`, `low`,
-`high`, `bound`, `definition`). Exit status: 0 when every figure passes, 1 when one fails, 2
-for bad input. docs/calibration.md explains each figure, every assumption and the sensitivity
-study.
+`high`, `bound`, `stated`, the value as published, and `definition`). Exit status: 0 when
+every figure passes, 1 when one fails, 2 for bad input. docs/calibration.md explains each
+figure, every assumption and the sensitivity study.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ from rdu_sim.report.terminal import wide_console
 
 EXIT_FIGURE_FAILED = 1
 UNFINISHED = "the suite had not finished: nothing was printed"
+FAILURES_EXPLAINED = (
+    'Why each figure lands where it does: docs/calibration.md, "Why each figure lands where '
+    'it does"; which failures contradict other published figures and which the model owns: '
+    '"Which figures pull against which". --json gives each figure\'s definition.'
+)
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -49,14 +54,18 @@ def _print_table(rows: list[dict[str, object]], header: str) -> None:
     for row in rows:
         unit = str(row["unit"])
         err = row["relative_error"]
+        stated = row.get("stated")
         table.add_row(
             str(row["name"]),
-            _fmt(row["published"], unit),  # type: ignore[arg-type]
+            str(stated) if stated else _fmt(row["published"], unit),  # type: ignore[arg-type]
             _fmt(row["simulated"], unit),  # type: ignore[arg-type]
             "n/a" if err is None else f"{100 * float(err):+.1f}%",  # type: ignore[arg-type]
             _tolerance(row, unit),
             "[green]pass[/green]" if row["pass"] else "[red]FAIL[/red]",
         )
+    if not all(row["pass"] for row in rows):
+        table.caption = FAILURES_EXPLAINED
+        table.caption_justify = "left"
     wide_console(soft_wrap=True).print(table)
 
 
