@@ -188,3 +188,26 @@ def test_bad_context_buckets_name_their_line(tree: Path, buckets: str, message: 
         assert result.exit_code == 2, result.output
         assert f"{workload.name}:{line}: kv.context_buckets:" in result.stderr
         assert message in result.stderr
+
+
+def test_check_reads_a_measurement_file_as_one_not_as_a_trace(tmp_path: Path) -> None:
+    """A CSV whose header names a metric column is a measurement file: the shipped ones by
+    name pass with their row counts, a bad row fails with its line and column, and a request
+    trace (no metric column) is still read as a trace."""
+    header = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured\n"
+    good = tmp_path / "mine.csv"
+    row = "sn40l-8,llama-3.1-8b,8,16,128,128,e2e_s,0.6\n"
+    good.write_text("# my own SN40L run\n" + header + row)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(header + "sn40l-8,llama-3.1-8b,8,-3,128,128,e2e_s,0.6\n")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("prompt_tokens,output_tokens\n100,20\n")
+    out = CliRunner().invoke(cli, ["check", "argonne-sn40l", str(good), str(trace)])
+    assert out.exit_code == 0, out.output
+    assert "argonne-sn40l: measurement file: 20 measured rows (e2e_s)" in out.output
+    assert "mine.csv: measurement file: 1 measured row (e2e_s)" in out.output
+    assert "trace.csv: request trace: 1 rows" in out.output
+    failed = CliRunner().invoke(cli, ["check", str(bad)])
+    assert failed.exit_code == 2
+    assert f"{bad}:2: batch: must be in 1..65536, got -3" in failed.output
+    assert "Traceback" not in failed.output

@@ -341,9 +341,10 @@ def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
     "fits",
     multiple=True,
     metavar="[SCOPE:]PATH=LOW:HIGH",
-    help="A parameter, its bounds and where it is one value, e.g. "
-    "'sn40l-8:hw.system.intra_node_link.bandwidth=8 GB/s:64 GB/s' or "
-    "hw.gpu.kernel.sync=0:10us. Repeatable.",
+    help="A parameter, its bounds and where it is one value, e.g. a stack's "
+    "'sambastudio-2024:stack.host.serial_per_slot=0:300us', or a machine's "
+    "'sn40l:hw.system.intra_node_link.bandwidth=8 GB/s:256 GB/s' (a hardware parameter "
+    "needs the rows of two stacks or more: here with --figures, SambaStack's). Repeatable.",
 )
 @click.option(
     "--holdout",

@@ -5,8 +5,10 @@ The kind of each file is read off its top-level keys, so one command checks a wh
 (checked with its hardware file and serving stack, cross-file rules included, and the rows
 of its trace file a run would use), `base`/`axes` a sweep spec (checked by
 `rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a cluster (with every pool's
-workload), `search` a plan spec (the rule: ``rdu_sim.config.kinds``). A file with a trace
-suffix (`.csv`, `.jsonl`) is checked as a request trace. Every file is checked and every
+workload), `search` a plan spec (the rule: ``rdu_sim.config.kinds``). A CSV whose header names a
+``metric`` column is a measurement file (``rdu_sim.validate.measurement_file``, docs/
+calibration.md); any other file with a trace suffix (`.csv`, `.jsonl`) is checked as a
+request trace. Every file is checked and every
 error printed before the exit status (2 if any failed) is decided.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from rdu_sim import human
 from rdu_sim.cli.errors import (
     EXIT_INPUT_ERROR,
     boundary_errors,
@@ -149,6 +152,13 @@ def check_file(path: Path) -> str:
     """Check one file (or a shipped one by name); raise an expected error if it is bad (see
     rdu_sim.cli.errors)."""
     path = shipped.locate(path)
+    if path.suffix.lower() == ".csv":
+        from rdu_sim.validate.measurement_file import is_measurement_file, read_points
+
+        if is_measurement_file(path):  # a header naming the metric: measured points
+            points = read_points(path)
+            metrics = ", ".join(sorted({point.metric for point in points}))
+            return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"
     if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader
         trace = _read_trace(path)
         if trace.format not in ("csv", "jsonl"):  # Azure, Mooncake, BurstGPT
@@ -163,8 +173,9 @@ def check_file(path: Path) -> str:
 @click.command("check")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 def command(files: tuple[Path, ...]) -> None:
-    """Validate hardware files, workloads and sweep specs (all of them, then exit 2 if any
-    failed). Example: rdu-sim check hw_configs/*.yaml workloads/*.yaml"""
+    """Validate hardware files, workloads, sweep specs, request traces and measurement files
+    (all of them, then exit 2 if any failed). Example: rdu-sim check hw_configs/*.yaml
+    workloads/*.yaml"""
     out = Console(soft_wrap=True, highlight=False)
     failed = 0
     for path in files:

@@ -50,8 +50,9 @@ SUMMARIES: dict[str, str] = {
     "run": "Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and "
     "memory (for a cluster: goodput under its SLO, per class and per replica).",
     "step": "Time one decode or prefill step of WORKLOAD on the hardware model.",
-    "check": "Validate hardware files, workloads and sweep specs (all of them, then exit 2 if "
-    "any failed). Example: rdu-sim check hw_configs/*.yaml workloads/*.yaml",
+    "check": "Validate hardware files, workloads, sweep specs, request traces and measurement "
+    "files (all of them, then exit 2 if any failed). Example: rdu-sim check hw_configs/*.yaml "
+    "workloads/*.yaml",
     "schema": "Print the JSON Schema of a workload, hardware, cluster, plan or sweep file.",
     "inspect": "Look at a model's derived figures or a workload's compiled graph.",
     "sweep": "Expand the sweep SPEC into points, simulate those not yet done, store one row each.",

@@ -71,7 +71,7 @@ KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
 CONFIG_KINDS = ("workload", "cluster", "sweep", "plan", "hardware", "stack", "calibration")
 """The kinds of YAML config file (what ``rdu-sim check`` reads besides traces)."""
 
-ALL_KINDS = (*CONFIG_KINDS, "trace")
+ALL_KINDS = (*CONFIG_KINDS, "trace", "measurement")
 """What a command that reads any input (``rdu-sim check``) looks a name up among."""
 
 _SUFFIXES = (".yaml", ".yml")

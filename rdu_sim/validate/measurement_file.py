@@ -219,6 +219,23 @@ def _point(row: dict[str, str], value_column: str, where: str) -> MeasuredPoint:
     return point
 
 
+def is_measurement_file(path: Path) -> bool:
+    """Whether ``path``'s header (its first line that is not a comment) names the measured
+    metric's column: a measurement file, not a request trace, which has no ``metric``."""
+    try:
+        text = read_text_file(path, MAX_FILE_BYTES, "a measurement file")
+    except ConfigError:
+        return False  # unreadable: the trace reader, tried next, says why
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            try:
+                cells = next(csv.reader(io.StringIO(line)), [])
+            except csv.Error:
+                return False
+            return "metric" in (cell.strip() for cell in cells)
+    return False
+
+
 def read_points(path: Path) -> list[MeasuredPoint]:
     """The points of one measurement file (ConfigError naming the file, line and column)."""
     numbered = [
