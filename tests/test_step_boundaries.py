@@ -78,3 +78,12 @@ def test_the_run_report_names_the_device_and_leaves_out_tiers_it_lacks() -> None
     assert "on the device alone (no serving stack)" in header(alone).plain
     assert served_by("vllm-2024") == "served by vllm-2024"
     assert device_noun(api.load(LLAMA_1S).hardware) == "socket"
+
+
+def test_the_sn40l_engine_reports_busy_time_of_exactly_its_unit_kinds() -> None:
+    """``UNIT_KINDS`` lists the keys of an SN40L step's busy times, boundaries among them."""
+    from rdu_sim.engine import UNIT_KINDS
+
+    timing = _timing(LLAMA_1S, {"stack": "none"}, batch=4)
+    assert tuple(timing.busy_s) == UNIT_KINDS
+    assert set(timing.utilization) == set(UNIT_KINDS)

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from rdu_sim.engine.step_run import KernelsRun
     from rdu_sim.shapes import StepShape
 
-UNIT_KINDS: tuple[str, ...] = ("pcu", "pmu", "hbm", "ddr", "link")
-"""Unit kinds whose busy time the engine reports."""
+UNIT_KINDS: tuple[str, ...] = ("pcu", "pmu", "hbm", "ddr", "link", "boundaries")
+"""What the SN40L engine reports busy time of (``StepTiming.busy_s``'s keys)."""
 
 BYTE_TIERS: tuple[str, ...] = ("hbm", "ddr", "sram", "p2p")
 """Keys of ``StepTiming.bytes_by_tier``: the Program's tiers plus socket-to-socket traffic."""
