@@ -284,6 +284,42 @@ def test_stdout_on_a_full_disk() -> None:
     assert result.stderr == "error: <stdout>: No space left on device\n"
 
 
+def _with_stdout(stdout: int | None, *args: str, close: bool = False) -> tuple[int, str]:
+    """Run the CLI in a subprocess with standard output `stdout` (closed in the child when
+    `close`); its status and stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdu_sim.cli.main", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: os.close(1)) if close else None,
+    )
+    _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr
+
+
+@pytest.mark.parametrize(
+    "args", [("check", str(HW)), ("schema", "workload"), ("inspect", "model", "llama-3.1-8b")]
+)
+def test_stdout_a_pipe_nobody_reads(args: tuple[str, ...]) -> None:
+    """A pipe whose reader is gone (`| head -1` once head has left): said once, exit 2,
+    whether the command prints through click or through rich (whose own answer is a
+    silent exit 1, what a sweep's failed points exit with)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        status, stderr = _with_stdout(write, *args)
+    finally:
+        os.close(write)
+    assert (status, stderr) == (2, "error: <stdout>: Broken pipe\n")
+
+
+def test_stdout_closed() -> None:
+    """`>&-`: Python starts with no standard output (sys.stdout is None); said, exit 2."""
+    status, stderr = _with_stdout(None, "check", str(HW), close=True)
+    assert (status, stderr) == (2, "error: <stdout>: Bad file descriptor\n")
+
+
 # --- the sweep database ---
 
 

@@ -115,7 +115,7 @@ def _stdout_broken(exc: BaseException) -> bool:
     broken = _writes_stdout(exc)
     try:
         sys.stdout.flush()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # AttributeError: no stdout at all
         broken = True
     if broken:
         try:
@@ -125,6 +125,15 @@ def _stdout_broken(exc: BaseException) -> bool:
         except (OSError, ValueError, AttributeError):
             pass
     return broken
+
+
+def _flush_stdout() -> None:
+    """Flush standard output; an OSError naming ``<stdout>`` when it cannot take what was
+    printed, or when there is none (`>&-`: Python then sets sys.stdout to None, and click
+    and rich print to nothing)."""
+    if sys.stdout is None:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF), "<stdout>")
+    sys.stdout.flush()
 
 
 def environment_message(exc: BaseException) -> str:
@@ -225,10 +234,19 @@ class RduGroup(click.Group):
             with warnings.catch_warnings():
                 warnings.showwarning = _show_warning
                 result = super().invoke(ctx)
-            sys.stdout.flush()  # a full disk behind `> file` fails here, not at exit
+            _flush_stdout()  # a full disk behind `> file` fails here, not at exit
             return result
         except boundary_errors() as exc:
             print_error(message_of(exc))
+            ctx.exit(EXIT_INPUT_ERROR)
+        except SystemExit as stop:
+            pipe = stop.__context__
+            if stop.code != 1 or not isinstance(pipe, BrokenPipeError):
+                raise
+            # rich's Console.on_broken_pipe: it points stdout at /dev/null and exits 1, the
+            # status of a sweep's failed points; a pipe nobody reads is an output that
+            # cannot be written, as it is for click.echo
+            print_error(environment_message(pipe))
             ctx.exit(EXIT_INPUT_ERROR)
         except Interrupted as stop:
             print_interrupted(stop)
