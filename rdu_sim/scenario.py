@@ -136,15 +136,15 @@ def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any], workload_
 
 
 def _override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
-    """The override path that set `field`, its parent or one of its children, if any."""
-    for path in overrides:
-        if (
-            field == path
-            or field.startswith(path + ".")
-            or (field and path.startswith(field + "."))
-        ):
-            return path
-    return None
+    """The override path that set `field`, if any: the field itself, else the nearest of its
+    parents (what set its value), else the first of its children. So `--set
+    serving.batch_slots=4 --set serving=1` blames `serving`, not the first path under it."""
+    if field in overrides:
+        return field
+    parents = [path for path in overrides if field.startswith(path + ".")]
+    if parents:
+        return max(parents, key=len)
+    return next((path for path in overrides if field and path.startswith(field + ".")), None)
 
 
 def _validate(

@@ -139,6 +139,20 @@ def test_hostile_set_values(value: str) -> None:
     clean_failure(invoke("plot", "latency", LLAMA, "--set", f"serving.requests={value}"), "--set")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "blamed"),
+    [
+        (["serving.batch_slots=4", "serving=1"], "serving"),  # the field itself, not a child
+        (["serving.requests=4", "serving.batch_slots=x"], "serving.batch_slots"),
+        (["serving={requests: 4}", "serving.arrival={rate: 0}"], "serving.arrival"),
+    ],
+)
+def test_an_error_names_the_set_that_caused_it(overrides: list[str], blamed: str) -> None:
+    args = [part for override in overrides for part in ("--set", override)]
+    stderr = clean_failure(invoke("run", LLAMA, *args), lines=None)
+    assert all(f"(from --set {blamed})" in line for line in stderr.splitlines()), stderr
+
+
 def test_an_alias_bomb_in_a_sweep_axis_is_refused_cheaply(tmp_path: Path) -> None:
     laughs = ["x0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
     laughs += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
