@@ -310,3 +310,18 @@ def test_config_json_keys_inline_in_a_workload(tmp_path: Path) -> None:
     (issue,) = info.value.issues
     assert (issue.field, issue.line) == ("model.num_experts_per_tok", 12)
     assert "must be an integer" in issue.message
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    """json keeps the last of two equal keys, silently (the YAML loader refuses them): a
+    hand-edited config.json with `hidden_size` twice would model another architecture."""
+    text = json.dumps(_fixture("llama-3.1-8b"), indent=2)
+    path = tmp_path / "config.json"
+    path.write_text(text[: text.rindex("}")].rstrip() + ',\n  "hidden_size": 8\n}\n')
+    first = text.splitlines().index('  "hidden_size": 4096,') + 1
+    last = len(path.read_text().splitlines()) - 1
+    with pytest.raises(ConfigError) as info:
+        read_config_json(path)
+    (issue,) = info.value.issues
+    assert issue.line == last
+    assert f"duplicate key 'hidden_size' (lines {first} and {last})" in issue.message

@@ -4,7 +4,9 @@
   (the json module recurses, and 100,000 brackets end in RecursionError);
 - integers longer than ``MAX_INT_DIGITS`` are refused before conversion (Python refuses
   past 4300 digits with a ValueError, and converts below that in quadratic time);
-- ``NaN`` and ``Infinity``, which the json module accepts but JSON does not, are refused.
+- ``NaN`` and ``Infinity``, which the json module accepts but JSON does not, are refused;
+- with ``unique_keys``, a key given twice in one object (the json module keeps the last,
+  silently) is a DuplicateKeyError, as it is in YAML (``rdu_sim.config.yaml_io``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,26 @@ def too_deep(text: str, max_depth: int) -> bool:
     return False
 
 
+class DuplicateKeyError(ValueError):
+    """A key given twice in one JSON object (``loads(..., unique_keys=True)``)."""
+
+    def __init__(self, key: str) -> None:
+        shown = key if len(key) <= 60 else key[:57] + "..."
+        super().__init__(f"duplicate key {shown!r}")
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
 def _int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise JsonLimitError(
@@ -55,18 +77,21 @@ def _constant(name: str) -> Any:
     raise JsonLimitError(f"{name} is not a number JSON allows")
 
 
-def loads(text: str, max_depth: int, *, constants: bool = False) -> Any:
+def loads(text: str, max_depth: int, *, constants: bool = False, unique_keys: bool = False) -> Any:
     """``json.loads`` within the limits; JsonLimitError or json.JSONDecodeError otherwise.
-    `constants`: accept NaN and Infinity (what ``json.dumps`` writes for them)."""
+    `constants`: accept NaN and Infinity (what ``json.dumps`` writes for them).
+    `unique_keys`: a key twice in one object is a DuplicateKeyError (a file a person
+    edits: a config.json), not the last one silently kept."""
     if too_deep(text, max_depth):
         raise JsonLimitError(f"nested more than {max_depth} levels deep")
     # An integer of more than MAX_INT_DIGITS digits has a run of that many digits: without
     # one, every integer converts as the check would let it (a trace row's hash ids are
     # hundreds of integers, each a Python call through ``parse_int``), so skip the check.
     check = _int if _LONG_DIGITS.search(text) else int
+    hook = _unique if unique_keys else None
     try:
         if constants:
-            return json.loads(text, parse_int=check)
-        return json.loads(text, parse_int=check, parse_constant=_constant)
+            return json.loads(text, parse_int=check, object_pairs_hook=hook)
+        return json.loads(text, parse_int=check, parse_constant=_constant, object_pairs_hook=hook)
     except RecursionError:  # the scan counts brackets; this is its backstop
         raise JsonLimitError(f"nested more than {max_depth} levels deep") from None

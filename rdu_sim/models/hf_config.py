@@ -75,6 +75,11 @@ _ATTENTION_TYPES = ("full_attention", "sliding_attention")
 _MISSING = object()
 
 
+def _key_pattern(key: str) -> re.Pattern[str]:
+    """Where `key` is written as an object key in JSON text (`"key":`)."""
+    return re.compile(rf'"{re.escape(key)}"\s*:')
+
+
 class _Reader:
     """Typed access to the JSON's keys; every problem becomes an issue naming the key.
 
@@ -104,7 +109,7 @@ class _Reader:
         position = 0
         for part in key.split(".")[:2]:
             part = part.split("[")[0]
-            match = re.compile(rf'"{re.escape(part)}"\s*:').search(self.text, position)
+            match = _key_pattern(part).search(self.text, position)
             if match is None:
                 return None
             position = match.start()
@@ -149,8 +154,15 @@ def read_config_json(path: str | Path, name: str | None = None) -> Architecture:
     if problem is not None:
         raise ConfigError.single(str(file), "", problem.replace("a YAML file", "a config.json"))
     text = read_text_file(file, MAX_FILE_BYTES, "a config.json")  # reads no more than that
-    try:
-        data = json_text.loads(text, MAX_DEPTH)  # 5000-digit numbers, NaN, deep nesting
+    try:  # 5000-digit numbers, NaN, deep nesting, a key twice
+        data = json_text.loads(text, MAX_DEPTH, unique_keys=True)
+    except json_text.DuplicateKeyError as exc:
+        lines = [text.count("\n", 0, m.start()) + 1 for m in _key_pattern(exc.key).finditer(text)]
+        two = len(lines) > 1 and lines[0] != lines[1]  # else the error's own line says it
+        shown = f" (lines {lines[0]} and {lines[1]})" if two else ""
+        message = f"{exc}{shown}; a key may appear once in an object (JSON keeps the last)"
+        line = lines[1] if len(lines) > 1 else None
+        raise ConfigError.single(str(file), "", message, line) from None
     except (json.JSONDecodeError, json_text.JsonLimitError) as exc:
         line = exc.lineno if isinstance(exc, json.JSONDecodeError) else None
         message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
