@@ -356,16 +356,31 @@ def test_a_database_damaged_in_the_middle(swept: tuple[Path, Path]) -> None:
     clean_failure(invoke("plot", "throughput", db), str(db), "damaged")
 
 
-def test_a_foreign_results_table(tmp_path: Path) -> None:
+@pytest.mark.parametrize("table", ["results", "meta"])
+def test_a_foreign_results_table(tmp_path: Path, table: str) -> None:
     db = tmp_path / "other.sqlite"
     with sqlite3.connect(db) as conn:
-        conn.execute("CREATE TABLE results (id INTEGER, score REAL)")
+        conn.execute(f"CREATE TABLE {table} (id INTEGER, score REAL)")
     path = spec(tmp_path, SYNTHETIC)
-    clean_failure(invoke("sweep", path, "--db", db), "not a sweep's (columns: id, score)")
-    clean_failure(invoke("plot", "throughput", db), "not a sweep's")
+    words = f"holds a '{table}' table that is not a sweep's (columns: id, score)"
+    clean_failure(invoke("sweep", path, "--db", db), words)
+    clean_failure(invoke("plot", "throughput", db), words)
     with sqlite3.connect(db) as conn:  # untouched
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-    assert names == {"results"}
+    assert names == {table}
+
+
+def test_a_database_another_process_holds_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    path, db = spec(tmp_path, SYNTHETIC), tmp_path / "held.sqlite"
+    with sqlite3.connect(db, isolation_level=None) as holder:
+        holder.execute("CREATE TABLE t (a)")
+        holder.execute("BEGIN EXCLUSIVE")
+        result = invoke("sweep", path, "--db", db, "--workers", "1", "--no-progress")
+        holder.execute("ROLLBACK")
+    clean_failure(result, str(db), "database is locked: another process", "--db")
 
 
 @pytest.fixture

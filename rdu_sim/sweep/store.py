@@ -76,6 +76,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 """What each column of a row must hold as read back (SQLite stores any type in any column)."""
 COLUMNS = tuple(_TYPES)
 """The results table's columns, in the table's order."""
+_META_COLUMNS = ("name", "value")
 _JSON_DEPTH = 64  # a stored config or metric is a few levels deep; deeper is damage
 
 
@@ -91,6 +92,8 @@ class StoreError(ConfigError):
 
 
 _DAMAGED = "move it aside (or give another --db) and rerun"
+BUSY_TIMEOUT_S = 60.0
+"""How long a statement waits for another process's lock on the database before failing."""
 
 
 def _problem(exc: sqlite3.Error) -> str:
@@ -100,6 +103,11 @@ def _problem(exc: sqlite3.Error) -> str:
         return f"damaged, or not a sweep database (sqlite: {text}); {_DAMAGED}"
     if "disk is full" in text or "disk I/O" in text:
         return f"{text}; the rows already stored are kept: free space and rerun to resume"
+    if "database is locked" in text:
+        return (
+            f"{text}: another process (a sweep or a plan with this --db?) held it for "
+            f"{BUSY_TIMEOUT_S:g} s; rerun once it is done, or give another --db"
+        )
     if "readonly" in text or "unable to open" in text:
         return f"{text} (check the folder's permissions)"
     return text
@@ -147,7 +155,7 @@ def _read_only(path: Path) -> sqlite3.Connection:
     cannot make the index a WAL database is read through there, and no writer can be at work
     (one would have made it)."""
     uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=60.0, isolation_level=None)
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.OperationalError:
@@ -173,7 +181,7 @@ class Store:
             make_folder(path.parent, path)  # as for every output: a WriteError naming it
         try:
             self._conn = (
-                sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+                sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
                 if create
                 else _read_only(path)
             )
@@ -183,7 +191,7 @@ class Store:
             ) from None
         try:
             with self._guard("open the database"):
-                self._conn.execute("PRAGMA busy_timeout = 60000")
+                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
                 self._check_tables(existed)
                 if create:
                     self._conn.execute("PRAGMA journal_mode = WAL")
@@ -218,18 +226,19 @@ class Store:
             ) from None
 
     def _check_tables(self, existed: bool) -> None:
-        """An existing `results` table must be this schema's (not another tool's)."""
+        """Existing `results` and `meta` tables must be this schema's (not another tool's)."""
         if not existed:
             return
-        found = [r[1] for r in self._conn.execute("PRAGMA table_info(results)")]
-        if found and tuple(found) != COLUMNS:
-            shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
-            raise StoreError.single(
-                str(self.path),
-                "",
-                f"holds a 'results' table that is not a sweep's (columns: {shown}); "
-                "give another --db",
-            )
+        for table, columns in (("results", COLUMNS), ("meta", _META_COLUMNS)):
+            found = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")]
+            if found and tuple(found) != columns:
+                shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
+                raise StoreError.single(
+                    str(self.path),
+                    "",
+                    f"holds a '{table}' table that is not a sweep's (columns: {shown}); "
+                    "give another --db",
+                )
 
     def _check_schema(self) -> None:
         tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master")}
