@@ -20,6 +20,7 @@ from typing import Any
 from rdu_sim import PACKAGE_DIR, __version__, checkout, native
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.stack import NONE
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.scenario import Scenario
 
@@ -122,6 +123,19 @@ def shown_file(path: str | Path) -> str:
         relative = Path(path).resolve().relative_to(shipped.root().resolve())
         return f"shipped:{relative.as_posix()}"
     return str(path)
+
+
+def input_files(scenario: Scenario) -> list[Path]:
+    """The files a scenario was read from: its workload, hardware and stack files and the
+    request trace it replays (what an output must never replace)."""
+    files = [Path(scenario.workload_file), Path(scenario.hardware_file)]
+    if scenario.stack_file != NONE:
+        files.append(Path(scenario.stack_file))
+    trace = scenario.workload.serving.trace
+    if trace is not None:
+        with contextlib.suppress(ConfigError):  # it was read: found again alike
+            files.append(shipped.trace_path(scenario.base_dir, trace))
+    return files
 
 
 def of_scenario(scenario: Scenario) -> dict[str, Any]:

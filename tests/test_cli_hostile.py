@@ -259,6 +259,31 @@ def test_out_creates_missing_folders_and_leaves_no_partial_files(tmp_path: Path)
     ]
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "--trace", "chat.csv"),  # a Perfetto trace over the request trace replayed
+        ("run", "--out", "."),  # requests.csv written over a trace of that name
+        ("run", "--trace", "wl.yaml"),
+        ("run", "--trace", "hw.yaml"),
+        ("step", "--trace", "chat.csv"),
+    ],
+)
+def test_an_output_never_replaces_an_input(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    command, option, target = args
+    trace = "requests.csv" if option == "--out" else "chat.csv"
+    (tree / trace).write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,200,20\n")
+    workload = tree / "wl.yaml"
+    workload.write_text(workload.read_text().replace("serving:\n", f"serving:\n  trace: {trace}\n"))
+    before = {path.name: path.read_bytes() for path in tree.iterdir()}
+    monkeypatch.chdir(tree)
+    result = invoke(command, "wl.yaml", option, target)
+    clean_failure(result, "is one of the", "inputs; write elsewhere")
+    assert {path.name: path.read_bytes() for path in tree.iterdir()} == before
+
+
 def test_trace_and_dot_and_plot_outputs(blocker: Path, tmp_path: Path) -> None:
     for target in (blocker / "t.json", Path("/dev/full")):
         result = invoke("step", LLAMA, "--trace", target, "--json")

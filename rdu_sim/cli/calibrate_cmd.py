@@ -22,7 +22,6 @@ Nothing is written over an input. Deterministic: the same inputs give the same b
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -93,13 +92,6 @@ def _regular_or_absent(path: Path, option: str) -> None:
         fail(f"{option} {path}: {exc}")
 
 
-def _same(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
-    except (OSError, ValueError):
-        return False
-
-
 def _inputs_read(problem: Problem, given: Sequence[Path]) -> list[Path]:
     """Every file the fit reads: the files given, each run's hardware chain and stack."""
     read = list(given)
@@ -109,14 +101,6 @@ def _inputs_read(problem: Problem, given: Sequence[Path]) -> list[Path]:
             if deployment.stack != "none":
                 read.append(Path(deployment.stack))
     return read
-
-
-def _refuse_overwrite(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path]) -> None:
-    """Calibrate never writes over one of its own inputs."""
-    for option, out in outputs:
-        for source in inputs:
-            if _same(out, source):
-                fail(f"{option} {out}: is one of calibrate's inputs; write elsewhere")
 
 
 def _errors_line(group: ErrorSummary) -> str:
@@ -309,6 +293,7 @@ class Prepared:
 def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
     """Read what was asked, build and check the problem, and make sure every output can be
     written and none is an input, before anything is simulated."""
+    from rdu_sim.report.files import refuse_overwrite
     from rdu_sim.validate.calibration_problem import build_problem
     from rdu_sim.validate.evaluation_cache import EvaluationCache
 
@@ -324,8 +309,9 @@ def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
     )
     paths = _overlay_paths(problem, folder)
     outputs = [*paths.values(), folder / FIT_FILE]
-    _refuse_overwrite([("--cache", cache_path), *(("-o", path) for path in outputs)], read)
-    _refuse_overwrite([("-o", path) for path in outputs], [cache_path])
+    outputs_read = [("--cache", cache_path), *(("-o", path) for path in outputs)]
+    refuse_overwrite(outputs_read, read, "calibrate")  # never over one of its inputs
+    refuse_overwrite([("-o", path) for path in outputs], [cache_path], "calibrate")
     for path in outputs:
         _regular_or_absent(path, "-o")
     _writable(folder)

@@ -31,10 +31,13 @@ from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
 from rdu_sim.config.loader import read_yaml
 from rdu_sim.interrupts import kept_on_stop
+from rdu_sim.provenance import input_files
 from rdu_sim.report.console import print_report, utilization_line
 from rdu_sim.report.files import (
     REQUESTS_FILE,
     RESULT_FILE,
+    TIMESERIES_FILE,
+    refuse_overwrite,
     write_columns,
     write_json,
     write_outputs,
@@ -193,6 +196,12 @@ def command(
             )
         _print_step(scenario, as_json)
         return
+    outputs = [("--trace", trace_file)] if trace_file is not None else []
+    if out_dir is not None:
+        outputs += [
+            ("--out", out_dir / name) for name in (RESULT_FILE, REQUESTS_FILE, TIMESERIES_FILE)
+        ]
+    refuse_overwrite(outputs, input_files(scenario), "the run")
     with _progress_bar(not as_json) as progress, kept_on_stop(NOTHING_WRITTEN):
         result = api.run(scenario, progress=progress)
     data = result.to_dict()

@@ -189,11 +189,14 @@ def command(
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
-    from rdu_sim.provenance import of_scenario
+    from rdu_sim.provenance import input_files, of_scenario
     from rdu_sim.report.bound import step_bound
+    from rdu_sim.report.files import refuse_overwrite
     from rdu_sim.serving.step_shape import context_note
 
     scenario = api.load(workload, overrides)
+    if trace_file is not None:
+        refuse_overwrite([("--trace", trace_file)], input_files(scenario), "the step")
     if trace_file is not None and trace_sockets == "all" and scenario.tp > 1:
         scenario = api.load(scenario, {"engine.all_sockets": True})  # a track per socket
     with step_shape_errors(workload):

@@ -152,6 +152,29 @@ def write_columns(path: Path, columns: Columns | Iterable[Columns]) -> None:
     write_file(path, rows)
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether paths `a` and `b` name one file (through links, relative or absolute)."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a link loop (Python < 3.13)
+        return False
+
+
+def refuse_overwrite(
+    outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], reader: str
+) -> None:
+    """A WriteError, before anything runs, when an output (`option`, `path`) would replace
+    one of the files `reader` reads: `run --trace chat.csv` over the request trace it
+    replays, `--out .` over a trace named requests.csv."""
+    read = list(inputs)
+    for option, out in outputs:
+        for source in read:
+            if same_file(out, source):
+                raise WriteError.single(
+                    str(out), "", f"{option}: is one of {reader}'s inputs; write elsewhere"
+                )
+
+
 def write_json(path: Path, result: Mapping[str, Any]) -> None:
     """The result dict as JSON (sorted keys, 2-space indent, trailing newline)."""
     text = json.dumps(result, sort_keys=True, indent=2) + "\n"
