@@ -15,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rdu_sim import PACKAGE_DIR, __version__, checkout, native
 from rdu_sim.config import shipped
@@ -23,6 +23,9 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.stack import NONE
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from rdu_sim.cluster.scenario import ClusterScenario
 
 COMMIT_FILE = "_commit.json"
 """Written into a wheel's ``rdu_sim/`` by setup.py when it is built from a git checkout."""
@@ -125,13 +128,20 @@ def shown_file(path: str | Path) -> str:
     return str(path)
 
 
-def input_files(scenario: Scenario) -> list[Path]:
+def input_files(scenario: Scenario | ClusterScenario) -> list[Path]:
     """The files a scenario was read from: its workload, hardware and stack files and the
-    request trace it replays (what an output must never replace)."""
-    files = [Path(scenario.workload_file), Path(scenario.hardware_file)]
-    if scenario.stack_file != NONE:
-        files.append(Path(scenario.stack_file))
-    trace = scenario.workload.serving.trace
+    request trace it replays; a cluster's: its file, its traffic trace and each pool's
+    (what an output must never replace)."""
+    if isinstance(scenario, Scenario):
+        files = [Path(scenario.workload_file), Path(scenario.hardware_file)]
+        if scenario.stack_file != NONE:
+            files.append(Path(scenario.stack_file))
+        trace = scenario.workload.serving.trace
+    else:
+        files = [Path(scenario.file)]
+        for pool in scenario.pools:
+            files.extend(input_files(pool.scenario))
+        trace = scenario.config.traffic.trace
     if trace is not None:
         with contextlib.suppress(ConfigError):  # it was read: found again alike
             files.append(shipped.trace_path(scenario.base_dir, trace))

@@ -284,6 +284,21 @@ def test_an_output_never_replaces_an_input(
     assert {path.name: path.read_bytes() for path in tree.iterdir()} == before
 
 
+def test_a_cluster_s_out_never_replaces_its_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "requests.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n")
+    (tmp_path / "c.yaml").write_text(
+        f"name: c\npools:\n  serve: {{workload: {LLAMA}, replicas: 1}}\n"
+        "router: {policy: least_outstanding}\ntraffic: {trace: requests.csv}\n"
+        "slo: {ttft: 500 ms, tpot: 40 ms, attainment: 0.95}\n"
+    )
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    monkeypatch.chdir(tmp_path)
+    clean_failure(invoke("run", "c.yaml", "--out", "."), "is one of the run's inputs")
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
 def test_trace_and_dot_and_plot_outputs(blocker: Path, tmp_path: Path) -> None:
     for target in (blocker / "t.json", Path("/dev/full")):
         result = invoke("step", LLAMA, "--trace", target, "--json")

@@ -127,6 +127,9 @@ def _run_cluster(
     with kept_on_stop(NOTHING_WRITTEN):
         cluster = api_cluster.load(path, overrides)  # bad input exits 2 before anything runs
     _check_out(out_dir)
+    if out_dir is not None:
+        outputs = [("--out", out_dir / name) for name in (RESULT_FILE, REQUESTS_FILE)]
+        refuse_overwrite(outputs, input_files(cluster), "the run")
     with _progress_bar(not as_json) as progress, kept_on_stop(NOTHING_WRITTEN):
         result = api_cluster.run_cluster(cluster, progress=progress)
     data = result.to_dict()
