@@ -284,6 +284,33 @@ def test_an_output_never_replaces_an_input(
     assert {path.name: path.read_bytes() for path in tree.iterdir()} == before
 
 
+@pytest.mark.parametrize("target", ["chat.csv", "spec.csv"])
+def test_a_sweep_export_never_replaces_an_input(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    (tree / "chat.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n")
+    workload = tree / "wl.yaml"
+    workload.write_text(workload.read_text().replace("serving:\n", "serving:\n  trace: chat.csv\n"))
+    path = spec(tree, "axes:\n  serving.batch_slots: [1, 2]\n", base=workload)
+    if target == "spec.csv":  # a spec named like an export
+        target = path.rename(tree / target).name
+    before = {p.name: p.read_bytes() for p in tree.iterdir()}
+    monkeypatch.chdir(tree)
+    result = invoke(
+        "sweep",
+        target if target == "spec.csv" else path,
+        "--export",
+        target,
+        "--db",
+        "s.sqlite",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
+    clean_failure(result, "is one of the sweep's inputs")
+    assert {p.name: p.read_bytes() for p in tree.iterdir()} == before  # nothing ran
+
+
 def test_a_cluster_s_out_never_replaces_its_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -144,6 +144,7 @@ def command(
         rerun=rerun,
         dry_run=dry_run,
         progress=RichReporter(bar=progress),
+        writes=[("--export", export_file)] if export_file is not None else (),
     )
     if dry_run:
         _dry_run_table(summary)

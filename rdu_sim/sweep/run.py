@@ -35,6 +35,7 @@ from rdu_sim import human, interrupts
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
+from rdu_sim.report.files import refuse_overwrite
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import (
     check_cluster,
@@ -190,6 +191,20 @@ def check_traces(expansion: Expansion) -> None:
             read_trace(path, point.scenario.workload_file, serving.requests, serving.trace_format)
 
 
+def check_writes(expansion: Expansion, writes: Sequence[tuple[str, Path]]) -> None:
+    """Refuse, before anything runs, a file the caller writes after the sweep (`--export`)
+    that is one of the sweep's inputs: its spec, or a point's workload, hardware, stack or
+    request trace (``--export chat.csv`` over the trace the points replay)."""
+    if not writes:
+        return
+    from rdu_sim.provenance import input_files  # the simulator's modules, only when asked
+
+    inputs: dict[Path, None] = {Path(expansion.spec.file): None}
+    for point in expansion.points:
+        inputs.update(dict.fromkeys(input_files(point.scenario)))
+    refuse_overwrite(writes, inputs, "the sweep")
+
+
 def plan(
     expansion: Expansion,
     existing: Mapping[str, Existing],
@@ -300,6 +315,7 @@ def run_sweep(
     dry_run: bool = False,
     progress: bool | Reporter = False,
     evaluator: Evaluate | None = None,
+    writes: Sequence[tuple[str, Path]] = (),
 ) -> SweepSummary:
     """Run (or resume) the sweep in `spec`; return what it did.
 
@@ -309,6 +325,8 @@ def run_sweep(
     change within one version). `evaluator` replaces the spec's
     (a module-level function of a Point, so it pickles); `progress=True` draws a bar on
     stderr. Raises ConfigError for a bad spec or metric, before or at the first result.
+    `writes`: the files (option, path) the caller writes after the sweep, refused before
+    anything runs when one is an input (``check_writes``).
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
     main module.
     """
@@ -323,6 +341,7 @@ def run_sweep(
         reporter.message(f"{loaded.name}: resolving {total:,} grid points before the first runs")
     expansion = expand(loaded, sample=SAMPLE_POINTS if dry_run else None)
     check_traces(expansion)
+    check_writes(expansion, writes)
     evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
     db_path = Path(db) if db is not None else default_db(loaded.file)
     keys = tuple(p.key for p in expansion.points)
