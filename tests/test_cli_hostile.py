@@ -267,6 +267,7 @@ def test_out_creates_missing_folders_and_leaves_no_partial_files(tmp_path: Path)
         ("run", "--trace", "wl.yaml"),
         ("run", "--trace", "hw.yaml"),
         ("step", "--trace", "chat.csv"),
+        ("inspect graph", "--dot", "wl.yaml"),
     ],
 )
 def test_an_output_never_replaces_an_input(
@@ -279,7 +280,7 @@ def test_an_output_never_replaces_an_input(
     workload.write_text(workload.read_text().replace("serving:\n", f"serving:\n  trace: {trace}\n"))
     before = {path.name: path.read_bytes() for path in tree.iterdir()}
     monkeypatch.chdir(tree)
-    result = invoke(command, "wl.yaml", option, target)
+    result = invoke(*command.split(), "wl.yaml", option, target)
     clean_failure(result, "is one of the", "inputs; write elsewhere")
     assert {path.name: path.read_bytes() for path in tree.iterdir()} == before
 

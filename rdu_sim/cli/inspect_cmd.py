@@ -353,10 +353,13 @@ def graph_command(
     `rdu-sim step` times with the same options."""
     from rdu_sim import api  # networkx and the compiler: only when asked for
     from rdu_sim.compiler import to_dot
-    from rdu_sim.report.files import write_file
+    from rdu_sim.provenance import input_files
+    from rdu_sim.report.files import refuse_overwrite, write_file
     from rdu_sim.serving.step_shape import context_note
 
     scenario = load_scenario(workload, overrides)
+    if dot_file is not None:
+        refuse_overwrite([("--dot", dot_file)], input_files(scenario), "the graph")
     with step_shape_errors(workload):
         result = api.inspect_graph(
             scenario, phase=phase, batch=batch, tokens=tokens, context=context
