@@ -153,6 +153,20 @@ def test_an_error_names_the_set_that_caused_it(overrides: list[str], blamed: str
     assert all(f"(from --set {blamed})" in line for line in stderr.splitlines()), stderr
 
 
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("serving.batch_slots=\udcff", "serving.batch_slots"),
+        ("serving.\udcff=1", "serving.\\udcff"),
+    ],
+)
+def test_an_override_of_bytes_that_are_not_utf8_names_the_set(override: str, field: str) -> None:
+    """A shell passes bytes; Python decodes those that are not UTF-8 to surrogates (\\udcff),
+    which failed later as "text that is not valid Unicode", naming neither --set nor the field."""
+    stderr = clean_failure(invoke("run", LLAMA, "--set", override), "--set", "not valid UTF-8")
+    assert field in stderr, stderr
+
+
 def test_an_alias_bomb_in_a_sweep_axis_is_refused_cheaply(tmp_path: Path) -> None:
     laughs = ["x0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
     laughs += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]

@@ -22,12 +22,25 @@ HW_PREFIX = "hw."
 STACK_PREFIX = "stack."
 
 
+def _is_text(text: str) -> bool:
+    """Whether `text` is Unicode text (not undecodable bytes from the command line)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
     """'serving.batch_slots=64' -> ('serving.batch_slots', 64)."""
     if "=" not in text:
         raise ConfigError.single(source, text, "an override must look like field.path=value")
     path, _, raw = text.partition("=")
     path = path.strip()
+    for part, what in ((path, "field path"), (raw, "value")):
+        if not _is_text(part):  # bytes a UTF-8 locale cannot decode (Python's surrogates)
+            shown = path.encode("utf-8", "backslashreplace").decode("utf-8")
+            raise ConfigError.single(source, shown, f"the {what} is not valid UTF-8 text")
     if not path or any(not part for part in path.split(".")):
         raise ConfigError.single(source, path, "empty field name in override")
     if not raw.strip():
