@@ -299,7 +299,7 @@ def test_an_output_never_replaces_an_input(
     assert {path.name: path.read_bytes() for path in tree.iterdir()} == before
 
 
-@pytest.mark.parametrize("target", ["chat.csv", "spec.csv"])
+@pytest.mark.parametrize("target", ["chat.csv", "spec.csv", "db.csv"])
 def test_a_sweep_export_never_replaces_an_input(
     tree: Path, monkeypatch: pytest.MonkeyPatch, target: str
 ) -> None:
@@ -317,7 +317,7 @@ def test_a_sweep_export_never_replaces_an_input(
         "--export",
         target,
         "--db",
-        "s.sqlite",
+        target if target == "db.csv" else "s.sqlite",  # the export would replace every row
         "--workers",
         "1",
         "--no-progress",

@@ -191,15 +191,16 @@ def check_traces(expansion: Expansion) -> None:
             read_trace(path, point.scenario.workload_file, serving.requests, serving.trace_format)
 
 
-def check_writes(expansion: Expansion, writes: Sequence[tuple[str, Path]]) -> None:
+def check_writes(expansion: Expansion, db: Path, writes: Sequence[tuple[str, Path]]) -> None:
     """Refuse, before anything runs, a file the caller writes after the sweep (`--export`)
-    that is one of the sweep's inputs: its spec, or a point's workload, hardware, stack or
-    request trace (``--export chat.csv`` over the trace the points replay)."""
+    that is one of the sweep's inputs: its database (``--db r.csv --export r.csv`` replaced
+    every stored row), its spec, or a point's workload, hardware, stack or request trace
+    (``--export chat.csv`` over the trace the points replay)."""
     if not writes:
         return
     from rdu_sim.provenance import input_files  # the simulator's modules, only when asked
 
-    inputs: dict[Path, None] = {Path(expansion.spec.file): None}
+    inputs: dict[Path, None] = {db: None, Path(expansion.spec.file): None}
     for point in expansion.points:
         inputs.update(dict.fromkeys(input_files(point.scenario)))
     refuse_overwrite(writes, inputs, "the sweep")
@@ -341,9 +342,9 @@ def run_sweep(
         reporter.message(f"{loaded.name}: resolving {total:,} grid points before the first runs")
     expansion = expand(loaded, sample=SAMPLE_POINTS if dry_run else None)
     check_traces(expansion)
-    check_writes(expansion, writes)
-    evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
     db_path = Path(db) if db is not None else default_db(loaded.file)
+    check_writes(expansion, db_path, writes)
+    evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
     keys = tuple(p.key for p in expansion.points)
 
     if dry_run:
