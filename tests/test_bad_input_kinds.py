@@ -689,3 +689,21 @@ def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(tmp_pat
     run_sweep(spec, db=tmp_path / "s.sqlite", workers=1, progress=recorder)
     resolving = [m for m in recorder.messages if "resolving" in m]
     assert resolving == ["s: resolving 501 grid points before the first runs"]
+
+
+@pytest.mark.parametrize(
+    ("base", "kind"),
+    [
+        (ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml", "cluster"),
+        (ROOT / "hw_configs" / "sn40l.yaml", "hardware"),
+        (ROOT / "workloads" / "sweeps" / "llama8b-batch.yaml", "sweep"),
+    ],
+)
+def test_a_sweep_base_of_another_kind_is_one_error(tmp_path: Path, base: Path, kind: str) -> None:
+    """Was one "unknown field" per top-level key of the base (pools, router, traffic...)."""
+    spec = write(tmp_path / "s.yaml", f"base: {base}\naxes:\n  serving.batch_slots: [1, 2]\n")
+    one_error(
+        CliRunner().invoke(cli, ["sweep", str(spec), "--db", str(tmp_path / "s.sqlite")]),
+        f"base: '{base}' is a {kind} file, not a workload",
+    )
+    assert not (tmp_path / "s.sqlite").exists()
