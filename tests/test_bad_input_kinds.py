@@ -707,3 +707,22 @@ def test_a_sweep_base_of_another_kind_is_one_error(tmp_path: Path, base: Path, k
         f"base: '{base}' is a {kind} file, not a workload",
     )
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_plan_cluster_or_a_pool_workload_of_another_kind_is_one_error(tmp_path: Path) -> None:
+    workload = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+    cluster = ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml"
+    plan = write(tmp_path / "p.yaml", f"cluster: {workload}\nsearch: {{tp: [1]}}\n")
+    one_error(
+        CliRunner().invoke(cli, ["plan", str(plan), "--db", str(tmp_path / "p.sqlite")]),
+        f"cluster: '{workload}' is a workload file, not a cluster",
+    )
+    pool = write(
+        tmp_path / "c.yaml",
+        f"pools:\n  serve: {{workload: {cluster}, replicas: 1}}\n"
+        "traffic: {trace: chat-400}\nslo: {ttft: 500 ms, tpot: 40 ms}\n",
+    )
+    one_error(
+        CliRunner().invoke(cli, ["run", str(pool)]),
+        f"pools.serve.workload: pool 'serve': '{cluster}' is a cluster file, not a workload",
+    )

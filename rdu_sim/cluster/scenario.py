@@ -20,6 +20,7 @@ from typing import Any
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.kinds import file_kind_problem
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, normalize_overrides, set_path
 from rdu_sim.scenario import Scenario, load_scenario
@@ -97,6 +98,9 @@ def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
     if not near.is_absolute():
         near = Path(file).parent / near
     path = shipped.locate_near(near, pool.workload, ("workload",))
+    problem = file_kind_problem(path, pool.workload, "workload")
+    if problem is not None:  # one error here, not one per field of a cluster it is not
+        raise _error(file, lines, f"pools.{name}.workload", f"pool {name!r}: {problem}")
     try:
         scenario = load_scenario(path, pool.set)
     except ConfigError as exc:

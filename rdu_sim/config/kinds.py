@@ -7,6 +7,7 @@ One rule for every command that takes "a file": `rdu-sim check` validates each k
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 HARDWARE_KEYS = frozenset({"socket", "gpu", "system", "extends"})  # or an overlay of one
@@ -50,3 +51,27 @@ def file_kind(data: Any) -> str | None:
     if keys & SWEEP_KEYS:
         return "sweep"
     return None
+
+
+def kind_problem(data: Any, named: str, expected: str) -> str | None:
+    """Why the parsed config `data` (the file a field names as `named`) cannot be the
+    `expected` kind: it is another kind of config file (a sweep's base that is a cluster, a
+    plan's cluster that is a workload). None when it is `expected` or says no kind: its
+    loader then names what is wrong, field by field."""
+    found = file_kind(data)
+    if found is None or found == expected:
+        return None
+    return f"{named!r} is a {found} file, not a {expected} ({KINDS_HELP})"
+
+
+def file_kind_problem(path: Path, named: str, expected: str) -> str | None:
+    """:func:`kind_problem` of the file at `path` (None when it cannot be read: its loader
+    says why)."""
+    from rdu_sim.config.errors import ConfigError
+    from rdu_sim.config.loader import read_yaml
+
+    try:
+        data, _ = read_yaml(path)
+    except ConfigError:
+        return None
+    return kind_problem(data, named, expected)

@@ -21,6 +21,7 @@ from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.kinds import kind_problem
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.plan import PlanSpec, parse_ratio
 from rdu_sim.kv import policy_names
@@ -234,6 +235,9 @@ def load_plan(path: str | Path) -> LoadedPlan:
     base_data, base_lines = read_yaml(base_file)
     if not isinstance(base_data, Mapping):
         raise ConfigError.single(str(base_file), "", "expected a cluster file (a mapping)")
+    problem = kind_problem(base_data, spec.cluster, "cluster")
+    if problem is not None:  # one error here, not one per field of a workload it is not
+        raise ConfigError.single(str(file), "cluster", problem, lines.get(("cluster",)))
     base = build_cluster(base_data, file=str(base_file), lines=base_lines)
     loaded = LoadedPlan(spec, file, lines, base_file, dict(base_data), base, base.pools[0].name)
     if len(base.pools) != 1 or base.pools[0].role != "mixed":

@@ -29,7 +29,7 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator, m
 from rdu_sim.config import shipped
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.kinds import KINDS_HELP, file_kind
+from rdu_sim.config.kinds import file_kind_problem
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 
 MAX_AXIS_VALUES = 100_000  # one axis longer than this is a mistake (a step off by 1000x)
@@ -348,18 +348,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
 
 def _base_is_a_workload(loaded: LoadedSpec) -> None:
     """A base that is another kind of config file (a cluster, a hardware file, a sweep spec)
-    is one error at `base`, not one "unknown field" per top-level key of it. A base that is
-    no config at all is left to the workload's loader, which says what is wrong with it."""
-    try:
-        found = file_kind(read_yaml(loaded.base)[0])
-    except ConfigError:
-        return
-    if found not in (None, "workload"):
-        raise loaded.error(
-            f"{loaded.spec.base!r} is a {found} file, not a workload; a sweep varies one "
-            f"workload ({KINDS_HELP})",
-            "base",
-        )
+    is one error at `base`, not one "unknown field" per top-level key of it."""
+    problem = file_kind_problem(loaded.base, loaded.spec.base, "workload")
+    if problem is not None:
+        raise loaded.error(problem, "base")
 
 
 def _resolved(path: Path, file: Path, lines: LineMap) -> Path:
