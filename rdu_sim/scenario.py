@@ -22,6 +22,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
+from rdu_sim.config.kinds import kind_problem
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
@@ -587,6 +588,9 @@ def build_scenario(
         )
     try:
         hw_data, hw_lines = read_hardware(hardware_path)
+        other = kind_problem(hw_data, workload.hardware, "hardware")
+        if other is not None:  # one error, not one per field of a cluster or a workload
+            raise ConfigError.single(workload_file, "hardware", other, lines.get(("hardware",)))
         if isinstance(hw_data, dict):
             hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
         model_type = hardware_model(hw_data, str(hardware_path), hw_lines)
@@ -594,6 +598,8 @@ def build_scenario(
             model_type, hw_data, str(hardware_path), hw_lines, hardware_overrides, HW_PREFIX
         )
     except ConfigError as exc:
+        if exc.issues and exc.issues[0].file == workload_file:  # the kind: said once
+            raise
         # Say which workload led here: the issues themselves name the hardware file.
         context = ConfigIssue(
             workload_file,
@@ -637,17 +643,19 @@ def _load_stack(
     else:
         named, near, field_name = hardware.default_stack, files[1], "default_stack"
     path = stack_path(named, near)
+    other = None
     try:
         data, stack_lines, file = stack_data(path)
+        other = kind_problem(data, named, "stack")
+        if other is not None:  # one error, not one per field of a cluster or a workload
+            raise ConfigError.single(file, "", other)
         data = _apply(data, overrides, file)
         stack = _validate(StackConfig, data, file, stack_lines, overrides, STACK_PREFIX)
     except ConfigError as exc:
-        context = ConfigIssue(
-            near,
-            field_name,
-            f"serving stack {named!r} is not valid:",
-            lines.get((field_name,)) if field_name == "stack" else None,
-        )
+        line = lines.get((field_name,)) if field_name == "stack" else None
+        if other is not None:
+            raise ConfigError.single(near, field_name, other, line) from None
+        context = ConfigIssue(near, field_name, f"serving stack {named!r} is not valid:", line)
         raise ConfigError([context, *exc.issues]) from None
     problem = runs_on_problem(stack, hardware.kind)
     if problem is not None:

@@ -694,9 +694,9 @@ def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(tmp_pat
 @pytest.mark.parametrize(
     ("base", "kind"),
     [
-        (ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml", "cluster"),
-        (ROOT / "hw_configs" / "sn40l.yaml", "hardware"),
-        (ROOT / "workloads" / "sweeps" / "llama8b-batch.yaml", "sweep"),
+        (ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml", "cluster file"),
+        (ROOT / "hw_configs" / "sn40l.yaml", "hardware file"),
+        (ROOT / "workloads" / "sweeps" / "llama8b-batch.yaml", "sweep spec"),
     ],
 )
 def test_a_sweep_base_of_another_kind_is_one_error(tmp_path: Path, base: Path, kind: str) -> None:
@@ -704,7 +704,7 @@ def test_a_sweep_base_of_another_kind_is_one_error(tmp_path: Path, base: Path, k
     spec = write(tmp_path / "s.yaml", f"base: {base}\naxes:\n  serving.batch_slots: [1, 2]\n")
     one_error(
         CliRunner().invoke(cli, ["sweep", str(spec), "--db", str(tmp_path / "s.sqlite")]),
-        f"base: '{base}' is a {kind} file, not a workload",
+        f"base: '{base}' is a {kind}, not a workload file",
     )
     assert not (tmp_path / "s.sqlite").exists()
 
@@ -715,7 +715,7 @@ def test_a_plan_cluster_or_a_pool_workload_of_another_kind_is_one_error(tmp_path
     plan = write(tmp_path / "p.yaml", f"cluster: {workload}\nsearch: {{tp: [1]}}\n")
     one_error(
         CliRunner().invoke(cli, ["plan", str(plan), "--db", str(tmp_path / "p.sqlite")]),
-        f"cluster: '{workload}' is a workload file, not a cluster",
+        f"cluster: '{workload}' is a workload file, not a cluster file",
     )
     pool = write(
         tmp_path / "c.yaml",
@@ -724,5 +724,15 @@ def test_a_plan_cluster_or_a_pool_workload_of_another_kind_is_one_error(tmp_path
     )
     one_error(
         CliRunner().invoke(cli, ["run", str(pool)]),
-        f"pools.serve.workload: pool 'serve': '{cluster}' is a cluster file, not a workload",
+        f"pools.serve.workload: pool 'serve': '{cluster}' is a cluster file, not a workload file",
+    )
+
+
+@pytest.mark.parametrize("field", ["hardware", "stack"])
+def test_a_hardware_or_stack_of_another_kind_is_one_error(field: str) -> None:
+    cluster = ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml"
+    expected = {"hardware": "hardware file", "stack": "serving stack"}[field]
+    one_error(
+        CliRunner().invoke(cli, ["run", "llama3.1-8b-1socket", "--set", f"{field}={cluster}"]),
+        f"{field}: '{cluster}' is a cluster file, not a {expected}",
     )

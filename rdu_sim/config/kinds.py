@@ -53,6 +53,18 @@ def file_kind(data: Any) -> str | None:
     return None
 
 
+KIND_WORDS = {
+    "workload": "workload file",
+    "hardware": "hardware file",
+    "stack": "serving stack",
+    "sweep": "sweep spec",
+    "cluster": "cluster file",
+    "plan": "plan spec",
+    "calibration": "calibration spec",
+}
+"""Each kind as a message names it."""
+
+
 def kind_problem(data: Any, named: str, expected: str) -> str | None:
     """Why the parsed config `data` (the file a field names as `named`) cannot be the
     `expected` kind: it is another kind of config file (a sweep's base that is a cluster, a
@@ -61,7 +73,7 @@ def kind_problem(data: Any, named: str, expected: str) -> str | None:
     found = file_kind(data)
     if found is None or found == expected:
         return None
-    return f"{named!r} is a {found} file, not a {expected} ({KINDS_HELP})"
+    return f"{named!r} is a {KIND_WORDS[found]}, not a {KIND_WORDS[expected]} ({KINDS_HELP})"
 
 
 def file_kind_problem(path: Path, named: str, expected: str) -> str | None:
