@@ -57,6 +57,7 @@ __all__ = [
     "handling",
     "ignore_further",
     "install",
+    "keeps_on_stop",
     "kept_on_stop",
     "native",
     "raising",
@@ -289,6 +290,21 @@ def kept_on_stop(kept: str) -> Iterator[None]:
         if stop.kept:
             raise
         raise Interrupted(stop.signum, kept) from None
+
+
+def keeps_on_stop(kept: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A command whose every stop says ``kept`` (:func:`kept_on_stop` around its body), for
+    commands that write their output only once they finish."""
+
+    def wrap(body: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(body)
+        def stopped_saying(*args: P.args, **kwargs: P.kwargs) -> R:
+            with kept_on_stop(kept):
+                return body(*args, **kwargs)
+
+        return stopped_saying
+
+    return wrap
 
 
 @contextmanager

@@ -275,3 +275,52 @@ def test_a_sigterm_after_a_sigint_is_the_same_stop_not_a_terminate(
     assert interrupts._counts(signal.SIGTERM) is True
     interrupts._counts(signal.SIGTERM)
     assert exits == [128 + signal.SIGTERM]
+
+
+def test_commands_that_write_at_the_end_say_nothing_was_written_and_check_says_how_far() -> None:
+    """step, compare and plot write their output once they finish: a stop says so (the
+    README's promise of one line saying what was kept). check prints each file's line as it
+    goes: a stop says how many it checked."""
+    from click.testing import CliRunner
+
+    import rdu_sim.cli.check_cmd as check_cmd
+    from rdu_sim import api
+    from rdu_sim.cli import compare_cmd, plot_cmd, step_cmd
+    from rdu_sim.cli.main import cli
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    runner = CliRunner()
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(api, "step", stopped)
+        out = runner.invoke(cli, ["step", "llama3.1-8b-1socket"])
+        assert out.exit_code == 130
+        assert f"interrupted (SIGINT): {step_cmd.STOPPED}" in out.output
+        assert "Traceback" not in out.output
+        mp.setattr(compare_cmd, "compare", stopped)
+        mp.setattr(api, "load", stopped)  # what plot reads first
+        for args, module in (
+            (["compare", "llama3.1-8b-1socket", "--hardware", "sn40l-8"], compare_cmd),
+            (["plot", "memory", "llama3.1-8b-1socket", "-o", "never.png"], plot_cmd),
+        ):
+            out = runner.invoke(cli, args)
+            assert out.exit_code == 130, out.output
+            assert f"interrupted (SIGINT): {module.STOPPED}" in out.output
+        calls: list[Path] = []
+        real = check_cmd.check_file
+
+        def second_stops(path: Path) -> str:
+            calls.append(path)
+            if len(calls) == 2:
+                stopped()
+            return real(path)
+
+        mp.setattr(check_cmd, "check_file", second_stops)
+        out = runner.invoke(cli, ["check", "sn40l", "sn40l-8", "sn40l-16"])
+        assert out.exit_code == 130
+        assert "OK  sn40l:" in out.output
+        assert "interrupted (SIGINT): 1 of 3 files checked (above), the rest not" in out.output
+    finally:
+        mp.undo()

@@ -40,6 +40,7 @@ from rdu_sim.config.stack_file import (
     stack_path,
     validate_stack,
 )
+from rdu_sim.interrupts import Interrupted
 from rdu_sim.scenario import build_scenario
 
 # The trace formats' suffixes, known without importing rdu_sim.serving (it is slow to import
@@ -177,10 +178,13 @@ def command(files: tuple[Path, ...]) -> None:
     (all of them, then exit 2 if any failed). Example: rdu-sim check hw_configs/*.yaml
     workloads/*.yaml"""
     out = Console(soft_wrap=True, highlight=False)
-    failed = 0
+    failed = checked = 0
     for path in files:
         try:
             description = check_file(path)
+        except Interrupted as stop:
+            done = f"{checked} of {human.count(len(files), 'file')} checked (above), the rest not"
+            raise Interrupted(stop.signum, stop.kept or done) from None
         except boundary_errors() as exc:
             failed += 1
             # Every line names the checked file, even when its hardware file is at fault.
@@ -188,9 +192,11 @@ def command(files: tuple[Path, ...]) -> None:
             print_error(
                 "\n".join(line if str(path) in line else f"{path}: {line}" for line in lines)
             )
+            checked += 1
             continue
         out.print(f"[green]OK[/green]  {path}: ", end="")
         out.print(description, markup=False)
+        checked += 1
     if failed:
         print_error(f"{failed} of {len(files)} file(s) failed the check")
         raise SystemExit(EXIT_INPUT_ERROR)

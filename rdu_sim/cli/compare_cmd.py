@@ -24,6 +24,7 @@ from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
+from rdu_sim.interrupts import keeps_on_stop
 
 
 def _count(value: int | None) -> str:
@@ -67,6 +68,10 @@ def print_comparison(result: Comparison) -> None:
         console.print(line, markup=False)
 
 
+STOPPED = "the comparison had not finished: nothing was printed or written"
+"""What a stop of the command says was kept."""
+
+
 @click.command("compare")
 @workload_argument
 @click.option(
@@ -101,6 +106,7 @@ def print_comparison(result: Comparison) -> None:
 )
 @overrides_option
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
+@keeps_on_stop(STOPPED)
 def command(
     workload: Path,
     hardware_files: tuple[Path, ...],

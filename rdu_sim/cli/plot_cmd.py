@@ -37,6 +37,7 @@ from rdu_sim.cli.options import overrides_option
 from rdu_sim.config import json_text
 from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import MAX_DEPTH, file_problem, read_text_file
+from rdu_sim.interrupts import keeps_on_stop
 from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
 _DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
@@ -192,6 +193,10 @@ def _simulate(
     return result_record(api.run(path, [*overrides, f"serving.requests={requests}"]))
 
 
+STOPPED = "the plot had not been drawn: nothing was written"
+"""What a stop of the command says was kept."""
+
+
 @click.command("plot")
 @click.argument("kind", metavar="KIND")
 @click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
@@ -234,6 +239,7 @@ def _simulate(
     help="sweep: a column whose values get a line each (repeatable; default: the other axes).",
 )
 @overrides_option
+@keeps_on_stop(STOPPED)
 def command(
     kind: str,
     input_path: Path,

@@ -35,6 +35,7 @@ from rdu_sim.cli.options import (
     step_shape_options,
     workload_argument,
 )
+from rdu_sim.interrupts import keeps_on_stop
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -155,6 +156,10 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
     return table
 
 
+STOPPED = "the step had not finished: nothing was printed or written"
+"""What a stop of the command says was kept."""
+
+
 @click.command("step")
 @workload_argument
 @overrides_option
@@ -175,6 +180,7 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
     "socket 0 and its links (the symmetric shortcut; same step time).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the step timing as JSON.")
+@keeps_on_stop(STOPPED)
 def command(
     workload: Path,
     overrides: tuple[str, ...],
