@@ -144,3 +144,29 @@ def test_a_rate_metric_is_not_drawn_as_milliseconds(tmp_path: Path) -> None:
         assert "(ms)" not in figure.axes[0].get_ylabel()
         (line,) = lines_of(figure)
         assert sorted(line.get_ydata()) == sorted(float(v) for v in frame[metric])
+
+
+def test_a_database_of_two_sweeps_plots_the_one_named(tmp_path: Path) -> None:
+    """A database may hold several sweeps: plotting it whole is refused naming them, --sweep
+    picks one (its own axes and points), and a name it does not hold is refused too."""
+    one = synthetic_db("llama8b-batch", tmp_path)
+    other = synthetic_db("llama8b-hbm-bandwidth", tmp_path)
+    spec = tmp_path / "llama8b-hbm-bandwidth.yaml"
+    assert run_sweep(spec, db=one, workers=1).failed == 0  # the second sweep, into the first's
+    assert other.exists()
+    runner = CliRunner()
+    out = tmp_path / "x.png"
+    whole = runner.invoke(cli, ["plot", "sweep", str(one), "-o", str(out)])
+    assert whole.exit_code == 2
+    assert "holds 2 sweeps (llama8b-batch, llama8b-hbm-bandwidth); name one with --sweep" in (
+        " ".join(whole.output.split())
+    )
+    assert not out.exists()
+    picked = runner.invoke(
+        cli, ["plot", "sweep", str(one), "--sweep", "llama8b-hbm-bandwidth", "-o", str(out)]
+    )
+    assert picked.exit_code == 0, picked.output
+    assert out.stat().st_size > 0
+    unknown = runner.invoke(cli, ["plot", "sweep", str(one), "--sweep", "nope", "-o", str(out)])
+    assert unknown.exit_code == 2
+    assert "--sweep nope" in unknown.output and "llama8b-batch" in unknown.output

@@ -135,10 +135,19 @@ def _attach_siblings(results: Any, folder: Path) -> Any:
     return results
 
 
-def _read_db(path: Path) -> Any:
+def _read_db(path: Path, sweep: str | None) -> Any:
+    """The finished points of the database's one sweep, or of ``sweep`` (a database may hold
+    several sweeps, or a sweep and a plan's points, whose rows do not plot together)."""
     from rdu_sim.sweep import load
 
     frame = load(path)  # a StoreError names the file and the problem (exit 2)
+    names = list(dict.fromkeys(frame["sweep"])) if "sweep" in frame.columns else []
+    if sweep is not None and sweep not in names:
+        fail(f"--sweep {sweep}: {path} holds no sweep of that name; it holds {', '.join(names)}")
+    if sweep is None and len(names) > 1:
+        fail(f"{path}: holds {len(names)} sweeps ({', '.join(names)}); name one with --sweep")
+    if sweep is not None:
+        frame = load(path, sweep=sweep)
     if "status" in frame.columns:
         attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
         frame = frame[frame["status"] == "done"]
@@ -238,6 +247,12 @@ STOPPED = "the plot had not been drawn: nothing was written"
     multiple=True,
     help="sweep: a column whose values get a line each (repeatable; default: the other axes).",
 )
+@click.option(
+    "--sweep",
+    "sweep_name",
+    default=None,
+    help="A sweep database's sweep to plot, when it holds several (the spec's name).",
+)
 @overrides_option
 @keeps_on_stop(STOPPED)
 def command(
@@ -250,6 +265,7 @@ def command(
     x_axis: str | None,
     y_metric: str | None,
     by_columns: tuple[str, ...],
+    sweep_name: str | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).
@@ -316,7 +332,7 @@ def command(
             requests,
         )
     elif suffix in _DB_SUFFIXES:
-        results = _read_db(input_path)
+        results = _read_db(input_path, sweep_name)
     else:
         results = _attach_siblings(_read_json(input_path), input_path.parent)
     try:
