@@ -452,6 +452,20 @@ def test_a_foreign_results_table(tmp_path: Path, table: str) -> None:
     assert names == {table}
 
 
+def test_a_database_of_another_tools_tables_is_left_alone(tmp_path: Path) -> None:
+    """A SQLite file with neither a results nor a meta table is another tool's: a sweep
+    refuses it and adds nothing to it (an empty file is a new database)."""
+    db = tmp_path / "other.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE scores (id INTEGER, score REAL)")
+    path = spec(tmp_path, SYNTHETIC)
+    words = "holds another tool's tables (scores), not a sweep's; give another --db"
+    clean_failure(invoke("sweep", path, "--db", db), words)
+    with sqlite3.connect(db) as conn:  # untouched
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert names == {"scores"}
+
+
 def test_a_database_another_process_holds_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -226,9 +226,21 @@ class Store:
             ) from None
 
     def _check_tables(self, existed: bool) -> None:
-        """Existing `results` and `meta` tables must be this schema's (not another tool's)."""
+        """Existing `results` and `meta` tables must be this schema's, and a database with
+        tables holds at least one of them: a sweep never adds its tables to another tool's."""
         if not existed:
             return
+        tables = [
+            str(r[0])
+            for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        if tables and not {"results", "meta"} & set(tables):
+            shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
+            raise StoreError.single(
+                str(self.path),
+                "",
+                f"holds another tool's tables ({shown}), not a sweep's; give another --db",
+            )
         for table, columns in (("results", COLUMNS), ("meta", _META_COLUMNS)):
             found = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")]
             if found and tuple(found) != columns:
