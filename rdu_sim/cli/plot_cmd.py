@@ -139,15 +139,14 @@ def _read_db(path: Path, sweep: str | None) -> Any:
     """The finished points of the database's one sweep, or of ``sweep`` (a database may hold
     several sweeps, or a sweep and a plan's points, whose rows do not plot together)."""
     from rdu_sim.sweep import load
+    from rdu_sim.sweep.load import sweep_names
 
-    frame = load(path)  # a StoreError names the file and the problem (exit 2)
-    names = list(dict.fromkeys(frame["sweep"])) if "sweep" in frame.columns else []
+    names = sweep_names(path)  # a StoreError names the file and the problem (exit 2)
     if sweep is not None and sweep not in names:
         fail(f"--sweep {sweep}: {path} holds no sweep of that name; it holds {', '.join(names)}")
     if sweep is None and len(names) > 1:
         fail(f"{path}: holds {len(names)} sweeps ({', '.join(names)}); name one with --sweep")
-    if sweep is not None:
-        frame = load(path, sweep=sweep)
+    frame = load(path, sweep=sweep)
     if "status" in frame.columns:
         attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
         frame = frame[frame["status"] == "done"]

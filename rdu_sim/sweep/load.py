@@ -35,6 +35,12 @@ PROVENANCE = ("wall_s", "started", "finished", "attempts", "worker")
 """Columns that describe one run of a point, not its result (left out of exports)."""
 
 
+def sweep_names(db: str | Path) -> list[str]:
+    """The sweeps whose points `db` holds (a database may hold several)."""
+    with Store(Path(db), create=False) as store:
+        return store.sweeps()
+
+
 def load(
     db: str | Path, *, sweep: str | None = None, keys: Sequence[str] | None = None
 ) -> pd.DataFrame:

@@ -324,6 +324,12 @@ class Store:
                 values,
             )
 
+    def sweeps(self) -> list[str]:
+        """The names of the sweeps (and plans) whose points the database holds, sorted."""
+        with self._guard("read the stored points"):
+            found = self._conn.execute("SELECT DISTINCT sweep FROM results ORDER BY sweep")
+            return [str(row[0]) for row in found]
+
     def rows(
         self, keys: Sequence[str] | None = None, sweep: str | None = None
     ) -> list[dict[str, Any]]:
