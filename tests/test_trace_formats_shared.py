@@ -184,6 +184,32 @@ def test_every_reader_reads_ascii_digits_only(
         assert f"{path}:{line}: {column}:" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("first", "row", "key"),
+    [
+        (
+            json.dumps(MOONCAKE_ROWS[0]),
+            '{"timestamp": 1, "input_length": 12, "output_length": 2, "input_length": 900}',
+            "input_length",
+        ),
+        (
+            '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 1}',
+            '{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2, "prompt_tokens": 7}',
+            "prompt_tokens",
+        ),
+    ],
+    ids=["mooncake", "project"],
+)
+def test_every_jsonl_reader_refuses_a_key_given_twice_in_a_row(
+    tmp_path: Path, first: str, row: str, key: str
+) -> None:
+    path = _write(tmp_path, "t.jsonl", first + "\n" + row + "\n")
+    for read in (lambda: read_trace(path), lambda: read_table(path, "auto")):
+        with pytest.raises(ConfigError) as caught:
+            read()
+        assert f"{path}:2: duplicate key '{key}'; a row gives each field once" in str(caught.value)
+
+
 def test_a_cluster_filters_and_groups_by_an_extra_mooncake_field(tmp_path: Path) -> None:
     table = read_table(_mooncake(tmp_path), "auto")
     assert table.columns["type"].tolist() == ["chat", "tool", "chat"]  # the failed row is out

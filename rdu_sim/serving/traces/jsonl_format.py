@@ -2,7 +2,7 @@
 
 Each line is parsed on its own, so memory is one line, within ``rdu_sim.config.json_text``'s
 limits: nesting at most ``MAX_JSON_DEPTH`` (a row is one flat object), integers of at most
-40 digits, no NaN or Infinity.
+40 digits, no NaN or Infinity, no key given twice in a row (json keeps the last silently).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from rdu_sim.config.json_text import JsonLimitError, loads
+from rdu_sim.config.json_text import DuplicateKeyError, JsonLimitError, loads
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import Row, register_format
 from rdu_sim.serving.traces.values import READ
@@ -25,9 +25,11 @@ def json_objects(lines: TraceLines) -> Iterator[Row]:
         if not text.strip():
             continue
         try:
-            obj = loads(text, MAX_JSON_DEPTH)
+            obj = loads(text, MAX_JSON_DEPTH, unique_keys=True)
         except json.JSONDecodeError as exc:
             raise lines.error(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+        except DuplicateKeyError as exc:
+            raise lines.error(f"{exc}; a row gives each field once") from None
         except JsonLimitError as exc:
             raise lines.error(f"not valid JSON: {exc}") from None
         if not isinstance(obj, dict):
