@@ -466,6 +466,20 @@ def test_a_database_of_another_tools_tables_is_left_alone(tmp_path: Path) -> Non
     assert names == {"scores"}
 
 
+def test_a_database_path_that_is_a_dangling_link_is_named_as_one(tmp_path: Path) -> None:
+    """A --db link to a file that is gone is named as a broken link, for a sweep and a plot,
+    and nothing is made at the link's target."""
+    db, target = tmp_path / "results.sqlite", tmp_path / "moved" / "results.sqlite"
+    db.symlink_to(target)
+    path = spec(tmp_path, SYNTHETIC)
+    words = f"a link to '{target}', which does not exist"
+    sweep = invoke("sweep", path, "--db", db, "--no-progress")
+    clean_failure(sweep, f"{db}: cannot open the database: {words}")
+    clean_failure(invoke("plot", "sweep", db), f"{db}: {words}")
+    clean_failure(invoke("run", db), f"{db}: {words}")
+    assert not target.parent.exists() and db.is_symlink()
+
+
 def test_a_database_another_process_holds_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

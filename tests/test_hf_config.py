@@ -202,6 +202,13 @@ def test_unreadable_files(tmp_path: Path, text: str, words: str) -> None:
     assert any("file not found" in i for i in _issues(tmp_path / "none.json"))
 
 
+def test_a_byte_order_mark_is_not_part_of_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, _fixture("mixtral-8x7b"))
+    plain = read_config_json(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # as some Windows editors save
+    assert read_config_json(path) == plain
+
+
 def test_all_issues_at_once(tmp_path: Path) -> None:
     data = _fixture("mixtral-8x7b") | {"hidden_size": "x", "vocab_size": -1.5}
     issues = _issues(_write(tmp_path, data))

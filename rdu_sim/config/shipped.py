@@ -218,7 +218,7 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
     """
     given = Path(path)
     try:
-        if given.exists():
+        if given.exists() or given.is_symlink():  # a broken link: the loader names it
             return _model_file(given, kinds)
     except (OSError, ValueError):
         return given  # a NUL byte, a name too long: the loader says what is wrong
@@ -245,7 +245,7 @@ def locate_near(near: Path, text: str, kinds: Sequence[str]) -> Path:
     file a bare ``text`` names, else ``near`` for the caller to report as missing (naming
     the field)."""
     try:
-        if near.exists():
+        if near.exists() or near.is_symlink():  # a broken link: the loader names it
             return _model_file(near, kinds)
         here = Path(text)
         if text and not here.is_absolute() and here.exists():

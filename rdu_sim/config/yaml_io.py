@@ -22,6 +22,7 @@ ConfigError naming the file (and the line where there is one), and why it is a l
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,8 @@ def file_problem(path: Path) -> str | None:
     """
     try:
         if not path.exists():
+            if path.is_symlink():
+                return f"a link to {os.readlink(path)!r}, which does not exist"
             return "file not found"
         if path.is_dir():
             return "is a directory, expected a file"
@@ -270,7 +273,10 @@ def file_problem(path: Path) -> str | None:
 
 
 def read_text_file(path: Path, limit: int, kind: str) -> str:
-    """The UTF-8 text of a regular file of at most `limit` bytes; ConfigError otherwise."""
+    """The UTF-8 text of a regular file of at most `limit` bytes; ConfigError otherwise.
+
+    A leading byte-order mark, which some Windows editors write, is not part of the text.
+    """
     file = str(path)
     problem = file_problem(path)
     if problem is not None:
@@ -293,7 +299,7 @@ def read_text_file(path: Path, limit: int, kind: str) -> str:
         ) from None
     if "\x00" in text:
         raise ConfigError.single(file, "", "not a text file (contains NUL bytes)")
-    return text
+    return text.removeprefix("\ufeff")
 
 
 def read_yaml(path: Path) -> tuple[Any, LineMap]:

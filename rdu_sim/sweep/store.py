@@ -172,11 +172,11 @@ class Store:
     def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = path
         existed = path.is_file()
-        if not create and not existed:
-            raise StoreError.single(str(path), "", "no such sweep database")
-        problem = file_problem(path) if existed or path.exists() else None
+        problem = file_problem(path) if existed or path.exists() or path.is_symlink() else None
         if problem is not None:
             raise StoreError.single(str(path), "", f"cannot open the database: {problem}")
+        if not create and not existed:
+            raise StoreError.single(str(path), "", "no such sweep database")
         if create and not existed:
             make_folder(path.parent, path)  # as for every output: a WriteError naming it
         try:
