@@ -224,6 +224,11 @@ def test_a_refused_value_names_the_points_it_breaks(tmp_path: Path) -> None:
             "list of values or a range",
         ),
         ("metrics: [ttft_s.p50, ttft_s.p50]\n", "metrics", "metrics repeat"),
+        (
+            "axes: {serving.batch_slots: [8, 16, 8]}\n",
+            "axes.serving.batch_slots",
+            "8 is listed twice; give each value once",
+        ),
         ("axis: {serving.batch_slots: [1]}\n", "axis", "did you mean 'axes'"),
         ("evaluator: {name: simulat}\n", "evaluator.name", "valid: simulate, synthetic"),
         (
@@ -261,3 +266,13 @@ def test_equal_configs_are_one_point(tmp_path: Path) -> None:
     expansion = expand(load_spec(spec))
     assert len(expansion.points) == 2 and expansion.duplicates == 1
     assert expansion.grid_size == 3
+    zipped = write_spec(  # a zipped axis may repeat a value: the pairs differ
+        tmp_path,
+        """
+        zip:
+          - serving.batch_slots: [8, 8]
+            serving.requests: [4, 6]
+        """,
+        "zipped.yaml",
+    )
+    assert len(expand(load_spec(zipped)).points) == 2

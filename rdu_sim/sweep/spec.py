@@ -19,6 +19,7 @@ line, fix) as workloads, so a typo in a spec fails like a typo in a workload.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,6 +301,25 @@ def _duplicates(loaded: LoadedSpec) -> None:
         seen[path] = where
 
 
+def _repeated_values(loaded: LoadedSpec) -> None:
+    """An axis lists each value once: a repeat is a slip, and its point would run only once.
+    (A zipped axis may repeat a value: its points differ in the group's other axes.)"""
+    for path, values in loaded.spec.axes.items():
+        if not isinstance(values, list):
+            continue  # a range refuses its own repeats (RangeSpec._numbers)
+        seen: set[str] = set()
+        for value in values:
+            key = f"{type(value).__name__}:{json.dumps(value, sort_keys=True, default=str)}"
+            if key in seen:
+                raise loaded.error(
+                    f"{value!r} is listed twice; give each value once "
+                    "(a sweep runs each distinct point once)",
+                    "axes",
+                    path,
+                )
+            seen.add(key)
+
+
 def _zip_lengths(loaded: LoadedSpec) -> None:
     """Axes zipped together must have equal lengths."""
     for index, group in enumerate(loaded.spec.zip):
@@ -342,6 +362,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
         )
     _base_is_a_workload(loaded)
     _duplicates(loaded)
+    _repeated_values(loaded)
     _zip_lengths(loaded)
     return loaded
 
