@@ -488,9 +488,21 @@ def test_sibling_paths_of_one_mapping_are_not_an_overlap(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
 
 
-def test_check_and_dry_run_of_a_huge_grid_count_it_and_resolve_a_sample(tmp_path: Path) -> None:
+@pytest.fixture
+def sample_points(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A smaller sample of a huge grid (the shipped 500 resolves in about 10 s here): the rule
+    is the same at any size."""
+    from rdu_sim.sweep import run
+
+    monkeypatch.setattr(run, "SAMPLE_POINTS", 40)
+    return 40
+
+
+def test_check_and_dry_run_of_a_huge_grid_count_it_and_resolve_a_sample(
+    tmp_path: Path, sample_points: int
+) -> None:
     from rdu_sim.sweep import load_spec
-    from rdu_sim.sweep.expand import SAMPLE_POINTS, expand
+    from rdu_sim.sweep.expand import expand
 
     write(tmp_path / "wl.yaml", WORKLOAD)
     spec = write(
@@ -499,15 +511,15 @@ def test_check_and_dry_run_of_a_huge_grid_count_it_and_resolve_a_sample(tmp_path
     )
     result = invoke("check", spec)
     assert result.exit_code == 0, result.output
-    assert "100,000 grid points, 500 of them resolved" in result.output
+    assert f"100,000 grid points, {sample_points} of them resolved" in result.output
     result = invoke("sweep", spec, "--dry-run")
     assert result.exit_code == 0, result.output
     assert "100,000 grid points" in result.stderr + result.stdout
     table = [line for line in result.stdout.splitlines() if "serving.seed=" in line]
-    assert len(table) == SAMPLE_POINTS
+    assert len(table) == sample_points
     assert table[0].endswith("serving.seed=0") and table[-1].endswith("serving.seed=99999")
     assert not (tmp_path / "big.sqlite").exists()  # a dry run writes nothing
-    sample = expand(load_spec(spec), sample=SAMPLE_POINTS)
+    sample = expand(load_spec(spec), sample=sample_points)
     assert sample.sampled and sample.grid_size == 100_000
 
 
@@ -666,7 +678,9 @@ def test_only_the_rows_asked_for_are_checked(synthetic_db: Path, tmp_path: Path)
         load(db)
 
 
-def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(tmp_path: Path) -> None:
+def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(
+    tmp_path: Path, sample_points: int
+) -> None:
     from rdu_sim.sweep import run_sweep
     from rdu_sim.sweep.progress import Silent
 
@@ -680,7 +694,7 @@ def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(tmp_pat
     write(tmp_path / "wl.yaml", WORKLOAD)
     spec = write(
         tmp_path / "s.yaml",
-        "base: wl.yaml\naxes:\n  serving.seed: {start: 0, stop: 500, step: 1}\n"
+        f"base: wl.yaml\naxes:\n  serving.seed: {{start: 0, stop: {sample_points}, step: 1}}\n"
         "evaluator: {name: synthetic}\n",
     )
     recorder = Recorder()
@@ -688,7 +702,7 @@ def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(tmp_pat
     assert not any("resolving" in m for m in recorder.messages)
     run_sweep(spec, db=tmp_path / "s.sqlite", workers=1, progress=recorder)
     resolving = [m for m in recorder.messages if "resolving" in m]
-    assert resolving == ["s: resolving 501 grid points before the first runs"]
+    assert resolving == [f"s: resolving {sample_points + 1} grid points before the first runs"]
 
 
 @pytest.mark.parametrize(
