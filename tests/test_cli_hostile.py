@@ -480,6 +480,20 @@ def test_a_database_path_that_is_a_dangling_link_is_named_as_one(tmp_path: Path)
     assert not target.parent.exists() and db.is_symlink()
 
 
+def test_a_link_in_a_loop_or_to_a_dangling_link_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """A link whose target is itself a link is not "a link to X, which does not exist" (X
+    does): a loop says so, and a chain names the missing file at its end."""
+    (tmp_path / "loop.yaml").symlink_to("loop.yaml")
+    (tmp_path / "gone.yaml").symlink_to("missing.yaml")
+    (tmp_path / "chain.yaml").symlink_to("gone.yaml")
+    loop = invoke("check", tmp_path / "loop.yaml")
+    clean_failure(loop, "a link to 'loop.yaml' in a loop of symbolic links", lines=None)
+    missing = tmp_path / "missing.yaml"
+    chain = invoke("check", tmp_path / "chain.yaml")
+    words = f"a link to 'gone.yaml', which leads to '{missing}', which does not exist"
+    clean_failure(chain, words, lines=None)
+
+
 def test_a_database_another_process_holds_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

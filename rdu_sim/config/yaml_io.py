@@ -22,6 +22,7 @@ ConfigError naming the file (and the line where there is one), and why it is a l
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -260,9 +261,7 @@ def file_problem(path: Path) -> str | None:
     """
     try:
         if not path.exists():
-            if path.is_symlink():
-                return f"a link to {os.readlink(path)!r}, which does not exist"
-            return "file not found"
+            return broken_link(path) if path.is_symlink() else "file not found"
         if path.is_dir():
             return "is a directory, expected a file"
         if not path.is_file():
@@ -270,6 +269,22 @@ def file_problem(path: Path) -> str | None:
     except (OSError, ValueError) as exc:
         return f"cannot open: {getattr(exc, 'strerror', None) or exc}"
     return None
+
+
+def broken_link(path: Path) -> str:
+    """Why the link `path` leads to no file, naming what it points to: a loop of links, or
+    the missing file at the end of its chain (a link to a link that is gone is named through
+    to the file that is missing, not as a link to a file that does not exist)."""
+    target = os.readlink(path)
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"a link to {target!r} in a loop of symbolic links"
+    if os.path.islink(path.parent / target):
+        end = os.path.realpath(path)
+        return f"a link to {target!r}, which leads to {end!r}, which does not exist"
+    return f"a link to {target!r}, which does not exist"
 
 
 def read_text_file(path: Path, limit: int, kind: str) -> str:
