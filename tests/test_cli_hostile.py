@@ -480,6 +480,20 @@ def test_a_database_path_that_is_a_dangling_link_is_named_as_one(tmp_path: Path)
     assert not target.parent.exists() and db.is_symlink()
 
 
+def test_a_database_link_to_a_file_not_made_yet_makes_it_there(tmp_path: Path) -> None:
+    """A --db link to a database on another disk, before its first run: the folder the link
+    points into exists, so the sweep makes the database there (SQLite writes through the
+    link), as a link to an existing database is opened through it."""
+    db, target = tmp_path / "results.sqlite", tmp_path / "disk" / "results.sqlite"
+    target.parent.mkdir()
+    db.symlink_to(target)
+    body = "axes: {serving.batch_slots: [1, 2]}\nevaluator: {name: synthetic}\n"
+    sweep = invoke("sweep", spec(tmp_path, body), "--db", db, "--no-progress")
+    assert sweep.exit_code == 0, sweep.output
+    assert db.is_symlink() and target.is_file()
+    assert invoke("plot", "sweep", db, "-o", tmp_path / "s.png").exit_code == 0
+
+
 def test_a_link_in_a_loop_or_to_a_dangling_link_is_named_for_what_it_is(tmp_path: Path) -> None:
     """A link whose target is itself a link is not "a link to X, which does not exist" (X
     does): a loop says so, and a chain names the missing file at its end."""

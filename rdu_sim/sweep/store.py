@@ -166,6 +166,19 @@ def _read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _made_through_link(path: Path) -> bool:
+    """Whether `path` is a link to a database not made yet in a folder that exists: SQLite
+    makes it there, as it opens an existing database through a link (a database kept on
+    another disk from its first run). A loop, or a link into a missing folder, is not."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return path.is_symlink() and Path(os.path.realpath(path)).parent.is_dir()
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 class Store:
     """An open results database. Use as a context manager; close() when done."""
 
@@ -173,7 +186,7 @@ class Store:
         self.path = path
         existed = path.is_file()
         problem = file_problem(path) if existed or path.exists() or path.is_symlink() else None
-        if problem is not None:
+        if problem is not None and not (create and _made_through_link(path)):
             raise StoreError.single(str(path), "", f"cannot open the database: {problem}")
         if not create and not existed:
             raise StoreError.single(str(path), "", "no such sweep database")
