@@ -276,3 +276,27 @@ def test_equal_configs_are_one_point(tmp_path: Path) -> None:
         "zipped.yaml",
     )
     assert len(expand(load_spec(zipped)).points) == 2
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        "- {serving.batch_slots: [8, 16, 8], serving.requests: [4, 6, 4]}",
+        "- {serving.batch_slots: [8, 16, 8]}",
+        "- {serving.batch_slots: [8, 16, 8], serving.seed: {start: 1, stop: 3, step: 1}}",
+    ],
+    ids=["pairs", "one-axis", "with-a-range"],
+)
+def test_a_zip_group_that_lists_a_row_twice_is_refused(tmp_path: Path, group: str) -> None:
+    """A zip group's row given twice is the slip an axis's repeated value is: it would run
+    once. (A row repeating one axis's value, the others differing, is two points.)"""
+    spec = write_spec(tmp_path, "zip:\n  " + group + "\n")
+    if "seed" in group:
+        assert len(expand(load_spec(spec)).points) == 3
+        return
+    with pytest.raises(ConfigError) as info:
+        check_spec(spec)
+    issue = info.value.issues[0]
+    assert issue.field == "zip.0" and issue.line is not None
+    assert "serving.batch_slots=8" in issue.message
+    assert "is listed twice; give each row once" in issue.message

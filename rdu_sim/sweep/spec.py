@@ -301,15 +301,22 @@ def _duplicates(loaded: LoadedSpec) -> None:
         seen[path] = where
 
 
+def _value_key(value: Any) -> str:
+    """What makes two written values one: type and content (8 and 8.0, true and 1, "1 TB/s"
+    and "1000 GB/s" are different values; equal configs they resolve to are one point)."""
+    return f"{type(value).__name__}:{json.dumps(value, sort_keys=True, default=str)}"
+
+
 def _repeated_values(loaded: LoadedSpec) -> None:
-    """An axis lists each value once: a repeat is a slip, and its point would run only once.
-    (A zipped axis may repeat a value: its points differ in the group's other axes.)"""
+    """An axis lists each value once, and a zip group each row of its axes' values: a repeat
+    is a slip, and its point would run only once. (A zipped axis may repeat a value where
+    the group's other axes differ.) After `_zip_lengths`: a group's rows are whole."""
     for path, values in loaded.spec.axes.items():
         if not isinstance(values, list):
             continue  # a range refuses its own repeats (RangeSpec._numbers)
         seen: set[str] = set()
         for value in values:
-            key = f"{type(value).__name__}:{json.dumps(value, sort_keys=True, default=str)}"
+            key = _value_key(value)
             if key in seen:
                 raise loaded.error(
                     f"{value!r} is listed twice; give each value once "
@@ -318,6 +325,21 @@ def _repeated_values(loaded: LoadedSpec) -> None:
                     path,
                 )
             seen.add(key)
+    for index, group in enumerate(loaded.spec.zip):
+        columns = [axis_values(loaded, v, ("zip", str(index), p)) for p, v in group.items()]
+        rows: set[tuple[str, ...]] = set()
+        for row in zip(*columns, strict=True):
+            row_key = tuple(_value_key(value) for value in row)
+            if row_key in rows:
+                pairs = zip(group, row, strict=True)
+                shown = ", ".join(f"{path}={value!r}" for path, value in pairs)
+                raise loaded.error(
+                    f"the row {shown} is listed twice; give each row once "
+                    "(a sweep runs each distinct point once)",
+                    "zip",
+                    str(index),
+                )
+            rows.add(row_key)
 
 
 def _zip_lengths(loaded: LoadedSpec) -> None:
@@ -362,8 +384,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
         )
     _base_is_a_workload(loaded)
     _duplicates(loaded)
-    _repeated_values(loaded)
     _zip_lengths(loaded)
+    _repeated_values(loaded)
     return loaded
 
 
