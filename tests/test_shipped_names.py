@@ -114,6 +114,8 @@ def test_a_trace_given_by_set_is_found_from_the_current_folder(
     assert shipped.trace_path(near, "traces/chat-400.csv") == near / "traces/chat-400.csv"
     assert shipped.trace_path(near, "chat-400") == near / "traces/chat-400.csv"
     assert shipped.trace_path(near, "gone.csv") == near / "gone.csv"  # the reader reports it
+    (tmp_path / "moved.csv").symlink_to("away.csv")  # a broken link here is the one meant
+    assert shipped.trace_path(near, "moved.csv") == Path("moved.csv")  # the reader names it
 
 
 def _globbed(base: Path) -> list[Path]:

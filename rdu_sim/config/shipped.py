@@ -241,14 +241,15 @@ def written_in(config_file: str | Path, text: str) -> Path:
 def locate_near(near: Path, text: str, kinds: Sequence[str]) -> Path:
     """A file named inside a config file (``hardware: sn40l-16``): ``near`` (what ``text``
     means relative to that file) when it exists, else ``text`` relative to the current
-    folder (a ``--set serving.trace=mine.jsonl`` on a shipped workload), else the shipped
+    folder (a ``--set serving.trace=mine.jsonl`` on a shipped workload); either one a broken
+    link is taken too, for the loader to name as one; else the shipped
     file a bare ``text`` names, else ``near`` for the caller to report as missing (naming
     the field)."""
     try:
         if near.exists() or near.is_symlink():  # a broken link: the loader names it
             return _model_file(near, kinds)
         here = Path(text)
-        if text and not here.is_absolute() and here.exists():
+        if text and not here.is_absolute() and (here.exists() or here.is_symlink()):
             return _model_file(here, kinds)
     except (OSError, ValueError):
         return near
