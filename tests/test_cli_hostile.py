@@ -263,6 +263,18 @@ def test_run_out_that_cannot_be_written_keeps_the_report(blocker: Path) -> None:
         assert result.stdout == ""
 
 
+def test_run_out_that_is_a_broken_link_is_named_as_one(tmp_path: Path) -> None:
+    """--out a link to a folder that is gone (or a folder below one): not "exists and is
+    not a folder" (it is a link to nothing); the report is kept."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "moved")
+    for target in (link, link / "sub"):
+        result = invoke("run", LLAMA, "--set", "serving.requests=2", "--out", target)
+        words = f"{link} is a link to '{tmp_path / 'moved'}', which does not exist"
+        clean_failure(result, f"{target}: cannot write: {words}", "the report above")
+    assert not (tmp_path / "moved").exists()
+
+
 def test_out_creates_missing_folders_and_leaves_no_partial_files(tmp_path: Path) -> None:
     out = tmp_path / "a" / "b"
     assert invoke("run", LLAMA, "--set", "serving.requests=2", "--out", out).exit_code == 0

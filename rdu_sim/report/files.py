@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeAlias
 
 from rdu_sim.config.errors import WriteError
+from rdu_sim.config.yaml_io import broken_link
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -42,9 +43,12 @@ def make_folder(folder: Path, target: Path | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         blocker = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), folder)
-        raise WriteError.single(
-            str(named), "", f"cannot write: {blocker} exists and is not a folder"
-        ) from None
+        problem = (
+            f"{blocker} is {broken_link(blocker)}"  # mkdir makes no folder at a link's target
+            if blocker.is_symlink() and not blocker.exists()
+            else f"{blocker} exists and is not a folder"
+        )
+        raise WriteError.single(str(named), "", f"cannot write: {problem}") from None
     except OSError as exc:
         raise WriteError.from_os(named, exc) from None
 
