@@ -252,26 +252,31 @@ def full_disk(folder: Path, name: str) -> Path:
     return link
 
 
-def test_run_out_that_cannot_be_written_keeps_the_report(blocker: Path) -> None:
-    for target in (blocker / "out", blocker / "deeper" / "out"):
-        result = invoke("run", LLAMA, "--set", "serving.requests=2", "--json", "--out", target)
-        clean_failure(result, str(target), "the report above is complete")
-        assert '"decode_tokens_per_s"' in result.stdout  # printed before the failed write
-    for target in (blocker, Path("/dev/full")):  # refused before simulating
+def test_run_out_that_cannot_be_written_keeps_the_report(blocker: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    full_disk(out, "result.json")  # found only when written
+    result = invoke("run", LLAMA, "--set", "serving.requests=2", "--json", "--out", out)
+    clean_failure(result, str(out / "result.json"), "the report above is complete")
+    assert '"decode_tokens_per_s"' in result.stdout  # printed before the failed write
+    full = Path("/dev/full")
+    below = (blocker / "out", blocker / "deeper" / "out")
+    for target, there in [(blocker, blocker), (full, full), *((b, blocker) for b in below)]:
         result = invoke("run", LLAMA, "--set", "serving.requests=2", "--out", target)
-        clean_failure(result, str(target), "exists and is not a folder")
-        assert result.stdout == ""
+        clean_failure(result, f"{target}: cannot write: {there} exists and is not a folder")
+        assert result.stdout == ""  # refused before simulating
 
 
 def test_run_out_that_is_a_broken_link_is_named_as_one(tmp_path: Path) -> None:
     """--out a link to a folder that is gone (or a folder below one): not "exists and is
-    not a folder" (it is a link to nothing); the report is kept."""
+    not a folder" (it is a link to nothing), and said before anything runs."""
     link = tmp_path / "out"
     link.symlink_to(tmp_path / "moved")
     for target in (link, link / "sub"):
         result = invoke("run", LLAMA, "--set", "serving.requests=2", "--out", target)
         words = f"{link} is a link to '{tmp_path / 'moved'}', which does not exist"
-        clean_failure(result, f"{target}: cannot write: {words}", "the report above")
+        clean_failure(result, f"{target}: cannot write: {words}")
+        assert result.stdout == ""  # refused before simulating
     assert not (tmp_path / "moved").exists()
 
 

@@ -37,6 +37,7 @@ from rdu_sim.report.files import (
     REQUESTS_FILE,
     RESULT_FILE,
     TIMESERIES_FILE,
+    folder_problem,
     refuse_overwrite,
     write_columns,
     write_json,
@@ -99,8 +100,9 @@ def _is_cluster(path: Path) -> bool:
 
 def _check_out(out_dir: Path | None) -> None:
     """Refuse an --out that cannot be a folder before anything runs."""
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise WriteError.single(str(out_dir), "", "cannot write: exists and is not a folder")
+    problem = folder_problem(out_dir) if out_dir is not None else None
+    if problem is not None:
+        raise WriteError.single(str(out_dir), "", f"cannot write: {problem}")
 
 
 NOTHING_WRITTEN = "the run had not finished: nothing was printed or written"

@@ -35,6 +35,21 @@ REQUESTS_FILE = "requests.csv"
 TIMESERIES_FILE = "timeseries.csv"
 
 
+def folder_problem(folder: Path) -> str | None:
+    """Why `folder` cannot be made, found without making anything: the nearest of it and its
+    parents that is there and is not a folder (a file, or a link to nothing: mkdir makes no
+    folder at a link's target); None when nothing stands in the way."""
+    try:
+        blocker = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), None)
+        if blocker is None or blocker.is_dir():
+            return None
+        if blocker.is_symlink() and not blocker.exists():
+            return f"{blocker} is {broken_link(blocker)}"
+    except (OSError, ValueError):
+        return None  # mkdir names what is wrong
+    return f"{blocker} exists and is not a folder"
+
+
 def make_folder(folder: Path, target: Path | None = None) -> None:
     """Create `folder` and its parents; a WriteError naming `target` (default: the folder)
     when it cannot be."""
@@ -42,12 +57,7 @@ def make_folder(folder: Path, target: Path | None = None) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        blocker = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), folder)
-        problem = (
-            f"{blocker} is {broken_link(blocker)}"  # mkdir makes no folder at a link's target
-            if blocker.is_symlink() and not blocker.exists()
-            else f"{blocker} exists and is not a folder"
-        )
+        problem = folder_problem(folder) or f"{folder} exists and is not a folder"
         raise WriteError.single(str(named), "", f"cannot write: {problem}") from None
     except OSError as exc:
         raise WriteError.from_os(named, exc) from None
