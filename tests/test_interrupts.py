@@ -237,6 +237,22 @@ def test_a_signal_inside_native_code_is_raised_in_python_code_after_it() -> None
     assert handlers and getattr(handlers[0], "__name__", None) == "put"  # SimpleQueue.put
 
 
+def test_a_signal_the_process_started_ignoring_stays_ignored() -> None:
+    """A background job of a script starts with SIGINT ignored: the simulator leaves it so
+    (a Ctrl-C meant for the terminal's foreground job does not stop it) and handles SIGTERM."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts.handling():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)  # ignored by the system: nothing is raised
+            time.sleep(0.05)
+            assert interrupts.received() is None
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as it was before
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_a_deferred_section_finishes_before_the_signal_is_raised() -> None:
     done: list[str] = []
     with interrupts.handling(), pytest.raises(interrupts.Interrupted):
