@@ -583,7 +583,8 @@ def build_scenario(
             "hardware",
             f"hardware file {str(hardware_path)!r}: {problem} (paths are relative to the "
             f"workload file; a bare name is a shipped hardware file: "
-            f"{', '.join(shipped.names('hardware'))})",
+            f"{', '.join(shipped.names('hardware'))}"
+            f"{shipped.shadowed(hardware_path, ('hardware',))})",
             lines.get(("hardware",)),
         )
     try:

@@ -104,6 +104,28 @@ def test_a_workload_names_its_config_json_by_folder_or_shipped_name(tmp_path: Pa
     assert api.load(workload).model.name == "mistral-7b"
 
 
+def test_a_broken_link_with_a_shipped_name_says_it_comes_first(tmp_path: Path) -> None:
+    """`hardware: sn40l-8` or `stack: sambastack-2025` beside a link of that name that leads
+    nowhere: the link is the file meant (not silently the shipped one), and the error says
+    why the shipped file of that name was not used; a plain missing file says nothing of it."""
+    base = "parallelism: {tp: 8}\nserving: {batch_slots: 4, requests: 4}\nmodel: llama3.1-8b\n"
+    workload = tmp_path / "w.yaml"
+    for field, name in (("hardware", "sn40l-8"), ("stack", "sambastack-2025")):
+        other = "" if field == "hardware" else "hardware: sn40l-8\n"
+        workload.write_text(f"{field}: {name}\n{other}{base}")
+        link = tmp_path / name
+        link.symlink_to("gone.yaml")
+        with pytest.raises(ConfigError) as caught:
+            api.load(workload)
+        assert f"the link '{link}' comes before the shipped file of its name" in str(caught.value)
+        link.unlink()
+        assert api.load(workload)  # the shipped file, once the link is gone
+    workload.write_text(f"hardware: missing-hw\n{base}")
+    with pytest.raises(ConfigError) as caught:
+        api.load(workload)
+    assert "comes before" not in str(caught.value)
+
+
 def test_a_trace_given_by_set_is_found_from_the_current_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

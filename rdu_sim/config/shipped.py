@@ -264,6 +264,17 @@ def trace_path(base_dir: str | Path, trace: str) -> Path:
     return locate_near(near if near.is_absolute() else Path(base_dir) / near, trace, ("trace",))
 
 
+def shadowed(path: Path, kinds: Sequence[str]) -> str:
+    """For a link that has a shipped file's name and leads nowhere, why the shipped file was
+    not used (the clause an error adds after its hint); "" otherwise."""
+    try:
+        if not path.is_symlink() or path.exists() or find(path.name, kinds) is None:
+            return ""
+    except (OSError, ValueError):
+        return ""
+    return f"; the link {str(path)!r} comes before the shipped file of its name"
+
+
 def label(kind: str) -> str:
     """A kind in words, plural: "workloads", "hardware files"."""
     return "hardware files" if kind == "hardware" else f"{kind}s"

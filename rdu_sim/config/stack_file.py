@@ -49,7 +49,8 @@ def stack_data(path: Path | None) -> tuple[dict[str, Any], LineMap, str]:
             str(path),
             "",
             f"{problem} (a path is relative to the file naming it; a bare name is a shipped "
-            f"stack: {', '.join(shipped.names('stack'))}, or 'none')",
+            f"stack: {', '.join(shipped.names('stack'))}, or 'none'"
+            f"{shipped.shadowed(path, ('stack',))})",
         )
     data, lines = read_stack(path)
     if not isinstance(data, Mapping):
