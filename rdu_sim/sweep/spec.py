@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -307,6 +308,17 @@ def _value_key(value: Any) -> str:
     return f"{type(value).__name__}:{json.dumps(value, sort_keys=True, default=str)}"
 
 
+def _first_repeat(rows: Iterable[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    """The first row given a second time, or None."""
+    seen: set[tuple[str, ...]] = set()
+    for row in rows:
+        key = tuple(_value_key(value) for value in row)
+        if key in seen:
+            return row
+        seen.add(key)
+    return None
+
+
 def _repeated_values(loaded: LoadedSpec) -> None:
     """An axis lists each value once, and a zip group each row of its axes' values: a repeat
     is a slip, and its point would run only once. (A zipped axis may repeat a value where
@@ -314,32 +326,25 @@ def _repeated_values(loaded: LoadedSpec) -> None:
     for path, values in loaded.spec.axes.items():
         if not isinstance(values, list):
             continue  # a range refuses its own repeats (RangeSpec._numbers)
-        seen: set[str] = set()
-        for value in values:
-            key = _value_key(value)
-            if key in seen:
-                raise loaded.error(
-                    f"{value!r} is listed twice; give each value once "
-                    "(a sweep runs each distinct point once)",
-                    "axes",
-                    path,
-                )
-            seen.add(key)
+        repeat = _first_repeat((value,) for value in values)
+        if repeat is not None:
+            raise loaded.error(
+                f"{repeat[0]!r} is listed twice; give each value once "
+                "(a sweep runs each distinct point once)",
+                "axes",
+                path,
+            )
     for index, group in enumerate(loaded.spec.zip):
         columns = [axis_values(loaded, v, ("zip", str(index), p)) for p, v in group.items()]
-        rows: set[tuple[str, ...]] = set()
-        for row in zip(*columns, strict=True):
-            row_key = tuple(_value_key(value) for value in row)
-            if row_key in rows:
-                pairs = zip(group, row, strict=True)
-                shown = ", ".join(f"{path}={value!r}" for path, value in pairs)
-                raise loaded.error(
-                    f"the row {shown} is listed twice; give each row once "
-                    "(a sweep runs each distinct point once)",
-                    "zip",
-                    str(index),
-                )
-            rows.add(row_key)
+        repeat = _first_repeat(zip(*columns, strict=True))
+        if repeat is not None:
+            shown = ", ".join(f"{p}={v!r}" for p, v in zip(group, repeat, strict=True))
+            raise loaded.error(
+                f"the row {shown} is listed twice; give each row once "
+                "(a sweep runs each distinct point once)",
+                "zip",
+                str(index),
+            )
 
 
 def _zip_lengths(loaded: LoadedSpec) -> None:

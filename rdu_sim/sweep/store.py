@@ -185,7 +185,7 @@ class Store:
     def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = path
         existed = path.is_file()
-        problem = file_problem(path) if existed or path.exists() or path.is_symlink() else None
+        problem = file_problem(path) if os.path.lexists(path) else None  # a broken link too
         if problem is not None and not (create and _made_through_link(path)):
             raise StoreError.single(str(path), "", f"cannot open the database: {problem}")
         if not create and not existed:
