@@ -30,8 +30,8 @@ from rdu_sim.cluster.kv_link import KVLink
 from rdu_sim.cluster.prefix_cache import PrefixCache
 from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.cluster.routers import PoolState, make_router, register, router_names
+from rdu_sim.cluster.routers import base as routers_base
 from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
-from rdu_sim.config.cluster import RouterPolicy
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.des.timeline import Timeline
 from rdu_sim.serving.step_cache import PS_PER_S
@@ -176,11 +176,41 @@ def test_router_choices() -> None:
     assert make_router("least_outstanding").choose(0, pool) == 1  # lowest index of ties
     # 40 - 35 = 45 - 40 = 5 < 30: the tie goes to the larger cached prefix.
     assert make_router("prefix_aware").choose(0, pool) == 4
-    assert set(router_names()) == set(RouterPolicy.__args__)  # type: ignore[attr-defined]
+    assert router_names() == ["least_outstanding", "prefix_aware", "round_robin"]
     with pytest.raises(ValueError, match="valid: least_outstanding, prefix_aware, round_robin"):
         make_router("random")
     with pytest.raises(ValueError, match="already registered"):
         register("round_robin")(lambda: make_router("round_robin"))
+
+
+def test_a_registered_router_needs_no_config_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry is the one list of router names: a router registered under a new name
+    runs from a cluster file as it is (the config has no second list to extend), and an
+    unknown name is one error at router.policy's line, listing the registered names."""
+
+    class First:
+        def choose(self, request: int, pool: PoolState) -> int:
+            return 0
+
+    monkeypatch.setattr(routers_base, "_REGISTRY", dict(routers_base._REGISTRY))
+    register("test_first")(First)
+    path = write_cluster(tmp_path, router={"policy": "test_first"})
+    result = fake(path)
+    assert (result.run.records.replica == 0).all()  # the new router chose every replica
+    path.write_text(path.read_text().replace("test_first", "nope"))
+    with pytest.raises(ConfigError) as caught:
+        fake(path)
+    (issue,) = caught.value.issues
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "nope" in text)
+    assert (issue.field, issue.line) == ("router.policy", line)
+    assert "unknown router 'nope'; valid: least_outstanding, prefix_aware, round_robin" in (
+        issue.message
+    )
+    assert "test_first" in issue.message
+    with pytest.raises(ConfigError, match=r"\(from --set router.policy\)"):
+        fake(path, {"router.policy": "nope2"})
 
 
 def _remaining(replica: Any) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdu_sim.cluster.routers import router_names
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError, ConfigIssue
@@ -218,6 +219,14 @@ def build_cluster(
             for i in exc.issues
         ]
         raise ConfigError(issues) from None
+    if config.router.policy not in router_names():  # the registry is the one list of names
+        note = " (from --set router.policy)" if "router.policy" in normalized else ""
+        raise _error(
+            file,
+            lines,
+            "router.policy",
+            f"unknown router {config.router.policy!r}; valid: {', '.join(router_names())}{note}",
+        )
     pools = tuple(_pool(file, lines, name, pool) for name, pool in config.pools.items())
     cluster = ClusterScenario(config, file, pools, lines, dict(normalized))
     _cross_check(cluster)

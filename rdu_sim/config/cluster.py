@@ -20,7 +20,6 @@ from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds
 from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand
 
 Role = Literal["mixed", "prefill", "decode"]
-RouterPolicy = Literal["round_robin", "least_outstanding", "prefix_aware"]
 
 _MAX_REPLICAS = 100_000
 _MAX_SECONDS = 1e7  # ~4 months: longer than any published trace
@@ -47,11 +46,14 @@ class PoolConfig(StrictModel):
 class RouterConfig(StrictModel):
     """How an arriving request (and a prefilled one, when disaggregated) picks a replica."""
 
-    policy: RouterPolicy = Field(
+    policy: str = Field(
         default="least_outstanding",
-        description="'round_robin' in turn; 'least_outstanding' the replica with the fewest "
-        "prompt and output tokens still to process; 'prefix_aware' the same count minus the "
-        "prompt tokens its prefix cache already holds",
+        min_length=1,
+        max_length=100,
+        description="the router by registered name (rdu_sim.cluster.routers, checked when the "
+        "cluster is built): 'round_robin' in turn; 'least_outstanding' the replica with the "
+        "fewest prompt and output tokens still to process; 'prefix_aware' the same count minus "
+        "the prompt tokens its prefix cache already holds",
     )
 
 
