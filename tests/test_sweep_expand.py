@@ -179,6 +179,30 @@ def test_unknown_axis_field_fails_before_anything_runs(tmp_path: Path) -> None:
         check_spec(spec)
 
 
+def test_unknown_batching_policy_fails_before_anything_runs(tmp_path: Path) -> None:
+    """A batching policy's name is checked against its registry (in serving, which the
+    scenario cannot import) as each point is resolved: a misspelt policy on an axis fails
+    the check, the dry run and the sweep before any point runs, as a bad kv.policy does."""
+    spec = write_spec(
+        tmp_path,
+        """
+        axes:
+          serving.prefill_priority: [prefill_first, decode_frist]
+        evaluator: {name: synthetic}
+        """,
+    )
+    db = tmp_path / "out.sqlite"
+    with pytest.raises(ConfigError) as info:
+        run_sweep(spec, db=db, workers=1)
+    assert not db.exists()
+    assert "1 of 2 points are invalid; nothing was run" in str(info.value)
+    (blamed,) = [i for i in info.value.issues if i.field == "axes.serving.prefill_priority"]
+    assert blamed.line == 3 and "unknown batching policy 'decode_frist'" in blamed.message
+    assert "valid: decode_first, prefill_first" in blamed.message
+    with pytest.raises(ConfigError, match="decode_frist"):
+        check_spec(spec)
+
+
 def test_unknown_hardware_field_names_the_spec_line(tmp_path: Path) -> None:
     spec = write_spec(
         tmp_path,

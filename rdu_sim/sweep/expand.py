@@ -21,6 +21,7 @@ from rdu_sim.config.loader import read_yaml
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
 from rdu_sim.config.show import short
 from rdu_sim.scenario import Scenario, build_scenario
+from rdu_sim.serving.batching import check_batching
 from rdu_sim.sweep.key import config_key, resolved_config
 from rdu_sim.sweep.spec import LoadedSpec, axis_values
 
@@ -220,6 +221,9 @@ def expand(loaded: LoadedSpec, *, sample: int | None = None) -> Expansion:
             scenario = build_scenario(
                 data, workload_file=str(loaded.base), lines=lines, overrides={**fixed, **overrides}
             )
+            # (the batching policy's registry lives in serving, below the scenario: a run
+            # checks the name there, and a point is checked here before anything runs)
+            check_batching(scenario.workload.serving.prefill_priority, str(loaded.base))
         except ConfigError as exc:
             failures.add(exc, overrides)
             if failures.points >= MAX_REPORTED_FAILURES:
