@@ -203,9 +203,10 @@ class ServingConfig(StrictModel):
         default="prefill_first",
         min_length=1,
         max_length=100,
-        description="the batching policy by registered name (rdu_sim.serving.batching: "
-        "'prefill_first' prefills waiting requests before the next decode step, "
-        "'decode_first' one prefill step at most between decode steps)",
+        description="the batching policy by registered name (rdu_sim.serving.batching; an "
+        "unknown name is refused listing them): 'prefill_first' prefills waiting requests "
+        "before the next decode step, 'decode_first' one prefill step at most between decode "
+        "steps, 'static' a batch forms on an empty server and decodes to its end",
     )
     prefill_chunk_tokens: int | None = Field(
         default=None,
