@@ -185,6 +185,31 @@ def test_the_shipped_listing_is_rglobs(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert not any("linked" in p.parts or "checkpoints" in str(p) for p in listed)
 
 
+def test_the_kept_listing_follows_files_added_and_removed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The walk is kept between lookups while no folder changed: a file added deep down, a
+    folder made later (a shipped folder that was missing), a file removed are all seen at
+    the next lookup, by name too; each answer equals a fresh rglob."""
+    monkeypatch.setattr(shipped, "root", lambda: tmp_path)
+    (tmp_path / "workloads" / "deep").mkdir(parents=True)
+    (tmp_path / "workloads" / "a.yaml").write_text("x: 1\n")
+    assert shipped.files() == _globbed(tmp_path) == [Path("workloads/a.yaml")]
+    assert shipped.files() == [Path("workloads/a.yaml")]  # kept: nothing changed
+    for relative in ("workloads/deep/b.yaml", "hw_configs/c.yaml", "stacks/new/d.yaml"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("x: 1\n")
+        assert shipped.files() == _globbed(tmp_path)
+        assert Path(relative) in shipped.files()
+    assert shipped.find("c", ("hardware",)) == tmp_path / "hw_configs" / "c.yaml"
+    assert shipped.names("stack") == ["d"]
+    (tmp_path / "hw_configs" / "c.yaml").unlink()
+    assert shipped.find("c", ("hardware",)) is None
+    (tmp_path / "workloads" / "deep" / "b.yaml").rename(tmp_path / "workloads" / "deep" / "e.yaml")
+    assert shipped.names("workload") == ["a", "e"]
+    assert shipped.files() == _globbed(tmp_path)
+
+
 def test_outputs_of_runs_by_name_go_to_the_current_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

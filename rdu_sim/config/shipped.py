@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rdu_sim import PACKAGE_DIR
@@ -121,13 +122,56 @@ def is_shipped(path: Path) -> bool:
 
 def files() -> list[Path]:
     """Every shipped file, relative to :func:`root`, sorted: one walk of each folder (as
-    ``rglob`` of each pattern, symbolic links to folders not followed, five times cheaper:
-    a step names its workload by name)."""
-    base = root()
+    ``rglob`` of each pattern, symbolic links to folders not followed), kept while no folder
+    it walked has changed (a scenario looks its hardware and stack up by name: a sweep's or
+    a calibration's every point)."""
+    return list(_listing(root()).files)
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """One walk of the shipped folders: the files found, and each folder's modification
+    time then (a file added, removed or renamed in a folder changes that folder's)."""
+
+    files: tuple[Path, ...]
+    folders: tuple[tuple[str, int], ...]
+    by_kind: dict[str, dict[str, Path]] = field(default_factory=dict)
+    """:func:`entries` of each kind asked for, relative to the root walked."""
+
+    def unchanged(self) -> bool:
+        return all(_modified(folder) == when for folder, when in self.folders)
+
+
+_listings: dict[Path, _Listing] = {}
+"""The last walk of each shipped root (a test may point the package at another)."""
+
+
+def _listing(base: Path) -> _Listing:
+    """The walk of ``base`` kept from before while its folders are unchanged, else a new one."""
+    kept = _listings.get(base)
+    if kept is None or not kept.unchanged():
+        kept = _listings[base] = _walk(base)
+    return kept
+
+
+def _modified(folder: str) -> int:
+    """A folder's modification time in nanoseconds, -1 when it is gone (or never was)."""
+    try:
+        return os.stat(folder).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _walk(base: Path) -> _Listing:
     suffixes = tuple(pattern.removeprefix("*") for pattern in PATTERNS)
     found: set[Path] = set()
+    folders: list[tuple[str, int]] = []
     for name in FOLDERS:
-        for folder_path, _, names in os.walk(base / name):
+        top = str(base / name)
+        folders.append((top, _modified(top)))  # a folder made later is a change too
+        for folder_path, _, names in os.walk(top):
+            if folder_path != top:
+                folders.append((folder_path, _modified(folder_path)))
             for file_name in names:
                 path = Path(folder_path, file_name)
                 if (
@@ -136,7 +180,7 @@ def files() -> list[Path]:
                     and ".ipynb_checkpoints" not in path.parts
                 ):
                     found.add(path.relative_to(base))
-    return sorted(found)
+    return _Listing(tuple(sorted(found)), tuple(folders))
 
 
 def beside(path: Path, suffix: str) -> Path:
@@ -150,23 +194,30 @@ def beside(path: Path, suffix: str) -> Path:
 def kind_of(relative: Path) -> str | None:
     """The kind of a shipped file (a path relative to :func:`root`), or None (a file no
     kind lists, such as a README)."""
-    folders = sorted(KINDS.items(), key=lambda item: -len(item[1]))
-    for kind, name in folders:
+    for kind, name in _DEEPEST_FIRST:
         if relative.is_relative_to(name):
             suffix = relative.suffix.lower()
             return kind if suffix in KIND_SUFFIXES.get(kind, _SUFFIXES) else None
     return None
 
 
+_DEEPEST_FIRST = sorted(KINDS.items(), key=lambda item: -len(item[1]))
+"""The kinds' folders, a subfolder (``workloads/sweeps``) before its parent."""
+
+
 def entries(kind: str) -> dict[str, Path]:
     """The shipped files of one kind, by name (see :data:`KINDS`), as absolute paths."""
     base = root()
-    found: dict[str, Path] = {}
-    for relative in files():
-        if kind_of(relative) == kind:
-            name = relative.parent.name if kind == "model" else relative.stem
-            found.setdefault(name, base / relative)
-    return found
+    listing = _listing(base)
+    named = listing.by_kind.get(kind)
+    if named is None:
+        named = {}
+        for relative in listing.files:
+            if kind_of(relative) == kind:
+                name = relative.parent.name if kind == "model" else relative.stem
+                named.setdefault(name, relative)
+        listing.by_kind[kind] = named
+    return {name: base / relative for name, relative in named.items()}
 
 
 def names(kind: str) -> list[str]:
