@@ -4,12 +4,14 @@ commands a new user reaches for take shipped names everywhere, and a missing opt
 dependency is one ``error:`` line.
 
 The installed copy is the package folder and ``shipped.files()`` copied as a wheel lays
-them out (tests/test_packaging.py builds a real wheel, slowly); each command runs in a
-subprocess with only that copy on ``PYTHONPATH``, in pure Python.
+them out (tests/test_packaging.py builds a real wheel, slowly), with the checkout's compiled
+core when it has a current one (its extensions, their record and mypyc's shared library, as a
+wheel carries them); each command runs in a subprocess with only that copy on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +25,8 @@ from rdu_sim import native
 from rdu_sim.config import shipped
 
 REPO = Path(__file__).resolve().parents[1]
+NATIVE_LIBRARY = "rdu_sim_native__mypyc"
+"""mypyc's shared library of the compiled modules (setup.py's NATIVE_GROUP), beside the package."""
 BLOCK_DASK = (
     "import sys; sys.modules['distributed'] = None; "  # as if `pip install .` had no [dask]
     "from rdu_sim.cli.main import main; sys.argv[0] = 'rdu-sim'; main()"
@@ -33,8 +37,14 @@ BLOCK_DASK = (
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A site folder holding rdu_sim as a wheel installs it (data included)."""
     site = tmp_path_factory.mktemp("site")
-    ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", "data", native.RECORD_FILE)
-    shutil.copytree(REPO / "rdu_sim", site / "rdu_sim", ignore=ignore)
+    skipped = ["__pycache__", "data"]
+    if not native.compiled():  # none, or stale: the copy is pure Python
+        skipped += ["*.so", "*.pyd", native.RECORD_FILE]
+    shutil.copytree(REPO / "rdu_sim", site / "rdu_sim", ignore=shutil.ignore_patterns(*skipped))
+    if native.compiled():
+        library = importlib.util.find_spec(NATIVE_LIBRARY)
+        assert library is not None and library.origin is not None
+        shutil.copy2(library.origin, site)
     for relative in shipped.files():
         target = site / "rdu_sim" / "data" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +56,7 @@ def _rdu_sim(
     site: Path, cwd: Path, *args: str, code: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(PYTHONPATH=str(site), RDU_SIM_PURE_PYTHON="1")
+    env.update(PYTHONPATH=str(site))
     command = (
         [sys.executable, "-c", code, *args]
         if code
@@ -60,6 +70,10 @@ def test_the_copy_finds_its_data_not_the_checkout(installed: Path, tmp_path: Pat
         installed, tmp_path, code="from rdu_sim.config import shipped; print(shipped.root())"
     )
     assert Path(found.stdout.strip()) == installed / "rdu_sim" / "data", found.stderr
+    core = _rdu_sim(
+        installed, tmp_path, code="from rdu_sim import native; print(native.compiled())"
+    )
+    assert (core.stdout.strip(), core.stderr) == (str(native.compiled()), "")  # never stale
     listed = _rdu_sim(installed, tmp_path, "examples")
     assert "  workloads (workloads/speculative/): " in listed.stdout
     assert "llama3.1-70b-16socket-specdec" in listed.stdout
@@ -157,7 +171,6 @@ def test_the_readme_examples_run_as_written(installed: Path, tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(
         PYTHONPATH=str(installed),
-        RDU_SIM_PURE_PYTHON="1",
         PATH=f"{bin_folder}{os.pathsep}{env.get('PATH', '')}",
     )
     ran = subprocess.run(
