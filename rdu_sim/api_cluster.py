@@ -40,7 +40,6 @@ from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
 from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import StepTimes
@@ -115,7 +114,6 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
     resolved: list[PoolResolved] = []
     for pool in cluster.pools:
         scenario = pool.scenario
-        check_batching(scenario.workload.serving.prefill_priority, scenario.workload_file)
         found = next(((b, t) for s, b, t in shared if s == scenario), None)
         if found is None:
             pool_backend = backend or EngineBackend()

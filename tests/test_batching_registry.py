@@ -1,7 +1,7 @@
 """The batching policies' registry (rdu_sim.serving.batching): the one list of valid names
 for ``serving.prefill_priority``; a duplicate is refused, an unknown name is one ``error:``
 line naming the file, the field and the valid names, before anything is simulated, from
-``rdu-sim run`` (a workload or a cluster's pool) and ``rdu-sim check``."""
+``rdu-sim run`` (a workload or a cluster's pool, named where it is written) and ``rdu-sim check``."""
 
 from __future__ import annotations
 
@@ -41,3 +41,37 @@ def test_check_refuses_it_too(tmp_path: Path) -> None:
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump(data))
     clean_error(invoke("check", path), str(path), *WORDS)
+
+
+def _cluster(folder: Path, workload: Path, pool_set: dict[str, str]) -> Path:
+    cluster = {
+        "name": "pol",
+        "pools": {"serve": {"workload": str(workload), "replicas": 2, "set": pool_set}},
+        "traffic": {"rate": 4, "requests": 8, "prompt_tokens": 128, "output_tokens": 16},
+        "slo": {"ttft": "2 s", "tpot": "100 ms", "attainment": 0.9},
+    }
+    path = folder / "c.yaml"
+    path.write_text(yaml.safe_dump(cluster, sort_keys=False))
+    return path
+
+
+def test_a_pools_policy_is_the_cluster_files_error_where_it_is_written(tmp_path: Path) -> None:
+    """A name in a pool's ``set`` is the cluster file's error at that line; one written in
+    the workload is the workload file's, under the pool's (run and check alike)."""
+    cluster = _cluster(tmp_path, LLAMA, {"serving.prefill_priority": "first_come"})
+    line = 1 + cluster.read_text().splitlines().index("      serving.prefill_priority: first_come")
+    for command in ("run", "check"):
+        errors = clean_error(invoke(command, cluster), *WORDS).splitlines()
+        assert errors[0].startswith(
+            f"error: {cluster}:{line}: pools.serve.set.serving.prefill_priority: unknown"
+        )
+    data = yaml.safe_load(LLAMA.read_text())
+    data["hardware"] = str((LLAMA.parent / data["hardware"]).resolve())
+    data["serving"]["prefill_priority"] = "first_come"
+    workload = tmp_path / "w.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    cluster = _cluster(tmp_path, workload, {})
+    for command in ("run", "check"):
+        errors = clean_error(invoke(command, cluster), *WORDS).splitlines()
+        assert errors[0].startswith(f"error: {cluster}:3: pools.serve: pool 'serve'")
+        assert f"{workload}: serving.prefill_priority: unknown" in errors[1]

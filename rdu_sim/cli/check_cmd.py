@@ -111,11 +111,8 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
     if kind == "cluster":
         from rdu_sim.cluster import build_cluster
         from rdu_sim.cluster.traffic import load_traffic
-        from rdu_sim.serving.batching import check_batching
 
         cluster = build_cluster(data, file=file, lines=lines)
-        for pool in cluster.pools:
-            check_batching(pool.scenario.workload.serving.prefill_priority, file)
         requests = load_traffic(cluster.config.traffic, cluster.base_dir, file)  # as a run reads it
         pools = ", ".join(f"{p.name}: {p.replicas} x tp={p.scenario.tp}" for p in cluster.pools)
         return (

@@ -25,6 +25,7 @@ from rdu_sim.config.kinds import file_kind_problem
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, normalize_overrides, set_path
 from rdu_sim.scenario import Scenario, load_scenario
+from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.traces.published import detect
 
 HASHED_FORMATS = ("mooncake",)
@@ -107,6 +108,7 @@ def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
     except ConfigError as exc:
         context = _error(file, lines, f"pools.{name}", f"pool {name!r}: workload is not valid:")
         raise ConfigError([*context.issues, *exc.issues]) from None
+    _check_batching(file, lines, name, pool.set, scenario)
     if scenario.workload.speculation is not None:
         raise _error(
             file,
@@ -126,6 +128,27 @@ def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
             "run it alone with rdu-sim run, or set coe: null in the pool's set",
         )
     return PoolScenario(name, pool.role, pool.replicas, scenario)
+
+
+def _check_batching(
+    file: str, lines: LineMap, name: str, overrides: Mapping[str, Any], scenario: Scenario
+) -> None:
+    """A pool's batching policy is a registered one (the registry is serving's, which the
+    scenario below it cannot read): a name from the pool's ``set`` is this file's error at
+    that field, one written in the workload its file's, under the pool's."""
+    try:
+        check_batching(scenario.workload.serving.prefill_priority, scenario.workload_file)
+    except ConfigError as exc:
+        field = "serving.prefill_priority"
+        if field in overrides:
+            (issue,) = exc.issues
+            at = ("pools", name, "set")
+            line = lines.get((*at, field), lines.get(at))  # a dotted key is one key
+            raise ConfigError.single(
+                file, f"pools.{name}.set.{field}", issue.message, line
+            ) from None
+        context = _error(file, lines, f"pools.{name}", f"pool {name!r}: workload is not valid:")
+        raise ConfigError([*context.issues, *exc.issues]) from None
 
 
 def _handoff_problem(prefill: Scenario, decode: Scenario) -> str | None:
