@@ -1,7 +1,8 @@
 """The batching policies' registry (rdu_sim.serving.batching): the one list of valid names
 for ``serving.prefill_priority``; a duplicate is refused, an unknown name is one ``error:``
 line naming the file, the field and the valid names, before anything is simulated, from
-``rdu-sim run`` (a workload or a cluster's pool, named where it is written) and ``rdu-sim check``."""
+``rdu-sim run`` (a workload or a cluster's pool, named where it is written) and ``rdu-sim
+check``."""
 
 from __future__ import annotations
 
