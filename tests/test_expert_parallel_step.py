@@ -205,7 +205,7 @@ def test_two_batch_overlap_on_a_gpu_hides_communication_at_a_cost() -> None:
         (
             DEEPSEEK,
             {"parallelism.two_batch_overlap": True},
-            "parallelism",
+            "parallelism.two_batch_overlap",
             "sets the experts' all-to-all, which runs only with",
         ),
         (

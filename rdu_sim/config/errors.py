@@ -30,6 +30,19 @@ class ConfigIssue:
         )
 
 
+class FieldProblem(ValueError):
+    """A model-wide rule's problem with one of the model's fields: what a model validator (a
+    rule across fields) raises so the issue names that field, ``parallelism.ep``, not the
+    model, ``parallelism`` (the loader appends ``field`` to the model's path). ``message``
+    says the problem without the field; ``str()`` leads with the field, for a caller that
+    builds the model in Python and reads pydantic's own error."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field} {message}")
+
+
 class ConfigError(Exception):
     """Bad input. Carries every issue found; str() is the user-facing message."""
 

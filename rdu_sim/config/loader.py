@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.errors import ConfigError, ConfigIssue, FieldProblem
 from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import (
     MAX_DEPTH,
@@ -162,6 +162,9 @@ def issues_from_validation(
             loc = tuple(p for p in raw_loc if not _is_label(p))
         else:
             loc = _clean_loc(raw_loc, data, keep_last=kind == "missing")
+        problem = (error.get("ctx") or {}).get("error")
+        if isinstance(problem, FieldProblem):
+            loc = (*loc, problem.field)
         path = tuple(str(p) for p in (*prefix, *loc))
         dotted = ".".join(path)
         line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)
@@ -181,6 +184,8 @@ def issues_from_validation(
         elif kind == "union_tag_not_found":
             key = (error.get("ctx") or {}).get("discriminator", "").strip("'")
             message = f"required field {key!r} is missing" if key else error["msg"]
+        elif isinstance(problem, FieldProblem):
+            message = problem.message  # it names the values it compares
         else:
             text = error["msg"].removeprefix("Value error, ")
             given = error.get("input")

@@ -22,6 +22,7 @@ from typing import Literal, Self
 from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.errors import FieldProblem
 
 MAX_DEVICES = 4096
 """Devices of one replica at most: ``system.sockets``' own bound."""
@@ -160,23 +161,23 @@ class ParallelismConfig(StrictModel):
             )
         stage = self.tp * self.dp_attention
         if self.ep is not None and self.ep not in (1, stage):
-            raise ValueError(
-                f"parallelism.ep must be 1 (every routed expert sliced over the stage's "
-                f"{stage} devices) or tp x dp_attention = {stage} (whole experts on each), "
-                f"got {self.ep}"
+            raise FieldProblem(
+                "ep",
+                f"must be 1 (every routed expert sliced over the stage's {stage} devices) or "
+                f"tp x dp_attention = {stage} (whole experts on each), got {self.ep}",
             )
         exchange_only = ("all_to_all", "dispatch_dtype", "two_batch_overlap", "comm_sms")
         fields = type(self).model_fields
         given = [f for f in exchange_only if getattr(self, f) != fields[f].default]
         if given and self.exchange != "all_to_all":
-            raise ValueError(
-                f"parallelism.{given[0]} sets the experts' all-to-all, which runs only with "
-                "data-parallel attention and whole experts (dp_attention > 1, ep = tp x "
-                "dp_attention)"
+            raise FieldProblem(
+                given[0],
+                "sets the experts' all-to-all, which runs only with data-parallel attention "
+                "and whole experts (dp_attention > 1, ep = tp x dp_attention)",
             )
         if self.micro_batches is not None and self.pp == 1:
-            raise ValueError(
-                "parallelism.micro_batches cuts a step for the pipeline's stages; it needs pp > 1"
+            raise FieldProblem(
+                "micro_batches", "cuts a step for the pipeline's stages; it needs pp > 1"
             )
         return self
 
