@@ -15,7 +15,10 @@ tier, busy units), or with ``--json`` one JSON
 object: ``StepTiming.to_dict()`` (step_s, phase, batch, tokens, context, flops,
 bytes_by_tier {hbm, ddr, sram, p2p}, hbm_bandwidth_fraction, events, kernels (each with its
 tiles per call and ``sram_bytes``, the PMU SRAM it holds), sram_bytes (the peak), ...) plus the
-workload, model and hardware names. A step over the event budget exits 2 naming
+workload, model and hardware names, ``layout`` (the parallel degrees by their
+``parallelism.*`` names: tp, dp_attention, ep, pp, micro_batches) and ``batch_of``
+(``attention_rank`` under data-parallel attention, where the step is one rank's and
+``batch`` that rank's; else ``replica``). A step over the event budget exits 2 naming
 ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
 
@@ -43,7 +46,16 @@ if TYPE_CHECKING:
     from rdu_sim.report.summary import Utilization
 
 
-def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
+def _batch(data: dict[str, Any]) -> str:
+    """``batch 32``, or ``batch 64 per attention rank (64 ranks)`` when attention is data
+    parallel (the step is one rank's: ``batch_of``)."""
+    if data["batch_of"] == "replica":
+        return f"batch {data['batch']}"
+    ranks = data["layout"]["dp_attention"]
+    return f"batch {data['batch']} per attention rank ({human.count(ranks, 'rank')})"
+
+
+def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
     from rich.table import Table
@@ -56,8 +68,7 @@ def _print_tables(data: dict[str, Any], utilization: Utilization) -> None:
 
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
-        f"{served_by(data['stack'])}, tp={data['tp']}: {data['phase']} step, "
-        f"batch {data['batch']}, "
+        f"{served_by(data['stack'])} ({machine}): {data['phase']} step, {_batch(data)}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
     )
     console.print(
@@ -221,12 +232,15 @@ def command(
     assert isinstance(timing, StepTiming)
     data = timing.to_dict()
     bound = step_bound(timing, scenario.hardware)
+    layout = scenario.workload.parallelism.layout()
     data.update(
         workload=scenario.workload.name,
         model=scenario.model.name,
         hardware=scenario.hardware.name,
         stack=scenario.stack.name,
         bound={"resource": bound.bound, **{f"{k}_s": v for k, v in bound.times().items()}},
+        layout=layout,
+        batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",
         provenance=of_scenario(scenario),
     )
     trace_error: WriteError | None = None
@@ -241,9 +255,14 @@ def command(
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
     else:
+        from rdu_sim.config.hardware_file import device_noun
+        from rdu_sim.report.console import devices_and_layout
         from rdu_sim.report.summary import Utilization
 
-        _print_tables(data, Utilization.of_step(cost))
+        machine = devices_and_layout(
+            scenario.hardware.system.sockets, device_noun(scenario.hardware), layout
+        )
+        _print_tables(data, Utilization.of_step(cost), machine)
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
             click.echo(note)

@@ -250,9 +250,10 @@ class Compiler:
 
     def _pipelined(self, shape: StepShape) -> Program:
         """A step through the pipeline: its batch cut into ``parallelism.micro_batches``
-        micro-batches (at most its slots; each the largest one's shape), each stage's Program
-        of one micro-batch; the step's memory plan its fullest stage's."""
-        parts = min(self.view.scenario.workload.parallelism.pipeline_micro_batches, shape.batch)
+        micro-batches (at most its sequences: ``step_micro_batches``; each the largest one's
+        shape), each stage's Program of one micro-batch; the step's memory plan its fullest
+        stage's."""
+        parts = self.view.scenario.workload.parallelism.step_micro_batches(shape.batch)
         micro = shape.part(
             batch=math.ceil(shape.batch / parts),
             decode_batch=math.ceil(shape.decode_batch / parts),

@@ -16,6 +16,7 @@ batches (each device its own rows) and ``expert`` ways into whole experts. Today
 tensor-parallel run is ``dp_attention = ep = pp = 1``: every part sliced over ``tp``.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Self
 
@@ -206,6 +207,28 @@ class ParallelismConfig(StrictModel):
             return 1
         return self.micro_batches if self.micro_batches is not None else self.pp
 
+    def step_micro_batches(self, batch: int) -> int:
+        """Micro-batches a pipelined step of ``batch`` sequences is cut into:
+        ``pipeline_micro_batches``, but never more than the sequences (a micro-batch is one
+        sequence at least), so a batch smaller than ``micro_batches`` runs one micro-batch a
+        sequence instead of failing: a run's small batches and a sweep over the batch go
+        through (docs/parallelism.md; reports say when a step ran fewer)."""
+        return min(self.pipeline_micro_batches, batch)
+
+    def layout(self) -> dict[str, int]:
+        """The degrees a replica runs with, by their ``parallelism.*`` names: ``tp``,
+        ``dp_attention``, ``ep`` (the ways whole experts are split: ``expert_ways``, 1 for a
+        model without routed experts), ``pp`` and ``micro_batches`` (a step's at most, 1
+        without a pipeline). What every report's JSON names the layout by; its words are
+        :func:`describe_layout`'s."""
+        return {
+            "tp": self.tp,
+            "dp_attention": self.dp_attention,
+            "ep": self.expert_ways,
+            "pp": self.pp,
+            "micro_batches": self.pipeline_micro_batches,
+        }
+
     @property
     def exchange(self) -> Exchange:
         """How a MoE layer's tokens reach their experts (``Exchange``)."""
@@ -241,3 +264,16 @@ def part_placements(parallelism: ParallelismConfig) -> dict[Part, PartPlacement]
         "routed_experts": PartPlacement(tensor=stage // ep, data=1, expert=ep),
         "lm_head": ranked,
     }
+
+
+def describe_layout(layout: Mapping[str, int]) -> str:
+    """A layout (:meth:`ParallelismConfig.layout`) in the names ``--set`` takes: ``tp``
+    always, each other degree when it splits something (``micro_batches`` with a pipeline):
+    ``tp=16``, ``tp=1 dp_attention=16 ep=16``, ``tp=8 pp=2 micro_batches=2``. The one
+    rendering of a layout as text: the step, run and cluster reports and ``rdu-sim check``
+    all say it so."""
+    shown = [f"tp={layout['tp']}"]
+    shown += [f"{name}={layout[name]}" for name in ("dp_attention", "ep", "pp") if layout[name] > 1]
+    if layout["pp"] > 1:
+        shown.append(f"micro_batches={layout['micro_batches']}")
+    return " ".join(shown)

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rdu_sim import human
+from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack import NONE
 from rdu_sim.report.bound import RESOURCES
 from rdu_sim.report.console_coe import coe_table
@@ -73,6 +74,16 @@ def describe_load(load: OfferedLoad) -> str:
         f"{arrivals}\n  prompts {lengths(load.prompt_mix, load.mean_prompt_tokens)}, "
         f"outputs {lengths(load.output_mix, load.mean_output_tokens)}"
     )
+
+
+def devices_and_layout(devices: int, device: str, layout: Mapping[str, int]) -> str:
+    """``1 socket``, ``16 sockets, tp=16`` or ``64 sockets, tp=1 dp_attention=64 ep=64``:
+    the devices and the parallel layout that ran on them (:func:`describe_layout`, left out
+    when every degree is 1), for the step and run reports' first lines."""
+    counted = human.count(devices, device)
+    if all(degree == 1 for degree in layout.values()):
+        return counted
+    return f"{counted}, {describe_layout(layout)}"
 
 
 def machine(result: RunSummary) -> str:

@@ -1,0 +1,56 @@
+"""Every report names the parallel layout that ran, in one rendering
+(``config.parallelism.describe_layout``): the step's console and JSON, the run's header and
+memory table, the cluster's pools and ``rdu-sim check``'s description."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim.cli.main import cli
+from rdu_sim.config.parallelism import ParallelismConfig, describe_layout
+
+REPO = Path(__file__).resolve().parents[1]
+EP64 = str(REPO / "workloads" / "ep" / "deepseek-r1-sn40l-4racks-ep64.yaml")
+LLAMA70 = str(REPO / "workloads" / "llama3.1-70b-decode.yaml")
+PP2 = ("--set", "hardware=sn40l-16", "--set", "parallelism.tp=8", "--set", "parallelism.pp=2")
+
+
+def invoke(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ({"tp": 16}, "tp=16"),
+        ({"tp": 1, "dp_attention": 16, "ep": 16}, "tp=1 dp_attention=16 ep=16"),
+        ({"tp": 8, "pp": 2}, "tp=8 pp=2 micro_batches=2"),
+        ({"tp": 4, "pp": 2, "micro_batches": 8}, "tp=4 pp=2 micro_batches=8"),
+        ({"tp": 16, "moe_experts": "expert"}, "tp=16 ep=16"),
+    ],
+)
+def test_a_layout_is_said_in_the_names_set_takes(fields: dict[str, object], text: str) -> None:
+    assert describe_layout(ParallelismConfig.model_validate(fields).layout()) == text
+
+
+def test_the_step_names_its_layout_and_a_ranks_batch() -> None:
+    first = invoke("step", EP64).splitlines()[0]
+    assert "(64 sockets, tp=1 dp_attention=64 ep=64)" in first
+    assert "batch 64 per attention rank (64 ranks)" in first
+    data = json.loads(invoke("step", EP64, "--json"))
+    assert data["layout"] == {"tp": 1, "dp_attention": 64, "ep": 64, "pp": 1, "micro_batches": 1}
+    assert data["batch_of"] == "attention_rank" and data["batch"] == 64
+
+
+def test_a_pipelined_step_names_its_stages() -> None:
+    first = invoke("step", LLAMA70, *PP2).splitlines()[0]
+    assert "(16 sockets, tp=8 pp=2 micro_batches=2): decode step, batch 32," in first
+    data = json.loads(invoke("step", LLAMA70, *PP2, "--json"))
+    assert data["layout"] == {"tp": 8, "dp_attention": 1, "ep": 1, "pp": 2, "micro_batches": 2}
+    assert data["batch_of"] == "replica"
