@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from rdu_sim import human
 from rdu_sim.cli.main import cli
 from rdu_sim.config.parallelism import ParallelismConfig, describe_layout
 
@@ -54,3 +55,12 @@ def test_a_pipelined_step_names_its_stages() -> None:
     data = json.loads(invoke("step", LLAMA70, *PP2, "--json"))
     assert data["layout"] == {"tp": 8, "dp_attention": 1, "ep": 1, "pp": 2, "micro_batches": 2}
     assert data["batch_of"] == "replica"
+
+
+def test_a_pipelined_step_shows_its_bubble_on_the_console() -> None:
+    """The bound line leaves the pipeline's idle stages unexplained: a line says them."""
+    data = json.loads(invoke("step", LLAMA70, *PP2, "--json"))
+    lines = invoke("step", LLAMA70, *PP2).splitlines()
+    (line,) = [line for line in lines if line.startswith("pipeline:")]
+    assert line.startswith("pipeline: 2 stages, 2 micro-batches of up to 16 sequences;")
+    assert f"drains: {human.percent(data['pipeline']['bubble'])} of their time" in line

@@ -25,6 +25,7 @@ workload, model and hardware names, ``layout`` (the parallel degrees by their
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,23 @@ def _batch(data: dict[str, Any]) -> str:
         return f"batch {data['batch']}"
     ranks = data["layout"]["dp_attention"]
     return f"batch {data['batch']} per attention rank ({human.count(ranks, 'rank')})"
+
+
+def _pipeline_line(data: dict[str, Any]) -> str:
+    """The pipeline's stages, micro-batches and bubble: what the step's time holds beyond
+    the resources of the bound line (a stage's devices idle while the pipeline fills and
+    drains)."""
+    pipeline = data["pipeline"]
+    parts = pipeline["micro_batches"]
+    stages = ", ".join(human.duration(t) for t in pipeline["stage_s"])
+    return (
+        f"pipeline: {human.count(pipeline['stages'], 'stage')}, "
+        f"{human.count(parts, 'micro-batch', 'micro-batches')} of up to "
+        f"{human.count(math.ceil(data['batch'] / parts), 'sequence')}; a micro-batch "
+        f"takes {stages} on the stages (the figures above are the first stage's devices "
+        "over every micro-batch); the bubble, stages idle while the pipeline fills and "
+        f"drains: {human.percent(pipeline['bubble'])} of their time"
+    )
 
 
 def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) -> None:
@@ -89,6 +107,8 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
         f"({human.duration(data['host_serial_s'])} serial, "
         f"{human.duration(data['host_overlapped_s'])} beside the device)"
     )
+    if data.get("pipeline"):
+        console.print(_pipeline_line(data))
     kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
     for col in (
         "kernel",
