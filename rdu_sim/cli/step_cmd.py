@@ -59,14 +59,21 @@ def _batch(data: dict[str, Any]) -> str:
 def _pipeline_line(data: dict[str, Any]) -> str:
     """The pipeline's stages, micro-batches and bubble: what the step's time holds beyond
     the resources of the bound line (a stage's devices idle while the pipeline fills and
-    drains)."""
+    drains), and, when the batch had fewer sequences than ``micro_batches``, that the step
+    ran one micro-batch a sequence (``ParallelismConfig.step_micro_batches``)."""
     pipeline = data["pipeline"]
-    parts = pipeline["micro_batches"]
+    parts, asked = pipeline["micro_batches"], data["layout"]["micro_batches"]
     stages = ", ".join(human.duration(t) for t in pipeline["stage_s"])
+    fewer = (
+        f" (parallelism.micro_batches={asked} asks more than the batch's {data['batch']:,} "
+        "sequences: a micro-batch holds one at least)"
+        if parts < asked
+        else ""
+    )
     return (
         f"pipeline: {human.count(pipeline['stages'], 'stage')}, "
         f"{human.count(parts, 'micro-batch', 'micro-batches')} of up to "
-        f"{human.count(math.ceil(data['batch'] / parts), 'sequence')}; a micro-batch "
+        f"{human.count(math.ceil(data['batch'] / parts), 'sequence')}{fewer}; a micro-batch "
         f"takes {stages} on the stages (the figures above are the first stage's devices "
         "over every micro-batch); the bubble, stages idle while the pipeline fills and "
         f"drains: {human.percent(pipeline['bubble'])} of their time"

@@ -106,7 +106,8 @@ class ParallelismConfig(StrictModel):
         ge=1,
         le=4096,
         description="with pp > 1: micro-batches a step's batch is cut into, following each "
-        "other through the stages (default: pp)",
+        "other through the stages (default: pp); a step of fewer sequences runs one a "
+        "sequence, and the step report says so",
     )
     all_to_all: Literal["auto", "throughput", "low_latency"] = Field(
         default="auto",
