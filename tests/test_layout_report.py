@@ -72,3 +72,18 @@ def test_a_batch_smaller_than_micro_batches_runs_one_a_sequence_and_says_so() ->
     assert data["layout"]["micro_batches"] == 8 and data["pipeline"]["micro_batches"] == 4
     line = next(line for line in invoke("step", LLAMA70, *sets).splitlines() if "pipeline" in line)
     assert "4 micro-batches of up to 1 sequence (parallelism.micro_batches=8 asks more" in line
+
+
+def test_a_run_names_its_pipeline_and_the_stage_its_memory_table_shows() -> None:
+    """With tp=8 pp=2 the header and the memory title read as tp=8 alone did."""
+    sets = (*PP2, "--set", "serving.requests=4")
+    data = json.loads(invoke("run", LLAMA70, *sets, "--json"))
+    assert data["layout"] == {"tp": 8, "dp_attention": 1, "ep": 1, "pp": 2, "micro_batches": 2}
+    assert data["memory_stage"] in (0, 1)
+    text = " ".join(invoke("run", LLAMA70, *sets).split())  # the title wraps
+    assert "(16 sockets, tp=8 pp=2 micro_batches=2)" in text
+    assert "pipeline: 2 stages of 8 sockets; a step's batch is cut into 2 micro-batches" in text
+    stage = data["memory_stage"]
+    assert f"Memory per socket of pipeline stage {stage}, the fullest of 2 (16 sockets," in text
+    plain = json.loads(invoke("run", LLAMA70, "--set", "serving.requests=4", "--json"))
+    assert plain["memory_stage"] is None and plain["layout"]["pp"] == 1

@@ -68,7 +68,7 @@ def test_the_run_report_names_the_device_and_leaves_out_tiers_it_lacks() -> None
     """On a GPU system the report counts GPUs, not sockets, and shows no SRAM or DDR rows;
     with no stack it says the device ran alone."""
     gpu = summarize(api.run(SEVENTY_B, {"hardware": "dgx-h200", "serving.requests": 4}))
-    assert gpu.device == "GPU" and machine(gpu) == "8 GPUs, tensor parallel over 8"
+    assert gpu.device == "GPU" and machine(gpu) == "8 GPUs, tp=8"
     rows = [str(cell) for cell in memory_table(gpu).columns[0].cells]
     assert rows == ["HBM"]
     assert "served by tensorrt-llm" in header(gpu).plain

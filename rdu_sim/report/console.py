@@ -87,9 +87,32 @@ def devices_and_layout(devices: int, device: str, layout: Mapping[str, int]) -> 
 
 
 def machine(result: RunSummary) -> str:
-    """``1 socket`` or ``16 sockets, tensor parallel over 16`` (``GPUs`` on a GPU system)."""
-    devices = human.count(result.sockets, result.device)
-    return devices if result.tp == 1 else f"{devices}, tensor parallel over {result.tp}"
+    """``1 socket`` or ``16 sockets, tp=8 pp=2 micro_batches=2`` (``GPUs`` on a GPU system):
+    :func:`devices_and_layout` of the run."""
+    return devices_and_layout(result.sockets, result.device, result.layout)
+
+
+def pipeline_line(result: RunSummary) -> str | None:
+    """The pipeline in words (None without one): its stages' devices and the micro-batches
+    a step is cut into, at most one a sequence (``ParallelismConfig.step_micro_batches``)."""
+    layout = result.layout
+    if layout["pp"] == 1:
+        return None
+    stage = human.count(layout["tp"] * layout["dp_attention"], result.device)
+    return (
+        f"pipeline: {layout['pp']} stages of {stage}; a step's batch is cut into "
+        f"{layout['micro_batches']} micro-batches (one per sequence when it has fewer)"
+    )
+
+
+def memory_owner(result: RunSummary) -> str:
+    """Whose memory the table shows: ``socket``, or with a pipeline ``socket of pipeline
+    stage 0, the fullest of 2`` (the memory plan is the stage whose HBM is fullest; stages
+    count from 0, as the step's kernels ``s0/...`` do)."""
+    if result.memory_stage is None:
+        return result.device
+    stages = result.layout["pp"]
+    return f"{result.device} of pipeline stage {result.memory_stage}, the fullest of {stages}"
 
 
 def served_by(stack: str) -> str:
@@ -115,6 +138,9 @@ def header(result: RunSummary) -> Text:
         f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
         f"  load: {human.count(result.requests, 'request')}, {describe_load(result.load)}"
     )
+    pipeline = pipeline_line(result)
+    if pipeline is not None:
+        text.append(f"\n  {pipeline}")
     return text
 
 
@@ -208,7 +234,7 @@ def memory_table(result: RunSummary) -> Table:
     """Per-tier memory of one device: capacity, weights, KV, activations, used, free (a tier
     the device does not have, a GPU's SRAM and DDR, is left out)."""
     table = Table(
-        title=f"Memory per {result.device} ({machine(result)}; weights: "
+        title=f"Memory per {memory_owner(result)} ({machine(result)}; weights: "
         f"{result.weights_placement})",
         title_justify="left",
         box=box.SIMPLE_HEAD,

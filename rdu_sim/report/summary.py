@@ -291,6 +291,8 @@ class RunSummary:
     stack: str  # the serving stack that ran (stacks/; 'none': the hardware's ceiling)
     device: str  # what one device is: 'socket' (SN40L) or 'GPU'
     tp: int
+    # the parallel degrees by their parallelism.* names (ParallelismConfig.layout)
+    layout: dict[str, int]
     sockets: int
     seed: int
     max_context: int
@@ -303,6 +305,8 @@ class RunSummary:
     batch_slots: int
     kv_bytes_per_slot: int
     memory: dict[str, TierMemory]
+    # the pipeline stage whose device `memory` is (the fullest); None without a pipeline
+    memory_stage: int | None
     weights_placement: str
     warnings: list[str]
     decode_step: DecodeStepBound | None
@@ -513,6 +517,7 @@ def summarize(run: ServingRun) -> RunSummary:
         stack=scenario.stack.name,
         device=device_noun(scenario.hardware),
         tp=scenario.tp,
+        layout=scenario.workload.parallelism.layout(),
         sockets=scenario.hardware.system.sockets,
         seed=scenario.workload.serving.seed,
         max_context=scenario.workload.serving.max_context,
@@ -530,6 +535,7 @@ def summarize(run: ServingRun) -> RunSummary:
         batch_slots=batch_slots,
         kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
         memory=memory_summary(run.placement),
+        memory_stage=run.placement.pipeline_stage if run.placement.pipeline_stage >= 0 else None,
         weights_placement="coe" if run.coe else scenario.workload.memory.weights,
         # a CoE plan keeps its experts in DDR and caches them in HBM by design (serving.coe)
         warnings=[] if run.coe else placement_warnings(scenario, run.placement),
