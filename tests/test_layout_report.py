@@ -87,3 +87,11 @@ def test_a_run_names_its_pipeline_and_the_stage_its_memory_table_shows() -> None
     assert f"Memory per socket of pipeline stage {stage}, the fullest of 2 (16 sockets," in text
     plain = json.loads(invoke("run", LLAMA70, "--set", "serving.requests=4", "--json"))
     assert plain["memory_stage"] is None and plain["layout"]["pp"] == 1
+
+
+def test_a_run_names_its_batching_policy_beside_its_kv_policy() -> None:
+    sets = ("--set", "serving.prefill_priority=static", "--set", "serving.requests=4")
+    llama = str(REPO / "workloads" / "llama3.1-8b-1socket.yaml")
+    data = json.loads(invoke("run", llama, *sets, "--json"))
+    assert data["batching_policy"] == "static" and data["kv_policy"] == "full"
+    assert "; KV policy full, batching policy static\n" in invoke("run", llama, *sets)

@@ -133,7 +133,8 @@ def header(result: RunSummary) -> Text:
     text.append(
         f": {result.model} on {result.hardware} {served_by(result.stack)} ({machine(result)})\n"
         f"  weights {dtypes['weights']}{experts}, KV cache {dtypes['kv']}, activations "
-        f"{dtypes['activations']}; KV policy {result.kv_policy}\n"
+        f"{dtypes['activations']}; KV policy {result.kv_policy}, batching policy "
+        f"{result.batching_policy}\n"
         f"  {human.count(result.batch_slots, 'batch slot')} (room for {result.batch_capacity}), "
         f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
         f"  load: {human.count(result.requests, 'request')}, {describe_load(result.load)}"

@@ -298,6 +298,7 @@ class RunSummary:
     max_context: int
     version: str
     kv_policy: str
+    batching_policy: str  # serving.prefill_priority: the batching policy's registered name
     dtypes: dict[str, str]
     load: OfferedLoad
     throughput_bound: str
@@ -523,6 +524,7 @@ def summarize(run: ServingRun) -> RunSummary:
         max_context=scenario.workload.serving.max_context,
         version=__version__,
         kv_policy=scenario.kv_policy.name,
+        batching_policy=scenario.workload.serving.prefill_priority,
         dtypes={
             "weights": scenario.weight_dtype,
             "experts": scenario.expert_dtype,
