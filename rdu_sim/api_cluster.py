@@ -72,6 +72,7 @@ class PoolResolved:
             model=scenario.model.name,
             hardware=scenario.hardware.name,
             tp=scenario.tp,
+            layout=scenario.workload.parallelism.layout(),
             sockets=self.pool.sockets,
             kv_policy=scenario.workload.kv.policy,
             batch_capacity=self.batch_capacity,

@@ -8,11 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
+from rich.console import Console
+from test_api_run import FakeBackend
 
 from rdu_sim import human
+from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cli.main import cli
 from rdu_sim.config.parallelism import ParallelismConfig, describe_layout
+from rdu_sim.report.cluster_console import render_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 EP64 = str(REPO / "workloads" / "ep" / "deepseek-r1-sn40l-4racks-ep64.yaml")
@@ -95,3 +100,39 @@ def test_a_run_names_its_batching_policy_beside_its_kv_policy() -> None:
     data = json.loads(invoke("run", llama, *sets, "--json"))
     assert data["batching_policy"] == "static" and data["kv_policy"] == "full"
     assert "; KV policy full, batching policy static\n" in invoke("run", llama, *sets)
+
+
+def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Path) -> None:
+    """A pool of data-parallel attention read 'tp 1' in the table and '1 x tp=1' in check;
+    one replica read '1 replicas'."""
+    cluster = {
+        "name": "ranks",
+        "pools": {
+            "serve": {
+                "workload": str(REPO / "workloads" / "llama3.1-8b-1socket.yaml"),
+                "replicas": 1,
+                "set": {"hw.system.sockets": 2, "parallelism.dp_attention": 2},
+            }
+        },
+        "traffic": {
+            "rate": 4,
+            "requests": 8,
+            "prompt_tokens": {"dist": "fixed", "value": 256},
+            "output_tokens": {"dist": "fixed", "value": 16},
+        },
+        "slo": {"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    summary = run_cluster(path, backend=FakeBackend()).summary()
+    pool = summary.pools["serve"]
+    assert pool.layout == {"tp": 1, "dp_attention": 2, "ep": 1, "pp": 1, "micro_batches": 1}
+    console = Console(width=200, record=True)
+    console.print(render_cluster(summary))
+    text = console.export_text()
+    assert text.startswith("ranks: 1 replica, 2 sockets, router")
+    (row,) = [line for line in text.splitlines() if line.strip().startswith("serve")]
+    assert "tp=1 dp_attention=2" in row
+    assert "slots (used / room for): of one attention rank" in text
+    described = invoke("check", str(path))
+    assert "(serve: 1 replica of tp=1 dp_attention=2)" in described

@@ -33,6 +33,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware_file import Hardware, read_hardware, validate_hardware
 from rdu_sim.config.kinds import KINDS_HELP, file_kind
 from rdu_sim.config.loader import LineMap, read_yaml
+from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack_file import (
     read_stack,
     runs_on_problem,
@@ -93,7 +94,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             _read_trace(trace, file, serving.requests, serving.trace_format)
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
-            f"{scenario.hardware.name} (tp={workload.parallelism.tp}, "
+            f"{scenario.hardware.name} ({describe_layout(workload.parallelism.layout())}, "
             f"kv={workload.kv.policy})"
         )
     if kind == "hardware":
@@ -114,7 +115,11 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
 
         cluster = build_cluster(data, file=file, lines=lines)
         requests = load_traffic(cluster.config.traffic, cluster.base_dir, file)  # as a run reads it
-        pools = ", ".join(f"{p.name}: {p.replicas} x tp={p.scenario.tp}" for p in cluster.pools)
+        pools = ", ".join(
+            f"{p.name}: {human.count(p.replicas, 'replica')} of "
+            f"{describe_layout(p.scenario.workload.parallelism.layout())}"
+            for p in cluster.pools
+        )
         return (
             f"cluster {cluster.config.name!r}: {cluster.sockets} socket(s) ({pools}), "
             f"{len(requests):,} requests"

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cluster.traffic import TrafficSummary
+from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.report.cluster_summary import ClusterSummary
 from rdu_sim.report.console import LATENCIES, energy_rows, latency_table
 from rdu_sim.report.terminal import wide_console
@@ -23,11 +24,13 @@ MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones
 
 
 def pools_table(result: ClusterSummary) -> Table:
-    """One row per pool: role, replicas, what each replica runs."""
+    """One row per pool: role, replicas, what each replica runs (its parallel layout in
+    ``describe_layout``'s words) and the pool's sockets."""
     table = Table(title="Pools", title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("pool", "role", "replicas", "workload", "model", "tp", "sockets", "KV", "slots"):
+    columns = ("pool", "role", "replicas", "workload", "model", "layout", "sockets", "KV", "slots")
+    for column in columns:
         table.add_column(
-            column, justify="left" if column in ("pool", "role", "workload") else "right"
+            column, justify="left" if column in ("pool", "role", "workload", "layout") else "right"
         )
     for name, pool in result.pools.items():
         table.add_row(
@@ -36,11 +39,17 @@ def pools_table(result: ClusterSummary) -> Table:
             str(pool.replicas),
             pool.workload,
             pool.model,
-            str(pool.tp),
+            describe_layout(pool.layout),
             str(pool.sockets),
             pool.kv_policy,
             f"{pool.batch_slots} / {pool.batch_capacity}",
         )
+    if any(pool.ranks > 1 for pool in result.pools.values()):
+        table.caption = (
+            "slots (used / room for): of one attention rank; under dp_attention each of a "
+            "replica's ranks has its own"
+        )
+        table.caption_justify = "left"
     return table
 
 
@@ -206,8 +215,8 @@ def replicas_table(result: ClusterSummary) -> Table:
 def render_cluster(result: ClusterSummary) -> Group:
     """All tables of a cluster report, headed by what was simulated."""
     head = (
-        f"[bold]{result.cluster}[/bold]: {result.replicas} replicas, "
-        f"{result.sockets} sockets, router {result.router}"
+        f"[bold]{result.cluster}[/bold]: {human.count(result.replicas, 'replica')}, "
+        f"{human.count(result.sockets, 'socket')}, router {result.router}"
         + (", disaggregated" if result.disaggregated else "")
     )
     latencies = {key: getattr(result, key) for key, _ in LATENCIES}

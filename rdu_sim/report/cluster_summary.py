@@ -73,6 +73,8 @@ class PoolSummary:
     model: str
     hardware: str
     tp: int
+    # each replica's parallel degrees by their parallelism.* names (ParallelismConfig.layout)
+    layout: dict[str, int]
     sockets: int
     kv_policy: str
     batch_capacity: int  # of one attention rank (of a replica, without data-parallel attention)
