@@ -140,8 +140,8 @@ def h100_lockstep(smoke: bool) -> Work:
     whole experts (tp=1, dp_attention=16, ep=16, 16 slots a rank), the ranks in lockstep,
     TensorRT-LLM's live-sequence batches and mixed steps: 240 requests at 6/s (the plan
     deepseek-r1-h100's template traffic). Every rank decodes its own batch, so the joint
-    steps a run simulates are what this case watches. Smoke: 24 requests."""
-    requests = 24 if smoke else 240
+    steps a run simulates are what this case watches. Smoke: 6 requests."""
+    requests = 6 if smoke else 240
     cluster = {
         "name": "h100-lockstep",
         "pools": {
