@@ -257,3 +257,36 @@ def test_rows_another_build_computed_are_reused_with_a_note(tmp_path: Path) -> N
     run_sweep(spec, workers=1, rerun=True, progress=rerun)
     assert "another build" not in rerun.messages[0]
     assert {r["version"] for r in rows(first.db)} == {here}
+
+
+def test_a_finished_sweep_is_one_file_and_reading_it_adds_none(tmp_path: Path) -> None:
+    """The last writer to close folds its write-ahead log back in: a finished sweep is its
+    database alone, and a reader (load, plot, export: read-only, unable to fold a log in)
+    leaves nothing beside it. A writer closing while another is open leaves the log to it,
+    which still writes."""
+    from rdu_sim.sweep.store import Store
+
+    def files() -> list[str]:
+        return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("demo.sqlite"))
+
+    db = run_sweep(write_spec(tmp_path), workers=1).db
+    assert files() == ["demo.sqlite"]
+    assert len(load(db)) == 6
+    assert files() == ["demo.sqlite"]
+    first, second = Store(db), Store(db)
+    with second.transaction():
+        second._conn.execute("INSERT INTO meta (name, value) VALUES ('a', '1')")
+    first.close()
+    assert "demo.sqlite-wal" in files()  # still in use: the mode stays
+    with second.transaction():
+        second._conn.execute("INSERT INTO meta (name, value) VALUES ('b', '2')")
+    second.close()
+    assert files() == ["demo.sqlite"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute(
+            "SELECT value FROM meta WHERE name IN ('a', 'b') ORDER BY name"
+        ).fetchall() == [
+            ("1",),
+            ("2",),
+        ]
+    assert len(load(db)) == 6 and files() == ["demo.sqlite"]

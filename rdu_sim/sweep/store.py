@@ -18,13 +18,12 @@ by completion time, so a serial and a parallel sweep read and export the same ro
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,6 +191,7 @@ class Store:
             raise StoreError.single(str(path), "", "no such sweep database")
         if create and not existed:
             make_folder(path.parent, path)  # as for every output: a WriteError naming it
+        self._writer = create
         try:
             self._conn = (
                 sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -289,7 +289,15 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (committed data is already safe on disk)."""
+        """Close the connection (committed data is already safe on disk). A writer that is
+        the last one open puts the database back in rollback-journal mode first, so a
+        finished sweep is one file: a reader (plot, export) opens it read-only and cannot
+        checkpoint a write-ahead log, and would leave its ``-wal`` and ``-shm`` beside it.
+        With another connection open the mode stays (SQLite refuses at once), for it."""
+        if self._writer:
+            with suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA busy_timeout = 0")
+                self._conn.execute("PRAGMA journal_mode = DELETE")
         self._conn.close()
 
     def existing(self, keys: Iterable[str] | None = None) -> dict[str, Existing]:
@@ -423,7 +431,7 @@ class _Transaction:
         if kind is None:
             self._conn.execute("COMMIT")
             return
-        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
+        with suppress(sqlite3.Error):  # SQLite may have rolled back already
             self._conn.execute("ROLLBACK")  # (a full disk): the first error is the one to see
 
 
