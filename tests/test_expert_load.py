@@ -124,7 +124,7 @@ def test_counts_from_a_file_and_their_errors(tmp_path: Path) -> None:
         (SKEW, "experts", "needs expert parallelism"),
         ({**EP16, "experts.redundant": 3, "experts.placement": "balanced"}, "experts.redundant",
          "do not fill the 16 devices evenly"),
-        ({**EP16, "experts.redundant": 16}, "experts", "placed by a load balancer"),
+        ({**EP16, "experts.redundant": 16}, "experts.redundant", "placed by a load balancer"),
         ({**EP16, "experts.load": {"dist": "zipf", "exponent": -1}}, "experts.load.exponent",
          "greater than or equal to 0"),
     ],

@@ -172,7 +172,7 @@ def test_bad_plan_specs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'P:D' such as '1:3'"):
         load_plan(spec)
     spec = write_plan(tmp_path, {"tp": [1, 1]})
-    with pytest.raises(ConfigError, match=r"search.tp repeats a value"):
+    with pytest.raises(ConfigError, match=r"search\.tp: repeats a value"):
         load_plan(spec)
     spec.write_text("cluster: cluster.yaml\nsearch: {tp: [1]}\nserch: 1\n")
     with pytest.raises(ConfigError, match="unknown field 'serch'"):
@@ -227,5 +227,5 @@ def test_plan_searches_parallelism_and_counts_each_replicas_devices(tmp_path: Pa
             assert row["sockets"] == 2 * row["replicas"]
     with pytest.raises(ConfigError, match=r"give search\.tp or search\.parallelism"):
         load_plan(write_plan(tmp_path, {"tp": [2], "parallelism": [{"tp": 2}]}))
-    with pytest.raises(ConfigError, match=r"search.parallelism repeats a value"):
+    with pytest.raises(ConfigError, match=r"search\.parallelism: repeats a value"):
         load_plan(write_plan(tmp_path, {"parallelism": [{"tp": 2}, {"tp": 2}]}))

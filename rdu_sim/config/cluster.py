@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.errors import FieldProblem
 from rdu_sim.config.limits import MIN_RATE
 from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds
 from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand
@@ -145,7 +146,7 @@ class TrafficConfig(StrictModel):
                     f"give traffic.trace, or synthetic traffic with {', '.join(missing)}"
                 )
         if self.start is not None and self.end is not None and self.end <= self.start:
-            raise ValueError(f"traffic.end ({self.end} s) must be after start ({self.start} s)")
+            raise FieldProblem("end", f"must be after start ({self.start} s), got {self.end} s")
         return self
 
 
@@ -182,16 +183,16 @@ class ClassesConfig(StrictModel):
     def _consistent(self) -> ClassesConfig:
         if self.by == "column":
             if self.column is None:
-                raise ValueError("classes.by: column needs classes.column")
+                raise FieldProblem("by", "'column' needs classes.column")
             if self.edges:
-                raise ValueError("classes.edges only apply to by: prompt_tokens or output_tokens")
+                raise FieldProblem("edges", "only apply to by: prompt_tokens or output_tokens")
         else:
             if self.column is not None:
-                raise ValueError("classes.column only applies to by: column")
+                raise FieldProblem("column", "only applies to by: column")
             if not self.edges:
-                raise ValueError(f"classes.by: {self.by} needs classes.edges")
+                raise FieldProblem("by", f"{self.by!r} needs classes.edges")
             if any(e < 1 for e in self.edges) or self.edges != sorted(set(self.edges)):
-                raise ValueError("classes.edges must be positive and strictly ascending")
+                raise FieldProblem("edges", "must be positive and strictly ascending")
         return self
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, model_validator
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.errors import FieldProblem
 
 MAX_EXPERTS = 100_000  # an architecture's routed_experts bound
 
@@ -60,9 +61,9 @@ class CountsLoad(StrictModel):
             raise ValueError("experts.load with dist counts needs counts or file (one of them)")
         if self.counts is not None:
             if any(c < 0 or c != c or c == float("inf") for c in self.counts):
-                raise ValueError("experts.load.counts must be finite and >= 0")
+                raise FieldProblem("counts", "must be finite and >= 0")
             if not any(self.counts):
-                raise ValueError("experts.load.counts are all 0: no expert was ever chosen")
+                raise FieldProblem("counts", "are all 0: no expert was ever chosen")
         return self
 
 
@@ -95,9 +96,8 @@ class ExpertsConfig(StrictModel):
     @model_validator(mode="after")
     def _redundant_needs_balance(self) -> Self:
         if self.redundant and self.placement == "in_order":
-            raise ValueError(
-                "experts.redundant copies are placed by a load balancer: set "
-                "experts.placement: balanced"
+            raise FieldProblem(
+                "redundant", "copies are placed by a load balancer: set experts.placement: balanced"
             )
         return self
 

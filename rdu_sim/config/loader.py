@@ -84,6 +84,21 @@ def _clean_loc(loc: tuple[str | int, ...], data: Any, keep_last: bool) -> tuple[
     return tuple(kept)
 
 
+def _model_loc(loc: tuple[str | int, ...], data: Any) -> tuple[str | int, ...]:
+    """The location of the model whose validator raised: its input is a mapping, so a last
+    part that leads to anything else is a union member's tag that is also one of its keys
+    (``experts.load`` of ``dist: counts`` holds ``counts``: a list), kept by ``_clean_loc``."""
+    if data is None or not loc:
+        return loc
+    node = data
+    for part in loc:  # every part is in the data (``_clean_loc`` kept only those)
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int):
+            node = node[part]
+    return loc if isinstance(node, Mapping) else loc[:-1]
+
+
 def model_classes(annotation: Any) -> list[type[BaseModel]]:
     """The config models an annotation can hold, looking through unions and Annotated."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -164,7 +179,7 @@ def issues_from_validation(
             loc = _clean_loc(raw_loc, data, keep_last=kind == "missing")
         problem = (error.get("ctx") or {}).get("error")
         if isinstance(problem, FieldProblem):
-            loc = (*loc, problem.field)
+            loc = (*_model_loc(loc, data), problem.field)
         path = tuple(str(p) for p in (*prefix, *loc))
         dotted = ".".join(path)
         line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)

@@ -30,11 +30,13 @@ def parse_ratio(text: str) -> tuple[int, int] | None:
     return int(match.group(1)), int(match.group(2))
 
 
-def _distinct(values: list[object], what: str) -> None:
+def _distinct(values: list[object]) -> None:
+    """A search axis's values: at least one, none twice (a field validator's rule: its error
+    is already at the field, so the message does not name it)."""
     if not values:
-        raise ValueError(f"search.{what} needs at least one value (or omit it)")
+        raise ValueError("needs at least one value (or omit it)")
     if len(set(map(str, values))) != len(values):
-        raise ValueError(f"search.{what} repeats a value")
+        raise ValueError("repeats a value")
 
 
 class PlanSearch(StrictModel):
@@ -72,16 +74,16 @@ class PlanSearch(StrictModel):
     @classmethod
     def _tp(cls, values: list[int] | None) -> list[int] | None:
         if values is not None:
-            _distinct(list(values), "tp")
+            _distinct(list(values))
             if any(not 1 <= v <= 4096 for v in values):
-                raise ValueError("search.tp values must be in 1..4096")
+                raise ValueError("values must be in 1..4096")
         return values
 
     @field_validator("parallelism")
     @classmethod
     def _parallelism(cls, values: list[ParallelismChoice] | None) -> list[ParallelismChoice] | None:
         if values is not None:
-            _distinct([v.model_dump(exclude_unset=True) for v in values], "parallelism")
+            _distinct([v.model_dump(exclude_unset=True) for v in values])
         return values
 
     @model_validator(mode="after")
@@ -96,22 +98,22 @@ class PlanSearch(StrictModel):
     @classmethod
     def _slots(cls, values: list[int | str] | None) -> list[int | str] | None:
         if values is not None:
-            _distinct(list(values), "batch_slots")
+            _distinct(list(values))
             if any(isinstance(v, int) and not 1 <= v <= 1_000_000 for v in values):
-                raise ValueError("search.batch_slots values must be in 1..1000000 or 'auto'")
+                raise ValueError("values must be in 1..1000000 or 'auto'")
         return values
 
     @field_validator("kv_policy")
     @classmethod
     def _policies(cls, values: list[str] | None) -> list[str] | None:
         if values is not None:
-            _distinct(list(values), "kv_policy")
+            _distinct(list(values))
         return values
 
     @field_validator("disaggregation")
     @classmethod
     def _ratios(cls, values: list[str]) -> list[str]:
-        _distinct(list(values), "disaggregation")
+        _distinct(list(values))
         for value in values:
             parse_ratio(value)
         return values

@@ -15,6 +15,7 @@ from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel, ModelAr
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.dtypes import DTYPE_BYTES as DTYPE_BYTES  # re-exported for callers
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
+from rdu_sim.config.errors import FieldProblem
 from rdu_sim.config.experts import ExpertsConfig
 from rdu_sim.config.parallelism import ParallelismConfig as ParallelismConfig  # re-exported
 from rdu_sim.config.speculation import SpecDecodingConfig, SpecPrefillConfig
@@ -82,7 +83,7 @@ class KVConfig(StrictModel):
         if self.budget is not None and self.compression_ratio is not None:
             raise ValueError("give kv.budget or kv.compression_ratio, not both")
         if self.kernel_size % 2 == 0:
-            raise ValueError(f"kv.kernel_size must be odd (padding k//2), got {self.kernel_size}")
+            raise FieldProblem("kernel_size", f"must be odd (padding k//2), got {self.kernel_size}")
         return self
 
 
@@ -161,7 +162,7 @@ class ArrivalConfig(StrictModel):
     @model_validator(mode="after")
     def _rate_for_poisson(self) -> Self:
         if self.process == "poisson" and self.rate is None:
-            raise ValueError("arrival.rate is required for process 'poisson'")
+            raise FieldProblem("rate", "is required for process 'poisson'")
         return self
 
 
@@ -226,13 +227,13 @@ class ServingConfig(StrictModel):
     @model_validator(mode="after")
     def _check_slots(self) -> Self:
         if isinstance(self.batch_slots, int) and not 1 <= self.batch_slots <= 1_000_000:
-            raise ValueError(
-                f"serving.batch_slots must be in 1..1000000 or 'auto', got {self.batch_slots}"
+            raise FieldProblem(
+                "batch_slots", f"must be in 1..1000000 or 'auto', got {self.batch_slots}"
             )
         if self.trace_format != "auto" and self.trace is None:
-            raise ValueError(
-                f"serving.trace_format {self.trace_format!r} names the format of "
-                "serving.trace, and there is none"
+            raise FieldProblem(
+                "trace_format",
+                f"{self.trace_format!r} names the format of serving.trace, and there is none",
             )
         return self
 
