@@ -148,6 +148,23 @@ def _override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
     return next((path for path in overrides if field and path.startswith(field + ".")), None)
 
 
+def _overridden(
+    exc: ConfigError, file: str, overrides: Mapping[str, Any], prefix: str
+) -> ConfigError:
+    """``exc`` with each of its issues in ``file`` at a field an override set saying which
+    override, without a line (the file's line holds the value the override replaced). The
+    one rule for a pydantic issue and for a rule checked after validation alike."""
+    issues = []
+    for issue in exc.issues:
+        source = _override_for(issue.field, overrides) if issue.file == file else None
+        if source is not None:
+            issue = dataclasses.replace(
+                issue, line=None, message=f"{issue.message} (from --set {prefix}{source})"
+            )
+        issues.append(issue)
+    return ConfigError(issues)
+
+
 def _validate(
     model: type[ModelT],
     data: Any,
@@ -160,15 +177,7 @@ def _validate(
     try:
         return validate(model, data, file, lines)
     except ConfigError as exc:
-        issues = []
-        for issue in exc.issues:
-            source = _override_for(issue.field, overrides)
-            if source is not None:
-                issue = dataclasses.replace(
-                    issue, line=None, message=f"{issue.message} (from --set {prefix}{source})"
-                )
-            issues.append(issue)
-        raise ConfigError(issues) from None
+        raise _overridden(exc, file, overrides, prefix) from None
 
 
 def _failing(file: str, lines: LineMap) -> Callable[[str, str], ConfigError]:
@@ -562,13 +571,28 @@ def build_scenario(
     """Validate workload data (already parsed) and load its hardware and stack files."""
     lines = lines or {}
     normalized = normalize_overrides(overrides)
-    workload_overrides, hardware_overrides, stack_overrides = split_overrides(normalized)
+    workload_overrides, _, _ = split_overrides(normalized)
     raw = dict(data) if isinstance(data, Mapping) else data
     if isinstance(raw, dict):
         _expand_preset(raw, workload_overrides, workload_file)
         raw = _apply(raw, workload_overrides, workload_file)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
     workload = _switched_policy(workload, workload_overrides)
+    try:
+        return _resolved(workload, workload_file, lines, normalized)
+    except ConfigError as exc:  # a rule after validation, at a field an override may have set
+        raise _overridden(exc, workload_file, workload_overrides, "") from None
+
+
+def _resolved(
+    workload: WorkloadConfig,
+    workload_file: str,
+    lines: LineMap,
+    overrides: Mapping[str, Any],
+) -> Scenario:
+    """The scenario of a validated workload: its expert counts, model, hardware and stack
+    read, the rules across files checked (``overrides``: all of them, normalized)."""
+    _, hardware_overrides, stack_overrides = split_overrides(overrides)
     workload = _with_expert_counts(workload, workload_file, lines)
 
     model = _resolve_model(workload.model, "model", workload_file, lines)
@@ -626,7 +650,7 @@ def build_scenario(
         stack,
         stack_file,
         draft,
-        overrides=dict(normalized),
+        overrides=dict(overrides),
     )
 
 

@@ -156,6 +156,27 @@ def test_an_error_names_the_set_that_caused_it(overrides: list[str], blamed: str
 @pytest.mark.parametrize(
     ("override", "field"),
     [
+        ("kv.policy=nope", "kv.policy"),  # the KV policy's registry
+        ("model=nope", "model"),  # the model presets
+        ("parallelism.tp=3", "parallelism.tp"),  # tp against the model's heads
+        ("serving.max_context=1000000", "serving.max_context"),  # against the model's context
+        ("hardware=nope", "hardware"),  # the hardware file
+        ("serving.batch_slots=-1", "serving.batch_slots"),  # a pydantic issue, for comparison
+    ],
+)
+def test_a_rule_after_validation_names_the_set_as_validation_does(
+    override: str, field: str
+) -> None:
+    """A rule checked after validation (across files) at a field a --set gave says so and
+    gives no line, as a pydantic issue does: the file's line holds the value it replaced."""
+    stderr = clean_failure(invoke("run", LLAMA, "--set", override))
+    where = f"error: {LLAMA}: {field}: "  # no ':LINE'
+    assert stderr.startswith(where) and stderr.rstrip().endswith(f"(from --set {field})"), stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
         ("serving.batch_slots=\udcff", "serving.batch_slots"),
         ("serving.\udcff=1", "serving.\\udcff"),
     ],
