@@ -148,19 +148,27 @@ def _override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
     return next((path for path in overrides if field and path.startswith(field + ".")), None)
 
 
+SET = "--set"
+"""Where overrides come from unless a caller says: the command line's flag."""
+
+
 def _overridden(
-    exc: ConfigError, file: str, overrides: Mapping[str, Any], prefix: str
+    exc: ConfigError, file: str, overrides: Mapping[str, Any], prefix: str, source: str
 ) -> ConfigError:
     """``exc`` with each of its issues in ``file`` at a field an override set saying which
     override, without a line (the file's line holds the value the override replaced). The
-    one rule for a pydantic issue and for a rule checked after validation alike."""
+    one rule for a pydantic issue and for a rule checked after validation alike.
+
+    ``source`` names where the overrides were given: ``--set`` reads ``(from --set
+    serving.batch_slots)``; a file's mapping of them, ``pools.serve.set``, reads ``(from
+    pools.serve.set: serving.batch_slots)``, the key as written there."""
+    between = " " if source == SET else ": "
     issues = []
     for issue in exc.issues:
-        source = _override_for(issue.field, overrides) if issue.file == file else None
-        if source is not None:
-            issue = dataclasses.replace(
-                issue, line=None, message=f"{issue.message} (from --set {prefix}{source})"
-            )
+        path = _override_for(issue.field, overrides) if issue.file == file else None
+        if path is not None:
+            note = f"(from {source}{between}{prefix}{path})"
+            issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
         issues.append(issue)
     return ConfigError(issues)
 
@@ -172,12 +180,13 @@ def _validate(
     lines: LineMap,
     overrides: Mapping[str, Any],
     prefix: str,
+    source: str,
 ) -> ModelT:
-    """`validate`, with issues caused by a `--set` override saying so (the line would mislead)."""
+    """`validate`, with issues caused by an override saying so (the line would mislead)."""
     try:
         return validate(model, data, file, lines)
     except ConfigError as exc:
-        raise _overridden(exc, file, overrides, prefix) from None
+        raise _overridden(exc, file, overrides, prefix, source) from None
 
 
 def _failing(file: str, lines: LineMap) -> Callable[[str, str], ConfigError]:
@@ -567,8 +576,11 @@ def build_scenario(
     workload_file: str,
     lines: LineMap | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
+    overrides_from: str = SET,
 ) -> Scenario:
-    """Validate workload data (already parsed) and load its hardware and stack files."""
+    """Validate workload data (already parsed) and load its hardware and stack files;
+    ``overrides_from`` names where the overrides were given, for their errors (``--set``,
+    ``pools.serve.set``)."""
     lines = lines or {}
     normalized = normalize_overrides(overrides)
     workload_overrides, _, _ = split_overrides(normalized)
@@ -576,12 +588,13 @@ def build_scenario(
     if isinstance(raw, dict):
         _expand_preset(raw, workload_overrides, workload_file)
         raw = _apply(raw, workload_overrides, workload_file)
-    workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "")
+    source = overrides_from
+    workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "", source)
     workload = _switched_policy(workload, workload_overrides)
     try:
-        return _resolved(workload, workload_file, lines, normalized)
+        return _resolved(workload, workload_file, lines, normalized, source)
     except ConfigError as exc:  # a rule after validation, at a field an override may have set
-        raise _overridden(exc, workload_file, workload_overrides, "") from None
+        raise _overridden(exc, workload_file, workload_overrides, "", source) from None
 
 
 def _resolved(
@@ -589,9 +602,11 @@ def _resolved(
     workload_file: str,
     lines: LineMap,
     overrides: Mapping[str, Any],
+    source: str,
 ) -> Scenario:
     """The scenario of a validated workload: its expert counts, model, hardware and stack
-    read, the rules across files checked (``overrides``: all of them, normalized)."""
+    read, the rules across files checked (``overrides``: all of them, normalized; ``source``:
+    where they were given)."""
     _, hardware_overrides, stack_overrides = split_overrides(overrides)
     workload = _with_expert_counts(workload, workload_file, lines)
 
@@ -619,8 +634,9 @@ def _resolved(
         if isinstance(hw_data, dict):
             hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
         model_type = hardware_model(hw_data, str(hardware_path), hw_lines)
+        hw_file = str(hardware_path)
         hardware = _validate(
-            model_type, hw_data, str(hardware_path), hw_lines, hardware_overrides, HW_PREFIX
+            model_type, hw_data, hw_file, hw_lines, hardware_overrides, HW_PREFIX, source
         )
     except ConfigError as exc:
         if exc.issues and exc.issues[0].file == workload_file:  # the kind: said once
@@ -634,7 +650,7 @@ def _resolved(
         )
         raise ConfigError([context, *exc.issues]) from None
     stack, stack_file = _load_stack(
-        workload, hardware, (workload_file, str(hardware_path)), lines, stack_overrides
+        workload, hardware, (workload_file, str(hardware_path)), lines, stack_overrides, source
     )
     policy = _cross_check(workload, hardware, stack, model, workload_file, lines)
     files = (workload_file, str(hardware_path))
@@ -660,9 +676,11 @@ def _load_stack(
     files: tuple[str, str],
     lines: LineMap,
     overrides: Mapping[str, Any],
+    source: str,
 ) -> tuple[StackConfig, str]:
     """The serving stack the workload names (``stack:``), else its hardware file's default,
-    with the ``stack.`` overrides applied; it must run on the hardware's kind."""
+    with the ``stack.`` overrides (given at ``source``) applied; it must run on the
+    hardware's kind."""
     if workload.stack is not None:
         named, near, field_name = workload.stack, files[0], "stack"
     else:
@@ -675,7 +693,7 @@ def _load_stack(
         if other is not None:  # one error, not one per field of a cluster or a workload
             raise ConfigError.single(file, "", other)
         data = _apply(data, overrides, file)
-        stack = _validate(StackConfig, data, file, stack_lines, overrides, STACK_PREFIX)
+        stack = _validate(StackConfig, data, file, stack_lines, overrides, STACK_PREFIX, source)
     except ConfigError as exc:
         line = lines.get((field_name,)) if field_name == "stack" else None
         if other is not None:
@@ -719,13 +737,22 @@ def with_overrides(
 
 
 def load_scenario(
-    path: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None
+    path: str | Path,
+    overrides: Iterable[str] | Mapping[str, Any] | None = None,
+    overrides_from: str = SET,
 ) -> Scenario:
     """Read a workload file (and its hardware file) into a validated Scenario; ``path`` may
-    also name a shipped workload (``deepseek-r1-128k-snapstream``, ``rdu_sim.config.shipped``)."""
+    also name a shipped workload (``deepseek-r1-128k-snapstream``, ``rdu_sim.config.shipped``);
+    ``overrides_from`` names where the overrides were given (``build_scenario``)."""
     file = shipped.locate(path, ("workload",))
     data, lines = read_yaml(file)
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError.single(str(file), "", f"expected a mapping of fields, got {kind}")
-    return build_scenario(data, workload_file=str(file), lines=lines, overrides=overrides)
+    return build_scenario(
+        data,
+        workload_file=str(file),
+        lines=lines,
+        overrides=overrides,
+        overrides_from=overrides_from,
+    )

@@ -26,6 +26,7 @@ from test_api_run import FakeBackend
 from rdu_sim import api
 from rdu_sim.api_cluster import ClusterResult, run_cluster
 from rdu_sim.cli.main import cli
+from rdu_sim.cluster import load_cluster
 from rdu_sim.cluster.kv_link import KVLink
 from rdu_sim.cluster.prefix_cache import PrefixCache
 from rdu_sim.cluster.prefix_index import PrefixIndex
@@ -601,6 +602,26 @@ def test_pool_errors_name_the_workload_and_the_pool(tmp_path: Path) -> None:
         fake(write_cluster(tmp_path, pools=pools))
     with pytest.raises(ConfigError, match="mixed"):
         fake(write_cluster(tmp_path, pools={**pools, "m": {"workload": str(LLAMA), "replicas": 1}}))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("serving.batch_slots", -1),  # the workload's validation
+        ("parallelism.tp", 3),  # a rule after it (tp against the model's heads)
+        ("hw.system.sockets", 0),  # the hardware file's validation
+    ],
+)
+def test_an_error_from_a_pools_set_names_the_set_not_a_command_line_flag(
+    tmp_path: Path, key: str, value: int
+) -> None:
+    """No --set was given: the pool's set gave the value, so its error says that set."""
+    pools = {"serve": {"workload": str(LLAMA), "replicas": 1, "set": {key: value}}}
+    with pytest.raises(ConfigError) as caught:
+        load_cluster(write_cluster(tmp_path, pools=pools))
+    issue = caught.value.issues[-1]
+    assert issue.message.endswith(f"(from pools.serve.set: {key})"), issue.message
+    assert issue.line is None and "--set" not in str(caught.value)
 
 
 def test_cli_check_and_schema_know_cluster_and_plan_files(tmp_path: Path) -> None:

@@ -104,7 +104,7 @@ def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
     if problem is not None:  # one error here, not one per field of a cluster it is not
         raise _error(file, lines, f"pools.{name}.workload", f"pool {name!r}: {problem}")
     try:
-        scenario = load_scenario(path, pool.set)
+        scenario = load_scenario(path, pool.set, overrides_from=f"pools.{name}.set")
     except ConfigError as exc:
         context = _error(file, lines, f"pools.{name}", f"pool {name!r}: workload is not valid:")
         raise ConfigError([*context.issues, *exc.issues]) from None
