@@ -26,8 +26,10 @@ from rdu_sim.config.kinds import kind_problem
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
+    SET,
     STACK_PREFIX,
     normalize_overrides,
+    overridden,
     set_path,
     split_overrides,
 )
@@ -136,43 +138,6 @@ def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any], workload_
             data["model"] = _read_config_json(ref, workload_file, {}).model_dump()
 
 
-def _override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
-    """The override path that set `field`, if any: the field itself, else the nearest of its
-    parents (what set its value), else the first of its children. So `--set
-    serving.batch_slots=4 --set serving=1` blames `serving`, not the first path under it."""
-    if field in overrides:
-        return field
-    parents = [path for path in overrides if field.startswith(path + ".")]
-    if parents:
-        return max(parents, key=len)
-    return next((path for path in overrides if field and path.startswith(field + ".")), None)
-
-
-SET = "--set"
-"""Where overrides come from unless a caller says: the command line's flag."""
-
-
-def _overridden(
-    exc: ConfigError, file: str, overrides: Mapping[str, Any], prefix: str, source: str
-) -> ConfigError:
-    """``exc`` with each of its issues in ``file`` at a field an override set saying which
-    override, without a line (the file's line holds the value the override replaced). The
-    one rule for a pydantic issue and for a rule checked after validation alike.
-
-    ``source`` names where the overrides were given: ``--set`` reads ``(from --set
-    serving.batch_slots)``; a file's mapping of them, ``pools.serve.set``, reads ``(from
-    pools.serve.set: serving.batch_slots)``, the key as written there."""
-    between = " " if source == SET else ": "
-    issues = []
-    for issue in exc.issues:
-        path = _override_for(issue.field, overrides) if issue.file == file else None
-        if path is not None:
-            note = f"(from {source}{between}{prefix}{path})"
-            issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
-        issues.append(issue)
-    return ConfigError(issues)
-
-
 def _validate(
     model: type[ModelT],
     data: Any,
@@ -186,7 +151,7 @@ def _validate(
     try:
         return validate(model, data, file, lines)
     except ConfigError as exc:
-        raise _overridden(exc, file, overrides, prefix, source) from None
+        raise overridden(exc, file, overrides, prefix, source) from None
 
 
 def _failing(file: str, lines: LineMap) -> Callable[[str, str], ConfigError]:
@@ -594,7 +559,7 @@ def build_scenario(
     try:
         return _resolved(workload, workload_file, lines, normalized, source)
     except ConfigError as exc:  # a rule after validation, at a field an override may have set
-        raise _overridden(exc, workload_file, workload_overrides, "", source) from None
+        raise overridden(exc, workload_file, workload_overrides, "", source) from None
 
 
 def _resolved(

@@ -210,8 +210,20 @@ def test_a_registered_router_needs_no_config_change(
         issue.message
     )
     assert "test_first" in issue.message
-    with pytest.raises(ConfigError, match=r"\(from --set router.policy\)"):
+    with pytest.raises(ConfigError, match=r"\(from --set router.policy\)") as caught:
         fake(path, {"router.policy": "nope2"})
+    assert caught.value.issues[0].line is None  # the file's line holds its own value
+
+
+def test_a_cluster_error_names_the_set_that_gave_the_value(tmp_path: Path) -> None:
+    """The one rule of a workload's --set (``config.overrides.overridden``): the override
+    that set the field, a parent blamed for what it set, and no line."""
+    path = write_cluster(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_cluster(path, {"pools.serve": {"workload": str(LLAMA), "replicas": 0}})
+    (issue,) = caught.value.issues
+    assert (issue.field, issue.line) == ("pools.serve.replicas", None)
+    assert issue.message.endswith("(from --set pools.serve)"), issue.message
 
 
 def _remaining(replica: Any) -> int:

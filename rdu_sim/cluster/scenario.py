@@ -20,10 +20,16 @@ from typing import Any
 from rdu_sim.cluster.routers import router_names
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
-from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.kinds import file_kind_problem
 from rdu_sim.config.loader import LineMap, read_yaml, validate
-from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, normalize_overrides, set_path
+from rdu_sim.config.overrides import (
+    HW_PREFIX,
+    STACK_PREFIX,
+    normalize_overrides,
+    overridden,
+    set_path,
+)
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.traces.published import detect
@@ -235,21 +241,13 @@ def build_cluster(
     try:
         config = validate(ClusterConfig, raw, file, lines)
     except ConfigError as exc:
-        issues = [
-            ConfigIssue(i.file, i.field, f"{i.message} (from --set {i.field})", None)
-            if any(i.field == p or i.field.startswith(p + ".") for p in normalized)
-            else i
-            for i in exc.issues
-        ]
-        raise ConfigError(issues) from None
+        raise overridden(exc, file, normalized) from None
     if config.router.policy not in router_names():  # the registry is the one list of names
-        note = " (from --set router.policy)" if "router.policy" in normalized else ""
-        raise _error(
-            file,
-            lines,
-            "router.policy",
-            f"unknown router {config.router.policy!r}; valid: {', '.join(router_names())}{note}",
+        valid = ", ".join(router_names())
+        error = _error(
+            file, lines, "router.policy", f"unknown router {config.router.policy!r}; valid: {valid}"
         )
+        raise overridden(error, file, normalized)
     pools = tuple(_pool(file, lines, name, pool) for name, pool in config.pools.items())
     cluster = ClusterScenario(config, file, pools, lines, dict(normalized))
     _cross_check(cluster)

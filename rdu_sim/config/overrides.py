@@ -4,12 +4,14 @@ A value is parsed as YAML (so `64`, `true`, `"1.8 TB/s"`, `[1, 2]` all work), wi
 same limits as a config file (depth, integer length, aliases: ``rdu_sim.config.yaml_io``);
 text that is not YAML at all stays a string. Paths that start with `hw.` apply to the
 hardware file's data, `stack.` to the serving stack's; all others to the workload's
-(`stack=vllm-2024` itself names the workload's stack).
+(`stack=vllm-2024` itself names the workload's stack). An error at a field an override
+set says which override, without a line (``overridden``).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,6 +22,8 @@ from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 
 HW_PREFIX = "hw."
 STACK_PREFIX = "stack."
+SET = "--set"
+"""Where overrides come from unless a caller says: the command line's flag."""
 
 
 def _is_text(text: str) -> bool:
@@ -105,3 +109,41 @@ def split_overrides(
         else:
             workload[key] = value
     return workload, hardware, stack
+
+
+def override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
+    """The override path that set `field`, if any: the field itself, else the nearest of its
+    parents (what set its value), else the first of its children. So `--set
+    serving.batch_slots=4 --set serving=1` blames `serving`, not the first path under it."""
+    if field in overrides:
+        return field
+    parents = [path for path in overrides if field.startswith(path + ".")]
+    if parents:
+        return max(parents, key=len)
+    return next((path for path in overrides if field and path.startswith(field + ".")), None)
+
+
+def overridden(
+    exc: ConfigError,
+    file: str,
+    overrides: Mapping[str, Any],
+    prefix: str = "",
+    source: str = SET,
+) -> ConfigError:
+    """``exc`` with each of its issues in ``file`` at a field an override set saying which
+    override, without a line (the file's line holds the value the override replaced). The
+    one rule for a pydantic issue and for a rule checked after validation alike, of a
+    workload (its hardware and stack too) and of a cluster file.
+
+    ``source`` names where the overrides were given: ``--set`` reads ``(from --set
+    serving.batch_slots)``; a file's mapping of them, ``pools.serve.set``, reads ``(from
+    pools.serve.set: serving.batch_slots)``, the key as written there."""
+    between = " " if source == SET else ": "
+    issues = []
+    for issue in exc.issues:
+        path = override_for(issue.field, overrides) if issue.file == file else None
+        if path is not None:
+            note = f"(from {source}{between}{prefix}{path})"
+            issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
+        issues.append(issue)
+    return ConfigError(issues)
