@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rdu_sim.compiler.program import Placement, with_sram
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import overridden
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.kv.policy import KVPolicy
@@ -147,7 +148,10 @@ def serve_scenario(
             "server. rdu-sim step times a rank's step",
         )
     serving = scenario.workload.serving
-    check_batching(serving.prefill_priority, scenario.workload_file)
+    try:
+        check_batching(serving.prefill_priority, scenario.workload_file)
+    except ConfigError as exc:  # a name a --set gave says so, as the scenario's rules do
+        raise overridden(exc, scenario.workload_file, scenario.overrides) from None
     capacity, slots = resolve_batch_slots(scenario, backend)
     placement = backend.plan_memory(scenario, slots)
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
