@@ -113,7 +113,7 @@ def test_a_run_replays_a_mooncake_trace_and_trace_format_needs_a_trace(tmp_path:
         [f"serving.trace={path}", "serving.requests=8", "serving.trace_format=mooncake"],
     )
     assert forced.to_dict()["makespan_s"] == result.to_dict()["makespan_s"]
-    with pytest.raises(ConfigError, match=r"serving\.trace_format 'azure' names the format"):
+    with pytest.raises(ConfigError, match=r"serving\.trace_format: 'azure' names the format"):
         api.load("llama3.1-8b-1socket", ["serving.trace_format=azure"])
 
 
