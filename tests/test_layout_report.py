@@ -135,4 +135,6 @@ def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Pa
     assert "tp=1 dp_attention=2" in row
     assert "slots (used / room for): of one attention rank" in text
     described = invoke("check", str(path))
-    assert "(serve: 1 replica of tp=1 dp_attention=2)" in described
+    assert "'ranks': 2 sockets (serve: 1 replica of tp=1 dp_attention=2)" in described
+    gpus = invoke("check", str(REPO / "workloads" / "clusters" / "deepseek-r1-h100-chat.yaml"))
+    assert "'deepseek-r1-h100-chat': 16 GPUs (serve: 1 replica of tp=16)" in gpus  # not sockets

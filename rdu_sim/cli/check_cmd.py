@@ -120,8 +120,11 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             f"{describe_layout(p.scenario.workload.parallelism.layout())}"
             for p in cluster.pools
         )
+        words = {p.scenario.hardware.devices for p in cluster.pools}  # sockets, GPUs
+        devices = words.pop() if len(words) == 1 else "devices"
         return (
-            f"cluster {cluster.config.name!r}: {cluster.sockets} socket(s) ({pools}), "
+            f"cluster {cluster.config.name!r}: "
+            f"{human.count(cluster.sockets, devices.removesuffix('s'), devices)} ({pools}), "
             f"{len(requests):,} requests"
         )
     if kind == "plan":
