@@ -127,6 +127,8 @@ def test_counts_from_a_file_and_their_errors(tmp_path: Path) -> None:
         ({**EP16, "experts.redundant": 16}, "experts.redundant", "placed by a load balancer"),
         ({**EP16, "experts.load": {"dist": "zipf", "exponent": -1}}, "experts.load.exponent",
          "greater than or equal to 0"),
+        ({**EP16, "experts.load": {"dist": "counts"}}, "experts.load",
+         r"experts\.load: dist counts needs counts or file"),  # the field said once
     ],
 )  # fmt: skip
 def test_experts_errors_name_their_field(sets: dict[str, object], field: str, message: str) -> None:

@@ -58,7 +58,7 @@ class CountsLoad(StrictModel):
     @model_validator(mode="after")
     def _one_source(self) -> Self:
         if (self.counts is None) == (self.file is None):
-            raise ValueError("experts.load with dist counts needs counts or file (one of them)")
+            raise ValueError("dist counts needs counts or file (one of them)")
         if self.counts is not None:
             if any(c < 0 or c != c or c == float("inf") for c in self.counts):
                 raise FieldProblem("counts", "must be finite and >= 0")
