@@ -30,7 +30,12 @@ from rdu_sim.cli.errors import (
 )
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.hardware_file import Hardware, read_hardware, validate_hardware
+from rdu_sim.config.hardware_file import (
+    Hardware,
+    device_noun,
+    read_hardware,
+    validate_hardware,
+)
 from rdu_sim.config.kinds import KINDS_HELP, file_kind
 from rdu_sim.config.loader import LineMap, read_yaml
 from rdu_sim.config.parallelism import describe_layout
@@ -120,12 +125,11 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             f"{describe_layout(p.scenario.workload.parallelism.layout())}"
             for p in cluster.pools
         )
-        words = {p.scenario.hardware.devices for p in cluster.pools}  # sockets, GPUs
-        devices = words.pop() if len(words) == 1 else "devices"
+        nouns = {device_noun(p.scenario.hardware) for p in cluster.pools}  # socket, GPU
+        device = nouns.pop() if len(nouns) == 1 else "device"
         return (
-            f"cluster {cluster.config.name!r}: "
-            f"{human.count(cluster.sockets, devices.removesuffix('s'), devices)} ({pools}), "
-            f"{len(requests):,} requests"
+            f"cluster {cluster.config.name!r}: {human.count(cluster.sockets, device)} "
+            f"({pools}), {len(requests):,} requests"
         )
     if kind == "plan":
         from rdu_sim.plan import check_plan

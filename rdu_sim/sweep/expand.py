@@ -221,8 +221,9 @@ def expand(loaded: LoadedSpec, *, sample: int | None = None) -> Expansion:
             scenario = build_scenario(
                 data, workload_file=str(loaded.base), lines=lines, overrides={**fixed, **overrides}
             )
-            # (the batching policy's registry lives in serving, below the scenario: a run
-            # checks the name there, and a point is checked here before anything runs)
+            # (the batching policy's registry lives in serving, which the scenario cannot
+            # import: a run checks the name there, and a point is checked here before anything
+            # runs)
             check_batching(scenario.workload.serving.prefill_priority, str(loaded.base))
         except ConfigError as exc:
             failures.add(exc, overrides)
