@@ -176,6 +176,7 @@ class ClusterResult:
             disaggregated=config.disaggregated,
             replicas=self.scenario.replicas,
             sockets=self.scenario.sockets,
+            device=self.scenario.device,
             max_context=self.scenario.max_context,
             version=__version__,
         )

@@ -26,6 +26,7 @@ TOP_KEYS = {
     "disaggregated",
     "replicas",
     "sockets",
+    "device",
     "max_context",
     "version",
     "pools",

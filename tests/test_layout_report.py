@@ -138,3 +138,37 @@ def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Pa
     assert "'ranks': 2 sockets (serve: 1 replica of tp=1 dp_attention=2)" in described
     gpus = invoke("check", str(REPO / "workloads" / "clusters" / "deepseek-r1-h100-chat.yaml"))
     assert "'deepseek-r1-h100-chat': 16 GPUs (serve: 1 replica of tp=16)" in gpus  # not sockets
+
+
+def test_a_gpu_clusters_report_counts_gpus_not_sockets(tmp_path: Path) -> None:
+    """The header, the pools table and the goodput table said sockets for H100 pools."""
+    cluster = {
+        "name": "gpus",
+        "pools": {
+            "serve": {
+                "workload": str(REPO / "workloads" / "ep" / "deepseek-r1-h100.yaml"),
+                "replicas": 1,
+                "set": {"hw.system.sockets": 16},
+            }
+        },
+        "traffic": {
+            "rate": 4,
+            "requests": 4,
+            "prompt_tokens": {"dist": "fixed", "value": 256},
+            "output_tokens": {"dist": "fixed", "value": 8},
+        },
+        "slo": {"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    summary = run_cluster(path).summary()  # the GPU model (FakeBackend is an SN40L one)
+    assert (summary.device, summary.sockets) == ("GPU", 16)
+    assert summary.to_dict()["device"] == "GPU"
+    console = Console(width=200, record=True)
+    console.print(render_cluster(summary))
+    text = console.export_text()
+    assert text.startswith("gpus: 1 replica, 16 GPUs, router")
+    assert "replicas / GPUs" in text
+    assert "socket" not in text.replace("usd_per_socket_hour", "")  # a field's name stays
+    (header,) = [line for line in text.splitlines() if line.strip().startswith("pool ")]
+    assert " GPUs " in header

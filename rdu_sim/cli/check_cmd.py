@@ -32,7 +32,6 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware_file import (
     Hardware,
-    device_noun,
     read_hardware,
     validate_hardware,
 )
@@ -125,10 +124,8 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             f"{describe_layout(p.scenario.workload.parallelism.layout())}"
             for p in cluster.pools
         )
-        nouns = {device_noun(p.scenario.hardware) for p in cluster.pools}  # socket, GPU
-        device = nouns.pop() if len(nouns) == 1 else "device"
         return (
-            f"cluster {cluster.config.name!r}: {human.count(cluster.sockets, device)} "
+            f"cluster {cluster.config.name!r}: {human.count(cluster.sockets, cluster.device)} "
             f"({pools}), {len(requests):,} requests"
         )
     if kind == "plan":

@@ -21,6 +21,7 @@ from rdu_sim.cluster.routers import router_names
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.kinds import file_kind_problem
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.overrides import (
@@ -79,6 +80,13 @@ class ClusterScenario:
     def sockets(self) -> int:
         """Sockets of the whole cluster."""
         return sum(pool.sockets for pool in self.pools)
+
+    @property
+    def device(self) -> str:
+        """What one device of the cluster is called: its pools' ``device_noun`` (``socket``,
+        ``GPU``), or ``device`` when the pools run on different kinds."""
+        nouns = {device_noun(pool.scenario.hardware) for pool in self.pools}
+        return nouns.pop() if len(nouns) == 1 else "device"
 
     @property
     def replicas(self) -> int:

@@ -25,9 +25,10 @@ MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones
 
 def pools_table(result: ClusterSummary) -> Table:
     """One row per pool: role, replicas, what each replica runs (its parallel layout in
-    ``describe_layout``'s words) and the pool's sockets."""
+    ``describe_layout``'s words) and the pool's devices (sockets or GPUs)."""
     table = Table(title="Pools", title_justify="left", box=box.SIMPLE_HEAD)
-    columns = ("pool", "role", "replicas", "workload", "model", "layout", "sockets", "KV", "slots")
+    devices = f"{result.device}s"
+    columns = ("pool", "role", "replicas", "workload", "model", "layout", devices, "KV", "slots")
     for column in columns:
         table.add_column(
             column, justify="left" if column in ("pool", "role", "workload", "layout") else "right"
@@ -109,7 +110,7 @@ def goodput_table(result: ClusterSummary) -> Table:
         ),
         ("output throughput (all)", human.rate(result.output_tokens_per_s, "tok/s")),
         ("makespan", human.duration(result.makespan_s)),
-        ("replicas / sockets", f"{result.replicas} / {result.sockets}"),
+        (f"replicas / {result.device}s", f"{result.replicas} / {result.sockets}"),
         ("step shapes simulated", str(result.step_shapes_simulated)),
     ]
     rows += energy_rows(result.energy)
@@ -216,7 +217,7 @@ def render_cluster(result: ClusterSummary) -> Group:
     """All tables of a cluster report, headed by what was simulated."""
     head = (
         f"[bold]{result.cluster}[/bold]: {human.count(result.replicas, 'replica')}, "
-        f"{human.count(result.sockets, 'socket')}, router {result.router}"
+        f"{human.count(result.sockets, result.device)}, router {result.router}"
         + (", disaggregated" if result.disaggregated else "")
     )
     latencies = {key: getattr(result, key) for key, _ in LATENCIES}

@@ -58,7 +58,8 @@ class ClusterMeta:
     router: str
     disaggregated: bool
     replicas: int
-    sockets: int
+    sockets: int  # devices of the whole cluster, sockets or GPUs (`device` says which)
+    device: str  # what one device is: 'socket', 'GPU', or 'device' when the pools differ
     max_context: int
     version: str
 
