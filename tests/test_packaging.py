@@ -9,6 +9,7 @@ folder with no PYTHONPATH: the checkout is nowhere on the path.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from click.testing import CliRunner
@@ -137,6 +139,46 @@ def test_a_sweep_database_never_goes_into_an_installed_package(
     assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
     monkeypatch.setattr(shipped, "installed_root", lambda: REPO)  # as if REPO were installed
     assert default_db(spec.file) == tmp_path / "llama8b-batch.sqlite"
+
+
+def _setup_py(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """setup.py as a module, its ``setup()`` call made a no-op."""
+    import setuptools
+
+    monkeypatch.setattr(setuptools, "setup", lambda **_: None)
+    spec = importlib.util.spec_from_file_location("rdu_sim_setup", REPO / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_compiled_cores_front_half_sees_simpy_and_no_other_installed_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mypyc's front half runs with setup.py's options and environment. numpy, installed
+    here, must read as Any there, as in an isolated build that lacks it, or this
+    environment's C differs from an isolated install's (serving/clock's did); simpy, whose
+    classes the compiled event loop subclasses, must stay typed."""
+    setup_py = _setup_py(monkeypatch)
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import numpy\nimport simpy\nreveal_type(numpy.zeros)\nreveal_type(simpy.Environment)\n"
+    )
+    mypy = [sys.executable, "-m", "mypy", *setup_py.BUILD_MYPY_OPTIONS, "--no-incremental"]
+    checked = subprocess.run(
+        [*mypy, "probe.py"],
+        cwd=tmp_path,
+        env=setup_py.front_half_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    revealed = [line for line in checked.stdout.splitlines() if "Revealed type" in line]
+    assert len(revealed) == 2, checked.stdout + checked.stderr
+    assert revealed[0].endswith('Revealed type is "Any"')
+    assert 'Revealed type is "def (initial_time: ' in revealed[1]
+    assert "simpy.core.Environment" in revealed[1]
 
 
 def _archive_record(wheel: Path) -> str:
