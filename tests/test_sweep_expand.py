@@ -136,8 +136,19 @@ def test_range_values_and_rules() -> None:
         RangeSpec(start=1, stop=2, step=-1)
     with pytest.raises(ValueError, match="log needs num"):
         RangeSpec(start=1, stop=2, step=1, scale="log")
-    with pytest.raises(ValueError, match="repeats values"):
+    with pytest.raises(ValueError, match=r"integer range 1\.\.3 repeats values"):
         RangeSpec(start=1, stop=3, num=10, scale="log").values()
+    # floats are kept to 12 digits, and a unit's string to 12 significant digits: both
+    # refuse a range narrower than that, whose points would run as one
+    for unit in (None, "GB/s"):
+        with pytest.raises(ValueError, match=r"the range 1\.0\.\.1\.0000000000001 repeats values"):
+            RangeSpec(start=1.0, stop=1.0000000000001, num=3, unit=unit).values()
+    with pytest.raises(ValueError, match="repeats values"):  # 12 significant digits
+        RangeSpec(start=1000.0, stop=1000.0000000001, num=2, unit="GB/s").values()
+    assert RangeSpec(start=1000.0, stop=1000.0000000001, num=2).values() == [
+        1000.0,
+        1000.0000000001,
+    ]
 
 
 def test_bad_range_names_the_axis_and_line(tmp_path: Path) -> None:

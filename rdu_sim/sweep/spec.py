@@ -94,9 +94,16 @@ class RangeSpec(StrictModel):
     def values(self) -> list[Any]:
         """The range's values, in order, with the unit appended when given."""
         numbers = self._numbers()
-        if self.unit is None:
-            return numbers
-        return [f"{_short(v)} {self.unit}" for v in numbers]
+        values: list[Any] = (
+            numbers if self.unit is None else [f"{_short(v)} {self.unit}" for v in numbers]
+        )
+        if len(set(values)) != len(values):
+            kind = "integer range" if all(isinstance(v, int) for v in numbers) else "range"
+            raise ValueError(
+                f"the {kind} {self.start}..{self.stop} repeats values after rounding; use "
+                "fewer points or wider bounds"
+            )
+        return values
 
     def _numbers(self) -> list[int | float]:
         ints = isinstance(self.start, int) and isinstance(self.stop, int)
@@ -117,13 +124,7 @@ class RangeSpec(StrictModel):
         if ints and self.num is not None and self.scale == "linear":
             ints = all(abs(v - round(v)) < 1e-9 for v in raw)  # 1..9 in 5 steps stays ints
         if ints:
-            values: list[int | float] = [round(v) for v in raw]
-            if len(set(values)) != len(values):
-                raise ValueError(
-                    f"the integer range {self.start}..{self.stop} repeats values "
-                    "after rounding; use fewer points or float bounds"
-                )
-            return values
+            return [round(v) for v in raw]
         return [round(v, 12) for v in raw]
 
 
