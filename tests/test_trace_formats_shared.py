@@ -197,8 +197,13 @@ def test_every_reader_reads_ascii_digits_only(
             '{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2, "prompt_tokens": 7}',
             "prompt_tokens",
         ),
+        (  # a key of an object inside a row: not the row's field
+            '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 1}',
+            '{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2, "meta": {"a": 1, "a": 2}}',
+            "a",
+        ),
     ],
-    ids=["mooncake", "project"],
+    ids=["mooncake", "project", "nested"],
 )
 def test_every_jsonl_reader_refuses_a_key_given_twice_in_a_row(
     tmp_path: Path, first: str, row: str, key: str
@@ -207,7 +212,8 @@ def test_every_jsonl_reader_refuses_a_key_given_twice_in_a_row(
     for read in (lambda: read_trace(path), lambda: read_table(path, "auto")):
         with pytest.raises(ConfigError) as caught:
             read()
-        assert f"{path}:2: duplicate key '{key}'; a row gives each field once" in str(caught.value)
+        message = f"{path}:2: duplicate key '{key}'; a key may appear once in an object (JSON "
+        assert message + "keeps the last)" in str(caught.value)
 
 
 def test_a_cluster_filters_and_groups_by_an_extra_mooncake_field(tmp_path: Path) -> None:

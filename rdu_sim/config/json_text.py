@@ -45,6 +45,11 @@ def too_deep(text: str, max_depth: int) -> bool:
     return False
 
 
+KEY_ONCE = "a key may appear once in an object (JSON keeps the last)"
+"""Why a key given twice is refused, said after the key (a config.json's, a trace row's or
+an object nested in one)."""
+
+
 class DuplicateKeyError(ValueError):
     """A key given twice in one JSON object (``loads(..., unique_keys=True)``)."""
 

@@ -160,7 +160,7 @@ def read_config_json(path: str | Path, name: str | None = None) -> Architecture:
         lines = [text.count("\n", 0, m.start()) + 1 for m in _key_pattern(exc.key).finditer(text)]
         two = len(lines) > 1 and lines[0] != lines[1]  # else the error's own line says it
         shown = f" (lines {lines[0]} and {lines[1]})" if two else ""
-        message = f"{exc}{shown}; a key may appear once in an object (JSON keeps the last)"
+        message = f"{exc}{shown}; {json_text.KEY_ONCE}"
         line = lines[1] if len(lines) > 1 else None
         raise ConfigError.single(str(file), "", message, line) from None
     except (json.JSONDecodeError, json_text.JsonLimitError) as exc:

@@ -2,7 +2,8 @@
 
 Each line is parsed on its own, so memory is one line, within ``rdu_sim.config.json_text``'s
 limits: nesting at most ``MAX_JSON_DEPTH`` (a row is one flat object), integers of at most
-40 digits, no NaN or Infinity, no key given twice in a row (json keeps the last silently).
+40 digits, no NaN or Infinity, no key given twice in one object (json keeps the last
+silently), a row's or one nested in it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from rdu_sim.config.json_text import DuplicateKeyError, JsonLimitError, loads
+from rdu_sim.config.json_text import KEY_ONCE, DuplicateKeyError, JsonLimitError, loads
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import Row, register_format
 from rdu_sim.serving.traces.values import READ
@@ -29,7 +30,7 @@ def json_objects(lines: TraceLines) -> Iterator[Row]:
         except json.JSONDecodeError as exc:
             raise lines.error(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
         except DuplicateKeyError as exc:
-            raise lines.error(f"{exc}; a row gives each field once") from None
+            raise lines.error(f"{exc}; {KEY_ONCE}") from None
         except JsonLimitError as exc:
             raise lines.error(f"not valid JSON: {exc}") from None
         if not isinstance(obj, dict):
