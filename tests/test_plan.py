@@ -229,3 +229,30 @@ def test_plan_searches_parallelism_and_counts_each_replicas_devices(tmp_path: Pa
         load_plan(write_plan(tmp_path, {"tp": [2], "parallelism": [{"tp": 2}]}))
     with pytest.raises(ConfigError, match=r"search\.parallelism: repeats a value"):
         load_plan(write_plan(tmp_path, {"parallelism": [{"tp": 2}, {"tp": 2}]}))
+
+
+def test_a_gpu_plan_counts_gpus_and_says_why_a_search_stopped(tmp_path: Path) -> None:
+    """An H100 plan said 'sockets' in its cheapest line, table and reasons; a search stopped
+    at search.max_replicas said only 'not met with 1 units'."""
+    spec = write_plan(
+        tmp_path,
+        {"tp": [1], "batch_slots": [4], "max_replicas": 1},
+        requests=24,
+        rate=40.0,
+        slo={"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
+    )
+    cluster = yaml.safe_load((tmp_path / "cluster.yaml").read_text())
+    cluster["pools"]["serve"]["set"] = {"hardware": "dgx-h100"}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    runner = CliRunner()
+    data = json.loads(runner.invoke(cli, ["plan", str(spec), "--json", "--no-progress"]).stdout)
+    assert data["device"] == "GPU"
+    (row,) = data["configurations"]
+    assert row["status"] == "not met" and row["replicas"] == 1
+    assert row["reason"] == "search.max_replicas reached (1 replica)"
+    text = runner.invoke(cli, ["plan", str(spec), "--no-progress"]).output
+    assert "GPUs/goodput frontier" in text and " GPUs " in text
+    assert "socket" not in text.lower().replace("socket-to-socket", "")
+    spec.write_text(yaml.safe_dump({"cluster": "cluster.yaml", "search": {"tp": [1]}}))
+    met = runner.invoke(cli, ["plan", str(spec), "--no-progress"]).output
+    assert "cheapest: 1 GPU = 1 replica x tp=1" in met  # not '1 sockets = 1 replicas'

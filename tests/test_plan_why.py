@@ -26,7 +26,8 @@ from rdu_sim.plan import load_plan, plan_summary, run_plan
 from rdu_sim.plan.evaluate import measure
 from rdu_sim.plan.floors import request_floors
 from rdu_sim.plan.spec import PlanPoint
-from rdu_sim.plan.why import binding, half_metrics, stop_rule, value_at
+from rdu_sim.plan.why import binding, half_metrics, moves, stop_rule, value_at
+from rdu_sim.report.bound import REMEDIES, RESOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTERS = ROOT / "workloads" / "clusters"
@@ -233,3 +234,16 @@ def test_the_shipped_70b_plan_names_the_binding_half(tmp_path: Path) -> None:
     text = runner.invoke(cli, ["plan", "llama3.1-70b-chat", "--db", str(tmp_path / "p.sqlite")])
     assert "TTFT binds: 14.3% of requests miss 500 ms even served alone" in text.stdout
     assert load_plan("llama3.1-70b-chat").slo.ttft == 0.5
+
+
+@pytest.mark.parametrize("bound", sorted(RESOURCES))
+def test_what_would_move_a_floor_reads_right_for_every_binding_resource(bound: str) -> None:
+    """'a faster prefill (more the socket-to-socket links)' and 'more the serving stack's host
+    time' read wrong: each resource has its own remedy, the same keys as its noun."""
+    assert REMEDIES.keys() == RESOURCES.keys()
+    metrics = {"ttft_step_s": 0.5, "ttft_step_bound": bound, "ttft_step_tokens": 2048}
+    faster = moves(metrics, "ttft", alone=True)[1]
+    assert faster == f"a faster prefill ({REMEDIES[bound]})"
+    assert "more the" not in faster and "more kernel" not in faster
+    assert f"bound by {RESOURCES[bound]})" in moves(metrics, "ttft", alone=True)[0]
+    assert moves({}, "ttft", alone=True)[1] == "a faster prefill (a faster step)"

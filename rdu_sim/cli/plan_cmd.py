@@ -24,9 +24,10 @@ from rich.table import Table
 from rdu_sim import human
 
 MISSING_NOTE = (
-    "-: not measured: a configuration pruned, infeasible or in error ran no cluster to show; "
-    "'one fewer' is the goodput one replica unit fewer reached, for a configuration that met "
-    "the SLO with that count tried"
+    "-: nothing to show. A met row shows its fewest replicas meeting the SLO, a pruned one "
+    "the fewest it met with if any, a not-met one the most it tried; infeasible and error "
+    "rows ran none. 'one fewer': the share of requests meeting the SLO one replica unit "
+    "fewer, shown when a met row ran that count."
 )
 
 
@@ -35,8 +36,9 @@ def _cell(value: Any) -> str:
 
 
 def _table(summary: dict[str, Any]) -> Table:
+    devices = f"{summary['device']}s"
     table = Table(
-        title="Configurations (cheapest first; * = on the sockets/goodput frontier)",
+        title=f"Configurations (cheapest first; * = on the {devices}/goodput frontier)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
@@ -49,7 +51,7 @@ def _table(summary: dict[str, Any]) -> Table:
         "disagg.",
         "status",
         "replicas",
-        "sockets",
+        devices,
         "meet SLO",
         "one fewer",
         "TTFT p99",
@@ -141,7 +143,8 @@ def command(
     as_json: bool,
     progress: bool,
 ) -> None:
-    """Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic."""
+    """Find the cheapest configuration (fewest sockets or GPUs) meeting the SLO of SPEC's
+    traffic."""
     from rdu_sim.plan import load_plan, plan_summary, run_plan
     from rdu_sim.sweep.progress import RichReporter
 
@@ -175,7 +178,8 @@ def command(
     else:
         split = best.get("parallelism") or f"tp={best['tp']}"
         out.print(
-            f"cheapest: [bold]{best['sockets']} sockets[/bold] = {best['replicas']} replicas "
+            f"cheapest: [bold]{human.count(best['sockets'], summary['device'])}[/bold] = "
+            f"{human.count(best['replicas'], 'replica')} "
             f"x {split}, batch_slots={best['batch_slots']}, "
             f"kv={best['kv_policy']}, disaggregation={best['disaggregation']} "
             f"({human.percent(best['goodput_fraction'])} of requests meet the SLO)"

@@ -93,6 +93,7 @@ def plan_summary(result: PlanResult) -> dict[str, Any]:
     return {
         "plan": result.plan.name,
         "cluster": result.plan.base.config.name,
+        "device": result.plan.base.device,  # what `sockets` counts: 'socket' or 'GPU'
         "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "attainment": slo.attainment},
         "cheapest": cheapest,
         "configurations": rows,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdu_sim import human
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
@@ -55,6 +56,7 @@ class Search:
     tp: int  # sockets per replica (its tp x dp_attention x pp)
     max_units: int
     slo: SLOConfig
+    device: str = "socket"  # what one device is called (ClusterScenario.device)
     results: dict[int, dict[str, Any]] = field(default_factory=dict)  # units -> metrics
     failing: int = 0  # most units known to fail
     passing: int | None = None  # fewest units known to meet the SLO
@@ -76,13 +78,12 @@ class Search:
         if self.passing is None:
             if cap <= self.failing:
                 if best_sockets is not None and cap < self.max_units:
-                    self.finish(
-                        "pruned",
-                        f"not met on {self.failing * self.unit_sockets} sockets; more cannot "
-                        f"beat {best_sockets}",
-                    )
+                    failed = human.count(self.failing * self.unit_sockets, self.device)
+                    best = human.count(best_sockets, self.device)
+                    self.finish("pruned", f"not met on {failed}; more cannot beat {best}")
                 else:
-                    self.finish("not met", f"not met with {self.max_units} units")
+                    replicas = human.count(self.max_units * self.configuration.unit, "replica")
+                    self.finish("not met", f"search.max_replicas reached ({replicas})")
                 return None
             return min(cap, 1 if self.failing == 0 else 2 * self.failing)
         if self.passing - self.failing <= 1:
@@ -180,7 +181,9 @@ def run_plan(
     searches = []
     for configuration in loaded.configurations():
         units = max(1, loaded.spec.search.max_replicas // configuration.unit)
-        searches.append(Search(configuration, configuration.devices, units, loaded.slo))
+        searches.append(
+            Search(configuration, configuration.devices, units, loaded.slo, loaded.base.device)
+        )
     searches.sort(key=lambda s: s.unit_sockets)  # cheapest first: an early bound prunes more
     report = reporter or Silent()
     announced: set[int] = set()

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from rdu_sim import human
 from rdu_sim.config.cluster import SLOConfig
-from rdu_sim.report.bound import RESOURCES
+from rdu_sim.report.bound import REMEDIES, RESOURCES
 
 HALVES = ("ttft", "tpot")
 NAMES = {"ttft": "TTFT", "tpot": "TPOT"}
@@ -159,8 +159,8 @@ def _step(metrics: Mapping[str, Any], half: str) -> str:
 
 def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]:
     """What would move a binding half (module docstring), most direct first."""
-    bound = metrics.get(f"{half}_step_bound")
-    faster = f"more {RESOURCES[bound]}" if bound in RESOURCES else "a faster step"
+    bound = str(metrics.get(f"{half}_step_bound"))
+    faster = REMEDIES.get(bound, "a faster step")
     if alone and half == "ttft":
         return (
             f"more tp{_step(metrics, half)}",

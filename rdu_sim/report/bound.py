@@ -35,6 +35,18 @@ RESOURCES: dict[str, str] = {
 }
 """Each resource in words, for sentences ("bound by HBM bandwidth"); the order ties break in."""
 
+REMEDIES: dict[str, str] = {
+    "compute": "more compute (PCUs or SMs)",
+    "hbm": "more HBM bandwidth",
+    "ddr": "more DDR bandwidth",
+    "link": "faster socket-to-socket links",
+    "blocks": "decode attention split over more thread blocks",
+    "boundaries": "fewer kernel boundaries (kernel looping, fused kernels)",
+    "host": "less host time a step (a faster serving stack)",
+}
+"""What would speed a step each resource binds, in words ("a faster prefill (more HBM
+bandwidth)"): the same keys as :data:`RESOURCES`."""
+
 
 class ResourceTimes(Protocol):
     """What holds a step's time on each resource (seconds of one socket)."""
