@@ -184,13 +184,19 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
 
 def test_the_hardware_verdict_names_the_bandwidth() -> None:
     """SN40L-8 against the DGX H100 on Llama 3.1 70B: the same batch, both decode steps
-    bound by HBM bandwidth; the H100's 1.86x bandwidth, not the bytes, decides."""
+    bound by HBM bandwidth; the H100's 1.86x bandwidth, not the bytes, sets HBM's time, and
+    the rest of the H100's step (HBM is 59.6% of it) brings the steps to 0.906x, not 0.6x."""
     data = compare(WORKLOAD, [SN40L_8, DGX]).to_dict()
     (verdict,) = data["verdicts"]
     assert verdict.startswith("dgx-h100 serves")
     assert "the same batch (32 slots)" in verdict
     assert "bound by HBM bandwidth in both" in verdict
-    assert "the HBM bandwidth (1.86x) decides" in verdict
+    assert "(59.6% vs 89.5% of their step time)" in verdict
+    assert "the HBM bandwidth (1.86x) sets its time on HBM bandwidth, 0.603x as long" in verdict
+    assert verdict.endswith(
+        "; the rest of each step (40.4% vs 10.5%), which HBM bandwidth does not explain, "
+        "brings the steps to 0.906x."
+    )
 
 
 def test_vary_is_repeatable_and_combines_with_hardware() -> None:

@@ -24,6 +24,11 @@ rest is time no one resource explains (latencies, a pipeline's fill and drain, r
 waiting on each other), and the verdict says so rather than crediting the resource."""
 
 
+DIFFERENT_REST = 0.15
+"""When the steps' ratio is more than this far from their binding resource's times' ratio,
+the rest of the steps (what the resource does not explain) is named as what moved it."""
+
+
 def _demand(column: Column) -> str:
     """The binding resource's demand and rate in one device's decode step."""
     if column.bound == "hbm" and column.hbm_bytes is not None:
@@ -86,8 +91,8 @@ def _step_why(a: Column, b: Column) -> str:
     if min(shares) < UNEXPLAINED:
         return (
             f"{head}; both read as bound by {resource}, but it takes only "
-            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of the steps: the rest "
-            "is time the binding resource does not explain (latencies, a pipeline's fill, "
+            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of their step time: the "
+            "rest is time the binding resource does not explain (latencies, a pipeline's fill, "
             "resources waiting on each other)"
         )
     demands = {
@@ -104,11 +109,20 @@ def _step_why(a: Column, b: Column) -> str:
         if abs(math.log(demand)) >= abs(math.log(rate))
         else f"the {resource} ({human.ratio(rate)})"
     )
-    return (
+    assert a.bound_s is not None and b.bound_s is not None
+    alone = a.bound_s / b.bound_s
+    why = (
         f"{head}, bound by {resource} in both ({human.percent(shares[0])} vs "
-        f"{human.percent(shares[1])} of the steps): {_demand(a)} vs {_demand(b)}; {decides} "
-        "decides"
+        f"{human.percent(shares[1])} of their step time): {_demand(a)} vs {_demand(b)}; "
+        f"{decides} sets its time on {resource}, {human.ratio(alone)} as long"
     )
+    if abs(math.log(a.step_s / b.step_s / alone)) > math.log(1 + DIFFERENT_REST):
+        why += (
+            f"; the rest of each step ({human.percent(1 - shares[0])} vs "
+            f"{human.percent(1 - shares[1])}), which {resource} does not explain, brings "
+            f"the steps to {human.ratio(a.step_s / b.step_s)}"
+        )
+    return why
 
 
 def verdict(a: Column, b: Column) -> str:
