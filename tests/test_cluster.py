@@ -593,6 +593,22 @@ def test_bad_cluster_files_name_the_field(
     assert message in str(caught.value) and str(path) in str(caught.value)
 
 
+def test_a_pools_missing_workload_is_one_error_at_its_own_field(tmp_path: Path) -> None:
+    """It was two errors, the first at the pool's line ('workload is not valid:'), the
+    second naming the unnormalized path ('cluster/../w.yaml: file not found')."""
+    (tmp_path / "cluster").mkdir()
+    pools = {"serve": {"workload": "../w.yaml", "replicas": 1}}
+    path = write_cluster(tmp_path / "cluster", pools=pools)
+    with pytest.raises(ConfigError) as caught:
+        fake(path)
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.field, issue.line) == (str(path), "pools.serve.workload", 4)
+    assert issue.message == (
+        f"pool 'serve': workload {str(tmp_path / 'w.yaml')!r} not found (paths are relative "
+        "to the cluster file; a bare name is a shipped workload's)"
+    )
+
+
 def test_pool_errors_name_the_workload_and_the_pool(tmp_path: Path) -> None:
     pools = {"serve": {"workload": str(LLAMA), "replicas": 2, "set": {"serving.batch_slot": 8}}}
     with pytest.raises(ConfigError) as caught:

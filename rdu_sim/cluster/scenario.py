@@ -109,11 +109,29 @@ def _error(file: str, lines: LineMap, field: str, message: str) -> ConfigError:
     return ConfigError.single(file, field, message, line)
 
 
+def _missing(path: Path) -> bool:
+    """No file at ``path`` (a broken link, or a name the OS refuses, is the loader's to
+    name)."""
+    try:
+        return not (path.exists() or path.is_symlink())
+    except (OSError, ValueError):
+        return False
+
+
 def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
     near = Path(pool.workload)
     if not near.is_absolute():
         near = Path(file).parent / near
     path = shipped.locate_near(near, pool.workload, ("workload",))
+    if _missing(path):
+        shown = str(shipped.written_in(file, pool.workload))
+        raise _error(
+            file,
+            lines,
+            f"pools.{name}.workload",
+            f"pool {name!r}: workload {shown!r} not found (paths are relative to the cluster "
+            "file; a bare name is a shipped workload's)",
+        )
     problem = file_kind_problem(path, pool.workload, "workload")
     if problem is not None:  # one error here, not one per field of a cluster it is not
         raise _error(file, lines, f"pools.{name}.workload", f"pool {name!r}: {problem}")
