@@ -204,6 +204,18 @@ def test_hardware_schema_accepts_unit_strings() -> None:
     assert any(b.get("type") == "string" for b in capacity["anyOf"])
 
 
+def test_the_schema_says_what_a_bare_number_means() -> None:
+    """`ttft: 500` is 500 seconds (a forgotten ms): an editor showing the schema says so."""
+    from rdu_sim.cli.schema_cmd import json_schema
+
+    ttft = json_schema("cluster")["$defs"]["SLOConfig"]["properties"]["ttft"]
+    (number,) = [b for b in ttft["anyOf"] if b.get("type") == "number"]
+    assert number["description"] == "a bare number is seconds; or give a unit"
+    capacity = HardwareConfig.model_json_schema()["$defs"]["MemoryTierConfig"]["properties"]
+    (number,) = [b for b in capacity["capacity"]["anyOf"] if b.get("type") == "number"]
+    assert number["description"].startswith("a bare number is bytes")
+
+
 def test_what_people_read_parses_back() -> None:
     """rdu_sim.human writes what this module reads (the units of a YAML file)."""
     assert human.size(64 * 2**30) == "64 GiB"

@@ -56,7 +56,7 @@ SUMMARIES: dict[str, str] = {
     "schema": "Print the JSON Schema of a workload, hardware, cluster, plan or sweep file.",
     "inspect": "Look at a model's derived figures or a workload's compiled graph.",
     "sweep": "Expand the sweep SPEC into points, simulate those not yet done, store one row each.",
-    "plan": "Find the cheapest configuration (fewest sockets) meeting the SLO of SPEC's traffic.",
+    "plan": "Find the cheapest configuration (fewest devices) meeting the SLO of SPEC's traffic.",
     "plot": "Draw a KIND plot of INPUT (a run JSON, a sweep database or a workload YAML).",
     "validate": "Run the calibration suite and compare with SambaNova's published SN40L figures.",
     "calibrate": "Fit hardware and serving-stack parameters to measurements and published "

@@ -143,8 +143,7 @@ def command(
     as_json: bool,
     progress: bool,
 ) -> None:
-    """Find the cheapest configuration (fewest sockets or GPUs) meeting the SLO of SPEC's
-    traffic."""
+    """Find the cheapest configuration (fewest devices) meeting the SLO of SPEC's traffic."""
     from rdu_sim.plan import load_plan, plan_summary, run_plan
     from rdu_sim.sweep.progress import RichReporter
 

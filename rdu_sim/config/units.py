@@ -329,13 +329,15 @@ def quantity_pattern(table: _UnitTable) -> str:
     return rf"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t]*({units})?\s*$"
 
 
-def _quantity(table: _UnitTable) -> Any:
-    """What the YAML may hold for a quantity: a number in the internal unit, or a string
-    matching :func:`quantity_pattern` (the JSON Schema editors check as you type)."""
+def _quantity(table: _UnitTable, internal: str) -> Any:
+    """What the YAML may hold for a quantity: a number in the internal unit (``internal``
+    names it, in the schema, so that ``ttft: 500`` reads as 500 seconds before it runs), or
+    a string matching :func:`quantity_pattern` (the JSON Schema editors check as you type)."""
     text = Annotated[
         str, StringConstraints(pattern=quantity_pattern(table), max_length=MAX_QUANTITY_CHARS)
     ]
-    return float | text
+    bare = Annotated[float, Field(description=f"a bare number is {internal}; or give a unit")]
+    return bare | text
 
 
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.
@@ -376,15 +378,27 @@ Tokens = Annotated[
 
 Bytes = Annotated[
     int,
-    BeforeValidator(parse_bytes, json_schema_input_type=_quantity(_BYTE_UNITS)),
+    BeforeValidator(parse_bytes, json_schema_input_type=_quantity(_BYTE_UNITS, "bytes")),
     PlainSerializer(int),
 ]
 Seconds = Annotated[
-    float, BeforeValidator(parse_seconds, json_schema_input_type=_quantity(_TIME_UNITS))
+    float, BeforeValidator(parse_seconds, json_schema_input_type=_quantity(_TIME_UNITS, "seconds"))
 ]
 BytesPerSecond = Annotated[
-    float, BeforeValidator(parse_bandwidth, json_schema_input_type=_quantity(_BANDWIDTH_UNITS))
+    float,
+    BeforeValidator(
+        parse_bandwidth,
+        json_schema_input_type=_quantity(
+            _BANDWIDTH_UNITS, "bytes per second, at least a million (less is a forgotten unit)"
+        ),
+    ),
 ]
 FlopsPerSecond = Annotated[
-    float, BeforeValidator(parse_flops, json_schema_input_type=_quantity(_FLOPS_UNITS))
+    float,
+    BeforeValidator(
+        parse_flops,
+        json_schema_input_type=_quantity(
+            _FLOPS_UNITS, "FLOP/s, at least a million (less is a forgotten unit)"
+        ),
+    ),
 ]
