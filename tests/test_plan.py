@@ -133,6 +133,8 @@ def test_search_matches_brute_force(tmp_path: Path) -> None:
             assert row["status"] == "infeasible" and row["tp"] == 3
             assert "tp=3 does not divide the" in row["reason"]  # the model named since issue 21
             assert "model's 32 attention heads; use a divisor of 32" in row["reason"]
+            # the field the user wrote, in the plan: not the pool's set the plan put it in
+            assert row["reason"].endswith("(from the plan's search.tp)")
     brute = sum(len(runs) for runs in reference.values())
     assert len(set(CALLS)) < brute / 2  # the pruning pays
 
@@ -217,6 +219,13 @@ def test_plan_searches_parallelism_and_counts_each_replicas_devices(tmp_path: Pa
     loaded = load_plan(spec)
     configurations = loaded.configurations()
     assert [c.devices for c in configurations] == [2, 2, 2]
+    split = "the plan's search.parallelism"
+    assert loaded.origins(configurations[1]) == {  # kv_policy is the template's: no origin
+        "parallelism.tp": split,
+        "parallelism.dp_attention": split,
+        "hw.system.sockets": split,
+        "serving.batch_slots": "the plan's search.batch_slots",
+    }
     ranks = loaded.build(configurations[1], 3).cluster
     assert ranks.sockets == 6 and ranks.pools[0].ranks == 2
     summary = plan_summary(run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_evaluate))

@@ -27,6 +27,7 @@ from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
     STACK_PREFIX,
+    SetSource,
     normalize_overrides,
     overridden,
     set_path,
@@ -118,7 +119,9 @@ def _missing(path: Path) -> bool:
         return False
 
 
-def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
+def _pool(
+    file: str, lines: LineMap, name: str, pool: Any, set_origins: Mapping[str, str]
+) -> PoolScenario:
     near = Path(pool.workload)
     if not near.is_absolute():
         near = Path(file).parent / near
@@ -136,7 +139,8 @@ def _pool(file: str, lines: LineMap, name: str, pool: Any) -> PoolScenario:
     if problem is not None:  # one error here, not one per field of a cluster it is not
         raise _error(file, lines, f"pools.{name}.workload", f"pool {name!r}: {problem}")
     try:
-        scenario = load_scenario(path, pool.set, overrides_from=f"pools.{name}.set")
+        source = SetSource(f"pools.{name}.set", set_origins)
+        scenario = load_scenario(path, pool.set, overrides_from=source)
     except ConfigError as exc:
         context = _error(file, lines, f"pools.{name}", f"pool {name!r}: workload is not valid:")
         raise ConfigError([*context.issues, *exc.issues]) from None
@@ -250,8 +254,11 @@ def build_cluster(
     file: str,
     lines: LineMap | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
+    set_origins: Mapping[str, str] | None = None,
 ) -> ClusterScenario:
-    """Validate cluster data (already parsed), apply overrides, load every pool's workload."""
+    """Validate cluster data (already parsed), apply overrides, load every pool's workload.
+    ``set_origins``: where keys of the pools' ``set`` came from, when a tool put them there
+    (``config.overrides.SetSource``)."""
     lines = lines or {}
     normalized = normalize_overrides(overrides)
     raw = copy.deepcopy(dict(data))
@@ -274,7 +281,8 @@ def build_cluster(
             file, lines, "router.policy", f"unknown router {config.router.policy!r}; valid: {valid}"
         )
         raise overridden(error, file, normalized)
-    pools = tuple(_pool(file, lines, name, pool) for name, pool in config.pools.items())
+    origins = set_origins or {}
+    pools = tuple(_pool(file, lines, name, p, origins) for name, p in config.pools.items())
     cluster = ClusterScenario(config, file, pools, lines, dict(normalized))
     _cross_check(cluster)
     return cluster

@@ -26,6 +26,20 @@ SET = "--set"
 """Where overrides come from unless a caller says: the command line's flag."""
 
 
+class SetSource(str):
+    """Where a mapping of overrides was given (``pools.serve.set``), with, for keys whose
+    value a tool put there from a file of its own, that origin (a plan puts its search's
+    axes into its pool's set: ``{"parallelism.tp": "the plan's search.tp"}``). An error at
+    such a key names the origin, the field the user wrote (``overridden``)."""
+
+    origins: dict[str, str]
+
+    def __new__(cls, text: str, origins: Mapping[str, str]) -> SetSource:
+        made = super().__new__(cls, text)
+        made.origins = dict(origins)
+        return made
+
+
 def _is_text(text: str) -> bool:
     """Whether `text` is Unicode text (not undecodable bytes from the command line)."""
     try:
@@ -137,13 +151,16 @@ def overridden(
 
     ``source`` names where the overrides were given: ``--set`` reads ``(from --set
     serving.batch_slots)``; a file's mapping of them, ``pools.serve.set``, reads ``(from
-    pools.serve.set: serving.batch_slots)``, the key as written there."""
+    pools.serve.set: serving.batch_slots)``, the key as written there; a key a
+    :class:`SetSource` gives an origin reads ``(from the plan's search.tp)``."""
     between = " " if source == SET else ": "
+    origins = source.origins if isinstance(source, SetSource) else {}
     issues = []
     for issue in exc.issues:
         path = override_for(issue.field, overrides) if issue.file == file else None
         if path is not None:
-            note = f"(from {source}{between}{prefix}{path})"
+            origin = origins.get(prefix + path)
+            note = f"(from {origin})" if origin else f"(from {source}{between}{prefix}{path})"
             issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
         issues.append(issue)
     return ConfigError(issues)

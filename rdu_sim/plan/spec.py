@@ -69,14 +69,20 @@ class Configuration:
         ratio = self.ratio
         return 1 if ratio is None else ratio[0] + ratio[1]
 
+    def fields(self) -> dict[str, tuple[Any, str]]:
+        """The workload fields this configuration sets (``--set`` paths), each with the
+        search axis its value comes from."""
+        split = "tp" if self.tensor_only else "parallelism"
+        return {
+            **{f"parallelism.{name}": (value, split) for name, value in self.parallelism},
+            "hw.system.sockets": (self.devices, split),  # a replica: one system of its devices
+            "serving.batch_slots": (self.batch_slots, "batch_slots"),
+            "kv.policy": (self.kv_policy, "kv_policy"),
+        }
+
     def overrides(self) -> dict[str, Any]:
         """The workload fields this configuration sets (``--set`` paths)."""
-        return {
-            **{f"parallelism.{name}": value for name, value in self.parallelism},
-            "hw.system.sockets": self.devices,  # a replica is one system of its devices
-            "serving.batch_slots": self.batch_slots,
-            "kv.policy": self.kv_policy,
-        }
+        return {path: value for path, (value, _) in self.fields().items()}
 
     def label(self) -> str:
         """The configuration in a few words, for progress lines."""
@@ -139,6 +145,17 @@ class LoadedPlan:
         )
         return ConfigError.single(str(self.file), field, message, line)
 
+    def origins(self, configuration: Configuration) -> dict[str, str]:
+        """Where each field ``configuration`` sets comes from, for errors: the plan's search
+        axis when the spec gives it (``the plan's search.tp``), else nothing (the template
+        pool's value: its own file's or set's)."""
+        given = self.spec.search.model_dump(exclude_unset=True)
+        return {
+            path: f"the plan's search.{axis}"
+            for path, (_, axis) in configuration.fields().items()
+            if given.get(axis) is not None
+        }
+
     def configurations(self) -> list[Configuration]:
         """Every configuration of the searched space, in spec order."""
         search = self.spec.search
@@ -183,7 +200,9 @@ class LoadedPlan:
         data["pools"] = pools
         if self.spec.slo is not None:
             data["slo"] = self.spec.slo.model_dump()
-        cluster = build_cluster(data, file=str(self.base_file))
+        cluster = build_cluster(
+            data, file=str(self.base_file), set_origins=self.origins(configuration)
+        )
         resolved = {
             "cluster": cluster.config.model_dump(
                 mode="json", exclude={"name", "description", "pools"}
