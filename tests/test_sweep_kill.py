@@ -127,7 +127,9 @@ def test_killed_while_writing_back_to_back(tmp_path: Path) -> None:
 
 
 def test_killed_with_a_process_pool(tmp_path: Path) -> None:
-    spec, db = write_spec(tmp_path, slots=10, seeds=4, sleep_s=0.03), tmp_path / "k.sqlite"
+    # 30 points of 80 ms left on 2 workers when the kill is due: 1.2 s for this process to
+    # be scheduled on a loaded machine (at 30 ms, 0.45 s once ran out: the sweep finished)
+    spec, db = write_spec(tmp_path, slots=10, seeds=4, sleep_s=0.08), tmp_path / "k.sqlite"
     done = kill_when(start(spec, db, workers=2), db, rows=10, group=True)
     assert 10 <= done < 40
     finish(spec, db, done)
