@@ -152,6 +152,12 @@ def percent(fraction: float | None, decimals: int = 1, *, signed: bool = False) 
     return f"{100 * float(fraction or 0):{sign}.{decimals}f}%"
 
 
+def target_percent(fraction: float) -> str:
+    """A share as a target is written, to its last digit and no further: ``95%``, ``99.9%``
+    (``percent`` pads to fixed decimals: ``95.000%``, or rounds ``99.95%`` up to 100)."""
+    return f"{round(100 * fraction, 9):g}%"
+
+
 def ratio(value: float | None, digits: int = 3) -> str:
     """A ratio: ``3.95x``."""
     return MISSING if _missing(value) else f"{number(value, digits)}x"

@@ -183,3 +183,11 @@ def test_one_definition_of_utilization_in_run_run_step_and_step() -> None:
     text, _ = text_of({})
     for label in UTILIZATION_LABELS.values():
         assert label in text
+
+
+def test_a_target_share_is_written_to_its_last_digit() -> None:
+    """An SLO's attainment: '95%', not '95.000%'; '99.95%', not rounded up to '100.0%'."""
+    assert human.target_percent(0.95) == "95%"
+    assert human.target_percent(0.999) == "99.9%"
+    assert human.target_percent(0.9995) == "99.95%"
+    assert human.target_percent(1.0) == "100%"

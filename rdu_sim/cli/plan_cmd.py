@@ -167,8 +167,8 @@ def command(
     out.print(
         f"[bold]{summary['plan']}[/bold]: cluster {summary['cluster']!r}, SLO TTFT <= "
         f"{human.duration(slo['ttft_s'])} and TPOT <= {human.duration(slo['tpot_s'])} for "
-        f"{human.percent(slo['attainment'], 3)} of requests; {summary['evaluations']} cluster runs "
-        f"({result.db})"
+        f"{human.target_percent(slo['attainment'])} of requests; {summary['evaluations']} "
+        f"cluster runs ({result.db})"
     )
     rows = summary["configurations"]
     best = summary["cheapest"]

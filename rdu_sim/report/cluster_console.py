@@ -97,7 +97,7 @@ def goodput_table(result: ClusterSummary) -> Table:
         (
             "SLO",
             f"TTFT <= {human.duration(slo.ttft_s)}, TPOT <= "
-            f"{human.duration(slo.tpot_s)}, for {human.percent(slo.attainment)}",
+            f"{human.duration(slo.tpot_s)}, for {human.target_percent(slo.attainment)}",
         ),
         (
             "requests meeting the SLO",
