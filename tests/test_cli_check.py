@@ -145,6 +145,19 @@ def test_unknown_kind_explains_what_is_expected(tmp_path: Path) -> None:
     assert "'socket'" in result.stderr and "'hardware'" in result.stderr
 
 
+def test_a_misspelt_kind_key_is_named_with_the_key_it_misses(tmp_path: Path) -> None:
+    """A plan with 'serach:' read 'cannot tell what this file is' at line 1, where `plan`
+    said 'did you mean search'."""
+    path = tmp_path / "plan.yaml"
+    path.write_text("name: p\ncluster: c.yaml\nserach: {tp: [1]}\n")
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        f"error: {path}:3: serach: cannot tell what this file is; did you mean 'search' "
+        "(a plan spec has it)? a hardware file has"
+    )
+
+
 def test_sweep_specs_use_the_sweep_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = tmp_path / "sweep.yaml"
     spec.write_text("base: ../workloads/x.yaml\naxes: {serving.batch_slots: [1, 2]}\n")

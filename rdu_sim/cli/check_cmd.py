@@ -35,7 +35,7 @@ from rdu_sim.config.hardware_file import (
     read_hardware,
     validate_hardware,
 )
-from rdu_sim.config.kinds import KINDS_HELP, file_kind
+from rdu_sim.config.kinds import KIND_WORDS, KINDS_HELP, file_kind, misspelt_kind_key
 from rdu_sim.config.loader import LineMap, read_yaml
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack_file import (
@@ -146,6 +146,16 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
     if not isinstance(data, Mapping):
         raise ConfigError.single(
             file, "", f"expected a mapping of fields at the top level, got a {type(data).__name__}"
+        )
+    misspelt = misspelt_kind_key(data)
+    if misspelt is not None:
+        key, meant, kind = misspelt
+        raise ConfigError.single(
+            file,
+            key,
+            f"cannot tell what this file is; did you mean {meant!r} (a {KIND_WORDS[kind]} "
+            f"has it)? {KINDS_HELP}",
+            lines.get((key,), 1),
         )
     raise ConfigError.single(
         file,

@@ -53,6 +53,31 @@ def file_kind(data: Any) -> str | None:
     return None
 
 
+def misspelt_kind_key(data: Mapping[Any, Any]) -> tuple[str, str, str] | None:
+    """A top-level key close to a key that names a kind (``serach`` for ``search``), for a
+    file :func:`file_kind` cannot place: (the key, the key it is close to, that kind)."""
+    import difflib
+
+    kinds = {
+        key: kind
+        for keys, kind in (
+            (CALIBRATION_KEYS, "calibration"),
+            (PLAN_KEYS, "plan"),
+            (CLUSTER_KEYS, "cluster"),
+            (WORKLOAD_KEYS, "workload"),
+            (STACK_KEYS, "stack"),
+            (HARDWARE_KEYS, "hardware"),
+            (SWEEP_KEYS, "sweep"),
+        )
+        for key in sorted(keys)
+    }
+    for key in map(str, data):
+        close = difflib.get_close_matches(key, list(kinds), n=1, cutoff=0.8)
+        if close:
+            return key, close[0], kinds[close[0]]
+    return None
+
+
 KIND_WORDS = {
     "workload": "workload file",
     "hardware": "hardware file",
