@@ -60,6 +60,7 @@ __all__ = [
     "keeps_on_stop",
     "kept_on_stop",
     "native",
+    "raise_lost",
     "raising",
     "received",
     "run_stoppable",
@@ -159,6 +160,18 @@ def _deliver() -> None:
             set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
             set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
         set_async_exc(_state.main, Interrupted)
+
+
+def raise_lost() -> None:
+    """Raise :class:`Interrupted` if a signal arrived and its exception was lost: code that
+    catches every error from the Python it calls swallows it (pydantic-core, serializing a
+    tagged union, takes an exception from the callable that names the member for a failed
+    lookup, warns and goes on). Called where work may stop (a sweep, between two points),
+    so a lost stop costs at most one point. Nothing while a deferred section holds it, and
+    nothing with ``once`` (a worker, or a command already ending: :func:`ignore_further`)."""
+    held = _state.held or _state.pending is not None
+    if _state.installed and not _state.once and not held and _state.received is not None:
+        raise Interrupted(_state.received)
 
 
 def ignore_further() -> None:

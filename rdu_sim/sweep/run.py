@@ -445,6 +445,7 @@ def _record_each(
         for outcome in outcomes:
             with interrupts.deferred():
                 record(outcome)
+            interrupts.raise_lost()  # a stop a library swallowed: here, not after every point
     except interrupts.Interrupted as stop:
         if inspect.getgeneratorstate(outcomes) != inspect.GEN_SUSPENDED:
             raise  # the executor raised it, having handed over what it had
