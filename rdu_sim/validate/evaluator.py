@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdu_sim import interrupts
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.validate.calibration_problem import Problem
 from rdu_sim.validate.evaluation_cache import EvaluationCache
@@ -91,6 +92,7 @@ class Evaluator:
             self.cache.put(keys[index], unit.kind, unit.name, result)  # kept the moment it ends
             found[index] = result
             self.simulated += 1
+            interrupts.raise_lost()  # a stop a library swallowed: after the unit it landed in
         return found
 
     def _simulate(
