@@ -311,12 +311,15 @@ def test_groups_no_target_joins_are_fitted_apart(tmp_path: Path) -> None:
     problem = _problem([studio, stack], fits)
     assert [group for group, _ in problem.blocks()] == [(0,), (1,)]
     assert sorted(i for _, targets in problem.blocks() for i in targets) == list(problem.train)
-    both = Calibration(problem).fit(8)
-    apart = (
-        Calibration(_problem([studio], fits[:1])).fit(8),
-        Calibration(_problem([stack], fits[1:])).fit(8),
-    )
+    shared = EvaluationCache(None)  # the fits apart reuse what the joint fit simulated
+    both = Calibration(problem, shared).fit(8)
+    alone = [Calibration(_problem([studio], fits[:1]), shared)]
+    alone.append(Calibration(_problem([stack], fits[1:]), shared))
+    apart = tuple(calibration.fit(8) for calibration in alone)
     assert both.values == (apart[0].values[0], apart[1].values[0])
+    # ... and asked for no row at a value the joint fit did not: each group's search is the
+    # one it made inside the joint fit
+    assert [calibration.evaluator.simulated for calibration in alone] == [0, 0]
     # rows simulated with the shipped stacks: the fit finds their values back
     shipped = tuple(
         api.load("llama3.1-8b-1socket", {"stack": name}).stack.host.serial_per_step
