@@ -155,7 +155,7 @@ def percent(fraction: float | None, decimals: int = 1, *, signed: bool = False) 
 def target_percent(fraction: float) -> str:
     """A share as a target is written, to its last digit and no further: ``95%``, ``99.9%``
     (``percent`` pads to fixed decimals: ``95.000%``, or rounds ``99.95%`` up to 100)."""
-    return f"{round(100 * fraction, 9):g}%"
+    return f"{round(100 * fraction, 9):.12g}%"
 
 
 def ratio(value: float | None, digits: int = 3) -> str:

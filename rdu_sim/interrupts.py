@@ -66,6 +66,7 @@ __all__ = [
     "run_stoppable",
     "start_worker",
     "stop_children",
+    "winding_down",
 ]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -109,6 +110,8 @@ class _State:
         self.pending: int | None = None  # a signal a deferred section holds
         self.queue: SimpleQueue[int] = SimpleQueue()
         self.helper: threading.Thread | None = None
+        self.delivering = False  # the helper thread is raising a signal in the main thread
+        self.winding = 0  # sections handing over what a caught stop leaves (winding_down)
 
 
 _state = _State()
@@ -149,17 +152,21 @@ def _deliver() -> None:
     set_async_exc: Any = None
     while True:
         signum = _state.queue.get()
-        if not _counts(signum):
-            continue
-        if _state.held:
-            _state.pending = signum
-            continue
-        if set_async_exc is None:  # loaded at the first signal: most runs never need it
-            import ctypes
+        _state.delivering = True  # until raised: raise_lost must not raise it a second time
+        try:
+            if not _counts(signum):
+                continue
+            if _state.held:
+                _state.pending = signum
+                continue
+            if set_async_exc is None:  # loaded at the first signal: most runs never need it
+                import ctypes
 
-            set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
-            set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
-        set_async_exc(_state.main, Interrupted)
+                set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+                set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+            set_async_exc(_state.main, Interrupted)
+        finally:
+            _state.delivering = False
 
 
 def raise_lost() -> None:
@@ -167,11 +174,24 @@ def raise_lost() -> None:
     catches every error from the Python it calls swallows it (pydantic-core, serializing a
     tagged union, takes an exception from the callable that names the member for a failed
     lookup, warns and goes on). Called where work may stop (a sweep, between two points),
-    so a lost stop costs at most one point. Nothing while a deferred section holds it, and
-    nothing with ``once`` (a worker, or a command already ending: :func:`ignore_further`)."""
-    held = _state.held or _state.pending is not None
+    so a lost stop costs at most one point. Nothing while a deferred section holds it, while
+    the helper thread is raising it, while a caught stop winds down (:func:`winding_down`),
+    or with ``once`` (a worker, or a command already ending: :func:`ignore_further`)."""
+    held = _state.held or _state.pending is not None or _state.winding or _state.delivering
     if _state.installed and not _state.once and not held and _state.received is not None:
         raise Interrupted(_state.received)
+
+
+@contextmanager
+def winding_down() -> Iterator[None]:
+    """The section in which code that caught a stop hands over what the stopped work left (an
+    executor yielding what its workers finished before it raises the stop again): the stop
+    is being handled, so :func:`raise_lost` leaves it alone."""
+    _state.winding += 1
+    try:
+        yield
+    finally:
+        _state.winding -= 1
 
 
 def ignore_further() -> None:

@@ -35,11 +35,17 @@ def _cache_bytecode_outside_the_checkout(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # a worker of a run whose controller did not set it
         return
     folder = tempfile.mkdtemp(prefix="rdu-sim-tests-pycache-")
+    dont_write = os.environ.pop("PYTHONDONTWRITEBYTECODE")
     os.environ["PYTHONPYCACHEPREFIX"] = folder
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    sys.pycache_prefix = folder
-    sys.dont_write_bytecode = False
-    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    sys.pycache_prefix, sys.dont_write_bytecode = folder, False
+
+    def restore() -> None:  # as it was, for a next run in this process (an IDE's)
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = dont_write
+        sys.pycache_prefix, sys.dont_write_bytecode = None, True
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(restore)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -33,6 +33,7 @@ from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.cluster.routers import PoolState, make_router, register, router_names
 from rdu_sim.cluster.routers import base as routers_base
 from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
+from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.des.timeline import Timeline
 from rdu_sim.serving.step_cache import PS_PER_S
@@ -607,6 +608,21 @@ def test_a_pools_missing_workload_is_one_error_at_its_own_field(tmp_path: Path) 
         f"pool 'serve': workload {str(tmp_path / 'w.yaml')!r} not found (paths are relative "
         "to the cluster file; a bare name is a shipped workload's)"
     )
+
+
+def test_a_pools_workload_path_may_start_with_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'~/w.yaml' is read where the home folder holds it, as every path in a config file."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "w.yaml").write_text(LLAMA.read_text().replace("../hw_configs/sn40l.yaml", "sn40l"))
+    (tmp_path / "cluster").mkdir()
+    pools = {"serve": {"workload": "~/w.yaml", "replicas": 1}}
+    scenario = build_cluster(
+        yaml.safe_load(write_cluster(tmp_path / "cluster", pools=pools).read_text()),
+        file=str(tmp_path / "cluster" / "cluster.yaml"),
+    )
+    assert scenario.pools[0].scenario.workload_file == str(tmp_path / "w.yaml")
 
 
 def test_pool_errors_name_the_workload_and_the_pool(tmp_path: Path) -> None:

@@ -192,7 +192,7 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
     assert "the same batch (32 slots)" in verdict
     assert "bound by HBM bandwidth in both" in verdict
     assert "(59.6% vs 89.5% of their step time)" in verdict
-    assert "the HBM bandwidth (1.86x) sets its time on HBM bandwidth, 0.603x as long" in verdict
+    assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.86x) the" in verdict
     assert verdict.endswith(
         "; the rest of each step (40.4% vs 10.5%), which HBM bandwidth does not explain, "
         "brings the steps to 0.906x."

@@ -191,3 +191,4 @@ def test_a_target_share_is_written_to_its_last_digit() -> None:
     assert human.target_percent(0.999) == "99.9%"
     assert human.target_percent(0.9995) == "99.95%"
     assert human.target_percent(1.0) == "100%"
+    assert human.target_percent(0.9999995) == "99.99995%"  # not cut to 6 digits

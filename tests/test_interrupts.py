@@ -287,6 +287,28 @@ def test_a_stop_a_library_swallowed_is_raised_between_two_points(
     assert (again.already_done, again.ran) == (3, 13)
 
 
+def test_what_an_executor_hands_over_after_a_stop_is_all_recorded() -> None:
+    """An executor that caught the stop yields what its workers finished, then raises it
+    again: every one is recorded. raise_lost took the stop as lost after the first one and
+    threw it back in, and the rest were dropped."""
+    from rdu_sim.sweep.run import _record_each
+
+    def executor() -> Any:
+        yield "a"
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # a pool's wait, cut short
+        except interrupts.Interrupted:
+            with interrupts.winding_down():
+                yield from ("drained-1", "drained-2", "drained-3")
+            raise
+
+    recorded: list[str] = []
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted):
+        _record_each(executor(), recorded.append)
+    assert recorded == ["a", "drained-1", "drained-2", "drained-3"]
+
+
 def test_a_signal_the_process_started_ignoring_stays_ignored() -> None:
     """A background job of a script starts with SIGINT ignored: the simulator leaves it so
     (a Ctrl-C meant for the terminal's foreground job does not stop it) and handles SIGTERM."""

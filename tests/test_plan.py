@@ -226,6 +226,12 @@ def test_plan_searches_parallelism_and_counts_each_replicas_devices(tmp_path: Pa
         "hw.system.sockets": split,
         "serving.batch_slots": "the plan's search.batch_slots",
     }
+    # tp-only choices of search.parallelism are still search.parallelism's
+    (tmp_path / "tp").mkdir()
+    only_tp = load_plan(write_plan(tmp_path / "tp", {"parallelism": [{"tp": 2}, {"tp": 3}]}))
+    (tp3,) = [c for c in only_tp.configurations() if c.tp == 3]
+    with pytest.raises(ConfigError, match=r"\(from the plan's search\.parallelism\)"):
+        only_tp.build(tp3, 1)
     ranks = loaded.build(configurations[1], 3).cluster
     assert ranks.sockets == 6 and ranks.pools[0].ranks == 2
     summary = plan_summary(run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_evaluate))

@@ -122,18 +122,15 @@ def _missing(path: Path) -> bool:
 def _pool(
     file: str, lines: LineMap, name: str, pool: Any, set_origins: Mapping[str, str]
 ) -> PoolScenario:
-    near = Path(pool.workload)
-    if not near.is_absolute():
-        near = Path(file).parent / near
+    near = shipped.written_in(file, pool.workload)
     path = shipped.locate_near(near, pool.workload, ("workload",))
     if _missing(path):
-        shown = str(shipped.written_in(file, pool.workload))
         raise _error(
             file,
             lines,
             f"pools.{name}.workload",
-            f"pool {name!r}: workload {shown!r} not found (paths are relative to the cluster "
-            "file; a bare name is a shipped workload's)",
+            f"pool {name!r}: workload {str(near)!r} not found (paths are relative to the "
+            "cluster file; a bare name is a shipped workload's)",
         )
     problem = file_kind_problem(path, pool.workload, "workload")
     if problem is not None:  # one error here, not one per field of a cluster it is not

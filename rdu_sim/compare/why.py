@@ -114,7 +114,8 @@ def _step_why(a: Column, b: Column) -> str:
     why = (
         f"{head}, bound by {resource} in both ({human.percent(shares[0])} vs "
         f"{human.percent(shares[1])} of their step time): {_demand(a)} vs {_demand(b)}; "
-        f"{decides} sets its time on {resource}, {human.ratio(alone)} as long"
+        f"its time on {resource} is {human.ratio(alone)} as long, {decides} the larger "
+        "factor"
     )
     if abs(math.log(a.step_s / b.step_s / alone)) > math.log(1 + DIFFERENT_REST):
         why += (

@@ -90,7 +90,8 @@ class Search:
             self.finish("met", "")
             return None
         if cap <= self.failing:  # fewer units than `passing` could not beat the best either
-            self.finish("pruned", f"met with {self.passing} units; fewer cannot beat the best")
+            met = human.count(self.passing * self.unit_sockets, self.device)
+            self.finish("pruned", f"met on {met}; fewer cannot beat the best")
             return None
         return min(cap, (self.failing + self.passing) // 2)
 

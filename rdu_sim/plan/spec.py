@@ -27,6 +27,10 @@ from rdu_sim.config.plan import PlanSpec, parse_ratio
 from rdu_sim.kv import policy_names
 from rdu_sim.sweep.key import config_key, resolved_config
 
+SPLIT_AXIS = "split"
+"""The axis of a configuration's parallelism fields in ``Configuration.fields``: the spec's
+``search.tp`` or ``search.parallelism``, whichever it gives (``LoadedPlan.origins``)."""
+
 
 @dataclass(frozen=True)
 class Configuration:
@@ -72,7 +76,7 @@ class Configuration:
     def fields(self) -> dict[str, tuple[Any, str]]:
         """The workload fields this configuration sets (``--set`` paths), each with the
         search axis its value comes from."""
-        split = "tp" if self.tensor_only else "parallelism"
+        split = SPLIT_AXIS  # search.tp or search.parallelism: the spec says which
         return {
             **{f"parallelism.{name}": (value, split) for name, value in self.parallelism},
             "hw.system.sockets": (self.devices, split),  # a replica: one system of its devices
@@ -150,10 +154,12 @@ class LoadedPlan:
         axis when the spec gives it (``the plan's search.tp``), else nothing (the template
         pool's value: its own file's or set's)."""
         given = self.spec.search.model_dump(exclude_unset=True)
+        split = "parallelism" if given.get("parallelism") is not None else "tp"
+        named = {SPLIT_AXIS: split}
         return {
-            path: f"the plan's search.{axis}"
+            path: f"the plan's search.{named.get(axis, axis)}"
             for path, (_, axis) in configuration.fields().items()
-            if given.get(axis) is not None
+            if given.get(named.get(axis, axis)) is not None
         }
 
     def configurations(self) -> list[Configuration]:

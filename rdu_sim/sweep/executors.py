@@ -41,7 +41,14 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.extras import require
-from rdu_sim.interrupts import Interrupted, blocked, received, start_worker, stop_children
+from rdu_sim.interrupts import (
+    Interrupted,
+    blocked,
+    received,
+    start_worker,
+    stop_children,
+    winding_down,
+)
 from rdu_sim.sweep.worker import (
     Outcome,
     Task,
@@ -125,8 +132,9 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
                 while ready:
                     yield ready.popleft()
         except Interrupted:
-            yield from ready
-            yield from _drain_pool(in_flight)
+            with winding_down():
+                yield from ready
+                yield from _drain_pool(in_flight)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -256,7 +264,8 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
                 yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
             submit()
     except Interrupted:
-        yield from _drain_dask(client, futures)
+        with winding_down():
+            yield from _drain_dask(client, futures)
         raise
     finally:
         if received() is not None:  # stopping: Dask's own farewells are not the user's news
