@@ -102,28 +102,43 @@ def test_a_run_names_its_batching_policy_beside_its_kv_policy() -> None:
     assert "; KV policy full, batching policy static\n" in invoke("run", llama, *sets)
 
 
-def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Path) -> None:
-    """A pool of data-parallel attention read 'tp 1' in the table and '1 x tp=1' in check;
-    one replica read '1 replicas'."""
+def _one_pool_cluster(
+    folder: Path,
+    name: str,
+    workload: Path,
+    sets: dict[str, int],
+    requests: int,
+    output_tokens: int,
+) -> Path:
+    """A cluster file of one replica of ``workload`` (with ``sets``) serving a few fixed-length
+    requests."""
     cluster = {
-        "name": "ranks",
-        "pools": {
-            "serve": {
-                "workload": str(REPO / "workloads" / "llama3.1-8b-1socket.yaml"),
-                "replicas": 1,
-                "set": {"hw.system.sockets": 2, "parallelism.dp_attention": 2},
-            }
-        },
+        "name": name,
+        "pools": {"serve": {"workload": str(workload), "replicas": 1, "set": sets}},
         "traffic": {
             "rate": 4,
-            "requests": 8,
+            "requests": requests,
             "prompt_tokens": {"dist": "fixed", "value": 256},
-            "output_tokens": {"dist": "fixed", "value": 16},
+            "output_tokens": {"dist": "fixed", "value": output_tokens},
         },
         "slo": {"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
     }
-    path = tmp_path / "cluster.yaml"
+    path = folder / "cluster.yaml"
     path.write_text(yaml.safe_dump(cluster))
+    return path
+
+
+def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Path) -> None:
+    """A pool of data-parallel attention read 'tp 1' in the table and '1 x tp=1' in check;
+    one replica read '1 replicas'."""
+    path = _one_pool_cluster(
+        tmp_path,
+        "ranks",
+        REPO / "workloads" / "llama3.1-8b-1socket.yaml",
+        {"hw.system.sockets": 2, "parallelism.dp_attention": 2},
+        requests=8,
+        output_tokens=16,
+    )
     summary = run_cluster(path, backend=FakeBackend()).summary()
     pool = summary.pools["serve"]
     assert pool.layout == {"tp": 1, "dp_attention": 2, "ep": 1, "pp": 1, "micro_batches": 1}
@@ -142,25 +157,14 @@ def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Pa
 
 def test_a_gpu_clusters_report_counts_gpus_not_sockets(tmp_path: Path) -> None:
     """The header, the pools table and the goodput table said sockets for H100 pools."""
-    cluster = {
-        "name": "gpus",
-        "pools": {
-            "serve": {
-                "workload": str(REPO / "workloads" / "ep" / "deepseek-r1-h100.yaml"),
-                "replicas": 1,
-                "set": {"hw.system.sockets": 16},
-            }
-        },
-        "traffic": {
-            "rate": 4,
-            "requests": 4,
-            "prompt_tokens": {"dist": "fixed", "value": 256},
-            "output_tokens": {"dist": "fixed", "value": 8},
-        },
-        "slo": {"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
-    }
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(cluster))
+    path = _one_pool_cluster(
+        tmp_path,
+        "gpus",
+        REPO / "workloads" / "ep" / "deepseek-r1-h100.yaml",
+        {"hw.system.sockets": 16},
+        requests=4,
+        output_tokens=8,
+    )
     summary = run_cluster(path).summary()  # the GPU model (FakeBackend is an SN40L one)
     assert (summary.device, summary.sockets) == ("GPU", 16)
     assert summary.to_dict()["device"] == "GPU"

@@ -30,11 +30,7 @@ from rdu_sim.cli.errors import (
 )
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.hardware_file import (
-    Hardware,
-    read_hardware,
-    validate_hardware,
-)
+from rdu_sim.config.hardware_file import Hardware, read_hardware, validate_hardware
 from rdu_sim.config.kinds import KIND_WORDS, KINDS_HELP, file_kind, misspelt_kind_key
 from rdu_sim.config.loader import LineMap, read_yaml
 from rdu_sim.config.parallelism import describe_layout

@@ -30,27 +30,25 @@ KINDS_HELP = (
 )
 
 
+KIND_KEYS: tuple[tuple[frozenset[str], str], ...] = (
+    (CALIBRATION_KEYS, "calibration"),
+    (PLAN_KEYS, "plan"),
+    (CLUSTER_KEYS, "cluster"),
+    (WORKLOAD_KEYS, "workload"),
+    (STACK_KEYS, "stack"),
+    (HARDWARE_KEYS, "hardware"),
+    (SWEEP_KEYS, "sweep"),
+)
+"""Each kind's keys, in the order they decide (a plan names a cluster file: ``search`` first)."""
+
+
 def file_kind(data: Any) -> str | None:
     """'workload', 'hardware', 'stack', 'sweep', 'cluster', 'plan', 'calibration', or None when
     the keys say nothing."""
     if not isinstance(data, Mapping):
         return None
     keys = {str(k) for k in data}
-    if keys & CALIBRATION_KEYS:
-        return "calibration"
-    if keys & PLAN_KEYS:
-        return "plan"
-    if keys & CLUSTER_KEYS:
-        return "cluster"
-    if keys & WORKLOAD_KEYS:
-        return "workload"
-    if keys & STACK_KEYS:
-        return "stack"
-    if keys & HARDWARE_KEYS:
-        return "hardware"
-    if keys & SWEEP_KEYS:
-        return "sweep"
-    return None
+    return next((kind for named, kind in KIND_KEYS if keys & named), None)
 
 
 def misspelt_kind_key(data: Mapping[Any, Any]) -> tuple[str, str, str] | None:
@@ -58,19 +56,7 @@ def misspelt_kind_key(data: Mapping[Any, Any]) -> tuple[str, str, str] | None:
     file :func:`file_kind` cannot place: (the key, the key it is close to, that kind)."""
     import difflib
 
-    kinds = {
-        key: kind
-        for keys, kind in (
-            (CALIBRATION_KEYS, "calibration"),
-            (PLAN_KEYS, "plan"),
-            (CLUSTER_KEYS, "cluster"),
-            (WORKLOAD_KEYS, "workload"),
-            (STACK_KEYS, "stack"),
-            (HARDWARE_KEYS, "hardware"),
-            (SWEEP_KEYS, "sweep"),
-        )
-        for key in sorted(keys)
-    }
+    kinds = {key: kind for named, kind in KIND_KEYS for key in sorted(named)}
     for key in map(str, data):
         close = difflib.get_close_matches(key, list(kinds), n=1, cutoff=0.8)
         if close:

@@ -76,10 +76,9 @@ class Configuration:
     def fields(self) -> dict[str, tuple[Any, str]]:
         """The workload fields this configuration sets (``--set`` paths), each with the
         search axis its value comes from."""
-        split = SPLIT_AXIS  # search.tp or search.parallelism: the spec says which
         return {
-            **{f"parallelism.{name}": (value, split) for name, value in self.parallelism},
-            "hw.system.sockets": (self.devices, split),  # a replica: one system of its devices
+            **{f"parallelism.{name}": (value, SPLIT_AXIS) for name, value in self.parallelism},
+            "hw.system.sockets": (self.devices, SPLIT_AXIS),  # a replica: a system of its devices
             "serving.batch_slots": (self.batch_slots, "batch_slots"),
             "kv.policy": (self.kv_policy, "kv_policy"),
         }
