@@ -3,6 +3,7 @@ input and nothing else, equal to a fresh simulation, and only inside ``share_ste
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +15,9 @@ from rdu_sim import api
 from rdu_sim.compiler import compile_program
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine import Engine, shared_steps
+from rdu_sim.engine.for_hardware import engine_for
+from rdu_sim.engine.gpu import GpuEngine
+from rdu_sim.engine.gpu.work import GpuSettings
 from rdu_sim.engine.shared_steps import step_key
 from rdu_sim.sweep.worker import MAX_BATCH, Task, sibling_batches
 
@@ -97,6 +101,60 @@ def test_runs_sharing_steps_report_what_they_report_alone() -> None:
     assert shared_steps.stats["misses"] == misses  # everything already simulated
 
 
+def test_the_key_reads_every_field_of_the_program_but_its_memory_plan() -> None:
+    # One changed value per field; a field added to Program without one fails here, until
+    # the key reads it or it is shown to be the memory plan's bookkeeping.
+    scenario = api.load(SMALL, SERVING)
+    program = compile_program(scenario, api.default_step_shape(scenario, "decode"))
+    other = compile_program(scenario, api.default_step_shape(scenario, "prefill"))
+    changed: dict[str, object] = {
+        "shape": other.shape,
+        "tp": program.tp + 1,
+        "kernels": program.kernels[:-1],
+        "host_bytes": program.host_bytes + 1.0,
+        "stage_devices": program.tp * 2,
+        "micro_batches": (program, program),
+        "expert_balance": object(),
+        "pipeline": (program,),
+        "pipeline_micro_batches": 2,
+        "pipeline_transfer_bytes": 1.0,
+    }
+    names = {field.name for field in dataclasses.fields(program)}
+    assert names - set(changed) == {"placement"}
+    engine = scenario.workload.engine
+
+    def key(of: object) -> str:
+        return step_key(of, scenario.hardware, engine, scenario.stack)  # type: ignore[arg-type]
+
+    base = key(program)
+    for name, value in changed.items():
+        assert key(dataclasses.replace(program, **{name: value})) != base, name
+    assert key(dataclasses.replace(program, placement=other.placement)) == base
+
+
+def test_a_gpu_step_is_shared_like_an_sn40l_one_keyed_by_its_gpu_and_settings() -> None:
+    scenario = api.load(SMALL, {**SERVING, "hardware": "dgx-h100"})
+    program = compile_program(scenario, api.default_step_shape(scenario, "decode"))
+    engine = engine_for(scenario)
+    assert isinstance(engine, GpuEngine)
+    fresh = engine.simulate_step(program)
+    with api.share_steps():
+        first = engine.simulate_step(program)
+        again = engine_for(scenario).simulate_step(program)
+    assert first == fresh and again is first
+    assert shared_steps.stats == {"hits": 1, "misses": 1}
+    hardware, config, stack = scenario.hardware, scenario.workload.engine, scenario.stack
+    base = step_key(program, hardware, config, stack, engine.settings)
+    eager = dataclasses.replace(engine.settings, cuda_graphs=not engine.settings.cuda_graphs)
+    assert step_key(program, hardware, config, stack, eager) != base
+    faster = hardware.model_copy(
+        update={"gpu": hardware.gpu.model_copy(update={"sms": hardware.gpu.sms + 1})}
+    )
+    assert step_key(program, faster, config, stack, engine.settings) != base
+    assert engine.settings != GpuSettings()  # the stack's (TensorRT-LLM's FP8, say) ...
+    assert step_key(program, hardware, config, stack, GpuSettings()) != base  # ... are read
+
+
 @dataclass(frozen=True)
 class _Point:
     key: str
@@ -123,3 +181,26 @@ def test_sweep_batches_put_points_differing_only_in_serving_knobs_together() -> 
     assert [len(b) for b in batches] == [MAX_BATCH, 2] * 3
     # few tasks for the batches wanted: one task a batch (every worker keeps work)
     assert [len(b) for b in sibling_batches(tasks[:4], 4)] == [1, 1, 1, 1]
+
+
+def test_the_deployment_suite_shares_steps_between_rows_and_reports_them_as_alone() -> None:
+    # Two of Argonne's H100 rows differing only in the batch meet each other's steps
+    # (prefill at the same prompt); each row's value is what it simulates alone.
+    from rdu_sim.validate.deployment import simulate
+    from rdu_sim.validate.deployment_suite import run_deployment_suite
+    from rdu_sim.validate.measurement_file import read_all, shipped_files
+
+    rows = [
+        p
+        for p in read_all(shipped_files())
+        if (p.hardware, p.model, p.tp, p.input_tokens, p.output_tokens)
+        == ("dgx-h100", "llama-3.1-8b", 1, 128, 128)
+        and p.stack == "tensorrt-llm-2024"
+        and p.batch in (1, 16)
+    ]
+    assert len(rows) == 2
+    alone = [simulate(p) for p in rows]
+    assert shared_steps.stats == {"hits": 0, "misses": 0}  # outside the suite: nothing kept
+    report = run_deployment_suite(rows)
+    assert [r.simulated for r in report.results] == alone
+    assert shared_steps.stats["hits"] >= 1

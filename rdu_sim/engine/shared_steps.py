@@ -4,12 +4,14 @@ A sweep over hardware and serving knobs compiles and simulates the same step aga
 again: points that differ only in what the engine never reads (the serving knobs, the
 request count, the arrival seed, the hardware file's name) ask for steps whose program,
 socket, system and engine settings are equal, and so are their results (the engine is
-deterministic). Inside :func:`sharing` (the sweep's worker wraps every point in it) the
-SN40L engine's results are memoized per process (so per worker, on a local pool or on
-Dask) under :func:`step_key`: a digest of exactly what ``Engine.simulate_step`` reads (the
-program's shape, TP degree and kernels; the hardware's socket and system; the engine
-settings). Anything that changes one of them changes the key, so a shared result is never
-stale; a field outside them (the hardware's name, the placement's bookkeeping) does not.
+deterministic). Inside :func:`sharing` (the sweep's worker wraps every point in it; the
+deployment suite its rows, a calibration each unit) both engines' results are memoized per
+process (so per worker, on a local pool or on Dask) under :func:`step_key`: a digest of
+exactly what an engine's ``simulate_step`` reads (the program but its memory plan; the
+hardware's socket or GPU and its system; the stack, and how it runs a GPU's step; the
+engine settings). Anything that changes one of them changes the key, so a shared result is
+never stale; a field outside them (the hardware's name, the placement's bookkeeping) does
+not.
 Runs that record a trace are never shared (their records are the point), nor is anything
 outside :func:`sharing`: a single run, a test, a notebook simulate as before. The scope and
 the memo are the compiler's (``compiler.shared_programs``), which shares its programs in
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from rdu_sim.compiler import shared_programs
 from rdu_sim.compiler.program import Program
 from rdu_sim.compiler.shared_programs import Memo, active, sharing
+from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.workload import EngineConfig
@@ -42,22 +45,45 @@ stats = _memo.stats
 
 
 def step_key(
-    program: Program, hardware: HardwareConfig, config: EngineConfig, stack: StackConfig
+    program: Program,
+    hardware: HardwareConfig | GpuHardwareConfig,
+    config: EngineConfig,
+    stack: StackConfig,
+    settings: object = None,
 ) -> str:
-    """A digest of everything ``Engine.simulate_step`` reads for ``program``."""
+    """A digest of everything an engine's ``simulate_step`` reads for ``program``: the
+    device (an SN40L socket, or a GPU and ``settings``, how its stack runs a step), the
+    system, the stack and the engine settings."""
+    device = hardware.gpu if isinstance(hardware, GpuHardwareConfig) else hardware.socket
     text = "\n".join(
         (
-            repr(program.shape),
-            repr(program.tp),
-            repr(program.stage_devices),
-            repr(program.kernels),
-            hardware.socket.model_dump_json(),
+            _program_text(program),
+            device.model_dump_json(),
             hardware.system.model_dump_json(),
             stack.model_dump_json(),
             config.model_dump_json(),
+            repr(settings),
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _program_text(program: Program) -> str:
+    """Every field of ``program`` an engine reads, its micro-batches' and pipeline stages'
+    too: all but the memory plan (``placement``), which the compiler read to make them."""
+    fields = (
+        repr(program.shape),
+        repr(program.tp),
+        repr(program.stage_devices),
+        repr(program.kernels),
+        repr(program.host_bytes),
+        repr(program.expert_balance),
+        repr(program.pipeline_micro_batches),
+        repr(program.pipeline_transfer_bytes),
+        *(f"micro batch: {_program_text(micro)}" for micro in program.micro_batches),
+        *(f"pipeline stage: {_program_text(stage)}" for stage in program.pipeline),
+    )
+    return "\n".join(fields)
 
 
 def shared_step(key: str, simulate: Callable[[], StepTiming]) -> StepTiming:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rdu_sim.engine.shared_steps import sharing as share_steps
 from rdu_sim.validate.deployment import (
     BATCH,
     FULL_LOAD,
@@ -118,9 +119,10 @@ def run_deployment_suite(
     deployments = [deployment_of(s) for s in scenarios]
     kinds = {d.hardware: s.hardware.kind for s, d in zip(scenarios, deployments, strict=True)}
     results = []
-    for point, deployment in zip(points, deployments, strict=True):
-        done = simulate_run(point, [*overrides, *fixed_overrides(fixed, deployment)])
-        results.append(PointResult(point, done.value, done.batch_slots))
+    with share_steps():  # rows of one machine and model meet many of each other's steps
+        for point, deployment in zip(points, deployments, strict=True):
+            done = simulate_run(point, [*overrides, *fixed_overrides(fixed, deployment)])
+            results.append(PointResult(point, done.value, done.batch_slots))
     names = [group_of(p, d) for p, d in zip(points, deployments, strict=True)]
     by_name = dict(zip((id(r) for r in results), names, strict=True))
     summaries = grouped(results, lambda r: by_name[id(r)])

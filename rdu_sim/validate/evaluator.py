@@ -32,10 +32,12 @@ def _run(task: tuple[int, Unit, list[list[str]]]) -> tuple[int, Evaluated | list
     error that stopped it (a ConfigError does not cross processes whole)."""
     from rdu_sim.compiler import CapacityError
     from rdu_sim.engine import EventBudgetError
+    from rdu_sim.engine.shared_steps import sharing
 
     index, unit, overrides = task
     try:
-        return index, unit.run(overrides)
+        with sharing():  # units at the same values meet each other's steps (a sweep's rule)
+            return index, unit.run(overrides)
     except ConfigError as exc:
         return index, list(exc.issues)
     except (CapacityError, EventBudgetError) as exc:

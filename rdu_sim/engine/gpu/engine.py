@@ -27,6 +27,7 @@ from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.stack import NO_STACK, StackConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.des.environment import EventLimitError
+from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import over_budget
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
@@ -83,11 +84,20 @@ class GpuEngine:
     @native  # the compiled core runs here: a signal is raised after it (rdu_sim.interrupts)
     def simulate_step(self, program: Program) -> StepTiming:
         """Simulate one step of ``program``; EventBudgetError past ``engine.max_events``.
-        A program with micro-batches runs them side by side (``_overlapped``)."""
+        A program with micro-batches runs them side by side (``_overlapped``). Inside
+        ``shared_steps.sharing`` an unrecorded step whose inputs equal an earlier one's is
+        that step's result."""
         if program.pipeline:
             stages = [self.simulate_step(stage) for stage in program.pipeline]
             left = self.config.max_events - sum(t.events for t in stages)
             return pipelined_timing(program, stages, self.hardware.system, self.stack, left)
+        if self.record or not shared_steps.active():
+            return self._simulate(program)
+        key = shared_steps.step_key(program, self.hardware, self.config, self.stack, self.settings)
+        return shared_steps.shared_step(key, lambda: self._simulate(program))
+
+    def _simulate(self, program: Program) -> StepTiming:
+        """One step of a program without a pipeline (``simulate_step``)."""
         _validate(program, self.hardware)
         if program.micro_batches:
             return self._overlapped(program)
