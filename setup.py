@@ -119,15 +119,20 @@ classes the compiled event loop subclasses (without it the C differs)."""
 
 def front_half_environment(folder: Path) -> dict[str, str]:
     """The front half's environment: this one, with MYPYPATH a new folder in ``folder``
-    holding a copy of each of ``VISIBLE_LIBRARIES`` found installed (mypy refuses
-    site-packages itself on its path)."""
+    holding a copy of each of ``VISIBLE_LIBRARIES`` (mypy refuses site-packages itself on
+    its path). SystemExit naming one that is not installed: without it the C would differ
+    (a ``--no-build-isolation`` build in an environment that lacks a build requirement)."""
     visible = folder / "visible"
     visible.mkdir()
     for name in VISIBLE_LIBRARIES:
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin is not None:
-            ignore = shutil.ignore_patterns("__pycache__")
-            shutil.copytree(Path(spec.origin).parent, visible / name, ignore=ignore)
+        if spec is None or spec.origin is None:
+            raise SystemExit(
+                f"rdu-sim: the compiled core's build needs {name} installed (a build "
+                f"requirement in pyproject.toml): pip install {name}, or build isolated"
+            )
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(Path(spec.origin).parent, visible / name, ignore=ignore)
     return {**os.environ, "MYPYPATH": str(visible)}
 
 

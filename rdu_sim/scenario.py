@@ -22,7 +22,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
-from rdu_sim.config.kinds import kind_problem
+from rdu_sim.config.kinds import kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
@@ -711,6 +711,7 @@ def load_scenario(
     ``overrides_from`` names where the overrides were given (``build_scenario``)."""
     file = shipped.locate(path, ("workload",))
     data, lines = read_yaml(file)
+    refuse_other_kind(data, str(file), "workload")
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError.single(str(file), "", f"expected a mapping of fields, got {kind}")

@@ -194,6 +194,15 @@ def test_the_c_compilers_level_is_mypycs_variable_and_a_bad_one_is_named(
         setup_py.opt_level()
 
 
+def test_a_build_without_a_visible_library_installed_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup_py = _setup_py(monkeypatch)
+    monkeypatch.setattr(setup_py, "VISIBLE_LIBRARIES", ("simpy", "no_such_library_here"))
+    with pytest.raises(SystemExit, match=r"needs no_such_library_here installed"):
+        setup_py.front_half_environment(tmp_path)
+
+
 def _archive_record(wheel: Path) -> str:
     """The compiled core's build record inside a wheel."""
     with zipfile.ZipFile(wheel) as archive:

@@ -22,7 +22,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware_file import device_noun
-from rdu_sim.config.kinds import file_kind_problem
+from rdu_sim.config.kinds import file_kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
@@ -292,6 +292,7 @@ def load_cluster(
     ``path`` may also name a shipped cluster (``rdu_sim.config.shipped``)."""
     file = shipped.locate(path, ("cluster",))
     data, lines = read_yaml(file)
+    refuse_other_kind(data, str(file), "cluster")
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError.single(str(file), "", f"expected a mapping of fields, got {kind}")

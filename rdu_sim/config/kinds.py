@@ -87,6 +87,33 @@ def kind_problem(data: Any, named: str, expected: str) -> str | None:
     return f"{named!r} is a {KIND_WORDS[found]}, not a {KIND_WORDS[expected]} ({KINDS_HELP})"
 
 
+USED_BY = {
+    "workload": "`rdu-sim run FILE` runs it",
+    "cluster": "`rdu-sim run FILE` runs it",
+    "sweep": "`rdu-sim sweep FILE` runs it",
+    "plan": "`rdu-sim plan FILE` runs it",
+    "calibration": "`rdu-sim calibrate FILE` runs it",
+    "hardware": "a workload names it (hardware: FILE)",
+    "stack": "a workload names it (stack: FILE)",
+}
+"""How a file of each kind is used (``FILE``: the file), for a command given the wrong kind."""
+
+
+def refuse_other_kind(data: Any, file: str, expected: str) -> None:
+    """ConfigError naming ``file`` when the file a command was given (parsed: ``data``) is
+    another kind of config file than the ``expected`` one it reads, with how that kind is
+    used; nothing when it is ``expected`` or says no kind (its loader then names what is
+    wrong, field by field)."""
+    from rdu_sim.config.errors import ConfigError
+
+    found = file_kind(data)
+    if found is None or found == expected:
+        return
+    how = USED_BY[found].replace("FILE", file)
+    message = f"this is a {KIND_WORDS[found]}, not a {KIND_WORDS[expected]}: {how}"
+    raise ConfigError.single(file, "", message)
+
+
 def file_kind_problem(path: Path, named: str, expected: str) -> str | None:
     """:func:`kind_problem` of the file at `path` (None when it cannot be read: its loader
     says why)."""

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rdu_sim import PACKAGE_DIR
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.kinds import KIND_WORDS, USED_BY
 
 FOLDERS = (
     "workloads",
@@ -276,7 +277,13 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
     found = find(str(path), kinds)
     if found is not None:
         return found
-    raise ConfigError.single(str(path), "", unknown_name_message(kinds, _bare(str(path))))
+    message = unknown_name_message(kinds, _bare(str(path)))
+    other = next((k for k in CONFIG_KINDS if k not in kinds and find(str(path), (k,))), None)
+    if other is not None:  # a shipped file of another kind: how that kind is used
+        singular = [kind if kind != "hardware" else "hardware file" for kind in kinds]
+        how = USED_BY[other].replace("FILE", str(path))
+        message = f"no shipped {_either(singular)} of that name, but a {KIND_WORDS[other]}: {how}"
+    raise ConfigError.single(str(path), "", message)
 
 
 def written_in(config_file: str | Path, text: str) -> Path:

@@ -21,7 +21,7 @@ from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.kinds import kind_problem
+from rdu_sim.config.kinds import kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.plan import PlanSpec, parse_ratio
 from rdu_sim.kv import policy_names
@@ -243,6 +243,7 @@ def load_plan(path: str | Path) -> LoadedPlan:
     ``path`` may also name a shipped plan (``rdu_sim.config.shipped``)."""
     file = shipped.locate(path, ("plan",))
     data, lines = read_yaml(file)
+    refuse_other_kind(data, str(file), "plan")
     spec = validate(PlanSpec, data, str(file), lines)
     unknown = [name for name in spec.search.kv_policy or [] if name not in policy_names()]
     if unknown:  # the registry is the one list of valid policies

@@ -31,7 +31,7 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator, m
 from rdu_sim.config import shipped
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.kinds import file_kind_problem
+from rdu_sim.config.kinds import file_kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 
 MAX_AXIS_VALUES = 100_000  # one axis longer than this is a mistake (a step off by 1000x)
@@ -377,6 +377,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     ``path`` may also name a shipped sweep (``llama8b-batch``, ``rdu_sim.config.shipped``)."""
     file = shipped.locate(path, ("sweep",))
     data, lines = read_yaml(file)
+    refuse_other_kind(data, str(file), "sweep")
     spec = validate(SweepSpec, data, str(file), lines)
     near = Path(spec.base)
     if not near.is_absolute():

@@ -27,6 +27,7 @@ from pydantic import Field
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.kinds import refuse_other_kind
 from rdu_sim.config.loader import LineMap, validate
 from rdu_sim.config.yaml_io import read_yaml
 from rdu_sim.validate.holdout import Selector, selector_from
@@ -121,6 +122,7 @@ def _line(lines: LineMap, *path: str) -> int | None:
 def read_spec(path: Path) -> CalibrationSpec:
     """Read and check a spec file (ConfigError naming the file, field and line)."""
     data, lines = read_yaml(path)
+    refuse_other_kind(data, str(path), "calibration")
     spec = validate(CalibrationSpecFile, data, str(path), lines)
     if not spec.measurements and spec.figures is None:
         raise ConfigError.single(str(path), "measurements", "name a measurement file or figures")
