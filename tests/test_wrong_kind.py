@@ -91,3 +91,15 @@ def test_a_name_no_kind_ships_still_lists_the_names_that_would_work() -> None:
     line = _error("run", "no-such-workload")
     assert "file not found, and no shipped workload or cluster of that name" in line
     assert "llama3.1-8b-1socket" in line and "rdu-sim examples" in line
+
+
+def test_the_cluster_loader_refuses_a_workload_as_the_others_do() -> None:
+    from rdu_sim.cluster.scenario import load_cluster
+    from rdu_sim.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load_cluster(WORKLOAD)
+    (issue,) = caught.value.issues
+    assert issue.message == (
+        f"this is a workload file, not a cluster file: `rdu-sim run {WORKLOAD}` runs it"
+    )
