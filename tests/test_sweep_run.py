@@ -290,3 +290,39 @@ def test_a_finished_sweep_is_one_file_and_reading_it_adds_none(tmp_path: Path) -
             ("2",),
         ]
     assert len(load(db)) == 6 and files() == ["demo.sqlite"]
+
+
+SLOTS_SPEC = """
+name: {name}
+set: {{serving.requests: {requests}}}
+axes:
+  serving.batch_slots: {slots}
+metrics: [decode_tokens_per_s]
+evaluator: {{name: synthetic}}
+"""
+
+
+def _slots_spec(tmp_path: Path, name: str, slots: str, requests: int = 4) -> Path:
+    body = SLOTS_SPEC.format(name=name, slots=slots, requests=requests)
+    return write_spec(tmp_path, body, f"{name}-{requests}-{len(slots)}.yaml")
+
+
+def test_a_sweep_reads_back_its_specs_latest_points_in_grid_order(tmp_path: Path) -> None:
+    # An edited spec under the same name leaves its old rows in the database: reading the
+    # sweep back gives the new spec's points only, in its grid order (not by key), as the
+    # sweep's own export does; and a point another sweep ran last is still this one's.
+    db = tmp_path / "shared.sqlite"
+    run_sweep(_slots_spec(tmp_path, "demo", "[1, 2, 4]"), workers=1, db=db)
+    edited = run_sweep(_slots_spec(tmp_path, "demo", "[4, 2, 1]", requests=8), workers=1, db=db)
+    assert len(rows(db)) == 6  # the old rows stay
+    frame = load(db)
+    assert list(frame["key"]) == list(edited.keys)  # the grid's order, the new points only
+    assert list(frame["serving.batch_slots"]) == [4, 2, 1]
+    assert load(db, sweep="demo")["key"].tolist() == list(edited.keys)
+    refine = run_sweep(_slots_spec(tmp_path, "refine", "[2, 16]", requests=8), workers=1, db=db)
+    assert refine.already_done == 1  # batch 2 at 8 requests: demo's row
+    frame = load(db, sweep="refine")
+    assert frame["key"].tolist() == list(refine.keys)
+    assert frame["sweep"].tolist() == ["demo", "refine"]  # the spec that ran each row
+    assert sorted(load(db, sweep="demo")["serving.batch_slots"]) == [1, 2, 4]
+    assert len(load(db)) == 7  # two sweeps: every row

@@ -5,9 +5,11 @@ spec gave them), the metrics (one column per dotted metric path), then error, ti
 version and worker; ``frame.attrs["axes"]`` lists the axis columns. An axis or metric named
 like one of these bookkeeping columns (a metric ``version``) is ``overrides.NAME`` or
 ``metrics.NAME`` instead (``store.flat_name``), so no name means two things. Failed points have
-empty metric columns and their error text. Rows are in the order of the keys asked for (a
-spec's grid order), else by sweep and key. ``frame.attrs`` also names the workload, model and
-hardware the points ran (from each row's resolved config), for figure titles.
+empty metric columns and their error text. A sweep's rows are the points of its spec as last
+run (``Store.set_members``: not the rows an earlier version of the spec left, and with the
+rows another sweep ran), in its grid order; else rows are by sweep and key.
+``frame.attrs`` also names the workload, model and hardware the points ran (from each row's
+resolved config), for figure titles.
 
 An export holds the results only: the provenance of each run (when, where and how long it
 ran, how often) differs between two runs of the same points, so it is left out unless
@@ -44,10 +46,15 @@ def sweep_names(db: str | Path) -> list[str]:
 def load(
     db: str | Path, *, sweep: str | None = None, keys: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """The results in `db` as a DataFrame (only `sweep`'s rows, or `keys`, when given)."""
+    """The results in `db` as a DataFrame: `keys`' rows, or `sweep`'s points (its spec's
+    latest, in its grid order), or, given neither, the one sweep's the database holds (every
+    row when it holds several)."""
     import pandas as pd  # here, not at import: workers and `rdu-sim check` do not need it
 
     with Store(Path(db), create=False) as store:
+        if sweep is None and keys is None:
+            held = store.sweeps()
+            sweep = held[0] if len(held) == 1 else None
         rows = store.rows(keys=keys, sweep=sweep)
     axes: dict[str, None] = {}
     metrics: dict[str, None] = {}

@@ -362,6 +362,7 @@ def run_sweep(
         )
 
     with Store(db_path) as store:
+        store.set_members(loaded.name, keys)  # what reading this sweep back returns
         the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
         reporter.message(the_plan.describe())
         summary = SweepSummary(

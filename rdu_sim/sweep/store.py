@@ -91,6 +91,9 @@ class StoreError(ConfigError):
 
 
 _DAMAGED = "move it aside (or give another --db) and rerun"
+_MEMBERS = "points of "
+"""The meta table's name of a sweep's recorded points (``points of NAME``: a JSON list)."""
+
 BUSY_TIMEOUT_S = 60.0
 """How long a statement waits for another process's lock on the database before failing."""
 
@@ -346,17 +349,58 @@ class Store:
             )
 
     def sweeps(self) -> list[str]:
-        """The names of the sweeps (and plans) whose points the database holds, sorted."""
+        """The names of the sweeps (and plans) whose points the database holds, sorted: the
+        spec that ran each row last, and each sweep that recorded its points."""
         with self._guard("read the stored points"):
-            found = self._conn.execute("SELECT DISTINCT sweep FROM results ORDER BY sweep")
-            return [str(row[0]) for row in found]
+            found = self._conn.execute("SELECT DISTINCT sweep FROM results")
+            names = {str(row[0]) for row in found}
+            recorded = self._conn.execute(
+                "SELECT name FROM meta WHERE substr(name, 1, ?) = ?", (len(_MEMBERS), _MEMBERS)
+            )
+            names.update(str(row[0])[len(_MEMBERS) :] for row in recorded)
+        return sorted(names)
+
+    def set_members(self, sweep: str, keys: Sequence[str]) -> None:
+        """Record ``keys`` (its grid order) as sweep ``sweep``'s points: what reading the
+        sweep back by name returns, in that order. A row another sweep ran last is still
+        this one's; one an earlier version of this spec ran, and this one does not, is not."""
+        with self._guard("record the sweep's points"), self.transaction():
+            self._conn.execute(
+                "INSERT INTO meta (name, value) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                (_MEMBERS + sweep, json.dumps(list(keys))),
+            )
+
+    def _members(self, sweep: str) -> list[str] | None:
+        """The keys ``sweep`` recorded as its points, or None (a plan's, or an older
+        database's: its rows are those whose ``sweep`` column names it)."""
+        row = self._conn.execute(
+            "SELECT value FROM meta WHERE name = ?", (_MEMBERS + sweep,)
+        ).fetchone()
+        if row is None:
+            return None
+        keys = json_text.loads(str(row[0]), _JSON_DEPTH, constants=False)
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ValueError(f"the points recorded for sweep {sweep!r} are not a list of keys")
+        return keys
 
     def rows(
         self, keys: Sequence[str] | None = None, sweep: str | None = None
     ) -> list[dict[str, Any]]:
         """Rows as dicts, each column checked against its type and the JSON columns parsed
         (overrides and config objects, metrics an object or None): in the order of `keys`
-        when given (a spec's grid order), else by sweep and key."""
+        when given (a spec's grid order); a sweep's by its recorded points
+        (:meth:`set_members`) in their order, else those its name ran last, by key; else
+        every row, by sweep and key."""
+        if sweep is not None and keys is None:
+            with self._guard("read the stored points"):
+                keys = self._members(sweep)
+                query = f"SELECT {', '.join(COLUMNS)} FROM results WHERE typeof(key) != 'text'"
+                damaged = self._conn.execute(query).fetchone()
+            if damaged is not None:  # no sweep's point now: named, not left out unseen
+                self._checked(dict(zip(COLUMNS, damaged, strict=True)))
+            if keys is not None:
+                return self.rows(keys=keys)
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
         if sweep is not None:
