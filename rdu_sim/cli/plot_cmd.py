@@ -238,7 +238,12 @@ STOPPED = "the plot had not been drawn: nothing was written"
     "--x", "x_axis", default=None, help="sweep: the axis along x (default: the first swept)."
 )
 @click.option(
-    "--y", "y_metric", default=None, help="sweep: the metric (default: decode_tokens_per_s)."
+    "--y",
+    "y_metric",
+    default=None,
+    help="sweep: the metric (default: steady_decode_tokens_per_s when the sweep stored it, "
+    "the whole run's decode_tokens_per_s drawn faint beside it; else the first the sweep "
+    "stored of report.plots_sweep.DEFAULT_METRICS).",
 )
 @click.option(
     "--by",

@@ -20,6 +20,7 @@ the database holds (``Interrupted.kept``).
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import time
@@ -289,9 +290,11 @@ def _missing_metrics_error(loaded: LoadedSpec, outcome: Outcome) -> ConfigError:
     first = metrics.index(outcome.missing[0]) if outcome.missing[0] in metrics else 0
     shown = ", ".join(outcome.available[:60])
     more = f" and {len(outcome.available) - 60} more" if len(outcome.available) > 60 else ""
+    close = difflib.get_close_matches(outcome.missing[0], outcome.available, n=1)
+    meant = f" (did you mean {close[0]!r}?)" if close else ""
     return loaded.error(
-        f"not in the results: {', '.join(outcome.missing)}; the sweep stopped. Available "
-        f"metrics: {shown}{more}",
+        f"not in the results: {', '.join(outcome.missing)}{meant}; the sweep stopped. "
+        f"Available metrics: {shown}{more}",
         "metrics",
         str(first),
     )
