@@ -86,6 +86,34 @@ def test_a_shared_step_is_the_fresh_simulation_and_only_inside_share_steps() -> 
         assert recorded.simulate_step(program).records is not None
 
 
+@pytest.mark.parametrize("hardware", [None, "dgx-h100"])
+def test_steps_differing_only_in_host_time_share_their_device_run(hardware: str | None) -> None:
+    # A calibration moves a stack's host time alone: the step is new (its time differs by
+    # that host time), its device run is the one already simulated, and each step is what
+    # it is simulated alone.
+    extra = {} if hardware is None else {"hardware": hardware}
+    times = ("0", "300us")
+    alone = []
+    for host in times:
+        scenario = api.load(SMALL, {**SERVING, **extra, "stack.host.serial_per_step": host})
+        program = compile_program(scenario, api.default_step_shape(scenario, "decode"))
+        alone.append((scenario, program, engine_for(scenario).simulate_step(program)))
+    assert alone[0][2].step_s != alone[1][2].step_s
+    with api.share_steps():
+        shared = [engine_for(s).simulate_step(p) for s, p, _ in alone]
+    assert shared == [timing for _, _, timing in alone]
+    assert shared_steps.stats == {"hits": 0, "misses": 2}
+    assert shared_steps.device_stats == {"hits": 1, "misses": 1}
+    first, second = alone[0][0], alone[1][0]
+    program = alone[0][1]
+    settings = [getattr(engine_for(s), "settings", None) for s in (first, second)]
+    devices = {
+        shared_steps.device_key(program, s.hardware, s.workload.engine, g)
+        for s, g in zip((first, second), settings, strict=True)
+    }
+    assert len(devices) == 1
+
+
 def test_runs_sharing_steps_report_what_they_report_alone() -> None:
     # Two sweep points differing only in serving knobs: the second simulates none of the
     # shapes the first did, and both JSON reports are byte-identical to unshared runs.

@@ -85,11 +85,20 @@ class Engine:
             left = self.config.max_events - sum(t.events for t in stages)
             return pipelined_timing(program, stages, self.hardware.system, self.stack, left)
         if self.record or not shared_steps.active():
-            return self._simulate(program)
-        key = shared_steps.step_key(program, self.hardware, self.config, self.stack)
-        return shared_steps.shared_step(key, lambda: self._simulate(program))
+            return self._timing(program, *self._device_run(program))
+        device = shared_steps.device_key(program, self.hardware, self.config)
 
-    def _simulate(self, program: Program) -> StepTiming:
+        def simulate() -> StepTiming:
+            run = shared_steps.shared_device(device, lambda: self._device_run(program))
+            return self._timing(program, *run)
+
+        return shared_steps.shared_step(shared_steps.with_stack(device, self.stack), simulate)
+
+    def _device_run(
+        self, program: Program
+    ) -> tuple[KernelsRun, tuple[KernelTiming, ...], Recorder | None]:
+        """The step on the device: its kernels simulated one after another, each kernel's
+        timing and (recording) the trace; what :meth:`_timing` adds the stack's host to."""
         _validate(program, self.hardware)
         works = self._works(program)
         least = self._least_events(program, works)
@@ -119,7 +128,7 @@ class Engine:
             KernelTiming.of(k, r, work[k.stages[0].name].tiles, k.sram_bytes)
             for k, r, work in zip(program.kernels, run.results, works, strict=True)
         )
-        return self._timing(program, run, kernels, timeline)
+        return run, kernels, timeline
 
     def _timing(
         self,

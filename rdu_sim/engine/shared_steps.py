@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from rdu_sim.compiler import shared_programs
 from rdu_sim.compiler.program import Program
@@ -32,7 +33,19 @@ from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.workload import EngineConfig
 from rdu_sim.engine.timing import StepTiming
 
-__all__ = ["MAX_SHARED_STEPS", "active", "clear", "shared_step", "sharing", "stats", "step_key"]
+__all__ = [
+    "MAX_SHARED_STEPS",
+    "active",
+    "clear",
+    "device_key",
+    "device_stats",
+    "shared_device",
+    "shared_step",
+    "sharing",
+    "stats",
+    "step_key",
+    "with_stack",
+]
 
 MAX_SHARED_STEPS = 4096
 """Results kept per process (least recently used dropped first): a DeepSeek-R1 step's
@@ -43,6 +56,11 @@ _memo: Memo[StepTiming] = Memo(MAX_SHARED_STEPS)
 stats = _memo.stats
 """Lookups answered from the memo and simulated, since the process started."""
 
+_devices: Memo[Any] = Memo(MAX_SHARED_STEPS)
+device_stats = _devices.stats
+"""Device runs (a step's simulation before its stack's host time) answered from their memo
+and simulated, since the process started."""
+
 
 def step_key(
     program: Program,
@@ -51,21 +69,36 @@ def step_key(
     stack: StackConfig,
     settings: object = None,
 ) -> str:
-    """A digest of everything an engine's ``simulate_step`` reads for ``program``: the
-    device (an SN40L socket, or a GPU and ``settings``, how its stack runs a step), the
-    system, the stack and the engine settings."""
+    """A digest of everything an engine's ``simulate_step`` reads for ``program``: what its
+    device run reads (:func:`device_key`) and the stack, whose host time the step adds."""
+    return with_stack(device_key(program, hardware, config, settings), stack)
+
+
+def device_key(
+    program: Program,
+    hardware: HardwareConfig | GpuHardwareConfig,
+    config: EngineConfig,
+    settings: object = None,
+) -> str:
+    """A digest of everything an engine's device run of ``program`` reads: the device (an
+    SN40L socket, or a GPU and ``settings``, how its stack runs a step), the system and the
+    engine settings; not the stack's host time, which only the step's timing adds."""
     device = hardware.gpu if isinstance(hardware, GpuHardwareConfig) else hardware.socket
     text = "\n".join(
         (
             _program_text(program),
             device.model_dump_json(),
             hardware.system.model_dump_json(),
-            stack.model_dump_json(),
             config.model_dump_json(),
             repr(settings),
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def with_stack(device: str, stack: StackConfig) -> str:
+    """The step key of a device run's key under ``stack``."""
+    return hashlib.sha256(f"{device}\n{stack.model_dump_json()}".encode()).hexdigest()
 
 
 def _program_text(program: Program) -> str:
@@ -91,7 +124,19 @@ def shared_step(key: str, simulate: Callable[[], StepTiming]) -> StepTiming:
     return _memo.get(key, simulate)
 
 
+T = TypeVar("T")
+
+
+def shared_device(key: str, simulate: Callable[[], T]) -> T:
+    """The device run under ``key`` (:func:`device_key`): remembered when sharing, else (or
+    on a miss) simulated. Steps that differ only in their stack's host time (a calibration's
+    host-time parameters) share it."""
+    run: T = _devices.get(key, simulate)
+    return run
+
+
 def clear() -> None:
     """Forget every shared result, compiled programs too (tests)."""
     _memo.clear()
+    _devices.clear()
     shared_programs.clear()

@@ -45,6 +45,9 @@ from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
 from rdu_sim.interrupts import native
 
+DeviceRun = tuple[KernelsRun, StreamRun, tuple[KernelTiming, ...], Recorder | None]
+"""A step's run on the GPUs: its kernels, its stream, each kernel's timing, the trace."""
+
 
 class GpuEngine:
     """Simulates Program steps on one GPU system; ``settings`` are the serving stack's
@@ -92,12 +95,19 @@ class GpuEngine:
             left = self.config.max_events - sum(t.events for t in stages)
             return pipelined_timing(program, stages, self.hardware.system, self.stack, left)
         if self.record or not shared_steps.active():
-            return self._simulate(program)
-        key = shared_steps.step_key(program, self.hardware, self.config, self.stack, self.settings)
-        return shared_steps.shared_step(key, lambda: self._simulate(program))
+            return self._timing(program, *self._device_run(program))
+        device = shared_steps.device_key(program, self.hardware, self.config, self.settings)
 
-    def _simulate(self, program: Program) -> StepTiming:
-        """One step of a program without a pipeline (``simulate_step``)."""
+        def simulate() -> StepTiming:
+            run = shared_steps.shared_device(device, lambda: self._device_run(program))
+            return self._timing(program, *run)
+
+        return shared_steps.shared_step(shared_steps.with_stack(device, self.stack), simulate)
+
+    def _device_run(self, program: Program) -> DeviceRun:
+        """The step on the GPUs: its kernels simulated, their calls launched into the stream
+        (or two, under two-batch overlap), each kernel's timing and (recording) the trace;
+        what :meth:`_timing` adds the stack's host to."""
         _validate(program, self.hardware)
         if program.micro_batches:
             return self._overlapped(program)
@@ -124,9 +134,9 @@ class GpuEngine:
         kernels = tuple(
             KernelTiming.of(k, r) for k, r in zip(program.kernels, run.results, strict=True)
         )
-        return self._timing(program, run, stream, kernels, timeline)
+        return run, stream, kernels, timeline
 
-    def _overlapped(self, program: Program) -> StepTiming:
+    def _overlapped(self, program: Program) -> DeviceRun:
         """Two-batch overlap: each micro-batch's kernels simulated alone, then both
         micro-batches' calls on two streams (``stream.run_overlapped``), the all-to-all
         kernels on the network beside the other micro-batch's kernels on the SMs, which run
@@ -171,7 +181,7 @@ class GpuEngine:
             for m, (micro, micro_run) in enumerate(zip(program.micro_batches, runs, strict=True))
             for k, r in zip(micro.kernels, micro_run.results, strict=True)
         )
-        return self._timing(program, run, stream, kernels, None)
+        return run, stream, kernels, None
 
     def _graph_launch(self) -> float | None:
         """The host's launch of a step as one CUDA graph, or None (a launch per kernel)."""
