@@ -76,6 +76,15 @@ def test_plot_sweep_and_throughput_go_along_the_swept_axis(name: str, tmp_path: 
         assert out.stat().st_size > 0
 
 
+def test_a_sweep_of_the_hardwares_fields_says_so_beside_its_files_name(tmp_path: Path) -> None:
+    # the points ran 0.8 to 3.2 TB/s, not the file's own machine: the title says which field
+    # varied; a sweep of no hw. field names the file alone
+    title = plots.sweep_plot(load(synthetic_db("llama8b-hbm-bandwidth", tmp_path))).get_suptitle()
+    assert " ".join(title.split()).endswith("on sn40l (socket.hbm.bandwidth swept)"), title
+    title = plots.sweep_plot(load(synthetic_db("llama8b-batch", tmp_path))).get_suptitle()
+    assert " ".join(title.split()).endswith("on sn40l"), title
+
+
 def test_the_bandwidth_axis_is_ordered_by_quantity(tmp_path: Path) -> None:
     """0.8 TB/s .. 3.2 TB/s in order, and the synthetic throughput rises along it."""
     figure = plots.plot("throughput", load(synthetic_db("llama8b-hbm-bandwidth", tmp_path)))

@@ -34,6 +34,7 @@ from matplotlib.ticker import NullFormatter
 
 from rdu_sim.config import units
 from rdu_sim.config.field_docs import axis_label
+from rdu_sim.config.overrides import HW_PREFIX
 from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
 from rdu_sim.report.plots_style import (
     color_for,
@@ -356,7 +357,11 @@ def sweep_plot(
     if by is None:
         by = line_axes(frame, x)
     ylabel, _ = _label(y)
-    what = " on ".join(v for v in (_single(frame, "model"), _single(frame, "hardware")) if v)
+    hardware = _single(frame, "hardware")
+    varied = [a.removeprefix(HW_PREFIX) for a in axes if a.startswith(HW_PREFIX)]
+    if hardware and varied:  # the file's name, not the machine each point ran on
+        hardware += f" ({', '.join(varied)} swept)"
+    what = " on ".join(v for v in (_single(frame, "model"), hardware) if v)
     name = _single(frame, "sweep")
     head = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
     title = (f"{name}: " if name else "") + head + (f" — {what}" if what else "")
