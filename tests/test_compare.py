@@ -169,6 +169,15 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
         assert (column["bound"], column["bound_s"]) == (bound.bound, bound.limit_s)
     assert full["slot_tokens"] == 131072 and snap["slot_tokens"] == 32768
     assert snap["batch"] > full["batch"]  # a SnapStream slot keeps a quarter of the tokens
+    # each prefill is the step's default (the policy's typical prompt: SnapStream's is the
+    # typical one it compresses), and the row says how many tokens each times
+    for column in (full, snap):
+        shape = api.default_step_shape(
+            api.load(SNAP, {"kv.policy": column["kv_policy"]}), "prefill"
+        )
+        assert column["prefill_tokens"] == shape.tokens
+        assert f"({shape.tokens:,} tokens)" in printed.stdout
+    assert snap["prefill_tokens"] > 32768 > full["prefill_tokens"]
     ratio = snap["system_tokens_per_s"] / full["system_tokens_per_s"]
     (verdict,) = data["verdicts"]
     assert verdict.startswith(

@@ -48,7 +48,10 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
     (
         "prefill, typical prompt",
-        lambda c: human.duration(c.prefill_s),
+        lambda c: (
+            human.duration(c.prefill_s)
+            + ("" if c.prefill_tokens is None else f" ({c.prefill_tokens:,} tokens)")
+        ),
     ),
 )
 

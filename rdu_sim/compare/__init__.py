@@ -227,7 +227,8 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         slots = batch if batch is not None else resolve_batch_slots(scenario, backend)[1]
         decode = default_step_shape(scenario, "decode", batch=slots, context=context)
         cost = backend.step_cost(scenario, decode)
-        prefill = backend.step_cost(scenario, default_step_shape(scenario, "prefill"))
+        prefill_shape = default_step_shape(scenario, "prefill")
+        prefill = backend.step_cost(scenario, prefill_shape)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
@@ -248,6 +249,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         flops_fraction=timing.flops_fraction,
         kernel_calls=sum(1 if k.looped else k.calls for k in timing.kernels),
         prefill_s=prefill.step_s,
+        prefill_tokens=prefill_shape.tokens,
         bound=bound.bound,
         bound_s=bound.limit_s,
         hbm_bytes=bound.hbm_bytes,

@@ -34,6 +34,10 @@ class Column:
     peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
     kernel_calls: int | None = None  # kernel calls in one decode step
     prefill_s: float | None = None  # the typical prompt's prefill
+    # that prompt's tokens: the policy's typical compressed prompt when it compresses some
+    # prompt the workload sends (``serving.step_shape.typical_prefill_prompt``), so two
+    # policies' prefills may time different prompts
+    prefill_tokens: int | None = None
     label: str = ""  # what differs (``Variant.label``; the hardware's name when only it varies)
     settings: dict[str, Any] = field(default_factory=dict)  # what the variant sets
     kv_policy: str = ""
