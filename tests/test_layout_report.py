@@ -54,6 +54,18 @@ def test_the_step_names_its_layout_and_a_ranks_batch() -> None:
     assert data["batch_of"] == "attention_rank" and data["batch"] == 64
 
 
+@pytest.mark.parametrize("command", ["run", "step"])
+def test_a_replica_on_part_of_the_machine_says_how_much_stands_idle(command: str) -> None:
+    # the lone server runs one replica: on 32 sockets, DeepSeek-R1 at tp=16 leaves 16 idle
+    # (its tokens/s are those of 16 sockets), which the first line says
+    extra = ("--set", "serving.requests=4") if command == "run" else ()
+    first = invoke(command, LLAMA70, "--set", "hw.system.sockets=32", *extra).splitlines()[0]
+    assert "(32 sockets, 8 in use with tp=8, 24 idle (a cluster file runs replicas on them))" in (
+        first
+    ), first
+    assert "idle" not in invoke(command, LLAMA70, *extra).splitlines()[0]
+
+
 def test_a_pipelined_step_names_its_stages() -> None:
     first = invoke("step", LLAMA70, *PP2).splitlines()[0]
     assert "(16 sockets, tp=8 pp=2 micro_batches=2): decode step, batch 32," in first

@@ -193,8 +193,8 @@ class ParallelismConfig(StrictModel):
 
     @property
     def devices(self) -> int:
-        """Devices of one replica: tp x dp_attention x pp."""
-        return self.stage_devices * self.pp
+        """Devices of one replica (:func:`replica_devices`)."""
+        return replica_devices(self.layout())
 
     @property
     def expert_ways(self) -> int:
@@ -265,6 +265,12 @@ def part_placements(parallelism: ParallelismConfig) -> dict[Part, PartPlacement]
         "routed_experts": PartPlacement(tensor=stage // ep, data=1, expert=ep),
         "lm_head": ranked,
     }
+
+
+def replica_devices(layout: Mapping[str, int]) -> int:
+    """Devices one replica of a layout (:meth:`ParallelismConfig.layout`) runs on: tp x
+    dp_attention x pp (expert parallelism splits the experts over those same devices)."""
+    return layout["tp"] * layout["dp_attention"] * layout["pp"]
 
 
 def describe_layout(layout: Mapping[str, int]) -> str:

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rdu_sim import human
-from rdu_sim.config.parallelism import describe_layout
+from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
 from rdu_sim.report.bound import RESOURCES
 from rdu_sim.report.console_coe import coe_table
@@ -79,8 +79,16 @@ def describe_load(load: OfferedLoad) -> str:
 def devices_and_layout(devices: int, device: str, layout: Mapping[str, int]) -> str:
     """``1 socket``, ``16 sockets, tp=16`` or ``64 sockets, tp=1 dp_attention=64 ep=64``:
     the devices and the parallel layout that ran on them (:func:`describe_layout`, left out
-    when every degree is 1), for the step and run reports' first lines."""
+    when every degree is 1), for the step and run reports' first lines; with how many the
+    replica uses when it leaves some idle (``32 sockets, 16 in use with tp=16, 16 idle ...``)."""
     counted = human.count(devices, device)
+    used = replica_devices(layout)
+    if used < devices:  # a lone run is one replica; the rest of the machine stands idle
+        idle = devices - used
+        return (
+            f"{counted}, {used} in use with {describe_layout(layout)}, {idle} idle (a cluster "
+            f"file runs replicas on them)"
+        )
     if all(degree == 1 for degree in layout.values()):
         return counted
     return f"{counted}, {describe_layout(layout)}"
