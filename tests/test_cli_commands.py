@@ -15,9 +15,10 @@ import yaml
 from click.testing import CliRunner
 
 import rdu_sim
-from rdu_sim.cli.errors import RduGroup, expected_errors
+from rdu_sim.cli.errors import RduGroup
 from rdu_sim.cli.main import COMMANDS, SUMMARIES, cli
 from rdu_sim.config import ConfigError
+from rdu_sim.input_errors import expected_errors
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = str(REPO / "workloads" / "llama3.1-8b-1socket.yaml")
@@ -90,7 +91,7 @@ def test_help_imports_no_command_and_no_config() -> None:
     loaded = result.stderr.strip()
     assert loaded == (
         "['rdu_sim', 'rdu_sim.cli', 'rdu_sim.cli.errors', 'rdu_sim.cli.main', "
-        "'rdu_sim.interrupts', 'rdu_sim.native']"
+        "'rdu_sim.input_errors', 'rdu_sim.interrupts', 'rdu_sim.native']"
     )
 
 

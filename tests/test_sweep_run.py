@@ -327,3 +327,26 @@ def test_a_sweep_reads_back_its_specs_latest_points_in_grid_order(tmp_path: Path
     assert frame["sweep"].tolist() == ["demo", "refine"]  # the spec that ran each row
     assert sorted(load(db, sweep="demo")["serving.batch_slots"]) == [1, 2, 4]
     assert len(load(db)) == 7  # two sweeps: every row
+
+
+def refuse_some(point: Point) -> Mapping[str, Any]:
+    """Bad input at batch 1 (the point's own problem), a bug at batch 2, a result at 4."""
+    slots = point.scenario.workload.serving.batch_slots
+    if slots == 1:
+        raise ConfigError.single("f.yaml", "serving.batch_slots", "one slot is refused here")
+    if slots == 2:
+        raise RuntimeError("a bug")
+    return {"slots": slots}
+
+
+def test_a_failed_points_error_is_its_message_and_a_bugs_keeps_its_traceback(
+    tmp_path: Path,
+) -> None:
+    spec = write_spec(tmp_path, SLOTS_SPEC.format(name="refuse", requests=4, slots="[1, 2, 4]"))
+    spec.write_text(spec.read_text().replace("metrics: [decode_tokens_per_s]\n", ""))
+    summary = run_sweep(spec, workers=1, evaluator=refuse_some)
+    assert (summary.done, summary.failed) == (1, 2)
+    errors = {r["serving.batch_slots"]: r["error"] for _, r in load(summary.db).iterrows()}
+    message = str(ConfigError.single("f.yaml", "serving.batch_slots", "one slot is refused here"))
+    assert errors[1] == f"ConfigError: {message}"  # no traceback: no install path in it
+    assert errors[2].startswith("RuntimeError: a bug\nTraceback")

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from rdu_sim import interrupts
+from rdu_sim.input_errors import expected_errors
 from rdu_sim.provenance import simulator
 from rdu_sim.sweep.key import jsonable
 
@@ -121,8 +122,12 @@ def _now() -> str:
 
 
 def _describe_error(exc: BaseException) -> str:
-    tail = "".join(traceback.format_exception(exc)[-6:])
-    text = f"{type(exc).__name__}: {exc}\n{tail}"
+    """A failed point's error: its type and message; for a bug (not bad input:
+    ``input_errors``) the traceback's tail too, to report it. The message alone for bad
+    input, so an export's bytes do not depend on where rdu-sim is installed."""
+    text = f"{type(exc).__name__}: {exc}"
+    if not isinstance(exc, expected_errors()):
+        text += "\n" + "".join(traceback.format_exception(exc)[-6:])
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 

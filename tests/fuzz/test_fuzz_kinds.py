@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rdu_sim.cli.check_cmd import check_file
-from rdu_sim.cli.errors import expected_errors
 from rdu_sim.cli.main import cli
 from rdu_sim.config.architecture import MAX_LAYERS
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.input_errors import expected_errors
 from rdu_sim.models.hf_config import read_config_json
 
 REPO = Path(__file__).resolve().parents[2]

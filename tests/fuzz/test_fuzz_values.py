@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rdu_sim import api
-from rdu_sim.cli.errors import expected_errors
+from rdu_sim.input_errors import expected_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"

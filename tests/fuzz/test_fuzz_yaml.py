@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rdu_sim.cli.errors import expected_errors
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import MAX_NODES, read_yaml
 from rdu_sim.config.yaml_io import load_yaml
+from rdu_sim.input_errors import expected_errors
 from rdu_sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
