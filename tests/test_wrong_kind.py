@@ -103,3 +103,15 @@ def test_the_cluster_loader_refuses_a_workload_as_the_others_do() -> None:
     assert issue.message == (
         f"this is a workload file, not a cluster file: `rdu-sim run {WORKLOAD}` runs it"
     )
+
+
+def test_a_sweeps_base_that_names_no_workload_says_what_it_names(tmp_path: Path) -> None:
+    sweep = tmp_path / "s.yaml"
+    for base, what in (
+        ("deepseek-context", "'deepseek-context' names a shipped sweep spec, not a workload)"),
+        ("llama3.1-8b-1sockt", "; a bare name is a shipped workload: deepseek-r1-128k-full, "),
+    ):
+        sweep.write_text(f"base: {base}\naxes:\n  serving.batch_slots: [1, 2]\n")
+        line = _error("sweep", sweep)
+        assert line.startswith(f"error: {sweep}:1: base: base workload "), line
+        assert what in line, line

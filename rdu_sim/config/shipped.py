@@ -278,12 +278,18 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
     if found is not None:
         return found
     message = unknown_name_message(kinds, _bare(str(path)))
-    other = next((k for k in CONFIG_KINDS if k not in kinds and find(str(path), (k,))), None)
+    other = other_kind(str(path), kinds)
     if other is not None:  # a shipped file of another kind: how that kind is used
         singular = [kind if kind != "hardware" else "hardware file" for kind in kinds]
         how = USED_BY[other].replace("FILE", str(path))
         message = f"no shipped {_either(singular)} of that name, but a {KIND_WORDS[other]}: {how}"
     raise ConfigError.single(str(path), "", message)
+
+
+def other_kind(text: str, kinds: Sequence[str]) -> str | None:
+    """The kind of config file, not one of ``kinds``, of the shipped file ``text`` names
+    (``llama8b-batch``: a sweep), or None."""
+    return next((k for k in CONFIG_KINDS if k not in kinds and find(text, (k,))), None)
 
 
 def written_in(config_file: str | Path, text: str) -> Path:

@@ -18,6 +18,7 @@ line, fix) as workloads, so a typo in a spec fails like a typo in a workload.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -31,7 +32,7 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator, m
 from rdu_sim.config import shipped
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.kinds import file_kind_problem, refuse_other_kind
+from rdu_sim.config.kinds import KIND_WORDS, file_kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 
 MAX_AXIS_VALUES = 100_000  # one axis longer than this is a mistake (a step off by 1000x)
@@ -385,10 +386,18 @@ def load_spec(path: str | Path) -> LoadedSpec:
     base = shipped.locate_near(near, spec.base, ("workload",))
     loaded = LoadedSpec(spec, file, lines, _resolved(base, file, lines))
     if not loaded.base.is_file():
-        raise loaded.error(
-            f"base workload {str(loaded.base)!r} not found (paths are relative to the spec file)",
-            "base",
+        problem = (
+            f"base workload {str(loaded.base)!r} not found (paths are relative to the spec file"
         )
+        other = shipped.other_kind(spec.base, ("workload",))
+        if other is not None:
+            problem += f"; {spec.base!r} names a shipped {KIND_WORDS[other]}, not a workload)"
+        else:
+            with contextlib.suppress(ConfigError):  # no shipped files installed: no names
+                names = ", ".join(shipped.names("workload"))
+                problem += f"; a bare name is a shipped workload: {names}"
+            problem += ")"
+        raise loaded.error(problem, "base")
     _base_is_a_workload(loaded)
     _duplicates(loaded)
     _zip_lengths(loaded)
