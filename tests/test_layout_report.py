@@ -56,14 +56,20 @@ def test_the_step_names_its_layout_and_a_ranks_batch() -> None:
 
 @pytest.mark.parametrize("command", ["run", "step"])
 def test_a_replica_on_part_of_the_machine_says_how_much_stands_idle(command: str) -> None:
-    # the lone server runs one replica: on 32 sockets, DeepSeek-R1 at tp=16 leaves 16 idle
-    # (its tokens/s are those of 16 sockets), which the first line says
+    # the lone server runs one replica: on 32 sockets, Llama 3.1 70B at tp=8 leaves 24 idle
+    # (its tokens/s are those of 8 sockets), which the first line says; a separate draft's
+    # sockets are in use
     extra = ("--set", "serving.requests=4") if command == "run" else ()
     first = invoke(command, LLAMA70, "--set", "hw.system.sockets=32", *extra).splitlines()[0]
     assert "(32 sockets, 8 in use with tp=8, 24 idle (a cluster file runs replicas on them))" in (
         first
     ), first
     assert "idle" not in invoke(command, LLAMA70, *extra).splitlines()[0]
+    spec = str(REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml")
+    tp8 = ("--set", "parallelism.tp=8")
+    separate = ("--set", "speculation.placement=separate", "--set", "speculation.draft_tp=8")
+    assert "idle" not in invoke(command, spec, *tp8, *separate, *extra).splitlines()[0]
+    assert "8 in use with tp=8, 8 idle" in invoke(command, spec, *tp8, *extra).splitlines()[0]
 
 
 def test_a_pipelined_step_names_its_stages() -> None:

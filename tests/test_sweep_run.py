@@ -324,9 +324,41 @@ def test_a_sweep_reads_back_its_specs_latest_points_in_grid_order(tmp_path: Path
     assert refine.already_done == 1  # batch 2 at 8 requests: demo's row
     frame = load(db, sweep="refine")
     assert frame["key"].tolist() == list(refine.keys)
-    assert frame["sweep"].tolist() == ["demo", "refine"]  # the spec that ran each row
+    assert frame["sweep"].tolist() == ["refine", "refine"]  # read back as refine's points
     assert sorted(load(db, sweep="demo")["serving.batch_slots"]) == [1, 2, 4]
     assert len(load(db)) == 7  # two sweeps: every row
+
+
+def test_a_point_two_sweeps_reach_along_other_axes_reads_back_with_each_ones_axes(
+    tmp_path: Path,
+) -> None:
+    # a sweeps batch slots at 4 requests; b sweeps requests at 8 slots; (8 slots, 4
+    # requests) is a point of both, run by a. Read back as b's, it has b's axis values, and
+    # b's plot goes along b's axis; a sweep that stored nothing yet is not listed.
+    db = tmp_path / "two.sqlite"
+    a = write_spec(tmp_path, SLOTS_SPEC.format(name="a", requests=4, slots="[4, 8]"), "a.yaml")
+    b_text = SLOTS_SPEC.format(name="b", requests=0, slots="[]").replace(
+        "set: {serving.requests: 0}\naxes:\n  serving.batch_slots: []",
+        "set: {serving.batch_slots: 8}\naxes:\n  serving.requests: [4, 5]",
+    )
+    b = write_spec(tmp_path, b_text, "b.yaml")
+    run_sweep(a, workers=1, db=db)
+    assert run_sweep(b, workers=1, db=db).already_done == 1
+    frame = load(db, sweep="b")
+    assert frame.attrs["axes"] == ["serving.requests"]
+    assert frame["serving.requests"].tolist() == [4, 5] and set(frame["sweep"]) == {"b"}
+    assert load(db, sweep="a").attrs["axes"] == ["serving.batch_slots"]
+    from rdu_sim.report import plots
+
+    assert "b: " in plots.sweep_plot(frame).get_suptitle()
+    from rdu_sim.sweep.load import sweep_names
+
+    assert sweep_names(db) == ["a", "b"]
+    from rdu_sim.sweep.store import Store
+
+    with Store(db) as store:  # a sweep stopped before its first point stored anything
+        store.set_members("c", [("no-such-key", "{}")])
+    assert sweep_names(db) == ["a", "b"]
 
 
 def refuse_some(point: Point) -> Mapping[str, Any]:

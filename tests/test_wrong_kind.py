@@ -115,3 +115,18 @@ def test_a_sweeps_base_that_names_no_workload_says_what_it_names(tmp_path: Path)
         line = _error("sweep", sweep)
         assert line.startswith(f"error: {sweep}:1: base: base workload "), line
         assert what in line, line
+
+
+def test_a_stack_is_told_by_every_field_only_a_stack_has() -> None:
+    # an overlay of a stack (extends: plus its own fields) is placed by those fields: each
+    # field of StackConfig that no workload or hardware file has is one of STACK_KEYS
+    from rdu_sim.config.gpu import GpuHardwareConfig
+    from rdu_sim.config.hardware import HardwareConfig
+    from rdu_sim.config.kinds import STACK_KEYS, file_kind
+    from rdu_sim.config.stack import StackConfig
+    from rdu_sim.config.workload import WorkloadConfig
+
+    others = {*WorkloadConfig.model_fields, *HardwareConfig.model_fields}
+    others |= set(GpuHardwareConfig.model_fields)
+    assert set(StackConfig.model_fields) - others == STACK_KEYS
+    assert file_kind({"extends": "tensorrt-llm", "max_batch_slots": 64}) == "stack"

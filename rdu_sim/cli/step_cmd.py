@@ -286,8 +286,11 @@ def command(
         from rdu_sim.report.console import devices_and_layout
         from rdu_sim.report.summary import Utilization
 
+        spec, draft_scenario = scenario.workload.speculation, scenario.draft
+        separate = spec is not None and spec.placement == "separate"
+        draft = draft_scenario.tp if separate and draft_scenario is not None else 0
         machine = devices_and_layout(
-            scenario.hardware.system.sockets, device_noun(scenario.hardware), layout
+            scenario.hardware.system.sockets, device_noun(scenario.hardware), layout, draft
         )
         _print_tables(data, Utilization.of_step(cost), machine)
         note = context_note(scenario, context) if phase == "decode" else None

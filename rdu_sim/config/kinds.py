@@ -17,7 +17,18 @@ CLUSTER_KEYS = frozenset({"pools"})
 PLAN_KEYS = frozenset({"search"})
 # a serving stack (or an overlay of one, with `extends`): keys no hardware file has
 STACK_KEYS = frozenset(
-    {"runs_on", "host", "sampling", "kv_page_tokens", "prefill_batch_tokens", "mixed_batching"}
+    {
+        "runs_on",
+        "host",
+        "sampling",
+        "kv_page_tokens",
+        "prefill_batch_tokens",
+        "mixed_batching",
+        "max_batch_slots",
+        "batch_programs",
+        "decode_attention_split",
+        "kv_memory_fraction",
+    }
 )
 CALIBRATION_KEYS = frozenset({"fit"})  # a calibration spec (rdu_sim.validate.calibration_spec)
 

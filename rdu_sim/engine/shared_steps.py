@@ -48,9 +48,9 @@ __all__ = [
 ]
 
 MAX_SHARED_STEPS = 4096
-"""Results kept per process (least recently used dropped first): a DeepSeek-R1 step's
-timing is a few kB, so this is tens of MB at most, while a 1,000-point sweep asks for
-~35 shapes a point."""
+"""Results kept per process by each memo, steps and device runs (least recently used
+dropped first): a DeepSeek-R1 step's timing is a few kB, so the two are tens of MB at
+most, while a 1,000-point sweep asks for ~35 shapes a point."""
 
 _memo: Memo[StepTiming] = Memo(MAX_SHARED_STEPS)
 stats = _memo.stats

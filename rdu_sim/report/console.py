@@ -76,13 +76,16 @@ def describe_load(load: OfferedLoad) -> str:
     )
 
 
-def devices_and_layout(devices: int, device: str, layout: Mapping[str, int]) -> str:
+def devices_and_layout(
+    devices: int, device: str, layout: Mapping[str, int], beside: int = 0
+) -> str:
     """``1 socket``, ``16 sockets, tp=16`` or ``64 sockets, tp=1 dp_attention=64 ep=64``:
     the devices and the parallel layout that ran on them (:func:`describe_layout`, left out
     when every degree is 1), for the step and run reports' first lines; with how many the
-    replica uses when it leaves some idle (``32 sockets, 16 in use with tp=16, 16 idle ...``)."""
+    replica uses (and ``beside`` it, a separate draft) when they leave some idle (``32
+    sockets, 16 in use with tp=16, 16 idle ...``)."""
     counted = human.count(devices, device)
-    used = replica_devices(layout)
+    used = replica_devices(layout) + beside  # beside: a separate draft's devices
     if used < devices:  # a lone run is one replica; the rest of the machine stands idle
         idle = devices - used
         return (
@@ -97,7 +100,9 @@ def devices_and_layout(devices: int, device: str, layout: Mapping[str, int]) -> 
 def machine(result: RunSummary) -> str:
     """``1 socket`` or ``16 sockets, tp=8 pp=2 micro_batches=2`` (``GPUs`` on a GPU system):
     :func:`devices_and_layout` of the run."""
-    return devices_and_layout(result.sockets, result.device, result.layout)
+    spec = result.speculation
+    draft = spec.draft_tp if spec is not None and spec.placement == "separate" else 0
+    return devices_and_layout(result.sockets, result.device, result.layout, draft)
 
 
 def pipeline_line(result: RunSummary) -> str | None:

@@ -6,8 +6,9 @@ version and worker; ``frame.attrs["axes"]`` lists the axis columns. An axis or m
 like one of these bookkeeping columns (a metric ``version``) is ``overrides.NAME`` or
 ``metrics.NAME`` instead (``store.flat_name``), so no name means two things. Failed points have
 empty metric columns and their error text. A sweep's rows are the points of its spec as last
-run (``Store.set_members``: not the rows an earlier version of the spec left, and with the
-rows another sweep ran), in its grid order; else rows are by sweep and key.
+run, with its axis values (``Store.set_members``: not the rows an earlier version of the
+spec left, and with the rows another sweep ran), in its grid order; else rows are by sweep
+and key.
 ``frame.attrs`` also names the workload, model and hardware the points ran (from each row's
 resolved config), for figure titles.
 

@@ -268,11 +268,17 @@ def other_code(existing: Mapping[str, Existing], reused: Sequence[str]) -> str:
     )
 
 
+def _axis_values(point: PointLike) -> str:
+    """A point's axis values as a row stores them: JSON in the spec's order (load()'s
+    columns)."""
+    return json.dumps(jsonable(point.overrides))
+
+
 def _row(outcome: Outcome, point: PointLike, sweep: str) -> Row:
     return Row(
         key=outcome.key,
         sweep=sweep,
-        overrides=json.dumps(jsonable(point.overrides)),  # spec order, for load()'s columns
+        overrides=_axis_values(point),
         config=canonical_json(point.config),
         metrics=None if outcome.metrics is None else json.dumps(outcome.metrics),  # spec order
         status=outcome.status,
@@ -365,7 +371,8 @@ def run_sweep(
         )
 
     with Store(db_path) as store:
-        store.set_members(loaded.name, keys)  # what reading this sweep back returns
+        # what reading this sweep back returns: its points, with their axis values
+        store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
         the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
         reporter.message(the_plan.describe())
         summary = SweepSummary(

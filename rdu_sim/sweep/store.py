@@ -350,69 +350,94 @@ class Store:
 
     def sweeps(self) -> list[str]:
         """The names of the sweeps (and plans) whose points the database holds, sorted: the
-        spec that ran each row last, and each sweep that recorded its points."""
+        spec that ran each row last, and each sweep that recorded points the database holds."""
         with self._guard("read the stored points"):
             found = self._conn.execute("SELECT DISTINCT sweep FROM results")
             names = {str(row[0]) for row in found}
+            stored = {str(row[0]) for row in self._conn.execute("SELECT key FROM results")}
             recorded = self._conn.execute(
                 "SELECT name FROM meta WHERE substr(name, 1, ?) = ?", (len(_MEMBERS), _MEMBERS)
             )
-            names.update(str(row[0])[len(_MEMBERS) :] for row in recorded)
+            for (name,) in list(recorded):
+                sweep = str(name)[len(_MEMBERS) :]
+                if any(key in stored for key in self._members(sweep) or {}):
+                    names.add(sweep)
         return sorted(names)
 
-    def set_members(self, sweep: str, keys: Sequence[str]) -> None:
-        """Record ``keys`` (its grid order) as sweep ``sweep``'s points: what reading the
-        sweep back by name returns, in that order. A row another sweep ran last is still
-        this one's; one an earlier version of this spec ran, and this one does not, is not."""
+    def set_members(self, sweep: str, points: Sequence[tuple[str, str]]) -> None:
+        """Record ``points`` (each key and its axis values as JSON, in grid order) as sweep
+        ``sweep``'s: what reading the sweep back by name returns, in that order and with
+        those axis values. A row another spec ran last (the same point: it may have swept
+        other axes) is still this one's; one an earlier version of this spec ran, and this
+        one does not, is not."""
         with self._guard("record the sweep's points"), self.transaction():
             self._conn.execute(
                 "INSERT INTO meta (name, value) VALUES (?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                (_MEMBERS + sweep, json.dumps(list(keys))),
+                (_MEMBERS + sweep, json.dumps(dict(points))),
             )
 
-    def _members(self, sweep: str) -> list[str] | None:
-        """The keys ``sweep`` recorded as its points, or None (a plan's, or an older
-        database's: its rows are those whose ``sweep`` column names it)."""
+    def _members(self, sweep: str) -> dict[str, str] | None:
+        """Key -> axis values (JSON) of the points ``sweep`` recorded, in grid order, or None
+        (a plan's, or an older database's: its rows are those whose ``sweep`` column names
+        it)."""
         row = self._conn.execute(
             "SELECT value FROM meta WHERE name = ?", (_MEMBERS + sweep,)
         ).fetchone()
         if row is None:
             return None
-        keys = json_text.loads(str(row[0]), _JSON_DEPTH, constants=False)
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise ValueError(f"the points recorded for sweep {sweep!r} are not a list of keys")
-        return keys
+        points = json_text.loads(str(row[0]), _JSON_DEPTH, constants=False)
+        if not isinstance(points, dict) or not all(isinstance(v, str) for v in points.values()):
+            raise ValueError(f"the points recorded for sweep {sweep!r} are not keys and values")
+        return points
 
     def rows(
         self, keys: Sequence[str] | None = None, sweep: str | None = None
     ) -> list[dict[str, Any]]:
         """Rows as dicts, each column checked against its type and the JSON columns parsed
-        (overrides and config objects, metrics an object or None): in the order of `keys`
-        when given (a spec's grid order); a sweep's by its recorded points
-        (:meth:`set_members`) in their order, else those its name ran last, by key; else
-        every row, by sweep and key."""
+        (overrides and config objects, metrics an object or None): `keys`' when given, in
+        their order (a spec's grid order); else a sweep's recorded points
+        (:meth:`set_members`) in their order, each with the sweep's name and its own axis
+        values, or (none recorded) the rows its name ran last, by key; else every row, by
+        sweep and key."""
         if sweep is not None and keys is None:
             with self._guard("read the stored points"):
-                keys = self._members(sweep)
-                query = f"SELECT {', '.join(COLUMNS)} FROM results WHERE typeof(key) != 'text'"
-                damaged = self._conn.execute(query).fetchone()
-            if damaged is not None:  # no sweep's point now: named, not left out unseen
+                members = self._members(sweep)
+                query = (
+                    f"SELECT {', '.join(COLUMNS)} FROM results "
+                    "WHERE sweep = ? AND typeof(key) != 'text'"
+                )
+                damaged = self._conn.execute(query, (sweep,)).fetchone()
+            if damaged is not None:  # one it ran, no point of it now: named, not left out
                 self._checked(dict(zip(COLUMNS, damaged, strict=True)))
-            if keys is not None:
-                return self.rows(keys=keys)
+            if members is not None:  # each row as this sweep's: its name, its axis values
+                found = []
+                for row in self._unchecked(list(members)):
+                    own = {**row, "overrides": members[row["key"]]}
+                    checked = self._checked(row)  # what is stored, damage named
+                    checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
+                    found.append(checked)
+                return found
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
         if sweep is not None:
             query += " WHERE sweep = ?"
             params.append(sweep)
         query += " ORDER BY sweep, key"
+        if keys is not None:
+            return [self._checked(row) for row in self._unchecked(keys)]
         with self._guard("read the stored points"):
             found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query, params)]
-        if keys is not None:  # only the rows asked for are checked: another sweep's stay apart
-            by_key = {row["key"]: row for row in found}
-            found = [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
         return [self._checked(row) for row in found]
+
+    def _unchecked(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The rows of ``keys`` in their order, as stored (only these are checked then:
+        another sweep's rows stay apart)."""
+        query = f"SELECT {', '.join(COLUMNS)} FROM results"
+        with self._guard("read the stored points"):
+            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query)]
+        by_key = {row["key"]: row for row in found}
+        return [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
 
     def _checked(self, row: dict[str, Any]) -> dict[str, Any]:
         """`row` with its JSON columns parsed; a StoreError naming the point and the column

@@ -123,8 +123,8 @@ def _now() -> str:
 
 def _describe_error(exc: BaseException) -> str:
     """A failed point's error: its type and message; for a bug (not bad input:
-    ``input_errors``) the traceback's tail too, to report it. The message alone for bad
-    input, so an export's bytes do not depend on where rdu-sim is installed."""
+    ``input_errors``) the traceback's tail too, to report it, which bad input's message does
+    without (and without the paths of rdu-sim's own source files)."""
     text = f"{type(exc).__name__}: {exc}"
     if not isinstance(exc, expected_errors()):
         text += "\n" + "".join(traceback.format_exception(exc)[-6:])
