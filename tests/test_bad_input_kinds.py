@@ -184,7 +184,6 @@ def synthetic_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _damaged(db: Path, tmp_path: Path, sql: str, *args: object) -> Path:
     import shutil
-    import sqlite3
 
     copy = tmp_path / "d.sqlite"
     shutil.copyfile(db, copy)
@@ -231,10 +230,6 @@ def test_an_axis_named_like_a_bookkeeping_column_keeps_its_own_column(
         "'$.\"serving.batch_slots\"'))",
         name,
     )
-    # the rows' own axis values are what it reads (a database from before sweeps recorded
-    # their points, whose axis values the edit above would otherwise shadow)
-    with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM meta WHERE name LIKE 'points of %'")
     frame = load(db)
     assert frame.columns.is_unique
     assert frame.attrs["axes"] == [f"overrides.{name}"]
@@ -282,7 +277,6 @@ def test_plot_sweep_of_every_metric_prints_no_warning(
 
 
 def test_the_flat_view_names_a_bookkeeping_metric_apart(every_metric_db: Path) -> None:
-    import sqlite3
 
     with sqlite3.connect(every_metric_db) as conn:
         names = [r[1] for r in conn.execute("PRAGMA table_info(results_flat)")]
@@ -669,7 +663,6 @@ def test_the_cli_prints_a_slow_step_as_one_warning_line(
 
 
 def test_only_the_rows_asked_for_are_checked(synthetic_db: Path, tmp_path: Path) -> None:
-    import sqlite3
 
     from rdu_sim.sweep import load
     from rdu_sim.sweep.store import StoreError

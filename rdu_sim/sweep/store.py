@@ -414,8 +414,9 @@ class Store:
                 found = []
                 for row in self._unchecked(list(members)):
                     own = {**row, "overrides": members[row["key"]]}
-                    checked = self._checked(row)  # what is stored, damage named
-                    checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
+                    checked = self._checked(row)  # what is stored, damage named (parsed)
+                    if checked["sweep"] != sweep:  # another spec ran it last, its own axes
+                        checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
                     found.append(checked)
                 return found
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
