@@ -419,14 +419,14 @@ class Store:
                         checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
                     found.append(checked)
                 return found
+        if keys is not None:
+            return [self._checked(row) for row in self._unchecked(keys)]
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
         if sweep is not None:
             query += " WHERE sweep = ?"
             params.append(sweep)
         query += " ORDER BY sweep, key"
-        if keys is not None:
-            return [self._checked(row) for row in self._unchecked(keys)]
         with self._guard("read the stored points"):
             found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query, params)]
         return [self._checked(row) for row in found]
