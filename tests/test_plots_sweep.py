@@ -179,3 +179,44 @@ def test_a_database_of_two_sweeps_plots_the_one_named(tmp_path: Path) -> None:
     unknown = runner.invoke(cli, ["plot", "sweep", str(one), "--sweep", "nope", "-o", str(out)])
     assert unknown.exit_code == 2
     assert "--sweep nope" in unknown.output and "llama8b-batch" in unknown.output
+
+
+def test_a_line_per_x_value_is_refused(tmp_path: Path) -> None:
+    """``--by`` the x axis would draw one dot a line: refused, naming the axis."""
+    db = synthetic_db("deepseek-context", tmp_path)
+    with pytest.raises(plots.PlotInputError, match=r"--by serving\.max_context is the x axis"):
+        plots.sweep_plot(load(db), x="serving.max_context", by=["serving.max_context"])
+    result = CliRunner().invoke(
+        cli,
+        ["plot", "sweep", str(db), "--by", "serving.max_context", "-o", str(tmp_path / "x.png")],
+    )
+    assert result.exit_code == 2 and "is the x axis" in result.output
+
+
+def test_a_policy_keeps_its_colour_and_long_times_are_in_seconds(tmp_path: Path) -> None:
+    """A line per KV policy takes the policy's colour, as in every other plot; a time
+    metric reaching 10 s is drawn in s (its values unscaled), shorter ones in ms."""
+    from rdu_sim.report.plots_style import POLICY_COLORS
+
+    frame = load(synthetic_db("deepseek-context", tmp_path))
+    figure = plots.sweep_plot(frame, y="tpot_s.p50")
+    colours = {str(line.get_label()): line.get_color() for line in lines_of(figure)}
+    assert colours == {
+        "policy=full": POLICY_COLORS["full"],
+        "policy=snapstream": POLICY_COLORS["snapstream"],
+    }
+    slow = frame.copy()
+    slow["ttft_s.p50"] = [12.0 + i for i in range(len(slow))]
+    seconds = plots.sweep_plot(slow, y="ttft_s.p50")
+    assert seconds.axes[0].get_ylabel().startswith("TTFT p50 (s)")
+    drawn = sorted(v for line in lines_of(seconds) for v in line.get_ydata())
+    assert drawn == sorted(slow["ttft_s.p50"])
+    slow["ttft_s.p50"] = [0.5] * len(slow)
+    assert "(ms)" in plots.sweep_plot(slow, y="ttft_s.p50").axes[0].get_ylabel()
+
+
+def test_a_long_y_label_wraps(tmp_path: Path) -> None:
+    frame = load(synthetic_db("deepseek-context", tmp_path))
+    label = plots.sweep_plot(frame, y="memory.hbm.kv_bytes", by=[]).axes[0].get_ylabel()
+    assert "(mean over other axes)" in label.replace("\n", " ")
+    assert all(len(line) <= 44 for line in label.split("\n")) and "\n" in label

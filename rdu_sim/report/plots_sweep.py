@@ -24,6 +24,7 @@ resolved config).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
@@ -37,9 +38,9 @@ from rdu_sim.config.field_docs import axis_label
 from rdu_sim.config.overrides import HW_PREFIX
 from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
 from rdu_sim.report.plots_style import (
-    color_for,
     figure_title,
     legend_outside,
+    line_style,
     new_figure,
     plot_steady,
     whole_run_key,
@@ -111,6 +112,50 @@ def _label(metric: str) -> tuple[str, float]:
     return metric, 1.0
 
 
+SECONDS_ABOVE_S = 10.0
+"""A time metric whose largest value reaches this many seconds is drawn in s, not ms (a TTFT
+of 40,000 ms reads better as 40 s)."""
+
+YLABEL_WIDTH = 44
+"""Characters of a y label per line before it wraps (what the default axes' height holds)."""
+
+
+def _scaled_label(metric: str, runs: Sequence[RunPoint]) -> tuple[str, float]:
+    """:func:`_label`, with a time metric in seconds when its largest value reaches
+    :data:`SECONDS_ABOVE_S`."""
+    label, scale = _label(metric)
+    if scale != 1e3 or not label.endswith("(ms)"):
+        return label, scale
+    values = [v for run in runs if (v := _value(run, metric, 1.0)) is not None]
+    if values and max(values) >= SECONDS_ABOVE_S:
+        return label.removesuffix("(ms)") + "(s)", 1.0
+    return label, scale
+
+
+def _wrapped(label: str, note: str) -> str:
+    """``label`` and its ``note`` on one line, or the note on a line of its own when together
+    they pass :data:`YLABEL_WIDTH` (a label longer than that wraps between words)."""
+    lines = textwrap.wrap(label, YLABEL_WIDTH) or [label]
+    if note and len(lines[-1]) + 1 + len(note) <= YLABEL_WIDTH:
+        lines[-1] += f" {note}"
+    elif note:
+        lines.append(note)
+    return "\n".join(lines)
+
+
+def _policy_last(by: Sequence[str], key: Sequence[str]) -> str:
+    """A line's group values joined as ``plots_style.line_style`` reads a label (the KV
+    policy last), so a policy keeps its colour across plots."""
+    pairs = list(zip(by, key, strict=True))
+    ordered = [v for c, v in pairs if c != POLICY_COLUMN] + [
+        v for c, v in pairs if c == POLICY_COLUMN
+    ]
+    return " · ".join(ordered)
+
+
+POLICY_COLUMN = "kv.policy"
+
+
 def x_positions(values: Sequence[Any]) -> tuple[list[float], bool] | None:
     """Where each x value sits when every one is a quantity, and whether on a log-2 scale
     (the values are positive and each at least :data:`DOUBLING` times the one before);
@@ -176,13 +221,13 @@ def design_space(
     xs_all = sorted({cell(r, x) for r in runs}, key=lambda k: _order(shown[k]))
     numeric = x_positions([shown[k] for k in xs_all])
     position = {k: (numeric[0][i] if numeric else float(i)) for i, k in enumerate(xs_all)}
-    ylabel, scale = _label(y)
+    ylabel, scale = _scaled_label(y, runs)
     fig, (ax,) = new_figure()
     averaged = hollow = False
     drawn = 0
-    for i, (key, members) in enumerate(
-        sorted(groups.items(), key=lambda kv: [_order(shown[v]) for v in kv[0]])
-    ):
+    ordered = sorted(groups.items(), key=lambda kv: [_order(shown[v]) for v in kv[0]])
+    styles = [_policy_last(by, [_tick(shown[v]) for v in key]) for key, _ in ordered]
+    for i, (key, members) in enumerate(ordered):
         values: dict[str, list[float]] = {}
         whole: dict[str, list[float]] = {}
         for run in members:
@@ -205,8 +250,8 @@ def design_space(
             [position[v] for v in order],
             [mean.get(v) for v in order],
             [whole_mean.get(v) for v in order],
-            label=label or _label(y)[0],
-            color=color_for(label, i),
+            label=label or ylabel,
+            **line_style(styles[i], i, styles),
         )
     if drawn == 0:
         raise PlotInputError(f"no point of the sweep has a value of {y!r}")
@@ -216,7 +261,7 @@ def design_space(
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(ticks, [_tick(shown[v]) for v in xs_all])
     ax.set_xlabel(axis_title(x))
-    ax.set_ylabel(ylabel + (" (mean over other axes)" if averaged else ""))
+    ax.set_ylabel(_wrapped(ylabel, "(mean over other axes)" if averaged else ""))
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     if whole_run:
@@ -341,6 +386,11 @@ def sweep_plot(
                 "the sweep's points differ in no axis; name the x axis with --x COLUMN"
             )
         x = next((a for a in axes if _is_quantity(frame[a])), axes[0])
+    if by and x in by:
+        raise PlotInputError(
+            f"--by {x} is the x axis: each of its lines would be one point; name another "
+            "column, or leave --by out for the other swept axes"
+        )
     for column in (x, *(by or ())):
         if column not in frame.columns:
             shown = ", ".join(axes) or "none"
