@@ -157,3 +157,19 @@ def test_the_roofline_of_a_gpu_step_has_the_gpus_roofs() -> None:
             achieved = kernel["flops"] / kernel["time_s"]
             assert achieved <= 3.35e12 * kernel["flops"] / moved
     plots.roofline(step)  # draws
+
+
+def test_a_plot_of_a_workload_notes_its_set_edits() -> None:
+    """``rdu-sim plot KIND WORKLOAD --set ...``: the figure says what the edits changed, for
+    a run's plots (latency, occupancy) as for a study's (capacity)."""
+    from rdu_sim.cli.plot_cmd import _simulate
+
+    edit = ("serving.batch_slots=2",)
+    run = _simulate("latency", Path(LLAMA), edit, [4096], ["full"], 4)
+    assert run["batch_slots"] == 2 and run["settings"] == {"serving.batch_slots": 2}
+    for fig in (plots.latency_distribution(run), plots.occupancy_timeline(run)):
+        assert _note(fig) == "each point: the workload with serving.batch_slots = 2"
+    rows = _simulate("capacity", Path(LLAMA), edit, [4096], ["full"], 4)
+    assert _note(plots.batch_capacity(rows)).startswith(
+        "each point: the workload with serving.batch_slots = 2; serving.max_context"
+    )

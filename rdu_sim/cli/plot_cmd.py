@@ -192,13 +192,29 @@ def _simulate(
     from rdu_sim import api, studies
     from rdu_sim.report.plots_data import result_record
 
+    results: list[dict[str, Any]] | dict[str, Any]
     if kind in ("memory", "capacity"):
-        return studies.plan_over_contexts(path, contexts, policies=policies, overrides=overrides)
-    if kind == "throughput":
-        return studies.decode_over_contexts(path, contexts, policies=policies, overrides=overrides)
-    if kind == "roofline":
-        return studies.decode_step_timing(path, overrides=overrides)
-    return result_record(api.run(path, [*overrides, f"serving.requests={requests}"]))
+        results = studies.plan_over_contexts(path, contexts, policies=policies, overrides=overrides)
+    elif kind == "throughput":
+        results = studies.decode_over_contexts(
+            path, contexts, policies=policies, overrides=overrides
+        )
+    elif kind == "roofline":
+        results = studies.decode_step_timing(path, overrides=overrides)
+    else:
+        results = result_record(api.run(path, [*overrides, f"serving.requests={requests}"]))
+    return _noted(results, overrides)
+
+
+def _noted(results: Any, overrides: tuple[str, ...]) -> Any:
+    """``results`` with the ``--set`` edits among each point's ``settings``, which the figure
+    prints under itself (``plots_style.note_settings``): a plot says what it changed."""
+    from rdu_sim.config.overrides import parse_override
+
+    edits = dict(parse_override(edit) for edit in overrides)
+    for record in results if isinstance(results, list) else [results]:
+        record["settings"] = {**edits, **(record.get("settings") or {})}
+    return results
 
 
 STOPPED = "the plot had not been drawn: nothing was written"

@@ -25,7 +25,14 @@ from rdu_sim.report.plots_data import (
     label_of,
     titled,
 )
-from rdu_sim.report.plots_style import BELOW, BESIDE, color_for, figure_title, new_figure
+from rdu_sim.report.plots_style import (
+    BELOW,
+    BESIDE,
+    color_for,
+    figure_title,
+    new_figure,
+    note_settings,
+)
 
 __all__ = ["latency_distribution", "occupancy_series", "occupancy_timeline", "request_values"]
 
@@ -92,6 +99,7 @@ def latency_distribution(
         ax.legend(fontsize=8, **BELOW)
         ax.set_title(f"{'TTFT' if field == 'ttft_s' else 'TPOT'} distribution")
     figure_title(fig, titled("Request latency", runs))
+    note_settings(fig, runs)
     return fig
 
 
@@ -152,6 +160,7 @@ def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_
         ax.grid(True, alpha=0.3)
     axes[-1].set_xlabel("simulated time (s)")
     figure_title(fig, titled("Batch slot occupancy", runs))
+    note_settings(fig, runs)
     return fig
 
 
