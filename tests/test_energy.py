@@ -124,3 +124,15 @@ def test_sweep_rows_carry_energy_and_cost(tmp_path: Path) -> None:
     low, high = frame["energy.output_tokens_per_joule"]
     assert low > high  # 400 W then 800 W per socket: more watts, fewer tokens per joule
     assert frame["energy.usd_per_million_output_tokens"].notna().all()
+
+
+def test_a_lone_run_charges_the_sockets_it_uses_as_a_cluster_run_does() -> None:
+    """tp=4 on an 8-socket system: the run uses 4 sockets (its header says 4 idle) and is
+    charged for those, as a one-replica cluster pool of the same workload is."""
+    data = api.run("llama3.1-8b-8socket", {**SMALL, "parallelism.tp": 4}).to_dict()
+    energy = data["energy"]
+    assert isinstance(energy, dict)
+    assert energy["average_power_w"] == pytest.approx(4 * 530 + 4 / 8 * 1500)
+    pool = Machine(PowerConfig(socket_w=530, host_w=1500), CostConfig(usd_per_kwh=0.12), 4, 8)
+    fleet = fleet_energy([pool], data["makespan_s"], data["output_tokens"])  # type: ignore[arg-type]
+    assert fleet is not None and fleet.joules == pytest.approx(energy["joules"], rel=1e-12)

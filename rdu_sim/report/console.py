@@ -26,6 +26,7 @@ from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.percentiles import Percentiles
+from rdu_sim.report.speculation import draft_devices
 from rdu_sim.report.summary import OfferedLoad, RunSummary, Utilization
 from rdu_sim.report.terminal import wide_console
 from rdu_sim.serving.steady import MIN_TURNOVERS
@@ -100,9 +101,9 @@ def devices_and_layout(
 def machine(result: RunSummary) -> str:
     """``1 socket`` or ``16 sockets, tp=8 pp=2 micro_batches=2`` (``GPUs`` on a GPU system):
     :func:`devices_and_layout` of the run."""
-    spec = result.speculation
-    draft = spec.draft_tp if spec is not None and spec.placement == "separate" else 0
-    return devices_and_layout(result.sockets, result.device, result.layout, draft)
+    return devices_and_layout(
+        result.sockets, result.device, result.layout, draft_devices(result.speculation)
+    )
 
 
 def pipeline_line(result: RunSummary) -> str | None:

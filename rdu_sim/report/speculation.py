@@ -15,7 +15,13 @@ from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.speculative import PrefillSaving
 from rdu_sim.serving.step_cache import StepCache
 
-__all__ = ["DraftMemory", "SpeculationSummary", "SpeculativeDecoding", "speculation_summary"]
+__all__ = [
+    "DraftMemory",
+    "SpeculationSummary",
+    "SpeculativeDecoding",
+    "draft_devices",
+    "speculation_summary",
+]
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,12 @@ class SpeculationSummary:
     draft_time_share: float
     decoding: SpeculativeDecoding | None
     prefill: PrefillSaving | None
+
+
+def draft_devices(summary: SpeculationSummary | None) -> int:
+    """Devices a separate draft runs on beside the target's replica; 0 when the draft shares
+    the target's devices or the run has none."""
+    return summary.draft_tp if summary is not None and summary.placement == "separate" else 0
 
 
 def busy_seconds(cache: StepCache) -> float:

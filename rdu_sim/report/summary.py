@@ -74,7 +74,7 @@ from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import resource_times, step_bound
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
-from rdu_sim.report.speculation import SpeculationSummary, speculation_summary
+from rdu_sim.report.speculation import SpeculationSummary, draft_devices, speculation_summary
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import CoEStats
 from rdu_sim.serving.records import ServingRecords
@@ -579,7 +579,9 @@ def summarize(run: ServingRun) -> RunSummary:
         energy=energy_of(
             scenario.hardware.power,
             scenario.hardware.cost,
-            scenario.hardware.system.sockets,
+            # the replica's devices and a separate draft's; the idle rest of the machine is a
+            # cluster's other replicas (as a cluster run counts its pools)
+            scenario.workload.parallelism.devices + draft_devices(speculation),
             scenario.hardware.system.sockets_per_node,
             makespan,
             output_tokens,
