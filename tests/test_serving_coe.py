@@ -202,7 +202,8 @@ def test_rdu_sim_run_json_reports_the_switching() -> None:
 def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
     result = CliRunner().invoke(cli, ["run", str(COE), "--set", "serving.requests=20"])
     assert result.exit_code == 0, result.output
-    coe = api.run(COE, {"serving.requests": 20}).summary().coe
+    summary = api.run(COE, {"serving.requests": 20}).summary()
+    coe = summary.coe
     assert coe is not None
     text = " ".join(result.output.split())
     assert "Composition of Experts" in text
@@ -212,6 +213,10 @@ def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
     assert f"bytes copied (all sockets) │ {human.size(coe.bytes_copied, 4)}" in text
     assert f"stall waiting for copies │ {human.duration(coe.switch_stall_s)}" in text
     assert "bounded: a turn admits for 2 s while others wait" in text
+    assert (  # the header's room for more slots is a trade against cached experts
+        f"{summary.batch_slots} batch slots (room for {summary.batch_capacity} with one expert "
+        f"cached in HBM; these slots leave room for {coe.region_experts} experts)"
+    ) in text
 
 
 def test_a_compressing_kv_policy_serves_its_experts_in_its_slots() -> None:

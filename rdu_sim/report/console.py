@@ -106,6 +106,17 @@ def machine(result: RunSummary) -> str:
     )
 
 
+def _room(result: RunSummary) -> str:
+    """What memory would hold: a Composition of Experts trades slots for cached experts, so
+    its ``room for`` is the slots that leave the HBM region one expert (serving.coe)."""
+    if result.coe is None:
+        return f"room for {result.batch_capacity}"
+    return (
+        f"room for {result.batch_capacity} with one expert cached in HBM; these slots leave "
+        f"room for {human.count(result.coe.region_experts, 'expert')}"
+    )
+
+
 def pipeline_line(result: RunSummary) -> str | None:
     """The pipeline in words (None without one): its stages' devices and the micro-batches
     a step is cut into, at most one a sequence (``ParallelismConfig.step_micro_batches``)."""
@@ -149,7 +160,7 @@ def header(result: RunSummary) -> Text:
         f"  weights {dtypes['weights']}{experts}, KV cache {dtypes['kv']}, activations "
         f"{dtypes['activations']}; KV policy {result.kv_policy}, batching policy "
         f"{result.batching_policy}\n"
-        f"  {human.count(result.batch_slots, 'batch slot')} (room for {result.batch_capacity}), "
+        f"  {human.count(result.batch_slots, 'batch slot')} ({_room(result)}), "
         f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
         f"  load: {human.count(result.requests, 'request')}, {describe_load(result.load)}"
     )
