@@ -172,7 +172,16 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
     from rich import box
     from rich.table import Table
 
-    table = Table(title="collectives (per socket)", box=box.SIMPLE_HEAD)
+    table = Table(
+        title="collectives (per socket)",
+        caption=(
+            "estimate: one call on idle links, all its pieces at once (the policy's choice); "
+            "simulated: a call's mean in the step, from its first piece's start to its last's "
+            "end, so it includes waiting for the producer's tiles and for busy links"
+        ),
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     for col in ("kernel", "stage", "kind", "algorithm", "policy", "group", "hops", "bytes"):
         table.add_column(col, justify="right" if col in ("group", "hops", "bytes") else "left")
     for col in ("calls", "estimate", "simulated"):
