@@ -182,6 +182,16 @@ def test_deepseek_refusals(tmp_path: Path, changes: dict[str, Any], field: str, 
     assert any(i.startswith(f"{field}:") and words in i for i in issues), issues
 
 
+def test_a_bad_key_is_named_once_not_again_through_the_defaults_it_feeds(tmp_path: Path) -> None:
+    """Without num_key_value_heads or head_dim, both are derived from num_attention_heads: a
+    bad num_attention_heads is the one error, not three."""
+    data = _fixture("llama-3.1-8b") | {"num_attention_heads": 0}
+    for derived in ("num_key_value_heads", "head_dim"):
+        data.pop(derived, None)
+    issues = _issues(_write(tmp_path, data))
+    assert issues == ["num_attention_heads: Input should be greater than or equal to 1"], issues
+
+
 def test_errors_carry_the_line(tmp_path: Path) -> None:
     path = _write(tmp_path, _fixture("mixtral-8x7b") | {"model_type": "llava"})
     with pytest.raises(ConfigError) as info:

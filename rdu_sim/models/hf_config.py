@@ -238,8 +238,12 @@ def architecture_from_config(
         else:
             arch = DeepSeekArchitecture.model_validate(fields)
     except ValidationError as exc:
-        for err in exc.errors():
-            key, message = _in_json_terms(err["loc"], str(err["msg"]), origin)
+        found = [_in_json_terms(err["loc"], str(err["msg"]), origin) for err in exc.errors()]
+        # a key the file leaves out takes a default derived from another (num_key_value_heads
+        # from num_attention_heads): when the file's own keys err, the defaults' errors are
+        # only theirs again
+        given = [(key, message) for key, message in found if key in r.data]
+        for key, message in given or found:
             r.fail(key, message)
         raise ConfigError(r.issues) from None
     return arch
