@@ -219,7 +219,7 @@ def test_check_reads_a_measurement_file_as_one_not_as_a_trace(tmp_path: Path) ->
     assert out.exit_code == 0, out.output
     assert "argonne-sn40l: measurement file: 20 measured rows (e2e_s)" in out.output
     assert "mine.csv: measurement file: 1 measured row (e2e_s)" in out.output
-    assert "trace.csv: request trace: 1 rows" in out.output
+    assert "trace.csv: request trace: 1 row without" in out.output
     failed = CliRunner().invoke(cli, ["check", str(bad)])
     assert failed.exit_code == 2
     assert f"{bad}:2: batch: must be in 1..65536, got -3" in failed.output

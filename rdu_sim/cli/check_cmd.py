@@ -122,7 +122,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         )
         return (
             f"cluster {cluster.config.name!r}: {human.count(cluster.sockets, cluster.device)} "
-            f"({pools}), {len(requests):,} requests"
+            f"({pools}), {human.count(len(requests), 'request')}"
         )
     if kind == "plan":
         from rdu_sim.plan import check_plan
@@ -176,9 +176,9 @@ def check_file(path: Path) -> str:
         trace = _read_trace(path)
         if trace.format not in ("csv", "jsonl"):  # Azure, Mooncake, BurstGPT
             skipped = f", {trace.skipped:,} failed rows skipped" if trace.skipped else ""
-            return f"{trace.format} trace: {len(trace):,} requests{skipped}"
+            return f"{trace.format} trace: {human.count(len(trace), 'request')}{skipped}"
         arrivals = "with" if trace.arrival_s is not None else "without"
-        return f"request trace: {len(trace):,} rows {arrivals} arrival_s"
+        return f"request trace: {human.count(len(trace), 'row')} {arrivals} arrival_s"
     data, lines = read_yaml(path)
     return _check_data(path, data, lines)
 
