@@ -280,8 +280,19 @@ def _layout_problem(
     return None
 
 
+def coe_router(workload: WorkloadConfig, workload_file: str, lines: LineMap) -> Architecture:
+    """A Composition of Experts' router model, given as ``model`` is (a preset, a
+    config.json, its keys, an architecture); errors name ``coe.router``."""
+    assert workload.coe is not None
+    return _resolve_model(workload.coe.router, "coe.router", workload_file, lines)
+
+
 def _check_coe(
-    workload: WorkloadConfig, hardware: Hardware, fail: Callable[[str, str], ConfigError]
+    workload: WorkloadConfig,
+    hardware: Hardware,
+    file: str,
+    lines: LineMap,
+    fail: Callable[[str, str], ConfigError],
 ) -> None:
     """A Composition of Experts needs SN40L's DDR, a known router model whose heads the TP
     degree divides, and a number of batch slots (they share HBM with the expert region)."""
@@ -289,10 +300,7 @@ def _check_coe(
     assert coe is not None
     if hardware.kind == "gpu":
         raise fail("coe", "a Composition of Experts keeps its experts in DDR; a GPU has none")
-    try:
-        router = get_model(coe.router)
-    except UnknownModelError as exc:
-        raise fail("coe.router", str(exc)) from None
+    router = coe_router(workload, file, lines)
     if router.heads % workload.parallelism.tp:
         raise fail(
             "coe.router",
@@ -345,7 +353,7 @@ def _cross_check(
             "(use hbm, or an SN40L hardware file)",
         )
     if workload.coe is not None:
-        _check_coe(workload, hardware, fail)
+        _check_coe(workload, hardware, file, lines, fail)
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
         return make_policy(workload.kv, serving.max_context, stack.kv_page_tokens)
     except PolicyError as exc:

@@ -166,6 +166,19 @@ def test_the_same_coe_run_gives_the_same_bytes() -> None:
     assert api.run(COE, SMALL).to_dict() == _run()
 
 
+def test_a_router_from_a_config_json_runs_as_its_preset() -> None:
+    """``coe.router`` takes what ``model`` takes: Llama-3.1-8B's config.json (the test
+    fixture, Hugging Face's fields) serves as the preset of that model does."""
+    fixture = ROOT / "tests" / "models" / "llama-3.1-8b" / "config.json"
+    given = api.run(COE, {**SMALL, "coe.router": {"config_json": str(fixture)}}).to_dict()
+    preset = _run()
+    assert given["coe"] == preset["coe"]
+    assert given["ttft_s"] == preset["ttft_s"] and given["makespan_s"] == preset["makespan_s"]
+    with pytest.raises(ConfigError, match=r"coe\.router.*config_json") as info:
+        load_scenario(COE, {"coe.router": {"config_json": "no/such/config.json"}})
+    assert "no/such/config.json" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [

@@ -334,48 +334,6 @@ class TracePopularity(StrictModel):
 Popularity = Annotated[ZipfPopularity | TracePopularity, Field(discriminator="dist")]
 
 
-class CoEConfig(StrictModel):
-    """Composition of Experts (SN40L paper §VI-C, Fig. 9): many expert models of the
-    workload's architecture live in DDR; a router model, always in HBM, picks each
-    request's expert; an HBM region caches the active experts (docs/memory.md)."""
-
-    experts: int = Field(ge=1, le=100_000, description="expert models resident in DDR")
-    router: str = Field(
-        min_length=1,
-        description="the router model (a preset name): it prefills every prompt once before "
-        "the expert serves it, and its weights stay in HBM",
-    )
-    popularity: Popularity = Field(
-        default_factory=ZipfPopularity,
-        description="how requests pick their expert: {dist: zipf, exponent} (seeded by "
-        "serving.seed) or {dist: trace}, the expert column of serving.trace",
-    )
-    eviction: Literal["lru", "lfu", "fifo"] = Field(
-        default="lru",
-        description="which cached expert a switch evicts: 'lru' (least recently used), "
-        "'lfu' (least often used), 'fifo' (least recently admitted)",
-    )
-    prefetch: bool = Field(
-        default=True,
-        description="copy the next queued request's expert into HBM while the current "
-        "expert serves (the copy shares DDR and HBM with the steps' own traffic)",
-    )
-    switch: Literal["bounded", "drain"] = Field(
-        default="bounded",
-        description="when the sockets go to another expert: 'drain' (the holding expert "
-        "keeps admitting its arriving requests until none is waiting or running), "
-        "'bounded' (it stops admitting once its turn is older than coe.turn_s and another "
-        "expert's request waits; its running requests finish, then the switch)",
-    )
-    turn_s: float = Field(
-        default=2.0,
-        gt=0.0,
-        le=1e6,
-        description="with switch 'bounded': seconds an expert's turn may admit new requests "
-        "while another expert's request waits",
-    )
-
-
 def _model_kind(value: Any) -> str | None:
     """A preset name is a string; a config.json reference a mapping with `config_json`; a
     custom architecture any other mapping."""
@@ -408,6 +366,48 @@ ModelField = Annotated[
         "keys (with model_type) or an architecture (with family)",
     ),
 ]
+
+
+class CoEConfig(StrictModel):
+    """Composition of Experts (SN40L paper §VI-C, Fig. 9): many expert models of the
+    workload's architecture live in DDR; a router model, always in HBM, picks each
+    request's expert; an HBM region caches the active experts (docs/memory.md)."""
+
+    experts: int = Field(ge=1, le=100_000, description="expert models resident in DDR")
+    router: ModelField = Field(
+        description="the router model, given as `model` is (a preset name, {config_json: "
+        "path}, a config.json's keys or an architecture): it prefills every prompt once "
+        "before the expert serves it, and its weights stay in HBM",
+    )
+    popularity: Popularity = Field(
+        default_factory=ZipfPopularity,
+        description="how requests pick their expert: {dist: zipf, exponent} (seeded by "
+        "serving.seed) or {dist: trace}, the expert column of serving.trace",
+    )
+    eviction: Literal["lru", "lfu", "fifo"] = Field(
+        default="lru",
+        description="which cached expert a switch evicts: 'lru' (least recently used), "
+        "'lfu' (least often used), 'fifo' (least recently admitted)",
+    )
+    prefetch: bool = Field(
+        default=True,
+        description="copy the next queued request's expert into HBM while the current "
+        "expert serves (the copy shares DDR and HBM with the steps' own traffic)",
+    )
+    switch: Literal["bounded", "drain"] = Field(
+        default="bounded",
+        description="when the sockets go to another expert: 'drain' (the holding expert "
+        "keeps admitting its arriving requests until none is waiting or running), "
+        "'bounded' (it stops admitting once its turn is older than coe.turn_s and another "
+        "expert's request waits; its running requests finish, then the switch)",
+    )
+    turn_s: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=1e6,
+        description="with switch 'bounded': seconds an expert's turn may admit new requests "
+        "while another expert's request waits",
+    )
 
 
 class SpeculationConfig(StrictModel):

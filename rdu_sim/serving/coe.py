@@ -50,9 +50,8 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.workload import CoEConfig
 from rdu_sim.hw.copy_engine import DEFAULT_CHUNK_BYTES
-from rdu_sim.models import get_model
 from rdu_sim.models.figures import weight_bytes
-from rdu_sim.scenario import Scenario
+from rdu_sim.scenario import Scenario, coe_router
 from rdu_sim.serving.backend import Backend
 from rdu_sim.serving.clock import PS_PER_S, to_ps
 from rdu_sim.serving.coe_server import CoEServer, SwitchPolicy, Tiers
@@ -127,7 +126,8 @@ def check_tags(scenario: Scenario, requests: RequestSet) -> None:
 def router_scenario(scenario: Scenario, coe: CoEConfig) -> Scenario:
     """The scenario of the router model: the workload with its model replaced."""
     workload = scenario.workload.model_copy(update={"model": coe.router, "coe": None})
-    return replace(scenario, workload=workload, model=get_model(coe.router))
+    router = coe_router(scenario.workload, scenario.workload_file, {})  # checked at load
+    return replace(scenario, workload=workload, model=router)
 
 
 def _weights(scenario: Scenario) -> int:
