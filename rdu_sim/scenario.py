@@ -502,12 +502,19 @@ def _draft_scenario(
     if problem is not None:
         raise fail("speculation.draft_tp" if spec.draft_tp else "speculation.draft", problem)
     same_vocabulary = draft.vocab_size == target.vocab_size
-    if spec.decoding is not None and not same_vocabulary:
+    same_tokenizer = same_vocabulary if spec.same_tokenizer is None else spec.same_tokenizer
+    if spec.decoding is not None and not same_tokenizer:
+        said = spec.same_tokenizer is not None  # false, as the workload says
         raise fail(
-            "speculation.draft",
-            f"speculative decoding needs the draft to share the target's tokenizer: "
-            f"{draft.name} has a vocabulary of {draft.vocab_size}, {target.name} of "
-            f"{target.vocab_size}",
+            "speculation.same_tokenizer" if said else "speculation.draft",
+            "speculative decoding needs the draft to share the target's tokenizer: "
+            + (
+                "speculation.same_tokenizer is false"
+                if said
+                else f"{draft.name} has a vocabulary of {draft.vocab_size}, {target.name} of "
+                f"{target.vocab_size} (if they share one and pad their tables differently, "
+                "set speculation.same_tokenizer: true)"
+            ),
         )
     if spec.shares_embeddings and (not same_vocabulary or draft.hidden_size != target.hidden_size):
         raise fail(
@@ -516,12 +523,14 @@ def _draft_scenario(
             f"{draft.name} has {draft.vocab_size} x {draft.hidden_size}, {target.name} "
             f"{target.vocab_size} x {target.hidden_size}",
         )
-    if spec.prefill is not None and spec.prefill.token_mapping is None and not same_vocabulary:
+    if spec.prefill is not None and spec.prefill.token_mapping is None and not same_tokenizer:
         raise fail(
             "speculation.prefill.token_mapping",
             f"{draft.name}'s tokenizer differs from {target.name}'s (vocabularies of "
-            f"{draft.vocab_size} and {target.vocab_size}): a cross-family draft needs "
-            "token_mapping, the host time per prompt token to map its selection",
+            f"{draft.vocab_size} and {target.vocab_size}"
+            + (", and speculation.same_tokenizer is false" if spec.same_tokenizer is False else "")
+            + "): a cross-family draft needs token_mapping, the host time per prompt token to "
+            "map its selection",
         )
     if workload.serving.max_context > draft.max_context:
         raise fail(

@@ -41,6 +41,25 @@ def test_shipped_speculative_workloads_build_their_draft(path: Path) -> None:
     assert draft.workload.serving == scenario.workload.serving
 
 
+PADDED = (  # Llama-3.1-70B's draft with an embedding table padded past the target's rows
+    "speculation.draft={family: llama, name: padded, vocab_size: 128384, hidden_size: 256, "
+    "layers: 2, heads: 16, kv_heads: 8, head_dim: 16, ffn_intermediate: 512, "
+    "max_context: 131072}"
+)
+
+
+def test_a_draft_padded_differently_runs_when_the_workload_says_one_tokenizer() -> None:
+    """Vocabularies that differ mean different tokenizers unless the workload says they are
+    one (a family padding its tables differently): then the draft decodes for the target."""
+    field, message, _ = _issue(SPECDEC, [PADDED])
+    assert field == "speculation.draft" and "128384" in message and "128256" in message
+    assert "set speculation.same_tokenizer: true" in message
+    scenario = load_scenario(SPECDEC, [PADDED, "speculation.same_tokenizer=true"])
+    assert scenario.draft is not None and scenario.draft.model.vocab_size == 128384
+    field, message, _ = _issue(SPECDEC, ["speculation.same_tokenizer=false"])
+    assert field == "speculation.same_tokenizer" and "is false" in message
+
+
 def test_speculation_null_is_plain_decoding() -> None:
     scenario = load_scenario(SPECDEC, ["speculation=null"])
     assert scenario.draft is None and scenario.workload.speculation is None

@@ -437,6 +437,13 @@ class SpeculationConfig(StrictModel):
         "preset deepseek-r1-mtp); needs placement shared and the target's vocabulary and "
         "hidden size",
     )
+    same_tokenizer: bool | None = Field(
+        default=None,
+        description="whether the draft shares the target's tokenizer (speculative decoding "
+        "needs it; speculative prefill without it needs token_mapping). Unset: when their "
+        "vocab_size are equal. true for a family whose models pad their embedding tables "
+        "differently (Qwen2.5-0.5B and -14B: 151,936 and 152,064 rows, one tokenizer)",
+    )
     decoding: SpecDecodingConfig | None = Field(
         default=None, description="speculative decoding (unset: plain decoding)"
     )
