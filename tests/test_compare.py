@@ -292,3 +292,63 @@ def test_plot_compare_draws_the_variants(tmp_path: Path) -> None:
     assert bounds[0] == "HBM-bound"  # full KV at 128k: the KV reads bind, whatever the links
     title = fig.get_suptitle()  # names what it compares (notebook 06's had no title)
     assert "deepseek-r1-128k-snapstream" in title and "deepseek-r1" in title
+
+
+RACKS = "deepseek-r1-sn40l-4racks-ep64"
+EP64 = "{tp: 1, dp_attention: 64, ep: 64}"
+TP16_PP4 = "{tp: 16, dp_attention: 1, ep: 1, pp: 4}"
+TP16 = "{tp: 16, dp_attention: 1, ep: 1}"
+
+
+def test_an_instance_is_a_replica_of_its_layout_as_step_runs_it() -> None:
+    """On 64 sockets, TP16 x PP4 and EP64 are each one replica (one model instance) and
+    four TP16 replicas are four: compare's instance tokens/s is ``rdu-sim step``'s batch
+    (a rank's, times the ranks, under data-parallel attention: its ``batch_of``) over its
+    step, and the system's is that times the instances. It summed 64 // tp instances: TP16
+    x PP4 came out 4x (52,393 tokens/s where one 4,096-slot replica at 313 ms makes 13.1k)
+    and EP64 read as 64 instances of one rank's batch."""
+    runner = CliRunner()
+    layouts = (EP64, TP16_PP4, TP16)
+    printed = runner.invoke(
+        cli,
+        ["compare", RACKS, "--vary", "parallelism=" + ",".join(layouts), "--batch", "8", "--json"],
+    )
+    assert printed.exit_code == 0, printed.output
+    data = json.loads(printed.stdout)
+    assert [c["instances"] for c in data["columns"]] == [1, 1, 4]
+    for column, layout in zip(data["columns"], layouts, strict=True):
+        shown = runner.invoke(
+            cli, ["step", RACKS, "--set", f"parallelism={layout}", "--batch", "8", "--json"]
+        )
+        assert shown.exit_code == 0, shown.output
+        step = json.loads(shown.stdout)
+        assert column["layout"] == step["layout"]
+        ranks = step["layout"]["dp_attention"] if step["batch_of"] == "attention_rank" else 1
+        assert column["attention_ranks"] == ranks and column["batch"] == step["batch"] * ranks
+        assert column["step_s"] == step["step_s"]
+        assert column["tokens_per_s"] == pytest.approx(step["batch"] * ranks / step["step_s"])
+        assert column["system_tokens_per_s"] == pytest.approx(
+            column["tokens_per_s"] * column["instances"]
+        )
+    ep64, pipeline, four = data["columns"]
+    assert ep64["batch"] == 8 * 64 and pipeline["batch"] == 8 and four["batch"] == 8
+    assert (
+        "the system holds 4 model instances of 16 sockets vs 1 model instance of 64"
+        in (data["verdicts"][1])
+    )
+    assert "instances" not in data["verdicts"][0]  # EP64 and TP16 x PP4: one each
+    assert "batch 512 of 4096 (8 a rank over 64 ranks)" in data["lines"][0]
+
+
+def test_the_issue_command_counts_a_pipeline_as_one_instance() -> None:
+    """The trial's command: four TP16 replicas serve ~1.83x one TP16 x PP4 replica (each at
+    its batch capacity), not 0.457x."""
+    result = compare(RACKS, [], vary=[f"parallelism={TP16_PP4},{TP16}"])
+    pipeline, four = result.columns
+    assert (pipeline.instances, four.instances) == (1, 4)
+    assert pipeline.batch == pipeline.batch_capacity == 4096
+    assert pipeline.system_tokens_per_s == pytest.approx(4096 / pipeline.step_s)
+    (verdict,) = result.verdicts
+    ratio = four.system_tokens_per_s / pipeline.system_tokens_per_s
+    assert 1.7 < ratio < 2.0
+    assert f"serves {human.ratio(ratio)} the tokens/s" in verdict

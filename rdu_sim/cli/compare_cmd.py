@@ -24,6 +24,7 @@ from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
+from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.interrupts import keeps_on_stop
 
 
@@ -31,13 +32,29 @@ def _count(value: int | None) -> str:
     return human.MISSING if value is None else f"{value:,}"
 
 
+def _devices(column: Column) -> str:
+    """``64 (4 x tp=16)``: the system's devices, and the model instances on them, each a
+    replica of the layout (``describe_layout``)."""
+    return f"{column.devices} ({column.instances} x {describe_layout(column.layout)})"
+
+
+def _per_rank(column: Column, slots: int | None) -> str:
+    """`` (64 a rank)`` after an instance's slots under data-parallel attention."""
+    if column.attention_ranks == 1 or slots is None:
+        return ""
+    return f" ({slots // column.attention_ranks:,} a rank)"
+
+
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("hardware", lambda c: c.hardware),
     ("kind", lambda c: c.kind),
-    ("devices (tp)", lambda c: f"{c.devices} ({c.tp})"),
+    ("devices (instances x layout)", _devices),
     ("fusion", lambda c: c.fusion),
-    ("batch capacity", lambda c: _count(c.batch_capacity)),
-    ("batch / cached tokens", lambda c: "-" if c.batch is None else f"{c.batch} / {c.context:,}"),
+    ("batch capacity", lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity)),
+    (
+        "batch / cached tokens",
+        lambda c: "-" if c.batch is None else f"{c.batch:,}{_per_rank(c, c.batch)} / {c.context:,}",
+    ),
     ("decode step", lambda c: human.duration(c.step_s)),
     ("tokens/s per user", lambda c: human.number(c.tokens_per_s_per_user)),
     ("tokens/s (one instance)", lambda c: human.number(c.tokens_per_s)),
@@ -97,8 +114,10 @@ STOPPED = "the comparison had not finished: nothing was printed or written"
     "--batch",
     type=click.IntRange(1, 1_000_000),
     default=None,
-    help="Batch slots of the decode step (default: the workload's serving.batch_slots; when "
-    "that is 'auto', each system's own batch capacity).",
+    help="Batch slots of the decode step, an attention rank's under parallelism.dp_attention "
+    "(as `rdu-sim step --batch` and serving.batch_slots count them; the table shows the whole "
+    "instance's) (default: the workload's serving.batch_slots; when that is 'auto', each "
+    "system's own batch capacity).",
 )
 @click.option(
     "--context",

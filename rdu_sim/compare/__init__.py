@@ -13,7 +13,8 @@ system the model does not fit (weights, KV cache and activations beyond its memo
 column saying so, with the compiler's reason, not an error.
 
 Each column reports the step time, tokens/s per user (one token per step) and in total
-(the batch's tokens per step, for one model instance of ``tp`` devices, and for every
+(the batch's tokens per step, for one model instance, a replica of the workload's layout
+over ``tp x dp_attention x pp`` devices with every attention rank's batch, and for every
 instance the system holds), and the share of its peak HBM bandwidth and FLOP/s the step
 achieved, and what binds the decode step (``report.bound``); ``rdu_sim.compare.why`` says
 in words what differs and why one variant wins. ``compare_batches`` repeats the comparison
@@ -37,6 +38,7 @@ from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import normalize_overrides, parse_override
+from rdu_sim.config.parallelism import replica_batch, replica_devices
 from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.bound import step_bound
@@ -203,15 +205,27 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
 
 
 def _column(scenario: Scenario, side: Variant, batch: int | None, context: int | None) -> Column:
+    """One variant's figures. A model instance is one replica of the workload's layout
+    (``replica_devices``: tp x dp_attention x pp devices), and the system holds as many as
+    its devices make whole; the instance's batch is every attention rank's
+    (``replica_batch``: ``batch`` and ``serving.batch_slots`` count a rank's slots, as
+    ``rdu-sim step`` does), so its tokens/s is that batch over the step (a pipeline's step
+    is every micro-batch through every stage)."""
     hardware = scenario.hardware
     devices = hardware.system.sockets
+    layout = scenario.workload.parallelism.layout()
+    per_instance = replica_devices(layout)
+    ranks = replica_batch(layout, 1)
     base = Column(
         hardware=hardware.name,
         hardware_file=scenario.hardware_file,
         kind=hardware.kind,
         devices=devices,
         tp=scenario.tp,
-        instances=devices // scenario.tp,
+        instances=devices // per_instance,
+        layout=layout,
+        instance_devices=per_instance,
+        attention_ranks=ranks,
         fusion=fusion_level(scenario),
         fits=False,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
@@ -235,16 +249,17 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     assert isinstance(timing, StepTiming)
     step = timing.step_s
     bound = step_bound(timing, hardware)
+    instance_batch = replica_batch(layout, decode.batch)
     return replace(
         base,
         fits=True,
-        batch_capacity=capacity,
-        batch=decode.batch,
+        batch_capacity=replica_batch(layout, capacity),
+        batch=instance_batch,
         context=decode.cache_len,
         step_s=step,
         tokens_per_s_per_user=1.0 / step,
-        tokens_per_s=decode.batch / step,
-        system_tokens_per_s=decode.batch / step * base.instances,
+        tokens_per_s=instance_batch / step,
+        system_tokens_per_s=instance_batch / step * base.instances,
         hbm_bandwidth_fraction=timing.hbm_bandwidth_fraction,
         flops_fraction=timing.flops_fraction,
         kernel_calls=sum(1 if k.looped else k.calls for k in timing.kernels),

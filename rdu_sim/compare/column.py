@@ -16,17 +16,23 @@ class Column:
     hardware_file: str
     kind: str  # rdu or gpu
     devices: int  # sockets or GPUs in the system
-    tp: int  # devices per model instance
-    instances: int  # model instances the system holds (devices // tp)
+    tp: int  # tensor-parallel degree (inside one attention rank)
+    instances: int  # model instances (replicas) the system holds: devices // instance_devices
     fusion: str  # the fusion level the compiler used
     fits: bool
     reason: str = ""
+    # one instance's layout (``ParallelismConfig.layout``: tp, dp_attention, ep, pp,
+    # micro_batches) and its devices (``config.parallelism.replica_devices``)
+    layout: dict[str, int] = field(default_factory=dict)
+    instance_devices: int = 0
+    attention_ranks: int = 1  # dp_attention: ranks of one instance, each its own batch
+    # one instance's slots, all its attention ranks' (a rank's: divide by attention_ranks)
     batch_capacity: int | None = None
     batch: int | None = None
     context: int | None = None  # cached tokens the decode step attends to (its bucket)
     step_s: float | None = None
     tokens_per_s_per_user: float | None = None
-    tokens_per_s: float | None = None  # one model instance
+    tokens_per_s: float | None = None  # one model instance: batch / step_s
     system_tokens_per_s: float | None = None  # every instance
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
     flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
