@@ -45,6 +45,20 @@ def _per_rank(column: Column, slots: int | None) -> str:
     return f" ({slots // column.attention_ranks:,} a rank)"
 
 
+def _prompt(column: Column) -> str:
+    """`` (2,304 tokens, bucket 3,072)``: the typical prompt and the static shape it runs
+    at, as a server pads it (`` (20,000 tokens, 3 chunks of 8,192)`` when chunked; the
+    tokens alone when the prompt is its bucket)."""
+    tokens, bucket, steps = column.prefill_tokens, column.prefill_bucket, column.prefill_steps
+    if tokens is None:
+        return ""
+    if steps is not None and steps > 1 and bucket is not None:
+        return f" ({tokens:,} tokens, {steps} chunks of {bucket:,})"
+    if bucket is not None and bucket != tokens:
+        return f" ({tokens:,} tokens, bucket {bucket:,})"
+    return f" ({tokens:,} tokens)"
+
+
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("hardware", lambda c: c.hardware),
     ("kind", lambda c: c.kind),
@@ -63,13 +77,7 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("share of peak HBM bandwidth", lambda c: human.percent(c.hbm_bandwidth_fraction)),
     ("share of peak FLOP/s", lambda c: human.percent(c.flops_fraction)),
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
-    (
-        "prefill, typical prompt",
-        lambda c: (
-            human.duration(c.prefill_s)
-            + ("" if c.prefill_tokens is None else f" ({c.prefill_tokens:,} tokens)")
-        ),
-    ),
+    ("prefill, typical prompt", lambda c: human.duration(c.prefill_s) + _prompt(c)),
 )
 
 

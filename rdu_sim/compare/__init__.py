@@ -8,7 +8,9 @@ all), compiled for that hardware (its fusion level: ``auto`` is full on SN40L an
 on a GPU) and timed by its engine: one
 decode step of ``batch`` slots at the decode bucket of ``context`` cached tokens (defaults:
 the workload's batch slots, or each system's own batch capacity when they say ``auto``; the
-longest cache the KV policy keeps), and the prefill of the workload's typical prompt. A
+longest cache the KV policy keeps), and the prefill of the workload's typical prompt
+(``typical_prefill_prompt``) as a server runs it: padded up to its compiled prompt bucket or
+cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times). A
 system the model does not fit (weights, KV cache and activations beyond its memory) is a
 column saying so, with the compiler's reason, not an error.
 
@@ -43,6 +45,9 @@ from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.bound import step_bound
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
+from rdu_sim.serving.step_cache import StepCache
+from rdu_sim.serving.step_shape import typical_prefill_prompt
 
 __all__ = [
     "Column",
@@ -241,8 +246,11 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         slots = batch if batch is not None else resolve_batch_slots(scenario, backend)[1]
         decode = default_step_shape(scenario, "decode", batch=slots, context=context)
         cost = backend.step_cost(scenario, decode)
-        prefill_shape = default_step_shape(scenario, "prefill")
-        prefill = backend.step_cost(scenario, prefill_shape)
+        # the typical prompt as a server runs it (its bucket, or chunks): run's prefill_s
+        prompt = typical_prefill_prompt(scenario)
+        prefill_shapes = served_prefill_steps(scenario, prompt)
+        cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
+        prefill_s = prefill_seconds(cache, scenario, prompt)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
@@ -263,8 +271,10 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         hbm_bandwidth_fraction=timing.hbm_bandwidth_fraction,
         flops_fraction=timing.flops_fraction,
         kernel_calls=sum(1 if k.looped else k.calls for k in timing.kernels),
-        prefill_s=prefill.step_s,
-        prefill_tokens=prefill_shape.tokens,
+        prefill_s=prefill_s,
+        prefill_tokens=prompt,
+        prefill_bucket=prefill_shapes[0].tokens,
+        prefill_steps=len(prefill_shapes),
         bound=bound.bound,
         bound_s=bound.limit_s,
         hbm_bytes=bound.hbm_bytes,

@@ -39,11 +39,15 @@ class Column:
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
     peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
     kernel_calls: int | None = None  # kernel calls in one decode step
-    prefill_s: float | None = None  # the typical prompt's prefill
+    # the typical prompt's prefill as a server runs it (``serving.run.prefill_seconds``, a
+    # run's ``prefill_s``): padded to its prompt bucket, or in chunks
+    prefill_s: float | None = None
     # that prompt's tokens: the policy's typical compressed prompt when it compresses some
     # prompt the workload sends (``serving.step_shape.typical_prefill_prompt``), so two
     # policies' prefills may time different prompts
     prefill_tokens: int | None = None
+    prefill_bucket: int | None = None  # tokens of its step (its prompt bucket) or of a chunk
+    prefill_steps: int | None = None  # 1, or the chunks it is cut into
     label: str = ""  # what differs (``Variant.label``; the hardware's name when only it varies)
     settings: dict[str, Any] = field(default_factory=dict)  # what the variant sets
     kv_policy: str = ""
