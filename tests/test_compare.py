@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import rdu_sim.compare as compare_module
 from rdu_sim import api, human
 from rdu_sim.cli.compare_cmd import ROWS
 from rdu_sim.cli.main import cli
-from rdu_sim.compare import compare, compare_batches, parse_vary
+from rdu_sim.compare import Variant, compare, compare_batches, parse_vary
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.report.bound import step_bound
 
@@ -376,3 +377,78 @@ def test_the_prefill_row_is_what_a_run_reports(chunk: int | None, shown: str) ->
         assert column.prefill_tokens == 2304
     row = dict(ROWS)["prefill, typical prompt"]
     assert row(result.columns[0]).endswith(shown)
+
+
+def test_a_crossed_combination_the_workload_refuses_is_a_column_saying_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--vary parallelism.dp_attention=16,64 --vary parallelism.ep=16,64`: ep must equal
+    tp x dp_attention, so two of the four combinations are refused; each value runs in
+    another, so they are columns saying why (nothing simulated for them), not an abort of
+    the whole comparison on the first."""
+    simulated: list[dict[str, object]] = []
+    real = compare_module._column
+
+    def counted(scenario: object, side: Variant, batch: object, context: object) -> object:
+        simulated.append(side.settings)
+        return real(scenario, side, batch, context)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("rdu_sim.compare._column", counted)
+    vary = ["parallelism.dp_attention=16,64", "parallelism.ep=16,64"]
+    result = compare(RACKS, [], vary=vary, batch=8)
+    assert [c.invalid for c in result.columns] == [False, True, True, False]
+    assert [c.fits for c in result.columns] == [True, False, False, True]
+    assert len(simulated) == 2
+    refused = result.columns[1]
+    assert refused.label == "parallelism.dp_attention=16, parallelism.ep=64"
+    assert "parallelism.ep: must be 1" in refused.reason and "got 64" in refused.reason
+    assert refused.step_s is None and refused.settings == {
+        "parallelism.dp_attention": 16,
+        "parallelism.ep": 64,
+    }
+    assert result.lines[1].startswith(
+        "parallelism.dp_attention=16, parallelism.ep=64: invalid combination: "
+    )
+    assert len(result.verdicts) == 1  # the two that run, one against the other
+    printed = CliRunner().invoke(cli, ["compare", RACKS, *(f"--vary={v}" for v in vary)])
+    assert printed.exit_code == 0, printed.output
+    assert "invalid combination" in printed.stdout
+
+
+def test_a_system_that_cannot_take_a_value_another_can_is_a_column() -> None:
+    """tp=16 on an 8-socket system beside a 16-socket one that runs it: a column."""
+    result = compare(
+        WORKLOAD, [SN40L_8, REPO / "hw_configs" / "sn40l-16.yaml"], vary=["parallelism.tp=8,16"]
+    )
+    assert [(c.hardware, c.tp, c.invalid) for c in result.columns] == [
+        ("sn40l-8", 8, False),
+        ("sn40l-8", 0, True),
+        ("sn40l-16", 8, False),
+        ("sn40l-16", 16, False),
+    ]
+    assert "tp=16 exceeds the 8 sockets" in result.columns[1].reason
+
+
+def test_every_combination_refused_is_one_error_line() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            RACKS,
+            "--vary",
+            "parallelism.dp_attention=16,64",
+            "--vary",
+            "parallelism.ep=32,128",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "parallelism.ep: must be 1" in line
+
+
+def test_help_shows_the_mapping_form_of_vary() -> None:
+    shown = CliRunner().invoke(cli, ["compare", "--help"])
+    assert shown.exit_code == 0
+    text = " ".join(shown.stdout.split())
+    assert "--vary 'parallelism={tp: 16, dp_attention: 1, ep: 1},{tp: 1, dp_attention: 64" in text
+    assert "refuses is a column saying why" in text

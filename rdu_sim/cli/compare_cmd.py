@@ -6,7 +6,9 @@ compiled and timed for that hardware (rdu_sim/compare.py says what is measured):
 with one column per variant, a line per variant saying what differs and what binds its decode
 step, and why each wins or loses against the first (rdu_sim/compare/why.py); or with `--json`
 one JSON object (`columns` in the order given, `lines`, `verdicts`). A system the model does
-not fit is a column saying so. `--set` applies to every run (a `hw.` path must exist in
+not fit is a column saying so, and so is a combination of varied values the workload refuses
+while each value runs in another (`invalid` in the JSON); a value no combination accepts is
+one error line. `--set` applies to every run (a `hw.` path must exist in
 every hardware file given).
 """
 
@@ -35,6 +37,8 @@ def _count(value: int | None) -> str:
 def _devices(column: Column) -> str:
     """``64 (4 x tp=16)``: the system's devices, and the model instances on them, each a
     replica of the layout (``describe_layout``)."""
+    if not column.layout:  # an invalid combination: nothing was laid out
+        return human.MISSING
     return f"{column.devices} ({column.instances} x {describe_layout(column.layout)})"
 
 
@@ -73,7 +77,7 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("tokens/s per user", lambda c: human.number(c.tokens_per_s_per_user)),
     ("tokens/s (one instance)", lambda c: human.number(c.tokens_per_s)),
     ("tokens/s (whole system)", lambda c: human.number(c.system_tokens_per_s)),
-    ("peak HBM bandwidth / device", lambda c: human.bandwidth(c.peak_hbm_bandwidth)),
+    ("peak HBM bandwidth / device", lambda c: human.bandwidth(c.peak_hbm_bandwidth or None)),
     ("share of peak HBM bandwidth", lambda c: human.percent(c.hbm_bandwidth_fraction)),
     ("share of peak FLOP/s", lambda c: human.percent(c.flops_fraction)),
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
@@ -116,7 +120,10 @@ STOPPED = "the comparison had not finished: nothing was printed or written"
     metavar="PATH=A,B[,C]",
     help="A field to vary, with its values, as --set paths and values (kv.policy=full,"
     "snapstream; parallelism.tp=8,16): a column per value, every combination with --hardware "
-    "and other --vary. Repeatable.",
+    "and other --vary. Repeatable. A section's values as mappings vary several fields "
+    "together: --vary 'parallelism={tp: 16, dp_attention: 1, ep: 1},{tp: 1, dp_attention: "
+    "64, ep: 64}'. A combination the workload refuses is a column saying why (a value no "
+    "combination accepts is an error).",
 )
 @click.option(
     "--batch",

@@ -12,7 +12,10 @@ longest cache the KV policy keeps), and the prefill of the workload's typical pr
 (``typical_prefill_prompt``) as a server runs it: padded up to its compiled prompt bucket or
 cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times). A
 system the model does not fit (weights, KV cache and activations beyond its memory) is a
-column saying so, with the compiler's reason, not an error.
+column saying so, with the compiler's reason, not an error; so is a combination of varied
+values the workload refuses while each value runs in another combination (``dp_attention=16``
+with ``ep=64``), with the refusal's reason. A value no combination accepts is an error, one
+line, before anything is simulated.
 
 Each column reports the step time, tokens/s per user (one token per step) and in total
 (the batch's tokens per step, for one model instance, a replica of the workload's layout
@@ -32,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rdu_sim import human
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compare.column import Column, Comparison
 from rdu_sim.compare.why import column_lines, verdicts
@@ -164,18 +168,73 @@ def compare(
     for path in (p for p in sides[0].settings if p in shared):
         raise ConfigError.single("--vary", path, "also given by --set; give it once")
     # every variant is validated before any is simulated: a bad one costs no simulation
-    scenarios = [load(workload, _with_settings(shared, side)) for side in sides]
+    loaded = [_load(workload, shared, side) for side in sides]
+    _refuse_values_never_valid(sides, loaded)
     columns = tuple(
-        _column(scenario, side, batch, context)
-        for scenario, side in zip(scenarios, sides, strict=True)
+        _invalid_column(side, found)
+        if isinstance(found, ConfigError)
+        else _column(found, side, batch, context)
+        for found, side in zip(loaded, sides, strict=True)
     )
-    first = scenarios[0]
+    first = next(found for found in loaded if isinstance(found, Scenario))
     return Comparison(
         first.workload.name,
         first.model.name,
         columns,
         tuple(column_lines(columns)),
         tuple(verdicts(columns)),
+    )
+
+
+def _load(workload: str | Path, shared: Mapping[str, Any], side: Variant) -> Scenario | ConfigError:
+    """The variant's scenario, or the ConfigError that refuses it."""
+    try:
+        return load(workload, _with_settings(shared, side))
+    except ConfigError as exc:
+        return exc
+
+
+def _refuse_values_never_valid(
+    sides: Sequence[Variant], loaded: Sequence[Scenario | ConfigError]
+) -> None:
+    """Raise the error of a varied value no combination accepts (a typo, ``tp=16`` on every
+    8-GPU system given, or, when every variant is refused, the first one's): that is a bad
+    input, one error line. A combination refused while each of its values runs in another
+    (``dp_attention=16`` with ``ep=64``, beside ``dp_attention=16, ep=16`` and
+    ``dp_attention=64, ep=64``) is a column saying why instead (``_invalid_column``)."""
+    for path in sides[0].settings:
+        by_value: dict[str, list[Scenario | ConfigError]] = {}
+        for side, found in zip(sides, loaded, strict=True):
+            by_value.setdefault(repr(side.settings[path]), []).append(found)
+        for outcomes in by_value.values():
+            if all(isinstance(found, ConfigError) for found in outcomes):
+                error = outcomes[0]
+                assert isinstance(error, ConfigError)
+                raise error
+    if all(isinstance(found, ConfigError) for found in loaded):  # nothing varies: one variant
+        error = loaded[0]
+        assert isinstance(error, ConfigError)
+        raise error
+
+
+def _invalid_column(side: Variant, error: ConfigError) -> Column:
+    """A combination of varied values the workload refuses (each value runs in another
+    combination): a column saying why, with nothing timed."""
+    hardware = side.settings.get("hardware")
+    name = Path(str(hardware)).stem if hardware is not None else ""
+    return Column(
+        hardware=name or human.MISSING,
+        hardware_file=str(hardware or ""),
+        kind=human.MISSING,
+        devices=0,
+        tp=0,
+        instances=0,
+        fusion=human.MISSING,
+        fits=False,
+        invalid=True,
+        reason=str(error),
+        label=side.label(name),
+        settings=dict(side.settings),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 @dataclass(frozen=True)
 class Column:
     """One variant's figures for the workload (``fits`` False: ``reason`` says why and the
-    timing fields are None)."""
+    timing fields are None; ``invalid`` too when the workload refuses the combination)."""
 
     hardware: str  # the hardware file's name field
     hardware_file: str
@@ -21,6 +21,9 @@ class Column:
     fusion: str  # the fusion level the compiler used
     fits: bool
     reason: str = ""
+    # a combination of varied values the workload refuses (``reason`` says why; each value
+    # runs in another combination): nothing was compiled, ``fits`` is False
+    invalid: bool = False
     # one instance's layout (``ParallelismConfig.layout``: tp, dp_attention, ep, pp,
     # micro_batches) and its devices (``config.parallelism.replica_devices``)
     layout: dict[str, int] = field(default_factory=dict)

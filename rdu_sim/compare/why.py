@@ -79,7 +79,8 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
     lines = []
     for column in columns:
         if not column.fits:
-            lines.append(f"{column.label}: does not fit: {column.reason}")
+            verdict = "invalid combination" if column.invalid else "does not fit"
+            lines.append(f"{column.label}: {verdict}: {column.reason}")
             continue
         assert column.step_s is not None and column.batch is not None
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
