@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import rdu_sim.compare as compare_module
 from rdu_sim import api, human
+from rdu_sim.cli.compare_cmd import ROWS
 from rdu_sim.cli.main import cli
-from rdu_sim.compare import compare, compare_batches, parse_vary
+from rdu_sim.compare import Variant, compare, compare_batches, parse_vary
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.report.bound import step_bound
 
@@ -176,7 +178,7 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
             api.load(SNAP, {"kv.policy": column["kv_policy"]}), "prefill"
         )
         assert column["prefill_tokens"] == shape.tokens
-        assert f"({shape.tokens:,} tokens)" in printed.stdout
+        assert f"({shape.tokens:,} tokens" in printed.stdout
     assert snap["prefill_tokens"] > 32768 > full["prefill_tokens"]
     ratio = snap["system_tokens_per_s"] / full["system_tokens_per_s"]
     (verdict,) = data["verdicts"]
@@ -292,3 +294,161 @@ def test_plot_compare_draws_the_variants(tmp_path: Path) -> None:
     assert bounds[0] == "HBM-bound"  # full KV at 128k: the KV reads bind, whatever the links
     title = fig.get_suptitle()  # names what it compares (notebook 06's had no title)
     assert "deepseek-r1-128k-snapstream" in title and "deepseek-r1" in title
+
+
+RACKS = "deepseek-r1-sn40l-4racks-ep64"
+EP64 = "{tp: 1, dp_attention: 64, ep: 64}"
+TP16_PP4 = "{tp: 16, dp_attention: 1, ep: 1, pp: 4}"
+TP16 = "{tp: 16, dp_attention: 1, ep: 1}"
+
+
+def test_an_instance_is_a_replica_of_its_layout_as_step_runs_it() -> None:
+    """On 64 sockets, TP16 x PP4 and EP64 are each one replica (one model instance) and
+    four TP16 replicas are four: compare's instance tokens/s is ``rdu-sim step``'s batch
+    (a rank's, times the ranks, under data-parallel attention: its ``batch_of``) over its
+    step, and the system's is that times the instances. It summed 64 // tp instances: TP16
+    x PP4 came out 4x (52,393 tokens/s where one 4,096-slot replica at 313 ms makes 13.1k)
+    and EP64 read as 64 instances of one rank's batch."""
+    runner = CliRunner()
+    layouts = (EP64, TP16_PP4, TP16)
+    printed = runner.invoke(
+        cli,
+        ["compare", RACKS, "--vary", "parallelism=" + ",".join(layouts), "--batch", "8", "--json"],
+    )
+    assert printed.exit_code == 0, printed.output
+    data = json.loads(printed.stdout)
+    assert [c["instances"] for c in data["columns"]] == [1, 1, 4]
+    for column, layout in zip(data["columns"], layouts, strict=True):
+        shown = runner.invoke(
+            cli, ["step", RACKS, "--set", f"parallelism={layout}", "--batch", "8", "--json"]
+        )
+        assert shown.exit_code == 0, shown.output
+        step = json.loads(shown.stdout)
+        assert column["layout"] == step["layout"]
+        ranks = step["layout"]["dp_attention"] if step["batch_of"] == "attention_rank" else 1
+        assert column["attention_ranks"] == ranks and column["batch"] == step["batch"] * ranks
+        assert column["step_s"] == step["step_s"]
+        assert column["tokens_per_s"] == pytest.approx(step["batch"] * ranks / step["step_s"])
+        assert column["system_tokens_per_s"] == pytest.approx(
+            column["tokens_per_s"] * column["instances"]
+        )
+    ep64, pipeline, four = data["columns"]
+    assert ep64["batch"] == 8 * 64 and pipeline["batch"] == 8 and four["batch"] == 8
+    assert (
+        "the system holds 4 model instances of 16 sockets vs 1 model instance of 64"
+        in (data["verdicts"][1])
+    )
+    assert "instances" not in data["verdicts"][0]  # EP64 and TP16 x PP4: one each
+    assert "batch 512 of 4096 (8 a rank over 64 ranks)" in data["lines"][0]
+
+
+def test_the_issue_command_counts_a_pipeline_as_one_instance() -> None:
+    """The trial's command: four TP16 replicas serve ~1.83x one TP16 x PP4 replica (each at
+    its batch capacity), not 0.457x."""
+    result = compare(RACKS, [], vary=[f"parallelism={TP16_PP4},{TP16}"])
+    pipeline, four = result.columns
+    assert (pipeline.instances, four.instances) == (1, 4)
+    assert pipeline.batch == pipeline.batch_capacity == 4096
+    assert pipeline.step_s is not None and pipeline.system_tokens_per_s is not None
+    assert four.system_tokens_per_s is not None
+    assert pipeline.system_tokens_per_s == pytest.approx(4096 / pipeline.step_s)
+    (verdict,) = result.verdicts
+    ratio = four.system_tokens_per_s / pipeline.system_tokens_per_s
+    assert 1.7 < ratio < 2.0
+    assert f"serves {human.ratio(ratio)} the tokens/s" in verdict
+
+
+@pytest.mark.parametrize(
+    ("chunk", "shown"),
+    [(None, "(2,304 tokens, bucket 3,072)"), (1024, "(2,304 tokens, 3 chunks of 1,024)")],
+)
+def test_the_prefill_row_is_what_a_run_reports(chunk: int | None, shown: str) -> None:
+    """`run` and `compare` time the same typical prompt the same way: a server pads the
+    2,304-token median prompt to its 3,072 bucket (or cuts it into chunks); compare timed the
+    bare 2,304 tokens (120 ms against run's 160 ms on a Qwen2.5-14B workload). The row
+    says the bucket."""
+    overrides = {"serving.requests": 2, "serving.batch_slots": 2}
+    if chunk is not None:
+        overrides["serving.prefill_chunk_tokens"] = chunk
+    result = compare(WORKLOAD, [SN40L_8, DGX], overrides, batch=2)
+    for column, hardware in zip(result.columns, (SN40L_8, DGX), strict=True):
+        served = api.run(WORKLOAD, {**overrides, "hardware": str(hardware), "stack": None})
+        assert column.prefill_s == pytest.approx(served.to_dict()["prefill_s"], rel=1e-9)
+        assert column.prefill_tokens == 2304
+    row = dict(ROWS)["prefill, typical prompt"]
+    assert row(result.columns[0]).endswith(shown)
+
+
+def test_a_crossed_combination_the_workload_refuses_is_a_column_saying_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--vary parallelism.dp_attention=16,64 --vary parallelism.ep=16,64`: ep must equal
+    tp x dp_attention, so two of the four combinations are refused; each value runs in
+    another, so they are columns saying why (nothing simulated for them), not an abort of
+    the whole comparison on the first."""
+    simulated: list[dict[str, object]] = []
+    real = compare_module._column
+
+    def counted(scenario: object, side: Variant, batch: object, context: object) -> object:
+        simulated.append(side.settings)
+        return real(scenario, side, batch, context)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("rdu_sim.compare._column", counted)
+    vary = ["parallelism.dp_attention=16,64", "parallelism.ep=16,64"]
+    result = compare(RACKS, [], vary=vary, batch=8)
+    assert [c.invalid for c in result.columns] == [False, True, True, False]
+    assert [c.fits for c in result.columns] == [True, False, False, True]
+    assert len(simulated) == 2
+    refused = result.columns[1]
+    assert refused.label == "parallelism.dp_attention=16, parallelism.ep=64"
+    assert "parallelism.ep: must be 1" in refused.reason and "got 64" in refused.reason
+    assert refused.step_s is None and refused.settings == {
+        "parallelism.dp_attention": 16,
+        "parallelism.ep": 64,
+    }
+    assert result.lines[1].startswith(
+        "parallelism.dp_attention=16, parallelism.ep=64: invalid combination: "
+    )
+    assert len(result.verdicts) == 1  # the two that run, one against the other
+    printed = CliRunner().invoke(cli, ["compare", RACKS, *(f"--vary={v}" for v in vary)])
+    assert printed.exit_code == 0, printed.output
+    assert "invalid combination" in printed.stdout
+
+
+def test_a_system_that_cannot_take_a_value_another_can_is_a_column() -> None:
+    """tp=16 on an 8-socket system beside a 16-socket one that runs it: a column."""
+    result = compare(
+        WORKLOAD, [SN40L_8, REPO / "hw_configs" / "sn40l-16.yaml"], vary=["parallelism.tp=8,16"]
+    )
+    assert [(c.hardware, c.tp, c.invalid) for c in result.columns] == [
+        ("sn40l-8", 8, False),
+        ("sn40l-8", 0, True),
+        ("sn40l-16", 8, False),
+        ("sn40l-16", 16, False),
+    ]
+    assert "tp=16 exceeds the 8 sockets" in result.columns[1].reason
+
+
+def test_every_combination_refused_is_one_error_line() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            RACKS,
+            "--vary",
+            "parallelism.dp_attention=16,64",
+            "--vary",
+            "parallelism.ep=32,128",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "parallelism.ep: must be 1" in line
+
+
+def test_help_shows_the_mapping_form_of_vary() -> None:
+    shown = CliRunner().invoke(cli, ["compare", "--help"])
+    assert shown.exit_code == 0
+    text = " ".join(shown.stdout.split())
+    assert "--vary 'parallelism={tp: 16, dp_attention: 1, ep: 1},{tp: 1, dp_attention: 64" in text
+    assert "refuses is a column saying why" in text

@@ -50,7 +50,10 @@ def test_a_model_too_large_for_its_socket_names_its_weights_and_more_sockets() -
     total = human.size(weight_bytes(scenario.model, 2), 4)  # BF16, the whole model on tp=1
     assert total == "756 GiB"
     assert f"llama-3.1-405b weights need {total} per socket (tp=1, bf16)" in line
-    assert "memory.weights hbm puts 64 GiB of them in HBM, the rest in DDR" in line
+    # what the setting does: hbm keeps every weight in HBM (it said "puts 64 GiB of them
+    # in HBM, the rest in DDR", which is hot_set's placement, not hbm's)
+    assert "memory.weights hbm keeps all of them in HBM, 692 GiB more than it holds" in line
+    assert "DDR," not in line and "the rest" not in line
     assert "64 GiB of the 64 GiB" not in line
     assert "raise parallelism.tp on more sockets (hw.system.sockets, now 1" in line
     assert "raise parallelism.tp (now 1)" not in line

@@ -6,7 +6,9 @@ compiled and timed for that hardware (rdu_sim/compare.py says what is measured):
 with one column per variant, a line per variant saying what differs and what binds its decode
 step, and why each wins or loses against the first (rdu_sim/compare/why.py); or with `--json`
 one JSON object (`columns` in the order given, `lines`, `verdicts`). A system the model does
-not fit is a column saying so. `--set` applies to every run (a `hw.` path must exist in
+not fit is a column saying so, and so is a combination of varied values the workload refuses
+while each value runs in another (`invalid` in the JSON); a value no combination accepts is
+one error line. `--set` applies to every run (a `hw.` path must exist in
 every hardware file given).
 """
 
@@ -24,6 +26,7 @@ from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
+from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.interrupts import keeps_on_stop
 
 
@@ -31,28 +34,54 @@ def _count(value: int | None) -> str:
     return human.MISSING if value is None else f"{value:,}"
 
 
+def _devices(column: Column) -> str:
+    """``64 (4 x tp=16)``: the system's devices, and the model instances on them, each a
+    replica of the layout (``describe_layout``)."""
+    if not column.layout:  # an invalid combination: nothing was laid out
+        return human.MISSING
+    return f"{column.devices} ({column.instances} x {describe_layout(column.layout)})"
+
+
+def _per_rank(column: Column, slots: int | None) -> str:
+    """`` (64 a rank)`` after an instance's slots under data-parallel attention."""
+    if column.attention_ranks == 1 or slots is None:
+        return ""
+    return f" ({slots // column.attention_ranks:,} a rank)"
+
+
+def _prompt(column: Column) -> str:
+    """`` (2,304 tokens, bucket 3,072)``: the typical prompt and the static shape it runs
+    at, as a server pads it (`` (20,000 tokens, 3 chunks of 8,192)`` when chunked; the
+    tokens alone when the prompt is its bucket)."""
+    tokens, bucket, steps = column.prefill_tokens, column.prefill_bucket, column.prefill_steps
+    if tokens is None:
+        return ""
+    if steps is not None and steps > 1 and bucket is not None:
+        return f" ({tokens:,} tokens, {steps} chunks of {bucket:,})"
+    if bucket is not None and bucket != tokens:
+        return f" ({tokens:,} tokens, bucket {bucket:,})"
+    return f" ({tokens:,} tokens)"
+
+
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("hardware", lambda c: c.hardware),
     ("kind", lambda c: c.kind),
-    ("devices (tp)", lambda c: f"{c.devices} ({c.tp})"),
+    ("devices (instances x layout)", _devices),
     ("fusion", lambda c: c.fusion),
-    ("batch capacity", lambda c: _count(c.batch_capacity)),
-    ("batch / cached tokens", lambda c: "-" if c.batch is None else f"{c.batch} / {c.context:,}"),
+    ("batch capacity", lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity)),
+    (
+        "batch / cached tokens",
+        lambda c: "-" if c.batch is None else f"{c.batch:,}{_per_rank(c, c.batch)} / {c.context:,}",
+    ),
     ("decode step", lambda c: human.duration(c.step_s)),
     ("tokens/s per user", lambda c: human.number(c.tokens_per_s_per_user)),
     ("tokens/s (one instance)", lambda c: human.number(c.tokens_per_s)),
     ("tokens/s (whole system)", lambda c: human.number(c.system_tokens_per_s)),
-    ("peak HBM bandwidth / device", lambda c: human.bandwidth(c.peak_hbm_bandwidth)),
+    ("peak HBM bandwidth / device", lambda c: human.bandwidth(c.peak_hbm_bandwidth or None)),
     ("share of peak HBM bandwidth", lambda c: human.percent(c.hbm_bandwidth_fraction)),
     ("share of peak FLOP/s", lambda c: human.percent(c.flops_fraction)),
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
-    (
-        "prefill, typical prompt",
-        lambda c: (
-            human.duration(c.prefill_s)
-            + ("" if c.prefill_tokens is None else f" ({c.prefill_tokens:,} tokens)")
-        ),
-    ),
+    ("prefill, typical prompt", lambda c: human.duration(c.prefill_s) + _prompt(c)),
 )
 
 
@@ -91,14 +120,19 @@ STOPPED = "the comparison had not finished: nothing was printed or written"
     metavar="PATH=A,B[,C]",
     help="A field to vary, with its values, as --set paths and values (kv.policy=full,"
     "snapstream; parallelism.tp=8,16): a column per value, every combination with --hardware "
-    "and other --vary. Repeatable.",
+    "and other --vary. Repeatable. A section's values as mappings vary several fields "
+    "together: --vary 'parallelism={tp: 16, dp_attention: 1, ep: 1},{tp: 1, dp_attention: "
+    "64, ep: 64}'. A combination the workload refuses is a column saying why (a value no "
+    "combination accepts is an error).",
 )
 @click.option(
     "--batch",
     type=click.IntRange(1, 1_000_000),
     default=None,
-    help="Batch slots of the decode step (default: the workload's serving.batch_slots; when "
-    "that is 'auto', each system's own batch capacity).",
+    help="Batch slots of the decode step, an attention rank's under parallelism.dp_attention "
+    "(as `rdu-sim step --batch` and serving.batch_slots count them; the table shows the whole "
+    "instance's) (default: the workload's serving.batch_slots; when that is 'auto', each "
+    "system's own batch capacity).",
 )
 @click.option(
     "--context",

@@ -8,12 +8,18 @@ all), compiled for that hardware (its fusion level: ``auto`` is full on SN40L an
 on a GPU) and timed by its engine: one
 decode step of ``batch`` slots at the decode bucket of ``context`` cached tokens (defaults:
 the workload's batch slots, or each system's own batch capacity when they say ``auto``; the
-longest cache the KV policy keeps), and the prefill of the workload's typical prompt. A
+longest cache the KV policy keeps), and the prefill of the workload's typical prompt
+(``typical_prefill_prompt``) as a server runs it: padded up to its compiled prompt bucket or
+cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times). A
 system the model does not fit (weights, KV cache and activations beyond its memory) is a
-column saying so, with the compiler's reason, not an error.
+column saying so, with the compiler's reason, not an error; so is a combination of varied
+values the workload refuses while each value runs in another combination (``dp_attention=16``
+with ``ep=64``), with the refusal's reason. A value no combination accepts is an error, one
+line, before anything is simulated.
 
 Each column reports the step time, tokens/s per user (one token per step) and in total
-(the batch's tokens per step, for one model instance of ``tp`` devices, and for every
+(the batch's tokens per step, for one model instance, a replica of the workload's layout
+over ``tp x dp_attention x pp`` devices with every attention rank's batch, and for every
 instance the system holds), and the share of its peak HBM bandwidth and FLOP/s the step
 achieved, and what binds the decode step (``report.bound``); ``rdu_sim.compare.why`` says
 in words what differs and why one variant wins. ``compare_batches`` repeats the comparison
@@ -29,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rdu_sim import human
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compare.column import Column, Comparison
 from rdu_sim.compare.why import column_lines, verdicts
@@ -37,10 +44,14 @@ from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import normalize_overrides, parse_override
+from rdu_sim.config.parallelism import replica_batch, replica_devices
 from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.bound import step_bound
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
+from rdu_sim.serving.step_cache import StepCache
+from rdu_sim.serving.step_shape import typical_prefill_prompt
 
 __all__ = [
     "Column",
@@ -157,18 +168,73 @@ def compare(
     for path in (p for p in sides[0].settings if p in shared):
         raise ConfigError.single("--vary", path, "also given by --set; give it once")
     # every variant is validated before any is simulated: a bad one costs no simulation
-    scenarios = [load(workload, _with_settings(shared, side)) for side in sides]
+    loaded = [_load(workload, shared, side) for side in sides]
+    _refuse_values_never_valid(sides, loaded)
     columns = tuple(
-        _column(scenario, side, batch, context)
-        for scenario, side in zip(scenarios, sides, strict=True)
+        _invalid_column(side, found)
+        if isinstance(found, ConfigError)
+        else _column(found, side, batch, context)
+        for found, side in zip(loaded, sides, strict=True)
     )
-    first = scenarios[0]
+    first = next(found for found in loaded if isinstance(found, Scenario))
     return Comparison(
         first.workload.name,
         first.model.name,
         columns,
         tuple(column_lines(columns)),
         tuple(verdicts(columns)),
+    )
+
+
+def _load(workload: str | Path, shared: Mapping[str, Any], side: Variant) -> Scenario | ConfigError:
+    """The variant's scenario, or the ConfigError that refuses it."""
+    try:
+        return load(workload, _with_settings(shared, side))
+    except ConfigError as exc:
+        return exc
+
+
+def _refuse_values_never_valid(
+    sides: Sequence[Variant], loaded: Sequence[Scenario | ConfigError]
+) -> None:
+    """Raise the error of a varied value no combination accepts (a typo, ``tp=16`` on every
+    8-GPU system given, or, when every variant is refused, the first one's): that is a bad
+    input, one error line. A combination refused while each of its values runs in another
+    (``dp_attention=16`` with ``ep=64``, beside ``dp_attention=16, ep=16`` and
+    ``dp_attention=64, ep=64``) is a column saying why instead (``_invalid_column``)."""
+    for path in sides[0].settings:
+        by_value: dict[str, list[Scenario | ConfigError]] = {}
+        for side, found in zip(sides, loaded, strict=True):
+            by_value.setdefault(repr(side.settings[path]), []).append(found)
+        for outcomes in by_value.values():
+            if all(isinstance(found, ConfigError) for found in outcomes):
+                error = outcomes[0]
+                assert isinstance(error, ConfigError)
+                raise error
+    if all(isinstance(found, ConfigError) for found in loaded):  # nothing varies: one variant
+        error = loaded[0]
+        assert isinstance(error, ConfigError)
+        raise error
+
+
+def _invalid_column(side: Variant, error: ConfigError) -> Column:
+    """A combination of varied values the workload refuses (each value runs in another
+    combination): a column saying why, with nothing timed."""
+    hardware = side.settings.get("hardware")
+    name = Path(str(hardware)).stem if hardware is not None else ""
+    return Column(
+        hardware=name or human.MISSING,
+        hardware_file=str(hardware or ""),
+        kind=human.MISSING,
+        devices=0,
+        tp=0,
+        instances=0,
+        fusion=human.MISSING,
+        fits=False,
+        invalid=True,
+        reason=str(error),
+        label=side.label(name),
+        settings=dict(side.settings),
     )
 
 
@@ -203,15 +269,27 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
 
 
 def _column(scenario: Scenario, side: Variant, batch: int | None, context: int | None) -> Column:
+    """One variant's figures. A model instance is one replica of the workload's layout
+    (``replica_devices``: tp x dp_attention x pp devices), and the system holds as many as
+    its devices make whole; the instance's batch is every attention rank's
+    (``replica_batch``: ``batch`` and ``serving.batch_slots`` count a rank's slots, as
+    ``rdu-sim step`` does), so its tokens/s is that batch over the step (a pipeline's step
+    is every micro-batch through every stage)."""
     hardware = scenario.hardware
     devices = hardware.system.sockets
+    layout = scenario.workload.parallelism.layout()
+    per_instance = replica_devices(layout)
+    ranks = replica_batch(layout, 1)
     base = Column(
         hardware=hardware.name,
         hardware_file=scenario.hardware_file,
         kind=hardware.kind,
         devices=devices,
         tp=scenario.tp,
-        instances=devices // scenario.tp,
+        instances=devices // per_instance,
+        layout=layout,
+        instance_devices=per_instance,
+        attention_ranks=ranks,
         fusion=fusion_level(scenario),
         fits=False,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
@@ -227,29 +305,35 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         slots = batch if batch is not None else resolve_batch_slots(scenario, backend)[1]
         decode = default_step_shape(scenario, "decode", batch=slots, context=context)
         cost = backend.step_cost(scenario, decode)
-        prefill_shape = default_step_shape(scenario, "prefill")
-        prefill = backend.step_cost(scenario, prefill_shape)
+        # the typical prompt as a server runs it (its bucket, or chunks): run's prefill_s
+        prompt = typical_prefill_prompt(scenario)
+        prefill_shapes = served_prefill_steps(scenario, prompt)
+        cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
+        prefill_s = prefill_seconds(cache, scenario, prompt)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
     assert isinstance(timing, StepTiming)
     step = timing.step_s
     bound = step_bound(timing, hardware)
+    instance_batch = replica_batch(layout, decode.batch)
     return replace(
         base,
         fits=True,
-        batch_capacity=capacity,
-        batch=decode.batch,
+        batch_capacity=replica_batch(layout, capacity),
+        batch=instance_batch,
         context=decode.cache_len,
         step_s=step,
         tokens_per_s_per_user=1.0 / step,
-        tokens_per_s=decode.batch / step,
-        system_tokens_per_s=decode.batch / step * base.instances,
+        tokens_per_s=instance_batch / step,
+        system_tokens_per_s=instance_batch / step * base.instances,
         hbm_bandwidth_fraction=timing.hbm_bandwidth_fraction,
         flops_fraction=timing.flops_fraction,
         kernel_calls=sum(1 if k.looped else k.calls for k in timing.kernels),
-        prefill_s=prefill.step_s,
-        prefill_tokens=prefill_shape.tokens,
+        prefill_s=prefill_s,
+        prefill_tokens=prompt,
+        prefill_bucket=prefill_shapes[0].tokens,
+        prefill_steps=len(prefill_shapes),
         bound=bound.bound,
         bound_s=bound.limit_s,
         hbm_bytes=bound.hbm_bytes,

@@ -10,34 +10,47 @@ from typing import Any
 @dataclass(frozen=True)
 class Column:
     """One variant's figures for the workload (``fits`` False: ``reason`` says why and the
-    timing fields are None)."""
+    timing fields are None; ``invalid`` too when the workload refuses the combination)."""
 
     hardware: str  # the hardware file's name field
     hardware_file: str
     kind: str  # rdu or gpu
     devices: int  # sockets or GPUs in the system
-    tp: int  # devices per model instance
-    instances: int  # model instances the system holds (devices // tp)
+    tp: int  # tensor-parallel degree (inside one attention rank)
+    instances: int  # model instances (replicas) the system holds: devices // instance_devices
     fusion: str  # the fusion level the compiler used
     fits: bool
     reason: str = ""
+    # a combination of varied values the workload refuses (``reason`` says why; each value
+    # runs in another combination): nothing was compiled, ``fits`` is False
+    invalid: bool = False
+    # one instance's layout (``ParallelismConfig.layout``: tp, dp_attention, ep, pp,
+    # micro_batches) and its devices (``config.parallelism.replica_devices``)
+    layout: dict[str, int] = field(default_factory=dict)
+    instance_devices: int = 0
+    attention_ranks: int = 1  # dp_attention: ranks of one instance, each its own batch
+    # one instance's slots, all its attention ranks' (a rank's: divide by attention_ranks)
     batch_capacity: int | None = None
     batch: int | None = None
     context: int | None = None  # cached tokens the decode step attends to (its bucket)
     step_s: float | None = None
     tokens_per_s_per_user: float | None = None
-    tokens_per_s: float | None = None  # one model instance
+    tokens_per_s: float | None = None  # one model instance: batch / step_s
     system_tokens_per_s: float | None = None  # every instance
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
     flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
     peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
     kernel_calls: int | None = None  # kernel calls in one decode step
-    prefill_s: float | None = None  # the typical prompt's prefill
+    # the typical prompt's prefill as a server runs it (``serving.run.prefill_seconds``, a
+    # run's ``prefill_s``): padded to its prompt bucket, or in chunks
+    prefill_s: float | None = None
     # that prompt's tokens: the policy's typical compressed prompt when it compresses some
     # prompt the workload sends (``serving.step_shape.typical_prefill_prompt``), so two
     # policies' prefills may time different prompts
     prefill_tokens: int | None = None
+    prefill_bucket: int | None = None  # tokens of its step (its prompt bucket) or of a chunk
+    prefill_steps: int | None = None  # 1, or the chunks it is cut into
     label: str = ""  # what differs (``Variant.label``; the hardware's name when only it varies)
     settings: dict[str, Any] = field(default_factory=dict)  # what the variant sets
     kv_policy: str = ""

@@ -3,7 +3,8 @@
 ``column_lines``: one line per variant, what it sets and what binds its decode step (the
 resource ``report.bound`` names, with that resource's demand and rate). ``verdicts``: each
 variant against the first that fits, the ratio of the system's tokens/s and of a user's,
-and why, taken apart the way the numbers compose: tokens/s = batch x instances / step time,
+and why, taken apart the way the numbers compose: tokens/s = batch x instances / step time
+(an instance a replica of the layout, its batch every attention rank's),
 and a step bound by one resource takes that resource's demand over its rate, so a ratio is
 a batch ratio (the batch capacity, a KV slot's tokens) times a step ratio (the binding
 resource's bytes or FLOPs against its bandwidth or peak).
@@ -49,6 +50,24 @@ def _demand(column: Column) -> str:
     return "the serving stack's host work" if column.bound == "host" else "its time"
 
 
+def _ranks(column: Column, slots: int | None) -> str:
+    """`` (64 a rank over 64 attention ranks)`` after an instance's ``slots`` under
+    data-parallel attention (a rank's batch is what ``--batch`` and ``serving.batch_slots``
+    set); nothing without it."""
+    if column.attention_ranks == 1 or slots is None:
+        return ""
+    return f" ({slots // column.attention_ranks:,} a rank over {column.attention_ranks} ranks)"
+
+
+def _instances(column: Column) -> str:
+    """``4 model instances of 16 sockets`` (a GPU system: GPUs)."""
+    device = "GPU" if column.kind == "gpu" else "socket"
+    return (
+        f"{human.count(column.instances, 'model instance')} of "
+        f"{human.count(column.instance_devices, device)}"
+    )
+
+
 def _share(column: Column) -> float:
     """The binding resource's share of the decode step."""
     assert column.bound_s is not None and column.step_s is not None
@@ -60,14 +79,16 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
     lines = []
     for column in columns:
         if not column.fits:
-            lines.append(f"{column.label}: does not fit: {column.reason}")
+            verdict = "invalid combination" if column.invalid else "does not fit"
+            lines.append(f"{column.label}: {verdict}: {column.reason}")
             continue
         assert column.step_s is not None and column.batch is not None
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
         resource = RESOURCES.get(column.bound or "", "an unknown resource")
         lines.append(
             f"{column.label}: {column.kv_policy} KV{slot} tokens, batch {column.batch} of "
-            f"{column.batch_capacity}; decode step {human.duration(column.step_s)} bound by "
+            f"{column.batch_capacity}{_ranks(column, column.batch)}; decode step "
+            f"{human.duration(column.step_s)} bound by "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
             f": {_demand(column)})"
         )
@@ -150,9 +171,7 @@ def verdict(a: Column, b: Column) -> str:
     else:
         reasons.append(f"the same batch ({a.batch} slots)")
     if a.instances != b.instances:
-        reasons.append(
-            f"the system holds {human.count(a.instances, 'model instance')} vs {b.instances}"
-        )
+        reasons.append(f"the system holds {_instances(a)} vs {_instances(b)}")
     reasons.append(_step_why(a, b))
     return f"{head}. Why: {'; '.join(reasons)}."
 

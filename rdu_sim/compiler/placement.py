@@ -512,19 +512,12 @@ def batch_capacity(
         if strict:
             serving = scenario.workload.serving
             hints = shrink_hints(scenario, kv=True, weights=weights > 0)
-            gpu = not isinstance(scenario.hardware, HardwareConfig)
-            rest = "no DDR holds the rest" if gpu else "the rest in DDR"
             device = device_noun(scenario.hardware)
-            pinned = (
-                f"all of them in HBM ({human.size(target, 4)})"
-                if target == total
-                else f"{human.size(target, 4)} of them in HBM, {rest}"
-            )
             raise CapacityError(
                 f"cannot fit even one sequence of max_context {serving.max_context} tokens: "
                 f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
-                f"(tp={scenario.tp}, {scenario.weight_dtype}), memory.weights "
-                f"{scenario.workload.memory.weights} puts {pinned}, which leaves "
+                f"(tp={scenario.tp}, {scenario.weight_dtype}), "
+                f"{_weights_placed(scenario, total, target)}, which leaves "
                 f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
                 f"{device}, and one slot's KV cache is "
                 f"{human.size(kv_bytes(scenario, 1, stage), 4)} "
@@ -540,6 +533,29 @@ def batch_capacity(
         if beside and _replicates(scenario, beside, stage, links):
             return beside
     return most
+
+
+def _weights_placed(scenario: Scenario, total: int, pinned: int) -> str:
+    """What ``memory.weights`` does with one device's ``total`` weight bytes, of which HBM
+    pins ``pinned`` (``pinned_limit``), in the setting's own terms, for the capacity error:
+    ``hbm`` keeps every weight in HBM (weights beyond it do not fit, whatever DDR holds),
+    ``hot_set`` pins the most-read ones and reads the rest from DDR, ``streamed`` reads them
+    all from DDR."""
+    setting = scenario.workload.memory.weights
+    if setting == "hbm":
+        if pinned >= total:
+            return f"memory.weights hbm keeps all of them in HBM ({human.size(total, 4)})"
+        return (
+            f"memory.weights hbm keeps all of them in HBM, {human.size(total - pinned, 4)} "
+            "more than it holds"
+        )
+    if setting == "hot_set":
+        return (
+            f"memory.weights hot_set pins {human.size(pinned, 4)} of them in HBM "
+            f"(hot_set_fraction {scenario.workload.memory.hot_set_fraction:g}) and reads the "
+            "rest from DDR"
+        )
+    return "memory.weights streamed reads them all from DDR (none in HBM)"
 
 
 def _every_batch(slots: int) -> int:

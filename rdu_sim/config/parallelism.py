@@ -273,6 +273,15 @@ def replica_devices(layout: Mapping[str, int]) -> int:
     return layout["tp"] * layout["dp_attention"] * layout["pp"]
 
 
+def replica_batch(layout: Mapping[str, int], batch: int) -> int:
+    """Sequences one replica of a layout runs in a step whose ``batch`` is what a step's
+    ``batch`` means (``StepShape.batch``, ``serving.batch_slots``, ``rdu-sim step
+    --batch``): an attention rank's under data-parallel attention (every rank steps in
+    lockstep with as many: ``rdu-sim step``'s ``batch_of``), so ``dp_attention`` times it;
+    the whole replica's otherwise (a pipeline cuts that batch into its micro-batches)."""
+    return batch * layout["dp_attention"]
+
+
 def describe_layout(layout: Mapping[str, int]) -> str:
     """A layout (:meth:`ParallelismConfig.layout`) in the names ``--set`` takes: ``tp``
     always, each other degree when it splits something (``micro_batches`` with a pipeline):

@@ -31,8 +31,9 @@ from rdu_sim.serving.server import Progress, ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.speculative import PrefillSaving, Speculation, prefill_saving
 from rdu_sim.serving.step_cache import StepCache
+from rdu_sim.shapes import StepShape
 
-__all__ = ["ServingRun", "serve_scenario"]
+__all__ = ["ServingRun", "prefill_seconds", "serve_scenario", "served_prefill_steps"]
 
 
 @dataclass(frozen=True)
@@ -64,20 +65,29 @@ class ServingRun:
         return prefill_seconds(self.cache, self.scenario, prompt, self.speculation)
 
 
+def served_prefill_steps(scenario: Scenario, prompt: int) -> list[StepShape]:
+    """The prefill steps a server runs for one ``prompt`` of the scenario: padded up to its
+    compiled prompt bucket, or cut into ``serving.prefill_chunk_tokens`` chunks, the last
+    one running the SnapKV selection when the policy compresses the prompt
+    (``serving.buckets.prefill_steps``). What a run's ``prefill_s`` times, and compare's
+    prefill row."""
+    serving = scenario.workload.serving
+    return prefill_steps(
+        prompt,
+        serving.max_context,
+        serving.prefill_chunk_tokens,
+        scenario.kv_policy.compresses(prompt),
+    )
+
+
 def prefill_seconds(
     cache: StepCache, scenario: Scenario, prompt: int, speculation: Speculation | None = None
 ) -> float:
     """Prefill time of ``prompt`` as the server runs it (bucketed or chunked, with the SnapKV
     selection when the policy compresses it; with a draft's part under speculation), from
     the step caches."""
-    serving = scenario.workload.serving
     target = prompt if speculation is None else speculation.target_prompt(prompt)
-    steps = prefill_steps(
-        target,
-        serving.max_context,
-        serving.prefill_chunk_tokens,
-        scenario.kv_policy.compresses(target),
-    )
+    steps = served_prefill_steps(scenario, target)
     if speculation is None:
         return float(sum(cache.step_s(shape) for shape in steps))
     parts = [speculation.prefill_ps(cache.step_ps(s), s, count=False) for s in steps]
