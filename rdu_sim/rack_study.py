@@ -19,6 +19,7 @@ from typing import Any
 
 from rdu_sim import api
 from rdu_sim.compiler import CapacityError
+from rdu_sim.config.parallelism import replica_batch, replica_devices
 
 RACKS_SOCKETS = 64
 TP16: Mapping[str, Any] = {"parallelism": {"tp": 16, "mla_cache_layout": "sequence_split"}}
@@ -42,10 +43,11 @@ def throughput(
     prompt: int,
 ) -> Throughput:
     """Decode at each of ``batches`` that fits (None: the batch capacity) and one prefill of
-    ``prompt`` tokens, scaled to all 64 sockets (a step serves a replica, or a rank, of
-    ``tp`` sockets: 64 / tp of them run)."""
+    ``prompt`` tokens, scaled to all 64 sockets (a step's batch is a rank's: each replica
+    of the layout runs ``replica_batch`` of it, and 64 / ``replica_devices`` replicas run)."""
     scenario = api.load(workload, dict(overrides))
-    per = RACKS_SOCKETS // scenario.tp  # replicas (or attention ranks) over the 64 sockets
+    layout = scenario.workload.parallelism.layout()
+    per = RACKS_SOCKETS // replica_devices(layout) * replica_batch(layout, 1)  # a step's batches
     best = (0.0, 0)
     for batch in batches:
         try:

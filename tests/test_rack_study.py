@@ -36,3 +36,16 @@ def test_only_the_expert_parallel_replica_feels_the_racks_network() -> None:
     assert tp16[0]["decode_tokens_per_s"] == tp16[1]["decode_tokens_per_s"]
     assert ep[1]["decode_tokens_per_s"] > 2 * ep[0]["decode_tokens_per_s"]
     assert ep[1]["prefill_tokens_per_s"] > ep[0]["prefill_tokens_per_s"]
+
+
+def test_a_pipeline_over_all_64_sockets_is_one_replica() -> None:
+    """TP16 x PP4 spans the 64 sockets once: its rate is one step's batch over its time (4x
+    that, counting 64 / tp replicas, was compare's and this study's old error)."""
+    from rdu_sim import api
+    from rdu_sim.rack_study import throughput
+
+    layout = {"parallelism": {"tp": 16, "dp_attention": 1, "ep": 1, "pp": 4}}
+    found = throughput(EP64, layout, [64], 1024)
+    step = api.step(api.load(EP64, layout), batch=64).detail
+    assert found.decode_batch == step.batch == 64
+    assert found.decode_tokens_per_s == pytest.approx(step.batch / step.step_s, rel=1e-12)
