@@ -97,6 +97,19 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
         assert not (tmp_path / "spec.sqlite").exists()  # refused before running
 
 
+@pytest.mark.parametrize(
+    ("count", "problem"), [("0", "at least 1 (got 0)"), ("4097", "at most 4096 (got 4097)")]
+)
+def test_a_worker_count_out_of_range_is_one_error_line(
+    tmp_path: Path, count: str, problem: str
+) -> None:
+    """--workers 0 printed click's usage block and `Error:`; it is the house's one line."""
+    result = sweep(write_spec(tmp_path), "--workers", count)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"error: --workers: must be {problem}"]
+    assert not (tmp_path / "spec.sqlite").exists()  # refused before anything runs
+
+
 def test_sqlite_errors_end_at_the_cli_boundary() -> None:
     """sqlite3's errors become one `error:` line, exit 2 (found without the CLI importing
     sqlite3: a sweep's store loads it, and none can be raised before)."""
