@@ -357,7 +357,7 @@ def run_sweep(
     keys = tuple(p.key for p in expansion.points)
 
     if dry_run:
-        existing = _peek(db_path, keys)
+        existing = _peek(db_path, keys, reporter.message)
         the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun)
         reporter.message(the_plan.describe() + " (dry run: nothing runs)")
         return SweepSummary(
@@ -370,7 +370,7 @@ def run_sweep(
             plan=the_plan,
         )
 
-    with Store(db_path) as store:
+    with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
         # what reading this sweep back returns: its points, with their axis values
         store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
         the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
@@ -523,7 +523,8 @@ def evaluate_points(
     processes, 1 = here, or Dask ``cluster``), each row is written as it arrives. Returns
     every point's decoded row by key (``store.decode``: status, metrics, error, ...)."""
     keys = [p.key for p in points]
-    with Store(Path(db)) as store:
+    report = reporter or Silent()
+    with Store(Path(db), waiting=report.message) as store:
         existing = store.existing(keys)
         to_run = [
             p
@@ -534,7 +535,6 @@ def evaluate_points(
         ]
         tasks = [Task(point, evaluate, None) for point in to_run]
         by_key = {p.key: p for p in to_run}
-        report = reporter or Silent()
         note = other_code(existing, [k for k in dict.fromkeys(keys) if k not in by_key])
         if note:
             report.message(note)
@@ -562,11 +562,13 @@ def _null_missing(outcome: Outcome) -> Outcome:
     return replace(outcome, metrics=metrics, missing=())
 
 
-def _peek(db_path: Path, keys: Sequence[str]) -> dict[str, Existing]:
+def _peek(
+    db_path: Path, keys: Sequence[str], waiting: Callable[[str], None]
+) -> dict[str, Existing]:
     """What an existing database holds, without creating one (for --dry-run)."""
     if not db_path.is_file():
         return {}
-    with Store(db_path, create=False) as store:
+    with Store(db_path, create=False, waiting=waiting) as store:
         return store.existing(keys)
 
 
