@@ -159,3 +159,19 @@ def test_must_show_llama8b_batch_slots(tmp_path: Path) -> None:
     assert "4 of 4 points already done" in again.stdout
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 4
+
+
+def test_a_point_another_spec_ran_exports_as_this_specs(tmp_path: Path) -> None:
+    """Two specs sharing points on one database: the second's export showed the first's name
+    in the shared rows (whichever spec stored them); it is the same bytes as its own run."""
+    low = write_spec(tmp_path, SYNTHETIC.replace("[1, 2, 4, 8]", "[1, 2, 4]"), "low.yaml")
+    high = write_spec(tmp_path, SYNTHETIC.replace("[1, 2, 4, 8]", "[2, 4, 8]"), "high.yaml")
+    shared, alone = tmp_path / "shared.sqlite", tmp_path / "alone.sqlite"
+    assert sweep(low, "--workers", "1", "--db", shared).exit_code == 0
+    args = ("--workers", "1", "--no-progress")
+    together = sweep(high, *args, "--db", shared, "--export", tmp_path / "together.csv")
+    assert together.exit_code == 0 and "2 already done" in together.stderr
+    assert sweep(high, *args, "--db", alone, "--export", tmp_path / "alone.csv").exit_code == 0
+    text = (tmp_path / "together.csv").read_text()
+    assert ",low," not in text
+    assert text == (tmp_path / "alone.csv").read_text()

@@ -158,7 +158,8 @@ def command(
     stored = f"the sweep had finished: its rows are saved in {summary.db}"
     with kept_on_stop(stored + "; the same command prints them again (and exports them)"):
         click.echo(summary.describe())
-        frame = load(summary.db, keys=summary.keys)  # the spec's grid order
+        # the spec's grid order, each point as this sweep's (another spec may have run it)
+        frame = load(summary.db, keys=summary.keys, sweep=summary.name)
         _results_table(frame, summary)
         if export_file is not None:
             try:

@@ -452,7 +452,8 @@ class Store:
     ) -> list[dict[str, Any]]:
         """Rows as dicts, each column checked against its type and the JSON columns parsed
         (overrides and config objects, metrics an object or None): `keys`' when given, in
-        their order (a spec's grid order); else a sweep's recorded points
+        their order (a spec's grid order; with `sweep`, those it recorded read as its own,
+        as below); else a sweep's recorded points
         (:meth:`set_members`) in their order, each with the sweep's name and its own axis
         values, or (none recorded) the rows its name ran last, by key; else every row, by
         sweep and key."""
@@ -476,7 +477,7 @@ class Store:
                     found.append(checked)
                 return found
         if keys is not None:
-            return [self._checked(row) for row in self._unchecked(keys)]
+            return self._as_sweep(self._unchecked(keys), sweep)
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
         if sweep is not None:
@@ -486,6 +487,22 @@ class Store:
         with self._guard("read the stored points"):
             found = [dict(zip(COLUMNS, r, strict=True)) for r in self._execute(query, params)]
         return [self._checked(row) for row in found]
+
+    def _as_sweep(self, rows: list[dict[str, Any]], sweep: str | None) -> list[dict[str, Any]]:
+        """``rows`` checked; with ``sweep``, a row another spec ran last (or ran at the same
+        time: whichever stored it) as one of ``sweep``'s recorded points, with its name and
+        axis values, so a sweep's rows read the same however the work was shared."""
+        with self._guard("read the stored points"):
+            members = self._members(sweep) if sweep is not None else None
+        found = []
+        for row in rows:
+            own = dict(row)
+            checked = self._checked(row)
+            if members is not None and checked["sweep"] != sweep and own["key"] in members:
+                own["overrides"] = members[own["key"]]
+                checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
+            found.append(checked)
+        return found
 
     def _unchecked(self, keys: Sequence[str]) -> list[dict[str, Any]]:
         """The rows of ``keys`` in their order, as stored (only these are checked then:
