@@ -170,7 +170,7 @@ def command(
                     [replace(i, message=i.message + note) for i in exc.issues]
                 ) from None
             click.echo(f"wrote {len(frame)} rows to {export_file}")
-    failed = summary.failed + summary.failed_before
+    failed = summary.failed + summary.failed_before + summary.failed_elsewhere
     if failed:
         print_warning(
             f"{failed} point(s) failed; their errors are in {summary.db} "

@@ -8,6 +8,10 @@ moves instead of a silent minute. Every write is one transaction (`BEGIN IMMEDIA
 `COMMIT`) in WAL mode, so a sweep killed at any instant leaves every row either fully written
 or absent: resume then reruns exactly the points without a finished row.
 
+Table `claims` holds, per point being computed, the process computing it (``claims``):
+claimed (``Store.claim``) before it runs, and given back in the transaction that stores its
+row (``Store.record``), so two sweeps sharing the database compute each point once.
+
 The table's columns are fixed (metrics live in a JSON column), so one database can hold
 sweeps with different metrics. For SQL users a view, `results_flat`, spreads the current
 spec's axes and metrics into columns with json_extract; it is rebuilt on each run and never
@@ -25,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -36,6 +41,7 @@ from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.report.files import make_folder
+from rdu_sim.sweep.claims import Owner
 
 SCHEMA_VERSION = 1
 
@@ -56,6 +62,13 @@ CREATE TABLE IF NOT EXISTS results (
     attempts  INTEGER NOT NULL DEFAULT 1 -- times this point was run to completion or failure
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS claims (
+    key   TEXT PRIMARY KEY,              -- a point being computed (no row stored yet)
+    host  TEXT NOT NULL,                 -- the process computing it (rdu_sim.sweep.claims)
+    pid   INTEGER NOT NULL,
+    token TEXT NOT NULL,                 -- that process's start time, '' when unknown
+    seen  REAL NOT NULL                  -- when it last refreshed its claims (Unix seconds)
+);
 """
 
 
@@ -80,6 +93,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 COLUMNS = tuple(_TYPES)
 """The results table's columns, in the table's order."""
 _META_COLUMNS = ("name", "value")
+_CLAIM_COLUMNS = ("key", "host", "pid", "token", "seen")
 _JSON_DEPTH = 64  # a stored config or metric is a few levels deep; deeper is damage
 
 
@@ -315,7 +329,11 @@ class Store:
                 "",
                 f"holds another tool's tables ({shown}), not a sweep's; give another --db",
             )
-        for table, columns in (("results", COLUMNS), ("meta", _META_COLUMNS)):
+        for table, columns in (
+            ("results", COLUMNS),
+            ("meta", _META_COLUMNS),
+            ("claims", _CLAIM_COLUMNS),
+        ):
             found = [r[1] for r in self._execute(f"PRAGMA table_info({table})")]
             if found and tuple(found) != columns:
                 shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
@@ -375,8 +393,60 @@ class Store:
                 found[key] = Existing(status, names, str(version or ""))
         return found
 
-    def record(self, row: Row) -> None:
-        """Insert or replace one point's row in one transaction (attempts counts reruns)."""
+    def claim(
+        self, keys: Iterable[str], owner: Owner, alive: Callable[[Owner, float], bool]
+    ) -> dict[str, Owner]:
+        """Claim ``keys`` for ``owner`` in one transaction (``claims``), but for those another
+        owner holds that is ``alive`` (given the owner and when it last refreshed its
+        claims): returned, key -> owner. A dead owner's claim is taken over."""
+        wanted = set(keys)
+        held: dict[str, Owner] = {}
+        now = time.time()
+        with self._guard("claim the points to run"), self.transaction():
+            for key, host, pid, token, seen in self._execute(
+                "SELECT key, host, pid, token, seen FROM claims"
+            ).fetchall():
+                other = Owner(str(host), int(pid), str(token))
+                if key in wanted and other != owner and alive(other, float(seen)):
+                    held[key] = other
+            self._conn.executemany(
+                "INSERT INTO claims (key, host, pid, token, seen) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+                "token = excluded.token, seen = excluded.seen",
+                [
+                    (key, owner.host, owner.pid, owner.token, now)
+                    for key in sorted(wanted - set(held))
+                ],
+            )
+        return held
+
+    def release(self, owner: Owner, keys: Iterable[str] | None = None) -> None:
+        """Give back ``owner``'s claims (of ``keys``; all when None): points it will not
+        compute, which another process may then take."""
+        where = "host = ? AND pid = ? AND token = ?"
+        with self._guard("give back the claimed points"), self.transaction():
+            if keys is None:
+                self._execute(f"DELETE FROM claims WHERE {where}", _owner_params(owner))
+            else:
+                self._conn.executemany(
+                    f"DELETE FROM claims WHERE key = ? AND {where}",
+                    [(key, *_owner_params(owner)) for key in keys],
+                )
+
+    def refresh(self, owner: Owner) -> None:
+        """Say ``owner`` is still at work on its claims (``claims.alive``, another host)."""
+        with self._guard("refresh the claimed points"), self.transaction():
+            self._refresh(owner)
+
+    def _refresh(self, owner: Owner) -> None:
+        self._execute(
+            "UPDATE claims SET seen = ? WHERE host = ? AND pid = ? AND token = ?",
+            (time.time(), *_owner_params(owner)),
+        )
+
+    def record(self, row: Row, owner: Owner | None = None) -> None:
+        """Insert or replace one point's row in one transaction (attempts counts reruns);
+        ``owner``'s claim of the point ends in it (its other claims are refreshed)."""
         values = (
             row.key,
             row.sweep,
@@ -405,6 +475,12 @@ class Store:
                        finished = excluded.finished, attempts = results.attempts + 1""",
                 values,
             )
+            if owner is not None:
+                self._execute(
+                    "DELETE FROM claims WHERE key = ? AND host = ? AND pid = ? AND token = ?",
+                    (row.key, *_owner_params(owner)),
+                )
+                self._refresh(owner)
 
     def sweeps(self) -> list[str]:
         """The names of the sweeps (and plans) whose points the database holds, sorted: the
@@ -576,6 +652,10 @@ class _Transaction:
             return
         with suppress(sqlite3.Error):  # SQLite may have rolled back already
             self._conn.execute("ROLLBACK")  # (a full disk): the first error is the one to see
+
+
+def _owner_params(owner: Owner) -> tuple[str, int, str]:
+    return owner.host, owner.pid, owner.token
 
 
 def _cut(text: str) -> str:
