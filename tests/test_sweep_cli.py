@@ -175,3 +175,33 @@ def test_a_point_another_spec_ran_exports_as_this_specs(tmp_path: Path) -> None:
     text = (tmp_path / "together.csv").read_text()
     assert ",low," not in text
     assert text == (tmp_path / "alone.csv").read_text()
+
+
+def test_a_dry_run_and_check_mark_the_points_that_do_not_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run listed `run` for a point whose memory plan the run refuses; it says `does
+    not fit` with the run's own words, and `check` counts it."""
+    from rdu_sim import api
+    from rdu_sim.compiler import CapacityError
+
+    body = "set: {serving.requests: 8}\naxes: {serving.batch_slots: [8, 100000]}\n"
+    spec = write_spec(tmp_path, body + "metrics: [decode_tokens_per_s]\n")
+    with pytest.raises(CapacityError) as run:
+        api.run(BASE, {"serving.batch_slots": 100000, "serving.requests": 8})
+    dry = sweep(spec, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    lines = dry.stdout.splitlines()
+    assert lines[0].split()[1:3] == ["run", "serving.batch_slots=8"]
+    assert lines[1].split()[1:3] == ["does", "not"]
+    assert lines[1].endswith(f"serving.batch_slots=100000: {run.value}")
+    assert "memory plans checked: 1 does not fit in memory (dry run" in dry.stderr
+    check = CliRunner().invoke(cli, ["check", str(spec)])
+    assert check.exit_code == 0  # a point that does not fit is a result, not a bad spec
+    assert "; memory plans checked: 1 does not fit in memory (first: " in check.stdout
+    from rdu_sim.sweep import run as run_module
+
+    monkeypatch.setattr(run_module, "FIT_BUDGET_S", 0.0)  # a grid too slow to check whole
+    dry = sweep(spec, "--dry-run")
+    assert "memory plans checked for 1 of 2 points in " in dry.stderr, dry.stderr
+    assert "the rest are not checked): it fits" in dry.stderr

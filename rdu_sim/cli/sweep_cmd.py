@@ -27,16 +27,24 @@ MAX_WORKERS = 4096
 
 
 def _dry_run_table(summary: object) -> None:
-    """One line per point: key prefix, what the database says, the axis values."""
+    """One line per point: key prefix, what it would do (``run``, ``skip``: the database has
+    it, or ``does not fit``: its memory plan says the run would fail, with the run's words
+    after the axis values), the axis values."""
     from rdu_sim.sweep import SweepSummary
 
     assert isinstance(summary, SweepSummary) and summary.plan is not None
     plan = summary.plan
     to_run = {p.key for p in plan.to_run}
+    failing = summary.fits.failing if summary.fits is not None else {}
+    width = max([4, *(len(verdict) for verdict, _ in failing.values())])
     out = Console(soft_wrap=True, highlight=False)
     for point in plan.expansion.points:
-        state = "run" if point.key in to_run else "skip"
-        out.print(f"{point.key[:12]}  {state:4}  {point.describe()}", markup=False)
+        state, reason = "run" if point.key in to_run else "skip", ""
+        if point.key in failing:
+            state, why = failing[point.key]
+            reason = f": {why}"
+        line = f"{point.key[:12]}  {state:{width}}  {point.describe()}{reason}"
+        out.print(line, markup=False)
 
 
 def _results_table(frame: object, summary: object) -> None:

@@ -116,6 +116,7 @@ class SweepSummary:
     wall_s: float = 0.0
     keys: tuple[str, ...] = field(default_factory=tuple)
     plan: Plan | None = None
+    fits: FitCheck | None = None  # a dry run's early check of the points to run
     elsewhere: int = 0  # points another process ran and stored meanwhile (``claims``)
     failed_elsewhere: int = 0  # of those, failed
 
@@ -137,11 +138,74 @@ class SweepSummary:
         )
 
 
+FIT_BUDGET_S = 10.0
+"""How long a dry run or `check` spends on its points' early checks (``BoundEvaluator.check``:
+the simulator's memory plans took 1 to 120 ms a point on the shipped specs, less for points
+the compiler sees alike); the points past it are left unchecked, and the output says so."""
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """What a point's early check (``BoundEvaluator.check``) found, for a dry run and
+    `check`: each failing point's verdict (``does not fit`` for memory, ``fails`` for the
+    rest) and reason (the run's own words), of how many checked in how long."""
+
+    failing: dict[str, tuple[str, str]]  # key -> (verdict, reason)
+    checked: int
+    total: int
+    seconds: float
+
+    def describe(self) -> str:
+        """A clause for the plan's line: how many would fail, and what was left unchecked."""
+        bad = len(self.failing)
+        fits = sum(verdict == "does not fit" for verdict, _ in self.failing.values())
+        found = [f"{fits} {'does' if fits == 1 else 'do'} not fit in memory"] if fits else []
+        if bad - fits:
+            found.append(f"{bad - fits} would fail before simulating")
+        said = ", ".join(found) or ("all fit" if self.checked > 1 else "it fits")
+        if self.checked == self.total:
+            return f"memory plans checked: {said}"
+        each = human.duration(self.seconds / max(1, self.checked))
+        return (
+            f"memory plans checked for {self.checked} of {self.total} points in "
+            f"{human.duration(self.seconds)} (about {each} a point; the rest are not "
+            f"checked): {said}"
+        )
+
+
+def check_fits(points: Sequence[Point], evaluate: Evaluate) -> FitCheck | None:
+    """Run the evaluator's early check (``BoundEvaluator.check``) on ``points`` in turn for
+    at most ``FIT_BUDGET_S``, sharing what points the compiler sees alike share (as a
+    sweep's worker does); None for an evaluator without one."""
+    if not isinstance(evaluate, BoundEvaluator) or evaluate.checker is None:
+        return None
+    from rdu_sim.api import share_steps  # the simulator, only when it checks
+    from rdu_sim.compiler import CapacityError
+    from rdu_sim.input_errors import expected_errors
+
+    failing: dict[str, tuple[str, str]] = {}
+    checked = 0
+    start = time.perf_counter()
+    with share_steps():
+        for point in points:
+            if checked and time.perf_counter() - start > FIT_BUDGET_S:
+                break  # at least one is checked: the header says how long one takes
+            try:
+                evaluate.check(point)
+            except expected_errors() as exc:
+                verdict = "does not fit" if isinstance(exc, CapacityError) else "fails"
+                failing[point.key] = (verdict, str(exc))
+            checked += 1
+    return FitCheck(failing, checked, len(points), time.perf_counter() - start)
+
+
 @dataclass(frozen=True)
 class SpecCheck:
-    """What `check_spec` found: a valid spec and its resolved points."""
+    """What `check_spec` found: a valid spec, its resolved points, and what their early
+    check found (``check_fits``)."""
 
     expansion: Expansion
+    fits: FitCheck | None = None
 
     def __str__(self) -> str:
         exp = self.expansion
@@ -149,7 +213,14 @@ class SpecCheck:
         count = f"{len(exp.points)} points"
         if exp.sampled:
             count = f"{exp.grid_size:,} grid points, {_SAMPLED.format(n=len(exp.points))},"
-        return f"{exp.spec.name!r}: {count} over {axes} (base {exp.spec.base.name})"
+        line = f"{exp.spec.name!r}: {count} over {axes} (base {exp.spec.base.name})"
+        if self.fits is None:
+            return line
+        line += f"; {self.fits.describe()}"
+        by_key = {p.key: p for p in exp.points}
+        for key, (verdict, reason) in list(self.fits.failing.items())[:1]:
+            line += f" (first: {by_key[key].describe()}: {verdict}: {reason})"
+        return line
 
 
 _SAMPLED = "{n:,} of them resolved (evenly spaced: a run resolves every point first)"
@@ -176,7 +247,7 @@ def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
                 exc, entry.options, str(loaded.file), loaded.lines, ("evaluator", "options")
             )
         ) from None
-    return BoundEvaluator(entry.function, options)
+    return BoundEvaluator(entry.function, options, entry.check)
 
 
 def check_spec(path: str | Path) -> SpecCheck:
@@ -187,8 +258,8 @@ def check_spec(path: str | Path) -> SpecCheck:
     loaded = load_spec(path)
     expansion = expand(loaded, sample=SAMPLE_POINTS)  # a huge grid is counted, not listed
     check_traces(expansion)
-    bind_evaluator(loaded)
-    return SpecCheck(expansion)
+    evaluate = bind_evaluator(loaded)
+    return SpecCheck(expansion, check_fits(expansion.points, evaluate))
 
 
 def check_traces(expansion: Expansion) -> None:
@@ -375,7 +446,9 @@ def run_sweep(
     if dry_run:
         existing = _peek(db_path, keys, reporter.message)
         the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun)
-        reporter.message(the_plan.describe() + " (dry run: nothing runs)")
+        fits = check_fits(the_plan.to_run, evaluate) if the_plan.to_run else None
+        line = the_plan.describe() + (f"; {fits.describe()}" if fits is not None else "")
+        reporter.message(line + " (dry run: nothing runs)")
         return SweepSummary(
             loaded.name,
             db_path,
@@ -384,6 +457,7 @@ def run_sweep(
             the_plan.failed_before,
             keys=keys,
             plan=the_plan,
+            fits=fits,
         )
 
     with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
