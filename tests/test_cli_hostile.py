@@ -549,14 +549,19 @@ def test_a_link_in_a_loop_or_to_a_dangling_link_is_named_for_what_it_is(tmp_path
 def test_a_database_another_process_holds_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.5)
     path, db = spec(tmp_path, SYNTHETIC), tmp_path / "held.sqlite"
     with sqlite3.connect(db, isolation_level=None) as holder:
         holder.execute("CREATE TABLE t (a)")
         holder.execute("BEGIN EXCLUSIVE")
         result = invoke("sweep", path, "--db", db, "--workers", "1", "--no-progress")
         holder.execute("ROLLBACK")
-    clean_failure(result, str(db), "database is locked: another process", "--db")
+    stderr = clean_failure(result, str(db), "database is locked: another process", "--db")
+    # said at once, before the wait's error (it was a silent minute)
+    notice = f"waiting for the database lock held by another process: {db}"
+    assert [line for line in stderr.splitlines() if notice in line] == [
+        store_module.waiting_notice(db)
+    ], stderr
 
 
 @pytest.fixture

@@ -97,6 +97,19 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
         assert not (tmp_path / "spec.sqlite").exists()  # refused before running
 
 
+@pytest.mark.parametrize(
+    ("count", "problem"), [("0", "at least 1 (got 0)"), ("4097", "at most 4096 (got 4097)")]
+)
+def test_a_worker_count_out_of_range_is_one_error_line(
+    tmp_path: Path, count: str, problem: str
+) -> None:
+    """--workers 0 printed click's usage block and `Error:`; it is the house's one line."""
+    result = sweep(write_spec(tmp_path), "--workers", count)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"error: --workers: must be {problem}"]
+    assert not (tmp_path / "spec.sqlite").exists()  # refused before anything runs
+
+
 def test_sqlite_errors_end_at_the_cli_boundary() -> None:
     """sqlite3's errors become one `error:` line, exit 2 (found without the CLI importing
     sqlite3: a sweep's store loads it, and none can be raised before)."""
@@ -146,3 +159,49 @@ def test_must_show_llama8b_batch_slots(tmp_path: Path) -> None:
     assert "4 of 4 points already done" in again.stdout
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 4
+
+
+def test_a_point_another_spec_ran_exports_as_this_specs(tmp_path: Path) -> None:
+    """Two specs sharing points on one database: the second's export showed the first's name
+    in the shared rows (whichever spec stored them); it is the same bytes as its own run."""
+    low = write_spec(tmp_path, SYNTHETIC.replace("[1, 2, 4, 8]", "[1, 2, 4]"), "low.yaml")
+    high = write_spec(tmp_path, SYNTHETIC.replace("[1, 2, 4, 8]", "[2, 4, 8]"), "high.yaml")
+    shared, alone = tmp_path / "shared.sqlite", tmp_path / "alone.sqlite"
+    assert sweep(low, "--workers", "1", "--db", shared).exit_code == 0
+    args = ("--workers", "1", "--no-progress")
+    together = sweep(high, *args, "--db", shared, "--export", tmp_path / "together.csv")
+    assert together.exit_code == 0 and "2 already done" in together.stderr
+    assert sweep(high, *args, "--db", alone, "--export", tmp_path / "alone.csv").exit_code == 0
+    text = (tmp_path / "together.csv").read_text()
+    assert ",low," not in text
+    assert text == (tmp_path / "alone.csv").read_text()
+
+
+def test_a_dry_run_and_check_mark_the_points_that_do_not_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run listed `run` for a point whose memory plan the run refuses; it says `does
+    not fit` with the run's own words, and `check` counts it."""
+    from rdu_sim import api
+    from rdu_sim.compiler import CapacityError
+
+    body = "set: {serving.requests: 8}\naxes: {serving.batch_slots: [8, 100000]}\n"
+    spec = write_spec(tmp_path, body + "metrics: [decode_tokens_per_s]\n")
+    with pytest.raises(CapacityError) as run:
+        api.run(BASE, {"serving.batch_slots": 100000, "serving.requests": 8})
+    dry = sweep(spec, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    lines = dry.stdout.splitlines()
+    assert lines[0].split()[1:3] == ["run", "serving.batch_slots=8"]
+    assert lines[1].split()[1:3] == ["does", "not"]
+    assert lines[1].endswith(f"serving.batch_slots=100000: {run.value}")
+    assert "memory plans checked: 1 does not fit in memory (dry run" in dry.stderr
+    check = CliRunner().invoke(cli, ["check", str(spec)])
+    assert check.exit_code == 0  # a point that does not fit is a result, not a bad spec
+    assert "; memory plans checked: 1 does not fit in memory (first: " in check.stdout
+    from rdu_sim.sweep import run as run_module
+
+    monkeypatch.setattr(run_module, "FIT_BUDGET_S", 0.0)  # a grid too slow to check whole
+    dry = sweep(spec, "--dry-run")
+    assert "memory plans checked for 1 of 2 points in " in dry.stderr, dry.stderr
+    assert "the rest are not checked): it fits" in dry.stderr

@@ -382,3 +382,38 @@ def test_a_failed_points_error_is_its_message_and_a_bugs_keeps_its_traceback(
     message = str(ConfigError.single("f.yaml", "serving.batch_slots", "one slot is refused here"))
     assert errors[1] == f"ConfigError: {message}"  # no traceback: no install path in it
     assert errors[2].startswith("RuntimeError: a bug\nTraceback")
+
+
+def test_a_wait_for_another_process_lock_is_said_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep whose database another process holds locked waited up to a minute saying
+    nothing; it says so as soon as the wait passes NOTICE_AFTER_S, and goes on once the
+    lock is let go."""
+    import threading
+    import time
+
+    from rdu_sim.sweep import store as store_module
+
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 10.0)
+    db = tmp_path / "held.sqlite"
+    run_sweep(write_spec(tmp_path), db=db, workers=1)  # a database to hold
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    threading.Timer(2.0, lambda: holder.execute("ROLLBACK")).start()
+    said: list[float] = []
+
+    class Timed(Recorder):
+        def message(self, text: str) -> None:
+            if text.startswith("waiting for the database lock"):
+                said.append(time.monotonic() - start)
+            super().message(text)
+
+    reporter = Timed()
+    start = time.monotonic()
+    summary = run_sweep(write_spec(tmp_path), db=db, workers=1, rerun=True, progress=reporter)
+    waited = time.monotonic() - start
+    holder.close()
+    assert summary.ran == 6 and waited >= 1.9  # it waited for the lock, then ran
+    assert said and said[0] < 1.0, said  # said at once, not when the wait ended
+    assert store_module.waiting_notice(db) in reporter.messages

@@ -116,3 +116,35 @@ def test_metrics_that_do_not_fit_go_to_a_further_table_repeating_the_axes(
     spread = [name for h in headers for name in h[2:]]
     assert spread == [str(c.header) for c in whole.columns][2:]  # each once, in order
     assert spread[-1] == "status"
+
+
+def test_a_failed_points_status_ends_cleanly_and_the_export_keeps_the_error(
+    tmp_path: Path,
+) -> None:
+    """The status cell was the error's first 60 characters, cut mid-word ("...fail_when
+    (serv"); it is its first clause cut at a word, ending in "...", and a note says where
+    the whole error is. The export keeps it whole."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"base: {BASE}\n" + textwrap.dedent(SPEC).lstrip("\n"))
+    db, out = tmp_path / "out.sqlite", tmp_path / "out.csv"
+    args = ["sweep", str(spec), "--workers", "1", "--db", str(db), "--export", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    error = "RuntimeError: synthetic failure requested by fail_when (serving.batch_slots=2)"
+    status = "failed: RuntimeError: synthetic failure requested by fail_when..."
+    lines = result.stdout.splitlines()
+    cells = [line.rstrip() for line in lines if "failed: " in line]
+    assert cells and all(line.endswith(status) for line in cells), cells
+    assert any(
+        line.startswith("... ends a shortened error: the whole one is in the error")
+        for line in lines
+    )
+    assert error in out.read_text()  # the export loses nothing
+    from rdu_sim.report.sweep_table import short_error
+
+    assert (
+        short_error("ValueError: bad\nTraceback (most recent call last):") == "ValueError: bad..."
+    )
+    assert short_error("CapacityError: too big; lower x") == "CapacityError: too big..."
+    assert short_error("fits in the cell") == "fits in the cell"
+    assert short_error("x" * 100) == "x" * 57 + "..."

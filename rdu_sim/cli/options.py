@@ -83,6 +83,16 @@ def step_shape_options(func: F) -> F:
     return func
 
 
+def check_count(option: str, value: int | None, low: int, high: int) -> None:
+    """A count option outside ``low..high`` exits 2 with the house's one line, ``error:
+    --workers: must be at least 1 (got 0)`` (click's own range check prints its usage block
+    and ``Error:``); None (not given) passes. The command calls it first thing."""
+    if value is None or low <= value <= high:
+        return
+    bound = f"at least {low}" if value < low else f"at most {high}"
+    fail(f"{option}: must be {bound} (got {value})")
+
+
 @contextmanager
 def step_shape_errors(workload: Path) -> Iterator[None]:
     """A step the workload cannot run (`StepShapeError`) exits 2 naming the option."""

@@ -18,21 +18,33 @@ import click
 from rich.console import Console
 
 from rdu_sim.cli.errors import print_warning
+from rdu_sim.cli.options import check_count
 from rdu_sim.config.errors import WriteError
 from rdu_sim.interrupts import kept_on_stop
 
+MAX_WORKERS = 4096
+"""Most --workers a sweep accepts (more start at most 4 a core: ``executors.local_workers``)."""
+
 
 def _dry_run_table(summary: object) -> None:
-    """One line per point: key prefix, what the database says, the axis values."""
+    """One line per point: key prefix, what it would do (``run``, ``skip``: the database has
+    it, or ``does not fit``: its memory plan says the run would fail, with the run's words
+    after the axis values), the axis values."""
     from rdu_sim.sweep import SweepSummary
 
     assert isinstance(summary, SweepSummary) and summary.plan is not None
     plan = summary.plan
     to_run = {p.key for p in plan.to_run}
+    failing = summary.fits.failing if summary.fits is not None else {}
+    width = max([4, *(len(verdict) for verdict, _ in failing.values())])
     out = Console(soft_wrap=True, highlight=False)
     for point in plan.expansion.points:
-        state = "run" if point.key in to_run else "skip"
-        out.print(f"{point.key[:12]}  {state:4}  {point.describe()}", markup=False)
+        state, reason = "run" if point.key in to_run else "skip", ""
+        if point.key in failing:
+            state, why = failing[point.key]
+            reason = f": {why}"
+        line = f"{point.key[:12]}  {state:{width}}  {point.describe()}{reason}"
+        out.print(line, markup=False)
 
 
 def _results_table(frame: object, summary: object) -> None:
@@ -60,10 +72,11 @@ def _results_table(frame: object, summary: object) -> None:
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option(
     "--workers",
-    type=click.IntRange(1, 4096),
+    type=int,
     default=None,
-    help="Worker processes (default: the CPU count; 1 runs in this process; at most 4 a "
-    "core). With --cluster local, the LocalCluster's worker count.",
+    help=f"Worker processes, 1 to {MAX_WORKERS} (default: the CPU count; 1 runs in this "
+    "process; at most 4 a core are started). With --cluster local, the LocalCluster's "
+    "worker count.",
 )
 @click.option(
     "--cluster",
@@ -133,6 +146,7 @@ def command(
     from rdu_sim.sweep.load import check_export
     from rdu_sim.sweep.progress import RichReporter
 
+    check_count("--workers", workers, 1, MAX_WORKERS)
     if export_file is not None:
         check_export(export_file)  # refused before anything runs, not after the sweep
     summary = run_sweep(
@@ -152,7 +166,8 @@ def command(
     stored = f"the sweep had finished: its rows are saved in {summary.db}"
     with kept_on_stop(stored + "; the same command prints them again (and exports them)"):
         click.echo(summary.describe())
-        frame = load(summary.db, keys=summary.keys)  # the spec's grid order
+        # the spec's grid order, each point as this sweep's (another spec may have run it)
+        frame = load(summary.db, keys=summary.keys, sweep=summary.name)
         _results_table(frame, summary)
         if export_file is not None:
             try:
@@ -163,7 +178,7 @@ def command(
                     [replace(i, message=i.message + note) for i in exc.issues]
                 ) from None
             click.echo(f"wrote {len(frame)} rows to {export_file}")
-    failed = summary.failed + summary.failed_before
+    failed = summary.failed + summary.failed_before + summary.failed_elsewhere
     if failed:
         print_warning(
             f"{failed} point(s) failed; their errors are in {summary.db} "

@@ -21,7 +21,14 @@ from rdu_sim import human
 from rdu_sim.config.field_docs import axis_label
 from rdu_sim.report.sweep_frame import swept_axes
 
-__all__ = ["HEADLINE_METRICS", "MAX_ROWS", "format_metric", "sweep_tables", "table_notes"]
+__all__ = [
+    "HEADLINE_METRICS",
+    "MAX_ROWS",
+    "format_metric",
+    "short_error",
+    "sweep_tables",
+    "table_notes",
+]
 
 MAX_ROWS = 100
 """Points shown; a larger sweep shows its first ones and says where the rest are."""
@@ -147,6 +154,11 @@ def table_notes(frame: Any, metrics: Sequence[str] | None = None) -> list[str]:
     failed = [r for r in records if r.get("status", "done") != "done"]
     if failed:
         notes.append(f"-: {human.count(len(failed), 'point')} failed (their status says why)")
+        if any(_status(r).endswith(CUT) for r in failed):
+            notes.append(
+                f"{CUT} ends a shortened error: the whole one is in the error column "
+                "(--export FILE writes it; rdu_sim.sweep.load reads it)"
+            )
     done = [r for r in records if r.get("status", "done") == "done"]
     for metric in _metrics(frame, axes, metrics):
         if any(_missing(r[metric]) for r in done):
@@ -157,12 +169,33 @@ def table_notes(frame: Any, metrics: Sequence[str] | None = None) -> list[str]:
 
 
 def _status(record: dict[str, Any]) -> str:
-    """``done``, or ``failed: <the error's first words>``."""
+    """``done``, or ``failed: <the start of its error>`` (:func:`short_error`)."""
     status = str(record.get("status"))
     error = record.get("error")
     if status != "done" and isinstance(error, str):
-        status += f": {' '.join(error.split())[:MAX_ERROR_CHARS]}"
+        status += f": {short_error(error)}"
     return status
+
+
+CUT = "..."
+"""What ends a failed point's status the table shortened (the note under it says where the
+whole error is)."""
+
+
+def short_error(error: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """A failed point's error as a table cell shows it: its first clause (up to the first
+    ``;`` or line end: a bug's traceback follows its message), cut at a word to fit
+    ``limit`` characters, ending in :data:`CUT` when anything was left out, so a cell never
+    stops mid-word. The database and exports keep the whole error."""
+    whole = " ".join(error.split())
+    first = " ".join(error.strip().split("\n", 1)[0].split()).split("; ", 1)[0]
+    if first == whole and len(whole) <= limit:
+        return whole
+    room = limit - len(CUT)
+    if len(first) > room:
+        cut = first[: room + 1].rsplit(" ", 1)[0] if " " in first[:room] else first[:room]
+        first = cut.rstrip(" ,:;(")
+    return first + CUT
 
 
 def _axis_value(value: Any) -> str:

@@ -33,7 +33,13 @@ from rdu_sim.serving.speculative import PrefillSaving, Speculation, prefill_savi
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.shapes import StepShape
 
-__all__ = ["ServingRun", "prefill_seconds", "serve_scenario", "served_prefill_steps"]
+__all__ = [
+    "ServingRun",
+    "plan_run",
+    "prefill_seconds",
+    "serve_scenario",
+    "served_prefill_steps",
+]
 
 
 @dataclass(frozen=True)
@@ -98,12 +104,12 @@ def prefill_seconds(
 
 def _speculation(
     scenario: Scenario, backend: Backend, slots: int, requests: RequestSet
-) -> tuple[Speculation | None, Placement | None]:
+) -> Speculation | None:
     """The draft's part of the run (its step cache, the requests' acceptance rates, the link
-    of a separate draft) and a separate draft's own memory plan; (None, None) without one."""
+    of a separate draft); None without one (a separate draft's memory plan: ``plan_run``)."""
     spec, draft = scenario.workload.speculation, scenario.draft
     if spec is None or draft is None:
-        return None, None
+        return None
     serving = scenario.workload.serving
     rates = None
     if spec.decoding is not None:
@@ -128,7 +134,7 @@ def _speculation(
         rates=rates,
         link_ps=draft_link_ps(scenario, slots) if separate else 0,
     )
-    return speculation, backend.plan_memory(draft, slots) if separate else None
+    return speculation
 
 
 def draft_link_ps(scenario: Scenario, slots: int) -> int:
@@ -148,26 +154,12 @@ def serve_scenario(
     scenario: Scenario, backend: Backend, progress: Progress | None = None
 ) -> ServingRun:
     """Simulate serving ``scenario``; ``progress(done, total)`` is called as requests finish."""
-    ranks = scenario.workload.parallelism.dp_attention
-    if ranks > 1:
-        raise ConfigError.single(
-            scenario.workload_file,
-            "parallelism.dp_attention",
-            f"a replica of {ranks} attention ranks serves its requests on a server per rank, "
-            "which a cluster runs (a pool of it: docs/parallelism.md); a lone run serves one "
-            "server. rdu-sim step times a rank's step",
-        )
     serving = scenario.workload.serving
-    try:
-        check_batching(serving.prefill_priority, scenario.workload_file)
-    except ConfigError as exc:  # a name a --set gave says so, as the scenario's rules do
-        raise overridden(exc, scenario.workload_file, scenario.overrides) from None
-    capacity, slots = resolve_batch_slots(scenario, backend)
-    placement = backend.plan_memory(scenario, slots)
+    capacity, slots, placement, draft_placement = plan_run(scenario, backend)
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
-    speculation, draft_placement = _speculation(scenario, backend, slots, requests)
+    speculation = _speculation(scenario, backend, slots, requests)
     config = ServerConfig(
         slots,
         serving.max_context,
@@ -208,6 +200,35 @@ def serve_scenario(
         saving,
         stats,
     )
+
+
+def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement, Placement | None]:
+    """What a run decides before it makes requests: its batch capacity, batch slots, memory
+    plan and a separate draft's memory plan (None without one); a CapacityError (or the
+    ConfigError of a layout a lone run cannot serve) in the words the run fails with. Cheap
+    beside the run (one memory plan, no step simulated): a sweep's dry run calls it to mark
+    the points that would fail so (``sweep.evaluators``)."""
+    ranks = scenario.workload.parallelism.dp_attention
+    if ranks > 1:
+        raise ConfigError.single(
+            scenario.workload_file,
+            "parallelism.dp_attention",
+            f"a replica of {ranks} attention ranks serves its requests on a server per rank, "
+            "which a cluster runs (a pool of it: docs/parallelism.md); a lone run serves one "
+            "server. rdu-sim step times a rank's step",
+        )
+    serving = scenario.workload.serving
+    try:
+        check_batching(serving.prefill_priority, scenario.workload_file)
+    except ConfigError as exc:  # a name a --set gave says so, as the scenario's rules do
+        raise overridden(exc, scenario.workload_file, scenario.overrides) from None
+    capacity, slots = resolve_batch_slots(scenario, backend)
+    placement = backend.plan_memory(scenario, slots)
+    spec, draft = scenario.workload.speculation, scenario.draft
+    draft_placement = None
+    if spec is not None and draft is not None and spec.placement == "separate":
+        draft_placement = backend.plan_memory(draft, slots)
+    return capacity, slots, placement, draft_placement
 
 
 def peak_sram(cache: StepCache) -> float:

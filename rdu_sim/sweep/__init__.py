@@ -31,7 +31,8 @@ Spec format (YAML; full rules in rdu_sim/sweep/spec.py)
 Database (table `results`, one row per point; see store.py): key (sha256 of the resolved
 config), sweep, overrides, config, metrics (JSON), status (done|failed), error, version,
 worker, wall_s, started, finished, attempts. View `results_flat` spreads axes and metrics
-into columns.
+into columns. Table `claims` holds the points a running sweep is computing (claims.py), so
+two sweeps on one database compute each point once.
 """
 
 from rdu_sim.sweep.evaluators import evaluator_names, register

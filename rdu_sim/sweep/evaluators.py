@@ -6,6 +6,9 @@ validated against it). Module-level so it pickles by reference into worker proce
 Dask workers.
 
 - `simulate` (the default) runs the full simulation in process: `rdu_sim.api.run(scenario)`.
+  Its `check` is what the run decides before simulating (``serving.run.plan_run``: the batch
+  slots and memory plan, 1 to 120 ms a point), so a dry run and `rdu-sim check` mark the
+  points that would fail there, in the run's words.
 - `synthetic` is a closed-form stand-in that takes microseconds. Its numbers are NOT a
   simulation: it exists so the sweep machinery (executors, storage, resume, kill safety) can
   be tested and demonstrated quickly and deterministically. Options: `sleep_s` (seconds each
@@ -28,6 +31,9 @@ if TYPE_CHECKING:
     from rdu_sim.sweep.expand import Point
 
 EvaluatorFn = Callable[["Point", Any], Mapping[str, Any]]
+CheckFn = Callable[["Point", Any], None]
+"""An evaluator's cheap check of a point: raises what evaluating it would fail with early
+(a model that does not fit), or returns."""
 
 
 @dataclass(frozen=True)
@@ -37,18 +43,22 @@ class Evaluator:
     name: str
     function: EvaluatorFn
     options: type[StrictModel]
+    check: CheckFn | None = None
 
 
 _REGISTRY: dict[str, Evaluator] = {}
 
 
-def register(name: str, options: type[StrictModel]) -> Callable[[EvaluatorFn], EvaluatorFn]:
-    """Register an evaluator under `name`; a duplicate name is refused."""
+def register(
+    name: str, options: type[StrictModel], check: CheckFn | None = None
+) -> Callable[[EvaluatorFn], EvaluatorFn]:
+    """Register an evaluator under `name` (with its cheap `check` of a point, if it has
+    one); a duplicate name is refused."""
 
     def decorate(function: EvaluatorFn) -> EvaluatorFn:
         if name in _REGISTRY:
             raise ValueError(f"evaluator {name!r} is already registered")
-        _REGISTRY[name] = Evaluator(name, function, options)
+        _REGISTRY[name] = Evaluator(name, function, options, check)
         return function
 
     return decorate
@@ -75,16 +85,32 @@ class BoundEvaluator:
 
     function: EvaluatorFn
     options: Any
+    checker: CheckFn | None = None
 
     def __call__(self, point: Point) -> Mapping[str, Any]:
         return self.function(point, self.options)
+
+    def check(self, point: Point) -> None:
+        """Raise what evaluating ``point`` would fail with early, when the evaluator can
+        tell cheaply (``Evaluator.check``); else return."""
+        if self.checker is not None:
+            self.checker(point, self.options)
 
 
 class NoOptions(StrictModel):
     """An evaluator that takes no options."""
 
 
-@register("simulate", NoOptions)
+def _simulate_check(point: Point, options: NoOptions) -> None:
+    """What the run decides before simulating (batch slots, memory plans), raising what it
+    would fail with there (``serving.run.plan_run``)."""
+    from rdu_sim.serving.backend import EngineBackend
+    from rdu_sim.serving.run import plan_run
+
+    plan_run(point.scenario, EngineBackend())
+
+
+@register("simulate", NoOptions, _simulate_check)
 def simulate(point: Point, options: NoOptions) -> Mapping[str, Any]:
     """The full simulation of the point's scenario, as `RunResult.to_dict()` without its
     provenance (the row holds the config, the overrides and the simulator's version)."""

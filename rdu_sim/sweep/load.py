@@ -47,7 +47,8 @@ def sweep_names(db: str | Path) -> list[str]:
 def load(
     db: str | Path, *, sweep: str | None = None, keys: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """The results in `db` as a DataFrame: `keys`' rows, or `sweep`'s points (its spec's
+    """The results in `db` as a DataFrame: `keys`' rows (with `sweep`, each of its points
+    with its name and axis values, whichever spec stored it), or `sweep`'s points (its spec's
     latest, in its grid order), or, given neither, the one sweep's the database holds (every
     row when it holds several)."""
     import pandas as pd  # here, not at import: workers and `rdu-sim check` do not need it

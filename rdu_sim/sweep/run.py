@@ -9,8 +9,10 @@ The order of work, and why:
    current folder) and plan: a point with a
    'done' row holding every requested metric is skipped; a 'failed' one is skipped unless
    `retry_failed`;
-3. run the rest on the chosen executor; the parent writes each Outcome in its own
-   transaction as it arrives, so an interrupted sweep resumes where it stopped.
+3. claim the points to run (``claims``: one another live process claimed is left to it);
+4. run the rest on the chosen executor; the parent writes each Outcome in its own
+   transaction as it arrives (ending its claim), so an interrupted sweep resumes where it
+   stopped; then wait for the points other processes held, taking over those they leave.
 
 Interrupted (SIGINT, SIGTERM: ``rdu_sim.interrupts``) stops a sweep without losing a finished
 point: a row being written is finished first, the executor hands over what its workers
@@ -25,7 +27,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
 from rdu_sim.report.files import refuse_overwrite
+from rdu_sim.sweep import claims
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import (
     check_cluster,
@@ -67,6 +70,8 @@ class Plan:
     stale: int  # done rows missing a requested metric, rerun
     rerun: int = 0  # stored rows run again because of rerun
     other_code: str = ""  # a note on reused rows another build computed (``other_code``)
+    elsewhere: tuple[str, ...] = ()  # keys another live process is running (``claims``)
+    others: tuple[str, ...] = ()  # those processes, host:pid
 
     def describe(self) -> str:
         """One line: how many points, how many already done, how many to run."""
@@ -86,6 +91,11 @@ class Plan:
             detail.append(f"{self.stale} done without a requested metric, rerunning")
         if self.rerun:
             detail.append(f"{self.rerun} stored before, rerunning (--rerun)")
+        if self.elsewhere:
+            detail.append(
+                f"{len(self.elsewhere)} being run by another process "
+                f"({', '.join(self.others)}), waited for"
+            )
         detail.append(f"{len(self.to_run)} to run")
         line = " ".join(parts) + "; " + ", ".join(detail)
         return f"{line}; {self.other_code}" if self.other_code else line
@@ -106,26 +116,96 @@ class SweepSummary:
     wall_s: float = 0.0
     keys: tuple[str, ...] = field(default_factory=tuple)
     plan: Plan | None = None
+    fits: FitCheck | None = None  # a dry run's early check of the points to run
+    elsewhere: int = 0  # points another process ran and stored meanwhile (``claims``)
+    failed_elsewhere: int = 0  # of those, failed
 
     def describe(self) -> str:
         """One line for people."""
+        there = ""
+        if self.elsewhere:
+            failed = f", {self.failed_elsewhere} failed" if self.failed_elsewhere else ""
+            there = f"; {self.elsewhere} run by another process meanwhile{failed}"
         if not self.ran:
             return (
                 f"{self.name}: nothing to run; {self.already_done} of {self.points} "
-                f"points already done ({self.db})"
+                f"points already done{there} ({self.db})"
             )
         return (
             f"{self.name}: ran {human.count(self.ran, 'point')} in "
             f"{human.duration(self.wall_s)}: {self.done} done, "
-            f"{self.failed} failed; {self.already_done} were already done ({self.db})"
+            f"{self.failed} failed; {self.already_done} were already done{there} ({self.db})"
         )
+
+
+FIT_BUDGET_S = 10.0
+"""How long a dry run or `check` spends on its points' early checks (``BoundEvaluator.check``:
+the simulator's memory plans took 1 to 120 ms a point on the shipped specs, less for points
+the compiler sees alike); the points past it are left unchecked, and the output says so."""
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """What a point's early check (``BoundEvaluator.check``) found, for a dry run and
+    `check`: each failing point's verdict (``does not fit`` for memory, ``fails`` for the
+    rest) and reason (the run's own words), of how many checked in how long."""
+
+    failing: dict[str, tuple[str, str]]  # key -> (verdict, reason)
+    checked: int
+    total: int
+    seconds: float
+
+    def describe(self) -> str:
+        """A clause for the plan's line: how many would fail, and what was left unchecked."""
+        bad = len(self.failing)
+        fits = sum(verdict == "does not fit" for verdict, _ in self.failing.values())
+        found = [f"{fits} {'does' if fits == 1 else 'do'} not fit in memory"] if fits else []
+        if bad - fits:
+            found.append(f"{bad - fits} would fail before simulating")
+        said = ", ".join(found) or ("all fit" if self.checked > 1 else "it fits")
+        if self.checked == self.total:
+            return f"memory plans checked: {said}"
+        each = human.duration(self.seconds / max(1, self.checked))
+        return (
+            f"memory plans checked for {self.checked} of {self.total} points in "
+            f"{human.duration(self.seconds)} (about {each} a point; the rest are not "
+            f"checked): {said}"
+        )
+
+
+def check_fits(points: Sequence[Point], evaluate: Evaluate) -> FitCheck | None:
+    """Run the evaluator's early check (``BoundEvaluator.check``) on ``points`` in turn for
+    at most ``FIT_BUDGET_S``, sharing what points the compiler sees alike share (as a
+    sweep's worker does); None for an evaluator without one."""
+    if not isinstance(evaluate, BoundEvaluator) or evaluate.checker is None:
+        return None
+    from rdu_sim.api import share_steps  # the simulator, only when it checks
+    from rdu_sim.compiler import CapacityError
+    from rdu_sim.input_errors import expected_errors
+
+    failing: dict[str, tuple[str, str]] = {}
+    checked = 0
+    start = time.perf_counter()
+    with share_steps():
+        for point in points:
+            if checked and time.perf_counter() - start > FIT_BUDGET_S:
+                break  # at least one is checked: the header says how long one takes
+            try:
+                evaluate.check(point)
+            except expected_errors() as exc:
+                verdict = "does not fit" if isinstance(exc, CapacityError) else "fails"
+                failing[point.key] = (verdict, str(exc))
+            checked += 1
+    return FitCheck(failing, checked, len(points), time.perf_counter() - start)
 
 
 @dataclass(frozen=True)
 class SpecCheck:
-    """What `check_spec` found: a valid spec and its resolved points."""
+    """What `check_spec` found: a valid spec, its resolved points, and what their early
+    check found (``check_fits``)."""
 
     expansion: Expansion
+    fits: FitCheck | None = None
 
     def __str__(self) -> str:
         exp = self.expansion
@@ -133,7 +213,14 @@ class SpecCheck:
         count = f"{len(exp.points)} points"
         if exp.sampled:
             count = f"{exp.grid_size:,} grid points, {_SAMPLED.format(n=len(exp.points))},"
-        return f"{exp.spec.name!r}: {count} over {axes} (base {exp.spec.base.name})"
+        line = f"{exp.spec.name!r}: {count} over {axes} (base {exp.spec.base.name})"
+        if self.fits is None:
+            return line
+        line += f"; {self.fits.describe()}"
+        by_key = {p.key: p for p in exp.points}
+        for key, (verdict, reason) in list(self.fits.failing.items())[:1]:
+            line += f" (first: {by_key[key].describe()}: {verdict}: {reason})"
+        return line
 
 
 _SAMPLED = "{n:,} of them resolved (evenly spaced: a run resolves every point first)"
@@ -160,7 +247,7 @@ def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
                 exc, entry.options, str(loaded.file), loaded.lines, ("evaluator", "options")
             )
         ) from None
-    return BoundEvaluator(entry.function, options)
+    return BoundEvaluator(entry.function, options, entry.check)
 
 
 def check_spec(path: str | Path) -> SpecCheck:
@@ -171,8 +258,8 @@ def check_spec(path: str | Path) -> SpecCheck:
     loaded = load_spec(path)
     expansion = expand(loaded, sample=SAMPLE_POINTS)  # a huge grid is counted, not listed
     check_traces(expansion)
-    bind_evaluator(loaded)
-    return SpecCheck(expansion)
+    evaluate = bind_evaluator(loaded)
+    return SpecCheck(expansion, check_fits(expansion.points, evaluate))
 
 
 def check_traces(expansion: Expansion) -> None:
@@ -357,9 +444,11 @@ def run_sweep(
     keys = tuple(p.key for p in expansion.points)
 
     if dry_run:
-        existing = _peek(db_path, keys)
+        existing = _peek(db_path, keys, reporter.message)
         the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun)
-        reporter.message(the_plan.describe() + " (dry run: nothing runs)")
+        fits = check_fits(the_plan.to_run, evaluate) if the_plan.to_run else None
+        line = the_plan.describe() + (f"; {fits.describe()}" if fits is not None else "")
+        reporter.message(line + " (dry run: nothing runs)")
         return SweepSummary(
             loaded.name,
             db_path,
@@ -368,49 +457,115 @@ def run_sweep(
             the_plan.failed_before,
             keys=keys,
             plan=the_plan,
+            fits=fits,
         )
 
-    with Store(db_path) as store:
+    with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
         # what reading this sweep back returns: its points, with their axis values
         store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
-        the_plan = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
-        reporter.message(the_plan.describe())
-        summary = SweepSummary(
-            loaded.name,
-            db_path,
-            len(keys),
-            the_plan.already_done,
-            the_plan.failed_before,
-            keys=keys,
-            plan=the_plan,
-        )
-        metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
-        tasks = [Task(point, evaluate, metrics) for point in the_plan.to_run]
-        by_key = {p.key: p for p in the_plan.to_run}
-        start = time.perf_counter()
-        if tasks:
+        owner = claims.me()
+        try:
+            the_plan = _claimed_plan(store, owner, expansion, retry_failed, rerun)
+            reporter.message(the_plan.describe())
+            summary = SweepSummary(
+                loaded.name,
+                db_path,
+                len(keys),
+                the_plan.already_done,
+                the_plan.failed_before,
+                keys=keys,
+                plan=the_plan,
+            )
+            metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
+
+            def run(points: Sequence[Point]) -> None:
+                tasks = [Task(point, evaluate, metrics) for point in points]
+                by_key = {p.key: p for p in points}
+                if tasks:
+                    count = workers or default_workers()
+                    _execute(store, owner, tasks, by_key, loaded, summary, reporter, count, cluster)
+
+            start = time.perf_counter()
             try:
-                _execute(
-                    store,
-                    tasks,
-                    by_key,
-                    loaded,
-                    summary,
-                    reporter,
-                    workers or default_workers(),
-                    cluster,
-                )
+                run(the_plan.to_run)
+                if the_plan.elsewhere:
+                    _take_over(store, owner, expansion, the_plan, summary, reporter, run)
             except interrupts.Interrupted as stop:
                 raise interrupts.Interrupted(
                     stop.signum, _kept(store, keys, summary.ran, "point")
                 ) from None
-        summary.wall_s = time.perf_counter() - start
+            summary.wall_s = time.perf_counter() - start
+        finally:  # what it did not store, another process may take at once
+            with suppress(StoreError):
+                store.release(owner)
         _refresh_view(store, expansion)
     return summary
 
 
+def _claimed_plan(
+    store: Store, owner: claims.Owner, expansion: Expansion, retry_failed: bool, rerun: bool
+) -> Plan:
+    """The plan, its points to run claimed for ``owner`` (``claims``): those a live other
+    process holds are left to it (``Plan.elsewhere``). The rows are read again once the
+    points are claimed, so a point another process stored since the first reading (and so
+    no longer claimed) is not run again."""
+    keys = [p.key for p in expansion.points]
+    first = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
+    if not first.to_run:
+        return first
+    held = store.claim([p.key for p in first.to_run], owner, claims.alive)
+    again = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
+    mine = tuple(p for p in again.to_run if p.key not in held)
+    store.release(owner, {p.key for p in first.to_run} - set(held) - {p.key for p in mine})
+    others = sorted({o.label for o in held.values()})
+    return replace(again, to_run=mine, elsewhere=tuple(held), others=tuple(others))
+
+
+def _take_over(
+    store: Store,
+    owner: claims.Owner,
+    expansion: Expansion,
+    the_plan: Plan,
+    summary: SweepSummary,
+    reporter: Reporter,
+    run: Callable[[Sequence[Point]], None],
+) -> None:
+    """Once this sweep's own points are stored: wait for the points other processes held
+    (``Plan.elsewhere``), running here each one whose owner died or gave it back without
+    storing its row (a failed row counts as stored: ``--retry-failed`` reruns it)."""
+    pending = set(the_plan.elsewhere)
+    said = False
+    ran_here: set[str] = set()
+    while pending:
+        held = store.claim(pending, owner, claims.alive)
+        taken = pending - set(held)
+        if taken:
+            existing = store.existing(sorted(taken))
+            points = tuple(p for p in expansion.points if p.key in taken)  # grid order
+            need = plan(replace(expansion, points=points), existing, retry_failed=False).to_run
+            store.release(owner, taken - {p.key for p in need})
+            ran_here.update(p.key for p in need)
+            run(need)
+        pending = set(held)
+        if pending:
+            if not said:
+                who = ", ".join(sorted({o.label for o in held.values()}))
+                reporter.message(
+                    f"waiting for {human.count(len(pending), 'point')} another process "
+                    f"({who}) is running in {store.path}; taken over here if it stops"
+                )
+                said = True
+            store.refresh(owner)
+            time.sleep(claims.POLL_S)
+    others = [k for k in the_plan.elsewhere if k not in ran_here]
+    rows = store.existing(others)
+    summary.elsewhere = sum(k in rows for k in others)
+    summary.failed_elsewhere = sum(rows[k].status == "failed" for k in others if k in rows)
+
+
 def _execute(
     store: Store,
+    owner: claims.Owner,
     tasks: list[Task],
     by_key: Mapping[str, Point],
     loaded: LoadedSpec,
@@ -431,7 +586,7 @@ def _execute(
         if outcome.status == "done" and outcome.missing:  # others had it: record null
             outcome = _null_missing(outcome)
         try:
-            store.record(_row(outcome, by_key[outcome.key], loaded.name))
+            store.record(_row(outcome, by_key[outcome.key], loaded.name), owner)
         except StoreError as exc:  # the rows stored so far stay: a rerun resumes
             note = (
                 f" ({summary.ran} of the {len(tasks)} points run now were stored "
@@ -523,7 +678,8 @@ def evaluate_points(
     processes, 1 = here, or Dask ``cluster``), each row is written as it arrives. Returns
     every point's decoded row by key (``store.decode``: status, metrics, error, ...)."""
     keys = [p.key for p in points]
-    with Store(Path(db)) as store:
+    report = reporter or Silent()
+    with Store(Path(db), waiting=report.message) as store:
         existing = store.existing(keys)
         to_run = [
             p
@@ -534,7 +690,6 @@ def evaluate_points(
         ]
         tasks = [Task(point, evaluate, None) for point in to_run]
         by_key = {p.key: p for p in to_run}
-        report = reporter or Silent()
         note = other_code(existing, [k for k in dict.fromkeys(keys) if k not in by_key])
         if note:
             report.message(note)
@@ -562,11 +717,13 @@ def _null_missing(outcome: Outcome) -> Outcome:
     return replace(outcome, metrics=metrics, missing=())
 
 
-def _peek(db_path: Path, keys: Sequence[str]) -> dict[str, Existing]:
+def _peek(
+    db_path: Path, keys: Sequence[str], waiting: Callable[[str], None]
+) -> dict[str, Existing]:
     """What an existing database holds, without creating one (for --dry-run)."""
     if not db_path.is_file():
         return {}
-    with Store(db_path, create=False) as store:
+    with Store(db_path, create=False, waiting=waiting) as store:
         return store.existing(keys)
 
 

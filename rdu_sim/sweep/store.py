@@ -1,8 +1,16 @@
 """SQLite storage of sweep results: one row per point in table `results`, keyed by config hash.
 
-Only the sweep's parent process writes. Every write is one transaction (`BEGIN IMMEDIATE` ...
+Only the sweep's parent process writes. A statement that finds the database locked by
+another process (another sweep's write, a SQL shell's open transaction) waits for it, up to
+``BUSY_TIMEOUT_S``; past ``NOTICE_AFTER_S`` (brief contention between two sweeps passes
+unseen) the store tells its ``waiting`` callback once per wait, so a user sees why nothing
+moves instead of a silent minute. Every write is one transaction (`BEGIN IMMEDIATE` ...
 `COMMIT`) in WAL mode, so a sweep killed at any instant leaves every row either fully written
 or absent: resume then reruns exactly the points without a finished row.
+
+Table `claims` holds, per point being computed, the process computing it (``claims``):
+claimed (``Store.claim``) before it runs, and given back in the transaction that stores its
+row (``Store.record``), so two sweeps sharing the database compute each point once.
 
 The table's columns are fixed (metrics live in a JSON column), so one database can hold
 sweeps with different metrics. For SQL users a view, `results_flat`, spreads the current
@@ -21,8 +29,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +41,7 @@ from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.report.files import make_folder
+from rdu_sim.sweep.claims import Owner
 
 SCHEMA_VERSION = 1
 
@@ -52,6 +62,13 @@ CREATE TABLE IF NOT EXISTS results (
     attempts  INTEGER NOT NULL DEFAULT 1 -- times this point was run to completion or failure
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS claims (
+    key   TEXT PRIMARY KEY,              -- a point being computed (no row stored yet)
+    host  TEXT NOT NULL,                 -- the process computing it (rdu_sim.sweep.claims)
+    pid   INTEGER NOT NULL,
+    token TEXT NOT NULL,                 -- that process's start time, '' when unknown
+    seen  REAL NOT NULL                  -- when it last refreshed its claims (Unix seconds)
+);
 """
 
 
@@ -76,6 +93,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 COLUMNS = tuple(_TYPES)
 """The results table's columns, in the table's order."""
 _META_COLUMNS = ("name", "value")
+_CLAIM_COLUMNS = ("key", "host", "pid", "token", "seen")
 _JSON_DEPTH = 64  # a stored config or metric is a few levels deep; deeper is damage
 
 
@@ -96,6 +114,32 @@ _MEMBERS = "points of "
 
 BUSY_TIMEOUT_S = 60.0
 """How long a statement waits for another process's lock on the database before failing."""
+
+NOTICE_AFTER_S = 0.2
+"""How long a statement waits for a lock silently: a row another sweep writes takes
+milliseconds; longer, the wait is said (``Store(waiting=...)``) and goes on to
+``BUSY_TIMEOUT_S``."""
+
+
+def waiting_notice(path: Path) -> str:
+    """What a store tells its ``waiting`` callback when a statement waits for a lock."""
+    return (
+        f"waiting for the database lock held by another process: {path} "
+        f"(up to {BUSY_TIMEOUT_S:g} s)"
+    )
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite gave up waiting for another connection's lock (SQLITE_BUSY and its
+    extended codes)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == sqlite3.SQLITE_BUSY
+    return "database is locked" in str(exc)
+
+
+def _busy_ms(seconds: float) -> str:
+    return f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}"
 
 
 def _problem(exc: sqlite3.Error) -> str:
@@ -157,10 +201,12 @@ def _read_only(path: Path) -> sqlite3.Connection:
     cannot make the index a WAL database is read through there, and no writer can be at work
     (one would have made it)."""
     uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn = sqlite3.connect(uri, uri=True, timeout=NOTICE_AFTER_S, isolation_level=None)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
+        if _busy(exc):  # a writer holds it: the store's statements wait for it, saying so
+            return conn
         conn.close()
         if os.access(path.parent, os.W_OK):
             raise
@@ -182,10 +228,19 @@ def _made_through_link(path: Path) -> bool:
 
 
 class Store:
-    """An open results database. Use as a context manager; close() when done."""
+    """An open results database. Use as a context manager; close() when done. ``waiting``
+    is told (:func:`waiting_notice`) when a statement waits for another process's lock
+    longer than ``NOTICE_AFTER_S`` (a sweep prints it; the library says nothing by itself)."""
 
-    def __init__(self, path: Path, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        create: bool = True,
+        waiting: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = path
+        self._waiting = waiting
         existed = path.is_file()
         problem = file_problem(path) if os.path.lexists(path) else None  # a broken link too
         if problem is not None and not (create and _made_through_link(path)):
@@ -197,7 +252,7 @@ class Store:
         self._writer = create
         try:
             self._conn = (
-                sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                sqlite3.connect(str(path), timeout=NOTICE_AFTER_S, isolation_level=None)
                 if create
                 else _read_only(path)
             )
@@ -207,16 +262,16 @@ class Store:
             ) from None
         try:
             with self._guard("open the database"):
-                self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                self._conn.execute(_busy_ms(min(NOTICE_AFTER_S, BUSY_TIMEOUT_S)))
                 self._check_tables(existed)
                 if create:
-                    self._conn.execute("PRAGMA journal_mode = WAL")
-                    self._conn.execute("PRAGMA synchronous = NORMAL")
+                    self._execute("PRAGMA journal_mode = WAL")
+                    self._execute("PRAGMA synchronous = NORMAL")
                     with self.transaction():
                         for statement in _SCHEMA.split(";"):
                             if statement.strip():
-                                self._conn.execute(statement)
-                        self._conn.execute(
+                                self._execute(statement)
+                        self._execute(
                             "INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', ?)",
                             (str(SCHEMA_VERSION),),
                         )
@@ -224,6 +279,24 @@ class Store:
         except BaseException:
             self._conn.close()
             raise
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """``sql`` run, waiting for another process's lock silently for ``NOTICE_AFTER_S``,
+        then saying so (``waiting``) and waiting up to ``BUSY_TIMEOUT_S`` in all (then the
+        busy error stands: ``_guard`` names the file). A statement SQLite refused as busy
+        did nothing, so it is run again as it was."""
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or BUSY_TIMEOUT_S <= NOTICE_AFTER_S:
+                raise
+        if self._waiting is not None:
+            self._waiting(waiting_notice(self.path))
+        self._conn.execute(_busy_ms(BUSY_TIMEOUT_S - NOTICE_AFTER_S))
+        try:
+            return self._conn.execute(sql, params)
+        finally:
+            self._conn.execute(_busy_ms(NOTICE_AFTER_S))
 
     @contextmanager
     def _guard(self, doing: str) -> Iterator[None]:
@@ -247,8 +320,7 @@ class Store:
         if not existed:
             return
         tables = [
-            str(r[0])
-            for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            str(r[0]) for r in self._execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         ]
         if tables and not {"results", "meta"} & set(tables):
             shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
@@ -257,8 +329,12 @@ class Store:
                 "",
                 f"holds another tool's tables ({shown}), not a sweep's; give another --db",
             )
-        for table, columns in (("results", COLUMNS), ("meta", _META_COLUMNS)):
-            found = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")]
+        for table, columns in (
+            ("results", COLUMNS),
+            ("meta", _META_COLUMNS),
+            ("claims", _CLAIM_COLUMNS),
+        ):
+            found = [r[1] for r in self._execute(f"PRAGMA table_info({table})")]
             if found and tuple(found) != columns:
                 shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
                 raise StoreError.single(
@@ -269,10 +345,10 @@ class Store:
                 )
 
     def _check_schema(self) -> None:
-        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master")}
+        tables = {r[0] for r in self._execute("SELECT name FROM sqlite_master")}
         if "meta" not in tables:
             raise StoreError.single(str(self.path), "", "not a sweep database (no meta table)")
-        row = self._conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        row = self._execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
         if row is None or str(row[0]) != str(SCHEMA_VERSION):
             found = "none" if row is None else str(row[0])[:20]
             raise StoreError.single(
@@ -283,7 +359,7 @@ class Store:
 
     def transaction(self) -> _Transaction:
         """`with store.transaction():` runs its statements atomically."""
-        return _Transaction(self._conn)
+        return _Transaction(self._conn, self._execute)
 
     def __enter__(self) -> Store:
         return self
@@ -310,15 +386,67 @@ class Store:
         found: dict[str, Existing] = {}
         with self._guard("read the stored points"):
             query = "SELECT key, status, metrics, version FROM results"
-            for key, status, metrics, version in self._conn.execute(query):
+            for key, status, metrics, version in self._execute(query):
                 if wanted is not None and key not in wanted:
                     continue
                 names = frozenset(json.loads(metrics)) if metrics else frozenset()
                 found[key] = Existing(status, names, str(version or ""))
         return found
 
-    def record(self, row: Row) -> None:
-        """Insert or replace one point's row in one transaction (attempts counts reruns)."""
+    def claim(
+        self, keys: Iterable[str], owner: Owner, alive: Callable[[Owner, float], bool]
+    ) -> dict[str, Owner]:
+        """Claim ``keys`` for ``owner`` in one transaction (``claims``), but for those another
+        owner holds that is ``alive`` (given the owner and when it last refreshed its
+        claims): returned, key -> owner. A dead owner's claim is taken over."""
+        wanted = set(keys)
+        held: dict[str, Owner] = {}
+        now = time.time()
+        with self._guard("claim the points to run"), self.transaction():
+            for key, host, pid, token, seen in self._execute(
+                "SELECT key, host, pid, token, seen FROM claims"
+            ).fetchall():
+                other = Owner(str(host), int(pid), str(token))
+                if key in wanted and other != owner and alive(other, float(seen)):
+                    held[key] = other
+            self._conn.executemany(
+                "INSERT INTO claims (key, host, pid, token, seen) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+                "token = excluded.token, seen = excluded.seen",
+                [
+                    (key, owner.host, owner.pid, owner.token, now)
+                    for key in sorted(wanted - set(held))
+                ],
+            )
+        return held
+
+    def release(self, owner: Owner, keys: Iterable[str] | None = None) -> None:
+        """Give back ``owner``'s claims (of ``keys``; all when None): points it will not
+        compute, which another process may then take."""
+        where = "host = ? AND pid = ? AND token = ?"
+        with self._guard("give back the claimed points"), self.transaction():
+            if keys is None:
+                self._execute(f"DELETE FROM claims WHERE {where}", _owner_params(owner))
+            else:
+                self._conn.executemany(
+                    f"DELETE FROM claims WHERE key = ? AND {where}",
+                    [(key, *_owner_params(owner)) for key in keys],
+                )
+
+    def refresh(self, owner: Owner) -> None:
+        """Say ``owner`` is still at work on its claims (``claims.alive``, another host)."""
+        with self._guard("refresh the claimed points"), self.transaction():
+            self._refresh(owner)
+
+    def _refresh(self, owner: Owner) -> None:
+        self._execute(
+            "UPDATE claims SET seen = ? WHERE host = ? AND pid = ? AND token = ?",
+            (time.time(), *_owner_params(owner)),
+        )
+
+    def record(self, row: Row, owner: Owner | None = None) -> None:
+        """Insert or replace one point's row in one transaction (attempts counts reruns);
+        ``owner``'s claim of the point ends in it (its other claims are refreshed)."""
         values = (
             row.key,
             row.sweep,
@@ -334,7 +462,7 @@ class Store:
             row.finished,
         )
         with self._guard(f"store point {row.key[:12]}"), self.transaction():
-            self._conn.execute(
+            self._execute(
                 """INSERT INTO results (key, sweep, overrides, config, metrics, status, error,
                        version, worker, wall_s, started, finished, attempts)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
@@ -347,15 +475,21 @@ class Store:
                        finished = excluded.finished, attempts = results.attempts + 1""",
                 values,
             )
+            if owner is not None:
+                self._execute(
+                    "DELETE FROM claims WHERE key = ? AND host = ? AND pid = ? AND token = ?",
+                    (row.key, *_owner_params(owner)),
+                )
+                self._refresh(owner)
 
     def sweeps(self) -> list[str]:
         """The names of the sweeps (and plans) whose points the database holds, sorted: the
         spec that ran each row last, and each sweep that recorded points the database holds."""
         with self._guard("read the stored points"):
-            found = self._conn.execute("SELECT DISTINCT sweep FROM results")
+            found = self._execute("SELECT DISTINCT sweep FROM results")
             names = {str(row[0]) for row in found}
-            stored = {str(row[0]) for row in self._conn.execute("SELECT key FROM results")}
-            recorded = self._conn.execute(
+            stored = {str(row[0]) for row in self._execute("SELECT key FROM results")}
+            recorded = self._execute(
                 "SELECT name FROM meta WHERE substr(name, 1, ?) = ?", (len(_MEMBERS), _MEMBERS)
             )
             for (name,) in list(recorded):
@@ -371,7 +505,7 @@ class Store:
         other axes) is still this one's; one an earlier version of this spec ran, and this
         one does not, is not."""
         with self._guard("record the sweep's points"), self.transaction():
-            self._conn.execute(
+            self._execute(
                 "INSERT INTO meta (name, value) VALUES (?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                 (_MEMBERS + sweep, json.dumps(dict(points))),
@@ -381,9 +515,7 @@ class Store:
         """Key -> axis values (JSON) of the points ``sweep`` recorded, in grid order, or None
         (a plan's, or an older database's: its rows are those whose ``sweep`` column names
         it)."""
-        row = self._conn.execute(
-            "SELECT value FROM meta WHERE name = ?", (_MEMBERS + sweep,)
-        ).fetchone()
+        row = self._execute("SELECT value FROM meta WHERE name = ?", (_MEMBERS + sweep,)).fetchone()
         if row is None:
             return None
         points = json_text.loads(str(row[0]), _JSON_DEPTH, constants=False)
@@ -396,7 +528,8 @@ class Store:
     ) -> list[dict[str, Any]]:
         """Rows as dicts, each column checked against its type and the JSON columns parsed
         (overrides and config objects, metrics an object or None): `keys`' when given, in
-        their order (a spec's grid order); else a sweep's recorded points
+        their order (a spec's grid order; with `sweep`, those it recorded read as its own,
+        as below); else a sweep's recorded points
         (:meth:`set_members`) in their order, each with the sweep's name and its own axis
         values, or (none recorded) the rows its name ran last, by key; else every row, by
         sweep and key."""
@@ -407,7 +540,7 @@ class Store:
                     f"SELECT {', '.join(COLUMNS)} FROM results "
                     "WHERE sweep = ? AND typeof(key) != 'text'"
                 )
-                damaged = self._conn.execute(query, (sweep,)).fetchone()
+                damaged = self._execute(query, (sweep,)).fetchone()
             if damaged is not None:  # one it ran, no point of it now: named, not left out
                 self._checked(dict(zip(COLUMNS, damaged, strict=True)))
             if members is not None:  # each row as this sweep's: its name, its axis values
@@ -420,7 +553,7 @@ class Store:
                     found.append(checked)
                 return found
         if keys is not None:
-            return [self._checked(row) for row in self._unchecked(keys)]
+            return self._as_sweep(self._unchecked(keys), sweep)
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         params: list[str] = []
         if sweep is not None:
@@ -428,15 +561,31 @@ class Store:
             params.append(sweep)
         query += " ORDER BY sweep, key"
         with self._guard("read the stored points"):
-            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query, params)]
+            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._execute(query, params)]
         return [self._checked(row) for row in found]
+
+    def _as_sweep(self, rows: list[dict[str, Any]], sweep: str | None) -> list[dict[str, Any]]:
+        """``rows`` checked; with ``sweep``, a row another spec ran last (or ran at the same
+        time: whichever stored it) as one of ``sweep``'s recorded points, with its name and
+        axis values, so a sweep's rows read the same however the work was shared."""
+        with self._guard("read the stored points"):
+            members = self._members(sweep) if sweep is not None else None
+        found = []
+        for row in rows:
+            own = dict(row)
+            checked = self._checked(row)
+            if members is not None and checked["sweep"] != sweep and own["key"] in members:
+                own["overrides"] = members[own["key"]]
+                checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
+            found.append(checked)
+        return found
 
     def _unchecked(self, keys: Sequence[str]) -> list[dict[str, Any]]:
         """The rows of ``keys`` in their order, as stored (only these are checked then:
         another sweep's rows stay apart)."""
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
         with self._guard("read the stored points"):
-            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._conn.execute(query)]
+            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._execute(query)]
         by_key = {row["key"]: row for row in found}
         return [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
 
@@ -482,27 +631,31 @@ class Store:
         ]
         columns += ["error", "wall_s", "version", "started", "finished"]
         with self._guard("rebuild the results_flat view"), self.transaction():
-            self._conn.execute("DROP VIEW IF EXISTS results_flat")
-            self._conn.execute(
-                f"CREATE VIEW results_flat AS SELECT {', '.join(columns)} FROM results"
-            )
+            self._execute("DROP VIEW IF EXISTS results_flat")
+            self._execute(f"CREATE VIEW results_flat AS SELECT {', '.join(columns)} FROM results")
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE on entry; COMMIT on success, ROLLBACK on any exception."""
+    """BEGIN IMMEDIATE on entry (waiting for a lock as the store's statements do); COMMIT on
+    success, ROLLBACK on any exception."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, execute: Callable[[str], sqlite3.Cursor]) -> None:
         self._conn = conn
+        self._execute = execute
 
     def __enter__(self) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
+        self._execute("BEGIN IMMEDIATE")
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if kind is None:
-            self._conn.execute("COMMIT")
+            self._execute("COMMIT")
             return
         with suppress(sqlite3.Error):  # SQLite may have rolled back already
             self._conn.execute("ROLLBACK")  # (a full disk): the first error is the one to see
+
+
+def _owner_params(owner: Owner) -> tuple[str, int, str]:
+    return owner.host, owner.pid, owner.token
 
 
 def _cut(text: str) -> str:
