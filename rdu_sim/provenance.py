@@ -22,7 +22,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.stack import NONE
 from rdu_sim.config.yaml_io import file_problem
-from rdu_sim.scenario import Scenario
+from rdu_sim.scenario import Scenario, coe_router
 
 if TYPE_CHECKING:
     from rdu_sim.cluster.scenario import ClusterScenario
@@ -93,13 +93,21 @@ def file_digest(path: Path) -> str | None:
 
 def resolved_config(scenario: Scenario) -> dict[str, Any]:
     """Everything a simulation depends on, as plain data: the workload after overrides, with
-    its ``hardware`` and ``stack`` paths and ``model`` (a preset name or a mapping) replaced
-    by the hardware, serving stack and architecture themselves; a trace file by the sha256
-    of its content. Sweep keys hash it (``rdu_sim.sweep.key``), outputs record it."""
+    its ``hardware`` and ``stack`` paths and its models (``model``, a draft, a CoE's router:
+    a preset name, a config.json or a mapping) replaced by the hardware, serving stack and
+    architectures themselves; a trace file by the sha256 of its content. Sweep keys hash it
+    (``rdu_sim.sweep.key``), outputs record it."""
     workload = scenario.workload.model_dump(mode="json")
     workload["hardware"] = None
     workload["stack"] = None
     workload["model"] = None
+    # the other models a workload names (a draft, a CoE's router), as the architectures
+    # they resolve to: a config.json's path says nothing of what the file holds
+    if scenario.draft is not None and workload.get("speculation") is not None:
+        workload["speculation"]["draft"] = scenario.draft.model.model_dump(mode="json")
+    if scenario.workload.coe is not None:
+        router = coe_router(scenario.workload, scenario.workload_file, {})
+        workload["coe"]["router"] = router.model_dump(mode="json")
     hardware = scenario.hardware.model_dump(mode="json")
     hardware.pop("default_stack", None)  # the stack run is below, whichever file named it
     stack = scenario.stack.model_dump(mode="json")

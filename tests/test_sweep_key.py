@@ -78,3 +78,21 @@ def test_canonical_json_is_sorted_and_plain() -> None:
     assert set(config) == {"workload", "hardware", "stack", "model"}
     assert config["workload"]["hardware"] is None  # the file path is replaced by its content
     assert config_key(config) == resolve(load_scenario(BASE)).key
+
+
+def test_a_draft_and_a_router_key_by_what_their_config_json_holds(tmp_path: Path) -> None:
+    """A draft or a CoE router given as {config_json: path} keys by the architecture the
+    file holds, not its path: the same path holding another model is another point."""
+    text = (ROOT / "tests" / "models" / "llama-3.1-8b" / "config.json").read_text()
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir()
+    coe = ROOT / "workloads" / "samba-coe-150x8b-8socket.yaml"
+    spec = ROOT / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+    for workload, field in ((coe, "coe.router"), (spec, "speculation.draft")):
+        keys = []
+        for layers in (32, 4):
+            path.write_text(
+                text.replace('"num_hidden_layers": 32', f'"num_hidden_layers": {layers}')
+            )
+            keys.append(resolve(load_scenario(workload, {field: {"config_json": str(path)}})).key)
+        assert keys[0] != keys[1], field
