@@ -417,3 +417,58 @@ def test_a_wait_for_another_process_lock_is_said_at_once(
     assert summary.ran == 6 and waited >= 1.9  # it waited for the lock, then ran
     assert said and said[0] < 1.0, said  # said at once, not when the wait ended
     assert store_module.waiting_notice(db) in reporter.messages
+
+
+LOCKS: list[sqlite3.Connection] = []  # the connection the evaluator below locks with
+
+
+def _register_locking_evaluator() -> None:
+    """An evaluator that, at its first point, takes the sweep database's write lock from
+    another connection and keeps it: the lock arrives mid-run, after the points are
+    claimed."""
+    from rdu_sim.config.base import StrictModel
+    from rdu_sim.sweep.evaluators import evaluator_names, register
+
+    class Options(StrictModel):
+        db: str
+
+    if "test_lock_midway" in evaluator_names():
+        return
+
+    @register("test_lock_midway", Options)
+    def lock_midway(point: Point, options: Options) -> Mapping[str, Any]:
+        if not LOCKS:
+            holder = sqlite3.connect(options.db, isolation_level=None, check_same_thread=False)
+            holder.execute("BEGIN EXCLUSIVE")
+            LOCKS.append(holder)
+        return {"decode_tokens_per_s": 1.0, "ttft_s": 0.1, "memory.hbm.kv_bytes": 1}
+
+
+def test_a_lock_taken_mid_run_is_waited_for_once_and_the_claims_stay_takeable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row's write waits out the lock and fails (one notice, one wait): giving the
+    claims back does not wait again. Once the lock goes, the same process runs every point
+    (its own claims are its to take)."""
+    from rdu_sim.sweep import store as store_module
+    from rdu_sim.sweep.store import StoreError
+
+    _register_locking_evaluator()
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 1.0)
+    db = tmp_path / "midway.sqlite"
+    body = (
+        SPEC.split("evaluator:")[0]
+        + f"evaluator: {{name: test_lock_midway, options: {{db: '{db}'}}}}\n"
+    )
+    reporter = Recorder()
+    try:
+        with pytest.raises(StoreError, match="database is locked"):
+            run_sweep(write_spec(tmp_path, body), db=db, workers=1, progress=reporter)
+        notices = [m for m in reporter.messages if m.startswith("waiting for the database lock")]
+        assert notices == [store_module.waiting_notice(db)]
+    finally:
+        for holder in LOCKS:
+            holder.execute("ROLLBACK")
+            holder.close()
+    summary = run_sweep(write_spec(tmp_path, body), db=db, workers=1, progress=Recorder())
+    assert summary.ran + summary.already_done == 6 and summary.failed == 0

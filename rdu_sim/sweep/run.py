@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import closing, suppress
@@ -495,11 +496,22 @@ def run_sweep(
                     stop.signum, _kept(store, keys, summary.ran, "point")
                 ) from None
             summary.wall_s = time.perf_counter() - start
-        finally:  # what it did not store, another process may take at once
-            with suppress(StoreError):
-                store.release(owner)
+        except StoreError:  # the database failed (a lock held past the wait): give the
+            _give_back(store, owner, wait=False)  # claims back only if it is free now
+            raise
+        except BaseException:
+            _give_back(store, owner)
+            raise
+        else:
+            _give_back(store, owner)
         _refresh_view(store, expansion)
     return summary
+
+
+def _give_back(store: Store, owner: claims.Owner, *, wait: bool = True) -> None:
+    """Release what ``owner`` did not store, so another process may take it at once."""
+    with suppress(StoreError, sqlite3.Error):
+        store.release(owner, wait=wait)
 
 
 def _claimed_plan(

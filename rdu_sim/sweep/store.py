@@ -241,6 +241,7 @@ class Store:
     ) -> None:
         self.path = path
         self._waiting = waiting
+        self._patient = True  # a busy statement waits for the lock (release(wait=False): not)
         existed = path.is_file()
         problem = file_problem(path) if os.path.lexists(path) else None  # a broken link too
         if problem is not None and not (create and _made_through_link(path)):
@@ -288,7 +289,7 @@ class Store:
         try:
             return self._conn.execute(sql, params)
         except sqlite3.OperationalError as exc:
-            if not _busy(exc) or BUSY_TIMEOUT_S <= NOTICE_AFTER_S:
+            if not _busy(exc) or BUSY_TIMEOUT_S <= NOTICE_AFTER_S or not self._patient:
                 raise
         if self._waiting is not None:
             self._waiting(waiting_notice(self.path))
@@ -420,10 +421,25 @@ class Store:
             )
         return held
 
-    def release(self, owner: Owner, keys: Iterable[str] | None = None) -> None:
+    def release(
+        self, owner: Owner, keys: Iterable[str] | None = None, *, wait: bool = True
+    ) -> None:
         """Give back ``owner``'s claims (of ``keys``; all when None): points it will not
-        compute, which another process may then take."""
+        compute, which another process may then take. Without ``wait``, a lock another
+        process holds fails it at once (after the database failed: a dead owner's claims
+        are taken over anyway)."""
         where = "host = ? AND pid = ? AND token = ?"
+        if not wait:
+            assert keys is None, "without waiting, all of the owner's claims go back"
+            self._conn.execute(_busy_ms(0))
+            self._patient = False
+            try:
+                with self._guard("give back the claimed points"), self.transaction():
+                    self._conn.execute(f"DELETE FROM claims WHERE {where}", _owner_params(owner))
+            finally:
+                self._patient = True
+                self._conn.execute(_busy_ms(NOTICE_AFTER_S))
+            return
         with self._guard("give back the claimed points"), self.transaction():
             if keys is None:
                 self._execute(f"DELETE FROM claims WHERE {where}", _owner_params(owner))
