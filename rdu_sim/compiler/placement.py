@@ -552,8 +552,8 @@ def _weights_placed(scenario: Scenario, total: int, pinned: int) -> str:
     if setting == "hot_set":
         return (
             f"memory.weights hot_set pins {human.size(pinned, 4)} of them in HBM "
-            f"(hot_set_fraction {scenario.workload.memory.hot_set_fraction:g}) and reads the "
-            "rest from DDR"
+            f"(hot_set_fraction {human.number(scenario.workload.memory.hot_set_fraction)}) and "
+            "reads the rest from DDR"
         )
     return "memory.weights streamed reads them all from DDR (none in HBM)"
 
