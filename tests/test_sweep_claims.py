@@ -17,6 +17,9 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from rdu_sim.sweep import expand, load_spec, run_sweep
 from rdu_sim.sweep.store import Store
@@ -63,10 +66,28 @@ def finish(proc: subprocess.Popen[str]) -> str:
     return out
 
 
+def claimed(db: Path, timeout_s: float = 120.0) -> None:
+    """Return once a process has claimed points in ``db``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if db.is_file():
+            try:
+                with sqlite3.connect(db) as conn:
+                    if conn.execute("SELECT count(*) FROM claims").fetchone()[0]:
+                        return
+            except sqlite3.OperationalError:  # not made yet, or locked a moment
+                pass
+        time.sleep(0.05)
+    raise AssertionError(f"no process claimed points in {db}")
+
+
 def test_two_processes_on_one_spec_compute_each_point_once(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "spec", [1, 2, 3, 4, 5, 6])
+    # the second starts once the first holds its points (9 s of work): however loaded the
+    # machine, it finds them claimed by a live process
+    spec = write_spec(tmp_path, "spec", [1, 2, 3, 4, 5, 6], sleep_s=1.5)
     db = tmp_path / "shared.sqlite"
     first = start(spec, db, tmp_path / "a.csv")
+    claimed(db)
     second = start(spec, db, tmp_path / "b.csv")
     outputs = [finish(first), finish(second)]
     assert list(attempts(db).values()) == [1] * 6, attempts(db)  # each computed once
@@ -139,3 +160,50 @@ def test_a_dead_owners_points_are_taken_over_and_a_live_ones_waited_for(
     assert attempts(db) == dict.fromkeys(keys, 1)
     assert f"1 being run by another process ({host}:{live.pid}), waited for" in messages[0]
     assert any(m.startswith("waiting for 1 point another process") for m in messages), messages
+
+
+def test_a_point_stored_while_this_sweep_claims_is_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds a point when this sweep claims, and stores it before this one
+    reads the rows again: it is already done, not also 'being run by another process' (the
+    plan line said 7 of 6)."""
+    spec = write_spec(tmp_path, "spec", [1, 2, 3], sleep_s=0.0)
+    one = write_spec(tmp_path, "one", [1], sleep_s=0.0)
+    db = tmp_path / "race.sqlite"
+    Store(db).close()
+    keys = [p.key for p in expand(load_spec(spec)).points]
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO claims (key, host, pid, token, seen) VALUES (?, ?, ?, '', ?)",
+            (keys[0], socket.gethostname(), live.pid, time.time()),
+        )
+    real = Store.claim
+
+    def claim(self: Store, *args: Any, **kwargs: Any) -> Any:
+        held = real(self, *args, **kwargs)
+        if keys[0] in held:  # the other process stores its point, ending its claim
+            with sqlite3.connect(db) as conn:
+                conn.execute("DELETE FROM claims WHERE key = ?", (keys[0],))
+            run_sweep(one, db=db, workers=1)
+        return held
+
+    monkeypatch.setattr(Store, "claim", claim)
+    messages: list[str] = []
+
+    class Told:
+        def message(self, text: str) -> None:
+            messages.append(text)
+
+        def start(self, name: str, total: int) -> None: ...
+        def advance(self, outcome: object) -> None: ...
+        def close(self) -> None: ...
+
+    try:
+        summary = run_sweep(spec, db=db, workers=1, progress=Told())  # type: ignore[arg-type]
+    finally:
+        live.kill()
+        live.wait()
+    assert messages[0] == "spec: 3 points; 1 already done, 2 to run", messages
+    assert (summary.ran, summary.already_done, summary.elsewhere) == (2, 1, 0)

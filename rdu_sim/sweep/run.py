@@ -529,8 +529,10 @@ def _claimed_plan(
     again = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
     mine = tuple(p for p in again.to_run if p.key not in held)
     store.release(owner, {p.key for p in first.to_run} - set(held) - {p.key for p in mine})
-    others = sorted({o.label for o in held.values()})
-    return replace(again, to_run=mine, elsewhere=tuple(held), others=tuple(others))
+    # a point its owner stored since the claim is done, not elsewhere: counted once
+    elsewhere = tuple(p.key for p in again.to_run if p.key in held)
+    others = sorted({held[key].label for key in elsewhere})
+    return replace(again, to_run=mine, elsewhere=elsewhere, others=tuple(others))
 
 
 def _take_over(
