@@ -452,3 +452,18 @@ def test_help_shows_the_mapping_form_of_vary() -> None:
     text = " ".join(shown.stdout.split())
     assert "--vary 'parallelism={tp: 16, dp_attention: 1, ep: 1},{tp: 1, dp_attention: 64" in text
     assert "refuses is a column saying why" in text
+
+
+def test_a_speculative_workload_says_its_draft_is_not_compared() -> None:
+    """compare times the target's steps alone: a workload with a draft says so, one without
+    says nothing of it."""
+    spec = Path(__file__).resolve().parents[1] / "workloads" / "speculative"
+    result = compare(spec / "llama3.1-70b-16socket-specdec.yaml", ["sn40l-16"], batch=8)
+    said = [line for line in result.lines if line.startswith("speculation is not compared")]
+    assert said == [
+        "speculation is not compared: each column times llama-3.1-70b alone, its decode step "
+        "and its prefill, without the draft llama-3.2-1b's part (rdu-sim run times the "
+        "draft's part)"
+    ]
+    plain = compare("llama3.1-8b-1socket", ["sn40l"], batch=8)
+    assert not any("speculation" in line for line in plain.lines)

@@ -10,7 +10,8 @@ decode step of ``batch`` slots at the decode bucket of ``context`` cached tokens
 the workload's batch slots, or each system's own batch capacity when they say ``auto``; the
 longest cache the KV policy keeps), and the prefill of the workload's typical prompt
 (``typical_prefill_prompt``) as a server runs it: padded up to its compiled prompt bucket or
-cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times). A
+cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times; the
+target's alone: a workload's draft is not compared, and its lines say so). A
 system the model does not fit (weights, KV cache and activations beyond its memory) is a
 column saying so, with the compiler's reason, not an error; so is a combination of varied
 values the workload refuses while each value runs in another combination (``dp_attention=16``
@@ -177,11 +178,18 @@ def compare(
         for found, side in zip(loaded, sides, strict=True)
     )
     first = next(found for found in loaded if isinstance(found, Scenario))
+    lines = column_lines(columns)
+    if first.draft is not None:  # the steps compared are the target's
+        lines.append(
+            f"speculation is not compared: each column times {first.model.name} alone, its "
+            f"decode step and its prefill, without the draft {first.draft.model.name}'s part "
+            "(rdu-sim run times the draft's part)"
+        )
     return Comparison(
         first.workload.name,
         first.model.name,
         columns,
-        tuple(column_lines(columns)),
+        tuple(lines),
         tuple(verdicts(columns)),
     )
 
