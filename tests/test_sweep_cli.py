@@ -205,3 +205,22 @@ def test_a_dry_run_and_check_mark_the_points_that_do_not_fit(
     dry = sweep(spec, "--dry-run")
     assert "memory plans checked for 1 of 2 points in " in dry.stderr, dry.stderr
     assert "the rest are not checked): it fits" in dry.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "count", "problem"),
+    [
+        ("plan", "0", "at least 1 (got 0)"),
+        ("plan", "4097", "at most 4096 (got 4097)"),
+        ("calibrate", "-3", "at least 1 (got -3)"),
+        ("calibrate", "257", "at most 256 (got 257)"),
+    ],
+)
+def test_plan_and_calibrate_refuse_a_worker_count_in_one_line(
+    command: str, count: str, problem: str
+) -> None:
+    """One rule for every --workers (cli.options.workers_option), checked before the spec
+    is read."""
+    result = CliRunner().invoke(cli, [command, "no-such-spec.yaml", "--workers", count])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"error: --workers: must be {problem}"]

@@ -33,7 +33,7 @@ import click
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overlays_option, overrides_option
+from rdu_sim.cli.options import overlays_option, overrides_option, workers_option
 
 if TYPE_CHECKING:
     from rdu_sim.validate.calibrate import Evaluation
@@ -377,12 +377,10 @@ def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
     help=f"Evaluation cache, for resuming [default: the output folder's {CACHE_FILE}].",
 )
 @overlays_option
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 256),
+@workers_option(
+    most=256,
     default=1,
-    show_default=True,
-    help="Processes simulating at once (the same results with any number).",
+    help="Processes simulating at once, 1 to 256 (the same results with any number).",
 )
 @overrides_option
 @click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")

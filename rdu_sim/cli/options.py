@@ -83,6 +83,29 @@ def step_shape_options(func: F) -> F:
     return func
 
 
+MAX_WORKERS = 4096
+"""Most ``--workers`` a sweep or a plan accepts (more start at most 4 a core:
+``sweep.executors.local_workers``)."""
+
+
+def workers_option(*, most: int, default: int | None, help: str) -> Callable[[F], F]:
+    """``--workers N`` of a command that runs its simulations in processes: 1 to ``most``,
+    checked as it is parsed (:func:`check_count`: the house's one error line)."""
+
+    def checked(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+        check_count("--workers", value, 1, most)
+        return value
+
+    return click.option(
+        "--workers",
+        type=int,
+        default=default,
+        show_default=default is not None,
+        callback=checked,
+        help=help,
+    )
+
+
 def check_count(option: str, value: int | None, low: int, high: int) -> None:
     """A count option outside ``low..high`` exits 2 with the house's one line, ``error:
     --workers: must be at least 1 (got 0)`` (click's own range check prints its usage block

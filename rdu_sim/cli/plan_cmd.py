@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rdu_sim import human
+from rdu_sim.cli.options import MAX_WORKERS, workers_option
 
 MISSING_NOTE = (
     "-: nothing to show. A met row shows its fewest replicas meeting the SLO, a pruned one "
@@ -96,13 +97,11 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
 
 @click.command("plan")
 @click.argument("spec", type=click.Path(path_type=Path))
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 4096),
+@workers_option(
+    most=MAX_WORKERS,
     default=1,
-    show_default=True,
-    help="Worker processes (1 runs in this process; at most 4 a core). With --cluster local, "
-    "its worker count.",
+    help=f"Worker processes, 1 to {MAX_WORKERS} (1 runs in this process; at most 4 a core). With "
+    "--cluster local, its worker count.",
 )
 @click.option(
     "--cluster",

@@ -18,12 +18,9 @@ import click
 from rich.console import Console
 
 from rdu_sim.cli.errors import print_warning
-from rdu_sim.cli.options import check_count
+from rdu_sim.cli.options import MAX_WORKERS, workers_option
 from rdu_sim.config.errors import WriteError
 from rdu_sim.interrupts import kept_on_stop
-
-MAX_WORKERS = 4096
-"""Most --workers a sweep accepts (more start at most 4 a core: ``executors.local_workers``)."""
 
 
 def _dry_run_table(summary: object) -> None:
@@ -70,9 +67,8 @@ def _results_table(frame: object, summary: object) -> None:
 
 @click.command("sweep")
 @click.argument("spec", type=click.Path(path_type=Path))
-@click.option(
-    "--workers",
-    type=int,
+@workers_option(
+    most=MAX_WORKERS,
     default=None,
     help=f"Worker processes, 1 to {MAX_WORKERS} (default: the CPU count; 1 runs in this "
     "process; at most 4 a core are started). With --cluster local, the LocalCluster's "
@@ -146,7 +142,6 @@ def command(
     from rdu_sim.sweep.load import check_export
     from rdu_sim.sweep.progress import RichReporter
 
-    check_count("--workers", workers, 1, MAX_WORKERS)
     if export_file is not None:
         check_export(export_file)  # refused before anything runs, not after the sweep
     summary = run_sweep(
