@@ -43,6 +43,7 @@ import functools
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from queue import SimpleQueue
@@ -286,11 +287,43 @@ def raising() -> Iterator[None]:
         _state.held = held
 
 
-def start_worker() -> None:
+ORPHAN_POLL_S = 1.0
+"""How often a pool worker looks whether the process that started its pool still runs."""
+
+
+def pool_owner() -> tuple[int, str]:
+    """This process as the owner of a pool it starts (``initargs`` of :func:`start_worker`):
+    its id and start token (``processes``)."""
+    from rdu_sim.processes import start_token
+
+    pid = os.getpid()
+    return pid, start_token(pid)
+
+
+def start_worker(owner: tuple[int, str] | None = None) -> None:
     """A pool worker's initializer (its process started inside :func:`blocked`): a signal
     stops the task it runs (a :func:`raising` section: :func:`run_stoppable`, a sweep's
-    batch), once, and is held while it waits for one, so an idle worker never dies of it."""
+    batch), once, and is held while it waits for one, so an idle worker never dies of it.
+    With the pool's ``owner`` (:func:`pool_owner`), the worker leaves when that process no
+    longer runs (:func:`leave_with`): one killed outright (SIGKILL) cannot shut its pool
+    down, and its workers, holding their signals, would wait for tasks forever."""
     install(once=True, hold=True)
+    if owner is not None:
+        leave_with(owner)
+
+
+def leave_with(owner: tuple[int, str]) -> None:
+    """End this pool worker when its pool's ``owner`` (:func:`pool_owner`) no longer runs
+    (a thread that looks every :data:`ORPHAN_POLL_S`): nothing it computes could be kept."""
+    threading.Thread(target=_leave_when_gone, args=owner, daemon=True).start()
+
+
+def _leave_when_gone(pid: int, token: str) -> None:
+    from rdu_sim.processes import running
+
+    while running(pid, token):
+        time.sleep(ORPHAN_POLL_S)
+    os._exit(1)
 
 
 def run_stoppable(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

@@ -412,3 +412,38 @@ def test_commands_that_write_at_the_end_say_nothing_was_written_and_check_says_h
         assert "interrupted (SIGINT): 1 of 3 files checked (above), the rest not" in out.output
     finally:
         mp.undo()
+
+
+def session_processes(session: int) -> list[int]:
+    """Processes of this host in ``session`` (Linux's /proc: the stat file's 6th field)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+def test_a_sweep_killed_outright_leaves_no_workers_behind(spec: Path, tmp_path: Path) -> None:
+    """SIGKILL gives the sweep no chance to stop its pool: its workers, which hold their
+    signals while idle, waited for tasks forever (and the forkserver with them). They now
+    leave once the process that started their pool no longer runs."""
+    db = tmp_path / "killed.sqlite"
+    proc = start("sweep", spec, "--db", db, "--workers", "2", "--no-progress")
+    wait_for_rows(proc, db, 1)  # the pool is up: its workers have run points
+    assert len(session_processes(proc.pid)) >= 3  # the sweep, its forkserver, a worker
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    deadline = time.monotonic() + 30
+    while session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = session_processes(proc.pid)
+    for pid in left:  # not to leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert left == []

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from functools import cache
 
+from rdu_sim.processes import running, start_token
+
 STALE_S = 3600.0
 """How long a claim of an owner on another host holds without being refreshed: its process
 cannot be seen from here, and a point rarely runs this long."""
@@ -47,23 +49,6 @@ class Owner:
         return f"{self.host}:{self.pid}"
 
 
-def _stat(pid: int) -> list[str]:
-    """The fields of Linux's ``/proc/PID/stat`` after the command's name (the 3rd on: its
-    state, ...), or [] (no such process, or no ``/proc``)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read().decode("ascii", "replace")
-    except OSError:
-        return []
-    return text.rsplit(")", 1)[-1].split()
-
-
-def _start_token(pid: int) -> str:
-    """When process ``pid`` started (clock ticks since boot, Linux's ``/proc``), or ''."""
-    fields = _stat(pid)
-    return fields[19] if len(fields) > 19 else ""  # the stat file's 22nd field
-
-
 @cache
 def _this_host() -> str:
     return socket.gethostname()
@@ -72,7 +57,7 @@ def _this_host() -> str:
 def me() -> Owner:
     """This process, as an owner of claims."""
     pid = os.getpid()
-    return Owner(_this_host(), pid, _start_token(pid))
+    return Owner(_this_host(), pid, start_token(pid))
 
 
 def alive(owner: Owner, seen: float) -> bool:
@@ -80,19 +65,4 @@ def alive(owner: Owner, seen: float) -> bool:
     epoch), may still be computing them (module docstring)."""
     if owner.host != _this_host():
         return time.time() - seen < STALE_S
-    if owner.pid <= 0:  # never a process (and os.kill would reach a group)
-        return False
-    try:
-        os.kill(owner.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    except OSError:
-        return False
-    fields = _stat(owner.pid)
-    if fields and fields[0] in ("Z", "X"):  # ended, not yet reaped by its parent
-        return False
-    if owner.token and len(fields) > 19:
-        return fields[19] == owner.token  # else another process took its id
-    return True
+    return running(owner.pid, owner.token)

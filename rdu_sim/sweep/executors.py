@@ -44,6 +44,7 @@ from rdu_sim.extras import require
 from rdu_sim.interrupts import (
     Interrupted,
     blocked,
+    pool_owner,
     received,
     start_worker,
     stop_children,
@@ -107,7 +108,10 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     pending = list(reversed(sibling_batches(tasks, window)))
     while pending:
         pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=_context(), initializer=start_worker
+            max_workers=workers,
+            mp_context=_context(),
+            initializer=start_worker,
+            initargs=(pool_owner(),),
         )
         in_flight: dict[Future[list[Outcome]], tuple[Task, ...]] = {}
         ready: deque[Outcome] = deque()  # received, not yet handed to the caller

@@ -44,10 +44,12 @@ def _run(task: tuple[int, Unit, list[list[str]]]) -> tuple[int, Evaluated | list
         return index, [ConfigIssue(unit.name, "", str(exc))]
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(owner: tuple[int, str]) -> None:
     """A worker's start: Ctrl-C reaches the whole process group; the parent decides (it
-    terminates its workers when it stops)."""
+    terminates its workers when it stops; killed outright, its workers leave:
+    ``interrupts.leave_with``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    interrupts.leave_with(owner)
 
 
 @contextlib.contextmanager
@@ -112,7 +114,9 @@ class Evaluator:
             # exec), so the terminal's signal to the whole group cannot reach one before its
             # initializer runs
             with _ignoring_interrupts():
-                self._pool = context.Pool(self.workers, initializer=_quiet_worker)
+                self._pool = context.Pool(
+                    self.workers, initializer=_quiet_worker, initargs=(interrupts.pool_owner(),)
+                )
         for outcome in self._pool.imap_unordered(_run, tasks):
             yield _checked(outcome)
 

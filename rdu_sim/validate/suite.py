@@ -34,7 +34,14 @@ from rdu_sim.cluster.simulate import ClusterRun
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, normalize_overrides
-from rdu_sim.interrupts import Interrupted, blocked, run_stoppable, start_worker, stop_children
+from rdu_sim.interrupts import (
+    Interrupted,
+    blocked,
+    pool_owner,
+    run_stoppable,
+    start_worker,
+    stop_children,
+)
 from rdu_sim.serving.steady import NoSteadyWindow, find_steady_state
 from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate
@@ -309,7 +316,9 @@ def run_suite(
     )
     if parallel:  # a signal stops the workers' runs too (interrupts.start_worker)
         spawn = get_context("spawn")
-        with ProcessPoolExecutor(2, mp_context=spawn, initializer=start_worker) as pool:
+        with ProcessPoolExecutor(
+            2, mp_context=spawn, initializer=start_worker, initargs=(pool_owner(),)
+        ) as pool:
             try:
                 with blocked():  # the workers start with the signals blocked
                     futures = [
