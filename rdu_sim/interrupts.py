@@ -118,6 +118,20 @@ class _State:
 _state = _State()
 
 
+def stop_within(exc: BaseException) -> Interrupted | None:
+    """The :class:`Interrupted` that ``exc`` wraps, if any: Python 3.11 turns what a
+    descriptor's ``__set_name__`` raises into a RuntimeError, so a signal landing while an
+    import builds a (pydantic) class arrives as one, with the stop as its cause."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, Interrupted):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
 def received() -> int | None:
     """The first signal this process received (None: none yet)."""
     return _state.received

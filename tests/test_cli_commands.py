@@ -329,3 +329,27 @@ def test_the_console_script_ends_with_everything_frozen() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "0 True"
+
+
+def test_a_stop_wrapped_while_a_class_is_built_ends_as_a_stop() -> None:
+    """A signal landing while an import builds a class reached the command wrapped: Python
+    3.11 turns what a descriptor's __set_name__ raises into a RuntimeError (CI caught one in
+    pydantic's GpuConfig and printed its traceback). It ends as the stop it is: one line,
+    status 130. A RuntimeError of any other cause is still a bug's traceback."""
+    import signal
+
+    from rdu_sim.interrupts import Interrupted
+
+    class Landing:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise Interrupted(signal.SIGINT)
+
+    try:
+        type("Built", (), {"field": Landing()})
+    except BaseException as exc:  # the wrapping this Python does, if any
+        raised: BaseException = exc
+    result = CliRunner().invoke(_group_raising(raised), ["boom"])
+    assert result.exit_code == 130
+    assert result.stderr.startswith("interrupted (SIGINT)") and "Traceback" not in result.stderr
+    bug = CliRunner().invoke(_group_raising(RuntimeError("a bug")), ["boom"])
+    assert isinstance(bug.exception, RuntimeError)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from rdu_sim.input_errors import expected_errors
-from rdu_sim.interrupts import Interrupted, ignore_further
+from rdu_sim.interrupts import Interrupted, ignore_further, stop_within
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -227,3 +227,9 @@ class RduGroup(click.Group):
         except Interrupted as stop:
             print_interrupted(stop)
             ctx.exit(stop.status)
+        except RuntimeError as exc:  # a stop wrapped on its way (interrupts.stop_within)
+            wrapped = stop_within(exc)
+            if wrapped is None:
+                raise
+            print_interrupted(wrapped)
+            ctx.exit(wrapped.status)
