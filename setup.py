@@ -139,8 +139,9 @@ def front_half_environment(folder: Path) -> dict[str, str]:
 OPT_LEVELS = ("0", "1", "2", "3")
 """The C compiler's optimization levels a build takes from ``MYPYC_OPT_LEVEL`` (mypyc's own
 variable, which its command line reads): 3 unless set. The C is the same at every level; a
-lower one compiles faster (1: ~30% less CPU, and the shipped workloads run about as fast),
-which the packaging test's wheel uses."""
+lower one compiles faster (1: ~30% less CPU, and the shipped workloads run about as fast; 0
+less again), which the packaging test's wheel uses (0: it checks what the wheel holds and
+that it runs, not how fast)."""
 
 
 def opt_level() -> str:

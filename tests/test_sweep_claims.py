@@ -92,7 +92,13 @@ def test_two_processes_on_one_spec_compute_each_point_once(tmp_path: Path) -> No
     outputs = [finish(first), finish(second)]
     assert list(attempts(db).values()) == [1] * 5, attempts(db)  # each computed once
     assert any("run by another process" in out for out in outputs), outputs
-    run_sweep(spec, db=tmp_path / "serial.sqlite", workers=1)
+    alone = tmp_path / "alone"  # the same spec without the sleep: the same rows, at once
+    alone.mkdir()
+    run_sweep(
+        write_spec(alone, "spec", [1, 2, 3, 4, 5], sleep_s=0.0),
+        db=tmp_path / "serial.sqlite",
+        workers=1,
+    )
     serial = tmp_path / "serial.csv"
     from rdu_sim.sweep import export, load
 
