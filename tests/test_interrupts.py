@@ -430,10 +430,15 @@ def session_processes(session: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
-def test_a_sweep_killed_outright_leaves_no_workers_behind(spec: Path, tmp_path: Path) -> None:
+def test_a_sweep_killed_outright_leaves_no_workers_behind(tmp_path: Path) -> None:
     """SIGKILL gives the sweep no chance to stop its pool: its workers, which hold their
     signals while idle, waited for tasks forever (and the forkserver with them). They now
     leave once the process that started their pool no longer runs."""
+    spec = tmp_path / "slow.yaml"  # points that wait rather than compute
+    spec.write_text(
+        f"base: {BASE}\naxes: {{serving.batch_slots: [1, 2, 3, 4, 5, 6, 7, 8]}}\n"
+        "metrics: [decode_tokens_per_s]\nevaluator: {name: synthetic, options: {sleep_s: 0.5}}\n"
+    )
     db = tmp_path / "killed.sqlite"
     proc = start("sweep", spec, "--db", db, "--workers", "2", "--no-progress")
     wait_for_rows(proc, db, 1)  # the pool is up: its workers have run points
