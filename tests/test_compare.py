@@ -339,7 +339,7 @@ def test_an_instance_is_a_replica_of_its_layout_as_step_runs_it() -> None:
         in (data["verdicts"][1])
     )
     assert "instances" not in data["verdicts"][0]  # EP64 and TP16 x PP4: one each
-    assert "batch 512 of 4096 (8 a rank over 64 ranks)" in data["lines"][0]
+    assert "batch 512 of 4,096 (8 a rank over 64 ranks)" in data["lines"][0]
 
 
 def test_the_issue_command_counts_a_pipeline_as_one_instance() -> None:
@@ -356,6 +356,8 @@ def test_the_issue_command_counts_a_pipeline_as_one_instance() -> None:
     ratio = four.system_tokens_per_s / pipeline.system_tokens_per_s
     assert 1.7 < ratio < 2.0
     assert f"serves {human.ratio(ratio)} the tokens/s" in verdict
+    # a varied mapping is labelled as --vary takes it, not as Python's repr
+    assert pipeline.label == "parallelism={tp: 16, dp_attention: 1, ep: 1, pp: 4}"
 
 
 @pytest.mark.parametrize(

@@ -82,10 +82,20 @@ class Variant:
         """What differs, in a few words: the hardware's name (when it varies), then
         PATH=VALUE of each varied field."""
         parts = [
-            hardware_name if path == "hardware" else f"{path}={value}"
+            hardware_name if path == "hardware" else f"{path}={_shown(value)}"
             for path, value in self.settings.items()
         ]
         return ", ".join(parts) or hardware_name
+
+
+def _shown(value: Any) -> str:
+    """A varied value as ``--vary`` takes it: a mapping in YAML's flow form
+    (``{tp: 16, pp: 4}``), not Python's repr."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    return str(value)
 
 
 def parse_vary(text: str) -> tuple[str, list[Any]]:

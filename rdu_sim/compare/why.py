@@ -86,8 +86,8 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
         resource = RESOURCES.get(column.bound or "", "an unknown resource")
         lines.append(
-            f"{column.label}: {column.kv_policy} KV{slot} tokens, batch {column.batch} of "
-            f"{column.batch_capacity}{_ranks(column, column.batch)}; decode step "
+            f"{column.label}: {column.kv_policy} KV{slot} tokens, batch {column.batch:,} of "
+            f"{column.batch_capacity:,}{_ranks(column, column.batch)}; decode step "
             f"{human.duration(column.step_s)} bound by "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
             f": {_demand(column)})"
