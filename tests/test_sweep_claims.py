@@ -60,6 +60,20 @@ def attempts(db: Path) -> dict[str, int]:
         return {str(k): int(n) for k, n in conn.execute("SELECT key, attempts FROM results")}
 
 
+class Told:
+    """A reporter that keeps the sweep's messages."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+    def start(self, name: str, total: int) -> None: ...
+    def advance(self, outcome: object) -> None: ...
+    def close(self) -> None: ...
+
+
 def finish(proc: subprocess.Popen[str]) -> str:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (out, err)
@@ -148,18 +162,11 @@ def test_a_dead_owners_points_are_taken_over_and_a_live_ones_waited_for(
             [(keys[0], host, dead.pid, time.time()), (keys[1], host, live.pid, time.time())],
         )
     threading.Timer(1.5, live.kill).start()
-    messages: list[str] = []
-
-    class Told:
-        def message(self, text: str) -> None:
-            messages.append(text)
-
-        def start(self, name: str, total: int) -> None: ...
-        def advance(self, outcome: object) -> None: ...
-        def close(self) -> None: ...
+    told = Told()
+    messages = told.messages
 
     started = time.monotonic()
-    summary = run_sweep(spec, db=db, workers=1, progress=Told())  # type: ignore[arg-type]
+    summary = run_sweep(spec, db=db, workers=1, progress=told)  # type: ignore[arg-type]
     live.wait()
     assert time.monotonic() - started >= 1.4  # it waited for the live owner
     assert summary.ran == 3 and summary.done == 3
@@ -196,18 +203,11 @@ def test_a_point_stored_while_this_sweep_claims_is_counted_once(
         return held
 
     monkeypatch.setattr(Store, "claim", claim)
-    messages: list[str] = []
-
-    class Told:
-        def message(self, text: str) -> None:
-            messages.append(text)
-
-        def start(self, name: str, total: int) -> None: ...
-        def advance(self, outcome: object) -> None: ...
-        def close(self) -> None: ...
+    told = Told()
+    messages = told.messages
 
     try:
-        summary = run_sweep(spec, db=db, workers=1, progress=Told())  # type: ignore[arg-type]
+        summary = run_sweep(spec, db=db, workers=1, progress=told)  # type: ignore[arg-type]
     finally:
         live.kill()
         live.wait()

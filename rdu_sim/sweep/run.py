@@ -450,16 +450,7 @@ def run_sweep(
         fits = check_fits(the_plan.to_run, evaluate) if the_plan.to_run else None
         line = the_plan.describe() + (f"; {fits.describe()}" if fits is not None else "")
         reporter.message(line + " (dry run: nothing runs)")
-        return SweepSummary(
-            loaded.name,
-            db_path,
-            len(keys),
-            the_plan.already_done,
-            the_plan.failed_before,
-            keys=keys,
-            plan=the_plan,
-            fits=fits,
-        )
+        return _summary(loaded.name, db_path, keys, the_plan, fits)
 
     with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
         # what reading this sweep back returns: its points, with their axis values
@@ -468,15 +459,7 @@ def run_sweep(
         try:
             the_plan = _claimed_plan(store, owner, expansion, retry_failed, rerun)
             reporter.message(the_plan.describe())
-            summary = SweepSummary(
-                loaded.name,
-                db_path,
-                len(keys),
-                the_plan.already_done,
-                the_plan.failed_before,
-                keys=keys,
-                plan=the_plan,
-            )
+            summary = _summary(loaded.name, db_path, keys, the_plan)
             metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
 
             def run(points: Sequence[Point]) -> None:
@@ -506,6 +489,22 @@ def run_sweep(
             _give_back(store, owner)
         _refresh_view(store, expansion)
     return summary
+
+
+def _summary(
+    name: str, db: Path, keys: tuple[str, ...], the_plan: Plan, fits: FitCheck | None = None
+) -> SweepSummary:
+    """The summary a sweep starts from: its plan's counts, nothing run yet."""
+    return SweepSummary(
+        name,
+        db,
+        len(keys),
+        the_plan.already_done,
+        the_plan.failed_before,
+        keys=keys,
+        plan=the_plan,
+        fits=fits,
+    )
 
 
 def _give_back(store: Store, owner: claims.Owner, *, wait: bool = True) -> None:
