@@ -546,19 +546,39 @@ def _take_over(
     """Once this sweep's own points are stored: wait for the points other processes held
     (``Plan.elsewhere``), running here each one whose owner died or gave it back without
     storing its row (a failed row counts as stored: ``--retry-failed`` reruns it)."""
-    pending = set(the_plan.elsewhere)
+
+    def run_taken(taken: set[str]) -> set[str]:
+        existing = store.existing(sorted(taken))
+        points = tuple(p for p in expansion.points if p.key in taken)  # grid order
+        need = plan(replace(expansion, points=points), existing, retry_failed=False).to_run
+        store.release(owner, taken - {p.key for p in need})
+        run(need)
+        return {p.key for p in need}
+
+    ran_here = _wait_for_others(store, owner, set(the_plan.elsewhere), run_taken, reporter)
+    others = [k for k in the_plan.elsewhere if k not in ran_here]
+    rows = store.existing(others)
+    summary.elsewhere = sum(k in rows for k in others)
+    summary.failed_elsewhere = sum(rows[k].status == "failed" for k in others if k in rows)
+
+
+def _wait_for_others(
+    store: Store,
+    owner: claims.Owner,
+    pending: set[str],
+    run_taken: Callable[[set[str]], set[str]],
+    reporter: Reporter,
+) -> set[str]:
+    """Wait for the points (``pending``: keys) other live processes hold, claiming each one
+    as its owner dies or gives it back; ``run_taken`` runs those of them not stored and
+    returns their keys. Returns every key run here."""
     said = False
     ran_here: set[str] = set()
     while pending:
         held = store.claim(pending, owner, claims.alive)
         taken = pending - set(held)
         if taken:
-            existing = store.existing(sorted(taken))
-            points = tuple(p for p in expansion.points if p.key in taken)  # grid order
-            need = plan(replace(expansion, points=points), existing, retry_failed=False).to_run
-            store.release(owner, taken - {p.key for p in need})
-            ran_here.update(p.key for p in need)
-            run(need)
+            ran_here |= run_taken(taken)
         pending = set(held)
         if pending:
             if not said:
@@ -570,10 +590,7 @@ def _take_over(
                 said = True
             store.refresh(owner)
             time.sleep(claims.POLL_S)
-    others = [k for k in the_plan.elsewhere if k not in ran_here]
-    rows = store.existing(others)
-    summary.elsewhere = sum(k in rows for k in others)
-    summary.failed_elsewhere = sum(rows[k].status == "failed" for k in others if k in rows)
+    return ran_here
 
 
 def _execute(
@@ -686,40 +703,76 @@ def evaluate_points(
 ) -> dict[str, dict[str, Any]]:
     """Evaluate points through the sweep machinery, for a search that picks its next points
     from the results (``rdu_sim.plan``): points the database already holds are not rerun
-    (failed ones only with ``retry_failed``; every one with ``rerun``), the rest run on the
-    chosen executor (``workers``
-    processes, 1 = here, or Dask ``cluster``), each row is written as it arrives. Returns
+    (failed ones only with ``retry_failed``; every one with ``rerun``), the rest are claimed
+    (``claims``: a point another live process holds is waited for, and run here only if
+    that process stops without storing it) and run on the chosen executor (``workers``
+    processes, 1 = here, or Dask ``cluster``), each row written as it arrives. Returns
     every point's decoded row by key (``store.decode``: status, metrics, error, ...)."""
     keys = [p.key for p in points]
     report = reporter or Silent()
+    unique = {p.key: p for p in points}
     with Store(Path(db), waiting=report.message) as store:
-        existing = store.existing(keys)
-        to_run = [
-            p
-            for p in {p.key: p for p in points}.values()
-            if rerun
-            or p.key not in existing
-            or (retry_failed and existing[p.key].status == "failed")
-        ]
-        tasks = [Task(point, evaluate, None) for point in to_run]
-        by_key = {p.key: p for p in to_run}
-        note = other_code(existing, [k for k in dict.fromkeys(keys) if k not in by_key])
+
+        def unstored(candidates: Sequence[str], *, again: bool) -> list[str]:
+            """Which of ``candidates`` (keys) still need a run: with ``again``, by this
+            call's rules (``rerun``, ``retry_failed``); else only those not stored."""
+            existing = store.existing(candidates)
+            if not again:
+                return [k for k in candidates if k not in existing]
+            return [
+                k
+                for k in candidates
+                if rerun or k not in existing or (retry_failed and existing[k].status == "failed")
+            ]
+
+        first = unstored(list(unique), again=True)
+        note = other_code(store.existing(keys), [k for k in unique if k not in set(first)])
         if note:
             report.message(note)
-        if tasks:
-            ran = 0
+        owner = claims.me()
+        ran = 0
+
+        def run(run_keys: Sequence[str]) -> None:
+            nonlocal ran
+            if not run_keys:
+                return
+            by_key = {k: unique[k] for k in run_keys}
+            tasks = [Task(point, evaluate, None) for point in by_key.values()]
 
             def record(outcome: Outcome) -> None:
                 nonlocal ran
-                store.record(_row(outcome, by_key[outcome.key], name))
+                store.record(_row(outcome, by_key[outcome.key], name), owner)
                 ran += 1
 
-            try:
-                with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
-                    _record_each(outcomes, record)
-            except interrupts.Interrupted as stop:
-                kept = _kept(store, None, ran, "evaluation")
-                raise interrupts.Interrupted(stop.signum, kept) from None
+            with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
+                _record_each(outcomes, record)
+
+        def run_taken(taken: set[str]) -> set[str]:
+            need = unstored([k for k in unique if k in taken], again=False)
+            store.release(owner, taken - set(need))
+            run(need)
+            return set(need)
+
+        try:
+            if first:
+                held = store.claim(first, owner, claims.alive)
+                # read again once claimed: a point stored meanwhile (so no longer claimed)
+                mine = [k for k in unstored(first, again=True) if k not in held]
+                store.release(owner, set(first) - set(held) - set(mine))
+                run(mine)
+                _wait_for_others(store, owner, set(held), run_taken, report)
+        except interrupts.Interrupted as stop:
+            _give_back(store, owner)
+            kept = _kept(store, None, ran, "evaluation")
+            raise interrupts.Interrupted(stop.signum, kept) from None
+        except StoreError:
+            _give_back(store, owner, wait=False)
+            raise
+        except BaseException:
+            _give_back(store, owner)
+            raise
+        else:
+            _give_back(store, owner)
         return {row["key"]: row for row in store.rows(keys=keys)}
 
 
