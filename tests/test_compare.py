@@ -403,6 +403,9 @@ def test_a_crossed_combination_the_workload_refuses_is_a_column_saying_why(
     assert len(simulated) == 2
     refused = result.columns[1]
     assert refused.label == "parallelism.dp_attention=16, parallelism.ep=64"
+    ran = result.columns[0]  # the hardware is not varied: the refused column names it too
+    assert (refused.hardware, refused.kind) == (ran.hardware, ran.kind)
+    assert refused.hardware_file == ran.hardware_file and refused.hardware != "-"
     assert "parallelism.ep: must be 1" in refused.reason and "got 64" in refused.reason
     assert refused.step_s is None and refused.settings == {
         "parallelism.dp_attention": 16,

@@ -181,13 +181,13 @@ def compare(
     # every variant is validated before any is simulated: a bad one costs no simulation
     loaded = [_load(workload, shared, side) for side in sides]
     _refuse_values_never_valid(sides, loaded)
+    first = next(found for found in loaded if isinstance(found, Scenario))
     columns = tuple(
-        _invalid_column(side, found)
+        _invalid_column(side, found, first)
         if isinstance(found, ConfigError)
         else _column(found, side, batch, context)
         for found, side in zip(loaded, sides, strict=True)
     )
-    first = next(found for found in loaded if isinstance(found, Scenario))
     lines = column_lines(columns)
     if first.draft is not None:  # the steps compared are the target's
         lines.append(
@@ -235,15 +235,20 @@ def _refuse_values_never_valid(
         raise error
 
 
-def _invalid_column(side: Variant, error: ConfigError) -> Column:
+def _invalid_column(side: Variant, error: ConfigError, valid: Scenario) -> Column:
     """A combination of varied values the workload refuses (each value runs in another
-    combination): a column saying why, with nothing timed."""
+    combination): a column saying why, with nothing timed. Its hardware is the one it names,
+    or when the hardware is not varied the one every column shares (``valid``'s)."""
     hardware = side.settings.get("hardware")
-    name = Path(str(hardware)).stem if hardware is not None else ""
+    kind: str
+    if hardware is None:
+        name, file, kind = valid.hardware.name, valid.hardware_file, valid.hardware.kind
+    else:
+        name, file, kind = Path(str(hardware)).stem, str(hardware), human.MISSING
     return Column(
-        hardware=name or human.MISSING,
-        hardware_file=str(hardware or ""),
-        kind=human.MISSING,
+        hardware=name,
+        hardware_file=file,
+        kind=kind,
         devices=0,
         tp=0,
         instances=0,
