@@ -452,3 +452,42 @@ def test_a_sweep_killed_outright_leaves_no_workers_behind(tmp_path: Path) -> Non
     for pid in left:  # not to leave them to the next test
         os.kill(pid, signal.SIGKILL)
     assert left == []
+
+
+def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None:
+    """A stop between run's stages (checking --out, refusing an overwrite) says nothing was
+    written, as one while it simulates does; one once the report is printed says so, and
+    which --out files were written whole (each file is written whole or not at all)."""
+    from click.testing import CliRunner
+
+    from rdu_sim.cli import run_cmd
+    from rdu_sim.cli.main import cli
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    runner = CliRunner()
+    small = ["--set", "serving.requests=4"]
+    cluster = "workloads/clusters/deepseek-r1-h100-chat.yaml"
+    for target, args in (
+        ("_check_out", ["run", "llama3.1-8b-1socket", *small]),
+        ("refuse_overwrite", ["run", "llama3.1-8b-1socket", *small, "--out", str(tmp_path)]),
+        ("_check_out", ["run", cluster]),
+    ):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(run_cmd, target, stopped)
+            out = runner.invoke(cli, args)
+        assert out.exit_code == 130, out.output
+        assert out.output.strip().endswith(f"interrupted (SIGINT): {NOTHING_WRITTEN}"), target
+
+    def timeseries_stops(path: Path, *args: Any, **kwargs: Any) -> None:
+        stopped()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run_cmd, "write_outputs", timeseries_stops)
+        out = runner.invoke(cli, ["run", "llama3.1-8b-1socket", *small, "--out", str(tmp_path)])
+    assert out.exit_code == 130, out.output
+    *report, last = out.output.strip().splitlines()
+    assert any("llama3.1-8b-1socket" in line for line in report)  # the report, printed
+    assert last.startswith("interrupted (SIGINT): the report was printed; of ")
+    assert str(tmp_path / "result.json") in last and "written before the stop are whole" in last

@@ -115,3 +115,14 @@ def test_cli_run_trace_is_deterministic_and_carries_provenance(tmp_path: Path) -
     assert "overrides" in data["otherData"]["provenance"]
     refused = CliRunner().invoke(cli, [*args, "--step", "--trace", str(tmp_path / "c.json")])
     assert refused.exit_code == 2 and "rdu-sim step --trace" in refused.output
+    assert refused.output.startswith("error: --trace writes a serving run's trace")
+
+
+def test_a_cluster_refuses_step_and_trace_in_one_error_line(tmp_path: Path) -> None:
+    cluster = "workloads/clusters/deepseek-r1-h100-chat.yaml"
+    for flag in (["--step"], ["--trace", str(tmp_path / "t.json")]):
+        out = CliRunner().invoke(cli, ["run", cluster, *flag])
+        assert out.exit_code == 2, out.output
+        assert out.output.startswith(f"error: {flag[0]}: {cluster} is a cluster; ")
+        assert len(out.output.strip().splitlines()) == 1 and "Usage" not in out.output
+    assert not (tmp_path / "t.json").exists()

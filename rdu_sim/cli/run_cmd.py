@@ -15,22 +15,24 @@ The report is printed before the files are written, so a folder that cannot be w
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rdu_sim import api, human
+from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, workload_argument
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
 from rdu_sim.config.loader import read_yaml
-from rdu_sim.interrupts import kept_on_stop
+from rdu_sim.interrupts import deferred, keeps_on_stop, kept_on_stop
 from rdu_sim.provenance import input_files
 from rdu_sim.report.console import print_report, utilization_line
 from rdu_sim.report.files import (
@@ -45,6 +47,10 @@ from rdu_sim.report.files import (
 )
 from rdu_sim.report.summary import Utilization
 from rdu_sim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from rdu_sim.api_cluster import ClusterResult
+    from rdu_sim.report.run_result import RunResult
 
 
 @contextmanager
@@ -108,6 +114,15 @@ def _check_out(out_dir: Path | None) -> None:
 NOTHING_WRITTEN = "the run had not finished: nothing was printed or written"
 
 
+def _after_report(outputs: Sequence[tuple[str, Path]]) -> str:
+    """What a stop once the report is printed keeps: the report, and each of ``outputs``
+    (option, path) written before it, whole (files are written whole or not at all)."""
+    if not outputs:
+        return "the report was printed"
+    names = ", ".join(str(path) for _, path in outputs)
+    return f"the report was printed; of {names}, those written before the stop are whole"
+
+
 def _write(out_dir: Path, write: Callable[[], object], names: str, as_json: bool) -> None:
     """Write the --out files after the report was printed (a failed write loses none of it)."""
     try:
@@ -126,19 +141,28 @@ def _run_cluster(
     from rdu_sim import api_cluster
     from rdu_sim.report.cluster_console import print_cluster_report
 
-    with kept_on_stop(NOTHING_WRITTEN):
-        cluster = api_cluster.load(path, overrides)  # bad input exits 2 before anything runs
+    cluster = api_cluster.load(path, overrides)  # bad input exits 2 before anything runs
     _check_out(out_dir)
+    outputs: list[tuple[str, Path]] = []
     if out_dir is not None:
         outputs = [("--out", out_dir / name) for name in (RESULT_FILE, REQUESTS_FILE)]
         refuse_overwrite(outputs, input_files(cluster), "the run")
-    with _progress_bar(not as_json) as progress, kept_on_stop(NOTHING_WRITTEN):
+    with _progress_bar(not as_json) as progress:
         result = api_cluster.run_cluster(cluster, progress=progress)
     data = result.to_dict()
-    if as_json:
-        click.echo(json.dumps(data, sort_keys=True))
-    else:
-        print_cluster_report(result.summary())
+    with kept_on_stop(_after_report(outputs)):
+        with deferred():  # the report is printed whole
+            if as_json:
+                click.echo(json.dumps(data, sort_keys=True))
+            else:
+                print_cluster_report(result.summary())
+        _write_cluster(out_dir, data, result, as_json)
+
+
+def _write_cluster(
+    out_dir: Path | None, data: dict[str, Any], result: ClusterResult, as_json: bool
+) -> None:
+    """The cluster run's --out files, when asked for."""
     if out_dir is not None:
         folder = out_dir
 
@@ -173,6 +197,7 @@ def _run_cluster(
     default=None,
     help="Write a Perfetto trace of the serving schedule (requests on slots, queue, flows).",
 )
+@keeps_on_stop(NOTHING_WRITTEN)  # a stop before the report is printed; _write says the rest
 def command(
     workload: Path,
     overrides: tuple[str, ...],
@@ -183,21 +208,24 @@ def command(
 ) -> None:
     """Simulate serving WORKLOAD (or a cluster file) and report throughput, latency and
     memory (for a cluster: goodput under its SLO, per class and per replica)."""
-    with kept_on_stop(NOTHING_WRITTEN):
-        workload = shipped.locate(workload, ("workload", "cluster"))
-        cluster = _is_cluster(workload)
+    workload = shipped.locate(workload, ("workload", "cluster"))
+    cluster = _is_cluster(workload)
     if cluster:
         if one_step or trace_file is not None:
-            raise click.UsageError("--step and --trace are for a workload's run, not a cluster's")
+            flag = "--step" if one_step else "--trace"
+            fail(
+                f"{flag}: {workload} is a cluster; {flag} is for a workload's run (rdu-sim "
+                f"{'step' if one_step else 'run --trace'} on one of its pools' workloads)"
+            )
         _run_cluster(workload, overrides, as_json, out_dir)
         return
-    with kept_on_stop(NOTHING_WRITTEN):
-        scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
+    scenario = api.load(workload, overrides)  # bad input exits 2 before anything else
     _check_out(out_dir)
     if one_step:
         if trace_file is not None:
-            raise click.UsageError(
-                "--trace writes a serving run's trace; for a step's: rdu-sim step --trace"
+            fail(
+                "--trace writes a serving run's trace, not a step's; "
+                "for a step's: rdu-sim step --trace"
             )
         _print_step(scenario, as_json)
         return
@@ -207,13 +235,26 @@ def command(
             ("--out", out_dir / name) for name in (RESULT_FILE, REQUESTS_FILE, TIMESERIES_FILE)
         ]
     refuse_overwrite(outputs, input_files(scenario), "the run")
-    with _progress_bar(not as_json) as progress, kept_on_stop(NOTHING_WRITTEN):
+    with _progress_bar(not as_json) as progress:
         result = api.run(scenario, progress=progress)
     data = result.to_dict()
-    if as_json:  # printed first: a failed --out write loses none of it
-        click.echo(json.dumps(data, sort_keys=True))
-    else:
-        print_report(result.summary())
+    with kept_on_stop(_after_report(outputs)):
+        with deferred():  # the report is printed whole
+            if as_json:  # printed first: a failed --out write loses none of it
+                click.echo(json.dumps(data, sort_keys=True))
+            else:
+                print_report(result.summary())
+        _write_run(out_dir, trace_file, data, result, as_json)
+
+
+def _write_run(
+    out_dir: Path | None,
+    trace_file: Path | None,
+    data: dict[str, Any],
+    result: RunResult,
+    as_json: bool,
+) -> None:
+    """The run's --out files and --trace, when asked for."""
     if out_dir is not None:
         folder = out_dir
         _write(
