@@ -468,7 +468,7 @@ def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None
 
     runner = CliRunner()
     small = ["--set", "serving.requests=4"]
-    cluster = "workloads/clusters/deepseek-r1-h100-chat.yaml"
+    cluster = str(ROOT / "workloads" / "clusters" / "deepseek-r1-h100-chat.yaml")
     for target, args in (
         ("_check_out", ["run", "llama3.1-8b-1socket", *small]),
         ("refuse_overwrite", ["run", "llama3.1-8b-1socket", *small, "--out", str(tmp_path)]),

@@ -119,7 +119,9 @@ def test_cli_run_trace_is_deterministic_and_carries_provenance(tmp_path: Path) -
 
 
 def test_a_cluster_refuses_step_and_trace_in_one_error_line(tmp_path: Path) -> None:
-    cluster = "workloads/clusters/deepseek-r1-h100-chat.yaml"
+    cluster = str(
+        Path(__file__).resolve().parents[1] / "workloads/clusters/deepseek-r1-h100-chat.yaml"
+    )
     for flag in (["--step"], ["--trace", str(tmp_path / "t.json")]):
         out = CliRunner().invoke(cli, ["run", cluster, *flag])
         assert out.exit_code == 2, out.output
