@@ -21,6 +21,7 @@ from rdu_sim.report.percentiles import rounded
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
 
 TOP_KEYS = {
+    "slo_binding",
     "cluster",
     "router",
     "disaggregated",
@@ -112,6 +113,11 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
             del attributes[f"pools.{name}.ranks"]
     assert summary.lockstep is None  # (no pool's ranks step together: the key is left out)
     del attributes["lockstep"]
+    # the binding SLO half: its fields, and the sentence the report prints
+    assert data["slo_binding"] == rounded([v.to_dict() for v in summary.slo_binding])
+    assert summary.slo_binding and all(v["sentence"] for v in data["slo_binding"])
+    data = {**data, "slo_binding": []}
+    del attributes["slo_binding"]
     assert summary.per_replica[0].prefix_cache is not None
     json_leaves = _leaves({**data, "provenance": {}})
     assert attributes == json_leaves
@@ -166,3 +172,49 @@ def test_the_report_says_why_requests_were_rejected_truncated_or_left_out(tmp_pa
     assert _row(report, "requests served / rejected / truncated") == (
         f"50 / 0 / {cut.requests_truncated} of 50"
     )
+
+
+def test_the_binding_slo_half_is_recounted_from_the_requests(tmp_path: Path) -> None:
+    """Overloaded (one replica, a high rate): the SLO is missed; the halves named are those
+    whose share of requests within target, recounted from requests.csv's columns, is below
+    the attainment, with that share and the value at the attainment quantile; the report
+    says why under the Cluster table. Lightly loaded: met, and the one half named is the
+    nearer its target."""
+    import numpy as np
+
+    pools = {"serve": {"workload": str(LLAMA), "replicas": 1, "set": {"serving.batch_slots": 8}}}
+    for rate, met in ((40.0, False), (0.2, True)):
+        traffic = {
+            "rate": rate,
+            "requests": 60,
+            "prompt_tokens": {"dist": "uniform", "low": 200, "high": 3000},
+            "output_tokens": {"dist": "uniform", "low": 2, "high": 300},
+            "seed": 5,
+        }
+        slo = {"ttft": "2 s", "tpot": "60 ms", "attainment": 0.9}
+        result = fake(write_cluster(tmp_path, pools=pools, traffic=traffic, slo=slo))
+        summary = result.summary()
+        assert summary.slo_met is met
+        cols = result.requests()
+        within = {
+            "ttft": float(np.mean(cols["ttft_s"] <= 2.0)),
+            "tpot": float(np.mean(np.nan_to_num(cols["tpot_s"]) <= 0.06)),
+        }
+        named = [v.half for v in summary.slo_binding]
+        if met:
+            ratio = {
+                "ttft": np.quantile(cols["ttft_s"], 0.9, method="inverted_cdf") / 2.0,
+                "tpot": np.quantile(cols["tpot_s"], 0.9, method="inverted_cdf") / 0.06,
+            }
+            assert named == [max(ratio, key=lambda h: ratio[h])]
+        else:
+            assert named == [h for h in ("ttft", "tpot") if within[h] < 0.9] and named
+        for verdict in summary.slo_binding:
+            assert verdict.share == within[verdict.half] and not verdict.moves
+            key = f"{verdict.half}_s"
+            values = np.nan_to_num(cols[key]) if verdict.half == "tpot" else cols[key]
+            assert verdict.value_s == np.quantile(values, 0.9, method="inverted_cdf")
+        out = io.StringIO()
+        print_cluster_report(summary, Console(file=out, width=250))
+        head = "tightest half: " if met else "why not met: "
+        assert head + summary.slo_binding[0].sentence() in out.getvalue()

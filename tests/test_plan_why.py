@@ -26,8 +26,8 @@ from rdu_sim.plan import load_plan, plan_summary, run_plan
 from rdu_sim.plan.evaluate import measure
 from rdu_sim.plan.floors import request_floors
 from rdu_sim.plan.spec import PlanPoint
-from rdu_sim.plan.why import binding, half_metrics, moves, stop_rule, value_at
 from rdu_sim.report.bound import REMEDIES, RESOURCES
+from rdu_sim.report.slo_why import binding, half_metrics, moves, stop_rule, value_at
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTERS = ROOT / "workloads" / "clusters"

@@ -1,5 +1,5 @@
 """What a plan point's evaluation returns: the cluster run's verdict, headline metrics, and
-each SLO half's share and value, run and alone (``plan.why``, ``plan.floors``).
+each SLO half's share and value, run and alone (``report.slo_why``, ``plan.floors``).
 
 ``evaluate`` is module level, so it pickles by reference into pool and Dask workers. A
 configuration the hardware cannot hold (a CapacityError: its batch slots do not fit) or the
@@ -62,7 +62,7 @@ def measure(result: ClusterResult) -> dict[str, Any]:
     import numpy as np
 
     from rdu_sim.plan.floors import bound_of, request_floors
-    from rdu_sim.plan.why import half_metrics, value_at
+    from rdu_sim.report.slo_why import half_metrics, value_at
 
     slo = result.scenario.config.slo
     columns = result.requests()

@@ -9,7 +9,7 @@ first decode (the bucket only grows as its cache grows, or when longer caches sh
 step). A request the context limit rejected meets neither floor. These floors are exact
 for a request that really is alone (tests/test_plan_why.py checks every request of real
 runs against them), and they are the same at every replica count: the plan's stop rule
-(``plan.why``) reads them once per configuration.
+(``report.slo_why``) reads them once per configuration.
 
 The step times come from the run's own step function (memoised by shape: most floors reuse
 shapes the run already simulated).

@@ -5,7 +5,7 @@ the goodput one unit fewer reached, evidence of the boundary), ``pruned`` (it co
 beat the cheapest), ``not met`` (its requests alone miss the SLO: the stop rule; or not
 even with ``max_replicas``), ``infeasible`` (the hardware cannot hold it, or the config
 refuses it: the reason says which) or ``error``. ``binding`` names the SLO half that binds
-at the row's replica count and what would move it (``plan.why``); ``why`` is the reason or,
+at the row's replica count and what would move it (``report.slo_why``); ``why`` is the reason or,
 without one, the binding half in a few words.
 ``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
 more sockets for at least as much goodput.
@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from rdu_sim.plan.search import PlanResult, Search, _rank
-from rdu_sim.plan.why import binding, short
 from rdu_sim.provenance import shown_file, simulator
+from rdu_sim.report.slo_why import binding, short
 
 ORDER = {"met": 0, "pruned": 1, "not met": 2, "infeasible": 3, "error": 4, "searching": 5}
 

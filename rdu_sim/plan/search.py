@@ -15,7 +15,7 @@ configuration tries more than S sockets (``n <= S / (unit x tp)``); a configurat
 smallest cluster already has more than S sockets is not run at all. Equal-socket answers
 are still found, and ties go to the higher goodput, then the lower p99 TTFT.
 
-Stop rule (``plan.why.stop_rule``): every evaluation also measures what each request would
+Stop rule (``report.slo_why.stop_rule``): every evaluation also measures what each request would
 see served alone (``plan.floors``: its prefill, one decode step), which no replica count
 lowers; when those floors already miss the SLO, the configuration's search stops there,
 ``not met``, naming the half that binds and what would move it, instead of doubling up to
@@ -40,7 +40,7 @@ from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan.evaluate import evaluate as default_evaluate
 from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
-from rdu_sim.plan.why import Verdict, short, stop_rule
+from rdu_sim.report.slo_why import Verdict, short, stop_rule
 from rdu_sim.sweep.executors import check_cluster
 from rdu_sim.sweep.progress import Reporter, Silent
 from rdu_sim.sweep.run import evaluate_points

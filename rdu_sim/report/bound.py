@@ -2,7 +2,7 @@
 
 The one reading of a step's binding resource, for every report that names one: a step's
 ``bound`` (``rdu-sim step``), a run's ``decode_step.bound``, ``rdu-sim compare``'s
-per-variant line and its verdict, and the plan's why (``rdu_sim.plan.why``). A resource's
+per-variant line and its verdict, and the plan's why (``rdu_sim.report.slo_why``). A resource's
 time is what the step asks of it alone: ``hbm`` and ``ddr`` the tier's bytes at its bandwidth
 x efficiency; ``compute`` the time the compute units were busy (SN40L's PCUs, a GPU's SMs:
 matrix and vector work at the efficiencies the engine simulated, over all the units);

@@ -50,6 +50,7 @@ from rdu_sim.report.cluster_summary import (
 )
 from rdu_sim.report.energy import Energy, Machine, fleet_energy
 from rdu_sim.report.percentiles import Percentiles, rounded
+from rdu_sim.report.slo_why import Verdict, binding, half_metrics
 from rdu_sim.report.summary import StepCounts, Utilization, steps_run, utilization
 from rdu_sim.serving.step_cache import PS_PER_S
 
@@ -321,7 +322,19 @@ def summarize_cluster(
         kv_transfer=kv_transfer,
         provenance=dict(provenance or {}),
         lockstep=lockstep_costs(run),
+        slo_binding=_slo_binding(cols, served, slo),
     )
+
+
+def _slo_binding(
+    cols: Mapping[str, NDArray[Any]], served: NDArray[np.bool_], slo: SLOConfig
+) -> tuple[Verdict, ...]:
+    """The SLO half that binds (``slo_why.binding``: those missed, else the nearer its
+    target), without advice: a run measures no floors, so whether more replicas help is
+    ``rdu-sim plan``'s to say. A request not served misses both halves."""
+    ttft = np.where(served, cols["ttft_s"], np.inf)
+    tpot = np.where(served, cols["tpot_s"], np.inf)
+    return tuple(binding(half_metrics(ttft, tpot, slo), slo, advise=False))
 
 
 def lockstep_costs(run: ClusterRun) -> dict[str, LockstepCost] | None:

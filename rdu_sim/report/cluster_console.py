@@ -45,12 +45,12 @@ def pools_table(result: ClusterSummary) -> Table:
             pool.kv_policy,
             f"{pool.batch_slots} / {pool.batch_capacity}",
         )
+    table.caption = "slots: a replica's batch slots / the slots its memory has room for"
     if any(pool.ranks > 1 for pool in result.pools.values()):
-        table.caption = (
-            "slots (used / room for): of one attention rank; under dp_attention each of a "
-            "replica's ranks has its own"
+        table.caption += (
+            "; of one attention rank (under dp_attention each of a replica's ranks has its own)"
         )
-        table.caption_justify = "left"
+    table.caption_justify = "left"
     return table
 
 
@@ -77,6 +77,23 @@ def _trace_rows_left_out(traffic: TrafficSummary) -> list[tuple[str, str]]:
         (traffic.beyond_limit, "beyond traffic.requests"),
     )
     return [("trace rows left out", f"{n:,} ({why})") for n, why in reasons if n]
+
+
+def binding_caption(result: ClusterSummary) -> str:
+    """The SLO half that binds, in words (why the SLO is missed, or which half is tightest);
+    for a time to first token, how much of it is queueing at the median, which tells
+    waiting for a replica from a slow prefill."""
+    lines = []
+    for verdict in result.slo_binding:
+        text = verdict.sentence()
+        queued, first = result.queue_delay_s.p50, result.ttft_s.p50
+        if verdict.half == "ttft" and queued is not None and first:
+            text += (
+                f"; at the median, {human.duration(queued)} of its {human.duration(first)} "
+                "is queueing (waiting for a slot or for other prefills)"
+            )
+        lines.append(f"{'tightest half' if result.slo_met else 'why not met'}: {text}")
+    return "\n".join(lines)
 
 
 def goodput_table(result: ClusterSummary) -> Table:
@@ -143,6 +160,8 @@ def goodput_table(result: ClusterSummary) -> Table:
         )
     for name, value in rows:
         table.add_row(name, value)
+    table.caption = binding_caption(result) or None
+    table.caption_justify = "left"
     return table
 
 
@@ -196,6 +215,11 @@ def replicas_table(result: ClusterSummary) -> Table:
         "PCU",
     ):
         table.add_column(column, justify="left" if column in ("pool", "role") else "right")
+    table.caption = (
+        "took: requests routed to it (prefilled here); decoded: requests whose output it "
+        "decoded (of more than one token); meet SLO: share of those it took"
+    )
+    table.caption_justify = "left"
     for row in shown:
         table.add_row(
             str(row.replica),

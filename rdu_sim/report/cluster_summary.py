@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.percentiles import Percentiles, rounded
+from rdu_sim.report.slo_why import Verdict
 from rdu_sim.report.summary import StepCounts, Utilization
 
 __all__ = [
@@ -231,11 +232,14 @@ class ClusterSummary(ClusterMeta):
     kv_transfer: KVTransfer | None
     provenance: dict[str, Any]
     lockstep: dict[str, LockstepCost] | None = None  # by pool, when a pool's ranks step together
+    # the SLO half (or halves) that binds: those missed, or the one nearer its target
+    slo_binding: tuple[Verdict, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts; ``prefix_cache``, ``kv_transfer`` and
         ``lockstep`` only when the cluster has them. The provenance is kept exact, as a run's is."""
-        data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[]))
+        data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[], slo_binding=()))
+        data["slo_binding"] = [v.to_dict() for v in self.slo_binding]
         for pool in data["pools"].values():  # a rank a replica: as before ranks existed
             if pool["ranks"] == 1:
                 del pool["ranks"]

@@ -244,10 +244,11 @@ def stop_rule(metrics: Mapping[str, Any], slo: SLOConfig) -> list[Verdict]:
     return [_verdict(metrics, slo, h, alone=True) for h in halves]
 
 
-def binding(metrics: Mapping[str, Any], slo: SLOConfig) -> list[Verdict]:
+def binding(metrics: Mapping[str, Any], slo: SLOConfig, *, advise: bool = True) -> list[Verdict]:
     """The binding half (or halves) of one evaluation: the floors' when they miss; else the
     halves whose share is below the attainment, or, when both meet it, the one nearer its
-    target."""
+    target. ``advise=False``: no moves (a lone run measures no floors, and without them
+    whether more replicas would help is not known)."""
     stopped = stop_rule(metrics, slo)
     if stopped:
         return stopped
@@ -255,13 +256,15 @@ def binding(metrics: Mapping[str, Any], slo: SLOConfig) -> list[Verdict]:
         return []
     missing = [h for h in HALVES if float(metrics[f"{h}_attainment"]) < slo.attainment]
     if missing:
-        return [_verdict(metrics, slo, h, alone=False) for h in missing]
+        return [_verdict(metrics, slo, h, alone=False, advise=advise) for h in missing]
     targets = {"ttft": slo.ttft, "tpot": slo.tpot}
     nearest = max(HALVES, key=lambda h: _seconds(metrics[f"{h}_at_attainment_s"]) / targets[h])
-    return [_verdict(metrics, slo, nearest, alone=False)]
+    return [_verdict(metrics, slo, nearest, alone=False, advise=advise)]
 
 
-def _verdict(metrics: Mapping[str, Any], slo: SLOConfig, half: str, *, alone: bool) -> Verdict:
+def _verdict(
+    metrics: Mapping[str, Any], slo: SLOConfig, half: str, *, alone: bool, advise: bool = True
+) -> Verdict:
     prefix = "floor_" if alone else ""
     return Verdict(
         half=half,
@@ -270,7 +273,7 @@ def _verdict(metrics: Mapping[str, Any], slo: SLOConfig, half: str, *, alone: bo
         target_s=slo.ttft if half == "ttft" else slo.tpot,
         share=float(metrics[f"{prefix}{half}_attainment"]),
         attainment=slo.attainment,
-        moves=moves(metrics, half, alone),
+        moves=moves(metrics, half, alone) if advise else (),
     )
 
 
