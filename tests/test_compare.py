@@ -169,6 +169,13 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
         assert column["step_s"] == cost.step_s
         bound = step_bound(cost.detail, api.load(SNAP).hardware)
         assert (column["bound"], column["bound_s"]) == (bound.bound, bound.limit_s)
+        assert column["resource_s"] == bound.times()  # each resource alone, as step has them
+    for line, column in zip(data["lines"], (full, snap), strict=True):
+        alone = line.split("each resource alone: ", 1)[1]
+        named = [name for name, seconds in column["resource_s"].items() if seconds > 0]
+        assert [n for n in named if n != column["bound"]] == [
+            part.split()[0] for part in alone.rstrip(")").split(", ")
+        ]
     assert full["slot_tokens"] == 131072 and snap["slot_tokens"] == 32768
     assert snap["batch"] > full["batch"]  # a SnapStream slot keeps a quarter of the tokens
     # each prefill is the step's default (the policy's typical prompt: SnapStream's is the

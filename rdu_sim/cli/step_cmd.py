@@ -89,7 +89,7 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
-    from rdu_sim.report.bound import RESOURCES
+    from rdu_sim.report.bound import RESOURCES, others_alone
 
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
@@ -102,14 +102,10 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
     )
     bound = data["bound"]
     resource = bound["resource"]
-    others = ", ".join(
-        f"{name} {human.duration(bound[f'{name}_s'])}"
-        for name in RESOURCES
-        if name != resource and bound[f"{name}_s"] > 0
-    )
+    others = others_alone({name: bound[f"{name}_s"] for name in RESOURCES}, resource)
     console.print(
         f"bound by [bold]{RESOURCES[resource]}[/] ({human.duration(bound[f'{resource}_s'])} of "
-        f"the step; each resource alone: {others or 'nothing else'}); the device "
+        f"the step; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
         f"({human.duration(data['host_serial_s'])} serial, "
         f"{human.duration(data['host_overlapped_s'])} beside the device)"

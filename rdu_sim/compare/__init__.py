@@ -359,6 +359,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         prefill_steps=len(prefill_shapes),
         bound=bound.bound,
         bound_s=bound.limit_s,
+        resource_s=bound.times(),
         hbm_bytes=bound.hbm_bytes,
         flops=bound.flops,
         runtime_s=bound.runtime_s,

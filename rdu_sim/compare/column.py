@@ -57,6 +57,8 @@ class Column:
     slot_tokens: int | None = None  # the most tokens a slot's KV cache keeps
     bound: str | None = None  # what binds the decode step (``report.bound``)
     bound_s: float | None = None  # that resource's time in the step
+    # every resource's time alone in the step (``report.bound``: compute, hbm, ... host)
+    resource_s: dict[str, float] = field(default_factory=dict)
     hbm_bytes: float | None = None  # HBM bytes one device moves in the decode step
     flops: float | None = None  # matrix FLOPs of one device in the decode step
     runtime_s: float | None = None  # the serving runtime's host time in the step

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
-from rdu_sim.report.bound import RESOURCES
+from rdu_sim.report.bound import RESOURCES, others_alone
 
 UNEXPLAINED = 0.5
 """Below this share of its step, the binding resource's time does not explain the step: the
@@ -90,7 +90,8 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f"{column.batch_capacity:,}{_ranks(column, column.batch)}; decode step "
             f"{human.duration(column.step_s)} bound by "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
-            f": {_demand(column)})"
+            f": {_demand(column)}; each resource alone: "
+            f"{others_alone(column.resource_s, column.bound or '')})"
         )
     return lines
 

@@ -17,9 +17,11 @@ step would take on an infinitely fast device).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from rdu_sim import human
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.hardware_file import Hardware
 from rdu_sim.engine.timing import StepTiming
@@ -46,6 +48,18 @@ REMEDIES: dict[str, str] = {
 }
 """What would speed a step each resource binds, in words ("a faster prefill (more HBM
 bandwidth)"): the same keys as :data:`RESOURCES`."""
+
+
+def others_alone(times: Mapping[str, float], bound: str) -> str:
+    """The other resources' times alone, in words (``hbm 10 ms, host 1.65 ms``, the order of
+    :data:`RESOURCES`; ``nothing else`` when none takes time): what the binding resource's
+    share of a step leaves to name."""
+    others = [
+        f"{name} {human.duration(times[name])}"
+        for name in RESOURCES
+        if name != bound and times.get(name, 0.0) > 0
+    ]
+    return ", ".join(others) or "nothing else"
 
 
 class ResourceTimes(Protocol):
