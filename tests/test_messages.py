@@ -156,3 +156,12 @@ def test_one_speculative_users_rates_say_what_each_counts() -> None:
         f"all-users rate, {human.rate(everyone, 'tokens/s')}, divides every output token by "
         "the whole span of decoding, so the time each prefill holds the slots"
     ) in text
+
+
+def test_a_gpu_whose_kv_cache_does_not_fit_says_per_gpu() -> None:
+    """A capacity error on a GPU counts HBM per GPU (it said 'per socket')."""
+    args = ("--set", "hardware=dgx-h100", "--set", "serving.batch_slots=200")
+    line = error_line(invoke("run", LLAMA, *args))
+    assert "of HBM per GPU, more than its 80 GiB" in line and "per socket" not in line
+    line = error_line(invoke("run", LLAMA, *args, "--set", "model=llama-3.1-405b"))
+    assert "weights need 756 GiB per GPU (tp=1, bf16)" in line and "per socket" not in line

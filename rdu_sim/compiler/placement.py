@@ -361,7 +361,8 @@ def plan_memory(
         ]
         raise CapacityError(
             f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) and activations "
-            f"({human.size(act, 4)}) need {human.size(act + kv, 4)} of HBM per socket, more "
+            f"({human.size(act, 4)}) need {human.size(act + kv, 4)} of HBM per "
+            f"{device_noun(scenario.hardware)}, more "
             f"than its {human.size(hbm_cap, 4)}; {_join(hints)}"
         )
     room = hbm_cap - act - kv
@@ -376,7 +377,8 @@ def plan_memory(
         if in_hbm + weight.bytes > room:
             raise CapacityError(
                 f"the draft's weights ({scenario.draft and scenario.draft.model.name}) do not "
-                f"fit in the {human.size(room, 4)} of HBM per socket the KV cache and "
+                f"fit in the {human.size(room, 4)} of HBM per "
+                f"{device_noun(scenario.hardware)} the KV cache and "
                 f"activations of {batch_slots} slots leave: lower serving.batch_slots or "
                 "use speculation.placement separate"
             )
@@ -395,7 +397,8 @@ def plan_memory(
     if in_ddr > ddr_cap:
         total = in_hbm + in_ddr
         raise CapacityError(
-            f"{scenario.model.name} weights need {human.size(total, 4)} per socket "
+            f"{scenario.model.name} weights need {human.size(total, 4)} per "
+            f"{device_noun(scenario.hardware)} "
             f"(tp={scenario.tp}, {scenario.weight_dtype}); HBM holds "
             f"{human.size(in_hbm, 4)} of them beside the KV cache and activations and DDR "
             f"{human.size(ddr_cap, 4)}, so {human.size(in_ddr - ddr_cap, 4)} do not fit: "
