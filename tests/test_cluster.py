@@ -594,6 +594,17 @@ def test_bad_cluster_files_name_the_field(
     assert message in str(caught.value) and str(path) in str(caught.value)
 
 
+def test_a_rule_across_fields_an_override_broke_names_the_override(tmp_path: Path) -> None:
+    """The router set by --set, with no prefix cache: the error says the override, with no
+    line of the file (whose line holds the value the override replaced)."""
+    path = write_cluster(tmp_path, router={"policy": "round_robin"})
+    with pytest.raises(ConfigError) as caught:
+        fake(path, {"router.policy": "prefix_aware"})
+    (issue,) = caught.value.issues
+    assert issue.field == "router.policy" and issue.line is None
+    assert issue.message.endswith("(from --set router.policy)")
+
+
 def test_a_pools_missing_workload_is_one_error_at_its_own_field(tmp_path: Path) -> None:
     """It was two errors, the first at the pool's line ('workload is not valid:'), the
     second naming the unnormalized path ('cluster/../w.yaml: file not found')."""

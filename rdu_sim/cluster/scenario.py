@@ -281,7 +281,10 @@ def build_cluster(
     origins = set_origins or {}
     pools = tuple(_pool(file, lines, name, p, origins) for name, p in config.pools.items())
     cluster = ClusterScenario(config, file, pools, lines, dict(normalized))
-    _cross_check(cluster)
+    try:
+        _cross_check(cluster)
+    except ConfigError as exc:  # a rule across fields an override set: say which override
+        raise overridden(exc, file, normalized) from None
     return cluster
 
 
