@@ -292,3 +292,19 @@ def test_any_file_reads_or_fails_with_one_clean_error(
         return
     for point in points:
         assert point.metric in METRICS and point.measured > 0 and point.tp >= 1
+
+
+def test_the_worked_examples_full_load_row_runs_at_the_context_the_docs_state() -> None:
+    """The docs state the full-load row's ``max_context`` as the code builds it: its length
+    in whole pages of its stack (2,048 under TensorRT-LLM's 64-token pages), not 2,000."""
+    docs = (REPO / "docs" / "calibration.md").read_text()
+    block = re.search(r"<!-- worked example -->\n```csv\n(.*?)```", docs, re.S)
+    assert block is not None
+    full = [p for p in _read_text(block.group(1)) if p.batch is None]
+    assert len(full) == 1
+    prose = docs[block.end() : block.end() + 2000]
+    stated = re.search(r"max_context: (\d+)", prose)
+    assert stated is not None
+    built = full[0].scenario().workload.serving.max_context
+    assert int(stated.group(1)) == built == 2048
+    assert "2,048 tokens" in prose
