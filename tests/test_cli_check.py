@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -224,3 +225,41 @@ def test_check_reads_a_measurement_file_as_one_not_as_a_trace(tmp_path: Path) ->
     assert failed.exit_code == 2
     assert f"{bad}:2: batch: must be in 1..65536, got -3" in failed.output
     assert "Traceback" not in failed.output
+
+
+def test_check_resolves_every_row_of_a_measurement_file_and_names_every_bad_one(
+    tmp_path: Path,
+) -> None:
+    """Each row is resolved as calibrate and the deployment suite resolve it (nothing
+    simulated): an unknown model, a missing hardware or stack file, a tp that does not
+    divide the heads, and a cell that does not read are each named by line and column, in
+    line order, exit 2; the good rows pass as before."""
+    header = "hardware,stack,model,tp,batch,input_tokens,output_tokens,metric,measured\n"
+    good = "dgx-h100,tensorrt-llm,llama-3.1-8b,1,8,512,256,e2e_s,2.45\n"
+    rows = [
+        good,
+        good.replace("llama-3.1-8b", "llama-3.1-8bb"),
+        good.replace("dgx-h100", "dgx-h999"),
+        good.replace("tensorrt-llm", "nostack.yaml"),
+        good.replace(",1,8,", ",3,8,"),
+        good.replace(",512,", ",512 tok,"),
+        good,
+    ]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("# mine\n" + header + "".join(rows))
+    out = CliRunner().invoke(cli, ["check", str(bad)])
+    assert out.exit_code == 2, out.output
+    named = re.findall(rf"{re.escape(str(bad))}:(\d+): (\w+):", out.output)
+    assert named == [
+        ("4", "model"),
+        ("5", "hardware"),
+        ("6", "stack"),
+        ("7", "tp"),
+        ("8", "input_tokens"),
+    ]
+    assert "Traceback" not in out.output
+    fine = tmp_path / "fine.csv"
+    fine.write_text(header + good + good.replace(",1,8,", ",2,8,"))
+    ok = CliRunner().invoke(cli, ["check", str(fine)])
+    assert ok.exit_code == 0, ok.output
+    assert "fine.csv: measurement file: 2 measured rows (e2e_s)" in ok.output

@@ -294,6 +294,31 @@ def test_any_file_reads_or_fails_with_one_clean_error(
         assert point.metric in METRICS and point.measured > 0 and point.tp >= 1
 
 
+def test_check_points_names_every_bad_row_up_to_a_bound(tmp_path: Path) -> None:
+    """``check_points`` (rdu-sim check) names each bad row, read or resolved, in line order;
+    past ``MAX_ROW_ISSUES`` the rest are counted, not listed."""
+    from rdu_sim.validate.deployment_suite import MAX_ROW_ISSUES
+    from rdu_sim.validate.measurement_file import check_points
+
+    bad = ROW.replace("llama-3.2-1b", "llama-9")
+    path = _write(tmp_path, f"{HEADER}\n{ROW}\n{bad}\n{ROW.replace(',2,', ',x,')}\n")
+    with pytest.raises(ConfigError) as caught:
+        check_points(path)
+    assert [(i.file, i.field) for i in caught.value.issues] == [
+        (f"{path}:3", "model"),
+        (f"{path}:4", "batch"),
+    ]
+    many = _write(tmp_path, HEADER + "\n" + f"{bad}\n" * (MAX_ROW_ISSUES + 5), "many.csv")
+    with pytest.raises(ConfigError) as caught:
+        check_points(many)
+    issues = caught.value.issues
+    assert len(issues) == MAX_ROW_ISSUES + 1
+    assert issues[-1].message == "and 5 more bad row(s) not shown"
+    with pytest.raises(ConfigError, match=r"m.csv:4: batch") as first:
+        read_points(path)  # the reader the runs use: the first bad cell only, resolving none
+    assert len(first.value.issues) == 1
+
+
 def test_the_worked_examples_full_load_row_runs_at_the_context_the_docs_state() -> None:
     """The docs state the full-load row's ``max_context`` as the code builds it: its length
     in whole pages of its stack (2,048 under TensorRT-LLM's 64-token pages), not 2,000."""

@@ -7,7 +7,9 @@ of its trace file a run would use), `base`/`axes` a sweep spec (checked by
 `rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a cluster (with every pool's
 workload), `search` a plan spec (the rule: ``rdu_sim.config.kinds``). A CSV whose header names a
 ``metric`` column is a measurement file (``rdu_sim.validate.measurement_file``, docs/
-calibration.md); any other file with a trace suffix (`.csv`, `.jsonl`) is checked as a
+calibration.md: every row read and resolved as ``validate --suite deployment`` and
+``calibrate`` resolve it, its model, tp, hardware and stack files checked, every bad row
+named); any other file with a trace suffix (`.csv`, `.jsonl`) is checked as a
 request trace. Every file is checked and every
 error printed before the exit status (2 if any failed) is decided.
 """
@@ -166,10 +168,10 @@ def check_file(path: Path) -> str:
     rdu_sim.cli.errors)."""
     path = shipped.locate(path)
     if path.suffix.lower() == ".csv":
-        from rdu_sim.validate.measurement_file import is_measurement_file, read_points
+        from rdu_sim.validate.measurement_file import check_points, is_measurement_file
 
         if is_measurement_file(path):  # a header naming the metric: measured points
-            points = read_points(path)
+            points = check_points(path)  # every row resolved as the suite and calibrate do
             metrics = ", ".join(sorted({point.metric for point in points}))
             return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"
     if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader

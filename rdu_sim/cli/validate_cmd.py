@@ -9,6 +9,13 @@ X" figure its lowest passing value) and pass/fail. `--json` prints a list of obj
 `high`, `bound`, `stated`, the value as published, and `definition`). Exit status: 0 when
 every figure passes, 1 when one fails, 2 for bad input. docs/calibration.md explains each
 figure, every assumption and the sensitivity study.
+
+`--suite deployment` simulates the shipped measured rows (``measurements/``), each group held
+to its limits (exit 1 beyond them); `--suite deployment FILE...` simulates the rows of the
+user's own measurement files as they stand (their hardware and stack files, ``--set`` and
+``--overlay`` values on top), through the same evaluation (``deployment_suite.evaluate``),
+and reports each row's error and each group's median and worst without holding them to the
+suite's limits (exit 0: the question is how far, not whether the suite passes).
 """
 
 from __future__ import annotations
@@ -28,6 +35,11 @@ from rdu_sim.report.terminal import wide_console
 
 EXIT_FIGURE_FAILED = 1
 UNFINISHED = "the suite had not finished: nothing was printed"
+ERROR_SIGN = (
+    "The error is simulated / measured - 1 of the row's metric: for a time (e2e_s, ttft_s, "
+    "tpot_s), negative means the simulator is faster than measured; for a rate "
+    "(output_tokens_per_s), slower."
+)
 FAILURES_EXPLAINED = (
     'Why each figure lands where it does: docs/calibration.md, "Why each figure lands where '
     'it does"; which failures contradict other published figures and which the model owns: '
@@ -69,19 +81,31 @@ def _print_table(rows: list[dict[str, object]], header: str) -> None:
     wide_console(soft_wrap=True).print(table)
 
 
-def _deployment(overrides: tuple[str, ...], overlays: tuple[Path, ...], as_json: bool) -> bool:
-    """The deployment suite: every shipped measured row simulated; True when every group is
-    within its limits."""
-    from rdu_sim.validate.deployment_suite import run_deployment_suite
+def _deployment(
+    overrides: tuple[str, ...],
+    overlays: tuple[Path, ...],
+    as_json: bool,
+    measurements: tuple[str, ...] = (),
+) -> bool:
+    """The deployment suite: every shipped measured row (or every row of ``measurements``,
+    as it stands: reported, not held to the suite's limits) simulated; True when every
+    group is within its limits."""
+    from rdu_sim.config import shipped
+    from rdu_sim.validate.deployment_suite import check_overlays, evaluate, resolve_rows
     from rdu_sim.validate.measurement_file import read_all, shipped_files
     from rdu_sim.validate.overlays import read_overlay
 
-    fixed = [one for path in overlays for one in read_overlay(path)]
-    report = run_deployment_suite(read_all(shipped_files()), overrides, fixed)
+    paths = [shipped.locate(text, ("measurement",)) for text in measurements]
+    rows = resolve_rows(read_all(paths or shipped_files()), overrides)  # every row checked
+    given = [(path, read_overlay(path)) for path in overlays]
+    check_overlays(given, rows)  # an overlay that reaches no row would change nothing
+    fixed = [one for _, read in given for one in read]
+    report = evaluate(rows, overrides, fixed, held=not measurements)
     if as_json:
         click.echo(json.dumps(report.to_dict()))
         return report.passed
-    table = Table(title="Measured deployments (measurements/)", title_justify="left")
+    title = ", ".join(str(path) for path in paths) if paths else "measurements/"
+    table = Table(title=f"Measured deployments ({title})", title_justify="left")
     for col in ("point", "model", "tp", "batch", "in/out", "metric", "measured", "simulated"):
         left = col in ("point", "model")
         table.add_column(col, justify="left" if left else "right", overflow="fold")
@@ -90,7 +114,11 @@ def _deployment(overrides: tuple[str, ...], overlays: tuple[Path, ...], as_json:
     for r, name in zip(report.results, report.group_of_row, strict=True):
         p = r.point
         err = r.relative_error
-        colour = "red" if abs(err) > limits[name].worst_limit else "green"
+        worst = limits[name].worst_limit
+        error = human.percent(err, signed=True)
+        if worst is not None:
+            colour = "red" if abs(err) > worst else "green"
+            error = f"[{colour}]{error}[/{colour}]"
         table.add_row(
             p.source.rsplit("/", 1)[-1],
             p.model,
@@ -100,18 +128,28 @@ def _deployment(overrides: tuple[str, ...], overlays: tuple[Path, ...], as_json:
             p.metric,
             _measured(p.measured, p.unit),
             _measured(r.simulated, p.unit),
-            f"[{colour}]{human.percent(err, signed=True)}[/{colour}]",
+            error,
         )
+    table.caption = ERROR_SIGN
+    table.caption_justify = "left"
     console = wide_console(soft_wrap=True)
     console.print(table)
     for group in report.groups:
         s = group.errors
+        worst_row = s.worst_point.rsplit("/", 1)[-1]
+        if group.median_limit is None or group.worst_limit is None:
+            console.print(
+                f"{s.group}: {human.count(s.points, 'point')}, median |error| "
+                f"{human.percent(s.median_abs_error)}, worst {human.percent(s.worst_abs_error)} "
+                f"({worst_row})",
+                markup=False,
+            )
+            continue
         console.print(
             f"{s.group}: {s.points} points, median |error| {human.percent(s.median_abs_error)} "
             f"(limit {human.percent(group.median_limit, 0)}), worst "
             f"{human.percent(s.worst_abs_error)} (limit {human.percent(group.worst_limit, 0)}, "
-            f"{s.worst_point.rsplit('/', 1)[-1]}): "
-            + ("[green]pass[/green]" if group.passed else "[red]FAIL[/red]")
+            f"{worst_row}): " + ("[green]pass[/green]" if group.passed else "[red]FAIL[/red]")
         )
     return report.passed
 
@@ -122,6 +160,7 @@ def _measured(value: float, unit: str) -> str:
 
 
 @click.command("validate")
+@click.argument("measurements", nargs=-1, metavar="[MEASUREMENTS]...")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option(
     "--suite",
@@ -130,7 +169,8 @@ def _measured(value: float, unit: str) -> str:
     show_default=True,
     help="figures: SambaNova's twelve published figures; deployment: every shipped measured "
     "point (measurements/: Argonne's SN40L and H100 grids, TensorRT-LLM 1.0's full-load "
-    "table), simulated against measured.",
+    "table), simulated against measured, or every row of the MEASUREMENTS files given "
+    "(yours, as they stand: each row's error, each group's median and worst, no limits).",
 )
 @click.option(
     "--quick",
@@ -162,6 +202,7 @@ def _measured(value: float, unit: str) -> str:
     help="Full-attention workload [default: workloads/deepseek-r1-128k-full.yaml].",
 )
 def command(
+    measurements: tuple[str, ...],
     as_json: bool,
     suite: str,
     quick: bool,
@@ -171,7 +212,14 @@ def command(
     snapstream: Path | None,
     full: Path | None,
 ) -> None:
-    """Run the calibration suite and compare with SambaNova's published SN40L figures."""
+    """Run the calibration suite and compare with SambaNova's published SN40L figures, or
+    (--suite deployment) simulate measured deployments: the shipped ones, or the
+    MEASUREMENTS files given (CSV files of the measurement format, docs/calibration.md)."""
+    if measurements and suite != "deployment":
+        fail(
+            f"{measurements[0]}: measurement files are simulated by the deployment suite: "
+            f"rdu-sim validate --suite deployment {' '.join(measurements)}"
+        )
     if overlays and suite != "deployment":
         fail("--overlay: only the deployment suite reads calibrated overlays (--suite deployment)")
     if suite == "deployment":
@@ -184,11 +232,11 @@ def command(
         if given := [option for option, value in figures_only.items() if value]:
             fail(
                 f"{', '.join(given)}: the figures suite's (--suite figures); the deployment "
-                "suite simulates each shipped measured point as it is (it takes --set, --overlay "
-                "and --json)"
+                "suite simulates each measured point as it is (it takes measurement files, --set, "
+                "--overlay and --json)"
             )
         with kept_on_stop(UNFINISHED):
-            passed = _deployment(overrides, overlays, as_json)
+            passed = _deployment(overrides, overlays, as_json, measurements)
         if not passed:
             raise SystemExit(EXIT_FIGURE_FAILED)
         return

@@ -4,17 +4,25 @@ held to its group's limits.
 A group is the rows of one hardware file under one serving stack measured one way: batches
 sent together (Argonne's grids) or full-load runs (``batch`` auto: TensorRT-LLM's
 maximum-throughput table), so a table measured at full load is reported as its own group.
-Every row's workload is built before the first simulation (a row that cannot run fails at
-once, naming its file and line); values passed back from calibrated overlays (``--overlay``)
-reach the rows on the machine or stack they extend.
+Every row's workload is built before the first simulation (``resolve_rows``: every row that
+cannot run is named at once, by its file, line and column, the rule ``rdu-sim check`` reads a
+measurement file by); values passed back from calibrated overlays (``--overlay``) reach the
+rows on the machine or stack they extend, and an overlay that reaches no row is refused
+(``check_overlays``: it would change nothing).
+
+The same evaluation (``evaluate``) runs a user's own measurement files (``validate --suite
+deployment FILE...``): each row as it stands, its errors grouped the same way, but held to no
+limits (the limits are the suite's claim about the shipped measurements).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.engine.shared_steps import sharing as share_steps
 from rdu_sim.validate.deployment import (
     BATCH,
@@ -26,6 +34,10 @@ from rdu_sim.validate.deployment import (
     simulate_run,
 )
 from rdu_sim.validate.scope import Deployment, Fixed, deployment_of, fixed_overrides, label_of
+
+MAX_ROW_ISSUES = 100
+"""The most bad rows one error names (the rest are counted): a file of 10,000 rows naming a
+missing hardware file is one problem, not 10,000 lines."""
 
 LIMITS: dict[tuple[str, str], tuple[float, float]] = {
     (BATCH, "rdu"): (0.08, 0.25),
@@ -49,30 +61,38 @@ def group_of(point: MeasuredPoint, deployment: Deployment) -> str:
 
 @dataclass(frozen=True)
 class GroupVerdict:
-    """One group's errors, its limits and whether it is within them."""
+    """One group's errors, its limits and whether it is within them (no limits: a user's
+    own rows, reported but not held to the suite's limits)."""
 
     errors: ErrorSummary
-    median_limit: float
-    worst_limit: float
+    median_limit: float | None
+    worst_limit: float | None
     hardware: str = ""  # what the group is, field by field
     stack: str = ""
     method: str = ""
 
     @property
     def passed(self) -> bool:
-        """Median and worst |error| within the limits."""
+        """Median and worst |error| within the limits (True when it has none)."""
+        if self.median_limit is None or self.worst_limit is None:
+            return True
         return (
             self.errors.median_abs_error <= self.median_limit
             and self.errors.worst_abs_error <= self.worst_limit
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe."""
-        return {
+        """JSON-safe (the limits and verdict only when it is held to limits)."""
+        out = {
             **self.errors.to_dict(),
             "hardware": self.hardware,
             "stack": self.stack,
             "method": self.method,
+        }
+        if self.median_limit is None:
+            return out
+        return {
+            **out,
             "median_limit": self.median_limit,
             "worst_limit": self.worst_limit,
             "pass": self.passed,
@@ -87,6 +107,7 @@ class DeploymentReport:
     groups: tuple[GroupVerdict, ...]
     group_of_row: tuple[str, ...]
     stack_of_row: tuple[str, ...]  # each row's stack, resolved (its hardware's default too)
+    held: bool = True  # the groups held to LIMITS (the shipped suite), or only reported
 
     @property
     def passed(self) -> bool:
@@ -95,11 +116,17 @@ class DeploymentReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: ``points`` (each with its ``group`` and its resolved ``stack``),
-        ``systems`` (the groups, each with its ``hardware``, ``stack`` and ``method``)."""
+        ``systems`` (the groups, each with its ``hardware``, ``stack`` and ``method``), and
+        when held to limits, the ``limits`` and the verdict (``pass``)."""
         rows = zip(self.results, self.group_of_row, self.stack_of_row, strict=True)
-        return {
+        out: dict[str, Any] = {
             "points": [{**r.to_dict(), "group": g, "stack": s} for r, g, s in rows],
             "systems": [group.to_dict() for group in self.groups],
+        }
+        if not self.held:
+            return out
+        return {
+            **out,
             "limits": {
                 f"{method} · {kind}": {"median": m, "worst": w}
                 for (method, kind), (m, w) in LIMITS.items()
@@ -108,37 +135,117 @@ class DeploymentReport:
         }
 
 
+@dataclass(frozen=True)
+class Row:
+    """A measured row resolved, nothing simulated: where it runs and on what kind of
+    machine (``rdu``, ``gpu``)."""
+
+    point: MeasuredPoint
+    deployment: Deployment
+    kind: str
+
+
+def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ()) -> list[Row]:
+    """Each row's workload built (``MeasuredPoint.scenario``, as ``calibrate`` builds it) and
+    its deployment resolved, nothing simulated; one ConfigError naming every row that
+    cannot run (its file, line, column and problem; at most ``MAX_ROW_ISSUES`` of them)."""
+    rows: list[Row] = []
+    issues: list[ConfigIssue] = []
+    for point in points:
+        try:
+            scenario = point.scenario(overrides)
+        except ConfigError as exc:
+            issues.extend(exc.issues)
+            continue
+        rows.append(Row(point, deployment_of(scenario), scenario.hardware.kind))
+    if issues:
+        raise ConfigError(bounded(issues))
+    return rows
+
+
+def bounded(issues: Sequence[ConfigIssue]) -> list[ConfigIssue]:
+    """At most ``MAX_ROW_ISSUES`` issues, then one counting the rest."""
+    if len(issues) <= MAX_ROW_ISSUES:
+        return list(issues)
+    rest = len(issues) - MAX_ROW_ISSUES
+    last = issues[MAX_ROW_ISSUES - 1]
+    more = ConfigIssue(last.file.rsplit(":", 1)[0], "", f"and {rest} more bad row(s) not shown")
+    return [*issues[:MAX_ROW_ISSUES], more]
+
+
+def check_overlays(overlays: Sequence[tuple[Path, Sequence[Fixed]]], rows: Sequence[Row]) -> None:
+    """A ConfigError for an overlay (``--overlay``: its path and fields) that reaches no
+    row: it extends a machine or stack none of them runs on, so it would change nothing."""
+    for path, fixed in overlays:
+        if any(one.reaches(row.deployment) for one in fixed for row in rows):
+            continue
+        first = fixed[0]
+        what = "machine" if first.kind == "machine" else "serving stack"
+        runs = sorted(
+            {f"{r.deployment.hardware.stem} · {label_of(r.deployment.stack)}" for r in rows}
+        )
+        raise ConfigError.single(
+            "--overlay",
+            str(path),
+            f"extends the {what} {label_of(first.target)} ({first.target}), which no row runs "
+            f"on (the rows run on {', '.join(runs)}): it would change nothing",
+        )
+
+
 def run_deployment_suite(
     points: Sequence[MeasuredPoint],
     overrides: Sequence[str] = (),
     fixed: Sequence[Fixed] = (),
 ) -> DeploymentReport:
     """Check every row, then simulate each (``overrides`` on every run; each ``fixed``
-    value on the runs it reaches) and group the results."""
-    scenarios = [p.scenario(overrides) for p in points]  # all checked first
-    deployments = [deployment_of(s) for s in scenarios]
-    kinds = {d.hardware: s.hardware.kind for s, d in zip(scenarios, deployments, strict=True)}
+    value on the runs it reaches) and group the results, held to the suite's limits."""
+    return evaluate(resolve_rows(points, overrides), overrides, fixed)
+
+
+def row_overrides(
+    deployment: Deployment, overrides: Sequence[str], fixed: Sequence[Fixed]
+) -> list[str]:
+    """A row's run's overrides: the caller's, then the given values reaching its deployment
+    (the order ``calibrate`` gives them in, before any fitted value)."""
+    return [*overrides, *fixed_overrides(fixed, deployment)]
+
+
+def evaluate(
+    rows: Sequence[Row],
+    overrides: Sequence[str] = (),
+    fixed: Sequence[Fixed] = (),
+    held: bool = True,
+) -> DeploymentReport:
+    """Simulate each resolved row (``row_overrides``) and group the results; ``held``: each
+    group held to ``LIMITS`` (the shipped suite), else only reported (a user's rows)."""
+    points = [row.point for row in rows]
+    deployments = [row.deployment for row in rows]
+    kinds = {row.deployment.hardware: row.kind for row in rows}
     results = []
     with share_steps():  # rows of one machine and model meet many of each other's steps
         for point, deployment in zip(points, deployments, strict=True):
-            done = simulate_run(point, [*overrides, *fixed_overrides(fixed, deployment)])
+            done = simulate_run(point, row_overrides(deployment, overrides, fixed))
             results.append(PointResult(point, done.value, done.batch_slots))
     names = [group_of(p, d) for p, d in zip(points, deployments, strict=True)]
     by_name = dict(zip((id(r) for r in results), names, strict=True))
     summaries = grouped(results, lambda r: by_name[id(r)])
-    rows = list(zip(names, points, deployments, strict=True))
-    first = {name: (p, d) for name, p, d in reversed(rows)}  # each group's first row
+    named = list(zip(names, points, deployments, strict=True))
+    first = {name: (p, d) for name, p, d in reversed(named)}  # each group's first row
     verdicts = []
     for summary in summaries:
         point, deployment = first[summary.group]
+        limits: tuple[float | None, float | None] = (None, None)
+        if held:
+            limits = LIMITS[point.method, kinds[deployment.hardware]]
         verdicts.append(
             GroupVerdict(
                 summary,
-                *LIMITS[point.method, kinds[deployment.hardware]],
+                limits[0],
+                limits[1],
                 hardware=deployment.hardware.stem,
                 stack=label_of(deployment.stack),
                 method=point.method,
             )
         )
     stacks = tuple(label_of(d.stack) for d in deployments)
-    return DeploymentReport(tuple(results), tuple(verdicts), tuple(names), stacks)
+    return DeploymentReport(tuple(results), tuple(verdicts), tuple(names), stacks, held)

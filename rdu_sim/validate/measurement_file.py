@@ -20,7 +20,9 @@ line is the header. Columns (docs/calibration.md has a worked example):
 
 Every cell is checked where it is read (a number in its range, a known metric, dtype or
 column), and the file as a whole is bounded (size, rows, cell length), so any input ends in
-the points or one ConfigError naming the file, line and column.
+the points or one ConfigError naming the file, line and column (``read_points``: the first
+bad row; ``check_points``, for ``rdu-sim check``: every bad row, each also resolved as the
+suite and ``calibrate`` resolve it).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import get_args
 
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.validate.deployment import AUTO, METRICS, MeasuredPoint
 
@@ -237,7 +239,43 @@ def is_measurement_file(path: Path) -> bool:
 
 
 def read_points(path: Path) -> list[MeasuredPoint]:
-    """The points of one measurement file (ConfigError naming the file, line and column)."""
+    """The points of one measurement file (ConfigError naming the file, line and column of
+    its first bad row)."""
+    points, issues = _read(path)
+    if issues:
+        raise ConfigError(issues[:1])
+    return points
+
+
+def check_points(path: Path) -> list[MeasuredPoint]:
+    """The points of one measurement file, each resolved as ``validate --suite deployment``
+    and ``calibrate`` resolve it (its workload built: the model, tp, hardware and stack
+    files it names; nothing simulated); one ConfigError naming every bad row, in line
+    order, each with its file, line, column and problem (``rdu-sim check``)."""
+    from rdu_sim.validate.deployment_suite import bounded, resolve_rows
+
+    points, bad_rows = _read(path)
+    found = [(_line_of(issue.file), issue) for issue in bad_rows]
+    for point in points:
+        try:
+            resolve_rows([point])
+        except ConfigError as exc:  # (a fault in a file the row names names that file)
+            found.extend((_line_of(point.source), issue) for issue in exc.issues)
+    if found:
+        found.sort(key=lambda pair: pair[0])
+        raise ConfigError(bounded([issue for _, issue in found]))
+    return points
+
+
+def _line_of(source: str) -> int:
+    """The line of a row (``FILE:LINE``), for ordering."""
+    line = source.rpartition(":")[2]
+    return int(line) if line.isdigit() else 0
+
+
+def _read(path: Path) -> tuple[list[MeasuredPoint], list[ConfigIssue]]:
+    """The file's good rows and one issue per bad row (a fault of the whole file, such as
+    its header, is raised at once: no row can be read without it)."""
     numbered = [
         (number, line)
         for number, line in enumerate(
@@ -251,18 +289,22 @@ def read_points(path: Path) -> list[MeasuredPoint]:
         raise ConfigError.single(str(path), "", f"more than {MAX_POINTS} points")
     header = _header(_cells(numbered[0][1], f"{path}:{numbered[0][0]}"), f"{path}:{numbered[0][0]}")
     value_column = next(c for c in MEASURED if c in header)
-    points = []
+    points: list[MeasuredPoint] = []
+    issues: list[ConfigIssue] = []
     for number, line in numbered[1:]:
         where = f"{path}:{number}"
-        cells = _cells(line, where)
-        if len(cells) != len(header):
-            raise ConfigError.single(
-                where, "", f"{len(cells)} cells where the header has {len(header)}"
-            )
-        points.append(_point(dict(zip(header, cells, strict=True)), value_column, where))
-    if not points:
+        try:
+            cells = _cells(line, where)
+            if len(cells) != len(header):
+                raise ConfigError.single(
+                    where, "", f"{len(cells)} cells where the header has {len(header)}"
+                )
+            points.append(_point(dict(zip(header, cells, strict=True)), value_column, where))
+        except ConfigError as exc:
+            issues.extend(exc.issues)
+    if not points and not issues:
         raise ConfigError.single(str(path), "", "no points below the header")
-    return points
+    return points, issues
 
 
 def shipped_files() -> list[Path]:
