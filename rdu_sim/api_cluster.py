@@ -262,7 +262,7 @@ def run_cluster(
     """Simulate a cluster serving its traffic; ``progress(done, total)`` as requests finish."""
     cluster = load(cluster_or_path, overrides)
     config = cluster.config
-    requests = load_traffic(config.traffic, cluster.base_dir, cluster.file)
+    requests = load_traffic(cluster)
     fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
     labels = class_labels(fit.requests, config.classes, cluster.file)
     pools = resolve_pools(cluster, backend)

@@ -105,6 +105,7 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
     # the keys a cluster without a prefix cache leaves out aside): floats already rounded
     attributes = _leaves(dataclasses.asdict(dataclasses.replace(summary, provenance={})))
     attributes["traffic.skipped_failed_rows"] = attributes.pop("traffic.skipped")
+    assert attributes.pop("traffic.out_of_order") == 0  # (a sorted trace: the key left out)
     for i, row in enumerate(summary.per_replica):  # a decode replica has no prefix cache
         if row.prefix_cache is None:
             del attributes[f"per_replica[{i}].prefix_cache"]

@@ -116,7 +116,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         from rdu_sim.cluster.traffic import load_traffic
 
         cluster = build_cluster(data, file=file, lines=lines)
-        requests = load_traffic(cluster.config.traffic, cluster.base_dir, file)  # as a run reads it
+        requests = load_traffic(cluster)  # as a run reads it
         pools = ", ".join(
             f"{p.name}: {human.count(p.replicas, 'replica')} of "
             f"{describe_layout(p.scenario.workload.parallelism.layout())}"

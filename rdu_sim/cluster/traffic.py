@@ -1,32 +1,36 @@
 """A cluster's requests: a trace replayed (filtered, windowed, scaled) or a synthetic mix.
 
-Order of the trace steps, each counted in ``TrafficSummary`` so nothing disappears unseen:
-rows that are failed requests in the trace (``skipped``), ``filter`` (column equals value),
-the time window ``[start, end)`` on the trace's own clock, then the first ``requests`` by
-arrival. Arrival times are then shifted to start at the window's start and multiplied by
-``time_scale``. Synthetic traffic draws prompt lengths, output lengths and Poisson gaps, in
-that order, from ``numpy.random.default_rng(traffic.seed)``.
+Order of the trace steps, each counted in ``TrafficSummary`` so nothing disappears unseen: rows that
+are failed requests in the trace (``skipped``), ``filter`` (column equals value), the time window
+``[start, end)`` on the trace's own clock, then the first ``requests`` by arrival. Requests are
+numbered by arrival, not by row: rows out of time order are counted (``out_of_order``) and each
+request keeps its line in the file (``trace_lines``, the ``trace_line`` column of requests.csv), so
+outputs join back to the trace. Arrival times are then shifted to start at the window's start and
+multiplied by ``time_scale``. Synthetic traffic draws prompt lengths, output lengths and Poisson
+gaps, in that order, from ``numpy.random.default_rng(traffic.seed)``.
 
-Requests longer than the cluster's context limit are never dropped silently:
-:func:`fit_context` marks them rejected, or truncates them, and both are counted.
+Requests longer than the cluster's context limit are never dropped silently: :func:`fit_context`
+marks them rejected, or truncates them, and both are counted.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.cluster.scenario import ClusterScenario
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import overridden, override_for
+from rdu_sim.config.show import cut_middle
 from rdu_sim.serving.requests import clip_to_context, draw_lengths
-from rdu_sim.serving.traces.published import read_table
+from rdu_sim.serving.traces.published import Blocks, read_table, trace_problem
 from rdu_sim.serving.traces.table import TraceTable
 from rdu_sim.serving.traces.values import column_text
 
@@ -41,10 +45,14 @@ class TrafficSummary:
     filtered_out: int = 0
     outside_window: int = 0
     beyond_limit: int = 0  # cut by traffic.requests
+    # kept rows that arrive before a row above them in the file: requests are numbered by
+    # arrival, so request i is then not the trace's i-th row (``trace_line`` says which)
+    out_of_order: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """For the run's JSON."""
-        return {
+        """For the run's JSON (``out_of_order_rows`` only when some row is: the JSON of a
+        sorted trace, every published one, is unchanged by its addition)."""
+        out: dict[str, Any] = {
             "source": self.source,
             "rows": self.rows,
             "skipped_failed_rows": self.skipped,
@@ -52,6 +60,9 @@ class TrafficSummary:
             "outside_window": self.outside_window,
             "beyond_limit": self.beyond_limit,
         }
+        if self.out_of_order:
+            out["out_of_order_rows"] = self.out_of_order
+        return out
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class ClusterRequests:
     hash_values: NDArray[np.int64] | None = None
     columns: dict[str, NDArray[np.object_]] = field(default_factory=dict)
     summary: TrafficSummary = field(default_factory=lambda: TrafficSummary("synthetic", 0))
+    trace_lines: NDArray[np.int64] | None = None  # each request's line in its trace file
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -100,6 +112,7 @@ def _select(
         hash_offsets=offsets,
         hash_values=values,
         columns={name: column[keep] for name, column in table.columns.items()},
+        trace_lines=table.lines[keep] if table.lines is not None else None,
     )
 
 
@@ -126,7 +139,9 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
     outside = int((keep & ~in_window).sum())
     keep &= in_window
     index = np.flatnonzero(keep)
-    index = index[np.argsort(arrival[index], kind="stable")]
+    in_file_order = arrival[index]
+    out_of_order = int((in_file_order < np.maximum.accumulate(in_file_order)).sum())
+    index = index[np.argsort(in_file_order, kind="stable")]
     limit = traffic.requests if traffic.requests is not None else len(index)
     beyond = max(0, len(index) - limit)
     index = index[:limit].astype(np.int64)
@@ -136,20 +151,10 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
         )
     scaled = (arrival[index] - (traffic.start or 0.0)) * traffic.time_scale
     requests = _select(table, index, scaled)
-    summary = TrafficSummary(table.format, len(table), table.skipped, filtered_out, outside, beyond)
-    return _with_summary(requests, summary)
-
-
-def _with_summary(requests: ClusterRequests, summary: TrafficSummary) -> ClusterRequests:
-    return ClusterRequests(
-        requests.arrival_s,
-        requests.prompt_tokens,
-        requests.output_tokens,
-        requests.hash_offsets,
-        requests.hash_values,
-        requests.columns,
-        summary,
+    summary = TrafficSummary(
+        table.format, len(table), table.skipped, filtered_out, outside, beyond, out_of_order
     )
+    return replace(requests, summary=summary)
 
 
 def synthetic(traffic: TrafficConfig) -> ClusterRequests:
@@ -164,18 +169,33 @@ def synthetic(traffic: TrafficConfig) -> ClusterRequests:
     return ClusterRequests(arrival, prompt, output, summary=TrafficSummary("synthetic", n))
 
 
-def load_traffic(traffic: TrafficConfig, base_dir: Path, file: str) -> ClusterRequests:
-    """The requests a cluster file describes (a trace path is relative to the file)."""
+def _setting(cluster: ClusterScenario, field: str) -> str:
+    """Where a cluster field's value came from, for a message about it:
+    ``prefix_cache.block_tokens of cluster.yaml`` or ``..., from --set ...``."""
+    path = override_for(field, cluster.overrides)
+    return f"{field}, from --set {path}" if path else f"{field} of {cut_middle(cluster.file)}"
+
+
+def load_traffic(cluster: ClusterScenario) -> ClusterRequests:
+    """The requests a cluster file describes (a trace path is relative to the file). A trace
+    that is no readable file is refused at ``traffic.trace`` (what is wrong, and ``(from
+    --set traffic.trace)`` when an override named it); with a prefix cache, each row's
+    ``hash_ids`` must fit ``prefix_cache.block_tokens`` (``traces.reader.blocks_problem``)."""
+    traffic, file = cluster.config.traffic, cluster.file
     if traffic.trace is None:
         return synthetic(traffic)
-    path = shipped.trace_path(base_dir, traffic.trace)
-    if not path.is_file():
-        raise ConfigError.single(
-            file,
-            "traffic.trace",
-            f"trace file {str(path)!r} not found (paths are relative to the cluster file)",
-        )
-    return replay(read_table(path, traffic.format), traffic, file)
+    path = shipped.trace_path(cluster.base_dir, traffic.trace)
+    problem = trace_problem(path)
+    if problem is not None:
+        error = cluster.issue("traffic.trace", f"trace file {str(path)!r}: {problem}")
+        raise overridden(error, file, cluster.overrides)
+    prefix = cluster.config.prefix_cache
+    blocks = None
+    if prefix is not None:
+        blocks = Blocks(prefix.block_tokens, _setting(cluster, "prefix_cache.block_tokens"))
+    named_by = _setting(cluster, "traffic.format")
+    table = read_table(path, traffic.format, blocks=blocks, named_by=named_by)
+    return replay(table, traffic, file)
 
 
 @dataclass(frozen=True)
@@ -196,15 +216,7 @@ def fit_context(requests: ClusterRequests, max_context: int, mode: str) -> Conte
     if mode == "reject" or not over.any():
         return ContextFit(requests, over if mode == "reject" else none, none)
     clipped_prompt, clipped_output = clip_to_context(prompt, output, max_context)
-    fitted = ClusterRequests(
-        requests.arrival_s,
-        clipped_prompt,
-        clipped_output,
-        requests.hash_offsets,
-        requests.hash_values,
-        requests.columns,
-        requests.summary,
-    )
+    fitted = replace(requests, prompt_tokens=clipped_prompt, output_tokens=clipped_output)
     return ContextFit(fitted, none, over)
 
 

@@ -59,7 +59,9 @@ BRIEF = (50, 99)  # percentiles in the per-replica view
 
 def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
     """Per-request columns (seconds; NaN where a time or a decode replica does not apply),
-    in request order."""
+    in request order (arrival order); a replayed trace's requests also name their line in
+    the trace file (``trace_line``: request ``i`` is not row ``i`` when rows were left out
+    or out of time order)."""
     serving, records = run.serving, run.records
     sec = serving.seconds
     arrival, admit = sec(serving.arrival_ps), sec(serving.admit_ps)
@@ -70,8 +72,11 @@ def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
         tpot = np.where(served & (output > 1), (finish - first) / np.maximum(output - 1, 1), np.nan)
     nan = np.nan
     kv_start, kv_end = sec(records.kv_start_ps), sec(records.kv_end_ps)
+    lines = run.fit.requests.trace_lines
+    source = {} if lines is None else {"trace_line": lines}  # a replayed trace's rows
     return {
         "request": np.arange(len(serving), dtype=np.int64),
+        **source,
         "status": np.asarray(["pending", "served", "rejected"], dtype=np.object_)[records.status],
         "truncated": records.truncated.astype(np.int64),
         "prompt_tokens": serving.prompt_tokens,

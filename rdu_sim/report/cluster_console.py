@@ -76,7 +76,16 @@ def _trace_rows_left_out(traffic: TrafficSummary) -> list[tuple[str, str]]:
         (traffic.outside_window, "outside traffic.start .. traffic.end"),
         (traffic.beyond_limit, "beyond traffic.requests"),
     )
-    return [("trace rows left out", f"{n:,} ({why})") for n, why in reasons if n]
+    rows = [("trace rows left out", f"{n:,} ({why})") for n, why in reasons if n]
+    if traffic.out_of_order:
+        rows.append(
+            (
+                "trace rows out of time order",
+                f"{traffic.out_of_order:,} (arrive before a row above them; requests are "
+                "numbered by arrival, requests.csv trace_line is each one's line)",
+            )
+        )
+    return rows
 
 
 def binding_caption(result: ClusterSummary) -> str:

@@ -1,9 +1,11 @@
 """Mooncake traces (kvcache-ai/Mooncake, FAST'25): JSONL, one request per line.
 
 ``{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, ...]}``:
-``timestamp`` is milliseconds from the trace's start; ``hash_ids`` names the prompt's blocks
-(512 tokens each in the published traces), block ``i`` by a hash of the prompt up to and
-including it, so equal ids mean equal prefixes: what a prefix cache keys on. A row may lack
+``timestamp`` is milliseconds from the trace's start; ``hash_ids`` names the prompt's blocks (512
+tokens each in the published traces), block ``i`` by a hash of the prompt up to and including it, so
+equal ids mean equal prefixes: what a prefix cache keys on. Every block is named, the last partial
+one included: ``ceil(input_length / 512)`` ids in every row of the published traces, which a cluster
+checks against its ``prefix_cache.block_tokens`` (``reader.blocks_problem``). A row may lack
 ``hash_ids`` (no cacheable blocks). Any other field of a row is kept as a column (as text,
 ``values.column_text``), for a cluster's ``traffic.filter`` and ``classes.column``.
 """
@@ -79,8 +81,9 @@ def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
             arrival_s=arrival,
             prompt_tokens=obj["input_length"],
             output_tokens=obj["output_length"],
-            hash_ids=hashes,
         )
+        if "hash_ids" in obj:  # (a row without them is told apart: its blocks are unknown)
+            row["hash_ids"] = hashes
         yield line, row
 
 

@@ -20,6 +20,13 @@ line when it is a published trace's (Azure, Mooncake, BurstGPT), else by the fil
 - ``acceptance`` and ``expert`` are optional as ``arrival_s`` is; a cluster keeps the other
   columns as text (filters, request classes) and Mooncake's block hashes.
 
+Errors name the cause where a user would look: a path that is no readable file says what it
+is (``trace_problem``); a first JSON row with neither format's prompt length names each JSON
+format's fields (``_json_misfit``); an error at the first row of a format that was named, not
+detected, says where it was named; a clock too long names its first row past the limit; with
+a cluster's prefix cache, each Mooncake row's ``hash_ids`` must number ``ceil(input_length /
+block_tokens)`` (``blocks_problem``). Each request keeps its line (``TraceTable.lines``).
+
 Only the first ``max_rows`` requests are read (a workload's ``serving.requests``: the rest
 would be unused), so time and memory follow the requests, not the file. Limits: a regular
 file of at most ``MAX_TRACE_BYTES``; UTF-8 text, lines of at most ``MAX_LINE_BYTES`` and at
@@ -38,10 +45,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.json_text import loads
 from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.serving.clock import MAX_ARRIVAL_S
 from rdu_sim.serving.traces import azure, burstgpt, mooncake
+from rdu_sim.serving.traces.jsonl_format import MAX_JSON_DEPTH
 from rdu_sim.serving.traces.lines import MAX_LINE_BYTES, TraceLines
 from rdu_sim.serving.traces.registry import (
     TraceFormat,
@@ -53,6 +62,7 @@ from rdu_sim.serving.traces.registry import (
 from rdu_sim.serving.traces.table import TraceTable
 from rdu_sim.serving.traces.values import (
     MAX_TOKENS,
+    REQUIRED,
     ValueProblem,
     clock_seconds,
     column_text,
@@ -70,10 +80,12 @@ __all__ = [
     "MAX_TOKENS",
     "MAX_TRACE_BYTES",
     "MAX_TRACE_ROWS",
+    "Blocks",
     "Trace",
     "detect",
     "read_table",
     "read_trace",
+    "trace_problem",
 ]
 
 SOURCE_COLUMNS: dict[str, dict[str, str]] = {
@@ -131,14 +143,49 @@ def _published(line: str) -> str | None:
     return None
 
 
+JSON_FIELDS: dict[str, tuple[str, ...]] = {"jsonl": REQUIRED, mooncake.NAME: mooncake.FIELDS}
+"""The fields every row of each JSON format needs (what a first row is compared with)."""
+
+
+def _json_misfit(line: str) -> str | None:
+    """For a first line that is a JSON object with neither JSON format's prompt length
+    (``prompt_tokens``, Mooncake's ``input_length``), what each format needs that the row
+    lacks (a misspelt field, most likely: ``input_len``); else None (a row of one format
+    that lacks another of its fields is its reader's to report; so is a line that is not
+    JSON, with its column)."""
+    try:
+        obj = loads(line, MAX_JSON_DEPTH, unique_keys=True)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    prompt = {"jsonl": "prompt_tokens", mooncake.NAME: mooncake.SOURCE["prompt_tokens"]}
+    if any(field in obj for field in prompt.values()):
+        return None
+    lacks = {name: [f for f in fields if f not in obj] for name, fields in JSON_FIELDS.items()}
+    names = [cut_middle(str(k), 40) for k in list(obj)[:12]] + (["..."] if len(obj) > 12 else [])
+    needs = "; ".join(
+        f"{name} needs {', '.join(JSON_FIELDS[name])} (it lacks {', '.join(missing)})"
+        for name, missing in sorted(lacks.items(), key=lambda item: len(item[1]))
+    )
+    return (
+        f"the first row's fields ({', '.join(names)}) are no trace format's: {needs}; a "
+        "misspelt field name?"
+    )
+
+
 def detect(path: Path, file: str) -> str:
     """The format of a trace file from its first line: a published one, else the project's
-    CSV or JSONL when the line is theirs (ConfigError when none fits)."""
+    CSV or JSONL when the line is theirs (ConfigError when none fits, naming what a JSON
+    row lacks for each JSON format)."""
     line = _first_line(path, file)
     found = _published(line)
     if found is not None:
         return found
     if line.startswith("{"):
+        misfit = _json_misfit(line)
+        if misfit is not None:
+            raise ConfigError.single(file, "", misfit, 1)
         return "jsonl"
     if "prompt_tokens" in {name.strip() for name in line.split(",")}:
         return "csv"
@@ -155,15 +202,21 @@ def _choose(path: Path, name: str, file: str) -> TraceFormat | str:
     """The format to read ``path`` with: ``name``, or for ``auto`` the published format its
     first line shows, else the format owning its suffix (whose reader then says what the
     file lacks), else the one its first line shows; or, as a string, what is wrong with the
-    file as a whole."""
+    file as a whole. A first row that is a JSON object with no JSON format's fields is
+    refused here, naming what each format needs (not read as ``jsonl`` by its suffix, whose
+    reader could only say ``prompt_tokens`` is missing)."""
     if name != "auto":
         try:
             return get_format(name)
         except KeyError as exc:
             return str(exc.args[0])
-    published = _published(_first_line(path, file))
+    first = _first_line(path, file)
+    published = _published(first)
     if published is not None:
         return get_format(published)
+    misfit = _json_misfit(first) if first.startswith("{") else None
+    if misfit is not None:
+        raise ConfigError.single(file, "", misfit, 1)
     by_suffix = format_for(path)
     if by_suffix is not None:
         return by_suffix
@@ -192,6 +245,7 @@ class _Rows:
     output: array[int] = field(default_factory=lambda: array("q"))
     acceptance: array[float] = field(default_factory=lambda: array("d"))
     expert: array[int] = field(default_factory=lambda: array("q"))
+    lines: array[int] = field(default_factory=lambda: array("q"))  # each row's line
     offsets: array[int] = field(default_factory=lambda: array("q", [0]))
     hashes: array[int] = field(default_factory=lambda: array("q"))
     columns: dict[str, list[str]] = field(default_factory=dict)
@@ -203,9 +257,63 @@ class _Rows:
         return self.has.get(name, False)
 
 
-def _collect(lines: TraceLines, trace_format: TraceFormat, max_rows: int, replay: bool) -> _Rows:
-    """Check each row's values (module docstring) and collect them."""
+@dataclass(frozen=True)
+class Blocks:
+    """The block size a trace's ``hash_ids`` are checked against, and what set it (for the
+    message: ``prefix_cache.block_tokens in cluster.yaml``)."""
+
+    tokens: int
+    origin: str
+
+
+class BlockSizeError(ConfigError):
+    """A row's ``hash_ids`` contradict the block size (not a sign of a wrong format)."""
+
+
+def blocks_problem(prompt: int, hashes: int, blocks: Blocks) -> str | None:
+    """Why a row's number of block hashes contradicts the block size, or None.
+
+    Mooncake's ``hash_ids`` name every block of the prompt, the last partial block
+    included: ``ceil(input_length / block)`` ids. Every row of the published FAST'25 traces
+    (conversation, synthetic: 16,024 rows) has exactly that many at 512-token blocks, so
+    there is no slack: one id more or fewer means the ids name blocks of another size. A
+    row without ``hash_ids`` is not checked (it has no cacheable blocks)."""
+    expected = -(-prompt // blocks.tokens)
+    if hashes == expected:
+        return None
+    return (
+        f"{hashes:,} block hash{'' if hashes == 1 else 'es'} for input_length {prompt:,}, "
+        f"expected ceil({prompt:,} / "
+        f"{blocks.tokens:,}) = {expected:,} at {blocks.tokens:,}-token blocks "
+        f"({blocks.origin}); the trace's blocks are another size (the published Mooncake "
+        "traces': 512)"
+    )
+
+
+def _collect(
+    lines: TraceLines,
+    trace_format: TraceFormat,
+    max_rows: int,
+    replay: bool,
+    blocks: Blocks | None = None,
+    first_row: Callable[[ConfigError], ConfigError] | None = None,
+) -> _Rows:
+    """Check each row's values (module docstring) and collect them; with ``blocks``, each
+    row's number of block hashes too (``blocks_problem``). An error before any row was
+    read passes through ``first_row`` (which says how the format was chosen)."""
     found = _Rows(trace_format, keep_columns=replay)
+    try:
+        _fill(found, lines, max_rows, blocks)
+    except ConfigError as exc:
+        if first_row is None or found.prompt or found.skipped or isinstance(exc, BlockSizeError):
+            raise
+        raise first_row(exc) from None
+    return found
+
+
+def _fill(found: _Rows, lines: TraceLines, max_rows: int, blocks: Blocks | None) -> None:
+    """``_collect``'s loop: every row into ``found``."""
+    trace_format, replay = found.trace_format, found.keep_columns
     published = trace_format.published
     arrival_check: Callable[[Any], float] = clock_seconds if published else seconds
     optional: tuple[tuple[str, Callable[[Any], Any], Any], ...] = (
@@ -247,10 +355,16 @@ def _collect(lines: TraceLines, trace_format: TraceFormat, max_rows: int, replay
             missing = row.get(column) in (None, "") and column in ("prompt_tokens", "output_tokens")
             shown = SOURCE_COLUMNS.get(format_name, {}).get(column, column)
             raise lines.error("missing value" if missing else str(exc), shown, line) from None
+        hashes = row.get("hash_ids", ()) if hashed else ()
+        if blocks is not None and hashed and "hash_ids" in row:
+            problem = blocks_problem(prompt, len(hashes), blocks)
+            if problem is not None:
+                raise BlockSizeError(lines.error(problem, "hash_ids", line).issues)
         found.prompt.append(prompt)
         found.output.append(output)
+        found.lines.append(line)
         if hashed:
-            found.hashes.extend(row.get("hash_ids", ()))
+            found.hashes.extend(hashes)
             found.offsets.append(len(found.hashes))
         if found.keep_columns:
             for name, value in row.items():
@@ -261,12 +375,12 @@ def _collect(lines: TraceLines, trace_format: TraceFormat, max_rows: int, replay
     if not found.prompt:
         detail = f" ({found.skipped} failed rows skipped)" if found.skipped else ""
         raise lines.error(f"trace has no requests{detail}", line=1)
-    return found
 
 
 def _clock(found: _Rows, name: str, shift: bool) -> NDArray[np.float64] | None:
     """The arrival times, shifted to start at the earliest when ``shift``; a clock longer
-    than the serving clock holds is refused."""
+    than the serving clock holds is refused at the first row past it, in the format's own
+    column name."""
     if not found.optional("arrival_s"):
         return None
     arrival = np.frombuffer(found.arrival, dtype=np.float64).copy()
@@ -274,20 +388,39 @@ def _clock(found: _Rows, name: str, shift: bool) -> NDArray[np.float64] | None:
         arrival -= arrival.min()
     span = float(arrival.max())
     if not span <= MAX_ARRIVAL_S:
+        first = int(np.flatnonzero(~(arrival <= MAX_ARRIVAL_S))[0])
+        column = SOURCE_COLUMNS.get(found.trace_format.name, {}).get("arrival_s", "arrival_s")
+        start = "after the earliest request" if shift else "on the trace's clock"
         raise ConfigError.single(
             name,
-            "arrival_s",
-            f"the trace spans {span:.4g} s, beyond the {MAX_ARRIVAL_S:.4g} s the serving clock "
-            "holds; replay a window of it (a cluster's traffic.start and traffic.end)",
+            column,
+            f"this row arrives {float(arrival[first]):.4g} s {start} (the trace spans "
+            f"{span:.4g} s), beyond the {MAX_ARRIVAL_S:.4g} s the serving clock holds; replay "
+            "a window of it (a cluster's traffic.start and traffic.end)",
+            found.lines[first],
         )
     return arrival
 
 
-def _open(path: Path, name: str) -> tuple[BinaryIO, int] | str:
-    """The file opened for reading and its size, or why it cannot be."""
+def trace_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a trace at all, or None: not found, a directory, not a
+    regular file (a FIFO, ``/dev/null``), unreadable, empty. The one rule for a workload's
+    trace, a cluster's and ``rdu-sim check`` on a trace file."""
     problem = file_problem(path)
     if problem == "file not found":
         return "not found (paths are relative to the file naming the trace)"
+    if problem is not None:
+        return problem
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"cannot open: {exc.strerror or exc}"
+    return "is empty (a trace has a row per request)" if size == 0 else None
+
+
+def _open(path: Path) -> tuple[BinaryIO, int] | str:
+    """The file opened for reading and its size, or why it cannot be."""
+    problem = trace_problem(path)
     if problem is not None:
         return problem
     try:
@@ -298,6 +431,24 @@ def _open(path: Path, name: str) -> tuple[BinaryIO, int] | str:
     return stream, size
 
 
+def _named(
+    path: Path, format: str, name: str, named_by: str
+) -> Callable[[ConfigError], ConfigError]:
+    """For an error at a trace's first row read in a format it was given (not ``auto``):
+    the error with how the format was chosen, and what the first line looks like."""
+
+    def note(exc: ConfigError) -> ConfigError:
+        try:
+            looks = detect(path, name)
+        except ConfigError:
+            looks = ""
+        seen = f"; its first line looks like a {looks} trace" if looks and looks != format else ""
+        said = f" (read as {format}: {named_by}{seen})"
+        return ConfigError([replace(i, message=i.message + said) for i in exc.issues])
+
+    return note
+
+
 def _read(
     path: Path,
     format: str,
@@ -305,8 +456,10 @@ def _read(
     refuse: Callable[[str], ConfigError],
     max_rows: int,
     replay: bool,
+    blocks: Blocks | None = None,
+    named_by: str = "",
 ) -> _Rows:
-    opened = _open(path, name)
+    opened = _open(path)
     if isinstance(opened, str):
         raise refuse(opened)
     stream, size = opened
@@ -316,15 +469,22 @@ def _read(
         trace_format = _choose(path, format, name)
         if isinstance(trace_format, str):
             raise refuse(trace_format)
-        return _collect(TraceLines(stream, name), trace_format, max(1, max_rows), replay)
+        first_row = None
+        if format != "auto":
+            first_row = _named(path, format, name, named_by or f"the format named ({format!r})")
+        lines = TraceLines(stream, name)
+        return _collect(lines, trace_format, max(1, max_rows), replay, blocks, first_row)
 
 
 def _refuse(name: str, workload_file: str) -> Callable[[str], ConfigError]:
-    """An error about the trace file as a whole, named from the workload's field."""
+    """An error about the trace file as a whole: named from the workload's field, or, for a
+    trace file on its own (``rdu-sim check trace.jsonl``), at the file itself."""
 
     def error(message: str) -> ConfigError:
+        if not workload_file:
+            return ConfigError.single(name, "", message)
         return ConfigError.single(
-            workload_file or name, "serving.trace", f"trace {cut_middle(name)!r}: {message}"
+            workload_file, "serving.trace", f"trace {cut_middle(name)!r}: {message}"
         )
 
     return error
@@ -340,8 +500,10 @@ def read_trace(
     and line (and, with ``workload_file``, the workload whose ``serving.trace`` it is)."""
     file = Path(path)
     name = str(file)
+    named_by = f"serving.trace_format of {cut_middle(workload_file)}" if workload_file else ""
     try:
-        found = _read(file, format, name, _refuse(name, workload_file), max_rows, False)
+        refuse = _refuse(name, workload_file)
+        found = _read(file, format, name, refuse, max_rows, False, named_by=named_by)
         arrival = _clock(found, name, shift=found.trace_format.published)
     except ConfigError as exc:
         if not workload_file or exc.issues[0].field == "serving.trace":
@@ -365,16 +527,25 @@ def read_trace(
     )
 
 
-def read_table(path: Path, format: str, file: str | None = None) -> TraceTable:
+def read_table(
+    path: Path,
+    format: str,
+    file: str | None = None,
+    *,
+    blocks: Blocks | None = None,
+    named_by: str = "",
+) -> TraceTable:
     """A cluster's trace of ``format`` (or ``auto``), every request, its clock starting at
     the earliest, block hashes and the other columns kept; errors name ``file`` (default:
-    the path)."""
+    the path). ``blocks``: the block size each row's ``hash_ids`` must fit
+    (``blocks_problem``); ``named_by``: where a named ``format`` was set (for an error at
+    the first row)."""
     name = file or str(path)
 
     def refuse(message: str) -> ConfigError:
         return ConfigError.single(name, "", f"trace: {message}")
 
-    found = _read(path, format, name, refuse, _EVERY_ROW, True)
+    found = _read(path, format, name, refuse, _EVERY_ROW, True, blocks, named_by)
     arrival = _clock(found, name, shift=True)
     assert arrival is not None  # replay: every row has one
     hashed = found.trace_format.name == mooncake.NAME
@@ -390,4 +561,5 @@ def read_table(path: Path, format: str, file: str | None = None) -> TraceTable:
         hash_values=np.frombuffer(found.hashes, dtype=np.int64).copy() if hashed else None,
         columns=columns,
         skipped=found.skipped,
+        lines=np.frombuffer(found.lines, dtype=np.int64).copy(),
     )

@@ -28,6 +28,7 @@ class TraceTable:
     hash_values: NDArray[np.int64] | None = None
     columns: Mapping[str, NDArray[np.object_]] = field(default_factory=dict)
     skipped: int = 0  # rows that were failed requests in the trace (zero tokens)
+    lines: NDArray[np.int64] | None = None  # each request's line in the file (None: drawn)
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])

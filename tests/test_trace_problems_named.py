@@ -1,0 +1,249 @@
+"""What a trace's problems are called, where a user would look for them.
+
+- a Mooncake trace's ``hash_ids`` name blocks of one size: a prefix cache of another
+  ``block_tokens`` is refused (it used to report hits no earlier prompt could give);
+- a trace path that is a directory, a FIFO, /dev/null or empty says so, and that --set
+  named it; a trace file checked on its own has no workload field in its error;
+- a first row with a misspelt field, or a file read in a format it is not in, names the
+  cause (each format's fields, or where the format was named);
+- a trace longer than the serving clock is refused at its row, in its own column's name;
+- rows out of time order are counted, and each request keeps its line in the trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_cluster import fake, write_cluster
+
+from rdu_sim.cli.main import cli
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.serving.traces import read_trace
+from rdu_sim.serving.traces.published import Blocks, read_table
+from rdu_sim.serving.traces.synthetic import SyntheticTrace, write_synthetic
+
+
+def _mooncake(folder: Path, rows: list[dict[str, Any]], name: str = "m.jsonl") -> Path:
+    path = folder / name
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _row(ms: int, prompt: int, block: int = 512, start: int = 0) -> dict[str, Any]:
+    """A Mooncake row with ceil(prompt / block) hash ids, as the published traces have."""
+    count = math.ceil(prompt / block)
+    return {
+        "timestamp": ms,
+        "input_length": prompt,
+        "output_length": 20,
+        "hash_ids": list(range(start, start + count)),
+    }
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def _errors(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error: ")]
+
+
+# --- hash_ids against prefix_cache.block_tokens ----------------------------------------------
+
+
+def test_the_published_block_rule_holds_at_its_block_size_and_fails_at_another(
+    tmp_path: Path,
+) -> None:
+    """ceil(input_length / block) ids: the last partial block is named too (3,253 tokens
+    are 7 blocks of 512); at 1024-token blocks the same rows contradict the size."""
+    rows = [_row(0, 400), _row(10, 512, start=5), _row(20, 3253, start=9)]
+    path = _mooncake(tmp_path, rows)
+    table = read_table(path, "mooncake", blocks=Blocks(512, "prefix_cache.block_tokens"))
+    assert table.hash_offsets is not None and table.hash_offsets.tolist() == [0, 1, 2, 9]
+    with pytest.raises(ConfigError) as caught:
+        read_table(path, "mooncake", blocks=Blocks(1024, "prefix_cache.block_tokens of c.yaml"))
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.line, issue.field) == (str(path), 3, "hash_ids")
+    assert issue.message.startswith(
+        "7 block hashes for input_length 3,253, expected ceil(3,253 / 1,024) = 4 at "
+        "1,024-token blocks (prefix_cache.block_tokens of c.yaml)"
+    )
+
+
+@pytest.mark.parametrize("count", [6, 8, 0])
+def test_one_id_more_or_fewer_is_refused(tmp_path: Path, count: int) -> None:
+    """No slack: every row of the published traces has exactly ceil(n / 512) ids."""
+    row = {**_row(0, 3253), "hash_ids": list(range(count))}
+    path = _mooncake(tmp_path, [_row(0, 100, start=99), row])
+    with pytest.raises(ConfigError, match=f":2: hash_ids: {count:,} block hash"):
+        raise_first(lambda: read_table(path, "auto", blocks=Blocks(512, "x")))
+
+
+def raise_first(read: Any) -> None:
+    """Call ``read`` and re-raise its ConfigError as its one line (what the CLI prints)."""
+    try:
+        read()
+    except ConfigError as exc:
+        raise ConfigError(exc.issues) from None
+
+
+def test_a_row_without_hash_ids_is_not_checked(tmp_path: Path) -> None:
+    """A row may lack hash_ids (no cacheable blocks): nothing to contradict."""
+    row = _row(10, 3000)
+    del row["hash_ids"]
+    path = _mooncake(tmp_path, [_row(0, 600), row])
+    table = read_table(path, "auto", blocks=Blocks(512, "x"))
+    assert table.hash_offsets is not None and table.hash_offsets.tolist() == [0, 2, 2]
+
+
+def _synthetic_cluster(folder: Path, block_tokens: int = 512, **fields: Any) -> Path:
+    spec = SyntheticTrace(requests=30, rate=4.0, prompt_median=1500, conversations=4, seed=3)
+    write_synthetic(folder / "m.jsonl", "mooncake", spec)
+    return write_cluster(
+        folder,
+        traffic={"trace": "m.jsonl", "format": "mooncake"},
+        prefix_cache={"block_tokens": block_tokens},
+        **fields,
+    )
+
+
+def test_run_and_check_refuse_a_block_size_the_trace_contradicts(tmp_path: Path) -> None:
+    """The trial's silent wrong answer: 1024-token blocks over 512-token hash ids reported
+    70.8% of prompt tokens skipped (45.2% at 512). Now one error line, before any run."""
+    path = _synthetic_cluster(tmp_path)
+    assert fake(path).to_dict()["prefix_cache"]["hit_rate"] > 0  # at 512: fine
+    code, out = _cli("run", str(path), "--set", "prefix_cache.block_tokens=1024")
+    (line,) = _errors(out)
+    assert code == 2 and f"{tmp_path / 'm.jsonl'}:" in line and ": hash_ids: " in line
+    assert "at 1,024-token blocks (prefix_cache.block_tokens, from --set " in line
+    assert "read as" not in line  # not a format problem
+    other = _synthetic_cluster(tmp_path, block_tokens=256)
+    code, out = _cli("check", str(other))
+    (line,) = _errors(out)[:1]
+    assert code == 2 and f"(prefix_cache.block_tokens of {other})" in line
+
+
+# --- the trace path itself -------------------------------------------------------------------
+
+
+def _special(tmp_path: Path, kind: str) -> tuple[str, str]:
+    if kind == "dir":
+        (tmp_path / "d.jsonl").mkdir()
+        return "d.jsonl", "is a directory, expected a file"
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "f.jsonl")
+        return "f.jsonl", "not a regular file"
+    if kind == "null":
+        return os.devnull, "not a regular file"
+    (tmp_path / "e.jsonl").write_text("")
+    return "e.jsonl", "is empty"
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo", "null", "empty"])
+def test_a_trace_that_is_no_file_says_what_it_is_and_that_set_named_it(
+    tmp_path: Path, kind: str
+) -> None:
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    trace, problem = _special(tmp_path, kind)
+    path = _synthetic_cluster(tmp_path)
+    code, out = _cli("run", str(path), "--set", f"traffic.trace={trace}")
+    (line,) = _errors(out)
+    assert code == 2 and line.startswith(f"error: {path}: traffic.trace: trace file ")
+    assert problem in line and line.endswith("(from --set traffic.trace)")
+    assert "not found" not in line
+    if kind != "null":
+        code, out = _cli("check", str(tmp_path / trace))
+        first = _errors(out)[0]
+        assert first == f"error: {tmp_path / trace}: {problem}" + (
+            " (a trace has a row per request)" if kind == "empty" else ""
+        )  # no serving.trace: the file is no workload's
+
+
+# --- format choice ---------------------------------------------------------------------------
+
+
+def test_a_misspelt_first_field_names_each_formats_fields(tmp_path: Path) -> None:
+    """input_len: not Mooncake by its first line, and not the project's jsonl either."""
+    row = _row(0, 600)
+    row["input_len"] = row.pop("input_length")
+    path = _mooncake(tmp_path, [row, _row(5, 600)])
+    with pytest.raises(ConfigError) as caught:
+        read_trace(path)
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.line, issue.field) == (str(path), 1, "")
+    assert "fields (timestamp, output_length, hash_ids, input_len)" in issue.message
+    assert "mooncake needs timestamp, input_length, output_length (it lacks input_length)" in (
+        issue.message
+    )
+    assert "jsonl needs prompt_tokens, output_tokens" in issue.message
+    # a cluster with a prefix cache: the same error, not "the jsonl format lacks block hashes"
+    cluster = write_cluster(
+        tmp_path, traffic={"trace": "m.jsonl"}, prefix_cache={"block_tokens": 512}
+    )
+    code, out = _cli("check", str(cluster))
+    assert code == 2 and "mooncake needs" in out and "lacks block hashes" not in out
+
+
+def test_a_forced_format_is_named_with_where_it_was_set(tmp_path: Path) -> None:
+    """A CSV read as Mooncake because the cluster file says so: the JSON error says that."""
+    path = _synthetic_cluster(tmp_path)
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n")
+    code, out = _cli("run", str(path), "--set", "traffic.trace=t.csv")
+    (line,) = _errors(out)
+    assert code == 2 and "t.csv:1: not valid JSON" in line
+    assert f"(read as mooncake: traffic.format of {path}; its first line looks like a csv " in (
+        line
+    )
+    code, out = _cli(
+        "run", str(path), "--set", "traffic.trace=t.csv", "--set", "traffic.format=mooncake"
+    )
+    assert "read as mooncake: traffic.format, from --set traffic.format;" in out
+
+
+# --- the clock's span ------------------------------------------------------------------------
+
+
+def test_a_trace_too_long_is_refused_at_its_row_in_its_own_column(tmp_path: Path) -> None:
+    rows = [_row(0, 100), _row(5_000_000_000, 100), _row(10, 100)]
+    path = _mooncake(tmp_path, rows)
+    code, out = _cli("check", str(path))
+    (line,) = _errors(out)[:1]
+    assert code == 2 and line.startswith(f"error: {path}:2: timestamp: this row arrives 5e+06 s")
+
+
+# --- rows out of time order ------------------------------------------------------------------
+
+
+def test_rows_out_of_order_are_counted_and_each_request_keeps_its_line(tmp_path: Path) -> None:
+    """Requests are numbered by arrival; requests.csv's trace_line joins them to the trace,
+    and the JSON and the report say how many rows came out of order."""
+    rows = [_row(0, 600), _row(300, 700, start=10), _row(100, 800, start=20), _row(400, 90)]
+    rows[3]["input_length"] = 0  # a failed request: skipped, so later lines shift too
+    rows.append(_row(500, 900, start=30))
+    _mooncake(tmp_path, rows)
+    path = write_cluster(tmp_path, traffic={"trace": "m.jsonl"})
+    result = fake(path)
+    assert result.requests()["trace_line"].tolist() == [1, 3, 2, 5]
+    assert result.requests()["prompt_tokens"].tolist() == [600, 800, 700, 900]
+    assert result.to_dict()["traffic"]["out_of_order_rows"] == 1
+    code, out = _cli("run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 0 and "trace rows out of time order" in out
+    with (tmp_path / "o" / "requests.csv").open() as stream:
+        lines = [row["trace_line"] for row in csv.DictReader(stream)]
+    assert lines == ["1", "3", "2", "5"]
+
+
+def test_a_sorted_traces_json_has_no_out_of_order_key(tmp_path: Path) -> None:
+    _mooncake(tmp_path, [_row(0, 600), _row(100, 700)])
+    result = fake(write_cluster(tmp_path, traffic={"trace": "m.jsonl"}))
+    assert "out_of_order_rows" not in result.to_dict()["traffic"]
+    assert result.requests()["trace_line"].tolist() == [1, 2]
