@@ -263,7 +263,7 @@ def test_calibrate_errors(tmp_path: Path) -> None:
         (["--fit", fit, "--hardware", "dgx-h100"], "no measured row runs on it"),
         (["--fit", "tensorrt-llm:" + fit], "no fitted row runs on tensorrt-llm"),
         (["--fit", "dgx-h100:" + fit], "no serving stack of that name"),
-        (["--fit", "stack.host.serial_per_stp=1:2"], "at its low bound"),
+        (["--fit", "stack.host.serial_per_stp=1:2"], "unknown field 'serial_per_stp'"),
         (["--fit", "stack.host.serial_per_step=0:2s"], "at its high bound"),
         (["--fit", fit, "--tolerance", "0"], "--tolerance"),
     ]:

@@ -269,7 +269,8 @@ def test_a_bound_its_field_refuses_is_named_before_simulating(
         "--fit: stack.host.serial_per_step=0:5s: at its high bound",
     )
     _one_error(
-        _run(str(measured), "--fit", "stack.host.serial_per_stp=0:1"), "at its low bound", "stp"
+        _run(str(measured), "--fit", "stack.host.serial_per_step=0:5"),
+        "at its high bound (5 s)",
     )
 
 
@@ -363,3 +364,63 @@ def test_an_error_line_counts_its_targets_in_words() -> None:
     many = _errors_line(ErrorSummary("fitted", 1200, 0.05, 0.05, "m.csv:2"))
     assert one.startswith("fitted: 1 target, median |error| 5") and "m.csv:2" in one, one
     assert many.startswith("fitted: 1,200 targets,"), many
+
+
+@pytest.mark.parametrize(
+    "fit",
+    [
+        "stack.host.serial_per_stepp=0:3ms",
+        "stack.host.serial_per_stepp=0:3",
+        "stack.host.serial_per_stepp=0 s:3 ms",
+        "sn40l:hw.socket.hbm.bandwith=1 TB/s:2 TB/s",
+    ],
+)
+def test_a_misspelt_field_is_named_whatever_form_its_bounds_take(
+    measured: Path, monkeypatch: pytest.MonkeyPatch, fit: str
+) -> None:
+    """A bound with a unit on an unknown field read "cannot read '3ms' as a number (the
+    field has no unit)": the field is checked first, with the loader's did-you-mean."""
+    monkeypatch.setattr(targets, "simulate_run", lambda *a: pytest.fail("simulated"))
+    line = _one_error(_run(str(measured), "--fit", fit), "unknown field", "did you mean")
+    assert "cannot read" not in line and "as a number" not in line
+
+
+STEP = "stack.host.serial_per_step"
+NONE_HELD = "held_out: []"
+SPEC = """\
+name: t
+measurements: [m.csv]
+fit:
+  - "stack.host.serial_per_slot=0:1ms"
+  - "{fit}"
+{held}
+"""
+
+
+@pytest.mark.parametrize(
+    ("fit", "held", "words"),
+    [
+        # a bare bound is seconds: its error is the spec's entry, not a --set
+        (f"{STEP}=0:3000", NONE_HELD, "spec.yaml:5: fit.1: at its high bound (3000 s)"),
+        (f"{STEP}p=0:3ms", NONE_HELD, "spec.yaml:5: fit.1: stack.host.serial_per_stepp: unknown"),
+        (f"nope:{STEP}=0:3ms", NONE_HELD, "spec.yaml:5: fit.1: no serving stack"),
+        (f"{STEP}=3ms:0", NONE_HELD, "spec.yaml:5: fit.1: stack.host.serial_per_step: needs"),
+        (f"{STEP}=0:3ms", "held_out:\n  - {tp: 9}", "spec.yaml:7: held_out.0: tp=9: no measured"),
+        (f"{STEP}=0:3ms", "held_out:\n  - {tpp: 1}", "spec.yaml:7: held_out.0.tpp: held-out"),
+    ],
+)
+def test_a_spec_entry_error_names_the_spec_its_line_and_entry(
+    measured: Path, monkeypatch: pytest.MonkeyPatch, fit: str, held: str, words: str
+) -> None:
+    monkeypatch.setattr(targets, "simulate_run", lambda *a: pytest.fail("simulated"))
+    spec = measured.parent / "spec.yaml"
+    spec.write_text(SPEC.format(fit=fit, held=held))
+    line = _one_error(_run(str(spec), "-o", str(measured.parent / "o")), words)
+    assert "--fit" not in line and "--holdout" not in line and "--set" not in line, line
+
+
+def test_max_evaluations_out_of_range_is_one_error_line(measured: Path) -> None:
+    _one_error(
+        _run(str(measured), "--fit", F, "--max-evaluations", "0"),
+        "--max-evaluations: must be at least 1 (got 0)",
+    )

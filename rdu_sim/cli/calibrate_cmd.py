@@ -33,7 +33,7 @@ import click
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overlays_option, overrides_option, workers_option
+from rdu_sim.cli.options import check_count, overlays_option, overrides_option, workers_option
 
 if TYPE_CHECKING:
     from rdu_sim.validate.calibrate import Evaluation
@@ -320,6 +320,14 @@ def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
     return Prepared(problem, inputs, evaluations, folder, paths, cache_path)
 
 
+def _checked_evaluations(
+    _ctx: click.Context, _param: click.Parameter, value: int | None
+) -> int | None:
+    """``--max-evaluations``: 1 to 10,000, the house's one error line otherwise."""
+    check_count("--max-evaluations", value, 1, 10_000)
+    return value
+
+
 @click.command("calibrate")
 @click.argument("args", nargs=-1, required=True, metavar="SPEC | MEASUREMENTS...")
 @click.option(
@@ -357,8 +365,9 @@ def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
 )
 @click.option(
     "--max-evaluations",
-    type=click.IntRange(1, 10_000),
+    type=int,
     default=None,
+    callback=_checked_evaluations,
     help="Most steps of the fit of each group of parameters no target joins (scipy's "
     "max_nfev; each step also simulates what the parameters reach once per parameter for "
     f"its slope) [default: the spec's, else "

@@ -18,13 +18,13 @@ from pydantic import BaseModel
 
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.config.loader import model_classes
+from rdu_sim.config.loader import model_classes, unknown_field_message
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 from rdu_sim.config.workload import WorkloadConfig
 
-__all__ = ["FieldDoc", "axis_label", "field_doc"]
+__all__ = ["FieldDoc", "axis_label", "field_doc", "unknown_field"]
 
 _QUANTITY_UNITS = {
     parse_bytes: "bytes",
@@ -95,15 +95,40 @@ def _unit(annotation: Any, metadata: Sequence[Any], description: str) -> str:
     return "tokens" if re.search(r"\btokens\b", description) else ""
 
 
+def _classes(path: str) -> tuple[list[type[BaseModel]], str]:
+    """The config models a dotted path starts in, and the path inside them."""
+    if path.startswith(HW_PREFIX):
+        return [HardwareConfig, GpuHardwareConfig], path[len(HW_PREFIX) :]
+    if path.startswith(STACK_PREFIX):
+        return [StackConfig], path[len(STACK_PREFIX) :]
+    return [WorkloadConfig], path
+
+
+def unknown_field(path: str) -> str | None:
+    """What is wrong with a dotted path (``hw.``, ``stack.`` or a workload's) whose part
+    names no field, as the loader tells an unknown key (``stack.host.serial_per_stepp:
+    unknown field 'serial_per_stepp'; did you mean 'serial_per_step'? ...``); None when
+    every part names a field."""
+    classes, inner = _classes(path)
+    parts = inner.split(".")
+    prefix = path[: len(path) - len(inner)]
+    for i, part in enumerate(parts):
+        owner = next((c for c in classes if part in c.model_fields), None)
+        where = prefix + ".".join(parts[: i + 1])
+        if owner is None:
+            valid = sorted({name for c in classes for name in c.model_fields})
+            return f"{where}: {unknown_field_message(part, valid)}"
+        classes = model_classes(owner.model_fields[part].annotation)
+        if not classes and i < len(parts) - 1:
+            return f"{where}: is a value, not a section with fields"
+    return None
+
+
 def field_doc(path: str) -> FieldDoc | None:
     """The field at a dotted workload path (``hw.`` paths: the hardware file's, of either
     kind; ``stack.`` paths: the serving stack's), or None when the path names no documented
     field (a whole section, a list item)."""
-    classes: list[type[BaseModel]] = [WorkloadConfig]
-    if path.startswith(HW_PREFIX):
-        classes, path = [HardwareConfig, GpuHardwareConfig], path[len(HW_PREFIX) :]
-    elif path.startswith(STACK_PREFIX):
-        classes, path = [StackConfig], path[len(STACK_PREFIX) :]
+    classes, path = _classes(path)
     parts = path.split(".")
     info = None
     for i, part in enumerate(parts):

@@ -155,6 +155,17 @@ def _description(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) 
     return (info.description or "") if info is not None else ""
 
 
+def unknown_field_message(name: str, valid: list[str]) -> str:
+    """What an unknown field is told: ``unknown field 'hbm_bandwith'; did you mean
+    'hbm_bandwidth'? Valid fields here: ...`` (``valid``: the names at its place)."""
+    import difflib  # here: only an unknown field needs it
+
+    close = difflib.get_close_matches(name, valid, n=1) if valid else []
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
+    return f"unknown field {shown(name)}{hint}{listing}"
+
+
 def issues_from_validation(
     exc: ValidationError,
     model: type[BaseModel],
@@ -184,13 +195,7 @@ def issues_from_validation(
         dotted = ".".join(path)
         line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)
         if kind == "extra_forbidden":
-            valid = _field_names(model, loc, data)
-            import difflib  # here: only an unknown field needs it
-
-            close = difflib.get_close_matches(str(loc[-1]), valid, n=1) if valid else []
-            hint = f"; did you mean {close[0]!r}?" if close else "."
-            listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
-            message = f"unknown field {shown(str(loc[-1]))}{hint}{listing}"
+            message = unknown_field_message(str(loc[-1]), _field_names(model, loc, data))
         elif kind == "missing":
             described = _description(model, loc, data)
             message = "required field is missing" + (f" ({described})" if described else "")

@@ -137,6 +137,13 @@ def override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
     return next((path for path in overrides if field and path.startswith(field + ".")), None)
 
 
+def override_note(path: str, source: str = SET) -> str:
+    """What an error at a field an override set ends with: ``(from --set PATH)``, or, for a
+    file's mapping of them, ``(from pools.serve.set: PATH)``."""
+    between = " " if source == SET else ": "
+    return f"(from {source}{between}{path})"
+
+
 def overridden(
     exc: ConfigError,
     file: str,
@@ -153,14 +160,13 @@ def overridden(
     serving.batch_slots)``; a file's mapping of them, ``pools.serve.set``, reads ``(from
     pools.serve.set: serving.batch_slots)``, the key as written there; a key a
     :class:`SetSource` gives an origin reads ``(from the plan's search.tp)``."""
-    between = " " if source == SET else ": "
     origins = source.origins if isinstance(source, SetSource) else {}
     issues = []
     for issue in exc.issues:
         path = override_for(issue.field, overrides) if issue.file == file else None
         if path is not None:
             origin = origins.get(prefix + path)
-            note = f"(from {origin})" if origin else f"(from {source}{between}{prefix}{path})"
+            note = f"(from {origin})" if origin else override_note(prefix + path, source)
             issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
         issues.append(issue)
     return ConfigError(issues)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import override_note
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.holdout import Selector, split
 from rdu_sim.validate.measurement_file import read_all
@@ -28,6 +29,7 @@ from rdu_sim.validate.scope import (
     fixed_overrides,
     label_of,
     overrides_for,
+    quantity_text,
     resolve,
 )
 from rdu_sim.validate.targets import Target, Unit, figure_targets, row_targets
@@ -50,11 +52,7 @@ class Problem:
             raise ConfigError.single("--fit", "", "name at least one parameter to fit")
         for one in self.parameters:
             if not any(self._reaches(one, self.targets[i]) for i in self.train):
-                raise ConfigError.single(
-                    "--fit",
-                    one.parameter.text or one.name,
-                    "reaches no trained row or figure (all held out?)",
-                )
+                raise one.parameter.given.error("reaches no trained row or figure (all held out?)")
             if one.parameter.kind == "machine":
                 self._spans_stacks(one)
 
@@ -102,13 +100,11 @@ class Problem:
             if one.reaches(d)
         }
         if len(stacks) < 2:
-            raise ConfigError.single(
-                "--fit",
-                one.parameter.text or one.name,
+            raise one.parameter.given.error(
                 f"a hardware parameter is fitted on the rows of one serving stack only "
                 f"({', '.join(sorted(label_of(s) for s in stacks))}): a machine's value "
                 "must hold under every stack it runs, so fit it on at least two stacks' "
-                "measurements (or fit a stack's own parameter instead)",
+                "measurements (or fit a stack's own parameter instead)"
             )
 
     def unit_overrides(self, unit: int, values: Sequence[float]) -> list[list[str]]:
@@ -203,11 +199,12 @@ def check_bounds(problem: Problem) -> None:
                     problem.units[index].key(problem.unit_overrides(index, values))
                 except ConfigError as exc:
                     issue = exc.issues[-1]
-                    raise ConfigError.single(
-                        "--fit",
-                        one.parameter.text or one.name,
-                        f"at its {side} bound on {problem.units[index].name}: "
-                        f"{issue.field + ': ' if issue.field else ''}{issue.message}",
+                    # the value is the fit's bound, not a --set the user gave
+                    message = issue.message.replace(f" {override_note(one.parameter.path)}", "")
+                    shown = quantity_text(bound, one.parameter.unit)
+                    raise one.parameter.given.error(
+                        f"at its {side} bound ({shown}) on {problem.units[index].name}: "
+                        f"{issue.field + ': ' if issue.field else ''}{message}"
                     ) from None
 
 

@@ -20,7 +20,7 @@ shipped names. The shipped specs are in ``calibrations/``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import Field
@@ -30,6 +30,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.kinds import refuse_other_kind
 from rdu_sim.config.loader import LineMap, validate
 from rdu_sim.config.yaml_io import read_yaml
+from rdu_sim.validate.given import Given
 from rdu_sim.validate.holdout import Selector, selector_from
 from rdu_sim.validate.scope import FitParameter, parse_fit
 
@@ -91,6 +92,11 @@ class CalibrationSpec:
     file: CalibrationSpecFile
     parameters: tuple[FitParameter, ...]
     held_out: tuple[Selector, ...]
+    lines: LineMap = field(default_factory=dict, compare=False)  # each entry's line
+
+    def given(self, *path: str) -> Given:
+        """The entry at ``path`` (``fit``, ``0``), for its errors: this file, its line."""
+        return Given.spec(str(self.path), ".".join(path), _line(self.lines, *path))
 
     @property
     def base(self) -> Path:
@@ -105,11 +111,9 @@ class CalibrationSpec:
         for index, text in enumerate(self.file.measurements):
             found = shipped.locate_near(shipped.written_in(self.path, text), text, ("measurement",))
             if not found.is_file():
-                raise ConfigError.single(
-                    str(self.path),
-                    f"measurements.{index}",
+                raise self.given("measurements", str(index)).error(
                     f"{text!r}: no measurement file of that name or path (shipped: "
-                    f"{', '.join(shipped.names('measurement'))})",
+                    f"{', '.join(shipped.names('measurement'))})"
                 )
             paths.append(found)
         return paths
@@ -126,25 +130,15 @@ def read_spec(path: Path) -> CalibrationSpec:
     spec = validate(CalibrationSpecFile, data, str(path), lines)
     if not spec.measurements and spec.figures is None:
         raise ConfigError.single(str(path), "measurements", "name a measurement file or figures")
-    parameters = []
-    for index, text in enumerate(spec.fit):
-        try:
-            parameters.append(parse_fit(text, source=str(path)))
-        except ConfigError as exc:
-            issue = exc.issues[0]
-            raise ConfigError.single(
-                str(path), f"fit.{index}", issue.message, _line(lines, "fit", str(index))
-            ) from None
-    held = []
-    for index, entry in enumerate(spec.held_out):
-        try:
-            held.append(selector_from(entry, str(path)))
-        except ConfigError as exc:
-            issue = exc.issues[0]
-            raise ConfigError.single(
-                str(path),
-                f"held_out.{index}" + (f".{issue.field}" if issue.field else ""),
-                issue.message,
-                _line(lines, "held_out", str(index)),
-            ) from None
-    return CalibrationSpec(path, spec, tuple(parameters), tuple(held))
+    parameters = [
+        parse_fit(text, Given.spec(str(path), f"fit.{index}", _line(lines, "fit", str(index))))
+        for index, text in enumerate(spec.fit)
+    ]
+    held = [
+        selector_from(
+            entry,
+            Given.spec(str(path), f"held_out.{index}", _line(lines, "held_out", str(index))),
+        )
+        for index, entry in enumerate(spec.held_out)
+    ]
+    return CalibrationSpec(path, spec, tuple(parameters), tuple(held), lines)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.validate.given import Given
 from rdu_sim.validate.targets import GROUP_KEYS, Target
 
 MAX_SELECTORS = 100
@@ -26,6 +27,7 @@ class Selector:
     """A held-out group: every (key, value) pair must match."""
 
     pairs: tuple[tuple[str, str], ...]
+    given: Given = field(default=Given("--holdout", ""), compare=False)  # where, for errors
 
     def matches(self, target: Target) -> bool:
         """Whether ``target`` is in the group."""
@@ -35,12 +37,11 @@ class Selector:
         return ",".join(f"{key}={value}" for key, value in self.pairs)
 
 
-def _pairs(items: Sequence[tuple[str, Any]], where: str) -> Selector:
+def _pairs(items: Sequence[tuple[str, Any]], given: Given) -> Selector:
     pairs = []
     for key, value in items:
         if key not in GROUP_KEYS:
-            raise ConfigError.single(
-                where,
+            raise given.error_at(
                 str(key)[:40],
                 f"held-out groups are chosen by {', '.join(GROUP_KEYS)} (never by row or batch)",
             )
@@ -50,51 +51,54 @@ def _pairs(items: Sequence[tuple[str, Any]], where: str) -> Selector:
             else ""
         )
         if not _VALUE.fullmatch(text):
-            raise ConfigError.single(where, key, f"expected a name or number, got {value!r:.60}")
+            raise given.error_at(key, f"expected a name or number, got {value!r:.60}")
         pairs.append((key, text))
     if not pairs or len({k for k, _ in pairs}) != len(pairs):
-        raise ConfigError.single(where, "", "a group names each key once, and at least one")
-    return Selector(tuple(pairs))
+        raise given.error("a group names each key once, and at least one")
+    return Selector(tuple(pairs), given)
 
 
 def parse_selector(text: str, source: str = "--holdout") -> Selector:
     """``KEY=VALUE[,KEY=VALUE...]`` as a Selector (a ConfigError naming ``source``)."""
+    given = Given.option(source, text)
     items = []
     for part in text.split(","):
         key, sep, value = part.partition("=")
         if not sep:
-            raise ConfigError.single(
-                source,
-                text[:80],
+            raise given.error(
                 "expected KEY=VALUE[,KEY=VALUE] (e.g. model=llama-3.1-70b): held-out rows are "
-                "chosen by group, not by a share or a row",
+                "chosen by group, not by a share or a row"
             )
         items.append((key.strip(), value.strip()))
-    return _pairs(items, source)
+    return _pairs(items, given)
 
 
-def selector_from(data: Any, where: str) -> Selector:
+def selector_from(data: Any, given: Given) -> Selector:
     """A spec file's held-out entry (a mapping of key to value) as a Selector."""
     if not isinstance(data, Mapping):
-        raise ConfigError.single(
-            where, "", f"expected a mapping such as {{model: llama-3.1-70b}}, got {data!r:.60}"
-        )
-    return _pairs(list(data.items()), where)
+        raise given.error(f"expected a mapping such as {{model: llama-3.1-70b}}, got {data!r:.60}")
+    return _pairs(list(data.items()), given)
 
 
 def split(
     targets: Sequence[Target], selectors: Sequence[Selector], source: str = "--holdout"
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(trained, held-out) target indices; a ConfigError for a selector that matches no
-    target, or when nothing is left to fit."""
+    """(trained, held-out) target indices; a ConfigError naming the selector (where it was
+    given) that matches no target, with the values each of its keys has among the targets,
+    or naming ``source`` when nothing is left to fit."""
     if len(selectors) > MAX_SELECTORS:
         raise ConfigError.single(source, "", f"more than {MAX_SELECTORS} held-out groups")
     held: set[int] = set()
     for selector in selectors:
         found = {i for i, target in enumerate(targets) if selector.matches(target)}
         if not found:
-            raise ConfigError.single(
-                source, str(selector), "no measured row or figure is in this group"
+            known = "; ".join(
+                f"{key}: {', '.join(sorted({v for t in targets for v in t.values_of(key)}))}"
+                for key, _ in selector.pairs
+            )
+            raise selector.given.error(
+                f"no measured row or figure is in this group (the targets' {known})",
+                str(selector),
             )
         held |= found
     train = tuple(i for i in range(len(targets)) if i not in held)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from rdu_sim.config.units import (
     parse_flops,
     parse_seconds,
 )
+from rdu_sim.validate.given import Given
 
 if TYPE_CHECKING:
     from rdu_sim.scenario import Scenario
@@ -107,6 +108,7 @@ class FitParameter:
     high: float
     scope: str = ""
     text: str = ""  # as the user wrote it, for messages
+    given: Given = field(default=Given("--fit", ""), compare=False)  # where, for errors
 
     @property
     def kind(self) -> str:
@@ -140,36 +142,42 @@ def read_bound(text: str, unit: str, where: str) -> float:
     return value
 
 
-def parse_fit(text: str, source: str = "--fit") -> FitParameter:
-    """``[SCOPE:]PATH=LOW:HIGH`` as a FitParameter (a ConfigError naming ``source`` when it
-    is not one: see the module docstring)."""
+def parse_fit(text: str, given: Given | None = None) -> FitParameter:
+    """``[SCOPE:]PATH=LOW:HIGH`` as a FitParameter (a ConfigError naming where it was
+    ``given``, by default ``--fit``, when it is not one: see the module docstring). A path
+    naming no field is told first, whatever the bounds' form."""
+    given = given or Given.option("--fit", text)
     shape = "expected [SCOPE:]hw.FIELD=LOW:HIGH or [SCOPE:]stack.FIELD=LOW:HIGH, e.g. " + (
         "sn40l-8:hw.system.intra_node_link.bandwidth=8 GB/s:64 GB/s"
     )
     if len(text) > MAX_FIT_CHARS:
-        raise ConfigError.single(
-            source, text[:40] + "...", f"longer than {MAX_FIT_CHARS} characters"
-        )
+        raise given.error(f"longer than {MAX_FIT_CHARS} characters", text[:40] + "...")
     left, sep, bounds = text.partition("=")
     scope, colon, path = left.rpartition(":")
     path, scope = path.strip(), scope.strip()
     if not sep or not (path.startswith(HW) or path.startswith(STACK)) or bounds.count(":") != 1:
-        raise ConfigError.single(source, text.strip()[:80], shape)
+        raise given.error(shape)
     if colon and not scope:
-        raise ConfigError.single(source, text.strip()[:80], f"an empty scope before ':'; {shape}")
+        raise given.error(f"an empty scope before ':'; {shape}")
     if len(scope) > MAX_SCOPE_CHARS or any(c in scope for c in "\0\n\r"):
-        raise ConfigError.single(source, path, "the scope is not a file's name or path")
+        raise given.error("the scope is not a file's name or path", path)
     parts = path.split(".")[1:]
     if not parts or not all(_FIELD.fullmatch(part) for part in parts):
-        raise ConfigError.single(source, path[:80], f"not a field path; {shape}")
+        raise given.error(f"not a field path; {shape}", path[:80])
+    from rdu_sim.config.field_docs import unknown_field
+
+    problem = unknown_field(path)
+    if problem is not None:
+        raise given.error(problem)
     unit = unit_of(path)
     low_text, high_text = bounds.split(":")
-    low, high = read_bound(low_text, unit, path), read_bound(high_text, unit, path)
+    try:
+        low, high = read_bound(low_text, unit, path), read_bound(high_text, unit, path)
+    except ConfigError as exc:
+        raise given.error(exc.issues[0].message, path) from None
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ConfigError.single(
-            source, path, f"needs finite bounds LOW < HIGH, got {bounds.strip()}"
-        )
-    return FitParameter(path, low, high, scope, text.strip())
+        raise given.error(f"needs finite bounds LOW < HIGH, got {bounds.strip()}", path)
+    return FitParameter(path, low, high, scope, text.strip(), given)
 
 
 def reaches(kind: str, target: str, deployment: Deployment) -> bool:
@@ -239,47 +247,39 @@ def resolve(
     runs = list(dict.fromkeys(fitted))
     scoped: list[Scoped] = []
     for parameter in parameters:
-        where = parameter.text or parameter.path
+        given = parameter.given
         if parameter.scope:
             resolver = _resolve_stack if parameter.kind == "stack" else _resolve_machine
             try:
                 target = resolver(parameter.scope, base)
             except ConfigError as exc:
-                raise ConfigError.single("--fit", where, exc.issues[0].message) from None
+                raise given.error(exc.issues[0].message) from None
         else:
             own = sorted({r.stack if parameter.kind == "stack" else str(r.hardware) for r in runs})
             if len(own) != 1:
                 what = "serving stacks" if parameter.kind == "stack" else "machines"
                 labels = [label_of(o) for o in own]
                 named = ", ".join(o if labels.count(label_of(o)) > 1 else label_of(o) for o in own)
-                raise ConfigError.single(
-                    "--fit",
-                    where,
+                raise given.error(
                     f"the fitted rows run on {len(own)} {what} ({named}): name one as "
-                    f"SCOPE:{parameter.path}=...",
+                    f"SCOPE:{parameter.path}=..."
                 )
             target = own[0]
             if parameter.kind == "stack" and target == "none":
-                raise ConfigError.single(
-                    "--fit",
-                    where,
-                    "the fitted rows run the stack none (the hardware's "
-                    "ceiling): it has nothing to fit",
+                raise given.error(
+                    "the fitted rows run the stack none (the hardware's ceiling): it has "
+                    "nothing to fit"
                 )
         one = Scoped(parameter, target, label_of(target))
         if not any(one.reaches(run) for run in runs):
-            raise ConfigError.single(
-                "--fit", where, f"no fitted row runs on {one.label} (nor on a file extending it)"
-            )
+            raise given.error(f"no fitted row runs on {one.label} (nor on a file extending it)")
         for other in scoped:
             if other.parameter.path == parameter.path and any(
                 other.reaches(run) and one.reaches(run) for run in runs
             ):
-                raise ConfigError.single(
-                    "--fit",
-                    where,
+                raise given.error(
                     f"{parameter.path} is fitted twice on the same rows (also as "
-                    f"{other.parameter.text or other.name}): give it once per machine or stack",
+                    f"{other.parameter.text or other.name}): give it once per machine or stack"
                 )
         scoped.append(one)
     return scoped
