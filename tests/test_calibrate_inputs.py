@@ -424,3 +424,38 @@ def test_max_evaluations_out_of_range_is_one_error_line(measured: Path) -> None:
         _run(str(measured), "--fit", F, "--max-evaluations", "0"),
         "--max-evaluations: must be at least 1 (got 0)",
     )
+
+
+def test_a_stack_is_named_in_scopes_and_groups_as_calibrate_prints_it(
+    fake_runs: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack file mystack.yaml whose `name:` is labserve was printed as `mystack:...`,
+    but --fit took only `mystack.yaml:`: what calibrate prints as a scope is accepted back
+    by --fit and --holdout, its `name:` too, and a scope naming nothing lists the names."""
+    monkeypatch.chdir(tmp_path)  # a --fit scope written as a path is the current folder's
+    (tmp_path / "mystack.yaml").write_text("extends: sambastack-2025\nname: labserve\n")
+    rows = tmp_path / "m.csv"
+    rows.write_text(f"{H},stack\n{ROW},mystack.yaml\n{ROW.replace(',1,1,16,', ',1,2,16,')},\n")
+    out = tmp_path / "o"
+    first = _run(str(rows), "--fit", f"mystack.yaml:{F}", "-o", str(out), "--max-evaluations", "1")
+    assert first.exit_code == 0, first.output
+    scope = json.loads((out / "fit.json").read_text())["parameters"][0]["scope"]
+    assert f"fitted {scope}:stack.host.serial_per_step" in first.output
+    for name in (scope, "labserve"):
+        again = _run(str(rows), "--fit", f"{name}:{F}", "-o", str(out), "--max-evaluations", "1")
+        assert again.exit_code == 0, again.output
+    line = _one_error(_run(str(rows), "--fit", f"nope:{F}", "-o", str(out)), "no serving stack")
+    assert "mystack (or labserve)" in line and "sambastack-2025" in line
+    for name in (scope, "labserve"):
+        held = _run(
+            str(rows), "--fit", f"sambastack-2025:{F}", "--holdout", f"stack={name}",
+            "-o", str(out), "--max-evaluations", "1", "--json",
+        )  # fmt: skip
+        assert held.exit_code == 0, held.output
+        targets = json.loads((out / "fit.json").read_text())["targets"]
+        assert [t["held_out"] for t in targets] == [True, False]
+        assert targets[0]["groups"]["stack"] == scope  # reports keep printing one name
+    line = _one_error(
+        _run(str(rows), "--fit", f"sambastack-2025:{F}", "--holdout", "stack=nope"), "stack=nope"
+    )
+    assert "labserve" in line and "mystack" in line

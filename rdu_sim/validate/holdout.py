@@ -31,7 +31,7 @@ class Selector:
 
     def matches(self, target: Target) -> bool:
         """Whether ``target`` is in the group."""
-        return all(value in target.values_of(key) for key, value in self.pairs)
+        return all(target.answers(key, value) for key, value in self.pairs)
 
     def __str__(self) -> str:
         return ",".join(f"{key}={value}" for key, value in self.pairs)
@@ -93,7 +93,7 @@ def split(
         found = {i for i, target in enumerate(targets) if selector.matches(target)}
         if not found:
             known = "; ".join(
-                f"{key}: {', '.join(sorted({v for t in targets for v in t.values_of(key)}))}"
+                f"{key}: {', '.join(sorted({v for t in targets for v in t.names(key)}))}"
                 for key, _ in selector.pairs
             )
             raise selector.given.error(

@@ -5,10 +5,12 @@ one serving stack; the ``--fit`` syntax that names it.
 
 - ``PATH`` is a field as ``--set`` takes it: ``hw.FIELD`` (the hardware file's) or
   ``stack.FIELD`` (the serving stack's);
-- ``SCOPE`` names where it is one value: for ``hw.`` a machine, a hardware file (a shipped
-  name or a path) standing for itself and every file that extends it (``sn40l`` is shared by
-  ``sn40l-8`` and ``sn40l-16`` when they extend it); for ``stack.`` a serving stack (a
-  shipped name or a path). Without it, the one machine (or stack) every fitted row runs on;
+- ``SCOPE`` names where it is one value: for ``hw.`` a machine, a hardware file standing
+  for itself and every file that extends it (``sn40l`` is shared by ``sn40l-8`` and
+  ``sn40l-16`` when they extend it); for ``stack.`` a serving stack. Either by a name the
+  fitted rows' machine or stack answers to (``names_of``: the stem reports print, or the
+  ``name:`` its file states), else a path, else a shipped name. Without it, the one machine
+  (or stack) every fitted row runs on;
 - ``LOW:HIGH`` are the bounds, in the field's own unit (``0:2ms``, ``8 GB/s:64 GB/s``; a bare
   number is the internal unit: seconds, bytes/s).
 
@@ -83,6 +85,48 @@ def stack_of(scenario: Scenario) -> str:
 def label_of(target: str) -> str:
     """A machine or stack as reports name it: its file's stem, or ``none``."""
     return target if target == NONE else Path(target).stem
+
+
+def names_of(target: str) -> tuple[str, ...]:
+    """Every name a machine or stack file (resolved) answers to in a scope (``--fit
+    NAME:``) and a held-out group (``--holdout stack=NAME``): the label reports print (the
+    file's stem, ``label_of``), then the ``name:`` its file states when that differs (a
+    stack ``mystack.yaml`` whose ``name: labserve`` is how ``rdu-sim run`` calls it). The
+    one rule for what a machine or stack is called; a path to the file is taken too."""
+    label = label_of(target)
+    if target == NONE:
+        return (label,)
+    from rdu_sim.config.yaml_io import read_yaml
+
+    try:
+        data, _ = read_yaml(Path(target))
+    except (ConfigError, OSError):
+        return (label,)  # the loader names what is wrong with the file
+    named = data.get("name") if isinstance(data, dict) else None
+    if isinstance(named, str) and named.strip() and named.strip() != label:
+        return (label, named.strip())
+    return (label,)
+
+
+def _named(text: str, targets: Iterable[str]) -> str | None:
+    """The one of ``targets`` that ``text`` names (``names_of``), or None; a ConfigError
+    when it names two (two folders' ``hw.yaml``): then only a path tells them apart."""
+    found = sorted({t for t in targets if text in names_of(t)})
+    if len(found) > 1:
+        raise ConfigError.single(
+            "--fit", text, f"names {len(found)} files ({', '.join(found)}): give its path"
+        )
+    return found[0] if found else None
+
+
+def accepted_names(targets: Iterable[str]) -> str:
+    """The names ``targets`` answer to, for an error that found none: ``mystack (or
+    labserve), tensorrt-llm``."""
+    shown = []
+    for target in sorted(set(targets)):
+        label, *others = names_of(target)
+        shown.append(label + (f" (or {', '.join(others)})" if others else ""))
+    return ", ".join(shown)
 
 
 def deployment_of(scenario: Scenario) -> Deployment:
@@ -206,33 +250,41 @@ class Scoped:
         return f"{self.label}:{self.parameter.path}"
 
 
-def _resolve_machine(text: str, base: Path) -> str:
+def _resolve_machine(text: str, base: Path, known: Sequence[str]) -> str:
     from rdu_sim.config import shipped
 
+    named = _named(text, known)
+    if named is not None:
+        return named
     found = shipped.locate_near(shipped.written_in(base / "x", text), text, ("hardware",))
     if not found.is_file():
         raise ConfigError.single(
             "--fit",
             text,
-            "no hardware file of that name or path (a bare name is a shipped one: "
-            f"{', '.join(shipped.names('hardware'))})",
+            f"no machine of that name and no hardware file of that path (the fitted rows' "
+            f"machines: {accepted_names(known)}; shipped: {', '.join(shipped.names('hardware'))})",
         )
     return str(found.resolve())
 
 
-def _resolve_stack(text: str, base: Path) -> str:
+def _resolve_stack(text: str, base: Path, known: Sequence[str]) -> str:
     from rdu_sim.config import shipped
 
-    if text == "none":
+    if text == NONE:
         raise ConfigError.single(
             "--fit", text, "the stack none is the hardware's ceiling: it has nothing to fit"
         )
+    named = _named(text, [k for k in known if k != NONE])
+    if named is not None:
+        return named
     found = shipped.locate_near(shipped.written_in(base / "x", text), text, ("stack",))
     if not found.is_file():
         raise ConfigError.single(
             "--fit",
             text,
-            f"no serving stack of that name or path (shipped: {', '.join(shipped.names('stack'))})",
+            f"no serving stack of that name or path (the fitted rows' stacks: "
+            f"{accepted_names(k for k in known if k != NONE)}; shipped: "
+            f"{', '.join(shipped.names('stack'))})",
         )
     return str(found.resolve())
 
@@ -249,9 +301,12 @@ def resolve(
     for parameter in parameters:
         given = parameter.given
         if parameter.scope:
-            resolver = _resolve_stack if parameter.kind == "stack" else _resolve_machine
+            if parameter.kind == "stack":
+                resolver, known = _resolve_stack, sorted({r.stack for r in runs})
+            else:
+                resolver, known = _resolve_machine, sorted({str(f) for r in runs for f in r.chain})
             try:
-                target = resolver(parameter.scope, base)
+                target = resolver(parameter.scope, base, known)
             except ConfigError as exc:
                 raise given.error(exc.issues[0].message) from None
         else:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rdu_sim.validate.deployment import MeasuredPoint, simulate_run
-from rdu_sim.validate.scope import HW, Deployment, deployment_of, label_of, stack_of
+from rdu_sim.validate.scope import HW, Deployment, deployment_of, label_of, names_of, stack_of
 
 GROUP_KEYS = (
     "set",
@@ -67,6 +67,7 @@ class Target:
     groups: tuple[tuple[str, str], ...] = ()  # (key, value), a key may repeat
     label: str = ""  # what reports show
     measure_unit: str = ""  # s, tokens/s, x, fraction
+    aliases: tuple[tuple[str, str], ...] = ()  # other names of a group's value (names_of)
 
     @property
     def low(self) -> float:
@@ -76,6 +77,15 @@ class Target:
     def values_of(self, key: str) -> list[str]:
         """The target's values of one group key."""
         return [value for k, value in self.groups if k == key]
+
+    def answers(self, key: str, value: str) -> bool:
+        """Whether the target is in group ``key=value``: by the value reports show, or by
+        another name of it (a stack's ``name:``: ``scope.names_of``)."""
+        return value in self.values_of(key) or (key, value) in self.aliases
+
+    def names(self, key: str) -> list[str]:
+        """Every name the target's values of ``key`` answer to (for an error)."""
+        return [*self.values_of(key), *(v for k, v in self.aliases if k == key)]
 
     def residual(self, simulated: float) -> float:
         """The residual of ``simulated`` (module docstring)."""
@@ -207,6 +217,15 @@ def scaling_step(overrides: Sequence[str]) -> list[str]:
 Unit = RowUnit | FiguresUnit
 
 
+def _aliases(deployment: Deployment) -> tuple[tuple[str, str], ...]:
+    """The other names (``names_of``) of a run's machines, hardware file and stack."""
+    return (
+        *(("machine", name) for path in deployment.chain for name in names_of(str(path))[1:]),
+        *(("hardware", name) for name in names_of(str(deployment.hardware))[1:]),
+        *(("stack", name) for name in names_of(deployment.stack)[1:]),
+    )
+
+
 def _row_groups(point: MeasuredPoint, deployment: Deployment) -> tuple[tuple[str, str], ...]:
     return (
         ("set", Path(point.file).stem),
@@ -230,10 +249,13 @@ def row_targets(
     from rdu_sim.provenance import shown_file
 
     known: dict[tuple[str, str], Deployment] = {}  # rows on one deployment read its files once
+    aliases: dict[Deployment, tuple[tuple[str, str], ...]] = {}
     for point in points:
         scenario = point.scenario(overrides)
         where = (scenario.hardware_file, stack_of(scenario))
         deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
+        if deployment not in aliases:
+            aliases[deployment] = _aliases(deployment)
         units.append(RowUnit(point, (deployment,)))
         file, _, line = point.source.rpartition(":")
         targets.append(
@@ -247,6 +269,7 @@ def row_targets(
                 groups=_row_groups(point, deployment),
                 label=point.label or point.source,
                 measure_unit=point.unit,
+                aliases=aliases[deployment],
             )
         )
     return units, targets
