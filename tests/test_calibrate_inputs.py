@@ -459,3 +459,28 @@ def test_a_stack_is_named_in_scopes_and_groups_as_calibrate_prints_it(
         _run(str(rows), "--fit", f"sambastack-2025:{F}", "--holdout", "stack=nope"), "stack=nope"
     )
     assert "labserve" in line and "mystack" in line
+
+
+def test_a_cache_line_cut_short_is_dropped_with_a_note_and_the_rest_reused(
+    measured: Path, fake_runs: None, tmp_path: Path
+) -> None:
+    """A hard kill mid-write (or a crash leaving NUL bytes) tears the last line: it is
+    dropped with one warning line and every line before it is reused; a bad line with its
+    newline is an error naming it (remove that line, not the whole cache)."""
+    out = tmp_path / "o"
+    args = [str(measured), "--fit", F, "-o", str(out), "--max-evaluations", "1"]
+    assert _run(*args).exit_code == 0
+    cache = out / "evaluations.jsonl"
+    whole = cache.read_text()
+    count = len(whole.splitlines())
+    for tail in (whole.splitlines()[0][:30], '{"key": "ab\0\0\0'):
+        cache.write_text(whole + tail)
+        again = _run(*args)
+        assert again.exit_code == 0, again.output
+        notes = [line for line in again.output.splitlines() if line.startswith("warning:")]
+        assert len(notes) == 1 and f"{cache}:{count + 1}: the last line was cut short" in notes[0]
+        assert f"the {count} simulation(s) before it are reused" in notes[0]
+        assert "0 simulations" in again.output  # everything came from the cache
+        assert cache.read_text() == whole  # the torn bytes are cut off
+    cache.write_text(whole + '{"key": "ab\n')
+    _one_error(_run(*args), f"{cache}:{count + 1}: not a JSON line", "remove that line")

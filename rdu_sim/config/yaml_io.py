@@ -292,6 +292,19 @@ def read_text_file(path: Path, limit: int, kind: str) -> str:
 
     A leading byte-order mark, which some Windows editors write, is not part of the text.
     """
+    return _decoded(_read_bytes(path, limit, kind), str(path))
+
+
+def read_complete_lines(path: Path, limit: int, kind: str) -> tuple[str, bytes]:
+    """A file appended to one line at a time (``read_text_file``'s checks): the text of its
+    complete lines, and the bytes after its last line break, unread (a line a process
+    stopped while writing: cut short, or left as NUL bytes by a crash)."""
+    raw = _read_bytes(path, limit, kind)
+    end = raw.rfind(b"\n") + 1
+    return _decoded(raw[:end], str(path)), raw[end:]
+
+
+def _read_bytes(path: Path, limit: int, kind: str) -> bytes:
     file = str(path)
     problem = file_problem(path)
     if problem is not None:
@@ -305,6 +318,10 @@ def read_text_file(path: Path, limit: int, kind: str) -> str:
         raise ConfigError.single(
             file, "", f"file is larger than {limit} bytes; {kind} is a few kilobytes"
         )
+    return raw
+
+
+def _decoded(raw: bytes, file: str) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -7,9 +7,10 @@ its unit is simulated, so a fit stopped at any moment keeps every finished simul
 the same command run again replays them and goes on. The cache is input, so it is checked
 like input: a regular file, bounded, every complete line a JSON object of that shape with
 values a simulation could give (a row's finite and inside (0, 1e12]; a figure's finite or
-null for "not measured"), or one ConfigError naming the file and line. A last line cut short
-(no newline: the process stopped while writing it) is dropped, and cut off before the next
-append.
+null for "not measured"), or one ConfigError naming the file and line (remove that line, or
+the file). A last line cut short (no newline: the process stopped while writing it, or a
+crash left NUL bytes) is dropped with a one-line warning, the lines before it reused, and
+it is cut off before the next append: an interrupted run loses nothing it had finished.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
 from rdu_sim.config.errors import ConfigError, WriteError
-from rdu_sim.config.yaml_io import file_problem, read_text_file
+from rdu_sim.config.yaml_io import file_problem, read_complete_lines
 from rdu_sim.interrupts import deferred
 from rdu_sim.validate.targets import Evaluated
 
@@ -31,6 +33,10 @@ MAX_VALUE = 1e12
 beyond any run)."""
 _KEY = re.compile(r"[0-9a-f]{64}")
 KINDS = ("row", "figures")
+
+
+class CutLineWarning(UserWarning):
+    """A cache's last line cut short, dropped (the CLI prints it as one `warning:` line)."""
 
 
 class EvaluationCache:
@@ -48,7 +54,8 @@ class EvaluationCache:
         return ConfigError.single(
             f"{self.path}:{line}",
             "",
-            f"{message} (an evaluation cache: delete the file to simulate again)",
+            f"{message} (an evaluation cache: remove that line to reuse the others, or "
+            "delete the file to simulate everything again)",
         )
 
     def _read(self, path: Path) -> None:
@@ -57,12 +64,21 @@ class EvaluationCache:
                 return
         except (OSError, ValueError) as exc:
             raise ConfigError.single(str(path), "", f"cannot open: {exc}") from None
-        text = read_text_file(path, MAX_CACHE_BYTES, "an evaluation cache")
-        text = text[: text.rfind("\n") + 1]  # a last line without its newline was cut short
-        self._complete_bytes = len(text.encode("utf-8"))
-        for number, line in enumerate(text.splitlines(), start=1):
+        text, cut = read_complete_lines(path, MAX_CACHE_BYTES, "an evaluation cache")
+        lines = text.splitlines()
+        self._complete_bytes = path.stat().st_size - len(cut)
+        for number, line in enumerate(lines, start=1):
             if line.strip():
                 self._entry(line, number)
+        if cut:  # no newline at its end: the process stopped while writing it
+            warnings.warn(
+                CutLineWarning(
+                    f"{path}:{len(lines) + 1}: the last line was cut short (a run stopped "
+                    f"while writing it): dropped; the {len(self.entries)} simulation(s) "
+                    "before it are reused"
+                ),
+                stacklevel=2,
+            )
 
     def _entry(self, line: str, number: int) -> None:
         try:
