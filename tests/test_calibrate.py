@@ -169,7 +169,7 @@ def test_a_held_out_group_never_reaches_the_fit(tmp_path: Path) -> None:
     # the held-out rows are reported at the fitted values, and miss by their own truth
     assert {r.target.id for r in result.results if r.held_out} == held
     assert all(r.relative_error < -0.05 for r in result.results if r.held_out)
-    assert result.total(held_out=True) is not None
+    assert result.total("held out") is not None
 
 
 def test_workers_give_the_same_fit(tmp_path: Path) -> None:

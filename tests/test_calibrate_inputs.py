@@ -484,3 +484,78 @@ def test_a_cache_line_cut_short_is_dropped_with_a_note_and_the_rest_reused(
         assert cache.read_text() == whole  # the torn bytes are cut off
     cache.write_text(whole + '{"key": "ab\n')
     _one_error(_run(*args), f"{cache}:{count + 1}: not a JSON line", "remove that line")
+
+
+def _step_only_run(point: MeasuredPoint, overrides: Any = ()) -> Simulated:
+    """A stand-in moved by the per-step host time only (1 ms: +10%): a per-slot time moves
+    nothing, so the rows cannot fix it."""
+    step = next((float(o.split("=")[1]) for o in overrides if "serial_per_step=" in o), 0.0)
+    return Simulated(point.measured * (1.0 + 100.0 * step), 1)
+
+
+def test_an_undetermined_value_is_left_out_and_its_files_own_value_stays(
+    measured: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An undetermined value (the fit's middle of its bounds) replaced the stack's own in
+    the overlay: it is not written, not applied to the final simulations, and said so; a
+    value held at its bound (the targets push it there) is written."""
+    seen: list[list[str]] = []
+
+    def recorded(point: MeasuredPoint, overrides: Any = ()) -> Simulated:
+        seen.append(list(overrides))
+        return _step_only_run(point, overrides)
+
+    monkeypatch.setattr(targets, "simulate_run", recorded)
+    out = tmp_path / "o"
+    slot = "sambastack-2025:stack.host.serial_per_slot=0:60us"
+    step = "sambastack-2025:stack.host.serial_per_step=1ms:2ms"  # the rows want 0: held at 1 ms
+    done = _run(str(measured), "--fit", slot, "--fit", step, "-o", str(out))
+    assert done.exit_code == 0, done.output
+    fit = json.loads((out / "fit.json").read_text())
+    by_path = {p["path"]: p for p in fit["parameters"]}
+    left, held = by_path["stack.host.serial_per_slot"], by_path["stack.host.serial_per_step"]
+    assert (left["determined"], left["in_overlay"], left["value"]) == (False, False, None)
+    assert held["in_overlay"] and held["at_bound"] == "low" and held["text"] == "1 ms"
+    overlay = (out / "sambastack-2025-calibrated.yaml").read_text()
+    assert yaml.safe_load(overlay)["host"] == {"serial_per_step": "1 ms"}
+    assert "# Not written: sambastack-2025:stack.host.serial_per_slot undetermined" in overlay
+    assert "not written: sambastack-2025:stack.host.serial_per_slot undetermined" in done.output
+    assert "own value stands" in done.output
+    final = seen[-2:]  # the last simulations, of every row: the per-slot time not applied
+    assert all(not any("serial_per_slot" in o for o in run) for run in final), final
+
+
+def test_rows_no_parameter_reaches_are_told_apart_and_overlays_count_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows on a stack no fitted parameter reaches were labelled (fitted) and every overlay
+    said it was fitted on all targets; the evaluations count says what it counts, and the
+    sign of an error is stated under the table."""
+    monkeypatch.setattr(targets, "simulate_run", _step_only_run)
+    rows = tmp_path / "m.csv"
+    one, two = ROW, ROW.replace(",1,1,16,", ",1,2,16,")
+    rows.write_text(f"{H},stack\n{one},\n{two},\n{one},none\n")
+    out = tmp_path / "o"
+    fit = "sambastack-2025:stack.host.serial_per_step=0:2ms"
+    done = _run(str(rows), "--fit", fit, "-o", str(out), "--max-evaluations", "3")
+    assert done.exit_code == 0, done.output
+    table = [line for line in done.output.splitlines() if line.startswith(str(rows))]
+    assert [line.rsplit("(", 1)[1] for line in table] == [
+        "fitted)", "fitted)", "no fitted parameter reaches it)"
+    ]  # fmt: skip
+    assert "not reached: 1 target," in done.output
+    overlay = (out / "sambastack-2025-calibrated.yaml").read_text()
+    assert "# Fitted on 2 of the 2 targets its values reach" in overlay
+    assert "# fitted: 2 targets" in overlay
+    data = json.loads((out / "fit.json").read_text())
+    assert [t["reached"] for t in data["targets"]] == [True, True, False]
+    assert data["errors"]["not_reached"]["all"]["points"] == 1
+    counts = re.search(r"calibrate: (\d+) evaluations: (\d+) fit steps? \(at most 3 a group "
+                       r"of parameters\) and (\d+) for slopes", done.output)  # fmt: skip
+    assert counts, done.output
+    total, steps, slopes = map(int, counts.groups())
+    assert total == steps + slopes and steps <= 3 and data["fit_steps"] == steps
+    assert data["evaluations"] == total
+    sign = "error = simulated / measured - 1"
+    assert done.output.count(sign) == 1 and data["error_sign"].startswith(sign)
+    assert "+ is slower than measured for a time" in done.output

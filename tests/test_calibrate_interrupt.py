@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,7 +99,9 @@ def test_a_signal_stops_calibrate_and_keeps_its_cache(
     )
     assert done.returncode == 0, done.stderr
     summary = [line for line in done.stderr.splitlines() if line.startswith("calibrate: ")][-1]
-    simulated = int(summary.split(", ")[1].split(" ")[0])
+    found = re.search(r"; ([\d,]+) simulations? \(", summary)
+    assert found, summary
+    simulated = int(found.group(1).replace(",", ""))
     keys = [json.loads(line)["key"] for line in cache.read_text().splitlines()]
     assert simulated == len(keys) - kept  # what was kept was never simulated again
     assert len(set(keys)) == len(keys)

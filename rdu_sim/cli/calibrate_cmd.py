@@ -10,10 +10,13 @@ file extending it; a `stack.` field one value on a serving stack), `--holdout KE
 groups and `--figures`.
 
 The fit minimizes the trained rows' and figures' log-errors, each over its tolerance, and
-prints every target's error, the fitted and held-out errors per measurement set and per
-stack, and the fitted values with their units. It writes into `-o DIR` one overlay per
-machine (a hardware file that extends it) and per stack, and `fit.json`; pass an overlay back
-with `--overlay FILE` (here or in `validate --suite deployment`). Every simulation is kept in
+prints every target's error (simulated / measured - 1 of its metric: + is slower for a time,
+faster for tokens/s; a line above the table says so), labelled fitted, held out, or reached
+by no fitted parameter, the errors of each per measurement set and per stack, and the fitted
+values with their units (an undetermined one is not written: its file's value stays). It
+writes into `-o DIR` one overlay per machine (a hardware file that extends it) and per stack,
+and `fit.json`; pass an overlay back with `--overlay FILE` (here or in `validate --suite
+deployment`). Every simulation is kept in
 an evaluation cache (`--cache`, default DIR/evaluations.jsonl) the moment it ends: Ctrl-C or
 SIGTERM stops the fit with one line saying how many are kept, and the same command resumes.
 Nothing is written over an input. Deterministic: the same inputs give the same bytes.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,16 +113,19 @@ def _errors_line(group: ErrorSummary) -> str:
     return f"{group.group}: {targets}, median |error| {median}, worst {worst} {where}"
 
 
-def _summary_lines(result: FitResult) -> list[str]:
-    """Errors per measurement set and per stack, fitted and held out."""
+def _summary_lines(result: FitResult, reaching: Collection[int] | None = None) -> list[str]:
+    """Errors per measurement set and per stack, fitted, held out and reached by no fitted
+    parameter (of the targets a parameter of ``reaching`` reaches, when given)."""
+    from rdu_sim.validate.fit_result import ROLES
+
     lines = []
-    for held, role in ((False, "fitted"), (True, "held out")):
-        total = result.total(held)
+    for role in ROLES:
+        total = result.total(role, reaching)
         if total is None:
             continue
         lines.append(f"{role}: " + _errors_line(total).split(": ", 1)[1])
         for key in ("set", "stack"):
-            for group in result.errors(key, held):
+            for group in result.errors(key, role, reaching):
                 if group.group:
                     lines.append(f"  {role}, {key} {_errors_line(group)}")
     return lines
@@ -154,18 +160,36 @@ def _overlay_paths(problem: Problem, folder: Path) -> dict[tuple[str, str], Path
 
 
 def _overlay_files(
-    result: FitResult, paths: dict[tuple[str, str], Path], header: list[str]
+    result: FitResult, paths: dict[tuple[str, str], Path], recorded: str, sets: str
 ) -> dict[Path, str]:
-    """Each fitted machine's and stack's overlay file and its text."""
+    """Each fitted machine's and stack's overlay file and its text: its values the targets
+    determine (an undetermined one is left out: the file it extends keeps its own), below
+    the command, how many targets its values reach and their errors. A machine or stack
+    whose every value is undetermined gets no file."""
     from rdu_sim.validate.overlays import fitted_fields, overlay_mapping, overlay_text, reference
 
+    kept = [i for i in range(len(result.parameters)) if not result.is_left_out(i)]
     files: dict[Path, str] = {}
     for (kind, target), chosen in fitted_fields(
-        result.parameters, result.values, result.texts
+        [result.parameters[i] for i in kept],
+        [result.values[i] for i in kept],
+        [result.texts[i] for i in kept],
     ).items():
         path = paths[kind, target]
         base = reference(Path(target), path.parent, "hardware" if kind == "machine" else "stack")
         data = overlay_mapping(base, f"{Path(target).stem}-calibrated", chosen)
+        mine = [
+            i
+            for i in kept
+            if result.parameters[i].parameter.kind == kind and result.parameters[i].target == target
+        ]
+        trained, held = result.count("fitted", mine), result.count("held out", mine)
+        header = [
+            f"Calibrated by: {recorded}",
+            f"Fitted on {trained} of the {trained + held} targets its values reach ({sets})"
+            + (f"; {held} held out" if held else ""),
+            *(line.strip() for line in _summary_lines(result, mine) if not line.startswith("  ")),
+        ]
         files[path] = overlay_text(data, [*header, *_describe(result, kind, target)])
     return files
 
@@ -187,7 +211,7 @@ def _writable(folder: Path) -> None:
 
 def _describe(result: FitResult, kind: str, target: str) -> list[str]:
     return [
-        "Fitted: " + result.described(i)
+        ("Not written: " if result.is_left_out(i) else "Fitted: ") + result.described(i)
         for i, one in enumerate(result.parameters)
         if one.parameter.kind == kind and one.target == target
     ]
@@ -368,10 +392,10 @@ def _checked_evaluations(
     type=int,
     default=None,
     callback=_checked_evaluations,
-    help="Most steps of the fit of each group of parameters no target joins (scipy's "
-    "max_nfev; each step also simulates what the parameters reach once per parameter for "
-    f"its slope) [default: the spec's, else "
-    f"{DEFAULT_MAX_EVALUATIONS}].",
+    help="Most fit steps for each group of parameters no target joins (scipy's max_nfev). "
+    "Slopes are evaluated besides, one evaluation per parameter at each new point, so the "
+    "report's evaluations (numbered in the progress lines) count both: steps plus slopes "
+    f"[default: the spec's, else {DEFAULT_MAX_EVALUATIONS}].",
 )
 @click.option(
     "-o",
@@ -437,24 +461,22 @@ def command(
             "resumes from it)",
         ) from None
     recorded = asked.recorded()
-    trained, held = len(problem.train), len(problem.held_out)
     sets = ", ".join(
         sorted({p.stem for p in inputs.measurements} | ({"figures"} if inputs.figures else set()))
     )
-    header = [
-        f"Calibrated by: {recorded}",
-        f"Fitted on {trained} of {trained + held} targets ({sets})"
-        + (f"; held out: {'; '.join(str(s) for s in inputs.held_out)}" if held else ""),
-        *(line.strip() for line in _summary_lines(result) if not line.startswith("  ")),
-    ]
-    files = _overlay_files(result, ready.paths, header)
+    if inputs.held_out:
+        sets += f"; held out: {'; '.join(str(s) for s in inputs.held_out)}"
+    files = _overlay_files(result, ready.paths, recorded, sets)
     document = {**result.to_dict(), "command": recorded, "files": sorted(p.name for p in files)}
     files[ready.folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
     for path, text in files.items():
         _write_text(path, text)
     print(
-        f"calibrate: {result.evaluations} evaluations, {result.simulated} simulations "
-        f"({result.cached} from the cache) in {result.seconds:.1f} s",
+        f"calibrate: {human.count(result.evaluations, 'evaluation')}: "
+        f"{human.count(result.steps, 'fit step')} (at most {ready.max_evaluations} a group "
+        f"of parameters) and {result.evaluations - result.steps} for slopes; "
+        f"{human.count(result.simulated, 'simulation')} ({result.cached} from the cache) "
+        f"in {result.seconds:.1f} s",
         file=sys.stderr,
     )
     if as_json:
@@ -473,9 +495,12 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
     def shown(value: float, unit: str) -> str:
         return human.duration(value, 4) if unit == "s" else human.in_unit(value, unit, 4)
 
+    from rdu_sim.validate.fit_result import ERROR_SIGN
+
+    click.echo(ERROR_SIGN)
     for r in result.results:
         t = r.target
-        role = "held out" if r.held_out else "fitted"
+        role = {"not reached": "no fitted parameter reaches it"}.get(r.role, r.role)
         name = t.id if t.id.endswith(t.label) else f"{t.id}: {t.label}"
         click.echo(
             f"{name}: measured {shown(t.measured, t.measure_unit)}, "
@@ -485,7 +510,7 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
     for line in _summary_lines(result):
         click.echo(line)
     for i in range(len(result.parameters)):
-        click.echo("fitted " + result.described(i))
+        click.echo(("not written: " if result.is_left_out(i) else "fitted ") + result.described(i))
     for line in result.trade_off_lines():
         click.echo(line)
     for path in files:

@@ -18,7 +18,10 @@ with ``workers`` > 1, in a pool of processes: the same results either way.
 The objective records every target it read (``Calibration.seen``): a held-out target never
 reaches the fit, and a test checks it. Fitted values are rounded to 4 significant digits in
 their unit (``quantity_text``), and every target is simulated once more at exactly those
-values: what the overlay files say is what was evaluated. How well the targets determine
+values: what the overlay files say is what was evaluated. A value the targets do not fix
+(undetermined: ``identification``) is the fit's arbitrary point, not a finding: it is left
+out of that last simulation and of the overlay, so its file's own value stands (a value
+held at a bound is kept: the targets push it there). How well the targets determine
 each value, and which values trade off, is read from the Jacobian at the solution
 (``rdu_sim.validate.identification``).
 """
@@ -118,6 +121,7 @@ class Calibration:
         n = len(self.problem.parameters)
         units = np.full(n, 0.5)
         rows: list[np.ndarray] = []  # the Jacobian's rows, group by group (zero elsewhere)
+        steps = 0
         try:
             for group, targets in self.problem.blocks():
                 columns = list(group)
@@ -141,6 +145,7 @@ class Calibration:
                     max_nfev=max_evaluations,
                 )
                 units[columns] = solution.x
+                steps += int(solution.nfev)  # its slopes' evaluations are counted apart
                 block = np.zeros((len(targets), n))
                 block[:, columns] = solution.jac
                 rows.append(block)
@@ -155,8 +160,12 @@ class Calibration:
                 fitted,
                 [at_bound(p, v) is not None for p, v in zip(fitted, values, strict=True)],
             )
+            # an undetermined value is the fit's arbitrary point, not a finding: it is not
+            # applied (nor written), so every target is simulated with its file's own value
+            left_out = tuple(math.isinf(w) for w in identification.plus_minus)
+            applied = [None if out else v for v, out in zip(values, left_out, strict=True)]
             every = range(len(self.problem.units))
-            found = self.evaluator.evaluate(values, every)
+            found = self.evaluator.evaluate(applied, every)
         finally:
             self.evaluator.close()
         held = set(self.problem.held_out)
@@ -166,6 +175,7 @@ class Calibration:
                 found[t.unit].values[t.index],
                 (found[t.unit].batch_slots or (0,) * (t.index + 1))[t.index],
                 i in held,
+                self.problem.reaching(i),
             )
             for i, t in enumerate(self.problem.targets)
         )
@@ -179,4 +189,6 @@ class Calibration:
             self.evaluator.cached,
             time.perf_counter() - began,
             identification,
+            steps,
+            left_out,
         )

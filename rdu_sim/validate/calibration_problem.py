@@ -90,6 +90,12 @@ class Problem:
     def _reaches(self, one: Scoped, target: Target) -> bool:
         return any(one.reaches(d) for d in self.units[target.unit].deployments)
 
+    def reaching(self, target: int) -> tuple[int, ...]:
+        """The parameters (indices) whose value reaches target ``target``'s runs."""
+        return tuple(
+            k for k, one in enumerate(self.parameters) if self._reaches(one, self.targets[target])
+        )
+
     def _spans_stacks(self, one: Scoped) -> None:
         """A machine's parameter is one value under every stack it runs: fitted on one
         stack's measurements alone it would be that stack's, so it is refused."""
@@ -107,8 +113,9 @@ class Problem:
                 "measurements (or fit a stack's own parameter instead)"
             )
 
-    def unit_overrides(self, unit: int, values: Sequence[float]) -> list[list[str]]:
-        """The overrides of each of ``unit``'s deployments at parameter ``values``."""
+    def unit_overrides(self, unit: int, values: Sequence[float | None]) -> list[list[str]]:
+        """The overrides of each of ``unit``'s deployments at parameter ``values`` (None: the
+        parameter is not applied, its file's own value stays)."""
         owner = self.units[unit]
         return [
             [

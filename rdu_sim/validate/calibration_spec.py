@@ -78,7 +78,12 @@ class CalibrationSpecFile(StrictModel):
         max_length=MAX_ITEMS,
         description="held-out groups, each a mapping such as {model: llama-3.1-70b}",
     )
-    max_evaluations: int = Field(default=40, ge=1, le=10_000, description="most fit steps")
+    max_evaluations: int = Field(
+        default=40,
+        ge=1,
+        le=10_000,
+        description="most fit steps per group of parameters (slopes are evaluated besides)",
+    )
     overrides: list[str] = Field(
         default_factory=list, max_length=MAX_ITEMS, description="--set on every run"
     )

@@ -76,8 +76,10 @@ class Evaluator:
     cached: int = 0
     _pool: Any = field(default=None, repr=False)
 
-    def evaluate(self, values: Sequence[float], units: Sequence[int]) -> dict[int, Evaluated]:
-        """Each of ``units``' results at ``values``."""
+    def evaluate(
+        self, values: Sequence[float | None], units: Sequence[int]
+    ) -> dict[int, Evaluated]:
+        """Each of ``units``' results at ``values`` (None: that parameter not applied)."""
         found: dict[int, Evaluated] = {}
         todo: list[tuple[int, str, list[list[str]]]] = []
         for index in units:

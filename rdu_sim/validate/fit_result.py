@@ -5,6 +5,7 @@ JSON that ``fit.json`` holds and ``rdu-sim plot deployment`` reads)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,16 @@ from rdu_sim.validate.deployment import ErrorSummary, summarize_errors
 from rdu_sim.validate.identification import Identification
 from rdu_sim.validate.scope import FitParameter, Scoped, quantity_text
 from rdu_sim.validate.targets import Target
+
+ROLES = ("fitted", "held out", "not reached")
+"""What a target was to the fit: trained on and reached by a fitted parameter, held out (and
+reached), or reached by no fitted parameter (held out or not: simulated as its files say)."""
+
+ERROR_SIGN = (
+    "error = simulated / measured - 1 of each row's metric: + is slower than measured for a "
+    "time (s), faster for a rate (tokens/s)"
+)
+"""What a target's signed error means, said under every table of them."""
 
 
 @dataclass(frozen=True)
@@ -22,11 +33,19 @@ class TargetResult:
     simulated: float
     batch_slots: int
     held_out: bool
+    reached_by: tuple[int, ...] = ()  # the fitted parameters (indices) whose value reaches it
 
     @property
     def relative_error(self) -> float:
-        """simulated / measured - 1."""
+        """simulated / measured - 1 of the target's metric (``ERROR_SIGN``)."""
         return self.target.relative_error(self.simulated)
+
+    @property
+    def role(self) -> str:
+        """One of ``ROLES``."""
+        if not self.reached_by:
+            return "not reached"
+        return "held out" if self.held_out else "fitted"
 
     @property
     def passed(self) -> bool:
@@ -60,6 +79,7 @@ class TargetResult:
             "pass": self.passed,
             "batch_slots": self.batch_slots,
             "held_out": self.held_out,
+            "reached": bool(self.reached_by),
             "groups": groups,
         }
 
@@ -77,6 +97,13 @@ class FitResult:
     cached: int
     seconds: float
     identification: Identification | None = None  # how well the targets fix each value
+    steps: int = 0  # the fit's steps (scipy's nfev), every group's: evaluations less slopes
+    left_out: tuple[bool, ...] = ()  # each value undetermined: not applied, not written
+
+    def is_left_out(self, index: int) -> bool:
+        """Whether parameter ``index`` was undetermined, so left out of the overlay and of
+        the final simulations (its file's own value stands)."""
+        return bool(self.left_out) and self.left_out[index]
 
     def plus_minus(self, index: int) -> float | None:
         """Parameter ``index``'s half-width (inf: undetermined; nan: held at a bound), None
@@ -86,6 +113,8 @@ class FitResult:
     def described(self, index: int) -> str:
         """Parameter ``index``'s fitted value for people (``describe``), with its ±."""
         one = self.parameters[index]
+        if self.is_left_out(index):
+            return left_out_text(one)
         return describe(one, self.values[index], self.texts[index], self.plus_minus(index))
 
     def trade_off_lines(self) -> list[str]:
@@ -99,25 +128,38 @@ class FitResult:
             for t in self.identification.trade_offs
         ]
 
-    def errors(self, key: str, held_out: bool) -> list[ErrorSummary]:
-        """Median and worst |error| of the fitted (or held-out) targets, one summary per
+    def _chosen(self, role: str, reaching: Collection[int] | None) -> list[TargetResult]:
+        """The targets of ``role`` (``ROLES``), of those a parameter of ``reaching`` reaches
+        when given."""
+        return [
+            r
+            for r in self.results
+            if r.role == role
+            and math.isfinite(r.relative_error)
+            and (reaching is None or any(k in reaching for k in r.reached_by))
+        ]
+
+    def errors(
+        self, key: str, role: str, reaching: Collection[int] | None = None
+    ) -> list[ErrorSummary]:
+        """Median and worst |error| of the targets of ``role`` (``ROLES``), one summary per
         value of group ``key`` (``set``, ``stack`` ...), in order of first appearance."""
         groups: dict[str, list[tuple[str, float]]] = {}
-        for result in self.results:
-            error = result.relative_error
-            if result.held_out == held_out and math.isfinite(error):
-                for value in result.target.values_of(key)[:1]:
-                    groups.setdefault(value, []).append((result.target.id, error))
+        for result in self._chosen(role, reaching):
+            for value in result.target.values_of(key)[:1]:
+                groups.setdefault(value, []).append((result.target.id, result.relative_error))
         return [summarize_errors(rows, name) for name, rows in groups.items()]
 
-    def total(self, held_out: bool) -> ErrorSummary | None:
-        """All fitted (or held-out) targets as one group."""
-        rows = [
-            (r.target.id, r.relative_error)
-            for r in self.results
-            if r.held_out == held_out and math.isfinite(r.relative_error)
-        ]
-        return summarize_errors(rows, "held out" if held_out else "fitted") if rows else None
+    def total(self, role: str, reaching: Collection[int] | None = None) -> ErrorSummary | None:
+        """All targets of ``role`` (of those ``reaching`` reaches) as one group."""
+        rows = [(r.target.id, r.relative_error) for r in self._chosen(role, reaching)]
+        return summarize_errors(rows, role) if rows else None
+
+    def count(self, role: str, reaching: Collection[int]) -> int:
+        """How many targets of ``role`` a parameter of ``reaching`` reaches."""
+        return sum(
+            1 for r in self.results if r.role == role and any(k in reaching for k in r.reached_by)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe and the same bytes for the same inputs (what the run cost, which a
@@ -125,11 +167,11 @@ class FitResult:
         unit and as written), every target, the errors per set and per stack, fitted and
         held out."""
         errors: dict[str, Any] = {}
-        for role, held in (("fitted", False), ("held_out", True)):
-            total = self.total(held)
-            errors[role] = {
+        for role in ROLES:
+            total = self.total(role)
+            errors[role.replace(" ", "_")] = {
                 "all": None if total is None else total.to_dict(),
-                **{key: [e.to_dict() for e in self.errors(key, held)] for key in ("set", "stack")},
+                **{key: [e.to_dict() for e in self.errors(key, role)] for key in ("set", "stack")},
             }
         return {
             "parameters": [
@@ -141,11 +183,12 @@ class FitResult:
                     "unit": one.parameter.unit,
                     "low": one.parameter.low,
                     "high": one.parameter.high,
-                    "value": value,
-                    "text": text,
-                    "at_bound": at_bound(one.parameter, value),
+                    "value": None if self.is_left_out(i) else value,
+                    "text": None if self.is_left_out(i) else text,
+                    "at_bound": None if self.is_left_out(i) else at_bound(one.parameter, value),
                     "plus_minus": _finite(self.plus_minus(i)),
                     "determined": _finite(self.plus_minus(i)) is not None,
+                    "in_overlay": not self.is_left_out(i),
                 }
                 for i, (one, value, text) in enumerate(
                     zip(self.parameters, self.values, self.texts, strict=True)
@@ -160,7 +203,9 @@ class FitResult:
             ],
             "targets": [r.to_dict() for r in self.results],
             "errors": errors,
+            "error_sign": ERROR_SIGN,
             "evaluations": self.evaluations,
+            "fit_steps": self.steps,
         }
 
 
@@ -204,3 +249,14 @@ def describe(one: Scoped, value: float, text: str, plus_minus: float | None = No
     else:
         spread = ", undetermined: the fitted targets do not fix it within its bounds"
     return f"{one.name} = {text}{spread} (bounds {bounds}{note})"
+
+
+def left_out_text(one: Scoped) -> str:
+    """An undetermined value for people: not written, so its file's own value stands."""
+    p = one.parameter
+    bounds = f"{quantity_text(p.low, p.unit)}..{quantity_text(p.high, p.unit)}"
+    return (
+        f"{one.name} undetermined: the fitted targets do not fix it within its bounds "
+        f"(bounds {bounds}), so it is left out of the overlay and {one.label}'s own value "
+        "stands (the targets are simulated with it)"
+    )

@@ -341,13 +341,14 @@ def resolve(
 
 
 def overrides_for(
-    scoped: Sequence[Scoped], values: Sequence[float], deployment: Deployment
+    scoped: Sequence[Scoped], values: Sequence[float | None], deployment: Deployment
 ) -> list[str]:
-    """The ``--set`` overrides that give a run on ``deployment`` the parameters reaching it."""
+    """The ``--set`` overrides that give a run on ``deployment`` the parameters reaching it
+    (a value of None is not applied: the run keeps its file's own value)."""
     return [
         f"{one.parameter.path}={value!r}"
         for one, value in zip(scoped, values, strict=True)
-        if one.reaches(deployment)
+        if value is not None and one.reaches(deployment)
     ]
 
 
