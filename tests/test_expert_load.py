@@ -4,8 +4,10 @@ back, the placements' rules, and the counts file's errors naming its file and li
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rdu_sim import api
@@ -136,3 +138,59 @@ def test_experts_errors_name_their_field(sets: dict[str, object], field: str, me
         api.load(DEEPSEEK, sets)
     (issue,) = caught.value.issues
     assert issue.field == field
+
+
+@pytest.mark.parametrize("tokens", [1, 4, 16, 64])
+@pytest.mark.parametrize("placed", ["uniform", "zipf-balanced"])
+def test_the_busiest_device_reads_the_most_experts_a_device_is_routed(
+    tokens: int, placed: str
+) -> None:
+    """Differential: the experts the busiest device reads (``ExpertLoad.distinct``) against
+    a seeded Monte Carlo of the same routing (each token's k experts drawn by the experts'
+    popularity, a copy taking an equal share of its expert's tokens): the mean over draws
+    of the LARGEST count of copies touched on any device, which the layer waits for. It was
+    the count on an average device (0.5 experts at one token, where the busiest reads 2)."""
+    config = (
+        ExpertsConfig()
+        if placed == "uniform"
+        else ExpertsConfig.model_validate(
+            {
+                "load": {"dist": "zipf", "exponent": 0.8, "seed": 3},
+                "redundant": 16,
+                "placement": "balanced",
+            }
+        )
+    )
+    experts, per_token, devices = 64, 4, 8
+    model = expert_load_model(config, experts, per_token, devices, 1, "routed")
+    shares = np.array(popularity(config, experts))
+    holders = [
+        [d for d, device in enumerate(model.devices) for x, _ in device if x == e]
+        for e in range(experts)
+    ]
+    most = max(len(h) for h in holders)
+    table = np.array([h + h[:1] * (most - len(h)) for h in holders])  # padded, never drawn
+    counts = np.array([len(h) for h in holders])
+    rng = np.random.default_rng(7)
+    draws = 1500
+    # each token's k experts by popularity without replacement (Efraimidis-Spirakis keys),
+    # each pick landing on one of its expert's copies at random
+    keys = rng.random((draws, tokens, experts)) ** (1 / shares)
+    chosen = np.argpartition(-keys, per_token - 1, axis=2)[:, :, :per_token]
+    pick = (rng.random(chosen.shape) * counts[chosen]).astype(int)
+    device = table[chosen, pick]
+    touched = np.zeros((draws, devices, experts), dtype=bool)
+    touched[np.arange(draws)[:, None, None], device, chosen] = True
+    largest = touched.sum(axis=2).max(axis=1)
+    sampled = float(np.mean(largest))
+    assert model.load(tokens).distinct == pytest.approx(sampled, rel=0.06, abs=0.1)
+    average = (
+        sum(
+            -math.expm1(tokens * math.log1p(-min(1.0, per_token * s)))
+            for device in model.devices
+            for _, s in device
+        )
+        / devices
+    )
+    if tokens <= 16:  # the busiest device reads clearly more than an average one
+        assert model.load(tokens).distinct > 1.2 * average

@@ -6,8 +6,8 @@ pairs (``popularity``), a placement of the experts and their redundant copies on
 devices (``place``: in order, or a load balancer's: copies to the experts with the most
 tokens per copy, then the heaviest copy first onto the least loaded device with a free slot,
 never two copies of an expert on one device while another has room), and for a step's tokens
-the busiest device's expected pairs and the experts among its own they touch
-(``ExpertLoadModel.load``). A copy takes an equal share of its expert's tokens. The balance
+the busiest device's expected pairs and the expected largest number of copies the tokens
+touch on one device, whose weights it reads (``ExpertLoadModel.load``). A copy takes an equal share of its expert's tokens. The balance
 (busiest over mean) is in the step's JSON (``expert_balance``).
 """
 
@@ -28,7 +28,7 @@ class ExpertLoad:
 
     pairs: float  # token-expert pairs on the busiest device
     mean_pairs: float  # on an average device
-    distinct: float  # its experts (copies) the pairs touch
+    distinct: float  # the most copies the pairs touch on one device (weights it reads)
 
     @property
     def imbalance(self) -> float:
@@ -137,17 +137,53 @@ class ExpertLoadModel:
         busiest = min(
             max(expected[hottest], spread, min(1.0, pairs)), tokens * min(self.per_token, held)
         )
-        return ExpertLoad(busiest, mean, self._touched(self.devices[hottest], tokens))
+        return ExpertLoad(busiest, mean, self._touched(tokens))
 
-    def _touched(self, device: Device, tokens: int) -> float:
-        """The device's copies the tokens touch (routed), or all it may (static)."""
+    def _touched(self, tokens: int) -> float:
+        """The copies the busiest device reads: all a static program may touch (its slots,
+        at most the tokens' pairs), or routed, the expected largest count of copies touched
+        over the devices (``busiest_touched``): the layer waits for the device reading the
+        most expert weights, not for an average one."""
         if self.loading == "static":
-            return float(min(len(device), tokens * self.per_token))
-        # each copy missed by a token with probability 1 - k x its share (``graph.moe``'s
-        # expected distinct experts, copy by copy)
-        return sum(
-            -math.expm1(tokens * math.log1p(-min(1.0, self.per_token * s))) for _, s in device
-        )
+            return float(min(max(len(d) for d in self.devices), tokens * self.per_token))
+        return busiest_touched(self.devices, self.per_token, tokens)
+
+
+def touched_distribution(device: Device, per_token: int, tokens: int) -> tuple[float, ...]:
+    """P(the tokens touch exactly c of ``device``'s copies), c = 0..len(device): each copy
+    missed by a token with probability 1 - k x its share (``graph.moe``'s expected distinct
+    experts, copy by copy), copies taken as independent (a Poisson-binomial count)."""
+    counts = [1.0]
+    for _, share in device:
+        hit = -math.expm1(tokens * math.log1p(-min(1.0, per_token * share)))
+        counts = [
+            (counts[c] if c < len(counts) else 0.0) * (1 - hit)
+            + (counts[c - 1] * hit if c >= 1 else 0.0)
+            for c in range(len(counts) + 1)
+        ]
+    return tuple(counts)
+
+
+def busiest_touched(devices: tuple[Device, ...], per_token: int, tokens: int) -> float:
+    """The expected largest number of copies ``tokens`` tokens touch on any one device:
+    sum over c of P(max > c), with P(max <= c) the product of the devices' own
+    probabilities (devices taken as independent). DeepSeek's group-limited routing, which
+    crowds one token's experts into few groups, is not in it: at a handful of tokens the
+    busiest device reads a little more than this (tests/test_expert_load.py)."""
+    if tokens <= 0:
+        return 0.0
+    at_most: dict[tuple[float, ...], list[float]] = {}
+    for device in devices:  # devices of equal shares share one distribution
+        shares = tuple(share for _, share in device)
+        if shares not in at_most:
+            probabilities = touched_distribution(device, per_token, tokens)
+            at_most[shares] = [sum(probabilities[: c + 1]) for c in range(len(probabilities))]
+    products = [1.0] * (max(len(d) for d in devices) + 1)
+    for device in devices:
+        cumulative = at_most[tuple(share for _, share in device)]
+        for c in range(len(products)):
+            products[c] *= cumulative[min(c, len(cumulative) - 1)]
+    return sum(1.0 - product for product in products[:-1])
 
 
 def expert_load_model(
