@@ -165,3 +165,14 @@ def test_a_gpu_whose_kv_cache_does_not_fit_says_per_gpu() -> None:
     assert "of HBM per GPU, more than its 80 GiB" in line and "per socket" not in line
     line = error_line(invoke("run", LLAMA, *args, "--set", "model=llama-3.1-405b"))
     assert "weights need 756 GiB per GPU (tp=1, bf16)" in line and "per socket" not in line
+
+
+def test_a_data_parallel_layout_that_does_not_fit_names_levers_it_can_pull() -> None:
+    """dp_attention 8 x ep 8 on 16 sockets: tp can grow only to 2 beside the 8 ranks (it
+    said 'up to the 16 sockets'), and the experts can spread over more ranks."""
+    ep = ROOT / "workloads" / "ep" / "deepseek-r1-sn40l-4racks-ep64.yaml"
+    sets = ("hardware=sn40l-16", "parallelism.dp_attention=8", "parallelism.ep=8")
+    line = error_line(invoke("step", ep, *(a for s in sets for a in ("--set", s))))
+    assert "raise parallelism.tp (now 1, up to 2 with dp_attention 8 on the 16 sockets)" in line
+    assert "raise parallelism.dp_attention with parallelism.ep (now 8 and 8" in line
+    assert "up to the 16 sockets)" in line.split("raise parallelism.dp_attention")[1]

@@ -54,6 +54,7 @@ from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.config.hardware_file import device_noun
+from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario
@@ -278,17 +279,44 @@ def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = Fal
         )
     if weights and DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
+    hints += _device_hints(scenario)
+    if ddr and not gpu:
+        hints.append("give each socket more DDR (hw.socket.ddr.capacity)")
+    return hints
+
+
+def _device_hints(scenario: Scenario) -> list[str]:
+    """Spreading the model over more devices, as far as this layout can on this hardware:
+    tp up to the devices the replica's other degrees leave (dp_attention x pp), the experts
+    over more attention ranks (ep = tp x dp_attention grows with dp_attention), else more
+    devices."""
+    parallelism = scenario.workload.parallelism
+    layout = parallelism.layout()
     devices = scenario.hardware.system.sockets
-    unit = "GPUs" if gpu else "sockets"
-    if w.parallelism.tp < devices:
-        hints.append(f"raise parallelism.tp (now {w.parallelism.tp}, up to the {devices} {unit})")
-    else:  # tp cannot grow past the hardware: more devices first
+    unit = "GPUs" if scenario.hardware.kind == "gpu" else "sockets"
+    others = layout["dp_attention"] * layout["pp"]
+    most_tp = devices // others
+    hints = []
+    if parallelism.tp < most_tp:
+        beside = [f"{name} {layout[name]}" for name in ("dp_attention", "pp") if layout[name] > 1]
+        with_others = f" with {' and '.join(beside)}" if beside else ""
+        hints.append(
+            f"raise parallelism.tp (now {parallelism.tp}, up to {most_tp}{with_others} on "
+            f"the {devices} {unit})"
+            if beside
+            else f"raise parallelism.tp (now {parallelism.tp}, up to the {devices} {unit})"
+        )
+    if layout["dp_attention"] > 1 and replica_devices(layout) < devices:
+        hints.append(
+            f"spread the experts over more ranks: raise parallelism.dp_attention with "
+            f"parallelism.ep (now {layout['dp_attention']} and {layout['ep']}; ep = tp x "
+            f"dp_attention, up to the {devices} {unit})"
+        )
+    if not hints:  # the layout fills the hardware: more devices first
         hints.append(
             f"raise parallelism.tp on more {unit} (hw.system.sockets, now {devices}, or a "
             f"hardware file with more)"
         )
-    if ddr and not gpu:
-        hints.append("give each socket more DDR (hw.socket.ddr.capacity)")
     return hints
 
 
