@@ -212,8 +212,9 @@ def command(
     snapstream: Path | None,
     full: Path | None,
 ) -> None:
-    """Run the calibration suite and compare with SambaNova's published SN40L figures, or
-    (--suite deployment) simulate measured deployments: the shipped ones, or the
+    """Run the calibration suite and compare with SambaNova's published SN40L figures.
+
+    With --suite deployment, simulate measured deployments instead: the shipped ones, or the
     MEASUREMENTS files given (CSV files of the measurement format, docs/calibration.md)."""
     if measurements and suite != "deployment":
         fail(

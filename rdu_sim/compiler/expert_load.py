@@ -1,5 +1,5 @@
-"""The load on whole experts per device: which device holds which expert (and its copies),
-and the busiest device's share of a MoE layer's token-expert pairs, which the layer waits for.
+"""The load on whole experts per device: which device holds which expert (and its copies), and
+the busiest device's share of a MoE layer's token-expert pairs, which the layer waits for.
 
 From the workload's ``experts`` section (``config.experts``): each expert's share of the
 pairs (``popularity``), a placement of the experts and their redundant copies on the ``ep``
@@ -7,8 +7,9 @@ devices (``place``: in order, or a load balancer's: copies to the experts with t
 tokens per copy, then the heaviest copy first onto the least loaded device with a free slot,
 never two copies of an expert on one device while another has room), and for a step's tokens
 the busiest device's expected pairs and the expected largest number of copies the tokens
-touch on one device, whose weights it reads (``ExpertLoadModel.load``). A copy takes an equal share of its expert's tokens. The balance
-(busiest over mean) is in the step's JSON (``expert_balance``).
+touch on one device, whose weights it reads (``ExpertLoadModel.load``). A copy takes an
+equal share of its expert's tokens. The balance (busiest over mean) is in the step's JSON
+(``expert_balance``).
 """
 
 from __future__ import annotations
