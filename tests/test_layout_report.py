@@ -89,6 +89,22 @@ def test_a_pipelined_step_shows_its_bubble_on_the_console() -> None:
     assert f"drains: {human.percent(data['pipeline']['bubble'])} of their time" in line
 
 
+def test_a_pipelined_step_says_its_hand_offs_on_the_console() -> None:
+    """The hand-off between the stages is inside the step's time: a line says its bytes,
+    link, time and sends a step (``pipeline.hand_offs``)."""
+    data = json.loads(invoke("step", LLAMA70, *PP2, "--json"))
+    (hand_off,) = data["pipeline"]["hand_offs"]
+    assert hand_off["link"] == "intra_node_link" and hand_off["sends"] == 2
+    lines = invoke("step", LLAMA70, *PP2).splitlines()
+    (line,) = [line for line in lines if line.startswith("hand-offs")]
+    assert (
+        f"stages 0->1: {human.size(hand_off['bytes'])} on the intra-node link "
+        f"(hw.system.intra_node_link), {human.duration(hand_off['estimate_s'])} a send on an "
+        "idle link"
+    ) in line
+    assert "2 sends a step" in line
+
+
 def test_a_batch_smaller_than_micro_batches_runs_one_a_sequence_and_says_so() -> None:
     sets = (*PP2, "--set", "parallelism.micro_batches=8", "--batch", "4")
     data = json.loads(invoke("step", LLAMA70, *sets, "--json"))

@@ -10,6 +10,8 @@ from rdu_sim import api
 from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.stages import pipeline_stages
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.hardware import SystemConfig
+from rdu_sim.engine.for_hardware import engine_for
 from rdu_sim.engine.pipeline import run_pipeline
 from rdu_sim.models.presets import get_model
 from rdu_sim.shapes import StepShape
@@ -39,6 +41,39 @@ def test_hand_offs_cross_the_link_between_stage_devices() -> None:
     run = run_pipeline([0.004] * 2, 4, nbytes, system, 8, 100_000)
     crossing = nbytes / link.bandwidth + link.latency
     assert run.end_s == pytest.approx(2 * 0.004 + crossing + 3 * 0.004, rel=1e-9)
+    # the hand-off is reported: its bytes, link, time alone and as simulated, sends a step
+    (hand_off,) = run.hand_offs
+    assert (hand_off.stage, hand_off.bytes, hand_off.link, hand_off.sends) == (
+        0,
+        nbytes,
+        "intra_node_link",
+        4,
+    )
+    assert hand_off.estimate_s == pytest.approx(crossing, rel=1e-12)
+    assert hand_off.simulated_mean_s == pytest.approx(crossing, rel=1e-9)  # stages outlast it
+    assert run_pipeline([0.004] * 2, 4, nbytes, None, 8, 100_000).hand_offs == ()
+
+
+def test_hand_offs_name_the_link_class_they_cross() -> None:
+    """Stages of 4 devices on 4-device nodes, two nodes a rack: the boundaries alternate
+    between the nodes of a rack and the racks."""
+    system = api.load(LLAMA70, PP2).hardware.system
+    racks = SystemConfig.model_validate(
+        {
+            **system.model_dump(),
+            "sockets": 16,
+            "sockets_per_node": 4,
+            "nodes_per_rack": 2,
+            "inter_rack_link": {"bandwidth": 10e9, "latency": 5e-6},
+        }
+    )
+    run = run_pipeline([0.004] * 4, 2, 1024.0, racks, 4, 100_000)
+    assert [h.link for h in run.hand_offs] == [
+        "inter_node_link",
+        "inter_rack_link",
+        "inter_node_link",
+    ]
+    assert run.hand_offs[1].estimate_s == pytest.approx(5e-6 + 1024 / 10e9, rel=1e-12)
 
 
 def test_stages_cut_the_layers_at_bodies() -> None:
@@ -75,6 +110,35 @@ def test_a_pipelined_step_is_its_stages_through_the_pipeline() -> None:
     )
     assert timing.device_s == pytest.approx(run.end_s, rel=1e-12)
     assert timing.to_dict()["pipeline"]["bubble"] == pytest.approx(run.bubble)
+    assert timing.to_dict()["pipeline"]["hand_offs"] == [h.to_dict() for h in run.hand_offs]
+
+
+def test_a_pipelined_step_reports_its_hand_offs_and_counts_them_in_p2p() -> None:
+    """One micro-batch: the step is the stages' times plus the hand-off's, which the
+    step's ``pipeline.hand_offs`` says; socket 0 sends it, so its bytes are in ``p2p``."""
+    scenario = api.load(LLAMA70, {**PP2, "parallelism.micro_batches": 1})
+    program = Compiler(scenario).program(StepShape("decode", 8, 1, 4096))
+    engine = engine_for(scenario)
+    timing = engine.simulate_step(program)
+    pipeline = timing.to_dict()["pipeline"]
+    (hand_off,) = pipeline["hand_offs"]
+    link = scenario.hardware.system.intra_node_link
+    nbytes = program.pipeline_transfer_bytes
+    assert nbytes > 0
+    assert hand_off == {
+        "stage": 0,
+        "bytes": nbytes,
+        "link": "intra_node_link",
+        "estimate_s": pytest.approx(link.latency + nbytes / link.bandwidth, rel=1e-12),
+        "simulated_mean_s": pytest.approx(link.latency + nbytes / link.bandwidth, rel=1e-9),
+        "sends": 1,
+    }
+    assert timing.device_s - sum(pipeline["stage_s"]) == pytest.approx(
+        hand_off["estimate_s"], rel=1e-6
+    )
+    stage = engine.simulate_step(program.pipeline[0]).bytes_by_tier["p2p"]
+    assert stage > 0  # the stage's own collectives
+    assert timing.bytes_by_tier["p2p"] == pytest.approx(stage + nbytes, rel=1e-12)
 
 
 def test_a_stage_holds_its_layers_kv_cache() -> None:

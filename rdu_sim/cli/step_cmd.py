@@ -18,8 +18,10 @@ tiles per call and ``sram_bytes``, the PMU SRAM it holds), sram_bytes (the peak)
 workload, model and hardware names, ``layout`` (the parallel degrees by their
 ``parallelism.*`` names: tp, dp_attention, ep, pp, micro_batches) and ``batch_of``
 (``attention_rank`` under data-parallel attention, where the step is one rank's and
-``batch`` that rank's; else ``replica``). A step over the event budget exits 2 naming
-``engine.tiles_per_stage`` and ``engine.max_events``.
+``batch`` that rank's; else ``replica``), and with pipeline stages ``pipeline`` (stages,
+micro_batches, stage_s, bubble, hand_offs: each boundary's send, ``engine.pipeline.HandOff``;
+the console says them on a ``pipeline`` and a ``hand-offs`` line). A step over the event
+budget exits 2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
 
 from __future__ import annotations
@@ -80,6 +82,36 @@ def _pipeline_line(data: dict[str, Any]) -> str:
     )
 
 
+def _hand_offs_line(pipeline: dict[str, Any]) -> str | None:
+    """Each stage boundary's hand-off (``pipeline.hand_offs``, ``engine.pipeline.HandOff``):
+    its bytes, link, one send's time and the sends a step; boundaries alike share a clause.
+    None when the hand-offs are free (nothing to send)."""
+    hand_offs: list[dict[str, Any]] = pipeline.get("hand_offs", [])
+    if not hand_offs:
+        return None
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for h in hand_offs:
+        words = h["link"].removesuffix("_link").replace("_", "-")
+        key = (
+            human.size(h["bytes"]),
+            f"the {words} link (hw.system.{h['link']})",
+            human.duration(h["estimate_s"]),
+            human.duration(h["simulated_mean_s"]),
+            human.count(h["sends"], "send"),
+        )
+        groups.setdefault(key, []).append(f"{h['stage']}->{h['stage'] + 1}")
+    clauses = [
+        f"stages {', '.join(boundaries)}: {size} on {link}, {alone} a send on an idle link "
+        f"({simulated} simulated), {sends} a step"
+        for (size, link, alone, simulated, sends), boundaries in groups.items()
+    ]
+    return (
+        f"hand-offs, a micro-batch's activations to the next stage's first device: "
+        f"{'; '.join(clauses)} (their time is inside the step and the bubble; socket 0's "
+        "sends are counted in p2p below)"
+    )
+
+
 def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -112,6 +144,9 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
     )
     if data.get("pipeline"):
         console.print(_pipeline_line(data))
+        hand_offs = _hand_offs_line(data["pipeline"])
+        if hand_offs is not None:
+            console.print(hand_offs)
     kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
     for col in (
         "kernel",

@@ -30,6 +30,16 @@ def topology_for(env: CountingEnvironment, tp: int, system: SystemConfig) -> Top
     )
 
 
+LINK_FIELDS: tuple[str, ...] = ("intra_node_link", "inter_node_link", "inter_rack_link")
+"""The hardware's ``system.*`` field of each ``Topology.link_class`` (0, 1, 2)."""
+
+
+def link_field(topo: Topology, i: int, j: int) -> str:
+    """The ``system.*`` field whose link joins devices ``i`` and ``j`` of ``topo`` (what a
+    report names a transfer's link by: ``hw.system.<field>`` sets it)."""
+    return LINK_FIELDS[topo.link_class(i, j)]
+
+
 def link_totals(topo: Topology) -> tuple[float, float]:
     """(bytes socket 0 sent, the busiest link direction's busy time) so far, after the
     symmetric collectives' sends computed ahead are flushed up to now."""

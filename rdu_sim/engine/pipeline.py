@@ -9,6 +9,13 @@ the replica's devices, queued on its link as every transfer is), and when stage 
 finished micro-batch ``i - 1``. The step ends when the last micro-batch leaves the last stage.
 With equal stages of ``t`` and free transfers that is ``(m + p - 1) t``: the pipeline's
 bubble, ``(p - 1) / (m + p - 1)`` of the stages' time idle (tests check it).
+
+Each stage boundary's hand-off is reported (``HandOff``, the step's ``pipeline.hand_offs``):
+its bytes, the link it crosses, one send's time on an idle link and the sends' simulated
+mean, and how many a step makes (one a micro-batch). Their time is inside the step and the
+bubble (a stage waiting for its activations is idle); their bytes are in the step's
+``bytes_by_tier.p2p``, which counts what socket 0 sends on its links (socket 0 is the first
+stage's first device, the sender of the first boundary's hand-offs).
 """
 
 from __future__ import annotations
@@ -21,19 +28,45 @@ from rdu_sim.compiler.program import Program
 from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
-from rdu_sim.engine.links import topology_for
+from rdu_sim.engine.links import link_field, topology_for
 from rdu_sim.engine.timing import StepTiming, host_transfer_s, step_host_time
 
 Gen = Generator[Any, Any, None]
 
 
 @dataclass(frozen=True)
+class HandOff:
+    """One stage boundary's hand-off: stage ``stage``'s first device sends each micro-batch's
+    activations to stage ``stage + 1``'s first device over the hardware's ``link``."""
+
+    stage: int  # the sending stage (0-based); the receiving one is stage + 1
+    bytes: float  # one send: one micro-batch's activations
+    link: str  # the system.* field of the link it crosses (engine.links.link_field)
+    estimate_s: float  # one send on an idle link: latency + bytes / bandwidth
+    simulated_mean_s: float  # the sends' mean, from the stage's end to the next one's arrival
+    sends: int  # sends a step: one per micro-batch
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (field names are the JSON keys)."""
+        return {
+            "stage": self.stage,
+            "bytes": self.bytes,
+            "link": self.link,
+            "estimate_s": self.estimate_s,
+            "simulated_mean_s": self.simulated_mean_s,
+            "sends": self.sends,
+        }
+
+
+@dataclass(frozen=True)
 class PipelineRun:
-    """When the last micro-batch left the last stage, and the stages' idle share."""
+    """When the last micro-batch left the last stage, the stages' idle share, and each
+    boundary's hand-off (none when they are free: no system, or nothing to send)."""
 
     end_s: float
     bubble: float  # 1 - the stages' busy time over (stages x end)
     events: int
+    hand_offs: tuple[HandOff, ...] = ()
 
 
 def run_pipeline(
@@ -55,6 +88,7 @@ def run_pipeline(
     left = [[env.event() for _ in range(micro_batches)] for _ in range(stages)]
     # micro-batch i's activations at stage s: once it left stage s - 1 and crossed over
     arrived = [[env.event() for _ in range(micro_batches)] for _ in range(stages)]
+    crossing = [0.0] * stages  # boundary s - 1 -> s: its sends' seconds, summed
 
     def hand_off(s: int, i: int) -> None:
         def send(_event: Event) -> None:
@@ -62,9 +96,13 @@ def run_pipeline(
                 arrived[s][i].succeed()
                 return
             source, target = (s - 1) * stage_devices, s * stage_devices
-            topo.send(source, target, transfer_bytes).add_callback(
-                lambda _e: _succeed(arrived[s][i])
-            )
+            sent = float(env.now)
+
+            def arrive(_e: Event) -> None:
+                crossing[s] += float(env.now) - sent
+                arrived[s][i].succeed()
+
+            topo.send(source, target, transfer_bytes).add_callback(arrive)
 
         left[s - 1][i].add_callback(send)
 
@@ -85,11 +123,22 @@ def run_pipeline(
     end = float(env.now)
     busy = micro_batches * sum(stage_s)
     bubble = 1 - busy / (stages * end) if end > 0 else 0.0
-    return PipelineRun(end, bubble, env.processed)
-
-
-def _succeed(event: Event) -> None:
-    event.succeed()
+    hand_offs: list[HandOff] = []
+    if topo is not None and transfer_bytes > 0:
+        for s in range(1, stages):
+            source, target = (s - 1) * stage_devices, s * stage_devices
+            link, _direction = topo.link(source, target)  # made by the sends above
+            hand_offs.append(
+                HandOff(
+                    stage=s - 1,
+                    bytes=transfer_bytes,
+                    link=link_field(topo, source, target),
+                    estimate_s=link.transfer_time(transfer_bytes),
+                    simulated_mean_s=crossing[s] / micro_batches,
+                    sends=micro_batches,
+                )
+            )
+    return PipelineRun(end, bubble, env.processed, tuple(hand_offs))
 
 
 def pipelined_timing(
@@ -101,8 +150,9 @@ def pipelined_timing(
 ) -> StepTiming:
     """A pipelined step's timing from its stages' (each one micro-batch, device time only):
     the step is the pipeline's end plus the stack's host time once; the totals are the first
-    stage's devices' over the step's micro-batches, each kernel named by its stage
-    (``s1/decoder``); ``pipeline`` says the stages' times and the bubble."""
+    stage's devices' over the step's micro-batches (``p2p`` with socket 0's hand-offs to the
+    second stage), each kernel named by its stage (``s1/decoder``); ``pipeline`` says the
+    stages' times, the bubble and each boundary's hand-off."""
     parts = program.pipeline_micro_batches
     run = run_pipeline(
         [timing.device_s for timing in stages],
@@ -119,6 +169,9 @@ def pipelined_timing(
     step = run.end_s + host
     first = stages[0]
     busy = {unit: value * parts for unit, value in first.busy_s.items()}
+    bytes_by_tier = {tier: value * parts for tier, value in first.bytes_by_tier.items()}
+    if run.hand_offs:  # socket 0 sends the first boundary's (module docstring)
+        bytes_by_tier["p2p"] += run.hand_offs[0].bytes * run.hand_offs[0].sends
     return replace(
         first,
         step_s=step,
@@ -128,7 +181,7 @@ def pipelined_timing(
         batch=program.shape.batch,
         flops=first.flops * parts,
         vector_flops=first.vector_flops * parts,
-        bytes_by_tier={tier: value * parts for tier, value in first.bytes_by_tier.items()},
+        bytes_by_tier=bytes_by_tier,
         busy_s=busy,
         utilization={unit: value / step for unit, value in busy.items()},
         hbm_bandwidth_fraction=first.hbm_bandwidth_fraction * parts * first.step_s / step,
@@ -146,5 +199,6 @@ def pipelined_timing(
             "micro_batches": parts,
             "stage_s": [t.device_s for t in stages],
             "bubble": run.bubble,
+            "hand_offs": [hand_off.to_dict() for hand_off in run.hand_offs],
         },
     )
