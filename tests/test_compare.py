@@ -479,3 +479,33 @@ def test_a_speculative_workload_says_its_draft_is_not_compared() -> None:
     ]
     plain = compare("llama3.1-8b-1socket", ["sn40l"], batch=8)
     assert not any("speculation" in line for line in plain.lines)
+
+
+def test_a_pipelined_variant_names_its_bubble_as_what_its_bound_leaves() -> None:
+    """A pipeline's bubble is the time its binding resource does not explain: its line and
+    the verdict name it (the same value ``rdu-sim step`` reports), where a variant without
+    a pipeline says nothing of one; with the binding resource under half of both steps, the
+    rest is said to hold the bubble rather than "a pipeline's fill"."""
+    from dataclasses import replace
+
+    from rdu_sim.compare.why import column_lines, verdict
+
+    tp8 = {"parallelism.tp": 8}
+    sn40l_16 = REPO / "hw_configs" / "sn40l-16.yaml"
+    result = compare(WORKLOAD, [sn40l_16], tp8, vary=["parallelism.pp=1,2"])
+    alone, pipelined = result.columns
+    timing = api.step(api.load(WORKLOAD, {**tp8, "hardware": "sn40l-16", "parallelism.pp": 2}))
+    timing = timing.detail
+    assert timing.pipeline is not None
+    assert alone.pipeline_bubble is None
+    assert pipelined.pipeline_bubble == timing.pipeline["bubble"]
+    words = f"the pipeline's bubble {human.percent(timing.pipeline['bubble'])} of its stages' time"
+    assert words in result.lines[1] and "bubble" not in result.lines[0]
+    assert f"({pipelined.label}: {words})" in result.verdicts[0]
+    # both under half their step: the rest is named, not guessed
+    assert alone.step_s is not None and pipelined.step_s is not None
+    slow = replace(alone, step_s=alone.step_s * 3)
+    unexplained = verdict(pipelined, slow)
+    assert f"does not explain ({pipelined.label}: {words}; latencies," in unexplained
+    assert "a pipeline's fill" in verdict(replace(pipelined, pipeline_bubble=None), slow)
+    assert column_lines([alone])[0] == result.lines[0]

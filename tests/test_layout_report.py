@@ -126,6 +126,27 @@ def test_a_run_names_its_pipeline_and_the_stage_its_memory_table_shows() -> None
     assert f"Memory per socket of pipeline stage {stage}, the fullest of 2 (16 sockets," in text
     plain = json.loads(invoke("run", LLAMA70, "--set", "serving.requests=4", "--json"))
     assert plain["memory_stage"] is None and plain["layout"]["pp"] == 1
+    # the decode step's line says the bubble its bound leaves, the value step reports
+    step = data["decode_step"]
+    timed = json.loads(
+        invoke(
+            "step",
+            LLAMA70,
+            *PP2,
+            "--batch",
+            str(step["batch"]),
+            "--context",
+            str(step["context"]),
+            "--json",
+        )
+    )
+    bubble = timed["pipeline"]["bubble"]
+    assert step["pipeline_bubble"] == pytest.approx(bubble, rel=1e-11)
+    assert (
+        f"{human.duration(step['step_s'])}; the pipeline's bubble {human.percent(bubble)} of "
+        "its stages' time)"
+    ) in text
+    assert "pipeline_bubble" not in plain["decode_step"]  # nothing without a pipeline
 
 
 def test_a_run_names_its_batching_policy_beside_its_kv_policy() -> None:

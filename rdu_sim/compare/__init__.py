@@ -363,4 +363,5 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         hbm_bytes=bound.hbm_bytes,
         flops=bound.flops,
         runtime_s=bound.runtime_s,
+        pipeline_bubble=bound.bubble,
     )

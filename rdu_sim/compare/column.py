@@ -62,6 +62,9 @@ class Column:
     hbm_bytes: float | None = None  # HBM bytes one device moves in the decode step
     flops: float | None = None  # matrix FLOPs of one device in the decode step
     runtime_s: float | None = None  # the serving runtime's host time in the step
+    # a pipelined decode step's bubble, its stages' idle share (``report.bound``); None
+    # without a pipeline
+    pipeline_bubble: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (field names are the JSON keys)."""

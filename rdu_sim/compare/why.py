@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
-from rdu_sim.report.bound import RESOURCES, others_alone
+from rdu_sim.report.bound import RESOURCES, bubble_words, others_alone
 
 UNEXPLAINED = 0.5
 """Below this share of its step, the binding resource's time does not explain the step: the
@@ -74,6 +74,35 @@ def _share(column: Column) -> float:
     return column.bound_s / column.step_s
 
 
+def _bubble(column: Column) -> str:
+    """``; the pipeline's bubble 33.8% of its stages' time`` for a pipelined variant (the
+    step's time its binding resource leaves to the bubble); nothing without a pipeline."""
+    if column.pipeline_bubble is None:
+        return ""
+    return f"; {bubble_words(column.pipeline_bubble)}"
+
+
+def _bubbles(a: Column, b: Column) -> list[str]:
+    """Each pipelined variant's bubble by name (``parallelism.pp=2: the pipeline's bubble
+    33.8% of its stages' time``): what most of the time its binding resource does not
+    explain is."""
+    return [
+        f"{c.label}: {bubble_words(c.pipeline_bubble)}"
+        for c in (a, b)
+        if c.pipeline_bubble is not None
+    ]
+
+
+def _rest(a: Column, b: Column) -> str:
+    """What the time the binding resource does not explain may hold: a pipelined variant's
+    bubble by name (:func:`_bubbles`), and latencies and resources waiting on each other."""
+    bubbles = _bubbles(a, b)
+    others = "latencies, resources waiting on each other"
+    return (
+        f"{'; '.join(bubbles)}; {others}" if bubbles else f"latencies, a pipeline's fill, {others}"
+    )
+
+
 def column_lines(columns: Sequence[Column]) -> list[str]:
     """One line per variant: what it sets, and what binds its decode step."""
     lines = []
@@ -91,7 +120,7 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f"{human.duration(column.step_s)} bound by "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
             f": {_demand(column)}; each resource alone: "
-            f"{others_alone(column.resource_s, column.bound or '')})"
+            f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"
         )
     return lines
 
@@ -114,8 +143,7 @@ def _step_why(a: Column, b: Column) -> str:
         return (
             f"{head}; both read as bound by {resource}, but it takes only "
             f"{human.percent(shares[0])} vs {human.percent(shares[1])} of their step time: the "
-            "rest is time the binding resource does not explain (latencies, a pipeline's fill, "
-            "resources waiting on each other)"
+            f"rest is time the binding resource does not explain ({_rest(a, b)})"
         )
     demands = {
         "hbm": (a.hbm_bytes, b.hbm_bytes, a.peak_hbm_bandwidth, b.peak_hbm_bandwidth, "traffic"),
@@ -140,10 +168,12 @@ def _step_why(a: Column, b: Column) -> str:
         "factor"
     )
     if abs(math.log(a.step_s / b.step_s / alone)) > math.log(1 + DIFFERENT_REST):
+        bubbles = _bubbles(a, b)
+        held = f" ({'; '.join(bubbles)})" if bubbles else ""
         why += (
             f"; the rest of each step ({human.percent(1 - shares[0])} vs "
-            f"{human.percent(1 - shares[1])}), which {resource} does not explain, brings "
-            f"the steps to {human.ratio(a.step_s / b.step_s)}"
+            f"{human.percent(1 - shares[1])}), which {resource} does not explain{held}, "
+            f"brings the steps to {human.ratio(a.step_s / b.step_s)}"
         )
     return why
 

@@ -13,6 +13,11 @@ matrix and vector work at the efficiencies the engine simulated, over all the un
 (each call's; what kernel looping and CUDA graphs save);
 ``host`` the serving stack's host time per step, serial and overlapped together (what the
 step would take on an infinitely fast device).
+
+A pipelined step's resource times are its first stage's devices' over every micro-batch; the
+rest of its step is mostly the pipeline's bubble (stages idle while it fills and drains,
+``engine.pipeline``), which ``StepBound.bubble`` carries for every report that names the
+bound (:func:`bubble_words`).
 """
 
 from __future__ import annotations
@@ -111,6 +116,9 @@ class StepBound:
     ddr_bytes: float
     flops: float
     runtime_s: float  # what the host added to the device's step (serial + exposed)
+    # a pipelined step's bubble (``StepTiming.pipeline``): its stages' idle share; None
+    # without a pipeline
+    bubble: float | None = None
 
     @property
     def limit_s(self) -> float:
@@ -156,4 +164,11 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         ddr_bytes=ddr_bytes,
         flops=timing.flops,
         runtime_s=timing.runtime_s,
+        bubble=None if timing.pipeline is None else float(timing.pipeline["bubble"]),
     )
+
+
+def bubble_words(bubble: float) -> str:
+    """A pipeline's bubble in words, for the reports that name a step's bound beside it
+    (``the pipeline's bubble 33.8% of its stages' time``)."""
+    return f"the pipeline's bubble {human.percent(bubble)} of its stages' time"

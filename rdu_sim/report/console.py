@@ -21,7 +21,7 @@ from rich.text import Text
 from rdu_sim import human
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
-from rdu_sim.report.bound import RESOURCES
+from rdu_sim.report.bound import RESOURCES, bubble_words
 from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
@@ -297,7 +297,11 @@ def _bound(result: RunSummary) -> str:
     if step is None:
         return "-"
     limit = step.times()[step.bound]
-    return f"{RESOURCES[step.bound]} ({human.duration(limit)} of {human.duration(step.step_s)})"
+    bubble = "" if step.pipeline_bubble is None else f"; {bubble_words(step.pipeline_bubble)}"
+    return (
+        f"{RESOURCES[step.bound]} ({human.duration(limit)} of "
+        f"{human.duration(step.step_s)}{bubble})"
+    )
 
 
 def serving_table(result: RunSummary) -> Table:

@@ -42,8 +42,9 @@ Definitions (docs/serving.md repeats them for users):
   ``host_s`` the serving stack's host time per step) and ``bound``,
   the largest (a model served from DDR shows ``ddr``, a tensor-parallel
   step whose collectives outlast its reads ``link``, a batch whose host work outweighs the
-  device ``host``), and ``runtime_s``, what the host added to the device's step; None
-  without a decode step.
+  device ``host``), and ``runtime_s``, what the host added to the device's step; with
+  pipeline stages ``pipeline_bubble``, the stages' idle share (``rdu-sim step``'s
+  ``pipeline.bubble``; left out without a pipeline); None without a decode step.
 - ``coe``: a Composition of Experts run's turns and switching (``serving.coe.CoEStats``):
   ``turns``, ``admitted_mid_turn`` (continuous batching within a turn), ``switch_policy``,
   ``model_switches``, ``switch_s`` (copy engine busy), ``switch_stall_s`` (the server
@@ -244,6 +245,9 @@ class DecodeStepBound:
     host_s: float = 0.0
     blocks_s: float = 0.0
     boundaries_s: float = 0.0
+    # a pipelined step's bubble (``report.bound.StepBound.bubble``); None, and left out of
+    # the JSON, without a pipeline
+    pipeline_bubble: float | None = None
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
@@ -276,6 +280,7 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         host_s=bound.host_s,
         blocks_s=bound.blocks_s,
         boundaries_s=bound.boundaries_s,
+        pipeline_bubble=bound.bubble,
     )
 
 
@@ -341,6 +346,9 @@ class RunSummary:
         exact (a configuration rounded to 12 digits would not reproduce the run)."""
         data: dict[str, Any] = rounded(asdict(replace(self, provenance={})))
         data["provenance"] = self.provenance
+        step = data["decode_step"]
+        if step is not None and step["pipeline_bubble"] is None:
+            del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
         return data
 
 
