@@ -1,6 +1,7 @@
 """Every report names the parallel layout that ran, in one rendering
 (``config.parallelism.describe_layout``): the step's console and JSON, the run's header and
-memory table, the cluster's pools and ``rdu-sim check``'s description."""
+memory table, ``inspect graph``'s title and JSON, the cluster's pools and ``rdu-sim
+check``'s description."""
 
 from __future__ import annotations
 
@@ -52,6 +53,25 @@ def test_the_step_names_its_layout_and_a_ranks_batch() -> None:
     data = json.loads(invoke("step", EP64, "--json"))
     assert data["layout"] == {"tp": 1, "dp_attention": 64, "ep": 64, "pp": 1, "micro_batches": 1}
     assert data["batch_of"] == "attention_rank" and data["batch"] == 64
+
+
+def test_inspect_graph_names_its_layout_as_step_does() -> None:
+    """``inspect graph``'s title names the layout (``describe_layout``) and a rank's batch
+    as the step does; its JSON has the degrees as ``layout``; under a pipeline, whose
+    kernels they are (the first stage's, one micro-batch)."""
+    lines = " ".join(invoke("inspect", "graph", EP64).split())  # the title wraps
+    assert "batch 64 per attention rank (64 ranks)," in lines
+    assert ", tp=1 dp_attention=64 ep=64, kv full (one socket)" in lines
+    data = json.loads(invoke("inspect", "graph", EP64, "--json"))
+    assert data["layout"] == {"tp": 1, "dp_attention": 64, "ep": 64, "pp": 1, "micro_batches": 1}
+    assert "pipeline" not in data
+    piped = " ".join(invoke("inspect", "graph", LLAMA70, *PP2).split())
+    assert (
+        "batch 32, 1 new token(s), cache 8,192, tp=8 pp=2 micro_batches=2, kv full (one socket "
+        "of pipeline stage 0 of 2, one micro-batch of 2)"
+    ) in piped
+    data = json.loads(invoke("inspect", "graph", LLAMA70, *PP2, "--json"))
+    assert data["pipeline"] == {"stages": 2, "micro_batches": 2}
 
 
 @pytest.mark.parametrize("command", ["run", "step"])

@@ -227,17 +227,37 @@ def _intensity(value: float | None) -> str:
     return human.MISSING if value is None else human.number(value)
 
 
+def _graph_title(result: Mapping[str, Any]) -> str:
+    """What the kernels table shows: the step's shape and the layout it runs on, in the
+    words every report uses (``describe_layout``; a rank's batch under data-parallel
+    attention), and whose kernels they are (one socket; of a pipeline's first stage, one
+    micro-batch)."""
+    from rdu_sim.config.parallelism import describe_layout
+    from rdu_sim.report.console import batch_words
+
+    shape, layout = result["shape"], result["layout"]
+    pipeline = result.get("pipeline")
+    whose = (
+        "one socket"
+        if pipeline is None
+        else f"one socket of pipeline stage 0 of {pipeline['stages']}, one micro-batch of "
+        f"{pipeline['micro_batches']}"
+    )
+    return (
+        f"{result['model']} {shape['phase']} step: {batch_words(shape['batch'], layout)}, "
+        f"{shape['tokens']} new token(s), cache {shape['cache_len']:,}, "
+        f"{describe_layout(layout)}, kv {result['kv_policy']} ({whose})"
+    )
+
+
 def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
     """The human view of an `inspect_graph` result: kernels, layers, per-tier placement."""
-    shape = result["shape"]
     kernels = Table(
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
         collapse_padding=True,
-        title=f"{result['model']} {shape['phase']} step: batch {shape['batch']}, "
-        f"{shape['tokens']} new token(s), cache {shape['cache_len']:,}, "
-        f"tp {result['tp']}, kv {result['kv_policy']} (one socket)",
+        title=_graph_title(result),
     )
     kernels.caption = (
         f"fusion {result['fusion']}; GFLOP and bytes (HBM, DDR, collective) per step; "

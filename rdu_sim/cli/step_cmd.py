@@ -49,15 +49,6 @@ if TYPE_CHECKING:
     from rdu_sim.report.summary import Utilization
 
 
-def _batch(data: dict[str, Any]) -> str:
-    """``batch 32``, or ``batch 64 per attention rank (64 ranks)`` when attention is data
-    parallel (the step is one rank's: ``batch_of``)."""
-    if data["batch_of"] == "replica":
-        return f"batch {data['batch']}"
-    ranks = data["layout"]["dp_attention"]
-    return f"batch {data['batch']} per attention rank ({human.count(ranks, 'rank')})"
-
-
 def _pipeline_line(data: dict[str, Any]) -> str:
     """The pipeline's stages, micro-batches and bubble: what the step's time holds beyond
     the resources of the bound line (a stage's devices idle while the pipeline fills and
@@ -117,7 +108,7 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
     from rich import box
     from rich.table import Table
 
-    from rdu_sim.report.console import served_by, utilization_line
+    from rdu_sim.report.console import batch_words, served_by, utilization_line
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
@@ -125,7 +116,8 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
 
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
-        f"{served_by(data['stack'])} ({machine}): {data['phase']} step, {_batch(data)}, "
+        f"{served_by(data['stack'])} ({machine}): {data['phase']} step, "
+        f"{batch_words(data['batch'], data['layout'])}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
     )
     console.print(

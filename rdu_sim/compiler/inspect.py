@@ -18,7 +18,11 @@ the shape `rdu-sim step` would run) and returns a dict with
   memory plan holds the query weights `whole` on every socket and how this step's
   sequence-split attention gets every head's queries (`gathered`, `replicated`, or `none`
   when the step has no such attention): `compiler.mla_queries`;
-- `graph`: the per-socket decoder-layer graph (nodes and edges) that `to_dot` draws.
+- `graph`: the per-socket decoder-layer graph (nodes and edges) that `to_dot` draws;
+- `layout`: the parallel degrees by their `parallelism.*` names
+  (`ParallelismConfig.layout`, what every report names the layout by), and with pipeline
+  stages `pipeline`: its `stages` and the step's `micro_batches`; the kernels and layers are
+  then the first stage's for one micro-batch, the placement the fullest stage's.
 """
 
 from __future__ import annotations
@@ -192,8 +196,20 @@ def inspect_graph(
             }
         }
     )
+    pipeline = (
+        {
+            "pipeline": {
+                "stages": len(program.pipeline),
+                "micro_batches": program.pipeline_micro_batches,
+            }
+        }
+        if program.pipeline
+        else {}
+    )
     return {
         **split,
+        **pipeline,
+        "layout": parallelism.layout(),
         "workload": scenario.workload.name,
         "model": scenario.model.name,
         "shape": {

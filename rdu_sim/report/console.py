@@ -98,6 +98,16 @@ def devices_and_layout(
     return f"{counted}, {describe_layout(layout)}"
 
 
+def batch_words(batch: int, layout: Mapping[str, int]) -> str:
+    """``batch 32``, or ``batch 64 per attention rank (64 ranks)`` when attention is data
+    parallel (a step is one rank's, its batch that rank's): how the step report and
+    ``inspect graph`` say a step's batch."""
+    if layout["dp_attention"] == 1:
+        return f"batch {batch}"
+    ranks = layout["dp_attention"]
+    return f"batch {batch} per attention rank ({human.count(ranks, 'rank')})"
+
+
 def machine(result: RunSummary) -> str:
     """``1 socket`` or ``16 sockets, tp=8 pp=2 micro_batches=2`` (``GPUs`` on a GPU system):
     :func:`devices_and_layout` of the run."""
