@@ -227,3 +227,53 @@ def test_config_json_errors_exit_2(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
     result = CliRunner().invoke(cli, ["inspect", "model", str(path)])
     assert f"{path}:2: model_type: 'bert' is not a model type" in result.stderr
+
+
+def test_the_architectures_dimensions_are_listed_from_its_fields() -> None:
+    """What a reader would otherwise compute from models/presets.py: each integer field the
+    architecture has, by its config name, in the JSON and as a table row described by the
+    field (a family's own fields only: MLA has no kv_heads, Llama no experts)."""
+    deepseek = _json("deepseek-r1")["architecture"]
+    assert isinstance(deepseek, dict)
+    assert {
+        "hidden_size": 7168,
+        "heads": 128,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "layers": 61,
+        "routed_experts": 256,
+        "shared_experts": 1,
+        "experts_per_token": 8,
+        "expert_groups": 8,
+        "groups_per_token": 4,
+        "ffn_intermediate": 18432,
+        "moe_intermediate": 2048,
+        "vocab_size": 129280,
+    }.items() <= deepseek.items()
+    assert "kv_heads" not in deepseek
+    llama = _json("llama-3.1-70b")["architecture"]
+    assert isinstance(llama, dict)
+    assert (llama["hidden_size"], llama["heads"], llama["kv_heads"], llama["head_dim"]) == (
+        8192,
+        64,
+        8,
+        128,
+    )
+    assert "routed_experts" not in llama and "sliding_window" not in llama  # unset: left out
+    table = CliRunner().invoke(cli, ["inspect", "model", "llama-3.1-70b"], terminal_width=200)
+    assert "│ kv_heads" in table.stdout and "key/value heads per layer" in table.stdout
+    assert "28,672" in table.stdout  # ffn_intermediate
+
+
+def test_an_alias_says_whose_architecture_it_is() -> None:
+    """deepseek-v3 is registered for the deepseek-r1 architecture: said, not renamed."""
+    table = CliRunner().invoke(cli, ["inspect", "model", "deepseek-v3"], terminal_width=200)
+    assert table.stdout.split("\n")[0].strip() == (
+        "deepseek-v3: the deepseek-r1 architecture (deepseek)"
+    )
+    data = _json("deepseek-v3")
+    assert (data["name"], data["preset"]) == ("deepseek-r1", "deepseek-v3")
+    assert "preset" not in _json("deepseek-r1")
+    plain = CliRunner().invoke(cli, ["inspect", "model", "deepseek-r1"], terminal_width=200)
+    assert plain.stdout.split("\n")[0].strip() == "deepseek-r1 (deepseek)"

@@ -1,9 +1,13 @@
 """`rdu-sim inspect model|graph`: look at a model's derived figures or a compiled graph.
 
 `inspect model NAME` prints the hand-countable figures of rdu_sim.models (params, KV bytes per
-token, weight bytes, decode FLOPs per token) that every later stage must agree with; NAME may
-also be a Hugging Face config.json (read locally, `rdu_sim.models.read_config_json`) or a
-workload file, whose model (preset, config.json or custom) and dtypes are used.
+token, weight bytes, decode FLOPs per token) that every later stage must agree with, and the
+architecture's dimensions they come from (hidden size, heads, KV heads, head dims, layers,
+experts, FFN widths, vocabulary: each integer field the architecture has, described by its
+field; JSON `architecture`); NAME may also be a Hugging Face config.json (read locally,
+`rdu_sim.models.read_config_json`) or a workload file, whose model (preset, config.json or
+custom) and dtypes are used. A preset name registered for an architecture named otherwise is
+said so (`deepseek-v3: the deepseek-r1 architecture`; JSON `preset`).
 `inspect graph WORKLOAD` shows what the compiler makes of one static step: the step `rdu-sim
 step` would time with the same `--phase/--batch/--tokens/--context` (`rdu_sim.api.inspect_graph`,
 and rdu_sim.compiler's `to_dot` for `--dot`).
@@ -97,11 +101,12 @@ def figures_for(
     weight_dtype: str | None = None,
     context: int = 0,
     expert_dtype: str | None = None,
-) -> ModelFigures:
-    """The figures `inspect model` prints, for a preset, a config.json or a workload file."""
+) -> tuple[ModelFigures, Architecture]:
+    """The figures `inspect model` prints, for a preset, a config.json or a workload file,
+    and the architecture they are of."""
     arch, kv, weights, experts = resolve_model(name, kv_dtype, weight_dtype, expert_dtype)
     moe = any(k.ffn == "moe" for k in layer_kinds(arch))
-    return model_figures(
+    figures = model_figures(
         arch,
         kv_dtype=kv,
         kv_dtype_bytes=DTYPE_BYTES[kv],
@@ -111,10 +116,70 @@ def figures_for(
         expert_dtype=experts if moe else None,
         expert_dtype_bytes=DTYPE_BYTES[experts],
     )
+    return figures, arch
 
 
-def _figures_table(figures: ModelFigures) -> Table:
-    table = Table(title=f"{figures.name} ({figures.family})", show_header=False)
+_READING_ORDER = (
+    "vocab_size",
+    "hidden_size",
+    "layers",
+    "dense_layers",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "sliding_window",
+    "ffn_intermediate",
+    "moe_intermediate",
+    "routed_experts",
+    "shared_experts",
+    "experts_per_token",
+    "expert_groups",
+    "groups_per_token",
+    "max_context",
+)
+"""The order `inspect model` lists an architecture's dimensions in (a field not named here
+follows, in the architecture's own order)."""
+
+
+def architecture_dimensions(arch: Architecture) -> dict[str, int]:
+    """The architecture's own sizes and counts (every integer field it has and sets: hidden
+    size, heads, KV heads, head dims, layers, experts, FFN widths, vocabulary, ...), by
+    their config field names, so that no one derives them from ``models/presets.py`` by
+    hand; a family's fields only (no ``kv_heads`` for MLA), an unset one left out."""
+    fields = type(arch).model_fields
+    names = [n for n in _READING_ORDER if n in fields]
+    names += [n for n in fields if n not in names]
+    values = {name: getattr(arch, name) for name in names}
+    return {
+        name: value
+        for name, value in values.items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
+
+
+def preset_alias(name: str, arch: Architecture) -> str | None:
+    """``name`` when it is a preset registered for an architecture named otherwise (the
+    ``deepseek-v3`` preset is the ``deepseek-r1`` architecture): what the report says
+    instead of silently showing the other name; None otherwise (a file, or the name
+    itself)."""
+    if _model_source(name) is not None or name.lower() == arch.name.lower():
+        return None
+    return name
+
+
+def _figures_table(figures: ModelFigures, arch: Architecture, alias: str | None = None) -> Table:
+    """The figures, with the architecture's dimensions each described by its config field,
+    as a table; titled ``deepseek-v3: the deepseek-r1 architecture (deepseek)`` for an
+    alias (``preset_alias``)."""
+    title = f"{figures.name} ({figures.family})"
+    if alias is not None:
+        title = f"{alias}: the {figures.name} architecture ({figures.family})"
+    table = Table(title=title, show_header=False)
     table.add_column("figure", style="bold")
     table.add_column("value", justify="right")
     table.add_column("", style="dim")
@@ -124,6 +189,11 @@ def _figures_table(figures: ModelFigures) -> Table:
     if figures.sliding_window_layers:
         kinds.append(f"{figures.sliding_window_layers} sliding-window")
     table.add_row("layers", str(figures.layers), ", ".join(kinds))
+    fields = type(arch).model_fields
+    for field, value in architecture_dimensions(arch).items():
+        if field != "layers":  # the row above
+            table.add_row(field, f"{value:,}", fields[field].description or "")
+    table.add_section()
     table.add_row(
         "params_total", f"{figures.params_total:,}", f"{human.number(figures.params_total / 1e9)} B"
     )
@@ -215,11 +285,16 @@ def model_command(
             "give a model NAME (see `rdu-sim inspect model --list`), a config.json or a "
             "workload file"
         )
-    figures = figures_for(name, kv_dtype, weight_dtype, context, expert_dtype)
+    figures, arch = figures_for(name, kv_dtype, weight_dtype, context, expert_dtype)
+    alias = preset_alias(name, arch)
     if as_json:
-        click.echo(json.dumps(dataclasses.asdict(figures), indent=2))
+        data = dataclasses.asdict(figures)
+        if alias is not None:
+            data["preset"] = alias  # the name asked for; "name" is the architecture's
+        data["architecture"] = architecture_dimensions(arch)
+        click.echo(json.dumps(data, indent=2))
     else:
-        Console().print(_figures_table(figures))
+        Console().print(_figures_table(figures, arch, alias))
 
 
 def _intensity(value: float | None) -> str:
