@@ -194,3 +194,24 @@ def test_the_busiest_device_reads_the_most_experts_a_device_is_routed(
     )
     if tokens <= 16:  # the busiest device reads clearly more than an average one
         assert model.load(tokens).distinct > 1.2 * average
+
+
+@pytest.mark.parametrize(("devices", "tokens"), [(16, 1), (64, 1), (8, 2), (16, 16), (32, 300)])
+def test_every_copy_the_busiest_device_reads_takes_one_of_its_pairs(
+    devices: int, tokens: int
+) -> None:
+    """Routed, a copy is read only for a pair routed to it: the busiest device's pairs are at
+    least the copies it reads (at one token, Blom's spread gave 1.69 pairs to a device
+    reading 1.98 experts)."""
+    load = expert_load_model(ExpertsConfig(), 256, 8, devices, 1, "routed").load(tokens)
+    assert load.pairs >= load.distinct > 0
+
+
+def test_an_expert_every_token_picks_is_read_not_a_math_error() -> None:
+    """A copy whose share reaches 1/k (every token picks it) is touched for certain: a
+    steep Zipf load raised 'math domain error' in the hit probability."""
+    config = ExpertsConfig.model_validate({"load": {"dist": "zipf", "exponent": 6, "seed": 1}})
+    model = expert_load_model(config, 64, 4, 8, 1, "routed")
+    assert max(s for device in model.devices for _, s in device) >= 1 / 4
+    load = model.load(3)
+    assert 1 <= load.distinct <= load.pairs <= 3 * 4

@@ -61,7 +61,9 @@ def test_a_users_file_is_simulated_as_it_stands_and_not_held_to_limits(mine: Pat
     for line in range(3, 7):
         assert f"mine.csv:{line}" in out.output
     assert "simulated / measured - 1" in out.output
-    assert "negative means the simulator is faster than measured" in out.output
+    assert "+ is slower than measured for a time (s), faster for a rate" in " ".join(
+        out.output.split()
+    )
     groups = [line for line in out.output.splitlines() if "median |error|" in line]
     assert [g.split(":")[0] for g in groups] == [
         "dgx-h100 · mystack",

@@ -35,11 +35,6 @@ from rdu_sim.report.terminal import wide_console
 
 EXIT_FIGURE_FAILED = 1
 UNFINISHED = "the suite had not finished: nothing was printed"
-ERROR_SIGN = (
-    "The error is simulated / measured - 1 of the row's metric: for a time (e2e_s, ttft_s, "
-    "tpot_s), negative means the simulator is faster than measured; for a rate "
-    "(output_tokens_per_s), slower."
-)
 FAILURES_EXPLAINED = (
     'Why each figure lands where it does: docs/calibration.md, "Why each figure lands where '
     'it does"; which failures contradict other published figures and which the model owns: '
@@ -130,6 +125,8 @@ def _deployment(
             _measured(r.simulated, p.unit),
             error,
         )
+    from rdu_sim.validate.fit_result import ERROR_SIGN
+
     table.caption = ERROR_SIGN
     table.caption_justify = "left"
     console = wide_console(soft_wrap=True)

@@ -25,7 +25,8 @@ from rdu_sim.config.experts import CountsLoad, ExpertsConfig, ZipfLoad
 @dataclass(frozen=True)
 class ExpertLoad:
     """The busiest device's share of a MoE layer's routed work: its token-expert pairs and
-    the experts among its own that they touch (whose weights it reads)."""
+    the most copies the tokens touch on one device (whose weights it reads; every copy read
+    takes at least one of its pairs)."""
 
     pairs: float  # token-expert pairs on the busiest device
     mean_pairs: float  # on an average device
@@ -135,10 +136,13 @@ class ExpertLoadModel:
         spread = mean + math.sqrt(tokens * variance) * expected_max_normal(count)
         hottest = max(range(count), key=lambda d: (expected[d], -d))
         held = len(self.devices[hottest])
+        touched = self._touched(tokens)
+        routed = touched if self.loading == "routed" else 0.0  # each read copy has a pair
         busiest = min(
-            max(expected[hottest], spread, min(1.0, pairs)), tokens * min(self.per_token, held)
+            max(expected[hottest], spread, min(1.0, pairs), routed),
+            tokens * min(self.per_token, held),
         )
-        return ExpertLoad(busiest, mean, self._touched(tokens))
+        return ExpertLoad(busiest, mean, touched)
 
     def _touched(self, tokens: int) -> float:
         """The copies the busiest device reads: all a static program may touch (its slots,
@@ -150,13 +154,22 @@ class ExpertLoadModel:
         return busiest_touched(self.devices, self.per_token, tokens)
 
 
+def hit_probability(per_token_share: float, tokens: int) -> float:
+    """The chance that ``tokens`` tokens touch a copy one token picks with probability
+    ``per_token_share`` (k x its share): 1 - (1 - p)^tokens; certain when p reaches 1 (a
+    copy so popular that every token picks it)."""
+    if per_token_share >= 1.0:
+        return 1.0 if tokens > 0 else 0.0
+    return -math.expm1(tokens * math.log1p(-per_token_share))
+
+
 def touched_distribution(device: Device, per_token: int, tokens: int) -> tuple[float, ...]:
     """P(the tokens touch exactly c of ``device``'s copies), c = 0..len(device): each copy
     missed by a token with probability 1 - k x its share (``graph.moe``'s expected distinct
     experts, copy by copy), copies taken as independent (a Poisson-binomial count)."""
     counts = [1.0]
     for _, share in device:
-        hit = -math.expm1(tokens * math.log1p(-min(1.0, per_token * share)))
+        hit = hit_probability(per_token * share, tokens)
         counts = [
             (counts[c] if c < len(counts) else 0.0) * (1 - hit)
             + (counts[c - 1] * hit if c >= 1 else 0.0)

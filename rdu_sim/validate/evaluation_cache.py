@@ -66,7 +66,7 @@ class EvaluationCache:
             raise ConfigError.single(str(path), "", f"cannot open: {exc}") from None
         text, cut = read_complete_lines(path, MAX_CACHE_BYTES, "an evaluation cache")
         lines = text.splitlines()
-        self._complete_bytes = path.stat().st_size - len(cut)
+        self._complete_bytes = len(text.encode("utf-8"))  # the complete lines, as read
         for number, line in enumerate(lines, start=1):
             if line.strip():
                 self._entry(line, number)

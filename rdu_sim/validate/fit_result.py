@@ -20,9 +20,11 @@ reached), or reached by no fitted parameter (held out or not: simulated as its f
 
 ERROR_SIGN = (
     "error = simulated / measured - 1 of each row's metric: + is slower than measured for a "
-    "time (s), faster for a rate (tokens/s)"
+    "time (s), faster for a rate (tokens/s), higher for a ratio (x) or a share; - the other "
+    "way"
 )
-"""What a target's signed error means, said under every table of them."""
+"""What a signed error means, said under every table of them (calibrate's, and validate's of
+measured deployments): the one wording."""
 
 
 @dataclass(frozen=True)
