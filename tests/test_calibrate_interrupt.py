@@ -106,3 +106,51 @@ def test_a_signal_stops_calibrate_and_keeps_its_cache(
     assert simulated == len(keys) - kept  # what was kept was never simulated again
     assert len(set(keys)) == len(keys)
     assert json.loads(done.stdout)["parameters"][0]["text"].endswith(" us")
+
+
+def test_a_stop_while_a_simulation_is_kept_counts_it_as_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal landing while a finished simulation's line is written is raised once the
+    line is written AND counted: what the stop says it kept is what the cache holds (the
+    line was written and the stop raised before the count, so it said 12 with 13 kept)."""
+    from rdu_sim import interrupts
+    from rdu_sim.validate.calibration_problem import Inputs, build_problem
+    from rdu_sim.validate.evaluation_cache import EvaluationCache
+    from rdu_sim.validate.evaluator import Evaluator
+    from rdu_sim.validate.scope import parse_fit
+
+    problem = build_problem(
+        Inputs(
+            measurements=(_measurements(tmp_path),),
+            parameters=(parse_fit("stack.host.serial_per_step=0:1ms"),),
+            base=tmp_path,
+        )
+    )
+    cache = EvaluationCache(tmp_path / "evaluations.jsonl")
+    real_open = cache._open
+
+    class Arriving:
+        """The cache's file, where a signal arrives while the first line is written."""
+
+        def __init__(self) -> None:
+            self.stream = real_open()
+
+        def write(self, text: str) -> int:
+            interrupts._state.pending = signal.SIGTERM  # as the handler does inside a section
+            return self.stream.write(text)
+
+        def flush(self) -> None:
+            self.stream.flush()
+
+    arriving = Arriving()
+    monkeypatch.setattr(cache, "_open", lambda: arriving)
+    evaluator = Evaluator(problem, cache)
+    try:
+        with pytest.raises(interrupts.Interrupted):
+            evaluator.evaluate((0.0004,), range(len(problem.units)))
+    finally:
+        evaluator.close()
+        arriving.stream.close()
+        interrupts._state.pending = None
+    assert evaluator.simulated == _lines(tmp_path / "evaluations.jsonl") == 1

@@ -95,9 +95,10 @@ class Evaluator:
         keys = {index: key for index, key, _ in todo}
         for index, result in self._simulate(todo):
             unit = self.problem.units[index]
-            self.cache.put(keys[index], unit.kind, unit.name, result)  # kept the moment it ends
+            with interrupts.deferred():  # kept and counted together: a stop says what is kept
+                self.cache.put(keys[index], unit.kind, unit.name, result)  # kept as it ends
+                self.simulated += 1
             found[index] = result
-            self.simulated += 1
             interrupts.raise_lost()  # a stop a library swallowed: after the unit it landed in
         return found
 
