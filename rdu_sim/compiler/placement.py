@@ -299,13 +299,8 @@ def _device_hints(scenario: Scenario) -> list[str]:
     hints = []
     if parallelism.tp < most_tp:
         beside = [f"{name} {layout[name]}" for name in ("dp_attention", "pp") if layout[name] > 1]
-        with_others = f" with {' and '.join(beside)}" if beside else ""
-        hints.append(
-            f"raise parallelism.tp (now {parallelism.tp}, up to {most_tp}{with_others} on "
-            f"the {devices} {unit})"
-            if beside
-            else f"raise parallelism.tp (now {parallelism.tp}, up to the {devices} {unit})"
-        )
+        room = f"{most_tp} with {' and '.join(beside)} on the" if beside else "the"
+        hints.append(f"raise parallelism.tp (now {parallelism.tp}, up to {room} {devices} {unit})")
     if layout["dp_attention"] > 1 and replica_devices(layout) < devices:
         hints.append(
             f"spread the experts over more ranks: raise parallelism.dp_attention with "

@@ -28,7 +28,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from contextlib import closing, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -456,7 +456,7 @@ def run_sweep(
         # what reading this sweep back returns: its points, with their axis values
         store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
         owner = claims.me()
-        try:
+        with _claiming(store, owner):
             the_plan = _claimed_plan(store, owner, expansion, retry_failed, rerun)
             reporter.message(the_plan.describe())
             summary = _summary(loaded.name, db_path, keys, the_plan)
@@ -479,14 +479,6 @@ def run_sweep(
                     stop.signum, _kept(store, keys, summary.ran, "point")
                 ) from None
             summary.wall_s = time.perf_counter() - start
-        except StoreError:  # the database failed (a lock held past the wait): give the
-            _give_back(store, owner, wait=False)  # claims back only if it is free now
-            raise
-        except BaseException:
-            _give_back(store, owner)
-            raise
-        else:
-            _give_back(store, owner)
         _refresh_view(store, expansion)
     return summary
 
@@ -505,6 +497,22 @@ def _summary(
         plan=the_plan,
         fits=fits,
     )
+
+
+@contextmanager
+def _claiming(store: Store, owner: claims.Owner) -> Iterator[None]:
+    """``owner``'s claims given back however the block ends: what it did not store, so
+    another process may take it at once (after the database failed, a lock held past the
+    wait, only if it is free now)."""
+    try:
+        yield
+    except StoreError:
+        _give_back(store, owner, wait=False)
+        raise
+    except BaseException:
+        _give_back(store, owner)
+        raise
+    _give_back(store, owner)
 
 
 def _give_back(store: Store, owner: claims.Owner, *, wait: bool = True) -> None:
@@ -753,26 +761,18 @@ def evaluate_points(
             run(need)
             return set(need)
 
-        try:
-            if first:
-                held = store.claim(first, owner, claims.alive)
-                # read again once claimed: a point stored meanwhile (so no longer claimed)
-                mine = [k for k in unstored(first, again=True) if k not in held]
-                store.release(owner, set(first) - set(held) - set(mine))
-                run(mine)
-                _wait_for_others(store, owner, set(held), run_taken, report)
-        except interrupts.Interrupted as stop:
-            _give_back(store, owner)
-            kept = _kept(store, None, ran, "evaluation")
-            raise interrupts.Interrupted(stop.signum, kept) from None
-        except StoreError:
-            _give_back(store, owner, wait=False)
-            raise
-        except BaseException:
-            _give_back(store, owner)
-            raise
-        else:
-            _give_back(store, owner)
+        with _claiming(store, owner):
+            try:
+                if first:
+                    held = store.claim(first, owner, claims.alive)
+                    # read again once claimed: a point stored meanwhile (no longer claimed)
+                    mine = [k for k in unstored(first, again=True) if k not in held]
+                    store.release(owner, set(first) - set(held) - set(mine))
+                    run(mine)
+                    _wait_for_others(store, owner, set(held), run_taken, report)
+            except interrupts.Interrupted as stop:
+                kept = _kept(store, None, ran, "evaluation")
+                raise interrupts.Interrupted(stop.signum, kept) from None
         return {row["key"]: row for row in store.rows(keys=keys)}
 
 
