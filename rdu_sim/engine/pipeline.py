@@ -21,7 +21,7 @@ stage's first device, the sender of the first boundary's hand-offs).
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rdu_sim.compiler.program import Program
@@ -48,14 +48,7 @@ class HandOff:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (field names are the JSON keys)."""
-        return {
-            "stage": self.stage,
-            "bytes": self.bytes,
-            "link": self.link,
-            "estimate_s": self.estimate_s,
-            "simulated_mean_s": self.simulated_mean_s,
-            "sends": self.sends,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
