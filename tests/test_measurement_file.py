@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rdu_sim import api
 from rdu_sim.config import ConfigError
+from rdu_sim.config.errors import ConfigIssue
 from rdu_sim.validate import argonne, trtllm
 from rdu_sim.validate.deployment import METRICS, MeasuredPoint, simulate_run
 from rdu_sim.validate.measurement_file import (
@@ -317,6 +318,22 @@ def test_check_points_names_every_bad_row_up_to_a_bound(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"m.csv:4: batch") as first:
         read_points(path)  # the reader the runs use: the first bad cell only, resolving none
     assert len(first.value.issues) == 1
+
+
+def test_rows_past_the_bound_are_counted_in_their_own_files() -> None:
+    """The rows past ``MAX_ROW_ISSUES`` are counted per file they lie in, each count naming
+    its file, not the file of the last row shown."""
+    from rdu_sim.validate.deployment_suite import MAX_ROW_ISSUES, bounded
+
+    def rows(file: str, count: int) -> list[ConfigIssue]:
+        return [ConfigIssue(f"{file}:{line}", "batch", "bad") for line in range(2, count + 2)]
+
+    shown = bounded([*rows("a.csv", MAX_ROW_ISSUES), *rows("b.csv", 3), *rows("c.csv", 2)])
+    assert [(i.file, i.message) for i in shown[MAX_ROW_ISSUES:]] == [
+        ("b.csv", "and 3 more bad row(s) not shown"),
+        ("c.csv", "and 2 more bad row(s) not shown"),
+    ]
+    assert bounded(rows("a.csv", MAX_ROW_ISSUES)) == rows("a.csv", MAX_ROW_ISSUES)
 
 
 def test_the_worked_examples_full_load_row_runs_at_the_context_the_docs_state() -> None:

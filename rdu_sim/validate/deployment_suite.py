@@ -17,6 +17,7 @@ limits (the limits are the suite's claim about the shipped measurements).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,9 @@ from rdu_sim.validate.scope import Deployment, Fixed, deployment_of, fixed_overr
 MAX_ROW_ISSUES = 100
 """The most bad rows one error names (the rest are counted): a file of 10,000 rows naming a
 missing hardware file is one problem, not 10,000 lines."""
+
+ROW_SUFFIX = re.compile(r":\d+$")
+"""The ``:line`` a row's issue adds to its file's path."""
 
 LIMITS: dict[tuple[str, str], tuple[float, float]] = {
     (BATCH, "rdu"): (0.08, 0.25),
@@ -164,13 +168,19 @@ def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ())
 
 
 def bounded(issues: Sequence[ConfigIssue]) -> list[ConfigIssue]:
-    """At most ``MAX_ROW_ISSUES`` issues, then one counting the rest."""
+    """At most ``MAX_ROW_ISSUES`` issues, then one per file of the rest, counting its rows
+    (the rest may lie in files none of the shown issues names)."""
     if len(issues) <= MAX_ROW_ISSUES:
         return list(issues)
-    rest = len(issues) - MAX_ROW_ISSUES
-    last = issues[MAX_ROW_ISSUES - 1]
-    more = ConfigIssue(last.file.rsplit(":", 1)[0], "", f"and {rest} more bad row(s) not shown")
-    return [*issues[:MAX_ROW_ISSUES], more]
+    rest: dict[str, int] = {}
+    for issue in issues[MAX_ROW_ISSUES:]:
+        file = ROW_SUFFIX.sub("", issue.file)
+        rest[file] = rest.get(file, 0) + 1
+    more = [
+        ConfigIssue(file, "", f"and {count} more bad row(s) not shown")
+        for file, count in rest.items()
+    ]
+    return [*issues[:MAX_ROW_ISSUES], *more]
 
 
 def check_overlays(overlays: Sequence[tuple[Path, Sequence[Fixed]]], rows: Sequence[Row]) -> None:
