@@ -331,6 +331,25 @@ def test_any_options_end_in_a_result_or_one_clean_error(
     _one_error(result)
 
 
+def test_calibrate_names_every_bad_row_as_validate_does(tmp_path: Path) -> None:
+    """calibrate resolves its rows by the deployment suite's rule: every bad row named, in
+    line order, not only the first, and the same lines ``validate --suite deployment``
+    prints."""
+    path = tmp_path / "two.csv"
+    path.write_text(
+        f"{H}\n{ROW}\n{ROW.replace('llama-3.2-1b', 'llama-9')}\n{ROW.replace('sn40l,', 'nope,')}\n"
+    )
+    result = _run(str(path), "--fit", F, "-o", str(tmp_path / "o"))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert [re.search(r"two.csv:\d+: \w+", line)[0] for line in lines] == [  # type: ignore[index]
+        "two.csv:3: model",
+        "two.csv:4: hardware",
+    ]
+    suite = CliRunner().invoke(cli, ["validate", "--suite", "deployment", str(path)])
+    assert [line for line in suite.output.splitlines() if line.startswith("error:")] == lines
+
+
 @pytest.mark.parametrize(
     ("row", "words"),
     [

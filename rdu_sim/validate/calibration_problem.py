@@ -17,6 +17,7 @@ from pathlib import Path
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import override_note
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
+from rdu_sim.validate.deployment_suite import resolve_rows
 from rdu_sim.validate.holdout import Selector, split
 from rdu_sim.validate.measurement_file import read_all
 from rdu_sim.validate.overlays import read_overlay
@@ -25,7 +26,6 @@ from rdu_sim.validate.scope import (
     FitParameter,
     Fixed,
     Scoped,
-    deployment_of,
     fixed_overrides,
     label_of,
     overrides_for,
@@ -155,22 +155,21 @@ def _chosen_hardware(text: str) -> Path:
 
 def build_problem(inputs: Inputs) -> Problem:
     """The checked problem (ConfigErrors naming the file, row or option at fault)."""
-    points = read_all(inputs.measurements)
     overrides = list(inputs.overrides)
+    rows = resolve_rows(read_all(inputs.measurements), overrides)  # every bad row named
     if inputs.hardware is not None:
         chosen = _chosen_hardware(inputs.hardware)
-        on = {p: deployment_of(p.scenario(overrides)).hardware for p in points}
-        kept = [p for p in points if on[p] == chosen]
+        kept = [row for row in rows if row.deployment.hardware == chosen]
         if not kept:
-            names = ", ".join(sorted({path.stem for path in on.values()}))
+            names = ", ".join(sorted({row.deployment.hardware.stem for row in rows}))
             raise ConfigError.single(
                 "--hardware", inputs.hardware, f"no measured row runs on it (they run on {names})"
             )
-        points = kept
+        rows = kept
     units: list[Unit] = []
     targets: list[Target] = []
-    if points:
-        row_units, row_target_list = row_targets(points, inputs.tolerance, overrides)
+    if rows:
+        row_units, row_target_list = row_targets(rows, inputs.tolerance)
         units.extend(row_units)
         targets.extend(row_target_list)
     if inputs.figures:

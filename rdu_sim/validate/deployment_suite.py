@@ -34,7 +34,14 @@ from rdu_sim.validate.deployment import (
     grouped,
     simulate_run,
 )
-from rdu_sim.validate.scope import Deployment, Fixed, deployment_of, fixed_overrides, label_of
+from rdu_sim.validate.scope import (
+    Deployment,
+    Fixed,
+    deployment_of,
+    fixed_overrides,
+    label_of,
+    stack_of,
+)
 
 MAX_ROW_ISSUES = 100
 """The most bad rows one error names (the rest are counted): a file of 10,000 rows naming a
@@ -155,13 +162,16 @@ def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ())
     cannot run (its file, line, column and problem; at most ``MAX_ROW_ISSUES`` of them)."""
     rows: list[Row] = []
     issues: list[ConfigIssue] = []
+    known: dict[tuple[str, str], Deployment] = {}  # a deployment's files read once
     for point in points:
         try:
             scenario = point.scenario(overrides)
         except ConfigError as exc:
             issues.extend(exc.issues)
             continue
-        rows.append(Row(point, deployment_of(scenario), scenario.hardware.kind))
+        where = (scenario.hardware_file, stack_of(scenario))
+        deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
+        rows.append(Row(point, deployment, scenario.hardware.kind))
     if issues:
         raise ConfigError(bounded(issues))
     return rows

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rdu_sim.validate.deployment import MeasuredPoint, simulate_run
-from rdu_sim.validate.scope import HW, Deployment, deployment_of, label_of, names_of, stack_of
+from rdu_sim.validate.deployment_suite import Row
+from rdu_sim.validate.scope import HW, Deployment, deployment_of, label_of, names_of
 
 GROUP_KEYS = (
     "set",
@@ -240,20 +241,17 @@ def _row_groups(point: MeasuredPoint, deployment: Deployment) -> tuple[tuple[str
 
 
 def row_targets(
-    points: Sequence[MeasuredPoint], tolerance: float, overrides: Sequence[str] = (), first: int = 0
+    rows: Sequence[Row], tolerance: float, first: int = 0
 ) -> tuple[list[Unit], list[Target]]:
-    """One unit and one target per row (units numbered from ``first``); each row's
-    workload is built here, so a row that cannot run fails before anything is simulated."""
-    units: list[Unit] = []
-    targets: list[Target] = []
+    """One unit and one target per resolved row (``deployment_suite.resolve_rows``, as
+    ``validate --suite deployment`` resolves them; units numbered from ``first``)."""
     from rdu_sim.provenance import shown_file
 
-    known: dict[tuple[str, str], Deployment] = {}  # rows on one deployment read its files once
+    units: list[Unit] = []
+    targets: list[Target] = []
     aliases: dict[Deployment, tuple[tuple[str, str], ...]] = {}
-    for point in points:
-        scenario = point.scenario(overrides)
-        where = (scenario.hardware_file, stack_of(scenario))
-        deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
+    for row in rows:
+        point, deployment = row.point, row.deployment
         if deployment not in aliases:
             aliases[deployment] = _aliases(deployment)
         units.append(RowUnit(point, (deployment,)))
