@@ -149,6 +149,16 @@ def test_fit_recovers_a_known_parameter_and_replays_its_cache(tmp_path: Path) ->
     assert again.to_dict() == result.to_dict()
 
 
+def test_a_value_fitted_at_its_bound_is_that_bound_exactly(tmp_path: Path) -> None:
+    """Rows simulated with no step overhead: the bounded solver ends a hair above the low
+    bound, and the fit reports (and writes) the bound itself, not a fraction of a picosecond."""
+    path = _measured(tmp_path, ["stack.host.serial_per_step=0"])
+    problem = _problem([path], ["stack.host.serial_per_step=0:1ms"])
+    result = Calibration(problem).fit(30)
+    assert result.values[0] == 0.0
+    assert result.texts[0] == quantity_text(0.0, "s")
+
+
 def test_a_held_out_group_never_reaches_the_fit(tmp_path: Path) -> None:
     """Held-out rows are in no residual the fit sees (the objective records what it read),
     and they change nothing: the fit without them is the same fit."""

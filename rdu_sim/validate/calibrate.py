@@ -38,7 +38,13 @@ import numpy as np
 from rdu_sim.validate.calibration_problem import Problem
 from rdu_sim.validate.evaluation_cache import EvaluationCache
 from rdu_sim.validate.evaluator import Evaluator
-from rdu_sim.validate.fit_result import FitResult, TargetResult, at_bound
+from rdu_sim.validate.fit_result import (
+    SLOPE_STEP,
+    FitResult,
+    TargetResult,
+    at_bound,
+    at_its_bound,
+)
 from rdu_sim.validate.identification import identify
 from rdu_sim.validate.scope import rounded
 
@@ -140,7 +146,7 @@ class Calibration:
                     units[columns],
                     bounds=(0.0, 1.0),
                     method="trf",
-                    diff_step=1e-3,
+                    diff_step=SLOPE_STEP,
                     x_scale=1.0,
                     max_nfev=max_evaluations,
                 )
@@ -150,7 +156,7 @@ class Calibration:
                 block[:, columns] = solution.jac
                 rows.append(block)
             pairs = [
-                rounded(one.parameter, value)
+                rounded(one.parameter, at_its_bound(one.parameter, value))
                 for one, value in zip(self.problem.parameters, self.values(units), strict=True)
             ]
             values = tuple(value for value, _ in pairs)

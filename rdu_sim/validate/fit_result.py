@@ -211,14 +211,27 @@ class FitResult:
         }
 
 
+SLOPE_STEP = 1e-3
+"""The fit's step for its slopes, as a share of a parameter's span (scipy's ``diff_step`` on
+values scaled to [0, 1]): nearer a bound than this, the fit cannot tell a value from it."""
+
+
 def at_bound(parameter: FitParameter, value: float) -> str | None:
-    """``low`` or ``high`` when the fit ended within 0.1% of the span at a bound."""
+    """``low`` or ``high`` when the fit ended within ``SLOPE_STEP`` of the span at a bound."""
     span = parameter.high - parameter.low
-    if value <= parameter.low + 1e-3 * span:
+    if value <= parameter.low + SLOPE_STEP * span:
         return "low"
-    if value >= parameter.high - 1e-3 * span:
+    if value >= parameter.high - SLOPE_STEP * span:
         return "high"
     return None
+
+
+def at_its_bound(parameter: FitParameter, value: float) -> float:
+    """The bound itself for a value that ended at it (``at_bound``), else the value: the
+    bounded solver nears a bound without reaching it, and closer than ``SLOPE_STEP`` it
+    cannot tell the two apart, so 0.0001 ns fitted on 0..2 ms is written 0."""
+    side = at_bound(parameter, value)
+    return parameter.low if side == "low" else parameter.high if side == "high" else value
 
 
 def _rough(value: float, unit: str) -> str:
