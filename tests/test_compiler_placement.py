@@ -15,7 +15,7 @@ from rdu_sim.compiler import (
     weight_inventory,
     whole_queries,
 )
-from rdu_sim.scenario import load_scenario
+from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import StepShape
 
 WORKLOADS = [
@@ -102,6 +102,28 @@ def test_snapstream_grows_deepseek_batch_by_the_cache_ratio() -> None:
     # KV dominates what is left beside the weights, so the batch grows by about the ratio
     assert 0.9 * ratio <= grown <= ratio * 1.05
     assert batch_capacity(full) >= 20
+
+
+def test_snapstream_reserves_the_selection_scratch_only_where_a_layer_selects() -> None:
+    # Mistral-7B: every layer slides over 4,096 tokens, so its ring (4,095) never exceeds a
+    # 4,096-token budget and no layer compresses: no scratch, the same slots as full
+    def scenario(policy: str, **kv: int) -> Scenario:
+        overrides = {
+            "model": "mistral-7b",
+            "kv.policy": policy,
+            "serving.max_context": 32768,
+            "serving.prompt_tokens.high": 16384,
+        }
+        overrides.update({f"kv.{key}": value for key, value in kv.items()})
+        return load_scenario(
+            "workloads/llama3.1-8b-1socket.yaml", overrides={**overrides, **ANY_BATCH}
+        )
+
+    full, snap = scenario("full"), scenario("snapstream", budget=4096)
+    assert activation_bytes(snap, 1) == activation_bytes(full, 1)
+    assert batch_capacity(snap) == batch_capacity(full)
+    # a budget below the window compresses every layer's ring: the scratch is back
+    assert activation_bytes(scenario("snapstream", budget=3072), 1) > activation_bytes(full, 1)
 
 
 def test_mla_layouts_order_the_batch_capacity() -> None:

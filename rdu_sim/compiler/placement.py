@@ -57,6 +57,7 @@ from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
+from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 from rdu_sim.speculation import (
@@ -183,7 +184,7 @@ def activation_bytes(
     carried = batch_slots if scenario.stack.mixed_batching else 0
     prefill = _step_bytes(scenario, packed + carried, prompts_logits + carried)
     selection = scenario.kv_policy.selection(prompt)
-    if selection is not None:
+    if selection is not None and _some_layer_selects(scenario, prompt):
         if isinstance(arch, DeepSeekArchitecture):
             query = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
         else:
@@ -200,6 +201,18 @@ def activation_bytes(
     own = math.ceil(max(decode, prefill))
     draft = shared_draft(scenario)
     return own if draft is None else max(own, _draft_activation_bytes(scenario, draft, batch_slots))
+
+
+def _some_layer_selects(scenario: Scenario, prompt: int) -> bool:
+    """Whether the prefill of a ``prompt``-token prompt runs the SnapKV selection on any
+    layer: a sliding-window layer whose ring is no longer than what the policy keeps never
+    compresses (`KVPolicy.layer_selection`), so a model whose every layer is one (Mistral-7B
+    under a 4,096-token budget) runs no snapkv_* kernel and needs no scratch for them."""
+    policy = scenario.kv_policy
+    return any(
+        policy.layer_selection(prompt, window) is not None
+        for window in window_layer_counts(scenario.model)
+    )
 
 
 def _draft_activation_bytes(scenario: Scenario, draft: Scenario, batch_slots: int) -> int:
