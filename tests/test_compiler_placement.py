@@ -9,6 +9,7 @@ from rdu_sim.compiler import (
     Compiler,
     activation_bytes,
     batch_capacity,
+    capacity_words,
     kv_bytes,
     plan_memory,
     slot_tokens,
@@ -181,6 +182,43 @@ def test_too_many_slots_names_the_capacity() -> None:
     compiler = Compiler(load_scenario("workloads/deepseek-r1-128k-full.yaml"))
     with pytest.raises(CapacityError, match=f"'auto' picks {capacity}"):
         compiler.placement(10 * capacity)
+
+
+def test_the_capacity_words_say_what_memory_holds_what_the_stack_runs_and_which_binds() -> None:
+    """One rule (`capacity_words`) for the run's report and the capacity error: memory's
+    count, the stack's and why the stack's is lower; an explicit batch says it was set and,
+    when the stack has no program of it, that it runs as if one were compiled."""
+
+    def words(**overrides: object) -> tuple[str, str]:
+        scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides=overrides)
+        holds = batch_capacity(scenario, runnable=False)
+        runs = batch_capacity(scenario)
+        slots = scenario.workload.serving.slots_for(lambda: runs)
+        return capacity_words(scenario, holds, runs, slots), scenario.stack.batch_limit(holds)
+
+    auto = words(**{"serving.batch_slots": "auto"})
+    assert auto == (
+        "at most 48 fit beside the weights; 'auto' picks 32, the most of them the stack runs "
+        "(its batch_programs: powers_of_two)",
+        "batch_programs",
+    )
+    explicit, _ = words(**{"serving.max_context": 32768, "serving.batch_slots": 12})
+    assert explicit == (
+        "serving.batch_slots sets 12; at most 12 fit beside the weights; 'auto' would pick 8, "
+        "the most of them the stack runs (its batch_programs: powers_of_two); the stack has "
+        "no 12-slot program, so it runs 12 as if one were compiled for it"
+    )
+    assert words(**{"serving.batch_slots": "auto", **ANY_BATCH}) == (
+        "at most 48 fit beside the weights; 'auto' picks that",
+        "memory",
+    )
+    capped = {"serving.batch_slots": "auto", "stack.max_batch_slots": 20}
+    assert words(**capped)[1] == "batch_programs"  # 20 is no power of two: 16 runs
+    assert words(**{**capped, **ANY_BATCH}) == (
+        "at most 48 fit beside the weights; 'auto' picks 20, the most of them the stack runs "
+        "(its max_batch_slots: 20)",
+        "max_batch_slots",
+    )
 
 
 def test_weights_spill_lowest_bandwidth_need_first() -> None:

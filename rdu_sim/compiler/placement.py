@@ -382,17 +382,8 @@ def plan_memory(
     if act + kv > hbm_cap:
         capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
         holds = batch_capacity(scenario, strict=False, stage=stage, system=system, runnable=False)
-        if not holds:
-            fit = "not even one fits beside the weights"
-        elif holds == capacity:
-            fit = f"at most {holds} fit beside the weights; 'auto' picks that"
-        else:
-            fit = (
-                f"at most {holds} fit beside the weights; 'auto' picks {capacity}, the most "
-                "of them the stack runs"
-            )
         hints = [
-            f"lower serving.batch_slots ({fit})",
+            f"lower serving.batch_slots ({capacity_words(scenario, holds, capacity)})",
             *shrink_hints(scenario, kv=True, weights=False),
         ]
         raise CapacityError(
@@ -453,6 +444,43 @@ def plan_memory(
         tensors=tuple(tensors),
         pipeline_stage=-1 if stage is None else stage.index,
     )
+
+
+def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None = None) -> str:
+    """What bounds the batch, in words, for a run's report and the capacity error alike:
+    ``holds`` slots fit in memory beside the weights (`batch_capacity` with
+    ``runnable=False``), ``runs`` of them the serving stack runs (`batch_capacity`, what
+    ``auto`` picks) and why (`StackConfig.batch_limit`: memory, its ``max_batch_slots`` or
+    its ``batch_programs``; SRAM never bounds it, a kernel's tiles are cut to fit). With
+    ``slots``, an explicit ``serving.batch_slots``: that it was set, and, when the stack has
+    no program of that batch, that it runs as if one were compiled for it."""
+    stack = scenario.stack
+    explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
+    picks = "'auto' would pick" if explicit else "'auto' picks"
+    if not holds:
+        fit = "not even one fits beside the weights"
+    elif holds == runs:
+        fit = f"at most {holds} fit beside the weights; {picks} that"
+    else:
+        limit = stack.batch_limit(holds)
+        why = (
+            f"max_batch_slots: {stack.max_batch_slots}"
+            if limit == "max_batch_slots"
+            else f"batch_programs: {stack.batch_programs}"
+        )
+        fit = (
+            f"at most {holds} fit beside the weights; {picks} {runs}, the most of them the "
+            f"stack runs (its {why})"
+        )
+    if not explicit or slots is None:
+        return fit
+    words = f"serving.batch_slots sets {slots}; {fit}"
+    if not stack.has_program(slots):
+        words += (
+            f"; the stack has no {slots}-slot program, so it runs {slots} as if one were "
+            "compiled for it"
+        )
+    return words
 
 
 def hbm_fractions(placement: Placement) -> dict[str, float]:

@@ -27,6 +27,11 @@ class Backend(Protocol):
         """Largest batch whose memory plan fits (0 or CapacityError when none does)."""
         ...
 
+    def memory_capacity(self, scenario: Scenario) -> int:
+        """Most slots memory holds beside the weights, whether or not the stack runs that
+        batch (at least ``batch_capacity``)."""
+        ...
+
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
         """One socket's memory plan for ``batch_slots`` (CapacityError if it does not fit)."""
         ...
