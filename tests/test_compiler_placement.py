@@ -164,6 +164,24 @@ def test_over_large_model_gets_the_clear_error() -> None:
         batch_capacity(scenario)
 
 
+def test_no_room_for_a_compressed_slot_names_the_budget_and_offers_lowering_it() -> None:
+    """Under a compressing policy a slot holds the budget, not max_context: the error says
+    where the slot's size comes from and offers the budget (or the ratio it came from)."""
+    head_split = {"parallelism.mla_cache_layout": "head_split"}
+    scenario = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides=head_split)
+    with pytest.raises(CapacityError) as raised:
+        batch_capacity(scenario)
+    message = str(raised.value)
+    assert "(a slot of 32768 tokens, kv.budget 32768 of kv.policy snapstream)" in message
+    assert "lower kv.budget (now 32768)" in message
+    assert "max_context 131072 tokens" not in message
+    assert "a step's activations" in message  # the selection's scratch of the longest prompt
+    ratio = {**head_split, "kv.budget": None, "kv.compression_ratio": 4}
+    scenario = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides=ratio)
+    with pytest.raises(CapacityError, match=r"raise kv\.compression_ratio \(now 4: a slot"):
+        batch_capacity(scenario)
+
+
 def test_too_many_slots_names_the_capacity() -> None:
     """The error names what memory holds (the most an explicit batch runs) and what 'auto'
     picks of it (SambaStack's power of two)."""

@@ -273,6 +273,37 @@ def _layout_hint(scenario: Scenario) -> str:
     return f"use parallelism.mla_cache_layout sequence_split (now {layout}), "
 
 
+def slot_words(scenario: Scenario) -> str:
+    """What one slot holds and where its size comes from: ``max_context`` for a policy whose
+    slot grows to it (full, SnapKV), else the policy's budget and whether ``kv.budget``, or
+    ``max_context / kv.compression_ratio``, or the default set it (SnapStream, StreamingLLM
+    clip their slot to it)."""
+    kv, policy = scenario.workload.kv, scenario.kv_policy
+    context = scenario.workload.serving.max_context
+    slot = policy.slot_tokens()
+    if slot >= context:
+        return f"a slot of max_context {context} tokens, kv.policy {kv.policy}"
+    if kv.budget is not None:
+        source = f"kv.budget {kv.budget}"
+    elif kv.compression_ratio is not None:
+        source = f"max_context {context} / kv.compression_ratio {kv.compression_ratio:g}"
+    else:
+        source = "the default kv.budget"
+    return f"a slot of {slot} tokens, {source} of kv.policy {kv.policy}"
+
+
+def _budget_hint(scenario: Scenario) -> str | None:
+    """Shrinking a fixed slot (a policy whose slot is below ``max_context``): lower
+    ``kv.budget``, or raise ``kv.compression_ratio`` when the budget comes from it."""
+    kv = scenario.workload.kv
+    slot = scenario.kv_policy.slot_tokens()
+    if slot >= scenario.workload.serving.max_context:
+        return None
+    if kv.budget is None and kv.compression_ratio is not None:
+        return f"raise kv.compression_ratio (now {kv.compression_ratio:g}: a slot of {slot} tokens)"
+    return f"lower kv.budget (now {slot})"
+
+
 def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = False) -> list[str]:
     """Ways out of a capacity error that apply to this workload (never what is already set):
     for the KV cache (``kv``), the weights in HBM (``weights``) or in DDR (``ddr``)."""
@@ -280,6 +311,9 @@ def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = Fal
     gpu = scenario.hardware.kind == "gpu"
     hints: list[str] = []
     if kv:
+        budget = _budget_hint(scenario)
+        if budget is not None:
+            hints.append(budget)
         hints.append(f"reduce serving.max_context (now {w.serving.max_context})")
         if w.kv.policy != "snapstream":
             hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
@@ -577,18 +611,18 @@ def batch_capacity(
 
     if not fits(1):
         if strict:
-            serving = scenario.workload.serving
             hints = shrink_hints(scenario, kv=True, weights=weights > 0)
             device = device_noun(scenario.hardware)
             raise CapacityError(
-                f"cannot fit even one sequence of max_context {serving.max_context} tokens: "
+                f"cannot fit even one sequence ({slot_words(scenario)}): "
                 f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
                 f"(tp={scenario.tp}, {scenario.weight_dtype}), "
                 f"{_weights_placed(scenario, total, target)}, which leaves "
                 f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
                 f"{device}, and one slot's KV cache is "
-                f"{human.size(kv_bytes(scenario, 1, stage), 4)} "
-                f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
+                f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
+                f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
+                f"{max_prompt_tokens(scenario)}-token prompt); {_join(hints)}"
             )
         return 0
     runs = scenario.stack.runnable_batch if runnable else _every_batch
