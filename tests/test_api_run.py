@@ -80,6 +80,9 @@ class FakeBackend:
         free = scenario.hardware.socket.hbm.capacity - self._weights(scenario)
         return max(0, int(free // self._slot_bytes(scenario)))
 
+    def memory_capacity(self, scenario: Scenario) -> int:
+        return self.batch_capacity(scenario)
+
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
         hbm = TierUsage(
             int(scenario.hardware.socket.hbm.capacity),
@@ -188,7 +191,7 @@ def test_console_report_renders() -> None:
     summary = fake_run(LLAMA, **{"serving.requests": 5}).summary()
     console.print(render(summary))
     text = console.export_text()
-    for words in ("Memory per socket", "time to first token", "room for", "HBM", "load: 5"):
+    for words in ("Memory per socket", "time to first token", "capacity: ", "HBM", "load: 5"):
         assert words in text
     cache = summary.step_cache  # shapes simulated, for every step the run took
     steps = f"{cache.shapes:,} for {cache.hits + cache.misses:,} steps (each simulated once)"

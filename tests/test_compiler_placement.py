@@ -9,13 +9,14 @@ from rdu_sim.compiler import (
     Compiler,
     activation_bytes,
     batch_capacity,
+    capacity_words,
     kv_bytes,
     plan_memory,
     slot_tokens,
     weight_inventory,
     whole_queries,
 )
-from rdu_sim.scenario import load_scenario
+from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import StepShape
 
 WORKLOADS = [
@@ -104,6 +105,28 @@ def test_snapstream_grows_deepseek_batch_by_the_cache_ratio() -> None:
     assert batch_capacity(full) >= 20
 
 
+def test_snapstream_reserves_the_selection_scratch_only_where_a_layer_selects() -> None:
+    # Mistral-7B: every layer slides over 4,096 tokens, so its ring (4,095) never exceeds a
+    # 4,096-token budget and no layer compresses: no scratch, the same slots as full
+    def scenario(policy: str, **kv: int) -> Scenario:
+        overrides = {
+            "model": "mistral-7b",
+            "kv.policy": policy,
+            "serving.max_context": 32768,
+            "serving.prompt_tokens.high": 16384,
+        }
+        overrides.update({f"kv.{key}": value for key, value in kv.items()})
+        return load_scenario(
+            "workloads/llama3.1-8b-1socket.yaml", overrides={**overrides, **ANY_BATCH}
+        )
+
+    full, snap = scenario("full"), scenario("snapstream", budget=4096)
+    assert activation_bytes(snap, 1) == activation_bytes(full, 1)
+    assert batch_capacity(snap) == batch_capacity(full)
+    # a budget below the window compresses every layer's ring: the scratch is back
+    assert activation_bytes(scenario("snapstream", budget=3072), 1) > activation_bytes(full, 1)
+
+
 def test_mla_layouts_order_the_batch_capacity() -> None:
     def capacity(layout: str) -> int:
         scenario = load_scenario(
@@ -141,6 +164,24 @@ def test_over_large_model_gets_the_clear_error() -> None:
         batch_capacity(scenario)
 
 
+def test_no_room_for_a_compressed_slot_names_the_budget_and_offers_lowering_it() -> None:
+    """Under a compressing policy a slot holds the budget, not max_context: the error says
+    where the slot's size comes from and offers the budget (or the ratio it came from)."""
+    head_split = {"parallelism.mla_cache_layout": "head_split"}
+    scenario = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides=head_split)
+    with pytest.raises(CapacityError) as raised:
+        batch_capacity(scenario)
+    message = str(raised.value)
+    assert "(a slot of 32768 tokens, kv.budget 32768 of kv.policy snapstream)" in message
+    assert "lower kv.budget (now 32768)" in message
+    assert "max_context 131072 tokens" not in message
+    assert "a step's activations" in message  # the selection's scratch of the longest prompt
+    ratio = {**head_split, "kv.budget": None, "kv.compression_ratio": 4}
+    scenario = load_scenario("workloads/deepseek-r1-128k-snapstream.yaml", overrides=ratio)
+    with pytest.raises(CapacityError, match=r"raise kv\.compression_ratio \(now 4: a slot"):
+        batch_capacity(scenario)
+
+
 def test_too_many_slots_names_the_capacity() -> None:
     """The error names what memory holds (the most an explicit batch runs) and what 'auto'
     picks of it (SambaStack's power of two)."""
@@ -159,6 +200,43 @@ def test_too_many_slots_names_the_capacity() -> None:
     compiler = Compiler(load_scenario("workloads/deepseek-r1-128k-full.yaml"))
     with pytest.raises(CapacityError, match=f"'auto' picks {capacity}"):
         compiler.placement(10 * capacity)
+
+
+def test_the_capacity_words_say_what_memory_holds_what_the_stack_runs_and_which_binds() -> None:
+    """One rule (`capacity_words`) for the run's report and the capacity error: memory's
+    count, the stack's and why the stack's is lower; an explicit batch says it was set and,
+    when the stack has no program of it, that it runs as if one were compiled."""
+
+    def words(**overrides: object) -> tuple[str, str]:
+        scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides=overrides)
+        holds = batch_capacity(scenario, runnable=False)
+        runs = batch_capacity(scenario)
+        slots = scenario.workload.serving.slots_for(lambda: runs)
+        return capacity_words(scenario, holds, runs, slots), scenario.stack.batch_limit(holds)
+
+    auto = words(**{"serving.batch_slots": "auto"})
+    assert auto == (
+        "at most 48 fit beside the weights; 'auto' picks 32, the most of them the stack runs "
+        "(its batch_programs: powers_of_two)",
+        "batch_programs",
+    )
+    explicit, _ = words(**{"serving.max_context": 32768, "serving.batch_slots": 12})
+    assert explicit == (
+        "serving.batch_slots sets 12; at most 12 fit beside the weights; 'auto' would pick 8, "
+        "the most of them the stack runs (its batch_programs: powers_of_two); the stack has "
+        "no 12-slot program, so it runs 12 as if one were compiled for it"
+    )
+    assert words(**{"serving.batch_slots": "auto", **ANY_BATCH}) == (
+        "at most 48 fit beside the weights; 'auto' picks that",
+        "memory",
+    )
+    capped = {"serving.batch_slots": "auto", "stack.max_batch_slots": 20}
+    assert words(**capped)[1] == "batch_programs"  # 20 is no power of two: 16 runs
+    assert words(**{**capped, **ANY_BATCH}) == (
+        "at most 48 fit beside the weights; 'auto' picks 20, the most of them the stack runs "
+        "(its max_batch_slots: 20)",
+        "max_batch_slots",
+    )
 
 
 def test_weights_spill_lowest_bandwidth_need_first() -> None:

@@ -627,3 +627,24 @@ def test_forced_collective_algorithms_need_a_wiring_that_runs_them() -> None:
 def test_new_fields_refuse_bad_values_by_name(override: str, field: str) -> None:
     error = _error(REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml", [override])
     assert field in str(error)
+
+
+def test_kv_errors_blame_the_field_at_fault() -> None:
+    """Each kv error is one issue at the field to fix: the ratio beside a budget (not the
+    first --set under kv), a budget max_context / kv.compression_ratio made (the ratio's, and
+    it says so), a misspelt or miscased policy (with the name meant), a bucket word."""
+    path = REPO / "workloads" / LLAMA_1S
+    both = ["kv.policy=snapstream", "kv.compression_ratio=4", "kv.budget=1000"]
+    [issue] = _error(path, both).issues
+    assert issue.field == "kv.compression_ratio"
+    assert "not both" in issue.message and "(from --set kv.compression_ratio)" in issue.message
+    [issue] = _error(path, ["kv.policy=snapstream", "kv.compression_ratio=4"]).issues
+    assert issue.field == "kv.compression_ratio"
+    assert "serving.max_context 8192 / kv.compression_ratio 4" in issue.message
+    [issue] = _error(path, ["kv.policy=snapstreem"]).issues
+    assert "unknown kv.policy 'snapstreem' (did you mean 'snapstream'?)" in issue.message
+    [issue] = _error(path, ["kv.policy=SnapStream"]).issues
+    assert "(did you mean 'snapstream'? names are lower case)" in issue.message
+    [issue] = _error(path, ["kv.context_buckets=linear"]).issues
+    assert issue.field == "kv.context_buckets"
+    assert "must be 'pow2' or a list of lengths, got 'linear'" in issue.message

@@ -134,6 +134,23 @@ def test_step_prints_tables() -> None:
         assert word in result.stdout
 
 
+def test_step_header_says_what_a_sliding_window_layer_reads() -> None:
+    """Mistral-7B slides every layer over 4,096 tokens: a step of 32,768 cached tokens reads
+    at most 4,095 of them a layer, and the header says so beside the count."""
+    from rdu_sim.cli.step_cmd import window_words
+
+    mistral = load_scenario(LLAMA, {"model": "mistral-7b", "serving.max_context": 32768})
+    assert window_words(mistral.model, 32768) == (
+        " (every layer slides over a 4,096-token window, reading at most 4,095 of them)"
+    )
+    assert window_words(mistral.model, 2048) == ""  # the window holds the whole cache
+    assert window_words(load_scenario(LLAMA).model, 32768) == ""  # full attention
+    sets = ["--set", "model=mistral-7b", "--set", "serving.max_context=32768", "--batch", "1"]
+    result = CliRunner().invoke(cli, ["step", LLAMA, *sets, "--context", "32768"])
+    assert result.exit_code == 0, result.output
+    assert "32,768 cached tokens (every layer slides over a 4,096-token window" in result.stdout
+
+
 def test_step_over_the_event_budget_exits_2_naming_the_knobs() -> None:
     result = CliRunner().invoke(cli, ["step", LLAMA, "--set", "engine.max_events=1000"])
     assert result.exit_code == 2

@@ -226,6 +226,9 @@ class _Formula:
     def batch_capacity(self, scenario: Scenario) -> int:
         return 64
 
+    def memory_capacity(self, scenario: Scenario) -> int:
+        return 64
+
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
         return Placement(batch_slots, {"hbm": TierUsage(2**40)})
 

@@ -42,6 +42,7 @@ from rdu_sim.cli.options import (
     workload_argument,
 )
 from rdu_sim.interrupts import keeps_on_stop
+from rdu_sim.models.layers import Architecture, window_layer_counts, window_tokens
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -103,7 +104,24 @@ def _hand_offs_line(pipeline: dict[str, Any]) -> str | None:
     )
 
 
-def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) -> None:
+def window_words(arch: Architecture, context: int) -> str:
+    """What a sliding-window layer reads of a step's ``context`` cached tokens: at most its
+    ring of window - 1 (`models.layers.window_tokens`), said per window beside the count
+    ("" when no layer's window is below the context: every layer reads it all)."""
+    counts = window_layer_counts(arch)
+    clauses = [
+        f"{'every layer' if layers == sum(counts.values()) else human.count(layers, 'layer')}"
+        f" slides over a {window:,}-token window, reading at most "
+        f"{window_tokens(context, window):,} of them"
+        for window, layers in counts.items()
+        if window is not None and window_tokens(context, window) < context
+    ]
+    return f" ({'; '.join(clauses)})" if clauses else ""
+
+
+def _print_tables(
+    data: dict[str, Any], utilization: Utilization, machine: str, windows: str = ""
+) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
     from rich.table import Table
@@ -119,6 +137,7 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
         f"{served_by(data['stack'])} ({machine}): {data['phase']} step, "
         f"{batch_words(data['batch'], data['layout'])}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
+        f"{windows}"
     )
     console.print(
         f"step time [bold]{human.duration(data['step_s'])}[/]; {utilization_line(utilization)}; "
@@ -324,7 +343,8 @@ def command(
         machine = devices_and_layout(
             scenario.hardware.system.sockets, device_noun(scenario.hardware), layout, draft
         )
-        _print_tables(data, Utilization.of_step(cost), machine)
+        windows = window_words(scenario.model, int(data["context"]))
+        _print_tables(data, Utilization.of_step(cost), machine, windows)
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
             click.echo(note)

@@ -19,6 +19,7 @@ from rdu_sim.compiler.layout import ShardPlan, kv_slot_bytes_per_socket, shard_p
 from rdu_sim.compiler.placement import (
     activation_bytes,
     batch_capacity,
+    capacity_words,
     kv_bytes,
     plan_memory,
     slot_tokens,
@@ -49,6 +50,7 @@ __all__ = [
     "TierUsage",
     "activation_bytes",
     "batch_capacity",
+    "capacity_words",
     "compile_program",
     "inspect_graph",
     "kv_bytes",

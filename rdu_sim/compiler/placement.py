@@ -57,6 +57,7 @@ from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.graph import operators
 from rdu_sim.graph.shape import INDEX
+from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 from rdu_sim.speculation import (
@@ -183,7 +184,7 @@ def activation_bytes(
     carried = batch_slots if scenario.stack.mixed_batching else 0
     prefill = _step_bytes(scenario, packed + carried, prompts_logits + carried)
     selection = scenario.kv_policy.selection(prompt)
-    if selection is not None:
+    if selection is not None and _some_layer_selects(scenario, prompt):
         if isinstance(arch, DeepSeekArchitecture):
             query = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
         else:
@@ -200,6 +201,18 @@ def activation_bytes(
     own = math.ceil(max(decode, prefill))
     draft = shared_draft(scenario)
     return own if draft is None else max(own, _draft_activation_bytes(scenario, draft, batch_slots))
+
+
+def _some_layer_selects(scenario: Scenario, prompt: int) -> bool:
+    """Whether the prefill of a ``prompt``-token prompt runs the SnapKV selection on any
+    layer: a sliding-window layer whose ring is no longer than what the policy keeps never
+    compresses (`KVPolicy.layer_selection`), so a model whose every layer is one (Mistral-7B
+    under a 4,096-token budget) runs no snapkv_* kernel and needs no scratch for them."""
+    policy = scenario.kv_policy
+    return any(
+        policy.layer_selection(prompt, window) is not None
+        for window in window_layer_counts(scenario.model)
+    )
 
 
 def _draft_activation_bytes(scenario: Scenario, draft: Scenario, batch_slots: int) -> int:
@@ -260,6 +273,37 @@ def _layout_hint(scenario: Scenario) -> str:
     return f"use parallelism.mla_cache_layout sequence_split (now {layout}), "
 
 
+def slot_words(scenario: Scenario) -> str:
+    """What one slot holds and where its size comes from: ``max_context`` for a policy whose
+    slot grows to it (full, SnapKV), else the policy's budget and whether ``kv.budget``, or
+    ``max_context / kv.compression_ratio``, or the default set it (SnapStream, StreamingLLM
+    clip their slot to it)."""
+    kv, policy = scenario.workload.kv, scenario.kv_policy
+    context = scenario.workload.serving.max_context
+    slot = policy.slot_tokens()
+    if slot >= context:
+        return f"a slot of max_context {context} tokens, kv.policy {kv.policy}"
+    if kv.budget is not None:
+        source = f"kv.budget {kv.budget}"
+    elif kv.compression_ratio is not None:
+        source = f"max_context {context} / kv.compression_ratio {kv.compression_ratio:g}"
+    else:
+        source = "the default kv.budget"
+    return f"a slot of {slot} tokens, {source} of kv.policy {kv.policy}"
+
+
+def _budget_hint(scenario: Scenario) -> str | None:
+    """Shrinking a fixed slot (a policy whose slot is below ``max_context``): lower
+    ``kv.budget``, or raise ``kv.compression_ratio`` when the budget comes from it."""
+    kv = scenario.workload.kv
+    slot = scenario.kv_policy.slot_tokens()
+    if slot >= scenario.workload.serving.max_context:
+        return None
+    if kv.budget is None and kv.compression_ratio is not None:
+        return f"raise kv.compression_ratio (now {kv.compression_ratio:g}: a slot of {slot} tokens)"
+    return f"lower kv.budget (now {slot})"
+
+
 def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = False) -> list[str]:
     """Ways out of a capacity error that apply to this workload (never what is already set):
     for the KV cache (``kv``), the weights in HBM (``weights``) or in DDR (``ddr``)."""
@@ -267,6 +311,9 @@ def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = Fal
     gpu = scenario.hardware.kind == "gpu"
     hints: list[str] = []
     if kv:
+        budget = _budget_hint(scenario)
+        if budget is not None:
+            hints.append(budget)
         hints.append(f"reduce serving.max_context (now {w.serving.max_context})")
         if w.kv.policy != "snapstream":
             hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
@@ -369,17 +416,8 @@ def plan_memory(
     if act + kv > hbm_cap:
         capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
         holds = batch_capacity(scenario, strict=False, stage=stage, system=system, runnable=False)
-        if not holds:
-            fit = "not even one fits beside the weights"
-        elif holds == capacity:
-            fit = f"at most {holds} fit beside the weights; 'auto' picks that"
-        else:
-            fit = (
-                f"at most {holds} fit beside the weights; 'auto' picks {capacity}, the most "
-                "of them the stack runs"
-            )
         hints = [
-            f"lower serving.batch_slots ({fit})",
+            f"lower serving.batch_slots ({capacity_words(scenario, holds, capacity)})",
             *shrink_hints(scenario, kv=True, weights=False),
         ]
         raise CapacityError(
@@ -440,6 +478,43 @@ def plan_memory(
         tensors=tuple(tensors),
         pipeline_stage=-1 if stage is None else stage.index,
     )
+
+
+def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None = None) -> str:
+    """What bounds the batch, in words, for a run's report and the capacity error alike:
+    ``holds`` slots fit in memory beside the weights (`batch_capacity` with
+    ``runnable=False``), ``runs`` of them the serving stack runs (`batch_capacity`, what
+    ``auto`` picks) and why (`StackConfig.batch_limit`: memory, its ``max_batch_slots`` or
+    its ``batch_programs``; SRAM never bounds it, a kernel's tiles are cut to fit). With
+    ``slots``, an explicit ``serving.batch_slots``: that it was set, and, when the stack has
+    no program of that batch, that it runs as if one were compiled for it."""
+    stack = scenario.stack
+    explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
+    picks = "'auto' would pick" if explicit else "'auto' picks"
+    if not holds:
+        fit = "not even one fits beside the weights"
+    elif holds == runs:
+        fit = f"at most {holds} fit beside the weights; {picks} that"
+    else:
+        limit = stack.batch_limit(holds)
+        why = (
+            f"max_batch_slots: {stack.max_batch_slots}"
+            if limit == "max_batch_slots"
+            else f"batch_programs: {stack.batch_programs}"
+        )
+        fit = (
+            f"at most {holds} fit beside the weights; {picks} {runs}, the most of them the "
+            f"stack runs (its {why})"
+        )
+    if not explicit or slots is None:
+        return fit
+    words = f"serving.batch_slots sets {slots}; {fit}"
+    if not stack.has_program(slots):
+        words += (
+            f"; the stack has no {slots}-slot program, so it runs {slots} as if one were "
+            "compiled for it"
+        )
+    return words
 
 
 def hbm_fractions(placement: Placement) -> dict[str, float]:
@@ -536,18 +611,18 @@ def batch_capacity(
 
     if not fits(1):
         if strict:
-            serving = scenario.workload.serving
             hints = shrink_hints(scenario, kv=True, weights=weights > 0)
             device = device_noun(scenario.hardware)
             raise CapacityError(
-                f"cannot fit even one sequence of max_context {serving.max_context} tokens: "
+                f"cannot fit even one sequence ({slot_words(scenario)}): "
                 f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
                 f"(tp={scenario.tp}, {scenario.weight_dtype}), "
                 f"{_weights_placed(scenario, total, target)}, which leaves "
                 f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
                 f"{device}, and one slot's KV cache is "
-                f"{human.size(kv_bytes(scenario, 1, stage), 4)} "
-                f"(kv.policy {scenario.workload.kv.policy}); {_join(hints)}"
+                f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
+                f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
+                f"{max_prompt_tokens(scenario)}-token prompt); {_join(hints)}"
             )
         return 0
     runs = scenario.stack.runnable_batch if runnable else _every_batch

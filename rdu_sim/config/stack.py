@@ -136,6 +136,8 @@ class HostWorkConfig(StrictModel):
 
 Sampling = Literal["host", "device"]
 BatchPrograms = Literal["any", "powers_of_two"]
+BatchLimit = Literal["memory", "max_batch_slots", "batch_programs"]
+"""What bounds a stack's batch capacity (`StackConfig.batch_limit`)."""
 _MOST_SPLIT_TOKENS = 1 << 24
 
 
@@ -241,6 +243,23 @@ class StackConfig(StrictModel):
         if self.batch_programs == "powers_of_two" and slots > 0:
             return 1 << (slots.bit_length() - 1)
         return slots
+
+    def batch_limit(self, fits: int) -> BatchLimit:
+        """What bounds :meth:`runnable_batch` of ``fits``: ``memory`` when the stack runs all
+        that fits, else ``max_batch_slots`` (its cap, when that is a batch it runs) or
+        ``batch_programs`` (the largest batch it has a program for)."""
+        runs = self.runnable_batch(fits)
+        if runs == fits:
+            return "memory"
+        if self.max_batch_slots is not None and runs == self.max_batch_slots:
+            return "max_batch_slots"
+        return "batch_programs"
+
+    def has_program(self, slots: int) -> bool:
+        """Whether the stack runs a batch of ``slots`` (at most its ``max_batch_slots``, a
+        batch it has a program for); an explicit ``serving.batch_slots`` that is not runs
+        as if the stack had one (docs/serving.md, "Slots")."""
+        return self.runnable_batch(slots) == slots
 
     @property
     def dynamic_batch(self) -> bool:

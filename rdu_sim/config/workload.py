@@ -40,6 +40,14 @@ class DtypesConfig(StrictModel):
     )
 
 
+def _buckets_word(value: Any) -> Any:
+    """A word other than 'pow2' for kv.context_buckets is one error, not one per branch of
+    the union (a list, or 'pow2')."""
+    if isinstance(value, str) and value != "pow2":
+        raise ValueError(f"must be 'pow2' or a list of lengths, got {value!r}")
+    return value
+
+
 class KVConfig(StrictModel):
     """KV-cache policy and its parameters (SnapKV / StreamingLLM defaults, see docs/kv.md)."""
 
@@ -69,7 +77,10 @@ class KVConfig(StrictModel):
     )
     pooling: Literal["max", "avg"] = Field(default="max", description="SnapKV 1-D pooling")
     kernel_size: int = Field(default=7, ge=1, le=1001, description="SnapKV pooling kernel")
-    context_buckets: list[int] | Literal["pow2"] = Field(
+    context_buckets: Annotated[
+        list[int] | Literal["pow2"],
+        BeforeValidator(_buckets_word, json_schema_input_type=list[int] | Literal["pow2"]),
+    ] = Field(
         default="pow2",
         description="static decode cache lengths compiled for full attention ('pow2' doubles "
         "from min_bucket up to max_context)",
@@ -81,7 +92,13 @@ class KVConfig(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.budget is not None and self.compression_ratio is not None:
-            raise ValueError("give kv.budget or kv.compression_ratio, not both")
+            # at the ratio's field, so an override that set it is the one blamed (not the
+            # first --set under kv)
+            raise FieldProblem(
+                "compression_ratio",
+                f"give kv.budget or kv.compression_ratio, not both (kv.budget is "
+                f"{self.budget}, kv.compression_ratio {self.compression_ratio:g})",
+            )
         if self.kernel_size % 2 == 0:
             raise FieldProblem("kernel_size", f"must be odd (padding k//2), got {self.kernel_size}")
         return self

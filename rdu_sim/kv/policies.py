@@ -119,14 +119,49 @@ def make_policy(kv: KVConfig, max_context: int, page_tokens: int | None = None) 
     if cls is None:
         raise PolicyError(
             "kv.policy",
-            f"unknown kv.policy {kv.policy!r}; valid policies: {', '.join(policy_names())}",
+            f"unknown kv.policy {kv.policy!r}{_meant(kv.policy)}; valid policies: "
+            f"{', '.join(policy_names())}",
         )
     if page_tokens is not None and cls.grows:
         # the workload's own buckets are refused alike on every hardware, then replaced
         context_buckets(kv.context_buckets, kv.min_bucket, max_context)
         paged = paged_buckets(page_tokens, max_context)
         kv = kv.model_copy(update={"context_buckets": paged})
-    return cls.from_config(kv, max_context)
+    try:
+        return cls.from_config(kv, max_context)
+    except PolicyError as exc:
+        raise _from_derived_budget(exc, kv, max_context) from None
+
+
+def _meant(name: str) -> str:
+    """`` (did you mean 'snapstream'?)`` for a policy name close to a registered one (or
+    one in another case: names are lower case), else ""."""
+    import difflib  # here: only an unknown name needs it
+
+    lower = name.lower()
+    if lower in _REGISTRY:
+        return f" (did you mean {lower!r}? names are lower case)"
+    close = difflib.get_close_matches(lower, policy_names(), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _from_derived_budget(exc: PolicyError, kv: KVConfig, max_context: int) -> PolicyError:
+    """A budget error when no ``kv.budget`` was given says where the budget came from:
+    ``max_context / kv.compression_ratio`` (and is the ratio's to fix), or the default."""
+    if exc.field != "kv.budget" or kv.budget is not None:
+        return exc
+    budget = _resolve_budget(kv, max_context)
+    if kv.compression_ratio is not None:
+        return PolicyError(
+            "kv.compression_ratio",
+            f"{exc} (the budget {budget} is serving.max_context {max_context} / "
+            f"kv.compression_ratio {kv.compression_ratio:g}: lower the ratio or give "
+            "kv.budget)",
+        )
+    return PolicyError(
+        exc.field,
+        f"{exc} (the default budget {budget}: neither kv.budget nor kv.compression_ratio is given)",
+    )
 
 
 def paged_buckets(page_tokens: int, max_context: int) -> list[int]:

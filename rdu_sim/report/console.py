@@ -117,14 +117,23 @@ def machine(result: RunSummary) -> str:
 
 
 def _room(result: RunSummary) -> str:
-    """What memory would hold: a Composition of Experts trades slots for cached experts, so
-    its ``room for`` is the slots that leave the HBM region one expert (serving.coe)."""
+    """A Composition of Experts' room beside the batch slots (" (room for ...)"): it trades
+    slots for cached experts, so its room is the slots that leave the HBM region one expert
+    (serving.coe); "" for any other run, whose capacity has a line of its own
+    (`capacity_line`)."""
     if result.coe is None:
-        return f"room for {result.batch_capacity}"
+        return ""
     return (
-        f"room for {result.batch_capacity} with one expert cached in HBM; these slots leave "
-        f"room for {human.count(result.coe.region_experts, 'expert')}"
+        f" (room for {result.batch_capacity} with one expert cached in HBM; these slots leave "
+        f"room for {human.count(result.coe.region_experts, 'expert')})"
     )
+
+
+def capacity_line(result: RunSummary) -> str | None:
+    """What memory holds, what the stack runs and which binds, in the words of
+    `compiler.capacity_words` (the capacity error's too); None for a Composition of
+    Experts (its room is on the batch slots' line, `_room`)."""
+    return None if result.coe is not None else f"capacity: {result.capacity}"
 
 
 def pipeline_line(result: RunSummary) -> str | None:
@@ -170,10 +179,13 @@ def header(result: RunSummary) -> Text:
         f"  weights {dtypes['weights']}{experts}, KV cache {dtypes['kv']}, activations "
         f"{dtypes['activations']}; KV policy {result.kv_policy}, batching policy "
         f"{result.batching_policy}\n"
-        f"  {human.count(result.batch_slots, 'batch slot')} ({_room(result)}), "
+        f"  {human.count(result.batch_slots, 'batch slot')}{_room(result)}, "
         f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
-        f"  load: {human.count(result.requests, 'request')}, {describe_load(result.load)}"
     )
+    capacity = capacity_line(result)
+    if capacity is not None:
+        text.append(f"  {capacity}\n")
+    text.append(f"  load: {human.count(result.requests, 'request')}, {describe_load(result.load)}")
     pipeline = pipeline_line(result)
     if pipeline is not None:
         text.append(f"\n  {pipeline}")

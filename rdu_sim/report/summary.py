@@ -66,7 +66,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim import __version__, human
-from rdu_sim.compiler.placement import placement_warnings
+from rdu_sim.compiler.placement import capacity_words, placement_warnings
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
@@ -308,6 +308,11 @@ class RunSummary:
     load: OfferedLoad
     throughput_bound: str
     batch_capacity: int
+    # slots memory holds beside the weights; what bounds batch_capacity below it (memory,
+    # the stack's max_batch_slots or batch_programs); both in words (`capacity_words`)
+    memory_capacity: int
+    capacity_limit: str
+    capacity: str
     batch_slots: int
     kv_bytes_per_slot: int
     memory: dict[str, TierMemory]
@@ -542,6 +547,9 @@ def summarize(run: ServingRun) -> RunSummary:
         load=offered_load(scenario, run.requests_in),
         throughput_bound=throughput_bound(run.requests_in.closed_loop, occupancy or 0.0),
         batch_capacity=run.batch_capacity,
+        memory_capacity=run.memory_capacity,
+        capacity_limit="coe" if run.coe else scenario.stack.batch_limit(run.memory_capacity),
+        capacity=capacity_words(scenario, run.memory_capacity, run.batch_capacity, batch_slots),
         batch_slots=batch_slots,
         kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
         memory=memory_summary(run.placement),

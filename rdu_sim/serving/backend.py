@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from rdu_sim.compiler import CapacityError, Compiler
+from rdu_sim.compiler.placement import slot_words
 from rdu_sim.compiler.program import Placement
 from rdu_sim.engine.for_hardware import engine_for
 from rdu_sim.scenario import Scenario
@@ -25,6 +26,11 @@ class Backend(Protocol):
 
     def batch_capacity(self, scenario: Scenario) -> int:
         """Largest batch whose memory plan fits (0 or CapacityError when none does)."""
+        ...
+
+    def memory_capacity(self, scenario: Scenario) -> int:
+        """Most slots memory holds beside the weights, whether or not the stack runs that
+        batch (at least ``batch_capacity``)."""
         ...
 
     def plan_memory(self, scenario: Scenario, batch_slots: int) -> Placement:
@@ -94,8 +100,8 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
     capacity = backend.batch_capacity(scenario)
     if capacity < 1:
         raise CapacityError(
-            f"{scenario.workload_file}: not even one sequence of max_context="
-            f"{scenario.workload.serving.max_context} tokens fits beside the weights "
+            f"{scenario.workload_file}: not even one sequence ({slot_words(scenario)}) fits "
+            "beside the weights "
             f"({scenario.model.name}, tp={scenario.tp}, kv.policy="
             f"{scenario.workload.kv.policy}); lower serving.max_context, use a compressing "
             "kv.policy, or add sockets"

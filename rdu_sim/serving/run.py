@@ -51,6 +51,7 @@ class ServingRun:
     scenario: Scenario
     batch_capacity: int
     batch_slots: int
+    memory_capacity: int  # slots memory holds beside the weights (>= batch_capacity)
     placement: Placement
     requests_in: RequestSet
     records: ServingRecords
@@ -186,10 +187,13 @@ def serve_scenario(
     except SimulatedTimeError as exc:  # the input's fault: name the workload
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
     placement = with_sram(placement, peak_sram(cache))
+    # a Composition of Experts counts its own room (slots beside one cached expert)
+    holds = capacity if coe is not None else backend.memory_capacity(scenario)
     return ServingRun(
         scenario,
         capacity,
         slots,
+        holds,
         placement,
         requests,
         records,
