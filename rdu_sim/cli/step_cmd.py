@@ -18,7 +18,10 @@ tiles per call and ``sram_bytes``, the PMU SRAM it holds), sram_bytes (the peak)
 workload, model and hardware names, ``layout`` (the parallel degrees by their
 ``parallelism.*`` names: tp, dp_attention, ep, pp, micro_batches) and ``batch_of``
 (``attention_rank`` under data-parallel attention, where the step is one rank's and
-``batch`` that rank's; else ``replica``), and with pipeline stages ``pipeline`` (stages,
+``batch`` that rank's; else ``replica``), ``bound`` (``report.bound``: each resource's time
+alone as ``NAME_s``, the largest as ``resource``, ``host_hidden_s`` the overlapped host time
+the device hid, ``unaccounted_s`` the step's time no resource explains), and with pipeline
+stages ``pipeline`` (stages,
 micro_batches, stage_s, bubble, hand_offs: each boundary's send, ``engine.pipeline.HandOff``;
 the console says them on a ``pipeline`` and a ``hand-offs`` line). A step over the event
 budget exits 2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
@@ -127,12 +130,19 @@ def _print_tables(data: dict[str, Any], utilization: Utilization, machine: str) 
     bound = data["bound"]
     resource = bound["resource"]
     others = others_alone({name: bound[f"{name}_s"] for name in RESOURCES}, resource)
+    hidden = ", hidden under it" if bound["host_hidden_s"] > 0 else ""
+    rest = bound["unaccounted_s"]
+    unaccounted = (
+        f"; {human.duration(rest)} of the step is none of these resources' (unaccounted)"
+        if rest > 0
+        else ""
+    )
     console.print(
         f"bound by [bold]{RESOURCES[resource]}[/] ({human.duration(bound[f'{resource}_s'])} of "
         f"the step; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
         f"({human.duration(data['host_serial_s'])} serial, "
-        f"{human.duration(data['host_overlapped_s'])} beside the device)"
+        f"{human.duration(data['host_overlapped_s'])} beside the device{hidden}){unaccounted}"
     )
     if data.get("pipeline"):
         console.print(_pipeline_line(data))
@@ -297,7 +307,12 @@ def command(
         model=scenario.model.name,
         hardware=scenario.hardware.name,
         stack=scenario.stack.name,
-        bound={"resource": bound.bound, **{f"{k}_s": v for k, v in bound.times().items()}},
+        bound={
+            "resource": bound.bound,
+            **{f"{k}_s": v for k, v in bound.times().items()},
+            "host_hidden_s": bound.host_hidden_s,
+            "unaccounted_s": bound.unaccounted_s,
+        },
         layout=layout,
         batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",
         provenance=of_scenario(scenario),
