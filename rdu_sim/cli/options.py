@@ -59,7 +59,9 @@ def step_shape_options(func: F) -> F:
             type=click.IntRange(1, 1_000_000),
             default=None,
             help="Batch slots (default: the workload's, its batch capacity for auto; "
-            "1 prompt for prefill).",
+            "1 prompt for prefill). The step runs on the memory plan of the workload's slots "
+            "(or of the batch when larger), as a served step of this batch does: fewer slots "
+            "than the workload's leave its weights where its slots put them.",
         ),
         click.option(
             "--tokens",

@@ -18,10 +18,16 @@ tiles per call and ``sram_bytes``, the PMU SRAM it holds), sram_bytes (the peak)
 workload, model and hardware names, ``layout`` (the parallel degrees by their
 ``parallelism.*`` names: tp, dp_attention, ep, pp, micro_batches) and ``batch_of``
 (``attention_rank`` under data-parallel attention, where the step is one rank's and
-``batch`` that rank's; else ``replica``), and with pipeline stages ``pipeline`` (stages,
-micro_batches, stage_s, bubble, hand_offs: each boundary's send, ``engine.pipeline.HandOff``;
-the console says them on a ``pipeline`` and a ``hand-offs`` line). A step over the event
-budget exits 2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
+``batch`` that rank's; else ``replica``), ``memory`` (the memory plan the step runs on:
+``plan_slots``, the workload's batch slots or the step's batch when larger, as a served step
+of that batch runs; ``weights_hbm_bytes`` and ``weights_ddr_bytes`` where its weights live,
+which the console says on a ``weights`` line when any are in DDR), ``bound``
+(``report.bound``: each resource's time alone as ``NAME_s``, the largest as ``resource``,
+``host_hidden_s`` the overlapped host time the device hid, ``unaccounted_s`` the step's time
+no resource explains), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s,
+bubble, hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console
+says them on a ``pipeline`` and a ``hand-offs`` line). A step over the event budget exits
+2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from rdu_sim.models.layers import Architecture, window_layer_counts, window_toke
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from rdu_sim.compiler.program import Placement
     from rdu_sim.report.summary import Utilization
 
 
@@ -119,8 +126,45 @@ def window_words(arch: Architecture, context: int) -> str:
     return f" ({'; '.join(clauses)})" if clauses else ""
 
 
+def _memory_plan(placement: Placement) -> dict[str, Any]:
+    """The memory plan the step ran on (``Program.placement``, with pipeline stages the
+    first stage's): its slots, and where its weights live."""
+    tiers = placement.tiers
+    return {
+        "plan_slots": placement.batch_slots,
+        "weights_hbm_bytes": tiers["hbm"].weights_bytes if "hbm" in tiers else 0,
+        "weights_ddr_bytes": tiers["ddr"].weights_bytes if "ddr" in tiers else 0,
+    }
+
+
+def _weights_line(data: dict[str, Any], workload_slots: int) -> str | None:
+    """Where the weights live, when any are in DDR (spilled, or placed there by
+    ``memory.weights``), and the slots of the plan that put them there; None when all are in
+    HBM."""
+    memory = data["memory"]
+    hbm, ddr = memory["weights_hbm_bytes"], memory["weights_ddr_bytes"]
+    if ddr <= 0:
+        return None
+    slots = memory["plan_slots"]
+    whose = (
+        f"the workload's {human.count(slots, 'slot')}, serving.batch_slots, which a step of "
+        f"batch {data['batch']:,} runs on, as a served step does"
+        if slots == workload_slots and data["batch"] < slots
+        else human.count(slots, "slot")
+    )
+    return (
+        f"weights: {human.size(hbm + ddr)} a device, {human.size(hbm)} in HBM and "
+        f"{human.size(ddr)} in DDR: the memory plan for {whose}; their KV cache and "
+        "activations take the rest of HBM"
+    )
+
+
 def _print_tables(
-    data: dict[str, Any], utilization: Utilization, machine: str, windows: str = ""
+    data: dict[str, Any],
+    utilization: Utilization,
+    machine: str,
+    weights: str | None,
+    windows: str = "",
 ) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -146,13 +190,22 @@ def _print_tables(
     bound = data["bound"]
     resource = bound["resource"]
     others = others_alone({name: bound[f"{name}_s"] for name in RESOURCES}, resource)
+    hidden = ", hidden under it" if bound["host_hidden_s"] > 0 else ""
+    rest = bound["unaccounted_s"]
+    unaccounted = (
+        f"; {human.duration(rest)} of the step is none of these resources' (unaccounted)"
+        if rest > 0
+        else ""
+    )
     console.print(
         f"bound by [bold]{RESOURCES[resource]}[/] ({human.duration(bound[f'{resource}_s'])} of "
         f"the step; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
         f"({human.duration(data['host_serial_s'])} serial, "
-        f"{human.duration(data['host_overlapped_s'])} beside the device)"
+        f"{human.duration(data['host_overlapped_s'])} beside the device{hidden}){unaccounted}"
     )
+    if weights is not None:
+        console.print(weights)
     if data.get("pipeline"):
         console.print(_pipeline_line(data))
         hand_offs = _hand_offs_line(data["pipeline"])
@@ -294,21 +347,19 @@ def command(
         refuse_overwrite([("--trace", trace_file)], input_files(scenario), "the step")
     if trace_file is not None and trace_sockets == "all" and scenario.tp > 1:
         scenario = api.load(scenario, {"engine.all_sockets": True})  # a track per socket
+    backend = api.EngineBackend(record=trace_file is not None)
     with step_shape_errors(workload):
         try:
-            cost = api.step(
-                scenario,
-                phase=phase,
-                batch=batch,
-                tokens=tokens,
-                context=context,
-                record=trace_file is not None,
+            shape = api.default_step_shape(
+                scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
             )
+            cost = backend.step_cost(scenario, shape)
         except EventBudgetError as exc:
             fail(f"{scenario.workload_file}: {exc}")
     timing = cost.detail
     assert isinstance(timing, StepTiming)
     data = timing.to_dict()
+    data["memory"] = _memory_plan(backend.compiler(scenario).program(shape).placement)
     bound = step_bound(timing, scenario.hardware)
     layout = scenario.workload.parallelism.layout()
     data.update(
@@ -316,7 +367,12 @@ def command(
         model=scenario.model.name,
         hardware=scenario.hardware.name,
         stack=scenario.stack.name,
-        bound={"resource": bound.bound, **{f"{k}_s": v for k, v in bound.times().items()}},
+        bound={
+            "resource": bound.bound,
+            **{f"{k}_s": v for k, v in bound.times().items()},
+            "host_hidden_s": bound.host_hidden_s,
+            "unaccounted_s": bound.unaccounted_s,
+        },
         layout=layout,
         batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",
         provenance=of_scenario(scenario),
@@ -344,7 +400,10 @@ def command(
             scenario.hardware.system.sockets, device_noun(scenario.hardware), layout, draft
         )
         windows = window_words(scenario.model, int(data["context"]))
-        _print_tables(data, Utilization.of_step(cost), machine, windows)
+        weights = None
+        if data["memory"]["weights_ddr_bytes"] > 0:
+            weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
+        _print_tables(data, Utilization.of_step(cost), machine, weights, windows)
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
             click.echo(note)

@@ -577,8 +577,7 @@ def _kernel_program(
             else d
             for d in drafts
         ]
-    usable_pcus = math.floor(socket.usable_fraction * socket.pcu.count)
-    usable_pmus = math.floor(socket.usable_fraction * socket.pmu.count)
+    usable_pcus, usable_pmus = socket.usable_pcus, socket.usable_pmus
     if len(drafts) > min(usable_pcus, usable_pmus):
         raise CapacityError(
             f"kernel {kernel.name!r} has {len(drafts)} stages, each needing a PCU and a PMU, "

@@ -420,11 +420,15 @@ def plan_memory(
             f"lower serving.batch_slots ({capacity_words(scenario, holds, capacity)})",
             *shrink_hints(scenario, kv=True, weights=False),
         ]
+        weights = sum(w.bytes for w in draft_weights(scenario)) + sum(
+            w.bytes for w in weight_inventory(scenario, stage=stage)
+        )
         raise CapacityError(
             f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) and activations "
-            f"({human.size(act, 4)}) need {human.size(act + kv, 4)} of HBM per "
-            f"{device_noun(scenario.hardware)}, more "
-            f"than its {human.size(hbm_cap, 4)}; {_join(hints)}"
+            f"({human.size(act, 4)}), which must be in HBM, need {human.size(act + kv, 4)} of "
+            f"HBM per {device_noun(scenario.hardware)}, more than its {human.size(hbm_cap, 4)} "
+            f"before the weights ({human.size(weights, 4)}, which may spill to DDR: "
+            f"{human.size(weights + kv + act, 4)} in all); {_join(hints)}"
         )
     room = hbm_cap - act - kv
     draft_kv = draft_kv_bytes(scenario, batch_slots)

@@ -110,15 +110,29 @@ class SocketConfig(StrictModel):
 
     @model_validator(mode="after")
     def _usable_units(self) -> Self:
-        # The compiler gives a fused kernel floor(usable_fraction x count) of each; every
-        # stage needs at least one PCU and one PMU, so zero usable leaves no kernel runnable.
-        for unit, count in (("pcu", self.pcu.count), ("pmu", self.pmu.count)):
-            if math.floor(self.usable_fraction * count) < 1:
+        # Every stage needs at least one PCU and one PMU, so zero usable leaves no kernel
+        # runnable.
+        for unit, count, usable in (
+            ("pcu", self.pcu.count, self.usable_pcus),
+            ("pmu", self.pmu.count, self.usable_pmus),
+        ):
+            if usable < 1:
                 raise ValueError(
                     f"usable_fraction x {unit}.count = {self.usable_fraction:g} x {count} "
                     f"leaves no usable {unit.upper()} (a kernel stage needs at least one)"
                 )
         return self
+
+    @property
+    def usable_pcus(self) -> int:
+        """The PCUs a fused kernel may use: ``floor(usable_fraction x pcu.count)`` (the
+        compiler's budget, and what a step's compute time alone is spread over)."""
+        return math.floor(self.usable_fraction * self.pcu.count)
+
+    @property
+    def usable_pmus(self) -> int:
+        """The PMUs a fused kernel may use: ``floor(usable_fraction x pmu.count)``."""
+        return math.floor(self.usable_fraction * self.pmu.count)
 
     @property
     def peak_flops(self) -> float:

@@ -32,11 +32,13 @@ RunsOn = Literal["rdu", "gpu", "any"]
 class HostTime:
     """The host's time around one step: ``serial_s`` the device waits for (it adds to the
     step), ``overlapped_s`` run while the device runs, of which ``exposed_s`` outlasts the
-    device's step (and adds to it too)."""
+    device's step (and adds to it too); ``transfer_s`` is the part of ``serial_s`` spent
+    sending the host what it samples from over the host link (not the stack's own work)."""
 
     serial_s: float
     overlapped_s: float
     exposed_s: float
+    transfer_s: float = 0.0
 
     @property
     def added_s(self) -> float:
@@ -131,7 +133,7 @@ class HostWorkConfig(StrictModel):
         )
         per_thread = -(-batch // self.threads)  # ceil: the most loaded thread's slots
         overlapped = self.overlapped_per_step + per_thread * self.overlapped_per_slot
-        return HostTime(serial, overlapped, max(0.0, overlapped - device_s))
+        return HostTime(serial, overlapped, max(0.0, overlapped - device_s), transfer_s)
 
 
 Sampling = Literal["host", "device"]

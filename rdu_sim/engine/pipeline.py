@@ -171,6 +171,7 @@ def pipelined_timing(
         runtime_s=host,
         host_serial_s=hosted.serial_s,
         host_overlapped_s=hosted.overlapped_s,
+        host_transfer_s=hosted.transfer_s,
         batch=program.shape.batch,
         flops=first.flops * parts,
         vector_flops=first.vector_flops * parts,

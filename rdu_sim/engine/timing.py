@@ -128,6 +128,8 @@ class StepTiming:
     # when the stack samples on the host included), and what it runs beside the device
     host_serial_s: float = 0.0
     host_overlapped_s: float = 0.0
+    # of host_serial_s, the trip over the host link (``HostTime.transfer_s``)
+    host_transfer_s: float = 0.0
     # devices the step's collectives span (a stage's tp x dp_attention), when more than tp
     devices: int = 0
     # whole experts: the busiest device's load, which the step waits for
@@ -260,6 +262,7 @@ def step_timing(
         runtime_s=runtime_s,
         host_serial_s=host.serial_s,
         host_overlapped_s=host.overlapped_s,
+        host_transfer_s=host.transfer_s,
         devices=program.stage_devices,
         expert_balance=program.expert_balance,
     )

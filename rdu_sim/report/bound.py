@@ -3,16 +3,30 @@
 The one reading of a step's binding resource, for every report that names one: a step's
 ``bound`` (``rdu-sim step``), a run's ``decode_step.bound``, ``rdu-sim compare``'s
 per-variant line and its verdict, and the plan's why (``rdu_sim.report.slo_why``). A resource's
-time is what the step asks of it alone: ``hbm`` and ``ddr`` the tier's bytes at its bandwidth
-x efficiency; ``compute`` the time the compute units were busy (SN40L's PCUs, a GPU's SMs:
-matrix and vector work at the efficiencies the engine simulated, over all the units);
-``link`` the busiest socket-to-socket link direction's serialisation time (collectives);
+time is what the step asks of it alone, on the step's path: ``hbm`` and ``ddr`` the tier's
+bytes at its bandwidth x efficiency; ``compute`` the time the compute units were busy (SN40L's
+PCUs, a GPU's SMs: matrix and vector work at the efficiencies the engine simulated, spread
+over the units a kernel may use: on SN40L ``usable_fraction`` of its PCUs,
+``SocketConfig.usable_pcus``); ``link`` the busiest socket-to-socket link direction's
+serialisation time (collectives);
 ``blocks`` the time a GPU's decode attention streamed its KV cache through its thread blocks
 (few blocks over long contexts stream slower than the HBM);
 ``boundaries`` the device time at the kernels' boundaries, launching and synchronising them
 (each call's; what kernel looping and CUDA graphs save);
-``host`` the serving stack's host time per step, serial and overlapped together (what the
-step would take on an infinitely fast device).
+``launch`` a GPU host's CPU time launching the step's kernels (one launch a call, or one CUDA
+graph): the device waits for it where kernels are shorter than their launches;
+``loop`` SN40L's looped kernels' outer loop, ``hw.socket.kernel.layer_loop`` before each
+layer iteration but the first (hidden while the stages' prefetched loads keep the memory
+busy: it binds only when longer than a layer's memory time);
+``host_link`` the trip over the host link of what the stack samples from on the host (the
+logits), on the critical path;
+``host`` the serving stack's own host time on the step's path: its serial time, and its
+overlapped time only when that outlasts the device's step (then the host alone is the step);
+overlapped time the device's step hides is ``host_hidden_s``, named but never binding.
+
+The resources overlap, so their times need not add up to the step; but a step longer than
+all of them together holds time none of them explains: ``unaccounted_s`` says how much (a
+pipelined step's rest is its bubble, ``StepBound.bubble``, so it has none).
 
 A pipelined step's resource times are its first stage's devices' over every micro-batch; the
 rest of its step is mostly the pipeline's bubble (stages idle while it fills and drains,
@@ -38,6 +52,9 @@ RESOURCES: dict[str, str] = {
     "link": "the socket-to-socket links",
     "blocks": "decode attention's thread blocks",
     "boundaries": "kernel boundaries (launch and sync)",
+    "launch": "the host's kernel launches",
+    "loop": "the looped kernels' layer loop",
+    "host_link": "the logits' trip over the host link",
     "host": "the serving stack's host time",
 }
 """Each resource in words, for sentences ("bound by HBM bandwidth"); the order ties break in."""
@@ -49,6 +66,9 @@ REMEDIES: dict[str, str] = {
     "link": "faster socket-to-socket links",
     "blocks": "decode attention split over more thread blocks",
     "boundaries": "fewer kernel boundaries (kernel looping, fused kernels)",
+    "launch": "fewer kernel launches (CUDA graphs, fused kernels)",
+    "loop": "a cheaper layer loop",
+    "host_link": "a faster host link (or sampling on the device)",
     "host": "less host time a step (a faster serving stack)",
 }
 """What would speed a step each resource binds, in words ("a faster prefill (more HBM
@@ -83,6 +103,12 @@ class ResourceTimes(Protocol):
     @property
     def boundaries_s(self) -> float: ...
     @property
+    def launch_s(self) -> float: ...
+    @property
+    def loop_s(self) -> float: ...
+    @property
+    def host_link_s(self) -> float: ...
+    @property
     def host_s(self) -> float: ...
 
 
@@ -95,6 +121,9 @@ def resource_times(step: ResourceTimes) -> dict[str, float]:
         "link": step.link_s,
         "blocks": step.blocks_s,
         "boundaries": step.boundaries_s,
+        "launch": step.launch_s,
+        "loop": step.loop_s,
+        "host_link": step.host_link_s,
         "host": step.host_s,
     }
 
@@ -119,6 +148,13 @@ class StepBound:
     # a pipelined step's bubble (``StepTiming.pipeline``): its stages' idle share; None
     # without a pipeline
     bubble: float | None = None
+    launch_s: float = 0.0
+    loop_s: float = 0.0
+    host_link_s: float = 0.0
+    # the stack's overlapped host time the device's step hides (not on the step's path)
+    host_hidden_s: float = 0.0
+    # the step's time beyond all the resources' times together (module docstring)
+    unaccounted_s: float = 0.0
 
     @property
     def limit_s(self) -> float:
@@ -137,19 +173,32 @@ class StepBound:
 
 def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
     """The step's time on each resource of ``hardware`` and the one that binds."""
-    ddr = hardware.socket.ddr if isinstance(hardware, HardwareConfig) else None
+    socket = hardware.socket if isinstance(hardware, HardwareConfig) else None
     hbm_bytes = timing.bytes_by_tier.get("hbm", 0.0)
     ddr_bytes = timing.bytes_by_tier.get("ddr", 0.0)
     busy = timing.busy_s
+    if socket is None:
+        compute, ddr_s, loop = busy.get("sm", 0.0), 0.0, 0.0
+    else:
+        ddr = socket.ddr
+        compute = busy.get("pcu", 0.0) * socket.pcu.count / socket.usable_pcus
+        ddr_s = ddr_bytes / (ddr.bandwidth * ddr.efficiency)
+        loop = socket.kernel.layer_loop * sum(k.calls - 1 for k in timing.kernels if k.looped)
+    overlapped = timing.host_overlapped_s
+    hidden = overlapped if overlapped <= timing.device_s else 0.0
     times = {
-        "compute": busy.get("pcu", busy.get("sm", 0.0)),
+        "compute": compute,
         "hbm": hbm_bytes / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
-        "ddr": 0.0 if ddr is None else ddr_bytes / (ddr.bandwidth * ddr.efficiency),
+        "ddr": ddr_s,
         "link": busy.get("link", 0.0),
         "blocks": busy.get("blocks", 0.0),
         "boundaries": busy.get("boundaries", 0.0),
-        "host": timing.host_s,
+        "launch": busy.get("launch", 0.0),
+        "loop": loop,
+        "host_link": timing.host_transfer_s,
+        "host": timing.host_serial_s - timing.host_transfer_s + (overlapped - hidden),
     }
+    bubble = None if timing.pipeline is None else float(timing.pipeline["bubble"])
     return StepBound(
         step_s=timing.step_s,
         compute_s=times["compute"],
@@ -164,8 +213,25 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         ddr_bytes=ddr_bytes,
         flops=timing.flops,
         runtime_s=timing.runtime_s,
-        bubble=None if timing.pipeline is None else float(timing.pipeline["bubble"]),
+        bubble=bubble,
+        launch_s=times["launch"],
+        loop_s=times["loop"],
+        host_link_s=times["host_link"],
+        host_hidden_s=hidden,
+        unaccounted_s=0.0 if bubble is not None else unaccounted(timing.step_s, times),
     )
+
+
+UNACCOUNTED_SHARE = 0.01
+"""The least share of a step :func:`unaccounted` names: below it, time none of the resources
+explains is their overlaps' rounding and the kernels' fill, not a missing resource."""
+
+
+def unaccounted(step_s: float, times: Mapping[str, float]) -> float:
+    """The step's time beyond all of ``times`` together (0 when within
+    :data:`UNACCOUNTED_SHARE` of the step): what no listed resource explains."""
+    rest = step_s - sum(times.values())
+    return rest if rest > UNACCOUNTED_SHARE * step_s else 0.0
 
 
 def bubble_words(bubble: float) -> str:

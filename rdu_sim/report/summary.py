@@ -39,10 +39,13 @@ Definitions (docs/serving.md repeats them for users):
   compute units' busy time, ``hbm_s``, ``ddr_s`` the tier's bytes at its sustained bandwidth,
   ``link_s`` the busiest link direction's, ``blocks_s`` a GPU's decode attention's thread
   blocks' streaming time, ``boundaries_s`` the kernels' launch and sync at their boundaries,
-  ``host_s`` the serving stack's host time per step) and ``bound``,
-  the largest (a model served from DDR shows ``ddr``, a tensor-parallel
+  ``launch_s`` a GPU host's kernel launches, ``loop_s`` SN40L's layer loop, ``host_link_s``
+  the logits' trip to the host, ``host_s`` the serving stack's host time on the step's path)
+  and ``bound``, the largest (a model served from DDR shows ``ddr``, a tensor-parallel
   step whose collectives outlast its reads ``link``, a batch whose host work outweighs the
-  device ``host``), and ``runtime_s``, what the host added to the device's step; with
+  device ``host``); ``host_hidden_s`` the overlapped host time the device's step hid,
+  ``unaccounted_s`` the step's time beyond all the resources' together (0 when within 1%);
+  and ``runtime_s``, what the host added to the device's step; with
   pipeline stages ``pipeline_bubble``, the stages' idle share (``rdu-sim step``'s
   ``pipeline.bubble``; left out without a pipeline); None without a decode step.
 - ``coe``: a Composition of Experts run's turns and switching (``serving.coe.CoEStats``):
@@ -248,6 +251,11 @@ class DecodeStepBound:
     # a pipelined step's bubble (``report.bound.StepBound.bubble``); None, and left out of
     # the JSON, without a pipeline
     pipeline_bubble: float | None = None
+    launch_s: float = 0.0
+    loop_s: float = 0.0
+    host_link_s: float = 0.0
+    host_hidden_s: float = 0.0
+    unaccounted_s: float = 0.0
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
@@ -281,6 +289,11 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         blocks_s=bound.blocks_s,
         boundaries_s=bound.boundaries_s,
         pipeline_bubble=bound.bubble,
+        launch_s=bound.launch_s,
+        loop_s=bound.loop_s,
+        host_link_s=bound.host_link_s,
+        host_hidden_s=bound.host_hidden_s,
+        unaccounted_s=bound.unaccounted_s,
     )
 
 

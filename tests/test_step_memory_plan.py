@@ -1,0 +1,45 @@
+"""The memory plan `rdu-sim step` runs on: the workload's slots (or the step's batch when
+larger), as a served step of that batch runs; the step says where the weights live when any
+are in DDR, and a plan that cannot hold its KV cache says the whole sum, weights included."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from rdu_sim.cli.main import cli
+
+LLAMA_1S = "llama3.1-8b-1socket"
+
+
+def _step(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["step", LLAMA_1S, "--batch", "8", *args])
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_a_step_whose_weights_spill_says_where_they_live() -> None:
+    """24 GiB of HBM hold the workload's 16 slots' KV and part of the weights: the step of
+    batch 8 runs on that plan, and says so, with the weights' split."""
+    code, out = _step("--set", "hw.socket.hbm.capacity=24GiB", "--json")
+    assert code == 0
+    memory = json.loads(out)["memory"]
+    assert memory["plan_slots"] == 16
+    assert memory["weights_ddr_bytes"] > 0 and memory["weights_hbm_bytes"] > 0
+    code, out = _step("--set", "hw.socket.hbm.capacity=24GiB")
+    assert code == 0
+    assert "GiB in DDR: the memory plan for the workload's 16 slots, serving.batch_slots" in out
+
+
+def test_a_step_whose_weights_fit_says_nothing_of_them() -> None:
+    code, out = _step()
+    assert code == 0 and "weights:" not in out
+
+
+def test_a_plan_that_cannot_hold_its_kv_counts_the_weights_too() -> None:
+    """At 16 GiB the 16 slots' KV cache alone fills HBM: the error adds the weights to the
+    sum."""
+    code, out = _step("--set", "hw.socket.hbm.capacity=16GiB")
+    assert code == 2
+    assert "the KV cache of 16 slots (16 GiB) and activations (64.26 MiB)" in out
+    assert "before the weights (14.96 GiB, which may spill to DDR: 31.02 GiB in all)" in out
