@@ -356,7 +356,7 @@ def test_tp_must_divide_heads(tree: Path) -> None:
 def test_tp_must_fit_the_sockets(tree: Path) -> None:
     [issue] = _error(tree / "workloads" / LLAMA_1S, ["parallelism.tp=2"]).issues
     assert issue.field == "parallelism.tp"
-    assert "exceeds the 1 sockets" in issue.message
+    assert "exceeds the 1 socket of" in issue.message
 
 
 def test_context_beyond_model(tree: Path) -> None:

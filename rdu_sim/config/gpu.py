@@ -101,11 +101,6 @@ class GpuHardwareConfig(HardwareBase):
     gpu: GpuConfig
 
     @property
-    def devices(self) -> str:
-        """What ``system.sockets`` counts, for messages."""
-        return "GPUs"
-
-    @property
     def peak_flops(self) -> float:
         """Dense BF16 tensor-core FLOP/s of one GPU."""
         return self.gpu.bf16_flops

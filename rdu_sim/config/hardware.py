@@ -245,11 +245,6 @@ class HardwareBase(StrictModel):
             )
         return data
 
-    @property
-    def devices(self) -> str:
-        """What ``system.sockets`` counts, for messages."""
-        return "sockets"
-
 
 class HardwareConfig(HardwareBase):
     """A complete hardware description: one socket type and the system built from it."""
