@@ -116,7 +116,7 @@ def test_a_backtracking_unit_string_is_refused_at_once(tree: Path) -> None:
     [
         ("hw.socket.hbm.bandwidth=1 MB/s", "serving clock's range"),
         ("hw.socket.pcu.peak_flops=1000 FLOP/s", "serving clock's range"),
-        ("hw.socket.pcu.vector_flops=5e-324", "greater than or equal to 1"),
+        ("hw.socket.pcu.vector_flops=5e-324", "must be at least 1 FLOP/s, got 4.94e-324 FLOP/s"),
         ("hw.socket.pcu.count=1", "leaves no usable PCU"),
         ("serving.arrival={process: poisson, rate: 1e-7}", "serving.arrival.rate"),
     ],
