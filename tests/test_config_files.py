@@ -627,3 +627,27 @@ def test_forced_collective_algorithms_need_a_wiring_that_runs_them() -> None:
 def test_new_fields_refuse_bad_values_by_name(override: str, field: str) -> None:
     error = _error(REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml", [override])
     assert field in str(error)
+
+
+def test_every_fitted_gpu_field_says_so_where_a_new_gpu_is_copied_from() -> None:
+    """A user copying dgx-h100.yaml for another GPU learns which values were fitted on H100
+    measurements (the joint calibration's dgx-h100 fits): the comment above each says
+    FITTED, and docs/gpu.md's section on a new GPU names it."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    fits = yaml.safe_load((repo / "calibrations" / "joint.yaml").read_text())["fit"]
+    fitted = [f.split("=")[0].removeprefix("dgx-h100:hw.") for f in fits if "dgx-h100:" in f]
+    assert len(fitted) >= 3, fitted
+    lines = (repo / "hw_configs" / "dgx-h100.yaml").read_text().splitlines()
+    docs = (repo / "docs" / "gpu.md").read_text()
+    section = docs[docs.index("## A new GPU from its datasheet") :]
+    section = section[: section.index("\n## ")]
+    for path in fitted:
+        name = path.split(".")[-1]
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
+        start = at
+        while start > 0 and lines[start - 1].strip().startswith("#"):
+            start -= 1
+        assert "FITTED" in "\n".join(lines[start:at]), path
+        assert f"`{path.removeprefix('gpu.')}`" in section, path
