@@ -274,25 +274,6 @@ def test_a_bound_its_field_refuses_is_named_before_simulating(
     )
 
 
-class _Simulated(Exception):
-    """Raised where a calibration would start simulating: its bounds were accepted."""
-
-
-def test_a_fitted_time_is_set_with_its_unit(
-    measured: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A bound of 0.5 s is a host time its field allows: calibrate sets it as ``0.5 s``. Set
-    bare, the config would take it for a forgotten unit (a bare latency or overhead of 0.1 s
-    or more) and refuse a bound the user wrote with its unit."""
-
-    def simulated(*args: object) -> None:
-        raise _Simulated
-
-    monkeypatch.setattr(targets, "simulate_run", simulated)
-    result = _run(str(measured), "--fit", "stack.host.serial_per_step=0:0.5s")
-    assert isinstance(result.exception, _Simulated), result.output
-
-
 FITS = st.sampled_from(
     [F, "stack.host.serial_per_step=0:1", "sn40l:" + F, "hw.x=1", "stack.host.serial_per_step=2:1",
      "dgx-h100:" + F, "stack.host.serial_per_step=0:1", "hw.socket.hbm.efficiency=0.5:1",
