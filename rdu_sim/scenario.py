@@ -16,12 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rdu_sim import human
 from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
 from rdu_sim.config.gpu import GpuHardwareConfig
-from rdu_sim.config.hardware_file import Hardware, hardware_model, read_hardware
+from rdu_sim.config.hardware_file import Hardware, device_noun, hardware_model, read_hardware
 from rdu_sim.config.kinds import kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
 from rdu_sim.config.overrides import (
@@ -172,7 +173,8 @@ def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) 
             f"attention heads; use a divisor of {model.heads}"
         )
     if tp > sockets:
-        return f"tp={tp} exceeds the {sockets} {hardware.devices} of hardware {hardware.name!r}" + (
+        devices = human.count(sockets, device_noun(hardware))
+        return f"tp={tp} exceeds the {devices} of hardware {hardware.name!r}" + (
             "" if sockets == hardware.system.sockets else " left beside the target's"
         )
     system = hardware.system
@@ -200,7 +202,7 @@ def _layout_problem(
     if p.devices > system.sockets:
         return "parallelism", (
             f"tp x dp_attention x pp = {p.tp} x {p.dp_attention} x {p.pp} = {p.devices} "
-            f"{hardware.devices}, more than the {system.sockets} of hardware "
+            f"{device_noun(hardware)}s, more than the {system.sockets} of hardware "
             f"{hardware.name!r} (raise hw.system.sockets: a replica over several nodes or racks)"
         )
     field = "parallelism.ep" if p.ep is not None else "parallelism.moe_experts"
@@ -235,7 +237,7 @@ def _layout_problem(
     if p.exchange == "all_to_all" and stage > 2 and system.topology == "ring":
         return "parallelism.ep", (
             f"the experts' all-to-all sends from every device to every other; a 'ring' wiring "
-            f"links each {hardware.devices[:-1]} to its neighbours only (use "
+            f"links each {device_noun(hardware)} to its neighbours only (use "
             "system.topology switched or fully_connected)"
         )
     experts_config = workload.experts

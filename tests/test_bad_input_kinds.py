@@ -292,8 +292,8 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
-        (["hw.gpu.bf16_flops=1e-300"], "gpu.bf16_flops: Input should be greater than or equal"),
-        (["hw.gpu.fp8_flops=5e-324"], "gpu.fp8_flops: Input should be greater than or equal to 1"),
+        (["hw.gpu.bf16_flops=1e-300"], "gpu.bf16_flops: must be at least 1 FLOP/s, got 1e-300"),
+        (["hw.gpu.fp8_flops=5e-324"], "gpu.fp8_flops: must be at least 1 FLOP/s"),
         (["hw.gpu.vector_flops=1e-300"], "gpu.vector_flops"),
         (["hw.gpu.bf16_flops=1.5 FLOP/s", "hw.gpu.max_gemm_efficiency=0.5"],
          "bf16_flops x efficiency is 0.75 per second, below the least rate of 1 per second"),
@@ -346,8 +346,8 @@ def cluster_file(
     ("bandwidth", "words"),
     [
         ("1 B/s", "kv_transfer.bandwidth: a KV transfer of 33,554,432 bytes takes 3.355e+07 s"),
-        ("1e-300 B/s", "kv_transfer.bandwidth: Input should be greater than or equal to 1"),
-        ("5e-324 B/s", "kv_transfer.bandwidth: Input should be greater than or equal to 1"),
+        ("1e-300 B/s", "kv_transfer.bandwidth: must be at least 1 B/s, got 1e-300 B/s"),
+        ("5e-324 B/s", "kv_transfer.bandwidth: must be at least 1 B/s, got 5e-324 B/s"),
     ],
 )
 def test_a_kv_link_too_slow_for_the_clock_is_one_error(

@@ -57,6 +57,14 @@ def test_check_accepts_every_shipped_file() -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_check_counts_one_device_in_the_singular() -> None:
+    """`1 socket`, `8 GPUs`: the count's noun agrees with it (it read `1 sockets`)."""
+    result = CliRunner().invoke(cli, ["check", "sn40l", "dgx-h100"])
+    assert result.exit_code == 0, result.output
+    assert "hardware 'sn40l': 1 socket, " in result.output
+    assert "hardware 'dgx-h100': 8 GPUs, " in result.output
+
+
 @pytest.mark.parametrize(
     ("relative", "old", "new", "key"),
     [

@@ -356,7 +356,7 @@ def test_tp_must_divide_heads(tree: Path) -> None:
 def test_tp_must_fit_the_sockets(tree: Path) -> None:
     [issue] = _error(tree / "workloads" / LLAMA_1S, ["parallelism.tp=2"]).issues
     assert issue.field == "parallelism.tp"
-    assert "exceeds the 1 sockets" in issue.message
+    assert "exceeds the 1 socket of" in issue.message
 
 
 def test_context_beyond_model(tree: Path) -> None:
@@ -648,3 +648,27 @@ def test_kv_errors_blame_the_field_at_fault() -> None:
     [issue] = _error(path, ["kv.context_buckets=linear"]).issues
     assert issue.field == "kv.context_buckets"
     assert "must be 'pow2' or a list of lengths, got 'linear'" in issue.message
+
+
+def test_every_fitted_gpu_field_says_so_where_a_new_gpu_is_copied_from() -> None:
+    """A user copying dgx-h100.yaml for another GPU learns which values were fitted on H100
+    measurements (the joint calibration's dgx-h100 fits): the comment above each says
+    FITTED, and docs/gpu.md's section on a new GPU names it."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    fits = yaml.safe_load((repo / "calibrations" / "joint.yaml").read_text())["fit"]
+    fitted = [f.split("=")[0].removeprefix("dgx-h100:hw.") for f in fits if "dgx-h100:" in f]
+    assert len(fitted) >= 3, fitted
+    lines = (repo / "hw_configs" / "dgx-h100.yaml").read_text().splitlines()
+    docs = (repo / "docs" / "gpu.md").read_text()
+    section = docs[docs.index("## A new GPU from its datasheet") :]
+    section = section[: section.index("\n## ")]
+    for path in fitted:
+        name = path.split(".")[-1]
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
+        start = at
+        while start > 0 and lines[start - 1].strip().startswith("#"):
+            start -= 1
+        assert "FITTED" in "\n".join(lines[start:at]), path
+        assert f"`{path.removeprefix('gpu.')}`" in section, path

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from rdu_sim import human
-from rdu_sim.config import HardwareConfig, units
+from rdu_sim.config import ConfigError, HardwareConfig, units
 from rdu_sim.config.hardware import LinkConfig, MemoryTierConfig
 from rdu_sim.config.units import (
     UnitError,
@@ -24,6 +24,9 @@ from rdu_sim.config.units import (
     split_quantity,
 )
 from rdu_sim.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+LLAMA = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
 
 
 @pytest.mark.parametrize(
@@ -364,3 +367,95 @@ def _walk(node: Any) -> Any:
     elif isinstance(node, list):
         for value in node:
             yield from _walk(value)
+
+
+# --- a latency or an overhead written without its unit; range errors in the field's unit ---
+
+SHORT_TIMES = [
+    "hw.socket.hbm.latency",
+    "hw.socket.kernel.sync",
+    "hw.socket.kernel.program_load",
+    "hw.socket.kernel.layer_loop",
+    "hw.system.intra_node_link.latency",
+    "stack.host.serial_per_step",
+    "stack.host.overlapped_per_slot",
+]
+
+
+@pytest.mark.parametrize("path", SHORT_TIMES)
+@pytest.mark.parametrize("bare", ["10", "0.5", "500"])
+def test_a_bare_latency_or_overhead_of_a_tenth_of_a_second_or_more_is_a_forgotten_unit(
+    path: str, bare: str
+) -> None:
+    """`sync: 10` meant 10 us: read as 10 s it ran a 30 s step, exit 0. Refused naming how
+    it reads and the units to write, from a file's --set as from the file."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(LLAMA, [f"{path}={bare}"])
+    message = str(info.value)
+    assert f"{bare} without a unit reads as {bare} s" in message
+    assert f"write the unit, as in '{bare} ns', '{bare} us' or '{bare} ms'" in message
+
+
+def test_sync_10_in_a_hardware_file_is_refused(tmp_path: Path) -> None:
+    text = (REPO / "hw_configs" / "sn40l.yaml").read_text()
+    assert "    sync: 10 us" in text
+    hw = tmp_path / "hw.yaml"
+    hw.write_text(text.replace("    sync: 10 us", "    sync: 10"))
+    with pytest.raises(ConfigError, match=r"socket\.kernel\.sync: 10 without a unit reads as 10 s"):
+        load_scenario(LLAMA, [f"hardware={hw}"])
+
+
+@pytest.mark.parametrize("value", ["0", "0.0", "1e-5", "0.099", "10 us", "0.5 s", "0.002"])
+def test_a_bare_time_in_seconds_and_any_time_with_its_unit_are_read(value: str) -> None:
+    """A bare number is seconds, as everywhere: 1e-5 is 10 us; with a unit, any size the
+    field's bounds allow."""
+    scenario = load_scenario(LLAMA, [f"hw.socket.kernel.sync={value}"])
+    assert scenario.hardware.socket.kernel.sync == parse_seconds(value)
+
+
+def test_a_workload_duration_may_be_bare() -> None:
+    """An SLO is a duration of any size: `ttft: 2` is 2 s, not a forgotten unit."""
+    from rdu_sim.config.cluster import SLOConfig
+
+    assert SLOConfig.model_validate({"ttft": 2, "tpot": 0.5}).ttft == 2.0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("hw.socket.hbm.latency=1 h", "socket.hbm.latency: must be at most 1 s, got 1 h"),
+        ("hw.socket.hbm.latency=-1 ns", "socket.hbm.latency: must be at least 0 s, got -1 ns"),
+        (
+            "hw.socket.hbm.bandwidth=-1.8 TB/s",
+            "socket.hbm.bandwidth: must be at least 1 B/s, got -1.8 TB/s",
+        ),
+        (
+            "hw.socket.hbm.bandwidth=1e30 TB/s",
+            "socket.hbm.bandwidth: must be at most 1,000 PB/s, got 1e30 TB/s",
+        ),
+        ("hw.socket.hbm.bandwidth=1e40", "must be at most 1,000 PB/s, got 1e+40 B/s"),
+        ("hw.socket.kernel.sync=2 h", "socket.kernel.sync: must be at most 1 h, got 2 h"),
+        ("hw.socket.hbm.capacity=-1", "socket.hbm.capacity: must be more than 0 B, got -1 B"),
+        ("hw.socket.pcu.peak_flops=1e30", "must be at most 10 PFLOP/s, got 1e+30 FLOP/s"),
+    ],
+)
+def test_a_quantity_out_of_range_is_told_in_its_unit(override: str, message: str) -> None:
+    """Bound and value as people write them; it read `Input should be less than or equal to
+    1 (got 3600.0)`, `(got -1800000000000.0)`, `(got 1e+42)`."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(LLAMA, [override])
+    assert message in str(info.value)
+    assert "Input should be" not in str(info.value)
+
+
+def test_a_bare_time_past_its_bound_says_it_is_seconds() -> None:
+    """A duration written bare past its field's bound: in words, and the units meant."""
+    from rdu_sim.config.cluster import SLOConfig
+    from rdu_sim.config.loader import validate
+
+    with pytest.raises(ConfigError) as info:
+        validate(SLOConfig, {"ttft": 1e8, "tpot": 1}, "slo.yaml", {})
+    assert str(info.value) == (
+        "slo.yaml: ttft: must be at most 116 days, got 1,157 days (a bare number is seconds: "
+        "write the unit, as in '1e+08 us' or '1e+08 ms')"
+    )

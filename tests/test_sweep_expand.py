@@ -241,7 +241,7 @@ def test_a_refused_value_names_the_points_it_breaks(tmp_path: Path) -> None:
     assert "1 of 2 points are invalid" in info.value.issues[0].message
     blamed = info.value.issues[1]
     assert blamed.field == "axes.parallelism.tp" and blamed.line == 3
-    assert "exceeds the 1 sockets" in blamed.message and "parallelism.tp=2" in blamed.message
+    assert "exceeds the 1 socket of" in blamed.message and "parallelism.tp=2" in blamed.message
 
 
 @pytest.mark.parametrize(

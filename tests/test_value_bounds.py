@@ -49,11 +49,11 @@ def test_clock_bounds_are_the_int64_range() -> None:
 @pytest.mark.parametrize(
     ("override", "words"),
     [
-        ("hw.socket.hbm.bandwidth=5e-324", "greater than or equal to 1"),
-        ("hw.socket.pcu.peak_flops=0.5", "greater than or equal to 1"),
-        ("hw.socket.pcu.vector_flops=1e-300", "greater than or equal to 1"),
-        ("hw.socket.pmu.bandwidth=1e-300", "greater than or equal to 1"),
-        ("hw.system.intra_node_link.bandwidth=5e-324", "greater than or equal to 1"),
+        ("hw.socket.hbm.bandwidth=5e-324", "must be at least 1 B/s, got 4.94e-324 B/s"),
+        ("hw.socket.pcu.peak_flops=0.5", "must be at least 1 FLOP/s, got 0.5 FLOP/s"),
+        ("hw.socket.pcu.vector_flops=1e-300", "must be at least 1 FLOP/s"),
+        ("hw.socket.pmu.bandwidth=1e-300", "must be at least 1 B/s"),
+        ("hw.system.intra_node_link.bandwidth=5e-324", "must be at least 1 B/s"),
         ("hw.socket.hbm.efficiency=1e-300", "bandwidth x efficiency"),
         ("hw.socket.pcu.max_gemm_efficiency=1e-300", "peak_flops x max_gemm_efficiency"),
         ("hw.socket.pcu.count=1", "leaves no usable PCU"),

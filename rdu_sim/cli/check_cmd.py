@@ -32,7 +32,12 @@ from rdu_sim.cli.errors import (
 )
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.hardware_file import Hardware, read_hardware, validate_hardware
+from rdu_sim.config.hardware_file import (
+    Hardware,
+    device_noun,
+    read_hardware,
+    validate_hardware,
+)
 from rdu_sim.config.kinds import KIND_WORDS, KINDS_HELP, file_kind, misspelt_kind_key
 from rdu_sim.config.loader import LineMap, read_yaml
 from rdu_sim.config.parallelism import describe_layout
@@ -104,7 +109,8 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         hardware = validate_hardware(data, file, lines)
         stack = _default_stack(hardware, file, lines)
         return (
-            f"hardware {hardware.name!r}: {hardware.system.sockets} {hardware.devices}, "
+            f"hardware {hardware.name!r}: "
+            f"{human.count(hardware.system.sockets, device_noun(hardware))}, "
             f"default stack {stack}"
         )
     if kind == "stack":

@@ -12,7 +12,9 @@ status 2, with no traceback:
   errno: a full disk, a read-only folder, a path below a file), a database SQLite refuses,
   text that is not Unicode, memory or recursion exhausted by an input. Writers and the
   sweep store name their path; `environment_message` names what it can for the rest
-  (`<stdout>` when the output itself cannot be written).
+  (`<stdout>` when the output itself cannot be written). One end of the output is no
+  failure: a reader that has left (`rdu-sim examples | head -1`) ends the command quietly
+  with the status SIGPIPE gives a command, 141, as `cat` ends under head.
 
 A signal (SIGINT, SIGTERM: ``rdu_sim.interrupts``) ends there too: one line saying what
 was kept (``Interrupted.kept``, set by the work that kept it), status 128 + the signal.
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_INPUT_ERROR = 2  # bad input (click uses 2 for usage errors too)
+EXIT_READER_GONE = 128 + 13
+"""Standard output's reader has left (a broken pipe): the status of a command SIGPIPE ends
+(128 + the signal, as ``rdu_sim.interrupts`` ends on SIGINT and SIGTERM), said by nothing."""
 
 ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
@@ -101,6 +106,18 @@ def _stdout_broken(exc: BaseException) -> bool:
         except (OSError, ValueError, AttributeError):
             pass
     return broken
+
+
+def _reader_gone(exc: BaseException) -> bool:
+    """True when `exc` is standard output's reader having left (`| head -1` once head has
+    read its line): not a failure, the end a command piped to head gets. Standard output is
+    then pointed at /dev/null (``_stdout_broken``), so nothing more is said."""
+    return (
+        isinstance(exc, BrokenPipeError)
+        and exc.filename is None
+        and exc.filename2 is None
+        and _stdout_broken(exc)
+    )
 
 
 def _flush_stdout() -> None:
@@ -213,6 +230,8 @@ class RduGroup(click.Group):
             _flush_stdout()  # a full disk behind `> file` fails here, not at exit
             return result
         except boundary_errors() as exc:
+            if _reader_gone(exc):
+                ctx.exit(EXIT_READER_GONE)
             print_error(message_of(exc))
             ctx.exit(EXIT_INPUT_ERROR)
         except SystemExit as stop:
@@ -220,8 +239,10 @@ class RduGroup(click.Group):
             if stop.code != 1 or not isinstance(pipe, BrokenPipeError):
                 raise
             # rich's Console.on_broken_pipe: it points stdout at /dev/null and exits 1, the
-            # status of a sweep's failed points; a pipe nobody reads is an output that
-            # cannot be written, as it is for click.echo
+            # status of a sweep's failed points; a pipe nobody reads ends as it does for
+            # click.echo
+            if _reader_gone(pipe):
+                ctx.exit(EXIT_READER_GONE)
             print_error(environment_message(pipe))
             ctx.exit(EXIT_INPUT_ERROR)
         except Interrupted as stop:

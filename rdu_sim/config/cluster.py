@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import FieldProblem
 from rdu_sim.config.limits import MIN_RATE
-from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds
+from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds, ShortSeconds
 from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand
 
 Role = Literal["mixed", "prefill", "decode"]
@@ -226,7 +226,7 @@ class KVTransferConfig(StrictModel):
         le=1e15,
         description="bytes/s of one replica's port, each direction",
     )
-    latency: Seconds = Field(
+    latency: ShortSeconds = Field(
         default=10e-6, ge=0, le=1.0, description="from a transfer's last byte sent to its arrival"
     )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -21,18 +21,10 @@ from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import model_classes, unknown_field_message
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
 from rdu_sim.config.stack import StackConfig
-from rdu_sim.config.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+from rdu_sim.config.units import field_unit
 from rdu_sim.config.workload import WorkloadConfig
 
 __all__ = ["FieldDoc", "axis_label", "field_doc", "unknown_field"]
-
-_QUANTITY_UNITS = {
-    parse_bytes: "bytes",
-    parse_seconds: "s",
-    parse_bandwidth: "bytes/s",
-    parse_flops: "FLOP/s",
-}
-"""The internal unit of each quantity type (``config.units``), by its parser."""
 
 _PART_NAMES = {
     "hbm": "HBM",
@@ -75,21 +67,10 @@ class FieldDoc:
         return words if not self.unit or said else f"{words} ({self.unit})"
 
 
-def _quantity_unit(metadata: Sequence[Any]) -> str:
-    """The unit of a quantity type's parser among an Annotated's metadata, or ''."""
-    for meta in metadata:
-        parser = getattr(meta, "func", None)
-        if parser in _QUANTITY_UNITS:
-            return _QUANTITY_UNITS[parser]
-    return ""
-
-
 def _unit(annotation: Any, metadata: Sequence[Any], description: str) -> str:
     """The unit of a field: its quantity type's (looking through ``X | None``), else
     ``tokens`` for a count of tokens, else ''."""
-    unit = _quantity_unit(metadata)
-    for arg in (annotation, *get_args(annotation)):
-        unit = unit or _quantity_unit(getattr(arg, "__metadata__", ()))
+    unit = field_unit(annotation, metadata)
     if unit:
         return unit
     return "tokens" if re.search(r"\btokens\b", description) else ""

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.hardware import HardwareBase, MemoryTierConfig
 from rdu_sim.config.limits import MAX_KERNEL_SECONDS, MIN_RATE, rate_floor
-from rdu_sim.config.units import BytesPerSecond, FlopsPerSecond, Seconds
+from rdu_sim.config.units import BytesPerSecond, FlopsPerSecond, ShortSeconds
 
 _MAX_FLOPS = 1e18
 
@@ -28,16 +28,16 @@ class GpuKernelOverheadsConfig(StrictModel):
     next.
     """
 
-    launch: Seconds = Field(
+    launch: ShortSeconds = Field(
         ge=0, le=MAX_KERNEL_SECONDS, description="host CPU time to launch one kernel on a stream"
     )
-    sync: Seconds = Field(
+    sync: ShortSeconds = Field(
         ge=0,
         le=MAX_KERNEL_SECONDS,
         description="device time at each kernel boundary: the device-wide completion of one "
         "kernel and the start of the next",
     )
-    graph_launch: Seconds = Field(
+    graph_launch: ShortSeconds = Field(
         ge=0, le=MAX_KERNEL_SECONDS, description="host CPU time to launch one CUDA graph (a step)"
     )
 
@@ -99,11 +99,6 @@ class GpuHardwareConfig(HardwareBase):
 
     kind: Literal["gpu"] = Field(description="'gpu': this file describes a GPU system")
     gpu: GpuConfig
-
-    @property
-    def devices(self) -> str:
-        """What ``system.sockets`` counts, for messages."""
-        return "GPUs"
 
     @property
     def peak_flops(self) -> float:

@@ -19,7 +19,7 @@ from rdu_sim.config.limits import (
     MIN_RATE,
     rate_floor,
 )
-from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds
+from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, ShortSeconds
 from rdu_sim.config.wiring import Policy, Topology
 
 
@@ -28,7 +28,7 @@ class MemoryTierConfig(StrictModel):
 
     capacity: Bytes = Field(gt=0, le=MAX_BYTES, description="bytes per socket")
     bandwidth: BytesPerSecond = Field(ge=MIN_RATE, le=MAX_BANDWIDTH, description="peak bytes/s")
-    latency: Seconds = Field(ge=0, le=1.0, description="first-byte latency of one request")
+    latency: ShortSeconds = Field(ge=0, le=1.0, description="first-byte latency of one request")
     efficiency: float = Field(
         gt=0, le=1, description="achievable fraction of peak bandwidth for streaming reads"
     )
@@ -74,16 +74,16 @@ class PMUConfig(StrictModel):
 class KernelOverheadsConfig(StrictModel):
     """What a kernel call costs besides its work: AGCU program and argument loads, the sync."""
 
-    program_load: Seconds = Field(
+    program_load: ShortSeconds = Field(
         ge=0, le=MAX_KERNEL_SECONDS, description="load a kernel's program"
     )
-    argument_load: Seconds = Field(
+    argument_load: ShortSeconds = Field(
         ge=0, le=MAX_KERNEL_SECONDS, description="load a call's arguments"
     )
-    sync: Seconds = Field(
+    sync: ShortSeconds = Field(
         ge=0, le=MAX_KERNEL_SECONDS, description="host/AGCU sync at a kernel boundary"
     )
-    layer_loop: Seconds = Field(
+    layer_loop: ShortSeconds = Field(
         default=0.0,
         ge=0,
         le=MAX_KERNEL_SECONDS,
@@ -151,7 +151,7 @@ class LinkConfig(StrictModel):
     bandwidth: BytesPerSecond = Field(
         ge=MIN_RATE, le=MAX_BANDWIDTH, description="bytes/s per direction"
     )
-    latency: Seconds = Field(ge=0, le=1.0, description="one hop, first byte")
+    latency: ShortSeconds = Field(ge=0, le=1.0, description="one hop, first byte")
 
 
 class SystemConfig(StrictModel):
@@ -258,11 +258,6 @@ class HardwareBase(StrictModel):
                 "it with `stack:` in the workload or `default_stack:` here (docs/calibration.md)"
             )
         return data
-
-    @property
-    def devices(self) -> str:
-        """What ``system.sockets`` counts, for messages."""
-        return "sockets"
 
 
 class HardwareConfig(HardwareBase):

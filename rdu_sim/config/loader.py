@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue, FieldProblem
 from rdu_sim.config.show import shown
+from rdu_sim.config.units import field_unit, quantity_words
 from rdu_sim.config.yaml_io import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -155,6 +156,56 @@ def _description(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) 
     return (info.description or "") if info is not None else ""
 
 
+_BOUND_WORDS = {
+    "greater_than": ("gt", "more than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+"""pydantic's range errors: the key of the bound in the error's context, and its words."""
+
+
+def _given(loc: tuple[str | int, ...], data: Any) -> Any:
+    """The value at `loc` as the input holds it (None when it is not there)."""
+    node = data
+    for part in loc:
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def _range_message(
+    error: Any, model: type[BaseModel], loc: tuple[str | int, ...], data: Any
+) -> str | None:
+    """A quantity out of its field's range, bound and value in the field's unit as people
+    write them (``must be at most 1 s, got 500 s``; the value as written when it has a unit,
+    ``got 1e30 TB/s``), where pydantic quotes the internal numbers (``less than or equal to
+    1 (got 500.0)``); a bare time above its bound adds that it is seconds. None for any
+    other error."""
+    words = _BOUND_WORDS.get(error["type"])
+    cls = _parent_model(model, loc, data) if words and loc else None
+    info = cls.model_fields.get(str(loc[-1])) if cls is not None else None
+    unit = field_unit(info.annotation, info.metadata) if info is not None else ""
+    bound = (error.get("ctx") or {}).get(words[0]) if words else None
+    if not unit or not isinstance(bound, int | float) or not words:
+        return None
+    given = _given(loc, data) if data is not None else None
+    if isinstance(given, str):
+        return f"must be {words[1]} {quantity_words(bound, unit)}, got {given.strip()}"
+    value = error.get("input")
+    if not isinstance(value, int | float):
+        return None
+    message = f"must be {words[1]} {quantity_words(bound, unit)}, got {quantity_words(value, unit)}"
+    if unit == "s" and words[0] in ("lt", "le"):  # too long: perhaps a forgotten unit
+        n = f"{value:g}"
+        message += f" (a bare number is seconds: write the unit, as in '{n} us' or '{n} ms')"
+    return message
+
+
 def unknown_field_message(name: str, valid: list[str]) -> str:
     """What an unknown field is told: ``unknown field 'hbm_bandwith'; did you mean
     'hbm_bandwidth'? Valid fields here: ...`` (``valid``: the names at its place)."""
@@ -206,6 +257,8 @@ def issues_from_validation(
             message = f"required field {key!r} is missing" if key else error["msg"]
         elif isinstance(problem, FieldProblem):
             message = problem.message  # it names the values it compares
+        elif (ranged := _range_message(error, model, loc, data)) is not None:
+            message = ranged
         else:
             text = error["msg"].removeprefix("Value error, ")
             given = error.get("input")

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BeforeValidator, Field, model_validator
 
 from rdu_sim.config.base import StrictModel
-from rdu_sim.config.units import Seconds
+from rdu_sim.config.units import ShortSeconds
 
 
 def _rate(description: str) -> Any:
@@ -144,7 +144,7 @@ class SpecPrefillConfig(StrictModel):
         description="tokens the draft decodes past the prompt; their attention over the "
         "prompt scores its tokens (SpecPrefill's default, 8)",
     )
-    token_mapping: Seconds | None = Field(
+    token_mapping: ShortSeconds | None = Field(
         default=None,
         ge=0,
         le=1.0,

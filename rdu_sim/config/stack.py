@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 
 from rdu_sim.config.base import StrictModel
-from rdu_sim.config.units import Seconds
+from rdu_sim.config.units import ShortSeconds
 
 _MAX_HOST_S = 1.0
 
@@ -56,14 +56,14 @@ class HostWorkConfig(StrictModel):
     tokens) costs the device nothing until it takes longer than the device's step.
     """
 
-    serial_per_step: Seconds = Field(
+    serial_per_step: ShortSeconds = Field(
         default=0.0,
         ge=0,
         le=_MAX_HOST_S,
         description="host time per step on the device's critical path: the scheduler, the "
         "step's launch and the wait for its end, the sampled tokens' trip to the host",
     )
-    serial_per_slot: Seconds = Field(
+    serial_per_slot: ShortSeconds = Field(
         default=0.0,
         ge=0,
         le=_MAX_HOST_S,
@@ -71,7 +71,7 @@ class HostWorkConfig(StrictModel):
         "the step): one sequence's token sampled, detokenized and streamed before the next "
         "step starts",
     )
-    serial_per_prompt: Seconds = Field(
+    serial_per_prompt: ShortSeconds = Field(
         default=0.0,
         ge=0,
         le=_MAX_HOST_S,
@@ -79,7 +79,7 @@ class HostWorkConfig(StrictModel):
         "request's admission (parsing, tokenizing, scheduling it) and the switch to its "
         "prefill program",
     )
-    serial_per_page_sent: Seconds = Field(
+    serial_per_page_sent: ShortSeconds = Field(
         default=0.0,
         ge=0,
         le=_MAX_HOST_S,
@@ -88,7 +88,7 @@ class HostWorkConfig(StrictModel):
         "metadata, every sequence's page table, and broadcasts it to the other workers "
         "(vLLM 2024's broadcast_object_list); 0 on one device",
     )
-    overlapped_per_step: Seconds = Field(
+    overlapped_per_step: ShortSeconds = Field(
         default=0.0,
         ge=0,
         le=_MAX_HOST_S,
@@ -96,7 +96,7 @@ class HostWorkConfig(StrictModel):
         "overlap scheduler preparing the next batch): the device waits only for what "
         "exceeds its own step",
     )
-    overlapped_per_slot: Seconds = Field(
+    overlapped_per_slot: ShortSeconds = Field(
         default=0.0,
         ge=0,
         le=_MAX_HOST_S,

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import BeforeValidator, Field, PlainSerializer, StringConstraints
+
+from rdu_sim import human
 
 MAX_QUANTITY_CHARS = 64
 """Longest quantity string accepted ("613.4615385 GFLOP/s" is 19 characters)."""
@@ -296,6 +299,29 @@ def parse_seconds(value: Any) -> float:
     return _parse(value, _TIME_UNITS, "2 us")
 
 
+BARE_SECONDS_CEILING = 0.1
+"""A latency or an overhead (a memory's or a link's first byte, a kernel boundary, the
+host's time per step, per slot or per token) written as a bare number is seconds, in the
+internal unit; one of a tenth of a second or more (``sync: 10`` meaning 10 us) is a
+forgotten unit, refused naming how it reads, where it would otherwise run every kernel
+boundary for seconds. No such time of a machine or a serving stack comes near: the shipped
+ones are 0.5 us to 1.6 ms. A duration of a workload (an SLO, a trace's window) is
+:data:`Seconds`, a bare number of any size."""
+
+
+def parse_short_seconds(value: Any) -> float:
+    """ "2 us" -> 2e-6, as :func:`parse_seconds`; a bare number at or above
+    :data:`BARE_SECONDS_CEILING` is refused as a forgotten unit."""
+    number, unit = _split(value, _TIME_UNITS.kind, "2 us")
+    if not unit and number >= BARE_SECONDS_CEILING:
+        n = f"{number:g}"
+        raise UnitError(
+            f"{_shown(value)} without a unit reads as {n} s, longer than a latency or an "
+            f"overhead takes; write the unit, as in '{n} ns', '{n} us' or '{n} ms'"
+        )
+    return _scaled(number, _TIME_UNITS.scale(unit, value), _TIME_UNITS.kind, value)
+
+
 def parse_bandwidth(value: Any) -> float:
     """ "1.8 TB/s" -> 1.8e12 bytes per second; "400 Gb/s" -> 5e10. Bare numbers are B/s."""
     number, unit = _split(value, "bandwidth", "1.8 TB/s")
@@ -384,6 +410,16 @@ Bytes = Annotated[
 Seconds = Annotated[
     float, BeforeValidator(parse_seconds, json_schema_input_type=_quantity(_TIME_UNITS, "seconds"))
 ]
+ShortSeconds = Annotated[
+    float,
+    BeforeValidator(
+        parse_short_seconds,
+        json_schema_input_type=_quantity(
+            _TIME_UNITS, "seconds, below 0.1 (more is a forgotten unit: write it, as in 10 us)"
+        ),
+    ),
+]
+"""A latency or an overhead of a machine or a serving stack (:func:`parse_short_seconds`)."""
 BytesPerSecond = Annotated[
     float,
     BeforeValidator(
@@ -402,3 +438,47 @@ FlopsPerSecond = Annotated[
         ),
     ),
 ]
+
+
+UNIT_OF_PARSER: dict[Any, str] = {
+    parse_bytes: "bytes",
+    parse_seconds: "s",
+    parse_short_seconds: "s",
+    parse_bandwidth: "bytes/s",
+    parse_flops: "FLOP/s",
+}
+"""The internal unit of each quantity type above, by its parser."""
+
+
+def field_unit(annotation: Any, metadata: Sequence[Any] = ()) -> str:
+    """The internal unit of a pydantic field holding a quantity type of this module (``s``,
+    ``bytes/s``...), looking through ``X | None``; '' for any other field. ``metadata`` is
+    the field's own (pydantic keeps a top-level Annotated's validators there)."""
+    for meta in (*metadata, *getattr(annotation, "__metadata__", ())):
+        unit = UNIT_OF_PARSER.get(getattr(meta, "func", None))
+        if unit:
+            return unit
+    for arg in get_args(annotation):
+        unit = field_unit(arg)
+        if unit:
+            return unit
+    return ""
+
+
+_HUMAN = {
+    "s": (human.duration, "s"),
+    "bytes": (human.size, "B"),
+    "bytes/s": (human.bandwidth, "B/s"),
+    "FLOP/s": (human.flops, "FLOP/s"),
+}
+MAX_SHOWN_CHARS = 16
+"""Past this a quantity in a message is shown in its internal unit's exponent form."""
+
+
+def quantity_words(value: float, unit: str) -> str:
+    """An internal value (``unit``: :data:`UNIT_OF_PARSER`'s) as a message shows it:
+    ``500 ns``, ``1.8 TB/s``, ``1 h``; one too large for its largest unit in exponent form,
+    ``1e+42 B/s``, not thirty digits of PB/s."""
+    shown, internal = _HUMAN[unit]
+    text = shown(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else f"{value:.3g} {internal}"
