@@ -27,7 +27,7 @@ ROW = "sn40l,llama-3.2-1b,1,1,16,4,e2e_s,0.01"
 
 def _fake_run(point: MeasuredPoint, overrides: Any = ()) -> Simulated:
     """A stand-in for the simulation: a value that moves with every override, at once."""
-    shift = sum(len(o) for o in overrides) % 7
+    shift = sum(len(o.split()[0]) for o in overrides) % 7  # the text before a unit
     return Simulated(point.measured * (1.0 + 0.01 * shift), 1)
 
 
@@ -274,6 +274,25 @@ def test_a_bound_its_field_refuses_is_named_before_simulating(
     )
 
 
+class _Simulated(Exception):
+    """Raised where a calibration would start simulating: its bounds were accepted."""
+
+
+def test_a_fitted_time_is_set_with_its_unit(
+    measured: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bound of 0.5 s is a host time its field allows: calibrate sets it as ``0.5 s``. Set
+    bare, the config would take it for a forgotten unit (a bare latency or overhead of 0.1 s
+    or more) and refuse a bound the user wrote with its unit."""
+
+    def simulated(*args: object) -> None:
+        raise _Simulated
+
+    monkeypatch.setattr(targets, "simulate_run", simulated)
+    result = _run(str(measured), "--fit", "stack.host.serial_per_step=0:0.5s")
+    assert isinstance(result.exception, _Simulated), result.output
+
+
 FITS = st.sampled_from(
     [F, "stack.host.serial_per_step=0:1", "sn40l:" + F, "hw.x=1", "stack.host.serial_per_step=2:1",
      "dgx-h100:" + F, "stack.host.serial_per_step=0:1", "hw.socket.hbm.efficiency=0.5:1",
@@ -508,7 +527,9 @@ def test_a_cache_line_cut_short_is_dropped_with_a_note_and_the_rest_reused(
 def _step_only_run(point: MeasuredPoint, overrides: Any = ()) -> Simulated:
     """A stand-in moved by the per-step host time only (1 ms: +10%): a per-slot time moves
     nothing, so the rows cannot fix it."""
-    step = next((float(o.split("=")[1]) for o in overrides if "serial_per_step=" in o), 0.0)
+    step = next(
+        (float(o.split("=")[1].split()[0]) for o in overrides if "serial_per_step=" in o), 0.0
+    )
     return Simulated(point.measured * (1.0 + 100.0 * step), 1)
 
 

@@ -344,12 +344,22 @@ def overrides_for(
     scoped: Sequence[Scoped], values: Sequence[float | None], deployment: Deployment
 ) -> list[str]:
     """The ``--set`` overrides that give a run on ``deployment`` the parameters reaching it
-    (a value of None is not applied: the run keeps its file's own value)."""
+    (a value of None is not applied: the run keeps its file's own value). A quantity is
+    written in its internal unit, ``0.25 s``, not bare: read back to the same float, and
+    never taken for a forgotten unit (a bare host time of 0.1 s or more is refused as one,
+    ``config.units.BARE_SECONDS_CEILING``)."""
     return [
-        f"{one.parameter.path}={value!r}"
+        f"{one.parameter.path}={value!r}{_internal_unit(one.parameter.unit)}"
         for one, value in zip(scoped, values, strict=True)
         if value is not None and one.reaches(deployment)
     ]
+
+
+def _internal_unit(unit: str) -> str:
+    """`` s``, `` B/s``, `` FLOP/s`` (the unit of scale 1 a config reads for ``unit``), or
+    '' for a plain number."""
+    name = next((n for scale, n in QUANTITY_UNITS.get(unit, ()) if scale == 1.0), "")
+    return f" {name}" if name else ""
 
 
 @dataclass(frozen=True)
