@@ -35,6 +35,7 @@ from rdu_sim import api
 from rdu_sim.compiler import capacity_words, compile_program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine import StepTiming
+from rdu_sim.kv.policies import budget_determines, policy_reads
 from rdu_sim.report.summary import memory_summary
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import EngineBackend
@@ -68,9 +69,10 @@ def point_settings(
     By default only ``serving.max_context`` and ``kv.policy``: what ``rdu-sim run --set``
     of those two runs. A compressing policy is given a budget of ``snapstream_budget``
     tokens (fixed whatever the context, as deployed) or ``context / snapstream_ratio`` (the
-    same compression at every context) when asked; its ring is then 1/16 of the budget
-    (the shipped 128k workload's 2048 of 32768), between the observation window and the
-    workload's ``kv.recent``.
+    same compression at every context) when asked; SnapStream's ring is then 1/16 of the
+    budget (the shipped 128k workload's 2048 of 32768), between the observation window and
+    the workload's ``kv.recent`` (SnapKV keeps no ring; StreamingLLM's is the rest of its
+    budget).
     """
     settings: dict[str, Any] = {"serving.max_context": context, "kv.policy": policy}
     if policy in COMPRESSING and (snapstream_budget or snapstream_ratio):
@@ -78,7 +80,9 @@ def point_settings(
         budget = snapstream_budget or int(context / (snapstream_ratio or 1.0))
         settings["kv.budget"] = budget
         settings["kv.compression_ratio"] = None
-        settings["kv.recent"] = max(kv.observation_window, min(kv.recent, budget // 16))
+        # SnapKV keeps no ring; StreamingLLM's is the budget's rest (budget_determines)
+        if "recent" in (policy_reads(policy) or ()) and "recent" not in budget_determines(policy):
+            settings["kv.recent"] = max(kv.observation_window, min(kv.recent, budget // 16))
     return settings
 
 
