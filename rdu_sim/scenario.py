@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from rdu_sim.config.overrides import (
     STACK_PREFIX,
     normalize_overrides,
     overridden,
+    override_note,
     set_path,
     split_overrides,
 )
@@ -39,7 +41,14 @@ from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.config.yaml_io import read_text_file
-from rdu_sim.kv.policies import PolicyError, budget_determines, make_policy
+from rdu_sim.kv.policies import (
+    PolicyError,
+    UnreadKVFieldWarning,
+    budget_determines,
+    make_policy,
+    policy_reads,
+    unread_overrides,
+)
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
 from rdu_sim.models.layers import Architecture
@@ -430,6 +439,26 @@ def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> 
     return workload.model_copy(update={"kv": type(kv).model_validate(given)})
 
 
+def _warn_unread(
+    workload: WorkloadConfig, overrides: Mapping[str, Any], file: str, source: str
+) -> None:
+    """A warning for each override of a ``kv`` field the chosen policy does not read
+    (``kv.policies.unread_overrides``): it would change nothing, and say nothing. The
+    workload file's own kv section is not checked: it may hold the settings of the policy a
+    ``--set kv.policy`` (or a sweep) switches from (docs/kv.md, "Fields a policy reads")."""
+    policy = workload.kv.policy
+    for key in unread_overrides(policy, overrides):
+        reads = ", ".join(f"kv.{name}" for name in policy_reads(policy) or ())
+        warnings.warn(
+            UnreadKVFieldWarning(
+                f"{file}: {key}: {overrides[key]!r} is not read by kv.policy {policy} (it "
+                f"reads {reads or 'no other kv field'}), so it changes nothing "
+                f"{override_note(key, source)}"
+            ),
+            stacklevel=3,
+        )
+
+
 def _read_config_json(
     ref: ConfigJsonModel, workload_file: str, lines: LineMap, field: str = "model"
 ) -> Architecture:
@@ -575,6 +604,7 @@ def build_scenario(
     source = overrides_from
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "", source)
     workload = _switched_policy(workload, workload_overrides)
+    _warn_unread(workload, workload_overrides, workload_file, source)
     try:
         return _resolved(workload, workload_file, lines, normalized, source)
     except ConfigError as exc:  # a rule after validation, at a field an override may have set

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim import api
-from rdu_sim.compiler import compile_program
+from rdu_sim.compiler import capacity_words, compile_program
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine import StepTiming
+from rdu_sim.kv.policies import budget_determines, policy_reads
 from rdu_sim.report.summary import memory_summary
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import EngineBackend
@@ -68,9 +69,10 @@ def point_settings(
     By default only ``serving.max_context`` and ``kv.policy``: what ``rdu-sim run --set``
     of those two runs. A compressing policy is given a budget of ``snapstream_budget``
     tokens (fixed whatever the context, as deployed) or ``context / snapstream_ratio`` (the
-    same compression at every context) when asked; its ring is then 1/16 of the budget
-    (the shipped 128k workload's 2048 of 32768), between the observation window and the
-    workload's ``kv.recent``.
+    same compression at every context) when asked; SnapStream's ring is then 1/16 of the
+    budget (the shipped 128k workload's 2048 of 32768), between the observation window and
+    the workload's ``kv.recent`` (SnapKV keeps no ring; StreamingLLM's is the rest of its
+    budget).
     """
     settings: dict[str, Any] = {"serving.max_context": context, "kv.policy": policy}
     if policy in COMPRESSING and (snapstream_budget or snapstream_ratio):
@@ -78,7 +80,9 @@ def point_settings(
         budget = snapstream_budget or int(context / (snapstream_ratio or 1.0))
         settings["kv.budget"] = budget
         settings["kv.compression_ratio"] = None
-        settings["kv.recent"] = max(kv.observation_window, min(kv.recent, budget // 16))
+        # SnapKV keeps no ring; StreamingLLM's is the budget's rest (budget_determines)
+        if "recent" in (policy_reads(policy) or ()) and "recent" not in budget_determines(policy):
+            settings["kv.recent"] = max(kv.observation_window, min(kv.recent, budget // 16))
     return settings
 
 
@@ -141,8 +145,9 @@ def plan_over_contexts(
 
     Returns:
         One dict per point with the identity keys (``model``, ``kv_policy``, ``max_context``
-        ...), ``settings``, ``batch_capacity``, ``batch_slots``, ``kv_bytes_per_slot`` and
-        ``memory`` (per tier, one socket), the keys of a run's ``to_dict()``.
+        ...), ``settings``, ``batch_capacity``, ``memory_capacity``, ``capacity_limit``,
+        ``capacity``, ``batch_slots``, ``kv_bytes_per_slot`` and ``memory`` (per tier, one
+        socket), the keys of a run's ``to_dict()``.
     """
     backend = EngineBackend()
     rows: list[dict[str, Any]] = []
@@ -154,6 +159,7 @@ def plan_over_contexts(
             **_identity(scenario, _with_slots(scenario, settings, capacity, slots)),
             "source": "plan",
             "batch_capacity": capacity,
+            **_capacity_keys(scenario, capacity, holds, slots),
             "batch_slots": slots,
         }
         if slots >= 1:
@@ -163,6 +169,17 @@ def plan_over_contexts(
             row["kv_bytes_per_slot"] = int(kv // slots)
         rows.append(row)
     return rows
+
+
+def _capacity_keys(scenario: Scenario, capacity: int, holds: int, slots: int) -> dict[str, Any]:
+    """What bounds the batch at a point, under a run's JSON keys: ``memory_capacity`` (what
+    memory holds), ``capacity_limit`` (what bounds ``batch_capacity`` below it) and
+    ``capacity`` (both in `compiler.capacity_words`'s words, for the ``slots`` it runs)."""
+    return {
+        "memory_capacity": holds,
+        "capacity_limit": scenario.stack.batch_limit(holds),
+        "capacity": capacity_words(scenario, holds, capacity, slots),
+    }
 
 
 def _timing(scenario: Scenario, batch: int) -> StepTiming:
@@ -189,7 +206,7 @@ def _with_slots(
 
 
 def _decode_row(
-    scenario: Scenario, settings: Mapping[str, Any], capacity: int, batch: int
+    scenario: Scenario, settings: Mapping[str, Any], capacity: int, holds: int, batch: int
 ) -> dict[str, Any]:
     """A run-like dict of one decode step of ``batch`` slots at their largest cache (the
     server of that point runs ``batch`` slots, so its memory is planned for them)."""
@@ -199,6 +216,7 @@ def _decode_row(
         **_identity(scenario, settings),
         "source": "decode_step",
         "batch_capacity": capacity,
+        **_capacity_keys(scenario, capacity, holds, batch),
         "batch_slots": batch,
         "cache_len": int(timing.context),
         "step_s": float(timing.step_s),
@@ -227,7 +245,7 @@ def decode_over_contexts(
     the achieved fraction of HBM bandwidth and of peak FLOP/s.
     """
     return [
-        _decode_row(scenario, settings, capacity, min(batch or capacity, holds))
+        _decode_row(scenario, settings, capacity, holds, min(batch or capacity, holds))
         for scenario, settings, capacity, holds in _points(
             workload, overrides, policies, contexts, snapstream_budget, snapstream_ratio
         )
@@ -255,7 +273,9 @@ def decode_over_batches(
     for scenario, settings, capacity, holds in _points(
         workload, overrides, policies, [context], snapstream_budget, snapstream_ratio
     ):
-        rows += [_decode_row(scenario, settings, capacity, b) for b in batches if 1 <= b <= holds]
+        rows += [
+            _decode_row(scenario, settings, capacity, holds, b) for b in batches if 1 <= b <= holds
+        ]
     return rows
 
 

@@ -11,6 +11,7 @@ import json
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -381,6 +382,57 @@ def test_design_space_orders_unit_strings_and_draws_a_line_per_group() -> None:
     assert "(ms)" in fig.axes[0].get_ylabel()
 
 
+def _shown_ticks(fig: Figure) -> list[Any]:
+    """The x tick labels a saved figure shows, left to right."""
+    (ax,) = fig.axes
+    shown = [t for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+    return sorted(shown, key=lambda t: t.get_window_extent().x0)
+
+
+def _budget_sweep(budgets: list[int]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"kv.budget": b, "decode_tokens_per_s": 1e6 / (1000 + b)} for b in budgets]
+    )
+
+
+def test_close_values_on_a_linear_sweep_axis_do_not_run_together() -> None:
+    """The trial's sweep over kv.budget on llama3.1-8b-1socket: 2053, 3072 and 4096 of
+    16384 sit on a linear axis (they do not double) and their labels read "205330724096";
+    turned, each stands apart (its corner further from the next than a line of text)."""
+    budgets = [2053, 3072, 4096, 6144, 8192, 16384]
+    fig = render(
+        lambda: plots.design_space(_budget_sweep(budgets), "kv.budget", "decode_tokens_per_s")
+    )
+    ticks = _shown_ticks(fig)
+    assert [t.get_text() for t in ticks] == [str(b) for b in budgets]
+    assert {t.get_rotation() for t in ticks} == {45.0}
+    corners = [t.get_window_extent().x1 for t in ticks]
+    line = ticks[0].get_fontsize() * fig.dpi / 72 * 2**0.5  # across turned lines
+    assert min(b - a for a, b in pairwise(corners)) >= line
+    # labels with room stay level
+    fig = render(
+        lambda: plots.design_space(
+            _budget_sweep([8192, 32768, 131072]), "kv.budget", "decode_tokens_per_s"
+        )
+    )
+    assert {t.get_rotation() for t in _shown_ticks(fig)} == {0.0}
+
+
+def test_a_crowded_sweep_axis_labels_every_kth_value() -> None:
+    """Turned labels closer than a line of text: a label a line of text from the last one
+    shown is shown, from the first (and the far value, 50000, too)."""
+    budgets = [*range(1000, 10000, 100), 50000]
+    fig = render(
+        lambda: plots.design_space(_budget_sweep(budgets), "kv.budget", "decode_tokens_per_s")
+    )
+    ticks = _shown_ticks(fig)
+    assert ticks[0].get_text() == "1000" and ticks[-1].get_text() == "50000"
+    assert 2 < len(ticks) < len(budgets)
+    corners = [t.get_window_extent().x1 for t in ticks]
+    line = ticks[0].get_fontsize() * fig.dpi / 72 * 2**0.5  # across turned lines
+    assert min(b - a for a, b in pairwise(corners)) >= line
+
+
 def test_cli_reads_the_csv_files_run_out_writes(tmp_path: Any) -> None:
     from rdu_sim.report.files import write_outputs
 
@@ -453,8 +505,9 @@ def test_real_memory_footprint(real_plans: list[dict[str, Any]], real_run: Any) 
 def test_real_batch_capacity(real_plans: list[dict[str, Any]]) -> None:
     fig = render(lambda: plots.batch_capacity(real_plans))
     (ax,) = fig.axes
-    assert len(ax.lines) == 2
-    full, snap = (line.get_ydata() for line in ax.lines)
+    series = [line for line in ax.lines if not str(line.get_label()).startswith("_")]
+    assert [line.get_label() for line in series][:2] == ["full", "snapstream"]
+    full, snap = (line.get_ydata() for line in series[:2])
     assert all(s >= f for s, f in zip(snap, full, strict=True))  # SnapStream never fits fewer
 
 

@@ -102,10 +102,8 @@ def test_a_run_of_a_point_reports_the_plotted_memory() -> None:
     knows, so the plan says 0 and the run its peak)."""
     [row] = studies.plan_over_contexts(LLAMA, [4096], policies=["snapstream"])
     run = api.run(LLAMA, {**row["settings"], "serving.requests": 2}).to_dict()
-    assert (run["batch_capacity"], run["batch_slots"]) == (
-        row["batch_capacity"],
-        row["batch_slots"],
-    )
+    keys = ("batch_capacity", "batch_slots", "memory_capacity", "capacity_limit", "capacity")
+    assert {k: run[k] for k in keys} == {k: row[k] for k in keys}
     assert {t: run["memory"][t] for t in ("hbm", "ddr")} == {
         t: row["memory"][t] for t in ("hbm", "ddr")
     }
@@ -120,7 +118,7 @@ def _note(fig: Any) -> str:
 def test_a_study_that_changes_the_workload_says_so_on_the_figure() -> None:
     plain = studies.plan_over_contexts(LLAMA, [2048, 8192])
     note = _note(plots.batch_capacity(plain))
-    assert note == (
+    assert note.endswith(
         "each point: the workload with serving.max_context = the context; kv.policy = the policy"
     )
     shrunk = studies.plan_over_contexts(LLAMA, [2048, 8192], snapstream_ratio=4, batch=2)
@@ -128,9 +126,13 @@ def test_a_study_that_changes_the_workload_says_so_on_the_figure() -> None:
     assert snap[2048]["settings"]["kv.budget"] == 512
     assert snap[8192]["settings"]["kv.budget"] == 2048
     for fig in (plots.batch_capacity(shrunk), plots.memory_footprint(shrunk)):
-        note = _note(fig)
-        assert "kv.budget in {512, 2048}" in note
-        assert "serving.batch_slots = 2" in note  # run would use the workload's 16
+        assert "kv.budget in {512, 2048}" in _note(fig)
+    # run would use the workload's 16: the memory is planned for 2; the capacity is not
+    # the batch a point runs, and its plot says so
+    assert "serving.batch_slots = 2;" in _note(plots.memory_footprint(shrunk))
+    assert "serving.batch_slots = 2 (the batch a point runs, not its capacity)" in _note(
+        plots.batch_capacity(shrunk)
+    )
     step = studies.decode_step_timing(
         LLAMA, policy="snapstream", context=8192, batch=2, snapstream_budget=1024
     )
@@ -170,6 +172,36 @@ def test_a_plot_of_a_workload_notes_its_set_edits() -> None:
     for fig in (plots.latency_distribution(run), plots.occupancy_timeline(run)):
         assert _note(fig) == "each point: the workload with serving.batch_slots = 2"
     rows = _simulate("capacity", Path(LLAMA), edit, [4096], ["full"], 4)
-    assert _note(plots.batch_capacity(rows)).startswith(
-        "each point: the workload with serving.batch_slots = 2; serving.max_context"
-    )
+    assert (
+        "each point: the workload with serving.batch_slots = 2 (the batch a point runs, not "
+        "its capacity); serving.max_context"
+    ) in _note(plots.batch_capacity(rows))
+
+
+def test_the_capacity_plot_says_what_it_counts_beside_what_memory_holds() -> None:
+    """The trial's llama3.1-8b-1socket: memory holds 12 and 3 full-attention slots at 32k
+    and 128k (the memory plot's bars), the stack's power-of-two programs run 8 and 2 (the
+    capacity plot's line). The capacity plot draws both, says which is which, and says the
+    memory plan's serving.batch_slots {12, 3} is not what it plots."""
+    rows = studies.plan_over_contexts(LLAMA, [32768, 131072], policies=["full", "snapkv"])
+    full = [r for r in rows if r["kv_policy"] == "full"]
+    assert [(r["batch_capacity"], r["memory_capacity"]) for r in full] == [(8, 12), (2, 3)]
+    assert {r["capacity_limit"] for r in full} == {"batch_programs"}
+    memory = plots.memory_footprint(full)
+    ticks = [t.get_text() for t in memory.axes[0].get_xticklabels()]
+    assert ticks == ["32k\n12 slots\n12 fit", "128k\n3 slots\n3 fit"]
+    assert "each bar: one socket's memory planned for the slots under it" in _note(memory)
+    fig = plots.batch_capacity(rows)
+    (ax,) = fig.axes
+    note = _note(fig)
+    assert note.startswith("batch capacity: the slots 'auto' runs")
+    assert "full at 32k: serving.batch_slots sets 12; at most 12 fit beside the weights" in note
+    assert "serving.batch_slots in {12, 3} (the batch a point runs, not its capacity)" in note
+    hollow = [line for line in ax.lines if line.get_markerfacecolor() == "none"]
+    assert [12.0, 3.0] in [list(line.get_ydata()) for line in hollow]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "snapkv (= full)" in texts  # the same points: said, and not hidden
+    full_line, snapkv_line = (ax.lines[0], ax.lines[2])
+    assert list(full_line.get_ydata()) == list(snapkv_line.get_ydata())
+    assert snapkv_line.get_marker() != full_line.get_marker()
+    assert snapkv_line.get_markersize() < full_line.get_markersize()

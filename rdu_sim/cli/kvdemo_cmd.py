@@ -19,6 +19,9 @@ attends over the whole cache at every decode step of every policy (~15 s a budge
 the bound; 65,536 tokens x 64 steps took 5 minutes)."""
 MAX_BUDGETS = 8
 
+OPTIONS = {"budgets": "--budget", "n_needles": "--needles", "decode_steps": "--decode-steps"}
+"""The option of each argument of ``quality_curve`` a ``DemoInputError`` can name."""
+
 
 @click.command("kv-demo")
 @click.option(
@@ -33,8 +36,9 @@ MAX_BUDGETS = 8
     "budgets",
     type=click.IntRange(1, 1_000_000),
     multiple=True,
-    help="Cache budget in tokens (repeatable); default: 1/16 .. 1/2 of the prompt "
-    "and one that keeps everything.",
+    help="Cache budget in tokens (repeatable; at least SnapStream's sinks + ring, which the "
+    "output's settings give); default: 1/16 .. 1/2 of the prompt (none below that) and one "
+    "that keeps everything.",
 )
 @click.option(
     "--needles",
@@ -55,7 +59,7 @@ def command(
     as_json: bool,
 ) -> None:
     """Attention-output error and needle recall of each KV policy as the budget shrinks."""
-    from rdu_sim.kv.quality import format_table, quality_curve
+    from rdu_sim.kv.quality import DemoInputError, format_table, quality_curve, settings_lines
 
     budgets = tuple(dict.fromkeys(budgets))
     if len(budgets) > MAX_BUDGETS:
@@ -75,11 +79,14 @@ def command(
             n_needles=needles,
             decode_steps=decode_steps,
         )
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--budget") from None
+    except DemoInputError as exc:
+        fail(f"{OPTIONS[exc.parameter]}: {exc}")
     if as_json:
         click.echo(json.dumps(rows, sort_keys=True))
         return
+    for line in settings_lines(prompt_tokens, needles, decode_steps, seed):
+        click.echo(line)
+    click.echo()
     click.echo(format_table(rows))
     click.echo(
         "\nrelative error: |out - full| / |full| of the attention output over the decode "

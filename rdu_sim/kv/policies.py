@@ -26,7 +26,7 @@ take them all, with no defaults of their own. New ones register with :func:`regi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from rdu_sim.config.workload import KVConfig
@@ -42,11 +42,14 @@ __all__ = [
     "SnapKVPolicy",
     "SnapStreamPolicy",
     "StreamingLLMPolicy",
+    "UnreadKVFieldWarning",
     "context_buckets",
     "make_policy",
     "paged_buckets",
     "policy_names",
+    "policy_reads",
     "register_policy",
+    "unread_overrides",
 ]
 
 DEFAULT_BUDGET = 4096
@@ -101,6 +104,35 @@ def budget_determines(name: str) -> tuple[str, ...]:
     name: :func:`make_policy` refuses it)."""
     cls = _REGISTRY.get(name)
     return () if cls is None else cls.budget_determines
+
+
+def policy_reads(name: str) -> tuple[str, ...] | None:
+    """The ``kv`` fields policy ``name`` reads (its class's ``reads``; ``policy`` itself
+    aside), or None for an unknown name (:func:`make_policy` refuses it)."""
+    cls = _REGISTRY.get(name)
+    return None if cls is None else cls.reads
+
+
+class UnreadKVFieldWarning(UserWarning):
+    """An override set a ``kv`` field the chosen policy does not read: it changes nothing."""
+
+
+def unread_overrides(policy: str, overrides: Mapping[str, Any]) -> list[str]:
+    """The ``kv.<field>`` keys of ``overrides`` (dotted paths, as ``--set`` gives them) that
+    policy ``policy`` does not read, each given a value (``null`` unsets a field: a sweep
+    zipping ``kv.budget: [null, 32768]`` with ``kv.policy: [full, snapstream]`` sets none
+    for full); none for an unknown policy (its own error comes first)."""
+    reads = policy_reads(policy)
+    if reads is None:
+        return []
+    return [
+        key
+        for key, value in overrides.items()
+        if key.startswith("kv.")
+        and key != "kv.policy"
+        and value is not None
+        and key.removeprefix("kv.").split(".")[0] not in reads
+    ]
 
 
 def make_policy(kv: KVConfig, max_context: int, page_tokens: int | None = None) -> KVPolicy:
@@ -250,6 +282,9 @@ class PolicyBase:
     name: str = ""
     grows: ClassVar[bool] = False
     """True when the cache grows with each generated token (decode buckets vary)."""
+    reads: ClassVar[tuple[str, ...]] = ()
+    """The ``kv`` fields this policy reads (``policy`` aside): the one list of them, so an
+    override of another is refused (``rdu_sim.scenario``) instead of silently ignored."""
     budget_determines: ClassVar[tuple[str, ...]] = ()
     """``kv`` fields this policy derives from a given budget (StreamingLLM: ``recent``): a
     value for them set for another policy yields to the budget on a policy switch."""
@@ -369,6 +404,7 @@ class FullPolicy(PolicyBase):
     """
 
     grows = True
+    reads = ("context_buckets", "min_bucket")
 
     def __init__(self, max_context: int, *, bucket_spec: list[int] | str, min_bucket: int) -> None:
         super().__init__(max_context)
@@ -477,6 +513,16 @@ class SnapStreamPolicy(_FixedSlotPolicy):
     Shorter prompts are not compressed (see :class:`_FixedSlotPolicy` for the fill rule).
     """
 
+    reads = (
+        "budget",
+        "compression_ratio",
+        "sinks",
+        "recent",
+        "observation_window",
+        "kernel_size",
+        "pooling",
+    )
+
     def __init__(
         self,
         max_context: int,
@@ -568,6 +614,7 @@ class StreamingLLMPolicy(_FixedSlotPolicy):
     :data:`budget_determines`, applied by ``rdu_sim.scenario``).
     """
 
+    reads = ("budget", "compression_ratio", "sinks", "recent")
     budget_determines = ("recent",)
 
     def __init__(self, max_context: int, *, sinks: int, recent: int) -> None:
@@ -607,6 +654,15 @@ class SnapKVPolicy(PolicyBase):
     """
 
     grows = True
+    reads = (
+        "budget",
+        "compression_ratio",
+        "observation_window",
+        "kernel_size",
+        "pooling",
+        "context_buckets",
+        "min_bucket",
+    )
 
     def __init__(
         self,

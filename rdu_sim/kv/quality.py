@@ -39,7 +39,15 @@ from numpy.typing import NDArray
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv.reference import FullCache, KVCache, SnapStreamCache, StreamingLLMCache
 
-__all__ = ["POLICIES", "QualityRow", "format_table", "quality_curve"]
+__all__ = [
+    "POLICIES",
+    "DemoInputError",
+    "QualityRow",
+    "format_table",
+    "quality_curve",
+    "settings_lines",
+    "smallest_budget",
+]
 
 POLICIES = ("snapstream", "streamingllm", "full")
 """Policy names in the rows, in table order (``full`` ignores the budget: it is the baseline,
@@ -49,6 +57,13 @@ DEMO_KV = KVConfig(observation_window=16)
 """The demo's SnapStream settings: the workload defaults (sinks, pooling and its kernel),
 with a 16-query observation window, sized for its 1,024-token prompts (SnapKV's 32 is sized
 for LongBench's thousands of tokens)."""
+
+LEFT_OUT = (
+    "snapkv is left out: its budget bounds only the prefill selection (SnapStream's with no "
+    "sinks and no ring), after which its cache grows with every token like full "
+    "attention's, so at a budget it does not hold the fixed memory the other two compare at"
+)
+"""Why the demo has no SnapKV rows (printed with its settings)."""
 
 QualityRow = dict[str, Any]
 """One result row: ``policy`` (str), ``budget`` (int), ``relative_error`` and
@@ -65,10 +80,54 @@ def _orthonormal_pair(rng: np.random.Generator, d: int) -> tuple[NDArray[np.floa
     return a, b
 
 
-def _default_budgets(prompt_len: int, decode_steps: int) -> list[int]:
-    """Budgets from 1/16 of the prompt to a size that holds everything (error 0)."""
+class DemoInputError(ValueError):
+    """An argument of :func:`quality_curve` that cannot work; ``parameter`` names it
+    (``budgets``, ``n_needles``, ``decode_steps``), so a caller blames its own option."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
+def smallest_budget(kv: KVConfig = DEMO_KV, ring: int | None = None) -> int:
+    """The smallest budget SnapStream has a layout for: ``sinks + ring`` (no top-K left)."""
+    return kv.sinks + (kv.observation_window if ring is None else ring)
+
+
+def _default_budgets(prompt_len: int, decode_steps: int, smallest: int) -> list[int]:
+    """Budgets from 1/16 of the prompt to a size that holds everything (error 0), none below
+    ``smallest`` (:func:`smallest_budget`: a short prompt's fractions are raised to it, and
+    the duplicates that makes dropped)."""
     fractions = [prompt_len // 16, prompt_len // 8, prompt_len // 4, prompt_len // 2]
-    return [*fractions, prompt_len + decode_steps]
+    budgets = [max(smallest, b) for b in [*fractions, prompt_len + decode_steps]]
+    return list(dict.fromkeys(budgets))
+
+
+def settings_lines(
+    prompt_len: int,
+    n_needles: int,
+    decode_steps: int,
+    seed: int,
+    *,
+    kv: KVConfig = DEMO_KV,
+    ring: int | None = None,
+) -> list[str]:
+    """What a :func:`quality_curve` run compares, in words: its input, each policy's layout
+    at a budget (SnapStream's ring is the demo's, not a workload's ``kv.recent``), why SnapKV
+    is not among them, and that full attention is the reference."""
+    ring_size = kv.observation_window if ring is None else ring
+    return [
+        f"prompt {prompt_len:,} tokens with {n_needles} needles, {decode_steps} decode steps, "
+        f"seed {seed}",
+        f"snapstream: {kv.sinks} sinks + top-K + a {ring_size}-token ring (the "
+        f"{kv.observation_window}-token observation window, not a workload's kv.recent of "
+        f"{KVConfig().recent:,}); {kv.pooling} pooling, kernel {kv.kernel_size}; "
+        f"top-K = budget - {kv.sinks + ring_size}",
+        f"streamingllm: {kv.sinks} sinks + a ring of budget - {kv.sinks}",
+        "full: the reference (keeps every token whatever the budget; its rows check that its "
+        "error is 0)",
+        LEFT_OUT,
+    ]
 
 
 def quality_curve(
@@ -91,8 +150,9 @@ def quality_curve(
     Args:
         prompt_len: prompt length in tokens.
         budgets: cache capacities to evaluate (tokens per KV head); default: 1/16, 1/8, 1/4
-            and 1/2 of the prompt and ``prompt_len + decode_steps`` (nothing evicted).  Each
-            must be at least ``sinks + ring`` so SnapStream has a valid layout.
+            and 1/2 of the prompt and ``prompt_len + decode_steps`` (nothing evicted), each
+            at least :func:`smallest_budget`.  Each must be at least ``sinks + ring`` so
+            SnapStream has a valid layout.
         seed: seed of the ``numpy.random.default_rng`` that draws everything.
         n_kv_heads, gqa_group, head_dim: attention shape (``n_q_heads = n_kv_heads *
             gqa_group``).
@@ -104,6 +164,9 @@ def quality_curve(
         needle_logit, sink_logit: how far above the background a needle's / sink's attention
             logit sits (about ``e**needle_logit`` times a background token's weight).
 
+    Raises:
+        DemoInputError: an argument that cannot work, named by its ``parameter``.
+
     Returns:
         For each budget, one row per policy in :data:`POLICIES` order: ``policy``, ``budget``,
         ``relative_error`` (``sqrt(sum ||o - o_full||^2 / sum ||o_full||^2)`` over all decode
@@ -112,17 +175,29 @@ def quality_curve(
     """
     sinks, window = kv.sinks, kv.observation_window
     ring_size = window if ring is None else ring
+    smallest = smallest_budget(kv, ring)
     budget_list = (
-        list(budgets) if budgets is not None else _default_budgets(prompt_len, decode_steps)
+        list(budgets)
+        if budgets is not None
+        else _default_budgets(prompt_len, decode_steps, smallest)
     )
     if decode_steps < 1:
-        raise ValueError(f"decode_steps must be >= 1, got {decode_steps}")
+        raise DemoInputError("decode_steps", f"decode_steps must be >= 1, got {decode_steps}")
     for b in budget_list:
-        if b < sinks + ring_size:
-            raise ValueError(f"budget {b} is below sinks + ring = {sinks + ring_size}")
+        if b < smallest:
+            raise DemoInputError(
+                "budgets",
+                f"budget {b} is below sinks + ring = {sinks} + {ring_size} = {smallest} "
+                "(SnapStream's smallest layout)",
+            )
     lo, hi = sinks, prompt_len - window  # needle range: after the sinks, before the window
     if hi - lo < n_needles:
-        raise ValueError(f"prompt_len {prompt_len} too short for {n_needles} needles")
+        raise DemoInputError(
+            "n_needles",
+            f"{n_needles} needles do not fit in a {prompt_len}-token prompt: at most "
+            f"{max(0, hi - lo)} (the tokens between the {sinks} sinks and the "
+            f"{window}-token observation window)",
+        )
 
     rng = np.random.default_rng(seed)
     n_q_heads = n_kv_heads * gqa_group

@@ -134,6 +134,11 @@ class RunPoint:
     max_context: int | None = None
     batch_slots: int | None = None
     batch_capacity: int | None = None
+    # slots memory holds beside the weights, what bounds batch_capacity below it, and both
+    # in words (a run's JSON keys, from `compiler.capacity_words`)
+    memory_capacity: int | None = None
+    capacity_limit: str | None = None
+    capacity: str | None = None
     decode_tokens_per_s: float | None = None
     steady_decode_tokens_per_s: float | None = None  # the slots kept full (None: no window)
     tiers: Mapping[str, Any] | None = None  # memory per tier, as given (read by `memory`)
@@ -172,6 +177,9 @@ class RunPoint:
             max_context=summary.max_context,
             batch_slots=summary.batch_slots,
             batch_capacity=summary.batch_capacity,
+            memory_capacity=summary.memory_capacity,
+            capacity_limit=summary.capacity_limit,
+            capacity=summary.capacity,
             decode_tokens_per_s=summary.decode_tokens_per_s,
             steady_decode_tokens_per_s=summary.steady_decode_tokens_per_s,
             tiers=dict(summary.memory),
@@ -185,6 +193,10 @@ class RunPoint:
         def integer(name: str) -> int | None:
             value = data.get(name)
             return None if value is None else whole(value, name)
+
+        def text(name: str) -> str | None:
+            value = data.get(name)
+            return None if value is None else str(value)
 
         memory = data.get("memory")
         if memory is not None and not isinstance(memory, Mapping):
@@ -200,6 +212,9 @@ class RunPoint:
             max_context=integer("max_context"),
             batch_slots=integer("batch_slots"),
             batch_capacity=integer("batch_capacity"),
+            memory_capacity=integer("memory_capacity"),
+            capacity_limit=text("capacity_limit"),
+            capacity=text("capacity"),
             decode_tokens_per_s=None if rate is None else number(rate, "decode_tokens_per_s"),
             steady_decode_tokens_per_s=None
             if steady is None
@@ -444,9 +459,11 @@ def group_runs(runs: Sequence[RunPoint], keys: Sequence[str]) -> dict[str, list[
     return groups
 
 
-def settings_note(runs: Sequence[RunPoint]) -> str | None:
+def settings_note(runs: Sequence[RunPoint], asides: Mapping[str, str] | None = None) -> str | None:
     """What the points changed on top of their workload (a study's ``settings``), to print
-    on the figure; None when nothing was changed."""
+    on the figure; None when nothing was changed. ``asides``: words in brackets after a
+    setting's values (a setting that does not change what the plot draws says so, so its
+    values do not read as the plotted ones)."""
     values: dict[str, list[Any]] = {}
     for run in runs:
         for key, value in run.settings.items():
@@ -466,4 +483,6 @@ def settings_note(runs: Sequence[RunPoint]) -> str | None:
         else:
             shown = ", ".join(str(v) for v in seen[:5]) + (", ..." if len(seen) > 5 else "")
             parts.append(f"{key} in {{{shown}}}")
+        if asides and key in asides:
+            parts[-1] += f" ({asides[key]})"
     return "each point: the workload with " + "; ".join(parts)

@@ -76,10 +76,22 @@ def _context(run: RunPoint) -> int:
     return context
 
 
+MEMORY_COUNTS = (
+    "each bar: one socket's memory planned for the slots under it, the batch that point "
+    "runs; 'N fit': the slots memory holds beside the weights, where the results say"
+)
+"""What the memory plot's bars and tick labels count."""
+
+
 def _tick(run: RunPoint) -> str:
-    """A bar's label: its context, and the batch slots the memory was planned for."""
+    """A bar's label: its context, the batch slots the memory was planned for, and how
+    many memory holds (a run's ``memory_capacity``) when the results say."""
     label = human.tokens(_context(run))
-    return label if run.batch_slots is None else f"{label}\n{run.batch_slots} slots"
+    if run.batch_slots is not None:
+        label += f"\n{run.batch_slots} slots"
+    if run.memory_capacity is not None:
+        label += f"\n{run.memory_capacity} fit"
+    return label
 
 
 def memory_footprint(
@@ -93,7 +105,8 @@ def memory_footprint(
     One row of axes per memory tier, one column per group of runs (by default per model and
     KV policy, so full attention and SnapStream sit side by side); within an axes one bar per
     context length, in GiB per socket, labelled with the batch slots the memory was planned
-    for. The y axis of a row is shared so columns compare.
+    for and the slots memory holds (``memory_capacity``, where the results have it: the
+    capacity plot's hollow markers). The y axis of a row is shared so columns compare.
 
     Args:
         results: runs (dicts, a list, or a sweep DataFrame), each with ``memory`` and a
@@ -146,41 +159,132 @@ def memory_footprint(
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center")
     figure_title(fig, titled("Memory per socket vs context", runs))
-    note_settings(fig, runs)
+    note_settings(fig, runs, counts=[MEMORY_COUNTS])
     return fig
+
+
+CAPACITY_COUNTS = (
+    "batch capacity: the slots 'auto' runs, what memory holds cut to a batch the serving stack runs"
+)
+"""What the capacity plot's filled markers count (a run's ``batch_capacity``)."""
+
+NOT_CAPACITY = "the batch a point runs, not its capacity"
+"""Said of ``serving.batch_slots`` under the capacity plot: the batch a point runs (the
+memory plot's) does not change the capacity plotted."""
+
+HOLDS_LABEL = "hollow: slots memory\nholds, where the\nstack runs fewer"
+"""The legend entry of the capacity plot's hollow markers (a run's ``memory_capacity``)."""
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
+def _coincide(
+    points: list[tuple[int, float]], drawn: dict[str, list[tuple[int, float]]]
+) -> tuple[int, str | None]:
+    """How many lines already drawn share a point with ``points``, and the first that has
+    all of them (the line this one would hide behind)."""
+    shared = [label for label, other in drawn.items() if set(points) & set(other)]
+    same = next((label for label, other in drawn.items() if other == points), None)
+    return len(shared), same
+
+
+def _bound_example(runs: Sequence[RunPoint]) -> list[str]:
+    """For each thing other than memory that bounds some point's capacity (the stack's
+    ``batch_programs``, its ``max_batch_slots``), the first such point's ``capacity`` words
+    (a run's, from ``compiler.capacity_words``)."""
+    lines: dict[str, str] = {}
+    for run in runs:
+        limit, words = run.capacity_limit, run.capacity
+        if limit and limit not in ("memory", "coe") and words and limit not in lines:
+            where = f"{run.kv_policy} at {human.tokens(_context(run))}"
+            lines[limit] = f"{where}: {words}"
+    return list(lines.values())
 
 
 def batch_capacity(results: Any, *, group_by: Sequence[str] = ("model", "kv_policy")) -> Figure:
     """Batch capacity (slots that fit in memory and the stack runs) vs context, one line per
-    model and policy.
+    model and policy, with what memory holds beside it where that is more.
 
     Both axes are log-2: a full-attention slot's cache doubles with the context, so what
     memory holds halves per doubling (and a stack of power-of-two programs runs a power of
     two of it), while SnapStream's flattens once the context exceeds its budget. The gap
     between the lines is the "larger maximum batch" of the paper.
 
+    Filled markers are the batch capacity (``batch_capacity``, what ``auto`` runs); hollow
+    ones, what memory holds (``memory_capacity``) where the stack runs fewer, so the slots a
+    memory plot shows read here too. A line that shares points with one drawn before it gets
+    a smaller marker of another shape (and ``(= other)`` in the legend when it is that line
+    throughout), so no policy hides under another. The note under the figure says what is
+    counted, and why a point runs fewer than memory holds (the run's ``capacity`` words);
+    the batch a point runs (``serving.batch_slots``) does not change it, and is said so.
+
     Returns:
-        The figure; one line per group of runs.
+        The figure; one labelled line per group of runs.
     """
     runs = as_runs(results)
     groups = group_runs(runs, group_by)
     fig, (ax,) = new_figure()
     all_contexts: list[int] = []
     capacities: list[float] = []
+    drawn: dict[str, list[tuple[int, float]]] = {}
+    hollow = False
     for i, (label, members) in enumerate(groups.items()):
         members = sorted(members, key=_context)
         contexts = [_context(r) for r in members]
         cap = [float(r.need("batch_capacity")) for r in members]
+        points = list(zip(contexts, cap, strict=True))
+        shared, same = _coincide(points, drawn)
+        drawn[label] = points
+        style = line_style(label, i, list(groups))
+        ax.plot(
+            contexts,
+            cap,
+            marker=_MARKERS[i % len(_MARKERS)],
+            markersize=max(3.0, 8.0 - 2.5 * shared),
+            label=label if same is None else f"{label} (= {same})",
+            zorder=2 + shared,
+            **style,
+        )
+        holds = [
+            (c, float(r.memory_capacity))
+            for c, r in zip(contexts, members, strict=True)
+            if r.memory_capacity is not None and r.memory_capacity > r.need("batch_capacity")
+        ]
+        if holds:
+            hollow = True
+            ax.plot(
+                [h[0] for h in holds],
+                [h[1] for h in holds],
+                linestyle="none",
+                marker=_MARKERS[i % len(_MARKERS)],
+                markersize=max(3.0, 8.0 - 2.5 * shared),
+                markerfacecolor="none",
+                color=style["color"],
+            )
         all_contexts += contexts
-        capacities += cap
-        ax.plot(contexts, cap, marker="o", label=label, **line_style(label, i, list(groups)))
+        capacities += cap + [h[1] for h in holds]
+    if hollow:
+        ax.plot(
+            [],
+            [],
+            linestyle="none",
+            marker="o",
+            markerfacecolor="none",
+            color="gray",
+            label=HOLDS_LABEL,
+        )
     use_token_axis(ax, all_contexts)
     if capacities and min(capacities) > 0 and max(capacities) / min(capacities) > 8:
         plain_log2(ax)
     ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("batch capacity (slots)")
+    ax.set_ylabel("batch capacity (slots 'auto' runs)")
     ax.grid(True, which="major", alpha=0.3)
     legend_outside(fig, ax)
     figure_title(fig, titled("Batch capacity vs context", runs))
-    note_settings(fig, runs)
+    note_settings(
+        fig,
+        runs,
+        counts=[CAPACITY_COUNTS, *_bound_example(runs)],
+        asides={"serving.batch_slots": NOT_CAPACITY},
+    )
     return fig

@@ -8,8 +8,10 @@ Agg for PNG. Notebooks display the returned Figure like any other.
 
 from __future__ import annotations
 
+import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 from matplotlib.axes import Axes
@@ -27,6 +29,7 @@ __all__ = [
     "color_for",
     "figure_title",
     "legend_outside",
+    "legible_xticks",
     "line_style",
     "new_figure",
     "note_settings",
@@ -124,13 +127,52 @@ long labels would squeeze the axes)."""
 
 def legend_outside(fig: Figure, ax: Axes, *, fontsize: float = 8) -> None:
     """The legend of ``ax``'s labelled lines outside the axes (constrained layout makes
-    room), so it never covers data: beside them, or under them when a label is long."""
+    room), so it never covers data: beside them, or under them when a label has a long
+    line."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        if max(len(label) for label in labels) > LONG_LABEL:
+        # a label of several lines is as wide as its longest
+        if max(len(line) for label in labels for line in label.splitlines() or [""]) > LONG_LABEL:
             fig.legend(handles, labels, loc="outside lower center", fontsize=fontsize)
         else:
             fig.legend(handles, labels, loc="outside right center", fontsize=fontsize)
+
+
+TICK_GAP_PX = 4.0
+"""Pixels (at the figure's dpi) that must separate two tick labels side by side."""
+
+
+def _labels(ax: Axes) -> list[Any]:
+    """``ax``'s x tick labels that show text, left to right."""
+    shown = [t for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+    return sorted(shown, key=lambda t: t.get_window_extent().x0)
+
+
+def legible_xticks(fig: Figure, ax: Axes) -> None:
+    """Keep ``ax``'s x tick labels apart: as they are when none touches the next; else
+    turned 45 degrees; and where even turned they sit closer than a line of text, a label
+    is shown only a line from the last one shown (left to right), so values close together
+    on a linear axis (2053, 3072, 4096 of 16384) do not run into one number.
+    Measured on the laid-out figure (``Figure.draw_without_rendering``)."""
+    fig.draw_without_rendering()
+    labels = _labels(ax)
+    boxes = [t.get_window_extent() for t in labels]
+    if all(a.x1 + TICK_GAP_PX <= b.x0 for a, b in pairwise(boxes)):
+        return
+    for label in labels:
+        label.set_rotation(45)
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
+    # turned 45 degrees, labels a horizontal d apart are d / sqrt(2) apart across their
+    # lines: a line of text (pixels) needs d of sqrt(2) lines
+    apart = math.sqrt(2) * max(t.get_fontsize() for t in labels) * fig.dpi / 72
+    fig.draw_without_rendering()
+    last = -math.inf
+    for label in _labels(ax):  # left to right: a label a line of text from the last kept
+        corner = label.get_window_extent().x1
+        label.set_visible(corner - last >= apart)
+        if label.get_visible():
+            last = corner
 
 
 def plain_log2(ax: Axes, axis: str = "y") -> None:
@@ -161,14 +203,23 @@ def use_token_axis(ax: Axes, values: Sequence[float], axis: str = "x") -> None:
     target.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
 
 
-def note_settings(fig: Figure, runs: Sequence[RunPoint]) -> None:
-    """Print under the figure what its points changed on top of their workload (a study's
-    ``settings``, see ``rdu_sim.report.plots_data.settings_note``), so a plot never shows
-    something ``rdu-sim run`` would not do without saying so."""
-    note = settings_note(runs)
-    if note is not None:
+def note_settings(
+    fig: Figure,
+    runs: Sequence[RunPoint],
+    *,
+    counts: Sequence[str] = (),
+    asides: Mapping[str, str] | None = None,
+) -> None:
+    """Print under the figure what it counts (``counts``, a sentence each) and what its
+    points changed on top of their workload (a study's ``settings``, with ``asides``: see
+    ``rdu_sim.report.plots_data.settings_note``), so a plot never shows something ``rdu-sim
+    run`` would not do without saying so."""
+    note = settings_note(runs, asides)
+    lines = [*counts, *([note] if note is not None else [])]
+    if lines:
         width = max(40, int(fig.get_figwidth() * 17))  # characters of 7-point text per line
-        fig.supxlabel(textwrap.fill(note, width), fontsize=7, color="dimgray")
+        text = "\n".join(textwrap.fill(line, width) for line in lines)
+        fig.supxlabel(text, fontsize=7, color="dimgray")
 
 
 WHOLE_RUN_LABEL = "faint, x: whole run (ramp-up and drain included)"

@@ -40,6 +40,7 @@ from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup,
 from rdu_sim.report.plots_style import (
     figure_title,
     legend_outside,
+    legible_xticks,
     line_style,
     new_figure,
     plot_steady,
@@ -271,6 +272,7 @@ def design_space(
     ax.margins(x=0.1)
     default = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
     figure_title(fig, title or default[0].upper() + default[1:])
+    legible_xticks(fig, ax)  # values close on a linear axis would run into one number
     return fig
 
 

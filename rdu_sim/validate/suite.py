@@ -42,6 +42,7 @@ from rdu_sim.interrupts import (
     start_worker,
     stop_children,
 )
+from rdu_sim.kv.policies import unread_overrides
 from rdu_sim.serving.steady import NoSteadyWindow, find_steady_state
 from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate
@@ -149,6 +150,17 @@ class SuiteResult:
     def passed(self) -> bool:
         """True when every figure is inside its tolerance."""
         return all(row.passed for row in self.rows)
+
+
+def read_by(path: str | Path, overrides: Sequence[str]) -> list[str]:
+    """``overrides`` but those of ``kv`` fields the workload's policy (after them) does not
+    read (``kv.policies.unread_overrides``): the suite applies one list to both deployments,
+    so a variant of one policy's field (SnapStream's kv.budget, full attention's
+    kv.context_buckets) is left out of the other's runs instead of set where it is unread."""
+    given = normalize_overrides(overrides)
+    policy = given.get("kv.policy") or api.load(path).workload.kv.policy
+    unread = set(unread_overrides(str(policy), given))
+    return [o for o in overrides if not unread & set(normalize_overrides([o]))]
 
 
 def plan_run(path: str | Path, overrides: Sequence[str], quick: bool) -> list[str]:
@@ -307,8 +319,8 @@ def run_suite(
     file is shared) and compare with the published figures."""
     ovr = list(overrides)
     # bad input fails here, in this process, before anything is simulated
-    plans = [(path, plan_run(path, ovr, quick)) for path in (snapstream, full)]
-    prompt = reference_prompt(snapstream, ovr)
+    plans = [(path, plan_run(path, read_by(path, ovr), quick)) for path in (snapstream, full)]
+    prompt = reference_prompt(snapstream, read_by(snapstream, ovr))
     hardware_ovr = (
         [o for o in ovr if o.strip().startswith(HW_PREFIX)]
         if scaling_overrides is None
@@ -325,7 +337,9 @@ def run_suite(
                         pool.submit(run_stoppable, measure_run, path, run_ovr, prompt)
                         for path, run_ovr in plans
                     ]
-                    small_future = pool.submit(run_stoppable, measure_small, full, ovr)
+                    small_future = pool.submit(
+                        run_stoppable, measure_small, full, read_by(full, ovr)
+                    )
                     scaling_future = pool.submit(
                         run_stoppable, measure_decode_scaling, hardware_ovr
                     )
@@ -337,7 +351,10 @@ def run_suite(
                 raise
     else:
         ss, fu = (measure_run(path, run_ovr, prompt) for path, run_ovr in plans)
-        small, scaling = measure_small(full, ovr), measure_decode_scaling(hardware_ovr)
+        small, scaling = (
+            measure_small(full, read_by(full, ovr)),
+            measure_decode_scaling(hardware_ovr),
+        )
     speed, share, (tensor, data) = small
     measurements = Measurements(
         batch_capacity_snapstream=ss.batch_capacity,
