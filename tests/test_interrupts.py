@@ -491,3 +491,41 @@ def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None
     assert any("llama3.1-8b-1socket" in line for line in report)  # the report, printed
     assert last.startswith("interrupted (SIGINT): the report was printed; of ")
     assert str(tmp_path / "result.json") in last and "written before the stop are whole" in last
+
+
+def _console_script() -> tuple[str, str]:
+    """The module and function pyproject's [project.scripts] names for `rdu-sim`."""
+    import tomllib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = target["rdu-sim"].partition(":")
+    return module, function
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_console_script_imports_click_is_one_line(signum: int) -> None:
+    """Ctrl-C in the first tenth of a second (while `import click` ran) printed a
+    KeyboardInterrupt traceback: the console script's entry point holds the signals before
+    the command's heavy imports and ends with the one line, 128 + the signal."""
+    module, function = _console_script()
+    code = textwrap.dedent(
+        f"""
+        import builtins, os, sys
+        real = builtins.__import__
+        def importing(name, *args, **kwargs):
+            if name == "click" and "click" not in sys.modules:
+                os.kill(os.getpid(), {int(signum)})
+            return real(name, *args, **kwargs)
+        builtins.__import__ = importing
+        sys.argv = ["rdu-sim", "check", {str(BASE)!r}]
+        from {module} import {function} as entry
+        sys.exit(entry())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    name = signal.Signals(signum).name
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == f"interrupted ({name}): {NOT_STARTED}\n"
+    assert done.returncode == 128 + signum and done.stdout == ""
