@@ -770,7 +770,17 @@ def test_a_finished_sweep_on_a_read_only_medium_is_read(
     assert out.stat().st_size > 0
     dry = invoke("sweep", path, "--db", copy, "--dry-run")
     assert dry.exit_code == 0 and "7 already done" in dry.stderr + dry.output, dry.output
+    # a resume with nothing to run and its export only read (the export was refused at open)
+    csv_out = db.with_suffix(".csv")
+    exported = invoke(
+        "sweep", path, "--db", copy, "--workers", "1", "--export", csv_out, "--no-progress"
+    )
+    assert exported.exit_code == 1, exported.output  # its failed point, as when writable
+    assert "7 already done" in exported.stderr and csv_out.stat().st_size > 0
     assert sorted(p.name for p in read_only_folder.iterdir()) == [db.name]  # nothing written
+    # one that must write names the file, not its folder
+    rerun = invoke("sweep", path, "--db", copy, "--workers", "1", "--rerun", "--no-progress")
+    clean_failure(rerun, str(copy), "readonly database (the file is read-only")
 
 
 @pytest.mark.parametrize(
@@ -788,3 +798,25 @@ def test_work_that_scales_with_an_option_is_bounded_before_it_starts(
     args: list[str], words: str
 ) -> None:
     clean_failure(invoke(*args), words)
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["run", LLAMA, "--trace"], "--trace"),
+        (["step", LLAMA, "--trace"], "--trace"),
+        (["inspect", "graph", LLAMA, "--dot"], "--dot"),
+        (["sweep", "llama8b-batch", "--db"], "--db"),
+        (["sweep", "llama8b-batch", "--export"], "--export"),
+        (["plan", "llama3.1-8b-chat", "--db"], "--db"),
+        (["plot", "memory", LLAMA, "-o"], "--output"),
+    ],
+)
+def test_a_folder_given_for_a_file_is_one_error_line(
+    tmp_path: Path, args: list[str | Path], option: str
+) -> None:
+    """`run --trace DIR` (and every option naming a file to write) printed click's
+    three-line "Usage: ... Error: Invalid value" instead of the project's one line."""
+    result = invoke(*args, tmp_path)
+    stderr = clean_failure(result, f"{tmp_path}: a folder, not a file: {option} takes a file")
+    assert "Usage:" not in stderr and "Invalid value" not in stderr

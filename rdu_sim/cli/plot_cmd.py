@@ -33,7 +33,7 @@ from typing import Any
 import click
 
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option
+from rdu_sim.cli.options import FilePath, overrides_option
 from rdu_sim.config import json_text
 from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import MAX_DEPTH, file_problem, read_text_file
@@ -227,7 +227,7 @@ STOPPED = "the plot had not been drawn: nothing was written"
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Image to write: .png, .svg or .pdf (default: KIND.png).",
 )

@@ -148,9 +148,9 @@ def _busy_ms(seconds: float) -> str:
     return f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}"
 
 
-def _problem(exc: sqlite3.Error, waited: float | None = None) -> str:
-    """SQLite's complaint in words a user can act on (``waited``: how long a statement
-    refused as busy waited for the lock, when it did)."""
+def _problem(exc: sqlite3.Error, path: Path, waited: float | None = None) -> str:
+    """SQLite's complaint about the database ``path`` in words a user can act on
+    (``waited``: how long a statement refused as busy waited for the lock, when it did)."""
     text = str(exc)
     if "malformed" in text or "not a database" in text or "file is encrypted" in text:
         return f"damaged, or not a sweep database (sqlite: {text}); {_DAMAGED}"
@@ -163,7 +163,9 @@ def _problem(exc: sqlite3.Error, waited: float | None = None) -> str:
             "rerun once it is done, or give another --db"
         )
     if "readonly" in text or "unable to open" in text:
-        return f"{text} (check the folder's permissions)"
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            return f"{text} (the file is read-only: check its permissions, or its medium's)"
+        return f"{text} (check the folder's permissions: SQLite writes its journal there)"
     return text
 
 
@@ -269,7 +271,7 @@ class Store:
             )
         except sqlite3.Error as exc:
             raise StoreError.single(
-                str(path), "", f"cannot open the database: {_problem(exc)}"
+                str(path), "", f"cannot open the database: {_problem(exc, path)}"
             ) from None
         try:
             with self._guard("open the database"):
@@ -333,7 +335,7 @@ class Store:
             yield
         except sqlite3.Error as exc:
             raise StoreError.single(
-                str(self.path), "", f"cannot {doing}: {_problem(exc, self._waited)}"
+                str(self.path), "", f"cannot {doing}: {_problem(exc, self.path, self._waited)}"
             ) from None
         except (ValueError, TypeError) as exc:  # a row's JSON that does not parse
             raise StoreError.single(
