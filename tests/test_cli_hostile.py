@@ -497,7 +497,7 @@ def test_a_database_of_another_tools_tables_is_left_alone(tmp_path: Path) -> Non
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE scores (id INTEGER, score REAL)")
     path = spec(tmp_path, SYNTHETIC)
-    words = "holds another tool's tables (scores), not a sweep's; give another --db"
+    words = "holds another tool's tables (scores), not a sweep's; use another database file"
     clean_failure(invoke("sweep", path, "--db", db), words)
     with sqlite3.connect(db) as conn:  # untouched
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
@@ -556,7 +556,8 @@ def test_a_database_another_process_holds_says_so(
         holder.execute("BEGIN EXCLUSIVE")
         result = invoke("sweep", path, "--db", db, "--workers", "1", "--no-progress")
         holder.execute("ROLLBACK")
-    stderr = clean_failure(result, str(db), "database is locked: another process", "--db")
+    stderr = clean_failure(result, str(db), "database is locked: another process")
+    assert "held it for" in stderr and "--db" not in stderr  # the library's words: no flags
     # said at once, before the wait's error (it was a silent minute)
     notice = f"waiting for the database lock held by another process: {db}"
     assert [line for line in stderr.splitlines() if notice in line] == [
@@ -820,3 +821,30 @@ def test_a_folder_given_for_a_file_is_one_error_line(
     result = invoke(*args, tmp_path)
     stderr = clean_failure(result, f"{tmp_path}: a folder, not a file: {option} takes a file")
     assert "Usage:" not in stderr and "Invalid value" not in stderr
+
+
+def test_a_spec_given_as_its_own_database_is_named_a_yaml_file(tmp_path: Path) -> None:
+    """`sweep sp.yaml --db sp.yaml` called the user's spec "damaged, or not a sweep
+    database ... move it aside"."""
+    path = spec(tmp_path, SYNTHETIC)
+    before = path.read_bytes()
+    stderr = clean_failure(invoke("sweep", path, "--db", path), str(path), "a YAML file")
+    assert "damaged" not in stderr and "move it aside" not in stderr
+    assert path.read_bytes() == before
+
+
+def test_plot_of_a_damaged_or_missing_database_speaks_of_databases(
+    swept: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`plot sweep trunc.sqlite` advised "give another --db", a flag plot does not have;
+    `plot sweep missing.sqlite` said "no shipped workload of that name" and listed the
+    workloads."""
+    _, db = swept
+    trunc = tmp_path / "trunc.sqlite"
+    trunc.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+    stderr = clean_failure(invoke("plot", "sweep", trunc), str(trunc), "damaged")
+    assert "--db" not in stderr and "run its sweep again" in stderr
+    missing = tmp_path / "missing.sqlite"
+    stderr = clean_failure(invoke("plot", "sweep", missing), f"{missing}: no such sweep database")
+    assert "shipped sweeps: " in stderr and "llama8b-batch" in stderr
+    assert "workload" not in stderr

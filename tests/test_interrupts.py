@@ -529,3 +529,26 @@ def test_a_signal_while_the_console_script_imports_click_is_one_line(signum: int
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr == f"interrupted ({name}): {NOT_STARTED}\n"
     assert done.returncode == 128 + signum and done.stdout == ""
+
+
+def test_a_stopped_rerun_says_to_resume_without_rerun(spec: Path, tmp_path: Path) -> None:
+    """After `sweep --rerun` is stopped, "run the same command again to resume" was wrong:
+    the same command (with --rerun) starts over. The stop says to run it without."""
+    db = tmp_path / "rerun.sqlite"
+    run_sweep(spec, db=db, workers=1, evaluator=quick)
+    done: list[str] = []
+
+    def evaluate(point: Any) -> dict[str, float]:
+        done.append(point.key)
+        if len(done) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return {"decode_tokens_per_s": 1.0}
+
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted) as stopped:
+        run_sweep(spec, db=db, workers=1, evaluator=evaluate, rerun=True)
+    assert "run the same command without --rerun to resume" in stopped.value.kept
+    assert "run the same command again to resume" not in stopped.value.kept
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted) as plain:
+        done.clear()
+        run_sweep(spec, db=tmp_path / "plain.sqlite", workers=1, evaluator=evaluate)
+    assert plain.value.kept.endswith("run the same command again to resume")

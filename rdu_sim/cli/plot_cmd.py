@@ -156,10 +156,12 @@ def _read_db(path: Path, sweep: str | None) -> Any:
     return frame
 
 
-def _locate(given: Path) -> Path:
+def _locate(given: Path, kind: str) -> Path:
     """INPUT as given when it exists; else the database of the shipped sweep it names
     (where ``rdu-sim sweep NAME`` writes it), else the shipped workload it names
-    (``rdu_sim.config.shipped``'s one rule, and its error when neither exists)."""
+    (``rdu_sim.config.shipped``'s one rule, and its error when neither exists). A database
+    (by its suffix, or for a plot that reads only one) that is neither is named as a missing
+    database, with the shipped sweeps (not the workloads) listed."""
     from rdu_sim.config import shipped
 
     try:
@@ -176,6 +178,9 @@ def _locate(given: Path) -> Path:
                 f"`rdu-sim sweep {given}` first"
             )
         return database
+    if given.suffix.lower() in _DB_SUFFIXES or kind == "sweep" or kind in _SWEEP_KINDS:
+        listed = shipped.unknown_name_message(("sweep",)).replace("file not found, and ", "")
+        fail(f"{given}: no such sweep database, and {listed}")
     return shipped.locate(given, ("workload",))
 
 
@@ -309,7 +314,7 @@ def command(
         fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
     if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
         input_path = input_path / RESULT_FILE
-    input_path = _locate(input_path)
+    input_path = _locate(input_path, kind)
     problem = file_problem(input_path)
     if problem is not None:
         fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")

@@ -476,7 +476,7 @@ def run_sweep(
                     _take_over(store, owner, expansion, the_plan, summary, reporter, run)
             except interrupts.Interrupted as stop:
                 raise interrupts.Interrupted(
-                    stop.signum, _kept(store, keys, summary.ran, "point")
+                    stop.signum, _kept(store, keys, summary.ran, "point", rerun)
                 ) from None
             summary.wall_s = time.perf_counter() - start
         _refresh_view(store, expansion)
@@ -664,9 +664,12 @@ def _record_each(
         raise stop from None
 
 
-def _kept(store: Store, keys: Sequence[str] | None, ran: int, noun: str) -> str:
+def _kept(
+    store: Store, keys: Sequence[str] | None, ran: int, noun: str, rerun: bool = False
+) -> str:
     """What an interrupted run kept, in words: how many of ``keys`` the database holds (and
-    ``ran``, how many of them finished now), or with no ``keys`` how many rows it holds."""
+    ``ran``, how many of them finished now), or with no ``keys`` how many rows it holds; and
+    how to resume (``rerun``: not by the same command, which would start over)."""
     try:
         saved = len(store.existing(keys))
     except interrupts.Interrupted:  # a second signal: say what is known without the database
@@ -676,6 +679,8 @@ def _kept(store: Store, keys: Sequence[str] | None, ran: int, noun: str) -> str:
     else:
         held = f"{saved} of {human.count(len(keys), noun)} are saved in {store.path} ({ran} "
         held += "finished now)"
+    if rerun:
+        return held + "; run the same command without --rerun to resume (with it, it starts over)"
     return held + "; run the same command again to resume"
 
 
@@ -771,7 +776,7 @@ def evaluate_points(
                     run(mine)
                     _wait_for_others(store, owner, set(held), run_taken, report)
             except interrupts.Interrupted as stop:
-                kept = _kept(store, None, ran, "evaluation")
+                kept = _kept(store, None, ran, "evaluation", rerun)
                 raise interrupts.Interrupted(stop.signum, kept) from None
         return {row["key"]: row for row in store.rows(keys=keys)}
 

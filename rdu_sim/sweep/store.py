@@ -111,7 +111,31 @@ class StoreError(ConfigError):
     """The sweep database cannot be read or written (it names the file and the operation)."""
 
 
-_DAMAGED = "move it aside (or give another --db) and rerun"
+def _damaged(writer: bool) -> str:
+    """What to do with a database that cannot be used as it is, in words for the CLI and the
+    library alike (no option names): a writer (a sweep, a plan) moves it aside and runs
+    again; a reader (a plot, ``load``) has nothing to run but the sweep that wrote it."""
+    if writer:
+        return "move it aside (or use another database file) and rerun"
+    return "move it aside and run its sweep again"
+
+
+def _text_file(path: Path) -> str | None:
+    """What a file SQLite calls not a database is when it is text (a spec given as the
+    database, `sweep sp.yaml --db sp.yaml`): words for it, else None."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+        head.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not head or b"\0" in head:
+        return None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return "a YAML file (a spec given as the database?), not a sweep database"
+    return "a text file, not a sweep database"
+
+
 _MEMBERS = "points of "
 """The meta table's name of a sweep's recorded points (``points of NAME``: a JSON list)."""
 
@@ -148,19 +172,25 @@ def _busy_ms(seconds: float) -> str:
     return f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}"
 
 
-def _problem(exc: sqlite3.Error, path: Path, waited: float | None = None) -> str:
+def _problem(
+    exc: sqlite3.Error, path: Path, waited: float | None = None, writer: bool = True
+) -> str:
     """SQLite's complaint about the database ``path`` in words a user can act on
-    (``waited``: how long a statement refused as busy waited for the lock, when it did)."""
+    (``waited``: how long a statement refused as busy waited for the lock, when it did;
+    ``writer``: a sweep's or a plan's store, not a reader's)."""
     text = str(exc)
+    if "not a database" in text and (kind := _text_file(path)) is not None:
+        other = "use another database file" if writer else "give a sweep's database"
+        return f"{kind}: {other}"
     if "malformed" in text or "not a database" in text or "file is encrypted" in text:
-        return f"damaged, or not a sweep database (sqlite: {text}); {_DAMAGED}"
+        return f"damaged, or not a sweep database (sqlite: {text}); {_damaged(writer)}"
     if "disk is full" in text or "disk I/O" in text:
         return f"{text}; the rows already stored are kept: free space and rerun to resume"
     if "database is locked" in text:
         held = "holds it" if waited is None else f"held it for {human.duration(waited, 2)}"
         return (
-            f"{text}: another process (a sweep or a plan with this --db?) {held}; "
-            "rerun once it is done, or give another --db"
+            f"{text}: another process (a sweep or a plan on this database?) {held}; "
+            "rerun once it is done, or use another database file"
         )
     if "readonly" in text or "unable to open" in text:
         if os.path.exists(path) and not os.access(path, os.W_OK):
@@ -271,7 +301,7 @@ class Store:
             )
         except sqlite3.Error as exc:
             raise StoreError.single(
-                str(path), "", f"cannot open the database: {_problem(exc, path)}"
+                str(path), "", f"cannot open the database: {_problem(exc, path, writer=create)}"
             ) from None
         try:
             with self._guard("open the database"):
@@ -334,14 +364,13 @@ class Store:
         try:
             yield
         except sqlite3.Error as exc:
-            raise StoreError.single(
-                str(self.path), "", f"cannot {doing}: {_problem(exc, self.path, self._waited)}"
-            ) from None
+            problem = _problem(exc, self.path, self._waited, self._writer)
+            raise StoreError.single(str(self.path), "", f"cannot {doing}: {problem}") from None
         except (ValueError, TypeError) as exc:  # a row's JSON that does not parse
             raise StoreError.single(
                 str(self.path),
                 "",
-                f"cannot {doing}: a stored row is not valid ({exc}); {_DAMAGED}",
+                f"cannot {doing}: a stored row is not valid ({exc}); {_damaged(self._writer)}",
             ) from None
 
     def _check_tables(self, existed: bool) -> None:
@@ -357,7 +386,7 @@ class Store:
             raise StoreError.single(
                 str(self.path),
                 "",
-                f"holds another tool's tables ({shown}), not a sweep's; give another --db",
+                f"holds another tool's tables ({shown}), not a sweep's{self._another()}",
             )
         for table, columns in (
             ("results", COLUMNS),
@@ -370,9 +399,14 @@ class Store:
                 raise StoreError.single(
                     str(self.path),
                     "",
-                    f"holds a '{table}' table that is not a sweep's (columns: {shown}); "
-                    "give another --db",
+                    f"holds a '{table}' table that is not a sweep's (columns: {shown})"
+                    f"{self._another()}",
                 )
+
+    def _another(self) -> str:
+        """The advice that ends a message about another tool's database: a writer (a sweep,
+        a plan) can use another file; a reader was given the wrong one."""
+        return "; use another database file" if self._writer else ""
 
     def _check_schema(self) -> None:
         tables = {r[0] for r in self._execute("SELECT name FROM sqlite_master")}
@@ -704,7 +738,7 @@ class Store:
         return row
 
     def _bad_row(self, point: str, column: str, problem: str) -> StoreError:
-        message = f"{point}: column {column} holds {problem}; {_DAMAGED}"
+        message = f"{point}: column {column} holds {problem}; {_damaged(self._writer)}"
         return StoreError([ConfigIssue(str(self.path), "", message)])
 
     def make_view(self, axes: Sequence[str], metrics: Sequence[str]) -> None:
