@@ -552,3 +552,35 @@ def test_a_stopped_rerun_says_to_resume_without_rerun(spec: Path, tmp_path: Path
         done.clear()
         run_sweep(spec, db=tmp_path / "plain.sqlite", workers=1, evaluator=evaluate)
     assert plain.value.kept.endswith("run the same command again to resume")
+
+
+def test_a_stop_outside_the_points_runs_still_says_what_was_kept(
+    spec: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C 2-3 s into a sweep (while it resolved its points and read its traces, before
+    the first run) or as it ended (rebuilding its view) printed only "interrupted (SIGINT)":
+    the kept words were added only around the points' runs."""
+    from rdu_sim.plan import search
+    from rdu_sim.sweep import run as run_module
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    db = tmp_path / "early.sqlite"
+    with monkeypatch.context() as patched:
+        patched.setattr(run_module, "check_traces", stop)
+        with pytest.raises(interrupts.Interrupted) as early:
+            run_sweep(spec, db=db, workers=1, evaluator=quick)
+    assert early.value.kept == "nothing was run or written yet"
+    with monkeypatch.context() as patched:
+        patched.setattr(run_module, "_refresh_view", stop)
+        with pytest.raises(interrupts.Interrupted) as late:
+            run_sweep(spec, db=db, workers=1, evaluator=quick)
+    assert late.value.kept == (
+        f"the points finished so far are saved in {db}; run the same command again to resume"
+    )
+    assert rows(db) == 16
+    monkeypatch.setattr(search, "load_plan", stop)
+    with pytest.raises(interrupts.Interrupted) as planned:
+        search.run_plan("llama3.1-8b-chat", db=tmp_path / "plan.sqlite")
+    assert planned.value.kept == "nothing was run or written yet"
