@@ -37,7 +37,7 @@ RESPONDS_S = 10.0  # a stopped command has ended by then (it takes well under a 
 
 def start(*args: str | Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rdu_sim.cli.main", *map(str, args)],
+        [sys.executable, "-m", "rdu_sim.cli.entry", *map(str, args)],  # as rdu-sim starts
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -33,3 +33,7 @@ def main() -> None:
     from rdu_sim.cli import main as command  # click, the error boundary, the commands' list
 
     command.main(held)  # the list still fills until it installs its own handlers
+
+
+if __name__ == "__main__":  # python -m rdu_sim.cli.entry: as the console script runs
+    main()
