@@ -548,4 +548,5 @@ def test_a_damaged_row_is_the_same_store_error_for_a_resume_as_for_load(tmp_path
     with pytest.raises(StoreError) as loaded:
         load(db)
     assert "column metrics holds JSON list [1, 2], expected a JSON object" in str(resumed.value)
-    assert str(resumed.value) == str(loaded.value)
+    # the same finding; the advice is a writer's (use another file) or a reader's
+    assert str(resumed.value).split(";")[0] == str(loaded.value).split(";")[0]

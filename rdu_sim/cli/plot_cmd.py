@@ -165,7 +165,7 @@ def _locate(given: Path, kind: str) -> Path:
     from rdu_sim.config import shipped
 
     try:
-        if given.exists():
+        if given.exists() or given.is_symlink():  # a broken link: file_problem names it
             return given
     except (OSError, ValueError):
         return given
