@@ -3,6 +3,9 @@
 from pathlib import Path
 
 from rdu_sim import native
+from rdu_sim.input_errors import InputError
+
+__all__ = ["PACKAGE_DIR", "InputError", "__version__"]
 
 __version__ = "0.1.0"
 

@@ -18,6 +18,7 @@ steps' results (``rdu_sim.engine.shared_steps``: keyed by every engine input, ne
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,9 +63,18 @@ Workload = Scenario | str | Path
 
 
 def load(scenario_or_path: Workload, overrides: Overrides = None) -> Scenario:
-    """A validated Scenario from a workload path, or an existing Scenario plus overrides."""
+    """A validated Scenario from a workload path, or an existing Scenario plus overrides.
+    Anything else is a TypeError naming the argument (``api.run(42)`` was pathlib's, naming
+    none); a path that does not load is a ConfigError (``rdu_sim.InputError``)."""
     if isinstance(scenario_or_path, Scenario):
         return with_overrides(scenario_or_path, overrides)
+    if not isinstance(scenario_or_path, str | os.PathLike):
+        given = repr(scenario_or_path)
+        shown = given if len(given) <= 60 else given[:57] + "..."
+        raise TypeError(
+            "scenario_or_path must be a Scenario, a workload file's path (str or Path) or a "
+            f"shipped workload's name, not {type(scenario_or_path).__name__} {shown}"
+        )
     return load_scenario(scenario_or_path, overrides)
 
 

@@ -13,6 +13,8 @@ import importlib
 import importlib.util
 from types import ModuleType
 
+from rdu_sim.input_errors import InputError
+
 EXTRAS: dict[str, tuple[str, str]] = {
     "distributed": ("dask", "dask.distributed"),
     "dask": ("dask", "dask"),
@@ -23,7 +25,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
 """Top-level module -> (the extra that installs it, the package's name in messages)."""
 
 
-class MissingDependencyError(Exception):
+class MissingDependencyError(InputError):
     """An optional package a feature needs is not installed (one ``error:`` line, exit 2)."""
 
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["INPUT_ERRORS", "expected_errors"]
+__all__ = ["INPUT_ERRORS", "InputError", "expected_errors"]
+
+
+class InputError(Exception):
+    """The base of every error that means bad input (``INPUT_ERRORS``: a ConfigError and the
+    sweep database's StoreError, a CapacityError, an EventBudgetError, an unknown model, a
+    missing optional package): what a script catches, as ``rdu_sim.InputError``, to tell
+    its input's mistakes from bugs. It adds nothing: each keeps its own message.
+    """
+
 
 # Input errors, named by (module, class) so the CLI does not import them: an exception of a
 # class can only exist once its module is loaded, so looking in sys.modules finds every one

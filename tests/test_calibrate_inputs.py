@@ -599,3 +599,44 @@ def test_rows_no_parameter_reaches_are_told_apart_and_overlays_count_their_own(
     sign = "error = simulated / measured - 1"
     assert done.output.count(sign) == 1 and data["error_sign"].startswith(sign)
     assert "+ is slower than measured for a time" in done.output
+
+
+def test_a_full_disk_names_the_evaluation_cache_and_what_it_kept(tmp_path: Path) -> None:
+    """`ulimit -f 20; rdu-sim calibrate ... -o cf` said only "input/output error: File too
+    large": the cache's write failed, and closing it in the fit's `finally` flushed the same
+    buffer again, an OSError without a file that replaced the cache's own error. Now the
+    error names the file and says what it kept, and closing after it raises nothing."""
+    import subprocess
+    import sys
+    import textwrap
+
+    cache = tmp_path / "cf" / "evaluations.jsonl"
+    code = textwrap.dedent(
+        f"""
+        import resource
+        from pathlib import Path
+        from rdu_sim.config.errors import WriteError
+        from rdu_sim.validate.evaluation_cache import EvaluationCache
+        from rdu_sim.validate.targets import Evaluated
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, resource.RLIM_INFINITY))
+        cache = EvaluationCache(Path({str(cache)!r}))
+        cache.ready()
+        try:
+            try:
+                for n in range(1000):
+                    cache.put(f"{{n:064x}}", "row", "unit", Evaluated((1.5,) * 20, (4,) * 20))
+            finally:
+                cache.close()
+        except WriteError as exc:
+            print(exc)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    message = done.stdout.strip()
+    assert message.startswith(f"{cache}: cannot write: File too large"), message
+    kept = int(re.search(r"the (\d+) simulation\(s\) stored before it are kept", message)[1])
+    assert kept > 0 and "run the same command again" in message, message
+    lines = cache.read_text().split("\n")
+    assert len(lines) - 1 == kept  # every complete line is one kept, the cut one dropped

@@ -504,7 +504,7 @@ def test_a_database_of_another_tools_tables_is_left_alone(tmp_path: Path) -> Non
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE scores (id INTEGER, score REAL)")
     path = spec(tmp_path, SYNTHETIC)
-    words = "holds another tool's tables (scores), not a sweep's; give another --db"
+    words = "holds another tool's tables (scores), not a sweep's; use another database file"
     clean_failure(invoke("sweep", path, "--db", db), words)
     with sqlite3.connect(db) as conn:  # untouched
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
@@ -563,7 +563,8 @@ def test_a_database_another_process_holds_says_so(
         holder.execute("BEGIN EXCLUSIVE")
         result = invoke("sweep", path, "--db", db, "--workers", "1", "--no-progress")
         holder.execute("ROLLBACK")
-    stderr = clean_failure(result, str(db), "database is locked: another process", "--db")
+    stderr = clean_failure(result, str(db), "database is locked: another process")
+    assert "held it for" in stderr and "--db" not in stderr  # the library's words: no flags
     # said at once, before the wait's error (it was a silent minute)
     notice = f"waiting for the database lock held by another process: {db}"
     assert [line for line in stderr.splitlines() if notice in line] == [
@@ -777,7 +778,17 @@ def test_a_finished_sweep_on_a_read_only_medium_is_read(
     assert out.stat().st_size > 0
     dry = invoke("sweep", path, "--db", copy, "--dry-run")
     assert dry.exit_code == 0 and "7 already done" in dry.stderr + dry.output, dry.output
+    # a resume with nothing to run and its export only read (the export was refused at open)
+    csv_out = db.with_suffix(".csv")
+    exported = invoke(
+        "sweep", path, "--db", copy, "--workers", "1", "--export", csv_out, "--no-progress"
+    )
+    assert exported.exit_code == 1, exported.output  # its failed point, as when writable
+    assert "7 already done" in exported.stderr and csv_out.stat().st_size > 0
     assert sorted(p.name for p in read_only_folder.iterdir()) == [db.name]  # nothing written
+    # one that must write names the file, not its folder
+    rerun = invoke("sweep", path, "--db", copy, "--workers", "1", "--rerun", "--no-progress")
+    clean_failure(rerun, str(copy), "readonly database (the file is read-only")
 
 
 @pytest.mark.parametrize(
@@ -795,3 +806,52 @@ def test_work_that_scales_with_an_option_is_bounded_before_it_starts(
     args: list[str], words: str
 ) -> None:
     clean_failure(invoke(*args), words)
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["run", LLAMA, "--trace"], "--trace"),
+        (["step", LLAMA, "--trace"], "--trace"),
+        (["inspect", "graph", LLAMA, "--dot"], "--dot"),
+        (["sweep", "llama8b-batch", "--db"], "--db"),
+        (["sweep", "llama8b-batch", "--export"], "--export"),
+        (["plan", "llama3.1-8b-chat", "--db"], "--db"),
+        (["plot", "memory", LLAMA, "-o"], "--output"),
+    ],
+)
+def test_a_folder_given_for_a_file_is_one_error_line(
+    tmp_path: Path, args: list[str | Path], option: str
+) -> None:
+    """`run --trace DIR` (and every option naming a file to write) printed click's
+    three-line "Usage: ... Error: Invalid value" instead of the project's one line."""
+    result = invoke(*args, tmp_path)
+    stderr = clean_failure(result, f"{tmp_path}: a folder, not a file: {option} takes a file")
+    assert "Usage:" not in stderr and "Invalid value" not in stderr
+
+
+def test_a_spec_given_as_its_own_database_is_named_a_yaml_file(tmp_path: Path) -> None:
+    """`sweep sp.yaml --db sp.yaml` called the user's spec "damaged, or not a sweep
+    database ... move it aside"."""
+    path = spec(tmp_path, SYNTHETIC)
+    before = path.read_bytes()
+    stderr = clean_failure(invoke("sweep", path, "--db", path), str(path), "a YAML file")
+    assert "damaged" not in stderr and "move it aside" not in stderr
+    assert path.read_bytes() == before
+
+
+def test_plot_of_a_damaged_or_missing_database_speaks_of_databases(
+    swept: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`plot sweep trunc.sqlite` advised "give another --db", a flag plot does not have;
+    `plot sweep missing.sqlite` said "no shipped workload of that name" and listed the
+    workloads."""
+    _, db = swept
+    trunc = tmp_path / "trunc.sqlite"
+    trunc.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+    stderr = clean_failure(invoke("plot", "sweep", trunc), str(trunc), "damaged")
+    assert "--db" not in stderr and "run its sweep again" in stderr
+    missing = tmp_path / "missing.sqlite"
+    stderr = clean_failure(invoke("plot", "sweep", missing), f"{missing}: no such sweep database")
+    assert "shipped sweeps: " in stderr and "llama8b-batch" in stderr
+    assert "workload" not in stderr

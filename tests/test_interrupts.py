@@ -37,7 +37,7 @@ RESPONDS_S = 10.0  # a stopped command has ended by then (it takes well under a 
 
 def start(*args: str | Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rdu_sim.cli.main", *map(str, args)],
+        [sys.executable, "-m", "rdu_sim.cli.entry", *map(str, args)],  # as rdu-sim starts
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -491,3 +491,96 @@ def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None
     assert any("llama3.1-8b-1socket" in line for line in report)  # the report, printed
     assert last.startswith("interrupted (SIGINT): the report was printed; of ")
     assert str(tmp_path / "result.json") in last and "written before the stop are whole" in last
+
+
+def _console_script() -> tuple[str, str]:
+    """The module and function pyproject's [project.scripts] names for `rdu-sim`."""
+    import tomllib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = target["rdu-sim"].partition(":")
+    return module, function
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_console_script_imports_click_is_one_line(signum: int) -> None:
+    """Ctrl-C in the first tenth of a second (while `import click` ran) printed a
+    KeyboardInterrupt traceback: the console script's entry point holds the signals before
+    the command's heavy imports and ends with the one line, 128 + the signal."""
+    module, function = _console_script()
+    code = textwrap.dedent(
+        f"""
+        import builtins, os, sys
+        real = builtins.__import__
+        def importing(name, *args, **kwargs):
+            if name == "click" and "click" not in sys.modules:
+                os.kill(os.getpid(), {int(signum)})
+            return real(name, *args, **kwargs)
+        builtins.__import__ = importing
+        sys.argv = ["rdu-sim", "check", {str(BASE)!r}]
+        from {module} import {function} as entry
+        sys.exit(entry())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    name = signal.Signals(signum).name
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == f"interrupted ({name}): {NOT_STARTED}\n"
+    assert done.returncode == 128 + signum and done.stdout == ""
+
+
+def test_a_stopped_rerun_says_to_resume_without_rerun(spec: Path, tmp_path: Path) -> None:
+    """After `sweep --rerun` is stopped, "run the same command again to resume" was wrong:
+    the same command (with --rerun) starts over. The stop says to run it without."""
+    db = tmp_path / "rerun.sqlite"
+    run_sweep(spec, db=db, workers=1, evaluator=quick)
+    done: list[str] = []
+
+    def evaluate(point: Any) -> dict[str, float]:
+        done.append(point.key)
+        if len(done) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return {"decode_tokens_per_s": 1.0}
+
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted) as stopped:
+        run_sweep(spec, db=db, workers=1, evaluator=evaluate, rerun=True)
+    assert "run the same command without --rerun to resume" in stopped.value.kept
+    assert "run the same command again to resume" not in stopped.value.kept
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted) as plain:
+        done.clear()
+        run_sweep(spec, db=tmp_path / "plain.sqlite", workers=1, evaluator=evaluate)
+    assert plain.value.kept.endswith("run the same command again to resume")
+
+
+def test_a_stop_outside_the_points_runs_still_says_what_was_kept(
+    spec: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C 2-3 s into a sweep (while it resolved its points and read its traces, before
+    the first run) or as it ended (rebuilding its view) printed only "interrupted (SIGINT)":
+    the kept words were added only around the points' runs."""
+    from rdu_sim.plan import search
+    from rdu_sim.sweep import run as run_module
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    db = tmp_path / "early.sqlite"
+    with monkeypatch.context() as patched:
+        patched.setattr(run_module, "check_traces", stop)
+        with pytest.raises(interrupts.Interrupted) as early:
+            run_sweep(spec, db=db, workers=1, evaluator=quick)
+    assert early.value.kept == "nothing was run or written yet"
+    with monkeypatch.context() as patched:
+        patched.setattr(run_module, "_refresh_view", stop)
+        with pytest.raises(interrupts.Interrupted) as late:
+            run_sweep(spec, db=db, workers=1, evaluator=quick)
+    assert late.value.kept == (
+        f"the points finished so far are saved in {db}; run the same command again to resume"
+    )
+    assert rows(db) == 16
+    monkeypatch.setattr(search, "load_plan", stop)
+    with pytest.raises(interrupts.Interrupted) as planned:
+        search.run_plan("llama3.1-8b-chat", db=tmp_path / "plan.sqlite")
+    assert planned.value.kept == "nothing was run or written yet"

@@ -7,6 +7,7 @@ rdu_sim/sweep/evaluators.py) so they test the machinery, not the simulator.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import textwrap
 from collections.abc import Mapping
@@ -472,3 +473,80 @@ def test_a_lock_taken_mid_run_is_waited_for_once_and_the_claims_stay_takeable(
             holder.close()
     summary = run_sweep(write_spec(tmp_path, body), db=db, workers=1, progress=Recorder())
     assert summary.ran + summary.already_done == 6 and summary.failed == 0
+
+
+def _hold_write_lock(db: Path) -> sqlite3.Connection:
+    """Another connection with an open write transaction on ``db`` (a SQL shell's
+    ``BEGIN IMMEDIATE; UPDATE ...``): it holds the write lock, readers may still read."""
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("UPDATE meta SET value = value")
+    return holder
+
+
+def test_a_finished_sweep_resumes_while_another_connection_holds_the_write_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume with nothing to run only reads: another process's open write transaction
+    (a SQL shell's) does not stop it. It failed at once with "database is locked ... held it
+    for 60 s": opening switched the database to WAL, a write SQLite refuses at once."""
+    from rdu_sim.sweep import store as store_module
+
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 2.0)
+    db = tmp_path / "done.sqlite"
+    first = run_sweep(write_spec(tmp_path), db=db, workers=1)
+    holder = _hold_write_lock(db)
+    try:
+        summary = run_sweep(write_spec(tmp_path), db=db, workers=1, progress=Recorder())
+        frame = load(db)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert summary.ran == 0 and summary.already_done == first.done
+    assert len(frame) == 6
+
+
+def test_a_write_waits_for_a_held_write_lock_and_says_how_long_it_waited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep that must write waits the whole BUSY_TIMEOUT_S for another connection's
+    write lock (it failed at once), and the error says the time it really waited."""
+    import time
+
+    from rdu_sim.sweep import store as store_module
+    from rdu_sim.sweep.store import StoreError
+
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 1.5)
+    db = tmp_path / "held.sqlite"
+    run_sweep(write_spec(tmp_path), db=db, workers=1)
+    holder = _hold_write_lock(db)
+    start = time.monotonic()
+    try:
+        with pytest.raises(StoreError, match="database is locked") as caught:
+            run_sweep(write_spec(tmp_path), db=db, workers=1, rerun=True, progress=Recorder())
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    waited = time.monotonic() - start
+    assert waited >= 1.4, waited
+    assert re.search(r"held it for 1\.[4-9]\d* s", str(caught.value)), caught.value
+    assert "60 s" not in str(caught.value)
+
+
+def test_a_damaged_row_is_the_same_store_error_for_a_resume_as_for_load(tmp_path: Path) -> None:
+    """A row whose metrics column holds a JSON list (not rdu-sim's writing) crashed a resume
+    with an AttributeError; `load` named it. Both read a stored row by one rule."""
+    from rdu_sim.sweep.store import StoreError
+
+    db = tmp_path / "damaged.sqlite"
+    run_sweep(write_spec(tmp_path), db=db, workers=1)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE results SET metrics = '[1, 2]' WHERE rowid = 1")
+    conn.close()
+    with pytest.raises(StoreError) as resumed:
+        run_sweep(write_spec(tmp_path), db=db, workers=1, progress=Recorder())
+    with pytest.raises(StoreError) as loaded:
+        load(db)
+    assert "column metrics holds JSON list [1, 2], expected a JSON object" in str(resumed.value)
+    # the same finding; the advice is a writer's (use another file) or a reader's
+    assert str(resumed.value).split(";")[0] == str(loaded.value).split(";")[0]

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cli.options import (
+    FilePath,
     overrides_option,
     step_shape_errors,
     step_shape_options,
@@ -429,7 +430,7 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
 @click.option(
     "--dot",
     "dot_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Also write the decoder layer's graph in Graphviz DOT.",
 )

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import gc
 import importlib
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 import click
 
 from rdu_sim import __version__, interrupts, native
-from rdu_sim.cli.errors import RduGroup
+from rdu_sim.cli.errors import RduGroup, print_interrupted
 
 # command name -> module holding `command`; the one registry of subcommands.
 COMMANDS: dict[str, str] = {
@@ -157,14 +158,20 @@ def cli() -> None:
     """
 
 
-def main() -> None:
-    """Console-script entry point (`rdu-sim`): SIGINT and SIGTERM stop it cleanly
-    (``rdu_sim.interrupts``: one line, status 128 + the signal, never an abort inside the
-    compiled core). The process ends when it returns (or raises), so everything left is
-    frozen first, and the interpreter's collections at exit pass over none of it (~10 ms of
-    a step: they walked every object the imports made)."""
-    interrupts.install()
+def main(held: Sequence[int] = ()) -> None:
+    """Run the `rdu-sim` command line (called by the console script, ``cli.entry``):
+    SIGINT and SIGTERM stop it cleanly (``rdu_sim.interrupts``: one line, status 128 + the
+    signal, never an abort inside the compiled core); ``held``, the signals the entry point
+    held while this module loaded, stop it before it starts. The process ends when it
+    returns (or raises), so everything left is frozen first, and the interpreter's
+    collections at exit pass over none of it (~10 ms of a step: they walked every object
+    the imports made)."""
+    interrupts.install()  # from here a signal is the handler's, no longer ``held``'s
     try:
+        if held:
+            stop = interrupts.Interrupted(held[0], NOT_STARTED)
+            print_interrupted(stop)
+            raise SystemExit(stop.status)
         cli(prog_name="rdu-sim")
     finally:
         interrupts.ignore_further()  # the command has ended: a signal now changes nothing

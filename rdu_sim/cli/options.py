@@ -14,6 +14,22 @@ from rdu_sim.cli.errors import fail
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class FilePath(click.Path):
+    """The path of a file an option names (``--trace``, ``--db``, ``--export``, ``-o``), as a
+    Path; a folder there is the project's one ``error:`` line naming it and the option, exit
+    2 (``click.Path(dir_okay=False)`` printed click's three-line usage error)."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        if isinstance(path, Path) and path.is_dir():
+            option = param.opts[-1] if param is not None and param.opts else "the option"
+            fail(f"{path}: a folder, not a file: {option} takes a file's path")
+        return path
+
+
 def overrides_option(func: F) -> F:
     """`--set PATH=VALUE` (repeatable): edit a workload field, or a hardware one with `hw.`."""
     return click.option(

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rdu_sim import human
-from rdu_sim.cli.options import MAX_WORKERS, workers_option
+from rdu_sim.cli.options import MAX_WORKERS, FilePath, workers_option
 
 MISSING_NOTE = (
     "-: nothing to show. A met row shows its fewest replicas meeting the SLO, a pruned one "
@@ -113,7 +113,7 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
 @click.option(
     "--db",
     "db_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="SQLite file of evaluations (default: <spec stem>.sqlite in the current folder for a "
     "shipped spec, beside a spec of your own); "

@@ -33,7 +33,7 @@ from typing import Any
 import click
 
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option
+from rdu_sim.cli.options import FilePath, overrides_option
 from rdu_sim.config import json_text
 from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import MAX_DEPTH, file_problem, read_text_file
@@ -156,14 +156,16 @@ def _read_db(path: Path, sweep: str | None) -> Any:
     return frame
 
 
-def _locate(given: Path) -> Path:
+def _locate(given: Path, kind: str) -> Path:
     """INPUT as given when it exists; else the database of the shipped sweep it names
     (where ``rdu-sim sweep NAME`` writes it), else the shipped workload it names
-    (``rdu_sim.config.shipped``'s one rule, and its error when neither exists)."""
+    (``rdu_sim.config.shipped``'s one rule, and its error when neither exists). A database
+    (by its suffix, or for a plot that reads only one) that is neither is named as a missing
+    database, with the shipped sweeps (not the workloads) listed."""
     from rdu_sim.config import shipped
 
     try:
-        if given.exists():
+        if given.exists() or given.is_symlink():  # a broken link: file_problem names it
             return given
     except (OSError, ValueError):
         return given
@@ -176,6 +178,9 @@ def _locate(given: Path) -> Path:
                 f"`rdu-sim sweep {given}` first"
             )
         return database
+    if given.suffix.lower() in _DB_SUFFIXES or kind == "sweep" or kind in _SWEEP_KINDS:
+        listed = shipped.unknown_name_message(("sweep",)).replace("file not found, and ", "")
+        fail(f"{given}: no such sweep database, and {listed}")
     return shipped.locate(given, ("workload",))
 
 
@@ -227,7 +232,7 @@ STOPPED = "the plot had not been drawn: nothing was written"
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Image to write: .png, .svg or .pdf (default: KIND.png).",
 )
@@ -309,7 +314,7 @@ def command(
         fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
     if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
         input_path = input_path / RESULT_FILE
-    input_path = _locate(input_path)
+    input_path = _locate(input_path, kind)
     problem = file_problem(input_path)
     if problem is not None:
         fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")

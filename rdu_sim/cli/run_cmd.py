@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option, workload_argument
+from rdu_sim.cli.options import FilePath, overrides_option, workload_argument
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
@@ -193,7 +193,7 @@ def _write_cluster(
 @click.option(
     "--trace",
     "trace_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Write a Perfetto trace of the serving schedule (requests on slots, queue, flows).",
 )

@@ -42,6 +42,7 @@ import click
 from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import (
+    FilePath,
     overrides_option,
     step_shape_errors,
     step_shape_options,
@@ -309,7 +310,7 @@ STOPPED = "the step had not finished: nothing was printed or written"
 @click.option(
     "--trace",
     "trace_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Write a Perfetto (Chrome JSON) trace of the step (every socket: see --trace-sockets).",
 )

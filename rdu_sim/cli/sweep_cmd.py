@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 
 from rdu_sim.cli.errors import print_warning
-from rdu_sim.cli.options import MAX_WORKERS, workers_option
+from rdu_sim.cli.options import MAX_WORKERS, FilePath, workers_option
 from rdu_sim.config.errors import WriteError
 from rdu_sim.interrupts import kept_on_stop
 
@@ -84,7 +84,7 @@ def _results_table(frame: object, summary: object) -> None:
 @click.option(
     "--db",
     "db_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="SQLite file of results (default: <spec stem>.sqlite in the current folder for a "
     "shipped spec, beside a spec of your own). "
@@ -101,7 +101,7 @@ def _results_table(frame: object, summary: object) -> None:
 @click.option(
     "--export",
     "export_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Write the spec's rows to FILE (.csv, or .parquet when "
     "pyarrow is installed) after running.",

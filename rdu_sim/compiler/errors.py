@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rdu_sim.input_errors import InputError
 
-class CapacityError(Exception):
+
+class CapacityError(InputError):
     """What does not fit, where, by how much, and how to shrink it (one user-facing message).
 
     Raised by tier placement and batch-capacity planning; the CLI prints it without a

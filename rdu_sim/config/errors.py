@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rdu_sim.config.show import cut_middle
+from rdu_sim.input_errors import InputError
 
 MAX_PATH_CHARS = 300
 MAX_MESSAGE_CHARS = 2000
@@ -43,7 +44,7 @@ class FieldProblem(ValueError):
         super().__init__(f"{field} {message}")
 
 
-class ConfigError(Exception):
+class ConfigError(InputError):
     """Bad input. Carries every issue found; str() is the user-facing message."""
 
     def __init__(self, issues: list[ConfigIssue]) -> None:

@@ -20,9 +20,10 @@ import warnings
 
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.engine.tile_work import TileWork
+from rdu_sim.input_errors import InputError
 
 
-class EventBudgetError(ValueError):
+class EventBudgetError(ValueError, InputError):
     """A step would need more SimPy events than ``engine.max_events`` allows."""
 
 

@@ -17,12 +17,13 @@ from rdu_sim.config.architecture import (
     GqaMoeArchitecture,
     LlamaArchitecture,
 )
+from rdu_sim.input_errors import InputError
 from rdu_sim.models.layers import Architecture
 
 _PRESETS: dict[str, Callable[[], Architecture]] = {}
 
 
-class UnknownModelError(KeyError):
+class UnknownModelError(KeyError, InputError):
     """A model name that is not a preset."""
 
     def __str__(self) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rdu_sim import human
+from rdu_sim import human, interrupts
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
@@ -43,7 +43,7 @@ from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
 from rdu_sim.report.slo_why import Verdict, short, stop_rule
 from rdu_sim.sweep.executors import check_cluster
 from rdu_sim.sweep.progress import Reporter, Silent
-from rdu_sim.sweep.run import evaluate_points
+from rdu_sim.sweep.run import evaluate_points, stopped_early
 
 Evaluate = Callable[[PlanPoint], Mapping[str, Any]]
 
@@ -173,11 +173,32 @@ def run_plan(
     rerun: bool = False,
 ) -> PlanResult:
     """Search the spec's space for the cheapest configuration meeting the SLO (``rerun``:
-    evaluate every point again, replacing what the database holds)."""
-    if cluster is not None:
-        check_cluster(cluster)  # no Dask, or a bad address: an error before any work
-    loaded = load_plan(spec)
-    db_path = Path(db) if db is not None else default_plan_db(loaded.file)
+    evaluate every point again, replacing what the database holds). A stop (SIGINT,
+    SIGTERM) says what the database kept, wherever it lands (a round's runs say how many)."""
+    db_path: Path | None = None
+    try:
+        if cluster is not None:
+            check_cluster(cluster)  # no Dask, or a bad address: an error before any work
+        loaded = load_plan(spec)
+        db_path = Path(db) if db is not None else default_plan_db(loaded.file)
+        return _search(loaded, db_path, workers, cluster, evaluate, reporter, rerun)
+    except interrupts.Interrupted as stop:  # between two rounds: no count, the database's
+        if stop.kept:
+            raise
+        kept = stopped_early(db_path, rerun, "evaluations")
+        raise interrupts.Interrupted(stop.signum, kept) from None
+
+
+def _search(
+    loaded: LoadedPlan,
+    db_path: Path,
+    workers: int,
+    cluster: str | None,
+    evaluate: Evaluate | None,
+    reporter: Reporter | None,
+    rerun: bool,
+) -> PlanResult:
+    """:func:`run_plan`'s search, round after round, its evaluations in ``db_path``."""
     evaluator = evaluate or default_evaluate
     searches = []
     for configuration in loaded.configurations():

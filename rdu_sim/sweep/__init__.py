@@ -7,8 +7,10 @@
 API
 - `check_spec(path) -> SpecCheck`: validate a spec and resolve every point, running nothing
   (`rdu-sim check` calls it). Errors are ConfigErrors naming the spec file, field and line.
-- `run_sweep(spec, db=None, workers=None, cluster=None, retry_failed=False, dry_run=False,
-  progress=False, evaluator=None) -> SweepSummary`: run or resume. `workers=1` runs in this
+- `run_sweep(spec, db=None, workers=None, cluster=None, retry_failed=False, rerun=False,
+  dry_run=False, progress=False, evaluator=None) -> SweepSummary`: run or resume (for
+  users: README.md, "From Python"); bad input raises a ConfigError (a StoreError for the
+  database), both `rdu_sim.InputError`s. `workers=1` runs in this
   process, N a local process pool (default: the core count); `cluster="local"` or
   `"tcp://host:port"` runs on dask.distributed.
 - `load(db, sweep=None, keys=None) -> pandas.DataFrame`; `export(frame, "x.csv"|"x.parquet")`.

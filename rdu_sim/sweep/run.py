@@ -428,59 +428,69 @@ def run_sweep(
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
     main module.
     """
-    if cluster is not None:
-        check_cluster(cluster)  # no Dask, or a bad address: an error before any work
-    loaded = load_spec(spec)
-    reporter: Reporter = (
-        progress if not isinstance(progress, bool) else RichReporter() if progress else Silent()
-    )
-    total = grid_size(loaded)
-    if total > SAMPLE_POINTS and not dry_run:  # about 1 ms a point: say so before it starts
-        reporter.message(f"{loaded.name}: resolving {total:,} grid points before the first runs")
-    expansion = expand(loaded, sample=SAMPLE_POINTS if dry_run else None)
-    check_traces(expansion)
-    db_path = Path(db) if db is not None else default_db(loaded.file)
-    check_writes(expansion, db_path, writes)
-    evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
-    keys = tuple(p.key for p in expansion.points)
+    db_path: Path | None = None  # once known: where a stop says the finished points are
+    try:
+        if cluster is not None:
+            check_cluster(cluster)  # no Dask, or a bad address: an error before any work
+        loaded = load_spec(spec)
+        reporter: Reporter = (
+            progress if not isinstance(progress, bool) else RichReporter() if progress else Silent()
+        )
+        total = grid_size(loaded)
+        if total > SAMPLE_POINTS and not dry_run:  # about 1 ms a point: say so before it starts
+            reporter.message(
+                f"{loaded.name}: resolving {total:,} grid points before the first runs"
+            )
+        expansion = expand(loaded, sample=SAMPLE_POINTS if dry_run else None)
+        check_traces(expansion)
+        db_path = Path(db) if db is not None else default_db(loaded.file)
+        check_writes(expansion, db_path, writes)
+        evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
+        keys = tuple(p.key for p in expansion.points)
 
-    if dry_run:
-        existing = _peek(db_path, keys, reporter.message)
-        the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun)
-        fits = check_fits(the_plan.to_run, evaluate) if the_plan.to_run else None
-        line = the_plan.describe() + (f"; {fits.describe()}" if fits is not None else "")
-        reporter.message(line + " (dry run: nothing runs)")
-        return _summary(loaded.name, db_path, keys, the_plan, fits)
+        if dry_run:
+            existing = _peek(db_path, keys, reporter.message)
+            the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun)
+            fits = check_fits(the_plan.to_run, evaluate) if the_plan.to_run else None
+            line = the_plan.describe() + (f"; {fits.describe()}" if fits is not None else "")
+            reporter.message(line + " (dry run: nothing runs)")
+            return _summary(loaded.name, db_path, keys, the_plan, fits)
 
-    with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
-        # what reading this sweep back returns: its points, with their axis values
-        store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
-        owner = claims.me()
-        with _claiming(store, owner):
-            the_plan = _claimed_plan(store, owner, expansion, retry_failed, rerun)
-            reporter.message(the_plan.describe())
-            summary = _summary(loaded.name, db_path, keys, the_plan)
-            metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
+        with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
+            # what reading this sweep back returns: its points, with their axis values
+            store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
+            owner = claims.me()
+            with _claiming(store, owner):
+                the_plan = _claimed_plan(store, owner, expansion, retry_failed, rerun)
+                reporter.message(the_plan.describe())
+                summary = _summary(loaded.name, db_path, keys, the_plan)
+                metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
 
-            def run(points: Sequence[Point]) -> None:
-                tasks = [Task(point, evaluate, metrics) for point in points]
-                by_key = {p.key: p for p in points}
-                if tasks:
-                    count = workers or default_workers()
-                    _execute(store, owner, tasks, by_key, loaded, summary, reporter, count, cluster)
+                def run(points: Sequence[Point]) -> None:
+                    tasks = [Task(point, evaluate, metrics) for point in points]
+                    by_key = {p.key: p for p in points}
+                    if tasks:
+                        count = workers or default_workers()
+                        _execute(
+                            store, owner, tasks, by_key, loaded, summary, reporter, count, cluster
+                        )
 
-            start = time.perf_counter()
-            try:
-                run(the_plan.to_run)
-                if the_plan.elsewhere:
-                    _take_over(store, owner, expansion, the_plan, summary, reporter, run)
-            except interrupts.Interrupted as stop:
-                raise interrupts.Interrupted(
-                    stop.signum, _kept(store, keys, summary.ran, "point")
-                ) from None
-            summary.wall_s = time.perf_counter() - start
-        _refresh_view(store, expansion)
-    return summary
+                start = time.perf_counter()
+                try:
+                    run(the_plan.to_run)
+                    if the_plan.elsewhere:
+                        _take_over(store, owner, expansion, the_plan, summary, reporter, run)
+                except interrupts.Interrupted as stop:
+                    raise interrupts.Interrupted(
+                        stop.signum, _kept(store, keys, summary.ran, "point", rerun)
+                    ) from None
+                summary.wall_s = time.perf_counter() - start
+            _refresh_view(store, expansion)
+        return summary
+    except interrupts.Interrupted as stop:  # before the points ran, or after: no count
+        if stop.kept:
+            raise
+        raise interrupts.Interrupted(stop.signum, stopped_early(db_path, rerun)) from None
 
 
 def _summary(
@@ -664,9 +674,12 @@ def _record_each(
         raise stop from None
 
 
-def _kept(store: Store, keys: Sequence[str] | None, ran: int, noun: str) -> str:
+def _kept(
+    store: Store, keys: Sequence[str] | None, ran: int, noun: str, rerun: bool = False
+) -> str:
     """What an interrupted run kept, in words: how many of ``keys`` the database holds (and
-    ``ran``, how many of them finished now), or with no ``keys`` how many rows it holds."""
+    ``ran``, how many of them finished now), or with no ``keys`` how many rows it holds; and
+    how to resume (``rerun``: not by the same command, which would start over)."""
     try:
         saved = len(store.existing(keys))
     except interrupts.Interrupted:  # a second signal: say what is known without the database
@@ -676,7 +689,24 @@ def _kept(store: Store, keys: Sequence[str] | None, ran: int, noun: str) -> str:
     else:
         held = f"{saved} of {human.count(len(keys), noun)} are saved in {store.path} ({ran} "
         held += "finished now)"
-    return held + "; run the same command again to resume"
+    return held + resume_hint(rerun)
+
+
+def resume_hint(rerun: bool) -> str:
+    """How a stopped sweep or plan resumes (``rerun``: not by the same command, which would
+    start over)."""
+    if rerun:
+        return "; run the same command without --rerun to resume (with it, it starts over)"
+    return "; run the same command again to resume"
+
+
+def stopped_early(db: Path | None, rerun: bool, noun: str = "points") -> str:
+    """What a sweep or plan stopped outside its points' runs kept (while it resolved its
+    points or opened its database, between two rounds, as it ended): the rows its database
+    holds, or nothing when it has none."""
+    if db is None or not db.is_file():
+        return "nothing was run or written yet"
+    return f"the {noun} finished so far are saved in {db}" + resume_hint(rerun)
 
 
 def _outcomes(
@@ -771,7 +801,7 @@ def evaluate_points(
                     run(mine)
                     _wait_for_others(store, owner, set(held), run_taken, report)
             except interrupts.Interrupted as stop:
-                kept = _kept(store, None, ran, "evaluation")
+                kept = _kept(store, None, ran, "evaluation", rerun)
                 raise interrupts.Interrupted(stop.signum, kept) from None
         return {row["key"]: row for row in store.rows(keys=keys)}
 

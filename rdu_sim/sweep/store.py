@@ -6,7 +6,9 @@ another process (another sweep's write, a SQL shell's open transaction) waits fo
 unseen) the store tells its ``waiting`` callback once per wait, so a user sees why nothing
 moves instead of a silent minute. Every write is one transaction (`BEGIN IMMEDIATE` ...
 `COMMIT`) in WAL mode, so a sweep killed at any instant leaves every row either fully written
-or absent: resume then reruns exactly the points without a finished row.
+or absent: resume then reruns exactly the points without a finished row. A store writes
+only what changes (a resume with nothing to run only reads, so another process's open write
+transaction, a SQL shell's, does not stop it).
 
 Table `claims` holds, per point being computed, the process computing it (``claims``):
 claimed (``Store.claim``) before it runs, and given back in the transaction that stores its
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rdu_sim import human
 from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
@@ -108,9 +111,36 @@ class StoreError(ConfigError):
     """The sweep database cannot be read or written (it names the file and the operation)."""
 
 
-_DAMAGED = "move it aside (or give another --db) and rerun"
+def _damaged(writer: bool) -> str:
+    """What to do with a database that cannot be used as it is, in words for the CLI and the
+    library alike (no option names): a writer (a sweep, a plan) moves it aside and runs
+    again; a reader (a plot, ``load``) has nothing to run but the sweep that wrote it."""
+    if writer:
+        return "move it aside (or use another database file) and rerun"
+    return "move it aside and run its sweep again"
+
+
+def _text_file(path: Path) -> str | None:
+    """What a file SQLite calls not a database is when it is text (a spec given as the
+    database, `sweep sp.yaml --db sp.yaml`): words for it, else None."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+        head.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not head or b"\0" in head:
+        return None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return "a YAML file (a spec given as the database?), not a sweep database"
+    return "a text file, not a sweep database"
+
+
 _MEMBERS = "points of "
 """The meta table's name of a sweep's recorded points (``points of NAME``: a JSON list)."""
+
+_POLL_S = 0.05
+"""How often a statement SQLite refused at once (without its busy wait) is tried again."""
 
 BUSY_TIMEOUT_S = 60.0
 """How long a statement waits for another process's lock on the database before failing."""
@@ -142,20 +172,30 @@ def _busy_ms(seconds: float) -> str:
     return f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}"
 
 
-def _problem(exc: sqlite3.Error) -> str:
-    """SQLite's complaint in words a user can act on."""
+def _problem(
+    exc: sqlite3.Error, path: Path, waited: float | None = None, writer: bool = True
+) -> str:
+    """SQLite's complaint about the database ``path`` in words a user can act on
+    (``waited``: how long a statement refused as busy waited for the lock, when it did;
+    ``writer``: a sweep's or a plan's store, not a reader's)."""
     text = str(exc)
+    if "not a database" in text and (kind := _text_file(path)) is not None:
+        other = "use another database file" if writer else "give a sweep's database"
+        return f"{kind}: {other}"
     if "malformed" in text or "not a database" in text or "file is encrypted" in text:
-        return f"damaged, or not a sweep database (sqlite: {text}); {_DAMAGED}"
+        return f"damaged, or not a sweep database (sqlite: {text}); {_damaged(writer)}"
     if "disk is full" in text or "disk I/O" in text:
         return f"{text}; the rows already stored are kept: free space and rerun to resume"
     if "database is locked" in text:
+        held = "holds it" if waited is None else f"held it for {human.duration(waited, 2)}"
         return (
-            f"{text}: another process (a sweep or a plan with this --db?) held it for "
-            f"{BUSY_TIMEOUT_S:g} s; rerun once it is done, or give another --db"
+            f"{text}: another process (a sweep or a plan on this database?) {held}; "
+            "rerun once it is done, or use another database file"
         )
     if "readonly" in text or "unable to open" in text:
-        return f"{text} (check the folder's permissions)"
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            return f"{text} (the file is read-only: check its permissions, or its medium's)"
+        return f"{text} (check the folder's permissions: SQLite writes its journal there)"
     return text
 
 
@@ -251,6 +291,8 @@ class Store:
         if create and not existed:
             make_folder(path.parent, path)  # as for every output: a WriteError naming it
         self._writer = create
+        self._wal = False  # switched to WAL (``transaction``: before this store's first write)
+        self._waited: float | None = None  # how long the last busy statement waited
         try:
             self._conn = (
                 sqlite3.connect(str(path), timeout=NOTICE_AFTER_S, isolation_level=None)
@@ -259,15 +301,15 @@ class Store:
             )
         except sqlite3.Error as exc:
             raise StoreError.single(
-                str(path), "", f"cannot open the database: {_problem(exc)}"
+                str(path), "", f"cannot open the database: {_problem(exc, path, writer=create)}"
             ) from None
         try:
             with self._guard("open the database"):
                 self._conn.execute(_busy_ms(min(NOTICE_AFTER_S, BUSY_TIMEOUT_S)))
                 self._check_tables(existed)
                 if create:
-                    self._execute("PRAGMA journal_mode = WAL")
-                    self._execute("PRAGMA synchronous = NORMAL")
+                    self._execute("PRAGMA synchronous = NORMAL")  # this connection's: no lock
+                if create and not self._has_schema():
                     with self.transaction():
                         for statement in _SCHEMA.split(";"):
                             if statement.strip():
@@ -284,18 +326,35 @@ class Store:
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """``sql`` run, waiting for another process's lock silently for ``NOTICE_AFTER_S``,
         then saying so (``waiting``) and waiting up to ``BUSY_TIMEOUT_S`` in all (then the
-        busy error stands: ``_guard`` names the file). A statement SQLite refused as busy
-        did nothing, so it is run again as it was."""
+        busy error stands: ``_guard`` names the file and the time waited). A statement
+        SQLite refused as busy did nothing, so it is run again as it was; one it refused at
+        once, without waiting (a journal-mode switch; SQLite's rule against deadlock: a
+        reader that would write), is tried again until the time is up, so every wait is
+        real."""
+        start = time.monotonic()
+        self._waited = None
         try:
             return self._conn.execute(sql, params)
         except sqlite3.OperationalError as exc:
             if not _busy(exc) or BUSY_TIMEOUT_S <= NOTICE_AFTER_S or not self._patient:
+                self._waited = time.monotonic() - start if _busy(exc) else None
                 raise
         if self._waiting is not None:
             self._waiting(waiting_notice(self.path))
-        self._conn.execute(_busy_ms(BUSY_TIMEOUT_S - NOTICE_AFTER_S))
         try:
-            return self._conn.execute(sql, params)
+            while True:
+                tried = time.monotonic()
+                left = BUSY_TIMEOUT_S - (tried - start)
+                self._conn.execute(_busy_ms(left))
+                try:
+                    return self._conn.execute(sql, params)
+                except sqlite3.OperationalError as exc:
+                    now = time.monotonic()
+                    if not _busy(exc) or now - start >= BUSY_TIMEOUT_S:
+                        self._waited = now - start if _busy(exc) else None
+                        raise
+                    if now - tried < _POLL_S:  # refused at once: SQLite did not wait
+                        time.sleep(min(_POLL_S, BUSY_TIMEOUT_S - (now - start)))
         finally:
             self._conn.execute(_busy_ms(NOTICE_AFTER_S))
 
@@ -305,14 +364,13 @@ class Store:
         try:
             yield
         except sqlite3.Error as exc:
-            raise StoreError.single(
-                str(self.path), "", f"cannot {doing}: {_problem(exc)}"
-            ) from None
+            problem = _problem(exc, self.path, self._waited, self._writer)
+            raise StoreError.single(str(self.path), "", f"cannot {doing}: {problem}") from None
         except (ValueError, TypeError) as exc:  # a row's JSON that does not parse
             raise StoreError.single(
                 str(self.path),
                 "",
-                f"cannot {doing}: a stored row is not valid ({exc}); {_DAMAGED}",
+                f"cannot {doing}: a stored row is not valid ({exc}); {_damaged(self._writer)}",
             ) from None
 
     def _check_tables(self, existed: bool) -> None:
@@ -328,7 +386,7 @@ class Store:
             raise StoreError.single(
                 str(self.path),
                 "",
-                f"holds another tool's tables ({shown}), not a sweep's; give another --db",
+                f"holds another tool's tables ({shown}), not a sweep's{self._another()}",
             )
         for table, columns in (
             ("results", COLUMNS),
@@ -341,9 +399,14 @@ class Store:
                 raise StoreError.single(
                     str(self.path),
                     "",
-                    f"holds a '{table}' table that is not a sweep's (columns: {shown}); "
-                    "give another --db",
+                    f"holds a '{table}' table that is not a sweep's (columns: {shown})"
+                    f"{self._another()}",
                 )
+
+    def _another(self) -> str:
+        """The advice that ends a message about another tool's database: a writer (a sweep,
+        a plan) can use another file; a reader was given the wrong one."""
+        return "; use another database file" if self._writer else ""
 
     def _check_schema(self) -> None:
         tables = {r[0] for r in self._execute("SELECT name FROM sqlite_master")}
@@ -358,9 +421,39 @@ class Store:
                 f"sweep database schema {found}, this rdu-sim writes schema {SCHEMA_VERSION}",
             )
 
-    def transaction(self) -> _Transaction:
-        """`with store.transaction():` runs its statements atomically."""
-        return _Transaction(self._conn, self._execute)
+    def _has_schema(self) -> bool:
+        """Whether the tables and schema version are there already: a database a sweep
+        made is opened without writing (a resume with nothing to run only reads, beside
+        another process's open write transaction)."""
+        tables = {r[0] for r in self._execute("SELECT name FROM sqlite_master")}
+        if not {"results", "meta", "claims"} <= tables:
+            return False
+        query = "SELECT 1 FROM meta WHERE name = 'schema_version'"
+        return self._execute(query).fetchone() is not None
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """`with store.transaction():` runs its statements atomically: BEGIN IMMEDIATE on
+        entry (waiting for a lock as the store's statements do); COMMIT on success, ROLLBACK
+        on any exception. A writer's first one switches the database to WAL (a reader is
+        not blocked by a write, nor a write by a reader), so a store that only reads never
+        needs the write lock."""
+        if self._writer and not self._wal:
+            self._execute("PRAGMA journal_mode = WAL")
+            self._wal = True
+        self._execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            with suppress(sqlite3.Error):  # SQLite may have rolled back already
+                self._conn.execute("ROLLBACK")  # (a full disk): the first error is the one
+            raise
+        try:
+            self._execute("COMMIT")
+        except BaseException:  # a lock held past the wait: nothing of it is kept
+            with suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise
 
     def __enter__(self) -> Store:
         return self
@@ -384,14 +477,17 @@ class Store:
         """Status, stored metric names and computing simulator of the given keys (all rows
         when None)."""
         wanted = None if keys is None else set(keys)
-        found: dict[str, Existing] = {}
+        columns = ("key", "status", "metrics", "version")
         with self._guard("read the stored points"):
-            query = "SELECT key, status, metrics, version FROM results"
-            for key, status, metrics, version in self._execute(query):
-                if wanted is not None and key not in wanted:
-                    continue
-                names = frozenset(json.loads(metrics)) if metrics else frozenset()
-                found[key] = Existing(status, names, str(version or ""))
+            query = f"SELECT {', '.join(columns)} FROM results"
+            stored = [dict(zip(columns, r, strict=True)) for r in self._execute(query)]
+        found: dict[str, Existing] = {}
+        for row in stored:
+            if wanted is not None and row["key"] not in wanted:
+                continue  # another sweep's row stays apart, damaged or not
+            row = self._checked(row)  # as `rows` reads it: damage named, JSON parsed
+            names = frozenset(row["metrics"]) if row["metrics"] else frozenset()
+            found[row["key"]] = Existing(row["status"], names, row["version"])
         return found
 
     def claim(
@@ -429,6 +525,10 @@ class Store:
         process holds fails it at once (after the database failed: a dead owner's claims
         are taken over anyway)."""
         where = "host = ? AND pid = ? AND token = ?"
+        with self._guard("give back the claimed points"):
+            mine = f"SELECT 1 FROM claims WHERE {where} LIMIT 1"
+            if self._execute(mine, _owner_params(owner)).fetchone() is None:
+                return  # nothing to give back: no write, no lock needed
         if not wait:
             assert keys is None, "without waiting, all of the owner's claims go back"
             self._conn.execute(_busy_ms(0))
@@ -520,12 +620,18 @@ class Store:
         those axis values. A row another spec ran last (the same point: it may have swept
         other axes) is still this one's; one an earlier version of this spec ran, and this
         one does not, is not."""
-        with self._guard("record the sweep's points"), self.transaction():
-            self._execute(
-                "INSERT INTO meta (name, value) VALUES (?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                (_MEMBERS + sweep, json.dumps(dict(points))),
-            )
+        value = json.dumps(dict(points))
+        with self._guard("record the sweep's points"):
+            query = "SELECT value FROM meta WHERE name = ?"
+            stored = self._execute(query, (_MEMBERS + sweep,)).fetchone()
+            if stored is not None and stored[0] == value:  # as recorded: no write
+                return
+            with self.transaction():
+                self._execute(
+                    "INSERT INTO meta (name, value) VALUES (?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (_MEMBERS + sweep, value),
+                )
 
     def _members(self, sweep: str) -> dict[str, str] | None:
         """Key -> axis values (JSON) of the points ``sweep`` recorded, in grid order, or None
@@ -606,16 +712,19 @@ class Store:
         return [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
 
     def _checked(self, row: dict[str, Any]) -> dict[str, Any]:
-        """`row` with its JSON columns parsed; a StoreError naming the point and the column
-        when one holds what rdu-sim never writes there."""
+        """`row` (all of the table's columns, or some with the key) with its JSON columns
+        parsed; a StoreError naming the point and the column when one holds what rdu-sim
+        never writes there. The one rule for reading a stored row (``rows``, ``existing``)."""
         point = f"point {str(row['key'])[:12]}"
         for column, (types, expected) in _TYPES.items():
+            if column not in row:
+                continue
             value = row[column]
             bad = not isinstance(value, types) or isinstance(value, bool)
             if bad or (column == "status" and value not in ("done", "failed")):
                 raise self._bad_row(point, column, f"{_shown(value)}, expected {expected}")
         for column in ("overrides", "config", "metrics"):
-            text = row[column]
+            text = row.get(column)
             if text is None:
                 continue
             try:
@@ -629,7 +738,7 @@ class Store:
         return row
 
     def _bad_row(self, point: str, column: str, problem: str) -> StoreError:
-        message = f"{point}: column {column} holds {problem}; {_DAMAGED}"
+        message = f"{point}: column {column} holds {problem}; {_damaged(self._writer)}"
         return StoreError([ConfigIssue(str(self.path), "", message)])
 
     def make_view(self, axes: Sequence[str], metrics: Sequence[str]) -> None:
@@ -646,28 +755,15 @@ class Store:
             if m not in axes
         ]
         columns += ["error", "wall_s", "version", "started", "finished"]
-        with self._guard("rebuild the results_flat view"), self.transaction():
-            self._execute("DROP VIEW IF EXISTS results_flat")
-            self._execute(f"CREATE VIEW results_flat AS SELECT {', '.join(columns)} FROM results")
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE on entry (waiting for a lock as the store's statements do); COMMIT on
-    success, ROLLBACK on any exception."""
-
-    def __init__(self, conn: sqlite3.Connection, execute: Callable[[str], sqlite3.Cursor]) -> None:
-        self._conn = conn
-        self._execute = execute
-
-    def __enter__(self) -> None:
-        self._execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        if kind is None:
-            self._execute("COMMIT")
-            return
-        with suppress(sqlite3.Error):  # SQLite may have rolled back already
-            self._conn.execute("ROLLBACK")  # (a full disk): the first error is the one to see
+        create = f"CREATE VIEW results_flat AS SELECT {', '.join(columns)} FROM results"
+        with self._guard("rebuild the results_flat view"):
+            query = "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = 'results_flat'"
+            stored = self._execute(query).fetchone()
+            if stored is not None and stored[0] == create:  # the same view: no write
+                return
+            with self.transaction():
+                self._execute("DROP VIEW IF EXISTS results_flat")
+                self._execute(create)
 
 
 def _owner_params(owner: Owner) -> tuple[str, int, str]:

@@ -19,6 +19,7 @@ import json
 import math
 import re
 import warnings
+from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +47,7 @@ class EvaluationCache:
         self.path = path
         self.entries: dict[str, tuple[str, Evaluated, int]] = {}  # key -> kind, values, line
         self._complete_bytes = 0  # where the last complete line ends
+        self._lines = 0  # complete lines in the file: simulations a rerun reuses
         self._stream: IO[str] | None = None
         if path is not None:
             self._read(path)
@@ -67,6 +69,7 @@ class EvaluationCache:
         text, cut = read_complete_lines(path, MAX_CACHE_BYTES, "an evaluation cache")
         lines = text.splitlines()
         self._complete_bytes = len(text.encode("utf-8"))  # the complete lines, as read
+        self._lines = sum(1 for line in lines if line.strip())
         for number, line in enumerate(lines, start=1):
             if line.strip():
                 self._entry(line, number)
@@ -155,13 +158,30 @@ class EvaluationCache:
             "values": values,
             "batch_slots": list(evaluated.batch_slots),
         }
+        text = json.dumps(line) + "\n"
         try:
             stream = self._open()
             with deferred():  # a signal does not cut the line
-                stream.write(json.dumps(line) + "\n")
+                stream.write(text)
                 stream.flush()
         except OSError as exc:
-            raise WriteError.from_os(self.path, exc) from None
+            raise self._write_error(exc) from None
+        self._complete_bytes += len(text.encode("utf-8"))
+        self._lines += 1
+
+    def _write_error(self, exc: OSError) -> WriteError:
+        """The error of a write that failed (a full disk), naming the file and what it
+        kept; the stream is dropped, its unwritten line with it (closing it would only
+        fail again: the next open cuts the file back to its last complete line)."""
+        if self._stream is not None:
+            with suppress(OSError):
+                self._stream.close()  # the file is closed even when the flush fails
+            self._stream = None
+        kept = (
+            f"; the {self._lines} simulation(s) stored before it are kept: free space and "
+            "run the same command again to resume from them"
+        )
+        return WriteError.from_os(self.path, exc, kept)
 
     def _open(self) -> IO[str]:
         assert self.path is not None
@@ -178,5 +198,8 @@ class EvaluationCache:
     def close(self) -> None:
         """Close the file (every line is already flushed)."""
         if self._stream is not None:
-            self._stream.close()
+            try:
+                self._stream.close()
+            except OSError as exc:
+                raise self._write_error(exc) from None
             self._stream = None
