@@ -17,7 +17,9 @@ from rdu_sim.cli.main import cli
 from rdu_sim.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = sorted((REPO / "hw_configs").glob("*.yaml")) + sorted((REPO / "workloads").glob("*.yaml"))
+SHIPPED = sorted((REPO / "hw_configs").glob("*.yaml")) + sorted(
+    (REPO / "workloads").rglob("*.yaml")
+)
 LLAMA_1S = "llama3.1-8b-1socket.yaml"
 
 

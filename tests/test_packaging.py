@@ -80,7 +80,8 @@ def test_a_workload_may_name_its_hardware(tmp_path: Path) -> None:
     assert Path(scenario.hardware_file) == REPO / "hw_configs" / "sn40l-8.yaml"
     workload.write_text(text.replace("../hw_configs/sn40l-8.yaml", "sn40l-9"))
     names = (
-        "dgx-h100, dgx-h100-4nodes, dgx-h100-9nodes, dgx-h100-vllm, dgx-h200, hgx-h800, sn40l, "
+        "dgx-h100, dgx-h100-2nodes, dgx-h100-4nodes, dgx-h100-9nodes, dgx-h100-vllm, "
+        "dgx-h200, hgx-h800, sn40l, "
         "sn40l-16, sn40l-4racks, sn40l-8"
     )
     with pytest.raises(ConfigError, match=f"shipped hardware file: {names}"):

@@ -44,7 +44,8 @@ def test_each_shipped_file_has_one_kind_and_resolves_by_its_name() -> None:
         (
             "sn40l-9",
             "sn40l-9: file not found, and no shipped hardware file of that name (shipped "
-            "hardware files: dgx-h100, dgx-h100-4nodes, dgx-h100-9nodes, dgx-h100-vllm, dgx-h200, "
+            "hardware files: dgx-h100, dgx-h100-2nodes, dgx-h100-4nodes, dgx-h100-9nodes, "
+            "dgx-h100-vllm, dgx-h200, "
             "hgx-h800, "
             "sn40l, sn40l-16, sn40l-4racks, sn40l-8); "
             "`rdu-sim examples` lists",
