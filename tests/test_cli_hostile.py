@@ -418,6 +418,31 @@ def test_stdout_on_a_full_disk() -> None:
     assert result.stderr == "error: <stdout>: No space left on device\n"
 
 
+def test_stdout_on_a_disk_that_fills_mid_write(tmp_path: Path) -> None:
+    """A file-size limit reached inside a flush (`ulimit -f`, a disk filling): write(2) takes
+    part, and Python's buffered stdout dropped the rest without an error (a cut JSON, exit
+    0). The limit falls 5.5 KB short of the schema's 71 KB, inside one buffer's tail."""
+    import resource
+
+    schema = invoke("schema", "workload").output.encode()
+    limit = len(schema) - 5500
+    out = tmp_path / "schema.json"
+    with out.open("wb") as sink:
+        result = subprocess.run(
+            [sys.executable, "-m", "rdu_sim.cli.main", "schema", "workload"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+            # no bytecode written: under the limit a cached module would be cut short too
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+        )
+    assert out.stat().st_size == limit
+    assert (result.returncode, result.stderr) == (2, "error: <stdout>: File too large\n")
+
+
 def _with_stdout(stdout: int | None, *args: str, close: bool = False) -> tuple[int, str]:
     """Run the CLI in a subprocess with standard output `stdout` (closed in the child when
     `close`); its status and stderr."""
@@ -452,7 +477,7 @@ def test_stdout_a_pipe_nobody_reads(args: tuple[str, ...]) -> None:
         status, stderr = _with_stdout(write, *args)
     finally:
         os.close(write)
-    assert (status, stderr) == (141, "")
+    assert (status, stderr) == (141, ""), stderr
 
 
 def test_stdout_closed() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from rdu_sim import __version__, interrupts, native
+from rdu_sim.cli import whole_output
 from rdu_sim.cli.errors import RduGroup, print_interrupted
 
 # command name -> module holding `command`; the one registry of subcommands.
@@ -167,6 +168,7 @@ def main(held: Sequence[int] = ()) -> None:
     collections at exit pass over none of it (~10 ms of a step: they walked every object
     the imports made)."""
     interrupts.install()  # from here a signal is the handler's, no longer ``held``'s
+    whole_output.install()  # a short write to a full disk is an error, not lost bytes
     try:
         if held:
             stop = interrupts.Interrupted(held[0], NOT_STARTED)

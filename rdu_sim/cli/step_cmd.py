@@ -351,15 +351,17 @@ def command(
     backend = api.EngineBackend(record=trace_file is not None)
     with step_shape_errors(workload):
         try:
-            shape = api.default_step_shape(
-                scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
+            cost = api.step(
+                scenario, phase=phase, batch=batch, tokens=tokens, context=context, backend=backend
             )
-            cost = backend.step_cost(scenario, shape)
         except EventBudgetError as exc:
             fail(f"{scenario.workload_file}: {exc}")
     timing = cost.detail
     assert isinstance(timing, StepTiming)
     data = timing.to_dict()
+    shape = api.default_step_shape(  # the step's shape again, for the plan it ran on
+        scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
+    )
     data["memory"] = _memory_plan(backend.compiler(scenario).program(shape).placement)
     bound = step_bound(timing, scenario.hardware)
     layout = scenario.workload.parallelism.layout()
