@@ -480,6 +480,22 @@ def test_stdout_a_pipe_nobody_reads(args: tuple[str, ...]) -> None:
     assert (status, stderr) == (141, ""), stderr
 
 
+def test_a_sweeps_export_is_written_though_stdouts_reader_left(tmp_path: Path) -> None:
+    """`sweep --export x.csv | head -1`: the reader leaving ends the command (141), and the
+    export is already written (it was skipped, the table printed first)."""
+    path, db, out = spec(tmp_path, SYNTHETIC), tmp_path / "r.sqlite", tmp_path / "x.csv"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        args = ("sweep", str(path), "--db", str(db), "--workers", "1", "--no-progress")
+        status, stderr = _with_stdout(write, *args, "--export", str(out))
+    finally:
+        os.close(write)
+    assert status == 141 and "error" not in stderr, stderr
+    with out.open(newline="") as rows:
+        assert len(list(csv.reader(rows))) == 1 + 8  # a header, every point
+
+
 def test_stdout_closed() -> None:
     """`>&-`: Python starts with no standard output (sys.stdout is None); said, exit 2."""
     status, stderr = _with_stdout(None, "check", str(HW), close=True)

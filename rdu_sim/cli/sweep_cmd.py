@@ -160,18 +160,19 @@ def command(
         return
     stored = f"the sweep had finished: its rows are saved in {summary.db}"
     with kept_on_stop(stored + "; the same command prints them again (and exports them)"):
-        click.echo(summary.describe())
         # the spec's grid order, each point as this sweep's (another spec may have run it)
         frame = load(summary.db, keys=summary.keys, sweep=summary.name)
-        _results_table(frame, summary)
-        if export_file is not None:
-            try:
+        if export_file is not None:  # written before the table: a reader of stdout leaving
+            try:  # (`| head`) ends the command, and the export is then already done
                 export(frame, export_file, provenance=provenance)
             except WriteError as exc:  # the rows are safe in the database: say so
                 note = f" (the rows are kept in {summary.db}; export again with the same command)"
                 raise WriteError(
                     [replace(i, message=i.message + note) for i in exc.issues]
                 ) from None
+        click.echo(summary.describe())
+        _results_table(frame, summary)
+        if export_file is not None:
             click.echo(f"wrote {len(frame)} rows to {export_file}")
     failed = summary.failed + summary.failed_before + summary.failed_elsewhere
     if failed:
