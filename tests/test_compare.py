@@ -203,17 +203,17 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
 def test_the_hardware_verdict_names_the_bandwidth() -> None:
     """SN40L-8 against the DGX H100 on Llama 3.1 70B: the same batch, both decode steps
     bound by HBM bandwidth; the H100's 1.86x bandwidth, not the bytes, sets HBM's time, and
-    the rest of the H100's step (HBM is 59.6% of it) brings the steps to 0.906x, not 0.6x."""
+    the rest of the H100's step (HBM is 59.5% of it) brings the steps to 0.907x, not 0.6x."""
     data = compare(WORKLOAD, [SN40L_8, DGX]).to_dict()
     (verdict,) = data["verdicts"]
     assert verdict.startswith("dgx-h100 serves")
     assert "the same batch (32 slots)" in verdict
     assert "bound by HBM bandwidth in both" in verdict
-    assert "(59.6% vs 89.5% of their step time)" in verdict
+    assert "(59.5% vs 89.5% of their step time)" in verdict
     assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.86x) the" in verdict
     assert verdict.endswith(
-        "; the rest of each step (40.4% vs 10.5%), which HBM bandwidth does not explain, "
-        "brings the steps to 0.906x."
+        "; the rest of each step (40.5% vs 10.5%), which HBM bandwidth does not explain, "
+        "brings the steps to 0.907x."
     )
 
 

@@ -352,7 +352,13 @@ def command(
     with step_shape_errors(workload):
         try:
             cost = api.step(
-                scenario, phase=phase, batch=batch, tokens=tokens, context=context, backend=backend
+                scenario,
+                phase=phase,
+                batch=batch,
+                tokens=tokens,
+                context=context,
+                backend=backend,
+                record=trace_file is not None,
             )
         except EventBudgetError as exc:
             fail(f"{scenario.workload_file}: {exc}")

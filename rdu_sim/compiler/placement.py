@@ -286,7 +286,9 @@ def slot_words(scenario: Scenario) -> str:
     if kv.budget is not None:
         source = f"kv.budget {kv.budget}"
     elif kv.compression_ratio is not None:
-        source = f"max_context {context} / kv.compression_ratio {kv.compression_ratio:g}"
+        source = (
+            f"max_context {context} / kv.compression_ratio {human.number(kv.compression_ratio)}"
+        )
     else:
         source = "the default kv.budget"
     return f"a slot of {slot} tokens, {source} of kv.policy {kv.policy}"
@@ -300,7 +302,8 @@ def _budget_hint(scenario: Scenario) -> str | None:
     if slot >= scenario.workload.serving.max_context:
         return None
     if kv.budget is None and kv.compression_ratio is not None:
-        return f"raise kv.compression_ratio (now {kv.compression_ratio:g}: a slot of {slot} tokens)"
+        ratio = human.number(kv.compression_ratio)
+        return f"raise kv.compression_ratio (now {ratio}: a slot of {slot} tokens)"
     return f"lower kv.budget (now {slot})"
 
 
