@@ -27,6 +27,7 @@ from rdu_sim.report.plots_data import (
 from rdu_sim.report.plots_style import (
     PART_COLORS,
     figure_title,
+    hollow_key,
     legend_outside,
     line_style,
     new_figure,
@@ -264,15 +265,7 @@ def batch_capacity(results: Any, *, group_by: Sequence[str] = ("model", "kv_poli
         all_contexts += contexts
         capacities += cap + [h[1] for h in holds]
     if hollow:
-        ax.plot(
-            [],
-            [],
-            linestyle="none",
-            marker="o",
-            markerfacecolor="none",
-            color="gray",
-            label=HOLDS_LABEL,
-        )
+        hollow_key(ax, HOLDS_LABEL)
     use_token_axis(ax, all_contexts)
     if capacities and min(capacities) > 0 and max(capacities) / min(capacities) > 8:
         plain_log2(ax)

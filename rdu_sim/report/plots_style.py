@@ -269,12 +269,9 @@ def whole_run_key(ax: Axes, hollow: bool) -> None:
     :func:`plot_steady` are."""
     ax.plot([], [], marker="x", linewidth=1, alpha=0.45, color="gray", label=WHOLE_RUN_LABEL)
     if hollow:
-        ax.plot(
-            [],
-            [],
-            linestyle="none",
-            marker="o",
-            markerfacecolor="none",
-            color="gray",
-            label=NO_WINDOW_LABEL,
-        )
+        hollow_key(ax, NO_WINDOW_LABEL)
+
+
+def hollow_key(ax: Axes, label: str) -> None:
+    """A legend entry for a plot's hollow markers, saying what they are (``label``)."""
+    ax.plot([], [], linestyle="none", marker="o", markerfacecolor="none", color="gray", label=label)
