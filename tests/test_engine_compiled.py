@@ -149,6 +149,44 @@ def test_routed_full_attention_step_fast_forwards_exactly() -> None:
     assert fast.events < full.events * 0.5
 
 
+def test_the_shipped_full_attention_step_repeats_in_a_seven_layer_cycle() -> None:
+    # The shipped full-attention decode step (calibrated link, SambaStack's 32 slots): its MoE
+    # layers settle into a 7-layer cycle by their 17th; looked for (CYCLE_LENGTHS), it is cut
+    # at 23 of 58 layers and ends within rounding of the full simulation. Without 7 among the
+    # lengths it found no cycle and simulated all 58.
+    fast = api.step(FULL).detail
+    full = api.step(FULL, {"engine.fast_forward": False}).detail
+    moe = fast.kernels[[k.name for k in fast.kernels].index("decoder_moe")]
+    assert moe.simulated_iterations == 23 and moe.period_s is not None
+    assert fast.step_s == pytest.approx(full.step_s, rel=1e-9)
+    assert fast.bytes_by_tier == pytest.approx(full.bytes_by_tier, rel=1e-12)
+    assert fast.busy_s == pytest.approx(full.busy_s, rel=1e-9)
+    assert fast.events < full.events * 0.5
+    scenario = api.load(FULL)
+    batch = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
+    policy = scenario.kv_policy
+    shape = StepShape("decode", batch, 1, policy.decode_bucket(policy.slot_tokens()))
+    program = compile_program(scenario, shape)
+    kernel = next(k for k in program.kernels if k.name == "decoder_moe")
+    live = KernelSim(
+        kernel,
+        scenario.hardware,
+        program.tp,
+        EngineConfig(),
+        tile_works(kernel, kernel.tiles_or(0), scenario.hardware.socket),
+        layers=kernel.calls,
+        looped=True,
+        max_events=10**8,
+    )
+    found = []
+    while live.run_to_mark() is not None:
+        marks = (live.marks, kernel.calls, live.safe)
+        old = find_cycle(*marks, lengths=(1, 2, 3, 5, 6, 10), per_layer=live.marks_per_layer)
+        assert old is None  # the lengths before 7 was among them: never a cycle
+        found.append(find_cycle(*marks, per_layer=live.marks_per_layer))
+    assert next(c.length for c in found if c is not None) == 7
+
+
 def test_a_late_settling_pipeline_is_cut_only_once_its_state_repeats() -> None:
     # The shipped full-attention decode step: its layer boundaries repeat to 1e-6 from layer
     # ~12, but memory streams prefetched ahead of their tiles fall ~190 kB further behind

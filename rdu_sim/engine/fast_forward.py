@@ -41,11 +41,10 @@
   sharing of HBM converges geometrically) is accepted once it has settled to rounding; one
   that never repeats its state (a quasi-periodic pattern, or a slow drift) is simulated in full. No
   settling length is assumed: the shipped prefill steps and the Llama decode steps repeat
-  from their second layer, the full-attention DeepSeek-R1 decode step only from about its
-  40th (shared-expert stages gain on the pipeline and memory streams drift until then,
-  which changes its period twice), and the SnapStream decode step with two-shot collectives
-  wanders quasi-periodically until its 46th layer and then settles into a 5-layer cycle too
-  late to cut (CHANGELOG.md, issue 23 part 5a). The time-like totals (time, busy times)
+  from their second layer, the full-attention DeepSeek-R1 decode step's MoE layers settle
+  into a 7-layer cycle by their 17th (23 of 58 simulated), and the SnapStream decode step's
+  into a 1-layer cycle only by their 39th (41 of 58; CHANGELOG.md, issue 23 part 5a, has
+  how such steps wander before they settle). The time-like totals (time, busy times)
   extrapolate as ``S(L) = S(n) + (L - n) / k * dS``; the work totals (``WORK_TOTALS``: bytes
   per tier, FLOPs) as ``W(L) = W(n) * L / n``: every layer of a looped kernel does the same
   work. A run that finds no cycle simulates all ``L`` layers once: it *is* the full run.
@@ -72,7 +71,7 @@ STATE_RTOL = 1e-9
 increment over the cycle) agrees within this fraction of the cycle's span: float rounding,
 which is ~1e-14 on the shipped steps (at most ~3e-13); physics moves states by far more (the
 full-attention step's slipping streams: 5e-4 a layer). A settling transient is accepted once
-within it: the shipped settling steps then end up to 1.1e-10 off the full simulation
+within it: the shipped settling steps then end up to 1.7e-10 off the full simulation
 (CHANGELOG.md, issue 23 part 5a, measured 1e-11 too)."""
 
 STATE_MATCHES = 2
@@ -80,9 +79,12 @@ STATE_MATCHES = 2
 complete state; the second guards against a part of the state the rule does not see (the
 state holds sorted sets of times, not which process each belongs to)."""
 
-CYCLE_LENGTHS = (1, 2, 3, 5, 6, 10)
-"""Cycle lengths (layers) ``find_cycle`` looks for, shortest first: stages that take turns
-running ahead make 2 or 3; collectives on a ring over two nodes 5 or 10."""
+CYCLE_LENGTHS = tuple(range(1, 13))
+"""Cycle lengths (layers) ``find_cycle`` looks for, shortest first: every length to 12. Stages
+whose paces stand in a ratio ``p / q`` repeat after ``q`` layers: stages that take turns
+running ahead make 2 or 3, collectives on a ring over two nodes 5 or 10, and the
+full-attention DeepSeek-R1 decode step's MoE layers 7. A length that is not there costs a
+count comparison a mark; a cycle that is there but not looked for costs a full run."""
 
 WORK_TOTALS = ("hbm_bytes", "ddr_bytes", "sram_bytes", "p2p_bytes", "flops", "vector_flops")
 """``RunStats`` fields that are work (the same in every layer of a looped kernel): scaled by
