@@ -14,7 +14,7 @@ from rdu_sim.cli.compare_cmd import ROWS
 from rdu_sim.cli.main import cli
 from rdu_sim.compare import Variant, compare, compare_batches, parse_vary
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.report.bound import step_bound
+from rdu_sim.report.bound import LABELS, step_bound
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = REPO / "workloads" / "llama3.1-70b-decode.yaml"
@@ -296,11 +296,14 @@ def test_plot_compare_draws_the_variants(tmp_path: Path) -> None:
     fig = plots.plot("compare", data)
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ticks == ["kv.policy=full", "kv.policy=snapstream"]
-    bounds = [f"{column['bound'].upper()}-bound" for column in data["columns"]]
+    bounds = [f"{LABELS[column['bound']]}-bound" for column in data["columns"]]
     assert [t.get_text().split("\n")[1] for t in fig.axes[0].texts] == bounds
     assert bounds[0] == "HBM-bound"  # full KV at 128k: the KV reads bind, whatever the links
     title = fig.get_suptitle()  # names what it compares (notebook 06's had no title)
     assert "deepseek-r1-128k-snapstream" in title and "deepseek-r1" in title
+    data["columns"][1]["bound"] = "host_link"  # a key in words, not 'HOST_LINK-bound'
+    fig = plots.plot("compare", data)
+    assert fig.axes[0].texts[1].get_text().split("\n")[1] == "host-link-bound"
 
 
 RACKS = "deepseek-r1-sn40l-4racks-ep64"

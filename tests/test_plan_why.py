@@ -26,7 +26,7 @@ from rdu_sim.plan import load_plan, plan_summary, run_plan
 from rdu_sim.plan.evaluate import measure
 from rdu_sim.plan.floors import request_floors
 from rdu_sim.plan.spec import PlanPoint
-from rdu_sim.report.bound import REMEDIES, RESOURCES
+from rdu_sim.report.bound import LABELS, REMEDIES, RESOURCES
 from rdu_sim.report.slo_why import binding, half_metrics, moves, stop_rule, value_at
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,7 +240,7 @@ def test_the_shipped_70b_plan_names_the_binding_half(tmp_path: Path) -> None:
 def test_what_would_move_a_floor_reads_right_for_every_binding_resource(bound: str) -> None:
     """'a faster prefill (more the socket-to-socket links)' and 'more the serving stack's host
     time' read wrong: each resource has its own remedy, the same keys as its noun."""
-    assert REMEDIES.keys() == RESOURCES.keys()
+    assert REMEDIES.keys() == RESOURCES.keys() == LABELS.keys()
     metrics = {"ttft_step_s": 0.5, "ttft_step_bound": bound, "ttft_step_tokens": 2048}
     faster = moves(metrics, "ttft", alone=True)[1]
     assert faster == f"a faster prefill ({REMEDIES[bound]})"

@@ -59,6 +59,21 @@ RESOURCES: dict[str, str] = {
 }
 """Each resource in words, for sentences ("bound by HBM bandwidth"); the order ties break in."""
 
+LABELS: dict[str, str] = {
+    "compute": "compute",
+    "hbm": "HBM",
+    "ddr": "DDR",
+    "link": "link",
+    "blocks": "thread-block",
+    "boundaries": "kernel-boundary",
+    "launch": "launch",
+    "loop": "layer-loop",
+    "host_link": "host-link",
+    "host": "host",
+}
+"""Each resource in a word or two, for a plot's label ("HBM-bound"): the same keys as
+:data:`RESOURCES`."""
+
 REMEDIES: dict[str, str] = {
     "compute": "more compute (PCUs or SMs)",
     "hbm": "more HBM bandwidth",

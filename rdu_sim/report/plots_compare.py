@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rdu_sim import human
-from rdu_sim.report.bound import RESOURCES
+from rdu_sim.report.bound import LABELS
 from rdu_sim.report.plots_data import PlotInputError, number, with_subject
 from rdu_sim.report.plots_style import (
     BESIDE,
@@ -114,8 +114,8 @@ def _bars(axes: list[Axes], columns: list[dict[str, Any]]) -> None:
             else:
                 ax.bar(i, value, color=color_for(names[i], i))
                 text = human.number(value)
-                if key == "step_s" and column.get("bound") in RESOURCES:
-                    text += f"\n{column['bound'].upper()}-bound"
+                if key == "step_s" and column.get("bound") in LABELS:
+                    text += f"\n{LABELS[column['bound']]}-bound"
                 ax.annotate(text, (i, value), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(names)), names)
         ax.set_ylabel(label)
