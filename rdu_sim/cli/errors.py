@@ -4,7 +4,7 @@ Every command runs inside `RduGroup.invoke` (and `check` checks each file inside
 `boundary_errors()` too). Two kinds of failure end there as one line per problem and
 status 2, with no traceback:
 
-- bad input, the exceptions named by `expected_errors()`: a typo in a YAML file, a model
+- bad input, every `InputError` (``rdu_sim.input_errors``): a typo in a YAML file, a model
   that does not fit in memory, a step too large to simulate. They name the file and field
   themselves. Most are prevented where the input is read (rdu_sim.config, the trace
   reader, the serving clock), not caught after a crash;
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from rdu_sim.input_errors import expected_errors
+from rdu_sim.input_errors import InputError
 from rdu_sim.interrupts import Interrupted, ignore_further, stop_within
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def _database_error() -> tuple[type[BaseException], ...]:
 
 def boundary_errors() -> tuple[type[BaseException], ...]:
     """Everything the boundary turns into `error: ...` and exit 2."""
-    return (*expected_errors(), *ENVIRONMENT_ERRORS, *_database_error())
+    return (InputError, *ENVIRONMENT_ERRORS, *_database_error())
 
 
 def _writes_stdout(exc: BaseException) -> bool:
@@ -149,7 +149,7 @@ def environment_message(exc: BaseException) -> str:
 
 def message_of(exc: BaseException) -> str:
     """What the boundary prints for `exc` (one line per problem)."""
-    if isinstance(exc, expected_errors()):
+    if isinstance(exc, InputError):
         return str(exc)
     return environment_message(exc)
 

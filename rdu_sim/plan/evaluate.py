@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.input_errors import InputError
 from rdu_sim.plan.spec import PlanPoint
 
 if TYPE_CHECKING:
@@ -95,17 +95,11 @@ def measure(result: ClusterResult) -> dict[str, Any]:
     return metrics
 
 
-def _input_errors() -> tuple[type[BaseException], ...]:
-    compiler: Any = importlib.import_module("rdu_sim.compiler")
-    engine: Any = importlib.import_module("rdu_sim.engine")
-    return (ConfigError, compiler.CapacityError, engine.EventBudgetError)
-
-
 def evaluate(point: PlanPoint) -> dict[str, Any]:
     """Run the point's cluster (real compiler and engine) and return its headline."""
     api_cluster: Any = importlib.import_module("rdu_sim.api_cluster")
     try:
         result = api_cluster.run_cluster(point.cluster)
         return measure(result)
-    except _input_errors() as exc:
+    except InputError as exc:
         return {"feasible": False, "reason": " ".join(str(exc).split())}

@@ -182,7 +182,7 @@ def check_fits(points: Sequence[Point], evaluate: Evaluate) -> FitCheck | None:
         return None
     from rdu_sim.api import share_steps  # the simulator, only when it checks
     from rdu_sim.compiler import CapacityError
-    from rdu_sim.input_errors import expected_errors
+    from rdu_sim.input_errors import InputError
 
     failing: dict[str, tuple[str, str]] = {}
     checked = 0
@@ -193,7 +193,7 @@ def check_fits(points: Sequence[Point], evaluate: Evaluate) -> FitCheck | None:
                 break  # at least one is checked: the header says how long one takes
             try:
                 evaluate.check(point)
-            except expected_errors() as exc:
+            except InputError as exc:
                 verdict = "does not fit" if isinstance(exc, CapacityError) else "fails"
                 failing[point.key] = (verdict, str(exc))
             checked += 1

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from rdu_sim import interrupts
-from rdu_sim.input_errors import expected_errors
+from rdu_sim.input_errors import InputError
 from rdu_sim.provenance import simulator
 from rdu_sim.sweep.key import jsonable
 
@@ -126,7 +126,7 @@ def _describe_error(exc: BaseException) -> str:
     ``input_errors``) the traceback's tail too, to report it, which bad input's message does
     without (and without the paths of rdu-sim's own source files)."""
     text = f"{type(exc).__name__}: {exc}"
-    if not isinstance(exc, expected_errors()):
+    if not isinstance(exc, InputError):
         text += "\n" + "".join(traceback.format_exception(exc)[-6:])
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 

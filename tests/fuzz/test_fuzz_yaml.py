@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import MAX_NODES, read_yaml
 from rdu_sim.config.yaml_io import load_yaml
-from rdu_sim.input_errors import expected_errors
+from rdu_sim.input_errors import InputError
 from rdu_sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,6 +157,6 @@ def test_any_override_is_a_scenario_or_an_input_error(path: str, value: str) -> 
     start = time.perf_counter()
     try:
         load_scenario(LLAMA, [f"{path}={value}"])
-    except expected_errors() as exc:
+    except InputError as exc:
         assert path.removeprefix("hw.").split(".")[0] in str(exc) or "--set" in str(exc)
     assert time.perf_counter() - start < 1.0
