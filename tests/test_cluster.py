@@ -534,9 +534,16 @@ def test_goodput_recount_and_classes(tmp_path: Path) -> None:
     per = data["per_replica"]
     assert sum(r["requests"] for r in per) == 150 - int(over.sum())
     assert all(0 < r["occupancy"] <= 1 for r in per)
-    truncated = fake(path, {"traffic.over_context": "truncate"}).to_dict()
+    cut = fake(path, {"traffic.over_context": "truncate"})
+    truncated, cut_cols = cut.to_dict(), cut.requests()
     assert truncated["requests_rejected"] == 0
     assert truncated["requests_truncated"] == int(over.sum())
+    # what the cut took: the rejected run's lengths (as sent) less the truncated run's
+    for kind in ("prompt", "output"):
+        asked, kept = cols[f"{kind}_tokens"], cut_cols[f"{kind}_tokens"]
+        assert (kept <= asked).all() and (kept[~over] == asked[~over]).all()
+        assert truncated[f"{kind}_tokens_truncated"] == int((asked - kept).sum())
+    assert truncated["output_tokens_truncated"] > 0
 
 
 _CHILD = """

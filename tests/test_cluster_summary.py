@@ -36,6 +36,8 @@ TOP_KEYS = {
     "requests_served",
     "requests_rejected",
     "requests_truncated",
+    "prompt_tokens_truncated",
+    "output_tokens_truncated",
     "output_tokens",
     "makespan_s",
     "output_tokens_per_s",
@@ -165,8 +167,10 @@ def test_the_report_says_why_requests_were_rejected_truncated_or_left_out(tmp_pa
     assert _row(report, "truncated") is None and _row(report, "trace rows left out") is None
     cut, report = _run(tmp_path, {"traffic.over_context": "truncate", "traffic.requests": 50})
     assert cut.requests_rejected == 0 and cut.requests_truncated > 0
+    took = f"{cut.prompt_tokens_truncated:,} prompt and {cut.output_tokens_truncated:,} output"
     assert _row(report, "truncated") == (
-        f"{cut.requests_truncated:,} ({limit}, cut to fit; traffic.over_context: truncate)"
+        f"{cut.requests_truncated:,} ({limit}, cut to fit; traffic.over_context: truncate): "
+        f"{took} tokens not served"
     )
     assert _row(report, "trace rows left out") == "40 (beyond traffic.requests)"
     assert _row(report, "rejected") is None

@@ -51,13 +51,19 @@ def test_requests_cut_to_the_context_are_counted_with_their_reason(tmp_path: Pat
     over = sum(p + o > 4096 for _, p, o in ROWS)
     assert data["requests_truncated"] == over == 2
     assert data["requests_completed"] == data["requests"] == len(ROWS)
+    # (4,000, 200) keeps its prompt and 96 output tokens; (5,000, 10) keeps 4,095 and 1
+    assert data["prompt_tokens_truncated"] == 5000 - 4095
+    assert data["output_tokens_truncated"] == (200 - 96) + (10 - 1)
+    assert data["output_tokens"] == sum(o for _, _, o in ROWS) - data["output_tokens_truncated"]
     assert _row(report, "requests truncated") == (
-        "2 (prompt + output over serving.max_context, 4,096 tokens), cut to fit"
+        "2 (prompt + output over serving.max_context, 4,096 tokens), cut to fit: 905 prompt "
+        "and 113 output tokens not served"
     )
 
 
 def test_a_run_that_cuts_nothing_says_nothing(tmp_path: Path) -> None:
     data, report = _run(tmp_path, 8192)
     assert data["requests_truncated"] == 0
+    assert data["prompt_tokens_truncated"] == data["output_tokens_truncated"] == 0
     assert _row(report, "requests truncated") is None
     assert _row(report, "requests completed") == "5 of 5 requests"

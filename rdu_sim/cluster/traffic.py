@@ -29,7 +29,7 @@ from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import overridden, override_for
 from rdu_sim.config.show import cut_middle
-from rdu_sim.serving.requests import clip_to_context, draw_lengths
+from rdu_sim.serving.requests import cut_to_context, draw_lengths
 from rdu_sim.serving.traces.published import Blocks, read_table, trace_problem
 from rdu_sim.serving.traces.table import TraceTable
 from rdu_sim.serving.traces.values import column_text
@@ -200,24 +200,27 @@ def load_traffic(cluster: ClusterScenario) -> ClusterRequests:
 
 @dataclass(frozen=True)
 class ContextFit:
-    """Requests after the context limit: which were rejected and which truncated."""
+    """Requests after the context limit: which were rejected and which truncated, and the
+    prompt and output tokens the truncation took."""
 
     requests: ClusterRequests
     rejected: NDArray[np.bool_]
     truncated: NDArray[np.bool_]
+    prompt_tokens_cut: int = 0
+    output_tokens_cut: int = 0
 
 
 def fit_context(requests: ClusterRequests, max_context: int, mode: str) -> ContextFit:
     """Requests whose prompt plus output exceed ``max_context`` (a slot holds the whole
-    sequence) are rejected, or truncated as a lone workload would (``clip_to_context``)."""
+    sequence) are rejected, or truncated as a lone workload would (``cut_to_context``)."""
     prompt, output = requests.prompt_tokens, requests.output_tokens
     over = prompt + output > max_context
     none = np.zeros_like(over)
     if mode == "reject" or not over.any():
         return ContextFit(requests, over if mode == "reject" else none, none)
-    clipped_prompt, clipped_output = clip_to_context(prompt, output, max_context)
-    fitted = replace(requests, prompt_tokens=clipped_prompt, output_tokens=clipped_output)
-    return ContextFit(fitted, none, over)
+    cut = cut_to_context(prompt, output, max_context)
+    fitted = replace(requests, prompt_tokens=cut.prompt_tokens, output_tokens=cut.output_tokens)
+    return ContextFit(fitted, none, cut.over, cut.prompt_tokens_cut, cut.output_tokens_cut)
 
 
 @dataclass(frozen=True)

@@ -304,6 +304,8 @@ def summarize_cluster(
         requests_served=int(served.sum()),
         requests_rejected=int((cols["status"] == "rejected").sum()),
         requests_truncated=int(cols["truncated"].sum()),
+        prompt_tokens_truncated=run.fit.prompt_tokens_cut,
+        output_tokens_truncated=run.fit.output_tokens_cut,
         output_tokens=int(output[served].sum()),
         makespan_s=_round(span),
         output_tokens_per_s=_round(float(output[served].sum()) / span if span > 0 else 0.0),

@@ -17,7 +17,7 @@ from rdu_sim import human
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.report.cluster_summary import ClusterSummary
-from rdu_sim.report.console import LATENCIES, energy_rows, latency_table
+from rdu_sim.report.console import LATENCIES, energy_rows, latency_table, tokens_cut_words
 from rdu_sim.report.terminal import wide_console
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
@@ -64,7 +64,8 @@ def not_served_as_sent(result: ClusterSummary) -> list[tuple[str, str]]:
         rows.append(("rejected", f"{result.requests_rejected:,} ({reason})"))
     if result.requests_truncated:
         reason = f"{limit}, cut to fit; traffic.over_context: truncate"
-        rows.append(("truncated", f"{result.requests_truncated:,} ({reason})"))
+        took = tokens_cut_words(result.prompt_tokens_truncated, result.output_tokens_truncated)
+        rows.append(("truncated", f"{result.requests_truncated:,} ({reason}): {took}"))
     return rows + _trace_rows_left_out(result.traffic)
 
 

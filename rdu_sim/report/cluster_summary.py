@@ -214,6 +214,8 @@ class ClusterSummary(ClusterMeta):
     requests_served: int
     requests_rejected: int
     requests_truncated: int
+    prompt_tokens_truncated: int
+    output_tokens_truncated: int
     output_tokens: int
     makespan_s: float
     output_tokens_per_s: float

@@ -358,11 +358,19 @@ def serving_table(result: RunSummary) -> Table:
 
 
 def truncated_rows(result: RunSummary) -> list[tuple[str, str]]:
-    """The requests cut to fit the context, with the reason (none: no row)."""
+    """The requests cut to fit the context, with the reason and what the cut took (none: no
+    row)."""
     if not result.requests_truncated:
         return []
     reason = f"prompt + output over serving.max_context, {result.max_context:,} tokens"
-    return [("requests truncated", f"{result.requests_truncated:,} ({reason}), cut to fit")]
+    took = tokens_cut_words(result.prompt_tokens_truncated, result.output_tokens_truncated)
+    return [("requests truncated", f"{result.requests_truncated:,} ({reason}), cut to fit: {took}")]
+
+
+def tokens_cut_words(prompt_tokens: int, output_tokens: int) -> str:
+    """What cutting requests to the context took, in words: tokens asked for and not
+    served (the served output and its rates leave them out)."""
+    return f"{prompt_tokens:,} prompt and {output_tokens:,} output tokens not served"
 
 
 def _shapes_row(shapes: int, steps: int) -> str:

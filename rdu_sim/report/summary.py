@@ -15,7 +15,9 @@ Definitions (docs/serving.md repeats them for users):
   (``rdu_sim.serving.steady``; the calibration's figure); both None without a window.
 - ``user_tokens_per_s``: per request, 1 / TPOT (the rate a user sees once tokens stream).
 - ``requests_truncated``: requests whose prompt + output exceeded ``serving.max_context``,
-  cut to fit a slot (``serving.requests.clip_to_context``); a lone run rejects none.
+  cut to fit a slot (``serving.requests.cut_to_context``); a lone run rejects none.
+  ``prompt_tokens_truncated``, ``output_tokens_truncated``: the tokens those cuts took, asked
+  for and never served (``output_tokens`` and the rates count only what was served).
 - ``makespan_s``: first arrival to last completion. ``utilization`` (``hbm``: HBM bytes moved
   over what the peak bandwidth could move; ``pcu``: PCU-time busy; ``flops``: matrix FLOPs
   over what the peak FLOP/s could do) is time-weighted over every step run, divided by the
@@ -338,6 +340,8 @@ class RunSummary:
     requests: int
     requests_completed: int
     requests_truncated: int
+    prompt_tokens_truncated: int
+    output_tokens_truncated: int
     output_tokens: int
     prefill_s: float | None
     ttft_s: Percentiles
@@ -575,6 +579,8 @@ def summarize(run: ServingRun) -> RunSummary:
         requests=len(records),
         requests_completed=int(done.sum()),
         requests_truncated=run.requests_in.truncated,
+        prompt_tokens_truncated=run.requests_in.prompt_tokens_cut,
+        output_tokens_truncated=run.requests_in.output_tokens_cut,
         output_tokens=output_tokens,
         prefill_s=rounded_float(run.prefill_s),
         ttft_s=latencies.ttft,

@@ -6,8 +6,9 @@ workload gives the same requests in any process, and nothing global is touched.
 
 Lengths are clipped so a request fits one slot (documented in docs/serving.md):
 ``prompt <= max_context - 1`` (at least 1) and ``output <= max_context - prompt`` (at
-least 1), i.e. ``prompt + output <= max_context``; how many were cut is counted
-(``RequestSet.truncated``, ``requests_truncated`` in the run's report). The last output
+least 1), i.e. ``prompt + output <= max_context``; how many were cut, and how many prompt
+and output tokens the cut took, is counted (``cut_to_context``: ``requests_truncated`` and
+``tokens_truncated`` in the run's report). The last output
 token comes from the last decode step, whose cache holds ``prompt + output - 1`` tokens,
 so every cache the run builds fits ``max_context``.
 """
@@ -48,6 +49,9 @@ class RequestSet:
     trace_expert: NDArray[np.int64] | None = None
     # requests whose prompt + output exceeded serving.max_context, cut to fit a slot
     truncated: int = 0
+    # the prompt and output tokens those cuts took (asked for, never served)
+    prompt_tokens_cut: int = 0
+    output_tokens_cut: int = 0
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -86,6 +90,33 @@ def clip_to_context(
     output = np.clip(output, 1, None)
     output = np.maximum(1, np.minimum(output, max_context - prompt))
     return prompt.astype(np.int64), output.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ContextCut:
+    """Lengths cut to fit a slot of ``max_context`` tokens (``clip_to_context``), which
+    requests were cut, and the prompt and output tokens the cut took."""
+
+    prompt_tokens: NDArray[np.int64]
+    output_tokens: NDArray[np.int64]
+    over: NDArray[np.bool_]
+    prompt_tokens_cut: int
+    output_tokens_cut: int
+
+
+def cut_to_context(
+    prompt: NDArray[np.int64], output: NDArray[np.int64], max_context: int
+) -> ContextCut:
+    """The requests whose prompt + output exceed ``max_context``, cut to fit, and what the
+    cut took (a lone run and a cluster's ``truncate`` count it the same way)."""
+    clipped_prompt, clipped_output = clip_to_context(prompt, output, max_context)
+    return ContextCut(
+        clipped_prompt,
+        clipped_output,
+        prompt + output > max_context,
+        int(np.maximum(prompt - clipped_prompt, 0).sum()),
+        int(np.maximum(output - clipped_output, 0).sum()),
+    )
 
 
 def make_requests(
@@ -146,13 +177,23 @@ def make_requests(
                 )
     if process == "all_at_once":
         arrival = np.zeros(n, dtype=np.float64)
-    truncated = int(np.count_nonzero(prompt + output > serving.max_context))
-    prompt, output = clip_to_context(prompt, output, serving.max_context)
+    cut = cut_to_context(prompt, output, serving.max_context)
+    prompt, output = cut.prompt_tokens, cut.output_tokens
     concurrency = None
     if process == "closed_loop":
         concurrency = serving.arrival.concurrency or batch_slots
         arrival = None
-    return RequestSet(prompt, output, arrival, concurrency, acceptance, experts, truncated)
+    return RequestSet(
+        prompt,
+        output,
+        arrival,
+        concurrency,
+        acceptance,
+        experts,
+        int(cut.over.sum()),
+        cut.prompt_tokens_cut,
+        cut.output_tokens_cut,
+    )
 
 
 PROMPT_SAMPLES = 200_000

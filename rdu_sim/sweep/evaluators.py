@@ -172,6 +172,8 @@ def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
         "decode_tokens_per_s": slots / step_s,
         "steady_decode_tokens_per_s": slots / step_s,
         "requests_truncated": 0,
+        "prompt_tokens_truncated": 0,
+        "output_tokens_truncated": 0,
         "ttft_s": {"p50": 40 * step_s, "p90": 50 * step_s, "p99": 60 * step_s},
         "tpot_s": {"p50": step_s, "p90": 1.1 * step_s, "p99": 1.2 * step_s},
         "memory": {
