@@ -198,9 +198,21 @@ def test_two_batch_overlap_on_a_gpu_hides_communication_at_a_cost() -> None:
         ),
         (
             MOE_GPU,
-            {**GPU_EP8, "parallelism.comm_sms": 132},
+            {**GPU_EP8, "parallelism.two_batch_overlap": True, "parallelism.comm_sms": 132},
             "parallelism.comm_sms",
             "leave none of the 132",
+        ),
+        (
+            MOE_GPU,
+            {**GPU_EP8, "parallelism.comm_sms": 60},
+            "parallelism.comm_sms",
+            "it needs two_batch_overlap: true, got 60 without it",
+        ),
+        (
+            DEEPSEEK,
+            {**EP16, "parallelism.comm_sms": 50},
+            "parallelism.comm_sms",
+            "it needs two_batch_overlap: true, got 50 without it",
         ),
         (
             DEEPSEEK,
@@ -227,6 +239,17 @@ def test_refused_with_one_error_naming_the_field(
         api.load(workload, sets)
     (issue,) = caught.value.issues
     assert issue.field == field
+
+
+def test_comm_sms_at_its_default_stays_when_two_batch_overlap_goes() -> None:
+    """The shipped two-batch-overlap files write DeepEP's default ``comm_sms: 20``: turning
+    the overlap off leaves it, and the step is the one without the field, while another
+    value without the overlap is refused (test above)."""
+    ep72 = "workloads/ep/deepseek-v3-h100-ep72-decode.yaml"
+    off = {"parallelism.two_batch_overlap": False}
+    assert api.load(ep72, {**off, "parallelism.comm_sms": 20}) == api.load(ep72, off)
+    with pytest.raises(ConfigError, match="got 21 without it"):
+        api.load(ep72, {**off, "parallelism.comm_sms": 21})
 
 
 @pytest.mark.parametrize(("tokens", "devices"), [(64, 32), (256, 32), (1024, 64)])

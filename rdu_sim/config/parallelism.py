@@ -133,7 +133,8 @@ class ParallelismConfig(StrictModel):
         ge=0,
         le=10_000,
         description="with two_batch_overlap: SMs the all-to-all kernels hold while they "
-        "overlap the other micro-batch's kernels (DeepEP's Buffer.num_sms, 20 by default)",
+        "overlap the other micro-batch's kernels (DeepEP's Buffer.num_sms, 20 by default); "
+        "another value without two_batch_overlap is refused",
     )
     mla_cache_layout: Literal["replicated", "sequence_split", "head_split"] = Field(
         default="sequence_split",
@@ -176,6 +177,14 @@ class ParallelismConfig(StrictModel):
                 given[0],
                 "sets the experts' all-to-all, which runs only with data-parallel attention "
                 "and whole experts (dp_attention > 1, ep = tp x dp_attention)",
+            )
+        # Given as above: other than the default, so the shipped two-batch-overlap files'
+        # `comm_sms: 20` (DeepEP's default) still runs with two_batch_overlap set false.
+        if "comm_sms" in given and not self.two_batch_overlap:
+            raise FieldProblem(
+                "comm_sms",
+                f"sets the SMs two-batch overlap's all-to-all kernels hold (a GPU's); it needs "
+                f"two_batch_overlap: true, got {self.comm_sms} without it",
             )
         if self.micro_batches is not None and self.pp == 1:
             raise FieldProblem(
