@@ -111,6 +111,8 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
     for i, row in enumerate(summary.per_replica):  # a decode replica has no prefix cache
         if row.prefix_cache is None:
             del attributes[f"per_replica[{i}].prefix_cache"]
+        assert row.rank is None and row.of_replica is None  # (no attention ranks: left out)
+        del attributes[f"per_replica[{i}].rank"], attributes[f"per_replica[{i}].of_replica"]
     for name, pool in summary.pools.items():  # a replica of one attention rank says nothing
         if pool.ranks == 1:
             del attributes[f"pools.{name}.ranks"]

@@ -220,7 +220,7 @@ def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Pa
     console = Console(width=200, record=True)
     console.print(render_cluster(summary))
     text = console.export_text()
-    assert text.startswith("ranks: 1 replica, 2 sockets, router")
+    assert text.startswith("ranks: 1 replica (2 attention ranks), 2 sockets, router")
     (row,) = [line for line in text.splitlines() if line.strip().startswith("serve")]
     assert "tp=1 dp_attention=2" in row
     words = " ".join(text.split())  # the caption wraps at the table's width

@@ -21,7 +21,7 @@ from rdu_sim.cluster.traffic import ClusterRequests, fit_context
 from rdu_sim.models.presets import get_model
 from rdu_sim.plan import load_plan
 from rdu_sim.report.cluster import lockstep_costs
-from rdu_sim.report.cluster_console import goodput_table
+from rdu_sim.report.cluster_console import goodput_table, print_cluster_report
 from rdu_sim.serving.scheduler import ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepCost, StepTimes
 from rdu_sim.shapes import StepShape
@@ -219,6 +219,26 @@ def test_a_cluster_of_ranks_reports_its_lockstep(tmp_path: Path) -> None:
     assert f"{pool}: 2 attention ranks in lockstep" in console.export_text()
     plain = run_cluster(loaded.build(tensor, 2).cluster, backend=FakeBackend()).to_dict()
     assert "lockstep" not in plain
+    # each server is a rank of a replica, and the JSON and the text say which
+    rows = [(r["replica"], r["of_replica"], r["rank"]) for r in data["per_replica"]]
+    assert rows == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    assert all("rank" not in r and "of_replica" not in r for r in plain["per_replica"])
+    console = Console(width=200, record=True)
+    print_cluster_report(result.summary(), console)
+    text = console.export_text()
+    lines = [line.strip() for line in text.splitlines()]
+    assert ": 2 replicas (4 attention ranks), 4 " in text
+    assert "Attention ranks" in lines and not any(line.startswith("Replicas") for line in lines)
+    (header,) = [line for line in text.splitlines() if line.split()[:3] == ["#", "replica", "rank"]]
+    table = text[text.index(header) :].splitlines()[2:6]
+    assert [line.split()[:3] for line in table] == [[str(i) for i in row] for row in rows]
+    console = Console(width=200, record=True)
+    print_cluster_report(
+        run_cluster(loaded.build(tensor, 2).cluster, backend=FakeBackend()).summary(), console
+    )
+    text = console.export_text()
+    lines = [line.strip() for line in text.splitlines()]
+    assert ": 2 replicas, " in text and "Replicas" in lines and "rank" not in text
 
 
 def test_servers_that_are_not_whole_replicas_of_ranks_are_refused() -> None:

@@ -199,6 +199,7 @@ def _replica(
     good: NDArray[np.bool_],
     held_s: float,
     span: float,
+    rank: tuple[int, int] | None,
 ) -> ReplicaSummary:
     runtime, records = replica.runtime, replica.server.records
     return ReplicaSummary(
@@ -215,7 +216,27 @@ def _replica(
         utilization=rounded_fields(Utilization(**utilization(replica.cache, span))),
         steps=StepCounts(**steps_run(records)),
         prefix_cache=None if replica.prefix is None else _prefix([replica]),
+        rank=None if rank is None else rank[0],
+        of_replica=None if rank is None else rank[1],
     )
+
+
+def _ranks(replicas: Sequence[Replica]) -> list[tuple[int, int] | None]:
+    """Per server: None for a one-server replica, else (its attention rank in its replica,
+    that replica's number), replicas counted in server order (a replica's ranks are
+    consecutive servers of its pool, ``Cluster._group``)."""
+    out: list[tuple[int, int] | None] = []
+    seen: dict[str, int] = {}  # servers of each pool so far
+    number = -1  # the replica of the last server
+    for replica in replicas:
+        runtime = replica.runtime
+        position = seen.get(runtime.name, 0)
+        seen[runtime.name] = position + 1
+        rank = position % runtime.ranks
+        if rank == 0:
+            number += 1
+        out.append(None if runtime.ranks == 1 else (rank, number))
+    return out
 
 
 def _prefix(replicas: Sequence[Replica]) -> PrefixCacheStats:
@@ -276,6 +297,7 @@ def summarize_cluster(
     decoded_by = np.where(served & (output > 1), decoded_by, -1)
     decoded = _groups(decoded_by, len(replicas))
     held = _slot_seconds(run, cols)
+    ranks = _ranks(replicas)
     goodput = _goodput(good, output, total, span)
     latency = _latency(cols, served)
     prefix_cache = None
@@ -320,7 +342,7 @@ def summarize_cluster(
         slo_met=(goodput.requests / total if total else 0.0) >= slo.attainment,
         classes=_classes(cols, labels, good),
         per_replica=[
-            _replica(r, cols, took[i], decoded[i], good, float(held[i]), span)
+            _replica(r, cols, took[i], decoded[i], good, float(held[i]), span, ranks[i])
             for i, r in enumerate(replicas)
         ],
         step_shapes_simulated=shapes_simulated,

@@ -206,13 +206,19 @@ def classes_table(result: ClusterSummary) -> Table | None:
 
 
 def replicas_table(result: ClusterSummary) -> Table:
-    """Per replica: what it took, its latencies, occupancy and utilization."""
+    """Per server (a replica, or an attention rank of one: ``ReplicaSummary``): what it took,
+    its latencies, occupancy and utilization; with ranks, which replica each is a rank of."""
     replicas = result.per_replica
     shown = replicas[:MAX_REPLICA_ROWS]
+    ranked = sum(row.rank is not None for row in replicas)
+    title = "Replicas"
+    if ranked:
+        title = "Attention ranks" if ranked == len(replicas) else "Replicas and attention ranks"
     more = f" (first {len(shown)} of {len(replicas)})" if len(replicas) > len(shown) else ""
-    table = Table(title=f"Replicas{more}", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title=f"{title}{more}", title_justify="left", box=box.SIMPLE_HEAD)
     for column in (
         "#",
+        *(("replica", "rank") if ranked else ()),
         "pool",
         "role",
         "took",
@@ -229,10 +235,23 @@ def replicas_table(result: ClusterSummary) -> Table:
         "took: requests routed to it (prefilled here); decoded: requests whose output it "
         "decoded (of more than one token); meet SLO: share of those it took"
     )
+    if ranked:
+        table.caption += (
+            "; #: the server (JSON per_replica's replica); rank: its attention rank in "
+            "replica (each rank a server of its own"
+            + ("; -: a replica of one server)" if ranked < len(replicas) else ")")
+        )
     table.caption_justify = "left"
     for row in shown:
         table.add_row(
             str(row.replica),
+            *(
+                ()
+                if not ranked
+                else ("-", "-")
+                if row.rank is None
+                else (str(row.of_replica), str(row.rank))
+            ),
             row.pool,
             row.role,
             str(row.requests),
@@ -249,8 +268,10 @@ def replicas_table(result: ClusterSummary) -> Table:
 
 def render_cluster(result: ClusterSummary) -> Group:
     """All tables of a cluster report, headed by what was simulated."""
+    ranked = sum(row.rank is not None for row in result.per_replica)
+    ranks = f" ({human.count(ranked, 'attention rank')})" if ranked else ""
     head = (
-        f"[bold]{result.cluster}[/bold]: {human.count(result.replicas, 'replica')}, "
+        f"[bold]{result.cluster}[/bold]: {human.count(result.replicas, 'replica')}{ranks}, "
         f"{human.count(result.sockets, result.device)}, router {result.router}"
         + (", disaggregated" if result.disaggregated else "")
     )

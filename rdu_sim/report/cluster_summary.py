@@ -152,8 +152,13 @@ class ClusterPrefixCache(PrefixCacheStats):
 
 @dataclass(frozen=True)
 class ReplicaSummary:
-    """One replica: what it took (prefill side) and decoded, its latencies, slot occupancy,
-    utilization, steps and prefix cache (None without one: the key is then left out)."""
+    """One server: a replica's, or under data-parallel attention one attention rank's (each
+    rank a server of its own). ``replica`` is the server's index (the requests CSV's replica
+    column); a rank also has ``rank``, its index in its replica, and ``of_replica``, that
+    replica's number (replicas counted in server order, as the report's replica count
+    counts them); both None for a one-server replica, and left out of its JSON. What it took
+    (prefill side) and decoded, its latencies, slot occupancy, utilization, steps and prefix
+    cache (None without one: the key is then left out)."""
 
     replica: int
     pool: str
@@ -168,12 +173,16 @@ class ReplicaSummary:
     utilization: Utilization
     steps: StepCounts
     prefix_cache: PrefixCacheStats | None = None
+    rank: int | None = None
+    of_replica: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The replica's JSON (``prefix_cache`` only when it has one)."""
+        """The server's JSON (``prefix_cache`` only when it has one; ``rank`` and
+        ``of_replica`` only for an attention rank)."""
         data = asdict(self)
-        if self.prefix_cache is None:
-            del data["prefix_cache"]
+        for optional in ("prefix_cache", "rank", "of_replica"):
+            if data[optional] is None:
+                del data[optional]
         return data
 
 
