@@ -587,7 +587,7 @@ def test_same_inputs_same_bytes_across_processes(tmp_path: Path) -> None:
             "router.policy: prefix_aware routing needs a prefix_cache",
         ),
         ({"prefix_cache": {}}, "prefix_cache: a prefix cache needs a trace"),
-        ({"kv_transfer": {}}, "kv_transfer only applies with prefill and decode pools"),
+        ({"kv_transfer": {}}, "kv_transfer: only applies with prefill and decode pools"),
         ({"traffic": {"trace": "nope.csv"}}, "traffic.trace: trace file"),
         ({"traffic": {"rate": 1.0}}, "traffic.prompt_tokens, traffic.output_tokens"),
     ],
@@ -610,6 +610,27 @@ def test_a_rule_across_fields_an_override_broke_names_the_override(tmp_path: Pat
     (issue,) = caught.value.issues
     assert issue.field == "router.policy" and issue.line is None
     assert issue.message.endswith("(from --set router.policy)")
+
+
+def test_kv_transfer_without_disaggregation_names_its_field_line_or_override(
+    tmp_path: Path,
+) -> None:
+    """Refused at the kv_transfer field: at its line when the file gives it, else naming
+    the override that did (it was the cluster's first line, with no field)."""
+    path = write_cluster(tmp_path, kv_transfer={"bandwidth": "1 GB/s"})
+    line = path.read_text().splitlines().index("kv_transfer:") + 1
+    with pytest.raises(ConfigError) as caught:
+        fake(path)
+    (issue,) = caught.value.issues
+    assert (issue.field, issue.line) == ("kv_transfer", line)
+    assert issue.message == "only applies with prefill and decode pools"
+    with pytest.raises(ConfigError) as caught:
+        fake(write_cluster(tmp_path), {"kv_transfer.bandwidth": "1 GB/s"})
+    (issue,) = caught.value.issues
+    assert (issue.field, issue.line) == ("kv_transfer", None)
+    assert issue.message == (
+        "only applies with prefill and decode pools (from --set kv_transfer.bandwidth)"
+    )
 
 
 def test_a_pools_missing_workload_is_one_error_at_its_own_field(tmp_path: Path) -> None:

@@ -274,7 +274,7 @@ class ClusterConfig(StrictModel):
                 f"roles {sorted(roles)}"
             )
         if not split and self.kv_transfer is not None:
-            raise ValueError("kv_transfer only applies with prefill and decode pools")
+            raise FieldProblem("kv_transfer", "only applies with prefill and decode pools")
         return self
 
     @property
