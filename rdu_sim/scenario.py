@@ -77,6 +77,9 @@ class Scenario:
     # hardware, dtypes, KV policy and serving), built once; None without speculation.
     draft: Scenario | None = field(default=None, compare=False, repr=False)
     overrides: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # The workload file's line of each field path, for a rule checked after loading (a lone
+    # run's refusal, ``serving.run.plan_run``) to name the line as the loader's rules do.
+    lines: LineMap = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def tp(self) -> int:
@@ -681,6 +684,7 @@ def _resolved(
         stack_file,
         draft,
         overrides=dict(overrides),
+        lines=lines,
     )
 
 

@@ -116,3 +116,23 @@ def test_inspect_reports_where_each_part_lives() -> None:
     assert parts["attention"] == "4 ways by slices, 16 ways by batches"
     assert parts["routed_experts"] == "64 ways by experts"
     assert "parallelism" not in api.inspect_graph(DEEPSEEK)  # plain TP: as before
+
+
+def test_a_lone_run_of_attention_ranks_is_refused_at_the_fields_line_or_override() -> None:
+    """A lone run serves one server, not a replica's ranks: refused at
+    parallelism.dp_attention's line in the workload file (it had none), or naming the --set
+    that gave it."""
+    ep64 = "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml"
+    with open(ep64) as file:
+        (line,) = [n for n, text in enumerate(file, 1) if text.startswith("  dp_attention:")]
+    with pytest.raises(ConfigError, match="a lone run serves one server") as caught:
+        api.run(ep64)
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.field, issue.line) == (ep64, "parallelism.dp_attention", line)
+    sets = {"parallelism.tp": 1, "parallelism.dp_attention": 8, "parallelism.ep": 8}
+    with pytest.raises(ConfigError) as caught:
+        api.run(DEEPSEEK, sets)
+    (issue,) = caught.value.issues
+    assert (issue.field, issue.line) == ("parallelism.dp_attention", None)
+    assert issue.message.startswith("a replica of 8 attention ranks serves")
+    assert issue.message.endswith("(from --set parallelism.dp_attention)")

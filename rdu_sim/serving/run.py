@@ -214,13 +214,16 @@ def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement,
     the points that would fail so (``sweep.evaluators``)."""
     ranks = scenario.workload.parallelism.dp_attention
     if ranks > 1:
-        raise ConfigError.single(
+        field = "parallelism.dp_attention"
+        refused = ConfigError.single(
             scenario.workload_file,
-            "parallelism.dp_attention",
+            field,
             f"a replica of {ranks} attention ranks serves its requests on a server per rank, "
             "which a cluster runs (a pool of it: docs/parallelism.md); a lone run serves one "
             "server. rdu-sim step times a rank's step",
-        )
+            scenario.lines.get(tuple(field.split("."))),
+        )  # at the field's line, or the --set that gave it (as the scenario's rules are)
+        raise overridden(refused, scenario.workload_file, scenario.overrides)
     serving = scenario.workload.serving
     try:
         check_batching(serving.prefill_priority, scenario.workload_file)
