@@ -13,7 +13,7 @@ import pytest
 from rdu_sim.des.environment import CountingEnvironment
 from rdu_sim.graph.moe import token_hit_probability
 from rdu_sim.hw import Topology
-from rdu_sim.hw.all_to_all import AllToAll, all_to_all, estimate
+from rdu_sim.hw.all_to_all import AllToAll, all_to_all, estimate, sent_bytes
 from rdu_sim.hw.collective_choice import Wiring
 from rdu_sim.shapes import AllToAllSpec
 
@@ -133,6 +133,22 @@ def test_estimate_is_the_idle_link_time_of_one_piece(
     assert est.bytes_per_link == pytest.approx(sent, rel=1e-12)
     hierarchical = mode == "hierarchical" and p > per_node
     assert est.hops == (2 if hierarchical else 1)
+
+
+@pytest.mark.parametrize(("mode", "direction"), CASES)
+@pytest.mark.parametrize(("p", "per_node"), [(8, 8), (16, 4), (32, 8)])
+def test_sent_bytes_are_what_every_socket_puts_on_its_ports(
+    mode: str, direction: str, p: int, per_node: int
+) -> None:
+    """``sent_bytes`` (the step report's): what each socket's ports carry in the simulation
+    of every socket, every copy and hop, far above the ``nbytes`` it holds."""
+    _, topo = simulate(mode, direction, p, per_node, 3e6, 3, symmetric=False)
+    sent = sent_bytes(spec(mode, direction, p), 3e6, p, per_node)
+    for socket in range(p):
+        ports = [port for (s, _), port in topo.ports.items() if s == socket]
+        assert sum(port.bytes[0].total for port in ports) == pytest.approx(sent, rel=1e-12)
+    assert sent > 3e6
+    assert sent_bytes(spec(mode, direction, p), 3e6, 1, per_node) == 0.0
 
 
 def test_throughput_form_sends_a_token_once_per_node_over_the_network() -> None:

@@ -81,6 +81,22 @@ def test_the_exchange_splices_a_dispatch_and_a_combine_per_moe_layer() -> None:
     assert program.devices == 16 and program.tp == 2
 
 
+def test_an_all_to_alls_sent_bytes_are_the_steps_p2p_bytes() -> None:
+    """``bytes_per_step`` of an all-to-all is the tokens a socket holds (one copy each) times
+    the calls; ``sent_bytes_per_step`` what it sends, every expert's copy: with tp 1 the
+    dispatch's and combine's together are all the step's P2P bytes."""
+    data = api.step(DEEPSEEK, DP16).detail.to_dict()
+    collectives = data["collectives"]
+    assert [c["kind"] for c in collectives] == ["alltoall", "alltoall"]
+    for c in collectives:
+        assert c["sent_bytes_per_step"] == c["sent_bytes"] * c["calls_per_step"]
+        assert c["sent_bytes"] > 7 * c["bytes"]  # 8 experts a token, on 16 sockets
+    sent = sum(c["sent_bytes_per_step"] for c in collectives)
+    assert sent == pytest.approx(data["bytes_by_tier"]["p2p"], rel=1e-12)
+    plain = api.step("workloads/llama3.1-8b-8socket.yaml").detail.to_dict()["collectives"]
+    assert plain and not any("sent_bytes" in c for c in plain)
+
+
 def test_one_socket_simulated_equals_every_socket() -> None:
     one = api.step(DEEPSEEK, EP16).step_s
     every = api.step(DEEPSEEK, {**EP16, "engine.all_sockets": True}).step_s

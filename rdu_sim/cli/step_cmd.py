@@ -268,18 +268,28 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
     from rich import box
     from rich.table import Table
 
+    exchange = any("sent_bytes" in c for c in collectives)
+    caption = (
+        "estimate: one call on idle links, all its pieces at once (the policy's choice); "
+        "simulated: a call's mean in the step, from its first piece's start to its last's "
+        "end, so it includes waiting for the producer's tiles and for busy links"
+    )
+    if exchange:
+        caption += (
+            "; bytes: a call's tensor, for an all-to-all the tokens a socket holds (one copy "
+            "each); sent: what an all-to-all's socket sends per call, every copy and hop"
+        )
     table = Table(
         title="collectives (per socket)",
-        caption=(
-            "estimate: one call on idle links, all its pieces at once (the policy's choice); "
-            "simulated: a call's mean in the step, from its first piece's start to its last's "
-            "end, so it includes waiting for the producer's tiles and for busy links"
-        ),
+        caption=caption,
         caption_justify="left",
         box=box.SIMPLE_HEAD,
     )
+    numbers = ("group", "hops", "bytes", "sent")
     for col in ("kernel", "stage", "kind", "algorithm", "policy", "group", "hops", "bytes"):
-        table.add_column(col, justify="right" if col in ("group", "hops", "bytes") else "left")
+        table.add_column(col, justify="right" if col in numbers else "left")
+    if exchange:
+        table.add_column("sent", justify="right")
     for col in ("calls", "estimate", "simulated"):
         table.add_column(col, justify="right", no_wrap=True)
     for c in collectives:
@@ -292,6 +302,7 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
             str(c["group"]),
             str(c["hops"]),
             human.size(c["bytes"]),
+            *((human.size(c["sent_bytes"]) if "sent_bytes" in c else "-",) if exchange else ()),
             str(c["calls_per_step"]),
             human.duration(c["estimate_s"]),
             human.duration(c["simulated_mean_s"]),

@@ -32,6 +32,7 @@ from rdu_sim.config.wiring import ALGORITHMS
 from rdu_sim.des.environment import Event
 from rdu_sim.hw.all_to_all import AllToAll, all_to_all
 from rdu_sim.hw.all_to_all import estimate as all_to_all_estimate
+from rdu_sim.hw.all_to_all import sent_bytes as all_to_all_sent
 from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose
 from rdu_sim.hw.collectives import (
     ALL_GATHER,
@@ -193,7 +194,9 @@ class CollectiveTiming:
     group: int  # sockets taking part
     policy: str  # the hardware's collective_algorithm
     algorithm: str  # what ran
-    bytes: float  # per call: the collective's tensor (NCCL's N), all pieces
+    # per call, all pieces: the collective's tensor (NCCL's N); for an all-to-all the
+    # device's own tokens, one copy each, not what it sends (``sent_bytes``)
+    bytes: float
     pieces: int  # collective_chunks
     calls_per_step: int  # the kernel's calls (layers)
     hops: int  # link hops in sequence
@@ -203,6 +206,9 @@ class CollectiveTiming:
     candidates: Mapping[str, float]  # algorithm -> estimated seconds per call
     simulated_calls: int  # calls simulated (the rest were fast-forwarded)
     simulated_mean_s: float | None  # per simulated call: first piece started to last done
+    # an all-to-all's bytes one device sends per call, every copy and hop (all_to_all.sent_bytes);
+    # None for the other kinds
+    sent_bytes: float | None = None
 
     @property
     def estimate_s(self) -> float:
@@ -210,8 +216,9 @@ class CollectiveTiming:
         return self.latency_s + self.bandwidth_s
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (a contract of ``rdu-sim step --json``)."""
-        return {
+        """JSON-safe dict (a contract of ``rdu-sim step --json``): ``sent_bytes`` and
+        ``sent_bytes_per_step`` only for an all-to-all."""
+        data: dict[str, Any] = {
             "kernel": self.kernel,
             "stage": self.stage,
             "kind": self.kind,
@@ -231,6 +238,10 @@ class CollectiveTiming:
             "simulated_calls": self.simulated_calls,
             "simulated_mean_s": self.simulated_mean_s,
         }
+        if self.sent_bytes is not None:
+            data["sent_bytes"] = self.sent_bytes
+            data["sent_bytes_per_step"] = self.sent_bytes * self.calls_per_step
+        return data
 
 
 def collective_timings(
@@ -264,6 +275,11 @@ def collective_timings(
                 candidates={e.algorithm: e.time_s for e in plan.candidates},
                 simulated_calls=len(seen),
                 simulated_mean_s=sum(seen) / len(seen) if seen else None,
+                sent_bytes=None
+                if spec.exchange is None
+                else all_to_all_sent(
+                    spec.exchange, spec.bytes, spec.group, system.sockets_per_node
+                ),
             )
         )
     return out

@@ -149,6 +149,16 @@ def all_to_all(topo: Topology, call: AllToAll) -> Event:
     return finished.done
 
 
+def sent_bytes(spec: AllToAllSpec, nbytes: float, group: int, node_size: int) -> float:
+    """What one socket sends in one call, every copy and both hops (the hierarchical form's
+    forwarding of its rail peers' tokens too), beside the ``nbytes`` it holds: the same for
+    every socket (the traffic is balanced, module docstring)."""
+    if group == 1 or nbytes == 0:
+        return 0.0
+    plan = _plan(AllToAll(spec, nbytes, 1, True, tuple(range(group))), 0, node_size)
+    return sum(b for _, b in plan.first + plan.second)
+
+
 def estimate(spec: AllToAllSpec, nbytes: float, group: int, wiring: Wiring) -> Estimate:
     """The all-to-all's time alone on idle links, all pieces at once (exact for one piece):
     each port's bytes at its class's bandwidth; the hierarchical form's second hop after its
