@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from rich.console import Console
 from test_api_run import FakeBackend
 
+from rdu_sim import human
 from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cli.main import cli
+from rdu_sim.cli.plan_cmd import MISSING_NOTE, _table
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan import load_plan, plan_summary, run_plan
 from rdu_sim.plan.evaluate import evaluate, measure
@@ -120,6 +123,8 @@ def test_search_matches_brute_force(tmp_path: Path) -> None:
         tuple(cheapest[k] for k in ("tp", "batch_slots", "kv_policy", "disaggregation")) == best[0]
     )
     assert cheapest["sockets"] == best[1][0] and cheapest["units"] == best[1][1]
+    searches = {s.configuration.label(): s for s in result.searches}
+    never_met = 0
     for row in summary["configurations"]:
         key = (row["tp"], row["batch_slots"], row["kv_policy"], row["disaggregation"])
         if row["status"] == "met":
@@ -127,6 +132,13 @@ def test_search_matches_brute_force(tmp_path: Path) -> None:
             assert row["sockets"] >= cheapest["sockets"]
         elif row["status"] == "pruned":  # it could only have met the SLO on more sockets
             assert key not in minimum or minimum[key][0] >= cheapest["sockets"]
+            # its numbers: the fewest it met with, else the most it tried (the run its
+            # binding half speaks of), never left blank beside that binding
+            search = searches[row["label"]]
+            units = search.passing if search.passing is not None else max(search.results)
+            assert row["units"] == units and row["binding"]
+            assert row["goodput_fraction"] == reference[key][units]["goodput_fraction"]
+            never_met += search.passing is None
         elif row["status"] == "not met":
             assert key not in minimum
         else:
@@ -135,6 +147,18 @@ def test_search_matches_brute_force(tmp_path: Path) -> None:
             assert "model's 32 attention heads; use a divisor of 32" in row["reason"]
             # the field the user wrote, in the plan: not the pool's set the plan put it in
             assert row["reason"].endswith("(from the plan's search.tp)")
+    assert never_met  # (the case has a pruned row that never met)
+    # the table shows each pruned row's run, as its footnote says
+    console = Console(width=300, record=True)
+    console.print(_table(summary))
+    text = console.export_text()
+    pruned = [line.split() for line in text.splitlines() if " pruned " in line]
+    rows = [row for row in summary["configurations"] if row["status"] == "pruned"]
+    assert [cells[cells.index("pruned") + 1 : cells.index("pruned") + 4] for cells in pruned] == [
+        [str(row["replicas"]), str(row["sockets"]), human.percent(row["goodput_fraction"])]
+        for row in rows
+    ]
+    assert "a pruned one the fewest it met with, else the most it tried" in MISSING_NOTE
     brute = sum(len(runs) for runs in reference.values())
     assert len(set(CALLS)) < brute / 2  # the pruning pays
 

@@ -26,9 +26,9 @@ from rdu_sim.cli.options import MAX_WORKERS, FilePath, workers_option
 
 MISSING_NOTE = (
     "-: nothing to show. A met row shows its fewest replicas meeting the SLO, a pruned one "
-    "the fewest it met with if any, a not-met one the most it tried; infeasible and error "
-    "rows ran none. 'one fewer': the share of requests meeting the SLO one replica unit "
-    "fewer, shown when a met row ran that count."
+    "the fewest it met with, else the most it tried, a not-met one the most it tried; "
+    "infeasible and error rows ran none. 'one fewer': the share of requests meeting the SLO "
+    "one replica unit fewer, shown when a met row ran that count."
 )
 
 

@@ -4,9 +4,11 @@ A row says how each configuration ended: ``met`` (its fewest replicas meeting th
 the goodput one unit fewer reached, evidence of the boundary), ``pruned`` (it could not
 beat the cheapest), ``not met`` (its requests alone miss the SLO: the stop rule; or not
 even with ``max_replicas``), ``infeasible`` (the hardware cannot hold it, or the config
-refuses it: the reason says which) or ``error``. ``binding`` names the SLO half that binds
-at the row's replica count and what would move it (``report.slo_why``); ``why`` is the reason or,
-without one, the binding half in a few words.
+refuses it: the reason says which) or ``error``. Its numbers are one run's: the fewest
+replicas that met the SLO, else (pruned or not met, never met) the most it tried.
+``binding`` names the SLO half that binds at that run and what would move it
+(``report.slo_why``); ``why`` is the reason or, without one, the binding half in a few
+words.
 ``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
 more sockets for at least as much goodput.
 """
@@ -43,8 +45,8 @@ def _row(search: Search) -> dict[str, Any]:
         "frontier": False,
     }
     units = search.passing
-    if units is None and search.results and search.status == "not met":
-        units = max(search.results)  # the most tried: how far it got
+    if units is None and search.results and search.status in ("not met", "pruned"):
+        units = max(search.results)  # never met: the most tried, how far it got
     if units is not None and units in search.results:
         metrics = search.results[units]
         row.update(
