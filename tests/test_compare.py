@@ -512,3 +512,26 @@ def test_a_pipelined_variant_names_its_bubble_as_what_its_bound_leaves() -> None
     assert f"does not explain ({pipelined.label}: {words}; latencies," in unexplained
     assert "a pipeline's fill" in verdict(replace(pipelined, pipeline_bubble=None), slow)
     assert column_lines([alone])[0] == result.lines[0]
+
+
+def test_a_varied_value_is_labelled_in_yaml_words() -> None:
+    """A label reads as --vary takes the value (YAML's null, true, false), not Python's."""
+    assert Variant({"speculation": None}).label("sn40l-16") == "speculation=null"
+    assert Variant({"serving.x": True, "serving.y": False}).label("h") == (
+        "serving.x=true, serving.y=false"
+    )
+    assert Variant({"kv.policy": "full", "parallelism.tp": 8}).label("h") == (
+        "kv.policy=full, parallelism.tp=8"
+    )
+
+
+def test_one_slot_is_one_slot_in_the_verdict() -> None:
+    from dataclasses import replace
+
+    from rdu_sim.compare.why import verdict
+
+    (column,) = compare(WORKLOAD, [SN40L_8], batch=1).columns
+    said = verdict(replace(column, label="b"), column)
+    assert "Why: the same batch (1 slot);" in said
+    many = compare(WORKLOAD, [SN40L_8], batch=2).columns[0]
+    assert "Why: the same batch (2 slots);" in verdict(replace(many, label="b"), many)

@@ -89,8 +89,12 @@ class Variant:
 
 
 def _shown(value: Any) -> str:
-    """A varied value as ``--vary`` takes it: a mapping in YAML's flow form
-    (``{tp: 16, pp: 4}``), not Python's repr."""
+    """A varied value as ``--vary`` takes it: YAML's words and flow form (``null``,
+    ``true``, ``{tp: 16, pp: 4}``), not Python's repr (``None``, ``True``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):

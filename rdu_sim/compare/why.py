@@ -200,7 +200,7 @@ def verdict(a: Column, b: Column) -> str:
                 batch += f", a KV slot keeping {a.slot_tokens:,} tokens vs {b.slot_tokens:,}"
         reasons.append(batch + ")")
     else:
-        reasons.append(f"the same batch ({a.batch} slots)")
+        reasons.append(f"the same batch ({human.count(a.batch, 'slot')})")
     if a.instances != b.instances:
         reasons.append(f"the system holds {_instances(a)} vs {_instances(b)}")
     reasons.append(_step_why(a, b))
