@@ -509,7 +509,7 @@ def test_a_pipelined_variant_names_its_bubble_as_what_its_bound_leaves() -> None
     assert alone.step_s is not None and pipelined.step_s is not None
     slow = replace(alone, step_s=alone.step_s * 3)
     unexplained = verdict(pipelined, slow)
-    assert f"does not explain ({pipelined.label}: {words}; latencies," in unexplained
+    assert f"no one resource explains ({pipelined.label}: {words}; latencies," in unexplained
     assert "a pipeline's fill" in verdict(replace(pipelined, pipeline_bubble=None), slow)
     assert column_lines([alone])[0] == result.lines[0]
 
@@ -535,3 +535,29 @@ def test_one_slot_is_one_slot_in_the_verdict() -> None:
     assert "Why: the same batch (1 slot);" in said
     many = compare(WORKLOAD, [SN40L_8], batch=2).columns[0]
     assert "Why: the same batch (2 slots);" in verdict(replace(many, label="b"), many)
+
+
+def test_a_step_its_bound_leaves_half_unexplained_names_its_next_resource() -> None:
+    """At batch 1 the H100's HBM time is under half its step: the verdict names what takes
+    most of the rest (its kernel boundaries, the step's bound report's time) before the time
+    no resource explains, and says each word once."""
+    result = compare(WORKLOAD, [SN40L_8, DGX], batch=1)
+    sn40l, gpu = result.columns
+    (said,) = result.verdicts
+    timing = api.step(WORKLOAD, {"hardware": str(DGX)}, batch=1).detail
+    bound = step_bound(timing, api.load(WORKLOAD, {"hardware": str(DGX)}).hardware)
+    assert gpu.bound == "hbm" and gpu.bound_s is not None and gpu.step_s is not None
+    assert sn40l.bound_s is not None and sn40l.step_s is not None
+    assert gpu.bound_s / gpu.step_s < 0.5 <= sn40l.bound_s / sn40l.step_s
+    others = {k: t for k, t in bound.times().items() if k != "hbm"}
+    assert max(others, key=lambda k: others[k]) == "boundaries"
+    boundaries = bound.boundaries_s
+    assert gpu.resource_s["boundaries"] == boundaries
+    assert (
+        "; the largest other: dgx-h100's kernel boundaries (launch and sync), "
+        f"{human.duration(boundaries)} alone ({human.percent(boundaries / gpu.step_s)} of its "
+        "step); the rest is time no one resource explains (latencies, a pipeline's fill, "
+        "resources waiting on each other)." in said
+    )
+    assert said.count("latencies") == 1
+    assert "sn40l-8's" not in said  # its HBM time explains most of its step

@@ -21,8 +21,10 @@ from rdu_sim.report.bound import RESOURCES, bubble_words, others_alone
 
 UNEXPLAINED = 0.5
 """Below this share of its step, the binding resource's time does not explain the step: the
-rest is time no one resource explains (latencies, a pipeline's fill and drain, resources
-waiting on each other), and the verdict says so rather than crediting the resource."""
+verdict names the largest other resource's time in that step (kernel boundaries, host time,
+launches: ``report.bound``), then says the rest is time no one resource explains
+(latencies, a pipeline's fill and drain, resources waiting on each other), rather than
+crediting the binding resource."""
 
 
 DIFFERENT_REST = 0.15
@@ -94,12 +96,30 @@ def _bubbles(a: Column, b: Column) -> list[str]:
 
 
 def _rest(a: Column, b: Column) -> str:
-    """What the time the binding resource does not explain may hold: a pipelined variant's
-    bubble by name (:func:`_bubbles`), and latencies and resources waiting on each other."""
+    """What the time no one resource explains may hold: a pipelined variant's bubble by
+    name (:func:`_bubbles`), and latencies and resources waiting on each other."""
     bubbles = _bubbles(a, b)
-    others = "latencies, resources waiting on each other"
+    others = "resources waiting on each other"
     return (
-        f"{'; '.join(bubbles)}; {others}" if bubbles else f"latencies, a pipeline's fill, {others}"
+        f"{'; '.join(bubbles)}; latencies, {others}"
+        if bubbles
+        else f"latencies, a pipeline's fill, {others}"
+    )
+
+
+def _next_largest(column: Column) -> str:
+    """The largest resource time of ``column``'s step beside its binding resource's, in
+    words (``dgx-h100's kernel boundaries (launch and sync), 5.29 ms alone (41.7% of its
+    step)``), from the step's bound report (``report.bound``); nothing when no other
+    resource takes time."""
+    others = {k: t for k, t in column.resource_s.items() if k != column.bound and t > 0}
+    if not others or column.step_s is None:
+        return ""
+    name = max(others, key=lambda k: others[k])  # ties: the first in RESOURCES' order
+    time = others[name]
+    return (
+        f"{column.label}'s {RESOURCES.get(name, name)}, {human.duration(time)} alone "
+        f"({human.percent(time / column.step_s)} of its step)"
     )
 
 
@@ -140,10 +160,18 @@ def _step_why(a: Column, b: Column) -> str:
     resource = RESOURCES.get(a.bound or "", "?")
     shares = (_share(a), _share(b))
     if min(shares) < UNEXPLAINED:
+        # the resource that takes the most of what the binding one leaves, in each step the
+        # binding one does not explain, before the time no resource explains
+        named = [
+            words
+            for c, share in zip((a, b), shares, strict=True)
+            if share < UNEXPLAINED and (words := _next_largest(c))
+        ]
+        largest = f"; the largest other: {'; '.join(named)}" if named else ""
         return (
             f"{head}; both read as bound by {resource}, but it takes only "
-            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of their step time: the "
-            f"rest is time the binding resource does not explain ({_rest(a, b)})"
+            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of their step "
+            f"time{largest}; the rest is time no one resource explains ({_rest(a, b)})"
         )
     demands = {
         "hbm": (a.hbm_bytes, b.hbm_bytes, a.peak_hbm_bandwidth, b.peak_hbm_bandwidth, "traffic"),
