@@ -194,7 +194,9 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
         "the whole system"
     )
     assert "a KV slot keeping 32,768 tokens vs 131,072" in verdict
-    assert data["lines"][0].startswith("kv.policy=full: full KV, a slot keeping 131,072 tokens")
+    assert data["lines"][0].startswith(
+        "kv.policy=full served by sambastack-2025: full KV, a slot keeping 131,072 tokens"
+    )
     assert "bound by HBM bandwidth" in data["lines"][0]
     for text in (*data["lines"], verdict, "kv.policy=full", "kv.policy=snapstream"):
         assert text in printed.stdout.replace("\n", " ") or text in printed.stdout
@@ -561,3 +563,26 @@ def test_a_step_its_bound_leaves_half_unexplained_names_its_next_resource() -> N
     )
     assert said.count("latencies") == 1
     assert "sn40l-8's" not in said  # its HBM time explains most of its step
+
+
+def test_each_column_names_its_serving_stack() -> None:
+    """The stack moves the comparison (its host time, its batch limit), so each column names
+    it: ``stack`` in the JSON as a run's and a step's JSON do, a table row and each line in
+    the step header's words; ``--set stack=none`` says the device alone."""
+    args = ["compare", str(WORKLOAD), "--hardware", "sn40l-8", "--hardware", "dgx-h100"]
+    shown = CliRunner().invoke(cli, [*args, "--batch", "1", "--json"])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    stacks = [c["stack"] for c in data["columns"]]
+    ran = [
+        api.load(WORKLOAD, {"hardware": h, "stack": None}).stack.name
+        for h in ("sn40l-8", "dgx-h100")
+    ]
+    assert stacks == ran == ["sambastack-2025", "tensorrt-llm"]
+    assert data["lines"][0].startswith("sn40l-8 served by sambastack-2025: full KV")
+    assert data["lines"][1].startswith("dgx-h100 served by tensorrt-llm: full KV")
+    bare = CliRunner().invoke(cli, [*args, "--batch", "1", "--set", "stack=none"])
+    assert bare.exit_code == 0, bare.output
+    (row,) = [line for line in bare.stdout.splitlines() if line.startswith("│ serving stack")]
+    assert [cell.strip() for cell in row.split("│")[2:4]] == ["none (the device alone)"] * 2
+    assert "sn40l-8 on the device alone (no serving stack): full KV" in bare.stdout

@@ -27,6 +27,7 @@ from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
 from rdu_sim.config.parallelism import describe_layout
+from rdu_sim.config.stack import NONE
 from rdu_sim.interrupts import keeps_on_stop
 
 
@@ -63,10 +64,18 @@ def _prompt(column: Column) -> str:
     return f" ({tokens:,} tokens)"
 
 
+def _stack(column: Column) -> str:
+    """The serving stack's name, or ``none (the device alone)`` (``served_by``'s words)."""
+    if not column.stack:  # an invalid combination: nothing was loaded
+        return human.MISSING
+    return f"{NONE} (the device alone)" if column.stack == NONE else column.stack
+
+
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("hardware", lambda c: c.hardware),
     ("kind", lambda c: c.kind),
     ("devices (instances x layout)", _devices),
+    ("serving stack", lambda c: _stack(c)),
     ("fusion", lambda c: c.fusion),
     ("batch capacity", lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity)),
     (

@@ -18,13 +18,14 @@ values the workload refuses while each value runs in another combination (``dp_a
 with ``ep=64``), with the refusal's reason. A value no combination accepts is an error, one
 line, before anything is simulated.
 
-Each column reports the step time, tokens/s per user (one token per step) and in total
-(the batch's tokens per step, for one model instance, a replica of the workload's layout
-over ``tp x dp_attention x pp`` devices with every attention rank's batch, and for every
-instance the system holds), and the share of its peak HBM bandwidth and FLOP/s the step
-achieved, and what binds the decode step (``report.bound``); ``rdu_sim.compare.why`` says
-in words what differs and why one variant wins. ``compare_batches`` repeats the comparison
-over batch sizes (the notebook's curves, the ``compare`` plot's lines).
+Each column names the serving stack it ran under and reports the step time, tokens/s per
+user (one token per step) and in total (the batch's tokens per step, for one model instance,
+a replica of the workload's layout over ``tp x dp_attention x pp`` devices with every
+attention rank's batch, and for every instance the system holds), and the share of its peak
+HBM bandwidth and FLOP/s the step achieved, and what binds the decode step
+(``report.bound``); ``rdu_sim.compare.why`` says in words what differs and why one variant
+wins. ``compare_batches`` repeats the comparison over batch sizes (the notebook's curves,
+the ``compare`` plot's lines).
 """
 
 from __future__ import annotations
@@ -319,6 +320,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         attention_ranks=ranks,
         fusion=fusion_level(scenario),
         fits=False,
+        stack=scenario.stack.name,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
         peak_flops=peak_matrix_flops(scenario),
         label=side.label(hardware.name),

@@ -20,6 +20,9 @@ class Column:
     instances: int  # model instances (replicas) the system holds: devices // instance_devices
     fusion: str  # the fusion level the compiler used
     fits: bool
+    # the serving stack that ran (stacks/; 'none': the hardware alone), as a run's and a
+    # step's JSON name it: the host time and batch limit it brings move the comparison
+    stack: str = ""
     reason: str = ""
     # a combination of varied values the workload refuses (``reason`` says why; each value
     # runs in another combination): nothing was compiled, ``fits`` is False

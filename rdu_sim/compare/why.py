@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from rdu_sim import human
 from rdu_sim.compare.column import Column
 from rdu_sim.report.bound import RESOURCES, bubble_words, others_alone
+from rdu_sim.report.console import served_by
 
 UNEXPLAINED = 0.5
 """Below this share of its step, the binding resource's time does not explain the step: the
@@ -124,7 +125,8 @@ def _next_largest(column: Column) -> str:
 
 
 def column_lines(columns: Sequence[Column]) -> list[str]:
-    """One line per variant: what it sets, and what binds its decode step."""
+    """One line per variant: what it sets (and the serving stack it runs under), and what
+    binds its decode step."""
     lines = []
     for column in columns:
         if not column.fits:
@@ -135,7 +137,8 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
         resource = RESOURCES.get(column.bound or "", "an unknown resource")
         lines.append(
-            f"{column.label}: {column.kv_policy} KV{slot} tokens, batch {column.batch:,} of "
+            f"{column.label} {served_by(column.stack)}: {column.kv_policy} KV{slot} tokens, "
+            f"batch {column.batch:,} of "
             f"{column.batch_capacity:,}{_ranks(column, column.batch)}; decode step "
             f"{human.duration(column.step_s)} bound by "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
