@@ -586,3 +586,53 @@ def test_each_column_names_its_serving_stack() -> None:
     (row,) = [line for line in bare.stdout.splitlines() if line.startswith("│ serving stack")]
     assert [cell.strip() for cell in row.split("│")[2:4]] == ["none (the device alone)"] * 2
     assert "sn40l-8 on the device alone (no serving stack): full KV" in bare.stdout
+
+
+SPECDEC = REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+DRAFT = "{draft: llama-3.2-1b, decoding: {draft_tokens: 8, acceptance: 0.5}}"
+
+
+def test_the_speculation_note_names_each_column_with_a_draft_in_any_order() -> None:
+    """The note is each column's, not the first's: varying speculation on and off says the
+    same of the column with a draft whichever comes first, and the varied field is noted as
+    one compare does not time."""
+    said = []
+    for values in (f"null,{DRAFT}", f"{DRAFT},null"):
+        result = compare(SPECDEC, [], vary=[f"speculation={values}"], batch=8)
+        drafted = [c for c in result.columns if c.draft is not None]
+        assert [c.draft for c in result.columns].count(None) == 1
+        assert [c.label for c in drafted] == [f"speculation={DRAFT}"]
+        notes = [line for line in result.lines if "speculation is not" in line]
+        assert notes == [
+            f"speculation is not compared in speculation={DRAFT}: llama-3.1-70b is timed alone, "
+            "its decode step and its prefill, without the draft llama-3.2-1b's part (rdu-sim "
+            "run times the draft's part)"
+        ]
+        assert "--vary speculation: compare does not time speculation" in result.lines[-1]
+        said.append(notes)
+    assert said[0] == said[1]
+
+
+def test_a_varied_speculation_field_is_noted_and_moves_only_the_memory_plan() -> None:
+    """``--vary speculation.decoding.draft_tokens``: compare times no draft round, so the
+    field is noted; what it does move is the memory plan (the verify step's rollback
+    positions in each slot: the batch capacity, here with no stack's cap on it)."""
+    result = compare(
+        SPECDEC, [], {"stack": "none"}, vary=["speculation.decoding.draft_tokens=1,16"]
+    )
+    one, sixteen = result.columns
+    assert one.step_s == sixteen.step_s and one.draft == sixteen.draft == "llama-3.2-1b"
+    assert one.batch_capacity is not None and sixteen.batch_capacity is not None
+    assert sixteen.batch_capacity < one.batch_capacity
+    assert result.lines[2].startswith("speculation is not compared: each column times ")
+    assert result.lines[3] == (
+        "--vary speculation.decoding.draft_tokens: compare does not time speculation (a "
+        "draft's steps, the target's verify step, the tokens it accepts), so its values move "
+        "at most each column's memory plan (its batch capacity); rdu-sim run times them "
+        "(rdu-sim sweep varies them)"
+    )
+    shown = CliRunner().invoke(
+        cli, ["compare", str(SPECDEC), "--vary", "speculation.decoding.draft_tokens=1,8", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert [c["draft"] for c in json.loads(shown.stdout)["columns"]] == ["llama-3.2-1b"] * 2

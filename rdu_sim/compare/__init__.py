@@ -11,7 +11,8 @@ the workload's batch slots, or each system's own batch capacity when they say ``
 longest cache the KV policy keeps), and the prefill of the workload's typical prompt
 (``typical_prefill_prompt``) as a server runs it: padded up to its compiled prompt bucket or
 cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times; the
-target's alone: a workload's draft is not compared, and its lines say so). A
+target's alone: a draft's part is not compared, and the lines say so of each column with a
+draft, and of a varied field compare does not time, ``why.not_compared``). A
 system the model does not fit (weights, KV cache and activations beyond its memory) is a
 column saying so, with the compiler's reason, not an error; so is a combination of varied
 values the workload refuses while each value runs in another combination (``dp_attention=16``
@@ -40,7 +41,7 @@ from typing import Any
 from rdu_sim import human
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compare.column import Column, Comparison
-from rdu_sim.compare.why import column_lines, verdicts
+from rdu_sim.compare.why import column_lines, not_compared, verdicts
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
@@ -193,13 +194,7 @@ def compare(
         else _column(found, side, batch, context)
         for found, side in zip(loaded, sides, strict=True)
     )
-    lines = column_lines(columns)
-    if first.draft is not None:  # the steps compared are the target's
-        lines.append(
-            f"speculation is not compared: each column times {first.model.name} alone, its "
-            f"decode step and its prefill, without the draft {first.draft.model.name}'s part "
-            "(rdu-sim run times the draft's part)"
-        )
+    lines = [*column_lines(columns), *not_compared(columns, list(sides[0].settings))]
     return Comparison(
         first.workload.name,
         first.model.name,
@@ -320,11 +315,13 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         attention_ranks=ranks,
         fusion=fusion_level(scenario),
         fits=False,
+        model=scenario.model.name,
         stack=scenario.stack.name,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
         peak_flops=peak_matrix_flops(scenario),
         label=side.label(hardware.name),
         settings=dict(side.settings),
+        draft=None if scenario.draft is None else scenario.draft.model.name,
         kv_policy=scenario.workload.kv.policy,
         slot_tokens=scenario.kv_policy.slot_tokens(),
     )

@@ -20,6 +20,7 @@ class Column:
     instances: int  # model instances (replicas) the system holds: devices // instance_devices
     fusion: str  # the fusion level the compiler used
     fits: bool
+    model: str = ""  # the model timed (the workload's, or a varied one)
     # the serving stack that ran (stacks/; 'none': the hardware alone), as a run's and a
     # step's JSON name it: the host time and batch limit it brings move the comparison
     stack: str = ""
@@ -68,6 +69,9 @@ class Column:
     # a pipelined decode step's bubble, its stages' idle share (``report.bound``); None
     # without a pipeline
     pipeline_bubble: float | None = None
+    # speculation's draft model, whose part compare does not time (``why.not_compared``);
+    # None without a draft
+    draft: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (field names are the JSON keys)."""

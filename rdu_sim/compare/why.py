@@ -148,6 +148,53 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
     return lines
 
 
+NOT_TIMED: dict[str, str] = {
+    "speculation": (
+        "speculation (a draft's steps, the target's verify step, the tokens it accepts)"
+    ),
+}
+"""The workload sections compare does not time, each in words: a column times its model's
+decode step and prefill alone, so a field of one moves at most the memory plan (a shared
+draft's weights and KV cache beside the slots, its rollback positions: the batch capacity);
+``rdu-sim run`` times them."""
+
+
+def _labels(columns: Sequence[Column]) -> str:
+    """Variants by label, ``;`` between them (a label may hold commas)."""
+    return "; ".join(c.label for c in columns)
+
+
+def not_compared(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
+    """What the columns leave out, in words: for the columns with a draft (each model and
+    draft once, naming the columns unless it is every column that fits), that its part is
+    not timed; for each ``varied`` field in a section compare does not time
+    (:data:`NOT_TIMED`), that its values move at most the memory plan."""
+    fitting = [c for c in columns if c.fits]
+    drafts: dict[tuple[str, str], list[Column]] = {}
+    for column in fitting:
+        if column.draft is not None:
+            drafts.setdefault((column.model, column.draft), []).append(column)
+    lines = []
+    for (model, draft), having in drafts.items():
+        every = len(having) == len(fitting)
+        where = (
+            f": each column times {model}" if every else f" in {_labels(having)}: {model} is timed"
+        )
+        lines.append(
+            f"speculation is not compared{where} alone, its decode step and its prefill, "
+            f"without the draft {draft}'s part (rdu-sim run times the draft's part)"
+        )
+    for path in varied:
+        section = path.split(".", 1)[0]
+        if section in NOT_TIMED:
+            lines.append(
+                f"--vary {path}: compare does not time {NOT_TIMED[section]}, so its values "
+                "move at most each column's memory plan (its batch capacity); rdu-sim run "
+                "times them (rdu-sim sweep varies them)"
+            )
+    return lines
+
+
 def _step_why(a: Column, b: Column) -> str:
     """Why ``a``'s decode step takes what it takes against ``b``'s."""
     assert a.step_s is not None and b.step_s is not None
