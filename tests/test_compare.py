@@ -636,3 +636,53 @@ def test_a_varied_speculation_field_is_noted_and_moves_only_the_memory_plan() ->
     )
     assert shown.exit_code == 0, shown.output
     assert [c["draft"] for c in json.loads(shown.stdout)["columns"]] == ["llama-3.2-1b"] * 2
+
+
+COE = REPO / "workloads" / "samba-coe-150x8b-8socket.yaml"
+
+
+def test_a_composition_of_experts_column_times_one_expert_in_its_own_memory_plan() -> None:
+    """A CoE column times one expert as a CoE run does (its steps' scenario, the embedding
+    read from DDR) at the batch capacity of the CoE plan (slots beside the router and one
+    cached expert: fewer than the whole HBM gives the model alone), and says what it leaves
+    out; --vary coe.experts is noted as a field compare does not time."""
+    from rdu_sim.serving.coe import coe_capacity, expert_step_scenario, router_scenario
+
+    bare = {"stack": "none"}
+    result = compare(COE, [], bare, vary=["coe=null,{experts: 150, router: llama-3.1-8b}"])
+    alone, coe = result.columns
+    scenario = api.load(COE, bare)
+    assert scenario.workload.coe is not None
+    planned = coe_capacity(scenario, router_scenario(scenario, scenario.workload.coe))
+    whole = api.EngineBackend().batch_capacity(scenario)
+    assert coe.batch_capacity == planned < whole == alone.batch_capacity
+    assert (coe.coe_experts, alone.coe_experts) == (150, None)
+    expert = api.EngineBackend().step_cost(
+        expert_step_scenario(scenario), api.default_step_shape(scenario, "decode", batch=16)
+    )
+    assert coe.batch == 16 and coe.step_s == expert.step_s
+    assert coe.resource_s["ddr"] > 0 == alone.resource_s["ddr"]  # the embedding's rows
+    notes = [line for line in result.lines if "Composition of Experts is not" in line]
+    assert notes == [
+        "a Composition of Experts is not compared in coe={experts: 150, router: llama-3.1-8b}: "
+        "one expert (llama-3.1-8b) is timed alone, its decode step at the batch and its "
+        "prefill, with the batch capacity its HBM leaves beside the router and one cached "
+        "expert; not its turns of one expert at a time (a batch holds one expert's "
+        "requests), its expert switches or the router's prefills (rdu-sim run times them)"
+    ]
+    shown = CliRunner().invoke(
+        cli, ["compare", str(COE), "--hardware", "sn40l-8", "--vary", "coe.experts=1,150"]
+    )
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.stdout.split())
+    assert "a Composition of Experts is not compared: each column times one expert" in text
+    assert "--vary coe.experts: compare does not time a Composition of Experts' serving" in text
+
+
+def test_a_composition_of_experts_batch_that_leaves_no_expert_room_does_not_fit() -> None:
+    """A batch whose KV cache leaves HBM no room for one expert is a column that does not
+    fit, with the CoE plan's reason (as a run refuses it), where the model alone still fits."""
+    result = compare(COE, [], vary=["coe=null,{experts: 150, router: llama-3.1-8b}"], batch=480)
+    alone, coe = result.columns
+    assert alone.fits and not coe.fits
+    assert "no expert fits the HBM region" in coe.reason

@@ -9,9 +9,10 @@ one JSON object (`columns` in the order given, `lines`, `verdicts`). A system th
 not fit is a column saying so, and so is a combination of varied values the workload refuses
 while each value runs in another (`invalid` in the JSON); a value no combination accepts is
 one error line. What compare does not time is said under the table: a draft's part, for each
-column with one, and a `--vary` of a speculation field moves at most the memory plan
-(compare/why.py `not_compared`). `--set` applies to every run (a `hw.` path must exist in
-every hardware file given).
+column with one; a Composition of Experts' serving (its columns time one expert); and that a
+`--vary` of a speculation or coe field moves at most the memory plan (compare/why.py
+`not_compared`).
+`--set` applies to every run (a `hw.` path must exist in every hardware file given).
 """
 
 from __future__ import annotations

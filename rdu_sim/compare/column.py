@@ -72,6 +72,10 @@ class Column:
     # speculation's draft model, whose part compare does not time (``why.not_compared``);
     # None without a draft
     draft: str | None = None
+    # a Composition of Experts' experts: compare times one of them (its decode step at the
+    # batch, its prefill) at the batch capacity its CoE memory plan leaves, not the turns,
+    # switches and router prefills a run times (``why.not_compared``); None without one
+    coe_experts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (field names are the JSON keys)."""

@@ -152,10 +152,15 @@ NOT_TIMED: dict[str, str] = {
     "speculation": (
         "speculation (a draft's steps, the target's verify step, the tokens it accepts)"
     ),
+    "coe": (
+        "a Composition of Experts' serving (its turns of one expert at a time, its expert "
+        "switches, the router's prefills)"
+    ),
 }
 """The workload sections compare does not time, each in words: a column times its model's
 decode step and prefill alone, so a field of one moves at most the memory plan (a shared
-draft's weights and KV cache beside the slots, its rollback positions: the batch capacity);
+draft's weights and KV cache beside the slots, its rollback positions; the router's weights
+and one expert beside a CoE's slots: the batch capacity);
 ``rdu-sim run`` times them."""
 
 
@@ -167,7 +172,8 @@ def _labels(columns: Sequence[Column]) -> str:
 def not_compared(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
     """What the columns leave out, in words: for the columns with a draft (each model and
     draft once, naming the columns unless it is every column that fits), that its part is
-    not timed; for each ``varied`` field in a section compare does not time
+    not timed; likewise for a Composition of Experts, that one expert is timed and not its
+    serving; for each ``varied`` field in a section compare does not time
     (:data:`NOT_TIMED`), that its values move at most the memory plan."""
     fitting = [c for c in columns if c.fits]
     drafts: dict[tuple[str, str], list[Column]] = {}
@@ -183,6 +189,24 @@ def not_compared(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
         lines.append(
             f"speculation is not compared{where} alone, its decode step and its prefill, "
             f"without the draft {draft}'s part (rdu-sim run times the draft's part)"
+        )
+    experts: dict[str, list[Column]] = {}
+    for column in fitting:
+        if column.coe_experts is not None:
+            experts.setdefault(column.model, []).append(column)
+    for model, having in experts.items():
+        every = len(having) == len(fitting)
+        where = (
+            f": each column times one expert ({model})"
+            if every
+            else f" in {_labels(having)}: one expert ({model}) is timed"
+        )
+        lines.append(
+            f"a Composition of Experts is not compared{where} alone, its decode step at the "
+            "batch and its prefill, with the batch capacity its HBM leaves beside the router "
+            "and one cached expert; not its turns of one expert at a time (a batch holds one "
+            "expert's requests), its expert switches or the router's prefills (rdu-sim run "
+            "times them)"
         )
     for path in varied:
         section = path.split(".", 1)[0]
