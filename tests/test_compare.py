@@ -194,7 +194,9 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
         "the whole system"
     )
     assert "a KV slot keeping 32,768 tokens vs 131,072" in verdict
-    assert data["lines"][0].startswith("kv.policy=full: full KV, a slot keeping 131,072 tokens")
+    assert data["lines"][0].startswith(
+        "kv.policy=full served by sambastack-2025: full KV, a slot keeping 131,072 tokens"
+    )
     assert "bound by HBM bandwidth" in data["lines"][0]
     for text in (*data["lines"], verdict, "kv.policy=full", "kv.policy=snapstream"):
         assert text in printed.stdout.replace("\n", " ") or text in printed.stdout
@@ -509,6 +511,178 @@ def test_a_pipelined_variant_names_its_bubble_as_what_its_bound_leaves() -> None
     assert alone.step_s is not None and pipelined.step_s is not None
     slow = replace(alone, step_s=alone.step_s * 3)
     unexplained = verdict(pipelined, slow)
-    assert f"does not explain ({pipelined.label}: {words}; latencies," in unexplained
+    assert f"no one resource explains ({pipelined.label}: {words}; latencies," in unexplained
     assert "a pipeline's fill" in verdict(replace(pipelined, pipeline_bubble=None), slow)
     assert column_lines([alone])[0] == result.lines[0]
+
+
+def test_a_varied_value_is_labelled_in_yaml_words() -> None:
+    """A label reads as --vary takes the value (YAML's null, true, false), not Python's."""
+    assert Variant({"speculation": None}).label("sn40l-16") == "speculation=null"
+    assert Variant({"serving.x": True, "serving.y": False}).label("h") == (
+        "serving.x=true, serving.y=false"
+    )
+    assert Variant({"kv.policy": "full", "parallelism.tp": 8}).label("h") == (
+        "kv.policy=full, parallelism.tp=8"
+    )
+
+
+def test_one_slot_is_one_slot_in_the_verdict() -> None:
+    from dataclasses import replace
+
+    from rdu_sim.compare.why import verdict
+
+    (column,) = compare(WORKLOAD, [SN40L_8], batch=1).columns
+    said = verdict(replace(column, label="b"), column)
+    assert "Why: the same batch (1 slot);" in said
+    many = compare(WORKLOAD, [SN40L_8], batch=2).columns[0]
+    assert "Why: the same batch (2 slots);" in verdict(replace(many, label="b"), many)
+
+
+def test_a_step_its_bound_leaves_half_unexplained_names_its_next_resource() -> None:
+    """At batch 1 the H100's HBM time is under half its step: the verdict names what takes
+    most of the rest (its kernel boundaries, the step's bound report's time) before the time
+    no resource explains, and says each word once."""
+    result = compare(WORKLOAD, [SN40L_8, DGX], batch=1)
+    sn40l, gpu = result.columns
+    (said,) = result.verdicts
+    timing = api.step(WORKLOAD, {"hardware": str(DGX)}, batch=1).detail
+    bound = step_bound(timing, api.load(WORKLOAD, {"hardware": str(DGX)}).hardware)
+    assert gpu.bound == "hbm" and gpu.bound_s is not None and gpu.step_s is not None
+    assert sn40l.bound_s is not None and sn40l.step_s is not None
+    assert gpu.bound_s / gpu.step_s < 0.5 <= sn40l.bound_s / sn40l.step_s
+    others = {k: t for k, t in bound.times().items() if k != "hbm"}
+    assert max(others, key=lambda k: others[k]) == "boundaries"
+    boundaries = bound.boundaries_s
+    assert gpu.resource_s["boundaries"] == boundaries
+    assert (
+        "; the largest other: dgx-h100's kernel boundaries (launch and sync), "
+        f"{human.duration(boundaries)} alone ({human.percent(boundaries / gpu.step_s)} of its "
+        "step); the rest is time no one resource explains (latencies, a pipeline's fill, "
+        "resources waiting on each other)." in said
+    )
+    assert said.count("latencies") == 1
+    assert "sn40l-8's" not in said  # its HBM time explains most of its step
+
+
+def test_each_column_names_its_serving_stack() -> None:
+    """The stack moves the comparison (its host time, its batch limit), so each column names
+    it: ``stack`` in the JSON as a run's and a step's JSON do, a table row and each line in
+    the step header's words; ``--set stack=none`` says the device alone."""
+    args = ["compare", str(WORKLOAD), "--hardware", "sn40l-8", "--hardware", "dgx-h100"]
+    shown = CliRunner().invoke(cli, [*args, "--batch", "1", "--json"])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    stacks = [c["stack"] for c in data["columns"]]
+    ran = [
+        api.load(WORKLOAD, {"hardware": h, "stack": None}).stack.name
+        for h in ("sn40l-8", "dgx-h100")
+    ]
+    assert stacks == ran == ["sambastack-2025", "tensorrt-llm"]
+    assert data["lines"][0].startswith("sn40l-8 served by sambastack-2025: full KV")
+    assert data["lines"][1].startswith("dgx-h100 served by tensorrt-llm: full KV")
+    bare = CliRunner().invoke(cli, [*args, "--batch", "1", "--set", "stack=none"])
+    assert bare.exit_code == 0, bare.output
+    (row,) = [line for line in bare.stdout.splitlines() if line.startswith("│ serving stack")]
+    assert [cell.strip() for cell in row.split("│")[2:4]] == ["none (the device alone)"] * 2
+    assert "sn40l-8 on the device alone (no serving stack): full KV" in bare.stdout
+
+
+SPECDEC = REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
+DRAFT = "{draft: llama-3.2-1b, decoding: {draft_tokens: 8, acceptance: 0.5}}"
+
+
+def test_the_speculation_note_names_each_column_with_a_draft_in_any_order() -> None:
+    """The note is each column's, not the first's: varying speculation on and off says the
+    same of the column with a draft whichever comes first, and the varied field is noted as
+    one compare does not time."""
+    said = []
+    for values in (f"null,{DRAFT}", f"{DRAFT},null"):
+        result = compare(SPECDEC, [], vary=[f"speculation={values}"], batch=8)
+        drafted = [c for c in result.columns if c.draft is not None]
+        assert [c.draft for c in result.columns].count(None) == 1
+        assert [c.label for c in drafted] == [f"speculation={DRAFT}"]
+        notes = [line for line in result.lines if "speculation is not" in line]
+        assert notes == [
+            f"speculation is not compared in speculation={DRAFT}: llama-3.1-70b is timed alone, "
+            "its decode step and its prefill, without the draft llama-3.2-1b's part (rdu-sim "
+            "run times the draft's part)"
+        ]
+        assert "--vary speculation: compare does not time speculation" in result.lines[-1]
+        said.append(notes)
+    assert said[0] == said[1]
+
+
+def test_a_varied_speculation_field_is_noted_and_moves_only_the_memory_plan() -> None:
+    """``--vary speculation.decoding.draft_tokens``: compare times no draft round, so the
+    field is noted; what it does move is the memory plan (the verify step's rollback
+    positions in each slot: the batch capacity, here with no stack's cap on it)."""
+    result = compare(
+        SPECDEC, [], {"stack": "none"}, vary=["speculation.decoding.draft_tokens=1,16"]
+    )
+    one, sixteen = result.columns
+    assert one.step_s == sixteen.step_s and one.draft == sixteen.draft == "llama-3.2-1b"
+    assert one.batch_capacity is not None and sixteen.batch_capacity is not None
+    assert sixteen.batch_capacity < one.batch_capacity
+    assert result.lines[2].startswith("speculation is not compared: each column times ")
+    assert result.lines[3] == (
+        "--vary speculation.decoding.draft_tokens: compare does not time speculation (a "
+        "draft's steps, the target's verify step, the tokens it accepts), so its values move "
+        "at most each column's memory plan (its batch capacity); rdu-sim run times them "
+        "(rdu-sim sweep varies them)"
+    )
+    shown = CliRunner().invoke(
+        cli, ["compare", str(SPECDEC), "--vary", "speculation.decoding.draft_tokens=1,8", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert [c["draft"] for c in json.loads(shown.stdout)["columns"]] == ["llama-3.2-1b"] * 2
+
+
+COE = REPO / "workloads" / "samba-coe-150x8b-8socket.yaml"
+
+
+def test_a_composition_of_experts_column_times_one_expert_in_its_own_memory_plan() -> None:
+    """A CoE column times one expert as a CoE run does (its steps' scenario, the embedding
+    read from DDR) at the batch capacity of the CoE plan (slots beside the router and one
+    cached expert: fewer than the whole HBM gives the model alone), and says what it leaves
+    out; --vary coe.experts is noted as a field compare does not time."""
+    from rdu_sim.serving.coe import coe_capacity, expert_step_scenario, router_scenario
+
+    bare = {"stack": "none"}
+    result = compare(COE, [], bare, vary=["coe=null,{experts: 150, router: llama-3.1-8b}"])
+    alone, coe = result.columns
+    scenario = api.load(COE, bare)
+    assert scenario.workload.coe is not None
+    planned = coe_capacity(scenario, router_scenario(scenario, scenario.workload.coe))
+    whole = api.EngineBackend().batch_capacity(scenario)
+    assert coe.batch_capacity == planned < whole == alone.batch_capacity
+    assert (coe.coe_experts, alone.coe_experts) == (150, None)
+    expert = api.EngineBackend().step_cost(
+        expert_step_scenario(scenario), api.default_step_shape(scenario, "decode", batch=16)
+    )
+    assert coe.batch == 16 and coe.step_s == expert.step_s
+    assert coe.resource_s["ddr"] > 0 == alone.resource_s["ddr"]  # the embedding's rows
+    notes = [line for line in result.lines if "Composition of Experts is not" in line]
+    assert notes == [
+        "a Composition of Experts is not compared in coe={experts: 150, router: llama-3.1-8b}: "
+        "one expert (llama-3.1-8b) is timed alone, its decode step at the batch and its "
+        "prefill, with the batch capacity its HBM leaves beside the router and one cached "
+        "expert; not its turns of one expert at a time (a batch holds one expert's "
+        "requests), its expert switches or the router's prefills (rdu-sim run times them)"
+    ]
+    shown = CliRunner().invoke(
+        cli, ["compare", str(COE), "--hardware", "sn40l-8", "--vary", "coe.experts=1,150"]
+    )
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.stdout.split())
+    assert "a Composition of Experts is not compared: each column times one expert" in text
+    assert "--vary coe.experts: compare does not time a Composition of Experts' serving" in text
+
+
+def test_a_composition_of_experts_batch_that_leaves_no_expert_room_does_not_fit() -> None:
+    """A batch whose KV cache leaves HBM no room for one expert is a column that does not
+    fit, with the CoE plan's reason (as a run refuses it), where the model alone still fits."""
+    result = compare(COE, [], vary=["coe=null,{experts: 150, router: llama-3.1-8b}"], batch=480)
+    alone, coe = result.columns
+    assert alone.fits and not coe.fits
+    assert "no expert fits the HBM region" in coe.reason

@@ -8,8 +8,11 @@ step, and why each wins or loses against the first (rdu_sim/compare/why.py); or 
 one JSON object (`columns` in the order given, `lines`, `verdicts`). A system the model does
 not fit is a column saying so, and so is a combination of varied values the workload refuses
 while each value runs in another (`invalid` in the JSON); a value no combination accepts is
-one error line. `--set` applies to every run (a `hw.` path must exist in
-every hardware file given).
+one error line. What compare does not time is said under the table: a draft's part, for each
+column with one; a Composition of Experts' serving (its columns time one expert); and that a
+`--vary` of a speculation or coe field moves at most the memory plan (compare/why.py
+`not_compared`).
+`--set` applies to every run (a `hw.` path must exist in every hardware file given).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
 from rdu_sim.config.parallelism import describe_layout
+from rdu_sim.config.stack import NONE
 from rdu_sim.interrupts import keeps_on_stop
 
 
@@ -63,10 +67,18 @@ def _prompt(column: Column) -> str:
     return f" ({tokens:,} tokens)"
 
 
+def _stack(column: Column) -> str:
+    """The serving stack's name, or ``none (the device alone)`` (``served_by``'s words)."""
+    if not column.stack:  # an invalid combination: nothing was loaded
+        return human.MISSING
+    return f"{NONE} (the device alone)" if column.stack == NONE else column.stack
+
+
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("hardware", lambda c: c.hardware),
     ("kind", lambda c: c.kind),
     ("devices (instances x layout)", _devices),
+    ("serving stack", lambda c: _stack(c)),
     ("fusion", lambda c: c.fusion),
     ("batch capacity", lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity)),
     (

@@ -11,20 +11,24 @@ the workload's batch slots, or each system's own batch capacity when they say ``
 longest cache the KV policy keeps), and the prefill of the workload's typical prompt
 (``typical_prefill_prompt``) as a server runs it: padded up to its compiled prompt bucket or
 cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times; the
-target's alone: a workload's draft is not compared, and its lines say so). A
+target's alone: a draft's part is not compared, and the lines say so of each column with a
+draft, and of a varied field compare does not time, ``why.not_compared``). A Composition of
+Experts' column times one expert as its run does (``_coe_expert``: the batch capacity of
+the CoE memory plan, not its turns, switches or router, which the lines say). A
 system the model does not fit (weights, KV cache and activations beyond its memory) is a
 column saying so, with the compiler's reason, not an error; so is a combination of varied
 values the workload refuses while each value runs in another combination (``dp_attention=16``
 with ``ep=64``), with the refusal's reason. A value no combination accepts is an error, one
 line, before anything is simulated.
 
-Each column reports the step time, tokens/s per user (one token per step) and in total
-(the batch's tokens per step, for one model instance, a replica of the workload's layout
-over ``tp x dp_attention x pp`` devices with every attention rank's batch, and for every
-instance the system holds), and the share of its peak HBM bandwidth and FLOP/s the step
-achieved, and what binds the decode step (``report.bound``); ``rdu_sim.compare.why`` says
-in words what differs and why one variant wins. ``compare_batches`` repeats the comparison
-over batch sizes (the notebook's curves, the ``compare`` plot's lines).
+Each column names the serving stack it ran under and reports the step time, tokens/s per
+user (one token per step) and in total (the batch's tokens per step, for one model instance,
+a replica of the workload's layout over ``tp x dp_attention x pp`` devices with every
+attention rank's batch, and for every instance the system holds), and the share of its peak
+HBM bandwidth and FLOP/s the step achieved, and what binds the decode step
+(``report.bound``); ``rdu_sim.compare.why`` says in words what differs and why one variant
+wins. ``compare_batches`` repeats the comparison over batch sizes (the notebook's curves,
+the ``compare`` plot's lines).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 from rdu_sim import human
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compare.column import Column, Comparison
-from rdu_sim.compare.why import column_lines, verdicts
+from rdu_sim.compare.why import column_lines, not_compared, verdicts
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
@@ -50,6 +54,12 @@ from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.bound import step_bound
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.coe import (
+    coe_capacity,
+    expert_step_scenario,
+    region_experts,
+    router_scenario,
+)
 from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.serving.step_shape import typical_prefill_prompt
@@ -89,8 +99,12 @@ class Variant:
 
 
 def _shown(value: Any) -> str:
-    """A varied value as ``--vary`` takes it: a mapping in YAML's flow form
-    (``{tp: 16, pp: 4}``), not Python's repr."""
+    """A varied value as ``--vary`` takes it: YAML's words and flow form (``null``,
+    ``true``, ``{tp: 16, pp: 4}``), not Python's repr (``None``, ``True``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
@@ -188,13 +202,7 @@ def compare(
         else _column(found, side, batch, context)
         for found, side in zip(loaded, sides, strict=True)
     )
-    lines = column_lines(columns)
-    if first.draft is not None:  # the steps compared are the target's
-        lines.append(
-            f"speculation is not compared: each column times {first.model.name} alone, its "
-            f"decode step and its prefill, without the draft {first.draft.model.name}'s part "
-            "(rdu-sim run times the draft's part)"
-        )
+    lines = [*column_lines(columns), *not_compared(columns, list(sides[0].settings))]
     return Comparison(
         first.workload.name,
         first.model.name,
@@ -291,6 +299,22 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
     return merged
 
 
+def _coe_expert(scenario: Scenario, batch: int | None) -> tuple[Scenario, int, int]:
+    """A Composition of Experts' columns time one expert as its run does
+    (``serving.coe``): the scenario its steps run (the embedding table read from DDR), the
+    batch capacity of its memory plan (the slots that leave HBM room for the router and one
+    cached expert, not the whole HBM), and the decode batch (``batch``, else
+    ``serving.batch_slots``, a number for a CoE); CapacityError when that batch leaves no
+    expert room, as the run says it."""
+    coe = scenario.workload.coe
+    assert coe is not None
+    router = router_scenario(scenario, coe)
+    capacity = coe_capacity(scenario, router)
+    slots = batch if batch is not None else scenario.workload.serving.slots_for(lambda: capacity)
+    region_experts(scenario, router, slots)  # raises when not one expert fits beside them
+    return expert_step_scenario(scenario), capacity, slots
+
+
 def _column(scenario: Scenario, side: Variant, batch: int | None, context: int | None) -> Column:
     """One variant's figures. A model instance is one replica of the workload's layout
     (``replica_devices``: tp x dp_attention x pp devices), and the system holds as many as
@@ -315,24 +339,32 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         attention_ranks=ranks,
         fusion=fusion_level(scenario),
         fits=False,
+        model=scenario.model.name,
+        stack=scenario.stack.name,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
         peak_flops=peak_matrix_flops(scenario),
         label=side.label(hardware.name),
         settings=dict(side.settings),
+        draft=None if scenario.draft is None else scenario.draft.model.name,
+        coe_experts=None if scenario.workload.coe is None else scenario.workload.coe.experts,
         kv_policy=scenario.workload.kv.policy,
         slot_tokens=scenario.kv_policy.slot_tokens(),
     )
     backend = EngineBackend()
     try:
-        capacity = backend.batch_capacity(scenario)
-        slots = batch if batch is not None else resolve_batch_slots(scenario, backend)[1]
-        decode = default_step_shape(scenario, "decode", batch=slots, context=context)
-        cost = backend.step_cost(scenario, decode)
+        if scenario.workload.coe is None:
+            timed = scenario
+            capacity = backend.batch_capacity(scenario)
+            slots = batch if batch is not None else resolve_batch_slots(scenario, backend)[1]
+        else:
+            timed, capacity, slots = _coe_expert(scenario, batch)
+        decode = default_step_shape(timed, "decode", batch=slots, context=context)
+        cost = backend.step_cost(timed, decode)
         # the typical prompt as a server runs it (its bucket, or chunks): run's prefill_s
-        prompt = typical_prefill_prompt(scenario)
-        prefill_shapes = served_prefill_steps(scenario, prompt)
-        cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
-        prefill_s = prefill_seconds(cache, scenario, prompt)
+        prompt = typical_prefill_prompt(timed)
+        prefill_shapes = served_prefill_steps(timed, prompt)
+        cache = StepCache(lambda shape: backend.step_cost(timed, shape))
+        prefill_s = prefill_seconds(cache, timed, prompt)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail

@@ -20,6 +20,10 @@ class Column:
     instances: int  # model instances (replicas) the system holds: devices // instance_devices
     fusion: str  # the fusion level the compiler used
     fits: bool
+    model: str = ""  # the model timed (the workload's, or a varied one)
+    # the serving stack that ran (stacks/; 'none': the hardware alone), as a run's and a
+    # step's JSON name it: the host time and batch limit it brings move the comparison
+    stack: str = ""
     reason: str = ""
     # a combination of varied values the workload refuses (``reason`` says why; each value
     # runs in another combination): nothing was compiled, ``fits`` is False
@@ -65,6 +69,13 @@ class Column:
     # a pipelined decode step's bubble, its stages' idle share (``report.bound``); None
     # without a pipeline
     pipeline_bubble: float | None = None
+    # speculation's draft model, whose part compare does not time (``why.not_compared``);
+    # None without a draft
+    draft: str | None = None
+    # a Composition of Experts' experts: compare times one of them (its decode step at the
+    # batch, its prefill) at the batch capacity its CoE memory plan leaves, not the turns,
+    # switches and router prefills a run times (``why.not_compared``); None without one
+    coe_experts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (field names are the JSON keys)."""

@@ -18,11 +18,14 @@ from collections.abc import Sequence
 from rdu_sim import human
 from rdu_sim.compare.column import Column
 from rdu_sim.report.bound import RESOURCES, bubble_words, others_alone
+from rdu_sim.report.console import served_by
 
 UNEXPLAINED = 0.5
 """Below this share of its step, the binding resource's time does not explain the step: the
-rest is time no one resource explains (latencies, a pipeline's fill and drain, resources
-waiting on each other), and the verdict says so rather than crediting the resource."""
+verdict names the largest other resource's time in that step (kernel boundaries, host time,
+launches: ``report.bound``), then says the rest is time no one resource explains
+(latencies, a pipeline's fill and drain, resources waiting on each other), rather than
+crediting the binding resource."""
 
 
 DIFFERENT_REST = 0.15
@@ -94,17 +97,36 @@ def _bubbles(a: Column, b: Column) -> list[str]:
 
 
 def _rest(a: Column, b: Column) -> str:
-    """What the time the binding resource does not explain may hold: a pipelined variant's
-    bubble by name (:func:`_bubbles`), and latencies and resources waiting on each other."""
+    """What the time no one resource explains may hold: a pipelined variant's bubble by
+    name (:func:`_bubbles`), and latencies and resources waiting on each other."""
     bubbles = _bubbles(a, b)
-    others = "latencies, resources waiting on each other"
+    others = "resources waiting on each other"
     return (
-        f"{'; '.join(bubbles)}; {others}" if bubbles else f"latencies, a pipeline's fill, {others}"
+        f"{'; '.join(bubbles)}; latencies, {others}"
+        if bubbles
+        else f"latencies, a pipeline's fill, {others}"
+    )
+
+
+def _next_largest(column: Column) -> str:
+    """The largest resource time of ``column``'s step beside its binding resource's, in
+    words (``dgx-h100's kernel boundaries (launch and sync), 5.29 ms alone (41.7% of its
+    step)``), from the step's bound report (``report.bound``); nothing when no other
+    resource takes time."""
+    others = {k: t for k, t in column.resource_s.items() if k != column.bound and t > 0}
+    if not others or column.step_s is None:
+        return ""
+    name = max(others, key=lambda k: others[k])  # ties: the first in RESOURCES' order
+    time = others[name]
+    return (
+        f"{column.label}'s {RESOURCES.get(name, name)}, {human.duration(time)} alone "
+        f"({human.percent(time / column.step_s)} of its step)"
     )
 
 
 def column_lines(columns: Sequence[Column]) -> list[str]:
-    """One line per variant: what it sets, and what binds its decode step."""
+    """One line per variant: what it sets (and the serving stack it runs under), and what
+    binds its decode step."""
     lines = []
     for column in columns:
         if not column.fits:
@@ -115,13 +137,85 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
         resource = RESOURCES.get(column.bound or "", "an unknown resource")
         lines.append(
-            f"{column.label}: {column.kv_policy} KV{slot} tokens, batch {column.batch:,} of "
+            f"{column.label} {served_by(column.stack)}: {column.kv_policy} KV{slot} tokens, "
+            f"batch {column.batch:,} of "
             f"{column.batch_capacity:,}{_ranks(column, column.batch)}; decode step "
             f"{human.duration(column.step_s)} bound by "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
             f": {_demand(column)}; each resource alone: "
             f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"
         )
+    return lines
+
+
+NOT_TIMED: dict[str, str] = {
+    "speculation": (
+        "speculation (a draft's steps, the target's verify step, the tokens it accepts)"
+    ),
+    "coe": (
+        "a Composition of Experts' serving (its turns of one expert at a time, its expert "
+        "switches, the router's prefills)"
+    ),
+}
+"""The workload sections compare does not time, each in words: a column times its model's
+decode step and prefill alone, so a field of one moves at most the memory plan (a shared
+draft's weights and KV cache beside the slots, its rollback positions; the router's weights
+and one expert beside a CoE's slots: the batch capacity);
+``rdu-sim run`` times them."""
+
+
+def _labels(columns: Sequence[Column]) -> str:
+    """Variants by label, ``;`` between them (a label may hold commas)."""
+    return "; ".join(c.label for c in columns)
+
+
+def not_compared(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
+    """What the columns leave out, in words: for the columns with a draft (each model and
+    draft once, naming the columns unless it is every column that fits), that its part is
+    not timed; likewise for a Composition of Experts, that one expert is timed and not its
+    serving; for each ``varied`` field in a section compare does not time
+    (:data:`NOT_TIMED`), that its values move at most the memory plan."""
+    fitting = [c for c in columns if c.fits]
+    drafts: dict[tuple[str, str], list[Column]] = {}
+    for column in fitting:
+        if column.draft is not None:
+            drafts.setdefault((column.model, column.draft), []).append(column)
+    lines = []
+    for (model, draft), having in drafts.items():
+        every = len(having) == len(fitting)
+        where = (
+            f": each column times {model}" if every else f" in {_labels(having)}: {model} is timed"
+        )
+        lines.append(
+            f"speculation is not compared{where} alone, its decode step and its prefill, "
+            f"without the draft {draft}'s part (rdu-sim run times the draft's part)"
+        )
+    experts: dict[str, list[Column]] = {}
+    for column in fitting:
+        if column.coe_experts is not None:
+            experts.setdefault(column.model, []).append(column)
+    for model, having in experts.items():
+        every = len(having) == len(fitting)
+        where = (
+            f": each column times one expert ({model})"
+            if every
+            else f" in {_labels(having)}: one expert ({model}) is timed"
+        )
+        lines.append(
+            f"a Composition of Experts is not compared{where} alone, its decode step at the "
+            "batch and its prefill, with the batch capacity its HBM leaves beside the router "
+            "and one cached expert; not its turns of one expert at a time (a batch holds one "
+            "expert's requests), its expert switches or the router's prefills (rdu-sim run "
+            "times them)"
+        )
+    for path in varied:
+        section = path.split(".", 1)[0]
+        if section in NOT_TIMED:
+            lines.append(
+                f"--vary {path}: compare does not time {NOT_TIMED[section]}, so its values "
+                "move at most each column's memory plan (its batch capacity); rdu-sim run "
+                "times them (rdu-sim sweep varies them)"
+            )
     return lines
 
 
@@ -140,10 +234,18 @@ def _step_why(a: Column, b: Column) -> str:
     resource = RESOURCES.get(a.bound or "", "?")
     shares = (_share(a), _share(b))
     if min(shares) < UNEXPLAINED:
+        # the resource that takes the most of what the binding one leaves, in each step the
+        # binding one does not explain, before the time no resource explains
+        named = [
+            words
+            for c, share in zip((a, b), shares, strict=True)
+            if share < UNEXPLAINED and (words := _next_largest(c))
+        ]
+        largest = f"; the largest other: {'; '.join(named)}" if named else ""
         return (
             f"{head}; both read as bound by {resource}, but it takes only "
-            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of their step time: the "
-            f"rest is time the binding resource does not explain ({_rest(a, b)})"
+            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of their step "
+            f"time{largest}; the rest is time no one resource explains ({_rest(a, b)})"
         )
     demands = {
         "hbm": (a.hbm_bytes, b.hbm_bytes, a.peak_hbm_bandwidth, b.peak_hbm_bandwidth, "traffic"),
@@ -200,7 +302,7 @@ def verdict(a: Column, b: Column) -> str:
                 batch += f", a KV slot keeping {a.slot_tokens:,} tokens vs {b.slot_tokens:,}"
         reasons.append(batch + ")")
     else:
-        reasons.append(f"the same batch ({a.batch} slots)")
+        reasons.append(f"the same batch ({human.count(a.batch, 'slot')})")
     if a.instances != b.instances:
         reasons.append(f"the system holds {_instances(a)} vs {_instances(b)}")
     reasons.append(_step_why(a, b))
