@@ -231,6 +231,54 @@ def test_the_inputs_that_wait_for_a_routing_hold_the_layer() -> None:
     assert run.stats.hbm_bytes == pytest.approx(16e6, rel=1e-12)
 
 
+def _row_beside(fork_is_a_row: bool = False) -> list[StageProgram]:
+    """MLA's head_split shape at batch 1 in five stages: f (kv_a_proj) feeds n (kv_norm),
+    which finishes its one row only at the row's end, then u (kv_b_proj); beside them b
+    (rope_k); the join j (the attention) takes u and b."""
+    stages = [
+        _stage("f", 0.0, 1600.0),
+        _stage("n", 0.0, 1600.0, ("f",)),
+        _stage("u", 0.0, 1600.0, ("n",)),
+        _stage("b", 0.0, 1600.0, ("f",)),
+        _stage("j", 0.0, 0.0, ("u", "b")),
+    ]
+    rows = {"n", "f"} if fork_is_a_row else {"n"}
+    return [replace(s, whole_row_outputs=1) if s.name in rows else s for s in stages]
+
+
+def test_a_branch_beside_a_row_holds_the_layer_where_it_joins_further_down() -> None:
+    """u takes nothing of n's row before it ends, so j waits for the row too: b's tiles
+    must wait at j, or b stalls on two slots, f behind it, and n never gets the rest of its
+    row (head_split at batch 1 deadlocked so: kv_a_proj -> kv_norm -> kv_b_proj beside
+    kv_a_proj -> rope_k). When f is itself a row, its edges hold the layer already, so
+    b's stalling reaches nothing of n's and b -> j keeps two slots."""
+    stages = _row_beside()
+    assert whole_layer_edges(stages, looped=False) == {("n", "u", False), ("b", "j", False)}
+    rows_first = _row_beside(fork_is_a_row=True)
+    assert whole_layer_edges(rows_first, looped=False) == {
+        ("f", "n", False),
+        ("f", "b", False),
+        ("n", "u", False),
+    }
+    # and in the engine: 16 tiles of the layer, both shapes run (the first deadlocked)
+    scenario = api.load(LLAMA)
+    for shape in (stages, rows_first):
+        kernel = KernelProgram("row", calls=1, looped=False, stages=tuple(shape), tiles=16)
+        sim = KernelSim(
+            kernel,
+            scenario.hardware,
+            1,
+            scenario.workload.engine,
+            tile_works(kernel, 16, scenario.hardware.socket),
+            layers=1,
+            looped=False,
+            max_events=10**6,
+        )
+        slots = {b.name: b.capacity for b in sim.pipelines[0].buffers["j"]}
+        assert slots == {"u->j": 2, "b->j": 16 if shape is stages else 2}
+        assert sim.finish().stats.time_s > 0
+
+
 def _exchange() -> list[StageProgram]:
     """Expert parallelism's shape: n feeds a dispatch d (an all-to-all), the experts e and
     their combine x (another), and beside them a shared branch s1 -> s2; the join j adds

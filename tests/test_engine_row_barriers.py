@@ -10,16 +10,18 @@ rule (`compiler.row_barriers`)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from test_engine_programs import hardware, kernel, program, stage
 
 from rdu_sim import api
 from rdu_sim.compiler import Compiler
+from rdu_sim.compiler.buffers import Edge
 from rdu_sim.compiler.program import Program
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.config.workload import EngineConfig
-from rdu_sim.engine import simulate_step
+from rdu_sim.engine import kernel_pipeline, simulate_step
 from rdu_sim.shapes import StepShape
 
 ZERO = hardware()
@@ -155,3 +157,83 @@ def test_a_two_layer_loop_body_with_row_barriers_does_not_deadlock(tiles: int) -
     fast = api.step(path, [f"engine.tiles_per_stage={tiles}"], **shape).step_s
     full = api.step(path, [f"engine.tiles_per_stage={tiles}", "engine.fast_forward=false"], **shape)
     assert fast == pytest.approx(full.step_s, rel=5e-4)
+
+
+def _beside_a_row_further_down() -> Program:
+    """x feeds a, which finishes its one row only at the row's end, then d; beside them b;
+    c takes d and b. d hands nothing of the row on before a has finished it, so c waits
+    for the row, and b's tiles wait at c (compiler.buffers.row_bypass_edges)."""
+    x = stage("x", pcus=PCUS, flops=1e11, out=1e6)
+    a = dataclasses.replace(
+        stage("a", pcus=PCUS, flops=1e12, inputs=("x",), out=1e6), whole_row_outputs=1
+    )
+    d = stage("d", pcus=PCUS, flops=1e11, inputs=("a",), out=1e6)
+    b = stage("b", pcus=PCUS, flops=1e11, inputs=("x",), out=1e6)
+    c = stage("c", pcus=PCUS, flops=1e11, inputs=("d", "b"))
+    return program([kernel("k", [x, a, d, b, c])])
+
+
+def test_a_consumer_a_stage_below_a_row_and_beside_it_does_not_deadlock() -> None:
+    # a's row (x streams into it), then d (c streams with it); b's tiles wait at c meanwhile
+    t = simulate_step(_beside_a_row_further_down(), ZERO).step_s
+    assert t == pytest.approx(compute_s(1e12) + compute_s(1e11), rel=1e-4)
+
+
+def test_a_deadlock_names_the_stages_left_waiting_and_for_what(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # two slots on b -> c, as before the rule: the deadlock it avoids, and its report
+    slots_by_edge = kernel_pipeline.slots_by_edge
+
+    def two(*args: Any) -> dict[Edge, int]:
+        return {**slots_by_edge(*args), ("b", "c", False): 2}
+
+    monkeypatch.setattr(kernel_pipeline, "slots_by_edge", two)
+    with pytest.raises(RuntimeError) as caught:
+        simulate_step(_beside_a_row_further_down(), ZERO, EngineConfig(tiles_per_stage=8))
+    # the cycle: c waits for d, d for a's row, a for x's tile 4, x for room beside b, b
+    # for room at c
+    other = "a producer's tile or row, a collective or its loads"
+    assert str(caught.value) == (
+        "kernel 'k': no event left before the run ended (the pipeline deadlocked; on "
+        "socket 0: x (layer 0 tile 4) waits for a slot in x->b (2 full); "
+        f"a (layer 0 tile 4) waits for {other}; d (layer 0 tile 0) waits for {other}; "
+        "b (layer 0 tile 2) waits for a slot in b->c (2 full); "
+        "c (layer 0 tile 0) waits for a tile from d->c)"
+    )
+
+
+DEEPSEEK_EP = "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml"
+
+
+def test_mla_layouts_at_tp_one_batch_one_differ_only_by_what_the_cache_holds() -> None:
+    """At tp=1 nothing is split: replicated and sequence_split are the same step (the latent
+    cache, attention absorbed), and head_split (it deadlocked at batch 1: kv_b_proj waits
+    for kv_norm's row beside rope_k) is the non-absorbed form over the up-projected
+    per-head cache: it reads and writes heads x (qk_nope + qk_rope + v) values a token and
+    layer instead of kv_lora_rank + qk_rope, fewer attention FLOPs, a slower step."""
+    shape = {"batch": 1}
+    steps = {
+        layout: api.step(DEEPSEEK_EP, [f"parallelism.mla_cache_layout={layout}"], **shape)
+        for layout in ("replicated", "sequence_split", "head_split")
+    }
+    replicated, split, heads = (s.detail for s in steps.values())
+    assert replicated.tp == 1
+    assert replicated.step_s == split.step_s
+    assert replicated.bytes_by_tier == split.bytes_by_tier
+    m = api.load(DEEPSEEK_EP).model
+    per_head = m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) * 2
+    latent = (m.kv_lora_rank + m.qk_rope_head_dim) * 2
+    # every layer reads the cached tokens (its one decode bucket, 8,192) and writes the new one
+    assert heads.context == split.context == 8192
+    more = m.layers * (split.context + 1) * (per_head - latent)
+    assert heads.bytes_by_tier["hbm"] - split.bytes_by_tier["hbm"] == more
+    assert heads.bytes_by_tier["p2p"] == split.bytes_by_tier["p2p"]
+    assert steps["head_split"].flops < steps["sequence_split"].flops
+    hbm = api.load(DEEPSEEK_EP).hardware.socket.hbm
+    assert heads.step_s > split.step_s + more / hbm.bandwidth
+    # and without kernel looping (each layer its own call)
+    unlooped = api.step(
+        DEEPSEEK_EP, ["parallelism.mla_cache_layout=head_split", "kernel_looping=false"], **shape
+    )
+    assert unlooped.step_s > heads.step_s

@@ -116,7 +116,7 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
     deadlock. With fewer rows than tiles, a stage finishing rows only at their end
     (``whole_row_outputs``) hands over a row's tiles before any is usable, so its edges hold
     the row, and so do its consumers' other inputs, which wait with it (a few rows of
-    activations)."""
+    activations), and the inputs that wait with it further down (``row_bypass_edges``)."""
     reach = downstream(stages)
     skips = skip_edges(stages, reach)
     selector = {s.name: s.selected_by for s in stages}
@@ -124,7 +124,7 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
     gated |= set().union(*(reach[name] for name in gated))
     rows = {s.name for s in stages if s.whole_row_outputs > 0}
     row_fed = {s.name for s in stages if rows.intersection(s.inputs)}
-    return {
+    whole = {
         edge
         for edge in pipeline_edges(stages, looped)
         if edge[2]
@@ -133,6 +133,39 @@ def whole_layer_edges(stages: Sequence[StageProgram], looped: bool) -> set[Edge]
         or (edge[1] in gated and edge[0] not in gated)
         or edge[0] in rows
         or edge[1] in row_fed
+    }
+    return whole | row_bypass_edges(stages, reach, whole)
+
+
+def row_bypass_edges(
+    stages: Sequence[StageProgram], reach: Mapping[str, set[str]], whole: set[Edge]
+) -> set[Edge]:
+    """Edges that hold the layer because their consumer waits for a row further up: it is
+    downstream of a stage finishing rows only at their end (``whole_row_outputs``; the
+    stages between take nothing of the row before it ends, so they hand nothing on before
+    either), and the producer is on a branch beside the row whose stalling reaches back
+    (through edges not in ``whole``: a producer on a whole edge never waits for its
+    consumer) to a stage the row is computed from. With two slots the branch fills, stalls
+    that stage, and the row never ends: a deadlock (MLA's head_split at batch 1:
+    kv_a_proj feeds kv_norm, a row, then kv_b_proj, and beside them rope_k, both into
+    kv_write and the attention). A row's direct consumers are in ``whole`` already."""
+    upstream: dict[str, set[str]] = {}  # each stage and the stages it is computed from
+    stalls: dict[str, set[str]] = {}  # each stage and the stages its stalling stalls
+    for stage in stages:  # topological order: producers first
+        name = stage.name
+        upstream[name] = {name}.union(*(upstream[p] for p in stage.inputs))
+        held = (stalls[p] for p in stage.inputs if (p, name, False) not in whole)
+        stalls[name] = {name}.union(*held)
+    rows = [s.name for s in stages if s.whole_row_outputs > 0]
+    return {
+        (producer, stage.name, False)
+        for stage in stages
+        for producer in stage.inputs
+        for row in rows
+        if stage.name in reach[row]
+        and producer != row
+        and producer not in reach[row]
+        and not stalls[producer].isdisjoint(upstream[row])
     }
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from rdu_sim.compiler.buffers import BufferRule, pipeline_edges, slots_by_edge
+from rdu_sim.compiler.buffers import BufferRule, Edge, pipeline_edges, slots_by_edge
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.config.hardware import SocketConfig
 from rdu_sim.des.environment import Event
@@ -77,6 +77,7 @@ class KernelPipeline:
         self.runners: dict[str, StageRunner] = {}
         self.pcus: dict[str, PCUGroup] = {}
         self.buffers: dict[str, list[StageBuffer]] = {}  # consumer -> its input buffers
+        self.edge_buffers: dict[Edge, StageBuffer] = {}
         for stage in kernel.stages:
             group = None
             if stage.pcus > 0:
@@ -133,6 +134,7 @@ class KernelPipeline:
             row = self.runners[producer].whole_rows > 0
             buffer = StageBuffer(env, slots_of[edge], bandwidth, name=name)
             stream = StreamEdge(buffer, whole_rows=row)
+            self.edge_buffers[edge] = buffer
             self.buffers[consumer].append(stream.buffer)
             runner_out = self.runners[producer]
             (runner_out.loop_outputs if loop else runner_out.outputs).append(stream)
@@ -142,6 +144,7 @@ class KernelPipeline:
             self.runners[sink].on_iteration = self._sink_done
         self._left: list[int] = []
         self._done: list[Event] = []
+        self._procs: dict[str, Event] = {}  # stage -> its process (the latest call's)
         # called when all sinks have emitted an iteration's last tile (the layer boundary)
         self.on_iteration_end: Callable[[], None] | None = None
 
@@ -155,8 +158,32 @@ class KernelPipeline:
     def _start(self, layers: LayerCount) -> Event:
         self._left = [len(self.sinks)] * layers.n
         self._done = [self.env.event() for _ in range(layers.n)]
-        procs = [self.env.start(r.run(layers)) for r in self.runners.values()]
-        return self.env.all_of(procs)
+        self._procs = {name: self.env.start(r.run(layers)) for name, r in self.runners.items()}
+        return self.env.all_of(list(self._procs.values()))
+
+    def stalled(self) -> list[str]:
+        """What each stage still running waits for, one line a stage: the edges it waits to
+        take a tile from (empty) or to hand one into (full), else something off the edges
+        (a producer's tile or row, a collective, its loads). For the engine's deadlock
+        error: stages left waiting when no event is left wait for each other."""
+        waits: dict[str, list[str]] = {}
+        for (producer, consumer, _), buffer in self.edge_buffers.items():
+            _, _, _, producers, consumers = buffer.occupancy()
+            if consumers:
+                waits.setdefault(consumer, []).append(f"a tile from {buffer.name}")
+            if producers:
+                full = f"a slot in {buffer.name} ({buffer.capacity} full)"
+                waits.setdefault(producer, []).append(full)
+        other = ["a producer's tile or row, a collective or its loads"]
+        lines = []
+        for name, runner in self.runners.items():
+            proc = self._procs.get(name)
+            if proc is None or proc.triggered:
+                continue
+            layer, tile = divmod(runner.position, runner.work.tiles)
+            what = " and ".join(waits.get(name, other))
+            lines.append(f"{name} (layer {layer} tile {tile}) waits for {what}")
+        return lines
 
     def body(self, layers: LayerCount) -> Body:
         """The launcher body for ``layers.n`` layer iterations (see the module docstring)."""

@@ -201,9 +201,10 @@ class KernelSim:
             where = f"after {len(self.boundaries)} of {n} layers" if self.looped else f"x {n}"
             raise EventLimitError(f"kernel {name!r} {where}") from None
         except EmptySchedule:
+            stalled = "; ".join(self.pipelines[0].stalled())
             raise RuntimeError(
                 f"kernel {self.kernel.name!r}: no event left before the run ended "
-                "(the pipeline deadlocked)"
+                f"(the pipeline deadlocked; on socket 0: {stalled})"
             ) from None
 
     def _boundary(self) -> None:
