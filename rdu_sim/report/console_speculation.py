@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from rdu_sim.report.speculation import SpeculationSummary
+from rdu_sim import human
+from rdu_sim.report.speculation import SpeculationSummary, SpeculativeDecoding
 
 
 def _seconds(value: float) -> str:
@@ -13,6 +14,18 @@ def _seconds(value: float) -> str:
 
 def _bytes(value: float) -> str:
     return f"{value / 2**20:,.4g} MiB"
+
+
+def _speedup(decoding: SpeculativeDecoding) -> str:
+    """The speedup of a slot's decoding and what it is: tokens a round x the target's plain
+    decode step / a round (each a mean over the rounds run)."""
+    if decoding.speedup is None or decoding.round_s is None or decoding.plain_step_s is None:
+        return human.MISSING
+    return (
+        f"{human.ratio(decoding.speedup)} ({decoding.accepted_tokens_per_step or 0:.3f} tokens "
+        f"a round x {human.duration(decoding.plain_step_s)} plain step / "
+        f"{human.duration(decoding.round_s)} round)"
+    )
 
 
 def speculation_table(spec: SpeculationSummary) -> Table:
@@ -40,6 +53,7 @@ def speculation_table(spec: SpeculationSummary) -> Table:
                 f"{decoding.expected_tokens_per_step:.3f}",
             ),
             ("rounds (target verify steps)", f"{decoding.rounds:,}"),
+            ("decode speedup over plain steps", _speedup(decoding)),
         ]
     prefill = spec.prefill
     if prefill is not None:

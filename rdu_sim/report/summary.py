@@ -80,7 +80,12 @@ from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import resource_times, step_bound
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
-from rdu_sim.report.speculation import SpeculationSummary, draft_devices, speculation_summary
+from rdu_sim.report.speculation import (
+    SpeculationSummary,
+    draft_devices,
+    speculation_summary,
+    speculation_warnings,
+)
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import CoEStats
 from rdu_sim.serving.records import ServingRecords
@@ -573,7 +578,8 @@ def summarize(run: ServingRun) -> RunSummary:
         memory_stage=run.placement.pipeline_stage if run.placement.pipeline_stage >= 0 else None,
         weights_placement="coe" if run.coe else scenario.workload.memory.weights,
         # a CoE plan keeps its experts in DDR and caches them in HBM by design (serving.coe)
-        warnings=[] if run.coe else placement_warnings(scenario, run.placement),
+        warnings=([] if run.coe else placement_warnings(scenario, run.placement))
+        + speculation_warnings(speculation),
         decode_step=decode_step_bound(run),
         coe=run.coe,
         requests=len(records),
