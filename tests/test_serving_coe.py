@@ -187,6 +187,11 @@ def test_a_router_from_a_config_json_runs_as_its_preset() -> None:
         ({"coe.eviction": "random"}, "coe.eviction", "lru"),
         ({"coe.switch": "sometimes"}, "coe.switch", "bounded"),
         ({"coe.turn_s": 0}, "coe.turn_s", "greater than 0"),
+        (  # drain never reads a turn's bound: setting one changes nothing, so it is refused
+            {"coe.switch": "drain", "coe.turn_s": 0.5},
+            "coe.turn_s",
+            "bounds a turn under switch 'bounded'; switch 'drain' never reads it",
+        ),
     ],
 )
 def test_bad_coe_settings_name_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
