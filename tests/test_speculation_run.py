@@ -241,3 +241,21 @@ def test_the_report_says_what_speculation_did_to_decoding(
     (row,) = [line for line in text.splitlines() if "decode speedup over plain steps" in line]
     assert f"{human.ratio(decoding.speedup)} ({decoding.accepted_tokens_per_step:.3f} tokens" in row
     assert ("warning: speculation makes decoding slower" in text) is slower
+
+
+def test_the_report_counts_the_drafts_steps_beside_the_targets() -> None:
+    """The run's step cache is the target's; the speculation section counts the draft's: a
+    prefill step of each prompt (one bucket each here) and k steps a round."""
+    run = api.run(SPECDEC, FEW)
+    summary = run.summary()
+    spec = summary.speculation
+    assert spec is not None and spec.decoding is not None and run.speculation is not None
+    prefills = summary.steps.prefill
+    assert spec.draft_steps == prefills + spec.decoding.draft_tokens * spec.decoding.rounds
+    assert spec.draft_shapes == len(run.speculation.draft_cache.shapes) == 3
+    assert summary.step_cache.misses + summary.step_cache.hits == prefills + spec.decoding.rounds
+    console = Console(width=200, record=True)
+    console.print(render(summary))
+    text = " ".join(console.export_text().split())
+    assert f"target step shapes simulated │ {summary.step_cache.shapes} for " in text
+    assert f"draft step shapes simulated │ 3 for {spec.draft_steps:,} steps" in text

@@ -389,7 +389,12 @@ def serving_table(result: RunSummary) -> Table:
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),
         *energy_rows(result.energy),
-        ("step shapes simulated", _shapes_row(cache.shapes, cache.hits + cache.misses)),
+        (
+            "step shapes simulated"
+            if result.speculation is None
+            else "target step shapes simulated",
+            _shapes_row(cache.shapes, cache.hits + cache.misses),
+        ),
     ]
     for name, value in rows:
         table.add_row(name, value)

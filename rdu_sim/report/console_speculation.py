@@ -8,14 +8,6 @@ from rdu_sim import human
 from rdu_sim.report.speculation import SpeculationSummary, SpeculativeDecoding
 
 
-def _seconds(value: float) -> str:
-    return f"{value * 1e3:,.3g} ms" if abs(value) < 1 else f"{value:,.3g} s"
-
-
-def _bytes(value: float) -> str:
-    return f"{value / 2**20:,.4g} MiB"
-
-
 def _speedup(decoding: SpeculativeDecoding) -> str:
     """The speedup of a slot's decoding and what it is: tokens a round x the target's plain
     decode step / a round (each a mean over the rounds run)."""
@@ -38,9 +30,14 @@ def speculation_table(spec: SpeculationSummary) -> Table:
         ("draft", f"{spec.draft} ({spec.placement} sockets, tp={spec.draft_tp})"),
         (
             "draft memory per socket",
-            f"{_bytes(memory.weights_bytes)} weights, {_bytes(memory.kv_bytes)} KV",
+            f"{human.size(memory.weights_bytes)} weights, {human.size(memory.kv_bytes)} KV",
         ),
         ("draft share of step time", f"{100 * spec.draft_time_share:.1f}%"),
+        (
+            "draft step shapes simulated",
+            f"{spec.draft_shapes:,} for {human.count(spec.draft_steps, 'step')} (each "
+            "simulated once)",
+        ),
     ]
     decoding = spec.decoding
     if decoding is not None:
@@ -65,12 +62,12 @@ def speculation_table(spec: SpeculationSummary) -> Table:
             ),
             (
                 "prefill: draft + mapping + target",
-                f"{_seconds(prefill.draft_s)} + {_seconds(prefill.mapping_s)} + "
-                f"{_seconds(prefill.target_s)}",
+                f"{human.duration(prefill.draft_s)} + {human.duration(prefill.mapping_s)} + "
+                f"{human.duration(prefill.target_s)}",
             ),
             (
                 "prefill without speculation",
-                f"{_seconds(prefill.full_s)} (saved {_seconds(saved)})",
+                f"{human.duration(prefill.full_s)} (saved {human.duration(saved)})",
             ),
             (
                 "KV selection (compressing policy)",

@@ -64,6 +64,10 @@ class SpeculationSummary:
     draft_time_share: float
     decoding: SpeculativeDecoding | None
     prefill: PrefillSaving | None
+    # the draft's own step cache: shapes simulated and steps run (the run's step_cache is
+    # the target's)
+    draft_shapes: int = 0
+    draft_steps: int = 0
 
 
 def draft_devices(summary: SpeculationSummary | None) -> int:
@@ -180,4 +184,6 @@ def speculation_summary(run: ServingRun) -> SpeculationSummary | None:
         draft_time_share=draft_busy / (draft_busy + target_busy) if draft_busy else 0.0,
         decoding=_decoding(run),
         prefill=run.prefill_saving,
+        draft_shapes=len(speculation.draft_cache.shapes),
+        draft_steps=speculation.draft_cache.hits + speculation.draft_cache.misses,
     )
