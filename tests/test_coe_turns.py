@@ -206,7 +206,7 @@ def test_a_whole_run_serves_each_request_once_within_its_slots(
             "serving.requests": 120,
             "serving.arrival.rate": 8,
             "coe.switch": switch,
-            "coe.turn_s": 0.5,
+            **({"coe.turn_s": 0.5} if switch == "bounded" else {}),
             "hw.socket.hbm.capacity": "32 GiB",  # 15 experts cached: switches evict
         },
     )

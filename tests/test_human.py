@@ -18,7 +18,15 @@ from rdu_sim import api, human
 from rdu_sim.cli.main import cli
 from rdu_sim.report.bound import RESOURCES
 from rdu_sim.report.console import UTILIZATION_LABELS, render
-from rdu_sim.report.summary import OCCUPANCY_FULL, Utilization
+from rdu_sim.report.percentiles import Percentiles
+from rdu_sim.report.summary import (
+    OCCUPANCY_FULL,
+    OfferedLoad,
+    Utilization,
+    queue_grew,
+    throughput_bound,
+    why_bound,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,6 +154,36 @@ def test_a_closed_loop_measures_the_machine() -> None:
     assert "closed loop: 8 users" in text
     assert "offered load" not in text
     assert data["load"]["concurrency"] == 8
+
+
+def _mean(value: float) -> Percentiles:
+    return Percentiles(p50=value, p90=value, p99=value, mean=value)
+
+
+def _poisson(rate: float | None) -> OfferedLoad:
+    return OfferedLoad("poisson", rate, None, None, "fixed 512", "fixed 100", 512.0, 100.0)
+
+
+@pytest.mark.parametrize(
+    ("waited", "e2e", "served", "rate", "grew"),
+    [
+        (3.0, 4.0, 150.0, 2.0, True),  # waited 3 s, served in 1 s, 150 of 200 tokens/s
+        (3.0, 4.0, 200.0, 2.0, False),  # kept up with the arrivals: waiting alone is not it
+        (1.0, 4.0, 150.0, 2.0, False),  # served in 3 s after 1 s of waiting
+        (2.0, 4.0, 150.0, 2.0, False),  # waited exactly as long as it was served
+        (3.0, 4.0, 150.0, None, True),  # a replayed trace states no rate: the wait decides
+    ],
+)
+def test_a_queue_grew_when_requests_waited_longer_than_served_and_tokens_fell_short(
+    waited: float, e2e: float, served: float, rate: float | None, grew: bool
+) -> None:
+    assert queue_grew(_mean(waited), _mean(e2e), served, _poisson(rate)) is grew
+    # whatever the occupancy, a queue that grew makes the machine the bound of an open loop
+    assert throughput_bound(False, 0.1, grew) == ("machine" if grew else "offered_load")
+    assert why_bound(False, 0.1, grew) == ("queue_grew" if grew else "slots_idle")
+    # a closed loop and busy slots are the machine's anyway
+    assert why_bound(True, 0.1, grew) == "closed_loop"
+    assert why_bound(False, OCCUPANCY_FULL, grew) == "slots_busy"
 
 
 @pytest.mark.parametrize("bound", list(RESOURCES))

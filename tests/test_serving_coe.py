@@ -187,6 +187,11 @@ def test_a_router_from_a_config_json_runs_as_its_preset() -> None:
         ({"coe.eviction": "random"}, "coe.eviction", "lru"),
         ({"coe.switch": "sometimes"}, "coe.switch", "bounded"),
         ({"coe.turn_s": 0}, "coe.turn_s", "greater than 0"),
+        (  # drain never reads a turn's bound: setting one changes nothing, so it is refused
+            {"coe.switch": "drain", "coe.turn_s": 0.5},
+            "coe.turn_s",
+            "bounds a turn under switch 'bounded'; switch 'drain' never reads it",
+        ),
     ],
 )
 def test_bad_coe_settings_name_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
@@ -230,6 +235,41 @@ def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
         f"{summary.batch_slots} batch slots (room for {summary.batch_capacity} with one expert "
         f"cached in HBM; these slots leave room for {coe.region_experts} experts)"
     ) in text
+
+
+def test_a_coe_run_that_falls_behind_its_arrivals_is_bound_by_the_machine() -> None:
+    """Each turn serves ~2 requests of one expert while the others' requests queue: the
+    slots stand mostly empty, yet the requests wait longer than they are served and fewer
+    tokens are served than asked, so the machine (its turns) sets the throughput, and the
+    report says so; at a tenth of the rate the same machine keeps up, and the load sets it."""
+    from rich.console import Console
+
+    from rdu_sim.report.console import render
+    from rdu_sim.report.summary import OCCUPANCY_FULL
+
+    behind = api.run(COE, {"serving.requests": 60}).summary()
+    waited, e2e = behind.queue_delay_s.mean, behind.e2e_s.mean
+    asked, served = behind.load.asked_tokens_per_s, behind.decode_tokens_per_s
+    assert waited is not None and e2e is not None and asked is not None and served is not None
+    assert behind.occupancy is not None and behind.occupancy < OCCUPANCY_FULL / 4
+    assert waited > e2e - waited and served < asked
+    assert behind.throughput_bound == "machine"
+    console = Console(width=400, record=True)
+    console.print(render(behind))
+    text = console.export_text()
+    assert "set by the offered load" not in text
+    assert behind.coe is not None
+    assert (
+        f"Requests waited {human.duration(waited)} on average to be admitted, longer than "
+        f"serving them took ({human.duration(e2e - waited)}), and the machine served "
+        f"{human.rate(served, 'tokens/s')} of the "
+    ) in text
+    assert (
+        f"set by the machine, in its expert turns ({behind.coe.turns:,} turns of "
+        f"{human.number(behind.coe.requests_per_turn)} requests each"
+    ) in text
+    keeping_up = api.run(COE, {"serving.requests": 60, "serving.arrival.rate": 0.2}).summary()
+    assert keeping_up.throughput_bound == "offered_load"
 
 
 def test_a_compressing_kv_policy_serves_its_experts_in_its_slots() -> None:

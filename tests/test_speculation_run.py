@@ -19,10 +19,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.main import cli
+from rdu_sim.report.console import render
+from rdu_sim.report.run_result import RunResult
 from rdu_sim.serving.acceptance import expected_tokens_per_round, tokens_variance
+from rdu_sim.shapes import StepShape
+from rdu_sim.speculation import DRAFT_CATCH_UP
 
 REPO = Path(__file__).resolve().parents[1]
 SPECDEC = REPO / "workloads" / "speculative" / "llama3.1-70b-16socket-specdec.yaml"
@@ -169,3 +174,88 @@ def test_drawn_acceptance_is_the_same_bytes_across_processes() -> None:
             other["speculation"]["decoding"]["acceptance_rate_mean"]  # type: ignore[index]
         )
     )
+
+
+def _round_and_plain_ps(run: RunResult) -> tuple[int, int, int]:
+    """A round's and a plain decode step's total time (integer ps, as the serving level
+    advances) over the rounds the run ran, rebuilt from its step caches: per verify shape,
+    the draft's k steps (a catch-up step, then single tokens at bucket + k - 1), the link
+    and the verify step, against the plain step (one token a slot) at the same bucket."""
+    speculation = run.speculation
+    assert speculation is not None and speculation.config.decoding is not None
+    k = speculation.config.decoding.draft_tokens
+    round_ps = plain_ps = rounds = 0
+    for shape, count in run.cache.steps.items():
+        if shape.phase != "decode":
+            continue
+        assert shape.tokens == k + 1  # a verify step
+        bucket, n = shape.cache_len, shape.batch
+        draft = [StepShape("decode", n, DRAFT_CATCH_UP, bucket)]
+        draft += [StepShape("decode", n, 1, bucket + k - 1)] * (k - 1)
+        one = sum(speculation.draft_cache.step_ps(s) for s in draft) + run.cache.step_ps(shape)
+        round_ps += count * (one + speculation.link_ps)
+        plain_ps += count * run.cache.times.timed(StepShape("decode", n, 1, bucket)).step_ps
+        rounds += count
+    return round_ps, plain_ps, rounds
+
+
+@pytest.mark.parametrize(
+    ("overrides", "slower"),
+    [([], False), (["speculation.draft=llama-3.1-405b"], True)],
+    ids=["1b-draft", "405b-draft"],
+)
+def test_the_report_says_what_speculation_did_to_decoding(
+    overrides: list[str], slower: bool
+) -> None:
+    """The speedup is tokens a round x the plain step / the round, over the rounds the run
+    ran; a draft as large as the target (the 405B drafting for the 70B) makes decoding
+    slower, and the report warns."""
+    run = api.run(SPECDEC, [*FEW, *overrides])
+    summary = run.summary()
+    assert summary.speculation is not None and summary.speculation.decoding is not None
+    decoding = summary.speculation.decoding
+    round_ps, plain_ps, rounds = _round_and_plain_ps(run)
+    assert rounds == decoding.rounds
+    assert decoding.round_s == pytest.approx(round_ps / rounds / 1e12, rel=1e-12)
+    assert decoding.plain_step_s == pytest.approx(plain_ps / rounds / 1e12, rel=1e-12)
+    assert decoding.accepted_tokens_per_step is not None
+    expected = decoding.accepted_tokens_per_step * plain_ps / round_ps
+    assert decoding.speedup == pytest.approx(expected, rel=1e-12)
+    assert (decoding.speedup < 1) is slower
+    # the plain step was simulated for the comparison, not counted among the run's steps
+    assert summary.step_cache.shapes == len(run.cache.steps)
+    # one slot: the per-user rate moves as the speedup says (a round's time spread over its
+    # tokens is the user's TPOT; prefill is not in it)
+    plain = api.run(SPECDEC, [*FEW, *overrides, "speculation=null"]).summary()
+    spec_rate, plain_rate = summary.user_tokens_per_s.p50, plain.user_tokens_per_s.p50
+    assert spec_rate is not None and plain_rate is not None
+    assert (spec_rate < plain_rate) is slower
+    warned = [w for w in summary.warnings if w.startswith("speculation makes decoding slower")]
+    assert len(warned) == int(slower)
+    data = run.to_dict()["speculation"]["decoding"]
+    assert data["speedup"] == pytest.approx(expected, rel=1e-9)
+    assert set(data) >= {"round_s", "plain_step_s", "speedup"}
+    console = Console(width=200, record=True)
+    console.print(render(summary))
+    text = console.export_text()
+    (row,) = [line for line in text.splitlines() if "decode speedup over plain steps" in line]
+    assert f"{human.ratio(decoding.speedup)} ({decoding.accepted_tokens_per_step:.3f} tokens" in row
+    assert ("warning: speculation makes decoding slower" in text) is slower
+
+
+def test_the_report_counts_the_drafts_steps_beside_the_targets() -> None:
+    """The run's step cache is the target's; the speculation section counts the draft's: a
+    prefill step of each prompt (one bucket each here) and k steps a round."""
+    run = api.run(SPECDEC, FEW)
+    summary = run.summary()
+    spec = summary.speculation
+    assert spec is not None and spec.decoding is not None and run.speculation is not None
+    prefills = summary.steps.prefill
+    assert spec.draft_steps == prefills + spec.decoding.draft_tokens * spec.decoding.rounds
+    assert spec.draft_shapes == len(run.speculation.draft_cache.shapes) == 3
+    assert summary.step_cache.misses + summary.step_cache.hits == prefills + spec.decoding.rounds
+    console = Console(width=200, record=True)
+    console.print(render(summary))
+    text = " ".join(console.export_text().split())
+    assert f"target step shapes simulated │ {summary.step_cache.shapes} for " in text
+    assert f"draft step shapes simulated │ 3 for {spec.draft_steps:,} steps" in text

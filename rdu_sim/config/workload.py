@@ -426,6 +426,18 @@ class CoEConfig(StrictModel):
         "while another expert's request waits",
     )
 
+    @model_validator(mode="after")
+    def _turn_bounded(self) -> Self:
+        """A turn's bound is read only by the bounded policy: set to anything but its default
+        under 'drain', it would change no result (the parallelism fields' rule)."""
+        if self.switch == "drain" and self.turn_s != type(self).model_fields["turn_s"].default:
+            raise FieldProblem(
+                "turn_s",
+                f"bounds a turn under switch 'bounded'; switch 'drain' never reads it (a turn "
+                f"admits while its expert has requests), got {self.turn_s:g} s",
+            )
+        return self
+
 
 class SpeculationConfig(StrictModel):
     """A draft model, where it runs, and the speculative mechanisms it serves

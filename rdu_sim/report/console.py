@@ -27,7 +27,7 @@ from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.report.speculation import draft_devices
-from rdu_sim.report.summary import OfferedLoad, RunSummary, Utilization
+from rdu_sim.report.summary import OfferedLoad, RunSummary, Utilization, queue_grew, why_bound
 from rdu_sim.report.terminal import wide_console
 from rdu_sim.serving.steady import MIN_TURNOVERS
 
@@ -227,23 +227,62 @@ def rates_note(result: RunSummary) -> str | None:
     )
 
 
+def _asked(result: RunSummary) -> str:
+    """The output tokens a Poisson load asked for a second, as a clause ('' otherwise)."""
+    load, asked = result.load, result.load.asked_tokens_per_s
+    if load.rate_per_s is None or load.mean_output_tokens is None or asked is None:
+        return ""
+    return (
+        f"{human.rate(load.rate_per_s, 'req/s')} x "
+        f"{human.number(load.mean_output_tokens)} output tokens = "
+        f"{human.rate(asked, 'tokens/s')} asked"
+    )
+
+
 def load_note(result: RunSummary) -> str | None:
-    """A plain sentence when the throughput measures the offered load, not the machine."""
+    """A plain sentence when the throughput measures the offered load, not the machine; or
+    when an open loop's queue grew though its slots stood mostly idle (``queue_grew``)."""
+    asked = _asked(result)
     if result.throughput_bound != "offered_load":
+        return queue_note(result, asked)
+    return (
+        f"The throughput above is set by the offered load{f' ({asked})' if asked else ''}, "
+        f"not by the machine: the batch slots were occupied {human.percent(result.occupancy)} "
+        "of the time. To measure what the machine can do, offer more: raise "
+        "serving.arrival.rate, or keep every slot busy with serving.arrival.process: "
+        "closed_loop."
+    )
+
+
+def queue_note(result: RunSummary, asked: str) -> str | None:
+    """Why an open loop whose slots stood mostly idle is still bound by the machine: its
+    queue grew (under CoE, behind the other experts' turns)."""
+    occupancy = result.occupancy or 0.0
+    grew = queue_grew(result.queue_delay_s, result.e2e_s, result.decode_tokens_per_s, result.load)
+    if why_bound(result.load.arrival == "closed_loop", occupancy, grew) != "queue_grew":
         return None
-    load = result.load
-    asked = ""
-    if load.rate_per_s is not None and load.mean_output_tokens is not None:
-        asked = (
-            f" ({human.rate(load.rate_per_s, 'req/s')} x "
-            f"{human.number(load.mean_output_tokens)} output tokens = "
-            f"{human.rate(load.rate_per_s * load.mean_output_tokens, 'tokens/s')} asked)"
+    waited, e2e = result.queue_delay_s.mean, result.e2e_s.mean
+    assert waited is not None and e2e is not None
+    served = ""
+    if asked:
+        served = (
+            f", and the machine served {human.rate(result.decode_tokens_per_s, 'tokens/s')} "
+            f"of the {asked}"
+        )
+    turns = ""
+    if result.coe is not None:
+        coe = result.coe
+        turns = (
+            f", in its expert turns ({human.count(coe.turns, 'turn')} of "
+            f"{human.number(coe.requests_per_turn)} requests each while the other experts' "
+            "requests waited)"
         )
     return (
-        f"The throughput above is set by the offered load{asked}, not by the machine: the "
-        f"batch slots were occupied {human.percent(result.occupancy)} of the time. To "
-        "measure what the machine can do, offer more: raise serving.arrival.rate, or keep "
-        "every slot busy with serving.arrival.process: closed_loop."
+        f"Requests waited {human.duration(waited)} on average to be admitted, longer than "
+        f"serving them took ({human.duration(e2e - waited)}){served}: it fell behind the "
+        f"arrivals, so the throughput above is set by the machine{turns}, not by the offered "
+        f"load, though its batch slots were occupied only {human.percent(occupancy)} of the "
+        "time."
     )
 
 
@@ -350,7 +389,12 @@ def serving_table(result: RunSummary) -> Table:
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),
         *energy_rows(result.energy),
-        ("step shapes simulated", _shapes_row(cache.shapes, cache.hits + cache.misses)),
+        (
+            "step shapes simulated"
+            if result.speculation is None
+            else "target step shapes simulated",
+            _shapes_row(cache.shapes, cache.hits + cache.misses),
+        ),
     ]
     for name, value in rows:
         table.add_row(name, value)

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from rdu_sim.report.speculation import SpeculationSummary
+from rdu_sim import human
+from rdu_sim.report.speculation import SpeculationSummary, SpeculativeDecoding
 
 
-def _seconds(value: float) -> str:
-    return f"{value * 1e3:,.3g} ms" if abs(value) < 1 else f"{value:,.3g} s"
-
-
-def _bytes(value: float) -> str:
-    return f"{value / 2**20:,.4g} MiB"
+def _speedup(decoding: SpeculativeDecoding) -> str:
+    """The speedup of a slot's decoding and what it is: tokens a round x the target's plain
+    decode step / a round (each a mean over the rounds run)."""
+    if decoding.speedup is None or decoding.round_s is None or decoding.plain_step_s is None:
+        return human.MISSING
+    return (
+        f"{human.ratio(decoding.speedup)} ({decoding.accepted_tokens_per_step or 0:.3f} tokens "
+        f"a round x {human.duration(decoding.plain_step_s)} plain step / "
+        f"{human.duration(decoding.round_s)} round)"
+    )
 
 
 def speculation_table(spec: SpeculationSummary) -> Table:
@@ -25,9 +30,14 @@ def speculation_table(spec: SpeculationSummary) -> Table:
         ("draft", f"{spec.draft} ({spec.placement} sockets, tp={spec.draft_tp})"),
         (
             "draft memory per socket",
-            f"{_bytes(memory.weights_bytes)} weights, {_bytes(memory.kv_bytes)} KV",
+            f"{human.size(memory.weights_bytes)} weights, {human.size(memory.kv_bytes)} KV",
         ),
         ("draft share of step time", f"{100 * spec.draft_time_share:.1f}%"),
+        (
+            "draft step shapes simulated",
+            f"{spec.draft_shapes:,} for {human.count(spec.draft_steps, 'step')} (each "
+            "simulated once)",
+        ),
     ]
     decoding = spec.decoding
     if decoding is not None:
@@ -40,6 +50,7 @@ def speculation_table(spec: SpeculationSummary) -> Table:
                 f"{decoding.expected_tokens_per_step:.3f}",
             ),
             ("rounds (target verify steps)", f"{decoding.rounds:,}"),
+            ("decode speedup over plain steps", _speedup(decoding)),
         ]
     prefill = spec.prefill
     if prefill is not None:
@@ -51,12 +62,12 @@ def speculation_table(spec: SpeculationSummary) -> Table:
             ),
             (
                 "prefill: draft + mapping + target",
-                f"{_seconds(prefill.draft_s)} + {_seconds(prefill.mapping_s)} + "
-                f"{_seconds(prefill.target_s)}",
+                f"{human.duration(prefill.draft_s)} + {human.duration(prefill.mapping_s)} + "
+                f"{human.duration(prefill.target_s)}",
             ),
             (
                 "prefill without speculation",
-                f"{_seconds(prefill.full_s)} (saved {_seconds(saved)})",
+                f"{human.duration(prefill.full_s)} (saved {human.duration(saved)})",
             ),
             (
                 "KV selection (compressing policy)",

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rdu_sim import human
 from rdu_sim.compiler.placement import DRAFT_PREFIX
 from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.serving.acceptance import expected_tokens_per_round
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.speculative import PrefillSaving
-from rdu_sim.serving.step_cache import StepCache
+from rdu_sim.serving.step_cache import PS_PER_S, StepCache
 
 __all__ = [
     "DraftMemory",
@@ -21,6 +22,7 @@ __all__ = [
     "SpeculativeDecoding",
     "draft_devices",
     "speculation_summary",
+    "speculation_warnings",
 ]
 
 
@@ -44,6 +46,11 @@ class SpeculativeDecoding:
     accepted_drafts_per_step: float | None
     per_request: Percentiles  # of each request's tokens per round
     rounds: int
+    # each against the target's plain decode step at the rounds' buckets, weighted by the
+    # rounds run at each (``_against_plain``); None before any round ran
+    round_s: float | None = None  # a round's mean time: the draft's steps, link, verify
+    plain_step_s: float | None = None  # the plain decode step's, at the same buckets
+    speedup: float | None = None  # tokens per round x plain_step_s / round_s
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,10 @@ class SpeculationSummary:
     draft_time_share: float
     decoding: SpeculativeDecoding | None
     prefill: PrefillSaving | None
+    # the draft's own step cache: shapes simulated and steps run (the run's step_cache is
+    # the target's)
+    draft_shapes: int = 0
+    draft_steps: int = 0
 
 
 def draft_devices(summary: SpeculationSummary | None) -> int:
@@ -82,6 +93,26 @@ def _draft_memory(run: ServingRun) -> DraftMemory:
     )
 
 
+def _against_plain(run: ServingRun) -> tuple[float, float] | None:
+    """(a round's mean time, the target's plain decode step's mean time), in seconds, over
+    the rounds the run ran, each bucket weighted by its rounds: the times the serving level
+    advanced by (``Speculation.round_ps``), and the step it would have advanced by without
+    the draft (``Speculation.plain_shape``, at the same batch slots and bucket; simulated
+    for the comparison, not counted among the run's steps). None before any round ran."""
+    speculation, target = run.speculation, run.cache
+    assert speculation is not None
+    rounds = round_ps = plain_ps = 0
+    for shape, count in target.steps.items():
+        if shape.phase != "decode" or shape != speculation.round_shapes(shape.cache_len)[0]:
+            continue
+        rounds += count
+        round_ps += count * speculation.round_ps(target, shape.cache_len)
+        plain_ps += count * target.times.timed(speculation.plain_shape(shape.cache_len)).step_ps
+    if not rounds:
+        return None
+    return round_ps / rounds / PS_PER_S, plain_ps / rounds / PS_PER_S
+
+
 def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
     """Tokens per round over the completed requests: emitted (the run's), accepted drafts
     plus one (uncapped), and what the acceptance arithmetic expects for the requests'
@@ -97,6 +128,9 @@ def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
     expected = np.array([expected_tokens_per_round(float(a), k) for a in speculation.rates])
     weights = (records.output_tokens - 1) / expected  # expected rounds of each request
     total = int(rounds.sum())
+    tokens_per_round = float(emitted.sum() / total) if total else None
+    times = _against_plain(run)
+    round_s, plain_s = times if times is not None else (None, None)
 
     return SpeculativeDecoding(
         draft_tokens=k,
@@ -104,13 +138,35 @@ def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
         expected_tokens_per_step=float((records.output_tokens - 1).sum() / weights.sum())
         if weights.sum() > 0
         else float(expected_tokens_per_round(float(np.mean(speculation.rates)), k)),
-        accepted_tokens_per_step=float(emitted.sum() / total) if total else None,
+        accepted_tokens_per_step=tokens_per_round,
         accepted_drafts_per_step=(
             float(records.accepted_drafts[done].sum() / total) if total else None
         ),
         per_request=Percentiles.of(emitted / np.maximum(rounds, 1)),
         rounds=records.decode_steps,
+        round_s=round_s,
+        plain_step_s=plain_s,
+        speedup=tokens_per_round * plain_s / round_s
+        if tokens_per_round is not None and plain_s is not None and round_s is not None
+        else None,
     )
+
+
+def speculation_warnings(summary: SpeculationSummary | None) -> list[str]:
+    """A sentence when speculative decoding made decoding slower than the plain step would
+    have (speedup below 1); none otherwise."""
+    decoding = summary.decoding if summary is not None else None
+    if decoding is None or decoding.speedup is None or not decoding.speedup < 1:
+        return []
+    assert summary is not None and decoding.round_s is not None
+    assert decoding.plain_step_s is not None and decoding.accepted_tokens_per_step is not None
+    return [
+        f"speculation makes decoding slower: a round ({human.duration(decoding.round_s)}, the "
+        f"draft's steps and the verify step) emits {decoding.accepted_tokens_per_step:.3g} "
+        f"tokens a slot where the plain decode step ({human.duration(decoding.plain_step_s)}) "
+        f"emits 1, {human.ratio(decoding.speedup)} the plain rate; the draft "
+        f"({summary.draft}) takes {human.percent(summary.draft_time_share)} of the step time"
+    ]
 
 
 def speculation_summary(run: ServingRun) -> SpeculationSummary | None:
@@ -128,4 +184,6 @@ def speculation_summary(run: ServingRun) -> SpeculationSummary | None:
         draft_time_share=draft_busy / (draft_busy + target_busy) if draft_busy else 0.0,
         decoding=_decoding(run),
         prefill=run.prefill_saving,
+        draft_shapes=len(speculation.draft_cache.shapes),
+        draft_steps=speculation.draft_cache.hits + speculation.draft_cache.misses,
     )

@@ -26,8 +26,10 @@ Definitions (docs/serving.md repeats them for users):
 - ``load``: what was offered (arrival process and rate, length mixes and the run's mean
   lengths); ``dtypes``: the storage types the run used (model defaults resolved);
   ``throughput_bound``: ``offered_load`` when the slots stood mostly idle in an open loop
-  (more load would raise the throughput: it measures the arrivals, not the machine),
-  else ``machine``.
+  and the queue did not grow (more load would raise the throughput: it measures the
+  arrivals, not the machine), else ``machine`` (a closed loop, slots kept busy, or a
+  machine that fell behind the arrivals: requests that waited longer to be admitted than
+  serving them took, and fewer tokens served than asked: ``queue_grew``).
 - ``occupancy``: time-weighted mean fraction of slots holding a request over the makespan;
   ``decode_slot_fill``: decoding slots / batch slots, averaged over the steps that decode
   (decode steps and mixed steps): how full the batch ran (a static decode graph pads the
@@ -80,7 +82,12 @@ from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import resource_times, step_bound
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
-from rdu_sim.report.speculation import SpeculationSummary, draft_devices, speculation_summary
+from rdu_sim.report.speculation import (
+    SpeculationSummary,
+    draft_devices,
+    speculation_summary,
+    speculation_warnings,
+)
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import CoEStats
 from rdu_sim.serving.records import ServingRecords
@@ -168,6 +175,14 @@ class OfferedLoad:
     mean_prompt_tokens: float | None
     mean_output_tokens: float | None
 
+    @property
+    def asked_tokens_per_s(self) -> float | None:
+        """Output tokens asked for a second: a Poisson rate x the mean output (None for
+        other arrivals and for a replayed trace)."""
+        if self.rate_per_s is None or self.mean_output_tokens is None:
+            return None
+        return self.rate_per_s * self.mean_output_tokens
+
 
 def describe_lengths(dist: FixedLength | UniformLength | LognormalLength) -> str:
     """A length distribution in words: ``fixed 1,024``, ``uniform 512-4,096``, ``lognormal
@@ -205,11 +220,46 @@ def offered_load(scenario: Scenario, requests: RequestSet) -> OfferedLoad:
     )
 
 
-def throughput_bound(closed_loop: bool, occupancy: float) -> str:
-    """``offered_load`` when an open-loop run's slots stood mostly idle (below
-    :data:`OCCUPANCY_FULL`): more requests would have raised the throughput, so it measures
-    the arrivals; else ``machine``."""
-    return "offered_load" if not closed_loop and occupancy < OCCUPANCY_FULL else "machine"
+def queue_grew(
+    queue_delay_s: Percentiles,
+    e2e_s: Percentiles,
+    served_tokens_per_s: float | None,
+    load: OfferedLoad,
+) -> bool:
+    """Whether the machine fell behind the arrivals: the requests waited longer to be
+    admitted than serving them took (means over the completed requests; by Little's law
+    more requests were then waiting than being served, on average), and it served fewer
+    output tokens a second than the load asked (when the load states a rate). Whatever its
+    slots' occupancy: a Composition of Experts serves one expert's requests a turn, so its
+    slots stand mostly empty while the other experts' requests queue."""
+    waited, e2e = queue_delay_s.mean, e2e_s.mean
+    if waited is None or e2e is None or not waited > e2e - waited:
+        return False
+    asked = load.asked_tokens_per_s
+    return asked is None or served_tokens_per_s is None or served_tokens_per_s < asked
+
+
+def why_bound(closed_loop: bool, occupancy: float, queue_grew: bool) -> str:
+    """What set a run's throughput: ``closed_loop`` (the machine always had the next
+    request), ``slots_busy`` (occupied at least :data:`OCCUPANCY_FULL` of the time),
+    ``queue_grew`` (:func:`queue_grew`, whatever the occupancy), or ``slots_idle``: an open
+    loop whose slots stood mostly idle and whose queue did not grow, so more requests
+    would have raised the throughput."""
+    if closed_loop:
+        return "closed_loop"
+    if occupancy >= OCCUPANCY_FULL:
+        return "slots_busy"
+    return "queue_grew" if queue_grew else "slots_idle"
+
+
+def throughput_bound(closed_loop: bool, occupancy: float, queue_grew: bool) -> str:
+    """``offered_load`` when the slots stood idle for want of requests (:func:`why_bound`
+    ``slots_idle``): it measures the arrivals; else ``machine``."""
+    return (
+        "offered_load"
+        if why_bound(closed_loop, occupancy, queue_grew) == "slots_idle"
+        else "machine"
+    )
 
 
 @dataclass(frozen=True)
@@ -535,6 +585,8 @@ def summarize(run: ServingRun) -> RunSummary:
     kv_total = sum(u.kv_bytes for u in run.placement.tiers.values())
     steady = steady_state(records, batch_slots, run.requests_in.closed_loop)
     speculation = speculation_summary(run)
+    load = offered_load(scenario, run.requests_in)
+    decode_tokens_per_s = rounded_float(output_tokens / decode_span if decode_span > 0 else 0.0)
     shared = (
         (run.speculation.draft_cache,)
         if run.speculation is not None and speculation and speculation.placement == "shared"
@@ -561,8 +613,12 @@ def summarize(run: ServingRun) -> RunSummary:
             "kv": dtypes.kv,
             "activations": dtypes.activations,
         },
-        load=offered_load(scenario, run.requests_in),
-        throughput_bound=throughput_bound(run.requests_in.closed_loop, occupancy or 0.0),
+        load=load,
+        throughput_bound=throughput_bound(
+            run.requests_in.closed_loop,
+            occupancy or 0.0,
+            queue_grew(latencies.queue_delay, latencies.e2e, decode_tokens_per_s, load),
+        ),
         batch_capacity=run.batch_capacity,
         memory_capacity=run.memory_capacity,
         capacity_limit="coe" if run.coe else scenario.stack.batch_limit(run.memory_capacity),
@@ -573,7 +629,8 @@ def summarize(run: ServingRun) -> RunSummary:
         memory_stage=run.placement.pipeline_stage if run.placement.pipeline_stage >= 0 else None,
         weights_placement="coe" if run.coe else scenario.workload.memory.weights,
         # a CoE plan keeps its experts in DDR and caches them in HBM by design (serving.coe)
-        warnings=[] if run.coe else placement_warnings(scenario, run.placement),
+        warnings=([] if run.coe else placement_warnings(scenario, run.placement))
+        + speculation_warnings(speculation),
         decode_step=decode_step_bound(run),
         coe=run.coe,
         requests=len(records),
@@ -587,7 +644,7 @@ def summarize(run: ServingRun) -> RunSummary:
         tpot_s=latencies.tpot,
         queue_delay_s=latencies.queue_delay,
         e2e_s=latencies.e2e,
-        decode_tokens_per_s=rounded_float(output_tokens / decode_span if decode_span > 0 else 0.0),
+        decode_tokens_per_s=decode_tokens_per_s,
         steady_decode_tokens_per_s=rounded_float(steady.tokens_per_s)
         if steady is not None
         else None,

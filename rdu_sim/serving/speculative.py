@@ -136,6 +136,11 @@ class Speculation:
         ) * (k - 1)
         return verify, draft
 
+    def plain_shape(self, bucket: int) -> StepShape:
+        """The target's plain decode step at ``bucket`` (one token a slot, every slot): what
+        a round stands in for, and what it is measured against (``report.speculation``)."""
+        return StepShape("decode", self.batch_slots, 1, bucket)
+
     def round_ps(self, target: StepCache, bucket: int) -> int:
         """One round's time at ``bucket`` (integer ps): the draft's steps, the link if any,
         then the verify step."""
@@ -242,7 +247,8 @@ class SpeculativeRounds(DecodeRounds):
     def plan(self, slots: Slots, cache: StepCache, bucket: int) -> tuple[StepShape, int, int]:
         """A round at ``bucket``: the plain decode shape (not run: the round's own steps are
         counted at the run's end), its time, and no count of tokens (each slot's differ)."""
-        return StepShape("decode", slots.n, 1, bucket), self.speculation.round_ps(cache, bucket), 0
+        speculation = self.speculation
+        return speculation.plain_shape(bucket), speculation.round_ps(cache, bucket), 0
 
     def done(self, cache: StepCache, bucket: int, steps: int) -> None:
         """Count ``steps`` rounds' steps in the target's and the draft's caches."""
