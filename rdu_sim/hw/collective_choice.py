@@ -191,9 +191,10 @@ def _direct_in_series(
     and a send to another node (``classes[network_from:]``) then through its class's port,
     in series. Socket 0 sends in class order (``send_order``), so a class's port starts when
     the node port reaches its first send (``first``) and the class is done when the slower
-    of the two ports is through: the node port streaming everything, the class's port
-    streaming from its first send, or (two-shot) one piece's phases in sequence then the
-    rest of the pieces at the slower port's rate. Exact for one piece when one port bounds."""
+    of the two ports is through: the node port streaming everything (then the class's last
+    sends running on at the class's rate), the class's port streaming from its first send,
+    or (two-shot) one piece's phases in sequence then the rest of the pieces at the slower
+    port's rate. Exact for one piece."""
     node_u = sum(peers for peers, _, _ in classes) * shard / pieces / node_bw
     worst = (0.0, 0.0, 0.0)  # (time, bytes per link, latency term)
     first = 0.0  # node-port time of one piece's sends before this class's
@@ -203,11 +204,15 @@ def _direct_in_series(
             first += stage1
             continue
         own = peers * shard / pieces / c_bw
+        # the node port streams every piece; the class's last sends leave it ``after`` its
+        # end and run on for what the class's port is slower
+        after = node_u - first - stage1
+        tail = (own - stage1 if own > stage1 else 0.0) - after
         if phases == 1:
-            t = max(pieces * node_u, first + pieces * own) + c_lat
+            t = max(pieces * node_u + tail, first + pieces * own) + c_lat
         else:
             t = max(
-                2 * pieces * node_u + c_lat,
+                2 * pieces * node_u + tail + c_lat,
                 first + 2 * pieces * own + c_lat,
                 2 * (max(node_u, first + own) + c_lat) + (pieces - 1) * max(node_u, own),
             )
