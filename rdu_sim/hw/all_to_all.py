@@ -25,7 +25,9 @@ first has arrived), in the direct collectives' send order (``send_order``: no so
 from two peers at once). ``symmetric=True`` simulates socket 0's sends: by the relabelling
 symmetry every socket does the same at the same instants, so socket 0 holds its rail peers'
 tokens (its peers' partial results) exactly when its own sends of that phase have arrived.
-Exact against all sockets (tests).
+Exact against all sockets (tests). A send to another node goes through the ports
+``Topology.send`` gives it (through the in-node port first when the network is reached
+through it), and :func:`estimate` walks socket 0's sends through the same ports.
 """
 
 from __future__ import annotations

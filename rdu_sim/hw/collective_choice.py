@@ -8,7 +8,9 @@ the rest (the serialisation on the busiest link direction or port, including wha
 pipeline of pieces leaves exposed). For one node of identical links it is exactly the time
 the simulation gives the collective alone (``hw.collectives``, ``hw.direct_collectives``;
 the tests check it); across nodes it uses the slower link class for the ring and the tree and
-each port class separately for the direct forms. The simulation then runs the chosen
+each port class separately for the direct forms, or, when the network is reached through the
+in-node port (``network_via_intra_node_port``), that port carrying every send and each
+network port behind it (exact for one piece of a direct form). The simulation then runs the chosen
 algorithm as link transfers, sharing the links with whatever else is in flight. There is no
 protocol choice (NCCL's LL/LL128/Simple trade bandwidth for latency on a GPU's memory
 model); the SN40L P2P protocol streams tiles with hardware flow control, so its per-hop
