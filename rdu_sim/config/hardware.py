@@ -178,6 +178,15 @@ class SystemConfig(StrictModel):
         description="a device's share of the network between racks, one direction (needs "
         "nodes_per_rack)",
     )
+    network_via_intra_node_port: bool = Field(
+        default=False,
+        description="true: what a device sends to another node or rack leaves through its "
+        "intra_node_link port too, then its network port (two ports in series: it queues "
+        "behind the device's in-node traffic and runs at the slower port's rate), as when one "
+        "I/O unit carries all of a device's traffic; false: the network port is the device's "
+        "own (a GPU with its own NIC). Read by the switched topology (the others give each "
+        "pair its own link)",
+    )
     topology: Topology = Field(
         default="ring",
         description="how sockets are wired: 'ring' (each socket to its two neighbours), "

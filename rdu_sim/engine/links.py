@@ -27,6 +27,7 @@ def topology_for(env: CountingEnvironment, tp: int, system: SystemConfig) -> Top
         sockets_per_rack=system.sockets_per_rack,
         rack_bandwidth=None if system.inter_rack_link is None else system.inter_rack_link.bandwidth,
         rack_latency=None if system.inter_rack_link is None else system.inter_rack_link.latency,
+        network_via_intra_node_port=system.network_via_intra_node_port,
     )
 
 
@@ -45,6 +46,6 @@ def link_totals(topo: Topology) -> tuple[float, float]:
     symmetric collectives' sends computed ahead are flushed up to now."""
     topo.chains.flush()
     links = topo.directions()
-    sent = sum(link.bytes[direction].total for link, direction, sender in links if sender == 0)
+    sent = topo.bytes_sent(0)
     busiest = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
     return sent, busiest

@@ -25,7 +25,9 @@ first has arrived), in the direct collectives' send order (``send_order``: no so
 from two peers at once). ``symmetric=True`` simulates socket 0's sends: by the relabelling
 symmetry every socket does the same at the same instants, so socket 0 holds its rail peers'
 tokens (its peers' partial results) exactly when its own sends of that phase have arrived.
-Exact against all sockets (tests).
+Exact against all sockets (tests). A send to another node goes through the ports
+``Topology.send`` gives it (through the in-node port first when the network is reached
+through it), and :func:`estimate` walks socket 0's sends through the same ports.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rdu_sim.des.environment import Event
-from rdu_sim.hw.collective_choice import Estimate, Wiring, link_classes
+from rdu_sim.hw.collective_choice import Estimate, Wiring, link_classes, through_node_port
 from rdu_sim.hw.collectives import Countdown, Topology
 from rdu_sim.hw.direct_collectives import send_order
+from rdu_sim.hw.p2p_link import series
 from rdu_sim.shapes import AllToAllSpec
 
 MODES = ("direct", "hierarchical")
@@ -180,6 +183,8 @@ def estimate(spec: AllToAllSpec, nbytes: float, group: int, wiring: Wiring) -> E
             start += peers
         return out
 
+    if through_node_port(wiring) and group > wiring.sockets_per_node:
+        return _in_series(spec.mode, plan, group, wiring)
     first = by_class(plan.first)
     hop1 = max((b / bw + lat for b, bw, lat in first if b), default=0.0)
     busiest = max((b for b, _, _ in first), default=0.0)
@@ -197,3 +202,40 @@ def estimate(spec: AllToAllSpec, nbytes: float, group: int, wiring: Wiring) -> E
     lat2 = max((lat for b, _, lat in second if b), default=0.0)
     busiest = max(b1 + b2 for (b1, _, _), (b2, _, _) in zip(first, second, strict=True))
     return Estimate(spec.mode, 2, busiest, lat1 + lat2, total - lat1 - lat2)
+
+
+def _in_series(mode: str, plan: _Plan, group: int, wiring: Wiring) -> Estimate:
+    """:func:`estimate` when a send to another node crosses the in-node port first
+    (``collective_choice.through_node_port``): socket 0's sends walked in order through its
+    ports, one to another node through the in-node port and then its class's, in series
+    (``p2p_link.series``); the second hop from when the first has arrived. Exact for one
+    piece."""
+    local = min(group, wiring.sockets_per_node)
+    rack = min(group, wiring.sockets_per_rack or group)
+    links = (wiring.intra, wiring.inter, wiring.rack or wiring.inter)
+    free = [0.0, 0.0, 0.0]  # each port's FIFO tail: in-node, to the rack's nodes, to racks
+    carried = [0.0, 0.0, 0.0]
+
+    def hop(sends: tuple[tuple[int, float], ...], now: float) -> tuple[float, float]:
+        """(arrival of the last send, the largest latency paid) of ``sends`` sent at ``now``."""
+        done, latency = now, 0.0
+        for j, nbytes in sends:
+            cls = 0 if j < local else 1 if j < rack else 2
+            bandwidth, lat = links[cls]
+            if cls == 0:
+                start = free[0] if free[0] > now else now
+                end = free[0] = start + nbytes / bandwidth
+            else:
+                _, free[0], _, end = series(now, free[0], links[0][0], free[cls], bandwidth, nbytes)
+                free[cls] = end
+                carried[cls] += nbytes
+            carried[0] += nbytes
+            done = max(done, end + lat)
+            latency = max(latency, lat) if nbytes else latency
+        return done, latency
+
+    first, lat1 = hop(plan.first, 0.0)
+    if not plan.second:
+        return Estimate(mode, 1, max(carried), lat1, first - lat1)
+    total, lat2 = hop(plan.second, first)
+    return Estimate(mode, 2, max(carried), lat1 + lat2, total - lat1 - lat2)

@@ -8,7 +8,9 @@ the rest (the serialisation on the busiest link direction or port, including wha
 pipeline of pieces leaves exposed). For one node of identical links it is exactly the time
 the simulation gives the collective alone (``hw.collectives``, ``hw.direct_collectives``;
 the tests check it); across nodes it uses the slower link class for the ring and the tree and
-each port class separately for the direct forms. The simulation then runs the chosen
+each port class separately for the direct forms, or, when the network is reached through the
+in-node port (``network_via_intra_node_port``), that port carrying every send and each
+network port behind it (exact for one piece of a direct form). The simulation then runs the chosen
 algorithm as link transfers, sharing the links with whatever else is in flight. There is no
 protocol choice (NCCL's LL/LL128/Simple trade bandwidth for latency on a GPU's memory
 model); the SN40L P2P protocol streams tiles with hardware flow control, so its per-hop
@@ -52,6 +54,8 @@ class Wiring:
     inter: tuple[float, float]
     sockets_per_rack: int | None = None  # None: no rack level
     rack: tuple[float, float] | None = None  # between racks (None: as between nodes)
+    # switched: a send to another node crosses the in-node port first (``hw.collectives``)
+    network_via_intra_node_port: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("ring", "fully_connected", "switched"):
@@ -126,6 +130,8 @@ def estimate(
         return Estimate(algorithm, 0, 0.0, 0.0, 0.0)
     classes = link_classes(wiring, p)
     bw = min(c[1] for c in classes)  # the slower class bounds a ring or tree step
+    if through_node_port(wiring) and p > wiring.sockets_per_node:  # a step to another node crosses
+        bw = min(bw, wiring.intra[0])  # the in-node port too
     lat = max(c[2] for c in classes)
     if algorithm in ("ring", "bidirectional_ring"):
         steps = 2 * (p - 1) if kind == ALL_REDUCE else p - 1
@@ -151,6 +157,9 @@ def estimate(
         raise ValueError(f"two_shot runs all-reduce only, not {kind!r}")
     shard = nbytes if (algorithm == "one_shot" and kind == ALL_REDUCE) else nbytes / p
     phases = 2 if algorithm == "two_shot" else 1
+    if through_node_port(wiring) and p > wiring.sockets_per_node:
+        local = 1 if wiring.sockets_per_node > 1 else 0  # classes[:local]: within the node
+        return _direct_in_series(algorithm, shard, phases, classes, wiring.intra[0], local, pieces)
     worst = (0.0, 0.0, 0.0)  # (time, bytes per link, latency term)
     for peers, c_bw, c_lat in classes:
         sends = peers if wiring.kind == "switched" else 1  # sends sharing one port or link
@@ -165,13 +174,75 @@ def estimate(
     return Estimate(algorithm, phases, per_link, lat_term, t - lat_term)
 
 
+def through_node_port(wiring: Wiring) -> bool:
+    """Whether a send to another node crosses the sender's in-node port before its network
+    port (switched wiring with ``network_via_intra_node_port``: ``hw.collectives``)."""
+    return wiring.kind == "switched" and wiring.network_via_intra_node_port
+
+
+def _direct_in_series(
+    algorithm: str,
+    shard: float,
+    phases: int,
+    classes: list[tuple[int, float, float]],
+    node_bw: float,
+    network_from: int,
+    pieces: int,
+) -> Estimate:
+    """A direct form's estimate when every send leaves through the in-node port (``node_bw``)
+    and a send to another node (``classes[network_from:]``) then through its class's port,
+    in series. Socket 0 sends in class order (``send_order``), so a class's port starts when
+    the node port reaches its first send (``first``) and the class is done when the slower
+    of the two ports is through: the node port streaming everything (then the class's last
+    sends running on at the class's rate), the class's port streaming from its first send,
+    or (two-shot) one piece's phases in sequence then the rest of the pieces at the slower
+    port's rate. Exact for one piece."""
+    node_u = sum(peers for peers, _, _ in classes) * shard / pieces / node_bw
+    worst = (0.0, 0.0, 0.0)  # (time, bytes per link, latency term)
+    first = 0.0  # node-port time of one piece's sends before this class's
+    for index, (peers, c_bw, c_lat) in enumerate(classes):
+        stage1 = peers * shard / pieces / node_bw
+        if index < network_from:  # within the node: the node port alone, sent first
+            first += stage1
+            continue
+        own = peers * shard / pieces / c_bw
+        # the node port streams every piece; the class's last sends leave it ``after`` its
+        # end and run on for what the class's port is slower
+        after = node_u - first - stage1
+        tail = (own - stage1 if own > stage1 else 0.0) - after
+        if phases == 1:
+            t = max(pieces * node_u + tail, first + pieces * own) + c_lat
+        else:
+            t = max(
+                2 * pieces * node_u + tail + c_lat,
+                first + 2 * pieces * own + c_lat,
+                2 * (max(node_u, first + own) + c_lat) + (pieces - 1) * max(node_u, own),
+            )
+        first += stage1
+        if t > worst[0]:
+            worst = (t, phases * sum(p for p, _, _ in classes) * shard, phases * c_lat)
+    t, per_link, lat_term = worst
+    return Estimate(algorithm, phases, per_link, lat_term, t - lat_term)
+
+
 def _hierarchical(nbytes: float, group: int, wiring: Wiring, pieces: int) -> Estimate:
     """The hierarchical all-reduce (``hw.hierarchical``): its three phases' estimates added
-    (inside a node, across nodes on one rail, inside a node again)."""
+    (inside a node, across nodes on one rail, inside a node again). A rail's socket is alone
+    in its node of the rail's wiring; when its network traffic crosses its in-node port, that
+    port (at the in-node bandwidth) is the rail's node port."""
     local = wiring.sockets_per_node
     nodes = group // local
     rack_nodes = None if wiring.sockets_per_rack is None else wiring.sockets_per_rack // local
-    rail = Wiring(wiring.kind, 1, wiring.inter, wiring.inter, rack_nodes, wiring.rack)
+    node = wiring.intra if through_node_port(wiring) else wiring.inter
+    rail = Wiring(
+        wiring.kind,
+        1,
+        node,
+        wiring.inter,
+        rack_nodes,
+        wiring.rack,
+        wiring.network_via_intra_node_port,
+    )
     phases = (
         estimate(REDUCE_SCATTER, "one_shot", nbytes, local, wiring, pieces),
         estimate(ALL_REDUCE, "two_shot", nbytes / local, nodes, rail, pieces),

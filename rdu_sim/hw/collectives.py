@@ -13,7 +13,12 @@ and between racks; without one, every other node is of the second class), wired 
   :class:`P2PLink` direction that everything the socket sends on that class shares; any
   socket reaches any other in one hop. Ingress ports are not a separate resource: every
   schedule here sends in rotated order (at each position of its send sequence a socket's
-  peers are a permutation), so no port receives faster than its peer sends.
+  peers are a permutation), so no port receives faster than its peer sends. With
+  ``network_via_intra_node_port`` (a socket with one I/O unit, SN40L's AGCU) what a socket
+  sends to another node or rack crosses its in-node port first and then its port of that
+  class, two FIFO servers in series (``P2PLink.transfer_via``): it queues behind the socket's
+  in-node traffic and is bound by the slower port. Without it (a GPU with its own NIC) each
+  class's port is the socket's own.
 
 Algorithms (``nbytes`` is NCCL-style: the all-reduce vector, the all-gather
 output, the reduce-scatter input, per socket):
@@ -108,6 +113,7 @@ class Topology:
         sockets_per_rack: int | None = None,
         rack_bandwidth: float | None = None,
         rack_latency: float | None = None,
+        network_via_intra_node_port: bool = False,
     ) -> None:
         if n_sockets < 1 or sockets_per_node < 1:
             raise ValueError(f"n_sockets and sockets_per_node must be >= 1: {n_sockets}")
@@ -141,6 +147,8 @@ class Topology:
             self.inter[1] if rack_latency is None else float(rack_latency),
         )
         self.switched = switched
+        # switched, and a send to another node crosses the sender's in-node port first
+        self.series = switched and network_via_intra_node_port
         self.links: dict[tuple[int, int], P2PLink] = {}  # per pair (not switched)
         self.ports: dict[tuple[int, int], P2PLink] = {}  # (socket, link class) (switched)
         # Symmetric collectives' chains of transfers, computed in plain Python (exact, a few
@@ -171,25 +179,42 @@ class Topology:
         if i == j or not (0 <= i < self.n_sockets and 0 <= j < self.n_sockets):
             raise ValueError(f"no link between sockets {i} and {j} of {self.n_sockets}")
         if self.switched:
-            port = (i, self.link_class(i, j))
-            if port not in self.ports:
-                bw, lat = self.params(i, j)
-                name = f"port{i}{('', '.inter', '.rack')[port[1]]}"
-                self.ports[port] = P2PLink(self.env, bw, lat, name=name)
-            return self.ports[port], 0
+            return self.port(i, self.link_class(i, j)), 0
         key = (i, j) if i < j else (j, i)  # (min, max) without two calls (per link transfer)
         if key not in self.links:
             bw, lat = self.params(i, j)
             self.links[key] = P2PLink(self.env, bw, lat, name=f"p2p{key[0]}-{key[1]}")
         return self.links[key], 0 if i < j else 1
 
+    def port(self, i: int, link_class: int) -> P2PLink:
+        """Socket ``i``'s egress port of ``link_class`` (switched wiring), made on first use."""
+        port = self.ports.get((i, link_class))
+        if port is None:
+            bw, lat = (self.intra, self.inter, self.rack)[link_class]
+            name = f"port{i}{('', '.inter', '.rack')[link_class]}"
+            port = self.ports[(i, link_class)] = P2PLink(self.env, bw, lat, name=name)
+        return port
+
+    def via(self, i: int, j: int) -> P2PLink | None:
+        """The port a send ``i -> j`` crosses before its own (``i``'s in-node port, when the
+        network is reached through it and ``j`` is in another node), else None."""
+        if not self.series or self.same_node(i, j):
+            return None
+        return self.port(i, 0)
+
     def send(self, src: int, dst: int, nbytes: float, tag: str | None = None) -> Event:
         """Transfer ``nbytes`` from ``src`` to ``dst``; fires on arrival."""
         link, direction = self.link(src, dst)
+        via = self.via(src, dst) if self.series else None
         if not self.chains.busy:
+            if via is not None:
+                return link.transfer_via(via, nbytes, tag)
             return link.transfer(nbytes, direction, tag)
         self.chains.interrupt()  # the chains' sends computed ahead must come after this one
-        ev = link.transfer(nbytes, direction, tag)
+        if via is not None:
+            ev = link.transfer_via(via, nbytes, tag)
+        else:
+            ev = link.transfer(nbytes, direction, tag)
         self.chains.resume()
         return ev
 
@@ -201,12 +226,22 @@ class Topology:
         out += [(port, 0, socket) for (socket, _), port in sorted(self.ports.items())]
         return out
 
+    def bytes_sent(self, socket: int) -> float:
+        """Bytes ``socket`` has sent on its links so far, each once (a send to another node
+        that crossed its in-node port first is counted there, not again on the network's)."""
+        behind = {id(port) for (_, c), port in self.ports.items() if self.series and c > 0}
+        return sum(
+            link.bytes[direction].total
+            for link, direction, sender in self.directions()
+            if sender == socket and id(link) not in behind
+        )
+
     def hop(self, src: int, dst: int) -> Hop:
         """The link direction ``src -> dst`` as :class:`LinkChains` sends on it (made once
         per pair: a symmetric collective asks for its hops every time it starts)."""
         hop = self._hops.get((src, dst))
         if hop is None:
-            hop = self._hops[(src, dst)] = hop_of(*self.link(src, dst))
+            hop = self._hops[(src, dst)] = hop_of(*self.link(src, dst), self.via(src, dst))
         return hop
 
 

@@ -39,16 +39,17 @@ import itertools
 from collections.abc import Sequence
 
 from rdu_sim.des.environment import CountingEnvironment, Event
-from rdu_sim.hw.p2p_link import P2PLink
+from rdu_sim.hw.p2p_link import P2PLink, series
 
-Hop = tuple[list[float], int, float, float, P2PLink]
+Hop = tuple[list[float], int, float, float, P2PLink, P2PLink | None]
 """A link direction as the loop uses it: (its ``free_at`` list, direction, bandwidth,
-latency, link)."""
+latency, link, the port a send crosses first or None)."""
 
 
-def hop_of(link: P2PLink, direction: int) -> Hop:
-    """The loop's view of ``link``'s ``direction``."""
-    return (link.free_at, direction, link.bandwidth, link.latency, link)
+def hop_of(link: P2PLink, direction: int, via: P2PLink | None = None) -> Hop:
+    """The loop's view of ``link``'s ``direction``, behind port ``via`` (its direction 0, in
+    series: ``P2PLink.transfer_via``) when not None."""
+    return (link.free_at, direction, link.bandwidth, link.latency, link, via)
 
 
 class _Collective:
@@ -86,13 +87,14 @@ class LinkChains:
         self._active: list[_Collective] = []  # started, completion not yet fired
         self._arrived: list[tuple[float, int, _Collective]] = []  # complete, not yet fired
         # Sends computed since the last commit, in send order: their counters (the first
-        # ``_applied`` of them already counted by ``flush``) and how to undo them: (the send,
-        # its direction's ``free_at`` list, direction, previous free time, the order of the
-        # send it scheduled or -1 when it ended its chain, the chain's collective's previous
-        # finish).
+        # ``_applied`` of them already counted by ``flush``; a send through two ports in
+        # series has its own pending entry for the first, just before its own) and how to
+        # undo them: (the send, its direction's ``free_at`` list, direction, previous free
+        # time, the order of the send it scheduled or -1 when it ended its chain, the chain's
+        # collective's previous finish, the first port's previous free time or -1).
         self._pending: list[tuple[float, P2PLink, int, float, str | None, float, float]] = []
         self._applied = 0
-        self._undo: list[tuple[_Send, list[float], int, float, int, float]] = []
+        self._undo: list[tuple[_Send, list[float], int, float, int, float, float]] = []
         self._wake: tuple[float, Event] | None = None
 
     def pending_sends(self) -> list[float]:
@@ -138,9 +140,17 @@ class LinkChains:
             dropped: set[int] = set()
             back: list[_Send] = []
             arrived = self._arrived
+            pending = len(self._pending)
             while undo and undo[-1][0][0] > now:
-                send, free, direction, prev, scheduled, finish = undo.pop()
+                send, free, direction, prev, scheduled, finish, via_prev = undo.pop()
                 free[direction] = prev
+                pending -= 1
+                if via_prev >= 0.0:  # the first of two ports in series
+                    coll, r, step = send[2], send[3], send[4]
+                    via = coll.hops[(r + step) % len(coll.hops)][5]
+                    assert via is not None
+                    via.free_at[0] = via_prev
+                    pending -= 1
                 back.append(send)
                 if scheduled >= 0:
                     dropped.add(scheduled)
@@ -150,7 +160,7 @@ class LinkChains:
                     arrived.pop()  # appended when this send completed the collective
                 coll.remaining += 1
                 coll.finish = finish
-            del self._pending[len(undo) :]
+            del self._pending[pending:]
             # back to the heap: the undone sends, but not those an undone send had scheduled
             heap = [s for s in itertools.chain(self._heap, back) if s[1] not in dropped]
             heapq.heapify(heap)
@@ -218,11 +228,20 @@ class LinkChains:
                 break
             send = pop(heap)
             now, _, coll, r, step = send
-            free, direction, bandwidth, latency, link = coll.hops[(r + step) % len(coll.hops)]
+            free, direction, bandwidth, latency, link, via = coll.hops[(r + step) % len(coll.hops)]
             size = coll.size
             prev = free[direction]
-            start = prev if prev > now else now
-            end = start + size / bandwidth
+            if via is None:
+                start = prev if prev > now else now
+                end = start + size / bandwidth
+                via_prev = -1.0
+            else:  # through ``via`` first, in series (``p2p_link.series``)
+                via_prev = via.free_at[0]
+                start1, end1, start, end = series(
+                    now, via_prev, via.bandwidth, prev, bandwidth, size
+                )
+                via.free_at[0] = end1
+                pending.append((now, via, 0, size, coll.tag, start1, end1))
             free[direction] = end
             pending.append((now, link, direction, size, coll.tag, start, end))
             # SimPy fires the arrival at now + (arrival - now), which can differ in the last bit
@@ -230,9 +249,9 @@ class LinkChains:
             if step + 1 < coll.steps:
                 scheduled = next(order)
                 push(heap, (at, scheduled, coll, r, step + 1))
-                undo.append((send, free, direction, prev, scheduled, 0.0))
+                undo.append((send, free, direction, prev, scheduled, 0.0, via_prev))
                 continue
-            undo.append((send, free, direction, prev, -1, coll.finish))
+            undo.append((send, free, direction, prev, -1, coll.finish, via_prev))
             coll.remaining -= 1
             if at > coll.finish:
                 coll.finish = at

@@ -13,6 +13,13 @@ event per transfer instead of four (request, grant, timeout, release).
 ``hw.link_chains`` claims the same FIFO directions in plain Python (through ``free_at``
 and :meth:`P2PLink.account`) for the symmetric collectives' chains of transfers.
 
+Two ports in series (:meth:`P2PLink.transfer_via`, :func:`series`): a socket whose traffic
+to other nodes leaves through its in-node port and then its network port (the hardware's
+``system.network_via_intra_node_port``) holds both, each a FIFO server, cut-through: the
+second stage starts when the first starts or when its own port is free, whichever is later,
+and ends no earlier than the first ends; the transfer arrives the second port's latency after
+that. So it queues behind the socket's in-node traffic and streams at the slower port's rate.
+
 Bandwidth, latency and topology of SN40L P2P links are not public; they are
 parameters [sn40l.md, "Node and system"].
 """
@@ -21,6 +28,19 @@ from __future__ import annotations
 
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.stats import BusyTracker, ByteCounter
+
+
+def series(
+    now: float, free1: float, bandwidth1: float, free2: float, bandwidth2: float, nbytes: float
+) -> tuple[float, float, float, float]:
+    """(start, end) on the first port, then on the second, of ``nbytes`` sent at ``now``
+    through two FIFO ports in series, cut-through (module docstring): the one rule
+    :meth:`P2PLink.transfer_via` and ``hw.link_chains`` share."""
+    start1 = free1 if free1 > now else now
+    end1 = start1 + nbytes / bandwidth1
+    start2 = free2 if free2 > start1 else start1
+    end2 = start2 + nbytes / bandwidth2
+    return start1, end1, start2, end2 if end2 > end1 else end1
 
 
 class P2PLink:
@@ -72,6 +92,24 @@ class P2PLink:
         # Busy [start, end] is recorded at once (known now; in send order, as ``hw.link_chains``
         # records its transfers, so that both can share a link).
         self.busy[direction].add(start, end)
+        return self.env.timeout(arrival - now, value=arrival)
+
+    def transfer_via(self, via: P2PLink, nbytes: float, tag: str | None = None) -> Event:
+        """Send ``nbytes`` through port ``via`` (its direction 0) and then this link's
+        direction 0, two FIFO servers in series (:func:`series`); the event fires on arrival,
+        this link's latency after the second stage ends. Both ports count the bytes and the
+        time they held them."""
+        if nbytes < 0:
+            raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
+        now = float(self.env.now)
+        start1, end1, start2, end2 = series(
+            now, via.free_at[0], via.bandwidth, self.free_at[0], self.bandwidth, nbytes
+        )
+        via.free_at[0] = end1
+        self.free_at[0] = end2
+        via.account(nbytes, 0, tag, start1, end1)
+        self.account(nbytes, 0, tag, start2, end2)
+        arrival = end2 + self.latency
         return self.env.timeout(arrival - now, value=arrival)
 
     def account(
