@@ -15,7 +15,8 @@ whose floors miss (both when each does, or when neither does alone but together 
 Where the floors pass, the binding half of a run is the one nearer its target (``binding``).
 
 What would move a half depends on why it binds (``Verdict.moves``): a floor is one step,
-moved by a faster step (more tp, more of the resource that binds it: ``report.bound``),
+moved by a faster step (more tp, unless the links bind it; more of the resource that binds
+it: ``report.bound``),
 a smaller one (fewer batch slots, a KV policy that keeps fewer tokens, shorter prompts) or
 a looser target; a run above its floors waits (queueing, prefills holding decode steps),
 moved by more replicas, chunked prefill or disaggregation; where attention ranks step in
@@ -161,16 +162,24 @@ def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]
     """What would move a binding half (module docstring), most direct first."""
     bound = str(metrics.get(f"{half}_step_bound"))
     faster = REMEDIES.get(bound, "a faster step")
+    step = _step(metrics, half)
+    # A step the links bind sends about as many bytes a socket at any tp (an all-reduce's
+    # 2 (p - 1) / p of its message): more tp does not shorten it.
+    more_tp = bound != "link"
     if alone and half == "ttft":
+        first = (
+            (f"more tp{step}", f"a faster prefill ({faster})")
+            if more_tp
+            else (f"a faster prefill ({faster}){step}",)
+        )
         return (
-            f"more tp{_step(metrics, half)}",
-            f"a faster prefill ({faster})",
+            *first,
             "shorter prompts (speculative prefill, a prefix cache)",
             _looser(metrics, half),
         )
     if alone:
         return (
-            f"fewer batch slots or more tp{_step(metrics, half)}",
+            f"fewer batch slots or more tp{step}" if more_tp else f"fewer batch slots{step}",
             f"a faster decode step ({faster})",
             "fewer bytes a step (a KV policy keeping fewer tokens, smaller dtypes)",
             _looser(metrics, half),
