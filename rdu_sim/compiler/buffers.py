@@ -38,7 +38,7 @@ GEMM efficiency (the re-reads, not the array, dominate there).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
@@ -369,7 +369,7 @@ def plan_tiles(
         tiles = max(1, min(min_tiles, MAX_TILES))
         while True:
             stream = tuple(stream_buffers(s, tiles, produced, into[s.name], rule) for s in staged)
-            need = sum(max(1, math.ceil(b.total / pmu_bytes)) for b in stream)
+            need = _pmus_needed(stream, pmu_bytes)
             if need <= pmus:
                 return TilePlan(tiles, spilled, staged, stream)
             if tiles >= MAX_TILES:
@@ -387,6 +387,28 @@ def plan_tiles(
         "hw.socket.pmu.sram, lower engine.buffer_tiles or engine.prefetch_tiles, or raise "
         "parallelism.tp"
     )
+
+
+def finer_plans(
+    plan: TilePlan, looped: bool, *, pmus: int, pmu_bytes: float, most: int, rule: BufferRule
+) -> Iterator[TilePlan]:
+    """``plan``'s stages and spills at twice its tiles, four times, ... up to ``most`` (at
+    most ``MAX_TILES``), each that fits ``pmus`` PMUs of ``pmu_bytes`` (finer tiles shrink
+    every buffer but a whole layer's, so they fit where ``plan`` does): the tile counts
+    the compiler weighs against ``plan``'s (``compile.choose_tiles``)."""
+    produced = {s.name: s.output_bytes for s in plan.stages}
+    into = _inputs(plan.stages, looped, plan.spilled)
+    tiles = 2 * plan.tiles
+    while tiles <= min(most, MAX_TILES):
+        stream = tuple(stream_buffers(s, tiles, produced, into[s.name], rule) for s in plan.stages)
+        if _pmus_needed(stream, pmu_bytes) <= pmus:
+            yield TilePlan(tiles, plan.spilled, plan.stages, stream)
+        tiles *= 2
+
+
+def _pmus_needed(stream: Iterable[StreamBuffers], pmu_bytes: float) -> int:
+    """Whole PMUs the stages' buffers take, one at least per stage."""
+    return sum(max(1, math.ceil(b.total / pmu_bytes)) for b in stream)
 
 
 @dataclass(frozen=True)
