@@ -17,11 +17,15 @@ PMUs hold a stage's inputs, the parameters being streamed and its intermediates 
   tiles loaded ahead of the compute);
 - one tile of its off-chip writes draining.
 
-``plan_tiles`` picks the kernel's tiles: the fewest ``T >= engine.tiles_per_stage``
-(doubling, at most ``MAX_TILES``) at which every stage's buffers fit whole PMUs within the
-usable budget, after spilling whole-layer edges to HBM (largest first) while they would
-take more than half of the usable PMUs (SN §V: activations spill first). When nothing fits
-it is a ``CapacityError`` naming the kernel, the stage and the bytes.
+``plan_tiles`` finds the fewest tiles ``T >= engine.tiles_per_stage`` (doubling, at most
+``MAX_TILES``) at which every stage's buffers fit whole PMUs within the usable budget,
+after spilling whole-layer edges to HBM (largest first) while they would take more than
+half of the usable PMUs (SN §V: activations spill first). When nothing fits it is a
+``CapacityError`` naming the kernel, the stage and the bytes. The kernel's tiles
+are then chosen among that count and its doublings that fit (``finer_plans``, up to a tile
+per row: finer would cut rows) by the placement's estimated time, ties to the fewest
+(``compile.choose_tiles``): finer tiles leave a GEMM more SRAM for its block of rows, so
+fewer passes over its weights (below).
 
 What else stays resident once PMUs are allocated (``residency``): a GEMM stage re-uses its
 streamed operand (weights, or the KV cache in attention) for every row of its input. It
@@ -356,7 +360,8 @@ def plan_tiles(
     """The fewest tiles (from ``min_tiles``, doubling) at which the stages' buffers fit
     ``pmus`` PMUs of ``pmu_bytes`` each, one PMU at least per stage, with the whole-layer
     edges ``spill_edges`` chooses staged through HBM, and the next largest too as long as
-    nothing fits, then the edges bypassing collectives (module docstring)."""
+    nothing fits, then the edges bypassing collectives (module docstring). The kernel's
+    tiles are this count or a doubling of it (``finer_plans``, ``compile.choose_tiles``)."""
     spilled = spill_edges(stages, looped, pmus=pmus, pmu_bytes=pmu_bytes)
     produced = {s.name: s.output_bytes for s in stages}
     whole = whole_layer_edges(stages, looped)
