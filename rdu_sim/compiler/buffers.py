@@ -17,11 +17,15 @@ PMUs hold a stage's inputs, the parameters being streamed and its intermediates 
   tiles loaded ahead of the compute);
 - one tile of its off-chip writes draining.
 
-``plan_tiles`` picks the kernel's tiles: the fewest ``T >= engine.tiles_per_stage``
-(doubling, at most ``MAX_TILES``) at which every stage's buffers fit whole PMUs within the
-usable budget, after spilling whole-layer edges to HBM (largest first) while they would
-take more than half of the usable PMUs (SN §V: activations spill first). When nothing fits
-it is a ``CapacityError`` naming the kernel, the stage and the bytes.
+``plan_tiles`` finds the fewest tiles ``T >= engine.tiles_per_stage`` (doubling, at most
+``MAX_TILES``) at which every stage's buffers fit whole PMUs within the usable budget,
+after spilling whole-layer edges to HBM (largest first) while they would take more than
+half of the usable PMUs (SN §V: activations spill first). When nothing fits it is a
+``CapacityError`` naming the kernel, the stage and the bytes. The kernel's tiles
+are then chosen among that count and its doublings that fit (``finer_plans``, up to a tile
+per row: finer would cut rows) by the placement's estimated time, ties to the fewest
+(``compile.choose_tiles``): finer tiles leave a GEMM more SRAM for its block of rows, so
+fewer passes over its weights (below).
 
 What else stays resident once PMUs are allocated (``residency``): a GEMM stage re-uses its
 streamed operand (weights, or the KV cache in attention) for every row of its input. It
@@ -38,7 +42,7 @@ GEMM efficiency (the re-reads, not the array, dominate there).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
@@ -356,7 +360,8 @@ def plan_tiles(
     """The fewest tiles (from ``min_tiles``, doubling) at which the stages' buffers fit
     ``pmus`` PMUs of ``pmu_bytes`` each, one PMU at least per stage, with the whole-layer
     edges ``spill_edges`` chooses staged through HBM, and the next largest too as long as
-    nothing fits, then the edges bypassing collectives (module docstring)."""
+    nothing fits, then the edges bypassing collectives (module docstring). The kernel's
+    tiles are this count or a doubling of it (``finer_plans``, ``compile.choose_tiles``)."""
     spilled = spill_edges(stages, looped, pmus=pmus, pmu_bytes=pmu_bytes)
     produced = {s.name: s.output_bytes for s in stages}
     whole = whole_layer_edges(stages, looped)
@@ -369,7 +374,7 @@ def plan_tiles(
         tiles = max(1, min(min_tiles, MAX_TILES))
         while True:
             stream = tuple(stream_buffers(s, tiles, produced, into[s.name], rule) for s in staged)
-            need = sum(max(1, math.ceil(b.total / pmu_bytes)) for b in stream)
+            need = _pmus_needed(stream, pmu_bytes)
             if need <= pmus:
                 return TilePlan(tiles, spilled, staged, stream)
             if tiles >= MAX_TILES:
@@ -387,6 +392,28 @@ def plan_tiles(
         "hw.socket.pmu.sram, lower engine.buffer_tiles or engine.prefetch_tiles, or raise "
         "parallelism.tp"
     )
+
+
+def finer_plans(
+    plan: TilePlan, looped: bool, *, pmus: int, pmu_bytes: float, most: int, rule: BufferRule
+) -> Iterator[TilePlan]:
+    """``plan``'s stages and spills at twice its tiles, four times, ... up to ``most`` (at
+    most ``MAX_TILES``), each that fits ``pmus`` PMUs of ``pmu_bytes`` (finer tiles shrink
+    every buffer but a whole layer's, so they fit where ``plan`` does): the tile counts
+    the compiler weighs against ``plan``'s (``compile.choose_tiles``)."""
+    produced = {s.name: s.output_bytes for s in plan.stages}
+    into = _inputs(plan.stages, looped, plan.spilled)
+    tiles = 2 * plan.tiles
+    while tiles <= min(most, MAX_TILES):
+        stream = tuple(stream_buffers(s, tiles, produced, into[s.name], rule) for s in plan.stages)
+        if _pmus_needed(stream, pmu_bytes) <= pmus:
+            yield TilePlan(tiles, plan.spilled, plan.stages, stream)
+        tiles *= 2
+
+
+def _pmus_needed(stream: Iterable[StreamBuffers], pmu_bytes: float) -> int:
+    """Whole PMUs the stages' buffers take, one at least per stage."""
+    return sum(max(1, math.ceil(b.total / pmu_bytes)) for b in stream)
 
 
 @dataclass(frozen=True)

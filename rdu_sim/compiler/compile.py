@@ -15,22 +15,30 @@ How a kernel graph becomes stages (one stage per operator, topologically ordered
 - tensors between stages stream on-chip (`output_bytes`), except whole-layer edges too
   large for the SRAM, which are spilled to HBM (written and read back: `buffers`).
 
-Then each kernel gets its tiles per call and its stages' PCUs and PMUs: the fewest tiles
-from `engine.tiles_per_stage` at which every stage's buffers fit whole PMUs
-(`buffers.plan_tiles`), the allocation above those floors (`allocation`), and what each
-GEMM stage keeps resident in the SRAM left over: its streamed operand, or blocks of input
-rows over which it re-reads the operand (`buffers.residency`: `passes`).
+Then each kernel gets its tiles per call and its stages' PCUs and PMUs: from the fewest
+tiles from `engine.tiles_per_stage` at which every stage's buffers fit whole PMUs
+(`buffers.plan_tiles`), doubling up to a tile per row (`buffers.finer_plans`), the count
+whose placement is estimated fastest, ties to the fewest (`choose_tiles`, `kernel_time`):
+at each, the allocation above the buffers' floors (`allocation`) and what each GEMM stage
+keeps resident in the SRAM left over: its streamed operand, or blocks of input rows over
+which it re-reads the operand (`buffers.residency`: `passes`). Finer tiles shrink the
+buffers and so the passes: without weighing them, more SRAM could let a kernel fit at
+fewer tiles and re-read its weights more often, a slower step (the 405B's prefill at 585
+KiB per PMU took 1.66 s against 1.18 s at 512).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim.compiler.allocation import StageWork, allocate
 from rdu_sim.compiler.buffers import (
     BufferRule,
+    TilePlan,
+    finer_plans,
     input_bytes,
     plan_tiles,
     residency,
@@ -516,6 +524,20 @@ def _work(
     `sram_bytes` is what its buffers hold at the kernel's tiles (`buffers.stream_buffers`),
     `resident_bytes` what it needs to stream its operand once (`buffers.rows_floor`).
     """
+    arriving = [produced[name] for name in stage.inputs]
+    offchip = sum(stage.reads.values()) + sum(stage.writes.values())
+    return StageWork(
+        compute=_compute(stage, socket),
+        sram_bytes=sram_bytes,
+        resident_bytes=resident_bytes,
+        stream_in=len(arriving) * max(arriving, default=0.0),
+        moved=sum(arriving) + offchip,
+    )
+
+
+def _compute(stage: StageProgram, socket: SocketConfig) -> float:
+    """A stage's PCU-seconds per call: its GEMM at the efficiency its shape reaches on the
+    systolic arrays, its element-wise work at the vector rate."""
     pcu = socket.pcu
     efficiency = pcu.max_gemm_efficiency
     if stage.gemm is not None:
@@ -523,16 +545,7 @@ def _work(
         efficiency = stage_gemm_efficiency(
             g.m, g.n, g.k, pcu.systolic_rows, pcu.systolic_cols, pcu.max_gemm_efficiency
         )
-    compute = stage.flops / (pcu.peak_flops * efficiency) + stage.vector_flops / pcu.vector_flops
-    arriving = [produced[name] for name in stage.inputs]
-    offchip = sum(stage.reads.values()) + sum(stage.writes.values())
-    return StageWork(
-        compute=compute,
-        sram_bytes=sram_bytes,
-        resident_bytes=resident_bytes,
-        stream_in=len(arriving) * max(arriving, default=0.0),
-        moved=sum(arriving) + offchip,
-    )
+    return stage.flops / (pcu.peak_flops * efficiency) + stage.vector_flops / pcu.vector_flops
 
 
 def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
@@ -585,16 +598,75 @@ def _kernel_program(
             "PMUs per socket; raise socket.pcu.count, socket.pmu.count or "
             "socket.usable_fraction"
         )
-    sram = socket.pmu.sram
     plan = plan_tiles(
         kernel.name,
         [d.stage for d in drafts],
         kernel.looped,
         pmus=usable_pmus,
-        pmu_bytes=sram,
+        pmu_bytes=socket.pmu.sram,
         min_tiles=engine.tiles_per_stage,
         rule=rule,
     )
+    finer = finer_plans(  # never cutting a row when the tiles do not already
+        plan,
+        kernel.looped,
+        pmus=usable_pmus,
+        pmu_bytes=socket.pmu.sram,
+        most=plan.tiles if chained else rows,
+        rule=rule,
+    )
+    chain_rows = rows if chained else None
+    return choose_tiles(
+        _placed(kernel, drafts, p, socket, chain_rows) for p in itertools.chain([plan], finer)
+    ).program
+
+
+@dataclass(frozen=True)
+class TileChoice:
+    """A kernel placed at one tile count, its estimated time per call (``kernel_time``) and
+    that estimate without its GEMMs' operand re-reads, which no tile count beats."""
+
+    program: KernelProgram
+    time: float
+    floor: float
+
+
+def choose_tiles(choices: Iterable[TileChoice]) -> TileChoice:
+    """The kernel's tiles: among the counts that fit (``buffers.plan_tiles``'s, then
+    doubling: ``buffers.finer_plans``), the one whose placement is estimated fastest, ties
+    to the fewest tiles (fewer events to simulate). Finer tiles shrink the stream buffers
+    and leave a GEMM more SRAM for its block of input rows, so fewer passes over its
+    weights; nothing else in the estimate depends on the tiles. Stops at the first count
+    that re-reads nothing the estimate counts (its ``floor``)."""
+    best: TileChoice | None = None
+    for choice in choices:
+        if best is None or choice.time < best.time:
+            best = choice
+        if best.time <= best.floor:
+            break
+    if best is None:
+        raise ValueError("no tile count to choose from")
+    return best
+
+
+def kernel_time(stages: Sequence[StageProgram], socket: SocketConfig) -> float:
+    """A placed kernel's estimated time per call: its pipeline at the pace of its slowest
+    stage's compute on its PCUs, no faster than its off-chip bytes (re-reads included) at
+    its busiest tier's rate (the stage time ``allocation`` balances to)."""
+    compute = max((_compute(s, socket) / s.pcus for s in stages), default=0.0)
+    return max(compute, _memory_time(stages, socket))
+
+
+def _placed(
+    kernel: KernelGraph,
+    drafts: Sequence[_Draft],
+    plan: TilePlan,
+    socket: SocketConfig,
+    chain_rows: int | None,
+) -> TileChoice:
+    """The kernel at ``plan``'s tiles: its stages' PCUs and PMUs (``allocation``) and what
+    each GEMM keeps resident in them, its operand re-read per pass (``buffers.residency``)."""
+    sram = socket.pmu.sram
     stages = plan.stages  # with the spilled edges' HBM traffic
     # the topological order of `operators` puts every producer before its consumers
     produced = {s.name: s.output_bytes for s in stages}
@@ -607,12 +679,12 @@ def _kernel_program(
     ]
     allocation = allocate(
         work,
-        pcus=usable_pcus,
-        pmus=usable_pmus,
+        pcus=socket.usable_pcus,
+        pmus=socket.usable_pmus,
         pmu_bytes=sram,
         pmu_bandwidth=socket.pmu.bandwidth,
         memory_time=_memory_time(stages, socket),
-        chain_rows=rows if chained else None,
+        chain_rows=chain_rows,
     )
     placed = []
     for draft, stage, stream, pcus, pmus in zip(
@@ -639,7 +711,7 @@ def _kernel_program(
                 sram_bytes=held.sram_bytes,
             )
         )
-    return KernelProgram(
+    program = KernelProgram(
         name=kernel.name,
         calls=kernel.calls,
         looped=kernel.looped,
@@ -647,3 +719,5 @@ def _kernel_program(
         layer=kernel.layer,
         tiles=plan.tiles,
     )
+    once = [replace(p, reads=s.reads) for p, s in zip(placed, stages, strict=True)]
+    return TileChoice(program, kernel_time(placed, socket), kernel_time(once, socket))

@@ -268,7 +268,9 @@ class EngineConfig(StrictModel):
         ge=1,
         le=4096,
         description="fewest tiles a stage streams per kernel call: the compiler cuts a "
-        "kernel finer when its stages' buffers do not fit their PMUs at this many",
+        "kernel finer when its stages' buffers do not fit their PMUs at this many, or when "
+        "finer tiles (doubling, at most a row each) leave its GEMMs room to re-read their "
+        "weights less and so estimate it faster",
     )
     all_sockets: bool = Field(
         default=False,

@@ -41,7 +41,8 @@ class SlowStepWarning(UserWarning):
 def warn_if_slow(least: int, what: str, tiles: int, setting: int) -> None:
     """Warn (SlowStepWarning) before simulating a step of at least ``SLOW_STEP_EVENTS``;
     ``tiles``: the most tiles a stage of it streams per call, ``setting``: the workload's
-    ``engine.tiles_per_stage`` (the compiler cuts a kernel finer when its buffers need it)."""
+    ``engine.tiles_per_stage`` (the compiler cuts a kernel finer when its buffers need it, or
+    when that re-reads its weights less: ``compile.choose_tiles``)."""
     if least > SLOW_STEP_EVENTS:
         warnings.warn(
             SlowStepWarning(
