@@ -5,7 +5,6 @@ back, the placements' rules, and the counts file's errors naming its file and li
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from pathlib import Path
 

@@ -22,9 +22,10 @@ How many experts a step *streams* is a property of the compiled graph
 - static: a static graph fixes its loop bounds at compile time, and the number of distinct
   experts is data-dependent, so a static compiler has two schedules: gather the worst case,
   min(E, tokens * k) expert slots, after the router (``static``), or stream every expert
-  (``all``). While tokens * k < E the compiler builds both and keeps the faster
-  (`compiler.expert_schedule`); from tokens * k = E on they are the same (every expert
-  once a decode batch has E / k = 32 slots for DeepSeek-V3).
+  (``all``). While tokens * k < E the compiler compiles the step both ways, times both
+  on the scenario's engine and keeps the faster, a tie the gather
+  (`compiler.expert_schedule`: no threshold); from tokens * k = E on they are the same
+  (every expert once a decode batch has E / k = 32 slots for DeepSeek-V3).
 
 While a step streams fewer than all experts, *which* ones is known only once the router has
 run (`experts_data_dependent`): those weight loads cannot be prefetched across the routing
@@ -32,7 +33,8 @@ point (the engine holds them until the router's layer is done). A step that stre
 expert knows its addresses at compile time and prefetches them like any weight, behind the
 layer's work before the router. So the gather reads fewer bytes and the full stream hides
 them: at batch 1 the gather wins (8 of 256 experts); near tokens * k = E the full stream
-does (248 slots gathered after the router take longer than 256 prefetched).
+does (DeepSeek-R1 on SN40L-16 at 31 slots: 248 gathered after the router 50.5 ms a step,
+256 prefetched 38.0 ms).
 """
 
 from __future__ import annotations
