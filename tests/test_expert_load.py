@@ -4,6 +4,7 @@ back, the placements' rules, and the counts file's errors naming its file and li
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -215,3 +216,15 @@ def test_an_expert_every_token_picks_is_read_not_a_math_error() -> None:
     assert max(s for device in model.devices for _, s in device) >= 1 / 4
     load = model.load(3)
     assert 1 <= load.distinct <= load.pairs <= 3 * 4
+
+
+def test_streaming_all_experts_reads_every_copy_a_device_holds() -> None:
+    """Under the static schedule that streams every expert (``all``) the busiest device reads
+    all its copies whatever the tokens; the static gather reads at most the tokens' pairs;
+    the pairs are the same either way."""
+    model = expert_load_model(ExpertsConfig(), 256, 8, 64, 1, "static")
+    every = dataclasses.replace(model, loading="all")
+    assert model.load(1).distinct == 4.0  # 256 / 64 held, 8 pairs: every slot
+    assert dataclasses.replace(model, per_token=2).load(1).distinct == 2.0
+    assert dataclasses.replace(every, per_token=2).load(1).distinct == 4.0
+    assert every.load(3).pairs == model.load(3).pairs

@@ -17,6 +17,7 @@ from rdu_sim.graph import (
     sample_distinct_experts,
 )
 from rdu_sim.graph.deepseek import deepseek_layer
+from rdu_sim.graph.moe import static_schedule
 from rdu_sim.models import get_model
 from rdu_sim.shapes import StepShape
 
@@ -86,6 +87,27 @@ def test_experts_loaded_static_is_the_worst_case_count() -> None:
         experts_loaded(4, 256, 8, "dynamic")  # type: ignore[arg-type]
 
 
+def test_streaming_all_experts_reads_every_one_known_at_compile_time() -> None:
+    """The static schedule the compiler may take instead of the gather (``all``) streams all
+    E experts, none selected by the router; the workload's ``static`` maps to it only when the
+    compiler streams every expert, ``routed`` never."""
+    assert experts_loaded(1, 256, 8, "all") == 256.0
+    assert experts_data_dependent(1, 256, 8, "static")
+    assert not experts_data_dependent(1, 256, 8, "all")
+    assert static_schedule("static", True) == "all"
+    assert static_schedule("static", False) == "static"
+    assert static_schedule("routed", True) == "routed"
+    arch = get_model("deepseek-r1")
+    assert isinstance(arch, DeepSeekArchitecture)
+    shape = StepShape("decode", 3, 1, 10)
+    every = deepseek_layer(arch, shape, Precision(weights=1.0), ffn="moe", expert_loading="all")
+    for name in ("moe.experts_gate_up", "moe.experts_down"):
+        node = op(every, name)
+        assert node.weight_read_bytes == node.weight_bytes  # every expert, once
+        assert node.weights_selected_by == ""
+        assert node.gemm is not None and node.gemm.batch == 256 and node.gemm.m == 1
+
+
 @pytest.mark.parametrize("batch", [1, 20, 40, 158])
 def test_static_loading_streams_more_weights_but_does_the_same_flops(batch: int) -> None:
     arch = get_model("deepseek-r1")
@@ -137,7 +159,9 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
     batch: int, loading: str, selected: bool
 ) -> None:
     """Which experts a step streams is known only after routing, unless it streams them
-    all (a static schedule from E / k = 32 tokens): then the addresses are fixed."""
+    all (a static schedule from E / k = 32 tokens, or below that when the compiler finds
+    streaming every expert faster: ``Program.expert_schedule``): then the addresses are
+    fixed."""
     from rdu_sim.compiler import Compiler
     from rdu_sim.scenario import load_scenario
 
@@ -161,7 +185,12 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
     moe = next(k for k in program.kernels if k.name == "decoder_moe")
     chosen = {s.name: s.selected_by for s in moe.stages if s.selected_by}
     expected = {"moe.experts_gate_up": "moe.topk", "moe.experts_down": "moe.topk"}
-    assert chosen == (expected if selected else {})
+    gathers = selected and program.expert_schedule != "all"
+    assert chosen == (expected if gathers else {})
+    if loading == "static":  # a small cache: the gather at batch 1, every expert at 31
+        assert program.expert_schedule == ("gather" if batch == 1 else "all")
+    else:
+        assert program.expert_schedule == ""
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3])

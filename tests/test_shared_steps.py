@@ -146,6 +146,7 @@ def test_the_key_reads_every_field_of_the_program_but_its_memory_plan() -> None:
         "pipeline": (program,),
         "pipeline_micro_batches": 2,
         "pipeline_transfer_bytes": 1.0,
+        "expert_schedule": "all",
     }
     names = {field.name for field in dataclasses.fields(program)}
     assert names - set(changed) == {"placement"}

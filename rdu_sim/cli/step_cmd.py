@@ -26,8 +26,10 @@ which the console says on a ``weights`` line when any are in DDR), ``bound``
 ``host_hidden_s`` the overlapped host time the device hid, ``unaccounted_s`` the step's time
 no resource explains), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s,
 bubble, hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console
-says them on a ``pipeline`` and a ``hand-offs`` line). A step over the event budget exits
-2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
+says them on a ``pipeline`` and a ``hand-offs`` line), and for a MoE step under static
+expert loading ``expert_schedule`` (``gather`` or ``all``, the compiler's choice:
+``compiler.expert_schedule``; the console's ``routed experts`` line). A step over the event
+budget exits 2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
 
 from __future__ import annotations
@@ -207,6 +209,9 @@ def _print_tables(
     )
     if weights is not None:
         console.print(weights)
+    schedule = data.get("expert_schedule")
+    if schedule:
+        console.print(f"routed experts (static loading): {EXPERT_SCHEDULES[schedule]}")
     if data.get("pipeline"):
         console.print(_pipeline_line(data))
         hand_offs = _hand_offs_line(data["pipeline"])
@@ -309,6 +314,12 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
         )
     return table
 
+
+EXPERT_SCHEDULES = {
+    "gather": "the worst case of expert slots gathered after the router",
+    "all": "every expert streamed, prefetched",
+}
+"""The console's words for ``Program.expert_schedule``."""
 
 STOPPED = "the step had not finished: nothing was printed or written"
 """What a stop of the command says was kept."""

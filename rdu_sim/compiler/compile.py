@@ -46,6 +46,7 @@ from rdu_sim.compiler.buffers import (
 )
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.expert_exchange import micro_batch_shapes
+from rdu_sim.compiler.expert_schedule import choose_schedule
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import precision, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
@@ -99,10 +100,11 @@ class Compiler:
         self.scenario = scenario
         self._view: CompileView | None = None
         self._programs: dict[StepShape, Program] = {}
-        self._micro: dict[StepShape, Program] = {}  # two-batch overlap's micro-batches
+        # two-batch overlap's micro-batches (and whether they stream every expert)
+        self._micro: dict[tuple[StepShape, bool], Program] = {}
         self._placements: dict[tuple[int, int], Placement] = {}
         self._capacity: int | None = None
-        self._kernels: dict[tuple[StepShape, int, bool, bool], list[KernelGraph]] = {}
+        self._kernels: dict[tuple[StepShape, int, bool, bool, bool], list[KernelGraph]] = {}
         self._whole_queries: dict[tuple[int, int], bool] = {}
         self._system = scenario.hardware.system
         self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
@@ -221,15 +223,17 @@ class Compiler:
         shape: StepShape,
         stage: PipelineStage | None = None,
         batch_slots: int | None = None,
+        all_experts: bool = False,
     ) -> list[KernelGraph]:
         """The fused, sharded kernel graphs of one step (of one pipeline ``stage``), before
         stage allocation, on the memory plan for `batch_slots` slots (default: `plan_slots`),
         kept until that step's Program is made: the memory plan reads the graphs of the
         decode step of its slots, often the first Program asked for (its graphs are read,
-        never changed). A shape never compiled keeps its graphs as long as the compiler."""
+        never changed). A shape never compiled keeps its graphs as long as the compiler.
+        ``all_experts``: static MoE layers stream every expert (`compiler.expert_schedule`)."""
         slots = self.plan_slots(shape) if batch_slots is None else batch_slots
         whole, replicate = self.queries(shape, slots, stage)
-        key = (shape, _index(stage), whole, replicate)
+        key = (shape, _index(stage), whole, replicate, all_experts)
         graphs = self._kernels.get(key)
         if graphs is None:
             graphs = self._kernels[key] = kernel_graphs(
@@ -238,25 +242,39 @@ class Compiler:
                 stage,
                 whole_queries=whole,
                 replicate_queries=replicate,
+                all_experts=all_experts,
             )
         return graphs
 
     def program(self, shape: StepShape) -> Program:
         """The Program of one static shape (cached); with two-batch overlap, its
         micro-batches' Programs beside it (``Program.micro_batches``); with pipeline stages,
-        each stage's Program of one micro-batch (``Program.pipeline``)."""
+        each stage's Program of one micro-batch (``Program.pipeline``). Under static expert
+        loading, the faster of its two expert schedules (`expert_schedule.choose_schedule`,
+        timed on the scenario's engine)."""
         cached = self._programs.get(shape)
         if cached is not None:
             return cached
-        pipelined = self._stages[0] is not None
-        program = self._pipelined(shape) if pipelined else self._compile(shape)
-        if self.view.scenario.workload.parallelism.two_batch_overlap:
-            micro = tuple(self._micro_batch(part) for part in micro_batch_shapes(shape))
-            program = replace(program, micro_batches=micro)
+        program = choose_schedule(self.scenario, lambda every: self._step(shape, every))
         self._programs[shape] = program
         return program
 
-    def _pipelined(self, shape: StepShape) -> Program:
+    def _step(self, shape: StepShape, all_experts: bool) -> Program:
+        """`program` of one expert schedule (``all_experts``: every expert streamed)."""
+        pipelined = self._stages[0] is not None
+        program = (
+            self._pipelined(shape, all_experts)
+            if pipelined
+            else self._compile(shape, all_experts=all_experts)
+        )
+        if self.view.scenario.workload.parallelism.two_batch_overlap:
+            micro = tuple(
+                self._micro_batch(part, all_experts) for part in micro_batch_shapes(shape)
+            )
+            program = replace(program, micro_batches=micro)
+        return program
+
+    def _pipelined(self, shape: StepShape, all_experts: bool = False) -> Program:
         """A step through the pipeline: its batch cut into ``parallelism.micro_batches``
         micro-batches (at most its sequences: ``step_micro_batches``; each the largest one's
         shape), each stage's Program of one micro-batch; the step's memory plan its fullest
@@ -267,7 +285,7 @@ class Compiler:
             decode_batch=math.ceil(shape.decode_batch / parts),
         )
         slots = self.plan_slots(shape)
-        stages = tuple(self._compile(micro, stage, slots) for stage in self._stages)
+        stages = tuple(self._compile(micro, stage, slots, all_experts) for stage in self._stages)
         return Program(
             shape=shape,
             tp=self.view.scenario.tp,
@@ -281,17 +299,23 @@ class Compiler:
             * self.view.scenario.activation_dtype_bytes,
         )
 
-    def _micro_batch(self, shape: StepShape) -> Program:
+    def _micro_batch(self, shape: StepShape, all_experts: bool = False) -> Program:
         """One micro-batch's Program (compiled whole: a micro-batch is not cut again)."""
-        if shape not in self._micro:
-            self._micro[shape] = self._compile(shape)
-        return self._micro[shape]
+        key = (shape, all_experts)
+        if key not in self._micro:
+            self._micro[key] = self._compile(shape, all_experts=all_experts)
+        return self._micro[key]
 
     def _compile(
-        self, shape: StepShape, stage: PipelineStage | None = None, slots: int | None = None
+        self,
+        shape: StepShape,
+        stage: PipelineStage | None = None,
+        slots: int | None = None,
+        all_experts: bool = False,
     ) -> Program:
         """The Program of ``shape`` run as one batch (on one pipeline ``stage``, whose memory
-        plan holds ``slots`` slots; default: `plan_slots`)."""
+        plan holds ``slots`` slots; default: `plan_slots`; ``all_experts``: static MoE
+        layers stream every expert)."""
         planned = self.plan_slots(shape) if slots is None else slots
         placement = self._placement(planned, stage)
         fractions = weight_fractions(placement)
@@ -300,14 +324,26 @@ class Compiler:
         queries = self.queries(shape, planned, stage)
         kernels = shared(
             "kernels",
-            (view.digest, shape, tuple(sorted(fractions.items())), kv_tier, _index(stage), queries),
+            (
+                view.digest,
+                shape,
+                tuple(sorted(fractions.items())),
+                kv_tier,
+                _index(stage),
+                queries,
+                all_experts,
+            ),
             lambda: _kernel_programs(
-                view.scenario, fractions, kv_tier, shape, self.kernels(shape, stage, planned)
+                view.scenario,
+                fractions,
+                kv_tier,
+                shape,
+                self.kernels(shape, stage, planned, all_experts),
             ),
         )
-        self._kernels.pop((shape, _index(stage), *queries), None)  # not needed again
+        self._kernels.pop((shape, _index(stage), *queries, all_experts), None)  # not needed again
         devices = view.scenario.workload.parallelism.stage_devices
-        load = shard_plan(view.scenario).expert_load
+        load = shard_plan(view.scenario, all_experts=all_experts).expert_load
         program = Program(
             shape=shape,
             tp=view.scenario.tp,

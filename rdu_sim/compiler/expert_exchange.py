@@ -31,7 +31,7 @@ from rdu_sim.compiler.expert_load import ExpertLoad, ExpertLoadModel, expert_loa
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.graph import Operator
-from rdu_sim.graph.moe import token_hit_probability
+from rdu_sim.graph.moe import static_schedule, token_hit_probability
 from rdu_sim.graph.shape import FP32, INDEX
 from rdu_sim.models.layers import MoeArchitecture
 from rdu_sim.scenario import Scenario
@@ -130,8 +130,9 @@ def micro_batch_shapes(shape: StepShape) -> tuple[StepShape, ...]:
     return ()
 
 
-def expert_exchange(scenario: Scenario) -> ExpertExchange | None:
-    """The scenario's all-to-all experts, or None when its MoE layers exchange no tokens."""
+def expert_exchange(scenario: Scenario, all_experts: bool = False) -> ExpertExchange | None:
+    """The scenario's all-to-all experts, or None when its MoE layers exchange no tokens
+    (``all_experts``: the static schedule streaming every expert, `graph.moe`)."""
     parallelism, arch = scenario.workload.parallelism, scenario.model
     if parallelism.exchange != "all_to_all":
         return None
@@ -160,7 +161,7 @@ def expert_exchange(scenario: Scenario) -> ExpertExchange | None:
             arch.experts_per_token,
             parallelism.stage_devices,
             parallelism.dp_attention,
-            scenario.workload.moe_expert_loading,
+            static_schedule(scenario.workload.moe_expert_loading, all_experts),
         ),
     )
 

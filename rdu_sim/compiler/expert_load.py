@@ -113,7 +113,7 @@ class ExpertLoadModel:
     experts: int
     per_token: int
     ranks: int  # attention ranks whose tokens the experts serve together (dp_attention)
-    loading: str  # moe_expert_loading: routed | static
+    loading: str  # graph.moe's ExpertLoading: routed | static | all
 
     def load(self, rows: int, joint_tokens: int = 0) -> ExpertLoad:
         """The busiest device's pairs when every rank runs ``rows`` tokens (or, given
@@ -145,12 +145,16 @@ class ExpertLoadModel:
         return ExpertLoad(busiest, mean, touched)
 
     def _touched(self, tokens: int) -> float:
-        """The copies the busiest device reads: all a static program may touch (its slots,
-        at most the tokens' pairs), or routed, the expected largest count of copies touched
-        over the devices (``busiest_touched``): the layer waits for the device reading the
-        most expert weights, not for an average one."""
+        """The copies the busiest device reads: every one it holds (a static program
+        streaming all), all a static gather may touch (its slots, at most the tokens'
+        pairs), or routed, the expected largest count of copies touched over the devices
+        (``busiest_touched``): the layer waits for the device reading the most expert
+        weights, not for an average one."""
+        held = max(len(d) for d in self.devices)
+        if self.loading == "all":
+            return float(held)
         if self.loading == "static":
-            return float(min(max(len(d) for d in self.devices), tokens * self.per_token))
+            return float(min(held, tokens * self.per_token))
         return busiest_touched(self.devices, self.per_token, tokens)
 
 

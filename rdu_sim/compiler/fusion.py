@@ -52,6 +52,7 @@ from rdu_sim.graph import (
     selection_graphs,
 )
 from rdu_sim.graph.digraph import DiGraph
+from rdu_sim.graph.moe import static_schedule
 from rdu_sim.graph.snapkv import kernel_name
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
@@ -124,8 +125,12 @@ def selection_groups(
     return groups
 
 
-def graph_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
-    """The unsharded graphs of one step, in execution order, with their call counts."""
+def graph_groups(
+    scenario: Scenario, shape: StepShape, all_experts: bool = False
+) -> list[GraphGroup]:
+    """The unsharded graphs of one step, in execution order, with their call counts (MoE
+    layers under static expert loading: streaming every expert with ``all_experts``, else
+    gathering the worst case of slots, `graph.moe`)."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
     sample = scenario.stack.sampling == "device"
     chosen = selections(scenario, shape)
@@ -135,7 +140,7 @@ def graph_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
         shape,
         prec,
         cache,
-        scenario.workload.moe_expert_loading,
+        static_schedule(scenario.workload.moe_expert_loading, all_experts),
         sample,
         stash,
     )
@@ -143,10 +148,13 @@ def graph_groups(scenario: Scenario, shape: StepShape) -> list[GraphGroup]:
 
 
 def step_groups(
-    scenario: Scenario, shape: StepShape, stage: PipelineStage | None = None
+    scenario: Scenario,
+    shape: StepShape,
+    stage: PipelineStage | None = None,
+    all_experts: bool = False,
 ) -> list[GraphGroup]:
     """`graph_groups` of one step that a pipeline ``stage`` runs (None: all of them)."""
-    groups = graph_groups(scenario, shape)
+    groups = graph_groups(scenario, shape, all_experts)
     return groups if stage is None else stage_groups(groups, scenario.model, stage)
 
 
@@ -205,21 +213,23 @@ def layer_graphs(
     *,
     whole_queries: bool = False,
     replicate_queries: bool = False,
+    all_experts: bool = False,
 ) -> list[tuple[GraphGroup, DiGraph]]:
     """Each group of one step (of one pipeline ``stage``: its layers) with its sharded graph
     (attention fused, except at `none`), on a memory plan that holds MLA's query weights
     whole (``whole_queries``) or not, the step making every head's queries on every socket
     (``replicate_queries``, the compiler's choice: `compiler.query_choice`) or gathering
-    them."""
+    them; under static expert loading streaming every expert (``all_experts``, the
+    compiler's choice: `compiler.expert_schedule`) or gathering the worst case."""
     plan = replace(
-        shard_plan(scenario, shape),
+        shard_plan(scenario, shape, all_experts),
         whole_queries=whole_queries,
         replicate_queries=replicate_queries,
     )
     fuse = fusion_level(scenario) != "none"
     return [
         (group, shard_graph(fuse_attention(group.graph) if fuse else group.graph, plan))
-        for group in step_groups(scenario, shape, stage)
+        for group in step_groups(scenario, shape, stage, all_experts)
     ]
 
 
@@ -230,9 +240,10 @@ def kernel_graphs(
     *,
     whole_queries: bool = False,
     replicate_queries: bool = False,
+    all_experts: bool = False,
 ) -> list[KernelGraph]:
     """The fused, sharded kernels of one step on one socket (of one pipeline ``stage``), at
-    the workload's fusion level (MLA's queries: as for `layer_graphs`)."""
+    the workload's fusion level (MLA's queries and the experts: as for `layer_graphs`)."""
     level = fusion_level(scenario)
     looping = scenario.workload.kernel_looping and level == "full"
     kernels: list[KernelGraph] = []
@@ -242,6 +253,7 @@ def kernel_graphs(
         stage,
         whole_queries=whole_queries,
         replicate_queries=replicate_queries,
+        all_experts=all_experts,
     ):
         if level == "full":
             looped = looping and group.count > 1

@@ -18,6 +18,9 @@ the shape `rdu-sim step` would run) and returns a dict with
   memory plan holds the query weights `whole` on every socket and how this step's
   sequence-split attention gets every head's queries (`gathered`, `replicated`, or `none`
   when the step has no such attention): `compiler.mla_queries`;
+- `expert_schedule`: a MoE step under static expert loading gathers its routed experts after
+  the router (`gather`) or streams every expert (`all`), the compiler's choice
+  (`compiler.expert_schedule`); None for any other step;
 - `graph`: the per-socket decoder-layer graph (nodes and edges) that `to_dot` draws;
 - `layout`: the parallel degrees by their `parallelism.*` names
   (`ParallelismConfig.layout`, what every report names the layout by), and with pipeline
@@ -144,14 +147,19 @@ def layer_graph(
     shape: StepShape,
     whole_queries: bool = False,
     replicate_queries: bool = False,
+    all_experts: bool = False,
 ) -> DiGraph:
     """One socket's graph of the (last kind of) decoder layer at `shape`, collectives included
-    (the whole layer, whatever the fusion level splits it into; MLA's queries as for
-    `fusion.layer_graphs`)."""
+    (the whole layer, whatever the fusion level splits it into; MLA's queries and the
+    experts as for `fusion.layer_graphs`)."""
     decoders = [
         g
         for group, g in layer_graphs(
-            scenario, shape, whole_queries=whole_queries, replicate_queries=replicate_queries
+            scenario,
+            shape,
+            whole_queries=whole_queries,
+            replicate_queries=replicate_queries,
+            all_experts=all_experts,
         )
         if group.name.startswith("decoder")
     ]
@@ -232,7 +240,10 @@ def inspect_graph(
         },
         "placement": placement_record(program.placement),
         "mla_queries": queries_record(scenario, program, whole, replicated),
-        "graph": graph_records(layer_graph(scenario, shape, whole, replicated)),
+        "expert_schedule": program.expert_schedule or None,
+        "graph": graph_records(
+            layer_graph(scenario, shape, whole, replicated, program.expert_schedule == "all")
+        ),
     }
 
 

@@ -40,7 +40,7 @@ from rdu_sim.compiler.expert_load import ExpertLoadModel, expert_load_model
 from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
-from rdu_sim.graph.moe import expected_busiest_socket_experts
+from rdu_sim.graph.moe import expected_busiest_socket_experts, static_schedule
 from rdu_sim.graph.operator import Axis
 from rdu_sim.models.layers import layer_kinds, window_tokens
 from rdu_sim.scenario import Scenario
@@ -109,9 +109,12 @@ class ShardPlan:
         return self.mla_cache_layout == "sequence_split" and self.tp > 1
 
 
-def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
+def shard_plan(
+    scenario: Scenario, shape: StepShape | None = None, all_experts: bool = False
+) -> ShardPlan:
     """The ShardPlan a scenario asks for (for a step of ``shape``: what an all-to-all
-    exchange of experts needs to know of it)."""
+    exchange of experts needs to know of it; ``all_experts``: under static expert loading,
+    the schedule that streams every expert, `graph.moe`)."""
     arch = scenario.model
     kv_heads = None if isinstance(arch, DeepSeekArchitecture) else arch.kv_heads
     parallelism = scenario.workload.parallelism
@@ -123,7 +126,7 @@ def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
             else (1, 1)
         )
         experts = ExpertPlacement(arch.routed_experts, arch.experts_per_token, *groups)
-    exchange = expert_exchange(scenario)
+    exchange = expert_exchange(scenario, all_experts)
     load = None
     if exchange is not None:
         load = exchange.load_model
@@ -134,7 +137,7 @@ def shard_plan(scenario: Scenario, shape: StepShape | None = None) -> ShardPlan:
             experts.per_token,
             scenario.tp,
             1,
-            scenario.workload.moe_expert_loading,
+            static_schedule(scenario.workload.moe_expert_loading, all_experts),
         )
     if load is not None:
         experts = None  # whole experts, paced by the placement's busiest device

@@ -196,6 +196,10 @@ class Program:
     pipeline: tuple[Program, ...] = ()
     pipeline_micro_batches: int = 1
     pipeline_transfer_bytes: float = 0.0  # one micro-batch's activations, stage to stage
+    # A MoE step under static expert loading: its routed experts gathered after the router
+    # ("gather") or every expert streamed ("all"), the compiler's choice
+    # (compiler.expert_schedule); "" for any other step.
+    expert_schedule: Literal["", "gather", "all"] = ""
 
     @property
     def devices(self) -> int:

@@ -547,8 +547,10 @@ class WorkloadConfig(StrictModel):
         default="routed",
         description=(
             "MoE expert weights a step streams: 'routed' gathers the experts the batch's "
-            "tokens touch (expected count under uniform routing); 'static' streams the worst "
-            "case min(experts, tokens x k), as a graph with compile-time loop bounds must"
+            "tokens touch (expected count under uniform routing); 'static' has compile-time "
+            "loop bounds: it gathers the worst case min(experts, tokens x k) after the router, "
+            "or streams every expert, prefetched, whichever the engine times faster "
+            "(compiler/expert_schedule.py)"
         ),
     )
     experts: ExpertsConfig = Field(

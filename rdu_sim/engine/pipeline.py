@@ -173,6 +173,7 @@ def pipelined_timing(
         host_overlapped_s=hosted.overlapped_s,
         host_transfer_s=hosted.transfer_s,
         batch=program.shape.batch,
+        expert_schedule=program.expert_schedule,
         flops=first.flops * parts,
         vector_flops=first.vector_flops * parts,
         bytes_by_tier=bytes_by_tier,

@@ -111,6 +111,7 @@ def _program_text(program: Program) -> str:
         repr(program.kernels),
         repr(program.host_bytes),
         repr(program.expert_balance),
+        repr(program.expert_schedule),
         repr(program.pipeline_micro_batches),
         repr(program.pipeline_transfer_bytes),
         *(f"micro batch: {_program_text(micro)}" for micro in program.micro_batches),

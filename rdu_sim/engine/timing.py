@@ -134,6 +134,8 @@ class StepTiming:
     devices: int = 0
     # whole experts: the busiest device's load, which the step waits for
     expert_balance: ExpertLoad | None = None
+    # a static MoE step's expert schedule: "gather" or "all" (``Program.expert_schedule``)
+    expert_schedule: str = ""
     # pipeline stages: their number, the micro-batches, each stage's time and the bubble
     pipeline: dict[str, Any] | None = None
 
@@ -199,6 +201,7 @@ class StepTiming:
                 if self.expert_balance is not None
                 else {}
             ),
+            **({"expert_schedule": self.expert_schedule} if self.expert_schedule else {}),
             **({"pipeline": dict(self.pipeline)} if self.pipeline is not None else {}),
         }
 
@@ -265,6 +268,7 @@ def step_timing(
         host_transfer_s=host.transfer_s,
         devices=program.stage_devices,
         expert_balance=program.expert_balance,
+        expert_schedule=program.expert_schedule,
     )
 
 

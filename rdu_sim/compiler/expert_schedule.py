@@ -1,0 +1,75 @@
+"""The compiler's choice, once per step, between the two static schedules of a MoE step's
+routed experts (`graph.moe`): gather the worst case, min(E, tokens x k) expert slots, after
+the router (``gather``), or stream every expert (``all``).
+
+Under ``moe_expert_loading: static`` a step whose tokens x k is below the E routed experts has
+both, and neither is always faster. The gather reads fewer bytes, but which experts it reads
+is known only once the router has run, so its loads wait for the router's layer
+(``StageProgram.selected_by``; `engine.stage_runner`). Every expert's address is known when
+the program is compiled, so the full stream prefetches them like any weight, behind the
+layer's work before the router (the attention's collectives on the links, a small batch's
+chain through the stages), where the HBM would otherwise idle. The full stream wins when the
+extra experts' reads fit in that idle time: for DeepSeek-R1 on SN40L-16 never at batch 1 (8
+slots gathered against 256 streamed), from 21 of its 32 slots on with full attention and 25
+with SnapStream (248 slots gathered at batch 31: 50.5 ms; all 256: 38.0 ms).
+
+The rule: the compiler compiles the step both ways and times both Programs on the scenario's
+engine (as an autotuner times candidate kernels), and keeps the faster; a tie keeps the
+gather (fewer bytes). No estimate and no threshold: the engine's step time is the quantity
+being minimised, so the choice is exact, and a step's time is the lesser of two schedules'
+(each growing with the batch), so it cannot fall as the batch grows past tokens x k = E.
+The cost is one more compile and two engine runs per such shape (a shape's Program is made
+once per Compiler, and the serving level simulates each shape once).
+
+The chosen schedule is ``Program.expert_schedule`` (in ``rdu-sim step --json`` and
+``inspect graph``): ``gather`` or ``all`` for a static MoE step (``all`` too when tokens x k
+reaches E, where the two are one), empty otherwise (routed loading, a dense model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from rdu_sim.compiler.program import Program
+from rdu_sim.models.layers import MoeArchitecture
+from rdu_sim.scenario import Scenario
+
+
+def _programs(program: Program) -> Iterator[Program]:
+    """``program`` and the Programs inside it (micro-batches, pipeline stages)."""
+    yield program
+    for inner in (*program.micro_batches, *program.pipeline):
+        yield from _programs(inner)
+
+
+def gathers(program: Program) -> bool:
+    """Whether a step's routed experts are gathered after the router: some stage's weights
+    are selected by another stage's output (``selected_by``)."""
+    return any(
+        stage.selected_by is not None
+        for part in _programs(program)
+        for kernel in part.kernels
+        for stage in kernel.stages
+    )
+
+
+def choose_schedule(scenario: Scenario, build: Callable[[bool], Program]) -> Program:
+    """The Program of a step, ``build(all_experts)`` compiling it with every expert streamed
+    or not: under static expert loading the faster of the two when the step gathers fewer
+    than all experts (module docstring), labelled with its schedule; else the one."""
+    gather = build(False)
+    static_moe = scenario.workload.moe_expert_loading == "static" and isinstance(
+        scenario.model, MoeArchitecture
+    )
+    if not static_moe:
+        return gather
+    if not gathers(gather):  # tokens x k reaches every expert: one schedule
+        return replace(gather, expert_schedule="all")
+    every = build(True)
+    from rdu_sim.engine.for_hardware import engine_for  # the engine times the compiler's output
+
+    engine = engine_for(scenario)
+    if engine.simulate_step(every).step_s < engine.simulate_step(gather).step_s:
+        return replace(every, expert_schedule="all")
+    return replace(gather, expert_schedule="gather")
