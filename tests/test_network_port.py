@@ -6,6 +6,8 @@ network port is the device's own."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rdu_sim import api
@@ -199,3 +201,17 @@ def test_without_the_shared_port_the_network_adds_bandwidth() -> None:
     assert link < 0.6 * one_link
     dgx = api.load("workloads/llama3.1-8b-8socket.yaml", {"hardware": "dgx-h100-2nodes"})
     assert dgx.hardware.system.network_via_intra_node_port is False
+
+
+def test_the_mla_query_choice_sees_the_shared_port() -> None:
+    # SnapStream's 128-slot step over two 8-socket nodes: the compiler's MLA query choice
+    # (compiler.query_choice) reading a 50 GB/s network as faster than the 33.53 GB/s node
+    # port gathered the queries, a plan whose collectives bound the step at 76.6 ms; every
+    # send leaves through the node port, so a faster network never changes the plan
+    path = "workloads/deepseek-r1-128k-snapstream.yaml"
+    steps = []
+    for network in ("25 GB/s", "33.53 GB/s", "50 GB/s", "200 GB/s"):
+        sets = {"hw.system.sockets_per_node": 8, "hw.system.inter_node_link.bandwidth": network}
+        steps.append(api.step(path, sets).step_s)
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in itertools.pairwise(steps))
+    assert steps[-1] <= 1.01 * api.step(path).step_s  # no slower than one node's

@@ -33,7 +33,9 @@ def collective_bound_s(system: SystemConfig, kind: str, nbytes: float, group: in
     1) / group of it it lacks (an all-gather, a reduce-scatter), or twice that (an
     all-reduce: reduce its share, then gather the rest), at best through all its links at
     once (a switch port per link class, within the node, between nodes and between racks;
-    both ring neighbours; a link per peer fully connected), after one hop. On one switched
+    both ring neighbours; a link per peer fully connected; with
+    ``network_via_intra_node_port`` every send through the in-node port too), after one
+    hop. On one switched
     node that is the one-shot all-gather's and reduce-scatter's estimate
     (``hw.collective_choice``), and the two-shot all-reduce's when its bytes keep the port
     busy."""
@@ -53,10 +55,16 @@ def collective_bound_s(system: SystemConfig, kind: str, nbytes: float, group: in
         latency = max(link.latency for _, link in classes)
         return (group - 1) * shard / (min(2, group - 1) * slowest) + latency
     per_peer = system.topology == "fully_connected"
-    return max(
+    ports = max(
         peers * shard / ((peers if per_peer else 1) * link.bandwidth) + link.latency
         for peers, link in classes
     )
+    if system.topology == "switched" and system.network_via_intra_node_port:
+        # every send, to another node too, leaves through the in-node port (hw.collectives)
+        node = system.intra_node_link
+        peers = sum(count for count, _ in classes)
+        return max(ports, peers * shard / node.bandwidth + node.latency)
+    return ports
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,13 @@ def wiring_key(system: SystemConfig) -> tuple[object, ...]:
     the links out)."""
     classes = (system.intra_node_link, system.inter_node_link, system.inter_rack_link)
     links = tuple(None if link is None else (link.bandwidth, link.latency) for link in classes)
-    return (system.topology, system.sockets_per_node, system.sockets_per_rack, *links)
+    return (
+        system.topology,
+        system.network_via_intra_node_port,
+        system.sockets_per_node,
+        system.sockets_per_rack,
+        *links,
+    )
 
 
 def step_estimate(
