@@ -147,7 +147,7 @@ def test_capacity_and_throughput_plot_a_context_sweep_titled_with_model_and_hard
         assert result.exit_code == 0, result.output
     sweep = plots.sweep_plot(frame)
     assert "deepseek-context" in sweep.get_suptitle()
-    assert "deepseek-r1 on sn40l-16" in sweep.get_suptitle()
+    assert "deepseek-r1 on sn40l-16" in " ".join(sweep.get_suptitle().split())
     assert sweep.axes[0].get_xlabel() == (
         "longest sequence a slot holds (tokens)\nserving.max_context"
     )
@@ -210,8 +210,8 @@ def test_a_policy_keeps_its_colour_and_long_times_are_in_seconds(tmp_path: Path)
     figure = plots.sweep_plot(frame, y="tpot_s.p50")
     colours = {str(line.get_label()): line.get_color() for line in lines_of(figure)}
     assert colours == {
-        "policy=full": POLICY_COLORS["full"],
-        "policy=snapstream": POLICY_COLORS["snapstream"],
+        "kv.policy=full": POLICY_COLORS["full"],
+        "kv.policy=snapstream": POLICY_COLORS["snapstream"],
     }
     slow = frame.copy()
     slow["ttft_s.p50"] = [12.0 + i for i in range(len(slow))]
@@ -307,3 +307,21 @@ def test_a_plot_of_many_lines_is_legible(tmp_path: Path, axes: dict[str, list[An
         for name in ("title", "legend", "xlabel", "ylabel"):
             if name in boxes:
                 assert not overlaps(tick, boxes[name]), name
+
+
+def test_legend_and_title_name_an_axis_by_enough_of_its_path(tmp_path: Path) -> None:
+    """'bandwidth=1.8 TB/s' did not say which bandwidth, nor 'count=1040' which units: a
+    name is the shortest tail of two parts or more that no other plotted column shares."""
+    frame = load(grid_db(tmp_path, MANY_AXES))
+    figure = plots.sweep_plot(
+        frame, x="hw.system.intra_node_link.bandwidth", by=["hw.socket.hbm.bandwidth"]
+    )
+    labels = [str(line.get_label()) for line in lines_of(figure)]
+    assert labels == ["hbm.bandwidth=1.8 TB/s", "hbm.bandwidth=3.6 TB/s"]
+    title = " ".join(figure.get_suptitle().split())
+    assert title.startswith("grid: decode throughput, all slots busy (tokens/s) vs intra_node_link")
+    assert " vs intra_node_link.bandwidth — llama-3.1-8b on sn40l" in title
+    figure = plots.sweep_plot(frame, x="hw.socket.hbm.bandwidth", by=["hw.socket.pcu.count"])
+    labels = [str(line.get_label()) for line in lines_of(figure)]
+    assert labels == ["pcu.count=1040", "pcu.count=2080"]
+    assert " vs hbm.bandwidth —" in " ".join(figure.get_suptitle().split())

@@ -36,7 +36,14 @@ from matplotlib.ticker import NullFormatter
 from rdu_sim.config import units
 from rdu_sim.config.field_docs import axis_label
 from rdu_sim.config.overrides import HW_PREFIX
-from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
+from rdu_sim.report.plots_data import (
+    PlotInputError,
+    RunPoint,
+    as_runs,
+    lookup,
+    number,
+    short_names,
+)
 from rdu_sim.report.plots_style import (
     figure_title,
     legend_outside,
@@ -55,6 +62,7 @@ __all__ = [
     "axis_title",
     "design_space",
     "quantity",
+    "short_names",
     "sweep_plot",
     "swept_axes",
 ]
@@ -223,6 +231,7 @@ def design_space(
     numeric = x_positions([shown[k] for k in xs_all])
     position = {k: (numeric[0][i] if numeric else float(i)) for i, k in enumerate(xs_all)}
     ylabel, scale = _scaled_label(y, runs)
+    names = short_names([x, *by])
     fig, (ax,) = new_figure()
     averaged = hollow = False
     drawn = 0
@@ -239,9 +248,7 @@ def design_space(
             if other is not None:
                 whole.setdefault(cell(run, x), []).append(other)
         averaged |= any(len(v) > 1 for v in (*values.values(), *whole.values()))
-        label = ", ".join(
-            f"{c.rsplit('.', 1)[-1]}={_tick(shown[v])}" for c, v in zip(by, key, strict=True)
-        )
+        label = ", ".join(f"{names[c]}={_tick(shown[v])}" for c, v in zip(by, key, strict=True))
         order = sorted({*values, *whole}, key=lambda k: _order(shown[k]))
         drawn += len(order)
         mean = {k: float(np.mean(v)) for k, v in values.items()}
@@ -270,7 +277,7 @@ def design_space(
     if by or whole_run:
         legend_outside(fig, ax)
     ax.margins(x=0.1)
-    default = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
+    default = f"{ylabel} vs {names[x]}"
     figure_title(fig, title or default[0].upper() + default[1:])
     legible_xticks(fig, ax)  # values close on a linear axis would run into one number
     return fig
@@ -415,7 +422,7 @@ def sweep_plot(
         hardware += f" ({', '.join(varied)} swept)"
     what = " on ".join(v for v in (_single(frame, "model"), hardware) if v)
     name = _single(frame, "sweep")
-    head = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
+    head = f"{ylabel} vs {short_names([x, *by])[x]}"
     title = (f"{name}: " if name else "") + head + (f" — {what}" if what else "")
     whole = WHOLE_RUN.get(y)
     if whole is not None and not _has_values(frame, whole):
