@@ -230,14 +230,21 @@ def test_a_long_y_label_wraps(tmp_path: Path) -> None:
     assert all(len(line) <= 44 for line in label.split("\n")) and "\n" in label
 
 
-def grid_db(folder: Path, axes: dict[str, list[Any]], name: str = "grid") -> Path:
-    """A synthetic sweep of ``axes`` over the 8B workload (every combination)."""
+def grid_db(
+    folder: Path,
+    axes: dict[str, list[Any]],
+    name: str = "grid",
+    fail_when: dict[str, Any] | None = None,
+) -> Path:
+    """A synthetic sweep of ``axes`` over the 8B workload (every combination; the points
+    matching ``fail_when`` fail)."""
     base = shipped.folder("workloads") / "llama3.1-8b-1socket.yaml"
     lines = "".join(f"  {path}: {json.dumps(values)}\n" for path, values in axes.items())
+    options = json.dumps({"fail_when": fail_when or {}})
     spec = folder / f"{name}.yaml"
     spec.write_text(
         f"base: {base}\nset: {{serving.requests: 4}}\naxes:\n{lines}"
-        "evaluator: {name: synthetic}\n"
+        f"evaluator: {{name: synthetic, options: {options}}}\n"
     )
     db = folder / f"{name}.sqlite"
     run_sweep(spec, db=db, workers=1)
@@ -325,3 +332,33 @@ def test_legend_and_title_name_an_axis_by_enough_of_its_path(tmp_path: Path) -> 
     labels = [str(line.get_label()) for line in lines_of(figure)]
     assert labels == ["pcu.count=1040", "pcu.count=2080"]
     assert " vs hbm.bandwidth —" in " ".join(figure.get_suptitle().split())
+
+
+def test_failed_points_are_said_over_the_axes(tmp_path: Path) -> None:
+    """A failed point left a gap without a word: a note over the axes counts the failed
+    points, the plotted axes' values they share and the first one's error, in its own room
+    (the x axis keeps the failed points' values, so the gap shows where)."""
+    db = grid_db(tmp_path, MANY_AXES, fail_when={"hw.socket.hbm.capacity": 68719476736})
+    frame = load(db)
+    assert (frame["status"] == "failed").sum() == 16
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        figure = plots.sweep_plot(frame)
+        figure.canvas.draw()
+    note = " ".join(figure.axes[0].get_title(loc="left").split())
+    assert note == (
+        "16 of 32 points failed and are not drawn, all at hbm.capacity=64 GiB (the first: "
+        "RuntimeError: synthetic failure requested by fail_when "
+        "(hw.socket.hbm.capacity=68719476736))"
+    )
+    assert len(lines_of(figure)) == 8  # the 128 GiB lines
+    shown = figure.axes[0]._left_title.get_window_extent()
+    assert figure.bbox.y1 >= shown.y1
+    title = figure._suptitle.get_window_extent()  # type: ignore[union-attr]
+    for other in (figure.legends[0].get_window_extent(), figure.axes[0].bbox, title):
+        assert not overlaps(shown, other)
+    out = tmp_path / "sweep.png"
+    result = CliRunner().invoke(cli, ["plot", "sweep", str(db), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["plot", "throughput", str(db), "-o", str(out)])
+    assert "note: 16 failed points of 32 not drawn" in result.output
