@@ -6,6 +6,8 @@ rdu_sim/sweep/evaluators.py) so they test the machinery, not the simulator.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import sqlite3
@@ -263,6 +265,41 @@ def test_an_injected_evaluator_replaces_the_specs(tmp_path: Path) -> None:
     frame = load(summary.db)
     assert (frame["answer"] == 42).all() and (frame.status == "done").all()
     assert (frame["slots"] == frame["serving.batch_slots"]).all()
+
+
+def listing(point: Point) -> Mapping[str, Any]:
+    """Whole numbers, a ratio, a list and a mapping; batch_slots 4 fails."""
+    slots = point.scenario.workload.serving.batch_slots
+    if slots == 4:
+        raise RuntimeError("four slots fail")
+    warnings = [f"{slots} slots", 'a "quoted" word'] if slots == 1 else []
+    return {"capacity": 8 * slots, "rate": slots / 3, "warnings": warnings, "window": [0.5, 1]}
+
+
+def test_an_export_keeps_integers_and_writes_lists_as_json(tmp_path: Path) -> None:
+    """A failed point's empty cell made an integer column float ('16.0'), and a list cell
+    was written as Python's repr ("['1 slots']"): integers stay integers, lists are JSON."""
+    spec = write_spec(
+        tmp_path, SPEC.replace("metrics: [decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]", "")
+    )
+    summary = run_sweep(spec, workers=1, evaluator=listing)
+    frame = load(summary.db)
+    text = export(frame, tmp_path / "out.csv").read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    first = rows[0]
+    assert (first["serving.batch_slots"], first["capacity"], first["rate"]) == (
+        "1",
+        "8",
+        "0.3333333333333333",
+    )
+    assert json.loads(first["warnings"]) == ["1 slots", 'a "quoted" word']
+    assert first["window"] == "[0.5, 1]"
+    assert [r["capacity"] for r in rows] == ["8", "8", "16", "16", "", ""]
+    assert [r["warnings"] for r in rows[2:]] == ["[]", "[]", "", ""]
+    assert all(r["status"] == "failed" and r["error"] for r in rows[4:])
+    for line in text.splitlines():
+        assert "['" not in line and not re.search(r"\d\.0,", line)
+    assert frame.attrs["integers"] == ["serving.batch_slots", "capacity"]
 
 
 def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
