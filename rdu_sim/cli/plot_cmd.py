@@ -139,7 +139,7 @@ def _attach_siblings(results: Any, folder: Path) -> Any:
 def _read_db(path: Path, sweep: str | None, *, keep_failed: bool = False) -> Any:
     """The finished points of the database's one sweep, or of ``sweep`` (a database may hold
     several sweeps, or a sweep and a plan's points, whose rows do not plot together); with
-    ``keep_failed`` its failed points too (the sweep plot's footnote counts them), else a
+    ``keep_failed`` its failed points too (the sweep plot's note over its axes counts them), else a
     line on stderr says how many are left out."""
     from rdu_sim.sweep import load
     from rdu_sim.sweep.load import sweep_names
