@@ -30,6 +30,7 @@ from rdu_sim.config.overrides import (
     HW_PREFIX,
     SET,
     STACK_PREFIX,
+    in_context,
     normalize_overrides,
     overridden,
     override_note,
@@ -126,10 +127,21 @@ ModelValue = str | ConfigJsonModel | ConfigJsonKeys | Architecture
 """What a workload's model field holds once validated (``config.workload.ModelField``)."""
 
 
-def _apply(data: dict[str, Any], overrides: Mapping[str, Any], source: str) -> dict[str, Any]:
+def _apply(
+    data: dict[str, Any],
+    overrides: Mapping[str, Any],
+    file: str,
+    prefix: str = "",
+    source: str = SET,
+) -> dict[str, Any]:
+    """``data`` (of ``file``) with the overrides set; an override that cannot be set (inside
+    a value that is not a mapping) is an error naming it (``overridden``)."""
     result = copy.deepcopy(data)
-    for path, value in overrides.items():
-        set_path(result, path, value, source)
+    try:
+        for path, value in overrides.items():
+            set_path(result, path, value, file)
+    except ConfigError as exc:
+        raise overridden(exc, file, overrides, prefix, source) from None
     return result
 
 
@@ -601,10 +613,10 @@ def build_scenario(
     normalized = normalize_overrides(overrides)
     workload_overrides, _, _ = split_overrides(normalized)
     raw = dict(data) if isinstance(data, Mapping) else data
+    source = overrides_from
     if isinstance(raw, dict):
         _expand_preset(raw, workload_overrides, workload_file)
-        raw = _apply(raw, workload_overrides, workload_file)
-    source = overrides_from
+        raw = _apply(raw, workload_overrides, workload_file, "", source)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "", source)
     workload = _switched_policy(workload, workload_overrides)
     _warn_unread(workload, workload_overrides, workload_file, source)
@@ -643,29 +655,30 @@ def _resolved(
             f"{shipped.shadowed(hardware_path, ('hardware',))})",
             lines.get(("hardware",)),
         )
+    hw_file = str(hardware_path)
     try:
         hw_data, hw_lines = read_hardware(hardware_path)
         other = kind_problem(hw_data, workload.hardware, "hardware")
         if other is not None:  # one error, not one per field of a cluster or a workload
             raise ConfigError.single(workload_file, "hardware", other, lines.get(("hardware",)))
         if isinstance(hw_data, dict):
-            hw_data = _apply(hw_data, hardware_overrides, str(hardware_path))
-        model_type = hardware_model(hw_data, str(hardware_path), hw_lines)
-        hw_file = str(hardware_path)
+            hw_data = _apply(hw_data, hardware_overrides, hw_file, HW_PREFIX, source)
+        model_type = hardware_model(hw_data, hw_file, hw_lines)
         hardware = _validate(
             model_type, hw_data, hw_file, hw_lines, hardware_overrides, HW_PREFIX, source
         )
     except ConfigError as exc:
         if exc.issues and exc.issues[0].file == workload_file:  # the kind: said once
             raise
-        # Say which workload led here: the issues themselves name the hardware file.
+        # Say which workload led here (the issues themselves name the hardware file), unless
+        # only overrides are at fault
         context = ConfigIssue(
             workload_file,
             "hardware",
-            f"hardware file {str(hardware_path)!r} is not valid:",
+            f"hardware file {hw_file!r} is not valid:",
             lines.get(("hardware",)),
         )
-        raise ConfigError([context, *exc.issues]) from None
+        raise in_context(exc, context, hw_file, hardware_overrides) from None
     stack, stack_file = _load_stack(
         workload, hardware, (workload_file, str(hardware_path)), lines, stack_overrides, source
     )
@@ -710,14 +723,14 @@ def _load_stack(
         other = kind_problem(data, named, "stack")
         if other is not None:  # one error, not one per field of a cluster or a workload
             raise ConfigError.single(file, "", other)
-        data = _apply(data, overrides, file)
+        data = _apply(data, overrides, file, STACK_PREFIX, source)
         stack = _validate(StackConfig, data, file, stack_lines, overrides, STACK_PREFIX, source)
     except ConfigError as exc:
         line = lines.get((field_name,)) if field_name == "stack" else None
         if other is not None:
             raise ConfigError.single(near, field_name, other, line) from None
         context = ConfigIssue(near, field_name, f"serving stack {named!r} is not valid:", line)
-        raise ConfigError([context, *exc.issues]) from None
+        raise in_context(exc, context, NONE if path is None else str(path), overrides) from None
     problem = runs_on_problem(stack, hardware.kind)
     if problem is not None:
         where = "" if field_name == "stack" else f" (the default_stack of {files[1]})"

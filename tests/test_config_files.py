@@ -396,18 +396,42 @@ def test_overrides_as_mapping_and_model_edit() -> None:
 
 
 def test_override_errors_name_the_override() -> None:
+    """An override's error is one issue naming it, not the hardware or stack file as if the
+    shipped file were broken (it was two: 'hardware file ... is not valid:' first)."""
     path = REPO / "workloads" / LLAMA_1S
-    [_, issue] = _error(path, ["hw.socket.hbm.bandwith=2 TB/s"]).issues
-    assert issue.field == "socket.hbm.bandwith"
-    assert "--set hw.socket.hbm.bandwith" in issue.message
+    [issue] = _error(path, ["hw.socket.hbm.bandwith=2 TB/s"]).issues
+    assert issue.field == "socket.hbm.bandwith" and issue.line is None
+    assert issue.message.endswith("(from --set hw.socket.hbm.bandwith)")
+    [issue] = _error(path, ["hw.socket.hbm.bandwidth=2 TB"]).issues
+    assert issue.message.endswith("got '2 TB' (from --set hw.socket.hbm.bandwidth)")
+    [issue] = _error(path, ["stack.bogus=1"]).issues
+    assert issue.field == "bogus" and issue.message.endswith("(from --set stack.bogus)")
+    [issue] = _error(path, ["hw.socket.hbm.bandwidth.x=1"]).issues
+    assert issue.message == (
+        "cannot set inside 'socket.hbm.bandwidth', which is str, not a mapping "
+        "(from --set hw.socket.hbm.bandwidth.x)"
+    )
     [issue] = _error(path, ["serving.requests=-1"]).issues
     assert issue.field == "serving.requests" and "--set serving.requests" in issue.message
     with pytest.raises(ConfigError, match=r"field\.path=value"):
         load_scenario(path, ["no-equals-sign"])
     with pytest.raises(ConfigError, match="empty field name"):
         load_scenario(path, ["serving..requests=1"])
-    with pytest.raises(ConfigError, match="not a mapping"):
+    with pytest.raises(ConfigError, match=r"not a mapping \(from --set serving\.requests\.x\)"):
         load_scenario(path, ["serving.requests.x=1"])
+
+
+def test_a_broken_hardware_file_is_named_even_with_overrides(tree: Path) -> None:
+    """The file's own fault keeps the line naming it, whether or not overrides were given
+    (one that is fine, or one at fault too)."""
+    hw = tree / "hw_configs" / "sn40l.yaml"
+    _replace(hw, "    bandwidth: 1.8 TB/s", "    bandwith: 1.8 TB/s")
+    workload = tree / "workloads" / LLAMA_1S
+    for overrides in (["hw.socket.hbm.capacity=64 GiB"], ["hw.socket.pcu.count=0"]):
+        context, *issues = _error(workload, overrides).issues
+        assert context.file == str(workload) and context.field == "hardware"
+        assert context.message == f"hardware file {str(hw)!r} is not valid:"
+        assert "socket.hbm.bandwith" in {i.field for i in issues}
 
 
 def test_override_does_not_change_the_file_data() -> None:

@@ -66,7 +66,7 @@ def test_an_axis_of_quantities_is_numeric_and_log2_where_they_double(frame: Any)
     assert ax.get_xscale() == "log"
     assert list(ax.get_xticks()) == [2048, 4096, 8192]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["2048", "4096", "8192"]
-    line = next(line for line in ax.get_lines() if line.get_label() == "batch_slots=4")
+    line = next(line for line in ax.get_lines() if line.get_label() == "serving.batch_slots=4")
     assert list(line.get_xdata()) == [2048, 4096, 8192]
     # numbers that do not double sit on a linear axis, at their values; names stay categories
     assert x_positions(["0.8 TB/s", "1.6 TB/s", "2.4 TB/s"]) == ([0.8e12, 1.6e12, 2.4e12], False)

@@ -7,6 +7,8 @@ test pins the axis handling of every shipped spec without simulating hundreds of
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -138,14 +140,14 @@ def test_capacity_and_throughput_plot_a_context_sweep_titled_with_model_and_hard
             policy = str(line.get_label()).split(" (= ")[0]  # a line on another says so
             rows = frame[frame["kv.policy"] == policy].sort_values("serving.max_context")
             assert list(line.get_ydata()) == [float(v) for v in rows[metric]]
-        title = figure.get_suptitle()
+        title = " ".join(figure.get_suptitle().split())  # wrapped to the figure's width
         assert "deepseek-r1 on sn40l-16" in title
         out = tmp_path / f"{kind}.png"
         result = CliRunner().invoke(cli, ["plot", kind, str(db), "-o", str(out)])
         assert result.exit_code == 0, result.output
     sweep = plots.sweep_plot(frame)
     assert "deepseek-context" in sweep.get_suptitle()
-    assert "deepseek-r1 on sn40l-16" in sweep.get_suptitle()
+    assert "deepseek-r1 on sn40l-16" in " ".join(sweep.get_suptitle().split())
     assert sweep.axes[0].get_xlabel() == (
         "longest sequence a slot holds (tokens)\nserving.max_context"
     )
@@ -208,8 +210,8 @@ def test_a_policy_keeps_its_colour_and_long_times_are_in_seconds(tmp_path: Path)
     figure = plots.sweep_plot(frame, y="tpot_s.p50")
     colours = {str(line.get_label()): line.get_color() for line in lines_of(figure)}
     assert colours == {
-        "policy=full": POLICY_COLORS["full"],
-        "policy=snapstream": POLICY_COLORS["snapstream"],
+        "kv.policy=full": POLICY_COLORS["full"],
+        "kv.policy=snapstream": POLICY_COLORS["snapstream"],
     }
     slow = frame.copy()
     slow["ttft_s.p50"] = [12.0 + i for i in range(len(slow))]
@@ -226,3 +228,137 @@ def test_a_long_y_label_wraps(tmp_path: Path) -> None:
     label = plots.sweep_plot(frame, y="memory.hbm.kv_bytes", by=[]).axes[0].get_ylabel()
     assert "(mean over other axes)" in label.replace("\n", " ")
     assert all(len(line) <= 44 for line in label.split("\n")) and "\n" in label
+
+
+def grid_db(
+    folder: Path,
+    axes: dict[str, list[Any]],
+    name: str = "grid",
+    fail_when: dict[str, Any] | None = None,
+) -> Path:
+    """A synthetic sweep of ``axes`` over the 8B workload (every combination; the points
+    matching ``fail_when`` fail)."""
+    base = shipped.folder("workloads") / "llama3.1-8b-1socket.yaml"
+    lines = "".join(f"  {path}: {json.dumps(values)}\n" for path, values in axes.items())
+    options = json.dumps({"fail_when": fail_when or {}})
+    spec = folder / f"{name}.yaml"
+    spec.write_text(
+        f"base: {base}\nset: {{serving.requests: 4}}\naxes:\n{lines}"
+        f"evaluator: {{name: synthetic, options: {options}}}\n"
+    )
+    db = folder / f"{name}.sqlite"
+    run_sweep(spec, db=db, workers=1)
+    return db
+
+
+MANY_AXES: dict[str, list[Any]] = {
+    "hw.socket.hbm.bandwidth": ["1.8 TB/s", "3.6 TB/s"],
+    "hw.socket.hbm.capacity": ["64 GiB", "128 GiB"],
+    "hw.socket.pmu.sram": ["512 KiB", "1 MiB"],
+    "hw.socket.pcu.count": [1040, 2080],
+    "hw.system.intra_node_link.bandwidth": ["33.53 GB/s", "100 GB/s"],
+}
+
+
+def overlaps(a: Any, b: Any) -> bool:
+    """Whether two display boxes share area (touching edges do not)."""
+    return bool(a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1)
+
+
+@pytest.mark.parametrize(
+    "axes",
+    [
+        {"serving.batch_slots": [1, 2], "hw.socket.hbm.capacity": ["64 GiB"]},  # one line
+        {  # 9 lines: the y label was cut
+            "serving.batch_slots": [1, 2],
+            "hw.socket.hbm.capacity": ["48 GiB", "64 GiB", "96 GiB"],
+            "hw.socket.hbm.bandwidth": ["1 TB/s", "2 TB/s", "3 TB/s"],
+        },
+        MANY_AXES,  # 16 lines: the legend covered the data, the layout collapsed
+    ],
+    ids=["1-line", "9-lines", "16-lines"],
+)
+def test_a_plot_of_many_lines_is_legible(tmp_path: Path, axes: dict[str, list[Any]]) -> None:
+    """No layout warning, every text inside the figure, and title, legend, axes, axis
+    labels and tick labels each in their own place, whatever the number of lines; the
+    lines' styles all differ (colours repeat after ten: the dash then differs)."""
+    frame = load(grid_db(tmp_path, axes))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        figure = plots.sweep_plot(frame)
+        figure.canvas.draw()
+    (ax,) = figure.axes
+    styles = [(line.get_color(), line.get_linestyle()) for line in lines_of(figure)]
+    assert len(set(styles)) == len(styles)
+    whole = figure.bbox
+    boxes = {
+        "title": figure._suptitle.get_window_extent(),  # type: ignore[union-attr]
+        "axes": ax.get_window_extent(),
+        "xlabel": ax.xaxis.label.get_window_extent(),
+        "ylabel": ax.yaxis.label.get_window_extent(),
+    }
+    if figure.legends:
+        boxes["legend"] = figure.legends[0].get_window_extent()
+    ticks = [t.get_window_extent() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    ticks = [t for t in ticks if t.width]
+    for name, box in [*boxes.items(), *(("tick", t) for t in ticks)]:
+        assert whole.x0 <= box.x0 and box.x1 <= whole.x1, name
+        assert whole.y0 <= box.y0 and box.y1 <= whole.y1, name
+    names = list(boxes)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if {a, b} & {"xlabel", "ylabel"} and "axes" in {a, b}:
+                continue  # an axis label sits beside the axes' own box, tested by ticks below
+            assert not overlaps(boxes[a], boxes[b]), (a, b)
+    for tick in ticks:
+        for name in ("title", "legend", "xlabel", "ylabel"):
+            if name in boxes:
+                assert not overlaps(tick, boxes[name]), name
+
+
+def test_legend_and_title_name_an_axis_by_enough_of_its_path(tmp_path: Path) -> None:
+    """'bandwidth=1.8 TB/s' did not say which bandwidth, nor 'count=1040' which units: a
+    name is the shortest tail of two parts or more that no other plotted column shares."""
+    frame = load(grid_db(tmp_path, MANY_AXES))
+    figure = plots.sweep_plot(
+        frame, x="hw.system.intra_node_link.bandwidth", by=["hw.socket.hbm.bandwidth"]
+    )
+    labels = [str(line.get_label()) for line in lines_of(figure)]
+    assert labels == ["hbm.bandwidth=1.8 TB/s", "hbm.bandwidth=3.6 TB/s"]
+    title = " ".join(figure.get_suptitle().split())
+    assert title.startswith("grid: decode throughput, all slots busy (tokens/s) vs intra_node_link")
+    assert " vs intra_node_link.bandwidth — llama-3.1-8b on sn40l" in title
+    figure = plots.sweep_plot(frame, x="hw.socket.hbm.bandwidth", by=["hw.socket.pcu.count"])
+    labels = [str(line.get_label()) for line in lines_of(figure)]
+    assert labels == ["pcu.count=1040", "pcu.count=2080"]
+    assert " vs hbm.bandwidth —" in " ".join(figure.get_suptitle().split())
+
+
+def test_failed_points_are_said_over_the_axes(tmp_path: Path) -> None:
+    """A failed point left a gap without a word: a note over the axes counts the failed
+    points, the plotted axes' values they share and the first one's error, in its own room
+    (the x axis keeps the failed points' values, so the gap shows where)."""
+    db = grid_db(tmp_path, MANY_AXES, fail_when={"hw.socket.hbm.capacity": 68719476736})
+    frame = load(db)
+    assert (frame["status"] == "failed").sum() == 16
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        figure = plots.sweep_plot(frame)
+        figure.canvas.draw()
+    note = " ".join(figure.axes[0].get_title(loc="left").split())
+    assert note == (
+        "16 of 32 points failed and are not drawn, all at hbm.capacity=64 GiB (the first: "
+        "RuntimeError: synthetic failure requested by fail_when "
+        "(hw.socket.hbm.capacity=68719476736))"
+    )
+    assert len(lines_of(figure)) == 8  # the 128 GiB lines
+    shown = figure.axes[0]._left_title.get_window_extent()
+    assert figure.bbox.y1 >= shown.y1
+    title = figure._suptitle.get_window_extent()  # type: ignore[union-attr]
+    for other in (figure.legends[0].get_window_extent(), figure.axes[0].bbox, title):
+        assert not overlaps(shown, other)
+    out = tmp_path / "sweep.png"
+    result = CliRunner().invoke(cli, ["plot", "sweep", str(db), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["plot", "throughput", str(db), "-o", str(out)])
+    assert "note: 16 failed points of 32 not drawn" in result.output

@@ -14,7 +14,12 @@ from click.testing import CliRunner
 from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.compiler import CapacityError
-from rdu_sim.compiler.placement import batch_capacity, plan_memory, weight_inventory
+from rdu_sim.compiler.placement import (
+    batch_capacity,
+    plan_memory,
+    weight_inventory,
+    weights_placement,
+)
 from rdu_sim.config import ConfigError
 from rdu_sim.scenario import load_scenario
 
@@ -109,11 +114,25 @@ def test_slots_above_capacity_push_weights_out_of_hbm_with_a_warning() -> None:
     capacity = batch_capacity(scenario)
     auto = api.run(LLAMA_8B, SHORT).summary()
     assert auto.warnings == [] and auto.memory["ddr"].weights_bytes == 0
+    assert auto.weights_placement == "hbm"
     over = api.run(LLAMA_8B, {**SHORT, "serving.batch_slots": capacity + 4}).summary()
     assert over.memory["ddr"].weights_bytes > 0
     (warning,) = over.warnings
     assert f"serving.batch_slots {capacity + 4}" in warning
     assert "read from DDR every step" in warning
+    # the placement says it too (it said 'hbm', and a sweep's row showed nothing else)
+    assert over.weights_placement == "hbm_spilled"
+
+
+def test_a_hot_set_pushed_out_by_slots_is_spilled_too() -> None:
+    """The 405B hot set at its capacity is the setting; slots above it spill the hot set."""
+    scenario = load_scenario(LLAMA_405B)
+    capacity = batch_capacity(scenario)
+    assert weights_placement(scenario, plan_memory(scenario, capacity)) == "hot_set"
+    over = plan_memory(scenario, capacity + 8)
+    assert weights_placement(scenario, over) == "hot_set_spilled"
+    streamed = load_scenario(LLAMA_405B, {"memory.weights": "streamed"})
+    assert weights_placement(streamed, plan_memory(streamed, capacity)) == "streamed"
 
 
 def test_rdu_sim_run_json_shows_the_ddr_weights_and_the_bound() -> None:

@@ -6,6 +6,8 @@ rdu_sim/sweep/evaluators.py) so they test the machinery, not the simulator.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import sqlite3
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.sweep import Point, export, load, parquet_available, run_sweep
+from rdu_sim.sweep import Point, check_spec, export, load, parquet_available, run_sweep
 from rdu_sim.sweep.worker import Outcome
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,16 +133,79 @@ def test_a_new_metric_reruns_points_stored_without_it(tmp_path: Path) -> None:
     assert run_sweep(more, workers=1).ran == 0
 
 
-def test_unknown_metric_stops_at_the_first_result(tmp_path: Path) -> None:
+def test_an_unknown_metric_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """The evaluator's result schema names the metrics: a typo fails at the spec's line in
+    `check`, a dry run and a sweep's start, with nothing computed or written."""
     spec = write_spec(tmp_path, SPEC.replace("memory.hbm.kv_bytes", "memory.hbm.kv_byte"))
-    with pytest.raises(ConfigError) as info:
-        run_sweep(spec, workers=1)
-    issue = info.value.issues[0]
-    assert issue.field == "metrics.2" and issue.line == 7
-    assert "not in the results: memory.hbm.kv_byte (did you mean 'memory.hbm.kv_bytes'?)" in (
-        issue.message
+    for attempt in (check_spec, lambda s: run_sweep(s, dry_run=True), run_sweep):
+        with pytest.raises(ConfigError) as info:
+            attempt(spec)
+        issue = info.value.issues[0]
+        assert (issue.field, issue.line) == ("metrics.2", 7)
+        assert issue.message == (
+            "not in the results: memory.hbm.kv_byte (did you mean 'memory.hbm.kv_bytes'?)"
+        )
+    assert not (tmp_path / "demo.sqlite").exists()
+
+
+def test_a_metric_only_a_run_can_refuse_keeps_the_point_then_stops(tmp_path: Path) -> None:
+    """A memory tier no result has passes the schema (a run decides the tiers): the first
+    point's result is stored, without it, before the sweep stops; a rerun stops again."""
+    spec = write_spec(tmp_path, SPEC.replace("memory.hbm.kv_bytes", "memory.ddr.kv_bytes"))
+    check_spec(spec)
+    for _ in range(2):
+        with pytest.raises(ConfigError) as info:
+            run_sweep(spec, workers=1)
+        issue = info.value.issues[0]
+        assert (issue.field, issue.line) == ("metrics.2", 7)
+        assert issue.message.startswith(
+            "not in the results: memory.ddr.kv_bytes (did you mean 'memory.hbm.kv_bytes'?); "
+            "the sweep stopped (the point computed is stored without it). Available metrics: "
+        )
+        stored = rows(tmp_path / "demo.sqlite")
+        assert [r["status"] for r in stored] == ["done"]
+        assert sorted(json.loads(stored[0]["metrics"])) == [
+            "decode_tokens_per_s",
+            "ttft_s.p50",
+            "ttft_s.p90",
+            "ttft_s.p99",
+        ]
+
+
+def test_the_schemas_name_every_metric_a_result_holds() -> None:
+    """Differential: each flattened name of a real result is known to its evaluator's
+    schema, and the schema's top-level names are the result's."""
+    from rdu_sim.api import load as load_scenario
+    from rdu_sim.sweep.evaluators import get_evaluator
+    from rdu_sim.sweep.expand import Point as PointType
+    from rdu_sim.sweep.worker import flatten
+
+    scenario = load_scenario(BASE, ["serving.requests=4"])
+    point = PointType(key="k", overrides={}, config={}, scenario=scenario)
+    for name in ("simulate", "synthetic"):
+        entry = get_evaluator(name)
+        assert entry.result is not None
+        schema = entry.result()
+        result = entry.function(point, entry.options())
+        assert list(result) == [n for n in schema.names]
+        assert [m for m in flatten(result) if schema.unknown(m) is not None] == []
+        assert schema.problem("provenance") is not None
+    assert schema.problem("memory.hbm.capacity") == (  # synthetic's
+        "not in the results: memory.hbm.capacity (did you mean 'memory.hbm.capacity_bytes'?)"
     )
-    assert rows(tmp_path / "demo.sqlite") == []
+    assert schema.problem("memory.hbm.capacity_bytes.x") == (
+        "not in the results: memory.hbm.capacity_bytes.x (did you mean "
+        "'memory.hbm.capacity_bytes'?)"
+    )
+    assert schema.problem("wibble") == (
+        "not in the results: wibble; names: model, max_context, kv_policy, batch_slots, "
+        "batch_capacity, kv_bytes_per_slot, decode_tokens_per_s, steady_decode_tokens_per_s, "
+        "requests_truncated, prompt_tokens_truncated, output_tokens_truncated, ttft_s, tpot_s, "
+        "memory, requests_completed"
+    )
+    assert schema.problem("model.name") == (
+        "not in the results: model.name (did you mean 'model'?)"
+    )
 
 
 def test_dry_run_runs_and_writes_nothing(tmp_path: Path) -> None:
@@ -200,6 +265,41 @@ def test_an_injected_evaluator_replaces_the_specs(tmp_path: Path) -> None:
     frame = load(summary.db)
     assert (frame["answer"] == 42).all() and (frame.status == "done").all()
     assert (frame["slots"] == frame["serving.batch_slots"]).all()
+
+
+def listing(point: Point) -> Mapping[str, Any]:
+    """Whole numbers, a ratio, a list and a mapping; batch_slots 4 fails."""
+    slots = point.scenario.workload.serving.batch_slots
+    if slots == 4:
+        raise RuntimeError("four slots fail")
+    warnings = [f"{slots} slots", 'a "quoted" word'] if slots == 1 else []
+    return {"capacity": 8 * slots, "rate": slots / 3, "warnings": warnings, "window": [0.5, 1]}
+
+
+def test_an_export_keeps_integers_and_writes_lists_as_json(tmp_path: Path) -> None:
+    """A failed point's empty cell made an integer column float ('16.0'), and a list cell
+    was written as Python's repr ("['1 slots']"): integers stay integers, lists are JSON."""
+    spec = write_spec(
+        tmp_path, SPEC.replace("metrics: [decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]", "")
+    )
+    summary = run_sweep(spec, workers=1, evaluator=listing)
+    frame = load(summary.db)
+    text = export(frame, tmp_path / "out.csv").read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    first = rows[0]
+    assert (first["serving.batch_slots"], first["capacity"], first["rate"]) == (
+        "1",
+        "8",
+        "0.3333333333333333",
+    )
+    assert json.loads(first["warnings"]) == ["1 slots", 'a "quoted" word']
+    assert first["window"] == "[0.5, 1]"
+    assert [r["capacity"] for r in rows] == ["8", "8", "16", "16", "", ""]
+    assert [r["warnings"] for r in rows[2:]] == ["[]", "[]", "", ""]
+    assert all(r["status"] == "failed" and r["error"] for r in rows[4:])
+    for line in text.splitlines():
+        assert "['" not in line and not re.search(r"\d\.0,", line)
+    assert frame.attrs["integers"] == ["serving.batch_slots", "capacity"]
 
 
 def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:

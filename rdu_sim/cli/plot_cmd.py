@@ -32,6 +32,7 @@ from typing import Any
 
 import click
 
+from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import FilePath, overrides_option
 from rdu_sim.config import json_text
@@ -135,9 +136,11 @@ def _attach_siblings(results: Any, folder: Path) -> Any:
     return results
 
 
-def _read_db(path: Path, sweep: str | None) -> Any:
+def _read_db(path: Path, sweep: str | None, *, keep_failed: bool = False) -> Any:
     """The finished points of the database's one sweep, or of ``sweep`` (a database may hold
-    several sweeps, or a sweep and a plan's points, whose rows do not plot together)."""
+    several sweeps, or a sweep and a plan's points, whose rows do not plot together); with
+    ``keep_failed`` its failed points too (the sweep plot's note over its axes counts them), else a
+    line on stderr says how many are left out."""
     from rdu_sim.sweep import load
     from rdu_sim.sweep.load import sweep_names
 
@@ -148,9 +151,16 @@ def _read_db(path: Path, sweep: str | None) -> Any:
         fail(f"{path}: holds {len(names)} sweeps ({', '.join(names)}); name one with --sweep")
     frame = load(path, sweep=sweep)
     if "status" in frame.columns:
-        attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
-        frame = frame[frame["status"] == "done"]
-        frame.attrs.update(attrs)
+        done = frame["status"] == "done"
+        if not done.any():
+            fail(f"{path}: the sweep database has no finished points to plot")
+        if not keep_failed:
+            if not done.all():
+                failed = human.count(int((~done).sum()), "failed point")
+                click.echo(f"note: {failed} of {len(frame)} not drawn", err=True)
+            attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
+            frame = frame[done]
+            frame.attrs.update(attrs)
     if frame.empty:
         fail(f"{path}: the sweep database has no finished points to plot")
     return frame
@@ -357,7 +367,7 @@ def command(
             requests,
         )
     elif suffix in _DB_SUFFIXES:
-        results = _read_db(input_path, sweep_name)
+        results = _read_db(input_path, sweep_name, keep_failed=kind == "sweep")
     else:
         results = _attach_siblings(_read_json(input_path), input_path.parent)
     try:

@@ -691,15 +691,33 @@ def most_slots(fits: Callable[[int], bool]) -> int:
     return low
 
 
-def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
-    """What a reader of a run must be told about where the weights ended up: batch slots
-    that push weights out of the HBM share ``memory.weights`` gives them (the steps then
-    read those weights from DDR)."""
-    target = [  # the target's weights (a shared draft's always sit in HBM)
+def weights_spilled(scenario: Scenario, placement: Placement) -> tuple[int, int]:
+    """The target's weight bytes ``placement`` holds in HBM, and those ``memory.weights``
+    pins there (``pinned_limit``); fewer held than pinned: batch slots pushed the rest out
+    to DDR (a shared draft's weights always sit in HBM, so they are left out)."""
+    target = [
         t for t in placement.tensors if t.kind == "weights" and not t.name.startswith(DRAFT_PREFIX)
     ]
     wanted = min(sum(t.bytes for t in target), pinned_limit(scenario))
     held = sum(t.bytes for t in target if t.tier == "hbm")
+    return held, wanted
+
+
+def weights_placement(scenario: Scenario, placement: Placement) -> str:
+    """Where the weights are, in the workload's terms: ``memory.weights`` (``hbm``,
+    ``hot_set``, ``streamed``), ``_spilled`` added when batch slots pushed some of the
+    weights it pins to DDR (``weights_spilled``): a run at ``hbm`` that reads weights from
+    DDR every step is not served from HBM."""
+    held, wanted = weights_spilled(scenario, placement)
+    setting: str = scenario.workload.memory.weights
+    return f"{setting}_spilled" if held < wanted else setting
+
+
+def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
+    """What a reader of a run must be told about where the weights ended up: batch slots
+    that push weights out of the HBM share ``memory.weights`` gives them (the steps then
+    read those weights from DDR)."""
+    held, wanted = weights_spilled(scenario, placement)
     if held >= wanted:
         return []
     memory = scenario.workload.memory

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 
 HW_PREFIX = "hw."
@@ -170,3 +170,18 @@ def overridden(
             issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
         issues.append(issue)
     return ConfigError(issues)
+
+
+def in_context(
+    exc: ConfigError, context: ConfigIssue, file: str, overrides: Mapping[str, Any]
+) -> ConfigError:
+    """``exc``, the issues of a file another includes (a hardware or stack ``file``), after
+    ``context``, the including file's line naming it (``hardware file ... is not valid:``);
+    without it when every issue is at a field an override set (``override_for``): the file
+    is then not at fault, and each issue's note names the override (:func:`overridden`)."""
+    if exc.issues and all(
+        issue.file == file and override_for(issue.field, overrides) is not None
+        for issue in exc.issues
+    ):
+        return exc
+    return ConfigError([context, *exc.issues])

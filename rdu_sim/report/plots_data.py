@@ -35,6 +35,7 @@ __all__ = [
     "number",
     "result_record",
     "settings_note",
+    "short_names",
     "titled",
     "with_subject",
 ]
@@ -425,9 +426,26 @@ def lookup(run: RunPoint, path: str, default: Any = _MISSING) -> Any:
     return node
 
 
+def short_names(paths: Sequence[str]) -> dict[str, str]:
+    """Each column's name in a plot's legend and title: the shortest tail of its path, of at
+    least two parts, that no other of ``paths`` ends with (``hbm.bandwidth`` beside
+    ``intra_node_link.bandwidth``, ``pcu.count``, ``kv.policy``): a last part alone
+    (``count``, ``bandwidth``) does not say which."""
+    split = {path: path.split(".") for path in paths}
+    names: dict[str, str] = {}
+    for path, parts in split.items():
+        for size in range(min(2, len(parts)), len(parts) + 1):
+            tail = parts[-size:]
+            if not any(o != path and other[-size:] == tail for o, other in split.items()):
+                break
+        names[path] = ".".join(tail)
+    return names
+
+
 def label_of(run: RunPoint, keys: Sequence[str] = ("model", "kv_policy")) -> str:
     """A legend label: the values of ``keys`` (``model``, ``kv_policy``, ``max_context``, or a
-    column of the record)."""
+    column of the record, named as ``short_names`` names it)."""
+    names = short_names(keys)
     parts: list[str] = []
     for key in keys:
         if key == "model":
@@ -438,7 +456,7 @@ def label_of(run: RunPoint, keys: Sequence[str] = ("model", "kv_policy")) -> str
             value = f"{run.need('max_context') // 1024}k ctx"
         else:
             raw = lookup(run, key, None)
-            value = "" if raw is None else f"{key.rsplit('.', 1)[-1]}={raw}"
+            value = "" if raw is None else f"{names[key]}={raw}"
         if value:
             parts.append(str(value))
     return " · ".join(parts) or "run"

@@ -16,7 +16,9 @@ from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.ticker import FuncFormatter
+from matplotlib.transforms import Bbox
 
 from rdu_sim import human
 from rdu_sim.report.plots_data import RunPoint, settings_note
@@ -72,8 +74,22 @@ _CYCLE = (
 def color_for(label: str, index: int) -> str:
     """The policy's colour when ``label`` (``model · policy``) names one policy, else the
     ``index``-th colour of the cycle."""
+    return _policy_color(label) or _CYCLE[index % len(_CYCLE)]
+
+
+def _policy_color(label: str) -> str | None:
+    """The colour of the one KV policy ``label`` names, else None."""
     named = [POLICY_COLORS[part] for part in label.split(" · ") if part in POLICY_COLORS]
-    return named[0] if len(named) == 1 else _CYCLE[index % len(_CYCLE)]
+    return named[0] if len(named) == 1 else None
+
+
+_CYCLE_DASHES = ("-", "--", ":", "-.")
+"""The dash of each round of :data:`_CYCLE`: line 11 is line 1's colour, dashed, so no two
+of the first 40 lines look alike."""
+
+
+def _cycle_dash(index: int) -> str:
+    return _CYCLE_DASHES[(index // len(_CYCLE)) % len(_CYCLE_DASHES)]
 
 
 _POLICY_DASHES = {"full": "--", "streamingllm": ":", "snapkv": "-."}
@@ -84,7 +100,7 @@ def line_style(label: str, index: int, labels: Sequence[str]) -> dict[str, Any]:
 
     When the lines span several models and policies, the colour says the model and the dash
     the policy (full attention dashed, SnapStream solid), so pairs read at a glance;
-    otherwise :func:`color_for` alone.
+    otherwise :func:`color_for`, dashed from the cycle's second round on (``_CYCLE_DASHES``).
     """
 
     def split(text: str) -> tuple[str, str]:
@@ -100,7 +116,10 @@ def line_style(label: str, index: int, labels: Sequence[str]) -> dict[str, Any]:
             "color": _CYCLE[prefixes.index(prefix) % len(_CYCLE)],
             "linestyle": _POLICY_DASHES.get(policy, "-"),
         }
-    return {"color": color_for(label, index), "linestyle": "-"}
+    named = _policy_color(label)
+    if named is not None:
+        return {"color": named, "linestyle": "-"}
+    return {"color": _CYCLE[index % len(_CYCLE)], "linestyle": _cycle_dash(index)}
 
 
 BESIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0}
@@ -126,16 +145,40 @@ long labels would squeeze the axes)."""
 
 
 def legend_outside(fig: Figure, ax: Axes, *, fontsize: float = 8) -> None:
-    """The legend of ``ax``'s labelled lines outside the axes (constrained layout makes
-    room), so it never covers data: beside them, or under them when a label has a long
-    line."""
+    """The legend of ``ax``'s labelled lines outside the axes, so it never covers data:
+    beside them, or under them when a label has a long line; the figure grows by the
+    legend's size (``_make_room``), so the axes keep theirs however many lines there are."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         # a label of several lines is as wide as its longest
-        if max(len(line) for label in labels for line in label.splitlines() or [""]) > LONG_LABEL:
-            fig.legend(handles, labels, loc="outside lower center", fontsize=fontsize)
-        else:
-            fig.legend(handles, labels, loc="outside right center", fontsize=fontsize)
+        below = max(len(line) for label in labels for line in label.splitlines() or [""]) > (
+            LONG_LABEL
+        )
+        legend = fig.legend(
+            handles,
+            labels,
+            loc="outside lower center" if below else "outside right center",
+            fontsize=fontsize,
+            handlelength=3,  # long enough to show a line's dash beside its marker
+        )
+        _make_room(fig, legend, below=below)
+
+
+LEGEND_PAD_IN = 0.25
+"""Inches the figure grows beyond a legend's own size (the layout's padding around it)."""
+
+
+def _make_room(fig: Figure, legend: Any, *, below: bool) -> None:
+    """Grow ``fig`` by ``legend``'s height (under the axes) or width (beside them), and to
+    the legend's other side when it is larger than the figure: constrained layout takes a
+    legend's room from the axes, which a 16-line legend collapsed to nothing."""
+    box = legend.get_window_extent()
+    wide, tall = box.width / fig.dpi + LEGEND_PAD_IN, box.height / fig.dpi + LEGEND_PAD_IN
+    width, height = fig.get_size_inches()
+    if below:
+        fig.set_size_inches(max(width, wide), height + tall)
+    else:
+        fig.set_size_inches(width + wide, max(height, tall))
 
 
 TICK_GAP_PX = 4.0
@@ -182,12 +225,25 @@ def plain_log2(ax: Axes, axis: str = "y") -> None:
     target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 
+class SteadyLayout(ConstrainedLayoutEngine):
+    """Constrained layout with each axes' position rounded to 1e-9 of the figure: the
+    layout's iterations move an axes by a last bit from one draw to the next, and an SVG's
+    clip-path ids hash the exact position, so two saves of one figure differed."""
+
+    def execute(self, fig: Any) -> Any:
+        result = super().execute(fig)
+        for ax in fig.axes:
+            bounds = ax.get_position(original=True).bounds
+            ax._set_position(Bbox.from_bounds(*(round(v, 9) for v in bounds)))
+        return result
+
+
 def new_figure(
     rows: int = 1, cols: int = 1, *, width: float = 6.4, height: float = 4.2, sharex: bool = False
 ) -> tuple[Figure, list[Axes]]:
     """A figure of ``rows`` x ``cols`` axes (flattened, row-major), constrained layout;
     ``width`` and ``height`` are per axes."""
-    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    fig = Figure(figsize=(width * cols, height * rows), layout=SteadyLayout())
     grid = fig.subplots(rows, cols, squeeze=False, sharex=sharex)
     return fig, [ax for row in grid for ax in row]
 

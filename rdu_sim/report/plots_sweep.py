@@ -36,7 +36,14 @@ from matplotlib.ticker import NullFormatter
 from rdu_sim.config import units
 from rdu_sim.config.field_docs import axis_label
 from rdu_sim.config.overrides import HW_PREFIX
-from rdu_sim.report.plots_data import PlotInputError, RunPoint, as_runs, lookup, number
+from rdu_sim.report.plots_data import (
+    PlotInputError,
+    RunPoint,
+    as_runs,
+    lookup,
+    number,
+    short_names,
+)
 from rdu_sim.report.plots_style import (
     figure_title,
     legend_outside,
@@ -55,6 +62,7 @@ __all__ = [
     "axis_title",
     "design_space",
     "quantity",
+    "short_names",
     "sweep_plot",
     "swept_axes",
 ]
@@ -223,9 +231,11 @@ def design_space(
     numeric = x_positions([shown[k] for k in xs_all])
     position = {k: (numeric[0][i] if numeric else float(i)) for i, k in enumerate(xs_all)}
     ylabel, scale = _scaled_label(y, runs)
+    names = short_names([x, *by])
     fig, (ax,) = new_figure()
     averaged = hollow = False
     drawn = 0
+    left_out: list[RunPoint] = []  # points with no value to draw (failed, or without y)
     ordered = sorted(groups.items(), key=lambda kv: [_order(shown[v]) for v in kv[0]])
     styles = [_policy_last(by, [_tick(shown[v]) for v in key]) for key, _ in ordered]
     for i, (key, members) in enumerate(ordered):
@@ -238,10 +248,10 @@ def design_space(
             other = _value(run, whole_run, scale) if whole_run else None
             if other is not None:
                 whole.setdefault(cell(run, x), []).append(other)
+            if value is None and other is None:
+                left_out.append(run)
         averaged |= any(len(v) > 1 for v in (*values.values(), *whole.values()))
-        label = ", ".join(
-            f"{c.rsplit('.', 1)[-1]}={_tick(shown[v])}" for c, v in zip(by, key, strict=True)
-        )
+        label = ", ".join(f"{names[c]}={_tick(shown[v])}" for c, v in zip(by, key, strict=True))
         order = sorted({*values, *whole}, key=lambda k: _order(shown[k]))
         drawn += len(order)
         mean = {k: float(np.mean(v)) for k, v in values.items()}
@@ -270,10 +280,48 @@ def design_space(
     if by or whole_run:
         legend_outside(fig, ax)
     ax.margins(x=0.1)
-    default = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
+    if left_out:  # over the axes: a footnote would share the bottom with a legend there
+        note = left_out_note(left_out, len(runs), y, names)
+        ax.set_title(textwrap.fill(note, NOTE_CHARS), fontsize=7, color="dimgray", loc="left")
+    default = f"{ylabel} vs {names[x]}"
     figure_title(fig, title or default[0].upper() + default[1:])
     legible_xticks(fig, ax)  # values close on a linear axis would run into one number
     return fig
+
+
+REASON_CHARS = 110
+"""Characters of a failed point's error the note quotes (its first line)."""
+
+NOTE_CHARS = 100
+"""Characters of 7-point text a line of the note over the axes holds (their width)."""
+
+
+def left_out_note(left_out: Sequence[RunPoint], total: int, y: str, names: dict[str, str]) -> str:
+    """The note of a plot that leaves points out: how many failed (all at the plotted
+    axes' values they share, with the first one's error) and how many have no ``y``, so a
+    gap in a line is never silent."""
+    failed = [r for r in left_out if lookup(r, "status", None) == "failed"]
+    empty = len(left_out) - len(failed)
+    parts = []
+    if failed:
+        shared = []
+        for column, name in names.items():
+            values = {_tick(lookup(r, column, None)) for r in failed}
+            if len(values) == 1:
+                shared.append(f"{name}={values.pop()}")
+        where = f", all at {', '.join(shared)}" if shared else ""
+        error = str(lookup(failed[0], "error", "") or "").strip().splitlines()
+        reason = error[0] if error else ""
+        if len(reason) > REASON_CHARS:
+            reason = reason[: REASON_CHARS - 3].rstrip() + "..."
+        first = "" if len(failed) == 1 else "the first: "
+        parts.append(
+            f"{len(failed)} of {total} points failed and are not drawn{where}"
+            + (f" ({first}{reason})" if reason else "")
+        )
+    if empty:
+        parts.append(f"{empty} of {total} points have no {y} value and are not drawn")
+    return "; ".join(parts)
 
 
 DEFAULT_METRICS = (
@@ -415,7 +463,7 @@ def sweep_plot(
         hardware += f" ({', '.join(varied)} swept)"
     what = " on ".join(v for v in (_single(frame, "model"), hardware) if v)
     name = _single(frame, "sweep")
-    head = f"{ylabel} vs {x.rsplit('.', 1)[-1]}"
+    head = f"{ylabel} vs {short_names([x, *by])[x]}"
     title = (f"{name}: " if name else "") + head + (f" — {what}" if what else "")
     whole = WHOLE_RUN.get(y)
     if whole is not None and not _has_values(frame, whole):

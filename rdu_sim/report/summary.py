@@ -36,7 +36,9 @@ Definitions (docs/serving.md repeats them for users):
   rest; a dynamic batch runs fewer rows).
 - ``memory``: per tier, one socket's view (TP is symmetric: every socket holds the same);
   ``weights_placement``: the workload's ``memory.weights`` (which tier holds the weights),
-  or ``coe`` (experts in DDR, the active ones cached in HBM);
+  ``_spilled`` added when batch slots pushed some of the weights it pins to DDR (``hbm``
+  reading 8 GiB from DDR every step says ``hbm_spilled``), or ``coe`` (experts in DDR, the
+  active ones cached in HBM);
   ``warnings``: what the reader must know, e.g. batch slots that pushed weights out of HBM.
 - ``decode_step``: the decode step the run ran most often: its batch, context and simulated
   ``step_s``, its bytes per tier, each resource's time (``report.bound``: ``compute_s`` the
@@ -73,7 +75,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim import __version__, human
-from rdu_sim.compiler.placement import capacity_words, placement_warnings
+from rdu_sim.compiler.placement import capacity_words, placement_warnings, weights_placement
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
@@ -627,7 +629,7 @@ def summarize(run: ServingRun) -> RunSummary:
         kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
         memory=memory_summary(run.placement),
         memory_stage=run.placement.pipeline_stage if run.placement.pipeline_stage >= 0 else None,
-        weights_placement="coe" if run.coe else scenario.workload.memory.weights,
+        weights_placement="coe" if run.coe else weights_placement(scenario, run.placement),
         # a CoE plan keeps its experts in DDR and caches them in HBM by design (serving.coe)
         warnings=([] if run.coe else placement_warnings(scenario, run.placement))
         + speculation_warnings(speculation),

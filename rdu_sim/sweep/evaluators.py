@@ -14,18 +14,22 @@ Dask workers.
   be tested and demonstrated quickly and deterministically. Options: `sleep_s` (seconds each
   point sleeps, to make points slow enough to interrupt) and `fail_when` (field path ->
   value; a point whose resolved config matches all of them raises, to exercise failures).
+
+Each names its result's dataclass (``result``: a schema, ``sweep.schema``), so a spec's
+metrics are checked before anything runs.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.sweep.schema import Schema
 
 if TYPE_CHECKING:
     from rdu_sim.sweep.expand import Point
@@ -34,6 +38,9 @@ EvaluatorFn = Callable[["Point", Any], Mapping[str, Any]]
 CheckFn = Callable[["Point", Any], None]
 """An evaluator's cheap check of a point: raises what evaluating it would fail with early
 (a model that does not fit), or returns."""
+ResultFn = Callable[[], Schema]
+"""The names an evaluator's result can hold (``sweep.schema``), built when asked: the
+simulator's types are imported only by what checks or runs."""
 
 
 @dataclass(frozen=True)
@@ -44,21 +51,25 @@ class Evaluator:
     function: EvaluatorFn
     options: type[StrictModel]
     check: CheckFn | None = None
+    result: ResultFn | None = None  # None: the names are known only from a result
 
 
 _REGISTRY: dict[str, Evaluator] = {}
 
 
 def register(
-    name: str, options: type[StrictModel], check: CheckFn | None = None
+    name: str,
+    options: type[StrictModel],
+    check: CheckFn | None = None,
+    result: ResultFn | None = None,
 ) -> Callable[[EvaluatorFn], EvaluatorFn]:
-    """Register an evaluator under `name` (with its cheap `check` of a point, if it has
-    one); a duplicate name is refused."""
+    """Register an evaluator under `name` (with its cheap `check` of a point and the
+    `result` schema of what it returns, if it has them); a duplicate name is refused."""
 
     def decorate(function: EvaluatorFn) -> EvaluatorFn:
         if name in _REGISTRY:
             raise ValueError(f"evaluator {name!r} is already registered")
-        _REGISTRY[name] = Evaluator(name, function, options, check)
+        _REGISTRY[name] = Evaluator(name, function, options, check, result)
         return function
 
     return decorate
@@ -110,7 +121,14 @@ def _simulate_check(point: Point, options: NoOptions) -> None:
     plan_run(point.scenario, EngineBackend())
 
 
-@register("simulate", NoOptions, _simulate_check)
+def _simulate_result() -> Schema:
+    """``RunSummary.to_dict()``'s names, less its provenance (``simulate`` drops it)."""
+    from rdu_sim.report.summary import RunSummary
+
+    return Schema.of(RunSummary, leave_out=("provenance",))
+
+
+@register("simulate", NoOptions, _simulate_check, _simulate_result)
 def simulate(point: Point, options: NoOptions) -> Mapping[str, Any]:
     """The full simulation of the point's scenario, as `RunResult.to_dict()` without its
     provenance (the row holds the config, the overrides and the simulator's version)."""
@@ -146,7 +164,38 @@ def _field(point: Point, path: str) -> Any:
     return data
 
 
-@register("synthetic", SyntheticOptions)
+@dataclass(frozen=True)
+class SyntheticTier:
+    """A synthetic result's memory tier (bytes)."""
+
+    capacity_bytes: float
+    kv_bytes: float
+    weights_bytes: float
+    free_bytes: float
+
+
+@dataclass(frozen=True)
+class SyntheticResult:
+    """What ``synthetic`` returns (as ``asdict``), shaped like a RunResult's."""
+
+    model: str
+    max_context: int
+    kv_policy: str
+    batch_slots: int
+    batch_capacity: int
+    kv_bytes_per_slot: int
+    decode_tokens_per_s: float
+    steady_decode_tokens_per_s: float
+    requests_truncated: int
+    prompt_tokens_truncated: int
+    output_tokens_truncated: int
+    ttft_s: dict[str, float]
+    tpot_s: dict[str, float]
+    memory: dict[str, SyntheticTier]
+    requests_completed: int
+
+
+@register("synthetic", SyntheticOptions, result=lambda: Schema.of(SyntheticResult))
 def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
     """Closed-form numbers shaped like a RunResult: fast, deterministic, not a simulation."""
     if options.sleep_s:
@@ -162,27 +211,29 @@ def synthetic(point: Point, options: SyntheticOptions) -> Mapping[str, Any]:
     step_s = weights / (hbm.bandwidth * hbm.efficiency) + 1e-5 * slots
     kv_bytes = 131072 * slots * workload.serving.max_context
     per_slot = 131072 * workload.serving.max_context
-    return {
-        "model": scenario.model.name,
-        "max_context": workload.serving.max_context,
-        "kv_policy": workload.kv.policy,
-        "batch_slots": slots,
-        "batch_capacity": max(1, int((hbm.capacity - weights) // per_slot)),
-        "kv_bytes_per_slot": per_slot,
-        "decode_tokens_per_s": slots / step_s,
-        "steady_decode_tokens_per_s": slots / step_s,
-        "requests_truncated": 0,
-        "prompt_tokens_truncated": 0,
-        "output_tokens_truncated": 0,
-        "ttft_s": {"p50": 40 * step_s, "p90": 50 * step_s, "p99": 60 * step_s},
-        "tpot_s": {"p50": step_s, "p90": 1.1 * step_s, "p99": 1.2 * step_s},
-        "memory": {
-            "hbm": {
-                "capacity_bytes": hbm.capacity,
-                "kv_bytes": kv_bytes,
-                "weights_bytes": weights,
-                "free_bytes": hbm.capacity - kv_bytes,
-            }
-        },
-        "requests_completed": workload.serving.requests,
-    }
+    return asdict(
+        SyntheticResult(
+            model=scenario.model.name,
+            max_context=workload.serving.max_context,
+            kv_policy=workload.kv.policy,
+            batch_slots=slots,
+            batch_capacity=max(1, int((hbm.capacity - weights) // per_slot)),
+            kv_bytes_per_slot=per_slot,
+            decode_tokens_per_s=slots / step_s,
+            steady_decode_tokens_per_s=slots / step_s,
+            requests_truncated=0,
+            prompt_tokens_truncated=0,
+            output_tokens_truncated=0,
+            ttft_s={"p50": 40 * step_s, "p90": 50 * step_s, "p99": 60 * step_s},
+            tpot_s={"p50": step_s, "p90": 1.1 * step_s, "p99": 1.2 * step_s},
+            memory={
+                "hbm": SyntheticTier(
+                    capacity_bytes=hbm.capacity,
+                    kv_bytes=kv_bytes,
+                    weights_bytes=weights,
+                    free_bytes=hbm.capacity - kv_bytes,
+                )
+            },
+            requests_completed=workload.serving.requests,
+        )
+    )

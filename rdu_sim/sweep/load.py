@@ -20,6 +20,7 @@ pool or on Dask.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ def load(
         rows = store.rows(keys=keys, sweep=sweep)
     axes: dict[str, None] = {}
     metrics: dict[str, None] = {}
+    kinds: dict[str, set[bool]] = {}  # column -> whether each value held is an integer
     names: dict[str, dict[Any, None]] = {part: {} for part in (*SUBJECT, *CONFIG_FIELDS)}
     records: list[dict[str, Any]] = []
     for row in rows:
@@ -72,10 +74,18 @@ def load(
         record.update(overrides)
         for name, value in values.items():
             record.setdefault(name, value)
+        for name, value in (*overrides.items(), *values.items()):
+            if value is not None:
+                kinds.setdefault(name, set()).add(
+                    isinstance(value, int) and not isinstance(value, bool)
+                )
         records.append(record)
     columns = [*_LEADING, *axes, *(m for m in metrics if m not in axes), *_TRAILING]
     frame = pd.DataFrame.from_records(records, columns=columns)
     frame.attrs["axes"] = list(axes)  # which columns the spec varied (plots go along them)
+    # columns of whole numbers only: a failed point's empty cell makes pandas store them as
+    # floats, which an export writes back as integers (``export``)
+    frame.attrs["integers"] = [c for c in columns if kinds.get(c) == {True}]
     for part, seen in names.items():  # what was simulated, for titles: each name once
         frame.attrs[part] = list(seen)
     return frame
@@ -140,8 +150,10 @@ def export(frame: pd.DataFrame, path: str | Path, *, provenance: bool = False) -
     """
     out = Path(path)
     check_export(out)
+    integers = list(frame.attrs.get("integers", ()))
     if not provenance:
         frame = frame.drop(columns=[c for c in PROVENANCE if c in frame.columns])
+    frame = _exportable(frame, integers)
     if out.suffix.lower() == ".csv":
         write_file(out, lambda handle: frame.to_csv(handle, index=False, lineterminator="\n"))
     else:
@@ -153,3 +165,20 @@ def export(frame: pd.DataFrame, path: str | Path, *, provenance: bool = False) -
         frame = frame.astype({c: str for c in mixed})  # Parquet columns have one type
         write_file(out, lambda handle: frame.to_parquet(handle, index=False), binary=True)
     return out
+
+
+def _exportable(frame: pd.DataFrame, integers: Sequence[str]) -> pd.DataFrame:
+    """``frame`` as a file holds it: a list or mapping cell (``warnings``, a mapping axis)
+    as JSON, not Python's repr (``['...']``); the ``integers`` columns (``load``: whole
+    numbers only, stored as floats when a failed point left a cell empty) as integers, so
+    ``batch_capacity`` writes 4, not 4.0."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype == object:
+            frame[column] = frame[column].map(
+                lambda v: json.dumps(v) if isinstance(v, list | dict) else v
+            )
+    for column in integers:
+        if column in frame.columns and frame[column].dtype.kind == "f":
+            frame[column] = frame[column].astype("Int64")
+    return frame

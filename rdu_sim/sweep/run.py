@@ -234,12 +234,20 @@ def default_db(spec_file: Path) -> Path:
 
 
 def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
-    """The spec's evaluator with its options validated (ConfigError at the spec's lines)."""
+    """The spec's evaluator with its options validated and the spec's metrics checked
+    against the names its result can hold (``Evaluator.result``): ConfigError at the
+    spec's lines, before anything runs."""
     spec = loaded.spec.evaluator
     try:
         entry = get_evaluator(spec.name)
     except KeyError as exc:
         raise loaded.error(str(exc.args[0]), "evaluator", "name") from None
+    if entry.result is not None and loaded.spec.metrics:
+        schema = entry.result()
+        for index, metric in enumerate(loaded.spec.metrics):
+            problem = schema.problem(metric)
+            if problem is not None:
+                raise loaded.error(problem, "metrics", str(index))
     try:
         options = entry.options.model_validate(spec.options)
     except ValidationError as exc:
@@ -257,9 +265,9 @@ def check_spec(path: str | Path) -> SpecCheck:
     Raises ConfigError naming the spec file, field and line. Used by `rdu-sim check`.
     """
     loaded = load_spec(path)
+    evaluate = bind_evaluator(loaded)
     expansion = expand(loaded, sample=SAMPLE_POINTS)  # a huge grid is counted, not listed
     check_traces(expansion)
-    evaluate = bind_evaluator(loaded)
     return SpecCheck(expansion, check_fits(expansion.points, evaluate))
 
 
@@ -387,8 +395,8 @@ def _missing_metrics_error(loaded: LoadedSpec, outcome: Outcome) -> ConfigError:
     close = difflib.get_close_matches(outcome.missing[0], outcome.available, n=1)
     meant = f" (did you mean {close[0]!r}?)" if close else ""
     return loaded.error(
-        f"not in the results: {', '.join(outcome.missing)}{meant}; the sweep stopped. "
-        f"Available metrics: {shown}{more}",
+        f"not in the results: {', '.join(outcome.missing)}{meant}; the sweep stopped (the "
+        f"point computed is stored without it). Available metrics: {shown}{more}",
         "metrics",
         str(first),
     )
@@ -422,7 +430,9 @@ def run_sweep(
     replacing its row (keys already change with the simulator's version; this is for a code
     change within one version). `evaluator` replaces the spec's
     (a module-level function of a Point, so it pickles); `progress=True` draws a bar on
-    stderr. Raises ConfigError for a bad spec or metric, before or at the first result.
+    stderr. Raises ConfigError for a bad spec or metric before anything runs (a metric the
+    evaluator's result schema does not have), or for a metric only a run can refuse (a
+    memory tier) at the first result, which is stored first.
     `writes`: the files (option, path) the caller writes after the sweep, refused before
     anything runs when one is an input (``check_writes``).
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
@@ -433,6 +443,7 @@ def run_sweep(
         if cluster is not None:
             check_cluster(cluster)  # no Dask, or a bad address: an error before any work
         loaded = load_spec(spec)
+        evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
         reporter: Reporter = (
             progress if not isinstance(progress, bool) else RichReporter() if progress else Silent()
         )
@@ -445,7 +456,6 @@ def run_sweep(
         check_traces(expansion)
         db_path = Path(db) if db is not None else default_db(loaded.file)
         check_writes(expansion, db_path, writes)
-        evaluate: Evaluate = evaluator if evaluator is not None else bind_evaluator(loaded)
         keys = tuple(p.key for p in expansion.points)
 
         if dry_run:
@@ -628,11 +638,15 @@ def _execute(
     def record(outcome: Outcome) -> None:
         nonlocal checked
         if outcome.status == "done" and not checked:
-            if outcome.missing:
+            if outcome.missing:  # a name only a run could refuse: keep the point, then stop
+                store_row(outcome)  # without the missing names, so a rerun computes them
                 raise _missing_metrics_error(loaded, outcome)
             checked = True
         if outcome.status == "done" and outcome.missing:  # others had it: record null
             outcome = _null_missing(outcome)
+        store_row(outcome)
+
+    def store_row(outcome: Outcome) -> None:
         try:
             store.record(_row(outcome, by_key[outcome.key], loaded.name), owner)
         except StoreError as exc:  # the rows stored so far stay: a rerun resumes
