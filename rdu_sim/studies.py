@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim import api
-from rdu_sim.compiler import capacity_words, compile_program
+from rdu_sim.compiler import capacity_words
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine import StepTiming
 from rdu_sim.kv.policies import budget_determines, policy_reads
@@ -317,7 +317,7 @@ def decode_step_timing(
         scenario = api.load(scenario, {"serving.batch_slots": batch})
     shape = api.default_step_shape(scenario, "decode")
     timing = _timing(scenario, shape.batch)
-    program = compile_program(scenario, shape)
+    program = EngineBackend().compiler(scenario).program(shape)  # as the step was timed
     times = {k.name: k for k in timing.kernels}
     kernels = [
         {

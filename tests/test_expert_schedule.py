@@ -14,6 +14,7 @@ import pytest
 from rdu_sim import api
 from rdu_sim.compiler import Compiler
 from rdu_sim.engine.for_hardware import engine_for
+from rdu_sim.serving.backend import EngineBackend
 from rdu_sim.shapes import StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,3 +82,13 @@ def test_no_schedule_without_static_experts() -> None:
     assert static["expert_schedule"] == "all"
     program = Compiler(api.load(FULL)).program(StepShape("decode", 1, 1, 131072))
     assert program.expert_schedule == "gather"
+
+
+def test_the_engine_is_handed_to_the_compiler_not_imported_by_it() -> None:
+    """The compiler sits below the engine (no import of it, tests/test_systolic.py): the
+    serving level hands it the engine's timer; a compiler given none keeps the gather."""
+    scenario = api.load(FULL)
+    shape = api.default_step_shape(scenario, batch=31)
+    assert Compiler(scenario).program(shape).expert_schedule == "gather"
+    timed = EngineBackend().compiler(scenario).program(shape)
+    assert timed.expert_schedule == "all"

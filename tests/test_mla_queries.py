@@ -304,16 +304,18 @@ def test_the_collective_bound_against_the_collective_chooser(
 @pytest.mark.parametrize("group", [32, 64])
 def test_the_collective_bound_crosses_racks_on_the_rack_link(group: int) -> None:
     """Four racks of one 16-socket node: a group's other racks are reached through the rack
-    link, its node's sockets through the node's; the bound is the slower class's, at most
-    the chooser's estimate, and a rack link of its own makes a wiring of its own."""
+    link, its node's sockets through the node's, and every send through the node's port
+    (SN40L's network leaves through it); the bound is the slowest port's, at most the
+    chooser's estimate, and a rack link of its own makes a wiring of its own."""
     scenario = api.load(SNAP, {"hardware": "sn40l-4racks", "parallelism.tp": 64})
     system = scenario.hardware.system
     node, racks = system.intra_node_link, system.inter_rack_link
     assert racks is not None and system.sockets_per_rack == 16
     nbytes = 23_298_048.0
     shard = nbytes / group
+    assert system.network_via_intra_node_port
     expected = max(
-        15 * shard / node.bandwidth + node.latency,
+        (group - 1) * shard / node.bandwidth + node.latency,
         (group - 16) * shard / racks.bandwidth + racks.latency,
     )
     bound = collective_bound_s(system, "allgather", nbytes, group)

@@ -46,7 +46,7 @@ from rdu_sim.compiler.buffers import (
 )
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.expert_exchange import micro_batch_shapes
-from rdu_sim.compiler.expert_schedule import choose_schedule
+from rdu_sim.compiler.expert_schedule import ProgramTimer, choose_schedule
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import precision, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
@@ -96,8 +96,9 @@ class Compiler:
     index; the batch capacity is the tightest stage's.
     """
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, timer: ProgramTimer | None = None) -> None:
         self.scenario = scenario
+        self.timer = timer  # times a static MoE step's two expert schedules (expert_schedule)
         self._view: CompileView | None = None
         self._programs: dict[StepShape, Program] = {}
         # two-batch overlap's micro-batches (and whether they stream every expert)
@@ -251,11 +252,11 @@ class Compiler:
         micro-batches' Programs beside it (``Program.micro_batches``); with pipeline stages,
         each stage's Program of one micro-batch (``Program.pipeline``). Under static expert
         loading, the faster of its two expert schedules (`expert_schedule.choose_schedule`,
-        timed on the scenario's engine)."""
+        timed by the compiler's ``timer``: the scenario's engine)."""
         cached = self._programs.get(shape)
         if cached is not None:
             return cached
-        program = choose_schedule(self.scenario, lambda every: self._step(shape, every))
+        program = choose_schedule(self.scenario, lambda every: self._step(shape, every), self.timer)
         self._programs[shape] = program
         return program
 

@@ -15,7 +15,11 @@ with SnapStream (248 slots gathered at batch 31: 50.5 ms; all 256: 38.0 ms).
 
 The rule: the compiler compiles the step both ways and times both Programs on the scenario's
 engine (as an autotuner times candidate kernels), and keeps the faster; a tie keeps the
-gather (fewer bytes). No estimate and no threshold: the engine's step time is the quantity
+gather (fewer bytes). The engine sits above the compiler, so it is handed in
+(``ProgramTimer``: ``Compiler(scenario, timer=...)``, which the serving level's
+``EngineBackend`` does for every simulated step, ``api.step`` and ``inspect graph`` among
+them); a compiler given none (``compile_program`` alone) has nothing to time with and keeps
+the gather. No estimate and no threshold: the engine's step time is the quantity
 being minimised, so the choice is exact, and a step's time is the lesser of two schedules'
 (each growing with the batch), so it cannot fall as the batch grows past tokens x k = E.
 The cost is one more compile and two engine runs per such shape (a shape's Program is made
@@ -54,10 +58,17 @@ def gathers(program: Program) -> bool:
     )
 
 
-def choose_schedule(scenario: Scenario, build: Callable[[bool], Program]) -> Program:
+ProgramTimer = Callable[[Program], float]
+"""Seconds one Program's step takes on the scenario's engine (the compiler's candidates)."""
+
+
+def choose_schedule(
+    scenario: Scenario, build: Callable[[bool], Program], timer: ProgramTimer | None
+) -> Program:
     """The Program of a step, ``build(all_experts)`` compiling it with every expert streamed
-    or not: under static expert loading the faster of the two when the step gathers fewer
-    than all experts (module docstring), labelled with its schedule; else the one."""
+    or not: under static expert loading the faster of the two by ``timer`` when the step
+    gathers fewer than all experts (module docstring; the gather without a timer), labelled
+    with its schedule; else the one."""
     gather = build(False)
     static_moe = scenario.workload.moe_expert_loading == "static" and isinstance(
         scenario.model, MoeArchitecture
@@ -66,10 +77,8 @@ def choose_schedule(scenario: Scenario, build: Callable[[bool], Program]) -> Pro
         return gather
     if not gathers(gather):  # tokens x k reaches every expert: one schedule
         return replace(gather, expert_schedule="all")
-    every = build(True)
-    from rdu_sim.engine.for_hardware import engine_for  # the engine times the compiler's output
-
-    engine = engine_for(scenario)
-    if engine.simulate_step(every).step_s < engine.simulate_step(gather).step_s:
-        return replace(every, expert_schedule="all")
+    if timer is not None:
+        every = build(True)
+        if timer(every) < timer(gather):
+            return replace(every, expert_schedule="all")
     return replace(gather, expert_schedule="gather")

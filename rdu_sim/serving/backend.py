@@ -58,7 +58,8 @@ class EngineBackend:
         for compiler in self._compilers:
             if compiler.scenario is scenario:
                 return compiler
-        compiler = Compiler(scenario)
+        engine = engine_for(scenario)
+        compiler = Compiler(scenario, timer=lambda program: engine.simulate_step(program).step_s)
         kin = [
             c
             for c in self._compilers
