@@ -162,8 +162,8 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
     all (a static schedule from E / k = 32 tokens, or below that when the compiler finds
     streaming every expert faster: ``Program.expert_schedule``): then the addresses are
     fixed."""
-    from rdu_sim.compiler import Compiler
     from rdu_sim.scenario import load_scenario
+    from rdu_sim.serving.backend import EngineBackend
 
     assert experts_data_dependent(batch, 256, 8, loading) is selected  # type: ignore[arg-type]
     arch = get_model("deepseek-r1")
@@ -181,7 +181,7 @@ def test_expert_weights_wait_for_the_router_while_the_set_is_data_dependent(
     scenario = load_scenario(
         "workloads/deepseek-r1-128k-full.yaml", overrides={"moe_expert_loading": loading}
     )
-    program = Compiler(scenario).program(StepShape("decode", batch, 1, 1024))
+    program = EngineBackend().compiler(scenario).program(StepShape("decode", batch, 1, 1024))
     moe = next(k for k in program.kernels if k.name == "decoder_moe")
     chosen = {s.name: s.selected_by for s in moe.stages if s.selected_by}
     expected = {"moe.experts_gate_up": "moe.topk", "moe.experts_down": "moe.topk"}
