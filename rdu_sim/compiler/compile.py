@@ -407,7 +407,10 @@ def host_bytes(scenario: Scenario, shape: StepShape) -> float:
 
 
 def compile_program(scenario: Scenario, shape: StepShape) -> Program:
-    """One Program, without keeping a cache (use a Compiler for many shapes)."""
+    """One Program, without keeping a cache (use a Compiler for many shapes). No engine times
+    a static MoE step's two expert schedules here: it keeps the gather, where a step timed
+    through the serving level (``EngineBackend.compiler``: ``api.step``, runs) may stream
+    every expert (`expert_schedule`)."""
     return Compiler(scenario).program(shape)
 
 

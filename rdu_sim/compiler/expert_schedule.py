@@ -22,8 +22,10 @@ them); a compiler given none (``compile_program`` alone) has nothing to time wit
 the gather. No estimate and no threshold: the engine's step time is the quantity
 being minimised, so the choice is exact, and a step's time is the lesser of two schedules'
 (each growing with the batch), so it cannot fall as the batch grows past tokens x k = E.
-The cost is one more compile and two engine runs per such shape (a shape's Program is made
-once per Compiler, and the serving level simulates each shape once).
+The cost is one more compile and two engine runs per such shape, and the serving level's
+own run of the one kept unless steps are shared (``api.share_steps``: sweeps, validate,
+calibrate), where the kept candidate's run is reused (each is labelled before it is timed).
+A candidate over ``engine.max_events`` loses to the gather, which is then timed on its own.
 
 The chosen schedule is ``Program.expert_schedule`` (in ``rdu-sim step --json`` and
 ``inspect graph``): ``gather`` or ``all`` for a static MoE step (``all`` too when tokens x k
@@ -36,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from rdu_sim.compiler.program import Program
+from rdu_sim.input_errors import InputError
 from rdu_sim.models.layers import MoeArchitecture
 from rdu_sim.scenario import Scenario
 
@@ -77,8 +80,12 @@ def choose_schedule(
         return gather
     if not gathers(gather):  # tokens x k reaches every expert: one schedule
         return replace(gather, expert_schedule="all")
-    if timer is not None:
-        every = build(True)
-        if timer(every) < timer(gather):
-            return replace(every, expert_schedule="all")
-    return replace(gather, expert_schedule="gather")
+    gather = replace(gather, expert_schedule="gather")  # labelled before it is timed, so
+    if timer is None:  # the step the serving level runs is the one timed (shared steps)
+        return gather
+    every = replace(build(True), expert_schedule="all")
+    try:
+        faster = timer(every) < timer(gather)
+    except InputError:  # the candidate is over the event budget: the gather stands alone
+        faster = False
+    return every if faster else gather

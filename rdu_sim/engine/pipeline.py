@@ -120,13 +120,12 @@ def run_pipeline(
     if topo is not None and transfer_bytes > 0:
         for s in range(1, stages):
             source, target = (s - 1) * stage_devices, s * stage_devices
-            link, _direction = topo.link(source, target)  # made by the sends above
             hand_offs.append(
                 HandOff(
                     stage=s - 1,
                     bytes=transfer_bytes,
                     link=link_field(topo, source, target),
-                    estimate_s=link.transfer_time(transfer_bytes),
+                    estimate_s=topo.idle_transfer_time(source, target, transfer_bytes),
                     simulated_mean_s=crossing[s] / micro_batches,
                     sends=micro_batches,
                 )

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.link_chains import Hop, LinkChains, hop_of
 from rdu_sim.hw.p2p_link import P2PLink
+from rdu_sim.hw.p2p_link import series as ports_in_series
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all_reduce", "all_gather", "reduce_scatter"
 KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)
@@ -201,6 +202,17 @@ class Topology:
         if not self.series or self.same_node(i, j):
             return None
         return self.port(i, 0)
+
+    def idle_transfer_time(self, src: int, dst: int, nbytes: float) -> float:
+        """Seconds one send ``src -> dst`` of ``nbytes`` takes on idle ports: its link's
+        latency after its bytes, through the in-node port first where ``via`` says so
+        (``p2p_link.series``: the slower port binds)."""
+        link, _direction = self.link(src, dst)
+        via = self.via(src, dst)
+        if via is None:
+            return link.transfer_time(nbytes)
+        end = ports_in_series(0.0, 0.0, via.bandwidth, 0.0, link.bandwidth, nbytes)[3]
+        return end + link.latency
 
     def send(self, src: int, dst: int, nbytes: float, tag: str | None = None) -> Event:
         """Transfer ``nbytes`` from ``src`` to ``dst``; fires on arrival."""

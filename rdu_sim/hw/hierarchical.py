@@ -8,7 +8,8 @@ For a group of ``nodes`` whole nodes of ``local`` sockets each (consecutive ids)
 1. a one-shot reduce-scatter inside each node: each socket holds its node's sum of one
    ``1 / local`` shard (``local - 1`` sends of ``nbytes / local^2``, over the node's links);
 2. a two-shot all-reduce of that shard among the sockets of the same local index in every
-   node (its rail: one socket per node, each over its own port to the network): every byte
+   node (its rail: one socket per node, each over its port to the network, through its
+   in-node port first where the network is reached through it): every byte
    that crosses the network is ``1 / local`` of the vector;
 3. a one-shot all-gather inside each node of the reduced shards.
 

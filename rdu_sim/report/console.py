@@ -258,7 +258,7 @@ def queue_note(result: RunSummary, asked: str) -> str | None:
     """Why an open loop whose slots stood mostly idle is still bound by the machine: its
     queue grew (under CoE, behind the other experts' turns)."""
     occupancy = result.occupancy or 0.0
-    grew = queue_grew(result.queue_delay_s, result.e2e_s, result.decode_tokens_per_s, result.load)
+    grew = queue_grew(result.queue_delay_s, result.e2e_s)
     if why_bound(result.load.arrival == "closed_loop", occupancy, grew) != "queue_grew":
         return None
     waited, e2e = result.queue_delay_s.mean, result.e2e_s.mean

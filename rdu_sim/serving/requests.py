@@ -8,7 +8,7 @@ Lengths are clipped so a request fits one slot (documented in docs/serving.md):
 ``prompt <= max_context - 1`` (at least 1) and ``output <= max_context - prompt`` (at
 least 1), i.e. ``prompt + output <= max_context``; how many were cut, and how many prompt
 and output tokens the cut took, is counted (``cut_to_context``: ``requests_truncated`` and
-``tokens_truncated`` in the run's report). The last output
+``prompt_tokens_truncated`` and ``output_tokens_truncated`` in the run's report). The last output
 token comes from the last decode step, whose cache holds ``prompt + output - 1`` tokens,
 so every cache the run builds fits ``max_context``.
 """
