@@ -94,8 +94,8 @@ def over_budget(max_events: int, what: str) -> EventBudgetError:
 
 
 _ADVICE = (
-    "lower engine.tiles_per_stage or raise engine.max_events (or keep engine.fast_forward "
-    "on); a kernel whose buffers do not fit its PMUs at fewer tiles is cut finer by the "
-    "compiler (rdu-sim inspect graph shows its tiles): more SRAM (hw.socket.pmu.sram) lets "
-    "it use fewer"
+    "raise engine.max_events or lower engine.tiles_per_stage (or keep engine.fast_forward "
+    "on); the compiler cuts a kernel finer than engine.tiles_per_stage where its buffers do "
+    "not fit its PMUs at fewer tiles, or where finer tiles re-read its weights less "
+    "(rdu-sim inspect graph shows its tiles), so lowering the setting may not lower them"
 )
