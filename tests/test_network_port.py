@@ -234,3 +234,28 @@ def test_a_pipeline_hand_off_estimate_crosses_the_node_port_too(network: str) ->
     assert hand_off["estimate_s"] == pytest.approx(hand_off["simulated_mean_s"], rel=1e-12)
     node = api.load("workloads/llama3.1-70b-decode.yaml", sets).hardware.system.intra_node_link
     assert hand_off["estimate_s"] >= hand_off["bytes"] / node.bandwidth
+
+
+def test_a_separate_draft_in_another_node_sends_through_the_node_port() -> None:
+    # the draft's token ids cross to the target's node: at the slower of the two ports
+    from rdu_sim.serving.run import draft_link_ps
+
+    path = "workloads/speculative/llama3.1-70b-16socket-specdec.yaml"
+    sets = {
+        "hardware": "sn40l-16",
+        "hw.system.sockets_per_node": 8,
+        "hw.system.inter_node_link.bandwidth": "400 GB/s",
+        "parallelism.tp": 8,
+        "speculation.placement": "separate",
+        "speculation.draft_tp": 8,
+    }
+    shared = api.load(path, sets)
+    own = api.load(path, {**sets, "hw.system.network_via_intra_node_port": False})
+    system = shared.hardware.system
+    assert system.network_through_node_port and not own.hardware.system.network_through_node_port
+    k = shared.workload.speculation.decoding.draft_tokens
+    sent = 16 * (k + 2) * 4  # 16 slots' k ids out, two back, 4-byte ids
+    latency = 2 * system.inter_node_link.latency
+    node, network = system.intra_node_link.bandwidth, system.inter_node_link.bandwidth
+    assert draft_link_ps(shared, 16) == round((latency + sent / node) * 1e12)
+    assert draft_link_ps(own, 16) == round((latency + sent / network) * 1e12)

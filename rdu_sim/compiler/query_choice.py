@@ -59,7 +59,7 @@ def collective_bound_s(system: SystemConfig, kind: str, nbytes: float, group: in
         peers * shard / ((peers if per_peer else 1) * link.bandwidth) + link.latency
         for peers, link in classes
     )
-    if system.topology == "switched" and system.network_via_intra_node_port:
+    if system.network_through_node_port:
         # every send, to another node too, leaves through the in-node port (hw.collectives)
         node = system.intra_node_link
         peers = sum(count for count, _ in classes)

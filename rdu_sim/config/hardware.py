@@ -232,6 +232,13 @@ class SystemConfig(StrictModel):
         return self
 
     @property
+    def network_through_node_port(self) -> bool:
+        """Whether a send to another node (or rack) crosses the sender's in-node port before
+        its network port: the switched wiring with ``network_via_intra_node_port`` (a ring
+        or a link per pair has no shared port)."""
+        return self.topology == "switched" and self.network_via_intra_node_port
+
+    @property
     def sockets_per_rack(self) -> int | None:
         """Sockets (or GPUs) of one rack; None without a rack level."""
         if self.nodes_per_rack is None:

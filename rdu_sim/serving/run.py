@@ -141,14 +141,18 @@ def _speculation(
 def draft_link_ps(scenario: Scenario, slots: int) -> int:
     """A separate draft's link time per round (ps): k token ids per slot to the target's
     sockets, then each slot's accepted count and the target's token back; over the node's
-    links when both TP groups fit in one node, else between nodes."""
+    links when both TP groups fit in one node, else between nodes (through the in-node port
+    too where the network is reached through it: the slower port's rate)."""
     spec, draft = scenario.workload.speculation, scenario.draft
     assert spec is not None and spec.decoding is not None and draft is not None
     system = scenario.hardware.system
     same_node = scenario.tp + draft.tp <= system.sockets_per_node
     link = system.intra_node_link if same_node else system.inter_node_link
+    bandwidth = link.bandwidth
+    if not same_node and system.network_through_node_port:
+        bandwidth = min(bandwidth, system.intra_node_link.bandwidth)
     sent = slots * spec.decoding.draft_tokens * INDEX + slots * 2 * INDEX
-    return to_ps(2 * link.latency + sent / link.bandwidth)
+    return to_ps(2 * link.latency + sent / bandwidth)
 
 
 def serve_scenario(
