@@ -202,17 +202,11 @@ def _routed_join() -> list[StageProgram]:
     return stages
 
 
-def test_the_inputs_that_wait_for_a_routing_hold_the_layer() -> None:
-    """Expert weights selected by the router load only once it has finished the layer, so
-    the stages downstream of them wait for the whole layer: their inputs from outside that
-    wait (the shared branch's s2 -> j) hold the layer, or s2 stalls on two slots, n behind
-    it, and the router never finishes (a deadlock)."""
-    stages = _routed_join()
-    assert whole_layer_edges(stages, looped=False) == {("r", "g", False), ("s2", "j", False)}
-    # and in the engine: 16 tiles of the layer, two slots on every other edge, runs
+def _one_layer(name: str, stages: list[StageProgram]) -> KernelSim:
+    """A kernel of ``stages`` set to run one 16-tile layer on Llama 8B's socket (unlooped)."""
     scenario = api.load(LLAMA)
-    kernel = KernelProgram("moe", calls=1, looped=False, stages=tuple(stages), tiles=16)
-    sim = KernelSim(
+    kernel = KernelProgram(name, calls=1, looped=False, stages=tuple(stages), tiles=16)
+    return KernelSim(
         kernel,
         scenario.hardware,
         1,
@@ -222,11 +216,22 @@ def test_the_inputs_that_wait_for_a_routing_hold_the_layer() -> None:
         looped=False,
         max_events=10**6,
     )
+
+
+def test_the_inputs_that_wait_for_a_routing_hold_the_layer() -> None:
+    """Expert weights selected by the router load only once it has finished the layer, so
+    the stages downstream of them wait for the whole layer: their inputs from outside that
+    wait (the shared branch's s2 -> j) hold the layer, or s2 stalls on two slots, n behind
+    it, and the router never finishes (a deadlock)."""
+    stages = _routed_join()
+    assert whole_layer_edges(stages, looped=False) == {("r", "g", False), ("s2", "j", False)}
+    # and in the engine: 16 tiles of the layer, two slots on every other edge, runs
+    sim = _one_layer("moe", stages)
     slots = {b.name: b.capacity for b in sim.pipelines[0].buffers["j"]}
     assert slots == {"g->j": 2, "s2->j": 16}
     run = sim.finish()
     # the expert loads start after the router's layer: at least the whole read after it
-    hbm = scenario.hardware.socket.hbm
+    hbm = api.load(LLAMA).hardware.socket.hbm
     assert run.stats.time_s >= 16e6 / hbm.bandwidth
     assert run.stats.hbm_bytes == pytest.approx(16e6, rel=1e-12)
 
@@ -261,19 +266,8 @@ def test_a_branch_beside_a_row_holds_the_layer_where_it_joins_further_down() -> 
         ("n", "u", False),
     }
     # and in the engine: 16 tiles of the layer, both shapes run (the first deadlocked)
-    scenario = api.load(LLAMA)
     for shape in (stages, rows_first):
-        kernel = KernelProgram("row", calls=1, looped=False, stages=tuple(shape), tiles=16)
-        sim = KernelSim(
-            kernel,
-            scenario.hardware,
-            1,
-            scenario.workload.engine,
-            tile_works(kernel, 16, scenario.hardware.socket),
-            layers=1,
-            looped=False,
-            max_events=10**6,
-        )
+        sim = _one_layer("row", shape)
         slots = {b.name: b.capacity for b in sim.pipelines[0].buffers["j"]}
         assert slots == {"u->j": 2, "b->j": 16 if shape is stages else 2}
         assert sim.finish().stats.time_s > 0
