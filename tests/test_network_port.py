@@ -44,7 +44,7 @@ def test_a_send_to_another_node_queues_behind_in_node_traffic_only_through_the_p
     via: bool,
 ) -> None:
     env = CountingEnvironment()
-    topo = Topology(env, 4, 2, 10e9, 1e-6, 50e9, 3e-6, True, network_via_intra_node_port=via)
+    topo = Topology(env, 4, 2, 10e9, 1e-6, 50e9, 3e-6, True, network_through_node_port=via)
     inside = topo.send(0, 1, 10e3)  # 1 us on the node port
     across = topo.send(0, 2, 10e3)  # 0.2 us on the network port
     env.run()
@@ -69,7 +69,7 @@ def simulate(
     """Two collectives started 2 us apart on the same ports, plus plain ``sends`` (delay,
     source, destination, bytes), through the node port; when the last is done."""
     env = CountingEnvironment()
-    topo = Topology(env, p, spn, *NODE, *inter, True, network_via_intra_node_port=True)
+    topo = Topology(env, p, spn, *NODE, *inter, True, network_through_node_port=True)
     topo.fast_chains = fast
     for delay, nbytes in ((0.0, 3e6), (2e-6, 1e6)):
         env.timeout(delay).callbacks.append(
@@ -129,7 +129,7 @@ def idle(
 ) -> float:
     """The collective alone on idle ports, 8 sockets a node, through the node port."""
     env = CountingEnvironment()
-    topo = Topology(env, p, 8, *NODE, *inter, True, network_via_intra_node_port=True)
+    topo = Topology(env, p, 8, *NODE, *inter, True, network_through_node_port=True)
     start_collective(topo, Collective(kind, n, pieces, True), algorithm)
     env.run()
     return float(env.now)
@@ -145,7 +145,7 @@ def test_direct_estimates_are_the_idle_time_of_one_piece(
     algorithm: str, kind: str, network: float, p: int
 ) -> None:
     inter = (network, 3e-6)
-    wiring = Wiring("switched", 8, NODE, inter, network_via_intra_node_port=True)
+    wiring = Wiring("switched", 8, NODE, inter, network_through_node_port=True)
     est = estimate(kind, algorithm, 3.3e7, p, wiring)
     assert est.time_s == pytest.approx(idle(algorithm, kind, 3.3e7, p, inter), rel=1e-9)
     # the busiest port is the node port: everything socket 0 sends
@@ -161,13 +161,13 @@ def test_two_nodes_are_no_faster_than_one_in_the_estimate_and_the_simulation(
     # a prefill-sized all-reduce over 16 sockets in 4 pieces (the defect's 33.5 MB): in one
     # node, or in two of 8, where the chooser picks two-shot or the hierarchical form
     inter, n = (network, 3e-6), 33.5e6
-    two = Wiring("switched", 8, NODE, inter, network_via_intra_node_port=True)
-    one = Wiring("switched", 16, NODE, inter, network_via_intra_node_port=True)
+    two = Wiring("switched", 8, NODE, inter, network_through_node_port=True)
+    one = Wiring("switched", 16, NODE, inter, network_through_node_port=True)
     plan = choose(ALL_REDUCE, n, 16, two, pieces=4)
     alone = estimate(ALL_REDUCE, "two_shot", n, 16, one, 4)
     assert plan.chosen.time_s >= alone.time_s
     env = CountingEnvironment()
-    in_one = Topology(env, 16, 16, *NODE, *inter, True, network_via_intra_node_port=True)
+    in_one = Topology(env, 16, 16, *NODE, *inter, True, network_through_node_port=True)
     start_collective(in_one, Collective(ALL_REDUCE, n, 4, True), "two_shot")
     env.run()
     assert idle(plan.algorithm, ALL_REDUCE, n, 16, inter, 4) >= float(env.now)
@@ -259,3 +259,16 @@ def test_a_separate_draft_in_another_node_sends_through_the_node_port() -> None:
     node, network = system.intra_node_link.bandwidth, system.inter_node_link.bandwidth
     assert draft_link_ps(shared, 16) == round((latency + sent / node) * 1e12)
     assert draft_link_ps(own, 16) == round((latency + sent / network) * 1e12)
+
+
+def test_the_in_node_port_to_the_network_needs_a_switch() -> None:
+    """The rule (switched wiring with ``network_via_intra_node_port``) lives in the
+    hardware config; the links and the estimates take its resolved value and refuse it
+    without a switch, so no caller can restate the rule differently."""
+    env = CountingEnvironment()
+    with pytest.raises(ValueError, match="only when switched"):
+        Topology(env, 4, 2, *NODE, *NODE, False, network_through_node_port=True)
+    with pytest.raises(ValueError, match="only when switched"):
+        Wiring("ring", 2, NODE, NODE, network_through_node_port=True)
+    ring = api.load(TP16, {"hw.system.topology": "ring"}).hardware.system
+    assert ring.network_via_intra_node_port and not ring.network_through_node_port

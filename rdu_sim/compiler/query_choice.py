@@ -33,8 +33,8 @@ def collective_bound_s(system: SystemConfig, kind: str, nbytes: float, group: in
     1) / group of it it lacks (an all-gather, a reduce-scatter), or twice that (an
     all-reduce: reduce its share, then gather the rest), at best through all its links at
     once (a switch port per link class, within the node, between nodes and between racks;
-    both ring neighbours; a link per peer fully connected; with
-    ``network_via_intra_node_port`` every send through the in-node port too), after one
+    both ring neighbours; a link per peer fully connected; when the network is reached
+    through the in-node port, ``network_through_node_port``, every send through it too), after one
     hop. On one switched
     node that is the one-shot all-gather's and reduce-scatter's estimate
     (``hw.collective_choice``), and the two-shot all-reduce's when its bytes keep the port
@@ -88,7 +88,7 @@ def wiring_key(system: SystemConfig) -> tuple[object, ...]:
     links = tuple(None if link is None else (link.bandwidth, link.latency) for link in classes)
     return (
         system.topology,
-        system.network_via_intra_node_port,
+        system.network_through_node_port,
         system.sockets_per_node,
         system.sockets_per_rack,
         *links,

@@ -235,7 +235,9 @@ class SystemConfig(StrictModel):
     def network_through_node_port(self) -> bool:
         """Whether a send to another node (or rack) crosses the sender's in-node port before
         its network port: the switched wiring with ``network_via_intra_node_port`` (a ring
-        or a link per pair has no shared port)."""
+        or a link per pair has no shared port). The one statement of the rule: the links
+        (``hw.collectives.Topology``) and the estimates (``hw.collective_choice.Wiring``)
+        are handed this value."""
         return self.topology == "switched" and self.network_via_intra_node_port
 
     @property

@@ -61,7 +61,7 @@ def wiring_of(system: SystemConfig) -> Wiring:
         None
         if system.inter_rack_link is None
         else (system.inter_rack_link.bandwidth, system.inter_rack_link.latency),
-        system.network_via_intra_node_port,
+        system.network_through_node_port,
     )
 
 

@@ -27,7 +27,7 @@ def topology_for(env: CountingEnvironment, tp: int, system: SystemConfig) -> Top
         sockets_per_rack=system.sockets_per_rack,
         rack_bandwidth=None if system.inter_rack_link is None else system.inter_rack_link.bandwidth,
         rack_latency=None if system.inter_rack_link is None else system.inter_rack_link.latency,
-        network_via_intra_node_port=system.network_via_intra_node_port,
+        network_through_node_port=system.network_through_node_port,
     )
 
 

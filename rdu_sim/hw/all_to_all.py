@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rdu_sim.des.environment import Event
-from rdu_sim.hw.collective_choice import Estimate, Wiring, link_classes, through_node_port
+from rdu_sim.hw.collective_choice import Estimate, Wiring, link_classes
 from rdu_sim.hw.collectives import Countdown, Topology
 from rdu_sim.hw.direct_collectives import send_order
 from rdu_sim.hw.p2p_link import series
@@ -183,7 +183,7 @@ def estimate(spec: AllToAllSpec, nbytes: float, group: int, wiring: Wiring) -> E
             start += peers
         return out
 
-    if through_node_port(wiring) and group > wiring.sockets_per_node:
+    if wiring.network_through_node_port and group > wiring.sockets_per_node:
         return _in_series(spec.mode, plan, group, wiring)
     first = by_class(plan.first)
     hop1 = max((b / bw + lat for b, bw, lat in first if b), default=0.0)
@@ -206,7 +206,7 @@ def estimate(spec: AllToAllSpec, nbytes: float, group: int, wiring: Wiring) -> E
 
 def _in_series(mode: str, plan: _Plan, group: int, wiring: Wiring) -> Estimate:
     """:func:`estimate` when a send to another node crosses the in-node port first
-    (``collective_choice.through_node_port``): socket 0's sends walked in order through its
+    (``Wiring.network_through_node_port``): socket 0's sends walked in order through its
     ports, one to another node through the in-node port and then its class's, in series
     (``p2p_link.series``); the second hop from when the first has arrived. Exact for one
     piece."""

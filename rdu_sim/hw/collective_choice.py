@@ -9,7 +9,7 @@ pipeline of pieces leaves exposed). For one node of identical links it is exactl
 the simulation gives the collective alone (``hw.collectives``, ``hw.direct_collectives``;
 the tests check it); across nodes it uses the slower link class for the ring and the tree and
 each port class separately for the direct forms, or, when the network is reached through the
-in-node port (``network_via_intra_node_port``), that port carrying every send and each
+in-node port (``network_through_node_port``), that port carrying every send and each
 network port behind it (exact for one piece of a direct form). The simulation then runs the chosen
 algorithm as link transfers, sharing the links with whatever else is in flight. There is no
 protocol choice (NCCL's LL/LL128/Simple trade bandwidth for latency on a GPU's memory
@@ -54,12 +54,15 @@ class Wiring:
     inter: tuple[float, float]
     sockets_per_rack: int | None = None  # None: no rack level
     rack: tuple[float, float] | None = None  # between racks (None: as between nodes)
-    # switched: a send to another node crosses the in-node port first (``hw.collectives``)
-    network_via_intra_node_port: bool = False
+    # a send to another node crosses the in-node port first (switched only; the hardware's
+    # ``system.network_through_node_port``: ``hw.collectives``)
+    network_through_node_port: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("ring", "fully_connected", "switched"):
             raise ValueError(f"unknown wiring {self.kind!r}")
+        if self.network_through_node_port and self.kind != "switched":
+            raise ValueError("a send crosses the in-node port to the network only when switched")
         for bw, lat in (self.intra, self.inter, self.rack or self.inter):
             if bw <= 0 or lat < 0:
                 raise ValueError(f"link bandwidth must be > 0 and latency >= 0: {bw}, {lat}")
@@ -130,8 +133,8 @@ def estimate(
         return Estimate(algorithm, 0, 0.0, 0.0, 0.0)
     classes = link_classes(wiring, p)
     bw = min(c[1] for c in classes)  # the slower class bounds a ring or tree step
-    if through_node_port(wiring) and p > wiring.sockets_per_node:  # a step to another node crosses
-        bw = min(bw, wiring.intra[0])  # the in-node port too
+    if wiring.network_through_node_port and p > wiring.sockets_per_node:
+        bw = min(bw, wiring.intra[0])  # a step to another node crosses the in-node port too
     lat = max(c[2] for c in classes)
     if algorithm in ("ring", "bidirectional_ring"):
         steps = 2 * (p - 1) if kind == ALL_REDUCE else p - 1
@@ -157,7 +160,7 @@ def estimate(
         raise ValueError(f"two_shot runs all-reduce only, not {kind!r}")
     shard = nbytes if (algorithm == "one_shot" and kind == ALL_REDUCE) else nbytes / p
     phases = 2 if algorithm == "two_shot" else 1
-    if through_node_port(wiring) and p > wiring.sockets_per_node:
+    if wiring.network_through_node_port and p > wiring.sockets_per_node:
         local = 1 if wiring.sockets_per_node > 1 else 0  # classes[:local]: within the node
         return _direct_in_series(algorithm, shard, phases, classes, wiring.intra[0], local, pieces)
     worst = (0.0, 0.0, 0.0)  # (time, bytes per link, latency term)
@@ -172,12 +175,6 @@ def estimate(
             worst = (t, phases * sends * shard, phases * c_lat)
     t, per_link, lat_term = worst
     return Estimate(algorithm, phases, per_link, lat_term, t - lat_term)
-
-
-def through_node_port(wiring: Wiring) -> bool:
-    """Whether a send to another node crosses the sender's in-node port before its network
-    port (switched wiring with ``network_via_intra_node_port``: ``hw.collectives``)."""
-    return wiring.kind == "switched" and wiring.network_via_intra_node_port
 
 
 def _direct_in_series(
@@ -233,7 +230,7 @@ def _hierarchical(nbytes: float, group: int, wiring: Wiring, pieces: int) -> Est
     local = wiring.sockets_per_node
     nodes = group // local
     rack_nodes = None if wiring.sockets_per_rack is None else wiring.sockets_per_rack // local
-    node = wiring.intra if through_node_port(wiring) else wiring.inter
+    node = wiring.intra if wiring.network_through_node_port else wiring.inter
     rail = Wiring(
         wiring.kind,
         1,
@@ -241,7 +238,7 @@ def _hierarchical(nbytes: float, group: int, wiring: Wiring, pieces: int) -> Est
         wiring.inter,
         rack_nodes,
         wiring.rack,
-        wiring.network_via_intra_node_port,
+        wiring.network_through_node_port,
     )
     phases = (
         estimate(REDUCE_SCATTER, "one_shot", nbytes, local, wiring, pieces),

@@ -14,7 +14,7 @@ and between racks; without one, every other node is of the second class), wired 
   socket reaches any other in one hop. Ingress ports are not a separate resource: every
   schedule here sends in rotated order (at each position of its send sequence a socket's
   peers are a permutation), so no port receives faster than its peer sends. With
-  ``network_via_intra_node_port`` (a socket with one I/O unit, SN40L's AGCU) what a socket
+  ``network_through_node_port`` (a socket with one I/O unit, SN40L's AGCU) what a socket
   sends to another node or rack crosses its in-node port first and then its port of that
   class, two FIFO servers in series (``P2PLink.transfer_via``): it queues behind the socket's
   in-node traffic and is bound by the slower port. Without it (a GPU with its own NIC) each
@@ -114,7 +114,7 @@ class Topology:
         sockets_per_rack: int | None = None,
         rack_bandwidth: float | None = None,
         rack_latency: float | None = None,
-        network_via_intra_node_port: bool = False,
+        network_through_node_port: bool = False,
     ) -> None:
         if n_sockets < 1 or sockets_per_node < 1:
             raise ValueError(f"n_sockets and sockets_per_node must be >= 1: {n_sockets}")
@@ -147,9 +147,12 @@ class Topology:
             self.inter[0] if rack_bandwidth is None else float(rack_bandwidth),
             self.inter[1] if rack_latency is None else float(rack_latency),
         )
+        if network_through_node_port and not switched:
+            raise ValueError("a send crosses the in-node port to the network only when switched")
         self.switched = switched
-        # switched, and a send to another node crosses the sender's in-node port first
-        self.series = switched and network_via_intra_node_port
+        # a send to another node crosses the sender's in-node port first (the hardware's
+        # ``system.network_through_node_port``, resolved by the caller)
+        self.series = network_through_node_port
         self.links: dict[tuple[int, int], P2PLink] = {}  # per pair (not switched)
         self.ports: dict[tuple[int, int], P2PLink] = {}  # (socket, link class) (switched)
         # Symmetric collectives' chains of transfers, computed in plain Python (exact, a few

@@ -15,7 +15,7 @@ and :meth:`P2PLink.account`) for the symmetric collectives' chains of transfers.
 
 Two ports in series (:meth:`P2PLink.transfer_via`, :func:`series`): a socket whose traffic
 to other nodes leaves through its in-node port and then its network port (the hardware's
-``system.network_via_intra_node_port``) holds both, each a FIFO server, cut-through: the
+``system.network_through_node_port``) holds both, each a FIFO server, cut-through: the
 second stage starts when the first starts or when its own port is free, whichever is later,
 and ends no earlier than the first ends; the transfer arrives the second port's latency after
 that. So it queues behind the socket's in-node traffic and streams at the slower port's rate.
