@@ -135,7 +135,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 pool.role,
                 scenario.stack.prefill_batch_tokens,
                 scenario.stack.mixed_batching,
-                scenario.stack.dynamic_batch,
+                scenario.stack.decode_rows,
             ),
             policy=scenario.kv_policy,
             step_times=times,

@@ -25,6 +25,11 @@ from typing import Any, ClassVar, Literal
 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
+DecodeRows = Literal["slots", "ladder", "programs", "live"]
+"""How many rows a decode step runs (``StackConfig.decode_rows``, applied by
+``serving.buckets.decode_rows``): every batch slot, the decoding sequences rounded up the
+CUDA-graph ladder (a paged cache), rounded up to a compiled program's batch
+(``powers_of_two``), or exactly the decoding sequences."""
 CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter", "alltoall"]
 
 

@@ -17,13 +17,13 @@ from rdu_sim.graph import Precision, model_groups, operators, totals
 from rdu_sim.kv import make_policy
 from rdu_sim.models import get_model
 from rdu_sim.serving.backend import EngineBackend
-from rdu_sim.serving.buckets import decode_batch, octave_rung
+from rdu_sim.serving.buckets import decode_batch, decode_rows, octave_rung
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import StepCache, StepCost
-from rdu_sim.shapes import StepShape
+from rdu_sim.shapes import DecodeRows, StepShape
 
 PREFILL = StepShape("prefill", 2, 384, 0)
 DECODE = StepShape("decode", 6, 1, 1536)
@@ -194,7 +194,9 @@ def served(
 def two_requests(mixed: bool, dynamic: bool = False) -> tuple[ServingRecords, list[StepShape]]:
     """A: 4 output tokens from t=0; B: 2 output tokens, arriving at 12 ms, during A's first
     decode step. Two slots; returns the records and every shape the server timed."""
-    config = ServerConfig(2, 4096, mixed_batching=mixed, dynamic_batch=dynamic)
+    config = ServerConfig(
+        2, 4096, mixed_batching=mixed, decode_rows="ladder" if dynamic else "slots"
+    )
     return served([128, 128], [4, 2], [0.0, 12.0], config)
 
 
@@ -235,13 +237,40 @@ def test_a_dynamic_batch_decodes_the_live_sequences_only() -> None:
     assert [s.decode_batch for s in carried if s.mixed] == [1]
 
 
+def test_a_program_picked_by_the_queue_holds_the_decoding_sequences() -> None:
+    """Three requests arriving 12 ms apart on 8 slots, each decoding 6 tokens: every slot's
+    program runs 8 rows a step; a static runtime picking its program by the queue's length
+    runs the smallest power of two holding the decoding sequences (1, 2, then 4 for three),
+    one without compiled sizes exactly them, and a paged one the CUDA-graph ladder (4)."""
+
+    def decode_batches(rows: DecodeRows) -> set[int]:
+        config = ServerConfig(8, 4096, decode_rows=rows)
+        records, seen = served([128] * 3, [6] * 3, [0.0, 12.0, 24.0], config)
+        assert records.counts.tokens_generated == 18
+        return {s.batch for s in seen if s.phase == "decode"}
+
+    assert decode_batches("slots") == {8}
+    assert decode_batches("programs") == {1, 2, 4}
+    assert decode_batches("live") == {1, 2, 3}
+    assert decode_batches("ladder") == {1, 2, 4}
+
+
+def test_decode_rows_counts() -> None:
+    assert [decode_rows("slots", d, 16) for d in (0, 1, 5, 16)] == [16] * 4
+    assert [decode_rows("programs", d, 16) for d in (0, 1, 3, 5, 9, 16)] == [1, 1, 4, 8, 16, 16]
+    assert [decode_rows("programs", d, 12) for d in (5, 9, 12)] == [8, 12, 12]  # never past 12
+    assert [decode_rows("live", d, 16) for d in (0, 1, 7, 16)] == [1, 1, 7, 16]
+    assert [decode_rows("ladder", d, 200) for d in (3, 9, 130)] == [4, 16, 144]
+    assert decode_rows("ladder", 130, 140) == 140
+
+
 def test_a_paged_step_reads_the_mean_cache_a_static_one_the_longest() -> None:
     """A short and a long prompt decoding together: a static graph is compiled for the
     longest cache, a paged runtime reads each sequence's pages (their mean, in the step)."""
     policy = make_policy(KVConfig.model_validate({"policy": "full"}), 8192, 64)
 
     def both(dynamic: bool) -> StepShape:
-        config = ServerConfig(2, 8192, dynamic_batch=dynamic)
+        config = ServerConfig(2, 8192, decode_rows="ladder" if dynamic else "slots")
         _, seen = served([100, 3000], [4, 2], [0.0, 12.0], config, page_tokens=64)
         # (each shape is timed once: the last new decode shape is the one of both)
         return [s for s in seen if s.phase == "decode"][-1]
@@ -258,7 +287,7 @@ def test_speculative_rounds_keep_their_own_steps() -> None:
     from rdu_sim.serving.speculative import SpeculativeRounds
 
     assert DecodeRounds().ride_prefill() and not DecodeRounds().per_sequence()
-    assert DecodeRounds(dynamic=True).per_sequence()
+    assert DecodeRounds("ladder").per_sequence() and not DecodeRounds("programs").per_sequence()
     assert SpeculativeRounds.ride_prefill is not DecodeRounds.ride_prefill
     assert SpeculativeRounds.per_sequence is not DecodeRounds.per_sequence
 
@@ -275,6 +304,17 @@ def test_the_shipped_stacks_say_how_they_batch() -> None:
     for name in ("vllm-2024", "sglang", "sambastudio-2024", "sambastack-2025"):
         assert not stack(name).mixed_batching, name
     assert stack("tensorrt-llm").dynamic_batch and not stack("sambastack-2025").dynamic_batch
+    rows = {
+        n: stack(n).decode_rows for n in ("tensorrt-llm", "sambastudio-2024", "sambastack-2025")
+    }
+    assert rows == {
+        "tensorrt-llm": "ladder",
+        "sambastudio-2024": "programs",
+        "sambastack-2025": "slots",
+    }
+    live = stack("sambastack-2025").model_copy(update={"decode_program": "live"})
+    assert live.decode_rows == "programs"
+    assert live.model_copy(update={"batch_programs": "any"}).decode_rows == "live"
 
 
 def test_a_mixed_step_packs_prompts_within_the_budget_its_decode_rows_share() -> None:
@@ -284,7 +324,7 @@ def test_a_mixed_step_packs_prompts_within_the_budget_its_decode_rows_share() ->
 
     def packed(mixed: bool) -> list[tuple[int, int]]:
         config = ServerConfig(
-            5, 4096, prefill_batch_tokens=384, mixed_batching=mixed, dynamic_batch=True
+            5, 4096, prefill_batch_tokens=384, mixed_batching=mixed, decode_rows="ladder"
         )
         _, seen = served([128] * 5, [50, 50, 2, 2, 2], [0.0, 0.0, 20.0, 20.0, 20.0], config)
         return [(s.batch, s.decode_batch) for s in seen if s.phase == "prefill"]

@@ -26,6 +26,7 @@ STACK_KEYS = frozenset(
         "mixed_batching",
         "max_batch_slots",
         "batch_programs",
+        "decode_program",
         "decode_attention_split",
         "kv_memory_fraction",
     }

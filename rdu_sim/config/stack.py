@@ -19,6 +19,7 @@ from pydantic import BeforeValidator, Field
 
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.units import ShortSeconds
+from rdu_sim.shapes import DecodeRows
 
 _MAX_HOST_S = 1.0
 
@@ -138,6 +139,7 @@ class HostWorkConfig(StrictModel):
 
 Sampling = Literal["host", "device"]
 BatchPrograms = Literal["any", "powers_of_two"]
+DecodeProgram = Literal["all_slots", "live"]
 BatchLimit = Literal["memory", "max_batch_slots", "batch_programs"]
 """What bounds a stack's batch capacity (`StackConfig.batch_limit`)."""
 _MOST_SPLIT_TOKENS = 1 << 24
@@ -187,7 +189,17 @@ class StackConfig(StrictModel):
         description="tokens per page of a paged KV cache: a decode step's attention reads "
         "each sequence's pages (its cache rounded up to a page), not a static graph's "
         "context bucket, and the step runs only the decoding sequences; none: static "
-        "decode graphs over every batch slot at the workload's kv.context_buckets",
+        "decode graphs at the workload's kv.context_buckets over the rows decode_program "
+        "says",
+    )
+    decode_program: DecodeProgram = Field(
+        default="all_slots",
+        description="which compiled batch a static decode step runs (no kv_page_tokens): "
+        "'all_slots', the program of the run's batch slots every step, whether or not each "
+        "slot is decoding; 'live', the smallest batch it has a program for "
+        "(batch_programs) that holds the decoding sequences, the batch picked by the "
+        "queue's length and padded up to a compiled size. A paged cache (kv_page_tokens) "
+        "runs the decoding sequences in any case",
     )
     prefill_batch_tokens: int | None = Field(
         default=None,
@@ -268,6 +280,16 @@ class StackConfig(StrictModel):
         """Whether a decode step runs only the live sequences (a paged KV cache: the
         runtime batches sequences per step), not a static graph over every slot."""
         return self.kv_page_tokens is not None
+
+    @property
+    def decode_rows(self) -> DecodeRows:
+        """The rows a decode step runs (``DecodeRows``): the one rule from the paged cache,
+        ``decode_program`` and ``batch_programs`` (``serving.decode_rounds`` applies it)."""
+        if self.dynamic_batch:
+            return "ladder"
+        if self.decode_program == "all_slots":
+            return "slots"
+        return "programs" if self.batch_programs == "powers_of_two" else "live"
 
 
 NO_STACK = StackConfig(name=NONE, runs_on="any", description="the hardware's ceiling")

@@ -27,7 +27,7 @@ from rdu_sim.cluster.records import REJECTED
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.report.bound import StepBound, step_bound
-from rdu_sim.serving.buckets import decode_batch, prefill_step, reusable_prefix
+from rdu_sim.serving.buckets import decode_rows, prefill_step, reusable_prefix
 from rdu_sim.serving.clock import step_ps, to_s
 from rdu_sim.shapes import StepShape
 
@@ -121,9 +121,9 @@ def request_floors(result: ClusterResult) -> Floors:
             bucket = back.policy.decode_bucket(first)
             step = decodes.get(bucket)
             if step is None:
-                # the fewest rows a decode step runs: every slot of a static graph, one
-                # live sequence of a dynamic batch
-                rows = decode_batch(1) if back.config.dynamic_batch else back.config.batch_slots
+                # the fewest rows a decode step runs: one live sequence's (every slot of a
+                # static graph over all slots)
+                rows = decode_rows(back.config.decode_rows, 1, back.config.batch_slots)
                 shape = StepShape("decode", rows, 1, bucket)
                 step = decodes[bucket] = (
                     _seconds(back.step_times.cost(shape).step_s, shape),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import functools
 
-from rdu_sim.shapes import StepShape
+from rdu_sim.shapes import DecodeRows, StepShape
 
 MIN_BUCKET = 128
 LINEAR_STEP = 1024
@@ -55,6 +55,23 @@ def decode_batch(sequences: int) -> int:
     if sequences <= GRAPH_STEP * 16:
         return -(-sequences // GRAPH_STEP) * GRAPH_STEP
     return octave_rung(sequences)
+
+
+def decode_rows(rule: DecodeRows, decoding: int, slots: int) -> int:
+    """The rows a decode step of ``decoding`` live sequences runs over ``slots`` batch slots
+    under the stack's ``rule`` (``StackConfig.decode_rows``): every slot; the ladder a
+    paged runtime's CUDA graphs pad to (``decode_batch``); the smallest power-of-two
+    program that holds them; or exactly them. Never more than the slots."""
+    if rule == "slots":
+        return slots
+    live = decoding if decoding > 1 else 1
+    if rule == "ladder":
+        rows = decode_batch(live)
+    elif rule == "programs":
+        rows = 1 << (live - 1).bit_length()
+    else:
+        rows = live
+    return rows if rows < slots else slots
 
 
 def octave_rung(count: int) -> int:

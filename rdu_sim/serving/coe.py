@@ -308,7 +308,7 @@ def serve_coe(
             serving.prefill_chunk_tokens,
             prefill_batch_tokens=scenario.stack.prefill_batch_tokens,
             mixed_batching=scenario.stack.mixed_batching,
-            dynamic_batch=scenario.stack.dynamic_batch,
+            decode_rows=scenario.stack.decode_rows,
         ),
         SwitchPolicy(coe.switch, to_ps(coe.turn_s), coe.prefetch),
         _tiers(hardware),

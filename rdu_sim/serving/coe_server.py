@@ -169,7 +169,7 @@ class CoEServer:
         policies = Policies(
             make_batching(config.prefill_priority),
             KeepHere(None),
-            DecodeRounds(config.dynamic_batch),
+            DecodeRounds(config.decode_rows),
             Drafting(),
         )
         self.scheduler = Scheduler(

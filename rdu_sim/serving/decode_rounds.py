@@ -4,9 +4,10 @@
 over every slot at the run's bucket and each decoding slot gains one token, so a run of
 ``k`` steps is one shape run ``k`` times (its :class:`~rdu_sim.serving.step_cache.StepEntry`
 kept per batch and bucket). A runtime that batches its live sequences dynamically (a paged
-KV cache, ``dynamic``) runs only the decoding slots instead, their count rounded up the
-batch ladder (``serving.buckets.decode_batch``), as its CUDA graphs pad a batch to a
-captured size.
+KV cache) runs only the decoding slots instead, their count rounded up the batch ladder
+(``serving.buckets.decode_batch``), as its CUDA graphs pad a batch to a captured size; a
+static runtime that picks its program by the queue's length (``decode_program: live``)
+runs the smallest compiled batch that holds them (``serving.buckets.decode_rows``).
 Speculative decoding's rounds (``serving.speculative.SpeculativeRounds``) override it: a
 "step" is a round of the draft's steps and one verify step, and each slot advances by its
 own accepted tokens.
@@ -15,20 +16,21 @@ own accepted tokens.
 from __future__ import annotations
 
 from rdu_sim.native import mypyc_attr
-from rdu_sim.serving.buckets import decode_batch
+from rdu_sim.serving.buckets import decode_rows
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache, StepEntry
-from rdu_sim.shapes import StepShape
+from rdu_sim.shapes import DecodeRows, StepShape
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DecodeRounds:
     """Plain decoding, one token a slot a step (module docstring)."""
 
-    def __init__(self, dynamic: bool = False) -> None:
+    def __init__(self, rows: DecodeRows = "slots") -> None:
         # (decode batch, bucket), as one int, -> its step's entry
         self._steps: dict[int, StepEntry] = {}
-        self._dynamic = dynamic
+        self._rows: DecodeRows = rows
+        self._dynamic = rows == "ladder"
         self._planned: StepEntry | None = None  # the entry of the run planned last
 
     def slots(self, n: int) -> Slots:
@@ -63,9 +65,7 @@ class DecodeRounds:
 
     def _batch(self, slots: Slots) -> int:
         """The rows a decode step runs now (module docstring)."""
-        if not self._dynamic:
-            return slots.n
-        return min(slots.n, decode_batch(max(1, slots.decoding)))
+        return decode_rows(self._rows, slots.decoding, slots.n)
 
     def done(self, cache: StepCache, bucket: int, steps: int) -> None:
         """Account a run of ``steps`` steps at ``bucket`` (planned by :meth:`plan`)."""

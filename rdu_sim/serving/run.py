@@ -172,7 +172,7 @@ def serve_scenario(
         serving.prefill_chunk_tokens,
         prefill_batch_tokens=scenario.stack.prefill_batch_tokens,
         mixed_batching=scenario.stack.mixed_batching,
-        dynamic_batch=scenario.stack.dynamic_batch,
+        decode_rows=scenario.stack.decode_rows,
     )
     prompt = typical_prompt(serving, requests.prompt_tokens)
     coe = scenario.workload.coe

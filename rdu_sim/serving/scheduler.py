@@ -19,9 +19,11 @@ Policy (docs/serving.md has the full statement):
   step of that batch.
 - A decode step runs the static decode graph over all ``batch_slots`` slots (empty and
   still-prefilling slots are padding, as in any static graph) at the decode bucket
-  ``policy.decode_bucket(longest cache among decoding slots)``; a runtime that batches
-  dynamically (``dynamic_batch``: a paged KV cache) runs the decoding slots alone at the
-  bucket of their mean cache (``serving.decode_rounds``). Every decoding slot gains one
+  ``policy.decode_bucket(longest cache among decoding slots)``, or over the smallest
+  compiled batch that holds the decoding slots when the runtime picks its program by the
+  queue's length (``decode_rows``); a runtime that batches dynamically (``dynamic_batch``:
+  a paged KV cache) runs the decoding slots alone at the bucket of their mean cache
+  (``serving.decode_rounds``). Every decoding slot gains one
   token. A request with ``output`` tokens decodes ``output - 1`` steps after prefill.
 - When prefill work takes a step from decoding, and which, is the batching policy's
   (``serving.batching``: ``prefill_first``, ``decode_first``, ...).
@@ -66,7 +68,7 @@ from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.step_cache import StepCache, StepCounts, StepEntry
-from rdu_sim.shapes import StepShape
+from rdu_sim.shapes import DecodeRows, StepShape
 
 Progress = Callable[[int, int], None]
 Priority = str  # a registered batching policy's name (``serving.batching``)
@@ -103,8 +105,14 @@ class ServerConfig:
     # a prefill step also decodes the generating slots (the serving stack's
     # ``mixed_batching``)
     mixed_batching: bool = False
-    # a decode step runs only the decoding slots (``StackConfig.dynamic_batch``), not all
-    dynamic_batch: bool = False
+    # the rows a decode step runs (``StackConfig.decode_rows``): every slot, or the decoding
+    # sequences rounded up the CUDA-graph ladder, to a program's batch, or not at all
+    decode_rows: DecodeRows = "slots"
+
+    @property
+    def dynamic_batch(self) -> bool:
+        """Whether the runtime batches its live sequences per step (a paged KV cache)."""
+        return self.decode_rows == "ladder"
 
 
 @dataclass(frozen=True)

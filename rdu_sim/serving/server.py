@@ -58,7 +58,7 @@ def policies_for(
     ``speculation`` is given (a server alone only)."""
     if speculation is not None and (hooks is not None or config.role != "mixed"):
         raise ValueError("a speculative server runs alone, without cluster hooks")
-    rounds, drafting = DecodeRounds(config.dynamic_batch), Drafting()
+    rounds, drafting = DecodeRounds(config.decode_rows), Drafting()
     if speculation is not None:
         if speculation.config.decoding is not None:
             rounds = SpeculativeRounds(speculation, records)
