@@ -255,6 +255,7 @@ class _Formula:
     priority=st.sampled_from(["prefill_first", "decode_first"]),
     min_bucket=st.sampled_from([16, 1024]),
     seed=st.integers(0, 99),
+    paged=st.booleans(),
 )
 def test_estimate_bounds_rows_and_shapes(
     requests: int,
@@ -267,8 +268,10 @@ def test_estimate_bounds_rows_and_shapes(
     priority: str,
     min_bucket: int,
     seed: int,
+    paged: bool,
 ) -> None:
-    """State changes (time-series rows) and distinct shapes never exceed the estimate."""
+    """State changes (time-series rows) and distinct shapes never exceed the estimate,
+    static prefill shapes or a paged runtime's ragged ones."""
     overrides: dict[str, Any] = {
         "serving.requests": requests,
         "serving.batch_slots": slots,
@@ -284,6 +287,8 @@ def test_estimate_bounds_rows_and_shapes(
         "serving.prefill_chunk_tokens": chunk,
         "kv.policy": policy,
     }
+    if paged:
+        overrides["stack.kv_page_tokens"] = 64
     if policy == "full":
         overrides["kv.min_bucket"] = min_bucket
     elif policy == "streamingllm":

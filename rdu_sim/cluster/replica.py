@@ -85,7 +85,9 @@ class PoolRuntime:
     def facts(self) -> PromptFacts:
         """The answers about prompts, one memo for all the pool's replicas."""
         config = self.config
-        return PromptFacts(self.policy, config.max_context, config.prefill_chunk_tokens)
+        return PromptFacts(
+            self.policy, config.max_context, config.prefill_chunk_tokens, config.dynamic_batch
+        )
 
 
 class Replica:
@@ -177,4 +179,5 @@ class Replica:
             int(self.prompts[request]),
             config.max_context,
             config.prefill_chunk_tokens,
+            config.dynamic_batch,
         )

@@ -111,6 +111,7 @@ def request_floors(result: ClusterResult) -> Floors:
             prompt,
             prefill_config.max_context,
             prefill_config.prefill_chunk_tokens,
+            prefill_config.dynamic_batch,
         )
         known = prefills.get((prompt, cached))
         if known is None:
@@ -147,7 +148,12 @@ def _prefill(runtime: PoolRuntime, prompt: int, cached: int) -> tuple[float, Ste
     done = cached
     while done < prompt:
         shape, done = prefill_step(
-            prompt, done, config.max_context, config.prefill_chunk_tokens, compresses
+            prompt,
+            done,
+            config.max_context,
+            config.prefill_chunk_tokens,
+            compresses,
+            config.dynamic_batch,
         )
         seconds = runtime.step_times.cost(shape).step_s
         total_ps += step_ps(seconds, "a prefill step")

@@ -11,6 +11,11 @@ simulated once per run by the step cache):
 
 A bucket never exceeds ``max_context`` (a prompt never does). For 128k contexts this is 43
 shapes in all (instead of 1024 for every multiple of 128).
+
+A runtime that prefills ragged, unpadded prompts (``ragged``: a paged KV cache's,
+TensorRT-LLM's and vLLM's packed tokens) pads nothing, so its buckets are only the
+simulation's granularity, finer: multiples of 32 tokens up to 1024, then 32 per octave
+(at most 31 tokens or 3.1% over; 256 shapes up to 128k).
 """
 
 from __future__ import annotations
@@ -25,19 +30,24 @@ LINEAR_STEP = 1024
 PER_OCTAVE = 8
 SMALL_BATCHES = 4  # decode batches up to here are powers of two (1, 2, 4)
 GRAPH_STEP = 8  # then multiples of 8 up to 16 of them (128)
+RAGGED_STEP = 32  # a ragged runtime's prompts: multiples of 32 tokens up to LINEAR_STEP
+RAGGED_PER_OCTAVE = 32  # then 32 buckets per octave
 
 
-def prompt_bucket(tokens: int, max_context: int) -> int:
-    """The padded prompt length (static prefill shape) for a prompt of ``tokens`` tokens."""
+def prompt_bucket(tokens: int, max_context: int, ragged: bool = False) -> int:
+    """The padded prompt length (static prefill shape) for a prompt of ``tokens`` tokens;
+    ``ragged``: the length a runtime that pads nothing is simulated at (module docstring)."""
     if tokens < 1:
         raise ValueError(f"prompt tokens must be >= 1, got {tokens}")
-    if tokens <= LINEAR_STEP:
+    if ragged and tokens <= LINEAR_STEP:
+        bucket = -(-tokens // RAGGED_STEP) * RAGGED_STEP
+    elif tokens <= LINEAR_STEP:
         bucket = MIN_BUCKET
         while bucket < tokens:
             bucket *= 2
     else:
         below = 1 << ((tokens - 1).bit_length() - 1)  # largest power of two < tokens
-        step = max(LINEAR_STEP, below // PER_OCTAVE)
+        step = below // RAGGED_PER_OCTAVE if ragged else max(LINEAR_STEP, below // PER_OCTAVE)
         bucket = -(-tokens // step) * step
     return min(bucket, max(max_context, tokens))
 
@@ -83,18 +93,18 @@ def octave_rung(count: int) -> int:
     return -(-count // step) * step
 
 
-def prompt_buckets(max_context: int) -> list[int]:
+def prompt_buckets(max_context: int, ragged: bool = False) -> list[int]:
     """Every prompt bucket up to ``max_context``, ascending."""
-    return list(_buckets(max_context))
+    return list(_buckets(max_context, ragged))
 
 
 @functools.lru_cache(maxsize=64)
-def _buckets(max_context: int) -> tuple[int, ...]:
+def _buckets(max_context: int, ragged: bool = False) -> tuple[int, ...]:
     """The buckets, computed once per context (a pure function of it)."""
     out: list[int] = []
     tokens = 1
     while tokens <= max_context:
-        bucket = prompt_bucket(tokens, max_context)
+        bucket = prompt_bucket(tokens, max_context, ragged)
         out.append(bucket)
         tokens = bucket + 1
     return tuple(out)
@@ -102,13 +112,19 @@ def _buckets(max_context: int) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=1 << 16)
 def prefill_step(
-    prompt: int, prefilled: int, max_context: int, chunk: int | None, compresses: bool = False
+    prompt: int,
+    prefilled: int,
+    max_context: int,
+    chunk: int | None,
+    compresses: bool = False,
+    ragged: bool = False,
 ) -> tuple[StepShape, int]:
     """The next prefill step of a prompt with ``prefilled`` tokens done: (shape, new done).
 
     Without chunking (or for a prompt no longer than a chunk) one step prefills the whole
     prompt padded to its bucket. With chunks of ``chunk`` tokens, each step is ``chunk`` new
-    tokens (the last one padded to ``chunk``) attending to the ``prefilled`` tokens before.
+    tokens (the last one padded to ``chunk``; a ragged runtime's to its bucket: ``ragged``,
+    module docstring) attending to the ``prefilled`` tokens before.
     ``select`` is set explicitly: the step that completes the prompt runs the SnapKV
     selection iff the policy compresses the (unpadded) prompt; earlier chunks never do.
     A pure function, memoised: equal steps share one shape object (of every prompt padded
@@ -116,12 +132,15 @@ def prefill_step(
     """
     if chunk is not None and prompt > chunk:
         done = min(prompt, prefilled + chunk)
-        shape = StepShape("prefill", 1, chunk, prefilled, select=compresses and done == prompt)
+        tokens = chunk
+        if ragged and done - prefilled < chunk:  # the last chunk, unpadded
+            tokens = prompt_bucket(done - prefilled, chunk, ragged)
+        shape = StepShape("prefill", 1, tokens, prefilled, select=compresses and done == prompt)
     elif prefilled:  # a cached prefix (``reusable_prefix``): the rest in one step attending to it
-        rest = prompt_bucket(prompt - prefilled, max_context - prefilled)
+        rest = prompt_bucket(prompt - prefilled, max_context - prefilled, ragged)
         shape, done = StepShape("prefill", 1, rest, prefilled, select=compresses), prompt
     else:
-        bucket = prompt_bucket(prompt, max_context)
+        bucket = prompt_bucket(prompt, max_context, ragged)
         shape, done = StepShape("prefill", 1, bucket, 0, select=compresses), prompt
     found = _PREFILL_SHAPES.get(shape)
     if found is None:
@@ -140,7 +159,9 @@ MAX_PREFILL_SHAPES = 4096
 process)."""
 
 
-def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | None) -> int:
+def reusable_prefix(
+    cached: int, prompt: int, max_context: int, chunk: int | None, ragged: bool = False
+) -> int:
     """Prompt tokens a prefill can skip when its first ``cached`` tokens are in a prefix cache.
 
     The skipped prefix becomes the step's ``cache_len``, a dimension of the static shape, so
@@ -154,18 +175,18 @@ def reusable_prefix(cached: int, prompt: int, max_context: int, chunk: int | Non
         return 0
     if chunk is not None and prompt > chunk:
         return usable // chunk * chunk
-    buckets = _buckets(max_context)
+    buckets = _buckets(max_context, ragged)
     below = bisect.bisect_right(buckets, usable)  # buckets[:below] are <= usable
     return buckets[below - 1] if below else 0
 
 
 def prefill_steps(
-    prompt: int, max_context: int, chunk: int | None, compresses: bool = False
+    prompt: int, max_context: int, chunk: int | None, compresses: bool = False, ragged: bool = False
 ) -> list[StepShape]:
     """Every prefill step of one prompt, in order."""
     shapes: list[StepShape] = []
     done = 0
     while done < prompt:
-        shape, done = prefill_step(prompt, done, max_context, chunk, compresses)
+        shape, done = prefill_step(prompt, done, max_context, chunk, compresses, ragged)
         shapes.append(shape)
     return shapes

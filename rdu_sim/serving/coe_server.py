@@ -243,6 +243,7 @@ class CoEServer:
             config.max_context,
             config.prefill_chunk_tokens,
             self.policy.compresses(prompt),
+            config.dynamic_batch,
         ):
             yield from self.driver.step(cache, shape, cache.run(shape))
         self.counts.router_ps += self.now - started

@@ -92,10 +92,12 @@ def _prefill_counts(
     chunk: int | None,
     packed: int | None = None,
     slots: int = 1,
+    ragged: bool = False,
 ) -> tuple[np.ndarray, int]:
     """(prefill steps per request, distinct prefill shapes) for clipped prompt lengths;
     ``packed``: the runtime packs whole prompts of one bucket into a step of up to that many
-    tokens and ``slots`` prompts (each batch size is a shape of its own)."""
+    tokens and ``slots`` prompts (each batch size is a shape of its own); ``ragged``: the
+    runtime's prompts and last chunks unpadded (``buckets.prefill_step``)."""
     if chunk is None:
         steps = np.ones_like(prompts)
         chunked_shapes = 0
@@ -106,7 +108,13 @@ def _prefill_counts(
         # Chunks of every cache_len below the longest prompt, with and without the selection.
         chunked_shapes = 2 * (-(-longest // chunk)) if longest > chunk else 0
         whole = np.unique(prompts[prompts <= chunk])
-    buckets = {prompt_bucket(int(p), max_context) for p in whole}
+        if ragged:  # a last chunk shorter than the chunk: its own shape at its position
+            tails = {
+                ((p - 1) // chunk, prompt_bucket(p - (p - 1) // chunk * chunk, chunk, True))
+                for p in map(int, np.unique(prompts[prompts > chunk]))
+            }
+            chunked_shapes += 2 * len(tails)
+    buckets = {prompt_bucket(int(p), max_context, ragged) for p in whole}
     sizes = sum(1 if packed is None else min(slots, max(1, packed // b)) for b in buckets)
     return steps, 2 * sizes + chunked_shapes
 
@@ -132,12 +140,13 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
         serving.max_context,
     )
     packed = scenario.stack.prefill_batch_tokens
+    ragged = scenario.stack.dynamic_batch
     steps, _ = _prefill_counts(prompts, serving.max_context, serving.prefill_chunk_tokens)
     # The report also times one prompt of the workload's typical length.
     typical = typical_prompt(serving, np.asarray(requests.prompt_tokens, dtype=np.int64))
     reported = np.append(prompts, typical)  # the same prompt api.run times
     _, prefill_shapes = _prefill_counts(
-        reported, serving.max_context, serving.prefill_chunk_tokens, packed, batch_slots
+        reported, serving.max_context, serving.prefill_chunk_tokens, packed, batch_slots, ragged
     )
     decode_buckets = np.asarray(scenario.kv_policy.buckets(), dtype=np.int64)
     crossed = np.searchsorted(decode_buckets, prompts + outputs, side="left") - np.searchsorted(

@@ -36,12 +36,15 @@ class PromptFact:
 
 class PromptFacts:
     """The answers for every prompt length met, for one KV policy at one ``max_context``
-    and prefill chunk (the servers sharing it must serve with those)."""
+    and prefill chunk, padded or ragged (the servers sharing it must serve with those)."""
 
-    def __init__(self, policy: KVPolicy, max_context: int, chunk: int | None) -> None:
+    def __init__(
+        self, policy: KVPolicy, max_context: int, chunk: int | None, ragged: bool = False
+    ) -> None:
         self.policy = policy
         self.max_context = max_context
         self.chunk = chunk
+        self.ragged = ragged  # prompts unpadded (``buckets.prefill_step``)
         self.slot_tokens = policy.slot_tokens()
         self._facts: dict[int, PromptFact] = {}
         self._first_cache: dict[int, int] = {}  # of prompts received to decode
@@ -55,7 +58,9 @@ class PromptFacts:
         fact = self._facts.get(prompt)
         if fact is None:
             compresses = self.policy.compresses(prompt)
-            shape, done = prefill_step(prompt, 0, self.max_context, self.chunk, compresses)
+            shape, done = prefill_step(
+                prompt, 0, self.max_context, self.chunk, compresses, self.ragged
+            )
             fact = self._facts[prompt] = PromptFact(prompt, compresses, shape, done)
         return fact
 
@@ -66,7 +71,7 @@ class PromptFacts:
             fact = self.of(prompt)
             return fact.first_step, fact.first_done
         compresses = self.of(prompt).compresses
-        return prefill_step(prompt, before, self.max_context, self.chunk, compresses)
+        return prefill_step(prompt, before, self.max_context, self.chunk, compresses, self.ragged)
 
     def first_cache(self, prompt: int, fact: PromptFact | None = None) -> int:
         """The prompt's cache at its first decode step (after one generated token), kept in

@@ -74,16 +74,17 @@ class ServingRun:
 
 def served_prefill_steps(scenario: Scenario, prompt: int) -> list[StepShape]:
     """The prefill steps a server runs for one ``prompt`` of the scenario: padded up to its
-    compiled prompt bucket, or cut into ``serving.prefill_chunk_tokens`` chunks, the last
-    one running the SnapKV selection when the policy compresses the prompt
-    (``serving.buckets.prefill_steps``). What a run's ``prefill_s`` times, and compare's
-    prefill row."""
+    compiled prompt bucket (a paged runtime's unpadded), or cut into
+    ``serving.prefill_chunk_tokens`` chunks, the last one running the SnapKV selection when
+    the policy compresses the prompt (``serving.buckets.prefill_steps``). What a run's
+    ``prefill_s`` times, and compare's prefill row."""
     serving = scenario.workload.serving
     return prefill_steps(
         prompt,
         serving.max_context,
         serving.prefill_chunk_tokens,
         scenario.kv_policy.compresses(prompt),
+        scenario.stack.dynamic_batch,
     )
 
 
@@ -134,6 +135,7 @@ def _speculation(
         seed=serving.seed,
         rates=rates,
         link_ps=draft_link_ps(scenario, slots) if separate else 0,
+        ragged=scenario.stack.dynamic_batch,
     )
     return speculation
 

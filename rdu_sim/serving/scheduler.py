@@ -111,7 +111,8 @@ class ServerConfig:
 
     @property
     def dynamic_batch(self) -> bool:
-        """Whether the runtime batches its live sequences per step (a paged KV cache)."""
+        """Whether the runtime batches its live sequences per step (a paged KV cache): its
+        decode steps run the decoding sequences, its prefill steps unpadded prompts."""
         return self.decode_rows == "ladder"
 
 
@@ -208,7 +209,9 @@ class Scheduler(Driven):
         self.config = config
         self.policy = policy
         if facts is None:
-            facts = PromptFacts(policy, config.max_context, config.prefill_chunk_tokens)
+            facts = PromptFacts(
+                policy, config.max_context, config.prefill_chunk_tokens, config.dynamic_batch
+            )
         elif (facts.max_context, facts.chunk) != (config.max_context, config.prefill_chunk_tokens):
             raise ValueError("a server shares prompt facts only with servers of its setup")
         self._facts = facts
@@ -469,8 +472,9 @@ class Scheduler(Driven):
         return slot
 
     def _pack(self, first: StepShape) -> list[int]:
-        """Admit the waiting requests whose prompt prefills in the same static shape as the
-        step's first one (FIFO, stopping at the first that does not), while a slot is free
+        """Admit the waiting requests whose prompt prefills in the same shape as the step's
+        first one (its static bucket, or a ragged runtime's fine one: ``buckets``; FIFO,
+        stopping at the first that does not), while a slot is free
         and the step's padded tokens stay within ``prefill_batch_tokens``, the decode rows a
         mixed step carries counted in (TensorRT-LLM's ``max_num_tokens`` counts both);
         their slots."""

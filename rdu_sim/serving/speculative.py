@@ -115,6 +115,7 @@ class Speculation:
     chunk: int | None
     seed: int
     rates: NDArray[np.float64] | None = None  # per request (speculative decoding)
+    ragged: bool = False  # prompts prefilled unpadded (a paged runtime: ``buckets``)
     link_ps: int = 0  # separate sockets: drafted tokens there and the verdict back, per round
     _round_ps: dict[int, int] = field(default_factory=dict, init=False)  # by decode bucket
 
@@ -202,8 +203,8 @@ class Speculation:
         (one static shape: the last step's)."""
         prefill = self.config.prefill
         assert prefill is not None
-        shapes = prefill_steps(prompt, self.max_context, self.chunk, False)
-        bucket = prompt_bucket(prompt, self.max_context)
+        shapes = prefill_steps(prompt, self.max_context, self.chunk, False, self.ragged)
+        bucket = prompt_bucket(prompt, self.max_context, self.ragged)
         look = StepShape("decode", 1, 1, bucket + prefill.look_ahead - 1)
         return [*shapes, *[look] * prefill.look_ahead]
 
@@ -317,7 +318,7 @@ def prefill_saving(
     context, chunk = speculation.max_context, speculation.chunk
 
     def steps(tokens: int) -> list[StepShape]:
-        return prefill_steps(tokens, context, chunk, policy.compresses(tokens))
+        return prefill_steps(tokens, context, chunk, policy.compresses(tokens), speculation.ragged)
 
     def cost(cache: StepCache, shapes: list[StepShape]) -> tuple[float, float]:
         return (

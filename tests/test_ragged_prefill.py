@@ -1,0 +1,61 @@
+"""A runtime that prefills ragged, unpadded prompts (a paged KV cache's: TensorRT-LLM,
+vLLM) is simulated at a fine bucket, a static one at its compiled prompt bucket
+(``serving.buckets``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.serving.buckets import prefill_steps, prompt_bucket, prompt_buckets
+from rdu_sim.serving.run import served_prefill_steps
+
+LLAMA70 = "workloads/llama3.1-70b-decode.yaml"
+
+
+def test_ragged_buckets_exact_values() -> None:
+    assert [prompt_bucket(n, 131072, ragged=True) for n in (1, 20, 520, 1000, 1024)] == [
+        32,
+        32,
+        544,
+        1024,
+        1024,
+    ]
+    # above 1,024 tokens 32 buckets per octave: steps of 32, 64, 128, 512 tokens
+    assert [prompt_bucket(n, 131072, ragged=True) for n in (1025, 2304, 5000, 20000)] == [
+        1056,
+        2304,
+        5120,
+        20480,
+    ]
+    assert [prompt_bucket(n, 131072) for n in (20, 520, 2304)] == [128, 1024, 3072]  # static
+    assert prompt_bucket(8090, 8100, ragged=True) == 8100  # never past the context
+
+
+def test_ragged_padding_is_at_most_31_tokens_or_a_32nd() -> None:
+    buckets = prompt_buckets(131072, ragged=True)
+    assert len(buckets) == 32 + 7 * 32  # to 1,024, then seven octaves
+    for tokens in range(1, 131073, 7):
+        bucket = prompt_bucket(tokens, 131072, ragged=True)
+        assert tokens <= bucket <= tokens + max(31, tokens // 32)
+        assert bucket in buckets
+
+
+def test_a_ragged_last_chunk_is_not_padded_to_the_chunk() -> None:
+    static = prefill_steps(5000, 8192, 2048)
+    ragged = prefill_steps(5000, 8192, 2048, ragged=True)
+    assert [(s.tokens, s.cache_len) for s in static] == [(2048, 0), (2048, 2048), (2048, 4096)]
+    assert [(s.tokens, s.cache_len) for s in ragged] == [(2048, 0), (2048, 2048), (928, 4096)]
+
+
+@pytest.mark.parametrize(("hardware", "timed_at"), [("dgx-h100", 544), ("sn40l-8", 1024)])
+def test_a_run_times_a_prompt_at_its_runtimes_bucket(hardware: str, timed_at: int) -> None:
+    """A 520-token prompt: TensorRT-LLM (paged) prefills it at 544 tokens, SambaStack
+    (static programs) at its 1,024-token bucket; the run's prefill time is that step's."""
+    scenario = api.load(LLAMA70, {"hardware": hardware})
+    (shape,) = served_prefill_steps(scenario, 520)
+    assert shape.tokens == timed_at
+    step = api.step(scenario, phase="prefill", tokens=timed_at)
+    assert step.step_s > 0
+    shorter = api.step(scenario, phase="prefill", tokens=1024).step_s
+    assert (step.step_s < shorter) == (timed_at < 1024)
