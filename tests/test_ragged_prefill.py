@@ -4,10 +4,13 @@ vLLM) is simulated at a fine bucket, a static one at its compiled prompt bucket
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from rdu_sim import api
 from rdu_sim.serving.buckets import prefill_steps, prompt_bucket, prompt_buckets
+from rdu_sim.serving.limits import UnchunkedPromptWarning
 from rdu_sim.serving.run import served_prefill_steps
 
 LLAMA70 = "workloads/llama3.1-70b-decode.yaml"
@@ -59,3 +62,25 @@ def test_a_run_times_a_prompt_at_its_runtimes_bucket(hardware: str, timed_at: in
     assert step.step_s > 0
     shorter = api.step(scenario, phase="prefill", tokens=1024).step_s
     assert (step.step_s < shorter) == (timed_at < 1024)
+
+
+def test_a_prompt_past_the_stacks_token_budget_warns_unless_chunked() -> None:
+    """TensorRT-LLM's max_num_tokens (8,192): a 9,000-token prompt runs as one step past
+    it, with a warning naming the chunk setting; with serving.prefill_chunk_tokens none."""
+    sets = {
+        "hardware": "dgx-h100",
+        "serving.max_context": 16384,
+        "serving.requests": 2,
+        "serving.prompt_tokens": 9000,
+        "serving.output_tokens": 2,
+    }
+    with pytest.warns(
+        UnchunkedPromptWarning,
+        match=r"up to 9,000 tokens exceed the stack "
+        r"tensorrt-llm's prefill_batch_tokens \(8,192\)",
+    ):
+        api.run(LLAMA70, sets)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnchunkedPromptWarning)
+        api.run(LLAMA70, {**sets, "serving.prefill_chunk_tokens": 4096})
+        api.run(LLAMA70, {**sets, "serving.prompt_tokens": 8192})

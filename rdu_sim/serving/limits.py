@@ -26,6 +26,7 @@ in practice (1.6x the measured rows on a million Llama requests): the shipped wo
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,6 +197,31 @@ def _advice(estimate: RunEstimate, scenario: Scenario) -> str:
         f"or raise serving.max_work (now {serving.max_work:,}) if this machine can afford it"
     )
     return "; ".join(hints)
+
+
+class UnchunkedPromptWarning(UserWarning):
+    """A prompt longer than the stack's token budget a step runs whole (no chunking set)."""
+
+
+def warn_unchunked(scenario: Scenario, requests: RequestSet) -> None:
+    """Warn when prompts exceed the stack's ``prefill_batch_tokens`` (TensorRT-LLM's
+    ``max_num_tokens``) and the workload sets no ``serving.prefill_chunk_tokens``: each runs
+    as one prefill step past the budget, where a runtime enforcing it would chunk them."""
+    budget = scenario.stack.prefill_batch_tokens
+    serving = scenario.workload.serving
+    if budget is None or serving.prefill_chunk_tokens is not None or not len(requests):
+        return
+    longest = min(int(np.max(requests.prompt_tokens)), serving.max_context)
+    if longest > budget:
+        warnings.warn(
+            UnchunkedPromptWarning(
+                f"{scenario.workload_file}: prompts of up to {longest:,} tokens exceed the "
+                f"stack {scenario.stack.name}'s prefill_batch_tokens ({budget:,}) and each "
+                "runs as one prefill step; a runtime that enforces its token budget chunks "
+                f"them (serving.prefill_chunk_tokens, e.g. {budget})"
+            ),
+            stacklevel=3,
+        )
 
 
 def check_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> RunEstimate:

@@ -24,7 +24,7 @@ from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
 from rdu_sim.serving.coe import CoEStats, serve_coe
-from rdu_sim.serving.limits import check_run
+from rdu_sim.serving.limits import check_run, warn_unchunked
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
 from rdu_sim.serving.server import Progress, ServerConfig
@@ -165,6 +165,7 @@ def serve_scenario(
     capacity, slots, placement, draft_placement = plan_run(scenario, backend)
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
+    warn_unchunked(scenario, requests)
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
     speculation = _speculation(scenario, backend, slots, requests)
     config = ServerConfig(
