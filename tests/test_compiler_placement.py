@@ -302,7 +302,10 @@ def test_weights_beyond_a_gpus_hbm_name_the_batch_that_fits() -> None:
     with pytest.raises(CapacityError) as raised:
         plan_memory(h200, 32)
     message = str(raised.value)
-    assert "beside the KV cache of 32 slots and activations, and a GPU has no DDR for " in message
+    assert (
+        "beside the KV cache of 32 slots and activations, and a GPU has no DDR, so the other "
+        in message
+    )
     assert "DDR 0 B" not in message
     assert (
         ": lower serving.batch_slots (at most 3 fit beside the weights in the stack's KV "

@@ -466,7 +466,7 @@ def plan_memory(
         total = in_hbm + in_ddr
         beside = f"beside the KV cache of {batch_slots} slots and activations"
         rest = (
-            f"{beside}, and a GPU has no DDR for the other {human.size(in_ddr, 4)}"
+            f"{beside}, and a GPU has no DDR, so the other {human.size(in_ddr, 4)} do not fit"
             if gpu
             else f"{beside} and DDR {human.size(ddr_cap, 4)}, so "
             f"{human.size(in_ddr - ddr_cap, 4)} do not fit"
@@ -585,7 +585,10 @@ def _unrunnable_words(scenario: Scenario, slots: int) -> str:
             f"; the stack batches at most {stack.max_batch_slots} (its max_batch_slots), so "
             f"it runs {slots} as if its max_batch_slots were {slots}"
         )
-    return f"; the stack has no {slots}-slot program, so it runs {slots} as if one were compiled for it"
+    return (
+        f"; the stack has no {slots}-slot program, so it runs {slots} as if one were compiled "
+        "for it"
+    )
 
 
 def hbm_fractions(placement: Placement) -> dict[str, float]:
