@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.yaml_io import LineMap
 
 if TYPE_CHECKING:
     from rdu_sim.report.summary import RunSummary
@@ -178,7 +179,7 @@ class MeasuredPoint:
         _, _, line = self.source.rpartition(":")
         # the row's line for the files it names: a fault inside one ends '(the stack of
         # FILE:LINE)' (``config.overrides.in_context``)
-        lines = {(key,): int(line) for key in ("hardware", "stack")} if line.isdigit() else {}
+        lines: LineMap = {(k,): int(line) for k in ("hardware", "stack")} if line.isdigit() else {}
         try:
             return build_scenario(
                 data,
