@@ -25,7 +25,14 @@ from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware_file import Hardware, device_noun, hardware_model, read_hardware
 from rdu_sim.config.kinds import kind_problem, refuse_other_kind
-from rdu_sim.config.loader import LineMap, ModelT, file_problem, read_yaml, validate
+from rdu_sim.config.loader import (
+    LineMap,
+    ModelT,
+    did_you_mean,
+    file_problem,
+    read_yaml,
+    validate,
+)
 from rdu_sim.config.overrides import (
     HW_PREFIX,
     SET,
@@ -38,7 +45,7 @@ from rdu_sim.config.overrides import (
     split_overrides,
 )
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
-from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path
+from rdu_sim.config.stack_file import missing_stack, runs_on_problem, stack_data, stack_path
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.config.yaml_io import read_text_file
@@ -636,7 +643,7 @@ def _resolved(
     """The scenario of a validated workload: its expert counts, model, hardware and stack
     read, the rules across files checked (``overrides``: all of them, normalized; ``source``:
     where they were given)."""
-    _, hardware_overrides, stack_overrides = split_overrides(overrides)
+    chosen, hardware_overrides, stack_overrides = split_overrides(overrides)
     workload = _with_expert_counts(workload, workload_file, lines)
 
     model = _resolve_model(workload.model, "model", workload_file, lines)
@@ -646,12 +653,13 @@ def _resolved(
     )
     problem = file_problem(hardware_path)
     if problem is not None:
+        known = shipped.names("hardware")
+        meant = did_you_mean(hardware_path.name.removesuffix(".yaml"), known)
         raise ConfigError.single(
             workload_file,
             "hardware",
-            f"hardware file {str(hardware_path)!r}: {problem} (paths are relative to the "
-            f"workload file; a bare name is a shipped hardware file: "
-            f"{', '.join(shipped.names('hardware'))}"
+            f"hardware file {str(hardware_path)!r}: {problem}{meant} (paths are relative to "
+            f"the workload file; a bare name is a shipped hardware file: {', '.join(known)}"
             f"{shipped.shadowed(hardware_path, ('hardware',))})",
             lines.get(("hardware",)),
         )
@@ -672,15 +680,17 @@ def _resolved(
             raise
         # Say which workload led here (the issues themselves name the hardware file), unless
         # only overrides are at fault
-        context = ConfigIssue(
-            workload_file,
-            "hardware",
-            f"hardware file {hw_file!r} is not valid:",
-            lines.get(("hardware",)),
-        )
-        raise in_context(exc, context, hw_file, hardware_overrides) from None
+        named = ConfigIssue(workload_file, "hardware", "", lines.get(("hardware",)))
+        set_by = override_note("hardware", source) if "hardware" in chosen else ""
+        raise in_context(exc, named, hw_file, hardware_overrides, set_by) from None
     stack, stack_file = _load_stack(
-        workload, hardware, (workload_file, str(hardware_path)), lines, stack_overrides, source
+        workload,
+        hardware,
+        (workload_file, str(hardware_path)),
+        lines,
+        stack_overrides,
+        source,
+        "stack" in chosen,
     )
     policy = _cross_check(workload, hardware, stack, model, workload_file, lines)
     files = (workload_file, str(hardware_path))
@@ -708,15 +718,20 @@ def _load_stack(
     lines: LineMap,
     overrides: Mapping[str, Any],
     source: str,
+    chosen: bool = False,
 ) -> tuple[StackConfig, str]:
-    """The serving stack the workload names (``stack:``), else its hardware file's default,
-    with the ``stack.`` overrides (given at ``source``) applied; it must run on the
-    hardware's kind."""
+    """The serving stack the workload names (``stack:``; ``chosen``: an override at
+    ``source`` set it), else its hardware file's default, with the ``stack.`` overrides
+    (given at ``source``) applied; it must run on the hardware's kind."""
     if workload.stack is not None:
         named, near, field_name = workload.stack, files[0], "stack"
     else:
         named, near, field_name = hardware.default_stack, files[1], "default_stack"
     path = stack_path(named, near)
+    line = lines.get((field_name,)) if field_name == "stack" else None
+    missing = None if path is None else missing_stack(path)
+    if missing is not None:  # at the field that names it, as a missing hardware file is
+        raise ConfigError.single(near, field_name, f"serving stack {str(path)!r}: {missing}", line)
     other = None
     try:
         data, stack_lines, file = stack_data(path)
@@ -726,11 +741,11 @@ def _load_stack(
         data = _apply(data, overrides, file, STACK_PREFIX, source)
         stack = _validate(StackConfig, data, file, stack_lines, overrides, STACK_PREFIX, source)
     except ConfigError as exc:
-        line = lines.get((field_name,)) if field_name == "stack" else None
         if other is not None:
             raise ConfigError.single(near, field_name, other, line) from None
-        context = ConfigIssue(near, field_name, f"serving stack {named!r} is not valid:", line)
-        raise in_context(exc, context, NONE if path is None else str(path), overrides) from None
+        at = ConfigIssue(near, field_name, "", line)
+        set_by = override_note("stack", source) if chosen and field_name == "stack" else ""
+        raise in_context(exc, at, NONE if path is None else str(path), overrides, set_by) from None
     problem = runs_on_problem(stack, hardware.kind)
     if problem is not None:
         where = "" if field_name == "stack" else f" (the default_stack of {files[1]})"

@@ -215,8 +215,56 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
     assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.86x) the" in verdict
     assert verdict.endswith(
         "; the rest of each step (40.5% vs 10.5%), which HBM bandwidth does not explain, "
-        "brings the steps to 0.907x."
+        "brings the steps to 0.907x; of that rest, kernel boundaries (launch and sync) take "
+        "5.29 ms vs 51 us (805 vs 3 kernel calls; 31.6% vs 0.3% of their step)."
     )
+
+
+def test_the_verdict_names_the_kernel_boundaries_when_they_are_a_material_share() -> None:
+    """H100 against H200 (the same compute, boundary time and kernels): the rest of each
+    step is mostly the 805 kernels' boundaries, named with their time from each step's own
+    resource times (``report.bound``); below a tenth of both steps (SN40L's looped kernels
+    under two policies) they are not named."""
+    result = compare(WORKLOAD, [REPO / "hw_configs" / "dgx-h200.yaml", DGX])
+    h200, h100 = result.columns
+    (verdict,) = result.verdicts
+    boundaries = h100.resource_s["boundaries"]
+    assert boundaries == h200.resource_s["boundaries"] > 0.1 * h200.step_s
+    assert h100.kernel_calls == h200.kernel_calls == 805
+    assert h100.step_s is not None and h200.step_s is not None
+    assert verdict.endswith(
+        "which HBM bandwidth does not explain, brings the steps to 1.22x; of that rest, "
+        f"kernel boundaries (launch and sync) take {human.duration(boundaries)} in both (805 "
+        f"kernel calls each; {human.percent(boundaries / h100.step_s)} vs "
+        f"{human.percent(boundaries / h200.step_s)} of their step)."
+    )
+    snap = REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+    (policies,) = compare(snap, [], vary=["kv.policy=full,snapstream"]).verdicts
+    assert "kernel boundaries" not in policies
+
+
+def test_the_verdicts_say_they_compare_one_step_at_one_context() -> None:
+    """Under the verdicts one line says what they compare (a decode step, every slot at one
+    context) and why a serving run may differ: the GPU's paged KV cache, named, reads each
+    sequence's own context (rdu-sim run); nothing when fewer than two variants fit."""
+    result = compare(WORKLOAD, [SN40L_8, DGX])
+    assert [c.paged_kv for c in result.columns] == [False, True]
+    assert result.scope == (
+        "Each verdict compares one decode step with every slot at one context (8,192 cached "
+        "tokens): a serving run can differ, where the batch fills and drains and each context "
+        "grows, and the paged KV cache of dgx-h100 reads each sequence's own context (rdu-sim "
+        "run times one)."
+    )
+    assert result.to_dict()["scope"] == result.scope
+    printed = CliRunner().invoke(
+        cli, ["compare", str(WORKLOAD), "--hardware", str(SN40L_8), "--hardware", str(DGX)]
+    )
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout.rstrip().endswith(result.scope)
+    gpus = compare(WORKLOAD, [DGX], vary=["serving.batch_slots=8,16"], context=2048)
+    assert "every slot at one context (2,048 cached tokens)" in gpus.scope
+    assert "and each variant's paged KV cache reads each sequence's own context" in gpus.scope
+    assert compare(WORKLOAD, [SN40L_8]).scope == ""
 
 
 def test_vary_is_repeatable_and_combines_with_hardware() -> None:

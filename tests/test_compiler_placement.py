@@ -237,6 +237,107 @@ def test_the_capacity_words_say_what_memory_holds_what_the_stack_runs_and_which_
         "(its max_batch_slots: 20)",
         "max_batch_slots",
     )
+    # above the stack's max_batch_slots (not a missing program): said in its own terms
+    over, _ = words(**{"serving.batch_slots": 24, "stack.max_batch_slots": 20, **ANY_BATCH})
+    assert over.endswith(
+        "; the stack batches at most 20 (its max_batch_slots), so it runs 24 as if its "
+        "max_batch_slots were 24"
+    )
+    assert "program" not in over
+
+
+def test_an_explicit_batch_beyond_what_fits_says_where_its_kv_cache_is() -> None:
+    """An explicit batch above what fits beside the weights is a what-if that runs: the
+    words say where the extra slots' KV cache is, and that is where the memory plan put it.
+    On a GPU under TensorRT-LLM (kv_memory_fraction 0.9) 14 slots of 4 GiB fit in the
+    stack's share, and 16 fit in HBM outside it (a GPU has no DDR: the plan holds every
+    weight in HBM); on SN40L 6 fit beside the weights and a 7th takes HBM from them, which
+    then sit in DDR."""
+
+    def explained(overrides: dict[str, object]) -> tuple[str, Scenario, int]:
+        scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides=overrides)
+        holds = batch_capacity(scenario, runnable=False)
+        slots = scenario.workload.serving.slots_for(lambda: 0)
+        return capacity_words(scenario, holds, batch_capacity(scenario), slots), scenario, slots
+
+    gpu = {"hardware": "dgx-h100", "serving.max_context": 32768, "stack.max_batch_slots": 4}
+    told, scenario, slots = explained({**gpu, "serving.batch_slots": 16})
+    assert told == (
+        "serving.batch_slots sets 16; at most 14 fit beside the weights in the stack's KV "
+        "share (kv_memory_fraction 0.9); 'auto' would pick 4, the most of them the stack runs "
+        "(its max_batch_slots: 4); the KV cache of the 2 slots beyond them takes HBM outside "
+        "that share; the stack batches at most 4 (its max_batch_slots), so it runs 16 as if "
+        "its max_batch_slots were 16"
+    )
+    hbm = plan_memory(scenario, slots).tiers
+    assert hbm["hbm"].used_bytes <= hbm["hbm"].capacity_bytes and hbm["ddr"].capacity_bytes == 0
+    # without the share, 16 fit beside the weights: the share is what held 14
+    whole = load_scenario(
+        "workloads/llama3.1-8b-1socket.yaml", overrides={**gpu, "stack.kv_memory_fraction": 1}
+    )
+    assert batch_capacity(whole, runnable=False) >= 16
+
+    told, scenario, slots = explained({"serving.max_context": 65536, "serving.batch_slots": 7})
+    assert told == (
+        "serving.batch_slots sets 7; at most 6 fit beside the weights; 'auto' would pick 4, "
+        "the most of them the stack runs (its batch_programs: powers_of_two); the KV cache of "
+        "the 1 slot beyond them takes HBM the weights would have had, which the steps read "
+        "from DDR instead; the stack has no 7-slot program, so it runs 7 as if one were "
+        "compiled for it"
+    )
+    assert plan_memory(scenario, slots).tiers["ddr"].weights_bytes > 0
+    assert plan_memory(scenario, 6).tiers["ddr"].weights_bytes == 0
+
+
+def test_weights_beyond_a_gpus_hbm_name_the_batch_that_fits() -> None:
+    """A GPU has no DDR: weights that do not fit in HBM beside the batch's KV cache do not
+    fit at all, and the error says so (no 'DDR 0 B') and names the smaller batch that fits
+    beside them (with 'auto', tp=1 on an H200 runs 3 slots of Llama 3.1 70B); when not even
+    one slot fits beside the weights, lowering the batch is not offered."""
+    h200 = load_scenario(
+        "workloads/llama3.1-70b-decode.yaml",
+        overrides={"hardware": "dgx-h200", "parallelism.tp": 1},
+    )
+    assert batch_capacity(h200, runnable=False) == batch_capacity(h200) == 3
+    with pytest.raises(CapacityError) as raised:
+        plan_memory(h200, 32)
+    message = str(raised.value)
+    assert (
+        "beside the KV cache of 32 slots and activations, and a GPU has no DDR, so the other "
+        in message
+    )
+    assert "DDR 0 B" not in message
+    assert (
+        ": lower serving.batch_slots (at most 3 fit beside the weights in the stack's KV "
+        in message
+    )
+    assert message.endswith(
+        "store weights in fp8 (dtypes.weights, now bf16) or raise "
+        "parallelism.tp (now 1, up to the 8 GPUs)"
+    )
+    plan_memory(h200, 3)  # what it names fits
+    h100 = load_scenario(
+        "workloads/llama3.1-70b-decode.yaml",
+        overrides={"hardware": "dgx-h100", "parallelism.tp": 1},
+    )
+    with pytest.raises(CapacityError) as raised:
+        plan_memory(h100, 32)
+    assert "serving.batch_slots" not in str(raised.value)  # 131 GiB of weights: none fit
+
+
+def test_a_gpus_kv_capacity_error_keeps_its_weights_in_hbm() -> None:
+    """The KV cache's error says the weights may spill to DDR on SN40L only: a GPU keeps
+    them in HBM."""
+    overrides = {"serving.max_context": 65536, "serving.batch_slots": 16}
+    for hardware, where in (
+        ("sn40l", "which may spill to DDR"),
+        ("dgx-h100", "which a GPU keeps in HBM too"),
+    ):
+        scenario = load_scenario(
+            "workloads/llama3.1-8b-1socket.yaml", overrides={**overrides, "hardware": hardware}
+        )
+        with pytest.raises(CapacityError, match=f"before the weights \\(14.96 GiB, {where}: "):
+            plan_memory(scenario, 16)
 
 
 def test_weights_spill_lowest_bandwidth_need_first() -> None:

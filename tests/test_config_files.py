@@ -108,11 +108,14 @@ def test_misspelled_hardware_key_names_key_and_line(tree: Path) -> None:
     assert f"sn40l.yaml:{line}: socket.hbm.bandwith: unknown field 'bandwith'" in str(error)
     assert "did you mean 'bandwidth'" in str(error)
     # the renamed key leaves the real one missing: said too, at the parent's line
-    context, *issues = error.issues
-    assert {i.field for i in issues} == {"socket.hbm.bandwith", "socket.hbm.bandwidth"}
-    # and the first line says which workload led to the hardware file
-    assert context.file.endswith(LLAMA_1S) and context.field == "hardware"
-    assert "hardware file" in context.message and "is not valid" in context.message
+    assert {i.field for i in error.issues} == {"socket.hbm.bandwith", "socket.hbm.bandwidth"}
+    # and each line ends saying which workload (at which line) led to the hardware file:
+    # one whole line an issue (it was a line of its own first, 'hardware file ... is not
+    # valid:', with nothing after the colon)
+    workload = tree / "workloads" / LLAMA_1S
+    named = f" (the hardware of {workload}:{_line_of(workload, 'hardware: ')})"
+    assert all(i.file == str(hw) and i.message.endswith(named) for i in error.issues)
+    assert "is not valid" not in str(error)
 
 
 def test_misspelled_workload_key_names_key_and_line(tree: Path) -> None:
@@ -422,16 +425,30 @@ def test_override_errors_name_the_override() -> None:
 
 
 def test_a_broken_hardware_file_is_named_even_with_overrides(tree: Path) -> None:
-    """The file's own fault keeps the line naming it, whether or not overrides were given
-    (one that is fine, or one at fault too)."""
+    """The file's own fault keeps naming where the workload names it, whether or not
+    overrides were given (one that is fine, or one at fault too); a hardware file given by
+    --set hardware names that override instead of the workload's line. Each issue is one
+    line naming the hardware file, the field and the problem (it was two, the first
+    'hardware file ... is not valid:')."""
     hw = tree / "hw_configs" / "sn40l.yaml"
     _replace(hw, "    bandwidth: 1.8 TB/s", "    bandwith: 1.8 TB/s")
     workload = tree / "workloads" / LLAMA_1S
+    line = _line_of(workload, "hardware: ")
     for overrides in (["hw.socket.hbm.capacity=64 GiB"], ["hw.socket.pcu.count=0"]):
-        context, *issues = _error(workload, overrides).issues
-        assert context.file == str(workload) and context.field == "hardware"
-        assert context.message == f"hardware file {str(hw)!r} is not valid:"
-        assert "socket.hbm.bandwith" in {i.field for i in issues}
+        issues = _error(workload, overrides).issues
+        typo = next(i for i in issues if i.field == "socket.hbm.bandwith")
+        assert typo.file == str(hw) and typo.line == _line_of(hw, "bandwith:")
+        assert typo.message.endswith(f" (the hardware of {workload}:{line})")
+        assert all(i.file == str(hw) for i in issues)
+    issues = _error(workload, [f"hardware={hw}"]).issues
+    typo = next(i for i in issues if i.field == "socket.hbm.bandwith")
+    assert str(typo).startswith(
+        f"{hw}:{_line_of(hw, 'bandwith:')}: socket.hbm.bandwith: unknown field 'bandwith'; "
+        "did you mean 'bandwidth'?"
+    )
+    assert all(
+        i.message.endswith(f" (the hardware of {workload}, from --set hardware)") for i in issues
+    )
 
 
 def test_override_does_not_change_the_file_data() -> None:
@@ -606,7 +623,7 @@ def test_no_silent_type_coercion(override: str) -> None:
 def test_bool_is_not_a_size(tree: Path) -> None:
     hw = tree / "hw_configs" / "sn40l.yaml"
     _replace(hw, "capacity: 64 GiB", "capacity: yes")
-    [_, issue] = _error(tree / "workloads" / LLAMA_1S).issues
+    [issue] = _error(tree / "workloads" / LLAMA_1S).issues
     assert issue.field == "socket.hbm.capacity"
     assert "True" in issue.message
 

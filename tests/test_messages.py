@@ -176,3 +176,37 @@ def test_a_data_parallel_layout_that_does_not_fit_names_levers_it_can_pull() -> 
     assert "raise parallelism.tp (now 1, up to 2 with dp_attention 8 on the 16 sockets)" in line
     assert "raise parallelism.dp_attention with parallelism.ep (now 8 and 8" in line
     assert "up to the 16 sockets)" in line.split("raise parallelism.dp_attention")[1]
+
+
+def test_a_bad_hardware_file_given_by_set_is_one_line(tmp_path: Path) -> None:
+    """`--set hardware=PATH` to a file with a bad field: one error line naming the file, its
+    line, the field and the problem, ending with the workload and the override (it was two:
+    'hardware file ... is not valid: (from --set hardware)', then the real one)."""
+    hw = tmp_path / "mine.yaml"
+    text = (ROOT / "hw_configs" / "sn40l.yaml").read_text()
+    assert text.count("bandwidth: 1.8 TB/s") == 1
+    hw.write_text(text.replace("bandwidth: 1.8 TB/s", "bandwidth: -1 TB/s"))
+    line = next(n for n, row in enumerate(hw.read_text().splitlines(), 1) if "-1 TB/s" in row)
+    said = error_line(invoke("run", LLAMA, "--set", f"hardware={hw}"))
+    assert said == (
+        f"error: {hw}:{line}: socket.hbm.bandwidth: must be at least 1 B/s, got -1 TB/s (the "
+        f"hardware of {LLAMA}, from --set hardware)"
+    )
+
+
+def test_a_misspelt_stack_or_hardware_name_gets_a_did_you_mean() -> None:
+    """An unknown shipped name is told at the field that named it, with the closest shipped
+    name, as a misspelt field is (``loader.did_you_mean``), and every shipped name; one line.
+    A name close to none gets no guess."""
+    said = error_line(invoke("run", LLAMA, "--set", "stack=trtllm"))
+    assert said.startswith(
+        f"error: {LLAMA}: stack: serving stack '{ROOT / 'workloads' / 'trtllm'}': file not "
+        "found; did you mean 'tensorrt-llm'? (a path is relative to the file naming it; a "
+        "bare name is a shipped stack: sambastack-2025, "
+    )
+    assert said.endswith(", vllm-2024, or 'none') (from --set stack)")
+    said = error_line(invoke("run", LLAMA, "--set", "hardware=dgx-h10"))
+    assert "file not found; did you mean 'dgx-h100'? (paths are relative" in said
+    assert said.endswith("(from --set hardware)")
+    said = error_line(invoke("run", LLAMA, "--set", "stack=qqqq"))
+    assert "file not found (a path is relative" in said and "did you mean" not in said

@@ -40,6 +40,7 @@ from rdu_sim.config.hardware_file import (
 )
 from rdu_sim.config.kinds import KIND_WORDS, KINDS_HELP, file_kind, misspelt_kind_key
 from rdu_sim.config.loader import LineMap, read_yaml
+from rdu_sim.config.overrides import in_context
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack_file import (
     read_stack,
@@ -72,13 +73,8 @@ def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
         data, stack_lines, stack_file = stack_data(stack_path(named, file))
         stack = validate_stack(data, stack_file, stack_lines)
     except ConfigError as exc:
-        context = ConfigIssue(
-            file,
-            "default_stack",
-            f"serving stack {named!r} is not valid:",
-            lines.get(("default_stack",)),
-        )
-        raise ConfigError([context, *exc.issues]) from None
+        at = ConfigIssue(file, "default_stack", "", lines.get(("default_stack",)))
+        raise in_context(exc, at, "", {}) from None
     problem = runs_on_problem(stack, hardware.kind)
     if problem is not None:
         raise ConfigError.single(file, "default_stack", problem, lines.get(("default_stack",)))

@@ -4,8 +4,10 @@ Each variant (a hardware file, a value of each varied field, or every combinatio
 runs the workload as written with its `hardware` field replaced and its varied fields set,
 compiled and timed for that hardware (rdu_sim/compare.py says what is measured): a table
 with one column per variant, a line per variant saying what differs and what binds its decode
-step, and why each wins or loses against the first (rdu_sim/compare/why.py); or with `--json`
-one JSON object (`columns` in the order given, `lines`, `verdicts`). A system the model does
+step, why each wins or loses against the first (rdu_sim/compare/why.py), and a line saying
+that those are single decode steps at one context, which a serving run (`rdu-sim run`) need
+not match; or with `--json` one JSON object (`columns` in the order given, `lines`,
+`verdicts`, `scope`). A system the model does
 not fit is a column saying so, and so is a combination of varied values the workload refuses
 while each value runs in another (`invalid` in the JSON); a value no combination accepts is
 one error line. What compare does not time is said under the table: a draft's part, for each
@@ -108,7 +110,7 @@ def print_comparison(result: Comparison) -> None:
         table.add_row(label, *(cell(c) for c in result.columns))
     console = Console(soft_wrap=True)
     console.print(table)
-    for line in [*result.lines, *result.verdicts]:
+    for line in [*result.lines, *result.verdicts, *filter(None, [result.scope])]:
         console.print(line, markup=False)
 
 

@@ -43,7 +43,7 @@ from typing import Any
 from rdu_sim import human
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compare.column import Column, Comparison
-from rdu_sim.compare.why import column_lines, not_compared, verdicts
+from rdu_sim.compare.why import column_lines, not_compared, scope, verdicts
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
@@ -209,6 +209,7 @@ def compare(
         columns,
         tuple(lines),
         tuple(verdicts(columns)),
+        scope(columns),
     )
 
 
@@ -348,6 +349,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         draft=None if scenario.draft is None else scenario.draft.model.name,
         coe_experts=None if scenario.workload.coe is None else scenario.workload.coe.experts,
         kv_policy=scenario.workload.kv.policy,
+        paged_kv=scenario.stack.dynamic_batch,
         slot_tokens=scenario.kv_policy.slot_tokens(),
     )
     backend = EngineBackend()

@@ -58,6 +58,9 @@ class Column:
     label: str = ""  # what differs (``Variant.label``; the hardware's name when only it varies)
     settings: dict[str, Any] = field(default_factory=dict)  # what the variant sets
     kv_policy: str = ""
+    # the serving stack pages its KV cache (``StackConfig.dynamic_batch``): in a run its
+    # decode steps read each sequence's own context, not the one context timed here
+    paged_kv: bool = False
     slot_tokens: int | None = None  # the most tokens a slot's KV cache keeps
     bound: str | None = None  # what binds the decode step (``report.bound``)
     bound_s: float | None = None  # that resource's time in the step
@@ -91,14 +94,19 @@ class Comparison:
     columns: tuple[Column, ...]
     lines: tuple[str, ...] = ()  # per variant, what differs and what binds it (compare.why)
     verdicts: tuple[str, ...] = ()  # each variant against the first that fits
+    # what the verdicts compare (one decode step at one context) against a serving run
+    # (``why.scope``); "" when fewer than two variants fit
+    scope: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract of ``rdu-sim compare --json``: the columns, and in words what
-        differs and binds each (``lines``) and why one wins (``verdicts``)."""
+        differs and binds each (``lines``), why one wins (``verdicts``) and what those
+        compare (``scope``)."""
         return {
             "workload": self.workload,
             "model": self.model,
             "columns": [c.to_dict() for c in self.columns],
             "lines": list(self.lines),
             "verdicts": list(self.verdicts),
+            "scope": self.scope,
         }

@@ -32,6 +32,11 @@ DIFFERENT_REST = 0.15
 """When the steps' ratio is more than this far from their binding resource's times' ratio,
 the rest of the steps (what the resource does not explain) is named as what moved it."""
 
+MATERIAL_BOUNDARIES = 0.1
+"""From this share of either step, the kernels' boundaries (launch and sync, between the
+kernels: time the binding resource inside them does not take) are named in the verdict as
+an item of their own, with their time in each step."""
+
 
 def _demand(column: Column) -> str:
     """The binding resource's demand and rate in one device's decode step."""
@@ -269,6 +274,7 @@ def _step_why(a: Column, b: Column) -> str:
         f"its time on {resource} is {human.ratio(alone)} as long, {decides} the larger "
         "factor"
     )
+    boundaries = _boundaries(a, b)
     if abs(math.log(a.step_s / b.step_s / alone)) > math.log(1 + DIFFERENT_REST):
         bubbles = _bubbles(a, b)
         held = f" ({'; '.join(bubbles)})" if bubbles else ""
@@ -277,7 +283,37 @@ def _step_why(a: Column, b: Column) -> str:
             f"{human.percent(1 - shares[1])}), which {resource} does not explain{held}, "
             f"brings the steps to {human.ratio(a.step_s / b.step_s)}"
         )
+        if boundaries:
+            why += f"; of that rest, {boundaries}"
+    elif boundaries:
+        why += f"; beside it, {boundaries}"
     return why
+
+
+def _boundaries(a: Column, b: Column) -> str:
+    """The kernels' boundaries in words when they take a material share of either step
+    (:data:`MATERIAL_BOUNDARIES`) and neither is bound by them: ``kernel boundaries (launch
+    and sync) take 5.29 ms in both (805 kernel calls each; 31.7% vs 38.3% of their step)``,
+    from the steps' own resource times (``report.bound``); nothing otherwise."""
+    if "boundaries" in (a.bound, b.bound) or a.step_s is None or b.step_s is None:
+        return ""
+    times = (a.resource_s.get("boundaries", 0.0), b.resource_s.get("boundaries", 0.0))
+    shares = (times[0] / a.step_s, times[1] / b.step_s)
+    if max(shares) < MATERIAL_BOUNDARIES:
+        return ""
+    spans = [human.duration(t) for t in times]
+    took = f"{spans[0]} in both" if spans[0] == spans[1] else f"{spans[0]} vs {spans[1]}"
+    calls = ""
+    if a.kernel_calls is not None and b.kernel_calls is not None:
+        calls = (
+            f"{a.kernel_calls:,} kernel calls each; "
+            if a.kernel_calls == b.kernel_calls
+            else f"{a.kernel_calls:,} vs {b.kernel_calls:,} kernel calls; "
+        )
+    return (
+        f"{RESOURCES['boundaries']} take {took} ({calls}{human.percent(shares[0])} vs "
+        f"{human.percent(shares[1])} of their step)"
+    )
 
 
 def verdict(a: Column, b: Column) -> str:
@@ -307,6 +343,34 @@ def verdict(a: Column, b: Column) -> str:
         reasons.append(f"the system holds {_instances(a)} vs {_instances(b)}")
     reasons.append(_step_why(a, b))
     return f"{head}. Why: {'; '.join(reasons)}."
+
+
+def scope(columns: Sequence[Column]) -> str:
+    """What every verdict compares, in one line, when two variants or more fit: one decode
+    step each with every slot at one context (its bucket), which a serving run need not
+    match: there the batch fills and drains, and a stack with a paged KV cache (a GPU's)
+    reads each sequence's own context; ``rdu-sim run`` times that."""
+    fitting = [c for c in columns if c.fits and c.context is not None]
+    if len(fitting) < 2:
+        return ""
+    contexts = list(dict.fromkeys(f"{c.context:,}" for c in fitting))
+    held = (
+        f"one context ({contexts[0]} cached tokens)"
+        if len(contexts) == 1
+        else f"one context per variant ({' vs '.join(contexts)} cached tokens)"
+    )
+    paged = [c for c in fitting if c.paged_kv]
+    whose = (
+        "each variant's paged KV cache"
+        if len(paged) == len(fitting)
+        else f"the paged KV cache of {_labels(paged)}"
+    )
+    reads = f", and {whose} reads each sequence's own context" if paged else ""
+    return (
+        f"Each verdict compares one decode step with every slot at {held}: a serving run can "
+        f"differ, where the batch fills and drains and each context grows{reads} (rdu-sim "
+        "run times one)."
+    )
 
 
 def verdicts(columns: Sequence[Column]) -> list[str]:

@@ -416,21 +416,21 @@ def plan_memory(
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     act = activation_bytes(scenario, batch_slots, stage)
     kv = kv_bytes(scenario, batch_slots, stage)
+    gpu = scenario.hardware.kind == "gpu"
     if act + kv > hbm_cap:
-        capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
-        holds = batch_capacity(scenario, strict=False, stage=stage, system=system, runnable=False)
         hints = [
-            f"lower serving.batch_slots ({capacity_words(scenario, holds, capacity)})",
+            *_fewer_slots_hint(scenario, batch_slots, stage, system),
             *shrink_hints(scenario, kv=True, weights=False),
         ]
         weights = sum(w.bytes for w in draft_weights(scenario)) + sum(
             w.bytes for w in weight_inventory(scenario, stage=stage)
         )
+        where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
         raise CapacityError(
             f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) and activations "
             f"({human.size(act, 4)}), which must be in HBM, need {human.size(act + kv, 4)} of "
             f"HBM per {device_noun(scenario.hardware)}, more than its {human.size(hbm_cap, 4)} "
-            f"before the weights ({human.size(weights, 4)}, which may spill to DDR: "
+            f"before the weights ({human.size(weights, 4)}, {where}: "
             f"{human.size(weights + kv + act, 4)} in all); {_join(hints)}"
         )
     room = hbm_cap - act - kv
@@ -464,13 +464,21 @@ def plan_memory(
             in_ddr += weight.bytes - here
     if in_ddr > ddr_cap:
         total = in_hbm + in_ddr
+        beside = f"beside the KV cache of {batch_slots} slots and activations"
+        rest = (
+            f"{beside}, and a GPU has no DDR, so the other {human.size(in_ddr, 4)} do not fit"
+            if gpu
+            else f"{beside} and DDR {human.size(ddr_cap, 4)}, so "
+            f"{human.size(in_ddr - ddr_cap, 4)} do not fit"
+        )
+        hints = [
+            *_fewer_slots_hint(scenario, batch_slots, stage, system),
+            *shrink_hints(scenario, kv=False, weights=True, ddr=True),
+        ]
         raise CapacityError(
             f"{scenario.model.name} weights need {human.size(total, 4)} per "
-            f"{device_noun(scenario.hardware)} "
-            f"(tp={scenario.tp}, {scenario.weight_dtype}); HBM holds "
-            f"{human.size(in_hbm, 4)} of them beside the KV cache and activations and DDR "
-            f"{human.size(ddr_cap, 4)}, so {human.size(in_ddr - ddr_cap, 4)} do not fit: "
-            + _join(shrink_hints(scenario, kv=False, weights=True, ddr=True))
+            f"{device_noun(scenario.hardware)} (tp={scenario.tp}, {scenario.weight_dtype}); "
+            f"HBM holds {human.size(in_hbm, 4)} of them {rest}: {_join(hints)}"
         )
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=capacities["sram"]),
@@ -487,21 +495,43 @@ def plan_memory(
     )
 
 
+def _fewer_slots_hint(
+    scenario: Scenario,
+    batch_slots: int,
+    stage: PipelineStage | None,
+    system: SystemConfig | None,
+) -> list[str]:
+    """Lowering ``serving.batch_slots``, with how many fit (`capacity_words`), when fewer
+    slots than ``batch_slots`` fit beside the weights; nothing when not even one does (the
+    weights alone are too big: lowering the batch is no way out)."""
+    holds = batch_capacity(scenario, strict=False, stage=stage, system=system, runnable=False)
+    if not 0 < holds < batch_slots:
+        return []
+    capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
+    return [f"lower serving.batch_slots ({capacity_words(scenario, holds, capacity)})"]
+
+
 def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None = None) -> str:
     """What bounds the batch, in words, for a run's report and the capacity error alike:
     ``holds`` slots fit in memory beside the weights (`batch_capacity` with
-    ``runnable=False``), ``runs`` of them the serving stack runs (`batch_capacity`, what
-    ``auto`` picks) and why (`StackConfig.batch_limit`: memory, its ``max_batch_slots`` or
-    its ``batch_programs``; SRAM never bounds it, a kernel's tiles are cut to fit). With
-    ``slots``, an explicit ``serving.batch_slots``: that it was set, and, when the stack has
-    no program of that batch, that it runs as if one were compiled for it."""
+    ``runnable=False``: within the stack's ``kv_memory_fraction`` of what they leave, when it
+    has one), ``runs`` of them the serving stack runs (`batch_capacity`, what ``auto``
+    picks) and why (`StackConfig.batch_limit`: memory, its ``max_batch_slots`` or its
+    ``batch_programs``; SRAM never bounds it, a kernel's tiles are cut to fit). With
+    ``slots``, an explicit ``serving.batch_slots``: that it was set; beyond ``holds``,
+    where the extra slots' KV cache is (`_beyond_words`); and beyond what the stack runs,
+    that it runs them as if the stack did (`_unrunnable_words`)."""
     stack = scenario.stack
     explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
     picks = "'auto' would pick" if explicit else "'auto' picks"
+    share = stack.kv_memory_fraction
+    beside = "beside the weights" + (
+        "" if share is None else f" in the stack's KV share (kv_memory_fraction {share:g})"
+    )
     if not holds:
-        fit = "not even one fits beside the weights"
+        fit = f"not even one fits {beside}"
     elif holds == runs:
-        fit = f"at most {holds} fit beside the weights; {picks} that"
+        fit = f"at most {holds} fit {beside}; {picks} that"
     else:
         limit = stack.batch_limit(holds)
         why = (
@@ -510,18 +540,55 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
             else f"batch_programs: {stack.batch_programs}"
         )
         fit = (
-            f"at most {holds} fit beside the weights; {picks} {runs}, the most of them the "
-            f"stack runs (its {why})"
+            f"at most {holds} fit {beside}; {picks} {runs}, the most of them the stack runs "
+            f"(its {why})"
         )
     if not explicit or slots is None:
         return fit
-    words = f"serving.batch_slots sets {slots}; {fit}"
-    if not stack.has_program(slots):
-        words += (
-            f"; the stack has no {slots}-slot program, so it runs {slots} as if one were "
-            "compiled for it"
+    return (
+        f"serving.batch_slots sets {slots}; {fit}"
+        f"{_beyond_words(scenario, holds, slots)}{_unrunnable_words(scenario, slots)}"
+    )
+
+
+def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:
+    """Where the KV cache of an explicit batch's ``slots`` beyond the ``holds`` that fit
+    beside the weights is, for a batch `plan_memory` placed (one that does not fit is a
+    CapacityError): outside the stack's ``kv_memory_fraction`` of HBM, when it keeps one
+    (a GPU's whole batch is then in HBM: it has no DDR for weights); on SN40L in HBM the
+    weights would have had, which the steps read from DDR instead (the run's warning says
+    how much)."""
+    if slots <= holds or not holds:
+        return ""
+    beyond = f"; the KV cache of the {human.count(slots - holds, 'slot')} beyond them takes"
+    share = scenario.stack.kv_memory_fraction
+    spills = "HBM the weights would have had, which the steps read from DDR instead"
+    if share is None:
+        return f"{beyond} {spills}" if scenario.hardware.kind != "gpu" else ""
+    outside = "HBM outside that share"
+    return (
+        f"{beyond} {outside}"
+        if scenario.hardware.kind == "gpu"
+        else f"{beyond} {outside} or {spills}"
+    )
+
+
+def _unrunnable_words(scenario: Scenario, slots: int) -> str:
+    """For an explicit batch the stack does not run (`StackConfig.has_program`), why and
+    that it runs as if it did: above its ``max_batch_slots``, or no program of that batch
+    (``batch_programs``; docs/serving.md, "Slots": a what-if)."""
+    stack = scenario.stack
+    if stack.has_program(slots):
+        return ""
+    if stack.batch_limit(slots) == "max_batch_slots":
+        return (
+            f"; the stack batches at most {stack.max_batch_slots} (its max_batch_slots), so "
+            f"it runs {slots} as if its max_batch_slots were {slots}"
         )
-    return words
+    return (
+        f"; the stack has no {slots}-slot program, so it runs {slots} as if one were compiled "
+        "for it"
+    )
 
 
 def hbm_fractions(placement: Placement) -> dict[str, float]:

@@ -7,7 +7,7 @@ fix (unknown keys get a "did you mean" from the valid names).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -206,13 +206,20 @@ def _range_message(
     return message
 
 
+def did_you_mean(name: str, valid: Sequence[str]) -> str:
+    """``; did you mean 'hbm_bandwidth'?`` for a ``name`` close to one of ``valid`` (the
+    closest by difflib's ratio), else "": the hint an unknown field's message gives, and an
+    unknown shipped file's name (``--set stack=trtllm``)."""
+    import difflib  # here: only an unknown name needs it
+
+    close = difflib.get_close_matches(name, list(valid), n=1) if valid else []
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def unknown_field_message(name: str, valid: list[str]) -> str:
     """What an unknown field is told: ``unknown field 'hbm_bandwith'; did you mean
     'hbm_bandwidth'? Valid fields here: ...`` (``valid``: the names at its place)."""
-    import difflib  # here: only an unknown field needs it
-
-    close = difflib.get_close_matches(name, valid, n=1) if valid else []
-    hint = f"; did you mean {close[0]!r}?" if close else "."
+    hint = did_you_mean(name, valid) or "."
     listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
     return f"unknown field {shown(name)}{hint}{listing}"
 

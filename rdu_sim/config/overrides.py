@@ -173,15 +173,25 @@ def overridden(
 
 
 def in_context(
-    exc: ConfigError, context: ConfigIssue, file: str, overrides: Mapping[str, Any]
+    exc: ConfigError,
+    named: ConfigIssue,
+    file: str,
+    overrides: Mapping[str, Any],
+    set_by: str = "",
 ) -> ConfigError:
-    """``exc``, the issues of a file another includes (a hardware or stack ``file``), after
-    ``context``, the including file's line naming it (``hardware file ... is not valid:``);
-    without it when every issue is at a field an override set (``override_for``): the file
-    is then not at fault, and each issue's note names the override (:func:`overridden`)."""
+    """``exc``, the issues of a file another includes (a hardware or stack ``file``), each
+    ending with where the including file names it (``named``: its file, field and line):
+    ``(the hardware of w.yaml:3)``, or, when an override set that field (``set_by``, its
+    :func:`override_note`), ``(the hardware of w.yaml, from --set hardware)``; so each issue
+    is one whole line naming the file, the field and the problem. Unchanged when every issue
+    is at a field an override of the included file set (``override_for``): the file is then
+    not at fault, and each issue's note names the override (:func:`overridden`)."""
     if exc.issues and all(
         issue.file == file and override_for(issue.field, overrides) is not None
         for issue in exc.issues
     ):
         return exc
-    return ConfigError([context, *exc.issues])
+    where = named.file if set_by or named.line is None else f"{named.file}:{named.line}"
+    how = f", {set_by.removeprefix('(').removesuffix(')')}" if set_by else ""
+    said = f" (the {named.field} of {where}{how})"
+    return ConfigError([dataclasses.replace(i, message=i.message + said) for i in exc.issues])

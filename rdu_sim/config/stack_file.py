@@ -10,7 +10,7 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.extends import read_extending
-from rdu_sim.config.loader import LineMap, validate
+from rdu_sim.config.loader import LineMap, did_you_mean, validate
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
 from rdu_sim.config.yaml_io import file_problem
 
@@ -39,24 +39,33 @@ def stack_path(text: str, config_file: str | Path) -> Path | None:
 def stack_data(path: Path | None) -> tuple[dict[str, Any], LineMap, str]:
     """The data, lines and file name of a stack (the built-in ``none`` when ``path`` is
     None); a ConfigError naming the file when it cannot be read or is not a mapping."""
-    from rdu_sim.config import shipped
-
     if path is None:
         return NO_STACK.model_dump(mode="json"), {}, NONE
-    problem = file_problem(path)
+    problem = missing_stack(path)
     if problem is not None:
-        raise ConfigError.single(
-            str(path),
-            "",
-            f"{problem} (a path is relative to the file naming it; a bare name is a shipped "
-            f"stack: {', '.join(shipped.names('stack'))}, or 'none'"
-            f"{shipped.shadowed(path, ('stack',))})",
-        )
+        raise ConfigError.single(str(path), "", problem)
     data, lines = read_stack(path)
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError.single(str(path), "", f"expected a stack's fields, got {kind}")
     return dict(data), lines, str(path)
+
+
+def missing_stack(path: Path) -> str | None:
+    """Why the stack file at ``path`` cannot be read (not found, a folder, ...: the
+    loader's ``file_problem``), with the shipped stack its name is close to (``did you mean
+    'tensorrt-llm'?``) and every shipped name; None when it can be read."""
+    from rdu_sim.config import shipped
+
+    problem = file_problem(path)
+    if problem is None:
+        return None
+    known = shipped.names("stack")
+    meant = did_you_mean(path.name.removesuffix(".yaml"), [*known, NONE])
+    return (
+        f"{problem}{meant} (a path is relative to the file naming it; a bare name is a "
+        f"shipped stack: {', '.join(known)}, or 'none'{shipped.shadowed(path, ('stack',))})"
+    )
 
 
 def runs_on_problem(stack: StackConfig, kind: str) -> str | None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.yaml_io import LineMap
 
 if TYPE_CHECKING:
     from rdu_sim.report.summary import RunSummary
@@ -175,16 +176,23 @@ class MeasuredPoint:
     def _build(self, data: dict[str, Any], overrides: Sequence[str]) -> Scenario:
         from rdu_sim.scenario import build_scenario
 
+        _, _, line = self.source.rpartition(":")
+        # the row's line for the files it names: a fault inside one ends '(the stack of
+        # FILE:LINE)' (``config.overrides.in_context``)
+        lines: LineMap = {(k,): int(line) for k in ("hardware", "stack")} if line.isdigit() else {}
         try:
             return build_scenario(
-                data, workload_file=self.file, overrides=[*overrides, *self.settings]
+                data,
+                workload_file=self.file,
+                lines=lines,
+                overrides=[*overrides, *self.settings],
             )
         except ConfigError as exc:
             raise self.row_error(exc) from None
 
     def row_error(self, exc: ConfigError) -> ConfigError:
         """``exc`` (of this point's workload or run) as one issue of its row: a fault in a
-        file the row names is told on one line, after the row's."""
+        file the row names is told on one line, in that file, ending with the row's line."""
         first, *rest = (self._row_issue(issue) for issue in exc.issues)
         if rest:
             more = "; ".join(str(issue) for issue in rest)
