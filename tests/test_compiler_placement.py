@@ -363,3 +363,45 @@ def test_weights_spill_lowest_bandwidth_need_first() -> None:
     assert stages[("decoder_moe", "moe.experts_down")].reads.get("ddr", 0) > 0
     assert stages[("decoder_moe", "attn.q_b_proj")].reads.get("ddr", 0) == 0
     assert program.bytes_by_tier()["ddr"] > 0
+
+
+def test_a_share_of_all_memory_bounds_the_kv_cache_with_the_weights_inside_it() -> None:
+    """vLLM's gpu_memory_utilization (the stack's memory_utilization, 0.9): weights,
+    activations and KV cache together within 90% of HBM, against TensorRT-LLM's
+    free_gpu_memory_fraction (kv_memory_fraction, 0.9): 90% of what the weights and
+    activations leave. The batch capacity is the largest batch whose KV fits each rule."""
+    from rdu_sim.compiler.placement import activation_bytes, batch_capacity, kv_bytes
+
+    def capacity(stack: str) -> tuple[int, int, Scenario]:
+        scenario = load_scenario(
+            "workloads/llama3.1-8b-1socket.yaml", overrides={"hardware": "dgx-h100", "stack": stack}
+        )
+        return batch_capacity(scenario), scenario.hardware.hbm.capacity, scenario
+
+    vllm, hbm, scenario = capacity("vllm-2024")
+    trt, _, trt_scenario = capacity("tensorrt-llm")
+    weights = plan_memory(scenario, 1).tiers["hbm"].used_bytes - kv_bytes(scenario, 1)
+    weights -= activation_bytes(scenario, 1)
+
+    def room(slots: int, share_of_all: bool) -> float:
+        act = activation_bytes(scenario, slots)
+        return 0.9 * hbm - weights - act if share_of_all else 0.9 * (hbm - weights - act)
+
+    for slots, share_of_all in ((vllm, True), (trt, False)):
+        assert kv_bytes(scenario, slots) <= room(slots, share_of_all)
+        assert kv_bytes(scenario, slots + 1) > room(slots + 1, share_of_all)
+    assert vllm < trt  # 10% of all memory is more than 10% of what the weights leave
+    assert "memory_utilization 0.9" in capacity_words(scenario, vllm, vllm)
+    assert "kv_memory_fraction 0.9" in capacity_words(trt_scenario, trt, trt)
+
+
+def test_two_bounds_on_the_kv_cache_are_refused() -> None:
+    from rdu_sim.config.stack import StackConfig
+
+    with pytest.raises(ValueError, match="set one"):
+        StackConfig.model_validate(
+            {"name": "x", "runs_on": "gpu", "kv_memory_fraction": 0.9, "memory_utilization": 0.9}
+        )
+    stack = StackConfig.model_validate({"name": "x", "runs_on": "gpu", "memory_utilization": 0.5})
+    assert stack.kv_room(100.0, 30.0, 5.0) == 15.0
+    assert stack.model_copy(update={"memory_utilization": None}).kv_room(100.0, 30.0, 5.0) == 65.0

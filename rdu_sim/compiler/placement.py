@@ -514,9 +514,9 @@ def _fewer_slots_hint(
 def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None = None) -> str:
     """What bounds the batch, in words, for a run's report and the capacity error alike:
     ``holds`` slots fit in memory beside the weights (`batch_capacity` with
-    ``runnable=False``: within the stack's ``kv_memory_fraction`` of what they leave, when it
-    has one), ``runs`` of them the serving stack runs (`batch_capacity`, what ``auto``
-    picks) and why (`StackConfig.batch_limit`: memory, its ``max_batch_slots`` or its
+    ``runnable=False``: within the room the stack gives its KV cache,
+    ``StackConfig.kv_room``), ``runs`` of them the serving stack runs (`batch_capacity`,
+    what ``auto`` picks) and why (`StackConfig.batch_limit`: memory, its ``max_batch_slots`` or its
     ``batch_programs``; SRAM never bounds it, a kernel's tiles are cut to fit). With
     ``slots``, an explicit ``serving.batch_slots``: that it was set; beyond ``holds``,
     where the extra slots' KV cache is (`_beyond_words`); and beyond what the stack runs,
@@ -524,10 +524,7 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
     stack = scenario.stack
     explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
     picks = "'auto' would pick" if explicit else "'auto' picks"
-    share = stack.kv_memory_fraction
-    beside = "beside the weights" + (
-        "" if share is None else f" in the stack's KV share (kv_memory_fraction {share:g})"
-    )
+    beside = "beside the weights" + stack.kv_share_words()
     if not holds:
         fit = f"not even one fits {beside}"
     elif holds == runs:
@@ -554,16 +551,15 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
 def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:
     """Where the KV cache of an explicit batch's ``slots`` beyond the ``holds`` that fit
     beside the weights is, for a batch `plan_memory` placed (one that does not fit is a
-    CapacityError): outside the stack's ``kv_memory_fraction`` of HBM, when it keeps one
+    CapacityError): outside the stack's share of HBM (``StackConfig.kv_room``), when it keeps one
     (a GPU's whole batch is then in HBM: it has no DDR for weights); on SN40L in HBM the
     weights would have had, which the steps read from DDR instead (the run's warning says
     how much)."""
     if slots <= holds or not holds:
         return ""
     beyond = f"; the KV cache of the {human.count(slots - holds, 'slot')} beyond them takes"
-    share = scenario.stack.kv_memory_fraction
     spills = "HBM the weights would have had, which the steps read from DDR instead"
-    if share is None:
+    if not scenario.stack.kv_share_words():
         return f"{beyond} {spills}" if scenario.hardware.kind != "gpu" else ""
     outside = "HBM outside that share"
     return (
@@ -618,11 +614,12 @@ def _pinned_weights(
 
 def _fits(scenario: Scenario, slots: int, weights: int, stage: PipelineStage | None = None) -> bool:
     """Whether the KV cache of ``slots`` slots (of a pipeline ``stage``'s layers) fits in the
-    serving stack's share (``kv_memory_fraction``) of the HBM ``weights`` and the
-    activations leave."""
-    fraction = scenario.stack.kv_memory_fraction
-    free = scenario.hardware.hbm.capacity - weights - activation_bytes(scenario, slots, stage)
-    return kv_bytes(scenario, slots, stage) <= (1.0 if fraction is None else fraction) * free
+    room the serving stack gives it (``StackConfig.kv_room``) beside ``weights`` and the
+    activations in HBM."""
+    room = scenario.stack.kv_room(
+        scenario.hardware.hbm.capacity, weights, activation_bytes(scenario, slots, stage)
+    )
+    return kv_bytes(scenario, slots, stage) <= room
 
 
 def _replicates(
@@ -664,8 +661,8 @@ def batch_capacity(
     runnable: bool = True,
 ) -> int:
     """Most slots whose KV cache and activations fit in HBM beside the weights it pins (on a
-    pipeline ``stage``'s sockets: its layers'), of which the serving stack gives its KV cache
-    ``kv_memory_fraction`` of what is left, and of those the most the stack runs (at most its
+    pipeline ``stage``'s sockets: its layers'), within the room the serving stack gives its KV
+    cache (``StackConfig.kv_room``), and of those the most the stack runs (at most its
     ``max_batch_slots``, a batch it has a program for: ``batch_programs``; ``runnable=False``:
     what memory holds, the most an explicit ``serving.batch_slots`` can run without spilling).
     Under the MLA sequence_split layout: the most beside MLA's query weights whole when the

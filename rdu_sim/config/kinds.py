@@ -29,6 +29,7 @@ STACK_KEYS = frozenset(
         "decode_program",
         "decode_attention_split",
         "kv_memory_fraction",
+        "memory_utilization",
     }
 )
 CALIBRATION_KEYS = frozenset({"fit"})  # a calibration spec (rdu_sim.validate.calibration_spec)

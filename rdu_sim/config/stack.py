@@ -13,10 +13,11 @@ prefill step. A stack's values are fitted on that stack's measurements only
 """
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
+from rdu_sim import human
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.units import ShortSeconds
 from rdu_sim.shapes import DecodeRows
@@ -249,6 +250,47 @@ class StackConfig(StrictModel):
         "the runtime gives its KV cache (TensorRT-LLM's free_gpu_memory_fraction); none: "
         "all of it",
     )
+    memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="the share of device memory the runtime uses in all, its weights, "
+        "activations and KV cache together, the KV cache taking what the others leave of it "
+        "(vLLM's gpu_memory_utilization); none: all of it. Not with kv_memory_fraction",
+    )
+
+    @model_validator(mode="after")
+    def _one_memory_share(self) -> Self:
+        if self.kv_memory_fraction is not None and self.memory_utilization is not None:
+            raise ValueError(
+                "kv_memory_fraction (a share of the memory the weights and activations "
+                "leave) and memory_utilization (a share of all of it) both bound the KV "
+                "cache; set one"
+            )
+        return self
+
+    def kv_room(self, memory: float, weights: float, activations: float) -> float:
+        """Bytes of ``memory`` the runtime gives its KV cache beside ``weights`` and
+        ``activations`` (the one rule of ``kv_memory_fraction`` and ``memory_utilization``)."""
+        if self.memory_utilization is not None:
+            return self.memory_utilization * memory - weights - activations
+        free = memory - weights - activations
+        return free if self.kv_memory_fraction is None else self.kv_memory_fraction * free
+
+    def kv_share_words(self) -> str:
+        """The KV cache's share in words, for capacity texts: '' when it has all the memory
+        left, else which setting bounds it."""
+        if self.memory_utilization is not None:
+            return (
+                " within the stack's share of memory (memory_utilization "
+                f"{human.number(self.memory_utilization)})"
+            )
+        if self.kv_memory_fraction is not None:
+            return (
+                " in the stack's KV share (kv_memory_fraction "
+                f"{human.number(self.kv_memory_fraction)})"
+            )
+        return ""
 
     def runnable_batch(self, fits: int) -> int:
         """The largest batch this stack runs when ``fits`` slots fit in memory: at most
