@@ -206,13 +206,20 @@ def _range_message(
     return message
 
 
+def close_name(name: str, valid: list[str]) -> str | None:
+    """The valid name closest to a misspelt ``name`` (difflib's nearest), or None: the
+    "did you mean" of an unknown field, and of a config.json key no model type reads."""
+    import difflib  # here: only an unknown name needs it
+
+    close = difflib.get_close_matches(name, valid, n=1) if valid else []
+    return close[0] if close else None
+
+
 def unknown_field_message(name: str, valid: list[str]) -> str:
     """What an unknown field is told: ``unknown field 'hbm_bandwith'; did you mean
     'hbm_bandwidth'? Valid fields here: ...`` (``valid``: the names at its place)."""
-    import difflib  # here: only an unknown field needs it
-
-    close = difflib.get_close_matches(name, valid, n=1) if valid else []
-    hint = f"; did you mean {close[0]!r}?" if close else "."
+    close = close_name(name, valid)
+    hint = f"; did you mean {close!r}?" if close is not None else "."
     listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
     return f"unknown field {shown(name)}{hint}{listing}"
 
