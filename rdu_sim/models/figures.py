@@ -212,6 +212,14 @@ def kv_bytes_per_token(arch: Architecture, dtype_bytes: float) -> int:
     return round(arch.layers * kv_values_per_token_per_layer(arch) * dtype_bytes)
 
 
+def kv_bytes_per_token_past_windows(arch: Architecture, dtype_bytes: float) -> int:
+    """KV-cache bytes each further token adds once a sequence is longer than every sliding
+    window: the full-attention layers' alone, a sliding layer's ring staying W - 1 tokens
+    (`layers.window_tokens`); `kv_bytes_per_token` for a model without windows."""
+    full = sum(1 for kind in layer_kinds(arch) if kind.window is None)
+    return round(full * kv_values_per_token_per_layer(arch) * dtype_bytes)
+
+
 def kv_bytes(arch: Architecture, tokens: int, dtype_bytes: float) -> int:
     """KV-cache bytes of one sequence of `tokens` tokens, all layers: a sliding-window layer
     holds only its ring (`layers.window_tokens`)."""
@@ -285,7 +293,9 @@ class ModelFigures:
     params_total: int
     params_active: int
     params_active_without_embedding: int
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int  # while the token is inside every sliding window
+    kv_bytes_per_token_past_windows: int  # a further token's once past every window
+    longest_window: int | None  # the widest sliding window, in tokens (None: no window)
     kv_bytes_per_sequence: int  # one max_context sequence, sliding windows applied
     max_context: int
     weight_bytes: int
@@ -319,6 +329,8 @@ def model_figures(
         params_active=params_active(arch),
         params_active_without_embedding=params_active_without_embedding(arch),
         kv_bytes_per_token=kv_bytes_per_token(arch, kv_dtype_bytes),
+        kv_bytes_per_token_past_windows=kv_bytes_per_token_past_windows(arch, kv_dtype_bytes),
+        longest_window=max((k.window for k in kinds if k.window is not None), default=None),
         kv_bytes_per_sequence=kv_bytes(arch, arch.max_context, kv_dtype_bytes),
         max_context=arch.max_context,
         weight_bytes=weight_bytes(arch, weight_dtype_bytes, expert_dtype_bytes),
