@@ -68,7 +68,7 @@ def test_deepseek_prefill_repeats_work_on_every_socket() -> None:
         sixteen["flops_fraction"] * share16, rel=1e-12
     )
     line = _line(text, "matrix FLOPs")
-    assert "work repeated on several sockets included" in line
+    assert "work repeated on several sockets (what TP does not split" in line
     assert f"({share16 * 100:.1f}%)" in line
     assert sixteen["step_s"] == api.step(DEEPSEEK, phase="prefill", tokens=1024).step_s
 
@@ -118,3 +118,30 @@ def test_inspect_graph_says_the_same() -> None:
     assert graph["experts"] == data["experts"]
     assert graph["totals"]["model_flops"] == data["model_flops"]
     assert api.inspect_graph(LLAMA8, batch=4)["experts"] is None
+
+
+def test_whole_experts_say_a_device_streams_its_own() -> None:
+    """Qwen3-235B's experts whole over the 16 sockets (8 each): the layer-wide count stands,
+    and the line says a device streams its own among them; a socket's FLOPs then hold the
+    busiest socket's extra share too."""
+    data, text = _step(QWEN, "--batch", "4", "--set", "parallelism.moe_experts=expert")
+    assert data["experts"]["whole_over_devices"] == 16
+    line = _line(text, "routed experts")
+    assert "streams 29.12 of its 128 experts" in line
+    assert line.endswith(
+        "whole experts over 16 devices, 8 each: a device streams its own among them"
+    )
+    assert "the busiest device's extra share of whole experts" in _line(text, "matrix FLOPs")
+
+
+def test_experts_paced_by_the_busiest_device_say_its_reads() -> None:
+    """DeepSeek-V3 over 72 H100s, every rank's tokens exchanged all-to-all: one rank's rows
+    do not say what a layer streams, so no ``experts``; the line gives the busiest device's
+    reads and pairs from ``expert_balance``."""
+    ep72 = str(WORKLOADS / "ep" / "deepseek-v3-h100-ep72-decode.yaml")
+    data, text = _step(ep72)
+    assert "experts" not in data
+    balance = data["expert_balance"]
+    line = _line(text, "routed experts (whole, paced by the busiest device)")
+    assert f"it reads {balance['busiest_experts_read']:,.2f} experts a MoE layer" in line
+    assert f"({balance['imbalance']:.2f}x; expert_balance)" in line

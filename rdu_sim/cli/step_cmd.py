@@ -20,24 +20,25 @@ the PMU SRAM it holds), sram_bytes (the peak), ...) plus ``model_flops`` (the mo
 matrix FLOPs of the step, each product once, over its tp sockets) and
 ``model_flops_fraction`` (model FLOP/s utilisation: model_flops / tp over the step's time
 and a socket's peak; ``compiler.step_work``), for a MoE model ``experts`` (what a MoE layer
-streams: ``routed_experts``, ``experts_per_token``, ``loading`` and per routing its
-``tokens``, ``expected_distinct`` experts of uniform routing and experts or slots
-``streamed``; the console's ``routed experts`` line), the workload, model and hardware
-names, ``layout`` (the parallel degrees by their ``parallelism.*`` names: tp, dp_attention,
-ep, pp, micro_batches) and ``batch_of`` (``attention_rank`` under data-parallel attention,
-where the step is one rank's and ``batch`` that rank's; else ``replica``), ``memory`` (the
-memory plan the step runs on: ``plan_slots``, the workload's batch slots or the step's batch
-when larger, as a served step of that batch runs; ``weights_hbm_bytes`` and
-``weights_ddr_bytes`` where its weights live, which the console says on a ``weights`` line
-when any are in DDR), ``bound`` (``report.bound``: each resource's time alone as ``NAME_s``,
-the largest as ``resource``, ``host_hidden_s`` the overlapped host time the device hid,
-``unaccounted_s`` the step's time no resource explains), and with pipeline stages
-``pipeline`` (stages, micro_batches, stage_s, bubble, hand_offs: each boundary's send,
-``engine.pipeline.HandOff``; the console says them on a ``pipeline`` and a ``hand-offs``
-line), and for a MoE step under static expert loading ``expert_schedule`` (``gather`` or
-``all``, the compiler's choice: ``compiler.expert_schedule``; the console's ``routed
-experts`` line). A step over the event budget exits 2 naming ``engine.tiles_per_stage`` and
-``engine.max_events``.
+streams: ``routed_experts``, ``experts_per_token``, ``loading``, ``whole_over_devices`` and
+per routing its ``tokens``, ``expected_distinct`` experts of uniform routing and experts or
+slots ``streamed``; absent for whole experts paced by their busiest device, whose
+``expert_balance`` says theirs; the console's ``routed experts`` line), the workload, model
+and hardware names, ``layout`` (the parallel degrees by their ``parallelism.*`` names: tp,
+dp_attention, ep, pp, micro_batches) and ``batch_of`` (``attention_rank`` under
+data-parallel attention, where the step is one rank's and ``batch`` that rank's; else
+``replica``), ``memory`` (the memory plan the step runs on: ``plan_slots``, the workload's
+batch slots or the step's batch when larger, as a served step of that batch runs;
+``weights_hbm_bytes`` and ``weights_ddr_bytes`` where its weights live, which the console
+says on a ``weights`` line when any are in DDR), ``bound`` (``report.bound``: each
+resource's time alone as ``NAME_s``, the largest as ``resource``, ``host_hidden_s`` the
+overlapped host time the device hid, ``unaccounted_s`` the step's time no resource
+explains), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s, bubble,
+hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console says them on a
+``pipeline`` and a ``hand-offs`` line), and for a MoE step under static expert loading
+``expert_schedule`` (``gather`` or ``all``, the compiler's choice:
+``compiler.expert_schedule``; the console's ``routed experts`` line). A step over the event
+budget exits 2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
 
 from __future__ import annotations
@@ -170,6 +171,17 @@ def _weights_line(data: dict[str, Any], workload_slots: int) -> str | None:
     )
 
 
+def balance_words(balance: dict[str, float]) -> str:
+    """What whole experts paced by their busiest device stream (``expert_balance``,
+    ``compiler.expert_load``): that device's experts read and token-expert pairs."""
+    return (
+        f"routed experts (whole, paced by the busiest device): it reads "
+        f"{balance['busiest_experts_read']:,.2f} experts a MoE layer, "
+        f"{balance['busiest_pairs']:,.1f} token-expert pairs against a mean of "
+        f"{balance['mean_pairs']:,.1f} ({balance['imbalance']:.2f}x; expert_balance)"
+    )
+
+
 def flops_words(data: dict[str, Any]) -> str:
     """The step's matrix FLOPs a socket beside the model's own share of them (``flops`` and
     ``model_flops`` / tp): the difference is work repeated on several sockets, operators TP
@@ -181,11 +193,19 @@ def flops_words(data: dict[str, Any]) -> str:
             f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, all its share of the model's "
             f"(no work repeated on every socket); {mfu}"
         )
+    reasons = []
+    if data["tp"] > 1:
+        reasons.append(
+            "work repeated on several sockets (what TP does not split: the MoE router, MLA's "
+            "q_a_proj and kv_a_proj, K/V heads fewer than the sockets; docs/architecture.md)"
+        )
+    if data["layout"]["ep"] > 1:
+        reasons.append("the busiest device's extra share of whole experts")
+    reasons = reasons or ["work beyond its share"]
     return (
-        f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, work repeated on several sockets "
-        "included (what TP does not split: the MoE router, MLA's q_a_proj and kv_a_proj, "
-        f"K/V heads fewer than the sockets; docs/architecture.md); its share of the model's "
-        f"own {human.si(own, 'FLOP')} ({human.percent(own / flops)}); {mfu}"
+        f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, {' and '.join(reasons)} included; "
+        f"its share of the model's own {human.si(own, 'FLOP')} ({human.percent(own / flops)}); "
+        f"{mfu}"
     )
 
 
@@ -240,6 +260,8 @@ def _print_tables(
     console.print(flops_words(data))
     if experts is not None:
         console.print(experts)
+    elif data.get("expert_balance"):
+        console.print(balance_words(data["expert_balance"]))
     if data.get("pipeline"):
         console.print(_pipeline_line(data))
         hand_offs = _hand_offs_line(data["pipeline"])

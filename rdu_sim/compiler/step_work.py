@@ -15,7 +15,11 @@
   uniform routing, E (1 - (1 - k/E)^tokens); under static loading the worst case of slots
   gathered after the router, min(E, tokens x k), or every expert (the compiler's choice,
   ``Program.expert_schedule``). ``expert_streams`` says it per routing of a layer: one per
-  micro-batch.
+  micro-batch. With whole experts over ``ep`` devices (expert parallelism) a device streams
+  those of its own among them. Whole experts paced by their busiest device under an expert
+  load model (an all-to-all exchange of every rank's tokens, or the workload's ``experts``)
+  stream what that model says instead (``Program.expert_balance``, the step JSON's
+  ``expert_balance``): no layer-wide count from one rank's tokens is given then.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class ExpertStreams:
     routed_experts: int  # E
     experts_per_token: int  # k
     loading: str  # "routed", "static" (the gather of min(E, tokens x k) slots) or "all"
+    devices: int  # devices the experts are whole over (expert parallelism); 1: sliced
     tokens: tuple[int, ...]  # the tokens of each routing of the layer in the step
     expected_distinct: tuple[float, ...]  # E (1 - (1 - k/E)^tokens) of each
     streamed: tuple[float, ...]  # experts (or static slots) streamed, each
@@ -74,6 +79,7 @@ class ExpertStreams:
             "routed_experts": self.routed_experts,
             "experts_per_token": self.experts_per_token,
             "loading": self.loading,
+            "whole_over_devices": self.devices,
             "routings": [
                 {"tokens": t, "count": n, "expected_distinct": d, "streamed": s}
                 for (t, d, s), n in groups.items()
@@ -81,7 +87,17 @@ class ExpertStreams:
         }
 
     def words(self) -> str:
-        """The console's line: what each MoE layer streams and why."""
+        """The console's line: what each MoE layer streams and why (and, with whole experts,
+        that a device streams its own among them)."""
+        whole = (
+            f"; whole experts over {self.devices} devices, {self.routed_experts // self.devices:,}"
+            " each: a device streams its own among them"
+            if self.devices > 1
+            else ""
+        )
+        return self._layer_words() + whole
+
+    def _layer_words(self) -> str:
         e, k = self.routed_experts, self.experts_per_token
         many = len(self.tokens) > 1
         tokens = ", ".join(f"{t:,}" for t in sorted(set(self.tokens)))
@@ -117,10 +133,13 @@ def _experts(values: tuple[float, ...]) -> str:
 
 def expert_streams(scenario: Scenario, program: Program) -> ExpertStreams | None:
     """What each MoE layer of the step streams (module docstring); None for a model
-    without MoE layers."""
+    without MoE layers, or whole experts paced by an expert load model."""
     arch = scenario.model
     if isinstance(arch, LlamaArchitecture) or arch.moe_layers == 0:
         return None
+    inner = (program, *program.micro_batches, *program.pipeline)
+    if any(p.expert_balance is not None for p in inner):
+        return None  # paced by an expert load model (module docstring)
     e, k = arch.routed_experts, arch.experts_per_token
     every = program.expert_schedule == "all"
     loading = "all" if every else scenario.workload.moe_expert_loading
@@ -129,6 +148,7 @@ def expert_streams(scenario: Scenario, program: Program) -> ExpertStreams | None
         routed_experts=e,
         experts_per_token=k,
         loading=loading,
+        devices=scenario.workload.parallelism.expert_ways,
         tokens=tokens,
         expected_distinct=tuple(expected_distinct_experts(t, e, k) for t in tokens),
         streamed=tuple(experts_loaded(t, e, k, loading) for t in tokens),
