@@ -194,6 +194,8 @@ def test_a_bad_key_is_named_once_not_again_through_the_defaults_it_feeds(tmp_pat
         data.pop(derived, None)
     issues = _issues(_write(tmp_path, data))
     assert issues == ["num_attention_heads: Input should be greater than or equal to 1"], issues
+    issues = _issues(_write(tmp_path, data | {"num_attention_heads": "x"}))
+    assert issues == ["num_attention_heads: must be an integer, got 'x'"], issues
 
 
 def test_errors_carry_the_line(tmp_path: Path) -> None:

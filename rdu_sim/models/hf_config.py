@@ -361,7 +361,10 @@ class _Reader:
         return self.text.count("\n", 0, position) + 1
 
     def fail(self, key: str, message: str) -> None:
-        self.issues.append(ConfigIssue(self.file, self.prefix + key, message, self.line(key)))
+        """Record an issue, once (a key a default derives from is read again for it)."""
+        issue = ConfigIssue(self.file, self.prefix + key, message, self.line(key))
+        if issue not in self.issues:
+            self.issues.append(issue)
 
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError([ConfigIssue(self.file, self.prefix + key, message, self.line(key))])
