@@ -15,7 +15,7 @@ A workload's ``speculation`` section (``config.workload.SpeculationConfig``) mak
   read (a static graph covers the worst case);
 - a shared draft (``placement: shared``) lives in the target's memory plan and runs on its
   sockets; a separate one has its own (``shared_draft``); a draft that shares the target's
-  embedding table and LM head holds neither again (``shared_kernels``);
+  embedding table and LM head holds neither again (``shared_weights``);
 - speculative prefill keeps whole chunks of the prompt (``kept_tokens``).
 """
 
@@ -52,15 +52,19 @@ def shared_draft(scenario: Scenario) -> Scenario | None:
     return scenario.draft
 
 
-EMBEDDING_KERNELS = ("embedding", "lm_head")
-"""Kernels whose weights a draft with ``shares_embeddings`` reads from the target's."""
+EMBEDDING_WEIGHTS = ("embedding/embed.gather", "lm_head/")
+"""The weights (``<kernel>/<weight>`` keys; one ending in "/" is every weight of that
+kernel) a draft with ``shares_embeddings`` reads from the target's: the embedding table
+(``graph.heads.EMBEDDING``) and the LM head kernel's, not the input projection and norms of
+an MTP module beside the gather in its embedding kernel, which are its own."""
 
 
-def shared_kernels(scenario: Scenario) -> tuple[str, ...]:
-    """Kernels of the draft whose weights are the target's (none unless the draft shares
-    the embedding table and LM head, as DeepSeek's multi-token-prediction module does)."""
+def shared_weights(scenario: Scenario) -> tuple[str, ...]:
+    """Weight keys (prefixes, ``EMBEDDING_WEIGHTS``) of the draft whose weights are the
+    target's: none unless the draft shares the embedding table and LM head, as DeepSeek's
+    multi-token-prediction module does."""
     spec = scenario.workload.speculation
-    return EMBEDDING_KERNELS if spec is not None and spec.shares_embeddings else ()
+    return EMBEDDING_WEIGHTS if spec is not None and spec.shares_embeddings else ()
 
 
 def kept_tokens(prompt: int, keep_ratio: float, chunk_tokens: int) -> int:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rdu_sim.cli.main import cli
-from rdu_sim.models import preset_names
+from rdu_sim.models import get_model, kv_bytes, preset_names
 
 REPO = Path(__file__).resolve().parents[1]
 KEYS = {
@@ -277,3 +277,42 @@ def test_an_alias_says_whose_architecture_it_is() -> None:
     assert "preset" not in _json("deepseek-r1")
     plain = CliRunner().invoke(cli, ["inspect", "model", "deepseek-r1"], terminal_width=200)
     assert plain.stdout.split("\n")[0].strip() == "deepseek-r1 (deepseek)"
+
+
+@pytest.mark.parametrize(
+    ("name", "inside", "past", "window", "words"),
+    [
+        ("mistral-7b", 131_072, 0, 4096, "every layer keeps its last 4,095 tokens"),
+        ("gpt-oss-120b", 73_728, 18 * 2 * 8 * 64 * 2, 128, "the 18 full-attention layers alone"),
+        ("llama-3.1-8b", 131_072, 131_072, None, None),
+    ],
+)
+def test_kv_bytes_per_token_inside_and_past_the_windows(
+    name: str, inside: int, past: int, window: int | None, words: str | None
+) -> None:
+    """kv_bytes_per_token is a token's while inside every sliding window, and says so; past
+    the windows a further token costs the full-attention layers' KV alone, which is what a
+    sequence grows by there (`kv_bytes`)."""
+    data = _json(name)
+    assert (data["kv_bytes_per_token"], data["kv_bytes_per_token_past_windows"]) == (inside, past)
+    assert data["longest_window"] == window
+    arch = get_model(name)
+    far = 3 * (window or 1000)
+    assert kv_bytes(arch, far + 1, 2) - kv_bytes(arch, far, 2) == past
+    text = CliRunner().invoke(cli, ["inspect", "model", name], env={"COLUMNS": "200"}).stdout
+    row = next(line for line in text.splitlines() if "kv_bytes_per_token " in line)
+    assert ("a token inside every sliding window" in row) == (window is not None)
+    assert ("past the windows" in text) == (words is not None)
+    if words is not None:
+        assert words in text
+
+
+def test_a_tied_tables_note_says_it_is_the_lm_head() -> None:
+    """Llama 3.2 1B ties its LM head to the embedding: without the embedding it still holds
+    the table, as the head, and the note says so instead of "gathered"."""
+    text = CliRunner().invoke(cli, ["inspect", "model", "llama-3.2-1b"], env={"COLUMNS": "200"})
+    row = next(line for line in text.stdout.splitlines() if "without embedding" in line)
+    assert "1,235,814,400" in row and "tied: the table is also the LM head" in row
+    text = CliRunner().invoke(cli, ["inspect", "model", "llama-3.1-8b"], env={"COLUMNS": "200"})
+    row = next(line for line in text.stdout.splitlines() if "without embedding" in line)
+    assert "7,504,924,672" in row and "(the table is gathered)" in row

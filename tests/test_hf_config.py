@@ -6,9 +6,11 @@ values of each model's published config.json; each must map to the preset of tha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,8 @@ from click.testing import CliRunner
 
 from rdu_sim.cli.main import cli
 from rdu_sim.config import ConfigError
-from rdu_sim.models import get_model, layer_kinds, params_total, read_config_json
+from rdu_sim.models import get_model, hf_config, layer_kinds, params_total, read_config_json
+from rdu_sim.models.figures import decode_flops_per_token, kv_bytes_per_token, params_active
 from rdu_sim.scenario import build_scenario, load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +56,9 @@ def test_every_family_has_a_fixture() -> None:
 def test_fixture_maps_to_its_preset(name: str) -> None:
     """Two ways to the same architecture: the preset written in Python and the file. The
     Llama 3.1 presets predate released dtypes and declare none (bf16 either way)."""
-    mapped, preset = read_config_json(FIXTURES / name / "config.json"), get_model(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every key of a real file is read or harmless
+        mapped, preset = read_config_json(FIXTURES / name / "config.json"), get_model(name)
     if preset.weight_dtype is None:
         assert mapped.weight_dtype == "bf16"
         mapped = mapped.model_copy(update={"weight_dtype": None})
@@ -145,7 +150,7 @@ def test_name_is_the_folder_or_given(tmp_path: Path) -> None:
         ),
         ({"torch_dtype": "float8"}, "torch_dtype", "float8"),
         ({"hidden_size": "4096"}, "hidden_size", "must be an integer"),
-        ({"num_hidden_layers": None}, "num_hidden_layers", "is required"),
+        ({"num_hidden_layers": None}, "num_hidden_layers", "is null: give a value"),
         (
             {"num_key_value_heads": 5},
             "num_attention_heads",
@@ -153,7 +158,6 @@ def test_name_is_the_folder_or_given(tmp_path: Path) -> None:
         ),
         ({"num_experts_per_tok": 9}, "num_experts_per_tok", "exceeds"),
         ({"tie_word_embeddings": "no"}, "tie_word_embeddings", "true or false"),
-        ({"mlp_bias": True}, "mlp_bias", "not modelled"),
     ],
 )
 def test_refusals_name_the_key(
@@ -190,6 +194,8 @@ def test_a_bad_key_is_named_once_not_again_through_the_defaults_it_feeds(tmp_pat
         data.pop(derived, None)
     issues = _issues(_write(tmp_path, data))
     assert issues == ["num_attention_heads: Input should be greater than or equal to 1"], issues
+    issues = _issues(_write(tmp_path, data | {"num_attention_heads": "x"}))
+    assert issues == ["num_attention_heads: must be an integer, got 'x'"], issues
 
 
 def test_errors_carry_the_line(tmp_path: Path) -> None:
@@ -342,3 +348,209 @@ def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
     (issue,) = info.value.issues
     assert issue.line == last
     assert f"duplicate key 'hidden_size' (lines {first} and {last})" in issue.message
+
+
+MISTRAL_LEFT_OUT = {
+    "architectures": ["MistralForCausalLM"],
+    "model_type": "mistral",
+    "torch_dtype": "bfloat16",
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 32768,
+}
+"""Mistral 7B v0.1's config.json without num_key_value_heads and sliding_window."""
+
+DEEPSEEK_V3_LEFT_OUT = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "torch_dtype": "bfloat16",
+    "vocab_size": 129280,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "n_routed_experts": 256,
+    "num_experts_per_tok": 8,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+}
+"""DeepSeek-V3's config.json without first_k_dense_replace, n_shared_experts, n_group,
+topk_group, moe_layer_freq and topk_method."""
+
+
+def test_mistral_keys_left_out_take_mistral_configs_defaults(tmp_path: Path) -> None:
+    """MistralConfig: 8 KV heads and a 4,096-token window when the file does not say, so
+    the file is Mistral 7B v0.1 (7,241,732,096 parameters, 128 KiB of bf16 KV a token), not
+    a full multi-head model with 4x the KV cache."""
+    arch = read_config_json(_write(tmp_path, MISTRAL_LEFT_OUT))
+    assert (arch.kv_heads, arch.head_dim, arch.sliding_window) == (8, 128, 4096)
+    assert [k.window for k in layer_kinds(arch)] == [4096] * 32
+    assert params_total(arch) == 7_241_732_096
+    assert kv_bytes_per_token(arch, 2) == 32 * 2 * 8 * 128 * 2 == 131_072
+    assert arch == get_model("mistral-7b").model_copy(update={"name": "model"})
+
+
+def test_deepseek_keys_left_out_take_deepseek_v3_configs_defaults(tmp_path: Path) -> None:
+    """DeepseekV3Config: 3 dense layers, 1 shared expert, 8 groups of which 4 a token, so
+    the file is DeepSeek-V3 (671.03B, 37.55B active, 73.25 GFLOP a decoded token)."""
+    arch = read_config_json(_write(tmp_path, DEEPSEEK_V3_LEFT_OUT))
+    assert (arch.dense_layers, arch.shared_experts) == (3, 1)
+    assert (arch.expert_groups, arch.groups_per_token, arch.router_bias) == (8, 4, True)
+    assert [k.ffn for k in layer_kinds(arch)] == ["dense"] * 3 + ["moe"] * 58
+    assert params_total(arch) == 671_026_419_200
+    assert params_active(arch) == 37_552_297_472
+    assert decode_flops_per_token(arch, 0) == 73_249_193_984
+    assert arch == get_model("deepseek-r1").model_copy(
+        update={"name": "model", "weight_dtype": "bf16"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "left_out", "field", "value"),
+    [
+        ("qwen3-30b-a3b", "num_key_value_heads", "kv_heads", 4),  # Qwen3MoeConfig
+        ("llama-3.1-8b", "num_key_value_heads", "kv_heads", 32),  # LlamaConfig: the heads
+        ("qwen3-32b", "head_dim", "head_dim", 128),  # Qwen3Config: 128, not 5120 / 64
+        ("gpt-oss-20b", "attention_bias", "o_bias", True),  # GptOssConfig
+        ("gpt-oss-20b", "sliding_window", "sliding_window", 128),
+        ("mixtral-8x7b", "num_experts_per_tok", "experts_per_token", 2),
+    ],
+)
+def test_a_key_left_out_takes_its_types_default(
+    tmp_path: Path, model_type: str, left_out: str, field: str, value: object
+) -> None:
+    data = {k: v for k, v in _fixture(model_type).items() if k != left_out}
+    assert getattr(read_config_json(_write(tmp_path, data)), field) == value
+
+
+def test_qwen2_kv_heads_default_is_32_not_the_heads(tmp_path: Path) -> None:
+    """Qwen2Config's num_key_value_heads is 32 (None alone means the heads)."""
+    data = {k: v for k, v in _fixture("qwen2.5-72b").items() if k != "num_key_value_heads"}
+    assert read_config_json(_write(tmp_path, data)).kv_heads == 32
+    assert read_config_json(_write(tmp_path, data | {"num_key_value_heads": None})).kv_heads == 64
+
+
+@pytest.mark.parametrize(
+    ("name", "left_out", "words"),
+    [
+        ("qwen3-30b-a3b", "head_dim", "transformers versions differ"),
+        ("kimi-k2", "n_group", "no transformers config class"),
+        ("kimi-k2", "tie_word_embeddings", "no transformers config class"),
+    ],
+)
+def test_an_uncertain_default_is_required(
+    tmp_path: Path, name: str, left_out: str, words: str
+) -> None:
+    data = {k: v for k, v in _fixture(name).items() if k != left_out}
+    issues = _issues(_write(tmp_path, data))
+    assert len(issues) == 1 and issues[0].startswith(f"{left_out}: is required"), issues
+    assert words in issues[0]
+
+
+def test_null_means_what_the_config_class_makes_of_none(tmp_path: Path) -> None:
+    """sliding_window null: no window (Mixtral's file says so); num_key_value_heads null:
+    the heads; any key without such a meaning, null, is refused."""
+    mistral = read_config_json(_write(tmp_path, MISTRAL_LEFT_OUT | {"sliding_window": None}))
+    assert mistral.sliding_window is None
+    assert {k.window for k in layer_kinds(mistral)} == {None}
+    heads = read_config_json(_write(tmp_path, MISTRAL_LEFT_OUT | {"num_key_value_heads": None}))
+    assert heads.kv_heads == 32
+    issues = _issues(_write(tmp_path, DEEPSEEK_V3_LEFT_OUT | {"n_group": None}))
+    assert issues == ["n_group: is null: give a value, or leave the key out for its default (8)"]
+
+
+def test_a_default_in_an_error_is_said(tmp_path: Path) -> None:
+    """A rule broken by a default names it: 4 heads cannot share MistralConfig's 8 KV
+    heads."""
+    issues = _issues(_write(tmp_path, MISTRAL_LEFT_OUT | {"num_attention_heads": 4}))
+    assert issues == [
+        "num_attention_heads: num_attention_heads (4) must be a multiple of "
+        "num_key_value_heads (8) (num_key_value_heads left out: its default, 8)"
+    ]
+
+
+@pytest.mark.parametrize("model_type", sorted(hf_config.FAMILIES))
+def test_the_defaults_table_holds_every_key_read(
+    model_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each model_type's keys in DEFAULTS are the keys its loader reads (windows on, so the
+    Qwen window keys are read too): a key read without a default, or a default never read,
+    fails."""
+    read: set[str] = set()
+    original = hf_config._Reader.get
+
+    def recording(self: Any, key: str) -> Any:
+        read.add(key)
+        return original(self, key)
+
+    monkeypatch.setattr(hf_config._Reader, "get", recording)
+    keys = set(hf_config.DEFAULTS[model_type])
+    data = {"model_type": model_type} | (
+        {"use_sliding_window": True} if "max_window_layers" in keys else {}
+    )
+    with contextlib.suppress(ConfigError):  # kimi_k2, Qwen3-MoE require keys: still read
+        hf_config.architecture_from_config(data, file="config.json", name="m")
+    assert read == keys | {"model_type"}
+
+
+def test_a_typo_of_a_key_left_out_is_refused(tmp_path: Path) -> None:
+    """num_key_value_head (one letter short) would silently make a multi-head model with 4x
+    the KV cache: refused, naming the key it is one edit from; through the CLI, exit 2 and
+    one error line without a traceback."""
+    data = {k: v for k, v in _fixture("llama-3.1-8b").items() if k != "num_key_value_heads"}
+    path = _write(tmp_path, data | {"num_key_value_head": 8})
+    issues = _issues(path)
+    assert issues == [
+        "num_key_value_head: is not a key llama reads; did you mean 'num_key_value_heads'? "
+        "(left out, num_key_value_heads takes its default: as many as num_attention_heads)"
+    ]
+    result = CliRunner().invoke(cli, ["inspect", "model", str(path)])
+    assert result.exit_code == 2
+    assert "num_key_value_head" in result.stderr and str(path) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_keys_not_read_are_named_in_one_warning(tmp_path: Path) -> None:
+    """Keys neither read for the model_type nor harmless: one warning naming each with its
+    line and the closest key read (shared_expert_intermediate_size is Qwen2-MoE's; MixtralConfig
+    has no mlp_bias). A typo beside the key it misspells is only warned about."""
+    data = _fixture("qwen3-30b-a3b") | {
+        "shared_expert_intermediate_size": 4096,
+        "num_expert": 64,
+    }
+    path = _write(tmp_path, data)
+    with pytest.warns(hf_config.UnreadKeyWarning) as caught:
+        arch = read_config_json(path)
+    assert arch == read_config_json(FIXTURES / "qwen3-30b-a3b" / "config.json").model_copy(
+        update={"name": "model"}
+    )
+    (warning,) = caught
+    lines = path.read_text().splitlines()
+    shared = lines.index('  "shared_expert_intermediate_size": 4096,') + 1
+    expert = lines.index('  "num_expert": 64') + 1
+    assert str(warning.message) == (
+        f"{path}: not read for model_type qwen3_moe, so they change nothing: "
+        f"shared_expert_intermediate_size (line {shared}; did you mean 'moe_intermediate_size'?), "
+        f"num_expert (line {expert}; did you mean 'num_experts'?) "
+        "(docs/models.md, config.json keys read)"
+    )
+    result = CliRunner().invoke(cli, ["inspect", "model", str(path), "--json"])
+    assert result.exit_code == 0
+    assert result.stderr.count("warning:") == 1 and "num_expert (line" in result.stderr
+    with pytest.warns(hf_config.UnreadKeyWarning, match="mlp_bias"):
+        read_config_json(_write(tmp_path, _fixture("mixtral-8x7b") | {"mlp_bias": True}))
+    issues = _issues(_write(tmp_path, _fixture("llama-3.1-8b") | {"mlp_bias": True}))
+    assert issues == ["mlp_bias: true (biases on the FFN projections) is not modelled"]
+
+
+def test_deepseek_attention_bias_is_read(tmp_path: Path) -> None:
+    issues = _issues(_write(tmp_path, DEEPSEEK_V3_LEFT_OUT | {"attention_bias": True}))
+    assert issues == ["attention_bias: true (biases on MLA's projections) is not modelled"]

@@ -4,6 +4,7 @@ capacity that follows; a separate draft leaves the target's plan alone."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from rdu_sim.compiler.placement import (
     plan_memory,
     weight_inventory,
 )
+from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.scenario import Scenario, load_scenario
 
@@ -134,10 +136,14 @@ def test_an_mtp_draft_holds_one_block_and_reads_the_targets_embeddings() -> None
     shared, held = draft_weights(mtp), draft_weights(own)
     inventory = {w.key: w.bytes for w in weight_inventory(draft)}
     assert held == inventory
-    ends = {k: b for k, b in inventory.items() if k.startswith(("embedding/", "lm_head/"))}
+    ends = {k: b for k, b in inventory.items() if k.startswith(("embedding/embed", "lm_head/"))}
     assert set(ends) >= {"embedding/embed.gather", "lm_head/lm_head"}
     assert shared == {k: b for k, b in inventory.items() if k not in ends}
     assert any("moe.experts" in k for k in shared)  # the MoE block is its own
+    # so is the module's input projection beside the gather, 2 x 7168 -> 7168, and its norms
+    weight = mtp.workload.dtypes.weights or "bf16"
+    assert shared["embedding/mtp.eh_proj"] == math.ceil(2 * 7168 * 7168 * DTYPE_BYTES[weight])
+    assert {"embedding/mtp.enorm", "embedding/mtp.hnorm"} <= set(shared)
     # the target's own tensors are the same in both plans; capacity gains what is not held
     target = sum(w.bytes for w in weight_inventory(mtp))
     assert plan_memory(mtp, 1).tiers["hbm"].weights_bytes == target + sum(shared.values())

@@ -206,7 +206,12 @@ def _figures_table(figures: ModelFigures, arch: Architecture, alias: str | None 
     table.add_row(
         "  without embedding",
         f"{figures.params_active_without_embedding:,}",
-        f"{human.number(figures.params_active_without_embedding / 1e9)} B (the table is gathered)",
+        f"{human.number(figures.params_active_without_embedding / 1e9)} B "
+        + (
+            "(tied: the table is also the LM head, so it stays)"
+            if arch.tie_embeddings
+            else "(the table is gathered)"
+        ),
     )
     experts = f", experts {figures.expert_dtype}" if figures.expert_dtype else ""
     table.add_row(
@@ -214,11 +219,19 @@ def _figures_table(figures: ModelFigures, arch: Architecture, alias: str | None 
         f"{figures.weight_bytes:,}",
         f"{human.size(figures.weight_bytes)} in {figures.weight_dtype}{experts}",
     )
+    windowed = figures.longest_window is not None
     table.add_row(
         "kv_bytes_per_token",
         f"{figures.kv_bytes_per_token:,}",
-        f"{human.size(figures.kv_bytes_per_token)} in {figures.kv_dtype}",
+        f"{human.size(figures.kv_bytes_per_token)} in {figures.kv_dtype}"
+        + (", a token inside every sliding window" if windowed else ""),
     )
+    if windowed:
+        table.add_row(
+            "  past the windows",
+            f"{figures.kv_bytes_per_token_past_windows:,}",
+            _past_windows(figures),
+        )
     table.add_row(
         "kv_bytes_per_sequence",
         f"{figures.kv_bytes_per_sequence:,}",
@@ -231,6 +244,22 @@ def _figures_table(figures: ModelFigures, arch: Architecture, alias: str | None 
         f"{figures.context:,}",
     )
     return table
+
+
+def _past_windows(figures: ModelFigures) -> str:
+    """What a further token costs once a sequence is past every sliding window (a model
+    with windows): the full-attention layers' KV only, or none when every layer slides."""
+    past, window = figures.kv_bytes_per_token_past_windows, figures.longest_window
+    full = figures.layers - figures.sliding_window_layers
+    if full == 0:
+        return (
+            f"0 B a further token past the {window:,}-token window: every layer keeps "
+            f"its last {(window or 1) - 1:,} tokens"
+        )
+    return (
+        f"{human.size(past)} a further token past the {window:,}-token window: the "
+        f"{human.count(full, 'full-attention layer')} alone"
+    )
 
 
 @click.group("inspect")

@@ -10,24 +10,33 @@ compiled by ``rdu_sim.compiler`` and simulated by ``rdu_sim.engine`` with the wo
 ``engine:`` settings; ``--trace FILE`` also records it (``api.step(..., record=True)``) and
 writes a Chrome/Perfetto trace (open it in ui.perfetto.dev).
 
-Output: rich tables (the kernels, each collective with the algorithm chosen for it, bytes per
-tier, busy units), or with ``--json`` one JSON
-object: ``StepTiming.to_dict()`` (step_s, phase, batch, tokens, context, flops,
-bytes_by_tier {hbm, ddr, sram, p2p}, hbm_bandwidth_fraction, events, kernels (each with its
-tiles per call and ``sram_bytes``, the PMU SRAM it holds), sram_bytes (the peak), ...) plus the
-workload, model and hardware names, ``layout`` (the parallel degrees by their
-``parallelism.*`` names: tp, dp_attention, ep, pp, micro_batches) and ``batch_of``
-(``attention_rank`` under data-parallel attention, where the step is one rank's and
-``batch`` that rank's; else ``replica``), ``memory`` (the memory plan the step runs on:
-``plan_slots``, the workload's batch slots or the step's batch when larger, as a served step
-of that batch runs; ``weights_hbm_bytes`` and ``weights_ddr_bytes`` where its weights live,
-which the console says on a ``weights`` line when any are in DDR), ``bound``
-(``report.bound``: each resource's time alone as ``NAME_s``, the largest as ``resource``,
-``host_hidden_s`` the overlapped host time the device hid, ``unaccounted_s`` the step's time
-no resource explains), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s,
-bubble, hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console
-says them on a ``pipeline`` and a ``hand-offs`` line), and for a MoE step under static
-expert loading ``expert_schedule`` (``gather`` or ``all``, the compiler's choice:
+Output: rich tables (the kernels, each collective with the algorithm chosen for it, bytes
+per tier, busy units), or with ``--json`` one JSON object: ``StepTiming.to_dict()`` (step_s,
+phase, batch, tokens, context, flops (one socket's matrix FLOPs, work repeated on several
+sockets included: the MoE router, MLA's q_a_proj and kv_a_proj, K/V heads fewer than the
+sockets; ``flops_fraction`` is of them), bytes_by_tier {hbm, ddr, sram, p2p},
+hbm_bandwidth_fraction, events, kernels (each with its tiles per call and ``sram_bytes``,
+the PMU SRAM it holds), sram_bytes (the peak), ...) plus ``model_flops`` (the model's own
+matrix FLOPs of the step, each product once, over its tp sockets) and
+``model_flops_fraction`` (model FLOP/s utilisation: model_flops / tp over the step's time
+and a socket's peak; ``compiler.step_work``), for a MoE model ``experts`` (what a MoE layer
+streams: ``routed_experts``, ``experts_per_token``, ``loading``, ``whole_over_devices`` and
+per routing its ``tokens``, ``expected_distinct`` experts of uniform routing and experts or
+slots ``streamed``; absent for whole experts paced by their busiest device, whose
+``expert_balance`` says theirs; the console's ``routed experts`` line), the workload, model
+and hardware names, ``layout`` (the parallel degrees by their ``parallelism.*`` names: tp,
+dp_attention, ep, pp, micro_batches) and ``batch_of`` (``attention_rank`` under
+data-parallel attention, where the step is one rank's and ``batch`` that rank's; else
+``replica``), ``memory`` (the memory plan the step runs on: ``plan_slots``, the workload's
+batch slots or the step's batch when larger, as a served step of that batch runs;
+``weights_hbm_bytes`` and ``weights_ddr_bytes`` where its weights live, which the console
+says on a ``weights`` line when any are in DDR), ``bound`` (``report.bound``: each
+resource's time alone as ``NAME_s``, the largest as ``resource``, ``host_hidden_s`` the
+overlapped host time the device hid, ``unaccounted_s`` the step's time no resource
+explains), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s, bubble,
+hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console says them on a
+``pipeline`` and a ``hand-offs`` line), and for a MoE step under static expert loading
+``expert_schedule`` (``gather`` or ``all``, the compiler's choice:
 ``compiler.expert_schedule``; the console's ``routed experts`` line). A step over the event
 budget exits 2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
@@ -162,12 +171,51 @@ def _weights_line(data: dict[str, Any], workload_slots: int) -> str | None:
     )
 
 
+def balance_words(balance: dict[str, float]) -> str:
+    """What whole experts paced by their busiest device stream (``expert_balance``,
+    ``compiler.expert_load``): that device's experts read and token-expert pairs."""
+    return (
+        f"routed experts (whole, paced by the busiest device): it reads "
+        f"{balance['busiest_experts_read']:,.2f} experts a MoE layer, "
+        f"{balance['busiest_pairs']:,.1f} token-expert pairs against a mean of "
+        f"{balance['mean_pairs']:,.1f} ({balance['imbalance']:.2f}x; expert_balance)"
+    )
+
+
+def flops_words(data: dict[str, Any]) -> str:
+    """The step's matrix FLOPs a socket beside the model's own share of them (``flops`` and
+    ``model_flops`` / tp): the difference is work repeated on several sockets, operators TP
+    does not split (docs/architecture.md); and the model FLOP/s utilisation."""
+    flops, own = data["flops"], data["model_flops"] / data["tp"]
+    mfu = f"model FLOP/s {human.percent(data['model_flops_fraction'])} of peak"
+    if own >= flops * (1 - 1e-9):
+        return (
+            f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, all its share of the model's "
+            f"(no work repeated on every socket); {mfu}"
+        )
+    reasons = []
+    if data["tp"] > 1:
+        reasons.append(
+            "work repeated on several sockets (what TP does not split: the MoE router, MLA's "
+            "q_a_proj and kv_a_proj, K/V heads fewer than the sockets; docs/architecture.md)"
+        )
+    if data["layout"]["ep"] > 1:
+        reasons.append("the busiest device's extra share of whole experts")
+    reasons = reasons or ["work beyond its share"]
+    return (
+        f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, {' and '.join(reasons)} included; "
+        f"its share of the model's own {human.si(own, 'FLOP')} ({human.percent(own / flops)}); "
+        f"{mfu}"
+    )
+
+
 def _print_tables(
     data: dict[str, Any],
     utilization: Utilization,
     machine: str,
     weights: str | None,
     windows: str = "",
+    experts: str | None = None,
 ) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -209,9 +257,11 @@ def _print_tables(
     )
     if weights is not None:
         console.print(weights)
-    schedule = data.get("expert_schedule")
-    if schedule:
-        console.print(f"routed experts (static loading): {EXPERT_SCHEDULES[schedule]}")
+    console.print(flops_words(data))
+    if experts is not None:
+        console.print(experts)
+    elif data.get("expert_balance"):
+        console.print(balance_words(data["expert_balance"]))
     if data.get("pipeline"):
         console.print(_pipeline_line(data))
         hand_offs = _hand_offs_line(data["pipeline"])
@@ -315,12 +365,6 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
     return table
 
 
-EXPERT_SCHEDULES = {
-    "gather": "the worst case of expert slots gathered after the router",
-    "all": "every expert streamed, prefetched",
-}
-"""The console's words for ``Program.expert_schedule``."""
-
 STOPPED = "the step had not finished: nothing was printed or written"
 """What a stop of the command says was kept."""
 
@@ -358,6 +402,7 @@ def command(
     as_json: bool,
 ) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
+    from rdu_sim.compiler.step_work import expert_streams, model_flops
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.provenance import input_files, of_scenario
@@ -390,7 +435,16 @@ def command(
     shape = api.default_step_shape(  # the step's shape again, for the plan it ran on
         scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
     )
-    data["memory"] = _memory_plan(backend.compiler(scenario).program(shape).placement)
+    program = backend.compiler(scenario).program(shape)
+    data["memory"] = _memory_plan(program.placement)
+    own = model_flops(scenario, program)
+    data["model_flops"] = own
+    data["model_flops_fraction"] = (
+        timing.flops_fraction * own / program.tp / timing.flops if timing.flops > 0 else 0.0
+    )
+    experts = expert_streams(scenario, program)
+    if experts is not None:
+        data["experts"] = experts.to_dict()
     bound = step_bound(timing, scenario.hardware)
     layout = scenario.workload.parallelism.layout()
     data.update(
@@ -434,7 +488,8 @@ def command(
         weights = None
         if data["memory"]["weights_ddr_bytes"] > 0:
             weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
-        _print_tables(data, Utilization.of_step(cost), machine, weights, windows)
+        streams = experts.words() if experts is not None else None
+        _print_tables(data, Utilization.of_step(cost), machine, weights, windows, streams)
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
             click.echo(note)

@@ -21,6 +21,11 @@ the shape `rdu-sim step` would run) and returns a dict with
 - `expert_schedule`: a MoE step under static expert loading gathers its routed experts after
   the router (`gather`) or streams every expert (`all`), the compiler's choice
   (`compiler.expert_schedule`); None for any other step;
+- `experts` (a MoE model, else None): what each MoE layer streams, per routing, under any
+  expert loading (`compiler.step_work.ExpertStreams`, as `rdu-sim step --json` says it);
+- `totals`: the step's per-socket `flops`, `bytes`, `collective_bytes`, and `model_flops`,
+  the model's own matrix FLOPs over the tp sockets (`compiler.step_work.model_flops`: no
+  product counted twice, where `flops` holds the work repeated on several sockets);
 - `graph`: the per-socket decoder-layer graph (nodes and edges) that `to_dot` draws;
 - `layout`: the parallel degrees by their `parallelism.*` names
   (`ParallelismConfig.layout`, what every report names the layout by), and with pipeline
@@ -43,6 +48,7 @@ from rdu_sim.compiler.program import (
     Program,
     operational_intensity,
 )
+from rdu_sim.compiler.step_work import expert_streams, model_flops
 from rdu_sim.config.parallelism import part_placements
 from rdu_sim.graph import dot_from_records, graph_records
 from rdu_sim.graph import to_dot as graph_to_dot
@@ -237,10 +243,12 @@ def inspect_graph(
             "flops": program.flops,
             "bytes": program.bytes_by_tier(),
             "collective_bytes": program.collective_bytes,
+            "model_flops": model_flops(scenario, program),
         },
         "placement": placement_record(program.placement),
         "mla_queries": queries_record(scenario, program, whole, replicated),
         "expert_schedule": program.expert_schedule or None,
+        "experts": streams.to_dict() if (streams := expert_streams(scenario, program)) else None,
         "graph": graph_records(
             layer_graph(scenario, shape, whole, replicated, program.expert_schedule == "all")
         ),

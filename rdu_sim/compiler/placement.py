@@ -64,7 +64,7 @@ from rdu_sim.speculation import (
     DRAFT_CATCH_UP,
     rollback_tokens,
     shared_draft,
-    shared_kernels,
+    shared_weights,
     verify_tokens,
 )
 
@@ -258,11 +258,11 @@ def draft_weights(scenario: Scenario) -> list[WeightTensor]:
     draft = shared_draft(scenario)
     if draft is None:
         return []
-    shared = shared_kernels(scenario)
+    shared = shared_weights(scenario)
     return [
         WeightTensor(f"{DRAFT_PREFIX}{w.key}", w.bytes, w.reads)
         for w in weight_inventory(draft)
-        if w.key.split("/", 1)[0] not in shared
+        if not (shared and w.key.startswith(shared))
     ]
 
 

@@ -214,6 +214,12 @@ class DeepSeekArchitecture(_Decoder, _Moe):
     groups_per_token: int = Field(
         default=1, ge=1, le=100_000, description="groups a token's experts are chosen from"
     )
+    mtp_projection: bool = Field(
+        default=False,
+        description="the model is a multi-token-prediction module: its input is the RMSNorms "
+        "of the token's embedding and of the previous position's hidden state, concatenated "
+        "and projected 2 x hidden_size -> hidden_size (DeepSeek-V3's enorm, hnorm, eh_proj)",
+    )
 
     @model_validator(mode="after")
     def _groups(self) -> Self:

@@ -1,7 +1,10 @@
 """Storage dtypes and their bytes per element, scales included: the one home of that math.
 
-Plain formats are their element size. The block-scaled weight formats count their scales as
-bytes of the weights they scale:
+Plain formats are their element size and carry no scales: `int4` is 0.5 bytes a weight, a
+4-bit checkpoint without its group scales (a real one with an FP16 scale and zero point per
+128 weights, as GPTQ and AWQ store them, is about 4.25 bits, 6% more: `mxfp4`'s 4.25 bits
+counts that size); `int8` and `fp8` likewise leave out per-channel or per-tensor scales. The
+block-scaled weight formats count their scales as bytes of the weights they scale:
 - `fp8_block`: FP8 (E4M3) values with one FP32 scale per 128 x 128 block, as DeepSeek-V3 and
   Kimi K2 release their weights (config.json `quantization_config`: `quant_method: fp8`,
   `weight_block_size: [128, 128]`): 1 + 4 / 128^2 bytes per weight. Counted per element: a

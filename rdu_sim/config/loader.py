@@ -206,14 +206,21 @@ def _range_message(
     return message
 
 
-def did_you_mean(name: str, valid: Sequence[str]) -> str:
-    """``; did you mean 'hbm_bandwidth'?`` for a ``name`` close to one of ``valid`` (the
-    closest by difflib's ratio), else "": the hint an unknown field's message gives, and an
-    unknown shipped file's name (``--set stack=trtllm``)."""
+def close_name(name: str, valid: Sequence[str]) -> str | None:
+    """The valid name closest to a misspelt ``name`` (difflib's nearest), or None: the
+    "did you mean" of an unknown field, of an unknown shipped file's name and of a
+    config.json key no model type reads."""
     import difflib  # here: only an unknown name needs it
 
     close = difflib.get_close_matches(name, list(valid), n=1) if valid else []
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, valid: Sequence[str]) -> str:
+    """``; did you mean 'hbm_bandwidth'?`` for a ``name`` close to one of ``valid``
+    (:func:`close_name`), else "" (``--set stack=trtllm``, an unknown field)."""
+    close = close_name(name, valid)
+    return f"; did you mean {close!r}?" if close is not None else ""
 
 
 def unknown_field_message(name: str, valid: list[str]) -> str:

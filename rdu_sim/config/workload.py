@@ -27,7 +27,8 @@ class DtypesConfig(StrictModel):
 
     weights: WeightDtype | None = Field(
         default=None,
-        description="weights; default: the model's released dtype (its config.json), else bf16",
+        description="weights (plain formats carry no scales: int4 is 0.5 bytes a weight); "
+        "default: the model's released dtype (its config.json), else bf16",
     )
     experts: WeightDtype | None = Field(
         default=None,

@@ -3,7 +3,8 @@
 - Embedding: a gather of batch x tokens rows of the table (no FLOPs; reads only those rows).
   Replicated on every TP socket: the table is small beside the layers (0.9 GB in FP8 for
   DeepSeek-R1) and a replicated gather needs no collective, where a vocabulary-split one
-  would need an all-reduce of the hidden state.
+  would need an all-reduce of the hidden state. A multi-token-prediction module's input
+  projection (DeepSeek's eh_proj and its two norms) follows the gather in the same kernel.
 - LM head: the final RMSNorm and the vocabulary GEMM, columns (vocabulary) split over TP,
   then an all-gather of the logits. In prefill only each slot's last position produces
   logits (the next token); in decode every new token does. With tied embeddings the GEMM
@@ -23,27 +24,50 @@ from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.operator import Operator, Split, TensorSpec
 from rdu_sim.graph.ops import SAMPLE_FLOPS, act, linear, rmsnorm
 from rdu_sim.graph.shape import INDEX, Precision, StepShape, token_axes
+from rdu_sim.models.figures import mtp_projection_matmul_params
 from rdu_sim.models.layers import Architecture
 
 EMBEDDING = "embed.gather"  # the operator, and the name of the embedding table
 
 
 def embedding_graph(arch: Architecture, shape: StepShape, precision: Precision) -> DiGraph:
-    """Token ids -> hidden states, one gathered row per new token."""
+    """Token ids -> hidden states, one gathered row per new token; for a multi-token-
+    prediction module (``mtp_projection``), then each row's RMSNorm (``mtp.enorm``) beside
+    that of the hidden state the module is given for its position (``h_prev``: the main
+    model's, or the module's own last), the two concatenated and projected 2 x hidden ->
+    hidden (``mtp.eh_proj``), replicated on every socket like the gather (as vLLM and SGLang
+    run it)."""
     ids = TensorSpec("token_ids", token_axes(shape), INDEX)
-    b = GraphBuilder(f"{arch.name}.embedding", [ids])
+    mtp = mtp_projection_matmul_params(arch) > 0
+    rows = (*token_axes(shape), arch.hidden_size)
+    previous = act("h_prev", rows, precision)
+    b = GraphBuilder(f"{arch.name}.embedding", [ids, previous] if mtp else [ids])
     table = arch.vocab_size * arch.hidden_size
-    b.add(
+    gathered = b.add(
         Operator(
             EMBEDDING,
             "gather",
             inputs=(ids,),
-            outputs=(act("x", (*token_axes(shape), arch.hidden_size), precision),),
+            outputs=(act("x_emb" if mtp else "x", rows, precision),),
             weight_params=table,
             weight_bytes=table * precision.weights,
             weight_read_bytes=shape.rows * arch.hidden_size * precision.weights,
         )
-    )
+    ).outputs[0]
+    if mtp:
+        e_n = b.add(rmsnorm("mtp.enorm", gathered, "x_emb_n", precision, Split())).outputs[0]
+        h_n = b.add(rmsnorm("mtp.hnorm", previous, "h_prev_n", precision, Split())).outputs[0]
+        project = linear(
+            "mtp.eh_proj",
+            e_n,
+            (act("x", rows, precision),),
+            rows=shape.rows,
+            k=2 * arch.hidden_size,
+            n=arch.hidden_size,
+            precision=precision,
+            split=Split(),
+        )
+        b.add(replace(project, inputs=(e_n, h_n)))  # the concatenation: the product's two halves
     return b.finish(["x"])
 
 

@@ -7,7 +7,8 @@ Conventions:
   `experts_per_token` routed experts, plus the embedding and LM head;
 - FLOPs count matrix products only (2 per multiply-add), as is usual; elementwise work
   (norms, softmax, activations) is tracked by the graph separately as vector FLOPs;
-- the embedding lookup is a gather (no FLOPs); the LM head is a GEMM.
+- the embedding lookup is a gather (no FLOPs); the LM head is a GEMM; so is an MTP module's
+  input projection (DeepSeek's eh_proj), counted with its two norms outside the layers.
 """
 
 from __future__ import annotations
@@ -137,13 +138,33 @@ def lm_head_params(arch: Architecture) -> int:
     return 0 if arch.tie_embeddings else arch.vocab_size * arch.hidden_size
 
 
+def mtp_projection_matmul_params(arch: Architecture) -> int:
+    """A multi-token-prediction module's input projection, 2 x hidden -> hidden (eh_proj;
+    0 for any other model)."""
+    if not isinstance(arch, DeepSeekArchitecture) or not arch.mtp_projection:
+        return 0
+    return 2 * arch.hidden_size * arch.hidden_size
+
+
+def mtp_projection_params(arch: Architecture) -> int:
+    """The MTP module's input: eh_proj and its two RMSNorms (enorm, hnorm); 0 otherwise."""
+    matmul = mtp_projection_matmul_params(arch)
+    return matmul + 2 * arch.hidden_size if matmul else 0
+
+
 def _outside_layers(arch: Architecture) -> int:
-    """Embedding, LM head and the final norm."""
-    return embedding_params(arch) + lm_head_params(arch) + arch.hidden_size
+    """Embedding, LM head, the final norm, and an MTP module's input projection."""
+    return (
+        embedding_params(arch)
+        + lm_head_params(arch)
+        + arch.hidden_size
+        + mtp_projection_params(arch)
+    )
 
 
 def params_total(arch: Architecture) -> int:
-    """Every parameter (without DeepSeek's MTP module)."""
+    """Every parameter (a DeepSeek model's own MTP module left out: the preset
+    deepseek-r1-mtp is that module as a model of its own)."""
     layers = sum(n * _kind_params(arch, k).total for k, n in _by_kind(arch).items())
     return layers + _outside_layers(arch)
 
@@ -191,6 +212,14 @@ def kv_bytes_per_token(arch: Architecture, dtype_bytes: float) -> int:
     return round(arch.layers * kv_values_per_token_per_layer(arch) * dtype_bytes)
 
 
+def kv_bytes_per_token_past_windows(arch: Architecture, dtype_bytes: float) -> int:
+    """KV-cache bytes each further token adds once a sequence is longer than every sliding
+    window: the full-attention layers' alone, a sliding layer's ring staying W - 1 tokens
+    (`layers.window_tokens`); `kv_bytes_per_token` for a model without windows."""
+    full = sum(1 for kind in layer_kinds(arch) if kind.window is None)
+    return round(full * kv_values_per_token_per_layer(arch) * dtype_bytes)
+
+
 def kv_bytes(arch: Architecture, tokens: int, dtype_bytes: float) -> int:
     """KV-cache bytes of one sequence of `tokens` tokens, all layers: a sliding-window layer
     holds only its ring (`layers.window_tokens`)."""
@@ -212,6 +241,7 @@ def weight_bytes(
 def matmul_params_active(arch: Architecture) -> int:
     """Weights one decode token multiplies by (norms, biases and the embedding gather excluded)."""
     total = lm_head_params(arch) if not arch.tie_embeddings else embedding_params(arch)
+    total += mtp_projection_matmul_params(arch)
     attention = attention_matmul_params(arch)
     for kind, n in _by_kind(arch).items():
         p = _kind_params(arch, kind)
@@ -263,7 +293,9 @@ class ModelFigures:
     params_total: int
     params_active: int
     params_active_without_embedding: int
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int  # while the token is inside every sliding window
+    kv_bytes_per_token_past_windows: int  # a further token's once past every window
+    longest_window: int | None  # the widest sliding window, in tokens (None: no window)
     kv_bytes_per_sequence: int  # one max_context sequence, sliding windows applied
     max_context: int
     weight_bytes: int
@@ -297,6 +329,8 @@ def model_figures(
         params_active=params_active(arch),
         params_active_without_embedding=params_active_without_embedding(arch),
         kv_bytes_per_token=kv_bytes_per_token(arch, kv_dtype_bytes),
+        kv_bytes_per_token_past_windows=kv_bytes_per_token_past_windows(arch, kv_dtype_bytes),
+        longest_window=max((k.window for k in kinds if k.window is not None), default=None),
         kv_bytes_per_sequence=kv_bytes(arch, arch.max_context, kv_dtype_bytes),
         max_context=arch.max_context,
         weight_bytes=weight_bytes(arch, weight_dtype_bytes, expert_dtype_bytes),

@@ -88,13 +88,13 @@ def deepseek_r1() -> Architecture:
 @preset("deepseek-r1-mtp", "deepseek-v3-mtp")
 def deepseek_r1_mtp() -> Architecture:
     """DeepSeek-R1's multi-token-prediction module as a model (DeepSeek-V3 technical report,
-    section 2.2; layer 61 of the released checkpoint, num_nextn_predict_layers 1): one MoE
-    decoder block of R1's shape, with R1's embedding table and LM head, which a draft reads
-    from the target (``speculation.shares_embeddings``). Left out: the module's projection
-    of [normed hidden state; normed next-token embedding] from 2 x 7168 to 7168 (0.1B
-    parameters) and its two RMSNorms."""
+    section 2.2; layer 61 of the released checkpoint, num_nextn_predict_layers 1): the
+    RMSNorms of the next token's embedding and of the main model's hidden state (enorm,
+    hnorm), their concatenation projected 2 x 7168 -> 7168 (eh_proj, 102,760,448
+    parameters), one MoE decoder block of R1's shape, and R1's embedding table and LM head,
+    which a draft reads from the target (``speculation.shares_embeddings``)."""
     return deepseek_r1().model_copy(
-        update={"name": "deepseek-r1-mtp", "layers": 1, "dense_layers": 0}
+        update={"name": "deepseek-r1-mtp", "layers": 1, "dense_layers": 0, "mtp_projection": True}
     )
 
 
