@@ -176,9 +176,10 @@ def balance_words(balance: dict[str, float]) -> str:
     ``compiler.expert_load``): that device's experts read and token-expert pairs."""
     return (
         f"routed experts (whole, paced by the busiest device): it reads "
-        f"{balance['busiest_experts_read']:,.2f} experts a MoE layer, "
-        f"{balance['busiest_pairs']:,.1f} token-expert pairs against a mean of "
-        f"{balance['mean_pairs']:,.1f} ({balance['imbalance']:.2f}x; expert_balance)"
+        f"{human.number(balance['busiest_experts_read'])} experts a MoE layer, "
+        f"{human.number(balance['busiest_pairs'])} token-expert pairs against a mean of "
+        f"{human.number(balance['mean_pairs'])} ({human.ratio(balance['imbalance'])}; "
+        "expert_balance)"
     )
 
 
