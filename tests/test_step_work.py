@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.main import cli
 from rdu_sim.models import decode_flops_per_token
 
@@ -143,5 +143,5 @@ def test_experts_paced_by_the_busiest_device_say_its_reads() -> None:
     assert "experts" not in data
     balance = data["expert_balance"]
     line = _line(text, "routed experts (whole, paced by the busiest device)")
-    assert f"it reads {balance['busiest_experts_read']:,.2f} experts a MoE layer" in line
-    assert f"({balance['imbalance']:.2f}x; expert_balance)" in line
+    assert f"it reads {human.number(balance['busiest_experts_read'])} experts a MoE layer" in line
+    assert f"({human.ratio(balance['imbalance'])}; expert_balance)" in line
