@@ -97,12 +97,16 @@ def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Plac
     kv = sum(usage.kv_bytes for usage in placement.tiers.values())
     per_token = kv / (placement.batch_slots * scenario.kv_policy.slot_tokens())
     hbm = placement.tiers["hbm"]
-    capacity = prefix.capacity if prefix.capacity is not None else hbm.free_bytes
-    if capacity > hbm.free_bytes:
+    # the KV cache's room beside the slots' (the stack's share of HBM, ``StackConfig.kv_room``)
+    room = scenario.stack.kv_room(hbm.capacity_bytes, hbm.weights_bytes, hbm.activations_bytes)
+    free = max(0, min(hbm.free_bytes, int(room) - hbm.kv_bytes))
+    capacity = prefix.capacity if prefix.capacity is not None else free
+    if capacity > free:
         raise cluster.issue(
             "prefix_cache.capacity",
-            f"{capacity} bytes per socket exceed the {hbm.free_bytes} bytes of HBM that pool "
-            f"{pool.name!r}'s memory plan leaves free (at {placement.batch_slots} slots)",
+            f"{capacity} bytes per socket exceed the {free} bytes of HBM that pool "
+            f"{pool.name!r}'s memory plan leaves its KV cache (at {placement.batch_slots} "
+            "slots)",
         )
     return int(capacity // (prefix.block_tokens * per_token))
 

@@ -402,6 +402,54 @@ def test_two_bounds_on_the_kv_cache_are_refused() -> None:
         StackConfig.model_validate(
             {"name": "x", "runs_on": "gpu", "kv_memory_fraction": 0.9, "memory_utilization": 0.9}
         )
+    from rdu_sim.config.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError,
+        match=r"vllm-2024.yaml:\d+: memory_utilization: 0.9 and "
+        r"kv_memory_fraction 0.8 both bound the KV cache",
+    ):
+        load_scenario(
+            "workloads/llama3.1-8b-1socket.yaml",
+            overrides={
+                "hardware": "dgx-h100",
+                "stack": "vllm-2024",
+                "stack.kv_memory_fraction": 0.8,
+            },
+        )
     stack = StackConfig.model_validate({"name": "x", "runs_on": "gpu", "memory_utilization": 0.5})
     assert stack.kv_room(100.0, 30.0, 5.0) == 15.0
     assert stack.model_copy(update={"memory_utilization": None}).kv_room(100.0, 30.0, 5.0) == 65.0
+
+
+def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> None:
+    """The prefix cache's default size is the HBM the stack leaves its KV cache beside the
+    slots' (``StackConfig.kv_room``): vLLM's 10% reserve of all memory is not in it; with no
+    share set it is all the memory the plan leaves free."""
+    from types import SimpleNamespace
+
+    from rdu_sim.api_cluster import _prefix_blocks
+
+    def blocks(stack: str) -> tuple[int, int, int]:
+        scenario = load_scenario(
+            "workloads/llama3.1-8b-1socket.yaml",
+            overrides={"hardware": "dgx-h100", "stack": stack, "serving.batch_slots": 8},
+        )
+        placement = plan_memory(scenario, 8)
+        prefix = SimpleNamespace(capacity=None, block_tokens=512)
+        cluster = SimpleNamespace(config=SimpleNamespace(prefix_cache=prefix))
+        pool = SimpleNamespace(role="mixed", scenario=scenario)
+        hbm = placement.tiers["hbm"]
+        per_block = 512 * hbm.kv_bytes / (8 * scenario.kv_policy.slot_tokens())
+        return _prefix_blocks(cluster, pool, placement), hbm.free_bytes, int(per_block)  # type: ignore[arg-type]
+
+    none, free, per_block = blocks("none")
+    assert none == int(free // per_block)
+    vllm, vllm_free, _ = blocks("vllm-2024")
+    reserve = (
+        0.1
+        * load_scenario(
+            "workloads/llama3.1-8b-1socket.yaml", overrides={"hardware": "dgx-h100"}
+        ).hardware.hbm.capacity
+    )
+    assert vllm == int((vllm_free - reserve) // per_block) < int(vllm_free // per_block)

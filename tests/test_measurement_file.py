@@ -350,3 +350,17 @@ def test_the_worked_examples_full_load_row_runs_at_the_context_the_docs_state() 
     built = full[0].scenario().workload.serving.max_context
     assert int(stated.group(1)) == built == 2048
     assert "2,048 tokens" in prose
+
+
+def test_a_rows_kv_share_replaces_the_stacks_bound_whichever_it_is(tmp_path: Path) -> None:
+    """A vLLM row stating its KV share: the row's kv_memory_fraction replaces vLLM's own
+    bound (memory_utilization), instead of the two being refused together."""
+    text = (
+        "hardware,stack,model,tp,batch,input_tokens,output_tokens,metric,measured,"
+        "kv_memory_fraction\n"
+        "dgx-h100,vllm-2024,llama-3.1-8b,1,4,128,8,e2e_s,0.5,0.8\n"
+    )
+    (point,) = read_points(_write(tmp_path, text))
+    assert point.settings == ["stack.memory_utilization=null", "stack.kv_memory_fraction=0.8"]
+    stack = point.scenario().stack
+    assert stack.memory_utilization is None and stack.kv_memory_fraction == 0.8

@@ -17,7 +17,7 @@ from rdu_sim.graph import Precision, model_groups, operators, totals
 from rdu_sim.kv import make_policy
 from rdu_sim.models import get_model
 from rdu_sim.serving.backend import EngineBackend
-from rdu_sim.serving.buckets import decode_batch, decode_rows, octave_rung
+from rdu_sim.serving.buckets import decode_batch, decode_rows, octave_rung, program_rows
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import ServerConfig
@@ -255,6 +255,13 @@ def test_a_program_picked_by_the_queue_holds_the_decoding_sequences() -> None:
     assert decode_batches("ladder") == {1, 2, 4}
 
 
+def test_program_rows_count_the_row_values_a_run_can_take() -> None:
+    for slots in (*range(1, 40), 100, 129, 1000, 2048, 2049):
+        for rule in ("slots", "programs", "live", "ladder"):
+            reached = {decode_rows(rule, d, slots) for d in range(1, slots + 1)}
+            assert program_rows(rule, slots) == len(reached), (rule, slots)
+
+
 def test_decode_rows_counts() -> None:
     assert [decode_rows("slots", d, 16) for d in (0, 1, 5, 16)] == [16] * 4
     assert [decode_rows("programs", d, 16) for d in (0, 1, 3, 5, 9, 16)] == [1, 1, 4, 8, 16, 16]
@@ -353,3 +360,37 @@ def test_speculative_decoding_runs_its_prefill_steps_alone() -> None:
 
     assert any(carried(speculative=False))  # the same server, decoding plainly, mixes
     assert not any(carried(speculative=True))
+
+
+def test_a_ragged_runtime_packs_prompts_of_one_static_bucket_at_the_widest() -> None:
+    """Three prompts at once on a paged runtime: 520, 600 and 700 tokens share the static
+    1,024-token bucket, so they pack into one step timed at the widest one's fine bucket
+    (704 tokens each); 520 and 1,100 (static buckets 1,024 and 2,048) do not pack. A static
+    runtime packs the first three at their common 1,024."""
+
+    def prefills(prompts: list[int], rows: DecodeRows) -> list[tuple[int, int]]:
+        config = ServerConfig(4, 4096, prefill_batch_tokens=4096, decode_rows=rows)
+        records, seen = served(prompts, [2] * len(prompts), [0.0] * len(prompts), config)
+        assert records.counts.tokens_generated == 2 * len(prompts)
+        return [(s.batch, s.tokens) for s in seen if s.phase == "prefill"]
+
+    assert prefills([520, 600, 700], "ladder") == [(3, 704)]
+    assert prefills([520, 600, 700], "slots") == [(3, 1024)]
+    assert prefills([520, 1100], "ladder") == [(1, 544), (1, 1120)]
+    # the budget counts the widest: 4 x 1,024 fits 4,096, a fifth would not
+    assert prefills([1000, 990, 980, 1024], "ladder") == [(4, 1024)]
+
+
+def test_a_program_choice_beside_a_paged_cache_is_refused() -> None:
+    from rdu_sim.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"decode_program: 'live' chooses among static programs"):
+        api.load(
+            "workloads/llama3.1-8b-1socket.yaml",
+            {"stack": "sambastudio-2024", "stack.kv_page_tokens": 64},
+        )
+    paged = api.load(
+        "workloads/llama3.1-8b-1socket.yaml",
+        {"stack": "sambastudio-2024", "stack.kv_page_tokens": 64, "stack.decode_program": None},
+    )
+    assert paged.stack.decode_rows == "ladder"

@@ -30,6 +30,7 @@ from rdu_sim.compiler.program import Placement, TierUsage
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.engine import EventBudgetError
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.buckets import program_rows
 from rdu_sim.serving.limits import RunTooLargeError, check_run, estimate_run
 from rdu_sim.serving.requests import make_requests
 from rdu_sim.serving.step_cache import StepCost
@@ -256,6 +257,7 @@ class _Formula:
     min_bucket=st.sampled_from([16, 1024]),
     seed=st.integers(0, 99),
     paged=st.booleans(),
+    live=st.booleans(),
 )
 def test_estimate_bounds_rows_and_shapes(
     requests: int,
@@ -269,9 +271,11 @@ def test_estimate_bounds_rows_and_shapes(
     min_bucket: int,
     seed: int,
     paged: bool,
+    live: bool,
 ) -> None:
     """State changes (time-series rows) and distinct shapes never exceed the estimate,
-    static prefill shapes or a paged runtime's ragged ones."""
+    static prefill shapes or a paged runtime's ragged ones, every slot's program or the
+    queue's."""
     overrides: dict[str, Any] = {
         "serving.requests": requests,
         "serving.batch_slots": slots,
@@ -289,6 +293,8 @@ def test_estimate_bounds_rows_and_shapes(
     }
     if paged:
         overrides["stack.kv_page_tokens"] = 64
+    elif live:  # programs picked by the queue's length: a decode shape per program batch
+        overrides["stack.decode_program"] = "live"
     if policy == "full":
         overrides["kv.min_bucket"] = min_bucket
     elif policy == "streamingllm":
@@ -299,5 +305,9 @@ def test_estimate_bounds_rows_and_shapes(
     result = api.run(scenario, backend=_Formula())
     estimate = check_run(scenario, result.batch_slots, result.requests_in)
     assert len(result.records.series) <= estimate.state_changes
-    assert len(result.cache.shapes) <= estimate.shapes
+    shapes = estimate.shapes
+    if paged:  # the estimate counts a paged runtime's ladder once (limits.estimate_run)
+        rungs = program_rows("ladder", result.batch_slots)
+        shapes += len(scenario.kv_policy.buckets()) * (rungs - 1)
+    assert len(result.cache.shapes) <= shapes
     assert result.records.prefill_steps <= estimate.prefill_steps

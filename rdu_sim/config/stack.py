@@ -13,9 +13,9 @@ prefill step. A stack's values are fitted on that stack's measurements only
 """
 
 from dataclasses import dataclass
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from rdu_sim import human
 from rdu_sim.config.base import StrictModel
@@ -193,15 +193,31 @@ class StackConfig(StrictModel):
         "decode graphs at the workload's kv.context_buckets over the rows decode_program "
         "says",
     )
-    decode_program: DecodeProgram = Field(
-        default="all_slots",
-        description="which compiled batch a static decode step runs (no kv_page_tokens): "
-        "'all_slots', the program of the run's batch slots every step, whether or not each "
-        "slot is decoding; 'live', the smallest batch it has a program for "
-        "(batch_programs) that holds the decoding sequences, the batch picked by the "
-        "queue's length and padded up to a compiled size. A paged cache (kv_page_tokens) "
-        "runs the decoding sequences in any case",
+    decode_program: DecodeProgram | None = Field(
+        default=None,
+        description="which compiled batch a static decode step runs: 'all_slots', the "
+        "program of the run's batch slots every step, whether or not each slot is "
+        "decoding; 'live', the smallest batch it has a program for (batch_programs) that "
+        "holds the decoding sequences, the batch picked by the queue's length and padded "
+        "up to a compiled size; none: all_slots. Not with kv_page_tokens (a paged cache "
+        "runs the decoding sequences)",
     )
+
+    @field_validator("decode_program")
+    @classmethod
+    def _static_programs(
+        cls, value: DecodeProgram | None, info: ValidationInfo
+    ) -> DecodeProgram | None:
+        """A program choice is a static runtime's: refused beside a paged cache (validated
+        first), the error at this field."""
+        if value is not None and info.data.get("kv_page_tokens") is not None:
+            raise ValueError(
+                f"{value!r} chooses among static programs, and this stack pages its KV "
+                "cache (kv_page_tokens), so its decode steps run the decoding sequences: "
+                "leave it out, or set kv_page_tokens null"
+            )
+        return value
+
     prefill_batch_tokens: int | None = Field(
         default=None,
         ge=1,
@@ -259,15 +275,20 @@ class StackConfig(StrictModel):
         "(vLLM's gpu_memory_utilization); none: all of it. Not with kv_memory_fraction",
     )
 
-    @model_validator(mode="after")
-    def _one_memory_share(self) -> Self:
-        if self.kv_memory_fraction is not None and self.memory_utilization is not None:
+    @field_validator("memory_utilization")
+    @classmethod
+    def _one_memory_share(cls, value: float | None, info: ValidationInfo) -> float | None:
+        """One bound on the KV cache: refused beside ``kv_memory_fraction`` (validated
+        first), the error at this field."""
+        fraction = info.data.get("kv_memory_fraction")
+        if value is not None and fraction is not None:
             raise ValueError(
-                "kv_memory_fraction (a share of the memory the weights and activations "
-                "leave) and memory_utilization (a share of all of it) both bound the KV "
-                "cache; set one"
+                f"{human.number(value)} and kv_memory_fraction {human.number(fraction)} "
+                "both bound the KV cache (a share of all the memory, a share of what the "
+                "weights and activations leave): set one, the other null (--set "
+                "stack.memory_utilization=null)"
             )
-        return self
+        return value
 
     def kv_room(self, memory: float, weights: float, activations: float) -> float:
         """Bytes of ``memory`` the runtime gives its KV cache beside ``weights`` and
@@ -329,7 +350,7 @@ class StackConfig(StrictModel):
         ``decode_program`` and ``batch_programs`` (``serving.decode_rounds`` applies it)."""
         if self.dynamic_batch:
             return "ladder"
-        if self.decode_program == "all_slots":
+        if self.decode_program != "live":
             return "slots"
         return "programs" if self.batch_programs == "powers_of_two" else "live"
 

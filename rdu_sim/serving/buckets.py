@@ -84,6 +84,21 @@ def decode_rows(rule: DecodeRows, decoding: int, slots: int) -> int:
     return rows if rows < slots else slots
 
 
+def program_rows(rule: DecodeRows, slots: int) -> int:
+    """How many row counts decode steps take over ``slots`` slots under ``rule``: one
+    (every slot), the powers of two below the slots and the slots (``programs``), every
+    count (``live``), or the CUDA-graph ladder's rungs up to the slots (``ladder``)."""
+    if rule == "programs":
+        return (slots - 1).bit_length() + 1 if slots > 1 else 1
+    if rule == "ladder":  # the rungs below the slots, then the slots (which cap the rest)
+        rungs, rung = 1, decode_batch(1)
+        while rung < slots:
+            rungs += 1
+            rung = decode_batch(rung + 1)
+        return rungs
+    return slots if rule == "live" else 1
+
+
 def octave_rung(count: int) -> int:
     """``count`` rounded up to 8 values per octave (every count up to 8; 16: 18, 20, ...):
     at most 12.5% over, the ladder that bounds how many distinct shapes a run simulates."""

@@ -176,10 +176,17 @@ def _fixed_hbm(scenario: Scenario, router: Scenario, slots: int) -> int:
 def coe_capacity(scenario: Scenario, router: Scenario) -> int:
     """Most batch slots that still leave the HBM region room for one expert (a CoE's
     ``room for``: more slots take the region's HBM for KV cache), of those the most the
-    stack runs (`StackConfig.runnable_batch`)."""
-    room = scenario.hardware.hbm.capacity - _expert_hbm(scenario)
-    fits = most_slots(lambda slots: _fixed_hbm(scenario, router, slots) <= room)
-    return scenario.stack.runnable_batch(fits)
+    stack runs (`StackConfig.runnable_batch`); the slots' KV cache within the room the
+    stack gives it (`StackConfig.kv_room`) beside the router's weights, the expert region
+    and the activations."""
+    hbm = scenario.hardware.hbm.capacity
+    held = _weights(router) + _expert_hbm(scenario)
+
+    def fits(slots: int) -> bool:
+        activations = max(activation_bytes(scenario, slots), activation_bytes(router, slots))
+        return kv_bytes(scenario, slots) <= scenario.stack.kv_room(hbm, held, activations)
+
+    return scenario.stack.runnable_batch(most_slots(fits))
 
 
 def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:

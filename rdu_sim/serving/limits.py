@@ -33,7 +33,7 @@ import numpy as np
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.buckets import prompt_bucket
+from rdu_sim.serving.buckets import program_rows, prompt_bucket
 from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
 
 SLOTS_PER_UNIT = 40_000
@@ -154,7 +154,12 @@ def estimate_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> 
         decode_buckets, prompts, side="left"
     )
     changes = int(4 * len(prompts) + 2 * steps.sum() + np.maximum(crossed, 0).sum()) + 2
-    shapes = prefill_shapes + len(decode_buckets)
+    # the row counts a decode bucket is run at: a static runtime's programs, all of them;
+    # a paged runtime's ladder once (its rungs met with its page buckets are far fewer than
+    # their product, which would refuse the full-load runs: the estimate is short there)
+    rule = scenario.stack.decode_rows
+    rows = 1 if rule == "ladder" else program_rows(rule, batch_slots)
+    shapes = prefill_shapes + len(decode_buckets) * rows
     if scenario.draft is not None:  # per target shape, at most two of the draft's
         shapes *= 3
     copy_chunks = 0

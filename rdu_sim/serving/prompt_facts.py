@@ -14,7 +14,7 @@ counted in its own step cache (``serving.step_cache``).
 from __future__ import annotations
 
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.serving.buckets import prefill_step
+from rdu_sim.serving.buckets import prefill_step, prompt_bucket
 from rdu_sim.shapes import StepShape
 
 UNKNOWN = -1
@@ -25,13 +25,20 @@ class PromptFact:
     """A prompt length's answers (:class:`PromptFacts`)."""
 
     def __init__(
-        self, prompt: int, compresses: bool, first_step: StepShape, first_done: int
+        self,
+        prompt: int,
+        compresses: bool,
+        first_step: StepShape,
+        first_done: int,
+        pack_bucket: int = 0,
     ) -> None:
         self.prompt = prompt
         self.compresses = compresses
         self.first_step = first_step  # the prompt's first prefill step
         self.first_done = first_done  # prompt tokens done after it (all, unless chunked)
         self.first_cache = UNKNOWN  # the cache at its first decode step, once asked
+        # a ragged runtime's prompts of one static bucket pack into one step (0: static)
+        self.pack_bucket = pack_bucket
 
 
 class PromptFacts:
@@ -61,7 +68,8 @@ class PromptFacts:
             shape, done = prefill_step(
                 prompt, 0, self.max_context, self.chunk, compresses, self.ragged
             )
-            fact = self._facts[prompt] = PromptFact(prompt, compresses, shape, done)
+            group = prompt_bucket(prompt, self.max_context) if self.ragged else 0
+            fact = self._facts[prompt] = PromptFact(prompt, compresses, shape, done, group)
         return fact
 
     def next_step(self, prompt: int, before: int) -> tuple[StepShape, int]:

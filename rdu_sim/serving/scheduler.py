@@ -212,7 +212,11 @@ class Scheduler(Driven):
             facts = PromptFacts(
                 policy, config.max_context, config.prefill_chunk_tokens, config.dynamic_batch
             )
-        elif (facts.max_context, facts.chunk) != (config.max_context, config.prefill_chunk_tokens):
+        elif (facts.max_context, facts.chunk, facts.ragged) != (
+            config.max_context,
+            config.prefill_chunk_tokens,
+            config.dynamic_batch,
+        ):
             raise ValueError("a server shares prompt facts only with servers of its setup")
         self._facts = facts
         # completions that end the run (a replica's never do)
@@ -379,9 +383,9 @@ class Scheduler(Driven):
             fact = first.fact
             shape, done = fact.first_step, fact.first_done
             if packs and done == prompt:  # (no hooks: nothing was cached)
-                packed = self._pack(shape)
+                packed, width = self._pack(shape, fact)
                 if packed:
-                    return self._packed(slot, request, prompt, shape, packed, delays)
+                    return self._packed(slot, request, prompt, shape, packed, width, delays)
             shape = self._carrying(shape)
             if shape.mixed:  # (no entry kept by prompt: the decode rows vary)
                 entry = self.cache.entry(shape)
@@ -403,10 +407,12 @@ class Scheduler(Driven):
         prompt: int,
         first: StepShape,
         packed: list[int],
+        width: int,
         delays: tuple[int, ...],
     ) -> tuple[int, ...]:
-        """:meth:`begin_prefill` of a step whose first prompt was packed with others."""
-        shape = self._carrying(StepShape("prefill", 1 + len(packed), first.tokens, 0, first.select))
+        """:meth:`begin_prefill` of a step whose first prompt was packed with others, each
+        prompt ``width`` tokens (:meth:`_pack`)."""
+        shape = self._carrying(StepShape("prefill", 1 + len(packed), width, 0, first.select))
         step = self.cache.run(shape)
         self.counts.prefill_steps += 1
         self.prefill_shape = shape
@@ -471,28 +477,41 @@ class Scheduler(Driven):
         self.record(now)
         return slot
 
-    def _pack(self, first: StepShape) -> list[int]:
-        """Admit the waiting requests whose prompt prefills in the same shape as the step's
-        first one (its static bucket, or a ragged runtime's fine one: ``buckets``; FIFO,
-        stopping at the first that does not), while a slot is free
-        and the step's padded tokens stay within ``prefill_batch_tokens``, the decode rows a
-        mixed step carries counted in (TensorRT-LLM's ``max_num_tokens`` counts both);
-        their slots."""
+    def _pack(self, first: StepShape, fact: PromptFact) -> tuple[list[int], int]:
+        """Admit the waiting requests whose whole prompt prefills in the same shape as the
+        step's first one (``fact``'s), FIFO, stopping at the first that does not, while a
+        slot is free and the step's padded tokens stay within ``prefill_batch_tokens``, the
+        decode rows a mixed step carries counted in (TensorRT-LLM's ``max_num_tokens``
+        counts both): their slots, and the tokens each prompt of the step is timed at. A
+        ragged runtime packs prompts of one static bucket (``PromptFact.pack_bucket``)
+        at the widest of their own fine buckets, so it never packs less than a static one."""
         budget = self.config.prefill_batch_tokens
         assert budget is not None
         slots, prompts, queue = self.slots, self._prompts, self.queue
         if self._mixes:
             budget -= slots.decoding
         packed: list[int] = []
-        tokens = first.tokens
-        while queue and slots.occupied < slots.n and tokens + first.tokens <= budget:
+        width = first.tokens
+        group = fact.pack_bucket
+        while queue and slots.occupied < slots.n:
             prompt = prompts[queue[0]]
-            fact = self._first_step(prompt).fact
-            if fact.first_step != first or fact.first_done != prompt:
+            other = self._first_step(prompt).fact
+            if other.first_done != prompt:
+                break
+            if group:
+                step = other.first_step
+                if other.pack_bucket != group or step.select != first.select:
+                    break
+                wider = step.tokens if step.tokens > width else width
+            elif other.first_step != first:
+                break
+            else:
+                wider = width
+            if (len(packed) + 2) * wider > budget:
                 break
             packed.append(self._admit())
-            tokens += first.tokens
-        return packed
+            width = wider
+        return packed, width
 
     def _first_step(self, prompt: int) -> FirstStep:
         """A prompt length's first prefill step here (made the first time)."""

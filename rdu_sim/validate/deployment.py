@@ -153,7 +153,11 @@ class MeasuredPoint:
         any caller's (a fit does not move what a measurement states)."""
         if self.kv_memory_fraction is None:
             return []
-        return [f"stack.kv_memory_fraction={self.kv_memory_fraction!r}"]
+        # the row's share replaces the stack's bound on the KV cache, whichever it is
+        return [
+            "stack.memory_utilization=null",
+            f"stack.kv_memory_fraction={self.kv_memory_fraction!r}",
+        ]
 
     def scenario(self, overrides: Sequence[str] = ()) -> Scenario:
         """The validated workload that simulates this point; a ConfigError naming the row
