@@ -79,7 +79,9 @@ def test_a_prompt_past_the_stacks_token_budget_warns_unless_chunked() -> None:
         match=r"up to 9,000 tokens exceed the stack "
         r"tensorrt-llm's prefill_batch_tokens \(8,192\)",
     ):
-        api.run(LLAMA70, sets)
+        result = api.run(LLAMA70, sets)
+    (said,) = [w for w in result.summary().warnings if "prefill_batch_tokens" in w]
+    assert said.startswith("prompts of up to 9,000 tokens")  # in the report and its JSON too
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnchunkedPromptWarning)
         api.run(LLAMA70, {**sets, "serving.prefill_chunk_tokens": 4096})

@@ -72,6 +72,8 @@ PARAMETERS = {path: a for path, a in _leaves(StackConfig) if path not in NOT_PAR
 
 def _variants(value: Any, annotation: Any) -> list[Any]:
     if value is None:
+        if typing.get_origin(annotation) is typing.Literal:
+            return list(typing.get_args(annotation))
         return [0.5] if annotation is float else [256, 2]
     if isinstance(value, bool):
         return [not value]

@@ -92,6 +92,7 @@ from rdu_sim.report.speculation import (
 )
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import CoEStats
+from rdu_sim.serving.limits import unchunked_words
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.run import ServingRun
@@ -625,7 +626,8 @@ def summarize(run: ServingRun) -> RunSummary:
         weights_placement="coe" if run.coe else weights_placement(scenario, run.placement),
         # a CoE plan keeps its experts in DDR and caches them in HBM by design (serving.coe)
         warnings=([] if run.coe else placement_warnings(scenario, run.placement))
-        + speculation_warnings(speculation),
+        + speculation_warnings(speculation)
+        + [w for w in (unchunked_words(scenario, run.requests_in),) if w is not None],
         decode_step=decode_step_bound(run),
         coe=run.coe,
         requests=len(records),

@@ -208,25 +208,31 @@ class UnchunkedPromptWarning(UserWarning):
     """A prompt longer than the stack's token budget a step runs whole (no chunking set)."""
 
 
-def warn_unchunked(scenario: Scenario, requests: RequestSet) -> None:
-    """Warn when prompts exceed the stack's ``prefill_batch_tokens`` (TensorRT-LLM's
-    ``max_num_tokens``) and the workload sets no ``serving.prefill_chunk_tokens``: each runs
-    as one prefill step past the budget, where a runtime enforcing it would chunk them."""
+def unchunked_words(scenario: Scenario, requests: RequestSet) -> str | None:
+    """What a run of prompts past the stack's ``prefill_batch_tokens`` (TensorRT-LLM's
+    ``max_num_tokens``) with no ``serving.prefill_chunk_tokens`` is told: each runs as one
+    prefill step past the budget, where a runtime enforcing it would chunk them; None when
+    no prompt is."""
     budget = scenario.stack.prefill_batch_tokens
     serving = scenario.workload.serving
     if budget is None or serving.prefill_chunk_tokens is not None or not len(requests):
-        return
+        return None
     longest = min(int(np.max(requests.prompt_tokens)), serving.max_context)
-    if longest > budget:
-        warnings.warn(
-            UnchunkedPromptWarning(
-                f"{scenario.workload_file}: prompts of up to {longest:,} tokens exceed the "
-                f"stack {scenario.stack.name}'s prefill_batch_tokens ({budget:,}) and each "
-                "runs as one prefill step; a runtime that enforces its token budget chunks "
-                f"them (serving.prefill_chunk_tokens, e.g. {budget})"
-            ),
-            stacklevel=3,
-        )
+    if longest <= budget:
+        return None
+    return (
+        f"prompts of up to {longest:,} tokens exceed the stack {scenario.stack.name}'s "
+        f"prefill_batch_tokens ({budget:,}) and each runs as one prefill step; a runtime "
+        f"that enforces its token budget chunks them (serving.prefill_chunk_tokens, e.g. "
+        f"{budget})"
+    )
+
+
+def warn_unchunked(scenario: Scenario, requests: RequestSet) -> None:
+    """:func:`unchunked_words` as a warning (UnchunkedPromptWarning) naming the workload."""
+    words = unchunked_words(scenario, requests)
+    if words is not None:
+        warnings.warn(UnchunkedPromptWarning(f"{scenario.workload_file}: {words}"), stacklevel=3)
 
 
 def check_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> RunEstimate:
