@@ -5,15 +5,23 @@ vLLM) is simulated at a fine bucket, a static one at its compiled prompt bucket
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 
 from rdu_sim import api
+from rdu_sim.api_cluster import run_cluster
+from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import prefill_steps, prompt_bucket, prompt_buckets
 from rdu_sim.serving.limits import UnchunkedPromptWarning
 from rdu_sim.serving.run import served_prefill_steps
+from rdu_sim.serving.step_cache import StepCost
+from rdu_sim.shapes import StepShape
+from tests.test_api_run import FakeBackend
+from tests.test_cluster import assert_served_once, write_cluster
 
 LLAMA70 = "workloads/llama3.1-70b-decode.yaml"
+LLAMA8 = Path("workloads/llama3.1-8b-1socket.yaml").resolve()
 
 
 def test_ragged_buckets_exact_values() -> None:
@@ -86,3 +94,32 @@ def test_a_prompt_past_the_stacks_token_budget_warns_unless_chunked() -> None:
         warnings.simplefilter("error", UnchunkedPromptWarning)
         api.run(LLAMA70, {**sets, "serving.prefill_chunk_tokens": 4096})
         api.run(LLAMA70, {**sets, "serving.prompt_tokens": 8192})
+
+
+class _Recording(FakeBackend):
+    """The fake backend, keeping every prefill shape it is asked to time."""
+
+    def __init__(self) -> None:
+        self.prefill_tokens: set[int] = set()
+
+    def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
+        if shape.phase == "prefill":
+            self.prefill_tokens.add(shape.tokens)
+        return super().step_cost(scenario, shape)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_a_cluster_pool_prefills_as_its_runtime_does(tmp_path: Path, paged: bool) -> None:
+    """A cluster pool of a paged runtime prefills ragged prompts at the fine buckets (every
+    prefill shape the pool's replicas time), a static one at its compiled buckets."""
+    sets = {"serving.batch_slots": 8, **({"stack.kv_page_tokens": 64} if paged else {})}
+    path = write_cluster(
+        tmp_path, pools={"serve": {"workload": str(LLAMA8), "replicas": 2, "set": sets}}
+    )
+    backend = _Recording()
+    result = run_cluster(path, None, backend=backend)
+    assert_served_once(result)
+    fine = set(prompt_buckets(8192, ragged=True))
+    static = set(prompt_buckets(8192))
+    assert backend.prefill_tokens <= (fine if paged else static)
+    assert bool(backend.prefill_tokens - static) == paged  # some off the static ladder

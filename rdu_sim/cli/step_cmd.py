@@ -187,7 +187,7 @@ def flops_words(data: dict[str, Any]) -> str:
     """The step's matrix FLOPs a socket beside the model's own share of them (``flops`` and
     ``model_flops`` / tp): the difference is work repeated on several sockets, operators TP
     does not split (docs/architecture.md); and the model FLOP/s utilisation."""
-    flops, own = data["flops"], data["model_flops"] / data["tp"]
+    flops, own = data["flops"], data["model_flops"] / data["tp"]  # tp: the program's
     mfu = f"model FLOP/s {human.percent(data['model_flops_fraction'])} of peak"
     if own >= flops * (1 - 1e-9):
         return (
@@ -403,7 +403,7 @@ def command(
     as_json: bool,
 ) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
-    from rdu_sim.compiler.step_work import expert_streams, model_flops
+    from rdu_sim.compiler.step_work import expert_streams, model_flops, model_flops_fraction
     from rdu_sim.config.errors import WriteError
     from rdu_sim.engine import EventBudgetError, StepTiming
     from rdu_sim.provenance import input_files, of_scenario
@@ -440,8 +440,8 @@ def command(
     data["memory"] = _memory_plan(program.placement)
     own = model_flops(scenario, program)
     data["model_flops"] = own
-    data["model_flops_fraction"] = (
-        timing.flops_fraction * own / program.tp / timing.flops if timing.flops > 0 else 0.0
+    data["model_flops_fraction"] = model_flops_fraction(
+        own, program.tp, timing.flops, timing.flops_fraction
     )
     experts = expert_streams(scenario, program)
     if experts is not None:

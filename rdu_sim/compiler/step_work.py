@@ -36,7 +36,7 @@ from rdu_sim.graph import expected_distinct_experts, experts_loaded, totals
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 
-__all__ = ["ExpertStreams", "expert_streams", "model_flops"]
+__all__ = ["ExpertStreams", "expert_streams", "model_flops", "model_flops_fraction"]
 
 
 def _parts(scenario: Scenario, program: Program) -> list[tuple[StepShape, PipelineStage | None]]:
@@ -57,6 +57,13 @@ def model_flops(scenario: Scenario, program: Program) -> float:
         totals(step_groups(scenario, shape, stage, every)).flops
         for shape, stage in _parts(scenario, program)
     )
+
+
+def model_flops_fraction(own: float, tp: int, flops: float, flops_fraction: float) -> float:
+    """Model FLOP/s utilisation (module docstring): ``own`` model FLOPs over ``tp`` sockets,
+    as a share of peak, from a step's per-socket ``flops`` and their ``flops_fraction``
+    (the same time and peak divide both); 0 for a step with no matrix work."""
+    return flops_fraction * own / tp / flops if flops > 0 else 0.0
 
 
 @dataclass(frozen=True)
