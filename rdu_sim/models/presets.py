@@ -82,6 +82,7 @@ def deepseek_r1() -> Architecture:
         expert_groups=8,
         groups_per_token=4,
         max_context=163840,
+        weight_dtype="fp8_block",  # released in FP8 with 128x128 block scales
     )
 
 
