@@ -43,7 +43,6 @@ __all__ = [
     "claim",
     "code_of",
     "load",
-    "loaded",
     "qualified_name",
 ]
 
@@ -53,7 +52,7 @@ VARIABLE = "RDU_SIM_PLUGINS"
 ENTRY_POINTS = "rdu_sim.plugins"
 """The entry-point group: each entry's value is a module to import."""
 
-_loaded: dict[str, str] = {}  # plugin module -> where it was named, in the order loaded
+_loaded: set[str] = set()  # the plugin modules imported
 
 
 class PluginError(InputError):
@@ -119,12 +118,15 @@ def load() -> None:
             raise PluginError(
                 f"{source}: plugin module {module!r} failed to import: {detail}"
             ) from exc
-        _loaded[module] = source
+        _loaded.add(module)
 
 
-def loaded() -> dict[str, str]:
-    """The plugin modules imported so far, by name, with where each was named."""
-    return dict(_loaded)
+ELSEWHERE = (
+    f"(a policy another process needs, a sweep's workers, is found there when {VARIABLE} "
+    "or an entry point names its module; an import in this process alone is not)"
+)
+"""What an unknown name's error adds where the registry cannot tell a typo from a policy
+imported only in the parent process (a worker's ``make_batching``, ``make_router``)."""
 
 
 def _source_digest(module: str) -> str | None:

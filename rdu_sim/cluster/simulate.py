@@ -45,6 +45,7 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
 from rdu_sim.plugins import PolicyError
+from rdu_sim.serving.batching.checked import Checked
 from rdu_sim.serving.clock import arrivals_ps
 from rdu_sim.serving.lockstep import Ranks, drive_in_lockstep
 from rdu_sim.serving.records import ServingRecords
@@ -366,6 +367,19 @@ def _check(cluster: Cluster, fit: ContextFit) -> None:
     bad_done = np.flatnonzero(serving.completions != accepted.astype(np.int64))
     if bad_route.size or bad_done.size:
         request = int(np.concatenate([bad_route, bad_done])[0])
+        outside = sorted(
+            {
+                batching.name
+                for replica in cluster.replicas
+                if isinstance(batching := replica.server.scheduler.batching, Checked)
+            }
+        )
+        if bad_done.size and not bad_route.size and outside:  # a plugin's stall, named
+            raise PolicyError(
+                f"batching policy {outside[0]!r} left request {request} (and "
+                f"{bad_done.size - 1} more) unserved: a policy whose next_prefill answers "
+                "NO_PREFILL while requests wait and no slot decodes stalls its replica"
+            )
         raise RuntimeError(
             f"cluster lost or duplicated requests (scheduler bug): request {request} routed "
             f"{int(records.routed[request])} time(s), completed "

@@ -91,5 +91,8 @@ def make_router(name: str, seed: int = 0) -> Router:
     ``seed`` is passed to one that takes it (:data:`RouterFactory`)."""
     factory = router_factory(name)
     if factory is None:
-        raise ValueError(f"unknown router.policy {name!r}; valid: {', '.join(router_names())}")
+        raise ValueError(
+            f"unknown router.policy {name!r}; valid: {', '.join(router_names())} "
+            + plugins.ELSEWHERE
+        )
     return factory(seed=seed) if takes_seed(factory) else factory()

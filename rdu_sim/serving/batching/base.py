@@ -146,7 +146,8 @@ def make_batching(name: str) -> BatchingPolicy:
     policy = batching_class(name)
     if policy is None:
         raise ValueError(
-            f"unknown serving.prefill_priority {name!r}; valid: {', '.join(batching_names())}"
+            f"unknown serving.prefill_priority {name!r}; valid: {', '.join(batching_names())} "
+            + plugins.ELSEWHERE
         )
     return policy()
 
