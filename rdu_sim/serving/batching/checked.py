@@ -18,9 +18,18 @@ from typing import TYPE_CHECKING
 
 from rdu_sim.plugins import PolicyError, code_of
 from rdu_sim.serving.batching.base import ADMIT, NO_PREFILL, BatchingPolicy, QueueView
+from rdu_sim.serving.slots import DECODING, EMPTY, PREFILLING, WAITING
 
 if TYPE_CHECKING:
     from rdu_sim.serving.slots import Slots
+
+_PHASES = {
+    EMPTY: "empty",
+    PREFILLING: "prefilling",
+    DECODING: "decoding",
+    WAITING: "waiting for its KV cache",
+}
+"""A slot's phase (``serving.slots``) as an error says it."""
 
 
 def _a(answer: object) -> str:
@@ -77,8 +86,7 @@ class Checked(BatchingPolicy):
             return work
         prefilling = f"the prefilling slots are {list(order)}" if order else "none prefills"
         if 0 <= work < slots.n:
-            state = ("empty", "prefilling", "decoding", "waiting for its KV cache")
-            problem = f"slot {work} is {state[int(slots.phase[work])]}, not prefilling"
+            problem = f"slot {work} is {_PHASES[int(slots.phase[work])]}, not prefilling"
         elif work < 0:
             problem = f"not a slot, ADMIT ({ADMIT}) or NO_PREFILL ({NO_PREFILL})"
         else:
