@@ -39,7 +39,7 @@ __all__ = [
     "ENTRY_POINTS",
     "VARIABLE",
     "PluginError",
-    "PolicyError",
+    "PolicyAnswerError",
     "claim",
     "code_of",
     "load",
@@ -60,7 +60,7 @@ class PluginError(InputError):
     the environment's or the plugin's problem, not a bug of rdu-sim."""
 
 
-class PolicyError(InputError):
+class PolicyAnswerError(InputError):
     """A policy (a batching policy, a router) answered what its contract refuses: a slot
     that is not prefilling, a replica outside its pool, a float. Checked where the answer
     is used, for outside code (``serving.batching.checked``, ``cluster.simulate``): the

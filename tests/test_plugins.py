@@ -27,7 +27,7 @@ from test_serving_alone import policy_of, round_step
 from rdu_sim import native, plugins
 from rdu_sim.cluster.routers import PoolState
 from rdu_sim.cluster.routers import base as routers_base
-from rdu_sim.plugins import PolicyError
+from rdu_sim.plugins import PolicyAnswerError
 from rdu_sim.provenance import outside_code
 from rdu_sim.serving.batching import ADMIT, NO_PREFILL, QueueView, register
 from rdu_sim.serving.batching import base as batching_base
@@ -339,7 +339,7 @@ def test_a_wrong_answer_is_the_policys_error(
     monkeypatch.setattr(Broken, "MODE", mode)
     register("broken", Broken)
     prompts = [1000] if mode == "admit_nobody" else [300, 700, 200, 900, 400, 600]
-    with pytest.raises(PolicyError) as caught:
+    with pytest.raises(PolicyAnswerError) as caught:
         _serve("broken", prompts, 2, prefill_chunk_tokens=chunk)
     assert str(caught.value).startswith("batching policy 'broken' ")
     assert message in str(caught.value)
@@ -352,7 +352,7 @@ def test_a_stalled_replica_is_its_policys_error(
     register("broken", Broken)
     path = write_cluster(tmp_path, router={"policy": "round_robin"})
     with pytest.raises(
-        PolicyError, match=re.escape("batching policy 'broken' left request 0 (and 119 more)")
+        PolicyAnswerError, match=re.escape("batching policy 'broken' left request 0 (and 119 more)")
     ):
         fake(
             path,
@@ -397,7 +397,7 @@ def test_a_routers_wrong_answer_is_its_error(
     """-1 would be Python's last replica: refused, as past the pool and a float are."""
     monkeypatch.setattr(Fixed, "ANSWER", answer)
     routers_base.register("fixed")(Fixed)
-    with pytest.raises(PolicyError, match=re.escape(f"router 'fixed' {problem}")):
+    with pytest.raises(PolicyAnswerError, match=re.escape(f"router 'fixed' {problem}")):
         fake(write_cluster(tmp_path, router={"policy": "fixed"}))
 
 

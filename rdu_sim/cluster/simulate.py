@@ -16,7 +16,7 @@ its slot. Everything is in integer picoseconds, event order is SimPy's (determin
 After the run every accepted request must have completed exactly once and been routed exactly
 once; a rejected request (over the context limit) never reaches a router. Anything else is a
 bug, raised as such. A router's answer is checked as it is used (``routed``): an index outside
-the pool (-1 would be Python's last replica) or not an integer is the router's PolicyError,
+the pool (-1 would be Python's last replica) or not an integer is the router's PolicyAnswerError,
 naming it.
 """
 
@@ -44,7 +44,7 @@ from rdu_sim.des.timeline import Loop, Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
-from rdu_sim.plugins import PolicyError
+from rdu_sim.plugins import PolicyAnswerError
 from rdu_sim.serving.batching.checked import Checked
 from rdu_sim.serving.clock import arrivals_ps
 from rdu_sim.serving.lockstep import Ranks, drive_in_lockstep
@@ -276,7 +276,7 @@ class Cluster:
 def routed(router: str, chosen: object, request: int, replicas: int, pool: str) -> int:
     """A router's answer that is not a plain ``int`` in the pool (checked by the caller
     first, two comparisons): a NumPy integer in range as an int; anything else the router's
-    PolicyError (``pool``: ``"decode "`` for the decode pool's router)."""
+    PolicyAnswerError (``pool``: ``"decode "`` for the decode pool's router)."""
     if isinstance(chosen, bool) or not isinstance(chosen, Integral):
         name = type(chosen).__name__
         problem = f"{'an' if name[:1] in 'aeiou' else 'a'} {name}, not an integer"
@@ -285,7 +285,7 @@ def routed(router: str, chosen: object, request: int, replicas: int, pool: str) 
         if 0 <= index < replicas:
             return index
         problem = f"outside the {pool}pool's replicas 0..{replicas - 1}"
-    raise PolicyError(
+    raise PolicyAnswerError(
         f"router {router!r} returned {chosen!r} for request {request}: {problem} "
         "(choose returns the index of a replica in the pool it is given)"
     )
@@ -375,7 +375,7 @@ def _check(cluster: Cluster, fit: ContextFit) -> None:
             }
         )
         if bad_done.size and not bad_route.size and outside:  # a plugin's stall, named
-            raise PolicyError(
+            raise PolicyAnswerError(
                 f"batching policy {outside[0]!r} left request {request} (and "
                 f"{bad_done.size - 1} more) unserved: a policy whose next_prefill answers "
                 "NO_PREFILL while requests wait and no slot decodes stalls its replica"

@@ -4,7 +4,7 @@ The scheduler trusts a policy's answers: ``ADMIT`` with nobody waiting or no fre
 that is not prefilling, an index past the slots or a float would end in an IndexError deep in
 the scheduler, a stall, or a silently wrong run. Rdu-sim's own policies are tested and run
 unchecked (the compiled scheduler calls them directly); :func:`checked` wraps any other (a
-plugin's, a notebook's subclass) so that an answer its contract refuses is a PolicyError
+plugin's, a notebook's subclass) so that an answer its contract refuses is a PolicyAnswerError
 naming the policy, the method and what was wrong, at the decision that gave it. This module
 is not compiled: the wrapper receives what the policy returned as any Python object, where a
 compiled caller would only see mypyc's "int object expected". The cost is one Python call per
@@ -16,7 +16,7 @@ from __future__ import annotations
 from numbers import Integral
 from typing import TYPE_CHECKING
 
-from rdu_sim.plugins import PolicyError, code_of
+from rdu_sim.plugins import PolicyAnswerError, code_of
 from rdu_sim.serving.batching.base import ADMIT, NO_PREFILL, BatchingPolicy, QueueView
 from rdu_sim.serving.slots import DECODING, EMPTY, PREFILLING, WAITING
 
@@ -53,8 +53,8 @@ class Checked(BatchingPolicy):
         self.inner = inner
         self.name = name
 
-    def _refuse(self, method: str, answer: object, problem: str) -> PolicyError:
-        return PolicyError(
+    def _refuse(self, method: str, answer: object, problem: str) -> PolicyAnswerError:
+        return PolicyAnswerError(
             f"batching policy {self.name!r} returned {answer!r} from {method}: {problem}"
         )
 
