@@ -35,7 +35,7 @@ from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.provenance import file_digest, of_scenario, shown_file, simulator
+from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
 from rdu_sim.report.energy import Machine
@@ -192,8 +192,8 @@ class ClusterResult:
         return sum(len(times) for times in shared.values())
 
     def provenance(self) -> dict[str, Any]:
-        """The simulator, the cluster file, its overrides, its traffic trace's sha256 and each
-        pool's workload provenance (``rdu_sim.provenance``)."""
+        """The simulator, the cluster file, its overrides, its traffic trace's sha256, each
+        pool's workload provenance (``rdu_sim.provenance``) and a plugin router's code."""
         scenario = self.scenario
         trace = scenario.config.traffic.trace
         pools = {}
@@ -201,7 +201,8 @@ class ClusterResult:
             block = of_scenario(pool.scenario)
             block.pop("simulator")
             pools[pool.name] = block
-        return {
+        code = outside_code(None, scenario.config.router.policy)
+        out: dict[str, Any] = {
             "simulator": simulator().to_dict(),
             "files": {"cluster": shown_file(scenario.file)},
             "overrides": dict(scenario.overrides),
@@ -210,6 +211,9 @@ class ClusterResult:
             else file_digest(shipped.trace_path(scenario.base_dir, trace)),
             "pools": pools,
         }
+        if code:  # a router from a plugin (``provenance.outside_code``); none for rdu-sim's
+            out["plugins"] = code
+        return out
 
     def summary(self) -> ClusterSummary:
         """The run's metrics, typed (computed once): what the console reads."""
@@ -283,6 +287,7 @@ def run_cluster(
             prefix.block_tokens if prefix is not None else None,
             config.kv_transfer,
             progress,
+            seed=config.traffic.seed,
         )
     except SimulatedTimeError as exc:  # the input's fault: name the cluster file
         raise cluster.issue(exc.field or "pools", str(exc)) from None

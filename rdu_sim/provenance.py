@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdu_sim import PACKAGE_DIR, __version__, checkout, native
+from rdu_sim import PACKAGE_DIR, __version__, checkout, native, plugins
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.stack import NONE
@@ -95,7 +95,8 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     """Everything a simulation depends on, as plain data: the workload after overrides, with
     its ``hardware`` and ``stack`` paths and its models (``model``, a draft, a CoE's router:
     a preset name, a config.json or a mapping) replaced by the hardware, serving stack and
-    architectures themselves; a trace file by the sha256 of its content. Sweep keys hash it
+    architectures themselves; a trace file by the sha256 of its content; a batching policy
+    from a plugin by its code (``plugins``: :func:`outside_code`). Sweep keys hash it
     (``rdu_sim.sweep.key``), outputs record it."""
     workload = scenario.workload.model_dump(mode="json")
     workload["hardware"] = None
@@ -124,7 +125,34 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     trace = scenario.workload.serving.trace
     if trace is not None:
         config["trace_sha256"] = file_digest(shipped.trace_path(scenario.base_dir, trace))
+    code = outside_code(scenario.workload.serving.prefill_priority, None)
+    if code:  # (none for rdu-sim's own policies: their rows keep their keys)
+        config["plugins"] = code
     return config
+
+
+def outside_code(batching: str | None, router: str | None) -> dict[str, Any]:
+    """The code from outside rdu-sim (``rdu_sim.plugins.code_of``: its qualified name,
+    package and source sha256) behind a batching policy and a router named in a config, by
+    the field that names it; empty when rdu-sim's own run (or a name no registry holds, which
+    the run refuses itself). A sweep's point key hashes it with the config, so a plugin
+    whose source changed is simulated again, never answered from a stored row."""
+    found: dict[str, Any] = {}
+    if batching is not None:
+        from rdu_sim.serving.batching.base import batching_class  # (no numpy)
+
+        policy = batching_class(batching)
+        code = None if policy is None else plugins.code_of(policy)
+        if code is not None:
+            found["serving.prefill_priority"] = code
+    if router is not None:
+        from rdu_sim.cluster.routers.base import router_factory
+
+        factory = router_factory(router)
+        code = None if factory is None else plugins.code_of(factory)
+        if code is not None:
+            found["router.policy"] = code
+    return found
 
 
 def shown_file(path: str | Path) -> str:

@@ -1,8 +1,8 @@
 """The batching policies' registry (rdu_sim.serving.batching): the one list of valid names
 for ``serving.prefill_priority``; a duplicate is refused, an unknown name is one ``error:``
-line naming the file, the field and the valid names, before anything is simulated, from
-``rdu-sim run`` (a workload or a cluster's pool, named where it is written) and ``rdu-sim
-check``."""
+line naming the file (at the name's line), the field and the valid names, before anything
+is simulated, from ``rdu-sim run`` (a workload or a cluster's pool, named where it is
+written) and ``rdu-sim check``."""
 
 from __future__ import annotations
 
@@ -37,13 +37,17 @@ def test_run_refuses_an_unknown_policy_naming_the_field() -> None:
     assert error.endswith("(from --set serving.prefill_priority)")
 
 
-def test_check_refuses_it_too(tmp_path: Path) -> None:
+def test_a_name_written_in_the_file_is_refused_at_its_line(tmp_path: Path) -> None:
+    """By ``rdu-sim run`` and ``rdu-sim check`` alike (as a router's name is)."""
     data = yaml.safe_load(LLAMA.read_text())
     data["hardware"] = str((LLAMA.parent / data["hardware"]).resolve())
     data["serving"]["prefill_priority"] = "first_come"
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump(data))
-    clean_error(invoke("check", path), str(path), *WORDS)
+    line = 1 + path.read_text().splitlines().index("  prefill_priority: first_come")
+    for command in ("run", "check"):
+        stderr = clean_error(invoke(command, path), *WORDS)
+        assert stderr.startswith(f"error: {path}:{line}: serving.prefill_priority: unknown")
 
 
 def _cluster(folder: Path, workload: Path, pool_set: dict[str, str]) -> Path:
@@ -73,8 +77,9 @@ def test_a_pools_policy_is_the_cluster_files_error_where_it_is_written(tmp_path:
     data["serving"]["prefill_priority"] = "first_come"
     workload = tmp_path / "w.yaml"
     workload.write_text(yaml.safe_dump(data))
+    at = 1 + workload.read_text().splitlines().index("  prefill_priority: first_come")
     cluster = _cluster(tmp_path, workload, {})
     for command in ("run", "check"):
         errors = clean_error(invoke(command, cluster), *WORDS).splitlines()
         assert errors[0].startswith(f"error: {cluster}:3: pools.serve: pool 'serve'")
-        assert f"{workload}: serving.prefill_priority: unknown" in errors[1]
+        assert f"{workload}:{at}: serving.prefill_priority: unknown" in errors[1]

@@ -91,7 +91,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         scenario = build_scenario(data, workload_file=file, lines=lines)
         workload = scenario.workload
         serving = workload.serving
-        check_batching(serving.prefill_priority, file)
+        check_batching(serving.prefill_priority, file, lines.get(("serving", "prefill_priority")))
         if serving.trace is not None:  # the rows a run would read, checked the same way
             trace = shipped.trace_path(scenario.base_dir, serving.trace)
             _read_trace(trace, file, serving.requests, serving.trace_format)

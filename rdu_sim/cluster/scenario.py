@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rdu_sim.cluster.routers import router_names
+from rdu_sim.cluster.routers import router_factory, router_names
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError
@@ -170,7 +170,11 @@ def _check_batching(
     scenario below it cannot read): a name from the pool's ``set`` is this file's error at
     that field, one written in the workload its file's, under the pool's."""
     try:
-        check_batching(scenario.workload.serving.prefill_priority, scenario.workload_file)
+        check_batching(
+            scenario.workload.serving.prefill_priority,
+            scenario.workload_file,
+            scenario.lines.get(("serving", "prefill_priority")),
+        )
     except ConfigError as exc:
         field = "serving.prefill_priority"
         if field in overrides:
@@ -272,7 +276,7 @@ def build_cluster(
         config = validate(ClusterConfig, raw, file, lines)
     except ConfigError as exc:
         raise overridden(exc, file, normalized) from None
-    if config.router.policy not in router_names():  # the registry is the one list of names
+    if router_factory(config.router.policy) is None:  # the registry is the one list of names
         valid = ", ".join(router_names())
         error = _error(
             file, lines, "router.policy", f"unknown router {config.router.policy!r}; valid: {valid}"

@@ -15,13 +15,16 @@ its slot. Everything is in integer picoseconds, event order is SimPy's (determin
 
 After the run every accepted request must have completed exactly once and been routed exactly
 once; a rejected request (over the context limit) never reaches a router. Anything else is a
-bug, raised as such.
+bug, raised as such. A router's answer is checked as it is used (``routed``): an index outside
+the pool (-1 would be Python's last replica) or not an integer is the router's PolicyAnswerError,
+naming it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -41,6 +44,8 @@ from rdu_sim.des.timeline import Loop, Timeline
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.kv.sharing import shares_prefix
 from rdu_sim.models import kv_bytes
+from rdu_sim.plugins import PolicyAnswerError
+from rdu_sim.serving.batching.checked import Checked
 from rdu_sim.serving.clock import arrivals_ps
 from rdu_sim.serving.lockstep import Ranks, drive_in_lockstep
 from rdu_sim.serving.records import ServingRecords
@@ -138,7 +143,10 @@ class Cluster:
         block_tokens: int | None,
         kv_transfer: KVTransferConfig | None,
         progress: Progress | None = None,
+        seed: int = 0,
     ) -> None:
+        """``seed``: the cluster's (``traffic.seed``), for a router that takes one (the
+        decode pool's router gets ``seed + 1``: the two draw apart)."""
         self.loop = loop
         self.requests = requests
         self.block_tokens = block_tokens or 0
@@ -152,8 +160,9 @@ class Cluster:
         back = [p for p in pools if p.config.role == "decode"]
         self.front = self._group(front, progress)
         self.back = self._group(back, progress)
-        self.front_router = make_router(router)
-        self.back_router = make_router(router)
+        self.router = router
+        self.front_router = make_router(router, seed)
+        self.back_router = make_router(router, seed + 1)
         self.link: KVLink | None = None
         if back:
             link = kv_transfer or KVTransferConfig()
@@ -217,7 +226,11 @@ class Cluster:
     # --- routing -------------------------------------------------------------------------------
     def dispatch(self, request: int) -> None:
         """A request arrives now: the front router picks its replica."""
-        replica = self.front.replicas[self.front_router.choose(request, self.front)]
+        front = self.front
+        chosen = self.front_router.choose(request, front)
+        if type(chosen) is not int or not 0 <= chosen < len(front.replicas):
+            chosen = routed(self.router, chosen, request, len(front.replicas), "")
+        replica = front.replicas[chosen]
         self.records.routed[request] += 1
         self.records.replica[request] = replica.index
         replica.taken += 1
@@ -226,7 +239,11 @@ class Cluster:
     def to_decode(self, request: int, source: int) -> Event:
         """A prefill replica finished ``request``: the decode router picks where it decodes;
         the returned event fires once its KV cache has left ``source``."""
-        replica = self.back.replicas[self.back_router.choose(request, self.back)]
+        back = self.back
+        chosen = self.back_router.choose(request, back)
+        if type(chosen) is not int or not 0 <= chosen < len(back.replicas):
+            chosen = routed(self.router, chosen, request, len(back.replicas), "decode ")
+        replica = back.replicas[chosen]
         self.records.decode_replica[request] = replica.index
         replica.taken += 1
         sent = self.loop.event()
@@ -254,6 +271,24 @@ class Cluster:
 
         arrived.callbacks.append(done)
         return arrived
+
+
+def routed(router: str, chosen: object, request: int, replicas: int, pool: str) -> int:
+    """A router's answer that is not a plain ``int`` in the pool (checked by the caller
+    first, two comparisons): a NumPy integer in range as an int; anything else the router's
+    PolicyAnswerError (``pool``: ``"decode "`` for the decode pool's router)."""
+    if isinstance(chosen, bool) or not isinstance(chosen, Integral):
+        name = type(chosen).__name__
+        problem = f"{'an' if name[:1] in 'aeiou' else 'a'} {name}, not an integer"
+    else:
+        index = int(chosen)
+        if 0 <= index < replicas:
+            return index
+        problem = f"outside the {pool}pool's replicas 0..{replicas - 1}"
+    raise PolicyAnswerError(
+        f"router {router!r} returned {chosen!r} for request {request}: {problem} "
+        "(choose returns the index of a replica in the pool it is given)"
+    )
 
 
 def _arrivals(
@@ -293,14 +328,16 @@ def simulate_cluster(
     progress: Progress | None = None,
     *,
     loop: Loop | None = None,
+    seed: int = 0,
 ) -> ClusterRun:
     """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
     ``loop``: the serving loop to run on (default a fresh ``Timeline``; the tests pass an
-    adapter onto ``simpy.Environment``, the oracle: tests/test_cluster_loop.py)."""
+    adapter onto ``simpy.Environment``, the oracle: tests/test_cluster_loop.py); ``seed``:
+    the cluster's, for a router that draws (``Cluster``)."""
     requests = fit.requests
     arrival_ps = arrivals_ps(requests.arrival_s, "traffic").tolist()
     loop = Timeline() if loop is None else loop
-    cluster = Cluster(loop, requests, pools, router, block_tokens, kv_transfer, progress)
+    cluster = Cluster(loop, requests, pools, router, block_tokens, kv_transfer, progress, seed)
     loop.start(_arrivals(loop, arrival_ps, _arrive(cluster, fit.rejected)), NORMAL)
     end = loop.run()
     _check(cluster, fit)
@@ -330,6 +367,19 @@ def _check(cluster: Cluster, fit: ContextFit) -> None:
     bad_done = np.flatnonzero(serving.completions != accepted.astype(np.int64))
     if bad_route.size or bad_done.size:
         request = int(np.concatenate([bad_route, bad_done])[0])
+        outside = sorted(
+            {
+                batching.name
+                for replica in cluster.replicas
+                if isinstance(batching := replica.server.scheduler.batching, Checked)
+            }
+        )
+        if bad_done.size and not bad_route.size and outside:  # a plugin's stall, named
+            raise PolicyAnswerError(
+                f"batching policy {outside[0]!r} left request {request} (and "
+                f"{bad_done.size - 1} more) unserved: a policy whose next_prefill answers "
+                "NO_PREFILL while requests wait and no slot decodes stalls its replica"
+            )
         raise RuntimeError(
             f"cluster lost or duplicated requests (scheduler bug): request {request} routed "
             f"{int(records.routed[request])} time(s), completed "

@@ -54,7 +54,7 @@ class RouterConfig(StrictModel):
         description="the router by registered name (rdu_sim.cluster.routers, checked when the "
         "cluster is built): 'round_robin' in turn; 'least_outstanding' the replica with the "
         "fewest prompt and output tokens still to process; 'prefix_aware' the same count minus "
-        "the prompt tokens its prefix cache already holds",
+        "the prompt tokens its prefix cache already holds; or a plugin's (rdu_sim.plugins)",
     )
 
 
@@ -114,7 +114,13 @@ class TrafficConfig(StrictModel):
     output_tokens: LengthDistribution | None = Field(
         default=None, description="synthetic traffic: output lengths"
     )
-    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="synthetic traffic: seed")
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=2**63 - 1,
+        description="synthetic traffic: seed; also a router's that takes one (a plugin's "
+        "that draws; docs/cluster.md)",
+    )
 
     @field_validator("prompt_tokens", "output_tokens", mode="before")
     @classmethod

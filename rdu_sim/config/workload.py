@@ -225,7 +225,8 @@ class ServingConfig(StrictModel):
         description="the batching policy by registered name (rdu_sim.serving.batching; an "
         "unknown name is refused listing them): 'prefill_first' prefills waiting requests "
         "before the next decode step, 'decode_first' one prefill step at most between decode "
-        "steps, 'static' a batch forms on an empty server and decodes to its end",
+        "steps, 'static' a batch forms on an empty server and decodes to its end; or a "
+        "plugin's (rdu_sim.plugins: RDU_SIM_PLUGINS or an entry point)",
     )
     prefill_chunk_tokens: int | None = Field(
         default=None,

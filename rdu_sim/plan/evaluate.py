@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdu_sim.input_errors import InputError
 from rdu_sim.plan.spec import PlanPoint
+from rdu_sim.plugins import PolicyAnswerError
 
 if TYPE_CHECKING:
     from rdu_sim.api_cluster import ClusterResult
@@ -101,5 +102,7 @@ def evaluate(point: PlanPoint) -> dict[str, Any]:
     try:
         result = api_cluster.run_cluster(point.cluster)
         return measure(result)
+    except PolicyAnswerError:  # a plugin's defect, not an infeasible configuration: said as such
+        raise
     except InputError as exc:
         return {"feasible": False, "reason": " ".join(str(exc).split())}

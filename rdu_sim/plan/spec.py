@@ -25,6 +25,7 @@ from rdu_sim.config.kinds import kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.plan import PlanSpec, parse_ratio
 from rdu_sim.kv import policy_names
+from rdu_sim.provenance import outside_code
 from rdu_sim.sweep.key import config_key, resolved_config
 
 SPLIT_AXIS = "split"
@@ -223,6 +224,9 @@ class LoadedPlan:
             ],
             "trace_sha256": _trace_digest(cluster),
         }
+        router = outside_code(None, cluster.config.router.policy)
+        if router:  # a plugin's router, by its code (none for rdu-sim's: keys unchanged)
+            resolved["plugins"] = router
         overrides = {**configuration.describe(), "units": units, "replicas": cluster.replicas}
         return PlanPoint(config_key(resolved), overrides, resolved, cluster)
 

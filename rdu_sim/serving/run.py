@@ -233,7 +233,11 @@ def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement,
         raise overridden(refused, scenario.workload_file, scenario.overrides)
     serving = scenario.workload.serving
     try:
-        check_batching(serving.prefill_priority, scenario.workload_file)
+        check_batching(
+            serving.prefill_priority,
+            scenario.workload_file,
+            scenario.lines.get(("serving", "prefill_priority")),
+        )
     except ConfigError as exc:  # a name a --set gave says so, as the scenario's rules do
         raise overridden(exc, scenario.workload_file, scenario.overrides) from None
     capacity, slots = resolve_batch_slots(scenario, backend)

@@ -2,8 +2,9 @@
 
 Policy (docs/serving.md has the full statement):
 
-- Requests wait in one FIFO queue. A request is *admitted* to the lowest free slot when its
-  first prefill step starts (queueing delay = admission - arrival).
+- Requests wait in one queue, in arrival order. A request is *admitted* to the lowest free
+  slot when its first prefill step starts (queueing delay = admission - arrival): the oldest,
+  unless the batching policy chooses another (``BatchingPolicy.admit_from``).
 - A prefill step is batch 1 (unless the runtime packs prompts, below): the whole prompt
   padded to its bucket (``serving.buckets.prompt_bucket``), or, with
   ``prefill_chunk_tokens = C`` and a prompt longer than C, one chunk of C tokens attending
@@ -14,9 +15,9 @@ Policy (docs/serving.md has the full statement):
 - ``prefill_batch_tokens`` (the serving stack's ``prefill_batch_tokens``; a lone server, a CoE
   node, a cluster replica without prefix cache or hand-offs; not with speculation): a
   prefill step that admits a request also admits the next waiting requests whose whole
-  prompts pad to the same shape, FIFO, while a slot is free and the step's padded tokens
-  (and the decode rows a mixed step carries) stay within the budget, and runs them as one
-  step of that batch.
+  prompts pad to the same shape, in the order admissions take them, while a slot is free
+  and the step's padded tokens (and the decode rows a mixed step carries) stay within the
+  budget, and runs them as one step of that batch.
 - A decode step runs the static decode graph over all ``batch_slots`` slots (empty and
   still-prefilling slots are padding, as in any static graph) at the decode bucket
   ``policy.decode_bucket(longest cache among decoding slots)``, or over the smallest
@@ -59,7 +60,14 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.serving.batching.base import ADMIT, NO_PREFILL, BatchingPolicy
+from rdu_sim.serving.batching.base import (
+    ADMIT,
+    NO_PREFILL,
+    BatchingPolicy,
+    QueueView,
+    chooses_admission,
+)
+from rdu_sim.serving.batching.checked import checked
 from rdu_sim.serving.decode_rounds import DecodeRounds
 from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driven import FOREVER, Action, Driven
@@ -183,8 +191,9 @@ class PrefillInFlight:
 
 
 class Scheduler(Driven):
-    """Static batch slots, a FIFO queue, and the policy that chooses and accounts prefill and
-    decode steps (module docstring); ``clock`` tells it now, in integer picoseconds."""
+    """Static batch slots, a queue in arrival order, and the policy that chooses and accounts
+    prefill and decode steps (module docstring); ``clock`` tells it now, in integer
+    picoseconds."""
 
     def __init__(
         self,
@@ -238,13 +247,16 @@ class Scheduler(Driven):
         self._completions = records.completions.data
         self.clock = clock
         self.progress = progress
-        self.batching = policies.batching
+        # an outside policy's answers are checked as they are taken (``batching.checked``)
+        self.batching = checked(policies.batching, config.prefill_priority)
+        self._chooses = chooses_admission(policies.batching)  # else FIFO, asked nothing
         self.handoff = policies.handoff
         self.rounds = policies.rounds
         self.drafting = policies.drafting
         self.slots = policies.rounds.slots(config.batch_slots)
         policies.handoff.bind(self._hand_off_ended, self.start_received)
         self.queue: deque[int] = deque()
+        self._waiting = QueueView(self.queue, self._prompts)  # what ``admit_from`` reads
         self._after_prefill = False  # the step that ended last was prefill work
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
@@ -455,11 +467,24 @@ class Scheduler(Driven):
         for slot in slots.advance(1):
             self.complete(slot, slots.request[slot], now)
 
-    def _admit(self) -> int:
-        """The queue's first request takes the lowest free slot now (its admission time)."""
+    def _admission(self) -> int:
+        """The position in the queue of the request the next admission takes: the head, or
+        the batching policy's choice when it makes one."""
+        return self.batching.admit_from(self._waiting) if self._chooses else 0
+
+    def _admit(self, position: int = -1) -> int:
+        """A waiting request takes the lowest free slot now (its admission time): the one at
+        ``position`` in the queue (-1: the batching policy's choice, :meth:`_admission`)."""
         slots = self.slots
         slot = slots.free_slot()
-        request = self.queue.popleft()
+        if position < 0:
+            position = self._admission()
+        queue = self.queue
+        if position:
+            request = queue[position]
+            del queue[position]
+        else:
+            request = queue.popleft()
         slots.admit(slot, request)
         now = self.clock.now
         self._admit_ps[request] = now
@@ -479,12 +504,13 @@ class Scheduler(Driven):
 
     def _pack(self, first: StepShape, fact: PromptFact) -> tuple[list[int], int]:
         """Admit the waiting requests whose whole prompt prefills in the same shape as the
-        step's first one (``fact``'s), FIFO, stopping at the first that does not, while a
-        slot is free and the step's padded tokens stay within ``prefill_batch_tokens``, the
-        decode rows a mixed step carries counted in (TensorRT-LLM's ``max_num_tokens``
-        counts both): their slots, and the tokens each prompt of the step is timed at. A
-        ragged runtime packs prompts of one static bucket (``PromptFact.pack_bucket``)
-        at the widest of their own fine buckets, so it never packs less than a static one."""
+        step's first one (``fact``'s), in the order admissions take them (FIFO, or the
+        batching policy's choice), stopping at the first that does not, while a slot is
+        free and the step's padded tokens stay within ``prefill_batch_tokens``, the decode
+        rows a mixed step carries counted in (TensorRT-LLM's ``max_num_tokens`` counts
+        both): their slots, and the tokens each prompt of the step is timed at. A ragged
+        runtime packs prompts of one static bucket (``PromptFact.pack_bucket``) at the
+        widest of their own fine buckets, so it never packs less than a static one."""
         budget = self.config.prefill_batch_tokens
         assert budget is not None
         slots, prompts, queue = self.slots, self._prompts, self.queue
@@ -494,7 +520,8 @@ class Scheduler(Driven):
         width = first.tokens
         group = fact.pack_bucket
         while queue and slots.occupied < slots.n:
-            prompt = prompts[queue[0]]
+            position = self._admission()
+            prompt = prompts[queue[position]]
             other = self._first_step(prompt).fact
             if other.first_done != prompt:
                 break
@@ -509,7 +536,7 @@ class Scheduler(Driven):
                 wider = width
             if (len(packed) + 2) * wider > budget:
                 break
-            packed.append(self._admit())
+            packed.append(self._admit(position))
             width = wider
         return packed, width
 

@@ -14,7 +14,9 @@ from numpy.typing import NDArray
 
 from rdu_sim.des.timeline import Timeline
 from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.plugins import PolicyAnswerError
 from rdu_sim.serving.arrivals import Arrivals, ClosedLoop, OpenLoop
+from rdu_sim.serving.batching.checked import Checked
 from rdu_sim.serving.clock import arrivals_ps
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
@@ -59,6 +61,13 @@ def serve(
     )
     timeline.run()
     if server.completed != total:
+        batching = server.scheduler.batching
+        if isinstance(batching, Checked):  # an outside policy's stall: its defect, named
+            raise PolicyAnswerError(
+                f"batching policy {batching.name!r} stopped serving with {server.completed} "
+                f"of {total} requests completed: its next_prefill answered NO_PREFILL while "
+                "requests waited and no slot decoded, and nothing arrived after to ask again"
+            )
         raise RuntimeError(
             f"serving stopped with {server.completed} of {total} requests completed (scheduler bug)"
         )

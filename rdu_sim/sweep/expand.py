@@ -223,8 +223,14 @@ def expand(loaded: LoadedSpec, *, sample: int | None = None) -> Expansion:
             )
             # (the batching policy's registry lives in serving, which the scenario cannot
             # import: a run checks the name there, and a point is checked here before anything
-            # runs)
-            check_batching(scenario.workload.serving.prefill_priority, str(loaded.base))
+            # runs; at the base file's line when the spec does not set it)
+            field = "serving.prefill_priority"
+            line = (
+                None
+                if field in fixed or field in overrides
+                else lines.get(("serving", "prefill_priority"))
+            )
+            check_batching(scenario.workload.serving.prefill_priority, str(loaded.base), line)
         except ConfigError as exc:
             failures.add(exc, overrides)
             if failures.points >= MAX_REPORTED_FAILURES:

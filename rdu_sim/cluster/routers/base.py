@@ -1,12 +1,16 @@
-"""The router contract and its registry."""
+"""The router contract and its registry (shipped routers and plugins' alike:
+``rdu_sim.plugins``)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
+
+from rdu_sim import plugins
 
 
 class PoolState(Protocol):
@@ -36,33 +40,59 @@ class Router(Protocol):
         ...
 
 
-RouterFactory = Callable[[], Router]
+RouterFactory = Callable[..., Router]
+"""A router class or factory: called with no argument, or with ``seed=`` (an int, the
+cluster's ``traffic.seed``; the decode pool's router gets it plus one) when it takes a
+``seed`` keyword, as a router that draws at random does."""
 _REGISTRY: dict[str, RouterFactory] = {}
 
 
 def register(name: str) -> Callable[[RouterFactory], RouterFactory]:
-    """Register a router class (or factory) as ``router.policy: name``; no duplicates."""
+    """Register a router class (or factory) as ``router.policy: name``. A name is refused to
+    a class other than the one holding it; the same class again (module and name: a
+    reloaded plugin) replaces it."""
 
     def decorate(factory: RouterFactory) -> RouterFactory:
-        if name in _REGISTRY:
-            raise ValueError(f"router {name!r} is already registered")
+        plugins.claim("router", name, _REGISTRY.get(name), factory)
         _REGISTRY[name] = factory
         return factory
 
     return decorate
 
 
+def router_factory(name: str) -> RouterFactory | None:
+    """The router registered as ``name``, the plugins loaded first when none is
+    (``rdu_sim.plugins``); None when no plugin registers it either."""
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        plugins.load()
+        factory = _REGISTRY.get(name)
+    return factory
+
+
 def router_names() -> list[str]:
-    """Registered router names, sorted."""
+    """Registered router names, sorted (the plugins' too: loaded first)."""
+    plugins.load()
     return sorted(_REGISTRY)
 
 
-def make_router(name: str) -> Router:
-    """A fresh router (its own state, e.g. a round-robin position) of the named policy."""
+def takes_seed(factory: RouterFactory) -> bool:
+    """Whether a router's constructor takes a ``seed`` keyword."""
     try:
-        factory = _REGISTRY[name]
-    except KeyError:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: no seed
+        return False
+    seed = parameters.get("seed")
+    return seed is not None and seed.kind in (seed.POSITIONAL_OR_KEYWORD, seed.KEYWORD_ONLY)
+
+
+def make_router(name: str, seed: int = 0) -> Router:
+    """A fresh router (its own state, e.g. a round-robin position) of the named policy;
+    ``seed`` is passed to one that takes it (:data:`RouterFactory`)."""
+    factory = router_factory(name)
+    if factory is None:
         raise ValueError(
-            f"unknown router.policy {name!r}; valid: {', '.join(router_names())}"
-        ) from None
-    return factory()
+            f"unknown router.policy {name!r}; valid: {', '.join(router_names())} "
+            + plugins.ELSEWHERE
+        )
+    return factory(seed=seed) if takes_seed(factory) else factory()

@@ -1,8 +1,9 @@
 """Batching policies: when prefill work takes a step from decoding, and which.
 
-A policy registers by name (``serving.prefill_priority``); a duplicate name is refused and an
-unknown one lists the valid names. Each policy is one small module beside this file, imported
-here (docs/architecture.md, "The serving level", adds one step by step).
+A policy registers by name (``serving.prefill_priority``); a name taken by another class is
+refused and an unknown one lists the valid names. Each shipped policy is one small module
+beside this file, imported here (docs/architecture.md, "The serving level", adds one step by
+step); a plugin's registers when its module is imported (``rdu_sim.plugins``).
 """
 
 from rdu_sim.serving.batching import decode_first, prefill_first, static  # noqa: F401
@@ -10,6 +11,8 @@ from rdu_sim.serving.batching.base import (
     ADMIT,
     NO_PREFILL,
     BatchingPolicy,
+    QueueView,
+    batching_class,
     batching_names,
     check_batching,
     make_batching,
@@ -20,6 +23,8 @@ __all__ = [
     "ADMIT",
     "NO_PREFILL",
     "BatchingPolicy",
+    "QueueView",
+    "batching_class",
     "batching_names",
     "check_batching",
     "make_batching",

@@ -4,15 +4,20 @@ A batching policy decides, at each step boundary of a continuous-batching server
 prefill work takes the next step and which (a slot's next chunk, or a waiting request taking
 a free slot), and whether a decode run must stop at its next step for prefill work. It reads
 the slots (``serving.slots``) and the queue's length; it never changes them: the scheduler
-(``serving.scheduler``) admits, prefills, decodes and accounts. ``serving.prefill_priority``
-names the policy of a workload; each policy is one small module beside this file, registered
-in ``__init__.py``.
+(``serving.scheduler``) admits, prefills, decodes and accounts. A policy may also choose which
+waiting request an admission takes (:meth:`BatchingPolicy.admit_from`, reading a
+:class:`QueueView`; the oldest unless it says otherwise). ``serving.prefill_priority`` names
+the policy of a workload; each shipped policy is one small module beside this file,
+registered in ``__init__.py``; one written outside rdu-sim registers from a plugin module
+(``rdu_sim.plugins``), loaded when a name is not found here.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Final
 
+from rdu_sim import plugins
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.native import mypyc_attr
 
@@ -20,7 +25,8 @@ if TYPE_CHECKING:  # (numpy: a workload's check imports the registry without it)
     from rdu_sim.serving.slots import Slots
 
 ADMIT: Final = -1
-"""``next_prefill``: the oldest waiting request takes the lowest free slot and prefills."""
+"""``next_prefill``: a waiting request (the oldest, unless ``admit_from`` chooses) takes the
+lowest free slot and prefills."""
 NO_PREFILL: Final = -2
 """``next_prefill``: no prefill work now (the server decodes, or idles)."""
 
@@ -51,6 +57,43 @@ class BatchingPolicy:
         lasts one step. Asked only when there is prefill work."""
         raise NotImplementedError
 
+    def admit_from(self, queue: QueueView) -> int:
+        """Which waiting request an admission takes: its position in ``queue`` (0, the
+        oldest, to ``len(queue) - 1``). Asked, of a policy that overrides it, at each
+        admission: ``ADMIT``'s, and each next prompt a batched prefill considers packing
+        (``prefill_batch_tokens``: packing stops at the first whose prompt pads to another
+        shape). The default, FIFO, is never called: the scheduler takes the queue's head."""
+        return 0
+
+
+class QueueView:
+    """The waiting requests as a policy reads them, oldest first: each one's request id and
+    prompt tokens (what the server prefills: the target's, under speculation). Read-only; it
+    reads the queue as it is when asked (the scheduler makes one, and keeps it)."""
+
+    def __init__(self, queue: deque[int], prompts: memoryview) -> None:
+        self._queue = queue
+        self._prompts = prompts
+
+    def __len__(self) -> int:
+        """Requests waiting."""
+        return len(self._queue)
+
+    def request(self, position: int) -> int:
+        """The request id at ``position`` (0: the oldest)."""
+        return self._queue[position]
+
+    def prompt_tokens(self, position: int) -> int:
+        """The prompt tokens of the request at ``position``."""
+        prompt: int = self._prompts[self._queue[position]]
+        return prompt
+
+
+def chooses_admission(policy: BatchingPolicy) -> bool:
+    """Whether ``policy`` overrides :meth:`BatchingPolicy.admit_from` (else admissions are
+    FIFO and the scheduler asks nothing: the shipped policies' path is unchanged)."""
+    return type(policy).admit_from is not BatchingPolicy.admit_from
+
 
 def can_admit(slots: Slots, queued: int) -> bool:
     """Whether a waiting request could take a slot now: one waits and one is free."""
@@ -75,33 +118,48 @@ _REGISTRY: dict[str, type[BatchingPolicy]] = {}
 
 
 def register(name: str, policy: type[BatchingPolicy]) -> None:
-    """Register ``policy`` as ``serving.prefill_priority: name``; no duplicates."""
-    if name in _REGISTRY:
-        raise ValueError(f"batching policy {name!r} is already registered")
+    """Register ``policy`` as ``serving.prefill_priority: name``. A name is refused to a
+    class other than the one holding it; the same class again (module and name: a
+    reloaded plugin, ``importlib.reload``) replaces it."""
+    plugins.claim("batching policy", name, _REGISTRY.get(name), policy)
     _REGISTRY[name] = policy
 
 
+def batching_class(name: str) -> type[BatchingPolicy] | None:
+    """The policy class registered as ``name``, the plugins loaded first when none is
+    (``rdu_sim.plugins``); None when no plugin registers it either."""
+    policy = _REGISTRY.get(name)
+    if policy is None:
+        plugins.load()
+        policy = _REGISTRY.get(name)
+    return policy
+
+
 def batching_names() -> list[str]:
-    """Registered policy names, sorted."""
+    """Registered policy names, sorted (the plugins' too: loaded first)."""
+    plugins.load()
     return sorted(_REGISTRY)
 
 
 def make_batching(name: str) -> BatchingPolicy:
     """A fresh policy of the given name (its own state); ValueError naming the valid ones."""
-    policy = _REGISTRY.get(name)
+    policy = batching_class(name)
     if policy is None:
         raise ValueError(
-            f"unknown serving.prefill_priority {name!r}; valid: {', '.join(batching_names())}"
+            f"unknown serving.prefill_priority {name!r}; valid: {', '.join(batching_names())} "
+            + plugins.ELSEWHERE
         )
     return policy()
 
 
-def check_batching(name: str, file: str) -> None:
-    """ConfigError naming ``file`` and ``serving.prefill_priority`` when no policy has that
-    name (checked before a run simulates anything, and by ``rdu-sim check``)."""
-    if name not in _REGISTRY:
+def check_batching(name: str, file: str, line: int | None = None) -> None:
+    """ConfigError naming ``file`` (at ``line``, where the name is written) and
+    ``serving.prefill_priority`` when no policy has that name (checked before a run
+    simulates anything, and by ``rdu-sim check``)."""
+    if batching_class(name) is None:
         raise ConfigError.single(
             file,
             "serving.prefill_priority",
             f"unknown batching policy {name!r}; valid: {', '.join(batching_names())}",
+            line,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rdu_sim.native import mypyc_attr
 from rdu_sim.serving.batching.base import (
     ADMIT,
     NO_PREFILL,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from rdu_sim.serving.slots import Slots
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a plugin may subclass it
 class PrefillFirst(BatchingPolicy):
     """Prefill work first (module docstring)."""
 

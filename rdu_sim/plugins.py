@@ -1,0 +1,160 @@
+"""Outside code the registries load by name: batching policies and routers written in a
+package of their own, named in YAML like the shipped ones (docs/architecture.md, "Where to
+add a batching policy"; docs/cluster.md, routers).
+
+A plugin is a module whose import registers what it defines (``batching.register``,
+``routers.register``). Two ways name one:
+
+- the entry-point group ``rdu_sim.plugins`` of an installed distribution
+  (``importlib.metadata``), each entry's value a module: ``[project.entry-points."rdu_sim.plugins"]
+  myext = "myext"``;
+- the environment variable ``RDU_SIM_PLUGINS=mod1,mod2``: modules on ``sys.path``
+  (``PYTHONPATH``).
+
+They load lazily, the first time a registry is asked for a name it does not hold (or lists
+its names in an error): a run of shipped policies imports no plugin, and a broken plugin
+breaks only the runs that need it. Each module is imported once per process (a failed one
+again at the next miss, so a fixed plugin loads without a restart). A sweep's worker
+processes inherit the environment and the installed distributions, so they find the same
+modules. A module that fails to import is a :class:`PluginError`: one ``error:`` line naming
+the variable or entry point, the module and the exception.
+
+:func:`code_of` names the outside code behind a registered policy (its package and a sha256
+of its source), which a run's provenance and a sweep's point key record, so that a changed
+plugin is never answered from a stored row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rdu_sim.input_errors import InputError
+
+__all__ = [
+    "ENTRY_POINTS",
+    "VARIABLE",
+    "PluginError",
+    "PolicyAnswerError",
+    "claim",
+    "code_of",
+    "load",
+    "qualified_name",
+]
+
+VARIABLE = "RDU_SIM_PLUGINS"
+"""Comma-separated plugin modules, importable from ``sys.path``."""
+
+ENTRY_POINTS = "rdu_sim.plugins"
+"""The entry-point group: each entry's value is a module to import."""
+
+_loaded: set[str] = set()  # the plugin modules imported
+
+
+class PluginError(InputError):
+    """A plugin module that could not be imported (or whose import refused a registration):
+    the environment's or the plugin's problem, not a bug of rdu-sim."""
+
+
+class PolicyAnswerError(InputError):
+    """A policy (a batching policy, a router) answered what its contract refuses: a slot
+    that is not prefilling, a replica outside its pool, a float. Checked where the answer
+    is used, for outside code (``serving.batching.checked``, ``cluster.simulate``): the
+    plugin's defect, said in one line naming the policy, not a traceback into the
+    scheduler (a sweep stores it as the point's failure, as it stores bad input)."""
+
+
+def qualified_name(policy: Any) -> str:
+    """``module.Qualname`` of a registered class or factory: what a registry compares to
+    tell a plugin reloaded (the same name again) from another claiming a taken name."""
+    module = getattr(policy, "__module__", None) or "?"
+    return f"{module}.{getattr(policy, '__qualname__', type(policy).__qualname__)}"
+
+
+def claim(kind: str, name: str, holder: Any, policy: Any) -> None:
+    """Whether ``policy`` may be registered as ``name`` of a registry where ``holder``
+    (None: nobody) has it: ValueError when another class holds it; the same qualified name
+    may register again (``importlib.reload`` of a plugin, in a notebook)."""
+    if holder is not None and qualified_name(holder) != qualified_name(policy):
+        raise ValueError(
+            f"{kind} {name!r} is already registered (by {qualified_name(holder)}; "
+            f"{qualified_name(policy)} is another)"
+        )
+
+
+def _named() -> list[tuple[str, str]]:
+    """Every plugin module named now, with where: the variable's, in its order, then the
+    entry points', sorted by name (deterministic whatever order the installer left)."""
+    named = [
+        (module.strip(), VARIABLE)
+        for module in os.environ.get(VARIABLE, "").split(",")
+        if module.strip()
+    ]
+    from importlib.metadata import entry_points  # (~20 ms: only on a registry's miss)
+
+    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: (e.name, e.value)):
+        dist = getattr(entry, "dist", None)
+        source = f"entry point {entry.name!r} ({ENTRY_POINTS}"
+        source += f", of {dist.name} {dist.version})" if dist is not None else ")"
+        named.append((entry.module, source))
+    return named
+
+
+def load() -> None:
+    """Import every plugin module named and not yet imported; a registry calls it when it
+    misses a name. PluginError naming the first that fails (the ones before it stay
+    loaded)."""
+    for module, source in _named():
+        if module in _loaded:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # whatever the plugin raised: its defect, said in one line
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise PluginError(
+                f"{source}: plugin module {module!r} failed to import: {detail}"
+            ) from exc
+        _loaded.add(module)
+
+
+ELSEWHERE = (
+    f"(a policy another process needs, a sweep's workers, is found there when {VARIABLE} "
+    "or an entry point names its module; an import in this process alone is not)"
+)
+"""What an unknown name's error adds where the registry cannot tell a typo from a policy
+imported only in the parent process (a worker's ``make_batching``, ``make_router``)."""
+
+
+def _source_digest(module: str) -> str | None:
+    """sha256 of a module's source: a package's every ``.py`` file under its folder (path
+    and bytes, sorted), a module's one file; None without a file (a notebook's cell)."""
+    found = sys.modules.get(module)
+    file = getattr(found, "__file__", None)
+    if file is None:
+        return None
+    path = Path(file)
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    digest = hashlib.sha256()
+    for each in files:
+        try:
+            data = each.read_bytes()
+        except OSError:
+            return None
+        digest.update(f"{each.relative_to(path.parent).as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def code_of(policy: Any) -> dict[str, str | None] | None:
+    """The outside code a registered policy (a class or factory) comes from: its qualified
+    name, its top-level module or package and a sha256 of that package's source; None for
+    rdu-sim's own."""
+    module = getattr(policy, "__module__", None) or "?"
+    if module == "rdu_sim" or module.startswith("rdu_sim."):
+        return None
+    top = module.partition(".")[0]
+    return {"name": qualified_name(policy), "package": top, "sha256": _source_digest(top)}
