@@ -41,6 +41,7 @@ from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSumm
 from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.clock import SimulatedTimeError
+from rdu_sim.serving.limits import warn_unchunked
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import StepTimes
 
@@ -274,6 +275,9 @@ def run_cluster(
     fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
     labels = class_labels(fit.requests, config.classes, cluster.file)
     pools = resolve_pools(cluster, backend)
+    for resolved in pools:  # a pool that prefills: its stack's token budget
+        if resolved.pool.role != "decode":
+            warn_unchunked(resolved.pool.scenario, fit.requests.prompt_tokens)
     prefix = config.prefix_cache
     if prefix is not None and not fit.requests.has_hashes:
         raise ConfigError.single(

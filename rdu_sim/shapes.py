@@ -30,6 +30,15 @@ DecodeRows = Literal["slots", "ladder", "programs", "live"]
 ``serving.buckets.decode_rows``): every batch slot, the decoding sequences rounded up the
 CUDA-graph ladder (a paged cache), rounded up to a compiled program's batch
 (``powers_of_two``), or exactly the decoding sequences."""
+
+
+def batches_live(rows: DecodeRows) -> bool:
+    """Whether a runtime with this decode-rows rule batches its live sequences per step (a
+    paged KV cache, ``StackConfig.decode_rows``'s ladder): its decode steps read each
+    sequence's own cache and its prefill steps unpadded prompts."""
+    return rows == "ladder"
+
+
 CollectiveKind = Literal["allreduce", "allgather", "reduce_scatter", "alltoall"]
 
 

@@ -123,3 +123,21 @@ def test_a_cluster_pool_prefills_as_its_runtime_does(tmp_path: Path, paged: bool
     static = set(prompt_buckets(8192))
     assert backend.prefill_tokens <= (fine if paged else static)
     assert bool(backend.prefill_tokens - static) == paged  # some off the static ladder
+
+
+def test_a_cluster_pool_warns_of_prompts_past_its_stacks_token_budget(tmp_path: Path) -> None:
+    """The cluster's traffic (prompts up to 3,000 tokens) against a pool whose stack packs at
+    most 1,024 tokens a step, no chunking set: the pool's workload is named."""
+    sets = {"serving.batch_slots": 8, "stack.prefill_batch_tokens": 1024}
+    path = write_cluster(
+        tmp_path, pools={"serve": {"workload": str(LLAMA8), "replicas": 2, "set": sets}}
+    )
+    with pytest.warns(UnchunkedPromptWarning, match=r"llama3.1-8b-1socket.yaml: prompts of up to"):
+        run_cluster(path, None, backend=FakeBackend())
+    chunked = {**sets, "serving.prefill_chunk_tokens": 1024}
+    path = write_cluster(
+        tmp_path, pools={"serve": {"workload": str(LLAMA8), "replicas": 2, "set": chunked}}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnchunkedPromptWarning)
+        run_cluster(path, None, backend=FakeBackend())

@@ -627,7 +627,7 @@ def summarize(run: ServingRun) -> RunSummary:
         # a CoE plan keeps its experts in DDR and caches them in HBM by design (serving.coe)
         warnings=([] if run.coe else placement_warnings(scenario, run.placement))
         + speculation_warnings(speculation)
-        + [w for w in (unchunked_words(scenario, run.requests_in),) if w is not None],
+        + [w for w in (unchunked_words(scenario, run.requests_in.prompt_tokens),) if w is not None],
         decode_step=decode_step_bound(run),
         coe=run.coe,
         requests=len(records),

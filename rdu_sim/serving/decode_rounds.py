@@ -19,7 +19,7 @@ from rdu_sim.native import mypyc_attr
 from rdu_sim.serving.buckets import decode_rows
 from rdu_sim.serving.slots import Slots
 from rdu_sim.serving.step_cache import StepCache, StepEntry
-from rdu_sim.shapes import DecodeRows, StepShape
+from rdu_sim.shapes import DecodeRows, StepShape, batches_live
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -30,7 +30,7 @@ class DecodeRounds:
         # (decode batch, bucket), as one int, -> its step's entry
         self._steps: dict[int, StepEntry] = {}
         self._rows: DecodeRows = rows
-        self._dynamic = rows == "ladder"
+        self._dynamic = batches_live(rows)
         self._planned: StepEntry | None = None  # the entry of the run planned last
 
     def slots(self, n: int) -> Slots:

@@ -30,6 +30,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.scenario import Scenario
@@ -208,16 +209,16 @@ class UnchunkedPromptWarning(UserWarning):
     """A prompt longer than the stack's token budget a step runs whole (no chunking set)."""
 
 
-def unchunked_words(scenario: Scenario, requests: RequestSet) -> str | None:
+def unchunked_words(scenario: Scenario, prompt_tokens: NDArray[np.int64]) -> str | None:
     """What a run of prompts past the stack's ``prefill_batch_tokens`` (TensorRT-LLM's
     ``max_num_tokens``) with no ``serving.prefill_chunk_tokens`` is told: each runs as one
     prefill step past the budget, where a runtime enforcing it would chunk them; None when
     no prompt is."""
     budget = scenario.stack.prefill_batch_tokens
     serving = scenario.workload.serving
-    if budget is None or serving.prefill_chunk_tokens is not None or not len(requests):
+    if budget is None or serving.prefill_chunk_tokens is not None or not len(prompt_tokens):
         return None
-    longest = min(int(np.max(requests.prompt_tokens)), serving.max_context)
+    longest = min(int(np.max(prompt_tokens)), serving.max_context)
     if longest <= budget:
         return None
     return (
@@ -228,9 +229,9 @@ def unchunked_words(scenario: Scenario, requests: RequestSet) -> str | None:
     )
 
 
-def warn_unchunked(scenario: Scenario, requests: RequestSet) -> None:
+def warn_unchunked(scenario: Scenario, prompt_tokens: NDArray[np.int64]) -> None:
     """:func:`unchunked_words` as a warning (UnchunkedPromptWarning) naming the workload."""
-    words = unchunked_words(scenario, requests)
+    words = unchunked_words(scenario, prompt_tokens)
     if words is not None:
         warnings.warn(UnchunkedPromptWarning(f"{scenario.workload_file}: {words}"), stacklevel=3)
 

@@ -165,7 +165,7 @@ def serve_scenario(
     capacity, slots, placement, draft_placement = plan_run(scenario, backend)
     requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
-    warn_unchunked(scenario, requests)
+    warn_unchunked(scenario, requests.prompt_tokens)
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
     speculation = _speculation(scenario, backend, slots, requests)
     config = ServerConfig(

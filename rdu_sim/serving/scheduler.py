@@ -76,7 +76,7 @@ from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.step_cache import StepCache, StepCounts, StepEntry
-from rdu_sim.shapes import DecodeRows, StepShape
+from rdu_sim.shapes import DecodeRows, StepShape, batches_live
 
 Progress = Callable[[int, int], None]
 Priority = str  # a registered batching policy's name (``serving.batching``)
@@ -121,7 +121,7 @@ class ServerConfig:
     def dynamic_batch(self) -> bool:
         """Whether the runtime batches its live sequences per step (a paged KV cache): its
         decode steps run the decoding sequences, its prefill steps unpadded prompts."""
-        return self.decode_rows == "ladder"
+        return batches_live(self.decode_rows)
 
 
 @dataclass(frozen=True)
