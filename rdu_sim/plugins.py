@@ -30,8 +30,9 @@ import hashlib
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rdu_sim.input_errors import InputError
 
@@ -40,9 +41,11 @@ __all__ = [
     "VARIABLE",
     "PluginError",
     "PolicyAnswerError",
-    "claim",
     "code_of",
+    "enroll",
     "load",
+    "lookup",
+    "names",
     "qualified_name",
 ]
 
@@ -53,6 +56,7 @@ ENTRY_POINTS = "rdu_sim.plugins"
 """The entry-point group: each entry's value is a module to import."""
 
 _loaded: set[str] = set()  # the plugin modules imported
+T = TypeVar("T")
 
 
 class PluginError(InputError):
@@ -75,15 +79,33 @@ def qualified_name(policy: Any) -> str:
     return f"{module}.{getattr(policy, '__qualname__', type(policy).__qualname__)}"
 
 
-def claim(kind: str, name: str, holder: Any, policy: Any) -> None:
-    """Whether ``policy`` may be registered as ``name`` of a registry where ``holder``
-    (None: nobody) has it: ValueError when another class holds it; the same qualified name
-    may register again (``importlib.reload`` of a plugin, in a notebook)."""
+def enroll(kind: str, registry: dict[str, T], name: str, policy: T) -> None:
+    """Register ``policy`` as ``name`` of a ``kind``'s registry: ValueError when another
+    class holds the name; the same qualified name may register again and replaces it
+    (``importlib.reload`` of a plugin, in a notebook)."""
+    holder = registry.get(name)
     if holder is not None and qualified_name(holder) != qualified_name(policy):
         raise ValueError(
             f"{kind} {name!r} is already registered (by {qualified_name(holder)}; "
             f"{qualified_name(policy)} is another)"
         )
+    registry[name] = policy
+
+
+def lookup(registry: Mapping[str, T], name: str) -> T | None:
+    """What a registry holds as ``name``, the plugins loaded first when it holds nothing
+    (:func:`load`); None when no plugin registers it either."""
+    found = registry.get(name)
+    if found is None:
+        load()
+        found = registry.get(name)
+    return found
+
+
+def names(registry: Mapping[str, object]) -> list[str]:
+    """A registry's names, sorted, the plugins' among them (loaded first)."""
+    load()
+    return sorted(registry)
 
 
 def _named() -> list[tuple[str, str]]:

@@ -53,8 +53,7 @@ def register(name: str) -> Callable[[RouterFactory], RouterFactory]:
     reloaded plugin) replaces it."""
 
     def decorate(factory: RouterFactory) -> RouterFactory:
-        plugins.claim("router", name, _REGISTRY.get(name), factory)
-        _REGISTRY[name] = factory
+        plugins.enroll("router", _REGISTRY, name, factory)
         return factory
 
     return decorate
@@ -63,17 +62,12 @@ def register(name: str) -> Callable[[RouterFactory], RouterFactory]:
 def router_factory(name: str) -> RouterFactory | None:
     """The router registered as ``name``, the plugins loaded first when none is
     (``rdu_sim.plugins``); None when no plugin registers it either."""
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        plugins.load()
-        factory = _REGISTRY.get(name)
-    return factory
+    return plugins.lookup(_REGISTRY, name)
 
 
 def router_names() -> list[str]:
     """Registered router names, sorted (the plugins' too: loaded first)."""
-    plugins.load()
-    return sorted(_REGISTRY)
+    return plugins.names(_REGISTRY)
 
 
 def takes_seed(factory: RouterFactory) -> bool:

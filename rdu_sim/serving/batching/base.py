@@ -121,24 +121,18 @@ def register(name: str, policy: type[BatchingPolicy]) -> None:
     """Register ``policy`` as ``serving.prefill_priority: name``. A name is refused to a
     class other than the one holding it; the same class again (module and name: a
     reloaded plugin, ``importlib.reload``) replaces it."""
-    plugins.claim("batching policy", name, _REGISTRY.get(name), policy)
-    _REGISTRY[name] = policy
+    plugins.enroll("batching policy", _REGISTRY, name, policy)
 
 
 def batching_class(name: str) -> type[BatchingPolicy] | None:
     """The policy class registered as ``name``, the plugins loaded first when none is
     (``rdu_sim.plugins``); None when no plugin registers it either."""
-    policy = _REGISTRY.get(name)
-    if policy is None:
-        plugins.load()
-        policy = _REGISTRY.get(name)
-    return policy
+    return plugins.lookup(_REGISTRY, name)
 
 
 def batching_names() -> list[str]:
     """Registered policy names, sorted (the plugins' too: loaded first)."""
-    plugins.load()
-    return sorted(_REGISTRY)
+    return plugins.names(_REGISTRY)
 
 
 def make_batching(name: str) -> BatchingPolicy:
