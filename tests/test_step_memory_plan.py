@@ -5,7 +5,9 @@ are in DDR, and a plan that cannot hold its KV cache says the whole sum, weights
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from rdu_sim.cli.main import cli
@@ -43,3 +45,30 @@ def test_a_plan_that_cannot_hold_its_kv_counts_the_weights_too() -> None:
     assert code == 2
     assert "the KV cache of 16 slots (16 GiB) and activations (64.26 MiB)" in out
     assert "before the weights (14.96 GiB, which may spill to DDR: 31.02 GiB in all)" in out
+
+
+def test_too_many_slots_for_a_run_names_the_workload_and_its_field(tmp_path: Path) -> None:
+    """A run whose batch slots' KV cache alone exceeds HBM is the workload's
+    serving.batch_slots: its file and line, or the --set that gave it."""
+    from rdu_sim import api
+    from rdu_sim.compiler.errors import CapacityError
+
+    workload = Path(__file__).resolve().parents[1] / "workloads" / "llama3.1-8b-1socket.yaml"
+    with pytest.raises(CapacityError) as info:
+        api.run(api.load(workload, ["serving.batch_slots=200", "serving.requests=2"]))
+    assert str(info.value).startswith(
+        f"{workload}: serving.batch_slots: the KV cache of 200 slots (200 GiB)"
+    )
+    assert str(info.value).endswith("(from --set serving.batch_slots)")
+    text = workload.read_text()
+    assert "  batch_slots: 16\n" in text
+    mine = tmp_path / "big.yaml"
+    mine.write_text(
+        text.replace("  batch_slots: 16\n", "  batch_slots: 200\n").replace(
+            "../hw_configs/sn40l.yaml", "sn40l"
+        )
+    )
+    line = mine.read_text().splitlines().index("  batch_slots: 200") + 1
+    with pytest.raises(CapacityError) as info:
+        api.run(api.load(mine, ["serving.requests=2"]))
+    assert str(info.value).startswith(f"{mine}:{line}: serving.batch_slots: the KV cache of 200")

@@ -11,3 +11,9 @@ class CapacityError(InputError):
     Raised by tier placement and batch-capacity planning; the CLI prints it without a
     traceback (it is bad input, not a bug).
     """
+
+
+class SlotsCapacityError(CapacityError):
+    """The KV cache and activations of the batch slots alone exceed HBM: the slot count is
+    at fault, so a run whose workload sets ``serving.batch_slots`` names that field
+    (``serving.run.plan_run``)."""

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
-from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.errors import CapacityError, SlotsCapacityError
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
@@ -426,7 +426,7 @@ def plan_memory(
             w.bytes for w in weight_inventory(scenario, stage=stage)
         )
         where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
-        raise CapacityError(
+        raise SlotsCapacityError(
             f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) and activations "
             f"({human.size(act, 4)}), which must be in HBM, need {human.size(act + kv, 4)} of "
             f"HBM per {device_noun(scenario.hardware)}, more than its {human.size(hbm_cap, 4)} "

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rdu_sim.compiler.errors import SlotsCapacityError
 from rdu_sim.compiler.program import Placement, with_sram
-from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import overridden
+from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.overrides import overridden, override_for, override_note
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.kv.policy import KVPolicy
@@ -241,12 +242,26 @@ def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement,
     except ConfigError as exc:  # a name a --set gave says so, as the scenario's rules do
         raise overridden(exc, scenario.workload_file, scenario.overrides) from None
     capacity, slots = resolve_batch_slots(scenario, backend)
-    placement = backend.plan_memory(scenario, slots)
+    try:
+        placement = backend.plan_memory(scenario, slots)
+    except SlotsCapacityError as exc:  # the slots the workload set: its file and field
+        if serving.batch_slots == "auto":
+            raise
+        raise SlotsCapacityError(_at_field(scenario, "serving.batch_slots", str(exc))) from None
     spec, draft = scenario.workload.speculation, scenario.draft
     draft_placement = None
     if spec is not None and draft is not None and spec.placement == "separate":
         draft_placement = backend.plan_memory(draft, slots)
     return capacity, slots, placement, draft_placement
+
+
+def _at_field(scenario: Scenario, field: str, message: str) -> str:
+    """``message`` as a config error at ``field`` of the workload says it: ``file:line:
+    field: message``, or ``file: field: message (from --set field)`` when an override set it."""
+    path = override_for(field, scenario.overrides)
+    line = None if path is not None else scenario.lines.get(tuple(field.split(".")))
+    note = f" {override_note(path)}" if path is not None else ""
+    return str(ConfigIssue(scenario.workload_file, field, message + note, line))
 
 
 def peak_sram(cache: StepCache) -> float:
