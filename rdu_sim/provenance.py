@@ -96,8 +96,8 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     its ``hardware`` and ``stack`` paths and its models (``model``, a draft, a CoE's router:
     a preset name, a config.json or a mapping) replaced by the hardware, serving stack and
     architectures themselves; a trace file by the sha256 of its content; a batching policy
-    from a plugin by its code (``plugins``: :func:`outside_code`). Sweep keys hash it
-    (``rdu_sim.sweep.key``), outputs record it."""
+    or a KV policy from a plugin by its code (``plugins``: :func:`outside_code`). Sweep keys
+    hash it (``rdu_sim.sweep.key``), outputs record it."""
     workload = scenario.workload.model_dump(mode="json")
     workload["hardware"] = None
     workload["stack"] = None
@@ -125,18 +125,23 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     trace = scenario.workload.serving.trace
     if trace is not None:
         config["trace_sha256"] = file_digest(shipped.trace_path(scenario.base_dir, trace))
-    code = outside_code(scenario.workload.serving.prefill_priority, None)
+    code = outside_code(
+        scenario.workload.serving.prefill_priority, None, kv_policy=scenario.workload.kv.policy
+    )
     if code:  # (none for rdu-sim's own policies: their rows keep their keys)
         config["plugins"] = code
     return config
 
 
-def outside_code(batching: str | None, router: str | None) -> dict[str, Any]:
+def outside_code(
+    batching: str | None, router: str | None, *, kv_policy: str | None = None
+) -> dict[str, Any]:
     """The code from outside rdu-sim (``rdu_sim.plugins.code_of``: its qualified name,
-    package and source sha256) behind a batching policy and a router named in a config, by
-    the field that names it; empty when rdu-sim's own run (or a name no registry holds, which
-    the run refuses itself). A sweep's point key hashes it with the config, so a plugin
-    whose source changed is simulated again, never answered from a stored row."""
+    package and source sha256) behind a batching policy, a router and a KV policy named in
+    a config, by the field that names it; empty when rdu-sim's own run (or a name no
+    registry holds, which the run refuses itself). A sweep's point key hashes it with the
+    config, so a plugin whose source changed is simulated again, never answered from a
+    stored row."""
     found: dict[str, Any] = {}
     if batching is not None:
         from rdu_sim.serving.batching.base import batching_class  # (no numpy)
@@ -152,6 +157,13 @@ def outside_code(batching: str | None, router: str | None) -> dict[str, Any]:
         code = None if factory is None else plugins.code_of(factory)
         if code is not None:
             found["router.policy"] = code
+    if kv_policy is not None:
+        from rdu_sim.kv.policies import policy_class
+
+        kv_class = policy_class(kv_policy)
+        code = None if kv_class is None else plugins.code_of(kv_class)
+        if code is not None:
+            found["kv.policy"] = code
     return found
 
 

@@ -40,6 +40,7 @@ from rdu_sim.config.overrides import (
     in_context,
     normalize_overrides,
     overridden,
+    override_for,
     override_note,
     set_path,
     split_overrides,
@@ -359,9 +360,12 @@ def _cross_check(
     model: Architecture,
     file: str,
     lines: LineMap,
+    overrides: Mapping[str, Any],
 ) -> KVPolicy:
     """Rules that span files: TP vs heads, sockets and the collective's links, context vs
-    the model; then the KV policy, whose own parameter rules (the only ones) it returns."""
+    the model; then the KV policy, whose own parameter rules (the only ones) it returns (a
+    rule over several fields blamed on the one an override set: ``overrides``, the
+    workload's)."""
 
     fail = _failing(file, lines)
     parallelism = workload.parallelism
@@ -390,7 +394,9 @@ def _cross_check(
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
         return make_policy(workload.kv, serving.max_context, stack.kv_page_tokens)
     except PolicyError as exc:
-        raise fail(exc.field, str(exc)) from None
+        fields = (exc.field, *exc.also)
+        blamed = next((f for f in fields if override_for(f, overrides) is not None), exc.field)
+        raise fail(blamed, str(exc)) from None
 
 
 MAX_COUNTS_BYTES = 16 << 20
@@ -692,7 +698,7 @@ def _resolved(
         source,
         "stack" in chosen,
     )
-    policy = _cross_check(workload, hardware, stack, model, workload_file, lines)
+    policy = _cross_check(workload, hardware, stack, model, workload_file, lines, chosen)
     files = (workload_file, str(hardware_path))
     draft = _draft_scenario(workload, hardware, model, policy, files, lines)
     if draft is not None:

@@ -35,13 +35,12 @@ from rdu_sim import api
 from rdu_sim.compiler import capacity_words
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.engine import StepTiming
-from rdu_sim.kv.policies import budget_determines, policy_reads
+from rdu_sim.kv.policies import budget_determines, policy_reads, takes_budget
 from rdu_sim.report.summary import memory_summary
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import EngineBackend
 
 __all__ = [
-    "COMPRESSING",
     "decode_over_batches",
     "decode_over_contexts",
     "decode_step_timing",
@@ -51,9 +50,6 @@ __all__ = [
 
 Overrides = Mapping[str, Any] | Iterable[str] | None
 Workload = str | Path | Scenario
-
-COMPRESSING = frozenset({"snapstream", "snapkv", "streamingllm"})
-"""Policies whose slot is a budget (the ones ``snapstream_budget``/``_ratio`` resize)."""
 
 
 def point_settings(
@@ -67,15 +63,16 @@ def point_settings(
     """The overrides that run ``scenario``'s workload at ``context`` tokens under ``policy``.
 
     By default only ``serving.max_context`` and ``kv.policy``: what ``rdu-sim run --set``
-    of those two runs. A compressing policy is given a budget of ``snapstream_budget``
-    tokens (fixed whatever the context, as deployed) or ``context / snapstream_ratio`` (the
-    same compression at every context) when asked; SnapStream's ring is then 1/16 of the
-    budget (the shipped 128k workload's 2048 of 32768), between the observation window and
-    the workload's ``kv.recent`` (SnapKV keeps no ring; StreamingLLM's is the rest of its
-    budget).
+    of those two runs. A policy that keeps a budget (``kv.policies.takes_budget``: the
+    shipped SnapStream, StreamingLLM and SnapKV, a plugin's alike) is given a budget of
+    ``snapstream_budget`` tokens (fixed whatever the context, as deployed) or ``context /
+    snapstream_ratio`` (the same compression at every context) when asked; SnapStream's
+    ring is then 1/16 of the budget (the shipped 128k workload's 2048 of 32768), between
+    the observation window and the workload's ``kv.recent`` (SnapKV keeps no ring;
+    StreamingLLM's is the rest of its budget).
     """
     settings: dict[str, Any] = {"serving.max_context": context, "kv.policy": policy}
-    if policy in COMPRESSING and (snapstream_budget or snapstream_ratio):
+    if takes_budget(policy) and (snapstream_budget or snapstream_ratio):
         kv = scenario.workload.kv
         budget = snapstream_budget or int(context / (snapstream_ratio or 1.0))
         settings["kv.budget"] = budget

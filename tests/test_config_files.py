@@ -713,3 +713,29 @@ def test_every_fitted_gpu_field_says_so_where_a_new_gpu_is_copied_from() -> None
             start -= 1
         assert "FITTED" in "\n".join(lines[start:at]), path
         assert f"`{path.removeprefix('gpu.')}`" in section, path
+
+
+def test_a_snapstream_rule_binds_only_when_a_prompt_can_be_compressed() -> None:
+    """The window-inside-the-ring rule is checked after the budget is clipped: a default
+    budget of 4,096 above a 1,024-token context compresses nothing, so a 16-token ring is
+    no error; below the context it is, blamed on the field the --set gave, with both values
+    and why the rule binds."""
+    path = REPO / "workloads" / LLAMA_1S
+    clipped = ["kv.policy=snapstream", "serving.max_context=1024", "kv.recent=16"]
+    policy = load_scenario(path, clipped).kv_policy
+    assert policy.slot_tokens() == 1024 and not policy.compresses(1023)
+    assert policy.layout() == (
+        "snapstream: budget 4,096 clipped to the 1,024-token context: nothing is compressed, "
+        "1,024 tokens a slot"
+    )
+    [issue] = _error(path, [*clipped, "kv.budget=512"]).issues
+    assert issue.field == "kv.recent" and issue.line is None
+    assert issue.message == (
+        "kv.observation_window (32) must be <= kv.recent (16): the window sits inside the "
+        "ring buffer, and the budget 512 < serving.max_context 1024 compresses long prompts "
+        "(from --set kv.recent)"
+    )
+    window = ["kv.policy=snapstream", "serving.max_context=1024", "kv.budget=512"]
+    [issue] = _error(path, [*window, "kv.observation_window=4000"]).issues
+    assert issue.field == "kv.observation_window"
+    assert issue.message.endswith("(from --set kv.observation_window)")

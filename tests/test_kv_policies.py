@@ -50,8 +50,16 @@ def test_registry_names_and_classes() -> None:
 
 
 def test_registry_refuses_duplicates() -> None:
-    with pytest.raises(ValueError, match="already registered"):
-        register_policy("full")(FullPolicy)
+    """The plugins' registry rule: another class under a taken name is refused; the same
+    class again (a reloaded plugin) keeps its name."""
+
+    class Full(FullPolicy):
+        pass
+
+    with pytest.raises(ValueError, match=r"KV policy 'full' is already registered \(by "):
+        register_policy("full")(Full)
+    assert register_policy("full")(FullPolicy) is FullPolicy
+    assert type(policy("full")) is FullPolicy
 
 
 def test_unknown_policy_lists_valid_names() -> None:

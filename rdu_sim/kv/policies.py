@@ -26,9 +26,11 @@ take them all, with no defaults of their own. New ones register with :func:`regi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from rdu_sim import plugins
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv.policy import KVPolicy, Selection
 from rdu_sim.models.layers import window_tokens
@@ -36,6 +38,7 @@ from rdu_sim.models.layers import window_tokens
 __all__ = [
     "DEFAULT_BUDGET",
     "FullPolicy",
+    "KeptCounts",
     "PolicyBase",
     "PolicyError",
     "Selection",
@@ -44,11 +47,14 @@ __all__ = [
     "StreamingLLMPolicy",
     "UnreadKVFieldWarning",
     "context_buckets",
+    "kept_counts",
     "make_policy",
     "paged_buckets",
+    "policy_class",
     "policy_names",
     "policy_reads",
     "register_policy",
+    "takes_budget",
     "unread_overrides",
 ]
 
@@ -69,9 +75,12 @@ class PolicyError(ValueError):
     """A KV policy's parameters cannot work; ``field`` names the workload field to fix
     (``kv.budget``, ``serving.max_context``...), so config loading reports it there."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, also: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.field = field
+        self.also = also
+        """Other fields the rule spans: the loader blames the first of ``field, *also`` an
+        override set (``(from --set kv.recent)``), else ``field``."""
 
 
 _REGISTRY: dict[str, type[PolicyBase]] = {}
@@ -80,37 +89,56 @@ P = TypeVar("P", bound="type[PolicyBase]")
 
 
 def register_policy(name: str) -> Callable[[P], P]:
-    """Class decorator registering a policy under ``name`` (kv.policy); duplicates are refused."""
+    """Class decorator registering a policy under ``name`` (kv.policy), by the plugins'
+    registry rule (``rdu_sim.plugins.enroll``): a name held by another class is refused, the
+    same class again (a reloaded plugin) replaces it."""
 
     def decorate(cls: P) -> P:
-        if name in _REGISTRY:
-            raise ValueError(
-                f"KV policy {name!r} is already registered by {_REGISTRY[name].__qualname__}"
-            )
+        plugins.enroll("KV policy", _REGISTRY, name, cls)  # type: ignore[misc]
         cls.name = name
-        _REGISTRY[name] = cls
         return cls
 
     return decorate
 
 
+def policy_class(name: str) -> type[PolicyBase] | None:
+    """The class registered as ``kv.policy: name``, the plugins loaded first when none is
+    (``rdu_sim.plugins.lookup``, ``RDU_SIM_PLUGINS``); None when no plugin registers it."""
+    return plugins.lookup(_REGISTRY, name)
+
+
 def policy_names() -> list[str]:
-    """Names of every registered policy, sorted."""
-    return sorted(_REGISTRY)
+    """Names of every registered policy, the plugins' too (loaded first), sorted."""
+    return plugins.names(_REGISTRY)
 
 
 def budget_determines(name: str) -> tuple[str, ...]:
     """The ``kv`` fields policy ``name`` derives from a given budget (none for an unknown
     name: :func:`make_policy` refuses it)."""
-    cls = _REGISTRY.get(name)
+    cls = policy_class(name)
     return () if cls is None else cls.budget_determines
 
 
 def policy_reads(name: str) -> tuple[str, ...] | None:
     """The ``kv`` fields policy ``name`` reads (its class's ``reads``; ``policy`` itself
     aside), or None for an unknown name (:func:`make_policy` refuses it)."""
-    cls = _REGISTRY.get(name)
+    cls = policy_class(name)
     return None if cls is None else cls.reads
+
+
+def takes_budget(name: str) -> bool:
+    """Whether policy ``name`` keeps a budget of tokens a slot (it reads ``kv.budget``, so
+    a study resizes it: ``rdu_sim.studies.point_settings``); False for an unknown name."""
+    return "budget" in (policy_reads(name) or ())
+
+
+@dataclass(frozen=True)
+class KeptCounts:
+    """What a KV policy kept over a run's requests (:func:`kept_counts`), for its report."""
+
+    layout: str  # the policy's layout in words (``PolicyBase.layout``)
+    prompts_compressed: int  # requests whose prompt the prefill cut to the slot
+    slots_wrapped: int  # requests whose decode outgrew the slot (a ring overwrote tokens)
 
 
 class UnreadKVFieldWarning(UserWarning):
@@ -147,7 +175,7 @@ def make_policy(kv: KVConfig, max_context: int, page_tokens: int | None = None) 
     and listing the registered names when ``kv.policy`` is unknown: the registry is the only
     list of valid policies.
     """
-    cls = _REGISTRY.get(kv.policy)
+    cls = policy_class(kv.policy)
     if cls is None:
         raise PolicyError(
             "kv.policy",
@@ -171,7 +199,7 @@ def _meant(name: str) -> str:
     import difflib  # here: only an unknown name needs it
 
     lower = name.lower()
-    if lower in _REGISTRY:
+    if lower in policy_names():
         return f" (did you mean {lower!r}? names are lower case)"
     close = difflib.get_close_matches(lower, policy_names(), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -380,6 +408,16 @@ class PolicyBase:
             f"{self.slot_tokens()} tokens ({self.name})"
         )
 
+    def layout(self) -> str:
+        """What a slot keeps, in words, for reports (``rdu-sim run`` and ``step``): the
+        slot's tokens; a subclass says how they are laid out."""
+        return f"{self.name}: {self.slot_tokens():,} tokens a slot"
+
+    def decode_words(self, context: int) -> str | None:
+        """What a decode step at a longest sequence of ``context`` tokens takes as its
+        cache when the policy cannot know it from the context alone, or None."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Resolved parameters, for reports and JSON."""
         return {
@@ -441,6 +479,13 @@ class FullPolicy(PolicyBase):
         """:func:`context_buckets` of kv.context_buckets up to ``max_context``."""
         return context_buckets(self.bucket_spec, self.min_bucket, self.max_context)
 
+    def layout(self) -> str:
+        """The context's tokens a slot, nothing evicted."""
+        return (
+            f"full: {self.slot_tokens():,} tokens a slot (the context), nothing evicted, "
+            f"{len(self.buckets())} decode buckets"
+        )
+
     def describe(self) -> dict[str, Any]:
         """Policy, max_context, slot size and buckets."""
         return {
@@ -491,6 +536,23 @@ class _FixedSlotPolicy(PolicyBase):
         """One static shape: ``[slot_tokens]``."""
         return [self.slot_tokens()]
 
+    def layout(self) -> str:
+        """``4 sinks + 30,716 selected + 2,048 ring = 32,768 tokens a slot``; a budget at or
+        above the context says that nothing is compressed (and that it was clipped)."""
+        parts = [f"{self.sinks:,} sinks"] if self.sinks else []
+        if self.topk:
+            parts.append(f"{self.topk:,} selected")
+        parts.append(f"{self.recent:,} ring")
+        words = f"{self.name}: {' + '.join(parts)} = {self.budget:,} tokens a slot"
+        if self.budget > self.max_context:
+            return (
+                f"{self.name}: budget {self.budget:,} clipped to the {self.max_context:,}-token "
+                f"context: nothing is compressed, {self.max_context:,} tokens a slot"
+            )
+        if self.budget == self.max_context:
+            return f"{words} (the whole context: nothing is compressed)"
+        return words
+
     def describe(self) -> dict[str, Any]:
         """Policy, max_context, slot size, and the sinks/top-K/ring layout."""
         return {
@@ -534,19 +596,24 @@ class SnapStreamPolicy(_FixedSlotPolicy):
         kernel_size: int,
         pooling: str,
     ) -> None:
-        if observation_window > recent:
+        # the layout's rules bind only when a prompt can be compressed: a budget at or
+        # above the context never runs the selection, so its window and split are moot
+        compresses = min(budget, max_context) < max_context
+        if compresses and observation_window > recent:
             raise PolicyError(
                 "kv.observation_window",
                 f"kv.observation_window ({observation_window}) must be <= "
-                f"kv.recent ({recent}): the window sits inside the ring buffer",
+                f"kv.recent ({recent}): the window sits inside the ring buffer, and the "
+                f"budget {budget} < serving.max_context {max_context} compresses long prompts",
+                also=("kv.recent",),
             )
-        effective = min(budget, max_context)
-        if effective < max_context and budget <= sinks + recent:
+        if compresses and budget <= sinks + recent:
             raise PolicyError(
                 "kv.budget",
                 f"kv.budget {budget} leaves no room for selected tokens after "
                 f"kv.sinks ({sinks}) + kv.recent ({recent}); raise the budget "
                 f"or lower kv.recent",
+                also=("kv.recent", "kv.sinks"),
             )
         if budget > sinks + recent:
             layout = (sinks, budget - sinks - recent, recent)
@@ -748,6 +815,32 @@ class SnapKVPolicy(PolicyBase):
         """Same as full: :func:`context_buckets` up to ``max_context``."""
         return context_buckets(self.bucket_spec, self.min_bucket, self.max_context)
 
+    def layout(self) -> str:
+        """A prompt above the budget keeps ``budget - window`` selected tokens plus the
+        window, then the cache grows in a context-sized slot."""
+        w = self.observation_window
+        if self.budget >= self.max_context:
+            kept = f"budget {self.budget:,} at or above the {self.max_context:,}-token context: "
+            kept += "nothing is compressed"
+        else:
+            kept = (
+                f"a prompt above {self.budget:,} tokens keeps {self.budget - w:,} selected + "
+                f"the {w}-token window, then grows"
+            )
+        return f"snapkv: {kept}; {self.slot_tokens():,} tokens a slot (the context)"
+
+    def decode_words(self, context: int) -> str | None:
+        """Above the budget, what a sequence keeps depends on its prompt (``min(prompt,
+        budget) + generated``): the step takes the whole context, the worst case (a
+        prompt within the budget, every other token generated)."""
+        if context <= self.budget:
+            return None
+        return (
+            f"snapkv keeps min(prompt, {self.budget:,}) + generated tokens of a sequence of "
+            f"{context:,}: the step attends to all {context:,}, the worst case (a prompt "
+            "within the budget)"
+        )
+
     def describe(self) -> dict[str, Any]:
         """Budget, SnapKV parameters, GQA choice and buckets."""
         return {
@@ -760,3 +853,20 @@ class SnapKVPolicy(PolicyBase):
             "context_buckets": self.bucket_spec,
             "min_bucket": self.min_bucket,
         }
+
+
+def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]) -> KeptCounts:
+    """How many of a run's requests the policy cut, by its own ``cache_at``: a prompt
+    ``compressed`` when the cache after its prefill holds fewer tokens than the prompt
+    (SnapStream's and SnapKV's selection, StreamingLLM's truncation); a slot ``wrapped``
+    when the cache of its last decode step (``prompt + output - 1`` tokens, the last
+    token's KV never written) holds fewer than the prefill's plus what decode added (a ring
+    overwrote its oldest tokens). The one rule for every policy, a plugin's too."""
+    compressed = wrapped = 0
+    for each_prompt, output in zip(prompts, outputs, strict=True):
+        prompt = int(each_prompt)
+        prefilled = policy.cache_after_prefill(prompt)
+        compressed += int(prefilled < prompt)
+        added = max(int(output) - 1, 0)
+        wrapped += int(policy.cache_at(prompt, added) < prefilled + added)
+    return KeptCounts(policy.layout(), compressed, wrapped)

@@ -73,6 +73,16 @@ class KVPolicy(Protocol):
         """The selection a layer with this attention window runs at prefill, or None."""
         ...
 
+    def layout(self) -> str:
+        """What a slot keeps, in words (``4 sinks + 30,716 selected + 2,048 ring = 32,768
+        tokens a slot``), for reports."""
+        ...
+
+    def decode_words(self, context: int) -> str | None:
+        """What a decode step at this longest sequence takes as its cache, when the context
+        alone does not fix it (SnapKV's worst case), or None."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """Resolved parameters, for reports."""
         ...
