@@ -339,3 +339,26 @@ def test_a_paged_runtime_reads_pages_and_a_static_one_its_buckets() -> None:
     assert unpaged.kv_policy.decode_bucket(130) == 1024
     ring = api.load(workload, ["hardware=dgx-h100", "kv.policy=snapstream"]).kv_policy
     assert ring.buckets() == api.load(workload, ["kv.policy=snapstream"]).kv_policy.buckets()
+
+
+def test_kept_counts_by_each_policys_own_cache() -> None:
+    """A prompt compressed when the prefill keeps fewer tokens than it; a slot wrapped when
+    the last decode step's cache (prompt + output - 1 tokens) held less than the prefill's
+    plus what decode added. A 100-token SnapStream slot (4 sinks + 64 selected + 32 ring):"""
+    from rdu_sim.kv.policies import kept_counts
+
+    snap = policy("snapstream", 1000, budget=100, recent=32)
+    prompts, outputs = [50, 50, 50, 100, 101, 400, 400], [51, 52, 80, 1, 2, 1, 7]
+    # 50 + 51 - 1 = 100 fills the slot exactly: no wrap; 50 + 52 - 1 = 101 wraps; a prompt of
+    # 100 is kept whole, one output token adds nothing; 101 and both 400s are compressed,
+    # and wrap once decode adds a token (output >= 2)
+    kept = kept_counts(snap, prompts, outputs)
+    assert (kept.prompts_compressed, kept.slots_wrapped) == (3, 4)
+    assert kept.layout == "snapstream: 4 sinks + 64 selected + 32 ring = 100 tokens a slot"
+    stream = kept_counts(policy("streamingllm", 1000, budget=100), prompts, outputs)
+    assert (stream.prompts_compressed, stream.slots_wrapped) == (3, 4)
+    assert stream.layout == "streamingllm: 4 sinks + 96 ring = 100 tokens a slot"
+    snapkv = kept_counts(policy("snapkv", 1000, budget=100), prompts, outputs)
+    assert (snapkv.prompts_compressed, snapkv.slots_wrapped) == (3, 0)  # it grows
+    full = kept_counts(policy("full", 1000), prompts, outputs)
+    assert (full.prompts_compressed, full.slots_wrapped) == (0, 0)

@@ -142,3 +142,60 @@ def test_default_shape_asks_the_batch_slots_only_for_a_decode_without_batch() ->
         default_step_shape(llama, never, "verify")
     # api.default_step_shape is the same rule with the backend's batch slots
     assert api.default_step_shape(llama, "decode") == StepShape("decode", 16, 1, 8192)
+
+
+def test_a_snapkv_decode_above_its_budget_says_it_takes_the_worst_case() -> None:
+    """What SnapKV keeps of a sequence above its budget depends on its prompt: the step
+    attends to the whole context and says so, at a given context and at the default one;
+    at or below the budget it has nothing to add."""
+    snapkv = load_scenario(LLAMA, ["kv.policy=snapkv", "kv.budget=2000"])
+    worst = (
+        "snapkv keeps min(prompt, 2,000) + generated tokens of a sequence of 6,000: the step "
+        "attends to all 6,000, the worst case (a prompt within the budget)"
+    )
+    assert context_note(snapkv, 6000) == (
+        f"context 6,000 tokens: rounded up to the decode bucket of 8,192\n{worst}"
+    )
+    assert decode_cache(snapkv, 6000).kept == 6000
+    assert context_note(snapkv, None) == worst.replace("6,000", "8,192")
+    assert (
+        context_note(snapkv, 2000)
+        == "context 2,000 tokens: rounded up to the decode bucket of 2,048"
+    )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "step",
+            LLAMA,
+            "--set",
+            "kv.policy=snapkv",
+            "--set",
+            "kv.budget=2000",
+            "--context",
+            "6000",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[-3:] == [
+        "KV slot: snapkv: a prompt above 2,000 tokens keeps 1,968 selected + the 32-token "
+        "window, then grows; 8,192 tokens a slot (the context)",
+        "context 6,000 tokens: rounded up to the decode bucket of 8,192",
+        worst,
+    ]
+
+
+def test_a_step_says_the_layout_and_a_clipped_budget() -> None:
+    """`step` prints the policy's layout (`kv_layout` in its JSON): DeepSeek-R1's SnapStream
+    slot part by part; a budget above the context clipped, nothing compressed."""
+    snap = load_scenario(SNAP)
+    assert snap.kv_policy.layout() == (
+        "snapstream: 4 sinks + 30,716 selected + 2,048 ring = 32,768 tokens a slot"
+    )
+    clipped = ["--set", "kv.policy=snapstream", "--set", "kv.budget=100000", "--json"]
+    result = CliRunner().invoke(cli, ["step", LLAMA, "--batch", "2", *clipped])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["kv_layout"] == (
+        "snapstream: budget 100,000 clipped to the 8,192-token context: nothing is "
+        "compressed, 8,192 tokens a slot"
+    )

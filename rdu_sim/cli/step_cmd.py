@@ -461,6 +461,7 @@ def command(
         },
         layout=layout,
         batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",
+        kv_layout=scenario.kv_policy.layout(),
         provenance=of_scenario(scenario),
     )
     trace_error: WriteError | None = None
@@ -491,6 +492,7 @@ def command(
             weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
         streams = experts.words() if experts is not None else None
         _print_tables(data, Utilization.of_step(cost), machine, weights, windows, streams)
+        click.echo(f"KV slot: {data['kv_layout']}")
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
             click.echo(note)

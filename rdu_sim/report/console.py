@@ -181,6 +181,7 @@ def header(result: RunSummary) -> Text:
         f"{result.batching_policy}\n"
         f"  {human.count(result.batch_slots, 'batch slot')}{_room(result)}, "
         f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
+        f"  {kept_line(result)}\n"
     )
     capacity = capacity_line(result)
     if capacity is not None:
@@ -190,6 +191,20 @@ def header(result: RunSummary) -> Text:
     if pipeline is not None:
         text.append(f"\n  {pipeline}")
     return text
+
+
+def kept_line(result: RunSummary) -> str:
+    """The KV policy's slot in words and what it cut of the run's requests:
+    ``KV slot: snapstream: 4 sinks + 30,716 selected + 2,048 ring = 32,768 tokens a slot;
+    12 of 300 prompts compressed at prefill, 40 slots wrapped the ring in decode``."""
+    kept = result.kv_kept
+    if not kept.prompts_compressed and not kept.slots_wrapped:
+        return f"KV slot: {kept.layout}; no prompt compressed, no slot outgrown"
+    return (
+        f"KV slot: {kept.layout}; of {result.requests:,} requests {kept.prompts_compressed:,} "
+        f"had their prompt compressed at prefill, {kept.slots_wrapped:,} outgrew the slot "
+        "in decode (the ring overwrote their oldest tokens)"
+    )
 
 
 def steady_note(result: RunSummary) -> str | None:

@@ -80,6 +80,7 @@ from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
+from rdu_sim.kv.policies import KeptCounts, kept_counts
 from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import resource_times, step_bound
 from rdu_sim.report.energy import Energy, energy_of
@@ -364,6 +365,9 @@ class RunSummary:
     max_context: int
     version: str
     kv_policy: str
+    # what the policy's slot keeps (its layout in words), and how many of the run's
+    # requests it cut: prompts compressed at prefill, slots whose decode wrapped the ring
+    kv_kept: KeptCounts
     batching_policy: str  # serving.prefill_priority: the batching policy's registered name
     dtypes: dict[str, str]
     load: OfferedLoad
@@ -602,6 +606,9 @@ def summarize(run: ServingRun) -> RunSummary:
         max_context=scenario.workload.serving.max_context,
         version=__version__,
         kv_policy=scenario.kv_policy.name,
+        kv_kept=kept_counts(
+            scenario.kv_policy, run.requests_in.prompt_tokens, run.requests_in.output_tokens
+        ),
         batching_policy=scenario.workload.serving.prefill_priority,
         dtypes={
             "weights": scenario.weight_dtype,

@@ -73,19 +73,23 @@ def decode_cache(scenario: Scenario, context: int | None = None) -> DecodeCache:
 
 def context_note(scenario: Scenario, context: int | None) -> str | None:
     """What a decode step makes of ``context`` when it does not attend to exactly that many
-    tokens (the KV policy keeps fewer, or the bucket is larger), for reports to say so;
-    None when it does, or when no context was given."""
-    if context is None:
-        return None
+    tokens (the KV policy keeps fewer, or the bucket is larger), and what it takes when the
+    context alone does not fix the cache (``KVPolicy.decode_words``: SnapKV above its
+    budget attends to the whole context, the worst case; said at the default context too),
+    for reports to say so; None when there is nothing to say."""
     cache = decode_cache(scenario, context)
-    if cache.bucket == context:
-        return None
-    parts = []
-    if cache.kept < context:
-        parts.append(f"the {scenario.kv_policy.name} slot keeps {cache.kept:,} of them")
-    if cache.bucket != cache.kept:
-        parts.append(f"rounded up to the decode bucket of {cache.bucket:,}")
-    return f"context {context:,} tokens: {', '.join(parts)}"
+    lines = []
+    if context is not None and cache.bucket != context:
+        parts = []
+        if cache.kept < context:
+            parts.append(f"the {scenario.kv_policy.name} slot keeps {cache.kept:,} of them")
+        if cache.bucket != cache.kept:
+            parts.append(f"rounded up to the decode bucket of {cache.bucket:,}")
+        lines.append(f"context {context:,} tokens: {', '.join(parts)}")
+    worst = scenario.kv_policy.decode_words(cache.context)
+    if worst is not None:
+        lines.append(worst)
+    return "\n".join(lines) or None
 
 
 def typical_prefill_prompt(scenario: Scenario) -> int:
