@@ -3,15 +3,22 @@
 Runs the NumPy reference (rdu_sim.kv.reference) on synthetic attention with planted
 "needle" tokens and prints, per cache budget, each policy's attention-output error and the
 fraction of needles it kept: what a budget costs in quality, beside the memory it saves.
+The KV parameters are the demo's (``DEMO_KV``), or a WORKLOAD's ``kv`` section, each with
+``--set kv.FIELD=VALUE`` on top: the choices that cost the same and keep different tokens
+(pooling, sinks at a fixed budget) show here, where the simulator's cost cannot show them.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import click
 
 from rdu_sim.cli.errors import fail
+from rdu_sim.cli.options import overrides_option
+from rdu_sim.config.workload import KVConfig
 
 MAX_TOKEN_STEPS = 2**20
 """Prompt tokens x decode steps the demo runs per budget at most: the NumPy reference
@@ -23,13 +30,45 @@ OPTIONS = {"budgets": "--budget", "n_needles": "--needles", "decode_steps": "--d
 """The option of each argument of ``quality_curve`` a ``DemoInputError`` can name."""
 
 
+def demo_kv(workload: Path | None, overrides: tuple[str, ...]) -> KVConfig:
+    """The demo's KV parameters: WORKLOAD's ``kv`` (``--set`` applied, the whole workload
+    checked as ``run`` checks it), else ``DEMO_KV`` with the ``--set kv.*`` given."""
+    from pydantic import ValidationError
+
+    from rdu_sim.config.overrides import normalize_overrides, set_path
+    from rdu_sim.kv.quality import DEMO_KV
+
+    if workload is not None:
+        import warnings
+
+        from rdu_sim import api
+        from rdu_sim.kv.policies import UnreadKVFieldWarning
+
+        with warnings.catch_warnings():  # the demo reads every kv field, whatever the policy
+            warnings.simplefilter("ignore", UnreadKVFieldWarning)
+            return api.load(workload, list(overrides)).workload.kv
+    data: dict[str, Any] = DEMO_KV.model_dump(exclude_unset=True)
+    for path, value in normalize_overrides(overrides).items():
+        if not path.startswith("kv."):
+            fail(f"--set {path}: without a WORKLOAD the demo takes kv.* settings only")
+        set_path(data, path.removeprefix("kv."), value, "--set")
+    try:
+        return KVConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        fail(f"--set kv.{where}: {first['msg']}")
+
+
 @click.command("kv-demo")
+@click.argument("workload", type=click.Path(path_type=Path), required=False)
+@overrides_option
 @click.option(
     "--prompt-tokens",
     type=click.IntRange(64, 65536),
-    default=1024,
-    show_default=True,
-    help="Prompt length of the synthetic example.",
+    default=None,
+    help="Prompt length of the synthetic example [default: 1,024, or 4x the smallest "
+    "SnapStream layout or the budget the KV parameters give, when larger].",
 )
 @click.option(
     "--budget",
@@ -51,17 +90,40 @@ OPTIONS = {"budgets": "--budget", "n_needles": "--needles", "decode_steps": "--d
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as one JSON list.")
 def command(
-    prompt_tokens: int,
+    workload: Path | None,
+    overrides: tuple[str, ...],
+    prompt_tokens: int | None,
     budgets: tuple[int, ...],
     needles: int,
     decode_steps: int,
     seed: int,
     as_json: bool,
 ) -> None:
-    """Attention-output error and needle recall of each KV policy as the budget shrinks."""
-    from rdu_sim.kv.quality import DemoInputError, format_table, quality_curve, settings_lines
+    """Attention-output error and needle recall of each KV policy as the budget shrinks.
 
+    WORKLOAD (optional) and --set kv.FIELD=VALUE give the KV parameters: kv.sinks,
+    kv.observation_window, kv.kernel_size, kv.pooling, kv.recent (SnapStream's ring, when
+    given; else the observation window), kv.budget or kv.compression_ratio (the one budget
+    run, unless --budget is given)."""
+    from rdu_sim.kv.quality import (
+        SYNTHETIC,
+        DemoInputError,
+        demo_budgets,
+        demo_prompt,
+        demo_ring,
+        format_table,
+        quality_curve,
+        settings_lines,
+    )
+
+    kv = demo_kv(workload, overrides)
+    ring = demo_ring(kv)
+    if prompt_tokens is None:
+        prompt_tokens = demo_prompt(kv, min(65536, MAX_TOKEN_STEPS // decode_steps))
     budgets = tuple(dict.fromkeys(budgets))
+    from_kv = not budgets and demo_budgets(kv, prompt_tokens) is not None
+    if from_kv:
+        budgets = tuple(demo_budgets(kv, prompt_tokens) or ())
     if len(budgets) > MAX_BUDGETS:
         fail(f"--budget given {len(budgets)} values; the demo runs at most {MAX_BUDGETS}")
     if prompt_tokens * decode_steps > MAX_TOKEN_STEPS:
@@ -78,14 +140,24 @@ def command(
             seed=seed,
             n_needles=needles,
             decode_steps=decode_steps,
+            kv=kv,
+            ring=ring,
         )
     except DemoInputError as exc:
-        fail(f"{OPTIONS[exc.parameter]}: {exc}")
+        option = OPTIONS[exc.parameter]
+        if from_kv and exc.parameter == "budgets":
+            option = "kv.budget" if kv.budget is not None else "kv.compression_ratio"
+        fail(f"{option}: {exc}")
     if as_json:
         click.echo(json.dumps(rows, sort_keys=True))
         return
-    for line in settings_lines(prompt_tokens, needles, decode_steps, seed):
+    for line in settings_lines(prompt_tokens, needles, decode_steps, seed, kv=kv, ring=ring):
         click.echo(line)
+    if from_kv and budgets[0] >= prompt_tokens + decode_steps:
+        click.echo(
+            f"the budget {budgets[0]:,} holds the whole sequence: nothing is evicted (a longer "
+            "--prompt-tokens compresses)"
+        )
     click.echo()
     click.echo(format_table(rows))
     click.echo(
@@ -93,3 +165,4 @@ def command(
         "steps;\nneedle recall: planted tokens still in the cache. Full attention is the "
         "reference (0, 1)."
     )
+    click.echo(SYNTHETIC)

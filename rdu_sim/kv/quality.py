@@ -43,6 +43,9 @@ __all__ = [
     "POLICIES",
     "DemoInputError",
     "QualityRow",
+    "demo_budgets",
+    "demo_prompt",
+    "demo_ring",
     "format_table",
     "quality_curve",
     "settings_lines",
@@ -94,6 +97,32 @@ def smallest_budget(kv: KVConfig = DEMO_KV, ring: int | None = None) -> int:
     return kv.sinks + (kv.observation_window if ring is None else ring)
 
 
+def demo_ring(kv: KVConfig) -> int | None:
+    """SnapStream's ring in the demo: ``kv.recent`` when a workload or ``--set`` gave it,
+    else None (the observation window: the workload default of 2,048 would leave a
+    1,024-token prompt nothing to compress)."""
+    return kv.recent if "recent" in kv.model_fields_set else None
+
+
+def demo_budgets(kv: KVConfig, prompt_len: int) -> list[int] | None:
+    """The budget a workload's ``kv`` gives the demo: ``kv.budget``, or the prompt over
+    ``kv.compression_ratio`` (the demo's sequence stands for the context); None when it
+    gives neither (the demo's range of budgets)."""
+    if kv.budget is not None:
+        return [kv.budget]
+    if kv.compression_ratio is not None:
+        return [max(1, math.floor(prompt_len / kv.compression_ratio))]
+    return None
+
+
+def demo_prompt(kv: KVConfig, most: int) -> int:
+    """The demo's prompt when none is asked for: 1,024 tokens, or four times the smallest
+    layout or the budget ``kv`` gives when larger (so the budget compresses), at most
+    ``most``."""
+    smallest = smallest_budget(kv, demo_ring(kv))
+    return min(most, max(1024, 4 * smallest, 4 * (kv.budget or 0)))
+
+
 def _default_budgets(prompt_len: int, decode_steps: int, smallest: int) -> list[int]:
     """Budgets from 1/16 of the prompt to a size that holds everything (error 0), none below
     ``smallest`` (:func:`smallest_budget`: a short prompt's fractions are raised to it, and
@@ -116,13 +145,18 @@ def settings_lines(
     at a budget (SnapStream's ring is the demo's, not a workload's ``kv.recent``), why SnapKV
     is not among them, and that full attention is the reference."""
     ring_size = kv.observation_window if ring is None else ring
+    where = (
+        f"the {kv.observation_window}-token observation window, not a workload's kv.recent "
+        f"of {KVConfig().recent:,}"
+        if ring is None
+        else "kv.recent"
+    )
     return [
         f"prompt {prompt_len:,} tokens with {n_needles} needles, {decode_steps} decode steps, "
         f"seed {seed}",
-        f"snapstream: {kv.sinks} sinks + top-K + a {ring_size}-token ring (the "
-        f"{kv.observation_window}-token observation window, not a workload's kv.recent of "
-        f"{KVConfig().recent:,}); {kv.pooling} pooling, kernel {kv.kernel_size}; "
-        f"top-K = budget - {kv.sinks + ring_size}",
+        f"snapstream: {kv.sinks} sinks + top-K + a {ring_size}-token ring ({where}); "
+        f"{kv.observation_window}-query observation window, {kv.pooling} pooling, kernel "
+        f"{kv.kernel_size}; top-K = budget - {kv.sinks + ring_size}",
         f"streamingllm: {kv.sinks} sinks + a ring of budget - {kv.sinks}",
         "full: the reference (keeps every token whatever the budget; its rows check that its "
         "error is 0)",
@@ -264,6 +298,16 @@ def quality_curve(
                 }
             )
     return rows
+
+
+SYNTHETIC = (
+    "The attention is synthetic (random keys and values; no model's weights): the decode "
+    "queries attend the planted needles the way the observation window's queries do, the "
+    "premise of SnapKV, so SnapStream's needle recall is good by construction. It shows how "
+    "the policies' choices (budget, sinks, ring, window, pooling) move the error of one "
+    "such layer, not a model's accuracy."
+)
+"""What the demo's numbers are and are not, printed under its table."""
 
 
 def format_table(rows: Sequence[QualityRow]) -> str:
