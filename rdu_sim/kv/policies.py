@@ -481,9 +481,10 @@ class FullPolicy(PolicyBase):
 
     def layout(self) -> str:
         """The context's tokens a slot, nothing evicted."""
+        count = len(self.buckets())
         return (
             f"full: {self.slot_tokens():,} tokens a slot (the context), nothing evicted, "
-            f"{len(self.buckets())} decode buckets"
+            f"{count} decode bucket{'s' if count > 1 else ''}"
         )
 
     def describe(self) -> dict[str, Any]:
