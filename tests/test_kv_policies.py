@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -362,3 +363,29 @@ def test_kept_counts_by_each_policys_own_cache() -> None:
     assert (snapkv.prompts_compressed, snapkv.slots_wrapped) == (3, 0)  # it grows
     full = kept_counts(policy("full", 1000), prompts, outputs)
     assert (full.prompts_compressed, full.slots_wrapped) == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["full", "snapkv", "streamingllm", "snapstream"])
+def test_kept_counts_equal_each_requests_cache_at(name: str) -> None:
+    """The counts, asked once per distinct prompt, equal the per-request rule written with
+    ``cache_at``: compressed when the prefill's cache is shorter than the prompt, wrapped
+    when the last decode step's cache holds less than the prefill's plus what decode
+    wrote (differential, 3,000 random requests each)."""
+    from rdu_sim.kv.policies import kept_counts
+
+    sized: dict[str, object] = {"budget": 700, "recent": 128} if name != "full" else {}
+    if name != "snapstream":  # StreamingLLM's ring is the budget less its sinks
+        sized.pop("recent", None)
+    made = policy(name, 4096, **sized)
+    rng = np.random.default_rng(7)
+    prompts = rng.integers(1, 3000, 3000)
+    outputs = np.minimum(rng.integers(1, 1500, 3000), 4096 - prompts + 1)
+    compressed = wrapped = 0
+    for prompt, output in zip(prompts.tolist(), outputs.tolist(), strict=True):
+        prefilled = made.cache_at(prompt, 0)
+        compressed += prefilled < prompt
+        written = max(output - 1, 0)
+        wrapped += made.cache_at(prompt, written) < prefilled + written
+    kept = kept_counts(made, prompts, outputs)
+    assert (kept.prompts_compressed, kept.slots_wrapped) == (compressed, wrapped)
+    assert name == "full" or (compressed > 0 and (name == "snapkv" or wrapped > 0))

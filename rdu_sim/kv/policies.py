@@ -857,17 +857,27 @@ class SnapKVPolicy(PolicyBase):
 
 
 def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]) -> KeptCounts:
-    """How many of a run's requests the policy cut, by its own ``cache_at``: a prompt
-    ``compressed`` when the cache after its prefill holds fewer tokens than the prompt
+    """How many of a run's requests the policy cut: a prompt ``compressed`` when the cache
+    after its prefill (``cache_after_prefill``) holds fewer tokens than the prompt
     (SnapStream's and SnapKV's selection, StreamingLLM's truncation); a slot ``wrapped``
-    when the cache of its last decode step (``prompt + output - 1`` tokens, the last
-    token's KV never written) holds fewer than the prefill's plus what decode added (a ring
-    overwrote its oldest tokens). The one rule for every policy, a plugin's too."""
-    compressed = wrapped = 0
-    for each_prompt, output in zip(prompts, outputs, strict=True):
-        prompt = int(each_prompt)
-        prefilled = policy.cache_after_prefill(prompt)
-        compressed += int(prefilled < prompt)
-        added = max(int(output) - 1, 0)
-        wrapped += int(policy.cache_at(prompt, added) < prefilled + added)
+    when what its prefill left plus what its decode wrote (``output - 1`` tokens, the last
+    token's KV never written) outgrows the slot (``slot_tokens``), so a ring overwrote its
+    oldest tokens. The one rule for every policy, a plugin's too; the policy is asked once
+    per distinct prompt (a million requests' counts in milliseconds)."""
+    import numpy as np  # (the policies' own rules are per request, plain ints)
+
+    prompt = np.fromiter(prompts, dtype=np.int64)
+    output = np.fromiter(outputs, dtype=np.int64)
+    if prompt.shape != output.shape:
+        raise ValueError(f"{prompt.size} prompts against {output.size} outputs")
+    distinct, each = np.unique(prompt, return_inverse=True)
+    after = np.fromiter(
+        (policy.cache_after_prefill(int(tokens)) for tokens in distinct),
+        dtype=np.int64,
+        count=len(distinct),
+    )
+    prefilled = after[each]
+    written = np.maximum(output - 1, 0)
+    compressed = int(np.count_nonzero(prefilled < prompt))
+    wrapped = int(np.count_nonzero(prefilled + written > policy.slot_tokens()))
     return KeptCounts(policy.layout(), compressed, wrapped)
