@@ -477,6 +477,46 @@ def test_disaggregated_serving(tmp_path: Path) -> None:
     assert sum(row["decoded"] for row in data["per_replica"]) == int(multi.sum())
 
 
+
+def test_a_prefill_pool_balances_on_prefill_work_only(tmp_path: Path) -> None:
+    """A prefill replica prefills a prompt and makes its first token; the decode work is
+    another pool's. Request 0 (a short prompt) and request 1 (a long one) go to prefill
+    replicas 0 and 1; request 2 (long) belongs behind the short prompt, however long request
+    0's output: its routing and TTFT do not depend on it (before: a 4,000-token output
+    counted as prefill work sent request 2 behind the long prompt)."""
+    pools = {
+        "prefill": {"workload": str(LLAMA), "replicas": 2, "role": "prefill"},
+        "decode": {"workload": str(LLAMA), "replicas": 2, "role": "decode"},
+    }
+    runs = []
+    for first_output in (10, 4000):
+        rows = [(256, first_output, [0]), (4000, 10, list(range(100, 108)))]
+        rows.append((4000, 10, list(range(200, 208))))
+        name = f"t{first_output}.jsonl"
+        (tmp_path / name).write_text(
+            "".join(
+                json.dumps(
+                    {"timestamp": 0, "input_length": p, "output_length": o, "hash_ids": h}
+                )
+                + "\n"
+                for p, o, h in rows
+            )
+        )
+        path = write_cluster(
+            tmp_path,
+            pools=pools,
+            traffic={"trace": name, "format": "mooncake"},
+            router={"policy": "least_outstanding"},
+        )
+        result = fake(path)
+        assert_served_once(result)
+        runs.append(result)
+    for result in runs:
+        assert result.run.records.replica.tolist() == [0, 1, 0]
+    np.testing.assert_array_equal(
+        runs[0].run.serving.first_token_ps, runs[1].run.serving.first_token_ps
+    )
+
 # --- metrics ---------------------------------------------------------------------------------
 
 

@@ -122,15 +122,19 @@ class SendAfterPrefill(_Moves):
 
     role = "prefill"
 
+    def queued_tokens(self, prompt: int, output: int) -> int:
+        """Its prompt and its first token: the only work a prefill replica does for it (the
+        rest is a decode replica's, which a router of this pool must not balance on)."""
+        return prompt + 1
+
     def prefilled(self, slots: Slots, load: Counters, slot: int, request: int, output: int) -> bool:
         """Hand the request to the cluster (unless it ends at its first token): the slot
-        holds its cache, its decode work leaves this server's outstanding tokens."""
+        holds its cache (its decode work was never counted here: :meth:`queued_tokens`)."""
         assert self.hooks is not None
         sent = self.hooks.prefilled(request)
         if sent is None:
             return False
         slots.hold(slot)
-        load.add(1 - output)
         sent.callbacks.append(partial(self.ended, slot))
         return True
 
