@@ -228,10 +228,13 @@ def test_a_cluster_error_names_the_set_that_gave_the_value(tmp_path: Path) -> No
 
 
 def _remaining(replica: Any) -> int:
-    """Outstanding tokens recomputed from the server's queue and slots (a second way)."""
+    """A replica's load recomputed from its queue and slots (a second way): each request's
+    prompt plus the output tokens generated so far (``serving.load``)."""
     server = replica.server
-    prompts, outputs = server.records.prompt_tokens, server.records.output_tokens
-    total = sum(int(prompts[r]) + int(outputs[r]) for r in server.queue)
+    prompts, outputs = server.records.target_prompt_tokens, server.records.output_tokens
+    # a decode replica's requests arrive with their first token (made elsewhere)
+    arrived_with = 1 if replica.runtime.config.role == "decode" else 0
+    total = sum(int(prompts[r]) + arrived_with for r in server.queue)
     slots = server.slots
     done_steps = 0
     load = server.load
@@ -242,18 +245,19 @@ def _remaining(replica: Any) -> int:
         request = int(slots.request[slot])
         if request < 0:
             continue
-        if slots.phase[slot] == 1:  # prefilling
-            total += int(prompts[request]) - int(slots.prefilled[slot]) + int(outputs[request])
-        elif slots.phase[slot] == 2:  # decoding
-            total += int(slots.remaining[slot]) - done_steps
+        total += int(prompts[request])
+        if slots.phase[slot] == 2:  # decoding: the first token and the steps since
+            total += int(outputs[request]) - int(slots.remaining[slot]) + done_steps
+        elif slots.phase[slot] == 3:  # its cache held until sent, or reserved until received
+            total += 1
     return total
 
 
 def test_outstanding_work_matches_a_recount(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At every routing decision, each server's running count of outstanding tokens equals
-    a recount from its queue and slots."""
+    """At every routing decision, each server's running count of its load equals a recount
+    from its queue and slots."""
     checks: list[int] = []
     choose = LeastOutstanding.choose
 
@@ -274,6 +278,83 @@ def test_outstanding_work_matches_a_recount(
     result = fake(write_cluster(tmp_path, traffic=traffic))
     assert len(checks) == 150 * 3
     assert_served_once(result)
+
+
+def test_disaggregated_load_matches_a_recount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same recount on prefill and decode pools, whose requests arrive with their first
+    token (decode) or leave once their cache was sent (prefill)."""
+    checks: list[int] = []
+    choose = LeastOutstanding.choose
+
+    def checking(self: LeastOutstanding, request: int, pool: Any) -> int:
+        board = pool.outstanding_tokens()
+        for index, replica in enumerate(pool.replicas):
+            assert board[index] == replica.server.outstanding_tokens() == _remaining(replica)
+        checks.append(request)
+        return choose(self, request, pool)
+
+    monkeypatch.setattr(LeastOutstanding, "choose", checking)
+    pools = {
+        "pre": {
+            "workload": str(LLAMA),
+            "replicas": 2,
+            "role": "prefill",
+            "set": {"serving.batch_slots": 2},
+        },
+        "dec": {
+            "workload": str(LLAMA),
+            "replicas": 2,
+            "role": "decode",
+            "set": {"serving.batch_slots": 3},
+        },
+    }
+    traffic = {
+        "rate": 30.0,
+        "requests": 120,
+        "prompt_tokens": {"dist": "uniform", "low": 200, "high": 3000},
+        "output_tokens": {"dist": "uniform", "low": 1, "high": 200},
+    }
+    result = fake(write_cluster(tmp_path, pools=pools, traffic=traffic))
+    served = result.run.serving.output_tokens > 1
+    assert len(checks) == 120 + int(served.sum())  # the prefill pool's and the decode pool's
+    assert_served_once(result)
+
+
+def test_routing_is_blind_to_the_outputs_still_to_come(tmp_path: Path) -> None:
+    """No router knows an output's length before its tokens are generated: requests 1 and 2
+    (long prompts) arrive just after request 0 (a short prompt) started; least outstanding
+    and prefix-aware routing send request 2 to request 0's replica whatever its output's
+    length (before: a 4,000-token output still to come, an oracle's knowledge, sent it
+    behind the long prompt)."""
+    pools = {"serve": {"workload": str(LLAMA), "replicas": 2}}
+    for policy in ("least_outstanding", "prefix_aware"):
+        placed = []
+        for first_output in (10, 4000):
+            rows = [(0, 256, first_output, [0]), (1, 4000, 10, list(range(100, 108)))]
+            rows.append((2, 4000, 10, list(range(200, 208))))
+            name = f"m{first_output}.jsonl"
+            (tmp_path / name).write_text(
+                "".join(
+                    json.dumps(
+                        {"timestamp": t, "input_length": p, "output_length": o, "hash_ids": h}
+                    )
+                    + "\n"
+                    for t, p, o, h in rows
+                )
+            )
+            path = write_cluster(
+                tmp_path,
+                pools=pools,
+                traffic={"trace": name, "format": "mooncake"},
+                router={"policy": policy},
+                prefix_cache={"block_tokens": 512},
+            )
+            result = fake(path)
+            assert_served_once(result)
+            placed.append(result.run.records.replica.tolist())
+        assert placed == [[0, 1, 0], [0, 1, 0]], policy
 
 
 def test_least_outstanding_balances_better_than_round_robin(tmp_path: Path) -> None:
@@ -477,7 +558,6 @@ def test_disaggregated_serving(tmp_path: Path) -> None:
     assert sum(row["decoded"] for row in data["per_replica"]) == int(multi.sum())
 
 
-
 def test_a_prefill_pool_balances_on_prefill_work_only(tmp_path: Path) -> None:
     """A prefill replica prefills a prompt and makes its first token; the decode work is
     another pool's. Request 0 (a short prompt) and request 1 (a long one) go to prefill
@@ -495,9 +575,7 @@ def test_a_prefill_pool_balances_on_prefill_work_only(tmp_path: Path) -> None:
         name = f"t{first_output}.jsonl"
         (tmp_path / name).write_text(
             "".join(
-                json.dumps(
-                    {"timestamp": 0, "input_length": p, "output_length": o, "hash_ids": h}
-                )
+                json.dumps({"timestamp": 0, "input_length": p, "output_length": o, "hash_ids": h})
                 + "\n"
                 for p, o, h in rows
             )
@@ -516,6 +594,7 @@ def test_a_prefill_pool_balances_on_prefill_work_only(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         runs[0].run.serving.first_token_ps, runs[1].run.serving.first_token_ps
     )
+
 
 # --- metrics ---------------------------------------------------------------------------------
 
