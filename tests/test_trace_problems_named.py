@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import os
@@ -247,3 +248,43 @@ def test_a_sorted_traces_json_has_no_out_of_order_key(tmp_path: Path) -> None:
     result = fake(write_cluster(tmp_path, traffic={"trace": "m.jsonl"}))
     assert "out_of_order_rows" not in result.to_dict()["traffic"]
     assert result.requests()["trace_line"].tolist() == [1, 2]
+
+
+# --- a file that is not text -----------------------------------------------------------------
+
+
+def test_a_file_that_is_not_text_is_one_message_whatever_the_path(tmp_path: Path) -> None:
+    """A gzip file (its magic bytes 1f 8b) is named compressed, anything else by its first
+    byte that is not UTF-8: the same words from check and run, whether its suffix, the
+    cluster's format or ``auto`` chose the reader (before: three messages, and ``auto``
+    echoed the compressed bytes as replacement characters)."""
+    text = "".join(json.dumps(_row(ms, 600, start=ms)) + "\n" for ms in range(3))
+    for name in ("z.jsonl", "z.jsonl.gz", "z.txt"):
+        (tmp_path / name).write_bytes(gzip.compress(text.encode()))
+    latin = tmp_path / "l.jsonl"
+    latin.write_bytes(text.encode() + '{"type": "caf\xe9"}\n'.encode("latin-1"))
+    bad_byte = len(text.encode()) + len('{"type": "caf')
+    cases = [
+        ("z.jsonl", "auto", 1, "gzip-compressed (decompress it first)"),
+        ("z.jsonl", "mooncake", 1, "gzip-compressed (decompress it first)"),
+        ("z.jsonl.gz", "auto", 1, "gzip-compressed (decompress it first)"),
+        ("z.txt", "auto", 1, "gzip-compressed (decompress it first)"),
+        ("l.jsonl", "auto", 4, f"not valid UTF-8 at byte {bad_byte} (0xe9)"),
+        ("l.jsonl", "mooncake", 4, f"not valid UTF-8 at byte {bad_byte} (0xe9)"),
+    ]
+    for name, fmt, line, problem in cases:
+        cluster = write_cluster(tmp_path, traffic={"trace": name, "format": fmt})
+        for command in ("run", "check"):
+            code, out = _cli(command, str(cluster))
+            first = _errors(out)[0]
+            assert code == 2 and first.endswith(f"{tmp_path / name}:{line}: {problem}"), first
+    for name, problem in [
+        ("z.jsonl", "gzip-compressed (decompress it first)"),
+        ("z.jsonl.gz", "gzip-compressed (decompress it first)"),  # read as a YAML file
+        ("l.jsonl", f"not valid UTF-8 at byte {bad_byte} (0xe9)"),
+    ]:
+        code, out = _cli("check", str(tmp_path / name))
+        assert code == 2 and _errors(out)[0].endswith(f": {problem}"), out
+    with pytest.raises(ConfigError, match=r"^.*z\.txt:1: gzip-compressed \(decompress it"):
+        read_trace(tmp_path / "z.txt")
+

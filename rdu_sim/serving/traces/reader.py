@@ -47,11 +47,12 @@ from numpy.typing import NDArray
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.json_text import loads
 from rdu_sim.config.show import cut_middle
+from rdu_sim.config.text import not_text
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.serving.clock import MAX_ARRIVAL_S
 from rdu_sim.serving.traces import azure, burstgpt, mooncake
 from rdu_sim.serving.traces.jsonl_format import MAX_JSON_DEPTH
-from rdu_sim.serving.traces.lines import MAX_LINE_BYTES, TraceLines
+from rdu_sim.serving.traces.lines import MAX_LINE_BYTES, NotTextError, TraceLines
 from rdu_sim.serving.traces.registry import (
     TraceFormat,
     format_for,
@@ -123,12 +124,19 @@ def format_names() -> list[str]:
 
 
 def _first_line(path: Path, file: str) -> str:
+    """The file's first line, stripped (a byte-order mark too); a line that is not UTF-8 is
+    refused as every reader refuses it (``config.text``: a gzip file named as such), never
+    shown as the replacement characters of a lenient decode."""
     try:
         with path.open("rb") as stream:
-            head = stream.readline(MAX_LINE_BYTES).decode("utf-8", "replace").lstrip("\ufeff")
+            raw = stream.readline(MAX_LINE_BYTES)
     except OSError as exc:
         raise ConfigError.single(file, "", f"cannot read: {exc.strerror or exc}") from None
-    return head.strip()
+    try:
+        head = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError.single(file, "", not_text(raw, exc.start, raw[exc.start]), 1) from None
+    return head.lstrip("\ufeff").strip()
 
 
 def _published(line: str) -> str | None:
@@ -305,7 +313,12 @@ def _collect(
     try:
         _fill(found, lines, max_rows, blocks)
     except ConfigError as exc:
-        if first_row is None or found.prompt or found.skipped or isinstance(exc, BlockSizeError):
+        if (
+            first_row is None
+            or found.prompt
+            or found.skipped
+            or isinstance(exc, (BlockSizeError, NotTextError))
+        ):
             raise
         raise first_row(exc) from None
     return found
