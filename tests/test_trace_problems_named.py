@@ -288,3 +288,31 @@ def test_a_file_that_is_not_text_is_one_message_whatever_the_path(tmp_path: Path
     with pytest.raises(ConfigError, match=r"^.*z\.txt:1: gzip-compressed \(decompress it"):
         read_trace(tmp_path / "z.txt")
 
+
+# --- a line that is not JSON -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n"])
+def test_a_bad_json_line_names_its_column_and_a_cut_line_reads_as_cut(
+    tmp_path: Path, end: str
+) -> None:
+    """The column counts in the line, its line end left out (before: a line ending early
+    was "Expecting ',' delimiter (column 1)", the column of the next line); a line ending
+    inside a string or before its object closes reads as cut off."""
+    good = json.dumps(_row(0, 600))
+    cut = good.index('"output_length"') + 3  # inside the key's string
+    missing_comma = good.replace(', "input_length"', ' "input_length"')
+    comma = missing_comma.index(' "input_length') + 2  # where the comma should be, 1-based
+    cases = {
+        good[:-1]: f"the line ends at column {len(good) - 1} before the object closes (cut off?)",
+        good[:cut]: f"unterminated string from column {cut - 2} (the line ends inside it: cut "
+        "off?)",
+        missing_comma: f"Expecting ',' delimiter (column {comma})",
+    }
+    for bad, problem in cases.items():
+        for name in ("m.jsonl", "p.jsonl"):
+            rows = good if name == "m.jsonl" else '{"prompt_tokens": 5, "output_tokens": 2}'
+            path = tmp_path / name
+            path.write_bytes((rows + end + bad + end).encode())
+            code, out = _cli("check", str(path))
+            assert code == 2 and _errors(out)[0] == f"error: {path}:2: not valid JSON: {problem}"
