@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_cluster import fake, write_cluster
+from test_cluster import ROOT, fake, write_cluster
 
 from rdu_sim.cli.main import cli
 from rdu_sim.config.errors import ConfigError
@@ -316,3 +316,44 @@ def test_a_bad_json_line_names_its_column_and_a_cut_line_reads_as_cut(
             path.write_bytes((rows + end + bad + end).encode())
             code, out = _cli("check", str(path))
             assert code == 2 and _errors(out)[0] == f"error: {path}:2: not valid JSON: {problem}"
+
+
+# --- who named the trace ---------------------------------------------------------------------
+
+
+def test_a_workload_trace_set_on_the_command_line_is_blamed_on_the_set(tmp_path: Path) -> None:
+    """The one attribution rule (``config.overrides.setting_origin``, as a cluster's
+    traffic.trace has): a trace --set named is not the workload file's, and neither is a
+    format --set named (before: both were blamed on the shipped workload file)."""
+    rows = [_row(0, 600), _row(-5, 600)]
+    _mooncake(tmp_path, rows)
+    (tmp_path / "d.jsonl").mkdir()
+    workload = "llama3.1-8b-1socket"
+    code, out = _cli("run", workload, "--set", f"serving.trace={tmp_path / 'd.jsonl'}")
+    (line,) = _errors(out)
+    assert code == 2 and line.endswith(
+        ": is a directory, expected a file (from --set serving.trace)"
+    )
+    assert ".yaml: serving.trace: trace " in line  # no line: the file's holds no trace
+    code, out = _cli("run", workload, "--set", f"serving.trace={tmp_path / 'm.jsonl'}")
+    (line,) = _errors(out)
+    assert code == 2 and line.startswith(f"error: {tmp_path / 'm.jsonl'}:2: timestamp: ")
+    assert line.endswith("(the serving.trace, from --set serving.trace)")
+    code, out = _cli(
+        "run",
+        workload,
+        "--set",
+        f"serving.trace={tmp_path / 'm.jsonl'}",
+        "--set",
+        "serving.trace_format=jsonl",
+    )
+    (line,) = _errors(out)
+    assert "(read as jsonl: serving.trace_format, from --set serving.trace_format; " in line
+    # a workload file naming them itself: the file is blamed, with its name
+    mine = tmp_path / "w.yaml"
+    text = (ROOT / "workloads" / f"{workload}.yaml").read_text()
+    text = text.replace("../hw_configs/", f"{ROOT / 'hw_configs'}/")
+    mine.write_text(text.replace("  seed: 0\n", "  seed: 0\n  trace: m.jsonl\n"))
+    code, out = _cli("run", str(mine))
+    (line,) = _errors(out)
+    assert code == 2 and line.endswith(f"(the serving.trace of {mine})")

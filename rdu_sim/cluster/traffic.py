@@ -27,8 +27,7 @@ from rdu_sim.cluster.scenario import ClusterScenario
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import overridden, override_for
-from rdu_sim.config.show import cut_middle
+from rdu_sim.config.overrides import overridden, setting_origin
 from rdu_sim.serving.requests import cut_to_context, draw_lengths
 from rdu_sim.serving.traces.published import Blocks, read_table, trace_problem
 from rdu_sim.serving.traces.table import TraceTable
@@ -172,8 +171,7 @@ def synthetic(traffic: TrafficConfig) -> ClusterRequests:
 def _setting(cluster: ClusterScenario, field: str) -> str:
     """Where a cluster field's value came from, for a message about it:
     ``prefix_cache.block_tokens of cluster.yaml`` or ``..., from --set ...``."""
-    path = override_for(field, cluster.overrides)
-    return f"{field}, from --set {path}" if path else f"{field} of {cut_middle(cluster.file)}"
+    return setting_origin(field, cluster.file, cluster.overrides)
 
 
 def load_traffic(cluster: ClusterScenario) -> ClusterRequests:

@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.json_text import loads
+from rdu_sim.config.overrides import overridden, setting_origin
 from rdu_sim.config.show import cut_middle
 from rdu_sim.config.text import not_text
 from rdu_sim.config.yaml_io import file_problem
@@ -489,16 +490,20 @@ def _read(
         return _collect(lines, trace_format, max(1, max_rows), replay, blocks, first_row)
 
 
-def _refuse(name: str, workload_file: str) -> Callable[[str], ConfigError]:
-    """An error about the trace file as a whole: named from the workload's field, or, for a
-    trace file on its own (``rdu-sim check trace.jsonl``), at the file itself."""
+def _refuse(
+    name: str, workload_file: str, overrides: Mapping[str, Any]
+) -> Callable[[str], ConfigError]:
+    """An error about the trace file as a whole: named from the workload's field (with the
+    override that set it, as every field an override set: ``config.overrides.overridden``),
+    or, for a trace file on its own (``rdu-sim check trace.jsonl``), at the file itself."""
 
     def error(message: str) -> ConfigError:
         if not workload_file:
             return ConfigError.single(name, "", message)
-        return ConfigError.single(
+        exc = ConfigError.single(
             workload_file, "serving.trace", f"trace {cut_middle(name)!r}: {message}"
         )
+        return overridden(exc, workload_file, overrides)
 
     return error
 
@@ -508,20 +513,25 @@ def read_trace(
     workload_file: str = "",
     max_rows: int = MAX_TRACE_ROWS,
     format: str = "auto",
+    overrides: Mapping[str, Any] | None = None,
 ) -> Trace:
     """The first `max_rows` requests of a workload's trace file; ConfigError naming the file
-    and line (and, with ``workload_file``, the workload whose ``serving.trace`` it is)."""
+    and line (and, with ``workload_file``, the workload whose ``serving.trace`` it is, or
+    the ``--set`` among ``overrides`` that named it: ``config.overrides.setting_origin``)."""
     file = Path(path)
     name = str(file)
-    named_by = f"serving.trace_format of {cut_middle(workload_file)}" if workload_file else ""
+    overrides = overrides or {}
+    named_by = (
+        setting_origin("serving.trace_format", workload_file, overrides) if workload_file else ""
+    )
     try:
-        refuse = _refuse(name, workload_file)
+        refuse = _refuse(name, workload_file, overrides)
         found = _read(file, format, name, refuse, max_rows, False, named_by=named_by)
         arrival = _clock(found, name, shift=found.trace_format.published)
     except ConfigError as exc:
         if not workload_file or exc.issues[0].field == "serving.trace":
             raise
-        note = f" (the serving.trace of {cut_middle(workload_file)})"
+        note = f" (the {setting_origin('serving.trace', workload_file, overrides)})"
         raise ConfigError([replace(i, message=i.message + note) for i in exc.issues]) from None
     return Trace(
         arrival_s=arrival,
