@@ -9,6 +9,7 @@ tests at the bottom run the real compiler and engine through `rdu-sim run --json
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.des.timeline import Timeline
+from rdu_sim.report.files import write_columns
 from rdu_sim.serving.step_cache import PS_PER_S
 from rdu_sim.serving.traces.published import WRITERS
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
@@ -634,6 +636,12 @@ def test_goodput_recount_and_classes(tmp_path: Path) -> None:
     over = (cols["prompt_tokens"] + cols["output_tokens"]) > 8192
     np.testing.assert_array_equal(rejected, over)
     assert data["requests_rejected"] == int(over.sum()) > 0
+    # a rejected request reached no replica: an empty cell, as a decode replica's (not -1)
+    write_columns(tmp_path / "requests.csv", cols)
+    with (tmp_path / "requests.csv").open() as stream:
+        cells = [(row["status"], row["replica"]) for row in csv.DictReader(stream)]
+    assert {cell for status, cell in cells if status == "rejected"} == {""}
+    assert all(cell.isdigit() for status, cell in cells if status == "served")
     ttft, tpot = cols["ttft_s"], cols["tpot_s"]
     good = (~rejected) & (ttft <= 0.3) & (np.isnan(tpot) | (tpot <= 0.02))
     assert data["goodput"]["requests"] == int(good.sum())
