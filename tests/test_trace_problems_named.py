@@ -357,3 +357,29 @@ def test_a_workload_trace_set_on_the_command_line_is_blamed_on_the_set(tmp_path:
     code, out = _cli("run", str(mine))
     (line,) = _errors(out)
     assert code == 2 and line.endswith(f"(the serving.trace of {mine})")
+
+
+# --- numbers written as strings --------------------------------------------------------------
+
+
+def test_a_mooncake_timestamp_as_a_string_reads_as_its_tokens_do(tmp_path: Path) -> None:
+    """One rule for a number written as a string in every numeric field (``traces.values``):
+    ``"1000"`` is 1,000 ms as ``"600"`` is 600 tokens (before: refused as "expected
+    milliseconds >= 0, got '1000'", which is >= 0); a message says the real problem."""
+    rows = [_row(0, 600), _row(1000, 600, start=2), _row(2500, 600, start=4)]
+    numbers = read_table(_mooncake(tmp_path, rows, "n.jsonl"), "mooncake")
+    rows[1]["timestamp"], rows[2]["input_length"] = "1000", "600"
+    rows[2]["timestamp"] = "2.5e3"
+    strings = read_table(_mooncake(tmp_path, rows, "s.jsonl"), "mooncake")
+    assert strings.arrival_s.tolist() == numbers.arrival_s.tolist() == [0.0, 1.0, 2.5]
+    assert strings.prompt_tokens.tolist() == [600, 600, 600]
+    for value, problem in [
+        ("soon", "expected milliseconds (an ASCII decimal number), got 'soon'"),
+        (True, "expected milliseconds (an ASCII decimal number), got True"),
+        (-1000, "must be a time >= 0 ms, got -1000"),
+        ("-1000", "must be a time >= 0 ms, got '-1000'"),
+    ]:
+        rows[1]["timestamp"] = value
+        path = _mooncake(tmp_path, rows, "b.jsonl")
+        code, out = _cli("check", str(path))
+        assert code == 2 and _errors(out)[0] == f"error: {path}:2: timestamp: {problem}"
