@@ -934,3 +934,40 @@ def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path:
     assert all(r.server.scheduler._facts is memo for r in replicas)
     served = result.run.serving.prompt_tokens
     assert len(memo) == len(set(served.tolist()))
+
+
+def test_a_prefix_cache_smaller_than_one_block_is_refused_naming_the_block(
+    tmp_path: Path,
+) -> None:
+    """A capacity below one block's bytes would cache nothing (0 blocks, silently): refused
+    at its line (or its --set), with the block size and the bytes one block takes."""
+    trace = _mooncake(tmp_path, requests=20, rate=4.0)
+    block = 512 * 131072  # Llama 3.1 8B, bf16: 128 KiB a token on one socket
+    path = write_cluster(
+        tmp_path,
+        traffic={"trace": trace},
+        prefix_cache={"block_tokens": 512, "capacity": f"{block} B"},
+    )
+    data = fake(path).to_dict()
+    assert data["prefix_cache"]["capacity_blocks"] == 3  # one block on each of 3 replicas
+    small = write_cluster(
+        tmp_path,
+        traffic={"trace": trace},
+        prefix_cache={"block_tokens": 512, "capacity": f"{block - 1} B"},
+    )
+    for run, note in [
+        (lambda: fake(small), ""),
+        (
+            lambda: fake(small, {"prefix_cache.capacity": "1 MiB"}),
+            " (from --set prefix_cache.capacity)",
+        ),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            run()
+        (issue,) = caught.value.issues
+        assert issue.field == "prefix_cache.capacity"
+        assert "bytes per socket hold no block: one block of 512 tokens " in issue.message
+        assert f"(prefix_cache.block_tokens) takes {block} bytes per socket in pool 'serve'" in (
+            issue.message
+        )
+        assert issue.message.endswith("or omit capacity for the free HBM" + note)
