@@ -383,3 +383,24 @@ def test_a_mooncake_timestamp_as_a_string_reads_as_its_tokens_do(tmp_path: Path)
         path = _mooncake(tmp_path, rows, "b.jsonl")
         code, out = _cli("check", str(path))
         assert code == 2 and _errors(out)[0] == f"error: {path}:2: timestamp: {problem}"
+
+
+def test_check_says_how_many_rows_are_out_of_time_order(tmp_path: Path) -> None:
+    """``rdu-sim check`` counts them as ``run`` does (``traces.table.out_of_order``), where
+    it said OK alone before; a sorted trace's line has no such words."""
+    path = _mooncake(tmp_path, [_row(0, 600), _row(300, 700), _row(100, 800), _row(200, 90)])
+    code, out = _cli("check", str(path))
+    assert code == 0 and out.strip() == (
+        f"OK  {path}: mooncake trace: 4 requests, 2 out of time order (arriving before a row "
+        "above them; a run replays them by arrival)"
+    )
+    assert (
+        fake(write_cluster(tmp_path, traffic={"trace": "m.jsonl"})).to_dict()["traffic"][
+            "out_of_order_rows"
+        ]
+        == 2
+    )
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    code, out = _cli("check", str(csv_path))
+    assert code == 0 and out.strip() == f"OK  {csv_path}: request trace: 2 rows with arrival_s"

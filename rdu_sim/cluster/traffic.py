@@ -30,7 +30,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import overridden, setting_origin
 from rdu_sim.serving.requests import cut_to_context, draw_lengths
 from rdu_sim.serving.traces.published import Blocks, read_table, trace_problem
-from rdu_sim.serving.traces.table import TraceTable
+from rdu_sim.serving.traces.table import TraceTable, out_of_order
 from rdu_sim.serving.traces.values import column_text
 
 
@@ -139,7 +139,7 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
     keep &= in_window
     index = np.flatnonzero(keep)
     in_file_order = arrival[index]
-    out_of_order = int((in_file_order < np.maximum.accumulate(in_file_order)).sum())
+    unordered = out_of_order(in_file_order)
     index = index[np.argsort(in_file_order, kind="stable")]
     limit = traffic.requests if traffic.requests is not None else len(index)
     beyond = max(0, len(index) - limit)
@@ -151,7 +151,7 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
     scaled = (arrival[index] - (traffic.start or 0.0)) * traffic.time_scale
     requests = _select(table, index, scaled)
     summary = TrafficSummary(
-        table.format, len(table), table.skipped, filtered_out, outside, beyond, out_of_order
+        table.format, len(table), table.skipped, filtered_out, outside, beyond, unordered
     )
     return replace(requests, summary=summary)
 
