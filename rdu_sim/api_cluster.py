@@ -18,6 +18,7 @@ one SimPy environment (``rdu_sim.cluster.simulate``). Nothing is written to disk
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +36,7 @@ from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import overridden
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
@@ -103,13 +105,30 @@ def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Plac
     free = max(0, min(hbm.free_bytes, int(room) - hbm.kv_bytes))
     capacity = prefix.capacity if prefix.capacity is not None else free
     if capacity > free:
-        raise cluster.issue(
-            "prefix_cache.capacity",
-            f"{capacity} bytes per socket exceed the {free} bytes of HBM that pool "
-            f"{pool.name!r}'s memory plan leaves its KV cache (at {placement.batch_slots} "
-            "slots)",
+        raise overridden(
+            cluster.issue(
+                "prefix_cache.capacity",
+                f"{capacity} bytes per socket exceed the {free} bytes of HBM that pool "
+                f"{pool.name!r}'s memory plan leaves its KV cache (at {placement.batch_slots} "
+                "slots)",
+            ),
+            cluster.file,
+            cluster.overrides,
         )
-    return int(capacity // (prefix.block_tokens * per_token))
+    block = prefix.block_tokens * per_token
+    if prefix.capacity is not None and capacity < block:  # a cache of no block caches nothing
+        raise overridden(
+            cluster.issue(
+                "prefix_cache.capacity",
+                f"{capacity} bytes per socket hold no block: one block of "
+                f"{prefix.block_tokens} tokens (prefix_cache.block_tokens) takes "
+                f"{math.ceil(block)} bytes per socket in pool {pool.name!r}; give at least "
+                "that, or omit capacity for the free HBM",
+            ),
+            cluster.file,
+            cluster.overrides,
+        )
+    return int(capacity // block)
 
 
 def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> list[PoolResolved]:

@@ -9,6 +9,7 @@ tests at the bottom run the real compiler and engine through `rdu-sim run --json
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ from rdu_sim.cluster.routers.least_outstanding import LeastOutstanding
 from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.des.timeline import Timeline
+from rdu_sim.report.files import write_columns
 from rdu_sim.serving.step_cache import PS_PER_S
 from rdu_sim.serving.traces.published import WRITERS
 from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
@@ -228,10 +230,13 @@ def test_a_cluster_error_names_the_set_that_gave_the_value(tmp_path: Path) -> No
 
 
 def _remaining(replica: Any) -> int:
-    """Outstanding tokens recomputed from the server's queue and slots (a second way)."""
+    """A replica's load recomputed from its queue and slots (a second way): each request's
+    prompt plus the output tokens generated so far (``serving.load``)."""
     server = replica.server
-    prompts, outputs = server.records.prompt_tokens, server.records.output_tokens
-    total = sum(int(prompts[r]) + int(outputs[r]) for r in server.queue)
+    prompts, outputs = server.records.target_prompt_tokens, server.records.output_tokens
+    # a decode replica's requests arrive with their first token (made elsewhere)
+    arrived_with = 1 if replica.runtime.config.role == "decode" else 0
+    total = sum(int(prompts[r]) + arrived_with for r in server.queue)
     slots = server.slots
     done_steps = 0
     load = server.load
@@ -242,18 +247,19 @@ def _remaining(replica: Any) -> int:
         request = int(slots.request[slot])
         if request < 0:
             continue
-        if slots.phase[slot] == 1:  # prefilling
-            total += int(prompts[request]) - int(slots.prefilled[slot]) + int(outputs[request])
-        elif slots.phase[slot] == 2:  # decoding
-            total += int(slots.remaining[slot]) - done_steps
+        total += int(prompts[request])
+        if slots.phase[slot] == 2:  # decoding: the first token and the steps since
+            total += int(outputs[request]) - int(slots.remaining[slot]) + done_steps
+        elif slots.phase[slot] == 3:  # its cache held until sent, or reserved until received
+            total += 1
     return total
 
 
 def test_outstanding_work_matches_a_recount(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At every routing decision, each server's running count of outstanding tokens equals
-    a recount from its queue and slots."""
+    """At every routing decision, each server's running count of its load equals a recount
+    from its queue and slots."""
     checks: list[int] = []
     choose = LeastOutstanding.choose
 
@@ -274,6 +280,83 @@ def test_outstanding_work_matches_a_recount(
     result = fake(write_cluster(tmp_path, traffic=traffic))
     assert len(checks) == 150 * 3
     assert_served_once(result)
+
+
+def test_disaggregated_load_matches_a_recount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same recount on prefill and decode pools, whose requests arrive with their first
+    token (decode) or leave once their cache was sent (prefill)."""
+    checks: list[int] = []
+    choose = LeastOutstanding.choose
+
+    def checking(self: LeastOutstanding, request: int, pool: Any) -> int:
+        board = pool.outstanding_tokens()
+        for index, replica in enumerate(pool.replicas):
+            assert board[index] == replica.server.outstanding_tokens() == _remaining(replica)
+        checks.append(request)
+        return choose(self, request, pool)
+
+    monkeypatch.setattr(LeastOutstanding, "choose", checking)
+    pools = {
+        "pre": {
+            "workload": str(LLAMA),
+            "replicas": 2,
+            "role": "prefill",
+            "set": {"serving.batch_slots": 2},
+        },
+        "dec": {
+            "workload": str(LLAMA),
+            "replicas": 2,
+            "role": "decode",
+            "set": {"serving.batch_slots": 3},
+        },
+    }
+    traffic = {
+        "rate": 30.0,
+        "requests": 120,
+        "prompt_tokens": {"dist": "uniform", "low": 200, "high": 3000},
+        "output_tokens": {"dist": "uniform", "low": 1, "high": 200},
+    }
+    result = fake(write_cluster(tmp_path, pools=pools, traffic=traffic))
+    served = result.run.serving.output_tokens > 1
+    assert len(checks) == 120 + int(served.sum())  # the prefill pool's and the decode pool's
+    assert_served_once(result)
+
+
+def test_routing_is_blind_to_the_outputs_still_to_come(tmp_path: Path) -> None:
+    """No router knows an output's length before its tokens are generated: requests 1 and 2
+    (long prompts) arrive just after request 0 (a short prompt) started; least outstanding
+    and prefix-aware routing send request 2 to request 0's replica whatever its output's
+    length (before: a 4,000-token output still to come, an oracle's knowledge, sent it
+    behind the long prompt)."""
+    pools = {"serve": {"workload": str(LLAMA), "replicas": 2}}
+    for policy in ("least_outstanding", "prefix_aware"):
+        placed = []
+        for first_output in (10, 4000):
+            rows = [(0, 256, first_output, [0]), (1, 4000, 10, list(range(100, 108)))]
+            rows.append((2, 4000, 10, list(range(200, 208))))
+            name = f"m{first_output}.jsonl"
+            (tmp_path / name).write_text(
+                "".join(
+                    json.dumps(
+                        {"timestamp": t, "input_length": p, "output_length": o, "hash_ids": h}
+                    )
+                    + "\n"
+                    for t, p, o, h in rows
+                )
+            )
+            path = write_cluster(
+                tmp_path,
+                pools=pools,
+                traffic={"trace": name, "format": "mooncake"},
+                router={"policy": policy},
+                prefix_cache={"block_tokens": 512},
+            )
+            result = fake(path)
+            assert_served_once(result)
+            placed.append(result.run.records.replica.tolist())
+        assert placed == [[0, 1, 0], [0, 1, 0]], policy
 
 
 def test_least_outstanding_balances_better_than_round_robin(tmp_path: Path) -> None:
@@ -477,6 +560,44 @@ def test_disaggregated_serving(tmp_path: Path) -> None:
     assert sum(row["decoded"] for row in data["per_replica"]) == int(multi.sum())
 
 
+def test_a_prefill_pool_balances_on_prefill_work_only(tmp_path: Path) -> None:
+    """A prefill replica prefills a prompt and makes its first token; the decode work is
+    another pool's. Request 0 (a short prompt) and request 1 (a long one) go to prefill
+    replicas 0 and 1; request 2 (long) belongs behind the short prompt, however long request
+    0's output: its routing and TTFT do not depend on it (before: a 4,000-token output
+    counted as prefill work sent request 2 behind the long prompt)."""
+    pools = {
+        "prefill": {"workload": str(LLAMA), "replicas": 2, "role": "prefill"},
+        "decode": {"workload": str(LLAMA), "replicas": 2, "role": "decode"},
+    }
+    runs = []
+    for first_output in (10, 4000):
+        rows = [(256, first_output, [0]), (4000, 10, list(range(100, 108)))]
+        rows.append((4000, 10, list(range(200, 208))))
+        name = f"t{first_output}.jsonl"
+        (tmp_path / name).write_text(
+            "".join(
+                json.dumps({"timestamp": 0, "input_length": p, "output_length": o, "hash_ids": h})
+                + "\n"
+                for p, o, h in rows
+            )
+        )
+        path = write_cluster(
+            tmp_path,
+            pools=pools,
+            traffic={"trace": name, "format": "mooncake"},
+            router={"policy": "least_outstanding"},
+        )
+        result = fake(path)
+        assert_served_once(result)
+        runs.append(result)
+    for result in runs:
+        assert result.run.records.replica.tolist() == [0, 1, 0]
+    np.testing.assert_array_equal(
+        runs[0].run.serving.first_token_ps, runs[1].run.serving.first_token_ps
+    )
+
+
 # --- metrics ---------------------------------------------------------------------------------
 
 
@@ -515,6 +636,12 @@ def test_goodput_recount_and_classes(tmp_path: Path) -> None:
     over = (cols["prompt_tokens"] + cols["output_tokens"]) > 8192
     np.testing.assert_array_equal(rejected, over)
     assert data["requests_rejected"] == int(over.sum()) > 0
+    # a rejected request reached no replica: an empty cell, as a decode replica's (not -1)
+    write_columns(tmp_path / "requests.csv", cols)
+    with (tmp_path / "requests.csv").open() as stream:
+        cells = [(row["status"], row["replica"]) for row in csv.DictReader(stream)]
+    assert {cell for status, cell in cells if status == "rejected"} == {""}
+    assert all(cell.isdigit() for status, cell in cells if status == "served")
     ttft, tpot = cols["ttft_s"], cols["tpot_s"]
     good = (~rejected) & (ttft <= 0.3) & (np.isnan(tpot) | (tpot <= 0.02))
     assert data["goodput"]["requests"] == int(good.sum())
@@ -807,3 +934,40 @@ def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path:
     assert all(r.server.scheduler._facts is memo for r in replicas)
     served = result.run.serving.prompt_tokens
     assert len(memo) == len(set(served.tolist()))
+
+
+def test_a_prefix_cache_smaller_than_one_block_is_refused_naming_the_block(
+    tmp_path: Path,
+) -> None:
+    """A capacity below one block's bytes would cache nothing (0 blocks, silently): refused
+    at its line (or its --set), with the block size and the bytes one block takes."""
+    trace = _mooncake(tmp_path, requests=20, rate=4.0)
+    block = 512 * 131072  # Llama 3.1 8B, bf16: 128 KiB a token on one socket
+    path = write_cluster(
+        tmp_path,
+        traffic={"trace": trace},
+        prefix_cache={"block_tokens": 512, "capacity": f"{block} B"},
+    )
+    data = fake(path).to_dict()
+    assert data["prefix_cache"]["capacity_blocks"] == 3  # one block on each of 3 replicas
+    small = write_cluster(
+        tmp_path,
+        traffic={"trace": trace},
+        prefix_cache={"block_tokens": 512, "capacity": f"{block - 1} B"},
+    )
+    for run, note in [
+        (lambda: fake(small), ""),
+        (
+            lambda: fake(small, {"prefix_cache.capacity": "1 MiB"}),
+            " (from --set prefix_cache.capacity)",
+        ),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            run()
+        (issue,) = caught.value.issues
+        assert issue.field == "prefix_cache.capacity"
+        assert "bytes per socket hold no block: one block of 512 tokens " in issue.message
+        assert f"(prefix_cache.block_tokens) takes {block} bytes per socket in pool 'serve'" in (
+            issue.message
+        )
+        assert issue.message.endswith("or omit capacity for the free HBM" + note)

@@ -217,7 +217,7 @@ def test_object_tags_refused(tmp_path: Path, tag: str) -> None:
 def test_binary_and_empty_files(tmp_path: Path) -> None:
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(bytes(range(256)))
-    assert "not a text file" in str(_error(binary))
+    assert "binary.yaml:2: not valid UTF-8 at byte 128 (0x80)" in str(_error(binary))
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert "empty" in str(_error(empty))

@@ -136,7 +136,7 @@ def test_not_utf8_names_the_byte_and_line(tmp_path: Path) -> None:
     assert issue.line == 3
     assert f"byte {len(HEADER) + 8}" in issue.message and "0xff" in issue.message
     utf16 = _write(tmp_path, "u.jsonl", '{"prompt_tokens": 1}'.encode("utf-16"))
-    assert "not UTF-8" in str(_error(utf16))
+    assert "u.jsonl:1: not valid UTF-8 at byte 0 (0xff)" in str(_error(utf16))
     nul = _write(tmp_path, "n.csv", HEADER.encode() + b"1,2\x00,3\n")
     assert "NUL byte at byte" in str(_error(nul))
 

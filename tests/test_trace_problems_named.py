@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import os
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_cluster import fake, write_cluster
+from test_cluster import ROOT, fake, write_cluster
 
 from rdu_sim.cli.main import cli
 from rdu_sim.config.errors import ConfigError
@@ -247,3 +248,159 @@ def test_a_sorted_traces_json_has_no_out_of_order_key(tmp_path: Path) -> None:
     result = fake(write_cluster(tmp_path, traffic={"trace": "m.jsonl"}))
     assert "out_of_order_rows" not in result.to_dict()["traffic"]
     assert result.requests()["trace_line"].tolist() == [1, 2]
+
+
+# --- a file that is not text -----------------------------------------------------------------
+
+
+def test_a_file_that_is_not_text_is_one_message_whatever_the_path(tmp_path: Path) -> None:
+    """A gzip file (its magic bytes 1f 8b) is named compressed, anything else by its first
+    byte that is not UTF-8: the same words from check and run, whether its suffix, the
+    cluster's format or ``auto`` chose the reader (before: three messages, and ``auto``
+    echoed the compressed bytes as replacement characters)."""
+    text = "".join(json.dumps(_row(ms, 600, start=ms)) + "\n" for ms in range(3))
+    for name in ("z.jsonl", "z.jsonl.gz", "z.txt"):
+        (tmp_path / name).write_bytes(gzip.compress(text.encode()))
+    latin = tmp_path / "l.jsonl"
+    latin.write_bytes(text.encode() + '{"type": "caf\xe9"}\n'.encode("latin-1"))
+    bad_byte = len(text.encode()) + len('{"type": "caf')
+    cases = [
+        ("z.jsonl", "auto", 1, "gzip-compressed (decompress it first)"),
+        ("z.jsonl", "mooncake", 1, "gzip-compressed (decompress it first)"),
+        ("z.jsonl.gz", "auto", 1, "gzip-compressed (decompress it first)"),
+        ("z.txt", "auto", 1, "gzip-compressed (decompress it first)"),
+        ("l.jsonl", "auto", 4, f"not valid UTF-8 at byte {bad_byte} (0xe9)"),
+        ("l.jsonl", "mooncake", 4, f"not valid UTF-8 at byte {bad_byte} (0xe9)"),
+    ]
+    for name, fmt, line, problem in cases:
+        cluster = write_cluster(tmp_path, traffic={"trace": name, "format": fmt})
+        for command in ("run", "check"):
+            code, out = _cli(command, str(cluster))
+            first = _errors(out)[0]
+            assert code == 2 and first.endswith(f"{tmp_path / name}:{line}: {problem}"), first
+    for name, problem in [
+        ("z.jsonl", "gzip-compressed (decompress it first)"),
+        ("z.jsonl.gz", "gzip-compressed (decompress it first)"),  # read as a YAML file
+        ("l.jsonl", f"not valid UTF-8 at byte {bad_byte} (0xe9)"),
+    ]:
+        code, out = _cli("check", str(tmp_path / name))
+        assert code == 2 and _errors(out)[0].endswith(f": {problem}"), out
+    with pytest.raises(ConfigError, match=r"^.*z\.txt:1: gzip-compressed \(decompress it"):
+        read_trace(tmp_path / "z.txt")
+
+
+# --- a line that is not JSON -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n"])
+def test_a_bad_json_line_names_its_column_and_a_cut_line_reads_as_cut(
+    tmp_path: Path, end: str
+) -> None:
+    """The column counts in the line, its line end left out (before: a line ending early
+    was "Expecting ',' delimiter (column 1)", the column of the next line); a line ending
+    inside a string or before its object closes reads as cut off."""
+    good = json.dumps(_row(0, 600))
+    cut = good.index('"output_length"') + 3  # inside the key's string
+    missing_comma = good.replace(', "input_length"', ' "input_length"')
+    comma = missing_comma.index(' "input_length') + 2  # where the comma should be, 1-based
+    cases = {
+        good[:-1]: f"the line ends at column {len(good) - 1} before the object closes (cut off?)",
+        good[:cut]: f"unterminated string from column {cut - 2} (the line ends inside it: cut "
+        "off?)",
+        missing_comma: f"Expecting ',' delimiter (column {comma})",
+    }
+    for bad, problem in cases.items():
+        for name in ("m.jsonl", "p.jsonl"):
+            rows = good if name == "m.jsonl" else '{"prompt_tokens": 5, "output_tokens": 2}'
+            path = tmp_path / name
+            path.write_bytes((rows + end + bad + end).encode())
+            code, out = _cli("check", str(path))
+            assert code == 2 and _errors(out)[0] == f"error: {path}:2: not valid JSON: {problem}"
+
+
+# --- who named the trace ---------------------------------------------------------------------
+
+
+def test_a_workload_trace_set_on_the_command_line_is_blamed_on_the_set(tmp_path: Path) -> None:
+    """The one attribution rule (``config.overrides.setting_origin``, as a cluster's
+    traffic.trace has): a trace --set named is not the workload file's, and neither is a
+    format --set named (before: both were blamed on the shipped workload file)."""
+    rows = [_row(0, 600), _row(-5, 600)]
+    _mooncake(tmp_path, rows)
+    (tmp_path / "d.jsonl").mkdir()
+    workload = "llama3.1-8b-1socket"
+    code, out = _cli("run", workload, "--set", f"serving.trace={tmp_path / 'd.jsonl'}")
+    (line,) = _errors(out)
+    assert code == 2 and line.endswith(
+        ": is a directory, expected a file (from --set serving.trace)"
+    )
+    assert ".yaml: serving.trace: trace " in line  # no line: the file's holds no trace
+    code, out = _cli("run", workload, "--set", f"serving.trace={tmp_path / 'm.jsonl'}")
+    (line,) = _errors(out)
+    assert code == 2 and line.startswith(f"error: {tmp_path / 'm.jsonl'}:2: timestamp: ")
+    assert line.endswith("(the serving.trace, from --set serving.trace)")
+    code, out = _cli(
+        "run",
+        workload,
+        "--set",
+        f"serving.trace={tmp_path / 'm.jsonl'}",
+        "--set",
+        "serving.trace_format=jsonl",
+    )
+    (line,) = _errors(out)
+    assert "(read as jsonl: serving.trace_format, from --set serving.trace_format; " in line
+    # a workload file naming them itself: the file is blamed, with its name
+    mine = tmp_path / "w.yaml"
+    text = (ROOT / "workloads" / f"{workload}.yaml").read_text()
+    text = text.replace("../hw_configs/", f"{ROOT / 'hw_configs'}/")
+    mine.write_text(text.replace("  seed: 0\n", "  seed: 0\n  trace: m.jsonl\n"))
+    code, out = _cli("run", str(mine))
+    (line,) = _errors(out)
+    assert code == 2 and line.endswith(f"(the serving.trace of {mine})")
+
+
+# --- numbers written as strings --------------------------------------------------------------
+
+
+def test_a_mooncake_timestamp_as_a_string_reads_as_its_tokens_do(tmp_path: Path) -> None:
+    """One rule for a number written as a string in every numeric field (``traces.values``):
+    ``"1000"`` is 1,000 ms as ``"600"`` is 600 tokens (before: refused as "expected
+    milliseconds >= 0, got '1000'", which is >= 0); a message says the real problem."""
+    rows = [_row(0, 600), _row(1000, 600, start=2), _row(2500, 600, start=4)]
+    numbers = read_table(_mooncake(tmp_path, rows, "n.jsonl"), "mooncake")
+    rows[1]["timestamp"], rows[2]["input_length"] = "1000", "600"
+    rows[2]["timestamp"] = "2.5e3"
+    strings = read_table(_mooncake(tmp_path, rows, "s.jsonl"), "mooncake")
+    assert strings.arrival_s.tolist() == numbers.arrival_s.tolist() == [0.0, 1.0, 2.5]
+    assert strings.prompt_tokens.tolist() == [600, 600, 600]
+    for value, problem in [
+        ("soon", "expected milliseconds (an ASCII decimal number), got 'soon'"),
+        (True, "expected milliseconds (an ASCII decimal number), got True"),
+        (-1000, "must be a time >= 0 ms, got -1000"),
+        ("-1000", "must be a time >= 0 ms, got '-1000'"),
+    ]:
+        rows[1]["timestamp"] = value
+        path = _mooncake(tmp_path, rows, "b.jsonl")
+        code, out = _cli("check", str(path))
+        assert code == 2 and _errors(out)[0] == f"error: {path}:2: timestamp: {problem}"
+
+
+def test_check_says_how_many_rows_are_out_of_time_order(tmp_path: Path) -> None:
+    """``rdu-sim check`` counts them as ``run`` does (``traces.table.out_of_order``), where
+    it said OK alone before; a sorted trace's line has no such words."""
+    path = _mooncake(tmp_path, [_row(0, 600), _row(300, 700), _row(100, 800), _row(200, 90)])
+    code, out = _cli("check", str(path))
+    assert code == 0 and out.strip() == (
+        f"OK  {path}: mooncake trace: 4 requests, 2 out of time order (arriving before a row "
+        "above them; a run replays them by arrival)"
+    )
+    assert (
+        fake(write_cluster(tmp_path, traffic={"trace": "m.jsonl"})).to_dict()["traffic"][
+            "out_of_order_rows"
+        ]
+        == 2
+    )
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    code, out = _cli("check", str(csv_path))
+    assert code == 0 and out.strip() == f"OK  {csv_path}: request trace: 2 rows with arrival_s"

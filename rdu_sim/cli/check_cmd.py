@@ -177,12 +177,21 @@ def check_file(path: Path) -> str:
             metrics = ", ".join(sorted({point.metric for point in points}))
             return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"
     if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader
+        from rdu_sim.serving.traces.table import out_of_order
+
         trace = _read_trace(path)
+        unordered = 0 if trace.arrival_s is None else out_of_order(trace.arrival_s)
+        late = (
+            f", {unordered:,} out of time order (arriving before a row above them; a run "
+            "replays them by arrival)"
+            if unordered
+            else ""
+        )
         if trace.format not in ("csv", "jsonl"):  # Azure, Mooncake, BurstGPT
             skipped = f", {trace.skipped:,} failed rows skipped" if trace.skipped else ""
-            return f"{trace.format} trace: {human.count(len(trace), 'request')}{skipped}"
+            return f"{trace.format} trace: {human.count(len(trace), 'request')}{skipped}{late}"
         arrivals = "with" if trace.arrival_s is not None else "without"
-        return f"request trace: {human.count(len(trace), 'row')} {arrivals} arrival_s"
+        return f"request trace: {human.count(len(trace), 'row')} {arrivals} arrival_s{late}"
     data, lines = read_yaml(path)
     return _check_data(path, data, lines)
 

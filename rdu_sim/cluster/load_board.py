@@ -1,4 +1,4 @@
-"""Every replica's outstanding-work counters in NumPy arrays, so a router reads a pool at once.
+"""Every replica's load counters in NumPy arrays, so a router reads a pool at once.
 
 Each replica's server keeps its counters (``serving.load``) in one row of its pool's board
 instead of its own object; ``tokens(now)`` then applies the one rule,
@@ -50,7 +50,7 @@ class LoadBoard:
         return BoardRow(self, index)
 
     def tokens(self, now: int) -> NDArray[np.int64]:
-        """Outstanding tokens of every server at ``now``, in one array the board reuses: valid
+        """Every server's load at ``now`` (``serving.load``), in one array the board reuses: valid
         until the next call (a router reads it at once; copy it to keep it)."""
         return outstanding_at(
             now,
@@ -107,7 +107,7 @@ class BoardRow:
         self._decoding[index] = decoding
 
     def end_run(self, emitted: int) -> None:
-        """The run ended, its ``emitted`` tokens done."""
+        """The run ended, its ``emitted`` tokens generated."""
         index = self.index
         self._decoding[index] = 0
-        self._outstanding[index] -= emitted
+        self._outstanding[index] += emitted

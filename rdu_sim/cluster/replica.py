@@ -4,9 +4,9 @@ The replica is the server's ``hooks`` (``serving.hooks``): it looks the prompt u
 prefix cache when a slot is given (cached blocks skip prefill work), caches the prompt's
 blocks when the prefill ends, and, on a prefill replica, hands the request to the cluster
 for decoding elsewhere. A mixed replica without a prefix cache has nothing to do there: its
-server runs without hooks (three calls fewer a request). A router reads its outstanding
-work from its pool's board (``load_board``), and what its cache holds for a request from
-its group's prefix index (``prefix_index``).
+server runs without hooks (three calls fewer a request). A router reads its load
+(``serving.load``) from its pool's board (``load_board``), and what its cache holds for a
+request from its group's prefix index (``prefix_index``).
 """
 
 from __future__ import annotations

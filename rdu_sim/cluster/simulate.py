@@ -109,7 +109,7 @@ class ReplicaGroup:
         return len(self.replicas)
 
     def outstanding_tokens(self) -> NDArray[np.int64]:
-        """Every replica's outstanding tokens now (one vectorised rule, ``serving.load``)."""
+        """Every replica's load now, in tokens (one vectorised rule, ``serving.load``)."""
         return self.board.tokens(self.loop.now)
 
     def cached_tokens(self, request: int) -> NDArray[np.int64]:

@@ -27,11 +27,10 @@ from rdu_sim.cluster.scenario import ClusterScenario
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClassesConfig, TrafficConfig
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import overridden, override_for
-from rdu_sim.config.show import cut_middle
+from rdu_sim.config.overrides import overridden, setting_origin
 from rdu_sim.serving.requests import cut_to_context, draw_lengths
 from rdu_sim.serving.traces.published import Blocks, read_table, trace_problem
-from rdu_sim.serving.traces.table import TraceTable
+from rdu_sim.serving.traces.table import TraceTable, out_of_order
 from rdu_sim.serving.traces.values import column_text
 
 
@@ -140,7 +139,7 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
     keep &= in_window
     index = np.flatnonzero(keep)
     in_file_order = arrival[index]
-    out_of_order = int((in_file_order < np.maximum.accumulate(in_file_order)).sum())
+    unordered = out_of_order(in_file_order)
     index = index[np.argsort(in_file_order, kind="stable")]
     limit = traffic.requests if traffic.requests is not None else len(index)
     beyond = max(0, len(index) - limit)
@@ -152,7 +151,7 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
     scaled = (arrival[index] - (traffic.start or 0.0)) * traffic.time_scale
     requests = _select(table, index, scaled)
     summary = TrafficSummary(
-        table.format, len(table), table.skipped, filtered_out, outside, beyond, out_of_order
+        table.format, len(table), table.skipped, filtered_out, outside, beyond, unordered
     )
     return replace(requests, summary=summary)
 
@@ -172,8 +171,7 @@ def synthetic(traffic: TrafficConfig) -> ClusterRequests:
 def _setting(cluster: ClusterScenario, field: str) -> str:
     """Where a cluster field's value came from, for a message about it:
     ``prefix_cache.block_tokens of cluster.yaml`` or ``..., from --set ...``."""
-    path = override_for(field, cluster.overrides)
-    return f"{field}, from --set {path}" if path else f"{field} of {cut_middle(cluster.file)}"
+    return setting_origin(field, cluster.file, cluster.overrides)
 
 
 def load_traffic(cluster: ClusterScenario) -> ClusterRequests:

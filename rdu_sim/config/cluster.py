@@ -52,8 +52,9 @@ class RouterConfig(StrictModel):
         min_length=1,
         max_length=100,
         description="the router by registered name (rdu_sim.cluster.routers, checked when the "
-        "cluster is built): 'round_robin' in turn; 'least_outstanding' the replica with the "
-        "fewest prompt and output tokens still to process; 'prefix_aware' the same count minus "
+        "cluster is built): 'round_robin' in turn; 'least_outstanding' the replica holding the "
+        "fewest tokens (prompt tokens still to prefill plus KV tokens held: no output length "
+        "still to come is known, rdu_sim.serving.load); 'prefix_aware' the same count minus "
         "the prompt tokens its prefix cache already holds; or a plugin's (rdu_sim.plugins)",
     )
 

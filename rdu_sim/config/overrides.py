@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 
 HW_PREFIX = "hw."
@@ -135,6 +136,14 @@ def override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
     if parents:
         return max(parents, key=len)
     return next((path for path in overrides if field and path.startswith(field + ".")), None)
+
+
+def setting_origin(field: str, file: str, overrides: Mapping[str, Any]) -> str:
+    """Where a field's value came from, for a message about it that is not at the field
+    itself: ``traffic.format of cluster.yaml``, or ``traffic.format, from --set
+    traffic.format`` when an override set it (``override_for``)."""
+    path = override_for(field, overrides)
+    return f"{field}, from --set {path}" if path else f"{field} of {cut_middle(file)}"
 
 
 def override_note(path: str, source: str = SET) -> str:

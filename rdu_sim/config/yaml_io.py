@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.text import not_text
 
 MAX_FILE_BYTES = 10 * 2**20  # a config file larger than this is a mistake, not a config
 MAX_DEPTH = 64  # deeper nesting than any real config: refuse before recursion bites
@@ -326,9 +327,7 @@ def _decoded(raw: bytes, file: str) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError.single(
-            file, "", f"not a text file (not valid UTF-8 at byte {exc.start})", line
-        ) from None
+        raise ConfigError.single(file, "", not_text(raw, exc.start, raw[exc.start]), line) from None
     if "\x00" in text:
         raise ConfigError.single(file, "", "not a text file (contains NUL bytes)")
     return text.removeprefix("\ufeff")

@@ -82,7 +82,7 @@ def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
         "prompt_tokens": serving.prompt_tokens,
         "output_tokens": output,
         "cached_tokens": records.cached_tokens,
-        "replica": records.replica,
+        "replica": _replica_or_nan(records.replica),  # a rejected request reached none
         "decode_replica": _replica_or_nan(records.decode_replica),
         "arrival_s": arrival,
         "admit_s": np.where(served, admit, nan),

@@ -26,7 +26,6 @@ from simpy.events import Event
 
 from rdu_sim.native import mypyc_attr
 from rdu_sim.serving.hooks import ServerHooks
-from rdu_sim.serving.load import Counters
 from rdu_sim.serving.slots import Slots
 
 
@@ -36,6 +35,10 @@ def _nothing() -> None:
 
 def _no_decode(slot: int, request: int) -> None:
     raise RuntimeError("a hand-off started a decode before its scheduler bound it (a bug)")
+
+
+def _no_leave(request: int, generated: int) -> None:
+    raise RuntimeError("a hand-off sent a request before its scheduler bound it (a bug)")
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -50,22 +53,31 @@ class HandOff:
         self.tell: Callable[[], None] = _nothing  # the scheduler's driver: a transfer ended
         # the scheduler: a reserved slot's request decodes (its cache arrived)
         self.start_received: Callable[[int, int], None] = _no_decode
+        # the scheduler: a request left after so many output tokens (its load: serving.load)
+        self.leaves: Callable[[int, int], None] = _no_leave
 
-    def bind(self, tell: Callable[[], None], start_received: Callable[[int, int], None]) -> None:
+    def bind(
+        self,
+        tell: Callable[[], None],
+        start_received: Callable[[int, int], None],
+        leaves: Callable[[int, int], None],
+    ) -> None:
         """The scheduler's calls: ``tell()`` when a transfer ended (its driver wakes or cuts
-        the run), ``start_received(slot, request)`` when a received request decodes."""
+        the run), ``start_received(slot, request)`` when a received request decodes,
+        ``leaves(request, generated)`` when a request's KV cache was sent on."""
         self.tell = tell
         self.start_received = start_received
+        self.leaves = leaves
 
     def settles(self) -> bool:
         """Whether its hand-offs end at same-instant events the server's own steps cause (the
         driver then lets them land after every step before deciding)."""
         return False
 
-    def queued_tokens(self, prompt: int, output: int) -> int:
-        """The work a queued request adds to the server's outstanding tokens (``serving.load``):
-        its prompt to prefill and its output to generate."""
-        return prompt + output
+    def generated_on_arrival(self) -> int:
+        """Output tokens an arriving request was generated elsewhere (its load here is its
+        prompt plus its tokens so far: ``serving.load``): none."""
+        return 0
 
     def admitted(self, request: int, prompt: int) -> int:
         """``request`` took a slot and its prefill starts now: the prompt tokens a prefix
@@ -73,7 +85,7 @@ class HandOff:
         the scheduler checks it)."""
         return 0 if self.hooks is None else self.hooks.admitted(request, prompt)
 
-    def prefilled(self, slots: Slots, load: Counters, slot: int, request: int, output: int) -> bool:
+    def prefilled(self, slots: Slots, slot: int, request: int, output: int) -> bool:
         """``request``'s last prefill step in ``slot`` ended (its first token is out): True if
         the slot now holds its KV cache for another replica (it decodes elsewhere)."""
         if self.hooks is not None:
@@ -122,15 +134,16 @@ class SendAfterPrefill(_Moves):
 
     role = "prefill"
 
-    def prefilled(self, slots: Slots, load: Counters, slot: int, request: int, output: int) -> bool:
+    def prefilled(self, slots: Slots, slot: int, request: int, output: int) -> bool:
         """Hand the request to the cluster (unless it ends at its first token): the slot
-        holds its cache, its decode work leaves this server's outstanding tokens."""
+        holds its cache until it has been sent (its load here until then: its prompt and
+        first token; its decode is another pool's, which a router of this pool must not
+        balance on)."""
         assert self.hooks is not None
         sent = self.hooks.prefilled(request)
         if sent is None:
             return False
         slots.hold(slot)
-        load.add(1 - output)
         sent.callbacks.append(partial(self.ended, slot))
         return True
 
@@ -142,6 +155,7 @@ class SendAfterPrefill(_Moves):
         for slot in ended:
             request = slots.request[slot]
             slots.release(slot)
+            self.leaves(request, 1)  # its prompt and first token
             self.left(request)
         ended.clear()
 
@@ -152,9 +166,9 @@ class ReceiveToDecode(_Moves):
 
     role = "decode"
 
-    def queued_tokens(self, prompt: int, output: int) -> int:
-        """Its output less the first token (prefilled elsewhere)."""
-        return output - 1
+    def generated_on_arrival(self) -> int:
+        """Its first token (prefilled elsewhere)."""
+        return 1
 
     def at_boundary(self, slots: Slots, queue: deque[int]) -> None:
         """The caches received since the last boundary start decoding, then every queued

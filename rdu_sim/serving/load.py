@@ -1,14 +1,29 @@
-"""A server's outstanding work: what a router balances, exact at any instant.
+"""A server's load as a router can know it: the tokens of the requests it holds, exact at any
+instant.
 
-A server counts the prompt tokens it still has to prefill and the output tokens it still
-has to generate, over its queued and admitted requests (``outstanding``), and settles a
-batched decode run's tokens when the run ends. Mid-run, the steps already finished are
-known from the run's start, step time and decoding slots, so the count at ``now`` is
+A request counts its prompt plus the output tokens generated so far, from the instant it is
+queued here until it leaves (completed, or its KV cache sent on): its prompt tokens still to
+prefill, and the KV cache it holds once admitted (the prefilled prompt, a prefix cache's
+blocks included, and its tokens so far). That is what a production router sees, not what
+it would have to guess: NVIDIA Dynamo's KV router costs a worker by its active prefill
+tokens plus its active KV blocks (docs.nvidia.com/dynamo, router "Routing Concepts": prefill
+blocks + decode blocks, each tracked from the tokens routed and generated); llm-d's
+scheduler scores queue depth and KV-cache utilisation. The output lengths still to come are
+not counted: no router knows them before the tokens are generated. (A queued prompt counts
+once, as prefill work: its KV is not held until it takes a slot. The tokens are the
+sequences', not what a KV policy keeps of them: a router counts what it sent and what
+streamed back.)
 
-    outstanding - (min(now, run_end) - run_start) // run_step * run_decoding
+A batched decode run's tokens are settled when the run ends. Mid-run, the steps already
+finished are known from the run's start, step time and decoding slots, so the count at
+``now`` is
+
+    outstanding + (min(now, run_end) - run_start) // run_step * run_decoding
 
 (``run_decoding`` is 0 outside a run). :func:`outstanding_at` is that one rule, for one
-server (ints) or a whole pool at once (NumPy arrays, ``rdu_sim.cluster.load_board``).
+server (ints) or a whole pool at once (NumPy arrays, ``rdu_sim.cluster.load_board``); the
+scheduler's accounting of what adds and what leaves is the other half
+(``Scheduler.enqueue``, ``Scheduler.leaves``).
 """
 
 from __future__ import annotations
@@ -49,19 +64,19 @@ def outstanding_at(
     decoding: int | Column,
     out: Column | None = None,
 ) -> np.int64 | Column:
-    """Tokens still to process at ``now`` (see the module docstring), for one server (ints:
-    a NumPy integer) or elementwise for a pool (arrays). ``out``: an array to compute a
+    """The tokens of the requests held at ``now`` (see the module docstring), for one server
+    (ints: a NumPy integer) or elementwise for a pool (arrays). ``out``: an array to compute a
     pool's counts in without allocating (a router reads the whole pool at every arrival; the
     five temporaries cost as much as the arithmetic)."""
     done = np.minimum(now, end, out=out)
     done = np.subtract(done, start, out=out)
     done = np.floor_divide(done, step, out=out)
     done = np.multiply(done, decoding, out=out)
-    return np.subtract(outstanding, done, out=out)
+    return np.add(outstanding, done, out=out)
 
 
 class Counters(Protocol):
-    """Where a server keeps its outstanding-work counters (written a change at a time: a
+    """Where a server keeps its load counters (written a change at a time: a
     cluster's rows live in NumPy arrays, where each field written costs a call)."""
 
     outstanding: int
@@ -79,7 +94,7 @@ class Counters(Protocol):
         ...
 
     def end_run(self, emitted: int) -> None:
-        """The run ended, its ``emitted`` tokens done."""
+        """The run ended, its ``emitted`` tokens generated (``outstanding += emitted``)."""
         ...
 
 
@@ -104,6 +119,6 @@ class Load:
         self.run_start, self.run_end, self.run_step, self.run_decoding = start, end, step, decoding
 
     def end_run(self, emitted: int) -> None:
-        """The run ended, its ``emitted`` tokens done."""
+        """The run ended, its ``emitted`` tokens generated."""
         self.run_decoding = 0
-        self.outstanding -= emitted
+        self.outstanding += emitted

@@ -15,8 +15,10 @@ so every cache the run builds fits ``max_context``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -120,7 +122,11 @@ def cut_to_context(
 
 
 def make_requests(
-    serving: ServingConfig, batch_slots: int, base_dir: Path | str = ".", workload_file: str = ""
+    serving: ServingConfig,
+    batch_slots: int,
+    base_dir: Path | str = ".",
+    workload_file: str = "",
+    overrides: Mapping[str, Any] | None = None,
 ) -> RequestSet:
     """The run's requests from the serving config (distributions or a trace file).
 
@@ -136,7 +142,7 @@ def make_requests(
     experts: NDArray[np.int64] | None = None
     if serving.trace is not None:
         path = shipped.trace_path(base_dir, serving.trace)
-        trace = read_trace(path, workload_file, serving.requests, serving.trace_format)
+        trace = read_trace(path, workload_file, serving.requests, serving.trace_format, overrides)
         n = min(serving.requests, len(trace))
         prompt = trace.prompt_tokens[:n]
         output = trace.output_tokens[:n]

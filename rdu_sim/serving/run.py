@@ -164,7 +164,9 @@ def serve_scenario(
     """Simulate serving ``scenario``; ``progress(done, total)`` is called as requests finish."""
     serving = scenario.workload.serving
     capacity, slots, placement, draft_placement = plan_run(scenario, backend)
-    requests = make_requests(serving, slots, scenario.base_dir, scenario.workload_file)
+    requests = make_requests(
+        serving, slots, scenario.base_dir, scenario.workload_file, scenario.overrides
+    )
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     warn_unchunked(scenario, requests.prompt_tokens)
     cache = StepCache(lambda shape: backend.step_cost(scenario, shape))

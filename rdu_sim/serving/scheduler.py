@@ -254,7 +254,7 @@ class Scheduler(Driven):
         self.rounds = policies.rounds
         self.drafting = policies.drafting
         self.slots = policies.rounds.slots(config.batch_slots)
-        policies.handoff.bind(self._hand_off_ended, self.start_received)
+        policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves)
         self.queue: deque[int] = deque()
         self._waiting = QueueView(self.queue, self._prompts)  # what ``admit_from`` reads
         self._after_prefill = False  # the step that ended last was prefill work
@@ -280,17 +280,19 @@ class Scheduler(Driven):
 
     # --- arrivals ---------------------------------------------------------------------------
     def enqueue(self, request: int, now: int, record: bool = True) -> None:
-        """Queue an arrived request, its work counted; ``record``: write the series row (not
+        """Queue an arrived request, its tokens counted (its prompt, and the first token when
+        it was prefilled elsewhere: ``serving.load``); ``record``: write the series row (not
         when a decision at the same instant writes one anyway, replacing it)."""
-        self.load.add(self.handoff.queued_tokens(self._prompts[request], self._outputs[request]))
+        self.load.add(self._prompts[request] + self.handoff.generated_on_arrival())
         self.queue.append(request)
         if record and self._series is not None:
             self.record(now)
 
     def outstanding_tokens(self) -> int:
-        """Prompt tokens still to prefill plus output tokens still to generate, over the
-        requests queued or in a slot here, as of now (mid-way through a batched decode run
-        too): the load a router balances."""
+        """The load a router balances, as of now (mid-way through a batched decode run too):
+        over the requests queued or in a slot here, each one's prompt plus the output tokens
+        generated so far, i.e. the prompt tokens still to prefill plus the KV tokens held
+        (``serving.load``: no output length still to come is known)."""
         load = self.load
         return int(
             outstanding_at(
@@ -302,6 +304,11 @@ class Scheduler(Driven):
                 load.run_decoding,
             )
         )
+
+    def leaves(self, request: int, generated: int) -> None:
+        """``request`` left this server (completed, or its KV cache sent on) after
+        ``generated`` output tokens: its tokens leave the load."""
+        self.load.add(-self._prompts[request] - generated)
 
     def cuttable(self, steps: int) -> bool:
         """Whether an arrival (or a KV hand-off ending) during a decode run of ``steps`` could
@@ -462,7 +469,7 @@ class Scheduler(Driven):
         emitted = slots.emitted(1)
         self.counts.mixed_steps += 1
         self.counts.tokens_generated += emitted
-        self.load.add(-emitted)
+        self.load.add(emitted)
         now = self.clock.now
         for slot in slots.advance(1):
             self.complete(slot, slots.request[slot], now)
@@ -498,7 +505,6 @@ class Scheduler(Driven):
             ):
                 raise ValueError(f"hooks skipped {skipped} of {prompt} prompt tokens: not reusable")
             slots.prefilled[slot] = skipped
-            self.load.add(-skipped)
         self.record(now)
         return slot
 
@@ -556,14 +562,13 @@ class Scheduler(Driven):
         slots.prefilled[slot] = done
         slots.chunked_this_round.add(slot)
         if done < prompt:
-            self.load.add(before - done)
             return
         now = self.clock.now
         self._first_token_ps[request] = now
         self.counts.tokens_generated += 1
-        self.load.add(before - done - 1)  # the prompt's tokens and the first output token
+        self.load.add(1)  # the first output token
         output = self._outputs[request]
-        if self.handoff.prefilled(slots, self.load, slot, request, output):
+        if self.handoff.prefilled(slots, slot, request, output):
             return  # the slot holds the KV cache until it has left
         if output == 1:
             self.complete(slot, request, now)
@@ -647,6 +652,7 @@ class Scheduler(Driven):
         self._completions[request] += 1
         self.slots.release(slot)
         self.completed += 1
+        self.leaves(request, self._outputs[request])
         self.handoff.left(request)
         if self.on_complete is not None:
             self.on_complete(now)

@@ -109,7 +109,9 @@ def typical_prefill_prompt(scenario: Scenario) -> int:
             return prompt
     if serving.trace is None:
         return typical_prompt(serving, np.zeros(0, dtype=np.int64))
-    requests = make_requests(serving, 1, scenario.base_dir, scenario.workload_file)
+    requests = make_requests(
+        serving, 1, scenario.base_dir, scenario.workload_file, scenario.overrides
+    )
     return typical_prompt(serving, requests.prompt_tokens)
 
 

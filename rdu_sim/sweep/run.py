@@ -285,7 +285,13 @@ def check_traces(expansion: Expansion) -> None:
         wanted = (path, serving.requests, serving.trace_format)
         if wanted not in seen:
             seen.add(wanted)
-            read_trace(path, point.scenario.workload_file, serving.requests, serving.trace_format)
+            read_trace(
+                path,
+                point.scenario.workload_file,
+                serving.requests,
+                serving.trace_format,
+                point.scenario.overrides,
+            )
 
 
 def check_writes(expansion: Expansion, db: Path, writes: Sequence[tuple[str, Path]]) -> None:

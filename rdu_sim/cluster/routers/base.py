@@ -21,9 +21,10 @@ class PoolState(Protocol):
         ...
 
     def outstanding_tokens(self) -> NDArray[np.int64]:
-        """Per replica: prompt tokens still to prefill plus output tokens still to generate,
-        over the requests queued or running there (``serving.load``); an array the pool reuses
-        at its next read."""
+        """Per replica: its load as a real router knows it, over the requests queued or
+        running there, each one's prompt plus its output tokens generated so far (prompt
+        tokens still to prefill plus KV tokens held; no output length still to come:
+        ``serving.load``); an array the pool reuses at its next read."""
         ...
 
     def cached_tokens(self, request: int) -> NDArray[np.int64]:

@@ -1,10 +1,12 @@
-"""Least outstanding work: the replica with the fewest tokens still to process.
+"""Least outstanding work: the replica holding the fewest tokens.
 
-Work is counted in tokens, prompt tokens to prefill plus output tokens to generate, over the
-requests queued or running on the replica, as of the arrival instant (decode steps already
-finished in a batched run are counted as done). Tokens are the one unit every replica
-shares; the count does not weigh replicas of different speed differently. Ties go to the
-lowest replica index, so routing is deterministic.
+Load is counted in tokens as a production router can count it (``serving.load``): over the
+requests queued or running on the replica, as of the arrival instant, each one's prompt plus
+the output tokens generated so far, i.e. prompt tokens still to prefill plus KV tokens held
+(decode steps already finished in a batched run count). How many output tokens are still to
+come is not known, so not counted. Tokens are the one unit every replica shares; the count
+does not weigh replicas of different speed differently. Ties go to the lowest replica index,
+so routing is deterministic.
 """
 
 from __future__ import annotations

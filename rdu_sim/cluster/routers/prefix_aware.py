@@ -2,10 +2,12 @@
 
 A replica whose prefix cache holds the first ``h`` tokens of the prompt would prefill ``h``
 fewer tokens, so the work the request adds there is ``h`` less. The router picks the
-replica minimising ``outstanding - h``, i.e. the least total outstanding work once the
-request is placed: a long shared prefix draws requests to the replica that has it, and load
-pulls them away when that replica falls behind. Both terms are tokens; ties go to the larger
-cached prefix, then to the lowest index. Without a prefix cache it is least outstanding.
+replica minimising ``load - h`` (the load: ``serving.load``, prompt tokens still to prefill
+plus KV tokens held, as NVIDIA Dynamo's KV router costs a worker its prefill tokens less the
+overlap plus its active blocks): a long shared prefix draws requests to the replica that has
+it, and load pulls them away when that replica falls behind. Both terms are tokens; ties go
+to the larger cached prefix, then to the lowest index. Without a prefix cache it is least
+outstanding.
 """
 
 from __future__ import annotations

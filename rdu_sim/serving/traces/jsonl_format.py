@@ -20,15 +20,33 @@ MAX_JSON_DEPTH = 32
 """Deepest bracket nesting in one line (a row is one flat object: depth 1)."""
 
 
+def json_problem(text: str, exc: json.JSONDecodeError) -> str:
+    """What is wrong with the JSON of one line (``text``, its line end removed), its column
+    counted in that line: a line that ends inside a string, or before its object closes,
+    is said to be cut off (a truncated file's last line, most often)."""
+    if exc.msg.startswith("Unterminated string"):
+        return (
+            f"not valid JSON: unterminated string from column {exc.colno} (the line ends "
+            "inside it: cut off?)"
+        )
+    if exc.pos >= len(text.rstrip()):
+        return (
+            f"not valid JSON: the line ends at column {exc.colno - 1} before the object "
+            "closes (cut off?)"
+        )
+    return f"not valid JSON: {exc.msg} (column {exc.colno})"
+
+
 def json_objects(lines: TraceLines) -> Iterator[Row]:
     """Each non-blank line of a JSONL file as an object (line number, the object)."""
-    for text in lines:
+    for line in lines:
+        text = line.rstrip("\r\n")  # a column counts in the line, not past its end
         if not text.strip():
             continue
         try:
             obj = loads(text, MAX_JSON_DEPTH, unique_keys=True)
         except json.JSONDecodeError as exc:
-            raise lines.error(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+            raise lines.error(json_problem(text, exc)) from None
         except DuplicateKeyError as exc:
             raise lines.error(f"{exc}; {KEY_ONCE}") from None
         except JsonLimitError as exc:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.text import not_text
 
 MAX_LINE_BYTES = 2**20
 """Longest physical line of a trace (1 MiB)."""
@@ -21,6 +22,11 @@ MAX_TRACE_LINES = 4_000_000
 """Most physical lines read from one trace (rows, blank lines and continuations)."""
 
 _BOM = "\ufeff"
+
+
+class NotTextError(ConfigError):
+    """The file's bytes are not text (``config.text``): a problem of the file whatever the
+    format it is read as, so no note on how the format was chosen is added."""
 
 
 class TraceLines:
@@ -62,10 +68,9 @@ class TraceLines:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise self.error(
-                    f"not UTF-8 text: byte {self.offset + exc.start} "
-                    f"(0x{raw[exc.start]:02x}) cannot be decoded; traces are UTF-8"
-                ) from None
+                head = raw if self.line == 1 else b""
+                problem = not_text(head, self.offset + exc.start, raw[exc.start])
+                raise NotTextError(self.error(problem).issues) from None
             if "\x00" in text:
                 at = self.offset + raw.index(b"\x00")
                 raise self.error(f"not a text file: a NUL byte at byte {at}")

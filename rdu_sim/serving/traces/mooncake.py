@@ -18,10 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rdu_sim.config.show import shown
+from rdu_sim.config.units import parse_decimal
 from rdu_sim.serving.traces.jsonl_format import json_objects
 from rdu_sim.serving.traces.lines import TraceLines
 from rdu_sim.serving.traces.registry import Row, register_format
 from rdu_sim.serving.traces.table import TraceTable
+from rdu_sim.serving.traces.values import ValueProblem
 
 NAME = "mooncake"
 FIELDS = ("timestamp", "input_length", "output_length")
@@ -36,11 +39,20 @@ _OWN = (*FIELDS, "hash_ids", *SOURCE)
 MAX_BLOCKS = 1_000_000  # hash_ids of one request: 512 billion tokens at Mooncake's blocks
 
 
-def _milliseconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    seconds = float(value) / 1000 if not isinstance(value, int) or value.bit_length() < 64 else None
-    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
+def _milliseconds(value: Any) -> float:
+    """A row's ``timestamp`` in seconds: milliseconds >= 0, a JSON number or an ASCII decimal
+    number in a string (``"1000"``: every numeric column of every format is read so,
+    ``traces.values``); ValueProblem saying which of the two rules it fails."""
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value) if not isinstance(value, int) or value.bit_length() < 1024 else None
+    elif isinstance(value, str) and len(value) <= 64:
+        number = parse_decimal(value)
+    if number is None:
+        raise ValueProblem(f"expected milliseconds (an ASCII decimal number), got {shown(value)}")
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueProblem(f"must be a time >= 0 ms, got {shown(value)}")
+    return number / 1000
 
 
 def _int64s(values: list[Any]) -> bool:
@@ -64,13 +76,10 @@ def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
         for name in FIELDS:
             if name not in obj:
                 raise lines.error("missing field", name, line)
-        arrival = _milliseconds(obj["timestamp"])
-        if arrival is None:
-            raise lines.error(
-                f"expected milliseconds >= 0, got {str(obj['timestamp'])[:40]!r}",
-                "timestamp",
-                line,
-            )
+        try:
+            arrival = _milliseconds(obj["timestamp"])
+        except ValueProblem as problem:
+            raise lines.error(str(problem), "timestamp", line) from None
         hashes = obj.get("hash_ids", [])
         if not isinstance(hashes, list) or len(hashes) > MAX_BLOCKS or not _int64s(hashes):
             raise lines.error(

@@ -46,12 +46,14 @@ from numpy.typing import NDArray
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.json_text import loads
+from rdu_sim.config.overrides import overridden, setting_origin
 from rdu_sim.config.show import cut_middle
+from rdu_sim.config.text import not_text
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.serving.clock import MAX_ARRIVAL_S
 from rdu_sim.serving.traces import azure, burstgpt, mooncake
 from rdu_sim.serving.traces.jsonl_format import MAX_JSON_DEPTH
-from rdu_sim.serving.traces.lines import MAX_LINE_BYTES, TraceLines
+from rdu_sim.serving.traces.lines import MAX_LINE_BYTES, NotTextError, TraceLines
 from rdu_sim.serving.traces.registry import (
     TraceFormat,
     format_for,
@@ -123,12 +125,19 @@ def format_names() -> list[str]:
 
 
 def _first_line(path: Path, file: str) -> str:
+    """The file's first line, stripped (a byte-order mark too); a line that is not UTF-8 is
+    refused as every reader refuses it (``config.text``: a gzip file named as such), never
+    shown as the replacement characters of a lenient decode."""
     try:
         with path.open("rb") as stream:
-            head = stream.readline(MAX_LINE_BYTES).decode("utf-8", "replace").lstrip("\ufeff")
+            raw = stream.readline(MAX_LINE_BYTES)
     except OSError as exc:
         raise ConfigError.single(file, "", f"cannot read: {exc.strerror or exc}") from None
-    return head.strip()
+    try:
+        head = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError.single(file, "", not_text(raw, exc.start, raw[exc.start]), 1) from None
+    return head.lstrip("\ufeff").strip()
 
 
 def _published(line: str) -> str | None:
@@ -305,7 +314,12 @@ def _collect(
     try:
         _fill(found, lines, max_rows, blocks)
     except ConfigError as exc:
-        if first_row is None or found.prompt or found.skipped or isinstance(exc, BlockSizeError):
+        if (
+            first_row is None
+            or found.prompt
+            or found.skipped
+            or isinstance(exc, (BlockSizeError, NotTextError))
+        ):
             raise
         raise first_row(exc) from None
     return found
@@ -476,16 +490,20 @@ def _read(
         return _collect(lines, trace_format, max(1, max_rows), replay, blocks, first_row)
 
 
-def _refuse(name: str, workload_file: str) -> Callable[[str], ConfigError]:
-    """An error about the trace file as a whole: named from the workload's field, or, for a
-    trace file on its own (``rdu-sim check trace.jsonl``), at the file itself."""
+def _refuse(
+    name: str, workload_file: str, overrides: Mapping[str, Any]
+) -> Callable[[str], ConfigError]:
+    """An error about the trace file as a whole: named from the workload's field (with the
+    override that set it, as every field an override set: ``config.overrides.overridden``),
+    or, for a trace file on its own (``rdu-sim check trace.jsonl``), at the file itself."""
 
     def error(message: str) -> ConfigError:
         if not workload_file:
             return ConfigError.single(name, "", message)
-        return ConfigError.single(
+        exc = ConfigError.single(
             workload_file, "serving.trace", f"trace {cut_middle(name)!r}: {message}"
         )
+        return overridden(exc, workload_file, overrides)
 
     return error
 
@@ -495,20 +513,25 @@ def read_trace(
     workload_file: str = "",
     max_rows: int = MAX_TRACE_ROWS,
     format: str = "auto",
+    overrides: Mapping[str, Any] | None = None,
 ) -> Trace:
     """The first `max_rows` requests of a workload's trace file; ConfigError naming the file
-    and line (and, with ``workload_file``, the workload whose ``serving.trace`` it is)."""
+    and line (and, with ``workload_file``, the workload whose ``serving.trace`` it is, or
+    the ``--set`` among ``overrides`` that named it: ``config.overrides.setting_origin``)."""
     file = Path(path)
     name = str(file)
-    named_by = f"serving.trace_format of {cut_middle(workload_file)}" if workload_file else ""
+    overrides = overrides or {}
+    named_by = (
+        setting_origin("serving.trace_format", workload_file, overrides) if workload_file else ""
+    )
     try:
-        refuse = _refuse(name, workload_file)
+        refuse = _refuse(name, workload_file, overrides)
         found = _read(file, format, name, refuse, max_rows, False, named_by=named_by)
         arrival = _clock(found, name, shift=found.trace_format.published)
     except ConfigError as exc:
         if not workload_file or exc.issues[0].field == "serving.trace":
             raise
-        note = f" (the serving.trace of {cut_middle(workload_file)})"
+        note = f" (the {setting_origin('serving.trace', workload_file, overrides)})"
         raise ConfigError([replace(i, message=i.message + note) for i in exc.issues]) from None
     return Trace(
         arrival_s=arrival,

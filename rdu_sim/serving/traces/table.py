@@ -41,3 +41,10 @@ class TraceTable:
             self.output_tokens.tolist(),
             strict=True,
         )
+
+
+def out_of_order(arrival_s: NDArray[np.float64]) -> int:
+    """Rows (in file order) that arrive before a row above them: what a replay reorders (its
+    requests are numbered by arrival), counted the one way ``rdu-sim run`` (a cluster's
+    ``traffic.out_of_order_rows``) and ``rdu-sim check`` say it."""
+    return int((arrival_s < np.maximum.accumulate(arrival_s)).sum()) if len(arrival_s) else 0
