@@ -319,3 +319,18 @@ def test_kept_tokens(prompt: int, ratio: float, chunk: int, kept: int) -> None:
     """Whole chunks covering keep_ratio of the prompt, at most the prompt."""
     assert kept_tokens(prompt, ratio, chunk) == kept
     assert kept_tokens(prompt, ratio, 1) == min(prompt, math.ceil(prompt * ratio - 1e-9))
+
+
+def test_a_runs_kv_kept_counts_the_prompts_the_target_prefills() -> None:
+    """Under speculative prefill the KV policy sees the kept chunks, not the whole prompt:
+    the run's ``kv_kept`` counts a prompt compressed when what the target prefills exceeds
+    the 32,768-token SnapStream slot (1 of 12 here), not when the request's prompt does (12)."""
+    from rdu_sim import api
+
+    scenario = api.load("deepseek-r1-128k-snapstream-specprefill", {"serving.requests": 12})
+    result = api.run(scenario)
+    records = result.records
+    kept = result.to_dict()["kv_kept"]
+    slot = scenario.kv_policy.slot_tokens()
+    assert kept["prompts_compressed"] == int((records.target_prompt_tokens > slot).sum()) == 1
+    assert int((records.prompt_tokens > slot).sum()) == 12

@@ -606,8 +606,8 @@ def summarize(run: ServingRun) -> RunSummary:
         max_context=scenario.workload.serving.max_context,
         version=__version__,
         kv_policy=scenario.kv_policy.name,
-        kv_kept=kept_counts(
-            scenario.kv_policy, run.requests_in.prompt_tokens, run.requests_in.output_tokens
+        kv_kept=kept_counts(  # the prompts the target prefills (speculative prefill's kept)
+            scenario.kv_policy, records.target_prompt_tokens, records.output_tokens
         ),
         batching_policy=scenario.workload.serving.prefill_priority,
         dtypes={
