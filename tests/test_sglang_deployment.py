@@ -1,8 +1,8 @@
 """SGLang's expert-parallel DeepSeek-V3 prefill pool
 (measurements/expert-parallel/sglang-deepseek-ep-prefill.csv) against the shipped workload:
-each measured point's prefill tokens per second per node within 10% (a visible miss: 30-37%
-fast), and the ratio over the tensor-parallel baseline on the same nodes against the stated
-"up to 3.3x" (docs/parallelism.md says why they land where they do).
+each measured point's prefill tokens per second per node within 10%, and the ratio over the
+tensor-parallel baseline on the same nodes against the stated "up to 3.3x"
+(docs/parallelism.md says why it lands where it does).
 
 A point is one prefill step of the measured shape on every GPU (16,384 prompt tokens per GPU
 per batch), as the pool was measured alone; its "default" expert placement runs the
@@ -42,11 +42,6 @@ def tp16_per_node() -> float:
     return 16 * 1024 / step.step_s / 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a visible miss: 30-37% fast since two-batch overlap runs in SGLang's stage order "
-    "(docs/parallelism.md, 'SGLang's deployment')",
-)
 @pytest.mark.parametrize(
     "row", points(), ids=lambda r: f"{r['input_tokens']}-{r['expert_balance']}"
 )
@@ -56,20 +51,16 @@ def test_each_measured_point_within_10_percent(row: dict[str, str]) -> None:
     assert ep_per_node(sets, tokens) == pytest.approx(float(row["measured"]), rel=0.10)
 
 
-def test_each_measured_point_as_simulated() -> None:
-    """The miss as it stands: 30-37% fast, the most at 4,096-token prompts."""
-    errors = []
-    for row in points():
-        sets = UNIFORM if row["expert_balance"] == "perfect" else {}
-        errors.append(ep_per_node(sets, int(row["input_tokens"])) / float(row["measured"]) - 1)
-    assert errors == pytest.approx([0.310, 0.348, 0.367, 0.297], abs=0.005)
-
-
 def test_the_tensor_parallel_baseline_ratio_as_simulated() -> None:
-    """2.9x: the baseline's all-reduces cross the two nodes NCCL-like (hierarchical, 8 rails)
+    """2.1x: the baseline's all-reduces cross the two nodes NCCL-like (hierarchical, 8 rails)
     and its GEMMs run at the expert path's efficiency (docs/parallelism.md)."""
-    assert ep_per_node({}, 1024) / tp16_per_node() == pytest.approx(2.89, rel=0.03)
+    assert ep_per_node({}, 1024) / tp16_per_node() == pytest.approx(2.14, rel=0.03)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a visible miss: the stated 3.3x needs a baseline 33% slower than the model's "
+    "(docs/parallelism.md, 'SGLang's deployment')",
+)
 def test_the_tensor_parallel_baseline_ratio_within_25_percent_of_the_stated() -> None:
     assert ep_per_node({}, 1024) / tp16_per_node() == pytest.approx(3.3, rel=0.25)
