@@ -17,8 +17,9 @@ computing calls, the network the all-to-alls (``kernel_role``). A call starts wh
 launched, its micro-batch's previous call is done (its data) and its resource's previous
 call is done. Every finish time is so a max of sums of call times and launch times over
 paths fixed by the order (a max-plus system): it never decreases when any of them grows.
-A first-come-first-served choice of the next call is not so (Graham's list-scheduling
-anomalies: a slower call can reorder the rest into a shorter step).
+A first-come-first-served choice of the next call (``stream.run_first_come``, the default
+schedule, ``parallelism.overlap_schedule``) is not so (Graham's list-scheduling anomalies: a
+slower call can reorder the rest into a shorter step).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def interleave(
     return [(m, i) for m, k in sequence for i in stages[m][k]]
 
 
-def run_overlapped(
+def run_stage_order(
     streams: Sequence[Sequence[Call]],
     roles: Sequence[Role],
     decode: bool,

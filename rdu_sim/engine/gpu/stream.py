@@ -10,7 +10,9 @@ launches: the step is then host-bound, which CUDA graphs avoid.
 
 Calls are in execution order: the kernels one fusion level splits a layer into run layer by
 layer (``KernelProgram.layer``), a looped kernel is one call. With two-batch overlap two
-micro-batches' calls run in SGLang's interleaved order instead (``overlap``).
+micro-batches' calls run on two streams, one's all-to-alls on the network beside the other's
+kernels on the SMs: first come, first served (``run_first_come``, the default), or in
+SGLang's fixed stage order (``overlap.run_stage_order``; ``parallelism.overlap_schedule``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import simpy
 
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.des.environment import CountingEnvironment
@@ -114,3 +118,60 @@ def run_stream(
 def _slice(recorder: Recorder | None, track: str, name: str, start: float, end: float) -> None:
     if recorder is not None and end > start:
         recorder.slice(0, track, name, start, end)
+
+
+def run_first_come(
+    streams: Sequence[Sequence[Call]],
+    communicates: Sequence[bool],
+    launch_s: float,
+    graph_launch_s: float | None,
+    compute_scale: float,
+    max_events: int,
+) -> StreamRun:
+    """Two micro-batches' calls on two streams of one device, as two-batch overlap runs
+    them: the host launches the calls one stream position at a time (each ``launch_s``; with
+    ``graph_launch_s`` not None, all at once as one CUDA graph);
+    a call starts once launched, its stream's previous call done and its resource free: the
+    SMs for a computing call, the network for a communicating one (``communicates``, by
+    kernel index: an all-to-all), so one stream's communication runs beside the other's
+    computation. A computing call takes ``compute_scale`` times its time alone (the SMs the
+    communication kernels hold); ``starts`` are in launch order.
+
+    A resource serves its calls in the order they became ready (first come, first served),
+    so the order depends on the times: a slower call can reorder the rest into a shorter step
+    (Graham's list-scheduling anomalies; ``overlap.run_stage_order`` is the monotone
+    alternative)."""
+    env = CountingEnvironment(limit=max_events)
+    order = [
+        (s, i)
+        for i in range(max(len(calls) for calls in streams))
+        for s, calls in enumerate(streams)
+        if i < len(calls)
+    ]
+    launched = {key: env.event() for key in order}
+    units = {kind: simpy.Resource(env, capacity=1) for kind in (False, True)}  # type: ignore[arg-type]
+    starts: dict[tuple[int, int], float] = {}
+
+    def host() -> Gen:
+        if graph_launch_s is not None:
+            yield env.timeout(graph_launch_s)
+        for key in order:
+            if graph_launch_s is None:
+                yield env.timeout(launch_s)
+            launched[key].succeed()
+
+    def stream(s: int) -> Gen:
+        for i, call in enumerate(streams[s]):
+            yield launched[(s, i)]
+            comm = communicates[call.kernel]
+            with units[comm].request() as turn:
+                yield turn
+                starts[(s, i)] = float(env.now)
+                yield env.timeout(call.device_s if comm else call.device_s * compute_scale)
+
+    env.process(host())
+    done = env.all_of([env.process(stream(s)) for s in range(len(streams))])
+    done.add_callback(lambda _event: env.pause())
+    env.run_until_pause()
+    host_s = graph_launch_s if graph_launch_s is not None else launch_s * len(order)
+    return StreamRun(float(env.now), tuple(starts[key] for key in order), host_s, env.processed)
