@@ -1,6 +1,7 @@
 """Expert parallelism with data-parallel attention in a step: the all-to-alls the compiler
 splices in (their groups and payloads), one socket's simulation equal to every socket's,
-two-batch overlap's schedule on two streams (exact on hand-made calls) and its cost, and the
+two-batch overlap's micro-batches, its first-come schedule on two streams (exact on hand-made
+calls) and its cost (the stage-order schedule: tests/test_two_batch_overlap.py), and the
 combinations refused with one error naming the field."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rdu_sim.compiler.expert_exchange import (
 from rdu_sim.compiler.expert_load import ExpertLoad, expert_load_model
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.experts import ExpertsConfig
-from rdu_sim.engine.gpu.stream import Call, run_overlapped
+from rdu_sim.engine.gpu.stream import Call, run_first_come
 from rdu_sim.report.bound import step_bound
 from rdu_sim.serving.backend import EngineBackend
 from rdu_sim.shapes import StepShape
@@ -155,13 +156,13 @@ def test_busiest_device_load_at_the_ends() -> None:
 def test_two_streams_overlap_one_ones_communication_with_the_others_compute() -> None:
     # per stream: compute 1 s, all-to-all 1 s, compute 1 s; kernel 1 communicates
     streams = [[Call(0, 1.0), Call(1, 1.0), Call(2, 1.0)]] * 2
-    overlapped = run_overlapped(streams, [False, True, False], 0.0, None, 1.0, 10_000)
+    overlapped = run_first_come(streams, [False, True, False], 0.0, None, 1.0, 10_000)
     assert overlapped.end_s == pytest.approx(4.0)  # one after another: 6 s
     # the SMs the communication holds slow every computing call down
-    slowed = run_overlapped(streams, [False, True, False], 0.0, None, 1.5, 10_000)
+    slowed = run_first_come(streams, [False, True, False], 0.0, None, 1.5, 10_000)
     assert slowed.end_s == pytest.approx(1.5 + 1.5 + 1.5 + 1.5)
     # launches: a call waits for the host to have launched it
-    launched = run_overlapped(streams, [False, True, False], 2.0, None, 1.0, 10_000)
+    launched = run_first_come(streams, [False, True, False], 2.0, None, 1.0, 10_000)
     assert launched.end_s == pytest.approx(12.0 + 1.0)  # the last of 6 launches, then its call
 
 
@@ -229,6 +230,28 @@ def test_two_batch_overlap_on_a_gpu_hides_communication_at_a_cost() -> None:
             {**EP16, "parallelism.comm_sms": 50},
             "parallelism.comm_sms",
             "it needs two_batch_overlap: true, got 50 without it",
+        ),
+        (
+            MOE_GPU,
+            {**GPU_EP8, "parallelism.overlap_schedule": "stage_order"},
+            "parallelism.overlap_schedule",
+            "it needs two_batch_overlap: true, got 'stage_order' without it",
+        ),
+        (
+            DEEPSEEK,
+            {"parallelism.overlap_schedule": "stage_order"},
+            "parallelism.overlap_schedule",
+            "sets the experts' all-to-all, which runs only with",
+        ),
+        (
+            MOE_GPU,
+            {
+                **GPU_EP8,
+                "parallelism.two_batch_overlap": True,
+                "parallelism.overlap_schedule": "fifo",
+            },
+            "parallelism.overlap_schedule",
+            "first_come",
         ),
         (
             DEEPSEEK,

@@ -42,6 +42,7 @@ def gpu_settings(scenario: Scenario) -> GpuSettings:
         fp8_weights=dtypes.weights in FP8_DTYPES,
         fp8_kv=dtypes.kv in FP8_DTYPES,
         comm_sms=scenario.workload.parallelism.comm_sms,
+        overlap_schedule=scenario.workload.parallelism.overlap_schedule,
         decode_attention_split=scenario.stack.decode_attention_split,
     )
 

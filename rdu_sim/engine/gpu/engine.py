@@ -31,11 +31,12 @@ from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import over_budget
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
+from rdu_sim.engine.gpu.overlap import kernel_role, run_stage_order
 from rdu_sim.engine.gpu.stream import (
     Call,
     StreamRun,
     execution_order,
-    run_overlapped,
+    run_first_come,
     run_stream,
 )
 from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, segments
@@ -138,9 +139,11 @@ class GpuEngine:
 
     def _overlapped(self, program: Program) -> DeviceRun:
         """Two-batch overlap: each micro-batch's kernels simulated alone, then both
-        micro-batches' calls on two streams (``stream.run_overlapped``), the all-to-all
-        kernels on the network beside the other micro-batch's kernels on the SMs, which run
-        on the SMs the communication kernels leave them (``parallelism.comm_sms``)."""
+        micro-batches' calls on two streams, the all-to-all kernels on the network beside the
+        other micro-batch's kernels on the SMs, which run on the SMs the communication
+        kernels leave them (``parallelism.comm_sms``); first come, first served
+        (``stream.run_first_come``) or in SGLang's interleaved stage order
+        (``overlap.run_stage_order``), as ``parallelism.overlap_schedule`` says."""
         cfg, gpu = self.config, self.hardware.gpu
         runs: list[KernelsRun] = []
         for micro in program.micro_batches:
@@ -152,21 +155,23 @@ class GpuEngine:
             [Call(offset + i, _per_call(micro, run)[i]) for i in execution_order(micro.kernels)]
             for micro, run, offset in zip(program.micro_batches, runs, offsets, strict=True)
         ]
-        communicates = [
-            all(stage.op == "alltoall" for stage in kernel.stages)
-            for micro in program.micro_batches
-            for kernel in micro.kernels
-        ]
+        both = [kernel for micro in program.micro_batches for kernel in micro.kernels]
         held = self.settings.comm_sms  # fewer than the SMs (the scenario checks it)
+        timing = (
+            gpu.kernel.launch,
+            self._graph_launch(),
+            gpu.sms / (gpu.sms - held),
+            cfg.max_events - sum(r.events for r in runs),
+        )
         try:
-            stream = run_overlapped(
-                streams,
-                communicates,
-                gpu.kernel.launch,
-                self._graph_launch(),
-                gpu.sms / (gpu.sms - held),
-                cfg.max_events - sum(r.events for r in runs),
-            )
+            if self.settings.overlap_schedule == "stage_order":
+                roles = [kernel_role(kernel) for kernel in both]
+                stream = run_stage_order(streams, roles, program.shape.phase == "decode", *timing)
+            else:
+                communicates = [
+                    all(stage.op == "alltoall" for stage in kernel.stages) for kernel in both
+                ]
+                stream = run_first_come(streams, communicates, *timing)
         except EventLimitError:
             what = f"this {program.shape.phase} step (overlapping its micro-batches)"
             raise over_budget(cfg.max_events, what) from None

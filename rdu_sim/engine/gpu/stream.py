@@ -9,9 +9,10 @@ device, and its launches cost device time only where kernels are shorter than th
 launches: the step is then host-bound, which CUDA graphs avoid.
 
 Calls are in execution order: the kernels one fusion level splits a layer into run layer by
-layer (``KernelProgram.layer``), a looped kernel is one call. With two-batch overlap
-(``run_overlapped``) two micro-batches' calls run on two streams, one's all-to-alls on the
-network beside the other's kernels on the SMs.
+layer (``KernelProgram.layer``), a looped kernel is one call. With two-batch overlap two
+micro-batches' calls run on two streams, one's all-to-alls on the network beside the other's
+kernels on the SMs: first come, first served (``run_first_come``, the default), or in
+SGLang's fixed stage order (``overlap.run_stage_order``; ``parallelism.overlap_schedule``).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def _slice(recorder: Recorder | None, track: str, name: str, start: float, end: 
         recorder.slice(0, track, name, start, end)
 
 
-def run_overlapped(
+def run_first_come(
     streams: Sequence[Sequence[Call]],
     communicates: Sequence[bool],
     launch_s: float,
@@ -134,7 +135,12 @@ def run_overlapped(
     SMs for a computing call, the network for a communicating one (``communicates``, by
     kernel index: an all-to-all), so one stream's communication runs beside the other's
     computation. A computing call takes ``compute_scale`` times its time alone (the SMs the
-    communication kernels hold); ``starts`` are in launch order."""
+    communication kernels hold); ``starts`` are in launch order.
+
+    A resource serves its calls in the order they became ready (first come, first served),
+    so the order depends on the times: a slower call can reorder the rest into a shorter step
+    (Graham's list-scheduling anomalies; ``overlap.run_stage_order`` is the monotone
+    alternative)."""
     env = CountingEnvironment(limit=max_events)
     order = [
         (s, i)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from rdu_sim.compiler.fusion_levels import KV_READ
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram, StageProgram
 from rdu_sim.config.gpu import GpuConfig
+from rdu_sim.config.parallelism import OverlapSchedule
 from rdu_sim.config.stack import NO_STACK, AttentionSplit
 from rdu_sim.engine.tile_work import split
 from rdu_sim.systolic import stage_gemm_efficiency
@@ -45,6 +46,7 @@ class GpuSettings:
     fp8_weights: bool = False  # projections run on the FP8 tensor cores (fp8 weights)
     fp8_kv: bool = False  # attention runs on the FP8 tensor cores (an fp8 KV cache)
     comm_sms: int = 0  # SMs two-batch overlap's communication kernels hold
+    overlap_schedule: OverlapSchedule = "first_come"  # two-batch overlap's order of calls
     # how decode attention deals a sequence's context out to thread blocks (the stack's;
     # without one, the stack field's default)
     decode_attention_split: AttentionSplit = NO_STACK.decode_attention_split
