@@ -271,6 +271,16 @@ def file_problem(path: Path) -> str | None:
     return None
 
 
+def checked_file(path: Path) -> Path:
+    """`path` when it is a regular file (so ``path.resolve()`` is safe: a loop of links makes
+    it raise), else a ConfigError naming it and why (``file_problem``): the one check a file
+    argument passes before its links are followed or it is read."""
+    problem = file_problem(path)
+    if problem is not None:
+        raise ConfigError.single(str(path), "", problem)
+    return path
+
+
 def broken_link(path: Path) -> str:
     """Why the link `path` leads to no file, naming what it points to: a loop of links, or
     the missing file at the end of its chain (a link to a link that is gone is named through
@@ -305,10 +315,7 @@ def read_complete_lines(path: Path, limit: int, kind: str) -> tuple[str, bytes]:
 
 
 def _read_bytes(path: Path, limit: int, kind: str) -> bytes:
-    file = str(path)
-    problem = file_problem(path)
-    if problem is not None:
-        raise ConfigError.single(file, "", problem)
+    file = str(checked_file(path))
     try:
         with path.open("rb") as stream:
             raw = stream.read(limit + 1)
