@@ -480,17 +480,39 @@ def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None
         assert out.exit_code == 130, out.output
         assert out.output.strip().endswith(f"interrupted (SIGINT): {NOTHING_WRITTEN}"), target
 
-    def timeseries_stops(path: Path, *args: Any, **kwargs: Any) -> None:
-        stopped()
-
+    # stopped between --out and --trace, an older trace beside: the line names exactly what
+    # this run wrote, what it did not, and that the trace there is not this run's
+    out_dir, trace = tmp_path / "out", tmp_path / "tr.json"
+    trace.write_text("{}")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_cmd, "write_outputs", timeseries_stops)
-        out = runner.invoke(cli, ["run", "llama3.1-8b-1socket", *small, "--out", str(tmp_path)])
+        mp.setattr("rdu_sim.report.serving_trace.write_serving_trace", stopped)
+        out = runner.invoke(
+            cli,
+            ["run", "llama3.1-8b-1socket", *small, "--out", str(out_dir), "--trace", str(trace)],
+        )
     assert out.exit_code == 130, out.output
     *report, last = out.output.strip().splitlines()
     assert any("llama3.1-8b-1socket" in line for line in report)  # the report, printed
-    assert last.startswith("interrupted (SIGINT): the report was printed; of ")
-    assert str(tmp_path / "result.json") in last and "written before the stop are whole" in last
+    written = ", ".join(str(out_dir / n) for n in ("result.json", "requests.csv", "timeseries.csv"))
+    assert last == (
+        f"interrupted (SIGINT): the report was printed; written whole: {written}; not "
+        f"written: {trace} (an older copy from before this run is there)"
+    )
+    assert trace.read_text() == "{}"
+
+    # stopped inside --out, after its first file: the two others named as not written
+    def requests_stop(path: Path, *args: Any, **kwargs: Any) -> None:
+        if path.name == "requests.csv":
+            stopped()
+
+    fresh = tmp_path / "fresh"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("rdu_sim.report.files.write_columns", requests_stop)
+        out = runner.invoke(cli, ["run", "llama3.1-8b-1socket", *small, "--out", str(fresh)])
+    assert out.output.strip().splitlines()[-1] == (
+        f"interrupted (SIGINT): the report was printed; written whole: {fresh / 'result.json'}; "
+        f"not written: {fresh / 'requests.csv'}, {fresh / 'timeseries.csv'}"
+    )
 
 
 def _console_script() -> tuple[str, str]:
