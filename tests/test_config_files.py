@@ -16,7 +16,7 @@ import pytest
 from rdu_sim.config import ConfigError, HardwareConfig, LlamaArchitecture
 from rdu_sim.config.errors import ConfigIssue, WriteError
 from rdu_sim.config.hardware_file import read_hardware, validate_hardware
-from rdu_sim.config.loader import MAX_DEPTH, read_yaml
+from rdu_sim.config.loader import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, read_yaml
 from rdu_sim.models import get_model, kv_bytes_per_token, params_total, preset_names
 from rdu_sim.scenario import build_scenario, load_scenario
 
@@ -257,6 +257,27 @@ def test_alias_bomb_is_cheap(tmp_path: Path) -> None:
     small.write_text("a: &x {k: 1, j: [1, 2]}\nb: *x\nc: *x\n")
     data, _ = read_yaml(small)
     assert data["b"] == data["c"] == {"k": 1, "j": [1, 2]}
+
+
+def test_a_huge_flow_list_is_refused_before_its_nodes_are_built(tmp_path: Path) -> None:
+    """Five million values, no alias: refused from the parser's events as too many values
+    (not called an alias bomb), before a node graph of gigabytes is built (29 s before)."""
+    path = tmp_path / "huge.yaml"
+    path.write_text("model: [" + "1," * 5_200_000 + "1]\n")
+    assert path.stat().st_size <= MAX_FILE_BYTES
+    start = time.process_time()
+    with pytest.raises(ConfigError) as info:
+        read_yaml(path)
+    assert time.process_time() - start < 5
+    assert str(info.value) == (
+        f"{path}:1: not valid YAML: the file holds more than {MAX_NODES} values (a config "
+        "holds far fewer)"
+    )
+    # just under the limit, written out: read (150,003 values)
+    under = tmp_path / "under.yaml"
+    under.write_text("model: [" + "1," * 150_000 + "1]\n")
+    data, _ = read_yaml(under)
+    assert len(data["model"]) == 150_001
 
 
 def test_recursive_alias_refused(tmp_path: Path) -> None:

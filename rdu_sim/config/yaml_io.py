@@ -8,10 +8,12 @@ ConfigError naming the file (and the line where there is one), and why it is a l
 - flow brackets (``[``, ``{``) open more than ``MAX_FLOW_BRACKETS`` deep: PyYAML's scanner
   is quadratic in them;
 - mappings and sequences nested more than ``MAX_DEPTH`` deep;
-- more than ``MAX_NODES`` values *once aliases are expanded*: an alias bomb ("billion
-  laughs") is cheap as a node graph but expands in every later copy, comparison, message
-  or JSON dump; its expanded size is counted over the graph (each node once), so the
-  refusal is linear in the document;
+- more than ``MAX_NODES`` values written in the file, counted from the parser's events
+  before any node is built (a 10 MiB flow list of five million items would cost gigabytes
+  and half a minute as a node graph), and more than ``MAX_NODES`` *once aliases are
+  expanded*: an alias bomb ("billion laughs") is cheap as a node graph but expands in every
+  later copy, comparison, message or JSON dump; its expanded size is counted over the graph
+  (each node once), so the refusal is linear in the document;
 - an alias that refers to itself (a recursive structure);
 - integers written with more than ``MAX_INT_CHARS`` characters: Python converts decimal
   strings in quadratic time (and refuses past 4300 digits), and hex, octal, binary and
@@ -139,13 +141,39 @@ def _check_mapping(node: yaml.MappingNode) -> None:
         first[text] = key
 
 
+_VALUE_EVENTS = (yaml.ScalarEvent, yaml.AliasEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_TOO_MANY = f"the file holds more than {MAX_NODES} values (a config holds far fewer)"
+
+
+def _refuse_many_values(text: str) -> None:
+    """Refuse a document writing more than ``MAX_NODES`` values (an alias counted once) from
+    the parser's events, which it makes one at a time, before a node graph costs memory:
+    stops at the first value past the limit. Each value takes at least about one character,
+    so a text shorter than ``MAX_NODES // 2`` cannot hold that many and is not scanned."""
+    if len(text) <= MAX_NODES // 2:
+        return
+    loader = _BoundedLoader(text)
+    try:
+        count = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, _VALUE_EVENTS):
+                count += 1
+                if count > MAX_NODES:
+                    raise YamlLimitError(_TOO_MANY, event.start_mark.line + 1)
+    finally:
+        loader.dispose()
+
+
 def _expanded_size(root: yaml.Node) -> int:
     """Values in the document with aliases expanded, each node visited once (iterative).
 
-    Refuses a recursive alias, and stops as soon as the count passes ``MAX_NODES``.
+    Refuses a recursive alias, and stops as soon as the count passes ``MAX_NODES`` (naming
+    aliases only when a node is reached twice: without one, the file holds that many).
     """
     size: dict[int, int] = {}
     active: set[int] = set()
+    shared = False
     if isinstance(root, yaml.ScalarNode):
         return 1
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -159,12 +187,15 @@ def _expanded_size(root: yaml.Node) -> int:
             if total > MAX_NODES:
                 raise YamlLimitError(
                     f"the document has more than {MAX_NODES} values once its aliases are "
-                    "expanded (an alias bomb?)",
+                    "expanded (an alias bomb?)"
+                    if shared
+                    else _TOO_MANY,
                     node.start_mark.line + 1,
                 )
             size[ident] = total
             continue
         if ident in size:
+            shared = True
             continue
         if ident in active:
             raise YamlLimitError("an alias refers to itself (a recursive structure)")
@@ -172,7 +203,10 @@ def _expanded_size(root: yaml.Node) -> int:
         if isinstance(node, yaml.MappingNode):
             _check_mapping(node)
         stack.append((node, True))
-        stack.extend((child, False) for child in _children(node) if id(child) not in size)
+        children = _children(node)
+        fresh = [child for child in children if id(child) not in size]
+        shared = shared or len(fresh) < len(children)  # an alias to a node already counted
+        stack.extend((child, False) for child in fresh)
     return size[id(root)]
 
 
@@ -205,6 +239,7 @@ def load_yaml(text: str) -> tuple[Any, LineMap]:
     """
     if _flow_depth_exceeds(text, MAX_FLOW_BRACKETS):  # refuse before the scanner crawls
         raise YamlLimitError(_TOO_DEEP)
+    _refuse_many_values(text)  # before the node graph costs memory
     loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
