@@ -16,8 +16,8 @@ ConfigError naming the file (and the line where there is one), and why it is a l
   (each node once), so the refusal is linear in the document;
 - an alias that refers to itself (a recursive structure);
 - integers written with more than ``MAX_INT_CHARS`` characters: Python converts decimal
-  strings in quadratic time (and refuses past 4300 digits), and hex, octal, binary and
-  sexagesimal ones without limit, into numbers that no message can print;
+  strings in quadratic time (and refuses past 4300 digits) into numbers no message can
+  print (YAML 1.1's hex, octal, binary and base-60 forms are not numbers here: text);
 - a key given twice in one mapping (YAML forbids it; PyYAML silently keeps the last):
   refused naming both lines.
 """
@@ -77,11 +77,38 @@ class _BoundedLoader(_SafeBase):  # type: ignore[valid-type,misc]
 
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+# Numbers are ASCII decimal (README). YAML 1.1, which PyYAML reads, also takes `010` as
+# octal 8, `0x10` as 16, `0b101` as 5 and `1:30` (or `1:30.5`) as base 60, 90: a value a
+# user did not mean, silently. Those forms stay text, which a number's field refuses
+# ("should be a valid integer", naming the field and the text), as it refuses `0o10`;
+# `010` too, since YAML 1.2 reads it as 10 where 1.1 read 8. Decimal integers (`0`, `-12`,
+# `1_000`) and floats (`0.5`, `.5`, `1.`, `.inf`) are read as before.
+_BoundedLoader.yaml_implicit_resolvers = {
+    first: [(tag, rule) for tag, rule in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in _SafeBase.yaml_implicit_resolvers.items()
+}
+_BoundedLoader.add_implicit_resolver(
+    _INT, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
+)
+_BoundedLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+        |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 # YAML 1.1 reads `1e-9` (no dot) as a string, and "rate: 1e-9" then fails as "not a valid
 # number"; read it as YAML 1.2 does, a float. Registered after the int resolver, so `12`
 # stays an int.
 _BoundedLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
+    _FLOAT,
     re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
