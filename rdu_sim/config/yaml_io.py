@@ -187,7 +187,8 @@ def _refuse_many_values(text: str) -> None:
             if isinstance(event, _VALUE_EVENTS):
                 count += 1
                 if count > MAX_NODES:
-                    raise YamlLimitError(_TOO_MANY, event.start_mark.line + 1)
+                    mark = event.start_mark
+                    raise YamlLimitError(_TOO_MANY, mark.line + 1 if mark is not None else None)
     finally:
         loader.dispose()
 
