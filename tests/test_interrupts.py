@@ -606,3 +606,66 @@ def test_a_stop_outside_the_points_runs_still_says_what_was_kept(
     with pytest.raises(interrupts.Interrupted) as planned:
         search.run_plan("llama3.1-8b-chat", db=tmp_path / "plan.sqlite")
     assert planned.value.kept == "nothing was run or written yet"
+
+
+# the arguments each command needs to be parsed (what it then does is stopped at once)
+_ARGS = {
+    "run": ["run", "llama3.1-8b-1socket"],
+    "step": ["step", "llama3.1-8b-1socket"],
+    "check": ["check", "sn40l"],
+    "schema": ["schema", "workload"],
+    "inspect": ["inspect", "graph", "llama3.1-8b-1socket"],
+    "sweep": ["sweep", "llama8b-batch"],
+    "plan": ["plan", "x.yaml"],
+    "plot": ["plot", "memory", "llama3.1-8b-1socket"],
+    "validate": ["validate", "--quick"],
+    "calibrate": ["calibrate", "x.yaml"],
+    "compare": ["compare", "llama3.1-8b-1socket"],
+    "kv-demo": ["kv-demo"],
+    "examples": ["examples"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ARGS))
+def test_every_command_s_stop_says_what_was_kept(name: str) -> None:
+    """A stop in a command that says nothing itself (inspect graph, kv-demo, schema,
+    validate --quick early, plan while its spec loads: a bare "interrupted (SIGINT)")
+    says what was kept, the README's one line, for every command."""
+    import importlib
+
+    import click
+    from click.testing import CliRunner
+
+    from rdu_sim.cli.main import COMMANDS, STOPS, cli
+
+    assert set(STOPS) == set(COMMANDS) == set(_ARGS)
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    command = importlib.import_module(COMMANDS[name]).command
+    leaf = command
+    if isinstance(command, click.Group) and _ARGS[name][1:2]:
+        leaf = command.commands.get(_ARGS[name][1], command)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(leaf, "callback", stopped)
+        out = CliRunner().invoke(cli, _ARGS[name])
+    assert out.exit_code == 130, out.output
+    assert out.output.strip().splitlines()[-1] == f"interrupted (SIGINT): {STOPS[name]}"
+
+
+def test_a_plan_stopped_while_its_spec_loads_says_nothing_was_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    import rdu_sim.plan
+    from rdu_sim.cli.main import STOPS, cli
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(rdu_sim.plan, "load_plan", stopped)
+    out = CliRunner().invoke(cli, ["plan", str(ROOT / "workloads" / "plans" / "x.yaml")])
+    assert out.exit_code == 130, out.output
+    assert out.output.strip() == f"interrupted (SIGINT): {STOPS['plan']}"

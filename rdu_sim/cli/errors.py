@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from rdu_sim.input_errors import InputError
-from rdu_sim.interrupts import Interrupted, ignore_further, stop_within
+from rdu_sim.interrupts import Interrupted, ignore_further, kept_on_stop, stop_within
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -222,9 +222,14 @@ class RduGroup(click.Group):
             print_interrupted(stop)
             raise click.exceptions.Exit(stop.status) from None
 
+    def kept_at_stop(self, ctx: click.Context) -> str:
+        """What a stop of the command ``ctx`` runs keeps when the command says nothing
+        itself ('': nothing to say; ``LazyGroup``: each command's)."""
+        return ""
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), kept_on_stop(lambda: self.kept_at_stop(ctx)):
                 warnings.showwarning = _show_warning
                 result = super().invoke(ctx)
             _flush_stdout()  # a full disk behind `> file` fails here, not at exit
