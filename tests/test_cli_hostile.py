@@ -534,12 +534,33 @@ def test_a_foreign_results_table(tmp_path: Path, table: str) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute(f"CREATE TABLE {table} (id INTEGER, score REAL)")
     path = spec(tmp_path, SYNTHETIC)
-    words = f"holds a '{table}' table that is not a sweep's (columns: id, score)"
+    own = {"results": "key, sweep, overrides, config, metrics, status, error, version, ...",
+           "meta": "name, value"}[table]  # fmt: skip
+    words = (
+        f"holds a '{table}' table that is not a sweep's (without the column(s): {own}; with "
+        "column(s) a sweep's has not: id, score)"
+    )
     clean_failure(invoke("sweep", path, "--db", db), words)
     clean_failure(invoke("plot", "throughput", db), words)
     with sqlite3.connect(db) as conn:  # untouched
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert names == {table}
+
+
+def test_a_results_table_missing_a_column_names_it(tmp_path: Path) -> None:
+    """A sweep's results table without its metrics column: the message names it (it listed
+    the eight first columns it has)."""
+    from rdu_sim.sweep.store import COLUMNS
+
+    db = tmp_path / "cut.sqlite"
+    with sqlite3.connect(db) as conn:
+        kept = ", ".join(c for c in COLUMNS if c != "metrics")
+        conn.execute(f"CREATE TABLE results ({kept})")
+    conn.close()
+    clean_failure(
+        invoke("plot", "sweep", db),
+        "holds a 'results' table that is not a sweep's (without the column(s): metrics)",
+    )
 
 
 def test_a_database_of_another_tools_tables_is_left_alone(tmp_path: Path) -> None:

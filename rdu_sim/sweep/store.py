@@ -411,11 +411,20 @@ class Store:
         ):
             found = [r[1] for r in self._execute(f"PRAGMA table_info({table})")]
             if found and tuple(found) != columns:
-                shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
+                missing = [c for c in columns if c not in found]
+                extra = [c for c in found if c not in columns]
+                what = [
+                    f"{words}: {_listed(items)}"
+                    for items, words in (
+                        (missing, "without the column(s)"),
+                        (extra, "with column(s) a sweep's has not"),
+                    )
+                    if items
+                ] or [f"its columns in another order: {_listed(found)}"]
                 raise StoreError.single(
                     str(self.path),
                     "",
-                    f"holds a '{table}' table that is not a sweep's (columns: {shown})"
+                    f"holds a '{table}' table that is not a sweep's ({'; '.join(what)})"
                     f"{self._another()}",
                 )
 
@@ -815,6 +824,11 @@ class Store:
 
 def _owner_params(owner: Owner) -> tuple[str, int, str]:
     return owner.host, owner.pid, owner.token
+
+
+def _listed(names: Sequence[str]) -> str:
+    """Column names as a message lists them, the first eight."""
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
 
 
 def _cut(text: str) -> str:
