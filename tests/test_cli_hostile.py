@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import random
 import sqlite3
@@ -921,3 +922,48 @@ def test_plot_of_a_damaged_or_missing_database_speaks_of_databases(
     stderr = clean_failure(invoke("plot", "sweep", missing), f"{missing}: no such sweep database")
     assert "shipped sweeps: " in stderr and "llama8b-batch" in stderr
     assert "workload" not in stderr
+
+
+def test_an_output_that_is_a_link_is_written_through_it(tmp_path: Path) -> None:
+    """--trace, -o and --export onto a symbolic link replaced the link with a file: each
+    is written to the link's target, the link kept (made there when the target is not yet
+    but its folder is, as a sweep's --db); a loop or a link into a missing folder is one
+    `cannot write` line."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "old.json").write_text("{}")
+    trace, drawn, made = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "new.json"
+    trace.symlink_to(disk / "old.json")
+    drawn.symlink_to(disk / "p.png")  # not made yet, its folder there
+    made.symlink_to(disk / "new.json")
+    ran = invoke("run", LLAMA, "--set", "serving.requests=2", "--trace", trace)
+    assert ran.exit_code == 0, ran.output
+    assert trace.is_symlink() and json.loads((disk / "old.json").read_text())["traceEvents"]
+    assert invoke("plot", "memory", LLAMA, "-o", drawn).exit_code == 0
+    assert drawn.is_symlink() and (disk / "p.png").read_bytes()[:4] == b"\x89PNG"
+    path = spec(tmp_path, "axes: {serving.batch_slots: [1, 2]}\nevaluator: {name: synthetic}\n")
+    exported = tmp_path / "e.csv"
+    exported.symlink_to(disk / "e.csv")
+    assert invoke("sweep", path, "--export", exported, "--no-progress").exit_code == 0
+    assert exported.is_symlink() and (disk / "e.csv").read_text().startswith("key,")
+    (tmp_path / "loop.png").symlink_to("loop.png")
+    (tmp_path / "gone.png").symlink_to(tmp_path / "moved" / "p.png")
+    for name, words in (
+        ("loop.png", "a link to 'loop.png' in a loop of symbolic links"),
+        ("gone.png", f"a link to '{tmp_path / 'moved' / 'p.png'}', which does not exist"),
+    ):
+        refused = invoke("plot", "memory", LLAMA, "-o", tmp_path / name)
+        clean_failure(refused, f"{tmp_path / name}: cannot write: {words}")
+    assert not (tmp_path / "moved").exists()
+
+
+def test_plot_output_errors_are_the_house_form(tmp_path: Path) -> None:
+    """plot -o w.yaml said "output 'w.yaml' must end in ..."; a name too long for the OS
+    was "NAME: File name too long" without saying it could not be written."""
+    clean_failure(
+        invoke("plot", "memory", LLAMA, "-o", tmp_path / "w.yaml"),
+        f"error: {tmp_path / 'w.yaml'}: --output: cannot draw to '.yaml': use .png, .svg or .pdf",
+    )
+    long = tmp_path / ("a" * 300 + ".png")
+    for args in (["plot", "memory", LLAMA, "-o", long], ["run", LLAMA, "--trace", long]):
+        clean_failure(invoke(*args), f"error: {long}: cannot write: File name too long")

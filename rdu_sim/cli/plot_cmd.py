@@ -36,6 +36,7 @@ from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import FilePath, overrides_option
 from rdu_sim.config import json_text
+from rdu_sim.config.errors import WriteError
 from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import MAX_DEPTH, file_problem, read_text_file
 from rdu_sim.interrupts import keeps_on_stop
@@ -321,7 +322,10 @@ def command(
         fail(f"unknown plot kind {kind!r}; valid kinds: {', '.join(_KINDS)}")
     target = output if output is not None else Path(f"{kind}.png")
     if target.suffix.lower() not in (".png", ".svg", ".pdf"):
-        fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
+        given = repr(target.suffix) if target.suffix else "a file without an extension"
+        raise WriteError.single(
+            str(target), "--output", f"cannot draw to {given}: use .png, .svg or .pdf"
+        )
     if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
         input_path = input_path / RESULT_FILE
     input_path = _locate(input_path, kind)

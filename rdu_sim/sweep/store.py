@@ -44,7 +44,7 @@ from rdu_sim import human
 from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
-from rdu_sim.report.files import make_folder
+from rdu_sim.report.files import made_through_link, make_folder
 from rdu_sim.sweep.claims import Owner
 
 SCHEMA_VERSION = 1
@@ -269,19 +269,6 @@ def _read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _made_through_link(path: Path) -> bool:
-    """Whether `path` is a link to a database not made yet in a folder that exists: SQLite
-    makes it there, as it opens an existing database through a link (a database kept on
-    another disk from its first run). A loop, or a link into a missing folder, is not."""
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return path.is_symlink() and Path(os.path.realpath(path)).parent.is_dir()
-    except (OSError, ValueError):
-        return False
-    return False
-
-
 class Store:
     """An open results database. Use as a context manager; close() when done. ``waiting``
     is told (:func:`waiting_notice`) when a statement waits for another process's lock
@@ -299,7 +286,7 @@ class Store:
         self._patient = True  # a busy statement waits for the lock (release(wait=False): not)
         existed = path.is_file()
         problem = file_problem(path) if os.path.lexists(path) else None  # a broken link too
-        if problem is not None and not (create and _made_through_link(path)):
+        if problem is not None and not (create and made_through_link(path)):
             raise StoreError.single(str(path), "", f"cannot open the database: {problem}")
         if not create and not existed:
             raise StoreError.single(str(path), "", "no such sweep database")
