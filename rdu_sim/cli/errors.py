@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -231,7 +232,12 @@ class RduGroup(click.Group):
         try:
             with warnings.catch_warnings(), kept_on_stop(lambda: self.kept_at_stop(ctx)):
                 warnings.showwarning = _show_warning
-                result = super().invoke(ctx)
+                try:
+                    result = super().invoke(ctx)
+                except KeyboardInterrupt as stop:  # raised by code (a plugin), not a signal:
+                    if isinstance(stop, Interrupted):  # the stop it means (click: "Aborted!")
+                        raise
+                    raise Interrupted(signal.SIGINT) from None
             _flush_stdout()  # a full disk behind `> file` fails here, not at exit
             return result
         except boundary_errors() as exc:
