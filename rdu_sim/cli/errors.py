@@ -211,6 +211,14 @@ def _show_warning(
         _SHOW_WARNING(message, category, filename, lineno, file, line)
 
 
+def print_usage_error(exc: click.UsageError) -> None:
+    """Click's usage error (a bad option value, a missing argument, an unknown command) as
+    the house's one `error:` line, with where help is (click printed a usage line, a hint
+    and "Error: ...")."""
+    where = exc.ctx.command_path if exc.ctx is not None else "rdu-sim"
+    print_error(f"{exc.format_message().rstrip('.')} (see '{where} --help')")
+
+
 class RduGroup(click.Group):
     """A click group whose commands (and nested groups) report failures uniformly."""
 
@@ -222,6 +230,9 @@ class RduGroup(click.Group):
         except Interrupted as stop:
             print_interrupted(stop)
             raise click.exceptions.Exit(stop.status) from None
+        except click.UsageError as exc:
+            print_usage_error(exc)
+            raise click.exceptions.Exit(exc.exit_code) from None
 
     def kept_at_stop(self, ctx: click.Context) -> str:
         """What a stop of the command ``ctx`` runs keeps when the command says nothing
@@ -259,6 +270,9 @@ class RduGroup(click.Group):
         except Interrupted as stop:
             print_interrupted(stop)
             ctx.exit(stop.status)
+        except click.UsageError as exc:  # a subcommand's arguments: the house form too
+            print_usage_error(exc)
+            ctx.exit(exc.exit_code)
         except RuntimeError as exc:  # a stop wrapped on its way (interrupts.stop_within)
             wrapped = stop_within(exc)
             if wrapped is None:
