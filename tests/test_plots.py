@@ -326,7 +326,10 @@ def test_cli_plots_a_run_json(tmp_path: Any) -> None:
     [
         (["plot", "pie", "RUN", "-o", "x.png"], "valid kinds: memory, capacity, throughput"),
         (["plot", "capacity", "missing.json", "-o", "x.png"], "missing.json: file not found"),
-        (["plot", "capacity", "RUN", "-o", "x.jpg"], "must end in .png, .svg or .pdf"),
+        (
+            ["plot", "capacity", "RUN", "-o", "x.jpg"],
+            "x.jpg: --output: cannot draw to '.jpg': use .png",
+        ),
         (["plot", "capacity", "BAD", "-o", "x.png"], "not JSON"),
         (["plot", "roofline", "RUN", "-o", "x.png"], "no step timing"),
         (["plot", "capacity", "NOCAP", "-o", "x.png"], "batch capacity"),
