@@ -48,7 +48,9 @@ def _spawn(*args: str) -> subprocess.Popen[str] | None:
 
     try:
         return subprocess.Popen(
-            ["git", "-C", str(top()), *args],
+            # safe.directory=*: a checkout another user owns ("dubious ownership") reads
+            # the same commit, so a version does not depend on who runs it
+            ["git", "-c", "safe.directory=*", "-C", str(top()), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -361,15 +361,16 @@ def stop_children() -> None:
 
 
 @contextmanager
-def kept_on_stop(kept: str) -> Iterator[None]:
+def kept_on_stop(kept: str | Callable[[], str]) -> Iterator[None]:
     """An :class:`Interrupted` raised in the block that does not say what was kept says
-    ``kept`` (a run: nothing was written)."""
+    ``kept`` (a run: nothing was written), or what ``kept()`` says at the stop (what only
+    the stop can tell: which of a run's files were written)."""
     try:
         yield
     except Interrupted as stop:
         if stop.kept:
             raise
-        raise Interrupted(stop.signum, kept) from None
+        raise Interrupted(stop.signum, kept if isinstance(kept, str) else kept()) from None
 
 
 def keeps_on_stop(kept: str) -> Callable[[Callable[P, R]], Callable[P, R]]:

@@ -135,7 +135,8 @@ def load() -> None:
             continue
         try:
             importlib.import_module(module)
-        except Exception as exc:  # whatever the plugin raised: its defect, said in one line
+        except (Exception, SystemExit) as exc:  # the plugin's defect, said in one line (a
+            # sys.exit at import ended rdu-sim silently); a KeyboardInterrupt is a stop
             detail = " ".join(f"{type(exc).__name__}: {exc}".split())
             raise PluginError(
                 f"{source}: plugin module {module!r} failed to import: {detail}"

@@ -158,10 +158,29 @@ def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any], workload_
     editable mapping of its architecture."""
     model = data.get("model")
     edits = [k for k in overrides if k.startswith("model.")]
+    own = {"model.config_json", "model.name"}  # the reference's own fields edit the reference
+    if isinstance(model, str) and "model.config_json" in edits:
+        # a config.json replaces the preset: its fields are not the preset's to edit
+        others = [k for k in edits if k not in own]
+        if others:
+            raise overridden(
+                ConfigError.single(
+                    workload_file,
+                    "model.config_json",
+                    f"a config.json replaces the preset {model!r}, whose fields "
+                    f"({', '.join(others)}) it cannot be set beside: remove those --set, or "
+                    "this one",
+                ),
+                workload_file,
+                overrides,
+                "",
+                SET,
+            )
+        data["model"] = {}  # --set fills in the reference: {config_json: ..., name: ...}
+        return
     if isinstance(model, str) and edits:
         with contextlib.suppress(UnknownModelError):  # reported below with file and line
             data["model"] = get_model(model).model_dump()
-    own = {"model.config_json", "model.name"}  # the reference's own fields edit the reference
     reference = isinstance(model, Mapping) and set(model) == {"config_json"} | (
         set(model) & {"name"}
     )

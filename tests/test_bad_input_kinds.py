@@ -193,27 +193,49 @@ def _damaged(db: Path, tmp_path: Path, sql: str, *args: object) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("sql", "args", "words"),
+    ("column", "value", "words"),
     [
-        ("UPDATE results SET overrides = ?", ("[1, 2]",), "column overrides holds JSON list"),
-        ("UPDATE results SET overrides = ?", ("5",), "column overrides holds JSON int 5"),
-        ("UPDATE results SET metrics = ?", ('"x"',), "column metrics holds JSON str 'x'"),
-        ("UPDATE results SET metrics = ?", ("null",), "column metrics holds JSON NoneType"),
-        ("UPDATE results SET overrides = ?", ('{"serving.batch_slots": 1' + "0" * 400 + "}",),
-         "an integer of 401 digits"),
-        ("UPDATE results SET overrides = ?", ("[" * 100 + "]" * 100,), "nested more than 64"),
-        ("UPDATE results SET metrics = ?", ("{",), "not valid JSON"),
-        ("UPDATE results SET wall_s = ?", ("slow",), "column wall_s holds text 'slow'"),
-        ("UPDATE results SET attempts = ?", (1.5,), "column attempts holds real 1.5"),
-        ("UPDATE results SET version = ?", (b"\x00",), "column version holds blob"),
-        ("UPDATE results SET key = ? WHERE rowid = 1", (b"\x07",), "column key holds blob"),
+        ("overrides", "[1, 2]", "column overrides holds JSON list"),
+        ("overrides", "5", "column overrides holds JSON int 5"),
+        ("metrics", '"x"', "column metrics holds JSON str 'x'"),
+        ("metrics", "null", "column metrics holds JSON NoneType"),
+        ("overrides", '{"serving.batch_slots": 1' + "0" * 400 + "}", "an integer of 401 digits"),
+        ("overrides", "[" * 100 + "]" * 100, "nested more than 64"),
+        ("metrics", "{", "column metrics holds not valid JSON"),
+        ("wall_s", "slow", "column wall_s holds text 'slow'"),
+        ("attempts", 1.5, "column attempts holds real 1.5"),
+        ("version", b"\x00", "column version holds blob"),
     ],
-)  # fmt: skip
-def test_a_stored_column_of_the_wrong_type_is_one_error_naming_it(
-    synthetic_db: Path, tmp_path: Path, sql: str, args: tuple[object, ...], words: str
+)
+def test_a_damaged_row_is_left_out_with_one_warning_naming_it(
+    synthetic_db: Path, tmp_path: Path, column: str, value: object, words: str
 ) -> None:
-    db = _damaged(synthetic_db, tmp_path, sql, *args)
-    line = one_error(invoke("plot", "sweep", db, "-o", tmp_path / "p.png"), str(db), words)
+    """One damaged row no longer blocks the database: a reader draws the good rows, with
+    one warning naming the point and the column (the advice was to throw all away)."""
+    db = _damaged(synthetic_db, tmp_path, f"UPDATE results SET {column} = ? WHERE rowid = 2", value)
+    with sqlite3.connect(db) as conn:
+        bad = conn.execute("SELECT key FROM results WHERE rowid = 2").fetchone()[0]
+    conn.close()
+    result = invoke("plot", "sweep", db, "-o", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1, result.stderr
+    assert warned[0].startswith(f"warning: {db}: point {bad[:12]}: column {column} holds ")
+    assert words in warned[0]
+    assert warned[0].endswith(
+        "; the point counts as not computed and is left out (its sweep runs it again)"
+    )
+    assert "move it aside" not in result.stderr
+
+
+def test_a_row_whose_key_is_not_text_is_one_error_naming_it(
+    synthetic_db: Path, tmp_path: Path
+) -> None:
+    """A key that is not text names no point to run again: the database is refused."""
+    db = _damaged(synthetic_db, tmp_path, "UPDATE results SET key = ? WHERE rowid = 1", b"\x07")
+    line = one_error(
+        invoke("plot", "sweep", db, "-o", tmp_path / "p.png"), str(db), "column key holds blob"
+    )
     assert "move it aside" in line
 
 
@@ -665,15 +687,15 @@ def test_the_cli_prints_a_slow_step_as_one_warning_line(
 def test_only_the_rows_asked_for_are_checked(synthetic_db: Path, tmp_path: Path) -> None:
 
     from rdu_sim.sweep import load
-    from rdu_sim.sweep.store import StoreError
+    from rdu_sim.sweep.store import DamagedRowWarning
 
     db = _damaged(synthetic_db, tmp_path, "UPDATE results SET metrics = '[1]' WHERE rowid = 1")
     with sqlite3.connect(db) as conn:
         bad = conn.execute("SELECT key FROM results WHERE rowid = 1").fetchone()[0]
         good = [r[0] for r in conn.execute("SELECT key FROM results WHERE rowid > 1")]
     assert list(load(db, keys=good)["key"]) == good
-    with pytest.raises(StoreError, match=f"point {bad[:12]}: column metrics holds JSON list"):
-        load(db)
+    with pytest.warns(DamagedRowWarning, match=f"point {bad[:12]}: column metrics holds JSON list"):
+        assert list(load(db)["key"]) == good  # the damaged row left out, every other kept
 
 
 def test_a_sweep_over_a_large_grid_says_it_is_resolving_before_it_starts(

@@ -640,3 +640,23 @@ def test_a_full_disk_names_the_evaluation_cache_and_what_it_kept(tmp_path: Path)
     assert kept > 0 and "run the same command again" in message, message
     lines = cache.read_text().split("\n")
     assert len(lines) - 1 == kept  # every complete line is one kept, the cut one dropped
+
+
+def test_a_missing_measurement_file_is_said_before_the_missing_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`calibrate nope` said "name a parameter to fit with --fit ..." and never that nope
+    does not exist: each file is checked first."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["calibrate", "nope"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "error: nope: file not found, and no shipped measurement or calibration of that name"
+    )
+    assert "--fit" not in result.stderr
+    Path("m.csv").write_text("x\n")  # there: the missing --fit is the problem
+    result = CliRunner().invoke(cli, ["calibrate", "m.csv"])
+    assert result.stderr == (
+        "error: name a parameter to fit with --fit [SCOPE:]PATH=LOW:HIGH, or give a "
+        "calibration spec\n"
+    )

@@ -91,3 +91,31 @@ def test_git_failing_means_no_commit(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     (tmp_path / ".git").write_text("not a repository\n")
     monkeypatch.setattr(checkout, "top", lambda: tmp_path)
     assert checkout.commit() is None
+
+
+@pytest.mark.skipif(
+    shutil.which("git") is None or not hasattr(os, "geteuid") or os.geteuid() != 0,
+    reason="gives a checkout to another user: needs git and root",
+)
+def test_a_checkout_another_user_owns_gives_the_same_commit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """git refuses a repository another user owns ("dubious ownership"): the commit was
+    dropped from the version, and a sweep said its rows came "from another build". The
+    commit does not depend on who runs rdu-sim."""
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "f").write_text("x\n")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for path in (repo, *repo.rglob("*")):
+        os.lchown(path, 65534, 65534)
+    refused = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True)
+    assert refused.returncode != 0  # git's own check, which the lookup passes by
+    monkeypatch.setattr(checkout, "top", lambda: repo)
+    assert checkout.commit() == checkout.Commit(head, False)

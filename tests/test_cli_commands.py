@@ -356,3 +356,23 @@ def test_a_stop_wrapped_while_a_class_is_built_ends_as_a_stop() -> None:
     assert result.stderr.startswith("interrupted (SIGINT)") and "Traceback" not in result.stderr
     bug = CliRunner().invoke(_group_raising(RuntimeError("a bug")), ["boom"])
     assert isinstance(bug.exception, RuntimeError)
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["step", "llama3.1-8b-1socket", "--batch", "0"],
+            "error: Invalid value for '--batch': 0 is not in the range 1<=x<=1000000 "
+            "(see 'rdu-sim step --help')",
+        ),
+        (["run"], "error: Missing argument 'WORKLOAD' (see 'rdu-sim run --help')"),
+        (["nope"], "error: No such command 'nope' (see 'rdu-sim --help')"),
+    ],
+)
+def test_click_usage_errors_are_the_house_error_line(args: list[str], line: str) -> None:
+    """Click printed a usage line, a hint and "Error: ..." (capital E) where every other
+    error is one `error: ...` line; still exit 2."""
+    result = CliRunner().invoke(cli, args, prog_name="rdu-sim")
+    assert result.exit_code == 2
+    assert result.stderr == line + "\n"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import random
 import sqlite3
@@ -136,7 +137,8 @@ def test_extreme_numbers_end_in_one_clear_error(override: str, words: str) -> No
 def test_hostile_set_values(value: str) -> None:
     for command in ("run", "step"):
         clean_failure(invoke(command, LLAMA, "--set", f"serving.requests={value}"), "--set")
-    clean_failure(invoke("plot", "latency", LLAMA, "--set", f"serving.requests={value}"), "--set")
+    # plot latency sets serving.requests itself (after --set): a field it leaves alone
+    clean_failure(invoke("plot", "latency", LLAMA, "--set", f"serving.seed={value}"), "--set")
 
 
 @pytest.mark.parametrize(
@@ -197,8 +199,11 @@ def test_an_alias_bomb_in_a_sweep_axis_is_refused_cheaply(tmp_path: Path) -> Non
 
 
 def test_a_huge_integer_is_never_printed(tmp_path: Path) -> None:
-    path = spec(tmp_path, "axes:\n  serving.batch_slots: [0x" + "f" * 3000 + "]\n")
+    path = spec(tmp_path, "axes:\n  serving.batch_slots: [" + "9" * 3000 + "]\n")
     stderr = clean_failure(invoke("sweep", path, "--workers", "1"), "at most 40", lines=None)
+    assert len(stderr) < 2000
+    hex_text = spec(tmp_path, "axes:\n  serving.batch_slots: [0x" + "f" * 3000 + "]\n")
+    stderr = clean_failure(invoke("sweep", hex_text, "--workers", "1"), "integer", lines=None)
     assert len(stderr) < 2000
 
 
@@ -530,12 +535,33 @@ def test_a_foreign_results_table(tmp_path: Path, table: str) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute(f"CREATE TABLE {table} (id INTEGER, score REAL)")
     path = spec(tmp_path, SYNTHETIC)
-    words = f"holds a '{table}' table that is not a sweep's (columns: id, score)"
+    own = {"results": "key, sweep, overrides, config, metrics, status, error, version, ...",
+           "meta": "name, value"}[table]  # fmt: skip
+    words = (
+        f"holds a '{table}' table that is not a sweep's (without the column(s): {own}; with "
+        "column(s) a sweep's has not: id, score)"
+    )
     clean_failure(invoke("sweep", path, "--db", db), words)
     clean_failure(invoke("plot", "throughput", db), words)
     with sqlite3.connect(db) as conn:  # untouched
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert names == {table}
+
+
+def test_a_results_table_missing_a_column_names_it(tmp_path: Path) -> None:
+    """A sweep's results table without its metrics column: the message names it (it listed
+    the eight first columns it has)."""
+    from rdu_sim.sweep.store import COLUMNS
+
+    db = tmp_path / "cut.sqlite"
+    with sqlite3.connect(db) as conn:
+        kept = ", ".join(c for c in COLUMNS if c != "metrics")
+        conn.execute(f"CREATE TABLE results ({kept})")
+    conn.close()
+    clean_failure(
+        invoke("plot", "sweep", db),
+        "holds a 'results' table that is not a sweep's (without the column(s): metrics)",
+    )
 
 
 def test_a_database_of_another_tools_tables_is_left_alone(tmp_path: Path) -> None:
@@ -896,3 +922,48 @@ def test_plot_of_a_damaged_or_missing_database_speaks_of_databases(
     stderr = clean_failure(invoke("plot", "sweep", missing), f"{missing}: no such sweep database")
     assert "shipped sweeps: " in stderr and "llama8b-batch" in stderr
     assert "workload" not in stderr
+
+
+def test_an_output_that_is_a_link_is_written_through_it(tmp_path: Path) -> None:
+    """--trace, -o and --export onto a symbolic link replaced the link with a file: each
+    is written to the link's target, the link kept (made there when the target is not yet
+    but its folder is, as a sweep's --db); a loop or a link into a missing folder is one
+    `cannot write` line."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "old.json").write_text("{}")
+    trace, drawn, made = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "new.json"
+    trace.symlink_to(disk / "old.json")
+    drawn.symlink_to(disk / "p.png")  # not made yet, its folder there
+    made.symlink_to(disk / "new.json")
+    ran = invoke("run", LLAMA, "--set", "serving.requests=2", "--trace", trace)
+    assert ran.exit_code == 0, ran.output
+    assert trace.is_symlink() and json.loads((disk / "old.json").read_text())["traceEvents"]
+    assert invoke("plot", "memory", LLAMA, "-o", drawn).exit_code == 0
+    assert drawn.is_symlink() and (disk / "p.png").read_bytes()[:4] == b"\x89PNG"
+    path = spec(tmp_path, "axes: {serving.batch_slots: [1, 2]}\nevaluator: {name: synthetic}\n")
+    exported = tmp_path / "e.csv"
+    exported.symlink_to(disk / "e.csv")
+    assert invoke("sweep", path, "--export", exported, "--no-progress").exit_code == 0
+    assert exported.is_symlink() and (disk / "e.csv").read_text().startswith("key,")
+    (tmp_path / "loop.png").symlink_to("loop.png")
+    (tmp_path / "gone.png").symlink_to(tmp_path / "moved" / "p.png")
+    for name, words in (
+        ("loop.png", "a link to 'loop.png' in a loop of symbolic links"),
+        ("gone.png", f"a link to '{tmp_path / 'moved' / 'p.png'}', which does not exist"),
+    ):
+        refused = invoke("plot", "memory", LLAMA, "-o", tmp_path / name)
+        clean_failure(refused, f"{tmp_path / name}: cannot write: {words}")
+    assert not (tmp_path / "moved").exists()
+
+
+def test_plot_output_errors_are_the_house_form(tmp_path: Path) -> None:
+    """plot -o w.yaml said "output 'w.yaml' must end in ..."; a name too long for the OS
+    was "NAME: File name too long" without saying it could not be written."""
+    clean_failure(
+        invoke("plot", "memory", LLAMA, "-o", tmp_path / "w.yaml"),
+        f"error: {tmp_path / 'w.yaml'}: --output: cannot draw to '.yaml': use .png, .svg or .pdf",
+    )
+    long = tmp_path / ("a" * 300 + ".png")
+    for args in (["plot", "memory", LLAMA, "-o", long], ["run", LLAMA, "--trace", long]):
+        clean_failure(invoke(*args), f"error: {long}: cannot write: File name too long")

@@ -106,6 +106,23 @@ def test_over_batches_and_bad_input() -> None:
         compare(WORKLOAD, [])
 
 
+def test_a_hardware_link_loop_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --hardware that is a loop of symbolic links: the loader's one line (pathlib's
+    resolve() raised RuntimeError "Symlink loop" before, a traceback)."""
+    monkeypatch.chdir(tmp_path)
+    Path("loop1.yaml").symlink_to("loop2.yaml")
+    Path("loop2.yaml").symlink_to("loop1.yaml")
+    result = CliRunner().invoke(cli, ["compare", str(WORKLOAD), "--hardware", "loop1.yaml"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "error: loop1.yaml: a link to 'loop2.yaml' in a loop of symbolic links\n"
+    )
+    with pytest.raises(ConfigError, match="in a loop of symbolic links"):
+        compare(WORKLOAD, ["loop1.yaml"])
+
+
 def test_bad_input_exits_2_before_any_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
     too_long = runner.invoke(

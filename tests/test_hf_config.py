@@ -305,6 +305,23 @@ def test_set_on_a_config_json_model_edits_its_architecture() -> None:
         )
 
 
+def test_set_config_json_on_a_preset_replaces_it_or_is_one_error() -> None:
+    """`--set model.config_json=...` on a preset name printed one "unknown field 'heads';
+    did you mean 'heads'?" per field of the preset: the reference replaces the preset, and
+    beside an edit of the preset's fields it is one line naming what to remove."""
+    workload = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
+    folder = REPO / "tests" / "models" / "gpt-oss-20b"
+    scenario = load_scenario(workload, [f"model.config_json={folder}", "model.name=g"])
+    assert scenario.model == read_config_json(folder / "config.json", "g")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(workload, [f"model.config_json={folder}", "model.layers=4"])
+    assert [str(issue) for issue in info.value.issues] == [
+        f"{workload}: model.config_json: a config.json replaces the preset 'llama-3.1-8b', "
+        "whose fields (model.layers) it cannot be set beside: remove those --set, or this one "
+        "(from --set model.config_json)"
+    ]
+
+
 def test_config_json_keys_inline_in_a_workload(tmp_path: Path) -> None:
     """A workload may write a config.json's own keys as its model (model_type marks them):
     what the README promised; their errors name model.<key> and the YAML line."""

@@ -480,17 +480,39 @@ def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None
         assert out.exit_code == 130, out.output
         assert out.output.strip().endswith(f"interrupted (SIGINT): {NOTHING_WRITTEN}"), target
 
-    def timeseries_stops(path: Path, *args: Any, **kwargs: Any) -> None:
-        stopped()
-
+    # stopped between --out and --trace, an older trace beside: the line names exactly what
+    # this run wrote, what it did not, and that the trace there is not this run's
+    out_dir, trace = tmp_path / "out", tmp_path / "tr.json"
+    trace.write_text("{}")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_cmd, "write_outputs", timeseries_stops)
-        out = runner.invoke(cli, ["run", "llama3.1-8b-1socket", *small, "--out", str(tmp_path)])
+        mp.setattr("rdu_sim.report.serving_trace.write_serving_trace", stopped)
+        out = runner.invoke(
+            cli,
+            ["run", "llama3.1-8b-1socket", *small, "--out", str(out_dir), "--trace", str(trace)],
+        )
     assert out.exit_code == 130, out.output
     *report, last = out.output.strip().splitlines()
     assert any("llama3.1-8b-1socket" in line for line in report)  # the report, printed
-    assert last.startswith("interrupted (SIGINT): the report was printed; of ")
-    assert str(tmp_path / "result.json") in last and "written before the stop are whole" in last
+    written = ", ".join(str(out_dir / n) for n in ("result.json", "requests.csv", "timeseries.csv"))
+    assert last == (
+        f"interrupted (SIGINT): the report was printed; written whole: {written}; not "
+        f"written: {trace} (an older copy from before this run is there)"
+    )
+    assert trace.read_text() == "{}"
+
+    # stopped inside --out, after its first file: the two others named as not written
+    def requests_stop(path: Path, *args: Any, **kwargs: Any) -> None:
+        if path.name == "requests.csv":
+            stopped()
+
+    fresh = tmp_path / "fresh"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("rdu_sim.report.files.write_columns", requests_stop)
+        out = runner.invoke(cli, ["run", "llama3.1-8b-1socket", *small, "--out", str(fresh)])
+    assert out.output.strip().splitlines()[-1] == (
+        f"interrupted (SIGINT): the report was printed; written whole: {fresh / 'result.json'}; "
+        f"not written: {fresh / 'requests.csv'}, {fresh / 'timeseries.csv'}"
+    )
 
 
 def _console_script() -> tuple[str, str]:
@@ -584,3 +606,66 @@ def test_a_stop_outside_the_points_runs_still_says_what_was_kept(
     with pytest.raises(interrupts.Interrupted) as planned:
         search.run_plan("llama3.1-8b-chat", db=tmp_path / "plan.sqlite")
     assert planned.value.kept == "nothing was run or written yet"
+
+
+# the arguments each command needs to be parsed (what it then does is stopped at once)
+_ARGS = {
+    "run": ["run", "llama3.1-8b-1socket"],
+    "step": ["step", "llama3.1-8b-1socket"],
+    "check": ["check", "sn40l"],
+    "schema": ["schema", "workload"],
+    "inspect": ["inspect", "graph", "llama3.1-8b-1socket"],
+    "sweep": ["sweep", "llama8b-batch"],
+    "plan": ["plan", "x.yaml"],
+    "plot": ["plot", "memory", "llama3.1-8b-1socket"],
+    "validate": ["validate", "--quick"],
+    "calibrate": ["calibrate", "x.yaml"],
+    "compare": ["compare", "llama3.1-8b-1socket"],
+    "kv-demo": ["kv-demo"],
+    "examples": ["examples"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ARGS))
+def test_every_command_s_stop_says_what_was_kept(name: str) -> None:
+    """A stop in a command that says nothing itself (inspect graph, kv-demo, schema,
+    validate --quick early, plan while its spec loads: a bare "interrupted (SIGINT)")
+    says what was kept, the README's one line, for every command."""
+    import importlib
+
+    import click
+    from click.testing import CliRunner
+
+    from rdu_sim.cli.main import COMMANDS, STOPS, cli
+
+    assert set(STOPS) == set(COMMANDS) == set(_ARGS)
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    command = importlib.import_module(COMMANDS[name]).command
+    leaf = command
+    if isinstance(command, click.Group) and _ARGS[name][1:2]:
+        leaf = command.commands.get(_ARGS[name][1], command)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(leaf, "callback", stopped)
+        out = CliRunner().invoke(cli, _ARGS[name])
+    assert out.exit_code == 130, out.output
+    assert out.output.strip().splitlines()[-1] == f"interrupted (SIGINT): {STOPS[name]}"
+
+
+def test_a_plan_stopped_while_its_spec_loads_says_nothing_was_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    import rdu_sim.plan
+    from rdu_sim.cli.main import STOPS, cli
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(rdu_sim.plan, "load_plan", stopped)
+    out = CliRunner().invoke(cli, ["plan", str(ROOT / "workloads" / "plans" / "x.yaml")])
+    assert out.exit_code == 130, out.output
+    assert out.output.strip() == f"interrupted (SIGINT): {STOPS['plan']}"

@@ -295,3 +295,15 @@ def test_a_gpu_plan_counts_gpus_and_says_why_a_search_stopped(tmp_path: Path) ->
     spec.write_text(yaml.safe_dump({"cluster": "cluster.yaml", "search": {"tp": [1]}}))
     met = runner.invoke(cli, ["plan", str(spec), "--no-progress"]).output
     assert "cheapest: 1 GPU = 1 replica x tp=1" in met  # not '1 sockets = 1 replicas'
+
+
+def test_a_database_the_plan_cannot_write_is_said_before_its_first_round(tmp_path: Path) -> None:
+    """A plan in a folder it cannot write printed its "round 1:" line, then the database's
+    error: the database is opened before the first round."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    db = blocker / "plan.sqlite"
+    result = CliRunner().invoke(cli, ["plan", "llama3.1-8b-chat", "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert "round 1" not in result.output
+    assert result.stderr.splitlines()[-1].startswith(f"error: {db}: cannot write: ")

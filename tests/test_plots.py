@@ -326,7 +326,10 @@ def test_cli_plots_a_run_json(tmp_path: Any) -> None:
     [
         (["plot", "pie", "RUN", "-o", "x.png"], "valid kinds: memory, capacity, throughput"),
         (["plot", "capacity", "missing.json", "-o", "x.png"], "missing.json: file not found"),
-        (["plot", "capacity", "RUN", "-o", "x.jpg"], "must end in .png, .svg or .pdf"),
+        (
+            ["plot", "capacity", "RUN", "-o", "x.jpg"],
+            "x.jpg: --output: cannot draw to '.jpg': use .png",
+        ),
         (["plot", "capacity", "BAD", "-o", "x.png"], "not JSON"),
         (["plot", "roofline", "RUN", "-o", "x.png"], "no step timing"),
         (["plot", "capacity", "NOCAP", "-o", "x.png"], "batch capacity"),
@@ -713,3 +716,28 @@ def test_saved_figures_embed_truetype_keep_svg_text_and_repeat_their_bytes(
     import matplotlib
 
     assert matplotlib.rcParams["pdf.fonttype"] == 3  # nothing global changed
+
+
+def test_a_config_folder_matplotlib_cannot_write_prints_nothing(tmp_path: Path) -> None:
+    """With HOME unset (or another user's), matplotlib printed two lines about making a
+    temporary config folder on every plot: rdu-sim points MPLCONFIGDIR at one itself (only
+    when the user has not set it) and removes it at exit."""
+    import os
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "MPLCONFIGDIR")}
+    env.update(XDG_CONFIG_HOME=str(blocker / "config"), TMPDIR=str(tmp_path))
+    out = tmp_path / "m.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "rdu_sim.cli.entry", "plot", "memory", str(LLAMA), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if not line.startswith("rdu-sim:")] == []
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.glob("rdu-sim-matplotlib-*"))  # removed at exit

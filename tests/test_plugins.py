@@ -222,6 +222,25 @@ def test_a_plugin_named_in_the_variable_that_fails_is_one_error(tmp_path: Path) 
     )
 
 
+def test_a_plugin_that_exits_at_import_is_one_error_and_a_stop_is_a_stop(
+    tmp_path: Path,
+) -> None:
+    """A plugin calling sys.exit(3) at import ended rdu-sim with status 3 and no word; one
+    raising KeyboardInterrupt printed "Aborted!": the first is the plugin's failure (one
+    line, exit 2), the second the interrupt rule's stop (its line, exit 130)."""
+    (tmp_path / "exiting.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "stopping.py").write_text("raise KeyboardInterrupt\n")
+    args = ("run", LLAMA, "--set", "serving.prefill_priority=spf")
+    done = rdu_sim(*args, plugins_path=tmp_path, names="exiting")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: RDU_SIM_PLUGINS: plugin module 'exiting' failed to import: SystemExit: 3"
+    )
+    stopped = rdu_sim(*args, plugins_path=tmp_path, names="stopping")
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1].startswith("interrupted (SIGINT): ")
+
+
 # --- admission order ------------------------------------------------------------------------
 
 

@@ -633,20 +633,32 @@ def test_a_write_waits_for_a_held_write_lock_and_says_how_long_it_waited(
     assert "60 s" not in str(caught.value)
 
 
-def test_a_damaged_row_is_the_same_store_error_for_a_resume_as_for_load(tmp_path: Path) -> None:
-    """A row whose metrics column holds a JSON list (not rdu-sim's writing) crashed a resume
-    with an AttributeError; `load` named it. Both read a stored row by one rule."""
-    from rdu_sim.sweep.store import StoreError
+def test_a_damaged_row_is_run_again_alone_and_every_good_row_kept(tmp_path: Path) -> None:
+    """A row whose metrics column is not valid JSON blocked the whole database (and the
+    advice, move it aside, threw the good rows away): it counts as not computed, with one
+    warning naming the point and the column; a resume runs that point alone, and `load`
+    reads the good rows meanwhile."""
+    from rdu_sim.sweep.store import DamagedRowWarning
 
     db = tmp_path / "damaged.sqlite"
-    run_sweep(write_spec(tmp_path), db=db, workers=1)
+    first = run_sweep(write_spec(tmp_path), db=db, workers=1)
+    clean = load(db)
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE results SET metrics = '[1, 2]' WHERE rowid = 1")
+        bad = conn.execute("SELECT key FROM results WHERE rowid = 2").fetchone()[0]
+        conn.execute("UPDATE results SET metrics = '{' WHERE rowid = 2")
     conn.close()
-    with pytest.raises(StoreError) as resumed:
-        run_sweep(write_spec(tmp_path), db=db, workers=1, progress=Recorder())
-    with pytest.raises(StoreError) as loaded:
-        load(db)
-    assert "column metrics holds JSON list [1, 2], expected a JSON object" in str(resumed.value)
-    # the same finding; the advice is a writer's (use another file) or a reader's
-    assert str(resumed.value).split(";")[0] == str(loaded.value).split(";")[0]
+    with pytest.warns(DamagedRowWarning) as read:
+        partial = load(db)
+    assert [str(w.message) for w in read] == [
+        f"{db}: point {bad[:12]}: column metrics holds not valid JSON (Expecting property name "
+        "enclosed in double quotes: line 1 column 2 (char 1)); the point counts as not "
+        "computed and is left out (its sweep runs it again)"
+    ]
+    assert list(partial["key"]) == [k for k in clean["key"] if k != bad]
+    with pytest.warns(DamagedRowWarning, match=f"point {bad[:12]}: column metrics .* runs again"):
+        resumed = run_sweep(write_spec(tmp_path), db=db, workers=1, progress=Recorder())
+    assert resumed.ran == 1 and resumed.already_done == first.done - 1
+    again = load(db)
+    assert again.drop(columns=["wall_s", "started", "finished", "attempts", "worker"]).equals(
+        clean.drop(columns=["wall_s", "started", "finished", "attempts", "worker"])
+    )

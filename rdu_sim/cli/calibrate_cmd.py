@@ -258,6 +258,7 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
     tolerance, hardware = asked.tolerance, asked.hardware
     overrides, overlays = asked.overrides, asked.overlays
     from rdu_sim.config import shipped
+    from rdu_sim.config.yaml_io import checked_file
     from rdu_sim.validate.calibration_problem import Inputs, spec_inputs
     from rdu_sim.validate.calibration_spec import read_spec
     from rdu_sim.validate.holdout import parse_selector
@@ -283,6 +284,8 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
         spec = read_spec(path)
         inputs = spec_inputs(spec, overrides, overlays)
         return inputs, path, spec.file.max_evaluations, f"calibration-{path.stem}"
+    for arg in args:  # a file that is not there is said first, not the missing --fit
+        checked_file(shipped.locate(arg, ("measurement", "calibration")))
     if not fits:
         fail("name a parameter to fit with --fit [SCOPE:]PATH=LOW:HIGH, or give a calibration spec")
     if tolerance is not None and not 0 < tolerance <= 10:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from rdu_sim.input_errors import InputError
-from rdu_sim.interrupts import Interrupted, ignore_further, stop_within
+from rdu_sim.interrupts import Interrupted, ignore_further, kept_on_stop, stop_within
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -210,6 +211,14 @@ def _show_warning(
         _SHOW_WARNING(message, category, filename, lineno, file, line)
 
 
+def print_usage_error(exc: click.UsageError) -> None:
+    """Click's usage error (a bad option value, a missing argument, an unknown command) as
+    the house's one `error:` line, with where help is (click printed a usage line, a hint
+    and "Error: ...")."""
+    where = exc.ctx.command_path if exc.ctx is not None else "rdu-sim"
+    print_error(f"{exc.format_message().rstrip('.')} (see '{where} --help')")
+
+
 class RduGroup(click.Group):
     """A click group whose commands (and nested groups) report failures uniformly."""
 
@@ -221,12 +230,25 @@ class RduGroup(click.Group):
         except Interrupted as stop:
             print_interrupted(stop)
             raise click.exceptions.Exit(stop.status) from None
+        except click.UsageError as exc:
+            print_usage_error(exc)
+            raise click.exceptions.Exit(exc.exit_code) from None
+
+    def kept_at_stop(self, ctx: click.Context) -> str:
+        """What a stop of the command ``ctx`` runs keeps when the command says nothing
+        itself ('': nothing to say; ``LazyGroup``: each command's)."""
+        return ""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), kept_on_stop(lambda: self.kept_at_stop(ctx)):
                 warnings.showwarning = _show_warning
-                result = super().invoke(ctx)
+                try:
+                    result = super().invoke(ctx)
+                except KeyboardInterrupt as stop:  # raised by code (a plugin), not a signal:
+                    if isinstance(stop, Interrupted):  # the stop it means (click: "Aborted!")
+                        raise
+                    raise Interrupted(signal.SIGINT) from None
             _flush_stdout()  # a full disk behind `> file` fails here, not at exit
             return result
         except boundary_errors() as exc:
@@ -248,6 +270,9 @@ class RduGroup(click.Group):
         except Interrupted as stop:
             print_interrupted(stop)
             ctx.exit(stop.status)
+        except click.UsageError as exc:  # a subcommand's arguments: the house form too
+            print_usage_error(exc)
+            ctx.exit(exc.exit_code)
         except RuntimeError as exc:  # a stop wrapped on its way (interrupts.stop_within)
             wrapped = stop_within(exc)
             if wrapped is None:

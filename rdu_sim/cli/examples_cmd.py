@@ -17,6 +17,7 @@ import click
 
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
+from rdu_sim.interrupts import kept_on_stop
 from rdu_sim.report.files import make_folder
 
 
@@ -63,19 +64,27 @@ def copy(target: str, force: bool) -> None:
     for relative in relatives:  # all checked before the first write
         _refuse_links_out(root, inside, relative)
     copied = kept = 0
-    for relative in relatives:
-        destination = root / relative
-        if os.path.lexists(destination) and not force:
-            kept += 1
-            continue
-        make_folder(destination.parent, destination)
-        try:
-            if destination.is_symlink():
-                destination.unlink()  # the link goes, not what it points to
-            shutil.copyfile(base / relative, destination)
-        except OSError as exc:
-            raise WriteError.from_os(destination, exc) from None
-        copied += 1
+
+    def so_far() -> str:  # what a stop keeps
+        return (
+            f"{copied} of {len(relatives)} files copied into {target} (the one being copied "
+            "may be cut short); the same command with --force copies them all again"
+        )
+
+    with kept_on_stop(so_far):
+        for relative in relatives:
+            destination = root / relative
+            if os.path.lexists(destination) and not force:
+                kept += 1
+                continue
+            make_folder(destination.parent, destination)
+            try:
+                if destination.is_symlink():
+                    destination.unlink()  # the link goes, not what it points to
+                shutil.copyfile(base / relative, destination)
+            except OSError as exc:
+                raise WriteError.from_os(destination, exc) from None
+            copied += 1
     note = f"; kept {kept} existing file(s) (--force overwrites them)" if kept else ""
     click.echo(f"copied {copied} file(s) into {target}{note}")
     click.echo(f"e.g. rdu-sim run {root / 'workloads' / 'llama3.1-8b-1socket.yaml'}")

@@ -42,6 +42,26 @@ COMMANDS: dict[str, str] = {
 NOT_STARTED = "the command had not started: nothing was written"
 """What a command interrupted while its module is imported kept."""
 
+# command name -> what a stop anywhere in it keeps when the command itself says nothing
+# more precise (a run once its report is printed, a sweep's stored points, check's files,
+# calibrate's cache: each says its own): the README's one line saying what was kept, for
+# every command (tests/test_interrupts.py keeps one per command).
+STOPS: dict[str, str] = {
+    "run": "the run had not finished: nothing was printed or written",
+    "step": "the step had not finished: nothing was printed or written",
+    "check": "no file had been checked",
+    "schema": "the schema had not been printed: nothing was written",
+    "inspect": "the inspection had not finished: nothing was printed or written",
+    "sweep": "the sweep had not started: nothing was written",
+    "plan": "the plan had not started: nothing was written",
+    "plot": "the plot had not been drawn: nothing was written",
+    "validate": "the suite had not finished: nothing was printed",
+    "calibrate": "the fit had not started: nothing was written",
+    "compare": "the comparison had not finished: nothing was printed or written",
+    "kv-demo": "the demo had not finished: nothing was printed",
+    "examples": "nothing was copied",
+}
+
 RECORD_COMMIT = frozenset({"run", "step"})
 """Commands whose output records the simulator's commit: in a checkout its git lookup
 (``rdu_sim.checkout``) starts before their modules are imported, and runs beside them."""
@@ -88,6 +108,9 @@ def _import_frozen(module_name: str, freeze: bool = True) -> ModuleType:
             gc.enable()
 
 
+_NAME = "rdu_sim.command"  # the subcommand's name in the context's meta
+
+
 class LazyGroup(RduGroup):
     """Imports a subcommand's module the first time the command is needed."""
 
@@ -107,6 +130,17 @@ class LazyGroup(RduGroup):
             self._invoking -= 1
             if not frozen_before:
                 gc.unfreeze()
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """The subcommand the arguments name, noted for what its stop says (``STOPS``)."""
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[_NAME] = name
+        return name, command, rest
+
+    def kept_at_stop(self, ctx: click.Context) -> str:
+        return STOPS.get(ctx.meta.get(_NAME) or "", "")
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module_name = COMMANDS.get(cmd_name)

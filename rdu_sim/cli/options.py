@@ -24,7 +24,13 @@ class FilePath(click.Path):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         path = super().convert(value, param, ctx)
-        if isinstance(path, Path) and path.is_dir():
+        if not isinstance(path, Path):
+            return path
+        try:
+            folder = path.is_dir()
+        except OSError as exc:  # a name too long: the write error it will be
+            fail(f"{path}: cannot write: {exc.strerror or exc}")
+        if folder:
             option = param.opts[-1] if param is not None and param.opts else "the option"
             fail(f"{path}: a folder, not a file: {option} takes a file's path")
         return path

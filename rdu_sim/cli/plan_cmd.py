@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich import box
@@ -23,6 +23,10 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cli.options import MAX_WORKERS, FilePath, workers_option
+from rdu_sim.interrupts import kept_on_stop
+
+if TYPE_CHECKING:
+    from rdu_sim.plan.search import PlanResult
 
 MISSING_NOTE = (
     "-: nothing to show. A met row shows its fewest replicas meeting the SLO, a pruned one "
@@ -143,7 +147,7 @@ def command(
     progress: bool,
 ) -> None:
     """Find the cheapest configuration (fewest devices) meeting the SLO of SPEC's traffic."""
-    from rdu_sim.plan import load_plan, plan_summary, run_plan
+    from rdu_sim.plan import load_plan, run_plan
     from rdu_sim.sweep.progress import RichReporter
 
     load_plan(spec)  # bad input exits 2 before anything runs
@@ -155,6 +159,15 @@ def command(
         reporter=RichReporter(bar=progress),
         rerun=rerun,
     )
+    stored = f"the plan had finished: its cluster runs are saved in {result.db}"
+    with kept_on_stop(stored + "; the same command prints it again"):
+        _print(result, as_json)
+
+
+def _print(result: PlanResult, as_json: bool) -> None:
+    """The plan's summary: one JSON object, or its lines and table."""
+    from rdu_sim.plan import plan_summary
+
     summary = plan_summary(result)
     summary["db"] = str(result.db)
     if as_json:

@@ -25,8 +25,12 @@ plot needs) prints ``error: ...`` and exits 2, like every other rdu-sim command.
 
 from __future__ import annotations
 
+import atexit
 import csv
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,7 @@ from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import FilePath, overrides_option
 from rdu_sim.config import json_text
+from rdu_sim.config.errors import WriteError
 from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import MAX_DEPTH, file_problem, read_text_file
 from rdu_sim.interrupts import keeps_on_stop
@@ -232,6 +237,31 @@ def _noted(results: Any, overrides: tuple[str, ...]) -> Any:
     return results
 
 
+def _writable(folder: Path) -> bool:
+    """Whether `folder` can be written, or made where its first existing parent is."""
+    for place in (folder, *folder.parents):
+        if os.path.lexists(place):
+            return place.is_dir() and os.access(place, os.W_OK | os.X_OK)
+    return False
+
+
+def _matplotlib_config_dir() -> None:
+    """Point matplotlib's config folder (MPLCONFIGDIR, unless the user set it) at a
+    temporary folder when its default cannot be written (HOME unset, or another user's):
+    matplotlib made one itself, printing two lines about it on every plot."""
+    if "MPLCONFIGDIR" in os.environ:
+        return
+    try:
+        config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    except (RuntimeError, KeyError):  # no home at all
+        config = ""
+    if config and _writable(Path(config) / "matplotlib"):
+        return
+    folder = tempfile.mkdtemp(prefix="rdu-sim-matplotlib-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.environ["MPLCONFIGDIR"] = folder
+
+
 STOPPED = "the plot had not been drawn: nothing was written"
 """What a stop of the command says was kept."""
 
@@ -321,7 +351,10 @@ def command(
         fail(f"unknown plot kind {kind!r}; valid kinds: {', '.join(_KINDS)}")
     target = output if output is not None else Path(f"{kind}.png")
     if target.suffix.lower() not in (".png", ".svg", ".pdf"):
-        fail(f"output {str(target)!r} must end in .png, .svg or .pdf")
+        given = repr(target.suffix) if target.suffix else "a file without an extension"
+        raise WriteError.single(
+            str(target), "--output", f"cannot draw to {given}: use .png, .svg or .pdf"
+        )
     if input_path.is_dir() and (input_path / RESULT_FILE).is_file():
         input_path = input_path / RESULT_FILE
     input_path = _locate(input_path, kind)
@@ -329,6 +362,7 @@ def command(
     if problem is not None:
         fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")
     suffix = input_path.suffix.lower()
+    _matplotlib_config_dir()
     from rdu_sim.report import plots
 
     if suffix in _YAML_SUFFIXES and kind == "calibration":

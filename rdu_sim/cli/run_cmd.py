@@ -114,13 +114,42 @@ def _check_out(out_dir: Path | None) -> None:
 NOTHING_WRITTEN = "the run had not finished: nothing was printed or written"
 
 
-def _after_report(outputs: Sequence[tuple[str, Path]]) -> str:
-    """What a stop once the report is printed keeps: the report, and each of ``outputs``
-    (option, path) written before it, whole (files are written whole or not at all)."""
-    if not outputs:
-        return "the report was printed"
-    names = ", ".join(str(path) for _, path in outputs)
-    return f"the report was printed; of {names}, those written before the stop are whole"
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """What tells a file written now from the copy that was there before (a file is
+    written to a temporary file renamed into place: a new inode), or None when none is."""
+    try:
+        found = path.stat()
+    except (OSError, ValueError):
+        return None
+    return found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size
+
+
+def _after_report(outputs: Sequence[tuple[str, Path]]) -> Callable[[], str]:
+    """What a stop once the report is printed keeps, told at the stop: the report, each of
+    ``outputs`` (option, path) written before it (whole: files are written whole or not at
+    all), each not written, and an older copy of one left from before (it is not this
+    run's)."""
+    before = {path: _identity(path) for _, path in outputs}
+
+    def kept() -> str:
+        if not outputs:
+            return "the report was printed"
+        written = [p for p in before if _identity(p) not in (None, before[p])]
+        missing = [
+            f"{p} (an older copy from before this run is there)"
+            if before[p] is not None and _identity(p) == before[p]
+            else str(p)
+            for p in before
+            if p not in written
+        ]
+        parts = ["the report was printed"]
+        if written:
+            parts.append(f"written whole: {', '.join(map(str, written))}")
+        if missing:
+            parts.append(f"not written: {', '.join(missing)}")
+        return "; ".join(parts)
+
+    return kept
 
 
 def _write(out_dir: Path, write: Callable[[], object], names: str, as_json: bool) -> None:
@@ -229,11 +258,13 @@ def command(
             )
         _print_step(scenario, as_json)
         return
-    outputs = [("--trace", trace_file)] if trace_file is not None else []
+    outputs: list[tuple[str, Path]] = []  # in the order they are written
     if out_dir is not None:
         outputs += [
             ("--out", out_dir / name) for name in (RESULT_FILE, REQUESTS_FILE, TIMESERIES_FILE)
         ]
+    if trace_file is not None:
+        outputs.append(("--trace", trace_file))
     refuse_overwrite(outputs, input_files(scenario), "the run")
     with _progress_bar(not as_json) as progress:
         result = api.run(scenario, progress=progress)

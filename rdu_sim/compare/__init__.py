@@ -50,6 +50,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import normalize_overrides, parse_override
 from rdu_sim.config.parallelism import replica_batch, replica_devices
+from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.engine.for_hardware import peak_matrix_flops
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.bound import step_bound
@@ -295,7 +296,7 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
     hardware = side.settings.get("hardware")
     if hardware is not None:
         found = shipped.locate(Path(str(hardware)).expanduser(), ("hardware",))
-        merged["hardware"] = str(found.resolve())
+        merged["hardware"] = str(checked_file(found).resolve())
         merged.setdefault("stack", None)
     return merged
 

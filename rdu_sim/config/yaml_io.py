@@ -8,14 +8,16 @@ ConfigError naming the file (and the line where there is one), and why it is a l
 - flow brackets (``[``, ``{``) open more than ``MAX_FLOW_BRACKETS`` deep: PyYAML's scanner
   is quadratic in them;
 - mappings and sequences nested more than ``MAX_DEPTH`` deep;
-- more than ``MAX_NODES`` values *once aliases are expanded*: an alias bomb ("billion
-  laughs") is cheap as a node graph but expands in every later copy, comparison, message
-  or JSON dump; its expanded size is counted over the graph (each node once), so the
-  refusal is linear in the document;
+- more than ``MAX_NODES`` values written in the file, counted from the parser's events
+  before any node is built (a 10 MiB flow list of five million items would cost gigabytes
+  and half a minute as a node graph), and more than ``MAX_NODES`` *once aliases are
+  expanded*: an alias bomb ("billion laughs") is cheap as a node graph but expands in every
+  later copy, comparison, message or JSON dump; its expanded size is counted over the graph
+  (each node once), so the refusal is linear in the document;
 - an alias that refers to itself (a recursive structure);
 - integers written with more than ``MAX_INT_CHARS`` characters: Python converts decimal
-  strings in quadratic time (and refuses past 4300 digits), and hex, octal, binary and
-  sexagesimal ones without limit, into numbers that no message can print;
+  strings in quadratic time (and refuses past 4300 digits) into numbers no message can
+  print (YAML 1.1's hex, octal, binary and base-60 forms are not numbers here: text);
 - a key given twice in one mapping (YAML forbids it; PyYAML silently keeps the last):
   refused naming both lines.
 """
@@ -76,11 +78,38 @@ class _BoundedLoader(_SafeBase):  # type: ignore[valid-type,misc]
 
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+# Numbers are ASCII decimal (README). YAML 1.1, which PyYAML reads, also takes `010` as
+# octal 8, `0x10` as 16, `0b101` as 5 and `1:30` (or `1:30.5`) as base 60, 90: a value a
+# user did not mean, silently. Those forms stay text, which a number's field refuses
+# ("should be a valid integer", naming the field and the text), as it refuses `0o10`;
+# `010` too, since YAML 1.2 reads it as 10 where 1.1 read 8. Decimal integers (`0`, `-12`,
+# `1_000`) and floats (`0.5`, `.5`, `1.`, `.inf`) are read as before.
+_BoundedLoader.yaml_implicit_resolvers = {
+    first: [(tag, rule) for tag, rule in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in _SafeBase.yaml_implicit_resolvers.items()
+}
+_BoundedLoader.add_implicit_resolver(
+    _INT, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
+)
+_BoundedLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+        |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 # YAML 1.1 reads `1e-9` (no dot) as a string, and "rate: 1e-9" then fails as "not a valid
 # number"; read it as YAML 1.2 does, a float. Registered after the int resolver, so `12`
 # stays an int.
 _BoundedLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
+    _FLOAT,
     re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
@@ -140,13 +169,40 @@ def _check_mapping(node: yaml.MappingNode) -> None:
         first[text] = key
 
 
+_VALUE_EVENTS = (yaml.ScalarEvent, yaml.AliasEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_TOO_MANY = f"the file holds more than {MAX_NODES} values (a config holds far fewer)"
+
+
+def _refuse_many_values(text: str) -> None:
+    """Refuse a document writing more than ``MAX_NODES`` values (an alias counted once) from
+    the parser's events, which it makes one at a time, before a node graph costs memory:
+    stops at the first value past the limit. Each value takes at least about one character,
+    so a text shorter than ``MAX_NODES // 2`` cannot hold that many and is not scanned."""
+    if len(text) <= MAX_NODES // 2:
+        return
+    loader = _BoundedLoader(text)
+    try:
+        count = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, _VALUE_EVENTS):
+                count += 1
+                if count > MAX_NODES:
+                    mark = event.start_mark
+                    raise YamlLimitError(_TOO_MANY, mark.line + 1 if mark is not None else None)
+    finally:
+        loader.dispose()
+
+
 def _expanded_size(root: yaml.Node) -> int:
     """Values in the document with aliases expanded, each node visited once (iterative).
 
-    Refuses a recursive alias, and stops as soon as the count passes ``MAX_NODES``.
+    Refuses a recursive alias, and stops as soon as the count passes ``MAX_NODES`` (naming
+    aliases only when a node is reached twice: without one, the file holds that many).
     """
     size: dict[int, int] = {}
     active: set[int] = set()
+    shared = False
     if isinstance(root, yaml.ScalarNode):
         return 1
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -160,12 +216,15 @@ def _expanded_size(root: yaml.Node) -> int:
             if total > MAX_NODES:
                 raise YamlLimitError(
                     f"the document has more than {MAX_NODES} values once its aliases are "
-                    "expanded (an alias bomb?)",
+                    "expanded (an alias bomb?)"
+                    if shared
+                    else _TOO_MANY,
                     node.start_mark.line + 1,
                 )
             size[ident] = total
             continue
         if ident in size:
+            shared = True
             continue
         if ident in active:
             raise YamlLimitError("an alias refers to itself (a recursive structure)")
@@ -173,7 +232,10 @@ def _expanded_size(root: yaml.Node) -> int:
         if isinstance(node, yaml.MappingNode):
             _check_mapping(node)
         stack.append((node, True))
-        stack.extend((child, False) for child in _children(node) if id(child) not in size)
+        children = _children(node)
+        fresh = [child for child in children if id(child) not in size]
+        shared = shared or len(fresh) < len(children)  # an alias to a node already counted
+        stack.extend((child, False) for child in fresh)
     return size[id(root)]
 
 
@@ -206,6 +268,7 @@ def load_yaml(text: str) -> tuple[Any, LineMap]:
     """
     if _flow_depth_exceeds(text, MAX_FLOW_BRACKETS):  # refuse before the scanner crawls
         raise YamlLimitError(_TOO_DEEP)
+    _refuse_many_values(text)  # before the node graph costs memory
     loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
@@ -272,6 +335,16 @@ def file_problem(path: Path) -> str | None:
     return None
 
 
+def checked_file(path: Path) -> Path:
+    """`path` when it is a regular file (so ``path.resolve()`` is safe: a loop of links makes
+    it raise), else a ConfigError naming it and why (``file_problem``): the one check a file
+    argument passes before its links are followed or it is read."""
+    problem = file_problem(path)
+    if problem is not None:
+        raise ConfigError.single(str(path), "", problem)
+    return path
+
+
 def broken_link(path: Path) -> str:
     """Why the link `path` leads to no file, naming what it points to: a loop of links, or
     the missing file at the end of its chain (a link to a link that is gone is named through
@@ -306,10 +379,7 @@ def read_complete_lines(path: Path, limit: int, kind: str) -> tuple[str, bytes]:
 
 
 def _read_bytes(path: Path, limit: int, kind: str) -> bytes:
-    file = str(path)
-    problem = file_problem(path)
-    if problem is not None:
-        raise ConfigError.single(file, "", problem)
+    file = str(checked_file(path))
     try:
         with path.open("rb") as stream:
             raw = stream.read(limit + 1)

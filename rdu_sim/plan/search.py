@@ -44,6 +44,7 @@ from rdu_sim.report.slo_why import Verdict, short, stop_rule
 from rdu_sim.sweep.executors import check_cluster
 from rdu_sim.sweep.progress import Reporter, Silent
 from rdu_sim.sweep.run import evaluate_points, stopped_early
+from rdu_sim.sweep.store import Store
 
 Evaluate = Callable[[PlanPoint], Mapping[str, Any]]
 
@@ -181,6 +182,8 @@ def run_plan(
             check_cluster(cluster)  # no Dask, or a bad address: an error before any work
         loaded = load_plan(spec)
         db_path = Path(db) if db is not None else default_plan_db(loaded.file)
+        with Store(db_path):  # opened once first: a database it cannot write is said
+            pass  # before the first round's line, not after it
         return _search(loaded, db_path, workers, cluster, evaluate, reporter, rerun)
     except interrupts.Interrupted as stop:  # between two rounds: no count, the database's
         if stop.kept:

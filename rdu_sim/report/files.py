@@ -101,12 +101,41 @@ def _open_in_place(target: Path, binary: bool) -> IO[Any]:
     return _open(fd, binary)
 
 
+def made_through_link(path: Path) -> bool:
+    """Whether `path` is a link to a file not made yet in a folder that exists: an output
+    (a sweep's database too: SQLite writes through a link) is made there, as an existing
+    file is written through its link (a file kept on another disk from its first run). A
+    loop, or a link into a missing folder, is not."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return path.is_symlink() and Path(os.path.realpath(path)).parent.is_dir()
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _through_link(link: Path) -> Path:
+    """The file an output named by a symbolic link is written to: the link's target, the
+    link kept (what a user who links an output expects), made there when it is not yet but
+    its folder is (``made_through_link``); a loop, or a link into a missing folder, is a
+    WriteError."""
+    if link.exists() or made_through_link(link):
+        return Path(os.path.realpath(link))
+    raise WriteError.single(str(link), "", f"cannot write: {broken_link(link)}")
+
+
 def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: bool = False) -> Path:
-    """Call ``write(handle)`` to produce ``path`` all or nothing; return the path."""
-    target = Path(path)
-    if target.is_dir():
-        raise WriteError.single(str(target), "", "cannot write: is a folder")
-    make_folder(target.parent, target)
+    """Call ``write(handle)`` to produce ``path`` all or nothing; return the path. A path
+    that is a symbolic link is written through it (``_through_link``)."""
+    named = Path(path)
+    try:  # a name too long, a link in a loop: "cannot write" as any other write problem
+        target = _through_link(named) if named.is_symlink() else named
+        if target.is_dir():
+            raise WriteError.single(str(named), "", "cannot write: is a folder")
+    except OSError as exc:
+        raise WriteError.from_os(named, exc) from None
+    make_folder(target.parent, named)
     try:
         if _in_place(target):
             with _open_in_place(target, binary) as handle:
@@ -124,8 +153,8 @@ def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: boo
                 temporary.unlink()
             raise
     except OSError as exc:
-        raise WriteError.from_os(target, exc) from None
-    return target
+        raise WriteError.from_os(named, exc) from None
+    return named
 
 
 def _cell(value: Any) -> str:

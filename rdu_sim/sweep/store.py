@@ -33,6 +33,7 @@ import os
 import sqlite3
 import time
 import urllib.parse
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from rdu_sim import human
 from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
-from rdu_sim.report.files import make_folder
+from rdu_sim.report.files import made_through_link, make_folder
 from rdu_sim.sweep.claims import Owner
 
 SCHEMA_VERSION = 1
@@ -109,6 +110,20 @@ def flat_name(name: str, column: str) -> str:
 
 class StoreError(ConfigError):
     """The sweep database cannot be read or written (it names the file and the operation)."""
+
+
+class DamagedRowWarning(UserWarning):
+    """A stored row one of whose columns holds what rdu-sim never writes there, read as a
+    point not computed (the CLI prints it as one `warning:` line)."""
+
+
+class _Damage(Exception):
+    """A column of a row holding what rdu-sim never writes there (``_parsed``)."""
+
+    def __init__(self, column: str, problem: str) -> None:
+        super().__init__(column, problem)
+        self.column = column
+        self.problem = problem
 
 
 def _damaged(writer: bool) -> str:
@@ -254,19 +269,6 @@ def _read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _made_through_link(path: Path) -> bool:
-    """Whether `path` is a link to a database not made yet in a folder that exists: SQLite
-    makes it there, as it opens an existing database through a link (a database kept on
-    another disk from its first run). A loop, or a link into a missing folder, is not."""
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return path.is_symlink() and Path(os.path.realpath(path)).parent.is_dir()
-    except (OSError, ValueError):
-        return False
-    return False
-
-
 class Store:
     """An open results database. Use as a context manager; close() when done. ``waiting``
     is told (:func:`waiting_notice`) when a statement waits for another process's lock
@@ -284,13 +286,14 @@ class Store:
         self._patient = True  # a busy statement waits for the lock (release(wait=False): not)
         existed = path.is_file()
         problem = file_problem(path) if os.path.lexists(path) else None  # a broken link too
-        if problem is not None and not (create and _made_through_link(path)):
+        if problem is not None and not (create and made_through_link(path)):
             raise StoreError.single(str(path), "", f"cannot open the database: {problem}")
         if not create and not existed:
             raise StoreError.single(str(path), "", "no such sweep database")
         if create and not existed:
             make_folder(path.parent, path)  # as for every output: a WriteError naming it
         self._writer = create
+        self._warned: set[str] = set()  # the damaged rows said once (``_checked``)
         self._wal = False  # switched to WAL (``transaction``: before this store's first write)
         self._waited: float | None = None  # how long the last busy statement waited
         try:
@@ -395,11 +398,20 @@ class Store:
         ):
             found = [r[1] for r in self._execute(f"PRAGMA table_info({table})")]
             if found and tuple(found) != columns:
-                shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
+                missing = [c for c in columns if c not in found]
+                extra = [c for c in found if c not in columns]
+                what = [
+                    f"{words}: {_listed(items)}"
+                    for items, words in (
+                        (missing, "without the column(s)"),
+                        (extra, "with column(s) a sweep's has not"),
+                    )
+                    if items
+                ] or [f"its columns in another order: {_listed(found)}"]
                 raise StoreError.single(
                     str(self.path),
                     "",
-                    f"holds a '{table}' table that is not a sweep's (columns: {shown})"
+                    f"holds a '{table}' table that is not a sweep's ({'; '.join(what)})"
                     f"{self._another()}",
                 )
 
@@ -477,17 +489,18 @@ class Store:
         """Status, stored metric names and computing simulator of the given keys (all rows
         when None)."""
         wanted = None if keys is None else set(keys)
-        columns = ("key", "status", "metrics", "version")
         with self._guard("read the stored points"):
-            query = f"SELECT {', '.join(columns)} FROM results"
-            stored = [dict(zip(columns, r, strict=True)) for r in self._execute(query)]
+            query = f"SELECT {', '.join(COLUMNS)} FROM results"
+            stored = [dict(zip(COLUMNS, r, strict=True)) for r in self._execute(query)]
         found: dict[str, Existing] = {}
         for row in stored:
             if wanted is not None and row["key"] not in wanted:
                 continue  # another sweep's row stays apart, damaged or not
-            row = self._checked(row)  # as `rows` reads it: damage named, JSON parsed
-            names = frozenset(row["metrics"]) if row["metrics"] else frozenset()
-            found[row["key"]] = Existing(row["status"], names, row["version"])
+            checked = self._checked(row)  # as `rows` reads it: a damaged row not computed
+            if checked is None:
+                continue
+            names = frozenset(checked["metrics"]) if checked["metrics"] else frozenset()
+            found[checked["key"]] = Existing(checked["status"], names, checked["version"])
         return found
 
     def claim(
@@ -666,14 +679,7 @@ class Store:
             if damaged is not None:  # one it ran, no point of it now: named, not left out
                 self._checked(dict(zip(COLUMNS, damaged, strict=True)))
             if members is not None:  # each row as this sweep's: its name, its axis values
-                found = []
-                for row in self._unchecked(list(members)):
-                    own = {**row, "overrides": members[row["key"]]}
-                    checked = self._checked(row)  # what is stored, damage named (parsed)
-                    if checked["sweep"] != sweep:  # another spec ran it last, its own axes
-                        checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
-                    found.append(checked)
-                return found
+                return self._as_sweep(self._unchecked(list(members)), sweep, members)
         if keys is not None:
             return self._as_sweep(self._unchecked(keys), sweep)
         query = f"SELECT {', '.join(COLUMNS)} FROM results"
@@ -684,21 +690,33 @@ class Store:
         query += " ORDER BY sweep, key"
         with self._guard("read the stored points"):
             found = [dict(zip(COLUMNS, r, strict=True)) for r in self._execute(query, params)]
-        return [self._checked(row) for row in found]
+        return [row for row in map(self._checked, found) if row is not None]
 
-    def _as_sweep(self, rows: list[dict[str, Any]], sweep: str | None) -> list[dict[str, Any]]:
-        """``rows`` checked; with ``sweep``, a row another spec ran last (or ran at the same
-        time: whichever stored it) as one of ``sweep``'s recorded points, with its name and
-        axis values, so a sweep's rows read the same however the work was shared."""
-        with self._guard("read the stored points"):
-            members = self._members(sweep) if sweep is not None else None
+    def _as_sweep(
+        self,
+        rows: list[dict[str, Any]],
+        sweep: str | None,
+        members: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """``rows`` checked, a damaged one left out (``_checked``); with ``sweep``, a row
+        another spec ran last (or ran at the same time: whichever stored it) as one of
+        ``sweep``'s recorded points (``members``, else read), with its name and axis values,
+        so a sweep's rows read the same however the work was shared."""
+        if members is None and sweep is not None:
+            with self._guard("read the stored points"):
+                members = self._members(sweep)
         found = []
         for row in rows:
             own = dict(row)
             checked = self._checked(row)
+            if checked is None:
+                continue
             if members is not None and checked["sweep"] != sweep and own["key"] in members:
                 own["overrides"] = members[own["key"]]
-                checked.update(sweep=sweep, overrides=self._checked(own)["overrides"])
+                theirs = self._checked(own)  # the recorded axis values, as stored
+                if theirs is None:
+                    continue
+                checked.update(sweep=sweep, overrides=theirs["overrides"])
             found.append(checked)
         return found
 
@@ -711,18 +729,43 @@ class Store:
         by_key = {row["key"]: row for row in found}
         return [by_key[key] for key in dict.fromkeys(keys) if key in by_key]
 
-    def _checked(self, row: dict[str, Any]) -> dict[str, Any]:
+    def _checked(self, row: dict[str, Any]) -> dict[str, Any] | None:
         """`row` (all of the table's columns, or some with the key) with its JSON columns
-        parsed; a StoreError naming the point and the column when one holds what rdu-sim
-        never writes there. The one rule for reading a stored row (``rows``, ``existing``)."""
-        point = f"point {str(row['key'])[:12]}"
+        parsed, or None when a column holds what rdu-sim never writes there: that point
+        counts as not computed (a sweep runs it again, a reader leaves it out), every
+        other row kept, and one ``DamagedRowWarning`` names the point and the column. A key
+        that is not text names no point: a StoreError. The one rule for reading a stored
+        row (``rows``, ``existing``)."""
+        try:
+            return self._parsed(row)
+        except _Damage as damage:
+            if damage.column == "key":
+                point = f"point {str(row['key'])[:12]}"
+                raise self._bad_row(point, damage.column, damage.problem) from None
+            key = str(row["key"])
+            if key not in self._warned:
+                self._warned.add(key)
+                then = "runs again" if self._writer else "is left out (its sweep runs it again)"
+                warnings.warn(
+                    DamagedRowWarning(
+                        f"{self.path}: point {key[:12]}: column {damage.column} holds "
+                        f"{damage.problem}; the point counts as not computed and {then}"
+                    ),
+                    stacklevel=3,
+                )
+            return None
+
+    @staticmethod
+    def _parsed(row: dict[str, Any]) -> dict[str, Any]:
+        """`row` with its columns checked against their types and its JSON columns parsed;
+        ``_Damage`` naming the first column that holds what rdu-sim never writes there."""
         for column, (types, expected) in _TYPES.items():
             if column not in row:
                 continue
             value = row[column]
             bad = not isinstance(value, types) or isinstance(value, bool)
             if bad or (column == "status" and value not in ("done", "failed")):
-                raise self._bad_row(point, column, f"{_shown(value)}, expected {expected}")
+                raise _Damage(column, f"{_shown(value)}, expected {expected}")
         for column in ("overrides", "config", "metrics"):
             text = row.get(column)
             if text is None:
@@ -730,10 +773,10 @@ class Store:
             try:
                 value = json_text.loads(text, _JSON_DEPTH, constants=True)
             except ValueError as exc:  # JSONDecodeError, JsonLimitError
-                raise self._bad_row(point, column, f"not valid JSON ({exc})") from None
+                raise _Damage(column, f"not valid JSON ({exc})") from None
             if not isinstance(value, dict):
                 got = f"JSON {type(value).__name__} {_cut(repr(value))}"
-                raise self._bad_row(point, column, f"{got}, expected a JSON object")
+                raise _Damage(column, f"{got}, expected a JSON object")
             row[column] = value
         return row
 
@@ -768,6 +811,11 @@ class Store:
 
 def _owner_params(owner: Owner) -> tuple[str, int, str]:
     return owner.host, owner.pid, owner.token
+
+
+def _listed(names: Sequence[str]) -> str:
+    """Column names as a message lists them, the first eight."""
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
 
 
 def _cut(text: str) -> str:

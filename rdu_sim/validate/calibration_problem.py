@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import override_note
+from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.deployment_suite import resolve_rows
 from rdu_sim.validate.holdout import Selector, split
@@ -150,7 +151,7 @@ def _chosen_hardware(text: str) -> Path:
 
     if not text.strip():
         raise ConfigError.single("--hardware", "", "is empty: name a hardware file")
-    return shipped.locate(text, ("hardware",)).resolve()
+    return checked_file(shipped.locate(text, ("hardware",))).resolve()
 
 
 def build_problem(inputs: Inputs) -> Problem:

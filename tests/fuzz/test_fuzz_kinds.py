@@ -331,30 +331,38 @@ def _valid(column: str, value: Any) -> bool:
     column=st.sampled_from([*JSON_COLUMNS, "status", "wall_s", "attempts", "worker", "error"]),
     value=STORED,
 )
-def test_a_stored_value_reads_back_or_names_the_database(
+def test_a_stored_value_reads_back_or_its_row_is_left_out_named(
     tmp_path: Path, sweep_db: Path, column: str, value: Any
 ) -> None:
+    import warnings
+
     from rdu_sim.sweep import load
-    from rdu_sim.sweep.store import StoreError
+    from rdu_sim.sweep.store import DamagedRowWarning
 
     db = Path(tempfile.mkdtemp(dir=tmp_path)) / "d.sqlite"  # no WAL left by another case
     shutil.copyfile(sweep_db, db)
     with sqlite3.connect(db) as conn:
+        total = conn.execute("SELECT count(*) FROM results").fetchone()[0]
         try:
-            conn.execute(f"UPDATE results SET {column} = ?", (value,))
+            conn.execute(f"UPDATE results SET {column} = ? WHERE rowid = 1", (value,))
         except sqlite3.IntegrityError:  # NOT NULL or CHECK: a database rdu-sim cannot hold
             return
-        stored = conn.execute(f"SELECT {column} FROM results").fetchone()[0]
-    try:
+        stored = conn.execute(f"SELECT {column} FROM results WHERE rowid = 1").fetchone()[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         frame = load(db)
-    except StoreError as exc:
-        event("refused")
-        assert str(exc).startswith(str(db)) and f"column {column}" in str(exc)
+    damaged = [str(w.message) for w in caught if issubclass(w.category, DamagedRowWarning)]
+    if damaged:  # the row left out, one warning naming it; every other row read
+        event("left out")
+        assert len(damaged) == 1 and damaged[0].startswith(str(db))
+        assert f"column {column} holds" in damaged[0]
         assert not _valid(column, stored), (column, stored)
+        assert len(frame) == total - 1
     else:
         event("accepted")
         assert _valid(column, stored), (column, stored)
-        assert frame.columns.is_unique
+        assert len(frame) == total
+    assert frame.columns.is_unique
 
 
 # --- examples copy: what DIR already holds ---
