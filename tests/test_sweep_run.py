@@ -662,3 +662,28 @@ def test_a_damaged_row_is_run_again_alone_and_every_good_row_kept(tmp_path: Path
     assert again.drop(columns=["wall_s", "started", "finished", "attempts", "worker"]).equals(
         clean.drop(columns=["wall_s", "started", "finished", "attempts", "worker"])
     )
+
+
+def test_a_damaged_attempts_count_heals_on_its_rerun(tmp_path: Path) -> None:
+    """A row whose attempts column holds a fraction is damaged; its rerun stores attempts 1
+    (an integer), so the next resume finds the point done instead of warning and running
+    it again at every sweep (1.5 + 1 would stay a fraction)."""
+    from rdu_sim.sweep.store import DamagedRowWarning
+
+    db = tmp_path / "attempts.sqlite"
+    first = run_sweep(write_spec(tmp_path), db=db, workers=1)
+    with sqlite3.connect(db) as conn:
+        bad = conn.execute("SELECT key FROM results WHERE rowid = 1").fetchone()[0]
+        conn.execute("UPDATE results SET attempts = 1.5 WHERE rowid = 1")
+    conn.close()
+    with pytest.warns(DamagedRowWarning, match=f"point {bad[:12]}: column attempts"):
+        resumed = run_sweep(write_spec(tmp_path), db=db, workers=1, progress=Recorder())
+    assert resumed.ran == 1
+    with sqlite3.connect(db) as conn:
+        stored = conn.execute(
+            "SELECT attempts, typeof(attempts) FROM results WHERE key = ?", (bad,)
+        ).fetchone()
+    conn.close()
+    assert stored == (1, "integer")
+    again = run_sweep(write_spec(tmp_path), db=db, workers=1, progress=Recorder())
+    assert again.ran == 0 and again.already_done == first.done

@@ -601,7 +601,9 @@ class Store:
                        status = excluded.status, error = excluded.error,
                        version = excluded.version, worker = excluded.worker,
                        wall_s = excluded.wall_s, started = excluded.started,
-                       finished = excluded.finished, attempts = results.attempts + 1""",
+                       finished = excluded.finished,
+                       attempts = CASE typeof(results.attempts)
+                           WHEN 'integer' THEN results.attempts + 1 ELSE 1 END""",
                 values,
             )
             if owner is not None:
