@@ -29,6 +29,7 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
+from rdu_sim.cli.main import STOPS
 from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
 from rdu_sim.compare import Column, Comparison, compare
 from rdu_sim.config.parallelism import describe_layout
@@ -114,7 +115,7 @@ def print_comparison(result: Comparison) -> None:
         console.print(line, markup=False)
 
 
-STOPPED = "the comparison had not finished: nothing was printed or written"
+STOPPED = STOPS["compare"]
 """What a stop of the command says was kept."""
 
 

@@ -38,6 +38,7 @@ import click
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
+from rdu_sim.cli.main import STOPS
 from rdu_sim.cli.options import FilePath, overrides_option
 from rdu_sim.config import json_text
 from rdu_sim.config.errors import WriteError
@@ -262,7 +263,7 @@ def _matplotlib_config_dir() -> None:
     os.environ["MPLCONFIGDIR"] = folder
 
 
-STOPPED = "the plot had not been drawn: nothing was written"
+STOPPED = STOPS["plot"]
 """What a stop of the command says was kept."""
 
 

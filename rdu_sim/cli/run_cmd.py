@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
+from rdu_sim.cli.main import STOPS
 from rdu_sim.cli.options import FilePath, overrides_option, workload_argument
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
@@ -111,7 +112,7 @@ def _check_out(out_dir: Path | None) -> None:
         raise WriteError.single(str(out_dir), "", f"cannot write: {problem}")
 
 
-NOTHING_WRITTEN = "the run had not finished: nothing was printed or written"
+NOTHING_WRITTEN = STOPS["run"]
 
 
 def _identity(path: Path) -> tuple[int, int, int, int] | None:

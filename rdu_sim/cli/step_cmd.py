@@ -52,6 +52,7 @@ import click
 
 from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
+from rdu_sim.cli.main import STOPS
 from rdu_sim.cli.options import (
     FilePath,
     overrides_option,
@@ -366,7 +367,7 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
     return table
 
 
-STOPPED = "the step had not finished: nothing was printed or written"
+STOPPED = STOPS["step"]
 """What a stop of the command says was kept."""
 
 

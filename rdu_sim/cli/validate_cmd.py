@@ -29,12 +29,13 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
+from rdu_sim.cli.main import STOPS
 from rdu_sim.cli.options import overlays_option, overrides_option
 from rdu_sim.interrupts import kept_on_stop
 from rdu_sim.report.terminal import wide_console
 
 EXIT_FIGURE_FAILED = 1
-UNFINISHED = "the suite had not finished: nothing was printed"
+UNFINISHED = STOPS["validate"]
 FAILURES_EXPLAINED = (
     'Why each figure lands where it does: docs/calibration.md, "Why each figure lands where '
     'it does"; which failures contradict other published figures and which the model owns: '
