@@ -85,7 +85,7 @@ class HandOff:
         the scheduler checks it)."""
         return 0 if self.hooks is None else self.hooks.admitted(request, prompt)
 
-    def prefilled(self, slots: Slots, slot: int, request: int, output: int) -> bool:
+    def prefilled(self, slots: Slots, slot: int, request: int) -> bool:
         """``request``'s last prefill step in ``slot`` ended (its first token is out): True if
         the slot now holds its KV cache for another replica (it decodes elsewhere)."""
         if self.hooks is not None:
@@ -134,7 +134,7 @@ class SendAfterPrefill(_Moves):
 
     role = "prefill"
 
-    def prefilled(self, slots: Slots, slot: int, request: int, output: int) -> bool:
+    def prefilled(self, slots: Slots, slot: int, request: int) -> bool:
         """Hand the request to the cluster (unless it ends at its first token): the slot
         holds its cache until it has been sent (its load here until then: its prompt and
         first token; its decode is another pool's, which a router of this pool must not

@@ -151,7 +151,7 @@ class FirstStep:
 class PrefillInFlight:
     """The prefill step begun and not yet ended (a server has one at most: the scheduler
     keeps one and refills it, no allocation a step): its slot, request and prompt, the
-    prompt tokens done before and after it, the slots of the other prompts packed into it,
+    prompt tokens done after it, the slots of the other prompts packed into it,
     and the prompt's answers when it is its first step (its decode cache is kept there)."""
 
     def __init__(self) -> None:
@@ -159,7 +159,6 @@ class PrefillInFlight:
         self.slot = -1
         self.request = -1
         self.prompt = 0
-        self.before = 0
         self.done = 0
         self.packed: list[int] = NO_PACKED
         self.fact: PromptFact | None = None
@@ -170,7 +169,6 @@ class PrefillInFlight:
         slot: int,
         request: int,
         prompt: int,
-        before: int,
         done: int,
         packed: list[int],
         fact: PromptFact | None,
@@ -183,7 +181,6 @@ class PrefillInFlight:
         self.slot = slot
         self.request = request
         self.prompt = prompt
-        self.before = before
         self.done = done
         self.packed = packed
         self.fact = fact
@@ -416,7 +413,7 @@ class Scheduler(Driven):
         step = self.drafting.prefill_ps(entry.run(), shape)
         self.counts.prefill_steps += 1
         self.prefill_shape = shape
-        self._in_flight.begin(slot, request, prompt, before, done, NO_PACKED, fact, shape.mixed)
+        self._in_flight.begin(slot, request, prompt, done, NO_PACKED, fact, shape.mixed)
         return (*delays, step)
 
     def _packed(
@@ -435,7 +432,7 @@ class Scheduler(Driven):
         step = self.cache.run(shape)
         self.counts.prefill_steps += 1
         self.prefill_shape = shape
-        self._in_flight.begin(slot, request, prompt, 0, prompt, packed, None, shape.mixed)
+        self._in_flight.begin(slot, request, prompt, prompt, packed, None, shape.mixed)
         return (*delays, step)
 
     def _carrying(self, shape: StepShape) -> StepShape:
@@ -455,12 +452,12 @@ class Scheduler(Driven):
         self._after_prefill = True
         if step.decodes:  # first: the prompts that end here start decoding after it
             self._decoded_alongside()
-        self._prefilled(step.slot, step.request, step.prompt, step.before, step.done, step.fact)
+        self._prefilled(step.slot, step.request, step.prompt, step.done, step.fact)
         slots, prompts = self.slots, self._prompts
         for other in step.packed:
             request = slots.request[other]
             prompt = prompts[request]
-            self._prefilled(other, request, prompt, 0, prompt, None)
+            self._prefilled(other, request, prompt, prompt, None)
 
     def _decoded_alongside(self) -> None:
         """The mixed step that ended now also ran the decode step: every decoding slot
@@ -554,9 +551,9 @@ class Scheduler(Driven):
         return first
 
     def _prefilled(
-        self, slot: int, request: int, prompt: int, before: int, done: int, fact: PromptFact | None
+        self, slot: int, request: int, prompt: int, done: int, fact: PromptFact | None
     ) -> None:
-        """A prefill step advanced ``slot``'s prompt from ``before`` to ``done`` tokens; the
+        """A prefill step advanced ``slot``'s prompt to ``done`` tokens; the
         step that ends the prompt gives the first token and starts its decode (or hand-off)."""
         slots = self.slots
         slots.prefilled[slot] = done
@@ -568,7 +565,7 @@ class Scheduler(Driven):
         self.counts.tokens_generated += 1
         self.load.add(1)  # the first output token
         output = self._outputs[request]
-        if self.handoff.prefilled(slots, slot, request, output):
+        if self.handoff.prefilled(slots, slot, request):
             return  # the slot holds the KV cache until it has left
         if output == 1:
             self.complete(slot, request, now)
