@@ -48,9 +48,19 @@ def _spawn(*args: str) -> subprocess.Popen[str] | None:
 
     try:
         return subprocess.Popen(
-            # safe.directory=*: a checkout another user owns ("dubious ownership") reads
-            # the same commit, so a version does not depend on who runs it
-            ["git", "-c", "safe.directory=*", "-C", str(top()), *args],
+            # safe.directory (this checkout only): one another user owns ("dubious
+            # ownership") reads the same commit, so a version does not depend on who runs
+            # it; core.fsmonitor off: that user's configured monitor is never started
+            [
+                "git",
+                "-c",
+                f"safe.directory={top()}",
+                "-c",
+                "core.fsmonitor=false",
+                "-C",
+                str(top()),
+                *args,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

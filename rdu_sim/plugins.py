@@ -136,7 +136,7 @@ def load() -> None:
         try:
             importlib.import_module(module)
         except (Exception, SystemExit) as exc:  # the plugin's defect, said in one line (a
-            # sys.exit at import ended rdu-sim silently); a KeyboardInterrupt is a stop
+            # sys.exit at import too); a KeyboardInterrupt is a stop, the interrupt rule's
             detail = " ".join(f"{type(exc).__name__}: {exc}".split())
             raise PluginError(
                 f"{source}: plugin module {module!r} failed to import: {detail}"

@@ -37,6 +37,13 @@ SECONDS = 5.0  # "within a few seconds", for each command in-process
 POOL_SECONDS = 20.0  # a sweep that starts worker processes: their start is the machine's load
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command here runs in a scratch folder: one that succeeds where a failure was
+    expected writes its default output (a plot's latency.png) there, not into the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 def invoke(*args: str | Path, seconds: float = SECONDS) -> Result:
     start = time.perf_counter()
     result = CliRunner().invoke(cli, [str(a) for a in args])

@@ -322,6 +322,10 @@ def test_disaggregated_load_matches_a_recount(
     served = result.run.serving.output_tokens > 1
     assert len(checks) == 120 + int(served.sum())  # the prefill pool's and the decode pool's
     assert_served_once(result)
+    cluster = result.run.cluster
+    for group in (cluster.front, cluster.back):  # every request left: no load is left behind
+        assert group.board.outstanding.tolist() == [0, 0]
+        assert group.board.run_decoding.tolist() == [0, 0]
 
 
 def test_routing_is_blind_to_the_outputs_still_to_come(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ workloads swept). And the choice: first come, first served by default
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from rdu_sim.engine.gpu.overlap import (
 )
 from rdu_sim.engine.gpu.stream import Call, StreamRun, run_stream
 
-MOE_GPU = "workloads/qwen3-235b-a22b-16socket.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+MOE_GPU = str(ROOT / "workloads/qwen3-235b-a22b-16socket.yaml")
 STAGE_ORDER = {"parallelism.overlap_schedule": "stage_order"}
 FIRST_COME = {
     "hardware": "dgx-h100",
@@ -35,8 +37,8 @@ FIRST_COME = {
     "serving.max_context": 4096,
 }
 GPU_EP8 = {**FIRST_COME, **STAGE_ORDER}
-EP72 = "workloads/ep/deepseek-v3-h100-ep72-decode.yaml"
-EP32 = "workloads/ep/deepseek-v3-h100-ep32-prefill.yaml"
+EP72 = str(ROOT / "workloads/ep/deepseek-v3-h100-ep72-decode.yaml")
+EP32 = str(ROOT / "workloads/ep/deepseek-v3-h100-ep32-prefill.yaml")
 
 # a dense layer, then two MoE layers: norm, projections, attention core, o_proj, router,
 # shared experts, dispatch, experts, combine, output
