@@ -195,15 +195,21 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
         ]
     assert full["slot_tokens"] == 131072 and snap["slot_tokens"] == 32768
     assert snap["batch"] > full["batch"]  # a SnapStream slot keeps a quarter of the tokens
-    # each prefill is the step's default (the policy's typical prompt: SnapStream's is the
-    # typical one it compresses), and the row says how many tokens each times
+    # both prefills time the same prompt, the workload's typical one (run's prefill_s, the
+    # step's default), which SnapStream does not compress: the same 403 ms in both columns
     for column in (full, snap):
-        shape = api.default_step_shape(
-            api.load(SNAP, {"kv.policy": column["kv_policy"]}), "prefill"
-        )
-        assert column["prefill_tokens"] == shape.tokens
-        assert f"({shape.tokens:,} tokens" in printed.stdout
-    assert snap["prefill_tokens"] > 32768 > full["prefill_tokens"]
+        scenario = api.load(SNAP, {"kv.policy": column["kv_policy"]})
+        assert column["prefill_tokens"] == api.default_step_shape(scenario, "prefill").tokens
+        assert column["prefill_s"] == round(api.step(scenario, phase="prefill").step_s, 12)
+        assert column["prefill_compressed"] is False
+    assert full["prefill_tokens"] == snap["prefill_tokens"] == 4096
+    assert full["prefill_s"] == snap["prefill_s"]
+    assert printed.stdout.count("403 ms (4,096 tokens)") == 2
+    # the prompts SnapStream compresses have their own row, labelled as what they are
+    assert full["long_prefill_s"] is None and snap["long_prefill_tokens"] == 39717
+    assert snap["long_prefill_bucket"] == 40960 and round(snap["long_prefill_share"], 3) == 0.005
+    assert "prefill, median prompt" in printed.stdout
+    assert "4.03 s (39,717 tokens," in printed.stdout and "0.5% of" in printed.stdout
     ratio = snap["system_tokens_per_s"] / full["system_tokens_per_s"]
     (verdict,) = data["verdicts"]
     assert verdict.startswith(

@@ -2,8 +2,10 @@
 
 The step is one decode step of the batch or one prefill, its shape given by ``--batch``,
 ``--tokens`` and ``--context`` with the defaults of ``rdu_sim.serving.step_shape`` (decode:
-every batch slot at the decode bucket of the longest cache the KV policy keeps; prefill: one
-typical prompt, the typical compressed one when the policy compresses). A ``--context``
+every batch slot at the decode bucket of the longest cache the KV policy keeps; prefill: the
+workload's typical prompt as a server runs it, padded to its bucket, the prompt run's
+``prefill_s`` and compare's prefill row time, which a line under the header names, with a
+compressing policy's longer prompts and the ``--tokens`` that times them). A ``--context``
 the policy does not keep in full (a SnapStream slot holds its budget) or that is rounded up
 to a decode bucket is said under the tables. It runs through ``api.step``: the shape is
 compiled by ``rdu_sim.compiler`` and simulated by ``rdu_sim.engine`` with the workload's
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
 
     from rdu_sim.compiler.program import Placement
     from rdu_sim.report.summary import Utilization
+    from rdu_sim.scenario import Scenario
 
 
 def _pipeline_line(data: dict[str, Any]) -> str:
@@ -210,6 +213,26 @@ def flops_words(data: dict[str, Any]) -> str:
     )
 
 
+def _prompt_words(scenario: Scenario) -> str:
+    """Which prompt a default prefill step times, and why: the workload's typical prompt as
+    a server runs it (``serving.step_shape.typical_prefill``, the one run's ``prefill_s``
+    and compare's prefill row time); a compressing policy's longer prompts, with the
+    ``--tokens`` that times their median."""
+    from rdu_sim.serving.step_shape import long_prompts, typical_prefill
+
+    words = (
+        f"prompt: {typical_prefill(scenario).words()}; the prompt run's prefill_s and "
+        "compare's prefill row time"
+    )
+    long = long_prompts(scenario)
+    if long is not None:
+        words += (
+            f"; the {scenario.kv_policy.name} policy compresses only {long.words()} "
+            f"(--tokens {long.median} times one, with the SnapKV selection)"
+        )
+    return words
+
+
 def _print_tables(
     data: dict[str, Any],
     utilization: Utilization,
@@ -217,6 +240,7 @@ def _print_tables(
     weights: str | None,
     windows: str = "",
     experts: str | None = None,
+    prompt: str | None = None,
 ) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -235,6 +259,8 @@ def _print_tables(
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
         f"{windows}"
     )
+    if prompt is not None:
+        console.print(prompt, markup=False)
     console.print(
         f"step time [bold]{human.duration(data['step_s'])}[/]; {utilization_line(utilization)}; "
         f"{human.count(data['events'], 'SimPy event')}"
@@ -448,6 +474,10 @@ def command(
         data["experts"] = experts.to_dict()
     bound = step_bound(timing, scenario.hardware)
     layout = scenario.workload.parallelism.layout()
+    prompt = None
+    if phase == "prefill" and tokens is None and context is None:
+        prompt = _prompt_words(scenario)
+        data["prompt"] = prompt
     data.update(
         workload=scenario.workload.name,
         model=scenario.model.name,
@@ -491,7 +521,7 @@ def command(
         if data["memory"]["weights_ddr_bytes"] > 0:
             weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
         streams = experts.words() if experts is not None else None
-        _print_tables(data, Utilization.of_step(cost), machine, weights, windows, streams)
+        _print_tables(data, Utilization.of_step(cost), machine, weights, windows, streams, prompt)
         click.echo(f"KV slot: {data['kv_layout']}")
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
