@@ -347,8 +347,9 @@ def verdict(a: Column, b: Column) -> str:
 
 def scope(columns: Sequence[Column]) -> str:
     """What every verdict compares, in one line, when two variants or more fit: one decode
-    step each with every slot at one context (its bucket), which a serving run need not
-    match: there the batch fills and drains, and a stack with a paged KV cache (a GPU's)
+    step each with every slot at one context (its bucket), tokens/s of decode alone (prefill
+    left out), which a serving run need not match: there the batch fills and drains,
+    prefills take their time, and a stack with a paged KV cache (a GPU's)
     reads each sequence's own context; ``rdu-sim run`` times that."""
     fitting = [c for c in columns if c.fits and c.context is not None]
     if len(fitting) < 2:
@@ -367,9 +368,10 @@ def scope(columns: Sequence[Column]) -> str:
     )
     reads = f", and {whose} reads each sequence's own context" if paged else ""
     return (
-        f"Each verdict compares one decode step with every slot at {held}: a serving run can "
-        f"differ, where the batch fills and drains and each context grows{reads} (rdu-sim "
-        "run times one)."
+        f"Each verdict compares one decode step with every slot at {held}, its tokens/s "
+        "decode's alone (prefill left out: its own row): a serving run can differ, where the "
+        f"batch fills and drains, prefills take time from decoding and each context "
+        f"grows{reads} (rdu-sim run times one)."
     )
 
 
