@@ -227,7 +227,8 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
 
 def test_the_hardware_verdict_names_the_bandwidth() -> None:
     """SN40L-8 against the DGX H100 on Llama 3.1 70B: the same batch, both decode steps
-    bound by HBM bandwidth; the H100's 1.86x bandwidth, not the bytes, sets HBM's time, and
+    bound by HBM bandwidth; the H100's 1.7x sustained bandwidth (its peak's 1.86x, at each
+    device's efficiency), not the bytes, sets HBM's time, and
     the rest of the H100's step (HBM is 59.5% of it) brings the steps to 0.907x, not 0.6x."""
     data = compare(WORKLOAD, [SN40L_8, DGX]).to_dict()
     (verdict,) = data["verdicts"]
@@ -235,7 +236,15 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
     assert "the same batch (32 slots)" in verdict
     assert "bound by HBM bandwidth in both" in verdict
     assert "(59.5% vs 89.5% of their step time)" in verdict
-    assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.86x) the" in verdict
+    assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.7x) the" in verdict
+    # the rates it states are the ones its times are at: bytes / rate is the HBM time
+    assert (
+        "27 GiB of HBM traffic per device at 2.91 TB/s (87.0% of its 3.35 TB/s peak) vs 26.3 GiB "
+        "of HBM traffic per device at 1.71 TB/s (95.0% of its 1.8 TB/s peak)"
+    ) in verdict
+    for column in data["columns"]:
+        rate = column["peak_hbm_bandwidth"] * column["hbm_efficiency"]
+        assert column["hbm_bytes"] / rate == pytest.approx(column["resource_s"]["hbm"])
     assert verdict.endswith(
         "; the rest of each step (40.5% vs 10.5%), which HBM bandwidth does not explain, "
         "brings the steps to 0.907x; of that rest, kernel boundaries (launch and sync) take "

@@ -346,6 +346,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         model=scenario.model.name,
         stack=scenario.stack.name,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
+        hbm_efficiency=float(hardware.hbm.efficiency),
         peak_flops=peak_matrix_flops(scenario),
         label=side.label(hardware.name),
         settings=dict(side.settings),

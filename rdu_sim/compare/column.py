@@ -44,6 +44,9 @@ class Column:
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
     flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
+    # the share of that peak the HBM sustains (``hbm.efficiency``): its time in the bound is
+    # the bytes at peak x efficiency, the rate the verdict's arithmetic states
+    hbm_efficiency: float = 1.0
     peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
     kernel_calls: int | None = None  # kernel calls in one decode step
     # the typical prompt's prefill as a server runs it (``serving.run.prefill_seconds``, a

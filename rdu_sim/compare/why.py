@@ -38,13 +38,21 @@ kernels: time the binding resource inside them does not take) are named in the v
 an item of their own, with their time in each step."""
 
 
+def _hbm_rate(column: Column) -> float:
+    """The HBM bandwidth a device sustains (peak x ``hbm.efficiency``): the rate the bound's
+    HBM time is the bytes at, so the verdict's arithmetic closes."""
+    return column.peak_hbm_bandwidth * column.hbm_efficiency
+
+
 def _demand(column: Column) -> str:
-    """The binding resource's demand and rate in one device's decode step."""
+    """The binding resource's demand and rate in one device's decode step (HBM: the rate
+    it sustains, and the share of its peak that is)."""
     if column.bound == "hbm" and column.hbm_bytes is not None:
-        return (
-            f"{human.size(column.hbm_bytes)} of HBM traffic per device at "
-            f"{human.bandwidth(column.peak_hbm_bandwidth)}"
-        )
+        rate = human.bandwidth(_hbm_rate(column))
+        if column.hbm_efficiency != 1.0:
+            peak = human.bandwidth(column.peak_hbm_bandwidth)
+            rate += f" ({human.percent(column.hbm_efficiency)} of its {peak} peak)"
+        return f"{human.size(column.hbm_bytes)} of HBM traffic per device at {rate}"
     if column.bound == "compute" and column.flops is not None:
         return (
             f"{human.si(column.flops, 'FLOP')} per device at {human.flops(column.peak_flops)} peak"
@@ -253,7 +261,7 @@ def _step_why(a: Column, b: Column) -> str:
             f"time{largest}; the rest is time no one resource explains ({_rest(a, b)})"
         )
     demands = {
-        "hbm": (a.hbm_bytes, b.hbm_bytes, a.peak_hbm_bandwidth, b.peak_hbm_bandwidth, "traffic"),
+        "hbm": (a.hbm_bytes, b.hbm_bytes, _hbm_rate(a), _hbm_rate(b), "traffic"),
         "compute": (a.flops, b.flops, a.peak_flops, b.peak_flops, "FLOPs"),
     }.get(a.bound or "")
     if demands is None or demands[0] is None or demands[1] is None:
