@@ -285,8 +285,8 @@ def test_the_verdicts_say_they_compare_one_step_at_one_context() -> None:
         "Each verdict compares one decode step with every slot at one context (8,192 cached "
         "tokens), its tokens/s decode's alone (prefill left out: its own row): a serving run "
         "can differ, where the batch fills and drains, prefills take time from decoding and "
-        "each context grows, and the paged KV cache of dgx-h100 reads each sequence's own context (rdu-sim "
-        "run times one)."
+        "each context grows, and the paged KV cache of dgx-h100 reads each sequence's own "
+        "context (rdu-sim run times one)."
     )
     assert result.to_dict()["scope"] == result.scope
     printed = CliRunner().invoke(

@@ -260,6 +260,16 @@ def load_note(result: RunSummary) -> str | None:
     asked = _asked(result)
     if result.throughput_bound != "offered_load":
         return queue_note(result, asked)
+    users = result.load.concurrency
+    if result.load.arrival == "closed_loop" and users is not None:
+        return (
+            f"The throughput above is set by the closed loop's {human.count(users, 'user')} "
+            f"(its requests, or serving.arrival.concurrency), not by the machine: "
+            f"{users:,} cannot fill its {human.count(result.batch_slots, 'batch slot')} "
+            f"(occupied {human.percent(result.occupancy)} of the time). To measure what the "
+            f"machine can do, keep {result.batch_slots:,} requests in flight "
+            "(serving.requests, serving.arrival.concurrency)."
+        )
     return (
         f"The throughput above is set by the offered load{f' ({asked})' if asked else ''}, "
         f"not by the machine: the batch slots were occupied {human.percent(result.occupancy)} "
