@@ -250,7 +250,7 @@ def _print_tables(
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
-    from rdu_sim.report.bound import RESOURCES, others_alone
+    from rdu_sim.report.bound import RESOURCES, bound_label, others_alone
 
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
@@ -275,9 +275,12 @@ def _print_tables(
         if rest > 0
         else ""
     )
+    limit = bound[f"{resource}_s"]
+    label = bound_label(limit, data["step_s"])
+    of = "the step" if label == "bound by" else human.duration(data["step_s"])
     console.print(
-        f"bound by [bold]{RESOURCES[resource]}[/] ({human.duration(bound[f'{resource}_s'])} of "
-        f"the step; each resource alone: {others}); the device "
+        f"{label} [bold]{RESOURCES[resource]}[/] ({human.duration(limit)} of "
+        f"{of}; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
         f"({human.duration(data['host_serial_s'])} serial, "
         f"{human.duration(data['host_overlapped_s'])} beside the device{hidden}){unaccounted}"

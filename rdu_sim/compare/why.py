@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
-from rdu_sim.report.bound import RESOURCES, bubble_words, others_alone
+from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
 from rdu_sim.report.console import served_by
 
 UNEXPLAINED = 0.5
@@ -42,6 +42,11 @@ def _hbm_rate(column: Column) -> float:
     """The HBM bandwidth a device sustains (peak x ``hbm.efficiency``): the rate the bound's
     HBM time is the bytes at, so the verdict's arithmetic closes."""
     return column.peak_hbm_bandwidth * column.hbm_efficiency
+
+
+def _bound_label(column: Column) -> str:
+    """``bound by``, or ``largest part`` when its resource takes under half the step."""
+    return bound_label(column.bound_s or 0.0, column.step_s or 0.0)
 
 
 def _demand(column: Column) -> str:
@@ -153,7 +158,7 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f"{column.label} {served_by(column.stack)}: {column.kv_policy} KV{slot} tokens, "
             f"batch {column.batch:,} of "
             f"{column.batch_capacity:,}{_ranks(column, column.batch)}; decode step "
-            f"{human.duration(column.step_s)} bound by "
+            f"{human.duration(column.step_s)} {_bound_label(column)} "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
             f": {_demand(column)}; each resource alone: "
             f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"

@@ -21,7 +21,7 @@ from rich.text import Text
 from rdu_sim import human
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
-from rdu_sim.report.bound import RESOURCES, bubble_words
+from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
 from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
@@ -378,12 +378,23 @@ def memory_table(result: RunSummary) -> Table:
     return table
 
 
+def _bound_label(result: RunSummary) -> str:
+    """``bound by``, or ``largest part`` when no resource takes half the decode step."""
+    step = result.decode_step
+    if step is None:
+        return "bound by"
+    return bound_label(step.times()[step.bound], step.step_s)
+
+
 def _bound(result: RunSummary) -> str:
     step = result.decode_step
     if step is None:
         return "-"
-    limit = step.times()[step.bound]
+    times = step.times()
+    limit = times[step.bound]
     bubble = "" if step.pipeline_bubble is None else f"; {bubble_words(step.pipeline_bubble)}"
+    if bound_label(limit, step.step_s) != "bound by":  # the step is its parts: name them
+        bubble = f"; {others_alone(times, step.bound)}{bubble}"
     return (
         f"{RESOURCES[step.bound]} ({human.duration(limit)} of "
         f"{human.duration(step.step_s)}{bubble})"
@@ -409,7 +420,7 @@ def serving_table(result: RunSummary) -> Table:
         ("output tokens/s, all slots busy (steady window)", steady_decode(result)),
         (ONE_USER, human.rate(result.user_tokens_per_s.p50, "tok/s")),
         ("prefill of a typical prompt", human.duration(result.prefill_s)),
-        ("decode step bound by", _bound(result)),
+        (f"decode step {_bound_label(result)}", _bound(result)),
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),
