@@ -270,12 +270,22 @@ def load_note(result: RunSummary) -> str | None:
             f"machine can do, keep {result.batch_slots:,} requests in flight "
             "(serving.requests, serving.arrival.concurrency)."
         )
+    return offered_load_words(
+        asked,
+        f"the batch slots were occupied {human.percent(result.occupancy)} of the time",
+        "raise serving.arrival.rate, or keep every slot busy with serving.arrival.process: "
+        "closed_loop",
+    )
+
+
+def offered_load_words(asked: str, occupied: str, more: str) -> str:
+    """The sentence of a run (a server's or a cluster's) whose throughput the offered load
+    set (``throughput_bound`` ``offered_load``): what was asked, how occupied the slots
+    were, and how to offer more."""
     return (
         f"The throughput above is set by the offered load{f' ({asked})' if asked else ''}, "
-        f"not by the machine: the batch slots were occupied {human.percent(result.occupancy)} "
-        "of the time. To measure what the machine can do, offer more: raise "
-        "serving.arrival.rate, or keep every slot busy with serving.arrival.process: "
-        "closed_loop."
+        f"not by the machine: {occupied}. To measure what the machine can do, offer more: "
+        f"{more}."
     )
 
 
