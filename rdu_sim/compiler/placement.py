@@ -56,6 +56,7 @@ from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.graph import operators
+from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
@@ -341,8 +342,9 @@ def _kv_shrinks_with_tp(scenario: Scenario) -> bool:
     cache splits by KV head, so past ``kv_heads`` devices each holds a whole head's copy;
     MLA's replicated latent is on every device whatever the tp."""
     plan = shard_plan(scenario)
-    axis = "mla_cache" if isinstance(scenario.model, DeepSeekArchitecture) else "kv_heads"
-    if axis == "mla_cache" and mla_cache_form(scenario) == "per_head":
+    deepseek = isinstance(scenario.model, DeepSeekArchitecture)
+    axis: Axis = "mla_cache" if deepseek else "kv_heads"
+    if deepseek and mla_cache_form(scenario) == "per_head":
         return True  # per-head K/V: split by query heads, over every device
     return replace(plan, tp=2 * plan.tp).divisor(axis) > plan.divisor(axis)
 
