@@ -186,28 +186,47 @@ def balance_words(balance: dict[str, float]) -> str:
     )
 
 
-def flops_words(data: dict[str, Any]) -> str:
-    """The step's matrix FLOPs a socket beside the model's own share of them (``flops`` and
-    ``model_flops`` / tp): the difference is work repeated on several sockets, operators TP
-    does not split (docs/architecture.md); and the model FLOP/s utilisation."""
+def repeated_parts(scenario: Scenario, tp: int) -> str:
+    """What TP does not split in this model, in words (the parts a device repeats): the MoE
+    router, MLA's q_a_proj and kv_a_proj, GQA's K/V heads when fewer than the devices."""
+    from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
+    from rdu_sim.config.hardware_file import device_noun
+
+    arch, parts = scenario.model, []
+    if not isinstance(arch, LlamaArchitecture) and arch.moe_layers > 0:
+        parts.append("the MoE router")
+    if isinstance(arch, DeepSeekArchitecture):
+        parts.append("MLA's q_a_proj and kv_a_proj")
+    else:
+        kv_heads = arch.kv_heads
+        if kv_heads < tp:
+            parts.append(f"its {kv_heads} K/V heads over {tp} {device_noun(scenario.hardware)}s")
+    return ", ".join(parts) or "its unsplit operators"
+
+
+def flops_words(data: dict[str, Any], repeated: str = "", device: str = "socket") -> str:
+    """The step's matrix FLOPs a ``device`` beside the model's own share of them (``flops``
+    and ``model_flops`` / tp): the difference is work repeated on several devices, operators
+    TP does not split (``repeated``, :func:`repeated_parts`; docs/architecture.md); and the
+    model FLOP/s utilisation."""
     flops, own = data["flops"], data["model_flops"] / data["tp"]  # tp: the program's
     mfu = f"model FLOP/s {human.percent(data['model_flops_fraction'])} of peak"
     if own >= flops * (1 - 1e-9):
         return (
-            f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, all its share of the model's "
-            f"(no work repeated on every socket); {mfu}"
+            f"matrix FLOPs {human.si(flops, 'FLOP')} a {device}, all its share of the model's "
+            f"(no work repeated on every {device}); {mfu}"
         )
     reasons = []
     if data["tp"] > 1:
         reasons.append(
-            "work repeated on several sockets (what TP does not split: the MoE router, MLA's "
-            "q_a_proj and kv_a_proj, K/V heads fewer than the sockets; docs/architecture.md)"
+            f"work repeated on several {device}s (what TP does not split: "
+            f"{repeated or 'its unsplit operators'}; docs/architecture.md)"
         )
     if data["layout"]["ep"] > 1:
         reasons.append("the busiest device's extra share of whole experts")
     reasons = reasons or ["work beyond its share"]
     return (
-        f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, {' and '.join(reasons)} included; "
+        f"matrix FLOPs {human.si(flops, 'FLOP')} a {device}, {' and '.join(reasons)} included; "
         f"its share of the model's own {human.si(own, 'FLOP')} ({human.percent(own / flops)}); "
         f"{mfu}"
     )
@@ -233,6 +252,16 @@ def _prompt_words(scenario: Scenario) -> str:
     return words
 
 
+KERNEL_LEGEND = (
+    "loop: a looped kernel, one call running its layers in an on-chip loop; time: all its "
+    "calls; launch: the launch and sync part of that time; period: a looped kernel's steady "
+    "time a layer, where the engine fast-forwarded it; sim: the calls or layer iterations "
+    "the engine simulated (the rest advanced at that period); tiles: a call's; SRAM: the "
+    "PMU SRAM it holds"
+)
+"""The kernel table's columns, in a line under it."""
+
+
 def _print_tables(
     data: dict[str, Any],
     utilization: Utilization,
@@ -241,6 +270,8 @@ def _print_tables(
     windows: str = "",
     experts: str | None = None,
     prompt: str | None = None,
+    repeated: str = "",
+    device: str = "socket",
 ) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -287,7 +318,7 @@ def _print_tables(
     )
     if weights is not None:
         console.print(weights)
-    console.print(flops_words(data))
+    console.print(flops_words(data, repeated, device))
     if experts is not None:
         console.print(experts)
     elif data.get("expert_balance"):
@@ -297,7 +328,12 @@ def _print_tables(
         hand_offs = _hand_offs_line(data["pipeline"])
         if hand_offs is not None:
             console.print(hand_offs)
-    kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
+    kernels = Table(
+        title="kernels",
+        box=box.SIMPLE_HEAD,
+        caption=KERNEL_LEGEND,
+        caption_justify="left",
+    )
     for col in (
         "kernel",
         "calls",
@@ -327,8 +363,8 @@ def _print_tables(
         )
     console.print(kernels)
     if data["collectives"]:
-        console.print(_collectives_table(data["collectives"]))
-    units = Table(title="bytes and busy units (per socket)", box=box.SIMPLE_HEAD)
+        console.print(_collectives_table(data["collectives"], device))
+    units = Table(title=f"bytes and busy units (per {device})", box=box.SIMPLE_HEAD)
     for col in ("tier", "bytes", "unit", "busy", "busy (share of step)"):
         units.add_column(col, justify="left" if col in ("tier", "unit") else "right", no_wrap=True)
     tiers = list(data["bytes_by_tier"].items())
@@ -348,7 +384,7 @@ def _print_tables(
         console.print(f"trace written to {data['trace']} (open it in ui.perfetto.dev)")
 
 
-def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
+def _collectives_table(collectives: list[dict[str, Any]], device: str = "socket") -> Table:
     """Each collective stage with the algorithm the hardware's policy chose and its cost."""
     from rich import box
     from rich.table import Table
@@ -365,7 +401,7 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
             "each); sent: what an all-to-all's socket sends per call, every copy and hop"
         )
     table = Table(
-        title="collectives (per socket)",
+        title=f"collectives (per {device})",
         caption=caption,
         caption_justify="left",
         box=box.SIMPLE_HEAD,
@@ -524,7 +560,19 @@ def command(
         if data["memory"]["weights_ddr_bytes"] > 0:
             weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
         streams = experts.words() if experts is not None else None
-        _print_tables(data, Utilization.of_step(cost), machine, weights, windows, streams, prompt)
+        device = device_noun(scenario.hardware)
+        repeated = repeated_parts(scenario, int(data["tp"]))
+        _print_tables(
+            data,
+            Utilization.of_step(cost),
+            machine,
+            weights,
+            windows,
+            streams,
+            prompt,
+            repeated,
+            device,
+        )
         click.echo(f"KV slot: {data['kv_layout']}")
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:
