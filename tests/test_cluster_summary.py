@@ -22,6 +22,8 @@ from rdu_sim.serving.traces.synthetic import SyntheticTrace, synthetic_table
 
 TOP_KEYS = {
     "slo_binding",
+    "occupancy",
+    "throughput_bound",
     "cluster",
     "router",
     "disaggregated",

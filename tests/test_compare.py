@@ -195,15 +195,21 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
         ]
     assert full["slot_tokens"] == 131072 and snap["slot_tokens"] == 32768
     assert snap["batch"] > full["batch"]  # a SnapStream slot keeps a quarter of the tokens
-    # each prefill is the step's default (the policy's typical prompt: SnapStream's is the
-    # typical one it compresses), and the row says how many tokens each times
+    # both prefills time the same prompt, the workload's typical one (run's prefill_s, the
+    # step's default), which SnapStream does not compress: the same 403 ms in both columns
     for column in (full, snap):
-        shape = api.default_step_shape(
-            api.load(SNAP, {"kv.policy": column["kv_policy"]}), "prefill"
-        )
-        assert column["prefill_tokens"] == shape.tokens
-        assert f"({shape.tokens:,} tokens" in printed.stdout
-    assert snap["prefill_tokens"] > 32768 > full["prefill_tokens"]
+        scenario = api.load(SNAP, {"kv.policy": column["kv_policy"]})
+        assert column["prefill_tokens"] == api.default_step_shape(scenario, "prefill").tokens
+        assert column["prefill_s"] == round(api.step(scenario, phase="prefill").step_s, 12)
+        assert column["prefill_compressed"] is False
+    assert full["prefill_tokens"] == snap["prefill_tokens"] == 4096
+    assert full["prefill_s"] == snap["prefill_s"]
+    assert printed.stdout.count("403 ms (4,096 tokens)") == 2
+    # the prompts SnapStream compresses have their own row, labelled as what they are
+    assert full["long_prefill_s"] is None and snap["long_prefill_tokens"] == 39717
+    assert snap["long_prefill_bucket"] == 40960 and round(snap["long_prefill_share"], 3) == 0.005
+    assert "prefill, median prompt" in printed.stdout
+    assert "4.03 s (39,717 tokens," in printed.stdout and "0.5% of" in printed.stdout
     ratio = snap["system_tokens_per_s"] / full["system_tokens_per_s"]
     (verdict,) = data["verdicts"]
     assert verdict.startswith(
@@ -221,7 +227,8 @@ def test_the_issue_command_varies_the_kv_policy_and_says_why() -> None:
 
 def test_the_hardware_verdict_names_the_bandwidth() -> None:
     """SN40L-8 against the DGX H100 on Llama 3.1 70B: the same batch, both decode steps
-    bound by HBM bandwidth; the H100's 1.86x bandwidth, not the bytes, sets HBM's time, and
+    bound by HBM bandwidth; the H100's 1.7x sustained bandwidth (its peak's 1.86x, at each
+    device's efficiency), not the bytes, sets HBM's time, and
     the rest of the H100's step (HBM is 59.5% of it) brings the steps to 0.907x, not 0.6x."""
     data = compare(WORKLOAD, [SN40L_8, DGX]).to_dict()
     (verdict,) = data["verdicts"]
@@ -229,7 +236,15 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
     assert "the same batch (32 slots)" in verdict
     assert "bound by HBM bandwidth in both" in verdict
     assert "(59.5% vs 89.5% of their step time)" in verdict
-    assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.86x) the" in verdict
+    assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.7x) the" in verdict
+    # the rates it states are the ones its times are at: bytes / rate is the HBM time
+    assert (
+        "27 GiB of HBM traffic per device at 2.91 TB/s (87.0% of its 3.35 TB/s peak) vs 26.3 GiB "
+        "of HBM traffic per device at 1.71 TB/s (95.0% of its 1.8 TB/s peak)"
+    ) in verdict
+    for column in data["columns"]:
+        rate = column["peak_hbm_bandwidth"] * column["hbm_efficiency"]
+        assert column["hbm_bytes"] / rate == pytest.approx(column["resource_s"]["hbm"])
     assert verdict.endswith(
         "; the rest of each step (40.5% vs 10.5%), which HBM bandwidth does not explain, "
         "brings the steps to 0.907x; of that rest, kernel boundaries (launch and sync) take "
@@ -268,9 +283,10 @@ def test_the_verdicts_say_they_compare_one_step_at_one_context() -> None:
     assert [c.paged_kv for c in result.columns] == [False, True]
     assert result.scope == (
         "Each verdict compares one decode step with every slot at one context (8,192 cached "
-        "tokens): a serving run can differ, where the batch fills and drains and each context "
-        "grows, and the paged KV cache of dgx-h100 reads each sequence's own context (rdu-sim "
-        "run times one)."
+        "tokens), its tokens/s decode's alone (prefill left out: its own row): a serving run "
+        "can differ, where the batch fills and drains, prefills take time from decoding and "
+        "each context grows, and the paged KV cache of dgx-h100 reads each sequence's own "
+        "context (rdu-sim run times one)."
     )
     assert result.to_dict()["scope"] == result.scope
     printed = CliRunner().invoke(

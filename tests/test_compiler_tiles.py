@@ -18,6 +18,7 @@ from rdu_sim.compiler.program import KernelProgram, StageProgram
 from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.operator import Operator, TensorSpec
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.step_shape import typical_prefill_prompt
 from rdu_sim.shapes import Gemm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,11 +140,12 @@ def test_more_sram_never_makes_the_405b_prefill_slower() -> None:
     for kib in SRAM_KIB:
         overrides = {"hw.socket.pmu.sram": kib * 1024}
         scenario = api.load(LLAMA_405B, overrides)
-        shape = api.default_step_shape(scenario, "prefill")
+        prompt = typical_prefill_prompt(scenario)  # unpadded, as the trial timed it
+        shape = api.default_step_shape(scenario, "prefill", tokens=prompt)
         program = compiler.Compiler(scenario).program(shape)
         decoder = next(k for k in program.kernels if k.name == "decoder")
         estimates.append(compiler.kernel_time(decoder.stages, scenario.hardware.socket))
-        steps.append(api.step(LLAMA_405B, overrides, phase="prefill").detail.step_s)
+        steps.append(api.step(LLAMA_405B, overrides, phase="prefill", tokens=prompt).detail.step_s)
     assert estimates == sorted(estimates, reverse=True)
     for i in range(1, len(steps)):
         assert steps[i] <= min(steps[:i]) * (1 + 1e-3), (SRAM_KIB[i], steps)

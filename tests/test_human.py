@@ -155,6 +155,24 @@ def test_a_closed_loop_measures_the_machine() -> None:
     assert data["load"]["concurrency"] == 8
 
 
+def test_a_closed_loop_of_fewer_requests_than_slots_is_set_by_its_requests() -> None:
+    """8 requests in a closed loop on 16 slots: 8 users (not 16), and the throughput is the
+    8 users', said in a sentence, not the machine's."""
+    overrides = {"serving.arrival.process": "closed_loop", "serving.requests": 8}
+    text, data = text_of(overrides)
+    assert data["batch_slots"] == 16 and data["load"]["concurrency"] == 8
+    assert "closed loop: 8 users" in text
+    assert data["throughput_bound"] == "offered_load"
+    said = " ".join(text.split())
+    assert (
+        "The throughput above is set by the closed loop's 8 users (its requests, or "
+        "serving.arrival.concurrency), not by the machine: 8 cannot fill its 16 batch slots "
+        f"(occupied {human.percent(data['occupancy'])} of the time)."
+    ) in said
+    assert why_bound(True, 0.9, False, 8, 16) == "few_users"
+    assert why_bound(True, 0.9, False, 16, 16) == "closed_loop"
+
+
 def _mean(value: float) -> Percentiles:
     return Percentiles(p50=value, p90=value, p99=value, mean=value)
 

@@ -259,3 +259,14 @@ def test_what_would_move_a_floor_reads_right_for_every_binding_resource(bound: s
     tpot = {"tpot_step_s": 0.1, "tpot_step_bound": bound}
     assert ("more tp" in moves(tpot, "tpot", alone=True)[0]) == (bound != "link")
     assert moves({}, "ttft", alone=True)[1] == "a faster prefill (a faster step)"
+
+
+def test_a_padded_prefill_floor_names_the_bucket_it_times() -> None:
+    """'a prefill of 4,224 tokens alone takes 703 ms' timed the 5,120-token bucket: say so."""
+    metrics = {"ttft_step_s": 0.703, "ttft_step_bound": "link", "ttft_step_tokens": 4224}
+    padded = moves({**metrics, "ttft_step_bucket": 5120}, "ttft", alone=True)[0]
+    assert "(a prefill of 4,224 tokens (run at its 5,120-token bucket) alone takes 703 ms, " in (
+        padded
+    )
+    exact = moves({**metrics, "ttft_step_bucket": 4224}, "ttft", alone=True)[0]
+    assert "(a prefill of 4,224 tokens alone takes 703 ms, " in exact

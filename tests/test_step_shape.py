@@ -70,14 +70,14 @@ def test_snapstream_step_at_a_context_beyond_its_slot_runs_the_slot() -> None:
         ([], ("decode", 16, 1, 8192)),
         (["--context", "5000"], ("decode", 16, 1, 8192)),
         (["--context", "1000", "--batch", "3"], ("decode", 3, 1, 1024)),
-        (["--phase", "prefill"], ("prefill", 1, 2304, 0)),
+        (["--phase", "prefill"], ("prefill", 1, 3072, 0)),
         (["--phase", "prefill", "--tokens", "700", "--context", "300"], ("prefill", 1, 700, 300)),
     ],
 )
 def test_step_and_inspect_graph_run_one_shape(extra: list[str], shape: tuple[Any, ...]) -> None:
     """Differential: the shape `inspect graph` compiles is the one `step` times, for every
     option, and both are the rule's (Llama 8B: pow2 buckets from 1024, uniform prompts
-    512..4096, so the typical prompt is 2304)."""
+    512..4096, so the typical prompt is 2304, a prefill run at its bucket of 3072)."""
     timing = _step_json([LLAMA, *extra])
     shown = _inspect_shape([LLAMA, *extra])
     assert (timing["phase"], timing["batch"], timing["tokens"], timing["context"]) == shape

@@ -75,7 +75,7 @@ def test_deepseek_prefill_repeats_work_on_every_socket() -> None:
 
 def test_routed_loading_says_the_expected_distinct_experts() -> None:
     """Qwen3-235B at batch 4 under routed loading: each MoE layer streams the experts 4
-    tokens x 8 touch under uniform routing, 128 (1 - (1 - 8/128)^4) = 29.12 of 128."""
+    tokens x 8 touch under uniform routing, 128 (1 - (1 - 8/128)^4) = 29.1 of 128."""
     data, text = _step(QWEN, "--batch", "4")
     expected = 128 * (1 - (1 - 8 / 128) ** 4)
     assert data["experts"]["loading"] == "routed"
@@ -84,7 +84,7 @@ def test_routed_loading_says_the_expected_distinct_experts() -> None:
     assert routing["expected_distinct"] == pytest.approx(expected, rel=1e-12)
     assert routing["streamed"] == routing["expected_distinct"]
     line = _line(text, "routed experts")
-    assert "streams 29.12 of its 128 experts" in line and "4 tokens x 8" in line
+    assert "streams 29.1 of its 128 experts" in line and "4 tokens x 8" in line
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_static_loading_says_the_slots_and_the_expected_experts(
     expected = 256 * (1 - (1 - 8 / 256) ** (batch))
     assert routing["expected_distinct"] == pytest.approx(expected, rel=1e-12)
     line = _line(text, "routed experts (static loading)")
-    assert words in line and f"{expected:,.2f}".removesuffix(".00") in line
+    assert words in line and f"{expected:,.1f}".removesuffix(".0") in line
 
 
 def test_inspect_graph_says_the_same() -> None:
@@ -127,7 +127,7 @@ def test_whole_experts_say_a_device_streams_its_own() -> None:
     data, text = _step(QWEN, "--batch", "4", "--set", "parallelism.moe_experts=expert")
     assert data["experts"]["whole_over_devices"] == 16
     line = _line(text, "routed experts")
-    assert "streams 29.12 of its 128 experts" in line
+    assert "streams 29.1 of its 128 experts" in line
     assert line.endswith(
         "whole experts over 16 devices, 8 each: a device streams its own among them"
     )

@@ -59,15 +59,32 @@ def _per_rank(column: Column, slots: int | None) -> str:
 def _prompt(column: Column) -> str:
     """`` (2,304 tokens, bucket 3,072)``: the typical prompt and the static shape it runs
     at, as a server pads it (`` (20,000 tokens, 3 chunks of 8,192)`` when chunked; the
-    tokens alone when the prompt is its bucket)."""
-    tokens, bucket, steps = column.prefill_tokens, column.prefill_bucket, column.prefill_steps
+    tokens alone when the prompt is its bucket; ``, compressed`` when the column's KV policy
+    compresses it)."""
+    kept = ", compressed" if column.prefill_compressed else ""
+    return _shape(column.prefill_tokens, column.prefill_bucket, column.prefill_steps, kept)
+
+
+def _shape(tokens: int | None, bucket: int | None, steps: int | None, more: str) -> str:
+    """A prompt's tokens and the static shape a server runs it at, in parentheses."""
     if tokens is None:
         return ""
     if steps is not None and steps > 1 and bucket is not None:
-        return f" ({tokens:,} tokens, {steps} chunks of {bucket:,})"
+        return f" ({tokens:,} tokens, {steps} chunks of {bucket:,}{more})"
     if bucket is not None and bucket != tokens:
-        return f" ({tokens:,} tokens, bucket {bucket:,})"
-    return f" ({tokens:,} tokens)"
+        return f" ({tokens:,} tokens, bucket {bucket:,}{more})"
+    return f" ({tokens:,} tokens{more})"
+
+
+def _long_prompt(column: Column) -> str:
+    """A compressing policy's prompts past its budget: the prefill of their median and their
+    share of the requests (`` (39,717 tokens, bucket 40,960; 0.5% of requests)``)."""
+    if column.long_prefill_s is None or column.long_prefill_share is None:
+        return human.MISSING
+    share = f"; {column.long_prefill_share:.1%} of requests"
+    return human.duration(column.long_prefill_s) + _shape(
+        column.long_prefill_tokens, column.long_prefill_bucket, None, share
+    )
 
 
 def _stack(column: Column) -> str:
@@ -97,7 +114,10 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("share of peak FLOP/s", lambda c: human.percent(c.flops_fraction)),
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
     ("prefill, typical prompt", lambda c: human.duration(c.prefill_s) + _prompt(c)),
+    ("prefill, median prompt past the KV budget", _long_prompt),
 )
+LONG_ROW = ROWS[-1][0]
+"""Printed only when some column's policy compresses a prompt the workload sends."""
 
 
 def print_comparison(result: Comparison) -> None:
@@ -107,7 +127,10 @@ def print_comparison(result: Comparison) -> None:
     table.add_column("")
     for column in result.columns:
         table.add_column(column.label, justify="right")
+    long = any(c.long_prefill_s is not None for c in result.columns)
     for label, cell in ROWS:
+        if label == LONG_ROW and not long:
+            continue
         table.add_row(label, *(cell(c) for c in result.columns))
     console = Console(soft_wrap=True)
     console.print(table)

@@ -89,8 +89,8 @@ def step_shape_options(func: F) -> F:
             "--tokens",
             type=click.IntRange(1, 100_000_000),
             default=None,
-            help="New tokens per slot (default: 1 for decode; for prefill the typical prompt, "
-            "the typical compressed one when the KV policy compresses).",
+            help="New tokens per slot (default: 1 for decode; for prefill the workload's typical "
+            "prompt padded to its bucket, the prompt run's prefill_s times).",
         ),
         click.option(
             "--context",

@@ -2,8 +2,10 @@
 
 The step is one decode step of the batch or one prefill, its shape given by ``--batch``,
 ``--tokens`` and ``--context`` with the defaults of ``rdu_sim.serving.step_shape`` (decode:
-every batch slot at the decode bucket of the longest cache the KV policy keeps; prefill: one
-typical prompt, the typical compressed one when the policy compresses). A ``--context``
+every batch slot at the decode bucket of the longest cache the KV policy keeps; prefill: the
+workload's typical prompt as a server runs it, padded to its bucket, the prompt run's
+``prefill_s`` and compare's prefill row time, which a line under the header names, with a
+compressing policy's longer prompts and the ``--tokens`` that times them). A ``--context``
 the policy does not keep in full (a SnapStream slot holds its budget) or that is rounded up
 to a decode bucket is said under the tables. It runs through ``api.step``: the shape is
 compiled by ``rdu_sim.compiler`` and simulated by ``rdu_sim.engine`` with the workload's
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
 
     from rdu_sim.compiler.program import Placement
     from rdu_sim.report.summary import Utilization
+    from rdu_sim.scenario import Scenario
 
 
 def _pipeline_line(data: dict[str, Any]) -> str:
@@ -184,31 +187,80 @@ def balance_words(balance: dict[str, float]) -> str:
     )
 
 
-def flops_words(data: dict[str, Any]) -> str:
-    """The step's matrix FLOPs a socket beside the model's own share of them (``flops`` and
-    ``model_flops`` / tp): the difference is work repeated on several sockets, operators TP
-    does not split (docs/architecture.md); and the model FLOP/s utilisation."""
+def repeated_parts(scenario: Scenario, tp: int) -> str:
+    """What TP does not split in this model, in words (the parts a device repeats): the MoE
+    router, MLA's q_a_proj and kv_a_proj, GQA's K/V heads when fewer than the devices."""
+    from rdu_sim.config.architecture import DeepSeekArchitecture, LlamaArchitecture
+    from rdu_sim.config.hardware_file import device_noun
+
+    arch, parts = scenario.model, []
+    if not isinstance(arch, LlamaArchitecture) and arch.moe_layers > 0:
+        parts.append("the MoE router")
+    if isinstance(arch, DeepSeekArchitecture):
+        parts.append("MLA's q_a_proj and kv_a_proj")
+    else:
+        kv_heads = arch.kv_heads
+        if kv_heads < tp:
+            parts.append(f"its {kv_heads} K/V heads over {tp} {device_noun(scenario.hardware)}s")
+    return ", ".join(parts) or "its unsplit operators"
+
+
+def flops_words(data: dict[str, Any], repeated: str = "", device: str = "socket") -> str:
+    """The step's matrix FLOPs a ``device`` beside the model's own share of them (``flops``
+    and ``model_flops`` / tp): the difference is work repeated on several devices, operators
+    TP does not split (``repeated``, :func:`repeated_parts`; docs/architecture.md); and the
+    model FLOP/s utilisation."""
     flops, own = data["flops"], data["model_flops"] / data["tp"]  # tp: the program's
     mfu = f"model FLOP/s {human.percent(data['model_flops_fraction'])} of peak"
     if own >= flops * (1 - 1e-9):
         return (
-            f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, all its share of the model's "
-            f"(no work repeated on every socket); {mfu}"
+            f"matrix FLOPs {human.si(flops, 'FLOP')} a {device}, all its share of the model's "
+            f"(no work repeated on every {device}); {mfu}"
         )
     reasons = []
     if data["tp"] > 1:
         reasons.append(
-            "work repeated on several sockets (what TP does not split: the MoE router, MLA's "
-            "q_a_proj and kv_a_proj, K/V heads fewer than the sockets; docs/architecture.md)"
+            f"work repeated on several {device}s (what TP does not split: "
+            f"{repeated or 'its unsplit operators'}; docs/architecture.md)"
         )
     if data["layout"]["ep"] > 1:
         reasons.append("the busiest device's extra share of whole experts")
     reasons = reasons or ["work beyond its share"]
     return (
-        f"matrix FLOPs {human.si(flops, 'FLOP')} a socket, {' and '.join(reasons)} included; "
+        f"matrix FLOPs {human.si(flops, 'FLOP')} a {device}, {' and '.join(reasons)} included; "
         f"its share of the model's own {human.si(own, 'FLOP')} ({human.percent(own / flops)}); "
         f"{mfu}"
     )
+
+
+def _prompt_words(scenario: Scenario) -> str:
+    """Which prompt a default prefill step times, and why: the workload's typical prompt as
+    a server runs it (``serving.step_shape.typical_prefill``, the one run's ``prefill_s``
+    and compare's prefill row time); a compressing policy's longer prompts, with the
+    ``--tokens`` that times their median."""
+    from rdu_sim.serving.step_shape import long_prompts, typical_prefill
+
+    words = (
+        f"prompt: {typical_prefill(scenario).words()}; the prompt run's prefill_s and "
+        "compare's prefill row time"
+    )
+    long = long_prompts(scenario)
+    if long is not None:
+        words += (
+            f"; the {scenario.kv_policy.name} policy compresses only {long.words()} "
+            f"(--tokens {long.median} times one, with the SnapKV selection)"
+        )
+    return words
+
+
+KERNEL_LEGEND = (
+    "loop: a looped kernel, one call running its layers in an on-chip loop; time: all its "
+    "calls; launch: the launch and sync part of that time; period: a looped kernel's steady "
+    "time a layer, where the engine fast-forwarded it; sim: the calls or layer iterations "
+    "the engine simulated (the rest advanced at that period); tiles: a call's; SRAM: the "
+    "PMU SRAM it holds"
+)
+"""The kernel table's columns, in a line under it."""
 
 
 def _print_tables(
@@ -218,6 +270,9 @@ def _print_tables(
     weights: str | None,
     windows: str = "",
     experts: str | None = None,
+    prompt: str | None = None,
+    repeated: str = "",
+    device: str = "socket",
 ) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -227,7 +282,7 @@ def _print_tables(
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
-    from rdu_sim.report.bound import RESOURCES, others_alone
+    from rdu_sim.report.bound import RESOURCES, bound_label, others_alone
 
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
@@ -236,6 +291,8 @@ def _print_tables(
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
         f"{windows}"
     )
+    if prompt is not None:
+        console.print(prompt, markup=False)
     console.print(
         f"step time [bold]{human.duration(data['step_s'])}[/]; {utilization_line(utilization)}; "
         f"{human.count(data['events'], 'SimPy event')}"
@@ -250,16 +307,19 @@ def _print_tables(
         if rest > 0
         else ""
     )
+    limit = bound[f"{resource}_s"]
+    label = bound_label(limit, data["step_s"])
+    of = "the step" if label == "bound by" else human.duration(data["step_s"])
     console.print(
-        f"bound by [bold]{RESOURCES[resource]}[/] ({human.duration(bound[f'{resource}_s'])} of "
-        f"the step; each resource alone: {others}); the device "
+        f"{label} [bold]{RESOURCES[resource]}[/] ({human.duration(limit)} of "
+        f"{of}; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
         f"({human.duration(data['host_serial_s'])} serial, "
         f"{human.duration(data['host_overlapped_s'])} beside the device{hidden}){unaccounted}"
     )
     if weights is not None:
         console.print(weights)
-    console.print(flops_words(data))
+    console.print(flops_words(data, repeated, device))
     if experts is not None:
         console.print(experts)
     elif data.get("expert_balance"):
@@ -269,7 +329,12 @@ def _print_tables(
         hand_offs = _hand_offs_line(data["pipeline"])
         if hand_offs is not None:
             console.print(hand_offs)
-    kernels = Table(title="kernels", box=box.SIMPLE_HEAD)
+    kernels = Table(
+        title="kernels",
+        box=box.SIMPLE_HEAD,
+        caption=KERNEL_LEGEND,
+        caption_justify="left",
+    )
     for col in (
         "kernel",
         "calls",
@@ -299,8 +364,8 @@ def _print_tables(
         )
     console.print(kernels)
     if data["collectives"]:
-        console.print(_collectives_table(data["collectives"]))
-    units = Table(title="bytes and busy units (per socket)", box=box.SIMPLE_HEAD)
+        console.print(_collectives_table(data["collectives"], device))
+    units = Table(title=f"bytes and busy units (per {device})", box=box.SIMPLE_HEAD)
     for col in ("tier", "bytes", "unit", "busy", "busy (share of step)"):
         units.add_column(col, justify="left" if col in ("tier", "unit") else "right", no_wrap=True)
     tiers = list(data["bytes_by_tier"].items())
@@ -320,7 +385,7 @@ def _print_tables(
         console.print(f"trace written to {data['trace']} (open it in ui.perfetto.dev)")
 
 
-def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
+def _collectives_table(collectives: list[dict[str, Any]], device: str = "socket") -> Table:
     """Each collective stage with the algorithm the hardware's policy chose and its cost."""
     from rich import box
     from rich.table import Table
@@ -337,7 +402,7 @@ def _collectives_table(collectives: list[dict[str, Any]]) -> Table:
             "each); sent: what an all-to-all's socket sends per call, every copy and hop"
         )
     table = Table(
-        title="collectives (per socket)",
+        title=f"collectives (per {device})",
         caption=caption,
         caption_justify="left",
         box=box.SIMPLE_HEAD,
@@ -449,6 +514,10 @@ def command(
         data["experts"] = experts.to_dict()
     bound = step_bound(timing, scenario.hardware)
     layout = scenario.workload.parallelism.layout()
+    prompt = None
+    if phase == "prefill" and tokens is None and context is None:
+        prompt = _prompt_words(scenario)
+        data["prompt"] = prompt
     data.update(
         workload=scenario.workload.name,
         model=scenario.model.name,
@@ -492,7 +561,19 @@ def command(
         if data["memory"]["weights_ddr_bytes"] > 0:
             weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
         streams = experts.words() if experts is not None else None
-        _print_tables(data, Utilization.of_step(cost), machine, weights, windows, streams)
+        device = device_noun(scenario.hardware)
+        repeated = repeated_parts(scenario, int(data["tp"]))
+        _print_tables(
+            data,
+            Utilization.of_step(cost),
+            machine,
+            weights,
+            windows,
+            streams,
+            prompt,
+            repeated,
+            device,
+        )
         click.echo(f"KV slot: {data['kv_layout']}")
         note = context_note(scenario, context) if phase == "decode" else None
         if note is not None:

@@ -8,9 +8,11 @@ all), compiled for that hardware (its fusion level: ``auto`` is full on SN40L an
 on a GPU) and timed by its engine: one
 decode step of ``batch`` slots at the decode bucket of ``context`` cached tokens (defaults:
 the workload's batch slots, or each system's own batch capacity when they say ``auto``; the
-longest cache the KV policy keeps), and the prefill of the workload's typical prompt
-(``typical_prefill_prompt``) as a server runs it: padded up to its compiled prompt bucket or
-cut into chunks (``serving.run.prefill_seconds``, what a run's ``prefill_s`` times; the
+longest cache the KV policy keeps), and the prefill of the workload's typical prompt, the
+same prompt in every column (``serving.step_shape.typical_prefill``), as a server runs it:
+padded up to its compiled prompt bucket or cut into chunks (``serving.run.prefill_seconds``,
+what a run's ``prefill_s`` times; a compressing policy's prompts past its budget are timed
+too, at their median, with their share of the requests, ``long_prompts``; the
 target's alone: a draft's part is not compared, and the lines say so of each column with a
 draft, and of a varied field compare does not time, ``why.not_compared``). A Composition of
 Experts' column times one expert as its run does (``_coe_expert``: the batch capacity of
@@ -63,7 +65,7 @@ from rdu_sim.serving.coe import (
 )
 from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
 from rdu_sim.serving.step_cache import StepCache
-from rdu_sim.serving.step_shape import typical_prefill_prompt
+from rdu_sim.serving.step_shape import long_prompts, typical_prefill
 
 __all__ = [
     "Column",
@@ -344,6 +346,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         model=scenario.model.name,
         stack=scenario.stack.name,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
+        hbm_efficiency=float(hardware.hbm.efficiency),
         peak_flops=peak_matrix_flops(scenario),
         label=side.label(hardware.name),
         settings=dict(side.settings),
@@ -364,10 +367,13 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         decode = default_step_shape(timed, "decode", batch=slots, context=context)
         cost = backend.step_cost(timed, decode)
         # the typical prompt as a server runs it (its bucket, or chunks): run's prefill_s
-        prompt = typical_prefill_prompt(timed)
-        prefill_shapes = served_prefill_steps(timed, prompt)
+        typical = typical_prefill(timed)
+        prompt, prefill_shapes = typical.prompt, typical.steps
         cache = StepCache(lambda shape: backend.step_cost(timed, shape))
         prefill_s = prefill_seconds(cache, timed, prompt)
+        long = long_prompts(timed)
+        long_s = None if long is None else prefill_seconds(cache, timed, long.median)
+        long_shapes = [] if long is None else served_prefill_steps(timed, long.median)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
@@ -392,6 +398,11 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         prefill_tokens=prompt,
         prefill_bucket=prefill_shapes[0].tokens,
         prefill_steps=len(prefill_shapes),
+        prefill_compressed=typical.compressed,
+        long_prefill_s=long_s,
+        long_prefill_tokens=None if long is None else long.median,
+        long_prefill_bucket=long_shapes[0].tokens if long_shapes else None,
+        long_prefill_share=None if long is None else long.share,
         bound=bound.bound,
         bound_s=bound.limit_s,
         resource_s=bound.times(),

@@ -44,17 +44,27 @@ class Column:
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
     flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
+    # the share of that peak the HBM sustains (``hbm.efficiency``): its time in the bound is
+    # the bytes at peak x efficiency, the rate the verdict's arithmetic states
+    hbm_efficiency: float = 1.0
     peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
     kernel_calls: int | None = None  # kernel calls in one decode step
     # the typical prompt's prefill as a server runs it (``serving.run.prefill_seconds``, a
     # run's ``prefill_s``): padded to its prompt bucket, or in chunks
     prefill_s: float | None = None
-    # that prompt's tokens: the policy's typical compressed prompt when it compresses some
-    # prompt the workload sends (``serving.step_shape.typical_prefill_prompt``), so two
-    # policies' prefills may time different prompts
+    # that prompt's tokens (``serving.step_shape.typical_prefill``): the workload's typical
+    # prompt, the same one in every column whatever its KV policy
     prefill_tokens: int | None = None
     prefill_bucket: int | None = None  # tokens of its step (its prompt bucket) or of a chunk
     prefill_steps: int | None = None  # 1, or the chunks it is cut into
+    prefill_compressed: bool = False  # the column's KV policy compresses that prompt
+    # a compressing policy's longer prompts (``serving.step_shape.long_prompts``): the prefill
+    # of their median as a server runs it, its tokens, bucket (or chunk) and their share of
+    # the requests; None when the policy compresses no prompt the workload sends
+    long_prefill_s: float | None = None
+    long_prefill_tokens: int | None = None
+    long_prefill_bucket: int | None = None
+    long_prefill_share: float | None = None
     label: str = ""  # what differs (``Variant.label``; the hardware's name when only it varies)
     settings: dict[str, Any] = field(default_factory=dict)  # what the variant sets
     kv_policy: str = ""

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
-from rdu_sim.report.bound import RESOURCES, bubble_words, others_alone
+from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
 from rdu_sim.report.console import served_by
 
 UNEXPLAINED = 0.5
@@ -38,13 +38,26 @@ kernels: time the binding resource inside them does not take) are named in the v
 an item of their own, with their time in each step."""
 
 
+def _hbm_rate(column: Column) -> float:
+    """The HBM bandwidth a device sustains (peak x ``hbm.efficiency``): the rate the bound's
+    HBM time is the bytes at, so the verdict's arithmetic closes."""
+    return column.peak_hbm_bandwidth * column.hbm_efficiency
+
+
+def _bound_label(column: Column) -> str:
+    """``bound by``, or ``largest part`` when its resource takes under half the step."""
+    return bound_label(column.bound_s or 0.0, column.step_s or 0.0)
+
+
 def _demand(column: Column) -> str:
-    """The binding resource's demand and rate in one device's decode step."""
+    """The binding resource's demand and rate in one device's decode step (HBM: the rate
+    it sustains, and the share of its peak that is)."""
     if column.bound == "hbm" and column.hbm_bytes is not None:
-        return (
-            f"{human.size(column.hbm_bytes)} of HBM traffic per device at "
-            f"{human.bandwidth(column.peak_hbm_bandwidth)}"
-        )
+        rate = human.bandwidth(_hbm_rate(column))
+        if column.hbm_efficiency != 1.0:
+            peak = human.bandwidth(column.peak_hbm_bandwidth)
+            rate += f" ({human.percent(column.hbm_efficiency)} of its {peak} peak)"
+        return f"{human.size(column.hbm_bytes)} of HBM traffic per device at {rate}"
     if column.bound == "compute" and column.flops is not None:
         return (
             f"{human.si(column.flops, 'FLOP')} per device at {human.flops(column.peak_flops)} peak"
@@ -145,7 +158,7 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f"{column.label} {served_by(column.stack)}: {column.kv_policy} KV{slot} tokens, "
             f"batch {column.batch:,} of "
             f"{column.batch_capacity:,}{_ranks(column, column.batch)}; decode step "
-            f"{human.duration(column.step_s)} bound by "
+            f"{human.duration(column.step_s)} {_bound_label(column)} "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
             f": {_demand(column)}; each resource alone: "
             f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"
@@ -253,7 +266,7 @@ def _step_why(a: Column, b: Column) -> str:
             f"time{largest}; the rest is time no one resource explains ({_rest(a, b)})"
         )
     demands = {
-        "hbm": (a.hbm_bytes, b.hbm_bytes, a.peak_hbm_bandwidth, b.peak_hbm_bandwidth, "traffic"),
+        "hbm": (a.hbm_bytes, b.hbm_bytes, _hbm_rate(a), _hbm_rate(b), "traffic"),
         "compute": (a.flops, b.flops, a.peak_flops, b.peak_flops, "FLOPs"),
     }.get(a.bound or "")
     if demands is None or demands[0] is None or demands[1] is None:
@@ -347,8 +360,9 @@ def verdict(a: Column, b: Column) -> str:
 
 def scope(columns: Sequence[Column]) -> str:
     """What every verdict compares, in one line, when two variants or more fit: one decode
-    step each with every slot at one context (its bucket), which a serving run need not
-    match: there the batch fills and drains, and a stack with a paged KV cache (a GPU's)
+    step each with every slot at one context (its bucket), tokens/s of decode alone (prefill
+    left out), which a serving run need not match: there the batch fills and drains,
+    prefills take their time, and a stack with a paged KV cache (a GPU's)
     reads each sequence's own context; ``rdu-sim run`` times that."""
     fitting = [c for c in columns if c.fits and c.context is not None]
     if len(fitting) < 2:
@@ -367,9 +381,10 @@ def scope(columns: Sequence[Column]) -> str:
     )
     reads = f", and {whose} reads each sequence's own context" if paged else ""
     return (
-        f"Each verdict compares one decode step with every slot at {held}: a serving run can "
-        f"differ, where the batch fills and drains and each context grows{reads} (rdu-sim "
-        "run times one)."
+        f"Each verdict compares one decode step with every slot at {held}, its tokens/s "
+        "decode's alone (prefill left out: its own row): a serving run can differ, where the "
+        f"batch fills and drains, prefills take time from decoding and each context "
+        f"grows{reads} (rdu-sim run times one)."
     )
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from rdu_sim import human
 from rdu_sim.compiler.errors import CapacityError, SlotsCapacityError
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
-from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, shard_plan
+from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, mla_cache_form, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.program import (
     Placement,
@@ -56,6 +56,7 @@ from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.graph import operators
+from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
@@ -329,10 +330,23 @@ def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = Fal
         )
     if weights and DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
-    hints += _device_hints(scenario)
+    if not kv or weights or ddr or _kv_shrinks_with_tp(scenario):  # no tp that cannot help
+        hints += _device_hints(scenario)
     if ddr and not gpu:
         hints.append("give each socket more DDR (hw.socket.ddr.capacity)")
     return hints
+
+
+def _kv_shrinks_with_tp(scenario: Scenario) -> bool:
+    """Whether more tp shrinks a device's KV cache (twice the tp, a smaller share): GQA's
+    cache splits by KV head, so past ``kv_heads`` devices each holds a whole head's copy;
+    MLA's replicated latent is on every device whatever the tp."""
+    plan = shard_plan(scenario)
+    deepseek = isinstance(scenario.model, DeepSeekArchitecture)
+    axis: Axis = "mla_cache" if deepseek else "kv_heads"
+    if deepseek and mla_cache_form(scenario) == "per_head":
+        return True  # per-head K/V: split by query heads, over every device
+    return replace(plan, tp=2 * plan.tp).divisor(axis) > plan.divisor(axis)
 
 
 def _device_hints(scenario: Scenario) -> list[str]:

@@ -134,8 +134,8 @@ class ExpertStreams:
 
 
 def _experts(values: tuple[float, ...]) -> str:
-    """Expert counts to two decimals, a whole one without them: ``29.12``, ``32``."""
-    return ", ".join(f"{v:,.2f}".removesuffix(".00") for v in sorted(set(values)))
+    """Expert counts to one decimal, a whole one without it: ``29.1``, ``32``."""
+    return ", ".join(f"{v:,.1f}".removesuffix(".0") for v in sorted(set(values)))
 
 
 def expert_streams(scenario: Scenario, program: Program) -> ExpertStreams | None:

@@ -90,6 +90,8 @@ def measure(result: ClusterResult) -> dict[str, Any]:
         metrics[f"{half}_step_bound"] = None if bound is None else bound.bound
         if half == "ttft":
             metrics["ttft_step_tokens"] = int(floors.prompt_tokens[index])
+            if shape.cache_len == 0:  # the whole prompt in one step: the bucket it runs at
+                metrics["ttft_step_bucket"] = shape.tokens
         else:
             metrics["tpot_step_batch"] = shape.batch
             metrics["tpot_step_context"] = shape.cache_len

@@ -90,6 +90,19 @@ REMEDIES: dict[str, str] = {
 bandwidth)"): the same keys as :data:`RESOURCES`."""
 
 
+BINDS_SHARE = 0.5
+"""The least share of its step the largest resource's time takes for the reports to say it
+binds the step ("bound by HBM bandwidth"); below it the step is mostly other parts, which
+add up (a GPU's HBM 9.96 ms, host 9.05 ms and kernel boundaries 5.29 ms of 25.8 ms), and the
+words name the largest part instead (:func:`bound_label`)."""
+
+
+def bound_label(limit_s: float, step_s: float) -> str:
+    """``bound by`` when the largest resource takes at least :data:`BINDS_SHARE` of the
+    step, else ``largest part``: the one rule every report's bound words follow."""
+    return "bound by" if step_s <= 0 or limit_s >= BINDS_SHARE * step_s else "largest part"
+
+
 def others_alone(times: Mapping[str, float], bound: str) -> str:
     """The other resources' times alone, in words (``hbm 10 ms, host 1.65 ms``, the order of
     :data:`RESOURCES`; ``nothing else`` when none takes time): what the binding resource's

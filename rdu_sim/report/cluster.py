@@ -51,7 +51,14 @@ from rdu_sim.report.cluster_summary import (
 from rdu_sim.report.energy import Energy, Machine, fleet_energy
 from rdu_sim.report.percentiles import Percentiles, rounded
 from rdu_sim.report.slo_why import Verdict, binding, half_metrics
-from rdu_sim.report.summary import StepCounts, Utilization, steps_run, utilization
+from rdu_sim.report.summary import (
+    StepCounts,
+    Utilization,
+    queue_grew,
+    steps_run,
+    throughput_bound,
+    utilization,
+)
 from rdu_sim.serving.step_cache import PS_PER_S
 
 BRIEF = (50, 99)  # percentiles in the per-replica view
@@ -298,6 +305,8 @@ def summarize_cluster(
     decoded = _groups(decoded_by, len(replicas))
     held = _slot_seconds(run, cols)
     ranks = _ranks(replicas)
+    slots = sum(r.runtime.config.batch_slots for r in replicas)
+    occupancy = float(held.sum()) / (slots * span) if span > 0 and slots else 0.0
     goodput = _goodput(good, output, total, span)
     latency = _latency(cols, served)
     prefix_cache = None
@@ -352,6 +361,10 @@ def summarize_cluster(
         provenance=dict(provenance or {}),
         lockstep=lockstep_costs(run),
         slo_binding=_slo_binding(cols, served, slo),
+        occupancy=_round(occupancy),
+        throughput_bound=throughput_bound(
+            False, occupancy, queue_grew(latency["queue_delay_s"], latency["e2e_s"])
+        ),
     )
 
 

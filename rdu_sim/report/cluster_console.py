@@ -17,7 +17,13 @@ from rdu_sim import human
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.report.cluster_summary import ClusterSummary
-from rdu_sim.report.console import LATENCIES, energy_rows, latency_table, tokens_cut_words
+from rdu_sim.report.console import (
+    LATENCIES,
+    energy_rows,
+    latency_table,
+    offered_load_words,
+    tokens_cut_words,
+)
 from rdu_sim.report.terminal import wide_console
 
 MAX_REPLICA_ROWS = 32  # more replicas than this: the table shows the first ones and says so
@@ -286,7 +292,28 @@ def render_cluster(result: ClusterSummary) -> Group:
     if classes is not None:
         parts.append(classes)
     parts.append(replicas_table(result))
+    load = load_words(result)
+    if load is not None:
+        parts.append(load)
     return Group(*parts)
+
+
+def load_words(result: ClusterSummary) -> str | None:
+    """Why the cluster's throughput is what it is, when its offered load set it (the single
+    run's rule and words, ``report.console.offered_load_words``)."""
+    if result.throughput_bound != "offered_load":
+        return None
+    synthetic = result.traffic.source == "synthetic"
+    asked = "the traffic's Poisson arrivals" if synthetic else "the trace's arrivals"
+    faster = (
+        "raise traffic.rate" if synthetic else "replay the trace faster (traffic.time_scale < 1)"
+    )
+    return offered_load_words(
+        asked,
+        f"the replicas' batch slots were occupied {human.percent(result.occupancy)} of the time "
+        "(each replica's in the table above)",
+        f"{faster}, or serve it on fewer replicas",
+    )
 
 
 def print_cluster_report(result: ClusterSummary, console: Console | None = None) -> None:

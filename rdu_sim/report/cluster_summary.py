@@ -245,6 +245,11 @@ class ClusterSummary(ClusterMeta):
     lockstep: dict[str, LockstepCost] | None = None  # by pool, when a pool's ranks step together
     # the SLO half (or halves) that binds: those missed, or the one nearer its target
     slo_binding: tuple[Verdict, ...] = ()
+    # every replica's batch slots together: slot-seconds held over slots x makespan
+    occupancy: float = 0.0
+    # what set the throughput, by a single run's rule (``report.summary.throughput_bound``):
+    # ``offered_load`` when the slots stood mostly idle and the queue did not grow
+    throughput_bound: str = "machine"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts; ``prefix_cache``, ``kv_transfer`` and

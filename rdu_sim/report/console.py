@@ -21,7 +21,7 @@ from rich.text import Text
 from rdu_sim import human
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
-from rdu_sim.report.bound import RESOURCES, bubble_words
+from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
 from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
@@ -260,12 +260,32 @@ def load_note(result: RunSummary) -> str | None:
     asked = _asked(result)
     if result.throughput_bound != "offered_load":
         return queue_note(result, asked)
+    users = result.load.concurrency
+    if result.load.arrival == "closed_loop" and users is not None:
+        return (
+            f"The throughput above is set by the closed loop's {human.count(users, 'user')} "
+            f"(its requests, or serving.arrival.concurrency), not by the machine: "
+            f"{users:,} cannot fill its {human.count(result.batch_slots, 'batch slot')} "
+            f"(occupied {human.percent(result.occupancy)} of the time). To measure what the "
+            f"machine can do, keep {result.batch_slots:,} requests in flight "
+            "(serving.requests, serving.arrival.concurrency)."
+        )
+    return offered_load_words(
+        asked,
+        f"the batch slots were occupied {human.percent(result.occupancy)} of the time",
+        "raise serving.arrival.rate, or keep every slot busy with serving.arrival.process: "
+        "closed_loop",
+    )
+
+
+def offered_load_words(asked: str, occupied: str, more: str) -> str:
+    """The sentence of a run (a server's or a cluster's) whose throughput the offered load
+    set (``throughput_bound`` ``offered_load``): what was asked, how occupied the slots
+    were, and how to offer more."""
     return (
         f"The throughput above is set by the offered load{f' ({asked})' if asked else ''}, "
-        f"not by the machine: the batch slots were occupied {human.percent(result.occupancy)} "
-        "of the time. To measure what the machine can do, offer more: raise "
-        "serving.arrival.rate, or keep every slot busy with serving.arrival.process: "
-        "closed_loop."
+        f"not by the machine: {occupied}. To measure what the machine can do, offer more: "
+        f"{more}."
     )
 
 
@@ -368,12 +388,23 @@ def memory_table(result: RunSummary) -> Table:
     return table
 
 
+def _bound_label(result: RunSummary) -> str:
+    """``bound by``, or ``largest part`` when no resource takes half the decode step."""
+    step = result.decode_step
+    if step is None:
+        return "bound by"
+    return bound_label(step.times()[step.bound], step.step_s)
+
+
 def _bound(result: RunSummary) -> str:
     step = result.decode_step
     if step is None:
         return "-"
-    limit = step.times()[step.bound]
+    times = step.times()
+    limit = times[step.bound]
     bubble = "" if step.pipeline_bubble is None else f"; {bubble_words(step.pipeline_bubble)}"
+    if bound_label(limit, step.step_s) != "bound by":  # the step is its parts: name them
+        bubble = f"; {others_alone(times, step.bound)}{bubble}"
     return (
         f"{RESOURCES[step.bound]} ({human.duration(limit)} of "
         f"{human.duration(step.step_s)}{bubble})"
@@ -399,7 +430,7 @@ def serving_table(result: RunSummary) -> Table:
         ("output tokens/s, all slots busy (steady window)", steady_decode(result)),
         (ONE_USER, human.rate(result.user_tokens_per_s.p50, "tok/s")),
         ("prefill of a typical prompt", human.duration(result.prefill_s)),
-        ("decode step bound by", _bound(result)),
+        (f"decode step {_bound_label(result)}", _bound(result)),
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),

@@ -148,7 +148,9 @@ def _step(metrics: Mapping[str, Any], half: str) -> str:
         return ""
     bound = metrics.get(f"{half}_step_bound")
     if half == "ttft":
-        what = f"a prefill of {metrics.get('ttft_step_tokens', 0):,} tokens alone takes"
+        tokens, bucket = metrics.get("ttft_step_tokens", 0), metrics.get("ttft_step_bucket")
+        padded = f" (run at its {bucket:,}-token bucket)" if bucket and bucket != tokens else ""
+        what = f"a prefill of {tokens:,} tokens{padded} alone takes"
     else:
         what = (
             f"a decode step of {metrics.get('tpot_step_batch', 0):,} slots at "

@@ -212,10 +212,11 @@ def offered_load(scenario: Scenario, requests: RequestSet) -> OfferedLoad:
         return rounded_float(float(values.mean())) if values.size else None
 
     replayed = trace is not None and arrival.process == "poisson"
+    users = requests.concurrency  # a closed loop's users: never more than its requests
     return OfferedLoad(
         arrival=arrival.process,
         rate_per_s=None if replayed or arrival.process != "poisson" else arrival.rate,
-        concurrency=requests.concurrency,
+        concurrency=None if users is None else min(users, len(requests.prompt_tokens)),
         trace=trace,
         prompt_mix=from_trace or describe_lengths(serving.prompt_tokens),
         output_mix=from_trace or describe_lengths(serving.output_tokens),
@@ -236,12 +237,18 @@ def queue_grew(queue_delay_s: Percentiles, e2e_s: Percentiles) -> bool:
     return waited is not None and e2e is not None and waited > e2e - waited
 
 
-def why_bound(closed_loop: bool, occupancy: float, queue_grew: bool) -> str:
-    """What set a run's throughput: ``closed_loop`` (the machine always had the next
-    request), ``slots_busy`` (occupied at least :data:`OCCUPANCY_FULL` of the time),
+def why_bound(
+    closed_loop: bool, occupancy: float, queue_grew: bool, users: int | None = None, slots: int = 0
+) -> str:
+    """What set a run's throughput: ``few_users`` (a closed loop of fewer ``users``, its
+    requests or its concurrency, than the ``slots``: it could never fill them),
+    ``closed_loop`` (the machine always had the next request), ``slots_busy`` (occupied at
+    least :data:`OCCUPANCY_FULL` of the time),
     ``queue_grew`` (:func:`queue_grew`, whatever the occupancy), or ``slots_idle``: an open
     loop whose slots stood mostly idle and whose queue did not grow, so more requests
     would have raised the throughput."""
+    if closed_loop and users is not None and users < slots:
+        return "few_users"
     if closed_loop:
         return "closed_loop"
     if occupancy >= OCCUPANCY_FULL:
@@ -249,14 +256,14 @@ def why_bound(closed_loop: bool, occupancy: float, queue_grew: bool) -> str:
     return "queue_grew" if queue_grew else "slots_idle"
 
 
-def throughput_bound(closed_loop: bool, occupancy: float, queue_grew: bool) -> str:
+def throughput_bound(
+    closed_loop: bool, occupancy: float, queue_grew: bool, users: int | None = None, slots: int = 0
+) -> str:
     """``offered_load`` when the slots stood idle for want of requests (:func:`why_bound`
-    ``slots_idle``): it measures the arrivals; else ``machine``."""
-    return (
-        "offered_load"
-        if why_bound(closed_loop, occupancy, queue_grew) == "slots_idle"
-        else "machine"
-    )
+    ``slots_idle``, or a closed loop of fewer users than slots, ``few_users``): it measures
+    the arrivals or the users; else ``machine``."""
+    why = why_bound(closed_loop, occupancy, queue_grew, users, slots)
+    return "offered_load" if why in ("slots_idle", "few_users") else "machine"
 
 
 @dataclass(frozen=True)
@@ -621,6 +628,8 @@ def summarize(run: ServingRun) -> RunSummary:
             run.requests_in.closed_loop,
             occupancy or 0.0,
             queue_grew(latencies.queue_delay, latencies.e2e),
+            load.concurrency,
+            batch_slots,
         ),
         batch_capacity=run.batch_capacity,
         memory_capacity=run.memory_capacity,

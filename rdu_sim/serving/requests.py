@@ -211,13 +211,22 @@ def typical_compressed_length(
 ) -> int | None:
     """The workload's typical compressed prompt: the median of its prompt lengths above
     ``slot_tokens`` (a compressing policy's budget), clipped to the context; None when no
-    prompt of the distribution is that long.
+    prompt of the distribution is that long (``prompts_past``).
 
     A prompt no longer than the slot is not compressed, so its prefill is identical with
-    and without compression; the cost of compressing shows only on longer ones. The median
-    is taken over a large seeded sample of the distribution (or the trace's rows), so a
-    short run and a long one measure the same prompt.
+    and without compression; the cost of compressing shows only on longer ones.
     """
+    past = prompts_past(serving, slot_tokens, base_dir, source)
+    return None if past is None else past[0]
+
+
+def prompts_past(
+    serving: ServingConfig, slot_tokens: int, base_dir: Path | str = ".", source: str = "workload"
+) -> tuple[int, float] | None:
+    """The workload's prompts longer than ``slot_tokens``, clipped to the context: (their
+    median, their share of all prompts); None when no prompt of the distribution is that
+    long. Taken over a large seeded sample of the distribution (or the trace's rows), so a
+    short run and a long one measure the same prompts."""
     if serving.trace is not None:
         prompts = make_requests(serving, 1, base_dir, source).prompt_tokens
     else:
@@ -227,7 +236,7 @@ def typical_compressed_length(
     long = prompts[prompts > slot_tokens]
     if long.shape[0] == 0:
         return None
-    return int(np.median(long))
+    return int(np.median(long)), long.shape[0] / prompts.shape[0]
 
 
 def typical_prompt(serving: ServingConfig, prompts: NDArray[np.int64]) -> int:

@@ -22,7 +22,6 @@ from rdu_sim.scenario import Scenario
 from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.batching import check_batching
-from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
 from rdu_sim.serving.coe import CoEStats, serve_coe
 from rdu_sim.serving.limits import check_run, warn_unchunked
@@ -32,7 +31,7 @@ from rdu_sim.serving.server import Progress, ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.speculative import PrefillSaving, Speculation, prefill_saving
 from rdu_sim.serving.step_cache import StepCache
-from rdu_sim.shapes import StepShape
+from rdu_sim.serving.step_shape import served_prefill_steps
 
 __all__ = [
     "ServingRun",
@@ -71,22 +70,6 @@ class ServingRun:
     def prefill_time(self, prompt: int) -> float:
         """Prefill time of ``prompt`` as this run serves it (its own step caches)."""
         return prefill_seconds(self.cache, self.scenario, prompt, self.speculation)
-
-
-def served_prefill_steps(scenario: Scenario, prompt: int) -> list[StepShape]:
-    """The prefill steps a server runs for one ``prompt`` of the scenario: padded up to its
-    compiled prompt bucket (a paged runtime's unpadded), or cut into
-    ``serving.prefill_chunk_tokens`` chunks, the last one running the SnapKV selection when
-    the policy compresses the prompt (``serving.buckets.prefill_steps``). What a run's
-    ``prefill_s`` times, and compare's prefill row."""
-    serving = scenario.workload.serving
-    return prefill_steps(
-        prompt,
-        serving.max_context,
-        serving.prefill_chunk_tokens,
-        scenario.kv_policy.compresses(prompt),
-        scenario.stack.dynamic_batch,
-    )
 
 
 def prefill_seconds(

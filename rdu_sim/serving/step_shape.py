@@ -8,9 +8,12 @@ what the policy keeps of that sequence, at most its slot (a SnapStream slot hold
 budget, whatever the context), rounded up to the policy's decode bucket: a server runs
 exactly that static shape.
 
-Prefill: ``batch`` prompts (default 1) of ``tokens`` tokens (default: the workload's typical
-prompt; with a compressing policy, its typical compressed prompt, so the SnapKV selection
-shows as its own kernel) on top of ``context`` cached tokens (default 0, a whole prompt).
+Prefill: ``batch`` prompts (default 1) of ``tokens`` tokens on top of ``context`` cached
+tokens (default 0, a whole prompt). Without ``tokens``: the workload's typical prompt as a
+server runs it (``typical_prefill``: padded to its bucket, or its first chunk), the one
+prompt a run's ``prefill_s`` and compare's prefill row time too. A compressing policy's
+longer prompts (and so the SnapKV selection kernels) are a ``tokens`` away: ``long_prompts``
+says which, and how many requests they are.
 
 A shape the workload cannot run (a context beyond ``serving.max_context``) is a
 :class:`StepShapeError` naming the option, not a traceback and not a silent cap.
@@ -19,17 +22,23 @@ A shape the workload cannot run (a context beyond ``serving.max_context``) is a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.shapes import Phase, StepShape
 
 __all__ = [
     "DecodeCache",
+    "LongPrompts",
     "StepShapeError",
+    "TypicalPrefill",
     "context_note",
     "decode_cache",
     "default_step_shape",
+    "long_prompts",
+    "served_prefill_steps",
+    "typical_prefill",
     "typical_prefill_prompt",
 ]
 
@@ -93,26 +102,95 @@ def context_note(scenario: Scenario, context: int | None) -> str | None:
 
 
 def typical_prefill_prompt(scenario: Scenario) -> int:
-    """The prompt a default prefill step runs: the typical compressed prompt when the KV
-    policy compresses some prompt the workload sends, else its typical prompt (the one the
-    run report's ``prefill_s`` times)."""
+    """The workload's typical prompt (``serving.requests.typical_prompt``): the one a run's
+    ``prefill_s``, compare's prefill row and a default prefill step time."""
     import numpy as np  # here: a decode step (the CLI's `step`) samples no requests
 
-    from rdu_sim.serving.requests import make_requests, typical_compressed_length, typical_prompt
+    from rdu_sim.serving.requests import make_requests, typical_prompt
 
-    serving, policy = scenario.workload.serving, scenario.kv_policy
-    if policy.compresses(serving.max_context - 1 or 1):
-        prompt = typical_compressed_length(
-            serving, policy.slot_tokens(), scenario.base_dir, scenario.workload_file
-        )
-        if prompt is not None:
-            return prompt
+    serving = scenario.workload.serving
     if serving.trace is None:
         return typical_prompt(serving, np.zeros(0, dtype=np.int64))
     requests = make_requests(
         serving, 1, scenario.base_dir, scenario.workload_file, scenario.overrides
     )
     return typical_prompt(serving, requests.prompt_tokens)
+
+
+def served_prefill_steps(scenario: Scenario, prompt: int) -> list[StepShape]:
+    """The prefill steps a server runs for one ``prompt`` of the scenario: padded up to its
+    compiled prompt bucket (a paged runtime's unpadded), or cut into
+    ``serving.prefill_chunk_tokens`` chunks, the last one running the SnapKV selection when
+    the policy compresses the prompt (``serving.buckets.prefill_steps``). What a run's
+    ``prefill_s`` times, compare's prefill row, and a default prefill step (its first)."""
+    serving = scenario.workload.serving
+    return prefill_steps(
+        prompt,
+        serving.max_context,
+        serving.prefill_chunk_tokens,
+        scenario.kv_policy.compresses(prompt),
+        scenario.stack.dynamic_batch,
+    )
+
+
+@dataclass(frozen=True)
+class TypicalPrefill:
+    """The typical prompt's prefill, the one rule step, run and compare share: ``prompt``
+    tokens run as ``steps`` (its bucket, or chunks); ``compressed`` when the KV policy keeps
+    fewer of its tokens than it prefills."""
+
+    prompt: int
+    steps: tuple[StepShape, ...]
+    compressed: bool
+
+    def words(self) -> str:
+        """Which prompt, run how: "the workload's typical prompt, 2,304 tokens, run at its
+        bucket of 3,072"."""
+        first = self.steps[0]
+        how = ""
+        if len(self.steps) > 1:
+            how = f", the first of its {len(self.steps)} chunks of {first.tokens:,} tokens"
+        elif first.tokens != self.prompt:
+            how = f", run at its bucket of {first.tokens:,}"
+        kept = ", compressed by the KV policy" if self.compressed else ""
+        return f"the workload's typical prompt (its median), {self.prompt:,} tokens{how}{kept}"
+
+
+def typical_prefill(scenario: Scenario) -> TypicalPrefill:
+    """The workload's typical prompt and the prefill steps a server runs for it."""
+    prompt = typical_prefill_prompt(scenario)
+    steps = tuple(served_prefill_steps(scenario, prompt))
+    return TypicalPrefill(prompt, steps, scenario.kv_policy.compresses(prompt))
+
+
+@dataclass(frozen=True)
+class LongPrompts:
+    """A compressing policy's long prompts: those past its slot of ``slot`` tokens, their
+    median ``median`` and their ``share`` of the workload's prompts."""
+
+    slot: int
+    median: int
+    share: float
+
+    def words(self) -> str:
+        """ "prompts past the 32,768-token budget: 0.5% of requests, median 39,717 tokens"."""
+        return (
+            f"prompts past the {self.slot:,}-token budget: {self.share:.1%} of requests, "
+            f"median {self.median:,} tokens"
+        )
+
+
+def long_prompts(scenario: Scenario) -> LongPrompts | None:
+    """The prompts the KV policy compresses (``serving.requests.prompts_past``), None when
+    it compresses none the workload sends."""
+    from rdu_sim.serving.requests import prompts_past
+
+    serving, policy = scenario.workload.serving, scenario.kv_policy
+    if not policy.compresses(serving.max_context - 1 or 1):
+        return None
+    slot = policy.slot_tokens()
+    past = prompts_past(serving, slot, scenario.base_dir, scenario.workload_file)
+    return None if past is None else LongPrompts(slot, past[0], past[1])
 
 
 def default_step_shape(
@@ -131,6 +209,9 @@ def default_step_shape(
         cache = decode_cache(scenario, context)
         return StepShape("decode", batch or batch_slots(), tokens or 1, cache.bucket)
     if phase == "prefill":
+        if tokens is None and context is None:
+            first = typical_prefill(scenario).steps[0]  # as a server runs it
+            return first if batch is None else replace(first, batch=batch)
         prompt = tokens if tokens is not None else typical_prefill_prompt(scenario)
         cached = context or 0
         max_context = scenario.workload.serving.max_context
