@@ -308,9 +308,12 @@ def _budget_hint(scenario: Scenario) -> str | None:
     return f"lower kv.budget (now {slot})"
 
 
-def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = False) -> list[str]:
+def shrink_hints(
+    scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = False, activations: bool = False
+) -> list[str]:
     """Ways out of a capacity error that apply to this workload (never what is already set):
-    for the KV cache (``kv``), the weights in HBM (``weights``) or in DDR (``ddr``)."""
+    for the KV cache (``kv``), the weights in HBM (``weights``) or in DDR (``ddr``), a
+    step's activations beside them (``activations``: tp splits the heads and the MLP)."""
     w = scenario.workload
     gpu = scenario.hardware.kind == "gpu"
     hints: list[str] = []
@@ -330,8 +333,8 @@ def shrink_hints(scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = Fal
         )
     if weights and DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
-    if not kv or weights or ddr or _kv_shrinks_with_tp(scenario):  # no tp that cannot help
-        hints += _device_hints(scenario)
+    if not kv or weights or ddr or activations or _kv_shrinks_with_tp(scenario):
+        hints += _device_hints(scenario)  # (never a tp that cannot shrink what overflows)
     if ddr and not gpu:
         hints.append("give each socket more DDR (hw.socket.ddr.capacity)")
     return hints
@@ -696,7 +699,7 @@ def batch_capacity(
 
     if not fits(1):
         if strict:
-            hints = shrink_hints(scenario, kv=True, weights=weights > 0)
+            hints = shrink_hints(scenario, kv=True, weights=weights > 0, activations=True)
             device = device_noun(scenario.hardware)
             raise CapacityError(
                 f"cannot fit even one sequence ({slot_words(scenario)}): "
