@@ -172,9 +172,55 @@ def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ())
         where = (scenario.hardware_file, stack_of(scenario))
         deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
         rows.append(Row(point, deployment, scenario.hardware.kind))
+    issues.extend(duplicate_issues(rows))
     if issues:
         raise ConfigError(bounded(issues))
     return rows
+
+
+def measurement_key(row: Row) -> tuple[Any, ...]:
+    """What makes two rows the same measurement: where it ran (the hardware file and the
+    stack, resolved), what ran (model, dtypes, tp, batch, requests, lengths, the KV share),
+    the metric and the measured value; not the label, not the file or line."""
+    p = row.point
+    return (
+        row.deployment.hardware,
+        row.deployment.stack,
+        p.model,
+        p.weights,
+        p.kv,
+        p.tp,
+        p.batch,
+        p.requests or p.batch,
+        p.input_tokens,
+        p.output_tokens,
+        p.kv_memory_fraction,
+        p.metric,
+        p.measured,
+    )
+
+
+def duplicate_issues(rows: Sequence[Row]) -> list[ConfigIssue]:
+    """One issue per row that repeats an earlier row's measurement (``measurement_key``),
+    naming both: counted twice it would pull a fit twice as hard, and one copy fitted while
+    the other is held out would test the fit on its own data. Two rows of the same run with
+    different measured values are repeat measurements, and both count."""
+    first: dict[tuple[Any, ...], str] = {}
+    issues = []
+    for row in rows:
+        earlier = first.setdefault(measurement_key(row), row.point.source)
+        if earlier != row.point.source:
+            issues.append(
+                ConfigIssue(
+                    row.point.source,
+                    "",
+                    f"the same measurement as {earlier} (the same hardware, stack, model, "
+                    "dtypes, tp, batch, requests, lengths, metric and measured value): a "
+                    "measurement counts once (a held-out copy of a fitted row would test the "
+                    "fit on its own data); remove one of the two",
+                )
+            )
+    return issues
 
 
 def bounded(issues: Sequence[ConfigIssue]) -> list[ConfigIssue]:

@@ -22,7 +22,10 @@ Every cell is checked where it is read (a number in its range, a known metric, d
 column), and the file as a whole is bounded (size, rows, cell length), so any input ends in
 the points or one ConfigError naming the file, line and column (``read_points``: the first
 bad row; ``check_points``, for ``rdu-sim check``: every bad row, each also resolved as the
-suite and ``calibrate`` resolve it).
+suite and ``calibrate`` resolve it). A row that repeats an earlier one's measurement (the
+same run and the same measured value: ``deployment_suite.duplicate_issues``), and a file
+given twice, are refused: a measurement counts once. The same run measured again with
+another value is data, and both rows count.
 """
 
 from __future__ import annotations
@@ -252,15 +255,17 @@ def check_points(path: Path) -> list[MeasuredPoint]:
     and ``calibrate`` resolve it (its workload built: the model, tp, hardware and stack
     files it names; nothing simulated); one ConfigError naming every bad row, in line
     order, each with its file, line, column and problem (``rdu-sim check``)."""
-    from rdu_sim.validate.deployment_suite import bounded, resolve_rows
+    from rdu_sim.validate.deployment_suite import bounded, duplicate_issues, resolve_rows
 
     points, bad_rows = _read(path)
     found = [(_line_of(issue.file), issue) for issue in bad_rows]
+    resolved = []
     for point in points:
         try:
-            resolve_rows([point])
+            resolved.extend(resolve_rows([point]))
         except ConfigError as exc:  # (a fault in a file the row names names that file)
             found.extend((_line_of(point.source), issue) for issue in exc.issues)
+    found.extend((_line_of(issue.file), issue) for issue in duplicate_issues(resolved))
     if found:
         found.sort(key=lambda pair: pair[0])
         raise ConfigError(bounded([issue for _, issue in found]))
@@ -318,8 +323,16 @@ def shipped_files() -> list[Path]:
 
 
 def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:
-    """The points of several files, in file then row order."""
-    return [point for path in paths for point in read_points(path)]
+    """The points of several files, in file then row order; a ConfigError when a file is
+    given twice (its rows would count twice)."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        first = seen.setdefault(path.resolve(), path)
+        if first is not path:
+            raise ConfigError.single(
+                str(path), "", f"given twice (also as {first}): a file's rows count once"
+            )
+    return [point for path in seen.values() for point in read_points(path)]
 
 
 def print_converted(source: Path, rows: Iterable[list[str]], converted_by: str) -> None:

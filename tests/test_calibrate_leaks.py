@@ -1,0 +1,85 @@
+"""What a fit is checked on must not be what it was fitted on: the same measurement twice (in
+one file, in two, or the same file given twice), an overlay fitted on rows now held out, a
+hardware parameter fitted on one stack and its do-nothing copy; and what it writes reproduces
+what its header says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from rdu_sim.cli.main import cli
+from rdu_sim.validate import targets
+from rdu_sim.validate.deployment import MeasuredPoint, Simulated
+
+H = "hardware,stack,model,tp,batch,input_tokens,output_tokens,metric,measured"
+B1 = "dgx-h100,tensorrt-llm-2024,llama-3.1-8b,1,1,512,256,e2e_s,2.05"
+B8 = "dgx-h100,tensorrt-llm-2024,llama-3.1-8b,1,8,512,256,e2e_s,2.6"
+FIT = "tensorrt-llm-2024:stack.host.serial_per_slot=0:500us"
+
+
+def _fake_run(point: MeasuredPoint, overrides: Any = ()) -> Simulated:
+    """A stand-in for the simulation: a value that moves with every override, at once."""
+    shift = sum(len(o.split()[0]) for o in overrides) % 7
+    return Simulated(point.measured * (1.0 + 0.01 * shift), 1)
+
+
+@pytest.fixture
+def fake_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(targets, "simulate_run", _fake_run)
+
+
+def _cli(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def _errors(result: Result) -> list[str]:
+    """Exit 2, no traceback: the error lines."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    return [line for line in result.output.splitlines() if line.startswith("error:")]
+
+
+def _file(tmp_path: Path, name: str, *rows: str, header: str = H) -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def test_the_same_measurements_in_two_files_cannot_be_fitted_and_held_out(
+    fake_runs: None, tmp_path: Path
+) -> None:
+    """A copy of the fitted file held out gave held-out errors equal to the fitted ones."""
+    mine = _file(tmp_path, "mine.csv", B1, B8)
+    copy = _file(tmp_path, "copy.csv", B1, B8)
+    args = ("calibrate", str(mine), str(copy), "--fit", FIT, "--holdout", "set=copy")
+    errors = _errors(_cli(*args, "--max-evaluations", "2", "-o", str(tmp_path / "o")))
+    assert errors == [
+        f"error: {copy}:{line}: the same measurement as {mine}:{line} (the same hardware, "
+        "stack, model, dtypes, tp, batch, requests, lengths, metric and measured value): a "
+        "measurement counts once (a held-out copy of a fitted row would test the fit on its "
+        "own data); remove one of the two"
+        for line in (2, 3)
+    ]
+    assert not (tmp_path / "o" / "fit.json").exists()
+
+
+def test_a_repeated_row_is_refused_by_check_validate_and_calibrate(tmp_path: Path) -> None:
+    """One row twice pulled the fit twice as hard, silently; the same file twice too. A
+    repeat measurement (same run, another value) is data and stays."""
+    dup = _file(tmp_path, "dup.csv", B8, B1, B8.replace(",2.6", ",2.60"))
+    said = f"{dup}:4: the same measurement as {dup}:2"
+    for args in (("check", str(dup)), ("validate", "--suite", "deployment", str(dup))):
+        errors = _errors(_cli(*args))
+        assert said in errors[0] and len([e for e in errors if "same measurement" in e]) == 1
+    errors = _errors(_cli("calibrate", str(dup), "--fit", FIT, "-o", str(tmp_path / "o")))
+    assert said in errors[0]
+    twice = _file(tmp_path, "ok.csv", B1)
+    errors = _errors(_cli("validate", "--suite", "deployment", str(twice), str(twice)))
+    assert errors == [f"error: {twice}: given twice (also as {twice}): a file's rows count once"]
+    repeat = _file(tmp_path, "repeat.csv", B8, B8.replace(",2.6", ",3.1"))
+    done = _cli("check", str(repeat))
+    assert done.exit_code == 0 and "2 measured rows" in done.output, done.output
