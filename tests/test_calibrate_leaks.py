@@ -83,3 +83,44 @@ def test_a_repeated_row_is_refused_by_check_validate_and_calibrate(tmp_path: Pat
     repeat = _file(tmp_path, "repeat.csv", B8, B8.replace(",2.6", ",3.1"))
     done = _cli("check", str(repeat))
     assert done.exit_code == 0 and "2 measured rows" in done.output, done.output
+
+
+def test_check_reads_a_measurement_file_missing_its_metric_or_not_utf8_as_validate_does(
+    tmp_path: Path,
+) -> None:
+    """A measurement file was told apart by its metric column alone and an unreadable one
+    fell to the request-trace reader, whose diagnosis was about traces."""
+    no_metric = _file(
+        tmp_path, "nometric.csv", B8.replace(",e2e_s", ""), header=H.replace(",metric", "")
+    )
+    latin = tmp_path / "latin1.csv"
+    latin.write_bytes(f"{H},label\n{B8},caf\xe9\n".encode("latin-1"))
+    for path, said in (
+        (no_metric, f"{no_metric}:1: header lacks column(s) ['metric']"),
+        (latin, f"{latin}:2: not valid UTF-8 at byte"),
+    ):
+        checked = _errors(_cli("check", str(path)))
+        validated = _errors(_cli("validate", "--suite", "deployment", str(path)))
+        assert checked[0] == validated[0] and checked[0].startswith(f"error: {said}"), checked
+
+
+def test_validate_names_every_bad_row_of_every_file_as_check_does(tmp_path: Path) -> None:
+    """validate named the first bad cell only; check named every bad row."""
+    one = _file(tmp_path, "one.csv", B1, B8.replace(",2.6", ",-1"), B8.replace("llama-3.1-8b", "x"))
+    two = _file(tmp_path, "two.csv", B1.replace(",1,1,", ",1,zero,"))
+    errors = _errors(_cli("validate", "--suite", "deployment", str(one), str(two)))
+    assert [e.split(": ")[1] for e in errors] == [f"{one}:3", f"{one}:4", f"{two}:2"], errors
+    checked = _errors(_cli("check", str(one)))[:-1]  # (then: 1 of 1 file(s) failed)
+    assert checked == errors[:2]
+
+
+def test_a_field_that_takes_no_fraction_is_refused_as_one_no_fit_can_move(
+    tmp_path: Path,
+) -> None:
+    mine = _file(tmp_path, "mine.csv", B1, B8)
+    fit = "tensorrt-llm-2024:stack.kv_page_tokens=16:128"
+    errors = _errors(_cli("calibrate", str(mine), "--fit", fit, "-o", str(tmp_path / "o")))
+    assert errors == [
+        "error: --fit: stack.kv_page_tokens: only a continuous field can be fitted (its value "
+        "moved by any fraction): its type is int | None"
+    ]

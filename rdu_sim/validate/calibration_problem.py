@@ -18,9 +18,8 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import override_note
 from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
-from rdu_sim.validate.deployment_suite import resolve_rows
+from rdu_sim.validate.deployment_suite import read_rows
 from rdu_sim.validate.holdout import Selector, split
-from rdu_sim.validate.measurement_file import read_all
 from rdu_sim.validate.overlays import read_overlay
 from rdu_sim.validate.scope import (
     Deployment,
@@ -157,7 +156,7 @@ def _chosen_hardware(text: str) -> Path:
 def build_problem(inputs: Inputs) -> Problem:
     """The checked problem (ConfigErrors naming the file, row or option at fault)."""
     overrides = list(inputs.overrides)
-    rows = resolve_rows(read_all(inputs.measurements), overrides)  # every bad row named
+    rows = read_rows(inputs.measurements, overrides)  # every bad row of every file named
     if inputs.hardware is not None:
         chosen = _chosen_hardware(inputs.hardware)
         kept = [row for row in rows if row.deployment.hardware == chosen]

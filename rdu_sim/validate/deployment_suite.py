@@ -159,23 +159,54 @@ class Row:
 def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ()) -> list[Row]:
     """Each row's workload built (``MeasuredPoint.scenario``, as ``calibrate`` builds it) and
     its deployment resolved, nothing simulated; one ConfigError naming every row that
-    cannot run (its file, line, column and problem; at most ``MAX_ROW_ISSUES`` of them)."""
+    cannot run or repeats an earlier row's measurement (its file, line, column and problem;
+    at most ``MAX_ROW_ISSUES`` of them)."""
+    rows, issues = _resolved(points, overrides)
+    if issues:
+        raise ConfigError(bounded([issue for _, issue in issues]))
+    return rows
+
+
+def read_rows(paths: Sequence[Path], overrides: Sequence[str] = ()) -> list[Row]:
+    """Every row of the measurement files ``paths`` read and resolved (``resolve_rows``);
+    one ConfigError naming every bad row of every file, in file then line order: a cell
+    that does not read, a row that cannot run, a repeated measurement (``rdu-sim check``
+    names the same rows). A fault of a whole file (its header, its bytes) is raised at once."""
+    from rdu_sim.validate.measurement_file import read_each
+
+    points, bad = read_each(paths)
+    rows, issues = _resolved(points, overrides)
+    issues.extend((issue.file, issue) for issue in bad)
+    if issues:
+        order = {str(path): number for number, path in enumerate(paths)}
+
+        def position(source: str) -> tuple[int, int]:
+            file, _, line = source.rpartition(":")
+            return order.get(file, len(order)), int(line) if line.isdigit() else 0
+
+        issues.sort(key=lambda pair: position(pair[0]))
+        raise ConfigError(bounded([issue for _, issue in issues]))
+    return rows
+
+
+def _resolved(
+    points: Sequence[MeasuredPoint], overrides: Sequence[str]
+) -> tuple[list[Row], list[tuple[str, ConfigIssue]]]:
+    """The rows that resolve, and each issue with the row (``file:line``) it is about."""
     rows: list[Row] = []
-    issues: list[ConfigIssue] = []
+    issues: list[tuple[str, ConfigIssue]] = []
     known: dict[tuple[str, str], Deployment] = {}  # a deployment's files read once
     for point in points:
         try:
             scenario = point.scenario(overrides)
-        except ConfigError as exc:
-            issues.extend(exc.issues)
+        except ConfigError as exc:  # (a fault in a file the row names names that file)
+            issues.extend((point.source, issue) for issue in exc.issues)
             continue
         where = (scenario.hardware_file, stack_of(scenario))
         deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
         rows.append(Row(point, deployment, scenario.hardware.kind))
-    issues.extend(duplicate_issues(rows))
-    if issues:
-        raise ConfigError(bounded(issues))
-    return rows
+    issues.extend((issue.file, issue) for issue in duplicate_issues(rows))
+    return rows, issues
 
 
 def measurement_key(row: Row) -> tuple[Any, ...]:

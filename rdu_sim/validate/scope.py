@@ -208,11 +208,18 @@ def parse_fit(text: str, given: Given | None = None) -> FitParameter:
     parts = path.split(".")[1:]
     if not parts or not all(_FIELD.fullmatch(part) for part in parts):
         raise given.error(f"not a field path; {shape}", path[:80])
-    from rdu_sim.config.field_docs import unknown_field
+    from rdu_sim.config.field_docs import discrete_type, unknown_field
 
     problem = unknown_field(path)
     if problem is not None:
         raise given.error(problem)
+    kind = discrete_type(path)
+    if kind is not None:
+        raise given.error(
+            "only a continuous field can be fitted (its value moved by any fraction): its "
+            f"type is {kind}",
+            path,
+        )
     unit = unit_of(path)
     low_text, high_text = bounds.split(":")
     try:
