@@ -124,3 +124,37 @@ def test_a_field_that_takes_no_fraction_is_refused_as_one_no_fit_can_move(
         "error: --fit: stack.kv_page_tokens: only a continuous field can be fitted (its value "
         "moved by any fraction): its type is int | None"
     ]
+
+
+def test_a_stack_that_only_renames_another_is_the_same_stack_for_a_hardware_fit(
+    fake_runs: None, tmp_path: Path
+) -> None:
+    """A do-nothing copy of a stack (extends it, a new name) let a hardware parameter be
+    fitted on one stack's rows; a copy that changes a setting is another stack."""
+    (tmp_path / "clone.yaml").write_text("extends: tensorrt-llm-2024\nname: trt-clone\n")
+    (tmp_path / "other.yaml").write_text(
+        "extends: tensorrt-llm-2024\nname: trt-other\nhost:\n  serial_per_step: 1 ms\n"
+    )
+    mine = _file(tmp_path, "mine.csv", B1)
+    fit = "dgx-h100:hw.system.intra_node_link.bandwidth=8 GB/s:900 GB/s"
+    for stack, refused in (("clone.yaml", True), ("other.yaml", False)):
+        rows = _file(tmp_path, f"{stack}.csv", B8.replace("tensorrt-llm-2024", stack))
+        args = ("calibrate", str(mine), str(rows), "--fit", fit, "--max-evaluations", "1")
+        done = _cli(*args, "-o", str(tmp_path / f"out-{stack}"))
+        if refused:
+            assert _errors(done) == [
+                f"error: --fit: {fit}: a hardware parameter is fitted on the rows of one "
+                "serving stack only (clone, tensorrt-llm-2024, which run identically): a "
+                "machine's value must hold under every stack it runs, so fit it on at least "
+                "two stacks' measurements (or fit a stack's own parameter instead)"
+            ]
+        else:
+            assert done.exit_code == 0, done.output
+
+
+def test_a_row_on_a_renamed_copy_of_the_stack_is_the_same_measurement(tmp_path: Path) -> None:
+    (tmp_path / "clone.yaml").write_text("extends: tensorrt-llm-2024\nname: trt-clone\n")
+    mine = _file(tmp_path, "mine.csv", B8)
+    rows = _file(tmp_path, "rows.csv", B8.replace("tensorrt-llm-2024", "clone.yaml"))
+    errors = _errors(_cli("validate", "--suite", "deployment", str(mine), str(rows)))
+    assert errors[0].startswith(f"error: {rows}:2: the same measurement as {mine}:2"), errors

@@ -31,6 +31,7 @@ from rdu_sim.validate.scope import (
     overrides_for,
     quantity_text,
     resolve,
+    runtime_of,
 )
 from rdu_sim.validate.targets import Target, Unit, figure_targets, row_targets
 
@@ -98,19 +99,27 @@ class Problem:
 
     def _spans_stacks(self, one: Scoped) -> None:
         """A machine's parameter is one value under every stack it runs: fitted on one
-        stack's measurements alone it would be that stack's, so it is refused."""
+        stack's measurements alone it would be that stack's, so it is refused. Stacks are
+        told apart by what they run (``runtime_of``): a copy that only renames a stack is
+        the same stack. ``none`` (no runtime) is a stack of its own; rows measured under a
+        real stack but labelled ``none`` cannot be told from the file, and would pass."""
         stacks = {
             d.stack
             for i in self.train
             for d in self.units[self.targets[i].unit].deployments
             if one.reaches(d)
         }
-        if len(stacks) < 2:
+        runtimes: dict[str, list[str]] = {}
+        for stack in sorted(stacks):
+            runtimes.setdefault(runtime_of(stack), []).append(label_of(stack))
+        if len(runtimes) < 2:
+            names = ", ".join(label_of(s) for s in sorted(stacks))
+            alike = ", which run identically" if len(stacks) > 1 else ""
             raise one.parameter.given.error(
                 f"a hardware parameter is fitted on the rows of one serving stack only "
-                f"({', '.join(sorted(label_of(s) for s in stacks))}): a machine's value "
-                "must hold under every stack it runs, so fit it on at least two stacks' "
-                "measurements (or fit a stack's own parameter instead)"
+                f"({names}{alike}): a machine's value must hold under every stack it runs, "
+                "so fit it on at least two stacks' measurements (or fit a stack's own "
+                "parameter instead)"
             )
 
     def unit_overrides(self, unit: int, values: Sequence[float | None]) -> list[list[str]]:

@@ -209,14 +209,15 @@ def _resolved(
     return rows, issues
 
 
-def measurement_key(row: Row) -> tuple[Any, ...]:
-    """What makes two rows the same measurement: where it ran (the hardware file and the
-    stack, resolved), what ran (model, dtypes, tp, batch, requests, lengths, the KV share),
-    the metric and the measured value; not the label, not the file or line."""
+def measurement_key(row: Row, runtime: str) -> tuple[Any, ...]:
+    """What makes two rows the same measurement: where it ran (the hardware file, resolved,
+    and the stack's ``runtime``: ``scope.runtime_of``, so a copy of a stack that only renames
+    it is the same stack), what ran (model, dtypes, tp, batch, requests, lengths, the KV
+    share), the metric and the measured value; not the label, not the file or line."""
     p = row.point
     return (
         row.deployment.hardware,
-        row.deployment.stack,
+        runtime,
         p.model,
         p.weights,
         p.kv,
@@ -236,10 +237,15 @@ def duplicate_issues(rows: Sequence[Row]) -> list[ConfigIssue]:
     naming both: counted twice it would pull a fit twice as hard, and one copy fitted while
     the other is held out would test the fit on its own data. Two rows of the same run with
     different measured values are repeat measurements, and both count."""
+    from rdu_sim.validate.scope import runtime_of
+
     first: dict[tuple[Any, ...], str] = {}
+    runtimes: dict[str, str] = {}
     issues = []
     for row in rows:
-        earlier = first.setdefault(measurement_key(row), row.point.source)
+        stack = row.deployment.stack
+        runtime = runtimes.get(stack) or runtimes.setdefault(stack, runtime_of(stack))
+        earlier = first.setdefault(measurement_key(row, runtime), row.point.source)
         if earlier != row.point.source:
             issues.append(
                 ConfigIssue(

@@ -82,6 +82,23 @@ def stack_of(scenario: Scenario) -> str:
     return stack_file if stack_file == NONE else str(Path(stack_file).resolve())
 
 
+def runtime_of(stack: str) -> str:
+    """What a serving stack (a resolved stack file, or ``none``) runs as: its resolved
+    settings without its name and description, as JSON (``none``: no runtime). Two stack
+    files that run identically (one extends the other and only renames it) give the same."""
+    if stack == NONE:
+        return NONE
+    import json
+
+    from rdu_sim.config.stack_file import read_stack, validate_stack
+
+    data, lines = read_stack(Path(stack))
+    settings = validate_stack(data, stack, lines).model_dump(
+        mode="json", exclude={"name", "description"}
+    )
+    return json.dumps(settings, sort_keys=True)
+
+
 def label_of(target: str) -> str:
     """A machine or stack as reports name it: its file's stem, or ``none``."""
     return target if target == NONE else Path(target).stem
