@@ -158,3 +158,77 @@ def test_a_row_on_a_renamed_copy_of_the_stack_is_the_same_measurement(tmp_path: 
     rows = _file(tmp_path, "rows.csv", B8.replace("tensorrt-llm-2024", "clone.yaml"))
     errors = _errors(_cli("validate", "--suite", "deployment", str(mine), str(rows)))
     assert errors[0].startswith(f"error: {rows}:2: the same measurement as {mine}:2"), errors
+
+
+def _host_run(point: MeasuredPoint, overrides: Any = ()) -> Simulated:
+    """A stand-in that reads the resolved stack: each host time moves the value its own way
+    (so a value in force through any route, --set, --overlay or the file, counts alike)."""
+    host = point.scenario(list(overrides)).stack.host
+    b = point.batch or 1
+    value = 1.5 + 1000 * host.serial_per_slot * b + 300 * host.serial_per_step
+    return Simulated(value, b)
+
+
+@pytest.fixture
+def host_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rdu_sim.validate import deployment_suite
+
+    monkeypatch.setattr(targets, "simulate_run", _host_run)
+    monkeypatch.setattr(deployment_suite, "simulate_run", _host_run)
+
+
+B32 = "dgx-h100,tensorrt-llm-2024,llama-3.1-8b,1,32,512,256,e2e_s,3.9"
+TPOT = "dgx-h100,tensorrt-llm-2024,llama-3.1-8b,1,8,512,256,tpot_s,0.01"
+STEP = "tensorrt-llm-2024:stack.host.serial_per_step=0:2ms"
+
+
+def test_an_overlay_fitted_on_rows_now_held_out_is_refused_naming_them(
+    host_runs: None, tmp_path: Path
+) -> None:
+    mine = _file(tmp_path, "mine.csv", B1, B8, B32)
+    first = tmp_path / "first"
+    done = _cli("calibrate", str(mine), "--fit", FIT, "--max-evaluations", "3", "-o", str(first))
+    assert done.exit_code == 0, done.output
+    overlay = first / "tensorrt-llm-2024-calibrated.yaml"
+    assert '# Fitted targets: ["../mine.csv:2", "../mine.csv:3", "../mine.csv:4"]' in (
+        overlay.read_text()
+    )
+    other = _file(tmp_path, "other.csv", TPOT)
+    args = ("calibrate", str(mine), str(other), "--fit", STEP, "--overlay", str(overlay))
+    held = _errors(_cli(*args, "--holdout", "set=mine", "-o", str(tmp_path / "second")))
+    assert held == [
+        f"error: --overlay: {overlay}: was fitted on 3 target(s) held out here ({mine}:2, "
+        f"{mine}:3, {mine}:4): its values carry them, so they would test the fit on its own "
+        "data; hold out other rows, or fit without this overlay"
+    ]
+    done = _cli(*args, "--holdout", "set=other", "-o", str(tmp_path / "third"))
+    assert done.exit_code == 0, done.output
+
+
+def test_an_overlay_written_after_a_passed_back_one_alone_gives_its_own_errors(
+    host_runs: None, tmp_path: Path
+) -> None:
+    """It extended the base stack with the newly fitted field only, so used alone it lost
+    the passed-back value and the --set, and gave other errors than its header's."""
+    import json
+
+    mine = _file(tmp_path, "mine.csv", B1, B8, B32)
+    first = tmp_path / "first"
+    done = _cli("calibrate", str(mine), "--fit", FIT, "--max-evaluations", "3", "-o", str(first))
+    assert done.exit_code == 0, done.output
+    passed = first / "tensorrt-llm-2024-calibrated.yaml"
+    second = tmp_path / "second"
+    setting = "stack.host.serial_per_prompt=1ms"
+    args = ("calibrate", str(mine), "--fit", STEP, "--overlay", str(passed), "--set", setting)
+    done = _cli(*args, "--max-evaluations", "3", "-o", str(second))
+    assert done.exit_code == 0, done.output
+    written = second / "tensorrt-llm-2024-calibrated.yaml"
+    text = written.read_text()
+    assert "serial_per_slot" in text and "serial_per_prompt: 1ms" in text, text
+    fitted = json.loads((second / "fit.json").read_text())
+    alone = _cli(
+        "validate", "--suite", "deployment", str(mine), "--overlay", str(written), "--json"
+    )
+    assert alone.exit_code == 0, alone.output
+    report = json.loads(alone.output.splitlines()[-1])
+    assert [r["simulated"] for r in report["points"]] == [t["simulated"] for t in fitted["targets"]]

@@ -20,7 +20,7 @@ from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.deployment_suite import read_rows
 from rdu_sim.validate.holdout import Selector, split
-from rdu_sim.validate.overlays import read_overlay
+from rdu_sim.validate.overlays import held_out_in, read_overlay
 from rdu_sim.validate.scope import (
     Deployment,
     FitParameter,
@@ -192,6 +192,8 @@ def build_problem(inputs: Inputs) -> Problem:
     train, held = split(targets, inputs.held_out, inputs.source)
     trained = [d for i in train for d in units[targets[i].unit].deployments]
     scoped = resolve(inputs.parameters, trained, inputs.base)
+    for path in inputs.overlays:  # one fitted on a target held out here would leak it
+        held_out_in(path, [targets[i].id for i in held])
     fixed = tuple(one for path in inputs.overlays for one in read_overlay(path))
     problem = Problem(
         tuple(units), tuple(targets), tuple(scoped), train, held, tuple(overrides), fixed
