@@ -341,11 +341,12 @@ def read_each(paths: Iterable[Path]) -> tuple[list[MeasuredPoint], list[ConfigIs
     twice (its rows would count twice)."""
     seen: dict[Path, Path] = {}
     for path in paths:
-        first = seen.setdefault(path.resolve(), path)
-        if first is not path:
+        first = seen.get(path.resolve())
+        if first is not None:
             raise ConfigError.single(
                 str(path), "", f"given twice (also as {first}): a file's rows count once"
             )
+        seen[path.resolve()] = path
     points: list[MeasuredPoint] = []
     issues: list[ConfigIssue] = []
     for path in seen.values():
