@@ -160,13 +160,29 @@ def _overlay_paths(problem: Problem, folder: Path) -> dict[tuple[str, str], Path
 
 
 def _overlay_files(
-    result: FitResult, paths: dict[tuple[str, str], Path], recorded: str, sets: str
+    result: FitResult,
+    paths: dict[tuple[str, str], Path],
+    recorded: str,
+    sets: str,
+    problem: Problem,
+    overlays: Sequence[Path] = (),
 ) -> dict[Path, str]:
     """Each fitted machine's and stack's overlay file and its text: its values the targets
-    determine (an undetermined one is left out: the file it extends keeps its own), below
-    the command, how many targets its values reach and their errors. A machine or stack
+    determine (an undetermined one is left out: the file it extends keeps its own), after
+    the values in force on it while it was fitted (``carried_fields``: its kind's ``--set``,
+    an ``--overlay`` on it), below the command, how many targets its values reach and their
+    errors, what it could not carry, and the targets it was fitted on. A machine or stack
     whose every value is undetermined gets no file."""
-    from rdu_sim.validate.overlays import fitted_fields, overlay_mapping, overlay_text, reference
+    from rdu_sim.validate.overlays import (
+        FITTED_TARGETS,
+        carried_fields,
+        fitted_fields,
+        overlay_mapping,
+        overlay_text,
+        read_overlay,
+        recorded_id,
+        reference,
+    )
 
     kept = [i for i in range(len(result.parameters)) if not result.is_left_out(i)]
     files: dict[Path, str] = {}
@@ -177,20 +193,46 @@ def _overlay_files(
     ).items():
         path = paths[kind, target]
         base = reference(Path(target), path.parent, "hardware" if kind == "machine" else "stack")
-        data = overlay_mapping(base, f"{Path(target).stem}-calibrated", chosen)
+        carried, left = carried_fields(kind, target, problem.overrides, problem.fixed)
+        left.extend(
+            f"--overlay {given}"
+            for given in overlays
+            if any((one.kind, one.target) != (kind, target) for one in read_overlay(given))
+        )
+        data = overlay_mapping(base, f"{Path(target).stem}-calibrated", [*carried, *chosen])
         mine = [
             i
             for i in kept
             if result.parameters[i].parameter.kind == kind and result.parameters[i].target == target
         ]
         trained, held = result.count("fitted", mine), result.count("held out", mine)
+        fitted_on = [
+            recorded_id(r.target.id, path.parent)
+            for r in result.results
+            if r.role == "fitted" and set(r.reached_by) & set(mine)
+        ]
         header = [
             f"Calibrated by: {recorded}",
             f"Fitted on {trained} of the {trained + held} targets its values reach ({sets})"
             + (f"; {held} held out" if held else ""),
             *(line.strip() for line in _summary_lines(result, mine) if not line.startswith("  ")),
+            *(
+                ["Restates the values in force while fitted (--set, --overlay on it)"]
+                * bool(carried)
+            ),
+            *(
+                [f"Fitted with these in force too, not carried here: {'; '.join(left)}"]
+                * bool(left)
+            ),
         ]
-        files[path] = overlay_text(data, [*header, *_describe(result, kind, target)])
+        files[path] = overlay_text(
+            data,
+            [
+                *header,
+                *_describe(result, kind, target),
+                FITTED_TARGETS + json.dumps(fitted_on),
+            ],
+        )
     return files
 
 
@@ -469,7 +511,7 @@ def command(
     )
     if inputs.held_out:
         sets += f"; held out: {'; '.join(str(s) for s in inputs.held_out)}"
-    files = _overlay_files(result, ready.paths, recorded, sets)
+    files = _overlay_files(result, ready.paths, recorded, sets, problem, inputs.overlays)
     document = {**result.to_dict(), "command": recorded, "files": sorted(p.name for p in files)}
     files[ready.folder / FIT_FILE] = json.dumps(document, indent=1) + "\n"
     for path, text in files.items():

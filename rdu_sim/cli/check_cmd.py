@@ -6,7 +6,8 @@ The kind of each file is read off its top-level keys, so one command checks a wh
 of its trace file a run would use), `base`/`axes` a sweep spec (checked by
 `rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a cluster (with every pool's
 workload), `search` a plan spec (the rule: ``rdu_sim.config.kinds``). A CSV whose header names a
-``metric`` column is a measurement file (``rdu_sim.validate.measurement_file``, docs/
+column only a measurement file has (``measurement_file.MARKS``: ``metric``, ``measured``,
+``hardware``, ``tp``, ``stack``) is a measurement file (``rdu_sim.validate.measurement_file``, docs/
 calibration.md: every row read and resolved as ``validate --suite deployment`` and
 ``calibrate`` resolve it, its model, tp, hardware and stack files checked, every bad row
 named); any other file with a trace suffix (`.csv`, `.jsonl`) is checked as a
@@ -172,7 +173,7 @@ def check_file(path: Path) -> str:
     if path.suffix.lower() == ".csv":
         from rdu_sim.validate.measurement_file import check_points, is_measurement_file
 
-        if is_measurement_file(path):  # a header naming the metric: measured points
+        if is_measurement_file(path):  # a header naming a measurement column: measured points
             points = check_points(path)  # every row resolved as the suite and calibrate do
             metrics = ", ".join(sorted({point.metric for point in points}))
             return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"

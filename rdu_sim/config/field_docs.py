@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
@@ -105,12 +105,10 @@ def unknown_field(path: str) -> str | None:
     return None
 
 
-def field_doc(path: str) -> FieldDoc | None:
-    """The field at a dotted workload path (``hw.`` paths: the hardware file's, of either
-    kind; ``stack.`` paths: the serving stack's), or None when the path names no documented
-    field (a whole section, a list item)."""
-    classes, path = _classes(path)
-    parts = path.split(".")
+def _field_info(path: str) -> Any:
+    """The pydantic field at a dotted path (``field_doc``), or None."""
+    classes, inner = _classes(path)
+    parts = inner.split(".")
     info = None
     for i, part in enumerate(parts):
         owner = next((c for c in classes if part in c.model_fields), None)
@@ -119,8 +117,30 @@ def field_doc(path: str) -> FieldDoc | None:
         info = owner.model_fields[part]
         if i < len(parts) - 1:
             classes = model_classes(info.annotation)
+    return info
+
+
+def discrete_type(path: str) -> str | None:
+    """The type of the field at a dotted path when it takes no fraction (``int | None``,
+    ``bool``, a name), for a fit to refuse it; None for a continuous (float) field or a
+    path that names no field."""
+    info = _field_info(path)
+    if info is None:
+        return None
+    annotation = info.annotation
+    if annotation is float or float in get_args(annotation):
+        return None
+    return getattr(annotation, "__name__", None) or str(annotation)
+
+
+def field_doc(path: str) -> FieldDoc | None:
+    """The field at a dotted workload path (``hw.`` paths: the hardware file's, of either
+    kind; ``stack.`` paths: the serving stack's), or None when the path names no documented
+    field (a whole section, a list item)."""
+    info = _field_info(path)
     if info is None or not info.description:
         return None
+    parts = _classes(path)[1].split(".")
     parent = parts[-2] if len(parts) > 1 else ""
     # pydantic keeps a top-level Annotated's validators in ``metadata``, beside the bare type
     unit = _unit(info.annotation, info.metadata, info.description)

@@ -18,10 +18,9 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import override_note
 from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
-from rdu_sim.validate.deployment_suite import resolve_rows
+from rdu_sim.validate.deployment_suite import read_rows
 from rdu_sim.validate.holdout import Selector, split
-from rdu_sim.validate.measurement_file import read_all
-from rdu_sim.validate.overlays import read_overlay
+from rdu_sim.validate.overlays import held_out_in, read_overlay
 from rdu_sim.validate.scope import (
     Deployment,
     FitParameter,
@@ -32,6 +31,7 @@ from rdu_sim.validate.scope import (
     overrides_for,
     quantity_text,
     resolve,
+    runtime_of,
 )
 from rdu_sim.validate.targets import Target, Unit, figure_targets, row_targets
 
@@ -99,19 +99,27 @@ class Problem:
 
     def _spans_stacks(self, one: Scoped) -> None:
         """A machine's parameter is one value under every stack it runs: fitted on one
-        stack's measurements alone it would be that stack's, so it is refused."""
+        stack's measurements alone it would be that stack's, so it is refused. Stacks are
+        told apart by what they run (``runtime_of``): a copy that only renames a stack is
+        the same stack. ``none`` (no runtime) is a stack of its own; rows measured under a
+        real stack but labelled ``none`` cannot be told from the file, and would pass."""
         stacks = {
             d.stack
             for i in self.train
             for d in self.units[self.targets[i].unit].deployments
             if one.reaches(d)
         }
-        if len(stacks) < 2:
+        runtimes: dict[str, list[str]] = {}
+        for stack in sorted(stacks):
+            runtimes.setdefault(runtime_of(stack), []).append(label_of(stack))
+        if len(runtimes) < 2:
+            names = ", ".join(label_of(s) for s in sorted(stacks))
+            alike = ", which run identically" if len(stacks) > 1 else ""
             raise one.parameter.given.error(
                 f"a hardware parameter is fitted on the rows of one serving stack only "
-                f"({', '.join(sorted(label_of(s) for s in stacks))}): a machine's value "
-                "must hold under every stack it runs, so fit it on at least two stacks' "
-                "measurements (or fit a stack's own parameter instead)"
+                f"({names}{alike}): a machine's value must hold under every stack it runs, "
+                "so fit it on at least two stacks' measurements (or fit a stack's own "
+                "parameter instead)"
             )
 
     def unit_overrides(self, unit: int, values: Sequence[float | None]) -> list[list[str]]:
@@ -157,7 +165,7 @@ def _chosen_hardware(text: str) -> Path:
 def build_problem(inputs: Inputs) -> Problem:
     """The checked problem (ConfigErrors naming the file, row or option at fault)."""
     overrides = list(inputs.overrides)
-    rows = resolve_rows(read_all(inputs.measurements), overrides)  # every bad row named
+    rows = read_rows(inputs.measurements, overrides)  # every bad row of every file named
     if inputs.hardware is not None:
         chosen = _chosen_hardware(inputs.hardware)
         kept = [row for row in rows if row.deployment.hardware == chosen]
@@ -184,6 +192,8 @@ def build_problem(inputs: Inputs) -> Problem:
     train, held = split(targets, inputs.held_out, inputs.source)
     trained = [d for i in train for d in units[targets[i].unit].deployments]
     scoped = resolve(inputs.parameters, trained, inputs.base)
+    for path in inputs.overlays:  # one fitted on a target held out here would leak it
+        held_out_in(path, [targets[i].id for i in held])
     fixed = tuple(one for path in inputs.overlays for one in read_overlay(path))
     problem = Problem(
         tuple(units), tuple(targets), tuple(scoped), train, held, tuple(overrides), fixed

@@ -159,22 +159,105 @@ class Row:
 def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ()) -> list[Row]:
     """Each row's workload built (``MeasuredPoint.scenario``, as ``calibrate`` builds it) and
     its deployment resolved, nothing simulated; one ConfigError naming every row that
-    cannot run (its file, line, column and problem; at most ``MAX_ROW_ISSUES`` of them)."""
+    cannot run or repeats an earlier row's measurement (its file, line, column and problem;
+    at most ``MAX_ROW_ISSUES`` of them)."""
+    rows, issues = _resolved(points, overrides)
+    if issues:
+        raise ConfigError(bounded([issue for _, issue in issues]))
+    return rows
+
+
+def read_rows(paths: Sequence[Path], overrides: Sequence[str] = ()) -> list[Row]:
+    """Every row of the measurement files ``paths`` read and resolved (``resolve_rows``);
+    one ConfigError naming every bad row of every file, in file then line order: a cell
+    that does not read, a row that cannot run, a repeated measurement (``rdu-sim check``
+    names the same rows). A fault of a whole file (its header, its bytes) is raised at once."""
+    from rdu_sim.validate.measurement_file import read_each
+
+    points, bad = read_each(paths)
+    rows, issues = _resolved(points, overrides)
+    issues.extend((issue.file, issue) for issue in bad)
+    if issues:
+        order = {str(path): number for number, path in enumerate(paths)}
+
+        def position(source: str) -> tuple[int, int]:
+            file, _, line = source.rpartition(":")
+            return order.get(file, len(order)), int(line) if line.isdigit() else 0
+
+        issues.sort(key=lambda pair: position(pair[0]))
+        raise ConfigError(bounded([issue for _, issue in issues]))
+    return rows
+
+
+def _resolved(
+    points: Sequence[MeasuredPoint], overrides: Sequence[str]
+) -> tuple[list[Row], list[tuple[str, ConfigIssue]]]:
+    """The rows that resolve, and each issue with the row (``file:line``) it is about."""
     rows: list[Row] = []
-    issues: list[ConfigIssue] = []
+    issues: list[tuple[str, ConfigIssue]] = []
     known: dict[tuple[str, str], Deployment] = {}  # a deployment's files read once
     for point in points:
         try:
             scenario = point.scenario(overrides)
-        except ConfigError as exc:
-            issues.extend(exc.issues)
+        except ConfigError as exc:  # (a fault in a file the row names names that file)
+            issues.extend((point.source, issue) for issue in exc.issues)
             continue
         where = (scenario.hardware_file, stack_of(scenario))
         deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
         rows.append(Row(point, deployment, scenario.hardware.kind))
-    if issues:
-        raise ConfigError(bounded(issues))
-    return rows
+    issues.extend((issue.file, issue) for issue in duplicate_issues(rows))
+    return rows, issues
+
+
+def measurement_key(row: Row, runtime: str) -> tuple[Any, ...]:
+    """What makes two rows the same measurement: where it ran (the hardware file, resolved,
+    and the stack's ``runtime``: ``scope.runtime_of``, so a copy of a stack that only renames
+    it is the same stack), what ran (model, dtypes, tp, batch, requests, lengths, the KV
+    share), the metric and the measured value; not the label, not the file or line."""
+    p = row.point
+    return (
+        row.deployment.hardware,
+        runtime,
+        p.model,
+        p.weights,
+        p.kv,
+        p.tp,
+        p.batch,
+        p.requests or p.batch,
+        p.input_tokens,
+        p.output_tokens,
+        p.kv_memory_fraction,
+        p.metric,
+        p.measured,
+    )
+
+
+def duplicate_issues(rows: Sequence[Row]) -> list[ConfigIssue]:
+    """One issue per row that repeats an earlier row's measurement (``measurement_key``),
+    naming both: counted twice it would pull a fit twice as hard, and one copy fitted while
+    the other is held out would test the fit on its own data. Two rows of the same run with
+    different measured values are repeat measurements, and both count."""
+    from rdu_sim.validate.scope import runtime_of
+
+    first: dict[tuple[Any, ...], str] = {}
+    runtimes: dict[str, str] = {}
+    issues = []
+    for row in rows:
+        stack = row.deployment.stack
+        runtime = runtimes.get(stack) or runtimes.setdefault(stack, runtime_of(stack))
+        earlier = first.setdefault(measurement_key(row, runtime), row.point.source)
+        if earlier != row.point.source:
+            issues.append(
+                ConfigIssue(
+                    row.point.source,
+                    "",
+                    f"the same measurement as {earlier} (the same hardware, stack, model, "
+                    "dtypes, tp, batch, requests, lengths, metric and measured value): a "
+                    "measurement counts once (a held-out copy of a fitted row would test the "
+                    "fit on its own data); remove one of the two",
+                )
+            )
+    return issues
 
 
 def bounded(issues: Sequence[ConfigIssue]) -> list[ConfigIssue]:

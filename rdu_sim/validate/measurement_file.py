@@ -20,9 +20,12 @@ line is the header. Columns (docs/calibration.md has a worked example):
 
 Every cell is checked where it is read (a number in its range, a known metric, dtype or
 column), and the file as a whole is bounded (size, rows, cell length), so any input ends in
-the points or one ConfigError naming the file, line and column (``read_points``: the first
+the points or one ConfigError naming the file, line and column (``read_points``: every
 bad row; ``check_points``, for ``rdu-sim check``: every bad row, each also resolved as the
-suite and ``calibrate`` resolve it).
+suite and ``calibrate`` resolve it). A row that repeats an earlier one's measurement (the
+same run and the same measured value: ``deployment_suite.duplicate_issues``), and a file
+given twice, are refused: a measurement counts once. The same run measured again with
+another value is data, and both rows count.
 """
 
 from __future__ import annotations
@@ -221,29 +224,42 @@ def _point(row: dict[str, str], value_column: str, where: str) -> MeasuredPoint:
     return point
 
 
+MARKS = ("metric", *MEASURED, "hardware", "tp", "stack")
+"""Columns only a measurement file has (a request trace has none of them): its header naming
+one of them makes a CSV a measurement file, even when another column is missing."""
+_SNIFF_BYTES = 1 << 16
+
+
 def is_measurement_file(path: Path) -> bool:
-    """Whether ``path``'s header (its first line that is not a comment) names the measured
-    metric's column: a measurement file, not a request trace, which has no ``metric``."""
+    """Whether ``path``'s header (its first line that is not a comment) names a column only a
+    measurement file has (``MARKS``), not a request trace. The header is read off the raw
+    bytes, so a file that is not UTF-8 is still told apart and its reader says what is wrong
+    with it (as ``validate`` does); a file that cannot be opened is left to the trace
+    reader, which says why."""
     try:
-        text = read_text_file(path, MAX_FILE_BYTES, "a measurement file")
-    except ConfigError:
-        return False  # unreadable: the trace reader, tried next, says why
-    for line in text.splitlines():
+        with path.open("rb") as stream:
+            head = stream.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    for line in head.removeprefix("\ufeff").splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             try:
                 cells = next(csv.reader(io.StringIO(line)), [])
             except csv.Error:
                 return False
-            return "metric" in (cell.strip() for cell in cells)
+            return any(cell.strip() in MARKS for cell in cells)
     return False
 
 
 def read_points(path: Path) -> list[MeasuredPoint]:
-    """The points of one measurement file (ConfigError naming the file, line and column of
-    its first bad row)."""
+    """The points of one measurement file (one ConfigError naming every bad row, in line
+    order, each with its file, line and column: at most ``MAX_ROW_ISSUES``, as
+    ``check_points`` names them)."""
+    from rdu_sim.validate.deployment_suite import bounded
+
     points, issues = _read(path)
     if issues:
-        raise ConfigError(issues[:1])
+        raise ConfigError(bounded(issues))
     return points
 
 
@@ -252,15 +268,17 @@ def check_points(path: Path) -> list[MeasuredPoint]:
     and ``calibrate`` resolve it (its workload built: the model, tp, hardware and stack
     files it names; nothing simulated); one ConfigError naming every bad row, in line
     order, each with its file, line, column and problem (``rdu-sim check``)."""
-    from rdu_sim.validate.deployment_suite import bounded, resolve_rows
+    from rdu_sim.validate.deployment_suite import bounded, duplicate_issues, resolve_rows
 
     points, bad_rows = _read(path)
     found = [(_line_of(issue.file), issue) for issue in bad_rows]
+    resolved = []
     for point in points:
         try:
-            resolve_rows([point])
+            resolved.extend(resolve_rows([point]))
         except ConfigError as exc:  # (a fault in a file the row names names that file)
             found.extend((_line_of(point.source), issue) for issue in exc.issues)
+    found.extend((_line_of(issue.file), issue) for issue in duplicate_issues(resolved))
     if found:
         found.sort(key=lambda pair: pair[0])
         raise ConfigError(bounded([issue for _, issue in found]))
@@ -317,9 +335,36 @@ def shipped_files() -> list[Path]:
     return sorted(p for p in shipped.entries("measurement").values() if p.parent.resolve() == top)
 
 
+def read_each(paths: Iterable[Path]) -> tuple[list[MeasuredPoint], list[ConfigIssue]]:
+    """The good points of several files, in file then row order, and one issue per bad row
+    of any of them; a ConfigError at once for a fault of a whole file, or a file given
+    twice (its rows would count twice)."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        first = seen.get(path.resolve())
+        if first is not None:
+            raise ConfigError.single(
+                str(path), "", f"given twice (also as {first}): a file's rows count once"
+            )
+        seen[path.resolve()] = path
+    points: list[MeasuredPoint] = []
+    issues: list[ConfigIssue] = []
+    for path in seen.values():
+        good, bad = _read(path)
+        points.extend(good)
+        issues.extend(bad)
+    return points, issues
+
+
 def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:
-    """The points of several files, in file then row order."""
-    return [point for path in paths for point in read_points(path)]
+    """The points of several files, in file then row order (``read_each``; one ConfigError
+    naming every bad row)."""
+    from rdu_sim.validate.deployment_suite import bounded
+
+    points, issues = read_each(paths)
+    if issues:
+        raise ConfigError(bounded(issues))
+    return points
 
 
 def print_converted(source: Path, rows: Iterable[list[str]], converted_by: str) -> None:

@@ -8,6 +8,14 @@ overlay is a config file like any other (``hardware: out/sn40l-calibrated.yaml``
 workload), and ``--overlay FILE`` (``calibrate``, ``validate --suite deployment``) passes its
 fields back to every row on the machine or stack it extends.
 
+Its header also lists the targets its values were fitted on (``Fitted targets:``, each a row's
+file, relative to the overlay's folder, and line, or a figure), so a later fit that holds one
+of them out refuses the overlay (``held_out_in``), and it restates the values that were in
+force on its machine or stack while it was fitted (an ``--overlay`` passed back on it, a
+``--set`` of its kind: ``carried_fields``), so the file alone gives the errors its header
+states. A value in force that it cannot carry (a workload field, another machine's) is named
+in its header.
+
 Every file is checked before it is written: it must read back as YAML to exactly the mapping
 meant (a comment holding a line break or a YAML special character would not), or it is
 refused.
@@ -147,3 +155,97 @@ def read_overlay(path: Path) -> list[Fixed]:
     return [
         Fixed(scope, target, f"{field}={json.dumps(value, default=str)}") for field, value in leaves
     ]
+
+
+FITTED_TARGETS = "Fitted targets: "
+"""The header line listing the targets an overlay was fitted on (a JSON list)."""
+_NAMED = ("shipped:", "figures:")
+
+
+def recorded_id(target_id: str, folder: Path) -> str:
+    """A target as an overlay in ``folder`` records it: a row's file relative to the folder
+    (so the record holds wherever the overlay is read from), a shipped row or a figure as
+    it is named."""
+    if target_id.startswith(_NAMED):
+        return target_id
+    file, _, line = target_id.rpartition(":")
+    try:
+        return f"{os.path.relpath(Path(file).resolve(), folder.resolve())}:{line}"
+    except ValueError:
+        return f"{Path(file).resolve()}:{line}"
+
+
+def absolute_id(recorded: str, folder: Path) -> str:
+    """A recorded (or a target's own, with ``folder`` the working folder) id with its file
+    resolved: the same target gives the same, however it was named."""
+    if recorded.startswith(_NAMED):
+        return recorded
+    file, _, line = recorded.rpartition(":")
+    return f"{(folder / file).resolve()}:{line}"
+
+
+def fitted_targets(path: Path) -> list[str] | None:
+    """The targets an overlay records it was fitted on (``absolute_id``), or None when its
+    header records none (an overlay written before it did)."""
+    from rdu_sim.config.yaml_io import read_text_file
+
+    text = read_text_file(path, 10 << 20, "an overlay")
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith(f"# {FITTED_TARGETS}"):
+            try:
+                ids = json.loads(line[len(FITTED_TARGETS) + 2 :])
+            except json.JSONDecodeError:
+                ids = None
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise ConfigError.single(
+                    str(path), "", f"the {FITTED_TARGETS.strip()} line is not a list of targets"
+                )
+            return [absolute_id(i, path.parent) for i in ids]
+    return None
+
+
+def held_out_in(path: Path, held_out: Sequence[str]) -> None:
+    """A ConfigError when the overlay at ``path`` was fitted on targets among ``held_out``
+    (target ids as given): its values carry what it learnt from them, so holding them out
+    would test a fit on its own data."""
+    fitted = fitted_targets(path)
+    if not fitted:
+        return
+    known = set(fitted)
+    both = [t for t in held_out if absolute_id(t, Path.cwd()) in known]
+    if both:
+        shown = ", ".join(both[:10]) + (f" and {len(both) - 10} more" if len(both) > 10 else "")
+        raise ConfigError.single(
+            "--overlay",
+            str(path),
+            f"was fitted on {len(both)} target(s) held out here ({shown}): its values carry "
+            "them, so they would test the fit on its own data; hold out other rows, or fit "
+            "without this overlay",
+        )
+
+
+def carried_fields(
+    kind: str, target: str, overrides: Sequence[str], fixed: Sequence[Fixed]
+) -> tuple[list[tuple[str, Any]], list[str]]:
+    """What an overlay of ``kind`` (machine or stack) on ``target`` restates besides its
+    fitted values, so it alone gives what its fit evaluated: each ``--set`` of its kind, then
+    each value passed back on ``target`` (``--overlay``), in the order a run applies them
+    (fields without their ``hw.``/``stack.`` prefix); and the overrides it cannot carry."""
+    from rdu_sim.config.overrides import parse_override
+
+    prefix = STACK if kind == "stack" else HW
+    carried: list[tuple[str, Any]] = []
+    left: list[str] = []
+    for text in overrides:
+        path, value = parse_override(text)
+        if path.startswith(prefix):
+            carried.append((path[len(prefix) :], value))
+        else:
+            left.append(f"--set {text}")
+    for one in fixed:
+        path, _, value = one.override.partition("=")
+        if one.kind == kind and one.target == target:
+            carried.append((path[len(prefix) :], json.loads(value)))
+    return carried, left

@@ -82,6 +82,23 @@ def stack_of(scenario: Scenario) -> str:
     return stack_file if stack_file == NONE else str(Path(stack_file).resolve())
 
 
+def runtime_of(stack: str) -> str:
+    """What a serving stack (a resolved stack file, or ``none``) runs as: its resolved
+    settings without its name and description, as JSON (``none``: no runtime). Two stack
+    files that run identically (one extends the other and only renames it) give the same."""
+    if stack == NONE:
+        return NONE
+    import json
+
+    from rdu_sim.config.stack_file import read_stack, validate_stack
+
+    data, lines = read_stack(Path(stack))
+    settings = validate_stack(data, stack, lines).model_dump(
+        mode="json", exclude={"name", "description"}
+    )
+    return json.dumps(settings, sort_keys=True)
+
+
 def label_of(target: str) -> str:
     """A machine or stack as reports name it: its file's stem, or ``none``."""
     return target if target == NONE else Path(target).stem
@@ -208,11 +225,18 @@ def parse_fit(text: str, given: Given | None = None) -> FitParameter:
     parts = path.split(".")[1:]
     if not parts or not all(_FIELD.fullmatch(part) for part in parts):
         raise given.error(f"not a field path; {shape}", path[:80])
-    from rdu_sim.config.field_docs import unknown_field
+    from rdu_sim.config.field_docs import discrete_type, unknown_field
 
     problem = unknown_field(path)
     if problem is not None:
         raise given.error(problem)
+    kind = discrete_type(path)
+    if kind is not None:
+        raise given.error(
+            "only a continuous field can be fitted (its value moved by any fraction): its "
+            f"type is {kind}",
+            path,
+        )
     unit = unit_of(path)
     low_text, high_text = bounds.split(":")
     try:
