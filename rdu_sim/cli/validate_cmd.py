@@ -88,11 +88,11 @@ def _deployment(
     group is within its limits."""
     from rdu_sim.config import shipped
     from rdu_sim.validate.deployment_suite import check_overlays, evaluate, read_rows
-    from rdu_sim.validate.measurement_file import shipped_files
+    from rdu_sim.validate.measurement_file import read_each, shipped_files
     from rdu_sim.validate.overlays import read_overlay
 
-    paths = [shipped.locate(text, ("measurement",)) for text in measurements]
-    rows = read_rows(paths or shipped_files(), overrides)  # every bad row of every file named
+    paths = [shipped.locate(text, ("measurement",)) for text in measurements] or shipped_files()
+    rows = read_rows(paths, read_each(paths), overrides)  # every bad row of every file named
     given = [(path, read_overlay(path)) for path in overlays]
     check_overlays(given, rows)  # an overlay that reaches no row would change nothing
     fixed = [one for _, read in given for one in read]

@@ -20,6 +20,7 @@ from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.deployment_suite import read_rows
 from rdu_sim.validate.holdout import Selector, split
+from rdu_sim.validate.measurement_file import read_each
 from rdu_sim.validate.overlays import held_out_in, read_overlay
 from rdu_sim.validate.scope import (
     Deployment,
@@ -165,7 +166,8 @@ def _chosen_hardware(text: str) -> Path:
 def build_problem(inputs: Inputs) -> Problem:
     """The checked problem (ConfigErrors naming the file, row or option at fault)."""
     overrides = list(inputs.overrides)
-    rows = read_rows(inputs.measurements, overrides)  # every bad row of every file named
+    paths = inputs.measurements
+    rows = read_rows(paths, read_each(paths), overrides)  # every bad row of every file named
     if inputs.hardware is not None:
         chosen = _chosen_hardware(inputs.hardware)
         kept = [row for row in rows if row.deployment.hardware == chosen]

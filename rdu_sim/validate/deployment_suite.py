@@ -167,14 +167,17 @@ def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ())
     return rows
 
 
-def read_rows(paths: Sequence[Path], overrides: Sequence[str] = ()) -> list[Row]:
-    """Every row of the measurement files ``paths`` read and resolved (``resolve_rows``);
+def read_rows(
+    paths: Sequence[Path],
+    read: tuple[Sequence[MeasuredPoint], Sequence[ConfigIssue]],
+    overrides: Sequence[str] = (),
+) -> list[Row]:
+    """Every row of the measurement files ``paths``, as ``measurement_file.read_each`` read
+    them (``read``: the good points and an issue per bad row), resolved (``resolve_rows``);
     one ConfigError naming every bad row of every file, in file then line order: a cell
     that does not read, a row that cannot run, a repeated measurement (``rdu-sim check``
-    names the same rows). A fault of a whole file (its header, its bytes) is raised at once."""
-    from rdu_sim.validate.measurement_file import read_each
-
-    points, bad = read_each(paths)
+    names the same rows)."""
+    points, bad = read
     rows, issues = _resolved(points, overrides)
     issues.extend((issue.file, issue) for issue in bad)
     if issues:
