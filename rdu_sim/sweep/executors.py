@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import sys
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -155,11 +156,18 @@ def _batch_outcomes(
         return [lost(task, f"worker process died: {exc}") for task in batch], True
     except Exception as exc:  # e.g. the task could not be pickled
         return [lost(task, f"{type(exc).__name__}: {exc}") for task in batch], False
+    return completed(outcomes, batch), False
+
+
+def completed(outcomes: list[Outcome], batch: Sequence[Task]) -> list[Outcome]:
+    """A batch's outcomes, with a failed row for each task its worker did not hand back (a
+    worker stopped alone: a signal sent to it, not to the sweep), pool and Dask alike; when
+    the sweep itself stops, those are left unstored instead (a rerun runs them)."""
     finished = {outcome.key for outcome in outcomes}
-    if len(finished) == len(batch) or received() is not None:  # the sweep stops: a rerun runs them
-        return outcomes, False
-    stopped = "the worker process was stopped by a signal before this point finished"
-    return outcomes + [lost(t, stopped) for t in batch if t.point.key not in finished], False
+    if len(finished) == len(batch) or received() is not None:
+        return outcomes
+    stopped = "the worker was stopped before this point finished (not by this sweep)"
+    return outcomes + [lost(t, stopped) for t in batch if t.point.key not in finished]
 
 
 def _drain_pool(in_flight: dict[Future[list[Outcome]], tuple[Task, ...]]) -> Iterator[Outcome]:
@@ -246,6 +254,7 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
     client, local = _dask_client(cluster, workers)
     distributed: Any = sys.modules["distributed"]
     futures: dict[Any, tuple[Task, ...]] = {}
+    sweep = uuid.uuid4().hex  # what stop_batches stops: this sweep's batches, no later one's
     try:
         threads = sum(client.nthreads().values()) or max(1, workers)
         window = threads * IN_FLIGHT_PER_WORKER
@@ -255,7 +264,7 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
         def submit() -> None:
             while pending and len(futures) < window:
                 batch = pending.pop()
-                future = client.submit(run_batch, batch, pure=False)
+                future = client.submit(run_batch, batch, sweep, pure=False)
                 futures[future] = batch
                 queue.add(future)
 
@@ -263,13 +272,13 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
         for future in queue:
             batch = futures.pop(future)
             try:
-                yield from future.result()
+                yield from completed(future.result(), batch)
             except Exception as exc:  # KilledWorker, a lost connection, a pickling error
                 yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
             submit()
     except Interrupted:
         with winding_down():
-            yield from _drain_dask(client, futures)
+            yield from _drain_dask(client, futures, sweep)
         raise
     finally:
         if received() is not None:  # stopping: Dask's own farewells are not the user's news
@@ -279,13 +288,13 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
             local.close()
 
 
-def _drain_dask(client: Any, futures: dict[Any, tuple[Task, ...]]) -> Iterator[Outcome]:
+def _drain_dask(client: Any, futures: dict[Any, tuple[Task, ...]], sweep: str) -> Iterator[Outcome]:
     """The points Dask's workers finished of the batches in flight: each worker is told to
     stop after the point it runs (``worker.stop_batches``), and what comes back within
     ``DRAIN_S`` is yielded; a second interrupt, or the time running out, gives up the rest."""
     distributed: Any = sys.modules["distributed"]
     try:
-        client.run(stop_batches)
+        client.run(stop_batches, sweep)
         distributed.wait(list(futures), timeout=DRAIN_S)
     except (Interrupted, TimeoutError):
         pass

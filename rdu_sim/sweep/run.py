@@ -120,14 +120,20 @@ class SweepSummary:
     fits: FitCheck | None = None  # a dry run's early check of the points to run
     elsewhere: int = 0  # points another process ran and stored meanwhile (``claims``)
     failed_elsewhere: int = 0  # of those, failed
+    unrun: int = 0  # points the database holds no row of once the sweep ended
 
     def describe(self) -> str:
-        """One line for people."""
+        """One line for people; "nothing to run" only when every point has its row."""
         there = ""
         if self.elsewhere:
             failed = f", {self.failed_elsewhere} failed" if self.failed_elsewhere else ""
             there = f"; {self.elsewhere} run by another process meanwhile{failed}"
-        if not self.ran:
+        if self.unrun:
+            there += (
+                f"; {human.count(self.unrun, 'point')} not run (no worker handed back "
+                "its result): run the same command again"
+            )
+        if not self.ran and not self.unrun:
             return (
                 f"{self.name}: nothing to run; {self.already_done} of {self.points} "
                 f"points already done{there} ({self.db})"
@@ -501,6 +507,7 @@ def run_sweep(
                         stop.signum, _kept(store, keys, summary.ran, "point", rerun)
                     ) from None
                 summary.wall_s = time.perf_counter() - start
+                summary.unrun = len(set(keys)) - len(store.existing(keys))
             _refresh_view(store, expansion)
         return summary
     except interrupts.Interrupted as stop:  # before the points ran, or after: no count

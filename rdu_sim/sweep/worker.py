@@ -6,12 +6,13 @@ the sweep goes on; it selects the spec's metrics from the result so only those t
 The parent alone writes the database.
 
 A signal stops a worker's batch, never the worker (``rdu_sim.interrupts``): `run_batch`
-hands back the points it finished, and once stopped a worker returns every later batch at
-once, untouched (a rerun runs them). A pool worker is stopped by SIGINT or SIGTERM
-(``interrupts.start_worker``: the terminal's, or the one its parent forwards) within the
-point it runs; a
-Dask worker, whose batches run in threads signals never reach, by `stop_batches` (run on it
-by the parent) after the point it runs.
+hands back the points it finished, and once stopped a worker returns every later batch of
+that sweep at once, untouched (a rerun runs them). A pool worker is stopped by SIGINT or
+SIGTERM (``interrupts.start_worker``: the terminal's, or the one its parent forwards) within
+the point it runs; a Dask worker, whose batches run in threads signals never reach, by
+`stop_batches` (run on it by the parent) after the point it runs. A Dask worker outlives the
+sweep, so that stop is the stopped sweep's alone (its id): the next sweep on the same
+workers runs.
 """
 
 from __future__ import annotations
@@ -172,21 +173,19 @@ def run_task(task: Task) -> Outcome:
     )
 
 
-class _Batches:
-    """Whether this process was told to stop its batches (``stop_batches``)."""
-
-    stopped = False
+_STOPPED: set[str] = set()
+"""The sweeps (their ids) whose batches this process was told to stop (``stop_batches``)."""
 
 
-def run_batch(tasks: Sequence[Task]) -> list[Outcome]:
+def run_batch(tasks: Sequence[Task], sweep: str | None = None) -> list[Outcome]:
     """Evaluate a batch of tasks one after another in this process (``sibling_batches``);
-    stopped (a signal, ``stop_batches``), the outcomes of those finished, or none once the
-    process was stopped before it began."""
+    stopped (a signal, or ``stop_batches`` of ``sweep``: the id a Dask sweep gives its
+    batches), the outcomes of those finished, or none once stopped before it began."""
     outcomes: list[Outcome] = []
     try:
         with interrupts.raising():
             for task in tasks:
-                if _Batches.stopped or interrupts.received() is not None:
+                if sweep in _STOPPED or interrupts.received() is not None:
                     break
                 outcomes.append(run_task(task))
     except interrupts.Interrupted:
@@ -202,11 +201,12 @@ def leave_signals_to_the_sweep() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def stop_batches() -> None:
-    """Stop the batches this process runs after the point each is running (they hand back
-    what they finished), and return every later one at once: run by the parent on each Dask
-    worker, whose task threads no signal reaches."""
-    _Batches.stopped = True
+def stop_batches(sweep: str) -> None:
+    """Stop ``sweep``'s batches this process runs after the point each is running (they hand
+    back what they finished), and return its every later one at once: run by the parent on
+    each Dask worker, whose task threads no signal reaches. Other sweeps' batches, later
+    ones on the same long-running worker among them, run."""
+    _STOPPED.add(sweep)
 
 
 MAX_BATCH = 8
