@@ -98,3 +98,110 @@ def test_the_last_line_never_says_nothing_to_run_while_points_are_unrun() -> Non
     assert "run the same command again" in summary.describe()
     done = SweepSummary("s", Path("s.sqlite"), 30, 30, 0)
     assert done.describe() == "s: nothing to run; 30 of 30 points already done (s.sqlite)"
+
+
+def test_a_worker_of_another_version_is_refused_before_anything_runs(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its rows were stored under this version's keys, flagged only at the next run
+    monkeypatch.setattr(worker, "__version__", "9.9.9")
+    with pytest.raises(worker.WorkerMismatch) as caught:
+        run_sweep(write_spec(tmp_path), db=tmp_path / "d.sqlite", cluster=cluster)
+    message = str(caught.value)
+    assert message.startswith(
+        "2 of 2 Dask workers are not the simulator this sweep keys its rows by, so nothing "
+        "was run: tcp://127.0.0.1:"
+    )
+    assert message.count("runs rdu-sim 9.9.9") == 2
+    assert statuses(tmp_path / "d.sqlite") == []
+
+
+def test_a_worker_that_became_another_version_is_refused_at_its_first_point(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker joining after the check: the point is refused where it runs, and the sweep
+    # stops with that one error instead of storing a row under a key that lies
+    monkeypatch.setattr(executors, "check_workers", lambda client, tasks: None)
+    monkeypatch.setattr(worker, "__version__", "9.9.9")
+    monkeypatch.setattr(worker, "_IDENTITY", {})
+    with pytest.raises(worker.WorkerMismatch, match=r"^worker \S+:\d+ runs rdu-sim 9\.9\.9"):
+        run_sweep(write_spec(tmp_path), db=tmp_path / "d.sqlite", cluster=cluster)
+    assert statuses(tmp_path / "d.sqlite") == []
+
+
+PLUGIN = """\
+from rdu_sim.serving.batching import register
+from rdu_sim.serving.batching.prefill_first import PrefillFirst
+class DaskTestPolicy(PrefillFirst):
+    pass
+register("dasktest_policy", DaskTestPolicy)
+"""
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A plugin batching policy this process (the client, and its threads' workers) loads
+    from RDU_SIM_PLUGINS; the registry as it was after the test."""
+    import sys
+
+    from rdu_sim import plugins
+    from rdu_sim.serving.batching import base
+
+    (tmp_path / "dasktest_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(plugins.VARIABLE, "dasktest_plugin")
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    monkeypatch.setattr(plugins, "_loaded", set())
+    monkeypatch.setattr(worker, "_IDENTITY", {})
+    yield "dasktest_plugin"
+    sys.modules.pop("dasktest_plugin", None)
+
+
+@pytest.mark.parametrize(
+    ("there", "said"),
+    [
+        (
+            "f" * 64,
+            r"has another source of plugin package 'dasktest_plugin' "
+            r"\(dasktest_plugin.DaskTestPolicy\): sha256 ffffffffffff there, [0-9a-f]{12} in "
+            r"the sweep \(install the same plugin on both\)",
+        ),
+        (
+            None,
+            r"cannot import plugin package 'dasktest_plugin' \(dasktest_plugin.DaskTestPolicy\),"
+            r" which the sweep's points use: RDU_SIM_PLUGINS='dasktest_plugin' there \(the "
+            r"worker's environment, not the spec\)",
+        ),
+    ],
+)
+@pytest.mark.parametrize("joined_later", [False, True])
+def test_a_worker_with_another_plugin_or_none_is_refused(
+    cluster: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    plugin: str,
+    there: str | None,
+    said: str,
+    joined_later: bool,
+) -> None:
+    # a worker whose plugin had other source computed with it and stored the row under the
+    # key of the client's source; one without the plugin failed every point, blaming --set
+    from rdu_sim import plugins
+
+    spec = write_spec(
+        tmp_path, extra="set: {serving.requests: 4, serving.prefill_priority: dasktest_policy}\n"
+    )
+    spec.write_text(spec.read_text().replace("set: {serving.requests: 4}\n", ""))
+    if joined_later:
+        monkeypatch.setattr(executors, "check_workers", lambda client, tasks: None)
+    real = plugins.digest_here
+    monkeypatch.setattr(
+        plugins, "digest_here", lambda package: there if package == plugin else real(package)
+    )
+    with pytest.raises(worker.WorkerMismatch) as caught:
+        run_sweep(spec, db=tmp_path / "d.sqlite", cluster=cluster)
+    first = r"^worker \S+:\d+ " if joined_later else r"^2 of 2 Dask workers .*: tcp://\S+: "
+    import re
+
+    assert re.search(first + said, str(caught.value)), str(caught.value)
+    assert statuses(tmp_path / "d.sqlite") == []

@@ -54,8 +54,12 @@ from rdu_sim.interrupts import (
 from rdu_sim.sweep.worker import (
     Outcome,
     Task,
+    WorkerMismatch,
+    identity,
     leave_signals_to_the_sweep,
     lost,
+    mismatch,
+    recorded_code,
     run_batch,
     run_task,
     sibling_batches,
@@ -256,6 +260,7 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
     futures: dict[Any, tuple[Task, ...]] = {}
     sweep = uuid.uuid4().hex  # what stop_batches stops: this sweep's batches, no later one's
     try:
+        check_workers(client, tasks)
         threads = sum(client.nthreads().values()) or max(1, workers)
         window = threads * IN_FLIGHT_PER_WORKER
         pending = list(reversed(sibling_batches(tasks, window)))
@@ -286,6 +291,30 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
         client.close()
         if local is not None:
             local.close()
+
+
+def check_workers(client: Any, tasks: Sequence[Task]) -> None:
+    """Refuse, before anything is submitted, a cluster whose workers are not this simulator
+    (``worker.mismatch``: another rdu-sim version, a plugin the points use with another
+    source, or none): their rows would be stored under keys that do not describe them. One
+    WorkerMismatch naming each such worker; a worker joining later is refused at its first
+    point (``worker.run_task``)."""
+    if not tasks:
+        return
+    recorded: dict[str, tuple[str, str | None]] = {}
+    for task in tasks:
+        recorded.update(recorded_code(task.point.config))
+    found = client.run(identity, sorted(recorded))
+    bad = [
+        f"{address}: {problem}"
+        for address, here in sorted(found.items())
+        if (problem := mismatch(here, tasks[0].version, recorded)) is not None
+    ]
+    if bad:
+        raise WorkerMismatch(
+            f"{len(bad)} of {len(found)} Dask workers are not the simulator this sweep keys "
+            f"its rows by, so nothing was run: {'; '.join(bad)}"
+        )
 
 
 def _drain_dask(client: Any, futures: dict[Any, tuple[Task, ...]], sweep: str) -> Iterator[Outcome]:

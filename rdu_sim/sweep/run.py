@@ -54,7 +54,7 @@ from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
 from rdu_sim.sweep.store import Existing, Row, Store, StoreError
-from rdu_sim.sweep.worker import Outcome, PointLike, Task
+from rdu_sim.sweep.worker import Outcome, PointLike, Task, WorkerMismatch
 
 Evaluate = Callable[[Point], Mapping[str, Any]]
 
@@ -745,6 +745,8 @@ def _outcomes(
     outcomes = _executor(tasks, workers, cluster)
     try:
         for outcome in outcomes:
+            if outcome.refused:  # every point on that worker would be wrong: stop here
+                raise WorkerMismatch(outcome.error or "")
             yield outcome
             reporter.advance(outcome)
     finally:
