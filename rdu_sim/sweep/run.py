@@ -450,6 +450,24 @@ def run_sweep(
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
     main module.
     """
+    with interrupts.handled():  # from Python too, a stop keeps every finished point
+        return _run_sweep(
+            spec, db, workers, cluster, retry_failed, rerun, dry_run, progress, evaluator, writes
+        )
+
+
+def _run_sweep(
+    spec: str | Path,
+    db: str | Path | None,
+    workers: int | None,
+    cluster: str | None,
+    retry_failed: bool,
+    rerun: bool,
+    dry_run: bool,
+    progress: bool | Reporter,
+    evaluator: Evaluate | None,
+    writes: Sequence[tuple[str, Path]],
+) -> SweepSummary:
     db_path: Path | None = None  # once known: where a stop says the finished points are
     try:
         if cluster is not None:
@@ -778,7 +796,7 @@ def evaluate_points(
     keys = [p.key for p in points]
     report = reporter or Silent()
     unique = {p.key: p for p in points}
-    with Store(Path(db), waiting=report.message) as store:
+    with interrupts.handled(), Store(Path(db), waiting=report.message) as store:
 
         def unstored(candidates: Sequence[str], *, again: bool) -> list[str]:
             """Which of ``candidates`` (keys) still need a run: with ``again``, by this
