@@ -6,8 +6,12 @@ this process's state, as a long-running worker keeps its own)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -142,7 +146,6 @@ register("dasktest_policy", DaskTestPolicy)
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A plugin batching policy this process (the client, and its threads' workers) loads
     from RDU_SIM_PLUGINS; the registry as it was after the test."""
-    import sys
 
     from rdu_sim import plugins
     from rdu_sim.serving.batching import base
@@ -201,7 +204,47 @@ def test_a_worker_with_another_plugin_or_none_is_refused(
     with pytest.raises(worker.WorkerMismatch) as caught:
         run_sweep(spec, db=tmp_path / "d.sqlite", cluster=cluster)
     first = r"^worker \S+:\d+ " if joined_later else r"^2 of 2 Dask workers .*: tcp://\S+: "
-    import re
 
     assert re.search(first + said, str(caught.value)), str(caught.value)
     assert statuses(tmp_path / "d.sqlite") == []
+
+
+def test_a_lost_scheduler_stops_the_sweep_leaving_its_unrun_points_to_a_resume(
+    tmp_path: Path,
+) -> None:
+    # every point left was stored as failed (FutureCancelledError ...
+    # scheduler-connection-lost), and the same command then ran nothing
+    spec = write_spec(tmp_path)
+    spec.write_text(
+        spec.read_text().replace("{name: synthetic}", "{name: synthetic, options: {sleep_s: 0.3}}")
+    )
+    db = tmp_path / "d.sqlite"
+    local = distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address=None,
+    )
+
+    def lose_the_scheduler() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (db.is_file() and statuses(db)):
+            time.sleep(0.05)
+        local.close()
+
+    threading.Thread(target=lose_the_scheduler, daemon=True).start()
+    with pytest.raises(executors.SchedulerLost) as caught:
+        run_sweep(spec, db=db, cluster=local.scheduler_address)
+    kept = statuses(db)
+    assert kept and set(kept) == {"done"} and len(kept) < 6
+    assert str(caught.value).startswith(
+        f"--cluster: lost the Dask scheduler at {local.scheduler_address} ("
+    )
+    assert str(caught.value).endswith(
+        f"the points not run are not stored: {len(kept)} of 6 points are saved in {db} "
+        f"({len(kept)} finished now); run the same command again to resume"
+    )
+    summary = run_sweep(spec, db=db, workers=1)  # the same sweep resumes
+    assert (summary.ran, summary.already_done, summary.failed) == (6 - len(kept), len(kept), 0)

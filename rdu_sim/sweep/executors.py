@@ -42,6 +42,7 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.extras import require
+from rdu_sim.input_errors import InputError
 from rdu_sim.interrupts import (
     Interrupted,
     blocked,
@@ -277,9 +278,15 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
         for future in queue:
             batch = futures.pop(future)
             try:
-                yield from completed(future.result(), batch)
+                outcomes = completed(future.result(), batch)
             except Exception as exc:  # KilledWorker, a lost connection, a pickling error
-                yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
+                if _scheduler_lost(client, exc):  # not the point's failure: it is not run
+                    raise SchedulerLost(
+                        f"--cluster: lost the Dask scheduler at {client.scheduler.address} "
+                        f"({type(exc).__name__}: {exc}); the points not run are not stored"
+                    ) from None
+                outcomes = [lost(task, f"{type(exc).__name__}: {exc}") for task in batch]
+            yield from outcomes
             submit()
     except Interrupted:
         with winding_down():
@@ -291,6 +298,23 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
         client.close()
         if local is not None:
             local.close()
+
+
+class SchedulerLost(InputError):
+    """The connection to a Dask sweep's scheduler was lost: the cluster's failure, not a
+    point's, so the points it had not run are left unstored (the same command resumes)."""
+
+
+def _scheduler_lost(client: Any, exc: BaseException) -> bool:
+    """Whether a batch's error is the scheduler gone (its futures cancelled, its connection
+    closed) rather than the batch's own (a worker killed, a task that cannot be pickled)."""
+    from distributed.comm.core import CommClosedError
+
+    if isinstance(exc, CommClosedError | OSError | TimeoutError):
+        return True
+    from concurrent.futures import CancelledError
+
+    return isinstance(exc, CancelledError) or client.status != "running"
 
 
 def check_workers(client: Any, tasks: Sequence[Task]) -> None:

@@ -43,6 +43,7 @@ from rdu_sim.report.files import refuse_overwrite
 from rdu_sim.sweep import claims
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import (
+    SchedulerLost,
     check_cluster,
     default_workers,
     run_dask,
@@ -524,6 +525,9 @@ def _run_sweep(
                     raise interrupts.Interrupted(
                         stop.signum, _kept(store, keys, summary.ran, "point", rerun)
                     ) from None
+                except SchedulerLost as lost:
+                    kept = _kept(store, keys, summary.ran, "point", rerun)
+                    raise SchedulerLost(f"{lost}: {kept}") from None
                 summary.wall_s = time.perf_counter() - start
                 summary.unrun = len(set(keys)) - len(store.existing(keys))
             _refresh_view(store, expansion)
@@ -850,6 +854,8 @@ def evaluate_points(
             except interrupts.Interrupted as stop:
                 kept = _kept(store, None, ran, "evaluation", rerun)
                 raise interrupts.Interrupted(stop.signum, kept) from None
+            except SchedulerLost as lost:
+                raise SchedulerLost(f"{lost}: {_kept(store, None, ran, 'evaluation')}") from None
         return {row["key"]: row for row in store.rows(keys=keys)}
 
 
