@@ -248,3 +248,28 @@ def test_a_lost_scheduler_stops_the_sweep_leaving_its_unrun_points_to_a_resume(
     )
     summary = run_sweep(spec, db=db, workers=1)  # the same sweep resumes
     assert (summary.ran, summary.already_done, summary.failed) == (6 - len(kept), len(kept), 0)
+
+
+def test_an_unreachable_scheduler_is_the_first_and_only_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it was said after the plan line and a 0/N bar, with the database already created
+    from rdu_sim.config.errors import ConfigError
+    from rdu_sim.sweep.progress import Silent
+
+    said: list[str] = []
+
+    class Recording(Silent):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    monkeypatch.setattr(executors, "CONNECT_S", 1.0)
+    with pytest.raises(ConfigError, match=r"cannot reach the Dask scheduler at 'tcp://127\.0"):
+        run_sweep(
+            write_spec(tmp_path),
+            db=tmp_path / "d.sqlite",
+            cluster="tcp://127.0.0.1:9",
+            progress=Recording(),
+        )
+    assert said == []
+    assert not (tmp_path / "d.sqlite").exists()

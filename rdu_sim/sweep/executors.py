@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError
@@ -82,6 +84,10 @@ on a small machine would exhaust its memory."""
 def default_workers() -> int:
     """The default pool size: the machine's core count."""
     return os.cpu_count() or 1
+
+
+CONNECT_S = 30.0
+"""How long a sweep tries to reach a Dask scheduler's address before it says it cannot."""
 
 
 def local_workers(asked: int) -> int:
@@ -243,20 +249,45 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
         client.run(leave_signals_to_the_sweep)
         return client, local
     try:
-        return distributed.Client(cluster, timeout="30s"), None
+        return distributed.Client(cluster, timeout=CONNECT_S), None
     except (OSError, TimeoutError, ValueError) as exc:
         raise ConfigError.single(
             "--cluster", "", f"cannot reach the Dask scheduler at {cluster!r}: {exc}"
         ) from None
 
 
-def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outcome]:
-    """Evaluate tasks on a dask.distributed cluster; the parent still writes every row.
+@dataclass(frozen=True)
+class Cluster:
+    """A sweep's connection to Dask (``connected``): the client, and the LocalCluster it
+    started ('local'; None for a scheduler's address)."""
 
-    The cluster's workers must be able to import this rdu_sim (same version: the version
-    each worker ran is stored in its rows).
-    """
+    client: Any
+    local: Any
+
+
+@contextmanager
+def connected(cluster: str | None, workers: int) -> Iterator[Cluster | None]:
+    """The Dask cluster ``cluster`` names (None: none asked), connected before the sweep
+    plans, writes or draws anything, so an unreachable scheduler is its first and only
+    line; closed (a LocalCluster stopped) however the sweep ends."""
+    if cluster is None:
+        yield None
+        return
     client, local = _dask_client(cluster, workers)
+    try:
+        yield Cluster(client, local)
+    finally:
+        if received() is not None:  # stopping: Dask's own farewells are not the user's news
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        client.close()
+        if local is not None:
+            local.close()
+
+
+def run_dask(tasks: Sequence[Task], cluster: Cluster, workers: int) -> Iterator[Outcome]:
+    """Evaluate tasks on a dask.distributed cluster (``connected``); the parent still writes
+    every row. Its workers must be this simulator (``check_workers``)."""
+    client = cluster.client
     distributed: Any = sys.modules["distributed"]
     futures: dict[Any, tuple[Task, ...]] = {}
     sweep = uuid.uuid4().hex  # what stop_batches stops: this sweep's batches, no later one's
@@ -292,12 +323,10 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
         with winding_down():
             yield from _drain_dask(client, futures, sweep)
         raise
-    finally:
-        if received() is not None:  # stopping: Dask's own farewells are not the user's news
-            logging.getLogger("distributed").setLevel(logging.CRITICAL)
-        client.close()
-        if local is not None:
-            local.close()
+    finally:  # what is queued or running of batches that ended unread is not left to run
+        if futures and client.status == "running":
+            with suppress(Exception):  # (the cluster going away meanwhile)
+                client.cancel(list(futures))
 
 
 class SchedulerLost(InputError):

@@ -43,8 +43,10 @@ from rdu_sim.report.files import refuse_overwrite
 from rdu_sim.sweep import claims
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import (
+    Cluster,
     SchedulerLost,
     check_cluster,
+    connected,
     default_workers,
     run_dask,
     run_pool,
@@ -415,7 +417,7 @@ def _missing_metrics_error(loaded: LoadedSpec, outcome: Outcome) -> ConfigError:
     )
 
 
-def _executor(tasks: Sequence[Task], workers: int, cluster: str | None) -> Iterator[Outcome]:
+def _executor(tasks: Sequence[Task], workers: int, cluster: Cluster | None) -> Iterator[Outcome]:
     if cluster is not None:
         return run_dask(tasks, cluster, workers)
     if workers <= 1 or len(tasks) <= 1:
@@ -497,7 +499,10 @@ def _run_sweep(
             reporter.message(line + " (dry run: nothing runs)")
             return _summary(loaded.name, db_path, keys, the_plan, fits)
 
-        with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
+        with (
+            connected(cluster, workers or default_workers()) as dask,  # reached first
+            Store(db_path, waiting=reporter.message) as store,  # a lock's wait is said
+        ):
             # what reading this sweep back returns: its points, with their axis values
             store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
             owner = claims.me()
@@ -513,7 +518,7 @@ def _run_sweep(
                     if tasks:
                         count = workers or default_workers()
                         _execute(
-                            store, owner, tasks, by_key, loaded, summary, reporter, count, cluster
+                            store, owner, tasks, by_key, loaded, summary, reporter, count, dask
                         )
 
                 start = time.perf_counter()
@@ -665,7 +670,7 @@ def _execute(
     summary: SweepSummary,
     reporter: Reporter,
     workers: int,
-    cluster: str | None,
+    cluster: Cluster | None,
 ) -> None:
     """Run the tasks, writing each outcome as it arrives."""
     checked = False
@@ -759,7 +764,7 @@ def stopped_early(db: Path | None, rerun: bool, noun: str = "points") -> str:
 
 
 def _outcomes(
-    name: str, tasks: Sequence[Task], reporter: Reporter, workers: int, cluster: str | None
+    name: str, tasks: Sequence[Task], reporter: Reporter, workers: int, cluster: Cluster | None
 ) -> Generator[Outcome, None, None]:
     """The tasks' outcomes as they arrive, reported; the executor is closed (what it queued
     cancelled, what it started shut down) however the caller stops."""
@@ -800,7 +805,11 @@ def evaluate_points(
     keys = [p.key for p in points]
     report = reporter or Silent()
     unique = {p.key: p for p in points}
-    with interrupts.handled(), Store(Path(db), waiting=report.message) as store:
+    with (
+        interrupts.handled(),
+        connected(cluster, workers) as dask,
+        Store(Path(db), waiting=report.message) as store,
+    ):
 
         def unstored(candidates: Sequence[str], *, again: bool) -> list[str]:
             """Which of ``candidates`` (keys) still need a run: with ``again``, by this
@@ -833,7 +842,7 @@ def evaluate_points(
                 store.record(_row(outcome, by_key[outcome.key], name), owner)
                 ran += 1
 
-            with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
+            with closing(_outcomes(name, tasks, report, workers, dask)) as outcomes:
                 _record_each(outcomes, record)
 
         def run_taken(taken: set[str]) -> set[str]:
