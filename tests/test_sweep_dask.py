@@ -306,3 +306,17 @@ def test_slow_points_come_back_one_by_one_and_cheap_ones_in_batches(
     summary = run_sweep(spec, db=tmp_path / "d.sqlite", cluster=cluster, workers=2)
     assert summary.done == 12 and sum(handed) == 12
     assert max(handed) == largest  # 12 points, 4 batches in flight: batches of 3 at most
+
+
+def test_a_local_cluster_starts_only_when_there_is_something_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, db = write_spec(tmp_path), tmp_path / "d.sqlite"
+    run_sweep(spec, db=db, workers=1)
+
+    def no_cluster(cluster: str, workers: int) -> Any:
+        raise AssertionError("a LocalCluster was started for nothing")
+
+    monkeypatch.setattr(executors, "_dask_client", no_cluster)
+    summary = run_sweep(spec, db=db, cluster="local")
+    assert (summary.ran, summary.already_done) == (0, 6)

@@ -40,7 +40,6 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError
@@ -297,32 +296,48 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
         ) from None
 
 
-@dataclass(frozen=True)
 class Cluster:
-    """A sweep's connection to Dask (``connected``): the client, and the LocalCluster it
-    started ('local'; None for a scheduler's address)."""
+    """A sweep's Dask cluster (``connected``): ``client`` connects at its first use (a
+    LocalCluster for 'local' is started then: a sweep with nothing to run starts none)."""
 
-    client: Any
-    local: Any
+    def __init__(self, address: str, workers: int) -> None:
+        self.address = address
+        self.workers = workers
+        self._client: Any = None
+        self._local: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The distributed.Client, connected (and its LocalCluster started) when first asked."""
+        if self._client is None:
+            self._client, self._local = _dask_client(self.address, self.workers)
+        return self._client
+
+    def close(self) -> None:
+        """Close the client and stop the LocalCluster it started, if any."""
+        if self._client is not None:
+            self._client.close()
+        if self._local is not None:
+            self._local.close()
 
 
 @contextmanager
 def connected(cluster: str | None, workers: int) -> Iterator[Cluster | None]:
-    """The Dask cluster ``cluster`` names (None: none asked), connected before the sweep
-    plans, writes or draws anything, so an unreachable scheduler is its first and only
-    line; closed (a LocalCluster stopped) however the sweep ends."""
+    """The Dask cluster ``cluster`` names (None: none asked), a scheduler's address
+    connected before the sweep plans, writes or draws anything, so an unreachable one is its
+    first and only line; closed (a LocalCluster stopped) however the sweep ends."""
     if cluster is None:
         yield None
         return
-    client, local = _dask_client(cluster, workers)
+    dask = Cluster(cluster, workers)
     try:
-        yield Cluster(client, local)
+        if cluster != "local":
+            dask.client  # noqa: B018 - reached now
+        yield dask
     finally:
         if received() is not None:  # stopping: Dask's own farewells are not the user's news
             logging.getLogger("distributed").setLevel(logging.CRITICAL)
-        client.close()
-        if local is not None:
-            local.close()
+        dask.close()
 
 
 def run_dask(tasks: Sequence[Task], cluster: Cluster, workers: int) -> Iterator[Outcome]:
