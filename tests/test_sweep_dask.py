@@ -239,6 +239,7 @@ def test_a_lost_scheduler_stops_the_sweep_leaving_its_unrun_points_to_a_resume(
         run_sweep(spec, db=db, cluster=local.scheduler_address)
     kept = statuses(db)
     assert kept and set(kept) == {"done"} and len(kept) < 6
+    assert "\n" not in str(caught.value)
     assert str(caught.value).startswith(
         f"--cluster: lost the Dask scheduler at {local.scheduler_address} ("
     )

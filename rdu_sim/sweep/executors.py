@@ -370,7 +370,8 @@ def run_dask(tasks: Sequence[Task], cluster: Cluster, workers: int) -> Iterator[
                 if _scheduler_lost(client, exc):  # not the point's failure: it is not run
                     raise SchedulerLost(
                         f"--cluster: lost the Dask scheduler at {client.scheduler.address} "
-                        f"({type(exc).__name__}: {exc}); the points not run are not stored"
+                        f"({type(exc).__name__}: {' '.join(str(exc).split())}); the points not "
+                        "run are not stored"
                     ) from None
                 outcomes = [lost(task, f"{type(exc).__name__}: {exc}") for task in batch]
             pending.measure(outcomes)
