@@ -55,6 +55,7 @@ __all__ = [
     "Interrupted",
     "blocked",
     "deferred",
+    "handled",
     "handling",
     "ignore_further",
     "install",
@@ -262,6 +263,23 @@ def handling(once: bool = False) -> Iterator[None]:
         _state.installed = False
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """:func:`handling` for the block when this process has not installed it (a script's or
+    a notebook's call of the API, where Ctrl-C or a kernel's interrupt would be a bare
+    ``KeyboardInterrupt`` cutting work anywhere, its finished results lost): a stop is then
+    the :class:`Interrupted` the CLI's is, keeping what the work finished. Nothing when
+    installed already, or outside the main thread (which no signal reaches)."""
+    if _state.installed or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        with handling():
+            yield
+    finally:
+        _state.received = _state.pending = None  # the next call starts afresh
 
 
 def native(function: Callable[P, R]) -> Callable[P, R]:

@@ -42,6 +42,7 @@ __all__ = [
     "PluginError",
     "PolicyAnswerError",
     "code_of",
+    "digest_here",
     "enroll",
     "load",
     "lookup",
@@ -181,3 +182,15 @@ def code_of(policy: Any) -> dict[str, str | None] | None:
         return None
     top = module.partition(".")[0]
     return {"name": qualified_name(policy), "package": top, "sha256": _source_digest(top)}
+
+
+def digest_here(package: str) -> str | None:
+    """The sha256 of a plugin package's source as this process has it (its modules loaded
+    first, :func:`load`, when it is not imported yet); None when this process cannot import
+    it. A sweep's worker compares it with what the point's key recorded (``code_of``)."""
+    if package not in sys.modules:
+        try:
+            load()
+        except PluginError:
+            return None
+    return _source_digest(package) if package in sys.modules else None

@@ -175,6 +175,8 @@ def command(
         if export_file is not None:
             click.echo(f"wrote {len(frame)} rows to {export_file}")
     failed = summary.failed + summary.failed_before + summary.failed_elsewhere
+    if summary.unrun and not failed:  # said in the summary's line; not a success
+        raise SystemExit(1)
     if failed:
         print_warning(
             f"{failed} point(s) failed; their errors are in {summary.db} "

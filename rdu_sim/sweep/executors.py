@@ -11,9 +11,10 @@ it arrives):
 All call the in-process API through `worker.run_task`; none shells out to the CLI. Pool and
 Dask hand out sibling batches (`worker.sibling_batches`: points differing only in serving
 knobs, and such groups differing only in fields the compiler never reads, evaluated in turn
-by one worker so they share steps and compiled programs) and keep a bounded number in
-flight (twice the workers), so a huge sweep does not pickle every point up front and a kill
-loses only those in flight. Each executor is a
+by one worker so they share steps and compiled programs), in pieces of about ``PIECE_S`` of
+work each (``Pieces``: slow points one at a time, so their rows are written as they end),
+and keep a bounded number in flight (twice the workers), so a huge sweep does not pickle
+every point up front and a kill loses only those in flight. Each executor is a
 generator: closing it (the caller stopped) cancels what is queued and shuts down what it
 started.
 
@@ -33,14 +34,17 @@ import multiprocessing
 import os
 import sys
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.extras import require
+from rdu_sim.input_errors import InputError
 from rdu_sim.interrupts import (
     Interrupted,
     blocked,
@@ -51,10 +55,15 @@ from rdu_sim.interrupts import (
     winding_down,
 )
 from rdu_sim.sweep.worker import (
+    MAX_BATCH,
     Outcome,
     Task,
+    WorkerMismatch,
+    identity,
     leave_signals_to_the_sweep,
     lost,
+    mismatch,
+    recorded_code,
     run_batch,
     run_task,
     sibling_batches,
@@ -78,10 +87,52 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+CONNECT_S = 30.0
+"""How long a sweep tries to reach a Dask scheduler's address before it says it cannot."""
+
+
 def local_workers(asked: int) -> int:
     """The worker processes started on this machine for ``asked``: at most
     ``WORKERS_PER_CORE`` a core."""
     return max(1, min(asked, default_workers() * WORKERS_PER_CORE))
+
+
+PIECE_S = 1.0
+"""About how long one piece of a batch (``Pieces``) takes a worker: the most work a row waits
+for after its point ended, and a killed worker loses."""
+
+
+class Pieces:
+    """Sibling batches (``worker.sibling_batches``) handed out in pieces: one point a piece
+    until a point's time is measured, then as many as take about ``PIECE_S`` (the latest
+    pieces' mean; ``MAX_BATCH`` at most). A worker hands back its results a piece at a time,
+    so slow points come back (and are written) one by one, and a killed worker loses about
+    ``PIECE_S`` of work, while cheap points keep the whole batches their sharing needs."""
+
+    def __init__(self, batches: Sequence[tuple[Task, ...]]) -> None:
+        self.batches = list(reversed(batches))
+        self.size = 1
+
+    def __bool__(self) -> bool:
+        return bool(self.batches)
+
+    def take(self) -> tuple[Task, ...]:
+        """The next piece: the front of the next batch."""
+        batch = self.batches.pop()
+        if len(batch) > self.size:
+            self.batches.append(batch[self.size :])
+        return batch[: self.size]
+
+    def put_back(self, piece: tuple[Task, ...]) -> None:
+        """A piece taken that did not start: handed out next."""
+        self.batches.append(piece)
+
+    def measure(self, outcomes: Sequence[Outcome]) -> None:
+        """Size the next pieces from the time the points of a piece took."""
+        times = [outcome.wall_s for outcome in outcomes if outcome.worker != "unknown"]
+        if times:
+            each = max(sum(times) / len(times), 1e-6)
+            self.size = max(1, min(MAX_BATCH, int(PIECE_S / each)))
 
 
 def run_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
@@ -105,7 +156,7 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     """
     workers = local_workers(workers)
     window = workers * IN_FLIGHT_PER_WORKER
-    pending = list(reversed(sibling_batches(tasks, window)))
+    pending = Pieces(sibling_batches(tasks, window))
     while pending:
         pool = ProcessPoolExecutor(
             max_workers=workers,
@@ -119,18 +170,19 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
         try:
             while pending or in_flight:
                 while pending and len(in_flight) < window and not broken:
-                    batch = pending.pop()
+                    batch = pending.take()
                     try:
                         with blocked():  # what it starts starts with them blocked
                             in_flight[pool.submit(run_batch, batch)] = batch
                     except BrokenProcessPool:
-                        pending.append(batch)
+                        pending.put_back(batch)
                         broken = True
                 if not in_flight:
                     break
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in done:
                     outcomes, died = _batch_outcomes(future, in_flight.pop(future))
+                    pending.measure(outcomes)
                     ready.extend(outcomes)
                     broken = broken or died
                 while ready:
@@ -155,11 +207,18 @@ def _batch_outcomes(
         return [lost(task, f"worker process died: {exc}") for task in batch], True
     except Exception as exc:  # e.g. the task could not be pickled
         return [lost(task, f"{type(exc).__name__}: {exc}") for task in batch], False
+    return completed(outcomes, batch), False
+
+
+def completed(outcomes: list[Outcome], batch: Sequence[Task]) -> list[Outcome]:
+    """A batch's outcomes, with a failed row for each task its worker did not hand back (a
+    worker stopped alone: a signal sent to it, not to the sweep), pool and Dask alike; when
+    the sweep itself stops, those are left unstored instead (a rerun runs them)."""
     finished = {outcome.key for outcome in outcomes}
-    if len(finished) == len(batch) or received() is not None:  # the sweep stops: a rerun runs them
-        return outcomes, False
-    stopped = "the worker process was stopped by a signal before this point finished"
-    return outcomes + [lost(t, stopped) for t in batch if t.point.key not in finished], False
+    if len(finished) == len(batch) or received() is not None:
+        return outcomes
+    stopped = "the worker was stopped before this point finished (not by this sweep)"
+    return outcomes + [lost(t, stopped) for t in batch if t.point.key not in finished]
 
 
 def _drain_pool(in_flight: dict[Future[list[Outcome]], tuple[Task, ...]]) -> Iterator[Outcome]:
@@ -230,32 +289,75 @@ def _dask_client(cluster: str, workers: int) -> tuple[Any, Any]:
         client.run(leave_signals_to_the_sweep)
         return client, local
     try:
-        return distributed.Client(cluster, timeout="30s"), None
+        return distributed.Client(cluster, timeout=CONNECT_S), None
     except (OSError, TimeoutError, ValueError) as exc:
         raise ConfigError.single(
             "--cluster", "", f"cannot reach the Dask scheduler at {cluster!r}: {exc}"
         ) from None
 
 
-def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outcome]:
-    """Evaluate tasks on a dask.distributed cluster; the parent still writes every row.
+class Cluster:
+    """A sweep's Dask cluster (``connected``): ``client`` connects at its first use (a
+    LocalCluster for 'local' is started then: a sweep with nothing to run starts none)."""
 
-    The cluster's workers must be able to import this rdu_sim (same version: the version
-    each worker ran is stored in its rows).
-    """
-    client, local = _dask_client(cluster, workers)
+    def __init__(self, address: str, workers: int) -> None:
+        self.address = address
+        self.workers = workers
+        self._client: Any = None
+        self._local: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The distributed.Client, connected (and its LocalCluster started) when first asked."""
+        if self._client is None:
+            self._client, self._local = _dask_client(self.address, self.workers)
+        return self._client
+
+    def close(self) -> None:
+        """Close the client and stop the LocalCluster it started, if any."""
+        if self._client is not None:
+            self._client.close()
+        if self._local is not None:
+            self._local.close()
+
+
+@contextmanager
+def connected(cluster: str | None, workers: int) -> Iterator[Cluster | None]:
+    """The Dask cluster ``cluster`` names (None: none asked), a scheduler's address
+    connected before the sweep plans, writes or draws anything, so an unreachable one is its
+    first and only line; closed (a LocalCluster stopped) however the sweep ends."""
+    if cluster is None:
+        yield None
+        return
+    dask = Cluster(cluster, workers)
+    try:
+        if cluster != "local":
+            dask.client  # noqa: B018 - reached now
+        yield dask
+    finally:
+        if received() is not None:  # stopping: Dask's own farewells are not the user's news
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        dask.close()
+
+
+def run_dask(tasks: Sequence[Task], cluster: Cluster, workers: int) -> Iterator[Outcome]:
+    """Evaluate tasks on a dask.distributed cluster (``connected``); the parent still writes
+    every row. Its workers must be this simulator (``check_workers``)."""
+    client = cluster.client
     distributed: Any = sys.modules["distributed"]
     futures: dict[Any, tuple[Task, ...]] = {}
+    sweep = uuid.uuid4().hex  # what stop_batches stops: this sweep's batches, no later one's
     try:
+        check_workers(client, tasks)
         threads = sum(client.nthreads().values()) or max(1, workers)
         window = threads * IN_FLIGHT_PER_WORKER
-        pending = list(reversed(sibling_batches(tasks, window)))
+        pending = Pieces(sibling_batches(tasks, window))
         queue = distributed.as_completed()
 
         def submit() -> None:
             while pending and len(futures) < window:
-                batch = pending.pop()
-                future = client.submit(run_batch, batch, pure=False)
+                batch = pending.take()
+                future = client.submit(run_batch, batch, sweep, pure=False)
                 futures[future] = batch
                 queue.add(future)
 
@@ -263,29 +365,76 @@ def run_dask(tasks: Sequence[Task], cluster: str, workers: int) -> Iterator[Outc
         for future in queue:
             batch = futures.pop(future)
             try:
-                yield from future.result()
+                outcomes = completed(future.result(), batch)
             except Exception as exc:  # KilledWorker, a lost connection, a pickling error
-                yield from (lost(task, f"{type(exc).__name__}: {exc}") for task in batch)
+                if _scheduler_lost(client, exc):  # not the point's failure: it is not run
+                    raise SchedulerLost(
+                        f"--cluster: lost the Dask scheduler at {client.scheduler.address} "
+                        f"({type(exc).__name__}: {' '.join(str(exc).split())}); the points not "
+                        "run are not stored"
+                    ) from None
+                outcomes = [lost(task, f"{type(exc).__name__}: {exc}") for task in batch]
+            pending.measure(outcomes)
+            yield from outcomes
             submit()
     except Interrupted:
         with winding_down():
-            yield from _drain_dask(client, futures)
+            yield from _drain_dask(client, futures, sweep)
         raise
-    finally:
-        if received() is not None:  # stopping: Dask's own farewells are not the user's news
-            logging.getLogger("distributed").setLevel(logging.CRITICAL)
-        client.close()
-        if local is not None:
-            local.close()
+    finally:  # what is queued or running of batches that ended unread is not left to run
+        if futures and client.status == "running":
+            with suppress(Exception):  # (the cluster going away meanwhile)
+                client.cancel(list(futures))
 
 
-def _drain_dask(client: Any, futures: dict[Any, tuple[Task, ...]]) -> Iterator[Outcome]:
+class SchedulerLost(InputError):
+    """The connection to a Dask sweep's scheduler was lost: the cluster's failure, not a
+    point's, so the points it had not run are left unstored (the same command resumes)."""
+
+
+def _scheduler_lost(client: Any, exc: BaseException) -> bool:
+    """Whether a batch's error is the scheduler gone (its futures cancelled, its connection
+    closed) rather than the batch's own (a worker killed, a task that cannot be pickled)."""
+    from distributed.comm.core import CommClosedError
+
+    if isinstance(exc, CommClosedError | OSError | TimeoutError):
+        return True
+    from concurrent.futures import CancelledError
+
+    return isinstance(exc, CancelledError) or client.status != "running"
+
+
+def check_workers(client: Any, tasks: Sequence[Task]) -> None:
+    """Refuse, before anything is submitted, a cluster whose workers are not this simulator
+    (``worker.mismatch``: another rdu-sim version, a plugin the points use with another
+    source, or none): their rows would be stored under keys that do not describe them. One
+    WorkerMismatch naming each such worker; a worker joining later is refused at its first
+    point (``worker.run_task``)."""
+    if not tasks:
+        return
+    recorded: dict[str, tuple[str, str | None]] = {}
+    for task in tasks:
+        recorded.update(recorded_code(task.point.config))
+    found = client.run(identity, sorted(recorded))
+    bad = [
+        f"{address}: {problem}"
+        for address, here in sorted(found.items())
+        if (problem := mismatch(here, tasks[0].version, recorded)) is not None
+    ]
+    if bad:
+        raise WorkerMismatch(
+            f"{len(bad)} of {len(found)} Dask workers are not the simulator this sweep keys "
+            f"its rows by, so nothing was run: {'; '.join(bad)}"
+        )
+
+
+def _drain_dask(client: Any, futures: dict[Any, tuple[Task, ...]], sweep: str) -> Iterator[Outcome]:
     """The points Dask's workers finished of the batches in flight: each worker is told to
     stop after the point it runs (``worker.stop_batches``), and what comes back within
     ``DRAIN_S`` is yielded; a second interrupt, or the time running out, gives up the rest."""
     distributed: Any = sys.modules["distributed"]
     try:
-        client.run(stop_batches)
+        client.run(stop_batches, sweep)
         distributed.wait(list(futures), timeout=DRAIN_S)
     except (Interrupted, TimeoutError):
         pass

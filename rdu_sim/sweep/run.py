@@ -43,7 +43,10 @@ from rdu_sim.report.files import refuse_overwrite
 from rdu_sim.sweep import claims
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import (
+    Cluster,
+    SchedulerLost,
     check_cluster,
+    connected,
     default_workers,
     run_dask,
     run_pool,
@@ -54,7 +57,7 @@ from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
 from rdu_sim.sweep.store import Existing, Row, Store, StoreError
-from rdu_sim.sweep.worker import Outcome, PointLike, Task
+from rdu_sim.sweep.worker import Outcome, PointLike, Task, WorkerMismatch
 
 Evaluate = Callable[[Point], Mapping[str, Any]]
 
@@ -120,14 +123,20 @@ class SweepSummary:
     fits: FitCheck | None = None  # a dry run's early check of the points to run
     elsewhere: int = 0  # points another process ran and stored meanwhile (``claims``)
     failed_elsewhere: int = 0  # of those, failed
+    unrun: int = 0  # points the database holds no row of once the sweep ended
 
     def describe(self) -> str:
-        """One line for people."""
+        """One line for people; "nothing to run" only when every point has its row."""
         there = ""
         if self.elsewhere:
             failed = f", {self.failed_elsewhere} failed" if self.failed_elsewhere else ""
             there = f"; {self.elsewhere} run by another process meanwhile{failed}"
-        if not self.ran:
+        if self.unrun:
+            there += (
+                f"; {human.count(self.unrun, 'point')} not run (no worker handed back "
+                "its result): run the same command again"
+            )
+        if not self.ran and not self.unrun:
             return (
                 f"{self.name}: nothing to run; {self.already_done} of {self.points} "
                 f"points already done{there} ({self.db})"
@@ -408,7 +417,7 @@ def _missing_metrics_error(loaded: LoadedSpec, outcome: Outcome) -> ConfigError:
     )
 
 
-def _executor(tasks: Sequence[Task], workers: int, cluster: str | None) -> Iterator[Outcome]:
+def _executor(tasks: Sequence[Task], workers: int, cluster: Cluster | None) -> Iterator[Outcome]:
     if cluster is not None:
         return run_dask(tasks, cluster, workers)
     if workers <= 1 or len(tasks) <= 1:
@@ -444,6 +453,24 @@ def run_sweep(
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
     main module.
     """
+    with interrupts.handled():  # from Python too, a stop keeps every finished point
+        return _run_sweep(
+            spec, db, workers, cluster, retry_failed, rerun, dry_run, progress, evaluator, writes
+        )
+
+
+def _run_sweep(
+    spec: str | Path,
+    db: str | Path | None,
+    workers: int | None,
+    cluster: str | None,
+    retry_failed: bool,
+    rerun: bool,
+    dry_run: bool,
+    progress: bool | Reporter,
+    evaluator: Evaluate | None,
+    writes: Sequence[tuple[str, Path]],
+) -> SweepSummary:
     db_path: Path | None = None  # once known: where a stop says the finished points are
     try:
         if cluster is not None:
@@ -472,7 +499,10 @@ def run_sweep(
             reporter.message(line + " (dry run: nothing runs)")
             return _summary(loaded.name, db_path, keys, the_plan, fits)
 
-        with Store(db_path, waiting=reporter.message) as store:  # a lock's wait is said
+        with (
+            connected(cluster, workers or default_workers()) as dask,  # reached first
+            Store(db_path, waiting=reporter.message) as store,  # a lock's wait is said
+        ):
             # what reading this sweep back returns: its points, with their axis values
             store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
             owner = claims.me()
@@ -488,7 +518,7 @@ def run_sweep(
                     if tasks:
                         count = workers or default_workers()
                         _execute(
-                            store, owner, tasks, by_key, loaded, summary, reporter, count, cluster
+                            store, owner, tasks, by_key, loaded, summary, reporter, count, dask
                         )
 
                 start = time.perf_counter()
@@ -500,7 +530,11 @@ def run_sweep(
                     raise interrupts.Interrupted(
                         stop.signum, _kept(store, keys, summary.ran, "point", rerun)
                     ) from None
+                except SchedulerLost as lost:
+                    kept = _kept(store, keys, summary.ran, "point", rerun)
+                    raise SchedulerLost(f"{lost}: {kept}") from None
                 summary.wall_s = time.perf_counter() - start
+                summary.unrun = len(set(keys)) - len(store.existing(keys))
             _refresh_view(store, expansion)
         return summary
     except interrupts.Interrupted as stop:  # before the points ran, or after: no count
@@ -636,7 +670,7 @@ def _execute(
     summary: SweepSummary,
     reporter: Reporter,
     workers: int,
-    cluster: str | None,
+    cluster: Cluster | None,
 ) -> None:
     """Run the tasks, writing each outcome as it arrives."""
     checked = False
@@ -730,7 +764,7 @@ def stopped_early(db: Path | None, rerun: bool, noun: str = "points") -> str:
 
 
 def _outcomes(
-    name: str, tasks: Sequence[Task], reporter: Reporter, workers: int, cluster: str | None
+    name: str, tasks: Sequence[Task], reporter: Reporter, workers: int, cluster: Cluster | None
 ) -> Generator[Outcome, None, None]:
     """The tasks' outcomes as they arrive, reported; the executor is closed (what it queued
     cancelled, what it started shut down) however the caller stops."""
@@ -738,6 +772,8 @@ def _outcomes(
     outcomes = _executor(tasks, workers, cluster)
     try:
         for outcome in outcomes:
+            if outcome.refused:  # every point on that worker would be wrong: stop here
+                raise WorkerMismatch(outcome.error or "")
             yield outcome
             reporter.advance(outcome)
     finally:
@@ -769,7 +805,11 @@ def evaluate_points(
     keys = [p.key for p in points]
     report = reporter or Silent()
     unique = {p.key: p for p in points}
-    with Store(Path(db), waiting=report.message) as store:
+    with (
+        interrupts.handled(),
+        connected(cluster, workers) as dask,
+        Store(Path(db), waiting=report.message) as store,
+    ):
 
         def unstored(candidates: Sequence[str], *, again: bool) -> list[str]:
             """Which of ``candidates`` (keys) still need a run: with ``again``, by this
@@ -802,7 +842,7 @@ def evaluate_points(
                 store.record(_row(outcome, by_key[outcome.key], name), owner)
                 ran += 1
 
-            with closing(_outcomes(name, tasks, report, workers, cluster)) as outcomes:
+            with closing(_outcomes(name, tasks, report, workers, dask)) as outcomes:
                 _record_each(outcomes, record)
 
         def run_taken(taken: set[str]) -> set[str]:
@@ -823,6 +863,8 @@ def evaluate_points(
             except interrupts.Interrupted as stop:
                 kept = _kept(store, None, ran, "evaluation", rerun)
                 raise interrupts.Interrupted(stop.signum, kept) from None
+            except SchedulerLost as lost:
+                raise SchedulerLost(f"{lost}: {_kept(store, None, ran, 'evaluation')}") from None
         return {row["key"]: row for row in store.rows(keys=keys)}
 
 

@@ -6,12 +6,13 @@ the sweep goes on; it selects the spec's metrics from the result so only those t
 The parent alone writes the database.
 
 A signal stops a worker's batch, never the worker (``rdu_sim.interrupts``): `run_batch`
-hands back the points it finished, and once stopped a worker returns every later batch at
-once, untouched (a rerun runs them). A pool worker is stopped by SIGINT or SIGTERM
-(``interrupts.start_worker``: the terminal's, or the one its parent forwards) within the
-point it runs; a
-Dask worker, whose batches run in threads signals never reach, by `stop_batches` (run on it
-by the parent) after the point it runs.
+hands back the points it finished, and once stopped a worker returns every later batch of
+that sweep at once, untouched (a rerun runs them). A pool worker is stopped by SIGINT or
+SIGTERM (``interrupts.start_worker``: the terminal's, or the one its parent forwards) within
+the point it runs; a Dask worker, whose batches run in threads signals never reach, by
+`stop_batches` (run on it by the parent) after the point it runs. A Dask worker outlives the
+sweep, so that stop is the stopped sweep's alone (its id): the next sweep on the same
+workers runs.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from rdu_sim import interrupts
+from rdu_sim import __version__, interrupts, plugins
 from rdu_sim.input_errors import InputError
 from rdu_sim.provenance import simulator
 from rdu_sim.sweep.key import jsonable
@@ -57,11 +58,97 @@ class PointLike(Protocol):
 
 @dataclass(frozen=True)
 class Task:
-    """One point to evaluate, how, and which metrics to keep (None: all)."""
+    """One point to evaluate, how, and which metrics to keep (None: all); ``version``: the
+    rdu-sim version its key was made with (the sweep's, set where the task is made)."""
 
     point: PointLike
     evaluate: Callable[[Any], Mapping[str, Any]]
     metrics: tuple[str, ...] | None
+    version: str = __version__
+
+
+class WorkerMismatch(InputError):
+    """A worker that is not the simulator a point's key describes: another rdu-sim version,
+    or a plugin whose source differs from the one the key hashed (or that it cannot import).
+    Every row it computed would be stored under a key saying otherwise, so the sweep stops
+    with this one line instead (the worker's environment to fix, not the spec)."""
+
+
+def recorded_code(config: Mapping[str, Any]) -> dict[str, tuple[str, str | None]]:
+    """The plugin code a resolved config records (``provenance.outside_code``: its
+    ``plugins``, a cluster's pools' too): package -> (a policy's qualified name, its
+    source's sha256)."""
+    found: dict[str, tuple[str, str | None]] = {}
+    pools = config.get("pools")
+    for part in [config, *(pools if isinstance(pools, list) else [])]:
+        codes = part.get("plugins") if isinstance(part, Mapping) else None
+        for code in codes.values() if isinstance(codes, Mapping) else ():
+            if isinstance(code, Mapping) and "package" in code:
+                found[str(code["package"])] = (str(code.get("name")), code.get("sha256"))
+    return found
+
+
+def identity(packages: Sequence[str]) -> dict[str, Any]:
+    """What this process simulates with: rdu-sim's version and build, each plugin package's
+    source sha256 here (None: it cannot import it), the plugin variable and the plugins'
+    import error, if any. Run on every Dask worker before a sweep submits (``mismatch``)."""
+    problem = None
+    try:
+        plugins.load()
+    except plugins.PluginError as exc:
+        problem = str(exc)
+    return {
+        "worker": worker_name(),
+        "version": __version__,
+        "build": simulator().label,
+        "variable": os.environ.get(plugins.VARIABLE, ""),
+        "code": {package: plugins.digest_here(package) for package in packages},
+        "problem": problem,
+    }
+
+
+def mismatch(
+    here: Mapping[str, Any], version: str, recorded: Mapping[str, tuple[str, str | None]]
+) -> str | None:
+    """How a worker (its ``identity``) differs from what the points' keys describe
+    (``version``, ``recorded``: ``recorded_code``), in words; None when it does not."""
+    if here["version"] != version:
+        return (
+            f"runs rdu-sim {here['version']} (build {here['build']}), the sweep's keys are "
+            f"rdu-sim {version}'s (install the same version on both)"
+        )
+    for package, (name, digest) in sorted(recorded.items()):
+        there = here["code"].get(package)
+        if there is None:
+            why = f"; {here['problem']}" if here.get("problem") else ""
+            return (
+                f"cannot import plugin package {package!r} ({name}), which the sweep's points "
+                f"use: {plugins.VARIABLE}={here['variable']!r} there{why} (the worker's "
+                "environment, not the spec)"
+            )
+        if there != digest:
+            return (
+                f"has another source of plugin package {package!r} ({name}): sha256 "
+                f"{there[:12]} there, {str(digest)[:12]} in the sweep (install the same "
+                "plugin on both)"
+            )
+    return None
+
+
+_IDENTITY: dict[tuple[str, ...], dict[str, Any]] = {}  # what identity() found, by packages
+
+
+def _refusal(task: Task) -> str | None:
+    """Why this process must not evaluate ``task`` (``mismatch``), or None; a plugin's
+    digest is taken once a process (the code it imported does not change under it)."""
+    recorded = recorded_code(task.point.config) if task.version == __version__ else {}
+    if task.version == __version__ and not recorded:
+        return None
+    packages = tuple(sorted(recorded))
+    if packages not in _IDENTITY:
+        _IDENTITY[packages] = identity(packages)
+    problem = mismatch(_IDENTITY[packages], task.version, recorded)
+    return None if problem is None else f"worker {worker_name()} {problem}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +166,7 @@ class Outcome:
     wall_s: float
     started: str
     finished: str
+    refused: bool = False  # the worker is not the simulator the key describes (its error)
 
 
 def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -146,6 +234,9 @@ def run_task(task: Task) -> Outcome:
     available: tuple[str, ...] = ()
     from rdu_sim.api import share_steps  # the simulator, loaded where it is needed
 
+    refused = _refusal(task)
+    if refused is not None:
+        return replace(lost(task, refused), worker=worker_name(), refused=True)
     try:
         with share_steps():  # a worker's points share equal steps (engine.shared_steps)
             result = task.evaluate(task.point)
@@ -172,23 +263,23 @@ def run_task(task: Task) -> Outcome:
     )
 
 
-class _Batches:
-    """Whether this process was told to stop its batches (``stop_batches``)."""
-
-    stopped = False
+_STOPPED: set[str] = set()
+"""The sweeps (their ids) whose batches this process was told to stop (``stop_batches``)."""
 
 
-def run_batch(tasks: Sequence[Task]) -> list[Outcome]:
+def run_batch(tasks: Sequence[Task], sweep: str | None = None) -> list[Outcome]:
     """Evaluate a batch of tasks one after another in this process (``sibling_batches``);
-    stopped (a signal, ``stop_batches``), the outcomes of those finished, or none once the
-    process was stopped before it began."""
+    stopped (a signal, or ``stop_batches`` of ``sweep``: the id a Dask sweep gives its
+    batches), the outcomes of those finished, or none once stopped before it began."""
     outcomes: list[Outcome] = []
     try:
         with interrupts.raising():
             for task in tasks:
-                if _Batches.stopped or interrupts.received() is not None:
+                if sweep in _STOPPED or interrupts.received() is not None:
                     break
                 outcomes.append(run_task(task))
+                if outcomes[-1].refused:  # so would every later point be
+                    break
     except interrupts.Interrupted:
         pass  # what finished goes back; the rest wait for a rerun
     return outcomes
@@ -202,11 +293,12 @@ def leave_signals_to_the_sweep() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def stop_batches() -> None:
-    """Stop the batches this process runs after the point each is running (they hand back
-    what they finished), and return every later one at once: run by the parent on each Dask
-    worker, whose task threads no signal reaches."""
-    _Batches.stopped = True
+def stop_batches(sweep: str) -> None:
+    """Stop ``sweep``'s batches this process runs after the point each is running (they hand
+    back what they finished), and return its every later one at once: run by the parent on
+    each Dask worker, whose task threads no signal reaches. Other sweeps' batches, later
+    ones on the same long-running worker among them, run."""
+    _STOPPED.add(sweep)
 
 
 MAX_BATCH = 8
@@ -243,7 +335,7 @@ def sibling_batches(tasks: Sequence[Task], batches_at_least: int) -> list[tuple[
     Batches hold at most ``MAX_BATCH`` tasks and ``len(tasks) // batches_at_least`` (every
     worker keeps work, a killed worker loses few); a step-sibling group larger than that is
     split. Batching is scheduling only: what is shared is keyed by every input, whichever
-    points meet, and the order tasks are handed out in depends on the tasks alone."""
+    points meet (an executor hands a batch out in pieces, ``executors.Pieces``)."""
     cap = max(1, min(MAX_BATCH, len(tasks) // max(1, batches_at_least)))
     groups: dict[str, dict[str, list[Task]]] = {}
     for task in tasks:
