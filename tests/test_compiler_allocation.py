@@ -26,7 +26,7 @@ WORKLOADS = [
     extra=st.integers(0, 2000),
     seed_floor=st.integers(1, 3),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
 def test_water_fill_spends_exactly_and_respects_floors(
     weights: list[float], extra: int, seed_floor: int
 ) -> None:
