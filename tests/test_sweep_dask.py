@@ -276,39 +276,6 @@ def test_an_unreachable_scheduler_is_the_first_and_only_line(
     assert not (tmp_path / "d.sqlite").exists()
 
 
-HANDED: list[int] = []  # the size of each batch a worker ran (its threads: this process)
-
-
-def recording(tasks: Sequence[worker.Task], sweep: str | None = None) -> list[Any]:
-    HANDED.append(len(tasks))
-    return worker.run_batch(tasks, sweep)
-
-
-@pytest.mark.parametrize(("sleep_s", "largest"), [(0.1, 1), (0.0, 3)])
-def test_slow_points_come_back_one_by_one_and_cheap_ones_in_batches(
-    cluster: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    sleep_s: float,
-    largest: int,
-) -> None:
-    # rows came back (and were written) a batch of up to 8 points at a time, however slow
-    # the points: a killed worker lost them all; cheap points keep their batches (what
-    # they share is computed once a worker)
-    HANDED.clear()
-    monkeypatch.setattr(executors, "run_batch", recording)
-    handed = HANDED
-    monkeypatch.setattr(executors, "PIECE_S", 0.05)  # a point of 0.1 s is slow
-    spec = write_spec(tmp_path)
-    text = spec.read_text().replace("[1, 2, 4]", "[1, 2, 3, 4, 5, 6]")
-    spec.write_text(
-        text.replace("{name: synthetic}", f"{{name: synthetic, options: {{sleep_s: {sleep_s}}}}}")
-    )
-    summary = run_sweep(spec, db=tmp_path / "d.sqlite", cluster=cluster, workers=2)
-    assert summary.done == 12 and sum(handed) == 12
-    assert max(handed) == largest  # 12 points, 4 batches in flight: batches of 3 at most
-
-
 def test_a_local_cluster_starts_only_when_there_is_something_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

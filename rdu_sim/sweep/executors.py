@@ -11,10 +11,9 @@ it arrives):
 All call the in-process API through `worker.run_task`; none shells out to the CLI. Pool and
 Dask hand out sibling batches (`worker.sibling_batches`: points differing only in serving
 knobs, and such groups differing only in fields the compiler never reads, evaluated in turn
-by one worker so they share steps and compiled programs), in pieces of about ``PIECE_S`` of
-work each (``Pieces``: slow points one at a time, so their rows are written as they end),
-and keep a bounded number in flight (twice the workers), so a huge sweep does not pickle
-every point up front and a kill loses only those in flight. Each executor is a
+by one worker so they share steps and compiled programs) and keep a bounded number in
+flight (twice the workers), so a huge sweep does not pickle every point up front and a kill
+loses only those in flight. Each executor is a
 generator: closing it (the caller stopped) cancels what is queued and shuts down what it
 started.
 
@@ -55,7 +54,6 @@ from rdu_sim.interrupts import (
     winding_down,
 )
 from rdu_sim.sweep.worker import (
-    MAX_BATCH,
     Outcome,
     Task,
     WorkerMismatch,
@@ -97,44 +95,6 @@ def local_workers(asked: int) -> int:
     return max(1, min(asked, default_workers() * WORKERS_PER_CORE))
 
 
-PIECE_S = 1.0
-"""About how long one piece of a batch (``Pieces``) takes a worker: the most work a row waits
-for after its point ended, and a killed worker loses."""
-
-
-class Pieces:
-    """Sibling batches (``worker.sibling_batches``) handed out in pieces: one point a piece
-    until a point's time is measured, then as many as take about ``PIECE_S`` (the latest
-    pieces' mean; ``MAX_BATCH`` at most). A worker hands back its results a piece at a time,
-    so slow points come back (and are written) one by one, and a killed worker loses about
-    ``PIECE_S`` of work, while cheap points keep the whole batches their sharing needs."""
-
-    def __init__(self, batches: Sequence[tuple[Task, ...]]) -> None:
-        self.batches = list(reversed(batches))
-        self.size = 1
-
-    def __bool__(self) -> bool:
-        return bool(self.batches)
-
-    def take(self) -> tuple[Task, ...]:
-        """The next piece: the front of the next batch."""
-        batch = self.batches.pop()
-        if len(batch) > self.size:
-            self.batches.append(batch[self.size :])
-        return batch[: self.size]
-
-    def put_back(self, piece: tuple[Task, ...]) -> None:
-        """A piece taken that did not start: handed out next."""
-        self.batches.append(piece)
-
-    def measure(self, outcomes: Sequence[Outcome]) -> None:
-        """Size the next pieces from the time the points of a piece took."""
-        times = [outcome.wall_s for outcome in outcomes if outcome.worker != "unknown"]
-        if times:
-            each = max(sum(times) / len(times), 1e-6)
-            self.size = max(1, min(MAX_BATCH, int(PIECE_S / each)))
-
-
 def run_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
     """Evaluate each task here, in order."""
     for task in tasks:
@@ -156,7 +116,7 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     """
     workers = local_workers(workers)
     window = workers * IN_FLIGHT_PER_WORKER
-    pending = Pieces(sibling_batches(tasks, window))
+    pending = list(reversed(sibling_batches(tasks, window)))
     while pending:
         pool = ProcessPoolExecutor(
             max_workers=workers,
@@ -170,19 +130,18 @@ def run_pool(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
         try:
             while pending or in_flight:
                 while pending and len(in_flight) < window and not broken:
-                    batch = pending.take()
+                    batch = pending.pop()
                     try:
                         with blocked():  # what it starts starts with them blocked
                             in_flight[pool.submit(run_batch, batch)] = batch
                     except BrokenProcessPool:
-                        pending.put_back(batch)
+                        pending.append(batch)
                         broken = True
                 if not in_flight:
                     break
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in done:
                     outcomes, died = _batch_outcomes(future, in_flight.pop(future))
-                    pending.measure(outcomes)
                     ready.extend(outcomes)
                     broken = broken or died
                 while ready:
@@ -351,12 +310,12 @@ def run_dask(tasks: Sequence[Task], cluster: Cluster, workers: int) -> Iterator[
         check_workers(client, tasks)
         threads = sum(client.nthreads().values()) or max(1, workers)
         window = threads * IN_FLIGHT_PER_WORKER
-        pending = Pieces(sibling_batches(tasks, window))
+        pending = list(reversed(sibling_batches(tasks, window)))
         queue = distributed.as_completed()
 
         def submit() -> None:
             while pending and len(futures) < window:
-                batch = pending.take()
+                batch = pending.pop()
                 future = client.submit(run_batch, batch, sweep, pure=False)
                 futures[future] = batch
                 queue.add(future)
@@ -374,7 +333,6 @@ def run_dask(tasks: Sequence[Task], cluster: Cluster, workers: int) -> Iterator[
                         "run are not stored"
                     ) from None
                 outcomes = [lost(task, f"{type(exc).__name__}: {exc}") for task in batch]
-            pending.measure(outcomes)
             yield from outcomes
             submit()
     except Interrupted:

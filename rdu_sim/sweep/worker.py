@@ -335,7 +335,7 @@ def sibling_batches(tasks: Sequence[Task], batches_at_least: int) -> list[tuple[
     Batches hold at most ``MAX_BATCH`` tasks and ``len(tasks) // batches_at_least`` (every
     worker keeps work, a killed worker loses few); a step-sibling group larger than that is
     split. Batching is scheduling only: what is shared is keyed by every input, whichever
-    points meet (an executor hands a batch out in pieces, ``executors.Pieces``)."""
+    points meet, and the order tasks are handed out in depends on the tasks alone."""
     cap = max(1, min(MAX_BATCH, len(tasks) // max(1, batches_at_least)))
     groups: dict[str, dict[str, list[Task]]] = {}
     for task in tasks:
