@@ -232,3 +232,109 @@ def test_an_overlay_written_after_a_passed_back_one_alone_gives_its_own_errors(
     assert alone.exit_code == 0, alone.output
     report = json.loads(alone.output.splitlines()[-1])
     assert [r["simulated"] for r in report["points"]] == [t["simulated"] for t in fitted["targets"]]
+
+
+def test_a_row_on_a_renamed_copy_of_the_hardware_is_the_same_measurement(tmp_path: Path) -> None:
+    """Keyed on the hardware file's extends chain, a renamed copy was another machine."""
+    (tmp_path / "hwclone.yaml").write_text("extends: dgx-h100\nname: h100-clone\n")
+    mine = _file(tmp_path, "mine.csv", B8, B8.replace("dgx-h100", "hwclone.yaml", 1))
+    errors = _errors(_cli("check", str(mine)))
+    assert errors[0].startswith(f"error: {mine}:3: the same measurement as {mine}:2 "), errors
+
+
+def test_a_set_that_makes_two_stacks_alike_makes_their_rows_the_same_measurement(
+    tmp_path: Path,
+) -> None:
+    """The stacks are compared as the rows run them (``--set`` applied), not as their files
+    read."""
+    from rdu_sim.config.errors import ConfigError
+    from rdu_sim.validate.deployment_suite import resolve_rows
+    from rdu_sim.validate.measurement_file import read_points
+
+    (tmp_path / "slow.yaml").write_text(
+        "extends: tensorrt-llm-2024\nname: slow\nhost:\n  serial_per_slot: 1ms\n"
+    )
+    mine = _file(tmp_path, "mine.csv", B8, B8.replace("tensorrt-llm-2024", "slow.yaml", 1))
+    points = read_points(mine)
+    assert len(resolve_rows(points)) == 2  # different stacks: two measurements
+    with pytest.raises(ConfigError) as caught:
+        resolve_rows(points, ["stack.host.serial_per_slot=2ms"])
+    assert str(caught.value.issues[0]).startswith(f"{mine}:3: the same measurement as {mine}:2")
+
+
+def test_check_refuses_a_row_repeated_in_another_file_as_validate_does(tmp_path: Path) -> None:
+    a = _file(tmp_path, "a.csv", B8)
+    b = _file(tmp_path, "b.csv", B1, B8)
+    result = _cli("check", str(a), str(b))
+    assert _errors(result) == [
+        f"error: {b}:3: the same measurement as {a}:2 (the same hardware, stack, model, "
+        "dtypes, tp, batch, requests, lengths, metric and measured value): a measurement "
+        "counts once (a held-out copy of a fitted row would test the fit on its own data); "
+        "remove one of the two",
+        "error: 1 of 2 file(s) failed the check",
+    ]
+    assert f"OK  {a}" in result.output
+    assert _cli("check", str(a), str(a)).exit_code == 0  # one file named twice: one row
+
+
+def test_rows_differing_only_in_their_label_are_one_measurement_and_the_error_says_so(
+    tmp_path: Path,
+) -> None:
+    rows = _file(
+        tmp_path,
+        "c.csv",
+        f"{B8},Llama-3-8B",
+        f"{B8},Llama-3.1-8B",
+        header=f"{H},label",
+    )
+    assert _errors(_cli("check", str(rows)))[0] == (
+        f"error: {rows}:3: the same measurement as {rows}:2 (the same hardware, stack, model, "
+        "dtypes, tp, batch, requests, lengths, metric and measured value; the labels differ, "
+        "'Llama-3-8B' and 'Llama-3.1-8B', but a label is a name for people, not part of a "
+        "measurement): a measurement counts once (a held-out copy of a fitted row would test "
+        "the fit on its own data); remove one of the two"
+    )
+
+
+def test_an_overlay_moved_or_its_rows_moved_down_still_refuses_them_held_out(
+    host_runs: None, tmp_path: Path
+) -> None:
+    """Recorded by file and line only, moving the overlay or adding a line above the rows
+    silently let its fitted rows be held out."""
+    mine = _file(tmp_path, "mine.csv", B1, B8, B32)
+    first = tmp_path / "first"
+    done = _cli("calibrate", str(mine), "--fit", FIT, "--max-evaluations", "3", "-o", str(first))
+    assert done.exit_code == 0, done.output
+    moved = tmp_path / "elsewhere" / "deeper" / "overlay.yaml"
+    moved.parent.mkdir(parents=True)
+    moved.write_text((first / "tensorrt-llm-2024-calibrated.yaml").read_text())
+    _file(tmp_path, "mine.csv", TPOT, B1, B8, B32)  # every row a line further down
+    other = _file(tmp_path, "other.csv", B8.replace(",8,", ",4,").replace("2.6", "2.3"))
+    args = ("calibrate", str(mine), str(other), "--fit", STEP, "--overlay", str(moved))
+    held = _errors(_cli(*args, "--holdout", "set=mine", "-o", str(tmp_path / "second")))
+    assert held == [
+        f"error: --overlay: {moved}: was fitted on 3 target(s) held out here ({mine}:3, "
+        f"{mine}:4, {mine}:5): its values carry them, so they would test the fit on its own "
+        "data; hold out other rows, or fit without this overlay"
+    ]
+
+
+def test_an_overlay_recording_rows_by_file_only_warns_when_the_file_is_gone(
+    tmp_path: Path,
+) -> None:
+    from rdu_sim.validate.overlays import held_out_in
+
+    overlay = tmp_path / "o" / "x.yaml"
+    overlay.parent.mkdir()
+    overlay.write_text(
+        '# Fitted targets: ["../gone.csv:2"]\nextends: tensorrt-llm-2024\n'
+        "host:\n  serial_per_slot: 1ms\n"
+    )
+    with pytest.warns(UserWarning, match=r"names .*gone\.csv, not found"):
+        held_out_in(overlay, [("figures:x", "")])
+    (tmp_path / "gone.csv").write_text(f"{H}\n{B8}\n")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        held_out_in(overlay, [("figures:x", "")])

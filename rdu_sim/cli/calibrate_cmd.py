@@ -174,6 +174,7 @@ def _overlay_files(
     errors, what it could not carry, and the targets it was fitted on. A machine or stack
     whose every value is undetermined gets no file."""
     from rdu_sim.validate.overlays import (
+        FITTED_ROWS,
         FITTED_TARGETS,
         carried_fields,
         fitted_fields,
@@ -206,11 +207,9 @@ def _overlay_files(
             if result.parameters[i].parameter.kind == kind and result.parameters[i].target == target
         ]
         trained, held = result.count("fitted", mine), result.count("held out", mine)
-        fitted_on = [
-            recorded_id(r.target.id, path.parent)
-            for r in result.results
-            if r.role == "fitted" and set(r.reached_by) & set(mine)
-        ]
+        fitted = [r for r in result.results if r.role == "fitted" and set(r.reached_by) & set(mine)]
+        fitted_on = [recorded_id(r.target.id, path.parent) for r in fitted]
+        fitted_rows = [r.target.key for r in fitted if r.target.key]
         header = [
             f"Calibrated by: {recorded}",
             f"Fitted on {trained} of the {trained + held} targets its values reach ({sets})"
@@ -231,6 +230,7 @@ def _overlay_files(
                 *header,
                 *_describe(result, kind, target),
                 FITTED_TARGETS + json.dumps(fitted_on),
+                *([FITTED_ROWS + json.dumps(fitted_rows)] * bool(fitted_rows)),
             ],
         )
     return files

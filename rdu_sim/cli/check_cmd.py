@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -52,6 +52,9 @@ from rdu_sim.config.stack_file import (
 )
 from rdu_sim.interrupts import Interrupted
 from rdu_sim.scenario import build_scenario
+
+if TYPE_CHECKING:
+    from rdu_sim.validate.deployment_suite import Row
 
 # The trace formats' suffixes, known without importing rdu_sim.serving (it is slow to import
 # and `check` on config files does not need it); tests keep this equal to the registry's.
@@ -166,15 +169,17 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
     )
 
 
-def check_file(path: Path) -> str:
+def check_file(path: Path, measured: list[Row] | None = None) -> str:
     """Check one file (or a shipped one by name); raise an expected error if it is bad (see
-    rdu_sim.cli.errors)."""
+    rdu_sim.cli.errors). ``measured``: the measured rows of the files checked before, which
+    a measurement file's rows must not repeat (its own are added)."""
     path = shipped.locate(path)
     if path.suffix.lower() == ".csv":
         from rdu_sim.validate.measurement_file import check_points, is_measurement_file
 
         if is_measurement_file(path):  # a header naming a measurement column: measured points
-            points = check_points(path)  # every row resolved as the suite and calibrate do
+            # every row resolved as the suite and calibrate do
+            points = check_points(path, measured)
             metrics = ", ".join(sorted({point.metric for point in points}))
             return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"
     if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader
@@ -205,9 +210,10 @@ def command(files: tuple[Path, ...]) -> None:
     workloads/*.yaml"""
     out = Console(soft_wrap=True, highlight=False)
     failed = checked = 0
+    measured: list[Row] = []  # a row repeated in another file is refused, as validate does
     for path in files:
         try:
-            description = check_file(path)
+            description = check_file(path, measured)
         except Interrupted as stop:
             done = f"{checked} of {human.count(len(files), 'file')} checked (above), the rest not"
             raise Interrupted(stop.signum, stop.kept or done) from None

@@ -195,7 +195,7 @@ def build_problem(inputs: Inputs) -> Problem:
     trained = [d for i in train for d in units[targets[i].unit].deployments]
     scoped = resolve(inputs.parameters, trained, inputs.base)
     for path in inputs.overlays:  # one fitted on a target held out here would leak it
-        held_out_in(path, [targets[i].id for i in held])
+        held_out_in(path, [(targets[i].id, targets[i].key) for i in held])
     fixed = tuple(one for path in inputs.overlays for one in read_overlay(path))
     problem = Problem(
         tuple(units), tuple(targets), tuple(scoped), train, held, tuple(overrides), fixed

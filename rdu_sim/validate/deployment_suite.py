@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.stack import NONE
 from rdu_sim.engine.shared_steps import sharing as share_steps
 from rdu_sim.validate.deployment import (
     BATCH,
@@ -40,6 +41,7 @@ from rdu_sim.validate.scope import (
     deployment_of,
     fixed_overrides,
     label_of,
+    settings_of,
     stack_of,
 )
 
@@ -154,6 +156,7 @@ class Row:
     point: MeasuredPoint
     deployment: Deployment
     kind: str
+    runs_as: str = ""  # the machine and stack as the row runs them (``scope.settings_of``)
 
 
 def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ()) -> list[Row]:
@@ -207,20 +210,23 @@ def _resolved(
             continue
         where = (scenario.hardware_file, stack_of(scenario))
         deployment = known.get(where) or known.setdefault(where, deployment_of(scenario))
-        rows.append(Row(point, deployment, scenario.hardware.kind))
+        stack = NONE if deployment.stack == NONE else settings_of(scenario.stack)
+        runs_as = f"{settings_of(scenario.hardware)} {stack}"
+        rows.append(Row(point, deployment, scenario.hardware.kind, runs_as))
     issues.extend((issue.file, issue) for issue in duplicate_issues(rows))
     return rows, issues
 
 
-def measurement_key(row: Row, runtime: str) -> tuple[Any, ...]:
-    """What makes two rows the same measurement: where it ran (the hardware file, resolved,
-    and the stack's ``runtime``: ``scope.runtime_of``, so a copy of a stack that only renames
-    it is the same stack), what ran (model, dtypes, tp, batch, requests, lengths, the KV
-    share), the metric and the measured value; not the label, not the file or line."""
+def measurement_key(row: Row) -> tuple[Any, ...]:
+    """What makes two rows the same measurement: where it ran (the machine and the stack as
+    the row runs them, ``--set`` applied: ``Row.runs_as``, so a copy of a hardware or stack
+    file that only renames it is the same machine or stack), what ran (model, dtypes, tp,
+    batch, requests, lengths, the KV share), the metric and the measured value; not the
+    label (a human name: two names of one model mapped to one preset are one run), not the
+    file or line."""
     p = row.point
     return (
-        row.deployment.hardware,
-        runtime,
+        row.runs_as,
         p.model,
         p.weights,
         p.kv,
@@ -235,29 +241,41 @@ def measurement_key(row: Row, runtime: str) -> tuple[Any, ...]:
     )
 
 
+def content_key(row: Row) -> str:
+    """A short name of a row's measurement (``measurement_key``), the same wherever its file
+    lies and whatever line it is on: how an overlay records the rows it was fitted on."""
+    import hashlib
+    import json
+
+    text = json.dumps(measurement_key(row), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def duplicate_issues(rows: Sequence[Row]) -> list[ConfigIssue]:
     """One issue per row that repeats an earlier row's measurement (``measurement_key``),
     naming both: counted twice it would pull a fit twice as hard, and one copy fitted while
     the other is held out would test the fit on its own data. Two rows of the same run with
     different measured values are repeat measurements, and both count."""
-    from rdu_sim.validate.scope import runtime_of
-
-    first: dict[tuple[Any, ...], str] = {}
-    runtimes: dict[str, str] = {}
+    first: dict[tuple[Any, ...], Row] = {}
     issues = []
     for row in rows:
-        stack = row.deployment.stack
-        runtime = runtimes.get(stack) or runtimes.setdefault(stack, runtime_of(stack))
-        earlier = first.setdefault(measurement_key(row, runtime), row.point.source)
-        if earlier != row.point.source:
+        earlier = first.setdefault(measurement_key(row), row)
+        if earlier.point.source != row.point.source:  # (not one row read twice)
+            labels = (earlier.point.label, row.point.label)
+            differ = (
+                f"; the labels differ, {labels[0]!r} and {labels[1]!r}, but a label is a "
+                "name for people, not part of a measurement"
+                if labels[0] != labels[1]
+                else ""
+            )
             issues.append(
                 ConfigIssue(
                     row.point.source,
                     "",
-                    f"the same measurement as {earlier} (the same hardware, stack, model, "
-                    "dtypes, tp, batch, requests, lengths, metric and measured value): a "
-                    "measurement counts once (a held-out copy of a fitted row would test the "
-                    "fit on its own data); remove one of the two",
+                    f"the same measurement as {earlier.point.source} (the same hardware, stack, "
+                    "model, dtypes, tp, batch, requests, lengths, metric and measured value"
+                    f"{differ}): a measurement counts once (a held-out copy of a fitted row "
+                    "would test the fit on its own data); remove one of the two",
                 )
             )
     return issues

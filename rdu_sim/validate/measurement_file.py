@@ -36,12 +36,15 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.validate.deployment import AUTO, METRICS, MeasuredPoint
+
+if TYPE_CHECKING:
+    from rdu_sim.validate.deployment_suite import Row
 
 REQUIRED = (
     "hardware",
@@ -263,13 +266,16 @@ def read_points(path: Path) -> list[MeasuredPoint]:
     return points
 
 
-def check_points(path: Path) -> list[MeasuredPoint]:
+def check_points(path: Path, earlier: list[Row] | None = None) -> list[MeasuredPoint]:
     """The points of one measurement file, each resolved as ``validate --suite deployment``
     and ``calibrate`` resolve it (its workload built: the model, tp, hardware and stack
     files it names; nothing simulated); one ConfigError naming every bad row, in line
-    order, each with its file, line, column and problem (``rdu-sim check``)."""
+    order, each with its file, line, column and problem (``rdu-sim check``). ``earlier``:
+    the rows of the files checked before it, so a row repeating one of theirs is refused
+    as ``validate`` refuses it; this file's rows that resolve are added to it."""
     from rdu_sim.validate.deployment_suite import bounded, duplicate_issues, resolve_rows
 
+    before = [] if earlier is None else earlier
     points, bad_rows = _read(path)
     found = [(_line_of(issue.file), issue) for issue in bad_rows]
     resolved = []
@@ -278,7 +284,13 @@ def check_points(path: Path) -> list[MeasuredPoint]:
             resolved.extend(resolve_rows([point]))
         except ConfigError as exc:  # (a fault in a file the row names names that file)
             found.extend((_line_of(point.source), issue) for issue in exc.issues)
-    found.extend((_line_of(issue.file), issue) for issue in duplicate_issues(resolved))
+    mine = {row.point.source for row in resolved}
+    found.extend(
+        (_line_of(issue.file), issue)
+        for issue in duplicate_issues([*before, *resolved])
+        if issue.file in mine  # (a repeat among the earlier files was told with them)
+    )
+    before.extend(resolved)
     if found:
         found.sort(key=lambda pair: pair[0])
         raise ConfigError(bounded([issue for _, issue in found]))

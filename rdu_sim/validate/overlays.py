@@ -9,8 +9,9 @@ workload), and ``--overlay FILE`` (``calibrate``, ``validate --suite deployment`
 fields back to every row on the machine or stack it extends.
 
 Its header also lists the targets its values were fitted on (``Fitted targets:``, each a row's
-file, relative to the overlay's folder, and line, or a figure), so a later fit that holds one
-of them out refuses the overlay (``held_out_in``), and it restates the values that were in
+file, relative to the overlay's folder, and line, or a figure; ``Fitted rows by content:``,
+each row's ``deployment_suite.content_key``, which holds when the files move or lines are
+added), so a later fit that holds one of them out refuses the overlay (``held_out_in``), and it restates the values that were in
 force on its machine or stack while it was fitted (an ``--overlay`` passed back on it, a
 ``--set`` of its kind: ``carried_fields``), so the file alone gives the errors its header
 states. A value in force that it cannot carry (a workload field, another machine's) is named
@@ -159,6 +160,9 @@ def read_overlay(path: Path) -> list[Fixed]:
 
 FITTED_TARGETS = "Fitted targets: "
 """The header line listing the targets an overlay was fitted on (a JSON list)."""
+FITTED_ROWS = "Fitted rows by content: "
+"""The header line listing the measured rows an overlay was fitted on by content (a JSON
+list of ``deployment_suite.content_key``)."""
 _NAMED = ("shipped:", "figures:")
 
 
@@ -184,37 +188,61 @@ def absolute_id(recorded: str, folder: Path) -> str:
     return f"{(folder / file).resolve()}:{line}"
 
 
-def fitted_targets(path: Path) -> list[str] | None:
-    """The targets an overlay records it was fitted on (``absolute_id``), or None when its
-    header records none (an overlay written before it did)."""
+def _header_list(path: Path, name: str) -> list[str] | None:
+    """The JSON list of strings on the overlay's header line ``# NAME[...]``, or None when
+    its header has no such line."""
     from rdu_sim.config.yaml_io import read_text_file
 
     text = read_text_file(path, 10 << 20, "an overlay")
     for line in text.splitlines():
         if not line.startswith("#"):
             break
-        if line.startswith(f"# {FITTED_TARGETS}"):
+        if line.startswith(f"# {name}"):
             try:
-                ids = json.loads(line[len(FITTED_TARGETS) + 2 :])
+                ids = json.loads(line[len(name) + 2 :])
             except json.JSONDecodeError:
                 ids = None
             if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
                 raise ConfigError.single(
-                    str(path), "", f"the {FITTED_TARGETS.strip()} line is not a list of targets"
+                    str(path), "", f"the {name.strip()} line is not a list of targets"
                 )
-            return [absolute_id(i, path.parent) for i in ids]
+            return ids
     return None
 
 
-def held_out_in(path: Path, held_out: Sequence[str]) -> None:
+def fitted_targets(path: Path) -> list[str] | None:
+    """The targets an overlay records it was fitted on (``absolute_id``), or None when its
+    header records none (an overlay written before it did)."""
+    ids = _header_list(path, FITTED_TARGETS)
+    return None if ids is None else [absolute_id(i, path.parent) for i in ids]
+
+
+def fitted_rows(path: Path) -> list[str] | None:
+    """The measured rows an overlay records it was fitted on, by content
+    (``deployment_suite.content_key``: the same wherever the row's file lies and whatever
+    its line), or None when its header records none (an overlay written before it did)."""
+    return _header_list(path, FITTED_ROWS)
+
+
+def held_out_in(path: Path, held_out: Sequence[tuple[str, str]]) -> None:
     """A ConfigError when the overlay at ``path`` was fitted on targets among ``held_out``
-    (target ids as given): its values carry what it learnt from them, so holding them out
-    would test a fit on its own data."""
+    (each a target's id as given and its content key, '' for a figure): its values carry
+    what it learnt from them, so holding them out would test a fit on its own data. A row
+    is known by its content (so moving the overlay or the measurement file, or adding a
+    line to it, does not hide it), and by its file and line; an overlay that records rows
+    by file and line only warns when a file it names is gone (its check cannot see it)."""
     fitted = fitted_targets(path)
     if not fitted:
         return
-    known = set(fitted)
-    both = [t for t in held_out if absolute_id(t, Path.cwd()) in known]
+    rows = fitted_rows(path)
+    if rows is None:
+        _warn_missing(path, fitted)
+    known, contents = set(fitted), set(rows or ())
+    both = [
+        target
+        for target, key in held_out
+        if absolute_id(target, Path.cwd()) in known or (key and key in contents)
+    ]
     if both:
         shown = ", ".join(both[:10]) + (f" and {len(both) - 10} more" if len(both) > 10 else "")
         raise ConfigError.single(
@@ -223,6 +251,28 @@ def held_out_in(path: Path, held_out: Sequence[str]) -> None:
             f"was fitted on {len(both)} target(s) held out here ({shown}): its values carry "
             "them, so they would test the fit on its own data; hold out other rows, or fit "
             "without this overlay",
+        )
+
+
+def _warn_missing(path: Path, fitted: Sequence[str]) -> None:
+    """A warning naming the measurement files an overlay records rows of that are not found
+    (moved, or the overlay was): a held-out row of them cannot be told from the record."""
+    import warnings
+
+    files = sorted(
+        {
+            file
+            for one in fitted
+            if not one.startswith(_NAMED) and not Path(file := one.rpartition(":")[0]).is_file()
+        }
+    )
+    if files:
+        warnings.warn(
+            f"{path}: the {FITTED_TARGETS.strip()} line names {', '.join(files)}, not found "
+            "(the overlay or the file moved): a row of it held out here cannot be told from "
+            "the fitted ones; write the overlay again with `rdu-sim calibrate` (it records "
+            "its rows by content too)",
+            stacklevel=2,
         )
 
 

@@ -42,6 +42,8 @@ from rdu_sim.config.units import (
 from rdu_sim.validate.given import Given
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from rdu_sim.scenario import Scenario
 
 HW = "hw."
@@ -84,18 +86,28 @@ def stack_of(scenario: Scenario) -> str:
 
 def runtime_of(stack: str) -> str:
     """What a serving stack (a resolved stack file, or ``none``) runs as: its resolved
-    settings without its name and description, as JSON (``none``: no runtime). Two stack
-    files that run identically (one extends the other and only renames it) give the same."""
+    settings (``settings_of``; ``none``: no runtime). Two stack files that run identically
+    (one extends the other and only renames it) give the same."""
     if stack == NONE:
         return NONE
-    import json
-
     from rdu_sim.config.stack_file import read_stack, validate_stack
 
     data, lines = read_stack(Path(stack))
-    settings = validate_stack(data, stack, lines).model_dump(
-        mode="json", exclude={"name", "description"}
-    )
+    return settings_of(validate_stack(data, stack, lines))
+
+
+NAMING_FIELDS = frozenset({"name", "description", "default_stack"})
+"""A machine's or stack's fields that name it or pick for workloads that name none (a
+hardware file's ``default_stack``: the stack a run runs is told on its own), not how it runs."""
+
+
+def settings_of(config: BaseModel) -> str:
+    """What a machine or a serving stack (validated, with any ``--set`` applied) runs as:
+    its settings without ``NAMING_FIELDS``, as JSON. The one rule for when two machines or
+    two stacks are the same: a copy that only renames one (``extends:`` it, ``name:``) is."""
+    import json
+
+    settings = config.model_dump(mode="json", exclude=set(NAMING_FIELDS))
     return json.dumps(settings, sort_keys=True)
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rdu_sim.validate.deployment import MeasuredPoint, simulate_run
-from rdu_sim.validate.deployment_suite import Row
+from rdu_sim.validate.deployment_suite import Row, content_key
 from rdu_sim.validate.scope import HW, Deployment, deployment_of, label_of, names_of
 
 GROUP_KEYS = (
@@ -69,6 +69,7 @@ class Target:
     label: str = ""  # what reports show
     measure_unit: str = ""  # s, tokens/s, x, fraction
     aliases: tuple[tuple[str, str], ...] = ()  # other names of a group's value (names_of)
+    key: str = ""  # a row's measurement by content (``deployment_suite.content_key``)
 
     @property
     def low(self) -> float:
@@ -268,6 +269,7 @@ def row_targets(
                 label=point.label or point.source,
                 measure_unit=point.unit,
                 aliases=aliases[deployment],
+                key=content_key(row),
             )
         )
     return units, targets
