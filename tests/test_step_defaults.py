@@ -92,3 +92,22 @@ def test_a_chunked_default_prefill_says_it_times_the_first_chunk_only() -> None:
         "compare's prefill row sum all 3"
     ) in said
     assert "the prompt run's prefill_s and compare's prefill row time" not in said
+
+
+def test_the_kv_docs_commands_show_the_snapkv_kernels() -> None:
+    """docs/kv.md names the commands that show the selection's kernels: a prompt past the
+    budget (the default prefill, the typical 4,096-token prompt, runs none of them)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "kv.md").read_text()
+    section = doc.split("## The selection's cost at prefill (kernels)")[1]
+    said = " ".join(section.split("The prefill itself does two")[0].split())
+    commands = re.findall(r"`rdu-sim ((?:step|inspect graph) \S+ --phase prefill[^`]*)`", said)
+    assert len(commands) == 2 and all("--tokens 40960" in c for c in commands), commands
+    for command in commands:
+        printed = CliRunner().invoke(cli, command.split())
+        assert printed.exit_code == 0, printed.output
+        assert "snapkv_score" in printed.stdout, command
+    default = CliRunner().invoke(cli, ["inspect", "graph", SNAP, "--phase", "prefill"])
+    assert "snapkv" not in default.stdout
