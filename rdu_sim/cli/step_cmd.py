@@ -247,7 +247,10 @@ def _prompt_words(scenario: Scenario) -> str:
     timed = (
         "the prompt run's prefill_s and compare's prefill row time"
         if chunks == 1
-        else f"this step times that chunk only; run's prefill_s and compare's prefill row sum all {chunks}"
+        else (
+            f"this step times that chunk only; run's prefill_s and compare's prefill row sum "
+            f"all {chunks}"
+        )
     )
     words = f"prompt: {typical.words()}; {timed}"
     long = long_prompts(scenario)

@@ -27,9 +27,9 @@ from rdu_sim.report.bound import (
 from rdu_sim.report.console import served_by
 
 UNEXPLAINED = BINDS_SHARE
-"""Below this share (the share from which the reports say a resource binds a step,
-``report.bound.BINDS_SHARE``) of its step, the binding resource's time does not explain the step: the
-verdict names the largest other resource's time in that step (kernel boundaries, host time,
+"""Below this share of its step (the share from which the reports say a resource binds a
+step, ``report.bound.BINDS_SHARE``), the binding resource's time does not explain the step:
+the verdict names the largest other resource's time in that step (kernel boundaries, host time,
 launches: ``report.bound``), then says the rest is time no one resource explains
 (latencies, a pipeline's fill and drain, resources waiting on each other), rather than
 crediting the binding resource."""
