@@ -767,3 +767,27 @@ def test_a_composition_of_experts_batch_that_leaves_no_expert_room_does_not_fit(
     alone, coe = result.columns
     assert alone.fits and not coe.fits
     assert "no expert fits the HBM region" in coe.reason
+
+
+def test_the_verdict_says_bound_by_only_where_the_column_lines_do() -> None:
+    """dgx-h100-vllm's decode step is 38.6% HBM ('largest part' on its line), sn40l-8's
+    89.5% ('bound by'): the verdict uses each column's label, not 'both read as bound by';
+    a verdict between steps of different resources labels each the same way."""
+    from dataclasses import replace
+
+    from rdu_sim.compare.why import UNEXPLAINED, _step_why
+    from rdu_sim.report.bound import BINDS_SHARE
+
+    assert UNEXPLAINED == BINDS_SHARE
+    args = ["compare", "llama3.1-70b-decode", "--hardware", "dgx-h100-vllm"]
+    said = " ".join(CliRunner().invoke(cli, [*args, "--hardware", "sn40l-8"]).stdout.split())
+    assert "decode step 25.8 ms largest part HBM bandwidth (9.96 ms of it, 38.6%" in said
+    assert "decode step 18.5 ms bound by HBM bandwidth (16.5 ms of it, 89.5%" in said
+    assert (
+        "bound by HBM bandwidth vs largest part HBM bandwidth: it takes 89.5% vs 38.6% of "
+        "their step time"
+    ) in said
+    assert "both read as bound by" not in said
+    gpu, rdu = compare(WORKLOAD, [REPO / "hw_configs" / "dgx-h100-vllm.yaml", SN40L_8]).columns
+    host = replace(gpu, bound="host", bound_s=gpu.step_s * 0.3)
+    assert "largest part the serving stack's host time against bound by HBM" in _step_why(host, rdu)

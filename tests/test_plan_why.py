@@ -270,3 +270,20 @@ def test_a_padded_prefill_floor_names_the_bucket_it_times() -> None:
     )
     exact = moves({**metrics, "ttft_step_bucket": 4224}, "ttft", alone=True)[0]
     assert "(a prefill of 4,224 tokens alone takes 703 ms, " in exact
+
+
+def test_the_floor_steps_words_say_bound_by_only_at_the_share_that_binds(tmp_path: Path) -> None:
+    """The plan's step words follow ``report.bound.bound_label``: a step whose largest
+    resource takes under half of it reads 'largest part', not 'bound by'."""
+    spec = write_plan(tmp_path, {"parallelism": [{"tp": 1}], "batch_slots": [8]})
+    loaded = load_plan(spec)
+    (point,) = loaded.configurations()
+    metrics = measure(run_cluster(loaded.build(point, 1).cluster))  # the engine: its timing
+    for half in ("ttft", "tpot"):
+        label = metrics[f"{half}_step_label"]
+        assert label in ("bound by", "largest part")
+        resource = RESOURCES[metrics[f"{half}_step_bound"]]
+        assert f", {label} {resource})" in moves(metrics, half, alone=True)[0]
+    part = {"tpot_step_s": 0.1, "tpot_step_bound": "hbm", "tpot_step_label": "largest part"}
+    said = moves(part, "tpot", alone=True)[0]
+    assert f"largest part {RESOURCES['hbm']})" in said and "bound by" not in said

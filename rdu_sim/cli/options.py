@@ -90,7 +90,8 @@ def step_shape_options(func: F) -> F:
             type=click.IntRange(1, 100_000_000),
             default=None,
             help="New tokens per slot (default: 1 for decode; for prefill the workload's typical "
-            "prompt padded to its bucket, the prompt run's prefill_s times).",
+            "prompt as a server runs it: padded to its bucket, the prompt run's prefill_s; with "
+            "serving.prefill_chunk_tokens its first chunk, where prefill_s sums all).",
         ),
         click.option(
             "--context",

@@ -4,8 +4,10 @@ The step is one decode step of the batch or one prefill, its shape given by ``--
 ``--tokens`` and ``--context`` with the defaults of ``rdu_sim.serving.step_shape`` (decode:
 every batch slot at the decode bucket of the longest cache the KV policy keeps; prefill: the
 workload's typical prompt as a server runs it, padded to its bucket, the prompt run's
-``prefill_s`` and compare's prefill row time, which a line under the header names, with a
-compressing policy's longer prompts and the ``--tokens`` that times them). A ``--context``
+``prefill_s`` and compare's prefill row time; with ``serving.prefill_chunk_tokens``, its
+first chunk only, where those sum all its chunks. A line under the header names which, with
+a compressing policy's longer prompts and the shape that times them as compare's long-prompt
+row does). A ``--context``
 the policy does not keep in full (a SnapStream slot holds its budget) or that is rounded up
 to a decode bucket is said under the tables. It runs through ``api.step``: the shape is
 compiled by ``rdu_sim.compiler`` and simulated by ``rdu_sim.engine`` with the workload's
@@ -238,18 +240,33 @@ def _prompt_words(scenario: Scenario) -> str:
     a server runs it (``serving.step_shape.typical_prefill``, the one run's ``prefill_s``
     and compare's prefill row time); a compressing policy's longer prompts, with the
     ``--tokens`` that times their median."""
-    from rdu_sim.serving.step_shape import long_prompts, typical_prefill
+    from rdu_sim.serving.step_shape import long_prompts, served_prefill_steps, typical_prefill
 
-    words = (
-        f"prompt: {typical_prefill(scenario).words()}; the prompt run's prefill_s and "
-        "compare's prefill row time"
+    typical = typical_prefill(scenario)
+    chunks = len(typical.steps)
+    timed = (
+        "the prompt run's prefill_s and compare's prefill row time"
+        if chunks == 1
+        else (
+            f"this step times that chunk only; run's prefill_s and compare's prefill row sum "
+            f"all {chunks}"
+        )
     )
+    words = f"prompt: {typical.words()}; {timed}"
     long = long_prompts(scenario)
     if long is not None:
-        words += (
-            f"; the {scenario.kv_policy.name} policy compresses only {long.words()} "
-            f"(--tokens {long.median} times one, with the SnapKV selection)"
+        # the shape compare's long-prompt row times (its bucket, or chunks): an explicit
+        # --tokens runs unpadded, so the hint names the bucket
+        steps = served_prefill_steps(scenario, long.median)
+        last = steps[-1]
+        how = (
+            f"--tokens {last.tokens} times one at its bucket, with the SnapKV selection, as "
+            "compare's long-prompt row"
+            if len(steps) == 1
+            else f"--tokens {last.tokens} --context {last.cache_len} times the last of its "
+            f"{len(steps)} chunks, with the SnapKV selection; compare's long-prompt row sums all"
         )
+        words += f"; the {scenario.kv_policy.name} policy compresses only {long.words()} ({how})"
     return words
 
 

@@ -17,12 +17,19 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
-from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
+from rdu_sim.report.bound import (
+    BINDS_SHARE,
+    RESOURCES,
+    bound_label,
+    bubble_words,
+    others_alone,
+)
 from rdu_sim.report.console import served_by
 
-UNEXPLAINED = 0.5
-"""Below this share of its step, the binding resource's time does not explain the step: the
-verdict names the largest other resource's time in that step (kernel boundaries, host time,
+UNEXPLAINED = BINDS_SHARE
+"""Below this share of its step (the share from which the reports say a resource binds a
+step, ``report.bound.BINDS_SHARE``), the binding resource's time does not explain the step:
+the verdict names the largest other resource's time in that step (kernel boundaries, host time,
 launches: ``report.bound``), then says the rest is time no one resource explains
 (latencies, a pipeline's fill and drain, resources waiting on each other), rather than
 crediting the binding resource."""
@@ -246,8 +253,8 @@ def _step_why(a: Column, b: Column) -> str:
     )
     if a.bound != b.bound:
         return (
-            f"{head}, bound by {RESOURCES.get(a.bound or '', '?')} against "
-            f"{RESOURCES.get(b.bound or '', '?')}"
+            f"{head}, {_bound_label(a)} {RESOURCES.get(a.bound or '', '?')} against "
+            f"{_bound_label(b)} {RESOURCES.get(b.bound or '', '?')}"
         )
     resource = RESOURCES.get(a.bound or "", "?")
     shares = (_share(a), _share(b))
@@ -261,8 +268,8 @@ def _step_why(a: Column, b: Column) -> str:
         ]
         largest = f"; the largest other: {'; '.join(named)}" if named else ""
         return (
-            f"{head}; both read as bound by {resource}, but it takes only "
-            f"{human.percent(shares[0])} vs {human.percent(shares[1])} of their step "
+            f"{head}; {_bound_label(a)} {resource} vs {_bound_label(b)} {resource}: it "
+            f"takes {human.percent(shares[0])} vs {human.percent(shares[1])} of their step "
             f"time{largest}; the rest is time no one resource explains ({_rest(a, b)})"
         )
     demands = {

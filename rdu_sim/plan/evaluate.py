@@ -63,6 +63,7 @@ def measure(result: ClusterResult) -> dict[str, Any]:
     import numpy as np
 
     from rdu_sim.plan.floors import bound_of, request_floors
+    from rdu_sim.report.bound import bound_label
     from rdu_sim.report.slo_why import half_metrics, value_at
 
     slo = result.scenario.config.slo
@@ -88,6 +89,8 @@ def measure(result: ClusterResult) -> dict[str, Any]:
         bound = bound_of(result, shape)
         metrics[f"{half}_step_s"] = at
         metrics[f"{half}_step_bound"] = None if bound is None else bound.bound
+        if bound is not None:  # "bound by" only at the share that binds (report.bound)
+            metrics[f"{half}_step_label"] = bound_label(bound.limit_s, bound.step_s)
         if half == "ttft":
             metrics["ttft_step_tokens"] = int(floors.prompt_tokens[index])
             if shape.cache_len == 0:  # the whole prompt in one step: the bucket it runs at

@@ -22,7 +22,7 @@ slot, as a user sees it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -307,6 +307,7 @@ def summarize_cluster(
     ranks = _ranks(replicas)
     slots = sum(r.runtime.config.batch_slots for r in replicas)
     occupancy = float(held.sum()) / (slots * span) if span > 0 and slots else 0.0
+    by_pool = _pool_occupancy(replicas, held, span)
     goodput = _goodput(good, output, total, span)
     latency = _latency(cols, served)
     prefix_cache = None
@@ -329,7 +330,10 @@ def summarize_cluster(
         )
     return ClusterSummary(
         **asdict(meta),
-        pools=dict(pools),
+        pools={
+            name: replace(pool, occupancy=_round(by_pool.get(name, 0.0)))
+            for name, pool in pools.items()
+        },
         traffic=traffic,
         requests=total,
         requests_served=int(served.sum()),
@@ -362,10 +366,36 @@ def summarize_cluster(
         lockstep=lockstep_costs(run),
         slo_binding=_slo_binding(cols, served, slo),
         occupancy=_round(occupancy),
-        throughput_bound=throughput_bound(
-            False, occupancy, queue_grew(latency["queue_delay_s"], latency["e2e_s"])
-        ),
+        throughput_bound=cluster_bound(by_pool, latency),
     )
+
+
+def _pool_occupancy(
+    replicas: Sequence[Replica], held: NDArray[np.float64], span: float
+) -> dict[str, float]:
+    """Each pool's occupancy: its replicas' slot-seconds held over their slots x the
+    makespan (a pool's own, so an idle prefill pool does not hide a full decode pool)."""
+    held_by: dict[str, float] = {}
+    slots_by: dict[str, int] = {}
+    for replica, seconds in zip(replicas, held, strict=True):
+        name = replica.runtime.name
+        held_by[name] = held_by.get(name, 0.0) + float(seconds)
+        slots_by[name] = slots_by.get(name, 0) + replica.runtime.config.batch_slots
+    return {
+        name: held_by[name] / (slots_by[name] * span) if span > 0 and slots_by[name] else 0.0
+        for name in held_by
+    }
+
+
+def cluster_bound(by_pool: Mapping[str, float], latency: Mapping[str, Percentiles]) -> str:
+    """What set a cluster's throughput, by the single run's rule
+    (``report.summary.throughput_bound``) on its busiest pool's occupancy: ``offered_load``
+    only when even that pool's slots stood mostly idle and the requests' queueing was not
+    most of their time to first token (``queue_grew`` against the TTFT, which the prefill
+    queue is part of: it holds whichever pool is full, a decode pool's included, as the
+    prefill replicas wait to hand their requests on)."""
+    busiest = max(by_pool.values(), default=0.0)
+    return throughput_bound(False, busiest, queue_grew(latency["queue_delay_s"], latency["ttft_s"]))
 
 
 def _slo_binding(

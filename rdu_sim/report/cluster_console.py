@@ -308,10 +308,20 @@ def load_words(result: ClusterSummary) -> str | None:
     faster = (
         "raise traffic.rate" if synthetic else "replay the trace faster (traffic.time_scale < 1)"
     )
+    if len(result.pools) > 1:
+        name, pool = max(result.pools.items(), key=lambda item: item[1].occupancy)
+        occupied = (
+            f"even the busiest pool's ({name}) batch slots were occupied "
+            f"{human.percent(pool.occupancy)} of the time (each replica's in the table above)"
+        )
+    else:
+        occupied = (
+            f"the replicas' batch slots were occupied {human.percent(result.occupancy)} of "
+            "the time (each replica's in the table above)"
+        )
     return offered_load_words(
         asked,
-        f"the replicas' batch slots were occupied {human.percent(result.occupancy)} of the time "
-        "(each replica's in the table above)",
+        occupied,
         f"{faster}, or serve it on fewer replicas",
     )
 

@@ -83,6 +83,8 @@ class PoolSummary:
     batch_slots: int  # of one attention rank, likewise
     prefix_cache_blocks: int
     ranks: int = 1  # attention ranks of a replica, a server each (data-parallel attention)
+    # its replicas' batch slots together: slot-seconds held over slots x makespan
+    occupancy: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -247,8 +249,9 @@ class ClusterSummary(ClusterMeta):
     slo_binding: tuple[Verdict, ...] = ()
     # every replica's batch slots together: slot-seconds held over slots x makespan
     occupancy: float = 0.0
-    # what set the throughput, by a single run's rule (``report.summary.throughput_bound``):
-    # ``offered_load`` when the slots stood mostly idle and the queue did not grow
+    # what set the throughput, by a single run's rule (``report.summary.throughput_bound``)
+    # on the busiest pool's occupancy (``pools[...].occupancy``): ``offered_load`` when even
+    # its slots stood mostly idle and queueing was not most of the time to first token
     throughput_bound: str = "machine"
 
     def to_dict(self) -> dict[str, Any]:

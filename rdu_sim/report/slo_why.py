@@ -156,7 +156,8 @@ def _step(metrics: Mapping[str, Any], half: str) -> str:
             f"a decode step of {metrics.get('tpot_step_batch', 0):,} slots at "
             f"{metrics.get('tpot_step_context', 0):,} cached tokens takes"
         )
-    by = f", bound by {RESOURCES[bound]}" if bound in RESOURCES else ""
+    label = metrics.get(f"{half}_step_label", "bound by")  # report.bound.bound_label
+    by = f", {label} {RESOURCES[bound]}" if bound in RESOURCES else ""
     return f" ({what} {human.duration(float(seconds))}{by})"
 
 

@@ -227,8 +227,9 @@ def offered_load(scenario: Scenario, requests: RequestSet) -> OfferedLoad:
 
 def queue_grew(queue_delay_s: Percentiles, e2e_s: Percentiles) -> bool:
     """Whether the machine fell behind the arrivals: the requests waited longer to be
-    admitted than serving them took (means over the completed requests; by Little's law
-    more requests were then waiting than being served, on average). Whatever its slots'
+    admitted than the rest of ``e2e_s`` took (a run's end-to-end latency; a cluster's time
+    to first token, ``report.cluster.cluster_bound``; means over the completed requests: by
+    Little's law more requests were then waiting than being served, on average). Whatever its slots'
     occupancy: a Composition of Experts serves one expert's requests a turn, so its slots
     stand mostly empty while the other experts' requests queue. (A served rate below the
     asked one is no second sign: measured over the decode span it takes in the drain after
