@@ -399,11 +399,11 @@ def test_commands_that_write_at_the_end_say_nothing_was_written_and_check_says_h
         calls: list[Path] = []
         real = check_cmd.check_file
 
-        def second_stops(path: Path) -> str:
+        def second_stops(path: Path, *rest: Any) -> str:
             calls.append(path)
             if len(calls) == 2:
                 stopped()
-            return real(path)
+            return real(path, *rest)
 
         mp.setattr(check_cmd, "check_file", second_stops)
         out = runner.invoke(cli, ["check", "sn40l", "sn40l-8", "sn40l-16"])
