@@ -114,7 +114,8 @@ class Problem:
         for stack in sorted(stacks):
             runtimes.setdefault(runtime_of(stack), []).append(label_of(stack))
         if len(runtimes) < 2:
-            names = ", ".join(label_of(s) for s in sorted(stacks))
+            # by name: an order by path would depend on where the files are
+            names = ", ".join(sorted(label_of(s) for s in stacks))
             alike = ", which run identically" if len(stacks) > 1 else ""
             raise one.parameter.given.error(
                 f"a hardware parameter is fitted on the rows of one serving stack only "

@@ -11,11 +11,11 @@ fields back to every row on the machine or stack it extends.
 Its header also lists the targets its values were fitted on (``Fitted targets:``, each a row's
 file, relative to the overlay's folder, and line, or a figure; ``Fitted rows by content:``,
 each row's ``deployment_suite.content_key``, which holds when the files move or lines are
-added), so a later fit that holds one of them out refuses the overlay (``held_out_in``), and it restates the values that were in
-force on its machine or stack while it was fitted (an ``--overlay`` passed back on it, a
-``--set`` of its kind: ``carried_fields``), so the file alone gives the errors its header
-states. A value in force that it cannot carry (a workload field, another machine's) is named
-in its header.
+added), so a later fit that holds one of them out refuses the overlay (``held_out_in``),
+and it restates the values that were in force on its machine or stack while it was fitted
+(an ``--overlay`` passed back on it, a ``--set`` of its kind: ``carried_fields``), so the
+file alone gives the errors its header states. A value in force that it cannot carry (a
+workload field, another machine's) is named in its header.
 
 Every file is checked before it is written: it must read back as YAML to exactly the mapping
 meant (a comment holding a line break or a YAML special character would not), or it is
