@@ -27,16 +27,22 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    with distributed.LocalCluster(
-        n_workers=2,
+def local_cluster(workers: int) -> Any:
+    """An in-process Dask cluster of ``workers`` one-thread workers on a TCP scheduler on
+    this machine (an address, as a remote one), no dashboard."""
+    return distributed.LocalCluster(
+        n_workers=workers,
         threads_per_worker=1,
         processes=False,
         protocol="tcp",
         host="127.0.0.1",
         dashboard_address=None,
-    ) as local:
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    with local_cluster(2) as local:
         yield local.scheduler_address
 
 
@@ -219,14 +225,7 @@ def test_a_lost_scheduler_stops_the_sweep_leaving_its_unrun_points_to_a_resume(
         spec.read_text().replace("{name: synthetic}", "{name: synthetic, options: {sleep_s: 0.3}}")
     )
     db = tmp_path / "d.sqlite"
-    local = distributed.LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=False,
-        protocol="tcp",
-        host="127.0.0.1",
-        dashboard_address=None,
-    )
+    local = local_cluster(1)
 
     def lose_the_scheduler() -> None:
         deadline = time.monotonic() + 30

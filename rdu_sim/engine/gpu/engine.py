@@ -31,7 +31,7 @@ from rdu_sim.engine import shared_steps
 from rdu_sim.engine.budget import over_budget
 from rdu_sim.engine.fast_forward import KernelResult, fewest_layers
 from rdu_sim.engine.gpu.kernel import GpuKernelSim
-from rdu_sim.engine.gpu.overlap import kernel_role, run_stage_order
+from rdu_sim.engine.gpu.overlap import exchanges, kernel_role, run_stage_order
 from rdu_sim.engine.gpu.stream import (
     Call,
     StreamRun,
@@ -168,10 +168,7 @@ class GpuEngine:
                 roles = [kernel_role(kernel) for kernel in both]
                 stream = run_stage_order(streams, roles, program.shape.phase == "decode", *timing)
             else:
-                communicates = [
-                    all(stage.op == "alltoall" for stage in kernel.stages) for kernel in both
-                ]
-                stream = run_first_come(streams, communicates, *timing)
+                stream = run_first_come(streams, [exchanges(k) for k in both], *timing)
         except EventLimitError:
             what = f"this {program.shape.phase} step (overlapping its micro-batches)"
             raise over_budget(cfg.max_events, what) from None

@@ -40,12 +40,18 @@ DECODE_DELTA = 2  # stages micro-batch A runs ahead in decode (SGLang's tbo_delt
 COMMUNICATES: frozenset[Role] = frozenset({"dispatch", "combine"})
 
 
+def exchanges(kernel: KernelProgram) -> bool:
+    """Whether the kernel is an all-to-all (every stage one): it runs on the network, beside
+    the other micro-batch's kernels on the SMs, under either schedule."""
+    return all(stage.op == "alltoall" for stage in kernel.stages)
+
+
 def kernel_role(kernel: KernelProgram) -> Role:
-    """The kernel's role: an all-to-all (every stage one, by its direction), the attention
+    """The kernel's role: an all-to-all (:func:`exchanges`, by its direction), the attention
     core (a stage reading the KV cache or attending), the shared experts (every stage
     theirs), else computing."""
     stages = kernel.stages
-    if all(stage.op == "alltoall" for stage in stages):
+    if exchanges(kernel):
         spec = stages[0].collective
         assert spec is not None and spec.exchange is not None  # the compiler's all-to-alls
         return spec.exchange.direction
