@@ -227,3 +227,53 @@ def test_the_binding_slo_half_is_recounted_from_the_requests(tmp_path: Path) -> 
         print_cluster_report(summary, Console(file=out, width=250))
         head = "tightest half: " if met else "why not met: "
         assert head + summary.slo_binding[0].sentence() in out.getvalue()
+
+
+def test_each_pools_kv_kept_is_recounted_from_the_requests(tmp_path: Path) -> None:
+    """SnapStream with a 1,024-token slot (4 sinks, 256 ring): a prompt is compressed iff it
+    is longer than the slot, and a slot outgrown iff what the prefill left plus the decode's
+    ``output - 1`` tokens exceed it. Colocated, the pool counts both over the requests it
+    served; disaggregated, the prefill pool counts the compressed prompts of the requests it
+    took (its slots hold prompts only: none outgrown) and the decode pool both, over the
+    requests it decoded; the report prints each pool's line."""
+    import numpy as np
+
+    from rdu_sim.report.cluster import request_columns
+
+    kv = {"kv.policy": "snapstream", "kv.budget": 1024, "kv.recent": 256, "kv.sinks": 4}
+    colocated = fake(write_cluster(tmp_path), {"pools.serve.set": {**kv}})
+    split = fake(
+        _disaggregated_with_prefix_cache(tmp_path),
+        {
+            "pools.pre.set": {"serving.batch_slots": 8, **kv},
+            "pools.dec.set": {"serving.batch_slots": 8, **kv},
+        },
+    )
+    for result, held_by in (
+        (colocated, {"serve": "took"}),
+        (split, {"pre": "took", "dec": "decoded"}),
+    ):
+        cols = request_columns(result.run)
+        served = cols["status"] == "served"
+        prompt, output = cols["prompt_tokens"], cols["output_tokens"]
+        kept = np.minimum(prompt, 1024)
+        compressed = served & (prompt > 1024)
+        outgrown = served & (kept + np.maximum(output - 1, 0) > 1024)
+        summary = result.summary()
+        for name, held in held_by.items():
+            pool = summary.pools[name]
+            assert pool.kv_kept is not None and pool.kv_kept.layout.startswith("snapstream")
+            mine = served if held == "took" else served & (output > 1)
+            assert pool.requests == int(mine.sum()) > 0
+            assert pool.kv_kept.prompts_compressed == int((compressed & mine).sum()) > 0
+            wrapped = 0 if pool.role == "prefill" else int((outgrown & mine).sum())
+            assert pool.kv_kept.slots_wrapped == wrapped
+            assert wrapped > 0 or pool.role == "prefill"
+            assert result.to_dict()["pools"][name]["kv_kept"]["slots_wrapped"] == wrapped
+        out = io.StringIO()
+        print_cluster_report(summary, Console(file=out, width=400))
+        for name, pool in summary.pools.items():
+            assert pool.kv_kept is not None
+            assert f"{name}: KV slot: {pool.kv_kept.layout}; of {pool.requests:,} requests" in (
+                out.getvalue()
+            )

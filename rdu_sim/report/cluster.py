@@ -33,6 +33,8 @@ from rdu_sim.cluster.replica import Replica
 from rdu_sim.cluster.simulate import ClusterRun
 from rdu_sim.cluster.traffic import ClassLabels, TrafficSummary
 from rdu_sim.config.cluster import SLOConfig
+from rdu_sim.kv.policies import KeptCounts, kept_counts
+from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.report.cluster_summary import (
     Brief,
     ClassSummary,
@@ -308,6 +310,7 @@ def summarize_cluster(
     slots = sum(r.runtime.config.batch_slots for r in replicas)
     occupancy = float(held.sum()) / (slots * span) if span > 0 and slots else 0.0
     by_pool = _pool_occupancy(replicas, held, span)
+    kept = _pool_kept(replicas, cols, took, decoded, served)
     goodput = _goodput(good, output, total, span)
     latency = _latency(cols, served)
     prefix_cache = None
@@ -331,7 +334,12 @@ def summarize_cluster(
     return ClusterSummary(
         **asdict(meta),
         pools={
-            name: replace(pool, occupancy=_round(by_pool.get(name, 0.0)))
+            name: replace(
+                pool,
+                occupancy=_round(by_pool.get(name, 0.0)),
+                requests=kept[name][0],
+                kv_kept=kept[name][1],
+            )
             for name, pool in pools.items()
         },
         traffic=traffic,
@@ -385,6 +393,36 @@ def _pool_occupancy(
         name: held_by[name] / (slots_by[name] * span) if span > 0 and slots_by[name] else 0.0
         for name in held_by
     }
+
+
+def _pool_kept(
+    replicas: Sequence[Replica],
+    cols: Mapping[str, NDArray[Any]],
+    took: Sequence[NDArray[np.int64]],
+    decoded: Sequence[NDArray[np.int64]],
+    served: NDArray[np.bool_],
+) -> dict[str, tuple[int, KeptCounts]]:
+    """Each pool's served requests and what its KV policy cut of them, by the one rule
+    (``kept_counts``) over the requests its slots held: those its replicas took, or for a
+    decode pool those they decoded (each arrives with the prompt's cache the prefill left).
+    A prefill replica's slot holds the prompt only, so it counts no slot as outgrown."""
+    chosen: dict[str, list[NDArray[np.int64]]] = {}
+    policies: dict[str, KVPolicy] = {}
+    roles: dict[str, str] = {}
+    for i, replica in enumerate(replicas):
+        runtime = replica.runtime
+        role = runtime.config.role
+        held = decoded[i] if role == "decode" else took[i]
+        chosen.setdefault(runtime.name, []).append(held[served[held]])
+        policies[runtime.name] = runtime.policy
+        roles[runtime.name] = role
+    result: dict[str, tuple[int, KeptCounts]] = {}
+    for name, parts in chosen.items():
+        ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        prompts = cols["prompt_tokens"][ids]
+        outputs = np.ones_like(prompts) if roles[name] == "prefill" else cols["output_tokens"][ids]
+        result[name] = (len(ids), kept_counts(policies[name], prompts, outputs))
+    return result
 
 
 def cluster_bound(by_pool: Mapping[str, float], latency: Mapping[str, Percentiles]) -> str:

@@ -20,6 +20,7 @@ from rdu_sim.report.cluster_summary import ClusterSummary
 from rdu_sim.report.console import (
     LATENCIES,
     energy_rows,
+    kept_words,
     latency_table,
     offered_load_words,
     tokens_cut_words,
@@ -58,6 +59,16 @@ def pools_table(result: ClusterSummary) -> Table:
         )
     table.caption_justify = "left"
     return table
+
+
+def kept_lines(result: ClusterSummary) -> list[str]:
+    """Each pool's KV slot and what its policy cut of the requests it held, a line a pool
+    (the single run's words, ``report.console.kept_words``)."""
+    return [
+        f"{name}: {kept_words(pool.kv_kept, pool.requests)}"
+        for name, pool in result.pools.items()
+        if pool.kv_kept is not None
+    ]
 
 
 def not_served_as_sent(result: ClusterSummary) -> list[tuple[str, str]]:
@@ -285,6 +296,7 @@ def render_cluster(result: ClusterSummary) -> Group:
     parts: list[str | Table] = [
         head,
         pools_table(result),
+        *kept_lines(result),
         goodput_table(result),
         latency_table(latencies),
     ]

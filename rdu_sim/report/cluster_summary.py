@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rdu_sim.cluster.traffic import TrafficSummary
+from rdu_sim.kv.policies import KeptCounts
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.percentiles import Percentiles, rounded
 from rdu_sim.report.slo_why import Verdict
@@ -85,6 +86,10 @@ class PoolSummary:
     ranks: int = 1  # attention ranks of a replica, a server each (data-parallel attention)
     # its replicas' batch slots together: slot-seconds held over slots x makespan
     occupancy: float = 0.0
+    # the served requests its slots held (took, or for a decode pool decoded), and what its
+    # KV policy cut of them (``kv.policies.kept_counts``; None before the run is summarized)
+    requests: int = 0
+    kv_kept: KeptCounts | None = None
 
 
 @dataclass(frozen=True)

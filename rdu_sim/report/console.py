@@ -21,6 +21,7 @@ from rich.text import Text
 from rdu_sim import human
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
+from rdu_sim.kv.policies import KeptCounts
 from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
 from rdu_sim.report.console_coe import coe_table
 from rdu_sim.report.console_speculation import speculation_table
@@ -194,14 +195,18 @@ def header(result: RunSummary) -> Text:
 
 
 def kept_line(result: RunSummary) -> str:
-    """The KV policy's slot in words and what it cut of the run's requests:
+    """The KV policy's slot in words and what it cut of the run's requests (``kept_words``)."""
+    return kept_words(result.kv_kept, result.requests)
+
+
+def kept_words(kept: KeptCounts, requests: int) -> str:
+    """A KV policy's slot and what it cut of ``requests``, in a line:
     ``KV slot: snapstream: 4 sinks + 30,716 selected + 2,048 ring = 32,768 tokens a slot;
-    12 of 300 prompts compressed at prefill, 40 slots wrapped the ring in decode``."""
-    kept = result.kv_kept
+    of 300 requests 12 had their prompt compressed at prefill, 40 outgrew the slot ...``."""
     if not kept.prompts_compressed and not kept.slots_wrapped:
         return f"KV slot: {kept.layout}; no prompt compressed, no slot outgrown"
     return (
-        f"KV slot: {kept.layout}; of {result.requests:,} requests {kept.prompts_compressed:,} "
+        f"KV slot: {kept.layout}; of {requests:,} requests {kept.prompts_compressed:,} "
         f"had their prompt compressed at prefill, {kept.slots_wrapped:,} outgrew the slot "
         "in decode (the ring overwrote their oldest tokens)"
     )
