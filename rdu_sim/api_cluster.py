@@ -45,7 +45,7 @@ from rdu_sim.scenario import Scenario
 from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.limits import warn_unchunked
 from rdu_sim.serving.server import ServerConfig
-from rdu_sim.serving.step_cache import StepTimes
+from rdu_sim.serving.step_cache import PS_PER_S, StepTimes
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
@@ -311,6 +311,7 @@ def run_cluster(
             config.kv_transfer,
             progress,
             seed=config.traffic.seed,
+            load_refresh_ps=round(config.router.load_refresh * PS_PER_S),
         )
     except SimulatedTimeError as exc:  # the input's fault: name the cluster file
         raise cluster.issue(exc.field or "pools", str(exc)) from None

@@ -14,6 +14,7 @@ reads all rows through the views.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -61,6 +62,54 @@ class LoadBoard:
             self.run_decoding,
             out=self._tokens,
         )
+
+    def sent(self, index: int, tokens: int) -> None:
+        """A router sent server ``index`` a request of ``tokens`` (its prompt, and any token it
+        arrives with): an exact board has it already, from the server's own count."""
+
+
+class PublishedBoard(LoadBoard):
+    """A board a router reads as its servers last published it, as a production router
+    reads scraped metrics: every ``refresh_ps`` each server publishes its load as it stood
+    just before that instant, and between publications the router adds what it has itself
+    sent each server since (``sent``). A publication is taken when it is first needed (the
+    first write or read after its instant), when no counter has changed since the instant."""
+
+    def __init__(self, n: int, refresh_ps: int, clock: Callable[[], int]) -> None:
+        if refresh_ps < 1:
+            raise ValueError(f"a published board needs refresh_ps >= 1, got {refresh_ps}")
+        super().__init__(n)
+        self.refresh_ps = refresh_ps
+        self._clock = clock
+        self._published = np.zeros(n, dtype=np.int64)  # at instant 0: nothing held
+        self._published_at = 0
+        self._sent = np.zeros(n, dtype=np.int64)  # by the router since the publication
+
+    def row(self, index: int) -> BoardRow:
+        """Server ``index``'s counters, publishing what is due before each write."""
+        return PublishingRow(self, index)
+
+    def publish_due(self) -> None:
+        """Take the last publication due (at the latest multiple of ``refresh_ps`` not after
+        now) if it is not taken yet: called before every write and read, so the counters
+        still hold the load as it stood just before that instant."""
+        now = self._clock()
+        due = now - now % self.refresh_ps
+        if due > self._published_at:
+            self._published[:] = LoadBoard.tokens(self, due)
+            self._published_at = due
+            self._sent[:] = 0
+
+    def tokens(self, now: int) -> NDArray[np.int64]:
+        """What the router knows at ``now``: the last publication plus what it has sent
+        since (an array the board reuses, as ``LoadBoard.tokens``)."""
+        self.publish_due()
+        return np.add(self._published, self._sent, out=self._tokens)
+
+    def sent(self, index: int, tokens: int) -> None:
+        """The router counts what it sends until the next publication holds it."""
+        self.publish_due()
+        self._sent[index] += tokens
 
 
 def _column(name: str) -> property:
@@ -111,3 +160,46 @@ class BoardRow:
         index = self.index
         self._decoding[index] = 0
         self._outstanding[index] += emitted
+
+
+def _published_column(name: str) -> property:
+    plain = _column(name)
+
+    def put(row: PublishingRow, value: int) -> None:
+        row.publish()
+        assert plain.fset is not None
+        plain.fset(row, value)
+
+    return property(plain.fget, put, doc=f"this server's {name}, published when due first")
+
+
+class PublishingRow(BoardRow):
+    """A server's counters on a :class:`PublishedBoard`: each write first lets the board take
+    the publication due, so a publication never holds a change made after its instant."""
+
+    __slots__ = ("publish",)
+
+    outstanding = _published_column("outstanding")
+    run_start = _published_column("run_start")
+    run_end = _published_column("run_end")
+    run_step = _published_column("run_step")
+    run_decoding = _published_column("run_decoding")
+
+    def __init__(self, board: PublishedBoard, index: int) -> None:
+        super().__init__(board, index)
+        self.publish = board.publish_due
+
+    def add(self, tokens: int) -> None:
+        """``outstanding += tokens``, after the publication due."""
+        self.publish()
+        BoardRow.add(self, tokens)
+
+    def begin_run(self, start: int, end: int, step: int, decoding: int) -> None:
+        """A decode run starts, after the publication due."""
+        self.publish()
+        BoardRow.begin_run(self, start, end, step, decoding)
+
+    def end_run(self, emitted: int) -> None:
+        """The run ended, after the publication due."""
+        self.publish()
+        BoardRow.end_run(self, emitted)

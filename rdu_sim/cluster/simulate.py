@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from simpy.events import Event
 
 from rdu_sim.cluster.kv_link import KVLink
-from rdu_sim.cluster.load_board import LoadBoard
+from rdu_sim.cluster.load_board import LoadBoard, PublishedBoard
 from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.cluster.records import REJECTED, SERVED, ClusterRecords
 from rdu_sim.cluster.replica import PoolRuntime, Replica
@@ -97,6 +97,7 @@ class ReplicaGroup:
         self.loop = loop
         self.replicas = replicas
         self.board = board
+        self._published = isinstance(board, PublishedBoard)
         self.prefixes = prefixes
         pools: dict[int, CachingPool] = {}  # by the pool's runtime
         for member, replica in enumerate(replicas):
@@ -111,6 +112,16 @@ class ReplicaGroup:
     def outstanding_tokens(self) -> NDArray[np.int64]:
         """Every replica's load now, in tokens (one vectorised rule, ``serving.load``)."""
         return self.board.tokens(self.loop.now)
+
+    def sent(self, member: int, request: int) -> None:
+        """The router sent ``request`` to ``member``: the tokens its server will count on
+        queueing it (its prompt, and the token it arrives with from a prefill pool), which
+        a router reading published load adds until the next publication."""
+        if not self._published:  # an exact board counts it from the server's own count
+            return
+        server = self.replicas[member].server
+        prompt = int(server.records.target_prompt_tokens[request])
+        self.board.sent(member, prompt + server.scheduler.handoff.generated_on_arrival())
 
     def cached_tokens(self, request: int) -> NDArray[np.int64]:
         """Prompt tokens of ``request`` each replica's prefix cache would spare: its leading
@@ -144,10 +155,14 @@ class Cluster:
         kv_transfer: KVTransferConfig | None,
         progress: Progress | None = None,
         seed: int = 0,
+        load_refresh_ps: int = 0,
     ) -> None:
         """``seed``: the cluster's (``traffic.seed``), for a router that takes one (the
-        decode pool's router gets ``seed + 1``: the two draw apart)."""
+        decode pool's router gets ``seed + 1``: the two draw apart); ``load_refresh_ps``:
+        how often the replicas publish their load to the routers (0: read exact,
+        ``router.load_refresh``)."""
         self.loop = loop
+        self.load_refresh_ps = load_refresh_ps
         self.requests = requests
         self.block_tokens = block_tokens or 0
         self.serving = ServingRecords(requests.prompt_tokens.copy(), requests.output_tokens.copy())
@@ -185,8 +200,15 @@ class Cluster:
         return blocks
 
     def _group(self, pools: Sequence[PoolRuntime], progress: Progress | None) -> ReplicaGroup:
-        """The replicas of these pools, in pool order, sharing one load board."""
-        board = LoadBoard(sum(p.replicas for p in pools))
+        """The replicas of these pools, in pool order, sharing one load board (published
+        every ``load_refresh_ps``, or read exact)."""
+        servers = sum(p.replicas for p in pools)
+        loop = self.loop
+        board = (
+            PublishedBoard(servers, self.load_refresh_ps, lambda: loop.now)
+            if self.load_refresh_ps
+            else LoadBoard(servers)
+        )
         prefixes = PrefixIndex()
         members: list[Replica] = []
         for runtime in pools:
@@ -231,6 +253,7 @@ class Cluster:
         if type(chosen) is not int or not 0 <= chosen < len(front.replicas):
             chosen = routed(self.router, chosen, request, len(front.replicas), "")
         replica = front.replicas[chosen]
+        front.sent(chosen, request)
         self.records.routed[request] += 1
         self.records.replica[request] = replica.index
         replica.taken += 1
@@ -244,6 +267,7 @@ class Cluster:
         if type(chosen) is not int or not 0 <= chosen < len(back.replicas):
             chosen = routed(self.router, chosen, request, len(back.replicas), "decode ")
         replica = back.replicas[chosen]
+        back.sent(chosen, request)
         self.records.decode_replica[request] = replica.index
         replica.taken += 1
         sent = self.loop.event()
@@ -329,15 +353,19 @@ def simulate_cluster(
     *,
     loop: Loop | None = None,
     seed: int = 0,
+    load_refresh_ps: int = 0,
 ) -> ClusterRun:
     """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
     ``loop``: the serving loop to run on (default a fresh ``Timeline``; the tests pass an
     adapter onto ``simpy.Environment``, the oracle: tests/test_cluster_loop.py); ``seed``:
-    the cluster's, for a router that draws (``Cluster``)."""
+    the cluster's, for a router that draws; ``load_refresh_ps``: how often the replicas
+    publish their load to the routers (``Cluster``)."""
     requests = fit.requests
     arrival_ps = arrivals_ps(requests.arrival_s, "traffic").tolist()
     loop = Timeline() if loop is None else loop
-    cluster = Cluster(loop, requests, pools, router, block_tokens, kv_transfer, progress, seed)
+    cluster = Cluster(
+        loop, requests, pools, router, block_tokens, kv_transfer, progress, seed, load_refresh_ps
+    )
     loop.start(_arrivals(loop, arrival_ps, _arrive(cluster, fit.rejected)), NORMAL)
     end = loop.run()
     _check(cluster, fit)

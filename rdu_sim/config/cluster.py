@@ -57,6 +57,15 @@ class RouterConfig(StrictModel):
         "still to come is known, rdu_sim.serving.load); 'prefix_aware' the same count minus "
         "the prompt tokens its prefix cache already holds; or a plugin's (rdu_sim.plugins)",
     )
+    load_refresh: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="how often the replicas publish their load to the routers (as a "
+        "metrics scrape does): a router reads the last publication plus the requests it has "
+        "itself sent since; 0 (the default) reads every replica's exact load at the arrival "
+        "instant. Prefix caches are read exact either way (their events are pushed per block)",
+    )
 
 
 class TrafficConfig(StrictModel):
