@@ -141,6 +141,10 @@ class KeptCounts:
     layout: str  # the policy's layout in words (``PolicyBase.layout``)
     prompts_compressed: int  # requests whose prompt the prefill cut to the slot
     slots_wrapped: int  # requests whose decode outgrew the slot (a ring overwrote tokens)
+    # True when a full slot's decode steps choose what to drop by scores (the policy's
+    # decode_selection), so a wrapped slot lost what they scored lowest, not its oldest
+    # tokens; False (and left out of a run's JSON) for every shipped policy
+    decode_evicts: bool = False
 
 
 class UnreadKVFieldWarning(UserWarning):
@@ -917,8 +921,10 @@ def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]
     (SnapStream's and SnapKV's selection, StreamingLLM's truncation); a slot ``wrapped``
     when what its prefill left plus what its decode wrote (``output - 1`` tokens, the last
     token's KV never written) outgrows the slot (``slot_tokens``), so a ring overwrote its
-    oldest tokens. The one rule for every policy, a plugin's too; the policy is asked once
-    per distinct prompt (a million requests' counts in milliseconds)."""
+    oldest tokens, or, when the policy selects at decode over a full slot
+    (``decode_evicts``), its eviction dropped what it scored lowest. The one rule for every
+    policy, a plugin's too; the policy is asked once per distinct prompt (a million
+    requests' counts in milliseconds)."""
     import numpy as np  # (the policies' own rules are per request, plain ints)
 
     prompt = np.fromiter(prompts, dtype=np.int64)
@@ -934,5 +940,7 @@ def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]
     prefilled = after[each]
     written = np.maximum(output - 1, 0)
     compressed = int(np.count_nonzero(prefilled < prompt))
-    wrapped = int(np.count_nonzero(prefilled + written > policy.slot_tokens()))
-    return KeptCounts(policy.layout(), compressed, wrapped)
+    slot = policy.slot_tokens()
+    wrapped = int(np.count_nonzero(prefilled + written > slot))
+    evicts = layer_selection_of(policy, "decode", slot, None) is not None
+    return KeptCounts(policy.layout(), compressed, wrapped, evicts)

@@ -200,10 +200,15 @@ def kept_line(result: RunSummary) -> str:
     kept = result.kv_kept
     if not kept.prompts_compressed and not kept.slots_wrapped:
         return f"KV slot: {kept.layout}; no prompt compressed, no slot outgrown"
+    dropped = (
+        "the policy's decode eviction dropped the tokens it scored lowest"
+        if kept.decode_evicts
+        else "the ring overwrote their oldest tokens"
+    )
     return (
         f"KV slot: {kept.layout}; of {result.requests:,} requests {kept.prompts_compressed:,} "
         f"had their prompt compressed at prefill, {kept.slots_wrapped:,} outgrew the slot "
-        "in decode (the ring overwrote their oldest tokens)"
+        f"in decode ({dropped})"
     )
 
 
