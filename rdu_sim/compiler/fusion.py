@@ -13,6 +13,9 @@
   would compress get their own ("snapkv_score_window<W>" ...). The layers' selections are
   independent, so each kernel's calls run back to back: identical consecutive calls, which
   kernel looping loops like the decoder's;
+- "evict_score", "evict_topk", "evict_compact": the same three in a decode step (and over a
+  mixed step's decode rows) whose KV policy evicts by scores (`KVPolicy.decode_selection`
+  at the step's cache length), `rows` = the slots evicting;
 - "lm_head": final norm and vocabulary projection, one call.
 
 Inside a decoder kernel every operator is a pipeline stage, except attention: the score,

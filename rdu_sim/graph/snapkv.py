@@ -49,6 +49,12 @@ Tensor parallelism (`Split`, the collectives `compiler.sharding` inserts):
   head's holders), and each socket compacts its share of the kept tokens.
 
 Work grows with prompt x window (the score kernel) and prompt (the rest).
+
+A decode step whose KV policy evicts by scores (``KVPolicy.decode_selection``: H2O, TOVA)
+runs the same three kernels over each slot's cache, named apart (``EVICT_KERNELS``:
+``evict_score``, ``evict_topk``, ``evict_compact``), its attention stashing each slot's
+query: the score re-reads every cached key outside the fused attention, the compaction
+copies the kept tokens (into a spare layer buffer the memory plan holds).
 """
 
 from __future__ import annotations
