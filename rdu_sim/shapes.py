@@ -21,7 +21,8 @@ The attention-length convention lives with :class:`StepShape`, once:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from numbers import Integral
+from typing import Any, ClassVar, Literal, get_args
 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
@@ -241,19 +242,41 @@ class Gemm:
         return 2 * self.m * self.n * self.k * self.batch
 
 
+Pooling = Literal["max", "avg"]
+"""How a selection pools its scores along the sequence (``kv.pooling``)."""
+POOLINGS: tuple[Pooling, ...] = get_args(Pooling)
+
+
+class SelectionError(ValueError):
+    """A :class:`Selection` whose fields cannot describe a selection; ``field`` names the
+    one at fault (``kept``, ``topk``, ``window``...), so whoever built it can be told."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class Selection:
-    """Shape of the SnapKV selection one prefill runs: what the KV policy decides, what the
-    graph's selection operators cost.
+    """Shape of a SnapKV-style selection over the tokens a slot's layer holds: what the KV
+    policy decides, what the graph's selection operators cost. A prefill runs it over the
+    prompt (``KVPolicy.selection``); a decode step over the slot's cache, when the policy
+    evicts by scores (``KVPolicy.decode_selection``).
 
-    The observation window's `window` queries are scored against all `scored_keys` prompt
-    keys (QK^T in float32 outside the fused attention, causal mask on the window block,
-    softmax, sum over the window), pooled along the sequence with `kernel_size`/`pooling`;
-    the top `topk` of the `candidates` tokens are gathered per KV head; the cache written
-    holds `kept` tokens (sinks + top-K + ring for SnapStream, top-K + window for SnapKV).
+    The `window` queries (the observation window at prefill; the step's new token at
+    decode) are scored against `scored_keys` of the `prompt_tokens` tokens it selects from
+    (QK^T in float32 outside the fused attention, causal mask on the window block, softmax,
+    sum over the window), pooled along the sequence with `kernel_size`/`pooling`; the top
+    `topk` of the `candidates` tokens are gathered per KV head; the compaction copies `kept`
+    tokens into the slot (sinks + top-K + ring for SnapStream, top-K + window for SnapKV).
+
+    Built only consistent (:class:`SelectionError` naming the field): 1 <= window,
+    1 <= scored_keys <= prompt_tokens, 1 <= topk < candidates <= scored_keys (a top-K that
+    keeps every candidate drops nothing: no selection), topk <= kept <= prompt_tokens, an
+    odd kernel_size >= 1 (padded k // 2 each side) and a pooling of ``POOLINGS``.
     """
 
-    prompt_tokens: int
+    prompt_tokens: int  # the tokens it selects from: the prompt, or the layer's cache
     window: int
     scored_keys: int
     candidates: int
@@ -261,3 +284,29 @@ class Selection:
     kept: int
     kernel_size: int
     pooling: str
+
+    def __post_init__(self) -> None:
+        bounds = (  # field, its value, its least (and what it is), its most (and what it is)
+            ("prompt_tokens", self.prompt_tokens, 1, "1", None, ""),
+            ("window", self.window, 1, "1", None, ""),
+            ("scored_keys", self.scored_keys, 1, "1", self.prompt_tokens, "prompt_tokens"),
+            ("candidates", self.candidates, 2, "2", self.scored_keys, "scored_keys"),
+            ("topk", self.topk, 1, "1", self.candidates - 1, "candidates - 1"),
+            ("kept", self.kept, self.topk, "topk", self.prompt_tokens, "prompt_tokens"),
+            ("kernel_size", self.kernel_size, 1, "1", None, ""),
+        )
+        for field, value, low, low_words, high, high_words in bounds:
+            if isinstance(value, bool) or not isinstance(value, Integral):
+                raise SelectionError(field, f"{field} must be an integer, got {value!r}")
+            if value < low or (high is not None and value > high):
+                least = low_words if low_words == str(low) else f"{low_words} ({low})"
+                most = "" if high is None else f" and <= {high_words} ({high})"
+                raise SelectionError(field, f"{field} must be >= {least}{most}, got {value}")
+        if self.kernel_size % 2 == 0:
+            raise SelectionError(
+                "kernel_size", f"kernel_size must be odd (padded k // 2), got {self.kernel_size}"
+            )
+        if self.pooling not in POOLINGS:
+            raise SelectionError(
+                "pooling", f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"
+            )

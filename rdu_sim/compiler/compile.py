@@ -450,10 +450,11 @@ def _hbm_share(fractions: dict[str, float], kernel: str, weight: str) -> float:
     `decoder_moe/attn.kv_b_proj` the 58 MoE layers'; a straddling tensor's reads split
     between HBM and DDR in proportion to its bytes. A kernel reads its own placement.
 
-    A kernel with no placement of its own (`snapkv_score`, which runs only in a compressing
-    prefill) reads the copies the kernels that own the weight placed: its call for layer l
-    reads layer l's copy, placed by the kernel that runs layer l. The selection runs for
-    every layer, so its share is that of all the owners' tensors together, weighted by
+    A kernel with no placement of its own (`snapkv_score` of a compressing prefill, or a
+    decode step's `evict_score`: they read W_UK and hold none) reads the copies the kernels
+    that own the weight placed: its call for layer l reads layer l's copy, placed by the
+    kernel that runs layer l. The selection runs for every layer, so its share is that of
+    all the owners' tensors together, weighted by
     bytes (`"*/<weight>"`, see `weight_fractions`): with equal copies per layer, the
     layer-weighted mean `(3 x dense share + 58 x MoE share) / 61` for kv_b_proj. Neither the
     first owner's share (decoder_dense's, which this once returned) nor the MoE kernel's

@@ -13,6 +13,9 @@
   would compress get their own ("snapkv_score_window<W>" ...). The layers' selections are
   independent, so each kernel's calls run back to back: identical consecutive calls, which
   kernel looping loops like the decoder's;
+- "evict_score", "evict_topk", "evict_compact": the same three in a decode step (and over a
+  mixed step's decode rows) whose KV policy evicts by scores (`KVPolicy.decode_selection`
+  at the step's cache length), `rows` = the slots evicting;
 - "lm_head": final norm and vocabulary projection, one call.
 
 Inside a decoder kernel every operator is a pipeline stage, except attention: the score,
@@ -53,7 +56,9 @@ from rdu_sim.graph import (
 )
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.moe import static_schedule
+from rdu_sim.graph.shape import DECODE_PART
 from rdu_sim.graph.snapkv import kernel_name
+from rdu_sim.kv.policies import layer_selection_of
 from rdu_sim.models.layers import window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Selection, StepShape
@@ -82,24 +87,27 @@ class KernelGraph:
 def selection_shape(
     scenario: Scenario, shape: StepShape, window: int | None = None
 ) -> Selection | None:
-    """The SnapKV selection a prefill step runs on the layers with attention `window`, or
-    None (decode, no compression, select=False).
+    """The selection a step runs on the layers with attention `window`, or None, as the KV
+    policy answers it (`kv.policies.layer_selection_of`, which checks a plugin's answer).
 
-    The prompt is `cache_len + tokens` (a chunked prefill's last chunk sees the whole
-    prompt); a sliding-window layer holds only its ring of it (`window_tokens`). The policy
-    decides whether what the layer holds compresses and what it keeps: a window no longer
-    than the policy's slot never does.
+    A prefill: the SnapKV selection of its prompt, `cache_len + tokens` tokens (a chunked
+    prefill's last chunk sees the whole prompt; none with select=False). A decode step: the
+    policy's decode selection (eviction by scores) over each slot's cache at the step's
+    static length, `cache_len`. A sliding-window layer holds only its ring of either
+    (`window_tokens`); the policy decides whether what the layer holds is selected from.
     """
-    if shape.phase != "prefill" or shape.select is False:
-        return None
     policy = scenario.kv_policy
+    if shape.phase == "decode":
+        return layer_selection_of(policy, "decode", shape.cache_len, window)
+    if shape.select is False:
+        return None
     prompt = min(shape.cache_len + shape.tokens, policy.max_context)
-    return policy.layer_selection(prompt, window)
+    return layer_selection_of(policy, "prefill", prompt, window)
 
 
 def selections(scenario: Scenario, shape: StepShape) -> dict[int | None, Selection]:
-    """The selection of each attention window (None: full attention) whose layers compress
-    in this step (`selection_shape`), in the model's order of windows."""
+    """The selection of each attention window (None: full attention) whose layers select in
+    this step (`selection_shape`), in the model's order of windows."""
     found = {
         window: selection_shape(scenario, shape, window)
         for window in window_layer_counts(scenario.model)
@@ -108,17 +116,22 @@ def selections(scenario: Scenario, shape: StepShape) -> dict[int | None, Selecti
 
 
 def selection_groups(
-    scenario: Scenario, shape: StepShape, chosen: dict[int | None, Selection]
+    scenario: Scenario, shape: StepShape, chosen: dict[int | None, Selection], part: str = ""
 ) -> list[GraphGroup]:
-    """The SnapKV selection kernels of a compressing prefill (``chosen``: `selections`):
-    for each attention window whose layers compress, its score, top-K and compaction
-    kernels ("snapkv_score" ... for full attention, "snapkv_score_window<W>" ...),
-    `calls` = its layers, tiles streaming each prompt's keys as one row."""
+    """The selection kernels of a step (``chosen``: `selections`; ``part``: the prefix of a
+    mixed step's decode rows, ``shape`` their `decode_part`): for each attention window
+    whose layers select, its score, top-K and compaction kernels, `calls` = its layers,
+    tiles streaming each slot's keys as one row (`rows` = the step's batch). A prefill's are
+    SnapKV's ("snapkv_score" ... for full attention, "snapkv_score_window<W>" ...), a decode
+    step's the policy's eviction ("evict_score" ..., "evict_score_window<W>" ...)."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
     layers = window_layer_counts(scenario.model)
     groups = []
     for window, selection in chosen.items():
-        for name, graph in selection_graphs(scenario.model, shape.batch, selection, prec, cache):
+        graphs = selection_graphs(
+            scenario.model, shape.batch, selection, prec, cache, shape.phase, part
+        )
+        for name, graph in graphs:
             groups.append(
                 GraphGroup(kernel_name(name, window), layers[window], graph, rows=shape.batch)
             )
@@ -130,11 +143,14 @@ def graph_groups(
 ) -> list[GraphGroup]:
     """The unsharded graphs of one step, in execution order, with their call counts (MoE
     layers under static expert loading: streaming every expert with ``all_experts``, else
-    gathering the worst case of slots, `graph.moe`)."""
+    gathering the worst case of slots, `graph.moe`): the model's, then the step's
+    selections (a mixed step's prompts', then its decode rows' eviction), before the LM
+    head."""
     prec, cache = precision(scenario), mla_cache_form(scenario)
     sample = scenario.stack.sampling == "device"
     chosen = selections(scenario, shape)
-    stash = {window: selection.window for window, selection in chosen.items()}
+    decode = shape.decode_part() if shape.mixed else None
+    evicting = {} if decode is None else selections(scenario, decode)
     groups = model_groups(
         scenario.model,
         shape,
@@ -142,9 +158,13 @@ def graph_groups(
         cache,
         static_schedule(scenario.workload.moe_expert_loading, all_experts),
         sample,
-        stash,
+        {window: selection.window for window, selection in chosen.items()},
+        {window: selection.window for window, selection in evicting.items()},
     )
-    return groups[:-1] + selection_groups(scenario, shape, chosen) + groups[-1:]
+    selecting = selection_groups(scenario, shape, chosen)
+    if decode is not None:
+        selecting += selection_groups(scenario, decode, evicting, DECODE_PART)
+    return groups[:-1] + selecting + groups[-1:]
 
 
 def step_groups(

@@ -33,6 +33,7 @@ TP (DeepSeek-R1: kv_lora_rank 512 + rope 64; 128 heads x (128 + 64 + 128) per-he
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim.compiler.expert_exchange import ExpertExchange, expert_exchange
@@ -42,7 +43,7 @@ from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
 from rdu_sim.graph.moe import expected_busiest_socket_experts, static_schedule
 from rdu_sim.graph.operator import Axis
-from rdu_sim.models.layers import layer_kinds, window_tokens
+from rdu_sim.models.layers import LayerKind, layer_kinds, window_tokens
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import Phase, StepShape
 
@@ -166,17 +167,21 @@ def precision(scenario: Scenario) -> Precision:
 
 
 def kv_slot_bytes_per_socket(
-    scenario: Scenario, tokens: int, stage: PipelineStage | None = None
+    scenario: Scenario,
+    tokens: int,
+    stage: PipelineStage | None = None,
+    kinds: Sequence[LayerKind] | None = None,
 ) -> int:
     """Bytes one socket holds for `tokens` cached tokens of one slot, all layers (of a
-    pipeline ``stage``: its layers).
+    pipeline ``stage``: its layers; ``kinds``: these layers).
 
     Token-split layouts round the slot's tokens up to a multiple of tp (each socket holds
     ceil(tokens / tp)); head-split layouts divide the per-token values. A sliding-window
     layer holds only its ring (`models.layers.window_tokens`).
     """
     arch, plan, kv = scenario.model, shard_plan(scenario), scenario.kv_dtype_bytes
-    kinds = layer_kinds(arch) if stage is None else stage.kinds(arch)
+    if kinds is None:
+        kinds = layer_kinds(arch) if stage is None else stage.kinds(arch)
     if not isinstance(arch, DeepSeekArchitecture):
         per_token = 2 * arch.kv_heads * arch.head_dim * kv / plan.divisor("kv_heads")
         held = sum(window_tokens(tokens, kind.window) for kind in kinds)

@@ -58,7 +58,8 @@ from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.graph import operators
 from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
-from rdu_sim.models.layers import window_layer_counts
+from rdu_sim.kv.policies import layer_selection_of
+from rdu_sim.models.layers import layer_kinds, window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 from rdu_sim.speculation import (
@@ -169,13 +170,16 @@ def activation_bytes(
     the stack runs mixed steps): the hidden state in and out of a layer kernel, the
     token ids, the gathered logits, and, when the prompt is compressed, the scratch holding
     the whole prompt's KV (all layers, this socket's share) until the SnapKV selection has
-    gathered it into the slot, plus the window queries. A shared draft's steps run between
-    the target's, so its working set counts when it is the larger (`_draft_activation_bytes`).
+    gathered it into the slot, plus the window queries (`_window_queries_bytes`); when the
+    policy evicts by scores at decode, each decoding slot's eviction scratch
+    (`_eviction_bytes`), in the decode step and beside a mixed step's prompts alike. A shared
+    draft's steps run between the target's, so its working set counts when it is the larger
+    (`_draft_activation_bytes`).
     """
-    arch, serving = scenario.model, scenario.workload.serving
-    act = scenario.activation_dtype_bytes
+    serving = scenario.workload.serving
     rows = batch_slots * verify_tokens(scenario)
-    decode = _step_bytes(scenario, rows, rows)
+    evicting = _eviction_bytes(scenario)
+    decode = _step_bytes(scenario, rows, rows) + batch_slots * evicting
     prompt = max_prompt_tokens(scenario)
     chunk = min(prompt, serving.prefill_chunk_tokens or prompt)
     packed = packed_prefill_tokens(scenario, chunk, batch_slots)
@@ -184,13 +188,10 @@ def activation_bytes(
     # a mixed step also carries every slot's decode row and its logits (stack.mixed_batching)
     carried = batch_slots if scenario.stack.mixed_batching else 0
     prefill = _step_bytes(scenario, packed + carried, prompts_logits + carried)
-    selection = scenario.kv_policy.selection(prompt)
+    prefill += carried * evicting
+    selection = layer_selection_of(scenario.kv_policy, "prefill", prompt, None)
     if selection is not None and _some_layer_selects(scenario, prompt):
-        if isinstance(arch, DeepSeekArchitecture):
-            query = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
-        else:
-            query = arch.heads * arch.head_dim
-        window = arch.layers * selection.window * query * act / scenario.tp
+        window = _window_queries_bytes(scenario, selection.window)
         # a packed step holds every compressed prompt's scratch at once: as many longest
         # prompts as fit, or its rows of shorter ones
         prompts = max(1, packed // prompt)
@@ -211,9 +212,45 @@ def _some_layer_selects(scenario: Scenario, prompt: int) -> bool:
     under a 4,096-token budget) runs no snapkv_* kernel and needs no scratch for them."""
     policy = scenario.kv_policy
     return any(
-        policy.layer_selection(prompt, window) is not None
+        layer_selection_of(policy, "prefill", prompt, window) is not None
         for window in window_layer_counts(scenario.model)
     )
+
+
+def _window_queries_bytes(scenario: Scenario, window: int) -> float:
+    """The queries one prompt's (or one decoding slot's) selection scores with, which the
+    step's attention stashes for its score kernel (`graph.stash`): ``window`` of them a
+    layer, every layer's (the selection's kernels run after all the layers), this socket's
+    share of the heads. The one rule for a prefill's SnapKV selection and a decode step's
+    eviction."""
+    arch, act = scenario.model, scenario.activation_dtype_bytes
+    if isinstance(arch, DeepSeekArchitecture):
+        query = arch.heads * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+    else:
+        query = arch.heads * arch.head_dim
+    return arch.layers * window * query * act / scenario.tp
+
+
+def _eviction_bytes(scenario: Scenario) -> float:
+    """One decoding slot's scratch for the selection its decode steps run when the policy
+    evicts by scores (`KVPolicy.decode_selection`; 0 when it never does): its window queries
+    (`_window_queries_bytes`, the prefill's rule) and a layer's kept tokens, this socket's
+    share: the compaction cannot gather into the cache it reads (at prefill neither: the
+    prompt's scratch is its source), so it gathers each layer into a spare layer buffer that
+    then takes the layer's place (the compactions run layer after layer, so one spare
+    serves them all). The worst over the policy's decode lengths (``buckets``) and the
+    model's attention windows."""
+    policy, arch = scenario.kv_policy, scenario.model
+    kinds = {kind.window: kind for kind in layer_kinds(arch)}
+    worst = 0.0
+    for cache in policy.buckets():
+        for window, kind in kinds.items():
+            selection = layer_selection_of(policy, "decode", cache, window)
+            if selection is None:
+                continue
+            spare = kv_slot_bytes_per_socket(scenario, selection.kept, kinds=(kind,))
+            worst = max(worst, _window_queries_bytes(scenario, selection.window) + spare)
+    return worst
 
 
 def _draft_activation_bytes(scenario: Scenario, draft: Scenario, batch_slots: int) -> int:

@@ -20,6 +20,7 @@ from rdu_sim.config.experts import ExpertsConfig
 from rdu_sim.config.parallelism import ParallelismConfig as ParallelismConfig  # re-exported
 from rdu_sim.config.speculation import SpecDecodingConfig, SpecPrefillConfig
 from rdu_sim.config.units import Tokens
+from rdu_sim.shapes import Pooling
 
 
 class DtypesConfig(StrictModel):
@@ -76,7 +77,7 @@ class KVConfig(StrictModel):
     observation_window: int = Field(
         default=32, ge=1, le=1_000_000, description="SnapKV queries that score the prompt"
     )
-    pooling: Literal["max", "avg"] = Field(default="max", description="SnapKV 1-D pooling")
+    pooling: Pooling = Field(default="max", description="SnapKV 1-D pooling")
     kernel_size: int = Field(default=7, ge=1, le=1001, description="SnapKV pooling kernel")
     context_buckets: Annotated[
         list[int] | Literal["pow2"],

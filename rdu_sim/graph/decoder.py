@@ -21,7 +21,7 @@ from rdu_sim.graph.mla import MlaCache, add_mla
 from rdu_sim.graph.moe import DEFAULT_EXPERT_LOADING, ExpertLoading
 from rdu_sim.graph.operator import Split, TensorSpec
 from rdu_sim.graph.ops import act, by_part, residual, rmsnorm
-from rdu_sim.graph.shape import Precision, StepShape, step_parts, token_axes
+from rdu_sim.graph.shape import DECODE_PART, Precision, StepShape, step_parts, token_axes
 from rdu_sim.graph.stash import stash_names
 from rdu_sim.models.layers import Architecture, LayerKind
 
@@ -38,10 +38,12 @@ def decoder_layer(
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
     stash: int = 0,
+    decode_stash: int = 0,
 ) -> DiGraph:
     """The graph of one decoder layer of `kind` at `shape`; with ``stash`` > 0 its attention
-    also writes the queries of the last ``stash`` tokens for the SnapKV selection, as
-    outputs of the layer (`graph.stash`)."""
+    also writes the queries of the last ``stash`` tokens for a selection (a compressing
+    prefill's, a decode step's eviction), as outputs of the layer (`graph.stash`); with
+    ``decode_stash`` > 0, a mixed step's decode rows' queries for their eviction."""
     x = act(LAYER_INPUT, (*token_axes(shape), arch.hidden_size), precision)
     b = GraphBuilder(name, [x])
     # the normed state as one tensor for each attention part's rows (one: no decode rows)
@@ -49,9 +51,14 @@ def decoder_layer(
     parts = by_part("xn", step_parts(shape), (arch.hidden_size,), precision)
     xn = b.add(replace(norm, outputs=parts)).outputs
     if isinstance(arch, DeepSeekArchitecture):
-        o = add_mla(b, xn, arch, shape, precision, cache, out="o", stash=stash)
+        o = add_mla(
+            b, xn, arch, shape, precision, cache, out="o", stash=stash, decode_stash=decode_stash
+        )
     else:
-        o = add_gqa(b, xn, arch, shape, precision, kind.window, out="o", stash=stash)
+        window = kind.window
+        o = add_gqa(
+            b, xn, arch, shape, precision, window, out="o", stash=stash, decode_stash=decode_stash
+        )
     h1 = b.add(residual("attn.residual", x, o, "h1", precision)).outputs[0]
     h1n = b.add(rmsnorm("ffn_norm", h1, "h1n", precision, Split())).outputs[0]
     if kind.ffn == "dense":
@@ -69,7 +76,9 @@ def decoder_layer(
         assert not isinstance(arch, LlamaArchitecture)
         d = add_moe(b, h1n, arch, shape, precision, out="ffn_out", loading=expert_loading)
     b.add(residual("ffn.residual", h1, d, LAYER_OUTPUT, precision))
-    return b.finish([LAYER_OUTPUT, *(stash_names(arch) if stash else ())])
+    stashed = stash_names(arch) if stash else ()
+    stashed += stash_names(arch, DECODE_PART) if decode_stash else ()
+    return b.finish([LAYER_OUTPUT, *stashed])
 
 
 def chain_layers(layers: list[DiGraph], name: str) -> DiGraph:

@@ -28,6 +28,7 @@ from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.operator import Gemm, Operator, Split, TensorSpec
 from rdu_sim.graph.ops import act, by_part, linear, rmsnorm, rope, softmax
 from rdu_sim.graph.shape import (
+    DECODE_PART,
     FP32,
     Precision,
     StepShape,
@@ -49,12 +50,14 @@ def add_gqa(
     window: int | None,
     out: str,
     stash: int = 0,
+    decode_stash: int = 0,
 ) -> TensorSpec:
     """GQA from the normed hidden state (a tensor for each part's rows) to o_proj's
     (partial-sum) output; returns it.
 
-    ``stash`` > 0: the prefill of a compressing prompt also writes the rotated queries of
-    its last ``stash`` tokens for the SnapKV selection (`graph.stash`)."""
+    ``stash`` > 0: the step also writes the rotated queries of its last ``stash`` tokens
+    for a selection (`graph.stash`: a compressing prefill's SnapKV selection, a decode
+    step's eviction); ``decode_stash`` > 0: a mixed step's decode rows write theirs."""
     batch, tokens = shape.batch, shape.tokens
     hidden, heads, kv_heads, dim = arch.hidden_size, arch.heads, arch.kv_heads, arch.head_dim
     rows = shape.rows
@@ -107,6 +110,8 @@ def add_gqa(
         k = b.add(rmsnorm("attn.k_norm", k, "k_n", precision, Split.along("kv_heads"))).outputs[0]
     rope_q = rope("attn.rope_q", q, "q_rope", precision, Split.along("heads"))
     stashed = stashed_queries(arch, batch, min(stash, tokens), precision) if stash else ()
+    if decode_stash:  # a decode row's one token
+        stashed += stashed_queries(arch, shape.decode_batch, 1, precision, DECODE_PART)
     q_parts = by_part("q_rope", parts, (heads, dim), precision)
     q_r = b.add(replace(rope_q, outputs=q_parts + stashed)).outputs[: len(parts)]
     rope_k = rope("attn.rope_k", k, "k_rope", precision, Split.along("kv_heads"))

@@ -50,13 +50,15 @@ def add_mla(
     cache: MlaCache,
     out: str,
     stash: int = 0,
+    decode_stash: int = 0,
 ) -> TensorSpec:
     """MLA from the normed hidden state (a tensor for each part's rows) to o_proj's
     (partial-sum) output; returns it.
 
-    ``stash`` > 0: the prefill of a compressing prompt also writes the queries of its last
-    ``stash`` tokens (q_nope from q_b_proj, the rotated q_pe from rope_q) for the SnapKV
-    selection (`graph.stash`)."""
+    ``stash`` > 0: the step also writes the queries of its last ``stash`` tokens (q_nope
+    from q_b_proj, the rotated q_pe from rope_q) for a selection (`graph.stash`: a
+    compressing prefill's SnapKV selection, a decode step's eviction); ``decode_stash`` > 0:
+    a mixed step's decode rows write theirs (under its "decode." names)."""
     attn = tuple(
         _attend(
             PrefixedBuilder(b, prefix, resident=False) if prefix else b,
@@ -65,7 +67,7 @@ def add_mla(
             part,
             precision,
             cache,
-            0 if prefix else stash,
+            decode_stash if prefix else stash,
         )
         for i, (prefix, part) in enumerate(step_parts(shape))
     )

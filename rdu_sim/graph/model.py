@@ -42,12 +42,13 @@ def decoder_groups(
     cache: MlaCache = "latent",
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
     stash: Mapping[int | None, int] | None = None,
+    decode_stash: Mapping[int | None, int] | None = None,
 ) -> list[GraphGroup]:
     """The decoder layers, one group per run of a repeating body, in order.
     `expert_loading` applies to MoE layers (see `moe.experts_loaded`); `stash` maps an
-    attention window (None: full attention) to the window queries its layers stash for a
-    SnapKV selection (`graph.stash`)."""
-    stash = stash or {}
+    attention window (None: full attention) to the queries its layers stash for a
+    selection (`graph.stash`), `decode_stash` likewise for a mixed step's decode rows."""
+    stash, decode_stash = stash or {}, decode_stash or {}
     kinds = layer_kinds(arch)
     groups: list[GraphGroup] = []
     names: dict[str, int] = {}
@@ -65,6 +66,7 @@ def decoder_groups(
                 cache=cache,
                 expert_loading=expert_loading,
                 stash=stash.get(kind.window, 0),
+                decode_stash=decode_stash.get(kind.window, 0),
             )
             for kind in segment.body
         ]
@@ -82,13 +84,14 @@ def model_groups(
     expert_loading: ExpertLoading = DEFAULT_EXPERT_LOADING,
     sample: bool = False,
     stash: Mapping[int | None, int] | None = None,
+    decode_stash: Mapping[int | None, int] | None = None,
 ) -> list[GraphGroup]:
     """Embedding, decoder layer groups, LM head (with the sampling when ``sample``: the
     serving stack samples on the device): everything one step runs, in order; ``stash``
-    as `decoder_groups`'s."""
+    and ``decode_stash`` as `decoder_groups`'s."""
     return [
         GraphGroup("embedding", 1, embedding_graph(arch, shape, precision)),
-        *decoder_groups(arch, shape, precision, cache, expert_loading, stash),
+        *decoder_groups(arch, shape, precision, cache, expert_loading, stash, decode_stash),
         GraphGroup("lm_head", 1, lm_head_graph(arch, shape, precision, sample)),
     ]
 

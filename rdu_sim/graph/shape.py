@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from rdu_sim.shapes import Phase, StepShape, attended_keys, attended_pairs
 
 __all__ = [
+    "DECODE_PART",
     "FP32",
     "INDEX",
     "Phase",
@@ -45,6 +46,9 @@ class Precision:
         return self.weights if self.experts is None else self.experts
 
 
+DECODE_PART = "decode."
+"""The prefix of a mixed step's decode rows' operators and tensors (`step_parts`)."""
+
 FP32 = 4.0  # scores, softmax statistics, router logits
 INDEX = 4.0  # int32 token ids and indices
 
@@ -52,7 +56,7 @@ INDEX = 4.0  # int32 token ids and indices
 def step_parts(shape: StepShape) -> tuple[tuple[str, StepShape], ...]:
     """A step's attention parts, each with the prefix of its operators' names: the prompts'
     (the whole step when it carries no decode rows) and a mixed step's decode rows
-    ("decode.")."""
+    (``DECODE_PART``)."""
     if not shape.decode_batch:
         return (("", shape),)
-    return (("", shape.prefill_part()), ("decode.", shape.decode_part()))
+    return (("", shape.prefill_part()), (DECODE_PART, shape.decode_part()))

@@ -49,6 +49,12 @@ Tensor parallelism (`Split`, the collectives `compiler.sharding` inserts):
   head's holders), and each socket compacts its share of the kept tokens.
 
 Work grows with prompt x window (the score kernel) and prompt (the rest).
+
+A decode step whose KV policy evicts by scores (``KVPolicy.decode_selection``: H2O, TOVA)
+runs the same three kernels over each slot's cache, named apart (``EVICT_KERNELS``:
+``evict_score``, ``evict_topk``, ``evict_compact``), its attention stashing each slot's
+query: the score re-reads every cached key outside the fused attention, the compaction
+copies the kept tokens (into a spare layer buffer the memory plan holds).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from rdu_sim.graph.builder import GraphBuilder
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.mla import KV_B, MlaCache
 from rdu_sim.graph.operator import Axis, Gemm, Operator, Split, TensorSpec
-from rdu_sim.graph.shape import FP32, INDEX, Precision
+from rdu_sim.graph.shape import FP32, INDEX, Phase, Precision
 from rdu_sim.graph.stash import stashed_queries
 from rdu_sim.graph.topk import RADIX_BITS, radix_select
 from rdu_sim.models.layers import Architecture, GqaArchitecture
@@ -68,8 +74,19 @@ SCORE, TOPK, COMPACT = "snapkv_score", "snapkv_topk", "snapkv_compact"
 KERNELS = (SCORE, TOPK, COMPACT)
 """The selection's kernels, in the order a compressing prefill runs them."""
 
+EVICT_SCORE, EVICT_TOPK, EVICT_COMPACT = "evict_score", "evict_topk", "evict_compact"
+EVICT_KERNELS = (EVICT_SCORE, EVICT_TOPK, EVICT_COMPACT)
+"""The same kernels as a decode step runs them, when its policy evicts by scores
+(``KVPolicy.decode_selection``): named apart from SnapKV's prefill selection."""
+
 WINDOW_SUFFIX = "_window"
 """The suffix naming a sliding-window layer's selection kernels ("snapkv_score_window128")."""
+
+
+def phase_kernels(phase: Phase) -> tuple[str, str, str]:
+    """The selection's kernel names in a ``phase`` step: ``KERNELS`` at prefill,
+    ``EVICT_KERNELS`` at decode."""
+    return KERNELS if phase == "prefill" else EVICT_KERNELS
 
 
 def kernel_name(kernel: str, window: int | None) -> str:
@@ -79,8 +96,9 @@ def kernel_name(kernel: str, window: int | None) -> str:
 
 
 def selection_kernel(name: str) -> tuple[str, int | None] | None:
-    """The kernel and attention window a `kernel_name` names; None for any other name."""
-    for kernel in KERNELS:
+    """The kernel and attention window a `kernel_name` names (a prefill's or a decode
+    step's); None for any other name."""
+    for kernel in (*KERNELS, *EVICT_KERNELS):
         if name == kernel:
             return kernel, None
         if name.startswith(kernel + WINDOW_SUFFIX):
@@ -108,11 +126,17 @@ def selection_graphs(
     selection: Selection,
     precision: Precision,
     cache: MlaCache = "latent",
+    phase: Phase = "prefill",
+    part: str = "",
 ) -> Graphs:
-    """The selection's kernels of one layer for ``batch`` prompts compressing together:
-    (name, unsharded graph), in order (``KERNELS``)."""
+    """The selection's kernels of one layer for ``batch`` prompts compressing together (a
+    ``phase`` of "decode": ``batch`` slots evicting from their caches; ``part``: the prefix
+    of the stashed queries, a mixed step's decode rows'): (name, unsharded graph), in order
+    (``phase_kernels``)."""
+    score_name, topk_name, compact_name = phase_kernels(phase)
+    queries = stashed_queries(arch, batch, selection.window, precision, part)
     if isinstance(arch, DeepSeekArchitecture):
-        score = _mla_score(arch, batch, selection, precision, cache)
+        score = _mla_score(arch, batch, selection, precision, cache, score_name, queries)
         if cache == "latent":
             per_token = (arch.kv_lora_rank + arch.qk_rope_head_dim) * precision.kv
         else:
@@ -123,16 +147,19 @@ def selection_graphs(
             )
         groups, select, kv = 1, Split(), Split(kv="mla_cache")
     else:
-        score = _gqa_score(arch, batch, selection, precision)
+        score = _gqa_score(arch, batch, selection, precision, score_name, queries)
         per_token = 2 * arch.kv_heads * arch.head_dim * precision.kv
         groups = arch.kv_heads
         select = Split(compute="kv_heads")
         kv = Split(compute="kv_heads", kv="kv_heads")
     name = arch.name
     return (
-        (SCORE, score),
-        (TOPK, _topk(f"{name}.{TOPK}", batch, groups, selection, select)),
-        (COMPACT, _compact(f"{name}.{COMPACT}", batch, groups, selection, per_token, kv)),
+        (score_name, score),
+        (topk_name, _topk(f"{name}.{topk_name}", batch, groups, selection, select)),
+        (
+            compact_name,
+            _compact(f"{name}.{compact_name}", batch, groups, selection, per_token, kv),
+        ),
     )
 
 
@@ -198,10 +225,16 @@ def _scores(
     return summed
 
 
-def _gqa_score(arch: GqaArchitecture, batch: int, sel: Selection, precision: Precision) -> DiGraph:
+def _gqa_score(
+    arch: GqaArchitecture,
+    batch: int,
+    sel: Selection,
+    precision: Precision,
+    kernel: str,
+    queries: tuple[TensorSpec, ...],
+) -> DiGraph:
     heads, kv_heads, dim = arch.heads, arch.kv_heads, arch.head_dim
-    queries = stashed_queries(arch, batch, sel.window, precision)
-    b = GraphBuilder(f"{arch.name}.{SCORE}", queries)
+    b = GraphBuilder(f"{arch.name}.{kernel}", queries)
     keys = TensorSpec("snapkv.keys", (batch, sel.scored_keys, kv_heads, dim), precision.kv)
     b.add(
         Operator(
@@ -233,6 +266,8 @@ def _mla_score(
     sel: Selection,
     precision: Precision,
     cache: MlaCache,
+    kernel: str,
+    stashed: tuple[TensorSpec, ...],
 ) -> DiGraph:
     heads, nope, pe, rank = (
         arch.heads,
@@ -241,8 +276,8 @@ def _mla_score(
         arch.kv_lora_rank,
     )
     w = sel.window
-    q_nope, q_pe = stashed_queries(arch, batch, w, precision)
-    b = GraphBuilder(f"{arch.name}.{SCORE}", (q_nope, q_pe))
+    q_nope, q_pe = stashed
+    b = GraphBuilder(f"{arch.name}.{kernel}", (q_nope, q_pe))
     compute: Axis
     queries: tuple[TensorSpec, ...]
     if cache == "latent":
@@ -369,12 +404,17 @@ def _compact(
 
 __all__ = [
     "COMPACT",
+    "EVICT_COMPACT",
+    "EVICT_KERNELS",
+    "EVICT_SCORE",
+    "EVICT_TOPK",
     "INDICES",
     "KERNELS",
     "SCORE",
     "SCORES",
     "TOPK",
     "kernel_name",
+    "phase_kernels",
     "score_work",
     "selection_graphs",
     "selection_kernel",

@@ -34,6 +34,7 @@ from rdu_sim import plugins
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv.policy import KVPolicy, Selection
 from rdu_sim.models.layers import window_tokens
+from rdu_sim.shapes import Phase, SelectionError
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -48,6 +49,7 @@ __all__ = [
     "UnreadKVFieldWarning",
     "context_buckets",
     "kept_counts",
+    "layer_selection_of",
     "make_policy",
     "paged_buckets",
     "policy_class",
@@ -139,6 +141,10 @@ class KeptCounts:
     layout: str  # the policy's layout in words (``PolicyBase.layout``)
     prompts_compressed: int  # requests whose prompt the prefill cut to the slot
     slots_wrapped: int  # requests whose decode outgrew the slot (a ring overwrote tokens)
+    # True when a full slot's decode steps choose what to drop by scores (the policy's
+    # decode_selection), so a wrapped slot lost what they scored lowest, not its oldest
+    # tokens; False (and left out of a run's JSON) for every shipped policy
+    decode_evicts: bool = False
 
 
 class UnreadKVFieldWarning(UserWarning):
@@ -348,6 +354,20 @@ class PolicyBase:
         window no longer than what the policy keeps is never compressed."""
         self._check_prompt(prompt_tokens)
         return self.selection(window_tokens(prompt_tokens, window))
+
+    def decode_selection(self, cache_tokens: int) -> Selection | None:
+        """The selection a decode step runs over each slot's cache of ``cache_tokens``
+        tokens, or None: no shipped policy scores its cache at decode (SnapStream's and
+        StreamingLLM's rings overwrite their oldest token unscored)."""
+        if cache_tokens < 0:
+            raise ValueError(f"cache_tokens must be >= 0, got {cache_tokens}")
+        return None
+
+    def layer_decode_selection(self, cache_tokens: int, window: int | None) -> Selection | None:
+        """The decode selection a layer with attention ``window`` runs: the policy's decode
+        selection of what that layer holds of the cache (a sliding-window layer: its ring
+        at most), as :meth:`layer_selection` is the prefill's."""
+        return self.decode_selection(window_tokens(cache_tokens, window))
 
     # --- per-request behaviour ---------------------------------------------------------------
     def _check_prompt(self, prompt_tokens: int) -> None:
@@ -856,14 +876,55 @@ class SnapKVPolicy(PolicyBase):
         }
 
 
+def layer_selection_of(
+    policy: KVPolicy, phase: Phase, tokens: int, window: int | None
+) -> Selection | None:
+    """The selection the layers of attention ``window`` run in a ``phase`` step, checked as
+    the compiler takes it: at prefill over a prompt of ``tokens`` (``layer_selection``), at
+    decode over each slot's cache of ``tokens``, the step's static length
+    (``layer_decode_selection``). A plugin's answer its contract refuses (a Selection its
+    fields cannot make, ``kept`` above the tokens the layer holds, a ``topk`` not below the
+    candidates, a ``window`` below 1, anything but a Selection or None) is a
+    :class:`rdu_sim.plugins.PolicyAnswerError` naming the policy, the question and the
+    field: its defect, said in one line, not a traceback from the graph builder."""
+    held = window_tokens(tokens, window)
+    question = "selection" if phase == "prefill" else "decode_selection"
+    asked = f"{question}({held})" if window is None else f"layer_{question}({tokens}, {window})"
+    try:
+        if phase == "prefill":
+            answer: object = policy.layer_selection(tokens, window)
+        else:
+            answer = policy.layer_decode_selection(tokens, window)
+    except SelectionError as exc:
+        raise plugins.PolicyAnswerError(
+            f"kv.policy {policy.name!r}: {asked} built a Selection with a bad {exc.field}: {exc}"
+        ) from None
+    if answer is None:
+        return None
+    if not isinstance(answer, Selection):
+        raise plugins.PolicyAnswerError(
+            f"kv.policy {policy.name!r}: {asked} returned {answer!r}, not a Selection or None"
+        )
+    if answer.prompt_tokens != held:
+        where = "the cache's" if phase == "decode" else "the prompt's"
+        raise plugins.PolicyAnswerError(
+            f"kv.policy {policy.name!r}: {asked} returned a Selection with a bad prompt_tokens: "
+            f"it must be the {held:,} tokens the layer holds ({where}), got "
+            f"{answer.prompt_tokens:,}"
+        )
+    return answer
+
+
 def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]) -> KeptCounts:
     """How many of a run's requests the policy cut: a prompt ``compressed`` when the cache
     after its prefill (``cache_after_prefill``) holds fewer tokens than the prompt
     (SnapStream's and SnapKV's selection, StreamingLLM's truncation); a slot ``wrapped``
     when what its prefill left plus what its decode wrote (``output - 1`` tokens, the last
     token's KV never written) outgrows the slot (``slot_tokens``), so a ring overwrote its
-    oldest tokens. The one rule for every policy, a plugin's too; the policy is asked once
-    per distinct prompt (a million requests' counts in milliseconds)."""
+    oldest tokens, or, when the policy selects at decode over a full slot
+    (``decode_evicts``), its eviction dropped what it scored lowest. The one rule for every
+    policy, a plugin's too; the policy is asked once per distinct prompt (a million
+    requests' counts in milliseconds)."""
     import numpy as np  # (the policies' own rules are per request, plain ints)
 
     prompt = np.fromiter(prompts, dtype=np.int64)
@@ -879,5 +940,7 @@ def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]
     prefilled = after[each]
     written = np.maximum(output - 1, 0)
     compressed = int(np.count_nonzero(prefilled < prompt))
-    wrapped = int(np.count_nonzero(prefilled + written > policy.slot_tokens()))
-    return KeptCounts(policy.layout(), compressed, wrapped)
+    slot = policy.slot_tokens()
+    wrapped = int(np.count_nonzero(prefilled + written > slot))
+    evicts = layer_selection_of(policy, "decode", slot, None) is not None
+    return KeptCounts(policy.layout(), compressed, wrapped, evicts)

@@ -73,6 +73,16 @@ class KVPolicy(Protocol):
         """The selection a layer with this attention window runs at prefill, or None."""
         ...
 
+    def decode_selection(self, cache_tokens: int) -> Selection | None:
+        """The selection a decode step runs over each slot's cache of ``cache_tokens`` tokens
+        (an eviction policy scoring its cache to choose what to drop), or None."""
+        ...
+
+    def layer_decode_selection(self, cache_tokens: int, window: int | None) -> Selection | None:
+        """The decode selection of a layer with this attention window: the policy's over
+        what that layer holds of ``cache_tokens`` (a sliding-window layer: its ring), or None."""
+        ...
+
     def layout(self) -> str:
         """What a slot keeps, in words (``4 sinks + 30,716 selected + 2,048 ring = 32,768
         tokens a slot``), for reports."""

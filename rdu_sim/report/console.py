@@ -205,10 +205,15 @@ def kept_words(kept: KeptCounts, requests: int) -> str:
     of 300 requests 12 had their prompt compressed at prefill, 40 outgrew the slot ...``."""
     if not kept.prompts_compressed and not kept.slots_wrapped:
         return f"KV slot: {kept.layout}; no prompt compressed, no slot outgrown"
+    dropped = (
+        "the policy's decode eviction dropped the tokens it scored lowest"
+        if kept.decode_evicts
+        else "the ring overwrote their oldest tokens"
+    )
     return (
         f"KV slot: {kept.layout}; of {requests:,} requests {kept.prompts_compressed:,} "
         f"had their prompt compressed at prefill, {kept.slots_wrapped:,} outgrew the slot "
-        "in decode (the ring overwrote their oldest tokens)"
+        f"in decode ({dropped})"
     )
 
 

@@ -375,6 +375,7 @@ class RunSummary:
     kv_policy: str
     # what the policy's slot keeps (its layout in words), and how many of the run's
     # requests it cut: prompts compressed at prefill, slots whose decode wrapped the ring
+    # (or, ``decode_evicts``, whose decode eviction dropped tokens)
     kv_kept: KeptCounts
     batching_policy: str  # serving.prefill_priority: the batching policy's registered name
     dtypes: dict[str, str]
@@ -429,6 +430,8 @@ class RunSummary:
         step = data["decode_step"]
         if step is not None and step["pipeline_bubble"] is None:
             del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
+        if not self.kv_kept.decode_evicts:
+            del data["kv_kept"]["decode_evicts"]  # only a policy evicting at decode says so
         return data
 
 
