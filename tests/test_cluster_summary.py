@@ -118,6 +118,8 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
     for name, pool in summary.pools.items():  # a replica of one attention rank says nothing
         if pool.ranks == 1:
             del attributes[f"pools.{name}.ranks"]
+        assert pool.kv_kept is not None and not pool.kv_kept.decode_evicts  # (nor the full policy)
+        del attributes[f"pools.{name}.kv_kept.decode_evicts"]
     assert summary.lockstep is None  # (no pool's ranks step together: the key is left out)
     del attributes["lockstep"]
     # the binding SLO half: its fields, and the sentence the report prints
@@ -269,7 +271,8 @@ def test_each_pools_kv_kept_is_recounted_from_the_requests(tmp_path: Path) -> No
             wrapped = 0 if pool.role == "prefill" else int((outgrown & mine).sum())
             assert pool.kv_kept.slots_wrapped == wrapped
             assert wrapped > 0 or pool.role == "prefill"
-            assert result.to_dict()["pools"][name]["kv_kept"]["slots_wrapped"] == wrapped
+            kept_json = result.to_dict()["pools"][name]["kv_kept"]
+            assert kept_json["slots_wrapped"] == wrapped and "decode_evicts" not in kept_json
         out = io.StringIO()
         print_cluster_report(summary, Console(file=out, width=400))
         for name, pool in summary.pools.items():

@@ -267,6 +267,9 @@ class ClusterSummary(ClusterMeta):
         for pool in data["pools"].values():  # a rank a replica: as before ranks existed
             if pool["ranks"] == 1:
                 del pool["ranks"]
+            kept = pool["kv_kept"]
+            if kept is not None and not kept["decode_evicts"]:
+                del kept["decode_evicts"]  # only a policy evicting at decode says so (as a run)
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
         for optional in ("prefix_cache", "kv_transfer", "lockstep"):
