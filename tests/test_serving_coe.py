@@ -107,9 +107,69 @@ def test_prefetching_the_next_expert_hides_switch_time() -> None:
     assert ahead["ttft_s"]["mean"] < on_demand["ttft_s"]["mean"]
 
 
+ROUTER_1B_BYTES = 525_336_576 + 16 * 2 * (60_817_408 // 8 + 2 * 2048) + 2 * 2048
+"""One socket's Llama-3.2-1B router at tp 8, bf16: its tied embedding table (128,256 x
+2,048) on every socket, 16 layers' eighth of 60,817,408 weights (q and o 2,048 x 2,048, k
+and v 2,048 x 512, three FFN matrices 2,048 x 8,192) with their two norms replicated, the
+final norm."""
+EXPERT_8B_HBM = 2 * 32 * (218_103_808 // 8 + 2 * 4096) + 2 * 128_256 * 4096 // 8 + 2 * 4096
+"""One socket's Llama-3.1-8B expert in the HBM region at tp 8, bf16 (what a switch copies):
+32 layers' eighth of 218,103,808 weights with their two norms, the LM head's eighth, the
+final norm; not its embedding table (it stays in DDR)."""
+
+
+def test_the_hbm_region_holds_at_most_the_experts_there_are() -> None:
+    """12 Llama-3.1-8B experts and a 1B router on 16 slots of 4,096 tokens: HBM has room
+    for 35 experts beside the router, the KV cache and the activations, and the region holds
+    the 12 there are, so HBM holds the router and 12 experts' bytes, no more."""
+    assert ROUTER_1B_BYTES == 768_741_376
+    assert _per_socket_switch_bytes() == EXPERT_8B_HBM
+    data = _run(coe__experts=12, coe__router="llama-3.2-1b", serving__max_context=4096)
+    hbm = data["memory"]["hbm"]
+    assert hbm["kv_bytes"] == 16 * 4096 * 32 * 2 * 128 * 2  # a KV head per socket
+    room = hbm["capacity_bytes"] - ROUTER_1B_BYTES - hbm["kv_bytes"] - hbm["activations_bytes"]
+    assert room // EXPERT_8B_HBM == 35
+    assert data["coe"]["region_experts"] == 12
+    assert hbm["weights_bytes"] == ROUTER_1B_BYTES + 12 * EXPERT_8B_HBM == 23_289_106_432
+    assert human.size(hbm["weights_bytes"]) == "21.7 GiB"
+    # every expert is copied in once at its first request and never evicted
+    assert data["coe"]["model_switches"] <= 12
+    sets = ("coe.experts=12", "coe.router=llama-3.2-1b", "serving.max_context=4096")
+    args = ["run", str(COE), "--set", "serving.requests=20"]
+    words = CliRunner().invoke(cli, [*args, *(a for s in sets for a in ("--set", s))])
+    assert words.exit_code == 0, words.output
+    text = " ".join(words.output.split())
+    assert "these slots leave room for all 12 experts, each copied in once, none evicted)" in text
+    all_12 = "all 12 experts, each copied in once, none evicted"
+    assert f"HBM region (experts cached per socket) │ {all_12} │" in text
+    one = _run(coe__experts=1, coe__router="llama-3.2-1b", serving__max_context=4096)
+    assert one["coe"]["region_experts"] == one["coe"]["model_switches"] == 1
+    assert one["memory"]["hbm"]["weights_bytes"] == ROUTER_1B_BYTES + EXPERT_8B_HBM
+
+
+@pytest.mark.parametrize(
+    ("settings", "region", "switches", "hit_rate"),
+    [
+        ({}, 33, 27, 0.55),
+        ({"coe__prefetch": False}, 33, 27, 0.55),
+        ({"hw__socket__hbm__capacity": "32 GiB"}, 15, 31, 29 / 60),
+    ],
+)
+def test_a_region_below_the_expert_count_switches_as_before(
+    settings: dict[str, Any], region: int, switches: int, hit_rate: float
+) -> None:
+    """Capping the region at the expert count moves nothing where it was already below it:
+    the figures of commit 0bc5187, before the cap, for 150 experts."""
+    coe = _run(**settings)["coe"]
+    assert (coe["region_experts"], coe["model_switches"]) == (region, switches)
+    assert coe["hbm_hit_rate"] == pytest.approx(hit_rate, abs=1e-12)
+
+
 def test_more_experts_in_the_same_hbm_hit_less_and_switch_more() -> None:
     few, many = _run(coe__experts=10), _run(coe__experts=150)
-    assert few["coe"]["region_experts"] == many["coe"]["region_experts"]
+    # the same HBM has room for 33: it holds all 10 of the few (at most the experts there are)
+    assert (few["coe"]["region_experts"], many["coe"]["region_experts"]) == (10, 33)
+    assert few["memory"]["hbm"]["free_bytes"] > many["memory"]["hbm"]["free_bytes"]
     assert few["coe"]["hbm_hit_rate"] > many["coe"]["hbm_hit_rate"]
     assert few["coe"]["model_switches"] < many["coe"]["model_switches"]
 
@@ -228,12 +288,14 @@ def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
     assert f"expert switches (DDR to HBM copies) │ {coe.model_switches}" in text
     assert f"requests admitted mid-turn │ {coe.admitted_mid_turn}" in text
     assert f"HBM hit rate (expert in HBM when routed) │ {human.percent(coe.hbm_hit_rate)}" in text
+    region = f"HBM region (experts cached per socket) │ {coe.region_experts} of the 150 experts"
+    assert f"{region}, lru eviction" in text
     assert f"bytes copied (all sockets) │ {human.size(coe.bytes_copied, 4)}" in text
     assert f"stall waiting for copies │ {human.duration(coe.switch_stall_s)}" in text
     assert "bounded: a turn admits for 2 s while others wait" in text
     assert (  # the header's room for more slots is a trade against cached experts
         f"{summary.batch_slots} batch slots (room for {summary.batch_capacity} with one expert "
-        f"cached in HBM; these slots leave room for {coe.region_experts} experts)"
+        f"cached in HBM; these slots leave room for {coe.region_experts} of the 150 experts)"
     ) in text
 
 

@@ -9,6 +9,17 @@ from rdu_sim import human
 from rdu_sim.serving.coe import CoEStats
 
 
+def region_words(coe: CoEStats) -> str:
+    """What the HBM region holds: ``8 of the 150 experts``, or ``all 12 experts, each copied
+    in once, none evicted`` when it holds every one (the region never counts more experts
+    than there are: ``serving.coe.region_experts``)."""
+    if coe.region_experts < coe.experts:
+        return f"{coe.region_experts:,} of the {human.count(coe.experts, 'expert')}"
+    if coe.experts == 1:
+        return "its one expert, copied in once"
+    return f"all {human.count(coe.experts, 'expert')}, each copied in once, none evicted"
+
+
 def _policy(coe: CoEStats) -> str:
     if coe.switch_policy == "bounded" and coe.turn_s is not None:
         return f"bounded: a turn admits for {human.duration(coe.turn_s)} while others wait"
@@ -24,7 +35,8 @@ def coe_table(coe: CoEStats) -> Table:
     rows = [
         (
             "HBM region (experts cached per socket)",
-            f"{coe.region_experts:,} of {coe.experts:,} experts, {coe.eviction} eviction",
+            region_words(coe)
+            + (f", {coe.eviction} eviction" if coe.region_experts < coe.experts else ""),
         ),
         ("switch policy", _policy(coe)),
         (

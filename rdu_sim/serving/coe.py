@@ -191,12 +191,16 @@ def coe_capacity(scenario: Scenario, router: Scenario) -> int:
 
 def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:
     """Expert slots of the HBM region on each socket: what HBM leaves after the router's
-    weights, the slots' KV cache and the activations, in whole experts (CapacityError if
-    not one fits)."""
+    weights, the slots' KV cache and the activations, in whole experts, and never more than
+    ``coe.experts`` (a region with room for every expert holds them all; the rest of HBM
+    stays free); CapacityError if not one fits."""
+    coe = scenario.workload.coe
+    assert coe is not None
     hbm = scenario.hardware.hbm.capacity
     fixed = _fixed_hbm(scenario, router, slots)
     expert = _expert_hbm(scenario)
-    count = (hbm - fixed) // expert if hbm > fixed else 0
+    room = (hbm - fixed) // expert if hbm > fixed else 0
+    count = min(room, coe.experts)
     if count < 1:
         raise CapacityError(
             f"{scenario.workload_file}: no expert fits the HBM region: the router "
