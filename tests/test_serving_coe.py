@@ -390,9 +390,15 @@ def test_experts_from_a_trace_column(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("experts", "header", "field", "words"),
     [
-        (["3", "200"], True, "coe.experts", "asks for expert 200"),
+        (  # at the row's line, as every bad value of a trace is
+            ["3", "200"],
+            True,
+            "expert",
+            "coe.csv:3: expert: expected an expert's index in 0..149 (coe.experts is 150; "
+            "experts count from 0), got 200 (the serving.trace",
+        ),
         (["3", "x"], True, "expert", "expert's index"),
-        (["3", "4"], False, "coe.popularity", "which has none"),
+        (["3", "4"], False, "coe.popularity.dist", "which has none"),
     ],
 )
 def test_a_bad_expert_column_is_named(
@@ -427,3 +433,105 @@ def test_room_for_counts_the_slots_that_leave_one_expert_in_hbm() -> None:
     runs = 1 << (capacity.bit_length() - 1)
     assert coe_capacity(shipped, router_scenario(shipped, scenario.workload.coe)) == runs
     assert _run()["batch_capacity"] == runs
+
+
+def _workload(tmp_path: Path, *edits: tuple[str, str]) -> Path:
+    """The shipped CoE workload in ``tmp_path`` (its hardware by shipped name), each
+    ``(old, new)`` of ``edits`` replacing a line's text."""
+    text = COE.read_text().replace("hardware: ../hw_configs/sn40l-8.yaml", "hardware: sn40l-8")
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / "coe.yaml"
+    path.write_text(text)
+    return path
+
+
+def _line(path: Path, fragment: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if fragment in t)
+
+
+@pytest.mark.parametrize(
+    ("edits", "where", "message"),
+    [
+        (  # the router alone takes more HBM than a socket has: no slot count helps
+            [("router: llama-3.1-8b", "router: llama-3.1-405b")],
+            ("coe.yaml", "router: llama-3.1-405b", "coe.router"),
+            "the router (llama-3.1-405b) alone does not fit: its weights take 97.93 GiB of "
+            "the 64 GiB HBM per socket (they stay in HBM beside the experts' region); use a "
+            "smaller router or raise parallelism.tp (now 8)",
+        ),
+        (  # every expert whole in DDR: 563 of 2.726 GiB fit a socket's 1.5 TiB
+            [("experts: 150", "experts: 100000")],
+            ("coe.yaml", "experts: 100000", "coe.experts"),
+            "100,000 experts of 2.726 GiB per socket need 266.2 TiB of DDR, more than its "
+            "1.5 TiB (it holds 563); lower coe.experts or raise parallelism.tp (now 8)",
+        ),
+        (
+            [("batch_slots: 16", "batch_slots: 2000")],
+            ("coe.yaml", "batch_slots: 2000", "serving.batch_slots"),
+            "no expert fits the HBM region: the router (2.726 GiB), the KV cache of 2000 "
+            "slots and the activations take 253.2 GiB of the 64 GiB HBM per socket and one "
+            "expert needs 1.748 GiB; lower serving.batch_slots, reduce serving.max_context, "
+            "or raise parallelism.tp (now 8)",
+        ),
+        (  # a row asks for expert 150 of 150: at the trace's line
+            [
+                ("popularity: {dist: zipf, exponent: 1.0}", "popularity: {dist: trace}"),
+                ("requests: 400", "requests: 400\n  trace: t.csv"),
+            ],
+            ("t.csv", "256,8,150", "expert"),
+            "expected an expert's index in 0..149 (coe.experts is 150; experts count from 0), "
+            "got 150 (the serving.trace of {workload})",
+        ),
+        (
+            [
+                ("popularity: {dist: zipf, exponent: 1.0}", "popularity: {dist: trace}"),
+                ("requests: 400", "requests: 400\n  trace: t.csv"),
+                ("process: poisson, rate: 2", "process: closed_loop"),
+            ],
+            ("coe.yaml", "popularity: {dist: trace}", "coe.popularity.dist"),
+            "{dist: trace} reads the expert column of serving.trace 't.csv', which has none",
+        ),
+    ],
+)
+def test_check_refuses_what_the_run_refuses_before_simulating(
+    tmp_path: Path, edits: list[tuple[str, str]], where: tuple[str, str, str], message: str
+) -> None:
+    """``rdu-sim check`` plans a CoE's memory as its run does (``serving.run.plan_run``)
+    and reads its trace's experts against ``coe.experts``: the same one error line, naming
+    the file, the line and the field, exit 2 and no traceback."""
+    workload = _workload(tmp_path, *edits)
+    file, fragment, field = where
+    trace = tmp_path / "t.csv"
+    if field == "expert":
+        trace.write_text("arrival_s,prompt_tokens,output_tokens,expert\n0,256,8,3\n1,256,8,150\n")
+    else:
+        trace.write_text("prompt_tokens,output_tokens\n256,8\n")
+    at = tmp_path / file
+    expected = f"error: {at}:{_line(at, fragment)}: {field}: " + message.replace(
+        "{workload}", str(workload)
+    )
+    runner = CliRunner()
+    checked = runner.invoke(cli, ["check", str(workload)])
+    ran = runner.invoke(cli, ["run", str(workload), "--set", "serving.requests=4"])
+    for result in (checked, ran):
+        assert result.exit_code == 2, result.output
+        assert result.stderr.splitlines()[0] == expected
+        assert "Traceback" not in result.output
+    assert checked.stderr.splitlines()[1:] == ["error: 1 of 1 file(s) failed the check"]
+
+
+def test_a_sweeps_dry_run_marks_a_router_too_big_as_not_fitting() -> None:
+    """A sweep's dry run asks ``plan_run`` too: a CoE point whose router fills HBM is one
+    that does not fit, in the run's words."""
+    from rdu_sim.compiler import CapacityError
+    from rdu_sim.serving.backend import EngineBackend
+    from rdu_sim.serving.run import plan_run
+
+    scenario = load_scenario(COE, {"coe.router": "llama-3.1-405b"})
+    with pytest.raises(CapacityError, match=r"coe\.router: the router \(llama-3\.1-405b\) alone"):
+        plan_run(scenario, EngineBackend())
+    capacity, slots, placement, draft = plan_run(load_scenario(COE), EngineBackend())
+    assert (capacity, slots, draft) == (_run()["batch_capacity"], 16, None)
+    assert placement.tiers["hbm"].weights_bytes == _run()["memory"]["hbm"]["weights_bytes"]
