@@ -4,14 +4,17 @@ engine that overlap the current expert's steps when prefetching."""
 
 from __future__ import annotations
 
+import csv
 import json
 import typing
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from rdu_sim import api, human
 from rdu_sim.cli.main import cli
@@ -19,6 +22,8 @@ from rdu_sim.compiler.placement import plan_memory, weight_inventory
 from rdu_sim.config import ConfigError
 from rdu_sim.config.workload import CoEConfig
 from rdu_sim.models.figures import weight_bytes
+from rdu_sim.report.console import render
+from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.scenario import load_scenario
 from rdu_sim.serving.coe import EVICTION, ExpertRegion, expert_step_scenario, expert_tags
 
@@ -304,9 +309,6 @@ def test_a_coe_run_that_falls_behind_its_arrivals_is_bound_by_the_machine() -> N
     slots stand mostly empty, yet the requests wait longer than they are served and fewer
     tokens are served than asked, so the machine (its turns) sets the throughput, and the
     report says so; at a tenth of the rate the same machine keeps up, and the load sets it."""
-    from rich.console import Console
-
-    from rdu_sim.report.console import render
     from rdu_sim.report.summary import OCCUPANCY_FULL
 
     behind = api.run(COE, {"serving.requests": 60}).summary()
@@ -535,3 +537,109 @@ def test_a_sweeps_dry_run_marks_a_router_too_big_as_not_fitting() -> None:
     capacity, slots, placement, draft = plan_run(load_scenario(COE), EngineBackend())
     assert (capacity, slots, draft) == (_run()["batch_capacity"], 16, None)
     assert placement.tiers["hbm"].weights_bytes == _run()["memory"]["hbm"]["weights_bytes"]
+
+
+PLAIN_COLUMNS = [
+    "request",
+    "prompt_tokens",
+    "output_tokens",
+    "slot",
+    "arrival_s",
+    "admit_s",
+    "first_token_s",
+    "finish_s",
+    "queue_delay_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+]
+"""requests.csv's columns for a run of one model (a CoE's add four)."""
+
+
+def _requests_csv(tmp_path: Path, workload: Path, *sets: str) -> tuple[list[dict[str, str]], Any]:
+    """``rdu-sim run --out``'s requests.csv rows and result.json."""
+    args = [a for s in sets for a in ("--set", s)]
+    result = CliRunner().invoke(cli, ["run", str(workload), *args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "requests.csv").open() as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+        assert reader.fieldnames is not None
+        header = list(reader.fieldnames)
+    data = json.loads((tmp_path / "result.json").read_text())
+    return [{"header": ",".join(header), **row} for row in rows], data
+
+
+def test_requests_csv_names_each_requests_expert_and_whether_it_hit(tmp_path: Path) -> None:
+    """A CoE run's requests.csv gives each request the expert it asked for (the seeded
+    Zipf tags), whether that expert was in HBM (1) or had to be copied (0), the router's
+    prefill and the copy stall: the hit rate recomputed from it is the reported one, and
+    a request's queueing delay holds both; a plain run's CSV has none of them."""
+    rows, data = _requests_csv(tmp_path / "coe", COE, "serving.requests=60")
+    header = rows[0]["header"].split(",")
+    assert header == [*PLAIN_COLUMNS, "expert", "expert_hit", "router_s", "copy_stall_s"]
+    scenario = load_scenario(COE)
+    assert scenario.workload.coe is not None
+    tags = expert_tags(scenario.workload.coe, 60, scenario.workload.serving.seed)
+    assert [int(r["expert"]) for r in rows] == tags.tolist()
+    hits = [int(r["expert_hit"]) for r in rows]
+    coe = data["coe"]
+    assert set(hits) == {0, 1}
+    assert sum(hits) / len(hits) == pytest.approx(coe["hbm_hit_rate"], abs=1e-12)
+    assert coe["misses"] == hits.count(0)
+    stall = [float(r["copy_stall_s"]) for r in rows]
+    router = [float(r["router_s"]) for r in rows]
+    assert all(s == 0 for s, h in zip(stall, hits, strict=True) if h)
+    assert sum(router) == pytest.approx(coe["router_s"], rel=1e-9)
+    for row, r, s in zip(rows, router, stall, strict=True):
+        assert r > 0 and r + s <= float(row["queue_delay_s"]) + 1e-9
+    misses = np.array([s for s, h in zip(stall, hits, strict=True) if not h])
+    assert Percentiles(**coe["miss_stall_s"]) == Percentiles.of(misses)
+    assert Percentiles(**coe["router_prefill_s"]) == Percentiles.of(np.array(router))
+    plain, _ = _requests_csv(
+        tmp_path / "plain", ROOT / "workloads" / "llama3.1-8b-1socket.yaml", "serving.requests=4"
+    )
+    assert plain[0]["header"].split(",") == PLAIN_COLUMNS
+
+
+def test_a_miss_waits_the_switch_time_at_low_load(tmp_path: Path) -> None:
+    """Requests 10 s apart, each served alone, without prefetching: a miss's TTFT exceeds a
+    hit's by exactly one switch (a socket's 1.877 GB at the copy engine's 128 GB/s), its
+    copy stall; each waits for the router's prefill of its prompt before its expert's
+    admission. The report says both are in the queueing delay."""
+    trace = tmp_path / "t.csv"
+    experts = [0, 0, 1, 1, 0, 2]
+    lines = [f"{10 * i},256,8,{e}" for i, e in enumerate(experts)]
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,expert\n" + "\n".join(lines) + "\n")
+    sets = ("coe.prefetch=false", "coe.popularity={dist: trace}", f"serving.trace={trace}")
+    rows, data = _requests_csv(tmp_path / "out", COE, *sets)
+    assert [int(r["expert"]) for r in rows] == experts
+    assert [int(r["expert_hit"]) for r in rows] == [0, 1, 0, 1, 1, 0]
+    switch = 1_876_697_088 / 128e9
+    ttft = [float(r["ttft_s"]) for r in rows]
+    router = {float(r["router_s"]) for r in rows}
+    assert len(router) == 1  # the same prompt: the same router prefill
+    for miss, hit in ((0, 1), (2, 3), (5, 4)):
+        assert ttft[miss] - ttft[hit] == pytest.approx(switch, abs=1e-11)
+        assert float(rows[miss]["copy_stall_s"]) == pytest.approx(switch, abs=1e-11)
+        assert float(rows[hit]["copy_stall_s"]) == 0
+    # a hit waits for nothing but the router: its queueing delay is the router's prefill
+    assert float(rows[1]["queue_delay_s"]) == pytest.approx(router.pop(), abs=1e-11)
+    coe = data["coe"]
+    assert coe["misses"] == 3
+    assert coe["miss_stall_s"]["p50"] == pytest.approx(switch, abs=1e-11)
+    settings = {"coe.prefetch": False, "coe.popularity": {"dist": "trace"}}
+    summary = api.run(COE, {**settings, "serving.trace": str(trace)}).summary()
+    console = Console(width=400, record=True)
+    console.print(render(summary))
+    text = " ".join(console.export_text().split())
+    r = human.duration(coe["router_prefill_s"]["p50"])
+    s = human.duration(switch)
+    assert (
+        f"router prefill a request (part of its queueing delay) │ p50 {r}, p99 {r} a request"
+        in text
+    )
+    assert (
+        f"a miss's wait for its expert's copy (part of its queueing delay) │ p50 {s}, p99 {s} "
+        "over 3 misses; 0 for a hit"
+    ) in text
