@@ -85,6 +85,7 @@ from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.policies import KeptCounts, kept_counts
 from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import resource_times, step_bound
+from rdu_sim.report.coe import CoESummary, coe_summary
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
 from rdu_sim.report.speculation import (
@@ -94,7 +95,6 @@ from rdu_sim.report.speculation import (
     speculation_warnings,
 )
 from rdu_sim.scenario import Scenario
-from rdu_sim.report.coe import CoESummary, coe_summary
 from rdu_sim.serving.limits import unchunked_words
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
