@@ -130,6 +130,15 @@ class Scenario:
         """Folder that relative paths in the workload (trace files) are resolved against."""
         return Path(self.workload_file).parent
 
+    def at_field(self, field: str, message: str) -> str:
+        """``message`` as a config error at ``field`` of the workload says it: ``file:line:
+        field: message``, or ``file: field: message (from --set field)`` when an override
+        set it (a rule checked after loading: a run's refusal before it simulates)."""
+        path = override_for(field, self.overrides)
+        line = None if path is not None else self.lines.get(tuple(field.split(".")))
+        note = f" {override_note(path)}" if path is not None else ""
+        return str(ConfigIssue(self.workload_file, field, message + note, line))
+
 
 ModelValue = str | ConfigJsonModel | ConfigJsonKeys | Architecture
 """What a workload's model field holds once validated (``config.workload.ModelField``)."""

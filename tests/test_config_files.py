@@ -138,6 +138,44 @@ def test_several_errors_reported_together(tree: Path) -> None:
     assert fields == {"serving.batch_slot", "serving.requests"}
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "field", "message"),
+    [
+        (  # a tagged union given a tag none of its members has, at the tag's own line
+            "  popularity: {dist: zipf, exponent: 1.0}",
+            "  popularity:\n    dist: weights\n    exponent: 1.0",
+            "coe.popularity.dist",
+            "unknown distribution 'weights'; valid: zipf, trace",
+        ),
+        (
+            "  popularity: {dist: zipf, exponent: 1.0}",
+            "  popularity: {dist: null}",
+            "coe.popularity.dist",
+            "unknown distribution None; valid: zipf, trace",
+        ),
+    ],
+)
+def test_an_unknown_union_tag_names_its_field_and_the_valid_ones(
+    tree: Path, old: str, new: str, field: str, message: str
+) -> None:
+    workload = tree / "workloads" / "samba-coe-150x8b-8socket.yaml"
+    _replace(workload, old, new)
+    [issue] = _error(workload).issues
+    line = _line_of(workload, "dist: ")
+    assert (issue.field, issue.line, issue.message) == (field, line, message)
+
+
+def test_an_unknown_length_distribution_names_the_override(tree: Path) -> None:
+    workload = tree / "workloads" / LLAMA_1S
+    error = _error(workload, ["serving.prompt_tokens={dist: gauss, mean: 5}"])
+    [issue] = error.issues
+    assert issue.field == "serving.prompt_tokens.dist"
+    assert issue.message == (
+        "unknown distribution 'gauss'; valid: fixed, uniform, lognormal "
+        "(from --set serving.prompt_tokens)"
+    )
+
+
 def test_config_error_survives_a_process_boundary() -> None:
     """The calibration suite's workers raise ConfigErrors into the parent: the message the
     user reads must be the issues' lines, not one character a line."""
@@ -543,7 +581,8 @@ def test_custom_architecture_rules(tree: Path) -> None:
     assert issue.field == "model" and "'family' is missing" in issue.message
     path.write_text(CUSTOM_8B.replace("family: llama", "family: gpt"))
     [issue] = _error(path).issues
-    assert issue.field == "model" and "'gpt'" in issue.message
+    assert (issue.field, issue.line) == ("model.family", _line_of(path, "family: gpt"))
+    assert issue.message == "unknown family 'gpt'; valid: llama, gqa_moe, deepseek"
 
 
 @pytest.mark.parametrize(

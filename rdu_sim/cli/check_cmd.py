@@ -3,7 +3,8 @@
 The kind of each file is read off its top-level keys, so one command checks a whole folder:
 `socket`/`system` is hardware, `runs_on` a serving stack, `hardware`/`model` a workload
 (checked with its hardware file and serving stack, cross-file rules included, and the rows
-of its trace file a run would use), `base`/`axes` a sweep spec (checked by
+of its trace file a run would use; a Composition of Experts' with the memory plan its run
+makes before simulating, ``serving.run.plan_run``), `base`/`axes` a sweep spec (checked by
 `rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a cluster (with every pool's
 workload), `search` a plan spec (the rule: ``rdu_sim.config.kinds``). A CSV whose header names a
 column only a measurement file has (``measurement_file.MARKS``: ``metric``, ``measured``,
@@ -62,11 +63,27 @@ TRACE_SUFFIXES = shipped.KIND_SUFFIXES["trace"]
 
 
 def _read_trace(
-    path: Path, workload_file: str = "", max_rows: int | None = None, format: str = "auto"
+    path: Path,
+    workload_file: str = "",
+    max_rows: int | None = None,
+    format: str = "auto",
+    experts: int | None = None,
 ) -> Any:
     from rdu_sim.serving.traces import MAX_TRACE_ROWS, read_trace
 
-    return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS, format)
+    return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS, format, None, experts)
+
+
+def _check_coe(scenario: Any, trace: Any) -> None:
+    """A Composition of Experts' workload as its run begins (``serving.run.plan_run``): its
+    popularity's trace column, the router and an expert in HBM, every expert in DDR;
+    nothing simulated (numpy and the serving package, for a CoE only)."""
+    from rdu_sim.serving.backend import EngineBackend
+    from rdu_sim.serving.coe import check_popularity
+    from rdu_sim.serving.run import plan_run
+
+    check_popularity(scenario, None if trace is None else trace.expert)
+    plan_run(scenario, EngineBackend())
 
 
 def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
@@ -96,9 +113,15 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         workload = scenario.workload
         serving = workload.serving
         check_batching(serving.prefill_priority, file, lines.get(("serving", "prefill_priority")))
+        trace = None
         if serving.trace is not None:  # the rows a run would read, checked the same way
-            trace = shipped.trace_path(scenario.base_dir, serving.trace)
-            _read_trace(trace, file, serving.requests, serving.trace_format)
+            from rdu_sim.serving.requests import trace_experts
+
+            path = shipped.trace_path(scenario.base_dir, serving.trace)
+            bound = trace_experts(workload.coe)
+            trace = _read_trace(path, file, serving.requests, serving.trace_format, bound)
+        if workload.coe is not None:  # what its run refuses before simulating
+            _check_coe(scenario, trace)
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} ({describe_layout(workload.parallelism.layout())}, "

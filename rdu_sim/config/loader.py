@@ -231,6 +231,25 @@ def unknown_field_message(name: str, valid: list[str]) -> str:
     return f"unknown field {shown(name)}{hint}{listing}"
 
 
+_TAG_NOUNS = {"dist": "distribution"}
+"""What a union's tag field names, in an unknown tag's message (``family`` is a family)."""
+
+
+def _unknown_tag(error: Any) -> tuple[str, str] | None:
+    """A union given a tag none of its members has (``{dist: weights}`` for a popularity
+    of ``zipf`` or ``trace``): the tag's field and the house message, ``unknown
+    distribution 'weights'; valid: zipf, trace``, where pydantic says "Input tag 'weights'
+    found using 'dist' does not match any of the expected tags"; None for any other error."""
+    ctx = error.get("ctx") or {}
+    if error["type"] != "union_tag_invalid" or "tag" not in ctx:
+        return None
+    key = str(ctx.get("discriminator", "")).strip("'")
+    valid = ", ".join(t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(","))
+    given = error.get("input")
+    value = given[key] if isinstance(given, Mapping) and key in given else ctx["tag"]
+    return key, f"unknown {_TAG_NOUNS.get(key, key)} {shown(value)}; valid: {valid}"
+
+
 def issues_from_validation(
     exc: ValidationError,
     model: type[BaseModel],
@@ -256,6 +275,9 @@ def issues_from_validation(
         problem = (error.get("ctx") or {}).get("error")
         if isinstance(problem, FieldProblem):
             loc = (*_model_loc(loc, data), problem.field)
+        tag = _unknown_tag(error)
+        if tag is not None:  # at the tag's own field and line: `coe.popularity.dist`
+            loc = (*loc, tag[0])
         path = tuple(str(p) for p in (*prefix, *loc))
         dotted = ".".join(path)
         line = next((lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in lines), None)
@@ -266,6 +288,8 @@ def issues_from_validation(
             message = "required field is missing" + (f" ({described})" if described else "")
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
             message = f"expected a mapping of fields, got {shown(error.get('input'))}"
+        elif tag is not None:
+            message = tag[1]
         elif kind == "union_tag_not_found":
             key = (error.get("ctx") or {}).get("discriminator", "").strip("'")
             message = f"required field {key!r} is missing" if key else error["msg"]

@@ -23,7 +23,7 @@ from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
 from rdu_sim.kv.policies import KeptCounts
 from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
-from rdu_sim.report.console_coe import coe_table
+from rdu_sim.report.console_coe import coe_table, region_words
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.percentiles import Percentiles
@@ -120,13 +120,13 @@ def machine(result: RunSummary) -> str:
 def _room(result: RunSummary) -> str:
     """A Composition of Experts' room beside the batch slots (" (room for ...)"): it trades
     slots for cached experts, so its room is the slots that leave the HBM region one expert
-    (serving.coe); "" for any other run, whose capacity has a line of its own
-    (`capacity_line`)."""
+    (serving.coe), or all of them (`region_words`); "" for any other run, whose capacity has
+    a line of its own (`capacity_line`)."""
     if result.coe is None:
         return ""
     return (
         f" (room for {result.batch_capacity} with one expert cached in HBM; these slots leave "
-        f"room for {human.count(result.coe.region_experts, 'expert')})"
+        f"room for {region_words(result.coe)})"
     )
 
 

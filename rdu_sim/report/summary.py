@@ -58,7 +58,9 @@ Definitions (docs/serving.md repeats them for users):
   ``turns``, ``admitted_mid_turn`` (continuous batching within a turn), ``switch_policy``,
   ``model_switches``, ``switch_s`` (copy engine busy), ``switch_stall_s`` (the server
   waiting on copies), ``hbm_hit_rate``, ``bytes_copied`` (= switches x ``switch_bytes``),
-  ``expert_weight_bytes``; None for one model.
+  ``expert_weight_bytes``; and what CoE adds to TTFT inside the queueing delay
+  (``report.coe.CoESummary``): ``misses``, ``router_prefill_s``, ``miss_stall_s``; None
+  for one model.
 - ``provenance``: the simulator (version, git commit when known), the workload and hardware
   files, the ``--set`` overrides and the resolved configuration (``rdu_sim.provenance``).
 
@@ -83,6 +85,7 @@ from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.policies import KeptCounts, kept_counts
 from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import resource_times, step_bound
+from rdu_sim.report.coe import CoESummary, coe_summary
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
 from rdu_sim.report.speculation import (
@@ -92,7 +95,6 @@ from rdu_sim.report.speculation import (
     speculation_warnings,
 )
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.coe import CoEStats
 from rdu_sim.serving.limits import unchunked_words
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
@@ -395,7 +397,7 @@ class RunSummary:
     weights_placement: str
     warnings: list[str]
     decode_step: DecodeStepBound | None
-    coe: CoEStats | None
+    coe: CoESummary | None
     requests: int
     requests_completed: int
     requests_truncated: int
@@ -478,6 +480,11 @@ def request_columns(records: ServingRecords, rows: slice = slice(None)) -> dict[
         "tpot_s": tpot,
         "e2e_s": finish - arrival,
     }
+    if records.coe:  # the expert asked for, hit or miss, and what CoE adds to queue_delay_s
+        columns["expert"] = records.expert[rows]
+        columns["expert_hit"] = records.expert_hit[rows]
+        columns["router_s"] = sec(records.router_ps[rows])
+        columns["copy_stall_s"] = sec(records.copy_stall_ps[rows])
     if records.speculation == "prefill":
         columns["kept_prompt_tokens"] = records.target_prompt_tokens[rows]
     if records.speculation == "decoding":
@@ -649,7 +656,7 @@ def summarize(run: ServingRun) -> RunSummary:
         + speculation_warnings(speculation)
         + [w for w in (unchunked_words(scenario, run.requests_in.prompt_tokens),) if w is not None],
         decode_step=decode_step_bound(run),
-        coe=run.coe,
+        coe=coe_summary(run.coe, records) if run.coe is not None else None,
         requests=len(records),
         requests_completed=int(done.sum()),
         requests_truncated=run.requests_in.truncated,

@@ -64,13 +64,16 @@ from rdu_sim.serving.step_cache import StepCache
 
 __all__ = [
     "EVICTION",
+    "CoEPlan",
     "CoERun",
     "CoEStats",
     "ExpertRegion",
+    "check_popularity",
     "coe_capacity",
     "coe_placement",
     "expert_step_scenario",
     "expert_tags",
+    "plan_coe",
     "region_experts",
     "router_scenario",
     "serve_coe",
@@ -97,30 +100,24 @@ def expert_tags(
     return rng.choice(coe.experts, size=n, p=weights / weights.sum()).astype(np.int64)
 
 
-def check_tags(scenario: Scenario, requests: RequestSet) -> None:
-    """ConfigError when ``coe.popularity`` reads a trace column the trace lacks, or names
-    an expert beyond ``coe.experts``."""
+def check_popularity(scenario: Scenario, column: NDArray[np.int64] | None) -> None:
+    """ConfigError (at ``coe.popularity.dist``) when the popularity reads the expert column
+    of a trace that has none (``column``: the trace's, None without one); each row's expert
+    is checked against ``coe.experts`` where the trace is read, at its line
+    (``serving.requests.trace_experts``)."""
     coe, serving = scenario.workload.coe, scenario.workload.serving
     assert coe is not None
-    if coe.popularity.dist != "trace":
+    if coe.popularity.dist != "trace" or column is not None:
         return
-    column = requests.trace_expert
-    if column is None:
-        raise ConfigError.single(
-            scenario.workload_file,
-            "coe.popularity",
-            f"{{dist: trace}} reads the expert column of serving.trace {serving.trace!r}, "
-            "which has none"
-            if serving.trace
-            else "{dist: trace} needs a serving.trace",
-        )
-    if column.size and int(column.max()) >= coe.experts:
-        raise ConfigError.single(
-            scenario.workload_file,
-            "coe.experts",
-            f"serving.trace {serving.trace!r} asks for expert {int(column.max())}, but "
-            f"coe.experts is {coe.experts} (experts count from 0)",
-        )
+    raise ConfigError.single(
+        scenario.workload_file,
+        "coe.popularity.dist",
+        f"{{dist: trace}} reads the expert column of serving.trace {serving.trace!r}, "
+        "which has none"
+        if serving.trace
+        else "{dist: trace} needs a serving.trace",
+        scenario.lines.get(("coe", "popularity", "dist")),
+    )
 
 
 def router_scenario(scenario: Scenario, coe: CoEConfig) -> Scenario:
@@ -189,35 +186,75 @@ def coe_capacity(scenario: Scenario, router: Scenario) -> int:
     return scenario.stack.runnable_batch(most_slots(fits))
 
 
+def _no_region(scenario: Scenario, router: Scenario, slots: int) -> CapacityError:
+    """Why not one expert fits the HBM region, at the field to change: ``coe.router`` when
+    the router alone, or the router and one expert before any KV cache, fill HBM (no
+    number of slots helps); else ``serving.batch_slots``."""
+    hbm = scenario.hardware.hbm.capacity
+    held, expert = _weights(router), _expert_hbm(scenario)
+    name = router.model.name
+    tp = f"parallelism.tp (now {scenario.tp})"
+    if held >= hbm:
+        field, problem = (
+            "coe.router",
+            (
+                f"the router ({name}) alone does not fit: its weights take "
+                f"{human.size(held, 4)} of the {human.size(hbm, 4)} HBM per socket (they stay in "
+                f"HBM beside the experts' region); use a smaller router or raise {tp}"
+            ),
+        )
+    elif held + expert > hbm:
+        field, problem = (
+            "coe.router",
+            (
+                f"the router ({name}, {human.size(held, 4)}) leaves no room for one expert "
+                f"({human.size(expert, 4)}) in the {human.size(hbm, 4)} HBM per socket, before "
+                f"any KV cache; use a smaller router or raise {tp}"
+            ),
+        )
+    else:
+        field, problem = (
+            "serving.batch_slots",
+            (
+                f"no expert fits the HBM region: the router ({human.size(held, 4)}), the KV "
+                f"cache of {slots} slots and the activations take "
+                f"{human.size(_fixed_hbm(scenario, router, slots), 4)} of the "
+                f"{human.size(hbm, 4)} HBM per socket and one expert needs "
+                f"{human.size(expert, 4)}; lower serving.batch_slots, reduce serving.max_context, "
+                f"or raise parallelism.tp (now {scenario.tp})"
+            ),
+        )
+    return CapacityError(scenario.at_field(field, problem))
+
+
 def region_experts(scenario: Scenario, router: Scenario, slots: int) -> int:
     """Expert slots of the HBM region on each socket: what HBM leaves after the router's
-    weights, the slots' KV cache and the activations, in whole experts (CapacityError if
-    not one fits)."""
+    weights, the slots' KV cache and the activations, in whole experts, and never more than
+    ``coe.experts`` (a region with room for every expert holds them all; the rest of HBM
+    stays free); CapacityError naming the field to change if not one fits."""
+    coe = scenario.workload.coe
+    assert coe is not None
     hbm = scenario.hardware.hbm.capacity
     fixed = _fixed_hbm(scenario, router, slots)
     expert = _expert_hbm(scenario)
-    count = (hbm - fixed) // expert if hbm > fixed else 0
+    room = (hbm - fixed) // expert if hbm > fixed else 0
+    count = min(room, coe.experts)
     if count < 1:
-        raise CapacityError(
-            f"{scenario.workload_file}: no expert fits the HBM region: the router "
-            f"({human.size(_weights(router), 4)}), the KV cache of {slots} slots and the "
-            f"activations take {human.size(fixed, 4)} of the {human.size(hbm, 4)} HBM per socket "
-            f"and one expert needs {human.size(expert, 4)}; lower serving.batch_slots, reduce "
-            f"serving.max_context, or raise parallelism.tp (now {scenario.tp})"
-        )
+        raise _no_region(scenario, router, slots)
     return int(count)
 
 
 def coe_placement(scenario: Scenario, router: Scenario, slots: int, region: int) -> Placement:
     """One socket's memory plan: HBM holds the router, the region's experts (without their
-    embedding tables), the KV cache and activations; DDR holds every expert whole."""
-    hardware = scenario.hardware
-    assert isinstance(hardware, HardwareConfig)
+    embedding tables), the KV cache and activations; DDR holds every expert whole
+    (CapacityError at ``coe.experts`` when it cannot)."""
+    hardware, coe = scenario.hardware, scenario.workload.coe
+    assert isinstance(hardware, HardwareConfig) and coe is not None
     expert = _weights(scenario)
     kv = kv_bytes(scenario, slots)
     act = max(activation_bytes(scenario, slots), activation_bytes(router, slots))
     socket = hardware.socket
-    experts = scenario.workload.coe.experts if scenario.workload.coe else 1
+    experts = coe.experts
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=socket.sram_bytes),
         "hbm": TierUsage(
@@ -229,13 +266,41 @@ def coe_placement(scenario: Scenario, router: Scenario, slots: int, region: int)
         "ddr": TierUsage(capacity_bytes=socket.ddr.capacity, weights_bytes=experts * expert),
     }
     if experts * expert > socket.ddr.capacity:
+        fit = socket.ddr.capacity // expert
         raise CapacityError(
-            f"{scenario.workload_file}: {experts} experts of {human.size(expert, 4)} per socket "
-            f"need {human.size(experts * expert, 4)} of DDR, more than its "
-            f"{human.size(socket.ddr.capacity, 4)}; lower coe.experts or raise "
-            f"parallelism.tp (now {scenario.tp})"
+            scenario.at_field(
+                "coe.experts",
+                f"{experts:,} experts of {human.size(expert, 4)} per socket need "
+                f"{human.size(experts * expert, 4)} of DDR, more than its "
+                f"{human.size(socket.ddr.capacity, 4)} (it holds {fit:,}); lower coe.experts "
+                f"or raise parallelism.tp (now {scenario.tp})",
+            )
         )
     return Placement(batch_slots=slots, tiers=tiers, tensors=())
+
+
+@dataclass(frozen=True)
+class CoEPlan:
+    """What a CoE run decides before it simulates (``serving.run.plan_run``): the router's
+    scenario, the batch capacity (``coe_capacity``), the region's experts and the memory
+    plan of ``slots`` batch slots."""
+
+    router: Scenario
+    capacity: int
+    region: int
+    placement: Placement
+
+
+def plan_coe(scenario: Scenario, slots: int) -> CoEPlan:
+    """The memory plan of a CoE run of ``slots`` slots; CapacityError at the field to change
+    when not one expert fits the HBM region or the experts do not fit DDR. No step is
+    simulated (``rdu-sim check`` and a sweep's dry run call it through ``plan_run``)."""
+    coe = scenario.workload.coe
+    assert coe is not None
+    router = router_scenario(scenario, coe)
+    region = region_experts(scenario, router, slots)
+    placement = coe_placement(scenario, router, slots, region)
+    return CoEPlan(router, coe_capacity(scenario, router), region, placement)
 
 
 @dataclass(frozen=True)
@@ -291,18 +356,16 @@ def serve_coe(
     scenario: Scenario,
     backend: Backend,
     requests: RequestSet,
-    slots: int,
+    plan: CoEPlan,
     progress: Progress | None = None,
 ) -> CoERun:
-    """Serve ``requests`` as a Composition of Experts on ``slots`` batch slots."""
+    """Serve ``requests`` as a Composition of Experts on the slots of ``plan`` (``plan_coe``)."""
     coe, serving = scenario.workload.coe, scenario.workload.serving
     hardware = scenario.hardware
     assert coe is not None and isinstance(hardware, HardwareConfig)
-    router = router_scenario(scenario, coe)
-    capacity = coe_capacity(scenario, router)
-    region = region_experts(scenario, router, slots)
-    placement = coe_placement(scenario, router, slots, region)
-    check_tags(scenario, requests)
+    router, capacity, region, placement = plan.router, plan.capacity, plan.region, plan.placement
+    slots = placement.batch_slots
+    check_popularity(scenario, requests.trace_expert)
     tags = expert_tags(coe, len(requests), serving.seed, requests.trace_expert)
     expert = expert_step_scenario(scenario)
     switch_bytes = _expert_hbm(scenario)

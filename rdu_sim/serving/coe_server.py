@@ -11,6 +11,9 @@ server and every cluster replica run it.
   prefills the prompt on the same sockets (prefill work: under ``decode_first`` one step of
   it between two decode steps, as the scheduler's own), which names the request's expert;
   an arrival ends a decode run with the step in flight (``Scheduler.end_run_at``).
+- Each request's expert, hit or miss, router prefill and share of the copy stalls (the
+  node's waits for its expert's copies between its routing and its let-in) go to its
+  records (``ServingRecords.expert`` and the rest: ``requests.csv``).
 - A *turn* goes to the expert of the oldest waiting request: if it is not in the HBM region
   it is switched in (``ExpertRegion`` picks a victim, each socket's copy engine copies the
   expert's weights from DDR to HBM: ``serving.coe_tiers``) and the server waits for the
@@ -165,7 +168,7 @@ class CoEServer:
         self.cache = StepCache(expert_step)
         self.router_cache = StepCache(router_step)
         self.series = SeriesLog()  # its queue counted with the routed requests (``elsewhere``)
-        self.records = ServingRecords(prompt_tokens, output_tokens, series=self.series)
+        self.records = ServingRecords(prompt_tokens, output_tokens, series=self.series, coe=True)
         policies = Policies(
             make_batching(config.prefill_priority),
             KeepHere(None),
@@ -198,6 +201,10 @@ class CoEServer:
         self.asked_ps: dict[int, int] = {}  # expert -> when its latest copy was asked for
         self.landed_ps: dict[int, int] = {}  # expert -> when its latest copy landed
         self.prefetched: set[int] = set()  # copied ahead, its turn not begun
+        # expert -> the time the node stood waiting for its copies (``switch_stall_s``'s
+        # parts); a request's share is what accrued between its routing and its let-in
+        self.stalled: dict[int, int] = {}
+        self.stall_mark = np.zeros(total, dtype=np.int64)  # its expert's stall when routed
         self._turn_start = 0
         self._expert = -1
         self._steps_in_turn = 0
@@ -248,7 +255,11 @@ class CoEServer:
             yield from self.driver.step(cache, shape, cache.run(shape))
         self.counts.router_ps += self.now - started
         self.routed_ps[request] = self.now
-        self.waiting.setdefault(int(self.experts[request]), deque()).append(request)
+        expert, records = int(self.experts[request]), self.records
+        records.expert[request] = expert
+        records.router_ps[request] = self.now - started
+        self.stall_mark[request] = self.stalled.get(expert, 0)
+        self.waiting.setdefault(expert, deque()).append(request)
         self.order.append(request)
         self.queued[request] = True
         self._waits(+1)
@@ -279,7 +290,7 @@ class CoEServer:
     def _let_in(self) -> None:
         """Hand the holding expert's oldest waiting requests to the scheduler's queue, as
         many as it has free slots for, while the switch policy lets them in."""
-        expert, scheduler = self._expert, self.scheduler
+        expert, scheduler, records = self._expert, self.scheduler, self.records
         queue = self.waiting.get(expert)
         slots, queued_there = scheduler.slots, scheduler.queue
         now = self.now
@@ -290,8 +301,11 @@ class CoEServer:
             self.queued[request] = False
             self._waits(-1)
             routed = int(self.routed_ps[request])
-            if self.asked_ps[expert] < routed and self.landed_ps.get(expert, NEVER) <= routed:
+            hit = self.asked_ps[expert] < routed and self.landed_ps.get(expert, NEVER) <= routed
+            if hit:
                 self.counts.hits += 1  # its expert was in HBM when the router named it
+            records.expert_hit[request] = int(hit)
+            records.copy_stall_ps[request] = self.stalled.get(expert, 0) - self.stall_mark[request]
             if self._steps_in_turn:
                 self.counts.admitted_mid_turn += 1  # let in after the turn's first step
             scheduler.enqueue(request, now, record=False)
@@ -348,6 +362,7 @@ class CoEServer:
             yield IDLE if due == NEVER else self._at(due - waited)
             self._awaits_copy = False
             counts.stall_ps += self.now - waited
+            self.stalled[expert] = self.stalled.get(expert, 0) + self.now - waited
         self.prefetched.discard(expert)
         self.region.use(expert, self.now)
         self._expert, self._turn_start, self._steps_in_turn = expert, self.now, 0

@@ -41,7 +41,9 @@ class ServingRecords:
     prompts themselves, no copy).
     ``speculation``: "decoding" (decode steps are speculative rounds, ``rounds`` kept),
     "prefill" (the target prefills the kept tokens) or "". ``keeps_series``: False for a
-    cluster replica's view, whose series is not kept."""
+    cluster replica's view, whose series is not kept. ``coe``: a Composition of Experts'
+    run, whose per-request expert arrays (below) have a value a request; any other run's are
+    empty."""
 
     prompt_tokens: NDArray[np.int64]
     output_tokens: NDArray[np.int64]
@@ -50,6 +52,7 @@ class ServingRecords:
     series: SeriesLog = field(default_factory=SeriesLog)
     keeps_series: bool = True
     counts: StepCounts = field(default_factory=StepCounts)
+    coe: bool = False
     target_prompt_tokens: NDArray[np.int64] = field(init=False)
     arrival_ps: NDArray[np.int64] = field(init=False)
     admit_ps: NDArray[np.int64] = field(init=False)  # first prefill step starts
@@ -61,6 +64,14 @@ class ServingRecords:
     # the drafted tokens accepted in them (its last round's included, even those past its end).
     rounds: NDArray[np.int64] = field(init=False)
     accepted_drafts: NDArray[np.int64] = field(init=False)
+    # A Composition of Experts, per request (``serving.coe_server``): the expert the router
+    # named; 1 when that expert was in HBM when it was named and until the request was let
+    # in (a hit), 0 when it had to be copied (a miss); the router's prefill of its prompt;
+    # the time the node stood waiting for its expert's copy while it waited (0 for a hit).
+    expert: NDArray[np.int64] = field(init=False)
+    expert_hit: NDArray[np.int64] = field(init=False)
+    router_ps: NDArray[np.int64] = field(init=False)
+    copy_stall_ps: NDArray[np.int64] = field(init=False)
 
     def __post_init__(self, target_prompts: NDArray[np.int64] | None) -> None:
         n = int(self.prompt_tokens.shape[0])
@@ -75,6 +86,11 @@ class ServingRecords:
             object.__setattr__(self, name, _unset(n))
         for name in ("completions", "rounds", "accepted_drafts"):
             object.__setattr__(self, name, np.zeros(n, dtype=np.int64))
+        per_expert = n if self.coe else 0  # (a run of no experts keeps none)
+        for name in ("expert", "expert_hit"):
+            object.__setattr__(self, name, _unset(per_expert))
+        for name in ("router_ps", "copy_stall_ps"):
+            object.__setattr__(self, name, np.zeros(per_expert, dtype=np.int64))
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])

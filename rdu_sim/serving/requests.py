@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.workload import (
+    CoEConfig,
     FixedLength,
     LognormalLength,
     ServingConfig,
@@ -121,14 +122,23 @@ def cut_to_context(
     )
 
 
+def trace_experts(coe: CoEConfig | None) -> int | None:
+    """The bound a trace's ``expert`` column is read against (``traces.read_trace``):
+    ``coe.experts`` when a Composition of Experts' popularity reads it (``{dist: trace}``),
+    else None (the column, if any, is then unused)."""
+    return coe.experts if coe is not None and coe.popularity.dist == "trace" else None
+
+
 def make_requests(
     serving: ServingConfig,
     batch_slots: int,
     base_dir: Path | str = ".",
     workload_file: str = "",
     overrides: Mapping[str, Any] | None = None,
+    coe: CoEConfig | None = None,
 ) -> RequestSet:
-    """The run's requests from the serving config (distributions or a trace file).
+    """The run's requests from the serving config (distributions or a trace file; a
+    Composition of Experts' ``coe`` bounds the trace's expert column: ``trace_experts``).
 
     With a trace, the first ``serving.requests`` rows are used (all of them if fewer), and
     ``poisson`` arrivals replay the trace's ``arrival_s`` (``arrival.rate`` is then unused);
@@ -142,7 +152,14 @@ def make_requests(
     experts: NDArray[np.int64] | None = None
     if serving.trace is not None:
         path = shipped.trace_path(base_dir, serving.trace)
-        trace = read_trace(path, workload_file, serving.requests, serving.trace_format, overrides)
+        trace = read_trace(
+            path,
+            workload_file,
+            serving.requests,
+            serving.trace_format,
+            overrides,
+            trace_experts(coe),
+        )
         n = min(serving.requests, len(trace))
         prompt = trace.prompt_tokens[:n]
         output = trace.output_tokens[:n]

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from rdu_sim.compiler.errors import SlotsCapacityError
 from rdu_sim.compiler.program import Placement, with_sram
-from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.overrides import overridden, override_for, override_note
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import overridden
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.kv.policy import KVPolicy
@@ -23,7 +23,7 @@ from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
-from rdu_sim.serving.coe import CoEStats, serve_coe
+from rdu_sim.serving.coe import CoEStats, plan_coe, serve_coe
 from rdu_sim.serving.limits import check_run, warn_unchunked
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
@@ -148,7 +148,12 @@ def serve_scenario(
     serving = scenario.workload.serving
     capacity, slots, placement, draft_placement = plan_run(scenario, backend)
     requests = make_requests(
-        serving, slots, scenario.base_dir, scenario.workload_file, scenario.overrides
+        serving,
+        slots,
+        scenario.base_dir,
+        scenario.workload_file,
+        scenario.overrides,
+        scenario.workload.coe,
     )
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     warn_unchunked(scenario, requests.prompt_tokens)
@@ -173,7 +178,7 @@ def serve_scenario(
             if speculation is not None and speculation.config.prefill is not None:
                 saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
         else:
-            served = serve_coe(scenario, backend, requests, slots, progress)
+            served = serve_coe(scenario, backend, requests, plan_coe(scenario, slots), progress)
             capacity, placement, records = served.capacity, served.placement, served.records
             stats, cache = served.stats, served.cache
         prefill_s = prefill_seconds(cache, scenario, prompt, speculation)
@@ -201,10 +206,12 @@ def serve_scenario(
 
 def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement, Placement | None]:
     """What a run decides before it makes requests: its batch capacity, batch slots, memory
-    plan and a separate draft's memory plan (None without one); a CapacityError (or the
-    ConfigError of a layout a lone run cannot serve) in the words the run fails with. Cheap
-    beside the run (one memory plan, no step simulated): a sweep's dry run calls it to mark
-    the points that would fail so (``sweep.evaluators``)."""
+    plan and a separate draft's memory plan (None without one); a Composition of Experts'
+    are its own (``serving.coe.plan_coe``: the router, the expert region, every expert in
+    DDR). A CapacityError (or the ConfigError of a layout a lone run cannot serve) in the
+    words the run fails with. Cheap beside the run (one memory plan, no step simulated): a
+    sweep's dry run calls it to mark the points that would fail so (``sweep.evaluators``),
+    and ``rdu-sim check`` on a Composition of Experts' workload."""
     ranks = scenario.workload.parallelism.dp_attention
     if ranks > 1:
         field = "parallelism.dp_attention"
@@ -226,27 +233,23 @@ def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement,
         )
     except ConfigError as exc:  # a name a --set gave says so, as the scenario's rules do
         raise overridden(exc, scenario.workload_file, scenario.overrides) from None
+    if scenario.workload.coe is not None:  # its own plan: router, expert region, DDR
+        slots = serving.batch_slots
+        assert isinstance(slots, int)  # ``auto`` is refused at load (scenario._check_coe)
+        plan = plan_coe(scenario, slots)
+        return plan.capacity, slots, plan.placement, None
     capacity, slots = resolve_batch_slots(scenario, backend)
     try:
         placement = backend.plan_memory(scenario, slots)
     except SlotsCapacityError as exc:  # the slots the workload set: its file and field
         if serving.batch_slots == "auto":
             raise
-        raise SlotsCapacityError(_at_field(scenario, "serving.batch_slots", str(exc))) from None
+        raise SlotsCapacityError(scenario.at_field("serving.batch_slots", str(exc))) from None
     spec, draft = scenario.workload.speculation, scenario.draft
     draft_placement = None
     if spec is not None and draft is not None and spec.placement == "separate":
         draft_placement = backend.plan_memory(draft, slots)
     return capacity, slots, placement, draft_placement
-
-
-def _at_field(scenario: Scenario, field: str, message: str) -> str:
-    """``message`` as a config error at ``field`` of the workload says it: ``file:line:
-    field: message``, or ``file: field: message (from --set field)`` when an override set it."""
-    path = override_for(field, scenario.overrides)
-    line = None if path is not None else scenario.lines.get(tuple(field.split(".")))
-    note = f" {override_note(path)}" if path is not None else ""
-    return str(ConfigIssue(scenario.workload_file, field, message + note, line))
 
 
 def peak_sram(cache: StepCache) -> float:

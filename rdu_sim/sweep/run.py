@@ -283,15 +283,17 @@ def check_spec(path: str | Path) -> SpecCheck:
 def check_traces(expansion: Expansion) -> None:
     """Read each request trace the points use (the rows a run would read) once, so a bad
     trace is a ConfigError before anything runs, not a failure of every point."""
-    from rdu_sim.serving.traces import read_trace  # the serving package, only when needed
+    from rdu_sim.serving.requests import trace_experts  # the serving package, when needed
+    from rdu_sim.serving.traces import read_trace
 
-    seen: set[tuple[Path, int, str]] = set()
+    seen: set[tuple[Path, int, str, int | None]] = set()
     for point in expansion.points:
         serving = point.scenario.workload.serving
         if serving.trace is None:
             continue
         path = shipped.trace_path(point.scenario.base_dir, serving.trace)
-        wanted = (path, serving.requests, serving.trace_format)
+        experts = trace_experts(point.scenario.workload.coe)
+        wanted = (path, serving.requests, serving.trace_format, experts)
         if wanted not in seen:
             seen.add(wanted)
             read_trace(
@@ -300,6 +302,7 @@ def check_traces(expansion: Expansion) -> None:
                 serving.requests,
                 serving.trace_format,
                 point.scenario.overrides,
+                experts,
             )
 
 

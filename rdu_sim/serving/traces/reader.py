@@ -416,6 +416,25 @@ def _clock(found: _Rows, name: str, shift: bool) -> NDArray[np.float64] | None:
     return arrival
 
 
+def _experts_within(found: _Rows, name: str, experts: int) -> None:
+    """Refuse, at its line, the first row that asks for an expert the workload does not have
+    (``experts`` of them, counted from 0): what each row holds is known before anything
+    runs, so ``rdu-sim check`` refuses it as a run does."""
+    if not found.optional("expert"):
+        return  # a Composition of Experts refuses a trace without the column (serving.coe)
+    column = np.frombuffer(found.expert, dtype=np.int64)
+    beyond = np.flatnonzero(column >= experts)
+    if beyond.size:
+        first = int(beyond[0])
+        raise ConfigError.single(
+            name,
+            "expert",
+            f"expected an expert's index in 0..{experts - 1} (coe.experts is {experts}; "
+            f"experts count from 0), got {int(column[first])}",
+            found.lines[first],
+        )
+
+
 def trace_problem(path: Path) -> str | None:
     """Why ``path`` cannot be read as a trace at all, or None: not found, a directory, not a
     regular file (a FIFO, ``/dev/null``), unreadable, empty. The one rule for a workload's
@@ -514,10 +533,13 @@ def read_trace(
     max_rows: int = MAX_TRACE_ROWS,
     format: str = "auto",
     overrides: Mapping[str, Any] | None = None,
+    experts: int | None = None,
 ) -> Trace:
     """The first `max_rows` requests of a workload's trace file; ConfigError naming the file
     and line (and, with ``workload_file``, the workload whose ``serving.trace`` it is, or
-    the ``--set`` among ``overrides`` that named it: ``config.overrides.setting_origin``)."""
+    the ``--set`` among ``overrides`` that named it: ``config.overrides.setting_origin``).
+    With ``experts`` (a Composition of Experts' ``coe.experts``, when its popularity reads
+    the trace), each row's expert must be below it (``_experts_within``)."""
     file = Path(path)
     name = str(file)
     overrides = overrides or {}
@@ -528,6 +550,8 @@ def read_trace(
         refuse = _refuse(name, workload_file, overrides)
         found = _read(file, format, name, refuse, max_rows, False, named_by=named_by)
         arrival = _clock(found, name, shift=found.trace_format.published)
+        if experts is not None:
+            _experts_within(found, name, experts)
     except ConfigError as exc:
         if not workload_file or exc.issues[0].field == "serving.trace":
             raise
