@@ -11,7 +11,7 @@ test_api_run's analytic FakeBackend.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -41,7 +41,7 @@ class Reads:
     """A router that records what it reads (the instant and every replica's load) and
     routes round robin, so its choices do not depend on what it reads."""
 
-    seen: list[tuple[int, list[int]]] = []  # of every instance (a cluster has one front)
+    seen: ClassVar[list[tuple[int, list[int]]]] = []  # of every instance (one front a cluster)
 
     def __init__(self) -> None:
         self.turn = 0

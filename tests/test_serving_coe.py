@@ -633,6 +633,8 @@ def test_a_miss_waits_the_switch_time_at_low_load(tmp_path: Path) -> None:
     console = Console(width=400, record=True)
     console.print(render(summary))
     text = " ".join(console.export_text().split())
+    assert summary.coe is not None and summary.coe.requests_per_turn == 1  # each alone
+    assert "(1 request a turn," in text and "1 requests" not in text
     r = human.duration(coe["router_prefill_s"]["p50"])
     s = human.duration(switch)
     assert (

@@ -68,7 +68,8 @@ def coe_table(coe: CoESummary) -> Table:
         ("switch policy", _policy(coe)),
         (
             "expert turns",
-            f"{coe.turns:,} ({human.number(coe.requests_per_turn)} requests a turn, longest "
+            f"{coe.turns:,} ({human.number(coe.requests_per_turn)} "
+            f"{'request' if coe.requests_per_turn == 1 else 'requests'} a turn, longest "
             f"{human.duration(coe.longest_turn_s)})",
         ),
         ("requests admitted mid-turn", f"{coe.admitted_mid_turn:,}"),
