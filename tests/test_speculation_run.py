@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -176,6 +177,41 @@ def test_drawn_acceptance_is_the_same_bytes_across_processes() -> None:
             other["speculation"]["decoding"]["acceptance_rate_mean"]  # type: ignore[index]
         )
     )
+
+
+def test_requests_csv_gives_each_requests_acceptance_rate(tmp_path: Path) -> None:
+    """Under speculative decoding ``requests.csv`` gives each request its drawn rate beside
+    its rounds, from which the run's tokens per round and the formula's expectation are
+    recomputed; without speculation there is no such column."""
+    beta = "speculation.decoding.acceptance={dist: beta, mean: 0.7, concentration: 10}"
+    out, plain_out = tmp_path / "spec", tmp_path / "plain"
+    for folder, extra in ((out, [beta]), (plain_out, ["speculation=null"])):
+        args = ["run", str(SPECDEC), "--out", str(folder), "--set", "serving.requests=6"]
+        for override in extra:
+            args += ["--set", override]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+    with (out / "requests.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    decoding = json.loads((out / "result.json").read_text())["speculation"]["decoding"]
+    rates = [float(row["acceptance_rate"]) for row in rows]
+    assert len(set(rates)) == len(rows) == 6  # drawn per request
+    decoded = [int(row["output_tokens"]) - 1 for row in rows]
+    rounds = [int(row["rounds"]) for row in rows]
+    assert decoding["accepted_tokens_per_step"] == pytest.approx(
+        sum(decoded) / sum(rounds), rel=1e-9
+    )
+    assert decoding["acceptance_rate_mean"] == pytest.approx(sum(rates) / len(rates), rel=1e-9)
+    k = decoding["draft_tokens"]
+    expected_rounds = sum(
+        n / expected_tokens_per_round(a, k) for n, a in zip(decoded, rates, strict=True)
+    )
+    assert decoding["expected_tokens_per_step"] == pytest.approx(
+        sum(decoded) / expected_rounds, rel=1e-9
+    )
+    with (plain_out / "requests.csv").open() as handle:
+        header = next(csv.reader(handle))
+    assert "acceptance_rate" not in header and "rounds" not in header
 
 
 def _round_and_plain_ps(run: RunResult) -> tuple[int, int, int]:
