@@ -59,6 +59,7 @@ from rdu_sim.kv.policies import (
     unread_overrides,
 )
 from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.models.figures import params_total, weight_bytes
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
 from rdu_sim.models.layers import Architecture
 from rdu_sim.models.presets import UnknownModelError, get_model
@@ -560,6 +561,28 @@ def _resolve_model(
     return value
 
 
+def _draft_size_problem(
+    draft: Architecture, target: Architecture, workload: WorkloadConfig
+) -> str | None:
+    """Why ``draft`` cannot draft for ``target``: its weights, at the workload's dtypes, are
+    not smaller than the target's (a draft's k steps a round then cost more than the target
+    decoding those tokens itself); None when they are smaller."""
+    sizes = []
+    for arch in (draft, target):
+        weights, experts = storage_dtypes(arch, workload.dtypes.weights, workload.dtypes.experts)
+        nbytes = weight_bytes(arch, DTYPE_BYTES[weights], DTYPE_BYTES[experts])
+        sizes.append((nbytes, f"{human.number(params_total(arch) / 1e9)}B parameters"))
+    (draft_bytes, draft_params), (target_bytes, target_params) = sizes
+    if draft_bytes < target_bytes:
+        return None
+    return (
+        f"a draft must be smaller than the target it drafts for: {draft.name}'s weights are "
+        f"{human.size(draft_bytes)} ({draft_params}), {target.name}'s "
+        f"{human.size(target_bytes)} ({target_params}); name a smaller model, or leave "
+        "speculation out"
+    )
+
+
 def _draft_scenario(
     workload: WorkloadConfig,
     hardware: Hardware,
@@ -576,6 +599,9 @@ def _draft_scenario(
     file = files[0]
     fail = _failing(file, lines)
     draft = _resolve_model(spec.draft, "speculation.draft", file, lines)
+    problem = _draft_size_problem(draft, target, workload)
+    if problem is not None:
+        raise fail("speculation.draft", problem)
     tp = workload.parallelism.tp
     draft_tp = spec.draft_tp or tp
     if spec.placement == "shared" and draft_tp != tp:

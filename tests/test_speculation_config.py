@@ -69,7 +69,7 @@ def test_speculation_null_is_plain_decoding() -> None:
     ("overrides", "field", "words"),
     [
         (["speculation.draft=gpt-9"], "speculation.draft", "unknown model 'gpt-9'"),
-        (["speculation.draft=deepseek-r1"], "speculation.draft", "share the target's tokenizer"),
+        (["speculation.draft=mistral-7b"], "speculation.draft", "share the target's tokenizer"),
         (["speculation.draft_tp=8"], "speculation.draft_tp", "must equal parallelism.tp"),
         (
             ["parallelism.tp=8", "speculation.placement=separate", "speculation.draft_tp=16"],
@@ -152,6 +152,45 @@ def test_cli_exits_2_without_a_traceback() -> None:
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert "speculation.draft" in result.output
+
+
+@pytest.mark.parametrize(
+    ("draft", "words"),
+    [
+        ("llama-3.1-405b", "llama-3.1-405b's weights are 756 GiB (406B parameters)"),
+        ("llama-3.1-70b", "llama-3.1-70b's weights are 131 GiB (70.6B parameters)"),
+    ],
+    ids=["larger", "the-same"],
+)
+def test_a_draft_not_smaller_than_its_target_is_refused(
+    tmp_path: Path, draft: str, words: str
+) -> None:
+    """A draft whose weights are not smaller than the target's (a larger model, or the
+    target itself) is refused at its line, both sizes named, exit 2 without a traceback."""
+    text = SPECDEC.read_text().replace("draft: llama-3.2-1b", f"draft: {draft}")
+    path = tmp_path / "w.yaml"
+    path.write_text(text.replace("../../hw_configs", str(REPO / "hw_configs")))
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if f"draft: {draft}" in t)
+    result = CliRunner().invoke(cli, ["run", str(path), "--json"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output == (
+        f"error: {path}:{line}: speculation.draft: a draft must be smaller than the target it "
+        f"drafts for: {words}, llama-3.1-70b's 131 GiB (70.6B parameters); name a smaller "
+        "model, or leave speculation out\n"
+    )
+
+
+@pytest.mark.parametrize("value", ["80%", "high", True, [0.8]])
+def test_an_acceptance_of_no_accepted_form_lists_the_forms(value: object) -> None:
+    """``acceptance`` is a number or a distribution's mapping: anything else is told every
+    form it may take (a percentage string is not a rate)."""
+    field, message, _ = _issue(SPECDEC, [f"speculation.decoding.acceptance={value}"])
+    assert field == "speculation.decoding.acceptance"
+    assert message.startswith(
+        "expected a rate from 0 to 1 (acceptance: 0.8), {dist: fixed, rate}, {dist: uniform, "
+        "low, high}, {dist: beta, mean, concentration} or {dist: trace} (the trace's "
+        "acceptance column); got "
+    )
 
 
 def test_a_cluster_refuses_a_speculating_pool(tmp_path: Path) -> None:

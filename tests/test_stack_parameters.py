@@ -3,7 +3,7 @@ is the stated one (serial time adds, overlapped time adds only what outlasts the
 
 The parameters are discovered from ``StackConfig`` (a new field is tested the day it is
 added); each is varied on probe scenarios until some result moves: a step's time, the batch
-capacity, a served batch's makespan.
+capacity, a served batch's makespan (speculative rounds' among them).
 """
 
 from __future__ import annotations
@@ -47,6 +47,12 @@ PROBES: dict[str, dict[str, Any]] = {
         "hardware": "dgx-h100",
         "stack": "tensorrt-llm",
         "parallelism.tp": 4,
+    },
+    # rounds of a 1B draft's steps and a verify step: what the host pays a round
+    "speculative decoding": {
+        **SMALL,
+        "speculation.draft": "llama-3.2-1b",
+        "speculation.decoding.draft_tokens": 3,
     },
 }
 

@@ -21,6 +21,7 @@ STACK_KEYS = frozenset(
         "runs_on",
         "host",
         "sampling",
+        "speculative_rounds",
         "kv_page_tokens",
         "prefill_batch_tokens",
         "mixed_batching",

@@ -15,9 +15,10 @@ model and where it runs; this module holds its two mechanisms' own settings:
 import sys
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.show import shown
 from rdu_sim.config.units import ShortSeconds
 
 
@@ -82,10 +83,20 @@ class TraceAcceptance(StrictModel):
     dist: Literal["trace"] = Field(description="the rates come from the trace")
 
 
+ACCEPTANCE_FORMS = (
+    "a rate from 0 to 1 (acceptance: 0.8), {dist: fixed, rate}, {dist: uniform, low, high}, "
+    "{dist: beta, mean, concentration} or {dist: trace} (the trace's acceptance column)"
+)
+"""The forms ``acceptance`` takes, in words (its error lists them)."""
+
+
 def _rate_shorthand(value: Any) -> Any:
-    """Let ``acceptance: 0.8`` mean a fixed rate."""
+    """Let ``acceptance: 0.8`` mean a fixed rate; anything else but a mapping is refused
+    with the forms accepted (``"80%"`` is neither)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return {"dist": "fixed", "rate": value}
+    if not isinstance(value, dict | BaseModel):  # (a model: validated again, as it is)
+        raise ValueError(f"expected {ACCEPTANCE_FORMS}; got {shown(value)}")
     return value
 
 
@@ -115,9 +126,7 @@ class SpecDecodingConfig(StrictModel):
     )
     acceptance: AcceptanceDistribution = Field(
         default_factory=lambda: FixedAcceptance(rate=0.8),
-        description="per-token acceptance rate of each request: a number, {dist: uniform, "
-        "low, high}, {dist: beta, mean, concentration}, or {dist: trace} (the trace's "
-        "acceptance column)",
+        description=f"per-token acceptance rate of each request: {ACCEPTANCE_FORMS}",
     )
 
 

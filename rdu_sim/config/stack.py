@@ -139,6 +139,7 @@ class HostWorkConfig(StrictModel):
 
 
 Sampling = Literal["host", "device"]
+SpeculativeRounds = Literal["one_program", "step_by_step"]
 BatchPrograms = Literal["any", "powers_of_two"]
 DecodeProgram = Literal["all_slots", "live"]
 BatchLimit = Literal["memory", "max_batch_slots", "batch_programs"]
@@ -182,6 +183,17 @@ class StackConfig(StrictModel):
         "sampling operator in the step, reading the logits where they are) or 'host' (the "
         "logits cross the host link first, serial with the device; the host's sampling is "
         "then part of host.serial_per_slot)",
+    )
+    speculative_rounds: SpeculativeRounds = Field(
+        default="step_by_step",
+        description="how a round of speculative decoding (the draft's k steps, then the "
+        "target's verify step) is launched: 'one_program', the whole round one compiled "
+        "program launched once (SambaStack's public program mapping compiles "
+        "speculative-decoding programs per (sequence length, batch, sd{k}): the drafted "
+        "tokens never return to the host between draft steps), so the host's time is that "
+        "of one step, paid by the verify step, and the draft's steps take their device "
+        "time alone; 'step_by_step', every step of the round launched on its own and paying "
+        "the host's time of a step (a two-model draft/target loop: TensorRT-LLM's, vLLM's)",
     )
     kv_page_tokens: int | None = Field(
         default=None,

@@ -406,6 +406,15 @@ def _bound_label(result: RunSummary) -> str:
     return bound_label(step.times()[step.bound], step.step_s)
 
 
+def _decode_step_words(result: RunSummary) -> str:
+    """What the run's decode step is: under speculative decoding the target's verify step,
+    k + 1 tokens a slot (the draft's steps are not among the target's steps)."""
+    spec = result.speculation
+    if spec is None or spec.decoding is None:
+        return "decode step"
+    return f"verify step ({spec.decoding.draft_tokens + 1} tokens a slot)"
+
+
 def _bound(result: RunSummary) -> str:
     step = result.decode_step
     if step is None:
@@ -440,7 +449,7 @@ def serving_table(result: RunSummary) -> Table:
         ("output tokens/s, all slots busy (steady window)", steady_decode(result)),
         (ONE_USER, human.rate(result.user_tokens_per_s.p50, "tok/s")),
         ("prefill of a typical prompt", human.duration(result.prefill_s)),
-        (f"decode step {_bound_label(result)}", _bound(result)),
+        (f"{_decode_step_words(result)} {_bound_label(result)}", _bound(result)),
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),

@@ -20,8 +20,16 @@ def _speedup(decoding: SpeculativeDecoding) -> str:
     )
 
 
+def _draft_share(decoding: SpeculativeDecoding) -> str:
+    """The draft's k steps' share of a round (each a mean over the rounds run)."""
+    share, round_s = decoding.draft_share_of_round, decoding.round_s
+    if share is None or round_s is None:
+        return human.MISSING
+    return f"{human.percent(share)} ({human.duration(share * round_s)} of the round)"
+
+
 def speculation_table(spec: SpeculationSummary) -> Table:
-    """The draft, its share of time and memory, rounds and acceptance, prefill saving."""
+    """The draft, its memory, rounds and acceptance, its share of a round, prefill saving."""
     table = Table(title="Speculation", title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -32,7 +40,6 @@ def speculation_table(spec: SpeculationSummary) -> Table:
             "draft memory per socket",
             f"{human.size(memory.weights_bytes)} weights, {human.size(memory.kv_bytes)} KV",
         ),
-        ("draft share of step time", f"{100 * spec.draft_time_share:.1f}%"),
         (
             "draft step shapes simulated",
             f"{spec.draft_shapes:,} for {human.count(spec.draft_steps, 'step')} (each "
@@ -50,6 +57,7 @@ def speculation_table(spec: SpeculationSummary) -> Table:
                 f"{decoding.expected_tokens_per_step:.3f}",
             ),
             ("rounds (target verify steps)", f"{decoding.rounds:,}"),
+            ("draft steps' share of a round", _draft_share(decoding)),
             ("decode speedup over plain steps", _speedup(decoding)),
         ]
     prefill = spec.prefill

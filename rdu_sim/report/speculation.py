@@ -1,5 +1,5 @@
 """The metrics of speculation in a run: accepted tokens per target step, the draft's share of
-the time and memory, what speculative prefill saved. ``summary.py`` adds them to the run's
+a round and of memory, what speculative prefill saved. ``summary.py`` adds them to the run's
 summary (``speculation``, ``accepted_tokens_per_step``); docs/serving.md defines them."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.serving.acceptance import expected_tokens_per_round
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.speculative import PrefillSaving
-from rdu_sim.serving.step_cache import PS_PER_S, StepCache
+from rdu_sim.serving.step_cache import PS_PER_S
 
 __all__ = [
     "DraftMemory",
@@ -51,6 +51,8 @@ class SpeculativeDecoding:
     round_s: float | None = None  # a round's mean time: the draft's steps, link, verify
     plain_step_s: float | None = None  # the plain decode step's, at the same buckets
     speedup: float | None = None  # tokens per round x plain_step_s / round_s
+    # the draft's steps' share of round_s (their mean time over the rounds', the same weights)
+    draft_share_of_round: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,6 @@ class SpeculationSummary:
     placement: str
     draft_tp: int
     draft_memory: DraftMemory
-    draft_time_share: float
     decoding: SpeculativeDecoding | None
     prefill: PrefillSaving | None
     # the draft's own step cache: shapes simulated and steps run (the run's step_cache is
@@ -76,11 +77,6 @@ def draft_devices(summary: SpeculationSummary | None) -> int:
     return summary.draft_tp if summary is not None and summary.placement == "separate" else 0
 
 
-def busy_seconds(cache: StepCache) -> float:
-    """Time of every step the cache counted."""
-    return float(sum(count * cache.step_s(shape) for shape, count in cache.steps.items()))
-
-
 def _draft_memory(run: ServingRun) -> DraftMemory:
     """A shared draft's tensors in the target's plan, or a separate draft's own plan."""
     if run.draft_placement is not None:
@@ -93,24 +89,26 @@ def _draft_memory(run: ServingRun) -> DraftMemory:
     )
 
 
-def _against_plain(run: ServingRun) -> tuple[float, float] | None:
-    """(a round's mean time, the target's plain decode step's mean time), in seconds, over
-    the rounds the run ran, each bucket weighted by its rounds: the times the serving level
-    advanced by (``Speculation.round_ps``), and the step it would have advanced by without
+def _against_plain(run: ServingRun) -> tuple[float, float, float] | None:
+    """(a round's mean time, the target's plain decode step's mean time, the draft's steps'
+    mean time in a round), in seconds, over the rounds the run ran, each bucket weighted by
+    its rounds: the times the serving level advanced by (``Speculation.round_ps``, of which
+    ``Speculation.draft_ps`` the draft's), and the step it would have advanced by without
     the draft (``Speculation.plain_shape``, at the same batch slots and bucket; simulated
     for the comparison, not counted among the run's steps). None before any round ran."""
     speculation, target = run.speculation, run.cache
     assert speculation is not None
-    rounds = round_ps = plain_ps = 0
+    rounds = round_ps = plain_ps = draft_ps = 0
     for shape, count in target.steps.items():
         if shape.phase != "decode" or shape != speculation.round_shapes(shape.cache_len)[0]:
             continue
         rounds += count
         round_ps += count * speculation.round_ps(target, shape.cache_len)
         plain_ps += count * target.times.timed(speculation.plain_shape(shape.cache_len)).step_ps
+        draft_ps += count * speculation.draft_ps(shape.cache_len)
     if not rounds:
         return None
-    return round_ps / rounds / PS_PER_S, plain_ps / rounds / PS_PER_S
+    return round_ps / rounds / PS_PER_S, plain_ps / rounds / PS_PER_S, draft_ps / rounds / PS_PER_S
 
 
 def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
@@ -130,7 +128,7 @@ def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
     total = int(rounds.sum())
     tokens_per_round = float(emitted.sum() / total) if total else None
     times = _against_plain(run)
-    round_s, plain_s = times if times is not None else (None, None)
+    round_s, plain_s, draft_s = times if times is not None else (None, None, None)
 
     return SpeculativeDecoding(
         draft_tokens=k,
@@ -149,6 +147,7 @@ def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
         speedup=tokens_per_round * plain_s / round_s
         if tokens_per_round is not None and plain_s is not None and round_s is not None
         else None,
+        draft_share_of_round=draft_s / round_s if draft_s is not None and round_s else None,
     )
 
 
@@ -160,12 +159,13 @@ def speculation_warnings(summary: SpeculationSummary | None) -> list[str]:
         return []
     assert summary is not None and decoding.round_s is not None
     assert decoding.plain_step_s is not None and decoding.accepted_tokens_per_step is not None
+    assert decoding.draft_share_of_round is not None
     return [
         f"speculation makes decoding slower: a round ({human.duration(decoding.round_s)}, the "
         f"draft's steps and the verify step) emits {decoding.accepted_tokens_per_step:.3g} "
         f"tokens a slot where the plain decode step ({human.duration(decoding.plain_step_s)}) "
-        f"emits 1, {human.ratio(decoding.speedup)} the plain rate; the draft "
-        f"({summary.draft}) takes {human.percent(summary.draft_time_share)} of the step time"
+        f"emits 1, {human.ratio(decoding.speedup)} the plain rate; the draft's steps "
+        f"({summary.draft}) take {human.percent(decoding.draft_share_of_round)} of a round"
     ]
 
 
@@ -174,14 +174,11 @@ def speculation_summary(run: ServingRun) -> SpeculationSummary | None:
     speculation, draft = run.speculation, run.scenario.draft
     if speculation is None or draft is None:
         return None
-    draft_busy = busy_seconds(speculation.draft_cache)
-    target_busy = busy_seconds(run.cache)
     return SpeculationSummary(
         draft=draft.model.name,
         placement=speculation.config.placement,
         draft_tp=draft.tp,
         draft_memory=_draft_memory(run),
-        draft_time_share=draft_busy / (draft_busy + target_busy) if draft_busy else 0.0,
         decoding=_decoding(run),
         prefill=run.prefill_saving,
         draft_shapes=len(speculation.draft_cache.shapes),

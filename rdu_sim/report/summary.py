@@ -488,6 +488,8 @@ def request_columns(records: ServingRecords, rows: slice = slice(None)) -> dict[
     if records.speculation == "prefill":
         columns["kept_prompt_tokens"] = records.target_prompt_tokens[rows]
     if records.speculation == "decoding":
+        if records.acceptance_rates is not None:
+            columns["acceptance_rate"] = records.acceptance_rates[rows]
         rounds = records.rounds[rows]
         columns["rounds"] = rounds
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -40,10 +40,10 @@ class ServingRecords:
     ``target_prompt_tokens`` (the kept tokens under speculative prefill; by default the
     prompts themselves, no copy).
     ``speculation``: "decoding" (decode steps are speculative rounds, ``rounds`` kept),
-    "prefill" (the target prefills the kept tokens) or "". ``keeps_series``: False for a
-    cluster replica's view, whose series is not kept. ``coe``: a Composition of Experts'
-    run, whose per-request expert arrays (below) have a value a request; any other run's are
-    empty."""
+    "prefill" (the target prefills the kept tokens) or "", ``acceptance_rates`` each request's
+    rate under speculative decoding. ``keeps_series``: False for a cluster replica's view,
+    whose series is not kept. ``coe``: a Composition of Experts' run, whose per-request
+    expert arrays (below) have a value a request; any other run's are empty."""
 
     prompt_tokens: NDArray[np.int64]
     output_tokens: NDArray[np.int64]
@@ -53,6 +53,9 @@ class ServingRecords:
     keeps_series: bool = True
     counts: StepCounts = field(default_factory=StepCounts)
     coe: bool = False
+    # Speculative decoding: each request's per-token acceptance rate, drawn before the run
+    # (``serving.acceptance.request_rates``); None otherwise.
+    acceptance_rates: NDArray[np.float64] | None = None
     target_prompt_tokens: NDArray[np.int64] = field(init=False)
     arrival_ps: NDArray[np.int64] = field(init=False)
     admit_ps: NDArray[np.int64] = field(init=False)  # first prefill step starts
@@ -82,6 +85,9 @@ class ServingRecords:
         object.__setattr__(self, "target_prompt_tokens", target_prompts)
         if self.speculation not in ("", "decoding", "prefill"):
             raise ValueError(f"unknown speculation {self.speculation!r}")
+        rates = self.acceptance_rates
+        if rates is not None and (self.speculation != "decoding" or rates.shape != (n,)):
+            raise ValueError("acceptance_rates needs speculative decoding and one rate a request")
         for name in ("arrival_ps", "admit_ps", "first_token_ps", "finish_ps", "slot"):
             object.__setattr__(self, name, _unset(n))
         for name in ("completions", "rounds", "accepted_drafts"):

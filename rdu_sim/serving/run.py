@@ -119,6 +119,7 @@ def _speculation(
         seed=serving.seed,
         rates=rates,
         link_ps=draft_link_ps(scenario, slots) if separate else 0,
+        one_program=scenario.stack.speculative_rounds == "one_program",
         ragged=scenario.stack.dynamic_batch,
     )
     return speculation

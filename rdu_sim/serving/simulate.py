@@ -38,7 +38,7 @@ def serve(
     if config.batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {config.batch_slots}")
     prompts = _read_only(requests.prompt_tokens)
-    target, kind = None, ""
+    target, kind, rates = None, "", None
     if speculation is not None:
         kind = "decoding" if speculation.config.decoding is not None else "prefill"
         target = np.fromiter(
@@ -46,7 +46,10 @@ def serve(
             dtype=np.int64,
             count=len(prompts),
         )
-    records = ServingRecords(prompts, _read_only(requests.output_tokens), target, kind)
+        rates = speculation.rates
+    records = ServingRecords(
+        prompts, _read_only(requests.output_tokens), target, kind, acceptance_rates=rates
+    )
     total = len(requests)
     timeline = Timeline()
     server = Server(

@@ -4,7 +4,10 @@ Speculative decoding (``speculation.decoding``): a decode "step" of the server i
 The draft runs ``DRAFT_CATCH_UP`` tokens per slot (catching up with the last round's
 outcome), then k - 1 single-token steps, drafting k tokens; the target verifies k + 1
 tokens per slot in one static step. Every step is a static shape timed by the engine through
-a step cache (the target's, and the draft's own). Each slot then advances by its own accepted
+a step cache (the target's, and the draft's own); a stack that runs a round as one program
+(``StackConfig.speculative_rounds``) pays its host's time once a round, with the verify step,
+so the draft's steps count their device time alone (:meth:`Speculation.draft_ps`). Each slot
+then advances by its own accepted
 tokens plus one (:class:`RoundSlots`, drawn per request by ``serving.acceptance``); the
 rejected tokens' cache entries are rolled back. The draft prefills every prompt too (it
 drafts from the whole context): the same prefill shapes, on the draft. On the target's
@@ -117,6 +120,7 @@ class Speculation:
     rates: NDArray[np.float64] | None = None  # per request (speculative decoding)
     ragged: bool = False  # prompts prefilled unpadded (a paged runtime: ``buckets``)
     link_ps: int = 0  # separate sockets: drafted tokens there and the verdict back, per round
+    one_program: bool = False  # a round is one launch (``StackConfig.speculative_rounds``)
     _round_ps: dict[int, int] = field(default_factory=dict, init=False)  # by decode bucket
 
     @property
@@ -142,13 +146,23 @@ class Speculation:
         a round stands in for, and what it is measured against (``report.speculation``)."""
         return StepShape("decode", self.batch_slots, 1, bucket)
 
+    def draft_ps(self, bucket: int) -> int:
+        """The draft's steps of a round at ``bucket`` (integer ps). The stack's rule
+        (``StackConfig.speculative_rounds``), here only: a round run as one program is
+        launched once, its verify step paying the host's time, so its draft steps take their
+        device time alone; a round run step by step pays each step's host time too."""
+        cache, (_, draft) = self.draft_cache, self.round_shapes(bucket)
+        if self.one_program:
+            return sum(cache.device_ps(s) for s in draft)
+        return sum(cache.step_ps(s) for s in draft)
+
     def round_ps(self, target: StepCache, bucket: int) -> int:
-        """One round's time at ``bucket`` (integer ps): the draft's steps, the link if any,
-        then the verify step."""
+        """One round's time at ``bucket`` (integer ps): the draft's steps
+        (:meth:`draft_ps`), the link if any, then the verify step."""
         known = self._round_ps.get(bucket)
         if known is None:
-            verify, draft = self.round_shapes(bucket)
-            total = sum(self.draft_cache.step_ps(s) for s in draft) + target.step_ps(verify)
+            verify = self.round_shapes(bucket)[0]
+            total = self.draft_ps(bucket) + target.step_ps(verify)
             known = self._round_ps[bucket] = total + self.link_ps
         return known
 

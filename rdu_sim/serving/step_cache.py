@@ -49,6 +49,7 @@ class StepCost:
     flops: float = 0.0  # matrix FLOPs of the step over all its sockets (0: not known)
     detail: Any = None  # the engine's full timing (for `--step` and reports), if any
     flops_util: float = 0.0  # matrix FLOPs / (step time x the socket's peak FLOP/s) (0..1)
+    host_s: float = 0.0  # of step_s, what the serving stack's host added to the device's step
 
 
 StepFn = Callable[[StepShape], StepCost]
@@ -69,10 +70,12 @@ class StepCounts:
 
 @dataclass(frozen=True)
 class TimedCost:
-    """A shape's cost and its time in integer picoseconds (what :class:`StepTimes` keeps)."""
+    """A shape's cost and its time in integer picoseconds (what :class:`StepTimes` keeps):
+    the whole step's, and the device's alone (without what the stack's host added)."""
 
     cost: StepCost
     step_ps: int
+    device_ps: int
 
 
 class StepTimes:
@@ -105,7 +108,9 @@ class StepTimes:
             if not cost.step_s > 0:
                 raise ValueError(f"step time of {shape} must be > 0 s, got {cost.step_s}")
             what = f"a {shape.phase} step (batch {shape.batch}, cache {shape.cache_len})"
-            known = self._known[shape] = TimedCost(cost, step_ps(cost.step_s, what))
+            whole = step_ps(cost.step_s, what)
+            device = step_ps(cost.step_s - cost.host_s, what) if cost.host_s else whole
+            known = self._known[shape] = TimedCost(cost, whole, device)
         return known
 
 
@@ -119,6 +124,7 @@ class StepEntry:
         self.shape = shape
         self.cost = timed.cost
         self.step_ps = timed.step_ps
+        self.device_ps = timed.device_ps  # the step without the stack's host time
         self.runs = 0
         self._listed = False  # in the cache's ``ran`` (run at least once)
 
@@ -162,6 +168,12 @@ class StepCache:
     def step_ps(self, shape: StepShape) -> int:
         """The step time of a shape in integer picoseconds (what the scheduler advances)."""
         return self.entry(shape).step_ps
+
+    def device_ps(self, shape: StepShape) -> int:
+        """The device's time of a shape's step in integer picoseconds: the step without what
+        the serving stack's host added to it (a step launched within a program that the host
+        launched once: ``StackConfig.speculative_rounds``)."""
+        return self.entry(shape).device_ps
 
     def step_s(self, shape: StepShape) -> float:
         """The step time the scheduler uses, in seconds (``step_ps / 1e12``)."""
