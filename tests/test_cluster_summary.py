@@ -277,6 +277,7 @@ def test_each_pools_kv_kept_is_recounted_from_the_requests(tmp_path: Path) -> No
         print_cluster_report(summary, Console(file=out, width=400))
         for name, pool in summary.pools.items():
             assert pool.kv_kept is not None
-            assert f"{name}: KV slot: {pool.kv_kept.layout}; of {pool.requests:,} requests" in (
-                out.getvalue()
+            assert (
+                f"pool {name}: KV slot: {pool.kv_kept.layout}; of {pool.requests:,} requests"
+                in (out.getvalue())
             )
