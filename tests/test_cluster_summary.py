@@ -278,6 +278,6 @@ def test_each_pools_kv_kept_is_recounted_from_the_requests(tmp_path: Path) -> No
         for name, pool in summary.pools.items():
             assert pool.kv_kept is not None
             assert (
-                f"pool {name}: KV slot: {pool.kv_kept.layout}; of {pool.requests:,} requests"
+                f"KV slot of pool {name}: {pool.kv_kept.layout}; of {pool.requests:,} requests"
                 in (out.getvalue())
             )

@@ -65,7 +65,7 @@ def kept_lines(result: ClusterSummary) -> list[str]:
     """Each pool's KV slot and what its policy cut of the requests it held, a line a pool
     (the single run's words, ``report.console.kept_words``)."""
     return [
-        f"pool {name}: {kept_words(pool.kv_kept, pool.requests)}"
+        kept_words(pool.kv_kept, pool.requests, f"KV slot of pool {name}")
         for name, pool in result.pools.items()
         if pool.kv_kept is not None
     ]

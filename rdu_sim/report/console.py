@@ -199,19 +199,19 @@ def kept_line(result: RunSummary) -> str:
     return kept_words(result.kv_kept, result.requests)
 
 
-def kept_words(kept: KeptCounts, requests: int) -> str:
-    """A KV policy's slot and what it cut of ``requests``, in a line:
+def kept_words(kept: KeptCounts, requests: int, label: str = "KV slot") -> str:
+    """A KV policy's slot and what it cut of ``requests``, in a line headed ``label``:
     ``KV slot: snapstream: 4 sinks + 30,716 selected + 2,048 ring = 32,768 tokens a slot;
     of 300 requests 12 had their prompt compressed at prefill, 40 outgrew the slot ...``."""
     if not kept.prompts_compressed and not kept.slots_wrapped:
-        return f"KV slot: {kept.layout}; no prompt compressed, no slot outgrown"
+        return f"{label}: {kept.layout}; no prompt compressed, no slot outgrown"
     dropped = (
         "the policy's decode eviction dropped the tokens it scored lowest"
         if kept.decode_evicts
         else "the ring overwrote their oldest tokens"
     )
     return (
-        f"KV slot: {kept.layout}; of {requests:,} requests {kept.prompts_compressed:,} "
+        f"{label}: {kept.layout}; of {requests:,} requests {kept.prompts_compressed:,} "
         f"had their prompt compressed at prefill, {kept.slots_wrapped:,} outgrew the slot "
         f"in decode ({dropped})"
     )
