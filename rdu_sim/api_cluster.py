@@ -190,6 +190,23 @@ class ClusterResult:
     run: ClusterRun
     labels: ClassLabels | None
     _summary: ClusterSummary | None = field(default=None, repr=False)
+    _requests: dict[str, NDArray[Any]] | None = field(default=None, repr=False)  # unpickled
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle of the result holds (one sent back from a worker process): its
+        scenario, labels, summary and per-request columns, computed here first. Not the live
+        simulation: ``run`` holds its replicas' SimPy processes, generators no pickle can
+        hold, and ``pools`` their runtimes. Unpickled, ``summary()``, ``to_dict()``,
+        ``to_json()``, ``requests()``, ``meta()`` and ``provenance()`` answer as here;
+        ``run`` is None and ``pools`` empty."""
+        return {
+            "scenario": self.scenario,
+            "pools": [],
+            "run": None,
+            "labels": self.labels,
+            "_summary": self.summary(),
+            "_requests": self.requests(),
+        }
 
     def meta(self) -> ClusterMeta:
         """Identity of the run (names, sizes, version; no paths, no clocks)."""
@@ -262,6 +279,8 @@ class ClusterResult:
 
     def requests(self) -> dict[str, NDArray[Any]]:
         """Per-request columns: status, lengths, replicas, times, TTFT, TPOT, KV transfer."""
+        if self._requests is not None:  # unpickled (``__getstate__``): as computed then
+            return {name: column.copy() for name, column in self._requests.items()}
         columns = request_columns(self.run)
         if self.labels is not None:
             columns["class"] = self.labels.values

@@ -10,6 +10,7 @@ once (the step cache). The result is plain data, :class:`ServingRun`; ``rdu_sim.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from rdu_sim.compiler.errors import SlotsCapacityError
 from rdu_sim.compiler.program import Placement, with_sram
@@ -111,7 +112,7 @@ def _speculation(
     separate = spec.placement == "separate"
     speculation = Speculation(
         config=spec,
-        draft_cache=StepCache(lambda shape: backend.step_cost(draft, shape)),
+        draft_cache=StepCache(partial(backend.step_cost, draft)),
         policy=scenario.kv_policy,
         batch_slots=slots,
         max_context=serving.max_context,
@@ -152,7 +153,8 @@ def serve_scenario(
     )
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     warn_unchunked(scenario, requests.prompt_tokens)
-    cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
+    # a partial, not a closure: the result (holding its cache) must pickle (``api`` docstring)
+    cache = StepCache(partial(backend.step_cost, scenario))
     speculation = _speculation(scenario, backend, slots, requests)
     config = ServerConfig(
         slots,

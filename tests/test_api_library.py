@@ -1,0 +1,157 @@
+"""rdu-sim embedded as a library in a long-lived service (a newcomer's trial): a result owns
+its inputs and hands out copies, crosses a process boundary, and the API refuses arguments
+of the wrong kind at the door, naming them."""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+
+from rdu_sim import api, native
+from rdu_sim.api_cluster import run_cluster
+from rdu_sim.serving.step_cache import StepCost
+
+W = "llama3.1-8b-1socket"
+HBM = {"capacity": "64 GiB", "bandwidth": "1.6 TB/s", "latency": "500 ns", "efficiency": 0.9}
+
+
+@pytest.fixture(scope="module")
+def small_run() -> api.RunResult:
+    return api.run(W, {"serving.requests": 8})
+
+
+def test_editing_the_callers_overrides_after_a_run_changes_nothing_of_it() -> None:
+    """The scenario kept the caller's nested dict (a shallow copy): editing it afterwards
+    rewrote the run's provenance."""
+    given = {"serving.requests": 8, "hw.socket.hbm": dict(HBM)}
+    result = api.run(W, given)
+    before = result.to_json()
+    given["hw.socket.hbm"]["bandwidth"] = "1 TB/s"
+    given["serving.requests"] = 9
+    assert result.to_json() == before
+    recorded = result.to_dict()["provenance"]["overrides"]
+    assert recorded == {"serving.requests": 8, "hw.socket.hbm": HBM}
+    assert result.scenario.overrides["hw.socket.hbm"] is not given["hw.socket.hbm"]
+
+
+def test_overrides_on_a_scenario_are_its_own_too() -> None:
+    base = api.load(W, {"serving.requests": 8})
+    given = {"hw.socket.hbm": dict(HBM)}
+    scenario = api.load(base, given)
+    given["hw.socket.hbm"]["bandwidth"] = "1 TB/s"
+    assert scenario.overrides["hw.socket.hbm"]["bandwidth"] == "1.6 TB/s"
+
+
+def test_to_dict_hands_out_a_copy_of_the_provenance(small_run: api.RunResult) -> None:
+    before = small_run.to_json()
+    data = small_run.to_dict()
+    data["provenance"]["overrides"]["serving.requests"] = 1_000
+    data["provenance"]["files"].clear()
+    assert small_run.to_json() == before
+
+
+def test_a_cluster_to_dict_hands_out_a_copy_of_the_provenance() -> None:
+    result = run_cluster("llama3.1-8b-chat", {"traffic.requests": 10})
+    before = result.to_json()
+    result.to_dict()["provenance"]["pools"].clear()
+    assert result.to_json() == before
+
+
+def test_a_run_result_round_trips_through_pickle(small_run: api.RunResult) -> None:
+    """Closures (``serve_scenario.<locals>.<lambda>``, the backend's compiler timer) made a
+    result unpicklable, so ``ProcessPoolExecutor().submit(api.run, ...)`` failed."""
+    back = pickle.loads(pickle.dumps(small_run))
+    assert back.to_json() == small_run.to_json()
+    # its step caches still answer, and simulate a new shape (the backend came along)
+    assert back.prefill_time(100) == small_run.prefill_time(100)
+    assert back.prefill_time(3_000) == small_run.prefill_time(3_000)
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        "samba-coe-150x8b-8socket",
+        "workloads/speculative/deepseek-r1-128k-snapstream-specprefill.yaml",
+    ],
+)
+def test_a_coe_and_a_speculative_run_round_trip(workload: str) -> None:
+    """A CoE run's caches (two closures) and a speculative run's draft cache and prefill
+    saving (compiled frozen dataclasses) pickle too."""
+    result = api.run(workload, {"serving.requests": 4})
+    assert pickle.loads(pickle.dumps(result)).to_json() == result.to_json()
+
+
+def test_a_step_round_trips_in_this_build() -> None:
+    """Compiled (mypyc), a frozen dataclass unpickled field by field and its frozen
+    ``__setattr__`` refused (FrozenInstanceError): ``rdu_sim.pickled``. The suite runs
+    compiled in CI, so this checks the build that ships."""
+    cost = api.step(W)
+    back = pickle.loads(pickle.dumps(cost))
+    assert isinstance(back, StepCost) and back == cost
+    assert back.detail.to_dict() == cost.detail.to_dict()
+    print("compiled:", native.compiled())
+
+
+def test_a_cluster_result_round_trips_detached() -> None:
+    result = run_cluster("llama3.1-8b-chat", {"traffic.requests": 10})
+    columns = result.requests()
+    back = pickle.loads(pickle.dumps(result))
+    assert back.to_json() == result.to_json()
+    assert back.run is None and back.pools == []  # the live simulation stays behind
+    assert back.requests().keys() == columns.keys()
+    for name, column in columns.items():
+        np.testing.assert_array_equal(back.requests()[name], column, err_msg=name)
+
+
+def test_results_come_back_from_a_process_pool() -> None:
+    """The trial's failure: a worker's result could not be pickled back (and a step's
+    broke the pool in the compiled build)."""
+    with ProcessPoolExecutor(1) as pool:
+        step = pool.submit(api.step, W).result()
+        run = pool.submit(api.run, W, {"serving.requests": 8}).result()
+    assert step == api.step(W)
+    assert run.to_json() == api.run(W, {"serving.requests": 8}).to_json()
+
+
+def test_every_compiled_frozen_dataclass_pickles_by_its_fields() -> None:
+    """The rule of ``rdu_sim.pickled``, for every frozen dataclass of a compiled module (a new
+    one would unpickle in the pure build and break in the compiled one); each field is a
+    positional argument of its constructor, as ``by_fields`` passes them."""
+    import ast
+    import dataclasses
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    listed = [
+        line.strip()
+        for line in (root / "native-modules.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    checked = []
+    for path in listed:
+        tree = ast.parse((root / path).read_text())
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            frozen = any(
+                isinstance(d, ast.Call)
+                and any(k.arg == "frozen" and getattr(k.value, "value", False) for k in d.keywords)
+                for d in node.decorator_list
+            )
+            if not frozen:
+                continue
+            methods = {
+                item.name: ast.unparse(item.body[-1])
+                for item in node.body
+                if isinstance(item, ast.FunctionDef)
+            }
+            assert methods.get("__reduce__") == "return by_fields(self)", f"{path}: {node.name}"
+            fields = dataclasses.fields(getattr(module, node.name))
+            assert all(f.init and not f.kw_only for f in fields), f"{path}: {node.name}"
+            checked.append(node.name)
+    assert {"StepCost", "TimedCost", "CollectiveTiming", "PrefillSaving"} <= set(checked)
