@@ -18,8 +18,9 @@ steps' results (``rdu_sim.engine.shared_steps``: keyed by every engine input, ne
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from rdu_sim.scenario import Scenario, load_scenario, with_overrides
 from rdu_sim.serving.backend import Backend, EngineBackend, resolve_batch_slots
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import default_step_shape as _default_step_shape
+from rdu_sim.serving.step_shape import dimension
 from rdu_sim.shapes import StepShape
 
 if TYPE_CHECKING:
@@ -57,7 +59,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-Overrides = Iterable[str] | Mapping[str, Any] | None
+Overrides = Mapping[str, Any] | list[str] | tuple[str, ...] | None
+"""``{"serving.requests": 8}`` or ``["serving.requests=8"]`` (``--set``'s form). Not
+``Iterable[str]``: a str is one, and ``"serving.requests=8"`` would type-check and then be
+read a character at a time; at run time a str is a TypeError naming ``overrides``."""
 Progress = Callable[[int, int], None]
 Workload = Scenario | str | Path
 
@@ -78,6 +83,42 @@ def load(scenario_or_path: Workload, overrides: Overrides = None) -> Scenario:
     return load_scenario(scenario_or_path, overrides)
 
 
+def _check_progress(progress: object) -> None:
+    """``progress`` is None or callable as ``progress(done, total)``, else a TypeError naming
+    it now, not from inside the scheduler once the simulation has started."""
+    if progress is None:
+        return
+    if not callable(progress):
+        raise TypeError(
+            f"progress must be None or a callable progress(done, total), not "
+            f"{type(progress).__name__} {progress!r}"
+        )
+    try:
+        signature = inspect.signature(progress)
+    except (TypeError, ValueError):  # a builtin without one: it answers for itself
+        return
+    try:
+        signature.bind(0, 0)
+    except TypeError:
+        raise TypeError(
+            f"progress must take two arguments, progress(done, total); {progress!r} takes "
+            f"{signature}"
+        ) from None
+
+
+def _check_step(phase: object, batch: object, tokens: object, context: object) -> None:
+    """A step's options checked before anything loads: ``phase`` a str, each dimension an
+    integer in range (``serving.step_shape.dimension``: a TypeError or a StepShapeError
+    naming it)."""
+    if not isinstance(phase, str):
+        raise TypeError(
+            f"phase must be 'decode' or 'prefill', not {type(phase).__name__} {phase!r}"
+        )
+    dimension("batch", batch, 1)
+    dimension("tokens", tokens, 1)
+    dimension("context", context, 0)
+
+
 def run(
     scenario_or_path: Workload,
     overrides: Overrides = None,
@@ -89,6 +130,7 @@ def run(
     from rdu_sim.report.run_result import RunResult
     from rdu_sim.serving.run import serve_scenario
 
+    _check_progress(progress)
     scenario = load(scenario_or_path, overrides)
     return RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
 
@@ -129,6 +171,7 @@ def step(
     collects its trace records (``detail.records``, for ``rdu_sim.report.trace``). The
     timing is the same either way. ``record`` with a ``backend`` needs a recording one
     (``EngineBackend(record=True)``)."""
+    _check_step(phase, batch, tokens, context)
     scenario = load(scenario_or_path, overrides)
     if backend is None:
         backend = EngineBackend(record=record)
@@ -156,6 +199,7 @@ def inspect_graph(
     (kernels, stages, placement, the layer graph), as JSON-ready data."""
     from rdu_sim.compiler import inspect as compiler_inspect
 
+    _check_step(phase, batch, tokens, context)
     scenario = load(scenario_or_path, overrides)
     backend = EngineBackend()
     shape = default_step_shape(

@@ -5,11 +5,13 @@ of the wrong kind at the door, naming them."""
 from __future__ import annotations
 
 import pickle
+import re
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
 
+import rdu_sim
 from rdu_sim import api, native
 from rdu_sim.api_cluster import run_cluster
 from rdu_sim.serving.step_cache import StepCost
@@ -155,3 +157,100 @@ def test_every_compiled_frozen_dataclass_pickles_by_its_fields() -> None:
             assert all(f.init and not f.kw_only for f in fields), f"{path}: {node.name}"
             checked.append(node.name)
     assert {"StepCost", "TimedCost", "CollectiveTiming", "PrefillSaving"} <= set(checked)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"batch": 0}, "batch must be >= 1, got 0"),
+        ({"batch": -3}, "batch must be >= 1, got -3"),
+        ({"tokens": 0}, "tokens must be >= 1, got 0"),
+        ({"context": -1}, "context must be >= 0, got -1"),
+        ({"phase": "bogus"}, "phase must be 'decode' or 'prefill', got 'bogus'"),
+    ],
+)
+def test_a_step_out_of_range_is_an_input_error_naming_the_option(
+    options: dict[str, object], named: str
+) -> None:
+    """``batch=0`` silently became the default batch (``batch or batch_slots()``), ``-3`` a
+    bare ValueError, and StepShapeError was no InputError, so README's ``except
+    rdu_sim.InputError`` missed ``phase="bogus"``."""
+    from rdu_sim.serving.step_shape import StepShapeError
+
+    with pytest.raises(rdu_sim.InputError, match=re.escape(named)) as caught:
+        api.step(W, **options)  # type: ignore[arg-type]
+    assert isinstance(caught.value, StepShapeError)
+    assert caught.value.option == next(iter(options))
+    with pytest.raises(rdu_sim.InputError, match=re.escape(named)):
+        api.inspect_graph(W, **options)  # type: ignore[arg-type]
+
+
+def test_a_step_of_batch_one_is_batch_one() -> None:
+    assert api.step(W, batch=1).detail.batch == 1
+    assert api.step(W, phase="prefill", batch=2, tokens=256, context=0).detail.batch == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"batch": "4"}, "batch must be an integer or None, not str '4'"),
+        ({"batch": 4.0}, "batch must be an integer or None, not float 4.0"),
+        ({"tokens": True}, "tokens must be an integer or None, not bool True"),
+        ({"phase": 1}, "phase must be 'decode' or 'prefill', not int 1"),
+    ],
+)
+def test_a_step_option_of_the_wrong_type_is_a_type_error_naming_it(
+    options: dict[str, object], named: str
+) -> None:
+    with pytest.raises(TypeError, match=re.escape(named)):
+        api.step(W, **options)  # type: ignore[arg-type]
+
+
+def test_a_numpy_integer_is_an_integer() -> None:
+    assert api.step(W, batch=np.int64(2)).detail.batch == 2  # type: ignore[arg-type]
+
+
+def test_studies_refuse_a_zero_batch_and_keep_a_given_context() -> None:
+    """``decode_over_batches(..., context=0)`` used the workload's 8192 and dropped
+    ``batch=0`` silently."""
+    from rdu_sim import studies
+
+    with pytest.raises(rdu_sim.InputError, match="batches must be >= 1, got 0"):
+        studies.decode_over_batches(W, [0, 1], policies=("full",))
+    with pytest.raises(rdu_sim.InputError, match="context must be >= 1, got 0"):
+        studies.decode_over_batches(W, [1], policies=("full",), context=0)
+    with pytest.raises(rdu_sim.InputError, match="batch must be >= 1, got 0"):
+        studies.decode_over_contexts(W, [4096], policies=("full",), batch=0)
+    (row,) = studies.decode_over_batches(W, [1], policies=("full",), context=4096)
+    assert row["cache_len"] == 4096 and row["batch_slots"] == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "shown"),
+    [("serving.requests=4", "not str 'serving.requests=4'"), (42, "not int 42")],
+)
+def test_overrides_that_are_a_str_or_no_iterable_are_a_type_error(
+    overrides: object, shown: str
+) -> None:
+    """A str was read one character at a time (``--set: s: an override must look like
+    ...``); 42 gave a bare "'int' object is not iterable"."""
+    for call in (
+        lambda: api.run(W, overrides),  # type: ignore[arg-type]
+        lambda: api.load(api.load(W), overrides),  # type: ignore[arg-type]
+        lambda: run_cluster("llama3.1-8b-chat", overrides),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match="overrides must be a mapping") as caught:
+            call()
+        assert shown in str(caught.value) and "['serving.requests=8']" in str(caught.value)
+    with pytest.raises(TypeError, match="each of an iterable of overrides must be a"):
+        api.run(W, ["serving.requests=4", 5])  # type: ignore[list-item]
+
+
+def test_a_progress_that_cannot_be_called_so_is_refused_before_the_run() -> None:
+    with pytest.raises(TypeError, match="progress must be None or a callable"):
+        api.run(W, {"serving.requests": 4}, progress=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"progress must take two arguments.*\(done\)"):
+        api.run(W, {"serving.requests": 4}, progress=lambda done: None)  # type: ignore[arg-type]
+    seen: list[int] = []
+    api.run(W, {"serving.requests": 4}, progress=lambda done, *rest: seen.append(done))
+    assert seen == [1, 2, 3, 4]
