@@ -34,6 +34,7 @@ from rdu_sim.shapes import StepShape
 
 if TYPE_CHECKING:
     from rdu_sim.report.run_result import RunResult
+    from rdu_sim.report.step_report import StepReport
 
 __all__ = [
     "Backend",
@@ -46,6 +47,7 @@ __all__ = [
     "run",
     "share_steps",
     "step",
+    "step_report",
 ]
 
 
@@ -184,6 +186,28 @@ def step(
         scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
     )
     return backend.step_cost(scenario, shape)
+
+
+def step_report(
+    scenario_or_path: Workload,
+    overrides: Overrides = None,
+    *,
+    phase: str = "decode",
+    batch: int | None = None,
+    tokens: int | None = None,
+    context: int | None = None,
+) -> StepReport:
+    """Simulate one static step as :func:`step` does and report it: ``.to_dict()`` is the
+    JSON of ``rdu-sim step --json`` (the same builder: ``rdu_sim.report.step_report``; bound,
+    memory, model FLOPs, layout, provenance, ...), ``.cost`` what :func:`step` returns,
+    ``.timing`` the engine's StepTiming, ``.program`` the compiled step."""
+    from rdu_sim.report.step_report import step_report as report_of
+
+    _check_step(phase, batch, tokens, context)
+    scenario = load(scenario_or_path, overrides)
+    backend = EngineBackend()
+    cost = step(scenario, phase=phase, batch=batch, tokens=tokens, context=context, backend=backend)
+    return report_of(scenario, cost, backend, phase, batch=batch, tokens=tokens, context=context)
 
 
 def inspect_graph(

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from rdu_sim.engine.timing import StepTiming
 from rdu_sim.pickled import Reduced, by_fields
 from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
 from rdu_sim.shapes import StepShape
@@ -48,7 +48,7 @@ class StepCost:
     hbm_util: float = 0.0  # HBM bytes moved / (step time x peak HBM bandwidth) (0..1)
     pcu_util: float = 0.0  # fraction of PCU-time busy during the step (0..1)
     flops: float = 0.0  # matrix FLOPs of the step over all its sockets (0: not known)
-    detail: Any = None  # the engine's full timing (for `--step` and reports), if any
+    detail: StepTiming | None = None  # the engine's full timing (for `step` and reports)
     flops_util: float = 0.0  # matrix FLOPs / (step time x the socket's peak FLOP/s) (0..1)
 
     def __reduce__(self) -> Reduced:
