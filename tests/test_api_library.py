@@ -254,3 +254,41 @@ def test_a_progress_that_cannot_be_called_so_is_refused_before_the_run() -> None
     seen: list[int] = []
     api.run(W, {"serving.requests": 4}, progress=lambda done, *rest: seen.append(done))
     assert seen == [1, 2, 3, 4]
+
+
+def test_share_steps_shares_in_the_callers_thread_only() -> None:
+    """``share_steps()`` counted its depth in a module global: a thread that never entered
+    the block shared the memo of one that had."""
+    import threading
+
+    from rdu_sim.compiler import shared_programs
+    from rdu_sim.engine import shared_steps
+
+    inside, leave = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def holder() -> None:
+        with api.share_steps():
+            seen.append(shared_programs.active())
+            inside.set()
+            leave.wait(60)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert inside.wait(60)
+        assert seen == [True]
+        assert not shared_programs.active()  # this thread never entered the block
+        before = dict(shared_steps.stats)
+        api.step(W, batch=3)
+        api.step(W, batch=3)
+        assert shared_steps.stats == before  # computed afresh, the memo untouched
+        with api.share_steps():
+            assert shared_programs.active()
+            api.step(W, batch=3)
+            api.step(W, batch=3)
+        assert shared_steps.stats["hits"] >= before["hits"] + 1
+    finally:
+        leave.set()
+        thread.join()
+    assert not shared_programs.active()
