@@ -1,19 +1,40 @@
 """The public, in-process API: what the CLI, sweeps, plots and notebooks call.
 
-    >>> from rdu_sim.api import run
+    >>> from rdu_sim.api import run, step_report
     >>> result = run("workloads/deepseek-r1-128k-snapstream.yaml",
     ...              overrides={"serving.requests": 200})
     >>> result.to_dict()["decode_tokens_per_s"]             # the JSON contract
     >>> result.requests()["ttft_s"]                         # per-request columns
     >>> result.timeseries()["occupied"]                     # slot occupancy over time
+    >>> step_report("llama3.1-8b-1socket", batch=4).to_dict()["bound"]   # `step --json`
 
-A facade: each function loads the workload (``rdu_sim.scenario``) and hands it to the room
-that owns the job: serving runs (``rdu_sim.serving.run``), the default step shape
-(``rdu_sim.serving.step_shape``), the compiler's view of a step (``rdu_sim.compiler.inspect``),
-the report's view of a run (``rdu_sim.report.run_result``). Nothing is written to disk and no
-global state is touched, so calls in one process are independent and repeatable; only
-inside ``share_steps()`` (what a sweep's worker wraps its points in) do runs share equal
-steps' results (``rdu_sim.engine.shared_steps``: keyed by every engine input, never stale).
+(tests/test_api_examples.py runs these examples.) A facade: each function loads the workload
+(``rdu_sim.scenario``) and hands it to the room that owns the job: serving runs
+(``rdu_sim.serving.run``), the default step shape (``rdu_sim.serving.step_shape``), the
+compiler's view of a step (``rdu_sim.compiler.inspect``), the report's views of a run and a
+step (``rdu_sim.report.run_result``, ``rdu_sim.report.step_report``). Nothing is written to
+disk, so calls in one process are independent and repeatable. Process-wide state: none a
+result depends on; ``share_steps()`` (what a sweep's worker wraps its points in) lets the
+calls made inside it, in the caller's own thread, share equal steps' results through
+per-process memos (``rdu_sim.engine.shared_steps``: keyed by every engine input, never
+stale; the same numbers either way), and a thread not inside it computes afresh.
+
+What a caller owns: a result keeps deep copies of the overrides it was given (editing the
+dict afterwards changes nothing of it), and ``to_dict()`` returns a new dict each call.
+Results are compared and hashed by identity (compare two runs' ``to_json()``).
+
+Across a process boundary (``ProcessPoolExecutor().submit(run, ...)``): a RunResult pickles
+whole (its scenario, records and step caches, whose backend comes along without its
+compilers, a cache rebuilt on first use), as do ``step``'s StepCost and a StepReport,
+compiled or not (``rdu_sim.pickled``); a ClusterResult pickles its summary and request
+columns, not its live simulation (``api_cluster``). The unpickled result's ``to_json()``
+equals the original's. Errors cross as themselves: ``rdu_sim.InputError`` subclasses for
+bad input.
+
+Arguments are checked at the door: a workload that is no path, overrides that are a str,
+a ``progress`` that cannot be called as ``progress(done, total)``, or a step dimension that
+is not an integer is a TypeError naming the argument; a step dimension out of range (a
+batch of 0) a ``StepShapeError``, an ``rdu_sim.InputError``.
 """
 
 from __future__ import annotations

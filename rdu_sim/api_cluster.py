@@ -1,10 +1,15 @@
 """The public, in-process API for clusters: what `rdu-sim run CLUSTER` and `rdu-sim plan` call.
 
     >>> from rdu_sim.api_cluster import run_cluster
-    >>> result = run_cluster("workloads/cluster-llama3.1-8b.yaml")
+    >>> result = run_cluster("workloads/clusters/llama3.1-8b-chat.yaml",
+    ...                      {"traffic.requests": 40})   # or the shipped name: llama3.1-8b-chat
     >>> result.summary().goodput.fraction                # typed (report.cluster_summary)
     >>> result.to_dict()["goodput"]                      # the JSON contract (docs/cluster.md)
-    >>> result.requests()["replica"]                     # per-request columns
+    >>> result.requests()["replica"]                     # per-request columns (NaN: none)
+
+(tests/test_api_examples.py runs these examples.) A ClusterResult pickles (a worker process
+can return it) without its live simulation: ``ClusterResult.__getstate__`` says what comes
+along.
 
 ``run_cluster`` loads and validates the cluster file and its pools' workloads, reads the
 traffic (a trace or a synthetic mix), applies the context limit (rejecting or truncating,
@@ -181,9 +186,10 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
     return resolved
 
 
-@dataclass
+@dataclass(eq=False)
 class ClusterResult:
-    """Everything a cluster run produced: pools, the run's records, the metrics dict."""
+    """Everything a cluster run produced: pools, the run's records, the metrics dict.
+    Compared and hashed by identity, as a ``RunResult`` is (compare two by ``to_json()``)."""
 
     scenario: ClusterScenario
     pools: list[PoolResolved]
@@ -278,7 +284,12 @@ class ClusterResult:
         return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
 
     def requests(self) -> dict[str, NDArray[Any]]:
-        """Per-request columns: status, lengths, replicas, times, TTFT, TPOT, KV transfer."""
+        """Per-request columns: status, lengths, replicas, times, TTFT, TPOT, KV transfer;
+        new arrays each call. ``replica`` and ``decode_replica`` are float64: the replica's
+        index, NaN where none applies (a rejected request reached no replica; a mixed
+        replica's request has no decode replica), as ``requests.csv`` leaves those cells
+        empty (docs/cluster.md); ``np.nan_to_num(column, nan=-1).astype(int)`` gives -1
+        there. Times are NaN likewise where they do not apply."""
         if self._requests is not None:  # unpickled (``__getstate__``): as computed then
             return {name: column.copy() for name, column in self._requests.items()}
         columns = request_columns(self.run)

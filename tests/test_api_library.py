@@ -292,3 +292,31 @@ def test_share_steps_shares_in_the_callers_thread_only() -> None:
         leave.set()
         thread.join()
     assert not shared_programs.active()
+
+
+def test_errors_cross_a_process_boundary_as_themselves() -> None:
+    """A StepShapeError's default pickle lost its option (and could not be rebuilt)."""
+    from rdu_sim.serving.step_shape import StepShapeError
+
+    with ProcessPoolExecutor(1) as pool:
+        with pytest.raises(StepShapeError, match="batch must be >= 1, got 0") as caught:
+            pool.submit(api.step, W, batch=0).result()
+        assert caught.value.option == "batch"
+        with pytest.raises(rdu_sim.InputError, match=re.escape("serving.requestz")):
+            pool.submit(api.run, W, {"serving.requestz": 1}).result()
+
+
+def test_results_are_compared_and_hashed_by_identity(small_run: api.RunResult) -> None:
+    """Frozen, yet ``hash(result)`` raised (dict fields) and ``==`` between two runs raised
+    (NumPy records): identity now, for a run and a cluster's result alike."""
+    again = api.run(W, {"serving.requests": 8})
+    assert small_run == small_run and small_run != again
+    assert hash(small_run) != hash(again) and {small_run: 1}[small_run] == 1
+    assert small_run.to_json() == again.to_json()  # what compares two runs
+    cluster = run_cluster("llama3.1-8b-chat", {"traffic.requests": 10})
+    assert {cluster: 1}[cluster] == 1 and cluster == cluster
+
+
+def test_a_step_report_round_trips() -> None:
+    report = api.step_report(W, batch=2)
+    assert pickle.loads(pickle.dumps(report)).to_dict() == report.to_dict()

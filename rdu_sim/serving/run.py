@@ -43,11 +43,15 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ServingRun:
     """Everything a serving run produced: its slots and memory plan, the requests it was
     given, the per-request records, the step cache (every shape it simulated and how often),
-    and the prefill time of the workload's typical prompt (``prefill_s``)."""
+    and the prefill time of the workload's typical prompt (``prefill_s``).
+
+    Compared and hashed by identity (``eq=False``): field by field, its NumPy records made
+    ``==`` raise and its dicts made ``hash`` raise although it is frozen. Two runs' results
+    compare by their JSON (``RunResult.to_json``); a run can key a dict."""
 
     scenario: Scenario
     batch_capacity: int

@@ -56,6 +56,11 @@ class StepShapeError(ValueError, InputError):
         super().__init__(message)
         self.option = option
 
+    def __reduce__(self) -> tuple[type[StepShapeError], tuple[str, str]]:
+        """Pickled with its option (an exception's default pickle passes ``args``, the
+        message alone): it crosses a process boundary as itself."""
+        return StepShapeError, (self.option, str(self))
+
 
 def dimension(option: str, value: object, low: int) -> int | None:
     """A step dimension as given (``batch``, ``tokens``, ``context``; None: not given,
