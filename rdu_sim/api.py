@@ -106,7 +106,7 @@ def load(scenario_or_path: Workload, overrides: Overrides = None) -> Scenario:
     return load_scenario(scenario_or_path, overrides)
 
 
-def _check_progress(progress: object) -> None:
+def check_progress(progress: object) -> None:
     """``progress`` is None or callable as ``progress(done, total)``, else a TypeError naming
     it now, not from inside the scheduler once the simulation has started."""
     if progress is None:
@@ -153,7 +153,7 @@ def run(
     from rdu_sim.report.run_result import RunResult
     from rdu_sim.serving.run import serve_scenario
 
-    _check_progress(progress)
+    check_progress(progress)
     scenario = load(scenario_or_path, overrides)
     return RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
 

@@ -33,7 +33,7 @@ from typing import Any
 from numpy.typing import NDArray
 
 from rdu_sim import __version__
-from rdu_sim.api import Backend, EngineBackend, Overrides, resolve_batch_slots
+from rdu_sim.api import Backend, EngineBackend, Overrides, check_progress, resolve_batch_slots
 from rdu_sim.cluster.replica import PoolRuntime
 from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
@@ -317,7 +317,9 @@ def run_cluster(
     *,
     backend: Backend | None = None,
 ) -> ClusterResult:
-    """Simulate a cluster serving its traffic; ``progress(done, total)`` as requests finish."""
+    """Simulate a cluster serving its traffic; ``progress(done, total)`` as requests finish
+    (checked first, as ``api.run`` checks it)."""
+    check_progress(progress)
     cluster = load(cluster_or_path, overrides)
     config = cluster.config
     requests = load_traffic(cluster)

@@ -320,3 +320,8 @@ def test_results_are_compared_and_hashed_by_identity(small_run: api.RunResult) -
 def test_a_step_report_round_trips() -> None:
     report = api.step_report(W, batch=2)
     assert pickle.loads(pickle.dumps(report)).to_dict() == report.to_dict()
+
+
+def test_a_cluster_run_checks_its_progress_first() -> None:
+    with pytest.raises(TypeError, match="progress must be None or a callable"):
+        run_cluster("llama3.1-8b-chat", {"traffic.requests": 4}, progress=5)  # type: ignore[arg-type]
