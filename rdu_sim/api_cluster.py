@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,6 +43,7 @@ from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import overridden
+from rdu_sim.config.show import cut_middle
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
@@ -301,7 +303,14 @@ class ClusterResult:
 def load(
     cluster_or_path: ClusterScenario | str | Path, overrides: Overrides = None
 ) -> ClusterScenario:
-    """A validated ClusterScenario from a path or an existing one (plus overrides)."""
+    """A validated ClusterScenario from a path or an existing one (plus overrides); anything
+    else a TypeError naming the argument (``run_cluster(42)`` was pathlib's, naming none)."""
+    if not isinstance(cluster_or_path, ClusterScenario | str | os.PathLike):
+        raise TypeError(
+            "cluster_or_path must be a ClusterScenario, a cluster file's path (str or Path) or "
+            f"a shipped cluster's name, not {type(cluster_or_path).__name__} "
+            f"{cut_middle(repr(cluster_or_path), 60)}"
+        )
     if isinstance(cluster_or_path, ClusterScenario):
         if not overrides:
             return cluster_or_path

@@ -325,3 +325,10 @@ def test_a_step_report_round_trips() -> None:
 def test_a_cluster_run_checks_its_progress_first() -> None:
     with pytest.raises(TypeError, match="progress must be None or a callable"):
         run_cluster("llama3.1-8b-chat", {"traffic.requests": 4}, progress=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("given", [42, None, ["c.yaml"]])
+def test_a_cluster_of_the_wrong_type_is_named(given: object) -> None:
+    with pytest.raises(TypeError, match="cluster_or_path must be a ClusterScenario") as caught:
+        run_cluster(given)  # type: ignore[arg-type]
+    assert type(given).__name__ in str(caught.value)
