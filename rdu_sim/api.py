@@ -1,25 +1,47 @@
 """The public, in-process API: what the CLI, sweeps, plots and notebooks call.
 
-    >>> from rdu_sim.api import run
+    >>> from rdu_sim.api import run, step_report
     >>> result = run("workloads/deepseek-r1-128k-snapstream.yaml",
     ...              overrides={"serving.requests": 200})
     >>> result.to_dict()["decode_tokens_per_s"]             # the JSON contract
     >>> result.requests()["ttft_s"]                         # per-request columns
     >>> result.timeseries()["occupied"]                     # slot occupancy over time
+    >>> step_report("llama3.1-8b-1socket", batch=4).to_dict()["bound"]   # `step --json`
 
-A facade: each function loads the workload (``rdu_sim.scenario``) and hands it to the room
-that owns the job: serving runs (``rdu_sim.serving.run``), the default step shape
-(``rdu_sim.serving.step_shape``), the compiler's view of a step (``rdu_sim.compiler.inspect``),
-the report's view of a run (``rdu_sim.report.run_result``). Nothing is written to disk and no
-global state is touched, so calls in one process are independent and repeatable; only
-inside ``share_steps()`` (what a sweep's worker wraps its points in) do runs share equal
-steps' results (``rdu_sim.engine.shared_steps``: keyed by every engine input, never stale).
+(tests/test_api_examples.py runs these examples.) A facade: each function loads the workload
+(``rdu_sim.scenario``) and hands it to the room that owns the job: serving runs
+(``rdu_sim.serving.run``), the default step shape (``rdu_sim.serving.step_shape``), the
+compiler's view of a step (``rdu_sim.compiler.inspect``), the report's views of a run and a
+step (``rdu_sim.report.run_result``, ``rdu_sim.report.step_report``). Nothing is written to
+disk, so calls in one process are independent and repeatable. Process-wide state: none a
+result depends on; ``share_steps()`` (what a sweep's worker wraps its points in) lets the
+calls made inside it, in the caller's own thread, share equal steps' results through
+per-process memos (``rdu_sim.engine.shared_steps``: keyed by every engine input, never
+stale; the same numbers either way), and a thread not inside it computes afresh.
+
+What a caller owns: a result keeps deep copies of the overrides it was given (editing the
+dict afterwards changes nothing of it), and ``to_dict()`` returns a new dict each call.
+Results are compared and hashed by identity (compare two runs' ``to_json()``).
+
+Across a process boundary (``ProcessPoolExecutor().submit(run, ...)``): a RunResult pickles
+whole (its scenario, records and step caches, whose backend comes along without its
+compilers, a cache rebuilt on first use), as do ``step``'s StepCost and a StepReport,
+compiled or not (``rdu_sim.pickled``); a ClusterResult pickles its summary and request
+columns, not its live simulation (``api_cluster``). The unpickled result's ``to_json()``
+equals the original's. Errors cross as themselves: ``rdu_sim.InputError`` subclasses for
+bad input.
+
+Arguments are checked at the door: a workload that is no path, overrides that are a str,
+a ``progress`` that cannot be called as ``progress(done, total)``, or a step dimension that
+is not an integer is a TypeError naming the argument; a step dimension out of range (a
+batch of 0) a ``StepShapeError``, an ``rdu_sim.InputError``.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +50,12 @@ from rdu_sim.scenario import Scenario, load_scenario, with_overrides
 from rdu_sim.serving.backend import Backend, EngineBackend, resolve_batch_slots
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import default_step_shape as _default_step_shape
+from rdu_sim.serving.step_shape import dimension
 from rdu_sim.shapes import StepShape
 
 if TYPE_CHECKING:
     from rdu_sim.report.run_result import RunResult
+    from rdu_sim.report.step_report import StepReport
 
 __all__ = [
     "Backend",
@@ -44,6 +68,7 @@ __all__ = [
     "run",
     "share_steps",
     "step",
+    "step_report",
 ]
 
 
@@ -57,7 +82,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-Overrides = Iterable[str] | Mapping[str, Any] | None
+Overrides = Mapping[str, Any] | list[str] | tuple[str, ...] | None
+"""``{"serving.requests": 8}`` or ``["serving.requests=8"]`` (``--set``'s form). Not
+``Iterable[str]``: a str is one, and ``"serving.requests=8"`` would type-check and then be
+read a character at a time; at run time a str is a TypeError naming ``overrides``."""
 Progress = Callable[[int, int], None]
 Workload = Scenario | str | Path
 
@@ -78,6 +106,42 @@ def load(scenario_or_path: Workload, overrides: Overrides = None) -> Scenario:
     return load_scenario(scenario_or_path, overrides)
 
 
+def check_progress(progress: object) -> None:
+    """``progress`` is None or callable as ``progress(done, total)``, else a TypeError naming
+    it now, not from inside the scheduler once the simulation has started."""
+    if progress is None:
+        return
+    if not callable(progress):
+        raise TypeError(
+            f"progress must be None or a callable progress(done, total), not "
+            f"{type(progress).__name__} {progress!r}"
+        )
+    try:
+        signature = inspect.signature(progress)
+    except (TypeError, ValueError):  # a builtin without one: it answers for itself
+        return
+    try:
+        signature.bind(0, 0)
+    except TypeError:
+        raise TypeError(
+            f"progress must take two arguments, progress(done, total); {progress!r} takes "
+            f"{signature}"
+        ) from None
+
+
+def _check_step(phase: object, batch: object, tokens: object, context: object) -> None:
+    """A step's options checked before anything loads: ``phase`` a str, each dimension an
+    integer in range (``serving.step_shape.dimension``: a TypeError or a StepShapeError
+    naming it)."""
+    if not isinstance(phase, str):
+        raise TypeError(
+            f"phase must be 'decode' or 'prefill', not {type(phase).__name__} {phase!r}"
+        )
+    dimension("batch", batch, 1)
+    dimension("tokens", tokens, 1)
+    dimension("context", context, 0)
+
+
 def run(
     scenario_or_path: Workload,
     overrides: Overrides = None,
@@ -89,6 +153,7 @@ def run(
     from rdu_sim.report.run_result import RunResult
     from rdu_sim.serving.run import serve_scenario
 
+    check_progress(progress)
     scenario = load(scenario_or_path, overrides)
     return RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
 
@@ -129,6 +194,7 @@ def step(
     collects its trace records (``detail.records``, for ``rdu_sim.report.trace``). The
     timing is the same either way. ``record`` with a ``backend`` needs a recording one
     (``EngineBackend(record=True)``)."""
+    _check_step(phase, batch, tokens, context)
     scenario = load(scenario_or_path, overrides)
     if backend is None:
         backend = EngineBackend(record=record)
@@ -141,6 +207,28 @@ def step(
         scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
     )
     return backend.step_cost(scenario, shape)
+
+
+def step_report(
+    scenario_or_path: Workload,
+    overrides: Overrides = None,
+    *,
+    phase: str = "decode",
+    batch: int | None = None,
+    tokens: int | None = None,
+    context: int | None = None,
+) -> StepReport:
+    """Simulate one static step as :func:`step` does and report it: ``.to_dict()`` is the
+    JSON of ``rdu-sim step --json`` (the same builder: ``rdu_sim.report.step_report``; bound,
+    memory, model FLOPs, layout, provenance, ...), ``.cost`` what :func:`step` returns,
+    ``.timing`` the engine's StepTiming, ``.program`` the compiled step."""
+    from rdu_sim.report.step_report import step_report as report_of
+
+    _check_step(phase, batch, tokens, context)
+    scenario = load(scenario_or_path, overrides)
+    backend = EngineBackend()
+    cost = step(scenario, phase=phase, batch=batch, tokens=tokens, context=context, backend=backend)
+    return report_of(scenario, cost, backend, phase, batch=batch, tokens=tokens, context=context)
 
 
 def inspect_graph(
@@ -156,6 +244,7 @@ def inspect_graph(
     (kernels, stages, placement, the layer graph), as JSON-ready data."""
     from rdu_sim.compiler import inspect as compiler_inspect
 
+    _check_step(phase, batch, tokens, context)
     scenario = load(scenario_or_path, overrides)
     backend = EngineBackend()
     shape = default_step_shape(

@@ -1,10 +1,15 @@
 """The public, in-process API for clusters: what `rdu-sim run CLUSTER` and `rdu-sim plan` call.
 
     >>> from rdu_sim.api_cluster import run_cluster
-    >>> result = run_cluster("workloads/cluster-llama3.1-8b.yaml")
+    >>> result = run_cluster("workloads/clusters/llama3.1-8b-chat.yaml",
+    ...                      {"traffic.requests": 40})   # or the shipped name: llama3.1-8b-chat
     >>> result.summary().goodput.fraction                # typed (report.cluster_summary)
     >>> result.to_dict()["goodput"]                      # the JSON contract (docs/cluster.md)
-    >>> result.requests()["replica"]                     # per-request columns
+    >>> result.requests()["replica"]                     # per-request columns (NaN: none)
+
+(tests/test_api_examples.py runs these examples.) A ClusterResult pickles (a worker process
+can return it) without its live simulation: ``ClusterResult.__getstate__`` says what comes
+along.
 
 ``run_cluster`` loads and validates the cluster file and its pools' workloads, reads the
 traffic (a trace or a synthetic mix), applies the context limit (rejecting or truncating,
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,7 +34,7 @@ from typing import Any
 from numpy.typing import NDArray
 
 from rdu_sim import __version__
-from rdu_sim.api import Backend, EngineBackend, Overrides, resolve_batch_slots
+from rdu_sim.api import Backend, EngineBackend, Overrides, check_progress, resolve_batch_slots
 from rdu_sim.cluster.replica import PoolRuntime
 from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
@@ -37,6 +43,7 @@ from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import overridden
+from rdu_sim.config.show import cut_middle
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
@@ -181,15 +188,33 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
     return resolved
 
 
-@dataclass
+@dataclass(eq=False)
 class ClusterResult:
-    """Everything a cluster run produced: pools, the run's records, the metrics dict."""
+    """Everything a cluster run produced: pools, the run's records, the metrics dict.
+    Compared and hashed by identity, as a ``RunResult`` is (compare two by ``to_json()``)."""
 
     scenario: ClusterScenario
     pools: list[PoolResolved]
     run: ClusterRun
     labels: ClassLabels | None
     _summary: ClusterSummary | None = field(default=None, repr=False)
+    _requests: dict[str, NDArray[Any]] | None = field(default=None, repr=False)  # unpickled
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle of the result holds (one sent back from a worker process): its
+        scenario, labels, summary and per-request columns, computed here first. Not the live
+        simulation: ``run`` holds its replicas' SimPy processes, generators no pickle can
+        hold, and ``pools`` their runtimes. Unpickled, ``summary()``, ``to_dict()``,
+        ``to_json()``, ``requests()``, ``meta()`` and ``provenance()`` answer as here;
+        ``run`` is None and ``pools`` empty."""
+        return {
+            "scenario": self.scenario,
+            "pools": [],
+            "run": None,
+            "labels": self.labels,
+            "_summary": self.summary(),
+            "_requests": self.requests(),
+        }
 
     def meta(self) -> ClusterMeta:
         """Identity of the run (names, sizes, version; no paths, no clocks)."""
@@ -261,7 +286,14 @@ class ClusterResult:
         return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
 
     def requests(self) -> dict[str, NDArray[Any]]:
-        """Per-request columns: status, lengths, replicas, times, TTFT, TPOT, KV transfer."""
+        """Per-request columns: status, lengths, replicas, times, TTFT, TPOT, KV transfer;
+        new arrays each call. ``replica`` and ``decode_replica`` are float64: the replica's
+        index, NaN where none applies (a rejected request reached no replica; a mixed
+        replica's request has no decode replica), as ``requests.csv`` leaves those cells
+        empty (docs/cluster.md); ``np.nan_to_num(column, nan=-1).astype(int)`` gives -1
+        there. Times are NaN likewise where they do not apply."""
+        if self._requests is not None:  # unpickled (``__getstate__``): as computed then
+            return {name: column.copy() for name, column in self._requests.items()}
         columns = request_columns(self.run)
         if self.labels is not None:
             columns["class"] = self.labels.values
@@ -271,7 +303,14 @@ class ClusterResult:
 def load(
     cluster_or_path: ClusterScenario | str | Path, overrides: Overrides = None
 ) -> ClusterScenario:
-    """A validated ClusterScenario from a path or an existing one (plus overrides)."""
+    """A validated ClusterScenario from a path or an existing one (plus overrides); anything
+    else a TypeError naming the argument (``run_cluster(42)`` was pathlib's, naming none)."""
+    if not isinstance(cluster_or_path, ClusterScenario | str | os.PathLike):
+        raise TypeError(
+            "cluster_or_path must be a ClusterScenario, a cluster file's path (str or Path) or "
+            f"a shipped cluster's name, not {type(cluster_or_path).__name__} "
+            f"{cut_middle(repr(cluster_or_path), 60)}"
+        )
     if isinstance(cluster_or_path, ClusterScenario):
         if not overrides:
             return cluster_or_path
@@ -287,7 +326,9 @@ def run_cluster(
     *,
     backend: Backend | None = None,
 ) -> ClusterResult:
-    """Simulate a cluster serving its traffic; ``progress(done, total)`` as requests finish."""
+    """Simulate a cluster serving its traffic; ``progress(done, total)`` as requests finish
+    (checked first, as ``api.run`` checks it)."""
+    check_progress(progress)
     cluster = load(cluster_or_path, overrides)
     config = cluster.config
     requests = load_traffic(cluster)

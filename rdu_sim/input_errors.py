@@ -12,7 +12,8 @@ __all__ = ["InputError"]
 class InputError(Exception):
     """The base of every error that means bad input: ConfigError (and the sweep database's
     StoreError), UnknownModelError, CapacityError, EventBudgetError, MissingDependencyError,
-    and outside code's (``rdu_sim.plugins``: PluginError, PolicyAnswerError).
+    StepShapeError (a step the workload cannot run: ``api.step(W, phase="bogus")``), and
+    outside code's (``rdu_sim.plugins``: PluginError, PolicyAnswerError).
     Subclassing it is what makes an exception bad input everywhere (the one rule); a script
     catches it, as ``rdu_sim.InputError``, to tell its input's mistakes from bugs. It adds
     nothing: each keeps its own message. This module imports nothing, so the CLI's error

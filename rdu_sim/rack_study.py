@@ -54,10 +54,12 @@ def throughput(
             step = api.step(scenario, batch=batch).detail
         except CapacityError:  # more slots than the memory holds: not a point of this split
             continue
+        assert step is not None  # (the engine's backend: every cost has its timing)
         rate = step.batch * per / step.step_s
         if rate > best[0]:
             best = (rate, step.batch)
     prefill = api.step(scenario, phase="prefill", tokens=prompt).detail
+    assert prefill is not None
     prefill_rate = prefill.batch * prefill.tokens * per / prefill.step_s
     return Throughput(best[0], best[1], prefill_rate)
 

@@ -766,7 +766,7 @@ def _resolved(
         stack,
         stack_file,
         draft,
-        overrides=dict(overrides),
+        overrides=copy.deepcopy(dict(overrides)),  # its own: a caller's later edit is not its
         lines=lines,
     )
 
@@ -826,11 +826,11 @@ def with_overrides(
     """``scenario`` with ``overrides`` applied on top of its own (already overridden)
     workload, hardware and stack data; the files on disk would lose earlier ``hw.`` and
     ``stack.`` overrides. No overrides: the same scenario."""
-    if not overrides:
+    added = normalize_overrides(overrides)  # (a TypeError for what overrides cannot be)
+    if not added:
         return scenario
     data = scenario.workload.model_dump(mode="json")
     hardware = scenario.hardware.model_dump(mode="json")
-    added = normalize_overrides(overrides)
     merged: dict[str, Any] = {}
     if "hardware" not in added:  # a new hardware file starts from its own fields
         merged.update({f"{HW_PREFIX}{key}": value for key, value in hardware.items()})
@@ -839,7 +839,7 @@ def with_overrides(
         merged.update({f"{STACK_PREFIX}{key}": value for key, value in stack.items()})
     merged.update(added)
     rebuilt = build_scenario(data, workload_file=scenario.workload_file, overrides=merged)
-    return dataclasses.replace(rebuilt, overrides={**scenario.overrides, **added})
+    return dataclasses.replace(rebuilt, overrides=copy.deepcopy({**scenario.overrides, **added}))
 
 
 def load_scenario(

@@ -26,7 +26,7 @@ mean the same thing, so results can be saved, reloaded and plotted again without
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from rdu_sim.kv.policies import budget_determines, policy_reads, takes_budget
 from rdu_sim.report.summary import memory_summary
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import EngineBackend
+from rdu_sim.serving.step_shape import dimension
 
 __all__ = [
     "decode_over_batches",
@@ -48,7 +49,7 @@ __all__ = [
     "point_settings",
 ]
 
-Overrides = Mapping[str, Any] | Iterable[str] | None
+Overrides = api.Overrides  # (a str is no overrides: the API's type)
 Workload = str | Path | Scenario
 
 
@@ -146,12 +147,13 @@ def plan_over_contexts(
         ``capacity``, ``batch_slots``, ``kv_bytes_per_slot`` and ``memory`` (per tier, one
         socket), the keys of a run's ``to_dict()``.
     """
+    batch = dimension("batch", batch, 1)  # (0 is refused, not the default)
     backend = EngineBackend()
     rows: list[dict[str, Any]] = []
     for scenario, settings, capacity, holds in _points(
         workload, overrides, policies, contexts, snapstream_budget, snapstream_ratio
     ):
-        slots = min(batch or _run_slots(scenario, capacity), holds)
+        slots = min(_run_slots(scenario, capacity) if batch is None else batch, holds)
         row: dict[str, Any] = {
             **_identity(scenario, _with_slots(scenario, settings, capacity, slots)),
             "source": "plan",
@@ -239,10 +241,14 @@ def decode_over_contexts(
     at that context; capped at what memory holds), every slot attending to its largest cache (the
     context for full attention, the slot for SnapStream), and reports ``batch / step
     time`` as ``decode_tokens_per_s`` (``source: "decode_step"``), with the step time and
-    the achieved fraction of HBM bandwidth and of peak FLOP/s.
+    the achieved fraction of HBM bandwidth and of peak FLOP/s. A ``batch`` below 1 is
+    refused (``StepShapeError``), never read as the default.
     """
+    batch = dimension("batch", batch, 1)
     return [
-        _decode_row(scenario, settings, capacity, holds, min(batch or capacity, holds))
+        _decode_row(
+            scenario, settings, capacity, holds, min(capacity if batch is None else batch, holds)
+        )
         for scenario, settings, capacity, holds in _points(
             workload, overrides, policies, contexts, snapstream_budget, snapstream_ratio
         )
@@ -262,10 +268,16 @@ def decode_over_batches(
 ) -> list[dict[str, Any]]:
     """Steady-state decode tokens/s at each (policy, batch) at one context.
 
-    ``context`` defaults to the workload's ``serving.max_context``; batches above what memory
-    holds at that context are skipped (they do not fit). See :func:`decode_over_contexts`.
+    ``context`` (the points' ``serving.max_context``) defaults to the workload's; batches
+    above what memory holds at that context are skipped (they do not fit); a batch or a
+    context below 1 is refused (``StepShapeError``, an InputError), never read as the
+    default. See :func:`decode_over_contexts`.
     """
-    context = context or api.load(workload, overrides).workload.serving.max_context
+    for batch in batches:
+        dimension("batches", batch, 1)
+    context = dimension("context", context, 1)
+    if context is None:
+        context = api.load(workload, overrides).workload.serving.max_context
     rows = []
     for scenario, settings, capacity, holds in _points(
         workload, overrides, policies, [context], snapstream_budget, snapstream_ratio
@@ -298,13 +310,15 @@ def decode_step_timing(
         {peak_flops, hbm_bandwidth, ddr_bandwidth}, "step_s", "batch", "context", "tp",
         "model", "kv_policy", "hbm_bandwidth_fraction", "settings"}``, all per socket.
     """
+    batch = dimension("batch", batch, 1)
+    context = dimension("context", context, 1)
     scenario = api.load(workload, overrides)
     settings: dict[str, Any] = {}
     if policy is not None or context is not None:
         settings = point_settings(
             scenario,
             policy or scenario.workload.kv.policy,
-            context or scenario.workload.serving.max_context,
+            scenario.workload.serving.max_context if context is None else context,
             snapstream_budget=snapstream_budget,
             snapstream_ratio=snapstream_ratio,
         )

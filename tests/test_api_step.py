@@ -67,3 +67,35 @@ def test_step_command_uses_api_step(
     assert ("trace" in data) is trace and path.exists() is trace
     if trace:
         assert {e["ph"] for e in json.loads(path.read_text())["traceEvents"]} == {"M", "X", "C"}
+
+
+@pytest.mark.parametrize(
+    ("workload", "args", "options"),
+    [
+        (LLAMA, ["--batch", "2"], {"batch": 2}),
+        (LLAMA, ["--phase", "prefill"], {"phase": "prefill"}),
+        ("workloads/qwen3-235b-a22b-16socket.yaml", ["--batch", "4"], {"batch": 4}),
+    ],
+)
+def test_the_step_json_is_the_librarys(
+    workload: str, args: list[str], options: dict[str, Any]
+) -> None:
+    """``rdu-sim step --json`` added bound, memory, model FLOPs, layout, provenance, ...
+    in the command, so ``api.step`` had none of them: one builder now
+    (``report.step_report``), and the command's JSON is ``api.step_report(...).to_dict()``
+    byte for byte (a MoE step's ``experts``, a default prefill's ``prompt`` included)."""
+    result = CliRunner().invoke(
+        cli, ["step", workload, "--set", "serving.max_context=2048", *args, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = api.step_report(workload, SMALL, **options)
+    library = json.dumps(report.to_dict(), sort_keys=True)
+    assert result.stdout == library + "\n"
+    data = report.to_dict()
+    for key in ("bound", "memory", "model_flops", "model_flops_fraction", "provenance", "layout"):
+        assert key in data, key
+    assert ("prompt" in data) is (options.get("phase") == "prefill")
+    assert ("experts" in data) is workload.startswith("workloads/qwen")
+    assert report.cost == api.step(workload, SMALL, **options)
+    report.to_dict()["provenance"].clear()  # a new dict each call
+    assert json.dumps(report.to_dict(), sort_keys=True) == library

@@ -79,7 +79,7 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
 def _print_step(scenario: Scenario, as_json: bool) -> None:
     cost = api.step(scenario)
     detail = cost.detail
-    data = detail.to_dict() if hasattr(detail, "to_dict") else {"step_s": cost.step_s}
+    data = detail.to_dict() if detail is not None else {"step_s": cost.step_s}
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
         return

@@ -70,7 +70,6 @@ from rdu_sim.models.layers import Architecture, window_layer_counts, window_toke
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from rdu_sim.compiler.program import Placement
     from rdu_sim.report.summary import Utilization
     from rdu_sim.scenario import Scenario
 
@@ -142,17 +141,6 @@ def window_words(arch: Architecture, context: int) -> str:
         if window is not None and window_tokens(context, window) < context
     ]
     return f" ({'; '.join(clauses)})" if clauses else ""
-
-
-def _memory_plan(placement: Placement) -> dict[str, Any]:
-    """The memory plan the step ran on (``Program.placement``, with pipeline stages the
-    first stage's): its slots, and where its weights live."""
-    tiers = placement.tiers
-    return {
-        "plan_slots": placement.batch_slots,
-        "weights_hbm_bytes": tiers["hbm"].weights_bytes if "hbm" in tiers else 0,
-        "weights_ddr_bytes": tiers["ddr"].weights_bytes if "ddr" in tiers else 0,
-    }
 
 
 def _weights_line(data: dict[str, Any], workload_slots: int) -> str | None:
@@ -233,41 +221,6 @@ def flops_words(data: dict[str, Any], repeated: str = "", device: str = "socket"
         f"its share of the model's own {human.si(own, 'FLOP')} ({human.percent(own / flops)}); "
         f"{mfu}"
     )
-
-
-def _prompt_words(scenario: Scenario) -> str:
-    """Which prompt a default prefill step times, and why: the workload's typical prompt as
-    a server runs it (``serving.step_shape.typical_prefill``, the one run's ``prefill_s``
-    and compare's prefill row time); a compressing policy's longer prompts, with the
-    ``--tokens`` that times their median."""
-    from rdu_sim.serving.step_shape import long_prompts, served_prefill_steps, typical_prefill
-
-    typical = typical_prefill(scenario)
-    chunks = len(typical.steps)
-    timed = (
-        "the prompt run's prefill_s and compare's prefill row time"
-        if chunks == 1
-        else (
-            f"this step times that chunk only; run's prefill_s and compare's prefill row sum "
-            f"all {chunks}"
-        )
-    )
-    words = f"prompt: {typical.words()}; {timed}"
-    long = long_prompts(scenario)
-    if long is not None:
-        # the shape compare's long-prompt row times (its bucket, or chunks): an explicit
-        # --tokens runs unpadded, so the hint names the bucket
-        steps = served_prefill_steps(scenario, long.median)
-        last = steps[-1]
-        how = (
-            f"--tokens {last.tokens} times one at its bucket, with the SnapKV selection, as "
-            "compare's long-prompt row"
-            if len(steps) == 1
-            else f"--tokens {last.tokens} --context {last.cache_len} times the last of its "
-            f"{len(steps)} chunks, with the SnapKV selection; compare's long-prompt row sums all"
-        )
-        words += f"; the {scenario.kv_policy.name} policy compresses only {long.words()} ({how})"
-    return words
 
 
 KERNEL_LEGEND = (
@@ -486,12 +439,11 @@ def command(
     as_json: bool,
 ) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
-    from rdu_sim.compiler.step_work import expert_streams, model_flops, model_flops_fraction
     from rdu_sim.config.errors import WriteError
-    from rdu_sim.engine import EventBudgetError, StepTiming
-    from rdu_sim.provenance import input_files, of_scenario
-    from rdu_sim.report.bound import step_bound
+    from rdu_sim.engine import EventBudgetError
+    from rdu_sim.provenance import input_files
     from rdu_sim.report.files import refuse_overwrite
+    from rdu_sim.report.step_report import step_report
     from rdu_sim.serving.step_shape import context_note
 
     scenario = api.load(workload, overrides)
@@ -513,44 +465,12 @@ def command(
             )
         except EventBudgetError as exc:
             fail(f"{scenario.workload_file}: {exc}")
-    timing = cost.detail
-    assert isinstance(timing, StepTiming)
-    data = timing.to_dict()
-    shape = api.default_step_shape(  # the step's shape again, for the plan it ran on
-        scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
+    report = step_report(
+        scenario, cost, backend, phase, batch=batch, tokens=tokens, context=context
     )
-    program = backend.compiler(scenario).program(shape)
-    data["memory"] = _memory_plan(program.placement)
-    own = model_flops(scenario, program)
-    data["model_flops"] = own
-    data["model_flops_fraction"] = model_flops_fraction(
-        own, program.tp, timing.flops, timing.flops_fraction
-    )
-    experts = expert_streams(scenario, program)
-    if experts is not None:
-        data["experts"] = experts.to_dict()
-    bound = step_bound(timing, scenario.hardware)
-    layout = scenario.workload.parallelism.layout()
-    prompt = None
-    if phase == "prefill" and tokens is None and context is None:
-        prompt = _prompt_words(scenario)
-        data["prompt"] = prompt
-    data.update(
-        workload=scenario.workload.name,
-        model=scenario.model.name,
-        hardware=scenario.hardware.name,
-        stack=scenario.stack.name,
-        bound={
-            "resource": bound.bound,
-            **{f"{k}_s": v for k, v in bound.times().items()},
-            "host_hidden_s": bound.host_hidden_s,
-            "unaccounted_s": bound.unaccounted_s,
-        },
-        layout=layout,
-        batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",
-        kv_layout=scenario.kv_policy.layout(),
-        provenance=of_scenario(scenario),
-    )
+    timing, experts, prompt = report.timing, report.experts, report.prompt
+    data = report.to_dict()  # the JSON, built in the library (api.step_report's too)
+    layout = data["layout"]
     trace_error: WriteError | None = None
     if trace_file is not None:
         from rdu_sim.report.trace import write_chrome_trace  # (numpy: only when asked)

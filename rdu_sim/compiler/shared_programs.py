@@ -8,36 +8,44 @@ computes per process, keyed by `view.compile_view`'s digest (every scenario fiel
 compiler can read) plus the call's own arguments (the shape, the slot count planned for,
 the placement's HBM shares and KV tier). Outside it (a single run, a test) every Compiler
 computes afresh.
+
+The scope is the caller's own (a ``contextvars`` variable: a thread, an asyncio task): a
+thread that never entered :func:`sharing` computes afresh although another thread is inside
+it. The memos are per process, shared by every thread inside a block, each lookup and
+insertion under a lock (the computing is not: two threads may compute one key, the same
+value).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-_depth = 0
+_depth: ContextVar[int] = ContextVar("rdu_sim_sharing_depth", default=0)
+"""How many :func:`sharing` blocks the current thread (or task) is inside."""
 
 
 @contextmanager
 def sharing() -> Iterator[None]:
     """Share compiled programs and step results while inside (re-entrant); the memos
     outlive the block, so the next point a worker evaluates finds what the previous ones
-    computed."""
-    global _depth
-    _depth += 1
+    computed. Only the caller's thread (or task) shares (module docstring)."""
+    token = _depth.set(_depth.get() + 1)
     try:
         yield
     finally:
-        _depth -= 1
+        _depth.reset(token)
 
 
 def active() -> bool:
-    """Whether results are being shared now."""
-    return _depth > 0
+    """Whether results are being shared now, in the caller's thread (or task)."""
+    return _depth.get() > 0
 
 
 class Memo(Generic[T]):
@@ -47,6 +55,7 @@ class Memo(Generic[T]):
     def __init__(self, size: int) -> None:
         self.size = size
         self._items: OrderedDict[Hashable, T] = OrderedDict()
+        self._lock = threading.Lock()  # threads sharing at once: no lookup sees a half-trim
         self.stats = {"hits": 0, "misses": 0}
         """Lookups answered from the memo and computed, since the process started."""
 
@@ -54,21 +63,24 @@ class Memo(Generic[T]):
         """``compute()``, remembered under ``key`` while sharing."""
         if not active():
             return compute()
-        if key in self._items:
-            self._items.move_to_end(key)
-            self.stats["hits"] += 1
-            return self._items[key]
-        value = compute()
-        self.stats["misses"] += 1
-        self._items[key] = value
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.stats["hits"] += 1
+                return self._items[key]
+        value = compute()  # (not under the lock: a step takes milliseconds)
+        with self._lock:
+            self.stats["misses"] += 1
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
         return value
 
     def clear(self) -> None:
         """Forget everything (tests)."""
-        self._items.clear()
-        self.stats.update(hits=0, misses=0)
+        with self._lock:
+            self._items.clear()
+            self.stats.update(hits=0, misses=0)
 
 
 MAX_SHARED = 512

@@ -74,12 +74,28 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
 
 
 def normalize_overrides(overrides: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Accept `["a.b=1"]` or `{"a.b": 1}`; return an ordered dict of path -> value."""
+    """Accept `["a.b=1"]` or `{"a.b": 1}`; return an ordered dict of path -> value, the
+    values deep copies: a scenario (and the provenance of what it runs) owns its overrides,
+    so a caller editing its dict afterwards changes nothing already loaded."""
     if overrides is None:
         return {}
     if isinstance(overrides, Mapping):
-        return {str(k): v for k, v in overrides.items()}
-    return dict(parse_override(item) for item in overrides)
+        return {str(k): copy.deepcopy(v) for k, v in overrides.items()}
+    if isinstance(overrides, str | bytes) or not isinstance(overrides, Iterable):
+        # a str is iterable, one character at a time: each would be an override
+        raise TypeError(
+            f"overrides must be a mapping ({{'serving.requests': 8}}), an iterable of "
+            f"'field.path=value' strings (['serving.requests=8']) or None, not "
+            f"{type(overrides).__name__} {cut_middle(repr(overrides))}"
+        )
+    items = list(overrides)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(
+                f"overrides: each of an iterable of overrides must be a 'field.path=value' "
+                f"string, not {type(item).__name__} {cut_middle(repr(item))}"
+            )
+    return dict(parse_override(item) for item in items)
 
 
 def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:

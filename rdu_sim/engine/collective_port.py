@@ -45,6 +45,7 @@ from rdu_sim.hw.collectives import (
 )
 from rdu_sim.hw.direct_collectives import one_shot, two_shot
 from rdu_sim.hw.hierarchical import hierarchical_all_reduce
+from rdu_sim.pickled import Reduced, by_fields
 
 HW_KINDS = {"allreduce": ALL_REDUCE, "allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER}
 """A Program's collective kinds by their hw names."""
@@ -210,6 +211,9 @@ class CollectiveTiming:
     # an all-to-all's bytes one device sends per call, every copy and hop (all_to_all.sent_bytes);
     # None for the other kinds
     sent_bytes: float | None = None
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
     @property
     def estimate_s(self) -> float:

@@ -65,6 +65,7 @@ from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.engine.kernel_sim import MARKS_PER_LAYER, Boundary, KernelRun
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
+from rdu_sim.pickled import Reduced, by_fields
 
 STATE_RTOL = 1e-9
 """Two marks' states match when every time in them (and the cycle's spans, and every total's
@@ -140,6 +141,9 @@ class Cycle:
     increment: RunStats
     layers: int
 
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
+
 
 @dataclass(frozen=True)
 class KernelResult:
@@ -150,6 +154,9 @@ class KernelResult:
     simulated_iterations: int
     period_s: float | None
     recorder: Recorder | None
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
 
 def fewest_layers(kernel: KernelProgram, fast_forward: bool) -> int:

@@ -45,6 +45,7 @@ from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.socket_model import SocketModel
 from rdu_sim.engine.stage_runner import LayerCount
 from rdu_sim.engine.tile_work import TileWork
+from rdu_sim.pickled import Reduced, by_fields
 
 MARKS_PER_LAYER: tuple[int, ...] = (2,)
 """Marks per layer the cycle rule compares (the first that divides the tiles; else the layer
@@ -66,6 +67,9 @@ class Boundary:
     totals: RunStats
     state: KernelState = field(default_factory=KernelState)
 
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
+
 
 @dataclass(frozen=True)
 class KernelRun:
@@ -76,6 +80,9 @@ class KernelRun:
     events: int
     recorder: Recorder | None
     boundaries: tuple[Boundary, ...] = ()
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
 
 def tile_works(kernel: KernelProgram, tiles: int, socket: SocketConfig) -> dict[str, TileWork]:

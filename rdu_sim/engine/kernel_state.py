@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rdu_sim.pickled import Reduced, by_fields
+
 
 @dataclass(frozen=True)
 class KernelState:
@@ -40,6 +42,9 @@ class KernelState:
 
     counts: tuple[int, ...] = ()
     times: tuple[float, ...] = ()
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
     def matches(self, other: KernelState, tolerance_s: float) -> bool:
         """Equal counts and every time within ``tolerance_s`` of ``other``'s."""

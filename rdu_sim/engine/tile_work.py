@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from rdu_sim.compiler.program import StageProgram, Tier
 from rdu_sim.config.hardware import SocketConfig
+from rdu_sim.pickled import Reduced, by_fields
 from rdu_sim.systolic import stage_gemm_efficiency
 
 MEMORY_TIERS: tuple[Tier, ...] = ("hbm", "ddr")
@@ -47,6 +48,9 @@ class TileWork:
     vector_flops: float  # element-wise FLOPs per tile
     output: tuple[float, ...]  # activation bytes each consumer receives per tile
     efficiency: float  # fraction of the PCUs' matrix peak this stage's GEMM reaches
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
     @classmethod
     def of(cls, stage: StageProgram, tiles: int, socket: SocketConfig) -> TileWork:

@@ -61,6 +61,7 @@ from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.link_chains import Hop, LinkChains, hop_of
 from rdu_sim.hw.p2p_link import P2PLink
 from rdu_sim.hw.p2p_link import series as ports_in_series
+from rdu_sim.pickled import Reduced, by_fields
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all_reduce", "all_gather", "reduce_scatter"
 KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER)
@@ -80,6 +81,9 @@ class Collective:
     symmetric: bool = False
     sockets: tuple[int, ...] | None = None
     tag: str | None = None
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

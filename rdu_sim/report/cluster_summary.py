@@ -11,6 +11,7 @@ and its JSON value are the same number.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -261,7 +262,8 @@ class ClusterSummary(ClusterMeta):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts; ``prefix_cache``, ``kv_transfer`` and
-        ``lockstep`` only when the cluster has them. The provenance is kept exact, as a run's is."""
+        ``lockstep`` only when the cluster has them. The provenance is kept exact, and copied,
+        as a run's is (``RunSummary.to_dict``)."""
         data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[], slo_binding=()))
         data["slo_binding"] = [v.to_dict() for v in self.slo_binding]
         for pool in data["pools"].values():  # a rank a replica: as before ranks existed
@@ -276,5 +278,5 @@ class ClusterSummary(ClusterMeta):
             if data[optional] is None:
                 del data[optional]
         result: dict[str, Any] = rounded(data)
-        result["provenance"] = self.provenance
+        result["provenance"] = copy.deepcopy(self.provenance)
         return result

@@ -23,9 +23,10 @@ from rdu_sim.serving.run import ServingRun
 __all__ = ["RunResult"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunResult(ServingRun):
-    """Everything a run produced (a ServingRun), and the report's views of it."""
+    """Everything a run produced (a ServingRun), and the report's views of it; compared and
+    hashed by identity, as a ServingRun is (compare two runs' ``to_json()``)."""
 
     @classmethod
     def of(cls, run: ServingRun) -> RunResult:
@@ -50,7 +51,7 @@ class RunResult(ServingRun):
 
     def requests(self) -> dict[str, NDArray[Any]]:
         """Per-request columns: ids, lengths, slot, arrival/admit/first-token/finish times,
-        queue delay, TTFT, TPOT, end-to-end latency (seconds)."""
+        queue delay, TTFT, TPOT, end-to-end latency (seconds); new arrays each call."""
         return request_columns(self.records)
 
     def request_blocks(self, rows: int = ROWS_PER_BLOCK) -> Iterator[dict[str, NDArray[Any]]]:

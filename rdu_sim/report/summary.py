@@ -70,6 +70,7 @@ platforms for the same inputs.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -426,9 +427,10 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts, lists for pairs. The provenance is kept
-        exact (a configuration rounded to 12 digits would not reproduce the run)."""
+        exact (a configuration rounded to 12 digits would not reproduce the run), and a copy,
+        as the rest is: editing what this returns changes neither the summary nor a later call."""
         data: dict[str, Any] = rounded(asdict(replace(self, provenance={})))
-        data["provenance"] = self.provenance
+        data["provenance"] = copy.deepcopy(self.provenance)
         step = data["decode_step"]
         if step is not None and step["pipeline_bubble"] is None:
             del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)

@@ -8,12 +8,13 @@ the serving level can be checked against closed-form step times.
 
 from __future__ import annotations
 
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 from rdu_sim.compiler import CapacityError, Compiler
 from rdu_sim.compiler.placement import slot_words
-from rdu_sim.compiler.program import Placement
-from rdu_sim.engine.for_hardware import engine_for
+from rdu_sim.compiler.program import Placement, Program
+from rdu_sim.engine.for_hardware import StepEngine, engine_for
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.shapes import StepShape
@@ -58,8 +59,7 @@ class EngineBackend:
         for compiler in self._compilers:
             if compiler.scenario is scenario:
                 return compiler
-        engine = engine_for(scenario)
-        compiler = Compiler(scenario, timer=lambda program: engine.simulate_step(program).step_s)
+        compiler = Compiler(scenario, timer=partial(_step_s, engine_for(scenario)))
         kin = [
             c
             for c in self._compilers
@@ -67,6 +67,12 @@ class EngineBackend:
         ]
         self._compilers = (*kin, compiler)
         return compiler
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle of the backend holds (a run's result holds its backend, through its
+        step caches' step functions): its settings, not its compilers, a cache rebuilt on
+        first use in the process that unpickles it."""
+        return {**self.__dict__, "_compilers": ()}
 
     def batch_capacity(self, scenario: Scenario) -> int:
         """The compiler's batch capacity."""
@@ -94,6 +100,12 @@ class EngineBackend:
             flops_util=float(timing.flops_fraction),
             host_s=float(timing.runtime_s),
         )
+
+
+def _step_s(engine: StepEngine, program: Program) -> float:
+    """A compiler's timer: the step time of ``program`` on ``engine`` (module level, so a
+    compiler's timer pickles)."""
+    return engine.simulate_step(program).step_s
 
 
 def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]:

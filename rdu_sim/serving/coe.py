@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 from numpy.typing import NDArray
@@ -388,8 +389,8 @@ def serve_coe(
         requests.output_tokens.copy(),
         arrivals_for(requests, slots),
         float(switch_bytes),
-        lambda shape: backend.step_cost(expert, shape),
-        lambda shape: backend.step_cost(router, shape),
+        partial(backend.step_cost, expert),  # (picklable, as the run's result must be)
+        partial(backend.step_cost, router),
         progress=progress,
     )
     server.simulate()

@@ -10,6 +10,7 @@ once (the step cache). The result is plain data, :class:`ServingRun`; ``rdu_sim.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from rdu_sim.compiler.errors import SlotsCapacityError
 from rdu_sim.compiler.program import Placement, with_sram
@@ -42,11 +43,15 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ServingRun:
     """Everything a serving run produced: its slots and memory plan, the requests it was
     given, the per-request records, the step cache (every shape it simulated and how often),
-    and the prefill time of the workload's typical prompt (``prefill_s``)."""
+    and the prefill time of the workload's typical prompt (``prefill_s``).
+
+    Compared and hashed by identity (``eq=False``): field by field, its NumPy records made
+    ``==`` raise and its dicts made ``hash`` raise although it is frozen. Two runs' results
+    compare by their JSON (``RunResult.to_json``); a run can key a dict."""
 
     scenario: Scenario
     batch_capacity: int
@@ -111,7 +116,7 @@ def _speculation(
     separate = spec.placement == "separate"
     speculation = Speculation(
         config=spec,
-        draft_cache=StepCache(lambda shape: backend.step_cost(draft, shape)),
+        draft_cache=StepCache(partial(backend.step_cost, draft)),
         policy=scenario.kv_policy,
         batch_slots=slots,
         max_context=serving.max_context,
@@ -158,7 +163,8 @@ def serve_scenario(
     )
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     warn_unchunked(scenario, requests.prompt_tokens)
-    cache = StepCache(lambda shape: backend.step_cost(scenario, shape))
+    # a partial, not a closure: the result (holding its cache) must pickle (``api`` docstring)
+    cache = StepCache(partial(backend.step_cost, scenario))
     speculation = _speculation(scenario, backend, slots, requests)
     config = ServerConfig(
         slots,

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
 from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.pickled import Reduced, by_fields
 from rdu_sim.serving.batching.base import (
     ADMIT,
     NO_PREFILL,
@@ -117,6 +118,9 @@ class ServerConfig:
     # sequences rounded up the CUDA-graph ladder, to a program's batch, or not at all
     decode_rows: DecodeRows = "slots"
 
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
+
     @property
     def dynamic_batch(self) -> bool:
         """Whether the runtime batches its live sequences per step (a paged KV cache): its
@@ -132,6 +136,9 @@ class Policies:
     handoff: HandOff
     rounds: DecodeRounds
     drafting: Drafting
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
 
 NO_PACKED: Final[list[int]] = []

@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 
 from rdu_sim.config.workload import SpeculationConfig
 from rdu_sim.kv.policy import KVPolicy
+from rdu_sim.pickled import Reduced, by_fields
 from rdu_sim.serving.acceptance import request_rounds
 from rdu_sim.serving.buckets import prefill_steps, prompt_bucket
 from rdu_sim.serving.clock import to_ps
@@ -321,6 +322,9 @@ class PrefillSaving:
     full_flops: float
     compresses_full: bool
     compresses_kept: bool
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
 
 def prefill_saving(

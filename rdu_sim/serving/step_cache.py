@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from rdu_sim.engine.timing import StepTiming
+from rdu_sim.pickled import Reduced, by_fields
 from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
 from rdu_sim.shapes import StepShape
 
@@ -47,9 +48,12 @@ class StepCost:
     hbm_util: float = 0.0  # HBM bytes moved / (step time x peak HBM bandwidth) (0..1)
     pcu_util: float = 0.0  # fraction of PCU-time busy during the step (0..1)
     flops: float = 0.0  # matrix FLOPs of the step over all its sockets (0: not known)
-    detail: Any = None  # the engine's full timing (for `--step` and reports), if any
+    detail: StepTiming | None = None  # the engine's full timing (for `step` and reports)
     flops_util: float = 0.0  # matrix FLOPs / (step time x the socket's peak FLOP/s) (0..1)
     host_s: float = 0.0  # of step_s, what the serving stack's host added to the device's step
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
 
 
 StepFn = Callable[[StepShape], StepCost]
@@ -77,6 +81,9 @@ class TimedCost:
     step_ps: int
     device_ps: int
 
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
+
 
 class StepTimes:
     """Each shape's cost and its time in picoseconds, simulated on first use by
@@ -86,6 +93,16 @@ class StepTimes:
     def __init__(self, step_fn: StepFn) -> None:
         self._step_fn = step_fn
         self._known: dict[StepShape, TimedCost] = {}
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[StepTimes], tuple[StepFn], dict[StepShape, TimedCost]]:
+        """Pickled as its constructor's call and what it knows (``__setstate__``): compiled
+        (mypyc), a class is rebuilt through its ``__init__``, not field by field."""
+        return (StepTimes, (self._step_fn,), self._known)
+
+    def __setstate__(self, known: dict[StepShape, TimedCost]) -> None:
+        self._known = known
 
     def __len__(self) -> int:
         """Shapes simulated so far."""
@@ -128,6 +145,23 @@ class StepEntry:
         self.runs = 0
         self._listed = False  # in the cache's ``ran`` (run at least once)
 
+    def __reduce__(
+        self,
+    ) -> tuple[type[StepEntry], tuple[StepCache, StepShape, TimedCost], tuple[int, bool]]:
+        """Pickled as its constructor's call and its counts (as :meth:`StepTimes.__reduce__`);
+        its cache is made before it (``StepCache.__reduce__``), so the cycle closes."""
+        return (
+            StepEntry,
+            (self.cache, self.shape, TimedCost(self.cost, self.step_ps)),
+            (
+                self.runs,
+                self._listed,
+            ),
+        )
+
+    def __setstate__(self, state: tuple[int, bool]) -> None:
+        self.runs, self._listed = state
+
     def run(self, count: int = 1) -> int:
         """Account ``count`` steps of the shape; the time of one (ps)."""
         if not self._listed:
@@ -150,6 +184,20 @@ class StepCache:
         self._entries: dict[StepShape, StepEntry] = {}  # in the order first met
         self.ran: list[StepEntry] = []  # the entries run, in the order first run
         self._longest_ps = 0  # the longest step met here (for the clock's range error)
+
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[StepCache],
+        tuple[StepTimes],
+        tuple[dict[StepShape, StepEntry], list[StepEntry], int],
+    ]:
+        """Pickled as its constructor's call, then its entries (``__setstate__``: they point
+        back at it, so it must exist first); as :meth:`StepTimes.__reduce__`."""
+        return (StepCache, (self.times,), (self._entries, self.ran, self._longest_ps))
+
+    def __setstate__(self, state: tuple[dict[StepShape, StepEntry], list[StepEntry], int]) -> None:
+        self._entries, self.ran, self._longest_ps = state
 
     def entry(self, shape: StepShape) -> StepEntry:
         """``shape``'s entry here, simulating the shape if no server of the workload has."""

@@ -15,15 +15,18 @@ prompt a run's ``prefill_s`` and compare's prefill row time too. A compressing p
 longer prompts (and so the SnapKV selection kernels) are a ``tokens`` away: ``long_prompts``
 says which, and how many requests they are.
 
-A shape the workload cannot run (a context beyond ``serving.max_context``) is a
-:class:`StepShapeError` naming the option, not a traceback and not a silent cap.
+A shape the workload cannot run (a context beyond ``serving.max_context``, a batch below 1)
+is a :class:`StepShapeError` naming the option, not a traceback and not a silent cap; a
+dimension that is not an integer (``batch="4"``) a TypeError naming it (:func:`dimension`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from numbers import Integral
 
+from rdu_sim.input_errors import InputError
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import prefill_steps
 from rdu_sim.shapes import Phase, StepShape
@@ -36,6 +39,7 @@ __all__ = [
     "context_note",
     "decode_cache",
     "default_step_shape",
+    "dimension",
     "long_prompts",
     "served_prefill_steps",
     "typical_prefill",
@@ -43,13 +47,35 @@ __all__ = [
 ]
 
 
-class StepShapeError(ValueError):
+class StepShapeError(ValueError, InputError):
     """A step dimension the workload cannot run; ``option`` is the dimension (``context``,
-    ``tokens``, ``phase``) the message is about."""
+    ``tokens``, ``batch``, ``phase``) the message is about. Bad input (``InputError``): a
+    script's ``except rdu_sim.InputError`` catches it, the CLI says ``--OPTION: ...``."""
 
     def __init__(self, option: str, message: str) -> None:
         super().__init__(message)
         self.option = option
+
+    def __reduce__(self) -> tuple[type[StepShapeError], tuple[str, str]]:
+        """Pickled with its option (an exception's default pickle passes ``args``, the
+        message alone): it crosses a process boundary as itself."""
+        return StepShapeError, (self.option, str(self))
+
+
+def dimension(option: str, value: object, low: int) -> int | None:
+    """A step dimension as given (``batch``, ``tokens``, ``context``; None: not given,
+    the default): an integer of at least ``low`` (a NumPy integer too), else a TypeError
+    for one that is not an integer (``"4"``, ``4.0``, ``True``) or a StepShapeError for
+    one below ``low``, each naming the option. The one check: ``0`` is not "not given"."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(
+            f"{option} must be an integer or None, not {type(value).__name__} {value!r}"
+        )
+    if value < low:
+        raise StepShapeError(option, f"{option} must be >= {low}, got {value}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -66,10 +92,9 @@ def decode_cache(scenario: Scenario, context: int | None = None) -> DecodeCache:
     (default: the longest the KV policy keeps)."""
     policy = scenario.kv_policy
     slot = policy.slot_tokens()
+    context = dimension("context", context, 0)
     if context is None:
         context = slot
-    if context < 0:
-        raise StepShapeError("context", f"context must be >= 0 tokens, got {context}")
     if context > policy.max_context:
         raise StepShapeError(
             "context",
@@ -204,16 +229,21 @@ def default_step_shape(
 ) -> StepShape:
     """The static shape of one step (module docstring); ``batch_slots()`` is what the
     workload runs (``serving.batch_slots``, or the batch capacity for ``auto``), asked only
-    when a decode step's ``batch`` is not given."""
+    when a decode step's ``batch`` is not given. A dimension given is used as given: 0 is
+    refused (:func:`dimension`), never read as "the default"."""
+    batch = dimension("batch", batch, 1)
+    tokens = dimension("tokens", tokens, 1)
+    context = dimension("context", context, 0)
     if phase == "decode":
         cache = decode_cache(scenario, context)
-        return StepShape("decode", batch or batch_slots(), tokens or 1, cache.bucket)
+        slots = batch_slots() if batch is None else batch
+        return StepShape("decode", slots, 1 if tokens is None else tokens, cache.bucket)
     if phase == "prefill":
         if tokens is None and context is None:
             first = typical_prefill(scenario).steps[0]  # as a server runs it
             return first if batch is None else replace(first, batch=batch)
         prompt = tokens if tokens is not None else typical_prefill_prompt(scenario)
-        cached = context or 0
+        cached = 0 if context is None else context
         max_context = scenario.workload.serving.max_context
         if prompt + cached > max_context:
             raise StepShapeError(
@@ -221,5 +251,5 @@ def default_step_shape(
                 f"a prompt of {prompt} tokens after {cached} cached exceeds "
                 f"serving.max_context ({max_context})",
             )
-        return StepShape("prefill", batch or 1, prompt, cached)
+        return StepShape("prefill", 1 if batch is None else batch, prompt, cached)
     raise StepShapeError("phase", f"phase must be 'decode' or 'prefill', got {phase!r}")
