@@ -152,7 +152,7 @@ class StepEntry:
         its cache is made before it (``StepCache.__reduce__``), so the cycle closes."""
         return (
             StepEntry,
-            (self.cache, self.shape, TimedCost(self.cost, self.step_ps)),
+            (self.cache, self.shape, TimedCost(self.cost, self.step_ps, self.device_ps)),
             (
                 self.runs,
                 self._listed,
