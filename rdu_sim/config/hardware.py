@@ -10,13 +10,18 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
+from rdu_sim import human
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.economics import CostConfig, PowerConfig
 from rdu_sim.config.limits import (
     MAX_BANDWIDTH,
-    MAX_BYTES,
     MAX_KERNEL_SECONDS,
+    MAX_SOCKET_FLOPS,
+    MAX_SOCKET_SRAM,
+    MAX_SOCKET_SRAM_BANDWIDTH,
+    MAX_TIER_BYTES,
     MIN_RATE,
+    per_unit_total,
     rate_floor,
 )
 from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, ShortSeconds
@@ -26,7 +31,7 @@ from rdu_sim.config.wiring import Policy, Topology
 class MemoryTierConfig(StrictModel):
     """An off-chip memory tier (HBM or DDR) of one socket."""
 
-    capacity: Bytes = Field(gt=0, le=MAX_BYTES, description="bytes per socket")
+    capacity: Bytes = Field(gt=0, le=MAX_TIER_BYTES, description="bytes per socket")
     bandwidth: BytesPerSecond = Field(ge=MIN_RATE, le=MAX_BANDWIDTH, description="peak bytes/s")
     latency: ShortSeconds = Field(ge=0, le=1.0, description="first-byte latency of one request")
     efficiency: float = Field(
@@ -58,6 +63,9 @@ class PCUConfig(StrictModel):
     @model_validator(mode="after")
     def _effective_rate(self) -> Self:
         rate_floor(self.peak_flops, self.max_gemm_efficiency, "peak_flops x max_gemm_efficiency")
+        for name in ("peak_flops", "vector_flops"):
+            rate = getattr(self, name)
+            per_unit_total(name, rate, self.count, "PCU", MAX_SOCKET_FLOPS, human.flops)
         return self
 
 
@@ -69,6 +77,19 @@ class PMUConfig(StrictModel):
     bandwidth: BytesPerSecond = Field(
         ge=MIN_RATE, le=MAX_BANDWIDTH, description="bytes/s of one PMU"
     )
+
+    @model_validator(mode="after")
+    def _socket_totals(self) -> Self:
+        per_unit_total("sram", self.sram, self.count, "PMU", MAX_SOCKET_SRAM, human.size)
+        per_unit_total(
+            "bandwidth",
+            self.bandwidth,
+            self.count,
+            "PMU",
+            MAX_SOCKET_SRAM_BANDWIDTH,
+            human.bandwidth,
+        )
+        return self
 
 
 class KernelOverheadsConfig(StrictModel):

@@ -1,0 +1,159 @@
+"""Writing a new machine's hardware file from a datasheet: a socket's figure written in a
+per-unit field is refused naming what it makes the socket, while any plausible chip passes.
+
+(The trial that found these: an SN50-like socket of 2,080 PCUs written from the SN40L's
+file, docs/memory.md "A new RDU from its datasheet".)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from rdu_sim import api
+from rdu_sim.cli.main import cli
+from rdu_sim.config import ConfigError
+from rdu_sim.config.limits import (
+    MAX_SOCKET_FLOPS,
+    MAX_SOCKET_SRAM,
+    MAX_SOCKET_SRAM_BANDWIDTH,
+    MAX_TIER_BYTES,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+LLAMA = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
+SN50 = {  # twice the SN40L's PCUs and PMUs, HBM4, a faster link (a hypothetical socket)
+    "hw.socket.pcu.count": 2080,
+    "hw.socket.pmu.count": 2080,
+    "hw.socket.pmu.sram": "384 KiB",
+    "hw.socket.hbm.capacity": "256 GiB",
+    "hw.socket.hbm.bandwidth": "8 TB/s",
+}
+
+
+def _sn50_file(tmp_path: Path, **changes: str) -> tuple[Path, dict[str, int]]:
+    """The SN50-like socket as a whole file written from sn40l.yaml's (no extends), with
+    ``changes`` (``"pcu.peak_flops"``: its text); the file and each changed field's line."""
+    data = yaml.safe_load((REPO / "hw_configs" / "sn40l.yaml").read_text())
+    data["name"] = "sn50"
+    for path, value in SN50.items():
+        *parents, last = path.removeprefix("hw.").split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    marks = {}
+    for path, value in changes.items():
+        section, field = path.split(".")
+        data["socket"][section][field] = f"@{path}@"
+        marks[path] = value
+    text = yaml.safe_dump(data, sort_keys=False)
+    lines = {}
+    for path, value in marks.items():
+        lines[path] = next(
+            n for n, row in enumerate(text.splitlines(), 1) if f"@{path}@" in row
+        )
+        text = text.replace(f"@{path}@", value)
+    out = tmp_path / "sn50.yaml"
+    out.write_text(text)
+    return out, lines
+
+
+def _error(**changes: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        api.load(LLAMA, {**SN50, **changes})
+    (issue,) = info.value.issues
+    (changed,) = changes
+    return f"{issue.field}: {issue.message.removesuffix(f' (from --set {changed})')}"
+
+
+def test_a_socket_figure_written_per_pcu_is_refused_naming_the_socket_total(
+    tmp_path: Path,
+) -> None:
+    """``peak_flops: 1276 TFLOP/s`` (the socket's) was read as one PCU's: a 2.65 EFLOP/s
+    socket. ``check`` names the field, its line, the total and the per-PCU figure meant."""
+    path, lines = _sn50_file(tmp_path, **{"pcu.peak_flops": "1276 TFLOP/s"})
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        f"error: {path}:{lines['pcu.peak_flops']}: socket.pcu.peak_flops: 1.28 PFLOP/s per "
+        "PCU makes 2,654 PFLOP/s a socket over 2,080 PCUs, past the most a socket is taken "
+        "to have (100 PFLOP/s: rdu_sim/config/limits.py); peak_flops is one PCU's: a "
+        "socket's 1.28 PFLOP/s over 2,080 PCUs is 613 GFLOP/s each"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        (  # the SN40L's own socket figure, per PCU
+            {"hw.socket.pcu.vector_flops": "106.5 TFLOP/s"},
+            "socket.pcu.vector_flops: 106 TFLOP/s per PCU makes 222 PFLOP/s a socket over "
+            "2,080 PCUs, past the most a socket is taken to have (100 PFLOP/s: "
+            "rdu_sim/config/limits.py); vector_flops is one PCU's: a socket's 106 TFLOP/s over "
+            "2,080 PCUs is 51.2 GFLOP/s each",
+        ),
+        (  # 1.5 x the SN40L's 520 MiB: the memory table showed 1.55 TiB of SRAM
+            {"hw.socket.pmu.sram": "780 MiB"},
+            "socket.pmu.sram: 780 MiB per PMU makes 1.55 TiB a socket over 2,080 PMUs, past "
+            "the most a socket is taken to have (128 GiB: rdu_sim/config/limits.py); sram is "
+            "one PMU's: a socket's 780 MiB over 2,080 PMUs is 384 KiB each",
+        ),
+        (
+            {"hw.socket.pmu.sram": "1 TiB"},
+            "socket.pmu.sram: 1 TiB per PMU makes 2,080 TiB a socket over 2,080 PMUs, past "
+            "the most a socket is taken to have (128 GiB: rdu_sim/config/limits.py); sram is "
+            "one PMU's: a socket's 1 TiB over 2,080 PMUs is 504 MiB each",
+        ),
+        (  # "hundreds of TB/s" aggregate, per PMU
+            {"hw.socket.pmu.bandwidth": "213 TB/s"},
+            "socket.pmu.bandwidth: 213 TB/s per PMU makes 443 PB/s a socket over 2,080 PMUs, "
+            "past the most a socket is taken to have (100 PB/s: rdu_sim/config/limits.py); "
+            "bandwidth is one PMU's: a socket's 213 TB/s over 2,080 PMUs is 102 GB/s each",
+        ),
+        (
+            {"hw.socket.hbm.capacity": "256 PiB"},
+            "socket.hbm.capacity: must be at most 64 TiB, got 256 PiB",
+        ),
+        (
+            {"hw.socket.ddr.capacity": "1.5 PiB"},
+            "socket.ddr.capacity: must be at most 64 TiB, got 1.5 PiB",
+        ),
+    ],
+)
+def test_per_unit_and_per_tier_figures_past_any_socket_are_refused(
+    changes: dict[str, str], said: str
+) -> None:
+    assert _error(**changes) == said
+
+
+def test_the_bounds_leave_room_for_any_plausible_chip() -> None:
+    """Several times the largest built passes: a whole wafer (Cerebras WSE-3: ~900,000
+    cores, 44 GB of SRAM at 21 PB/s, 125 PFLOP/s with sparsity, half dense) as one socket,
+    a package of 16 HBM4E stacks (1 TiB), and 12 TiB of DDR behind a socket."""
+    cores = 900_000
+    wafer = api.load(
+        LLAMA,
+        {
+            "hw.socket.pcu.count": cores,
+            "hw.socket.pmu.count": cores,
+            "hw.socket.pcu.peak_flops": f"{62.5e15 / cores:.6g} FLOP/s",
+            "hw.socket.pcu.vector_flops": f"{62.5e15 / cores:.6g} FLOP/s",
+            "hw.socket.pmu.sram": f"{44e9 / cores:.0f} B",
+            "hw.socket.pmu.bandwidth": f"{21e15 / cores:.6g} B/s",
+            "hw.socket.hbm.capacity": "1 TiB",
+            "hw.socket.ddr.capacity": "12 TiB",
+        },
+    ).hardware
+    assert wafer.socket.peak_flops == pytest.approx(62.5e15)
+    assert wafer.socket.peak_flops * 1.5 < MAX_SOCKET_FLOPS
+    assert wafer.socket.sram_bytes * 2.5 < MAX_SOCKET_SRAM
+    socket_sram_rate = wafer.socket.pmu.count * wafer.socket.pmu.bandwidth
+    assert socket_sram_rate * 4 < MAX_SOCKET_SRAM_BANDWIDTH
+    assert 12 * 2**40 * 5 < MAX_TIER_BYTES
+    # and the SN50-like socket written right
+    sn50 = api.load(LLAMA, SN50).hardware
+    assert sn50.socket.sram_bytes == 2080 * 384 * 1024
