@@ -53,9 +53,7 @@ def _sn50_file(tmp_path: Path, **changes: str) -> tuple[Path, dict[str, int]]:
     text = yaml.safe_dump(data, sort_keys=False)
     lines = {}
     for path, value in marks.items():
-        lines[path] = next(
-            n for n, row in enumerate(text.splitlines(), 1) if f"@{path}@" in row
-        )
+        lines[path] = next(n for n, row in enumerate(text.splitlines(), 1) if f"@{path}@" in row)
         text = text.replace(f"@{path}@", value)
     out = tmp_path / "sn50.yaml"
     out.write_text(text)
@@ -153,7 +151,32 @@ def test_the_bounds_leave_room_for_any_plausible_chip() -> None:
     assert wafer.socket.sram_bytes * 2.5 < MAX_SOCKET_SRAM
     socket_sram_rate = wafer.socket.pmu.count * wafer.socket.pmu.bandwidth
     assert socket_sram_rate * 4 < MAX_SOCKET_SRAM_BANDWIDTH
-    assert 12 * 2**40 * 5 < MAX_TIER_BYTES
+    assert (
+        wafer.socket.ddr.capacity == 12 * 2**40 and wafer.socket.ddr.capacity * 5 < MAX_TIER_BYTES
+    )
     # and the SN50-like socket written right
     sn50 = api.load(LLAMA, SN50).hardware
     assert sn50.socket.sram_bytes == 2080 * 384 * 1024
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("hw.socket.pcu.count=-2080", "socket.pcu.count: must be at least 1, got -2,080"),
+        ("hw.socket.usable_fraction=0", "socket.usable_fraction: must be more than 0, got 0"),
+        ("hw.socket.hbm.efficiency=95", "socket.hbm.efficiency: must be at most 1, got 95"),
+        ("hw.system.sockets_per_node=0", "system.sockets_per_node: must be at least 1, got 0"),
+        ("hw.socket.pcu.systolic_rows=5000",
+         "socket.pcu.systolic_rows: must be at most 4,096, got 5,000"),
+    ],
+)  # fmt: skip
+def test_a_count_or_fraction_out_of_range_is_told_in_the_house_words(
+    override: str, said: str
+) -> None:
+    """Range errors of unitless fields go through the loader's translation as quantities
+    do (they read ``Input should be greater than or equal to 1 (got -2080)``)."""
+    with pytest.raises(ConfigError) as info:
+        api.load(LLAMA, [override])
+    (issue,) = info.value.issues
+    assert f"{issue.field}: {issue.message}" == f"{said} (from --set {override.split('=')[0]})"
+    assert "Input should" not in str(info.value)

@@ -126,7 +126,7 @@ def test_a_token_count_takes_k_as_plot_contexts_does() -> None:
     line = error_line(invoke("run", LLAMA, "--set", "serving.max_context=128q"))
     assert "serving.max_context: expected a token count such as 8192 or 128k, got '128q'" in line
     line = error_line(invoke("run", LLAMA, "--set", "serving.max_context=0k"))
-    assert "serving.max_context: Input should be greater than or equal to 1" in line
+    assert "serving.max_context: must be at least 1, got 0k" in line
 
 
 def test_a_tab_in_yaml_is_called_a_tab(tmp_path: Path) -> None:
