@@ -180,3 +180,26 @@ def test_a_count_or_fraction_out_of_range_is_told_in_the_house_words(
     (issue,) = info.value.issues
     assert f"{issue.field}: {issue.message}" == f"{said} (from --set {override.split('=')[0]})"
     assert "Input should" not in str(info.value)
+
+
+def test_a_misspelt_default_stack_is_told_at_its_line_by_check_and_by_a_run(
+    tmp_path: Path,
+) -> None:
+    """It read ``error: bad/sambastack: file not found; ... (the default_stack of
+    bad.yaml:52)`` under check (the file named, a path never written), and without a line
+    under a run."""
+    text = (REPO / "hw_configs" / "sn40l.yaml").read_text()
+    assert text.count("default_stack: sambastack-2025") == 1
+    path = tmp_path / "typo.yaml"
+    path.write_text(text.replace("default_stack: sambastack-2025", "default_stack: sambastack"))
+    line = next(n for n, row in enumerate(path.read_text().splitlines(), 1) if "sambastack" in row)
+    said = (
+        f"error: {path}:{line}: default_stack: unknown serving stack 'sambastack'; did you mean "
+        "'sambastack-2025'? (a path is relative to the file naming it; a bare name is a shipped "
+        "stack: sambastack-2025, sambastudio-2024, sglang, tensorrt-llm, tensorrt-llm-2024, "
+        "vllm-2024, or 'none')"
+    )
+    checked = CliRunner().invoke(cli, ["check", str(path)])
+    assert checked.exit_code == 2 and checked.stderr.splitlines()[0] == said
+    ran = CliRunner().invoke(cli, ["step", str(LLAMA), "--set", f"hardware={path}"])
+    assert ran.exit_code == 2 and ran.stderr.splitlines()[0] == said

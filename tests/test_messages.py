@@ -214,13 +214,16 @@ def test_a_misspelt_stack_or_hardware_name_gets_a_did_you_mean() -> None:
     A name close to none gets no guess."""
     said = error_line(invoke("run", LLAMA, "--set", "stack=trtllm"))
     assert said.startswith(
-        f"error: {LLAMA}: stack: serving stack '{ROOT / 'workloads' / 'trtllm'}': file not "
-        "found; did you mean 'tensorrt-llm'? (a path is relative to the file naming it; a "
-        "bare name is a shipped stack: sambastack-2025, "
+        f"error: {LLAMA}: stack: unknown serving stack 'trtllm'; did you mean 'tensorrt-llm'? "
+        "(a path is relative to the file naming it; a bare name is a shipped stack: "
+        "sambastack-2025, "
     )
     assert said.endswith(", vllm-2024, or 'none') (from --set stack)")
     said = error_line(invoke("run", LLAMA, "--set", "hardware=dgx-h10"))
     assert "file not found; did you mean 'dgx-h100'? (paths are relative" in said
     assert said.endswith("(from --set hardware)")
     said = error_line(invoke("run", LLAMA, "--set", "stack=qqqq"))
-    assert "file not found (a path is relative" in said and "did you mean" not in said
+    assert "stack: unknown serving stack 'qqqq' (a path is relative" in said
+    assert "did you mean" not in said
+    said = error_line(invoke("run", LLAMA, "--set", "stack=mine/qqqq.yaml"))  # a path
+    assert f"stack: serving stack '{ROOT / 'workloads' / 'mine' / 'qqqq.yaml'}': file not " in said

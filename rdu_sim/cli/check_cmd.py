@@ -48,6 +48,7 @@ from rdu_sim.config.stack_file import (
     runs_on_problem,
     stack_data,
     stack_path,
+    unknown_stack,
     validate_stack,
 )
 from rdu_sim.interrupts import Interrupted
@@ -73,8 +74,12 @@ def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
     """The name of the stack a hardware file runs by default, checked as a workload would
     read it (the file exists, is a valid stack, runs on this kind of hardware)."""
     named = hardware.default_stack
+    path = stack_path(named, file)
+    unknown = unknown_stack(named, path)
+    if unknown is not None:  # at the field, as a run says it
+        raise ConfigError.single(file, "default_stack", unknown, lines.get(("default_stack",)))
     try:
-        data, stack_lines, stack_file = stack_data(stack_path(named, file))
+        data, stack_lines, stack_file = stack_data(path)
         stack = validate_stack(data, stack_file, stack_lines)
     except ConfigError as exc:
         at = ConfigIssue(file, "default_stack", "", lines.get(("default_stack",)))
