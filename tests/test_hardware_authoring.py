@@ -15,7 +15,9 @@ from click.testing import CliRunner
 
 from rdu_sim import api
 from rdu_sim.cli.main import cli
-from rdu_sim.config import ConfigError
+from rdu_sim.config import ConfigError, shipped
+from rdu_sim.config.field_docs import field_doc
+from rdu_sim.config.hardware_file import kind_of
 from rdu_sim.config.limits import (
     MAX_SOCKET_FLOPS,
     MAX_SOCKET_SRAM,
@@ -203,3 +205,124 @@ def test_a_misspelt_default_stack_is_told_at_its_line_by_check_and_by_a_run(
     assert checked.exit_code == 2 and checked.stderr.splitlines()[0] == said
     ran = CliRunner().invoke(cli, ["step", str(LLAMA), "--set", f"hardware={path}"])
     assert ran.exit_code == 2 and ran.stderr.splitlines()[0] == said
+
+
+def _check_lines(path: Path) -> list[str]:
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()
+
+
+def _shipped_text(relative: str, *keys: str) -> str:
+    """A value as a shipped file writes it (``33.53 GB/s``): what check quotes."""
+    node = yaml.safe_load((REPO / relative).read_text())
+    for key in keys:
+        node = node[key]
+    return str(node)
+
+
+def test_check_says_what_an_overlay_of_a_shipped_machine_inherits(tmp_path: Path) -> None:
+    """Written over ``sn40l-8``, a new chip runs SambaStack (a host time fitted to SambaNova's
+    figures) and the fitted SN40L link: check says where each came from."""
+    path = tmp_path / "sn50x-8.yaml"
+    path.write_text(
+        "extends: sn40l-8\nname: sn50x-8\nsocket:\n  hbm:\n    bandwidth: 8 TB/s\n"
+        "    capacity: 256 GiB\n"
+    )
+    link = _shipped_text("hw_configs/sn40l.yaml", "system", "intra_node_link", "bandwidth")
+    host = _shipped_text("stacks/sambastack-2025.yaml", "host", "serial_per_step")
+    assert _check_lines(path) == [
+        f"OK  {path}: hardware 'sn50x-8': 8 sockets, default stack 'sambastack-2025' (from "
+        "extends: sn40l-8, set in sn40l.yaml)",
+        f"    hw.system.intra_node_link.bandwidth {link}: fitted by calibrate joint "
+        "(calibrations/joint.yaml), inherited from sn40l.yaml",
+        f"    stack.host.serial_per_step {host}: fitted by calibrate joint "
+        "(calibrations/joint.yaml), with the default stack 'sambastack-2025' inherited from "
+        "sn40l.yaml",
+    ]
+    # restating the link and naming the stack: nothing is inherited unsaid
+    path.write_text(
+        path.read_text()
+        + "system:\n  intra_node_link:\n    bandwidth: 100 GB/s\ndefault_stack: sambastack-2025\n"
+    )
+    assert _check_lines(path) == [
+        f"OK  {path}: hardware 'sn50x-8': 8 sockets, default stack 'sambastack-2025'"
+    ]
+
+
+def test_check_lists_the_structural_fields_a_file_leaves_to_the_schema(tmp_path: Path) -> None:
+    """Written from scratch without topology, network_via_intra_node_port, the collectives
+    and layer_loop, an 8-socket chip took ring wiring and a free loop (its 70B prefill ran
+    in half the time of the same chip written with the shipped files' values): check lists
+    each default taken beside what the shipped files say."""
+    data = yaml.safe_load((REPO / "hw_configs" / "sn40l.yaml").read_text())
+    for section, field in (
+        ("system", "topology"),
+        ("system", "network_via_intra_node_port"),
+        ("system", "collective_algorithm"),
+        ("system", "collective_chunks"),
+    ):
+        del data[section][field]
+    del data["socket"]["kernel"]["layer_loop"]
+    del data["default_stack"]
+    data["name"] = "sn50"
+    path = tmp_path / "sn50.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert _check_lines(path) == [
+        f"OK  {path}: hardware 'sn50': 1 socket, default stack 'none' (not set: the default, "
+        "no host time: the hardware's ceiling)",
+        "    left at its default: hw.system.network_via_intra_node_port false (every shipped "
+        "rdu file: true)",
+        "    left at its default: hw.system.topology ring (every shipped rdu file: switched)",
+        "    left at its default: hw.system.collective_algorithm auto (as every shipped rdu file)",
+        "    left at its default: hw.system.collective_chunks 4 (as every shipped rdu file)",
+        "    left at its default: hw.socket.kernel.layer_loop 0 s (every shipped rdu file: 500 ns)",
+    ]
+
+
+def test_check_of_the_shipped_machines_names_no_default_taken() -> None:
+    """Every shipped file states its structural fields; the base files state their stack and
+    their fitted values, so check adds nothing to their line."""
+    files = sorted((REPO / "hw_configs").glob("*.yaml"))
+    result = CliRunner().invoke(cli, ["check", *map(str, files)])
+    assert result.exit_code == 0, result.output
+    assert "left at its default" not in result.stdout
+    for base in ("sn40l", "dgx-h100"):
+        (line,) = _check_lines(REPO / "hw_configs" / f"{base}.yaml")
+        assert line.endswith(f"hardware {base!r}: " + line.split(": ", 2)[2])
+
+
+@pytest.mark.parametrize(
+    ("path", "rdu", "gpu", "words"),
+    [
+        ("hw.system.topology", "switched", "switched", "Every shipped file (SN40L and GPU) says "
+         "'switched': the default 'ring' is no shipped machine's"),
+        ("hw.system.network_via_intra_node_port", True, False, "The shipped SN40L files say "
+         "true, the GPU files false (the default)"),
+        ("hw.system.collective_algorithm", "auto", "auto", "Every shipped file says 'auto' (the "
+         "default)"),
+        ("hw.system.collective_chunks", 4, 4, "(every shipped file: 4, the default)"),
+        ("hw.socket.kernel.layer_loop", 0.5e-6, None, "the shipped SN40L files say 0.5 us, the "
+         "default 0 makes a loop iteration free"),
+    ],
+)  # fmt: skip
+def test_a_structural_default_says_what_the_shipped_files_use(
+    path: str, rdu: object, gpu: object, words: str
+) -> None:
+    """The schema's description of each field whose default no shipped machine relies on
+    says what they use, and that is what they use."""
+    doc = field_doc(path)
+    assert doc is not None and words in doc.description
+    parts = path.removeprefix("hw.").split(".")
+    for kind, used in (("rdu", rdu), ("gpu", gpu)):
+        if used is None:
+            continue
+        values = set()
+        for name in shipped.names("hardware"):
+            hardware = api.load(LLAMA, [f"hardware={name}"]).hardware
+            if kind_of(hardware) == kind:
+                value: object = hardware
+                for part in parts:
+                    value = getattr(value, part)
+                values.add(value)
+        assert values == {used}, (kind, values)

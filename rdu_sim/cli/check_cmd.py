@@ -41,6 +41,7 @@ from rdu_sim.config.hardware_file import (
 )
 from rdu_sim.config.kinds import KIND_WORDS, KINDS_HELP, file_kind, misspelt_kind_key
 from rdu_sim.config.loader import LineMap, read_yaml
+from rdu_sim.config.origins import hardware_origins
 from rdu_sim.config.overrides import in_context
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack_file import (
@@ -113,10 +114,14 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         data, lines = read_hardware(path)  # with the file it extends, if any
         hardware = validate_hardware(data, file, lines)
         stack = _default_stack(hardware, file, lines)
-        return (
-            f"hardware {hardware.name!r}: "
-            f"{human.count(hardware.system.sockets, device_noun(hardware))}, "
-            f"default stack {stack}"
+        origins = hardware_origins(path, hardware)  # what it takes without stating it
+        return "\n    ".join(
+            (
+                f"hardware {hardware.name!r}: "
+                f"{human.count(hardware.system.sockets, device_noun(hardware))}, "
+                f"default stack {stack}{origins.stack}",
+                *origins.notes,
+            )
         )
     if kind == "stack":
         data, lines = read_stack(path)

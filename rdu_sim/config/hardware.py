@@ -108,7 +108,8 @@ class KernelOverheadsConfig(StrictModel):
         default=0.0,
         ge=0,
         le=MAX_KERNEL_SECONDS,
-        description="per-iteration cost of a looped kernel's outer loop (no host sync)",
+        description="per-iteration cost of a looped kernel's outer loop (no host sync); "
+        "the shipped SN40L files say 0.5 us, the default 0 makes a loop iteration free",
     )
 
 
@@ -206,13 +207,16 @@ class SystemConfig(StrictModel):
         "behind the device's in-node traffic and runs at the slower port's rate), as when one "
         "I/O unit carries all of a device's traffic; false: the network port is the device's "
         "own (a GPU with its own NIC). Read by the switched topology (the others give each "
-        "pair its own link)",
+        "pair its own link). The shipped SN40L files say true, the GPU files false (the "
+        "default)",
     )
     topology: Topology = Field(
         default="ring",
         description="how sockets are wired: 'ring' (each socket to its two neighbours), "
         "'switched' (one port per socket into a non-blocking switch: the port is shared by "
-        "everything the socket sends) or 'fully_connected' (a link per pair); full duplex",
+        "everything the socket sends) or 'fully_connected' (a link per pair); full duplex. "
+        "Every shipped file (SN40L and GPU) says 'switched': the default 'ring' is no shipped "
+        "machine's (a ring gives a socket two links where a switch gives it one port)",
     )
     collective_algorithm: Policy = Field(
         default="auto",
@@ -223,13 +227,15 @@ class SystemConfig(StrictModel):
         "'tree' (binary-tree all-reduce), 'hierarchical' (all-reduce inside each node, then "
         "across nodes on each socket's rail); the direct forms need topology switched or "
         "fully_connected, the tree fully_connected, beyond 2 sockets per group, the "
-        "hierarchical one a group of whole nodes",
+        "hierarchical one a group of whole nodes. Every shipped file says 'auto' (the "
+        "default)",
     )
     collective_chunks: int = Field(
         default=4,
         ge=1,
         le=1024,
-        description="chunks a collective is split into to pipeline it with its producer",
+        description="chunks a collective is split into to pipeline it with its producer "
+        "(every shipped file: 4, the default)",
     )
 
     @model_validator(mode="after")

@@ -505,11 +505,11 @@ def field_unit(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     return ""
 
 
-def _watts(value: float | None) -> str:
-    return human.si(value, "W")
+def _watts(value: float | None, digits: int = 3) -> str:
+    return human.si(value, "W", digits)
 
 
-_HUMAN: dict[str, tuple[Callable[[float | None], str], str]] = {
+_HUMAN: dict[str, tuple[Callable[[float | None, int], str], str]] = {
     "s": (human.duration, "s"),
     "bytes": (human.size, "B"),
     "bytes/s": (human.bandwidth, "B/s"),
@@ -520,10 +520,10 @@ MAX_SHOWN_CHARS = 16
 """Past this a quantity in a message is shown in its internal unit's exponent form."""
 
 
-def quantity_words(value: float, unit: str) -> str:
-    """An internal value (``unit``: :data:`UNIT_OF_PARSER`'s) as a message shows it:
-    ``500 ns``, ``1.8 TB/s``, ``1 h``; one too large for its largest unit in exponent form,
-    ``1e+42 B/s``, not thirty digits of PB/s."""
+def quantity_words(value: float, unit: str, digits: int = 3) -> str:
+    """An internal value (``unit``: :data:`UNIT_OF_PARSER`'s) as a message shows it, to
+    ``digits`` significant digits: ``500 ns``, ``1.8 TB/s``, ``1 h``; one too large for its
+    largest unit in exponent form, ``1e+42 B/s``, not thirty digits of PB/s."""
     shown, internal = _HUMAN[unit]
-    text = shown(value)
+    text = shown(value, digits)
     return text if len(text) <= MAX_SHOWN_CHARS else f"{value:.3g} {internal}"
