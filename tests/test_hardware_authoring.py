@@ -1,8 +1,9 @@
-"""Writing a new machine's hardware file from a datasheet: a socket's figure written in a
-per-unit field is refused naming what it makes the socket, while any plausible chip passes.
-
-(The trial that found these: an SN50-like socket of 2,080 PCUs written from the SN40L's
-file, docs/memory.md "A new RDU from its datasheet".)
+"""Writing a new machine's hardware file from a datasheet (docs/hardware.md, "A new RDU from
+its datasheet"): a socket's figure written in a per-unit field is refused naming what it
+makes the socket while any plausible chip passes; out-of-range counts and a misspelt default
+stack are told in the house's words at their line; ``check`` says what a file takes without
+stating it (an inherited stack and fitted values, the schema's defaults). The trial that
+found these wrote an SN50-like socket of 2,080 PCUs from the SN40L's file.
 """
 
 from __future__ import annotations
