@@ -46,7 +46,7 @@ from rdu_sim.config.overrides import (
     split_overrides,
 )
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
-from rdu_sim.config.stack_file import missing_stack, runs_on_problem, stack_data, stack_path
+from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path, unknown_stack
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
 from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
 from rdu_sim.config.yaml_io import read_text_file
@@ -751,6 +751,7 @@ def _resolved(
         stack_overrides,
         source,
         "stack" in chosen,
+        hw_lines,
     )
     policy = _cross_check(workload, hardware, stack, model, workload_file, lines, chosen)
     files = (workload_file, str(hardware_path))
@@ -779,19 +780,23 @@ def _load_stack(
     overrides: Mapping[str, Any],
     source: str,
     chosen: bool = False,
+    hardware_lines: LineMap | None = None,
 ) -> tuple[StackConfig, str]:
     """The serving stack the workload names (``stack:``; ``chosen``: an override at
-    ``source`` set it), else its hardware file's default, with the ``stack.`` overrides
-    (given at ``source``) applied; it must run on the hardware's kind."""
+    ``source`` set it), else its hardware file's default (its line in ``hardware_lines``),
+    with the ``stack.`` overrides (given at ``source``) applied; it must run on the
+    hardware's kind."""
+    hardware_lines = hardware_lines or {}
     if workload.stack is not None:
         named, near, field_name = workload.stack, files[0], "stack"
     else:
         named, near, field_name = hardware.default_stack, files[1], "default_stack"
     path = stack_path(named, near)
-    line = lines.get((field_name,)) if field_name == "stack" else None
-    missing = None if path is None else missing_stack(path)
+    named_at = lines if field_name == "stack" else hardware_lines
+    line = named_at.get((field_name,))
+    missing = unknown_stack(named, path)
     if missing is not None:  # at the field that names it, as a missing hardware file is
-        raise ConfigError.single(near, field_name, f"serving stack {str(path)!r}: {missing}", line)
+        raise ConfigError.single(near, field_name, missing, line)
     other = None
     try:
         data, stack_lines, file = stack_data(path)

@@ -322,7 +322,8 @@ LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
         (["hw.gpu.bf16_flops=1 FLOP/s", "hw.gpu.max_gemm_efficiency=1"],
          "beyond the serving clock's range"),
         (["hw.gpu.bf16_flops=1000"],  # a bare rate is per second: a forgotten unit, named
-         "gpu.bf16_flops: 1000 without a unit reads as 1000 FLOP per second; write the unit"),
+         "gpu.bf16_flops: 1000 without a unit reads as 1 kFLOP/s (a bare compute rate is FLOP "
+         "per second; one below 1 GFLOP/s is taken for a forgotten unit); write the unit"),
     ],
 )  # fmt: skip
 def test_a_gpu_rate_too_small_to_time_a_step_is_refused(overrides: list[str], words: str) -> None:

@@ -7,7 +7,7 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from pydantic import ValidationError
@@ -21,6 +21,7 @@ from rdu_sim.config.units import (
     parse_bytes,
     parse_flops,
     parse_seconds,
+    parse_watts,
     split_quantity,
 )
 from rdu_sim.scenario import load_scenario
@@ -326,6 +327,7 @@ def test_the_issue_link_override_is_50_gb_per_s() -> None:
         (units._BANDWIDTH_UNITS, parse_bandwidth),
         (units._TIME_UNITS, parse_seconds),
         (units._FLOPS_UNITS, parse_flops),
+        (units._POWER_UNITS, parse_watts),
     ],
 )
 def test_the_schema_pattern_agrees_with_the_parser(table: Any, parse: Any) -> None:
@@ -459,3 +461,79 @@ def test_a_bare_time_past_its_bound_says_it_is_seconds() -> None:
         "slo.yaml: ttft: must be at most 116 days, got 1,157 days (a bare number is seconds: "
         "write the unit, as in '1e+08 us' or '1e+08 ms')"
     )
+
+
+UNIT_TABLES = [
+    (units._BYTE_UNITS, parse_bytes, "B"),
+    (units._BANDWIDTH_UNITS, parse_bandwidth, "B/s"),
+    (units._FLOPS_UNITS, parse_flops, "FLOP/s"),
+    (units._TIME_UNITS, parse_seconds, ""),
+    (units._POWER_UNITS, parse_watts, ""),
+]
+
+
+@pytest.mark.parametrize(("table", "parse", "base"), UNIT_TABLES)
+def test_an_unknown_unit_is_told_every_unit_the_field_takes(
+    table: Any, parse: Any, base: str
+) -> None:
+    """One list: the unknown-unit message names every prefix the parser and the schema take
+    (it named sizes up to TiB while ``256 PiB`` was read and the pattern took ``EiB``); each
+    unit it names is read by the parser and matched by the schema's pattern, whose string
+    branch repeats the list."""
+    with pytest.raises(UnitError) as info:
+        parse("1 furlong")
+    message = str(info.value)
+    assert message.endswith(f"(known: {table.known})")
+    named = set(re.findall(r"[A-Za-zµμ/]+", table.known)) & set(table.units)
+    pattern = re.compile(units.quantity_pattern(table))
+    for unit in named:
+        parse(f"1 {unit}")
+        assert pattern.fullmatch(f"1 {unit}")
+    if base:  # every prefix of the tables the spellings are built from
+        prefixes = [p for p, _, _ in units._PREFIXES if p != "K"]
+        if base == "FLOP/s":
+            prefixes = [p for p, _, _ in [("", 1.0, ""), *units._DECIMAL] if p != "K"]
+        assert {f"{p}{base}" for p in prefixes} <= named, table.known
+    else:
+        assert named == set(table.units)
+    text = units._quantity(table, "x")
+    (described,) = [t for t in get_args(text) if get_args(t) and get_args(t)[0] is not float]
+    assert described.__metadata__[-1].description == f"with a unit: {table.known}"
+
+
+def test_sizes_and_rates_up_to_exa_are_read_and_named() -> None:
+    assert parse_bytes("256 PiB") == 256 * 2**50 and parse_bytes("1 EiB") == 2**60
+    assert parse_bytes("2 PB") == 2e15 and parse_bandwidth("1 PiB/s") == 2.0**50
+    assert parse_flops("1 EFLOP/s") == 1e18
+    with pytest.raises(UnitError) as info:
+        parse_bytes("64 GiBs")
+    assert str(info.value) == (
+        "unknown size unit 'GiBs' in '64 GiBs' (known: B, kB, MB, GB, TB, PB, EB, KiB, MiB, "
+        "GiB, TiB, PiB, EiB, bytes; bits: b or bit after the same prefixes (Gb, Gibit), bits)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "watts"), [(530, 530.0), ("800 W", 800.0), ("1.5 kW", 1500.0), ("0.8kW", 800.0)]
+)
+def test_power_takes_watts_with_or_without_the_unit(written: object, watts: float) -> None:
+    """``socket_w: 800 W`` was refused ("Input should be a valid number"): power is a
+    quantity like any other, and a bare number stays watts."""
+    scenario = load_scenario(LLAMA, {"hw.power.socket_w": written, "hw.power.host_w": written})
+    power = scenario.hardware.power
+    assert power is not None and power.socket_w == watts == power.host_w
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        ("800 J", "power.socket_w: unknown power unit 'J' in '800 J' (known: W, kW, MW)"),
+        ("-800 W", "power.socket_w: must be more than 0 W, got -800 W"),
+        ("1 MW", "power.socket_w: must be at most 100 kW, got 1 MW"),
+        (-5, "power.socket_w: must be more than 0 W, got -5 W"),
+    ],
+)
+def test_a_bad_power_names_the_field_in_watts(written: object, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(LLAMA, {"hw.power.socket_w": written})
+    assert message in str(info.value)

@@ -129,7 +129,7 @@ def test_counts_from_a_file_and_their_errors(tmp_path: Path) -> None:
          "do not fill the 16 devices evenly"),
         ({**EP16, "experts.redundant": 16}, "experts.redundant", "placed by a load balancer"),
         ({**EP16, "experts.load": {"dist": "zipf", "exponent": -1}}, "experts.load.exponent",
-         "greater than or equal to 0"),
+         "must be at least 0, got -1"),
         ({**EP16, "experts.load": {"dist": "counts"}}, "experts.load",
          r"experts\.load: dist counts needs counts or file"),  # the field said once
     ],

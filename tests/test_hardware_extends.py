@@ -104,7 +104,9 @@ def test_a_stack_for_the_other_kind_of_hardware_is_refused(tmp_path: Path) -> No
     assert "w.yaml" in out and "stack" in out and "runs on gpu hardware, not rdu" in out
     missing = _write(tmp_path / "m.yaml", {**data, "stack": "no-such-stack"})
     code, out = _check(missing)
-    assert code == 2 and "no-such-stack" in out and "file not found" in out
+    rows = missing.read_text().splitlines()
+    line = next(n for n, row in enumerate(rows, 1) if row == "stack: no-such-stack")
+    assert code == 2 and f"m.yaml:{line}: stack: unknown serving stack 'no-such-stack'" in out
 
 
 def _check(path: Path) -> tuple[int, str]:

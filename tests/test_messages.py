@@ -81,19 +81,33 @@ def test_a_bare_rate_names_the_field_and_the_unit(tmp_path: Path) -> None:
     line = error_line(invoke("check", tmp_path / "hw.yaml"))
     assert line == (
         f"error: {tmp_path / 'hw.yaml'}:{number}: socket.hbm.bandwidth: 2000 without a unit "
-        "reads as 2000 bytes per second; write the unit, as in '2000 GB/s'"
+        "reads as 2 kB/s (a bare bandwidth is bytes per second; one below 1 GB/s is taken for "
+        "a forgotten unit); write the unit, as in '2000 GB/s'"
+    )
+    # 8 TB/s written in MB/s: 8 MB/s, past the old floor of a million (a step of hours)
+    (tmp_path / "hw.yaml").write_text(hardware.replace(written, "    bandwidth: 8000000", 1))
+    line = error_line(invoke("check", tmp_path / "hw.yaml"))
+    assert line == (
+        f"error: {tmp_path / 'hw.yaml'}:{number}: socket.hbm.bandwidth: 8000000 without a unit "
+        "reads as 8 MB/s (a bare bandwidth is bytes per second; one below 1 GB/s is taken for "
+        "a forgotten unit); write the unit, as in '8000000 MB/s'"
     )
     result = invoke("run", LLAMA, "--set", "hw.socket.pcu.peak_flops=1000")
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert "socket.pcu.peak_flops: 1000 without a unit reads as 1000 FLOP per second" in (
+    assert "socket.pcu.peak_flops: 1000 without a unit reads as 1 kFLOP/s (a bare compute " in (
         result.stderr
     )
     assert "as in '1000 TFLOP/s'" in result.stderr and "clock" not in result.stderr
-    # a bare number in the internal unit still reads as one; a unit is always taken
+    # a bare number in the internal unit still reads as one from the floor up; a unit is
+    # always taken, however slow
     assert parse_bandwidth(2e12) == 2e12 and parse_bandwidth("2000 B/s") == 2000
-    assert parse_flops(6.38e14) == 6.38e14
-    with pytest.raises(UnitError, match="without a unit"):
-        parse_bandwidth(999_999)
+    assert parse_bandwidth(1e9) == 1e9 and parse_bandwidth("100 MB/s") == 1e8
+    assert parse_flops(6.38e14) == 6.38e14 and parse_flops(1e9) == 1e9
+    for slow in (999_999, 999_999_999):
+        with pytest.raises(UnitError, match="without a unit"):
+            parse_bandwidth(slow)
+        with pytest.raises(UnitError, match="without a unit"):
+            parse_flops(slow)
 
 
 def test_a_token_count_takes_k_as_plot_contexts_does() -> None:
@@ -112,7 +126,7 @@ def test_a_token_count_takes_k_as_plot_contexts_does() -> None:
     line = error_line(invoke("run", LLAMA, "--set", "serving.max_context=128q"))
     assert "serving.max_context: expected a token count such as 8192 or 128k, got '128q'" in line
     line = error_line(invoke("run", LLAMA, "--set", "serving.max_context=0k"))
-    assert "serving.max_context: Input should be greater than or equal to 1" in line
+    assert "serving.max_context: must be at least 1, got 0k" in line
 
 
 def test_a_tab_in_yaml_is_called_a_tab(tmp_path: Path) -> None:
@@ -200,13 +214,16 @@ def test_a_misspelt_stack_or_hardware_name_gets_a_did_you_mean() -> None:
     A name close to none gets no guess."""
     said = error_line(invoke("run", LLAMA, "--set", "stack=trtllm"))
     assert said.startswith(
-        f"error: {LLAMA}: stack: serving stack '{ROOT / 'workloads' / 'trtllm'}': file not "
-        "found; did you mean 'tensorrt-llm'? (a path is relative to the file naming it; a "
-        "bare name is a shipped stack: sambastack-2025, "
+        f"error: {LLAMA}: stack: unknown serving stack 'trtllm'; did you mean 'tensorrt-llm'? "
+        "(a path is relative to the file naming it; a bare name is a shipped stack: "
+        "sambastack-2025, "
     )
     assert said.endswith(", vllm-2024, or 'none') (from --set stack)")
     said = error_line(invoke("run", LLAMA, "--set", "hardware=dgx-h10"))
     assert "file not found; did you mean 'dgx-h100'? (paths are relative" in said
     assert said.endswith("(from --set hardware)")
     said = error_line(invoke("run", LLAMA, "--set", "stack=qqqq"))
-    assert "file not found (a path is relative" in said and "did you mean" not in said
+    assert "stack: unknown serving stack 'qqqq' (a path is relative" in said
+    assert "did you mean" not in said
+    said = error_line(invoke("run", LLAMA, "--set", "stack=mine/qqqq.yaml"))  # a path
+    assert f"stack: serving stack '{ROOT / 'workloads' / 'mine' / 'qqqq.yaml'}': file not " in said

@@ -68,7 +68,7 @@ def test_where_each_part_lives() -> None:
             "parallelism.ep",
             r"expert-parallel across them \(ep = tp x dp_attention = 16\)",
         ),
-        ({"parallelism.pp": 4096}, "parallelism.pp", r"less than or equal to 256"),
+        ({"parallelism.pp": 4096}, "parallelism.pp", r"^must be at most 256, got 4,096 "),
         (
             {"parallelism.tp": 4096, "parallelism.dp_attention": 4096},
             "parallelism",

@@ -251,7 +251,7 @@ def test_a_router_from_a_config_json_runs_as_its_preset() -> None:
         ({"coe.router": "no-such-model"}, "coe.router", "no-such-model"),
         ({"coe.eviction": "random"}, "coe.eviction", "lru"),
         ({"coe.switch": "sometimes"}, "coe.switch", "bounded"),
-        ({"coe.turn_s": 0}, "coe.turn_s", "greater than 0"),
+        ({"coe.turn_s": 0}, "coe.turn_s", "must be more than 0, got 0"),
         (  # drain never reads a turn's bound: setting one changes nothing, so it is refused
             {"coe.switch": "drain", "coe.turn_s": 0.5},
             "coe.turn_s",

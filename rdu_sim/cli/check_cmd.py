@@ -42,6 +42,7 @@ from rdu_sim.config.hardware_file import (
 )
 from rdu_sim.config.kinds import KIND_WORDS, KINDS_HELP, file_kind, misspelt_kind_key
 from rdu_sim.config.loader import LineMap, read_yaml
+from rdu_sim.config.origins import hardware_origins
 from rdu_sim.config.overrides import in_context
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack_file import (
@@ -49,6 +50,7 @@ from rdu_sim.config.stack_file import (
     runs_on_problem,
     stack_data,
     stack_path,
+    unknown_stack,
     validate_stack,
 )
 from rdu_sim.interrupts import Interrupted
@@ -90,8 +92,12 @@ def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
     """The name of the stack a hardware file runs by default, checked as a workload would
     read it (the file exists, is a valid stack, runs on this kind of hardware)."""
     named = hardware.default_stack
+    path = stack_path(named, file)
+    unknown = unknown_stack(named, path)
+    if unknown is not None:  # at the field, as a run says it
+        raise ConfigError.single(file, "default_stack", unknown, lines.get(("default_stack",)))
     try:
-        data, stack_lines, stack_file = stack_data(stack_path(named, file))
+        data, stack_lines, stack_file = stack_data(path)
         stack = validate_stack(data, stack_file, stack_lines)
     except ConfigError as exc:
         at = ConfigIssue(file, "default_stack", "", lines.get(("default_stack",)))
@@ -131,10 +137,14 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         data, lines = read_hardware(path)  # with the file it extends, if any
         hardware = validate_hardware(data, file, lines)
         stack = _default_stack(hardware, file, lines)
-        return (
-            f"hardware {hardware.name!r}: "
-            f"{human.count(hardware.system.sockets, device_noun(hardware))}, "
-            f"default stack {stack}"
+        origins = hardware_origins(path, hardware)  # what it takes without stating it
+        return "\n    ".join(
+            (
+                f"hardware {hardware.name!r}: "
+                f"{human.count(hardware.system.sockets, device_noun(hardware))}, "
+                f"default stack {stack}{origins.stack}",
+                *origins.notes,
+            )
         )
     if kind == "stack":
         data, lines = read_stack(path)

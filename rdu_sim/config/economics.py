@@ -12,17 +12,19 @@ figure with its source or its reasoning; none is tuned to a result.
 from pydantic import Field
 
 from rdu_sim.config.base import StrictModel
+from rdu_sim.config.units import Watts
 
 __all__ = ["CostConfig", "PowerConfig"]
 
 
 class PowerConfig(StrictModel):
-    """Average electrical draw while serving, in watts."""
+    """Average electrical draw while serving, in watts (bare, or with a unit: ``800 W``,
+    ``1.5 kW``)."""
 
-    socket_w: float = Field(
+    socket_w: Watts = Field(
         gt=0, le=100_000, description="one socket (or GPU) while serving, watts"
     )
-    host_w: float = Field(
+    host_w: Watts = Field(
         ge=0,
         le=1_000_000,
         description="one node's host share (CPUs, NICs, fans, switches), watts; a system "

@@ -178,28 +178,39 @@ def _given(loc: tuple[str | int, ...], data: Any) -> Any:
     return node
 
 
+def _plain(value: float) -> str:
+    """A unitless number as a range message shows it: ``2,080``, ``0.5``, ``1e-300``."""
+    whole = isinstance(value, int) or (value.is_integer() and abs(value) < 1e15)
+    return f"{int(value):,}" if whole else f"{value:g}"
+
+
 def _range_message(
     error: Any, model: type[BaseModel], loc: tuple[str | int, ...], data: Any
 ) -> str | None:
-    """A quantity out of its field's range, bound and value in the field's unit as people
-    write them (``must be at most 1 s, got 500 s``; the value as written when it has a unit,
-    ``got 1e30 TB/s``), where pydantic quotes the internal numbers (``less than or equal to
-    1 (got 500.0)``); a bare time above its bound adds that it is seconds. None for any
+    """A number out of its field's range, in words: ``must be at least 1, got 0``, where
+    pydantic says ``Input should be greater than or equal to 1``; a quantity's bound and
+    value in the field's unit as people write them (``must be at most 1 s, got 500 s``; the
+    value as written when it has a unit, ``got 1e30 TB/s``), where pydantic quotes the
+    internal numbers; a bare time above its bound adds that it is seconds. None for any
     other error."""
     words = _BOUND_WORDS.get(error["type"])
     cls = _parent_model(model, loc, data) if words and loc else None
     info = cls.model_fields.get(str(loc[-1])) if cls is not None else None
     unit = field_unit(info.annotation, info.metadata) if info is not None else ""
     bound = (error.get("ctx") or {}).get(words[0]) if words else None
-    if not unit or not isinstance(bound, int | float) or not words:
+    if not isinstance(bound, int | float) or isinstance(bound, bool) or not words:
         return None
+
+    def shown_value(value: float) -> str:
+        return quantity_words(value, unit) if unit else _plain(value)
+
     given = _given(loc, data) if data is not None else None
     if isinstance(given, str):
-        return f"must be {words[1]} {quantity_words(bound, unit)}, got {given.strip()}"
+        return f"must be {words[1]} {shown_value(bound)}, got {given.strip()}"
     value = error.get("input")
-    if not isinstance(value, int | float):
+    if not isinstance(value, int | float) or isinstance(value, bool):
         return None
-    message = f"must be {words[1]} {quantity_words(bound, unit)}, got {quantity_words(value, unit)}"
+    message = f"must be {words[1]} {shown_value(bound)}, got {shown_value(value)}"
     if unit == "s" and words[0] in ("lt", "le"):  # too long: perhaps a forgotten unit
         n = f"{value:g}"
         message += f" (a bare number is seconds: write the unit, as in '{n} us' or '{n} ms')"

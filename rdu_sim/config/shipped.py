@@ -226,7 +226,7 @@ def names(kind: str) -> list[str]:
     return sorted(entries(kind))
 
 
-def _bare(text: str) -> bool:
+def is_bare(text: str) -> bool:
     """A name rather than a path: no folder part."""
     return bool(text) and "/" not in text and "\\" not in text
 
@@ -238,7 +238,7 @@ def find(text: str, kinds: Sequence[str] = ALL_KINDS) -> Path | None:
     base = installed_root() or checkout_root()
     if base is None or not text:
         return None
-    if _bare(text):
+    if is_bare(text):
         for kind in kinds:
             known = entries(kind)
             found = known.get(text)
@@ -277,7 +277,7 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
     found = find(str(path), kinds)
     if found is not None:
         return found
-    message = unknown_name_message(kinds, _bare(str(path)))
+    message = unknown_name_message(kinds, is_bare(str(path)))
     other = other_kind(str(path), kinds)
     if other is not None:  # a shipped file of another kind: how that kind is used
         singular = [kind if kind != "hardware" else "hardware file" for kind in kinds]
@@ -317,7 +317,7 @@ def locate_near(near: Path, text: str, kinds: Sequence[str]) -> Path:
             return _model_file(here, kinds)
     except (OSError, ValueError):
         return near
-    found = find(text, kinds) if _bare(text) else None
+    found = find(text, kinds) if is_bare(text) else None
     return found if found is not None else near
 
 

@@ -68,6 +68,24 @@ def missing_stack(path: Path) -> str | None:
     )
 
 
+def unknown_stack(named: str, path: Path | None) -> str | None:
+    """What a ``stack:`` or ``default_stack:`` naming ``named`` (read as ``path``:
+    :func:`stack_path`) is told when no stack file is there, without the field: ``unknown
+    serving stack 'sambastack'; did you mean 'sambastack-2025'? (...)`` for a bare name
+    (no shipped stack has it, no file beside the naming file either), ``serving stack
+    'stacks/mine.yaml': file not found (...)`` for a path; None when it can be read (or is
+    ``none``). The one wording for a workload's stack and a hardware file's default."""
+    from rdu_sim.config import shipped
+
+    missing = None if path is None else missing_stack(path)
+    if missing is None or path is None:
+        return None
+    named_file = named.lower().endswith((".yaml", ".yml"))
+    if shipped.is_bare(named) and not named_file and file_problem(path) == "file not found":
+        return f"unknown serving stack {named!r}{missing.removeprefix('file not found')}"
+    return f"serving stack {str(path)!r}: {missing}"
+
+
 def runs_on_problem(stack: StackConfig, kind: str) -> str | None:
     """Why ``stack`` cannot serve hardware of ``kind`` (``rdu``, ``gpu``), or None."""
     if stack.runs_on in ("any", kind):

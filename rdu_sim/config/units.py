@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, get_args
 
@@ -95,11 +95,15 @@ def _flops_entries() -> dict[str, tuple[float, str]]:
 
 
 class _UnitTable:
-    """Unit spellings of one kind of quantity, and their case-insensitive readings."""
+    """Unit spellings of one kind of quantity, and their case-insensitive readings.
+
+    ``known`` says which spellings it takes, for "unknown unit" messages and the schema;
+    it is written from the same prefix lists the spellings are built from (a test reads
+    every spelling against it), so the message never lists fewer units than are taken."""
 
     def __init__(self, kind: str, known: str, entries: dict[str, tuple[float, str]]) -> None:
         self.kind = kind
-        self.known = known  # the usual spellings, for "unknown unit" messages
+        self.known = known
         self.units = {name: _Unit(scale, meaning) for name, (scale, meaning) in entries.items()}
         # lower-cased spelling -> {scale: the first spelling with that scale}
         self.folded: dict[str, dict[float, str]] = {}
@@ -129,33 +133,47 @@ class _UnitTable:
         )
 
 
-_BYTE_UNITS = _UnitTable(
-    "size", "B, kB, MB, GB, TB, KiB, MiB, GiB, TiB; bits: b, Mb, Gb, Gbit", _size_entries()
+def _prefixed(base: str, prefixes: Sequence[tuple[str, float, str]]) -> str:
+    """``kB, MB, GB ...``: ``base`` after each prefix (``K``, kilo's other spelling, left
+    out: ``k`` stands for both)."""
+    return ", ".join(f"{symbol}{base}" for symbol, _, _ in prefixes if symbol != "K")
+
+
+_SIZES_KNOWN = (
+    f"B, {_prefixed('B', _DECIMAL)}, {_prefixed('B', _BINARY)}, bytes; bits: b or bit "
+    "after the same prefixes (Gb, Gibit), bits"
 )
+_BYTE_UNITS = _UnitTable("size", _SIZES_KNOWN, _size_entries())
 _BANDWIDTH_UNITS = _UnitTable(
     "bandwidth",
-    "B/s, MB/s, GB/s, TB/s, GiB/s; bits: Mb/s, Gb/s, Gbit/s, Gbps",
+    f"B/s, {_prefixed('B/s', _DECIMAL)}, {_prefixed('B/s', _BINARY)} (or GBps); bits: b/s, "
+    "bit/s or bps after the same prefixes (Gb/s, Gbit/s, Gbps)",
     _bandwidth_entries(),
 )
-_TIME_UNITS = _UnitTable(
-    "duration",
-    "s, ms, us, µs, ns, ps, min, h",
-    {
-        "s": (1.0, "seconds"),
-        "sec": (1.0, "seconds"),
-        "ms": (1e-3, "milliseconds"),
-        "us": (1e-6, "microseconds"),
-        "µs": (1e-6, "microseconds"),  # MICRO SIGN
-        "μs": (1e-6, "microseconds"),  # GREEK SMALL LETTER MU
-        "ns": (1e-9, "nanoseconds"),
-        "ps": (1e-12, "picoseconds"),
-        "min": (60.0, "minutes"),
-        "h": (3600.0, "hours"),
-    },
-)
+_TIME_ENTRIES = {
+    "s": (1.0, "seconds"),
+    "sec": (1.0, "seconds"),
+    "ms": (1e-3, "milliseconds"),
+    "us": (1e-6, "microseconds"),
+    "µs": (1e-6, "microseconds"),  # MICRO SIGN
+    "μs": (1e-6, "microseconds"),  # GREEK SMALL LETTER MU
+    "ns": (1e-9, "nanoseconds"),
+    "ps": (1e-12, "picoseconds"),
+    "min": (60.0, "minutes"),
+    "h": (3600.0, "hours"),
+}
+_TIME_UNITS = _UnitTable("duration", ", ".join(_TIME_ENTRIES), _TIME_ENTRIES)
 _FLOPS_UNITS = _UnitTable(
-    "compute rate", "FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s, TFLOPS", _flops_entries()
+    "compute rate",
+    f"FLOP/s, {_prefixed('FLOP/s', _DECIMAL)} (or FLOPS, FLOPs/s: TFLOPS)",
+    _flops_entries(),
 )
+_POWER_ENTRIES = {
+    "W": (1.0, "watts"),
+    "kW": (1e3, "kilowatts"),
+    "MW": (1e6, "megawatts"),
+}
+_POWER_UNITS = _UnitTable("power", ", ".join(_POWER_ENTRIES), _POWER_ENTRIES)
 
 
 def _scan_number(text: str, start: int) -> int:
@@ -265,22 +283,38 @@ def _scaled(number: float, scale: float, kind: str, value: Any) -> float:
     return total
 
 
-BARE_RATE_FLOOR = 1e6
+BARE_RATE_FLOOR = 1e9
 """A bandwidth or FLOP/s written as a bare number is per second, in the internal unit; one
-below a million per second (``bandwidth: 2000`` meaning GB/s) is a forgotten unit, refused
-naming how it reads, where it would otherwise run a machine a billion times too slow into
-the serving clock's range."""
+below a billion per second is a forgotten unit, refused naming how it reads. Nothing these
+fields describe is that slow: the slowest memory, link or port of a machine (a PCIe lane, a
+10 Gb Ethernet port) moves more than 1 GB/s, and one PCU or thread block computes more
+than 1 GFLOP/s; but a number written in another unit is: ``bandwidth: 2000`` meaning GB/s,
+``8000000`` meaning MB/s (8 MB/s, a step of hours). A slower rate is still taken with its
+unit (``100 MB/s``)."""
+
+_EXAMPLE_UNITS: dict[str, tuple[float, tuple[tuple[str, float], ...]]] = {
+    "bandwidth": (1e15, (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3))),
+    "compute rate": (1e16, (("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6))),
+}
+"""The unit a refused bare rate is shown with, as a guess at what was meant: the largest
+that keeps it at most the ceiling (1 PB/s, 10 PFLOP/s): ``2000 GB/s``, ``8000000 MB/s``."""
 
 
-def _bare_rate(number: float, unit: str, table: _UnitTable, example: str, value: Any) -> None:
+def _bare_rate(number: float, unit: str, table: _UnitTable, value: Any) -> None:
     """Refuse a bare rate below :data:`BARE_RATE_FLOOR` (one below 1 per second is left to
     the fields' own least rate, 1 per second)."""
     if unit or not 1 <= number < BARE_RATE_FLOOR:
         return
-    per_second = "bytes per second" if table is _BANDWIDTH_UNITS else "FLOP per second"
+    bandwidth = table is _BANDWIDTH_UNITS
+    shown = human.bandwidth if bandwidth else human.flops
+    per_second = "bytes per second" if bandwidth else "FLOP per second"
+    ceiling, examples = _EXAMPLE_UNITS[table.kind]
+    example = next((u for u, scale in examples if number * scale <= ceiling), "")
+    written = _shown(value).strip("'")
     raise UnitError(
-        f"{_shown(value)} without a unit reads as {number:g} {per_second}; write the unit, "
-        f"as in '{number:g} {example.split(' ', 1)[1]}'"
+        f"{_shown(value)} without a unit reads as {shown(number)} (a bare {table.kind} is "
+        f"{per_second}; one below {shown(BARE_RATE_FLOOR)} is taken for a forgotten unit); write "
+        f"the unit, as in '{written} {example or examples[-1][0]}'"
     )
 
 
@@ -327,15 +361,20 @@ def parse_bandwidth(value: Any) -> float:
     number, unit = _split(value, "bandwidth", "1.8 TB/s")
     if unit and unit.casefold() in _BYTE_UNITS.folded:  # a size, not a rate
         raise UnitError(f"expected a bandwidth such as '1.8 TB/s', got {_shown(value)}")
-    _bare_rate(number, unit, _BANDWIDTH_UNITS, "1.8 GB/s", value)
+    _bare_rate(number, unit, _BANDWIDTH_UNITS, value)
     return _scaled(number, _BANDWIDTH_UNITS.scale(unit, value), "bandwidth", value)
 
 
 def parse_flops(value: Any) -> float:
     """ "638 TFLOP/s" -> 6.38e14 FLOP per second. Bare numbers are FLOP/s."""
     number, unit = _split(value, _FLOPS_UNITS.kind, "638 TFLOP/s")
-    _bare_rate(number, unit, _FLOPS_UNITS, "638 TFLOP/s", value)
+    _bare_rate(number, unit, _FLOPS_UNITS, value)
     return _scaled(number, _FLOPS_UNITS.scale(unit, value), _FLOPS_UNITS.kind, value)
+
+
+def parse_watts(value: Any) -> float:
+    """ "800 W" -> 800.0, "1.5 kW" -> 1500.0. Bare numbers are watts."""
+    return _parse(value, _POWER_UNITS, "800 W")
 
 
 def _any_case(spelling: str) -> str:
@@ -363,7 +402,7 @@ def _quantity(table: _UnitTable, internal: str) -> Any:
         str, StringConstraints(pattern=quantity_pattern(table), max_length=MAX_QUANTITY_CHARS)
     ]
     bare = Annotated[float, Field(description=f"a bare number is {internal}; or give a unit")]
-    return bare | text
+    return bare | Annotated[text, Field(description=f"with a unit: {table.known}")]
 
 
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.
@@ -420,24 +459,24 @@ ShortSeconds = Annotated[
     ),
 ]
 """A latency or an overhead of a machine or a serving stack (:func:`parse_short_seconds`)."""
+_BARE_RATE = f"at least {BARE_RATE_FLOOR:.0e} (less is a forgotten unit)".replace("e+0", "e")
 BytesPerSecond = Annotated[
     float,
     BeforeValidator(
         parse_bandwidth,
-        json_schema_input_type=_quantity(
-            _BANDWIDTH_UNITS, "bytes per second, at least a million (less is a forgotten unit)"
-        ),
+        json_schema_input_type=_quantity(_BANDWIDTH_UNITS, f"bytes per second, {_BARE_RATE}"),
     ),
 ]
 FlopsPerSecond = Annotated[
     float,
     BeforeValidator(
-        parse_flops,
-        json_schema_input_type=_quantity(
-            _FLOPS_UNITS, "FLOP/s, at least a million (less is a forgotten unit)"
-        ),
+        parse_flops, json_schema_input_type=_quantity(_FLOPS_UNITS, f"FLOP/s, {_BARE_RATE}")
     ),
 ]
+Watts = Annotated[
+    float, BeforeValidator(parse_watts, json_schema_input_type=_quantity(_POWER_UNITS, "watts"))
+]
+"""An electrical power (:func:`parse_watts`)."""
 
 
 UNIT_OF_PARSER: dict[Any, str] = {
@@ -446,6 +485,7 @@ UNIT_OF_PARSER: dict[Any, str] = {
     parse_short_seconds: "s",
     parse_bandwidth: "bytes/s",
     parse_flops: "FLOP/s",
+    parse_watts: "W",
 }
 """The internal unit of each quantity type above, by its parser."""
 
@@ -465,20 +505,25 @@ def field_unit(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     return ""
 
 
-_HUMAN = {
+def _watts(value: float | None, digits: int = 3) -> str:
+    return human.si(value, "W", digits)
+
+
+_HUMAN: dict[str, tuple[Callable[[float | None, int], str], str]] = {
     "s": (human.duration, "s"),
     "bytes": (human.size, "B"),
     "bytes/s": (human.bandwidth, "B/s"),
     "FLOP/s": (human.flops, "FLOP/s"),
+    "W": (_watts, "W"),
 }
 MAX_SHOWN_CHARS = 16
 """Past this a quantity in a message is shown in its internal unit's exponent form."""
 
 
-def quantity_words(value: float, unit: str) -> str:
-    """An internal value (``unit``: :data:`UNIT_OF_PARSER`'s) as a message shows it:
-    ``500 ns``, ``1.8 TB/s``, ``1 h``; one too large for its largest unit in exponent form,
-    ``1e+42 B/s``, not thirty digits of PB/s."""
+def quantity_words(value: float, unit: str, digits: int = 3) -> str:
+    """An internal value (``unit``: :data:`UNIT_OF_PARSER`'s) as a message shows it, to
+    ``digits`` significant digits: ``500 ns``, ``1.8 TB/s``, ``1 h``; one too large for its
+    largest unit in exponent form, ``1e+42 B/s``, not thirty digits of PB/s."""
     shown, internal = _HUMAN[unit]
-    text = shown(value)
+    text = shown(value, digits)
     return text if len(text) <= MAX_SHOWN_CHARS else f"{value:.3g} {internal}"

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.extends import extends_chain
+from rdu_sim.config.fit_syntax import split_fit
 from rdu_sim.config.stack import NONE
 from rdu_sim.config.units import (
     UnitError,
@@ -225,12 +226,15 @@ def parse_fit(text: str, given: Given | None = None) -> FitParameter:
     )
     if len(text) > MAX_FIT_CHARS:
         raise given.error(f"longer than {MAX_FIT_CHARS} characters", text[:40] + "...")
-    left, sep, bounds = text.partition("=")
-    scope, colon, path = left.rpartition(":")
-    path, scope = path.strip(), scope.strip()
-    if not sep or not (path.startswith(HW) or path.startswith(STACK)) or bounds.count(":") != 1:
+    written = split_fit(text)
+    scope, path, bounds = written.scope, written.path, written.bounds
+    if (
+        not written.equals
+        or not (path.startswith(HW) or path.startswith(STACK))
+        or bounds.count(":") != 1
+    ):
         raise given.error(shape)
-    if colon and not scope:
+    if written.colon and not scope:
         raise given.error(f"an empty scope before ':'; {shape}")
     if len(scope) > MAX_SCOPE_CHARS or any(c in scope for c in "\0\n\r"):
         raise given.error("the scope is not a file's name or path", path)
