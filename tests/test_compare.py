@@ -248,7 +248,10 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
     assert verdict.endswith(
         "; the rest of each step (40.5% vs 10.5%), which HBM bandwidth does not explain, "
         "brings the steps to 0.907x; of that rest, kernel boundaries (launch and sync) take "
-        "5.29 ms vs 51 us (805 vs 3 kernel calls; 31.6% vs 0.3% of their step)."
+        "5.29 ms vs 51 us (805 vs 3 kernel calls; 31.6% vs 0.3% of their step); host time, a "
+        "factor of its own: the serving stacks add 0 s vs 1.65 ms to their steps (tensorrt-llm "
+        "vs sambastack-2025; 0.0% vs 8.9% of them), and on the device alone its step takes "
+        "0.996x as long (16.7 ms vs 16.8 ms)."
     )
 
 
@@ -640,7 +643,8 @@ def test_a_step_its_bound_leaves_half_unexplained_names_its_next_resource() -> N
         "; the largest other: dgx-h100's kernel boundaries (launch and sync), "
         f"{human.duration(boundaries)} alone ({human.percent(boundaries / gpu.step_s)} of its "
         "step); the rest is time no one resource explains (latencies, a pipeline's fill, "
-        "resources waiting on each other)." in said
+        "resources waiting on each other); host time, a factor of its own: the serving stacks "
+        "add 0 s vs 1.65 ms to their steps (tensorrt-llm vs sambastack-2025;" in said
     )
     assert said.count("latencies") == 1
     assert "sn40l-8's" not in said  # its HBM time explains most of its step
@@ -791,3 +795,81 @@ def test_the_verdict_says_bound_by_only_where_the_column_lines_do() -> None:
     gpu, rdu = compare(WORKLOAD, [REPO / "hw_configs" / "dgx-h100-vllm.yaml", SN40L_8]).columns
     host = replace(gpu, bound="host", bound_s=gpu.step_s * 0.3)
     assert "largest part the serving stack's host time against bound by HBM" in _step_why(host, rdu)
+
+
+def bare_sn40l(tmp_path: Path) -> Path:
+    """SN40L-8's silicon under no serving stack by default: a column that differs from
+    sn40l-8 only in its stack."""
+    path = tmp_path / "bare.yaml"
+    path.write_text("extends: sn40l-8\nname: sn40l-8-bare\ndefault_stack: none\n")
+    return path
+
+
+def test_the_lines_say_when_the_columns_run_different_stacks() -> None:
+    """Each system runs as deployed, its own stack: when they differ, one line says which
+    column runs which and how to compare alike; one stack for all, or the stack varied,
+    says nothing."""
+    result = compare(WORKLOAD, [SN40L_8, DGX], batch=1)
+    (said,) = [line for line in result.lines if "different serving stacks" in line]
+    assert said == (
+        "the columns run different serving stacks (sn40l-8: sambastack-2025; dgx-h100: "
+        "tensorrt-llm), each system as deployed: a verdict's ratio holds the stacks' host time "
+        "and batch limits beside the hardware. To compare the hardware alike, give every column "
+        "one stack (--set stack=none: the device alone) or run each under each (--vary "
+        "stack=sambastack-2025,tensorrt-llm)"
+    )
+    assert result.lines.index(said) == 2  # after the columns' own lines
+    alike = compare(WORKLOAD, [SN40L_8, DGX], {"stack": "none"}, batch=1)
+    assert [c.stack for c in alike.columns] == ["none", "none"]
+    assert not any("different serving stacks" in line for line in alike.lines)
+    varied = compare(WORKLOAD, [SN40L_8], vary=["stack=none,sambastack-2025"], batch=1)
+    assert not any("different serving stacks" in line for line in varied.lines)
+    printed = CliRunner().invoke(
+        cli, ["compare", str(WORKLOAD), "--hardware", "sn40l-8", "--hardware", "dgx-h100",
+              "--batch", "1"],
+    )  # fmt: skip
+    assert printed.exit_code == 0, printed.output
+    assert "the columns run different serving stacks (sn40l-8: sambastack-2025;" in printed.stdout
+
+
+def test_the_verdict_credits_host_time_as_a_factor_of_its_own(tmp_path: Path) -> None:
+    """The same silicon with and without SambaStack: the step ratio (0.911x) is the stack's
+    host time, not the hardware, and the verdict says so, with the device's steps equal."""
+    result = compare(WORKLOAD, [SN40L_8, bare_sn40l(tmp_path)])
+    served, bare = result.columns
+    assert (bare.stack, served.stack) == ("none", "sambastack-2025")
+    assert bare.runtime_s == 0 and served.runtime_s == pytest.approx(1.646e-3)
+    assert bare.step_s is not None and served.step_s is not None
+    assert bare.step_s == pytest.approx(served.step_s - 1.646e-3, rel=1e-12)
+    (verdict,) = result.verdicts
+    assert verdict.endswith(
+        "; host time, a factor of its own: the serving stacks add 0 s vs 1.65 ms to their "
+        f"steps (none vs sambastack-2025; 0.0% vs {human.percent(1.646e-3 / served.step_s)} of "
+        "them), and on the device alone its step takes 1x as long (16.8 ms vs 16.8 ms)."
+    )
+    # under one stack the host times are equal and the clause is gone
+    (alike,) = compare(WORKLOAD, [SN40L_8, bare_sn40l(tmp_path)], {"stack": "none"}).verdicts
+    assert "host time" not in alike
+
+
+def test_host_time_is_named_even_where_the_rest_of_the_step_is_not(tmp_path: Path) -> None:
+    """A new socket with 4.44x the HBM bandwidth under no stack against SN40L-8 under
+    SambaStack: the rest of each step stays within 15% of the HBM ratio, so the rest is not
+    named; the host time (8.9% of SN40L-8's step) still is, with the devices' own ratio."""
+    fast = tmp_path / "fast.yaml"
+    fast.write_text(
+        "extends: sn40l-8\nname: fast-8\ndefault_stack: none\n"
+        "socket: {hbm: {bandwidth: 8 TB/s, capacity: 256 GiB}}\n"
+    )
+    result = compare(WORKLOAD, [SN40L_8, fast])
+    served, new = result.columns
+    (verdict,) = result.verdicts
+    assert "the rest of each step" not in verdict
+    assert served.step_s is not None and new.step_s is not None
+    device = new.step_s / (served.step_s - 1.646e-3)
+    assert verdict.endswith(
+        "; host time, a factor of its own: the serving stacks add 0 s vs 1.65 ms to their "
+        f"steps (none vs sambastack-2025; 0.0% vs 8.9% of them), and on the device alone its "
+        f"step takes {human.ratio(device)} as long ({human.duration(new.step_s)} vs "
+        f"{human.duration(served.step_s - 1.646e-3)})."
+    )

@@ -4,7 +4,9 @@ Each variant (a hardware file, a value of each varied field, or every combinatio
 runs the workload as written with its `hardware` field replaced and its varied fields set,
 compiled and timed for that hardware (rdu_sim/compare.py says what is measured): a table
 with one column per variant, a line per variant saying what differs and what binds its decode
-step, why each wins or loses against the first (rdu_sim/compare/why.py), and a line saying
+step, a line when the columns run different serving stacks (and how to compare alike), why
+each wins or loses against the first (rdu_sim/compare/why.py: the host time each stack adds
+a factor of its own where they differ), and a line saying
 that those are single decode steps at one context, which a serving run (`rdu-sim run`) need
 not match; or with `--json` one JSON object (`columns` in the order given, `lines`,
 `verdicts`, `scope`). A system the model does

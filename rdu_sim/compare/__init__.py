@@ -45,7 +45,7 @@ from typing import Any
 from rdu_sim import human
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compare.column import Column, Comparison
-from rdu_sim.compare.why import column_lines, not_compared, scope, verdicts
+from rdu_sim.compare.why import column_lines, not_compared, scope, stacks_differ, verdicts
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
@@ -205,7 +205,12 @@ def compare(
         else _column(found, side, batch, context)
         for found, side in zip(loaded, sides, strict=True)
     )
-    lines = [*column_lines(columns), *not_compared(columns, list(sides[0].settings))]
+    varied = list(sides[0].settings)
+    lines = [
+        *column_lines(columns),
+        *stacks_differ(columns, varied),
+        *not_compared(columns, varied),
+    ]
     return Comparison(
         first.workload.name,
         first.model.name,
