@@ -79,7 +79,8 @@ class Scenario:
     hardware_file: str
     kv_policy: KVPolicy = field(compare=False, repr=False)
     # The serving stack the workload runs (``stack:``, else the hardware file's
-    # ``default_stack:``; ``none`` is the hardware's ceiling) and its file ("none" for it).
+    # ``default_stack:``; ``none`` is the device alone: ``config.stack.NONE_WORDS``) and its
+    # file ("none" for it).
     stack: StackConfig = NO_STACK
     stack_file: str = NONE
     # The draft model of `speculation`, as a scenario of its own (its model and tp; the same
