@@ -130,7 +130,7 @@ def test_bad_input_exits_2_before_any_simulation(monkeypatch: pytest.MonkeyPatch
     )
     assert too_long.exit_code == 2 and "--context" in too_long.stderr
     assert "Traceback" not in too_long.output
-    # a workload whose tp the second system cannot run: refused before the first is simulated
+    # a workload whose tp no system given can run: refused before any is simulated
     simulated: list[str] = []
     monkeypatch.setattr(
         "rdu_sim.compare._column",
@@ -138,7 +138,7 @@ def test_bad_input_exits_2_before_any_simulation(monkeypatch: pytest.MonkeyPatch
     )
     sixteen = {"parallelism.tp": 16}
     with pytest.raises(ConfigError, match="tp=16 exceeds the 8 GPUs of hardware 'dgx-h100'"):
-        compare(WORKLOAD, [REPO / "hw_configs" / "sn40l-16.yaml", DGX], sixteen)
+        compare(WORKLOAD, [DGX, REPO / "hw_configs" / "dgx-h200.yaml"], sixteen)
     assert simulated == []
 
 
@@ -873,3 +873,43 @@ def test_host_time_is_named_even_where_the_rest_of_the_step_is_not(tmp_path: Pat
         f"step takes {human.ratio(device)} as long ({human.duration(new.step_s)} vs "
         f"{human.duration(served.step_s - 1.646e-3)})."
     )
+
+
+def test_a_system_that_cannot_take_the_workload_is_a_column_not_run(tmp_path: Path) -> None:
+    """tp=16 beside an 8-GPU system: the systems that run it are compared, the other is a
+    column not run with the rule's own sentence (it was an error, and no column ran), and
+    the command exits 0 as with a system the model does not fit. Every system refusing it,
+    or a hardware file that is itself wrong beside one that runs, is bad input: exit 2."""
+    sixteen = {"parallelism.tp": 16}
+    result = compare(WORKLOAD, ["sn40l-16", DGX], sixteen, batch=8)
+    rack, gpu = result.columns
+    assert rack.fits and rack.tp == 16 and not rack.unsupported
+    assert (gpu.fits, gpu.invalid, gpu.unsupported, gpu.hardware) == (False, True, True, "dgx-h100")
+    sentence = "parallelism.tp: tp=16 exceeds the 8 GPUs of hardware 'dgx-h100'"
+    assert sentence in gpu.reason
+    with pytest.raises(ConfigError) as alone:
+        api.load(WORKLOAD, {"hardware": str(DGX), **sixteen})
+    assert gpu.reason == str(alone.value)  # the same sentence the workload alone gives
+    assert f"dgx-h100: not run: {gpu.reason}" in result.lines
+    assert result.verdicts == ()  # one system ran: nothing to weigh it against
+    args = ["compare", str(WORKLOAD), "--hardware", "sn40l-16", "--hardware", str(DGX)]
+    printed = CliRunner().invoke(cli, [*args, "--set", "parallelism.tp=16", "--batch", "8"])
+    assert printed.exit_code == 0, printed.output
+    assert f"dgx-h100: not run: {gpu.reason}" in printed.stdout
+    shown = CliRunner().invoke(cli, [*args, "--set", "parallelism.tp=16", "--batch", "8", "--json"])
+    (column,) = [c for c in json.loads(shown.stdout)["columns"] if c["hardware"] == "dgx-h100"]
+    assert column["unsupported"] and not column["fits"]
+    # every system refusing it: one error line, exit 2
+    none_run = CliRunner().invoke(
+        cli, ["compare", str(WORKLOAD), "--hardware", str(DGX), "--hardware", "dgx-h200",
+              "--set", "parallelism.tp=16"],
+    )  # fmt: skip
+    assert none_run.exit_code == 2, none_run.output
+    (line,) = none_run.stderr.strip().splitlines()
+    assert line.startswith("error: ") and sentence in line
+    # a hardware file wrong in itself is bad input, whatever the other systems do
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("extends: sn40l-16\nname: broken\nsocket: {hbm: {bandwidth: -1 TB/s}}\n")
+    bad = CliRunner().invoke(cli, [*args[:3], "sn40l-16", "--hardware", str(broken)])
+    assert bad.exit_code == 2, bad.output
+    assert "hbm.bandwidth" in bad.stderr and "Traceback" not in bad.output

@@ -164,7 +164,13 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
     lines = []
     for column in columns:
         if not column.fits:
-            verdict = "invalid combination" if column.invalid else "does not fit"
+            verdict = (
+                "not run"
+                if column.unsupported
+                else "invalid combination"
+                if column.invalid
+                else "does not fit"
+            )
             lines.append(f"{column.label}: {verdict}: {column.reason}")
             continue
         assert column.step_s is not None and column.batch is not None
