@@ -26,7 +26,7 @@ from rdu_sim.report.bound import (
     bubble_words,
     others_alone,
 )
-from rdu_sim.report.console import served_by
+from rdu_sim.report.console import not_timed, served_by
 
 UNEXPLAINED = BINDS_SHARE
 """Below this share of its step (the share from which the reports say a resource binds a
@@ -164,13 +164,7 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
     lines = []
     for column in columns:
         if not column.fits:
-            verdict = (
-                "not run"
-                if column.unsupported
-                else "invalid combination"
-                if column.invalid
-                else "does not fit"
-            )
+            verdict = not_timed(column.invalid, column.unsupported)
             lines.append(f"{column.label}: {verdict}: {column.reason}")
             continue
         assert column.step_s is not None and column.batch is not None
