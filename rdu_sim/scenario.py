@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from rdu_sim import human
 from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
-from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.errors import CombinationError, ConfigError, ConfigIssue
 from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware_file import Hardware, device_noun, hardware_model, read_hardware
@@ -80,7 +80,8 @@ class Scenario:
     hardware_file: str
     kv_policy: KVPolicy = field(compare=False, repr=False)
     # The serving stack the workload runs (``stack:``, else the hardware file's
-    # ``default_stack:``; ``none`` is the hardware's ceiling) and its file ("none" for it).
+    # ``default_stack:``; ``none`` is the device alone: ``config.stack.NONE_WORDS``) and its
+    # file ("none" for it).
     stack: StackConfig = NO_STACK
     stack_file: str = NONE
     # The draft model of `speculation`, as a scenario of its own (its model and tp; the same
@@ -753,9 +754,12 @@ def _resolved(
         "stack" in chosen,
         hw_lines,
     )
-    policy = _cross_check(workload, hardware, stack, model, workload_file, lines, chosen)
     files = (workload_file, str(hardware_path))
-    draft = _draft_scenario(workload, hardware, model, policy, files, lines)
+    try:  # the rules across the files: they refuse this combination, not a file
+        policy = _cross_check(workload, hardware, stack, model, workload_file, lines, chosen)
+        draft = _draft_scenario(workload, hardware, model, policy, files, lines)
+    except ConfigError as exc:
+        raise CombinationError(exc.issues) from None
     if draft is not None:
         draft = dataclasses.replace(draft, stack=stack, stack_file=stack_file)
     return Scenario(
@@ -814,7 +818,7 @@ def _load_stack(
     problem = runs_on_problem(stack, hardware.kind)
     if problem is not None:
         where = "" if field_name == "stack" else f" (the default_stack of {files[1]})"
-        raise ConfigError.single(
+        raise CombinationError.single(
             files[0],
             "stack",
             f"{problem}{where}; hardware {hardware.name!r} needs a stack for it: name one "

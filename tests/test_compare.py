@@ -130,7 +130,7 @@ def test_bad_input_exits_2_before_any_simulation(monkeypatch: pytest.MonkeyPatch
     )
     assert too_long.exit_code == 2 and "--context" in too_long.stderr
     assert "Traceback" not in too_long.output
-    # a workload whose tp the second system cannot run: refused before the first is simulated
+    # a workload whose tp no system given can run: refused before any is simulated
     simulated: list[str] = []
     monkeypatch.setattr(
         "rdu_sim.compare._column",
@@ -138,7 +138,7 @@ def test_bad_input_exits_2_before_any_simulation(monkeypatch: pytest.MonkeyPatch
     )
     sixteen = {"parallelism.tp": 16}
     with pytest.raises(ConfigError, match="tp=16 exceeds the 8 GPUs of hardware 'dgx-h100'"):
-        compare(WORKLOAD, [REPO / "hw_configs" / "sn40l-16.yaml", DGX], sixteen)
+        compare(WORKLOAD, [DGX, REPO / "hw_configs" / "dgx-h200.yaml"], sixteen)
     assert simulated == []
 
 
@@ -248,7 +248,10 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
     assert verdict.endswith(
         "; the rest of each step (40.5% vs 10.5%), which HBM bandwidth does not explain, "
         "brings the steps to 0.907x; of that rest, kernel boundaries (launch and sync) take "
-        "5.29 ms vs 51 us (805 vs 3 kernel calls; 31.6% vs 0.3% of their step)."
+        "5.29 ms vs 51 us (805 vs 3 kernel calls; 31.6% vs 0.3% of their step); host time, a "
+        "factor of its own: the serving stacks add 0 s vs 1.65 ms to their steps (tensorrt-llm "
+        "vs sambastack-2025; 0.0% vs 8.9% of them), and on the device alone its step takes "
+        "0.996x as long (16.7 ms vs 16.8 ms)."
     )
 
 
@@ -640,7 +643,8 @@ def test_a_step_its_bound_leaves_half_unexplained_names_its_next_resource() -> N
         "; the largest other: dgx-h100's kernel boundaries (launch and sync), "
         f"{human.duration(boundaries)} alone ({human.percent(boundaries / gpu.step_s)} of its "
         "step); the rest is time no one resource explains (latencies, a pipeline's fill, "
-        "resources waiting on each other)." in said
+        "resources waiting on each other); host time, a factor of its own: the serving stacks "
+        "add 0 s vs 1.65 ms to their steps (tensorrt-llm vs sambastack-2025;" in said
     )
     assert said.count("latencies") == 1
     assert "sn40l-8's" not in said  # its HBM time explains most of its step
@@ -791,3 +795,121 @@ def test_the_verdict_says_bound_by_only_where_the_column_lines_do() -> None:
     gpu, rdu = compare(WORKLOAD, [REPO / "hw_configs" / "dgx-h100-vllm.yaml", SN40L_8]).columns
     host = replace(gpu, bound="host", bound_s=gpu.step_s * 0.3)
     assert "largest part the serving stack's host time against bound by HBM" in _step_why(host, rdu)
+
+
+def bare_sn40l(tmp_path: Path) -> Path:
+    """SN40L-8's silicon under no serving stack by default: a column that differs from
+    sn40l-8 only in its stack."""
+    path = tmp_path / "bare.yaml"
+    path.write_text("extends: sn40l-8\nname: sn40l-8-bare\ndefault_stack: none\n")
+    return path
+
+
+def test_the_lines_say_when_the_columns_run_different_stacks() -> None:
+    """Each system runs as deployed, its own stack: when they differ, one line says which
+    column runs which and how to compare alike; one stack for all, or the stack varied,
+    says nothing."""
+    result = compare(WORKLOAD, [SN40L_8, DGX], batch=1)
+    (said,) = [line for line in result.lines if "different serving stacks" in line]
+    assert said == (
+        "the columns run different serving stacks (sn40l-8: sambastack-2025; dgx-h100: "
+        "tensorrt-llm), each system as deployed: a verdict's ratio holds the stacks' host time "
+        "and batch limits beside the hardware. To compare the hardware alike, give every column "
+        "one stack (--set stack=none: the device alone) or run each under each (--vary "
+        "stack=sambastack-2025,tensorrt-llm)"
+    )
+    assert result.lines.index(said) == 2  # after the columns' own lines
+    alike = compare(WORKLOAD, [SN40L_8, DGX], {"stack": "none"}, batch=1)
+    assert [c.stack for c in alike.columns] == ["none", "none"]
+    assert not any("different serving stacks" in line for line in alike.lines)
+    varied = compare(WORKLOAD, [SN40L_8], vary=["stack=none,sambastack-2025"], batch=1)
+    assert not any("different serving stacks" in line for line in varied.lines)
+    printed = CliRunner().invoke(
+        cli, ["compare", str(WORKLOAD), "--hardware", "sn40l-8", "--hardware", "dgx-h100",
+              "--batch", "1"],
+    )  # fmt: skip
+    assert printed.exit_code == 0, printed.output
+    assert "the columns run different serving stacks (sn40l-8: sambastack-2025;" in printed.stdout
+
+
+def test_the_verdict_credits_host_time_as_a_factor_of_its_own(tmp_path: Path) -> None:
+    """The same silicon with and without SambaStack: the step ratio (0.911x) is the stack's
+    host time, not the hardware, and the verdict says so, with the device's steps equal."""
+    result = compare(WORKLOAD, [SN40L_8, bare_sn40l(tmp_path)])
+    served, bare = result.columns
+    assert (bare.stack, served.stack) == ("none", "sambastack-2025")
+    assert bare.runtime_s == 0 and served.runtime_s == pytest.approx(1.646e-3)
+    assert bare.step_s is not None and served.step_s is not None
+    assert bare.step_s == pytest.approx(served.step_s - 1.646e-3, rel=1e-12)
+    (verdict,) = result.verdicts
+    assert verdict.endswith(
+        "; host time, a factor of its own: the serving stacks add 0 s vs 1.65 ms to their "
+        f"steps (none vs sambastack-2025; 0.0% vs {human.percent(1.646e-3 / served.step_s)} of "
+        "them), and on the device alone its step takes 1x as long (16.8 ms vs 16.8 ms)."
+    )
+    # under one stack the host times are equal and the clause is gone
+    (alike,) = compare(WORKLOAD, [SN40L_8, bare_sn40l(tmp_path)], {"stack": "none"}).verdicts
+    assert "host time" not in alike
+
+
+def test_host_time_is_named_even_where_the_rest_of_the_step_is_not(tmp_path: Path) -> None:
+    """A new socket with 4.44x the HBM bandwidth under no stack against SN40L-8 under
+    SambaStack: the rest of each step stays within 15% of the HBM ratio, so the rest is not
+    named; the host time (8.9% of SN40L-8's step) still is, with the devices' own ratio."""
+    fast = tmp_path / "fast.yaml"
+    fast.write_text(
+        "extends: sn40l-8\nname: fast-8\ndefault_stack: none\n"
+        "socket: {hbm: {bandwidth: 8 TB/s, capacity: 256 GiB}}\n"
+    )
+    result = compare(WORKLOAD, [SN40L_8, fast])
+    served, new = result.columns
+    (verdict,) = result.verdicts
+    assert "the rest of each step" not in verdict
+    assert served.step_s is not None and new.step_s is not None
+    device = new.step_s / (served.step_s - 1.646e-3)
+    assert verdict.endswith(
+        "; host time, a factor of its own: the serving stacks add 0 s vs 1.65 ms to their "
+        f"steps (none vs sambastack-2025; 0.0% vs 8.9% of them), and on the device alone its "
+        f"step takes {human.ratio(device)} as long ({human.duration(new.step_s)} vs "
+        f"{human.duration(served.step_s - 1.646e-3)})."
+    )
+
+
+def test_a_system_that_cannot_take_the_workload_is_a_column_not_run(tmp_path: Path) -> None:
+    """tp=16 beside an 8-GPU system: the systems that run it are compared, the other is a
+    column not run with the rule's own sentence (it was an error, and no column ran), and
+    the command exits 0 as with a system the model does not fit. Every system refusing it,
+    or a hardware file that is itself wrong beside one that runs, is bad input: exit 2."""
+    sixteen = {"parallelism.tp": 16}
+    result = compare(WORKLOAD, ["sn40l-16", DGX], sixteen, batch=8)
+    rack, gpu = result.columns
+    assert rack.fits and rack.tp == 16 and not rack.unsupported
+    assert (gpu.fits, gpu.invalid, gpu.unsupported, gpu.hardware) == (False, True, True, "dgx-h100")
+    sentence = "parallelism.tp: tp=16 exceeds the 8 GPUs of hardware 'dgx-h100'"
+    assert sentence in gpu.reason
+    with pytest.raises(ConfigError) as alone:
+        api.load(WORKLOAD, {"hardware": str(DGX), **sixteen})
+    assert gpu.reason == str(alone.value)  # the same sentence the workload alone gives
+    assert f"dgx-h100: not run: {gpu.reason}" in result.lines
+    assert result.verdicts == ()  # one system ran: nothing to weigh it against
+    args = ["compare", str(WORKLOAD), "--hardware", "sn40l-16", "--hardware", str(DGX)]
+    printed = CliRunner().invoke(cli, [*args, "--set", "parallelism.tp=16", "--batch", "8"])
+    assert printed.exit_code == 0, printed.output
+    assert f"dgx-h100: not run: {gpu.reason}" in printed.stdout
+    shown = CliRunner().invoke(cli, [*args, "--set", "parallelism.tp=16", "--batch", "8", "--json"])
+    (column,) = [c for c in json.loads(shown.stdout)["columns"] if c["hardware"] == "dgx-h100"]
+    assert column["unsupported"] and not column["fits"]
+    # every system refusing it: one error line, exit 2
+    none_run = CliRunner().invoke(
+        cli, ["compare", str(WORKLOAD), "--hardware", str(DGX), "--hardware", "dgx-h200",
+              "--set", "parallelism.tp=16"],
+    )  # fmt: skip
+    assert none_run.exit_code == 2, none_run.output
+    (line,) = none_run.stderr.strip().splitlines()
+    assert line.startswith("error: ") and sentence in line
+    # a hardware file wrong in itself is bad input, whatever the other systems do
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("extends: sn40l-16\nname: broken\nsocket: {hbm: {bandwidth: -1 TB/s}}\n")
+    bad = CliRunner().invoke(cli, [*args[:3], "sn40l-16", "--hardware", str(broken)])
+    assert bad.exit_code == 2, bad.output
+    assert "hbm.bandwidth" in bad.stderr and "Traceback" not in bad.output

@@ -9,9 +9,9 @@ import pytest
 import simpy
 
 from rdu_sim.des.environment import CountingEnvironment
-from rdu_sim.engine.collective_port import start_collective
 from rdu_sim.hw import Collective, Topology, ring
 from rdu_sim.hw.collective_choice import Wiring, candidates, choose, estimate
+from rdu_sim.hw.collective_run import start_collective
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from rdu_sim.hw.direct_collectives import send_order, two_shot
 

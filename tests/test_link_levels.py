@@ -9,9 +9,9 @@ import pytest
 from rdu_sim import api
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.des.environment import CountingEnvironment
-from rdu_sim.engine.collective_port import start_collective
 from rdu_sim.hw import Collective, Topology
 from rdu_sim.hw.collective_choice import Wiring, estimate, link_classes
+from rdu_sim.hw.collective_run import start_collective
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE
 
 LLAMA8 = "workloads/llama3.1-8b-8socket.yaml"

@@ -642,6 +642,12 @@ def test_compare_plot_bars_lines_and_bad_input() -> None:
     bars = [p.get_height() for p in fig.axes[0].patches]
     assert bars == pytest.approx([10.0, 0.0])  # ms; b does not fit
     assert "does not fit" in [t.get_text() for t in fig.axes[0].texts]
+    # a gap says why as compare's lines do: a system not run, an invalid combination
+    refused = {**column("c", 8, None), "invalid": True, "unsupported": True}
+    crossed = {**column("d", 8, None), "invalid": True}
+    fig = plots.plot("compare", {"columns": [column("a", 8, 0.01), refused, crossed]})
+    said = [t.get_text() for t in fig.axes[0].texts]
+    assert said[1:] == ["not run", "invalid combination"]
     many = [{"columns": [column("a", b, 0.01 * b), column("b", b, 0.02 * b)]} for b in (1, 4)]
     fig = plots.plot("compare", many)
     lines = fig.axes[1].get_lines()

@@ -4,16 +4,21 @@ Each variant (a hardware file, a value of each varied field, or every combinatio
 runs the workload as written with its `hardware` field replaced and its varied fields set,
 compiled and timed for that hardware (rdu_sim/compare.py says what is measured): a table
 with one column per variant, a line per variant saying what differs and what binds its decode
-step, why each wins or loses against the first (rdu_sim/compare/why.py), and a line saying
+step, a line when the columns run different serving stacks (and how to compare alike), why
+each wins or loses against the first (rdu_sim/compare/why.py: the host time each stack adds
+a factor of its own where they differ), and a line saying
 that those are single decode steps at one context, which a serving run (`rdu-sim run`) need
 not match; or with `--json` one JSON object (`columns` in the order given, `lines`,
 `verdicts`, `scope`). A system the model does
-not fit is a column saying so, and so is a combination of varied values the workload refuses
-while each value runs in another (`invalid` in the JSON); a value no combination accepts is
-one error line. What compare does not time is said under the table: a draft's part, for each
-column with one; a Composition of Experts' serving (its columns time one expert); and that a
-`--vary` of a speculation or coe field moves at most the memory plan (compare/why.py
-`not_compared`).
+not fit is a column saying so; a system that cannot take the workload (a rule across the
+files: `tp=16` on an 8-GPU system) is a column not run with the rule's sentence while the
+others run (`unsupported` and `invalid` in the JSON), and so is a combination of varied
+values the workload refuses while each value runs in another (`invalid`); the exit status
+is then 0, as for any column saying why. A value no combination accepts, a hardware file
+wrong in itself, or a workload no system given runs is one error line, exit 2. What
+compare does not time is said under the table: a draft's part, for each column with one; a
+Composition of Experts' serving (its columns time one expert); and that a `--vary` of a
+speculation or coe field moves at most the memory plan (compare/why.py `not_compared`).
 `--set` applies to every run (a `hw.` path must exist in every hardware file given).
 """
 

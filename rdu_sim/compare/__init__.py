@@ -18,10 +18,13 @@ draft, and of a varied field compare does not time, ``why.not_compared``). A Com
 Experts' column times one expert as its run does (``_coe_expert``: the batch capacity of
 the CoE memory plan, not its turns, switches or router, which the lines say). A
 system the model does not fit (weights, KV cache and activations beyond its memory) is a
-column saying so, with the compiler's reason, not an error; so is a combination of varied
-values the workload refuses while each value runs in another combination (``dp_attention=16``
-with ``ep=64``), with the refusal's reason. A value no combination accepts is an error, one
-line, before anything is simulated.
+column saying so, with the compiler's reason, not an error; so is a system that refuses the
+workload by a rule across the files (``CombinationError``: ``tp=16`` on an 8-GPU system)
+while another system runs it, a column not run (``unsupported``) with the rule's sentence;
+and so is a combination of varied values the workload refuses while each value runs in
+another combination (``dp_attention=16`` with ``ep=64``), with the refusal's reason. A value
+no combination accepts, a hardware file wrong in itself, or a workload no system given runs
+is an error, one line, before anything is simulated.
 
 Each column names the serving stack it ran under and reports the step time, tokens/s per
 user (one token per step) and in total (the batch's tokens per step, for one model instance,
@@ -45,11 +48,11 @@ from typing import Any
 from rdu_sim import human
 from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
 from rdu_sim.compare.column import Column, Comparison
-from rdu_sim.compare.why import column_lines, not_compared, scope, verdicts
+from rdu_sim.compare.why import column_lines, not_compared, scope, stacks_differ, verdicts
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import CombinationError, ConfigError
 from rdu_sim.config.overrides import normalize_overrides, parse_override
 from rdu_sim.config.parallelism import replica_batch, replica_devices
 from rdu_sim.config.yaml_io import checked_file
@@ -199,13 +202,19 @@ def compare(
     loaded = [_load(workload, shared, side) for side in sides]
     _refuse_values_never_valid(sides, loaded)
     first = next(found for found in loaded if isinstance(found, Scenario))
+    refusing = _refusing_systems(sides, loaded)
     columns = tuple(
-        _invalid_column(side, found, first)
+        _invalid_column(side, found, first, side.settings.get("hardware") in refusing)
         if isinstance(found, ConfigError)
         else _column(found, side, batch, context)
         for found, side in zip(loaded, sides, strict=True)
     )
-    lines = [*column_lines(columns), *not_compared(columns, list(sides[0].settings))]
+    varied = list(sides[0].settings)
+    lines = [
+        *column_lines(columns),
+        *stacks_differ(columns, varied),
+        *not_compared(columns, varied),
+    ]
     return Comparison(
         first.workload.name,
         first.model.name,
@@ -224,17 +233,42 @@ def _load(workload: str | Path, shared: Mapping[str, Any], side: Variant) -> Sce
         return exc
 
 
+def _refusing_systems(
+    sides: Sequence[Variant], loaded: Sequence[Scenario | ConfigError]
+) -> set[object]:
+    """The hardware values (``--hardware``) that refuse the workload in every combination,
+    each by a rule across the files (``CombinationError``: its tp beyond the system's
+    devices, a layout its wiring cannot run): systems the workload does not run on, each a
+    column not run with the rule's sentence, as one the model does not fit is a column."""
+    if not sides or "hardware" not in sides[0].settings:
+        return set()
+    outcomes: dict[object, list[Scenario | ConfigError]] = {}
+    for side, found in zip(sides, loaded, strict=True):
+        outcomes.setdefault(side.settings["hardware"], []).append(found)
+    return {
+        system
+        for system, found in outcomes.items()
+        if all(isinstance(f, CombinationError) for f in found)
+    }
+
+
 def _refuse_values_never_valid(
     sides: Sequence[Variant], loaded: Sequence[Scenario | ConfigError]
 ) -> None:
     """Raise the error of a varied value no combination accepts (a typo, ``tp=16`` on every
-    8-GPU system given, or, when every variant is refused, the first one's): that is a bad
-    input, one error line. A combination refused while each of its values runs in another
-    (``dp_attention=16`` with ``ep=64``, beside ``dp_attention=16, ep=16`` and
-    ``dp_attention=64, ep=64``) is a column saying why instead (``_invalid_column``)."""
+    8-GPU system given, a hardware file that is itself wrong, or, when every variant is
+    refused, the first one's): that is a bad input, one error line. A combination refused
+    while each of its values runs in another (``dp_attention=16`` with ``ep=64``, beside
+    ``dp_attention=16, ep=16`` and ``dp_attention=64, ep=64``) is a column saying why
+    instead (``_invalid_column``), and so is each column of a system that refuses the
+    workload by a rule across the files while another system runs it
+    (:func:`_refusing_systems`: ``tp=16`` on an 8-GPU system beside a 16-socket one)."""
+    refusing = _refusing_systems(sides, loaded)
     for path in sides[0].settings:
         by_value: dict[str, list[Scenario | ConfigError]] = {}
         for side, found in zip(sides, loaded, strict=True):
+            if path == "hardware" and side.settings[path] in refusing:
+                continue
             by_value.setdefault(repr(side.settings[path]), []).append(found)
         for outcomes in by_value.values():
             if all(isinstance(found, ConfigError) for found in outcomes):
@@ -247,10 +281,14 @@ def _refuse_values_never_valid(
         raise error
 
 
-def _invalid_column(side: Variant, error: ConfigError, valid: Scenario) -> Column:
+def _invalid_column(
+    side: Variant, error: ConfigError, valid: Scenario, unsupported: bool = False
+) -> Column:
     """A combination of varied values the workload refuses (each value runs in another
-    combination): a column saying why, with nothing timed. Its hardware is the one it names,
-    or when the hardware is not varied the one every column shares (``valid``'s)."""
+    combination), or (``unsupported``) any combination on a system that refuses the
+    workload (:func:`_refusing_systems`): a column saying why, with nothing timed. Its
+    hardware is the one it names, or when the hardware is not varied the one every column
+    shares (``valid``'s)."""
     hardware = side.settings.get("hardware")
     kind: str
     if hardware is None:
@@ -267,6 +305,7 @@ def _invalid_column(side: Variant, error: ConfigError, valid: Scenario) -> Colum
         fusion=human.MISSING,
         fits=False,
         invalid=True,
+        unsupported=unsupported,
         reason=str(error),
         label=side.label(name),
         settings=dict(side.settings),

@@ -28,6 +28,10 @@ class Column:
     # a combination of varied values the workload refuses (``reason`` says why; each value
     # runs in another combination): nothing was compiled, ``fits`` is False
     invalid: bool = False
+    # the system refuses the workload in every combination, by a rule across the files
+    # (``reason``: its tp beyond the system's devices, say) while another system runs it: a
+    # column not run (``invalid`` True too)
+    unsupported: bool = False
     # one instance's layout (``ParallelismConfig.layout``: tp, dp_attention, ep, pp,
     # micro_batches) and its devices (``config.parallelism.replica_devices``)
     layout: dict[str, int] = field(default_factory=dict)

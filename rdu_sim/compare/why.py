@@ -1,13 +1,15 @@
 """A comparison in words: what each variant is and what binds it, and why one wins.
 
 ``column_lines``: one line per variant, what it sets and what binds its decode step (the
-resource ``report.bound`` names, with that resource's demand and rate). ``verdicts``: each
+resource ``report.bound`` names, with that resource's demand and rate); ``stacks_differ``: a
+line when the variants run different serving stacks. ``verdicts``: each
 variant against the first that fits, the ratio of the system's tokens/s and of a user's,
 and why, taken apart the way the numbers compose: tokens/s = batch x instances / step time
 (an instance a replica of the layout, its batch every attention rank's),
 and a step bound by one resource takes that resource's demand over its rate, so a ratio is
 a batch ratio (the batch capacity, a KV slot's tokens) times a step ratio (the binding
-resource's bytes or FLOPs against its bandwidth or peak).
+resource's bytes or FLOPs against its bandwidth or peak), and apart from both the host time
+each serving stack adds to its step, where the stacks differ in it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from rdu_sim.report.bound import (
     bubble_words,
     others_alone,
 )
-from rdu_sim.report.console import served_by
+from rdu_sim.report.console import not_timed, served_by
 
 UNEXPLAINED = BINDS_SHARE
 """Below this share of its step (the share from which the reports say a resource binds a
@@ -43,6 +45,13 @@ MATERIAL_BOUNDARIES = 0.1
 """From this share of either step, the kernels' boundaries (launch and sync, between the
 kernels: time the binding resource inside them does not take) are named in the verdict as
 an item of their own, with their time in each step."""
+
+HOST_DIFFERS = 0.01
+"""From this share of the shorter step, a difference between the columns' host time (what
+the serving stack's host adds to the device's step, ``runtime_s``: a stack's, never the
+hardware's) is named in the verdict as a factor of its own, with the step each device takes
+without it: a stack that adds 1.65 ms to one column's 18.5 ms step and nothing to the
+other's is part of the ratio the hardware does not explain."""
 
 
 def _hbm_rate(column: Column) -> float:
@@ -155,7 +164,7 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
     lines = []
     for column in columns:
         if not column.fits:
-            verdict = "invalid combination" if column.invalid else "does not fit"
+            verdict = not_timed(column.invalid, column.unsupported)
             lines.append(f"{column.label}: {verdict}: {column.reason}")
             continue
         assert column.step_s is not None and column.batch is not None
@@ -171,6 +180,26 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"
         )
     return lines
+
+
+def stacks_differ(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
+    """A line when the columns that ran did so under different serving stacks, unless the
+    stack is what varies: which column runs which, that each verdict's ratio then holds the
+    stacks' host time and batch limits beside the hardware, and how to compare alike (one
+    stack for all, ``--set stack=none`` the device alone; or each under each, ``--vary
+    stack=...``); nothing otherwise."""
+    ran = [c for c in columns if c.fits and c.stack]
+    stacks = sorted({c.stack for c in ran})
+    if len(stacks) < 2 or any(path.split(".", 1)[0] == "stack" for path in varied):
+        return []
+    each = "; ".join(f"{c.label}: {c.stack}" for c in ran)
+    return [
+        f"the columns run different serving stacks ({each}), each system as deployed: a "
+        "verdict's ratio holds the stacks' host time and batch limits beside the hardware. "
+        "To compare the hardware alike, give every column one stack (--set stack=none: the "
+        "device alone) or run each under each (--vary stack="
+        f"{','.join(stacks)})"
+    ]
 
 
 NOT_TIMED: dict[str, str] = {
@@ -245,7 +274,40 @@ def not_compared(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
 
 
 def _step_why(a: Column, b: Column) -> str:
-    """Why ``a``'s decode step takes what it takes against ``b``'s."""
+    """Why ``a``'s decode step takes what it takes against ``b``'s: what binds each, and
+    the serving stacks' host time apart when it differs (:func:`_host`)."""
+    return _device_why(a, b) + _host(a, b)
+
+
+def _host(a: Column, b: Column) -> str:
+    """The host time each serving stack adds to its column's step, as a factor of its own,
+    when the two differ by :data:`HOST_DIFFERS` of the shorter step and neither step is
+    bound by it (then the bound's words name it): ``; host time, a factor of its own: the
+    serving stacks add 0 s vs 1.65 ms to their steps (none vs sambastack-2025; 0.0% vs 8.9%
+    of them), and on the device alone its step takes 0.23x as long (3.86 ms vs 16.8 ms)``;
+    nothing otherwise."""
+    if "host" in (a.bound, b.bound) or a.step_s is None or b.step_s is None:
+        return ""
+    host_a, host_b = a.runtime_s or 0.0, b.runtime_s or 0.0
+    if abs(host_a - host_b) < HOST_DIFFERS * min(a.step_s, b.step_s):
+        return ""
+    device_a, device_b = a.step_s - host_a, b.step_s - host_b
+    alone = ""
+    if device_a > 0 and device_b > 0:
+        alone = (
+            f", and on the device alone its step takes {human.ratio(device_a / device_b)} as "
+            f"long ({human.duration(device_a)} vs {human.duration(device_b)})"
+        )
+    return (
+        f"; host time, a factor of its own: the serving stacks add {human.duration(host_a)} "
+        f"vs {human.duration(host_b)} to their steps ({a.stack or '?'} vs {b.stack or '?'}; "
+        f"{human.percent(host_a / a.step_s)} vs {human.percent(host_b / b.step_s)} of them)"
+        f"{alone}"
+    )
+
+
+def _device_why(a: Column, b: Column) -> str:
+    """What binds ``a``'s decode step against ``b``'s, and its demand against its rate."""
     assert a.step_s is not None and b.step_s is not None
     head = (
         f"its decode step takes {human.ratio(a.step_s / b.step_s)} as long "

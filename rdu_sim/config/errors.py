@@ -62,6 +62,14 @@ class ConfigError(InputError):
         return cls([ConfigIssue(file, field, message, line)])
 
 
+class CombinationError(ConfigError):
+    """Each file valid alone, but the workload does not run on this hardware and stack: a
+    rule across the files refuses them together (its tp beyond the system's devices, a
+    layout its wiring cannot run, weights in DDR on a GPU, a stack for the other kind of
+    device). ``rdu-sim compare`` shows a system that refuses the workload so as a column not
+    run, where a file that is itself wrong stays an error."""
+
+
 class WriteError(ConfigError):
     """A file that could not be written: a full disk, a read-only folder, a path below a
     regular file. The environment, not the input, but reported the same way: one line naming

@@ -194,7 +194,7 @@ def overridden(
             note = f"(from {origin})" if origin else override_note(prefix + path, source)
             issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
         issues.append(issue)
-    return ConfigError(issues)
+    return type(exc)(issues)
 
 
 def in_context(

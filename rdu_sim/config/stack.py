@@ -7,9 +7,13 @@ every step and how it lays out and batches the work: host time on the critical p
 decode step's input is the token the previous step sampled), host time it overlaps with the
 device, how its KV cache is paged and whether it packs prompts. A workload names its stack
 (``stack:``); without one it runs the stack its hardware file names (``default_stack:``),
-and ``none`` is the hardware's ceiling: no host time, static context buckets, one prompt per
-prefill step. A stack's values are fitted on that stack's measurements only
-(docs/calibration.md).
+and ``none`` is the device alone (:data:`NONE_WORDS`): no host time, but every other field at
+its default, the plainest static runtime: decode programs over every batch slot at the
+workload's context buckets, each decode step reading every slot's KV cache whether or not it
+is decoding, and one prompt per prefill step. So it bounds the host time a stack adds, not
+how fast the hardware can serve: at low occupancy a runtime that decodes only the live
+sequences (``decode_program: live``, a paged KV cache) is faster. A stack's values are
+fitted on that stack's measurements only (docs/calibration.md).
 """
 
 from dataclasses import dataclass
@@ -25,7 +29,14 @@ from rdu_sim.shapes import DecodeRows
 _MAX_HOST_S = 1.0
 
 NONE = "none"
-"""The name of the built-in stack that adds nothing: the hardware's ceiling."""
+"""The name of the built-in stack that adds no host time: the device alone (module
+docstring)."""
+
+NONE_WORDS = (
+    "the device alone: no host time; static decode programs over every batch slot (each "
+    "decode step reads every slot's KV cache, decoding or not) and one prompt per prefill step"
+)
+"""What the stack ``none`` keeps and drops, in words: its description, and the docs'."""
 
 RunsOn = Literal["rdu", "gpu", "any"]
 
@@ -367,5 +378,5 @@ class StackConfig(StrictModel):
         return "programs" if self.batch_programs == "powers_of_two" else "live"
 
 
-NO_STACK = StackConfig(name=NONE, runs_on="any", description="the hardware's ceiling")
+NO_STACK = StackConfig(name=NONE, runs_on="any", description=NONE_WORDS)
 """The stack named ``none``."""

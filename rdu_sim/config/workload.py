@@ -518,7 +518,8 @@ class WorkloadConfig(StrictModel):
         default=None,
         min_length=1,
         description="the serving stack: a shipped stack's name (stacks/), a stack file "
-        "relative to this file, or 'none' (the hardware's ceiling); absent: the hardware "
+        "relative to this file, or 'none' (the device alone: no host time; static decode "
+        "programs over every batch slot, one prompt per prefill step); absent: the hardware "
         "file's default_stack",
     )
     model: ModelField = Field(

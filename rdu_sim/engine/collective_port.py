@@ -28,23 +28,13 @@ from typing import Any
 
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
 from rdu_sim.config.hardware import SystemConfig
-from rdu_sim.config.wiring import ALGORITHMS
 from rdu_sim.des.environment import Event
 from rdu_sim.hw.all_to_all import AllToAll, all_to_all
 from rdu_sim.hw.all_to_all import estimate as all_to_all_estimate
 from rdu_sim.hw.all_to_all import sent_bytes as all_to_all_sent
 from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose
-from rdu_sim.hw.collectives import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    REDUCE_SCATTER,
-    Collective,
-    Topology,
-    ring,
-    tree_all_reduce,
-)
-from rdu_sim.hw.direct_collectives import one_shot, two_shot
-from rdu_sim.hw.hierarchical import hierarchical_all_reduce
+from rdu_sim.hw.collective_run import start_collective
+from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, Topology
 from rdu_sim.pickled import Reduced, by_fields
 
 HW_KINDS = {"allreduce": ALL_REDUCE, "allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER}
@@ -87,24 +77,6 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
         system.collective_algorithm,
         pieces=system.collective_chunks,
     )
-
-
-def start_collective(topo: Topology, call: Collective, algorithm: str) -> Event:
-    """Start ``call`` on the links with ``algorithm`` (the one place an algorithm's name
-    becomes its simulation); fires when done."""
-    if algorithm == "ring":
-        return ring(topo, call)
-    if algorithm == "bidirectional_ring":
-        return ring(topo, call, bidirectional=True)
-    if algorithm == "one_shot":
-        return one_shot(topo, call)
-    if algorithm == "two_shot":
-        return two_shot(topo, call)
-    if algorithm == "tree":
-        return tree_all_reduce(topo, call)
-    if algorithm == "hierarchical":
-        return hierarchical_all_reduce(topo, call)
-    raise ValueError(f"unknown collective algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
 
 
 def group_of(socket: int, group: int) -> tuple[int, ...]:

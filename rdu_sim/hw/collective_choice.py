@@ -5,16 +5,17 @@ Like NCCL's tuning model (per algorithm a latency of hops in sequence times a pe
 latency, plus bytes over bandwidth; the smallest estimate wins), each candidate's estimate is
 its time on idle links: ``latency_s`` = hops in sequence x per-hop latency, ``bandwidth_s`` =
 the rest (the serialisation on the busiest link direction or port, including what its
-pipeline of pieces leaves exposed). For one node of identical links it is exactly the time
-the simulation gives the collective alone (``hw.collectives``, ``hw.direct_collectives``;
-the tests check it); across nodes it uses the slower link class for the ring and the tree and
-each port class separately for the direct forms, or, when the network is reached through the
-in-node port (``network_through_node_port``), that port carrying every send and each
-network port behind it (exact for one piece of a direct form). The simulation then runs the chosen
-algorithm as link transfers, sharing the links with whatever else is in flight. There is no
-protocol choice (NCCL's LL/LL128/Simple trade bandwidth for latency on a GPU's memory
-model); the SN40L P2P protocol streams tiles with hardware flow control, so its per-hop
-latency is one number.
+pipeline of pieces leaves exposed). That time is what the simulation gives the collective
+alone, by one rule: inside one node in closed form (identical links: ``hw.collectives``,
+``hw.direct_collectives``; the tests check each against the simulation), across nodes by
+simulating it alone on idle ports (:func:`alone`: the same transfers the engine's ports
+run, through ``hw.collective_run``), where the link classes, a network reached through the
+in-node port and the hierarchical form's phases overlapping on different ports (piece k's
+rail all-reduce beside piece k+1's reduce-scatter) leave no closed form that follows them.
+The simulation then runs the chosen algorithm as link transfers, sharing the links with
+whatever else is in flight. There is no protocol choice (NCCL's LL/LL128/Simple trade
+bandwidth for latency on a GPU's memory model); the SN40L P2P protocol streams tiles with
+hardware flow control, so its per-hop latency is one number.
 
 Which algorithms a wiring allows is ``rdu_sim.config.wiring`` (rings on a ring wiring, the
 direct forms on a switched fabric, the tree too with a link per pair). Both ways round a ring
@@ -25,17 +26,28 @@ would (so ``bidirectional_ring`` costs the ring's time with twice the pieces the
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
+from rdu_sim.config import wiring as wirings
 from rdu_sim.config.wiring import (
     ALGORITHMS,
-    Topology,
     allowed_algorithms,
     forced_algorithm,
     peer_levels,
 )
-from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, ring_time, tree_time
+from rdu_sim.des.environment import CountingEnvironment
+from rdu_sim.hw.collective_run import start_collective
+from rdu_sim.hw.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    REDUCE_SCATTER,
+    Collective,
+    Topology,
+    ring_time,
+    tree_time,
+)
 
 POLICIES = ("auto", *ALGORITHMS)
 """``auto`` chooses per collective; a name forces that algorithm."""
@@ -48,7 +60,7 @@ TIE_RTOL = 1e-9
 class Wiring:
     """How the sockets are wired: the kind, sockets per node, (bandwidth, latency) per class."""
 
-    kind: Topology
+    kind: wirings.Topology
     sockets_per_node: int
     intra: tuple[float, float]
     inter: tuple[float, float]
@@ -126,16 +138,20 @@ def estimate(
     kind: str, algorithm: str, nbytes: float, group: int, wiring: Wiring, pieces: int = 1
 ) -> Estimate:
     """``algorithm``'s cost for a ``kind`` of ``nbytes`` (NCCL-style: the all-reduce vector,
-    the all-gather output, the reduce-scatter input) in ``pieces`` pieces (module docstring)."""
+    the all-gather output, the reduce-scatter input) in ``pieces`` pieces: its time alone on
+    idle links as the simulation runs it (module docstring), in closed form inside one node,
+    simulated across nodes (:func:`alone`)."""
     _check(kind, group, nbytes, pieces)
     p = group
     if p == 1 or nbytes == 0:
         return Estimate(algorithm, 0, 0.0, 0.0, 0.0)
-    classes = link_classes(wiring, p)
-    bw = min(c[1] for c in classes)  # the slower class bounds a ring or tree step
-    if wiring.network_through_node_port and p > wiring.sockets_per_node:
-        bw = min(bw, wiring.intra[0])  # a step to another node crosses the in-node port too
-    lat = max(c[2] for c in classes)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown collective algorithm {algorithm!r}; valid: {ALGORITHMS}")
+    if algorithm in ("tree", "two_shot", "hierarchical") and kind != ALL_REDUCE:
+        raise ValueError(f"{algorithm} runs all-reduce only, not {kind!r}")
+    if p > wiring.sockets_per_node or algorithm == "hierarchical":
+        return alone(kind, algorithm, nbytes, group, wiring, pieces)
+    bw, lat = wiring.intra
     if algorithm in ("ring", "bidirectional_ring"):
         steps = 2 * (p - 1) if kind == ALL_REDUCE else p - 1
         both = algorithm == "bidirectional_ring" and p > 2
@@ -147,111 +163,68 @@ def estimate(
             per_link = steps * nbytes / p / (2 if both else 1)
         return Estimate(algorithm, steps, per_link, steps * lat, total - steps * lat)
     if algorithm == "tree":
-        if kind != ALL_REDUCE:
-            raise ValueError(f"tree runs all-reduce only, not {kind!r}")
         hops = 2 * math.floor(math.log2(p))
         total = tree_time(p, nbytes, bw, lat, pieces)
         return Estimate(algorithm, hops, nbytes, hops * lat, total - hops * lat)
-    if algorithm == "hierarchical":
-        return _hierarchical(nbytes, group, wiring, pieces)
-    if algorithm not in ("one_shot", "two_shot"):
-        raise ValueError(f"unknown collective algorithm {algorithm!r}; valid: {ALGORITHMS}")
-    if algorithm == "two_shot" and kind != ALL_REDUCE:
-        raise ValueError(f"two_shot runs all-reduce only, not {kind!r}")
     shard = nbytes if (algorithm == "one_shot" and kind == ALL_REDUCE) else nbytes / p
     phases = 2 if algorithm == "two_shot" else 1
-    if wiring.network_through_node_port and p > wiring.sockets_per_node:
-        local = 1 if wiring.sockets_per_node > 1 else 0  # classes[:local]: within the node
-        return _direct_in_series(algorithm, shard, phases, classes, wiring.intra[0], local, pieces)
-    worst = (0.0, 0.0, 0.0)  # (time, bytes per link, latency term)
-    for peers, c_bw, c_lat in classes:
-        sends = peers if wiring.kind == "switched" else 1  # sends sharing one port or link
-        u = sends * shard / pieces / c_bw  # one piece of one phase through the port
-        if phases == 1:
-            t = pieces * u + c_lat
-        else:
-            t = max(2 * pieces * u + c_lat, 2 * (u + c_lat) + (pieces - 1) * u)
-        if t > worst[0]:
-            worst = (t, phases * sends * shard, phases * c_lat)
-    t, per_link, lat_term = worst
-    return Estimate(algorithm, phases, per_link, lat_term, t - lat_term)
+    sends = p - 1 if wiring.kind == "switched" else 1  # sends sharing one port or link
+    u = sends * shard / pieces / bw  # one piece of one phase through the port
+    if phases == 1:
+        t = pieces * u + lat
+    else:
+        t = max(2 * pieces * u + lat, 2 * (u + lat) + (pieces - 1) * u)
+    return Estimate(algorithm, phases, phases * sends * shard, phases * lat, t - phases * lat)
 
 
-def _direct_in_series(
-    algorithm: str,
-    shard: float,
-    phases: int,
-    classes: list[tuple[int, float, float]],
-    node_bw: float,
-    network_from: int,
-    pieces: int,
+@functools.lru_cache(maxsize=4096)
+def alone(
+    kind: str, algorithm: str, nbytes: float, group: int, wiring: Wiring, pieces: int
 ) -> Estimate:
-    """A direct form's estimate when every send leaves through the in-node port (``node_bw``)
-    and a send to another node (``classes[network_from:]``) then through its class's port,
-    in series. Socket 0 sends in class order (``send_order``), so a class's port starts when
-    the node port reaches its first send (``first``) and the class is done when the slower
-    of the two ports is through: the node port streaming everything (then the class's last
-    sends running on at the class's rate), the class's port streaming from its first send,
-    or (two-shot) one piece's phases in sequence then the rest of the pieces at the slower
-    port's rate. Exact for one piece."""
-    node_u = sum(peers for peers, _, _ in classes) * shard / pieces / node_bw
-    worst = (0.0, 0.0, 0.0)  # (time, bytes per link, latency term)
-    first = 0.0  # node-port time of one piece's sends before this class's
-    for index, (peers, c_bw, c_lat) in enumerate(classes):
-        stage1 = peers * shard / pieces / node_bw
-        if index < network_from:  # within the node: the node port alone, sent first
-            first += stage1
-            continue
-        own = peers * shard / pieces / c_bw
-        # the node port streams every piece; the class's last sends leave it ``after`` its
-        # end and run on for what the class's port is slower
-        after = node_u - first - stage1
-        tail = (own - stage1 if own > stage1 else 0.0) - after
-        if phases == 1:
-            t = max(pieces * node_u + tail, first + pieces * own) + c_lat
-        else:
-            t = max(
-                2 * pieces * node_u + tail + c_lat,
-                first + 2 * pieces * own + c_lat,
-                2 * (max(node_u, first + own) + c_lat) + (pieces - 1) * max(node_u, own),
-            )
-        first += stage1
-        if t > worst[0]:
-            worst = (t, phases * sum(p for p, _, _ in classes) * shard, phases * c_lat)
-    t, per_link, lat_term = worst
-    return Estimate(algorithm, phases, per_link, lat_term, t - lat_term)
+    """``algorithm``'s ``kind`` of ``nbytes`` in ``pieces`` pieces simulated alone over the
+    first ``group`` sockets of ``wiring`` on idle links (the symmetric shortcut the engine's
+    ports run, exact: ``hw.collective_run``): its time, and the bytes through its busiest
+    link direction or port. The latency term is its hops in sequence at their links'
+    latency (:func:`latency_term`), the bandwidth term the rest. Memoized: a serving run asks
+    for the same messages again at every step of a shape."""
+    env = CountingEnvironment()
+    rack = wiring.rack
+    topo = Topology(
+        env,
+        group,
+        wiring.sockets_per_node,
+        *wiring.intra,
+        *wiring.inter,
+        switched=wiring.kind == "switched",
+        sockets_per_rack=wiring.sockets_per_rack,
+        rack_bandwidth=None if rack is None else rack[0],
+        rack_latency=None if rack is None else rack[1],
+        network_through_node_port=wiring.network_through_node_port,
+    )
+    done = start_collective(topo, Collective(kind, nbytes, pieces, symmetric=True), algorithm)
+    env.run()
+    assert done.triggered
+    busiest = max(link.bytes[d].total for link, d, _ in topo.directions())
+    hops, latency = latency_term(kind, algorithm, group, wiring)
+    return Estimate(algorithm, hops, busiest, latency, float(env.now) - latency)
 
 
-def _hierarchical(nbytes: float, group: int, wiring: Wiring, pieces: int) -> Estimate:
-    """The hierarchical all-reduce (``hw.hierarchical``): its three phases' estimates added
-    (inside a node, across nodes on one rail, inside a node again). A rail's socket is alone
-    in its node of the rail's wiring; when its network traffic crosses its in-node port, that
-    port (at the in-node bandwidth) is the rail's node port."""
-    local = wiring.sockets_per_node
-    nodes = group // local
-    rack_nodes = None if wiring.sockets_per_rack is None else wiring.sockets_per_rack // local
-    node = wiring.intra if wiring.network_through_node_port else wiring.inter
-    rail = Wiring(
-        wiring.kind,
-        1,
-        node,
-        wiring.inter,
-        rack_nodes,
-        wiring.rack,
-        wiring.network_through_node_port,
-    )
-    phases = (
-        estimate(REDUCE_SCATTER, "one_shot", nbytes, local, wiring, pieces),
-        estimate(ALL_REDUCE, "two_shot", nbytes / local, nodes, rail, pieces),
-        estimate(ALL_GATHER, "one_shot", nbytes, local, wiring, pieces),
-    )
-    return Estimate(
-        "hierarchical",
-        sum(e.hops for e in phases),
-        max(e.bytes_per_link for e in phases),
-        sum(e.latency_s for e in phases),
-        sum(e.bandwidth_s for e in phases),
-    )
+def latency_term(kind: str, algorithm: str, group: int, wiring: Wiring) -> tuple[int, float]:
+    """(hops in sequence, their latency) of ``algorithm`` over ``group`` sockets: each hop at
+    the largest latency of the link classes the group spans; the hierarchical form's two
+    hops inside a node at the in-node latency, its rail's two at the network's."""
+    classes = link_classes(wiring, group)
+    lat = max(c[2] for c in classes)
+    if algorithm == "hierarchical":
+        network = max(c[2] for c in classes[1:]) if len(classes) > 1 else lat
+        return 4, 2 * wiring.intra[1] + 2 * network
+    if algorithm in ("ring", "bidirectional_ring"):
+        hops = 2 * (group - 1) if kind == ALL_REDUCE else group - 1
+    elif algorithm == "tree":
+        hops = 2 * math.floor(math.log2(group))
+    else:
+        hops = 2 if algorithm == "two_shot" else 1
+    return hops, hops * lat
 
 
 def choose(

@@ -310,8 +310,12 @@ def ring(topo: Topology, call: Collective, bidirectional: bool = False) -> Event
     if steps == 0 or call.nbytes == 0:
         return Countdown(env, 0).done
     if bidirectional and p > 2:
-        # the reverse ring starts at the same socket: ids[0], ids[-1], ids[-2], ...
-        reverse = [ring_ids[0], *ring_ids[:0:-1]]
+        # the reverse ring: ids[s], ids[s - 1], ..., ids[0], ids[-1], ... Simulated whole it
+        # starts at the same socket (s = 0); by the symmetric shortcut at ids[d - 1], so that
+        # its simulated sockets (its first d) are the forward ring's (ids[0 .. d - 1]) and a
+        # port both halves use is shared in the shortcut as it is in the whole ring
+        s = ring_period(topo, ring_ids) - 1 if call.symmetric else 0
+        reverse = [ring_ids[(s - i) % p] for i in range(p)]
         both = Countdown(env, 2)
         for ids in (ring_ids, reverse):
             half = ring(topo, call.over(ids, call.nbytes / 2))

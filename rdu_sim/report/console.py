@@ -160,6 +160,16 @@ def memory_owner(result: RunSummary) -> str:
     return f"{result.device} of pipeline stage {result.memory_stage}, the fullest of {stages}"
 
 
+def not_timed(invalid: bool, unsupported: bool) -> str:
+    """Why a compare column holds no timing, in words: ``not run`` (its system refuses the
+    workload: ``unsupported``), ``invalid combination`` (the workload refuses its varied
+    values together: ``invalid``), else ``does not fit`` (the model beyond its memory): the
+    one wording of compare's lines and its plot."""
+    if unsupported:
+        return "not run"
+    return "invalid combination" if invalid else "does not fit"
+
+
 def served_by(stack: str) -> str:
     """A serving stack's name in words: ``served by sambastack-2025``, or the device alone."""
     return "on the device alone (no serving stack)" if stack == NONE else f"served by {stack}"

@@ -5,10 +5,11 @@ It reads what ``rdu-sim compare --json`` prints (a dict with ``columns``), a lis
 (the same variants at several batch sizes, as ``rdu_sim.compare.compare_batches`` returns
 them once turned into dicts), or ``Comparison`` objects. Four panels: decode step time
 (each bar marked with what binds it), tokens/s per user, tokens/s for one model instance, and
-share of peak HBM bandwidth. One comparison gives bars (a variant the model does not fit is
-a gap labelled so); several give a line per variant over the batch size. A variant is named
-by its ``label`` (what differs), or its hardware in JSON written before labels. The title
-names the workload and model the comparisons carry (``workload``, ``model``).
+share of peak HBM bandwidth. One comparison gives bars (a variant with no timing is a gap
+labelled why: the model does not fit, an invalid combination, a system not run); several
+give a line per variant over the batch size. A variant is named by its ``label`` (what
+differs), or its hardware in JSON written before labels. The title names the workload and
+model the comparisons carry (``workload``, ``model``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from matplotlib.figure import Figure
 
 from rdu_sim import human
 from rdu_sim.report.bound import LABELS
+from rdu_sim.report.console import not_timed
 from rdu_sim.report.plots_data import PlotInputError, number, with_subject
 from rdu_sim.report.plots_style import (
     BESIDE,
@@ -110,7 +112,8 @@ def _bars(axes: list[Axes], columns: list[dict[str, Any]]) -> None:
             value = _value(column, key, scale)
             if value is None:
                 ax.bar(i, 0, color="none")
-                ax.annotate("does not fit", (i, 0), ha="center", va="bottom", fontsize=8)
+                said = not_timed(bool(column.get("invalid")), bool(column.get("unsupported")))
+                ax.annotate(said, (i, 0), ha="center", va="bottom", fontsize=8)
             else:
                 ax.bar(i, value, color=color_for(names[i], i))
                 text = human.number(value)

@@ -366,7 +366,7 @@ class RunSummary:
     model: str
     workload: str
     hardware: str
-    stack: str  # the serving stack that ran (stacks/; 'none': the hardware's ceiling)
+    stack: str  # the serving stack that ran (stacks/; 'none': the device alone, no host time)
     device: str  # what one device is: 'socket' (SN40L) or 'GPU'
     tp: int
     # the parallel degrees by their parallelism.* names (ParallelismConfig.layout)

@@ -312,7 +312,7 @@ def _resolve_stack(text: str, base: Path, known: Sequence[str]) -> str:
 
     if text == NONE:
         raise ConfigError.single(
-            "--fit", text, "the stack none is the hardware's ceiling: it has nothing to fit"
+            "--fit", text, "the stack none adds no host time: it has nothing to fit"
         )
     named = _named(text, [k for k in known if k != NONE])
     if named is not None:
@@ -362,8 +362,8 @@ def resolve(
             target = own[0]
             if parameter.kind == "stack" and target == "none":
                 raise given.error(
-                    "the fitted rows run the stack none (the hardware's ceiling): it has "
-                    "nothing to fit"
+                    "the fitted rows run the stack none (the device alone, no host time): it "
+                    "has nothing to fit"
                 )
         one = Scoped(parameter, target, label_of(target))
         if not any(one.reaches(run) for run in runs):

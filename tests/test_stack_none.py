@@ -1,0 +1,42 @@
+"""The stack ``none`` is what its words say (``config.stack.NONE_WORDS``, the description a
+run's provenance and the docs show): the device alone, no host time, but a static runtime
+whose decode steps run the program of every batch slot, decoding or not, and whose prefill
+steps take one prompt each; not the hardware's best serving (it was called "the hardware's
+ceiling")."""
+
+from __future__ import annotations
+
+from rdu_sim import api
+from rdu_sim.config.stack import NONE_WORDS
+from rdu_sim.config.workload import WorkloadConfig
+
+LIGHT = {
+    "stack": "none",
+    "serving.batch_slots": 8,
+    "serving.requests": 3,
+    "serving.max_context": 2048,
+    "serving.prompt_tokens": {"dist": "fixed", "value": 256},
+    "serving.output_tokens": {"dist": "fixed", "value": 16},
+}
+
+
+def test_none_adds_no_host_time_and_decodes_every_slot() -> None:
+    stack = api.load("llama3.1-8b-1socket", {"stack": "none"}).stack
+    assert stack.description == NONE_WORDS
+    host = stack.host.time(8, 10e-3, prompts=1)
+    assert (host.serial_s, host.overlapped_s, host.added_s) == (0.0, 0.0, 0.0)
+    assert stack.decode_rows == "slots" and stack.prefill_batch_tokens is None
+    # three requests in eight slots: every decode step runs the eight-slot program under
+    # none, the live sequences' programs once the stack runs those
+    shapes = {(s.phase, s.batch) for s in api.run("llama3.1-8b-1socket", LIGHT).cache.shapes}
+    assert shapes == {("decode", 8), ("prefill", 1)}
+    live = api.run("llama3.1-8b-1socket", {**LIGHT, "stack.decode_program": "live"})
+    assert max(s.batch for s in live.cache.shapes if s.phase == "decode") < 8
+
+
+def test_the_schema_says_what_none_keeps() -> None:
+    words = WorkloadConfig.model_fields["stack"].description or ""
+    assert "ceiling" not in words
+    assert (
+        "'none' (the device alone: no host time; static decode programs over every batch " in words
+    )
