@@ -271,7 +271,7 @@ def test_check_lists_the_structural_fields_a_file_leaves_to_the_schema(tmp_path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     assert _check_lines(path) == [
         f"OK  {path}: hardware 'sn50': 1 socket, default stack 'none' (not set: the default, "
-        "no host time: the hardware's ceiling)",
+        "the device alone: no host time)",
         "    left at its default: hw.system.network_via_intra_node_port false (every shipped "
         "rdu file: true)",
         "    left at its default: hw.system.topology ring (every shipped rdu file: switched)",

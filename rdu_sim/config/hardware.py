@@ -290,7 +290,7 @@ class HardwareBase(StrictModel):
         default="none",
         min_length=1,
         description="the serving stack a workload that names none runs: a shipped stack's "
-        "name, a stack file relative to this file, or 'none' (the hardware's ceiling)",
+        "name, a stack file relative to this file, or 'none' (the device alone: no host time)",
     )
 
     @model_validator(mode="before")

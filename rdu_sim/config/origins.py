@@ -78,7 +78,7 @@ def hardware_origins(path: Path, hardware: Hardware) -> Origins:
     notes: list[str] = []
     setter = _setter(chain, ("default_stack",))
     if setter is None:
-        stack = " (not set: the default, no host time: the hardware's ceiling)"
+        stack = " (not set: the default, the device alone: no host time)"
     elif setter == 0:
         stack = ""
     else:
