@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
+from rdu_sim.engine.timing import device_time
 from rdu_sim.report.bound import (
     BINDS_SHARE,
     RESOURCES,
@@ -291,7 +292,7 @@ def _host(a: Column, b: Column) -> str:
     host_a, host_b = a.runtime_s or 0.0, b.runtime_s or 0.0
     if abs(host_a - host_b) < HOST_DIFFERS * min(a.step_s, b.step_s):
         return ""
-    device_a, device_b = a.step_s - host_a, b.step_s - host_b
+    device_a, device_b = device_time(a.step_s, host_a), device_time(b.step_s, host_b)
     alone = ""
     if device_a > 0 and device_b > 0:
         alone = (

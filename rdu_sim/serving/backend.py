@@ -98,7 +98,7 @@ class EngineBackend:
             flops=float(timing.flops) * program.tp,
             detail=timing,
             flops_util=float(timing.flops_fraction),
-            host_s=float(timing.runtime_s),
+            runtime_s=float(timing.runtime_s),
         )
 
 

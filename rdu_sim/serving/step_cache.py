@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rdu_sim.engine.timing import StepTiming
+from rdu_sim.engine.timing import StepTiming, device_time
 from rdu_sim.pickled import Reduced, by_fields
 from rdu_sim.serving.clock import PS_PER_S, step_ps, to_s
 from rdu_sim.shapes import StepShape
@@ -50,7 +50,7 @@ class StepCost:
     flops: float = 0.0  # matrix FLOPs of the step over all its sockets (0: not known)
     detail: StepTiming | None = None  # the engine's full timing (for `step` and reports)
     flops_util: float = 0.0  # matrix FLOPs / (step time x the socket's peak FLOP/s) (0..1)
-    host_s: float = 0.0  # of step_s, what the serving stack's host added to the device's step
+    runtime_s: float = 0.0  # of step_s, what the serving stack's host added to the device's
 
     def __reduce__(self) -> Reduced:
         return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
@@ -126,7 +126,8 @@ class StepTimes:
                 raise ValueError(f"step time of {shape} must be > 0 s, got {cost.step_s}")
             what = f"a {shape.phase} step (batch {shape.batch}, cache {shape.cache_len})"
             whole = step_ps(cost.step_s, what)
-            device = step_ps(cost.step_s - cost.host_s, what) if cost.host_s else whole
+            device_s = device_time(cost.step_s, cost.runtime_s)
+            device = step_ps(device_s, what) if cost.runtime_s else whole
             known = self._known[shape] = TimedCost(cost, whole, device)
         return known
 
