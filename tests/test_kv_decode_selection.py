@@ -229,6 +229,28 @@ def test_a_bad_selection_is_refused_naming_the_policy_and_the_field(
         assert built.value.field == field
 
 
+def test_a_decode_selection_scores_with_the_steps_one_query(plugin: ModuleType) -> None:
+    """A decode step's attention stashes the one new query a slot holds: a Selection whose
+    window asks for more (a valid Selection at prefill) is refused at decode, naming the
+    policy and the field, not costed as queries the step never wrote."""
+
+    @policies.register_policy("h2o_window")
+    class Wide(plugin.H2OLike):  # type: ignore[name-defined,misc]
+        def decode_selection(self, cache_tokens: int) -> Selection | None:
+            good = super().decode_selection(cache_tokens)
+            assert good is not None
+            return dataclasses.replace(good, window=8)
+
+    scenario = load_scenario(LLAMA, {**H2O, "kv.policy": "h2o_window"})
+    with pytest.raises(PolicyAnswerError) as caught:
+        Compiler(scenario).program(StepShape("decode", 2, 1, 4096))
+    assert str(caught.value) == (
+        "kv.policy 'h2o_window': decode_selection(4096) returned a Selection with a bad "
+        "window: a decode step scores with the one new query each slot holds, so it must be "
+        "1, got 8"
+    )
+
+
 def test_an_answer_that_is_no_selection_is_refused(plugin: ModuleType) -> None:
     @policies.register_policy("h2o_dict")
     class Dict(plugin.H2OLike):  # type: ignore[name-defined,misc]
@@ -323,3 +345,52 @@ def test_the_docs_h2o_plugin_in_step_and_run(tmp_path: Path) -> None:
         "error: kv.policy 'h2o_bad': decode_selection(2048) built a Selection with a bad "
         "window: window must be >= 1, got 0"
     ]
+
+
+def test_a_clusters_prefill_pool_never_says_it_evicts_at_decode(plugin: ModuleType) -> None:
+    """Disaggregated under the H2O-like policy: the decode pool's slots outgrow their budget
+    and its eviction drops what it scored lowest (``decode_evicts`` in its JSON and words);
+    the prefill pool's slots hold prompts only, so it says neither."""
+    from test_cluster_summary import _disaggregated_with_prefix_cache, fake
+
+    from rdu_sim.report.cluster_console import kept_lines
+
+    sets = {**H2O, "serving.batch_slots": 8}
+    folder = Path(plugin.__file__).parent
+    result = fake(
+        _disaggregated_with_prefix_cache(folder),
+        {"pools.pre.set": sets, "pools.dec.set": sets},
+    )
+    pools = result.to_dict()["pools"]
+    assert "decode_evicts" not in pools["pre"]["kv_kept"]
+    assert pools["pre"]["kv_kept"]["slots_wrapped"] == 0
+    assert pools["dec"]["kv_kept"]["decode_evicts"] is True
+    assert pools["dec"]["kv_kept"]["slots_wrapped"] > 0
+    pre, dec = kept_lines(result.summary())
+    assert "eviction" not in pre and pre.endswith("compressed at prefill, none outgrew the slot")
+    assert "the policy's decode eviction dropped the tokens it scored lowest" in dec
+
+
+def test_the_kept_words_say_what_happened_and_nothing_else() -> None:
+    """The one phrasing of a run's and a pool's KV line (``console.kept_words``): nothing
+    cut; prompts compressed and no slot outgrown (no word of a ring or an eviction); slots
+    outgrown under a ring or a decode eviction."""
+    from rdu_sim.kv.policies import KeptCounts
+    from rdu_sim.report.console import kept_words
+
+    layout = "snapstream: 4 sinks + 1,020 selected + 1,024 ring = 2,048 tokens a slot"
+    assert kept_words(KeptCounts(layout, 0, 0), 9) == (
+        f"KV slot: {layout}; no prompt compressed, no slot outgrown"
+    )
+    assert kept_words(KeptCounts(layout, 3, 0), 9, "KV slot of pool pre") == (
+        f"KV slot of pool pre: {layout}; of 9 requests 3 had their prompt compressed at "
+        "prefill, none outgrew the slot"
+    )
+    assert kept_words(KeptCounts(layout, 3, 2), 9).endswith(
+        "3 had their prompt compressed at prefill, 2 outgrew the slot in decode (the ring "
+        "overwrote their oldest tokens)"
+    )
+    assert kept_words(KeptCounts(layout, 0, 1_200, decode_evicts=True), 2_000).endswith(
+        "of 2,000 requests 0 had their prompt compressed at prefill, 1,200 outgrew the slot "
+        "in decode (the policy's decode eviction dropped the tokens it scored lowest)"
+    )

@@ -146,6 +146,18 @@ class KeptCounts:
     # tokens; False (and left out of a run's JSON) for every shipped policy
     decode_evicts: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        """Its JSON: ``decode_evicts`` only when true (only a policy evicting at decode says
+        so), for a run's ``kv_kept`` and a cluster pool's alike."""
+        data: dict[str, Any] = {
+            "layout": self.layout,
+            "prompts_compressed": self.prompts_compressed,
+            "slots_wrapped": self.slots_wrapped,
+        }
+        if self.decode_evicts:
+            data["decode_evicts"] = True
+        return data
+
 
 class UnreadKVFieldWarning(UserWarning):
     """An override set a ``kv`` field the chosen policy does not read: it changes nothing."""
@@ -884,7 +896,8 @@ def layer_selection_of(
     decode over each slot's cache of ``tokens``, the step's static length
     (``layer_decode_selection``). A plugin's answer its contract refuses (a Selection its
     fields cannot make, ``kept`` above the tokens the layer holds, a ``topk`` not below the
-    candidates, a ``window`` below 1, anything but a Selection or None) is a
+    candidates, a ``window`` below 1, or at decode other than the step's one query a slot,
+    anything but a Selection or None) is a
     :class:`rdu_sim.plugins.PolicyAnswerError` naming the policy, the question and the
     field: its defect, said in one line, not a traceback from the graph builder."""
     held = window_tokens(tokens, window)
@@ -911,6 +924,12 @@ def layer_selection_of(
             f"kv.policy {policy.name!r}: {asked} returned a Selection with a bad prompt_tokens: "
             f"it must be the {held:,} tokens the layer holds ({where}), got "
             f"{answer.prompt_tokens:,}"
+        )
+    if phase == "decode" and answer.window != 1:
+        raise plugins.PolicyAnswerError(
+            f"kv.policy {policy.name!r}: {asked} returned a Selection with a bad window: a "
+            f"decode step scores with the one new query each slot holds, so it must be 1, got "
+            f"{answer.window:,}"
         )
     return answer
 

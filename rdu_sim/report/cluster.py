@@ -405,7 +405,8 @@ def _pool_kept(
     """Each pool's served requests and what its KV policy cut of them, by the one rule
     (``kept_counts``) over the requests its slots held: those its replicas took, or for a
     decode pool those they decoded (each arrives with the prompt's cache the prefill left).
-    A prefill replica's slot holds the prompt only, so it counts no slot as outgrown."""
+    A prefill replica's slot holds the prompt only, so it counts no slot as outgrown and
+    evicts nothing at decode."""
     chosen: dict[str, list[NDArray[np.int64]]] = {}
     policies: dict[str, KVPolicy] = {}
     roles: dict[str, str] = {}
@@ -420,8 +421,12 @@ def _pool_kept(
     for name, parts in chosen.items():
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         prompts = cols["prompt_tokens"][ids]
-        outputs = np.ones_like(prompts) if roles[name] == "prefill" else cols["output_tokens"][ids]
-        result[name] = (len(ids), kept_counts(policies[name], prompts, outputs))
+        if roles[name] == "prefill":  # its slots never decode: nothing outgrown or evicted
+            kept = kept_counts(policies[name], prompts, np.ones_like(prompts))
+            result[name] = (len(ids), replace(kept, decode_evicts=False))
+        else:
+            kept = kept_counts(policies[name], prompts, cols["output_tokens"][ids])
+            result[name] = (len(ids), kept)
     return result
 
 

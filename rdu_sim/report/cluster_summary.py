@@ -266,12 +266,12 @@ class ClusterSummary(ClusterMeta):
         as a run's is (``RunSummary.to_dict``)."""
         data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[], slo_binding=()))
         data["slo_binding"] = [v.to_dict() for v in self.slo_binding]
-        for pool in data["pools"].values():  # a rank a replica: as before ranks existed
+        for name, pool in data["pools"].items():  # a rank a replica: as before ranks existed
             if pool["ranks"] == 1:
                 del pool["ranks"]
-            kept = pool["kv_kept"]
-            if kept is not None and not kept["decode_evicts"]:
-                del kept["decode_evicts"]  # only a policy evicting at decode says so (as a run)
+            kept = self.pools[name].kv_kept
+            if kept is not None:
+                pool["kv_kept"] = kept.to_dict()
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
         for optional in ("prefix_cache", "kv_transfer", "lockstep"):

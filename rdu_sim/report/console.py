@@ -215,16 +215,18 @@ def kept_words(kept: KeptCounts, requests: int, label: str = "KV slot") -> str:
     of 300 requests 12 had their prompt compressed at prefill, 40 outgrew the slot ...``."""
     if not kept.prompts_compressed and not kept.slots_wrapped:
         return f"{label}: {kept.layout}; no prompt compressed, no slot outgrown"
+    head = (
+        f"{label}: {kept.layout}; of {requests:,} requests {kept.prompts_compressed:,} "
+        "had their prompt compressed at prefill"
+    )
+    if not kept.slots_wrapped:
+        return f"{head}, none outgrew the slot"
     dropped = (
         "the policy's decode eviction dropped the tokens it scored lowest"
         if kept.decode_evicts
         else "the ring overwrote their oldest tokens"
     )
-    return (
-        f"{label}: {kept.layout}; of {requests:,} requests {kept.prompts_compressed:,} "
-        f"had their prompt compressed at prefill, {kept.slots_wrapped:,} outgrew the slot "
-        f"in decode ({dropped})"
-    )
+    return f"{head}, {kept.slots_wrapped:,} outgrew the slot in decode ({dropped})"
 
 
 def steady_note(result: RunSummary) -> str | None:

@@ -434,8 +434,7 @@ class RunSummary:
         step = data["decode_step"]
         if step is not None and step["pipeline_bubble"] is None:
             del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
-        if not self.kv_kept.decode_evicts:
-            del data["kv_kept"]["decode_evicts"]  # only a policy evicting at decode says so
+        data["kv_kept"] = self.kv_kept.to_dict()
         return data
 
 
