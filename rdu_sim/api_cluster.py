@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,6 +42,7 @@ from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
 from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load_traffic
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
+from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import overridden
 from rdu_sim.config.show import cut_middle
@@ -338,6 +340,14 @@ def run_cluster(
     for resolved in pools:  # a pool that prefills: its stack's token budget
         if resolved.pool.role != "decode":
             warn_unchunked(resolved.pool.scenario, fit.requests.prompt_tokens)
+    if config.router.load_refresh and config.router.policy == "round_robin":
+        warnings.warn(
+            UnreadRouterFieldWarning(
+                f"{cluster.file}: router.load_refresh: round_robin reads no replica's load, so "
+                f"a refresh of {config.router.load_refresh:g} s changes nothing"
+            ),
+            stacklevel=2,
+        )
     prefix = config.prefix_cache
     if prefix is not None and not fit.requests.has_hashes:
         raise ConfigError.single(

@@ -5,7 +5,7 @@ by default by assigning its fields one by one, which its frozen ``__setattr__`` 
 (``FrozenInstanceError``): a step's cost or a run's result holding one could not come back
 from a worker process (``concurrent.futures.ProcessPoolExecutor``), whose pool then broke.
 So every frozen dataclass of a compiled module defines ``__reduce__`` as ``return
-by_fields(self)`` (tests/test_pickling.py checks that each does); the pure build pickles the
+by_fields(self)`` (tests/test_api_library.py checks that each does); the pure build pickles the
 same way.
 """
 

@@ -19,6 +19,7 @@ from test_cluster import fake, write_cluster
 
 from rdu_sim.cluster.routers import PoolState, register
 from rdu_sim.cluster.routers import base as routers_base
+from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.serving.step_cache import PS_PER_S
 
@@ -137,3 +138,19 @@ def test_a_bad_refresh_is_one_error_at_its_line(tmp_path: Path) -> None:
     (issue,) = caught.value.issues
     assert issue.field == "router.load_refresh"
     assert issue.line is not None
+
+
+def test_a_refresh_below_the_clock_is_refused_and_one_no_router_reads_is_said(
+    tmp_path: Path,
+) -> None:
+    """0.1 ps would round to the exact board: refused at its field. Round robin reads no
+    load, so a refresh under it changes nothing, and a warning says so."""
+    path = write_cluster(tmp_path, router={"policy": "least_outstanding", "load_refresh": "0.1 ps"})
+    with pytest.raises(ConfigError) as caught:
+        fake(path)
+    (issue,) = caught.value.issues
+    assert issue.field == "router.load_refresh"
+    assert "below the clock's 1 ps, so it would read the exact load" in issue.message
+    path = write_cluster(tmp_path, router={"policy": "round_robin", "load_refresh": "1 s"})
+    with pytest.warns(UnreadRouterFieldWarning, match="round_robin reads no replica's load"):
+        fake(path, {"traffic.requests": 10})

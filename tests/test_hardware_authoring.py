@@ -288,9 +288,12 @@ def test_check_of_the_shipped_machines_names_no_default_taken() -> None:
     result = CliRunner().invoke(cli, ["check", *map(str, files)])
     assert result.exit_code == 0, result.output
     assert "left at its default" not in result.stdout
-    for base in ("sn40l", "dgx-h100"):
-        (line,) = _check_lines(REPO / "hw_configs" / f"{base}.yaml")
-        assert line.endswith(f"hardware {base!r}: " + line.split(": ", 2)[2])
+    for base, machine in (("sn40l", "1 socket"), ("dgx-h100", "8 GPUs")):
+        path = REPO / "hw_configs" / f"{base}.yaml"
+        stack = "sambastack-2025" if base == "sn40l" else "tensorrt-llm"
+        assert _check_lines(path) == [
+            f"OK  {path}: hardware {base!r}: {machine}, default stack {stack!r}"
+        ]
 
 
 @pytest.mark.parametrize(

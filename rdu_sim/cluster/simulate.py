@@ -119,9 +119,7 @@ class ReplicaGroup:
         a router reading published load adds until the next publication."""
         if not self._published:  # an exact board counts it from the server's own count
             return
-        server = self.replicas[member].server
-        prompt = int(server.records.target_prompt_tokens[request])
-        self.board.sent(member, prompt + server.scheduler.handoff.generated_on_arrival())
+        self.board.sent(member, self.replicas[member].server.scheduler.arrival_tokens(request))
 
     def cached_tokens(self, request: int) -> NDArray[np.int64]:
         """Prompt tokens of ``request`` each replica's prefix cache would spare: its leading

@@ -67,6 +67,21 @@ class RouterConfig(StrictModel):
         "instant. Prefix caches are read exact either way (their events are pushed per block)",
     )
 
+    @field_validator("load_refresh")
+    @classmethod
+    def _refresh(cls, value: float) -> float:
+        """A refresh the picosecond clock cannot hold would read as 0 (exact): refused."""
+        if 0 < value < 1e-12:
+            raise ValueError(
+                f"{value} s is below the clock's 1 ps, so it would read the exact load: write "
+                "0 for that, or at least 1 ps"
+            )
+        return value
+
+
+class UnreadRouterFieldWarning(UserWarning):
+    """A router field the chosen router does not read: it changes nothing."""
+
 
 class TrafficConfig(StrictModel):
     """Where requests come from: a trace file, or a Poisson rate and a length mix."""

@@ -287,10 +287,16 @@ class Scheduler(Driven):
         """Queue an arrived request, its tokens counted (its prompt, and the first token when
         it was prefilled elsewhere: ``serving.load``); ``record``: write the series row (not
         when a decision at the same instant writes one anyway, replacing it)."""
-        self.load.add(self._prompts[request] + self.handoff.generated_on_arrival())
+        self.load.add(self.arrival_tokens(request))
         self.queue.append(request)
         if record and self._series is not None:
             self.record(now)
+
+    def arrival_tokens(self, request: int) -> int:
+        """What a request adds to the load when it is queued here: its prompt, and the first
+        token when it was prefilled elsewhere (``serving.load``); a router that counts what
+        it sends counts this."""
+        return int(self._prompts[request]) + self.handoff.generated_on_arrival()
 
     def outstanding_tokens(self) -> int:
         """The load a router balances, as of now (mid-way through a batched decode run too):
