@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from test_cluster import fake, write_cluster
+from test_cluster import LLAMA, fake, write_cluster
 
 from rdu_sim.cluster.routers import PoolState, register
 from rdu_sim.cluster.routers import base as routers_base
@@ -154,3 +154,56 @@ def test_a_refresh_below_the_clock_is_refused_and_one_no_router_reads_is_said(
     path = write_cluster(tmp_path, router={"policy": "round_robin", "load_refresh": "1 s"})
     with pytest.warns(UnreadRouterFieldWarning, match="round_robin reads no replica's load"):
         fake(path, {"traffic.requests": 10})
+
+
+class Tally:
+    """Least outstanding work that logs each read: the pool's size, what it saw, its pick."""
+
+    log: ClassVar[list[tuple[int, int, list[int], int]]] = []
+
+    def choose(self, request: int, pool: PoolState) -> int:
+        view = pool.outstanding_tokens()
+        chosen = int(view.argmin())
+        Tally.log.append((request, len(pool), view.tolist(), chosen))
+        return chosen
+
+
+def _own_sends_only(log: list[tuple[int, int, list[int], int]], prompts: Any, first: int) -> int:
+    """Check every read against a recount of what the router itself sent that group (its
+    prompts, plus ``first`` tokens a request arrives with in a decode group of that size):
+    with no publication after the first, that is all a router knows. Returns the reads."""
+    sent: dict[int, list[int]] = {}
+    for request, size, view, chosen in log:
+        tally = sent.setdefault(size, [0] * size)
+        assert view == tally, (request, size)
+        tally[chosen] += int(prompts[request]) + (first if size == 2 else 0)
+    return len(log)
+
+
+@pytest.mark.parametrize("layout", ["disaggregated", "lockstep ranks"])
+def test_a_decode_pool_and_lockstep_ranks_count_what_their_router_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """A refresh longer than the run: every read of either router group (a prefill pool of
+    one replica and a decode pool of two; or one replica of two attention ranks stepping in
+    lockstep) sees exactly what its router sent there: prompts, and a decode pool's first
+    tokens too (``Scheduler.arrival_tokens``)."""
+    from test_cluster_summary import _disaggregated_with_prefix_cache
+
+    monkeypatch.setattr(routers_base, "_REGISTRY", dict(routers_base._REGISTRY))
+    register("test_tally")(Tally)
+    Tally.log = []
+    router = {"policy": "test_tally", "load_refresh": "3600 s"}
+    if layout == "disaggregated":
+        path = _disaggregated_with_prefix_cache(tmp_path)
+        result = fake(path, {"router": router})
+        first = 1
+    else:
+        sets = {"hw.system.sockets": 2, "parallelism.dp_attention": 2, "serving.batch_slots": 4}
+        pools = {"serve": {"workload": str(LLAMA), "replicas": 1, "set": sets}}
+        result = fake(write_cluster(tmp_path, pools=pools, router=router))
+        first = 0
+    prompts = result.run.serving.prompt_tokens
+    sizes = {size for _, size, _, _ in Tally.log}
+    assert sizes == ({1, 2} if layout == "disaggregated" else {2})
+    assert _own_sends_only(Tally.log, prompts, first) > 100
