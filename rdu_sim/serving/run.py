@@ -24,7 +24,7 @@ from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
-from rdu_sim.serving.coe import CoEStats, plan_coe, serve_coe
+from rdu_sim.serving.coe import CoEPlan, CoEStats, plan_coe, serve_coe
 from rdu_sim.serving.limits import check_run, warn_unchunked
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
@@ -152,7 +152,7 @@ def serve_scenario(
 ) -> ServingRun:
     """Simulate serving ``scenario``; ``progress(done, total)`` is called as requests finish."""
     serving = scenario.workload.serving
-    capacity, slots, placement, draft_placement = plan_run(scenario, backend)
+    capacity, slots, placement, draft_placement, coe_plan = _plan(scenario, backend)
     requests = make_requests(
         serving,
         slots,
@@ -185,7 +185,8 @@ def serve_scenario(
             if speculation is not None and speculation.config.prefill is not None:
                 saving = prefill_saving(speculation, cache, scenario.kv_policy, prompt)
         else:
-            served = serve_coe(scenario, backend, requests, plan_coe(scenario, slots), progress)
+            assert coe_plan is not None  # (``_plan`` makes one for a Composition of Experts)
+            served = serve_coe(scenario, backend, requests, coe_plan, progress)
             capacity, placement, records = served.capacity, served.placement, served.records
             stats, cache = served.stats, served.cache
         prefill_s = prefill_seconds(cache, scenario, prompt, speculation)
@@ -212,13 +213,22 @@ def serve_scenario(
 
 
 def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement, Placement | None]:
+    """What a run decides before it makes requests (``_plan``, without a Composition of
+    Experts' own plan)."""
+    return _plan(scenario, backend)[:4]
+
+
+def _plan(
+    scenario: Scenario, backend: Backend
+) -> tuple[int, int, Placement, Placement | None, CoEPlan | None]:
     """What a run decides before it makes requests: its batch capacity, batch slots, memory
     plan and a separate draft's memory plan (None without one); a Composition of Experts'
     are its own (``serving.coe.plan_coe``: the router, the expert region, every expert in
-    DDR). A CapacityError (or the ConfigError of a layout a lone run cannot serve) in the
-    words the run fails with. Cheap beside the run (one memory plan, no step simulated): a
-    sweep's dry run calls it to mark the points that would fail so (``sweep.evaluators``),
-    and ``rdu-sim check`` on a Composition of Experts' workload."""
+    DDR; returned last, for the run to serve by, None for any other). A CapacityError (or
+    the ConfigError of a layout a lone run cannot serve) in the words the run fails with.
+    Cheap beside the run (one memory plan, no step simulated): a sweep's dry run calls it to
+    mark the points that would fail so (``sweep.evaluators``), and ``rdu-sim check`` on a
+    Composition of Experts' workload."""
     ranks = scenario.workload.parallelism.dp_attention
     if ranks > 1:
         field = "parallelism.dp_attention"
@@ -244,7 +254,7 @@ def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement,
         slots = serving.batch_slots
         assert isinstance(slots, int)  # ``auto`` is refused at load (scenario._check_coe)
         plan = plan_coe(scenario, slots)
-        return plan.capacity, slots, plan.placement, None
+        return plan.capacity, slots, plan.placement, None, plan
     capacity, slots = resolve_batch_slots(scenario, backend)
     try:
         placement = backend.plan_memory(scenario, slots)
@@ -256,7 +266,7 @@ def plan_run(scenario: Scenario, backend: Backend) -> tuple[int, int, Placement,
     draft_placement = None
     if spec is not None and draft is not None and spec.placement == "separate":
         draft_placement = backend.plan_memory(draft, slots)
-    return capacity, slots, placement, draft_placement
+    return capacity, slots, placement, draft_placement, None
 
 
 def peak_sram(cache: StepCache) -> float:
