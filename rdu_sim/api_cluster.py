@@ -44,7 +44,7 @@ from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import overridden
+from rdu_sim.config.overrides import door, overridden
 from rdu_sim.config.show import cut_middle
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
@@ -317,8 +317,10 @@ def load(
         if not overrides:
             return cluster_or_path
         data = cluster_or_path.config.model_dump(mode="json", exclude_unset=True)
-        return build_cluster(data, file=cluster_or_path.file, overrides=overrides)
-    return load_cluster(cluster_or_path, overrides)
+        return build_cluster(
+            data, file=cluster_or_path.file, overrides=overrides, overrides_from=door()
+        )
+    return load_cluster(cluster_or_path, overrides, door())
 
 
 def run_cluster(

@@ -37,12 +37,16 @@ from rdu_sim.config.overrides import (
     HW_PREFIX,
     SET,
     STACK_PREFIX,
+    GivenOverrides,
+    SetSource,
     in_context,
     normalize_overrides,
     overridden,
     override_for,
     override_note,
+    override_origin,
     set_path,
+    source_of,
     split_overrides,
 )
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
@@ -135,10 +139,11 @@ class Scenario:
     def at_field(self, field: str, message: str) -> str:
         """``message`` as a config error at ``field`` of the workload says it: ``file:line:
         field: message``, or ``file: field: message (from --set field)`` when an override
-        set it (a rule checked after loading: a run's refusal before it simulates)."""
+        set it, ``(from overrides: field)`` when the API's argument did (``source_of``): a
+        rule checked after loading (a run's refusal before it simulates)."""
         path = override_for(field, self.overrides)
         line = None if path is not None else self.lines.get(tuple(field.split(".")))
-        note = f" {override_note(path)}" if path is not None else ""
+        note = f" {override_note(path, source_of(self.overrides))}" if path is not None else ""
         return str(ConfigIssue(self.workload_file, field, message + note, line))
 
 
@@ -164,9 +169,11 @@ def _apply(
     return result
 
 
-def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any], workload_file: str) -> None:
+def _expand_preset(
+    data: dict[str, Any], overrides: Mapping[str, Any], workload_file: str, source: str
+) -> None:
     """`--set model.layers=4` on a preset name, or on a config.json, turns the model into an
-    editable mapping of its architecture."""
+    editable mapping of its architecture (``source``: where the overrides were given)."""
     model = data.get("model")
     edits = [k for k in overrides if k.startswith("model.")]
     own = {"model.config_json", "model.name"}  # the reference's own fields edit the reference
@@ -179,13 +186,13 @@ def _expand_preset(data: dict[str, Any], overrides: Mapping[str, Any], workload_
                     workload_file,
                     "model.config_json",
                     f"a config.json replaces the preset {model!r}, whose fields "
-                    f"({', '.join(others)}) it cannot be set beside: remove those --set, or "
+                    f"({', '.join(others)}) it cannot be set beside: remove those {source}, or "
                     "this one",
                 ),
                 workload_file,
                 overrides,
                 "",
-                SET,
+                source,
             )
         data["model"] = {}  # --set fills in the reference: {config_json: ..., name: ...}
         return
@@ -678,12 +685,12 @@ def build_scenario(
     ``overrides_from`` names where the overrides were given, for their errors (``--set``,
     ``pools.serve.set``)."""
     lines = lines or {}
-    normalized = normalize_overrides(overrides)
+    source = overrides_from
+    normalized = normalize_overrides(overrides, source)
     workload_overrides, _, _ = split_overrides(normalized)
     raw = dict(data) if isinstance(data, Mapping) else data
-    source = overrides_from
     if isinstance(raw, dict):
-        _expand_preset(raw, workload_overrides, workload_file)
+        _expand_preset(raw, workload_overrides, workload_file, source)
         raw = _apply(raw, workload_overrides, workload_file, "", source)
     workload = _validate(WorkloadConfig, raw, workload_file, lines, workload_overrides, "", source)
     workload = _switched_policy(workload, workload_overrides)
@@ -771,7 +778,8 @@ def _resolved(
         stack,
         stack_file,
         draft,
-        overrides=copy.deepcopy(dict(overrides)),  # its own: a caller's later edit is not its
+        # its own (a caller's later edit is not its), with where they were given
+        overrides=GivenOverrides(copy.deepcopy(dict(overrides)), source),
         lines=lines,
     )
 
@@ -830,12 +838,15 @@ def _load_stack(
 
 
 def with_overrides(
-    scenario: Scenario, overrides: Iterable[str] | Mapping[str, Any] | None
+    scenario: Scenario,
+    overrides: Iterable[str] | Mapping[str, Any] | None,
+    overrides_from: str = SET,
 ) -> Scenario:
-    """``scenario`` with ``overrides`` applied on top of its own (already overridden)
-    workload, hardware and stack data; the files on disk would lose earlier ``hw.`` and
-    ``stack.`` overrides. No overrides: the same scenario."""
-    added = normalize_overrides(overrides)  # (a TypeError for what overrides cannot be)
+    """``scenario`` with ``overrides`` (given at ``overrides_from``) applied on top of its own
+    (already overridden) workload, hardware and stack data; the files on disk would lose
+    earlier ``hw.`` and ``stack.`` overrides. No overrides: the same scenario. Its earlier
+    overrides keep where they were given (``SetSource`` origins)."""
+    added = normalize_overrides(overrides, overrides_from)  # (a TypeError for what they cannot be)
     if not added:
         return scenario
     data = scenario.workload.model_dump(mode="json")
@@ -847,8 +858,14 @@ def with_overrides(
         stack = scenario.stack.model_dump(mode="json")
         merged.update({f"{STACK_PREFIX}{key}": value for key, value in stack.items()})
     merged.update(added)
-    rebuilt = build_scenario(data, workload_file=scenario.workload_file, overrides=merged)
-    return dataclasses.replace(rebuilt, overrides=copy.deepcopy({**scenario.overrides, **added}))
+    rebuilt = build_scenario(
+        data, workload_file=scenario.workload_file, overrides=merged, overrides_from=overrides_from
+    )
+    earlier = source_of(scenario.overrides)
+    origins = {k: override_origin(k, earlier) for k in scenario.overrides if k not in added}
+    source = SetSource(overrides_from, origins) if origins else overrides_from
+    both = copy.deepcopy({**scenario.overrides, **added})
+    return dataclasses.replace(rebuilt, overrides=GivenOverrides(both, source))
 
 
 def load_scenario(

@@ -213,7 +213,7 @@ def test_a_registered_router_needs_no_config_change(
         issue.message
     )
     assert "test_first" in issue.message
-    with pytest.raises(ConfigError, match=r"\(from --set router.policy\)") as caught:
+    with pytest.raises(ConfigError, match=r"\(from overrides: router.policy\)") as caught:
         fake(path, {"router.policy": "nope2"})
     assert caught.value.issues[0].line is None  # the file's line holds its own value
 
@@ -740,7 +740,7 @@ def test_a_rule_across_fields_an_override_broke_names_the_override(tmp_path: Pat
         fake(path, {"router.policy": "prefix_aware"})
     (issue,) = caught.value.issues
     assert issue.field == "router.policy" and issue.line is None
-    assert issue.message.endswith("(from --set router.policy)")
+    assert issue.message.endswith("(from overrides: router.policy)")
 
 
 def test_kv_transfer_without_disaggregation_names_its_field_line_or_override(
@@ -760,7 +760,7 @@ def test_kv_transfer_without_disaggregation_names_its_field_line_or_override(
     (issue,) = caught.value.issues
     assert (issue.field, issue.line) == ("kv_transfer", None)
     assert issue.message == (
-        "only applies with prefill and decode pools (from --set kv_transfer.bandwidth)"
+        "only applies with prefill and decode pools (from overrides: kv_transfer.bandwidth)"
     )
 
 
@@ -965,7 +965,7 @@ def test_a_prefix_cache_smaller_than_one_block_is_refused_naming_the_block(
         (lambda: fake(small), ""),
         (
             lambda: fake(small, {"prefix_cache.capacity": "1 MiB"}),
-            " (from --set prefix_cache.capacity)",
+            " (from overrides: prefix_cache.capacity)",
         ),
     ]:
         with pytest.raises(ConfigError) as caught:

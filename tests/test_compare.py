@@ -895,7 +895,10 @@ def test_a_system_that_cannot_take_the_workload_is_a_column_not_run(tmp_path: Pa
     args = ["compare", str(WORKLOAD), "--hardware", "sn40l-16", "--hardware", str(DGX)]
     printed = CliRunner().invoke(cli, [*args, "--set", "parallelism.tp=16", "--batch", "8"])
     assert printed.exit_code == 0, printed.output
-    assert f"dgx-h100: not run: {gpu.reason}" in printed.stdout
+    # the same sentence, naming the flag where the API's call named its argument
+    flagged = gpu.reason.replace("(from overrides: parallelism.tp)", "(from --set parallelism.tp)")
+    assert gpu.reason.endswith("(from overrides: parallelism.tp)")
+    assert f"dgx-h100: not run: {flagged}" in printed.stdout
     shown = CliRunner().invoke(cli, [*args, "--set", "parallelism.tp=16", "--batch", "8", "--json"])
     (column,) = [c for c in json.loads(shown.stdout)["columns"] if c["hardware"] == "dgx-h100"]
     assert column["unsupported"] and not column["fits"]

@@ -68,7 +68,7 @@ def _error(**changes: str) -> str:
         api.load(LLAMA, {**SN50, **changes})
     (issue,) = info.value.issues
     (changed,) = changes
-    return f"{issue.field}: {issue.message.removesuffix(f' (from --set {changed})')}"
+    return f"{issue.field}: {issue.message.removesuffix(f' (from overrides: {changed})')}"
 
 
 def test_a_socket_figure_written_per_pcu_is_refused_naming_the_socket_total(
@@ -181,7 +181,7 @@ def test_a_count_or_fraction_out_of_range_is_told_in_the_house_words(
     with pytest.raises(ConfigError) as info:
         api.load(LLAMA, [override])
     (issue,) = info.value.issues
-    assert f"{issue.field}: {issue.message}" == f"{said} (from --set {override.split('=')[0]})"
+    assert f"{issue.field}: {issue.message}" == f"{said} (from overrides: {override.split('=')[0]})"
     assert "Input should" not in str(info.value)
 
 

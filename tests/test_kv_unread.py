@@ -57,7 +57,7 @@ def test_the_trial_budget_under_full_attention_warns_naming_what_full_reads() ->
     (message,) = [str(w.message) for w in caught]
     assert message.endswith(
         "kv.budget: 1000 is not read by kv.policy full (it reads kv.context_buckets, "
-        "kv.min_bucket), so it changes nothing (from --set kv.budget)"
+        "kv.min_bucket), so it changes nothing (from overrides: kv.budget)"
     )
 
 

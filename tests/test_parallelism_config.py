@@ -135,4 +135,4 @@ def test_a_lone_run_of_attention_ranks_is_refused_at_the_fields_line_or_override
     (issue,) = caught.value.issues
     assert (issue.field, issue.line) == ("parallelism.dp_attention", None)
     assert issue.message.startswith("a replica of 8 attention ranks serves")
-    assert issue.message.endswith("(from --set parallelism.dp_attention)")
+    assert issue.message.endswith("(from overrides: parallelism.dp_attention)")

@@ -49,7 +49,7 @@ def test_a_plan_that_cannot_hold_its_kv_counts_the_weights_too() -> None:
 
 def test_too_many_slots_for_a_run_names_the_workload_and_its_field(tmp_path: Path) -> None:
     """A run whose batch slots' KV cache alone exceeds HBM is the workload's
-    serving.batch_slots: its file and line, or the --set that gave it."""
+    serving.batch_slots: its file and line, or the override that gave it."""
     from rdu_sim import api
     from rdu_sim.compiler.errors import CapacityError
 
@@ -59,7 +59,7 @@ def test_too_many_slots_for_a_run_names_the_workload_and_its_field(tmp_path: Pat
     assert str(info.value).startswith(
         f"{workload}: serving.batch_slots: the KV cache of 200 slots (200 GiB)"
     )
-    assert str(info.value).endswith("(from --set serving.batch_slots)")
+    assert str(info.value).endswith("(from overrides: serving.batch_slots)")
     text = workload.read_text()
     assert "  batch_slots: 16\n" in text
     mine = tmp_path / "big.yaml"

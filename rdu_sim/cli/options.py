@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
 from rdu_sim.cli.errors import fail
+from rdu_sim.config.overrides import SET, given_at
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,7 +39,15 @@ class FilePath(click.Path):
 
 
 def overrides_option(func: F) -> F:
-    """`--set PATH=VALUE` (repeatable): edit a workload field, or a hardware one with `hw.`."""
+    """`--set PATH=VALUE` (repeatable): edit a workload field, or a hardware one with `hw.`.
+    The command runs inside ``given_at(SET)``: the overrides it hands the API are the
+    command line's, and an error at a field one set says ``(from --set PATH)``."""
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        with given_at(SET):
+            return func(*args, **kwargs)
+
     return click.option(
         "--set",
         "overrides",
@@ -45,7 +55,7 @@ def overrides_option(func: F) -> F:
         metavar="PATH=VALUE",
         help="Override a workload field, e.g. serving.batch_slots=32; prefix hw. for the "
         "hardware file, e.g. 'hw.socket.hbm.bandwidth=2.4 TB/s'. Repeatable.",
-    )(func)
+    )(cast(F, command))
 
 
 def overlays_option(func: F) -> F:

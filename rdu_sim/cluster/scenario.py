@@ -26,7 +26,9 @@ from rdu_sim.config.kinds import file_kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
+    SET,
     STACK_PREFIX,
+    GivenOverrides,
     SetSource,
     normalize_overrides,
     overridden,
@@ -256,17 +258,19 @@ def build_cluster(
     lines: LineMap | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
     set_origins: Mapping[str, str] | None = None,
+    overrides_from: str = SET,
 ) -> ClusterScenario:
     """Validate cluster data (already parsed), apply overrides, load every pool's workload.
     ``set_origins``: where keys of the pools' ``set`` came from, when a tool put them there
-    (``config.overrides.SetSource``)."""
+    (``config.overrides.SetSource``); ``overrides_from``: where ``overrides`` were given
+    (``--set``, the API's ``overrides``), which their errors name."""
     lines = lines or {}
-    normalized = normalize_overrides(overrides)
+    normalized = GivenOverrides(normalize_overrides(overrides, overrides_from), overrides_from)
     raw = copy.deepcopy(dict(data))
     for path, value in normalized.items():
         if path.startswith((HW_PREFIX, STACK_PREFIX)):
             raise ConfigError.single(
-                "--set",
+                overrides_from,
                 path,
                 f"{'hardware' if path.startswith(HW_PREFIX) else 'stack'} overrides apply to "
                 f"a pool's workload: use pools.NAME.set={{{path}: ...}}",
@@ -284,7 +288,7 @@ def build_cluster(
         raise overridden(error, file, normalized)
     origins = set_origins or {}
     pools = tuple(_pool(file, lines, name, p, origins) for name, p in config.pools.items())
-    cluster = ClusterScenario(config, file, pools, lines, dict(normalized))
+    cluster = ClusterScenario(config, file, pools, lines, normalized)
     try:
         _cross_check(cluster)
     except ConfigError as exc:  # a rule across fields an override set: say which override
@@ -293,14 +297,19 @@ def build_cluster(
 
 
 def load_cluster(
-    path: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None
+    path: str | Path,
+    overrides: Iterable[str] | Mapping[str, Any] | None = None,
+    overrides_from: str = SET,
 ) -> ClusterScenario:
     """Read a cluster file (and its pools' workloads) into a validated ClusterScenario;
-    ``path`` may also name a shipped cluster (``rdu_sim.config.shipped``)."""
+    ``path`` may also name a shipped cluster (``rdu_sim.config.shipped``); ``overrides_from``
+    as ``build_cluster`` reads it."""
     file = shipped.locate(path, ("cluster",))
     data, lines = read_yaml(file)
     refuse_other_kind(data, str(file), "cluster")
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError.single(str(file), "", f"expected a mapping of fields, got {kind}")
-    return build_cluster(data, file=str(file), lines=lines, overrides=overrides)
+    return build_cluster(
+        data, file=str(file), lines=lines, overrides=overrides, overrides_from=overrides_from
+    )

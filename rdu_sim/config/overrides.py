@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import yaml
@@ -24,7 +26,47 @@ from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 HW_PREFIX = "hw."
 STACK_PREFIX = "stack."
 SET = "--set"
-"""Where overrides come from unless a caller says: the command line's flag."""
+"""Where the command line's overrides come from: its flag (``rdu_sim.cli.options``)."""
+API = "overrides"
+"""Where the Python API's overrides come from: the argument ``api.run(path, overrides)``
+(and ``api.load``, ``api.step``, ``api_cluster.run_cluster`` ...) names them by."""
+
+_DOOR: ContextVar[str] = ContextVar("rdu_sim_overrides_door", default=API)
+
+
+@contextmanager
+def given_at(source: str) -> Iterator[None]:
+    """Overrides the public API receives inside this block were given at ``source``: the
+    command line wraps its commands in ``given_at(SET)`` (``cli.options.overrides_option``),
+    so an error names ``--set``; a caller of the API outside it reads ``overrides``."""
+    token = _DOOR.set(source)
+    try:
+        yield
+    finally:
+        _DOOR.reset(token)
+
+
+def door() -> str:
+    """Where the overrides the public API was just handed were given (:func:`given_at`)."""
+    return _DOOR.get()
+
+
+class GivenOverrides(dict[str, Any]):
+    """Overrides applied (path -> value) that remember where they were given (``source``:
+    ``--set``, ``overrides``, ``pools.serve.set``), so a rule checked after loading, far
+    from the door (a run's refusal, its trace file), names the same origin the loader did."""
+
+    source: str
+
+    def __init__(self, items: Mapping[str, Any], source: str) -> None:
+        super().__init__(items)
+        self.source = source
+
+
+def source_of(overrides: Mapping[str, Any]) -> str:
+    """Where ``overrides`` were given: their own record (:class:`GivenOverrides`), else the
+    command line's ``--set``."""
+    return overrides.source if isinstance(overrides, GivenOverrides) else SET
 
 
 class SetSource(str):
@@ -39,6 +81,10 @@ class SetSource(str):
         made = super().__new__(cls, text)
         made.origins = dict(origins)
         return made
+
+    def __reduce__(self) -> tuple[type[SetSource], tuple[str, dict[str, str]]]:
+        """Pickled with its origins (a pool's scenario crosses to a worker process)."""
+        return (SetSource, (str(self), self.origins))
 
 
 def _is_text(text: str) -> bool:
@@ -73,10 +119,13 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
     return path, value
 
 
-def normalize_overrides(overrides: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+def normalize_overrides(
+    overrides: Iterable[str] | Mapping[str, Any] | None, source: str = SET
+) -> dict[str, Any]:
     """Accept `["a.b=1"]` or `{"a.b": 1}`; return an ordered dict of path -> value, the
     values deep copies: a scenario (and the provenance of what it runs) owns its overrides,
-    so a caller editing its dict afterwards changes nothing already loaded."""
+    so a caller editing its dict afterwards changes nothing already loaded. A string that is
+    no override is an error at ``source``, where it was given."""
     if overrides is None:
         return {}
     if isinstance(overrides, Mapping):
@@ -95,7 +144,7 @@ def normalize_overrides(overrides: Iterable[str] | Mapping[str, Any] | None) -> 
                 f"overrides: each of an iterable of overrides must be a 'field.path=value' "
                 f"string, not {type(item).__name__} {cut_middle(repr(item))}"
             )
-    return dict(parse_override(item) for item in items)
+    return dict(parse_override(item, source) for item in items)
 
 
 def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
@@ -157,16 +206,30 @@ def override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
 def setting_origin(field: str, file: str, overrides: Mapping[str, Any]) -> str:
     """Where a field's value came from, for a message about it that is not at the field
     itself: ``traffic.format of cluster.yaml``, or ``traffic.format, from --set
-    traffic.format`` when an override set it (``override_for``)."""
+    traffic.format`` when an override set it (``override_for``; ``from overrides:
+    traffic.format`` when the API's argument did: ``source_of``)."""
     path = override_for(field, overrides)
-    return f"{field}, from --set {path}" if path else f"{field} of {cut_middle(file)}"
+    if path is None:
+        return f"{field} of {cut_middle(file)}"
+    return f"{field}, from {override_origin(path, source_of(overrides))}"
+
+
+def override_origin(path: str, source: str = SET) -> str:
+    """The override at ``path`` as given at ``source``: ``--set PATH``, or, for a mapping of
+    them, ``pools.serve.set: PATH`` or ``overrides: PATH`` (the API's argument); a key a
+    :class:`SetSource` gives an origin, that origin (``the plan's search.tp``)."""
+    origin = source.origins.get(path) if isinstance(source, SetSource) else None
+    if origin:
+        return origin
+    between = " " if source == SET else ": "
+    return f"{source}{between}{path}"
 
 
 def override_note(path: str, source: str = SET) -> str:
     """What an error at a field an override set ends with: ``(from --set PATH)``, or, for a
-    file's mapping of them, ``(from pools.serve.set: PATH)``."""
-    between = " " if source == SET else ": "
-    return f"(from {source}{between}{path})"
+    mapping of them, ``(from pools.serve.set: PATH)``, ``(from overrides: PATH)``
+    (:func:`override_origin`)."""
+    return f"(from {override_origin(path, source)})"
 
 
 def overridden(
@@ -174,7 +237,7 @@ def overridden(
     file: str,
     overrides: Mapping[str, Any],
     prefix: str = "",
-    source: str = SET,
+    source: str | None = None,
 ) -> ConfigError:
     """``exc`` with each of its issues in ``file`` at a field an override set saying which
     override, without a line (the file's line holds the value the override replaced). The
@@ -184,14 +247,14 @@ def overridden(
     ``source`` names where the overrides were given: ``--set`` reads ``(from --set
     serving.batch_slots)``; a file's mapping of them, ``pools.serve.set``, reads ``(from
     pools.serve.set: serving.batch_slots)``, the key as written there; a key a
-    :class:`SetSource` gives an origin reads ``(from the plan's search.tp)``."""
-    origins = source.origins if isinstance(source, SetSource) else {}
+    :class:`SetSource` gives an origin reads ``(from the plan's search.tp)``; no ``source``,
+    where ``overrides`` say they were given (``source_of``)."""
+    given = source_of(overrides) if source is None else source
     issues = []
     for issue in exc.issues:
         path = override_for(issue.field, overrides) if issue.file == file else None
         if path is not None:
-            origin = origins.get(prefix + path)
-            note = f"(from {origin})" if origin else override_note(prefix + path, source)
+            note = override_note(prefix + path, given)
             issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
         issues.append(issue)
     return type(exc)(issues)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import override_note
+from rdu_sim.config.overrides import API, SET, override_note
 from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.deployment_suite import read_rows
@@ -220,7 +220,10 @@ def check_bounds(problem: Problem) -> None:
                 except ConfigError as exc:
                     issue = exc.issues[-1]
                     # the value is the fit's bound, not a --set the user gave
-                    message = issue.message.replace(f" {override_note(one.parameter.path)}", "")
+                    message = issue.message
+                    for given in (SET, API):  # loaded by the command line or by the API
+                        note = override_note(one.parameter.path, given)
+                        message = message.replace(f" {note}", "")
                     shown = quantity_text(bound, one.parameter.unit)
                     raise one.parameter.given.error(
                         f"at its {side} bound ({shown}) on {problem.units[index].name}: "
