@@ -273,3 +273,37 @@ def test_check_resolves_every_row_of_a_measurement_file_and_names_every_bad_one(
     ok = CliRunner().invoke(cli, ["check", str(fine)])
     assert ok.exit_code == 0, ok.output
     assert "fine.csv: measurement file: 2 measured rows (e2e_s)" in ok.output
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("  batch_slots: 16\n", None),  # the workload as shipped: checked and run alike
+        ("  batch_slots: 4096\n", "serving.batch_slots"),  # its KV cache alone past HBM
+    ],
+)
+def test_check_refuses_a_workload_its_run_refuses_for_memory(
+    tmp_path: Path, setting: str, field: str | None
+) -> None:
+    """``rdu-sim check`` makes the capacity and memory plan a run makes before simulating
+    (``serving.run.plan_capacity``) for every workload, not a Composition of Experts' only:
+    it passed 4,096 slots of Llama 3.1 8B on one socket that ``run`` then refused. The same
+    one error line, at the file's line, exit 2 and no traceback."""
+    text = (REPO / "workloads" / LLAMA_1S).read_text()
+    text = re.sub(r"(?m)^hardware: .*$", "hardware: sn40l", text)
+    text = re.sub(r"(?m)^  batch_slots: .*\n", setting, text)
+    workload = tmp_path / "w.yaml"
+    workload.write_text(text)
+    runner = CliRunner()
+    checked = runner.invoke(cli, ["check", str(workload)])
+    if field is None:
+        assert checked.exit_code == 0, checked.output
+        return
+    ran = runner.invoke(cli, ["run", str(workload), "--set", "serving.requests=2"])
+    line = text.splitlines().index(setting.rstrip("\n")) + 1
+    for result in (checked, ran):
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+    first = ran.stderr.splitlines()[0]
+    assert first.startswith(f"error: {workload}:{line}: {field}: the KV cache of 4096 slots")
+    assert checked.stderr.splitlines() == [first, "error: 1 of 1 file(s) failed the check"]

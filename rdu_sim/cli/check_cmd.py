@@ -3,17 +3,17 @@
 The kind of each file is read off its top-level keys, so one command checks a whole folder:
 `socket`/`system` is hardware, `runs_on` a serving stack, `hardware`/`model` a workload
 (checked with its hardware file and serving stack, cross-file rules included, and the rows
-of its trace file a run would use; a Composition of Experts' with the memory plan its run
-makes before simulating, ``serving.run.plan_run``), `base`/`axes` a sweep spec (checked by
-`rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a cluster (with every pool's
-workload), `search` a plan spec (the rule: ``rdu_sim.config.kinds``). A CSV whose header names a
-column only a measurement file has (``measurement_file.MARKS``: ``metric``, ``measured``,
-``hardware``, ``tp``, ``stack``) is a measurement file (``rdu_sim.validate.measurement_file``, docs/
-calibration.md: every row read and resolved as ``validate --suite deployment`` and
-``calibrate`` resolve it, its model, tp, hardware and stack files checked, every bad row
-named); any other file with a trace suffix (`.csv`, `.jsonl`) is checked as a
-request trace. Every file is checked and every
-error printed before the exit status (2 if any failed) is decided.
+of its trace file a run would use, and the capacity and memory plan its run makes before
+simulating, ``serving.run.plan_capacity``: a Composition of Experts' its own), `base`/`axes`
+a sweep spec (checked by `rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a
+cluster (with every pool's workload), `search` a plan spec (the rule:
+``rdu_sim.config.kinds``). A CSV whose header names a column only a measurement file has
+(``measurement_file.MARKS``: ``metric``, ``measured``, ``hardware``, ``tp``, ``stack``) is a
+measurement file (``rdu_sim.validate.measurement_file``, docs/calibration.md: every row
+read and resolved as ``validate --suite deployment`` and ``calibrate`` resolve it, its
+model, tp, hardware and stack files checked, every bad row named); any other file with a
+trace suffix (`.csv`, `.jsonl`) is checked as a request trace. Every file is checked and
+every error printed before the exit status (2 if any failed) is decided.
 """
 
 from __future__ import annotations
@@ -76,16 +76,19 @@ def _read_trace(
     return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS, format, None, experts)
 
 
-def _check_coe(scenario: Any, trace: Any) -> None:
-    """A Composition of Experts' workload as its run begins (``serving.run.plan_run``): its
-    popularity's trace column, the router and an expert in HBM, every expert in DDR;
-    nothing simulated (numpy and the serving package, for a CoE only)."""
+def _check_plan(scenario: Any, trace: Any) -> None:
+    """A workload as its run begins (``serving.run.plan_capacity``, what the run's plan
+    calls): its batch capacity and memory plan (a separate draft's too), or a Composition of
+    Experts' own plan (the router and an expert in HBM, every expert in DDR) and its
+    popularity's trace column; refused in the run's words, nothing simulated."""
     from rdu_sim.serving.backend import EngineBackend
-    from rdu_sim.serving.coe import check_popularity
-    from rdu_sim.serving.run import plan_run
+    from rdu_sim.serving.run import plan_capacity
 
-    check_popularity(scenario, None if trace is None else trace.expert)
-    plan_run(scenario, EngineBackend())
+    if scenario.workload.coe is not None:
+        from rdu_sim.serving.coe import check_popularity
+
+        check_popularity(scenario, None if trace is None else trace.expert)
+    plan_capacity(scenario, EngineBackend())
 
 
 def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
@@ -126,8 +129,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             path = shipped.trace_path(scenario.base_dir, serving.trace)
             bound = trace_experts(workload.coe)
             trace = _read_trace(path, file, serving.requests, serving.trace_format, bound)
-        if workload.coe is not None:  # what its run refuses before simulating
-            _check_coe(scenario, trace)
+        _check_plan(scenario, trace)  # what its run refuses before simulating
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} ({describe_layout(workload.parallelism.layout())}, "

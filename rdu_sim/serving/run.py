@@ -36,6 +36,7 @@ from rdu_sim.serving.step_shape import served_prefill_steps
 
 __all__ = [
     "ServingRun",
+    "plan_capacity",
     "plan_run",
     "prefill_seconds",
     "serve_scenario",
@@ -241,6 +242,16 @@ def _plan(
             scenario.lines.get(tuple(field.split("."))),
         )  # at the field's line, or the --set that gave it (as the scenario's rules are)
         raise overridden(refused, scenario.workload_file, scenario.overrides)
+    return plan_capacity(scenario, backend)
+
+
+def plan_capacity(
+    scenario: Scenario, backend: Backend
+) -> tuple[int, int, Placement, Placement | None, CoEPlan | None]:
+    """``_plan`` but for its layout's rule (a lone run serves one attention rank): the batch
+    capacity, batch slots and memory plans, in the run's words. ``rdu-sim check`` calls it
+    on every workload, so it refuses what a run would refuse for memory before simulating,
+    and still passes a workload of attention ranks (a cluster's pool, or ``rdu-sim step``'s)."""
     serving = scenario.workload.serving
     try:
         check_batching(
