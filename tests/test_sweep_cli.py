@@ -194,7 +194,10 @@ def test_a_dry_run_and_check_mark_the_points_that_do_not_fit(
     lines = dry.stdout.splitlines()
     assert lines[0].split()[1:3] == ["run", "serving.batch_slots=8"]
     assert lines[1].split()[1:3] == ["does", "not"]
-    assert lines[1].endswith(f"serving.batch_slots=100000: {run.value}")
+    # the run's own words, the override named where the sweep took it from
+    in_sweep = str(run.value).replace("(from overrides: ", "(from the sweep spec: ")
+    assert "(from the sweep spec: serving.batch_slots)" in in_sweep
+    assert lines[1].endswith(f"serving.batch_slots=100000: {in_sweep}")
     assert "memory plans checked: 1 does not fit in memory (dry run" in dry.stderr
     check = CliRunner().invoke(cli, ["check", str(spec)])
     assert check.exit_code == 0  # a point that does not fit is a result, not a bad spec

@@ -31,6 +31,10 @@ API = "overrides"
 """Where the Python API's overrides come from: the argument ``api.run(path, overrides)``
 (and ``api.load``, ``api.step``, ``api_cluster.run_cluster`` ...) names them by."""
 
+SWEEP = "the sweep spec"
+"""Where a sweep point's overrides come from: its spec's ``set`` and ``axes``
+(``rdu_sim.sweep.expand``), in every process that runs the point alike."""
+
 _DOOR: ContextVar[str] = ContextVar("rdu_sim_overrides_door", default=API)
 
 

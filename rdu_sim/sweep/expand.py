@@ -18,14 +18,14 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import read_yaml
-from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
+from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, SWEEP
 from rdu_sim.config.show import short
 from rdu_sim.scenario import Scenario, build_scenario
 from rdu_sim.serving.batching import check_batching
 from rdu_sim.sweep.key import config_key, resolved_config
 from rdu_sim.sweep.spec import LoadedSpec, axis_values
 
-_FROM_SET = re.compile(r"\s*\(from --set [^)]*\)$")  # build_scenario's note for CLI users
+_FROM_SPEC = re.compile(rf"\s*\(from {re.escape(SWEEP)}: [^)]*\)$")  # build_scenario's note
 MAX_POINTS = 100_000  # a bigger grid is almost surely a mistake; split it into several specs
 MAX_REPORTED_FAILURES = 50  # stop resolving after this many invalid points
 SAMPLE_POINTS = 500
@@ -143,7 +143,7 @@ class _Failures:
         for issue in error.issues:
             where = _blame(issue, self.loaded, self.sources)
             if where is not None:
-                message = _FROM_SET.sub("", issue.message)  # the spec line says where
+                message = _FROM_SPEC.sub("", issue.message)  # the spec line says where
                 spec_issue = self.loaded.issue(message, *where)
             else:
                 spec_issue = issue
@@ -219,7 +219,11 @@ def expand(loaded: LoadedSpec, *, sample: int | None = None) -> Expansion:
         tried += 1
         try:
             scenario = build_scenario(
-                data, workload_file=str(loaded.base), lines=lines, overrides={**fixed, **overrides}
+                data,
+                workload_file=str(loaded.base),
+                lines=lines,
+                overrides={**fixed, **overrides},
+                overrides_from=SWEEP,
             )
             # (the batching policy's registry lives in serving, which the scenario cannot
             # import: a run checks the name there, and a point is checked here before anything
