@@ -537,3 +537,28 @@ def test_a_bad_power_names_the_field_in_watts(written: object, message: str) -> 
     with pytest.raises(ConfigError) as info:
         load_scenario(LLAMA, {"hw.power.socket_w": written})
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("path", ["hw.socket.hbm.capacity", "hw.socket.ddr.capacity"])
+@pytest.mark.parametrize(("bare", "reads"), [("64", "64 B"), ("1536", "1.5 KiB")])
+def test_a_bare_memory_capacity_below_a_mebibyte_is_a_forgotten_unit(
+    path: str, bare: str, reads: str
+) -> None:
+    """`capacity: 64` meant 64 GiB: read as 64 bytes it made a capacity error about the
+    weights. Refused naming how it reads and the unit to write, as a bare rate is."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(LLAMA, [f"{path}={bare}"])
+    message = str(info.value)
+    assert f"{bare} without a unit reads as {reads}" in message
+    assert (
+        f"one below 1 MiB is taken for a forgotten unit); write the unit, as in '{bare} GiB'"
+        in (message)
+    )
+
+
+@pytest.mark.parametrize("value", [str(64 * 2**30), "1048576", "512 KiB", "64 GiB"])
+def test_a_bare_capacity_of_a_mebibyte_or_more_and_any_with_its_unit_are_read(
+    value: str,
+) -> None:
+    scenario = load_scenario(LLAMA, [f"hw.socket.hbm.capacity={value}"])
+    assert scenario.hardware.socket.hbm.capacity == parse_bytes(value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import math
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from rdu_sim.compiler import sharding as sharding_module
 from rdu_sim.compiler.fusion import graph_groups, kernel_graphs, layer_graphs, step_groups
 from rdu_sim.compiler.layout import shard_plan
 from rdu_sim.compiler.mla_queries import QUERY_GATHER, chooses_queries
-from rdu_sim.compiler.placement import activation_bytes, kv_bytes
+from rdu_sim.compiler.placement import activation_bytes, capacity_words, kv_bytes
 from rdu_sim.compiler.query_choice import (
     collective_bound_s,
     replicates,
@@ -549,3 +550,49 @@ def test_points_differing_in_their_links_share_what_their_choices_share() -> Non
             assert kernels[128e9] != kernels[64e9]
     finally:
         shared_programs.clear()
+
+
+HBM_SWEEP = ("50GiB", "52GiB", "53GiB", "54GiB", "56GiB", "64GiB")
+
+
+@pytest.mark.parametrize(
+    ("stack", "runs"),
+    [("powers_of_two", [32, 64, 64, 64, 64, 128]), ("any", [53, 68, 54, 61, 76, 136])],
+)
+def test_what_memory_holds_grows_with_the_hbm_and_bounds_the_batch(
+    stack: str, runs: list[int]
+) -> None:
+    """A plan holds the whole query weights only beside its slots, so what memory holds is
+    the most slots beside the slices: more HBM, never fewer, and never below the batch
+    `auto` picks (fewer beside the whole weights, where their step replicates: 54 of the 76
+    at 53 GiB). The trial's counts were 53, 68, 54, 61, 76, 136."""
+    holds, picks = [], []
+    for hbm in HBM_SWEEP:
+        scenario = api.load(SNAP, {"hw.socket.hbm.capacity": hbm, "stack.batch_programs": stack})
+        holds.append(batch_capacity(scenario, runnable=False))
+        picks.append(batch_capacity(scenario))
+    assert holds == [53, 68, 76, 83, 98, 158]
+    assert picks == runs
+    assert all(b >= a for a, b in pairwise(holds))
+    assert all(p <= h for p, h in zip(picks, holds, strict=True))
+
+
+@pytest.mark.parametrize(("slots", "spilled"), [(76, 0), (77, 131_783_307)])
+def test_an_explicit_batch_spills_exactly_past_what_memory_holds(slots: int, spilled: int) -> None:
+    """At 53 GiB 76 slots fit beside the slices (the plan holds them so): no weight in DDR
+    and no word of one; the 77th pushes weights out, and the words say so."""
+    scenario = api.load(
+        SNAP,
+        {
+            "hw.socket.hbm.capacity": "53GiB",
+            "stack.batch_programs": "any",
+            "serving.batch_slots": slots,
+        },
+    )
+    compiler = Compiler(scenario)
+    placement = compiler.placement(slots)
+    assert not compiler.whole_queries(slots)
+    assert placement.tiers["ddr"].weights_bytes == spilled
+    words = capacity_words(scenario, compiler.memory_capacity(), compiler.batch_capacity(), slots)
+    assert ("read from DDR instead" in words) == (spilled > 0), words
+    assert "at most 76 fit beside the weights; 'auto' would pick 54, the most beside" in words

@@ -25,7 +25,8 @@ WORKLOAD = "deepseek-r1-128k-snapstream"
 
 
 def _memory_capacity() -> int:
-    """The most slots memory holds: the capacity of a stack that runs every batch."""
+    """The capacity of a stack that runs every batch: the most slots beside MLA's query
+    weights held whole (136; memory holds 158 beside their slices, whose steps gather)."""
     return batch_capacity(api.load(WORKLOAD, {"stack.batch_programs": "any"}))
 
 

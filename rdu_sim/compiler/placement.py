@@ -26,9 +26,11 @@ Under the MLA sequence_split layout a plan may hold q_b_proj and kv_b_proj whole
 socket, so that its steps can make every head's queries themselves and project the partial
 outputs through W_UV before combining them (`compiler.mla_queries`): the plan
 for S slots does (`whole_queries`) when its largest decode step would replicate the queries
-and the whole weights fit beside the S slots. They take HBM whichever step uses them, so the
-batch capacity is the most slots that fit beside them when the step of that many slots
-replicates, else the most beside the slices.
+and the whole weights fit beside the S slots, else the slices. So S slots fit without
+spilling exactly when they fit beside the slices: that is what memory holds (more HBM, never
+fewer). The batch ``auto`` picks is fewer when the step of the most slots beside the whole
+weights replicates (those steps are faster than the gathering ones of more slots), else the
+most beside the slices.
 """
 
 from __future__ import annotations
@@ -571,7 +573,8 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
     ``runnable=False``: within the room the stack gives its KV cache,
     ``StackConfig.kv_room``), ``runs`` of them the serving stack runs (`batch_capacity`,
     what ``auto`` picks) and why (`StackConfig.batch_limit`: memory, its ``max_batch_slots`` or its
-    ``batch_programs``; SRAM never bounds it, a kernel's tiles are cut to fit). With
+    ``batch_programs``; or fewer, beside MLA's query weights held whole:
+    `_whole_queries_batch`; SRAM never bounds it, a kernel's tiles are cut to fit). With
     ``slots``, an explicit ``serving.batch_slots``: that it was set; beyond ``holds``,
     where the extra slots' KV cache is (`_beyond_words`); and beyond what the stack runs,
     that it runs them as if the stack did (`_unrunnable_words`)."""
@@ -583,6 +586,12 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
         fit = f"not even one fits {beside}"
     elif holds == runs:
         fit = f"at most {holds} fit {beside}; {picks} that"
+    elif runs < stack.runnable_batch(holds):  # `_whole_queries_batch`
+        fit = (
+            f"at most {holds} fit {beside}; {picks} {runs}, the most beside MLA's query and "
+            "value weights held whole, so that its decode steps make every head's queries "
+            "instead of gathering them"
+        )
     else:
         limit = stack.batch_limit(holds)
         why = (
@@ -718,10 +727,10 @@ def batch_capacity(
     pipeline ``stage``'s sockets: its layers'), within the room the serving stack gives its KV
     cache (``StackConfig.kv_room``), and of those the most the stack runs (at most its
     ``max_batch_slots``, a batch it has a program for: ``batch_programs``; ``runnable=False``:
-    what memory holds, the most an explicit ``serving.batch_slots`` can run without spilling).
-    Under the MLA sequence_split layout: the most beside MLA's query weights whole when the
-    decode step of that many slots replicates the queries on ``system``'s links (default:
-    the scenario's; `whole_queries`), else beside their slices.
+    what memory holds, the most an explicit ``serving.batch_slots`` can run without spilling:
+    a plan holds MLA's query weights whole only beside its slots, `whole_queries`, so beside
+    the slices). Under the MLA sequence_split layout the runnable batch is the most beside
+    the whole weights when its decode step replicates the queries (`_whole_queries_batch`).
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
     otherwise 0 is returned.
@@ -750,15 +759,29 @@ def batch_capacity(
                 f"{max_prompt_tokens(scenario)}-token prompt); {_join(hints)}"
             )
         return 0
-    runs = scenario.stack.runnable_batch if runnable else _every_batch
-    most = runs(most_slots(fits))
-    if chooses_queries(scenario):
-        whole = _pinned_weights(scenario, True, stage)
-        beside = runs(most_slots(lambda slots: _fits(scenario, slots, whole, stage)))
-        links = scenario.hardware.system if system is None else system
-        if beside and _replicates(scenario, beside, stage, links):
-            return beside
-    return most
+    if not runnable:  # a plan holds the whole query weights only beside its slots: slices
+        return most_slots(fits)
+    return _whole_queries_batch(scenario, stage, system) or scenario.stack.runnable_batch(
+        most_slots(fits)
+    )
+
+
+def _whole_queries_batch(
+    scenario: Scenario, stage: PipelineStage | None, system: SystemConfig | None
+) -> int:
+    """The batch ``auto`` picks beside MLA's query weights held whole (the most of them the
+    stack runs), when its decode step replicates the queries on ``system``'s links (default:
+    the scenario's): fewer slots than beside the slices, but steps that make every head's
+    queries instead of gathering them. 0 when the layout never holds them whole, or that
+    batch's step gathers (then the slices' count stands)."""
+    if not chooses_queries(scenario):
+        return 0
+    whole = _pinned_weights(scenario, True, stage)
+    beside = scenario.stack.runnable_batch(
+        most_slots(lambda slots: _fits(scenario, slots, whole, stage))
+    )
+    links = scenario.hardware.system if system is None else system
+    return beside if beside and _replicates(scenario, beside, stage, links) else 0
 
 
 def _weights_placed(scenario: Scenario, total: int, pinned: int) -> str:

@@ -24,14 +24,20 @@ from rdu_sim.config.limits import (
     per_unit_total,
     rate_floor,
 )
-from rdu_sim.config.units import Bytes, BytesPerSecond, FlopsPerSecond, ShortSeconds
+from rdu_sim.config.units import (
+    Bytes,
+    BytesPerSecond,
+    Capacity,
+    FlopsPerSecond,
+    ShortSeconds,
+)
 from rdu_sim.config.wiring import Policy, Topology
 
 
 class MemoryTierConfig(StrictModel):
     """An off-chip memory tier (HBM or DDR) of one socket."""
 
-    capacity: Bytes = Field(gt=0, le=MAX_TIER_BYTES, description="bytes per socket")
+    capacity: Capacity = Field(gt=0, le=MAX_TIER_BYTES, description="bytes per socket")
     bandwidth: BytesPerSecond = Field(ge=MIN_RATE, le=MAX_BANDWIDTH, description="peak bytes/s")
     latency: ShortSeconds = Field(ge=0, le=1.0, description="first-byte latency of one request")
     efficiency: float = Field(

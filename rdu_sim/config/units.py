@@ -328,6 +328,27 @@ def parse_bytes(value: Any) -> int:
     return round(_parse(value, _BYTE_UNITS, "64 GiB"))
 
 
+BARE_CAPACITY_FLOOR = 2**20
+"""A memory's capacity written as a bare number is bytes; one below 1 MiB is a forgotten
+unit (``capacity: 64`` meaning 64 GiB), refused naming how it reads, as a bare rate below
+:data:`BARE_RATE_FLOOR` is: no HBM, DDR or cache tier of a machine is that small. A smaller
+capacity is still taken with its unit (``512 KiB``)."""
+
+
+def parse_capacity(value: Any) -> int:
+    """ "64 GiB" -> 68719476736, as :func:`parse_bytes`; a bare number of 1 to
+    :data:`BARE_CAPACITY_FLOOR` bytes is refused as a forgotten unit."""
+    number, unit = _split(value, _BYTE_UNITS.kind, "64 GiB")
+    if not unit and 1 <= number < BARE_CAPACITY_FLOOR:
+        written = _shown(value).strip("'")
+        raise UnitError(
+            f"{_shown(value)} without a unit reads as {human.size(number)} (a bare capacity is "
+            f"bytes; one below {human.size(BARE_CAPACITY_FLOOR)} is taken for a forgotten "
+            f"unit); write the unit, as in '{written} GiB'"
+        )
+    return round(_scaled(number, _BYTE_UNITS.scale(unit, value), _BYTE_UNITS.kind, value))
+
+
 def parse_seconds(value: Any) -> float:
     """ "2 us" -> 2e-6. Bare numbers are seconds."""
     return _parse(value, _TIME_UNITS, "2 us")
@@ -446,6 +467,17 @@ Bytes = Annotated[
     BeforeValidator(parse_bytes, json_schema_input_type=_quantity(_BYTE_UNITS, "bytes")),
     PlainSerializer(int),
 ]
+Capacity = Annotated[
+    int,
+    BeforeValidator(
+        parse_capacity,
+        json_schema_input_type=_quantity(
+            _BYTE_UNITS, "bytes, at least 1 MiB (less is a forgotten unit: write it, as in 64 GiB)"
+        ),
+    ),
+    PlainSerializer(int),
+]
+"""A memory tier's capacity (:func:`parse_capacity`)."""
 Seconds = Annotated[
     float, BeforeValidator(parse_seconds, json_schema_input_type=_quantity(_TIME_UNITS, "seconds"))
 ]
@@ -481,6 +513,7 @@ Watts = Annotated[
 
 UNIT_OF_PARSER: dict[Any, str] = {
     parse_bytes: "bytes",
+    parse_capacity: "bytes",
     parse_seconds: "s",
     parse_short_seconds: "s",
     parse_bandwidth: "bytes/s",
