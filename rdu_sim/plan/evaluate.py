@@ -38,7 +38,8 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
     """The plan's view of a cluster run's typed summary (the names of its JSON; with
     attention ranks in lockstep, the largest share of a pool's decoding time that waited on
     another rank's prefill; ``requests`` and ``goodput_requests`` for ``plan.margin``;
-    ``batch_slots`` each pool's slots as resolved, ``auto`` a number)."""
+    ``batch_slots`` each pool's slots as resolved, ``auto`` a number; what its KV policy
+    cut, for an answer that trades accuracy)."""
     held = {}
     if result.lockstep:
         shares = (cost.prefill_held_share for cost in result.lockstep.values())
@@ -58,7 +59,17 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
         "requests_rejected": result.requests_rejected,
         "replicas": result.replicas,
         "batch_slots": {name: pool.batch_slots for name, pool in result.pools.items()},
+        **_kv_cut(result),
         "sockets": result.sockets,
+    }
+
+
+def _kv_cut(result: ClusterSummary) -> dict[str, int]:
+    """What the pools' KV policies cut, summed: prompts compressed, slots wrapped."""
+    kept = [pool.kv_kept for pool in result.pools.values() if pool.kv_kept is not None]
+    return {
+        "kv_prompts_compressed": sum(k.prompts_compressed for k in kept),
+        "kv_slots_wrapped": sum(k.slots_wrapped for k in kept),
     }
 
 

@@ -70,18 +70,20 @@ class Margin:
             "by": self.by,
             "noise_requests": self.noise,
             "conclusive": self.conclusive,
+            "words": self.words(),
         }
 
     def words(self) -> str:
         """``met by 4 of 400 requests`` or ``missed by 1 of 400 requests, inconclusive
-        (within 2 standard errors, 4.0 requests)``."""
+        (within 2 standard errors of the attainment, 4.0 requests)``."""
         if self.by >= 0:
-            return f"met by {self.by} of {self.requests:,} requests ({self.met:,} met, {self.needed:,} needed)"
+            counts = f"{self.met:,} met, {self.needed:,} needed"
+            return f"met by {self.by} of {self.requests:,} requests ({counts})"
         verdict = "conclusive" if self.conclusive else "inconclusive"
         within = "beyond" if self.conclusive else "within"
         return (
             f"missed by {-self.by} of {self.requests:,} requests, {verdict} ({within} "
-            f"{STANDARD_ERRORS:g} standard errors, {self.noise:.1f} requests)"
+            f"{STANDARD_ERRORS:g} standard errors of the attainment, {self.noise:.1f} requests)"
         )
 
 

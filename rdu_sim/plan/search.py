@@ -278,7 +278,7 @@ def _announce(searches: list[Search], announced: set[int], report: Reporter) -> 
         announced.add(id(search))
         label = search.configuration.label()
         if search.status == "met" and search.passing is not None:
-            sockets = search.passing * search.unit_sockets
-            report.message(f"  {label}: met with {search.passing} unit(s), {sockets} sockets")
+            devices = human.count(search.passing * search.unit_sockets, search.device)
+            report.message(f"  {label}: met with {search.passing} unit(s), {devices}")
         else:
             report.message(f"  {label}: {search.status}: {search.reason}")
