@@ -345,9 +345,9 @@ def load_plan(path: str | Path) -> LoadedPlan:
     try:
         base_file = shipped.locate_near(near, spec.cluster, ("cluster",))
         if not base_file.is_file():  # missing or a folder: said at the plan's field
-            base_data, base_lines = read_yaml(base_file)
+            read_yaml(base_file)
     except ConfigError as exc:
-        problem = "; ".join(f"{i.file}: {i.message}" if i.file else i.message for i in exc.issues)
+        problem = "; ".join(f"{i.file}: {i.message}" for i in exc.issues)
         raise ConfigError.single(str(file), "cluster", problem, lines.get(("cluster",))) from None
     base_data, base_lines = read_yaml(base_file)
     if not isinstance(base_data, Mapping):
