@@ -347,8 +347,8 @@ def load_plan(path: str | Path) -> LoadedPlan:
         if not base_file.is_file():  # missing or a folder: said at the plan's field
             read_yaml(base_file)
     except ConfigError as exc:
-        problem = "; ".join(f"{i.file}: {i.message}" for i in exc.issues)
-        raise ConfigError.single(str(file), "cluster", problem, lines.get(("cluster",))) from None
+        said = "; ".join(f"{i.file}: {i.message}" for i in exc.issues)
+        raise ConfigError.single(str(file), "cluster", said, lines.get(("cluster",))) from None
     base_data, base_lines = read_yaml(base_file)
     if not isinstance(base_data, Mapping):
         raise ConfigError.single(str(base_file), "", "expected a cluster file (a mapping)")
