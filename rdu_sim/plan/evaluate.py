@@ -38,8 +38,8 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
     """The plan's view of a cluster run's typed summary (the names of its JSON; with
     attention ranks in lockstep, the largest share of a pool's decoding time that waited on
     another rank's prefill; ``requests`` and ``goodput_requests`` for ``plan.margin``;
-    ``batch_slots`` each pool's slots as resolved, ``auto`` a number; what its KV policy
-    cut, for an answer that trades accuracy)."""
+    ``batch_slots.POOL`` each pool's slots as resolved, ``auto`` a number (a metric path,
+    as the store keeps it); what its KV policy cut, for an answer that trades accuracy)."""
     held = {}
     if result.lockstep:
         shares = (cost.prefill_held_share for cost in result.lockstep.values())
@@ -58,7 +58,7 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
         "goodput_requests": result.goodput.requests,
         "requests_rejected": result.requests_rejected,
         "replicas": result.replicas,
-        "batch_slots": {name: pool.batch_slots for name, pool in result.pools.items()},
+        **{f"batch_slots.{name}": pool.batch_slots for name, pool in result.pools.items()},
         **_kv_cut(result),
         "sockets": result.sockets,
     }

@@ -9,6 +9,10 @@ replicas that met the SLO, else (pruned or not met, never met) the most it tried
 ``binding`` names the SLO half that binds at that run and what would move it
 (``report.slo_why``); ``why`` is the reason or, without one, the binding half in a few
 words.
+A row with a run also has its ``margin`` in requests (``plan.margin``), its resolved batch
+slots; a met row ``one_fewer`` (that run's margin, conclusive or not, and the half that
+failed), ``kv_trade`` for a lossy KV policy and ``run_command`` reproducing it; a
+disaggregated row the ``kv_transfer`` link it ran with.
 ``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
 more sockets for at least as much goodput.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from rdu_sim import human
@@ -38,8 +43,12 @@ LOSSLESS_KV = frozenset({"full"})
 def _slots(metrics: Mapping[str, Any]) -> int | dict[str, int] | None:
     """The batch slots a run resolved (``auto`` as a number): one number when every pool
     has the same, else per pool; None for a row stored before they were kept."""
-    slots = metrics.get("batch_slots")
-    if not isinstance(slots, Mapping) or not slots:
+    slots = {
+        name.removeprefix("batch_slots."): value
+        for name, value in metrics.items()
+        if name.startswith("batch_slots.")
+    }
+    if not slots:
         return None
     values = set(slots.values())
     return int(next(iter(values))) if len(values) == 1 else {k: int(v) for k, v in slots.items()}
@@ -78,6 +87,13 @@ def _one_fewer(search: Search, units: int) -> dict[str, Any] | None:
         "binding": [v.to_dict() for v in verdicts],
         "why": short(verdicts),
     }
+
+
+def _runnable(path: Path) -> str:
+    """The cluster file as ``rdu-sim run`` takes it: a shipped one by its name (the same
+    on every machine), else its path."""
+    shown = shown_file(path)
+    return path.stem if shown.startswith("shipped:") else shown
 
 
 def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
@@ -131,7 +147,7 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
             row["kv_trade"] = _kv_trade(configuration, metrics)
             paths = plan.set_paths(configuration, units)
             row["run_command"] = " ".join(
-                ["rdu-sim", "run", shlex.quote(shown_file(plan.base_file))]
+                ["rdu-sim", "run", shlex.quote(_runnable(plan.base_file))]
                 + [shlex.quote(f"--set={k}={v}") for k, v in paths.items()]
             )
     if configuration.ratio is not None:
