@@ -161,6 +161,9 @@ def test_search_matches_brute_force(tmp_path: Path) -> None:
     assert "a pruned one the fewest it met with, else the most it tried" in MISSING_NOTE
     brute = sum(len(runs) for runs in reference.values())
     assert len(set(CALLS)) < brute / 2  # the pruning pays
+    # Every miss here is conclusive (plan.margin): as many runs as doubling and bisection
+    # made before inconclusive misses left counts open.
+    assert result.evaluations == len(CALLS) == 15
 
 
 def test_a_rerun_resumes_from_the_database(tmp_path: Path) -> None:
@@ -291,10 +294,14 @@ def test_a_gpu_plan_counts_gpus_and_says_why_a_search_stopped(tmp_path: Path) ->
     assert row["reason"] == "search.max_replicas reached (1 replica)"
     text = runner.invoke(cli, ["plan", str(spec), "--no-progress"]).output
     assert "GPUs/goodput frontier" in text and " GPUs " in text
-    assert "socket" not in text.lower().replace("socket-to-socket", "")
+    said = [line for line in text.lower().splitlines() if "reproduce: rdu-sim run" not in line]
+    assert "socket" not in "\n".join(said).replace("socket-to-socket", "")  # but the field
+    # hw.system.sockets of the command reproducing the answer
     spec.write_text(yaml.safe_dump({"cluster": "cluster.yaml", "search": {"tp": [1]}}))
     met = runner.invoke(cli, ["plan", str(spec), "--no-progress"]).output
     assert "cheapest: 1 GPU = 1 replica x tp=1" in met  # not '1 sockets = 1 replicas'
+    progress = runner.invoke(cli, ["plan", str(spec), "--no-progress"]).stderr
+    assert "met with 1 unit(s), 1 GPU" in progress  # not '1 sockets'
 
 
 def test_a_database_the_plan_cannot_write_is_said_before_its_first_round(tmp_path: Path) -> None:

@@ -215,9 +215,9 @@ def test_the_shipped_70b_plan_names_the_binding_half(tmp_path: Path) -> None:
     result = runner.invoke(
         cli, ["plan", "llama3.1-70b-chat", "--db", str(tmp_path / "p.sqlite"), "--json"]
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # no configuration met the SLO
     data = json.loads(result.stdout)
-    assert data["cheapest"] is None
+    assert data["cheapest"] is None and data["slo_met"] is False
     alone = {}
     for row in data["configurations"]:
         assert row["status"] == "not met" and row["evaluations"] == 1

@@ -7,7 +7,8 @@ each configuration's end go to stderr as it searches (with a bar per round unles
 ``--no-progress``). Prints the cheapest configuration, one row per configuration (how its
 search ended and the SLO half that binds it) and, for each that did not meet the SLO, why
 and what would move it; ``--json`` prints the same as one JSON object. Bad input exits 2
-before anything runs.
+before anything runs; a plan where no configuration met the SLO exits 1 (its JSON's
+``slo_met`` false).
 """
 
 from __future__ import annotations
@@ -38,6 +39,43 @@ MISSING_NOTE = (
 
 def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
+
+
+def _slots_cell(row: dict[str, Any]) -> str:
+    """The slots a row's run resolved; ``auto`` with its number (``32 (auto)``)."""
+    resolved = row.get("batch_slots_resolved")
+    if resolved is None:
+        return _cell(row["batch_slots"])
+    number = "/".join(str(v) for v in resolved.values()) if isinstance(resolved, dict) else resolved
+    return f"{number} (auto)" if row["batch_slots"] == "auto" else str(number)
+
+
+def _answer_lines(best: dict[str, Any], device: str) -> list[str]:
+    """Under the cheapest: its margin in requests, one unit fewer's miss and why, what a
+    lossy KV policy trades, the KV link of a disaggregation, and the command reproducing it."""
+    lines = []
+    found = best.get("margin")
+    if found is not None:
+        text = f"  {human.count(best['replicas'], 'replica')}: {found['words']}"
+        fewer = best.get("one_fewer")
+        if fewer is None:
+            text += "; the fewest possible"
+        else:
+            sockets = best["sockets"] // best["units"] * fewer["units"]
+            miss = fewer["margin"]["words"] if fewer["margin"] else "missed"
+            text += f"; one unit fewer ({human.count(sockets, device)}) {miss}"
+            if fewer["why"]:
+                text += f": {fewer['why']}"
+        if best["excluded_up_to_units"]:
+            text += f"; {best['excluded_up_to_units']} unit(s) and fewer missed conclusively"
+        lines.append(text)
+    if best.get("kv_trade"):
+        lines.append(f"  {best['kv_trade']}")
+    if best.get("kv_transfer"):
+        lines.append(f"  {best['kv_transfer']['words']}")
+    if best.get("run_command"):
+        lines.append(f"  reproduce: {best['run_command']}")
+    return lines
 
 
 def _table(summary: dict[str, Any]) -> Table:
@@ -71,7 +109,7 @@ def _table(summary: dict[str, Any]) -> Table:
         table.add_row(
             "*" if row["frontier"] else "",
             str(row.get("parallelism", f"tp={row['tp']}") if split else row["tp"]),
-            _cell(row["batch_slots"]),
+            _slots_cell(row),
             str(row["kv_policy"]),
             row["disaggregation"],
             row["status"],
@@ -162,6 +200,8 @@ def command(
     stored = f"the plan had finished: its cluster runs are saved in {result.db}"
     with kept_on_stop(stored + "; the same command prints it again"):
         _print(result, as_json)
+    if not any(search.status == "met" for search in result.searches):
+        raise SystemExit(1)  # no configuration met the SLO (2 is bad input)
 
 
 def _print(result: PlanResult, as_json: bool) -> None:
@@ -185,7 +225,7 @@ def _print(result: PlanResult, as_json: bool) -> None:
     rows = summary["configurations"]
     best = summary["cheapest"]
     if best is None:
-        out.print("[red]no configuration met the SLO[/red]")
+        out.print("[red]no configuration met the SLO[/red] (exit status 1)")
     else:
         split = best.get("parallelism") or f"tp={best['tp']}"
         out.print(
@@ -195,6 +235,8 @@ def _print(result: PlanResult, as_json: bool) -> None:
             f"kv={best['kv_policy']}, disaggregation={best['disaggregation']} "
             f"({human.percent(best['goodput_fraction'])} of requests meet the SLO)"
         )
+        for line in _answer_lines(best, summary["device"]):
+            out.print(line, markup=False, soft_wrap=True)
     out.print(_table(summary))
     if any(row["replicas"] is None or row["goodput_one_unit_fewer"] is None for row in rows):
         out.print(MISSING_NOTE, markup=False)

@@ -251,6 +251,23 @@ def _cross_check(cluster: ClusterScenario) -> None:
                 )
 
 
+def _set_cluster_path(raw: dict[str, Any], path: str, value: Any, file: str) -> None:
+    """Apply one ``--set`` path to cluster data. Under a pool's ``set`` mapping the rest of
+    the path is one key, as the file writes it (``pools.serve.set.hw.system.sockets=2`` sets
+    key ``hw.system.sockets`` of ``pools.serve.set``); elsewhere it nests (``set_path``)."""
+    parts = path.split(".", 3)
+    if len(parts) < 4 or parts[0] != "pools" or parts[2] != "set":
+        set_path(raw, path, value, file)
+        return
+    pools = raw.get("pools")
+    pool = pools.get(parts[1]) if isinstance(pools, dict) else None
+    mapping = pool.get("set") if isinstance(pool, dict) else None
+    if mapping is not None and not isinstance(mapping, dict):
+        set_path(raw, path, value, file)  # its error: not a mapping
+        return
+    set_path(raw, ".".join(parts[:3]), {**(mapping or {}), parts[3]: value}, file)
+
+
 def build_cluster(
     data: Mapping[str, Any],
     *,
@@ -275,7 +292,7 @@ def build_cluster(
                 f"{'hardware' if path.startswith(HW_PREFIX) else 'stack'} overrides apply to "
                 f"a pool's workload: use pools.NAME.set={{{path}: ...}}",
             )
-        set_path(raw, path, value, file)
+        _set_cluster_path(raw, path, value, file)
     try:
         config = validate(ClusterConfig, raw, file, lines)
     except ConfigError as exc:

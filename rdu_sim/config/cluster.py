@@ -195,6 +195,32 @@ class SLOConfig(StrictModel):
     )
 
 
+class SLOOverride(StrictModel):
+    """Some of an SLO's fields over another SLO (a plan's over its cluster file's): the
+    one merge rule, ``over``; each field it omits keeps the other SLO's value."""
+
+    ttft: Seconds | None = Field(
+        default=None, gt=0, le=_MAX_SECONDS, description="time to first token target"
+    )
+    tpot: Seconds | None = Field(
+        default=None, gt=0, le=_MAX_SECONDS, description="time per output token target"
+    )
+    attainment: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="fraction of all requests (rejected ones included) that must meet both targets",
+    )
+
+    def over(self, slo: SLOConfig) -> SLOConfig:
+        """``slo`` with the fields this gives replaced."""
+        return slo.model_copy(update=self.model_dump(exclude_none=True))
+
+    def given(self) -> list[str]:
+        """The fields it gives, in field order."""
+        return [name for name, value in self.model_dump().items() if value is not None]
+
+
 class ClassesConfig(StrictModel):
     """How requests are grouped for per-class percentiles."""
 

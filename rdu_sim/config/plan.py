@@ -1,7 +1,8 @@
 """Typed, validated description of a capacity-planning spec (`rdu-sim plan SPEC`).
 
 A plan starts from a cluster file (its traffic, SLO, router, classes, prefix cache and KV
-link; its one pool's workload is the template every configuration edits) and searches
+link, the last used by the disaggregated configurations only; its one pool's workload is the
+template every configuration edits) and searches
 tensor parallelism x batch slots x KV policy x disaggregation for the configuration that
 meets the SLO on the fewest sockets, the replica count of each being searched too.
 """
@@ -14,7 +15,7 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from rdu_sim.config.base import StrictModel
-from rdu_sim.config.cluster import SLOConfig
+from rdu_sim.config.cluster import SLOOverride
 from rdu_sim.config.parallelism import ParallelismConfig as ParallelismChoice
 
 _RATIO = re.compile(r"^([1-9][0-9]{0,2}):([1-9][0-9]{0,2})$")
@@ -129,5 +130,9 @@ class PlanSpec(StrictModel):
     cluster: str = Field(
         min_length=1, description="cluster file (traffic, SLO, router; one pool as template)"
     )
-    slo: SLOConfig | None = Field(default=None, description="replaces the cluster file's SLO")
+    slo: SLOOverride | None = Field(
+        default=None,
+        description="the SLO's fields to change: each one given replaces the cluster file's, "
+        "each omitted keeps it (slo: {attainment: 0.99} tightens the attainment alone)",
+    )
     search: PlanSearch = Field(default_factory=PlanSearch)

@@ -17,12 +17,17 @@ from rdu_sim.plan.spec import LoadedPlan, load_plan
 
 
 def check_plan(path: str | Path) -> str:
-    """Validate a plan spec and its base cluster; a one-line description (rdu-sim check)."""
+    """Validate a plan spec and its base cluster; a one-line description (rdu-sim check),
+    with the SLO the plan holds every configuration to and, when it searches disaggregation,
+    the KV link."""
     loaded = load_plan(path)
     configurations = loaded.configurations()
+    disaggregated = any(c.ratio is not None for c in configurations)
+    link = f"; disaggregated: {loaded.link_words()}" if disaggregated else ""
     return (
         f"{loaded.name!r}: {len(configurations)} configuration(s) over cluster "
-        f"{loaded.base.config.name!r}, up to {loaded.spec.search.max_replicas} replicas each"
+        f"{loaded.base.config.name!r}, up to {loaded.spec.search.max_replicas} replicas each; "
+        f"SLO {loaded.slo_words()}{link}"
     )
 
 

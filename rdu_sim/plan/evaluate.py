@@ -26,6 +26,8 @@ METRICS = (
     "output_tokens_per_s",
     "ttft_p99_s",
     "tpot_p99_s",
+    "requests",
+    "goodput_requests",
     "requests_rejected",
     "replicas",
     "sockets",
@@ -35,7 +37,9 @@ METRICS = (
 def headline(result: ClusterSummary) -> dict[str, Any]:
     """The plan's view of a cluster run's typed summary (the names of its JSON; with
     attention ranks in lockstep, the largest share of a pool's decoding time that waited on
-    another rank's prefill)."""
+    another rank's prefill; ``requests`` and ``goodput_requests`` for ``plan.margin``;
+    ``batch_slots.POOL`` each pool's slots as resolved, ``auto`` a number (a metric path,
+    as the store keeps it); what its KV policy cut, for an answer that trades accuracy)."""
     held = {}
     if result.lockstep:
         shares = (cost.prefill_held_share for cost in result.lockstep.values())
@@ -50,9 +54,22 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
         "output_tokens_per_s": result.output_tokens_per_s,
         "ttft_p99_s": result.ttft_s.p99,
         "tpot_p99_s": result.tpot_s.p99,
+        "requests": result.requests,
+        "goodput_requests": result.goodput.requests,
         "requests_rejected": result.requests_rejected,
         "replicas": result.replicas,
+        **{f"batch_slots.{name}": pool.batch_slots for name, pool in result.pools.items()},
+        **_kv_cut(result),
         "sockets": result.sockets,
+    }
+
+
+def _kv_cut(result: ClusterSummary) -> dict[str, int]:
+    """What the pools' KV policies cut, summed: prompts compressed, slots wrapped."""
+    kept = [pool.kv_kept for pool in result.pools.values() if pool.kv_kept is not None]
+    return {
+        "kv_prompts_compressed": sum(k.prompts_compressed for k in kept),
+        "kv_slots_wrapped": sum(k.slots_wrapped for k in kept),
     }
 
 

@@ -9,22 +9,94 @@ replicas that met the SLO, else (pruned or not met, never met) the most it tried
 ``binding`` names the SLO half that binds at that run and what would move it
 (``report.slo_why``); ``why`` is the reason or, without one, the binding half in a few
 words.
+A row with a run also has its ``margin`` in requests (``plan.margin``), its resolved batch
+slots; a met row ``one_fewer`` (that run's margin, conclusive or not, and the half that
+failed), ``kv_trade`` for a lossy KV policy and ``run_command`` reproducing it; a
+disaggregated row the ``kv_transfer`` link it ran with.
 ``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
 more sockets for at least as much goodput.
 """
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from rdu_sim import human
+from rdu_sim.config.cluster import KVTransferConfig
+from rdu_sim.plan.margin import margin
 from rdu_sim.plan.search import PlanResult, Search, _rank
+from rdu_sim.plan.spec import Configuration, LoadedPlan
 from rdu_sim.provenance import shown_file, simulator
+from rdu_sim.report.percentiles import rounded
 from rdu_sim.report.slo_why import binding, short
 
 ORDER = {"met": 0, "pruned": 1, "not met": 2, "infeasible": 3, "error": 4, "searching": 5}
 
 
-def _row(search: Search) -> dict[str, Any]:
+LOSSLESS_KV = frozenset({"full"})
+"""KV policies that keep every token: any other trades accuracy for memory."""
+
+
+def _slots(metrics: Mapping[str, Any]) -> int | dict[str, int] | None:
+    """The batch slots a run resolved (``auto`` as a number): one number when every pool
+    has the same, else per pool; None for a row stored before they were kept."""
+    slots = {
+        name.removeprefix("batch_slots."): value
+        for name, value in metrics.items()
+        if name.startswith("batch_slots.")
+    }
+    if not slots:
+        return None
+    values = set(slots.values())
+    return int(next(iter(values))) if len(values) == 1 else {k: int(v) for k, v in slots.items()}
+
+
+def _kv_trade(configuration: Configuration, metrics: Mapping[str, Any]) -> str | None:
+    """For a lossy KV policy, that it trades accuracy, and what it cut in the run."""
+    if configuration.kv_policy in LOSSLESS_KV:
+        return None
+    compressed = metrics.get("kv_prompts_compressed")
+    wrapped = metrics.get("kv_slots_wrapped")
+    cut = (
+        ""
+        if compressed is None or wrapped is None
+        else f": here {human.count(int(compressed), 'prompt')} compressed and "
+        f"{human.count(int(wrapped), 'slot')} outgrown of the run's requests"
+    )
+    return (
+        f"kv={configuration.kv_policy} drops KV tokens full attention keeps, trading "
+        f"accuracy for memory{cut} (docs/kv.md)"
+    )
+
+
+def _one_fewer(search: Search, units: int) -> dict[str, Any] | None:
+    """A met row's run one unit fewer (always evaluated, unless the answer is 1 unit): its
+    margin, whether its miss is conclusive, and the SLO half that failed."""
+    below = search.results.get(units - 1)
+    if below is None:
+        return None
+    found = margin(below, search.slo)
+    verdicts = binding(below, search.slo, advise=False)
+    return {
+        "units": units - 1,
+        "goodput_fraction": below.get("goodput_fraction"),
+        "margin": None if found is None else found.to_dict(),
+        "binding": [v.to_dict() for v in verdicts],
+        "why": short(verdicts),
+    }
+
+
+def _runnable(path: Path) -> str:
+    """The cluster file as ``rdu-sim run`` takes it: a shipped one by its name (the same
+    on every machine), else its path."""
+    shown = shown_file(path)
+    return path.stem if shown.startswith("shipped:") else shown
+
+
+def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
     configuration = search.configuration
     row: dict[str, Any] = {
         **configuration.describe(),
@@ -38,6 +110,13 @@ def _row(search: Search) -> dict[str, Any]:
         "ttft_p99_s": None,
         "tpot_p99_s": None,
         "goodput_one_unit_fewer": None,
+        "batch_slots_resolved": None,
+        "margin": None,
+        "one_fewer": None,
+        "excluded_up_to_units": search.failing,
+        "kv_trade": None,
+        "kv_transfer": None,
+        "run_command": None,
         "evaluations": len(search.results),
         "reason": search.reason,
         "binding": [],
@@ -57,9 +136,27 @@ def _row(search: Search) -> dict[str, Any]:
             ttft_p99_s=metrics.get("ttft_p99_s"),
             tpot_p99_s=metrics.get("tpot_p99_s"),
         )
-        below = search.results.get(units - 1)
-        if below is not None and search.passing is not None:
-            row["goodput_one_unit_fewer"] = below.get("goodput_fraction")
+        found = margin(metrics, search.slo)
+        row["margin"] = None if found is None else found.to_dict()
+        row["batch_slots_resolved"] = _slots(metrics)
+        if search.passing is not None:
+            below = _one_fewer(search, units)
+            row["one_fewer"] = below
+            row["goodput_one_unit_fewer"] = None if below is None else below["goodput_fraction"]
+        if search.status == "met":
+            row["kv_trade"] = _kv_trade(configuration, metrics)
+            paths = plan.set_paths(configuration, units)
+            row["run_command"] = " ".join(
+                ["rdu-sim", "run", shlex.quote(_runnable(plan.base_file))]
+                + [shlex.quote(f"--set={k}={v}") for k, v in paths.items()]
+            )
+    if configuration.ratio is not None:
+        link = plan.kv_transfer or KVTransferConfig()
+        row["kv_transfer"] = {
+            "bandwidth_bytes_per_s": link.bandwidth,
+            "latency_s": link.latency,
+            "words": plan.link_words(),
+        }
     if search.results and search.status in ("met", "not met", "pruned"):
         seen = search.results[units if units is not None else max(search.results)]
         verdicts = search.stopped or binding(seen, search.slo)
@@ -75,7 +172,7 @@ def frontier_rows(result: PlanResult) -> list[dict[str, Any]]:
     """Every configuration's row, the configurations that met the SLO first, cheapest first."""
     met = sorted((s for s in result.searches if s.status == "met"), key=_rank)
     rest = sorted((s for s in result.searches if s.status != "met"), key=lambda s: ORDER[s.status])
-    rows = [_row(s) for s in met + rest]
+    rows = [_row(s, result.plan) for s in met + rest]
     best_goodput = -1.0
     for row in rows[: len(met)]:  # met rows, by sockets ascending: Pareto if goodput improves
         goodput = float(row["goodput_fraction"])
@@ -91,15 +188,21 @@ def plan_summary(result: PlanResult) -> dict[str, Any]:
     row in the database holds its resolved config)."""
     rows = frontier_rows(result)
     cheapest = rows[0] if rows and rows[0]["status"] == "met" else None
-    slo = result.plan.spec.slo or result.plan.base.config.slo
+    slo = result.plan.slo
+    summary: dict[str, Any] = rounded(
+        {
+            "plan": result.plan.name,
+            "cluster": result.plan.base.config.name,
+            "device": result.plan.base.device,  # what `sockets` counts: 'socket' or 'GPU'
+            "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "attainment": slo.attainment},
+            "slo_met": cheapest is not None,  # the outcome: also the exit status (0, else 1)
+            "cheapest": cheapest,
+            "configurations": rows,
+            "evaluations": result.evaluations,
+        }
+    )
     return {
-        "plan": result.plan.name,
-        "cluster": result.plan.base.config.name,
-        "device": result.plan.base.device,  # what `sockets` counts: 'socket' or 'GPU'
-        "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "attainment": slo.attainment},
-        "cheapest": cheapest,
-        "configurations": rows,
-        "evaluations": result.evaluations,
+        **summary,
         "provenance": {
             "simulator": simulator().to_dict(),
             "files": {

@@ -2,13 +2,17 @@
 
 For each configuration (tp x slots x KV policy x disaggregation) the number of replica units
 ``n`` is searched (a unit is one replica, or P + D replicas for a P:D disaggregation; sockets
-= n x unit x tp): doubling ``n`` from 1 until the SLO is met, then bisecting between the last
-``n`` that failed and the first that met it. That finds the fewest units *if meeting the SLO
-is monotone in n*: more replicas of one configuration serve the same arrivals with more
-capacity, so each replica's share of the work, hence its queueing, can only shrink under
-round-robin or least-outstanding routing. It is an assumption, not a theorem (discrete
-batching effects can make n+1 replicas a hair worse than n); the frontier reports, next to
-each answer, that n - 1 units failed, and a test checks the answer against brute force.
+= n x unit x tp): doubling ``n`` from 1 until the SLO is met, then bisecting below the
+fewest ``n`` that met it. More replicas of one configuration serve the same arrivals with
+more capacity, so meeting the SLO is *nearly* monotone in ``n``; not exactly, as discrete
+batching makes attainment near the target noisy (3 replicas meeting 0.99 of 400 requests,
+4 missing it by one, 5 meeting it). So a miss excludes the counts below it only when it is
+**conclusive**, short by more than two binomial standard errors of the attainment
+(``plan.margin``); an inconclusive miss leaves them open, and the search evaluates below
+it until a conclusive miss or 1. The answer is the fewest units that met the SLO among
+those evaluated, and every count below it was evaluated or is at or below a conclusive
+miss. Where every miss is conclusive this is the former doubling and bisection, run for
+run; a test checks the answer against brute force.
 
 Pruning (branch and bound): once some configuration meets the SLO on S sockets, no
 configuration tries more than S sockets (``n <= S / (unit x tp)``); a configuration whose
@@ -39,6 +43,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan.evaluate import evaluate as default_evaluate
+from rdu_sim.plan.margin import conclusive_miss
 from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
 from rdu_sim.report.slo_why import Verdict, short, stop_rule
 from rdu_sim.sweep.executors import check_cluster
@@ -59,7 +64,7 @@ class Search:
     slo: SLOConfig
     device: str = "socket"  # what one device is called (ClusterScenario.device)
     results: dict[int, dict[str, Any]] = field(default_factory=dict)  # units -> metrics
-    failing: int = 0  # most units known to fail
+    failing: int = 0  # most units a conclusive miss excludes (it and every count below)
     passing: int | None = None  # fewest units known to meet the SLO
     status: str = "searching"  # searching | met | not met | infeasible | pruned | error
     reason: str = ""
@@ -70,31 +75,43 @@ class Search:
         return self.configuration.unit * self.tp
 
     def next_units(self, best_sockets: int | None) -> int | None:
-        """The next unit count to evaluate, or None when the search of this one is over."""
+        """The next unit count to evaluate, or None when the search of this one is over.
+
+        Doubling until a count meets the SLO, then bisecting below it; a count is settled
+        when evaluated or at most ``failing`` (a conclusive miss, ``plan.margin``), so an
+        inconclusive miss leaves the counts below it open. Counts above ``best_sockets``
+        (another configuration's answer) are not tried."""
         if self.status != "searching":
             return None
         cap = self.max_units
         if best_sockets is not None:
             cap = min(cap, best_sockets // self.unit_sockets)
-        if self.passing is None:
-            if cap <= self.failing:
-                if best_sockets is not None and cap < self.max_units:
-                    failed = human.count(self.failing * self.unit_sockets, self.device)
-                    best = human.count(best_sockets, self.device)
-                    self.finish("pruned", f"not met on {failed}; more cannot beat {best}")
-                else:
-                    replicas = human.count(self.max_units * self.configuration.unit, "replica")
-                    self.finish("not met", f"search.max_replicas reached ({replicas})")
-                return None
-            return min(cap, 1 if self.failing == 0 else 2 * self.failing)
-        if self.passing - self.failing <= 1:
+        top = max(self.results, default=0)
+        if self.passing is None and top < cap:
+            return min(cap, 2 * top if top else 1)
+        if self.passing is not None and not self._open(self.passing):
             self.finish("met", "")
             return None
-        if cap <= self.failing:  # fewer units than `passing` could not beat the best either
-            met = human.count(self.passing * self.unit_sockets, self.device)
-            self.finish("pruned", f"met on {met}; fewer cannot beat the best")
+        limit = cap + 1 if self.passing is None else min(self.passing, cap + 1)
+        still = self._open(limit)
+        if not still:
+            if self.passing is not None:  # fewer units than `passing` could not beat the best
+                met = human.count(self.passing * self.unit_sockets, self.device)
+                self.finish("pruned", f"met on {met}; fewer cannot beat the cheapest")
+            elif best_sockets is not None and cap < self.max_units:
+                failed = human.count(top * self.unit_sockets, self.device)
+                self.finish("pruned", f"not met on {failed}; more cannot beat the cheapest")
+            else:
+                replicas = human.count(self.max_units * self.configuration.unit, "replica")
+                self.finish("not met", f"search.max_replicas reached ({replicas})")
             return None
-        return min(cap, (self.failing + self.passing) // 2)
+        middle = (self.failing + (limit if self.passing is None else self.passing)) // 2
+        return min(still, key=lambda n: (abs(n - middle), n))
+
+    def _open(self, limit: int) -> list[int]:
+        """The unit counts below ``limit`` neither evaluated nor excluded by a conclusive
+        miss (``failing``)."""
+        return [n for n in range(self.failing + 1, limit) if n not in self.results]
 
     def record(self, units: int, row: Mapping[str, Any]) -> None:
         """Take one evaluated point into account."""
@@ -108,7 +125,8 @@ class Search:
         elif metrics.get("slo_met"):
             self.passing = units if self.passing is None else min(self.passing, units)
         else:
-            self.failing = max(self.failing, units)
+            if conclusive_miss(metrics, self.slo):
+                self.failing = max(self.failing, units)
             self.stopped = stop_rule(metrics, self.slo)
             if self.stopped:
                 self.finish("not met", short(self.stopped))
@@ -260,7 +278,7 @@ def _announce(searches: list[Search], announced: set[int], report: Reporter) -> 
         announced.add(id(search))
         label = search.configuration.label()
         if search.status == "met" and search.passing is not None:
-            sockets = search.passing * search.unit_sockets
-            report.message(f"  {label}: met with {search.passing} unit(s), {sockets} sockets")
+            devices = human.count(search.passing * search.unit_sockets, search.device)
+            report.message(f"  {label}: met with {search.passing} unit(s), {devices}")
         else:
             report.message(f"  {label}: {search.status}: {search.reason}")

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rdu_sim import human
 from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
 from rdu_sim.config import shipped
-from rdu_sim.config.cluster import SLOConfig
+from rdu_sim.config.base import StrictModel
+from rdu_sim.config.cluster import KVTransferConfig, SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.kinds import kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
@@ -136,10 +138,38 @@ class LoadedPlan:
     def name(self) -> str:
         return self.spec.name or self.file.stem
 
+    kv_transfer: KVTransferConfig | None = None  # the cluster file's, for disaggregation
+
     @property
     def slo(self) -> SLOConfig:
-        """The SLO every configuration is held to: the spec's, else the cluster file's."""
-        return self.spec.slo or self.base.config.slo
+        """The SLO every configuration is held to: the cluster file's, with the fields the
+        spec's ``slo`` gives replaced (``SLOOverride.over``)."""
+        base = self.base.config.slo
+        return base if self.spec.slo is None else self.spec.slo.over(base)
+
+    def slo_words(self) -> str:
+        """The SLO in words, each field's origin when the spec changes some:
+        ``TTFT <= 500 ms and TPOT <= 40 ms for 95% of requests (attainment from the cluster
+        file)``."""
+        slo = self.slo
+        text = (
+            f"TTFT <= {human.duration(slo.ttft)} and TPOT <= {human.duration(slo.tpot)} for "
+            f"{human.target_percent(slo.attainment)} of requests"
+        )
+        given = self.spec.slo.given() if self.spec.slo is not None else []
+        kept = [name for name in ("ttft", "tpot", "attainment") if name not in given]
+        if given and kept:
+            return f"{text} ({', '.join(kept)} from the cluster file)"
+        return f"{text} (the {'plan' if given else 'cluster file'}'s)"
+
+    def link_words(self) -> str:
+        """The KV link disaggregated configurations use, in words, with where it is set."""
+        link = self.kv_transfer or KVTransferConfig()
+        where = "the cluster file's kv_transfer" if self.kv_transfer else "the default"
+        return (
+            f"KV link {human.bandwidth(link.bandwidth)} each way a replica, "
+            f"{human.duration(link.latency)} latency ({where})"
+        )
 
     def error(self, field: str, message: str) -> ConfigError:
         parts = tuple(field.split("."))
@@ -179,6 +209,28 @@ class LoadedPlan:
         axes = itertools.product(splits, slots, policies, search.disaggregation)
         return [Configuration(*values) for values in axes]
 
+    def set_paths(self, configuration: Configuration, units: int) -> dict[str, Any]:
+        """The ``--set`` paths that make the cluster file into ``configuration`` at ``units``
+        (``rdu-sim run CLUSTER --set ...`` reproduces a plan's answer; the plan's SLO fields
+        too): the template pool becomes the prefill pool of a disaggregation, and a decode
+        pool beside it takes the same workload and fields."""
+        pool = f"pools.{self.pool_name}"
+        fields = {f"{pool}.set.{path}": value for path, value in configuration.overrides().items()}
+        ratio = configuration.ratio
+        paths: dict[str, Any] = {f"{pool}.replicas": units if ratio is None else ratio[0] * units}
+        if ratio is not None:
+            decode = "decode" if self.pool_name != "decode" else "decode_pool"
+            template = self.base_data["pools"][self.pool_name]
+            paths[f"{pool}.role"] = "prefill"
+            paths[f"pools.{decode}.workload"] = template["workload"]
+            paths[f"pools.{decode}.replicas"] = ratio[1] * units
+            paths[f"pools.{decode}.role"] = "decode"
+            for path, value in (template.get("set") or {}).items():
+                paths[f"pools.{decode}.set.{path}"] = value
+            fields.update({k.replace(pool, f"pools.{decode}", 1): v for k, v in fields.items()})
+        slo = self.spec.slo.model_dump(exclude_none=True) if self.spec.slo is not None else {}
+        return {**paths, **fields, **{f"slo.{name}": value for name, value in slo.items()}}
+
     def build(self, configuration: Configuration, units: int) -> PlanPoint:
         """The cluster of ``configuration`` at ``units`` replica units (ConfigError if the
         config refuses it)."""
@@ -204,8 +256,9 @@ class LoadedPlan:
                 },
             }
         data["pools"] = pools
-        if self.spec.slo is not None:
-            data["slo"] = self.spec.slo.model_dump()
+        data["slo"] = self.slo.model_dump()
+        if ratio is None:  # the link carries nothing without prefill and decode pools
+            data.pop("kv_transfer", None)
         cluster = build_cluster(
             data, file=str(self.base_file), set_origins=self.origins(configuration)
         )
@@ -242,6 +295,35 @@ def _trace_digest(cluster: ClusterScenario) -> str | None:
     return digest.hexdigest()
 
 
+class _Link(StrictModel):
+    kv_transfer: KVTransferConfig
+
+
+def _link(
+    data: Mapping[str, Any],
+    base_file: Path,
+    base_lines: LineMap,
+    spec: PlanSpec,
+    file: Path,
+    lines: LineMap,
+) -> KVTransferConfig | None:
+    """The template cluster's ``kv_transfer``, validated as the cluster file's field: the
+    link its disaggregated configurations use (a cluster of one mixed pool has no use for
+    it, so only a plan with a disaggregation other than 'none' may give it)."""
+    if data.get("kv_transfer") is None:
+        return None
+    if all(parse_ratio(d) is None for d in spec.search.disaggregation):
+        raise ConfigError.single(
+            str(base_file),
+            "kv_transfer",
+            f"only applies with prefill and decode pools, and plan {file} searches none "
+            "(its search.disaggregation is 'none')",
+            base_lines.get(("kv_transfer",)),
+        )
+    checked = validate(_Link, {"kv_transfer": data["kv_transfer"]}, str(base_file), base_lines)
+    return checked.kv_transfer
+
+
 def load_plan(path: str | Path) -> LoadedPlan:
     """Read and validate a plan spec and its base cluster (ConfigErrors name file and line);
     ``path`` may also name a shipped plan (``rdu_sim.config.shipped``)."""
@@ -260,15 +342,25 @@ def load_plan(path: str | Path) -> LoadedPlan:
     near = Path(spec.cluster)
     if not near.is_absolute():
         near = file.parent / near
-    base_file = shipped.locate_near(near, spec.cluster, ("cluster",))
+    try:
+        base_file = shipped.locate_near(near, spec.cluster, ("cluster",))
+        if not base_file.is_file():  # missing or a folder: said at the plan's field
+            read_yaml(base_file)
+    except ConfigError as exc:
+        said = "; ".join(f"{i.file}: {i.message}" for i in exc.issues)
+        raise ConfigError.single(str(file), "cluster", said, lines.get(("cluster",))) from None
     base_data, base_lines = read_yaml(base_file)
     if not isinstance(base_data, Mapping):
         raise ConfigError.single(str(base_file), "", "expected a cluster file (a mapping)")
     problem = kind_problem(base_data, spec.cluster, "cluster")
     if problem is not None:  # one error here, not one per field of a workload it is not
         raise ConfigError.single(str(file), "cluster", problem, lines.get(("cluster",)))
-    base = build_cluster(base_data, file=str(base_file), lines=base_lines)
-    loaded = LoadedPlan(spec, file, lines, base_file, dict(base_data), base, base.pools[0].name)
+    link = _link(base_data, base_file, base_lines, spec, file, lines)
+    template = {k: v for k, v in base_data.items() if k != "kv_transfer"}
+    base = build_cluster(template, file=str(base_file), lines=base_lines)
+    loaded = LoadedPlan(
+        spec, file, lines, base_file, dict(base_data), base, base.pools[0].name, link
+    )
     if len(base.pools) != 1 or base.pools[0].role != "mixed":
         raise loaded.error(
             "cluster",
