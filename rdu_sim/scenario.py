@@ -822,7 +822,8 @@ def _load_stack(
             raise ConfigError.single(near, field_name, other, line) from None
         at = ConfigIssue(near, field_name, "", line)
         set_by = override_note("stack", source) if chosen and field_name == "stack" else ""
-        raise in_context(exc, at, NONE if path is None else str(path), overrides, set_by) from None
+        placed = in_context(exc, at, NONE if path is None else str(path), overrides, set_by)
+        raise (placed if path is not None else _device_alone(placed, files[0])) from None
     problem = runs_on_problem(stack, hardware.kind)
     if problem is not None:
         where = "" if field_name == "stack" else f" (the default_stack of {files[1]})"
@@ -835,6 +836,15 @@ def _load_stack(
             lines.get(("stack",)),
         )
     return stack, file
+
+
+def _device_alone(exc: ConfigError, workload_file: str) -> ConfigError:
+    """The issues of the built-in ``none`` stack, which has no file, named by the workload
+    that chose it: ``w.yaml (stack none: the device alone): decode_program: ...``, not
+    ``none: decode_program: ...`` (the field stays the stack's own, as its ``(from --set
+    stack.decode_program)`` note says; the workload's ``stack.`` is no field of its file)."""
+    at = f"{workload_file} (stack none: the device alone)"
+    return type(exc)([dataclasses.replace(i, file=at) if i.file == NONE else i for i in exc.issues])
 
 
 def with_overrides(

@@ -332,3 +332,17 @@ def test_a_cluster_of_the_wrong_type_is_named(given: object) -> None:
     with pytest.raises(TypeError, match="cluster_or_path must be a ClusterScenario") as caught:
         run_cluster(given)  # type: ignore[arg-type]
     assert type(given).__name__ in str(caught.value)
+
+
+def test_run_json_is_to_json_compact() -> None:
+    """The README's word: ``to_json()`` indents by 2, and ``rdu-sim run --json`` prints
+    the same sorted keys compact, ``to_json(indent=None)``, byte for byte."""
+    from click.testing import CliRunner
+
+    from rdu_sim.cli.main import cli
+
+    printed = CliRunner().invoke(cli, ["run", W, "--set", "serving.requests=8", "--json"])
+    assert printed.exit_code == 0, printed.output
+    result = api.run(W, {"serving.requests": 8})
+    assert printed.output == result.to_json(indent=None) + "\n"
+    assert result.to_json() != result.to_json(indent=None) and "\n  " in result.to_json()

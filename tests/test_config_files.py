@@ -812,3 +812,33 @@ def test_a_snapstream_rule_binds_only_when_a_prompt_can_be_compressed() -> None:
     [issue] = _error(path, [*window, "kv.observation_window=4000"]).issues
     assert issue.field == "kv.observation_window"
     assert issue.message.endswith("(from --set kv.observation_window)")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (  # a length takes a number too: not "expected a mapping of fields" (trial Q)
+            "serving.output_tokens=1.5",
+            "serving.output_tokens: expected a whole number or a distribution's mapping "
+            "({dist: fixed, uniform or lognormal, ...}), got 1.5",
+        ),
+        (
+            "serving.prompt_tokens=true",
+            "serving.prompt_tokens: expected a whole number or a distribution's mapping "
+            "({dist: fixed, uniform or lognormal, ...}), got True",
+        ),
+        ("serving.arrival=5", "serving.arrival: expected a mapping of fields, got 5"),
+        (  # a choice in the house words, not pydantic's "Input should be 'fp32', ..."
+            "dtypes.kv=fp4",
+            "dtypes.kv: must be fp32, bf16, fp16, fp8, int8 or int4, got 'fp4'",
+        ),
+        (
+            "serving.arrival.process=poison",
+            "serving.arrival.process: must be poisson, closed_loop or all_at_once, got 'poison'",
+        ),
+    ],
+)
+def test_a_wrong_kind_of_value_is_told_what_its_field_accepts(override: str, message: str) -> None:
+    field = override.split("=")[0]
+    error = str(_error(REPO / "workloads" / LLAMA_1S, [override]))
+    assert error.endswith(f": {message} (from --set {field})"), error

@@ -197,6 +197,58 @@ def test_a_queue_grew_when_requests_waited_longer_than_served(
     assert why_bound(False, OCCUPANCY_FULL, grew) == "slots_busy"
 
 
+BURST = {
+    "serving.requests": 40,
+    "serving.arrival": {"process": "poisson", "rate": 1000.0},
+    "serving.prompt_tokens": {"dist": "uniform", "low": 256, "high": 2048},
+    "serving.output_tokens": {"dist": "uniform", "low": 16, "high": 128},
+}
+
+
+def test_a_burst_beyond_the_slots_is_bound_by_the_machine_though_its_drain_empties_them() -> None:
+    """40 requests at 1,000 req/s on 16 slots: they queue behind one another's prefills
+    (slots stand empty while a request waits), then drain, so the slots are held 77% of
+    the time and the queue is less than half the end-to-end time; still the machine, not
+    the load, set the throughput (trial Q's verdict told it to raise the rate)."""
+    text, data = text_of(BURST)
+    assert data["batch_slots"] == 16 and data["occupancy"] < OCCUPANCY_FULL
+    waited, e2e = data["queue_delay_s"]["mean"], data["e2e_s"]["mean"]
+    assert 0 < waited < e2e - waited  # not queue_grew: saturated
+    assert data["throughput_bound"] == "machine"
+    said = " ".join(text.split())
+    assert "offered load (" not in said and "raise serving.arrival.rate" not in said
+    assert (
+        f"Requests waited {human.duration(waited)} on average to be admitted, and the machine "
+        "served " in said
+    )
+    assert "for at least 90.0% of the time until the last was admitted, a request was " in said
+    # the same rate, fewer requests than slots: they cannot hold them all, the load is the bound
+    _, few = text_of({**BURST, "serving.requests": 8})
+    assert few["throughput_bound"] == "offered_load"
+    assert why_bound(False, 0.5, False, None, 16, saturated=True) == "saturated"
+    assert why_bound(False, 0.5, False, None, 16, saturated=False) == "slots_idle"
+    assert throughput_bound(False, 0.5, False, None, 16, saturated=True) == "machine"
+
+
+def test_requests_all_at_once_are_never_told_to_raise_a_rate() -> None:
+    """``all_at_once`` has no rate: as many requests as slots or more keep the machine
+    busy as a closed loop does (the machine), fewer cannot fill the slots and the sentence
+    says to offer more requests."""
+    text, data = text_of({"serving.arrival": {"process": "all_at_once"}})  # 24 on 16 slots
+    assert data["occupancy"] < OCCUPANCY_FULL and data["throughput_bound"] == "machine"
+    assert "serving.arrival.rate" not in text
+    text, data = text_of({"serving.arrival": {"process": "all_at_once"}, "serving.requests": 8})
+    assert data["throughput_bound"] == "offered_load"
+    said = " ".join(text.split())
+    assert "serving.arrival.rate" not in said
+    assert (
+        "The throughput above is set by the 8 requests offered all at once, not by the "
+        "machine: 8 cannot fill its 16 batch slots (occupied "
+        f"{human.percent(data['occupancy'])} of the time). To measure what the machine can "
+        "do, offer at least 16 (serving.requests)."
+    ) in said
+
+
 @pytest.mark.parametrize("bound", list(RESOURCES))
 def test_the_run_report_names_the_decode_steps_bound_in_words(bound: str) -> None:
     """The run report names the binding resource as every other report does (RESOURCES:

@@ -82,6 +82,46 @@ def test_capacity_hints_never_suggest_what_is_already_set() -> None:
     assert "serving.max_context" in message and "parallelism.tp" in message
 
 
+def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> None:
+    """The capacity error reads as every other error does (``error: FILE: FIELD: message``):
+    at the field an override set when one of those it names was (with its ``(from --set)``
+    note), HBM capacity among the ways out; trial Q's had no file and no field."""
+    result = CliRunner().invoke(
+        cli, ["run", str(LLAMA_8B), "--set", "hw.socket.hbm.capacity=8 GiB"]
+    )
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert line.startswith(
+        f"error: {LLAMA_8B}: hw.socket.hbm.capacity: cannot fit even one sequence (a slot of "
+        "max_context 8192 tokens"
+    ), line
+    assert line.endswith(
+        "or give each socket more HBM (hw.socket.hbm.capacity, now 8 GiB) "
+        "(from --set hw.socket.hbm.capacity)"
+    ), line
+
+
+def test_not_one_sequence_fitting_a_file_as_written_is_at_its_max_context_line(
+    tmp_path: Path,
+) -> None:
+    """No override: the error is at the slot's size, ``serving.max_context``, on its line."""
+    text = LLAMA_8B.read_text().replace("model: llama-3.1-8b", "model: llama-3.1-70b")
+    text = text.replace("hardware: ../hw_configs/", f"hardware: {ROOT / 'hw_configs'}/")
+    workload = tmp_path / "w.yaml"
+    workload.write_text(text)
+    line = 1 + text.splitlines().index("  max_context: 8192")
+    scenario = load_scenario(workload)
+    with pytest.raises(CapacityError) as info:
+        batch_capacity(scenario)
+    message = str(info.value)
+    assert message.startswith(f"{workload}:{line}: serving.max_context: cannot fit even one "), (
+        message
+    )
+    assert "from --set" not in message
+    assert message.endswith("or give each socket more HBM (hw.socket.hbm.capacity, now 64 GiB)")
+
+
 def test_streamed_reads_every_weight_from_ddr_and_is_slower_than_the_hot_set() -> None:
     hot = load_scenario(LLAMA_405B)
     streamed = load_scenario(LLAMA_405B, {"memory.weights": "streamed"})

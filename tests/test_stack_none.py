@@ -40,3 +40,22 @@ def test_the_schema_says_what_none_keeps() -> None:
     assert (
         "'none' (the device alone: no host time; static decode programs over every batch " in words
     )
+
+
+def test_an_edit_of_the_device_alone_is_refused_naming_the_workload_that_chose_it() -> None:
+    """``--set stack=none`` has no file: its field's error is named by the workload that
+    chose it, with the override that set the field (trial Q's read ``none: decode_program``,
+    "none" where a file goes)."""
+    import pytest
+
+    from rdu_sim.config import ConfigError
+    from rdu_sim.config.shipped import locate
+    from rdu_sim.scenario import load_scenario
+
+    file = locate("llama3.1-8b-1socket", ("workload",))
+    with pytest.raises(ConfigError) as info:
+        load_scenario(file, {"stack": "none", "stack.kv_page_tokens": -3})
+    assert str(info.value) == (
+        f"{file} (stack none: the device alone): kv_page_tokens: must be at least 1, got -3 "
+        "(from --set stack.kv_page_tokens)"
+    )

@@ -56,6 +56,7 @@ from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.config.hardware_file import device_noun
+from rdu_sim.config.overrides import override_for
 from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.graph import operators
 from rdu_sim.graph.operator import Axis
@@ -745,18 +746,41 @@ def batch_capacity(
 
     if not fits(1):
         if strict:
-            hints = shrink_hints(scenario, kv=True, weights=weights > 0, activations=True)
             device = device_noun(scenario.hardware)
+            more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
+            hints = [
+                *shrink_hints(scenario, kv=True, weights=weights > 0, activations=True),
+                f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
+            ]
+            # at the first of the fields it names that an override set (its "(from --set)"
+            # note), else at the slot's size
+            involved = (
+                more_hbm,
+                "serving.max_context",
+                "kv.policy",
+                "memory.weights",
+                "dtypes.weights",
+                "parallelism.tp",
+                "hardware",
+                "model",
+            )
+            field = next(
+                (f for f in involved if override_for(f, scenario.overrides) is not None),
+                "serving.max_context",
+            )
             raise CapacityError(
-                f"cannot fit even one sequence ({slot_words(scenario)}): "
-                f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
-                f"(tp={scenario.tp}, {scenario.weight_dtype}), "
-                f"{_weights_placed(scenario, total, target)}, which leaves "
-                f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
-                f"{device}, and one slot's KV cache is "
-                f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
-                f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
-                f"{max_prompt_tokens(scenario)}-token prompt); {_join(hints)}"
+                scenario.at_field(
+                    field,
+                    f"cannot fit even one sequence ({slot_words(scenario)}): "
+                    f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
+                    f"(tp={scenario.tp}, {scenario.weight_dtype}), "
+                    f"{_weights_placed(scenario, total, target)}, which leaves "
+                    f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
+                    f"{device}, and one slot's KV cache is "
+                    f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
+                    f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
+                    f"{max_prompt_tokens(scenario)}-token prompt); {_join(hints)}",
+                )
             )
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices

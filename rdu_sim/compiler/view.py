@@ -142,8 +142,10 @@ def compile_view(scenario: Scenario) -> CompileView:
     """``scenario`` without its unread fields, and the sha256 of everything it keeps.
 
     The KV policy is the scenario's (built from ``kv`` and ``serving.max_context`` alone, both
-    kept), the draft is viewed the same way, and the file names stay (the compiler's errors
-    name them).
+    kept), the draft is viewed the same way, and the file names, the overrides and the
+    workload's lines stay (the compiler's errors name the file and field, and the override
+    that set it), outside the digest: a result does not depend on them, and an error is
+    never shared.
     """
     workload = _without(scenario.workload, UNREAD_WORKLOAD)
     hardware = _without(scenario.hardware, UNREAD_HARDWARE)
@@ -168,5 +170,7 @@ def compile_view(scenario: Scenario) -> CompileView:
         stack=stack,
         stack_file=scenario.stack_file,
         draft=None if draft is None else draft.scenario,
+        overrides=scenario.overrides,  # neither in the digest: what an error blames
+        lines=scenario.lines,
     )
     return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())

@@ -7,6 +7,7 @@ fix (unknown keys get a "did you mean" from the valid names).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -217,6 +218,54 @@ def _range_message(
     return message
 
 
+_KIND_WORDS: dict[Any, str] = {int: "a whole number", float: "a number", str: "a string"}
+"""A shorthand's input type in words (what ``_accepted`` says a field takes)."""
+
+
+def _accepted(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> str | None:
+    """What a field that takes a shorthand besides its mapping accepts, in words, from the
+    input type its validator declares (``json_schema_input_type``): ``a whole number or a
+    distribution's mapping ({dist: fixed, uniform or lognormal, ...})`` for a length, where
+    "expected a mapping of fields" would hide the number it takes. None for a field that
+    takes a mapping only."""
+    cls = _parent_model(model, loc, data) if loc else None
+    info = cls.model_fields.get(str(loc[-1])) if cls is not None else None
+    if info is None:
+        return None
+    for meta in info.metadata:
+        kinds = getattr(meta, "json_schema_input_type", None)
+        forms = get_args(kinds) if get_origin(kinds) is not None else (kinds,)
+        scalars = [_KIND_WORDS[kind] for kind in forms if kind in _KIND_WORDS]
+        if not scalars:
+            continue
+        mapping = "a mapping of fields"
+        key = info.discriminator if isinstance(info.discriminator, str) else None
+        tags = [
+            str(tag)
+            for kind in forms
+            if isinstance(kind, type) and issubclass(kind, BaseModel) and key in kind.model_fields
+            for tag in get_args(kind.model_fields[key].annotation)
+        ]
+        if key is not None and tags:
+            listed = ", ".join(tags[:-1]) + f" or {tags[-1]}" if len(tags) > 1 else tags[0]
+            noun = _TAG_NOUNS.get(key)
+            mapping = f"a {noun}'s mapping" if noun else "a mapping"
+            mapping += f" ({{{key}: {listed}, ...}})"
+        return " or ".join([*scalars, mapping])
+    return None
+
+
+def _literal_message(error: Any) -> str | None:
+    """A value outside its field's choices in the house words, ``must be fp32, bf16 or
+    int4, got 'fp4'``, where pydantic says ``Input should be 'fp32', 'bf16' or 'int4'``
+    (as ``_range_message`` words a number out of range); None for any other error."""
+    expected = (error.get("ctx") or {}).get("expected")
+    if error["type"] not in ("literal_error", "enum") or not isinstance(expected, str):
+        return None
+    choices = re.sub(r"'([^']*)'", r"\1", expected)
+    return f"must be {choices}, got {shown(error.get('input'))}"
+
+
 def close_name(name: str, valid: Sequence[str]) -> str | None:
     """The valid name closest to a misspelt ``name`` (difflib's nearest), or None: the
     "did you mean" of an unknown field, of an unknown shipped file's name and of a
@@ -298,7 +347,8 @@ def issues_from_validation(
             described = _description(model, loc, data)
             message = "required field is missing" + (f" ({described})" if described else "")
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
-            message = f"expected a mapping of fields, got {shown(error.get('input'))}"
+            accepted = _accepted(model, loc, data) or "a mapping of fields"
+            message = f"expected {accepted}, got {shown(error.get('input'))}"
         elif tag is not None:
             message = tag[1]
         elif kind == "union_tag_not_found":
@@ -308,6 +358,8 @@ def issues_from_validation(
             message = problem.message  # it names the values it compares
         elif (ranged := _range_message(error, model, loc, data)) is not None:
             message = ranged
+        elif (chosen := _literal_message(error)) is not None:
+            message = chosen
         else:
             text = error["msg"].removeprefix("Value error, ")
             given = error.get("input")

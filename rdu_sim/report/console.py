@@ -28,7 +28,15 @@ from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
 from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.report.speculation import draft_devices
-from rdu_sim.report.summary import OfferedLoad, RunSummary, Utilization, queue_grew, why_bound
+from rdu_sim.report.summary import (
+    OCCUPANCY_FULL,
+    OfferedLoad,
+    RunSummary,
+    Utilization,
+    in_flight,
+    queue_grew,
+    why_bound,
+)
 from rdu_sim.report.terminal import wide_console
 from rdu_sim.serving.steady import MIN_TURNOVERS
 
@@ -276,13 +284,24 @@ def _asked(result: RunSummary) -> str:
     )
 
 
+def bound_why(result: RunSummary) -> str:
+    """:func:`why_bound` of a run's summary; ``saturated`` read back from its
+    ``throughput_bound`` (a machine bound that neither the occupancy nor the queue explains:
+    the summary keeps no time series to measure it again)."""
+    users = in_flight(result.load, result.requests)
+    grew = queue_grew(result.queue_delay_s, result.e2e_s)
+    why = why_bound(users is not None, result.occupancy or 0.0, grew, users, result.batch_slots)
+    return "saturated" if why == "slots_idle" and result.throughput_bound == "machine" else why
+
+
 def load_note(result: RunSummary) -> str | None:
     """A plain sentence when the throughput measures the offered load, not the machine; or
-    when an open loop's queue grew though its slots stood mostly idle (``queue_grew``)."""
+    when an open loop is bound by the machine though its slots stood mostly idle
+    (``queue_grew``, ``saturated``)."""
     asked = _asked(result)
     if result.throughput_bound != "offered_load":
         return queue_note(result, asked)
-    users = result.load.concurrency
+    users = in_flight(result.load, result.requests)
     if result.load.arrival == "closed_loop" and users is not None:
         return (
             f"The throughput above is set by the closed loop's {human.count(users, 'user')} "
@@ -291,6 +310,14 @@ def load_note(result: RunSummary) -> str | None:
             f"(occupied {human.percent(result.occupancy)} of the time). To measure what the "
             f"machine can do, keep {result.batch_slots:,} requests in flight "
             "(serving.requests, serving.arrival.concurrency)."
+        )
+    if users is not None:  # all_at_once: no rate to raise
+        return (
+            f"The throughput above is set by the {human.count(users, 'request')} offered all "
+            f"at once, not by the machine: {users:,} cannot fill its "
+            f"{human.count(result.batch_slots, 'batch slot')} (occupied "
+            f"{human.percent(result.occupancy)} of the time). To measure what the machine can "
+            f"do, offer at least {result.batch_slots:,} (serving.requests)."
         )
     return offered_load_words(
         asked,
@@ -313,10 +340,11 @@ def offered_load_words(asked: str, occupied: str, more: str) -> str:
 
 def queue_note(result: RunSummary, asked: str) -> str | None:
     """Why an open loop whose slots stood mostly idle is still bound by the machine: its
-    queue grew (under CoE, behind the other experts' turns)."""
+    queue grew (under CoE, behind the other experts' turns), or a request waited whenever a
+    slot stood empty (``saturated``: the machine was prefilling the ones before it)."""
     occupancy = result.occupancy or 0.0
-    grew = queue_grew(result.queue_delay_s, result.e2e_s)
-    if why_bound(result.load.arrival == "closed_loop", occupancy, grew) != "queue_grew":
+    why = bound_why(result)
+    if why not in ("queue_grew", "saturated"):
         return None
     waited, e2e = result.queue_delay_s.mean, result.e2e_s.mean
     assert waited is not None and e2e is not None
@@ -325,6 +353,16 @@ def queue_note(result: RunSummary, asked: str) -> str | None:
         served = (
             f", and the machine served {human.rate(result.decode_tokens_per_s, 'tokens/s')} "
             f"of the {asked}"
+        )
+    if why == "saturated":
+        return (
+            f"Requests waited {human.duration(waited)} on average to be admitted{served}: "
+            f"for at least {human.percent(OCCUPANCY_FULL)} of the time until the last was "
+            "admitted, a request was waiting or every batch slot was held (the machine was "
+            "prefilling the ones before it), so the throughput above is set by the machine, "
+            "not by the offered load, though its batch slots were "
+            f"occupied only {human.percent(occupancy)} of the time (the drain after the last "
+            "admission included)."
         )
     turns = ""
     if result.coe is not None:

@@ -27,9 +27,12 @@ Definitions (docs/serving.md repeats them for users):
   lengths); ``dtypes``: the storage types the run used (model defaults resolved);
   ``throughput_bound``: ``offered_load`` when the slots stood mostly idle in an open loop
   and the queue did not grow (more load would raise the throughput: it measures the
-  arrivals, not the machine), else ``machine`` (a closed loop, slots kept busy, or a
-  machine that fell behind the arrivals: requests that waited longer to be admitted than
-  serving them took, and fewer tokens served than asked: ``queue_grew``).
+  arrivals, not the machine), or when a closed loop's users or an ``all_at_once`` run's
+  requests were fewer than the slots; else ``machine`` (a closed loop or ``all_at_once``
+  that fills its slots, slots kept busy, or a machine that fell behind the arrivals:
+  requests that waited longer to be admitted than serving them took, ``queue_grew``, or a
+  request waiting whenever a slot stood empty until the last was admitted,
+  ``machine_saturated``).
 - ``occupancy``: time-weighted mean fraction of slots holding a request over the makespan;
   ``decode_slot_fill``: decoding slots / batch slots, averaged over the steps that decode
   (decode steps and mixed steps): how full the batch ran (a static decode graph pads the
@@ -241,32 +244,78 @@ def queue_grew(queue_delay_s: Percentiles, e2e_s: Percentiles) -> bool:
     return waited is not None and e2e is not None and waited > e2e - waited
 
 
+def in_flight(load: OfferedLoad, requests: int) -> int | None:
+    """The requests a run holds ready for the machine from the start: a closed loop's
+    users (``load.concurrency``), or an ``all_at_once`` run's ``requests``, all arrived at
+    once (while they outnumber the slots, the next one waits for a slot as a closed loop's
+    does); None for arrivals at a rate or at a trace's times."""
+    if load.arrival == "all_at_once":
+        return requests
+    return load.concurrency if load.arrival == "closed_loop" else None
+
+
+def machine_saturated(records: ServingRecords, batch_slots: int, first_arrival: float) -> bool:
+    """Whether the machine could take no more request for at least :data:`OCCUPANCY_FULL`
+    of the time from the first arrival to the last admission: every batch slot held, or a
+    request waiting to be admitted (it had arrived, so a slot stood empty only because the
+    machine was busy, prefilling another one). Over that span only: after the last
+    admission no request is left to offer, and the drain that follows, which every finite
+    run has, says nothing of the load (a short run at 1,000 req/s drains to 63%
+    occupancy). Never for fewer requests than slots: they cannot hold them all, and what
+    they waited for was one another's prefill (``queue_grew`` tells when that was most
+    of their time)."""
+    done = records.completed
+    if int(done.sum()) < batch_slots:
+        return False
+    last_admit = float(records.seconds(records.admit_ps[done].max(keepdims=True))[0])
+    if last_admit <= first_arrival:
+        return False
+    counts = records.series.counts()
+    full = ((counts[:, 0] > 0) | (counts[:, 1] + counts[:, 2] >= batch_slots)).astype(np.float64)
+    times = records.series.times().astype(np.float64) / PS_PER_S
+    return _time_average(times, full, first_arrival, last_admit) >= OCCUPANCY_FULL
+
+
 def why_bound(
-    closed_loop: bool, occupancy: float, queue_grew: bool, users: int | None = None, slots: int = 0
+    closed_loop: bool,
+    occupancy: float,
+    queue_grew: bool,
+    users: int | None = None,
+    slots: int = 0,
+    saturated: bool = False,
 ) -> str:
-    """What set a run's throughput: ``few_users`` (a closed loop of fewer ``users``, its
-    requests or its concurrency, than the ``slots``: it could never fill them),
-    ``closed_loop`` (the machine always had the next request), ``slots_busy`` (occupied at
-    least :data:`OCCUPANCY_FULL` of the time),
-    ``queue_grew`` (:func:`queue_grew`, whatever the occupancy), or ``slots_idle``: an open
-    loop whose slots stood mostly idle and whose queue did not grow, so more requests
-    would have raised the throughput."""
+    """What set a run's throughput: ``few_users`` (a closed loop, or an ``all_at_once``
+    run, of fewer ``users`` (:func:`in_flight`) than the ``slots``: it could never fill
+    them), ``closed_loop`` (the machine always had the next request: a closed loop, or
+    ``all_at_once`` requests waiting), ``slots_busy`` (occupied at least
+    :data:`OCCUPANCY_FULL` of the time), ``queue_grew`` (:func:`queue_grew`, whatever the
+    occupancy), ``saturated`` (:func:`machine_saturated`: requests kept waiting while slots stood
+    empty, as the machine prefilled others), or ``slots_idle``: an open loop whose slots
+    stood mostly idle with no request waiting, so more requests would have raised the
+    throughput."""
     if closed_loop and users is not None and users < slots:
         return "few_users"
     if closed_loop:
         return "closed_loop"
     if occupancy >= OCCUPANCY_FULL:
         return "slots_busy"
-    return "queue_grew" if queue_grew else "slots_idle"
+    if queue_grew:
+        return "queue_grew"
+    return "saturated" if saturated else "slots_idle"
 
 
 def throughput_bound(
-    closed_loop: bool, occupancy: float, queue_grew: bool, users: int | None = None, slots: int = 0
+    closed_loop: bool,
+    occupancy: float,
+    queue_grew: bool,
+    users: int | None = None,
+    slots: int = 0,
+    saturated: bool = False,
 ) -> str:
     """``offered_load`` when the slots stood idle for want of requests (:func:`why_bound`
-    ``slots_idle``, or a closed loop of fewer users than slots, ``few_users``): it measures
-    the arrivals or the users; else ``machine``."""
-    why = why_bound(closed_loop, occupancy, queue_grew, users, slots)
+    ``slots_idle``, or fewer users than slots, ``few_users``): it measures the arrivals or
+    the users; else ``machine``."""
+    why = why_bound(closed_loop, occupancy, queue_grew, users, slots, saturated)
     return "offered_load" if why in ("slots_idle", "few_users") else "machine"
 
 
@@ -607,6 +656,7 @@ def summarize(run: ServingRun) -> RunSummary:
     steady = steady_state(records, batch_slots, run.requests_in.closed_loop)
     speculation = speculation_summary(run)
     load = offered_load(scenario, run.requests_in)
+    users = in_flight(load, len(records))
     decode_tokens_per_s = rounded_float(output_tokens / decode_span if decode_span > 0 else 0.0)
     shared = (
         (run.speculation.draft_cache,)
@@ -639,11 +689,12 @@ def summarize(run: ServingRun) -> RunSummary:
         },
         load=load,
         throughput_bound=throughput_bound(
-            run.requests_in.closed_loop,
+            users is not None,
             occupancy or 0.0,
             queue_grew(latencies.queue_delay, latencies.e2e),
-            load.concurrency,
+            users,
             batch_slots,
+            users is None and machine_saturated(records, batch_slots, first_arrival),
         ),
         batch_capacity=run.batch_capacity,
         memory_capacity=run.memory_capacity,
