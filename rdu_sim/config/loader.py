@@ -240,12 +240,7 @@ def _accepted(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> 
             continue
         mapping = "a mapping of fields"
         key = info.discriminator if isinstance(info.discriminator, str) else None
-        tags = [
-            str(tag)
-            for kind in forms
-            if isinstance(kind, type) and issubclass(kind, BaseModel) and key in kind.model_fields
-            for tag in get_args(kind.model_fields[key].annotation)
-        ]
+        tags = [str(tag) for kind in forms for tag in _tag_values(kind, key)]
         if key is not None and tags:
             listed = ", ".join(tags[:-1]) + f" or {tags[-1]}" if len(tags) > 1 else tags[0]
             noun = _TAG_NOUNS.get(key)
@@ -253,6 +248,15 @@ def _accepted(model: type[BaseModel], loc: tuple[str | int, ...], data: Any) -> 
             mapping += f" ({{{key}: {listed}, ...}})"
         return " or ".join([*scalars, mapping])
     return None
+
+
+def _tag_values(kind: Any, key: str | None) -> tuple[Any, ...]:
+    """The values a tagged-union member's ``key`` field takes (its Literal's), or none for a
+    form that is not a model with that field."""
+    if key is None or not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+        return ()
+    fields: dict[str, Any] = dict(getattr(kind, "model_fields", {}))
+    return get_args(fields[key].annotation) if key in fields else ()
 
 
 def _literal_message(error: Any) -> str | None:
