@@ -252,7 +252,7 @@ def _print_tables(
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
-    from rdu_sim.report.bound import RESOURCES, bound_label, others_alone
+    from rdu_sim.report.bound import RESOURCES, bound_label, others_alone, resource_words
 
     console.print(
         f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
@@ -281,7 +281,8 @@ def _print_tables(
     label = bound_label(limit, data["step_s"])
     of = "the step" if label == "bound by" else human.duration(data["step_s"])
     console.print(
-        f"{label} [bold]{RESOURCES[resource]}[/] ({human.duration(limit)} of "
+        f"{label} [bold]{resource_words(resource, bound['link'] or '')}[/] "
+        f"({human.duration(limit)} of "
         f"{of}; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
         f"({human.duration(data['host_serial_s'])} serial, "
