@@ -26,12 +26,13 @@ from two peers at once), except that the direct form sends to the other nodes be
 node's sockets, as DeepEP's kernels keep the RDMA and NVLink sends going together: where a
 send to another node crosses the in-node port first (SN40L), in-node sends queued ahead of it
 would leave the slower network port idle while they drain (the same rotation for every
-socket, so the peers at each position are still a permutation). ``symmetric=True`` simulates socket 0's sends: by the relabelling
-symmetry every socket does the same at the same instants, so socket 0 holds its rail peers'
-tokens (its peers' partial results) exactly when its own sends of that phase have arrived.
-Exact against all sockets (tests). A send to another node goes through the ports
-``Topology.send`` gives it (through the in-node port first when the network is reached
-through it), and :func:`estimate` walks socket 0's sends through the same ports.
+socket, so the peers at each position are still a permutation). ``symmetric=True``
+simulates socket 0's sends: by the relabelling symmetry every socket does the same at the
+same instants, so socket 0 holds its rail peers' tokens (its peers' partial results) exactly
+when its own sends of that phase have arrived. Exact against all sockets (tests). A send to
+another node goes through the ports ``Topology.send`` gives it (through the in-node port first
+when the network is reached through it), and :func:`estimate` walks socket 0's sends through
+the same ports.
 """
 
 from __future__ import annotations
