@@ -65,7 +65,7 @@ from rdu_sim.kv.policies import (
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.figures import params_total, weight_bytes
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
-from rdu_sim.models.layers import Architecture
+from rdu_sim.models.layers import Architecture, body_starts
 from rdu_sim.models.presets import UnknownModelError, get_model
 from rdu_sim.models.storage import storage_dtypes
 
@@ -260,6 +260,18 @@ def _tp_problem(model: Architecture, tp: int, sockets: int, hardware: Hardware) 
     return None
 
 
+def _body_sizes(model: Architecture) -> str:
+    """The layers a body of ``model`` holds, in words: "pairs of layers", "runs of 1 to 2
+    layers" (``models.layers.body_starts``)."""
+    starts = body_starts(model)
+    sizes = sorted({b - a for a, b in zip(starts, (*starts[1:], model.layers), strict=True)})
+    if sizes == [2]:
+        return "layers in pairs"
+    if len(sizes) == 1:
+        return f"runs of {sizes[0]} layers"
+    return f"runs of {sizes[0]} to {sizes[-1]} layers"
+
+
 def _layout_problem(
     workload: WorkloadConfig, hardware: Hardware, model: Architecture
 ) -> tuple[str, str] | None:
@@ -301,8 +313,17 @@ def _layout_problem(
             f"expert-parallel across them (ep = tp x dp_attention = {stage}): slicing every "
             "expert over ranks that hold different tokens is not modelled"
         )
-    if p.pp > model.layers:
-        return "parallelism.pp", f"pp={p.pp} exceeds the {model.name} model's {model.layers} layers"
+    bodies = len(body_starts(model))
+    if p.pp > bodies:
+        if bodies == model.layers:
+            return "parallelism.pp", (
+                f"pp={p.pp} exceeds the {model.name} model's {model.layers} layers"
+            )
+        return "parallelism.pp", (
+            f"pp={p.pp} would leave a pipeline stage with no layers: the {model.name} "
+            f"model's {model.layers} layers are {bodies} layer bodies, kept whole on one "
+            f"stage ({_body_sizes(model)} that loop as one kernel); use pp <= {bodies}"
+        )
     if p.exchange == "all_to_all" and stage > 2 and system.topology == "ring":
         return "parallelism.ep", (
             f"the experts' all-to-all sends from every device to every other; a 'ring' wiring "

@@ -165,3 +165,25 @@ def test_routing_figures_against_sampling() -> None:
     for block in (1, 2, 8, 16, 32):
         hit = np.mean(np.any(experts // block == 0, axis=1))
         assert token_hit_probability(block, E, K, GROUPS, PICKED) == pytest.approx(hit, abs=0.01)
+
+
+def test_direct_sends_to_other_nodes_first_keep_both_ports_busy() -> None:
+    """Two nodes of two sockets, a send to the other node crossing the in-node port first
+    (SN40L): socket 0 sends ``b`` to each of 3 peers. The other node's sends go first, so the
+    network port starts at once and the in-node send drains beside it: done when the
+    network's two sends have (2b at its rate), not one in-node send later (b/B0 + 2b/B1
+    when the in-node peer went first). The estimate walks the same order: equal."""
+    b, fast, slow = 1e6, (100e9, 1e-6), (10e9, 4e-6)
+    one = AllToAllSpec("direct", "dispatch", 1.0, ((1, 1.0), (2, 1.0), (4, 1.0)))
+    times = []
+    for symmetric in (True, False):
+        env = CountingEnvironment()
+        topo = Topology(env, 4, 2, *fast, *slow, switched=True, network_through_node_port=True)
+        done = all_to_all(topo, AllToAll(one, b, 1, symmetric, (0, 1, 2, 3)))
+        env.run()
+        assert done.triggered
+        times.append(float(env.now))
+    assert times[0] == pytest.approx(times[1], rel=1e-12)
+    assert times[0] == pytest.approx(2 * b / slow[0] + slow[1], rel=1e-12)
+    wiring = Wiring("switched", 2, fast, slow, network_through_node_port=True)
+    assert estimate(one, b, 4, wiring).time_s == pytest.approx(times[0], rel=1e-12)

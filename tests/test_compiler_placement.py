@@ -311,9 +311,11 @@ def test_weights_beyond_a_gpus_hbm_name_the_batch_that_fits() -> None:
         ": lower serving.batch_slots (at most 3 fit beside the weights in the stack's KV "
         in message
     )
+    # at the workload's file and its layout, the override that set it named
+    assert message.startswith("workloads/llama3.1-70b-decode.yaml: parallelism: ")
     assert message.endswith(
         "store weights in fp8 (dtypes.weights, now bf16) or raise "
-        "parallelism.tp (now 1, up to the 8 GPUs)"
+        "parallelism.tp (now 1, up to the 8 GPUs) (from --set parallelism.tp)"
     )
     plan_memory(h200, 3)  # what it names fits
     h100 = load_scenario(

@@ -192,6 +192,27 @@ def test_a_data_parallel_layout_that_does_not_fit_names_levers_it_can_pull() -> 
     assert "up to the 16 sockets)" in line.split("raise parallelism.dp_attention")[1]
 
 
+def test_an_expert_parallel_layout_filling_its_hardware_names_file_layout_and_ep_levers() -> None:
+    """dp_attention 8 x ep 8 on an 8-GPU H800 node: DeepSeek's weights do not fit. The way
+    out is more ranks with a larger ep (on more GPUs) or 4-bit experts, not 'raise
+    parallelism.tp on more GPUs' (it said only that: the ep hint needed spare devices);
+    the line names the workload file and the whole layout."""
+    ep = ROOT / "workloads" / "ep" / "deepseek-v3-h100-ep72-decode.yaml"
+    sets = ("hardware=hgx-h800", "parallelism.dp_attention=8", "parallelism.ep=8",
+            "experts.redundant=0")  # fmt: skip
+    args = [a for s in sets for a in ("--set", s)]
+    line = error_line(invoke("step", ep, *args, "--batch", "16"))
+    assert line.startswith(f"error: {ep}: parallelism: ")
+    assert "weights need 92.09 GiB per GPU (tp=1, dp_attention=8, ep=8, fp8_block)" in line
+    assert line.endswith(
+        "store the routed experts in 4 bits (dtypes.experts mxfp4 or int4, now fp8_block) or "
+        "spread the experts over more ranks: raise parallelism.dp_attention with "
+        "parallelism.ep (now 8 and 8; ep = tp x dp_attention, on more GPUs: "
+        "hw.system.sockets, now 8, or a hardware file with more)"
+    )
+    assert "raise parallelism.tp" not in line
+
+
 def test_a_bad_hardware_file_given_by_set_is_one_line(tmp_path: Path) -> None:
     """`--set hardware=PATH` to a file with a bad field: one error line naming the file, its
     line, the field and the problem, ending with the workload and the override (it was two:

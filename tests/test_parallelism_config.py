@@ -136,3 +136,12 @@ def test_a_lone_run_of_attention_ranks_is_refused_at_the_fields_line_or_override
     assert (issue.field, issue.line) == ("parallelism.dp_attention", None)
     assert issue.message.startswith("a replica of 8 attention ranks serves")
     assert issue.message.endswith("(from overrides: parallelism.dp_attention)")
+
+
+def test_one_micro_batch_without_a_pipeline_is_the_default_and_accepted() -> None:
+    """micro_batches: 1 with pp 1 is what pp 1 runs (it was refused with 'needs pp > 1');
+    above 1 it still needs a pipeline."""
+    assert ParallelismConfig(tp=16, micro_batches=1).pipeline_micro_batches == 1
+    assert api.load(DEEPSEEK, {"parallelism.micro_batches": 1}).workload.parallelism.pp == 1
+    with pytest.raises(ValueError, match=r"2 needs pp > 1"):
+        ParallelismConfig(tp=16, micro_batches=2)

@@ -5,18 +5,22 @@ pipeline."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from rdu_sim import api
+from rdu_sim.cli.main import cli
 from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.stages import pipeline_stages
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.engine.for_hardware import engine_for
 from rdu_sim.engine.pipeline import run_pipeline
+from rdu_sim.models.layers import body_starts
 from rdu_sim.models.presets import get_model
 from rdu_sim.shapes import StepShape
 
 LLAMA70 = "workloads/llama3.1-70b-decode.yaml"
+GPT_OSS = "workloads/gpt-oss-120b-8socket.yaml"
 PP2 = {"hardware": "sn40l-16", "parallelism.tp": 8, "parallelism.pp": 2, "serving.batch_slots": 8}
 
 
@@ -87,6 +91,56 @@ def test_stages_cut_the_layers_at_bodies() -> None:
     gpt = pipeline_stages(get_model("gpt-oss-120b"), 4)  # bodies of two layers stay whole
     assert all(s.first_layer % 2 == 0 for s in gpt) and gpt[-1].end_layer == 36
     assert deepseek[0].first and deepseek[-1].last and not deepseek[1].first
+
+
+@pytest.mark.parametrize("name", ["deepseek-r1", "gpt-oss-120b", "gpt-oss-20b", "llama3.1-8b"])
+def test_every_stage_holds_a_whole_body_up_to_one_stage_a_body(name: str) -> None:
+    """Any pp up to the model's bodies cuts it into non-empty runs of whole bodies that tile
+    the stack; one more stage than bodies has no such cut."""
+    model = get_model(name)
+    starts = body_starts(model)
+    for pp in range(1, len(starts) + 1):
+        stages = pipeline_stages(model, pp)
+        assert all(s.layers > 0 and s.first_layer in starts for s in stages), (pp, stages)
+        assert [s.end_layer for s in stages[:-1]] == [s.first_layer for s in stages[1:]]
+        assert (stages[0].first_layer, stages[-1].end_layer) == (0, model.layers)
+    with pytest.raises(ValueError, match="leave a stage empty"):
+        pipeline_stages(model, len(starts) + 1)
+
+
+def test_gpt_oss_stages_are_pairs_at_one_stage_a_body() -> None:
+    assert len(body_starts(get_model("gpt-oss-120b"))) == 18  # 36 layers in pairs
+    stages = pipeline_stages(get_model("gpt-oss-120b"), 18)
+    assert [(s.first_layer, s.layers) for s in stages] == [(2 * i, 2) for i in range(18)]
+
+
+@pytest.mark.parametrize("pp", [19, 36])
+def test_a_pipeline_stage_without_a_body_is_refused(pp: int) -> None:
+    """gpt-oss keeps its sliding and full layers whole in pairs: 18 bodies, so pp=19 would
+    leave a stage with no layer (it used to run one at 0 s)."""
+    with pytest.raises(ConfigError) as caught:
+        api.load(GPT_OSS, {"hw.system.sockets": 48, "parallelism.tp": 1, "parallelism.pp": pp})
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.field) == (GPT_OSS, "parallelism.pp")
+    assert issue.message == (
+        f"pp={pp} would leave a pipeline stage with no layers: the gpt-oss-120b model's 36 "
+        "layers are 18 layer bodies, kept whole on one stage (layers in pairs that loop as "
+        "one kernel); use pp <= 18 (from --set parallelism.pp)"
+    )
+    assert api.load(GPT_OSS, {"hw.system.sockets": 48, "parallelism.tp": 1, "parallelism.pp": 18})
+
+
+def test_the_cli_refuses_an_empty_stage_in_one_line() -> None:
+    args = ["--set", "hw.system.sockets=48", "--set", "parallelism.tp=1", "--batch", "4"]
+    result = CliRunner().invoke(
+        cli, ["step", "gpt-oss-120b-8socket", *args, "--set", "parallelism.pp=36"]
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert (
+        line.startswith("error: ") and "gpt-oss-120b-8socket.yaml: parallelism.pp: pp=36 " in line
+    )
+    assert "18 layer bodies" in line and "use pp <= 18" in line
 
 
 def test_a_pipelined_step_is_its_stages_through_the_pipeline() -> None:

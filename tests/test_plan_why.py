@@ -223,7 +223,9 @@ def test_the_shipped_70b_plan_names_the_binding_half(tmp_path: Path) -> None:
         assert row["status"] == "not met" and row["evaluations"] == 1
         (verdict,) = row["binding"]
         assert verdict["half"] == "ttft" and verdict["alone"]
-        assert verdict["moves"][0].startswith("a faster prefill (faster socket-to-socket links)")
+        assert verdict["moves"][0].startswith(
+            "a faster prefill (a faster hw.system.intra_node_link)"
+        )
         assert not any("more tp" in move for move in verdict["moves"])
         alone[row["tp"]] = verdict["value_s"]
     assert 0.5 < alone[8] < alone[16]  # two nodes' prefill is no faster than one node's

@@ -66,6 +66,7 @@ from rdu_sim.cli.options import (
 )
 from rdu_sim.interrupts import keeps_on_stop
 from rdu_sim.models.layers import Architecture, window_layer_counts, window_tokens
+from rdu_sim.models.presets import model_words
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -133,9 +134,11 @@ def window_words(arch: Architecture, context: int) -> str:
     ring of window - 1 (`models.layers.window_tokens`), said per window beside the count
     ("" when no layer's window is below the context: every layer reads it all)."""
     counts = window_layer_counts(arch)
+    every = sum(counts.values())
     clauses = [
-        f"{'every layer' if layers == sum(counts.values()) else human.count(layers, 'layer')}"
-        f" slides over a {window:,}-token window, reading at most "
+        f"{'every layer' if layers == every else human.count(layers, 'layer')}"
+        f" {'slides' if layers in (1, every) else 'slide'} over a {window:,}-token window, "
+        f"reading at most "
         f"{window_tokens(context, window):,} of them"
         for window, layers in counts.items()
         if window is not None and window_tokens(context, window) < context
@@ -243,6 +246,7 @@ def _print_tables(
     prompt: str | None = None,
     repeated: str = "",
     device: str = "socket",
+    model: str = "",
 ) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -252,10 +256,10 @@ def _print_tables(
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
-    from rdu_sim.report.bound import RESOURCES, bound_label, others_alone
+    from rdu_sim.report.bound import RESOURCES, bound_label, others_alone, resource_words
 
     console.print(
-        f"[bold]{data['workload']}[/]: {data['model']} on {data['hardware']} "
+        f"[bold]{data['workload']}[/]: {model or data['model']} on {data['hardware']} "
         f"{served_by(data['stack'])} ({machine}): {data['phase']} step, "
         f"{batch_words(data['batch'], data['layout'])}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
@@ -281,7 +285,8 @@ def _print_tables(
     label = bound_label(limit, data["step_s"])
     of = "the step" if label == "bound by" else human.duration(data["step_s"])
     console.print(
-        f"{label} [bold]{RESOURCES[resource]}[/] ({human.duration(limit)} of "
+        f"{label} [bold]{resource_words(resource, bound['link'] or '')}[/] "
+        f"({human.duration(limit)} of "
         f"{of}; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "
         f"({human.duration(data['host_serial_s'])} serial, "
@@ -510,6 +515,7 @@ def command(
             prompt,
             repeated,
             device,
+            model_words(scenario.workload.model, scenario.model.name),
         )
         click.echo(f"KV slot: {data['kv_layout']}")
         note = context_note(scenario, context) if phase == "decode" else None

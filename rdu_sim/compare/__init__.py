@@ -444,6 +444,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         long_prefill_share=None if long is None else long.share,
         bound=bound.bound,
         bound_s=bound.limit_s,
+        bound_link=bound.link or None,
         resource_s=bound.times(),
         hbm_bytes=bound.hbm_bytes,
         flops=bound.flops,

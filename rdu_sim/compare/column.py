@@ -78,6 +78,9 @@ class Column:
     slot_tokens: int | None = None  # the most tokens a slot's KV cache keeps
     bound: str | None = None  # what binds the decode step (``report.bound``)
     bound_s: float | None = None  # that resource's time in the step
+    # the link class whose busiest direction took longest (``report.bound.StepBound.link``,
+    # a system.* field); None when no link was busy
+    bound_link: str | None = None
     # every resource's time alone in the step (``report.bound``: compute, hbm, ... host)
     resource_s: dict[str, float] = field(default_factory=dict)
     hbm_bytes: float | None = None  # HBM bytes one device moves in the decode step

@@ -26,6 +26,7 @@ from rdu_sim.report.bound import (
     bound_label,
     bubble_words,
     others_alone,
+    resource_words,
 )
 from rdu_sim.report.console import not_timed, served_by
 
@@ -170,7 +171,7 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             continue
         assert column.step_s is not None and column.batch is not None
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
-        resource = RESOURCES.get(column.bound or "", "an unknown resource")
+        resource = _resource(column, "an unknown resource")
         lines.append(
             f"{column.label} {served_by(column.stack)}: {column.kv_policy} KV{slot} tokens, "
             f"batch {column.batch:,} of "
@@ -307,6 +308,14 @@ def _host(a: Column, b: Column) -> str:
     )
 
 
+def _resource(column: Column, unknown: str = "?") -> str:
+    """What binds ``column``'s decode step in words (``report.bound.resource_words``: the
+    links by their class), ``unknown`` when it names none."""
+    if column.bound not in RESOURCES:
+        return unknown
+    return resource_words(column.bound, column.bound_link or "")
+
+
 def _device_why(a: Column, b: Column) -> str:
     """What binds ``a``'s decode step against ``b``'s, and its demand against its rate."""
     assert a.step_s is not None and b.step_s is not None
@@ -315,11 +324,8 @@ def _device_why(a: Column, b: Column) -> str:
         f"({human.duration(a.step_s)} vs {human.duration(b.step_s)})"
     )
     if a.bound != b.bound:
-        return (
-            f"{head}, {_bound_label(a)} {RESOURCES.get(a.bound or '', '?')} against "
-            f"{_bound_label(b)} {RESOURCES.get(b.bound or '', '?')}"
-        )
-    resource = RESOURCES.get(a.bound or "", "?")
+        return f"{head}, {_bound_label(a)} {_resource(a)} against {_bound_label(b)} {_resource(b)}"
+    resource = _resource(a)
     shares = (_share(a), _share(b))
     if min(shares) < UNEXPLAINED:
         # the resource that takes the most of what the binding one leaves, in each step the

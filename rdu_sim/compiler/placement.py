@@ -373,6 +373,12 @@ def shrink_hints(
         )
     if weights and DTYPE_BYTES[scenario.weight_dtype] >= 2:  # 16 bits or more
         hints.append(f"store weights in fp8 (dtypes.weights, now {scenario.weight_dtype})")
+    experts = getattr(scenario.model, "routed_experts", 0)
+    if weights and experts and scenario.expert_dtype_bytes > DTYPE_BYTES["mxfp4"]:
+        hints.append(
+            f"store the routed experts in 4 bits (dtypes.experts mxfp4 or int4, now "
+            f"{scenario.expert_dtype})"
+        )
     if not kv or weights or ddr or activations or _kv_shrinks_with_tp(scenario):
         hints += _device_hints(scenario)  # (never a tp that cannot shrink what overflows)
     if ddr and not gpu:
@@ -408,11 +414,16 @@ def _device_hints(scenario: Scenario) -> list[str]:
         beside = [f"{name} {layout[name]}" for name in ("dp_attention", "pp") if layout[name] > 1]
         room = f"{most_tp} with {' and '.join(beside)} on the" if beside else "the"
         hints.append(f"raise parallelism.tp (now {parallelism.tp}, up to {room} {devices} {unit})")
-    if layout["dp_attention"] > 1 and replica_devices(layout) < devices:
+    if layout["dp_attention"] > 1 and layout["ep"] > 1:  # the experts' share shrinks with ep
+        where = (
+            f"up to the {devices} {unit}"
+            if replica_devices(layout) < devices
+            else f"on more {unit}: hw.system.sockets, now {devices}, or a hardware file with more"
+        )
         hints.append(
             f"spread the experts over more ranks: raise parallelism.dp_attention with "
             f"parallelism.ep (now {layout['dp_attention']} and {layout['ep']}; ep = tp x "
-            f"dp_attention, up to the {devices} {unit})"
+            f"dp_attention, {where})"
         )
     if not hints:  # the layout fills the hardware: more devices first
         hints.append(
@@ -420,6 +431,16 @@ def _device_hints(scenario: Scenario) -> list[str]:
             f"hardware file with more)"
         )
     return hints
+
+
+def layout_words(scenario: Scenario) -> str:
+    """The layout a device's share comes from, for a capacity error: ``tp=8``, with
+    ``dp_attention``, ``ep`` and ``pp`` where above 1 (``tp=1, dp_attention=8, ep=8``)."""
+    layout = scenario.workload.parallelism.layout()
+    degrees = [f"tp={layout['tp']}"] + [
+        f"{name}={layout[name]}" for name in ("dp_attention", "ep", "pp") if layout[name] > 1
+    ]
+    return ", ".join(degrees)
 
 
 def _join(hints: list[str]) -> str:
@@ -532,11 +553,13 @@ def plan_memory(
             *_fewer_slots_hint(scenario, batch_slots, stage, system),
             *shrink_hints(scenario, kv=False, weights=True, ddr=True),
         ]
-        raise CapacityError(
+        problem = (
             f"{scenario.model.name} weights need {human.size(total, 4)} per "
-            f"{device_noun(scenario.hardware)} (tp={scenario.tp}, {scenario.weight_dtype}); "
-            f"HBM holds {human.size(in_hbm, 4)} of them {rest}: {_join(hints)}"
+            f"{device_noun(scenario.hardware)} ({layout_words(scenario)}, "
+            f"{scenario.weight_dtype}); HBM holds {human.size(in_hbm, 4)} of them {rest}: "
+            f"{_join(hints)}"
         )
+        raise CapacityError(scenario.at_field("parallelism", problem))
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=capacities["sram"]),
         "hbm": TierUsage(
@@ -773,7 +796,7 @@ def batch_capacity(
                     field,
                     f"cannot fit even one sequence ({slot_words(scenario)}): "
                     f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
-                    f"(tp={scenario.tp}, {scenario.weight_dtype}), "
+                    f"({layout_words(scenario)}, {scenario.weight_dtype}), "
                     f"{_weights_placed(scenario, total, target)}, which leaves "
                     f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
                     f"{device}, and one slot's KV cache is "

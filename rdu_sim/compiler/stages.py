@@ -2,9 +2,10 @@
 
 The decoder's layers are cut into ``pp`` consecutive runs of as nearly equal a number of
 layers as the bodies allow (a body of several layers, gpt-oss's sliding and full pair, stays
-whole, in the stage its first layer falls in): stage ``s`` starts at layer
-``round(L x s / pp)``. The first stage also holds the embedding, the last the LM head. Each
-stage's devices hold only its layers' weights and KV cache; a step's batch is cut into
+whole, in the stage its first layer falls in): stage ``s`` starts at the first body at or
+after layer ``round(L x s / pp)``, or the nearest body that leaves no stage empty. The first
+stage also holds the embedding, the last the LM head. Each stage's devices hold only its
+layers' weights and KV cache; a step's batch is cut into
 micro-batches that follow each other through the stages (``engine.pipeline``).
 """
 
@@ -14,7 +15,13 @@ from dataclasses import dataclass, replace
 
 from rdu_sim.graph import GraphGroup
 from rdu_sim.graph.snapkv import selection_kernel
-from rdu_sim.models.layers import Architecture, LayerKind, layer_kinds, layer_segments
+from rdu_sim.models.layers import (
+    Architecture,
+    LayerKind,
+    body_starts,
+    layer_kinds,
+    layer_segments,
+)
 
 
 @dataclass(frozen=True)
@@ -47,22 +54,25 @@ class PipelineStage:
 
 
 def pipeline_stages(arch: Architecture, pp: int) -> tuple[PipelineStage, ...]:
-    """The ``pp`` stages of ``arch``'s layers (module docstring); one stage holds them all."""
-    kinds = layer_kinds(arch)
-    total = len(kinds)
-    starts = []  # the first layer of every body, in order
-    layer = 0
-    for segment in layer_segments(kinds):
-        for _ in range(segment.repeats):
-            starts.append(layer)
-            layer += len(segment.body)
-    bounds = [0]
+    """The ``pp`` stages of ``arch``'s layers (module docstring); one stage holds them all.
+
+    Every stage holds at least one body: a cut that would meet the one before it (or leave
+    too few bodies for the stages after it) moves to the nearest body that keeps them all
+    non-empty. ``pp`` above the bodies (``body_starts``) has no such cut: the scenario
+    refuses it (``scenario._layout_problem``), and here it is an error."""
+    starts = body_starts(arch)
+    total, bodies = len(layer_kinds(arch)), len(starts)
+    if not 1 <= pp <= bodies:
+        raise ValueError(f"{pp} pipeline stages of {bodies} layer bodies leave a stage empty")
+    picks = [0]  # the body each stage starts at
     for s in range(1, pp):
         target = round(total * s / pp)
-        cut = min((b for b in starts if b >= target), default=total)
-        bounds.append(max(cut, bounds[-1]))
-    bounds.append(total)
-    return tuple(PipelineStage(s, pp, bounds[s], bounds[s + 1]) for s in range(pp))
+        body = next((i for i, b in enumerate(starts) if b >= target), bodies)
+        picks.append(min(max(body, picks[-1] + 1), bodies - (pp - s)))
+    bounds = [starts[i] for i in picks] + [total]
+    stages = tuple(PipelineStage(s, pp, bounds[s], bounds[s + 1]) for s in range(pp))
+    assert all(stage.layers > 0 for stage in stages), stages
+    return stages
 
 
 def stage_groups(

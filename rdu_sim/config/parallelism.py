@@ -216,9 +216,11 @@ class ParallelismConfig(StrictModel):
                 f"orders two-batch overlap's micro-batches; it needs two_batch_overlap: true, "
                 f"got {self.overlap_schedule!r} without it",
             )
-        if self.micro_batches is not None and self.pp == 1:
+        if self.micro_batches is not None and self.micro_batches > 1 and self.pp == 1:
             raise FieldProblem(
-                "micro_batches", "cuts a step for the pipeline's stages; it needs pp > 1"
+                "micro_batches",
+                f"cuts a step for the pipeline's stages; {self.micro_batches} needs pp > 1 "
+                "(1, a step whole, is what pp 1 runs)",
             )
         return self
 

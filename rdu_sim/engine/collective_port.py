@@ -174,9 +174,14 @@ class CollectiveTiming:
     pieces: int  # collective_chunks
     calls_per_step: int  # the kernel's calls (layers)
     hops: int  # link hops in sequence
-    bytes_per_link: float  # per call, on the busiest link direction or port
+    # per call, on the link direction or port that carries the most bytes: not necessarily
+    # the one that takes longest (a slower class's port may carry fewer bytes and bind)
+    bytes_per_link: float
     latency_s: float  # hops x per-hop latency
-    bandwidth_s: float  # the rest of the estimate (all pieces at once, idle links)
+    # the estimate less latency_s (all pieces at once, idle links): the ports' serialisation
+    # on the estimate's critical path, waits for a port behind another's included; not
+    # bytes_per_link over one bandwidth
+    bandwidth_s: float
     candidates: Mapping[str, float]  # algorithm -> estimated seconds per call
     simulated_calls: int  # calls simulated (the rest were fast-forwarded)
     simulated_mean_s: float | None  # per simulated call: first piece started to last done

@@ -39,7 +39,7 @@ from rdu_sim.engine.collective_port import (
 )
 from rdu_sim.engine.kernel_pipeline import KernelPipeline
 from rdu_sim.engine.kernel_state import KernelState, StateBuilder
-from rdu_sim.engine.links import link_totals, topology_for
+from rdu_sim.engine.links import link_busy_fields, link_totals, topology_for
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.socket_model import SocketModel
@@ -295,5 +295,5 @@ class KernelSim:
             pmu_s=pmu_s,
             hbm_busy_s=socket.channels["hbm"].busy.busy_time,
             ddr_busy_s=socket.channels["ddr"].busy.busy_time,
-            link_busy_s=link_busy,
+            **link_busy_fields(link_busy),
         )

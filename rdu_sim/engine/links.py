@@ -3,7 +3,7 @@
 One rule for both engines (SN40L's kernel simulation and a GPU's): the ``Topology`` of a TP
 group built from ``SystemConfig`` (link classes within a node, between nodes, between racks;
 links per pair or a switched port per socket), and the link totals a run reports: the bytes
-socket 0 sent and the busiest link direction's serialisation time.
+socket 0 sent and the busiest link direction's serialisation time, of each link class.
 """
 
 from __future__ import annotations
@@ -41,11 +41,21 @@ def link_field(topo: Topology, i: int, j: int) -> str:
     return LINK_FIELDS[topo.link_class(i, j)]
 
 
-def link_totals(topo: Topology) -> tuple[float, float]:
-    """(bytes socket 0 sent, the busiest link direction's busy time) so far, after the
-    symmetric collectives' sends computed ahead are flushed up to now."""
+def link_totals(topo: Topology) -> tuple[float, tuple[float, float, float]]:
+    """(bytes socket 0 sent, the busiest link direction's busy time of each link class, in
+    ``LINK_FIELDS``' order) so far, after the symmetric collectives' sends computed ahead are
+    flushed up to now. The busiest direction of all is the largest of the three."""
     topo.chains.flush()
-    links = topo.directions()
-    sent = topo.bytes_sent(0)
-    busiest = max((link.busy_time(direction) for link, direction, _ in links), default=0.0)
-    return sent, busiest
+    busiest = [0.0, 0.0, 0.0]
+    for link_class, link, direction in topo.classed_directions():
+        busiest[link_class] = max(busiest[link_class], link.busy_time(direction))
+    return topo.bytes_sent(0), (busiest[0], busiest[1], busiest[2])
+
+
+def link_busy_fields(busiest: tuple[float, float, float]) -> dict[str, float]:
+    """``RunStats``' link busy times from ``link_totals``' busiest direction of each class:
+    each class's (``<field>_busy_s``) and the busiest of all (``link_busy_s``)."""
+    return {
+        "link_busy_s": max(busiest),
+        **{f"{field}_busy_s": s for field, s in zip(LINK_FIELDS, busiest, strict=True)},
+    }

@@ -28,6 +28,11 @@ class RunStats:
     hbm_busy_s: float = 0.0  # time at least one HBM stream was active
     ddr_busy_s: float = 0.0
     link_busy_s: float = 0.0  # busiest link direction's serialisation time
+    # of each link class (``engine.links.LINK_FIELDS``): its busiest direction's; link_busy_s
+    # is the largest of the three in each run
+    intra_node_link_busy_s: float = 0.0
+    inter_node_link_busy_s: float = 0.0
+    inter_rack_link_busy_s: float = 0.0
     blocks_busy_s: float = 0.0  # time a GPU's decode attention's thread blocks streamed
 
     def as_dict(self) -> dict[str, float]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rdu_sim.engine.collective_port import CollectiveTiming
+from rdu_sim.engine.links import LINK_FIELDS
 from rdu_sim.engine.records import Recorder, TraceRecords
 
 if TYPE_CHECKING:
@@ -138,6 +139,10 @@ class StepTiming:
     expert_schedule: str = ""
     # pipeline stages: their number, the micro-batches, each stage's time and the bubble
     pipeline: dict[str, Any] | None = None
+    # busy_s["link"] by link class: each class's busiest direction's serialisation time,
+    # keyed by the hardware's system.* field (``engine.links.LINK_FIELDS``); the classes the
+    # step sent on (what ``report.bound`` names a link-bound step by)
+    link_busy_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def device_s(self) -> float:
@@ -246,6 +251,12 @@ def step_timing(
     def per_step(value: float) -> float:
         return value / step_s if step_s > 0 else 0.0
 
+    by_class = (
+        total.intra_node_link_busy_s,
+        total.inter_node_link_busy_s,
+        total.inter_rack_link_busy_s,
+    )
+    link_busy = {name: s for name, s in zip(LINK_FIELDS, by_class, strict=True) if s > 0}
     return StepTiming(
         step_s=step_s,
         phase=shape.phase,
@@ -275,6 +286,7 @@ def step_timing(
         devices=program.stage_devices,
         expert_balance=program.expert_balance,
         expert_schedule=program.expert_schedule,
+        link_busy_s=link_busy,
     )
 
 

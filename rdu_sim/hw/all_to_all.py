@@ -22,12 +22,17 @@ The traffic is balanced: the routing's figures are the same for every socket (th
 socket's larger combine is in its ``nbytes``, ``compiler.expert_exchange``). Pieces are sent
 one after another, all queued at the start (the hierarchical second hop of a piece once its
 first has arrived), in the direct collectives' send order (``send_order``: no socket receives
-from two peers at once). ``symmetric=True`` simulates socket 0's sends: by the relabelling
-symmetry every socket does the same at the same instants, so socket 0 holds its rail peers'
-tokens (its peers' partial results) exactly when its own sends of that phase have arrived.
-Exact against all sockets (tests). A send to another node goes through the ports
-``Topology.send`` gives it (through the in-node port first when the network is reached
-through it), and :func:`estimate` walks socket 0's sends through the same ports.
+from two peers at once), except that the direct form sends to the other nodes before its own
+node's sockets, as DeepEP's kernels keep the RDMA and NVLink sends going together: where a
+send to another node crosses the in-node port first (SN40L), in-node sends queued ahead of it
+would leave the slower network port idle while they drain (the same rotation for every
+socket, so the peers at each position are still a permutation). ``symmetric=True``
+simulates socket 0's sends: by the relabelling symmetry every socket does the same at the
+same instants, so socket 0 holds its rail peers' tokens (its peers' partial results) exactly
+when its own sends of that phase have arrived. Exact against all sockets (tests). A send to
+another node goes through the ports ``Topology.send`` gives it (through the in-node port first
+when the network is reached through it), and :func:`estimate` walks socket 0's sends through
+the same ports.
 """
 
 from __future__ import annotations
@@ -82,8 +87,8 @@ def _plan(call: AllToAll, position: int, node_size: int) -> _Plan:
     size, spec = call.nbytes / call.chunks, call.spec
     order = send_order(position, p, node_size)
     peers, remote = order[: local - 1], order[local - 1 :]
-    if spec.mode == "direct":
-        return _Plan(tuple((j, size * spec.copies) for j in order), ())
+    if spec.mode == "direct":  # the other nodes' first (module docstring), then its own
+        return _Plan(tuple((j, size * spec.copies) for j in remote + peers), ())
     own = size * spec.need(1)
     if nodes == 1:
         return _Plan(tuple((j, own) for j in peers), ())

@@ -86,9 +86,13 @@ class Estimate:
 
     algorithm: str
     hops: int  # link hops in sequence (each pays the per-hop latency)
-    bytes_per_link: float  # bytes the busiest link direction (or port) carries
+    # bytes the link direction (or port) carrying the most bytes carries: not necessarily
+    # the one that takes longest (a slower class's port may carry fewer and bind)
+    bytes_per_link: float
     latency_s: float  # hops x per-hop latency
-    bandwidth_s: float  # the rest of the idle-link time
+    # the rest of the idle-link time: serialisation on the critical path, including waits
+    # for a port behind another (two ports in series); not bytes_per_link / one bandwidth
+    bandwidth_s: float
 
     @property
     def time_s(self) -> float:

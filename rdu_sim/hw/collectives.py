@@ -245,6 +245,16 @@ class Topology:
         out += [(port, 0, socket) for (socket, _), port in sorted(self.ports.items())]
         return out
 
+    def classed_directions(self) -> list[tuple[int, P2PLink, int]]:
+        """(link class, link, direction) for every link direction created so far: a pair's
+        link is of its sockets' class, a switched port of its own (``link_class``)."""
+        out: list[tuple[int, P2PLink, int]] = []
+        for (a, b), link in sorted(self.links.items()):
+            c = self.link_class(a, b)
+            out += [(c, link, 0), (c, link, 1)]
+        out += [(c, port, 0) for (_, c), port in sorted(self.ports.items())]
+        return out
+
     def bytes_sent(self, socket: int) -> float:
         """Bytes ``socket`` has sent on its links so far, each once (a send to another node
         that crossed its in-node port first is counted there, not again on the network's)."""

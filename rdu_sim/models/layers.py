@@ -98,6 +98,19 @@ def layer_segments(kinds: tuple[LayerKind, ...]) -> tuple[Segment, ...]:
     return tuple(segments)
 
 
+def body_starts(arch: Architecture) -> tuple[int, ...]:
+    """The first layer of every body of `layer_segments`, in order: the whole units a
+    pipeline cuts the stack between (a body's layers loop as one kernel, so it stays on one
+    stage). As many as the layers unless a body holds several (gpt-oss's pairs: half)."""
+    starts = []
+    layer = 0
+    for segment in layer_segments(layer_kinds(arch)):
+        for _ in range(segment.repeats):
+            starts.append(layer)
+            layer += len(segment.body)
+    return tuple(starts)
+
+
 def segment_name(segment: Segment, kinds: tuple[LayerKind, ...]) -> str:
     """The kernel name of a segment: "decoder", plus what tells its layers apart from the
     model's others ("decoder_dense", "decoder_moe", "decoder_sliding+full")."""

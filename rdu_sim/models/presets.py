@@ -49,6 +49,22 @@ def preset_names() -> list[str]:
     return sorted(_PRESETS)
 
 
+def model_words(asked: object, name: str) -> str:
+    """The model a report names: ``name`` (the architecture's), or the preset the workload
+    asked for beside it when that is another model's alias of the same architecture
+    ("deepseek-v3 (same architecture as deepseek-r1)"; a spelling of the same name, as
+    llama3.1-8b for llama-3.1-8b, is not)."""
+    if not isinstance(asked, str) or _PRESETS.get(asked.lower()) is None:
+        return name
+    if _squashed(asked) == _squashed(name):
+        return name
+    return f"{asked} (same architecture as {name})"
+
+
+def _squashed(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
 def get_model(name: str) -> Architecture:
     """The preset architecture named `name`; UnknownModelError lists the valid names."""
     factory = _PRESETS.get(name.lower())

@@ -108,6 +108,8 @@ def measure(result: ClusterResult) -> dict[str, Any]:
         metrics[f"{half}_step_bound"] = None if bound is None else bound.bound
         if bound is not None:  # "bound by" only at the share that binds (report.bound)
             metrics[f"{half}_step_label"] = bound_label(bound.limit_s, bound.step_s)
+            if bound.link:  # the link class the links' time is (report.bound.StepBound.link)
+                metrics[f"{half}_step_link"] = bound.link
         if half == "ttft":
             metrics["ttft_step_tokens"] = int(floors.prompt_tokens[index])
             if shape.cache_len == 0:  # the whole prompt in one step: the bucket it runs at

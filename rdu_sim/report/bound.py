@@ -8,7 +8,9 @@ bytes at its bandwidth x efficiency; ``compute`` the time the compute units were
 PCUs, a GPU's SMs: matrix and vector work at the efficiencies the engine simulated, spread
 over the units a kernel may use: on SN40L ``usable_fraction`` of its PCUs,
 ``SocketConfig.usable_pcus``); ``link`` the busiest socket-to-socket link direction's
-serialisation time (collectives);
+serialisation time (collectives), of the link class whose busiest direction took longest
+(``StepBound.link``: the hardware's ``system.intra_node_link``, ``inter_node_link`` or
+``inter_rack_link``; :func:`resource_words` and :func:`remedy_words` name it);
 ``blocks`` the time a GPU's decode attention streamed its KV cache through its thread blocks
 (few blocks over long contexts stream slower than the HBM);
 ``boundaries`` the device time at the kernels' boundaries, launching and synchronising them
@@ -88,6 +90,39 @@ REMEDIES: dict[str, str] = {
 }
 """What would speed a step each resource binds, in words ("a faster prefill (more HBM
 bandwidth)"): the same keys as :data:`RESOURCES`."""
+
+
+LINK_WORDS: dict[str, str] = {
+    "intra_node_link": "intra_node_link, the links within a node",
+    "inter_node_link": "inter_node_link, the links between nodes",
+    "inter_rack_link": "inter_rack_link, the links between racks",
+}
+"""Each link class in words, by the hardware's ``system.*`` field (``engine.links``), for a
+step the links bind: which link it is and the field that sets it."""
+
+
+def resource_words(resource: str, link: str = "") -> str:
+    """``resource`` in words (:data:`RESOURCES`); the links by the class ``link`` names
+    (:data:`LINK_WORDS`) when it is one."""
+    if resource == "link" and link in LINK_WORDS:
+        return LINK_WORDS[link]
+    return RESOURCES[resource]
+
+
+def remedy_words(resource: str, link: str = "") -> str:
+    """What would speed a step ``resource`` binds (:data:`REMEDIES`); for the links, a faster
+    link of the class ``link`` names, by its field."""
+    if resource == "link" and link in LINK_WORDS:
+        return f"a faster hw.system.{link}"
+    return REMEDIES.get(resource, "a faster step")
+
+
+def busiest_link(link_busy_s: Mapping[str, float]) -> str:
+    """The link class (``system.*`` field) whose busiest direction took longest, ties to the
+    first in :data:`LINK_WORDS`' order; "" when no link was busy."""
+    busy = {name: link_busy_s.get(name, 0.0) for name in LINK_WORDS}
+    name = max(busy, key=lambda k: busy[k])
+    return name if busy[name] > 0 else ""
 
 
 BINDS_SHARE = 0.5
@@ -183,6 +218,9 @@ class StepBound:
     host_hidden_s: float = 0.0
     # the step's time beyond all the resources' times together (module docstring)
     unaccounted_s: float = 0.0
+    # the link class whose busiest direction took longest (a system.* field; "" when no
+    # link was busy): the one ``link_s`` is, when the links bind
+    link: str = ""
 
     @property
     def limit_s(self) -> float:
@@ -195,8 +233,8 @@ class StepBound:
 
     @property
     def resource(self) -> str:
-        """The binding resource in words."""
-        return RESOURCES[self.bound]
+        """The binding resource in words (the links by their class)."""
+        return resource_words(self.bound, self.link)
 
 
 def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
@@ -247,6 +285,7 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         host_link_s=times["host_link"],
         host_hidden_s=hidden,
         unaccounted_s=0.0 if bubble is not None else unaccounted(timing.step_s, times),
+        link=busiest_link(timing.link_busy_s),
     )
 
 

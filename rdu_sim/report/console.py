@@ -22,7 +22,7 @@ from rdu_sim import human
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
 from rdu_sim.kv.policies import KeptCounts
-from rdu_sim.report.bound import RESOURCES, bound_label, bubble_words, others_alone
+from rdu_sim.report.bound import bound_label, bubble_words, others_alone, resource_words
 from rdu_sim.report.console_coe import coe_table, region_words
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
@@ -475,7 +475,7 @@ def _bound(result: RunSummary) -> str:
     if bound_label(limit, step.step_s) != "bound by":  # the step is its parts: name them
         bubble = f"; {others_alone(times, step.bound)}{bubble}"
     return (
-        f"{RESOURCES[step.bound]} ({human.duration(limit)} of "
+        f"{resource_words(step.bound, step.link or '')} ({human.duration(limit)} of "
         f"{human.duration(step.step_s)}{bubble})"
     )
 

@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from rdu_sim import human
 from rdu_sim.config.cluster import SLOConfig
-from rdu_sim.report.bound import REMEDIES, RESOURCES
+from rdu_sim.report.bound import RESOURCES, remedy_words, resource_words
 
 HALVES = ("ttft", "tpot")
 NAMES = {"ttft": "TTFT", "tpot": "TPOT"}
@@ -157,14 +157,15 @@ def _step(metrics: Mapping[str, Any], half: str) -> str:
             f"{metrics.get('tpot_step_context', 0):,} cached tokens takes"
         )
     label = metrics.get(f"{half}_step_label", "bound by")  # report.bound.bound_label
-    by = f", {label} {RESOURCES[bound]}" if bound in RESOURCES else ""
+    link = str(metrics.get(f"{half}_step_link", ""))
+    by = f", {label} {resource_words(bound, link)}" if bound in RESOURCES else ""
     return f" ({what} {human.duration(float(seconds))}{by})"
 
 
 def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]:
     """What would move a binding half (module docstring), most direct first."""
     bound = str(metrics.get(f"{half}_step_bound"))
-    faster = REMEDIES.get(bound, "a faster step")
+    faster = remedy_words(bound, str(metrics.get(f"{half}_step_link", "")))
     step = _step(metrics, half)
     # A step the links bind sends about as many bytes a socket at any tp (an all-reduce's
     # 2 (p - 1) / p of its message): more tp does not shorten it.

@@ -85,6 +85,7 @@ class StepReport:
                 **{f"{k}_s": v for k, v in bound.times().items()},
                 "host_hidden_s": bound.host_hidden_s,
                 "unaccounted_s": bound.unaccounted_s,
+                "link": bound.link or None,
             },
             layout=layout,
             batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",

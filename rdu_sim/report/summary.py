@@ -46,7 +46,8 @@ Definitions (docs/serving.md repeats them for users):
 - ``decode_step``: the decode step the run ran most often: its batch, context and simulated
   ``step_s``, its bytes per tier, each resource's time (``report.bound``: ``compute_s`` the
   compute units' busy time, ``hbm_s``, ``ddr_s`` the tier's bytes at its sustained bandwidth,
-  ``link_s`` the busiest link direction's, ``blocks_s`` a GPU's decode attention's thread
+  ``link_s`` the busiest link direction's (``link`` its class, the hardware's
+  ``system.*`` field, or null), ``blocks_s`` a GPU's decode attention's thread
   blocks' streaming time, ``boundaries_s`` the kernels' launch and sync at their boundaries,
   ``launch_s`` a GPU host's kernel launches, ``loop_s`` SN40L's layer loop, ``host_link_s``
   the logits' trip to the host, ``host_s`` the serving stack's host time on the step's path)
@@ -365,6 +366,9 @@ class DecodeStepBound:
     host_link_s: float = 0.0
     host_hidden_s: float = 0.0
     unaccounted_s: float = 0.0
+    # the link class whose busiest direction took longest (``report.bound.StepBound.link``);
+    # None when no link was busy
+    link: str | None = None
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
@@ -403,6 +407,7 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         host_link_s=bound.host_link_s,
         host_hidden_s=bound.host_hidden_s,
         unaccounted_s=bound.unaccounted_s,
+        link=bound.link or None,
     )
 
 

@@ -54,7 +54,7 @@ from rdu_sim.des.environment import CountingEnvironment, Event, EventLimitError
 from rdu_sim.engine.collective_port import SymmetricPort, plan_collective
 from rdu_sim.engine.gpu.work import Segment
 from rdu_sim.engine.kernel_sim import Boundary, KernelRun
-from rdu_sim.engine.links import link_totals, topology_for
+from rdu_sim.engine.links import link_busy_fields, link_totals, topology_for
 from rdu_sim.engine.records import Recorder
 from rdu_sim.engine.run_stats import RunStats
 from rdu_sim.engine.stage_runner import chunk_boundaries
@@ -313,6 +313,6 @@ class GpuKernelSim:
             vector_flops=self.sms.vector_flops,
             pcu_s=self.sms.busy.busy_time,
             hbm_busy_s=self.hbm.busy.busy_time,
-            link_busy_s=busiest,
+            **link_busy_fields(busiest),
             blocks_busy_s=sum(channel.busy.busy_time for channel in self.kv_blocks.values()),
         )
