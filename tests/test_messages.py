@@ -208,7 +208,8 @@ def test_an_expert_parallel_layout_filling_its_hardware_names_file_layout_and_ep
         "store the routed experts in 4 bits (dtypes.experts mxfp4 or int4, now fp8_block) or "
         "spread the experts over more ranks: raise parallelism.dp_attention with "
         "parallelism.ep (now 8 and 8; ep = tp x dp_attention, on more GPUs: "
-        "hw.system.sockets, now 8, or a hardware file with more)"
+        "hw.system.sockets, now 8, or a hardware file with more) "
+        "(from --set parallelism.dp_attention)"
     )
     assert "raise parallelism.tp" not in line
 

@@ -125,7 +125,7 @@ def test_a_pipeline_stage_without_a_body_is_refused(pp: int) -> None:
     assert issue.message == (
         f"pp={pp} would leave a pipeline stage with no layers: the gpt-oss-120b model's 36 "
         "layers are 18 layer bodies, kept whole on one stage (layers in pairs that loop as "
-        "one kernel); use pp <= 18 (from --set parallelism.pp)"
+        "one kernel); use pp <= 18 (from overrides: parallelism.pp)"
     )
     assert api.load(GPT_OSS, {"hw.system.sockets": 48, "parallelism.tp": 1, "parallelism.pp": 18})
 
