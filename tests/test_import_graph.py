@@ -52,7 +52,9 @@ def _heavy_loaded(*args: str) -> set[str]:
     [
         # a step builds a graph (no networkx), simulates it and prints JSON (no rich)
         (STEP, set()),
-        (("check", "workloads/deepseek-r1-128k-snapstream.yaml"), {"rich"}),
+        # check plans capacity and memory as a run does (serving.run, whose requests and
+        # speculation draw with numpy)
+        (("check", "workloads/deepseek-r1-128k-snapstream.yaml"), {"numpy", "rich"}),
         (("inspect", "graph", "deepseek-r1-128k-snapstream", "--json"), {"rich"}),
         # serving samples requests with numpy; no plots, no DataFrames, no Dask
         (
