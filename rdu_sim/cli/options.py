@@ -152,11 +152,18 @@ def check_count(option: str, value: int | None, low: int, high: int) -> None:
 
 
 @contextmanager
-def step_shape_errors(workload: Path) -> Iterator[None]:
-    """A step the workload cannot run (`StepShapeError`) exits 2 naming the option."""
+def step_shape_errors(workload: Path, batch: int | None = None) -> Iterator[None]:
+    """A step the workload cannot run (`StepShapeError`) exits 2 naming the option; so does
+    a ``batch`` given beyond the workload's slots whose KV cache does not fit (a memory plan
+    of the workload's own slots names its field: ``compiler.errors.at_slots``)."""
+    from rdu_sim.compiler.errors import SlotsCapacityError
     from rdu_sim.serving.step_shape import StepShapeError
 
     try:
         yield
     except StepShapeError as exc:
         fail(f"{workload}: --{exc.option}: {exc}")
+    except SlotsCapacityError as exc:
+        if batch is None or exc.field is not None:
+            raise
+        fail(f"{workload}: --batch: {exc}")
