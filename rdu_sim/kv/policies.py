@@ -641,11 +641,13 @@ class SnapStreamPolicy(_FixedSlotPolicy):
                 also=("kv.recent",),
             )
         if compresses and budget <= sinks + recent:
+            # either part can give way: the larger first, where lowering it frees the most
+            parts = ["kv.sinks", "kv.recent"] if sinks > recent else ["kv.recent", "kv.sinks"]
             raise PolicyError(
                 "kv.budget",
                 f"kv.budget {budget} leaves no room for selected tokens after "
                 f"kv.sinks ({sinks}) + kv.recent ({recent}); raise the budget "
-                f"or lower kv.recent",
+                f"or lower {parts[0]} or {parts[1]}",
                 also=("kv.recent", "kv.sinks"),
             )
         if budget > sinks + recent:
