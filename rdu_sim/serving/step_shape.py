@@ -18,7 +18,8 @@ says which, and how many requests they are.
 
 A shape the workload cannot run (a context, a prompt on its cache or a decode's new tokens on
 its sequence beyond ``serving.max_context``, a batch below 1) is a :class:`StepShapeError`
-naming the option, not a traceback and not a silent cap; a dimension that is not an integer (``batch="4"``) a TypeError naming it (:func:`dimension`).
+naming the option, not a traceback and not a silent cap; a dimension that is not an integer
+(``batch="4"``) a TypeError naming it (:func:`dimension`).
 """
 
 from __future__ import annotations
