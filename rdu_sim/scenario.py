@@ -39,6 +39,7 @@ from rdu_sim.config.overrides import (
     STACK_PREFIX,
     GivenOverrides,
     SetSource,
+    UnreadFieldWarning,
     in_context,
     normalize_overrides,
     overridden,
@@ -48,11 +49,12 @@ from rdu_sim.config.overrides import (
     set_path,
     source_of,
     split_overrides,
+    unread_overrides,
 )
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
 from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path, unknown_stack
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
-from rdu_sim.config.workload import DTYPE_BYTES, WorkloadConfig
+from rdu_sim.config.workload import DTYPE_BYTES, WEIGHTS_READS, WorkloadConfig
 from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.kv.policies import (
     PolicyError,
@@ -60,7 +62,6 @@ from rdu_sim.kv.policies import (
     budget_determines,
     make_policy,
     policy_reads,
-    unread_overrides,
 )
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.figures import params_total, weight_bytes
@@ -528,21 +529,29 @@ def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> 
 def _warn_unread(
     workload: WorkloadConfig, overrides: Mapping[str, Any], file: str, source: str
 ) -> None:
-    """A warning for each override of a ``kv`` field the chosen policy does not read
-    (``kv.policies.unread_overrides``): it would change nothing, and say nothing. The
-    workload file's own kv section is not checked: it may hold the settings of the policy a
+    """A warning for each override of a field the choice of its section does not read: a
+    ``kv`` field the policy does not (``kv.policies.policy_reads``), a ``memory`` field the
+    weights placement does not (``config.workload.WEIGHTS_READS``), one rule
+    (``config.overrides.unread_overrides``): it would change nothing, and say nothing. The
+    workload file's own sections are not checked: they may hold the settings of the choice a
     ``--set kv.policy`` (or a sweep) switches from (docs/kv.md, "Fields a policy reads")."""
-    policy = workload.kv.policy
-    for key in unread_overrides(policy, overrides):
-        reads = ", ".join(f"kv.{name}" for name in policy_reads(policy) or ())
-        warnings.warn(
-            UnreadKVFieldWarning(
-                f"{file}: {key}: {overrides[key]!r} is not read by kv.policy {policy} (it "
-                f"reads {reads or 'no other kv field'}), so it changes nothing "
-                f"{override_note(key, source)}"
-            ),
-            stacklevel=3,
-        )
+    policy, weights = workload.kv.policy, workload.memory.weights
+    choices: list[tuple[str, str, tuple[str, ...] | None, type[UnreadFieldWarning]]] = [
+        ("kv.policy", policy, policy_reads(policy), UnreadKVFieldWarning),
+        ("memory.weights", weights, WEIGHTS_READS[weights], UnreadFieldWarning),
+    ]
+    for chooser, choice, reads, kind in choices:
+        section = chooser.split(".")[0]
+        for key in unread_overrides(chooser, reads, overrides):
+            names = ", ".join(f"{section}.{name}" for name in reads or ())
+            warnings.warn(
+                kind(
+                    f"{file}: {key}: {overrides[key]!r} is not read by {chooser} {choice} (it "
+                    f"reads {names or f'no other {section} field'}), so it changes nothing "
+                    f"{override_note(key, source)}"
+                ),
+                stacklevel=3,
+            )
 
 
 def _read_config_json(

@@ -20,8 +20,8 @@ def test_no_more_tp_when_the_kv_heads_are_split_as_far_as_they_go() -> None:
     assert "the KV cache of 64 slots (94 GiB)" in said
     assert "parallelism.tp" not in said
     assert said.endswith(
-        "reduce serving.max_context (now 32768) or use kv.policy snapstream (now full) "
-        "(from --set serving.batch_slots)"
+        "reduce serving.max_context (now 32768), use kv.policy snapstream (now full) or "
+        "store the KV cache in fp8 (dtypes.kv, now bf16) (from --set serving.batch_slots)"
     )
 
 

@@ -233,6 +233,20 @@ def test_snapstream_invalid_parameters() -> None:
         policy("snapstream", recent=16)
 
 
+def test_a_budget_too_small_for_its_parts_names_the_larger_part_first() -> None:
+    """Either part can give way: lowering the larger frees the most, so it comes first."""
+    with pytest.raises(ValueError) as caught:
+        policy("snapstream", budget=32768, sinks=40000)
+    assert str(caught.value).endswith(
+        "after kv.sinks (40000) + kv.recent (2048); raise the budget or lower kv.sinks or kv.recent"
+    )
+    with pytest.raises(ValueError) as caught:
+        policy("snapstream", budget=2048)  # 2048 <= 4 + 2048
+    assert str(caught.value).endswith(
+        "after kv.sinks (4) + kv.recent (2048); raise the budget or lower kv.recent or kv.sinks"
+    )
+
+
 @given(
     name=st.sampled_from(["full", "snapstream", "streamingllm", "snapkv"]),
     max_context=st.integers(64, 200_000),

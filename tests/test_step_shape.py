@@ -72,6 +72,11 @@ def test_snapstream_step_at_a_context_beyond_its_slot_runs_the_slot() -> None:
         (["--context", "1000", "--batch", "3"], ("decode", 3, 1, 1024)),
         (["--phase", "prefill"], ("prefill", 1, 3072, 0)),
         (["--phase", "prefill", "--tokens", "700", "--context", "300"], ("prefill", 1, 700, 300)),
+        # token counts as the config writes them (config.units.parse_tokens)
+        (["--context", "1k", "--batch", "3"], ("decode", 3, 1, 1024)),
+        (["--phase", "prefill", "--tokens", "2K", "--context", "1k"], ("prefill", 1, 2048, 1024)),
+        # a decode's new tokens up to the longest sequence max_context holds
+        (["--tokens", "4", "--context", "8189"], ("decode", 16, 4, 8192)),
     ],
 )
 def test_step_and_inspect_graph_run_one_shape(extra: list[str], shape: tuple[Any, ...]) -> None:
@@ -101,6 +106,17 @@ def test_a_context_rounded_up_to_a_bucket_is_said() -> None:
             ["--phase", "prefill", "--tokens", "8000", "--context", "500"],
             "--tokens",
             "prompt of 8000 tokens after 500 cached exceeds serving.max_context (8192)",
+        ),
+        (  # the trial's 4,096 new tokens on the default 8,192-token sequence
+            ["--tokens", "4096"],
+            "--tokens",
+            "a decode of 4096 new tokens a slot on a sequence of 8192 tokens (its last token "
+            "the first new one: 12287 in all) exceeds serving.max_context (8192)",
+        ),
+        (  # one past: the last of 5 new tokens on 8,189
+            ["--tokens", "5", "--context", "8189"],
+            "--tokens",
+            "(its last token the first new one: 8193 in all) exceeds serving.max_context (8192)",
         ),
     ],
 )
@@ -199,3 +215,15 @@ def test_a_step_says_the_layout_and_a_clipped_budget() -> None:
         "snapstream: budget 100,000 clipped to the 8,192-token context: nothing is "
         "compressed, 8,192 tokens a slot"
     )
+
+
+@pytest.mark.parametrize("command", [["step"], ["inspect", "graph"]])
+def test_a_token_count_not_as_the_config_writes_one_is_refused(command: list[str]) -> None:
+    for value, words in [
+        ("8x", "expected a token count such as 8192 or 128k, got '8x'"),
+        ("-1", "expected a token count such as 8192 or 128k, got '-1'"),
+        ("200M", "209715200 is not in the range 0<=x<=100000000"),
+    ]:
+        result = _invoke([*command, LLAMA, "--context", value])
+        assert result.exit_code == 2, result.output
+        assert words in result.stderr and "Traceback" not in result.output

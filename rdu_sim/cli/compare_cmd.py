@@ -35,7 +35,12 @@ from rich.table import Table
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.main import STOPS
-from rdu_sim.cli.options import overrides_option, step_shape_errors, workload_argument
+from rdu_sim.cli.options import (
+    TokenCount,
+    overrides_option,
+    step_shape_errors,
+    workload_argument,
+)
 from rdu_sim.compare import Column, Comparison, compare
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack import NONE
@@ -179,7 +184,7 @@ STOPPED = STOPS["compare"]
 )
 @click.option(
     "--context",
-    type=click.IntRange(0, 100_000_000),
+    type=TokenCount(0),
     default=None,
     help="Tokens of the decode step's longest sequence (default: serving.max_context); the "
     "step attends to what the KV policy keeps of them, rounded up to its decode bucket.",

@@ -29,6 +29,7 @@ from rich.table import Table
 from rdu_sim import human
 from rdu_sim.cli.options import (
     FilePath,
+    TokenCount,
     overrides_option,
     step_shape_errors,
     step_shape_options,
@@ -291,7 +292,7 @@ def command() -> None:
 )
 @click.option(
     "--context",
-    type=click.IntRange(0, 100_000_000),
+    type=TokenCount(0),
     default=0,
     show_default=True,
     help="Cached tokens for decode_flops_per_token.",
@@ -485,7 +486,7 @@ def graph_command(
     scenario = load_scenario(workload, overrides)
     if dot_file is not None:
         refuse_overwrite([("--dot", dot_file)], input_files(scenario), "the graph")
-    with step_shape_errors(workload):
+    with step_shape_errors(workload, batch):
         result = api.inspect_graph(
             scenario, phase=phase, batch=batch, tokens=tokens, context=context
         )

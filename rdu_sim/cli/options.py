@@ -38,6 +38,28 @@ class FilePath(click.Path):
         return path
 
 
+class TokenCount(click.types.IntParamType):
+    """A token-count option (``--context 8k``): read as a config's token fields are
+    (``config.units.parse_tokens``: ``8192``, ``8k``, ``1M``), from ``low`` to their most
+    (``config.units.MAX_TOKENS``; imported when an option is read, not when --help is)."""
+
+    name = "tokens"
+
+    def __init__(self, low: int) -> None:
+        self.low = low
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from rdu_sim.config.units import MAX_TOKENS, UnitError, parse_tokens
+
+        try:
+            count = parse_tokens(value)
+        except UnitError as exc:
+            self.fail(str(exc), param, ctx)
+        if not self.low <= count <= MAX_TOKENS:
+            self.fail(f"{count} is not in the range {self.low}<=x<={MAX_TOKENS}", param, ctx)
+        return count
+
+
 def overrides_option(func: F) -> F:
     """`--set PATH=VALUE` (repeatable): edit a workload field, or a hardware one with `hw.`.
     The command runs inside ``given_at(SET)``: the overrides it hands the API are the
@@ -97,7 +119,7 @@ def step_shape_options(func: F) -> F:
         ),
         click.option(
             "--tokens",
-            type=click.IntRange(1, 100_000_000),
+            type=TokenCount(1),
             default=None,
             help="New tokens per slot (default: 1 for decode; for prefill the workload's typical "
             "prompt as a server runs it: padded to its bucket, the prompt run's prefill_s; with "
@@ -105,7 +127,7 @@ def step_shape_options(func: F) -> F:
         ),
         click.option(
             "--context",
-            type=click.IntRange(0, 100_000_000),
+            type=TokenCount(0),
             default=None,
             help="decode: tokens of the longest sequence (default: the longest the KV policy "
             "keeps); the step attends to what the policy keeps of them, at most its slot, "
@@ -152,11 +174,18 @@ def check_count(option: str, value: int | None, low: int, high: int) -> None:
 
 
 @contextmanager
-def step_shape_errors(workload: Path) -> Iterator[None]:
-    """A step the workload cannot run (`StepShapeError`) exits 2 naming the option."""
+def step_shape_errors(workload: Path, batch: int | None = None) -> Iterator[None]:
+    """A step the workload cannot run (`StepShapeError`) exits 2 naming the option; so does
+    a ``batch`` given beyond the workload's slots whose KV cache does not fit (a memory plan
+    of the workload's own slots names its field: ``compiler.errors.at_slots``)."""
+    from rdu_sim.compiler.errors import SlotsCapacityError
     from rdu_sim.serving.step_shape import StepShapeError
 
     try:
         yield
     except StepShapeError as exc:
         fail(f"{workload}: --{exc.option}: {exc}")
+    except SlotsCapacityError as exc:
+        if batch is None or exc.field is not None:
+            raise
+        fail(f"{workload}: --batch: {exc}")

@@ -44,7 +44,7 @@ from rdu_sim.compiler.buffers import (
     residency,
     rows_floor,
 )
-from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.errors import CapacityError, SlotsCapacityError, at_slots
 from rdu_sim.compiler.expert_exchange import micro_batch_shapes
 from rdu_sim.compiler.expert_schedule import ProgramTimer, choose_schedule
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
@@ -87,7 +87,8 @@ class Compiler:
 
     Every rule compiles the scenario's `compile_view` (the fields it may read); read here of
     the scenario itself are ``serving.batch_slots``, resolved into the slot count the memory
-    plan is made for and passed on as an argument, and the system's links, passed to the
+    plan is made for and passed on as an argument (a plan of them that does not fit names
+    the field: `errors.at_slots`), and the system's links, passed to the
     rules that choose how a sequence-split MLA gets its queries (`compiler.query_choice`):
     the results keyed by the links are those choices and the capacity they set; a plan and a
     step's kernels are keyed by the choices, so points differing only in their links share
@@ -161,17 +162,20 @@ class Compiler:
             view = self.view
             decode = StepShape("decode", slots, 1, slot_tokens(view.scenario))
             queries = self.queries(decode, slots, stage)
-            self._placements[key] = shared(
-                "placement",
-                (view.digest, slots, _index(stage), queries),
-                lambda: plan_memory(
-                    view.scenario,
-                    slots,
-                    lambda shape: self.kernels(shape, stage, slots),
-                    stage,
-                    self._system,
-                ),
-            )
+            try:
+                self._placements[key] = shared(
+                    "placement",
+                    (view.digest, slots, _index(stage), queries),
+                    lambda: plan_memory(
+                        view.scenario,
+                        slots,
+                        lambda shape: self.kernels(shape, stage, slots),
+                        stage,
+                        self._system,
+                    ),
+                )
+            except SlotsCapacityError as exc:  # the view has no lines: the scenario's
+                raise at_slots(self.scenario, slots, exc) from None
         return self._placements[key]
 
     def whole_queries(self, batch_slots: int, stage: PipelineStage | None = None) -> bool:

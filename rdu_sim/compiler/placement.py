@@ -162,9 +162,14 @@ def _step_bytes(scenario: Scenario, rows: int, logit_rows: int) -> float:
 
 
 def activation_bytes(
-    scenario: Scenario, batch_slots: int, stage: PipelineStage | None = None
+    scenario: Scenario,
+    batch_slots: int,
+    stage: PipelineStage | None = None,
+    chunk_tokens: int | None = None,
 ) -> int:
-    """Peak HBM working set of a step on one socket (activations between kernels).
+    """Peak HBM working set of a step on one socket (activations between kernels);
+    ``chunk_tokens``: a prefill chunk in place of serving.prefill_chunk_tokens (what a
+    smaller one would need: `_chunk_hint`).
 
     The larger of a decode step of `batch_slots` slots (k + 1 tokens each in a speculative
     verify step) and a prefill of one longest prompt (chunked when
@@ -184,7 +189,7 @@ def activation_bytes(
     evicting = _eviction_bytes(scenario)
     decode = _step_bytes(scenario, rows, rows) + batch_slots * evicting
     prompt = max_prompt_tokens(scenario)
-    chunk = min(prompt, serving.prefill_chunk_tokens or prompt)
+    chunk = min(prompt, chunk_tokens or serving.prefill_chunk_tokens or prompt)
     packed = packed_prefill_tokens(scenario, chunk, batch_slots)
     # a packed step's logits: a row a prompt, at most one a slot
     prompts_logits = 1 if packed == chunk else batch_slots
@@ -348,12 +353,45 @@ def _budget_hint(scenario: Scenario) -> str | None:
     return f"lower kv.budget (now {slot})"
 
 
+CHUNK_HINT_SHARE = 0.01
+"""Least share of a device's HBM that chunking the prefill in halves must free for a capacity
+error to suggest it (`_chunk_hint`): below it the chunk is already small, its activations a
+rounding error of what overflows."""
+
+
+def _chunk_hint(scenario: Scenario, slots: int) -> str | None:
+    """Chunking the prefill (or a smaller chunk), when a step's activations beside ``slots``
+    slots are its prefill's and halving its chunk frees at least `CHUNK_HINT_SHARE` of HBM
+    (not when the chunk is already small, nor when the decode step or the stack's packed
+    prefill budget sets the peak: a smaller chunk would not lower it)."""
+    chunk = scenario.workload.serving.prefill_chunk_tokens
+    prompt = max_prompt_tokens(scenario)
+    now = min(prompt, chunk or prompt)
+    if now < 2:
+        return None
+    freed = activation_bytes(scenario, slots) - activation_bytes(
+        scenario, slots, chunk_tokens=math.ceil(now / 2)
+    )
+    if freed < CHUNK_HINT_SHARE * tier_capacities(scenario)["hbm"]:
+        return None
+    if chunk is None:
+        return "chunk the prefill (serving.prefill_chunk_tokens, now unset)"
+    return f"lower serving.prefill_chunk_tokens (now {chunk})"
+
+
 def shrink_hints(
-    scenario: Scenario, *, kv: bool, weights: bool, ddr: bool = False, activations: bool = False
+    scenario: Scenario,
+    *,
+    kv: bool,
+    weights: bool,
+    ddr: bool = False,
+    activations: bool = False,
+    slots: int = 1,
 ) -> list[str]:
     """Ways out of a capacity error that apply to this workload (never what is already set):
-    for the KV cache (``kv``), the weights in HBM (``weights``) or in DDR (``ddr``), a
-    step's activations beside them (``activations``: tp splits the heads and the MLP)."""
+    for the KV cache (``kv``: activations of ``slots`` slots share HBM with it), the weights
+    in HBM (``weights``) or in DDR (``ddr``), a step's activations beside them
+    (``activations``: tp splits the heads and the MLP)."""
     w = scenario.workload
     gpu = scenario.hardware.kind == "gpu"
     hints: list[str] = []
@@ -366,6 +404,12 @@ def shrink_hints(
             hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
         if _layout_hint(scenario):
             hints.append(_layout_hint(scenario).removesuffix(", "))
+        if scenario.kv_dtype_bytes > 1:  # wider than 8 bits: fp8 halves the cache at least
+            hints.append(f"store the KV cache in fp8 (dtypes.kv, now {w.dtypes.kv})")
+    if kv or activations:
+        chunk = _chunk_hint(scenario, slots)
+        if chunk is not None:
+            hints.append(chunk)
     if weights and not ddr and not gpu and w.memory.weights != "streamed":
         hints.append(
             f"serve the weights from DDR (memory.weights hot_set or streamed, now "
@@ -498,7 +542,7 @@ def plan_memory(
     if act + kv > hbm_cap:
         hints = [
             *_fewer_slots_hint(scenario, batch_slots, stage, system),
-            *shrink_hints(scenario, kv=True, weights=False),
+            *shrink_hints(scenario, kv=True, weights=False, slots=batch_slots),
         ]
         weights = sum(w.bytes for w in draft_weights(scenario)) + sum(
             w.bytes for w in weight_inventory(scenario, stage=stage)

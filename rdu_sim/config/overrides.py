@@ -195,6 +195,34 @@ def split_overrides(
     return workload, hardware, stack
 
 
+class UnreadFieldWarning(UserWarning):
+    """An override set a field the choice its section makes does not read (``kv.policy``,
+    ``memory.weights``): it changes nothing (:func:`unread_overrides`)."""
+
+
+def unread_overrides(
+    chooser: str, reads: Iterable[str] | None, overrides: Mapping[str, Any]
+) -> list[str]:
+    """The keys of ``overrides`` (dotted paths, as ``--set`` gives them) in the section of
+    ``chooser`` (``kv.policy``: ``kv.*``) that its choice does not read (``reads``: the
+    section's fields it does, ``chooser`` aside), each given a value (``null`` unsets a
+    field: a sweep zipping ``kv.budget: [null, 32768]`` with ``kv.policy: [full,
+    snapstream]`` sets none for full); none for an unknown choice (``reads`` None: its own
+    error comes first). One rule for every section whose fields hang on a choice."""
+    if reads is None:
+        return []
+    read = set(reads)
+    section = chooser.split(".")[0] + "."
+    return [
+        key
+        for key, value in overrides.items()
+        if key.startswith(section)
+        and key != chooser
+        and value is not None
+        and key.removeprefix(section).split(".")[0] not in read
+    ]
+
+
 def override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
     """The override path that set `field`, if any: the field itself, else the nearest of its
     parents (what set its value), else the first of its children. So `--set

@@ -340,6 +340,16 @@ class MemoryConfig(StrictModel):
     )
 
 
+WEIGHTS_READS: dict[str, tuple[str, ...]] = {
+    "hbm": (),
+    "hot_set": ("hot_set_fraction",),
+    "streamed": (),
+}
+"""The ``memory`` fields each ``memory.weights`` placement reads (``weights`` itself aside:
+``compiler.placement.pinned_limit``); an override of another warns that it changes nothing
+(``scenario._warn_unread``, the rule ``kv`` fields follow under their policy)."""
+
+
 class ZipfPopularity(StrictModel):
     """Expert popularity: expert ``i`` (from 0) is asked for with weight ``1 / (i + 1)^s``."""
 

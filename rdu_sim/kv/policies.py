@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from rdu_sim import plugins
+from rdu_sim.config.overrides import UnreadFieldWarning
+from rdu_sim.config.overrides import unread_overrides as unread_fields
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv.policy import KVPolicy, Selection
 from rdu_sim.models.layers import window_tokens
@@ -159,26 +161,14 @@ class KeptCounts:
         return data
 
 
-class UnreadKVFieldWarning(UserWarning):
+class UnreadKVFieldWarning(UnreadFieldWarning):
     """An override set a ``kv`` field the chosen policy does not read: it changes nothing."""
 
 
 def unread_overrides(policy: str, overrides: Mapping[str, Any]) -> list[str]:
-    """The ``kv.<field>`` keys of ``overrides`` (dotted paths, as ``--set`` gives them) that
-    policy ``policy`` does not read, each given a value (``null`` unsets a field: a sweep
-    zipping ``kv.budget: [null, 32768]`` with ``kv.policy: [full, snapstream]`` sets none
-    for full); none for an unknown policy (its own error comes first)."""
-    reads = policy_reads(policy)
-    if reads is None:
-        return []
-    return [
-        key
-        for key, value in overrides.items()
-        if key.startswith("kv.")
-        and key != "kv.policy"
-        and value is not None
-        and key.removeprefix("kv.").split(".")[0] not in reads
-    ]
+    """The ``kv.<field>`` keys of ``overrides`` that policy ``policy`` does not read
+    (``config.overrides.unread_overrides`` of ``kv.policy``); none for an unknown policy."""
+    return unread_fields("kv.policy", policy_reads(policy), overrides)
 
 
 def make_policy(kv: KVConfig, max_context: int, page_tokens: int | None = None) -> KVPolicy:
@@ -641,11 +631,13 @@ class SnapStreamPolicy(_FixedSlotPolicy):
                 also=("kv.recent",),
             )
         if compresses and budget <= sinks + recent:
+            # either part can give way: the larger first, where lowering it frees the most
+            parts = ["kv.sinks", "kv.recent"] if sinks > recent else ["kv.recent", "kv.sinks"]
             raise PolicyError(
                 "kv.budget",
                 f"kv.budget {budget} leaves no room for selected tokens after "
                 f"kv.sinks ({sinks}) + kv.recent ({recent}); raise the budget "
-                f"or lower kv.recent",
+                f"or lower {parts[0]} or {parts[1]}",
                 also=("kv.recent", "kv.sinks"),
             )
         if budget > sinks + recent:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from rdu_sim.compiler.errors import SlotsCapacityError
+from rdu_sim.compiler.errors import SlotsCapacityError, at_slots
 from rdu_sim.compiler.program import Placement, with_sram
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import overridden
@@ -270,9 +270,7 @@ def plan_capacity(
     try:
         placement = backend.plan_memory(scenario, slots)
     except SlotsCapacityError as exc:  # the slots the workload set: its file and field
-        if serving.batch_slots == "auto":
-            raise
-        raise SlotsCapacityError(scenario.at_field("serving.batch_slots", str(exc))) from None
+        raise at_slots(scenario, slots, exc) from None  # (the compiler's did: said once)
     spec, draft = scenario.workload.speculation, scenario.draft
     draft_placement = None
     if spec is not None and draft is not None and spec.placement == "separate":

@@ -6,7 +6,8 @@ each (default 1), the longest sequence of the batch ``context`` tokens long (def
 longest the KV policy keeps, ``serving.max_context`` for full attention). The step attends to
 what the policy keeps of that sequence, at most its slot (a SnapStream slot holds its
 budget, whatever the context), rounded up to the policy's decode bucket: a server runs
-exactly that static shape.
+exactly that static shape. The context counts the step's first new token, so its last
+one ends the sequence at ``context + tokens - 1`` tokens, at most ``serving.max_context``.
 
 Prefill: ``batch`` prompts (default 1) of ``tokens`` tokens on top of ``context`` cached
 tokens (default 0, a whole prompt). Without ``tokens``: the workload's typical prompt as a
@@ -15,9 +16,10 @@ prompt a run's ``prefill_s`` and compare's prefill row time too. A compressing p
 longer prompts (and so the SnapKV selection kernels) are a ``tokens`` away: ``long_prompts``
 says which, and how many requests they are.
 
-A shape the workload cannot run (a context beyond ``serving.max_context``, a batch below 1)
-is a :class:`StepShapeError` naming the option, not a traceback and not a silent cap; a
-dimension that is not an integer (``batch="4"``) a TypeError naming it (:func:`dimension`).
+A shape the workload cannot run (a context, a prompt on its cache or a decode's new tokens on
+its sequence beyond ``serving.max_context``, a batch below 1) is a :class:`StepShapeError`
+naming the option, not a traceback and not a silent cap; a dimension that is not an integer
+(``batch="4"``) a TypeError naming it (:func:`dimension`).
 """
 
 from __future__ import annotations
@@ -218,6 +220,15 @@ def long_prompts(scenario: Scenario) -> LongPrompts | None:
     return None if past is None else LongPrompts(slot, past[0], past[1])
 
 
+def _within_context(scenario: Scenario, option: str, step: str, longest: int) -> None:
+    """A step whose longest sequence would hold ``longest`` tokens is refused past
+    ``serving.max_context`` (as a server never runs it), naming ``option``: one rule for a
+    prefill's prompt on its cache and a decode's new tokens on its sequence."""
+    max_context = scenario.workload.serving.max_context
+    if longest > max_context:
+        raise StepShapeError(option, f"{step} exceeds serving.max_context ({max_context})")
+
+
 def default_step_shape(
     scenario: Scenario,
     batch_slots: Callable[[], int],
@@ -234,22 +245,29 @@ def default_step_shape(
     batch = dimension("batch", batch, 1)
     tokens = dimension("tokens", tokens, 1)
     context = dimension("context", context, 0)
+    blamed = "tokens" if tokens is not None else "context"
     if phase == "decode":
         cache = decode_cache(scenario, context)
         slots = batch_slots() if batch is None else batch
-        return StepShape("decode", slots, 1 if tokens is None else tokens, cache.bucket)
+        new = 1 if tokens is None else tokens
+        # the longest sequence's context counts the step's first new token: one more each
+        longest = cache.context + new - 1
+        _within_context(
+            scenario,
+            blamed,
+            f"a decode of {new} new tokens a slot on a sequence of {cache.context} tokens (its "
+            f"last token the first new one: {longest} in all)",
+            longest,
+        )
+        return StepShape("decode", slots, new, cache.bucket)
     if phase == "prefill":
         if tokens is None and context is None:
             first = typical_prefill(scenario).steps[0]  # as a server runs it
             return first if batch is None else replace(first, batch=batch)
         prompt = tokens if tokens is not None else typical_prefill_prompt(scenario)
         cached = 0 if context is None else context
-        max_context = scenario.workload.serving.max_context
-        if prompt + cached > max_context:
-            raise StepShapeError(
-                "tokens" if tokens is not None else "context",
-                f"a prompt of {prompt} tokens after {cached} cached exceeds "
-                f"serving.max_context ({max_context})",
-            )
+        _within_context(
+            scenario, blamed, f"a prompt of {prompt} tokens after {cached} cached", prompt + cached
+        )
         return StepShape("prefill", 1 if batch is None else batch, prompt, cached)
     raise StepShapeError("phase", f"phase must be 'decode' or 'prefill', got {phase!r}")
