@@ -62,7 +62,7 @@ def test_the_hints_name_fp8_kv_and_chunking_and_together_they_run(tmp_path: Path
     code, said = _run(workload, SMALL_HBM)
     assert code == 2
     assert "cannot fit even one sequence" in said
-    assert f"use kv.policy snapstream (now full), {FP8}, {CHUNK} or raise parallelism.tp" in said
+    assert f"use kv.policy snapstream (now full), {FP8}, {CHUNK}, raise parallelism.tp" in said
     code, _ = _run(workload, SMALL_HBM, "dtypes.kv=fp8", "serving.prefill_chunk_tokens=65536")
     assert code == 0  # what the hints said is enough
 
