@@ -42,6 +42,13 @@ def trace_us(seconds: float) -> float:
     return round(seconds * _US, 6)
 
 
+def _dur_us(start_s: float, dur_s: float) -> float:
+    """A slice's duration in microseconds as its rounded end less its rounded start, so a
+    slice that ends where the next begins meets it in the file too (rounding each on its
+    own can leave them a picosecond apart, overlapping)."""
+    return round(trace_us(start_s + dur_s) - trace_us(start_s), 6)
+
+
 def _kernel_at(records: TraceRecords) -> Callable[[int, float], str | None]:
     """The kernel running on a socket at a time (from its ``kernel`` track's slices; kernels
     run one after another, so they never overlap)."""
@@ -127,7 +134,7 @@ def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) 
                 "cat": s.track.split("/", 1)[0],
                 "ph": "X",
                 "ts": trace_us(s.start_s),
-                "dur": trace_us(s.dur_s),
+                "dur": _dur_us(s.start_s, s.dur_s),
                 "pid": s.socket,
                 "tid": ids[(s.socket, s.track)],
                 "args": args,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from rdu_sim.compiler.program import Program
+from rdu_sim.compiler.program import KernelProgram, Program
 from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.stack import NO_STACK, StackConfig
 from rdu_sim.config.workload import EngineConfig
@@ -41,7 +41,7 @@ from rdu_sim.engine.gpu.stream import (
 )
 from rdu_sim.engine.gpu.work import GpuSettings, Segment, peak_matrix_flops, segments
 from rdu_sim.engine.pipeline import pipelined_timing
-from rdu_sim.engine.records import Recorder
+from rdu_sim.engine.records import Recorder, TraceSlice
 from rdu_sim.engine.step_run import KernelsRun, check_kernels, run_kernels
 from rdu_sim.engine.timing import KernelTiming, StepTiming, step_timing
 from rdu_sim.interrupts import native
@@ -131,7 +131,7 @@ class GpuEngine:
             what = f"this {program.shape.phase} step (launching its kernels)"
             raise over_budget(cfg.max_events, what) from None
         if timeline is not None:
-            _place_records(timeline, run.results, order, stream.starts)
+            _place_records(timeline, program.kernels, run.results, order, stream.starts)
         kernels = tuple(
             KernelTiming.of(k, r) for k, r in zip(program.kernels, run.results, strict=True)
         )
@@ -256,17 +256,46 @@ def _per_call(program: Program, run: KernelsRun) -> list[float]:
 
 def _place_records(
     timeline: Recorder,
+    kernels: Sequence[KernelProgram],
     results: Sequence[KernelResult],
     order: list[int],
     starts: tuple[float, ...],
 ) -> None:
-    """Each kernel's simulated records at the start of its first call on the stream."""
-    placed: set[int] = set()
-    for kernel, start in zip(order, starts, strict=True):
-        recorder = results[kernel].recorder
-        if kernel not in placed and recorder is not None:
-            recorder.extend_into(timeline, start)
-            placed.add(kernel)
+    """Each kernel call's simulated records at that call's own start on the stream. An
+    unlooped kernel's recording holds its calls one after another, each ending with its
+    ``kernel`` slice (``GpuKernelSim._run``; ``fast_forward`` repeats one call's records),
+    so a call's records are those up to its ``kernel`` slice, shifted from where that slice
+    was recorded to where the stream started the call. A looped kernel is one call: its
+    layers (and a fast-forward's ``agcu`` slice) go together. (The GPU records no
+    counters.)"""
+    calls = {
+        index: _calls(result.recorder.slices, kernels[index].looped)
+        for index, result in enumerate(results)
+        if result.recorder is not None and result.recorder.slices
+    }
+    seen = dict.fromkeys(calls, 0)
+    for index, start in zip(order, starts, strict=True):
+        if index not in calls:
+            continue
+        own = calls[index][seen[index]]
+        seen[index] += 1
+        anchor = next((s.start_s for s in own if s.track == "kernel"), own[0].start_s)
+        timeline.slices.extend(replace(s, start_s=s.start_s - anchor + start) for s in own)
+
+
+def _calls(slices: Sequence[TraceSlice], looped: bool) -> list[list[TraceSlice]]:
+    """A kernel's recorded slices cut into its calls, each ending with its ``kernel``
+    slice (a looped kernel's: one call)."""
+    if looped:
+        return [list(slices)]
+    out: list[list[TraceSlice]] = [[]]
+    for s in slices:
+        out[-1].append(s)
+        if s.track == "kernel":
+            out.append([])
+    if not out[-1]:
+        out.pop()
+    return out
 
 
 def _validate(program: Program, hardware: GpuHardwareConfig) -> None:
