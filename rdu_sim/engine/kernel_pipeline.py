@@ -200,7 +200,7 @@ class KernelPipeline:
                 everything.append(self._start(layers))
             yield self._done[i] if i + 1 < layers.n else everything[0]
             if rec is not None:
-                args = (("kernel", self.kernel.name), ("layer", i), ("calls", layers.n))
+                args = (("kernel", self.kernel.name), ("layer", i), ("calls", self.kernel.calls))
                 name = f"{self.kernel.name} layer {i}"
                 rec.slice(socket.index, "kernel", name, start, float(env.now), args)
             if i + 1 == layers.n:
