@@ -199,15 +199,30 @@ def time_kernel(kernel: KernelProgram, start: StartFn, fast_forward: bool) -> Ke
         raise RuntimeError(f"kernel {kernel.name!r}: cut to {n} layers, ran {len(r.boundaries)}")
     stats = extrapolate(r.stats, cycle, calls)
     if r.recorder is not None:
-        r.recorder.slice(
-            0,
-            "agcu",
-            f"fast-forward {calls - n} layers ({(calls - n) // k} cycles of {k} x "
-            f"{cycle.increment.time_s:.4g} s)",
-            r.stats.time_s,
-            stats.time_s,
-        )
+        _mark_fast_forward(r.recorder, kernel.name, calls, cycle, r.stats.time_s, stats.time_s)
     return KernelResult(stats, r.events, n, cycle.increment.time_s / k, r.recorder)
+
+
+def _mark_fast_forward(
+    rec: Recorder, kernel: str, calls: int, cycle: Cycle, start_s: float, end_s: float
+) -> None:
+    """An ``agcu`` slice over the fast-forwarded layers on every socket the run recorded
+    (all sockets advance together), with the layers simulated and skipped: a trace's work
+    over the simulated layers times ``calls / simulated_layers`` is the step's, as
+    ``extrapolate`` scales the work totals."""
+    n, k = cycle.layers, cycle.length
+    name = (
+        f"fast-forward {calls - n} layers ({(calls - n) // k} cycles of {k} x "
+        f"{cycle.increment.time_s:.4g} s)"
+    )
+    args: tuple[tuple[str, str | float], ...] = (
+        ("kernel", kernel),
+        ("calls", calls),
+        ("simulated_layers", n),
+        ("skipped_layers", calls - n),
+    )
+    for socket in sorted({s.socket for s in rec.slices}):
+        rec.slice(socket, "agcu", name, start_s, end_s, args)
 
 
 def find_cycle(
