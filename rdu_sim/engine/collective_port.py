@@ -28,7 +28,7 @@ from typing import Any
 
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
 from rdu_sim.config.hardware import SystemConfig
-from rdu_sim.des.environment import Event
+from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.all_to_all import AllToAll, all_to_all
 from rdu_sim.hw.all_to_all import estimate as all_to_all_estimate
 from rdu_sim.hw.all_to_all import sent_bytes as all_to_all_sent
@@ -92,6 +92,48 @@ class _Port:
         self.topo, self.spec, self.plan = topo, spec, plan
         # per layer call (socket 0's group): [first piece started, last piece done]
         self.spans: dict[int, list[float]] = {}
+        self._sent: dict[tuple[int, float, int], float] = {}  # (position, bytes, pieces)
+
+    def sent_bytes(self, socket: int, nbytes: float, chunks: int) -> float:
+        """Bytes ``socket`` sends on its links for a chunk of ``nbytes`` in ``chunks``
+        pieces, each once (``Topology.bytes_sent``): what the step's ``p2p`` bytes count,
+        for the trace. An all-to-all's by its plan (``all_to_all.sent_bytes``, the same on
+        every socket); another collective's by running it alone over every socket of a
+        group on idle links of the same wiring (its bytes do not depend on the timing).
+        Memoized; the run's own links are not touched."""
+        group = self.spec.group
+        key = (socket % group, nbytes, chunks)
+        sent = self._sent.get(key)
+        if sent is None:
+            sent = self._sent[key] = self._sent_alone(key[0], nbytes, chunks)
+        return sent
+
+    def _sent_alone(self, position: int, nbytes: float, chunks: int) -> float:
+        group, topo, exchange = self.spec.group, self.topo, self.spec.exchange
+        if exchange is not None:
+            return all_to_all_sent(exchange, nbytes, group, topo.sockets_per_node)
+        if group == 1 or nbytes == 0:
+            return 0.0
+        env = CountingEnvironment()
+        alone = Topology(
+            env,
+            group,
+            topo.sockets_per_node,
+            *topo.intra,
+            *topo.inter,
+            switched=topo.switched,
+            sockets_per_rack=min(topo.sockets_per_rack, group)
+            if group % topo.sockets_per_node == 0
+            else None,
+            rack_bandwidth=topo.rack[0],
+            rack_latency=topo.rack[1],
+            network_through_node_port=topo.series,
+        )
+        call = Collective(self.plan.kind, nbytes, chunks, False, tuple(range(group)))
+        start_collective(alone, call, self.plan.algorithm)
+        env.run()
+        alone.chains.flush()
+        return alone.bytes_sent(position)
 
     def _run(
         self, nbytes: float, chunks: int, symmetric: bool, sockets: tuple[int, ...], layer: int

@@ -236,7 +236,7 @@ class StageRunner:
             for ev in upstream:
                 if ev.callbacks is not None or not ev.ok:
                     yield ev
-            if recorder is not None and float(env.now) > start:
+            if recorder is not None:  # every tile, one ready at once too (zero length)
                 recorder.slice(
                     self.socket.index,
                     self.track,
@@ -367,7 +367,16 @@ class StageRunner:
         ]
         args += [(f"{tier}_read_bytes", amounts[t]) for tier, amounts in work.reads.items()]
         args += [(f"{tier}_write_bytes", amounts[t]) for tier, amounts in work.writes.items()]
+        if self.port is not None and self.chunks[t]:  # the tile that starts a chunk
+            args.append(("p2p_sent_bytes", self._chunk_sent(self.chunks[t])))
         return tuple(args)
+
+    def _chunk_sent(self, chunks: int) -> float:
+        """The bytes this socket sends on its links for a collective chunk of ``chunks``
+        pieces (``CollectivePort.sent_bytes``): the step's ``p2p`` bytes, for the trace."""
+        assert self.port is not None and self.stage.collective is not None
+        nbytes = self.stage.collective.bytes * chunks / self.n_chunks
+        return self.port.sent_bytes(self.socket.index, nbytes, chunks)
 
     def _push(self, it: int, tiles: tuple[int, ...], done: Event) -> Gen:
         """Hand finished tiles (a collective chunk's) to the consumers."""
@@ -385,10 +394,10 @@ class StageRunner:
         done = self.port.start(self.socket.index, self._key, nbytes, chunks, it)
         self._key += 1
         rec = self.recorder
-        if rec is not None and nbytes > 0:
-            idx, now = self.socket.index, float(self.env.now)
-            rec.in_flight(idx, "p2p", now, nbytes)
-            done.add_callback(lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -nbytes))
+        if rec is not None and nbytes > 0:  # the bytes it sends on the links, until done
+            idx, now, sent = self.socket.index, float(self.env.now), self._chunk_sent(chunks)
+            rec.in_flight(idx, "p2p", now, sent)
+            done.add_callback(lambda _ev: rec.in_flight(idx, "p2p", float(self.env.now), -sent))
         self._last_emit = self.env.start(self._emit(self._last_emit, done, it, tiles))
 
     def _emit(self, prev: Event | None, done: Event, it: int, tiles: tuple[int, ...]) -> Gen:
