@@ -245,6 +245,8 @@ def step_timing(
     transfer_s = host_transfer_s(program.host_bytes, host_link)
     host = step_host_time(stack, shape, step_s, transfer_s, program.devices)
     runtime_s = host.added_s
+    if timeline is not None:
+        record_host(timeline, step_s, host)
     step_s += runtime_s
     total = run.total
 
@@ -288,6 +290,27 @@ def step_timing(
         expert_schedule=program.expert_schedule,
         link_busy_s=link_busy,
     )
+
+
+RUNTIME_TRACK = "runtime"
+"""The trace track (on socket 0) of the serving stack's host work around the step."""
+
+
+def record_host(timeline: Recorder, device_s: float, host: HostTime) -> None:
+    """The stack's host time on the step's trace, so the trace spans the step: the work it
+    runs beside the device from the step's start, and after the device (and whatever of
+    that work outlasts it) its serial work: the logits' trip over the host link, then the
+    stack's own. The same rule for every engine (``step_timing``)."""
+    track = RUNTIME_TRACK
+    if host.overlapped_s > 0:
+        timeline.slice(0, track, "host work beside the device", 0.0, host.overlapped_s)
+    start = device_s + host.exposed_s
+    if host.transfer_s > 0:
+        timeline.slice(0, track, "logits to the host", start, start + host.transfer_s)
+    own = host.serial_s - host.transfer_s
+    if own > 0:
+        end = start + host.serial_s
+        timeline.slice(0, track, "host serial work", end - own, end)
 
 
 def step_host_time(
