@@ -428,7 +428,8 @@ STOPPED = STOPS["step"]
     default="all",
     show_default=True,
     help="With --trace: simulate every socket of the TP group (engine.all_sockets), or only "
-    "socket 0 and its links (the symmetric shortcut; same step time).",
+    "socket 0 and its links (the symmetric shortcut; same step time). A GPU system's GPUs run "
+    "in lockstep: its trace draws GPU 0 either way.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the step timing as JSON.")
 @keeps_on_stop(STOPPED)

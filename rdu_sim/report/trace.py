@@ -3,17 +3,28 @@
 Format (the Chrome "Trace Event Format", JSON object form): ``traceEvents`` holds
 
 * ``ph: "M"`` metadata naming each socket (a process, ``pid`` = socket index) and each of its
-  tracks (a thread: ``agcu`` launches and syncs, ``kernel`` calls and layers, one
-  ``stage/<name>`` track per stage with a slice per tile it computes);
+  tracks (a thread: ``agcu`` launches, syncs and fast-forwarded layers, ``kernel`` calls and
+  layers, ``runtime`` the serving stack's host work around the step (socket 0), one
+  ``stage/<name>`` track per stage with a slice per tile it computes; a GPU: ``host`` its
+  kernel launches and ``gpu/segment<i>`` a slice per tile of each segment);
 * ``ph: "X"`` complete slices with ``ts`` and ``dur`` in microseconds, named for what they
   are (``decoder layer 3``, ``attn.q_proj layer 3 tile 5``) with arguments: a kernel
-  layer's kernel and layer; a tile's kernel, stage, operator, layer, tile, matrix and
-  vector FLOPs, SRAM bytes and bytes read and written per off-chip tier;
+  layer's kernel, layer and calls; a tile's kernel, stage, operator, layer, tile, matrix and
+  vector FLOPs, SRAM bytes, bytes read and written per off-chip tier and, on the tile that
+  starts a collective chunk, the bytes its socket sends on the links (``p2p_sent_bytes``);
+  a fast-forward's kernel, calls, simulated and skipped layers. Every tile has its slice,
+  one whose operands were ready at once a zero-length one. Summed over the tiles, with a
+  fast-forwarded kernel's scaled by ``calls / simulated_layers`` (as the engine scales its
+  work), FLOPs and bytes per tier are the step's (``StepTiming.bytes_by_tier``, socket 0's;
+  each socket's its own); the trace spans the step, host time included;
 * ``ph: "C"`` counters, one track per tier and link of each socket: ``HBM``, ``DDR`` and
-  ``P2P links`` bytes in flight.
+  ``P2P links`` bytes in flight (the links': each collective chunk's sent bytes from its
+  start until it is done).
 
 ``rdu-sim step --trace`` simulates every socket of the TP group (``engine.all_sockets``) so
 the trace holds them all; ``--trace-sockets one`` keeps the symmetric one-socket simulation.
+A GPU system's GPUs run in lockstep and the engine simulates GPU 0 (``sockets_simulated``
+in ``otherData``): its trace has that GPU only, and no counters.
 
 The engine only emits records (``StepTiming.records`` with ``record=True``); this module
 decides nothing about timing. Nothing is written until ``write_chrome_trace`` is called.
@@ -33,6 +44,7 @@ from rdu_sim.report.files import write_file
 
 _US = 1e6
 _FIXED_TRACKS = ("agcu", "kernel")
+_TILE_TRACKS = ("stage/", "gpu/")  # a slice per tile: SN40L stages, GPU segments
 _COUNTER_LABELS = {"hbm": "HBM", "ddr": "DDR", "p2p": "P2P links"}
 
 
@@ -124,7 +136,7 @@ def chrome_trace(records: TraceRecords, metadata: dict[str, Any] | None = None) 
         )
     for s in records.slices:
         args: dict[str, Any] = dict(s.args)
-        if s.track.startswith("stage/"):
+        if s.track.startswith(_TILE_TRACKS):
             kernel = kernel_at(s.socket, s.start_s)
             if kernel is not None:
                 args = {"kernel": kernel, **args}
@@ -162,6 +174,7 @@ def step_metadata(timing: StepTiming) -> dict[str, Any]:
         "batch": timing.batch,
         "context": timing.context,
         "tp": timing.tp,
+        "sockets_simulated": timing.sockets_simulated,
         "events": timing.events,
         "hbm_bandwidth_fraction": timing.hbm_bandwidth_fraction,
     }

@@ -241,8 +241,10 @@ class GpuKernelSim:
             for stage in local:
                 if stage.writes[t]:
                     writes.append(self.hbm.write(stage.writes[t]))
-            if self.recorder is not None and float(env.now) > start:
-                self.recorder.slice(0, f"{TRACK}/segment{index}", f"t{t}", start, float(env.now))
+            if self.recorder is not None:  # every tile, one ready at once too (zero length)
+                args = self._tile_args(index, segment, t)
+                track = f"{TRACK}/segment{index}"
+                self.recorder.slice(0, track, f"t{t}", start, float(env.now), args)
             if ready is not None:
                 pending.append(t)
                 if self.chunks[t]:
@@ -252,6 +254,28 @@ class GpuKernelSim:
             yield event
         for event in writes:
             yield event
+
+    def _tile_args(
+        self, index: int, segment: Segment, t: int
+    ) -> tuple[tuple[str, str | float], ...]:
+        """What tile ``t`` of segment ``index`` did, for its trace slice: its stages, FLOPs,
+        HBM bytes read and written (a collective stage's result written once reduced), and
+        at a collective chunk's last tile the bytes GPU 0 sends on its links for the chunk
+        (``CollectivePort.sent_bytes``): summed over the trace, the step's totals."""
+        stages = segment.stages
+        args: list[tuple[str, str | float]] = [
+            ("stages", ", ".join(stage.name for stage in stages)),
+            ("tile", t),
+            ("matrix_flops", sum(stage.matrix_flops for stage in stages)),
+            ("vector_flops", sum(stage.vector_flops for stage in stages)),
+            ("hbm_read_bytes", sum(stage.reads[t] for stage in stages)),
+            ("hbm_write_bytes", sum(stage.writes[t] for stage in stages)),
+        ]
+        spec = segment.collective
+        if spec is not None and index in self.ports and self.chunks[t]:
+            nbytes = spec.bytes * self.chunks[t] / self.n_chunks
+            args.append(("p2p_sent_bytes", self.ports[index].sent_bytes(0, nbytes, self.chunks[t])))
+        return tuple(args)
 
     def _load(self, segment: Segment, t: int, last: dict[str | None, Event]) -> list[Event]:
         """Tile ``t``'s reads from HBM; a decode step's KV reads also through their
