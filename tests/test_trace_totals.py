@@ -34,9 +34,7 @@ def _events(timing: StepTiming) -> list[dict[str, Any]]:
 
 def _tracks(events: list[dict[str, Any]]) -> dict[tuple[int, str], list[dict[str, Any]]]:
     """Each (socket, track name)'s slices, by start."""
-    names = {
-        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
-    }
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
     out: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for e in events:
         if e["ph"] == "X":
@@ -148,9 +146,7 @@ def test_sn40l_trace_spans_the_step_host_included() -> None:
     assert sum(e["dur"] for e in runtime) == pytest.approx(timing.runtime_s * 1e6, abs=1e-6)
     assert runtime[0]["ts"] == pytest.approx(timing.device_s * 1e6, abs=1e-6)
     device = [e for (_, name), track in tracks.items() if name != "runtime" for e in track]
-    assert max(e["ts"] + e["dur"] for e in device) == pytest.approx(
-        timing.device_s * 1e6, abs=1e-6
-    )
+    assert max(e["ts"] + e["dur"] for e in device) == pytest.approx(timing.device_s * 1e6, abs=1e-6)
 
 
 def test_gpu_kernel_calls_each_at_their_own_start() -> None:
@@ -166,9 +162,7 @@ def test_gpu_kernel_calls_each_at_their_own_start() -> None:
     assert sum(e["dur"] for e in kernel) == pytest.approx(
         sum(k.time_s for k in timing.kernels) * 1e6, rel=1e-9
     )
-    assert max(e["ts"] + e["dur"] for e in kernel) == pytest.approx(
-        timing.device_s * 1e6, abs=1e-6
-    )
+    assert max(e["ts"] + e["dur"] for e in kernel) == pytest.approx(timing.device_s * 1e6, abs=1e-6)
     for k in timing.kernels:
         calls = [e for e in kernel if e["name"] == k.name]
         assert len(calls) == (1 if k.looped else k.calls), k.name
