@@ -146,6 +146,17 @@ def window_words(arch: Architecture, context: int) -> str:
     return f" ({'; '.join(clauses)})" if clauses else ""
 
 
+def attends_words(phase: str, tokens: int) -> str:
+    """What a decode step's new tokens attend to, beside the cached count (``rdu_sim.shapes``'
+    convention: the cached tokens and itself, so 8,193 on 8,192 cached; ``inspect model
+    --context`` counts the same); "" for a prefill, whose header says its prompt."""
+    if phase != "decode":
+        return ""
+    if tokens == 1:
+        return ", the new token attending to them and itself"
+    return ", each new token attending to them, the new ones before it and itself"
+
+
 def _weights_line(data: dict[str, Any], workload_slots: int) -> str | None:
     """Where the weights live, when any are in DDR (spilled, or placed there by
     ``memory.weights``), and the slots of the plan that put them there; None when all are in
@@ -271,7 +282,7 @@ def _print_tables(
         f"{served_by(data['stack'])} ({machine}): {data['phase']} step, "
         f"{batch_words(data['batch'], data['layout'])}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
-        f"{windows}"
+        f"{windows}{attends_words(data['phase'], data['tokens'])}"
     )
     if prompt is not None:
         console.print(prompt, markup=False)
