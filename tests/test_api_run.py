@@ -36,6 +36,7 @@ CONTRACT_KEYS = {
     "batch_capacity",
     "batch_slots",
     "decode_tokens_per_s",
+    "decode_span_s",
     "prefill_s",
     "ttft_s",
     "tpot_s",

@@ -75,10 +75,38 @@ def test_dtype_and_context_options() -> None:
     assert fp8["kv_bytes_per_token"] == 65_536
     assert fp8["weight_bytes"] == 8_030_261_248 // 2
     long = _json("llama-3.1-8b", "--context", "8192")
-    assert long["decode_flops_per_token"] == (
-        base["decode_flops_per_token"] + 32 * 2 * 32 * 128 * 8192 * 2
-    )  # type: ignore[operator]
-    assert base["decode_flops_per_token"] == 15_009_316_864
+    per_key = 32 * 2 * 32 * 128 * 2  # layers x (QK^T and PV) x heads x head_dim x 2 FLOPs
+    assert long["decode_flops_per_token"] == (base["decode_flops_per_token"] + per_key * 8192)  # type: ignore[operator]
+    # no cached token: the products' 15,009,316,864 and the token attending to itself
+    assert base["decode_flops_per_token"] == 15_009_316_864 + per_key
+    assert (long["context"], long["attended_tokens"]) == (8192, 8193)
+
+
+@pytest.mark.parametrize(
+    ("workload", "model"),
+    [("llama3.1-8b-1socket", "llama-3.1-8b"), ("gpt-oss-120b-8socket", "gpt-oss-120b")],
+)
+def test_inspect_context_is_steps_cached_tokens(workload: str, model: str) -> None:
+    """`inspect model --context C` counts as `rdu-sim step` on C cached tokens does: the
+    decoded token attends to them and itself (C + 1), so its FLOPs are the step's model
+    FLOPs a token (sliding windows too); both outputs say so in their labels."""
+    runner = CliRunner()
+    for context in ("2048", "8192"):
+        step = runner.invoke(
+            cli, ["step", workload, "--batch", "2", "--context", context, "--json"]
+        )
+        assert step.exit_code == 0, step.output
+        data = json.loads(step.stdout)
+        assert data["context"] == int(context)
+        figures = _json(model, "--context", context)
+        assert figures["decode_flops_per_token"] * data["batch"] == data["model_flops"]
+    shown = runner.invoke(cli, ["inspect", "model", model, "--context", "8192"]).stdout
+    text = " ".join(shown.replace("│", " ").split())  # a wrapped cell's lines, rejoined
+    assert "cached tokens (attending to 8,193: them and itself, as rdu-sim step counts)" in text
+    said = runner.invoke(cli, ["step", workload, "--batch", "1", "--context", "8192"]).stdout
+    said = " ".join(said.split())
+    assert "1 new token, 8,192 cached tokens" in said
+    assert "the new token attending to them and itself" in said
 
 
 def test_workload_file_in_place_of_a_name() -> None:

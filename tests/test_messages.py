@@ -8,7 +8,8 @@
 - a token count takes ``128k`` wherever ``plot --contexts`` does;
 - a tab in YAML is called a tab, with its line and column;
 - trace times carry no float noise (a 7 us launch is 7.0, not 6.999999999999999);
-- one speculative user's rates say what each counts.
+- one speculative user's rates say what each counts;
+- the all-users rate says the span it divides by (first token to last, not the makespan).
 """
 
 from __future__ import annotations
@@ -170,6 +171,30 @@ def test_one_speculative_users_rates_say_what_each_counts() -> None:
         f"all-users rate, {human.rate(everyone, 'tokens/s')}, divides every output token by "
         "the whole span of decoding, so the time each prefill holds the slots"
     ) in text
+
+
+def test_the_all_users_rate_says_the_span_it_divides_by() -> None:
+    """The all-users rate divides by the run's first token to its last (``decode_span_s``),
+    not by the makespan printed above it (from the first arrival): the row says which span,
+    and the JSON carries it (24,605 tokens / 51.6 s read as 476 tok/s against the 478 shown)."""
+    result = api.run(LLAMA, {"serving.requests": 8, "serving.output_tokens": 64})
+    data = result.to_dict()
+    requests = result.requests()
+    span = float(requests["finish_s"].max() - requests["first_token_s"].min())
+    assert data["decode_span_s"] == pytest.approx(span, rel=1e-11)
+    assert data["makespan_s"] > data["decode_span_s"]  # the first arrival waits for no token
+    assert data["output_tokens"] / data["decode_span_s"] == pytest.approx(
+        data["decode_tokens_per_s"], rel=1e-11
+    )
+    text = " ".join(
+        invoke(
+            "run", LLAMA, "--set", "serving.requests=8", "--set", "serving.output_tokens=64"
+        ).stdout.split()
+    )
+    rate = human.rate(data["decode_tokens_per_s"], "tok/s")
+    row = f"output tokens/s, all users (prefill stalls included) │ {rate} over "
+    assert f"{row}{human.duration(data['decode_span_s'])} (first token to last) │" in text
+    assert human.duration(data["decode_span_s"]) != human.duration(data["makespan_s"])
 
 
 def test_a_gpu_whose_kv_cache_does_not_fit_says_per_gpu() -> None:

@@ -152,8 +152,10 @@ def test_figures_bundle_matches_functions() -> None:
     assert figures.params_active == params_active(arch)
     assert figures.kv_bytes_per_token == 35_136
     assert figures.weight_bytes == params_total(arch)
-    assert figures.decode_flops_per_token == decode_flops_per_token(arch, 1024)
+    # 1,024 cached tokens: the decoded token attends to them and itself (rdu_sim.shapes)
+    assert figures.decode_flops_per_token == decode_flops_per_token(arch, 1025)
     assert (figures.layers, figures.context, figures.kv_dtype) == (61, 1024, "fp8")
+    assert figures.attended_tokens == 1025
 
 
 def test_tied_embeddings_count_once() -> None:

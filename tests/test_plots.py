@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from rdu_sim import studies
 from rdu_sim.report import plots
-from rdu_sim.report.plots_data import GIB, PlotInputError, as_runs
+from rdu_sim.report.plots_data import GIB, PlotInputError, RunPoint, as_runs
 
 # ---------------------------------------------------------------------------- synthetic data
 
@@ -553,6 +553,37 @@ def test_real_latency_and_occupancy(real_run: Any) -> None:
         (ax,) = fig.axes
         assert len(ax.lines) == 2
         assert max(ax.lines[0].get_ydata()) <= record["batch_slots"]
+
+
+def test_occupancy_legend_is_the_run_reports_mean(real_run: Any) -> None:
+    """The legend's mean is the summary's ``occupancy`` (first arrival to last token, the
+    run report's "batch slots occupied"), in slots and as a share, whatever form the run
+    comes in; not the series' mean from time 0, which the idle wait for the first arrival
+    pulls below it."""
+    from rdu_sim import human
+
+    record = plots.result_record(real_run)
+    share, slots = record["occupancy"], record["batch_slots"]
+    expected = (
+        f"occupied: mean {human.number(share * slots)} of {slots:,} slots "
+        f"({human.percent(share)})\nfrom the first arrival to the last token"
+    )
+    series = record["slot_occupancy"]
+    times, occupied = np.asarray(series["time_s"]), np.asarray(series["occupied"])
+    assert times[0] == 0 < min(record["request_records"]["arrival_s"])
+    from_zero = float(np.sum(occupied[:-1] * np.diff(times)) / times[-1])
+    assert human.number(from_zero) != human.number(share * slots)  # the old legend's figure
+    typed = RunPoint.of_summary(
+        real_run.summary(), occupancy={k: np.asarray(v) for k, v in series.items()}
+    )
+    for results in (real_run, typed, record, json.loads(json.dumps(record))):
+        fig = render(lambda results=results: plots.occupancy_timeline(results))
+        (ax,) = fig.axes
+        assert ax.lines[0].get_label() == expected
+    bare = dict(record)
+    del bare["occupancy"]  # results without the summary's figure show no mean at all
+    fig = render(lambda: plots.occupancy_timeline(bare))
+    assert fig.axes[0].lines[0].get_label() == "occupied"
 
 
 def test_cli_plot_capacity_from_rdu_sim_run_json(tmp_path: Path) -> None:

@@ -1,10 +1,15 @@
 """`rdu-sim step`'s words name the device and the model's own repeated parts, round expert
-counts to one decimal, and give the kernel table's columns a legend."""
+counts to one decimal, give the kernel table's columns a legend (SN40L's tiles and SRAM
+only on SN40L), and say how the compute time comes from the PCUs' busy time."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from click.testing import CliRunner
 
+from rdu_sim import human
 from rdu_sim.cli.main import cli
 
 
@@ -32,3 +37,50 @@ def test_a_gpu_step_says_gpu() -> None:
         "matrix FLOPs 642 GFLOP a GPU, all its share of the model's (no work repeated on every GPU)"
     ) in said
     assert "bytes and busy units (per GPU)" in said and "per socket" not in said
+
+
+def _step_json(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(cli, ["step", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def test_the_compute_time_says_it_is_the_pcus_busy_time_over_the_usable_ones() -> None:
+    """The bound line's compute time (731 us) is the busy table's pcu (658 us, over all
+    1,040 PCUs) spread over the 936 a kernel may use (socket.usable_fraction 0.9): said
+    where the time is given, as another resource's and as the bound (a prefill)."""
+    for args, where in (((), "each resource alone: compute"), (("--phase", "prefill"), "")):
+        data = _step_json("llama3.1-8b-1socket", *args)
+        pcu, compute = data["busy_s"]["pcu"], data["bound"]["compute_s"]
+        assert compute == pcu * 1040 / 936
+        note = (
+            f"PCU busy {human.duration(pcu)} over the 936 of 1,040 PCUs a kernel may use, "
+            "socket.usable_fraction"
+        )
+        said = _step("llama3.1-8b-1socket", *args)
+        if where:
+            assert f"{where} {human.duration(compute)} ({note})," in said
+        else:
+            assert data["bound"]["resource"] == "compute"
+            assert (
+                f"bound by compute (PCUs or SMs) ({human.duration(compute)} of the step, {note};"
+                in said
+            )
+        assert f"pcu {human.duration(pcu)}" in said  # the busy table's figure, unscaled
+
+
+def test_a_gpu_steps_kernel_table_has_no_sn40l_columns() -> None:
+    """Tiles and PMU SRAM are SN40L's: a GPU step's kernel table and its legend leave them
+    out (every row read 0 and 0 B) and its compute time is its SMs' busy time, no PCU note;
+    the JSON keeps the keys. An SN40L step keeps both columns and their legend."""
+    args = ("llama3.1-70b-decode", "--set", "hardware=dgx-h100", "--batch", "1")
+    said = _step(*args)
+    assert "kernel calls loop time share launch period sim ─" in said
+    assert "tiles: a call's" not in said and "PMU SRAM" not in said and "PCU busy" not in said
+    assert "sim: the calls or layer iterations the engine simulated" in said
+    kernels = _step_json(*args)["kernels"]
+    assert all(k["tiles"] == 0 and k["sram_bytes"] == 0 for k in kernels)
+    said = _step("llama3.1-8b-1socket")
+    assert "kernel calls loop time share launch period sim tiles SRAM ─" in said
+    assert "tiles: a call's; SRAM: the PMU SRAM it holds" in said

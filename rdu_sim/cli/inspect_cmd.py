@@ -1,7 +1,9 @@
 """`rdu-sim inspect model|graph`: look at a model's derived figures or a compiled graph.
 
 `inspect model NAME` prints the hand-countable figures of rdu_sim.models (params, KV bytes per
-token, weight bytes, decode FLOPs per token) that every later stage must agree with, and the
+token, weight bytes, decode FLOPs per token: of one token after `--context` cached tokens,
+attending to them and itself as `rdu-sim step`'s decode on that cache does, so its
+``model_flops`` is the batch times it) that every later stage must agree with, and the
 architecture's dimensions they come from (hidden size, heads, KV heads, head dims, layers,
 experts, FFN widths, vocabulary: each integer field the architecture has, described by its
 field; JSON `architecture`); NAME may also be a Hugging Face config.json (read locally,
@@ -241,8 +243,9 @@ def _figures_table(figures: ModelFigures, arch: Architecture, alias: str | None 
     table.add_row(
         "decode_flops_per_token",
         f"{figures.decode_flops_per_token:,}",
-        f"{human.number(figures.decode_flops_per_token / 1e9)} GFLOP at context "
-        f"{figures.context:,}",
+        f"{human.number(figures.decode_flops_per_token / 1e9)} GFLOP decoding a token on "
+        f"{figures.context:,} cached tokens (attending to {figures.attended_tokens:,}: them "
+        "and itself, as rdu-sim step counts)",
     )
     return table
 
@@ -295,7 +298,8 @@ def command() -> None:
     type=TokenCount(0),
     default=0,
     show_default=True,
-    help="Cached tokens for decode_flops_per_token.",
+    help="Cached tokens before the decoded token, for decode_flops_per_token: it attends to "
+    "them and itself (context + 1), as `rdu-sim step`'s decode on that many cached tokens.",
 )
 def model_command(
     name: str | None,

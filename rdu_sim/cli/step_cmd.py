@@ -146,6 +146,17 @@ def window_words(arch: Architecture, context: int) -> str:
     return f" ({'; '.join(clauses)})" if clauses else ""
 
 
+def attends_words(phase: str, tokens: int) -> str:
+    """What a decode step's new tokens attend to, beside the cached count (``rdu_sim.shapes``'
+    convention: the cached tokens and itself, so 8,193 on 8,192 cached; ``inspect model
+    --context`` counts the same); "" for a prefill, whose header says its prompt."""
+    if phase != "decode":
+        return ""
+    if tokens == 1:
+        return ", the new token attending to them and itself"
+    return ", each new token attending to them, the new ones before it and itself"
+
+
 def _weights_line(data: dict[str, Any], workload_slots: int) -> str | None:
     """Where the weights live, when any are in DDR (spilled, or placed there by
     ``memory.weights``), and the slots of the plan that put them there; None when all are in
@@ -230,10 +241,16 @@ KERNEL_LEGEND = (
     "loop: a looped kernel, one call running its layers in an on-chip loop; time: all its "
     "calls; launch: the launch and sync part of that time; period: a looped kernel's steady "
     "time a layer, where the engine fast-forwarded it; sim: the calls or layer iterations "
-    "the engine simulated (the rest advanced at that period); tiles: a call's; SRAM: the "
-    "PMU SRAM it holds"
+    "the engine simulated (the rest advanced at that period)"
 )
 """The kernel table's columns, in a line under it."""
+
+SN40L_KERNEL_LEGEND = "; tiles: a call's; SRAM: the PMU SRAM it holds"
+"""The kernel table's SN40L-only columns (a GPU step's table leaves them out; its JSON keeps
+``tiles`` and ``sram_bytes``, 0), after :data:`KERNEL_LEGEND`."""
+
+SN40L_KERNEL_COLUMNS = ("tiles", "SRAM")
+"""The kernel table's columns only SN40L fills: tiles a call streams, the PMU SRAM held."""
 
 
 def _print_tables(
@@ -247,6 +264,8 @@ def _print_tables(
     repeated: str = "",
     device: str = "socket",
     model: str = "",
+    compute: str | None = None,
+    gpu: bool = False,
 ) -> None:
     # here, not at import: `--json` needs neither rich's tables nor the run report's module
     from rich import box
@@ -263,7 +282,7 @@ def _print_tables(
         f"{served_by(data['stack'])} ({machine}): {data['phase']} step, "
         f"{batch_words(data['batch'], data['layout'])}, "
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
-        f"{windows}"
+        f"{windows}{attends_words(data['phase'], data['tokens'])}"
     )
     if prompt is not None:
         console.print(prompt, markup=False)
@@ -273,7 +292,8 @@ def _print_tables(
     )
     bound = data["bound"]
     resource = bound["resource"]
-    others = others_alone({name: bound[f"{name}_s"] for name in RESOURCES}, resource)
+    notes = {} if compute is None else {"compute": compute}  # compute is not the busy pcu
+    others = others_alone({name: bound[f"{name}_s"] for name in RESOURCES}, resource, notes)
     hidden = ", hidden under it" if bound["host_hidden_s"] > 0 else ""
     rest = bound["unaccounted_s"]
     unaccounted = (
@@ -284,6 +304,8 @@ def _print_tables(
     limit = bound[f"{resource}_s"]
     label = bound_label(limit, data["step_s"])
     of = "the step" if label == "bound by" else human.duration(data["step_s"])
+    if resource in notes:
+        of = f"{of}, {notes[resource]}"
     console.print(
         f"{label} [bold]{resource_words(resource, bound['link'] or '')}[/] "
         f"({human.duration(limit)} of "
@@ -307,7 +329,7 @@ def _print_tables(
     kernels = Table(
         title="kernels",
         box=box.SIMPLE_HEAD,
-        caption=KERNEL_LEGEND,
+        caption=KERNEL_LEGEND + ("" if gpu else SN40L_KERNEL_LEGEND),
         caption_justify="left",
     )
     for col in (
@@ -319,8 +341,7 @@ def _print_tables(
         "launch",
         "period",
         "sim",
-        "tiles",
-        "SRAM",
+        *(() if gpu else SN40L_KERNEL_COLUMNS),
     ):
         kernels.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for k in data["kernels"]:
@@ -334,8 +355,7 @@ def _print_tables(
             human.duration(k["overhead_s"]),
             human.duration(period) if period else "-",
             str(k["simulated_iterations"]),
-            str(k["tiles"]),
-            human.size(k["sram_bytes"]),
+            *(() if gpu else (str(k["tiles"]), human.size(k["sram_bytes"]))),
         )
     console.print(kernels)
     if data["collectives"]:
@@ -489,7 +509,9 @@ def command(
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
     else:
+        from rdu_sim.config.gpu import GpuHardwareConfig
         from rdu_sim.config.hardware_file import device_noun
+        from rdu_sim.report.bound import compute_note
         from rdu_sim.report.console import devices_and_layout
         from rdu_sim.report.summary import Utilization
 
@@ -517,6 +539,8 @@ def command(
             repeated,
             device,
             model_words(scenario.workload.model, scenario.model.name),
+            compute_note(data["busy_s"].get("pcu", 0.0), scenario.hardware),
+            isinstance(scenario.hardware, GpuHardwareConfig),
         )
         click.echo(f"KV slot: {data['kv_layout']}")
         note = context_note(scenario, context) if phase == "decode" else None

@@ -299,8 +299,9 @@ class ModelFigures:
     kv_bytes_per_sequence: int  # one max_context sequence, sliding windows applied
     max_context: int
     weight_bytes: int
-    decode_flops_per_token: int
-    context: int
+    decode_flops_per_token: int  # decoding one token after ``context`` cached tokens
+    context: int  # cached tokens: the decoded token attends to them and itself
+    attended_tokens: int  # context + 1, as a decode step on ``context`` cached tokens
     kv_dtype: str
     weight_dtype: str
     expert_dtype: str | None
@@ -317,7 +318,10 @@ def model_figures(
     expert_dtype: str | None = None,
     expert_dtype_bytes: float | None = None,
 ) -> ModelFigures:
-    """All derived figures of an architecture at the given precisions and context."""
+    """All derived figures of an architecture at the given precisions and context: the
+    ``context`` cached tokens a decoded token follows, which it attends to with itself, as
+    ``rdu_sim.shapes``' decode step on that cache does (one convention: ``inspect model
+    --context C``'s FLOPs are ``rdu-sim step``'s on C cached tokens, a token)."""
     kinds = layer_kinds(arch)
     return ModelFigures(
         name=arch.name,
@@ -334,8 +338,9 @@ def model_figures(
         kv_bytes_per_sequence=kv_bytes(arch, arch.max_context, kv_dtype_bytes),
         max_context=arch.max_context,
         weight_bytes=weight_bytes(arch, weight_dtype_bytes, expert_dtype_bytes),
-        decode_flops_per_token=decode_flops_per_token(arch, context),
+        decode_flops_per_token=decode_flops_per_token(arch, context + 1),
         context=context,
+        attended_tokens=context + 1,
         kv_dtype=kv_dtype,
         weight_dtype=weight_dtype,
         expert_dtype=expert_dtype,

@@ -138,16 +138,35 @@ def bound_label(limit_s: float, step_s: float) -> str:
     return "bound by" if step_s <= 0 or limit_s >= BINDS_SHARE * step_s else "largest part"
 
 
-def others_alone(times: Mapping[str, float], bound: str) -> str:
+def others_alone(
+    times: Mapping[str, float], bound: str, notes: Mapping[str, str] | None = None
+) -> str:
     """The other resources' times alone, in words (``hbm 10 ms, host 1.65 ms``, the order of
     :data:`RESOURCES`; ``nothing else`` when none takes time): what the binding resource's
-    share of a step leaves to name."""
+    share of a step leaves to name; a resource in ``notes`` has its note after its time
+    (``compute 731 us (PCU busy 658 us ...)``, :func:`compute_note`)."""
+    notes = notes or {}
     others = [
-        f"{name} {human.duration(times[name])}"
+        f"{name} {human.duration(times[name])}" + (f" ({notes[name]})" if name in notes else "")
         for name in RESOURCES
         if name != bound and times.get(name, 0.0) > 0
     ]
     return ", ".join(others) or "nothing else"
+
+
+def compute_note(pcu_busy_s: float, hardware: Hardware) -> str | None:
+    """How an SN40L step's ``compute`` time comes from its PCUs' busy time (``busy_s.pcu``,
+    PCU-seconds over all the socket's PCUs, which the step's busy table shows): spread over
+    the PCUs a kernel may use instead (``socket.usable_fraction``; :func:`step_bound`), so
+    it reads longer: ``PCU busy 658 us over the 936 of 1,040 PCUs a kernel may use
+    (socket.usable_fraction)``. None on a GPU, whose compute time is its SMs' busy time."""
+    if not isinstance(hardware, HardwareConfig):
+        return None
+    socket = hardware.socket
+    return (
+        f"PCU busy {human.duration(pcu_busy_s)} over the {socket.usable_pcus:,} of "
+        f"{socket.pcu.count:,} PCUs a kernel may use, socket.usable_fraction"
+    )
 
 
 class ResourceTimes(Protocol):

@@ -258,6 +258,16 @@ ALL_USERS = "output tokens/s, all users (prefill stalls included)"
 ONE_USER = "tokens/s one user sees while streaming (p50 of 1/TPOT)"
 
 
+def all_users_rate(result: RunSummary) -> str:
+    """The all-users rate with the span it divides by (``decode_span_s``: the run's first
+    token to its last), which is not the makespan printed above it (that starts at the first
+    arrival): ``478 tok/s over 51.4 s (first token to last)``."""
+    rate = human.rate(result.decode_tokens_per_s, "tok/s")
+    if result.decode_span_s is None or result.decode_tokens_per_s is None:
+        return rate
+    return f"{rate} over {human.duration(result.decode_span_s)} (first token to last)"
+
+
 def rates_note(result: RunSummary) -> str | None:
     """Why one user's rate can exceed the all-users rate (one user, or speculation), said
     where it does."""
@@ -495,7 +505,7 @@ def serving_table(result: RunSummary) -> Table:
         *truncated_rows(result),
         ("output tokens", f"{result.output_tokens:,}"),
         ("makespan (first arrival to last token)", human.duration(result.makespan_s)),
-        (ALL_USERS, human.rate(result.decode_tokens_per_s, "tok/s")),
+        (ALL_USERS, all_users_rate(result)),
         ("output tokens/s, all slots busy (steady window)", steady_decode(result)),
         (ONE_USER, human.rate(result.user_tokens_per_s.p50, "tok/s")),
         ("prefill of a typical prompt", human.duration(result.prefill_s)),

@@ -147,6 +147,9 @@ class RunPoint:
     settings: Mapping[str, Any] = field(default_factory=dict)
     requests: Columns | None = None  # per-request columns (ttft_s, tpot_s ...)
     occupancy: Columns | None = None  # state time series (time_s, occupied ...)
+    # the run's ``occupancy``: the summary's time-mean share of slots held over the makespan
+    # (first arrival to last token), read, never recomputed from the series
+    mean_occupancy: float | None = None
     row: Mapping[str, Any] = field(default_factory=dict)  # the flat record, for lookups
 
     @property
@@ -183,6 +186,7 @@ class RunPoint:
             capacity=summary.capacity,
             decode_tokens_per_s=summary.decode_tokens_per_s,
             steady_decode_tokens_per_s=summary.steady_decode_tokens_per_s,
+            mean_occupancy=summary.occupancy,
             tiers=dict(summary.memory),
             **{"row": {"workload": summary.workload, "hardware": summary.hardware}, **extra},
         )
@@ -203,6 +207,7 @@ class RunPoint:
         if memory is not None and not isinstance(memory, Mapping):
             raise PlotInputError("results' 'memory' must map tiers to their *_bytes")
         rate, steady = data.get("decode_tokens_per_s"), data.get("steady_decode_tokens_per_s")
+        held = data.get("occupancy")
         requests, series = data.get(REQUEST_RECORDS), data.get(SLOT_OCCUPANCY)
         settings = data.get("settings") or {}
         if not isinstance(settings, Mapping):
@@ -220,6 +225,7 @@ class RunPoint:
             steady_decode_tokens_per_s=None
             if steady is None
             else number(steady, "steady_decode_tokens_per_s"),
+            mean_occupancy=None if held is None else number(held, "occupancy"),
             tiers=memory,
             source=str(data.get("source") or "run"),
             settings=dict(settings),

@@ -128,7 +128,8 @@ def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_
 
     The dashed line is the run's batch slots: the gap under it is capacity the server paid
     for (memory is allocated per slot) but did not use, at ramp-up, at drain, or when
-    arrivals are too slow to keep the batch full.
+    arrivals are too slow to keep the batch full. The legend's mean is the run's
+    ``occupancy`` (:func:`_occupied_label`), the figure the run report prints.
 
     Returns:
         The figure: per axes, one step line (occupancy) plus one line for the batch slots.
@@ -144,7 +145,7 @@ def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_
             occupied,
             where="post",
             color=color_for(label, i),
-            label=f"occupied (mean {human.number(_time_mean(times, occupied))})",
+            label=_occupied_label(run),
         )
         ax.axhline(
             slots,
@@ -164,9 +165,14 @@ def occupancy_timeline(results: Any, *, group_by: Sequence[str] = ("model", "kv_
     return fig
 
 
-def _time_mean(times: NDArray[np.float64], values: NDArray[np.float64]) -> float:
-    """Time-weighted mean of a step series (each value holds until the next time)."""
-    if len(times) < 2 or times[-1] <= times[0]:
-        return float(np.mean(values))
-    widths = np.diff(times)
-    return float(np.sum(values[:-1] * widths) / (times[-1] - times[0]))
+def _occupied_label(run: RunPoint) -> str:
+    """The occupancy line's legend: the run's own mean, its ``occupancy`` (the summary's one
+    definition: slots held, time-weighted from the first arrival to the last token, which the
+    run report prints as "batch slots occupied"), read rather than recomputed from the series,
+    whose rows start at time 0, before the first arrival; without it, no mean."""
+    share, slots = run.mean_occupancy, run.batch_slots
+    if share is None:
+        return "occupied"
+    pct = human.percent(share)
+    mean = pct if slots is None else f"{human.number(share * slots)} of {slots:,} slots ({pct})"
+    return f"occupied: mean {mean}\nfrom the first arrival to the last token"

@@ -6,8 +6,9 @@ Definitions (docs/serving.md repeats them for users):
   first token). ``tpot_s``: (finish - first token) / (output - 1), over requests with more
   than one output token. ``queue_delay_s``: admission (first prefill step starts) - arrival.
   ``e2e_s``: finish - arrival. Each is ``{p50, p90, p99, mean}``.
-- ``decode_tokens_per_s``: all output tokens / the makespan of decode activity, i.e. from
-  the first first-token of the run to the last completion (prefill stalls in between count).
+- ``decode_tokens_per_s``: all output tokens / ``decode_span_s``, the span of decode
+  activity: from the first first-token of the run to the last completion (prefill stalls in
+  between count; the makespan's first arrival to that first token does not).
   It includes the ramp-up (all slots prefilling at once) and the drain (slots emptying one
   by one at the end), so a short run reports well below the rate with the slots kept full.
 - ``steady_decode_tokens_per_s``, ``steady_window_s``: that rate with the slots kept full,
@@ -465,6 +466,7 @@ class RunSummary:
     queue_delay_s: Percentiles
     e2e_s: Percentiles
     decode_tokens_per_s: float | None
+    decode_span_s: float | None  # what decode_tokens_per_s divides by: first token to last
     steady_decode_tokens_per_s: float | None
     steady_window_s: tuple[float | None, float | None] | None
     user_tokens_per_s: Percentiles
@@ -728,6 +730,7 @@ def summarize(run: ServingRun) -> RunSummary:
         queue_delay_s=latencies.queue_delay,
         e2e_s=latencies.e2e,
         decode_tokens_per_s=decode_tokens_per_s,
+        decode_span_s=rounded_float(decode_span),
         steady_decode_tokens_per_s=rounded_float(steady.tokens_per_s)
         if steady is not None
         else None,
