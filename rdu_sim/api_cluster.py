@@ -22,6 +22,7 @@ one SimPy environment (``rdu_sim.cluster.simulate``). Nothing is written to disk
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -39,7 +40,14 @@ from rdu_sim.api import Backend, EngineBackend, Overrides, check_progress, resol
 from rdu_sim.cluster.replica import PoolRuntime
 from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
-from rdu_sim.cluster.traffic import ClassLabels, class_labels, fit_context, load_traffic
+from rdu_sim.cluster.traffic import (
+    ClassLabels,
+    ContextFit,
+    class_labels,
+    fit_context,
+    load_traffic,
+)
+from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import UnreadRouterFieldWarning
@@ -140,6 +148,14 @@ def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Plac
     return int(capacity // block)
 
 
+def _in_pool(exc: CapacityError, cluster: ClusterScenario, pool: PoolScenario) -> CapacityError:
+    """A pool's batch capacity or memory plan refused in a lone run's words, ending with the
+    pool that runs it (two pools may run one workload file under different sets)."""
+    named = copy.copy(exc)  # its type and field (``SlotsCapacityError.field``) kept
+    named.args = (f"{exc} (pool {pool.name!r} of {cluster.file})",)
+    return named
+
+
 def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> list[PoolResolved]:
     """Each pool's batch slots, memory plan, KV policy and shared step function."""
     # per distinct workload: its backend (the engine's own, unless one is given) and one memo
@@ -154,8 +170,11 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
             found = (pool_backend, StepTimes(partial(pool_backend.step_cost, scenario)))
             shared.append((scenario, *found))
         pool_backend, times = found
-        capacity, slots = resolve_batch_slots(scenario, pool_backend)
-        placement = pool_backend.plan_memory(scenario, slots)
+        try:
+            capacity, slots = resolve_batch_slots(scenario, pool_backend)
+            placement = pool_backend.plan_memory(scenario, slots)
+        except CapacityError as exc:
+            raise _in_pool(exc, cluster, pool) from None
         serving = scenario.workload.serving
         runtime = PoolRuntime(
             name=pool.name,
@@ -323,6 +342,25 @@ def load(
     return load_cluster(cluster_or_path, overrides, door())
 
 
+def plan_cluster(
+    cluster: ClusterScenario, backend: Backend | None = None
+) -> tuple[ContextFit, ClassLabels | None, list[PoolResolved]]:
+    """What a cluster run reads, decides and refuses before it simulates: its traffic, fit to
+    the context; each request's class; each pool's batch slots and memory plan
+    (:func:`resolve_pools`, a refusal naming the pool); a prefix cache's trace hashes.
+    ``rdu-sim check`` calls it, so it refuses a cluster as its run would."""
+    config = cluster.config
+    requests = load_traffic(cluster)
+    fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
+    labels = class_labels(fit.requests, config.classes, cluster.file)
+    pools = resolve_pools(cluster, backend)
+    if config.prefix_cache is not None and not fit.requests.has_hashes:
+        raise ConfigError.single(
+            cluster.file, "prefix_cache", "the trace has no block hashes to key a prefix cache on"
+        )
+    return fit, labels, pools
+
+
 def run_cluster(
     cluster_or_path: ClusterScenario | str | Path,
     overrides: Overrides = None,
@@ -335,10 +373,7 @@ def run_cluster(
     check_progress(progress)
     cluster = load(cluster_or_path, overrides)
     config = cluster.config
-    requests = load_traffic(cluster)
-    fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
-    labels = class_labels(fit.requests, config.classes, cluster.file)
-    pools = resolve_pools(cluster, backend)
+    fit, labels, pools = plan_cluster(cluster, backend)
     for resolved in pools:  # a pool that prefills: its stack's token budget
         if resolved.pool.role != "decode":
             warn_unchunked(resolved.pool.scenario, fit.requests.prompt_tokens)
@@ -351,10 +386,6 @@ def run_cluster(
             stacklevel=2,
         )
     prefix = config.prefix_cache
-    if prefix is not None and not fit.requests.has_hashes:
-        raise ConfigError.single(
-            cluster.file, "prefix_cache", "the trace has no block hashes to key a prefix cache on"
-        )
     try:
         run = simulate_cluster(
             fit,

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rdu_sim import human
 from rdu_sim.config import ConfigError, HardwareConfig, units
 from rdu_sim.config.hardware import LinkConfig, MemoryTierConfig
+from rdu_sim.config.limits import MAX_TIER_BYTES
 from rdu_sim.config.units import (
     UnitError,
     parse_bandwidth,
@@ -24,7 +25,7 @@ from rdu_sim.config.units import (
     parse_watts,
     split_quantity,
 )
-from rdu_sim.scenario import load_scenario
+from rdu_sim.scenario import load_scenario, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
@@ -540,20 +541,74 @@ def test_a_bad_power_names_the_field_in_watts(written: object, message: str) -> 
 
 
 @pytest.mark.parametrize("path", ["hw.socket.hbm.capacity", "hw.socket.ddr.capacity"])
-@pytest.mark.parametrize(("bare", "reads"), [("64", "64 B"), ("1536", "1.5 KiB")])
+@pytest.mark.parametrize(
+    ("bare", "reads", "example"),
+    [
+        ("64", "64 B", "64 GiB"),
+        ("1536", "1.5 KiB", "1536 GiB"),
+        ("65536", "64 KiB", "65536 GiB"),  # 64 TiB: a tier's most
+        ("65537", "64 KiB", "65537 MiB"),  # in GiB past it
+        ("524288", "512 KiB", "524288 MiB"),
+    ],
+)
 def test_a_bare_memory_capacity_below_a_mebibyte_is_a_forgotten_unit(
-    path: str, bare: str, reads: str
+    path: str, bare: str, reads: str, example: str
 ) -> None:
     """`capacity: 64` meant 64 GiB: read as 64 bytes it made a capacity error about the
-    weights. Refused naming how it reads and the unit to write, as a bare rate is."""
+    weights. Refused naming how it reads and the unit to write, as a bare rate is: the
+    largest unit that keeps it within a tier's most (``524288 GiB`` is 512 PiB)."""
     with pytest.raises(ConfigError) as info:
         load_scenario(LLAMA, [f"{path}={bare}"])
     message = str(info.value)
     assert f"{bare} without a unit reads as {reads}" in message
-    assert (
-        f"one below 1 MiB is taken for a forgotten unit); write the unit, as in '{bare} GiB'"
-        in (message)
-    )
+    written = f"one below 1 MiB is taken for a forgotten unit); write the unit, as in '{example}'"
+    assert written in message
+    assert parse_bytes(example) <= MAX_TIER_BYTES  # the example is a capacity a tier may hold
+    load_scenario(LLAMA, [f"{path}={example}"])
+
+
+@pytest.mark.parametrize(
+    ("given", "path", "dumped"),
+    [
+        ("hw.socket.hbm.capacity=512 KiB", ("socket", "hbm", "capacity"), "524288 B"),
+        ("hw.socket.ddr.capacity=1000 B", ("socket", "ddr", "capacity"), "1000 B"),
+        ("hw.socket.ddr.bandwidth=0.5 GB/s", ("socket", "ddr", "bandwidth"), "500000000.0 B/s"),
+        ("hw.socket.pcu.vector_flops=100 MFLOP/s", ("socket", "pcu", "vector_flops"),
+         "100000000.0 FLOP/s"),
+        ("hw.socket.ddr.latency=500 ms", ("socket", "ddr", "latency"), "0.5 s"),
+        ("stack.host.serial_per_step=0.25 s", ("host", "serial_per_step"), "0.25 s"),
+    ],
+)  # fmt: skip
+def test_a_value_given_with_its_unit_below_the_bare_floor_survives_its_own_dump(
+    given: str, path: tuple[str, ...], dumped: str
+) -> None:
+    """A 512 KiB tier, a 0.5 GB/s link or a 500 ms latency is accepted with its unit; bare, it
+    would read as a forgotten unit. Its dump keeps the unit (bytes, B/s, FLOP/s, seconds), so
+    that ``with_overrides``, which rebuilds the scenario from its dump, takes what it took
+    before (it refused ``524288 without a unit``), and a recorded config reads back."""
+    scenario = load_scenario(LLAMA, [given])
+    root = "stack" if given.startswith("stack.") else "hardware"
+    model = getattr(scenario, root)
+    data: Any = model.model_dump(mode="json")
+    for key in path:
+        model, data = getattr(model, key), data[key]
+    assert data == dumped
+    assert type(model).__name__ in ("int", "float")  # the value itself stays in internal units
+    again = with_overrides(scenario, ["serving.batch_slots=2"])
+    assert again.workload.serving.batch_slots == 2
+    assert getattr(again, root) == getattr(scenario, root)
+    bare = given.split("=")[0] + "=" + dumped.split()[0]
+    with pytest.raises(ConfigError, match="without a unit reads as"):
+        load_scenario(LLAMA, [bare])  # the user's bare number is still refused
+
+
+def test_a_value_above_the_bare_floor_dumps_bare() -> None:
+    """Only what would be refused bare is written with a unit: the shipped values dump as
+    the numbers they are (outputs and sweep keys unchanged)."""
+    hardware = load_scenario(LLAMA).hardware.model_dump(mode="json")
+    assert hardware["socket"]["hbm"]["capacity"] == 64 * 2**30
+    assert isinstance(hardware["socket"]["hbm"]["bandwidth"], float)
+    assert isinstance(hardware["socket"]["hbm"]["latency"], float)
 
 
 @pytest.mark.parametrize("value", [str(64 * 2**30), "1048576", "512 KiB", "64 GiB"])

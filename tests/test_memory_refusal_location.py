@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from rdu_sim import api
@@ -86,3 +87,42 @@ def test_located_once() -> None:
     assert at_slots(scenario, 16, named) is named
     other = SlotsCapacityError("too big")
     assert at_slots(scenario, 17, other) is other  # not the workload's slots
+
+
+def _cluster(tmp_path: Path, workload: Path, serve: dict[str, object]) -> Path:
+    """A cluster of two pools running ``workload``: ``small`` at 4 slots, ``serve`` with
+    ``serve``'s set."""
+    pools = {
+        "small": {"workload": str(workload), "replicas": 1, "set": {"serving.batch_slots": 4}},
+        "serve": {"workload": str(workload), "replicas": 1, "set": serve},
+    }
+    traffic = {"rate": 1, "requests": 4, "prompt_tokens": 100, "output_tokens": 10, "seed": 1}
+    slo = {"ttft": "1 s", "tpot": "50 ms"}
+    data = {"name": "c", "pools": pools, "traffic": traffic, "slo": slo}
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(yaml.safe_dump(data))
+    return cluster
+
+
+def test_check_refuses_a_clusters_pool_as_its_run_does(tmp_path: Path) -> None:
+    """``check`` passed a cluster whose pool's workload holds more slots than HBM (only a
+    workload file went through the run's memory plan); its run refused it. Both now plan
+    every pool as the run does (``api_cluster.plan_cluster``) and say the same words,
+    naming the workload's field and the pool; a pool whose ``set`` gives the slots is named
+    by it, and a cluster whose pools fit passes."""
+    mine, line = _big(tmp_path)
+    cluster = _cluster(tmp_path, mine, {})
+    run, check = _said("run", str(cluster)), _said("check", str(cluster))
+    assert run.startswith(f"error: {mine}:{line}: serving.batch_slots: {PROBLEM}")
+    assert run.endswith(f"(pool 'serve' of {cluster})")
+    assert check == f"{run} error: 1 of 1 file(s) failed the check"  # the run's words
+    cluster = _cluster(tmp_path, LLAMA, {"serving.batch_slots": 100})
+    said = _said("check", str(cluster))
+    assert said.startswith(f"error: {LLAMA}: serving.batch_slots: {PROBLEM}")
+    assert f"(from pools.serve.set: serving.batch_slots) (pool 'serve' of {cluster})" in said
+    cluster = _cluster(tmp_path, mine, {"serving.batch_slots": 8})
+    result = CliRunner().invoke(cli, ["check", str(cluster)])
+    assert result.exit_code == 0, result.output
+    assert "2 sockets (serve: 1 replica of tp=1, small: 1 replica of tp=1), 4 requests" in (
+        result.output
+    )

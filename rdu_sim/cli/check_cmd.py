@@ -6,7 +6,8 @@ The kind of each file is read off its top-level keys, so one command checks a wh
 of its trace file a run would use, and the capacity and memory plan its run makes before
 simulating, ``serving.run.plan_capacity``: a Composition of Experts' its own), `base`/`axes`
 a sweep spec (checked by `rdu_sim.sweep.check_spec`, imported only for a spec), `pools` a
-cluster (with every pool's workload), `search` a plan spec (the rule:
+cluster (with every pool's workload, its traffic and each pool's batch capacity and memory
+plan as its run makes them, ``api_cluster.plan_cluster``), `search` a plan spec (the rule:
 ``rdu_sim.config.kinds``). A CSV whose header names a column only a measurement file has
 (``measurement_file.MARKS``: ``metric``, ``measured``, ``hardware``, ``tp``, ``stack``) is a
 measurement file (``rdu_sim.validate.measurement_file``, docs/calibration.md: every row
@@ -153,11 +154,12 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         served = validate_stack(data, file, lines)
         return f"serving stack {served.name!r}: runs on {served.runs_on} hardware"
     if kind == "cluster":
+        from rdu_sim.api_cluster import plan_cluster
         from rdu_sim.cluster import build_cluster
-        from rdu_sim.cluster.traffic import load_traffic
 
         cluster = build_cluster(data, file=file, lines=lines)
-        requests = load_traffic(cluster)  # as a run reads it
+        fit, _, _ = plan_cluster(cluster)  # its traffic and pools' plans, as a run makes them
+        requests = fit.requests
         pools = ", ".join(
             f"{p.name}: {human.count(p.replicas, 'replica')} of "
             f"{describe_layout(p.scenario.workload.parallelism.layout())}"

@@ -24,6 +24,7 @@ from typing import Annotated, Any, get_args
 from pydantic import BeforeValidator, Field, PlainSerializer, StringConstraints
 
 from rdu_sim import human
+from rdu_sim.config.limits import MAX_TIER_BYTES
 
 MAX_QUANTITY_CHARS = 64
 """Longest quantity string accepted ("613.4615385 GFLOP/s" is 19 characters)."""
@@ -300,10 +301,15 @@ _EXAMPLE_UNITS: dict[str, tuple[float, tuple[tuple[str, float], ...]]] = {
 that keeps it at most the ceiling (1 PB/s, 10 PFLOP/s): ``2000 GB/s``, ``8000000 MB/s``."""
 
 
+def _forgotten_rate(number: float) -> bool:
+    """Whether a bare rate reads as a forgotten unit: 1 to :data:`BARE_RATE_FLOOR` per second
+    (one below 1 per second is left to the fields' own least rate, 1 per second)."""
+    return 1 <= number < BARE_RATE_FLOOR
+
+
 def _bare_rate(number: float, unit: str, table: _UnitTable, value: Any) -> None:
-    """Refuse a bare rate below :data:`BARE_RATE_FLOOR` (one below 1 per second is left to
-    the fields' own least rate, 1 per second)."""
-    if unit or not 1 <= number < BARE_RATE_FLOOR:
+    """Refuse a bare rate that reads as a forgotten unit (:func:`_forgotten_rate`)."""
+    if unit or not _forgotten_rate(number):
         return
     bandwidth = table is _BANDWIDTH_UNITS
     shown = human.bandwidth if bandwidth else human.flops
@@ -334,17 +340,32 @@ unit (``capacity: 64`` meaning 64 GiB), refused naming how it reads, as a bare r
 :data:`BARE_RATE_FLOOR` is: no HBM, DDR or cache tier of a machine is that small. A smaller
 capacity is still taken with its unit (``512 KiB``)."""
 
+_CAPACITY_EXAMPLE_UNITS = (("GiB", 2**30), ("MiB", 2**20))
+"""The unit a refused bare capacity is shown with, as a guess at what was meant: the larger
+that keeps it within a tier's most (``MAX_TIER_BYTES``, 64 TiB), as :data:`_EXAMPLE_UNITS`
+for a rate: ``64 GiB``, ``524288 MiB``."""
+
+
+def _forgotten_capacity(number: float) -> bool:
+    """Whether a bare capacity reads as a forgotten unit: 1 to :data:`BARE_CAPACITY_FLOOR`
+    bytes."""
+    return 1 <= number < BARE_CAPACITY_FLOOR
+
 
 def parse_capacity(value: Any) -> int:
     """ "64 GiB" -> 68719476736, as :func:`parse_bytes`; a bare number of 1 to
     :data:`BARE_CAPACITY_FLOOR` bytes is refused as a forgotten unit."""
     number, unit = _split(value, _BYTE_UNITS.kind, "64 GiB")
-    if not unit and 1 <= number < BARE_CAPACITY_FLOOR:
+    if not unit and _forgotten_capacity(number):
         written = _shown(value).strip("'")
+        example = next(
+            (u for u, scale in _CAPACITY_EXAMPLE_UNITS if number * scale <= MAX_TIER_BYTES),
+            _CAPACITY_EXAMPLE_UNITS[-1][0],
+        )
         raise UnitError(
             f"{_shown(value)} without a unit reads as {human.size(number)} (a bare capacity is "
             f"bytes; one below {human.size(BARE_CAPACITY_FLOOR)} is taken for a forgotten "
-            f"unit); write the unit, as in '{written} GiB'"
+            f"unit); write the unit, as in '{written} {example}'"
         )
     return round(_scaled(number, _BYTE_UNITS.scale(unit, value), _BYTE_UNITS.kind, value))
 
@@ -364,11 +385,17 @@ ones are 0.5 us to 1.6 ms. A duration of a workload (an SLO, a trace's window) i
 :data:`Seconds`, a bare number of any size."""
 
 
+def _forgotten_seconds(number: float) -> bool:
+    """Whether a bare latency or overhead reads as a forgotten unit: at or above
+    :data:`BARE_SECONDS_CEILING` seconds."""
+    return number >= BARE_SECONDS_CEILING
+
+
 def parse_short_seconds(value: Any) -> float:
     """ "2 us" -> 2e-6, as :func:`parse_seconds`; a bare number at or above
     :data:`BARE_SECONDS_CEILING` is refused as a forgotten unit."""
     number, unit = _split(value, _TIME_UNITS.kind, "2 us")
-    if not unit and number >= BARE_SECONDS_CEILING:
+    if not unit and _forgotten_seconds(number):
         n = f"{number:g}"
         raise UnitError(
             f"{_shown(value)} without a unit reads as {n} s, longer than a latency or an "
@@ -462,6 +489,21 @@ Tokens = Annotated[
 """A token count field, 1..:data:`MAX_TOKENS`: an integer, or ``128k``-style text
 (:func:`parse_tokens`)."""
 
+
+def _reads_back(forgotten: Callable[[float], bool], unit: str, dumped: Any) -> PlainSerializer:
+    """Serialise a guarded quantity as data that reads back: a bare number in the internal
+    unit, or, where bare it would be refused as a forgotten unit (a ``512 KiB`` tier, a
+    ``0.5 GB/s`` link, a ``500 ms`` latency, each given with its unit), the number with
+    ``unit``: ``524288 B``, ``500000000.0 B/s``, ``0.5 s``. A dump then loads as the value it
+    holds (``with_overrides`` rebuilds from one; outputs record one). ``dumped``: the type
+    a dump holds."""
+
+    def dump(value: float) -> float | str:
+        return f"{value!r} {unit}" if forgotten(value) else value
+
+    return PlainSerializer(dump, return_type=dumped)
+
+
 Bytes = Annotated[
     int,
     BeforeValidator(parse_bytes, json_schema_input_type=_quantity(_BYTE_UNITS, "bytes")),
@@ -475,7 +517,7 @@ Capacity = Annotated[
             _BYTE_UNITS, "bytes, at least 1 MiB (less is a forgotten unit: write it, as in 64 GiB)"
         ),
     ),
-    PlainSerializer(int),
+    _reads_back(_forgotten_capacity, "B", int | str),
 ]
 """A memory tier's capacity (:func:`parse_capacity`)."""
 Seconds = Annotated[
@@ -489,6 +531,7 @@ ShortSeconds = Annotated[
             _TIME_UNITS, "seconds, below 0.1 (more is a forgotten unit: write it, as in 10 us)"
         ),
     ),
+    _reads_back(_forgotten_seconds, "s", float | str),
 ]
 """A latency or an overhead of a machine or a serving stack (:func:`parse_short_seconds`)."""
 _BARE_RATE = f"at least {BARE_RATE_FLOOR:.0e} (less is a forgotten unit)".replace("e+0", "e")
@@ -498,12 +541,14 @@ BytesPerSecond = Annotated[
         parse_bandwidth,
         json_schema_input_type=_quantity(_BANDWIDTH_UNITS, f"bytes per second, {_BARE_RATE}"),
     ),
+    _reads_back(_forgotten_rate, "B/s", float | str),
 ]
 FlopsPerSecond = Annotated[
     float,
     BeforeValidator(
         parse_flops, json_schema_input_type=_quantity(_FLOPS_UNITS, f"FLOP/s, {_BARE_RATE}")
     ),
+    _reads_back(_forgotten_rate, "FLOP/s", float | str),
 ]
 Watts = Annotated[
     float, BeforeValidator(parse_watts, json_schema_input_type=_quantity(_POWER_UNITS, "watts"))

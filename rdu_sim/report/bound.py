@@ -7,10 +7,15 @@ time is what the step asks of it alone, on the step's path: ``hbm`` and ``ddr`` 
 bytes at its bandwidth x efficiency; ``compute`` the time the compute units were busy (SN40L's
 PCUs, a GPU's SMs: matrix and vector work at the efficiencies the engine simulated, spread
 over the units a kernel may use: on SN40L ``usable_fraction`` of its PCUs,
-``SocketConfig.usable_pcus``); ``link`` the busiest socket-to-socket link direction's
-serialisation time (collectives), of the link class whose busiest direction took longest
-(``StepBound.link``: the hardware's ``system.intra_node_link``, ``inter_node_link`` or
-``inter_rack_link``; :func:`resource_words` and :func:`remedy_words` name it);
+``SocketConfig.usable_pcus``); ``link`` the socket-to-socket links' serialisation time
+(collectives): each kernel's busiest link direction, summed over the step's kernels
+(``RunStats.link_busy_s``), named by the link class whose own time (each kernel's busiest
+direction of that class, summed) is largest (``StepBound.link``: the hardware's
+``system.intra_node_link``, ``inter_node_link`` or ``inter_rack_link``;
+:func:`resource_words` and :func:`remedy_words` name it). Kernels whose busiest direction is
+of different classes (an all-reduce within a node, an all-to-all across nodes) make
+``link_s`` more than the named class's time: the class named is the largest part of the
+links' time, not always all of it;
 ``blocks`` the time a GPU's decode attention streamed its KV cache through its thread blocks
 (few blocks over long contexts stream slower than the HBM);
 ``boundaries`` the device time at the kernels' boundaries, launching and synchronising them
@@ -111,7 +116,8 @@ def resource_words(resource: str, link: str = "") -> str:
 
 def remedy_words(resource: str, link: str = "") -> str:
     """What would speed a step ``resource`` binds (:data:`REMEDIES`); for the links, a faster
-    link of the class ``link`` names, by its field."""
+    link of the class ``link`` names, by its field (the largest part of the links' time, not
+    always all of it: module docstring)."""
     if resource == "link" and link in LINK_WORDS:
         return f"a faster hw.system.{link}"
     return REMEDIES.get(resource, "a faster step")
@@ -238,7 +244,8 @@ class StepBound:
     # the step's time beyond all the resources' times together (module docstring)
     unaccounted_s: float = 0.0
     # the link class whose busiest direction took longest (a system.* field; "" when no
-    # link was busy): the one ``link_s`` is, when the links bind
+    # link was busy): the largest part of ``link_s``, all of it when one class carried the
+    # step's busiest direction in every kernel (module docstring)
     link: str = ""
 
     @property

@@ -431,12 +431,17 @@ def _pool_kept(
 
 
 def cluster_bound(by_pool: Mapping[str, float], latency: Mapping[str, Percentiles]) -> str:
-    """What set a cluster's throughput, by the single run's rule
-    (``report.summary.throughput_bound``) on its busiest pool's occupancy: ``offered_load``
-    only when even that pool's slots stood mostly idle and the requests' queueing was not
-    most of their time to first token (``queue_grew`` against the TTFT, which the prefill
-    queue is part of: it holds whichever pool is full, a decode pool's included, as the
-    prefill replicas wait to hand their requests on)."""
+    """What set a cluster's throughput: ``report.summary.throughput_bound`` of an open loop on
+    its busiest pool's occupancy, ``offered_load`` only when even that pool's slots stood
+    mostly idle and the requests' queueing was not most of their time to first token
+    (``queue_grew`` against the TTFT, which the prefill queue is part of: it holds whichever
+    pool is full, a decode pool's included, as the prefill replicas wait to hand their
+    requests on). Not the single run's whole rule: its saturation test
+    (``summary.machine_saturated``: requests waiting while slots stood empty, as the machine
+    prefilled others) reads a server's time series of held slots and waiting requests, which
+    a cluster's replicas do not keep (``ServingRecords.replica_view``); so a pool whose
+    prefill kept its slots below 90% full, with queueing under half the TTFT, reads
+    ``offered_load`` where a lone run of its workload may read ``machine``."""
     busiest = max(by_pool.values(), default=0.0)
     return throughput_bound(False, busiest, queue_grew(latency["queue_delay_s"], latency["ttft_s"]))
 
