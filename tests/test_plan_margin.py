@@ -5,6 +5,7 @@ fewer, the SLO it used, the KV link, the command reproducing it, the exit status
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,12 @@ from rdu_sim.cli.main import cli
 from rdu_sim.cluster.scenario import load_cluster
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import parse_override
+from rdu_sim.config.units import parse_seconds
 from rdu_sim.plan import check_plan, load_plan, plan_summary, run_plan
 from rdu_sim.plan.margin import Margin, margin, needed, noise
-from rdu_sim.plan.spec import PlanPoint
+from rdu_sim.plan.spec import PlanPoint, exact_duration, resolved_cluster, written_value
+from rdu_sim.sweep.key import config_key
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml"
@@ -157,30 +161,85 @@ def test_the_template_clusters_kv_link_serves_the_disaggregated_configurations(
         load_plan(spec)
 
 
-@pytest.mark.parametrize("disaggregation", ["none", "1:2"])
-def test_the_run_command_reproduces_the_answer(tmp_path: Path, disaggregation: str) -> None:
-    """``set_paths`` on the cluster file (``rdu-sim run CLUSTER --set ...``, pool ``set``
-    keys as one dotted key) runs the cluster the plan evaluated."""
+def _reproduced(command: str) -> tuple[str, list[str]]:
+    """The cluster file and ``--set`` overrides of a printed ``rdu-sim run`` command."""
+    words = shlex.split(command)
+    assert words[:2] == ["rdu-sim", "run"]
+    assert all(word.startswith("--set=") for word in words[3:])
+    return words[2], [word.removeprefix("--set=") for word in words[3:]]
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_the_run_command_is_the_evaluated_cluster(tmp_path: Path, link: bool) -> None:
+    """Each met row's ``reproduce:`` command, split as a shell would and loaded by the
+    cluster loader, is the cluster the plan evaluated (the point key's every input): mixed
+    (the template's KV link nulled), 1:1 and 1:2 (the template pool as prefill, a decode
+    pool beside it, both named as the plan's metrics name them), with the SLO's durations
+    written with their unit."""
     spec = write_plan(
         tmp_path,
-        {"tp": [2], "batch_slots": ["auto"], "disaggregation": [disaggregation]},
-        requests=30,
+        {"tp": [1], "disaggregation": ["none", "1:1", "1:2"], "max_replicas": 6},
         slo={"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
     )
     spec.write_text(
         yaml.safe_dump(
-            {**yaml.safe_load(spec.read_text()), "slo": {"attainment": 0.8, "tpot": "50 ms"}}
+            {**yaml.safe_load(spec.read_text()), "slo": {"attainment": 0.8, "tpot": "55 ms"}}
         )
     )
+    if link:
+        cluster = yaml.safe_load((tmp_path / "cluster.yaml").read_text())
+        cluster["kv_transfer"] = {"bandwidth": "20 GB/s", "latency": "20 us"}
+        (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    result = run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_evaluate)
+    rows = {row["disaggregation"]: row for row in plan_summary(result)["configurations"]}
+    assert {name: row["status"] for name, row in rows.items()} == dict.fromkeys(
+        ("none", "1:1", "1:2"), "met"
+    )
+    for search in result.searches:
+        row = rows[search.configuration.disaggregation]
+        file, overrides = _reproduced(row["run_command"])
+        assert Path(file) == tmp_path / "cluster.yaml"
+        assert "slo.tpot=55 ms" in overrides and "slo.attainment=0.8" in overrides
+        assert ("kv_transfer=null" in overrides) == (link and search.configuration.ratio is None)
+        assert search.passing is not None
+        point = result.plan.build(search.configuration, search.passing)
+        again = load_cluster(file, overrides=overrides)
+        assert resolved_cluster(again) == point.config  # pools, SLO, link, every field
+        assert config_key(resolved_cluster(again)) == point.key
+        assert again.config.slo == result.plan.slo
+        names = {p.name: p.role for p in again.pools}
+        expected = {"none": {"serve": "mixed"}, "1:1": {"serve": "prefill", "decode": "decode"}}
+        assert names == expected.get(row["disaggregation"], expected["1:1"])
+        # the metrics the plan stored name the same pools
+        stored = {k for k in search.results[search.passing] if k.startswith("batch_slots.")}
+        assert stored == {f"batch_slots.{name}" for name in names}
+        if search.configuration.ratio is not None:
+            kv = again.config.kv_transfer
+            assert (kv is not None) == link and (not link or kv.bandwidth == 20e9)
+
+
+def test_the_run_command_runs_the_same_numbers(tmp_path: Path) -> None:
+    """A 1:2 disaggregation on a template with a KV link, run by the real engine from the
+    plan's point and from its printed command: the same goodput, TTFT and TPOT."""
+    spec = write_plan(
+        tmp_path,
+        {"tp": [2], "batch_slots": ["auto"], "disaggregation": ["1:2"]},
+        requests=30,
+        slo={"ttft": "1 s", "tpot": "40 ms", "attainment": 0.9},
+    )
+    cluster = yaml.safe_load((tmp_path / "cluster.yaml").read_text())
+    cluster["kv_transfer"] = {"bandwidth": "20 GB/s", "latency": "20 us"}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
     loaded = load_plan(spec)
     (configuration,) = loaded.configurations()
     point = loaded.build(configuration, 2)
     paths = loaded.set_paths(configuration, 2)
     assert paths["pools.serve.set.hw.system.sockets"] == 2
-    again = load_cluster(tmp_path / "cluster.yaml", overrides=paths)
-    assert again.config.slo == point.cluster.config.slo
-    assert [(p.role, p.replicas) for p in again.pools] == [
-        (p.role, p.replicas) for p in point.cluster.pools
+    assert paths["pools.decode.set.hw.system.sockets"] == 2
+    again = load_cluster(tmp_path / "cluster.yaml", overrides=loaded.set_args(configuration, 2))
+    assert [(p.name, p.role, p.replicas) for p in again.pools] == [
+        ("serve", "prefill", 2),
+        ("decode", "decode", 4),
     ]
     ours = run_cluster(point.cluster).summary()
     theirs = run_cluster(again).summary()
@@ -189,6 +248,20 @@ def test_the_run_command_reproduces_the_answer(tmp_path: Path, disaggregation: s
         ours.ttft_s,
         ours.tpot_s,
     )
+
+
+def test_set_values_read_back_as_written() -> None:
+    """The SLO's durations with their unit, read back as the same float (10 us parses to
+    9.999999999999999e-06, which must not print as that), and a pool set's values as the
+    override parser reads them."""
+    for text in ("10 us", "40 ms", "1 s", "333.3 ms", "1 h", "259200"):
+        seconds = parse_seconds(text)
+        assert parse_seconds(exact_duration(seconds)) == seconds
+    assert exact_duration(259200.0) == "259200.0"  # '3 days' the parser does not take: bare s
+    assert exact_duration(parse_seconds("10 us")) == "10 us"
+    assert exact_duration(1 / 3) == "333.3333333333333 ms"
+    for value in ("32 GB", "auto", "null", "12", "a: b", "", None, True, 1e-05, 7, [1, "x y"]):
+        assert parse_override(f"p={written_value(value)}")[1] == value
 
 
 def test_set_reaches_a_pool_set_key_with_dots(tmp_path: Path) -> None:

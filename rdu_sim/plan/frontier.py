@@ -145,10 +145,9 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
             row["goodput_one_unit_fewer"] = None if below is None else below["goodput_fraction"]
         if search.status == "met":
             row["kv_trade"] = _kv_trade(configuration, metrics)
-            paths = plan.set_paths(configuration, units)
-            row["run_command"] = " ".join(
+            row["run_command"] = " ".join(  # the overrides build() applied: the same cluster
                 ["rdu-sim", "run", shlex.quote(_runnable(plan.base_file))]
-                + [shlex.quote(f"--set={k}={v}") for k, v in paths.items()]
+                + [shlex.quote(f"--set={arg}") for arg in plan.set_args(configuration, units)]
             )
     if configuration.ratio is not None:
         link = plan.kv_transfer or KVTransferConfig()
