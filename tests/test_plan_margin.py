@@ -93,6 +93,46 @@ def test_an_inconclusive_miss_leaves_the_counts_below_it_open(tmp_path: Path) ->
     assert ORDER == [1, 2, 4, 8, 6, 5] and again.searches[0].passing == 5
 
 
+@pytest.mark.parametrize(
+    ("max_replicas", "met_at", "order"),
+    [
+        (64, None, [1, 2, 4, 8, 16, 32, 64, 63]),
+        (128, 64, [1, 2, 4, 8, 16, 32, 64, 47, 54, 58, 60, 61, 62, 63]),
+    ],
+)
+def test_a_plateau_of_inconclusive_misses_costs_bisection_not_a_run_per_count(
+    tmp_path: Path, max_replicas: int, met_at: int | None, order: list[int]
+) -> None:
+    """From 5 replicas up, 394 of 400 requests meet the SLO, 2 short of 396: every miss is
+    inconclusive (within 3.98). Each leaves only the count just below it open: with nothing
+    met, the cap's (63 below 64); met at 64, bisection below it. Either way the former rule
+    ran every count from 1 to 64 but 3 (below the conclusive miss at 4): 63 runs."""
+    spec = write_plan(
+        tmp_path,
+        {"tp": [1], "batch_slots": [8], "max_replicas": max_replicas},
+        slo={"ttft": "500 ms", "tpot": "40 ms", "attainment": 0.99},
+    )
+    saved = dict(MET_BY_UNITS)
+    MET_BY_UNITS.clear()
+    MET_BY_UNITS.update({1: 80, 2: 202, 3: 300, 4: 380})
+    MET_BY_UNITS.update({n: 394 for n in range(5, max_replicas + 1)})
+    if met_at is not None:
+        MET_BY_UNITS[met_at] = 396
+    try:
+        ORDER.clear()
+        result = run_plan(spec, db=tmp_path / "p.sqlite", evaluate=table_evaluate)
+    finally:
+        MET_BY_UNITS.clear()
+        MET_BY_UNITS.update(saved)
+    (search,) = result.searches
+    assert order == ORDER and result.evaluations == len(order)
+    assert search.failing == 4 and search.excluded == (62 if met_at is None else 61)
+    if met_at is None:
+        assert search.status == "not met" and search.passing is None
+    else:
+        assert search.status == "met" and search.passing == met_at
+
+
 def test_the_non_monotone_chat_case_on_the_real_engine(tmp_path: Path) -> None:
     """The trial's case: 3 replicas of the 8B chat cluster meet 0.99 (396 of 400), 4 miss by
     one request, 5 meet it; the plan answered 5 and now answers 3, having run 3."""

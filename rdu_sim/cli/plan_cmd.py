@@ -67,7 +67,7 @@ def _answer_lines(best: dict[str, Any], device: str) -> list[str]:
             if fewer["why"]:
                 text += f": {fewer['why']}"
         if best["excluded_up_to_units"]:
-            text += f"; {best['excluded_up_to_units']} unit(s) and fewer missed conclusively"
+            text += f"; {best['excluded_up_to_units']} unit(s) and fewer ruled out by a miss"
         lines.append(text)
     if best.get("kv_trade"):
         lines.append(f"  {best['kv_trade']}")

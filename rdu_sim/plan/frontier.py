@@ -10,8 +10,9 @@ replicas that met the SLO, else (pruned or not met, never met) the most it tried
 (``report.slo_why``); ``why`` is the reason or, without one, the binding half in a few
 words.
 A row with a run also has its ``margin`` in requests (``plan.margin``), its resolved batch
-slots; a met row ``one_fewer`` (that run's margin, conclusive or not, and the half that
-failed), ``kv_trade`` for a lossy KV policy and ``run_command`` reproducing it; a
+slots, ``excluded_up_to_units`` (the most units its misses ruled out, run or not:
+``plan.search``); a met row ``one_fewer`` (that run's margin, conclusive or not, and the
+half that failed), ``kv_trade`` for a lossy KV policy and ``run_command`` reproducing it; a
 disaggregated row the ``kv_transfer`` link it ran with.
 ``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
 more sockets for at least as much goodput.
@@ -113,7 +114,7 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
         "batch_slots_resolved": None,
         "margin": None,
         "one_fewer": None,
-        "excluded_up_to_units": search.failing,
+        "excluded_up_to_units": search.excluded,
         "kv_trade": None,
         "kv_transfer": None,
         "run_command": None,
