@@ -60,7 +60,17 @@ def test_the_rule_in_requests() -> None:
     assert Margin(400, 391, 396, noise(0.99, 400)).conclusive  # 5 short > 3.98
     assert Margin(400, 392, 396, noise(0.99, 400)).conclusive  # 4 short > 3.98
     assert not Margin(400, 393, 396, noise(0.99, 400)).conclusive  # 3 short < 3.98
-    assert Margin(10, 9, 10, noise(1.0, 10)).conclusive  # a = 1: no noise, any miss counts
+    # The floor of one request: at a = 1 the error is 0, at n = 10 and a = 0.99 it is 0.63;
+    # a miss by one request is inconclusive there, by two conclusive.
+    assert noise(1.0, 400) == 1.0 and noise(0.99, 10) == 1.0
+    assert not Margin(400, 399, 400, noise(1.0, 400)).conclusive
+    assert Margin(400, 398, 400, noise(1.0, 400)).conclusive
+    assert needed(0.99, 10) == 10
+    assert not Margin(10, 9, 10, noise(0.99, 10)).conclusive
+    assert Margin(10, 8, 10, noise(0.99, 10)).conclusive
+    assert "inconclusive (within 2 standard errors of the attainment or one request, 1.0" in (
+        Margin(10, 9, 10, noise(1.0, 10)).words()
+    )
     slo = SLOConfig(ttft=0.5, tpot=0.04, attainment=0.99)
     assert margin({"goodput_fraction": 0.5}, slo) is None  # a row stored before the counts
 
@@ -91,6 +101,33 @@ def test_an_inconclusive_miss_leaves_the_counts_below_it_open(tmp_path: Path) ->
     finally:
         MET_BY_UNITS[4] = 395
     assert ORDER == [1, 2, 4, 8, 6, 5] and again.searches[0].passing == 5
+
+
+def test_a_miss_by_one_request_at_attainment_one_is_inconclusive(tmp_path: Path) -> None:
+    """At attainment 1 the binomial error is 0: 3 replicas meet it (400 of 400), 4 miss it
+    by one request, 5 meet it. The floor of one request leaves 3 open: the answer is 3 (the
+    bare two-standard-error rule took 4's miss as conclusive and answered 5, 3 never run)."""
+    spec = write_plan(
+        tmp_path,
+        {"tp": [1], "batch_slots": [8], "max_replicas": 16},
+        slo={"ttft": "500 ms", "tpot": "40 ms", "attainment": 1.0},
+    )
+    saved = dict(MET_BY_UNITS)
+    MET_BY_UNITS.clear()
+    MET_BY_UNITS.update({1: 80, 2: 202, 3: 400, 4: 399})
+
+    def evaluate(point: PlanPoint) -> Mapping[str, Any]:
+        found = table_evaluate(point)
+        return {**found, "slo_met": found["goodput_requests"] == 400}
+
+    try:
+        ORDER.clear()
+        result = run_plan(spec, db=tmp_path / "p.sqlite", evaluate=evaluate)
+    finally:
+        MET_BY_UNITS.clear()
+        MET_BY_UNITS.update(saved)
+    (search,) = result.searches
+    assert ORDER == [1, 2, 4, 8, 5, 3] and search.passing == 3 and search.status == "met"
 
 
 @pytest.mark.parametrize(
