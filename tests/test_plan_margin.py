@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from pydantic import ValidationError
 from test_plan import fake_evaluate, write_plan
 
 from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cli.main import cli
 from rdu_sim.cluster.scenario import load_cluster
-from rdu_sim.config.cluster import SLOConfig
+from rdu_sim.config.cluster import SLOConfig, SLOOverride
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import parse_override
 from rdu_sim.config.units import parse_seconds
@@ -205,6 +206,30 @@ def test_a_partial_slo_keeps_the_cluster_files_other_fields(tmp_path: Path) -> N
     spec.write_text(yaml.safe_dump({"cluster": "cluster.yaml", "slo": {"attainment": 0}}))
     with pytest.raises(ConfigError, match=r"slo\.attainment: must be more than 0"):
         load_plan(spec)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ttft", "0 s"),
+        ("ttft", "-1 ms"),
+        ("tpot", "3000 h"),
+        ("tpot", 1e8),
+        ("attainment", 0),
+        ("attainment", 1.01),
+    ],
+)
+def test_an_slo_override_refuses_what_an_slo_refuses(name: str, value: Any) -> None:
+    """SLOOverride's fields are SLOConfig's types: the same bound, the same message."""
+    given = {"ttft": "1 s", "tpot": "40 ms", name: value}
+    with pytest.raises(ValidationError) as full:
+        SLOConfig.model_validate(given)
+    with pytest.raises(ValidationError) as partial:
+        SLOOverride.model_validate({name: value})
+    assert [e["msg"] for e in partial.value.errors()] == [e["msg"] for e in full.value.errors()]
+    for field in ("ttft", "tpot", "attainment"):
+        described = SLOConfig.model_fields[field].description
+        assert described and SLOOverride.model_fields[field].description == described
 
 
 def test_the_template_clusters_kv_link_serves_the_disaggregated_configurations(
