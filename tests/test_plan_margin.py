@@ -18,12 +18,14 @@ from test_plan import fake_evaluate, write_plan
 
 from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cli.main import cli
+from rdu_sim.cli.plan_cmd import _slots_cell
 from rdu_sim.cluster.scenario import load_cluster
 from rdu_sim.config.cluster import SLOConfig, SLOOverride
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import parse_override
 from rdu_sim.config.units import parse_seconds
 from rdu_sim.plan import check_plan, load_plan, plan_summary, run_plan
+from rdu_sim.plan.frontier import _slots
 from rdu_sim.plan.margin import Margin, margin, needed, noise
 from rdu_sim.plan.spec import PlanPoint, exact_duration, resolved_cluster, written_value
 from rdu_sim.sweep.key import config_key
@@ -57,18 +59,19 @@ def test_the_rule_in_requests() -> None:
     assert needed(0.99, 400) == 396 and needed(0.95, 400) == 380 and needed(1.0, 7) == 7
     assert noise(0.99, 400) == pytest.approx(2 * (0.99 * 0.01 * 400) ** 0.5)  # 3.98
     one_short = Margin(400, 395, 396, noise(0.99, 400))
-    assert one_short.by == -1 and not one_short.conclusive
-    assert Margin(400, 391, 396, noise(0.99, 400)).conclusive  # 5 short > 3.98
-    assert Margin(400, 392, 396, noise(0.99, 400)).conclusive  # 4 short > 3.98
-    assert not Margin(400, 393, 396, noise(0.99, 400)).conclusive  # 3 short < 3.98
+    assert Margin(400, 396, 396, noise(0.99, 400)).conclusive is None  # met: no miss
+    assert one_short.by == -1 and one_short.conclusive is False
+    assert Margin(400, 391, 396, noise(0.99, 400)).conclusive is True  # 5 short > 3.98
+    assert Margin(400, 392, 396, noise(0.99, 400)).conclusive is True  # 4 short > 3.98
+    assert Margin(400, 393, 396, noise(0.99, 400)).conclusive is False  # 3 short < 3.98
     # The floor of one request: at a = 1 the error is 0, at n = 10 and a = 0.99 it is 0.63;
     # a miss by one request is inconclusive there, by two conclusive.
     assert noise(1.0, 400) == 1.0 and noise(0.99, 10) == 1.0
-    assert not Margin(400, 399, 400, noise(1.0, 400)).conclusive
-    assert Margin(400, 398, 400, noise(1.0, 400)).conclusive
+    assert Margin(400, 399, 400, noise(1.0, 400)).conclusive is False
+    assert Margin(400, 398, 400, noise(1.0, 400)).conclusive is True
     assert needed(0.99, 10) == 10
-    assert not Margin(10, 9, 10, noise(0.99, 10)).conclusive
-    assert Margin(10, 8, 10, noise(0.99, 10)).conclusive
+    assert Margin(10, 9, 10, noise(0.99, 10)).conclusive is False
+    assert Margin(10, 8, 10, noise(0.99, 10)).conclusive is True
     assert "inconclusive (within 2 standard errors of the attainment or one request, 1.0" in (
         Margin(10, 9, 10, noise(1.0, 10)).words()
     )
@@ -93,7 +96,8 @@ def test_an_inconclusive_miss_leaves_the_counts_below_it_open(tmp_path: Path) ->
     row = plan_summary(result)["cheapest"]
     assert row["margin"]["by"] == 0 and row["margin"]["words"].startswith("met by 0 of 400")
     assert row["one_fewer"]["units"] == 2 and row["one_fewer"]["margin"]["by"] == -194
-    assert row["one_fewer"]["margin"]["conclusive"]
+    assert row["one_fewer"]["margin"]["conclusive"] is True
+    assert row["margin"]["conclusive"] is None  # a met run: no miss to judge
     # A conclusive miss at 4 (20 requests short) excludes 3: the search bisects 4..8 as before.
     MET_BY_UNITS[4] = 376
     try:
@@ -414,3 +418,14 @@ def test_a_missing_cluster_file_is_said_at_the_plans_field(tmp_path: Path) -> No
     spec.write_text(f"cluster: {tmp_path}\n")
     with pytest.raises(ConfigError, match=r"plan\.yaml:1: cluster: .*is a directory"):
         load_plan(spec)
+
+
+def test_the_slots_cell_names_pools_that_differ() -> None:
+    """Resolved slots: one number when every pool has it, else each pool's by name."""
+    auto = {"batch_slots": "auto"}
+    assert _slots_cell({**auto, "batch_slots_resolved": 32}) == "32 (auto)"
+    resolved = _slots({"batch_slots.serve": 2, "batch_slots.decode": 1})
+    split = {**auto, "batch_slots_resolved": resolved}
+    assert _slots_cell(split) == "serve 2 / decode 1 (auto)"
+    assert _slots({"batch_slots.serve": 8, "batch_slots.decode": 8}) == 8
+    assert _slots_cell({"batch_slots": 8, "batch_slots_resolved": None}) == "8"

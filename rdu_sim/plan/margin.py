@@ -66,9 +66,10 @@ class Margin:
         return self.met - self.needed
 
     @property
-    def conclusive(self) -> bool:
-        """A miss by more than its sampling noise (a met run: True)."""
-        return self.by >= 0 or -self.by > self.noise
+    def conclusive(self) -> bool | None:
+        """Whether a miss is by more than its sampling noise; None for a met run (no miss
+        to judge: its JSON says null)."""
+        return None if self.by >= 0 else -self.by > self.noise
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,4 +110,4 @@ def margin(metrics: Mapping[str, Any], slo: SLOConfig) -> Margin | None:
 def conclusive_miss(metrics: Mapping[str, Any], slo: SLOConfig) -> bool:
     """Whether a run that missed the SLO excludes every smaller replica count."""
     found = margin(metrics, slo)
-    return found is None or found.conclusive
+    return found is None or found.conclusive is True
